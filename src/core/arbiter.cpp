@@ -1,0 +1,218 @@
+#include "core/arbiter.hpp"
+
+#include "core/error.hpp"
+
+namespace rrfp {
+
+std::string to_string(Policy p) { return p == Policy::Fixed ? "fixed" : "ready"; }
+
+Policy parse_policy(const std::string& s) {
+  if (s == "fixed") return Policy::Fixed;
+  if (s == "ready" || s == "rrfp") return Policy::Ready;
+  throw InputError("--policy: unknown policy '" + s + "' (expected fixed, ready or both)");
+}
+
+ArbiterOptions resolve_options(ArbiterOptions opt, const Hint& hint, const WorkModel& m) {
+  if (opt.policy == Policy::Fixed && !hint.is_list())
+    throw InputError("--policy fixed: needs a list hint (gpipe, 1f1b, ...); '" + hint.name +
+                     "' is a rule over the ready set");
+  if (opt.limit < 0) throw InputError("--limit: must be at least 1, got " + std::to_string(opt.limit));
+  if (opt.limit == 0) opt.limit = default_limit(hint, m);
+  if (opt.max_pending_w < 0)
+    throw InputError("--max-pending-w: must be at least 1, got " + std::to_string(opt.max_pending_w));
+  if (opt.max_pending_w == 0) opt.max_pending_w = m.pp();
+  return opt;
+}
+
+StageArbiter::StageArbiter(const WorkModel& m, int stage, const Hint& hint,
+                           const ArbiterOptions& opt)
+    : m_(m),
+      stage_(stage),
+      v_(m.vpp()),
+      mbs_(m.microbatches()),
+      hint_(hint),
+      opt_(opt),
+      list_(hint.is_list()),
+      total_(m.tasks_per_stage()) {
+  if (opt_.limit < 1 || opt_.max_pending_w < 1)
+    throw InputError("arbiter options not resolved: limit and max_pending_w must be >= 1");
+  if (opt_.policy == Policy::Fixed && !list_)
+    throw InputError("--policy fixed: needs a list hint");
+  state_.assign(kNumKinds * v_ * mbs_, kWaiting);
+  progress_.assign(mbs_, 0);
+  if (list_) {
+    const auto& order = hint_.list().stages.at(stage_);
+    rank_.assign(state_.size(), -1);
+    for (int i = 0; i < static_cast<int>(order.size()); ++i) rank_[local_index(order[i])] = i;
+    for (auto& q : queue_) q.reset(static_cast<int>(order.size()));
+  } else {
+    rule_ = hint_.rule();
+    next_backward_ = rule_ != Rule::FB;
+    for (auto& q : queue_) q.reset(v_ * mbs_);
+  }
+}
+
+int StageArbiter::key_of(const TaskId& t) const {
+  if (list_) return rank_[local_index(t)];
+  const int lc = m_.local_chunk(t.chunk);
+  // F: smallest chunk first; B and W: largest chunk first; ties to the smallest microbatch.
+  return (t.kind == Kind::F ? lc : v_ - 1 - lc) * mbs_ + t.mb;
+}
+
+TaskId StageArbiter::task_of_key(Kind k, int key) const {
+  if (list_) return hint_.list().stages[stage_][key];
+  const int row = key / mbs_;
+  const int lc = k == Kind::F ? row : v_ - 1 - row;
+  return TaskId{k, m_.chunk_at(stage_, lc), key % mbs_};
+}
+
+std::optional<TaskId> StageArbiter::min_of(Kind k) const {
+  const int key = queue_[static_cast<int>(k)].min();
+  if (key < 0) return std::nullopt;
+  return task_of_key(k, key);
+}
+
+void StageArbiter::mark_ready(const TaskId& t) {
+  if (!m_.valid(t) || m_.stage_of(t) != stage_)
+    throw Error("stage " + std::to_string(stage_) + ": task " + to_string(t) +
+                " does not belong to this stage");
+  std::uint8_t& st = state_[local_index(t)];
+  if (st != kWaiting)
+    throw Error("stage " + std::to_string(stage_) + ": task " + to_string(t) +
+                (st == kReady ? " became ready twice" : " became ready after it ran"));
+  st = kReady;
+  if (opt_.policy == Policy::Ready) queue_[static_cast<int>(t.kind)].insert(key_of(t));
+}
+
+std::optional<TaskId> StageArbiter::head() const {
+  if (opt_.policy != Policy::Fixed || finished()) return std::nullopt;
+  return hint_.list().stages[stage_][head_];
+}
+
+std::optional<TaskId> StageArbiter::drain_target() const {
+  if (drain_mb_ >= mbs_) return std::nullopt;
+  const int r = progress_[drain_mb_];
+  const int lc = r < v_ ? r : 2 * v_ - 1 - r;
+  return TaskId{r < v_ ? Kind::F : Kind::B, m_.chunk_at(stage_, lc), drain_mb_};
+}
+
+std::optional<TaskId> StageArbiter::peek() const {
+  if (opt_.policy == Policy::Fixed) {
+    auto h = head();
+    if (h && is_ready(*h)) return h;
+    return std::nullopt;
+  }
+  const auto& qw = queue_[static_cast<int>(Kind::W)];
+  // Weight gradients hold memory until they run: past the cap they go first.
+  if (pending_w_ >= opt_.max_pending_w && !qw.empty()) return min_of(Kind::W);
+  if (d_ >= opt_.limit) {
+    // Back-pressure: no opportunistic forward. W never raises D, so it may fill the wait.
+    if (v_ == 1) {
+      if (auto b = min_of(Kind::B)) return b;
+      return min_of(Kind::W);
+    }
+    auto target = drain_target();
+    if (target && is_ready(*target)) return target;
+    return min_of(Kind::W);
+  }
+  if (list_) {
+    int best = -1;
+    Kind kind = Kind::F;
+    for (int k = 0; k < kNumKinds; ++k) {
+      const int key = queue_[k].min();
+      if (key >= 0 && (best < 0 || key < best)) {
+        best = key;
+        kind = static_cast<Kind>(k);
+      }
+    }
+    if (best < 0) return std::nullopt;
+    return task_of_key(kind, best);
+  }
+  Kind first = Kind::B, second = Kind::F;
+  switch (rule_) {
+    case Rule::BF:
+    case Rule::FB:
+    case Rule::BFW:
+      if (!next_backward_) std::swap(first, second);
+      break;
+    case Rule::BPriority: break;
+    case Rule::FPriority: std::swap(first, second); break;
+  }
+  if (auto t = min_of(first)) return t;
+  if (auto t = min_of(second)) return t;
+  return min_of(Kind::W);
+}
+
+void StageArbiter::commit(const TaskId& t) {
+  if (!m_.valid(t) || m_.stage_of(t) != stage_)
+    throw Error("stage " + std::to_string(stage_) + ": cannot run " + to_string(t) +
+                ", it belongs to another stage");
+  std::uint8_t& st = state_[local_index(t)];
+  if (st != kReady)
+    throw Error("stage " + std::to_string(stage_) + ": cannot run " + to_string(t) +
+                (st == kDone ? ", it already ran" : ", its inputs are not all present"));
+  if (opt_.policy == Policy::Fixed) {
+    const TaskId& h = hint_.list().stages[stage_][head_];
+    if (!(h == t))
+      throw Error("stage " + std::to_string(stage_) + ": fixed order expects " + to_string(h) +
+                  " next, not " + to_string(t));
+    ++head_;
+  } else {
+    queue_[static_cast<int>(t.kind)].erase(key_of(t));
+  }
+  st = kDone;
+  ++committed_;
+  switch (t.kind) {
+    case Kind::F:
+      ++d_;
+      if (d_ > peak_d_) peak_d_ = d_;
+      ++progress_[t.mb];
+      next_backward_ = true;
+      break;
+    case Kind::B:
+      --d_;
+      ++progress_[t.mb];
+      next_backward_ = false;
+      if (m_.split()) {
+        ++pending_w_;
+        if (pending_w_ > peak_pending_w_) peak_pending_w_ = pending_w_;
+      }
+      break;
+    case Kind::W:
+      --pending_w_;
+      break;
+  }
+  while (drain_mb_ < mbs_ && progress_[drain_mb_] == 2 * v_) ++drain_mb_;
+}
+
+std::string StageArbiter::describe() const {
+  std::string out = "stage " + std::to_string(stage_) + ": ran " + std::to_string(committed_) +
+                    "/" + std::to_string(total_);
+  if (auto h = head()) out += ", next in fixed order " + to_string(*h) + (is_ready(*h) ? " (ready)" : " (inputs missing)");
+  out += ", D=" + std::to_string(d_);
+  if (opt_.policy == Policy::Ready) {
+    out += "/limit " + std::to_string(opt_.limit);
+    if (back_pressured()) {
+      out += " (back-pressure";
+      if (v_ > 1)
+        if (auto t = drain_target()) out += ", draining " + to_string(*t);
+      out += ")";
+    }
+  }
+  std::string ready;
+  int shown = 0, count = 0;
+  for (int i = 0; i < static_cast<int>(state_.size()); ++i) {
+    if (state_[i] != kReady) continue;
+    ++count;
+    if (shown < 6) {
+      const int mb = i % mbs_, row = i / mbs_;
+      TaskId t{static_cast<Kind>(row / v_), m_.chunk_at(stage_, row % v_), mb};
+      ready += (shown ? ", " : "") + to_string(t);
+      ++shown;
+    }
+  }
+  out += ", ready {" + ready + (count > shown ? ", ..." : "") + "}";
+  return out;
+}
+
+}  // namespace rrfp

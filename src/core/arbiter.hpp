@@ -1,0 +1,85 @@
+#pragma once
+// Ready-set arbitration for one stage (design.md §2): the only implementation of the
+// policies, used by the simulator, the threaded runtime and training alike.
+//
+// Protocol: the owner reports each task whose inputs are all present with mark_ready(), asks
+// peek() for the task to run next when the stage is free (nullopt: wait for a change), and
+// reports the dispatch with commit(). peek() has no side effects, so tensor-parallel ranks can
+// propose a choice, compare, and commit only on agreement. Cost per decision: O(log64 n).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/hint.hpp"
+#include "core/min_set.hpp"
+#include "core/work_model.hpp"
+
+namespace rrfp {
+
+enum class Policy { Fixed, Ready };
+std::string to_string(Policy p);
+Policy parse_policy(const std::string& s);  // throws InputError
+
+struct ArbiterOptions {
+  Policy policy = Policy::Ready;
+  int limit = 0;          // back-pressure limit on D = F done - B done; 0 = hint default
+  int max_pending_w = 0;  // cap on B done - W done; 0 = P
+};
+
+// Resolves defaults (limit 0, max_pending_w 0) and checks the combination against the hint.
+ArbiterOptions resolve_options(ArbiterOptions opt, const Hint& hint, const WorkModel& m);
+
+class StageArbiter {
+ public:
+  // `opt` must be resolved (resolve_options). The hint must outlive the arbiter.
+  StageArbiter(const WorkModel& m, int stage, const Hint& hint, const ArbiterOptions& opt);
+
+  void mark_ready(const TaskId& t);
+  std::optional<TaskId> peek() const;
+  void commit(const TaskId& t);
+
+  bool is_ready(const TaskId& t) const { return state_[local_index(t)] == kReady; }
+  bool finished() const { return committed_ == total_; }
+  int committed() const { return committed_; }
+  int outstanding() const { return d_; }  // D = F done - B done
+  int peak_outstanding() const { return peak_d_; }
+  int pending_w() const { return pending_w_; }
+  int peak_pending_w() const { return peak_pending_w_; }
+  bool back_pressured() const { return opt_.policy == Policy::Ready && d_ >= opt_.limit; }
+  int stage() const { return stage_; }
+  // The fixed policy's next task (nullopt under `ready` or when finished).
+  std::optional<TaskId> head() const;
+  // One line for watchdogs and deadlock reports: what the stage waits for and what is ready.
+  std::string describe() const;
+
+ private:
+  enum : std::uint8_t { kWaiting = 0, kReady = 1, kDone = 2 };
+
+  int local_index(const TaskId& t) const {
+    return (static_cast<int>(t.kind) * v_ + m_.local_chunk(t.chunk)) * mbs_ + t.mb;
+  }
+  int key_of(const TaskId& t) const;
+  TaskId task_of_key(Kind k, int key) const;
+  std::optional<TaskId> min_of(Kind k) const;
+  std::optional<TaskId> drain_target() const;
+
+  const WorkModel& m_;
+  int stage_, v_, mbs_;
+  const Hint& hint_;
+  ArbiterOptions opt_;
+  bool list_;
+  Rule rule_ = Rule::BF;
+
+  std::vector<std::uint8_t> state_;  // by local index
+  std::vector<int> rank_;            // list hints: local index -> position
+  MinSet queue_[kNumKinds];          // ready tasks of each kind, by key
+  int head_ = 0;                     // fixed policy: next position in the list
+  bool next_backward_ = true;        // BF/FB/BFW round state
+  int d_ = 0, peak_d_ = 0, pending_w_ = 0, peak_pending_w_ = 0;
+  int committed_ = 0, total_;
+  std::vector<int> progress_;         // per microbatch: local F and B done (drain order)
+  int drain_mb_ = 0;
+};
+
+}  // namespace rrfp

@@ -1,0 +1,38 @@
+#pragma once
+// Typed errors. Every message is one line that names the flag, file, line, stage or task at
+// fault, so the CLI can print it verbatim and exit 2 (bad input) or 1 (run failure).
+#include <stdexcept>
+#include <string>
+
+namespace rrfp {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The user asked for something malformed or impossible (a flag, a file, a value).
+class InputError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A hint that cannot be executed as given (missing task, impossible order, deadlock).
+class HintError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// A run that could not make progress; the message lists what each stage waits for.
+class DeadlockError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Tensor-parallel ranks of one group entered different collectives.
+class CollectiveMismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace rrfp

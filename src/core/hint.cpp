@@ -1,0 +1,104 @@
+#include "core/hint.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.hpp"
+#include "core/hint_io.hpp"
+
+namespace rrfp {
+
+namespace {
+
+const std::map<std::string, Rule>& rule_table() {
+  static const std::map<std::string, Rule> t = {{"bf", Rule::BF},
+                                                {"fb", Rule::FB},
+                                                {"b-priority", Rule::BPriority},
+                                                {"f-priority", Rule::FPriority},
+                                                {"bfw", Rule::BFW}};
+  return t;
+}
+
+bool looks_like_path(const std::string& s) {
+  auto ends = [&](const char* suf) {
+    std::string x(suf);
+    return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+  };
+  return s.find('/') != std::string::npos || ends(".txt") || ends(".json");
+}
+
+std::string known_names() {
+  std::string out;
+  for (const auto& n : hint_names()) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace
+
+const std::vector<std::string>& hint_names() {
+  static const std::vector<std::string> names = {
+      "gpipe", "1f1b", "interleaved-1f1b", "bfs", "zb-h1", "zb-h2", "zb-v",
+      "bf",    "fb",   "b-priority",       "f-priority", "bfw"};
+  return names;
+}
+
+bool is_rule_hint_name(const std::string& name) { return rule_table().count(name) > 0; }
+
+bool hint_wants_split(const std::string& name) {
+  return name == "zb-h1" || name == "zb-h2" || name == "zb-v" || name == "bfw";
+}
+
+Hint make_hint(const std::string& name, const WorkModel& m) {
+  Hint h;
+  h.name = name;
+  if (auto it = rule_table().find(name); it != rule_table().end()) {
+    if (it->second == Rule::BFW && !m.split())
+      throw InputError("--hint bfw: needs --split-backward on");
+    h.body = it->second;
+    return h;
+  }
+  if (name == "gpipe") h.body = gen_gpipe(m);
+  else if (name == "1f1b") h.body = gen_1f1b(m);
+  else if (name == "interleaved-1f1b") h.body = gen_interleaved_1f1b(m);
+  else if (name == "bfs") h.body = gen_looped_bfs(m);
+  else if (name == "zb-h1") h.body = gen_zb_h1(m);
+  else if (name == "zb-h2") h.body = gen_zb_h2(m);
+  else if (name == "zb-v") h.body = gen_zb_v(m);
+  else if (looks_like_path(name)) {
+    h.name = "file:" + name;
+    h.body = read_hint_file(name, m);
+  } else {
+    throw InputError("--hint: unknown hint '" + name + "' (expected one of " + known_names() +
+                     ", or a .txt/.json hint file)");
+  }
+  return h;
+}
+
+std::vector<int> fixed_order_peaks(const ListHint& hint, const WorkModel& m) {
+  std::vector<int> peaks(m.pp(), 0);
+  for (int s = 0; s < m.pp() && s < static_cast<int>(hint.stages.size()); ++s) {
+    int d = 0;
+    for (const TaskId& t : hint.stages[s]) {
+      d += t.kind == Kind::F ? 1 : t.kind == Kind::B ? -1 : 0;
+      peaks[s] = std::max(peaks[s], d);
+    }
+  }
+  return peaks;
+}
+
+int fixed_order_peak(const ListHint& hint, const WorkModel& m) {
+  auto p = fixed_order_peaks(hint, m);
+  return *std::max_element(p.begin(), p.end());
+}
+
+int default_limit(const Hint& hint, const WorkModel& m) {
+  if (hint.is_list()) return std::max(1, fixed_order_peak(hint.list(), m));
+  // Rule hints: 1F1B's stage-0 peak, or interleaved 1F1B's (Megatron's warm-up + 1).
+  const int p = m.pp(), v = m.vpp(), mbs = m.microbatches();
+  if (v == 1) return std::max(1, std::min(p, mbs));
+  const int total = mbs * v;
+  const int warmup = mbs == p ? total : std::min(2 * (p - 1) + (v - 1) * p, total);
+  return std::max(1, std::min(warmup + 1, total));
+}
+
+}  // namespace rrfp

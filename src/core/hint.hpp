@@ -1,0 +1,55 @@
+#pragma once
+// Hints rank a stage's ready tasks (design.md §2). A list hint is a per-stage order of every
+// task; a rule hint is a stateful rule over the ready set (BF, FB, B-/F-priority, BFW).
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/task.hpp"
+#include "core/work_model.hpp"
+
+namespace rrfp {
+
+enum class Rule { BF, FB, BPriority, FPriority, BFW };
+
+struct ListHint {
+  std::vector<std::vector<TaskId>> stages;  // stages[s] = the order of stage s's tasks
+};
+
+struct Hint {
+  std::string name;  // "1f1b", "bfw", "file:PATH", ...
+  std::variant<ListHint, Rule> body;
+
+  bool is_list() const { return std::holds_alternative<ListHint>(body); }
+  const ListHint& list() const { return std::get<ListHint>(body); }
+  Rule rule() const { return std::get<Rule>(body); }
+};
+
+// Every generator and rule name `make_hint` accepts, in documentation order.
+const std::vector<std::string>& hint_names();
+bool is_rule_hint_name(const std::string& name);
+// Whether the hint needs (or, for the ZB family and BFW, implies) a split backward.
+bool hint_wants_split(const std::string& name);
+
+// Builds a named hint for the model, or reads a hint file when `name_or_path` names one
+// (a path containing '/' or ending in .txt/.json). Throws InputError/HintError.
+Hint make_hint(const std::string& name_or_path, const WorkModel& model);
+
+// The largest `F done - B done` any stage reaches when the list runs in fixed order.
+int fixed_order_peak(const ListHint& hint, const WorkModel& model);
+std::vector<int> fixed_order_peaks(const ListHint& hint, const WorkModel& model);
+
+// Default back-pressure limit (design.md §2): the hint's own fixed-order peak on its most
+// loaded stage; rule hints use 1F1B's (V = 1) or interleaved 1F1B's (V >= 2).
+int default_limit(const Hint& hint, const WorkModel& model);
+
+// Generators (exposed for tests). Each throws InputError when the config does not fit.
+ListHint gen_gpipe(const WorkModel& m);
+ListHint gen_1f1b(const WorkModel& m);
+ListHint gen_interleaved_1f1b(const WorkModel& m);
+ListHint gen_looped_bfs(const WorkModel& m);
+ListHint gen_zb_h1(const WorkModel& m);
+ListHint gen_zb_h2(const WorkModel& m);
+ListHint gen_zb_v(const WorkModel& m);
+
+}  // namespace rrfp

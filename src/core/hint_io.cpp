@@ -1,0 +1,200 @@
+#include "core/hint_io.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace rrfp {
+
+namespace {
+
+std::string header_line(const WorkModel& m) {
+  const auto& c = m.config();
+  return "rrfp-hint 1 pp=" + std::to_string(c.pp) + " vpp=" + std::to_string(c.vpp) +
+         " microbatches=" + std::to_string(c.microbatches) + " placement=" +
+         to_string(c.placement) + " split=" + (c.split_backward ? "1" : "0");
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+// Checks "key=value" header fields against the model.
+void check_header(std::string_view line, const WorkModel& m, const std::string& where) {
+  std::istringstream in{std::string(line)};
+  std::string word;
+  in >> word >> word;  // "rrfp-hint", version
+  if (word != "1") throw HintError(where + ": unsupported hint format version '" + word + "'");
+  const auto& c = m.config();
+  while (in >> word) {
+    auto eq = word.find('=');
+    if (eq == std::string::npos) throw HintError(where + ": bad header field '" + word + "'");
+    std::string key = word.substr(0, eq), val = word.substr(eq + 1);
+    std::string want;
+    if (key == "pp") want = std::to_string(c.pp);
+    else if (key == "vpp") want = std::to_string(c.vpp);
+    else if (key == "microbatches") want = std::to_string(c.microbatches);
+    else if (key == "placement") want = to_string(c.placement);
+    else if (key == "split") want = c.split_backward ? "1" : "0";
+    else throw HintError(where + ": unknown header field '" + key + "'");
+    if (val != want)
+      throw HintError(where + ": hint was written for " + key + "=" + val + " but the run has " +
+                      key + "=" + want);
+  }
+}
+
+}  // namespace
+
+std::string write_hint_text(const ListHint& h, const WorkModel& m) {
+  std::string out = header_line(m) + "\n";
+  for (size_t s = 0; s < h.stages.size(); ++s) {
+    out += "stage " + std::to_string(s) + ":";
+    for (const TaskId& t : h.stages[s]) out += " " + to_token(t);
+    out += "\n";
+  }
+  return out;
+}
+
+std::string write_hint_json(const ListHint& h, const WorkModel& m) {
+  nlohmann::json j;
+  const auto& c = m.config();
+  j["format"] = "rrfp-hint";
+  j["version"] = 1;
+  j["pp"] = c.pp;
+  j["vpp"] = c.vpp;
+  j["microbatches"] = c.microbatches;
+  j["placement"] = to_string(c.placement);
+  j["split_backward"] = c.split_backward;
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& st : h.stages) {
+    nlohmann::json row = nlohmann::json::array();
+    for (const TaskId& t : st) row.push_back(to_token(t));
+    stages.push_back(row);
+  }
+  j["stages"] = stages;
+  return j.dump(1) + "\n";
+}
+
+ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::string& origin) {
+  ListHint h;
+  h.stages.resize(m.pp());
+  std::vector<char> seen(m.pp(), 0);
+  int line_no = 0;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string_view line = text.substr(pos, nl == std::string_view::npos ? text.npos : nl - pos);
+    pos = nl == std::string_view::npos ? text.size() + 1 : nl + 1;
+    ++line_no;
+    const std::string where = origin + ":" + std::to_string(line_no);
+    if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    if (line.substr(0, 9) == "rrfp-hint") {
+      check_header(line, m, where);
+      continue;
+    }
+    if (line.substr(0, 6) != "stage ")
+      throw HintError(where + ": expected 'stage N: TASK ...', got '" +
+                      std::string(line.substr(0, 40)) + "'");
+    auto colon = line.find(':');
+    if (colon == std::string_view::npos) throw HintError(where + ": missing ':' after stage number");
+    std::string num(trim(line.substr(6, colon - 6)));
+    int s = -1;
+    try {
+      size_t used = 0;
+      s = std::stoi(num, &used);
+      if (used != num.size()) s = -1;
+    } catch (...) {
+    }
+    if (s < 0 || s >= m.pp())
+      throw HintError(where + ": stage '" + num + "' out of range 0.." + std::to_string(m.pp() - 1));
+    if (seen[s]) throw HintError(where + ": stage " + std::to_string(s) + " listed twice");
+    seen[s] = 1;
+    std::istringstream in{std::string(line.substr(colon + 1))};
+    std::string tok;
+    while (in >> tok) {
+      try {
+        h.stages[s].push_back(parse_token(tok));
+      } catch (const InputError& e) {
+        throw HintError(where + ": " + e.what());
+      }
+    }
+  }
+  for (int s = 0; s < m.pp(); ++s)
+    if (!seen[s]) throw HintError(origin + ": stage " + std::to_string(s) + " has no line");
+  validate_hint(h, m, origin);
+  return h;
+}
+
+ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    std::string msg = e.what();
+    throw HintError(origin + ": invalid JSON (" + msg.substr(0, 160) + ")");
+  }
+  try {
+    if (!j.is_object() || j.value("format", "") != "rrfp-hint")
+      throw HintError(origin + ": not an rrfp hint (missing \"format\": \"rrfp-hint\")");
+    if (j.value("version", 0) != 1) throw HintError(origin + ": unsupported hint version");
+    const auto& c = m.config();
+    auto check = [&](const char* key, const nlohmann::json& want) {
+      if (j.contains(key) && j[key] != want)
+        throw HintError(origin + ": hint was written for " + key + "=" + j[key].dump() +
+                        " but the run has " + key + "=" + want.dump());
+    };
+    check("pp", c.pp);
+    check("vpp", c.vpp);
+    check("microbatches", c.microbatches);
+    check("placement", to_string(c.placement));
+    check("split_backward", c.split_backward);
+    const auto& st = j.at("stages");
+    if (!st.is_array() || static_cast<int>(st.size()) != m.pp())
+      throw HintError(origin + ": \"stages\" must be an array of " + std::to_string(m.pp()) +
+                      " stage orders");
+    ListHint h;
+    h.stages.resize(m.pp());
+    for (int s = 0; s < m.pp(); ++s) {
+      if (!st[s].is_array())
+        throw HintError(origin + ": stage " + std::to_string(s) + " is not an array of tasks");
+      for (const auto& tok : st[s]) {
+        if (!tok.is_string())
+          throw HintError(origin + ": stage " + std::to_string(s) + ": task " + tok.dump() +
+                          " is not a string such as \"F0:3\"");
+        try {
+          h.stages[s].push_back(parse_token(tok.get<std::string>()));
+        } catch (const InputError& e) {
+          throw HintError(origin + ": stage " + std::to_string(s) + ": " + e.what());
+        }
+      }
+    }
+    validate_hint(h, m, origin);
+    return h;
+  } catch (const nlohmann::json::exception& e) {
+    throw HintError(origin + ": " + std::string(e.what()).substr(0, 160));
+  }
+}
+
+ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string& origin) {
+  size_t i = 0;
+  while (i < text.size() && (text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r'))
+    ++i;
+  if (i < text.size() && text[i] == '{') return parse_hint_json(text, m, origin);
+  return parse_hint_text(text, m, origin);
+}
+
+ListHint read_hint_file(const std::string& path, const WorkModel& m) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("--hint: cannot read hint file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_hint(ss.str(), m, path);
+}
+
+}  // namespace rrfp

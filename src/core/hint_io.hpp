@@ -1,0 +1,33 @@
+#pragma once
+// Reading, writing and validating list hints.
+//
+// Text format (one stage per line, '#' starts a comment, blank lines ignored):
+//   rrfp-hint 1 pp=4 vpp=1 microbatches=8 placement=loop split=0   (optional header)
+//   stage 0: F0:0 F0:1 F0:2 B0:0 ...
+// JSON format:
+//   {"format": "rrfp-hint", "version": 1, "pp": 4, "vpp": 1, "microbatches": 8,
+//    "placement": "loop", "split_backward": false, "stages": [["F0:0", ...], ...]}
+// Tokens are KIND CHUNK:MB (see task.hpp). A header that disagrees with the model is an error.
+#include <string>
+#include <string_view>
+
+#include "core/hint.hpp"
+
+namespace rrfp {
+
+std::string write_hint_text(const ListHint& h, const WorkModel& m);
+std::string write_hint_json(const ListHint& h, const WorkModel& m);
+
+// `origin` names the source in error messages ("FILE:LINE: ...").
+ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::string& origin);
+ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::string& origin);
+// Picks the format from the content (JSON when the first non-blank byte is '{'), validates.
+ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string& origin);
+ListHint read_hint_file(const std::string& path, const WorkModel& m);
+
+// Rejects a hint that cannot run to completion under the fixed policy: a task missing,
+// duplicated, unknown or on the wrong stage; a stage order that breaks a local dependency;
+// or a cross-stage combination that deadlocks. Throws HintError naming stage and task.
+void validate_hint(const ListHint& h, const WorkModel& m, const std::string& origin);
+
+}  // namespace rrfp

@@ -1,0 +1,89 @@
+#include <array>
+
+#include "core/error.hpp"
+#include "core/hint_io.hpp"
+
+namespace rrfp {
+
+
+void validate_hint(const ListHint& h, const WorkModel& m, const std::string& origin) {
+  const std::string pre = origin.empty() ? "" : origin + ": ";
+  if (static_cast<int>(h.stages.size()) != m.pp())
+    throw HintError(pre + "hint has " + std::to_string(h.stages.size()) + " stages, the run has " +
+                    std::to_string(m.pp()));
+  std::vector<int> pos(m.num_tasks(), -1);
+  for (int s = 0; s < m.pp(); ++s) {
+    const std::string where = pre + "stage " + std::to_string(s);
+    for (int i = 0; i < static_cast<int>(h.stages[s].size()); ++i) {
+      const TaskId& t = h.stages[s][i];
+      if (!m.valid(t))
+        throw HintError(where + ": task " + to_string(t) + " does not exist in this run" +
+                        (t.kind == Kind::W ? " (W needs --split-backward)" : ""));
+      if (m.stage_of(t) != s)
+        throw HintError(where + ": task " + to_string(t) + " belongs to stage " +
+                        std::to_string(m.stage_of(t)));
+      int& p = pos[m.index(t)];
+      if (p >= 0) throw HintError(where + ": task " + to_string(t) + " listed twice");
+      p = i;
+    }
+    for (const TaskId& t : m.stage_tasks(s))
+      if (pos[m.index(t)] < 0) throw HintError(where + ": task " + to_string(t) + " is missing");
+    // Local order per microbatch: the stage would wait forever for a task it runs later.
+    for (int mb = 0; mb < m.microbatches(); ++mb) {
+      int last_pos = -1;
+      TaskId last{};
+      for (int r = 0; r < 2 * m.vpp(); ++r) {
+        const int lc = r < m.vpp() ? r : 2 * m.vpp() - 1 - r;
+        TaskId t{r < m.vpp() ? Kind::F : Kind::B, m.chunk_at(s, lc), mb};
+        const int p = pos[m.index(t)];
+        if (p < last_pos)
+          throw HintError(where + ": task " + to_string(t) + " comes before " + to_string(last) +
+                          ", which it depends on");
+        last_pos = p;
+        last = t;
+        if (m.split() && t.kind == Kind::B) {
+          TaskId w{Kind::W, t.chunk, mb};
+          if (pos[m.index(w)] < p)
+            throw HintError(where + ": task " + to_string(w) + " comes before " + to_string(t) +
+                            ", which it depends on");
+        }
+      }
+    }
+  }
+  // Cross-stage cycles: run every stage's order with only dependencies as constraints.
+  std::vector<char> done(m.num_tasks(), 0);
+  std::vector<int> head(m.pp(), 0);
+  std::array<Dep, 2> d{};
+  auto head_ready = [&](int s) {
+    if (head[s] >= static_cast<int>(h.stages[s].size())) return false;
+    int n = m.deps(h.stages[s][head[s]], d);
+    for (int i = 0; i < n; ++i)
+      if (!done[m.index(d[i].task)]) return false;
+    return true;
+  };
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int s = 0; s < m.pp(); ++s)
+      while (head_ready(s)) {
+        done[m.index(h.stages[s][head[s]])] = 1;
+        ++head[s];
+        progress = true;
+      }
+  }
+  std::string stuck;
+  for (int s = 0; s < m.pp(); ++s) {
+    if (head[s] >= static_cast<int>(h.stages[s].size())) continue;
+    const TaskId& t = h.stages[s][head[s]];
+    int n = m.deps(t, d);
+    std::string wait;
+    for (int i = 0; i < n; ++i)
+      if (!done[m.index(d[i].task)]) wait = to_string(d[i].task);
+    stuck += (stuck.empty() ? "" : "; ") + std::string("stage ") + std::to_string(s) + " waits at " +
+             to_string(t) + " for " + wait;
+    if (stuck.size() > 400) break;
+  }
+  if (!stuck.empty()) throw HintError(pre + "hint can never finish (cyclic wait): " + stuck);
+}
+
+}  // namespace rrfp

@@ -1,0 +1,55 @@
+#include "core/task.hpp"
+
+#include <charconv>
+
+#include "core/error.hpp"
+
+namespace rrfp {
+
+char kind_char(Kind k) {
+  switch (k) {
+    case Kind::F: return 'F';
+    case Kind::B: return 'B';
+    case Kind::W: return 'W';
+  }
+  return '?';
+}
+
+std::string to_string(const TaskId& t) {
+  return std::string(1, kind_char(t.kind)) + " c" + std::to_string(t.chunk) + " m" +
+         std::to_string(t.mb);
+}
+
+std::string to_token(const TaskId& t) {
+  return std::string(1, kind_char(t.kind)) + std::to_string(t.chunk) + ":" + std::to_string(t.mb);
+}
+
+namespace {
+bool parse_int(std::string_view s, std::int32_t& out) {
+  if (s.empty()) return false;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && ptr == s.data() + s.size() && out >= 0;
+}
+}  // namespace
+
+TaskId parse_token(std::string_view token) {
+  auto bad = [&] {
+    return InputError("bad task token '" + std::string(token.substr(0, 40)) +
+                      "' (expected KIND CHUNK:MB such as F3:12, kind one of F B W)");
+  };
+  if (token.size() < 4) throw bad();
+  TaskId t;
+  switch (token[0]) {
+    case 'F': t.kind = Kind::F; break;
+    case 'B': t.kind = Kind::B; break;
+    case 'W': t.kind = Kind::W; break;
+    default: throw bad();
+  }
+  auto colon = token.find(':');
+  if (colon == std::string_view::npos) throw bad();
+  if (!parse_int(token.substr(1, colon - 1), t.chunk)) throw bad();
+  if (!parse_int(token.substr(colon + 1), t.mb)) throw bad();
+  return t;
+}
+
+}  // namespace rrfp

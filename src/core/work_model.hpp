@@ -1,0 +1,79 @@
+#pragma once
+// The pipeline work model of design.md §1: P stages, V chunks per stage, M microbatches,
+// chunk placement, split or whole backward, and the dependencies between tasks.
+#include <array>
+#include <string>
+#include <vector>
+
+#include "core/task.hpp"
+
+namespace rrfp {
+
+enum class Placement { Loop, VShape };
+
+std::string to_string(Placement p);
+Placement parse_placement(const std::string& s);  // throws InputError
+
+struct PipelineConfig {
+  int pp = 4;            // P: pipeline stages
+  int vpp = 1;           // V: model chunks per stage
+  int microbatches = 8;  // M
+  Placement placement = Placement::Loop;
+  bool split_backward = false;  // B = input gradient only, W = weight gradient
+};
+
+// Throws InputError naming the offending field.
+void validate(const PipelineConfig& cfg);
+
+// A dependency of a task; `cross_stage` says whether it travels as a message.
+struct Dep {
+  TaskId task;
+  bool cross_stage = false;
+};
+
+// Dense, allocation-free view of the task graph. Tasks are indexed globally by
+// index(t) = ((kind * C) + chunk) * M + mb, so per-task state lives in flat vectors.
+class WorkModel {
+ public:
+  explicit WorkModel(const PipelineConfig& cfg);
+
+  const PipelineConfig& config() const { return cfg_; }
+  int pp() const { return cfg_.pp; }
+  int vpp() const { return cfg_.vpp; }
+  int microbatches() const { return cfg_.microbatches; }
+  int chunks() const { return chunks_; }
+  bool split() const { return cfg_.split_backward; }
+  int num_kinds() const { return cfg_.split_backward ? 3 : 2; }
+  int num_tasks() const { return num_kinds() * chunks_ * cfg_.microbatches; }
+  int tasks_per_stage() const { return num_kinds() * cfg_.vpp * cfg_.microbatches; }
+
+  int stage_of(int chunk) const { return stage_of_chunk_[chunk]; }
+  int stage_of(const TaskId& t) const { return stage_of_chunk_[t.chunk]; }
+  // Position of a chunk among its stage's chunks, in model order (0 .. V-1).
+  int local_chunk(int chunk) const { return local_chunk_[chunk]; }
+  int chunk_at(int stage, int local) const { return stage_chunks_[stage][local]; }
+  const std::vector<int>& chunks_of(int stage) const { return stage_chunks_[stage]; }
+
+  int index(const TaskId& t) const {
+    return (static_cast<int>(t.kind) * chunks_ + t.chunk) * cfg_.microbatches + t.mb;
+  }
+  TaskId task(int index) const;
+  bool valid(const TaskId& t) const;
+
+  // Inputs a task waits for (at most two). Chunk 0's F waits for nothing (the data is local).
+  int deps(const TaskId& t, std::array<Dep, 2>& out) const;
+  // Tasks that consume this task's output (at most two).
+  int consumers(const TaskId& t, std::array<Dep, 2>& out) const;
+
+  // Every task of one stage in a canonical order (kind, local chunk, mb).
+  std::vector<TaskId> stage_tasks(int stage) const;
+
+ private:
+  PipelineConfig cfg_;
+  int chunks_;
+  std::vector<int> stage_of_chunk_;
+  std::vector<int> local_chunk_;
+  std::vector<std::vector<int>> stage_chunks_;
+};
+
+}  // namespace rrfp

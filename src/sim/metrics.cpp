@@ -1,0 +1,102 @@
+#include "sim/metrics.hpp"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+
+namespace rrfp {
+
+LowerBound lower_bound(const WorkModel& m, const RealizedWork& w) {
+  const int n = m.num_tasks();
+  std::vector<std::int64_t> dur(n), lat(n);
+  for (int i = 0; i < n; ++i) {
+    std::int64_t d = 0, l = std::numeric_limits<std::int64_t>::max();
+    for (int r = 0; r < w.tp; ++r) {
+      d = std::max(d, w.compute(r, i));
+      l = std::min(l, w.message(r, i));
+    }
+    dur[i] = d + w.collective_ns;
+    lat[i] = l;
+  }
+  // Topological order: F by chunk ascending, then B by chunk descending, then W.
+  std::vector<int> order;
+  order.reserve(n);
+  const int c = m.chunks(), mbs = m.microbatches();
+  for (int ch = 0; ch < c; ++ch)
+    for (int mb = 0; mb < mbs; ++mb) order.push_back(m.index({Kind::F, ch, mb}));
+  for (int ch = c - 1; ch >= 0; --ch)
+    for (int mb = 0; mb < mbs; ++mb) order.push_back(m.index({Kind::B, ch, mb}));
+  if (m.split())
+    for (int ch = 0; ch < c; ++ch)
+      for (int mb = 0; mb < mbs; ++mb) order.push_back(m.index({Kind::W, ch, mb}));
+
+  std::vector<std::int64_t> start(n, 0), tail(n, 0);
+  std::array<Dep, 2> d{};
+  LowerBound lb;
+  for (int i : order) {
+    const int k = m.deps(m.task(i), d);
+    for (int j = 0; j < k; ++j) {
+      const int di = m.index(d[j].task);
+      start[i] = std::max(start[i], start[di] + dur[di] + (d[j].cross_stage ? lat[di] : 0));
+    }
+    lb.critical_path = std::max(lb.critical_path, start[i] + dur[i]);
+  }
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const int i = *it;
+    const int k = m.consumers(m.task(i), d);
+    for (int j = 0; j < k; ++j) {
+      const int ci = m.index(d[j].task);
+      tail[i] = std::max(tail[i], (d[j].cross_stage ? lat[i] : 0) + dur[ci] + tail[ci]);
+    }
+  }
+  const std::int64_t inf = std::numeric_limits<std::int64_t>::max();
+  std::vector<std::int64_t> lead(m.pp(), inf), tl(m.pp(), inf), work(m.pp(), 0);
+  for (int i = 0; i < n; ++i) {
+    const int s = m.stage_of(m.task(i));
+    lead[s] = std::min(lead[s], start[i]);
+    tl[s] = std::min(tl[s], tail[i]);
+    work[s] += dur[i];
+  }
+  for (int s = 0; s < m.pp(); ++s) {
+    const std::int64_t b = lead[s] + work[s] + tl[s];
+    if (b > lb.stage_bound) {
+      lb.stage_bound = b;
+      lb.stage = s;
+    }
+  }
+  lb.value = std::max(lb.stage_bound, lb.critical_path);
+  return lb;
+}
+
+RunMetrics compute_metrics(const SimResult& r, const LowerBound& lb) {
+  RunMetrics out;
+  out.makespan = r.makespan;
+  out.bound = lb;
+  out.limit = r.arbiter.limit;
+  out.max_pending_w = r.arbiter.max_pending_w;
+  out.coordination_rounds = r.coordination_rounds;
+  out.failed_rounds = r.failed_rounds;
+  out.stages.resize(r.pp);
+  double busy_total = 0;
+  for (int s = 0; s < r.pp; ++s) {
+    StageMetrics& st = out.stages[s];
+    for (int k = 0; k < r.tp; ++k) {
+      const RankStats& rs = r.ranks[static_cast<size_t>(s) * r.tp + k];
+      st.busy += rs.busy;
+      st.blocked += rs.blocked;
+    }
+    st.busy /= r.tp;
+    st.blocked /= r.tp;
+    st.idle = std::max<std::int64_t>(0, r.makespan - st.busy - st.blocked);
+    st.peak_d = r.peak_d.empty() ? 0 : r.peak_d[s];
+    st.peak_pending_w = r.peak_pending_w.empty() ? 0 : r.peak_pending_w[s];
+    busy_total += static_cast<double>(st.busy);
+  }
+  if (r.makespan > 0) {
+    out.bubble_ratio = 1.0 - busy_total / (static_cast<double>(r.pp) * r.makespan);
+    out.efficiency = static_cast<double>(lb.value) / r.makespan;
+  }
+  return out;
+}
+
+}  // namespace rrfp

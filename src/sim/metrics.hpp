@@ -1,0 +1,39 @@
+#pragma once
+// Per-run metrics of design.md §5, and the policy-independent lower bound on the makespan.
+#include <cstdint>
+#include <vector>
+
+#include "sim/simulator.hpp"
+
+namespace rrfp {
+
+struct LowerBound {
+  std::int64_t value = 0;          // max of the two below
+  std::int64_t stage_bound = 0;    // (a) lead-in + summed work + tail of the tightest stage
+  int stage = 0;                   //     ... and which stage that is
+  std::int64_t critical_path = 0;  // (b) the longest dependency path
+};
+
+// Uses realized durations: a task of a TP group occupies the group at least as long as its
+// slowest rank plus the collective; a message takes at least its fastest rank's latency.
+LowerBound lower_bound(const WorkModel& m, const RealizedWork& w);
+
+struct StageMetrics {
+  // Averages over the stage's tensor-parallel ranks, in nanoseconds.
+  std::int64_t busy = 0, blocked = 0, idle = 0;
+  int peak_d = 0, peak_pending_w = 0;
+};
+
+struct RunMetrics {
+  std::int64_t makespan = 0;
+  double bubble_ratio = 0;  // 1 - busy / (P * makespan), busy averaged over TP ranks
+  LowerBound bound;
+  double efficiency = 0;  // lower bound / makespan
+  int limit = 0, max_pending_w = 0;
+  std::int64_t coordination_rounds = 0, failed_rounds = 0;
+  std::vector<StageMetrics> stages;
+};
+
+RunMetrics compute_metrics(const SimResult& r, const LowerBound& lb);
+
+}  // namespace rrfp

@@ -1,0 +1,238 @@
+#include "sim/workload.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "core/error.hpp"
+#include "sim/rng.hpp"
+
+namespace rrfp {
+
+namespace {
+
+// Independent random streams of the model.
+enum Stream : std::uint64_t {
+  kTokens = 1, kImages, kRatio, kNoise, kTpNoise, kJitterHit, kJitterSize, kStragglerStage,
+  kStragglerWindow, kComm
+};
+
+std::string known_presets() {
+  std::string out;
+  for (const auto& n : workload_names()) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+WorkloadParams language() {
+  WorkloadParams w;
+  w.preset = "language";
+  w.forward_us = 4000;
+  w.backward_ratio_min = 1.6;
+  w.backward_ratio_max = 2.1;
+  w.head_factor = 1.5;
+  w.compute_sigma = 0.03;
+  w.tokens_sigma = 0.6;
+  w.comm_latency_us = 30;
+  w.comm_bandwidth_gbps = 50;
+  w.comm_sigma = 0.2;
+  return w;
+}
+
+}  // namespace
+
+JitterLevel jitter_level(int j) {
+  switch (j) {
+    case 0: return {0, 0, 0};
+    case 1: return {0.1, 5000, 0.5};
+    case 2: return {0.2, 10000, 1.0};
+    case 3: return {0.3, 15000, 1.5};
+  }
+  throw InputError("jitter level must be J0..J3, got J" + std::to_string(j));
+}
+
+const std::vector<std::string>& workload_names() {
+  static const std::vector<std::string> n = {"uniform", "language", "multimodal", "jitter:J0",
+                                             "jitter:J1", "jitter:J2", "jitter:J3", "straggler",
+                                             "paper-comm"};
+  return n;
+}
+
+WorkloadParams workload_preset(const std::string& name) {
+  if (name == "uniform") return WorkloadParams{};
+  if (name == "language") return language();
+  if (name == "multimodal") {
+    WorkloadParams w = language();
+    w.preset = name;
+    w.images_scale = 2;
+    w.images_alpha = 1.5;
+    w.images_max = 32;
+    w.image_us = 600;
+    w.image_tokens = 256;
+    w.vision_chunks = 1;
+    return w;
+  }
+  if (name == "jitter" || name.rfind("jitter:", 0) == 0) {
+    WorkloadParams w = language();
+    w.preset = name == "jitter" ? "jitter:J2" : name;
+    w.tokens_sigma = 0;  // fixed inputs: the injected jitter is the only variability
+    w.compute_sigma = 0;
+    const std::string lvl = name == "jitter" ? "J2" : name.substr(7);
+    if (lvl.size() != 2 || (lvl[0] != 'J' && lvl[0] != 'j') || lvl[1] < '0' || lvl[1] > '3')
+      throw InputError("--workload: unknown jitter level '" + lvl + "' (expected J0, J1, J2 or J3)");
+    w.jitter = jitter_level(lvl[1] - '0');
+    return w;
+  }
+  if (name == "straggler") {
+    WorkloadParams w = language();
+    w.preset = name;
+    w.straggler_stage = -2;
+    w.straggler_factor = 2.5;
+    return w;
+  }
+  if (name == "paper-comm") {
+    // The spread the paper measured at fixed inputs: (p95-p5)/p50 = 0.73 for compute, 58.7 for
+    // messages. Log-normal: sigma 0.209 gives 0.70, sigma 2.48 gives 59.
+    WorkloadParams w = language();
+    w.preset = name;
+    w.tokens_sigma = 0;
+    w.compute_sigma = 0.209;
+    w.comm_latency_us = 50;
+    w.comm_bandwidth_gbps = 0;
+    w.comm_sigma = 2.48;
+    return w;
+  }
+  throw InputError("--workload: unknown preset '" + name + "' (expected one of " +
+                   known_presets() + ")");
+}
+
+void validate(const WorkloadParams& w) {
+  auto nonneg = [](const char* f, double v) {
+    if (!(v >= 0) || !std::isfinite(v))
+      throw InputError(std::string("workload ") + f + ": must be a finite number >= 0, got " +
+                       std::to_string(v));
+  };
+  nonneg("forward_us", w.forward_us);
+  nonneg("backward_ratio_min", w.backward_ratio_min);
+  nonneg("backward_ratio_max", w.backward_ratio_max);
+  if (w.backward_ratio_max < w.backward_ratio_min)
+    throw InputError("workload backward_ratio_max: must be >= backward_ratio_min");
+  nonneg("weight_share", w.weight_share);
+  if (w.weight_share > 1) throw InputError("workload weight_share: must be in [0, 1]");
+  nonneg("head_factor", w.head_factor);
+  nonneg("compute_sigma", w.compute_sigma);
+  nonneg("tokens_sigma", w.tokens_sigma);
+  nonneg("quadratic_share", w.quadratic_share);
+  if (w.quadratic_share > 1) throw InputError("workload quadratic_share: must be in [0, 1]");
+  if (!(w.tokens_mean > 0)) throw InputError("workload tokens_mean: must be > 0");
+  nonneg("tokens_min", w.tokens_min);
+  if (w.tokens_max < w.tokens_min) throw InputError("workload tokens_max: must be >= tokens_min");
+  nonneg("images_scale", w.images_scale);
+  if (!(w.images_alpha > 0)) throw InputError("workload images_alpha: must be > 0");
+  if (w.images_max < 0) throw InputError("workload images_max: must be >= 0");
+  nonneg("image_us", w.image_us);
+  nonneg("image_tokens", w.image_tokens);
+  if (w.vision_chunks < 0) throw InputError("workload vision_chunks: must be >= 0");
+  nonneg("jitter_p", w.jitter.p);
+  if (w.jitter.p > 1) throw InputError("workload jitter_p: must be in [0, 1]");
+  nonneg("jitter_floor_us", w.jitter.floor_us);
+  nonneg("jitter_alpha", w.jitter.alpha);
+  if (w.straggler_stage < -2) throw InputError("workload straggler_stage: must be >= -2");
+  nonneg("straggler_factor", w.straggler_factor);
+  if (w.straggler_window < 1) throw InputError("workload straggler_window: must be >= 1");
+  nonneg("straggler_prob", w.straggler_prob);
+  nonneg("comm_latency_us", w.comm_latency_us);
+  nonneg("comm_bandwidth_gbps", w.comm_bandwidth_gbps);
+  nonneg("comm_sigma", w.comm_sigma);
+  nonneg("bytes_per_token", w.bytes_per_token);
+  nonneg("tp_sigma", w.tp_sigma);
+  nonneg("tp_collective_us", w.tp_collective_us);
+  nonneg("coord_latency_us", w.coord_latency_us);
+}
+
+double microbatch_tokens(const WorkloadParams& w, std::uint64_t seed, int mb) {
+  double t = w.tokens_mean;
+  if (w.tokens_sigma > 0) {
+    // Log-normal with the requested mean: long right tail, like packed documents.
+    const double s = w.tokens_sigma;
+    t = w.tokens_mean * std::exp(s * std_normal(hash_keys(seed, kTokens, mb)) - 0.5 * s * s);
+  }
+  return std::clamp(std::round(t), w.tokens_min, w.tokens_max);
+}
+
+int microbatch_images(const WorkloadParams& w, std::uint64_t seed, int mb) {
+  if (w.images_scale <= 0) return 0;
+  const double u = unit_open(hash_keys(seed, kImages, mb));
+  const double n = std::floor(w.images_scale * (std::pow(u, -1.0 / w.images_alpha) - 1.0));
+  return static_cast<int>(std::min<double>(n, w.images_max));
+}
+
+RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed) {
+  validate(w);
+  if (tp < 1) throw InputError("--tp: must be at least 1, got " + std::to_string(tp));
+  RealizedWork r;
+  r.tp = tp;
+  r.num_tasks = m.num_tasks();
+  r.compute_ns.assign(static_cast<size_t>(tp) * r.num_tasks, 0);
+  r.message_ns.assign(static_cast<size_t>(tp) * r.num_tasks, 0);
+  r.collective_ns = tp > 1 ? std::llround(w.tp_collective_us * 1000) : 0;
+  r.coord_ns = tp > 1 ? std::llround(w.coord_latency_us * 1000) : 0;
+
+  const int mbs = m.microbatches(), chunks = m.chunks();
+  std::vector<double> tokens(mbs), images(mbs);
+  for (int mb = 0; mb < mbs; ++mb) {
+    images[mb] = microbatch_images(w, seed, mb);
+    tokens[mb] = microbatch_tokens(w, seed, mb) + images[mb] * w.image_tokens;
+  }
+  int straggler = w.straggler_stage;
+  if (straggler == -2) straggler = static_cast<int>(hash_keys(seed, kStragglerStage) % m.pp());
+  const double q = w.quadratic_share;
+  std::array<Dep, 2> deps{};
+
+  for (int idx = 0; idx < r.num_tasks; ++idx) {
+    const TaskId t = m.task(idx);
+    const int kind = static_cast<int>(t.kind);
+    const double x = tokens[t.mb] / w.tokens_mean;
+    double fwd = w.forward_us / m.vpp() * ((1 - q) * x + q * x * x);
+    if (t.chunk == chunks - 1) fwd *= w.head_factor;
+    if (w.vision_chunks > 0 && t.chunk < w.vision_chunks)
+      fwd += images[t.mb] * w.image_us / std::min(w.vision_chunks, chunks);
+    double base = fwd;
+    if (t.kind != Kind::F) {
+      const double u = unit_open(hash_keys(seed, kRatio, t.chunk, t.mb));
+      const double back = fwd * (w.backward_ratio_min + u * (w.backward_ratio_max - w.backward_ratio_min));
+      base = !m.split() ? back : t.kind == Kind::B ? back * (1 - w.weight_share) : back * w.weight_share;
+    }
+    if (w.compute_sigma > 0)
+      base *= std::exp(w.compute_sigma * std_normal(hash_keys(seed, kNoise, kind, t.chunk, t.mb)));
+    const int stage = m.stage_of(t);
+    if (stage == straggler && w.straggler_factor != 1.0) {
+      const double u = unit_open(hash_keys(seed, kStragglerWindow, t.mb / w.straggler_window));
+      if (u < w.straggler_prob) base *= w.straggler_factor;
+    }
+    // Message: activations forward, activation gradients backward, both tokens x hidden.
+    const int nc = m.consumers(t, deps);
+    bool sends = false;
+    for (int i = 0; i < nc; ++i) sends |= deps[i].cross_stage;
+    const double bytes = tokens[t.mb] * w.bytes_per_token;
+
+    for (int rank = 0; rank < tp; ++rank) {
+      double d = base / tp;
+      if (tp > 1 && w.tp_sigma > 0)
+        d *= std::exp(w.tp_sigma * std_normal(hash_keys(seed, kTpNoise, idx, rank)));
+      if (w.jitter.p > 0 && unit_open(hash_keys(seed, kJitterHit, idx, rank)) < w.jitter.p) {
+        const double u = unit_open(hash_keys(seed, kJitterSize, idx, rank));
+        d += w.jitter.alpha * std::max(w.jitter.floor_us, d) * (0.5 + u);
+      }
+      r.compute_ns[static_cast<size_t>(rank) * r.num_tasks + idx] = std::llround(d * 1000);
+      if (sends) {
+        double lat = w.comm_latency_us;
+        if (w.comm_bandwidth_gbps > 0) lat += bytes / tp / (w.comm_bandwidth_gbps * 1e3);
+        if (w.comm_sigma > 0) lat *= std::exp(w.comm_sigma * std_normal(hash_keys(seed, kComm, idx, rank)));
+        r.message_ns[static_cast<size_t>(rank) * r.num_tasks + idx] = std::llround(lat * 1000);
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace rrfp

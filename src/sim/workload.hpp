@@ -1,0 +1,90 @@
+#pragma once
+// The workload model of design.md §5: what each task costs on each rank and what each message
+// takes, as a pure function of (seed, task, rank). Presets fill WorkloadParams; a JSON file
+// overrides any field; a replay CSV replaces the model with measured durations.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/work_model.hpp"
+
+namespace rrfp {
+
+struct JitterLevel {
+  double p = 0;         // probability a task is disturbed
+  double floor_us = 0;  // the disturbance scales with max(floor, the task's own duration)
+  double alpha = 0;     // size of the disturbance
+};
+JitterLevel jitter_level(int j);  // J0..J3 of the paper
+
+struct WorkloadParams {
+  std::string preset = "uniform";
+  // Compute. Costs are per pipeline stage (its whole model slice); a chunk costs 1/V of it.
+  double forward_us = 1000;          // forward cost at the mean token count
+  double backward_ratio_min = 1.0;   // backward / forward, drawn uniformly per task
+  double backward_ratio_max = 1.0;
+  double weight_share = 0.5;         // share of the backward that is W when split
+  double head_factor = 1.0;          // the last chunk's extra cost (LM head and loss)
+  double compute_sigma = 0;          // log-normal noise on every compute task
+  // Tokens per microbatch: log-normal around the mean, clamped; cost linear + quadratic.
+  double tokens_mean = 4096;
+  double tokens_sigma = 0;  // 0 = every microbatch has tokens_mean tokens
+  double tokens_min = 256;
+  double tokens_max = 32768;
+  double quadratic_share = 0.25;  // share of the cost at the mean that is quadratic
+  // Images per microbatch: discretized Pareto (heavy tail); the vision encoder's cost lands
+  // on the first `vision_chunks` chunks, and each image adds tokens to the text sequence.
+  double images_scale = 0;  // 0 = no images
+  double images_alpha = 1.5;
+  int images_max = 64;
+  double image_us = 0;
+  double image_tokens = 0;
+  int vision_chunks = 1;
+  // The paper's jitter injection.
+  JitterLevel jitter;
+  // A straggling stage: in random stretches of `straggler_window` microbatches (each slow with
+  // probability straggler_prob) its tasks take straggler_factor times longer.
+  int straggler_stage = -1;  // -1 = none; -2 = chosen from the seed
+  double straggler_factor = 1.0;
+  int straggler_window = 4;
+  double straggler_prob = 0.3;
+  // Communication: latency + bytes / bandwidth, times log-normal noise.
+  double comm_latency_us = 0;
+  double comm_bandwidth_gbps = 0;  // GB/s; 0 = size costs nothing
+  double comm_sigma = 0;
+  double bytes_per_token = 8192;  // activation bytes per token (hidden 4096, bf16)
+  // Tensor parallelism: per-rank noise, the all-reduce inside each task, the coordination hop.
+  double tp_sigma = 0.03;
+  double tp_collective_us = 0;
+  double coord_latency_us = 10;
+};
+
+// Preset names: uniform, language, multimodal, jitter[:J0..J3], straggler, paper-comm.
+const std::vector<std::string>& workload_names();
+WorkloadParams workload_preset(const std::string& name);  // throws InputError
+// Applies a JSON object of overrides ({"preset": ..., "forward_us": ..., ...}).
+WorkloadParams apply_workload_json(WorkloadParams base, const std::string& text,
+                                   const std::string& origin);
+WorkloadParams read_workload_file(const std::string& path, const std::string& preset);
+void validate(const WorkloadParams& w);  // throws InputError naming the field
+
+// Realized work of one run: every duration the simulator (or emulated runtime) will use.
+struct RealizedWork {
+  int tp = 1;
+  int num_tasks = 0;
+  std::vector<std::int64_t> compute_ns;  // [rank * num_tasks + index]
+  std::vector<std::int64_t> message_ns;  // the message a task's output sends across stages
+  std::int64_t collective_ns = 0;
+  std::int64_t coord_ns = 0;
+
+  std::int64_t compute(int rank, int index) const { return compute_ns[rank * num_tasks + index]; }
+  std::int64_t message(int rank, int index) const { return message_ns[rank * num_tasks + index]; }
+};
+
+RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed);
+
+// Per-microbatch inputs of the model (exposed for tests and reports).
+double microbatch_tokens(const WorkloadParams& w, std::uint64_t seed, int mb);
+int microbatch_images(const WorkloadParams& w, std::uint64_t seed, int mb);
+
+}  // namespace rrfp

@@ -1,0 +1,221 @@
+// Workload files: JSON overrides of WorkloadParams and replay CSVs of measured durations.
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "sim/replay.hpp"
+#include "sim/workload.hpp"
+
+namespace rrfp {
+
+namespace {
+
+std::string slurp(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(std::string(flag) + ": cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+using Setter = std::function<void(WorkloadParams&, const nlohmann::json&, const std::string&)>;
+
+Setter number(double WorkloadParams::*field) {
+  return [field](WorkloadParams& w, const nlohmann::json& v, const std::string& where) {
+    if (!v.is_number()) throw InputError(where + ": must be a number, got " + v.dump().substr(0, 40));
+    w.*field = v.get<double>();
+  };
+}
+Setter integer(int WorkloadParams::*field) {
+  return [field](WorkloadParams& w, const nlohmann::json& v, const std::string& where) {
+    if (!v.is_number_integer()) throw InputError(where + ": must be an integer, got " + v.dump().substr(0, 40));
+    const auto x = v.get<long long>();
+    if (x < -1000000 || x > 1000000) throw InputError(where + ": out of range");
+    w.*field = static_cast<int>(x);
+  };
+}
+Setter jitter(double JitterLevel::*field) {
+  return [field](WorkloadParams& w, const nlohmann::json& v, const std::string& where) {
+    if (!v.is_number()) throw InputError(where + ": must be a number, got " + v.dump().substr(0, 40));
+    w.jitter.*field = v.get<double>();
+  };
+}
+
+const std::map<std::string, Setter>& setters() {
+  using W = WorkloadParams;
+  static const std::map<std::string, Setter> s = {
+      {"forward_us", number(&W::forward_us)},
+      {"backward_ratio_min", number(&W::backward_ratio_min)},
+      {"backward_ratio_max", number(&W::backward_ratio_max)},
+      {"weight_share", number(&W::weight_share)},
+      {"head_factor", number(&W::head_factor)},
+      {"compute_sigma", number(&W::compute_sigma)},
+      {"tokens_mean", number(&W::tokens_mean)},
+      {"tokens_sigma", number(&W::tokens_sigma)},
+      {"tokens_min", number(&W::tokens_min)},
+      {"tokens_max", number(&W::tokens_max)},
+      {"quadratic_share", number(&W::quadratic_share)},
+      {"images_scale", number(&W::images_scale)},
+      {"images_alpha", number(&W::images_alpha)},
+      {"images_max", integer(&W::images_max)},
+      {"image_us", number(&W::image_us)},
+      {"image_tokens", number(&W::image_tokens)},
+      {"vision_chunks", integer(&W::vision_chunks)},
+      {"jitter_p", jitter(&JitterLevel::p)},
+      {"jitter_floor_us", jitter(&JitterLevel::floor_us)},
+      {"jitter_alpha", jitter(&JitterLevel::alpha)},
+      {"straggler_stage", integer(&W::straggler_stage)},
+      {"straggler_factor", number(&W::straggler_factor)},
+      {"straggler_window", integer(&W::straggler_window)},
+      {"straggler_prob", number(&W::straggler_prob)},
+      {"comm_latency_us", number(&W::comm_latency_us)},
+      {"comm_bandwidth_gbps", number(&W::comm_bandwidth_gbps)},
+      {"comm_sigma", number(&W::comm_sigma)},
+      {"bytes_per_token", number(&W::bytes_per_token)},
+      {"tp_sigma", number(&W::tp_sigma)},
+      {"tp_collective_us", number(&W::tp_collective_us)},
+      {"coord_latency_us", number(&W::coord_latency_us)},
+  };
+  return s;
+}
+
+}  // namespace
+
+WorkloadParams apply_workload_json(WorkloadParams w, const std::string& text,
+                                   const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(origin + ": invalid JSON (" + std::string(e.what()).substr(0, 160) + ")");
+  }
+  if (!j.is_object()) throw InputError(origin + ": expected a JSON object of workload fields");
+  if (j.contains("preset")) {
+    if (!j["preset"].is_string()) throw InputError(origin + ": \"preset\" must be a string");
+    w = workload_preset(j["preset"].get<std::string>());
+  }
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "preset") continue;
+    const std::string where = origin + ": field \"" + it.key() + "\"";
+    auto s = setters().find(it.key());
+    if (s == setters().end()) throw InputError(where + " is not a workload parameter");
+    s->second(w, it.value(), where);
+  }
+  try {
+    validate(w);
+  } catch (const InputError& e) {
+    throw InputError(origin + ": " + e.what());
+  }
+  return w;
+}
+
+WorkloadParams read_workload_file(const std::string& path, const std::string& preset) {
+  return apply_workload_json(workload_preset(preset), slurp(path, "--workload-file"), path);
+}
+
+RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int tp,
+                              const std::string& origin) {
+  if (tp < 1) throw InputError("--tp: must be at least 1");
+  RealizedWork r;
+  r.tp = tp;
+  r.num_tasks = m.num_tasks();
+  r.compute_ns.assign(static_cast<size_t>(tp) * r.num_tasks, -1);
+  r.message_ns.assign(static_cast<size_t>(tp) * r.num_tasks, 0);
+  std::istringstream in(text);
+  std::string line;
+  int line_no = 0;
+  std::map<std::string, int> col;
+  auto split = [](const std::string& s) {
+    std::vector<std::string> out;
+    std::string cur;
+    for (char c : s) {
+      if (c == ',') {
+        out.push_back(cur);
+        cur.clear();
+      } else if (c != '\r' && c != ' ' && c != '\t') {
+        cur += c;
+      }
+    }
+    out.push_back(cur);
+    return out;
+  };
+  while (std::getline(in, line)) {
+    ++line_no;
+    const std::string where = origin + ":" + std::to_string(line_no);
+    if (line.find_first_not_of(" \t\r") == std::string::npos || line[0] == '#') continue;
+    auto cells = split(line);
+    if (col.empty()) {
+      for (size_t i = 0; i < cells.size(); ++i) col[cells[i]] = static_cast<int>(i);
+      for (const char* need : {"stage", "chunk", "microbatch", "kind", "duration_us"})
+        if (!col.count(need))
+          throw InputError(where + ": replay header lacks column '" + need +
+                           "' (need stage,chunk,microbatch,kind,duration_us[,tp_rank][,send_us])");
+      continue;
+    }
+    if (cells.size() != col.size())
+      throw InputError(where + ": expected " + std::to_string(col.size()) + " columns, got " +
+                       std::to_string(cells.size()));
+    auto num = [&](const char* name, bool integer) {
+      const std::string& s = cells[col.at(name)];
+      double v = 0;
+      size_t used = 0;
+      try {
+        v = std::stod(s, &used);
+      } catch (...) {
+        used = 0;
+      }
+      if (used == 0 || used != s.size() || !std::isfinite(v))
+        throw InputError(where + ": column " + name + ": '" + s.substr(0, 30) + "' is not a number");
+      if (v < 0) throw InputError(where + ": column " + name + ": negative value " + s);
+      if (integer && (v != std::floor(v) || v > 1e9))
+        throw InputError(where + ": column " + name + ": '" + s + "' is not a whole number");
+      if (!integer && v > 1e12) throw InputError(where + ": column " + name + ": value too large");
+      return v;
+    };
+    const std::string& k = cells[col.at("kind")];
+    TaskId t;
+    if (k == "F") t.kind = Kind::F;
+    else if (k == "B") t.kind = Kind::B;
+    else if (k == "W") t.kind = Kind::W;
+    else throw InputError(where + ": column kind: '" + k.substr(0, 10) + "' is not F, B or W");
+    const int stage = static_cast<int>(num("stage", true));
+    t.chunk = static_cast<int>(num("chunk", true));
+    t.mb = static_cast<int>(num("microbatch", true));
+    if (!m.valid(t))
+      throw InputError(where + ": task " + to_string(t) + " does not exist in this run");
+    if (m.stage_of(t) != stage)
+      throw InputError(where + ": task " + to_string(t) + " runs on stage " +
+                       std::to_string(m.stage_of(t)) + ", not " + std::to_string(stage));
+    const auto dur = std::llround(num("duration_us", false) * 1000);
+    const auto send = col.count("send_us") ? std::llround(num("send_us", false) * 1000) : 0;
+    int lo = 0, hi = tp;
+    if (col.count("tp_rank")) {
+      lo = static_cast<int>(num("tp_rank", true));
+      if (lo >= tp)
+        throw InputError(where + ": tp_rank " + std::to_string(lo) + " >= --tp " + std::to_string(tp));
+      hi = lo + 1;
+    }
+    for (int rank = lo; rank < hi; ++rank) {
+      const size_t at = static_cast<size_t>(rank) * r.num_tasks + m.index(t);
+      r.compute_ns[at] = dur;
+      r.message_ns[at] = send;
+    }
+  }
+  if (col.empty()) throw InputError(origin + ": empty replay file (no header)");
+  for (int rank = 0; rank < tp; ++rank)
+    for (int i = 0; i < r.num_tasks; ++i)
+      if (r.compute_ns[static_cast<size_t>(rank) * r.num_tasks + i] < 0)
+        throw InputError(origin + ": no duration for task " + to_string(m.task(i)) +
+                         (tp > 1 ? " on tp rank " + std::to_string(rank) : std::string()));
+  return r;
+}
+
+RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int tp) {
+  return parse_replay_csv(slurp(path, "--replay"), m, tp, path);
+}
+
+}  // namespace rrfp

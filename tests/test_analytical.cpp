@@ -1,0 +1,92 @@
+// Exact checks against the closed forms of design.md §5 (uniform work, no communication).
+#include <gtest/gtest.h>
+
+#include "sim_helpers.hpp"
+
+namespace rrfp::test {
+namespace {
+
+constexpr std::int64_t kUnit = 1'000'000;  // 1 ms in ns
+
+class ClosedForm : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(ClosedForm, GpipeAnd1f1bTakeMPlusPMinus1TimesFPlusB) {
+  const auto [p, factor] = GetParam();
+  const int mbs = p * factor;
+  WorkModel m(config(p, mbs));
+  const auto work = unit_work(m);
+  const std::int64_t expect = static_cast<std::int64_t>(mbs + p - 1) * 2 * kUnit;
+  for (const char* h : {"gpipe", "1f1b"}) {
+    SimRun r = run(m, h, Policy::Fixed, work);
+    EXPECT_EQ(r.result.makespan, expect) << h << " P=" << p << " M=" << mbs;
+    EXPECT_NEAR(r.metrics.bubble_ratio, static_cast<double>(p - 1) / (mbs + p - 1), 1e-12) << h;
+  }
+}
+
+TEST_P(ClosedForm, ZbH1BubbleIsAThirdOf1f1b) {
+  const auto [p, factor] = GetParam();
+  const int mbs = p * factor;
+  // The zero-bubble paper compares with 1F1B running the whole backward (B + W) as one task.
+  WorkModel whole(config(p, mbs));
+  WorkModel m(config(p, mbs, 1, true));
+  SimRun base = run(whole, "1f1b", Policy::Fixed, unit_work(whole, 1000, 2000));
+  SimRun zb = run(m, "zb-h1", Policy::Fixed, unit_work(m, 1000, 2000));  // F = B = W = 1 ms
+  const std::int64_t work_per_stage = 3LL * mbs * kUnit;
+  const std::int64_t bubble_1f1b = base.result.makespan - work_per_stage;
+  const std::int64_t bubble_zb = zb.result.makespan - work_per_stage;
+  EXPECT_EQ(bubble_1f1b, 3LL * (p - 1) * kUnit);
+  EXPECT_EQ(bubble_zb * 3, bubble_1f1b) << "P=" << p << " M=" << mbs;
+  // ZB-H1 keeps 1F1B's activation peak.
+  for (int s = 0; s < p; ++s) EXPECT_LE(zb.result.peak_d[s], base.result.peak_d[s]);
+}
+
+TEST_P(ClosedForm, ZbH2WithEnoughMicrobatchesLeavesOnlyTheUnavoidableRamp) {
+  const auto [p, factor] = GetParam();
+  const int mbs = p * factor;
+  if (factor < 2) GTEST_SKIP() << "ZB-H2 needs M >= 2P to fill its warm-up";
+  WorkModel m(config(p, mbs, 1, true));
+  const auto work = unit_work(m, 1000, 2000);
+  SimRun zb = run(m, "zb-h2", Policy::Fixed, work);
+  // The last stage cannot start before P-1 forwards: 3M + P - 1 is the lower bound.
+  EXPECT_EQ(zb.result.makespan, (3LL * mbs + p - 1) * kUnit) << "P=" << p << " M=" << mbs;
+  EXPECT_EQ(zb.metrics.bound.value, zb.result.makespan);
+  EXPECT_DOUBLE_EQ(zb.metrics.efficiency, 1.0);
+}
+
+TEST_P(ClosedForm, Interleaved1f1bBubbleIsOneVthOf1f1b) {
+  const auto [p, factor] = GetParam();
+  const int mbs = p * factor;
+  for (int v : {2, 4}) {
+    WorkModel m1(config(p, mbs));
+    WorkModel mv(config(p, mbs, v));
+    SimRun base = run(m1, "1f1b", Policy::Fixed, unit_work(m1));
+    // Same per-stage work split into V chunks of 1/V ms each.
+    SimRun il = run(mv, "interleaved-1f1b", Policy::Fixed, unit_work(mv, 1000.0 / v, 1000.0 / v));
+    const std::int64_t work = 2LL * mbs * kUnit;
+    const std::int64_t b1 = base.result.makespan - work;
+    const std::int64_t bv = il.result.makespan - work;
+    EXPECT_EQ(bv * v, b1) << "P=" << p << " M=" << mbs << " V=" << v;
+  }
+}
+
+TEST_P(ClosedForm, LowerBoundIsTightFor1f1b) {
+  const auto [p, factor] = GetParam();
+  WorkModel m(config(p, p * factor));
+  SimRun r = run(m, "1f1b", Policy::Fixed, unit_work(m));
+  EXPECT_EQ(r.metrics.bound.value, r.result.makespan);
+}
+
+INSTANTIATE_TEST_SUITE_P(PxM, ClosedForm,
+                         ::testing::Combine(::testing::Values(2, 4, 8), ::testing::Values(1, 2, 4)));
+
+TEST(ClosedForm, ReadyPolicyMatchesFixedOnUniformWork) {
+  // With no variability there is nothing to gain: BF under `ready` equals fixed 1F1B.
+  WorkModel m(config(4, 16));
+  const auto work = unit_work(m);
+  SimRun fixed = run(m, "1f1b", Policy::Fixed, work);
+  SimRun bf = run(m, "bf", Policy::Ready, work);
+  EXPECT_EQ(bf.result.makespan, fixed.result.makespan);
+}
+
+}  // namespace
+}  // namespace rrfp::test
