@@ -57,6 +57,7 @@ struct Rank {
   std::int64_t held_since = 0;
   std::deque<TaskId> chosen;   // leader protocol: the leader's choices, in order
   std::vector<int> incoming;   // blocking: sends waiting for this rank to accept
+  int recv_pos = 0;            // blocking + fixed: list position of the next posted receive
   std::size_t record = 0;      // index of the running task's record
 };
 
@@ -72,7 +73,7 @@ struct Group {
 class Simulation {
  public:
   Simulation(const WorkModel& m, const Hint& hint, const RealizedWork& w, const SimOptions& opt)
-      : m_(m), w_(w), opt_(opt), p_(m.pp()), t_(w.tp) {
+      : m_(m), hint_(hint), w_(w), opt_(opt), p_(m.pp()), t_(w.tp) {
     if (w.num_tasks != m.num_tasks()) throw Error("realized work does not match the work model");
     opt_.arbiter = resolve_options(opt.arbiter, hint, m);
     ranks_.resize(static_cast<size_t>(p_) * t_);
@@ -83,6 +84,7 @@ class Simulation {
         rank(s, r).arb = std::make_unique<StageArbiter>(m, s, hint, opt_.arbiter);
     }
     missing_.assign(static_cast<size_t>(t_) * m.num_tasks(), 0);
+    received_.assign(static_cast<size_t>(t_) * m.num_tasks(), 0);
     dirty_.assign(p_, 0);
     res_.pp = p_;
     res_.tp = t_;
@@ -226,26 +228,43 @@ class Simulation {
 
   void send_done(int id) {
     const Send& sd = sends_[id];
+    received_[static_cast<size_t>(sd.rank) * m_.num_tasks() + sd.consumer] = 1;
     satisfy(sd.dst_stage, sd.rank, sd.consumer);
     Rank& src = rank(sd.src_stage, sd.rank);
     if (--src.held_sends == 0) block(sd.src_stage, sd.rank, src.held_since, now_, BlockReason::Send);
     mark_dirty(sd.src_stage);
   }
 
-  // Blocking mode: a receiver takes a transfer once it is not computing and, under the fixed
-  // policy, has reached the task that consumes it (Megatron's batched send/recv lets a stage
-  // that is held on its own send still receive).
+  // Blocking mode: a transfer is a rendezvous. Under `fixed` a stage posts its receives one at a
+  // time in its list order (Megatron's batched send/recv: a stage held on its own send still
+  // receives), so a transfer starts when its consumer is the next task awaiting a cross-stage
+  // input and the receiver is not computing. Under `ready` any idle receiver takes it.
+  int posted_receive(int s, int r) {
+    Rank& rk = rank(s, r);
+    const auto& order = hint_.list().stages[s];
+    std::array<Dep, 2> d{};
+    while (rk.recv_pos < static_cast<int>(order.size())) {
+      const TaskId& t = order[rk.recv_pos];
+      const int k = m_.deps(t, d);
+      bool waits = false;
+      for (int i = 0; i < k; ++i) waits |= d[i].cross_stage;
+      const int idx = m_.index(t);
+      if (waits && !received_[static_cast<size_t>(r) * m_.num_tasks() + idx]) return idx;
+      ++rk.recv_pos;
+    }
+    return -1;
+  }
+
   void accept_sends(int s) {
     for (int r = 0; r < t_; ++r) {
       Rank& rk = rank(s, r);
       if (rk.computing || rk.incoming.empty()) continue;
-      auto head = rk.arb->head();
+      const bool any = opt_.arbiter.policy == Policy::Ready;
+      const int posted = any ? -1 : posted_receive(s, r);
       auto keep = rk.incoming.begin();
       for (int id : rk.incoming) {
         const Send& sd = sends_[id];
-        const bool reached = opt_.arbiter.policy == Policy::Ready ||
-                             (head && m_.index(*head) == sd.consumer);
-        if (reached) push(now_ + sd.latency, Ev::SendDone, s, r, id);
+        if (any || sd.consumer == posted) push(now_ + sd.latency, Ev::SendDone, s, r, id);
         else *keep++ = id;
       }
       rk.incoming.erase(keep, rk.incoming.end());
@@ -348,12 +367,14 @@ class Simulation {
   }
 
   const WorkModel& m_;
+  const Hint& hint_;
   const RealizedWork& w_;
   SimOptions opt_;
   int p_, t_;
   std::vector<Rank> ranks_;
   std::vector<Group> groups_;
   std::vector<std::int8_t> missing_;
+  std::vector<char> received_;  // blocking: the task's cross-stage input has been delivered
   std::vector<Send> sends_;
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   std::vector<char> dirty_;
