@@ -1,1 +1,118 @@
+// The arbiter's rules, decision by decision.
 #include <gtest/gtest.h>
+
+#include "core/arbiter.hpp"
+#include "core/error.hpp"
+#include "sim_helpers.hpp"
+
+namespace rrfp::test {
+namespace {
+
+struct Stage {
+  WorkModel m;
+  Hint h;
+  StageArbiter a;
+  Stage(PipelineConfig c, const std::string& hint, int stage, ArbiterOptions o)
+      : m(c), h(make_hint(hint, m)), a(m, stage, h, resolve_options(o, h, m)) {}
+};
+
+ArbiterOptions ready(int limit = 0, int w = 0) { return {Policy::Ready, limit, w}; }
+
+TEST(Arbiter, BfAlternatesAndSkipsAnEmptyDirection) {
+  Stage s(config(2, 4), "bf", 1, ready(8));  // last stage: chunk 1
+  for (int mb = 0; mb < 3; ++mb) s.a.mark_ready({Kind::F, 1, mb});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 1, 0}));  // no B ready: skip, never wait
+  s.a.commit({Kind::F, 1, 0});
+  s.a.mark_ready({Kind::B, 1, 0});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::B, 1, 0}));  // after an F comes a B
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::B, 1, 0}));  // peek has no side effects
+  s.a.commit({Kind::B, 1, 0});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 1, 1}));
+}
+
+TEST(Arbiter, BackwardTakesLargestChunkForwardSmallest) {
+  Stage s(config(2, 4, 2), "b-priority", 0, ready(8));  // chunks 0 and 2
+  s.a.mark_ready({Kind::F, 0, 3});
+  s.a.mark_ready({Kind::F, 2, 1});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 0, 3}));
+  s.a.mark_ready({Kind::F, 0, 1});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 0, 1}));
+}
+
+TEST(Arbiter, BackPressureStopsForwardAtTheLimit) {
+  Stage s(config(4, 8), "bf", 0, ready(2));
+  for (int mb = 0; mb < 8; ++mb) s.a.mark_ready({Kind::F, 0, mb});
+  s.a.commit(*s.a.peek());
+  s.a.commit(*s.a.peek());
+  EXPECT_TRUE(s.a.back_pressured());
+  EXPECT_FALSE(s.a.peek().has_value()) << "D = limit: wait for a backward";
+  s.a.mark_ready({Kind::B, 0, 1});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::B, 0, 1}));
+}
+
+TEST(Arbiter, InterleavedBackPressureDrainsInLocalOrder) {
+  Stage s(config(2, 4, 2), "bf", 0, ready(1));  // chunks 0 and 2
+  s.a.mark_ready({Kind::F, 0, 0});
+  s.a.mark_ready({Kind::F, 0, 1});
+  s.a.commit({Kind::F, 0, 0});
+  EXPECT_FALSE(s.a.peek().has_value()) << "drain waits for F c2 m0, not the ready F c0 m1";
+  s.a.mark_ready({Kind::F, 2, 0});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 2, 0}));
+  s.a.commit({Kind::F, 2, 0});
+  s.a.mark_ready({Kind::B, 0, 0});  // arrives early; the drain order wants B c2 m0 first
+  EXPECT_FALSE(s.a.peek().has_value());
+}
+
+TEST(Arbiter, PendingWeightGradientsAreCapped) {
+  Stage s(config(2, 4, 1, true), "bfw", 1, ready(8, 2));
+  for (int mb = 0; mb < 4; ++mb) s.a.mark_ready({Kind::F, 1, mb});
+  for (int mb = 0; mb < 2; ++mb) {
+    s.a.commit({Kind::F, 1, mb});
+    s.a.mark_ready({Kind::B, 1, mb});
+    s.a.commit({Kind::B, 1, mb});
+    s.a.mark_ready({Kind::W, 1, mb});
+  }
+  EXPECT_EQ(s.a.pending_w(), 2);
+  EXPECT_EQ(s.a.peek()->kind, Kind::W) << "at the cap, W goes before ready F";
+}
+
+TEST(Arbiter, FixedWaitsForItsHead) {
+  Stage s(config(2, 4), "1f1b", 1, {Policy::Fixed, 0, 0});
+  s.a.mark_ready({Kind::F, 1, 1});
+  EXPECT_FALSE(s.a.peek().has_value()) << "F c1 m0 is next in the list";
+  s.a.mark_ready({Kind::F, 1, 0});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 1, 0}));
+  EXPECT_THROW(s.a.commit({Kind::F, 1, 1}), Error);
+}
+
+TEST(Arbiter, RejectsMisuse) {
+  Stage s(config(2, 4), "bf", 0, ready());
+  s.a.mark_ready({Kind::F, 0, 0});
+  EXPECT_THROW(s.a.mark_ready({Kind::F, 0, 0}), Error);
+  EXPECT_THROW(s.a.mark_ready({Kind::F, 1, 0}), Error);  // another stage's task
+  EXPECT_THROW(s.a.commit({Kind::F, 0, 1}), Error);      // not ready
+  EXPECT_THROW(resolve_options({Policy::Fixed, 0, 0}, make_hint("bf", s.m), s.m), InputError);
+  EXPECT_THROW(resolve_options({Policy::Ready, -1, 0}, make_hint("bf", s.m), s.m), InputError);
+}
+
+TEST(Simulator, DeadlockIsReportedWithEachStagesState) {
+  // A fixed order that waits on itself across stages cannot finish: the error names the waits.
+  WorkModel m(config(2, 2));
+  Hint h;
+  h.name = "cyclic";
+  h.body = ListHint{{{{Kind::F, 0, 0}, {Kind::B, 0, 0}, {Kind::F, 0, 1}, {Kind::B, 0, 1}},
+                     {{Kind::F, 1, 1}, {Kind::B, 1, 1}, {Kind::F, 1, 0}, {Kind::B, 1, 0}}}};
+  SimOptions opt;
+  opt.arbiter.policy = Policy::Fixed;
+  try {
+    simulate(m, h, unit_work(m), opt);
+    FAIL() << "no deadlock reported";
+  } catch (const DeadlockError& e) {
+    EXPECT_NE(std::string(e.what()).find("stage 1: ran 0/4, next in fixed order F c1 m1 (inputs missing)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace rrfp::test

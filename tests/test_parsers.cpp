@@ -1,1 +1,152 @@
+// Bad input never crashes: every parser either succeeds or throws a typed rrfp::InputError
+// with a message naming what is wrong. Includes a mutation fuzzer over thousands of inputs.
 #include <gtest/gtest.h>
+
+#include "core/error.hpp"
+#include "core/hint_io.hpp"
+#include "sim/replay.hpp"
+#include "sim/rng.hpp"
+#include "sim_helpers.hpp"
+
+namespace rrfp::test {
+namespace {
+
+WorkModel small() { return WorkModel(config(2, 2)); }
+
+std::string expect_hint_error(const std::string& text) {
+  WorkModel m = small();
+  try {
+    parse_hint(text, m, "h.txt");
+  } catch (const HintError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted: " << text;
+  return "";
+}
+
+TEST(HintFile, RoundTripsTextAndJson) {
+  for (const char* name : {"1f1b", "gpipe", "zb-h1"}) {
+    WorkModel m(config(4, 8, 1, hint_wants_split(name)));
+    ListHint h = make_hint(name, m).list();
+    EXPECT_EQ(parse_hint(write_hint_text(h, m), m, "t").stages, h.stages) << name;
+    EXPECT_EQ(parse_hint(write_hint_json(h, m), m, "j").stages, h.stages) << name;
+  }
+}
+
+TEST(HintFile, RejectsWithNamedErrors) {
+  // stage 0 = chunk 0, stage 1 = chunk 1; M = 2.
+  const std::string ok1 = "stage 1: F1:0 B1:0 F1:1 B1:1\n";
+  EXPECT_NE(expect_hint_error("stage 0: F0:0 F0:1 B0:0\n" + ok1).find("stage 0: task B c0 m1 is missing"),
+            std::string::npos);
+  EXPECT_NE(expect_hint_error("stage 0: F0:0 F0:0 F0:1 B0:0 B0:1\n" + ok1).find("listed twice"),
+            std::string::npos);
+  EXPECT_NE(expect_hint_error("stage 0: F0:0 F1:1 F0:1 B0:0 B0:1\n" + ok1).find("belongs to stage 1"),
+            std::string::npos);
+  EXPECT_NE(expect_hint_error("stage 0: B0:0 F0:0 F0:1 B0:1\n" + ok1).find("comes before F c0 m0"),
+            std::string::npos);
+  EXPECT_NE(expect_hint_error("stage 0: F0:0 F0:1 B0:0 B0:1\n").find("stage 1 has no line"),
+            std::string::npos);
+  EXPECT_NE(expect_hint_error("stage 0: F0:0 X B0:0\n" + ok1).find("h.txt:1: bad task token 'X'"),
+            std::string::npos);
+  EXPECT_NE(expect_hint_error("rrfp-hint 1 pp=3\n").find("pp=3 but the run has pp=2"), std::string::npos);
+  // A cross-stage cycle: stage 0 wants m0's gradient before m1's forward, stage 1 the reverse.
+  EXPECT_NE(expect_hint_error("stage 0: F0:0 B0:0 F0:1 B0:1\nstage 1: F1:1 B1:1 F1:0 B1:0\n")
+                .find("can never finish"),
+            std::string::npos);
+  EXPECT_NE(expect_hint_error("{\"format\": \"rrfp-hint\", \"version\": 1, \"stages\": [[\"F0:0\"]").find("invalid JSON"),
+            std::string::npos);
+  EXPECT_NE(expect_hint_error("{\"format\": \"rrfp-hint\", \"version\": 1, \"stages\": [[1], []]}").find("not a string"),
+            std::string::npos);
+}
+
+TEST(Workload, RejectsBadFieldsByName) {
+  auto err = [](const std::string& text) {
+    try {
+      apply_workload_json(WorkloadParams{}, text, "w.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(err("{\"forward_us\": -3}").find("forward_us"), std::string::npos);
+  EXPECT_NE(err("{\"forward_us\": \"fast\"}").find("must be a number"), std::string::npos);
+  EXPECT_NE(err("{\"speed\": 1}").find("\"speed\" is not a workload parameter"), std::string::npos);
+  EXPECT_NE(err("{\"forward_us\": 3").find("invalid JSON"), std::string::npos);
+  EXPECT_NE(err("{\"preset\": \"nope\"}").find("unknown preset 'nope'"), std::string::npos);
+  EXPECT_EQ(err("{\"preset\": \"language\", \"forward_us\": 7}"), "accepted");
+  EXPECT_THROW(workload_preset("jitter:J9"), InputError);
+}
+
+TEST(Replay, ReadsMeasuredDurationsAndRejectsBadRows) {
+  WorkModel m = small();
+  std::string csv = "stage,chunk,microbatch,kind,duration_us,send_us\n";
+  for (int c = 0; c < 2; ++c)
+    for (int mb = 0; mb < 2; ++mb)
+      for (const char* k : {"F", "B"})
+        csv += std::to_string(c) + "," + std::to_string(c) + "," + std::to_string(mb) + "," + k +
+               ",1500,20\n";
+  RealizedWork w = parse_replay_csv(csv, m, 1, "r.csv");
+  EXPECT_EQ(w.compute(0, m.index({Kind::B, 1, 1})), 1'500'000);
+  auto err = [&](const std::string& text) {
+    try {
+      parse_replay_csv(text, m, 1, "r.csv");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(err(csv + "0,0,0,F,-5,0\n").find("r.csv:10: column duration_us: negative value"),
+            std::string::npos);
+  EXPECT_NE(err(csv + "0,0,0,F,abc,0\n").find("'abc' is not a number"), std::string::npos);
+  EXPECT_NE(err(csv + "1,0,0,F,5,0\n").find("runs on stage 0, not 1"), std::string::npos);
+  EXPECT_NE(err("stage,chunk,microbatch,kind,duration_us\n0,0,0,F,5\n").find("no duration for task"),
+            std::string::npos);
+  EXPECT_NE(err("stage,chunk\n").find("lacks column 'microbatch'"), std::string::npos);
+}
+
+// Mutates valid inputs (byte flips, truncation, splices, random bytes) and feeds them to every
+// parser: each must either accept or throw InputError, never crash or throw anything else.
+TEST(Fuzz, ParsersSurviveThousandsOfMutatedInputs) {
+  WorkModel m(config(3, 4, 1, true));
+  const std::vector<std::string> seeds_text = {
+      write_hint_text(make_hint("zb-h1", m).list(), m), write_hint_json(make_hint("1f1b", m).list(), m),
+      "{\"preset\": \"multimodal\", \"forward_us\": 100, \"jitter_p\": 0.2}",
+      "stage,chunk,microbatch,kind,duration_us,tp_rank,send_us\n0,0,0,F,10,0,1\n1,1,2,B,7.5,0,0\n"};
+  const std::string alphabet = "{}[]\":,.-+0123456789eEFBWstage:# \n\rxrrfp-hint=";
+  int accepted = 0, rejected = 0;
+  for (int i = 0; i < 4000; ++i) {
+    std::string s = seeds_text[i % seeds_text.size()];
+    const std::uint64_t h = hash_keys(77, i);
+    const int edits = 1 + static_cast<int>(h % 8);
+    for (int e = 0; e < edits; ++e) {
+      const std::uint64_t r = hash_keys(78, i, e);
+      const size_t pos = s.empty() ? 0 : r % s.size();
+      switch ((r >> 20) % 5) {
+        case 0: if (!s.empty()) s[pos] = static_cast<char>(r >> 32); break;
+        case 1: s.resize(pos); break;
+        case 2: s.insert(pos, 1, alphabet[(r >> 40) % alphabet.size()]); break;
+        case 3: if (!s.empty()) s.erase(pos, 1 + (r >> 44) % 8); break;
+        case 4: s = std::string(1 + (r >> 8) % 64, static_cast<char>(r >> 48)); break;
+      }
+    }
+    auto attempt = [&](auto&& fn) {
+      try {
+        fn();
+        ++accepted;
+      } catch (const InputError&) {
+        ++rejected;
+      } catch (const std::exception& ex) {
+        ADD_FAILURE() << "untyped exception '" << ex.what() << "' for input: " << s.substr(0, 200);
+      }
+    };
+    attempt([&] { parse_hint(s, m, "fuzz"); });
+    attempt([&] { apply_workload_json(WorkloadParams{}, s, "fuzz"); });
+    attempt([&] { parse_replay_csv(s, m, 2, "fuzz"); });
+    attempt([&] { parse_token(s.substr(0, 12)); });
+  }
+  EXPECT_GT(rejected, 10000);
+  EXPECT_GT(accepted, 0);
+}
+
+}  // namespace
+}  // namespace rrfp::test

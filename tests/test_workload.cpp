@@ -1,1 +1,65 @@
 #include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "sim_helpers.hpp"
+
+namespace rrfp::test {
+namespace {
+
+double spread(std::vector<double> v) {  // (p95 - p5) / p50
+  std::sort(v.begin(), v.end());
+  auto q = [&](double p) { return v[static_cast<size_t>(p * (v.size() - 1))]; };
+  return (q(0.95) - q(0.05)) / q(0.5);
+}
+
+TEST(Workload, PaperCommHasThePapersSpread) {
+  // The paper measured (p95-p5)/p50 of 0.73 for compute and 58.7 for messages at fixed inputs.
+  WorkModel m(config(4, 8));
+  const WorkloadParams w = workload_preset("paper-comm");
+  std::vector<double> comp, msg;
+  const int f_idx = m.index({Kind::F, 1, 3});
+  for (int seed = 0; seed < 4000; ++seed) {
+    RealizedWork r = realize(w, m, 1, seed);
+    comp.push_back(r.compute(0, f_idx));
+    msg.push_back(r.message(0, f_idx));
+  }
+  EXPECT_NEAR(spread(comp), 0.70, 0.08);
+  EXPECT_NEAR(spread(msg), 59, 12);
+}
+
+TEST(Workload, DurationsArePureAndOrderFree) {
+  WorkModel m(config(4, 16, 1, true));
+  for (const auto& name : workload_names()) {
+    const WorkloadParams w = workload_preset(name);
+    EXPECT_EQ(realize(w, m, 2, 9).compute_ns, realize(w, m, 2, 9).compute_ns) << name;
+    EXPECT_NE(realize(w, m, 2, 9).compute_ns, realize(w, m, 2, 10).compute_ns) << name;
+  }
+}
+
+TEST(Workload, JitterHitsAboutPOfTasks) {
+  WorkModel m(config(8, 64));
+  for (int j = 1; j <= 3; ++j) {
+    WorkloadParams w = workload_preset("jitter:J" + std::to_string(j));
+    WorkloadParams calm = w;
+    calm.jitter = jitter_level(0);
+    RealizedWork a = realize(w, m, 1, 5), b = realize(calm, m, 1, 5);
+    int hit = 0;
+    for (int i = 0; i < m.num_tasks(); ++i) hit += a.compute(0, i) > b.compute(0, i);
+    EXPECT_NEAR(static_cast<double>(hit) / m.num_tasks(), jitter_level(j).p, 0.03) << "J" << j;
+  }
+}
+
+TEST(Workload, MultimodalLoadsTheFrontChunk) {
+  WorkModel m(config(4, 64));
+  RealizedWork r = realize(workload_preset("multimodal"), m, 1, 3);
+  double front = 0, mid = 0;
+  for (int mb = 0; mb < 64; ++mb) {
+    front += r.compute(0, m.index({Kind::F, 0, mb}));
+    mid += r.compute(0, m.index({Kind::F, 1, mb}));
+  }
+  EXPECT_GT(front, 1.2 * mid);
+}
+
+}  // namespace
+}  // namespace rrfp::test

@@ -31,7 +31,8 @@ WorkloadParams language() {
   w.backward_ratio_max = 2.1;
   w.head_factor = 1.5;
   w.compute_sigma = 0.03;
-  w.tokens_sigma = 0.6;
+  w.tokens_sigma = 0.5;
+  w.tokens_max = 4 * w.tokens_mean;  // the context window bounds a packed microbatch
   w.comm_latency_us = 30;
   w.comm_bandwidth_gbps = 50;
   w.comm_sigma = 0.2;
@@ -63,10 +64,10 @@ WorkloadParams workload_preset(const std::string& name) {
   if (name == "multimodal") {
     WorkloadParams w = language();
     w.preset = name;
-    w.images_scale = 2;
+    w.images_scale = 3;
     w.images_alpha = 1.5;
     w.images_max = 32;
-    w.image_us = 600;
+    w.image_us = 1200;
     w.image_tokens = 256;
     w.vision_chunks = 1;
     return w;

@@ -1,0 +1,61 @@
+#include "cli/experiment.hpp"
+
+#include "core/error.hpp"
+#include "sim/replay.hpp"
+
+namespace rrfp {
+
+bool resolve_split(const std::string& mode, const std::string& hint) {
+  if (mode == "on") return true;
+  if (mode == "off") return false;
+  if (mode == "auto") return hint_wants_split(hint);
+  throw InputError("--split-backward: expected auto, on or off, got '" + mode + "'");
+}
+
+std::string default_label(const RunSpec& r) {
+  return to_string(r.policy) + " " + r.hint + " (" + to_string(r.comm) + ")";
+}
+
+ReportHeader header_of(const Scenario& sc) {
+  ReportHeader h;
+  h.workload = sc.replay_path.empty() ? sc.workload_name : "replay:" + sc.replay_path;
+  h.seed = sc.seed;
+  h.tp = sc.tp;
+  h.tp_protocol = to_string(sc.tp_protocol);
+  return h;
+}
+
+ReportRun run_scenario(const Scenario& sc, const RunSpec& spec) {
+  PipelineConfig cfg = sc.cfg;
+  cfg.split_backward = resolve_split(sc.split_mode, spec.hint);
+  WorkModel m(cfg);
+  Hint hint = make_hint(spec.hint, m);
+  RealizedWork work;
+  if (sc.replay_path.empty()) {
+    work = realize(sc.workload, m, sc.tp, sc.seed);
+  } else {
+    work = read_replay_file(sc.replay_path, m, sc.tp);
+    if (sc.tp > 1) {
+      work.collective_ns = static_cast<std::int64_t>(sc.workload.tp_collective_us * 1000);
+      work.coord_ns = static_cast<std::int64_t>(sc.workload.coord_latency_us * 1000);
+    }
+  }
+  SimOptions opt;
+  opt.arbiter.policy = spec.policy;
+  opt.arbiter.limit = sc.limit;
+  opt.arbiter.max_pending_w = sc.max_pending_w;
+  opt.comm = spec.comm;
+  opt.tp_protocol = sc.tp_protocol;
+  opt.record = sc.record;
+  ReportRun out;
+  out.label = spec.label.empty() ? default_label(spec) : spec.label;
+  out.hint = spec.hint;
+  out.policy = to_string(spec.policy);
+  out.comm = to_string(spec.comm);
+  out.cfg = cfg;
+  out.result = simulate(m, hint, work, opt);
+  out.metrics = compute_metrics(out.result, lower_bound(m, work));
+  return out;
+}
+
+}  // namespace rrfp

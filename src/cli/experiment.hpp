@@ -1,0 +1,38 @@
+#pragma once
+// One scenario (pipeline shape, workload, seed) run under several (hint, policy, comm)
+// combinations with identical realized durations: the unit of `simulate` and `sweep`.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "report/report.hpp"
+#include "sim/workload.hpp"
+
+namespace rrfp {
+
+struct RunSpec {
+  std::string hint;
+  Policy policy = Policy::Ready;
+  CommMode comm = CommMode::Async;
+  std::string label;  // empty: "<policy> <hint> (<comm>)"
+};
+
+struct Scenario {
+  PipelineConfig cfg;             // split_backward is decided per run (split_mode)
+  std::string split_mode = "auto";  // auto: on for zb-* and bfw; on; off
+  int tp = 1;
+  TpProtocol tp_protocol = TpProtocol::Leader;
+  std::string workload_name = "multimodal";
+  WorkloadParams workload;
+  std::string replay_path;  // non-empty: durations come from this CSV
+  std::uint64_t seed = 1;
+  int limit = 0, max_pending_w = 0;
+  bool record = true;
+};
+
+bool resolve_split(const std::string& mode, const std::string& hint);
+std::string default_label(const RunSpec& r);
+ReportRun run_scenario(const Scenario& sc, const RunSpec& spec);
+ReportHeader header_of(const Scenario& sc);
+
+}  // namespace rrfp

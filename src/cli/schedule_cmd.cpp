@@ -1,0 +1,117 @@
+// `rrfp schedule show`: a hint as an ASCII pipeline diagram (unit costs, no communication).
+// `rrfp schedule check FILE`: validate a hint file against a pipeline shape.
+#include <iostream>
+
+#include "cli/options.hpp"
+#include "core/error.hpp"
+#include "core/hint_io.hpp"
+#include "sim/simulator.hpp"
+
+namespace rrfp {
+
+namespace {
+
+struct ScheduleFlags {
+  ShapeFlags shape;
+  std::string hint = "1f1b";
+  std::string out;
+  std::string file;
+};
+
+std::string cell(const TaskId& t, const WorkModel& m) {
+  std::string s(1, kind_char(t.kind));
+  s += std::to_string(t.mb);
+  if (m.vpp() > 1) s += static_cast<char>('a' + m.local_chunk(t.chunk) % 26);
+  return s;
+}
+
+// Grid rows of a run at unit cost: F = B = 1 (whole backward), or F = B = W = 1 (split).
+std::string render(const WorkModel& m, const Hint& hint) {
+  WorkloadParams w;
+  w.forward_us = m.vpp();
+  w.backward_ratio_min = w.backward_ratio_max = m.split() ? 2.0 : 1.0;
+  w.weight_share = 0.5;
+  RealizedWork work = realize(w, m, 1, 0);
+  SimOptions opt;
+  opt.arbiter.policy = hint.is_list() ? Policy::Fixed : Policy::Ready;
+  SimResult r = simulate(m, hint, work, opt);
+  const std::int64_t unit = 1000;
+  const int cols = static_cast<int>(r.makespan / unit);
+  std::vector<std::vector<std::string>> grid(m.pp(), std::vector<std::string>(cols, "."));
+  size_t width = 1;
+  for (const auto& t : r.tasks) {
+    const std::string c = cell(t.task, m);
+    width = std::max(width, c.size());
+    for (std::int64_t x = t.start / unit; x < t.compute_end / unit && x < cols; ++x) grid[t.stage][x] = c;
+  }
+  std::string out;
+  for (int s = 0; s < m.pp(); ++s) {
+    out += "stage " + std::to_string(s) + (s < 10 ? " " : "") + "|";
+    for (const auto& c : grid[s]) out += " " + c + std::string(width - c.size(), ' ');
+    out += "\n";
+  }
+  out += "\n" + std::to_string(cols) + " time units (F = B" + (m.split() ? " = W" : "") +
+         " = 1, no communication); '.' = idle" + (m.vpp() > 1 ? "; letter = local chunk" : "") +
+         "; policy " + to_string(opt.arbiter.policy) + "; peak D per stage:";
+  for (int d : r.peak_d) out += " " + std::to_string(d);
+  return out + "\n";
+}
+
+WorkModel model_for(const ScheduleFlags& f, const std::string& hint) {
+  PipelineConfig c = to_config(f.shape);
+  c.split_backward = resolve_split(f.shape.split, hint);
+  return WorkModel(c);
+}
+
+void show(const ScheduleFlags& f) {
+  WorkModel m = model_for(f, f.hint);
+  Hint h = make_hint(f.hint, m);
+  std::cout << "hint " << h.name << ": P=" << m.pp() << " V=" << m.vpp() << " M="
+            << m.microbatches() << (m.split() ? " split backward" : "") << "\n\n"
+            << render(m, h);
+  if (!f.out.empty()) {
+    if (!h.is_list()) throw InputError("--out: '" + f.hint + "' is a rule hint, it has no task list");
+    const bool json = f.out.size() > 5 && f.out.substr(f.out.size() - 5) == ".json";
+    write_text_file(f.out, json ? write_hint_json(h.list(), m) : write_hint_text(h.list(), m), "--out");
+    std::cout << "wrote " << f.out << "\n";
+  }
+}
+
+void check(const ScheduleFlags& f) {
+  WorkModel m = model_for(f, "");
+  ListHint h = read_hint_file(f.file, m);
+  const auto peaks = fixed_order_peaks(h, m);
+  std::cout << "ok: " << f.file << " is a valid hint for P=" << m.pp() << " V=" << m.vpp()
+            << " M=" << m.microbatches() << (m.split() ? " (split backward)" : "") << "; "
+            << m.tasks_per_stage() << " tasks per stage; fixed-order peak D per stage:";
+  for (int p : peaks) std::cout << " " << p;
+  std::cout << "\n";
+}
+
+}  // namespace
+
+void setup_schedule(CLI::App& app) {
+  CLI::App* sch = app.add_subcommand("schedule", "show or check pipeline hints");
+  sch->require_subcommand(1);
+  auto f = std::make_shared<ScheduleFlags>();
+  f->shape.pp = 4;
+  f->shape.microbatches = 8;
+  std::string names;
+  for (const auto& n : hint_names()) names += (names.empty() ? "" : ", ") + n;
+  CLI::App* sh = sch->add_subcommand("show", "draw a hint as a pipeline diagram");
+  add_shape_flags(sh, f->shape);
+  sh->add_option("--hint", f->hint, "one of: " + names + "; or a hint file")->capture_default_str();
+  sh->add_option("--out", f->out, "also write the hint's task list (FILE.txt or FILE.json)");
+  sh->callback([f] { show(*f); });
+
+  auto g = std::make_shared<ScheduleFlags>();
+  g->shape.pp = 4;
+  g->shape.microbatches = 8;
+  g->shape.split = "off";
+  CLI::App* ck = sch->add_subcommand("check", "validate a hint file (text or JSON)");
+  add_shape_flags(ck, g->shape);
+  ck->add_option("file", g->file, "hint file")->required();
+  ck->callback([g] { check(*g); });
+}
+
+}  // namespace rrfp

@@ -1,0 +1,39 @@
+#pragma once
+// Human and machine reports of simulated (or measured) runs: a text table, JSON, a Chrome
+// trace (chrome://tracing, Perfetto) and an SVG timeline.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sim/metrics.hpp"
+
+namespace rrfp {
+
+// One run as reports see it: what ran, how, and what came out.
+struct ReportRun {
+  std::string label;  // e.g. "fixed 1f1b (blocking)"
+  std::string hint, policy, comm;
+  PipelineConfig cfg;
+  SimResult result;
+  RunMetrics metrics;
+};
+
+struct ReportHeader {
+  std::string workload;
+  std::uint64_t seed = 0;
+  int tp = 1;
+  std::string tp_protocol;
+  std::string source = "simulated";  // or "measured"
+};
+
+// Speedups are relative to runs[0].
+std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& runs, bool per_stage);
+nlohmann::json to_json(const ReportHeader& h, const std::vector<ReportRun>& runs);
+// Both throw InputError when the file cannot be written.
+void write_chrome_trace(const std::string& path, const std::vector<ReportRun>& runs);
+void write_svg(const std::string& path, const ReportHeader& h, const std::vector<ReportRun>& runs);
+std::string svg_timeline(const ReportHeader& h, const std::vector<ReportRun>& runs);
+
+void write_text_file(const std::string& path, const std::string& text, const char* flag);
+
+}  // namespace rrfp

@@ -1,0 +1,123 @@
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.hpp"
+#include "report/report.hpp"
+
+namespace rrfp {
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+double ms(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+std::string pad(std::string s, size_t w) {
+  if (s.size() < w) s += std::string(w - s.size(), ' ');
+  return s;
+}
+std::string lpad(std::string s, size_t w) {
+  if (s.size() < w) s = std::string(w - s.size(), ' ') + s;
+  return s;
+}
+
+}  // namespace
+
+void write_text_file(const std::string& path, const std::string& text, const char* flag) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw InputError(std::string(flag) + ": cannot write '" + path + "'");
+  out << text;
+  out.flush();
+  if (!out) throw InputError(std::string(flag) + ": error while writing '" + path + "'");
+}
+
+std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& runs, bool per_stage) {
+  std::string out;
+  if (runs.empty()) return out;
+  const auto& c = runs[0].cfg;
+  out += "P=" + std::to_string(c.pp) + " V=" + std::to_string(c.vpp) + " (" +
+         to_string(c.placement) + ") M=" + std::to_string(c.microbatches) +
+         " TP=" + std::to_string(h.tp) + (h.tp > 1 ? " (" + h.tp_protocol + ")" : "") +
+         "  workload=" + h.workload + "  seed=" + std::to_string(h.seed) + "  [" + h.source + "]\n\n";
+  size_t lw = 5;
+  for (const auto& r : runs) lw = std::max(lw, r.label.size());
+  out += pad("run", lw) + "  makespan_ms  speedup  bubble  efficiency  lower_bound_ms  limit  peak_D/stage\n";
+  const double base = static_cast<double>(runs[0].metrics.makespan);
+  for (const auto& r : runs) {
+    const auto& m = r.metrics;
+    std::string peaks;
+    for (const auto& s : m.stages) peaks += (peaks.empty() ? "" : " ") + std::to_string(s.peak_d);
+    out += pad(r.label, lw) + "  " + lpad(fmt("%.2f", ms(m.makespan)), 11) + "  " +
+           lpad(fmt("%.3fx", base / static_cast<double>(m.makespan)), 7) + "  " +
+           lpad(fmt("%.1f%%", 100 * m.bubble_ratio), 6) + "  " + lpad(fmt("%.3f", m.efficiency), 10) +
+           "  " + lpad(fmt("%.2f", ms(m.bound.value)), 14) + "  " +
+           lpad(r.policy == "ready" ? std::to_string(m.limit) : "-", 5) + "  " + peaks + "\n";
+  }
+  if (per_stage) {
+    for (const auto& r : runs) {
+      out += "\n" + r.label + " per stage:\n  stage  busy_ms  blocked_ms  idle_ms  peak_D  peak_W\n";
+      for (size_t s = 0; s < r.metrics.stages.size(); ++s) {
+        const auto& st = r.metrics.stages[s];
+        out += "  " + lpad(std::to_string(s), 5) + "  " + lpad(fmt("%.2f", ms(st.busy)), 7) + "  " +
+               lpad(fmt("%.2f", ms(st.blocked)), 10) + "  " + lpad(fmt("%.2f", ms(st.idle)), 7) +
+               "  " + lpad(std::to_string(st.peak_d), 6) + "  " +
+               lpad(std::to_string(st.peak_pending_w), 6) + "\n";
+      }
+      if (r.metrics.coordination_rounds > 0)
+        out += "  tp coordination: " + std::to_string(r.metrics.coordination_rounds) + " rounds, " +
+               std::to_string(r.metrics.failed_rounds) + " disagreed\n";
+    }
+  }
+  out += "\nlower bound: max over stages of lead-in + work + tail, and the critical path "
+         "(efficiency = bound / makespan).\n";
+  return out;
+}
+
+nlohmann::json to_json(const ReportHeader& h, const std::vector<ReportRun>& runs) {
+  nlohmann::json j;
+  j["source"] = h.source;
+  j["workload"] = h.workload;
+  j["seed"] = h.seed;
+  j["tp"] = h.tp;
+  j["tp_protocol"] = h.tp_protocol;
+  j["runs"] = nlohmann::json::array();
+  const double base = runs.empty() ? 1 : static_cast<double>(runs[0].metrics.makespan);
+  for (const auto& r : runs) {
+    const auto& m = r.metrics;
+    nlohmann::json jr;
+    jr["label"] = r.label;
+    jr["hint"] = r.hint;
+    jr["policy"] = r.policy;
+    jr["comm"] = r.comm;
+    jr["pp"] = r.cfg.pp;
+    jr["vpp"] = r.cfg.vpp;
+    jr["placement"] = to_string(r.cfg.placement);
+    jr["microbatches"] = r.cfg.microbatches;
+    jr["split_backward"] = r.cfg.split_backward;
+    jr["makespan_ms"] = ms(m.makespan);
+    jr["speedup_vs_first"] = base / static_cast<double>(m.makespan);
+    jr["bubble_ratio"] = m.bubble_ratio;
+    jr["lower_bound_ms"] = ms(m.bound.value);
+    jr["lower_bound_stage_ms"] = ms(m.bound.stage_bound);
+    jr["lower_bound_critical_path_ms"] = ms(m.bound.critical_path);
+    jr["efficiency"] = m.efficiency;
+    jr["limit"] = m.limit;
+    jr["max_pending_w"] = m.max_pending_w;
+    jr["coordination_rounds"] = m.coordination_rounds;
+    jr["failed_coordination_rounds"] = m.failed_rounds;
+    jr["stages"] = nlohmann::json::array();
+    for (const auto& s : m.stages)
+      jr["stages"].push_back({{"busy_ms", ms(s.busy)},
+                              {"blocked_ms", ms(s.blocked)},
+                              {"idle_ms", ms(s.idle)},
+                              {"peak_d", s.peak_d},
+                              {"peak_pending_w", s.peak_pending_w}});
+    j["runs"].push_back(jr);
+  }
+  return j;
+}
+
+}  // namespace rrfp
