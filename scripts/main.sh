@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Builds rrfp and runs the main job on its embedded default.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j "$(nproc)" --target rrfp
+./build/rrfp simulate "$@"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds rrfp and runs the whole suite: the Release build's ctest, then the core (and, once it
+# exists, runtime) tests under AddressSanitizer+UBSan and ThreadSanitizer.
+# RRFP_SKIP_SANITIZERS=1 skips the sanitizer builds (quick local runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs"
+[ "${RRFP_SKIP_SANITIZERS:-0}" = 1 ] && exit 0
+for san in address thread; do
+  dir=build-$san
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_SANITIZE=$san -DRRFP_BUILD_BENCH=OFF
+  cmake --build "$dir" -j "$jobs"
+  # Sanitizers slow the property suite several-fold: 100 seeds per hint there, 500 above.
+  RRFP_TEST_SEEDS=100 ctest --test-dir "$dir" -L 'core|runtime' -LE cli --output-on-failure -j "$jobs"
+done

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Bad input to the CLI: exit code 2 and exactly one line on stderr naming the problem; never a
+# crash. Usage: cli_bad_input.sh PATH/TO/rrfp
+set -u
+rrfp=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() {  # check "expected substring" args...
+  local want=$1; shift
+  "$rrfp" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$? lines
+  lines=$(wc -l <"$tmp/err")
+  if [ "$rc" -ne 2 ] || [ "$lines" -ne 1 ] || ! grep -qF -- "$want" "$tmp/err"; then
+    echo "FAIL: rrfp $* -> rc=$rc, $lines stderr line(s), want '$want':"; cat "$tmp/err"
+    fails=$((fails + 1))
+  fi
+}
+check "unknown hint 'nope'" simulate --hint nope
+check "unknown preset 'nope'" simulate --workload nope
+check "--pp: must be at least 1" simulate --pp 0
+check "--microbatches: must be at least 1" simulate --microbatches 0
+check "needs --vpp 1" simulate --vpp 2 --hint 1f1b
+check "--limit: must be at least 1" simulate --hint bf --limit -1
+check "--pp" simulate --pp abc
+check "unknown jitter level" simulate --workload jitter:J7
+check "--policy fixed: needs a list hint" simulate --hint bf --policy fixed
+check "--tp: must be at least 1" simulate --tp 0
+check "--comm: unknown mode" simulate --comm smoke
+check "cannot read" simulate --workload-file "$tmp/missing.json"
+printf '{"forward_us": -1}' >"$tmp/neg.json"
+check "forward_us" simulate --workload-file "$tmp/neg.json"
+printf '{"forward_us": 10' >"$tmp/trunc.json"
+check "invalid JSON" simulate --workload-file "$tmp/trunc.json"
+printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,x\n' >"$tmp/bad.csv"
+check "is not a number" simulate --replay "$tmp/bad.csv" --hint 1f1b
+printf 'stage 0: F0:0 B0:0 F0:1 B0:1\nstage 1: F1:1 B1:1 F1:0 B1:0\n' >"$tmp/cycle.txt"
+check "can never finish" schedule check --pp 2 --microbatches 2 "$tmp/cycle.txt"
+head -c 3000 /dev/urandom >"$tmp/random.bin"
+check "$tmp/random.bin" schedule check "$tmp/random.bin"
+check "cannot write" simulate --svg /nonexistent-dir/x.svg
+check "--seeds: must be at least 1" sweep --seeds 0
+# Random bytes as hint files and workload files, many times over: never a crash.
+for i in $(seq 1 40); do
+  head -c $((RANDOM % 400 + 1)) /dev/urandom >"$tmp/r$i"
+  "$rrfp" schedule check "$tmp/r$i" >/dev/null 2>&1; rc=$?
+  [ "$rc" -eq 2 ] || { echo "FAIL: random hint file $i -> rc=$rc"; fails=$((fails + 1)); }
+  "$rrfp" simulate --workload-file "$tmp/r$i" >/dev/null 2>&1; rc=$?
+  [ "$rc" -eq 2 ] || { echo "FAIL: random workload file $i -> rc=$rc"; fails=$((fails + 1)); }
+done
+# And the good paths still work.
+"$rrfp" schedule show --hint zb-h1 --out "$tmp/zb.json" >/dev/null || { echo "FAIL: schedule show"; fails=$((fails + 1)); }
+"$rrfp" schedule check --split-backward on "$tmp/zb.json" >/dev/null || { echo "FAIL: check of a written hint"; fails=$((fails + 1)); }
+"$rrfp" simulate --hint "$tmp/zb.json" --pp 4 --microbatches 8 --split-backward on --policy ready >/dev/null || { echo "FAIL: simulate from hint file"; fails=$((fails + 1)); }
+echo "cli bad-input checks: $fails failed"
+[ "$fails" -eq 0 ]
