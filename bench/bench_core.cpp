@@ -21,11 +21,13 @@ void BM_SimulateMultimodal(benchmark::State& state, const char* hint_name, Polic
   SimOptions opt;
   opt.arbiter.policy = policy;
   opt.record = false;
-  for (auto _ : state) benchmark::DoNotOptimize(simulate(m, hint, work, opt).makespan);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(simulate(m, hint, work, opt).makespan);
   state.SetItemsProcessed(state.iterations() * m.num_tasks());
   state.counters["tasks"] = m.num_tasks();
 }
-BENCHMARK_CAPTURE(BM_SimulateMultimodal, ready_bf, "bf", Policy::Ready)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_SimulateMultimodal, ready_bf, "bf", Policy::Ready)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_SimulateMultimodal, fixed_interleaved_1f1b, "interleaved-1f1b", Policy::Fixed)
     ->Unit(benchmark::kMillisecond);
 
@@ -37,8 +39,10 @@ void BM_Decision(benchmark::State& state, const char* hint_name) {
   WorkModel m(c);
   Hint hint = make_hint(hint_name, m);
   StageArbiter a(m, 0, hint, resolve_options({Policy::Ready, 1000, 0}, hint, m));
-  for (int mb = 0; mb < 1000; ++mb) a.mark_ready({Kind::F, 0, mb});
-  for (auto _ : state) benchmark::DoNotOptimize(a.peek());
+  for (int mb = 0; mb < 1000; ++mb)
+    a.mark_ready({Kind::F, 0, mb});
+  for (auto _ : state)
+    benchmark::DoNotOptimize(a.peek());
 }
 BENCHMARK_CAPTURE(BM_Decision, rule_bf, "bf")->Repetitions(9)->ReportAggregatesOnly(true);
 BENCHMARK_CAPTURE(BM_Decision, list_1f1b, "1f1b")->Repetitions(9)->ReportAggregatesOnly(true);
@@ -54,9 +58,11 @@ void BM_DecideAndCommit(benchmark::State& state) {
   for (auto _ : state) {
     state.PauseTiming();
     StageArbiter a(m, 0, hint, opt);
-    for (int mb = 0; mb < 1000; ++mb) a.mark_ready({Kind::F, 0, mb});
+    for (int mb = 0; mb < 1000; ++mb)
+      a.mark_ready({Kind::F, 0, mb});
     state.ResumeTiming();
-    for (int i = 0; i < 1000; ++i) a.commit(*a.peek());
+    for (int i = 0; i < 1000; ++i)
+      a.commit(*a.peek());
   }
   state.SetItemsProcessed(state.iterations() * 1000);
 }

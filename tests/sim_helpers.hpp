@@ -33,7 +33,7 @@ inline RealizedWork unit_work(const WorkModel& m, double f_us = 1000, double b_u
 }
 
 inline SimRun run(const WorkModel& m, const std::string& hint_name, Policy policy,
-               const RealizedWork& work, SimOptions opt = {}) {
+                  const RealizedWork& work, SimOptions opt = {}) {
   Hint h = make_hint(hint_name, m);
   opt.arbiter.policy = policy;
   SimRun r;

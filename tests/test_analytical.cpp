@@ -37,7 +37,8 @@ TEST_P(ClosedForm, ZbH1BubbleIsAThirdOf1f1b) {
   EXPECT_EQ(bubble_1f1b, 3LL * (p - 1) * kUnit);
   EXPECT_EQ(bubble_zb * 3, bubble_1f1b) << "P=" << p << " M=" << mbs;
   // ZB-H1 keeps 1F1B's activation peak.
-  for (int s = 0; s < p; ++s) EXPECT_LE(zb.result.peak_d[s], base.result.peak_d[s]);
+  for (int s = 0; s < p; ++s)
+    EXPECT_LE(zb.result.peak_d[s], base.result.peak_d[s]);
 }
 
 TEST_P(ClosedForm, ZbH2WithEnoughMicrobatchesLeavesOnlyTheUnavoidableRamp) {
@@ -76,7 +77,8 @@ TEST_P(ClosedForm, LowerBoundIsTightFor1f1b) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PxM, ClosedForm,
-                         ::testing::Combine(::testing::Values(2, 4, 8), ::testing::Values(1, 2, 4)));
+                         ::testing::Combine(::testing::Values(2, 4, 8),
+                                            ::testing::Values(1, 2, 4)));
 
 TEST(ClosedForm, ReadyPolicyMatchesFixedOnUniformWork) {
   // With no variability there is nothing to gain: BF under `ready` equals fixed 1F1B.

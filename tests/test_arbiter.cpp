@@ -16,11 +16,14 @@ struct Stage {
       : m(c), h(make_hint(hint, m)), a(m, stage, h, resolve_options(o, h, m)) {}
 };
 
-ArbiterOptions ready(int limit = 0, int w = 0) { return {Policy::Ready, limit, w}; }
+ArbiterOptions ready(int limit = 0, int w = 0) {
+  return {Policy::Ready, limit, w};
+}
 
 TEST(Arbiter, BfAlternatesAndSkipsAnEmptyDirection) {
   Stage s(config(2, 4), "bf", 1, ready(8));  // last stage: chunk 1
-  for (int mb = 0; mb < 3; ++mb) s.a.mark_ready({Kind::F, 1, mb});
+  for (int mb = 0; mb < 3; ++mb)
+    s.a.mark_ready({Kind::F, 1, mb});
   EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 1, 0}));  // no B ready: skip, never wait
   s.a.commit({Kind::F, 1, 0});
   s.a.mark_ready({Kind::B, 1, 0});
@@ -41,7 +44,8 @@ TEST(Arbiter, BackwardTakesLargestChunkForwardSmallest) {
 
 TEST(Arbiter, BackPressureStopsForwardAtTheLimit) {
   Stage s(config(4, 8), "bf", 0, ready(2));
-  for (int mb = 0; mb < 8; ++mb) s.a.mark_ready({Kind::F, 0, mb});
+  for (int mb = 0; mb < 8; ++mb)
+    s.a.mark_ready({Kind::F, 0, mb});
   s.a.commit(*s.a.peek());
   s.a.commit(*s.a.peek());
   EXPECT_TRUE(s.a.back_pressured());
@@ -65,7 +69,8 @@ TEST(Arbiter, InterleavedBackPressureDrainsInLocalOrder) {
 
 TEST(Arbiter, PendingWeightGradientsAreCapped) {
   Stage s(config(2, 4, 1, true), "bfw", 1, ready(8, 2));
-  for (int mb = 0; mb < 4; ++mb) s.a.mark_ready({Kind::F, 1, mb});
+  for (int mb = 0; mb < 4; ++mb)
+    s.a.mark_ready({Kind::F, 1, mb});
   for (int mb = 0; mb < 2; ++mb) {
     s.a.commit({Kind::F, 1, mb});
     s.a.mark_ready({Kind::B, 1, mb});
@@ -108,7 +113,8 @@ TEST(Simulator, DeadlockIsReportedWithEachStagesState) {
     simulate(m, h, unit_work(m), opt);
     FAIL() << "no deadlock reported";
   } catch (const DeadlockError& e) {
-    EXPECT_NE(std::string(e.what()).find("stage 1: ran 0/4, next in fixed order F c1 m1 (inputs missing)"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "stage 1: ran 0/4, next in fixed order F c1 m1 (inputs missing)"),
               std::string::npos)
         << e.what();
   }

@@ -82,13 +82,13 @@ TEST_P(Invariants, HoldForEveryPolicyAndPresetOverManySeeds) {
         opt.arbiter.limit = sh.limit;
         opt.comm = sh.comm;
         opt.tp_protocol = sh.protocol;
-        const std::string ctx = hint_name + " " + to_string(policy) + " " + preset + " seed=" +
-                                std::to_string(seed) + " P=" + std::to_string(sh.cfg.pp) +
-                                " M=" + std::to_string(sh.cfg.microbatches) +
-                                " V=" + std::to_string(sh.cfg.vpp) + " " + to_string(sh.cfg.placement) +
-                                " split=" + std::to_string(sh.cfg.split_backward) +
-                                " TP=" + std::to_string(sh.tp) + " " + to_string(sh.comm) + " " +
-                                to_string(sh.protocol) + " limit=" + std::to_string(sh.limit);
+        const std::string ctx =
+            hint_name + " " + to_string(policy) + " " + preset + " seed=" + std::to_string(seed) +
+            " P=" + std::to_string(sh.cfg.pp) + " M=" + std::to_string(sh.cfg.microbatches) +
+            " V=" + std::to_string(sh.cfg.vpp) + " " + to_string(sh.cfg.placement) +
+            " split=" + std::to_string(sh.cfg.split_backward) + " TP=" + std::to_string(sh.tp) +
+            " " + to_string(sh.comm) + " " + to_string(sh.protocol) +
+            " limit=" + std::to_string(sh.limit);
         SimResult r;
         try {
           r = simulate(m, hint, work, opt);
@@ -104,12 +104,16 @@ TEST_P(Invariants, HoldForEveryPolicyAndPresetOverManySeeds) {
         ASSERT_TRUE(bad.empty()) << ctx << ": " << bad.front();
         ASSERT_GE(r.makespan, lb.value) << ctx;
         if (policy == Policy::Ready && sh.cfg.vpp == 1)
-          for (int d : r.peak_d) ASSERT_LE(d, r.arbiter.limit) << ctx;
+          for (int d : r.peak_d)
+            ASSERT_LE(d, r.arbiter.limit) << ctx;
         // Identical realized work: each rank's summed compute is the same under both policies.
         std::vector<std::int64_t> busy;
-        for (const auto& rs : r.ranks) busy.push_back(rs.busy);
-        if (busy_first.empty()) busy_first = busy;
-        else ASSERT_EQ(busy, busy_first) << ctx;
+        for (const auto& rs : r.ranks)
+          busy.push_back(rs.busy);
+        if (busy_first.empty())
+          busy_first = busy;
+        else
+          ASSERT_EQ(busy, busy_first) << ctx;
       }
     }
   }
@@ -136,8 +140,10 @@ TEST(BackPressure, RuleHintsNeverDeadlockAtAnyLimit) {
         opt.arbiter.limit = limit;
         const auto work = realize(workload_preset("multimodal"), m, 1, seed);
         SimResult r;
-        ASSERT_NO_THROW(r = simulate(m, h, work, opt)) << name << " seed " << seed << " limit " << limit;
-        for (int d : r.peak_d) ASSERT_LE(d, limit + (c.vpp > 1 ? c.vpp : 0)) << name;
+        ASSERT_NO_THROW(r = simulate(m, h, work, opt))
+            << name << " seed " << seed << " limit " << limit;
+        for (int d : r.peak_d)
+          ASSERT_LE(d, limit + (c.vpp > 1 ? c.vpp : 0)) << name;
       }
     }
   }
@@ -162,7 +168,8 @@ TEST(TensorParallel, NoCoordinationIsCaughtAsAMismatch) {
   EXPECT_GT(caught, 0);
   for (TpProtocol p : {TpProtocol::Leader, TpProtocol::Agree}) {
     opt.tp_protocol = p;
-    for (int seed = 0; seed < 20; ++seed) EXPECT_NO_THROW(simulate(m, h, realize(wp, m, 2, seed), opt));
+    for (int seed = 0; seed < 20; ++seed)
+      EXPECT_NO_THROW(simulate(m, h, realize(wp, m, 2, seed), opt));
   }
 }
 

@@ -11,7 +11,9 @@
 namespace rrfp::test {
 namespace {
 
-WorkModel small() { return WorkModel(config(2, 2)); }
+WorkModel small() {
+  return WorkModel(config(2, 2));
+}
 
 std::string expect_hint_error(const std::string& text) {
   WorkModel m = small();
@@ -36,26 +38,31 @@ TEST(HintFile, RoundTripsTextAndJson) {
 TEST(HintFile, RejectsWithNamedErrors) {
   // stage 0 = chunk 0, stage 1 = chunk 1; M = 2.
   const std::string ok1 = "stage 1: F1:0 B1:0 F1:1 B1:1\n";
-  EXPECT_NE(expect_hint_error("stage 0: F0:0 F0:1 B0:0\n" + ok1).find("stage 0: task B c0 m1 is missing"),
-            std::string::npos);
+  EXPECT_NE(
+      expect_hint_error("stage 0: F0:0 F0:1 B0:0\n" + ok1).find("stage 0: task B c0 m1 is missing"),
+      std::string::npos);
   EXPECT_NE(expect_hint_error("stage 0: F0:0 F0:0 F0:1 B0:0 B0:1\n" + ok1).find("listed twice"),
             std::string::npos);
-  EXPECT_NE(expect_hint_error("stage 0: F0:0 F1:1 F0:1 B0:0 B0:1\n" + ok1).find("belongs to stage 1"),
-            std::string::npos);
+  EXPECT_NE(
+      expect_hint_error("stage 0: F0:0 F1:1 F0:1 B0:0 B0:1\n" + ok1).find("belongs to stage 1"),
+      std::string::npos);
   EXPECT_NE(expect_hint_error("stage 0: B0:0 F0:0 F0:1 B0:1\n" + ok1).find("comes before F c0 m0"),
             std::string::npos);
   EXPECT_NE(expect_hint_error("stage 0: F0:0 F0:1 B0:0 B0:1\n").find("stage 1 has no line"),
             std::string::npos);
   EXPECT_NE(expect_hint_error("stage 0: F0:0 X B0:0\n" + ok1).find("h.txt:1: bad task token 'X'"),
             std::string::npos);
-  EXPECT_NE(expect_hint_error("rrfp-hint 1 pp=3\n").find("pp=3 but the run has pp=2"), std::string::npos);
+  EXPECT_NE(expect_hint_error("rrfp-hint 1 pp=3\n").find("pp=3 but the run has pp=2"),
+            std::string::npos);
   // A cross-stage cycle: stage 0 wants m0's gradient before m1's forward, stage 1 the reverse.
   EXPECT_NE(expect_hint_error("stage 0: F0:0 B0:0 F0:1 B0:1\nstage 1: F1:1 B1:1 F1:0 B1:0\n")
                 .find("can never finish"),
             std::string::npos);
-  EXPECT_NE(expect_hint_error("{\"format\": \"rrfp-hint\", \"version\": 1, \"stages\": [[\"F0:0\"]").find("invalid JSON"),
+  EXPECT_NE(expect_hint_error("{\"format\": \"rrfp-hint\", \"version\": 1, \"stages\": [[\"F0:0\"]")
+                .find("invalid JSON"),
             std::string::npos);
-  EXPECT_NE(expect_hint_error("{\"format\": \"rrfp-hint\", \"version\": 1, \"stages\": [[1], []]}").find("not a string"),
+  EXPECT_NE(expect_hint_error("{\"format\": \"rrfp-hint\", \"version\": 1, \"stages\": [[1], []]}")
+                .find("not a string"),
             std::string::npos);
 }
 
@@ -99,8 +106,9 @@ TEST(Replay, ReadsMeasuredDurationsAndRejectsBadRows) {
             std::string::npos);
   EXPECT_NE(err(csv + "0,0,0,F,abc,0\n").find("'abc' is not a number"), std::string::npos);
   EXPECT_NE(err(csv + "1,0,0,F,5,0\n").find("runs on stage 0, not 1"), std::string::npos);
-  EXPECT_NE(err("stage,chunk,microbatch,kind,duration_us\n0,0,0,F,5\n").find("no duration for task"),
-            std::string::npos);
+  EXPECT_NE(
+      err("stage,chunk,microbatch,kind,duration_us\n0,0,0,F,5\n").find("no duration for task"),
+      std::string::npos);
   EXPECT_NE(err("stage,chunk\n").find("lacks column 'microbatch'"), std::string::npos);
 }
 
@@ -109,7 +117,8 @@ TEST(Replay, ReadsMeasuredDurationsAndRejectsBadRows) {
 TEST(Fuzz, ParsersSurviveThousandsOfMutatedInputs) {
   WorkModel m(config(3, 4, 1, true));
   const std::vector<std::string> seeds_text = {
-      write_hint_text(make_hint("zb-h1", m).list(), m), write_hint_json(make_hint("1f1b", m).list(), m),
+      write_hint_text(make_hint("zb-h1", m).list(), m),
+      write_hint_json(make_hint("1f1b", m).list(), m),
       "{\"preset\": \"multimodal\", \"forward_us\": 100, \"jitter_p\": 0.2}",
       "stage,chunk,microbatch,kind,duration_us,tp_rank,send_us\n0,0,0,F,10,0,1\n1,1,2,B,7.5,0,0\n"};
   const std::string alphabet = "{}[]\":,.-+0123456789eEFBWstage:# \n\rxrrfp-hint=";
@@ -122,11 +131,21 @@ TEST(Fuzz, ParsersSurviveThousandsOfMutatedInputs) {
       const std::uint64_t r = hash_keys(78, i, e);
       const size_t pos = s.empty() ? 0 : r % s.size();
       switch ((r >> 20) % 5) {
-        case 0: if (!s.empty()) s[pos] = static_cast<char>(r >> 32); break;
-        case 1: s.resize(pos); break;
-        case 2: s.insert(pos, 1, alphabet[(r >> 40) % alphabet.size()]); break;
-        case 3: if (!s.empty()) s.erase(pos, 1 + (r >> 44) % 8); break;
-        case 4: s = std::string(1 + (r >> 8) % 64, static_cast<char>(r >> 48)); break;
+        case 0:
+          if (!s.empty()) s[pos] = static_cast<char>(r >> 32);
+          break;
+        case 1:
+          s.resize(pos);
+          break;
+        case 2:
+          s.insert(pos, 1, alphabet[(r >> 40) % alphabet.size()]);
+          break;
+        case 3:
+          if (!s.empty()) s.erase(pos, 1 + (r >> 44) % 8);
+          break;
+        case 4:
+          s = std::string(1 + (r >> 8) % 64, static_cast<char>(r >> 48));
+          break;
       }
     }
     auto attempt = [&](auto&& fn) {

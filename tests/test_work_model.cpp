@@ -23,14 +23,15 @@ TEST(WorkModel, DependenciesFollowDesign) {
   EXPECT_EQ(m.deps({Kind::F, 0, 1}, d), 0);
   ASSERT_EQ(m.deps({Kind::F, 2, 1}, d), 1);
   EXPECT_EQ(d[0].task, (TaskId{Kind::F, 1, 1}));
-  EXPECT_FALSE(d[0].cross_stage);  // V-shape turn: chunks 1 and 2 share stage 1
+  EXPECT_FALSE(d[0].cross_stage);            // V-shape turn: chunks 1 and 2 share stage 1
   ASSERT_EQ(m.deps({Kind::B, 3, 0}, d), 1);  // last chunk: only its own F
   ASSERT_EQ(m.deps({Kind::B, 0, 0}, d), 2);
   EXPECT_EQ(d[1].task, (TaskId{Kind::B, 1, 0}));
   EXPECT_TRUE(d[1].cross_stage);
   ASSERT_EQ(m.deps({Kind::W, 2, 2}, d), 1);
   EXPECT_EQ(d[0].task, (TaskId{Kind::B, 2, 2}));
-  for (int i = 0; i < m.num_tasks(); ++i) EXPECT_EQ(m.index(m.task(i)), i);
+  for (int i = 0; i < m.num_tasks(); ++i)
+    EXPECT_EQ(m.index(m.task(i)), i);
 }
 
 TEST(WorkModel, RejectsBadShapesByFlag) {
@@ -44,8 +45,9 @@ TEST(WorkModel, RejectsBadShapesByFlag) {
   };
   EXPECT_NE(msg(config(0, 4)).find("--pp: must be at least 1"), std::string::npos);
   EXPECT_NE(msg(config(2, 0)).find("--microbatches"), std::string::npos);
-  EXPECT_NE(msg(config(2, 4, 3, false, Placement::VShape)).find("--placement vshape: needs --vpp 2"),
-            std::string::npos);
+  EXPECT_NE(
+      msg(config(2, 4, 3, false, Placement::VShape)).find("--placement vshape: needs --vpp 2"),
+      std::string::npos);
 }
 
 TEST(Hints, NonInterleavedHintsRefuseVpp2) {

@@ -45,7 +45,8 @@ TEST(Workload, JitterHitsAboutPOfTasks) {
     calm.jitter = jitter_level(0);
     RealizedWork a = realize(w, m, 1, 5), b = realize(calm, m, 1, 5);
     int hit = 0;
-    for (int i = 0; i < m.num_tasks(); ++i) hit += a.compute(0, i) > b.compute(0, i);
+    for (int i = 0; i < m.num_tasks(); ++i)
+      hit += a.compute(0, i) > b.compute(0, i);
     EXPECT_NEAR(static_cast<double>(hit) / m.num_tasks(), jitter_level(j).p, 0.03) << "J" << j;
   }
 }

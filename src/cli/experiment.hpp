@@ -18,7 +18,7 @@ struct RunSpec {
 };
 
 struct Scenario {
-  PipelineConfig cfg;             // split_backward is decided per run (split_mode)
+  PipelineConfig cfg;               // split_backward is decided per run (split_mode)
   std::string split_mode = "auto";  // auto: on for zb-* and bfw; on; off
   int tp = 1;
   TpProtocol tp_protocol = TpProtocol::Leader;

@@ -42,18 +42,21 @@ std::string render(const WorkModel& m, const Hint& hint) {
   for (const auto& t : r.tasks) {
     const std::string c = cell(t.task, m);
     width = std::max(width, c.size());
-    for (std::int64_t x = t.start / unit; x < t.compute_end / unit && x < cols; ++x) grid[t.stage][x] = c;
+    for (std::int64_t x = t.start / unit; x < t.compute_end / unit && x < cols; ++x)
+      grid[t.stage][x] = c;
   }
   std::string out;
   for (int s = 0; s < m.pp(); ++s) {
     out += "stage " + std::to_string(s) + (s < 10 ? " " : "") + "|";
-    for (const auto& c : grid[s]) out += " " + c + std::string(width - c.size(), ' ');
+    for (const auto& c : grid[s])
+      out += " " + c + std::string(width - c.size(), ' ');
     out += "\n";
   }
   out += "\n" + std::to_string(cols) + " time units (F = B" + (m.split() ? " = W" : "") +
          " = 1, no communication); '.' = idle" + (m.vpp() > 1 ? "; letter = local chunk" : "") +
          "; policy " + to_string(opt.arbiter.policy) + "; peak D per stage:";
-  for (int d : r.peak_d) out += " " + std::to_string(d);
+  for (int d : r.peak_d)
+    out += " " + std::to_string(d);
   return out + "\n";
 }
 
@@ -66,13 +69,15 @@ WorkModel model_for(const ScheduleFlags& f, const std::string& hint) {
 void show(const ScheduleFlags& f) {
   WorkModel m = model_for(f, f.hint);
   Hint h = make_hint(f.hint, m);
-  std::cout << "hint " << h.name << ": P=" << m.pp() << " V=" << m.vpp() << " M="
-            << m.microbatches() << (m.split() ? " split backward" : "") << "\n\n"
+  std::cout << "hint " << h.name << ": P=" << m.pp() << " V=" << m.vpp()
+            << " M=" << m.microbatches() << (m.split() ? " split backward" : "") << "\n\n"
             << render(m, h);
   if (!f.out.empty()) {
-    if (!h.is_list()) throw InputError("--out: '" + f.hint + "' is a rule hint, it has no task list");
+    if (!h.is_list())
+      throw InputError("--out: '" + f.hint + "' is a rule hint, it has no task list");
     const bool json = f.out.size() > 5 && f.out.substr(f.out.size() - 5) == ".json";
-    write_text_file(f.out, json ? write_hint_json(h.list(), m) : write_hint_text(h.list(), m), "--out");
+    write_text_file(f.out, json ? write_hint_json(h.list(), m) : write_hint_text(h.list(), m),
+                    "--out");
     std::cout << "wrote " << f.out << "\n";
   }
 }
@@ -84,7 +89,8 @@ void check(const ScheduleFlags& f) {
   std::cout << "ok: " << f.file << " is a valid hint for P=" << m.pp() << " V=" << m.vpp()
             << " M=" << m.microbatches() << (m.split() ? " (split backward)" : "") << "; "
             << m.tasks_per_stage() << " tasks per stage; fixed-order peak D per stage:";
-  for (int p : peaks) std::cout << " " << p;
+  for (int p : peaks)
+    std::cout << " " << p;
   std::cout << "\n";
 }
 
@@ -97,7 +103,8 @@ void setup_schedule(CLI::App& app) {
   f->shape.pp = 4;
   f->shape.microbatches = 8;
   std::string names;
-  for (const auto& n : hint_names()) names += (names.empty() ? "" : ", ") + n;
+  for (const auto& n : hint_names())
+    names += (names.empty() ? "" : ", ") + n;
   CLI::App* sh = sch->add_subcommand("show", "draw a hint as a pipeline diagram");
   add_shape_flags(sh, f->shape);
   sh->add_option("--hint", f->hint, "one of: " + names + "; or a hint file")->capture_default_str();

@@ -35,7 +35,8 @@ std::vector<RunSpec> plan(const SimulateFlags& f, const PipelineConfig& cfg, boo
                                  {"bf", Policy::Ready, CommMode::Async, ""},
                                  {"bfw", Policy::Ready, CommMode::Async, ""}};
     if (comm_given)
-      for (auto& r : runs) r.comm = comm;
+      for (auto& r : runs)
+        r.comm = comm;
     return runs;
   }
   const bool rule = is_rule_hint_name(f.hint);
@@ -61,14 +62,17 @@ void run_simulate(const SimulateFlags& f, bool comm_given) {
   sc.max_pending_w = f.max_pending_w;
   sc.record = !f.trace.empty() || !f.svg.empty();
   std::vector<ReportRun> runs;
-  for (const RunSpec& spec : plan(f, sc.cfg, comm_given)) runs.push_back(run_scenario(sc, spec));
+  for (const RunSpec& spec : plan(f, sc.cfg, comm_given))
+    runs.push_back(run_scenario(sc, spec));
   const ReportHeader h = header_of(sc);
   if (!f.trace.empty()) write_chrome_trace(f.trace, runs);
   if (!f.svg.empty()) write_svg(f.svg, h, runs);
   if (!f.json.empty()) {
     const std::string text = to_json(h, runs).dump(2) + "\n";
-    if (f.json == "-") std::cout << text;
-    else write_text_file(f.json, text, "--json");
+    if (f.json == "-")
+      std::cout << text;
+    else
+      write_text_file(f.json, text, "--json");
   }
   if (f.json != "-") std::cout << format_table(h, runs, f.per_stage);
   if (!f.trace.empty()) std::cout << "trace: " << f.trace << " (open in https://ui.perfetto.dev)\n";
@@ -84,10 +88,14 @@ void setup_simulate(CLI::App& app) {
       "simulate one training step; with no --hint, compare fixed 1F1B against rrfp BF and BFW");
   add_shape_flags(sub, f->shape);
   add_workload_flags(sub, f->load);
-  sub->add_option("--hint", f->hint, "a hint name (see `rrfp schedule show --help`) or a hint file");
-  sub->add_option("--policy", f->policy, "fixed, ready or both (fixed above ready)")->capture_default_str();
-  auto* comm = sub->add_option("--comm", f->comm, "async or blocking (rendezvous)")->capture_default_str();
-  sub->add_option("--limit", f->limit, "back-pressure limit on F done - B done (0: the hint's default)");
+  sub->add_option("--hint", f->hint,
+                  "a hint name (see `rrfp schedule show --help`) or a hint file");
+  sub->add_option("--policy", f->policy, "fixed, ready or both (fixed above ready)")
+      ->capture_default_str();
+  auto* comm =
+      sub->add_option("--comm", f->comm, "async or blocking (rendezvous)")->capture_default_str();
+  sub->add_option("--limit", f->limit,
+                  "back-pressure limit on F done - B done (0: the hint's default)");
   sub->add_option("--max-pending-w", f->max_pending_w, "cap on deferred W tasks (0: P)");
   sub->add_option("--json", f->json, "write the report as JSON to FILE ('-': stdout)");
   sub->add_option("--trace", f->trace, "write a Chrome trace (Perfetto) to FILE");

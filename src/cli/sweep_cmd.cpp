@@ -43,7 +43,8 @@ std::string f3(double v) {
 
 double geomean(const std::vector<double>& v) {
   double s = 0;
-  for (double x : v) s += std::log(x);
+  for (double x : v)
+    s += std::log(x);
   return v.empty() ? 0 : std::exp(s / v.size());
 }
 
@@ -56,7 +57,8 @@ std::string markdown(const std::vector<Row>& rows, const SweepFlags& f) {
   std::map<std::tuple<std::string, int, std::string>, Agg> sum;
   std::vector<std::string> run_order;
   for (const Row& r : rows) {
-    if (std::find(run_order.begin(), run_order.end(), r.run) == run_order.end()) run_order.push_back(r.run);
+    if (std::find(run_order.begin(), run_order.end(), r.run) == run_order.end())
+      run_order.push_back(r.run);
     Agg& g = sum[{r.workload, r.limit_flag, r.run}];
     g.a.push_back(r.vs_1f1b_blocking);
     g.b.push_back(r.vs_1f1b_async);
@@ -66,7 +68,8 @@ std::string markdown(const std::vector<Row>& rows, const SweepFlags& f) {
   }
   std::ostringstream o;
   o << "| workload | limit | run | speedup vs fixed 1F1B blocking (geomean, min..max) | vs fixed "
-       "1F1B async | vs fixed ZB-H1 | efficiency (mean) | peak D (max) |\n|---|---|---|---|---|---|---|---|\n";
+       "1F1B async | vs fixed ZB-H1 | efficiency (mean) | peak D (max) "
+       "|\n|---|---|---|---|---|---|---|---|\n";
   for (const auto& w : f.workloads)
     for (int lim : f.limits)
       for (const auto& run : run_order) {
@@ -74,7 +77,8 @@ std::string markdown(const std::vector<Row>& rows, const SweepFlags& f) {
         if (it == sum.end()) continue;
         const Agg& g = it->second;
         double e = 0;
-        for (double x : g.eff) e += x;
+        for (double x : g.eff)
+          e += x;
         o << "| " << w << " | " << (lim == 0 ? "default" : std::to_string(lim)) << " | " << run
           << " | " << f3(geomean(g.a)) << " (" << f3(*std::min_element(g.a.begin(), g.a.end()))
           << ".." << f3(*std::max_element(g.a.begin(), g.a.end())) << ") | " << f3(geomean(g.b))
@@ -93,17 +97,21 @@ void run_sweep(const SweepFlags& f) {
   for (int t : f.tps)
     if (t < 1) throw InputError("--tp: must be at least 1, got " + std::to_string(t));
   for (int l : f.limits)
-    if (l < 0) throw InputError("--limits: must be 0 (default) or at least 1, got " + std::to_string(l));
+    if (l < 0)
+      throw InputError("--limits: must be 0 (default) or at least 1, got " + std::to_string(l));
   for (const auto& h : f.hints)
-    if (!is_rule_hint_name(h) && std::find(hint_names().begin(), hint_names().end(), h) == hint_names().end())
+    if (!is_rule_hint_name(h) &&
+        std::find(hint_names().begin(), hint_names().end(), h) == hint_names().end())
       throw InputError("--hints: unknown hint '" + h + "'");
   std::vector<WorkloadParams> loads;
-  for (const auto& w : f.workloads) loads.push_back(workload_preset(w));
+  for (const auto& w : f.workloads)
+    loads.push_back(workload_preset(w));
   const TpProtocol proto = parse_tp_protocol(f.tp_protocol);
 
-  std::vector<RunSpec> specs = {{"1f1b", Policy::Fixed, CommMode::Blocking, "fixed 1f1b (blocking)"},
-                                {"1f1b", Policy::Fixed, CommMode::Async, "fixed 1f1b (async)"},
-                                {"zb-h1", Policy::Fixed, CommMode::Async, "fixed zb-h1 (async)"}};
+  std::vector<RunSpec> specs = {
+      {"1f1b", Policy::Fixed, CommMode::Blocking, "fixed 1f1b (blocking)"},
+      {"1f1b", Policy::Fixed, CommMode::Async, "fixed 1f1b (async)"},
+      {"zb-h1", Policy::Fixed, CommMode::Async, "fixed zb-h1 (async)"}};
   for (const auto& h : f.hints)
     specs.push_back({h, is_rule_hint_name(h) ? Policy::Ready : Policy::Ready, CommMode::Async,
                      "rrfp " + h + " (async)"});
@@ -132,20 +140,34 @@ void run_sweep(const SweepFlags& f) {
               sc.limit = lim;
               sc.record = false;
               std::vector<ReportRun> runs;
-              for (const auto& s : specs) runs.push_back(run_scenario(sc, s));
+              for (const auto& s : specs)
+                runs.push_back(run_scenario(sc, s));
               const double b0 = runs[0].metrics.makespan, b1 = runs[1].metrics.makespan,
                            b2 = runs[2].metrics.makespan;
               for (const auto& r : runs) {
-                Row row{f.workloads[wi], r.label, p, fac * p, tp, lim, r.metrics.limit,
-                        static_cast<std::uint64_t>(seed), r.metrics.makespan / 1e6,
-                        r.metrics.bubble_ratio, r.metrics.efficiency, r.metrics.bound.value / 1e6, 0,
-                        b0 / r.metrics.makespan, b1 / r.metrics.makespan, b2 / r.metrics.makespan};
-                for (const auto& s : r.metrics.stages) row.peak_d = std::max(row.peak_d, s.peak_d);
-                csv += row.workload + "," + std::to_string(p) + "," + std::to_string(row.mbs) + "," +
-                       std::to_string(tp) + "," + std::to_string(lim) + "," +
-                       std::to_string(row.limit) + "," + std::to_string(seed) + "," + row.run + "," +
-                       f3(row.makespan_ms) + "," + f3(row.bubble) + "," + f3(row.efficiency) + "," +
-                       f3(row.lb_ms) + "," + std::to_string(row.peak_d) + "," +
+                Row row{f.workloads[wi],
+                        r.label,
+                        p,
+                        fac * p,
+                        tp,
+                        lim,
+                        r.metrics.limit,
+                        static_cast<std::uint64_t>(seed),
+                        r.metrics.makespan / 1e6,
+                        r.metrics.bubble_ratio,
+                        r.metrics.efficiency,
+                        r.metrics.bound.value / 1e6,
+                        0,
+                        b0 / r.metrics.makespan,
+                        b1 / r.metrics.makespan,
+                        b2 / r.metrics.makespan};
+                for (const auto& s : r.metrics.stages)
+                  row.peak_d = std::max(row.peak_d, s.peak_d);
+                csv += row.workload + "," + std::to_string(p) + "," + std::to_string(row.mbs) +
+                       "," + std::to_string(tp) + "," + std::to_string(lim) + "," +
+                       std::to_string(row.limit) + "," + std::to_string(seed) + "," + row.run +
+                       "," + f3(row.makespan_ms) + "," + f3(row.bubble) + "," + f3(row.efficiency) +
+                       "," + f3(row.lb_ms) + "," + std::to_string(row.peak_d) + "," +
                        f3(row.vs_1f1b_blocking) + "," + f3(row.vs_1f1b_async) + "," +
                        f3(row.vs_zbh1) + "\n";
                 rows.push_back(row);
@@ -166,12 +188,20 @@ void setup_sweep(CLI::App& app) {
   auto f = std::make_shared<SweepFlags>();
   CLI::App* sub = app.add_subcommand(
       "sweep", "grid of workloads x P x M x TP x limits x seeds: rrfp against fixed baselines");
-  sub->add_option("--workloads", f->workloads, "workload presets")->delimiter(',')->capture_default_str();
+  sub->add_option("--workloads", f->workloads, "workload presets")
+      ->delimiter(',')
+      ->capture_default_str();
   sub->add_option("--pp", f->pps, "pipeline sizes")->delimiter(',')->capture_default_str();
-  sub->add_option("--mb-factors", f->mb_factors, "microbatches as multiples of P")->delimiter(',')->capture_default_str();
+  sub->add_option("--mb-factors", f->mb_factors, "microbatches as multiples of P")
+      ->delimiter(',')
+      ->capture_default_str();
   sub->add_option("--tp", f->tps, "tensor-parallel sizes")->delimiter(',')->capture_default_str();
-  sub->add_option("--limits", f->limits, "back-pressure limits (0: default)")->delimiter(',')->capture_default_str();
-  sub->add_option("--hints", f->hints, "rrfp hints run under the ready policy")->delimiter(',')->capture_default_str();
+  sub->add_option("--limits", f->limits, "back-pressure limits (0: default)")
+      ->delimiter(',')
+      ->capture_default_str();
+  sub->add_option("--hints", f->hints, "rrfp hints run under the ready policy")
+      ->delimiter(',')
+      ->capture_default_str();
   sub->add_option("--seeds", f->seeds, "seeds 1..N per grid point")->capture_default_str();
   sub->add_option("--tp-protocol", f->tp_protocol, "leader or agree")->capture_default_str();
   sub->add_option("--csv", f->csv, "CSV of every run")->capture_default_str();

@@ -4,7 +4,9 @@
 
 namespace rrfp {
 
-std::string to_string(Policy p) { return p == Policy::Fixed ? "fixed" : "ready"; }
+std::string to_string(Policy p) {
+  return p == Policy::Fixed ? "fixed" : "ready";
+}
 
 Policy parse_policy(const std::string& s) {
   if (s == "fixed") return Policy::Fixed;
@@ -16,10 +18,12 @@ ArbiterOptions resolve_options(ArbiterOptions opt, const Hint& hint, const WorkM
   if (opt.policy == Policy::Fixed && !hint.is_list())
     throw InputError("--policy fixed: needs a list hint (gpipe, 1f1b, ...); '" + hint.name +
                      "' is a rule over the ready set");
-  if (opt.limit < 0) throw InputError("--limit: must be at least 1, got " + std::to_string(opt.limit));
+  if (opt.limit < 0)
+    throw InputError("--limit: must be at least 1, got " + std::to_string(opt.limit));
   if (opt.limit == 0) opt.limit = default_limit(hint, m);
   if (opt.max_pending_w < 0)
-    throw InputError("--max-pending-w: must be at least 1, got " + std::to_string(opt.max_pending_w));
+    throw InputError("--max-pending-w: must be at least 1, got " +
+                     std::to_string(opt.max_pending_w));
   if (opt.max_pending_w == 0) opt.max_pending_w = m.pp();
   return opt;
 }
@@ -36,19 +40,21 @@ StageArbiter::StageArbiter(const WorkModel& m, int stage, const Hint& hint,
       total_(m.tasks_per_stage()) {
   if (opt_.limit < 1 || opt_.max_pending_w < 1)
     throw InputError("arbiter options not resolved: limit and max_pending_w must be >= 1");
-  if (opt_.policy == Policy::Fixed && !list_)
-    throw InputError("--policy fixed: needs a list hint");
+  if (opt_.policy == Policy::Fixed && !list_) throw InputError("--policy fixed: needs a list hint");
   state_.assign(kNumKinds * v_ * mbs_, kWaiting);
   progress_.assign(mbs_, 0);
   if (list_) {
     const auto& order = hint_.list().stages.at(stage_);
     rank_.assign(state_.size(), -1);
-    for (int i = 0; i < static_cast<int>(order.size()); ++i) rank_[local_index(order[i])] = i;
-    for (auto& q : queue_) q.reset(static_cast<int>(order.size()));
+    for (int i = 0; i < static_cast<int>(order.size()); ++i)
+      rank_[local_index(order[i])] = i;
+    for (auto& q : queue_)
+      q.reset(static_cast<int>(order.size()));
   } else {
     rule_ = hint_.rule();
     next_backward_ = rule_ != Rule::FB;
-    for (auto& q : queue_) q.reset(v_ * mbs_);
+    for (auto& q : queue_)
+      q.reset(v_ * mbs_);
   }
 }
 
@@ -135,8 +141,11 @@ std::optional<TaskId> StageArbiter::peek() const {
     case Rule::BFW:
       if (!next_backward_) std::swap(first, second);
       break;
-    case Rule::BPriority: break;
-    case Rule::FPriority: std::swap(first, second); break;
+    case Rule::BPriority:
+      break;
+    case Rule::FPriority:
+      std::swap(first, second);
+      break;
   }
   if (auto t = min_of(first)) return t;
   if (auto t = min_of(second)) return t;
@@ -182,13 +191,16 @@ void StageArbiter::commit(const TaskId& t) {
       --pending_w_;
       break;
   }
-  while (drain_mb_ < mbs_ && progress_[drain_mb_] == 2 * v_) ++drain_mb_;
+  while (drain_mb_ < mbs_ && progress_[drain_mb_] == 2 * v_)
+    ++drain_mb_;
 }
 
 std::string StageArbiter::describe() const {
   std::string out = "stage " + std::to_string(stage_) + ": ran " + std::to_string(committed_) +
                     "/" + std::to_string(total_);
-  if (auto h = head()) out += ", next in fixed order " + to_string(*h) + (is_ready(*h) ? " (ready)" : " (inputs missing)");
+  if (auto h = head())
+    out += ", next in fixed order " + to_string(*h) +
+           (is_ready(*h) ? " (ready)" : " (inputs missing)");
   out += ", D=" + std::to_string(d_);
   if (opt_.policy == Policy::Ready) {
     out += "/limit " + std::to_string(opt_.limit);

@@ -78,7 +78,7 @@ class StageArbiter {
   bool next_backward_ = true;        // BF/FB/BFW round state
   int d_ = 0, peak_d_ = 0, pending_w_ = 0, peak_pending_w_ = 0;
   int committed_ = 0, total_;
-  std::vector<int> progress_;         // per microbatch: local F and B done (drain order)
+  std::vector<int> progress_;  // per microbatch: local F and B done (drain order)
   int drain_mb_ = 0;
 };
 

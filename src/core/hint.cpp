@@ -29,7 +29,8 @@ bool looks_like_path(const std::string& s) {
 
 std::string known_names() {
   std::string out;
-  for (const auto& n : hint_names()) out += (out.empty() ? "" : ", ") + n;
+  for (const auto& n : hint_names())
+    out += (out.empty() ? "" : ", ") + n;
   return out;
 }
 
@@ -37,12 +38,14 @@ std::string known_names() {
 
 const std::vector<std::string>& hint_names() {
   static const std::vector<std::string> names = {
-      "gpipe", "1f1b", "interleaved-1f1b", "bfs", "zb-h1", "zb-h2", "zb-v",
+      "gpipe", "1f1b", "interleaved-1f1b", "bfs",        "zb-h1", "zb-h2", "zb-v",
       "bf",    "fb",   "b-priority",       "f-priority", "bfw"};
   return names;
 }
 
-bool is_rule_hint_name(const std::string& name) { return rule_table().count(name) > 0; }
+bool is_rule_hint_name(const std::string& name) {
+  return rule_table().count(name) > 0;
+}
 
 bool hint_wants_split(const std::string& name) {
   return name == "zb-h1" || name == "zb-h2" || name == "zb-v" || name == "bfw";
@@ -57,13 +60,20 @@ Hint make_hint(const std::string& name, const WorkModel& m) {
     h.body = it->second;
     return h;
   }
-  if (name == "gpipe") h.body = gen_gpipe(m);
-  else if (name == "1f1b") h.body = gen_1f1b(m);
-  else if (name == "interleaved-1f1b") h.body = gen_interleaved_1f1b(m);
-  else if (name == "bfs") h.body = gen_looped_bfs(m);
-  else if (name == "zb-h1") h.body = gen_zb_h1(m);
-  else if (name == "zb-h2") h.body = gen_zb_h2(m);
-  else if (name == "zb-v") h.body = gen_zb_v(m);
+  if (name == "gpipe")
+    h.body = gen_gpipe(m);
+  else if (name == "1f1b")
+    h.body = gen_1f1b(m);
+  else if (name == "interleaved-1f1b")
+    h.body = gen_interleaved_1f1b(m);
+  else if (name == "bfs")
+    h.body = gen_looped_bfs(m);
+  else if (name == "zb-h1")
+    h.body = gen_zb_h1(m);
+  else if (name == "zb-h2")
+    h.body = gen_zb_h2(m);
+  else if (name == "zb-v")
+    h.body = gen_zb_v(m);
   else if (looks_like_path(name)) {
     h.name = "file:" + name;
     h.body = read_hint_file(name, m);

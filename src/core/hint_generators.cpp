@@ -13,13 +13,13 @@ namespace {
 
 void need_v1(const WorkModel& m, const char* name) {
   if (m.vpp() != 1)
-    throw InputError(std::string("--hint ") + name + ": not an interleaved hint, needs --vpp 1 (got " +
-                     std::to_string(m.vpp()) + "); use interleaved-1f1b, bfs, zb-v or a rule hint");
+    throw InputError(std::string("--hint ") + name +
+                     ": not an interleaved hint, needs --vpp 1 (got " + std::to_string(m.vpp()) +
+                     "); use interleaved-1f1b, bfs, zb-v or a rule hint");
 }
 
 void need_split(const WorkModel& m, const char* name) {
-  if (!m.split())
-    throw InputError(std::string("--hint ") + name + ": needs --split-backward on");
+  if (!m.split()) throw InputError(std::string("--hint ") + name + ": needs --split-backward on");
 }
 
 // Appends B (and, when split, its W right away: the unsplit order of a split model).
@@ -36,8 +36,10 @@ ListHint gen_gpipe(const WorkModel& m) {
   h.stages.resize(m.pp());
   for (int s = 0; s < m.pp(); ++s) {
     auto& o = h.stages[s];
-    for (int mb = 0; mb < m.microbatches(); ++mb) o.push_back({Kind::F, s, mb});
-    for (int mb = 0; mb < m.microbatches(); ++mb) push_backward(o, m, s, mb);
+    for (int mb = 0; mb < m.microbatches(); ++mb)
+      o.push_back({Kind::F, s, mb});
+    for (int mb = 0; mb < m.microbatches(); ++mb)
+      push_backward(o, m, s, mb);
   }
   return h;
 }
@@ -50,12 +52,14 @@ ListHint gen_1f1b(const WorkModel& m) {
   for (int s = 0; s < m.pp(); ++s) {
     auto& o = h.stages[s];
     const int warmup = std::min(m.pp() - 1 - s, mbs);
-    for (int i = 0; i < warmup; ++i) o.push_back({Kind::F, s, i});
+    for (int i = 0; i < warmup; ++i)
+      o.push_back({Kind::F, s, i});
     for (int j = 0; j < mbs - warmup; ++j) {
       o.push_back({Kind::F, s, warmup + j});
       push_backward(o, m, s, j);
     }
-    for (int j = mbs - warmup; j < mbs; ++j) push_backward(o, m, s, j);
+    for (int j = mbs - warmup; j < mbs; ++j)
+      push_backward(o, m, s, j);
   }
   return h;
 }
@@ -79,12 +83,14 @@ ListHint gen_interleaved_1f1b(const WorkModel& m) {
     auto bwd = [&](int k) { push_backward(o, m, (v - 1 - (k / p) % v) * p + s, mb_of(k)); };
     // Megatron-LM: all-warmup when M == P, otherwise 2(P-s-1) + (V-1)P warm-up forwards.
     const int warmup = mbs == p ? total : std::min((p - s - 1) * 2 + (v - 1) * p, total);
-    for (int k = 0; k < warmup; ++k) fwd(k);
+    for (int k = 0; k < warmup; ++k)
+      fwd(k);
     for (int k = 0; k < total - warmup; ++k) {
       fwd(warmup + k);
       bwd(k);
     }
-    for (int k = total - warmup; k < total; ++k) bwd(k);
+    for (int k = total - warmup; k < total; ++k)
+      bwd(k);
   }
   return h;
 }
@@ -96,10 +102,12 @@ ListHint gen_looped_bfs(const WorkModel& m) {
   for (int s = 0; s < m.pp(); ++s) {
     auto& o = h.stages[s];
     for (int c : m.chunks_of(s))
-      for (int mb = 0; mb < m.microbatches(); ++mb) o.push_back({Kind::F, c, mb});
+      for (int mb = 0; mb < m.microbatches(); ++mb)
+        o.push_back({Kind::F, c, mb});
     const auto& cs = m.chunks_of(s);
     for (auto it = cs.rbegin(); it != cs.rend(); ++it)
-      for (int mb = 0; mb < m.microbatches(); ++mb) push_backward(o, m, *it, mb);
+      for (int mb = 0; mb < m.microbatches(); ++mb)
+        push_backward(o, m, *it, mb);
   }
   return h;
 }
@@ -109,7 +117,8 @@ ListHint gen_zb_h1(const WorkModel& m) {
   need_split(m, "zb-h1");
   // 1F1B's activation peak (P - s in flight): the schedule only moves W into bubbles.
   std::vector<int> cap(m.pp());
-  for (int s = 0; s < m.pp(); ++s) cap[s] = m.pp() - s;
+  for (int s = 0; s < m.pp(); ++s)
+    cap[s] = m.pp() - s;
   return zb_greedy(m, cap);
 }
 
@@ -118,7 +127,8 @@ ListHint gen_zb_h2(const WorkModel& m) {
   need_split(m, "zb-h2");
   // Twice 1F1B's warm-up so the warm-up bubble fills with extra forwards.
   std::vector<int> cap(m.pp());
-  for (int s = 0; s < m.pp(); ++s) cap[s] = 2 * (m.pp() - s) - 1;
+  for (int s = 0; s < m.pp(); ++s)
+    cap[s] = 2 * (m.pp() - s) - 1;
   return zb_greedy(m, cap);
 }
 

@@ -13,13 +13,15 @@ namespace {
 std::string header_line(const WorkModel& m) {
   const auto& c = m.config();
   return "rrfp-hint 1 pp=" + std::to_string(c.pp) + " vpp=" + std::to_string(c.vpp) +
-         " microbatches=" + std::to_string(c.microbatches) + " placement=" +
-         to_string(c.placement) + " split=" + (c.split_backward ? "1" : "0");
+         " microbatches=" + std::to_string(c.microbatches) +
+         " placement=" + to_string(c.placement) + " split=" + (c.split_backward ? "1" : "0");
 }
 
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -35,12 +37,18 @@ void check_header(std::string_view line, const WorkModel& m, const std::string& 
     if (eq == std::string::npos) throw HintError(where + ": bad header field '" + word + "'");
     std::string key = word.substr(0, eq), val = word.substr(eq + 1);
     std::string want;
-    if (key == "pp") want = std::to_string(c.pp);
-    else if (key == "vpp") want = std::to_string(c.vpp);
-    else if (key == "microbatches") want = std::to_string(c.microbatches);
-    else if (key == "placement") want = to_string(c.placement);
-    else if (key == "split") want = c.split_backward ? "1" : "0";
-    else throw HintError(where + ": unknown header field '" + key + "'");
+    if (key == "pp")
+      want = std::to_string(c.pp);
+    else if (key == "vpp")
+      want = std::to_string(c.vpp);
+    else if (key == "microbatches")
+      want = std::to_string(c.microbatches);
+    else if (key == "placement")
+      want = to_string(c.placement);
+    else if (key == "split")
+      want = c.split_backward ? "1" : "0";
+    else
+      throw HintError(where + ": unknown header field '" + key + "'");
     if (val != want)
       throw HintError(where + ": hint was written for " + key + "=" + val + " but the run has " +
                       key + "=" + want);
@@ -53,7 +61,8 @@ std::string write_hint_text(const ListHint& h, const WorkModel& m) {
   std::string out = header_line(m) + "\n";
   for (size_t s = 0; s < h.stages.size(); ++s) {
     out += "stage " + std::to_string(s) + ":";
-    for (const TaskId& t : h.stages[s]) out += " " + to_token(t);
+    for (const TaskId& t : h.stages[s])
+      out += " " + to_token(t);
     out += "\n";
   }
   return out;
@@ -72,7 +81,8 @@ std::string write_hint_json(const ListHint& h, const WorkModel& m) {
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& st : h.stages) {
     nlohmann::json row = nlohmann::json::array();
-    for (const TaskId& t : st) row.push_back(to_token(t));
+    for (const TaskId& t : st)
+      row.push_back(to_token(t));
     stages.push_back(row);
   }
   j["stages"] = stages;
@@ -102,7 +112,8 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
       throw HintError(where + ": expected 'stage N: TASK ...', got '" +
                       std::string(line.substr(0, 40)) + "'");
     auto colon = line.find(':');
-    if (colon == std::string_view::npos) throw HintError(where + ": missing ':' after stage number");
+    if (colon == std::string_view::npos)
+      throw HintError(where + ": missing ':' after stage number");
     std::string num(trim(line.substr(6, colon - 6)));
     int s = -1;
     try {
@@ -112,7 +123,8 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
     } catch (...) {
     }
     if (s < 0 || s >= m.pp())
-      throw HintError(where + ": stage '" + num + "' out of range 0.." + std::to_string(m.pp() - 1));
+      throw HintError(where + ": stage '" + num + "' out of range 0.." +
+                      std::to_string(m.pp() - 1));
     if (seen[s]) throw HintError(where + ": stage " + std::to_string(s) + " listed twice");
     seen[s] = 1;
     std::istringstream in{std::string(line.substr(colon + 1))};
@@ -183,7 +195,8 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
 
 ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string& origin) {
   size_t i = 0;
-  while (i < text.size() && (text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r'))
+  while (i < text.size() &&
+         (text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r'))
     ++i;
   if (i < text.size() && text[i] == '{') return parse_hint_json(text, m, origin);
   return parse_hint_text(text, m, origin);

@@ -5,7 +5,6 @@
 
 namespace rrfp {
 
-
 void validate_hint(const ListHint& h, const WorkModel& m, const std::string& origin) {
   const std::string pre = origin.empty() ? "" : origin + ": ";
   if (static_cast<int>(h.stages.size()) != m.pp())
@@ -79,8 +78,8 @@ void validate_hint(const ListHint& h, const WorkModel& m, const std::string& ori
     std::string wait;
     for (int i = 0; i < n; ++i)
       if (!done[m.index(d[i].task)]) wait = to_string(d[i].task);
-    stuck += (stuck.empty() ? "" : "; ") + std::string("stage ") + std::to_string(s) + " waits at " +
-             to_string(t) + " for " + wait;
+    stuck += (stuck.empty() ? "" : "; ") + std::string("stage ") + std::to_string(s) +
+             " waits at " + to_string(t) + " for " + wait;
     if (stuck.size() > 400) break;
   }
   if (!stuck.empty()) throw HintError(pre + "hint can never finish (cyclic wait): " + stuck);

@@ -8,9 +8,12 @@ namespace rrfp {
 
 char kind_char(Kind k) {
   switch (k) {
-    case Kind::F: return 'F';
-    case Kind::B: return 'B';
-    case Kind::W: return 'W';
+    case Kind::F:
+      return 'F';
+    case Kind::B:
+      return 'B';
+    case Kind::W:
+      return 'W';
   }
   return '?';
 }
@@ -40,10 +43,17 @@ TaskId parse_token(std::string_view token) {
   if (token.size() < 4) throw bad();
   TaskId t;
   switch (token[0]) {
-    case 'F': t.kind = Kind::F; break;
-    case 'B': t.kind = Kind::B; break;
-    case 'W': t.kind = Kind::W; break;
-    default: throw bad();
+    case 'F':
+      t.kind = Kind::F;
+      break;
+    case 'B':
+      t.kind = Kind::B;
+      break;
+    case 'W':
+      t.kind = Kind::W;
+      break;
+    default:
+      throw bad();
   }
   auto colon = token.find(':');
   if (colon == std::string_view::npos) throw bad();

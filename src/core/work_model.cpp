@@ -4,7 +4,9 @@
 
 namespace rrfp {
 
-std::string to_string(Placement p) { return p == Placement::Loop ? "loop" : "vshape"; }
+std::string to_string(Placement p) {
+  return p == Placement::Loop ? "loop" : "vshape";
+}
 
 Placement parse_placement(const std::string& s) {
   if (s == "loop") return Placement::Loop;
@@ -94,7 +96,8 @@ std::vector<TaskId> WorkModel::stage_tasks(int stage) const {
   out.reserve(tasks_per_stage());
   for (int k = 0; k < num_kinds(); ++k)
     for (int c : stage_chunks_[stage])
-      for (int m = 0; m < cfg_.microbatches; ++m) out.push_back({static_cast<Kind>(k), c, m});
+      for (int m = 0; m < cfg_.microbatches; ++m)
+        out.push_back({static_cast<Kind>(k), c, m});
   return out;
 }
 

@@ -53,7 +53,8 @@ ListHint zb_greedy(const WorkModel& m, const std::vector<int>& cap) {
       done[m.index(*t)] = 1;  // claimed this tick; its outputs land at the tick's end
       running.push_back(*t);
       h.stages[s].push_back(*t);
-      if (t->chunk == m.chunks_of(s).front()) in_flight[s] += t->kind == Kind::F ? 1 : t->kind == Kind::B ? -1 : 0;
+      if (t->chunk == m.chunks_of(s).front())
+        in_flight[s] += t->kind == Kind::F ? 1 : t->kind == Kind::B ? -1 : 0;
     }
     if (running.empty()) throw HintError("zero-bubble generator stalled (internal error)");
     remaining -= static_cast<int>(running.size());

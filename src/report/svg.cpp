@@ -11,9 +11,12 @@ namespace {
 
 const char* colour(Kind k) {
   switch (k) {
-    case Kind::F: return "#4e79a7";
-    case Kind::B: return "#59a14f";
-    case Kind::W: return "#f28e2b";
+    case Kind::F:
+      return "#4e79a7";
+    case Kind::B:
+      return "#59a14f";
+    case Kind::W:
+      return "#f28e2b";
   }
   return "#999";
 }
@@ -27,10 +30,14 @@ std::string num(double v) {
 std::string escape(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else o += c;
+    if (c == '<')
+      o += "&lt;";
+    else if (c == '>')
+      o += "&gt;";
+    else if (c == '&')
+      o += "&amp;";
+    else
+      o += c;
   }
   return o;
 }
@@ -40,32 +47,39 @@ std::string escape(const std::string& s) {
 std::string svg_timeline(const ReportHeader& h, const std::vector<ReportRun>& runs) {
   const double left = 70, width = 1100, row = 22, title = 34, gap = 16;
   std::int64_t span = 1;
-  for (const auto& r : runs) span = std::max(span, r.result.makespan);
+  for (const auto& r : runs)
+    span = std::max(span, r.result.makespan);
   const double scale = width / static_cast<double>(span);
   double height = 40;
-  for (const auto& r : runs) height += title + row * r.result.pp + gap;
+  for (const auto& r : runs)
+    height += title + row * r.result.pp + gap;
   height += 40;
   std::string o = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(left + width + 30) +
-                  "\" height=\"" + num(height) + "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+                  "\" height=\"" + num(height) +
+                  "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   o += "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
        "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fbe3e3\"/>"
-       "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#e15759\" stroke-width=\"3\"/></pattern></defs>\n";
+       "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#e15759\" "
+       "stroke-width=\"3\"/></pattern></defs>\n";
   o += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   o += "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">" +
        escape("rrfp timeline — workload " + h.workload + ", seed " + std::to_string(h.seed) + " (" +
-              h.source + ")") + "</text>\n";
+              h.source + ")") +
+       "</text>\n";
   double y = 40;
   for (const auto& r : runs) {
     const auto& m = r.metrics;
     o += "<text x=\"10\" y=\"" + num(y + 20) + "\" font-size=\"12\">" +
          escape(r.label + ": makespan " + num(m.makespan / 1e6) + " ms, bubble " +
-                num(100 * m.bubble_ratio) + "%, efficiency " + num(m.efficiency)) + "</text>\n";
+                num(100 * m.bubble_ratio) + "%, efficiency " + num(m.efficiency)) +
+         "</text>\n";
     y += title;
     for (int s = 0; s < r.result.pp; ++s) {
       const double ry = y + row * s;
       o += "<text x=\"10\" y=\"" + num(ry + 15) + "\">stage " + std::to_string(s) + "</text>\n";
       o += "<rect x=\"" + num(left) + "\" y=\"" + num(ry + 1) + "\" width=\"" +
-           num(scale * r.result.makespan) + "\" height=\"" + num(row - 2) + "\" fill=\"#eeeeee\"/>\n";
+           num(scale * r.result.makespan) + "\" height=\"" + num(row - 2) +
+           "\" fill=\"#eeeeee\"/>\n";
     }
     for (const auto& b : r.result.blocked) {
       if (b.rank != 0) continue;
@@ -79,7 +93,8 @@ std::string svg_timeline(const ReportHeader& h, const std::vector<ReportRun>& ru
       const double ry = y + row * t.stage;
       o += "<rect x=\"" + num(x) + "\" y=\"" + num(ry + 1) + "\" width=\"" + num(std::max(w, 0.5)) +
            "\" height=\"" + num(row - 2) + "\" fill=\"" + colour(t.task.kind) +
-           "\" stroke=\"white\" stroke-width=\"0.5\"><title>" + to_string(t.task) + "</title></rect>\n";
+           "\" stroke=\"white\" stroke-width=\"0.5\"><title>" + to_string(t.task) +
+           "</title></rect>\n";
       const std::string label = std::to_string(t.task.mb);
       if (w > 7.0 * label.size())
         o += "<text x=\"" + num(x + w / 2) + "\" y=\"" + num(ry + 15) +
@@ -89,16 +104,22 @@ std::string svg_timeline(const ReportHeader& h, const std::vector<ReportRun>& ru
   }
   // Legend and time axis.
   double lx = left;
-  for (auto [name, k] : {std::pair{"F forward", Kind::F}, {"B backward", Kind::B}, {"W weight grad", Kind::W}}) {
+  for (auto [name, k] :
+       {std::pair{"F forward", Kind::F}, {"B backward", Kind::B}, {"W weight grad", Kind::W}}) {
     o += "<rect x=\"" + num(lx) + "\" y=\"" + num(y) + "\" width=\"12\" height=\"12\" fill=\"" +
-         colour(k) + "\"/><text x=\"" + num(lx + 16) + "\" y=\"" + num(y + 10) + "\">" + name + "</text>\n";
+         colour(k) + "\"/><text x=\"" + num(lx + 16) + "\" y=\"" + num(y + 10) + "\">" + name +
+         "</text>\n";
     lx += 120;
   }
-  o += "<rect x=\"" + num(lx) + "\" y=\"" + num(y) + "\" width=\"12\" height=\"12\" fill=\"url(#hatch)\"/>"
-       "<text x=\"" + num(lx + 16) + "\" y=\"" + num(y + 10) + "\">blocked</text>\n";
+  o += "<rect x=\"" + num(lx) + "\" y=\"" + num(y) +
+       "\" width=\"12\" height=\"12\" fill=\"url(#hatch)\"/>"
+       "<text x=\"" +
+       num(lx + 16) + "\" y=\"" + num(y + 10) + "\">blocked</text>\n";
   lx += 90;
-  o += "<rect x=\"" + num(lx) + "\" y=\"" + num(y) + "\" width=\"12\" height=\"12\" fill=\"#eeeeee\"/>"
-       "<text x=\"" + num(lx + 16) + "\" y=\"" + num(y + 10) + "\">idle</text>\n";
+  o += "<rect x=\"" + num(lx) + "\" y=\"" + num(y) +
+       "\" width=\"12\" height=\"12\" fill=\"#eeeeee\"/>"
+       "<text x=\"" +
+       num(lx + 16) + "\" y=\"" + num(y + 10) + "\">idle</text>\n";
   o += "<text x=\"" + num(left + width) + "\" y=\"" + num(y + 10) + "\" text-anchor=\"end\">0 .. " +
        num(span / 1e6) + " ms</text>\n";
   o += "</svg>\n";

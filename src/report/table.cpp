@@ -13,7 +13,9 @@ std::string fmt(const char* f, double v) {
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
 }
-double ms(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
+double ms(std::int64_t ns) {
+  return static_cast<double>(ns) / 1e6;
+}
 
 std::string pad(std::string s, size_t w) {
   if (s.size() < w) s += std::string(w - s.size(), ' ');
@@ -34,31 +36,38 @@ void write_text_file(const std::string& path, const std::string& text, const cha
   if (!out) throw InputError(std::string(flag) + ": error while writing '" + path + "'");
 }
 
-std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& runs, bool per_stage) {
+std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& runs,
+                         bool per_stage) {
   std::string out;
   if (runs.empty()) return out;
   const auto& c = runs[0].cfg;
   out += "P=" + std::to_string(c.pp) + " V=" + std::to_string(c.vpp) + " (" +
          to_string(c.placement) + ") M=" + std::to_string(c.microbatches) +
          " TP=" + std::to_string(h.tp) + (h.tp > 1 ? " (" + h.tp_protocol + ")" : "") +
-         "  workload=" + h.workload + "  seed=" + std::to_string(h.seed) + "  [" + h.source + "]\n\n";
+         "  workload=" + h.workload + "  seed=" + std::to_string(h.seed) + "  [" + h.source +
+         "]\n\n";
   size_t lw = 5;
-  for (const auto& r : runs) lw = std::max(lw, r.label.size());
-  out += pad("run", lw) + "  makespan_ms  speedup  bubble  efficiency  lower_bound_ms  limit  peak_D/stage\n";
+  for (const auto& r : runs)
+    lw = std::max(lw, r.label.size());
+  out += pad("run", lw) +
+         "  makespan_ms  speedup  bubble  efficiency  lower_bound_ms  limit  peak_D/stage\n";
   const double base = static_cast<double>(runs[0].metrics.makespan);
   for (const auto& r : runs) {
     const auto& m = r.metrics;
     std::string peaks;
-    for (const auto& s : m.stages) peaks += (peaks.empty() ? "" : " ") + std::to_string(s.peak_d);
+    for (const auto& s : m.stages)
+      peaks += (peaks.empty() ? "" : " ") + std::to_string(s.peak_d);
     out += pad(r.label, lw) + "  " + lpad(fmt("%.2f", ms(m.makespan)), 11) + "  " +
            lpad(fmt("%.3fx", base / static_cast<double>(m.makespan)), 7) + "  " +
-           lpad(fmt("%.1f%%", 100 * m.bubble_ratio), 6) + "  " + lpad(fmt("%.3f", m.efficiency), 10) +
-           "  " + lpad(fmt("%.2f", ms(m.bound.value)), 14) + "  " +
-           lpad(r.policy == "ready" ? std::to_string(m.limit) : "-", 5) + "  " + peaks + "\n";
+           lpad(fmt("%.1f%%", 100 * m.bubble_ratio), 6) + "  " +
+           lpad(fmt("%.3f", m.efficiency), 10) + "  " + lpad(fmt("%.2f", ms(m.bound.value)), 14) +
+           "  " + lpad(r.policy == "ready" ? std::to_string(m.limit) : "-", 5) + "  " + peaks +
+           "\n";
   }
   if (per_stage) {
     for (const auto& r : runs) {
-      out += "\n" + r.label + " per stage:\n  stage  busy_ms  blocked_ms  idle_ms  peak_D  peak_W\n";
+      out +=
+          "\n" + r.label + " per stage:\n  stage  busy_ms  blocked_ms  idle_ms  peak_D  peak_W\n";
       for (size_t s = 0; s < r.metrics.stages.size(); ++s) {
         const auto& st = r.metrics.stages[s];
         out += "  " + lpad(std::to_string(s), 5) + "  " + lpad(fmt("%.2f", ms(st.busy)), 7) + "  " +
@@ -71,8 +80,9 @@ std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& ru
                std::to_string(r.metrics.failed_rounds) + " disagreed\n";
     }
   }
-  out += "\nlower bound: max over stages of lead-in + work + tail, and the critical path "
-         "(efficiency = bound / makespan).\n";
+  out +=
+      "\nlower bound: max over stages of lead-in + work + tail, and the critical path "
+      "(efficiency = bound / makespan).\n";
   return out;
 }
 

@@ -21,7 +21,8 @@ std::vector<std::string> check_run(const WorkModel& m, int tp, const std::vector
     auto& slot = at[static_cast<size_t>(t.rank) * n + m.index(t.task)];
     if (slot) fail(to_string(t.task) + " ran twice on rank " + std::to_string(t.rank));
     slot = &t;
-    if (t.end < t.start || t.compute_end < t.start) fail(to_string(t.task) + " ends before it starts");
+    if (t.end < t.start || t.compute_end < t.start)
+      fail(to_string(t.task) + " ends before it starts");
   }
   std::array<Dep, 2> d{};
   for (int r = 0; r < tp; ++r)
@@ -57,8 +58,8 @@ std::vector<std::string> check_run(const WorkModel& m, int tp, const std::vector
       dd += t->task.kind == Kind::F ? 1 : t->task.kind == Kind::B ? -1 : 0;
       w += t->task.kind == Kind::B && m.split() ? 1 : t->task.kind == Kind::W ? -1 : 0;
       if (opt.policy == Policy::Ready && d_bound > 0 && dd > d_bound)
-        fail("stage " + std::to_string(t->stage) + ": D reached " + std::to_string(dd) +
-             " at " + to_string(t->task) + ", above its bound " + std::to_string(d_bound));
+        fail("stage " + std::to_string(t->stage) + ": D reached " + std::to_string(dd) + " at " +
+             to_string(t->task) + ", above its bound " + std::to_string(d_bound));
       if (opt.policy == Policy::Ready && opt.max_pending_w > 0 && w > opt.max_pending_w)
         fail("stage " + std::to_string(t->stage) + ": pending W reached " + std::to_string(w) +
              ", above the cap " + std::to_string(opt.max_pending_w));

@@ -23,12 +23,15 @@ LowerBound lower_bound(const WorkModel& m, const RealizedWork& w) {
   order.reserve(n);
   const int c = m.chunks(), mbs = m.microbatches();
   for (int ch = 0; ch < c; ++ch)
-    for (int mb = 0; mb < mbs; ++mb) order.push_back(m.index({Kind::F, ch, mb}));
+    for (int mb = 0; mb < mbs; ++mb)
+      order.push_back(m.index({Kind::F, ch, mb}));
   for (int ch = c - 1; ch >= 0; --ch)
-    for (int mb = 0; mb < mbs; ++mb) order.push_back(m.index({Kind::B, ch, mb}));
+    for (int mb = 0; mb < mbs; ++mb)
+      order.push_back(m.index({Kind::B, ch, mb}));
   if (m.split())
     for (int ch = 0; ch < c; ++ch)
-      for (int mb = 0; mb < mbs; ++mb) order.push_back(m.index({Kind::W, ch, mb}));
+      for (int mb = 0; mb < mbs; ++mb)
+        order.push_back(m.index({Kind::W, ch, mb}));
 
   std::vector<std::int64_t> start(n, 0), tail(n, 0);
   std::array<Dep, 2> d{};

@@ -23,7 +23,9 @@ inline std::uint64_t hash_keys(std::uint64_t seed, std::uint64_t stream, std::ui
 }
 
 // Uniform in (0, 1): never exactly 0 or 1, so logs and inverse CDFs stay finite.
-inline double unit_open(std::uint64_t h) { return (static_cast<double>(h >> 11) + 0.5) * 0x1.0p-53; }
+inline double unit_open(std::uint64_t h) {
+  return (static_cast<double>(h >> 11) + 0.5) * 0x1.0p-53;
+}
 
 // Standard normal from one 64-bit hash (Box-Muller on two 32-bit halves' worth of mixing).
 inline double std_normal(std::uint64_t h) {

@@ -10,7 +10,9 @@
 
 namespace rrfp {
 
-std::string to_string(CommMode c) { return c == CommMode::Async ? "async" : "blocking"; }
+std::string to_string(CommMode c) {
+  return c == CommMode::Async ? "async" : "blocking";
+}
 CommMode parse_comm(const std::string& s) {
   if (s == "async") return CommMode::Async;
   if (s == "blocking") return CommMode::Blocking;
@@ -55,10 +57,10 @@ struct Rank {
   std::int64_t compute_end = 0;
   int held_sends = 0;
   std::int64_t held_since = 0;
-  std::deque<TaskId> chosen;   // leader protocol: the leader's choices, in order
-  std::vector<int> incoming;   // blocking: sends waiting for this rank to accept
-  int recv_pos = 0;            // blocking + fixed: list position of the next posted receive
-  std::size_t record = 0;      // index of the running task's record
+  std::deque<TaskId> chosen;  // leader protocol: the leader's choices, in order
+  std::vector<int> incoming;  // blocking: sends waiting for this rank to accept
+  int recv_pos = 0;           // blocking + fixed: list position of the next posted receive
+  std::size_t record = 0;     // index of the running task's record
 };
 
 struct Group {
@@ -103,7 +105,8 @@ class Simulation {
         if (n == 0) rank(m_.stage_of(task), r).arb->mark_ready(task);
       }
     }
-    for (int s = 0; s < p_; ++s) mark_dirty(s);
+    for (int s = 0; s < p_; ++s)
+      mark_dirty(s);
     dispatch_dirty();
     while (!events_.empty()) {
       now_ = events_.top().time;
@@ -160,10 +163,10 @@ class Simulation {
     Rank& rk = rank(s, r);
     Group& g = groups_[s];
     if (g.launched > 0 && !(g.task == task))
-      throw CollectiveMismatchError(
-          "stage " + std::to_string(s) + ": tensor-parallel rank " + std::to_string(r) +
-          " entered the collective of " + to_string(task) + " while rank(s) of its group are in " +
-          to_string(g.task) + " (collective order diverged)");
+      throw CollectiveMismatchError("stage " + std::to_string(s) + ": tensor-parallel rank " +
+                                    std::to_string(r) + " entered the collective of " +
+                                    to_string(task) + " while rank(s) of its group are in " +
+                                    to_string(g.task) + " (collective order diverged)");
     const std::int64_t d = w_.compute(r, m_.index(task));
     rk.computing = true;
     rk.compute_end = now_ + d;
@@ -182,10 +185,18 @@ class Simulation {
 
   void handle(const Event& e) {
     switch (e.type) {
-      case Ev::GroupEnd: group_end(e.stage, e.a); break;
-      case Ev::Arrive: satisfy(e.stage, e.rank, e.a); break;
-      case Ev::SendDone: send_done(e.a); break;
-      case Ev::CoordDone: coord_done(e.stage); break;
+      case Ev::GroupEnd:
+        group_end(e.stage, e.a);
+        break;
+      case Ev::Arrive:
+        satisfy(e.stage, e.rank, e.a);
+        break;
+      case Ev::SendDone:
+        send_done(e.a);
+        break;
+      case Ev::CoordDone:
+        coord_done(e.stage);
+        break;
       case Ev::Choice:
         rank(e.stage, e.rank).chosen.push_back(m_.task(e.a));
         mark_dirty(e.stage);
@@ -231,7 +242,8 @@ class Simulation {
     received_[static_cast<size_t>(sd.rank) * m_.num_tasks() + sd.consumer] = 1;
     satisfy(sd.dst_stage, sd.rank, sd.consumer);
     Rank& src = rank(sd.src_stage, sd.rank);
-    if (--src.held_sends == 0) block(sd.src_stage, sd.rank, src.held_since, now_, BlockReason::Send);
+    if (--src.held_sends == 0)
+      block(sd.src_stage, sd.rank, src.held_since, now_, BlockReason::Send);
     mark_dirty(sd.src_stage);
   }
 
@@ -247,7 +259,8 @@ class Simulation {
       const TaskId& t = order[rk.recv_pos];
       const int k = m_.deps(t, d);
       bool waits = false;
-      for (int i = 0; i < k; ++i) waits |= d[i].cross_stage;
+      for (int i = 0; i < k; ++i)
+        waits |= d[i].cross_stage;
       const int idx = m_.index(t);
       if (waits && !received_[static_cast<size_t>(r) * m_.num_tasks() + idx]) return idx;
       ++rk.recv_pos;
@@ -264,8 +277,10 @@ class Simulation {
       auto keep = rk.incoming.begin();
       for (int id : rk.incoming) {
         const Send& sd = sends_[id];
-        if (any || sd.consumer == posted) push(now_ + sd.latency, Ev::SendDone, s, r, id);
-        else *keep++ = id;
+        if (any || sd.consumer == posted)
+          push(now_ + sd.latency, Ev::SendDone, s, r, id);
+        else
+          *keep++ = id;
       }
       rk.incoming.erase(keep, rk.incoming.end());
     }
@@ -277,7 +292,8 @@ class Simulation {
       std::vector<int> now_dirty;
       now_dirty.swap(dirty_list_);
       std::sort(now_dirty.begin(), now_dirty.end());
-      for (int s : now_dirty) dirty_[s] = 0;
+      for (int s : now_dirty)
+        dirty_[s] = 0;
       for (int s : now_dirty) {
         if (opt_.comm == CommMode::Blocking) accept_sends(s);
         try_dispatch(s);
@@ -303,7 +319,8 @@ class Simulation {
         if (auto task = a.peek()) {
           a.commit(*task);
           launch(s, 0, *task);
-          for (int r = 1; r < t_; ++r) push(now_ + w_.coord_ns, Ev::Choice, s, r, m_.index(*task));
+          for (int r = 1; r < t_; ++r)
+            push(now_ + w_.coord_ns, Ev::Choice, s, r, m_.index(*task));
         }
       }
       for (int r = 1; r < t_; ++r) {
@@ -335,9 +352,11 @@ class Simulation {
   void coord_done(int s) {
     Group& g = groups_[s];
     g.round = false;
-    for (int r = 0; r < t_; ++r) block(s, r, g.round_start, now_, BlockReason::Coordination);
+    for (int r = 0; r < t_; ++r)
+      block(s, r, g.round_start, now_, BlockReason::Coordination);
     bool agree = true;
-    for (int r = 1; r < t_; ++r) agree &= *g.proposals[r] == *g.proposals[0];
+    for (int r = 1; r < t_; ++r)
+      agree &= *g.proposals[r] == *g.proposals[0];
     if (agree) {
       for (int r = 0; r < t_; ++r) {
         rank(s, r).arb->commit(*g.proposals[0]);

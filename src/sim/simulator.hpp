@@ -50,7 +50,7 @@ struct RankStats {
 struct SimResult {
   int pp = 0, tp = 1;
   std::int64_t makespan = 0;
-  ArbiterOptions arbiter;  // as resolved
+  ArbiterOptions arbiter;        // as resolved
   std::vector<RankStats> ranks;  // [stage * tp + rank]
   std::vector<int> peak_d;       // per stage (rank 0)
   std::vector<int> peak_pending_w;

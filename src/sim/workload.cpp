@@ -13,13 +13,22 @@ namespace {
 
 // Independent random streams of the model.
 enum Stream : std::uint64_t {
-  kTokens = 1, kImages, kRatio, kNoise, kTpNoise, kJitterHit, kJitterSize, kStragglerStage,
-  kStragglerWindow, kComm
+  kTokens = 1,
+  kImages,
+  kRatio,
+  kNoise,
+  kTpNoise,
+  kJitterHit,
+  kJitterSize,
+  kStragglerStage,
+  kStragglerWindow,
+  kComm
 };
 
 std::string known_presets() {
   std::string out;
-  for (const auto& n : workload_names()) out += (out.empty() ? "" : ", ") + n;
+  for (const auto& n : workload_names())
+    out += (out.empty() ? "" : ", ") + n;
   return out;
 }
 
@@ -43,18 +52,22 @@ WorkloadParams language() {
 
 JitterLevel jitter_level(int j) {
   switch (j) {
-    case 0: return {0, 0, 0};
-    case 1: return {0.1, 5000, 0.5};
-    case 2: return {0.2, 10000, 1.0};
-    case 3: return {0.3, 15000, 1.5};
+    case 0:
+      return {0, 0, 0};
+    case 1:
+      return {0.1, 5000, 0.5};
+    case 2:
+      return {0.2, 10000, 1.0};
+    case 3:
+      return {0.3, 15000, 1.5};
   }
   throw InputError("jitter level must be J0..J3, got J" + std::to_string(j));
 }
 
 const std::vector<std::string>& workload_names() {
-  static const std::vector<std::string> n = {"uniform", "language", "multimodal", "jitter:J0",
-                                             "jitter:J1", "jitter:J2", "jitter:J3", "straggler",
-                                             "paper-comm"};
+  static const std::vector<std::string> n = {"uniform",   "language",  "multimodal",
+                                             "jitter:J0", "jitter:J1", "jitter:J2",
+                                             "jitter:J3", "straggler", "paper-comm"};
   return n;
 }
 
@@ -79,7 +92,8 @@ WorkloadParams workload_preset(const std::string& name) {
     w.compute_sigma = 0;
     const std::string lvl = name == "jitter" ? "J2" : name.substr(7);
     if (lvl.size() != 2 || (lvl[0] != 'J' && lvl[0] != 'j') || lvl[1] < '0' || lvl[1] > '3')
-      throw InputError("--workload: unknown jitter level '" + lvl + "' (expected J0, J1, J2 or J3)");
+      throw InputError("--workload: unknown jitter level '" + lvl +
+                       "' (expected J0, J1, J2 or J3)");
     w.jitter = jitter_level(lvl[1] - '0');
     return w;
   }
@@ -102,8 +116,8 @@ WorkloadParams workload_preset(const std::string& name) {
     w.comm_sigma = 2.48;
     return w;
   }
-  throw InputError("--workload: unknown preset '" + name + "' (expected one of " +
-                   known_presets() + ")");
+  throw InputError("--workload: unknown preset '" + name + "' (expected one of " + known_presets() +
+                   ")");
 }
 
 void validate(const WorkloadParams& w) {
@@ -200,8 +214,11 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
     double base = fwd;
     if (t.kind != Kind::F) {
       const double u = unit_open(hash_keys(seed, kRatio, t.chunk, t.mb));
-      const double back = fwd * (w.backward_ratio_min + u * (w.backward_ratio_max - w.backward_ratio_min));
-      base = !m.split() ? back : t.kind == Kind::B ? back * (1 - w.weight_share) : back * w.weight_share;
+      const double back =
+          fwd * (w.backward_ratio_min + u * (w.backward_ratio_max - w.backward_ratio_min));
+      base = !m.split()          ? back
+             : t.kind == Kind::B ? back * (1 - w.weight_share)
+                                 : back * w.weight_share;
     }
     if (w.compute_sigma > 0)
       base *= std::exp(w.compute_sigma * std_normal(hash_keys(seed, kNoise, kind, t.chunk, t.mb)));
@@ -213,7 +230,8 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
     // Message: activations forward, activation gradients backward, both tokens x hidden.
     const int nc = m.consumers(t, deps);
     bool sends = false;
-    for (int i = 0; i < nc; ++i) sends |= deps[i].cross_stage;
+    for (int i = 0; i < nc; ++i)
+      sends |= deps[i].cross_stage;
     const double bytes = tokens[t.mb] * w.bytes_per_token;
 
     for (int rank = 0; rank < tp; ++rank) {
@@ -228,7 +246,8 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
       if (sends) {
         double lat = w.comm_latency_us;
         if (w.comm_bandwidth_gbps > 0) lat += bytes / tp / (w.comm_bandwidth_gbps * 1e3);
-        if (w.comm_sigma > 0) lat *= std::exp(w.comm_sigma * std_normal(hash_keys(seed, kComm, idx, rank)));
+        if (w.comm_sigma > 0)
+          lat *= std::exp(w.comm_sigma * std_normal(hash_keys(seed, kComm, idx, rank)));
         r.message_ns[static_cast<size_t>(rank) * r.num_tasks + idx] = std::llround(lat * 1000);
       }
     }

@@ -20,12 +20,12 @@ JitterLevel jitter_level(int j);  // J0..J3 of the paper
 struct WorkloadParams {
   std::string preset = "uniform";
   // Compute. Costs are per pipeline stage (its whole model slice); a chunk costs 1/V of it.
-  double forward_us = 1000;          // forward cost at the mean token count
-  double backward_ratio_min = 1.0;   // backward / forward, drawn uniformly per task
+  double forward_us = 1000;         // forward cost at the mean token count
+  double backward_ratio_min = 1.0;  // backward / forward, drawn uniformly per task
   double backward_ratio_max = 1.0;
-  double weight_share = 0.5;         // share of the backward that is W when split
-  double head_factor = 1.0;          // the last chunk's extra cost (LM head and loss)
-  double compute_sigma = 0;          // log-normal noise on every compute task
+  double weight_share = 0.5;  // share of the backward that is W when split
+  double head_factor = 1.0;   // the last chunk's extra cost (LM head and loss)
+  double compute_sigma = 0;   // log-normal noise on every compute task
   // Tokens per microbatch: log-normal around the mean, clamped; cost linear + quadratic.
   double tokens_mean = 4096;
   double tokens_sigma = 0;  // 0 = every microbatch has tokens_mean tokens

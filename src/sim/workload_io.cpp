@@ -26,13 +26,15 @@ using Setter = std::function<void(WorkloadParams&, const nlohmann::json&, const 
 
 Setter number(double WorkloadParams::*field) {
   return [field](WorkloadParams& w, const nlohmann::json& v, const std::string& where) {
-    if (!v.is_number()) throw InputError(where + ": must be a number, got " + v.dump().substr(0, 40));
+    if (!v.is_number())
+      throw InputError(where + ": must be a number, got " + v.dump().substr(0, 40));
     w.*field = v.get<double>();
   };
 }
 Setter integer(int WorkloadParams::*field) {
   return [field](WorkloadParams& w, const nlohmann::json& v, const std::string& where) {
-    if (!v.is_number_integer()) throw InputError(where + ": must be an integer, got " + v.dump().substr(0, 40));
+    if (!v.is_number_integer())
+      throw InputError(where + ": must be an integer, got " + v.dump().substr(0, 40));
     const auto x = v.get<long long>();
     if (x < -1000000 || x > 1000000) throw InputError(where + ": out of range");
     w.*field = static_cast<int>(x);
@@ -40,7 +42,8 @@ Setter integer(int WorkloadParams::*field) {
 }
 Setter jitter(double JitterLevel::*field) {
   return [field](WorkloadParams& w, const nlohmann::json& v, const std::string& where) {
-    if (!v.is_number()) throw InputError(where + ": must be a number, got " + v.dump().substr(0, 40));
+    if (!v.is_number())
+      throw InputError(where + ": must be a number, got " + v.dump().substr(0, 40));
     w.jitter.*field = v.get<double>();
   };
 }
@@ -149,7 +152,8 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
     if (line.find_first_not_of(" \t\r") == std::string::npos || line[0] == '#') continue;
     auto cells = split(line);
     if (col.empty()) {
-      for (size_t i = 0; i < cells.size(); ++i) col[cells[i]] = static_cast<int>(i);
+      for (size_t i = 0; i < cells.size(); ++i)
+        col[cells[i]] = static_cast<int>(i);
       for (const char* need : {"stage", "chunk", "microbatch", "kind", "duration_us"})
         if (!col.count(need))
           throw InputError(where + ": replay header lacks column '" + need +
@@ -169,7 +173,8 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
         used = 0;
       }
       if (used == 0 || used != s.size() || !std::isfinite(v))
-        throw InputError(where + ": column " + name + ": '" + s.substr(0, 30) + "' is not a number");
+        throw InputError(where + ": column " + name + ": '" + s.substr(0, 30) +
+                         "' is not a number");
       if (v < 0) throw InputError(where + ": column " + name + ": negative value " + s);
       if (integer && (v != std::floor(v) || v > 1e9))
         throw InputError(where + ": column " + name + ": '" + s + "' is not a whole number");
@@ -178,10 +183,14 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
     };
     const std::string& k = cells[col.at("kind")];
     TaskId t;
-    if (k == "F") t.kind = Kind::F;
-    else if (k == "B") t.kind = Kind::B;
-    else if (k == "W") t.kind = Kind::W;
-    else throw InputError(where + ": column kind: '" + k.substr(0, 10) + "' is not F, B or W");
+    if (k == "F")
+      t.kind = Kind::F;
+    else if (k == "B")
+      t.kind = Kind::B;
+    else if (k == "W")
+      t.kind = Kind::W;
+    else
+      throw InputError(where + ": column kind: '" + k.substr(0, 10) + "' is not F, B or W");
     const int stage = static_cast<int>(num("stage", true));
     t.chunk = static_cast<int>(num("chunk", true));
     t.mb = static_cast<int>(num("microbatch", true));
@@ -196,7 +205,8 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
     if (col.count("tp_rank")) {
       lo = static_cast<int>(num("tp_rank", true));
       if (lo >= tp)
-        throw InputError(where + ": tp_rank " + std::to_string(lo) + " >= --tp " + std::to_string(tp));
+        throw InputError(where + ": tp_rank " + std::to_string(lo) + " >= --tp " +
+                         std::to_string(tp));
       hi = lo + 1;
     }
     for (int rank = lo; rank < hi; ++rank) {
