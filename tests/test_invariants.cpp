@@ -103,9 +103,10 @@ TEST_P(Invariants, HoldForEveryPolicyAndPresetOverManySeeds) {
         const auto bad = check_run(m, sh.tp, r.tasks, co);
         ASSERT_TRUE(bad.empty()) << ctx << ": " << bad.front();
         ASSERT_GE(r.makespan, lb.value) << ctx;
-        if (policy == Policy::Ready && sh.cfg.vpp == 1)
+        if (policy == Policy::Ready && sh.cfg.vpp == 1) {
           for (int d : r.peak_d)
             ASSERT_LE(d, r.arbiter.limit) << ctx;
+        }
         // Identical realized work: each rank's summed compute is the same under both policies.
         std::vector<std::int64_t> busy;
         for (const auto& rs : r.ranks)
