@@ -113,8 +113,7 @@ void run_sweep(const SweepFlags& f) {
       {"1f1b", Policy::Fixed, CommMode::Async, "fixed 1f1b (async)"},
       {"zb-h1", Policy::Fixed, CommMode::Async, "fixed zb-h1 (async)"}};
   for (const auto& h : f.hints)
-    specs.push_back({h, is_rule_hint_name(h) ? Policy::Ready : Policy::Ready, CommMode::Async,
-                     "rrfp " + h + " (async)"});
+    specs.push_back({h, Policy::Ready, CommMode::Async, "rrfp " + h + " (async)"});
 
   const size_t total = f.workloads.size() * f.pps.size() * f.mb_factors.size() * f.tps.size() *
                        f.limits.size() * f.seeds;
