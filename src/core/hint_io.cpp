@@ -1,10 +1,10 @@
 #include "core/hint_io.hpp"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/text_file.hpp"
 
 namespace rrfp {
 
@@ -203,11 +203,7 @@ ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string
 }
 
 ListHint read_hint_file(const std::string& path, const WorkModel& m) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("--hint: cannot read hint file '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_hint(ss.str(), m, path);
+  return parse_hint(read_text_file(path, "--hint: cannot read hint file"), m, path);
 }
 
 }  // namespace rrfp

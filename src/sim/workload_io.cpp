@@ -1,26 +1,18 @@
 // Workload files: JSON overrides of WorkloadParams and replay CSVs of measured durations.
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/text_file.hpp"
 #include "sim/replay.hpp"
 #include "sim/workload.hpp"
 
 namespace rrfp {
 
 namespace {
-
-std::string slurp(const std::string& path, const char* flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(std::string(flag) + ": cannot read '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 using Setter = std::function<void(WorkloadParams&, const nlohmann::json&, const std::string&)>;
 
@@ -117,7 +109,8 @@ WorkloadParams apply_workload_json(WorkloadParams w, const std::string& text,
 }
 
 WorkloadParams read_workload_file(const std::string& path, const std::string& preset) {
-  return apply_workload_json(workload_preset(preset), slurp(path, "--workload-file"), path);
+  return apply_workload_json(workload_preset(preset),
+                             read_text_file(path, "--workload-file: cannot read"), path);
 }
 
 RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int tp,
@@ -225,7 +218,7 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
 }
 
 RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int tp) {
-  return parse_replay_csv(slurp(path, "--replay"), m, tp, path);
+  return parse_replay_csv(read_text_file(path, "--replay: cannot read"), m, tp, path);
 }
 
 }  // namespace rrfp
