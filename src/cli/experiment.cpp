@@ -25,7 +25,7 @@ ReportHeader header_of(const Scenario& sc) {
   return h;
 }
 
-ReportRun run_scenario(const Scenario& sc, const RunSpec& spec) {
+ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec) {
   PipelineConfig cfg = sc.cfg;
   cfg.split_backward = resolve_split(sc.split_mode, spec.hint);
   WorkModel m(cfg);
@@ -53,7 +53,7 @@ ReportRun run_scenario(const Scenario& sc, const RunSpec& spec) {
   out.policy = to_string(spec.policy);
   out.comm = to_string(spec.comm);
   out.cfg = cfg;
-  out.result = simulate(m, hint, work, opt);
+  out.result = exec(m, hint, work, opt);
   out.metrics = compute_metrics(out.result, lower_bound(m, work));
   return out;
 }

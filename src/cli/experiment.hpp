@@ -1,6 +1,7 @@
 #pragma once
 // One scenario (pipeline shape, workload, seed) run under several (hint, policy, comm)
 // combinations with identical realized durations: the unit of `simulate` and `sweep`.
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,7 +33,10 @@ struct Scenario {
 
 bool resolve_split(const std::string& mode, const std::string& hint);
 std::string default_label(const RunSpec& r);
-ReportRun run_scenario(const Scenario& sc, const RunSpec& spec);
+// What executes one run: the simulator, or the emulated runtime (`rrfp run`).
+using Executor =
+    std::function<SimResult(const WorkModel&, const Hint&, const RealizedWork&, const SimOptions&)>;
+ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec = simulate);
 ReportHeader header_of(const Scenario& sc);
 
 }  // namespace rrfp

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every subcommand");
   rrfp::setup_simulate(app);
+  rrfp::setup_run(app);
   rrfp::setup_schedule(app);
   rrfp::setup_sweep(app);
   try {

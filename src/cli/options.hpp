@@ -27,6 +27,7 @@ PipelineConfig to_config(const ShapeFlags& f);  // validated; split decided per 
 WorkloadParams load_workload(const WorkloadFlags& f);
 
 void setup_simulate(CLI::App& app);
+void setup_run(CLI::App& app);
 void setup_schedule(CLI::App& app);
 void setup_sweep(CLI::App& app);
 

@@ -1,107 +1,23 @@
 // `rrfp simulate`: one scenario under the requested hint and policies, or, with no --hint,
 // the comparison that motivates rrfp: fixed 1F1B against rrfp BF and BFW.
-#include <iostream>
-
-#include "cli/options.hpp"
-#include "core/error.hpp"
+#include "cli/experiment_cmd.hpp"
 
 namespace rrfp {
 
-namespace {
-
-struct SimulateFlags {
-  ShapeFlags shape;
-  WorkloadFlags load;
-  std::string hint, policy = "both", comm = "async";
-  int limit = 0, max_pending_w = 0;
-  std::string json, trace, svg;
-  bool per_stage = false;
-};
-
-// The fixed-order baseline that pairs with a rule hint under --policy both.
-std::string baseline_for(const PipelineConfig& c) {
-  if (c.vpp == 1) return "1f1b";
-  if (c.placement == Placement::Loop && c.microbatches % c.pp == 0) return "interleaved-1f1b";
-  return "bfs";
-}
-
-std::vector<RunSpec> plan(const SimulateFlags& f, const PipelineConfig& cfg, bool comm_given) {
-  const CommMode comm = parse_comm(f.comm);
-  if (f.hint.empty()) {
-    // The default comparison: the Megatron-like baseline first, speedups relative to it.
-    const std::string base = baseline_for(cfg);
-    std::vector<RunSpec> runs = {{base, Policy::Fixed, CommMode::Blocking, ""},
-                                 {base, Policy::Fixed, CommMode::Async, ""},
-                                 {"bf", Policy::Ready, CommMode::Async, ""},
-                                 {"bfw", Policy::Ready, CommMode::Async, ""}};
-    if (comm_given)
-      for (auto& r : runs)
-        r.comm = comm;
-    return runs;
-  }
-  const bool rule = is_rule_hint_name(f.hint);
-  if (f.policy == "both")
-    return {{rule ? baseline_for(cfg) : f.hint, Policy::Fixed, comm, ""},
-            {f.hint, Policy::Ready, comm, ""}};
-  const Policy p = parse_policy(f.policy);
-  return {{f.hint, p, comm, ""}};
-}
-
-void run_simulate(const SimulateFlags& f, bool comm_given) {
-  Scenario sc;
-  sc.cfg = to_config(f.shape);
-  sc.split_mode = f.shape.split;
-  sc.workload = load_workload(f.load);
-  sc.workload_name = f.load.workload_file.empty() ? f.load.workload : f.load.workload_file;
-  sc.replay_path = f.load.replay;
-  sc.seed = f.load.seed;
-  sc.tp = f.load.tp;
-  sc.tp_protocol = parse_tp_protocol(f.load.tp_protocol);
-  if (f.limit < 0) throw InputError("--limit: must be at least 1, got " + std::to_string(f.limit));
-  sc.limit = f.limit;
-  sc.max_pending_w = f.max_pending_w;
-  sc.record = !f.trace.empty() || !f.svg.empty();
-  std::vector<ReportRun> runs;
-  for (const RunSpec& spec : plan(f, sc.cfg, comm_given))
-    runs.push_back(run_scenario(sc, spec));
-  const ReportHeader h = header_of(sc);
-  if (!f.trace.empty()) write_chrome_trace(f.trace, runs);
-  if (!f.svg.empty()) write_svg(f.svg, h, runs);
-  if (!f.json.empty()) {
-    const std::string text = to_json(h, runs).dump(2) + "\n";
-    if (f.json == "-")
-      std::cout << text;
-    else
-      write_text_file(f.json, text, "--json");
-  }
-  if (f.json != "-") std::cout << format_table(h, runs, f.per_stage);
-  if (!f.trace.empty()) std::cout << "trace: " << f.trace << " (open in https://ui.perfetto.dev)\n";
-  if (!f.svg.empty()) std::cout << "timeline: " << f.svg << "\n";
-}
-
-}  // namespace
-
 void setup_simulate(CLI::App& app) {
-  auto f = std::make_shared<SimulateFlags>();
+  auto f = std::make_shared<ExperimentFlags>();
   CLI::App* sub = app.add_subcommand(
       "simulate",
       "simulate one training step; with no --hint, compare fixed 1F1B against rrfp BF and BFW");
-  add_shape_flags(sub, f->shape);
-  add_workload_flags(sub, f->load);
-  sub->add_option("--hint", f->hint,
-                  "a hint name (see `rrfp schedule show --help`) or a hint file");
-  sub->add_option("--policy", f->policy, "fixed, ready or both (fixed above ready)")
-      ->capture_default_str();
-  auto* comm =
-      sub->add_option("--comm", f->comm, "async or blocking (rendezvous)")->capture_default_str();
-  sub->add_option("--limit", f->limit,
-                  "back-pressure limit on F done - B done (0: the hint's default)");
-  sub->add_option("--max-pending-w", f->max_pending_w, "cap on deferred W tasks (0: P)");
-  sub->add_option("--json", f->json, "write the report as JSON to FILE ('-': stdout)");
-  sub->add_option("--trace", f->trace, "write a Chrome trace (Perfetto) to FILE");
-  sub->add_option("--svg", f->svg, "write an SVG timeline to FILE");
-  sub->add_flag("--per-stage", f->per_stage, "also print busy/blocked/idle per stage");
-  sub->callback([f, comm] { run_simulate(*f, comm->count() > 0); });
+  CLI::Option* comm = add_experiment_flags(sub, *f);
+  sub->callback([f, comm] {
+    f->comm_given = comm->count() > 0;
+    const Scenario sc = make_scenario(*f);
+    std::vector<ReportRun> runs;
+    for (const RunSpec& spec : plan_runs(*f, sc.cfg))
+      runs.push_back(run_scenario(sc, spec));
+    write_reports(*f, header_of(sc), runs);
+  });
 }
 
 }  // namespace rrfp

@@ -189,6 +189,7 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   r.num_tasks = m.num_tasks();
   r.compute_ns.assign(static_cast<size_t>(tp) * r.num_tasks, 0);
   r.message_ns.assign(static_cast<size_t>(tp) * r.num_tasks, 0);
+  r.message_bytes.assign(r.num_tasks, 0);
   r.collective_ns = tp > 1 ? std::llround(w.tp_collective_us * 1000) : 0;
   r.coord_ns = tp > 1 ? std::llround(w.coord_latency_us * 1000) : 0;
 
@@ -233,6 +234,7 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
     for (int i = 0; i < nc; ++i)
       sends |= deps[i].cross_stage;
     const double bytes = tokens[t.mb] * w.bytes_per_token;
+    if (t.kind != Kind::W) r.message_bytes[idx] = std::llround(bytes / tp);
 
     for (int rank = 0; rank < tp; ++rank) {
       double d = base / tp;

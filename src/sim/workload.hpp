@@ -72,8 +72,9 @@ void validate(const WorkloadParams& w);  // throws InputError naming the field
 struct RealizedWork {
   int tp = 1;
   int num_tasks = 0;
-  std::vector<std::int64_t> compute_ns;  // [rank * num_tasks + index]
-  std::vector<std::int64_t> message_ns;  // the message a task's output sends across stages
+  std::vector<std::int64_t> compute_ns;     // [rank * num_tasks + index]
+  std::vector<std::int64_t> message_ns;     // the message a task's output sends across stages
+  std::vector<std::int64_t> message_bytes;  // per task: bytes its output carries per TP rank
   std::int64_t collective_ns = 0;
   std::int64_t coord_ns = 0;
 

@@ -121,6 +121,7 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
   r.num_tasks = m.num_tasks();
   r.compute_ns.assign(static_cast<size_t>(tp) * r.num_tasks, -1);
   r.message_ns.assign(static_cast<size_t>(tp) * r.num_tasks, 0);
+  r.message_bytes.assign(r.num_tasks, 0);
   std::istringstream in(text);
   std::string line;
   int line_no = 0;

@@ -1,0 +1,31 @@
+#pragma once
+// What `simulate` and `run` share: their flags, the runs they plan from them, and the
+// reports they print. They differ only in what executes a run.
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/options.hpp"
+
+namespace rrfp {
+
+struct ExperimentFlags {
+  ShapeFlags shape;
+  WorkloadFlags load;
+  std::string hint, policy = "both", comm = "async";
+  int limit = 0, max_pending_w = 0;
+  std::string json, trace, svg;
+  bool per_stage = false;
+  bool comm_given = false;  // set after parsing: --comm was on the command line
+};
+
+// Binds the shared flags; returns --comm so the caller can tell whether it was given.
+CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f);
+Scenario make_scenario(const ExperimentFlags& f);
+// With no --hint, the comparison that motivates rrfp; otherwise the hint under --policy.
+std::vector<RunSpec> plan_runs(const ExperimentFlags& f, const PipelineConfig& cfg);
+// Table on stdout (unless --json -), and the JSON, trace and SVG files asked for.
+void write_reports(const ExperimentFlags& f, const ReportHeader& h,
+                   const std::vector<ReportRun>& runs);
+
+}  // namespace rrfp

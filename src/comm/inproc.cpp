@@ -1,0 +1,77 @@
+#include "comm/inproc.hpp"
+
+#include <atomic>
+#include <mutex>
+#include <shared_mutex>
+
+#include "core/error.hpp"
+
+namespace rrfp {
+
+namespace {
+
+// The routing table shared by the endpoints of one world.
+struct Fabric {
+  explicit Fabric(int n) : receivers(n), open(n) {
+    for (auto& o : open)
+      o.store(true);
+  }
+  std::shared_mutex mu;  // guards receivers (written rarely: set_receiver, shutdown)
+  std::vector<Transport::Receiver> receivers;
+  std::vector<std::atomic<bool>> open;
+};
+
+class InprocTransport final : public Transport {
+ public:
+  InprocTransport(std::shared_ptr<Fabric> f, int rank) : fabric_(std::move(f)), rank_(rank) {}
+  ~InprocTransport() override { shutdown(); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(fabric_->receivers.size()); }
+
+  void set_receiver(Receiver r) override {
+    std::unique_lock lk(fabric_->mu);
+    fabric_->receivers[rank_] = std::move(r);
+  }
+
+  void send(int dst, const MessageTag& tag, Payload payload, SendDone done) override {
+    if (dst < 0 || dst >= size())
+      throw InputError("inproc transport: destination rank " + std::to_string(dst) +
+                       " out of range [0, " + std::to_string(size()) + ")");
+    std::exception_ptr err;
+    {
+      std::shared_lock lk(fabric_->mu);
+      const Receiver& r = fabric_->receivers[dst];
+      if (!fabric_->open[rank_] || !fabric_->open[dst] || !r)
+        err = std::make_exception_ptr(Error("inproc transport: rank " + std::to_string(rank_) +
+                                            " cannot send " + to_string(tag) + " to rank " +
+                                            std::to_string(dst) + ": endpoint shut down"));
+      else
+        r(Message{rank_, tag, std::move(payload)});
+    }
+    if (done) done(err);
+  }
+
+  void shutdown() override {
+    std::unique_lock lk(fabric_->mu);
+    fabric_->open[rank_] = false;
+    fabric_->receivers[rank_] = nullptr;
+  }
+
+ private:
+  std::shared_ptr<Fabric> fabric_;
+  int rank_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Transport>> make_inproc_transports(int world) {
+  if (world < 1) throw InputError("inproc transport: world size must be at least 1");
+  auto fabric = std::make_shared<Fabric>(world);
+  std::vector<std::unique_ptr<Transport>> out;
+  for (int r = 0; r < world; ++r)
+    out.push_back(std::make_unique<InprocTransport>(fabric, r));
+  return out;
+}
+
+}  // namespace rrfp

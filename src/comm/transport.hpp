@@ -1,0 +1,36 @@
+#pragma once
+// The narrow interface every transport implements (inproc threads now, Open MPI next): one
+// endpoint per pipeline rank, asynchronous tagged sends, arrivals delivered to one handler.
+//
+// Receives are matched, not posted per message: the transport hands every arrival, in any
+// order, to the endpoint's handler, and the runtime matches it against the tasks that still
+// expect an input (an MPI transport probes and receives into a buffer of the probed size).
+// That is what lets out-of-order arrivals never block, and lets the runtime reject a message
+// that fits no task instead of leaving it unmatched forever.
+#include <exception>
+#include <functional>
+
+#include "comm/message.hpp"
+
+namespace rrfp {
+
+class Transport {
+ public:
+  // Runs on the transport's progress context (inproc: the sending thread). Must not block
+  // for long and must not throw.
+  using Receiver = std::function<void(Message&&)>;
+  // Runs once the payload has been handed over (nullptr) or the send failed.
+  using SendDone = std::function<void(std::exception_ptr)>;
+
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Set before any peer sends to this endpoint.
+  virtual void set_receiver(Receiver r) = 0;
+  // Never blocks on the receiver. Throws InputError for a destination out of range.
+  virtual void send(int dst, const MessageTag& tag, Payload payload, SendDone done = {}) = 0;
+  // Stops delivery to and from this endpoint; later sends complete with an error. Idempotent.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace rrfp

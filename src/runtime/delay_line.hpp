@@ -1,0 +1,48 @@
+#pragma once
+// One thread that runs actions at absolute times: it emulates message latency (a send leaves
+// when the modelled transfer would have ended) without ever holding the compute thread.
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <queue>
+#include <thread>
+#include <vector>
+
+namespace rrfp {
+
+class DelayLine {
+ public:
+  DelayLine();
+  ~DelayLine();  // drops what is still pending and joins
+  DelayLine(const DelayLine&) = delete;
+  DelayLine& operator=(const DelayLine&) = delete;
+
+  // Runs `fn` on the delay thread at now_ns() >= due; actions due at the same time run in
+  // the order they were posted.
+  void post(std::int64_t due, std::function<void()> fn);
+  // Drops every pending action (a failed step); the thread keeps serving later posts.
+  void clear();
+
+ private:
+  struct Item {
+    std::int64_t due;
+    std::uint64_t seq;
+    std::function<void()> fn;
+  };
+  struct Later {
+    bool operator()(const Item& a, const Item& b) const {
+      return a.due != b.due ? a.due > b.due : a.seq > b.seq;
+    }
+  };
+  void loop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::priority_queue<Item, std::vector<Item>, Later> queue_;
+  std::uint64_t seq_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace rrfp

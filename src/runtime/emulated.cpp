@@ -1,0 +1,64 @@
+#include "runtime/emulated.hpp"
+
+#include <array>
+
+#include "runtime/clock.hpp"
+
+namespace rrfp {
+
+namespace {
+
+class EmulatedProgram final : public StageProgram {
+ public:
+  EmulatedProgram(const WorkModel& m, const RealizedWork& w, int rank, EmulationOptions opt)
+      : m_(m), w_(w), rank_(rank), opt_(opt) {}
+
+  Payload forward(TaskContext& ctx, int chunk, int mb, Payload) override {
+    return run(ctx, {Kind::F, chunk, mb});
+  }
+  Payload backward(TaskContext& ctx, int chunk, int mb, Payload) override {
+    return run(ctx, {Kind::B, chunk, mb});
+  }
+  void weight_grad(TaskContext& ctx, int chunk, int mb) override { run(ctx, {Kind::W, chunk, mb}); }
+
+  std::optional<std::size_t> input_bytes(const TaskId& c) const override {
+    // The same-kind producer: activations come from the chunk before, gradients from after.
+    const TaskId p{c.kind, c.kind == Kind::F ? c.chunk - 1 : c.chunk + 1, c.mb};
+    if (c.kind == Kind::W || !m_.valid(p)) return std::nullopt;
+    return static_cast<std::size_t>(w_.message_bytes[m_.index(p)]);
+  }
+
+ private:
+  Payload run(TaskContext& ctx, const TaskId& t) {
+    const int idx = m_.index(t);
+    const std::int64_t deadline = now_ns() + w_.compute(rank_, idx);
+    if (opt_.spin)
+      spin_until_ns(deadline);
+    else
+      sleep_until_ns(deadline);
+    if (ctx.tp_size() > 1) {  // every task meets its group, as the simulator models it
+      std::array<float, 4> partial{static_cast<float>(rank_), 1, 0, 0};
+      ctx.all_reduce(partial, w_.collective_ns);
+    }
+    return t.kind == Kind::W ? Payload{} : Payload::allocate(w_.message_bytes[idx]);
+  }
+
+  const WorkModel& m_;
+  const RealizedWork& w_;
+  int rank_;
+  EmulationOptions opt_;
+};
+
+}  // namespace
+
+ProgramFactory emulated_programs(const WorkModel& m, const RealizedWork& w, EmulationOptions opt) {
+  return [&m, &w, opt](int, int rank) -> std::unique_ptr<StageProgram> {
+    return std::make_unique<EmulatedProgram>(m, w, rank, opt);
+  };
+}
+
+LatencyFn emulated_latency(const WorkModel& m, const RealizedWork& w) {
+  return [&m, &w](int rank, const TaskId& t) { return w.message(rank, m.index(t)); };
+}
+
+}  // namespace rrfp

@@ -1,0 +1,33 @@
+#pragma once
+// Errors that end a runtime step. Each message is one line naming the stage, rank and task.
+#include "core/error.hpp"
+
+namespace rrfp {
+
+// A stage program threw; the message carries the stage, task and the original message.
+class TaskError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Nothing progressed for the watchdog timeout; the message lists, per stage, what it runs,
+// what is ready, the messages it still expects and the task it waits for.
+class StallError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A message that fits no expected input, arrives twice, or has the wrong size.
+class ProtocolError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Thrown inside a task whose step is being torn down because of another error; never
+// reported itself.
+class Aborted : public Error {
+ public:
+  Aborted() : Error("step aborted") {}
+};
+
+}  // namespace rrfp

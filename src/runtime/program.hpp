@@ -1,0 +1,65 @@
+#pragma once
+// What a stage computes: a user-supplied object per (stage, tensor-parallel rank). The
+// runtime calls it from that rank's compute thread, one task at a time, in the order the
+// arbiter picks; payloads are opaque to the runtime.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+
+#include "comm/payload.hpp"
+#include "core/task.hpp"
+
+namespace rrfp {
+
+class TpGroup;
+
+// Passed to every task: where it runs, and the tensor-parallel collective tagged with it.
+class TaskContext {
+ public:
+  TaskContext(int stage, int tp_rank, int step, const TaskId& task, TpGroup* group)
+      : stage_(stage), tp_rank_(tp_rank), step_(step), task_(task), group_(group) {}
+
+  int stage() const { return stage_; }
+  int tp_rank() const { return tp_rank_; }
+  int tp_size() const;
+  int step() const { return step_; }
+  const TaskId& task() const { return task_; }
+  // Sums `data` over the stage's tensor-parallel ranks (a no-op when T = 1). Every rank of
+  // the group must call it the same number of times per task. `emulated_ns` holds the
+  // collective that much longer once the group has met (an emulated network all-reduce).
+  void all_reduce(std::span<float> data, std::int64_t emulated_ns = 0);
+  // Time this task spent waiting for the rest of its group inside collectives.
+  std::int64_t collective_wait_ns() const { return wait_ns_; }
+
+ private:
+  int stage_, tp_rank_, step_;
+  TaskId task_;
+  TpGroup* group_;
+  std::int64_t wait_ns_ = 0;
+};
+
+class StageProgram {
+ public:
+  virtual ~StageProgram() = default;
+  virtual void begin_step(int /*step*/) {}
+  virtual void end_step(int /*step*/) {}
+  // `input`: the previous chunk's activations (empty for chunk 0, whose data is local).
+  virtual Payload forward(TaskContext& ctx, int chunk, int mb, Payload input) = 0;
+  // `grad`: the next chunk's input gradient (empty for the last chunk, which made the loss).
+  // Returns this chunk's input gradient (ignored for chunk 0).
+  virtual Payload backward(TaskContext& ctx, int chunk, int mb, Payload grad) = 0;
+  // The deferred weight gradient (split backward only).
+  virtual void weight_grad(TaskContext& /*ctx*/, int /*chunk*/, int /*mb*/) {}
+  // The size a task's incoming message must have, when the program knows it; a message of
+  // another size is a protocol error.
+  virtual std::optional<std::size_t> input_bytes(const TaskId& /*consumer*/) const {
+    return std::nullopt;
+  }
+};
+
+using ProgramFactory = std::function<std::unique_ptr<StageProgram>(int stage, int tp_rank)>;
+
+}  // namespace rrfp

@@ -1,0 +1,141 @@
+#include "runtime/runtime.hpp"
+
+#include <algorithm>
+
+#include "comm/inproc.hpp"
+#include "runtime/clock.hpp"
+#include "runtime/errors.hpp"
+
+namespace rrfp {
+
+Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& programs,
+                 RuntimeOptions opt, std::vector<std::unique_ptr<Transport>> endpoints)
+    : m_(m), opt_(std::move(opt)), endpoints_(std::move(endpoints)) {
+  if (opt_.tp < 1) throw InputError("--tp: must be at least 1, got " + std::to_string(opt_.tp));
+  if (opt_.timeout_ms < 0)
+    throw InputError("--timeout: must not be negative, got " + std::to_string(opt_.timeout_ms));
+  opt_.arbiter = resolve_options(opt_.arbiter, hint, m);
+  const int p = m.pp(), t = opt_.tp;
+  if (endpoints_.empty()) endpoints_ = make_inproc_transports(p * t);
+  if (static_cast<int>(endpoints_.size()) != p * t)
+    throw Error("runtime: need " + std::to_string(p * t) + " transport endpoints, got " +
+                std::to_string(endpoints_.size()));
+  if (opt_.latency) delay_ = std::make_unique<DelayLine>();
+  StageEnv env;
+  env.model = &m;
+  env.hint = &hint;
+  env.arbiter = opt_.arbiter;
+  env.protocol = opt_.tp_protocol;
+  env.tp = t;
+  env.failure = &failure_;
+  env.delay = delay_.get();
+  env.latency = opt_.latency;
+  for (int s = 0; s < p; ++s) {
+    groups_.push_back(std::make_unique<TpGroup>(s, t, failure_));
+    std::vector<std::unique_ptr<StageProgram>> progs;
+    std::vector<Transport*> eps;
+    for (int r = 0; r < t; ++r) {
+      progs.push_back(programs(s, r));
+      if (!progs.back())
+        throw Error("runtime: the program factory returned nothing for stage " + std::to_string(s));
+      eps.push_back(endpoints_[s * t + r].get());
+    }
+    stages_.push_back(
+        std::make_unique<Stage>(env, s, std::move(progs), std::move(eps), groups_.back().get()));
+  }
+  for (int i = 0; i < p * t; ++i) {
+    Stage* st = stages_[i / t].get();
+    const int r = i % t;
+    endpoints_[i]->set_receiver([st, r](Message&& msg) { st->on_message(r, std::move(msg)); });
+  }
+}
+
+Runtime::~Runtime() {
+  // Stop deliveries before the stages they target go away.
+  delay_.reset();
+  for (auto& e : endpoints_)
+    e->shutdown();
+}
+
+StepResult Runtime::run_step(int step) {
+  if (broken_) throw Error("runtime: an earlier step failed; start a new runtime");
+  failure_.reset();
+  const std::int64_t t0 = now_ns();
+  for (auto& s : stages_)
+    s->begin_step(step, t0);
+  std::vector<std::thread> threads;
+  for (auto& s : stages_)
+    for (int r = 0; r < opt_.tp; ++r)
+      threads.emplace_back([st = s.get(), r] { st->run_rank(r); });
+  watch(static_cast<int>(threads.size()));
+  if (failure_.failed()) {
+    for (auto& s : stages_)
+      s->wake();
+    for (auto& g : groups_)
+      g->abort();
+  }
+  for (auto& th : threads)
+    th.join();
+  if (failure_.failed()) {
+    broken_ = true;
+    if (delay_) delay_->clear();
+    std::rethrow_exception(failure_.error());
+  }
+  return collect();
+}
+
+// The caller's thread is the watchdog: it sleeps until every worker is done or one failed,
+// waking now and then to see whether anything has progressed.
+void Runtime::watch(int workers) {
+  const std::int64_t timeout = opt_.timeout_ms * 1'000'000;
+  const std::int64_t poll =
+      timeout > 0 ? std::clamp<std::int64_t>(timeout / 10, 1'000'000, 50'000'000) : 50'000'000;
+  std::uint64_t last = failure_.progress();
+  std::int64_t last_change = now_ns();
+  while (!failure_.wait(workers, poll)) {
+    const std::uint64_t p = failure_.progress();
+    const std::int64_t now = now_ns();
+    if (p != last) {
+      last = p;
+      last_change = now;
+      continue;
+    }
+    if (timeout == 0 || now - last_change < timeout) continue;
+    std::string report = "no progress for " + std::to_string((now - last_change) / 1'000'000) +
+                         " ms (--timeout " + std::to_string(opt_.timeout_ms) + " ms):";
+    for (auto& s : stages_)
+      report += " [" + s->describe(now) + "]";
+    failure_.fail(std::make_exception_ptr(StallError(report)));
+  }
+}
+
+StepResult Runtime::collect() const {
+  StepResult out;
+  SimResult& r = out.run;
+  const int p = m_.pp(), t = opt_.tp;
+  r.pp = p;
+  r.tp = t;
+  r.arbiter = opt_.arbiter;
+  r.ranks.resize(static_cast<size_t>(p) * t);
+  r.peak_d.assign(p, 0);
+  r.peak_pending_w.assign(p, 0);
+  for (int s = 0; s < p; ++s)
+    for (int k = 0; k < t; ++k) {
+      const RankResult& rr = stages_[s]->result(k);
+      r.ranks[static_cast<size_t>(s) * t + k] = rr.stats;
+      r.peak_d[s] = std::max(r.peak_d[s], rr.peak_d);
+      r.peak_pending_w[s] = std::max(r.peak_pending_w[s], rr.peak_pending_w);
+      r.tasks.insert(r.tasks.end(), rr.tasks.begin(), rr.tasks.end());
+      r.blocked.insert(r.blocked.end(), rr.blocked.begin(), rr.blocked.end());
+      out.dispatch_gaps.insert(out.dispatch_gaps.end(), rr.gaps.begin(), rr.gaps.end());
+      if (k == 0) {
+        r.coordination_rounds += rr.rounds;
+        r.failed_rounds += rr.failed_rounds;
+      }
+      for (const TaskRecord& rec : rr.tasks)
+        r.makespan = std::max(r.makespan, rec.end);
+    }
+  return out;
+}
+
+}  // namespace rrfp

@@ -1,0 +1,117 @@
+#pragma once
+// One pipeline stage in the runtime: its T tensor-parallel ranks, each with its own compute
+// thread (run_rank), arbiter, inputs and program, and one lock for the whole group so the
+// in-process coordination protocols see a consistent picture. Arrivals are routed by
+// on_message from the transport's context: matched to the task that needs them, stored in that
+// task's input slot, and the task marked ready, waking the compute thread. See
+// docs/runtime.md for the thread model.
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/transport.hpp"
+#include "core/arbiter.hpp"
+#include "runtime/delay_line.hpp"
+#include "runtime/failure.hpp"
+#include "runtime/program.hpp"
+#include "runtime/tp_group.hpp"
+#include "sim/simulator.hpp"
+
+namespace rrfp {
+
+// Emulated message latency of a task's output on a tensor-parallel rank (0: none).
+using LatencyFn = std::function<std::int64_t(int tp_rank, const TaskId& producer)>;
+
+// What every stage of a runtime shares.
+struct StageEnv {
+  const WorkModel* model = nullptr;
+  const Hint* hint = nullptr;
+  ArbiterOptions arbiter;  // resolved
+  TpProtocol protocol = TpProtocol::Leader;
+  int tp = 1;
+  FailureState* failure = nullptr;
+  DelayLine* delay = nullptr;  // required when latency is set
+  LatencyFn latency;
+};
+
+struct RankResult {
+  std::vector<TaskRecord> tasks;
+  std::vector<BlockedSpan> blocked;
+  RankStats stats;
+  std::vector<std::int64_t> gaps;  // task end -> next dispatch, when the next was already ready
+  std::int64_t rounds = 0, failed_rounds = 0;
+  int peak_d = 0, peak_pending_w = 0;
+};
+
+class Stage {
+ public:
+  // `endpoints[r]` is tensor-parallel rank r's transport; endpoint ids are stage * T + r.
+  Stage(const StageEnv& env, int stage, std::vector<std::unique_ptr<StageProgram>> programs,
+        std::vector<Transport*> endpoints, TpGroup* group);
+
+  void begin_step(int step, std::int64_t t0);  // before the compute threads start
+  void run_rank(int r);                        // the compute thread of rank r
+  void on_message(int r, Message&& msg);       // transport context
+  void wake();                                 // after a failure: every waiting rank exits
+  std::string describe(std::int64_t now) const;
+  const RankResult& result(int r) const { return ranks_[r].result; }
+
+ private:
+  struct Rank {
+    std::unique_ptr<StageArbiter> arb;
+    std::unique_ptr<StageProgram> program;
+    Transport* transport = nullptr;
+    std::vector<std::int8_t> missing;  // by task index
+    std::vector<char> received;        // a cross-stage input has arrived
+    std::vector<Payload> input;        // by task index
+    std::deque<TaskId> chosen;         // leader protocol: the leader's choices not yet run
+    std::vector<Message> early;        // arrivals tagged with the next step
+    std::uint64_t failed_version = ~0ULL;
+    std::optional<TaskId> running;
+    std::int64_t running_since = 0;
+    RankResult result;
+  };
+  struct Send {
+    int dst;
+    MessageTag tag;
+    Payload payload;
+    std::int64_t due;
+  };
+
+  std::string name(int r) const;
+  void route(int r, Message&& msg);
+  void satisfy(Rank& rk, int index);
+  std::optional<TaskId> choose(std::unique_lock<std::mutex>& lk, int r);
+  std::optional<TaskId> agree(std::unique_lock<std::mutex>& lk, int r);
+  bool execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t, std::int64_t& prev_end);
+  Payload call_program(Rank& rk, TaskContext& ctx, const TaskId& t, Payload in);
+  void post_sends(Rank& rk, std::vector<Send>& sends);
+  std::string expected_messages(const Rank& rk) const;
+
+  StageEnv env_;
+  const WorkModel& m_;
+  int stage_, tp_;
+  TpGroup* group_;
+  FailureState& failure_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Rank> ranks_;
+  int step_ = -1;
+  std::int64_t t0_ = 0;
+  std::uint64_t version_ = 0;  // bumped whenever any rank's ready set grows
+  struct Round {
+    std::uint64_t id = 0, version_at_start = 0;
+    int arrived = 0;
+    std::vector<std::optional<TaskId>> proposals;
+    std::optional<TaskId> outcome;
+  } round_;
+};
+
+}  // namespace rrfp

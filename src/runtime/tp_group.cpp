@@ -1,0 +1,61 @@
+#include "runtime/tp_group.hpp"
+
+#include "runtime/clock.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/program.hpp"
+
+namespace rrfp {
+
+void TpGroup::all_reduce(int rank, const TaskId& task, std::span<float> data) {
+  std::unique_lock lk(mu_);
+  if (aborted_) throw Aborted();
+  if (arrived_ == 0) {
+    task_ = task;
+    first_rank_ = rank;
+    sum_.assign(data.begin(), data.end());
+  } else if (!(task_ == task) || sum_.size() != data.size()) {
+    failure_.fail(std::make_exception_ptr(CollectiveMismatchError(
+        "stage " + std::to_string(stage_) + ": tensor-parallel rank " + std::to_string(rank) +
+        " entered the all-reduce of " + to_string(task) + " (" + std::to_string(data.size()) +
+        " floats) while rank " + std::to_string(first_rank_) + " is in the all-reduce of " +
+        to_string(task_) + " (" + std::to_string(sum_.size()) +
+        " floats): collective order diverged")));
+    throw Aborted();
+  } else {
+    for (std::size_t i = 0; i < data.size(); ++i)
+      sum_[i] += data[i];
+  }
+  if (++arrived_ == size_) {
+    // result_ is only rewritten when the next collective completes, which needs every rank,
+    // including the ones still copying this result out.
+    result_.swap(sum_);
+    arrived_ = 0;
+    ++generation_;
+    cv_.notify_all();
+  } else {
+    const std::uint64_t gen = generation_;
+    cv_.wait(lk, [&] { return aborted_ || generation_ != gen; });
+    if (generation_ == gen) throw Aborted();
+  }
+  std::copy(result_.begin(), result_.end(), data.begin());
+}
+
+void TpGroup::abort() {
+  std::lock_guard lk(mu_);
+  aborted_ = true;
+  cv_.notify_all();
+}
+
+int TaskContext::tp_size() const {
+  return group_ ? group_->size() : 1;
+}
+
+void TaskContext::all_reduce(std::span<float> data, std::int64_t emulated_ns) {
+  if (!group_) return;
+  const std::int64_t since = now_ns();
+  group_->all_reduce(tp_rank_, task_, data);
+  if (emulated_ns > 0) sleep_until_ns(now_ns() + emulated_ns);
+  wait_ns_ += now_ns() - since;
+}
+
+}  // namespace rrfp
