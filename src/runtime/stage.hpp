@@ -108,6 +108,7 @@ class Stage {
   std::uint64_t version_ = 0;  // bumped whenever any rank's ready set grows
   struct Round {
     std::uint64_t id = 0, version_at_start = 0;
+    std::uint64_t outcome_since = 0;  // version_at_start of the last completed round
     int arrived = 0;
     std::vector<std::optional<TaskId>> proposals;
     std::optional<TaskId> outcome;

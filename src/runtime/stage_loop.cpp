@@ -93,6 +93,7 @@ std::optional<TaskId> Stage::agree(std::unique_lock<std::mutex>& lk, int r) {
       for (int o = 1; o < tp_; ++o)
         same &= *round_.proposals[o] == *round_.proposals[0];
       round_.outcome = same ? round_.proposals[0] : std::nullopt;
+      round_.outcome_since = round_.version_at_start;
       round_.arrived = 0;
       ++round_.id;
       cv_.notify_all();
@@ -105,13 +106,14 @@ std::optional<TaskId> Stage::agree(std::unique_lock<std::mutex>& lk, int r) {
     if (waited > 0)
       rk.result.blocked.push_back(
           BlockedSpan{stage_, r, since - t0_, since - t0_ + waited, BlockReason::Coordination});
-    // Nobody can start the next round before this rank joins it, so the outcome is still ours.
+    // Nobody can finish the next round before this rank joins it, so the outcome is still ours
+    // (version_at_start, in contrast, may already belong to a round another rank began).
     if (round_.outcome) {
       rk.arb->commit(*round_.outcome);
       return round_.outcome;
     }
     ++rk.result.failed_rounds;
-    rk.failed_version = round_.version_at_start;
+    rk.failed_version = round_.outcome_since;
   }
 }
 

@@ -1,0 +1,165 @@
+// The threaded runtime executes exactly the simulator's task set with every dependency
+// respected, for every hint and policy, on random shapes (P <= 8, TP <= 2) with random
+// emulated delays; `fixed` follows its list exactly; back-pressure holds; steps repeat.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <set>
+#include <tuple>
+
+#include "core/error.hpp"
+#include "runtime_helpers.hpp"
+#include "shapes.hpp"
+#include "sim/check.hpp"
+
+namespace rrfp::test {
+namespace {
+
+int seeds() {
+  // A twenty-fifth of the simulator's seeds: each runtime run takes real milliseconds.
+  const char* e = std::getenv("RRFP_TEST_SEEDS");
+  return std::max(2, (e ? std::atoi(e) : 500) / 25);
+}
+
+std::set<std::tuple<int, int, int>> task_set(const WorkModel& m, const std::vector<TaskRecord>& t) {
+  std::set<std::tuple<int, int, int>> s;
+  for (const TaskRecord& r : t)
+    s.insert({r.stage, r.rank, m.index(r.task)});
+  return s;
+}
+
+class RuntimeInvariants : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RuntimeInvariants, SameTasksAsTheSimulatorInDependencyOrder) {
+  const std::string name = GetParam();
+  const bool list = !is_rule_hint_name(name);
+  int runs = 0;
+  for (int seed = 0; seed < seeds(); ++seed) {
+    Shape sh = random_shape(name, seed);
+    // Shorter steps than the simulator's tests: each task really sleeps.
+    if (sh.cfg.microbatches > 16)
+      sh.cfg.microbatches =
+          name == "interleaved-1f1b" ? sh.cfg.pp * std::max(1, 16 / sh.cfg.pp) : 16;
+    WorkModel m(sh.cfg);
+    Hint hint = make_hint(name, m);
+    const RealizedWork work = random_work(m, sh.tp, seed);
+    for (Policy policy : {Policy::Fixed, Policy::Ready}) {
+      if (policy == Policy::Fixed && !list) continue;
+      const std::string ctx = name + " " + to_string(policy) + " seed=" + std::to_string(seed) +
+                              " P=" + std::to_string(sh.cfg.pp) +
+                              " M=" + std::to_string(sh.cfg.microbatches) +
+                              " V=" + std::to_string(sh.cfg.vpp) + " TP=" + std::to_string(sh.tp) +
+                              " " + to_string(sh.protocol) + " limit=" + std::to_string(sh.limit);
+      RuntimeOptions ro = runtime_options(m, work, policy, sh.protocol);
+      ro.arbiter.limit = sh.limit;
+      StepResult r;
+      try {
+        Runtime rt(m, hint, emulated_programs(m, work), ro);
+        r = rt.run_step(0);
+      } catch (const Error& e) {
+        FAIL() << ctx << ": " << e.what();
+      }
+      ++runs;
+      CheckOptions co;
+      co.policy = policy;
+      co.limit = r.run.arbiter.limit;
+      co.max_pending_w = m.split() ? r.run.arbiter.max_pending_w : 0;
+      const auto bad = check_run(m, sh.tp, r.run.tasks, co);
+      ASSERT_TRUE(bad.empty()) << ctx << ": " << bad.front();
+
+      SimOptions so;
+      so.arbiter = ro.arbiter;
+      so.tp_protocol = sh.protocol;
+      const SimResult sim = simulate(m, hint, work, so);
+      ASSERT_EQ(task_set(m, r.run.tasks), task_set(m, sim.tasks)) << ctx;
+      ASSERT_EQ(r.run.tasks.size(), static_cast<size_t>(sh.tp) * m.num_tasks()) << ctx;
+
+      const auto ord = orders(r.run.tasks);
+      for (const auto& [where, seq] : ord) {
+        if (policy == Policy::Fixed)
+          ASSERT_EQ(seq, hint.list().stages[where.first]) << ctx << " stage " << where.first;
+        // Every rank of a tensor-parallel group ran the same sequence.
+        ASSERT_EQ(seq, ord.at({where.first, 0})) << ctx << " stage " << where.first;
+      }
+      if (policy == Policy::Ready && sh.cfg.vpp == 1)
+        for (int d : r.run.peak_d)
+          ASSERT_LE(d, r.run.arbiter.limit) << ctx;
+    }
+  }
+  EXPECT_GE(runs, seeds());
+}
+
+INSTANTIATE_TEST_SUITE_P(AllHints, RuntimeInvariants, ::testing::ValuesIn(hint_names()),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+// Counts hook calls and checks that payloads arrive with the producer's bytes.
+class CountingProgram final : public StageProgram {
+ public:
+  CountingProgram(std::atomic<int>& begins, std::atomic<int>& ends) : b_(begins), e_(ends) {}
+  void begin_step(int) override { ++b_; }
+  void end_step(int) override { ++e_; }
+  Payload forward(TaskContext& ctx, int chunk, int mb, Payload in) override {
+    if (chunk > 0) check(in, chunk - 1, mb);
+    return stamp(ctx, chunk, mb);
+  }
+  Payload backward(TaskContext& ctx, int chunk, int mb, Payload in) override {
+    if (!in.empty()) check(in, chunk + 1, mb);
+    return stamp(ctx, chunk, mb);
+  }
+
+ private:
+  static Payload stamp(TaskContext& ctx, int chunk, int mb) {
+    const int v[3] = {ctx.step(), chunk, mb};
+    return Payload::copy_of(std::as_bytes(std::span<const int>(v)));
+  }
+  static void check(const Payload& p, int chunk, int mb) {
+    const int* v = reinterpret_cast<const int*>(p.data());
+    if (p.size() != 3 * sizeof(int) || v[1] != chunk || v[2] != mb)
+      throw std::runtime_error("payload routed to the wrong task");
+  }
+  std::atomic<int>& b_;
+  std::atomic<int>& e_;
+};
+
+TEST(Runtime, RunsSeveralStepsAndRoutesPayloadsToTheirTasks) {
+  PipelineConfig c;
+  c.pp = 4;
+  c.vpp = 2;
+  c.microbatches = 8;
+  WorkModel m(c);
+  Hint h = make_hint("bf", m);
+  std::atomic<int> begins{0}, ends{0};
+  RuntimeOptions ro;
+  ro.tp = 2;
+  Runtime rt(
+      m, h, [&](int, int) { return std::make_unique<CountingProgram>(begins, ends); }, ro);
+  for (int step = 0; step < 3; ++step) {
+    const StepResult r = rt.run_step(step);
+    EXPECT_EQ(r.run.tasks.size(), 2u * m.num_tasks());
+  }
+  EXPECT_EQ(begins.load(), 3 * 4 * 2);
+  EXPECT_EQ(ends.load(), 3 * 4 * 2);
+}
+
+TEST(Runtime, RejectsBadOptions) {
+  WorkModel m(PipelineConfig{});
+  Hint h = make_hint("1f1b", m);
+  const RealizedWork w = random_work(m, 1, 1);
+  RuntimeOptions ro;
+  ro.tp = 0;
+  EXPECT_THROW(Runtime(m, h, emulated_programs(m, w), ro), InputError);
+  ro.tp = 1;
+  ro.arbiter.policy = Policy::Fixed;
+  Hint rule = make_hint("bf", m);
+  EXPECT_THROW(Runtime(m, rule, emulated_programs(m, w), ro), InputError);
+  EXPECT_THROW(Runtime(m, h, emulated_programs(m, w), ro, make_inproc_transports(3)), Error);
+}
+
+}  // namespace
+}  // namespace rrfp::test

@@ -1,0 +1,172 @@
+// Failure paths (design.md §7): a throwing task, a stage that never sends, a corrupted tag, a
+// wrong size, a wrong step and a duplicate each end the step with the expected error, well
+// within the watchdog timeout, with every thread joined (run_step returns).
+#include <gtest/gtest.h>
+
+#include "runtime/clock.hpp"
+#include "runtime/errors.hpp"
+#include "runtime_helpers.hpp"
+
+namespace rrfp::test {
+namespace {
+
+class Failures : public ::testing::Test {
+ protected:
+  Failures() : m_(cfg()), hint_(make_hint("bf", m_)), work_(random_work(m_, 1, 7)) {}
+  static PipelineConfig cfg() {
+    PipelineConfig c;
+    c.pp = 4;
+    c.microbatches = 8;
+    return c;
+  }
+
+  // Runs one step and returns the error's message; fails the test on another error type.
+  template <class E>
+  std::string fails_with(const ProgramFactory& programs,
+                         std::vector<std::unique_ptr<Transport>> endpoints = {},
+                         std::int64_t timeout_ms = 2000) {
+    RuntimeOptions ro = runtime_options(m_, work_, Policy::Ready);
+    ro.timeout_ms = timeout_ms;
+    Runtime rt(m_, hint_, programs, ro, std::move(endpoints));
+    const std::int64_t t0 = now_ns();
+    try {
+      rt.run_step(0);
+    } catch (const E& e) {
+      elapsed_ms_ = (now_ns() - t0) / 1'000'000;
+      return e.what();
+    }
+    ADD_FAILURE() << "the step did not fail";
+    return {};
+  }
+
+  WorkModel m_;
+  Hint hint_;
+  RealizedWork work_;
+  std::int64_t elapsed_ms_ = 0;
+};
+
+class Thrower final : public StageProgram {
+ public:
+  Thrower(std::unique_ptr<StageProgram> inner, int stage) : in_(std::move(inner)), stage_(stage) {}
+  Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
+    return in_->forward(c, chunk, mb, std::move(p));
+  }
+  Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
+    if (stage_ == 1 && mb == 2) throw std::runtime_error("boom: out of memory");
+    return in_->backward(c, chunk, mb, std::move(p));
+  }
+  std::optional<std::size_t> input_bytes(const TaskId& t) const override {
+    return in_->input_bytes(t);
+  }
+
+ private:
+  std::unique_ptr<StageProgram> in_;
+  int stage_;
+};
+
+TEST_F(Failures, AThrowingTaskEndsTheStepNamingStageTaskAndMessage) {
+  auto base = emulated_programs(m_, work_);
+  const std::string msg =
+      fails_with<TaskError>([&](int s, int r) { return std::make_unique<Thrower>(base(s, r), s); });
+  EXPECT_NE(msg.find("stage 1: task B c1 m2 failed: boom: out of memory"), std::string::npos)
+      << msg;
+  EXPECT_LT(elapsed_ms_, 2000);  // ended by the error, not by the watchdog
+}
+
+TEST_F(Failures, AThrowingTaskReleasesItsGroupWaitingInTheCollective) {
+  RealizedWork w = random_work(m_, 2, 3);
+  auto base = emulated_programs(m_, w);
+  RuntimeOptions ro = runtime_options(m_, w, Policy::Ready);
+  ro.timeout_ms = 2000;
+  // Only tensor-parallel rank 1 of stage 1 throws; rank 0 waits in the all-reduce.
+  Runtime rt(
+      m_, hint_,
+      [&](int s, int r) { return std::make_unique<Thrower>(base(s, r), r == 1 ? s : -1); }, ro);
+  try {
+    rt.run_step(0);
+    FAIL() << "expected a TaskError";
+  } catch (const TaskError& e) {
+    EXPECT_NE(std::string(e.what()).find("stage 1 tp rank 1: task B c1 m2"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(Failures, AStageThatNeverSendsIsReportedByTheWatchdog) {
+  auto eps = faulty_transports(4, [](int src, int&, MessageTag&, Payload&) { return src != 1; });
+  const std::string msg = fails_with<StallError>(emulated_programs(m_, work_), std::move(eps), 300);
+  EXPECT_NE(msg.find("no progress for"), std::string::npos) << msg;
+  // Stage 2 waits for stage 1's activations; stage 0 for stage 1's gradients.
+  EXPECT_NE(msg.find("expects messages: F c1 m0 from stage 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("B c1 m0 from stage 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("stage 3: ran 0/16"), std::string::npos) << msg;
+  EXPECT_LT(elapsed_ms_, 2000);
+}
+
+TEST_F(Failures, ACorruptedTagIsAProtocolError) {
+  auto eps = faulty_transports(4, [](int src, int&, MessageTag& t, Payload&) {
+    if (src == 0) t.producer.mb += 100;
+    return true;
+  });
+  const std::string msg = fails_with<ProtocolError>(emulated_programs(m_, work_), std::move(eps));
+  EXPECT_NE(msg.find("stage 1: message step 0 F c0 m100 from rank 0 matches no task"),
+            std::string::npos)
+      << msg;
+}
+
+TEST_F(Failures, AMessageFromTheWrongPeerIsAProtocolError) {
+  auto eps = faulty_transports(4, [](int src, int& dst, MessageTag& t, Payload&) {
+    if (src == 0 && t.producer.kind == Kind::F) dst = 2;  // skips a stage
+    return true;
+  });
+  const std::string msg = fails_with<ProtocolError>(emulated_programs(m_, work_), std::move(eps));
+  EXPECT_NE(msg.find("stage 2: message step 0 F c0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("matches no task this stage expects"), std::string::npos) << msg;
+}
+
+TEST_F(Failures, AWrongSizeIsAProtocolError) {
+  auto eps = faulty_transports(4, [](int src, int&, MessageTag&, Payload& p) {
+    if (src == 2) p = Payload(p.owner(), p.data(), p.size() - 1);
+    return true;
+  });
+  const std::string msg = fails_with<ProtocolError>(emulated_programs(m_, work_), std::move(eps));
+  EXPECT_NE(msg.find("from rank 2 has"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expects"), std::string::npos) << msg;
+}
+
+TEST_F(Failures, AMessageOfAnotherStepIsAProtocolError) {
+  auto eps = faulty_transports(4, [](int, int&, MessageTag& t, Payload&) {
+    t.step = 5;
+    return true;
+  });
+  const std::string msg = fails_with<ProtocolError>(emulated_programs(m_, work_), std::move(eps));
+  EXPECT_NE(msg.find("belongs to no step in progress (this stage is in step 0)"), std::string::npos)
+      << msg;
+}
+
+TEST_F(Failures, ADuplicateIsAProtocolError) {
+  std::vector<std::unique_ptr<Transport>> eps;
+  for (auto& t : make_inproc_transports(4)) {
+    Transport* raw = t.get();
+    eps.push_back(std::make_unique<FaultyTransport>(
+        std::move(t), [raw](int src, int& dst, MessageTag& tag, Payload& p) {
+          if (src == 3) raw->send(dst, tag, p);  // an extra copy first
+          return true;
+        }));
+  }
+  const std::string msg = fails_with<ProtocolError>(emulated_programs(m_, work_), std::move(eps));
+  EXPECT_NE(msg.find("arrived twice"), std::string::npos) << msg;
+}
+
+TEST_F(Failures, AHookThatThrowsEndsTheStep) {
+  struct BadHook final : StageProgram {
+    void begin_step(int) override { throw std::runtime_error("no data"); }
+    Payload forward(TaskContext&, int, int, Payload) override { return {}; }
+    Payload backward(TaskContext&, int, int, Payload) override { return {}; }
+  };
+  const std::string msg =
+      fails_with<TaskError>([](int, int) { return std::make_unique<BadHook>(); });
+  EXPECT_NE(msg.find("begin_step failed: no data"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace rrfp::test
