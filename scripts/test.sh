@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds rrfp and runs the whole suite: the Release build's ctest, then the core (and, once it
-# exists, runtime) tests under AddressSanitizer+UBSan and ThreadSanitizer.
+# Builds rrfp and runs the whole suite: the Release build's ctest, then the core and runtime
+# tests under AddressSanitizer+UBSan and ThreadSanitizer.
 # RRFP_SKIP_SANITIZERS=1 skips the sanitizer builds (quick local runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."

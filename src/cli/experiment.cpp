@@ -25,6 +25,18 @@ ReportHeader header_of(const Scenario& sc) {
   return h;
 }
 
+void check_spec(const Scenario& sc, const RunSpec& spec) {
+  PipelineConfig cfg = sc.cfg;
+  cfg.split_backward = resolve_split(sc.split_mode, spec.hint);
+  WorkModel m(cfg);
+  const Hint hint = make_hint(spec.hint, m);
+  ArbiterOptions a;
+  a.policy = spec.policy;
+  a.limit = sc.limit;
+  a.max_pending_w = sc.max_pending_w;
+  resolve_options(a, hint, m);
+}
+
 ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec) {
   PipelineConfig cfg = sc.cfg;
   cfg.split_backward = resolve_split(sc.split_mode, spec.hint);

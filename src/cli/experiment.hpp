@@ -38,5 +38,7 @@ using Executor =
     std::function<SimResult(const WorkModel&, const Hint&, const RealizedWork&, const SimOptions&)>;
 ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec = simulate);
 ReportHeader header_of(const Scenario& sc);
+// Throws the InputError a run would hit (hint, shape, policy, limits) without running it.
+void check_spec(const Scenario& sc, const RunSpec& spec);
 
 }  // namespace rrfp

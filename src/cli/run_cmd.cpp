@@ -68,6 +68,8 @@ void run_emulated(const RunFlags& f) {
   std::vector<RunSpec> specs = plan_runs(f.exp, sc.cfg);
   // The default comparison's rendezvous baseline is a simulator-only mode: start at async.
   std::erase_if(specs, [](const RunSpec& s) { return s.comm == CommMode::Blocking; });
+  for (const RunSpec& spec : specs)
+    check_spec(sc, spec);  // bad input fails before anything runs
   std::vector<std::int64_t> gaps;
   Executor runtime = [&](const WorkModel& m, const Hint& h, const RealizedWork& w,
                          const SimOptions& o) {
