@@ -70,6 +70,45 @@ void BM_InprocPingPong(benchmark::State& state) {
 }
 BENCHMARK(BM_InprocPingPong)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// The floor under the ping-pong above: the same two threads waking each other through a
+// mutex and condition variable, with no transport. The difference is what inproc adds.
+void BM_CondvarPingPong(benchmark::State& state) {
+  struct Box {
+    std::mutex mu;
+    std::condition_variable cv;
+    int count = 0;
+  } box[2];
+  auto post = [](Box& b) {
+    std::lock_guard lk(b.mu);
+    ++b.count;
+    b.cv.notify_one();
+  };
+  auto wait_for = [](Box& b, int n) {
+    std::unique_lock lk(b.mu);
+    b.cv.wait(lk, [&] { return b.count >= n; });
+  };
+  std::atomic<bool> stop{false};
+  std::thread echo([&] {
+    for (int n = 1; !stop.load(); ++n) {
+      wait_for(box[1], n);
+      if (stop.load()) break;
+      post(box[0]);
+    }
+  });
+  int n = 0;
+  for (auto _ : state) {
+    post(box[1]);
+    wait_for(box[0], ++n);
+  }
+  stop = true;
+  post(box[1]);
+  echo.join();
+  state.counters["one_way_us"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * 2,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_CondvarPingPong)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 // A whole step with zero-duration tasks: pure runtime cost (threads, arbitration, routing,
 // wake-ups) per task, P=4, M=64.
 void BM_EmptyStep(benchmark::State& state, const char* hint_name) {

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Measures the threaded runtime against the simulator (docs/results-runtime.md): for each
+# workload and seed, `rrfp run --compare` at P=8, M=32 for the default comparison (fixed 1F1B,
+# ready BF, ready BFW), for 1F1B under both policies, and for the default comparison at the
+# paper's back-pressure limit 32. Writes the raw reports to
+# docs/data/runtime-runs.txt, one CSV row per run to docs/data/runtime-fidelity.csv and the
+# dispatch gaps of each invocation to docs/data/runtime-dispatch-gaps.csv.
+# Usage: scripts/measure-runtime.sh [build dir] (a Release build; run on an idle machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rrfp=${1:-build}/rrfp
+out=docs/data
+mkdir -p "$out"
+raw=$out/runtime-runs.txt
+csv=$out/runtime-fidelity.csv
+: >"$raw"
+gaps=$out/runtime-dispatch-gaps.csv
+echo "workload,seed,variant,gap_median_us,gap_p99_us,dispatches" >"$gaps"
+echo "workload,seed,run,measured_ms,simulated_ms,makespan_error_pct,speedup_measured,speedup_simulated,speedup_diff_pct" >"$csv"
+for workload in multimodal jitter:J1 jitter:J2 jitter:J3; do
+  for seed in 1 2 3; do
+    for variant in default 1f1b limit32; do
+      args=(run --compare --pp 8 -m 32 --workload "$workload" --seed "$seed" --timeout 30)
+      [ "$variant" = 1f1b ] && args+=(--hint 1f1b --policy both)
+      [ "$variant" = limit32 ] && args+=(--limit 32)
+      echo "== rrfp ${args[*]}" | tee -a "$raw" >&2
+      report=$("$rrfp" "${args[@]}" 2>/dev/null)
+      echo "$report" >>"$raw"
+      echo "$report" | awk -v w="$workload" -v s="$seed" -v v="$variant" '
+        /^runtime overhead/ {print w "," s "," v "," $(NF-7) "," $(NF-4) "," $(NF-1)}' >>"$gaps"
+      echo "$report" |
+        awk -v w="$workload" -v s="$seed" -v v="$variant" '
+          /^simulator fidelity/ {on = 1; next}
+          on && /^run / {next}
+          on && NF >= 9 {
+            n = NF; label = $1; for (i = 2; i <= n - 6; ++i) label = label " " $i
+            gsub(/[%x+]/, "", $(n-3)); gsub(/[%x]/, "", $(n-2)); gsub(/[%x]/, "", $(n-1)); gsub(/[%+]/, "", $n)
+            if (v == "limit32") label = label " limit 32"
+            print w "," s "," label "," $(n-5) "," $(n-4) "," $(n-3) "," $(n-2) "," $(n-1) "," $n
+          }' >>"$csv"
+    done
+  done
+done
+echo "wrote $raw, $csv and $gaps" >&2
