@@ -36,7 +36,7 @@ printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,x\n' >"$tmp/bad.csv"
 check "is not a number" simulate --replay "$tmp/bad.csv" --hint 1f1b
 printf 'stage 0: F0:0 B0:0 F0:1 B0:1\nstage 1: F1:1 B1:1 F1:0 B1:0\n' >"$tmp/cycle.txt"
 check "can never finish" schedule check --pp 2 --microbatches 2 "$tmp/cycle.txt"
-check "--comm blocking: the runtime moves messages asynchronously only" run --comm blocking
+check "--comm: unknown mode" run --comm smoke
 check "--timeout: must be at least 0" run --timeout -1
 check "--transport: unknown transport 'mpi'" run --transport mpi --pp 2 -m 2
 check "--pp: must be at least 1" run --pp 0

@@ -46,13 +46,14 @@ TEST_P(RuntimeInvariants, SameTasksAsTheSimulatorInDependencyOrder) {
     const RealizedWork work = random_work(m, sh.tp, seed);
     for (Policy policy : {Policy::Fixed, Policy::Ready}) {
       if (policy == Policy::Fixed && !list) continue;
-      const std::string ctx = name + " " + to_string(policy) + " seed=" + std::to_string(seed) +
-                              " P=" + std::to_string(sh.cfg.pp) +
-                              " M=" + std::to_string(sh.cfg.microbatches) +
-                              " V=" + std::to_string(sh.cfg.vpp) + " TP=" + std::to_string(sh.tp) +
-                              " " + to_string(sh.protocol) + " limit=" + std::to_string(sh.limit);
+      const std::string ctx =
+          name + " " + to_string(policy) + " seed=" + std::to_string(seed) +
+          " P=" + std::to_string(sh.cfg.pp) + " M=" + std::to_string(sh.cfg.microbatches) +
+          " V=" + std::to_string(sh.cfg.vpp) + " TP=" + std::to_string(sh.tp) + " " +
+          to_string(sh.protocol) + " " + to_string(sh.comm) + " limit=" + std::to_string(sh.limit);
       RuntimeOptions ro = runtime_options(m, work, policy, sh.protocol);
       ro.arbiter.limit = sh.limit;
+      ro.comm = sh.comm;
       StepResult r;
       try {
         Runtime rt(m, hint, emulated_programs(m, work), ro);
@@ -71,20 +72,23 @@ TEST_P(RuntimeInvariants, SameTasksAsTheSimulatorInDependencyOrder) {
       SimOptions so;
       so.arbiter = ro.arbiter;
       so.tp_protocol = sh.protocol;
+      so.comm = sh.comm;
       const SimResult sim = simulate(m, hint, work, so);
       ASSERT_EQ(task_set(m, r.run.tasks), task_set(m, sim.tasks)) << ctx;
       ASSERT_EQ(r.run.tasks.size(), static_cast<size_t>(sh.tp) * m.num_tasks()) << ctx;
 
       const auto ord = orders(r.run.tasks);
       for (const auto& [where, seq] : ord) {
-        if (policy == Policy::Fixed)
+        if (policy == Policy::Fixed) {
           ASSERT_EQ(seq, hint.list().stages[where.first]) << ctx << " stage " << where.first;
+        }
         // Every rank of a tensor-parallel group ran the same sequence.
         ASSERT_EQ(seq, ord.at({where.first, 0})) << ctx << " stage " << where.first;
       }
-      if (policy == Policy::Ready && sh.cfg.vpp == 1)
+      if (policy == Policy::Ready && sh.cfg.vpp == 1) {
         for (int d : r.run.peak_d)
           ASSERT_LE(d, r.run.arbiter.limit) << ctx;
+      }
     }
   }
   EXPECT_GE(runs, seeds());

@@ -40,7 +40,9 @@ TEST(RuntimeTp, LeaderAndAgreeKeepEveryGroupInOneOrder) {
             for (int k = 1; k < tp; ++k)
               ASSERT_EQ(ord.at({s, k}), ord.at({s, 0}))
                   << to_string(p) << " " << c.hint << " tp=" << tp << " seed=" << seed;
-          if (p == TpProtocol::Agree) EXPECT_GT(r.run.coordination_rounds, 0);
+          if (p == TpProtocol::Agree) {
+            EXPECT_GT(r.run.coordination_rounds, 0);
+          }
         }
 }
 

@@ -65,9 +65,7 @@ void run_emulated(const RunFlags& f) {
         "--comm blocking: the runtime moves messages asynchronously only; the "
         "rendezvous baseline exists in `rrfp simulate`");
   const Scenario sc = make_scenario(f.exp);
-  std::vector<RunSpec> specs = plan_runs(f.exp, sc.cfg);
-  // The default comparison's rendezvous baseline is a simulator-only mode: start at async.
-  std::erase_if(specs, [](const RunSpec& s) { return s.comm == CommMode::Blocking; });
+  const std::vector<RunSpec> specs = plan_runs(f.exp, sc.cfg);
   for (const RunSpec& spec : specs)
     check_spec(sc, spec);  // bad input fails before anything runs
   std::vector<std::int64_t> gaps;
@@ -76,6 +74,7 @@ void run_emulated(const RunFlags& f) {
     RuntimeOptions ro;
     ro.arbiter = o.arbiter;
     ro.tp_protocol = o.tp_protocol;
+    ro.comm = o.comm;
     ro.tp = w.tp;
     ro.timeout_ms = std::llround(f.timeout_s * 1000);
     ro.latency = emulated_latency(m, w);

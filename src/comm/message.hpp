@@ -13,10 +13,13 @@ namespace rrfp {
 struct MessageTag {
   std::int32_t step = 0;
   TaskId producer;
+  // A rendezvous acknowledgement (blocking mode): the receiver has taken the producer's output,
+  // so the sender may compute again. Carries no payload.
+  bool ack = false;
   friend bool operator==(const MessageTag&, const MessageTag&) = default;
 };
 
-// "step 3 F c1 m7"
+// "step 3 F c1 m7" (acknowledgements: "step 3 ack of F c1 m7")
 std::string to_string(const MessageTag& t);
 
 struct Message {

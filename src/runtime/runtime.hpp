@@ -16,6 +16,7 @@ namespace rrfp {
 struct RuntimeOptions {
   ArbiterOptions arbiter;  // resolved by the runtime against the hint
   TpProtocol tp_protocol = TpProtocol::Leader;
+  CommMode comm = CommMode::Async;  // blocking: rendezvous transfers (the baseline)
   int tp = 1;
   // Watchdog: when no task starts or ends and no message arrives for this long, the step ends
   // with a StallError describing every stage. 0 disables it. It must exceed the longest task.

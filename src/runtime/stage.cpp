@@ -43,7 +43,11 @@ void Stage::begin_step(int step, std::int64_t t0) {
     Rank& rk = ranks_[r];
     rk.arb = std::make_unique<StageArbiter>(m_, stage_, *env_.hint, env_.arbiter);
     rk.missing.assign(n, 0);
+    rk.arrived.assign(n, 0);
     rk.received.assign(n, 0);
+    rk.offers.clear();
+    rk.held = 0;
+    rk.recv_pos = 0;
     rk.input.assign(n, Payload{});
     rk.chosen.clear();
     rk.failed_version = ~0ULL;
@@ -85,6 +89,10 @@ void Stage::route(int r, Message&& msg) {
     throw ProtocolError(where() + " belongs to no step in progress (this stage is in step " +
                         std::to_string(step_) + ")");
   }
+  if (tag.ack) {
+    acknowledged(r, msg);
+    return;
+  }
   const TaskId& p = tag.producer;
   std::optional<TaskId> consumer;
   if (m_.valid(p) && p.kind != Kind::W) {
@@ -100,15 +108,25 @@ void Stage::route(int r, Message&& msg) {
     throw ProtocolError(where() + ": " + to_string(p) + " is computed by rank " +
                         std::to_string(expected_src));
   const int idx = m_.index(*consumer);
-  if (rk.received[idx])
+  if (rk.arrived[idx])
     throw ProtocolError(where() + " arrived twice (input of " + to_string(*consumer) + ")");
   if (auto want = rk.program->input_bytes(*consumer); want && *want != msg.payload.size())
     throw ProtocolError(where() + " has " + std::to_string(msg.payload.size()) + " bytes; " +
                         to_string(*consumer) + " expects " + std::to_string(*want));
-  rk.received[idx] = 1;
-  rk.input[idx] = std::move(msg.payload);
+  rk.arrived[idx] = 1;
   failure_.bump();
-  satisfy(rk, idx);
+  if (env_.comm == CommMode::Blocking) {
+    rk.offers.emplace_back(idx, std::move(msg));  // accepted by the rank's own thread
+    cv_.notify_all();
+    return;
+  }
+  deliver(rk, idx, std::move(msg.payload));
+}
+
+void Stage::deliver(Rank& rk, int index, Payload payload) {
+  rk.received[index] = 1;
+  rk.input[index] = std::move(payload);
+  satisfy(rk, index);
 }
 
 void Stage::satisfy(Rank& rk, int index) {
@@ -130,7 +148,7 @@ std::string Stage::expected_messages(const Rank& rk) const {
   std::array<Dep, 2> d{};
   for (const TaskId& t : m_.stage_tasks(stage_)) {
     const int idx = m_.index(t);
-    if (rk.received[idx]) continue;
+    if (rk.arrived[idx]) continue;
     const int k = m_.deps(t, d);
     for (int i = 0; i < k; ++i) {
       if (!d[i].cross_stage || d[i].task.kind != t.kind) continue;
@@ -152,6 +170,9 @@ std::string Stage::describe(std::int64_t now) const {
     if (r) out += " | ";
     out += rk.arb->describe();
     if (tp_ > 1) out += " [tp rank " + std::to_string(r) + "]";
+    if (rk.held) out += "; held on " + std::to_string(rk.held) + " unacknowledged send(s)";
+    if (!rk.offers.empty())
+      out += "; " + std::to_string(rk.offers.size()) + " transfer(s) offered, not accepted";
     if (rk.running)
       out += "; running " + to_string(*rk.running) + " for " +
              std::to_string((now - rk.running_since) / 1'000'000) + " ms";

@@ -34,6 +34,7 @@ struct StageEnv {
   const Hint* hint = nullptr;
   ArbiterOptions arbiter;  // resolved
   TpProtocol protocol = TpProtocol::Leader;
+  CommMode comm = CommMode::Async;
   int tp = 1;
   FailureState* failure = nullptr;
   DelayLine* delay = nullptr;  // required when latency is set
@@ -68,10 +69,17 @@ class Stage {
     std::unique_ptr<StageProgram> program;
     Transport* transport = nullptr;
     std::vector<std::int8_t> missing;  // by task index
-    std::vector<char> received;        // a cross-stage input has arrived
+    std::vector<char> arrived;         // a cross-stage input's message has come in
+    std::vector<char> received;        // ... and has been delivered to its task
     std::vector<Payload> input;        // by task index
     std::deque<TaskId> chosen;         // leader protocol: the leader's choices not yet run
     std::vector<Message> early;        // arrivals tagged with the next step
+    // Blocking (rendezvous) mode: transfers offered to this rank and not yet accepted, sends of
+    // this rank not yet acknowledged, and the list position of the next posted receive.
+    std::vector<std::pair<int, Message>> offers;
+    int held = 0;
+    std::int64_t held_since = 0;
+    int recv_pos = 0;
     std::uint64_t failed_version = ~0ULL;
     std::optional<TaskId> running;
     std::int64_t running_since = 0;
@@ -86,7 +94,12 @@ class Stage {
 
   std::string name(int r) const;
   void route(int r, Message&& msg);
+  void deliver(Rank& rk, int index, Payload payload);
   void satisfy(Rank& rk, int index);
+  void acknowledged(int r, const Message& msg);
+  int posted_receive(Rank& rk);
+  bool accept_offers(std::unique_lock<std::mutex>& lk, int r);
+  void complete_transfer(int r, int index, Message msg);
   std::optional<TaskId> choose(std::unique_lock<std::mutex>& lk, int r);
   std::optional<TaskId> agree(std::unique_lock<std::mutex>& lk, int r);
   bool execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t, std::int64_t& prev_end);

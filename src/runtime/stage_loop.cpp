@@ -29,10 +29,23 @@ void Stage::run_rank(int r) {
   if (hook(true)) {
     std::unique_lock lk(mu_);
     std::int64_t prev_end = -1;
-    while (!failure_.failed() && !rk.arb->finished()) {
+    // With rendezvous sends a rank stays until its last send is acknowledged (the receiver
+    // may be waiting to accept one of them after its own last task).
+    while (!failure_.failed() && (!rk.arb->finished() || rk.held > 0)) {
+      if (env_.comm == CommMode::Blocking) {
+        accept_offers(lk, r);
+        if (rk.held > 0 || rk.arb->finished()) {
+          cv_.wait(lk);
+          prev_end = -1;
+          continue;
+        }
+      }
       std::optional<TaskId> t = choose(lk, r);
       if (!t) {
         if (failure_.failed()) break;
+        // choose() may have released the lock (an agree round): an offer that came meanwhile
+        // has already had its wake-up.
+        if (env_.comm == CommMode::Blocking && accept_offers(lk, r)) continue;
         cv_.wait(lk);
         prev_end = -1;  // the next dispatch waited for an input: not a dispatch gap
         continue;
@@ -98,7 +111,12 @@ std::optional<TaskId> Stage::agree(std::unique_lock<std::mutex>& lk, int r) {
       ++round_.id;
       cv_.notify_all();
     } else {
-      cv_.wait(lk, [&] { return round_.id != id || failure_.failed(); });
+      // A rank waiting for its group still takes rendezvous transfers, as an idle rank does:
+      // the rank the group waits for may itself be held on a send to this stage.
+      while (round_.id == id && !failure_.failed()) {
+        if (env_.comm == CommMode::Blocking) accept_offers(lk, r);
+        if (round_.id == id && !failure_.failed()) cv_.wait(lk);
+      }
       if (round_.id == id) return std::nullopt;
     }
     const std::int64_t waited = now_ns() - since;
@@ -177,6 +195,12 @@ bool Stage::execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t,
     const int ci = m_.index(c[i].task);
     if (c[i].cross_stage) {
       const std::int64_t lat = env_.latency ? env_.latency(r, t) : 0;
+      if (env_.comm == CommMode::Blocking) {
+        // Offered now; the latency runs from the receiver's acceptance.
+        sends.push_back(Send{m_.stage_of(c[i].task) * tp_ + r, MessageTag{step_, t}, out, 0});
+        if (rk.held++ == 0) rk.held_since = end;
+        continue;
+      }
       sends.push_back(Send{m_.stage_of(c[i].task) * tp_ + r, MessageTag{step_, t}, out, end + lat});
       continue;
     }
