@@ -102,6 +102,23 @@ TEST_F(Failures, AStageThatNeverSendsIsReportedByTheWatchdog) {
   EXPECT_LT(elapsed_ms_, 2000);
 }
 
+TEST_F(Failures, ALostRendezvousAcknowledgementIsReportedByTheWatchdog) {
+  auto eps = faulty_transports(4, [](int, int&, MessageTag& t, Payload&) { return !t.ack; });
+  RuntimeOptions ro = runtime_options(m_, work_, Policy::Fixed);
+  ro.comm = CommMode::Blocking;
+  ro.timeout_ms = 300;
+  Hint h = make_hint("1f1b", m_);
+  Runtime rt(m_, h, emulated_programs(m_, work_), ro, std::move(eps));
+  try {
+    rt.run_step(0);
+    FAIL() << "expected a stall";
+  } catch (const StallError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("stage 0: ran 1/16"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("held on 1 unacknowledged send(s)"), std::string::npos) << msg;
+  }
+}
+
 TEST_F(Failures, ACorruptedTagIsAProtocolError) {
   auto eps = faulty_transports(4, [](int src, int&, MessageTag& t, Payload&) {
     if (src == 0) t.producer.mb += 100;
