@@ -46,26 +46,27 @@ TEST(RuntimeTp, LeaderAndAgreeKeepEveryGroupInOneOrder) {
         }
 }
 
-// Stage 0's rank 1 gets its gradients from stage 1 20 ms after rank 0 does, so with BF and room
-// to run ahead (limit 8) rank 0 picks B c0 m0 while rank 1 keeps running forwards.
+// Stage 0's rank 1 gets its gradients from stage 1 100 ms after rank 0 does, so with BF and room
+// to run ahead (limit 16) rank 0 picks B c0 m0 (ready after ~15 ms) while rank 1 keeps running
+// the forwards that occupy the stage for 80 ms. The margins hold on a loaded machine under TSan.
 RealizedWork skewed_work(const WorkModel& m) {
   RealizedWork w;
   w.tp = 2;
   w.num_tasks = m.num_tasks();
-  w.compute_ns.assign(2 * w.num_tasks, 1'000'000);
+  w.compute_ns.assign(2 * w.num_tasks, 5'000'000);
   w.message_ns.assign(2 * w.num_tasks, 0);
   w.message_bytes.assign(w.num_tasks, 64);
   for (int i = 0; i < w.num_tasks; ++i)
-    if (m.task(i).kind == Kind::B) w.message_ns[w.num_tasks + i] = 20'000'000;
+    if (m.task(i).kind == Kind::B) w.message_ns[w.num_tasks + i] = 100'000'000;
   return w;
 }
 
 TEST(RuntimeTp, NoCoordinationIsDetectedAndReported) {
-  WorkModel m(shape(2, 8));
+  WorkModel m(shape(2, 16));
   Hint h = make_hint("bf", m);
   const RealizedWork w = skewed_work(m);
   RuntimeOptions ro = runtime_options(m, w, Policy::Ready, TpProtocol::None);
-  ro.arbiter.limit = 8;
+  ro.arbiter.limit = 16;
   Runtime rt(m, h, emulated_programs(m, w), ro);
   try {
     rt.run_step(0);
