@@ -64,6 +64,11 @@ class WorkModel {
   int deps(const TaskId& t, std::array<Dep, 2>& out) const;
   // Tasks that consume this task's output (at most two).
   int consumers(const TaskId& t, std::array<Dep, 2>& out) const;
+  // Whether the task waits for a message from another stage (its same-kind predecessor).
+  bool has_remote_input(const TaskId& t) const {
+    const int c = t.kind == Kind::F ? t.chunk - 1 : t.chunk + 1;
+    return t.kind != Kind::W && c >= 0 && c < chunks_ && stage_of(c) != stage_of(t.chunk);
+  }
 
   // Every task of one stage in a canonical order (kind, local chunk, mb).
   std::vector<TaskId> stage_tasks(int stage) const;
@@ -75,5 +80,18 @@ class WorkModel {
   std::vector<int> local_chunk_;
   std::vector<std::vector<int>> stage_chunks_;
 };
+
+// Blocking communication posts receives one at a time in a stage's list order: the index of the
+// first task of `order` at or after `pos` whose remote input is not yet delivered (advancing
+// `pos` past the others), or -1 when none is left.
+template <class Delivered>
+int next_posted_receive(const WorkModel& m, const std::vector<TaskId>& order, int& pos,
+                        Delivered delivered) {
+  for (; pos < static_cast<int>(order.size()); ++pos) {
+    const int idx = m.index(order[pos]);
+    if (m.has_remote_input(order[pos]) && !delivered(idx)) return idx;
+  }
+  return -1;
+}
 
 }  // namespace rrfp

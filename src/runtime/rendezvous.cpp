@@ -24,21 +24,9 @@ void Stage::acknowledged(int r, const Message& msg) {
   cv_.notify_all();
 }
 
-// The next task, in the stage's list order, whose cross-stage input has not been delivered.
 int Stage::posted_receive(Rank& rk) {
-  const auto& order = env_.hint->list().stages[stage_];
-  std::array<Dep, 2> d{};
-  while (rk.recv_pos < static_cast<int>(order.size())) {
-    const TaskId& t = order[rk.recv_pos];
-    const int k = m_.deps(t, d);
-    bool waits = false;
-    for (int i = 0; i < k; ++i)
-      waits |= d[i].cross_stage && d[i].task.kind == t.kind;
-    const int idx = m_.index(t);
-    if (waits && !rk.received[idx]) return idx;
-    ++rk.recv_pos;
-  }
-  return -1;
+  return next_posted_receive(m_, env_.hint->list().stages[stage_], rk.recv_pos,
+                             [&](int idx) { return rk.received[idx] != 0; });
 }
 
 // Loops until no acceptable offer is left: completing a transfer inline unlocks the stage, and

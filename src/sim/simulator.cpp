@@ -252,20 +252,9 @@ class Simulation {
   // receives), so a transfer starts when its consumer is the next task awaiting a cross-stage
   // input and the receiver is not computing. Under `ready` any idle receiver takes it.
   int posted_receive(int s, int r) {
-    Rank& rk = rank(s, r);
-    const auto& order = hint_.list().stages[s];
-    std::array<Dep, 2> d{};
-    while (rk.recv_pos < static_cast<int>(order.size())) {
-      const TaskId& t = order[rk.recv_pos];
-      const int k = m_.deps(t, d);
-      bool waits = false;
-      for (int i = 0; i < k; ++i)
-        waits |= d[i].cross_stage;
-      const int idx = m_.index(t);
-      if (waits && !received_[static_cast<size_t>(r) * m_.num_tasks() + idx]) return idx;
-      ++rk.recv_pos;
-    }
-    return -1;
+    const size_t base = static_cast<size_t>(r) * m_.num_tasks();
+    return next_posted_receive(m_, hint_.list().stages[s], rank(s, r).recv_pos,
+                               [&](int idx) { return received_[base + idx] != 0; });
   }
 
   void accept_sends(int s) {
