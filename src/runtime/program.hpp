@@ -54,7 +54,8 @@ class StageProgram {
   // The deferred weight gradient (split backward only).
   virtual void weight_grad(TaskContext& /*ctx*/, int /*chunk*/, int /*mb*/) {}
   // The size a task's incoming message must have, when the program knows it; a message of
-  // another size is a protocol error.
+  // another size is a protocol error. Called from the transport's context while tasks run:
+  // it must not touch state that forward/backward change.
   virtual std::optional<std::size_t> input_bytes(const TaskId& /*consumer*/) const {
     return std::nullopt;
   }
