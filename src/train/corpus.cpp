@@ -1,0 +1,82 @@
+#include "train/corpus.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "sim/rng.hpp"
+
+namespace rrfp::train {
+
+namespace fs = std::filesystem;
+
+Corpus::Corpus(const std::string& dir, int max_len) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw InputError("--data: '" + dir + "' is not a directory");
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file()) files.push_back(e.path());
+  if (ec) throw InputError("--data: cannot list '" + dir + "': " + ec.message());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    Doc d{s.str(), 0};
+    d.split = d.text.size() * 9 / 10;
+    // Both regions must hold at least one window of the longest length plus its target byte.
+    if (d.split < static_cast<std::size_t>(max_len) + 1 ||
+        d.text.size() - d.split < static_cast<std::size_t>(max_len) + 1)
+      continue;
+    total_ += d.text.size();
+    docs_.push_back(std::move(d));
+  }
+  if (docs_.empty())
+    throw InputError("--data: '" + dir + "' holds no document of at least " +
+                     std::to_string(10 * (max_len + 1)) + " bytes");
+}
+
+StepBatch Corpus::batch(std::uint64_t seed, std::int64_t index, int microbatches,
+                        const WindowOptions& w, bool validation) const {
+  std::mt19937_64 rng(hash_keys(seed, validation ? 2 : 1, static_cast<std::uint64_t>(index)));
+  std::vector<double> weights;
+  for (const Doc& d : docs_)
+    weights.push_back(static_cast<double>(validation ? d.text.size() - d.split : d.split));
+  std::discrete_distribution<std::size_t> pick_doc(weights.begin(), weights.end());
+  std::uniform_int_distribution<int> pick_len(w.min_len, w.max_len);
+  StepBatch b;
+  for (int mb = 0; mb < microbatches; ++mb) {
+    const Doc& d = docs_[pick_doc(rng)];
+    const int len = pick_len(rng);
+    const std::size_t lo = validation ? d.split : 0;
+    const std::size_t hi = (validation ? d.text.size() : d.split) - len - 1;
+    const std::size_t at = std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
+    auto window = torch::empty({len + 1}, torch::kInt64);
+    auto* p = window.data_ptr<int64_t>();
+    for (int i = 0; i <= len; ++i)
+      p[i] = static_cast<unsigned char>(d.text[at + i]);
+    b.tokens.push_back(window.narrow(0, 0, len).clone());
+    b.targets.push_back(window.narrow(0, 1, len).clone());
+  }
+  return b;
+}
+
+double Corpus::unigram_entropy() const {
+  std::vector<double> count(256, 0);
+  double n = 0;
+  for (const Doc& d : docs_)
+    for (std::size_t i = 0; i < d.split; ++i) {
+      count[static_cast<unsigned char>(d.text[i])] += 1;
+      n += 1;
+    }
+  double h = 0;
+  for (double c : count)
+    if (c > 0) h -= c / n * std::log(c / n);
+  return h;
+}
+
+}  // namespace rrfp::train

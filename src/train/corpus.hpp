@@ -1,0 +1,43 @@
+#pragma once
+// A byte-level corpus: every regular file of a directory is a document (by default the
+// licence texts every Debian machine has). The first 90% of each document trains, the last 10%
+// is held out. A batch draws, from a seeded stream, one window per microbatch at a random
+// position of a random document (weighted by length), of a random length: microbatches hold
+// genuinely different token counts and no padding.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "train/batch.hpp"
+
+namespace rrfp::train {
+
+struct WindowOptions {
+  int min_len = 32, max_len = 128;
+};
+
+class Corpus {
+ public:
+  // Throws InputError naming the directory if it is missing, unreadable or holds no document
+  // long enough for `max_len` + 1 bytes of training text.
+  Corpus(const std::string& dir, int max_len);
+
+  // Batch `index` of the training (or validation) stream for `seed`.
+  StepBatch batch(std::uint64_t seed, std::int64_t index, int microbatches, const WindowOptions& w,
+                  bool validation) const;
+  // Entropy of the training bytes' unigram distribution, in nats: the loss of a model that
+  // ignores context. A trained model must go well below it.
+  double unigram_entropy() const;
+  std::size_t bytes() const { return total_; }
+  std::size_t documents() const { return docs_.size(); }
+
+ private:
+  struct Doc {
+    std::string text;
+    std::size_t split;  // [0, split) trains, [split, size) is held out
+  };
+  std::vector<Doc> docs_;
+  std::size_t total_ = 0;
+};
+
+}  // namespace rrfp::train

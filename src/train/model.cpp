@@ -1,0 +1,115 @@
+#include "train/model.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+
+namespace rrfp::train {
+
+void validate(const GptConfig& c) {
+  auto positive = [](const char* flag, int v) {
+    if (v < 1)
+      throw InputError(std::string(flag) + ": must be at least 1, got " + std::to_string(v));
+  };
+  positive("--d-model", c.d_model);
+  positive("--heads", c.heads);
+  positive("--layers", c.layers);
+  positive("--max-seq", c.max_seq);
+  if (c.d_model % c.heads != 0)
+    throw InputError("--d-model: " + std::to_string(c.d_model) + " is not a multiple of --heads " +
+                     std::to_string(c.heads));
+}
+
+Chunk::Chunk(const GptConfig& cfg, int chunk, int chunks)
+    : cfg_(cfg), first_(chunk == 0), last_(chunk == chunks - 1) {
+  validate(cfg);
+  if (cfg.layers < chunks)
+    throw InputError("--layers: the model has " + std::to_string(cfg.layers) +
+                     " blocks, fewer than the " + std::to_string(chunks) +
+                     " pipeline chunks (P*V); give it at least one block per chunk");
+  // An even split of the blocks; the first chunks take the remainder.
+  const int base = cfg.layers / chunks, extra = cfg.layers % chunks;
+  const int lo = chunk * base + std::min(chunk, extra);
+  const int hi = lo + base + (chunk < extra ? 1 : 0);
+  const int d = cfg.d_model;
+  torch::NoGradGuard no_grad;
+  if (first_) {
+    torch::manual_seed(cfg.seed * 1000003ULL);
+    wte_ = add("embed.tokens", torch::randn({cfg.vocab, d}) * 0.02, false);
+    wpe_ = add("embed.positions", torch::randn({cfg.max_seq, d}) * 0.02, false);
+  }
+  for (int l = lo; l < hi; ++l) {
+    torch::manual_seed(cfg.seed * 1000003ULL + 1 + l);
+    const std::string p = "block" + std::to_string(l) + ".";
+    Block b{};
+    b.ln1 = add_norm(p + "ln1");
+    b.qkv = add_linear(p + "qkv", 3 * d, d);
+    b.proj = add_linear(p + "proj", d, d);
+    b.ln2 = add_norm(p + "ln2");
+    b.fc1 = add_linear(p + "fc1", 4 * d, d);
+    b.fc2 = add_linear(p + "fc2", d, 4 * d);
+    blocks_.push_back(b);
+  }
+  if (last_) {
+    torch::manual_seed(cfg.seed * 1000003ULL + 1 + cfg.layers);
+    lnf_ = add_norm("head.ln");
+    head_ = add_linear("head.out", cfg.vocab, d);
+  }
+}
+
+int Chunk::add(const std::string& name, torch::Tensor t, bool linear) {
+  params_.push_back(t.contiguous().set_requires_grad(true));
+  names_.push_back(name);
+  linear_.push_back(linear);
+  return static_cast<int>(params_.size()) - 1;
+}
+
+int Chunk::add_linear(const std::string& name, int out, int in) {
+  const int w = add(name + ".weight", torch::randn({out, in}) * (1.0 / std::sqrt(in)), true);
+  add(name + ".bias", torch::zeros({out}), true);
+  return w;
+}
+
+int Chunk::add_norm(const std::string& name) {
+  const int w = add(name + ".weight", torch::ones({cfg_.d_model}), false);
+  add(name + ".bias", torch::zeros({cfg_.d_model}), false);
+  return w;
+}
+
+torch::Tensor Chunk::block(const Block& b, const torch::Tensor& x, GradSink* sink) const {
+  const auto& P = params_;
+  const int64_t n = x.size(0), d = cfg_.d_model, h = cfg_.heads, hd = d / h;
+  auto h1 = torch::layer_norm(x, {d}, P[b.ln1], P[b.ln1 + 1]);
+  auto qkv = deferred_linear(h1, P[b.qkv], P[b.qkv + 1], sink, b.qkv);
+  auto parts = qkv.chunk(3, 1);
+  auto heads = [&](const torch::Tensor& t) { return t.reshape({n, h, hd}).transpose(0, 1); };
+  auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  auto scores = q.matmul(k.transpose(1, 2)) / std::sqrt(static_cast<double>(hd));
+  auto mask = torch::ones({n, n}, torch::kBool).triu(1);
+  auto att = scores.masked_fill(mask, -std::numeric_limits<float>::infinity()).softmax(-1);
+  auto y = att.matmul(v).transpose(0, 1).reshape({n, d});
+  auto x1 = x + deferred_linear(y, P[b.proj], P[b.proj + 1], sink, b.proj);
+  auto h2 = torch::layer_norm(x1, {d}, P[b.ln2], P[b.ln2 + 1]);
+  auto m = torch::gelu(deferred_linear(h2, P[b.fc1], P[b.fc1 + 1], sink, b.fc1));
+  return x1 + deferred_linear(m, P[b.fc2], P[b.fc2 + 1], sink, b.fc2);
+}
+
+torch::Tensor Chunk::forward(const torch::Tensor& input, const torch::Tensor& targets,
+                             GradSink* sink) const {
+  torch::Tensor x = input;
+  if (first_) {
+    const int64_t n = input.size(0);
+    if (n > cfg_.max_seq)
+      throw InputError("sequence of " + std::to_string(n) + " tokens exceeds --max-seq " +
+                       std::to_string(cfg_.max_seq));
+    x = torch::embedding(params_[wte_], input) + params_[wpe_].narrow(0, 0, n);
+  }
+  for (const Block& b : blocks_)
+    x = block(b, x, sink);
+  if (!last_) return x;
+  auto h = torch::layer_norm(x, {cfg_.d_model}, params_[lnf_], params_[lnf_ + 1]);
+  auto logits = deferred_linear(h, params_[head_], params_[head_ + 1], sink, head_);
+  return torch::nn::functional::cross_entropy(logits, targets);
+}
+
+}  // namespace rrfp::train

@@ -1,0 +1,150 @@
+#include "train/stage_program.hpp"
+
+#include "core/error.hpp"
+
+namespace rrfp::train {
+
+void ReorderBuffer::put(int mb, std::vector<torch::Tensor> grads) {
+  pending_.at(mb) = std::move(grads);
+  torch::NoGradGuard no_grad;
+  while (next_ < static_cast<int>(pending_.size()) && pending_[next_]) {
+    auto& g = *pending_[next_];
+    if (sum_.empty()) {
+      sum_ = std::move(g);  // the first term as is: 0 + x would turn -0.0 into +0.0
+    } else {
+      for (size_t i = 0; i < g.size(); ++i)
+        sum_[i].add_(g[i]);
+    }
+    pending_[next_].reset();
+    ++next_;
+  }
+}
+
+Payload to_payload(const torch::Tensor& t) {
+  auto owned = std::make_shared<torch::Tensor>(t.detach().contiguous());
+  const auto* data = static_cast<const std::byte*>(owned->data_ptr());
+  const std::size_t bytes = owned->numel() * owned->element_size();
+  return Payload(std::shared_ptr<const void>(owned, data), data, bytes);
+}
+
+torch::Tensor from_payload(const Payload& p, std::int64_t rows, std::int64_t cols) {
+  auto owner = p.owner();
+  return torch::from_blob(
+      const_cast<std::byte*>(p.data()), {rows, cols}, [owner](void*) mutable { owner.reset(); },
+      torch::kFloat32);
+}
+
+TrainStageProgram::TrainStageProgram(const WorkModel& m, int stage, std::vector<Chunk*> chunks,
+                                     const std::shared_ptr<const StepBatch>* batch)
+    : m_(m), stage_(stage), batch_slot_(batch) {
+  const auto& ids = m.chunks_of(stage);
+  if (chunks.size() != ids.size()) throw Error("train: wrong number of chunks for a stage");
+  for (size_t i = 0; i < ids.size(); ++i)
+    chunks_[ids[i]] = chunks[i];
+}
+
+Chunk& TrainStageProgram::chunk(int c) const {
+  return *chunks_.at(c);
+}
+
+TrainStageProgram::Work& TrainStageProgram::work(int c, int mb) {
+  std::lock_guard lk(mu_);
+  auto& w = works_[{c, mb}];
+  if (!w) w = std::make_unique<Work>();
+  return *w;
+}
+
+void TrainStageProgram::begin_step(int) {
+  batch_ = *batch_slot_;
+  if (!batch_ || batch_->microbatches() != m_.microbatches())
+    throw Error("train: the step's batch has the wrong number of microbatches");
+  std::lock_guard lk(mu_);
+  works_.clear();
+  reorder_.clear();
+  for (const auto& [c, ch] : chunks_)
+    reorder_[c] = std::make_unique<ReorderBuffer>(m_.microbatches());
+  losses_.assign(m_.microbatches(), 0.0f);
+}
+
+std::optional<std::size_t> TrainStageProgram::input_bytes(const TaskId& consumer) const {
+  const auto batch = *batch_slot_;
+  if (!batch || consumer.kind == Kind::W) return std::nullopt;
+  const int d = chunk(consumer.chunk).d_model();
+  return static_cast<std::size_t>(batch->length(consumer.mb) * d) * sizeof(float);
+}
+
+Payload TrainStageProgram::forward(TaskContext&, int c, int mb, Payload input) {
+  Chunk& ch = chunk(c);
+  Work& w = work(c, mb);
+  w.grads.assign(ch.params().size(), torch::Tensor());
+  w.sink.grads = &w.grads;
+  w.sink.queue = m_.split() ? &w.queue : nullptr;
+  if (ch.first()) {
+    w.input = batch_->tokens[mb];
+  } else {
+    w.input = from_payload(input, batch_->length(mb), ch.d_model()).set_requires_grad(true);
+  }
+  torch::AutoGradMode grad_on(true);
+  w.output = ch.forward(w.input, batch_->targets[mb], &w.sink);
+  if (ch.last()) {
+    losses_[mb] = w.output.item<float>();
+    return {};
+  }
+  return to_payload(w.output);
+}
+
+Payload TrainStageProgram::backward(TaskContext&, int c, int mb, Payload grad) {
+  Chunk& ch = chunk(c);
+  Work& w = work(c, mb);
+  // The step's loss is the mean over microbatches: the last chunk starts from 1/M.
+  const torch::Tensor g = ch.last() ? torch::full({}, 1.0f / static_cast<float>(m_.microbatches()))
+                                    : from_payload(grad, batch_->length(mb), ch.d_model());
+  std::vector<torch::Tensor> inputs;
+  std::vector<int> which;  // parameter index of each input after the first (or -1: the input)
+  if (!ch.first()) {
+    inputs.push_back(w.input);
+    which.push_back(-1);
+  }
+  for (int i = 0; i < static_cast<int>(ch.params().size()); ++i)
+    if (!ch.is_linear(i)) {
+      inputs.push_back(ch.params()[i]);
+      which.push_back(i);
+    }
+  auto out = torch::autograd::grad({w.output}, inputs, {g}, /*retain_graph=*/false,
+                                   /*create_graph=*/false, /*allow_unused=*/true);
+  Payload result;
+  for (size_t k = 0; k < out.size(); ++k) {
+    if (which[k] < 0)
+      result = to_payload(out[k]);
+    else
+      w.grads[which[k]] = out[k];
+  }
+  w.input = torch::Tensor();
+  w.output = torch::Tensor();
+  if (!m_.split()) finish(c, mb);
+  return result;
+}
+
+void TrainStageProgram::weight_grad(TaskContext&, int c, int mb) {
+  Work& w = work(c, mb);
+  torch::NoGradGuard no_grad;
+  w.queue.run();
+  finish(c, mb);
+}
+
+// Hands the microbatch's gradients to the reorder buffer and frees what it held.
+void TrainStageProgram::finish(int c, int mb) {
+  std::unique_ptr<Work> done;
+  {
+    std::lock_guard lk(mu_);
+    auto it = works_.find({c, mb});
+    done = std::move(it->second);
+    works_.erase(it);
+  }
+  for (size_t i = 0; i < done->grads.size(); ++i)
+    if (!done->grads[i].defined())
+      done->grads[i] = torch::zeros_like(chunk(c).params()[i]);  // unused this microbatch
+  reorder_.at(c)->put(mb, std::move(done->grads));
+}
+
+}  // namespace rrfp::train

@@ -1,0 +1,80 @@
+#pragma once
+// The runtime's StageProgram for training: owns the model chunks of one stage, runs their
+// forward with autograd, their backward with torch::autograd::grad (the input gradient for the
+// previous chunk, parameter gradients for this microbatch), and with the split backward
+// leaves the linear layers' weight GEMMs to the W task. Each microbatch's parameter gradients
+// go through a reorder buffer and are summed in microbatch order, so the result does not
+// depend on the order tasks ran (design.md §6).
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "core/work_model.hpp"
+#include "runtime/program.hpp"
+#include "train/batch.hpp"
+#include "train/model.hpp"
+
+namespace rrfp::train {
+
+// The parameters' accumulated gradients of one chunk, summed in microbatch order.
+class ReorderBuffer {
+ public:
+  explicit ReorderBuffer(int microbatches) : pending_(microbatches) {}
+  // Takes microbatch mb's gradients; adds every gradient that is now next in order.
+  void put(int mb, std::vector<torch::Tensor> grads);
+  bool complete() const { return next_ == static_cast<int>(pending_.size()); }
+  std::vector<torch::Tensor>& sum() { return sum_; }
+
+ private:
+  std::vector<std::optional<std::vector<torch::Tensor>>> pending_;
+  std::vector<torch::Tensor> sum_;
+  int next_ = 0;
+};
+
+class TrainStageProgram final : public StageProgram {
+ public:
+  // `chunks`: this stage's chunks (owned by the caller, in model order); `batch` is read at
+  // begin_step. Gradients are scaled by 1/M (the step's loss is the mean over microbatches).
+  TrainStageProgram(const WorkModel& m, int stage, std::vector<Chunk*> chunks,
+                    const std::shared_ptr<const StepBatch>* batch);
+
+  void begin_step(int step) override;
+  Payload forward(TaskContext& ctx, int chunk, int mb, Payload input) override;
+  Payload backward(TaskContext& ctx, int chunk, int mb, Payload grad) override;
+  void weight_grad(TaskContext& ctx, int chunk, int mb) override;
+  std::optional<std::size_t> input_bytes(const TaskId& consumer) const override;
+
+  // After a step: chunk's summed gradients (by the chunk's parameter index).
+  std::vector<torch::Tensor>& grads(int chunk) { return reorder_.at(chunk)->sum(); }
+  // After a step, last stage only: each microbatch's loss.
+  const std::vector<float>& losses() const { return losses_; }
+
+ private:
+  struct Work {  // one (chunk, microbatch) between its F and its last backward task
+    torch::Tensor input, output;
+    std::vector<torch::Tensor> grads;
+    GradSink sink;
+    WeightGradQueue queue;
+  };
+  Chunk& chunk(int c) const;
+  Work& work(int c, int mb);
+  void finish(int c, int mb);
+
+  const WorkModel& m_;
+  int stage_;
+  std::map<int, Chunk*> chunks_;
+  const std::shared_ptr<const StepBatch>* batch_slot_;
+  std::shared_ptr<const StepBatch> batch_;
+  std::map<int, std::unique_ptr<ReorderBuffer>> reorder_;
+  std::mutex mu_;  // guards works_ (input_bytes reads the batch only)
+  std::map<std::pair<int, int>, std::unique_ptr<Work>> works_;
+  std::vector<float> losses_;
+};
+
+// Activations and gradients travel as the raw float32 bytes of a contiguous tensor; the
+// payload keeps the tensor alive, and the receiver wraps the bytes without a copy.
+Payload to_payload(const torch::Tensor& t);
+torch::Tensor from_payload(const Payload& p, std::int64_t rows, std::int64_t cols);
+
+}  // namespace rrfp::train
