@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   CLI::App app{"rrfp: pipeline-parallel training that treats the schedule as a hint"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every subcommand");
+  rrfp::setup_train(app);
   rrfp::setup_simulate(app);
   rrfp::setup_run(app);
   rrfp::setup_schedule(app);

@@ -28,6 +28,7 @@ WorkloadParams load_workload(const WorkloadFlags& f);
 
 void setup_simulate(CLI::App& app);
 void setup_run(CLI::App& app);
+void setup_train(CLI::App& app);
 void setup_schedule(CLI::App& app);
 void setup_sweep(CLI::App& app);
 

@@ -36,4 +36,13 @@ std::string svg_timeline(const ReportHeader& h, const std::vector<ReportRun>& ru
 
 void write_text_file(const std::string& path, const std::string& text, const char* flag);
 
+struct PlotSeries {
+  std::string name, colour;
+  std::vector<std::pair<double, double>> points;
+};
+// A line plot; `reference` > 0 draws a dashed horizontal line labelled `reference_label`.
+std::string svg_line_plot(const std::string& title, const std::string& x_label,
+                          const std::vector<PlotSeries>& series, double reference = 0,
+                          const std::string& reference_label = "");
+
 }  // namespace rrfp

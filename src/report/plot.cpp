@@ -1,0 +1,77 @@
+// A minimal SVG line plot (loss curves): linear axes, one polyline per series.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "report/report.hpp"
+
+namespace rrfp {
+
+namespace {
+std::string fmt(const char* f, double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+}  // namespace
+
+std::string svg_line_plot(const std::string& title, const std::string& x_label,
+                          const std::vector<PlotSeries>& series, double reference,
+                          const std::string& reference_label) {
+  const double left = 60, top = 40, w = 640, h = 320;
+  double x0 = 0, x1 = 1, y0 = 1e300, y1 = -1e300;
+  for (const auto& s : series)
+    for (const auto& [x, y] : s.points) {
+      x1 = std::max(x1, x);
+      y0 = std::min(y0, y);
+      y1 = std::max(y1, y);
+    }
+  if (reference > 0) {
+    y0 = std::min(y0, reference);
+    y1 = std::max(y1, reference);
+  }
+  if (!(y0 < y1)) {
+    y0 = 0;
+    y1 = std::max(1.0, y1);
+  }
+  y0 = std::floor(y0 * 2) / 2;
+  y1 = std::ceil(y1 * 2) / 2;
+  auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * w; };
+  auto py = [&](double y) { return top + (y1 - y) / (y1 - y0) * h; };
+  std::string o = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + fmt("%.0f", left + w + 160) +
+                  "\" height=\"" + fmt("%.0f", top + h + 50) +
+                  "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  o += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  o += "<text x=\"" + fmt("%.0f", left) + "\" y=\"22\" font-weight=\"bold\">" + title + "</text>\n";
+  o += "<rect x=\"" + fmt("%.0f", left) + "\" y=\"" + fmt("%.0f", top) + "\" width=\"" +
+       fmt("%.0f", w) + "\" height=\"" + fmt("%.0f", h) + "\" fill=\"none\" stroke=\"#888\"/>\n";
+  for (int i = 0; i <= 4; ++i) {
+    const double y = y0 + (y1 - y0) * i / 4, x = x0 + (x1 - x0) * i / 4;
+    o += "<text x=\"" + fmt("%.0f", left - 8) + "\" y=\"" + fmt("%.1f", py(y) + 4) +
+         "\" text-anchor=\"end\">" + fmt("%.2f", y) + "</text>\n";
+    o += "<text x=\"" + fmt("%.1f", px(x)) + "\" y=\"" + fmt("%.0f", top + h + 18) +
+         "\" text-anchor=\"middle\">" + fmt("%.0f", x) + "</text>\n";
+  }
+  o += "<text x=\"" + fmt("%.0f", left + w / 2) + "\" y=\"" + fmt("%.0f", top + h + 38) +
+       "\" text-anchor=\"middle\">" + x_label + "</text>\n";
+  if (reference > 0) {
+    o += "<line x1=\"" + fmt("%.1f", px(x0)) + "\" x2=\"" + fmt("%.1f", px(x1)) + "\" y1=\"" +
+         fmt("%.1f", py(reference)) + "\" y2=\"" + fmt("%.1f", py(reference)) +
+         "\" stroke=\"#999\" stroke-dasharray=\"5,4\"/>\n";
+    o += "<text x=\"" + fmt("%.0f", left + w + 6) + "\" y=\"" + fmt("%.1f", py(reference) + 4) +
+         "\" fill=\"#666\">" + reference_label + "</text>\n";
+  }
+  int k = 0;
+  for (const auto& s : series) {
+    std::string pts;
+    for (const auto& [x, y] : s.points)
+      pts += fmt("%.1f", px(x)) + "," + fmt("%.1f", py(y)) + " ";
+    o += "<polyline fill=\"none\" stroke=\"" + s.colour + "\" stroke-width=\"1.5\" points=\"" + pts +
+         "\"/>\n";
+    o += "<text x=\"" + fmt("%.0f", left + w + 6) + "\" y=\"" + fmt("%.0f", top + 14 + 16 * k++) +
+         "\" fill=\"" + s.colour + "\">" + s.name + "</text>\n";
+  }
+  return o + "</svg>\n";
+}
+
+}  // namespace rrfp

@@ -1,0 +1,65 @@
+#include "runtime/jitter.hpp"
+
+#include <algorithm>
+
+#include "runtime/clock.hpp"
+#include "sim/rng.hpp"
+
+namespace rrfp {
+
+namespace {
+
+class Jittered final : public StageProgram {
+ public:
+  Jittered(std::unique_ptr<StageProgram> in, JitterLevel j, int stage, std::uint64_t seed)
+      : in_(std::move(in)), j_(j), stage_(stage), seed_(seed) {}
+  void begin_step(int s) override { in_->begin_step(s); }
+  void end_step(int s) override { in_->end_step(s); }
+  Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
+    const std::int64_t t0 = now_ns();
+    Payload out = in_->forward(c, chunk, mb, std::move(p));
+    stall(c, t0);
+    return out;
+  }
+  Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
+    const std::int64_t t0 = now_ns();
+    Payload out = in_->backward(c, chunk, mb, std::move(p));
+    stall(c, t0);
+    return out;
+  }
+  void weight_grad(TaskContext& c, int chunk, int mb) override {
+    const std::int64_t t0 = now_ns();
+    in_->weight_grad(c, chunk, mb);
+    stall(c, t0);
+  }
+  std::optional<std::size_t> input_bytes(const TaskId& t) const override {
+    return in_->input_bytes(t);
+  }
+
+ private:
+  void stall(const TaskContext& c, std::int64_t t0) const {
+    const TaskId& t = c.task();
+    const std::uint64_t key = (static_cast<std::uint64_t>(t.kind) << 40) ^
+                              (static_cast<std::uint64_t>(t.chunk) << 20) ^
+                              static_cast<std::uint64_t>(t.mb);
+    const std::uint64_t where = static_cast<std::uint64_t>(c.step()) * 4096 + stage_;
+    if (unit_open(hash_keys(seed_, 91, key, where)) >= j_.p) return;
+    const double d_us = static_cast<double>(now_ns() - t0) / 1e3;
+    const double u = unit_open(hash_keys(seed_, 92, key, where));
+    const double extra_us = j_.alpha * std::max(j_.floor_us, d_us) * (0.5 + u);
+    sleep_until_ns(now_ns() + static_cast<std::int64_t>(extra_us * 1e3));
+  }
+  std::unique_ptr<StageProgram> in_;
+  JitterLevel j_;
+  int stage_;
+  std::uint64_t seed_;
+};
+
+}  // namespace
+
+std::unique_ptr<StageProgram> with_jitter(std::unique_ptr<StageProgram> inner, JitterLevel level,
+                                          int stage, std::uint64_t seed) {
+  return std::make_unique<Jittered>(std::move(inner), level, stage, seed);
+}
+
+}  // namespace rrfp

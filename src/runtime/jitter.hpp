@@ -1,0 +1,16 @@
+#pragma once
+// The design's jitter injection (design.md §5) applied to real compute: after a task, with
+// probability p, the rank stalls for alpha * max(floor, the task's measured duration) *
+// (0.5 + U), with the draws a pure function of (seed, stage, task, step).
+#include <cstdint>
+#include <memory>
+
+#include "runtime/program.hpp"
+#include "sim/workload.hpp"
+
+namespace rrfp {
+
+std::unique_ptr<StageProgram> with_jitter(std::unique_ptr<StageProgram> inner, JitterLevel level,
+                                          int stage, std::uint64_t seed);
+
+}  // namespace rrfp

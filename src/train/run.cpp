@@ -1,0 +1,202 @@
+#include "train/run.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "core/error.hpp"
+#include "report/report.hpp"
+#include "runtime/clock.hpp"
+#include "runtime/jitter.hpp"
+#include "sim/metrics.hpp"
+#include "train/trainer.hpp"
+
+namespace rrfp::train {
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+TrainOptions to_options(const TrainRunOptions& o) {
+  TrainOptions t;
+  t.model = GptConfig{256, o.d_model, o.heads, o.layers, o.max_seq, o.seed};
+  t.pipe.pp = o.pp;
+  t.pipe.vpp = o.vpp;
+  t.pipe.microbatches = o.microbatches;
+  t.pipe.placement = parse_placement(o.placement);
+  validate(t.pipe);
+  if (o.split == "on" || o.split == "off" || o.split == "auto")
+    t.pipe.split_backward = o.split == "on" || (o.split == "auto" && hint_wants_split(o.hint));
+  else
+    throw InputError("--split-backward: expected auto, on or off, got '" + o.split + "'");
+  t.hint = o.hint;
+  t.arbiter.policy = parse_policy(o.policy);
+  if (o.limit < 0) throw InputError("--limit: must be at least 1, got " + std::to_string(o.limit));
+  t.arbiter.limit = o.limit;
+  t.arbiter.max_pending_w = o.max_pending_w;
+  if (o.comm == "async")
+    t.comm = CommMode::Async;
+  else if (o.comm == "blocking")
+    t.comm = CommMode::Blocking;
+  else
+    throw InputError("--comm: unknown mode '" + o.comm + "' (expected async or blocking)");
+  if (o.steps < 1) throw InputError("--steps: must be at least 1, got " + std::to_string(o.steps));
+  if (!(o.lr > 0)) throw InputError("--lr: must be positive");
+  t.steps = o.steps;
+  t.opt.lr = o.lr;
+  t.opt.warmup = std::max(1, o.warmup);
+  t.opt.weight_decay = o.weight_decay;
+  t.opt.clip = o.clip;
+  t.window = {o.min_len, o.max_len};
+  t.data_dir = o.data;
+  t.data_seed = o.seed;
+  t.timeout_ms = static_cast<std::int64_t>(o.timeout_s * 1000);
+  if (!o.inject_jitter.empty()) {
+    const JitterLevel j = workload_preset(o.inject_jitter).jitter;  // InputError if unknown
+    if (j.p <= 0)
+      throw InputError("--inject-jitter: '" + o.inject_jitter + "' injects no jitter (use jitter:J1..J3)");
+    const std::uint64_t seed = o.seed;
+    t.wrap = [j, seed](std::unique_ptr<StageProgram> p, int stage) {
+      return with_jitter(std::move(p), j, stage, seed);
+    };
+  }
+  return t;
+}
+
+// The output directory must exist (or be creatable) and be writable before training starts.
+void prepare_out(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir) || access(dir.c_str(), W_OK) != 0)
+    throw InputError("--out: cannot write to directory '" + dir + "'" +
+                     (ec ? ": " + ec.message() : std::string()));
+}
+
+// The runtime's view of a measured step, for the trace and the timeline.
+ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainRunOptions& o) {
+  ReportRun out;
+  out.label = o.policy + " " + o.hint + " (measured training step)";
+  out.hint = o.hint;
+  out.policy = o.policy;
+  out.comm = o.comm;
+  out.cfg = m.config();
+  out.result = r.run;
+  RealizedWork w;  // measured durations: the lower bound of this very step
+  w.num_tasks = m.num_tasks();
+  w.compute_ns.assign(w.num_tasks, 0);
+  w.message_ns.assign(w.num_tasks, 0);
+  w.message_bytes.assign(w.num_tasks, 0);
+  for (const TaskRecord& t : r.run.tasks)
+    w.compute_ns[m.index(t.task)] = t.compute_end - t.start;
+  out.metrics = compute_metrics(r.run, lower_bound(m, w));
+  return out;
+}
+
+}  // namespace
+
+TrainSummary run_training(const TrainRunOptions& o) {
+  TrainOptions topt = to_options(o);
+  prepare_out(o.out);
+  Trainer trainer(topt);
+  const double h0 = trainer.corpus().unigram_entropy();
+  const bool tty = isatty(STDOUT_FILENO);
+  if (!o.quiet)
+    std::cout << "rrfp train: P=" << o.pp << " V=" << o.vpp << " M=" << o.microbatches << " "
+              << o.policy << " " << o.hint << (topt.pipe.split_backward ? " (split backward)" : "")
+              << ", GPT d=" << o.d_model << " layers=" << o.layers << " heads=" << o.heads
+              << ", data " << o.data << " (" << trainer.corpus().documents() << " documents, "
+              << trainer.corpus().bytes() << " bytes; byte-unigram entropy " << fmt("%.3f", h0)
+              << " nats)" << (o.inject_jitter.empty() ? "" : ", jitter " + o.inject_jitter)
+              << "\n";
+  std::string csv = "step,loss,val_loss,lr,grad_norm,tokens,step_ms,bubble,gap_us_median\n";
+  PlotSeries train_curve{"train loss", "#4e79a7", {}}, val_curve{"validation loss", "#e15759", {}};
+  TrainSummary sum;
+  StepResult last;
+  double tokens = 0, seconds = 0, bubble = 0, gaps_ns = 0, busy_ns = 0;
+  const std::int64_t t_start = now_ns();
+  for (int s = 0; s < o.steps; ++s) {
+    const std::int64_t t0 = now_ns();
+    StepReport r = trainer.step();
+    const double step_s = static_cast<double>(now_ns() - t0) / 1e9;
+    const RunMetrics met = compute_metrics(r.run.run, LowerBound{});
+    tokens += static_cast<double>(r.tokens);
+    seconds += step_s;
+    bubble += met.bubble_ratio;
+    for (auto g : r.run.dispatch_gaps)
+      gaps_ns += static_cast<double>(g);
+    for (const auto& rs : r.run.run.ranks)
+      busy_ns += static_cast<double>(rs.busy);
+    if (s == 0) sum.first_loss = r.loss;
+    sum.last_loss = r.loss;
+    std::string val;
+    if ((o.eval_every > 0 && (s + 1) % o.eval_every == 0) || s + 1 == o.steps) {
+      sum.val_loss = trainer.validation_loss(o.eval_batches);
+      val = fmt("%.4f", sum.val_loss);
+      val_curve.points.push_back({s + 1.0, sum.val_loss});
+    }
+    train_curve.points.push_back({s + 1.0, r.loss});
+    auto gaps = r.run.dispatch_gaps;
+    double gap_med = 0;
+    if (!gaps.empty()) {
+      std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+      gap_med = static_cast<double>(gaps[gaps.size() / 2]) / 1e3;
+    }
+    csv += std::to_string(s + 1) + "," + fmt("%.5f", r.loss) + "," + val + "," + fmt("%.6g", r.lr) +
+           "," + fmt("%.4f", r.grad_norm) + "," + std::to_string(r.tokens) + "," +
+           fmt("%.2f", step_s * 1e3) + "," + fmt("%.4f", met.bubble_ratio) + "," +
+           fmt("%.1f", gap_med) + "\n";
+    if (!o.quiet && (tty || (s + 1) % 25 == 0 || s + 1 == o.steps || !val.empty())) {
+      const double elapsed = static_cast<double>(now_ns() - t_start) / 1e9;
+      const double eta = elapsed / (s + 1) * (o.steps - s - 1);
+      const int bar = 24 * (s + 1) / o.steps;
+      std::cout << (tty ? "\r" : "") << "[" << std::string(bar, '#') << std::string(24 - bar, '.')
+                << "] step " << s + 1 << "/" << o.steps << "  loss " << fmt("%.3f", r.loss)
+                << (val.empty() ? "" : "  val " + val) << "  " << fmt("%.0f", tokens / seconds)
+                << " tok/s  bubble " << fmt("%.1f%%", 100 * met.bubble_ratio) << "  ETA "
+                << fmt("%.0fs", eta) << (tty && val.empty() ? "" : "\n") << std::flush;
+    }
+    last = std::move(r.run);
+  }
+  if (!o.quiet && tty) std::cout << "\n";
+  sum.steps = o.steps;
+  sum.unigram_entropy = h0;
+  sum.tokens_per_s = tokens / seconds;
+  sum.mean_step_ms = seconds * 1e3 / o.steps;
+  sum.mean_bubble = bubble / o.steps;
+  // Runtime overhead: the dispatch gaps, against the ranks' summed compute.
+  sum.overhead_share = busy_ns > 0 ? gaps_ns / (busy_ns + gaps_ns) : 0;
+
+  const std::string dir = o.out + "/";
+  write_text_file(dir + "loss.csv", csv, "--out");
+  write_text_file(dir + "loss.svg",
+                  svg_line_plot("rrfp train: loss (nats per byte)", "step", {train_curve, val_curve},
+                                h0, "byte-unigram entropy"),
+                  "--out");
+  ReportHeader h;
+  h.workload = "train:" + o.data;
+  h.seed = o.seed;
+  h.source = "measured";
+  const std::vector<ReportRun> runs{report_of(last, trainer.model(), o)};
+  write_chrome_trace(dir + "trace.json", runs);
+  write_svg(dir + "timeline.svg", h, runs);
+  if (!o.quiet)
+    std::cout << "done: " << o.steps << " steps, loss " << fmt("%.3f", sum.first_loss) << " -> "
+              << fmt("%.3f", sum.last_loss) << ", validation " << fmt("%.3f", sum.val_loss)
+              << " nats (byte-unigram entropy " << fmt("%.3f", h0) << "), "
+              << fmt("%.0f", sum.tokens_per_s) << " tok/s, " << fmt("%.1f", sum.mean_step_ms)
+              << " ms/step, bubble " << fmt("%.1f%%", 100 * sum.mean_bubble)
+              << ", runtime overhead " << fmt("%.2f%%", 100 * sum.overhead_share) << "\n"
+              << "wrote " << dir << "loss.csv, loss.svg, trace.json, timeline.svg\n";
+  return sum;
+}
+
+}  // namespace rrfp::train

@@ -1,0 +1,42 @@
+#pragma once
+// `rrfp train` as a library call. This header is free of LibTorch so the CLI can include it;
+// run_training lives in the training layer.
+#include <cstdint>
+#include <string>
+
+namespace rrfp::train {
+
+struct TrainRunOptions {
+  // Pipeline (the same meaning as in `rrfp simulate`).
+  int pp = 4, vpp = 1, microbatches = 8;
+  std::string placement = "loop", split = "auto", hint = "bfw", policy = "ready", comm = "async";
+  int limit = 0, max_pending_w = 0;
+  // Model.
+  int d_model = 64, heads = 4, layers = 4, max_seq = 128;
+  // Data: a directory of text files; windows of min_len..max_len bytes per microbatch.
+  std::string data = "/usr/share/common-licenses";
+  int min_len = 32, max_len = 128;
+  // Optimization.
+  int steps = 300, warmup = 30;
+  double lr = 3e-3, weight_decay = 0.1, clip = 1.0;
+  std::uint64_t seed = 1;
+  // Evaluation and outputs.
+  int eval_every = 50, eval_batches = 8;
+  std::string out = "rrfp-out";
+  std::string inject_jitter;  // a jitter preset (jitter:J1..J3) added to real compute
+  double timeout_s = 120;
+  bool quiet = false;  // no progress bar (tests)
+};
+
+struct TrainSummary {
+  int steps = 0;
+  double first_loss = 0, last_loss = 0;
+  double val_loss = 0, unigram_entropy = 0;
+  double tokens_per_s = 0, mean_step_ms = 0, mean_bubble = 0, overhead_share = 0;
+};
+
+// Trains, printing progress, and writes into `out`: loss.csv, loss.svg, and the last step's
+// trace.json and timeline.svg. Throws InputError for bad options, data or output directory.
+TrainSummary run_training(const TrainRunOptions& o);
+
+}  // namespace rrfp::train
