@@ -42,6 +42,17 @@ check "--transport: unknown transport 'mpi'" run --transport mpi --pp 2 -m 2
 check "--pp: must be at least 1" run --pp 0
 check "unknown hint 'nope'" run --hint nope
 check "--policy fixed: needs a list hint" run --hint bf --policy fixed
+# Training (only when this build has LibTorch).
+if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
+  mkdir -p "$tmp/empty"
+  check "--data: '/nonexistent' is not a directory" train --data /nonexistent --out "$tmp/o"
+  check "--data: '$tmp/empty' holds no document" train --data "$tmp/empty" --out "$tmp/o"
+  check "fewer than the 8 pipeline chunks" train --vpp 2 --out "$tmp/o"
+  check "--out: cannot write to directory '/proc/rrfp-out'" train --out /proc/rrfp-out
+  check "--steps: must be at least 1" train --steps 0 --out "$tmp/o"
+  check "--inject-jitter: expected jitter:J1" train --inject-jitter nope --out "$tmp/o"
+  check "--max-len: 500 exceeds" train --max-len 500 --out "$tmp/o"
+fi
 head -c 3000 /dev/urandom >"$tmp/random.bin"
 check "$tmp/random.bin" schedule check "$tmp/random.bin"
 check "cannot write" simulate --svg /nonexistent-dir/x.svg

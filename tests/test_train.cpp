@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "sim/rng.hpp"
+#include "train/run.hpp"
 #include "train/trainer.hpp"
 
 namespace rrfp::train {
@@ -179,6 +180,20 @@ TEST(TrainInput, TooFewLayersAndMissingDataAreInputErrors) {
   o = options(ok, 0);
   o.data_dir = "/nonexistent/dir";
   EXPECT_THROW(Trainer{o}, InputError);
+}
+
+TEST(TrainDefault, LossFallsOnTheHeldOutSplit) {
+  // The default configuration of `rrfp train`, shortened: 60 steps, seeded.
+  TrainRunOptions o;
+  o.steps = 60;
+  o.warmup = 10;
+  o.eval_every = 0;
+  o.quiet = true;
+  o.out = ::testing::TempDir() + "rrfp-train-default";
+  const TrainSummary s = run_training(o);
+  // Untrained, the loss is about ln(256) = 5.5 nats; after 60 steps it must be far lower.
+  EXPECT_LT(s.last_loss, s.first_loss - 1.5);
+  EXPECT_LT(s.val_loss, std::log(256.0) - 1.5) << "validation loss " << s.val_loss;
 }
 
 }  // namespace

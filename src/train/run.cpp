@@ -61,7 +61,10 @@ TrainOptions to_options(const TrainRunOptions& o) {
   t.data_seed = o.seed;
   t.timeout_ms = static_cast<std::int64_t>(o.timeout_s * 1000);
   if (!o.inject_jitter.empty()) {
-    const JitterLevel j = workload_preset(o.inject_jitter).jitter;  // InputError if unknown
+    if (o.inject_jitter.rfind("jitter:", 0) != 0)
+      throw InputError("--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got '" +
+                       o.inject_jitter + "'");
+    const JitterLevel j = workload_preset(o.inject_jitter).jitter;
     if (j.p <= 0)
       throw InputError("--inject-jitter: '" + o.inject_jitter + "' injects no jitter (use jitter:J1..J3)");
     const std::uint64_t seed = o.seed;
