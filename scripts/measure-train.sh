@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Measures `rrfp train` (docs/results-train.md): throughput at P=2 and P=4, and fixed 1F1B
+# against rrfp BF and BFW under injected jitter. Writes docs/data/train-runs.csv.
+# Usage: scripts/measure-train.sh [build dir] (a Release build with LibTorch; idle machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rrfp=${1:-build}/rrfp
+csv=docs/data/train-runs.csv
+mkdir -p docs/data
+echo "config,pp,hint,policy,jitter,steps,tokens_per_s,ms_per_step,bubble_pct,overhead_pct,first_loss,last_loss,val_loss" >"$csv"
+run() {  # run CONFIG STEPS args...
+  local config=$1 steps=$2; shift 2
+  local line
+  line=$("$rrfp" train --steps "$steps" --warmup 5 --eval-every 0 --eval-batches 2 --out /tmp/rrfp-measure "$@" | grep '^done:')
+  echo "$config: $line" >&2
+  echo "$line" | awk -v c="$config" -v s="$steps" -v args="$*" '
+    { pp = 4; hint = "bfw"; pol = "ready"; jit = "none"
+      n = split(args, a, " ")
+      for (i = 1; i < n; ++i) {
+        if (a[i] == "--pp") pp = a[i+1]; if (a[i] == "--hint") hint = a[i+1]
+        if (a[i] == "--policy") pol = a[i+1]; if (a[i] == "--inject-jitter") jit = a[i+1] }
+      match($0, /loss [0-9.]+ -> [0-9.]+/); split(substr($0, RSTART + 5, RLENGTH - 5), l, " -> ")
+      match($0, /validation [0-9.]+/); v = substr($0, RSTART + 11, RLENGTH - 11)
+      match($0, /[0-9]+ tok\/s/); t = substr($0, RSTART, RLENGTH - 6)
+      match($0, /[0-9.]+ ms\/step/); ms = substr($0, RSTART, RLENGTH - 8)
+      match($0, /bubble [0-9.]+%/); b = substr($0, RSTART + 7, RLENGTH - 8)
+      match($0, /overhead [0-9.]+%/); o = substr($0, RSTART + 9, RLENGTH - 10)
+      print c "," pp "," hint "," pol "," jit "," s "," t "," ms "," b "," o "," l[1] "," l[2] "," v }' >>"$csv"
+}
+run throughput 100 --pp 2
+run throughput 100 --pp 4
+for j in jitter:J2 jitter:J3; do
+  run jitter 60 --inject-jitter "$j" --hint 1f1b --policy fixed --split-backward off
+  run jitter 60 --inject-jitter "$j" --hint bf --policy ready --split-backward off
+  run jitter 60 --inject-jitter "$j" --hint bfw --policy ready
+done
+echo "wrote $csv" >&2
