@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "core/error.hpp"
@@ -87,8 +88,11 @@ TrainOptions options(const Case& c, std::uint64_t delay_seed) {
 }
 
 std::vector<torch::Tensor> train(const Case& c, std::uint64_t delay_seed,
-                                 std::vector<double>* losses = nullptr) {
-  Trainer t(options(c, delay_seed));
+                                 std::vector<double>* losses = nullptr,
+                                 const std::string& task = "text") {
+  TrainOptions o = options(c, delay_seed);
+  o.task = task;
+  Trainer t(o);
   for (int s = 0; s < 3; ++s) {
     const StepReport r = t.step();
     if (losses) losses->push_back(r.loss);
@@ -150,6 +154,35 @@ TEST(TrainBitwise, EveryScheduleGivesTheReferenceParameters) {
     }
 }
 
+TEST(TrainBitwise, ImageTextWithVariableImageCounts) {
+  const Case ref{"reference", 1, 1, "1f1b", Policy::Fixed, false};
+  std::vector<double> ref_losses;
+  const auto expect = train(ref, 0, &ref_losses, "image-text");
+  const Case cases[] = {
+      {"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false},
+      {"ready bfw split", 2, 1, "bfw", Policy::Ready, true},
+      {"ready bf V=2", 2, 2, "bf", Policy::Ready, false},
+      {"fixed zb-h1 split", 2, 1, "zb-h1", Policy::Fixed, true},
+  };
+  for (const Case& c : cases)
+    for (std::uint64_t seed : {1, 2}) {
+      std::vector<double> losses;
+      const auto got = train(c, seed, &losses, "image-text");
+      EXPECT_EQ(losses, ref_losses) << c.name << " seed " << seed;
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_TRUE(bitwise_equal(got[i], expect[i]))
+            << c.name << " seed " << seed << ": parameter " << i << " differs";
+    }
+  // The batches really vary in their image counts (including none).
+  ImageText data;
+  const StepBatch b = data.batch(1, 0, 16, {}, false);
+  std::set<std::int64_t> counts;
+  for (const auto& img : b.images)
+    counts.insert(img.size(0));
+  EXPECT_GE(counts.size(), 3u);
+  EXPECT_TRUE(counts.count(0));
+}
+
 TEST(TrainBitwise, ParametersActuallyChange) {
   // Guards the test above against comparing untrained weights.
   const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
@@ -180,6 +213,83 @@ TEST(TrainInput, TooFewLayersAndMissingDataAreInputErrors) {
   o = options(ok, 0);
   o.data_dir = "/nonexistent/dir";
   EXPECT_THROW(Trainer{o}, InputError);
+}
+
+std::vector<torch::Tensor> snapshot(const Trainer& t) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : t.parameters())
+    out.push_back(p.detach().clone());
+  return out;
+}
+
+TEST(Checkpoint, ResumingIsBitwiseTheUninterruptedRun) {
+  const Case c{"ready bfw", 2, 1, "bfw", Policy::Ready, true};
+  Trainer straight(options(c, 0));
+  for (int s = 0; s < 3; ++s)
+    straight.step();
+  const std::string path = ::testing::TempDir() + "rrfp-ckpt.bin";
+  {
+    Trainer first(options(c, 0));
+    first.step();
+    first.step();
+    first.save(path);
+  }
+  // Resumed on another pipeline layout: checkpoints do not depend on it.
+  const Case other{"fixed 1f1b", 4, 1, "1f1b", Policy::Fixed, false};
+  Trainer resumed(options(other, 0));
+  resumed.resume(path);
+  EXPECT_EQ(resumed.steps_done(), 2);
+  resumed.step();
+  const auto a = snapshot(straight), b = snapshot(resumed);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_TRUE(bitwise_equal(a[i], b[i])) << "parameter " << i;
+}
+
+std::string refusal(const std::string& path, const TrainOptions& o) {
+  Trainer t(o);
+  try {
+    t.resume(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
+  const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
+  const TrainOptions o = options(c, 0);
+  const std::string good = ::testing::TempDir() + "rrfp-good.bin";
+  Trainer t(o);
+  t.step();
+  t.save(good);
+  std::string bytes;
+  {
+    std::ifstream in(good, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto write = [](const std::string& p, const std::string& b) {
+    std::ofstream(p, std::ios::binary) << b;
+    return p;
+  };
+  std::string flipped = bytes;
+  flipped[flipped.size() / 2] ^= 0x10;
+  EXPECT_NE(refusal(write(::testing::TempDir() + "f.bin", flipped), o).find("checksum mismatch"),
+            std::string::npos);
+  EXPECT_NE(refusal(write(::testing::TempDir() + "t.bin", bytes.substr(0, bytes.size() / 3)), o)
+                .find("checksum mismatch"),
+            std::string::npos);
+  EXPECT_NE(
+      refusal(write(::testing::TempDir() + "n.bin", "hello"), o).find("not an rrfp checkpoint"),
+      std::string::npos);
+  TrainOptions wider = o;
+  wider.model.d_model = 48;
+  EXPECT_NE(refusal(good, wider).find("holds a different model"), std::string::npos);
+  EXPECT_NE(refusal(::testing::TempDir() + "missing.bin", o).find("missing.bin"),
+            std::string::npos);
+  // A crash mid-save leaves only PATH.tmp behind: the previous checkpoint still loads.
+  write(good + ".tmp", bytes.substr(0, 100));
+  EXPECT_EQ(refusal(good, o), "accepted");
 }
 
 TEST(TrainDefault, LossFallsOnTheHeldOutSplit) {

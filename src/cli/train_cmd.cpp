@@ -26,7 +26,10 @@ void setup_train(CLI::App& app) {
   s->add_option("--d-model", o->d_model, "model width")->capture_default_str();
   s->add_option("--heads", o->heads, "attention heads")->capture_default_str();
   s->add_option("--layers", o->layers, "transformer blocks (at least P*V)")->capture_default_str();
-  s->add_option("--max-seq", o->max_seq, "longest sequence the model takes")
+  s->add_option("--max-seq", o->max_seq, "longest sequence the model takes")->capture_default_str();
+  s->add_option("--task", o->task, "text (the --data corpus) or image-text (synthetic)")
+      ->capture_default_str();
+  s->add_option("--max-images", o->max_images, "image-text: most images per sample")
       ->capture_default_str();
   s->add_option("--data", o->data, "directory of text files (one document each)")
       ->capture_default_str();
@@ -42,6 +45,9 @@ void setup_train(CLI::App& app) {
   s->add_option("--eval-batches", o->eval_batches, "held-out batches per validation")
       ->capture_default_str();
   s->add_option("--out", o->out, "output directory")->capture_default_str();
+  s->add_option("--save-every", o->save_every,
+                "write OUT/checkpoint.bin every N steps and at the end (0: never)");
+  s->add_option("--resume", o->resume, "continue from a checkpoint written by --save-every");
   s->add_option("--inject-jitter", o->inject_jitter,
                 "add a jitter preset (jitter:J1..J3) to real compute");
   s->add_option("--timeout", o->timeout_s, "watchdog seconds without progress")

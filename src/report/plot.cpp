@@ -7,14 +7,6 @@
 
 namespace rrfp {
 
-namespace {
-std::string fmt(const char* f, double v) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-}  // namespace
-
 std::string svg_line_plot(const std::string& title, const std::string& x_label,
                           const std::vector<PlotSeries>& series, double reference,
                           const std::string& reference_label) {
@@ -38,8 +30,8 @@ std::string svg_line_plot(const std::string& title, const std::string& x_label,
   y1 = std::ceil(y1 * 2) / 2;
   auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * w; };
   auto py = [&](double y) { return top + (y1 - y) / (y1 - y0) * h; };
-  std::string o = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + fmt("%.0f", left + w + 160) +
-                  "\" height=\"" + fmt("%.0f", top + h + 50) +
+  std::string o = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
+                  fmt("%.0f", left + w + 160) + "\" height=\"" + fmt("%.0f", top + h + 50) +
                   "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   o += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   o += "<text x=\"" + fmt("%.0f", left) + "\" y=\"22\" font-weight=\"bold\">" + title + "</text>\n";
@@ -66,8 +58,8 @@ std::string svg_line_plot(const std::string& title, const std::string& x_label,
     std::string pts;
     for (const auto& [x, y] : s.points)
       pts += fmt("%.1f", px(x)) + "," + fmt("%.1f", py(y)) + " ";
-    o += "<polyline fill=\"none\" stroke=\"" + s.colour + "\" stroke-width=\"1.5\" points=\"" + pts +
-         "\"/>\n";
+    o += "<polyline fill=\"none\" stroke=\"" + s.colour + "\" stroke-width=\"1.5\" points=\"" +
+         pts + "\"/>\n";
     o += "<text x=\"" + fmt("%.0f", left + w + 6) + "\" y=\"" + fmt("%.0f", top + 14 + 16 * k++) +
          "\" fill=\"" + s.colour + "\">" + s.name + "</text>\n";
   }

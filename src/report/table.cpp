@@ -6,13 +6,13 @@
 
 namespace rrfp {
 
-namespace {
-
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
 }
+
+namespace {
 double ms(std::int64_t ns) {
   return static_cast<double>(ns) / 1e6;
 }

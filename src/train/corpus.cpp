@@ -65,6 +65,10 @@ StepBatch Corpus::batch(std::uint64_t seed, std::int64_t index, int microbatches
   return b;
 }
 
+std::string Corpus::describe() const {
+  return std::to_string(docs_.size()) + " documents, " + std::to_string(total_) + " bytes";
+}
+
 double Corpus::unigram_entropy() const {
   std::vector<double> count(256, 0);
   double n = 0;

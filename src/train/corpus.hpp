@@ -8,15 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "train/batch.hpp"
+#include "train/data.hpp"
 
 namespace rrfp::train {
 
-struct WindowOptions {
-  int min_len = 32, max_len = 128;
-};
-
-class Corpus {
+class Corpus final : public DataSource {
  public:
   // Throws InputError naming the directory if it is missing, unreadable or holds no document
   // long enough for `max_len` + 1 bytes of training text.
@@ -24,10 +20,11 @@ class Corpus {
 
   // Batch `index` of the training (or validation) stream for `seed`.
   StepBatch batch(std::uint64_t seed, std::int64_t index, int microbatches, const WindowOptions& w,
-                  bool validation) const;
+                  bool validation) const override;
   // Entropy of the training bytes' unigram distribution, in nats: the loss of a model that
   // ignores context. A trained model must go well below it.
-  double unigram_entropy() const;
+  double unigram_entropy() const override;
+  std::string describe() const override;
   std::size_t bytes() const { return total_; }
   std::size_t documents() const { return docs_.size(); }
 

@@ -37,6 +37,13 @@ Chunk::Chunk(const GptConfig& cfg, int chunk, int chunks)
     torch::manual_seed(cfg.seed * 1000003ULL);
     wte_ = add("embed.tokens", torch::randn({cfg.vocab, d}) * 0.02, false);
     wpe_ = add("embed.positions", torch::randn({cfg.max_seq, d}) * 0.02, false);
+    if (cfg.image_patches > 0) {
+      patch_ = add_linear("vision.patch", d, cfg.patch_dim);
+      patch_pos_ = add("vision.positions", torch::randn({cfg.image_patches, d}) * 0.02, false);
+      vln_ = add_norm("vision.ln");
+      vfc1_ = add_linear("vision.fc1", 4 * d, d);
+      vfc2_ = add_linear("vision.fc2", d, 4 * d);
+    }
   }
   for (int l = lo; l < hi; ++l) {
     torch::manual_seed(cfg.seed * 1000003ULL + 1 + l);
@@ -94,15 +101,33 @@ torch::Tensor Chunk::block(const Block& b, const torch::Tensor& x, GradSink* sin
   return x1 + deferred_linear(m, P[b.fc2], P[b.fc2 + 1], sink, b.fc2);
 }
 
+// Patch embedding, learned patch positions, one pre-LN MLP block: [n, patches, patch_dim] ->
+// [n * patches, d], image after image.
+torch::Tensor Chunk::encode_images(const torch::Tensor& images, GradSink* sink) const {
+  const auto& P = params_;
+  const int64_t n = images.size(0), p = images.size(1), d = cfg_.d_model;
+  auto v = deferred_linear(images.reshape({n * p, images.size(2)}), P[patch_], P[patch_ + 1], sink,
+                           patch_);
+  v = v + P[patch_pos_].repeat({n, 1});
+  auto h = torch::layer_norm(v, {d}, P[vln_], P[vln_ + 1]);
+  auto m = torch::gelu(deferred_linear(h, P[vfc1_], P[vfc1_ + 1], sink, vfc1_));
+  return v + deferred_linear(m, P[vfc2_], P[vfc2_ + 1], sink, vfc2_);
+}
+
 torch::Tensor Chunk::forward(const torch::Tensor& input, const torch::Tensor& targets,
-                             GradSink* sink) const {
+                             GradSink* sink, const torch::Tensor& images) const {
   torch::Tensor x = input;
   if (first_) {
-    const int64_t n = input.size(0);
+    x = torch::embedding(params_[wte_], input);
+    if (images.defined() && images.size(0) > 0) {
+      if (patch_ < 0) throw Error("image input to a text-only model");
+      x = torch::cat({encode_images(images, sink), x}, 0);
+    }
+    const int64_t n = x.size(0);
     if (n > cfg_.max_seq)
       throw InputError("sequence of " + std::to_string(n) + " tokens exceeds --max-seq " +
                        std::to_string(cfg_.max_seq));
-    x = torch::embedding(params_[wte_], input) + params_[wpe_].narrow(0, 0, n);
+    x = x + params_[wpe_].narrow(0, 0, n);
   }
   for (const Block& b : blocks_)
     x = block(b, x, sink);

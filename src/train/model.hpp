@@ -23,6 +23,9 @@ struct GptConfig {
   int layers = 4;  // transformer blocks
   int max_seq = 128;
   std::uint64_t seed = 1;
+  // Image-text variant: a ViT-style encoder on chunk 0 turns each image's patches into tokens
+  // placed ahead of the text. 0 patches: text only.
+  int image_patches = 0, patch_dim = 16;
 };
 
 void validate(const GptConfig& c);  // throws InputError naming the field
@@ -41,10 +44,11 @@ class Chunk {
   // Whether parameter i gets its gradient through a deferred linear (and not from autograd).
   bool is_linear(int i) const { return linear_[i]; }
 
-  // First chunk: `input` holds int64 tokens [L]; else activations [L, d]. Last chunk: returns
-  // the mean cross-entropy against `targets` [L]; else activations [L, d].
-  torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& targets,
-                        GradSink* sink) const;
+  // First chunk: `input` holds int64 tokens [L] and `images` (if defined) [n, patches,
+  // patch_dim]; else activations [S, d]. Last chunk: returns the mean cross-entropy against
+  // `targets` [S] (-100: no target); else activations [S, d].
+  torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& targets, GradSink* sink,
+                        const torch::Tensor& images = {}) const;
 
  private:
   struct Block {
@@ -57,7 +61,10 @@ class Chunk {
 
   GptConfig cfg_;
   bool first_, last_;
+  torch::Tensor encode_images(const torch::Tensor& images, GradSink* sink) const;
+
   int wte_ = -1, wpe_ = -1, lnf_ = -1, head_ = -1;
+  int patch_ = -1, patch_pos_ = -1, vln_ = -1, vfc1_ = -1, vfc2_ = -1;  // vision encoder
   std::vector<Block> blocks_;
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;

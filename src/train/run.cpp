@@ -20,12 +20,6 @@ namespace rrfp::train {
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 TrainOptions to_options(const TrainRunOptions& o) {
   TrainOptions t;
   t.model = GptConfig{256, o.d_model, o.heads, o.layers, o.max_seq, o.seed};
@@ -58,6 +52,8 @@ TrainOptions to_options(const TrainRunOptions& o) {
   t.opt.clip = o.clip;
   t.window = {o.min_len, o.max_len};
   t.data_dir = o.data;
+  t.task = o.task;
+  t.max_images = o.max_images;
   t.data_seed = o.seed;
   t.timeout_ms = static_cast<std::int64_t>(o.timeout_s * 1000);
   if (!o.inject_jitter.empty()) {
@@ -66,7 +62,8 @@ TrainOptions to_options(const TrainRunOptions& o) {
                        o.inject_jitter + "'");
     const JitterLevel j = workload_preset(o.inject_jitter).jitter;
     if (j.p <= 0)
-      throw InputError("--inject-jitter: '" + o.inject_jitter + "' injects no jitter (use jitter:J1..J3)");
+      throw InputError("--inject-jitter: '" + o.inject_jitter +
+                       "' injects no jitter (use jitter:J1..J3)");
     const std::uint64_t seed = o.seed;
     t.wrap = [j, seed](std::unique_ptr<StageProgram> p, int stage) {
       return with_jitter(std::move(p), j, stage, seed);
@@ -109,24 +106,30 @@ ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainRunOptio
 TrainSummary run_training(const TrainRunOptions& o) {
   TrainOptions topt = to_options(o);
   prepare_out(o.out);
+  if (o.save_every < 0)
+    throw InputError("--save-every: must not be negative, got " + std::to_string(o.save_every));
   Trainer trainer(topt);
-  const double h0 = trainer.corpus().unigram_entropy();
+  if (!o.resume.empty()) trainer.resume(o.resume);
+  const int first_step = trainer.steps_done();
+  const std::string ckpt = o.out + "/checkpoint.bin";
+  const double h0 = trainer.data().unigram_entropy();
   const bool tty = isatty(STDOUT_FILENO);
   if (!o.quiet)
     std::cout << "rrfp train: P=" << o.pp << " V=" << o.vpp << " M=" << o.microbatches << " "
               << o.policy << " " << o.hint << (topt.pipe.split_backward ? " (split backward)" : "")
               << ", GPT d=" << o.d_model << " layers=" << o.layers << " heads=" << o.heads
-              << ", data " << o.data << " (" << trainer.corpus().documents() << " documents, "
-              << trainer.corpus().bytes() << " bytes; byte-unigram entropy " << fmt("%.3f", h0)
-              << " nats)" << (o.inject_jitter.empty() ? "" : ", jitter " + o.inject_jitter)
-              << "\n";
+              << ", data " << (o.task == "text" ? o.data : o.task) << " ("
+              << trainer.data().describe() << "; byte-unigram entropy " << fmt("%.3f", h0)
+              << " nats)" << (o.inject_jitter.empty() ? "" : ", jitter " + o.inject_jitter) << "\n";
   std::string csv = "step,loss,val_loss,lr,grad_norm,tokens,step_ms,bubble,gap_us_median\n";
   PlotSeries train_curve{"train loss", "#4e79a7", {}}, val_curve{"validation loss", "#e15759", {}};
   TrainSummary sum;
   StepResult last;
   double tokens = 0, seconds = 0, bubble = 0, gaps_ns = 0, busy_ns = 0;
   const std::int64_t t_start = now_ns();
-  for (int s = 0; s < o.steps; ++s) {
+  if (!o.quiet && first_step > 0)
+    std::cout << "resumed from " << o.resume << " at step " << first_step << "\n";
+  for (int s = first_step; s < o.steps; ++s) {
     const std::int64_t t0 = now_ns();
     StepReport r = trainer.step();
     const double step_s = static_cast<double>(now_ns() - t0) / 1e9;
@@ -138,7 +141,8 @@ TrainSummary run_training(const TrainRunOptions& o) {
       gaps_ns += static_cast<double>(g);
     for (const auto& rs : r.run.run.ranks)
       busy_ns += static_cast<double>(rs.busy);
-    if (s == 0) sum.first_loss = r.loss;
+    if (s == first_step) sum.first_loss = r.loss;
+    if (o.save_every > 0 && ((s + 1) % o.save_every == 0 || s + 1 == o.steps)) trainer.save(ckpt);
     sum.last_loss = r.loss;
     std::string val;
     if ((o.eval_every > 0 && (s + 1) % o.eval_every == 0) || s + 1 == o.steps) {
@@ -159,7 +163,7 @@ TrainSummary run_training(const TrainRunOptions& o) {
            fmt("%.1f", gap_med) + "\n";
     if (!o.quiet && (tty || (s + 1) % 25 == 0 || s + 1 == o.steps || !val.empty())) {
       const double elapsed = static_cast<double>(now_ns() - t_start) / 1e9;
-      const double eta = elapsed / (s + 1) * (o.steps - s - 1);
+      const double eta = elapsed / (s + 1 - first_step) * (o.steps - s - 1);
       const int bar = 24 * (s + 1) / o.steps;
       std::cout << (tty ? "\r" : "") << "[" << std::string(bar, '#') << std::string(24 - bar, '.')
                 << "] step " << s + 1 << "/" << o.steps << "  loss " << fmt("%.3f", r.loss)
@@ -170,22 +174,25 @@ TrainSummary run_training(const TrainRunOptions& o) {
     last = std::move(r.run);
   }
   if (!o.quiet && tty) std::cout << "\n";
-  sum.steps = o.steps;
+  if (first_step >= o.steps)
+    throw InputError("--resume: the checkpoint is already at step " + std::to_string(first_step) +
+                     " of --steps " + std::to_string(o.steps));
+  sum.steps = o.steps - first_step;
   sum.unigram_entropy = h0;
   sum.tokens_per_s = tokens / seconds;
-  sum.mean_step_ms = seconds * 1e3 / o.steps;
-  sum.mean_bubble = bubble / o.steps;
+  sum.mean_step_ms = seconds * 1e3 / sum.steps;
+  sum.mean_bubble = bubble / sum.steps;
   // Runtime overhead: the dispatch gaps, against the ranks' summed compute.
   sum.overhead_share = busy_ns > 0 ? gaps_ns / (busy_ns + gaps_ns) : 0;
 
   const std::string dir = o.out + "/";
   write_text_file(dir + "loss.csv", csv, "--out");
   write_text_file(dir + "loss.svg",
-                  svg_line_plot("rrfp train: loss (nats per byte)", "step", {train_curve, val_curve},
-                                h0, "byte-unigram entropy"),
+                  svg_line_plot("rrfp train: loss (nats per byte)", "step",
+                                {train_curve, val_curve}, h0, "byte-unigram entropy"),
                   "--out");
   ReportHeader h;
-  h.workload = "train:" + o.data;
+  h.workload = "train:" + (o.task == "text" ? o.data : o.task);
   h.seed = o.seed;
   h.source = "measured";
   const std::vector<ReportRun> runs{report_of(last, trainer.model(), o)};

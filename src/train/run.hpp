@@ -13,7 +13,10 @@ struct TrainRunOptions {
   int limit = 0, max_pending_w = 0;
   // Model.
   int d_model = 64, heads = 4, layers = 4, max_seq = 128;
-  // Data: a directory of text files; windows of min_len..max_len bytes per microbatch.
+  // Data: a directory of text files; windows of min_len..max_len bytes per microbatch. Or the
+  // synthetic image-text task (task "image-text", 0..max_images images per sample).
+  std::string task = "text";
+  int max_images = 4;
   std::string data = "/usr/share/common-licenses";
   int min_len = 32, max_len = 128;
   // Optimization.
@@ -23,6 +26,8 @@ struct TrainRunOptions {
   // Evaluation and outputs.
   int eval_every = 50, eval_batches = 8;
   std::string out = "rrfp-out";
+  int save_every = 0;         // write OUT/checkpoint.bin every N steps and at the end (0: never)
+  std::string resume;         // continue from this checkpoint
   std::string inject_jitter;  // a jitter preset (jitter:J1..J3) added to real compute
   double timeout_s = 120;
   bool quiet = false;  // no progress bar (tests)

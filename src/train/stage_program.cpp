@@ -85,7 +85,9 @@ Payload TrainStageProgram::forward(TaskContext&, int c, int mb, Payload input) {
     w.input = from_payload(input, batch_->length(mb), ch.d_model()).set_requires_grad(true);
   }
   torch::AutoGradMode grad_on(true);
-  w.output = ch.forward(w.input, batch_->targets[mb], &w.sink);
+  const torch::Tensor images =
+      ch.first() && !batch_->images.empty() ? batch_->images[mb] : torch::Tensor();
+  w.output = ch.forward(w.input, batch_->targets[mb], &w.sink, images);
   if (ch.last()) {
     losses_[mb] = w.output.item<float>();
     return {};

@@ -3,14 +3,21 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "train/checkpoint.hpp"
 
 namespace rrfp::train {
 
-Trainer::Trainer(TrainOptions o)
-    : o_(std::move(o)),
-      m_(o_.pipe),
-      hint_(make_hint(o_.hint, m_)),
-      corpus_(o_.data_dir, o_.window.max_len) {
+Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe), hint_(make_hint(o_.hint, m_)) {
+  if (o_.task == "image-text") {
+    if (o_.max_images < 0) throw InputError("--max-images: must not be negative");
+    o_.model.image_patches = ImageText::kPatches;
+    o_.model.patch_dim = ImageText::kPatchDim;
+    data_ = std::make_unique<ImageText>(o_.max_images);
+  } else if (o_.task == "text") {
+    data_ = std::make_unique<Corpus>(o_.data_dir, o_.window.max_len);
+  } else {
+    throw InputError("--task: expected text or image-text, got '" + o_.task + "'");
+  }
   validate(o_.model);
   if (o_.window.min_len < 1 || o_.window.min_len > o_.window.max_len)
     throw InputError("--min-len: must be between 1 and --max-len (" +
@@ -72,7 +79,7 @@ StepReport Trainer::step() {
   StepReport r;
   r.step = step_;
   batch_ = std::make_shared<const StepBatch>(
-      corpus_.batch(o_.data_seed, step_, m_.microbatches(), o_.window, false));
+      data_->batch(o_.data_seed, step_, m_.microbatches(), o_.window, false));
   r.tokens = batch_->total_tokens();
   r.run = runtime_->run_step(step_);
   // The step's loss: the mean over microbatches, summed in microbatch order.
@@ -120,16 +127,43 @@ double Trainer::validation_loss(int batches) {
   double sum = 0;
   int n = 0;
   for (int b = 0; b < batches; ++b) {
-    const StepBatch vb = corpus_.batch(o_.data_seed, b, m_.microbatches(), o_.window, true);
+    const StepBatch vb = data_->batch(o_.data_seed, b, m_.microbatches(), o_.window, true);
     for (int mb = 0; mb < vb.microbatches(); ++mb) {
       torch::Tensor x = vb.tokens[mb];
+      const torch::Tensor images = vb.images.empty() ? torch::Tensor() : vb.images[mb];
       for (const auto& c : chunks_)
-        x = c->forward(x, vb.targets[mb], nullptr);
+        x = c->forward(x, vb.targets[mb], nullptr, c->first() ? images : torch::Tensor());
       sum += x.item<double>();
       ++n;
     }
   }
   return sum / n;
+}
+
+}  // namespace rrfp::train
+
+namespace rrfp::train {
+
+void Trainer::save(const std::string& path) const {
+  CheckpointState s;
+  s.model = o_.model;
+  s.step = step_;
+  s.names = parameter_names();
+  s.params = parameters();
+  s.exp_avg = exp_avg_;
+  s.exp_avg_sq = exp_avg_sq_;
+  save_checkpoint(path, s);
+}
+
+void Trainer::resume(const std::string& path) {
+  CheckpointState s;
+  s.model = o_.model;
+  s.names = parameter_names();
+  s.params = parameters();
+  s.exp_avg = exp_avg_;
+  s.exp_avg_sq = exp_avg_sq_;
+  load_checkpoint(path, s);  // fills the tensors in place
+  step_ = s.step;
 }
 
 }  // namespace rrfp::train

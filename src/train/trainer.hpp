@@ -12,6 +12,7 @@
 #include "core/hint.hpp"
 #include "runtime/runtime.hpp"
 #include "train/corpus.hpp"
+#include "train/image_text.hpp"
 #include "train/model.hpp"
 #include "train/stage_program.hpp"
 
@@ -33,6 +34,8 @@ struct TrainOptions {
   int steps = 100;
   OptimizerOptions opt;
   WindowOptions window;
+  std::string task = "text";  // text: the byte corpus in data_dir; image-text: synthetic
+  int max_images = 4;
   std::string data_dir = "/usr/share/common-licenses";
   std::uint64_t data_seed = 1;
   std::int64_t timeout_ms = 120'000;
@@ -58,7 +61,12 @@ class Trainer {
   // Every parameter in the model's global order, and its name.
   std::vector<torch::Tensor> parameters() const;
   std::vector<std::string> parameter_names() const;
-  const Corpus& corpus() const { return corpus_; }
+  // Writes the step, parameters and optimizer state (atomically; see checkpoint.hpp).
+  void save(const std::string& path) const;
+  // Continues from a checkpoint: the parameters, optimizer state and step it holds, so the
+  // next steps are bitwise those of an uninterrupted run. Throws InputError if it is refused.
+  void resume(const std::string& path);
+  const DataSource& data() const { return *data_; }
   const WorkModel& model() const { return m_; }
   int steps_done() const { return step_; }
 
@@ -69,7 +77,7 @@ class Trainer {
   TrainOptions o_;
   WorkModel m_;
   Hint hint_;
-  Corpus corpus_;
+  std::unique_ptr<DataSource> data_;
   std::vector<std::unique_ptr<Chunk>> chunks_;  // by chunk index
   std::vector<TrainStageProgram*> programs_;    // by stage (owned by the runtime)
   std::shared_ptr<const StepBatch> batch_;

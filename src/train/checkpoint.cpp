@@ -1,0 +1,148 @@
+#include "train/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/text_file.hpp"
+
+namespace rrfp::train {
+
+namespace {
+
+constexpr char kMagic[8] = {'R', 'R', 'F', 'P', 'C', 'K', 'P', 'T'};
+constexpr std::uint32_t kVersion = 1;
+
+std::uint64_t fnv1a(const std::string& bytes) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+template <class T>
+void put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+nlohmann::json model_json(const GptConfig& m) {
+  return {{"vocab", m.vocab},
+          {"d_model", m.d_model},
+          {"heads", m.heads},
+          {"layers", m.layers},
+          {"max_seq", m.max_seq}};
+}
+
+std::vector<const std::vector<torch::Tensor>*> groups(const CheckpointState& s) {
+  return {&s.params, &s.exp_avg, &s.exp_avg_sq};
+}
+
+void write_all(int fd, const std::string& bytes, const std::string& path) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n <= 0) throw InputError("checkpoint '" + path + "': write failed");
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const CheckpointState& s) {
+  nlohmann::json h;
+  h["format"] = "rrfp-checkpoint";
+  h["model"] = model_json(s.model);
+  h["step"] = s.step;
+  h["tensors"] = nlohmann::json::array();
+  for (size_t i = 0; i < s.params.size(); ++i)
+    h["tensors"].push_back({{"name", s.names[i]}, {"shape", s.params[i].sizes().vec()}});
+  const std::string header = h.dump();
+  std::string out(kMagic, sizeof kMagic);
+  put(out, kVersion);
+  put(out, static_cast<std::uint64_t>(header.size()));
+  out += header;
+  for (const auto* g : groups(s))
+    for (const auto& t : *g) {
+      const auto c = t.detach().contiguous();
+      out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+    }
+  put(out, fnv1a(out));
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw InputError("checkpoint '" + path + "': cannot create " + tmp);
+  try {
+    write_all(fd, out, path);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0)
+    throw InputError("checkpoint '" + path + "': fsync failed");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw InputError("checkpoint '" + path + "': cannot rename " + tmp + " over it");
+  // Make the rename itself durable.
+  const std::string dir =
+      path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  const int dfd = ::open(dir.empty() ? "/" : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void load_checkpoint(const std::string& path, CheckpointState& expect) {
+  const std::string bytes = read_text_file(path, "--resume");
+  auto bad = [&](const std::string& why) { return InputError("--resume: '" + path + "' " + why); };
+  const std::size_t fixed = sizeof kMagic + sizeof(std::uint32_t) + sizeof(std::uint64_t);
+  if (bytes.size() < fixed + sizeof(std::uint64_t) || std::memcmp(bytes.data(), kMagic, 8) != 0)
+    throw bad("is not an rrfp checkpoint");
+  std::uint32_t version = 0;
+  std::memcpy(&version, bytes.data() + 8, sizeof version);
+  if (version != kVersion)
+    throw bad("has format version " + std::to_string(version) + "; this rrfp reads version " +
+              std::to_string(kVersion));
+  std::uint64_t stored = 0;
+  std::memcpy(&stored, bytes.data() + bytes.size() - sizeof stored, sizeof stored);
+  if (fnv1a(bytes.substr(0, bytes.size() - sizeof stored)) != stored)
+    throw bad("is corrupt or truncated (checksum mismatch)");
+  std::uint64_t hlen = 0;
+  std::memcpy(&hlen, bytes.data() + 12, sizeof hlen);
+  if (hlen > bytes.size() - fixed) throw bad("is truncated (header)");
+  nlohmann::json h;
+  try {
+    h = nlohmann::json::parse(bytes.substr(fixed, hlen));
+  } catch (const nlohmann::json::exception&) {
+    throw bad("has an unreadable header");
+  }
+  if (h.value("model", nlohmann::json()) != model_json(expect.model))
+    throw bad("holds a different model (" + h["model"].dump() + ", this run has " +
+              model_json(expect.model).dump() + ")");
+  const auto& ts = h["tensors"];
+  if (!ts.is_array() || ts.size() != expect.params.size())
+    throw bad("holds " + std::to_string(ts.size()) + " parameter tensors, the model has " +
+              std::to_string(expect.params.size()));
+  for (size_t i = 0; i < ts.size(); ++i)
+    if (ts[i]["name"] != expect.names[i] ||
+        ts[i]["shape"].get<std::vector<std::int64_t>>() != expect.params[i].sizes().vec())
+      throw bad("parameter " + std::to_string(i) + " is " + ts[i]["name"].dump() + " " +
+                ts[i]["shape"].dump() + "; the model's is " + expect.names[i]);
+  std::size_t at = fixed + hlen;
+  torch::NoGradGuard no_grad;
+  for (const auto* g : groups(expect))
+    for (const auto& t : *g) {
+      const std::size_t n = t.numel() * t.element_size();
+      if (at + n > bytes.size() - sizeof stored) throw bad("is truncated (tensor data)");
+      std::memcpy(t.data_ptr(), bytes.data() + at, n);
+      at += n;
+    }
+  if (at != bytes.size() - sizeof stored) throw bad("has trailing bytes");
+  expect.step = h.value("step", 0);
+}
+
+}  // namespace rrfp::train

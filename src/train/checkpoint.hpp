@@ -1,0 +1,31 @@
+#pragma once
+// Checkpoints of a training run: the step, every parameter and the AdamW state, in the model's
+// global order, so a checkpoint does not depend on the pipeline layout it was written from.
+//
+// Format (version 1): "RRFPCKPT", u32 version, u64 header length, a JSON header (model config,
+// step, and each tensor's name and shape), the tensors' raw float32 bytes in header order, and
+// a u64 FNV-1a checksum of everything before it. Written to PATH.tmp, flushed with fsync and
+// renamed over PATH, so a crash mid-save leaves the previous checkpoint intact.
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "train/model.hpp"
+
+namespace rrfp::train {
+
+struct CheckpointState {
+  GptConfig model;
+  int step = 0;
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> params, exp_avg, exp_avg_sq;
+};
+
+void save_checkpoint(const std::string& path, const CheckpointState& s);
+// Throws InputError naming the file and what is wrong (not a checkpoint, another version, a
+// checksum mismatch, truncated, or a model that does not match `expect`'s config and names and
+// shapes); on success copies the tensors into `expect`'s tensors and sets its step.
+void load_checkpoint(const std::string& path, CheckpointState& expect);
+
+}  // namespace rrfp::train

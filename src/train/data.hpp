@@ -1,0 +1,26 @@
+#pragma once
+// Where a training run's batches come from: the byte corpus (text) or the synthetic image-text
+// task. Batches are a pure function of (seed, index, split), so every stage, every run and a
+// resumed run see the same data.
+#include <cstdint>
+#include <string>
+
+#include "train/batch.hpp"
+
+namespace rrfp::train {
+
+struct WindowOptions {
+  int min_len = 32, max_len = 128;
+};
+
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  virtual StepBatch batch(std::uint64_t seed, std::int64_t index, int microbatches,
+                          const WindowOptions& w, bool validation) const = 0;
+  // The loss of a model that predicts the text bytes' unigram distribution, in nats.
+  virtual double unigram_entropy() const = 0;
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace rrfp::train
