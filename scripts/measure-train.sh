@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Measures `rrfp train` (docs/results-train.md): throughput at P=2 and P=4, and fixed 1F1B
-# against rrfp BF and BFW under injected jitter. Writes docs/data/train-runs.csv.
+# against rrfp BF and BFW under injected jitter and on the image-text model, and the
+# simulator's prediction for the jitter runs. Writes docs/data/train-{runs,predictions}.csv.
 # Usage: scripts/measure-train.sh [build dir] (a Release build with LibTorch; idle machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,4 +35,29 @@ for j in jitter:J2 jitter:J3; do
   run jitter 60 --inject-jitter "$j" --hint bf --policy ready --split-backward off
   run jitter 60 --inject-jitter "$j" --hint bfw --policy ready
 done
-echo "wrote $csv" >&2
+for h in "1f1b --policy fixed --split-backward off" "bf --policy ready --split-backward off" "bfw --policy ready"; do
+  # shellcheck disable=SC2086
+  run image-text 100 --task image-text --hint $h
+done
+# The simulator's prediction: replay a clean run's measured task durations (the last step of
+# a 40-step run) with the same jitter preset injected, averaged over 10 jitter seeds.
+pred=docs/data/train-predictions.csv
+echo "jitter,hint,policy,simulated_ms_per_step" >"$pred"
+"$rrfp" train --steps 40 --eval-every 0 --hint 1f1b --policy fixed --split-backward off \
+  --out /tmp/rrfp-clean-1f1b >/dev/null
+"$rrfp" train --steps 40 --eval-every 0 --out /tmp/rrfp-clean-bfw >/dev/null
+for j in none jitter:J2 jitter:J3; do
+  for spec in "1f1b fixed 1f1b off" "bf ready 1f1b off" "bfw ready bfw on"; do
+    set -- $spec
+    total=0
+    for seed in 1 2 3 4 5 6 7 8 9 10; do
+      w=$j; [ "$j" = none ] && w=uniform
+      ms=$("$rrfp" simulate --replay "/tmp/rrfp-clean-$3/durations.csv" --pp 4 -m 8 --workload "$w" \
+        --hint "$1" --policy "$2" --split-backward "$4" --seed "$seed" --json - |
+        python3 -c "import json, sys; print(json.load(sys.stdin)['runs'][0]['makespan_ms'])")
+      total=$(python3 -c "print($total + $ms)")
+    done
+    echo "$j,$1,$2,$(python3 -c "print(round($total / 10, 1))")" >>"$pred"
+  done
+done
+echo "wrote $csv and $pred" >&2

@@ -181,6 +181,20 @@ int microbatch_images(const WorkloadParams& w, std::uint64_t seed, int mb) {
   return static_cast<int>(std::min<double>(n, w.images_max));
 }
 
+double jittered_us(const JitterLevel& j, double d_us, std::uint64_t seed, int index, int rank) {
+  if (j.p <= 0 || unit_open(hash_keys(seed, kJitterHit, index, rank)) >= j.p) return d_us;
+  const double u = unit_open(hash_keys(seed, kJitterSize, index, rank));
+  return d_us + j.alpha * std::max(j.floor_us, d_us) * (0.5 + u);
+}
+
+void apply_jitter(RealizedWork& w, const JitterLevel& j, std::uint64_t seed) {
+  for (int rank = 0; rank < w.tp; ++rank)
+    for (int idx = 0; idx < w.num_tasks; ++idx) {
+      auto& ns = w.compute_ns[static_cast<size_t>(rank) * w.num_tasks + idx];
+      ns = std::llround(jittered_us(j, static_cast<double>(ns) / 1000, seed, idx, rank) * 1000);
+    }
+}
+
 RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed) {
   validate(w);
   if (tp < 1) throw InputError("--tp: must be at least 1, got " + std::to_string(tp));
@@ -240,10 +254,7 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
       double d = base / tp;
       if (tp > 1 && w.tp_sigma > 0)
         d *= std::exp(w.tp_sigma * std_normal(hash_keys(seed, kTpNoise, idx, rank)));
-      if (w.jitter.p > 0 && unit_open(hash_keys(seed, kJitterHit, idx, rank)) < w.jitter.p) {
-        const double u = unit_open(hash_keys(seed, kJitterSize, idx, rank));
-        d += w.jitter.alpha * std::max(w.jitter.floor_us, d) * (0.5 + u);
-      }
+      d = jittered_us(w.jitter, d, seed, idx, rank);
       r.compute_ns[static_cast<size_t>(rank) * r.num_tasks + idx] = std::llround(d * 1000);
       if (sends) {
         double lat = w.comm_latency_us;

@@ -84,6 +84,12 @@ struct RealizedWork {
 
 RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed);
 
+// The paper's jitter on one duration: with probability p, + alpha * max(floor, d) * (0.5 + U),
+// drawn from (seed, task index, rank).
+double jittered_us(const JitterLevel& j, double d_us, std::uint64_t seed, int index, int rank);
+// Injects jitter into given durations (a replay of measured ones).
+void apply_jitter(RealizedWork& w, const JitterLevel& j, std::uint64_t seed);
+
 // Per-microbatch inputs of the model (exposed for tests and reports).
 double microbatch_tokens(const WorkloadParams& w, std::uint64_t seed, int mb);
 int microbatch_images(const WorkloadParams& w, std::uint64_t seed, int mb);

@@ -197,6 +197,13 @@ TrainSummary run_training(const TrainRunOptions& o) {
   h.source = "measured";
   const std::vector<ReportRun> runs{report_of(last, trainer.model(), o)};
   write_chrome_trace(dir + "trace.json", runs);
+  // The last step's measured durations, replayable: rrfp simulate --replay DIR/durations.csv.
+  std::string dur = "stage,chunk,microbatch,kind,duration_us\n";
+  for (const TaskRecord& t : last.run.tasks)
+    dur += std::to_string(t.stage) + "," + std::to_string(t.task.chunk) + "," +
+           std::to_string(t.task.mb) + "," + kind_char(t.task.kind) + "," +
+           fmt("%.1f", static_cast<double>(t.compute_end - t.start) / 1e3) + "\n";
+  write_text_file(dir + "durations.csv", dur, "--out");
   write_svg(dir + "timeline.svg", h, runs);
   if (!o.quiet)
     std::cout << "done: " << o.steps << " steps, loss " << fmt("%.3f", sum.first_loss) << " -> "
@@ -205,7 +212,7 @@ TrainSummary run_training(const TrainRunOptions& o) {
               << fmt("%.0f", sum.tokens_per_s) << " tok/s, " << fmt("%.1f", sum.mean_step_ms)
               << " ms/step, bubble " << fmt("%.1f%%", 100 * sum.mean_bubble)
               << ", runtime overhead " << fmt("%.2f%%", 100 * sum.overhead_share) << "\n"
-              << "wrote " << dir << "loss.csv, loss.svg, trace.json, timeline.svg\n";
+              << "wrote " << dir << "loss.csv, loss.svg, trace.json, timeline.svg, durations.csv\n";
   return sum;
 }
 
