@@ -58,6 +58,7 @@ struct Case {
   std::string hint;
   Policy policy;
   bool split;
+  Placement placement = Placement::Loop;
 };
 
 TrainOptions options(const Case& c, std::uint64_t delay_seed) {
@@ -71,6 +72,7 @@ TrainOptions options(const Case& c, std::uint64_t delay_seed) {
   o.pipe.vpp = c.vpp;
   o.pipe.microbatches = 4;
   o.pipe.split_backward = c.split;
+  o.pipe.placement = c.placement;
   o.hint = c.hint;
   o.arbiter.policy = c.policy;
   o.steps = 3;
@@ -139,6 +141,8 @@ TEST(TrainBitwise, EveryScheduleGivesTheReferenceParameters) {
       {"ready bf V=2", 2, 2, "bf", Policy::Ready, false},
       {"fixed zb-h1 split", 2, 1, "zb-h1", Policy::Fixed, true},
       {"ready bfw P=4 split", 4, 1, "bfw", Policy::Ready, true},
+      {"fixed zb-v vshape split", 2, 2, "zb-v", Policy::Fixed, true, Placement::VShape},
+      {"ready bfw vshape split", 2, 2, "bfw", Policy::Ready, true, Placement::VShape},
       {"fixed reversed gpipe", 2, 1, reversed_hint(false), Policy::Fixed, false},
       {"ready reversed gpipe split", 2, 1, reversed_hint(true), Policy::Ready, true},
   };
