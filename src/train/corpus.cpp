@@ -70,17 +70,11 @@ std::string Corpus::describe() const {
 }
 
 double Corpus::unigram_entropy() const {
-  std::vector<double> count(256, 0);
-  double n = 0;
+  ByteHistogram h;
   for (const Doc& d : docs_)
-    for (std::size_t i = 0; i < d.split; ++i) {
-      count[static_cast<unsigned char>(d.text[i])] += 1;
-      n += 1;
-    }
-  double h = 0;
-  for (double c : count)
-    if (c > 0) h -= c / n * std::log(c / n);
-  return h;
+    for (std::size_t i = 0; i < d.split; ++i)
+      h.add(static_cast<unsigned char>(d.text[i]));
+  return h.entropy();
 }
 
 }  // namespace rrfp::train

@@ -2,6 +2,8 @@
 // Where a training run's batches come from: the byte corpus (text) or the synthetic image-text
 // task. Batches are a pure function of (seed, index, split), so every stage, every run and a
 // resumed run see the same data.
+#include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -11,6 +13,25 @@ namespace rrfp::train {
 
 struct WindowOptions {
   int min_len = 32, max_len = 128;
+};
+
+// Counts bytes; entropy() is the loss, in nats, of predicting them by frequency alone.
+class ByteHistogram {
+ public:
+  void add(unsigned char b) {
+    ++count_[b];
+    ++total_;
+  }
+  double entropy() const {
+    double h = 0;
+    for (double c : count_)
+      if (c > 0) h -= c / total_ * std::log(c / total_);
+    return h;
+  }
+
+ private:
+  std::array<double, 256> count_{};
+  double total_ = 0;
 };
 
 class DataSource {

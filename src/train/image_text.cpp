@@ -82,20 +82,14 @@ StepBatch ImageText::batch(std::uint64_t seed, std::int64_t index, int microbatc
 }
 
 double ImageText::unigram_entropy() const {
-  std::vector<double> count(256, 0);
-  double total = 0;
+  ByteHistogram h;
   for (int i = 0; i < 64; ++i) {
     const StepBatch b = batch(12345, i, 8, {}, false);
     for (const auto& t : b.tokens)
-      for (std::int64_t j = 0; j < t.size(0); ++j) {
-        count[t[j].item<std::int64_t>()] += 1;
-        total += 1;
-      }
+      for (std::int64_t j = 0; j < t.size(0); ++j)
+        h.add(static_cast<unsigned char>(t[j].item<std::int64_t>()));
   }
-  double h = 0;
-  for (double c : count)
-    if (c > 0) h -= c / total * std::log(c / total);
-  return h;
+  return h.entropy();
 }
 
 }  // namespace rrfp::train

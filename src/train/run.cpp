@@ -111,6 +111,9 @@ TrainSummary run_training(const TrainRunOptions& o) {
   Trainer trainer(topt);
   if (!o.resume.empty()) trainer.resume(o.resume);
   const int first_step = trainer.steps_done();
+  if (first_step >= o.steps)
+    throw InputError("--resume: the checkpoint is already at step " + std::to_string(first_step) +
+                     " of --steps " + std::to_string(o.steps));
   const std::string ckpt = o.out + "/checkpoint.bin";
   const double h0 = trainer.data().unigram_entropy();
   const bool tty = isatty(STDOUT_FILENO);
@@ -121,11 +124,12 @@ TrainSummary run_training(const TrainRunOptions& o) {
               << ", data " << (o.task == "text" ? o.data : o.task) << " ("
               << trainer.data().describe() << "; byte-unigram entropy " << fmt("%.3f", h0)
               << " nats)" << (o.inject_jitter.empty() ? "" : ", jitter " + o.inject_jitter) << "\n";
-  std::string csv = "step,loss,val_loss,lr,grad_norm,tokens,step_ms,bubble,gap_us_median\n";
+  std::string csv =
+      "step,loss,val_loss,lr,grad_norm,tokens,step_ms,pipeline_ms,bubble,gap_us_median\n";
   PlotSeries train_curve{"train loss", "#4e79a7", {}}, val_curve{"validation loss", "#e15759", {}};
   TrainSummary sum;
   StepResult last;
-  double tokens = 0, seconds = 0, bubble = 0, gaps_ns = 0, busy_ns = 0;
+  double tokens = 0, seconds = 0, pipeline_s = 0, bubble = 0, gaps_ns = 0, busy_ns = 0;
   const std::int64_t t_start = now_ns();
   if (!o.quiet && first_step > 0)
     std::cout << "resumed from " << o.resume << " at step " << first_step << "\n";
@@ -134,6 +138,7 @@ TrainSummary run_training(const TrainRunOptions& o) {
     StepReport r = trainer.step();
     const double step_s = static_cast<double>(now_ns() - t0) / 1e9;
     const RunMetrics met = compute_metrics(r.run.run, LowerBound{});
+    pipeline_s += static_cast<double>(r.run.run.makespan) / 1e9;
     tokens += static_cast<double>(r.tokens);
     seconds += step_s;
     bubble += met.bubble_ratio;
@@ -159,8 +164,9 @@ TrainSummary run_training(const TrainRunOptions& o) {
     }
     csv += std::to_string(s + 1) + "," + fmt("%.5f", r.loss) + "," + val + "," + fmt("%.6g", r.lr) +
            "," + fmt("%.4f", r.grad_norm) + "," + std::to_string(r.tokens) + "," +
-           fmt("%.2f", step_s * 1e3) + "," + fmt("%.4f", met.bubble_ratio) + "," +
-           fmt("%.1f", gap_med) + "\n";
+           fmt("%.2f", step_s * 1e3) + "," +
+           fmt("%.2f", static_cast<double>(r.run.run.makespan) / 1e6) + "," +
+           fmt("%.4f", met.bubble_ratio) + "," + fmt("%.1f", gap_med) + "\n";
     if (!o.quiet && (tty || (s + 1) % 25 == 0 || s + 1 == o.steps || !val.empty())) {
       const double elapsed = static_cast<double>(now_ns() - t_start) / 1e9;
       const double eta = elapsed / (s + 1 - first_step) * (o.steps - s - 1);
@@ -174,9 +180,6 @@ TrainSummary run_training(const TrainRunOptions& o) {
     last = std::move(r.run);
   }
   if (!o.quiet && tty) std::cout << "\n";
-  if (first_step >= o.steps)
-    throw InputError("--resume: the checkpoint is already at step " + std::to_string(first_step) +
-                     " of --steps " + std::to_string(o.steps));
   sum.steps = o.steps - first_step;
   sum.unigram_entropy = h0;
   sum.tokens_per_s = tokens / seconds;
@@ -184,6 +187,7 @@ TrainSummary run_training(const TrainRunOptions& o) {
   sum.mean_bubble = bubble / sum.steps;
   // Runtime overhead: the dispatch gaps, against the ranks' summed compute.
   sum.overhead_share = busy_ns > 0 ? gaps_ns / (busy_ns + gaps_ns) : 0;
+  sum.outside_pipeline_share = seconds > 0 ? 1 - pipeline_s / seconds : 0;
 
   const std::string dir = o.out + "/";
   write_text_file(dir + "loss.csv", csv, "--out");
@@ -211,7 +215,9 @@ TrainSummary run_training(const TrainRunOptions& o) {
               << " nats (byte-unigram entropy " << fmt("%.3f", h0) << "), "
               << fmt("%.0f", sum.tokens_per_s) << " tok/s, " << fmt("%.1f", sum.mean_step_ms)
               << " ms/step, bubble " << fmt("%.1f%%", 100 * sum.mean_bubble)
-              << ", runtime overhead " << fmt("%.2f%%", 100 * sum.overhead_share) << "\n"
+              << ", runtime overhead " << fmt("%.2f%%", 100 * sum.overhead_share)
+              << ", outside the pipeline (optimizer, data) "
+              << fmt("%.1f%%", 100 * sum.outside_pipeline_share) << "\n"
               << "wrote " << dir << "loss.csv, loss.svg, trace.json, timeline.svg, durations.csv\n";
   return sum;
 }

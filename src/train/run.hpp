@@ -37,7 +37,9 @@ struct TrainSummary {
   int steps = 0;
   double first_loss = 0, last_loss = 0;
   double val_loss = 0, unigram_entropy = 0;
-  double tokens_per_s = 0, mean_step_ms = 0, mean_bubble = 0, overhead_share = 0;
+  double tokens_per_s = 0, mean_step_ms = 0, mean_bubble = 0;
+  double overhead_share = 0;          // dispatch gaps / (gaps + model compute), all ranks
+  double outside_pipeline_share = 0;  // step time outside the runtime step (optimizer, data)
 };
 
 // Trains, printing progress, and writes into `out`: loss.csv, loss.svg, and the last step's
