@@ -164,7 +164,10 @@ TEST(TrainBitwise, ImageTextWithVariableImageCounts) {
   const auto expect = train(ref, 0, &ref_losses, "image-text");
   const Case cases[] = {
       {"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false},
+      {"ready 1f1b", 2, 1, "1f1b", Policy::Ready, false},
+      {"ready bf", 2, 1, "bf", Policy::Ready, false},
       {"ready bfw split", 2, 1, "bfw", Policy::Ready, true},
+      {"fixed interleaved V=2", 2, 2, "interleaved-1f1b", Policy::Fixed, false},
       {"ready bf V=2", 2, 2, "bf", Policy::Ready, false},
       {"fixed zb-h1 split", 2, 1, "zb-h1", Policy::Fixed, true},
   };
