@@ -20,7 +20,7 @@ struct TrainRunOptions {
   std::string data = "/usr/share/common-licenses";
   int min_len = 32, max_len = 128;
   // Optimization.
-  int steps = 300, warmup = 30;
+  int steps = 600, warmup = 60;
   double lr = 3e-3, weight_decay = 0.1, clip = 1.0;
   std::uint64_t seed = 1;
   // Evaluation and outputs.
