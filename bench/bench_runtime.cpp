@@ -103,9 +103,9 @@ void BM_CondvarPingPong(benchmark::State& state) {
   stop = true;
   post(box[1]);
   echo.join();
-  state.counters["one_way_us"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * 2,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["one_way_us"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * 2,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_CondvarPingPong)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
