@@ -3,7 +3,10 @@
 namespace rrfp {
 
 std::string to_string(const MessageTag& t) {
-  return "step " + std::to_string(t.step) + (t.ack ? " ack of " : " ") + to_string(t.producer);
+  std::string what = t.ack ? " ack of " : " ";
+  if (t.control == Control::Choice) what = " choice ";
+  if (t.control == Control::Proposal) what = " proposal " + std::to_string(t.round) + " ";
+  return "step " + std::to_string(t.step) + what + to_string(t.producer);
 }
 
 }  // namespace rrfp

@@ -10,16 +10,23 @@
 
 namespace rrfp {
 
+// Tensor-parallel coordination between ranks of one group that live in different processes
+// (design §4): the leader's choice, or a rank's proposal in an `agree` round.
+enum class Control : std::uint8_t { None = 0, Choice = 1, Proposal = 2 };
+
 struct MessageTag {
   std::int32_t step = 0;
-  TaskId producer;
+  TaskId producer;  // Choice / Proposal: the task chosen or proposed
   // A rendezvous acknowledgement (blocking mode): the receiver has taken the producer's output,
   // so the sender may compute again. Carries no payload.
   bool ack = false;
+  Control control = Control::None;
+  std::int32_t round = 0;  // Proposal: the agree round, counted per step
   friend bool operator==(const MessageTag&, const MessageTag&) = default;
 };
 
-// "step 3 F c1 m7" (acknowledgements: "step 3 ack of F c1 m7")
+// "step 3 F c1 m7" ("step 3 ack of F c1 m7", "step 3 choice F c1 m7",
+// "step 3 proposal 5 F c1 m7")
 std::string to_string(const MessageTag& t);
 
 struct Message {

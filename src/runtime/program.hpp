@@ -14,12 +14,12 @@
 
 namespace rrfp {
 
-class TpGroup;
+class TpCollective;
 
 // Passed to every task: where it runs, and the tensor-parallel collective tagged with it.
 class TaskContext {
  public:
-  TaskContext(int stage, int tp_rank, int step, const TaskId& task, TpGroup* group)
+  TaskContext(int stage, int tp_rank, int step, const TaskId& task, TpCollective* group)
       : stage_(stage), tp_rank_(tp_rank), step_(step), task_(task), group_(group) {}
 
   int stage() const { return stage_; }
@@ -37,7 +37,7 @@ class TaskContext {
  private:
   int stage_, tp_rank_, step_;
   TaskId task_;
-  TpGroup* group_;
+  TpCollective* group_;
   std::int64_t wait_ns_ = 0;
 };
 

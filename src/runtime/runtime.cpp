@@ -3,23 +3,52 @@
 #include <algorithm>
 
 #include "comm/inproc.hpp"
+#include "runtime/tp_group.hpp"
 #include "runtime/clock.hpp"
 #include "runtime/errors.hpp"
 
 namespace rrfp {
 
+namespace {
+
+Hosting all_local(int world, std::vector<std::unique_ptr<Transport>> endpoints) {
+  Hosting pl;
+  for (int i = 0; i < world; ++i)
+    pl.local.push_back(i);
+  pl.transports = endpoints.empty() ? make_inproc_transports(world) : std::move(endpoints);
+  return pl;
+}
+
+}  // namespace
+
 Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& programs,
                  RuntimeOptions opt, std::vector<std::unique_ptr<Transport>> endpoints)
-    : m_(m), opt_(std::move(opt)), endpoints_(std::move(endpoints)) {
+    : Runtime(m, hint, programs, opt, all_local(m.pp() * std::max(1, opt.tp), std::move(endpoints))) {}
+
+Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& programs,
+                 RuntimeOptions opt, Hosting hosting)
+    : m_(m),
+      opt_(std::move(opt)),
+      endpoints_(std::move(hosting.transports)),
+      local_(std::move(hosting.local)),
+      before_step_(std::move(hosting.before_step)) {
   if (opt_.tp < 1) throw InputError("--tp: must be at least 1, got " + std::to_string(opt_.tp));
   if (opt_.timeout_ms < 0)
     throw InputError("--timeout: must not be negative, got " + std::to_string(opt_.timeout_ms));
   opt_.arbiter = resolve_options(opt_.arbiter, hint, m);
   const int p = m.pp(), t = opt_.tp;
-  if (endpoints_.empty()) endpoints_ = make_inproc_transports(p * t);
-  if (static_cast<int>(endpoints_.size()) != p * t)
-    throw Error("runtime: need " + std::to_string(p * t) + " transport endpoints, got " +
-                std::to_string(endpoints_.size()));
+  if (endpoints_.size() != local_.size())
+    throw Error("runtime: need one transport per local endpoint: " +
+                std::to_string(local_.size()) + " endpoints, " +
+                std::to_string(endpoints_.size()) + " transports");
+  std::vector<int> slot(static_cast<size_t>(p) * t, -1);  // endpoint id -> position in local_
+  for (size_t i = 0; i < local_.size(); ++i) {
+    const int e = local_[i];
+    if (e < 0 || e >= p * t || slot[e] >= 0)
+      throw Error("runtime: local endpoint " + std::to_string(e) + " is out of range [0, " +
+                  std::to_string(p * t) + ") or listed twice");
+    slot[e] = static_cast<int>(i);
+  }
   if (opt_.latency) delay_ = std::make_unique<DelayLine>();
   StageEnv env;
   env.model = &m;
@@ -31,22 +60,35 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
   env.failure = &failure_;
   env.delay = delay_.get();
   env.latency = opt_.latency;
+  env.peer_name = hosting.peer_name;
+  groups_.resize(p);
+  stages_.resize(p);
   for (int s = 0; s < p; ++s) {
-    groups_.push_back(std::make_unique<TpGroup>(s, t, failure_));
-    std::vector<std::unique_ptr<StageProgram>> progs;
-    std::vector<Transport*> eps;
+    std::vector<std::unique_ptr<StageProgram>> progs(t);
+    std::vector<Transport*> eps(t, nullptr);
+    int here = 0;
     for (int r = 0; r < t; ++r) {
-      progs.push_back(programs(s, r));
-      if (!progs.back())
+      const int pos = slot[s * t + r];
+      if (pos < 0) continue;
+      ++here;
+      progs[r] = programs(s, r);
+      if (!progs[r])
         throw Error("runtime: the program factory returned nothing for stage " + std::to_string(s));
-      eps.push_back(endpoints_[s * t + r].get());
+      eps[r] = endpoints_[pos].get();
     }
-    stages_.push_back(
-        std::make_unique<Stage>(env, s, std::move(progs), std::move(eps), groups_.back().get()));
+    if (here == 0) continue;
+    if (here == t)
+      groups_[s] = std::make_unique<TpGroup>(s, t);
+    else if (hosting.make_group)
+      groups_[s] = hosting.make_group(s);
+    else
+      throw Error("runtime: stage " + std::to_string(s) +
+                  " is split over processes but no cross-process collective was given");
+    stages_[s] = std::make_unique<Stage>(env, s, std::move(progs), std::move(eps), groups_[s].get());
   }
-  for (int i = 0; i < p * t; ++i) {
-    Stage* st = stages_[i / t].get();
-    const int r = i % t;
+  for (size_t i = 0; i < local_.size(); ++i) {
+    Stage* st = stages_[local_[i] / t].get();
+    const int r = local_[i] % t;
     endpoints_[i]->set_receiver([st, r](Message&& msg) { st->on_message(r, std::move(msg)); });
   }
 }
@@ -61,19 +103,21 @@ Runtime::~Runtime() {
 StepResult Runtime::run_step(int step) {
   if (broken_) throw Error("runtime: an earlier step failed; start a new runtime");
   failure_.reset();
+  if (before_step_) before_step_();
   const std::int64_t t0 = now_ns();
   for (auto& s : stages_)
-    s->begin_step(step, t0);
+    if (s) s->begin_step(step, t0);
   std::vector<std::thread> threads;
-  for (auto& s : stages_)
-    for (int r = 0; r < opt_.tp; ++r)
-      threads.emplace_back([st = s.get(), r] { st->run_rank(r); });
+  for (int e : local_) {
+    Stage* st = stages_[e / opt_.tp].get();
+    threads.emplace_back([st, r = e % opt_.tp] { st->run_rank(r); });
+  }
   watch(static_cast<int>(threads.size()));
   if (failure_.failed()) {
     for (auto& s : stages_)
-      s->wake();
+      if (s) s->wake();
     for (auto& g : groups_)
-      g->abort();
+      if (g) g->abort();
   }
   for (auto& th : threads)
     th.join();
@@ -105,12 +149,17 @@ void Runtime::watch(int workers) {
     std::string report = "no progress for " + std::to_string((now - last_change) / 1'000'000) +
                          " ms (--timeout " + std::to_string(opt_.timeout_ms) + " ms):";
     for (auto& s : stages_)
-      report += " [" + s->describe(now) + "]";
+      if (s) report += " [" + s->describe(now) + "]";
     failure_.fail(std::make_exception_ptr(StallError(report)));
   }
 }
 
 StepResult Runtime::collect() const {
+  auto first_local = [&](int s) {
+    for (int k = 0; k < opt_.tp; ++k)
+      if (stages_[s]->local(k)) return k;
+    return -1;
+  };
   StepResult out;
   SimResult& r = out.run;
   const int p = m_.pp(), t = opt_.tp;
@@ -122,6 +171,7 @@ StepResult Runtime::collect() const {
   r.peak_pending_w.assign(p, 0);
   for (int s = 0; s < p; ++s)
     for (int k = 0; k < t; ++k) {
+      if (!stages_[s] || !stages_[s]->local(k)) continue;
       const RankResult& rr = stages_[s]->result(k);
       r.ranks[static_cast<size_t>(s) * t + k] = rr.stats;
       r.peak_d[s] = std::max(r.peak_d[s], rr.peak_d);
@@ -129,7 +179,7 @@ StepResult Runtime::collect() const {
       r.tasks.insert(r.tasks.end(), rr.tasks.begin(), rr.tasks.end());
       r.blocked.insert(r.blocked.end(), rr.blocked.begin(), rr.blocked.end());
       out.dispatch_gaps.insert(out.dispatch_gaps.end(), rr.gaps.begin(), rr.gaps.end());
-      if (k == 0) {
+      if (k == first_local(s)) {
         r.coordination_rounds += rr.rounds;
         r.failed_rounds += rr.failed_rounds;
       }

@@ -4,6 +4,7 @@
 // returns the same record a simulated step does (SimResult), with real timestamps, so every
 // report, trace and invariant check works on both.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -24,6 +25,18 @@ struct RuntimeOptions {
   LatencyFn latency;  // emulated message latency; empty: messages leave at once
 };
 
+// Where the endpoints of a runtime live when they are not all threads of this process: the
+// endpoint ids (stage * T + tp rank) hosted here, their transports, and the tensor-parallel
+// collective of a group spread over processes. A process of an mpirun job hosts one endpoint.
+struct Hosting {
+  std::vector<int> local;                               // endpoint ids run by this process
+  std::vector<std::unique_ptr<Transport>> transports;  // one per entry of `local`
+  // The collective of `stage`'s group when some of its ranks are elsewhere.
+  std::function<std::unique_ptr<TpCollective>(int stage)> make_group;
+  std::function<std::string(int endpoint)> peer_name;  // for error messages
+  std::function<void()> before_step;  // e.g. a barrier, so all processes share a time origin
+};
+
 struct StepResult {
   SimResult run;                            // measured: times in ns since the step began
   std::vector<std::int64_t> dispatch_gaps;  // ns from a task's end to the next dispatch
@@ -35,6 +48,10 @@ class Runtime {
   // in-process transports. The hint must outlive the runtime.
   Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& programs, RuntimeOptions opt,
           std::vector<std::unique_ptr<Transport>> endpoints = {});
+  // Hosts only `hosting.local`; the factory is called for those endpoints only. The step's
+  // result holds the records of the local ranks.
+  Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& programs, RuntimeOptions opt,
+          Hosting hosting);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -43,6 +60,8 @@ class Runtime {
   // StallError, ProtocolError, CollectiveMismatchError) after every thread has been joined;
   // a runtime whose step failed refuses further steps.
   StepResult run_step(int step);
+  // Endpoint ids hosted by this runtime.
+  const std::vector<int>& local() const { return local_; }
   const ArbiterOptions& arbiter() const { return opt_.arbiter; }
 
  private:
@@ -53,9 +72,11 @@ class Runtime {
   RuntimeOptions opt_;
   FailureState failure_;
   std::unique_ptr<DelayLine> delay_;
-  std::vector<std::unique_ptr<Transport>> endpoints_;
-  std::vector<std::unique_ptr<TpGroup>> groups_;
-  std::vector<std::unique_ptr<Stage>> stages_;
+  std::vector<std::unique_ptr<Transport>> endpoints_;  // by position in local_
+  std::vector<int> local_;
+  std::function<void()> before_step_;
+  std::vector<std::unique_ptr<TpCollective>> groups_;  // by stage (nullptr: not hosted)
+  std::vector<std::unique_ptr<Stage>> stages_;         // by stage (nullptr: not hosted)
   bool broken_ = false;
 };
 

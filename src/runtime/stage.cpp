@@ -9,7 +9,7 @@
 namespace rrfp {
 
 Stage::Stage(const StageEnv& env, int stage, std::vector<std::unique_ptr<StageProgram>> programs,
-             std::vector<Transport*> endpoints, TpGroup* group)
+             std::vector<Transport*> endpoints, TpCollective* group)
     : env_(env),
       m_(*env.model),
       stage_(stage),
@@ -22,6 +22,10 @@ Stage::Stage(const StageEnv& env, int stage, std::vector<std::unique_ptr<StagePr
   for (int r = 0; r < tp_; ++r) {
     ranks_[r].program = std::move(programs[r]);
     ranks_[r].transport = endpoints[r];
+    if (!local(r)) distributed_ = true;
+    else if (!endpoints[r])
+      throw Error("stage " + std::to_string(stage) + ": rank " + std::to_string(r) +
+                  " has a program but no endpoint");
   }
   round_.proposals.resize(tp_);
 }
@@ -40,7 +44,10 @@ void Stage::begin_step(int step, std::int64_t t0) {
   const int n = m_.num_tasks();
   std::array<Dep, 2> d{};
   for (int r = 0; r < tp_; ++r) {
+    if (!local(r)) continue;
     Rank& rk = ranks_[r];
+    rk.round = 0;
+    rk.proposals.clear();
     rk.arb = std::make_unique<StageArbiter>(m_, stage_, *env_.hint, env_.arbiter);
     rk.missing.assign(n, 0);
     rk.arrived.assign(n, 0);
@@ -91,6 +98,10 @@ void Stage::route(int r, Message&& msg) {
   }
   if (tag.ack) {
     acknowledged(r, msg);
+    return;
+  }
+  if (tag.control != Control::None) {
+    on_control(r, std::move(msg));
     return;
   }
   const TaskId& p = tag.producer;
@@ -153,8 +164,8 @@ std::string Stage::expected_messages(const Rank& rk) const {
     for (int i = 0; i < k; ++i) {
       if (!d[i].cross_stage || d[i].task.kind != t.kind) continue;
       if (++count > 4) continue;
-      out += (shown++ ? ", " : "") + to_string(d[i].task) + " from stage " +
-             std::to_string(m_.stage_of(d[i].task));
+      out += (shown++ ? ", " : "") + to_string(d[i].task) + " from " +
+             peer(m_.stage_of(d[i].task) * tp_ + static_cast<int>(&rk - ranks_.data()));
     }
   }
   if (count == 0) return "none";
@@ -166,8 +177,9 @@ std::string Stage::describe(std::int64_t now) const {
   std::lock_guard lk(mu_);
   std::string out;
   for (int r = 0; r < tp_; ++r) {
+    if (!local(r)) continue;
     const Rank& rk = ranks_[r];
-    if (r) out += " | ";
+    if (!out.empty()) out += " | ";
     out += rk.arb->describe();
     if (tp_ > 1) out += " [tp rank " + std::to_string(r) + "]";
     if (rk.held) out += "; held on " + std::to_string(rk.held) + " unacknowledged send(s)";

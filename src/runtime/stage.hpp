@@ -1,7 +1,9 @@
 #pragma once
-// One pipeline stage in the runtime: its T tensor-parallel ranks, each with its own compute
-// thread (run_rank), arbiter, inputs and program, and one lock for the whole group so the
-// in-process coordination protocols see a consistent picture. Arrivals are routed by
+// One pipeline stage in the runtime: the tensor-parallel ranks of it that this process hosts
+// (all T in one process; one when ranks are processes), each with its own compute thread
+// (run_rank), arbiter, inputs and program, and one lock for the whole group so the in-process
+// coordination protocols see a consistent picture. A group spread over processes coordinates
+// by control messages instead (coordination.cpp). Arrivals are routed by
 // on_message from the transport's context: matched to the task that needs them, stored in that
 // task's input slot, and the task marked ready, waking the compute thread. See
 // docs/runtime.md for the thread model.
@@ -9,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,7 +23,7 @@
 #include "runtime/delay_line.hpp"
 #include "runtime/failure.hpp"
 #include "runtime/program.hpp"
-#include "runtime/tp_group.hpp"
+#include "runtime/collective.hpp"
 #include "sim/simulator.hpp"
 
 namespace rrfp {
@@ -39,6 +42,8 @@ struct StageEnv {
   FailureState* failure = nullptr;
   DelayLine* delay = nullptr;  // required when latency is set
   LatencyFn latency;
+  // Names a peer endpoint in error messages ("stage 2", or with its MPI rank).
+  std::function<std::string(int endpoint)> peer_name;
 };
 
 struct RankResult {
@@ -52,9 +57,10 @@ struct RankResult {
 
 class Stage {
  public:
-  // `endpoints[r]` is tensor-parallel rank r's transport; endpoint ids are stage * T + r.
+  // `endpoints[r]` is tensor-parallel rank r's transport; endpoint ids are stage * T + r. A
+  // rank hosted by another process has neither program nor endpoint (nullptr).
   Stage(const StageEnv& env, int stage, std::vector<std::unique_ptr<StageProgram>> programs,
-        std::vector<Transport*> endpoints, TpGroup* group);
+        std::vector<Transport*> endpoints, TpCollective* group);
 
   void begin_step(int step, std::int64_t t0);  // before the compute threads start
   void run_rank(int r);                        // the compute thread of rank r
@@ -62,6 +68,7 @@ class Stage {
   void wake();                                 // after a failure: every waiting rank exits
   std::string describe(std::int64_t now) const;
   const RankResult& result(int r) const { return ranks_[r].result; }
+  bool local(int r) const { return ranks_[r].program != nullptr; }
 
  private:
   struct Rank {
@@ -73,6 +80,9 @@ class Stage {
     std::vector<char> received;        // ... and has been delivered to its task
     std::vector<Payload> input;        // by task index
     std::deque<TaskId> chosen;         // leader protocol: the leader's choices not yet run
+    // agree across processes: this rank's next round, and the peers' proposals by round
+    int round = 0;
+    std::map<int, std::vector<std::optional<TaskId>>> proposals;
     std::vector<Message> early;        // arrivals tagged with the next step
     // Blocking (rendezvous) mode: transfers offered to this rank and not yet accepted, sends of
     // this rank not yet acknowledged, and the list position of the next posted receive.
@@ -102,6 +112,11 @@ class Stage {
   void complete_transfer(int r, int index, Message msg);
   std::optional<TaskId> choose(std::unique_lock<std::mutex>& lk, int r);
   std::optional<TaskId> agree(std::unique_lock<std::mutex>& lk, int r);
+  std::optional<TaskId> agree_remote(std::unique_lock<std::mutex>& lk, int r);
+  void send_control(std::unique_lock<std::mutex>& lk, int r, const MessageTag& tag,
+                    const std::vector<int>& peers);
+  void on_control(int r, Message&& msg);
+  std::string peer(int endpoint) const;
   bool execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t, std::int64_t& prev_end);
   Payload call_program(Rank& rk, TaskContext& ctx, const TaskId& t, Payload in);
   void post_sends(Rank& rk, std::vector<Send>& sends);
@@ -110,7 +125,8 @@ class Stage {
   StageEnv env_;
   const WorkModel& m_;
   int stage_, tp_;
-  TpGroup* group_;
+  bool distributed_ = false;  // some rank of this group lives in another process
+  TpCollective* group_;
   FailureState& failure_;
 
   mutable std::mutex mu_;

@@ -61,80 +61,6 @@ void Stage::run_rank(int r) {
   failure_.worker_done();
 }
 
-std::optional<TaskId> Stage::choose(std::unique_lock<std::mutex>& lk, int r) {
-  Rank& rk = ranks_[r];
-  if (tp_ == 1 || env_.protocol == TpProtocol::None) {
-    auto t = rk.arb->peek();
-    if (t) rk.arb->commit(*t);
-    return t;
-  }
-  if (env_.protocol == TpProtocol::Agree) return agree(lk, r);
-  // leader: rank 0 arbitrates; the others run its choices in order, each once it is ready.
-  if (r == 0) {
-    auto t = rk.arb->peek();
-    if (t) {
-      rk.arb->commit(*t);
-      for (int o = 1; o < tp_; ++o)
-        ranks_[o].chosen.push_back(*t);
-      cv_.notify_all();
-    }
-    return t;
-  }
-  if (rk.chosen.empty() || !rk.arb->is_ready(rk.chosen.front())) return std::nullopt;
-  const TaskId t = rk.chosen.front();
-  rk.chosen.pop_front();
-  rk.arb->commit(t);
-  return t;
-}
-
-// The paper's protocol: every rank proposes its own choice; the proposals are compared (an
-// all-gather, here through shared memory); on agreement all run it, otherwise nobody does and
-// the group retries once some rank's ready set has changed since the failed round began.
-std::optional<TaskId> Stage::agree(std::unique_lock<std::mutex>& lk, int r) {
-  Rank& rk = ranks_[r];
-  for (;;) {
-    if (rk.failed_version == version_) return std::nullopt;
-    const auto proposal = rk.arb->peek();
-    if (!proposal) return std::nullopt;
-    const std::int64_t since = now_ns();
-    const std::uint64_t id = round_.id;
-    if (round_.arrived == 0) round_.version_at_start = version_;
-    round_.proposals[r] = proposal;
-    ++rk.result.rounds;
-    if (++round_.arrived == tp_) {
-      bool same = true;
-      for (int o = 1; o < tp_; ++o)
-        same &= *round_.proposals[o] == *round_.proposals[0];
-      round_.outcome = same ? round_.proposals[0] : std::nullopt;
-      round_.outcome_since = round_.version_at_start;
-      round_.arrived = 0;
-      ++round_.id;
-      cv_.notify_all();
-    } else {
-      // A rank waiting for its group still takes rendezvous transfers, as an idle rank does:
-      // the rank the group waits for may itself be held on a send to this stage.
-      while (round_.id == id && !failure_.failed()) {
-        if (env_.comm == CommMode::Blocking) accept_offers(lk, r);
-        if (round_.id == id && !failure_.failed()) cv_.wait(lk);
-      }
-      if (round_.id == id) return std::nullopt;
-    }
-    const std::int64_t waited = now_ns() - since;
-    rk.result.stats.blocked += waited;
-    if (waited > 0)
-      rk.result.blocked.push_back(
-          BlockedSpan{stage_, r, since - t0_, since - t0_ + waited, BlockReason::Coordination});
-    // Nobody can finish the next round before this rank joins it, so the outcome is still ours
-    // (version_at_start, in contrast, may already belong to a round another rank began).
-    if (round_.outcome) {
-      rk.arb->commit(*round_.outcome);
-      return round_.outcome;
-    }
-    ++rk.result.failed_rounds;
-    rk.failed_version = round_.outcome_since;
-  }
-}
-
 Payload Stage::call_program(Rank& rk, TaskContext& ctx, const TaskId& t, Payload in) {
   switch (t.kind) {
     case Kind::F:
@@ -164,6 +90,9 @@ bool Stage::execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t,
   try {
     out = call_program(rk, ctx, t, std::move(in));
   } catch (const Aborted&) {
+    ok = false;
+  } catch (const CollectiveMismatchError&) {
+    failure_.fail(std::current_exception());  // names the stage, ranks and tasks already
     ok = false;
   } catch (const std::exception& e) {
     failure_.fail(std::make_exception_ptr(

@@ -12,23 +12,26 @@ void TpGroup::all_reduce(int rank, const TaskId& task, std::span<float> data) {
   if (arrived_ == 0) {
     task_ = task;
     first_rank_ = rank;
-    sum_.assign(data.begin(), data.end());
-  } else if (!(task_ == task) || sum_.size() != data.size()) {
-    failure_.fail(std::make_exception_ptr(CollectiveMismatchError(
+  } else if (!(*task_ == task) || in_[first_rank_].size() != data.size()) {
+    const std::string what =
         "stage " + std::to_string(stage_) + ": tensor-parallel rank " + std::to_string(rank) +
         " entered the all-reduce of " + to_string(task) + " (" + std::to_string(data.size()) +
         " floats) while rank " + std::to_string(first_rank_) + " is in the all-reduce of " +
-        to_string(task_) + " (" + std::to_string(sum_.size()) +
-        " floats): collective order diverged")));
-    throw Aborted();
-  } else {
-    for (std::size_t i = 0; i < data.size(); ++i)
-      sum_[i] += data[i];
+        to_string(*task_) + " (" + std::to_string(in_[first_rank_].size()) +
+        " floats): collective order diverged";
+    aborted_ = true;
+    cv_.notify_all();
+    throw CollectiveMismatchError(what);
   }
+  in_[rank].assign(data.begin(), data.end());
   if (++arrived_ == size_) {
-    // result_ is only rewritten when the next collective completes, which needs every rank,
-    // including the ones still copying this result out.
-    result_.swap(sum_);
+    // Rank order, whoever came first: the same bits as the multi-process group. result_ is
+    // only rewritten when the next collective completes, which needs every rank, including
+    // the ones still copying this result out.
+    result_ = in_[0];
+    for (int r = 1; r < size_; ++r)
+      for (std::size_t i = 0; i < result_.size(); ++i)
+        result_[i] += in_[r][i];
     arrived_ = 0;
     ++generation_;
     cv_.notify_all();
@@ -44,6 +47,12 @@ void TpGroup::abort() {
   std::lock_guard lk(mu_);
   aborted_ = true;
   cv_.notify_all();
+}
+
+void TpGroup::reset() {
+  std::lock_guard lk(mu_);
+  aborted_ = false;
+  arrived_ = 0;
 }
 
 int TaskContext::tp_size() const {
