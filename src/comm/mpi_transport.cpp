@@ -1,0 +1,298 @@
+#include "comm/mpi_transport.hpp"
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm/mpi_check.hpp"
+#include "core/error.hpp"
+
+namespace rrfp {
+
+namespace {
+
+constexpr int kTagInline = 1, kTagHeader = 2, kTagData = 3;
+
+struct Wire {
+  std::int32_t step, kind, chunk, mb, flags, round;
+  std::uint64_t size;
+};
+static_assert(sizeof(Wire) == 32);
+
+Wire encode(const MessageTag& t, std::size_t size) {
+  return Wire{t.step,
+              static_cast<std::int32_t>(t.producer.kind),
+              t.producer.chunk,
+              t.producer.mb,
+              (t.ack ? 1 : 0) | (static_cast<int>(t.control) << 8),
+              t.round,
+              size};
+}
+
+MessageTag decode(const Wire& w) {
+  MessageTag t;
+  t.step = w.step;
+  t.producer = TaskId{static_cast<Kind>(w.kind), w.chunk, w.mb};
+  t.ack = (w.flags & 1) != 0;
+  t.control = static_cast<Control>((w.flags >> 8) & 0xff);
+  t.round = w.round;
+  return t;
+}
+
+}  // namespace
+
+struct MpiTransport::Impl {
+  struct PendingSend {
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    std::vector<std::byte> packed;  // the header, or header and payload
+    Payload keep;                   // a large payload, sent from its own buffer
+    SendDone done;
+  };
+  struct PendingRecv {
+    MPI_Request req = MPI_REQUEST_NULL;
+    int src = 0;
+    MessageTag tag;
+    Payload buf;
+  };
+
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, size = 0;
+  MpiPollOptions poll;
+  Receiver receiver;
+  std::atomic<bool> receiving{false}, stop{false}, closed{false};
+  std::mutex send_mu;  // orders a large message's header and payload; guards sends
+  std::vector<std::unique_ptr<PendingSend>> sends;
+  std::vector<PendingRecv> recvs;  // progress thread only
+  std::mutex kick_mu;
+  std::condition_variable kick_cv;
+  bool kicked = false;
+  std::atomic<bool> sleeping{false};
+  std::thread progress;
+
+  void kick() {
+    if (!sleeping.load(std::memory_order_acquire)) return;
+    std::lock_guard lk(kick_mu);
+    kicked = true;
+    kick_cv.notify_one();
+  }
+
+  void deliver(int src, const MessageTag& tag, Payload p) {
+    try {
+      receiver(Message{src, tag, std::move(p)});
+    } catch (...) {
+      // The receiver's contract is not to throw; a bug there must not kill the progress thread.
+    }
+  }
+
+  bool poll_receives() {
+    bool did = false;
+    for (int tag : {kTagInline, kTagHeader}) {
+      for (;;) {
+        int flag = 0;
+        MPI_Message msg;
+        MPI_Status st;
+        mpi_check(MPI_Improbe(MPI_ANY_SOURCE, tag, comm, &flag, &msg, &st), "MPI_Improbe");
+        if (!flag) break;
+        did = true;
+        int count = 0;
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        if (tag == kTagInline) {
+          Payload buf = Payload::allocate(static_cast<std::size_t>(count));
+          auto* base = const_cast<std::byte*>(buf.data());
+          mpi_check(MPI_Mrecv(base, count, MPI_BYTE, &msg, MPI_STATUS_IGNORE), "MPI_Mrecv");
+          Wire w;
+          std::memcpy(&w, base, sizeof w);
+          deliver(st.MPI_SOURCE, decode(w),
+                  w.size ? Payload(buf.owner(), base + sizeof w, w.size) : Payload{});
+        } else {
+          Wire w;
+          mpi_check(MPI_Mrecv(&w, sizeof w, MPI_BYTE, &msg, MPI_STATUS_IGNORE), "MPI_Mrecv");
+          PendingRecv r;
+          r.src = st.MPI_SOURCE;
+          r.tag = decode(w);
+          r.buf = Payload::allocate(w.size);
+          mpi_check(MPI_Irecv(const_cast<std::byte*>(r.buf.data()), static_cast<int>(w.size),
+                              MPI_BYTE, r.src, kTagData, comm, &r.req),
+                    "MPI_Irecv");
+          recvs.push_back(std::move(r));
+        }
+      }
+    }
+    for (std::size_t i = 0; i < recvs.size();) {
+      int flag = 0;
+      mpi_check(MPI_Test(&recvs[i].req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+      if (!flag) {
+        ++i;
+        continue;
+      }
+      did = true;
+      PendingRecv r = std::move(recvs[i]);
+      recvs.erase(recvs.begin() + static_cast<std::ptrdiff_t>(i));
+      deliver(r.src, r.tag, std::move(r.buf));
+    }
+    return did;
+  }
+
+  bool poll_sends() {
+    std::vector<std::unique_ptr<PendingSend>> finished;
+    {
+      std::lock_guard lk(send_mu);
+      for (std::size_t i = 0; i < sends.size();) {
+        int flag = 0;
+        mpi_check(MPI_Testall(2, sends[i]->req, &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+        if (!flag) {
+          ++i;
+          continue;
+        }
+        finished.push_back(std::move(sends[i]));
+        sends[i] = std::move(sends.back());
+        sends.pop_back();
+      }
+    }
+    for (auto& s : finished)
+      if (s->done) s->done(nullptr);
+    return !finished.empty();
+  }
+
+  void loop() {
+    using clock = std::chrono::steady_clock;
+    auto last = clock::now();
+    int sleep_us = 0;
+    while (!stop.load(std::memory_order_acquire)) {
+      bool did = false;
+      try {
+        if (receiving.load(std::memory_order_acquire)) did |= poll_receives();
+        did |= poll_sends();
+      } catch (const Error&) {
+        fail_pending(std::current_exception());
+        return;
+      }
+      if (did) {
+        last = clock::now();
+        sleep_us = 0;
+        continue;
+      }
+      if (clock::now() - last < std::chrono::microseconds(poll.spin_us)) {
+        std::this_thread::yield();
+        continue;
+      }
+      sleep_us = sleep_us ? std::min(sleep_us * 2, poll.max_sleep_us) : 5;
+      std::unique_lock lk(kick_mu);
+      sleeping.store(true, std::memory_order_release);
+      kick_cv.wait_for(lk, std::chrono::microseconds(sleep_us), [&] { return kicked; });
+      sleeping.store(false, std::memory_order_release);
+      if (kicked) last = clock::now();
+      kicked = false;
+    }
+  }
+
+  void fail_pending(std::exception_ptr e) {
+    std::vector<std::unique_ptr<PendingSend>> left;
+    {
+      std::lock_guard lk(send_mu);
+      left.swap(sends);
+    }
+    for (auto& s : left) {
+      if (s->done) s->done(e);
+      // MPI may still read an unfinished send's buffers: they are left alive (a deliberate
+      // leak, only on a failing or torn-down endpoint).
+      int flag = 0;
+      MPI_Testall(2, s->req, &flag, MPI_STATUSES_IGNORE);
+      if (!flag) (void)s.release();
+    }
+  }
+};
+
+MpiTransport::MpiTransport(void* comm, MpiPollOptions poll) : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  mpi_check(MPI_Comm_dup(static_cast<MPI_Comm>(comm), &d.comm), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(d.comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(d.comm, &d.rank);
+  MPI_Comm_size(d.comm, &d.size);
+  d.poll = poll;
+  d.progress = std::thread([&d] { d.loop(); });
+}
+
+MpiTransport::~MpiTransport() {
+  shutdown();
+}
+
+int MpiTransport::rank() const {
+  return impl_->rank;
+}
+
+int MpiTransport::size() const {
+  return impl_->size;
+}
+
+void MpiTransport::set_receiver(Receiver r) {
+  Impl& d = *impl_;
+  if (d.receiving.load()) throw Error("mpi transport: the receiver is already set");
+  d.receiver = std::move(r);
+  d.receiving.store(true, std::memory_order_release);
+  d.kick();
+}
+
+void MpiTransport::send(int dst, const MessageTag& tag, Payload payload, SendDone done) {
+  Impl& d = *impl_;
+  if (dst < 0 || dst >= d.size)
+    throw InputError("mpi transport: destination rank " + std::to_string(dst) +
+                     " out of range [0, " + std::to_string(d.size) + ")");
+  if (d.closed.load()) {
+    if (done)
+      done(std::make_exception_ptr(Error("mpi transport: rank " + std::to_string(d.rank) +
+                                         " cannot send " + to_string(tag) + " to rank " +
+                                         std::to_string(dst) + ": endpoint shut down")));
+    return;
+  }
+  auto s = std::make_unique<Impl::PendingSend>();
+  const Wire w = encode(tag, payload.size());
+  const bool inline_ = payload.size() <= kInlineBytes;
+  s->packed.resize(sizeof w + (inline_ ? payload.size() : 0));
+  std::memcpy(s->packed.data(), &w, sizeof w);
+  if (inline_ && !payload.empty())
+    std::memcpy(s->packed.data() + sizeof w, payload.data(), payload.size());
+  std::lock_guard lk(d.send_mu);
+  mpi_check(MPI_Isend(s->packed.data(), static_cast<int>(s->packed.size()), MPI_BYTE, dst,
+                      inline_ ? kTagInline : kTagHeader, d.comm, &s->req[0]),
+            "MPI_Isend");
+  if (!inline_) {
+    s->keep = std::move(payload);
+    mpi_check(MPI_Isend(s->keep.data(), static_cast<int>(s->keep.size()), MPI_BYTE, dst, kTagData,
+                        d.comm, &s->req[1]),
+              "MPI_Isend");
+  }
+  s->done = std::move(done);
+  d.sends.push_back(std::move(s));
+  d.kick();
+}
+
+void MpiTransport::shutdown() {
+  Impl& d = *impl_;
+  if (d.closed.exchange(true)) return;
+  d.stop.store(true);
+  {
+    std::lock_guard lk(d.kick_mu);
+    d.kicked = true;
+    d.kick_cv.notify_one();
+  }
+  if (d.progress.joinable()) d.progress.join();
+  d.poll_sends();
+  d.fail_pending(std::make_exception_ptr(
+      Error("mpi transport: rank " + std::to_string(d.rank) + " shut down with sends in flight")));
+  for (auto& r : d.recvs) {
+    MPI_Cancel(&r.req);
+    MPI_Request_free(&r.req);
+  }
+  // A communicator with requests still in flight is left to MPI_Finalize.
+  if (d.recvs.empty() && d.sends.empty()) MPI_Comm_free(&d.comm);
+  d.recvs.clear();
+}
+
+}  // namespace rrfp

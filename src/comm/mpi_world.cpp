@@ -1,0 +1,115 @@
+#include "comm/mpi_world.hpp"
+
+#include <mpi.h>
+
+#include <cstdlib>
+
+#include "comm/mpi_check.hpp"
+#include "comm/mpi_group.hpp"
+#include "comm/mpi_transport.hpp"
+
+namespace rrfp {
+
+struct MpiWorld::Comms {
+  MPI_Comm pipe = MPI_COMM_NULL, tp = MPI_COMM_NULL, dp = MPI_COMM_NULL;
+};
+
+bool launched_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+}
+
+MpiWorld::MpiWorld() : comms_(std::make_unique<Comms>()) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) throw Error("mpi: MPI is already initialised in this process");
+  int provided = 0;
+  mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  if (provided < MPI_THREAD_MULTIPLE) {
+    MPI_Finalize();
+    throw Error(
+        "mpi: this Open MPI cannot give MPI_THREAD_MULTIPLE (the progress thread and the "
+        "compute threads call MPI concurrently)");
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  layout_ = MpiLayout{size_, 1, 1};
+}
+
+MpiWorld::~MpiWorld() {
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (MPI_Comm* c : {&comms_->pipe, &comms_->tp, &comms_->dp})
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  MPI_Finalize();
+}
+
+void MpiWorld::set_layout(const MpiLayout& l) {
+  if (l.pp < 1 || l.tp < 1 || l.dp < 1)
+    throw InputError("--pp/--tp/--dp: each must be at least 1");
+  if (l.world() != size_)
+    throw InputError("mpirun -np " + std::to_string(size_) + ": the layout --pp " +
+                     std::to_string(l.pp) + " x --tp " + std::to_string(l.tp) + " x --dp " +
+                     std::to_string(l.dp) + " needs " + std::to_string(l.world()) +
+                     " processes");
+  layout_ = l;
+  for (MPI_Comm* c : {&comms_->pipe, &comms_->tp, &comms_->dp})
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  mpi_check(MPI_Comm_split(MPI_COMM_WORLD, replica(), endpoint(), &comms_->pipe),
+            "MPI_Comm_split");
+  mpi_check(MPI_Comm_split(MPI_COMM_WORLD, replica() * l.pp + stage(), tp_rank(), &comms_->tp),
+            "MPI_Comm_split");
+  mpi_check(MPI_Comm_split(MPI_COMM_WORLD, endpoint(), replica(), &comms_->dp), "MPI_Comm_split");
+  for (MPI_Comm c : {comms_->pipe, comms_->tp, comms_->dp})
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+}
+
+std::unique_ptr<Transport> MpiWorld::make_transport(MpiPollOptions poll) {
+  if (comms_->pipe == MPI_COMM_NULL) set_layout(layout_);
+  return std::make_unique<MpiTransport>(static_cast<void*>(comms_->pipe), poll);
+}
+
+std::unique_ptr<TpCollective> MpiWorld::make_tp_group(int stage) {
+  if (comms_->tp == MPI_COMM_NULL) set_layout(layout_);
+  return std::make_unique<MpiTpGroup>(static_cast<void*>(comms_->tp), stage);
+}
+
+std::vector<double> MpiWorld::all_gather(std::span<const double> mine) {
+  std::vector<double> out(mine.size() * static_cast<std::size_t>(size_));
+  mpi_check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, out.data(),
+                          static_cast<int>(mine.size()), MPI_DOUBLE, MPI_COMM_WORLD),
+            "MPI_Allgather");
+  return out;
+}
+
+std::vector<std::vector<float>> MpiWorld::dp_all_gather(std::span<const float> mine) {
+  if (comms_->dp == MPI_COMM_NULL) set_layout(layout_);
+  const int n = layout_.dp;
+  int count = static_cast<int>(mine.size());
+  std::vector<int> counts(n), displs(n);
+  mpi_check(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comms_->dp),
+            "MPI_Allgather");
+  int total = 0;
+  for (int i = 0; i < n; ++i) {
+    displs[i] = total;
+    total += counts[i];
+  }
+  std::vector<float> flat(total);
+  mpi_check(MPI_Allgatherv(mine.data(), count, MPI_FLOAT, flat.data(), counts.data(),
+                           displs.data(), MPI_FLOAT, comms_->dp),
+            "MPI_Allgatherv");
+  std::vector<std::vector<float>> out(n);
+  for (int i = 0; i < n; ++i)
+    out[i].assign(flat.begin() + displs[i], flat.begin() + displs[i] + counts[i]);
+  return out;
+}
+
+void MpiWorld::barrier() {
+  mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+void MpiWorld::abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+}  // namespace rrfp

@@ -1,0 +1,74 @@
+#pragma once
+// One process of an `mpirun -np N` job: Open MPI initialised with MPI_THREAD_MULTIPLE, and the
+// job split into a PP x TP x DP layout. World rank w is replica w / (P*T) and, inside it,
+// pipeline endpoint w % (P*T), i.e. stage (w % (P*T)) / T, tensor-parallel rank w % T, the
+// same numbering the in-process runtime gives its endpoints. This header does not include
+// <mpi.h>: only comm/mpi_*.cpp do (the transport layer is the one place that may).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/transport.hpp"
+#include "runtime/collective.hpp"
+
+namespace rrfp {
+
+struct MpiLayout {
+  int pp = 1, tp = 1, dp = 1;
+  int world() const { return pp * tp * dp; }
+};
+
+// What the progress thread does when nothing arrives (see docs/mpi.md): it keeps polling for
+// `spin_us`, then sleeps, doubling the sleep up to `max_sleep_us`. A send resets it.
+struct MpiPollOptions {
+  int spin_us = 50;
+  int max_sleep_us = 100;
+};
+
+class MpiWorld {
+ public:
+  // Initialises MPI (once per process). Throws Error if the library cannot give
+  // MPI_THREAD_MULTIPLE.
+  MpiWorld();
+  ~MpiWorld();  // a barrier, then MPI_Finalize
+  MpiWorld(const MpiWorld&) = delete;
+  MpiWorld& operator=(const MpiWorld&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Splits the job. Throws InputError when the job's size is not pp * tp * dp.
+  void set_layout(const MpiLayout& l);
+  const MpiLayout& layout() const { return layout_; }
+  int replica() const { return rank_ / (layout_.pp * layout_.tp); }
+  int endpoint() const { return rank_ % (layout_.pp * layout_.tp); }
+  int stage() const { return endpoint() / layout_.tp; }
+  int tp_rank() const { return rank_ % layout_.tp; }
+  // The world rank of endpoint `e` of this replica (for error messages).
+  int world_rank_of(int e) const { return replica() * layout_.pp * layout_.tp + e; }
+
+  // This process's endpoint of its replica's pipeline (ranks = endpoint ids).
+  std::unique_ptr<Transport> make_transport(MpiPollOptions poll = {});
+  // The collective of this process's tensor-parallel group.
+  std::unique_ptr<TpCollective> make_tp_group(int stage);
+  // Every rank's values, concatenated in world-rank order (each rank passes the same count).
+  std::vector<double> all_gather(std::span<const double> mine);
+  // Variable-length all-gather of floats across the data-parallel replicas of this endpoint,
+  // in replica order.
+  std::vector<std::vector<float>> dp_all_gather(std::span<const float> mine);
+  void barrier();
+  // Ends the whole job: every process, this one included, exits with `code`.
+  [[noreturn]] void abort(int code);
+
+ private:
+  struct Comms;
+  int rank_ = 0, size_ = 1;
+  MpiLayout layout_;
+  std::unique_ptr<Comms> comms_;
+};
+
+// True when this process was started by mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE).
+bool launched_by_mpirun();
+
+}  // namespace rrfp

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs a program under mpirun the way the tests and docs do on one machine: N processes even on
+# a 2-core box (--oversubscribe), threads free to use every core (--bind-to none), and allowed
+# as root (CI containers run as root; see docs/mpi.md). Usage: mpirun.sh N program [args...]
+set -euo pipefail
+n=$1
+shift
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# No network probing on one machine; shared memory between processes.
+export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+exec mpirun --oversubscribe --bind-to none -np "$n" "$@"

@@ -1,0 +1,176 @@
+// The MPI transport and the cross-process TP collective, one endpoint per process (run by
+// ctest through tests/mpirun.sh with 3 processes). The in-process conformance suite
+// (test_transport.cpp) covers the same contract for inproc.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <random>
+
+#include "comm/mpi_world.hpp"
+#include "core/error.hpp"
+#include "mpi_main.hpp"
+#include "runtime/errors.hpp"
+
+namespace rrfp::test {
+namespace {
+
+// Collects arrivals; wait_for() gives up after a deadline instead of hanging the job.
+struct Inbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Message> got;
+  void operator()(Message&& m) {
+    std::lock_guard lk(mu);
+    got.push_back(std::move(m));
+    cv.notify_all();
+  }
+  bool wait_for(std::size_t n) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, std::chrono::seconds(30), [&] { return got.size() >= n; });
+  }
+};
+
+// Byte i of a message (src, id) of `size` bytes.
+std::byte pattern(int src, int id, std::size_t i) {
+  return static_cast<std::byte>((src * 131 + id * 31 + i * 7) & 0xff);
+}
+
+Payload make_payload(int src, int id, std::size_t size) {
+  Payload p = Payload::allocate(size);
+  auto* d = const_cast<std::byte*>(p.data());
+  for (std::size_t i = 0; i < size; ++i)
+    d[i] = pattern(src, id, i);
+  return p;
+}
+
+bool intact(const Message& m) {
+  for (std::size_t i = 0; i < m.payload.size(); ++i)
+    if (m.payload.data()[i] != pattern(m.src, m.tag.producer.mb, i)) return false;
+  return true;
+}
+
+TEST(MpiTransport, MixedSizesArriveIntactFromEveryRank) {
+  MpiWorld& w = *g_world;
+  auto tr = w.make_transport();
+  ASSERT_EQ(tr->rank(), w.rank());
+  ASSERT_EQ(tr->size(), w.size());
+  Inbox inbox;
+  tr->set_receiver(std::ref(inbox));
+  w.barrier();  // every receiver is set
+  // Sizes straddle the inline limit; large ones go out first and small ones overtake them.
+  const std::vector<std::size_t> sizes{4 << 20, 0, 1, 100, 16 * 1024, 16 * 1024 + 1, 300'000, 8};
+  std::atomic<int> done{0};
+  for (int dst = 0; dst < w.size(); ++dst) {
+    if (dst == w.rank()) continue;
+    for (int id = 0; id < static_cast<int>(sizes.size()); ++id) {
+      MessageTag tag{7, TaskId{Kind::B, w.rank(), id}};
+      tag.round = static_cast<std::int32_t>(sizes[id] % 1000);
+      tr->send(dst, tag, make_payload(w.rank(), id, sizes[id]), [&](std::exception_ptr e) {
+        EXPECT_EQ(e, nullptr);
+        ++done;
+      });
+    }
+  }
+  const std::size_t expect = sizes.size() * (w.size() - 1);
+  ASSERT_TRUE(inbox.wait_for(expect)) << "rank " << w.rank() << " got " << inbox.got.size();
+  for (const Message& m : inbox.got) {
+    ASSERT_GE(m.tag.producer.mb, 0);
+    ASSERT_LT(m.tag.producer.mb, static_cast<int>(sizes.size()));
+    EXPECT_EQ(m.payload.size(), sizes[m.tag.producer.mb]);
+    EXPECT_EQ(m.tag.step, 7);
+    EXPECT_EQ(m.tag.producer.kind, Kind::B);
+    EXPECT_EQ(m.tag.producer.chunk, m.src);
+    EXPECT_EQ(m.tag.round, static_cast<int>(sizes[m.tag.producer.mb] % 1000));
+    EXPECT_TRUE(intact(m)) << "payload of " << to_string(m.tag) << " from " << m.src;
+  }
+  w.barrier();  // every message is in, so every send has completed
+  for (int i = 0; i < 1000 && done.load() < static_cast<int>(expect); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(done.load(), static_cast<int>(expect));
+  w.barrier();
+}
+
+TEST(MpiTransport, ManyConcurrentSendersLoseNothing) {
+  MpiWorld& w = *g_world;
+  auto tr = w.make_transport();
+  Inbox inbox;
+  tr->set_receiver(std::ref(inbox));
+  w.barrier();
+  constexpr int kThreads = 3, kEach = 200;
+  std::vector<std::thread> th;
+  for (int t = 0; t < kThreads; ++t)
+    th.emplace_back([&, t] {
+      std::mt19937 rng(w.rank() * 100 + t);
+      for (int i = 0; i < kEach; ++i) {
+        const int dst = (w.rank() + 1 + i % (w.size() - 1)) % w.size();
+        const std::size_t size = rng() % 4 == 0 ? 40'000 + rng() % 1000 : rng() % 64;
+        const int id = t * kEach + i;
+        tr->send(dst, MessageTag{0, TaskId{Kind::F, 0, id}}, make_payload(w.rank(), id, size));
+      }
+    });
+  for (auto& t : th)
+    t.join();
+  w.barrier();
+  // Message i of every thread of rank src goes to the i % (size - 1)-th rank after src.
+  std::size_t mine = 0;
+  for (int src = 0; src < w.size(); ++src)
+    if (src != w.rank())
+      for (int i = 0; i < kEach; ++i)
+        mine += (src + 1 + i % (w.size() - 1)) % w.size() == w.rank() ? kThreads : 0;
+  ASSERT_TRUE(inbox.wait_for(mine)) << "got " << inbox.got.size() << " of " << mine;
+  for (const Message& m : inbox.got)
+    EXPECT_TRUE(intact(m));
+  w.barrier();
+  EXPECT_EQ(inbox.got.size(), mine);
+}
+
+TEST(MpiTransport, BadDestinationThrowsAndShutdownFailsSends) {
+  MpiWorld& w = *g_world;
+  auto tr = w.make_transport();
+  tr->set_receiver([](Message&&) {});
+  EXPECT_THROW(tr->send(w.size(), MessageTag{}, {}), InputError);
+  EXPECT_THROW(tr->send(-1, MessageTag{}, {}), InputError);
+  tr->shutdown();
+  tr->shutdown();  // idempotent
+  std::exception_ptr err;
+  tr->send((w.rank() + 1) % w.size(), MessageTag{}, make_payload(0, 0, 4),
+           [&](std::exception_ptr e) { err = e; });
+  ASSERT_NE(err, nullptr);
+  EXPECT_THROW(std::rethrow_exception(err), Error);
+  w.barrier();
+}
+
+TEST(MpiTpGroup, SumsInRankOrderAndDetectsMismatch) {
+  MpiWorld& w = *g_world;
+  w.set_layout(MpiLayout{1, w.size(), 1});
+  auto g = w.make_tp_group(0);
+  ASSERT_EQ(g->size(), w.size());
+  std::vector<float> data{1.0f + w.rank(), 1e-8f * w.rank(), -2.5f};
+  g->all_reduce(w.tp_rank(), TaskId{Kind::F, 0, 1}, data);
+  float a = 0, b = 0;
+  for (int r = 0; r < w.size(); ++r) {
+    a += 1.0f + r;
+    b += 1e-8f * r;
+  }
+  EXPECT_EQ(data[0], a);
+  EXPECT_EQ(data[1], b);
+  EXPECT_EQ(data[2], -2.5f * w.size());
+  // Rank 1 runs another task's collective: every rank reports it, nobody hangs.
+  std::vector<float> x(5, 1.0f);
+  const TaskId t{Kind::B, 0, w.tp_rank() == 1 ? 3 : 2};
+  try {
+    g->all_reduce(w.tp_rank(), t, x);
+    ADD_FAILURE() << "rank " << w.rank() << ": no mismatch reported";
+  } catch (const CollectiveMismatchError& e) {
+    EXPECT_NE(std::string(e.what()).find("B c0 m3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("B c0 m2"), std::string::npos) << e.what();
+  }
+  w.set_layout(MpiLayout{w.size(), 1, 1});
+  w.barrier();
+}
+
+}  // namespace
+}  // namespace rrfp::test
+
+RRFP_MPI_TEST_MAIN()
