@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const rrfp::QuietExit& e) {
+    return e.code;
   } catch (const CLI::ParseError& e) {
     std::cerr << "rrfp: error: " << e.what() << "\n";
     return 2;

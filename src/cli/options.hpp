@@ -7,6 +7,12 @@
 
 namespace rrfp {
 
+// Ends the program with `code` and no message: the other processes of an mpirun job when
+// rank 0 has already printed the one line about bad input that they all hit.
+struct QuietExit {
+  int code;
+};
+
 struct ShapeFlags {
   int pp = 8, vpp = 1, microbatches = 32;
   std::string placement = "loop";

@@ -10,6 +10,8 @@
 #include "core/error.hpp"
 #include "runtime/emulated.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime/step_merge.hpp"
+#include "comm/mpi_world.hpp"  // MPI-free; used only when built with Open MPI
 
 namespace rrfp {
 
@@ -49,9 +51,26 @@ std::string fidelity_table(const std::vector<ReportRun>& measured,
   return out;
 }
 
-void run_emulated(const RunFlags& f) {
-  if (f.transport != "inproc")
-    throw InputError("--transport: unknown transport '" + f.transport + "' (expected inproc)");
+#ifdef RRFP_HAVE_MPI
+// One process per (stage, TP rank): this process hosts the endpoint its world rank names.
+Hosting mpi_hosting(MpiWorld& world, int pp, int tp) {
+  world.set_layout(MpiLayout{pp, tp, 1});
+  Hosting h;
+  h.local = {world.endpoint()};
+  h.transports.push_back(world.make_transport());
+  h.make_group = [&world](int stage) { return world.make_tp_group(stage); };
+  h.peer_name = [&world, tp](int e) {
+    return "stage " + std::to_string(e / tp) + (tp > 1 ? " tp rank " + std::to_string(e % tp) : "") +
+           " (mpi rank " + std::to_string(world.world_rank_of(e)) + ")";
+  };
+  h.before_step = [&world] { world.barrier(); };
+  return h;
+}
+#endif
+
+// `world`: the MPI job under --transport mpi (each process hosts one endpoint and rank 0
+// merges every process's record and writes the reports), else null.
+void run_emulated(const RunFlags& f, MpiWorld* world) {
   if (!(f.timeout_s >= 0))
     throw InputError("--timeout: must be at least 0 seconds, got " + fmt("%g", f.timeout_s));
   if (f.exp.comm_given && f.exp.comm == "blocking")
@@ -62,6 +81,7 @@ void run_emulated(const RunFlags& f) {
   const std::vector<RunSpec> specs = plan_runs(f.exp, sc.cfg);
   for (const RunSpec& spec : specs)
     check_spec(sc, spec);  // bad input fails before anything runs
+  const bool root = !world || world->rank() == 0;
   std::vector<std::int64_t> gaps;
   Executor runtime = [&](const WorkModel& m, const Hint& h, const RealizedWork& w,
                          const SimOptions& o) {
@@ -72,19 +92,35 @@ void run_emulated(const RunFlags& f) {
     ro.tp = w.tp;
     ro.timeout_ms = std::llround(f.timeout_s * 1000);
     ro.latency = emulated_latency(m, w);
-    Runtime rt(m, h, emulated_programs(m, w, {f.spin}), ro);
-    StepResult r = rt.run_step(0);
+    StepResult r;
+    if (!world) {
+      Runtime rt(m, h, emulated_programs(m, w, {f.spin}), ro);
+      r = rt.run_step(0);
+    } else {
+#ifdef RRFP_HAVE_MPI
+      Runtime rt(m, h, emulated_programs(m, w, {f.spin}), ro, mpi_hosting(*world, m.pp(), w.tp));
+      r = rt.run_step(0);
+      const auto all = world->gather_to_root(pack_step(r));
+      for (size_t i = 1; i < all.size(); ++i)
+        merge_step(r, all[i]);
+      world->barrier();  // nobody tears down its endpoint while a peer may still send to it
+#endif
+    }
     gaps.insert(gaps.end(), r.dispatch_gaps.begin(), r.dispatch_gaps.end());
     return std::move(r.run);
   };
   std::vector<ReportRun> runs, simulated;
   for (const RunSpec& spec : specs) {
-    std::cerr << "running " << (spec.label.empty() ? default_label(spec) : spec.label) << " ...\n";
+    if (root)
+      std::cerr << "running " << (spec.label.empty() ? default_label(spec) : spec.label)
+                << (world ? " over " + std::to_string(world->size()) + " mpi ranks" : "")
+                << " ...\n";
     runs.push_back(run_scenario(sc, spec, runtime));
-    if (f.compare) simulated.push_back(run_scenario(sc, spec));
+    if (f.compare && root) simulated.push_back(run_scenario(sc, spec));
   }
+  if (!root) return;
   ReportHeader h = header_of(sc);
-  h.source = "measured";
+  h.source = world ? "measured (mpi)" : "measured";
   write_reports(f.exp, h, runs);
   if (f.exp.json == "-") return;
   std::cout << "runtime overhead: dispatch gap (task end to the next already-ready task's start) "
@@ -92,6 +128,29 @@ void run_emulated(const RunFlags& f) {
             << fmt("%.1f", percentile(gaps, 0.99) / 1e3) << " us over " << gaps.size()
             << " dispatches\n";
   if (f.compare) std::cout << fidelity_table(runs, simulated);
+}
+
+// `rrfp run --transport mpi`, in every process of the job. A failure on one rank ends the
+// whole job (MPI_Abort), so no peer is left waiting for it.
+void run_mpi(const RunFlags& f) {
+#ifdef RRFP_HAVE_MPI
+  if (!launched_by_mpirun())
+    throw InputError("--transport mpi: start rrfp under mpirun (see docs/mpi.md)");
+  MpiWorld world;
+  try {
+    run_emulated(f, &world);
+  } catch (const InputError&) {
+    // Every process reads the same flags: one line from rank 0, then all exit 2 together.
+    if (world.rank() == 0) throw;
+    throw QuietExit(2);
+  } catch (const std::exception& e) {
+    std::cerr << "rrfp: run failed on mpi rank " << world.rank() << ": " << e.what() << "\n";
+    world.abort(1);
+  }
+#else
+  (void)f;
+  throw InputError("--transport mpi: this rrfp was built without Open MPI (install libopenmpi-dev)");
+#endif
 }
 
 }  // namespace
@@ -108,11 +167,19 @@ void setup_run(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--spin", f->spin, "busy-wait instead of sleeping (needs a core per rank)");
   sub->add_flag("--compare", f->compare, "also simulate each run and print the differences");
-  sub->add_option("--transport", f->transport, "inproc (threads in this process)")
+  sub->add_option("--transport", f->transport,
+                  "inproc (threads in this process) or mpi (one process per stage and TP rank, "
+                  "under mpirun -np P*T)")
       ->capture_default_str();
   sub->callback([f, comm] {
     f->exp.comm_given = comm->count() > 0;
-    run_emulated(*f);
+    if (f->transport == "mpi")
+      run_mpi(*f);
+    else if (f->transport == "inproc")
+      run_emulated(*f, nullptr);
+    else
+      throw InputError("--transport: unknown transport '" + f->transport +
+                       "' (expected inproc or mpi)");
   });
 }
 

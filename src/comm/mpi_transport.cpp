@@ -178,7 +178,9 @@ struct MpiTransport::Impl {
         sleep_us = 0;
         continue;
       }
-      if (clock::now() - last < std::chrono::microseconds(poll.spin_us)) {
+      // MPI moves a large message only while someone calls into it, so the thread keeps
+      // polling while any transfer is in flight; it sleeps only when idle.
+      if (in_flight() || clock::now() - last < std::chrono::microseconds(poll.spin_us)) {
         std::this_thread::yield();
         continue;
       }
@@ -190,6 +192,12 @@ struct MpiTransport::Impl {
       if (kicked) last = clock::now();
       kicked = false;
     }
+  }
+
+  bool in_flight() {
+    if (!recvs.empty()) return true;
+    std::lock_guard lk(send_mu);
+    return !sends.empty();
   }
 
   void fail_pending(std::exception_ptr e) {

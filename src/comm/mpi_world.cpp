@@ -103,6 +103,47 @@ std::vector<std::vector<float>> MpiWorld::dp_all_gather(std::span<const float> m
   return out;
 }
 
+std::vector<std::vector<std::byte>> MpiWorld::gather_to_root(std::span<const std::byte> mine) {
+  const int count = static_cast<int>(mine.size());
+  std::vector<int> counts(rank_ == 0 ? size_ : 0), displs(counts.size());
+  mpi_check(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD),
+            "MPI_Gather");
+  int total = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    displs[i] = total;
+    total += counts[i];
+  }
+  std::vector<std::byte> flat(total);
+  mpi_check(MPI_Gatherv(mine.data(), count, MPI_BYTE, flat.data(), counts.data(), displs.data(),
+                        MPI_BYTE, 0, MPI_COMM_WORLD),
+            "MPI_Gatherv");
+  std::vector<std::vector<std::byte>> out(counts.size());
+  for (size_t i = 0; i < counts.size(); ++i)
+    out[i].assign(flat.begin() + displs[i], flat.begin() + displs[i] + counts[i]);
+  return out;
+}
+
+double MpiWorld::raw_ping_pong(std::size_t bytes, int iters) {
+  std::vector<std::byte> buf(bytes);
+  const int n = static_cast<int>(bytes);
+  barrier();
+  const double t0 = MPI_Wtime();
+  for (int i = 0; i < iters && rank_ < 2; ++i) {
+    if (rank_ == 0) {
+      mpi_check(MPI_Send(buf.data(), n, MPI_BYTE, 1, 9, MPI_COMM_WORLD), "MPI_Send");
+      mpi_check(MPI_Recv(buf.data(), n, MPI_BYTE, 1, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                "MPI_Recv");
+    } else {
+      mpi_check(MPI_Recv(buf.data(), n, MPI_BYTE, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                "MPI_Recv");
+      mpi_check(MPI_Send(buf.data(), n, MPI_BYTE, 0, 9, MPI_COMM_WORLD), "MPI_Send");
+    }
+  }
+  const double per = (MPI_Wtime() - t0) / iters;
+  barrier();
+  return per;
+}
+
 void MpiWorld::barrier() {
   mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }

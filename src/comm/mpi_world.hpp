@@ -57,7 +57,13 @@ class MpiWorld {
   // Variable-length all-gather of floats across the data-parallel replicas of this endpoint,
   // in replica order.
   std::vector<std::vector<float>> dp_all_gather(std::span<const float> mine);
+  // Rank 0 gets every rank's bytes, by world rank; the others get nothing.
+  std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine);
   void barrier();
+  // The baseline the transport is measured against: `iters` round trips of `bytes` between
+  // world ranks 0 and 1 with plain blocking MPI_Send/MPI_Recv; seconds per round trip (on
+  // ranks 0 and 1; the others wait at the closing barrier).
+  double raw_ping_pong(std::size_t bytes, int iters);
   // Ends the whole job: every process, this one included, exits with `code`.
   [[noreturn]] void abort(int code);
 

@@ -155,11 +155,7 @@ void Runtime::watch(int workers) {
 }
 
 StepResult Runtime::collect() const {
-  auto first_local = [&](int s) {
-    for (int k = 0; k < opt_.tp; ++k)
-      if (stages_[s]->local(k)) return k;
-    return -1;
-  };
+
   StepResult out;
   SimResult& r = out.run;
   const int p = m_.pp(), t = opt_.tp;
@@ -179,7 +175,7 @@ StepResult Runtime::collect() const {
       r.tasks.insert(r.tasks.end(), rr.tasks.begin(), rr.tasks.end());
       r.blocked.insert(r.blocked.end(), rr.blocked.begin(), rr.blocked.end());
       out.dispatch_gaps.insert(out.dispatch_gaps.end(), rr.gaps.begin(), rr.gaps.end());
-      if (k == first_local(s)) {
+      if (k == 0) {  // the group's rounds, counted once (by its rank 0's host)
         r.coordination_rounds += rr.rounds;
         r.failed_rounds += rr.failed_rounds;
       }

@@ -1,0 +1,93 @@
+// The MPI transport against a raw Open MPI ping-pong in the same job (docs/results-mpi.md).
+// Ranks 0 and 1 bounce a message `iters` times, first with blocking MPI_Send/MPI_Recv, then
+// through two MpiTransport endpoints whose receive handlers (on the progress threads) send the
+// message straight back. Prints one row per size: one-way latency (half a round trip) and
+// bandwidth (bytes / one-way time) for both, and their ratios.
+// Usage: tests/mpirun.sh 2 build/bench_mpi [iters-small] [iters-large]
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "comm/mpi_world.hpp"
+#include "runtime/clock.hpp"
+
+using namespace rrfp;
+
+namespace {
+
+MpiPollOptions g_poll;
+
+// Seconds per round trip through the transport.
+double transport_ping_pong(MpiWorld& world, std::size_t bytes, int iters) {
+  auto tr = world.make_transport(g_poll);
+  std::mutex mu;
+  std::condition_variable cv;
+  int left = iters;
+  std::int64_t t0 = 0, t1 = 0;
+  Transport* t = tr.get();
+  const int peer = 1 - world.rank();
+  tr->set_receiver([&](Message&& m) {
+    if (world.rank() == 1) {
+      t->send(peer, m.tag, std::move(m.payload));
+      if (m.tag.round == iters - 1) {
+        std::lock_guard lk(mu);
+        left = 0;
+        cv.notify_all();
+      }
+      return;
+    }
+    std::lock_guard lk(mu);
+    if (--left == 0) {
+      t1 = now_ns();
+      cv.notify_all();
+      return;
+    }
+    MessageTag tag = m.tag;
+    ++tag.round;
+    t->send(peer, tag, std::move(m.payload));
+  });
+  world.barrier();
+  if (world.rank() == 0) {
+    t0 = now_ns();
+    t->send(peer, MessageTag{}, Payload::allocate(bytes));
+  }
+  {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return left == 0; });
+  }
+  world.barrier();
+  return (t1 - t0) / 1e9 / iters;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MpiWorld world;
+  if (world.size() != 2) {
+    if (world.rank() == 0) std::fprintf(stderr, "bench_mpi: run with mpirun -np 2\n");
+    return 2;
+  }
+  const int small_iters = argc > 1 ? std::atoi(argv[1]) : 20000;
+  const int large_iters = argc > 2 ? std::atoi(argv[2]) : 200;
+  if (argc > 3) g_poll.spin_us = std::atoi(argv[3]);
+  if (world.rank() == 0)
+    std::printf("bytes,raw_latency_us,transport_latency_us,latency_ratio,raw_gbps,transport_gbps,"
+                "bandwidth_share\n");
+  for (std::size_t bytes : {std::size_t{8}, std::size_t{256}, std::size_t{4096},
+                            std::size_t{1} << 20, std::size_t{4} << 20, std::size_t{16} << 20}) {
+    const int iters = bytes >= (1u << 20) ? large_iters : small_iters;
+    // Warm both paths, then measure each once more; the better of two runs counts.
+    world.raw_ping_pong(bytes, iters / 10 + 1);
+    transport_ping_pong(world, bytes, iters / 10 + 1);
+    double raw = 1e9, ours = 1e9;
+    for (int rep = 0; rep < 2; ++rep) {
+      raw = std::min(raw, world.raw_ping_pong(bytes, iters));
+      ours = std::min(ours, transport_ping_pong(world, bytes, iters));
+    }
+    if (world.rank() == 0)
+      std::printf("%zu,%.2f,%.2f,%.2f,%.3f,%.3f,%.1f%%\n", bytes, raw / 2 * 1e6, ours / 2 * 1e6,
+                  ours / raw, bytes / (raw / 2) / 1e9, bytes / (ours / 2) / 1e9, 100 * raw / ours);
+  }
+  return 0;
+}
