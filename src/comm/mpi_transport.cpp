@@ -12,34 +12,41 @@
 
 #include "comm/mpi_check.hpp"
 #include "core/error.hpp"
+#include "runtime/clock.hpp"
 
 namespace rrfp {
 
 namespace {
 
-constexpr int kTagInline = 1, kTagHeader = 2, kTagData = 3;
+constexpr int kTagHeader = 1;
+constexpr int kRing = 16;                  // receives kept posted for headers
+constexpr int kFlagAck = 1, kFlagFollows = 2;  // the payload follows on the data communicator
 
 struct Wire {
   std::int32_t step, kind, chunk, mb, flags, round;
   std::uint64_t size;
+  std::int32_t data_tag, pad;
 };
-static_assert(sizeof(Wire) == 32);
+static_assert(sizeof(Wire) == 40);
+constexpr std::size_t kSlotBytes = sizeof(Wire) + kInlineBytes;
 
 Wire encode(const MessageTag& t, std::size_t size) {
   return Wire{t.step,
               static_cast<std::int32_t>(t.producer.kind),
               t.producer.chunk,
               t.producer.mb,
-              (t.ack ? 1 : 0) | (static_cast<int>(t.control) << 8),
+              (t.ack ? kFlagAck : 0) | (static_cast<int>(t.control) << 8),
               t.round,
-              size};
+              size,
+              0,
+              0};
 }
 
 MessageTag decode(const Wire& w) {
   MessageTag t;
   t.step = w.step;
   t.producer = TaskId{static_cast<Kind>(w.kind), w.chunk, w.mb};
-  t.ack = (w.flags & 1) != 0;
+  t.ack = (w.flags & kFlagAck) != 0;
   t.control = static_cast<Control>((w.flags >> 8) & 0xff);
   t.round = w.round;
   return t;
@@ -61,7 +68,7 @@ struct MpiTransport::Impl {
     Payload buf;
   };
 
-  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm comm = MPI_COMM_NULL, data_comm = MPI_COMM_NULL;
   int rank = 0, size = 0;
   MpiPollOptions poll;
   Receiver receiver;
@@ -69,6 +76,9 @@ struct MpiTransport::Impl {
   std::mutex send_mu;  // orders a large message's header and payload; guards sends
   std::vector<std::unique_ptr<PendingSend>> sends;
   std::vector<PendingRecv> recvs;  // progress thread only
+  std::vector<MPI_Request> ring;    // progress thread only
+  std::vector<Payload> ring_buf;
+  std::vector<std::uint32_t> next_seq;  // per destination, under send_mu
   std::mutex kick_mu;
   std::condition_variable kick_cv;
   bool kicked = false;
@@ -90,38 +100,48 @@ struct MpiTransport::Impl {
     }
   }
 
+  // Posts (again) the header receive of ring slot i, into a fresh buffer: the old one now
+  // backs a delivered payload.
+  void post_slot(int i) {
+    ring_buf[i] = Payload::allocate(kSlotBytes);
+    mpi_check(MPI_Irecv(const_cast<std::byte*>(ring_buf[i].data()), kSlotBytes, MPI_BYTE,
+                        MPI_ANY_SOURCE, kTagHeader, comm, &ring[i]),
+              "MPI_Irecv");
+  }
+
   bool poll_receives() {
+    if (ring_buf.empty()) {
+      ring.assign(kRing, MPI_REQUEST_NULL);
+      ring_buf.resize(kRing);
+      for (int i = 0; i < kRing; ++i)
+        post_slot(i);
+    }
     bool did = false;
-    for (int tag : {kTagInline, kTagHeader}) {
-      for (;;) {
-        int flag = 0;
-        MPI_Message msg;
-        MPI_Status st;
-        mpi_check(MPI_Improbe(MPI_ANY_SOURCE, tag, comm, &flag, &msg, &st), "MPI_Improbe");
-        if (!flag) break;
-        did = true;
-        int count = 0;
-        MPI_Get_count(&st, MPI_BYTE, &count);
-        if (tag == kTagInline) {
-          Payload buf = Payload::allocate(static_cast<std::size_t>(count));
-          auto* base = const_cast<std::byte*>(buf.data());
-          mpi_check(MPI_Mrecv(base, count, MPI_BYTE, &msg, MPI_STATUS_IGNORE), "MPI_Mrecv");
-          Wire w;
-          std::memcpy(&w, base, sizeof w);
-          deliver(st.MPI_SOURCE, decode(w),
-                  w.size ? Payload(buf.owner(), base + sizeof w, w.size) : Payload{});
-        } else {
-          Wire w;
-          mpi_check(MPI_Mrecv(&w, sizeof w, MPI_BYTE, &msg, MPI_STATUS_IGNORE), "MPI_Mrecv");
-          PendingRecv r;
-          r.src = st.MPI_SOURCE;
-          r.tag = decode(w);
-          r.buf = Payload::allocate(w.size);
-          mpi_check(MPI_Irecv(const_cast<std::byte*>(r.buf.data()), static_cast<int>(w.size),
-                              MPI_BYTE, r.src, kTagData, comm, &r.req),
-                    "MPI_Irecv");
-          recvs.push_back(std::move(r));
-        }
+    int n = 0;
+    int idx[kRing];
+    MPI_Status st[kRing];
+    mpi_check(MPI_Testsome(kRing, ring.data(), &n, idx, st), "MPI_Testsome");
+    for (int k = 0; k < n && n != MPI_UNDEFINED; ++k) {
+      did = true;
+      const int i = idx[k];
+      Payload buf = std::move(ring_buf[i]);
+      post_slot(i);
+      auto* base = const_cast<std::byte*>(buf.data());
+      Wire w;
+      std::memcpy(&w, base, sizeof w);
+      const int src = st[k].MPI_SOURCE;
+      if (w.flags & kFlagFollows) {
+        // The data tag names this payload, so headers may be handled in any order.
+        PendingRecv r;
+        r.src = src;
+        r.tag = decode(w);
+        r.buf = Payload::allocate(w.size);
+        mpi_check(MPI_Irecv(const_cast<std::byte*>(r.buf.data()), static_cast<int>(w.size),
+                            MPI_BYTE, r.src, w.data_tag, data_comm, &r.req),
+                  "MPI_Irecv");
+        recvs.push_back(std::move(r));
+      } else {
+        deliver(src, decode(w), w.size ? Payload(buf.owner(), base + sizeof w, w.size) : Payload{});
       }
     }
     for (std::size_t i = 0; i < recvs.size();) {
@@ -161,6 +181,7 @@ struct MpiTransport::Impl {
   }
 
   void loop() {
+    tighten_timer_slack();  // a 5 us nap must not become Linux's default 50 us
     using clock = std::chrono::steady_clock;
     auto last = clock::now();
     int sleep_us = 0;
@@ -220,9 +241,12 @@ struct MpiTransport::Impl {
 MpiTransport::MpiTransport(void* comm, MpiPollOptions poll) : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
   mpi_check(MPI_Comm_dup(static_cast<MPI_Comm>(comm), &d.comm), "MPI_Comm_dup");
+  mpi_check(MPI_Comm_dup(static_cast<MPI_Comm>(comm), &d.data_comm), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(d.comm, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(d.data_comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(d.comm, &d.rank);
   MPI_Comm_size(d.comm, &d.size);
+  d.next_seq.assign(d.size, 0);
   d.poll = poll;
   d.progress = std::thread([&d] { d.loop(); });
 }
@@ -260,24 +284,38 @@ void MpiTransport::send(int dst, const MessageTag& tag, Payload payload, SendDon
     return;
   }
   auto s = std::make_unique<Impl::PendingSend>();
-  const Wire w = encode(tag, payload.size());
+  Wire w = encode(tag, payload.size());
   const bool inline_ = payload.size() <= kInlineBytes;
+  std::unique_lock lk(d.send_mu);
+  if (!inline_) {
+    w.flags |= kFlagFollows;
+    w.data_tag = static_cast<std::int32_t>(d.next_seq[dst]++ & 0x3fffffff);
+  }
   s->packed.resize(sizeof w + (inline_ ? payload.size() : 0));
   std::memcpy(s->packed.data(), &w, sizeof w);
   if (inline_ && !payload.empty())
     std::memcpy(s->packed.data() + sizeof w, payload.data(), payload.size());
-  std::lock_guard lk(d.send_mu);
   mpi_check(MPI_Isend(s->packed.data(), static_cast<int>(s->packed.size()), MPI_BYTE, dst,
-                      inline_ ? kTagInline : kTagHeader, d.comm, &s->req[0]),
+                      kTagHeader, d.comm, &s->req[0]),
             "MPI_Isend");
   if (!inline_) {
     s->keep = std::move(payload);
-    mpi_check(MPI_Isend(s->keep.data(), static_cast<int>(s->keep.size()), MPI_BYTE, dst, kTagData,
-                        d.comm, &s->req[1]),
+    mpi_check(MPI_Isend(s->keep.data(), static_cast<int>(s->keep.size()), MPI_BYTE, dst, w.data_tag,
+                        d.data_comm, &s->req[1]),
               "MPI_Isend");
+  } else {
+    // A small message usually leaves at once (eager): complete it here, no queue, no wake-up.
+    int flag = 0;
+    mpi_check(MPI_Test(&s->req[0], &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    if (flag) {
+      lk.unlock();
+      if (done) done(nullptr);
+      return;
+    }
   }
   s->done = std::move(done);
   d.sends.push_back(std::move(s));
+  lk.unlock();
   d.kick();
 }
 
@@ -298,8 +336,15 @@ void MpiTransport::shutdown() {
     MPI_Cancel(&r.req);
     MPI_Request_free(&r.req);
   }
+  for (auto& r : d.ring) {
+    MPI_Cancel(&r);
+    MPI_Wait(&r, MPI_STATUS_IGNORE);  // a cancelled receive completes at once
+  }
   // A communicator with requests still in flight is left to MPI_Finalize.
-  if (d.recvs.empty() && d.sends.empty()) MPI_Comm_free(&d.comm);
+  if (d.recvs.empty() && d.sends.empty()) {
+    MPI_Comm_free(&d.comm);
+    MPI_Comm_free(&d.data_comm);
+  }
   d.recvs.clear();
 }
 

@@ -21,10 +21,12 @@ struct MpiLayout {
 };
 
 // What the progress thread does when nothing arrives (see docs/mpi.md): it keeps polling for
-// `spin_us`, then sleeps, doubling the sleep up to `max_sleep_us`. A send resets it.
+// `spin_us` after the last event, then naps, doubling the nap up to `max_sleep_us`; a send
+// wakes it, and it never naps while a transfer is in flight. The spin must outlast a typical
+// reply, or two idle peers answer each other one nap late.
 struct MpiPollOptions {
-  int spin_us = 50;
-  int max_sleep_us = 100;
+  int spin_us = 200;
+  int max_sleep_us = 50;
 };
 
 class MpiWorld {
