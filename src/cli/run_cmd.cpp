@@ -51,23 +51,6 @@ std::string fidelity_table(const std::vector<ReportRun>& measured,
   return out;
 }
 
-#ifdef RRFP_HAVE_MPI
-// One process per (stage, TP rank): this process hosts the endpoint its world rank names.
-Hosting mpi_hosting(MpiWorld& world, int pp, int tp) {
-  world.set_layout(MpiLayout{pp, tp, 1});
-  Hosting h;
-  h.local = {world.endpoint()};
-  h.transports.push_back(world.make_transport());
-  h.make_group = [&world](int stage) { return world.make_tp_group(stage); };
-  h.peer_name = [&world, tp](int e) {
-    return "stage " + std::to_string(e / tp) + (tp > 1 ? " tp rank " + std::to_string(e % tp) : "") +
-           " (mpi rank " + std::to_string(world.world_rank_of(e)) + ")";
-  };
-  h.before_step = [&world] { world.barrier(); };
-  return h;
-}
-#endif
-
 // `world`: the MPI job under --transport mpi (each process hosts one endpoint and rank 0
 // merges every process's record and writes the reports), else null.
 void run_emulated(const RunFlags& f, MpiWorld* world) {
@@ -98,7 +81,8 @@ void run_emulated(const RunFlags& f, MpiWorld* world) {
       r = rt.run_step(0);
     } else {
 #ifdef RRFP_HAVE_MPI
-      Runtime rt(m, h, emulated_programs(m, w, {f.spin}), ro, mpi_hosting(*world, m.pp(), w.tp));
+      world->set_layout(JobLayout{m.pp(), w.tp, 1});
+      Runtime rt(m, h, emulated_programs(m, w, {f.spin}), ro, world->hosting());
       r = rt.run_step(0);
       const auto all = world->gather_to_root(pack_step(r));
       for (size_t i = 1; i < all.size(); ++i)

@@ -73,34 +73,54 @@ std::unique_ptr<TpCollective> MpiWorld::make_tp_group(int stage) {
   return std::make_unique<MpiTpGroup>(static_cast<void*>(comms_->tp), stage);
 }
 
-std::vector<double> MpiWorld::all_gather(std::span<const double> mine) {
-  std::vector<double> out(mine.size() * static_cast<std::size_t>(size_));
-  mpi_check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, out.data(),
-                          static_cast<int>(mine.size()), MPI_DOUBLE, MPI_COMM_WORLD),
-            "MPI_Allgather");
-  return out;
+Hosting MpiWorld::hosting() {
+  if (comms_->pipe == MPI_COMM_NULL) set_layout(layout_);
+  Hosting h;
+  h.local = {endpoint()};
+  h.transports.push_back(make_transport());
+  h.make_group = [this](int stage) { return make_tp_group(stage); };
+  h.peer_name = [this, tp = layout_.tp](int e) {
+    return "stage " + std::to_string(e / tp) + (tp > 1 ? " tp rank " + std::to_string(e % tp) : "") +
+           " (mpi rank " + std::to_string(world_rank_of(e)) + ")";
+  };
+  h.before_step = [this] { barrier(); };
+  return h;
 }
 
-std::vector<std::vector<float>> MpiWorld::dp_all_gather(std::span<const float> mine) {
-  if (comms_->dp == MPI_COMM_NULL) set_layout(layout_);
-  const int n = layout_.dp;
+namespace {
+
+// Variable-length all-gather on `comm`, by rank.
+template <typename T>
+std::vector<std::vector<T>> gather_all(std::span<const T> mine, MPI_Datatype type, MPI_Comm comm) {
+  int n = 0;
+  MPI_Comm_size(comm, &n);
   int count = static_cast<int>(mine.size());
   std::vector<int> counts(n), displs(n);
-  mpi_check(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comms_->dp),
-            "MPI_Allgather");
+  mpi_check(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm), "MPI_Allgather");
   int total = 0;
   for (int i = 0; i < n; ++i) {
     displs[i] = total;
     total += counts[i];
   }
-  std::vector<float> flat(total);
-  mpi_check(MPI_Allgatherv(mine.data(), count, MPI_FLOAT, flat.data(), counts.data(),
-                           displs.data(), MPI_FLOAT, comms_->dp),
+  std::vector<T> flat(total);
+  mpi_check(MPI_Allgatherv(mine.data(), count, type, flat.data(), counts.data(), displs.data(),
+                           type, comm),
             "MPI_Allgatherv");
-  std::vector<std::vector<float>> out(n);
+  std::vector<std::vector<T>> out(n);
   for (int i = 0; i < n; ++i)
     out[i].assign(flat.begin() + displs[i], flat.begin() + displs[i] + counts[i]);
   return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<double>> MpiWorld::all_gather(std::span<const double> mine) {
+  return gather_all(mine, MPI_DOUBLE, MPI_COMM_WORLD);
+}
+
+std::vector<std::vector<float>> MpiWorld::dp_all_gather(std::span<const float> mine) {
+  if (comms_->dp == MPI_COMM_NULL) set_layout(layout_);
+  return gather_all(mine, MPI_FLOAT, comms_->dp);
 }
 
 std::vector<std::vector<std::byte>> MpiWorld::gather_to_root(std::span<const std::byte> mine) {

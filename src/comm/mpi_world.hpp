@@ -12,13 +12,11 @@
 
 #include "comm/transport.hpp"
 #include "runtime/collective.hpp"
+#include "runtime/job.hpp"
 
 namespace rrfp {
 
-struct MpiLayout {
-  int pp = 1, tp = 1, dp = 1;
-  int world() const { return pp * tp * dp; }
-};
+using MpiLayout = JobLayout;
 
 // What the progress thread does when nothing arrives (see docs/mpi.md): it keeps polling for
 // `spin_us` after the last event, then naps, doubling the nap up to `max_sleep_us`; a send
@@ -29,7 +27,7 @@ struct MpiPollOptions {
   int max_sleep_us = 50;
 };
 
-class MpiWorld {
+class MpiWorld final : public Job {
  public:
   // Initialises MPI (once per process). Throws Error if the library cannot give
   // MPI_THREAD_MULTIPLE.
@@ -38,13 +36,13 @@ class MpiWorld {
   MpiWorld(const MpiWorld&) = delete;
   MpiWorld& operator=(const MpiWorld&) = delete;
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
   // Splits the job. Throws InputError when the job's size is not pp * tp * dp.
-  void set_layout(const MpiLayout& l);
+  void set_layout(const MpiLayout& l) override;
   const MpiLayout& layout() const { return layout_; }
-  int replica() const { return rank_ / (layout_.pp * layout_.tp); }
-  int endpoint() const { return rank_ % (layout_.pp * layout_.tp); }
+  int replica() const override { return rank_ / (layout_.pp * layout_.tp); }
+  int endpoint() const override { return rank_ % (layout_.pp * layout_.tp); }
   int stage() const { return endpoint() / layout_.tp; }
   int tp_rank() const { return rank_ % layout_.tp; }
   // The world rank of endpoint `e` of this replica (for error messages).
@@ -52,13 +50,13 @@ class MpiWorld {
 
   // This process's endpoint of its replica's pipeline (ranks = endpoint ids).
   std::unique_ptr<Transport> make_transport(MpiPollOptions poll = {});
+  // This endpoint, its transport, the TP group's collective, a barrier before each step, and
+  // peers named with their MPI ranks in error messages.
+  Hosting hosting() override;
   // The collective of this process's tensor-parallel group.
   std::unique_ptr<TpCollective> make_tp_group(int stage);
-  // Every rank's values, concatenated in world-rank order (each rank passes the same count).
-  std::vector<double> all_gather(std::span<const double> mine);
-  // Variable-length all-gather of floats across the data-parallel replicas of this endpoint,
-  // in replica order.
-  std::vector<std::vector<float>> dp_all_gather(std::span<const float> mine);
+  std::vector<std::vector<double>> all_gather(std::span<const double> mine) override;
+  std::vector<std::vector<float>> dp_all_gather(std::span<const float> mine) override;
   // Rank 0 gets every rank's bytes, by world rank; the others get nothing.
   std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine);
   void barrier();
@@ -67,7 +65,7 @@ class MpiWorld {
   // ranks 0 and 1; the others wait at the closing barrier).
   double raw_ping_pong(std::size_t bytes, int iters);
   // Ends the whole job: every process, this one included, exits with `code`.
-  [[noreturn]] void abort(int code);
+  [[noreturn]] void abort(int code) override;
 
  private:
   struct Comms;

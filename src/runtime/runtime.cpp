@@ -21,6 +21,10 @@ Hosting all_local(int world, std::vector<std::unique_ptr<Transport>> endpoints) 
 
 }  // namespace
 
+Hosting in_process_hosting(int world) {
+  return all_local(world, {});
+}
+
 Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& programs,
                  RuntimeOptions opt, std::vector<std::unique_ptr<Transport>> endpoints)
     : Runtime(m, hint, programs, opt, all_local(m.pp() * std::max(1, opt.tp), std::move(endpoints))) {}

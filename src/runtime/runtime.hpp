@@ -37,6 +37,9 @@ struct Hosting {
   std::function<void()> before_step;  // e.g. a barrier, so all processes share a time origin
 };
 
+// Every one of `world` endpoints in this process, over in-process transports.
+Hosting in_process_hosting(int world);
+
 struct StepResult {
   SimResult run;                            // measured: times in ns since the step began
   std::vector<std::int64_t> dispatch_gaps;  // ns from a task's end to the next dispatch

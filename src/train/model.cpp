@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "train/tp_collectives.hpp"
 
 namespace rrfp::train {
 
@@ -20,9 +21,13 @@ void validate(const GptConfig& c) {
                      std::to_string(c.heads));
 }
 
-Chunk::Chunk(const GptConfig& cfg, int chunk, int chunks)
-    : cfg_(cfg), first_(chunk == 0), last_(chunk == chunks - 1) {
+Chunk::Chunk(const GptConfig& cfg, int chunk, int chunks, int tp_rank, int tp_size)
+    : cfg_(cfg), first_(chunk == 0), last_(chunk == chunks - 1), tp_rank_(tp_rank),
+      tp_size_(tp_size) {
   validate(cfg);
+  if (tp_size < 1 || cfg.heads % tp_size != 0)
+    throw InputError("--tp: " + std::to_string(tp_size) + " does not divide --heads " +
+                     std::to_string(cfg.heads) + " (each rank takes whole attention heads)");
   if (cfg.layers < chunks)
     throw InputError("--layers: the model has " + std::to_string(cfg.layers) +
                      " blocks, fewer than the " + std::to_string(chunks) +
@@ -50,11 +55,11 @@ Chunk::Chunk(const GptConfig& cfg, int chunk, int chunks)
     const std::string p = "block" + std::to_string(l) + ".";
     Block b{};
     b.ln1 = add_norm(p + "ln1");
-    b.qkv = add_linear(p + "qkv", 3 * d, d);
-    b.proj = add_linear(p + "proj", d, d);
+    b.qkv = add_linear(p + "qkv", 3 * d, d, 1, 3);
+    b.proj = add_linear(p + "proj", d, d, 2);
     b.ln2 = add_norm(p + "ln2");
-    b.fc1 = add_linear(p + "fc1", 4 * d, d);
-    b.fc2 = add_linear(p + "fc2", d, 4 * d);
+    b.fc1 = add_linear(p + "fc1", 4 * d, d, 1);
+    b.fc2 = add_linear(p + "fc2", d, 4 * d, 2);
     blocks_.push_back(b);
   }
   if (last_) {
@@ -64,17 +69,33 @@ Chunk::Chunk(const GptConfig& cfg, int chunk, int chunks)
   }
 }
 
-int Chunk::add(const std::string& name, torch::Tensor t, bool linear) {
-  params_.push_back(t.contiguous().set_requires_grad(true));
+int Chunk::add(const std::string& name, torch::Tensor t, bool linear, bool sharded) {
+  params_.push_back(t.contiguous().clone().set_requires_grad(true));
   names_.push_back(name);
   linear_.push_back(linear);
+  sharded_.push_back(sharded);
   return static_cast<int>(params_.size()) - 1;
 }
 
-int Chunk::add_linear(const std::string& name, int out, int in) {
-  const int w = add(name + ".weight", torch::randn({out, in}) * (1.0 / std::sqrt(in)), true);
-  add(name + ".bias", torch::zeros({out}), true);
-  return w;
+int Chunk::add_linear(const std::string& name, int out, int in, int shard, int groups) {
+  // Drawn whole, as with T = 1, then cut: every T starts from the same model.
+  torch::Tensor w = torch::randn({out, in}) * (1.0 / std::sqrt(in));
+  torch::Tensor b = torch::zeros({out});
+  const int t = tp_size_, r = tp_rank_;
+  if (t > 1 && shard == 1) {
+    auto rows = [&](const torch::Tensor& x) {
+      auto g = x.reshape({groups, out / groups, -1});
+      const int64_t part = g.size(1) / t;
+      return g.narrow(1, r * part, part).reshape({out / t, -1}).squeeze(-1);
+    };
+    w = rows(w).reshape({out / t, in});
+    b = rows(b).reshape({out / t});
+  } else if (t > 1 && shard == 2) {
+    w = w.narrow(1, r * (in / t), in / t);
+  }
+  const int wi = add(name + ".weight", w, true, t > 1 && shard != 0);
+  add(name + ".bias", b, true, t > 1 && shard == 1);
+  return wi;
 }
 
 int Chunk::add_norm(const std::string& name) {
@@ -84,6 +105,7 @@ int Chunk::add_norm(const std::string& name) {
 }
 
 torch::Tensor Chunk::block(const Block& b, const torch::Tensor& x, GradSink* sink) const {
+  if (tp_size_ > 1) return tp_block(b, x, sink);
   const auto& P = params_;
   const int64_t n = x.size(0), d = cfg_.d_model, h = cfg_.heads, hd = d / h;
   auto h1 = torch::layer_norm(x, {d}, P[b.ln1], P[b.ln1 + 1]);
@@ -99,6 +121,31 @@ torch::Tensor Chunk::block(const Block& b, const torch::Tensor& x, GradSink* sin
   auto h2 = torch::layer_norm(x1, {d}, P[b.ln2], P[b.ln2 + 1]);
   auto m = torch::gelu(deferred_linear(h2, P[b.fc1], P[b.fc1 + 1], sink, b.fc1));
   return x1 + deferred_linear(m, P[b.fc2], P[b.fc2 + 1], sink, b.fc2);
+}
+
+// The block on one TP rank: its heads and MLP units, the partial outputs of the row-parallel
+// layers summed over the group. A row-parallel bias enters on rank 0 only, so the sum holds it
+// once; its gradient (that of the summed output) is the same on every rank.
+torch::Tensor Chunk::tp_block(const Block& b, const torch::Tensor& x, GradSink* sink) const {
+  const auto& P = params_;
+  const int64_t n = x.size(0), d = cfg_.d_model, hd = d / cfg_.heads;
+  const int64_t h = cfg_.heads / tp_size_, dl = h * hd;
+  auto once = [&](const torch::Tensor& bias) {
+    return tp_rank_ == 0 ? bias : torch::zeros_like(bias);
+  };
+  auto h1 = tp_enter(torch::layer_norm(x, {d}, P[b.ln1], P[b.ln1 + 1]));
+  auto qkv = deferred_linear(h1, P[b.qkv], P[b.qkv + 1], sink, b.qkv);
+  auto parts = qkv.chunk(3, 1);
+  auto heads = [&](const torch::Tensor& t) { return t.reshape({n, h, hd}).transpose(0, 1); };
+  auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  auto scores = q.matmul(k.transpose(1, 2)) / std::sqrt(static_cast<double>(hd));
+  auto mask = torch::ones({n, n}, torch::kBool).triu(1);
+  auto att = scores.masked_fill(mask, -std::numeric_limits<float>::infinity()).softmax(-1);
+  auto y = att.matmul(v).transpose(0, 1).reshape({n, dl});
+  auto x1 = x + tp_exit(deferred_linear(y, P[b.proj], once(P[b.proj + 1]), sink, b.proj));
+  auto h2 = tp_enter(torch::layer_norm(x1, {d}, P[b.ln2], P[b.ln2 + 1]));
+  auto m = torch::gelu(deferred_linear(h2, P[b.fc1], P[b.fc1 + 1], sink, b.fc1));
+  return x1 + tp_exit(deferred_linear(m, P[b.fc2], once(P[b.fc2 + 1]), sink, b.fc2));
 }
 
 // Patch embedding, learned patch positions, one pre-LN MLP block: [n, patches, patch_dim] ->

@@ -6,6 +6,14 @@
 //
 // Parameters are initialized per layer from (seed, layer), so every partition of the same
 // model starts from bitwise the same weights.
+//
+// Tensor parallelism (Megatron-style, T ranks): each block's attention heads and MLP hidden
+// units are split over the ranks. qkv and fc1 are column-parallel (a rank holds its heads' /
+// units' rows), proj and fc2 row-parallel (the matching columns); the partial outputs are
+// summed by an all-reduce in forward, and the column-parallel layers' input gradient by one in
+// backward (tp_collectives.hpp). Each shard is cut from the full T=1 initialization, so a TP
+// run starts from the same model. Norms, embeddings, the vision encoder, the head and the
+// row-parallel biases are replicated.
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -32,8 +40,9 @@ void validate(const GptConfig& c);  // throws InputError naming the field
 
 class Chunk {
  public:
-  // Throws InputError when the model has fewer blocks than `chunks`.
-  Chunk(const GptConfig& cfg, int chunk, int chunks);
+  // Throws InputError when the model has fewer blocks than `chunks`, or when heads or MLP
+  // units do not split over `tp_size`.
+  Chunk(const GptConfig& cfg, int chunk, int chunks, int tp_rank = 0, int tp_size = 1);
 
   bool first() const { return first_; }
   bool last() const { return last_; }
@@ -43,6 +52,8 @@ class Chunk {
   const std::vector<std::string>& names() const { return names_; }
   // Whether parameter i gets its gradient through a deferred linear (and not from autograd).
   bool is_linear(int i) const { return linear_[i]; }
+  // Whether parameter i is one TP rank's shard (else every rank holds the same tensor).
+  bool sharded(int i) const { return sharded_[i]; }
 
   // First chunk: `input` holds int64 tokens [L] and `images` (if defined) [n, patches,
   // patch_dim]; else activations [S, d]. Last chunk: returns the mean cross-entropy against
@@ -54,13 +65,17 @@ class Chunk {
   struct Block {
     int ln1, qkv, proj, ln2, fc1, fc2;  // indices of weights (bias at +1)
   };
-  int add(const std::string& name, torch::Tensor t, bool linear);
-  int add_linear(const std::string& name, int out, int in);
+  int add(const std::string& name, torch::Tensor t, bool linear, bool sharded = false);
+  // Shard: 0 replicated, 1 column-parallel (rows of W and b), 2 row-parallel (columns of W);
+  // `groups` splits the rows into that many blocks sharded alike (qkv: q, k and v).
+  int add_linear(const std::string& name, int out, int in, int shard = 0, int groups = 1);
   int add_norm(const std::string& name);
   torch::Tensor block(const Block& b, const torch::Tensor& x, GradSink* sink) const;
+  torch::Tensor tp_block(const Block& b, const torch::Tensor& x, GradSink* sink) const;
 
   GptConfig cfg_;
   bool first_, last_;
+  int tp_rank_ = 0, tp_size_ = 1;
   torch::Tensor encode_images(const torch::Tensor& images, GradSink* sink) const;
 
   int wte_ = -1, wpe_ = -1, lnf_ = -1, head_ = -1;
@@ -68,7 +83,7 @@ class Chunk {
   std::vector<Block> blocks_;
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
-  std::vector<bool> linear_;
+  std::vector<bool> linear_, sharded_;
 };
 
 }  // namespace rrfp::train

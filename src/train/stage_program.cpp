@@ -1,6 +1,7 @@
 #include "train/stage_program.hpp"
 
 #include "core/error.hpp"
+#include "train/tp_collectives.hpp"
 
 namespace rrfp::train {
 
@@ -73,7 +74,8 @@ std::optional<std::size_t> TrainStageProgram::input_bytes(const TaskId& consumer
   return static_cast<std::size_t>(batch->length(consumer.mb) * d) * sizeof(float);
 }
 
-Payload TrainStageProgram::forward(TaskContext&, int c, int mb, Payload input) {
+Payload TrainStageProgram::forward(TaskContext& ctx, int c, int mb, Payload input) {
+  TpScope scope(ctx);
   Chunk& ch = chunk(c);
   Work& w = work(c, mb);
   w.grads.assign(ch.params().size(), torch::Tensor());
@@ -95,7 +97,8 @@ Payload TrainStageProgram::forward(TaskContext&, int c, int mb, Payload input) {
   return to_payload(w.output);
 }
 
-Payload TrainStageProgram::backward(TaskContext&, int c, int mb, Payload grad) {
+Payload TrainStageProgram::backward(TaskContext& ctx, int c, int mb, Payload grad) {
+  TpScope scope(ctx);  // CPU autograd runs the backward graph on this thread
   Chunk& ch = chunk(c);
   Work& w = work(c, mb);
   // The step's loss is the mean over microbatches: the last chunk starts from 1/M.

@@ -27,15 +27,31 @@ Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe), hint_(make_hin
     throw InputError("--max-len: " + std::to_string(o_.window.max_len) +
                      " exceeds the model's --max-seq " + std::to_string(o_.model.max_seq));
   if (o_.steps < 0) throw InputError("--steps: must not be negative");
-  for (int c = 0; c < m_.chunks(); ++c)
-    chunks_.push_back(std::make_unique<Chunk>(o_.model, c, m_.chunks()));
-  programs_.assign(m_.pp(), nullptr);
-  ProgramFactory factory = [this](int stage, int) -> std::unique_ptr<StageProgram> {
+  if (o_.tp < 1) throw InputError("--tp: must be at least 1, got " + std::to_string(o_.tp));
+  const int t = o_.tp;
+  Hosting hosting;
+  std::vector<char> hosted(static_cast<size_t>(m_.pp()) * t, 1);  // by endpoint
+  if (o_.job) {
+    o_.job->set_layout(JobLayout{m_.pp(), t, 1});
+    hosting = o_.job->hosting();
+    hosted.assign(hosted.size(), 0);
+    hosted[o_.job->endpoint()] = 1;
+  } else {
+    hosting = in_process_hosting(m_.pp() * t);
+  }
+  chunks_.resize(t);
+  for (int r = 0; r < t; ++r)
+    for (int c = 0; c < m_.chunks(); ++c)
+      chunks_[r].push_back(hosted[m_.stage_of(c) * t + r]
+                               ? std::make_unique<Chunk>(o_.model, c, m_.chunks(), r, t)
+                               : nullptr);
+  programs_.assign(hosted.size(), nullptr);
+  ProgramFactory factory = [this, t](int stage, int r) -> std::unique_ptr<StageProgram> {
     std::vector<Chunk*> mine;
     for (int c : m_.chunks_of(stage))
-      mine.push_back(chunks_[c].get());
+      mine.push_back(chunk(r, c));
     auto p = std::make_unique<TrainStageProgram>(m_, stage, mine, &batch_);
-    programs_[stage] = p.get();
+    programs_[stage * t + r] = p.get();
     if (o_.wrap) return o_.wrap(std::move(p), stage);
     return p;
   };
@@ -43,7 +59,9 @@ Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe), hint_(make_hin
   ro.arbiter = o_.arbiter;
   ro.comm = o_.comm;
   ro.timeout_ms = o_.timeout_ms;
-  runtime_ = std::make_unique<Runtime>(m_, hint_, factory, ro);
+  ro.tp = t;
+  ro.tp_protocol = o_.tp_protocol;
+  runtime_ = std::make_unique<Runtime>(m_, hint_, factory, ro, std::move(hosting));
   for (const auto& p : parameters()) {
     exp_avg_.push_back(torch::zeros_like(p));
     exp_avg_sq_.push_back(torch::zeros_like(p));
@@ -54,15 +72,20 @@ Trainer::~Trainer() = default;
 
 std::vector<torch::Tensor> Trainer::parameters() const {
   std::vector<torch::Tensor> out;
-  for (const auto& c : chunks_)
-    out.insert(out.end(), c->params().begin(), c->params().end());
+  for (int c = 0; c < m_.chunks(); ++c)
+    for (int r = 0; r < o_.tp; ++r)
+      if (Chunk* ch = chunk(r, c)) out.insert(out.end(), ch->params().begin(), ch->params().end());
   return out;
 }
 
 std::vector<std::string> Trainer::parameter_names() const {
   std::vector<std::string> out;
-  for (const auto& c : chunks_)
-    out.insert(out.end(), c->names().begin(), c->names().end());
+  for (int c = 0; c < m_.chunks(); ++c)
+    for (int r = 0; r < o_.tp; ++r)
+      if (Chunk* ch = chunk(r, c)) {
+        for (const auto& n : ch->names())
+          out.push_back(o_.tp > 1 ? n + "@tp" + std::to_string(r) : n);
+      }
   return out;
 }
 
@@ -82,17 +105,7 @@ StepReport Trainer::step() {
       data_->batch(o_.data_seed, step_, m_.microbatches(), o_.window, false));
   r.tokens = batch_->total_tokens();
   r.run = runtime_->run_step(step_);
-  // The step's loss: the mean over microbatches, summed in microbatch order.
-  const auto& losses = programs_[m_.stage_of(m_.chunks() - 1)]->losses();
-  for (float l : losses)
-    r.loss += l;
-  r.loss /= losses.size();
-  // Global gradient norm: per-parameter sums of squares, added in the model's global order.
-  double sq = 0;
-  for (int c = 0; c < m_.chunks(); ++c)
-    for (const auto& g : programs_[m_.stage_of(c)]->grads(c))
-      sq += g.pow(2).sum().item<double>();
-  r.grad_norm = std::sqrt(sq);
+  step_loss_and_norm(r);
   const double coef =
       o_.opt.clip > 0 && r.grad_norm > o_.opt.clip ? o_.opt.clip / (r.grad_norm + 1e-6) : 1.0;
   r.lr = lr_at(step_);
@@ -101,15 +114,77 @@ StepReport Trainer::step() {
   return r;
 }
 
+// The step's loss (the mean over microbatches, summed in microbatch order) and the global
+// gradient norm: per-parameter sums of squares added in the model's global order, a sharded
+// parameter's TP shards in rank order, a replicated one once (from TP rank 0). Every endpoint
+// contributes its list; in a multi-process job the lists travel through the job, so the sum
+// is the in-process one, bit for bit.
+void Trainer::step_loss_and_norm(StepReport& r) {
+  const int t = o_.tp, last_stage = m_.stage_of(m_.chunks() - 1);
+  auto local_list = [&](int stage, int rank) {
+    std::vector<double> v;
+    TrainStageProgram* p = program(stage, rank);
+    if (stage == last_stage && rank == 0) {
+      double loss = 0;
+      for (float l : p->losses())
+        loss += l;
+      v.push_back(loss / p->losses().size());
+    }
+    // Per chunk: the parameter count, then (sum of squares, sharded) per parameter.
+    for (int c : m_.chunks_of(stage)) {
+      const auto& grads = p->grads(c);
+      v.push_back(static_cast<double>(grads.size()));
+      for (size_t i = 0; i < grads.size(); ++i) {
+        v.push_back(grads[i].pow(2).sum().item<double>());
+        v.push_back(chunk(rank, c)->sharded(static_cast<int>(i)) ? 1 : 0);
+      }
+    }
+    return v;
+  };
+  std::vector<std::vector<double>> lists(static_cast<size_t>(m_.pp()) * t);
+  if (o_.job) {
+    const int e = o_.job->endpoint();
+    auto all = o_.job->all_gather(local_list(e / t, e % t));
+    // Job ranks of replica 0 are its endpoints, in order.
+    for (size_t i = 0; i < lists.size(); ++i)
+      lists[i] = std::move(all[i]);
+  } else {
+    for (int s = 0; s < m_.pp(); ++s)
+      for (int k = 0; k < t; ++k)
+        lists[static_cast<size_t>(s) * t + k] = local_list(s, k);
+  }
+  std::vector<size_t> pos(lists.size(), 0);
+  r.loss = lists[static_cast<size_t>(last_stage) * t][0];
+  pos[static_cast<size_t>(last_stage) * t] = 1;
+  double sq = 0;
+  for (int c = 0; c < m_.chunks(); ++c) {
+    const size_t e0 = static_cast<size_t>(m_.stage_of(c)) * t;
+    const auto n = static_cast<size_t>(lists[e0].at(pos[e0]));
+    for (int k = 0; k < t; ++k)
+      ++pos[e0 + k];  // every rank's count is n
+    for (size_t i = 0; i < n; ++i)
+      for (int k = 0; k < t; ++k) {
+        const size_t e = e0 + k;
+        const double v = lists[e].at(pos[e]), is_sharded = lists[e].at(pos[e] + 1);
+        pos[e] += 2;
+        if (k == 0 || is_sharded != 0) sq += v;
+      }
+  }
+  r.grad_norm = std::sqrt(sq);
+}
+
 // AdamW, elementwise, so partitioning cannot change a bit of it.
 void Trainer::apply(double clip_coef, double lr) {
   torch::NoGradGuard no_grad;
   const OptimizerOptions& o = o_.opt;
   const double bc1 = 1 - std::pow(o.beta1, step_ + 1), bc2 = 1 - std::pow(o.beta2, step_ + 1);
   size_t k = 0;
-  for (int c = 0; c < m_.chunks(); ++c) {
-    auto& grads = programs_[m_.stage_of(c)]->grads(c);
-    auto& params = chunks_[c]->params();
+  for (int c = 0; c < m_.chunks(); ++c)
+    for (int r = 0; r < o_.tp; ++r) {
+    Chunk* ch = chunk(r, c);
+    if (!ch) continue;
+    auto& grads = program(m_.stage_of(c), r)->grads(c);
+    auto& params = ch->params();
     for (size_t i = 0; i < params.size(); ++i, ++k) {
       torch::Tensor g = grads[i];
       if (clip_coef != 1.0) g = g * clip_coef;
@@ -123,6 +198,8 @@ void Trainer::apply(double clip_coef, double lr) {
 }
 
 double Trainer::validation_loss(int batches) {
+  if (o_.job || o_.tp > 1)
+    throw Error("validation runs every chunk in one thread: not with --tp > 1 or --transport mpi");
   torch::NoGradGuard no_grad;
   double sum = 0;
   int n = 0;
@@ -131,7 +208,7 @@ double Trainer::validation_loss(int batches) {
     for (int mb = 0; mb < vb.microbatches(); ++mb) {
       torch::Tensor x = vb.tokens[mb];
       const torch::Tensor images = vb.images.empty() ? torch::Tensor() : vb.images[mb];
-      for (const auto& c : chunks_)
+      for (const auto& c : chunks_[0])
         x = c->forward(x, vb.targets[mb], nullptr, c->first() ? images : torch::Tensor());
       sum += x.item<double>();
       ++n;
@@ -145,6 +222,7 @@ double Trainer::validation_loss(int batches) {
 namespace rrfp::train {
 
 void Trainer::save(const std::string& path) const {
+  if (o_.job) throw InputError("--save-every: checkpoints of a multi-process run are not supported yet");
   CheckpointState s;
   s.model = o_.model;
   s.step = step_;
@@ -156,6 +234,7 @@ void Trainer::save(const std::string& path) const {
 }
 
 void Trainer::resume(const std::string& path) {
+  if (o_.job) throw InputError("--resume: checkpoints of a multi-process run are not supported yet");
   CheckpointState s;
   s.model = o_.model;
   s.names = parameter_names();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/hint.hpp"
+#include "runtime/job.hpp"
 #include "runtime/runtime.hpp"
 #include "train/corpus.hpp"
 #include "train/image_text.hpp"
@@ -39,6 +40,14 @@ struct TrainOptions {
   std::string data_dir = "/usr/share/common-licenses";
   std::uint64_t data_seed = 1;
   std::int64_t timeout_ms = 120'000;
+  // Tensor-parallel ranks per stage (Megatron-style: heads and MLP split over T) and their
+  // coordination protocol.
+  int tp = 1;
+  TpProtocol tp_protocol = TpProtocol::Leader;
+  // Non-null: one process of a multi-process job (mpirun); this process trains the chunks of
+  // the endpoint it hosts, and the norm and loss are shared over the job. Null: every stage
+  // and TP rank is a thread of this process.
+  Job* job = nullptr;
   // Wraps each stage's program (tests inject delays; --inject-jitter adds the design's jitter).
   std::function<std::unique_ptr<StageProgram>(std::unique_ptr<StageProgram>, int stage)> wrap;
 };
@@ -58,7 +67,8 @@ class Trainer {
   StepReport step();
   // Mean loss over `batches` held-out batches of M microbatches (no gradients).
   double validation_loss(int batches);
-  // Every parameter in the model's global order, and its name.
+  // Every parameter this process holds, in the model's global order (then TP rank), and its
+  // name. In a multi-process job: those of the chunks it hosts.
   std::vector<torch::Tensor> parameters() const;
   std::vector<std::string> parameter_names() const;
   // Writes the step, parameters and optimizer state (atomically; see checkpoint.hpp).
@@ -73,13 +83,19 @@ class Trainer {
  private:
   double lr_at(int step) const;
   void apply(double clip_coef, double lr);
+  TrainStageProgram* program(int stage, int tp_rank) const {
+    return programs_[stage * o_.tp + tp_rank];
+  }
+  // Chunk c of TP rank r (null when another process holds it).
+  Chunk* chunk(int r, int c) const { return chunks_[r][c].get(); }
+  void step_loss_and_norm(StepReport& r);
 
   TrainOptions o_;
   WorkModel m_;
   Hint hint_;
   std::unique_ptr<DataSource> data_;
-  std::vector<std::unique_ptr<Chunk>> chunks_;  // by chunk index
-  std::vector<TrainStageProgram*> programs_;    // by stage (owned by the runtime)
+  std::vector<std::vector<std::unique_ptr<Chunk>>> chunks_;  // [tp rank][chunk]
+  std::vector<TrainStageProgram*> programs_;  // by endpoint (owned by the runtime; null: elsewhere)
   std::shared_ptr<const StepBatch> batch_;
   std::unique_ptr<Runtime> runtime_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;  // AdamW state, global order

@@ -1,0 +1,37 @@
+#pragma once
+// The processes of a multi-process run as the layers above the transport see them (training
+// and the CLI), without naming MPI: which endpoint this process hosts, the Hosting that
+// connects it, and the few collectives training needs outside the pipeline (the global
+// gradient norm, the step's loss, the data-parallel gradient sum). comm/mpi_world implements it.
+#include <span>
+#include <vector>
+
+#include "runtime/runtime.hpp"
+
+namespace rrfp {
+
+struct JobLayout {
+  int pp = 1, tp = 1, dp = 1;
+  int world() const { return pp * tp * dp; }
+};
+
+class Job {
+ public:
+  virtual ~Job() = default;
+  virtual int rank() const = 0;  // in the whole job
+  virtual int size() const = 0;
+  // Splits the job; throws InputError when the job's size is not pp * tp * dp.
+  virtual void set_layout(const JobLayout& l) = 0;
+  virtual int replica() const = 0;   // data-parallel replica of this process
+  virtual int endpoint() const = 0;  // stage * T + tp rank within its replica
+  // Connects this process's endpoint to the rest of its replica's pipeline.
+  virtual Hosting hosting() = 0;
+  // Every rank's values, by job rank (counts may differ).
+  virtual std::vector<std::vector<double>> all_gather(std::span<const double> mine) = 0;
+  // The same endpoint's values in every replica, by replica (for the data-parallel sum).
+  virtual std::vector<std::vector<float>> dp_all_gather(std::span<const float> mine) = 0;
+  // Ends every process of the job with `code` (after an error on this one).
+  [[noreturn]] virtual void abort(int code) = 0;
+};
+
+}  // namespace rrfp
