@@ -14,43 +14,10 @@
 #include "sim/rng.hpp"
 #include "train/run.hpp"
 #include "train/trainer.hpp"
+#include "train_helpers.hpp"
 
 namespace rrfp::train {
 namespace {
-
-// Sleeps a random 0..400 us before each task: a different interleaving per seed.
-class Delayed final : public StageProgram {
- public:
-  Delayed(std::unique_ptr<StageProgram> in, int stage, std::uint64_t seed)
-      : in_(std::move(in)), stage_(stage), seed_(seed) {}
-  void begin_step(int s) override { in_->begin_step(s); }
-  void end_step(int s) override { in_->end_step(s); }
-  Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
-    pause(0, chunk, mb, c.step());
-    return in_->forward(c, chunk, mb, std::move(p));
-  }
-  Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
-    pause(1, chunk, mb, c.step());
-    return in_->backward(c, chunk, mb, std::move(p));
-  }
-  void weight_grad(TaskContext& c, int chunk, int mb) override {
-    pause(2, chunk, mb, c.step());
-    in_->weight_grad(c, chunk, mb);
-  }
-  std::optional<std::size_t> input_bytes(const TaskId& t) const override {
-    return in_->input_bytes(t);
-  }
-
- private:
-  void pause(int kind, int chunk, int mb, int step) const {
-    const auto us =
-        hash_keys(seed_, 77, kind * 100000 + chunk * 1000 + mb, step * 16 + stage_) % 400;
-    std::this_thread::sleep_for(std::chrono::microseconds(us));
-  }
-  std::unique_ptr<StageProgram> in_;
-  int stage_;
-  std::uint64_t seed_;
-};
 
 struct Case {
   const char* name;
@@ -82,8 +49,8 @@ TrainOptions options(const Case& c, std::uint64_t delay_seed) {
   o.window = {8, 48};
   o.timeout_ms = 60'000;
   if (delay_seed)
-    o.wrap = [delay_seed](std::unique_ptr<StageProgram> p,
-                          int stage) -> std::unique_ptr<StageProgram> {
+    o.wrap = [delay_seed](std::unique_ptr<StageProgram> p, int stage,
+                          int) -> std::unique_ptr<StageProgram> {
       return std::make_unique<Delayed>(std::move(p), stage, delay_seed);
     };
   return o;

@@ -74,27 +74,33 @@ int Chunk::add(const std::string& name, torch::Tensor t, bool linear, bool shard
   names_.push_back(name);
   linear_.push_back(linear);
   sharded_.push_back(sharded);
+  shard_.emplace_back(0, 1);
   return static_cast<int>(params_.size()) - 1;
+}
+
+torch::Tensor Chunk::cut(int i, const torch::Tensor& full) const {
+  const auto [kind, groups] = shard_[i];
+  const int t = tp_size_, r = tp_rank_;
+  if (t == 1 || kind == 0) return full;
+  if (kind == 2) return full.dim() == 2 ? full.narrow(1, r * (full.size(1) / t), full.size(1) / t)
+                                        : full;  // a row-parallel bias is replicated
+  const int64_t out = full.size(0);
+  auto g = full.reshape({groups, out / groups, -1});
+  const int64_t part = g.size(1) / t;
+  auto rows = g.narrow(1, r * part, part).reshape({out / t, -1});
+  return full.dim() == 1 ? rows.reshape({out / t}) : rows;
 }
 
 int Chunk::add_linear(const std::string& name, int out, int in, int shard, int groups) {
   // Drawn whole, as with T = 1, then cut: every T starts from the same model.
-  torch::Tensor w = torch::randn({out, in}) * (1.0 / std::sqrt(in));
-  torch::Tensor b = torch::zeros({out});
-  const int t = tp_size_, r = tp_rank_;
-  if (t > 1 && shard == 1) {
-    auto rows = [&](const torch::Tensor& x) {
-      auto g = x.reshape({groups, out / groups, -1});
-      const int64_t part = g.size(1) / t;
-      return g.narrow(1, r * part, part).reshape({out / t, -1}).squeeze(-1);
-    };
-    w = rows(w).reshape({out / t, in});
-    b = rows(b).reshape({out / t});
-  } else if (t > 1 && shard == 2) {
-    w = w.narrow(1, r * (in / t), in / t);
-  }
-  const int wi = add(name + ".weight", w, true, t > 1 && shard != 0);
-  add(name + ".bias", b, true, t > 1 && shard == 1);
+  const torch::Tensor w = torch::randn({out, in}) * (1.0 / std::sqrt(in));
+  const torch::Tensor b = torch::zeros({out});
+  const bool split = tp_size_ > 1 && shard != 0;
+  const int wi = add(name + ".weight", w, true, split);
+  add(name + ".bias", b, true, split && shard == 1);
+  shard_[wi] = shard_[wi + 1] = {shard, groups};
+  params_[wi] = cut(wi, w).contiguous().clone().set_requires_grad(true);
+  params_[wi + 1] = cut(wi + 1, b).contiguous().clone().set_requires_grad(true);
   return wi;
 }
 

@@ -54,6 +54,9 @@ class Chunk {
   bool is_linear(int i) const { return linear_[i]; }
   // Whether parameter i is one TP rank's shard (else every rank holds the same tensor).
   bool sharded(int i) const { return sharded_[i]; }
+  // This rank's shard of parameter i cut from the whole (T = 1) tensor `full`: how a TP run's
+  // parameters are compared with a T = 1 run's.
+  torch::Tensor cut(int i, const torch::Tensor& full) const;
 
   // First chunk: `input` holds int64 tokens [L] and `images` (if defined) [n, patches,
   // patch_dim]; else activations [S, d]. Last chunk: returns the mean cross-entropy against
@@ -84,6 +87,7 @@ class Chunk {
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
   std::vector<bool> linear_, sharded_;
+  std::vector<std::pair<int, int>> shard_;  // per parameter: (shard kind, row groups)
 };
 
 }  // namespace rrfp::train

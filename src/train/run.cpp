@@ -65,7 +65,7 @@ TrainOptions to_options(const TrainRunOptions& o) {
       throw InputError("--inject-jitter: '" + o.inject_jitter +
                        "' injects no jitter (use jitter:J1..J3)");
     const std::uint64_t seed = o.seed;
-    t.wrap = [j, seed](std::unique_ptr<StageProgram> p, int stage) {
+    t.wrap = [j, seed](std::unique_ptr<StageProgram> p, int stage, int) {
       return with_jitter(std::move(p), j, stage, seed);
     };
   }

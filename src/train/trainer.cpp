@@ -52,7 +52,7 @@ Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe), hint_(make_hin
       mine.push_back(chunk(r, c));
     auto p = std::make_unique<TrainStageProgram>(m_, stage, mine, &batch_);
     programs_[stage * t + r] = p.get();
-    if (o_.wrap) return o_.wrap(std::move(p), stage);
+    if (o_.wrap) return o_.wrap(std::move(p), stage, r);
     return p;
   };
   RuntimeOptions ro;

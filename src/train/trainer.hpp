@@ -48,8 +48,11 @@ struct TrainOptions {
   // the endpoint it hosts, and the norm and loss are shared over the job. Null: every stage
   // and TP rank is a thread of this process.
   Job* job = nullptr;
-  // Wraps each stage's program (tests inject delays; --inject-jitter adds the design's jitter).
-  std::function<std::unique_ptr<StageProgram>(std::unique_ptr<StageProgram>, int stage)> wrap;
+  // Wraps each (stage, TP rank)'s program (tests inject delays; --inject-jitter adds the
+  // design's jitter).
+  std::function<std::unique_ptr<StageProgram>(std::unique_ptr<StageProgram>, int stage,
+                                              int tp_rank)>
+      wrap;
 };
 
 struct StepReport {
@@ -79,6 +82,8 @@ class Trainer {
   const DataSource& data() const { return *data_; }
   const WorkModel& model() const { return m_; }
   int steps_done() const { return step_; }
+  // Chunk c of TP rank r (null when another process holds it).
+  Chunk* chunk(int r, int c) const { return chunks_[r][c].get(); }
 
  private:
   double lr_at(int step) const;
@@ -86,8 +91,6 @@ class Trainer {
   TrainStageProgram* program(int stage, int tp_rank) const {
     return programs_[stage * o_.tp + tp_rank];
   }
-  // Chunk c of TP rank r (null when another process holds it).
-  Chunk* chunk(int r, int c) const { return chunks_[r][c].get(); }
   void step_loss_and_norm(StepReport& r);
 
   TrainOptions o_;

@@ -1,0 +1,58 @@
+#pragma once
+// What the training tests share: a program wrapper that injects delays.
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "runtime/program.hpp"
+#include "sim/rng.hpp"
+
+namespace rrfp::train {
+
+// Sleeps a random 0..400 us before each task: a different interleaving per seed.
+// `key` picks the stream (the stage; tests of TP add 100 * tp rank). Optionally a fixed sleep
+// before every F (`before_f_us`) and after every B (`after_b_us`), which holds the B's output
+// back: what makes the ranks of a group see arrivals in different orders.
+class Delayed final : public StageProgram {
+ public:
+  Delayed(std::unique_ptr<StageProgram> in, int key, std::uint64_t seed, int before_f_us = 0,
+          int after_b_us = 0)
+      : in_(std::move(in)),
+        stage_(key),
+        seed_(seed),
+        before_f_us_(before_f_us),
+        after_b_us_(after_b_us) {}
+  void begin_step(int s) override { in_->begin_step(s); }
+  void end_step(int s) override { in_->end_step(s); }
+  Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
+    pause(0, chunk, mb, c.step());
+    std::this_thread::sleep_for(std::chrono::microseconds(before_f_us_));
+    return in_->forward(c, chunk, mb, std::move(p));
+  }
+  Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
+    pause(1, chunk, mb, c.step());
+    Payload out = in_->backward(c, chunk, mb, std::move(p));
+    std::this_thread::sleep_for(std::chrono::microseconds(after_b_us_));
+    return out;
+  }
+  void weight_grad(TaskContext& c, int chunk, int mb) override {
+    pause(2, chunk, mb, c.step());
+    in_->weight_grad(c, chunk, mb);
+  }
+  std::optional<std::size_t> input_bytes(const TaskId& t) const override {
+    return in_->input_bytes(t);
+  }
+
+ private:
+  void pause(int kind, int chunk, int mb, int step) const {
+    const auto us =
+        hash_keys(seed_, 77, kind * 100000 + chunk * 1000 + mb, step * 16 + stage_) % 400;
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
+  }
+  std::unique_ptr<StageProgram> in_;
+  int stage_;
+  std::uint64_t seed_;
+  int before_f_us_, after_b_us_;
+};
+
+}  // namespace rrfp::train
