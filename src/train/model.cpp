@@ -1,6 +1,7 @@
 #include "train/model.hpp"
 
 #include <cmath>
+#include <mutex>
 
 #include "core/error.hpp"
 #include "train/tp_collectives.hpp"
@@ -38,6 +39,10 @@ Chunk::Chunk(const GptConfig& cfg, int chunk, int chunks, int tp_rank, int tp_si
   const int hi = lo + base + (chunk < extra ? 1 : 0);
   const int d = cfg.d_model;
   torch::NoGradGuard no_grad;
+  // The initialization draws from LibTorch's process-wide generator, seeded per layer: chunks
+  // built by several threads at once (ranks of an in-process job) take turns.
+  static std::mutex init_mu;
+  std::lock_guard init_lock(init_mu);
   if (first_) {
     torch::manual_seed(cfg.seed * 1000003ULL);
     wte_ = add("embed.tokens", torch::randn({cfg.vocab, d}) * 0.02, false);

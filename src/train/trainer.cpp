@@ -31,8 +31,11 @@ Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe), hint_(make_hin
   const int t = o_.tp;
   Hosting hosting;
   std::vector<char> hosted(static_cast<size_t>(m_.pp()) * t, 1);  // by endpoint
+  if (o_.dp < 1) throw InputError("--dp: must be at least 1, got " + std::to_string(o_.dp));
+  if (o_.dp > 1 && !o_.job)
+    throw InputError("--dp: data-parallel replicas run as processes (--transport mpi)");
   if (o_.job) {
-    o_.job->set_layout(JobLayout{m_.pp(), t, 1});
+    o_.job->set_layout(JobLayout{m_.pp(), t, o_.dp});
     hosting = o_.job->hosting();
     hosted.assign(hosted.size(), 0);
     hosted[o_.job->endpoint()] = 1;
@@ -101,10 +104,22 @@ double Trainer::lr_at(int step) const {
 StepReport Trainer::step() {
   StepReport r;
   r.step = step_;
-  batch_ = std::make_shared<const StepBatch>(
-      data_->batch(o_.data_seed, step_, m_.microbatches(), o_.window, false));
+  const int mbs = m_.microbatches();
+  StepBatch global = data_->batch(o_.data_seed, step_, mbs * o_.dp, o_.window, false);
+  if (o_.dp > 1) {
+    StepBatch mine;
+    const int lo = o_.job->replica() * mbs;
+    for (int i = lo; i < lo + mbs; ++i) {
+      mine.tokens.push_back(global.tokens[i]);
+      mine.targets.push_back(global.targets[i]);
+      if (!global.images.empty()) mine.images.push_back(global.images[i]);
+    }
+    global = std::move(mine);
+  }
+  batch_ = std::make_shared<const StepBatch>(std::move(global));
   r.tokens = batch_->total_tokens();
   r.run = runtime_->run_step(step_);
+  if (o_.dp > 1) average_replicas();
   step_loss_and_norm(r);
   const double coef =
       o_.opt.clip > 0 && r.grad_norm > o_.opt.clip ? o_.opt.clip / (r.grad_norm + 1e-6) : 1.0;
@@ -141,13 +156,13 @@ void Trainer::step_loss_and_norm(StepReport& r) {
     }
     return v;
   };
-  std::vector<std::vector<double>> lists(static_cast<size_t>(m_.pp()) * t);
+  std::vector<std::vector<double>> lists(static_cast<size_t>(m_.pp()) * t), all_lists;
   if (o_.job) {
     const int e = o_.job->endpoint();
-    auto all = o_.job->all_gather(local_list(e / t, e % t));
-    // Job ranks of replica 0 are its endpoints, in order.
+    all_lists = o_.job->all_gather(local_list(e / t, e % t));
+    // Job ranks of replica 0 are its endpoints, in order (the replicas' gradients are equal).
     for (size_t i = 0; i < lists.size(); ++i)
-      lists[i] = std::move(all[i]);
+      lists[i] = all_lists[i];
   } else {
     for (int s = 0; s < m_.pp(); ++s)
       for (int k = 0; k < t; ++k)
@@ -155,6 +170,13 @@ void Trainer::step_loss_and_norm(StepReport& r) {
   }
   std::vector<size_t> pos(lists.size(), 0);
   r.loss = lists[static_cast<size_t>(last_stage) * t][0];
+  if (o_.dp > 1) {
+    // The mean over every replica's microbatches: the replicas' means, in replica order.
+    const size_t per = static_cast<size_t>(m_.pp()) * t;
+    for (int d = 1; d < o_.dp; ++d)
+      r.loss += all_lists[d * per + static_cast<size_t>(last_stage) * t][0];
+    r.loss /= o_.dp;
+  }
   pos[static_cast<size_t>(last_stage) * t] = 1;
   double sq = 0;
   for (int c = 0; c < m_.chunks(); ++c) {
@@ -171,6 +193,33 @@ void Trainer::step_loss_and_norm(StepReport& r) {
       }
   }
   r.grad_norm = std::sqrt(sq);
+}
+
+// The data-parallel gradient: every replica's sum for each local chunk, added in replica
+// order and divided by DP, so every replica holds the same bits.
+void Trainer::average_replicas() {
+  torch::NoGradGuard no_grad;
+  const int e = o_.job->endpoint(), t = o_.tp;
+  TrainStageProgram* p = program(e / t, e % t);
+  for (int c : m_.chunks_of(e / t)) {
+    auto& grads = p->grads(c);
+    std::vector<float> flat;
+    for (const auto& g : grads) {
+      const auto* d = g.contiguous().data_ptr<float>();
+      flat.insert(flat.end(), d, d + g.numel());
+    }
+    const auto all = o_.job->dp_all_gather(flat);
+    std::vector<float> sum = all[0];
+    for (size_t d = 1; d < all.size(); ++d)
+      for (size_t i = 0; i < sum.size(); ++i)
+        sum[i] += all[d][i];
+    size_t off = 0;
+    for (auto& g : grads) {
+      auto s = torch::from_blob(sum.data() + off, g.sizes(), torch::kFloat32);
+      g = s / static_cast<float>(o_.dp);
+      off += static_cast<size_t>(g.numel());
+    }
+  }
 }
 
 // AdamW, elementwise, so partitioning cannot change a bit of it.

@@ -48,6 +48,10 @@ struct TrainOptions {
   // the endpoint it hosts, and the norm and loss are shared over the job. Null: every stage
   // and TP rank is a thread of this process.
   Job* job = nullptr;
+  // Data-parallel replicas (a job only): each step's batch has dp * M microbatches, replica d
+  // trains microbatches [d*M, (d+1)*M), and the replicas' gradients are averaged (summed in
+  // replica order) before the norm and the update.
+  int dp = 1;
   // Wraps each (stage, TP rank)'s program (tests inject delays; --inject-jitter adds the
   // design's jitter).
   std::function<std::unique_ptr<StageProgram>(std::unique_ptr<StageProgram>, int stage,
@@ -92,6 +96,7 @@ class Trainer {
     return programs_[stage * o_.tp + tp_rank];
   }
   void step_loss_and_norm(StepReport& r);
+  void average_replicas();
 
   TrainOptions o_;
   WorkModel m_;
