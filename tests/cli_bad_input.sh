@@ -38,7 +38,8 @@ printf 'stage 0: F0:0 B0:0 F0:1 B0:1\nstage 1: F1:1 B1:1 F1:0 B1:0\n' >"$tmp/cyc
 check "can never finish" schedule check --pp 2 --microbatches 2 "$tmp/cycle.txt"
 check "--comm: unknown mode" run --comm smoke
 check "--timeout: must be at least 0" run --timeout -1
-check "--transport: unknown transport 'mpi'" run --transport mpi --pp 2 -m 2
+check "--transport mpi: " run --transport mpi --pp 2 -m 2  # not under mpirun (or no Open MPI)
+check "--transport: unknown transport 'tcp'" run --transport tcp --pp 2 -m 2
 check "--pp: must be at least 1" run --pp 0
 check "unknown hint 'nope'" run --hint nope
 check "--policy fixed: needs a list hint" run --hint bf --policy fixed
@@ -52,6 +53,9 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
   check "--steps: must be at least 1" train --steps 0 --out "$tmp/o"
   check "--inject-jitter: expected jitter:J1" train --inject-jitter nope --out "$tmp/o"
   check "--max-len: 500 exceeds" train --max-len 500 --out "$tmp/o"
+  check "--tp: 3 does not divide --heads 4" train --tp 3 --out "$tmp/o"
+  check "--dp: data-parallel replicas run as processes" train --dp 2 --out "$tmp/o"
+  check "--transport: unknown transport 'tcp'" train --transport tcp --out "$tmp/o"
 fi
 head -c 3000 /dev/urandom >"$tmp/random.bin"
 check "$tmp/random.bin" schedule check "$tmp/random.bin"

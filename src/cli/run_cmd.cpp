@@ -11,7 +11,7 @@
 #include "runtime/emulated.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/step_merge.hpp"
-#include "comm/mpi_world.hpp"  // MPI-free; used only when built with Open MPI
+#include "cli/mpi_launch.hpp"
 
 namespace rrfp {
 
@@ -53,7 +53,7 @@ std::string fidelity_table(const std::vector<ReportRun>& measured,
 
 // `world`: the MPI job under --transport mpi (each process hosts one endpoint and rank 0
 // merges every process's record and writes the reports), else null.
-void run_emulated(const RunFlags& f, MpiWorld* world) {
+void run_emulated(const RunFlags& f, Job* world) {
   if (!(f.timeout_s >= 0))
     throw InputError("--timeout: must be at least 0 seconds, got " + fmt("%g", f.timeout_s));
   if (f.exp.comm_given && f.exp.comm == "blocking")
@@ -80,15 +80,14 @@ void run_emulated(const RunFlags& f, MpiWorld* world) {
       Runtime rt(m, h, emulated_programs(m, w, {f.spin}), ro);
       r = rt.run_step(0);
     } else {
-#ifdef RRFP_HAVE_MPI
       world->set_layout(JobLayout{m.pp(), w.tp, 1});
       Runtime rt(m, h, emulated_programs(m, w, {f.spin}), ro, world->hosting());
       r = rt.run_step(0);
       const auto all = world->gather_to_root(pack_step(r));
       for (size_t i = 1; i < all.size(); ++i)
         merge_step(r, all[i]);
-      world->barrier();  // nobody tears down its endpoint while a peer may still send to it
-#endif
+      // Nobody tears down its endpoint while a peer may still send to it.
+      world->all_gather({});
     }
     gaps.insert(gaps.end(), r.dispatch_gaps.begin(), r.dispatch_gaps.end());
     return std::move(r.run);
@@ -114,29 +113,6 @@ void run_emulated(const RunFlags& f, MpiWorld* world) {
   if (f.compare) std::cout << fidelity_table(runs, simulated);
 }
 
-// `rrfp run --transport mpi`, in every process of the job. A failure on one rank ends the
-// whole job (MPI_Abort), so no peer is left waiting for it.
-void run_mpi(const RunFlags& f) {
-#ifdef RRFP_HAVE_MPI
-  if (!launched_by_mpirun())
-    throw InputError("--transport mpi: start rrfp under mpirun (see docs/mpi.md)");
-  MpiWorld world;
-  try {
-    run_emulated(f, &world);
-  } catch (const InputError&) {
-    // Every process reads the same flags: one line from rank 0, then all exit 2 together.
-    if (world.rank() == 0) throw;
-    throw QuietExit(2);
-  } catch (const std::exception& e) {
-    std::cerr << "rrfp: run failed on mpi rank " << world.rank() << ": " << e.what() << "\n";
-    world.abort(1);
-  }
-#else
-  (void)f;
-  throw InputError("--transport mpi: this rrfp was built without Open MPI (install libopenmpi-dev)");
-#endif
-}
-
 }  // namespace
 
 void setup_run(CLI::App& app) {
@@ -158,7 +134,7 @@ void setup_run(CLI::App& app) {
   sub->callback([f, comm] {
     f->exp.comm_given = comm->count() > 0;
     if (f->transport == "mpi")
-      run_mpi(*f);
+      run_as_mpi_process([&](Job& job) { run_emulated(*f, &job); });
     else if (f->transport == "inproc")
       run_emulated(*f, nullptr);
     else

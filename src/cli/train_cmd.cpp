@@ -1,5 +1,6 @@
 // `rrfp train`: the main job. Trains a small GPT on the threaded runtime; with no flags, P=4,
 // rrfp with the BFW hint, on the licence texts every Debian machine has.
+#include "cli/mpi_launch.hpp"
 #include "cli/options.hpp"
 #include "core/error.hpp"
 #include "train/run.hpp"
@@ -52,9 +53,30 @@ void setup_train(CLI::App& app) {
                 "add a jitter preset (jitter:J1..J3) to real compute");
   s->add_option("--timeout", o->timeout_s, "watchdog seconds without progress")
       ->capture_default_str();
-  sub->callback([o] {
+  s->add_option("--tp", o->tp, "tensor-parallel ranks per stage (heads and MLP split)")
+      ->capture_default_str();
+  s->add_option("--tp-protocol", o->tp_protocol, "leader, agree or none (no coordination)")
+      ->capture_default_str();
+  s->add_option("--dp", o->dp, "data-parallel replicas (--transport mpi)")->capture_default_str();
+  auto transport = std::make_shared<std::string>("inproc");
+  s->add_option("--transport", *transport,
+                "inproc (threads) or mpi (one process per rank: mpirun -np P*TP*DP)")
+      ->capture_default_str();
+  sub->callback([o, transport] {
 #ifdef RRFP_HAVE_TORCH
-    train::run_training(*o);
+    if (*transport == "mpi") {
+      run_as_mpi_process([&](Job& job) {
+        train::TrainRunOptions p = *o;
+        p.job = &job;
+        train::run_training(p);
+        job.all_gather({});  // every process is done before any tears its endpoint down
+      });
+    } else if (*transport == "inproc") {
+      train::run_training(*o);
+    } else {
+      throw InputError("--transport: unknown transport '" + *transport +
+                       "' (expected inproc or mpi)");
+    }
 #else
     throw InputError("rrfp train: this build has no LibTorch (install libtorch-dev and rebuild)");
 #endif

@@ -58,7 +58,7 @@ class MpiWorld final : public Job {
   std::vector<std::vector<double>> all_gather(std::span<const double> mine) override;
   std::vector<std::vector<float>> dp_all_gather(std::span<const float> mine) override;
   // Rank 0 gets every rank's bytes, by world rank; the others get nothing.
-  std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine);
+  std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) override;
   void barrier();
   // The baseline the transport is measured against: `iters` round trips of `bytes` between
   // world ranks 0 and 1 with plain blocking MPI_Send/MPI_Recv; seconds per round trip (on

@@ -3,6 +3,7 @@
 // and the CLI), without naming MPI: which endpoint this process hosts, the Hosting that
 // connects it, and the few collectives training needs outside the pipeline (the global
 // gradient norm, the step's loss, the data-parallel gradient sum). comm/mpi_world implements it.
+#include <cstddef>
 #include <span>
 #include <vector>
 
@@ -28,6 +29,8 @@ class Job {
   virtual Hosting hosting() = 0;
   // Every rank's values, by job rank (counts may differ).
   virtual std::vector<std::vector<double>> all_gather(std::span<const double> mine) = 0;
+  // Rank 0 gets every rank's bytes, by job rank; the others get an empty list.
+  virtual std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) = 0;
   // The same endpoint's values in every replica, by replica (for the data-parallel sum).
   virtual std::vector<std::vector<float>> dp_all_gather(std::span<const float> mine) = 0;
   // Ends every process of the job with `code` (after an error on this one).

@@ -59,7 +59,7 @@ class SharedGroup final : public TpCollective {
 };
 
 struct Shared {
-  explicit Shared(int n) : world(n), everyone(n) {}
+  explicit Shared(int n) : world(n), everyone(n), bytes(n) {}
   int world;
   std::mutex mu;
   JobLayout layout;
@@ -68,6 +68,7 @@ struct Shared {
   std::vector<std::shared_ptr<TpGroup>> groups;              // by replica * P + stage
   std::vector<std::unique_ptr<Exchange<float>>> dp;          // by endpoint
   Exchange<double> everyone;
+  Exchange<std::byte> bytes;
 };
 
 class LocalJob final : public Job {
@@ -115,6 +116,11 @@ class LocalJob final : public Job {
   }
   std::vector<std::vector<double>> all_gather(std::span<const double> mine) override {
     return s_->everyone.all_gather(rank_, mine);
+  }
+  std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) override {
+    auto all = s_->bytes.all_gather(rank_, mine);
+    if (rank_ != 0) all.clear();
+    return all;
   }
   std::vector<std::vector<float>> dp_all_gather(std::span<const float> mine) override {
     return s_->dp[endpoint()]->all_gather(replica(), mine);

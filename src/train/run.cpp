@@ -1,5 +1,8 @@
 #include "train/run.hpp"
 
+#include "runtime/job.hpp"
+#include "runtime/step_merge.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,7 +15,9 @@
 #include "core/error.hpp"
 #include "report/report.hpp"
 #include "runtime/clock.hpp"
+#include "runtime/job.hpp"
 #include "runtime/jitter.hpp"
+#include "runtime/step_merge.hpp"
 #include "sim/metrics.hpp"
 #include "train/trainer.hpp"
 
@@ -56,6 +61,10 @@ TrainOptions to_options(const TrainRunOptions& o) {
   t.max_images = o.max_images;
   t.data_seed = o.seed;
   t.timeout_ms = static_cast<std::int64_t>(o.timeout_s * 1000);
+  t.tp = o.tp;
+  t.dp = o.dp;
+  t.tp_protocol = parse_tp_protocol(o.tp_protocol);
+  t.job = o.job;
   if (!o.inject_jitter.empty()) {
     if (o.inject_jitter.rfind("jitter:", 0) != 0)
       throw InputError("--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got '" +
@@ -103,9 +112,16 @@ ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainRunOptio
 
 }  // namespace
 
-TrainSummary run_training(const TrainRunOptions& o) {
-  TrainOptions topt = to_options(o);
-  prepare_out(o.out);
+TrainSummary run_training(const TrainRunOptions& in) {
+  TrainOptions topt = to_options(in);
+  // In a multi-process run rank 0 speaks for the job; validation needs every chunk in one
+  // thread, which a TP or multi-process run does not have.
+  const bool root = !in.job || in.job->rank() == 0;
+  TrainRunOptions o = in;
+  o.quiet = in.quiet || !root;
+  const bool can_validate = !in.job && in.tp == 1;
+  if (!can_validate) o.eval_every = 0;
+  if (root) prepare_out(o.out);
   if (o.save_every < 0)
     throw InputError("--save-every: must not be negative, got " + std::to_string(o.save_every));
   Trainer trainer(topt);
@@ -136,6 +152,12 @@ TrainSummary run_training(const TrainRunOptions& o) {
   for (int s = first_step; s < o.steps; ++s) {
     const std::int64_t t0 = now_ns();
     StepReport r = trainer.step();
+    if (o.job) {
+      // Every process measured its own ranks: rank 0 merges them into the step's record.
+      const auto all = o.job->gather_to_root(pack_step(r.run));
+      for (size_t i = 1; i < all.size(); ++i)
+        merge_step(r.run, all[i]);
+    }
     const double step_s = static_cast<double>(now_ns() - t0) / 1e9;
     const RunMetrics met = compute_metrics(r.run.run, LowerBound{});
     pipeline_s += static_cast<double>(r.run.run.makespan) / 1e9;
@@ -150,7 +172,7 @@ TrainSummary run_training(const TrainRunOptions& o) {
     if (o.save_every > 0 && ((s + 1) % o.save_every == 0 || s + 1 == o.steps)) trainer.save(ckpt);
     sum.last_loss = r.loss;
     std::string val;
-    if ((o.eval_every > 0 && (s + 1) % o.eval_every == 0) || s + 1 == o.steps) {
+    if (can_validate && ((o.eval_every > 0 && (s + 1) % o.eval_every == 0) || s + 1 == o.steps)) {
       sum.val_loss = trainer.validation_loss(o.eval_batches);
       val = fmt("%.4f", sum.val_loss);
       val_curve.points.push_back({s + 1.0, sum.val_loss});
@@ -180,6 +202,7 @@ TrainSummary run_training(const TrainRunOptions& o) {
     last = std::move(r.run);
   }
   if (!o.quiet && tty) std::cout << "\n";
+  if (!root) return TrainSummary{};
   sum.steps = o.steps - first_step;
   sum.unigram_entropy = h0;
   sum.tokens_per_s = tokens / seconds;
@@ -211,8 +234,9 @@ TrainSummary run_training(const TrainRunOptions& o) {
   write_svg(dir + "timeline.svg", h, runs);
   if (!o.quiet)
     std::cout << "done: " << o.steps << " steps, loss " << fmt("%.3f", sum.first_loss) << " -> "
-              << fmt("%.3f", sum.last_loss) << ", validation " << fmt("%.3f", sum.val_loss)
-              << " nats (byte-unigram entropy " << fmt("%.3f", h0) << "), "
+              << fmt("%.3f", sum.last_loss) << ", validation "
+              << (can_validate ? fmt("%.3f", sum.val_loss) + " nats" : std::string("skipped (TP or MPI)"))
+              << " (byte-unigram entropy " << fmt("%.3f", h0) << " nats), "
               << fmt("%.0f", sum.tokens_per_s) << " tok/s, " << fmt("%.1f", sum.mean_step_ms)
               << " ms/step, bubble " << fmt("%.1f%%", 100 * sum.mean_bubble)
               << ", runtime overhead " << fmt("%.2f%%", 100 * sum.overhead_share)

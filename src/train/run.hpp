@@ -4,6 +4,10 @@
 #include <cstdint>
 #include <string>
 
+namespace rrfp {
+class Job;
+}
+
 namespace rrfp::train {
 
 struct TrainRunOptions {
@@ -31,6 +35,11 @@ struct TrainRunOptions {
   std::string inject_jitter;  // a jitter preset (jitter:J1..J3) added to real compute
   double timeout_s = 120;
   bool quiet = false;  // no progress bar (tests)
+  // Tensor and data parallelism; `job` non-null: this is one process of a multi-process run
+  // (rank 0 prints and writes the outputs). Without a job, TP ranks are threads.
+  int tp = 1, dp = 1;
+  std::string tp_protocol = "leader";
+  Job* job = nullptr;
 };
 
 struct TrainSummary {

@@ -1,0 +1,35 @@
+#include "cli/mpi_launch.hpp"
+
+#include <iostream>
+
+#include "cli/options.hpp"
+#include "core/error.hpp"
+#ifdef RRFP_HAVE_MPI
+#include "comm/mpi_world.hpp"
+#endif
+
+namespace rrfp {
+
+void run_as_mpi_process(const std::function<void(Job&)>& body) {
+#ifdef RRFP_HAVE_MPI
+  if (!launched_by_mpirun())
+    throw InputError("--transport mpi: start rrfp under mpirun (see docs/mpi.md)");
+  MpiWorld world;
+  try {
+    body(world);
+  } catch (const InputError&) {
+    if (world.rank() == 0) throw;
+    throw QuietExit{2};
+  } catch (const std::exception& e) {
+    std::cerr << "rrfp: run failed on mpi rank " << world.rank() << ": " << e.what() << std::endl;
+    world.abort(1);
+  }
+#else
+  (void)body;
+  throw InputError(
+      "--transport mpi: this rrfp was built without Open MPI (scripts/install-deps.sh installs "
+      "libopenmpi-dev)");
+#endif
+}
+
+}  // namespace rrfp

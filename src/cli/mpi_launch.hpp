@@ -1,0 +1,14 @@
+#pragma once
+// `--transport mpi`: the command runs as one process of an mpirun job. Bad input, which every
+// process reads alike, is printed once (by rank 0) and ends every process with exit code 2; any
+// other error is printed with the rank that hit it and ends the whole job (MPI_Abort), so no
+// process is left waiting for a dead peer and mpirun exits non-zero.
+#include <functional>
+
+#include "runtime/job.hpp"
+
+namespace rrfp {
+
+void run_as_mpi_process(const std::function<void(Job&)>& body);
+
+}  // namespace rrfp
