@@ -9,15 +9,15 @@ namespace rrfp::test {
 inline MpiWorld* g_world = nullptr;
 }  // namespace rrfp::test
 
-#define RRFP_MPI_TEST_MAIN()                                                           \
-  int main(int argc, char** argv) {                                                    \
-    ::testing::InitGoogleTest(&argc, argv);                                            \
-    rrfp::MpiWorld world;                                                              \
-    rrfp::test::g_world = &world;                                                      \
-    const int rc = RUN_ALL_TESTS();                                                    \
-    if (rc != 0) {                                                                     \
-      std::fprintf(stderr, "rank %d: tests failed\n", world.rank());                   \
-      world.abort(1);                                                                  \
-    }                                                                                  \
-    return 0;                                                                          \
+#define RRFP_MPI_TEST_MAIN()                                         \
+  int main(int argc, char** argv) {                                  \
+    ::testing::InitGoogleTest(&argc, argv);                          \
+    rrfp::MpiWorld world;                                            \
+    rrfp::test::g_world = &world;                                    \
+    const int rc = RUN_ALL_TESTS();                                  \
+    if (rc != 0) {                                                   \
+      std::fprintf(stderr, "rank %d: tests failed\n", world.rank()); \
+      world.abort(1);                                                \
+    }                                                                \
+    return 0;                                                        \
   }

@@ -8,4 +8,6 @@ shift
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # No network probing on one machine; shared memory between processes.
 export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+# One machine: start the processes directly, not through ssh (containers often have none).
+export OMPI_MCA_plm=isolated
 exec mpirun --oversubscribe --bind-to none -np "$n" "$@"

@@ -139,8 +139,8 @@ TEST(MpiTrain, FullLayoutMatchesTheInProcessJob) {
   if (g_world->rank() != 0) return;
   const auto ranks = train_local_job(8, 3, make);
   for (int r = 0; r < 8; ++r) {
-    const std::uint64_t got = (static_cast<std::uint64_t>(all[r][0]) << 32) |
-                              static_cast<std::uint64_t>(all[r][1]);
+    const std::uint64_t got =
+        (static_cast<std::uint64_t>(all[r][0]) << 32) | static_cast<std::uint64_t>(all[r][1]);
     EXPECT_EQ(got, ranks[r].hash) << "rank " << r;
     EXPECT_EQ(all[r][2], ranks[r].losses[2]) << "rank " << r;
   }

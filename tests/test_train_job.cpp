@@ -73,8 +73,11 @@ TEST(TrainJob, FullLayoutMatchesTheSingleReplicaRun) {
       Chunk& part = *t.chunk(tp_rank, c);
       Chunk& whole = *ref.chunk(0, c);
       for (size_t i = 0; i < whole.params().size(); ++i)
-        worst = std::max(worst, (part.cut(static_cast<int>(i), whole.params()[i]) -
-                                 part.params()[i]).abs().max().item<double>());
+        worst =
+            std::max(worst, (part.cut(static_cast<int>(i), whole.params()[i]) - part.params()[i])
+                                .abs()
+                                .max()
+                                .item<double>());
     }
   }
   EXPECT_LE(worst, 1e-5);

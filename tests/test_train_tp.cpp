@@ -45,8 +45,7 @@ TrainOptions options(int tp, TpProtocol protocol, const std::string& hint, bool 
 
 void delay(TrainOptions& o, std::uint64_t seed, int before_f_us = 0, int after_b_us = 0,
            int slow_rank = -1) {
-  o.wrap = [=](std::unique_ptr<StageProgram> p, int stage,
-               int r) -> std::unique_ptr<StageProgram> {
+  o.wrap = [=](std::unique_ptr<StageProgram> p, int stage, int r) -> std::unique_ptr<StageProgram> {
     const bool slow = r == slow_rank;
     return std::make_unique<Delayed>(std::move(p), stage + 100 * r, seed,
                                      stage == 0 ? before_f_us : 0, slow ? after_b_us : 0);

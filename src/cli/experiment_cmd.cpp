@@ -48,7 +48,7 @@ Scenario make_scenario(const ExperimentFlags& f) {
   if (f.limit < 0) throw InputError("--limit: must be at least 1, got " + std::to_string(f.limit));
   sc.limit = f.limit;
   sc.max_pending_w = f.max_pending_w;
-  sc.record = !f.trace.empty() || !f.svg.empty();
+  sc.record = true;  // the per-reason blocked times (coordination, collectives) need the spans
   return sc;
 }
 

@@ -7,11 +7,11 @@
 #include <iostream>
 
 #include "cli/experiment_cmd.hpp"
+#include "cli/mpi_launch.hpp"
 #include "core/error.hpp"
 #include "runtime/emulated.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/step_merge.hpp"
-#include "cli/mpi_launch.hpp"
 
 namespace rrfp {
 

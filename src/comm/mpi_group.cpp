@@ -47,8 +47,8 @@ void MpiTpGroup::wait(void* request) {
 void MpiTpGroup::all_reduce(int rank, const TaskId& task, std::span<float> data) {
   if (aborted_.load()) throw Aborted();
   auto comm = static_cast<MPI_Comm>(comm_);
-  const std::array<std::int32_t, 4> mine{static_cast<std::int32_t>(task.kind), task.chunk,
-                                         task.mb, static_cast<std::int32_t>(data.size())};
+  const std::array<std::int32_t, 4> mine{static_cast<std::int32_t>(task.kind), task.chunk, task.mb,
+                                         static_cast<std::int32_t>(data.size())};
   std::vector<std::int32_t> all(4 * static_cast<std::size_t>(size_));
   MPI_Request req;
   mpi_check(MPI_Iallgather(mine.data(), 4, MPI_INT32_T, all.data(), 4, MPI_INT32_T, comm, &req),

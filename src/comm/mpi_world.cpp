@@ -44,18 +44,15 @@ MpiWorld::~MpiWorld() {
 }
 
 void MpiWorld::set_layout(const MpiLayout& l) {
-  if (l.pp < 1 || l.tp < 1 || l.dp < 1)
-    throw InputError("--pp/--tp/--dp: each must be at least 1");
+  if (l.pp < 1 || l.tp < 1 || l.dp < 1) throw InputError("--pp/--tp/--dp: each must be at least 1");
   if (l.world() != size_)
     throw InputError("mpirun -np " + std::to_string(size_) + ": the layout --pp " +
                      std::to_string(l.pp) + " x --tp " + std::to_string(l.tp) + " x --dp " +
-                     std::to_string(l.dp) + " needs " + std::to_string(l.world()) +
-                     " processes");
+                     std::to_string(l.dp) + " needs " + std::to_string(l.world()) + " processes");
   layout_ = l;
   for (MPI_Comm* c : {&comms_->pipe, &comms_->tp, &comms_->dp})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
-  mpi_check(MPI_Comm_split(MPI_COMM_WORLD, replica(), endpoint(), &comms_->pipe),
-            "MPI_Comm_split");
+  mpi_check(MPI_Comm_split(MPI_COMM_WORLD, replica(), endpoint(), &comms_->pipe), "MPI_Comm_split");
   mpi_check(MPI_Comm_split(MPI_COMM_WORLD, replica() * l.pp + stage(), tp_rank(), &comms_->tp),
             "MPI_Comm_split");
   mpi_check(MPI_Comm_split(MPI_COMM_WORLD, endpoint(), replica(), &comms_->dp), "MPI_Comm_split");
@@ -80,8 +77,9 @@ Hosting MpiWorld::hosting() {
   h.transports.push_back(make_transport());
   h.make_group = [this](int stage) { return make_tp_group(stage); };
   h.peer_name = [this, tp = layout_.tp](int e) {
-    return "stage " + std::to_string(e / tp) + (tp > 1 ? " tp rank " + std::to_string(e % tp) : "") +
-           " (mpi rank " + std::to_string(world_rank_of(e)) + ")";
+    return "stage " + std::to_string(e / tp) +
+           (tp > 1 ? " tp rank " + std::to_string(e % tp) : "") + " (mpi rank " +
+           std::to_string(world_rank_of(e)) + ")";
   };
   h.before_step = [this] { barrier(); };
   return h;

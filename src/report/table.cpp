@@ -77,7 +77,8 @@ std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& ru
       }
       if (r.metrics.coordination_rounds > 0)
         out += "  tp coordination: " + std::to_string(r.metrics.coordination_rounds) + " rounds, " +
-               std::to_string(r.metrics.failed_rounds) + " disagreed\n";
+               std::to_string(r.metrics.failed_rounds) + " disagreed, " +
+               fmt("%.2f", ms(r.metrics.coordination_per_rank)) + " ms blocked per rank\n";
     }
   }
   out +=
@@ -118,6 +119,8 @@ nlohmann::json to_json(const ReportHeader& h, const std::vector<ReportRun>& runs
     jr["max_pending_w"] = m.max_pending_w;
     jr["coordination_rounds"] = m.coordination_rounds;
     jr["failed_coordination_rounds"] = m.failed_rounds;
+    jr["coordination_ms_per_rank"] = static_cast<double>(m.coordination_per_rank) / 1e6;
+    jr["collective_wait_ms_per_rank"] = static_cast<double>(m.collective_per_rank) / 1e6;
     jr["stages"] = nlohmann::json::array();
     for (const auto& s : m.stages)
       jr["stages"].push_back({{"busy_ms", ms(s.busy)},

@@ -64,9 +64,9 @@ struct Shared {
   std::mutex mu;
   JobLayout layout;
   bool laid_out = false;
-  std::vector<std::unique_ptr<Transport>> transports;        // by job rank
-  std::vector<std::shared_ptr<TpGroup>> groups;              // by replica * P + stage
-  std::vector<std::unique_ptr<Exchange<float>>> dp;          // by endpoint
+  std::vector<std::unique_ptr<Transport>> transports;  // by job rank
+  std::vector<std::shared_ptr<TpGroup>> groups;        // by replica * P + stage
+  std::vector<std::unique_ptr<Exchange<float>>> dp;    // by endpoint
   Exchange<double> everyone;
   Exchange<std::byte> bytes;
 };
@@ -78,7 +78,8 @@ class LocalJob final : public Job {
   int rank() const override { return rank_; }
   int size() const override { return s_->world; }
   void set_layout(const JobLayout& l) override {
-    if (l.pp < 1 || l.tp < 1 || l.dp < 1) throw InputError("--pp/--tp/--dp: each must be at least 1");
+    if (l.pp < 1 || l.tp < 1 || l.dp < 1)
+      throw InputError("--pp/--tp/--dp: each must be at least 1");
     if (l.world() != s_->world)
       throw InputError("local job of " + std::to_string(s_->world) + " ranks: the layout needs " +
                        std::to_string(l.world()));
@@ -103,7 +104,8 @@ class LocalJob final : public Job {
     h.local = {endpoint()};
     {
       std::lock_guard lk(s_->mu);
-      if (!s_->transports[rank_]) throw Error("local job: rank " + std::to_string(rank_) + " is hosted twice");
+      if (!s_->transports[rank_])
+        throw Error("local job: rank " + std::to_string(rank_) + " is hosted twice");
       h.transports.push_back(std::move(s_->transports[rank_]));
     }
     // As the MPI job does: nobody starts a step (and sends) before every rank has set its

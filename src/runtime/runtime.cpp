@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "comm/inproc.hpp"
-#include "runtime/tp_group.hpp"
 #include "runtime/clock.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/tp_group.hpp"
 
 namespace rrfp {
 
@@ -27,7 +27,8 @@ Hosting in_process_hosting(int world) {
 
 Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& programs,
                  RuntimeOptions opt, std::vector<std::unique_ptr<Transport>> endpoints)
-    : Runtime(m, hint, programs, opt, all_local(m.pp() * std::max(1, opt.tp), std::move(endpoints))) {}
+    : Runtime(m, hint, programs, opt,
+              all_local(m.pp() * std::max(1, opt.tp), std::move(endpoints))) {}
 
 Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& programs,
                  RuntimeOptions opt, Hosting hosting)
@@ -42,9 +43,8 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
   opt_.arbiter = resolve_options(opt_.arbiter, hint, m);
   const int p = m.pp(), t = opt_.tp;
   if (endpoints_.size() != local_.size())
-    throw Error("runtime: need one transport per local endpoint: " +
-                std::to_string(local_.size()) + " endpoints, " +
-                std::to_string(endpoints_.size()) + " transports");
+    throw Error("runtime: need one transport per local endpoint: " + std::to_string(local_.size()) +
+                " endpoints, " + std::to_string(endpoints_.size()) + " transports");
   std::vector<int> slot(static_cast<size_t>(p) * t, -1);  // endpoint id -> position in local_
   for (size_t i = 0; i < local_.size(); ++i) {
     const int e = local_[i];
@@ -88,7 +88,8 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
     else
       throw Error("runtime: stage " + std::to_string(s) +
                   " is split over processes but no cross-process collective was given");
-    stages_[s] = std::make_unique<Stage>(env, s, std::move(progs), std::move(eps), groups_[s].get());
+    stages_[s] =
+        std::make_unique<Stage>(env, s, std::move(progs), std::move(eps), groups_[s].get());
   }
   for (size_t i = 0; i < local_.size(); ++i) {
     Stage* st = stages_[local_[i] / t].get();
@@ -159,7 +160,6 @@ void Runtime::watch(int workers) {
 }
 
 StepResult Runtime::collect() const {
-
   StepResult out;
   SimResult& r = out.run;
   const int p = m_.pp(), t = opt_.tp;

@@ -29,7 +29,7 @@ struct RuntimeOptions {
 // endpoint ids (stage * T + tp rank) hosted here, their transports, and the tensor-parallel
 // collective of a group spread over processes. A process of an mpirun job hosts one endpoint.
 struct Hosting {
-  std::vector<int> local;                               // endpoint ids run by this process
+  std::vector<int> local;                              // endpoint ids run by this process
   std::vector<std::unique_ptr<Transport>> transports;  // one per entry of `local`
   // The collective of `stage`'s group when some of its ranks are elsewhere.
   std::function<std::unique_ptr<TpCollective>(int stage)> make_group;

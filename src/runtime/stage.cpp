@@ -22,7 +22,8 @@ Stage::Stage(const StageEnv& env, int stage, std::vector<std::unique_ptr<StagePr
   for (int r = 0; r < tp_; ++r) {
     ranks_[r].program = std::move(programs[r]);
     ranks_[r].transport = endpoints[r];
-    if (!local(r)) distributed_ = true;
+    if (!local(r))
+      distributed_ = true;
     else if (!endpoints[r])
       throw Error("stage " + std::to_string(stage) + ": rank " + std::to_string(r) +
                   " has a program but no endpoint");

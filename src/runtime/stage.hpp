@@ -20,10 +20,10 @@
 
 #include "comm/transport.hpp"
 #include "core/arbiter.hpp"
+#include "runtime/collective.hpp"
 #include "runtime/delay_line.hpp"
 #include "runtime/failure.hpp"
 #include "runtime/program.hpp"
-#include "runtime/collective.hpp"
 #include "sim/simulator.hpp"
 
 namespace rrfp {
@@ -83,7 +83,7 @@ class Stage {
     // agree across processes: this rank's next round, and the peers' proposals by round
     int round = 0;
     std::map<int, std::vector<std::optional<TaskId>>> proposals;
-    std::vector<Message> early;        // arrivals tagged with the next step
+    std::vector<Message> early;  // arrivals tagged with the next step
     // Blocking (rendezvous) mode: transfers offered to this rank and not yet accepted, sends of
     // this rank not yet acknowledged, and the list position of the next posted receive.
     std::vector<std::pair<int, Message>> offers;

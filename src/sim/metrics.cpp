@@ -79,6 +79,15 @@ RunMetrics compute_metrics(const SimResult& r, const LowerBound& lb) {
   out.max_pending_w = r.arbiter.max_pending_w;
   out.coordination_rounds = r.coordination_rounds;
   out.failed_rounds = r.failed_rounds;
+  std::int64_t coord = 0, coll = 0;
+  for (const BlockedSpan& b : r.blocked) {
+    if (b.reason == BlockReason::Coordination) coord += b.end - b.start;
+    if (b.reason == BlockReason::Collective) coll += b.end - b.start;
+  }
+  if (!r.ranks.empty()) {
+    out.coordination_per_rank = coord / static_cast<std::int64_t>(r.ranks.size());
+    out.collective_per_rank = coll / static_cast<std::int64_t>(r.ranks.size());
+  }
   out.stages.resize(r.pp);
   double busy_total = 0;
   for (int s = 0; s < r.pp; ++s) {

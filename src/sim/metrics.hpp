@@ -31,6 +31,11 @@ struct RunMetrics {
   double efficiency = 0;  // lower bound / makespan
   int limit = 0, max_pending_w = 0;
   std::int64_t coordination_rounds = 0, failed_rounds = 0;
+  // Time a rank spent blocked in TP coordination (agree rounds, waiting for the leader's
+  // choice), averaged over all P*T ranks.
+  std::int64_t coordination_per_rank = 0;
+  // Time a rank spent inside its tasks' collectives waiting for the rest of its group.
+  std::int64_t collective_per_rank = 0;
   std::vector<StageMetrics> stages;
 };
 

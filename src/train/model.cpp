@@ -23,7 +23,10 @@ void validate(const GptConfig& c) {
 }
 
 Chunk::Chunk(const GptConfig& cfg, int chunk, int chunks, int tp_rank, int tp_size)
-    : cfg_(cfg), first_(chunk == 0), last_(chunk == chunks - 1), tp_rank_(tp_rank),
+    : cfg_(cfg),
+      first_(chunk == 0),
+      last_(chunk == chunks - 1),
+      tp_rank_(tp_rank),
       tp_size_(tp_size) {
   validate(cfg);
   if (tp_size < 1 || cfg.heads % tp_size != 0)
@@ -87,8 +90,9 @@ torch::Tensor Chunk::cut(int i, const torch::Tensor& full) const {
   const auto [kind, groups] = shard_[i];
   const int t = tp_size_, r = tp_rank_;
   if (t == 1 || kind == 0) return full;
-  if (kind == 2) return full.dim() == 2 ? full.narrow(1, r * (full.size(1) / t), full.size(1) / t)
-                                        : full;  // a row-parallel bias is replicated
+  if (kind == 2)
+    return full.dim() == 2 ? full.narrow(1, r * (full.size(1) / t), full.size(1) / t)
+                           : full;  // a row-parallel bias is replicated
   const int64_t out = full.size(0);
   auto g = full.reshape({groups, out / groups, -1});
   const int64_t part = g.size(1) / t;

@@ -15,8 +15,8 @@
 #include "core/error.hpp"
 #include "report/report.hpp"
 #include "runtime/clock.hpp"
-#include "runtime/job.hpp"
 #include "runtime/jitter.hpp"
+#include "runtime/job.hpp"
 #include "runtime/step_merge.hpp"
 #include "sim/metrics.hpp"
 #include "train/trainer.hpp"
@@ -235,7 +235,8 @@ TrainSummary run_training(const TrainRunOptions& in) {
   if (!o.quiet)
     std::cout << "done: " << o.steps << " steps, loss " << fmt("%.3f", sum.first_loss) << " -> "
               << fmt("%.3f", sum.last_loss) << ", validation "
-              << (can_validate ? fmt("%.3f", sum.val_loss) + " nats" : std::string("skipped (TP or MPI)"))
+              << (can_validate ? fmt("%.3f", sum.val_loss) + " nats"
+                               : std::string("skipped (TP or MPI)"))
               << " (byte-unigram entropy " << fmt("%.3f", h0) << " nats), "
               << fmt("%.0f", sum.tokens_per_s) << " tok/s, " << fmt("%.1f", sum.mean_step_ms)
               << " ms/step, bubble " << fmt("%.1f%%", 100 * sum.mean_bubble)

@@ -230,20 +230,20 @@ void Trainer::apply(double clip_coef, double lr) {
   size_t k = 0;
   for (int c = 0; c < m_.chunks(); ++c)
     for (int r = 0; r < o_.tp; ++r) {
-    Chunk* ch = chunk(r, c);
-    if (!ch) continue;
-    auto& grads = program(m_.stage_of(c), r)->grads(c);
-    auto& params = ch->params();
-    for (size_t i = 0; i < params.size(); ++i, ++k) {
-      torch::Tensor g = grads[i];
-      if (clip_coef != 1.0) g = g * clip_coef;
-      exp_avg_[k].mul_(o.beta1).add_(g, 1 - o.beta1);
-      exp_avg_sq_[k].mul_(o.beta2).addcmul_(g, g, 1 - o.beta2);
-      const auto denom = (exp_avg_sq_[k] / bc2).sqrt_().add_(o.eps);
-      params[i].mul_(1 - lr * o.weight_decay);
-      params[i].addcdiv_(exp_avg_[k], denom, -lr / bc1);
+      Chunk* ch = chunk(r, c);
+      if (!ch) continue;
+      auto& grads = program(m_.stage_of(c), r)->grads(c);
+      auto& params = ch->params();
+      for (size_t i = 0; i < params.size(); ++i, ++k) {
+        torch::Tensor g = grads[i];
+        if (clip_coef != 1.0) g = g * clip_coef;
+        exp_avg_[k].mul_(o.beta1).add_(g, 1 - o.beta1);
+        exp_avg_sq_[k].mul_(o.beta2).addcmul_(g, g, 1 - o.beta2);
+        const auto denom = (exp_avg_sq_[k] / bc2).sqrt_().add_(o.eps);
+        params[i].mul_(1 - lr * o.weight_decay);
+        params[i].addcdiv_(exp_avg_[k], denom, -lr / bc1);
+      }
     }
-  }
 }
 
 double Trainer::validation_loss(int batches) {
@@ -271,7 +271,8 @@ double Trainer::validation_loss(int batches) {
 namespace rrfp::train {
 
 void Trainer::save(const std::string& path) const {
-  if (o_.job) throw InputError("--save-every: checkpoints of a multi-process run are not supported yet");
+  if (o_.job)
+    throw InputError("--save-every: checkpoints of a multi-process run are not supported yet");
   CheckpointState s;
   s.model = o_.model;
   s.step = step_;
@@ -283,7 +284,8 @@ void Trainer::save(const std::string& path) const {
 }
 
 void Trainer::resume(const std::string& path) {
-  if (o_.job) throw InputError("--resume: checkpoints of a multi-process run are not supported yet");
+  if (o_.job)
+    throw InputError("--resume: checkpoints of a multi-process run are not supported yet");
   CheckpointState s;
   s.model = o_.model;
   s.names = parameter_names();

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Measures the Open MPI transport and the multi-process runtime (docs/results-mpi.md):
+#  1. bench_mpi: one-way latency and bandwidth of the transport against a raw MPI ping-pong in
+#     the same job (2 processes)            -> docs/data/mpi-pingpong.csv
+#  2. rrfp run --transport mpi --compare at P=8, M=32 (8 processes), seeds 1-3, two workloads
+#     with activations scaled to 16 bytes per token (see the doc for why)
+#                                            -> docs/data/mpi-fidelity.csv, mpi-runs.txt
+#  3. TP coordination, leader vs agree, TP=2 (P=4) and TP=4 (P=2), 8 processes, ready BF,
+#     M=16, next to `rrfp simulate` on the same flags -> docs/data/mpi-tp-coordination.csv
+# Usage: scripts/measure-mpi.sh [build dir] (a Release build with Open MPI; an idle machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+rrfp=$build/rrfp
+mpirun=tests/mpirun.sh
+out=docs/data
+mkdir -p "$out"
+
+echo "== bench_mpi" >&2
+"$mpirun" 2 "$build/bench_mpi" 20000 200 | tee "$out/mpi-pingpong.csv"
+
+echo "== fidelity at P=8" >&2
+raw=$out/mpi-runs.txt
+: >"$raw"
+csv=$out/mpi-fidelity.csv
+echo "workload,seed,run,measured_ms,simulated_ms,makespan_error_pct,speedup_measured,speedup_simulated,speedup_diff_pct" >"$csv"
+for wl in multimodal-small-messages j2-small-messages; do
+  for seed in 1 2 3; do
+    args=(run --transport mpi --compare --pp 8 -m 32 --workload-file "scripts/workloads/$wl.json"
+          --seed "$seed" --timeout 30)
+    echo "== mpirun -np 8 rrfp ${args[*]}" | tee -a "$raw" >&2
+    report=$("$mpirun" 8 "$rrfp" "${args[@]}" 2>/dev/null)
+    echo "$report" >>"$raw"
+    echo "$report" | awk -v w="$wl" -v s="$seed" '
+      /^simulator fidelity/ {on = 1; next}
+      on && /^run / {next}
+      on && NF >= 9 {
+        n = NF; label = $1; for (i = 2; i <= n - 6; ++i) label = label " " $i
+        gsub(/[%x+]/, "", $(n-3)); gsub(/[%x]/, "", $(n-2)); gsub(/[%x]/, "", $(n-1)); gsub(/[%+]/, "", $n)
+        print w "," s "," label "," $(n-5) "," $(n-4) "," $(n-3) "," $(n-2) "," $(n-1) "," $n
+      }' >>"$csv"
+  done
+done
+
+echo "== TP coordination" >&2
+tp=$out/mpi-tp-coordination.csv
+echo "tp,pp,protocol,seed,source,makespan_ms,rounds,failed_rounds,coordination_ms_per_rank,collective_wait_ms_per_rank" >"$tp"
+fields='import json,sys; r=json.load(sys.stdin)["runs"][0]; print(",".join(str(round(r[k],3)) for k in ("makespan_ms","coordination_rounds","failed_coordination_rounds","coordination_ms_per_rank","collective_wait_ms_per_rank")))'
+for t in 2 4; do
+  p=$((8 / t))
+  for proto in leader agree; do
+    for seed in 1 2 3; do
+      args=(--pp "$p" --tp "$t" --tp-protocol "$proto" -m 16 --hint bf --policy ready
+            --workload-file scripts/workloads/multimodal-small-messages.json --seed "$seed")
+      echo "== tp $t $proto seed $seed" >&2
+      m=$("$mpirun" 8 "$rrfp" run --transport mpi "${args[@]}" --json - 2>/dev/null | python3 -c "$fields")
+      s=$("$rrfp" simulate "${args[@]}" --json - 2>/dev/null | python3 -c "$fields")
+      echo "$t,$p,$proto,$seed,measured,$m" >>"$tp"
+      echo "$t,$p,$proto,$seed,simulated,$s" >>"$tp"
+    done
+  done
+done
+cat "$tp"

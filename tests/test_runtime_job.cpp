@@ -1,0 +1,92 @@
+// The runtime with every endpoint in its own Runtime, as the processes of an mpirun job have
+// them, but as threads sharing in-process transports (runtime/local_job.hpp): the TP
+// coordination protocols then run over control messages, and step records are merged the way
+// rank 0 merges them. Runs under the sanitizers.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "runtime/errors.hpp"
+#include "runtime/local_job.hpp"
+#include "runtime/step_merge.hpp"
+#include "runtime_helpers.hpp"
+
+namespace rrfp::test {
+namespace {
+
+// One step on every endpoint, each a Runtime of its own; returns the merged record, or throws
+// the first error in rank order.
+StepResult run_as_job(const WorkModel& m, const Hint& h, const RealizedWork& w,
+                      const RuntimeOptions& o) {
+  const int world = m.pp() * w.tp;
+  auto jobs = make_local_jobs(world);
+  std::vector<StepResult> results(world);
+  std::vector<std::exception_ptr> errors(world);
+  std::vector<std::thread> th;
+  for (int i = 0; i < world; ++i)
+    th.emplace_back([&, i] {
+      try {
+        jobs[i]->set_layout(JobLayout{m.pp(), w.tp, 1});
+        Runtime rt(m, h, emulated_programs(m, w), o, jobs[i]->hosting());
+        results[i] = rt.run_step(0);
+        jobs[i]->all_gather({});  // nobody tears down an endpoint a peer may still send to
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  for (auto& t : th)
+    t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  StepResult all = std::move(results[0]);
+  for (int i = 1; i < world; ++i)
+    merge_step(all, pack_step(results[i]));
+  return all;
+}
+
+PipelineConfig shape(int p, int m, int v = 1, bool split = false) {
+  PipelineConfig c;
+  c.pp = p;
+  c.microbatches = m;
+  c.vpp = v;
+  c.split_backward = split;
+  return c;
+}
+
+TEST(RuntimeJob, ProtocolsOverControlMessagesKeepEveryGroupInOneOrder) {
+  const std::pair<const char*, PipelineConfig> cases[] = {
+      {"bf", shape(3, 6)}, {"bfw", shape(2, 6, 1, true)}, {"bf", shape(2, 4, 2)}};
+  for (TpProtocol p : {TpProtocol::Leader, TpProtocol::Agree})
+    for (const auto& [hint, cfg] : cases)
+      for (int tp : {2, 3})
+        for (int seed = 0; seed < 3; ++seed) {
+          WorkModel m(cfg);
+          Hint h = make_hint(hint, m);
+          const RealizedWork w = random_work(m, tp, seed, 200, 400);
+          const StepResult r = run_as_job(m, h, w, runtime_options(m, w, Policy::Ready, p));
+          ASSERT_EQ(r.run.tasks.size(), static_cast<size_t>(m.num_tasks() * tp));
+          const auto ord = orders(r.run.tasks);
+          for (int s = 0; s < m.pp(); ++s)
+            for (int k = 1; k < tp; ++k)
+              ASSERT_EQ(ord.at({s, k}), ord.at({s, 0}))
+                  << to_string(p) << " " << hint << " tp=" << tp << " seed=" << seed;
+          if (p == TpProtocol::Agree) EXPECT_GT(r.run.coordination_rounds, 0);
+          for (const RankStats& st : r.run.ranks)
+            EXPECT_GT(st.busy, 0);  // every endpoint's record made it into the merge
+        }
+}
+
+TEST(RuntimeJob, MergedRecordRejectsAnotherShape) {
+  StepResult a, b;
+  a.run.pp = 2;
+  a.run.ranks.resize(2);
+  a.run.peak_d.resize(2);
+  a.run.peak_pending_w.resize(2);
+  b.run.pp = 3;
+  EXPECT_THROW(merge_step(a, pack_step(b)), Error);
+  const auto packed = pack_step(a);
+  EXPECT_THROW(merge_step(a, std::span(packed).first(packed.size() - 3)), Error);
+}
+
+}  // namespace
+}  // namespace rrfp::test
