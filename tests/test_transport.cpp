@@ -1,6 +1,6 @@
 // Transport conformance (after Gloo's per-transport suites): the same tests for every
-// implementation of the Transport interface. Instantiated for inproc; the MPI transport joins
-// through the same factory list.
+// implementation of the Transport interface, here for inproc (threads). The MPI transport,
+// one endpoint per process, has the same contract checked in test_mpi_transport.cpp.
 #include <gtest/gtest.h>
 
 #include <atomic>

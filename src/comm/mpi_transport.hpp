@@ -2,18 +2,18 @@
 // Open MPI point-to-point behind the Transport interface: one endpoint per process, over a
 // communicator of its own (a duplicate, so nothing else on the job can steal its messages).
 //
-// Wire format: a 32-byte header (step, task, flags, round, payload size). A message of up to
-// kInlineBytes travels as one MPI message, header and payload packed; a larger one as the
-// header, then the payload sent straight from the caller's buffer (no copy) under a second
-// tag. MPI keeps messages of one sender, communicator and tag in order, and the pair is posted
-// under one lock, so each header's payload is the next payload message from that sender.
+// Wire format: a 40-byte header (step, task, flags, round, payload size, data tag). A message
+// of up to kInlineBytes travels as one MPI message, header and payload packed; a larger one as
+// the header, then the payload under the data tag the header names, on a second communicator,
+// sent straight from the caller's buffer (no copy) and received into a pooled buffer.
 //
-// Receives are matched from a probe (MPI_Improbe for the header tags), so arrivals in any
-// order are taken at once into a buffer of the probed size and handed to the receiver. One
-// progress thread polls for arrivals and send completions; it never blocks inside MPI (a
-// blocking call would spin a core the compute threads need), and when idle it backs off from
-// spinning to short sleeps (MpiPollOptions). Sends are posted by the calling thread
-// (MPI_THREAD_MULTIPLE) and never wait for the receiver.
+// Headers land in a ring of receives kept posted from any source, so arrivals in any order are
+// taken at once and handed to the receiver, which matches them to the task that needs them. One
+// progress thread polls the ring, the payload receives and the sends; it never blocks inside
+// MPI (a blocking call would spin a core the compute threads need), polls while a transfer is
+// in flight (MPI moves large messages only while someone calls into it), and when idle backs
+// off from spinning to short naps (MpiPollOptions). Sends are posted by the calling thread
+// (MPI_THREAD_MULTIPLE) and never wait for the receiver. See docs/mpi.md.
 #include <memory>
 
 #include "comm/mpi_world.hpp"

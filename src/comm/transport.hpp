@@ -1,10 +1,10 @@
 #pragma once
-// The narrow interface every transport implements (inproc threads now, Open MPI next): one
+// The narrow interface every transport implements (inproc threads, Open MPI): one
 // endpoint per pipeline rank, asynchronous tagged sends, arrivals delivered to one handler.
 //
 // Receives are matched, not posted per message: the transport hands every arrival, in any
 // order, to the endpoint's handler, and the runtime matches it against the tasks that still
-// expect an input (an MPI transport probes and receives into a buffer of the probed size).
+// expect an input (the MPI transport keeps header receives posted from any source).
 // That is what lets out-of-order arrivals never block, and lets the runtime reject a message
 // that fits no task instead of leaving it unmatched forever.
 #include <exception>
