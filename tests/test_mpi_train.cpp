@@ -15,24 +15,10 @@ namespace {
 using test::g_world;
 
 TrainOptions base(int tp, const std::string& hint, Policy policy, bool split) {
-  TrainOptions o;
-  o.model.d_model = 32;
-  o.model.heads = 4;
-  o.model.layers = 4;
-  o.model.max_seq = 64;
-  o.model.seed = 11;
-  o.pipe.pp = 2;
-  o.pipe.microbatches = 4;
+  TrainOptions o = small_run(2, 4, 4, 11);
   o.pipe.split_backward = split;
   o.hint = hint;
   o.arbiter.policy = policy;
-  o.steps = 3;
-  o.opt.warmup = 1;
-  o.opt.lr = 1e-3;
-  o.opt.eps = 1e-6;
-  o.opt.clip = 0.5;
-  o.window = {8, 48};
-  o.timeout_ms = 30'000;
   o.tp = tp;
   return o;
 }

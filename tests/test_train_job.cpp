@@ -3,30 +3,14 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
+#include "train_helpers.hpp"
 #include "train_job.hpp"
 
 namespace rrfp::train {
 namespace {
 
 TrainOptions base(int pp, int microbatches) {
-  TrainOptions o;
-  o.model.d_model = 32;
-  o.model.heads = 4;
-  o.model.layers = 4;
-  o.model.max_seq = 64;
-  o.model.seed = 7;
-  o.pipe.pp = pp;
-  o.pipe.microbatches = microbatches;
-  o.hint = "1f1b";
-  o.arbiter.policy = Policy::Ready;
-  o.steps = 3;
-  o.opt.warmup = 1;
-  o.opt.lr = 1e-3;
-  o.opt.eps = 1e-6;
-  o.opt.clip = 0.5;
-  o.window = {8, 48};
-  o.timeout_ms = 30000;
-  return o;
+  return small_run(pp, microbatches, 4, 7);
 }
 
 TEST(TrainJob, PipelineRanksAsJobMatchTheInProcessRunBitwise) {

@@ -20,24 +20,9 @@ namespace {
 constexpr double kTolerance = 1e-5;
 
 TrainOptions options(int tp, TpProtocol protocol, const std::string& hint, bool split) {
-  TrainOptions o;
-  o.model.d_model = 32;
-  o.model.heads = 4;
-  o.model.layers = 2;
-  o.model.max_seq = 64;
-  o.model.seed = 5;
-  o.pipe.pp = 2;
-  o.pipe.microbatches = 4;
+  TrainOptions o = small_run(2, 4, 2, 5);
   o.pipe.split_backward = split;
   o.hint = hint;
-  o.arbiter.policy = Policy::Ready;
-  o.steps = 3;
-  o.opt.warmup = 1;
-  o.opt.lr = 1e-3;
-  o.opt.eps = 1e-6;
-  o.opt.clip = 0.5;
-  o.window = {8, 48};
-  o.timeout_ms = 60'000;
   o.tp = tp;
   o.tp_protocol = protocol;
   return o;

@@ -1,13 +1,39 @@
 #pragma once
-// What the training tests share: a program wrapper that injects delays.
+// What the training tests share: a small model and short run, and a program wrapper that
+// injects delays.
 #include <chrono>
 #include <memory>
 #include <thread>
 
 #include "runtime/program.hpp"
 #include "sim/rng.hpp"
+#include "train/trainer.hpp"
 
 namespace rrfp::train {
+
+// A 4-head GPT of width 32 for 3 steps, ready 1F1B. The learning rate is small and AdamW's eps
+// large enough that no update depends on the sign of a gradient that rounds near zero, so TP
+// and DP runs stay within 1e-5 of a plain run (see test_train_tp.cpp).
+inline TrainOptions small_run(int pp, int microbatches, int layers, std::uint64_t model_seed) {
+  TrainOptions o;
+  o.model.d_model = 32;
+  o.model.heads = 4;
+  o.model.layers = layers;
+  o.model.max_seq = 64;
+  o.model.seed = model_seed;
+  o.pipe.pp = pp;
+  o.pipe.microbatches = microbatches;
+  o.hint = "1f1b";
+  o.arbiter.policy = Policy::Ready;
+  o.steps = 3;
+  o.opt.warmup = 1;
+  o.opt.lr = 1e-3;
+  o.opt.eps = 1e-6;
+  o.opt.clip = 0.5;
+  o.window = {8, 48};
+  o.timeout_ms = 30'000;
+  return o;
+}
 
 // Sleeps a random 0..400 us before each task: a different interleaving per seed.
 // `key` picks the stream (the stage; tests of TP add 100 * tp rank). Optionally a fixed sleep

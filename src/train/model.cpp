@@ -119,36 +119,21 @@ int Chunk::add_norm(const std::string& name) {
   return w;
 }
 
+// One pre-LN block. With T ranks (Megatron) it runs this rank's heads and MLP units, and the
+// partial outputs of the row-parallel layers are summed over the group; a row-parallel bias
+// enters on rank 0 only, so the sum holds it once (its gradient, that of the summed output, is
+// the same on every rank). With T = 1 the collectives are not there at all.
 torch::Tensor Chunk::block(const Block& b, const torch::Tensor& x, GradSink* sink) const {
-  if (tp_size_ > 1) return tp_block(b, x, sink);
-  const auto& P = params_;
-  const int64_t n = x.size(0), d = cfg_.d_model, h = cfg_.heads, hd = d / h;
-  auto h1 = torch::layer_norm(x, {d}, P[b.ln1], P[b.ln1 + 1]);
-  auto qkv = deferred_linear(h1, P[b.qkv], P[b.qkv + 1], sink, b.qkv);
-  auto parts = qkv.chunk(3, 1);
-  auto heads = [&](const torch::Tensor& t) { return t.reshape({n, h, hd}).transpose(0, 1); };
-  auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
-  auto scores = q.matmul(k.transpose(1, 2)) / std::sqrt(static_cast<double>(hd));
-  auto mask = torch::ones({n, n}, torch::kBool).triu(1);
-  auto att = scores.masked_fill(mask, -std::numeric_limits<float>::infinity()).softmax(-1);
-  auto y = att.matmul(v).transpose(0, 1).reshape({n, d});
-  auto x1 = x + deferred_linear(y, P[b.proj], P[b.proj + 1], sink, b.proj);
-  auto h2 = torch::layer_norm(x1, {d}, P[b.ln2], P[b.ln2 + 1]);
-  auto m = torch::gelu(deferred_linear(h2, P[b.fc1], P[b.fc1 + 1], sink, b.fc1));
-  return x1 + deferred_linear(m, P[b.fc2], P[b.fc2 + 1], sink, b.fc2);
-}
-
-// The block on one TP rank: its heads and MLP units, the partial outputs of the row-parallel
-// layers summed over the group. A row-parallel bias enters on rank 0 only, so the sum holds it
-// once; its gradient (that of the summed output) is the same on every rank.
-torch::Tensor Chunk::tp_block(const Block& b, const torch::Tensor& x, GradSink* sink) const {
   const auto& P = params_;
   const int64_t n = x.size(0), d = cfg_.d_model, hd = d / cfg_.heads;
   const int64_t h = cfg_.heads / tp_size_, dl = h * hd;
+  const bool tp = tp_size_ > 1;
+  auto enter = [&](const torch::Tensor& t) { return tp ? tp_enter(t) : t; };
+  auto exit = [&](const torch::Tensor& t) { return tp ? tp_exit(t) : t; };
   auto once = [&](const torch::Tensor& bias) {
     return tp_rank_ == 0 ? bias : torch::zeros_like(bias);
   };
-  auto h1 = tp_enter(torch::layer_norm(x, {d}, P[b.ln1], P[b.ln1 + 1]));
+  auto h1 = enter(torch::layer_norm(x, {d}, P[b.ln1], P[b.ln1 + 1]));
   auto qkv = deferred_linear(h1, P[b.qkv], P[b.qkv + 1], sink, b.qkv);
   auto parts = qkv.chunk(3, 1);
   auto heads = [&](const torch::Tensor& t) { return t.reshape({n, h, hd}).transpose(0, 1); };
@@ -157,10 +142,10 @@ torch::Tensor Chunk::tp_block(const Block& b, const torch::Tensor& x, GradSink* 
   auto mask = torch::ones({n, n}, torch::kBool).triu(1);
   auto att = scores.masked_fill(mask, -std::numeric_limits<float>::infinity()).softmax(-1);
   auto y = att.matmul(v).transpose(0, 1).reshape({n, dl});
-  auto x1 = x + tp_exit(deferred_linear(y, P[b.proj], once(P[b.proj + 1]), sink, b.proj));
-  auto h2 = tp_enter(torch::layer_norm(x1, {d}, P[b.ln2], P[b.ln2 + 1]));
+  auto x1 = x + exit(deferred_linear(y, P[b.proj], once(P[b.proj + 1]), sink, b.proj));
+  auto h2 = enter(torch::layer_norm(x1, {d}, P[b.ln2], P[b.ln2 + 1]));
   auto m = torch::gelu(deferred_linear(h2, P[b.fc1], P[b.fc1 + 1], sink, b.fc1));
-  return x1 + tp_exit(deferred_linear(m, P[b.fc2], once(P[b.fc2 + 1]), sink, b.fc2));
+  return x1 + exit(deferred_linear(m, P[b.fc2], once(P[b.fc2 + 1]), sink, b.fc2));
 }
 
 // Patch embedding, learned patch positions, one pre-LN MLP block: [n, patches, patch_dim] ->

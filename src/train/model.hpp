@@ -74,7 +74,6 @@ class Chunk {
   int add_linear(const std::string& name, int out, int in, int shard = 0, int groups = 1);
   int add_norm(const std::string& name);
   torch::Tensor block(const Block& b, const torch::Tensor& x, GradSink* sink) const;
-  torch::Tensor tp_block(const Block& b, const torch::Tensor& x, GradSink* sink) const;
 
   GptConfig cfg_;
   bool first_, last_;
