@@ -14,6 +14,15 @@
 
 namespace rrfp::test {
 
+inline PipelineConfig shape(int p, int m, int v = 1, bool split = false) {
+  PipelineConfig c;
+  c.pp = p;
+  c.microbatches = m;
+  c.vpp = v;
+  c.split_backward = split;
+  return c;
+}
+
 // Every (rank, task) takes a random 0..max_compute_us; every message a random latency and a
 // random size (so size checks are exercised). Short, so hundreds of runs stay fast.
 inline RealizedWork random_work(const WorkModel& m, int tp, std::uint64_t seed,

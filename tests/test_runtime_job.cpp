@@ -44,15 +44,6 @@ StepResult run_as_job(const WorkModel& m, const Hint& h, const RealizedWork& w,
   return all;
 }
 
-PipelineConfig shape(int p, int m, int v = 1, bool split = false) {
-  PipelineConfig c;
-  c.pp = p;
-  c.microbatches = m;
-  c.vpp = v;
-  c.split_backward = split;
-  return c;
-}
-
 TEST(RuntimeJob, ProtocolsOverControlMessagesKeepEveryGroupInOneOrder) {
   const std::pair<const char*, PipelineConfig> cases[] = {
       {"bf", shape(3, 6)}, {"bfw", shape(2, 6, 1, true)}, {"bf", shape(2, 4, 2)}};

@@ -9,15 +9,6 @@
 namespace rrfp::test {
 namespace {
 
-PipelineConfig shape(int p, int m, int v = 1, bool split = false) {
-  PipelineConfig c;
-  c.pp = p;
-  c.microbatches = m;
-  c.vpp = v;
-  c.split_backward = split;
-  return c;
-}
-
 struct Case {
   const char* hint;
   PipelineConfig cfg;
