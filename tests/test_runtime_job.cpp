@@ -4,8 +4,7 @@
 // rank 0 merges them. Runs under the sanitizers.
 #include <gtest/gtest.h>
 
-#include <thread>
-
+#include "rank_threads.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/local_job.hpp"
 #include "runtime/step_merge.hpp"
@@ -14,30 +13,18 @@
 namespace rrfp::test {
 namespace {
 
-// One step on every endpoint, each a Runtime of its own; returns the merged record, or throws
-// the first error in rank order.
+// One step on every endpoint, each a Runtime of its own; returns the merged record.
 StepResult run_as_job(const WorkModel& m, const Hint& h, const RealizedWork& w,
                       const RuntimeOptions& o) {
   const int world = m.pp() * w.tp;
   auto jobs = make_local_jobs(world);
   std::vector<StepResult> results(world);
-  std::vector<std::exception_ptr> errors(world);
-  std::vector<std::thread> th;
-  for (int i = 0; i < world; ++i)
-    th.emplace_back([&, i] {
-      try {
-        jobs[i]->set_layout(JobLayout{m.pp(), w.tp, 1});
-        Runtime rt(m, h, emulated_programs(m, w), o, jobs[i]->hosting());
-        results[i] = rt.run_step(0);
-        jobs[i]->all_gather({});  // nobody tears down an endpoint a peer may still send to
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    });
-  for (auto& t : th)
-    t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  on_every_rank(world, [&](int i) {
+    jobs[i]->set_layout(JobLayout{m.pp(), w.tp, 1});
+    Runtime rt(m, h, emulated_programs(m, w), o, jobs[i]->hosting());
+    results[i] = rt.run_step(0);
+    jobs[i]->all_gather({});  // nobody tears down an endpoint a peer may still send to
+  });
   StepResult all = std::move(results[0]);
   for (int i = 1; i < world; ++i)
     merge_step(all, pack_step(results[i]));

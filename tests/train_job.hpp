@@ -2,9 +2,8 @@
 // Runs one Trainer per rank of a Job layout and collects what the tests compare.
 #include <cstring>
 #include <functional>
-#include <thread>
 
-#include "core/error.hpp"
+#include "rank_threads.hpp"
 #include "runtime/local_job.hpp"
 #include "train/trainer.hpp"
 
@@ -33,44 +32,14 @@ inline std::vector<RankOutcome> train_local_job(int world, int steps,
                                                 const std::function<TrainOptions()>& make) {
   auto jobs = make_local_jobs(world);
   std::vector<RankOutcome> out(world);
-  std::vector<std::exception_ptr> errors(world);
-  std::vector<std::thread> th;
-  for (int r = 0; r < world; ++r)
-    th.emplace_back([&, r] {
-      try {
-        TrainOptions o = make();
-        o.job = jobs[r].get();
-        out[r].trainer = std::make_unique<Trainer>(o);
-        for (int s = 0; s < steps; ++s)
-          out[r].losses.push_back(out[r].trainer->step().loss);
-        out[r].hash = param_hash(*out[r].trainer);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : th)
-    t.join();
-  // The first error in rank order, with every rank's in its message.
-  std::string all;
-  std::exception_ptr first;
-  for (int r = 0; r < world; ++r) {
-    if (!errors[r]) continue;
-    if (!first) first = errors[r];
-    try {
-      std::rethrow_exception(errors[r]);
-    } catch (const std::exception& e) {
-      all += " [rank " + std::to_string(r) + ": " + e.what() + "]";
-    }
-  }
-  if (first) {
-    try {
-      std::rethrow_exception(first);
-    } catch (const InputError&) {
-      throw;
-    } catch (const std::exception&) {
-      throw Error("local job failed:" + all);
-    }
-  }
+  test::on_every_rank(world, [&](int r) {
+    TrainOptions o = make();
+    o.job = jobs[r].get();
+    out[r].trainer = std::make_unique<Trainer>(o);
+    for (int s = 0; s < steps; ++s)
+      out[r].losses.push_back(out[r].trainer->step().loss);
+    out[r].hash = param_hash(*out[r].trainer);
+  });
   return out;
 }
 
