@@ -7,6 +7,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <iostream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -124,7 +126,7 @@ struct MpiTransport::Impl {
   MpiPollOptions poll;
   Receiver receiver;
   std::atomic<bool> receiving{false}, stop{false}, closed{false};
-  std::mutex send_mu;  // orders a large message's header and payload; guards sends
+  std::mutex send_mu;  // guards sends and next_seq
   std::vector<std::unique_ptr<PendingSend>> sends;
   std::vector<PendingRecv> recvs;  // progress thread only
   std::vector<MPI_Request> ring;   // progress thread only
@@ -181,6 +183,13 @@ struct MpiTransport::Impl {
       const int i = idx[k];
       Wire w;
       std::memcpy(&w, ring_buf[i].data(), sizeof w);
+      if (!(w.flags & kFlagFollows)) {
+        // An inline payload is what arrived, whatever the header says: a header that lies
+        // about its size cannot make us read past the buffer (the runtime rejects the size).
+        int count = 0;
+        MPI_Get_count(&st[k], MPI_BYTE, &count);
+        w.size = static_cast<std::uint64_t>(std::max<int>(0, count - static_cast<int>(sizeof w)));
+      }
       if (!(w.flags & kFlagFollows) && w.size <= kCopyOutBytes) {
         // Small: copy it out and post the slot's buffer again (no 16 KiB allocation).
         Payload p =
@@ -253,7 +262,11 @@ struct MpiTransport::Impl {
       try {
         if (receiving.load(std::memory_order_acquire)) did |= poll_receives();
         did |= poll_sends();
-      } catch (const Error&) {
+      } catch (const Error& e) {
+        // Sends in flight fail now; the peers' and this rank's watchdogs report what then
+        // never arrives. Say why here, where it is known.
+        std::cerr << "rrfp: mpi transport rank " << rank << ": progress stopped: " << e.what()
+                  << std::endl;
         fail_pending(std::current_exception());
         return;
       }
@@ -346,6 +359,9 @@ void MpiTransport::send(int dst, const MessageTag& tag, Payload payload, SendDon
                                          std::to_string(dst) + ": endpoint shut down")));
     return;
   }
+  if (payload.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    throw InputError("mpi transport: " + to_string(tag) + " carries " +
+                     std::to_string(payload.size()) + " bytes; one message holds at most 2 GiB");
   auto s = std::make_unique<Impl::PendingSend>();
   Wire w = encode(tag, payload.size());
   const bool inline_ = payload.size() <= kInlineBytes;

@@ -106,6 +106,7 @@ StepReport Trainer::step() {
   r.step = step_;
   const int mbs = m_.microbatches();
   StepBatch global = data_->batch(o_.data_seed, step_, mbs * o_.dp, o_.window, false);
+  r.tokens = global.total_tokens();  // every replica's: the job's throughput
   if (o_.dp > 1) {
     StepBatch mine;
     const int lo = o_.job->replica() * mbs;
@@ -117,7 +118,6 @@ StepReport Trainer::step() {
     global = std::move(mine);
   }
   batch_ = std::make_shared<const StepBatch>(std::move(global));
-  r.tokens = batch_->total_tokens();
   r.run = runtime_->run_step(step_);
   if (o_.dp > 1) average_replicas();
   step_loss_and_norm(r);
