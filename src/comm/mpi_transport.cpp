@@ -130,6 +130,7 @@ struct MpiTransport::Impl {
   std::vector<std::unique_ptr<PendingSend>> sends;
   std::vector<PendingRecv> recvs;  // progress thread only
   std::vector<MPI_Request> ring;   // progress thread only
+  int ring_head = 0;               // the slot posted longest ago
   std::vector<Payload> ring_buf;
   std::vector<std::uint32_t> next_seq;  // per destination, under send_mu
   std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>();
@@ -174,20 +175,24 @@ struct MpiTransport::Impl {
         post_slot(i);
     }
     bool did = false;
-    int n = 0;
-    int idx[kRing];
-    MPI_Status st[kRing];
-    mpi_check(MPI_Testsome(kRing, ring.data(), &n, idx, st), "MPI_Testsome");
-    for (int k = 0; k < n && n != MPI_UNDEFINED; ++k) {
+    // Receives posted alike match arrivals in the order they were posted, so the next header
+    // always lands in the oldest slot: one MPI_Test per poll, not a scan of the ring. (A slot
+    // matched to a message still in transfer holds back the ones behind it until it is done.)
+    for (;;) {
+      const int i = ring_head;
+      int flag = 0;
+      MPI_Status st;
+      mpi_check(MPI_Test(&ring[i], &flag, &st), "MPI_Test");
+      if (!flag) break;
       did = true;
-      const int i = idx[k];
+      ring_head = (ring_head + 1) % kRing;
       Wire w;
       std::memcpy(&w, ring_buf[i].data(), sizeof w);
       if (!(w.flags & kFlagFollows)) {
         // An inline payload is what arrived, whatever the header says: a header that lies
         // about its size cannot make us read past the buffer (the runtime rejects the size).
         int count = 0;
-        MPI_Get_count(&st[k], MPI_BYTE, &count);
+        MPI_Get_count(&st, MPI_BYTE, &count);
         w.size = static_cast<std::uint64_t>(std::max<int>(0, count - static_cast<int>(sizeof w)));
       }
       if (!(w.flags & kFlagFollows) && w.size <= kCopyOutBytes) {
@@ -195,15 +200,15 @@ struct MpiTransport::Impl {
         Payload p =
             w.size ? Payload::copy_of(ring_buf[i].bytes().subspan(sizeof w, w.size)) : Payload{};
         repost_slot(i);
-        deliver(st[k].MPI_SOURCE, decode(w), std::move(p));
+        deliver(st.MPI_SOURCE, decode(w), std::move(p));
         continue;
       }
       Payload buf = std::move(ring_buf[i]);
       post_slot(i);
       auto* base = const_cast<std::byte*>(buf.data());
-      const int src = st[k].MPI_SOURCE;
+      const int src = st.MPI_SOURCE;
       if (w.flags & kFlagFollows) {
-        // The data tag names this payload, so headers may be handled in any order.
+        // The data tag names this payload, so the order payloads complete in does not matter.
         PendingRecv r;
         r.src = src;
         r.tag = decode(w);
