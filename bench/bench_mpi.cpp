@@ -78,12 +78,12 @@ int main(int argc, char** argv) {
   for (std::size_t bytes : {std::size_t{8}, std::size_t{256}, std::size_t{4096},
                             std::size_t{1} << 20, std::size_t{4} << 20, std::size_t{16} << 20}) {
     const int iters = bytes >= (1u << 20) ? large_iters : small_iters;
-    // Warm both paths, then measure each five times, alternating; the best run of each counts
+    // Warm both paths, then measure each nine times, alternating; the best run of each counts
     // (the VM's noise only ever adds time).
     world.raw_ping_pong(bytes, iters / 10 + 1);
     transport_ping_pong(world, bytes, iters / 10 + 1);
     double raw = 1e9, ours = 1e9;
-    for (int rep = 0; rep < 5; ++rep) {
+    for (int rep = 0; rep < 9; ++rep) {
       raw = std::min(raw, world.raw_ping_pong(bytes, iters));
       ours = std::min(ours, transport_ping_pong(world, bytes, iters));
     }
