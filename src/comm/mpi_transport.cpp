@@ -283,8 +283,8 @@ struct MpiTransport::Impl {
       // MPI moves a large message only while someone calls into it, so the thread keeps
       // polling while any transfer is in flight; it sleeps only when idle.
       // Yield between polls: with more processes than cores, a peer whose progress this
-      // transfer needs may be waiting for this core (spinning without yielding made single
-      // steps 40% slower with 8 processes on 2 cores, measured).
+      // transfer needs may be waiting for this core (spinning without yielding made
+      // a step 31% slower with 8 processes on 2 cores, measured).
       if (in_flight() || clock::now() - last < std::chrono::microseconds(poll.spin_us)) {
         std::this_thread::yield();
         continue;
