@@ -121,9 +121,14 @@ TrainSummary run_training(const TrainRunOptions& in) {
   o.quiet = in.quiet || !root;
   const bool can_validate = !in.job && in.tp == 1;
   if (!can_validate) o.eval_every = 0;
-  if (root) prepare_out(o.out);
+  // Every process checks what bad input it could hit, so that all of them stop together: one
+  // that stopped alone would leave the others waiting in a collective.
+  prepare_out(o.out);
   if (o.save_every < 0)
     throw InputError("--save-every: must not be negative, got " + std::to_string(o.save_every));
+  if (in.job && (o.save_every > 0 || !o.resume.empty()))
+    throw InputError(std::string(o.save_every > 0 ? "--save-every" : "--resume") +
+                     ": checkpoints of a multi-process run are not supported yet");
   Trainer trainer(topt);
   if (!o.resume.empty()) trainer.resume(o.resume);
   const int first_step = trainer.steps_done();
