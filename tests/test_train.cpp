@@ -113,37 +113,35 @@ void expect_reference_bits(const std::vector<Case>& cases, const std::string& ta
     }
 }
 
+// Schedules both tasks run: list and rule hints, split backward, interleaving, zero bubble.
+std::vector<Case> common_schedules() {
+  return {
+      {"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false},
+      {"ready 1f1b", 2, 1, "1f1b", Policy::Ready, false},
+      {"ready bf", 2, 1, "bf", Policy::Ready, false},
+      {"ready bfw split", 2, 1, "bfw", Policy::Ready, true},
+      {"fixed interleaved V=2", 2, 2, "interleaved-1f1b", Policy::Fixed, false},
+      {"ready bf V=2", 2, 2, "bf", Policy::Ready, false},
+      {"fixed zb-h1 split", 2, 1, "zb-h1", Policy::Fixed, true},
+  };
+}
+
 TEST(TrainBitwise, EveryScheduleGivesTheReferenceParameters) {
-  expect_reference_bits(
+  std::vector<Case> cases = common_schedules();
+  cases.insert(
+      cases.end(),
       {
-          {"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false},
-          {"ready 1f1b", 2, 1, "1f1b", Policy::Ready, false},
-          {"ready bf", 2, 1, "bf", Policy::Ready, false},
-          {"ready bfw split", 2, 1, "bfw", Policy::Ready, true},
-          {"fixed interleaved V=2", 2, 2, "interleaved-1f1b", Policy::Fixed, false},
-          {"ready bf V=2", 2, 2, "bf", Policy::Ready, false},
-          {"fixed zb-h1 split", 2, 1, "zb-h1", Policy::Fixed, true},
           {"ready bfw P=4 split", 4, 1, "bfw", Policy::Ready, true},
           {"fixed zb-v vshape split", 2, 2, "zb-v", Policy::Fixed, true, Placement::VShape},
           {"ready bfw vshape split", 2, 2, "bfw", Policy::Ready, true, Placement::VShape},
           {"fixed reversed gpipe", 2, 1, reversed_hint(false), Policy::Fixed, false},
           {"ready reversed gpipe split", 2, 1, reversed_hint(true), Policy::Ready, true},
-      },
-      "text");
+      });
+  expect_reference_bits(cases, "text");
 }
 
 TEST(TrainBitwise, ImageTextWithVariableImageCounts) {
-  expect_reference_bits(
-      {
-          {"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false},
-          {"ready 1f1b", 2, 1, "1f1b", Policy::Ready, false},
-          {"ready bf", 2, 1, "bf", Policy::Ready, false},
-          {"ready bfw split", 2, 1, "bfw", Policy::Ready, true},
-          {"fixed interleaved V=2", 2, 2, "interleaved-1f1b", Policy::Fixed, false},
-          {"ready bf V=2", 2, 2, "bf", Policy::Ready, false},
-          {"fixed zb-h1 split", 2, 1, "zb-h1", Policy::Fixed, true},
-      },
-      "image-text");
+  expect_reference_bits(common_schedules(), "image-text");
   // The batches really vary in their image counts (including none).
   ImageText data;
   const StepBatch b = data.batch(1, 0, 16, {}, false);

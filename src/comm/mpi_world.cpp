@@ -33,7 +33,7 @@ MpiWorld::MpiWorld() : comms_(std::make_unique<Comms>()) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  layout_ = MpiLayout{size_, 1, 1};
+  set_layout(MpiLayout{size_, 1, 1});  // one pipeline of P = job size until told otherwise
 }
 
 MpiWorld::~MpiWorld() {
@@ -61,17 +61,14 @@ void MpiWorld::set_layout(const MpiLayout& l) {
 }
 
 std::unique_ptr<Transport> MpiWorld::make_transport(MpiPollOptions poll) {
-  if (comms_->pipe == MPI_COMM_NULL) set_layout(layout_);
   return std::make_unique<MpiTransport>(static_cast<void*>(comms_->pipe), poll);
 }
 
 std::unique_ptr<TpCollective> MpiWorld::make_tp_group(int stage) {
-  if (comms_->tp == MPI_COMM_NULL) set_layout(layout_);
   return std::make_unique<MpiTpGroup>(static_cast<void*>(comms_->tp), stage);
 }
 
 Hosting MpiWorld::hosting() {
-  if (comms_->pipe == MPI_COMM_NULL) set_layout(layout_);
   Hosting h;
   h.local = {endpoint()};
   h.transports.push_back(make_transport());
@@ -87,27 +84,41 @@ Hosting MpiWorld::hosting() {
 
 namespace {
 
+// Each rank's share of a gathered `flat` buffer, given every rank's count.
+template <typename T>
+std::vector<std::vector<T>> split_by_rank(const std::vector<T>& flat,
+                                          const std::vector<int>& counts) {
+  std::vector<std::vector<T>> out(counts.size());
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    out[i].assign(flat.begin() + at, flat.begin() + at + counts[i]);
+    at += counts[i];
+  }
+  return out;
+}
+
+// Where each rank's share starts in the flat buffer; the last entry is the total.
+std::vector<int> offsets_of(const std::vector<int>& counts) {
+  std::vector<int> at(counts.size() + 1, 0);
+  for (std::size_t i = 0; i < counts.size(); ++i)
+    at[i + 1] = at[i] + counts[i];
+  return at;
+}
+
 // Variable-length all-gather on `comm`, by rank.
 template <typename T>
 std::vector<std::vector<T>> gather_all(std::span<const T> mine, MPI_Datatype type, MPI_Comm comm) {
   int n = 0;
   MPI_Comm_size(comm, &n);
   int count = static_cast<int>(mine.size());
-  std::vector<int> counts(n), displs(n);
+  std::vector<int> counts(n);
   mpi_check(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm), "MPI_Allgather");
-  int total = 0;
-  for (int i = 0; i < n; ++i) {
-    displs[i] = total;
-    total += counts[i];
-  }
-  std::vector<T> flat(total);
-  mpi_check(MPI_Allgatherv(mine.data(), count, type, flat.data(), counts.data(), displs.data(),
-                           type, comm),
-            "MPI_Allgatherv");
-  std::vector<std::vector<T>> out(n);
-  for (int i = 0; i < n; ++i)
-    out[i].assign(flat.begin() + displs[i], flat.begin() + displs[i] + counts[i]);
-  return out;
+  const std::vector<int> at = offsets_of(counts);
+  std::vector<T> flat(at.back());
+  mpi_check(
+      MPI_Allgatherv(mine.data(), count, type, flat.data(), counts.data(), at.data(), type, comm),
+      "MPI_Allgatherv");
+  return split_by_rank(flat, counts);
 }
 
 }  // namespace
@@ -117,28 +128,20 @@ std::vector<std::vector<double>> MpiWorld::all_gather(std::span<const double> mi
 }
 
 std::vector<std::vector<float>> MpiWorld::dp_all_gather(std::span<const float> mine) {
-  if (comms_->dp == MPI_COMM_NULL) set_layout(layout_);
   return gather_all(mine, MPI_FLOAT, comms_->dp);
 }
 
 std::vector<std::vector<std::byte>> MpiWorld::gather_to_root(std::span<const std::byte> mine) {
   const int count = static_cast<int>(mine.size());
-  std::vector<int> counts(rank_ == 0 ? size_ : 0), displs(counts.size());
+  std::vector<int> counts(rank_ == 0 ? size_ : 0);
   mpi_check(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD),
             "MPI_Gather");
-  int total = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    displs[i] = total;
-    total += counts[i];
-  }
-  std::vector<std::byte> flat(total);
-  mpi_check(MPI_Gatherv(mine.data(), count, MPI_BYTE, flat.data(), counts.data(), displs.data(),
+  const std::vector<int> at = offsets_of(counts);
+  std::vector<std::byte> flat(at.back());
+  mpi_check(MPI_Gatherv(mine.data(), count, MPI_BYTE, flat.data(), counts.data(), at.data(),
                         MPI_BYTE, 0, MPI_COMM_WORLD),
             "MPI_Gatherv");
-  std::vector<std::vector<std::byte>> out(counts.size());
-  for (size_t i = 0; i < counts.size(); ++i)
-    out[i].assign(flat.begin() + displs[i], flat.begin() + displs[i] + counts[i]);
-  return out;
+  return split_by_rank(flat, counts);
 }
 
 double MpiWorld::raw_ping_pong(std::size_t bytes, int iters) {

@@ -156,28 +156,26 @@ void Trainer::step_loss_and_norm(StepReport& r) {
     }
     return v;
   };
-  std::vector<std::vector<double>> lists(static_cast<size_t>(m_.pp()) * t), all_lists;
+  // By job rank: replica d's endpoint e is entry d * P * T + e. Replica 0's lists give the
+  // norm (after the data-parallel average every replica's gradients are equal).
+  const size_t per = static_cast<size_t>(m_.pp()) * t,
+               loss_at = static_cast<size_t>(last_stage) * t;
+  std::vector<std::vector<double>> lists;
   if (o_.job) {
     const int e = o_.job->endpoint();
-    all_lists = o_.job->all_gather(local_list(e / t, e % t));
-    // Job ranks of replica 0 are its endpoints, in order (the replicas' gradients are equal).
-    for (size_t i = 0; i < lists.size(); ++i)
-      lists[i] = all_lists[i];
+    lists = o_.job->all_gather(local_list(e / t, e % t));
   } else {
     for (int s = 0; s < m_.pp(); ++s)
       for (int k = 0; k < t; ++k)
-        lists[static_cast<size_t>(s) * t + k] = local_list(s, k);
+        lists.push_back(local_list(s, k));
   }
-  std::vector<size_t> pos(lists.size(), 0);
-  r.loss = lists[static_cast<size_t>(last_stage) * t][0];
-  if (o_.dp > 1) {
-    // The mean over every replica's microbatches: the replicas' means, in replica order.
-    const size_t per = static_cast<size_t>(m_.pp()) * t;
-    for (int d = 1; d < o_.dp; ++d)
-      r.loss += all_lists[d * per + static_cast<size_t>(last_stage) * t][0];
-    r.loss /= o_.dp;
-  }
-  pos[static_cast<size_t>(last_stage) * t] = 1;
+  // The mean over every replica's microbatches: the replicas' means, in replica order.
+  r.loss = lists[loss_at][0];
+  for (int d = 1; d < o_.dp; ++d)
+    r.loss += lists[d * per + loss_at][0];
+  if (o_.dp > 1) r.loss /= o_.dp;
+  std::vector<size_t> pos(per, 0);
+  pos[loss_at] = 1;
   double sq = 0;
   for (int c = 0; c < m_.chunks(); ++c) {
     const size_t e0 = static_cast<size_t>(m_.stage_of(c)) * t;
