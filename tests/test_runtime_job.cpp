@@ -48,7 +48,9 @@ TEST(RuntimeJob, ProtocolsOverControlMessagesKeepEveryGroupInOneOrder) {
             for (int k = 1; k < tp; ++k)
               ASSERT_EQ(ord.at({s, k}), ord.at({s, 0}))
                   << to_string(p) << " " << hint << " tp=" << tp << " seed=" << seed;
-          if (p == TpProtocol::Agree) EXPECT_GT(r.run.coordination_rounds, 0);
+          if (p == TpProtocol::Agree) {
+            EXPECT_GT(r.run.coordination_rounds, 0);
+          }
           for (const RankStats& st : r.run.ranks)
             EXPECT_GT(st.busy, 0);  // every endpoint's record made it into the merge
         }

@@ -19,7 +19,6 @@ class MpiTpGroup final : public TpCollective {
   int size() const override { return size_; }
   void all_reduce(int rank, const TaskId& task, std::span<float> data) override;
   void abort() override { aborted_.store(true); }
-  void reset() override { aborted_.store(false); }
 
  private:
   void wait(void* request);

@@ -21,8 +21,6 @@ class TpCollective {
   virtual void all_reduce(int rank, const TaskId& task, std::span<float> data) = 0;
   // Wakes every rank of this process waiting in a collective; they throw Aborted.
   virtual void abort() = 0;
-  // Starts a new step after an abort was handled (in-process groups are reused).
-  virtual void reset() {}
 };
 
 }  // namespace rrfp

@@ -73,11 +73,7 @@ std::optional<TaskId> Stage::agree(std::unique_lock<std::mutex>& lk, int r) {
       }
       if (round_.id == id) return std::nullopt;
     }
-    const std::int64_t waited = now_ns() - since;
-    rk.result.stats.blocked += waited;
-    if (waited > 0)
-      rk.result.blocked.push_back(
-          BlockedSpan{stage_, r, since - t0_, since - t0_ + waited, BlockReason::Coordination});
+    record_blocked(r, since, now_ns(), BlockReason::Coordination);
     // Nobody can finish the next round before this rank joins it, so the outcome is still ours
     // (version_at_start, in contrast, may already belong to a round another rank began).
     if (round_.outcome) {
@@ -123,11 +119,7 @@ std::optional<TaskId> Stage::agree_remote(std::unique_lock<std::mutex>& lk, int 
       if (!complete() && !failure_.failed()) cv_.wait(lk);
     }
     if (failure_.failed()) return std::nullopt;
-    const std::int64_t waited = now_ns() - since;
-    rk.result.stats.blocked += waited;
-    if (waited > 0)
-      rk.result.blocked.push_back(
-          BlockedSpan{stage_, r, since - t0_, since - t0_ + waited, BlockReason::Coordination});
+    record_blocked(r, since, now_ns(), BlockReason::Coordination);
     bool same = true;
     for (const auto& p : rk.proposals[round])
       same &= !p || *p == *proposal;

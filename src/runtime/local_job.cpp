@@ -52,7 +52,6 @@ class SharedGroup final : public TpCollective {
     g_->all_reduce(rank, task, data);
   }
   void abort() override { g_->abort(); }
-  void reset() override { g_->reset(); }
 
  private:
   std::shared_ptr<TpGroup> g_;

@@ -17,10 +17,7 @@ void Stage::acknowledged(int r, const Message& msg) {
                         std::to_string(msg.src) + " acknowledges no pending send");
   failure_.bump();
   if (--rk.held > 0) return;
-  const std::int64_t now = now_ns();
-  rk.result.stats.blocked += now - rk.held_since;
-  rk.result.blocked.push_back(
-      BlockedSpan{stage_, r, rk.held_since - t0_, now - t0_, BlockReason::Send});
+  record_blocked(r, rk.held_since, now_ns(), BlockReason::Send);
   cv_.notify_all();
 }
 

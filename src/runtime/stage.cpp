@@ -35,6 +35,13 @@ std::string Stage::name(int r) const {
   return "stage " + std::to_string(stage_) + (tp_ > 1 ? " tp rank " + std::to_string(r) : "");
 }
 
+void Stage::record_blocked(int r, std::int64_t from, std::int64_t to, BlockReason why) {
+  if (to <= from) return;
+  RankResult& res = ranks_[r].result;
+  res.stats.blocked += to - from;
+  res.blocked.push_back(BlockedSpan{stage_, r, from - t0_, to - t0_, why});
+}
+
 void Stage::begin_step(int step, std::int64_t t0) {
   std::lock_guard lk(mu_);
   step_ = step;

@@ -103,6 +103,8 @@ class Stage {
   };
 
   std::string name(int r) const;
+  // Rank r was blocked from `from` to `to` (absolute ns): its stats and its trace span.
+  void record_blocked(int r, std::int64_t from, std::int64_t to, BlockReason why);
   void route(int r, Message&& msg);
   void deliver(Rank& rk, int index, Payload payload);
   void satisfy(Rank& rk, int index);

@@ -113,11 +113,7 @@ bool Stage::execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t,
   RankResult& res = rk.result;
   res.tasks.push_back(TaskRecord{t, stage_, r, start - t0_, end - wait - t0_, end - t0_});
   res.stats.busy += end - wait - start;
-  if (wait > 0) {
-    res.stats.blocked += wait;
-    res.blocked.push_back(
-        BlockedSpan{stage_, r, end - wait - t0_, end - t0_, BlockReason::Collective});
-  }
+  record_blocked(r, end - wait, end, BlockReason::Collective);
   std::array<Dep, 2> c{};
   const int n = m_.consumers(t, c);
   for (int i = 0; i < n; ++i) {

@@ -49,12 +49,6 @@ void TpGroup::abort() {
   cv_.notify_all();
 }
 
-void TpGroup::reset() {
-  std::lock_guard lk(mu_);
-  aborted_ = false;
-  arrived_ = 0;
-}
-
 int TaskContext::tp_size() const {
   return group_ ? group_->size() : 1;
 }

@@ -17,7 +17,6 @@ class TpGroup final : public TpCollective {
   int size() const override { return size_; }
   void all_reduce(int rank, const TaskId& task, std::span<float> data) override;
   void abort() override;
-  void reset() override;
 
  private:
   int stage_, size_;
