@@ -63,11 +63,11 @@ Chunk::Chunk(const GptConfig& cfg, int chunk, int chunks, int tp_rank, int tp_si
     const std::string p = "block" + std::to_string(l) + ".";
     Block b{};
     b.ln1 = add_norm(p + "ln1");
-    b.qkv = add_linear(p + "qkv", 3 * d, d, 1, 3);
-    b.proj = add_linear(p + "proj", d, d, 2);
+    b.qkv = add_linear(p + "qkv", 3 * d, d, {TpShard::Rows, 3});
+    b.proj = add_linear(p + "proj", d, d, {TpShard::Columns});
     b.ln2 = add_norm(p + "ln2");
-    b.fc1 = add_linear(p + "fc1", 4 * d, d, 1);
-    b.fc2 = add_linear(p + "fc2", d, 4 * d, 2);
+    b.fc1 = add_linear(p + "fc1", 4 * d, d, {TpShard::Rows});
+    b.fc2 = add_linear(p + "fc2", d, 4 * d, {TpShard::Columns});
     blocks_.push_back(b);
   }
   if (last_) {
@@ -77,39 +77,32 @@ Chunk::Chunk(const GptConfig& cfg, int chunk, int chunks, int tp_rank, int tp_si
   }
 }
 
-int Chunk::add(const std::string& name, torch::Tensor t, bool linear, bool sharded) {
-  params_.push_back(t.contiguous().clone().set_requires_grad(true));
+int Chunk::add(const std::string& name, const torch::Tensor& t, bool linear, TpShard shard) {
+  const int i = static_cast<int>(params_.size());
+  shard_.push_back(shard);
+  params_.push_back(cut(i, t).contiguous().clone().set_requires_grad(true));
   names_.push_back(name);
   linear_.push_back(linear);
-  sharded_.push_back(sharded);
-  shard_.emplace_back(0, 1);
-  return static_cast<int>(params_.size()) - 1;
+  return i;
 }
 
 torch::Tensor Chunk::cut(int i, const torch::Tensor& full) const {
-  const auto [kind, groups] = shard_[i];
+  const TpShard s = shard_[i];
   const int t = tp_size_, r = tp_rank_;
-  if (t == 1 || kind == 0) return full;
-  if (kind == 2)
-    return full.dim() == 2 ? full.narrow(1, r * (full.size(1) / t), full.size(1) / t)
-                           : full;  // a row-parallel bias is replicated
+  if (t == 1 || s.kind == TpShard::Replicated) return full;
+  if (s.kind == TpShard::Columns) return full.narrow(1, r * (full.size(1) / t), full.size(1) / t);
   const int64_t out = full.size(0);
-  auto g = full.reshape({groups, out / groups, -1});
+  auto g = full.reshape({s.groups, out / s.groups, -1});
   const int64_t part = g.size(1) / t;
   auto rows = g.narrow(1, r * part, part).reshape({out / t, -1});
   return full.dim() == 1 ? rows.reshape({out / t}) : rows;
 }
 
-int Chunk::add_linear(const std::string& name, int out, int in, int shard, int groups) {
+int Chunk::add_linear(const std::string& name, int out, int in, TpShard shard) {
   // Drawn whole, as with T = 1, then cut: every T starts from the same model.
-  const torch::Tensor w = torch::randn({out, in}) * (1.0 / std::sqrt(in));
-  const torch::Tensor b = torch::zeros({out});
-  const bool split = tp_size_ > 1 && shard != 0;
-  const int wi = add(name + ".weight", w, true, split);
-  add(name + ".bias", b, true, split && shard == 1);
-  shard_[wi] = shard_[wi + 1] = {shard, groups};
-  params_[wi] = cut(wi, w).contiguous().clone().set_requires_grad(true);
-  params_[wi + 1] = cut(wi + 1, b).contiguous().clone().set_requires_grad(true);
+  const int wi =
+      add(name + ".weight", torch::randn({out, in}) * (1.0 / std::sqrt(in)), true, shard);
+  add(name + ".bias", torch::zeros({out}), true, shard.kind == TpShard::Rows ? shard : TpShard{});
   return wi;
 }
 

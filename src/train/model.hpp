@@ -38,6 +38,13 @@ struct GptConfig {
 
 void validate(const GptConfig& c);  // throws InputError naming the field
 
+// How a parameter is split over the TP ranks; `groups` splits the rows into that many blocks
+// cut alike (qkv: q, k and v).
+struct TpShard {
+  enum Kind { Replicated, Rows, Columns } kind = Replicated;  // Rows: a column-parallel layer
+  int groups = 1;
+};
+
 class Chunk {
  public:
   // Throws InputError when the model has fewer blocks than `chunks`, or when heads or MLP
@@ -53,7 +60,7 @@ class Chunk {
   // Whether parameter i gets its gradient through a deferred linear (and not from autograd).
   bool is_linear(int i) const { return linear_[i]; }
   // Whether parameter i is one TP rank's shard (else every rank holds the same tensor).
-  bool sharded(int i) const { return sharded_[i]; }
+  bool sharded(int i) const { return tp_size_ > 1 && shard_[i].kind != TpShard::Replicated; }
   // This rank's shard of parameter i cut from the whole (T = 1) tensor `full`: how a TP run's
   // parameters are compared with a T = 1 run's.
   torch::Tensor cut(int i, const torch::Tensor& full) const;
@@ -68,10 +75,10 @@ class Chunk {
   struct Block {
     int ln1, qkv, proj, ln2, fc1, fc2;  // indices of weights (bias at +1)
   };
-  int add(const std::string& name, torch::Tensor t, bool linear, bool sharded = false);
-  // Shard: 0 replicated, 1 column-parallel (rows of W and b), 2 row-parallel (columns of W);
-  // `groups` splits the rows into that many blocks sharded alike (qkv: q, k and v).
-  int add_linear(const std::string& name, int out, int in, int shard = 0, int groups = 1);
+  // Adds this rank's cut of the whole tensor `t`.
+  int add(const std::string& name, const torch::Tensor& t, bool linear, TpShard shard = {});
+  // A row-parallel layer (Columns) keeps its bias whole.
+  int add_linear(const std::string& name, int out, int in, TpShard shard = {});
   int add_norm(const std::string& name);
   torch::Tensor block(const Block& b, const torch::Tensor& x, GradSink* sink) const;
 
@@ -85,8 +92,8 @@ class Chunk {
   std::vector<Block> blocks_;
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
-  std::vector<bool> linear_, sharded_;
-  std::vector<std::pair<int, int>> shard_;  // per parameter: (shard kind, row groups)
+  std::vector<bool> linear_;
+  std::vector<TpShard> shard_;
 };
 
 }  // namespace rrfp::train
