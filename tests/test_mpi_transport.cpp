@@ -143,7 +143,7 @@ TEST(MpiTransport, BadDestinationThrowsAndShutdownFailsSends) {
 
 TEST(MpiTpGroup, SumsInRankOrderAndDetectsMismatch) {
   MpiWorld& w = *g_world;
-  w.set_layout(MpiLayout{1, w.size(), 1});
+  w.set_layout(JobLayout{1, w.size(), 1});
   auto g = w.make_tp_group(0);
   ASSERT_EQ(g->size(), w.size());
   std::vector<float> data{1.0f + w.rank(), 1e-8f * w.rank(), -2.5f};
@@ -166,7 +166,7 @@ TEST(MpiTpGroup, SumsInRankOrderAndDetectsMismatch) {
     EXPECT_NE(std::string(e.what()).find("B c0 m3"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("B c0 m2"), std::string::npos) << e.what();
   }
-  w.set_layout(MpiLayout{w.size(), 1, 1});
+  w.set_layout(JobLayout{w.size(), 1, 1});
   w.barrier();
 }
 

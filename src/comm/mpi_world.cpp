@@ -33,7 +33,7 @@ MpiWorld::MpiWorld() : comms_(std::make_unique<Comms>()) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  set_layout(MpiLayout{size_, 1, 1});  // one pipeline of P = job size until told otherwise
+  set_layout(JobLayout{size_, 1, 1});  // one pipeline of P = job size until told otherwise
 }
 
 MpiWorld::~MpiWorld() {
@@ -43,7 +43,7 @@ MpiWorld::~MpiWorld() {
   MPI_Finalize();
 }
 
-void MpiWorld::set_layout(const MpiLayout& l) {
+void MpiWorld::set_layout(const JobLayout& l) {
   if (l.pp < 1 || l.tp < 1 || l.dp < 1) throw InputError("--pp/--tp/--dp: each must be at least 1");
   if (l.world() != size_)
     throw InputError("mpirun -np " + std::to_string(size_) + ": the layout --pp " +

@@ -16,8 +16,6 @@
 
 namespace rrfp {
 
-using MpiLayout = JobLayout;
-
 // What the progress thread does when nothing arrives (see docs/mpi.md): it keeps polling for
 // `spin_us` after the last event, then naps, doubling the nap up to `max_sleep_us`; a send
 // wakes it, and it never naps while a transfer is in flight. The spin must outlast a typical
@@ -39,8 +37,7 @@ class MpiWorld final : public Job {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   // Splits the job. Throws InputError when the job's size is not pp * tp * dp.
-  void set_layout(const MpiLayout& l) override;
-  const MpiLayout& layout() const { return layout_; }
+  void set_layout(const JobLayout& l) override;
   int replica() const override { return rank_ / (layout_.pp * layout_.tp); }
   int endpoint() const override { return rank_ % (layout_.pp * layout_.tp); }
   int stage() const { return endpoint() / layout_.tp; }
@@ -70,7 +67,7 @@ class MpiWorld final : public Job {
  private:
   struct Comms;
   int rank_ = 0, size_ = 1;
-  MpiLayout layout_;
+  JobLayout layout_;
   std::unique_ptr<Comms> comms_;
 };
 
