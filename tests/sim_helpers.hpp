@@ -8,7 +8,7 @@
 namespace rrfp::test {
 
 struct SimRun {
-  SimResult result;
+  StepRecord result;
   RunMetrics metrics;
 };
 

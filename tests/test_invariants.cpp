@@ -54,7 +54,7 @@ TEST_P(Invariants, HoldForEveryPolicyAndPresetOverManySeeds) {
             " split=" + std::to_string(sh.cfg.split_backward) + " TP=" + std::to_string(sh.tp) +
             " " + to_string(sh.comm) + " " + to_string(sh.protocol) +
             " limit=" + std::to_string(sh.limit);
-        SimResult r;
+        StepRecord r;
         try {
           r = simulate(m, hint, work, opt);
         } catch (const Error& e) {
@@ -105,7 +105,7 @@ TEST(BackPressure, RuleHintsNeverDeadlockAtAnyLimit) {
         SimOptions opt;
         opt.arbiter.limit = limit;
         const auto work = realize(workload_preset("multimodal"), m, 1, seed);
-        SimResult r;
+        StepRecord r;
         ASSERT_NO_THROW(r = simulate(m, h, work, opt))
             << name << " seed " << seed << " limit " << limit;
         for (int d : r.peak_d)

@@ -73,7 +73,7 @@ TEST_P(RuntimeInvariants, SameTasksAsTheSimulatorInDependencyOrder) {
       so.arbiter = ro.arbiter;
       so.tp_protocol = sh.protocol;
       so.comm = sh.comm;
-      const SimResult sim = simulate(m, hint, work, so);
+      const StepRecord sim = simulate(m, hint, work, so);
       ASSERT_EQ(task_set(m, r.run.tasks), task_set(m, sim.tasks)) << ctx;
       ASSERT_EQ(r.run.tasks.size(), static_cast<size_t>(sh.tp) * m.num_tasks()) << ctx;
 

@@ -34,8 +34,8 @@ struct Scenario {
 bool resolve_split(const std::string& mode, const std::string& hint);
 std::string default_label(const RunSpec& r);
 // What executes one run: the simulator, or the emulated runtime (`rrfp run`).
-using Executor =
-    std::function<SimResult(const WorkModel&, const Hint&, const RealizedWork&, const SimOptions&)>;
+using Executor = std::function<StepRecord(const WorkModel&, const Hint&, const RealizedWork&,
+                                          const SimOptions&)>;
 ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec = simulate);
 ReportHeader header_of(const Scenario& sc);
 // Throws the InputError a run would hit (hint, shape, policy, limits) without running it.

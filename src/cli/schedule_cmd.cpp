@@ -34,7 +34,7 @@ std::string render(const WorkModel& m, const Hint& hint) {
   RealizedWork work = realize(w, m, 1, 0);
   SimOptions opt;
   opt.arbiter.policy = hint.is_list() ? Policy::Fixed : Policy::Ready;
-  SimResult r = simulate(m, hint, work, opt);
+  StepRecord r = simulate(m, hint, work, opt);
   const std::int64_t unit = 1000;
   const int cols = static_cast<int>(r.makespan / unit);
   std::vector<std::vector<std::string>> grid(m.pp(), std::vector<std::string>(cols, "."));

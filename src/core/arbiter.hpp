@@ -56,9 +56,7 @@ class StageArbiter {
  private:
   enum : std::uint8_t { kWaiting = 0, kReady = 1, kDone = 2 };
 
-  int local_index(const TaskId& t) const {
-    return (static_cast<int>(t.kind) * v_ + m_.local_chunk(t.chunk)) * mbs_ + t.mb;
-  }
+  int local_index(const TaskId& t) const { return m_.local_index(t); }
   int key_of(const TaskId& t) const;
   TaskId task_of_key(Kind k, int key) const;
   std::optional<TaskId> min_of(Kind k) const;

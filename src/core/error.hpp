@@ -29,6 +29,13 @@ class DeadlockError : public Error {
   using Error::Error;
 };
 
+// A message or protocol step that fits no state it could be in: an input arriving twice, an
+// acknowledgement without an offer, a proposal from a rank outside the group, a wrong size.
+class ProtocolError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Tensor-parallel ranks of one group entered different collectives.
 class CollectiveMismatchError : public Error {
  public:

@@ -52,6 +52,12 @@ class WorkModel {
   // Position of a chunk among its stage's chunks, in model order (0 .. V-1).
   int local_chunk(int chunk) const { return local_chunk_[chunk]; }
   int chunk_at(int stage, int local) const { return stage_chunks_[stage][local]; }
+  // Dense index of a task among its stage's (kind, local chunk, mb) slots, 0 .. local_slots()-1:
+  // per-rank state of a stage lives in flat vectors of this size.
+  int local_index(const TaskId& t) const {
+    return (static_cast<int>(t.kind) * cfg_.vpp + local_chunk_[t.chunk]) * cfg_.microbatches + t.mb;
+  }
+  int local_slots() const { return kNumKinds * cfg_.vpp * cfg_.microbatches; }
   const std::vector<int>& chunks_of(int stage) const { return stage_chunks_[stage]; }
 
   int index(const TaskId& t) const {
@@ -80,18 +86,5 @@ class WorkModel {
   std::vector<int> local_chunk_;
   std::vector<std::vector<int>> stage_chunks_;
 };
-
-// Blocking communication posts receives one at a time in a stage's list order: the index of the
-// first task of `order` at or after `pos` whose remote input is not yet delivered (advancing
-// `pos` past the others), or -1 when none is left.
-template <class Delivered>
-int next_posted_receive(const WorkModel& m, const std::vector<TaskId>& order, int& pos,
-                        Delivered delivered) {
-  for (; pos < static_cast<int>(order.size()); ++pos) {
-    const int idx = m.index(order[pos]);
-    if (m.has_remote_input(order[pos]) && !delivered(idx)) return idx;
-  }
-  return -1;
-}
 
 }  // namespace rrfp

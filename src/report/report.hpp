@@ -14,7 +14,7 @@ struct ReportRun {
   std::string label;  // e.g. "fixed 1f1b (blocking)"
   std::string hint, policy, comm;
   PipelineConfig cfg;
-  SimResult result;
+  StepRecord result;
   RunMetrics metrics;
 };
 

@@ -17,12 +17,6 @@ class StallError : public Error {
   using Error::Error;
 };
 
-// A message that fits no expected input, arrives twice, or has the wrong size.
-class ProtocolError : public Error {
- public:
-  using Error::Error;
-};
-
 // Thrown inside a task whose step is being torn down because of another error; never
 // reported itself.
 class Aborted : public Error {

@@ -161,7 +161,7 @@ void Runtime::watch(int workers) {
 
 StepResult Runtime::collect() const {
   StepResult out;
-  SimResult& r = out.run;
+  StepRecord& r = out.run;
   const int p = m_.pp(), t = opt_.tp;
   r.pp = p;
   r.tp = t;

@@ -1,7 +1,7 @@
 #pragma once
 // The threaded, message-driven runtime: one compute thread per (stage, tensor-parallel rank),
 // each dispatching through the shared StageArbiter, with outputs moved by a Transport. A step
-// returns the same record a simulated step does (SimResult), with real timestamps, so every
+// returns the same record a simulated step does (StepRecord), with real timestamps, so every
 // report, trace and invariant check works on both.
 #include <cstdint>
 #include <functional>
@@ -41,7 +41,7 @@ struct Hosting {
 Hosting in_process_hosting(int world);
 
 struct StepResult {
-  SimResult run;                            // measured: times in ns since the step began
+  StepRecord run;                           // measured: times in ns since the step began
   std::vector<std::int64_t> dispatch_gaps;  // ns from a task's end to the next dispatch
 };
 

@@ -12,41 +12,40 @@ namespace rrfp {
 
 void Stage::run_rank(int r) {
   tighten_timer_slack();
-  Rank& rk = ranks_[r];
+  StageRank& rk = core_.rank(r);
+  FailureState& failure = core_.failure;
   auto hook = [&](bool begin) {
     try {
       if (begin)
-        rk.program->begin_step(step_);
+        rk.program->begin_step(core_.step);
       else
-        rk.program->end_step(step_);
+        rk.program->end_step(core_.step);
       return true;
     } catch (const std::exception& e) {
-      failure_.fail(std::make_exception_ptr(TaskError(
-          name(r) + ": " + (begin ? "begin_step" : "end_step") + " failed: " + e.what())));
+      failure.fail(std::make_exception_ptr(TaskError(
+          core_.name(r) + ": " + (begin ? "begin_step" : "end_step") + " failed: " + e.what())));
       return false;
     }
   };
   if (hook(true)) {
-    std::unique_lock lk(mu_);
+    std::unique_lock lk(core_.mu);
     std::int64_t prev_end = -1;
     // With rendezvous sends a rank stays until its last send is acknowledged (the receiver
     // may be waiting to accept one of them after its own last task).
-    while (!failure_.failed() && (!rk.arb->finished() || rk.held > 0)) {
-      if (env_.comm == CommMode::Blocking) {
-        accept_offers(lk, r);
-        if (rk.held > 0 || rk.arb->finished()) {
-          cv_.wait(lk);
-          prev_end = -1;
-          continue;
-        }
+    while (!failure.failed() && (!rk.arb->finished() || delivery_->held(r))) {
+      delivery_->idle(lk, r);
+      if (delivery_->held(r) || rk.arb->finished()) {
+        core_.cv.wait(lk);
+        prev_end = -1;
+        continue;
       }
-      std::optional<TaskId> t = choose(lk, r);
+      std::optional<TaskId> t = coordinator_->choose(lk, r);
       if (!t) {
-        if (failure_.failed()) break;
+        if (failure.failed()) break;
         // choose() may have released the lock (an agree round): an offer that came meanwhile
         // has already had its wake-up.
-        if (env_.comm == CommMode::Blocking && accept_offers(lk, r)) continue;
-        cv_.wait(lk);
+        if (delivery_->idle(lk, r)) continue;
+        core_.cv.wait(lk);
         prev_end = -1;  // the next dispatch waited for an input: not a dispatch gap
         continue;
       }
@@ -54,14 +53,16 @@ void Stage::run_rank(int r) {
     }
     rk.result.peak_d = rk.arb->peak_outstanding();
     rk.result.peak_pending_w = rk.arb->peak_pending_w();
-    const bool ok = !failure_.failed();
+    rk.result.rounds = coordinator_->rounds(r);
+    rk.result.failed_rounds = coordinator_->failed_rounds(r);
+    const bool ok = !failure.failed();
     lk.unlock();
     if (ok) hook(false);
   }
-  failure_.worker_done();
+  failure.worker_done();
 }
 
-Payload Stage::call_program(Rank& rk, TaskContext& ctx, const TaskId& t, Payload in) {
+Payload Stage::call_program(StageRank& rk, TaskContext& ctx, const TaskId& t, Payload in) {
   switch (t.kind) {
     case Kind::F:
       return rk.program->forward(ctx, t.chunk, t.mb, std::move(in));
@@ -76,15 +77,17 @@ Payload Stage::call_program(Rank& rk, TaskContext& ctx, const TaskId& t, Payload
 
 bool Stage::execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t,
                     std::int64_t& prev_end) {
-  Rank& rk = ranks_[r];
-  Payload in = std::move(rk.input[m_.index(t)]);
+  StageRank& rk = core_.rank(r);
+  FailureState& failure = core_.failure;
+  const WorkModel& m = core_.m;
+  Payload in = std::move(rk.input[m.local_index(t)]);
   const std::int64_t start = now_ns();
   rk.running = t;
   rk.running_since = start;
   lk.unlock();
-  failure_.bump();
+  failure.bump();
   if (prev_end >= 0) rk.result.gaps.push_back(start - prev_end);
-  TaskContext ctx(stage_, r, step_, t, tp_ > 1 ? group_ : nullptr);
+  TaskContext ctx(core_.stage, r, core_.step, t, core_.tp > 1 ? core_.group : nullptr);
   Payload out;
   bool ok = true;
   try {
@@ -92,49 +95,42 @@ bool Stage::execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t,
   } catch (const Aborted&) {
     ok = false;
   } catch (const CollectiveMismatchError&) {
-    failure_.fail(std::current_exception());  // names the stage, ranks and tasks already
+    failure.fail(std::current_exception());  // names the stage, ranks and tasks already
     ok = false;
   } catch (const std::exception& e) {
-    failure_.fail(std::make_exception_ptr(
-        TaskError(name(r) + ": task " + to_string(t) + " failed: " + e.what())));
+    failure.fail(std::make_exception_ptr(
+        TaskError(core_.name(r) + ": task " + to_string(t) + " failed: " + e.what())));
     ok = false;
   } catch (...) {
-    failure_.fail(std::make_exception_ptr(
-        TaskError(name(r) + ": task " + to_string(t) + " failed with a non-standard exception")));
+    failure.fail(std::make_exception_ptr(TaskError(core_.name(r) + ": task " + to_string(t) +
+                                                   " failed with a non-standard exception")));
     ok = false;
   }
   const std::int64_t end = now_ns();
-  failure_.bump();
-  std::vector<Send> sends;
+  failure.bump();
+  std::vector<Outgoing> sends;
   lk.lock();
   rk.running.reset();
   if (!ok) return false;
   const std::int64_t wait = ctx.collective_wait_ns();
+  const std::int64_t t0 = core_.t0;
   RankResult& res = rk.result;
-  res.tasks.push_back(TaskRecord{t, stage_, r, start - t0_, end - wait - t0_, end - t0_});
+  res.tasks.push_back(TaskRecord{t, core_.stage, r, start - t0, end - wait - t0, end - t0});
   res.stats.busy += end - wait - start;
-  record_blocked(r, end - wait, end, BlockReason::Collective);
+  core_.record_blocked(r, end - wait, end, BlockReason::Collective);
   std::array<Dep, 2> c{};
-  const int n = m_.consumers(t, c);
+  const int n = m.consumers(t, c);
   for (int i = 0; i < n; ++i) {
-    const int ci = m_.index(c[i].task);
     if (c[i].cross_stage) {
-      const std::int64_t lat = env_.latency ? env_.latency(r, t) : 0;
-      if (env_.comm == CommMode::Blocking) {
-        // Offered now; the latency runs from the receiver's acceptance.
-        sends.push_back(Send{m_.stage_of(c[i].task) * tp_ + r, MessageTag{step_, t}, out, 0});
-        if (rk.held++ == 0) rk.held_since = end;
-        continue;
-      }
-      sends.push_back(Send{m_.stage_of(c[i].task) * tp_ + r, MessageTag{step_, t}, out, end + lat});
+      delivery_->output(r, t, c[i].task, out, end, sends);
       continue;
     }
-    if (c[i].task.kind == t.kind) rk.input[ci] = out;  // activations forward, gradients back
-    satisfy(rk, ci);
+    if (c[i].task.kind == t.kind) rk.input[m.local_index(c[i].task)] = out;  // same stage
+    rk.inputs->satisfy(c[i].task);
   }
   if (!sends.empty()) {
     lk.unlock();
-    post_sends(rk, sends);
+    post_sends(r, sends);
     lk.lock();
   }
   prev_end = end;
@@ -142,24 +138,14 @@ bool Stage::execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t,
 }
 
 // Sends never wait for the receiver; with emulated latency they leave from the delay line.
-void Stage::post_sends(Rank& rk, std::vector<Send>& sends) {
-  FailureState* failure = &failure_;
-  auto done = [failure](std::exception_ptr e) {
-    if (e && !failure->failed()) failure->fail(e);
-  };
-  for (Send& s : sends) {
-    Transport* tr = rk.transport;
-    auto go = [tr, s = std::move(s), done]() mutable {
-      try {
-        tr->send(s.dst, s.tag, std::move(s.payload), done);
-      } catch (const std::exception&) {
-        done(std::current_exception());
-      }
-    };
-    if (env_.delay && s.due > now_ns())
-      env_.delay->post(s.due, std::move(go));
+void Stage::post_sends(int r, std::vector<Outgoing>& sends) {
+  for (Outgoing& s : sends) {
+    if (core_.env.delay && s.due > now_ns())
+      core_.env.delay->post(s.due, [this, r, s = std::move(s)]() mutable {
+        core_.send(r, s.dst, s.tag, std::move(s.payload));
+      });
     else
-      go();
+      core_.send(r, s.dst, s.tag, std::move(s.payload));
   }
 }
 

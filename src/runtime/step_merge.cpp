@@ -72,7 +72,7 @@ std::vector<std::byte> pack_step(const StepResult& r) {
 
 void merge_step(StepResult& into, std::span<const std::byte> packed) {
   Reader rd(packed);
-  SimResult& r = into.run;
+  StepRecord& r = into.run;
   const int pp = rd.get<int>(), tp = rd.get<int>();
   if (pp != r.pp || tp != r.tp)
     throw Error("step record: shape P=" + std::to_string(pp) + " T=" + std::to_string(tp) +

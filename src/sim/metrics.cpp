@@ -71,7 +71,7 @@ LowerBound lower_bound(const WorkModel& m, const RealizedWork& w) {
   return lb;
 }
 
-RunMetrics compute_metrics(const SimResult& r, const LowerBound& lb) {
+RunMetrics compute_metrics(const StepRecord& r, const LowerBound& lb) {
   RunMetrics out;
   out.makespan = r.makespan;
   out.bound = lb;

@@ -39,6 +39,6 @@ struct RunMetrics {
   std::vector<StageMetrics> stages;
 };
 
-RunMetrics compute_metrics(const SimResult& r, const LowerBound& lb);
+RunMetrics compute_metrics(const StepRecord& r, const LowerBound& lb);
 
 }  // namespace rrfp

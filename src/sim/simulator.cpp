@@ -2,32 +2,17 @@
 
 #include <algorithm>
 #include <array>
-#include <deque>
 #include <memory>
+#include <optional>
 #include <queue>
 
 #include "core/error.hpp"
+#include "core/readiness.hpp"
+#include "core/rendezvous.hpp"
+#include "core/stuck_report.hpp"
+#include "core/tp_choice.hpp"
 
 namespace rrfp {
-
-std::string to_string(CommMode c) {
-  return c == CommMode::Async ? "async" : "blocking";
-}
-CommMode parse_comm(const std::string& s) {
-  if (s == "async") return CommMode::Async;
-  if (s == "blocking") return CommMode::Blocking;
-  throw InputError("--comm: unknown mode '" + s + "' (expected async or blocking)");
-}
-
-std::string to_string(TpProtocol p) {
-  return p == TpProtocol::Leader ? "leader" : p == TpProtocol::Agree ? "agree" : "none";
-}
-TpProtocol parse_tp_protocol(const std::string& s) {
-  if (s == "leader") return TpProtocol::Leader;
-  if (s == "agree") return TpProtocol::Agree;
-  if (s == "none") return TpProtocol::None;
-  throw InputError("--tp-protocol: unknown protocol '" + s + "' (expected leader or agree)");
-}
 
 namespace {
 
@@ -45,48 +30,57 @@ struct Later {
   }
 };
 
-// A rendezvous transfer (blocking mode): starts once the receiver accepts it.
+// A rendezvous transfer (blocking mode); its id is the offer's handle.
 struct Send {
-  int src_stage, dst_stage, rank, consumer;
+  int src_stage, dst_stage, rank;
+  TaskId consumer;
   std::int64_t latency;
 };
 
+// One tensor-parallel rank: its protocol state machines and what only time adds to them.
 struct Rank {
   std::unique_ptr<StageArbiter> arb;
+  std::unique_ptr<Readiness> inputs;
+  std::unique_ptr<Rendezvous> rendezvous;  // blocking mode
+  std::optional<LeaderFollower> follower;  // leader protocol, tp ranks > 0
+  std::optional<AgreeRound> agree;         // agree protocol
   bool computing = false;
   std::int64_t compute_end = 0;
-  int held_sends = 0;
   std::int64_t held_since = 0;
-  std::deque<TaskId> chosen;  // leader protocol: the leader's choices, in order
-  std::vector<int> incoming;  // blocking: sends waiting for this rank to accept
-  int recv_pos = 0;           // blocking + fixed: list position of the next posted receive
-  std::size_t record = 0;     // index of the running task's record
+  std::size_t record = 0;  // index of the running task's record
 };
 
+// The collective of a stage's group, and its agree round in flight.
 struct Group {
   int launched = 0;
   TaskId task{};
   std::int64_t end = 0;
-  bool round = false, changed = false;
+  bool round = false;
   std::int64_t round_start = 0;
-  std::vector<std::optional<TaskId>> proposals;
 };
 
 class Simulation {
  public:
   Simulation(const WorkModel& m, const Hint& hint, const RealizedWork& w, const SimOptions& opt)
-      : m_(m), hint_(hint), w_(w), opt_(opt), p_(m.pp()), t_(w.tp) {
+      : m_(m), w_(w), opt_(opt), p_(m.pp()), t_(w.tp) {
     if (w.num_tasks != m.num_tasks()) throw Error("realized work does not match the work model");
     opt_.arbiter = resolve_options(opt.arbiter, hint, m);
+    coordinated_ = t_ > 1 && opt_.tp_protocol != TpProtocol::None;
     ranks_.resize(static_cast<size_t>(p_) * t_);
     groups_.resize(p_);
-    for (int s = 0; s < p_; ++s) {
-      groups_[s].proposals.resize(t_);
-      for (int r = 0; r < t_; ++r)
-        rank(s, r).arb = std::make_unique<StageArbiter>(m, s, hint, opt_.arbiter);
-    }
-    missing_.assign(static_cast<size_t>(t_) * m.num_tasks(), 0);
-    received_.assign(static_cast<size_t>(t_) * m.num_tasks(), 0);
+    for (int s = 0; s < p_; ++s)
+      for (int r = 0; r < t_; ++r) {
+        Rank& rk = rank(s, r);
+        rk.arb = std::make_unique<StageArbiter>(m, s, hint, opt_.arbiter);
+        rk.inputs = std::make_unique<Readiness>(m, s, *rk.arb);
+        if (opt_.comm == CommMode::Blocking) {
+          const bool fixed = opt_.arbiter.policy == Policy::Fixed;
+          rk.rendezvous =
+              std::make_unique<Rendezvous>(m, fixed ? &hint.list().stages[s] : nullptr, *rk.inputs);
+        }
+        if (coordinated_ && opt_.tp_protocol == TpProtocol::Leader && r > 0) rk.follower.emplace(r);
+        if (coordinated_ && opt_.tp_protocol == TpProtocol::Agree) rk.agree.emplace(r, t_);
+      }
     dirty_.assign(p_, 0);
     res_.pp = p_;
     res_.tp = t_;
@@ -95,16 +89,7 @@ class Simulation {
     if (opt_.record) res_.tasks.reserve(static_cast<size_t>(t_) * m.num_tasks());
   }
 
-  SimResult run() {
-    std::array<Dep, 2> d{};
-    for (int i = 0; i < m_.num_tasks(); ++i) {
-      const TaskId task = m_.task(i);
-      const int n = m_.deps(task, d);
-      for (int r = 0; r < t_; ++r) {
-        missing_[static_cast<size_t>(r) * m_.num_tasks() + i] = static_cast<std::int8_t>(n);
-        if (n == 0) rank(m_.stage_of(task), r).arb->mark_ready(task);
-      }
-    }
+  StepRecord run() {
     for (int s = 0; s < p_; ++s)
       mark_dirty(s);
     dispatch_dirty();
@@ -132,7 +117,10 @@ class Simulation {
  private:
   Rank& rank(int s, int r) { return ranks_[static_cast<size_t>(s) * t_ + r]; }
   RankStats& stats(int s, int r) { return res_.ranks[static_cast<size_t>(s) * t_ + r]; }
-  bool free(int s, int r) { return !rank(s, r).computing && rank(s, r).held_sends == 0; }
+  bool free(int s, int r) {
+    Rank& rk = rank(s, r);
+    return !rk.computing && !(rk.rendezvous && rk.rendezvous->held() > 0);
+  }
 
   void push(std::int64_t time, Ev type, int stage, int r, int a) {
     events_.push(Event{time, seq_++, type, stage, r, a});
@@ -143,20 +131,14 @@ class Simulation {
       dirty_list_.push_back(s);
     }
   }
+  void ready_if(int s, bool became_ready) {
+    if (became_ready) mark_dirty(s);
+  }
 
   void block(int s, int r, std::int64_t from, std::int64_t to, BlockReason why) {
     if (to <= from) return;
     stats(s, r).blocked += to - from;
     if (opt_.record) res_.blocked.push_back(BlockedSpan{s, r, from, to, why});
-  }
-
-  // One input of a task on (stage, rank) is present.
-  void satisfy(int s, int r, int index) {
-    if (--missing_[static_cast<size_t>(r) * m_.num_tasks() + index] == 0) {
-      rank(s, r).arb->mark_ready(m_.task(index));
-      groups_[s].changed = true;
-      mark_dirty(s);
-    }
   }
 
   void launch(int s, int r, const TaskId& task) {
@@ -189,7 +171,7 @@ class Simulation {
         group_end(e.stage, e.a);
         break;
       case Ev::Arrive:
-        satisfy(e.stage, e.rank, e.a);
+        ready_if(e.stage, rank(e.stage, e.rank).inputs->arrive(m_.task(e.a)));
         break;
       case Ev::SendDone:
         send_done(e.a);
@@ -198,7 +180,7 @@ class Simulation {
         coord_done(e.stage);
         break;
       case Ev::Choice:
-        rank(e.stage, e.rank).chosen.push_back(m_.task(e.a));
+        rank(e.stage, e.rank).follower->on_choice(0, m_.task(e.a));
         mark_dirty(e.stage);
         break;
     }
@@ -217,21 +199,21 @@ class Simulation {
       block(s, r, rk.compute_end, now_, BlockReason::Collective);
       if (opt_.record) res_.tasks[rk.record].end = now_;
       for (int i = 0; i < n; ++i) {
-        const int ci = m_.index(c[i].task);
         if (!c[i].cross_stage) {
-          satisfy(s, r, ci);
+          ready_if(s, rk.inputs->satisfy(c[i].task));
           continue;
         }
         const int dst = m_.stage_of(c[i].task);
         const std::int64_t lat = w_.message(r, index);
-        if (opt_.comm == CommMode::Async) {
-          push(now_ + lat, Ev::Arrive, dst, r, ci);
-        } else {
-          if (rk.held_sends++ == 0) rk.held_since = now_;
-          rank(dst, r).incoming.push_back(static_cast<int>(sends_.size()));
-          sends_.push_back(Send{s, dst, r, ci, lat});
-          mark_dirty(dst);
+        if (!rk.rendezvous) {
+          push(now_ + lat, Ev::Arrive, dst, r, m_.index(c[i].task));
+          continue;
         }
+        if (rk.rendezvous->held() == 0) rk.held_since = now_;
+        rk.rendezvous->offered();
+        rank(dst, r).rendezvous->on_offer(c[i].task, static_cast<int>(sends_.size()));
+        sends_.push_back(Send{s, dst, r, c[i].task, lat});
+        mark_dirty(dst);
       }
     }
     mark_dirty(s);
@@ -239,39 +221,21 @@ class Simulation {
 
   void send_done(int id) {
     const Send& sd = sends_[id];
-    received_[static_cast<size_t>(sd.rank) * m_.num_tasks() + sd.consumer] = 1;
-    satisfy(sd.dst_stage, sd.rank, sd.consumer);
+    rank(sd.dst_stage, sd.rank).inputs->deliver(sd.consumer);
+    mark_dirty(sd.dst_stage);  // its next posted receive may be another offer's
     Rank& src = rank(sd.src_stage, sd.rank);
-    if (--src.held_sends == 0)
+    if (src.rendezvous->acknowledged())
       block(sd.src_stage, sd.rank, src.held_since, now_, BlockReason::Send);
     mark_dirty(sd.src_stage);
   }
 
-  // Blocking mode: a transfer is a rendezvous. Under `fixed` a stage posts its receives one at a
-  // time in its list order (Megatron's batched send/recv: a stage held on its own send still
-  // receives), so a transfer starts when its consumer is the next task awaiting a cross-stage
-  // input and the receiver is not computing. Under `ready` any idle receiver takes it.
-  int posted_receive(int s, int r) {
-    const size_t base = static_cast<size_t>(r) * m_.num_tasks();
-    return next_posted_receive(m_, hint_.list().stages[s], rank(s, r).recv_pos,
-                               [&](int idx) { return received_[base + idx] != 0; });
-  }
-
+  // Blocking mode: a rank that is not computing accepts what its rendezvous lets it.
   void accept_sends(int s) {
     for (int r = 0; r < t_; ++r) {
       Rank& rk = rank(s, r);
-      if (rk.computing || rk.incoming.empty()) continue;
-      const bool any = opt_.arbiter.policy == Policy::Ready;
-      const int posted = any ? -1 : posted_receive(s, r);
-      auto keep = rk.incoming.begin();
-      for (int id : rk.incoming) {
-        const Send& sd = sends_[id];
-        if (any || sd.consumer == posted)
-          push(now_ + sd.latency, Ev::SendDone, s, r, id);
-        else
-          *keep++ = id;
-      }
-      rk.incoming.erase(keep, rk.incoming.end());
+      if (rk.computing || !rk.rendezvous->has_offers()) continue;
+      for (const Rendezvous::Offer& o : rk.rendezvous->take_acceptable())
+        push(now_ + sends_[o.handle].latency, Ev::SendDone, s, r, o.handle);
     }
   }
 
@@ -291,48 +255,53 @@ class Simulation {
   }
 
   void try_dispatch(int s) {
-    if (t_ == 1 || opt_.tp_protocol == TpProtocol::None) {
-      for (int r = 0; r < t_; ++r) {
-        if (!free(s, r)) continue;
-        StageArbiter& a = *rank(s, r).arb;
-        if (auto task = a.peek()) {
-          a.commit(*task);
-          launch(s, r, *task);
-        }
-      }
+    if (!coordinated_) {
+      for (int r = 0; r < t_; ++r)
+        if (free(s, r))
+          if (auto task = choose_alone(*rank(s, r).arb)) launch(s, r, *task);
       return;
     }
     if (opt_.tp_protocol == TpProtocol::Leader) {
-      if (free(s, 0)) {
-        StageArbiter& a = *rank(s, 0).arb;
-        if (auto task = a.peek()) {
-          a.commit(*task);
+      if (free(s, 0))
+        if (auto task = choose_alone(*rank(s, 0).arb)) {
           launch(s, 0, *task);
           for (int r = 1; r < t_; ++r)
             push(now_ + w_.coord_ns, Ev::Choice, s, r, m_.index(*task));
         }
-      }
       for (int r = 1; r < t_; ++r) {
         Rank& rk = rank(s, r);
-        if (!free(s, r) || rk.chosen.empty() || !rk.arb->is_ready(rk.chosen.front())) continue;
-        const TaskId task = rk.chosen.front();
-        rk.chosen.pop_front();
-        rk.arb->commit(task);
-        launch(s, r, task);
+        if (free(s, r))
+          if (auto task = rk.follower->next(*rk.arb)) launch(s, r, *task);
       }
       return;
     }
-    // agree: every rank proposes; a scalar all-gather compares the proposals.
+    start_round(s);
+  }
+
+  // agree: the group's ranks propose together once all are free with something to propose and
+  // one of them may open a round; the scalar all-gather takes coord_ns.
+  void start_round(int s) {
     Group& g = groups_[s];
     if (g.round) return;
-    for (int r = 0; r < t_; ++r)
-      if (!free(s, r)) return;
+    std::vector<TaskId> proposal(t_);
+    int opener = -1;
     for (int r = 0; r < t_; ++r) {
-      g.proposals[r] = rank(s, r).arb->peek();
-      if (!g.proposals[r]) return;  // a rank with nothing to propose waits for its inputs
+      Rank& rk = rank(s, r);
+      if (!free(s, r)) return;
+      auto p = rk.arb->peek();
+      if (!p) return;  // a rank with nothing to propose waits for its inputs
+      proposal[r] = *p;
+      if (opener < 0 && rk.agree->may_propose(rk.inputs->version())) opener = r;
+    }
+    if (opener < 0) return;  // the last round failed and nothing has changed since
+    for (int k = 0; k < t_; ++k) {
+      const int r = (opener + k) % t_;  // the opener first: the others join its round
+      Rank& rk = rank(s, r);
+      const int round = rk.agree->propose(proposal[r], rk.inputs->version());
+      for (int o = 0; o < t_; ++o)
+        if (o != r) rank(s, o).agree->on_proposal(r, round, proposal[r]);
     }
     g.round = true;
-    g.changed = false;
     g.round_start = now_;
     ++res_.coordination_rounds;
     push(now_ + w_.coord_ns, Ev::CoordDone, s, 0, 0);
@@ -341,21 +310,19 @@ class Simulation {
   void coord_done(int s) {
     Group& g = groups_[s];
     g.round = false;
-    for (int r = 0; r < t_; ++r)
+    std::optional<TaskId> agreed;
+    for (int r = 0; r < t_; ++r) {
       block(s, r, g.round_start, now_, BlockReason::Coordination);
-    bool agree = true;
-    for (int r = 1; r < t_; ++r)
-      agree &= *g.proposals[r] == *g.proposals[0];
-    if (agree) {
-      for (int r = 0; r < t_; ++r) {
-        rank(s, r).arb->commit(*g.proposals[0]);
-        launch(s, r, *g.proposals[0]);
-      }
+      Rank& rk = rank(s, r);
+      agreed = rk.agree->decide(*rk.arb);  // every rank holds the same proposals
+    }
+    if (agreed) {
+      for (int r = 0; r < t_; ++r)
+        launch(s, r, *agreed);
       return;
     }
-    // Nobody runs; retry from the top of the hint once some rank's ready set has changed.
     ++res_.failed_rounds;
-    if (g.changed) mark_dirty(s);
+    mark_dirty(s);  // a new round opens only if some rank's ready set has changed
   }
 
   void check_finished() {
@@ -363,39 +330,36 @@ class Simulation {
     for (int s = 0; s < p_; ++s)
       for (int r = 0; r < t_; ++r) {
         Rank& rk = rank(s, r);
-        if (rk.arb->finished()) continue;
-        if (!stuck.empty()) stuck += " | ";
-        stuck += rk.arb->describe() + (t_ > 1 ? " [tp rank " + std::to_string(r) + "]" : "");
-        if (rk.held_sends) stuck += ", held on " + std::to_string(rk.held_sends) + " send(s)";
-        if (!rk.incoming.empty())
-          stuck += ", " + std::to_string(rk.incoming.size()) + " transfer(s) not accepted";
+        if (rk.arb->finished() && !(rk.rendezvous && rk.rendezvous->held())) continue;
+        StuckRank view{rk.arb.get(), rk.inputs.get(), rk.rendezvous.get(), {}, {}, r, t_};
+        if (rk.follower) view.waiting = rk.follower->waiting();
+        if (rk.agree) view.waiting = rk.agree->waiting();
+        stuck += (stuck.empty() ? "" : " | ") + describe(view);
       }
     if (!stuck.empty())
       throw DeadlockError("deadlock at t=" + std::to_string(now_) + " ns: " + stuck);
   }
 
   const WorkModel& m_;
-  const Hint& hint_;
   const RealizedWork& w_;
   SimOptions opt_;
   int p_, t_;
+  bool coordinated_ = false;  // T > 1 with a protocol
   std::vector<Rank> ranks_;
   std::vector<Group> groups_;
-  std::vector<std::int8_t> missing_;
-  std::vector<char> received_;  // blocking: the task's cross-stage input has been delivered
   std::vector<Send> sends_;
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   std::vector<char> dirty_;
   std::vector<int> dirty_list_;
   std::int64_t now_ = 0, last_end_ = 0;
   std::uint64_t seq_ = 0;
-  SimResult res_;
+  StepRecord res_;
 };
 
 }  // namespace
 
-SimResult simulate(const WorkModel& m, const Hint& hint, const RealizedWork& work,
-                   const SimOptions& opt) {
+StepRecord simulate(const WorkModel& m, const Hint& hint, const RealizedWork& work,
+                    const SimOptions& opt) {
   return Simulation(m, hint, work, opt).run();
 }
 

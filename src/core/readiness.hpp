@@ -1,0 +1,67 @@
+#pragma once
+// Readiness of one rank's tasks (design.md §1): a join counter per task (Taskflow's idea) that
+// turns arrivals and completions into StageArbiter::mark_ready, and the state of each task's
+// cross-stage input. The simulator calls it from its event queue, the runtime from its
+// threads; it has no clock, thread or lock of its own.
+//
+// A cross-stage input moves Missing -> Delivered when it arrives (async), or
+// Missing -> Offered -> Accepted -> Delivered through a rendezvous (blocking, see
+// core/rendezvous.hpp). Any other move is a protocol error: the second arrival of an input,
+// an acceptance without an offer.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/arbiter.hpp"
+#include "core/work_model.hpp"
+
+namespace rrfp {
+
+enum class InputState : std::uint8_t { Missing, Offered, Accepted, Delivered };
+const char* to_string(InputState s);
+
+class Readiness {
+ public:
+  // Marks ready every task of `stage` that waits for nothing. The arbiter must outlive this.
+  Readiness(const WorkModel& m, int stage, StageArbiter& arbiter);
+
+  // One input of `task` is present; the last one makes the task ready. True when it did.
+  bool satisfy(const TaskId& task) {
+    std::int8_t& left = missing_[m_.local_index(task)];
+    if (--left != 0) return false;
+    arb_.mark_ready(task);
+    ++version_;
+    return true;
+  }
+
+  // `task`'s cross-stage input has arrived (async): Missing -> Delivered. Returns what
+  // satisfy() returns; throws ProtocolError if the input was already there.
+  bool arrive(const TaskId& task);
+  // Rendezvous steps of the same input. Each throws ProtocolError from any other state.
+  void offer(const TaskId& task);    // Missing -> Offered: the sender has the value
+  void accept(const TaskId& task);   // Offered -> Accepted: the transfer starts
+  bool deliver(const TaskId& task);  // Accepted -> Delivered: the value is here; as satisfy()
+
+  InputState input(const TaskId& task) const { return input_[m_.local_index(task)]; }
+  bool delivered(const TaskId& task) const { return input(task) == InputState::Delivered; }
+  // Bumped whenever a task becomes ready: `agree` retries a failed round only after a change.
+  std::uint64_t version() const { return version_; }
+  int stage() const { return stage_; }
+  const WorkModel& model() const { return m_; }
+
+  // The producers whose messages this rank still waits for (input Missing), in the stage's
+  // canonical task order: the first `max` of them, and how many there are in all.
+  std::vector<TaskId> expected(int max, int& total) const;
+
+ private:
+  void move(const TaskId& task, InputState from, InputState to, const char* what);
+
+  const WorkModel& m_;
+  int stage_;
+  StageArbiter& arb_;
+  std::vector<std::int8_t> missing_;  // by local index: inputs not yet present
+  std::vector<InputState> input_;     // by local index: the cross-stage input, if any
+  std::uint64_t version_ = 0;
+};
+
+}  // namespace rrfp

@@ -1,0 +1,48 @@
+#pragma once
+// What one step records, whoever ran it: the simulator (modelled times) or the runtime
+// (measured times, ns since the step began). Every report, trace and invariant check reads
+// this one record, so a simulated and a measured step compare field by field.
+#include <cstdint>
+#include <vector>
+
+#include "core/arbiter.hpp"
+#include "core/task.hpp"
+
+namespace rrfp {
+
+// Why a rank that is not computing cannot start its next task either.
+enum class BlockReason : std::uint8_t {
+  Send,          // rendezvous: held until the receiver has taken its output
+  Collective,    // waiting in a task's collective for the slowest rank of its group
+  Coordination,  // agree: waiting for the group's proposals
+};
+
+struct TaskRecord {
+  TaskId task;
+  int stage = 0, rank = 0;
+  std::int64_t start = 0, compute_end = 0, end = 0;  // end: the group's collective finished
+};
+
+struct BlockedSpan {
+  int stage = 0, rank = 0;
+  std::int64_t start = 0, end = 0;
+  BlockReason reason = BlockReason::Send;
+};
+
+struct RankStats {
+  std::int64_t busy = 0, blocked = 0;
+};
+
+struct StepRecord {
+  int pp = 0, tp = 1;
+  std::int64_t makespan = 0;
+  ArbiterOptions arbiter;        // as resolved
+  std::vector<RankStats> ranks;  // [stage * tp + rank]
+  std::vector<int> peak_d;       // per stage (the largest over its ranks)
+  std::vector<int> peak_pending_w;
+  std::int64_t coordination_rounds = 0, failed_rounds = 0;
+  std::vector<TaskRecord> tasks;  // when recorded
+  std::vector<BlockedSpan> blocked;
+};
+
+}  // namespace rrfp

@@ -1,0 +1,34 @@
+#include "core/stuck_report.hpp"
+
+namespace rrfp {
+
+std::string describe(const StuckRank& r, const std::function<std::string(int stage)>& peer) {
+  std::string out = r.arbiter->describe();
+  if (r.tp > 1) out += " [tp rank " + std::to_string(r.tp_rank) + "]";
+  if (r.rendezvous) {
+    if (r.rendezvous->held())
+      out += "; held on " + std::to_string(r.rendezvous->held()) + " unacknowledged send(s)";
+    if (r.rendezvous->has_offers())
+      out += "; " + std::to_string(r.rendezvous->pending_offers()) +
+             " transfer(s) offered, not accepted";
+  }
+  if (!r.running.empty())
+    out += "; " + r.running;
+  else if (!r.arbiter->finished())
+    out += "; waits for " + (r.waiting.empty() ? std::string("a ready task") : r.waiting);
+  int total = 0;
+  const auto shown = r.inputs->expected(4, total);
+  out += "; expects messages: ";
+  if (total == 0) return out + "none";
+  const WorkModel& m = r.inputs->model();
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const int s = m.stage_of(shown[i]);
+    out += (i ? ", " : "") + to_string(shown[i]) + " from " +
+           (peer ? peer(s) : "stage " + std::to_string(s));
+  }
+  if (total > static_cast<int>(shown.size()))
+    out += " and " + std::to_string(total - static_cast<int>(shown.size())) + " more";
+  return out;
+}
+
+}  // namespace rrfp

@@ -1,0 +1,153 @@
+// The two deliveries of delivery.hpp.
+#include "runtime/delivery.hpp"
+
+#include "core/error.hpp"
+#include "runtime/clock.hpp"
+
+namespace rrfp {
+
+namespace {
+
+int destination(const StageCore& c, int r, const TaskId& consumer) {
+  return c.m.stage_of(consumer) * c.tp + r;
+}
+
+// async (rrfp): an arrival is an input at once; sends leave without waiting for the receiver,
+// after the emulated latency when there is one.
+class AsyncDelivery final : public Delivery {
+ public:
+  explicit AsyncDelivery(StageCore& c) : c_(c) {}
+
+  void begin_step() override {}
+
+  void on_data(int r, const TaskId& consumer, Message&& msg) override {
+    StageRank& rk = c_.rank(r);
+    const bool ready = rk.inputs->arrive(consumer);  // refuses a second arrival first
+    rk.input[c_.m.local_index(consumer)] = std::move(msg.payload);
+    if (ready) c_.cv.notify_all();
+  }
+
+  void on_ack(int, const Message&) override {
+    throw ProtocolError("acknowledges no pending send (this stage sends asynchronously)");
+  }
+
+  bool idle(std::unique_lock<std::mutex>&, int) override { return false; }
+  bool held(int) const override { return false; }
+
+  void output(int r, const TaskId& producer, const TaskId& consumer, const Payload& out,
+              std::int64_t end, std::vector<Outgoing>& sends) override {
+    const std::int64_t lat = c_.env.latency ? c_.env.latency(r, producer) : 0;
+    sends.push_back(
+        Outgoing{destination(c_, r, consumer), MessageTag{c_.step, producer}, out, end + lat});
+  }
+
+ private:
+  StageCore& c_;
+};
+
+// blocking (the baseline): core/rendezvous.hpp decides what is offered, accepted and held;
+// this moves the bytes, runs the emulated latency from the acceptance, and acknowledges.
+class RendezvousDelivery final : public Delivery {
+ public:
+  explicit RendezvousDelivery(StageCore& c) : c_(c), ranks_(c.tp) {}
+
+  void begin_step() override {
+    const bool fixed = c_.env.arbiter.policy == Policy::Fixed;
+    for (int r = 0; r < c_.tp; ++r) {
+      if (!c_.rank(r).local()) continue;
+      PerRank& pr = ranks_[r];
+      pr.offered.clear();
+      pr.rdv = std::make_unique<Rendezvous>(
+          c_.m, fixed ? &c_.env.hint->list().stages[c_.stage] : nullptr, *c_.rank(r).inputs);
+    }
+  }
+
+  void on_data(int r, const TaskId& consumer, Message&& msg) override {
+    PerRank& pr = ranks_[r];
+    pr.rdv->on_offer(consumer, static_cast<int>(pr.offered.size()));
+    pr.offered.push_back(std::move(msg));
+    c_.cv.notify_all();  // accepted by the rank's own thread when it is idle
+  }
+
+  void on_ack(int r, const Message&) override {
+    PerRank& pr = ranks_[r];
+    if (!pr.rdv->acknowledged()) return;
+    c_.record_blocked(r, pr.held_since, now_ns(), BlockReason::Send);
+    c_.cv.notify_all();
+  }
+
+  // Loops until no acceptable offer is left: completing a transfer inline releases the lock,
+  // and an offer arriving meanwhile must not wait for a wake-up that already happened.
+  bool idle(std::unique_lock<std::mutex>& lk, int r) override {
+    PerRank& pr = ranks_[r];
+    bool accepted = false;
+    for (;;) {
+      const std::vector<Rendezvous::Offer> start = pr.rdv->take_acceptable();
+      if (start.empty()) return accepted;
+      accepted = true;
+      const std::int64_t now = now_ns();
+      std::vector<std::function<void()>> inline_now;
+      for (const Rendezvous::Offer& o : start) {
+        Message msg = std::move(pr.offered[o.handle]);
+        const std::int64_t lat = c_.env.latency ? c_.env.latency(r, msg.tag.producer) : 0;
+        auto done = [this, r, consumer = o.consumer, msg = std::move(msg)]() mutable {
+          complete(r, consumer, std::move(msg));
+        };
+        if (c_.env.delay && lat > 0)
+          c_.env.delay->post(now + lat, std::move(done));
+        else
+          inline_now.push_back(std::move(done));
+      }
+      if (inline_now.empty()) return accepted;
+      lk.unlock();  // completing sends an acknowledgement: never with the stage lock held
+      for (auto& f : inline_now)
+        f();
+      lk.lock();
+    }
+  }
+
+  bool held(int r) const override { return ranks_[r].rdv && ranks_[r].rdv->held() > 0; }
+
+  void output(int r, const TaskId& producer, const TaskId& consumer, const Payload& out,
+              std::int64_t end, std::vector<Outgoing>& sends) override {
+    PerRank& pr = ranks_[r];
+    if (pr.rdv->held() == 0) pr.held_since = end;
+    pr.rdv->offered();  // the latency runs from the receiver's acceptance
+    sends.push_back(Outgoing{destination(c_, r, consumer), MessageTag{c_.step, producer}, out});
+  }
+
+  const Rendezvous* rendezvous(int r) const override { return ranks_[r].rdv.get(); }
+
+ private:
+  struct PerRank {
+    std::unique_ptr<Rendezvous> rdv;
+    std::vector<Message> offered;  // by offer handle
+    std::int64_t held_since = 0;
+  };
+
+  void complete(int r, const TaskId& consumer, Message msg) {
+    {
+      std::lock_guard lk(c_.mu);
+      if (c_.failure.failed()) return;
+      StageRank& rk = c_.rank(r);
+      rk.input[c_.m.local_index(consumer)] = std::move(msg.payload);
+      rk.inputs->deliver(consumer);
+      c_.cv.notify_all();  // the next posted receive may now be another offer's
+    }
+    MessageTag ack = msg.tag;
+    ack.ack = true;
+    c_.send(r, msg.src, ack, {});
+  }
+
+  StageCore& c_;
+  std::vector<PerRank> ranks_;
+};
+
+}  // namespace
+
+std::unique_ptr<Delivery> make_delivery(StageCore& core) {
+  if (core.env.comm == CommMode::Blocking) return std::make_unique<RendezvousDelivery>(core);
+  return std::make_unique<AsyncDelivery>(core);
+}
+
+}  // namespace rrfp

@@ -1,0 +1,46 @@
+#pragma once
+// How a stage's data messages become task inputs (design.md §3), chosen once per stage:
+// `async` delivers an arrival at once; `rendezvous` (blocking, the baseline) lets the sender
+// offer it, the receiver accept it when idle, and acknowledges the transfer. Both drive the
+// core's state machines (Readiness, Rendezvous); what they add is the lock, the threads and
+// the bytes.
+#include <memory>
+#include <vector>
+
+#include "core/rendezvous.hpp"
+#include "runtime/stage_core.hpp"
+
+namespace rrfp {
+
+// A task output bound for another stage, sent once the stage lock is released.
+struct Outgoing {
+  int dst;
+  MessageTag tag;
+  Payload payload;
+  std::int64_t due = 0;  // absolute ns the emulated latency lets it leave (0: now)
+};
+
+class Delivery {
+ public:
+  virtual ~Delivery() = default;
+  // After the stage's ranks have their step's Readiness (lock held).
+  virtual void begin_step() = 0;
+  // A data message for `consumer`'s input on rank r, already matched (lock held). Throws
+  // ProtocolError when the state machines refuse it.
+  virtual void on_data(int r, const TaskId& consumer, Message&& msg) = 0;
+  virtual void on_ack(int r, const Message& msg) = 0;
+  // Rank r's thread, not computing, lock held: takes what an idle rank may take. True when it
+  // took anything (it may have released the lock meanwhile).
+  virtual bool idle(std::unique_lock<std::mutex>& lk, int r) = 0;
+  // Rank r may not dispatch (rendezvous: a send is not yet acknowledged).
+  virtual bool held(int r) const = 0;
+  // Rank r's task `producer` ended at `end` with `out`, an input of `consumer` on another
+  // stage: adds the message to `sends` (lock held).
+  virtual void output(int r, const TaskId& producer, const TaskId& consumer, const Payload& out,
+                      std::int64_t end, std::vector<Outgoing>& sends) = 0;
+  virtual const Rendezvous* rendezvous(int /*r*/) const { return nullptr; }
+};
+
+std::unique_ptr<Delivery> make_delivery(StageCore& core);
+
+}  // namespace rrfp
