@@ -3,7 +3,7 @@
 // runs the same tests, and a failure on any rank makes the whole job exit non-zero.
 #include <gtest/gtest.h>
 
-#include "comm/mpi_world.hpp"
+#include "dist/mpi_world.hpp"
 
 namespace rrfp::test {
 inline MpiWorld* g_world = nullptr;

@@ -1,5 +1,5 @@
 #pragma once
-// Threads standing in for the ranks of a job (with runtime/local_job.hpp): runs fn(rank) on
+// Threads standing in for the ranks of a job (with dist/local_job.hpp): runs fn(rank) on
 // `world` threads and joins them all. A bad-input error is rethrown as it is (every rank hits the
 // same one); any other ends in one Error naming every failed rank's message, in rank order.
 #include <exception>

@@ -7,8 +7,8 @@
 #include <mutex>
 #include <random>
 
-#include "comm/mpi_world.hpp"
 #include "core/error.hpp"
+#include "dist/mpi_world.hpp"
 #include "mpi_main.hpp"
 #include "runtime/errors.hpp"
 

@@ -3,7 +3,7 @@
 // within the watchdog timeout, with every thread joined (run_step returns).
 #include <gtest/gtest.h>
 
-#include "runtime/clock.hpp"
+#include "core/clock.hpp"
 #include "runtime/errors.hpp"
 #include "runtime_helpers.hpp"
 

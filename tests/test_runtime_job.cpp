@@ -1,13 +1,13 @@
 // The runtime with every endpoint in its own Runtime, as the processes of an mpirun job have
-// them, but as threads sharing in-process transports (runtime/local_job.hpp): the TP
+// them, but as threads sharing in-process transports (dist/local_job.hpp): the TP
 // coordination protocols then run over control messages, and step records are merged the way
 // rank 0 merges them. Runs under the sanitizers.
 #include <gtest/gtest.h>
 
+#include "dist/local_job.hpp"
+#include "dist/step_merge.hpp"
 #include "rank_threads.hpp"
 #include "runtime/errors.hpp"
-#include "runtime/local_job.hpp"
-#include "runtime/step_merge.hpp"
 #include "runtime_helpers.hpp"
 
 namespace rrfp::test {

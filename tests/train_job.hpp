@@ -3,8 +3,8 @@
 #include <cstring>
 #include <functional>
 
+#include "dist/local_job.hpp"
 #include "rank_threads.hpp"
-#include "runtime/local_job.hpp"
 #include "train/trainer.hpp"
 
 namespace rrfp::train {

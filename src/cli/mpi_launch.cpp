@@ -5,7 +5,7 @@
 #include "cli/options.hpp"
 #include "core/error.hpp"
 #ifdef RRFP_HAVE_MPI
-#include "comm/mpi_world.hpp"
+#include "dist/mpi_world.hpp"
 #endif
 
 namespace rrfp {

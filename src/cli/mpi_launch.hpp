@@ -5,7 +5,7 @@
 // process is left waiting for a dead peer and mpirun exits non-zero.
 #include <functional>
 
-#include "runtime/job.hpp"
+#include "dist/job.hpp"
 
 namespace rrfp {
 

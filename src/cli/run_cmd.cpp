@@ -9,9 +9,9 @@
 #include "cli/experiment_cmd.hpp"
 #include "cli/mpi_launch.hpp"
 #include "core/error.hpp"
+#include "dist/step_merge.hpp"
 #include "runtime/emulated.hpp"
 #include "runtime/runtime.hpp"
-#include "runtime/step_merge.hpp"
 
 namespace rrfp {
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "comm/mpi_check.hpp"
+#include "core/clock.hpp"
 #include "core/error.hpp"
-#include "runtime/clock.hpp"
 
 namespace rrfp {
 

@@ -16,12 +16,20 @@
 // (MPI_THREAD_MULTIPLE) and never wait for the receiver. See docs/mpi.md.
 #include <memory>
 
-#include "comm/mpi_world.hpp"
 #include "comm/transport.hpp"
 
 namespace rrfp {
 
 inline constexpr std::size_t kInlineBytes = 16 * 1024;
+
+// What the progress thread does when nothing arrives (see docs/mpi.md): it keeps polling for
+// `spin_us` after the last event, then naps, doubling the nap up to `max_sleep_us`; a send
+// wakes it, and it never naps while a transfer is in flight. The spin must outlast a typical
+// reply, or two idle peers answer each other one nap late.
+struct MpiPollOptions {
+  int spin_us = 200;
+  int max_sleep_us = 50;
+};
 
 class MpiTransport final : public Transport {
  public:

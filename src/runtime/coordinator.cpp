@@ -1,9 +1,9 @@
 // The three coordinators of coordinator.hpp.
 #include "runtime/coordinator.hpp"
 
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/tp_choice.hpp"
-#include "runtime/clock.hpp"
 
 namespace rrfp {
 

@@ -1,6 +1,6 @@
 #include "runtime/delay_line.hpp"
 
-#include "runtime/clock.hpp"
+#include "core/clock.hpp"
 
 namespace rrfp {
 

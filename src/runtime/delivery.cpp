@@ -1,8 +1,8 @@
 // The two deliveries of delivery.hpp.
 #include "runtime/delivery.hpp"
 
+#include "core/clock.hpp"
 #include "core/error.hpp"
-#include "runtime/clock.hpp"
 
 namespace rrfp {
 

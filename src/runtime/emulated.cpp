@@ -2,7 +2,7 @@
 
 #include <array>
 
-#include "runtime/clock.hpp"
+#include "core/clock.hpp"
 
 namespace rrfp {
 

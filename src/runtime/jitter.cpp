@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/clock.hpp"
+#include "core/clock.hpp"
 #include "sim/rng.hpp"
 
 namespace rrfp {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "comm/inproc.hpp"
-#include "runtime/clock.hpp"
+#include "core/clock.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/tp_group.hpp"
 

@@ -4,7 +4,7 @@
 // the stage's condition variable only when nothing is ready: no polling.
 #include <array>
 
-#include "runtime/clock.hpp"
+#include "core/clock.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/stage.hpp"
 

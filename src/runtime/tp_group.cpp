@@ -1,6 +1,6 @@
 #include "runtime/tp_group.hpp"
 
-#include "runtime/clock.hpp"
+#include "core/clock.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/program.hpp"
 

@@ -1,7 +1,7 @@
 #include "train/run.hpp"
 
-#include "runtime/job.hpp"
-#include "runtime/step_merge.hpp"
+#include "dist/job.hpp"
+#include "dist/step_merge.hpp"
 
 #include <unistd.h>
 
@@ -12,12 +12,12 @@
 #include <filesystem>
 #include <iostream>
 
+#include "core/clock.hpp"
 #include "core/error.hpp"
+#include "dist/job.hpp"
+#include "dist/step_merge.hpp"
 #include "report/report.hpp"
-#include "runtime/clock.hpp"
 #include "runtime/jitter.hpp"
-#include "runtime/job.hpp"
-#include "runtime/step_merge.hpp"
 #include "sim/metrics.hpp"
 #include "train/trainer.hpp"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/hint.hpp"
-#include "runtime/job.hpp"
+#include "dist/job.hpp"
 #include "runtime/runtime.hpp"
 #include "train/corpus.hpp"
 #include "train/image_text.hpp"

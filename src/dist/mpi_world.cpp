@@ -1,12 +1,12 @@
-#include "comm/mpi_world.hpp"
+#include "dist/mpi_world.hpp"
 
 #include <mpi.h>
 
 #include <cstdlib>
 
 #include "comm/mpi_check.hpp"
-#include "comm/mpi_group.hpp"
 #include "comm/mpi_transport.hpp"
+#include "dist/mpi_group.hpp"
 
 namespace rrfp {
 
@@ -142,27 +142,6 @@ std::vector<std::vector<std::byte>> MpiWorld::gather_to_root(std::span<const std
                         MPI_BYTE, 0, MPI_COMM_WORLD),
             "MPI_Gatherv");
   return split_by_rank(flat, counts);
-}
-
-double MpiWorld::raw_ping_pong(std::size_t bytes, int iters) {
-  std::vector<std::byte> buf(bytes);
-  const int n = static_cast<int>(bytes);
-  barrier();
-  const double t0 = MPI_Wtime();
-  for (int i = 0; i < iters && rank_ < 2; ++i) {
-    if (rank_ == 0) {
-      mpi_check(MPI_Send(buf.data(), n, MPI_BYTE, 1, 9, MPI_COMM_WORLD), "MPI_Send");
-      mpi_check(MPI_Recv(buf.data(), n, MPI_BYTE, 1, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-                "MPI_Recv");
-    } else {
-      mpi_check(MPI_Recv(buf.data(), n, MPI_BYTE, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-                "MPI_Recv");
-      mpi_check(MPI_Send(buf.data(), n, MPI_BYTE, 0, 9, MPI_COMM_WORLD), "MPI_Send");
-    }
-  }
-  const double per = (MPI_Wtime() - t0) / iters;
-  barrier();
-  return per;
 }
 
 void MpiWorld::barrier() {

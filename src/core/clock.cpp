@@ -1,4 +1,4 @@
-#include "runtime/clock.hpp"
+#include "core/clock.hpp"
 
 #include <sys/prctl.h>
 #include <time.h>

@@ -1,4 +1,4 @@
-#include "runtime/local_job.hpp"
+#include "dist/local_job.hpp"
 
 #include <chrono>
 #include <condition_variable>

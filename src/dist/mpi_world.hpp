@@ -3,27 +3,18 @@
 // job split into a PP x TP x DP layout. World rank w is replica w / (P*T) and, inside it,
 // pipeline endpoint w % (P*T), i.e. stage (w % (P*T)) / T, tensor-parallel rank w % T, the
 // same numbering the in-process runtime gives its endpoints. This header does not include
-// <mpi.h>: only comm/mpi_*.cpp do (the transport layer is the one place that may).
+// <mpi.h>: only the mpi_*.cpp files of comm/ (the transport) and dist/ (the job) do.
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "comm/transport.hpp"
+#include "comm/mpi_transport.hpp"
+#include "dist/job.hpp"
 #include "runtime/collective.hpp"
-#include "runtime/job.hpp"
 
 namespace rrfp {
-
-// What the progress thread does when nothing arrives (see docs/mpi.md): it keeps polling for
-// `spin_us` after the last event, then naps, doubling the nap up to `max_sleep_us`; a send
-// wakes it, and it never naps while a transfer is in flight. The spin must outlast a typical
-// reply, or two idle peers answer each other one nap late.
-struct MpiPollOptions {
-  int spin_us = 200;
-  int max_sleep_us = 50;
-};
 
 class MpiWorld final : public Job {
  public:
@@ -57,10 +48,6 @@ class MpiWorld final : public Job {
   // Rank 0 gets every rank's bytes, by world rank; the others get nothing.
   std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) override;
   void barrier();
-  // The baseline the transport is measured against: `iters` round trips of `bytes` between
-  // world ranks 0 and 1 with plain blocking MPI_Send/MPI_Recv; seconds per round trip (on
-  // ranks 0 and 1; the others wait at the closing barrier).
-  double raw_ping_pong(std::size_t bytes, int iters);
   // Ends the whole job: every process, this one included, exits with `code`.
   [[noreturn]] void abort(int code) override;
 

@@ -1,4 +1,4 @@
-#include "runtime/step_merge.hpp"
+#include "dist/step_merge.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -6,7 +6,7 @@
 // bit for bit, and the layouts can be tested under the sanitizers without MPI.
 #include <memory>
 
-#include "runtime/job.hpp"
+#include "dist/job.hpp"
 
 namespace rrfp {
 

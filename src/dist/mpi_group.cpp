@@ -1,4 +1,4 @@
-#include "comm/mpi_group.hpp"
+#include "dist/mpi_group.hpp"
 
 #include <mpi.h>
 
