@@ -37,7 +37,10 @@ check "is not a number" simulate --replay "$tmp/bad.csv" --hint 1f1b
 printf 'stage 0: F0:0 B0:0 F0:1 B0:1\nstage 1: F1:1 B1:1 F1:0 B1:0\n' >"$tmp/cycle.txt"
 check "can never finish" schedule check --pp 2 --microbatches 2 "$tmp/cycle.txt"
 check "--comm: unknown mode" run --comm smoke
-check "--timeout: must be at least 0" run --timeout -1
+# The rendezvous baseline runs on the runtime too.
+"$rrfp" run --comm blocking --pp 2 -m 4 --workload uniform --hint 1f1b --policy fixed >/dev/null || { echo "FAIL: run --comm blocking"; fails=$((fails + 1)); }
+check "--timeout: must be between 0 and 86400 seconds, got -1" run --timeout -1
+check "--timeout: must be between 0 and 86400 seconds, got inf" run --timeout inf
 check "--transport mpi: " run --transport mpi --pp 2 -m 2  # not under mpirun (or no Open MPI)
 check "--transport: unknown transport 'tcp'" run --transport tcp --pp 2 -m 2
 check "--pp: must be at least 1" run --pp 0
@@ -56,6 +59,11 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
   check "--tp: 3 does not divide --heads 4" train --tp 3 --out "$tmp/o"
   check "--dp: data-parallel replicas run as processes" train --dp 2 --out "$tmp/o"
   check "--transport: unknown transport 'tcp'" train --transport tcp --out "$tmp/o"
+  check "--lr: must be a positive finite number, got nan" train --lr nan --out "$tmp/o"
+  check "--clip: must be a finite number of at least 0, got -1" train --clip -1 --out "$tmp/o"
+  check "--eval-every and --eval-batches: must be at least 0 and 1" train --eval-batches 0 --out "$tmp/o"
+  check "--limit: must be at least 1, got -2" train --limit -2 --out "$tmp/o"
+  check "--policy: unknown policy 'both'" train --policy both --out "$tmp/o"
 fi
 head -c 3000 /dev/urandom >"$tmp/random.bin"
 check "$tmp/random.bin" schedule check "$tmp/random.bin"

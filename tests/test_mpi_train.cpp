@@ -18,8 +18,8 @@ TrainOptions base(int tp, const std::string& hint, Policy policy, bool split) {
   TrainOptions o = small_run(2, 4, 4, 11);
   o.pipe.split_backward = split;
   o.hint = hint;
-  o.arbiter.policy = policy;
-  o.tp = tp;
+  o.runtime.arbiter.policy = policy;
+  o.runtime.tp = tp;
   return o;
 }
 
@@ -88,7 +88,7 @@ TEST(MpiTrain, Tp2MatchesInProcessAndTp1) {
   const auto loss1 = train(tp1);
   for (TpProtocol p : {TpProtocol::Leader, TpProtocol::Agree}) {
     TrainOptions in = base(2, "bfw", Policy::Ready, true);
-    in.tp_protocol = p;
+    in.runtime.tp_protocol = p;
     Trainer tp2(in);
     train(tp2);
     TrainOptions o = in;
@@ -111,7 +111,7 @@ TEST(MpiTrain, FullLayoutMatchesTheInProcessJob) {
   auto make = [] {
     TrainOptions o = base(2, "bfw", Policy::Ready, true);
     o.dp = 2;
-    o.tp_protocol = TpProtocol::Agree;
+    o.runtime.tp_protocol = TpProtocol::Agree;
     return o;
   };
   TrainOptions o = make();

@@ -41,13 +41,13 @@ TrainOptions options(const Case& c, std::uint64_t delay_seed) {
   o.pipe.split_backward = c.split;
   o.pipe.placement = c.placement;
   o.hint = c.hint;
-  o.arbiter.policy = c.policy;
+  o.runtime.arbiter.policy = c.policy;
   o.steps = 3;
   o.opt.warmup = 1;
   o.opt.lr = 1e-2;
   o.opt.clip = 0.5;  // small enough to clip: the global norm must agree bitwise too
   o.window = {8, 48};
-  o.timeout_ms = 60'000;
+  o.runtime.timeout_ms = 60'000;
   if (delay_seed)
     o.wrap = [delay_seed](std::unique_ptr<StageProgram> p, int stage,
                           int) -> std::unique_ptr<StageProgram> {
@@ -263,9 +263,10 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
 
 TEST(TrainDefault, LossFallsOnTheHeldOutSplit) {
   // The default configuration of `rrfp train`, shortened: 60 steps, seeded.
-  TrainRunOptions o;
-  o.steps = 60;
-  o.warmup = 10;
+  TrainRun o;
+  o.train.pipe.split_backward = true;  // what `auto` makes of the default hint, bfw
+  o.train.steps = 60;
+  o.train.opt.warmup = 10;
   o.eval_every = 0;
   o.quiet = true;
   o.out = ::testing::TempDir() + "rrfp-train-default";

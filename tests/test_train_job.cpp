@@ -41,9 +41,9 @@ TEST(TrainJob, FullLayoutMatchesTheSingleReplicaRun) {
     ref_loss.push_back(ref.step().loss);
   const auto ranks = train_local_job(8, 3, [] {
     TrainOptions o = base(2, 4);
-    o.tp = 2;
+    o.runtime.tp = 2;
     o.dp = 2;
-    o.tp_protocol = TpProtocol::Agree;
+    o.runtime.tp_protocol = TpProtocol::Agree;
     return o;
   });
   for (const auto& r : ranks)

@@ -23,8 +23,8 @@ TrainOptions options(int tp, TpProtocol protocol, const std::string& hint, bool 
   TrainOptions o = small_run(2, 4, 2, 5);
   o.pipe.split_backward = split;
   o.hint = hint;
-  o.tp = tp;
-  o.tp_protocol = protocol;
+  o.runtime.tp = tp;
+  o.runtime.tp_protocol = protocol;
   return o;
 }
 
@@ -92,7 +92,7 @@ TEST(TrainTp, ShardsAreCutFromTheWholeInitialization) {
 TEST(TrainTp, WithoutCoordinationTheDivergenceIsReported) {
   TrainOptions o = options(2, TpProtocol::None, "bf", false);
   o.pipe.microbatches = 8;
-  o.arbiter.limit = 8;
+  o.runtime.arbiter.limit = 8;
   delay(o, 1, 5'000, 15'000, 1);
   Trainer tp(o);
   try {
@@ -104,7 +104,7 @@ TEST(TrainTp, WithoutCoordinationTheDivergenceIsReported) {
   }
   // The same skew under both protocols trains normally.
   for (TpProtocol p : {TpProtocol::Leader, TpProtocol::Agree}) {
-    o.tp_protocol = p;
+    o.runtime.tp_protocol = p;
     Trainer ok(o);
     EXPECT_NO_THROW(ok.step()) << to_string(p);
   }

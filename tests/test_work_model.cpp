@@ -43,10 +43,10 @@ TEST(WorkModel, RejectsBadShapesByFlag) {
     }
     return std::string("accepted");
   };
-  EXPECT_NE(msg(config(0, 4)).find("--pp: must be at least 1"), std::string::npos);
-  EXPECT_NE(msg(config(2, 0)).find("--microbatches"), std::string::npos);
+  EXPECT_NE(msg(config(0, 4)).find("`pp`: must be at least 1"), std::string::npos);
+  EXPECT_NE(msg(config(2, 0)).find("`microbatches`"), std::string::npos);
   EXPECT_NE(
-      msg(config(2, 4, 3, false, Placement::VShape)).find("--placement vshape: needs --vpp 2"),
+      msg(config(2, 4, 3, false, Placement::VShape)).find("`placement` vshape: needs `vpp` 2"),
       std::string::npos);
 }
 
@@ -57,7 +57,7 @@ TEST(Hints, NonInterleavedHintsRefuseVpp2) {
       make_hint(h, m);
       ADD_FAILURE() << h;
     } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("needs --vpp 1"), std::string::npos);
+      EXPECT_NE(std::string(e.what()).find("needs `vpp` 1"), std::string::npos);
     }
   }
   EXPECT_THROW(make_hint("warp-speed", m), InputError);

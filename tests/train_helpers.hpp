@@ -24,14 +24,14 @@ inline TrainOptions small_run(int pp, int microbatches, int layers, std::uint64_
   o.pipe.pp = pp;
   o.pipe.microbatches = microbatches;
   o.hint = "1f1b";
-  o.arbiter.policy = Policy::Ready;
+  o.runtime.arbiter.policy = Policy::Ready;
   o.steps = 3;
   o.opt.warmup = 1;
   o.opt.lr = 1e-3;
   o.opt.eps = 1e-6;
   o.opt.clip = 0.5;
   o.window = {8, 48};
-  o.timeout_ms = 30'000;
+  o.runtime.timeout_ms = 30'000;
   return o;
 }
 

@@ -9,7 +9,7 @@ bool resolve_split(const std::string& mode, const std::string& hint) {
   if (mode == "on") return true;
   if (mode == "off") return false;
   if (mode == "auto") return hint_wants_split(hint);
-  throw InputError("--split-backward: expected auto, on or off, got '" + mode + "'");
+  throw InputError("`split_backward`: expected auto, on or off, got '" + mode + "'");
 }
 
 std::string default_label(const RunSpec& r) {

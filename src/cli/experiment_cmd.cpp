@@ -20,14 +20,8 @@ std::string baseline_for(const PipelineConfig& c) {
 CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f) {
   add_shape_flags(sub, f.shape);
   add_workload_flags(sub, f.load);
-  sub->add_option("--hint", f.hint, "a hint name (see `rrfp schedule show --help`) or a hint file");
-  sub->add_option("--policy", f.policy, "fixed, ready or both (fixed above ready)")
-      ->capture_default_str();
-  auto* comm =
-      sub->add_option("--comm", f.comm, "async or blocking (rendezvous)")->capture_default_str();
-  sub->add_option("--limit", f.limit,
-                  "back-pressure limit on F done - B done (0: the hint's default)");
-  sub->add_option("--max-pending-w", f.max_pending_w, "cap on deferred W tasks (0: P)");
+  CLI::Option* comm =
+      add_dispatch_flags(sub, f.dispatch, "fixed, ready or both (fixed above ready)");
   sub->add_option("--json", f.json, "write the report as JSON to FILE ('-': stdout)");
   sub->add_option("--trace", f.trace, "write a Chrome trace (Perfetto) to FILE");
   sub->add_option("--svg", f.svg, "write an SVG timeline to FILE");
@@ -43,16 +37,16 @@ Scenario make_scenario(const ExperimentFlags& f) {
   sc.workload_name = f.load.workload_file.empty() ? f.load.workload : f.load.workload_file;
   sc.replay_path = f.load.replay;
   sc.seed = f.load.seed;
-  sc.tp = f.load.tp;
-  sc.tp_protocol = parse_tp_protocol(f.load.tp_protocol);
-  if (f.limit < 0) throw InputError("--limit: must be at least 1, got " + std::to_string(f.limit));
-  sc.limit = f.limit;
-  sc.max_pending_w = f.max_pending_w;
+  sc.tp = checked_tp(f.dispatch.tp);
+  sc.tp_protocol = parse_tp_protocol(f.dispatch.tp_protocol);
+  sc.limit = f.dispatch.limit;
+  sc.max_pending_w = f.dispatch.max_pending_w;
   sc.record = true;  // the per-reason blocked times (coordination, collectives) need the spans
   return sc;
 }
 
-std::vector<RunSpec> plan_runs(const ExperimentFlags& f, const PipelineConfig& cfg) {
+std::vector<RunSpec> plan_runs(const ExperimentFlags& flags, const PipelineConfig& cfg) {
+  const DispatchFlags& f = flags.dispatch;
   const CommMode comm = parse_comm(f.comm);
   if (f.hint.empty()) {
     // The default comparison: the Megatron-like baseline first, speedups relative to it.

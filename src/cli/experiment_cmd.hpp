@@ -12,11 +12,9 @@ namespace rrfp {
 struct ExperimentFlags {
   ShapeFlags shape;
   WorkloadFlags load;
-  std::string hint, policy = "both", comm = "async";
-  int limit = 0, max_pending_w = 0;
+  DispatchFlags dispatch{"", "both"};  // no hint: the default comparison
   std::string json, trace, svg;
   bool per_stage = false;
-  bool comm_given = false;  // set after parsing: --comm was on the command line
 };
 
 // Binds the shared flags; returns --comm so the caller can tell whether it was given.

@@ -27,10 +27,10 @@ int main(int argc, char** argv) {
     std::cerr << "rrfp: error: " << e.what() << "\n";
     return 2;
   } catch (const rrfp::InputError& e) {
-    std::cerr << "rrfp: error: " << e.what() << "\n";
+    std::cerr << "rrfp: error: " << rrfp::as_flags(e.what()) << "\n";
     return 2;
   } catch (const rrfp::Error& e) {
-    std::cerr << "rrfp: run failed: " << e.what() << "\n";
+    std::cerr << "rrfp: run failed: " << rrfp::as_flags(e.what()) << "\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "rrfp: internal error: " << e.what() << "\n";

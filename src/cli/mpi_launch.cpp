@@ -21,7 +21,8 @@ void run_as_mpi_process(const std::function<void(Job&)>& body) {
     if (world.rank() == 0) throw;
     throw QuietExit{2};
   } catch (const std::exception& e) {
-    std::cerr << "rrfp: run failed on mpi rank " << world.rank() << ": " << e.what() << std::endl;
+    std::cerr << "rrfp: run failed on mpi rank " << world.rank() << ": " << as_flags(e.what())
+              << std::endl;
     world.abort(1);
   }
 #else

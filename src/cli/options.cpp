@@ -1,8 +1,39 @@
 #include "cli/options.hpp"
 
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
 #include "core/error.hpp"
 
 namespace rrfp {
+
+std::string as_flags(const std::string& message) {
+  std::string out;
+  out.reserve(message.size() + 16);
+  for (size_t i = 0; i < message.size(); ++i) {
+    const size_t close = message[i] == '`' ? message.find('`', i + 1) : std::string::npos;
+    if (close == std::string::npos) {
+      out += message[i];
+      continue;
+    }
+    std::string name = message.substr(i + 1, close - i - 1);
+    // Only an option's name: a backtick in quoted user input stays as it is.
+    const bool option = !name.empty() && std::islower(static_cast<unsigned char>(name[0])) &&
+                        std::all_of(name.begin(), name.end(), [](char c) {
+                          return std::islower(static_cast<unsigned char>(c)) ||
+                                 std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+                        });
+    if (!option) {
+      out += message[i];
+      continue;
+    }
+    std::replace(name.begin(), name.end(), '_', '-');
+    out += "--" + name;
+    i = close;
+  }
+  return out;
+}
 
 void add_shape_flags(CLI::App* app, ShapeFlags& f) {
   app->add_option("--pp", f.pp, "pipeline stages P")->capture_default_str();
@@ -17,6 +48,22 @@ void add_shape_flags(CLI::App* app, ShapeFlags& f) {
       ->capture_default_str();
 }
 
+CLI::Option* add_dispatch_flags(CLI::App* app, DispatchFlags& f, const std::string& policies) {
+  app->add_option("--hint", f.hint, "a hint name (see `rrfp schedule show --help`) or a hint file")
+      ->capture_default_str();
+  app->add_option("--policy", f.policy, policies)->capture_default_str();
+  app->add_option("--limit", f.limit,
+                  "back-pressure limit on F done - B done (0: the hint's default)");
+  app->add_option("--max-pending-w", f.max_pending_w, "cap on deferred W tasks (0: P)");
+  auto* comm =
+      app->add_option("--comm", f.comm, "async or blocking (rendezvous)")->capture_default_str();
+  app->add_option("--tp", f.tp, "tensor-parallel ranks per stage T")->capture_default_str();
+  app->add_option("--tp-protocol", f.tp_protocol,
+                  "TP coordination: leader, agree, or none (no coordination: to see it fail)")
+      ->capture_default_str();
+  return comm;
+}
+
 void add_workload_flags(CLI::App* app, WorkloadFlags& f) {
   app->add_option("--workload", f.workload,
                   "preset: uniform, language, multimodal, jitter:J0..J3, straggler, paper-comm")
@@ -26,25 +73,46 @@ void add_workload_flags(CLI::App* app, WorkloadFlags& f) {
       "--replay", f.replay,
       "CSV of measured durations: stage,chunk,microbatch,kind,duration_us[,tp_rank][,send_us]");
   app->add_option("--seed", f.seed, "seed of every random duration")->capture_default_str();
-  app->add_option("--tp", f.tp, "tensor-parallel ranks per stage T")->capture_default_str();
-  app->add_option("--tp-protocol", f.tp_protocol, "TP coordination: leader or agree")
+}
+
+void add_timeout_flag(CLI::App* app, double& seconds) {
+  app->add_option("--timeout", seconds,
+                  "watchdog: seconds without progress before the step fails (0: never)")
       ->capture_default_str();
 }
 
-PipelineConfig to_config(const ShapeFlags& f) {
+PipelineConfig to_config(const ShapeFlags& f, const std::string& hint) {
   PipelineConfig c;
   c.pp = f.pp;
   c.vpp = f.vpp;
   c.microbatches = f.microbatches;
   c.placement = parse_placement(f.placement);
   validate(c);
-  resolve_split(f.split, "");  // rejects a bad value early
+  c.split_backward = resolve_split(f.split, hint);
   return c;
 }
 
+std::int64_t timeout_ms(double seconds) {
+  // A day is far past any step; far beyond it the conversion to ns would overflow.
+  if (!(seconds >= 0 && seconds <= 86'400))
+    throw InputError("--timeout: must be between 0 and 86400 seconds, got " + fmt("%g", seconds));
+  return std::llround(seconds * 1000);
+}
+
+RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s) {
+  RuntimeOptions o;
+  o.arbiter.policy = parse_policy(f.policy);
+  o.arbiter.limit = f.limit;
+  o.arbiter.max_pending_w = f.max_pending_w;
+  o.comm = parse_comm(f.comm);
+  o.tp = f.tp;
+  o.tp_protocol = parse_tp_protocol(f.tp_protocol);
+  o.timeout_ms = timeout_ms(timeout_s);
+  validate(o);
+  return o;
+}
+
 WorkloadParams load_workload(const WorkloadFlags& f) {
-  if (f.tp < 1) throw InputError("--tp: must be at least 1, got " + std::to_string(f.tp));
-  parse_tp_protocol(f.tp_protocol);
   if (!f.workload_file.empty()) return read_workload_file(f.workload_file, f.workload);
   return workload_preset(f.workload);
 }

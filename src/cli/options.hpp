@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/experiment.hpp"
+#include "runtime/runtime.hpp"
 
 namespace rrfp {
 
@@ -13,23 +14,47 @@ struct QuietExit {
   int code;
 };
 
+// A library message with its options named as flags: `max_pending_w` -> --max-pending-w
+// (core/error.hpp).
+std::string as_flags(const std::string& message);
+
+// The pipeline's shape: --pp --vpp --placement --microbatches --split-backward. The struct's
+// values are the flags' defaults (each command sets its own before binding).
 struct ShapeFlags {
   int pp = 8, vpp = 1, microbatches = 32;
   std::string placement = "loop";
   std::string split = "auto";
 };
 
+// How stages pick and move work: --hint --policy --limit --max-pending-w --comm --tp
+// --tp-protocol, shared by simulate, run and train.
+struct DispatchFlags {
+  std::string hint, policy = "ready", comm = "async", tp_protocol = "leader";
+  int limit = 0, max_pending_w = 0, tp = 1;
+  bool comm_given = false;  // set after parsing: --comm was on the command line
+};
+
+// What durations a simulated or emulated step sees: --workload --workload-file --replay --seed.
 struct WorkloadFlags {
   std::string workload = "multimodal";
   std::string workload_file, replay;
   std::uint64_t seed = 1;
-  int tp = 1;
-  std::string tp_protocol = "leader";
 };
 
 void add_shape_flags(CLI::App* app, ShapeFlags& f);
+// `policies`: the help of --policy (train takes fixed or ready; simulate and run also both).
+// Returns --comm, so the caller can tell whether it was given.
+CLI::Option* add_dispatch_flags(CLI::App* app, DispatchFlags& f, const std::string& policies);
 void add_workload_flags(CLI::App* app, WorkloadFlags& f);
-PipelineConfig to_config(const ShapeFlags& f);  // validated; split decided per run
+// --timeout SECONDS, the watchdog of run and train.
+void add_timeout_flag(CLI::App* app, double& seconds);
+
+// The shape, validated, with the split backward resolved for `hint` (auto: on for zb-* and bfw).
+PipelineConfig to_config(const ShapeFlags& f, const std::string& hint = "");
+// --timeout in ms; throws InputError unless 0 <= seconds <= a day.
+std::int64_t timeout_ms(double seconds);
+// The runtime's options from the dispatch flags (a single policy) and --timeout.
+RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s);
 WorkloadParams load_workload(const WorkloadFlags& f);
 
 void setup_simulate(CLI::App& app);

@@ -54,12 +54,7 @@ std::string fidelity_table(const std::vector<ReportRun>& measured,
 // `world`: the MPI job under --transport mpi (each process hosts one endpoint and rank 0
 // merges every process's record and writes the reports), else null.
 void run_emulated(const RunFlags& f, Job* world) {
-  if (!(f.timeout_s >= 0))
-    throw InputError("--timeout: must be at least 0 seconds, got " + fmt("%g", f.timeout_s));
-  if (f.exp.comm_given && f.exp.comm == "blocking")
-    throw InputError(
-        "--comm blocking: the runtime moves messages asynchronously only; the "
-        "rendezvous baseline exists in `rrfp simulate`");
+  const std::int64_t timeout = timeout_ms(f.timeout_s);
   const Scenario sc = make_scenario(f.exp);
   const std::vector<RunSpec> specs = plan_runs(f.exp, sc.cfg);
   for (const RunSpec& spec : specs)
@@ -73,7 +68,7 @@ void run_emulated(const RunFlags& f, Job* world) {
     ro.tp_protocol = o.tp_protocol;
     ro.comm = o.comm;
     ro.tp = w.tp;
-    ro.timeout_ms = std::llround(f.timeout_s * 1000);
+    ro.timeout_ms = timeout;
     ro.latency = emulated_latency(m, w);
     StepResult r;
     if (!world) {
@@ -122,9 +117,7 @@ void setup_run(CLI::App& app) {
       "run one step on the threaded runtime with emulated compute (each task sleeps for its "
       "modelled duration); same flags and reports as simulate, from real timestamps");
   CLI::Option* comm = add_experiment_flags(sub, f->exp);
-  sub->add_option("--timeout", f->timeout_s,
-                  "watchdog: seconds without progress before the step fails (0: never)")
-      ->capture_default_str();
+  add_timeout_flag(sub, f->timeout_s);
   sub->add_flag("--spin", f->spin, "busy-wait instead of sleeping (needs a core per rank)");
   sub->add_flag("--compare", f->compare, "also simulate each run and print the differences");
   sub->add_option("--transport", f->transport,
@@ -132,7 +125,7 @@ void setup_run(CLI::App& app) {
                   "under mpirun -np P*T)")
       ->capture_default_str();
   sub->callback([f, comm] {
-    f->exp.comm_given = comm->count() > 0;
+    f->exp.dispatch.comm_given = comm->count() > 0;
     if (f->transport == "mpi")
       run_as_mpi_process([&](Job& job) { run_emulated(*f, &job); });
     else if (f->transport == "inproc")

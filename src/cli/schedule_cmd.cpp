@@ -61,8 +61,7 @@ std::string render(const WorkModel& m, const Hint& hint) {
 }
 
 WorkModel model_for(const ScheduleFlags& f, const std::string& hint) {
-  PipelineConfig c = to_config(f.shape);
-  c.split_backward = resolve_split(f.shape.split, hint);
+  PipelineConfig c = to_config(f.shape, hint);
   return WorkModel(c);
 }
 

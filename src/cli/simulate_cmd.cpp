@@ -11,7 +11,7 @@ void setup_simulate(CLI::App& app) {
       "simulate one training step; with no --hint, compare fixed 1F1B against rrfp BF and BFW");
   CLI::Option* comm = add_experiment_flags(sub, *f);
   sub->callback([f, comm] {
-    f->comm_given = comm->count() > 0;
+    f->dispatch.comm_given = comm->count() > 0;
     const Scenario sc = make_scenario(*f);
     std::vector<ReportRun> runs;
     for (const RunSpec& spec : plan_runs(*f, sc.cfg))

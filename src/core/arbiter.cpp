@@ -11,18 +11,18 @@ std::string to_string(Policy p) {
 Policy parse_policy(const std::string& s) {
   if (s == "fixed") return Policy::Fixed;
   if (s == "ready" || s == "rrfp") return Policy::Ready;
-  throw InputError("--policy: unknown policy '" + s + "' (expected fixed, ready or both)");
+  throw InputError("`policy`: unknown policy '" + s + "' (expected fixed or ready)");
 }
 
 ArbiterOptions resolve_options(ArbiterOptions opt, const Hint& hint, const WorkModel& m) {
   if (opt.policy == Policy::Fixed && !hint.is_list())
-    throw InputError("--policy fixed: needs a list hint (gpipe, 1f1b, ...); '" + hint.name +
+    throw InputError("`policy` fixed: needs a list hint (gpipe, 1f1b, ...); '" + hint.name +
                      "' is a rule over the ready set");
   if (opt.limit < 0)
-    throw InputError("--limit: must be at least 1, got " + std::to_string(opt.limit));
+    throw InputError("`limit`: must be at least 1, got " + std::to_string(opt.limit));
   if (opt.limit == 0) opt.limit = default_limit(hint, m);
   if (opt.max_pending_w < 0)
-    throw InputError("--max-pending-w: must be at least 1, got " +
+    throw InputError("`max_pending_w`: must be at least 1, got " +
                      std::to_string(opt.max_pending_w));
   if (opt.max_pending_w == 0) opt.max_pending_w = m.pp();
   return opt;
@@ -40,7 +40,7 @@ StageArbiter::StageArbiter(const WorkModel& m, int stage, const Hint& hint,
       total_(m.tasks_per_stage()) {
   if (opt_.limit < 1 || opt_.max_pending_w < 1)
     throw InputError("arbiter options not resolved: limit and max_pending_w must be >= 1");
-  if (opt_.policy == Policy::Fixed && !list_) throw InputError("--policy fixed: needs a list hint");
+  if (opt_.policy == Policy::Fixed && !list_) throw InputError("`policy` fixed: needs a list hint");
   state_.assign(kNumKinds * v_ * mbs_, kWaiting);
   progress_.assign(mbs_, 0);
   if (list_) {

@@ -1,6 +1,10 @@
 #pragma once
-// Typed errors. Every message is one line that names the flag, file, line, stage or task at
-// fault, so the CLI can print it verbatim and exit 2 (bad input) or 1 (run failure).
+// Typed errors. Every message is one line that names the option, file, line, stage or task at
+// fault, so a front end can print it and exit 2 (bad input) or 1 (run failure).
+//
+// An option is named in backticks by its one name, the field's ("`limit`: must be at least 1,
+// got -1"); each front end shows it its own way: the CLI as its flag (--limit, with dashes for
+// underscores: cli/options.hpp), Python as the keyword argument. The library never names a flag.
 #include <stdexcept>
 #include <string>
 

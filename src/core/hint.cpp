@@ -56,7 +56,7 @@ Hint make_hint(const std::string& name, const WorkModel& m) {
   h.name = name;
   if (auto it = rule_table().find(name); it != rule_table().end()) {
     if (it->second == Rule::BFW && !m.split())
-      throw InputError("--hint bfw: needs --split-backward on");
+      throw InputError("`hint` bfw: needs `split_backward` on");
     h.body = it->second;
     return h;
   }
@@ -78,7 +78,7 @@ Hint make_hint(const std::string& name, const WorkModel& m) {
     h.name = "file:" + name;
     h.body = read_hint_file(name, m);
   } else {
-    throw InputError("--hint: unknown hint '" + name + "' (expected one of " + known_names() +
+    throw InputError("`hint`: unknown hint '" + name + "' (expected one of " + known_names() +
                      ", or a .txt/.json hint file)");
   }
   return h;

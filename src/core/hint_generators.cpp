@@ -13,13 +13,13 @@ namespace {
 
 void need_v1(const WorkModel& m, const char* name) {
   if (m.vpp() != 1)
-    throw InputError(std::string("--hint ") + name +
-                     ": not an interleaved hint, needs --vpp 1 (got " + std::to_string(m.vpp()) +
+    throw InputError(std::string("`hint` ") + name +
+                     ": not an interleaved hint, needs `vpp` 1 (got " + std::to_string(m.vpp()) +
                      "); use interleaved-1f1b, bfs, zb-v or a rule hint");
 }
 
 void need_split(const WorkModel& m, const char* name) {
-  if (!m.split()) throw InputError(std::string("--hint ") + name + ": needs --split-backward on");
+  if (!m.split()) throw InputError(std::string("`hint` ") + name + ": needs `split_backward` on");
 }
 
 // Appends B (and, when split, its W right away: the unsplit order of a split model).
@@ -66,12 +66,12 @@ ListHint gen_1f1b(const WorkModel& m) {
 
 ListHint gen_interleaved_1f1b(const WorkModel& m) {
   if (m.vpp() < 2)
-    throw InputError("--hint interleaved-1f1b: needs --vpp 2 or more (got 1); use 1f1b");
+    throw InputError("`hint` interleaved-1f1b: needs `vpp` 2 or more (got 1); use 1f1b");
   if (m.config().placement != Placement::Loop)
-    throw InputError("--hint interleaved-1f1b: needs --placement loop");
+    throw InputError("`hint` interleaved-1f1b: needs `placement` loop");
   const int p = m.pp(), v = m.vpp(), mbs = m.microbatches();
   if (mbs % p != 0)
-    throw InputError("--microbatches: interleaved-1f1b needs a multiple of --pp (" +
+    throw InputError("`microbatches`: interleaved-1f1b needs a multiple of `pp` (" +
                      std::to_string(p) + "), got " + std::to_string(mbs));
   const int total = mbs * v;
   auto mb_of = [&](int k) { return (k / (p * v)) * p + k % p; };
@@ -96,7 +96,7 @@ ListHint gen_interleaved_1f1b(const WorkModel& m) {
 }
 
 ListHint gen_looped_bfs(const WorkModel& m) {
-  if (m.vpp() < 2) throw InputError("--hint bfs: needs --vpp 2 or more (got 1); use gpipe");
+  if (m.vpp() < 2) throw InputError("`hint` bfs: needs `vpp` 2 or more (got 1); use gpipe");
   ListHint h;
   h.stages.resize(m.pp());
   for (int s = 0; s < m.pp(); ++s) {
@@ -134,7 +134,7 @@ ListHint gen_zb_h2(const WorkModel& m) {
 
 ListHint gen_zb_v(const WorkModel& m) {
   if (m.vpp() != 2 || m.config().placement != Placement::VShape)
-    throw InputError("--hint zb-v: needs --vpp 2 --placement vshape");
+    throw InputError("`hint` zb-v: needs `vpp` 2 `placement` vshape");
   need_split(m, "zb-v");
   // 1F1B's peak activation memory on every stage: P microbatches in flight, each holding two
   // half-size chunks.

@@ -203,7 +203,7 @@ ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string
 }
 
 ListHint read_hint_file(const std::string& path, const WorkModel& m) {
-  return parse_hint(read_text_file(path, "--hint: cannot read hint file"), m, path);
+  return parse_hint(read_text_file(path, "`hint`: cannot read hint file"), m, path);
 }
 
 }  // namespace rrfp

@@ -17,7 +17,7 @@ void validate_hint(const ListHint& h, const WorkModel& m, const std::string& ori
       const TaskId& t = h.stages[s][i];
       if (!m.valid(t))
         throw HintError(where + ": task " + to_string(t) + " does not exist in this run" +
-                        (t.kind == Kind::W ? " (W needs --split-backward)" : ""));
+                        (t.kind == Kind::W ? " (W needs `split_backward`)" : ""));
       if (m.stage_of(t) != s)
         throw HintError(where + ": task " + to_string(t) + " belongs to stage " +
                         std::to_string(m.stage_of(t)));

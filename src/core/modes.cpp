@@ -11,7 +11,7 @@ std::string to_string(CommMode c) {
 CommMode parse_comm(const std::string& s) {
   if (s == "async") return CommMode::Async;
   if (s == "blocking") return CommMode::Blocking;
-  throw InputError("--comm: unknown mode '" + s + "' (expected async or blocking)");
+  throw InputError("`comm`: unknown mode '" + s + "' (expected async or blocking)");
 }
 
 std::string to_string(TpProtocol p) {
@@ -22,7 +22,12 @@ TpProtocol parse_tp_protocol(const std::string& s) {
   if (s == "leader") return TpProtocol::Leader;
   if (s == "agree") return TpProtocol::Agree;
   if (s == "none") return TpProtocol::None;
-  throw InputError("--tp-protocol: unknown protocol '" + s + "' (expected leader or agree)");
+  throw InputError("`tp_protocol`: unknown protocol '" + s + "' (expected leader or agree)");
+}
+
+int checked_tp(int tp) {
+  if (tp < 1) throw InputError("`tp`: must be at least 1, got " + std::to_string(tp));
+  return tp;
 }
 
 }  // namespace rrfp

@@ -16,4 +16,8 @@ enum class TpProtocol { Leader, Agree, None };
 std::string to_string(TpProtocol p);
 TpProtocol parse_tp_protocol(const std::string& s);  // throws InputError naming the value
 
+// The size of a tensor-parallel group, whoever takes it (workloads, the runtime, job layouts):
+// returns `tp`, or throws InputError naming `tp` unless it is at least 1.
+int checked_tp(int tp);
+
 }  // namespace rrfp

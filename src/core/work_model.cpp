@@ -11,19 +11,19 @@ std::string to_string(Placement p) {
 Placement parse_placement(const std::string& s) {
   if (s == "loop") return Placement::Loop;
   if (s == "vshape") return Placement::VShape;
-  throw InputError("--placement: unknown placement '" + s + "' (expected loop or vshape)");
+  throw InputError("`placement`: unknown placement '" + s + "' (expected loop or vshape)");
 }
 
 void validate(const PipelineConfig& cfg) {
-  if (cfg.pp < 1) throw InputError("--pp: must be at least 1, got " + std::to_string(cfg.pp));
-  if (cfg.vpp < 1) throw InputError("--vpp: must be at least 1, got " + std::to_string(cfg.vpp));
+  if (cfg.pp < 1) throw InputError("`pp`: must be at least 1, got " + std::to_string(cfg.pp));
+  if (cfg.vpp < 1) throw InputError("`vpp`: must be at least 1, got " + std::to_string(cfg.vpp));
   if (cfg.microbatches < 1)
-    throw InputError("--microbatches: must be at least 1, got " + std::to_string(cfg.microbatches));
+    throw InputError("`microbatches`: must be at least 1, got " + std::to_string(cfg.microbatches));
   // Flat indices are int: keep the task graph well inside that range.
   if (static_cast<long long>(cfg.pp) * cfg.vpp * cfg.microbatches > 50'000'000LL)
-    throw InputError("--pp x --vpp x --microbatches: more than 50 million chunk-microbatches");
+    throw InputError("`pp` x `vpp` x `microbatches`: more than 50 million chunk-microbatches");
   if (cfg.placement == Placement::VShape && cfg.vpp != 2)
-    throw InputError("--placement vshape: needs --vpp 2, got --vpp " + std::to_string(cfg.vpp));
+    throw InputError("`placement` vshape: needs `vpp` 2, got `vpp` " + std::to_string(cfg.vpp));
 }
 
 WorkModel::WorkModel(const PipelineConfig& cfg) : cfg_(cfg), chunks_(cfg.pp * cfg.vpp) {

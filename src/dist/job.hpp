@@ -5,6 +5,7 @@
 // gradient norm, the step's loss, the data-parallel gradient sum). comm/mpi_world implements it.
 #include <cstddef>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "runtime/runtime.hpp"
@@ -15,6 +16,10 @@ struct JobLayout {
   int pp = 1, tp = 1, dp = 1;
   int world() const { return pp * tp * dp; }
 };
+
+// Throws InputError naming the option unless every dimension is at least 1 and the layout
+// fills exactly `ranks` ranks (`where` names the job: "mpirun -np 8").
+void validate(const JobLayout& l, int ranks, const std::string& where);
 
 class Job {
  public:

@@ -77,11 +77,7 @@ class LocalJob final : public Job {
   int rank() const override { return rank_; }
   int size() const override { return s_->world; }
   void set_layout(const JobLayout& l) override {
-    if (l.pp < 1 || l.tp < 1 || l.dp < 1)
-      throw InputError("--pp/--tp/--dp: each must be at least 1");
-    if (l.world() != s_->world)
-      throw InputError("local job of " + std::to_string(s_->world) + " ranks: the layout needs " +
-                       std::to_string(l.world()));
+    validate(l, s_->world, "a local job of " + std::to_string(s_->world) + " ranks");
     std::lock_guard lk(s_->mu);
     layout_ = l;
     if (s_->laid_out) return;  // the first rank builds what the ranks share

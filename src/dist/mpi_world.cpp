@@ -44,11 +44,7 @@ MpiWorld::~MpiWorld() {
 }
 
 void MpiWorld::set_layout(const JobLayout& l) {
-  if (l.pp < 1 || l.tp < 1 || l.dp < 1) throw InputError("--pp/--tp/--dp: each must be at least 1");
-  if (l.world() != size_)
-    throw InputError("mpirun -np " + std::to_string(size_) + ": the layout --pp " +
-                     std::to_string(l.pp) + " x --tp " + std::to_string(l.tp) + " x --dp " +
-                     std::to_string(l.dp) + " needs " + std::to_string(l.world()) + " processes");
+  validate(l, size_, "mpirun -np " + std::to_string(size_));
   layout_ = l;
   for (MPI_Comm* c : {&comms_->pipe, &comms_->tp, &comms_->dp})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);

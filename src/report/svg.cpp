@@ -127,7 +127,7 @@ std::string svg_timeline(const ReportHeader& h, const std::vector<ReportRun>& ru
 }
 
 void write_svg(const std::string& path, const ReportHeader& h, const std::vector<ReportRun>& runs) {
-  write_text_file(path, svg_timeline(h, runs), "--svg");
+  write_text_file(path, svg_timeline(h, runs), "`svg`");
 }
 
 }  // namespace rrfp

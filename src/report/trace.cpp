@@ -61,7 +61,7 @@ void write_chrome_trace(const std::string& path, const std::vector<ReportRun>& r
                         {"cname", "terrible"}});
   }
   nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  write_text_file(path, doc.dump() + "\n", "--trace");
+  write_text_file(path, doc.dump() + "\n", "`trace`");
 }
 
 }  // namespace rrfp

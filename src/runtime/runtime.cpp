@@ -21,6 +21,13 @@ Hosting all_local(int world, std::vector<std::unique_ptr<Transport>> endpoints) 
 
 }  // namespace
 
+void validate(const RuntimeOptions& o) {
+  checked_tp(o.tp);
+  if (o.timeout_ms < 0)
+    throw InputError("`timeout`: must not be negative, got " + std::to_string(o.timeout_ms) +
+                     " ms");
+}
+
 Hosting in_process_hosting(int world) {
   return all_local(world, {});
 }
@@ -37,9 +44,7 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
       endpoints_(std::move(hosting.transports)),
       local_(std::move(hosting.local)),
       before_step_(std::move(hosting.before_step)) {
-  if (opt_.tp < 1) throw InputError("--tp: must be at least 1, got " + std::to_string(opt_.tp));
-  if (opt_.timeout_ms < 0)
-    throw InputError("--timeout: must not be negative, got " + std::to_string(opt_.timeout_ms));
+  validate(opt_);
   opt_.arbiter = resolve_options(opt_.arbiter, hint, m);
   const int p = m.pp(), t = opt_.tp;
   if (endpoints_.size() != local_.size())
@@ -152,7 +157,7 @@ void Runtime::watch(int workers) {
     }
     if (timeout == 0 || now - last_change < timeout) continue;
     std::string report = "no progress for " + std::to_string((now - last_change) / 1'000'000) +
-                         " ms (--timeout " + std::to_string(opt_.timeout_ms) + " ms):";
+                         " ms (`timeout` " + std::to_string(opt_.timeout_ms) + " ms):";
     for (auto& s : stages_)
       if (s) report += " [" + s->describe(now) + "]";
     failure_.fail(std::make_exception_ptr(StallError(report)));

@@ -25,6 +25,10 @@ struct RuntimeOptions {
   LatencyFn latency;  // emulated message latency; empty: messages leave at once
 };
 
+// Throws InputError naming the option (`tp`, `timeout`); the arbiter's options are checked
+// against the hint when a Runtime is made (resolve_options).
+void validate(const RuntimeOptions& o);
+
 // Where the endpoints of a runtime live when they are not all threads of this process: the
 // endpoint ids (stage * T + tp rank) hosted here, their transports, and the tensor-parallel
 // collective of a group spread over processes. A process of an mpirun job hosts one endpoint.

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "core/modes.hpp"
 #include "sim/rng.hpp"
 
 namespace rrfp {
@@ -92,7 +93,7 @@ WorkloadParams workload_preset(const std::string& name) {
     w.compute_sigma = 0;
     const std::string lvl = name == "jitter" ? "J2" : name.substr(7);
     if (lvl.size() != 2 || (lvl[0] != 'J' && lvl[0] != 'j') || lvl[1] < '0' || lvl[1] > '3')
-      throw InputError("--workload: unknown jitter level '" + lvl +
+      throw InputError("`workload`: unknown jitter level '" + lvl +
                        "' (expected J0, J1, J2 or J3)");
     w.jitter = jitter_level(lvl[1] - '0');
     return w;
@@ -116,7 +117,7 @@ WorkloadParams workload_preset(const std::string& name) {
     w.comm_sigma = 2.48;
     return w;
   }
-  throw InputError("--workload: unknown preset '" + name + "' (expected one of " + known_presets() +
+  throw InputError("`workload`: unknown preset '" + name + "' (expected one of " + known_presets() +
                    ")");
 }
 
@@ -197,9 +198,8 @@ void apply_jitter(RealizedWork& w, const JitterLevel& j, std::uint64_t seed) {
 
 RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed) {
   validate(w);
-  if (tp < 1) throw InputError("--tp: must be at least 1, got " + std::to_string(tp));
   RealizedWork r;
-  r.tp = tp;
+  r.tp = checked_tp(tp);
   r.num_tasks = m.num_tasks();
   r.compute_ns.assign(static_cast<size_t>(tp) * r.num_tasks, 0);
   r.message_ns.assign(static_cast<size_t>(tp) * r.num_tasks, 0);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/modes.hpp"
 #include "core/text_file.hpp"
 #include "sim/replay.hpp"
 #include "sim/workload.hpp"
@@ -110,14 +111,13 @@ WorkloadParams apply_workload_json(WorkloadParams w, const std::string& text,
 
 WorkloadParams read_workload_file(const std::string& path, const std::string& preset) {
   return apply_workload_json(workload_preset(preset),
-                             read_text_file(path, "--workload-file: cannot read"), path);
+                             read_text_file(path, "`workload_file`: cannot read"), path);
 }
 
 RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int tp,
                               const std::string& origin) {
-  if (tp < 1) throw InputError("--tp: must be at least 1");
   RealizedWork r;
-  r.tp = tp;
+  r.tp = checked_tp(tp);
   r.num_tasks = m.num_tasks();
   r.compute_ns.assign(static_cast<size_t>(tp) * r.num_tasks, -1);
   r.message_ns.assign(static_cast<size_t>(tp) * r.num_tasks, 0);
@@ -199,7 +199,7 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
     if (col.count("tp_rank")) {
       lo = static_cast<int>(num("tp_rank", true));
       if (lo >= tp)
-        throw InputError(where + ": tp_rank " + std::to_string(lo) + " >= --tp " +
+        throw InputError(where + ": tp_rank " + std::to_string(lo) + " >= `tp` " +
                          std::to_string(tp));
       hi = lo + 1;
     }
@@ -219,7 +219,7 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
 }
 
 RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int tp) {
-  return parse_replay_csv(read_text_file(path, "--replay: cannot read"), m, tp, path);
+  return parse_replay_csv(read_text_file(path, "`replay`: cannot read"), m, tp, path);
 }
 
 }  // namespace rrfp

@@ -97,8 +97,8 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
 }
 
 void load_checkpoint(const std::string& path, CheckpointState& expect) {
-  const std::string bytes = read_text_file(path, "--resume");
-  auto bad = [&](const std::string& why) { return InputError("--resume: '" + path + "' " + why); };
+  const std::string bytes = read_text_file(path, "`resume`");
+  auto bad = [&](const std::string& why) { return InputError("`resume`: '" + path + "' " + why); };
   const std::size_t fixed = sizeof kMagic + sizeof(std::uint32_t) + sizeof(std::uint64_t);
   if (bytes.size() < fixed + sizeof(std::uint64_t) || std::memcmp(bytes.data(), kMagic, 8) != 0)
     throw bad("is not an rrfp checkpoint");

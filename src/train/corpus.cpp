@@ -16,11 +16,11 @@ namespace fs = std::filesystem;
 
 Corpus::Corpus(const std::string& dir, int max_len) {
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw InputError("--data: '" + dir + "' is not a directory");
+  if (!fs::is_directory(dir, ec)) throw InputError("`data`: '" + dir + "' is not a directory");
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.is_regular_file()) files.push_back(e.path());
-  if (ec) throw InputError("--data: cannot list '" + dir + "': " + ec.message());
+  if (ec) throw InputError("`data`: cannot list '" + dir + "': " + ec.message());
   std::sort(files.begin(), files.end());
   for (const auto& f : files) {
     std::ifstream in(f, std::ios::binary);
@@ -36,7 +36,7 @@ Corpus::Corpus(const std::string& dir, int max_len) {
     docs_.push_back(std::move(d));
   }
   if (docs_.empty())
-    throw InputError("--data: '" + dir + "' holds no document of at least " +
+    throw InputError("`data`: '" + dir + "' holds no document of at least " +
                      std::to_string(10 * (max_len + 1)) + " bytes");
 }
 

@@ -8,12 +8,9 @@
 #include <string>
 
 #include "train/batch.hpp"
+#include "train/options.hpp"
 
 namespace rrfp::train {
-
-struct WindowOptions {
-  int min_len = 32, max_len = 128;
-};
 
 // Counts bytes; entropy() is the loss, in nats, of predicting them by frequency alone.
 class ByteHistogram {

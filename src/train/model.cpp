@@ -13,12 +13,12 @@ void validate(const GptConfig& c) {
     if (v < 1)
       throw InputError(std::string(flag) + ": must be at least 1, got " + std::to_string(v));
   };
-  positive("--d-model", c.d_model);
-  positive("--heads", c.heads);
-  positive("--layers", c.layers);
-  positive("--max-seq", c.max_seq);
+  positive("`d_model`", c.d_model);
+  positive("`heads`", c.heads);
+  positive("`layers`", c.layers);
+  positive("`max_seq`", c.max_seq);
   if (c.d_model % c.heads != 0)
-    throw InputError("--d-model: " + std::to_string(c.d_model) + " is not a multiple of --heads " +
+    throw InputError("`d_model`: " + std::to_string(c.d_model) + " is not a multiple of `heads` " +
                      std::to_string(c.heads));
 }
 
@@ -30,10 +30,10 @@ Chunk::Chunk(const GptConfig& cfg, int chunk, int chunks, int tp_rank, int tp_si
       tp_size_(tp_size) {
   validate(cfg);
   if (tp_size < 1 || cfg.heads % tp_size != 0)
-    throw InputError("--tp: " + std::to_string(tp_size) + " does not divide --heads " +
+    throw InputError("`tp`: " + std::to_string(tp_size) + " does not divide `heads` " +
                      std::to_string(cfg.heads) + " (each rank takes whole attention heads)");
   if (cfg.layers < chunks)
-    throw InputError("--layers: the model has " + std::to_string(cfg.layers) +
+    throw InputError("`layers`: the model has " + std::to_string(cfg.layers) +
                      " blocks, fewer than the " + std::to_string(chunks) +
                      " pipeline chunks (P*V); give it at least one block per chunk");
   // An even split of the blocks; the first chunks take the remainder.
@@ -165,7 +165,7 @@ torch::Tensor Chunk::forward(const torch::Tensor& input, const torch::Tensor& ta
     }
     const int64_t n = x.size(0);
     if (n > cfg_.max_seq)
-      throw InputError("sequence of " + std::to_string(n) + " tokens exceeds --max-seq " +
+      throw InputError("sequence of " + std::to_string(n) + " tokens exceeds `max_seq` " +
                        std::to_string(cfg_.max_seq));
     x = x + params_[wpe_].narrow(0, 0, n);
   }

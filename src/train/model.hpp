@@ -21,20 +21,9 @@
 #include <vector>
 
 #include "train/deferred_linear.hpp"
+#include "train/options.hpp"
 
 namespace rrfp::train {
-
-struct GptConfig {
-  int vocab = 256;  // bytes
-  int d_model = 64;
-  int heads = 4;
-  int layers = 4;  // transformer blocks
-  int max_seq = 128;
-  std::uint64_t seed = 1;
-  // Image-text variant: a ViT-style encoder on chunk 0 turns each image's patches into tokens
-  // placed ahead of the text. 0 patches: text only.
-  int image_patches = 0, patch_dim = 16;
-};
 
 void validate(const GptConfig& c);  // throws InputError naming the field
 

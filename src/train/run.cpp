@@ -1,14 +1,9 @@
 #include "train/run.hpp"
 
-#include "dist/job.hpp"
-#include "dist/step_merge.hpp"
-
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <iostream>
 
@@ -17,7 +12,6 @@
 #include "dist/job.hpp"
 #include "dist/step_merge.hpp"
 #include "report/report.hpp"
-#include "runtime/jitter.hpp"
 #include "sim/metrics.hpp"
 #include "train/trainer.hpp"
 
@@ -25,78 +19,22 @@ namespace rrfp::train {
 
 namespace {
 
-TrainOptions to_options(const TrainRunOptions& o) {
-  TrainOptions t;
-  t.model = GptConfig{256, o.d_model, o.heads, o.layers, o.max_seq, o.seed};
-  t.pipe.pp = o.pp;
-  t.pipe.vpp = o.vpp;
-  t.pipe.microbatches = o.microbatches;
-  t.pipe.placement = parse_placement(o.placement);
-  validate(t.pipe);
-  if (o.split == "on" || o.split == "off" || o.split == "auto")
-    t.pipe.split_backward = o.split == "on" || (o.split == "auto" && hint_wants_split(o.hint));
-  else
-    throw InputError("--split-backward: expected auto, on or off, got '" + o.split + "'");
-  t.hint = o.hint;
-  t.arbiter.policy = parse_policy(o.policy);
-  if (o.limit < 0) throw InputError("--limit: must be at least 1, got " + std::to_string(o.limit));
-  t.arbiter.limit = o.limit;
-  t.arbiter.max_pending_w = o.max_pending_w;
-  if (o.comm == "async")
-    t.comm = CommMode::Async;
-  else if (o.comm == "blocking")
-    t.comm = CommMode::Blocking;
-  else
-    throw InputError("--comm: unknown mode '" + o.comm + "' (expected async or blocking)");
-  if (o.steps < 1) throw InputError("--steps: must be at least 1, got " + std::to_string(o.steps));
-  if (!(o.lr > 0)) throw InputError("--lr: must be positive");
-  t.steps = o.steps;
-  t.opt.lr = o.lr;
-  t.opt.warmup = std::max(1, o.warmup);
-  t.opt.weight_decay = o.weight_decay;
-  t.opt.clip = o.clip;
-  t.window = {o.min_len, o.max_len};
-  t.data_dir = o.data;
-  t.task = o.task;
-  t.max_images = o.max_images;
-  t.data_seed = o.seed;
-  t.timeout_ms = static_cast<std::int64_t>(o.timeout_s * 1000);
-  t.tp = o.tp;
-  t.dp = o.dp;
-  t.tp_protocol = parse_tp_protocol(o.tp_protocol);
-  t.job = o.job;
-  if (!o.inject_jitter.empty()) {
-    if (o.inject_jitter.rfind("jitter:", 0) != 0)
-      throw InputError("--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got '" +
-                       o.inject_jitter + "'");
-    const JitterLevel j = workload_preset(o.inject_jitter).jitter;
-    if (j.p <= 0)
-      throw InputError("--inject-jitter: '" + o.inject_jitter +
-                       "' injects no jitter (use jitter:J1..J3)");
-    const std::uint64_t seed = o.seed;
-    t.wrap = [j, seed](std::unique_ptr<StageProgram> p, int stage, int) {
-      return with_jitter(std::move(p), j, stage, seed);
-    };
-  }
-  return t;
-}
-
 // The output directory must exist (or be creatable) and be writable before training starts.
 void prepare_out(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir) || access(dir.c_str(), W_OK) != 0)
-    throw InputError("--out: cannot write to directory '" + dir + "'" +
+    throw InputError("`out`: cannot write to directory '" + dir + "'" +
                      (ec ? ": " + ec.message() : std::string()));
 }
 
 // The runtime's view of a measured step, for the trace and the timeline.
-ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainRunOptions& o) {
+ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainOptions& o) {
   ReportRun out;
-  out.label = o.policy + " " + o.hint + " (measured training step)";
+  out.policy = to_string(o.runtime.arbiter.policy);
+  out.label = out.policy + " " + o.hint + " (measured training step)";
   out.hint = o.hint;
-  out.policy = o.policy;
-  out.comm = o.comm;
+  out.comm = to_string(o.runtime.comm);
   out.cfg = m.config();
   out.result = r.run;
   RealizedWork w;  // measured durations: the lower bound of this very step
@@ -112,39 +50,44 @@ ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainRunOptio
 
 }  // namespace
 
-TrainSummary run_training(const TrainRunOptions& in) {
-  TrainOptions topt = to_options(in);
+TrainSummary run_training(const TrainRun& in) {
+  const TrainOptions& t = in.train;
   // In a multi-process run rank 0 speaks for the job; validation needs every chunk in one
   // thread, which a TP or multi-process run does not have.
-  const bool root = !in.job || in.job->rank() == 0;
-  TrainRunOptions o = in;
+  const bool root = !t.job || t.job->rank() == 0;
+  TrainRun o = in;
   o.quiet = in.quiet || !root;
-  const bool can_validate = !in.job && in.tp == 1;
+  const bool can_validate = !t.job && t.runtime.tp == 1;
   if (!can_validate) o.eval_every = 0;
+  if (o.eval_every < 0 || o.eval_batches < 1)
+    throw InputError("`eval_every` and `eval_batches`: must be at least 0 and 1, got " +
+                     std::to_string(o.eval_every) + " and " + std::to_string(o.eval_batches));
   // Every process checks what bad input it could hit, so that all of them stop together: one
   // that stopped alone would leave the others waiting in a collective.
   prepare_out(o.out);
   if (o.save_every < 0)
-    throw InputError("--save-every: must not be negative, got " + std::to_string(o.save_every));
-  if (in.job && (o.save_every > 0 || !o.resume.empty()))
-    throw InputError(std::string(o.save_every > 0 ? "--save-every" : "--resume") +
+    throw InputError("`save_every`: must not be negative, got " + std::to_string(o.save_every));
+  if (t.job && (o.save_every > 0 || !o.resume.empty()))
+    throw InputError(std::string(o.save_every > 0 ? "`save_every`" : "`resume`") +
                      ": checkpoints of a multi-process run are not supported yet");
-  Trainer trainer(topt);
+  Trainer trainer(t);
   if (!o.resume.empty()) trainer.resume(o.resume);
   const int first_step = trainer.steps_done();
-  if (first_step >= o.steps)
-    throw InputError("--resume: the checkpoint is already at step " + std::to_string(first_step) +
-                     " of --steps " + std::to_string(o.steps));
+  const int steps = t.steps;
+  if (first_step >= steps)
+    throw InputError("`resume`: the checkpoint is already at step " + std::to_string(first_step) +
+                     " of `steps` " + std::to_string(steps));
   const std::string ckpt = o.out + "/checkpoint.bin";
   const double h0 = trainer.data().unigram_entropy();
   const bool tty = isatty(STDOUT_FILENO);
   if (!o.quiet)
-    std::cout << "rrfp train: P=" << o.pp << " V=" << o.vpp << " M=" << o.microbatches << " "
-              << o.policy << " " << o.hint << (topt.pipe.split_backward ? " (split backward)" : "")
-              << ", GPT d=" << o.d_model << " layers=" << o.layers << " heads=" << o.heads
-              << ", data " << (o.task == "text" ? o.data : o.task) << " ("
-              << trainer.data().describe() << "; byte-unigram entropy " << fmt("%.3f", h0)
-              << " nats)" << (o.inject_jitter.empty() ? "" : ", jitter " + o.inject_jitter) << "\n";
+    std::cout << "rrfp train: P=" << t.pipe.pp << " V=" << t.pipe.vpp
+              << " M=" << t.pipe.microbatches << " " << to_string(t.runtime.arbiter.policy) << " "
+              << t.hint << (t.pipe.split_backward ? " (split backward)" : "")
+              << ", GPT d=" << t.model.d_model << " layers=" << t.model.layers
+              << " heads=" << t.model.heads << ", data " << (t.task == "text" ? t.data_dir : t.task)
+              << " (" << trainer.data().describe() << "; byte-unigram entropy " << fmt("%.3f", h0)
+              << " nats)" << (o.jitter.empty() ? "" : ", jitter " + o.jitter) << "\n";
   std::string csv =
       "step,loss,val_loss,lr,grad_norm,tokens,step_ms,pipeline_ms,bubble,gap_us_median\n";
   PlotSeries train_curve{"train loss", "#4e79a7", {}}, val_curve{"validation loss", "#e15759", {}};
@@ -154,12 +97,12 @@ TrainSummary run_training(const TrainRunOptions& in) {
   const std::int64_t t_start = now_ns();
   if (!o.quiet && first_step > 0)
     std::cout << "resumed from " << o.resume << " at step " << first_step << "\n";
-  for (int s = first_step; s < o.steps; ++s) {
+  for (int s = first_step; s < steps; ++s) {
     const std::int64_t t0 = now_ns();
     StepReport r = trainer.step();
-    if (o.job) {
+    if (t.job) {
       // Every process measured its own ranks: rank 0 merges them into the step's record.
-      const auto all = o.job->gather_to_root(pack_step(r.run));
+      const auto all = t.job->gather_to_root(pack_step(r.run));
       for (size_t i = 1; i < all.size(); ++i)
         merge_step(r.run, all[i]);
     }
@@ -174,10 +117,10 @@ TrainSummary run_training(const TrainRunOptions& in) {
     for (const auto& rs : r.run.run.ranks)
       busy_ns += static_cast<double>(rs.busy);
     if (s == first_step) sum.first_loss = r.loss;
-    if (o.save_every > 0 && ((s + 1) % o.save_every == 0 || s + 1 == o.steps)) trainer.save(ckpt);
+    if (o.save_every > 0 && ((s + 1) % o.save_every == 0 || s + 1 == steps)) trainer.save(ckpt);
     sum.last_loss = r.loss;
     std::string val;
-    if (can_validate && ((o.eval_every > 0 && (s + 1) % o.eval_every == 0) || s + 1 == o.steps)) {
+    if (can_validate && ((o.eval_every > 0 && (s + 1) % o.eval_every == 0) || s + 1 == steps)) {
       sum.val_loss = trainer.validation_loss(o.eval_batches);
       val = fmt("%.4f", sum.val_loss);
       val_curve.points.push_back({s + 1.0, sum.val_loss});
@@ -194,12 +137,12 @@ TrainSummary run_training(const TrainRunOptions& in) {
            fmt("%.2f", step_s * 1e3) + "," +
            fmt("%.2f", static_cast<double>(r.run.run.makespan) / 1e6) + "," +
            fmt("%.4f", met.bubble_ratio) + "," + fmt("%.1f", gap_med) + "\n";
-    if (!o.quiet && (tty || (s + 1) % 25 == 0 || s + 1 == o.steps || !val.empty())) {
+    if (!o.quiet && (tty || (s + 1) % 25 == 0 || s + 1 == steps || !val.empty())) {
       const double elapsed = static_cast<double>(now_ns() - t_start) / 1e9;
-      const double eta = elapsed / (s + 1 - first_step) * (o.steps - s - 1);
-      const int bar = 24 * (s + 1) / o.steps;
+      const double eta = elapsed / (s + 1 - first_step) * (steps - s - 1);
+      const int bar = 24 * (s + 1) / steps;
       std::cout << (tty ? "\r" : "") << "[" << std::string(bar, '#') << std::string(24 - bar, '.')
-                << "] step " << s + 1 << "/" << o.steps << "  loss " << fmt("%.3f", r.loss)
+                << "] step " << s + 1 << "/" << steps << "  loss " << fmt("%.3f", r.loss)
                 << (val.empty() ? "" : "  val " + val) << "  " << fmt("%.0f", tokens / seconds)
                 << " tok/s  bubble " << fmt("%.1f%%", 100 * met.bubble_ratio) << "  ETA "
                 << fmt("%.0fs", eta) << (tty && val.empty() ? "" : "\n") << std::flush;
@@ -208,7 +151,7 @@ TrainSummary run_training(const TrainRunOptions& in) {
   }
   if (!o.quiet && tty) std::cout << "\n";
   if (!root) return TrainSummary{};
-  sum.steps = o.steps - first_step;
+  sum.steps = steps - first_step;
   sum.unigram_entropy = h0;
   sum.tokens_per_s = tokens / seconds;
   sum.mean_step_ms = seconds * 1e3 / sum.steps;
@@ -218,16 +161,16 @@ TrainSummary run_training(const TrainRunOptions& in) {
   sum.outside_pipeline_share = seconds > 0 ? 1 - pipeline_s / seconds : 0;
 
   const std::string dir = o.out + "/";
-  write_text_file(dir + "loss.csv", csv, "--out");
+  write_text_file(dir + "loss.csv", csv, "`out`");
   write_text_file(dir + "loss.svg",
                   svg_line_plot("rrfp train: loss (nats per byte)", "step",
                                 {train_curve, val_curve}, h0, "byte-unigram entropy"),
-                  "--out");
+                  "`out`");
   ReportHeader h;
-  h.workload = "train:" + (o.task == "text" ? o.data : o.task);
-  h.seed = o.seed;
+  h.workload = "train:" + (t.task == "text" ? t.data_dir : t.task);
+  h.seed = t.data_seed;
   h.source = "measured";
-  const std::vector<ReportRun> runs{report_of(last, trainer.model(), o)};
+  const std::vector<ReportRun> runs{report_of(last, trainer.model(), t)};
   write_chrome_trace(dir + "trace.json", runs);
   // The last step's measured durations, replayable: rrfp simulate --replay DIR/durations.csv.
   std::string dur = "stage,chunk,microbatch,kind,duration_us\n";
@@ -235,10 +178,10 @@ TrainSummary run_training(const TrainRunOptions& in) {
     dur += std::to_string(t.stage) + "," + std::to_string(t.task.chunk) + "," +
            std::to_string(t.task.mb) + "," + kind_char(t.task.kind) + "," +
            fmt("%.1f", static_cast<double>(t.compute_end - t.start) / 1e3) + "\n";
-  write_text_file(dir + "durations.csv", dur, "--out");
+  write_text_file(dir + "durations.csv", dur, "`out`");
   write_svg(dir + "timeline.svg", h, runs);
   if (!o.quiet)
-    std::cout << "done: " << o.steps << " steps, loss " << fmt("%.3f", sum.first_loss) << " -> "
+    std::cout << "done: " << steps << " steps, loss " << fmt("%.3f", sum.first_loss) << " -> "
               << fmt("%.3f", sum.last_loss) << ", validation "
               << (can_validate ? fmt("%.3f", sum.val_loss) + " nats"
                                : std::string("skipped (TP or MPI)"))

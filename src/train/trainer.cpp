@@ -8,32 +8,17 @@
 namespace rrfp::train {
 
 Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe), hint_(make_hint(o_.hint, m_)) {
+  validate(o_);
   if (o_.task == "image-text") {
-    if (o_.max_images < 0) throw InputError("--max-images: must not be negative");
     o_.model.image_patches = ImageText::kPatches;
     o_.model.patch_dim = ImageText::kPatchDim;
     data_ = std::make_unique<ImageText>(o_.max_images);
-  } else if (o_.task == "text") {
-    data_ = std::make_unique<Corpus>(o_.data_dir, o_.window.max_len);
   } else {
-    throw InputError("--task: expected text or image-text, got '" + o_.task + "'");
+    data_ = std::make_unique<Corpus>(o_.data_dir, o_.window.max_len);
   }
-  validate(o_.model);
-  if (o_.window.min_len < 1 || o_.window.min_len > o_.window.max_len)
-    throw InputError("--min-len: must be between 1 and --max-len (" +
-                     std::to_string(o_.window.max_len) + "), got " +
-                     std::to_string(o_.window.min_len));
-  if (o_.window.max_len > o_.model.max_seq)
-    throw InputError("--max-len: " + std::to_string(o_.window.max_len) +
-                     " exceeds the model's --max-seq " + std::to_string(o_.model.max_seq));
-  if (o_.steps < 0) throw InputError("--steps: must not be negative");
-  if (o_.tp < 1) throw InputError("--tp: must be at least 1, got " + std::to_string(o_.tp));
-  const int t = o_.tp;
+  const int t = o_.runtime.tp;
   Hosting hosting;
   std::vector<char> hosted(static_cast<size_t>(m_.pp()) * t, 1);  // by endpoint
-  if (o_.dp < 1) throw InputError("--dp: must be at least 1, got " + std::to_string(o_.dp));
-  if (o_.dp > 1 && !o_.job)
-    throw InputError("--dp: data-parallel replicas run as processes (--transport mpi)");
   if (o_.job) {
     o_.job->set_layout(JobLayout{m_.pp(), t, o_.dp});
     hosting = o_.job->hosting();
@@ -58,13 +43,7 @@ Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe), hint_(make_hin
     if (o_.wrap) return o_.wrap(std::move(p), stage, r);
     return p;
   };
-  RuntimeOptions ro;
-  ro.arbiter = o_.arbiter;
-  ro.comm = o_.comm;
-  ro.timeout_ms = o_.timeout_ms;
-  ro.tp = t;
-  ro.tp_protocol = o_.tp_protocol;
-  runtime_ = std::make_unique<Runtime>(m_, hint_, factory, ro, std::move(hosting));
+  runtime_ = std::make_unique<Runtime>(m_, hint_, factory, o_.runtime, std::move(hosting));
   for (const auto& p : parameters()) {
     exp_avg_.push_back(torch::zeros_like(p));
     exp_avg_sq_.push_back(torch::zeros_like(p));
@@ -76,7 +55,7 @@ Trainer::~Trainer() = default;
 std::vector<torch::Tensor> Trainer::parameters() const {
   std::vector<torch::Tensor> out;
   for (int c = 0; c < m_.chunks(); ++c)
-    for (int r = 0; r < o_.tp; ++r)
+    for (int r = 0; r < o_.runtime.tp; ++r)
       if (Chunk* ch = chunk(r, c)) out.insert(out.end(), ch->params().begin(), ch->params().end());
   return out;
 }
@@ -84,10 +63,10 @@ std::vector<torch::Tensor> Trainer::parameters() const {
 std::vector<std::string> Trainer::parameter_names() const {
   std::vector<std::string> out;
   for (int c = 0; c < m_.chunks(); ++c)
-    for (int r = 0; r < o_.tp; ++r)
+    for (int r = 0; r < o_.runtime.tp; ++r)
       if (Chunk* ch = chunk(r, c)) {
         for (const auto& n : ch->names())
-          out.push_back(o_.tp > 1 ? n + "@tp" + std::to_string(r) : n);
+          out.push_back(o_.runtime.tp > 1 ? n + "@tp" + std::to_string(r) : n);
       }
   return out;
 }
@@ -135,7 +114,7 @@ StepReport Trainer::step() {
 // contributes its list; in a multi-process job the lists travel through the job, so the sum
 // is the in-process one, bit for bit.
 void Trainer::step_loss_and_norm(StepReport& r) {
-  const int t = o_.tp, last_stage = m_.stage_of(m_.chunks() - 1);
+  const int t = o_.runtime.tp, last_stage = m_.stage_of(m_.chunks() - 1);
   auto local_list = [&](int stage, int rank) {
     std::vector<double> v;
     TrainStageProgram* p = program(stage, rank);
@@ -197,7 +176,7 @@ void Trainer::step_loss_and_norm(StepReport& r) {
 // order and divided by DP, so every replica holds the same bits.
 void Trainer::average_replicas() {
   torch::NoGradGuard no_grad;
-  const int e = o_.job->endpoint(), t = o_.tp;
+  const int e = o_.job->endpoint(), t = o_.runtime.tp;
   TrainStageProgram* p = program(e / t, e % t);
   for (int c : m_.chunks_of(e / t)) {
     auto& grads = p->grads(c);
@@ -227,7 +206,7 @@ void Trainer::apply(double clip_coef, double lr) {
   const double bc1 = 1 - std::pow(o.beta1, step_ + 1), bc2 = 1 - std::pow(o.beta2, step_ + 1);
   size_t k = 0;
   for (int c = 0; c < m_.chunks(); ++c)
-    for (int r = 0; r < o_.tp; ++r) {
+    for (int r = 0; r < o_.runtime.tp; ++r) {
       Chunk* ch = chunk(r, c);
       if (!ch) continue;
       auto& grads = program(m_.stage_of(c), r)->grads(c);
@@ -245,8 +224,8 @@ void Trainer::apply(double clip_coef, double lr) {
 }
 
 double Trainer::validation_loss(int batches) {
-  if (o_.job || o_.tp > 1)
-    throw Error("validation runs every chunk in one thread: not with --tp > 1 or --transport mpi");
+  if (o_.job || o_.runtime.tp > 1)
+    throw Error("validation runs every chunk in one thread: not with `tp` > 1 or `transport` mpi");
   torch::NoGradGuard no_grad;
   double sum = 0;
   int n = 0;
@@ -270,7 +249,7 @@ namespace rrfp::train {
 
 void Trainer::save(const std::string& path) const {
   if (o_.job)
-    throw InputError("--save-every: checkpoints of a multi-process run are not supported yet");
+    throw InputError("`save_every`: checkpoints of a multi-process run are not supported yet");
   CheckpointState s;
   s.model = o_.model;
   s.step = step_;
@@ -283,7 +262,7 @@ void Trainer::save(const std::string& path) const {
 
 void Trainer::resume(const std::string& path) {
   if (o_.job)
-    throw InputError("--resume: checkpoints of a multi-process run are not supported yet");
+    throw InputError("`resume`: checkpoints of a multi-process run are not supported yet");
   CheckpointState s;
   s.model = o_.model;
   s.names = parameter_names();

@@ -11,53 +11,13 @@
 
 #include "core/hint.hpp"
 #include "dist/job.hpp"
-#include "runtime/runtime.hpp"
 #include "train/corpus.hpp"
 #include "train/image_text.hpp"
 #include "train/model.hpp"
+#include "train/options.hpp"
 #include "train/stage_program.hpp"
 
 namespace rrfp::train {
-
-struct OptimizerOptions {
-  double lr = 3e-3, min_lr_ratio = 0.1;
-  int warmup = 10;
-  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
-  double clip = 1.0;  // global gradient-norm clip (0: none)
-};
-
-struct TrainOptions {
-  GptConfig model;
-  PipelineConfig pipe;  // split_backward as given (resolve it from the hint before)
-  std::string hint = "bfw";
-  ArbiterOptions arbiter;
-  CommMode comm = CommMode::Async;
-  int steps = 100;
-  OptimizerOptions opt;
-  WindowOptions window;
-  std::string task = "text";  // text: the byte corpus in data_dir; image-text: synthetic
-  int max_images = 4;
-  std::string data_dir = "/usr/share/common-licenses";
-  std::uint64_t data_seed = 1;
-  std::int64_t timeout_ms = 120'000;
-  // Tensor-parallel ranks per stage (Megatron-style: heads and MLP split over T) and their
-  // coordination protocol.
-  int tp = 1;
-  TpProtocol tp_protocol = TpProtocol::Leader;
-  // Non-null: one process of a multi-process job (mpirun); this process trains the chunks of
-  // the endpoint it hosts, and the norm and loss are shared over the job. Null: every stage
-  // and TP rank is a thread of this process.
-  Job* job = nullptr;
-  // Data-parallel replicas (a job only): each step's batch has dp * M microbatches, replica d
-  // trains microbatches [d*M, (d+1)*M), and the replicas' gradients are averaged (summed in
-  // replica order) before the norm and the update.
-  int dp = 1;
-  // Wraps each (stage, TP rank)'s program (tests inject delays; --inject-jitter adds the
-  // design's jitter).
-  std::function<std::unique_ptr<StageProgram>(std::unique_ptr<StageProgram>, int stage,
-                                              int tp_rank)>
-      wrap;
-};
 
 struct StepReport {
   int step = 0;
@@ -93,7 +53,7 @@ class Trainer {
   double lr_at(int step) const;
   void apply(double clip_coef, double lr);
   TrainStageProgram* program(int stage, int tp_rank) const {
-    return programs_[stage * o_.tp + tp_rank];
+    return programs_[stage * o_.runtime.tp + tp_rank];
   }
   void step_loss_and_norm(StepReport& r);
   void average_replicas();

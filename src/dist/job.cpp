@@ -1,0 +1,18 @@
+#include "dist/job.hpp"
+
+#include "core/error.hpp"
+#include "core/modes.hpp"
+
+namespace rrfp {
+
+void validate(const JobLayout& l, int ranks, const std::string& where) {
+  if (l.pp < 1) throw InputError("`pp`: must be at least 1, got " + std::to_string(l.pp));
+  checked_tp(l.tp);
+  if (l.dp < 1) throw InputError("`dp`: must be at least 1, got " + std::to_string(l.dp));
+  if (l.world() != ranks)
+    throw InputError(where + ": the layout `pp` " + std::to_string(l.pp) + " x `tp` " +
+                     std::to_string(l.tp) + " x `dp` " + std::to_string(l.dp) + " needs " +
+                     std::to_string(l.world()) + " ranks");
+}
+
+}  // namespace rrfp

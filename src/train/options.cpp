@@ -1,0 +1,47 @@
+#include "train/options.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "report/report.hpp"
+#include "train/model.hpp"
+
+namespace rrfp::train {
+
+namespace {
+
+void at_least(const char* name, double v, double lo) {
+  if (!std::isfinite(v) || v < lo)
+    throw InputError(std::string("`") + name + "`: must be a finite number of at least " +
+                     fmt("%g", lo) + ", got " + fmt("%g", v));
+}
+
+}  // namespace
+
+void validate(const TrainOptions& o) {
+  validate(o.model);
+  validate(o.runtime);
+  if (o.task != "text" && o.task != "image-text")
+    throw InputError("`task`: expected text or image-text, got '" + o.task + "'");
+  if (o.max_images < 0)
+    throw InputError("`max_images`: must not be negative, got " + std::to_string(o.max_images));
+  if (o.window.min_len < 1 || o.window.min_len > o.window.max_len)
+    throw InputError("`min_len`: must be between 1 and `max_len` (" +
+                     std::to_string(o.window.max_len) + "), got " +
+                     std::to_string(o.window.min_len));
+  if (o.window.max_len > o.model.max_seq)
+    throw InputError("`max_len`: " + std::to_string(o.window.max_len) +
+                     " exceeds the model's `max_seq` " + std::to_string(o.model.max_seq));
+  if (o.steps < 1) throw InputError("`steps`: must be at least 1, got " + std::to_string(o.steps));
+  if (o.opt.warmup < 0)
+    throw InputError("`warmup`: must not be negative, got " + std::to_string(o.opt.warmup));
+  if (!(o.opt.lr > 0) || !std::isfinite(o.opt.lr))
+    throw InputError("`lr`: must be a positive finite number, got " + fmt("%g", o.opt.lr));
+  at_least("weight_decay", o.opt.weight_decay, 0);
+  at_least("clip", o.opt.clip, 0);
+  if (o.dp < 1) throw InputError("`dp`: must be at least 1, got " + std::to_string(o.dp));
+  if (o.dp > 1 && !o.job)
+    throw InputError("`dp`: data-parallel replicas run as processes (`transport` mpi)");
+}
+
+}  // namespace rrfp::train

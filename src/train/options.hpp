@@ -1,0 +1,91 @@
+#pragma once
+// What a training run is given, one struct per concept, embedded by value. Free of LibTorch, so
+// the CLI builds these from its flags and the training layer takes them whole. Each struct is
+// validated in one place (validate(GptConfig) in model.cpp, the rest when a Trainer or a run
+// starts); errors name the option (`lr`), never a flag.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/work_model.hpp"
+#include "runtime/program.hpp"
+#include "runtime/runtime.hpp"
+
+namespace rrfp {
+class Job;
+}
+
+namespace rrfp::train {
+
+struct GptConfig {
+  int vocab = 256;  // bytes
+  int d_model = 64;
+  int heads = 4;
+  int layers = 4;  // transformer blocks
+  int max_seq = 128;
+  std::uint64_t seed = 1;
+  // Image-text variant: a ViT-style encoder on chunk 0 turns each image's patches into tokens
+  // placed ahead of the text. 0 patches: text only.
+  int image_patches = 0, patch_dim = 16;
+};
+
+// Microbatch lengths in bytes: each microbatch is a window of min_len..max_len bytes.
+struct WindowOptions {
+  int min_len = 32, max_len = 128;
+};
+
+struct OptimizerOptions {
+  double lr = 3e-3, min_lr_ratio = 0.1;
+  int warmup = 60;  // steps of linear warmup, then cosine decay
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  double clip = 1.0;  // global gradient-norm clip (0: none)
+};
+
+using ProgramWrap = std::function<std::unique_ptr<StageProgram>(std::unique_ptr<StageProgram>,
+                                                                int stage, int tp_rank)>;
+
+// The defaults are `rrfp train`'s (the CLI binds its flags to these fields).
+struct TrainOptions {
+  GptConfig model;
+  PipelineConfig pipe;  // split_backward as given (resolve it from the hint before)
+  std::string hint = "bfw";
+  // Arbitration, communication, TP ranks per stage (Megatron-style: heads and MLP split over
+  // T) and their protocol, the watchdog (two minutes: training steps are long): the runtime's
+  // own options, passed to it whole.
+  RuntimeOptions runtime{.timeout_ms = 120'000};
+  int steps = 600;
+  OptimizerOptions opt;
+  WindowOptions window;
+  std::string task = "text";  // text: the byte corpus in data_dir; image-text: synthetic
+  int max_images = 4;
+  std::string data_dir = "/usr/share/common-licenses";
+  std::uint64_t data_seed = 1;
+  // Non-null: one process of a multi-process job (mpirun); this process trains the chunks of
+  // the endpoint it hosts, and the norm and loss are shared over the job. Null: every stage
+  // and TP rank is a thread of this process.
+  Job* job = nullptr;
+  // Data-parallel replicas (a job only): each step's batch has dp * M microbatches, replica d
+  // trains microbatches [d*M, (d+1)*M), and the replicas' gradients are averaged (summed in
+  // replica order) before the norm and the update.
+  int dp = 1;
+  // Wraps each (stage, TP rank)'s program (tests inject delays; --inject-jitter adds the
+  // design's jitter).
+  ProgramWrap wrap;
+};
+
+// Every field, before any data is read: throws InputError naming the option.
+void validate(const TrainOptions& o);
+
+// `rrfp train` as a library call: a Trainer, plus evaluation, outputs and checkpoints.
+struct TrainRun {
+  TrainOptions train;
+  int eval_every = 50, eval_batches = 8;  // validation every N steps (0: only at the end)
+  std::string out = "rrfp-out";
+  int save_every = 0;  // write OUT/checkpoint.bin every N steps and at the end (0: never)
+  std::string resume;  // continue from this checkpoint
+  std::string jitter;  // for the header line: the jitter preset `wrap` injects, if any
+  bool quiet = false;  // no progress output (tests; ranks other than 0)
+};
+
+}  // namespace rrfp::train
