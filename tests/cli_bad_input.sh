@@ -81,5 +81,15 @@ done
 "$rrfp" schedule show --hint zb-h1 --out "$tmp/zb.json" >/dev/null || { echo "FAIL: schedule show"; fails=$((fails + 1)); }
 "$rrfp" schedule check --split-backward on "$tmp/zb.json" >/dev/null || { echo "FAIL: check of a written hint"; fails=$((fails + 1)); }
 "$rrfp" simulate --hint "$tmp/zb.json" --pp 4 --microbatches 8 --split-backward on --policy ready >/dev/null || { echo "FAIL: simulate from hint file"; fails=$((fails + 1)); }
+# With --json - stdout is the JSON alone: the human lines (trace:, timeline:, running ...) go
+# to stderr.
+for cmd in simulate run; do
+  "$rrfp" $cmd --pp 2 -m 4 --workload uniform --hint 1f1b --json - --trace "$tmp/t.json" \
+    --svg "$tmp/t.svg" >"$tmp/json" 2>"$tmp/human" || { echo "FAIL: $cmd --json -"; fails=$((fails + 1)); }
+  if [ "$(head -c 1 "$tmp/json")" != "{" ] || [ "$(tail -c 2 "$tmp/json" | head -c 1)" != "}" ] ||
+     ! grep -q "^trace: " "$tmp/human"; then
+    echo "FAIL: $cmd --json - mixes human lines into stdout:"; head -3 "$tmp/json"; fails=$((fails + 1))
+  fi
+done
 echo "cli bad-input checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -79,9 +79,11 @@ void write_reports(const ExperimentFlags& f, const ReportHeader& h,
     else
       write_text_file(f.json, text, "--json");
   }
-  if (f.json != "-") std::cout << format_table(h, runs, f.per_stage);
-  if (!f.trace.empty()) std::cout << "trace: " << f.trace << " (open in https://ui.perfetto.dev)\n";
-  if (!f.svg.empty()) std::cout << "timeline: " << f.svg << "\n";
+  // When stdout carries the JSON, every line for people goes to stderr.
+  std::ostream& human = f.json == "-" ? std::cerr : std::cout;
+  if (f.json != "-") human << format_table(h, runs, f.per_stage);
+  if (!f.trace.empty()) human << "trace: " << f.trace << " (open in https://ui.perfetto.dev)\n";
+  if (!f.svg.empty()) human << "timeline: " << f.svg << "\n";
 }
 
 }  // namespace rrfp

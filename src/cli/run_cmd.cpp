@@ -100,12 +100,12 @@ void run_emulated(const RunFlags& f, Job* world) {
   ReportHeader h = header_of(sc);
   h.source = world ? "measured (mpi)" : "measured";
   write_reports(f.exp, h, runs);
-  if (f.exp.json == "-") return;
-  std::cout << "runtime overhead: dispatch gap (task end to the next already-ready task's start) "
-            << "median " << fmt("%.1f", percentile(gaps, 0.5) / 1e3) << " us, p99 "
-            << fmt("%.1f", percentile(gaps, 0.99) / 1e3) << " us over " << gaps.size()
-            << " dispatches\n";
-  if (f.compare) std::cout << fidelity_table(runs, simulated);
+  std::ostream& human = f.exp.json == "-" ? std::cerr : std::cout;  // stdout: the JSON alone
+  human << "runtime overhead: dispatch gap (task end to the next already-ready task's start) "
+        << "median " << fmt("%.1f", percentile(gaps, 0.5) / 1e3) << " us, p99 "
+        << fmt("%.1f", percentile(gaps, 0.99) / 1e3) << " us over " << gaps.size()
+        << " dispatches\n";
+  if (f.compare) human << fidelity_table(runs, simulated);
 }
 
 }  // namespace

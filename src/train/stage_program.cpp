@@ -36,8 +36,8 @@ torch::Tensor from_payload(const Payload& p, std::int64_t rows, std::int64_t col
 }
 
 TrainStageProgram::TrainStageProgram(const WorkModel& m, int stage, std::vector<Chunk*> chunks,
-                                     const std::shared_ptr<const StepBatch>* batch)
-    : m_(m), stage_(stage), batch_slot_(batch) {
+                                     std::shared_ptr<StageLink> link)
+    : m_(m), stage_(stage), link_(std::move(link)) {
   const auto& ids = m.chunks_of(stage);
   if (chunks.size() != ids.size()) throw Error("train: wrong number of chunks for a stage");
   for (size_t i = 0; i < ids.size(); ++i)
@@ -56,19 +56,19 @@ TrainStageProgram::Work& TrainStageProgram::work(int c, int mb) {
 }
 
 void TrainStageProgram::begin_step(int) {
-  batch_ = *batch_slot_;
+  batch_ = link_->batch();
   if (!batch_ || batch_->microbatches() != m_.microbatches())
     throw Error("train: the step's batch has the wrong number of microbatches");
   std::lock_guard lk(mu_);
   works_.clear();
-  reorder_.clear();
+  link_->reorder_.clear();
   for (const auto& [c, ch] : chunks_)
-    reorder_[c] = std::make_unique<ReorderBuffer>(m_.microbatches());
-  losses_.assign(m_.microbatches(), 0.0f);
+    link_->reorder_[c] = std::make_unique<ReorderBuffer>(m_.microbatches());
+  link_->losses_.assign(m_.microbatches(), 0.0f);
 }
 
 std::optional<std::size_t> TrainStageProgram::input_bytes(const TaskId& consumer) const {
-  const auto batch = *batch_slot_;
+  const auto batch = link_->batch();
   if (!batch || consumer.kind == Kind::W) return std::nullopt;
   const int d = chunk(consumer.chunk).d_model();
   return static_cast<std::size_t>(batch->length(consumer.mb) * d) * sizeof(float);
@@ -91,7 +91,7 @@ Payload TrainStageProgram::forward(TaskContext& ctx, int c, int mb, Payload inpu
       ch.first() && !batch_->images.empty() ? batch_->images[mb] : torch::Tensor();
   w.output = ch.forward(w.input, batch_->targets[mb], &w.sink, images);
   if (ch.last()) {
-    losses_[mb] = w.output.item<float>();
+    link_->losses_[mb] = w.output.item<float>();
     return {};
   }
   return to_payload(w.output);
@@ -149,7 +149,7 @@ void TrainStageProgram::finish(int c, int mb) {
   for (size_t i = 0; i < done->grads.size(); ++i)
     if (!done->grads[i].defined())
       done->grads[i] = torch::zeros_like(chunk(c).params()[i]);  // unused this microbatch
-  reorder_.at(c)->put(mb, std::move(done->grads));
+  link_->reorder_.at(c)->put(mb, std::move(done->grads));
 }
 
 }  // namespace rrfp::train

@@ -32,23 +32,45 @@ class ReorderBuffer {
   int next_ = 0;
 };
 
+// What one stage's program and the trainer share, and all they share: the step's batch, set
+// before the step, and what the step leaves behind, each chunk's gradients summed in
+// microbatch order and (last stage) each microbatch's loss. The runtime owns the program, maybe
+// wrapped; the trainer keeps only this.
+class StageLink {
+ public:
+  void set_batch(std::shared_ptr<const StepBatch> b) {
+    std::lock_guard lk(mu_);
+    batch_ = std::move(b);
+  }
+  std::shared_ptr<const StepBatch> batch() const {  // any thread (input_bytes runs on the
+    std::lock_guard lk(mu_);                        // transport's)
+    return batch_;
+  }
+  // After a step: the chunk's summed gradients (by the chunk's parameter index).
+  std::vector<torch::Tensor>& grads(int chunk) { return reorder_.at(chunk)->sum(); }
+  // After a step, last stage only: each microbatch's loss.
+  const std::vector<float>& losses() const { return losses_; }
+
+ private:
+  friend class TrainStageProgram;
+  mutable std::mutex mu_;
+  std::shared_ptr<const StepBatch> batch_;
+  std::map<int, std::unique_ptr<ReorderBuffer>> reorder_;
+  std::vector<float> losses_;
+};
+
 class TrainStageProgram final : public StageProgram {
  public:
-  // `chunks`: this stage's chunks (owned by the caller, in model order); `batch` is read at
-  // begin_step. Gradients are scaled by 1/M (the step's loss is the mean over microbatches).
+  // `chunks`: this stage's chunks (owned by the caller, in model order). Gradients are scaled
+  // by 1/M (the step's loss is the mean over microbatches).
   TrainStageProgram(const WorkModel& m, int stage, std::vector<Chunk*> chunks,
-                    const std::shared_ptr<const StepBatch>* batch);
+                    std::shared_ptr<StageLink> link);
 
   void begin_step(int step) override;
   Payload forward(TaskContext& ctx, int chunk, int mb, Payload input) override;
   Payload backward(TaskContext& ctx, int chunk, int mb, Payload grad) override;
   void weight_grad(TaskContext& ctx, int chunk, int mb) override;
   std::optional<std::size_t> input_bytes(const TaskId& consumer) const override;
-
-  // After a step: chunk's summed gradients (by the chunk's parameter index).
-  std::vector<torch::Tensor>& grads(int chunk) { return reorder_.at(chunk)->sum(); }
-  // After a step, last stage only: each microbatch's loss.
-  const std::vector<float>& losses() const { return losses_; }
 
  private:
   struct Work {  // one (chunk, microbatch) between its F and its last backward task
@@ -64,12 +86,10 @@ class TrainStageProgram final : public StageProgram {
   const WorkModel& m_;
   int stage_;
   std::map<int, Chunk*> chunks_;
-  const std::shared_ptr<const StepBatch>* batch_slot_;
-  std::shared_ptr<const StepBatch> batch_;
-  std::map<int, std::unique_ptr<ReorderBuffer>> reorder_;
-  std::mutex mu_;  // guards works_ (input_bytes reads the batch only)
+  std::shared_ptr<StageLink> link_;
+  std::shared_ptr<const StepBatch> batch_;  // the link's, for this step
+  std::mutex mu_;                           // guards works_
   std::map<std::pair<int, int>, std::unique_ptr<Work>> works_;
-  std::vector<float> losses_;
 };
 
 // Activations and gradients travel as the raw float32 bytes of a contiguous tensor; the

@@ -33,13 +33,14 @@ Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe), hint_(make_hin
       chunks_[r].push_back(hosted[m_.stage_of(c) * t + r]
                                ? std::make_unique<Chunk>(o_.model, c, m_.chunks(), r, t)
                                : nullptr);
-  programs_.assign(hosted.size(), nullptr);
+  links_.resize(hosted.size());
   ProgramFactory factory = [this, t](int stage, int r) -> std::unique_ptr<StageProgram> {
     std::vector<Chunk*> mine;
     for (int c : m_.chunks_of(stage))
       mine.push_back(chunk(r, c));
-    auto p = std::make_unique<TrainStageProgram>(m_, stage, mine, &batch_);
-    programs_[stage * t + r] = p.get();
+    auto& link = links_[stage * t + r];
+    link = std::make_shared<StageLink>();
+    auto p = std::make_unique<TrainStageProgram>(m_, stage, mine, link);
     if (o_.wrap) return o_.wrap(std::move(p), stage, r);
     return p;
   };
@@ -96,7 +97,9 @@ StepReport Trainer::step() {
     }
     global = std::move(mine);
   }
-  batch_ = std::make_shared<const StepBatch>(std::move(global));
+  auto batch = std::make_shared<const StepBatch>(std::move(global));
+  for (auto& link : links_)
+    if (link) link->set_batch(batch);
   r.run = runtime_->run_step(step_);
   if (o_.dp > 1) average_replicas();
   step_loss_and_norm(r);
@@ -117,7 +120,7 @@ void Trainer::step_loss_and_norm(StepReport& r) {
   const int t = o_.runtime.tp, last_stage = m_.stage_of(m_.chunks() - 1);
   auto local_list = [&](int stage, int rank) {
     std::vector<double> v;
-    TrainStageProgram* p = program(stage, rank);
+    StageLink* p = &link(stage, rank);
     if (stage == last_stage && rank == 0) {
       double loss = 0;
       for (float l : p->losses())
@@ -177,7 +180,7 @@ void Trainer::step_loss_and_norm(StepReport& r) {
 void Trainer::average_replicas() {
   torch::NoGradGuard no_grad;
   const int e = o_.job->endpoint(), t = o_.runtime.tp;
-  TrainStageProgram* p = program(e / t, e % t);
+  StageLink* p = &link(e / t, e % t);
   for (int c : m_.chunks_of(e / t)) {
     auto& grads = p->grads(c);
     std::vector<float> flat;
@@ -209,7 +212,7 @@ void Trainer::apply(double clip_coef, double lr) {
     for (int r = 0; r < o_.runtime.tp; ++r) {
       Chunk* ch = chunk(r, c);
       if (!ch) continue;
-      auto& grads = program(m_.stage_of(c), r)->grads(c);
+      auto& grads = link(m_.stage_of(c), r).grads(c);
       auto& params = ch->params();
       for (size_t i = 0; i < params.size(); ++i, ++k) {
         torch::Tensor g = grads[i];

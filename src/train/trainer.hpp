@@ -52,9 +52,7 @@ class Trainer {
  private:
   double lr_at(int step) const;
   void apply(double clip_coef, double lr);
-  TrainStageProgram* program(int stage, int tp_rank) const {
-    return programs_[stage * o_.runtime.tp + tp_rank];
-  }
+  StageLink& link(int stage, int tp_rank) const { return *links_[stage * o_.runtime.tp + tp_rank]; }
   void step_loss_and_norm(StepReport& r);
   void average_replicas();
 
@@ -63,8 +61,7 @@ class Trainer {
   Hint hint_;
   std::unique_ptr<DataSource> data_;
   std::vector<std::vector<std::unique_ptr<Chunk>>> chunks_;  // [tp rank][chunk]
-  std::vector<TrainStageProgram*> programs_;  // by endpoint (owned by the runtime; null: elsewhere)
-  std::shared_ptr<const StepBatch> batch_;
+  std::vector<std::shared_ptr<StageLink>> links_;            // by endpoint (null: hosted elsewhere)
   std::unique_ptr<Runtime> runtime_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;  // AdamW state, global order
   int step_ = 0;
