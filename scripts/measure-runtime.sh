@@ -5,11 +5,11 @@
 # paper's back-pressure limit 32. Writes the raw reports to
 # docs/data/runtime-runs.txt, one CSV row per run to docs/data/runtime-fidelity.csv and the
 # dispatch gaps of each invocation to docs/data/runtime-dispatch-gaps.csv.
-# Usage: scripts/measure-runtime.sh [build dir] (a Release build; run on an idle machine).
+# Usage: scripts/measure-runtime.sh [build dir] [output dir] (a Release build; an idle machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rrfp=${1:-build}/rrfp
-out=docs/data
+out=${2:-docs/data}
 mkdir -p "$out"
 raw=$out/runtime-runs.txt
 csv=$out/runtime-fidelity.csv

@@ -17,7 +17,8 @@
 
 namespace rrfp {
 
-enum class InputState : std::uint8_t { Missing, Offered, Accepted, Delivered };
+// Local: the task takes no message (its inputs come from its own stage, or it is chunk 0's F).
+enum class InputState : std::uint8_t { Local, Missing, Offered, Accepted, Delivered };
 const char* to_string(InputState s);
 
 class Readiness {
@@ -26,13 +27,7 @@ class Readiness {
   Readiness(const WorkModel& m, int stage, StageArbiter& arbiter);
 
   // One input of `task` is present; the last one makes the task ready. True when it did.
-  bool satisfy(const TaskId& task) {
-    std::int8_t& left = missing_[m_.local_index(task)];
-    if (--left != 0) return false;
-    arb_.mark_ready(task);
-    ++version_;
-    return true;
-  }
+  bool satisfy(const TaskId& task) { return satisfy_at(m_.local_index(task), task); }
 
   // `task`'s cross-stage input has arrived (async): Missing -> Delivered. Returns what
   // satisfy() returns; throws ProtocolError if the input was already there.
@@ -54,7 +49,14 @@ class Readiness {
   std::vector<TaskId> expected(int max, int& total) const;
 
  private:
-  void move(const TaskId& task, InputState from, InputState to, const char* what);
+  bool satisfy_at(int i, const TaskId& task) {
+    if (--missing_[i] != 0) return false;
+    arb_.mark_ready(task);
+    ++version_;
+    return true;
+  }
+  // The input of `task` goes from `from` to `to`; any other state is refused (`what` happened).
+  int move(const TaskId& task, InputState from, InputState to, const char* what);
 
   const WorkModel& m_;
   int stage_;

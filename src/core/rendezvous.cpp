@@ -21,7 +21,8 @@ const TaskId* Rendezvous::posted_receive() {
   const auto& order = *order_;
   for (; recv_pos_ < static_cast<int>(order.size()); ++recv_pos_) {
     const TaskId& t = order[recv_pos_];
-    if (m_.has_remote_input(t) && !inputs_.delivered(t)) return &t;
+    const InputState s = inputs_.input(t);
+    if (s != InputState::Local && s != InputState::Delivered) return &t;
   }
   return nullptr;
 }
