@@ -3,18 +3,18 @@
 #include <mpi.h>
 
 #include <atomic>
-#include <bit>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <iostream>
 #include <limits>
-#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "comm/buffer_pool.hpp"
 #include "comm/mpi_check.hpp"
+#include "comm/wire.hpp"
 #include "core/clock.hpp"
 #include "core/error.hpp"
 
@@ -23,87 +23,9 @@ namespace rrfp {
 namespace {
 
 constexpr int kTagHeader = 1;
-constexpr int kRing = 16;                      // receives kept posted for headers
-constexpr int kFlagAck = 1, kFlagFollows = 2;  // the payload follows on the data communicator
-
-struct Wire {
-  std::int32_t step, kind, chunk, mb, flags, round;
-  std::uint64_t size;
-  std::int32_t data_tag, pad;
-};
-static_assert(sizeof(Wire) == 40);
+constexpr int kRing = 16;  // receives kept posted for headers
 constexpr std::size_t kSlotBytes = sizeof(Wire) + kInlineBytes;
 constexpr std::size_t kCopyOutBytes = 512;  // smaller inline payloads are copied out of the ring
-
-Wire encode(const MessageTag& t, std::size_t size) {
-  return Wire{t.step,
-              static_cast<std::int32_t>(t.producer.kind),
-              t.producer.chunk,
-              t.producer.mb,
-              (t.ack ? kFlagAck : 0) | (static_cast<int>(t.control) << 8),
-              t.round,
-              size,
-              0,
-              0};
-}
-
-MessageTag decode(const Wire& w) {
-  MessageTag t;
-  t.step = w.step;
-  t.producer = TaskId{static_cast<Kind>(w.kind), w.chunk, w.mb};
-  t.ack = (w.flags & kFlagAck) != 0;
-  t.control = static_cast<Control>((w.flags >> 8) & 0xff);
-  t.round = w.round;
-  return t;
-}
-
-// Receive buffers for large payloads, kept for reuse once the payload's last holder lets go:
-// a fresh multi-megabyte allocation is a fresh mapping, and faulting its pages in cost a
-// quarter of the bandwidth (measured). Sizes are rounded up to a power of two from 64 KiB, so
-// activations of varying lengths share buffers.
-class BufferPool : public std::enable_shared_from_this<BufferPool> {
- public:
-  Payload get(std::size_t n) {
-    const std::size_t cap = std::max<std::size_t>(std::bit_ceil(n), 64 * 1024);
-    std::unique_ptr<std::byte[]> b;
-    {
-      std::lock_guard lk(mu_);
-      auto& v = free_[cap];
-      if (!v.empty()) {
-        b = std::move(v.back());
-        v.pop_back();
-        held_ -= cap;
-      }
-    }
-    if (!b) b.reset(new std::byte[cap]);
-    std::byte* raw = b.release();
-    std::weak_ptr<BufferPool> pool = weak_from_this();
-    std::shared_ptr<const void> owner(raw, [pool, cap](const void* p) {
-      auto* q = static_cast<std::byte*>(const_cast<void*>(p));
-      if (auto live = pool.lock())
-        live->put(q, cap);
-      else
-        delete[] q;
-    });
-    return Payload(std::move(owner), raw, n);
-  }
-
- private:
-  static constexpr std::size_t kMaxHeld = 256u << 20;
-  void put(std::byte* p, std::size_t cap) {
-    std::lock_guard lk(mu_);
-    auto& v = free_[cap];
-    if (held_ + cap > kMaxHeld || v.size() >= 8) {
-      delete[] p;
-      return;
-    }
-    v.emplace_back(p);
-    held_ += cap;
-  }
-  std::mutex mu_;
-  std::map<std::size_t, std::vector<std::unique_ptr<std::byte[]>>> free_;
-  std::size_t held_ = 0;
-};
 
 }  // namespace
 

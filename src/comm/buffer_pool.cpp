@@ -1,0 +1,44 @@
+#include "comm/buffer_pool.hpp"
+
+#include <algorithm>
+#include <bit>
+
+namespace rrfp {
+
+Payload BufferPool::get(std::size_t n) {
+  const std::size_t cap = std::max<std::size_t>(std::bit_ceil(n), 64 * 1024);
+  std::unique_ptr<std::byte[]> b;
+  {
+    std::lock_guard lk(mu_);
+    auto& v = free_[cap];
+    if (!v.empty()) {
+      b = std::move(v.back());
+      v.pop_back();
+      held_ -= cap;
+    }
+  }
+  if (!b) b.reset(new std::byte[cap]);
+  std::byte* raw = b.release();
+  std::weak_ptr<BufferPool> pool = weak_from_this();
+  std::shared_ptr<const void> owner(raw, [pool, cap](const void* p) {
+    auto* q = static_cast<std::byte*>(const_cast<void*>(p));
+    if (auto live = pool.lock())
+      live->put(q, cap);
+    else
+      delete[] q;
+  });
+  return Payload(std::move(owner), raw, n);
+}
+
+void BufferPool::put(std::byte* p, std::size_t cap) {
+  std::lock_guard lk(mu_);
+  auto& v = free_[cap];
+  if (held_ + cap > kMaxHeld || v.size() >= 8) {
+    delete[] p;
+    return;
+  }
+  v.emplace_back(p);
+  held_ += cap;
+}
+
+}  // namespace rrfp

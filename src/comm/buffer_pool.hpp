@@ -1,0 +1,31 @@
+#pragma once
+// Receive buffers for large payloads, kept for reuse once the payload's last holder lets go:
+// a fresh multi-megabyte allocation is a fresh mapping, and faulting its pages in cost a
+// quarter of the bandwidth (measured, docs/results-mpi.md). Sizes are rounded up to a power of
+// two from 64 KiB, so activations of varying lengths share buffers.
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "comm/payload.hpp"
+
+namespace rrfp {
+
+class BufferPool : public std::enable_shared_from_this<BufferPool> {
+ public:
+  // A payload of `n` bytes whose memory returns to the pool when its last holder lets go (or
+  // is freed, once the pool is gone). The pool must be held by a shared_ptr.
+  Payload get(std::size_t n);
+
+ private:
+  static constexpr std::size_t kMaxHeld = 256u << 20;  // at most this much kept, 8 per size
+  void put(std::byte* p, std::size_t cap);
+
+  std::mutex mu_;
+  std::map<std::size_t, std::vector<std::unique_ptr<std::byte[]>>> free_;
+  std::size_t held_ = 0;
+};
+
+}  // namespace rrfp
