@@ -264,7 +264,6 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
 TEST(TrainDefault, LossFallsOnTheHeldOutSplit) {
   // The default configuration of `rrfp train`, shortened: 60 steps, seeded.
   TrainRun o;
-  o.train.pipe.split_backward = true;  // what `auto` makes of the default hint, bfw
   o.train.steps = 60;
   o.train.opt.warmup = 10;
   o.eval_every = 0;

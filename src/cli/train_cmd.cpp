@@ -21,6 +21,7 @@ struct TrainFlags {
   std::string inject_jitter, transport = "inproc";
 };
 
+#ifdef RRFP_HAVE_TORCH
 // The whole run from the parsed flags.
 train::TrainRun to_run(const TrainFlags& f) {
   train::TrainRun run = f.run;
@@ -43,8 +44,9 @@ train::TrainRun to_run(const TrainFlags& f) {
     };
     run.jitter = f.inject_jitter;
   }
-  return run;  // the Trainer validates the rest before it reads any data
+  return run;  // run_training validates the rest before it writes or reads anything
 }
+#endif
 
 }  // namespace
 

@@ -102,6 +102,8 @@ void Stage::route(int r, Message&& msg) {
   if (tag.ack) {
     refusing([&] { delivery_->on_ack(r, msg); });
   } else if (tag.control != Control::None) {
+    if (tag.control != Control::Choice && tag.control != Control::Proposal)
+      throw ProtocolError(where() + ": unknown control message");
     const int from = msg.src - core_.stage * core_.tp;
     if (from < 0 || from >= core_.tp || from == r)
       throw ProtocolError(where() + ": control messages come from this stage's own group");

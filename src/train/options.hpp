@@ -48,7 +48,8 @@ using ProgramWrap = std::function<std::unique_ptr<StageProgram>(std::unique_ptr<
 // The defaults are `rrfp train`'s (the CLI binds its flags to these fields).
 struct TrainOptions {
   GptConfig model;
-  PipelineConfig pipe;  // split_backward as given (resolve it from the hint before)
+  // split_backward as given (the CLI resolves `auto` from the hint); on, as bfw wants.
+  PipelineConfig pipe{.split_backward = true};
   std::string hint = "bfw";
   // Arbitration, communication, TP ranks per stage (Megatron-style: heads and MLP split over
   // T) and their protocol, the watchdog (two minutes: training steps are long): the runtime's

@@ -57,11 +57,13 @@ TrainSummary run_training(const TrainRun& in) {
   const bool root = !t.job || t.job->rank() == 0;
   TrainRun o = in;
   o.quiet = in.quiet || !root;
-  const bool can_validate = !t.job && t.runtime.tp == 1;
-  if (!can_validate) o.eval_every = 0;
+  // Every option before anything is written: bad input leaves no trace.
+  validate(t);
   if (o.eval_every < 0 || o.eval_batches < 1)
     throw InputError("`eval_every` and `eval_batches`: must be at least 0 and 1, got " +
                      std::to_string(o.eval_every) + " and " + std::to_string(o.eval_batches));
+  const bool can_validate = !t.job && t.runtime.tp == 1;
+  if (!can_validate) o.eval_every = 0;
   // Every process checks what bad input it could hit, so that all of them stop together: one
   // that stopped alone would leave the others waiting in a collective.
   prepare_out(o.out);
