@@ -27,7 +27,7 @@ check "unknown jitter level" simulate --workload jitter:J7
 check "--policy fixed: needs a list hint" simulate --hint bf --policy fixed
 check "--tp: must be at least 1" simulate --tp 0
 check "--comm: unknown mode" simulate --comm smoke
-check "cannot read" simulate --workload-file "$tmp/missing.json"
+check "--workload-file: '$tmp/missing.json' does not exist" simulate --workload-file "$tmp/missing.json"
 printf '{"forward_us": -1}' >"$tmp/neg.json"
 check "forward_us" simulate --workload-file "$tmp/neg.json"
 printf '{"forward_us": 10' >"$tmp/trunc.json"
@@ -59,12 +59,33 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
   check "--tp: 3 does not divide --heads 4" train --tp 3 --out "$tmp/o"
   check "--dp: data-parallel replicas run as processes" train --dp 2 --out "$tmp/o"
   check "--transport: unknown transport 'tcp'" train --transport tcp --out "$tmp/o"
+  mkdir -p "$tmp/huge" && truncate -s 2G "$tmp/huge/a.txt"
+  check "hold 2.0 GiB; the corpus is kept in memory and may hold at most 1.0 GiB" train --data "$tmp/huge" --out "$tmp/o"
+  check "--resume: '/dev/zero' is not a regular file" train --resume /dev/zero --out "$tmp/o"
+  truncate -s 1G "$tmp/ckpt.bin"
+  check "is read for --resume" train --resume "$tmp/ckpt.bin" --out "$tmp/o"
   check "--lr: must be a positive finite number, got nan" train --lr nan --out "$tmp/o"
   check "--clip: must be a finite number of at least 0, got -1" train --clip -1 --out "$tmp/o"
   check "--eval-every and --eval-batches: must be at least 0 and 1" train --eval-batches 0 --out "$tmp/o"
   check "--limit: must be at least 1, got -2" train --limit -2 --out "$tmp/o"
   check "--policy: unknown policy 'both'" train --policy both --out "$tmp/o"
 fi
+# Every input file is bounded in type and size before it is read (no hang, no unbounded memory).
+mkfifo "$tmp/fifo"
+check "--workload-file: '/dev/zero' is not a regular file" simulate --workload-file /dev/zero
+check "--replay: '/dev/urandom' is not a regular file" simulate --replay /dev/urandom --hint 1f1b
+check "--hint: '/dev/zero' is not a regular file" schedule check /dev/zero
+check "--workload-file: '$tmp/fifo' is not a regular file" simulate --workload-file "$tmp/fifo"
+check "--workload-file: '$tmp' is a directory" simulate --workload-file "$tmp"
+check "--replay: '$tmp/nope.csv' does not exist" simulate --replay "$tmp/nope.csv" --hint 1f1b
+truncate -s 3M "$tmp/big.json"
+check "has 3.0 MiB; at most 1.0 MiB is read for --workload-file" simulate --workload-file "$tmp/big.json"
+head -c 60000 /dev/zero | tr '\0' '[' >"$tmp/deep.json"
+check "nested deeper than 64 levels" simulate --workload-file "$tmp/deep.json"
+{ printf '{"format": "rrfp-hint", "stages": '; head -c 100000 /dev/zero | tr '\0' '['; } >"$tmp/deep-hint.json"
+check "nested deeper than 64 levels" schedule check "$tmp/deep-hint.json"
+{ echo "stage,chunk,microbatch,kind,duration_us"; head -c 9000 /dev/zero | tr '\0' '1'; echo; } >"$tmp/long.csv"
+check "line 2 has 8.8 KiB; lines may have at most 4.0 KiB" simulate --replay "$tmp/long.csv" --hint 1f1b
 head -c 3000 /dev/urandom >"$tmp/random.bin"
 check "$tmp/random.bin" schedule check "$tmp/random.bin"
 check "cannot write" simulate --svg /nonexistent-dir/x.svg

@@ -2,8 +2,15 @@
 // with a message naming what is wrong. Includes a mutation fuzzer over thousands of inputs.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+
 #include "core/error.hpp"
 #include "core/hint_io.hpp"
+#include "core/input_file.hpp"
+#include "core/json_input.hpp"
 #include "sim/replay.hpp"
 #include "sim/rng.hpp"
 #include "sim_helpers.hpp"
@@ -165,6 +172,54 @@ TEST(Fuzz, ParsersSurviveThousandsOfMutatedInputs) {
   }
   EXPECT_GT(rejected, 10000);
   EXPECT_GT(accepted, 0);
+}
+
+// Every kind of file that is not a small regular file is refused before a byte is read.
+TEST(InputFiles, RefusedByTypeAndSizeBeforeReading) {
+  const std::string dir = ::testing::TempDir() + "rrfp-input-files";
+  ::mkdir(dir.c_str(), 0700);
+  auto refusal = [](const std::string& path, const InputKind& kind) {
+    try {
+      read_input_file(path, kind);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const InputKind small{"replay", 64, 8};
+  EXPECT_NE(refusal(dir, small).find("is a directory"), std::string::npos);
+  EXPECT_NE(refusal(dir + "/none", small).find("does not exist"), std::string::npos);
+  EXPECT_NE(refusal("/dev/zero", small).find("is not a regular file"), std::string::npos);
+  const std::string fifo = dir + "/fifo";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);  // opening it must not wait for a writer
+  EXPECT_NE(refusal(fifo, small).find("is not a regular file"), std::string::npos);
+  const std::string file = dir + "/f.txt";
+  std::ofstream(file) << "1234567\n12345678\n";
+  EXPECT_EQ(refusal(file, small), "accepted");
+  EXPECT_NE(refusal(file, InputKind{"replay", 64, 7}).find("line 2 has 8 bytes; lines may"),
+            std::string::npos);
+  EXPECT_NE(refusal(file, InputKind{"replay", 16, 8}).find("has 17 bytes; at most 16 bytes"),
+            std::string::npos);
+}
+
+TEST(InputFiles, DeepJsonIsRefusedAndValuesAreShownBriefly) {
+  const std::string deep(100000, '[');
+  try {
+    parse_json(deep, "w.json");
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("w.json: JSON nested deeper than 64 levels"),
+              std::string::npos);
+  }
+  // Brackets inside strings do not count; 64 levels are fine.
+  EXPECT_NO_THROW(parse_json("{\"a\": \"" + deep + "\"}", "w.json"));
+  EXPECT_NO_THROW(parse_json(std::string(64, '[') + std::string(64, ']'), "w.json"));
+  const auto v = parse_json(R"({"x": [1, 2, 3], "s": ")" + std::string(100, 'y') + "\"}", "w");
+  EXPECT_EQ(brief(v), "an object of 2 fields");
+  EXPECT_EQ(brief(v["x"]), "an array of 3");
+  EXPECT_EQ(brief(v["s"]), "\"" + std::string(40, 'y') + "...\"");
+  EXPECT_EQ(brief(v["x"][1]), "2");
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 #include <sstream>
 
 #include "core/error.hpp"
-#include "core/text_file.hpp"
+#include "core/input_file.hpp"
+#include "core/json_input.hpp"
 
 namespace rrfp {
 
@@ -146,10 +147,9 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
 ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::string& origin) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    std::string msg = e.what();
-    throw HintError(origin + ": invalid JSON (" + msg.substr(0, 160) + ")");
+    j = parse_json(text, origin);
+  } catch (const InputError& e) {
+    throw HintError(e.what());  // a hint that cannot be read is a bad hint
   }
   try {
     if (!j.is_object() || j.value("format", "") != "rrfp-hint")
@@ -158,7 +158,7 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
     const auto& c = m.config();
     auto check = [&](const char* key, const nlohmann::json& want) {
       if (j.contains(key) && j[key] != want)
-        throw HintError(origin + ": hint was written for " + key + "=" + j[key].dump() +
+        throw HintError(origin + ": hint was written for " + key + "=" + brief(j[key]) +
                         " but the run has " + key + "=" + want.dump());
     };
     check("pp", c.pp);
@@ -177,7 +177,7 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
         throw HintError(origin + ": stage " + std::to_string(s) + " is not an array of tasks");
       for (const auto& tok : st[s]) {
         if (!tok.is_string())
-          throw HintError(origin + ": stage " + std::to_string(s) + ": task " + tok.dump() +
+          throw HintError(origin + ": stage " + std::to_string(s) + ": task " + brief(tok) +
                           " is not a string such as \"F0:3\"");
         try {
           h.stages[s].push_back(parse_token(tok.get<std::string>()));
@@ -203,7 +203,7 @@ ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string
 }
 
 ListHint read_hint_file(const std::string& path, const WorkModel& m) {
-  return parse_hint(read_text_file(path, "`hint`: cannot read hint file"), m, path);
+  return parse_hint(read_input_file(path, kHintFile), m, path);
 }
 
 }  // namespace rrfp

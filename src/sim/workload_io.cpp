@@ -6,8 +6,9 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
+#include "core/json_input.hpp"
 #include "core/modes.hpp"
-#include "core/text_file.hpp"
 #include "sim/replay.hpp"
 #include "sim/workload.hpp"
 
@@ -19,15 +20,13 @@ using Setter = std::function<void(WorkloadParams&, const nlohmann::json&, const 
 
 Setter number(double WorkloadParams::*field) {
   return [field](WorkloadParams& w, const nlohmann::json& v, const std::string& where) {
-    if (!v.is_number())
-      throw InputError(where + ": must be a number, got " + v.dump().substr(0, 40));
+    if (!v.is_number()) throw InputError(where + ": must be a number, got " + brief(v));
     w.*field = v.get<double>();
   };
 }
 Setter integer(int WorkloadParams::*field) {
   return [field](WorkloadParams& w, const nlohmann::json& v, const std::string& where) {
-    if (!v.is_number_integer())
-      throw InputError(where + ": must be an integer, got " + v.dump().substr(0, 40));
+    if (!v.is_number_integer()) throw InputError(where + ": must be an integer, got " + brief(v));
     const auto x = v.get<long long>();
     if (x < -1000000 || x > 1000000) throw InputError(where + ": out of range");
     w.*field = static_cast<int>(x);
@@ -35,8 +34,7 @@ Setter integer(int WorkloadParams::*field) {
 }
 Setter jitter(double JitterLevel::*field) {
   return [field](WorkloadParams& w, const nlohmann::json& v, const std::string& where) {
-    if (!v.is_number())
-      throw InputError(where + ": must be a number, got " + v.dump().substr(0, 40));
+    if (!v.is_number()) throw InputError(where + ": must be a number, got " + brief(v));
     w.jitter.*field = v.get<double>();
   };
 }
@@ -83,12 +81,7 @@ const std::map<std::string, Setter>& setters() {
 
 WorkloadParams apply_workload_json(WorkloadParams w, const std::string& text,
                                    const std::string& origin) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(origin + ": invalid JSON (" + std::string(e.what()).substr(0, 160) + ")");
-  }
+  const nlohmann::json j = parse_json(text, origin);
   if (!j.is_object()) throw InputError(origin + ": expected a JSON object of workload fields");
   if (j.contains("preset")) {
     if (!j["preset"].is_string()) throw InputError(origin + ": \"preset\" must be a string");
@@ -110,8 +103,7 @@ WorkloadParams apply_workload_json(WorkloadParams w, const std::string& text,
 }
 
 WorkloadParams read_workload_file(const std::string& path, const std::string& preset) {
-  return apply_workload_json(workload_preset(preset),
-                             read_text_file(path, "`workload_file`: cannot read"), path);
+  return apply_workload_json(workload_preset(preset), read_input_file(path, kWorkloadFile), path);
 }
 
 RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int tp,
@@ -219,7 +211,7 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
 }
 
 RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int tp) {
-  return parse_replay_csv(read_text_file(path, "`replay`: cannot read"), m, tp, path);
+  return parse_replay_csv(read_input_file(path, kReplayFile), m, tp, path);
 }
 
 }  // namespace rrfp

@@ -8,7 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
-#include "core/text_file.hpp"
+#include "core/input_file.hpp"
+#include "core/json_input.hpp"
 
 namespace rrfp::train {
 
@@ -97,7 +98,13 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
 }
 
 void load_checkpoint(const std::string& path, CheckpointState& expect) {
-  const std::string bytes = read_text_file(path, "`resume`");
+  // A checkpoint of this model holds its tensors and a header: nothing larger is read.
+  std::uint64_t tensor_bytes = 0;
+  for (const auto* g : groups(expect))
+    for (const auto& t : *g)
+      tensor_bytes += static_cast<std::uint64_t>(t.numel() * t.element_size());
+  const std::string bytes =
+      read_input_file(path, InputKind{"resume", 0, 0}, tensor_bytes + (16u << 20));
   auto bad = [&](const std::string& why) { return InputError("`resume`: '" + path + "' " + why); };
   const std::size_t fixed = sizeof kMagic + sizeof(std::uint32_t) + sizeof(std::uint64_t);
   if (bytes.size() < fixed + sizeof(std::uint64_t) || std::memcmp(bytes.data(), kMagic, 8) != 0)
@@ -116,12 +123,12 @@ void load_checkpoint(const std::string& path, CheckpointState& expect) {
   if (hlen > bytes.size() - fixed) throw bad("is truncated (header)");
   nlohmann::json h;
   try {
-    h = nlohmann::json::parse(bytes.substr(fixed, hlen));
-  } catch (const nlohmann::json::exception&) {
+    h = parse_json(std::string_view(bytes).substr(fixed, hlen), "header");
+  } catch (const InputError&) {
     throw bad("has an unreadable header");
   }
   if (h.value("model", nlohmann::json()) != model_json(expect.model))
-    throw bad("holds a different model (" + h["model"].dump() + ", this run has " +
+    throw bad("holds a different model (" + h["model"].dump().substr(0, 200) + ", this run has " +
               model_json(expect.model).dump() + ")");
   const auto& ts = h["tensors"];
   if (!ts.is_array() || ts.size() != expect.params.size())
@@ -130,8 +137,8 @@ void load_checkpoint(const std::string& path, CheckpointState& expect) {
   for (size_t i = 0; i < ts.size(); ++i)
     if (ts[i]["name"] != expect.names[i] ||
         ts[i]["shape"].get<std::vector<std::int64_t>>() != expect.params[i].sizes().vec())
-      throw bad("parameter " + std::to_string(i) + " is " + ts[i]["name"].dump() + " " +
-                ts[i]["shape"].dump() + "; the model's is " + expect.names[i]);
+      throw bad("parameter " + std::to_string(i) + " is " + brief(ts[i]["name"]) + " " +
+                ts[i]["shape"].dump().substr(0, 80) + "; the model's is " + expect.names[i]);
   std::size_t at = fixed + hlen;
   torch::NoGradGuard no_grad;
   for (const auto* g : groups(expect))

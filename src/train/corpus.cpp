@@ -3,11 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "sim/rng.hpp"
 
 namespace rrfp::train {
@@ -18,15 +17,23 @@ Corpus::Corpus(const std::string& dir, int max_len) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw InputError("`data`: '" + dir + "' is not a directory");
   std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_regular_file()) files.push_back(e.path());
+  std::uint64_t bytes = 0;
+  // Regular files only (a device or FIFO among them is skipped, never opened), and no more
+  // than the corpus may keep in memory, checked before anything is read.
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::error_code fe;
+    if (!e.is_regular_file(fe)) continue;
+    files.push_back(e.path());
+    bytes += e.file_size(fe);
+  }
   if (ec) throw InputError("`data`: cannot list '" + dir + "': " + ec.message());
+  if (bytes > kMaxCorpusBytes)
+    throw InputError("`data`: the " + std::to_string(files.size()) + " files in '" + dir +
+                     "' hold " + format_bytes(bytes) + "; the corpus is kept in memory and may " +
+                     "hold at most " + format_bytes(kMaxCorpusBytes));
   std::sort(files.begin(), files.end());
   for (const auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    Doc d{s.str(), 0};
+    Doc d{read_input_file(f.string(), InputKind{"data", kMaxCorpusBytes}), 0};
     d.split = d.text.size() * 9 / 10;
     // Both regions must hold at least one window of the longest length plus its target byte.
     if (d.split < static_cast<std::size_t>(max_len) + 1 ||

@@ -12,6 +12,9 @@
 
 namespace rrfp::train {
 
+// The corpus is kept in memory: a directory holding more than this is refused up front.
+inline constexpr std::uint64_t kMaxCorpusBytes = 1ull << 30;
+
 class Corpus final : public DataSource {
  public:
   // Throws InputError naming the directory if it is missing, unreadable or holds no document

@@ -1,0 +1,21 @@
+#pragma once
+// JSON from users (workload files, JSON hints, checkpoint headers): bounded before it is parsed,
+// and never dumped whole into a message.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+namespace rrfp {
+
+inline constexpr int kMaxJsonDepth = 64;
+
+// Parses `text`; throws InputError "<origin>: invalid JSON (...)" on a syntax error and refuses,
+// before parsing, nesting deeper than kMaxJsonDepth (the parser, and every recursive walk of a
+// value afterwards, would otherwise recurse as deep as the input says).
+nlohmann::json parse_json(std::string_view text, const std::string& origin);
+
+// A value as a message may show it: scalars as themselves (strings cut at 40 characters),
+// arrays and objects by their size only.
+std::string brief(const nlohmann::json& v);
+
+}  // namespace rrfp
