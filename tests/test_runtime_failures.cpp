@@ -102,6 +102,35 @@ TEST_F(Failures, AStageThatNeverSendsIsReportedByTheWatchdog) {
   EXPECT_LT(elapsed_ms_, 2000);
 }
 
+// One task runs (emulated) for 25 s: the watchdog fires after 300 ms without progress, names the
+// task, and the step ends at once instead of when the task would have finished.
+class Sleeper final : public StageProgram {
+ public:
+  Sleeper(std::unique_ptr<StageProgram> inner, int stage) : in_(std::move(inner)), stage_(stage) {}
+  Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
+    if (stage_ == 1 && mb == 1) c.wait_until(now_ns() + 25'000'000'000);
+    return in_->forward(c, chunk, mb, std::move(p));
+  }
+  Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
+    return in_->backward(c, chunk, mb, std::move(p));
+  }
+
+ private:
+  std::unique_ptr<StageProgram> in_;
+  int stage_;
+};
+
+TEST_F(Failures, TheWatchdogInterruptsALongEmulatedTask) {
+  auto inner = emulated_programs(m_, work_);
+  ProgramFactory f = [&](int s, int r) -> std::unique_ptr<StageProgram> {
+    return std::make_unique<Sleeper>(inner(s, r), s);
+  };
+  const std::string msg = fails_with<StallError>(f, {}, 300);
+  EXPECT_NE(msg.find("stage 1: ran 2/16"), std::string::npos) << msg;  // F c1 m1 included
+  EXPECT_NE(msg.find("running F c1 m1 for"), std::string::npos) << msg;
+  EXPECT_LT(elapsed_ms_, 5'000);  // not the task's 25 s
+}
+
 TEST_F(Failures, ALostRendezvousAcknowledgementIsReportedByTheWatchdog) {
   auto eps = faulty_transports(4, [](int, int&, MessageTag& t, Payload&) { return !t.ack; });
   RuntimeOptions ro = runtime_options(m_, work_, Policy::Fixed);

@@ -31,11 +31,7 @@ class EmulatedProgram final : public StageProgram {
  private:
   Payload run(TaskContext& ctx, const TaskId& t) {
     const int idx = m_.index(t);
-    const std::int64_t deadline = now_ns() + w_.compute(rank_, idx);
-    if (opt_.spin)
-      spin_until_ns(deadline);
-    else
-      sleep_until_ns(deadline);
+    ctx.wait_until(now_ns() + w_.compute(rank_, idx), opt_.spin);
     if (ctx.tp_size() > 1) {  // every task meets its group, as the simulator models it
       std::array<float, 4> partial{static_cast<float>(rank_), 1, 0, 0};
       ctx.all_reduce(partial, w_.collective_ns);

@@ -15,12 +15,20 @@
 namespace rrfp {
 
 class TpCollective;
+class FailureState;
 
-// Passed to every task: where it runs, and the tensor-parallel collective tagged with it.
+// Passed to every task: where it runs, the tensor-parallel collective tagged with it, and
+// whether the step is being torn down.
 class TaskContext {
  public:
-  TaskContext(int stage, int tp_rank, int step, const TaskId& task, TpCollective* group)
-      : stage_(stage), tp_rank_(tp_rank), step_(step), task_(task), group_(group) {}
+  TaskContext(int stage, int tp_rank, int step, const TaskId& task, TpCollective* group,
+              const FailureState* failure = nullptr)
+      : stage_(stage),
+        tp_rank_(tp_rank),
+        step_(step),
+        task_(task),
+        group_(group),
+        failure_(failure) {}
 
   int stage() const { return stage_; }
   int tp_rank() const { return tp_rank_; }
@@ -33,11 +41,17 @@ class TaskContext {
   void all_reduce(std::span<float> data, std::int64_t emulated_ns = 0);
   // Time this task spent waiting for the rest of its group inside collectives.
   std::int64_t collective_wait_ns() const { return wait_ns_; }
+  // The step failed elsewhere (an error, the watchdog): a long task should stop.
+  bool aborted() const;
+  // Sleeps (or, with `spin`, busy-waits) until now_ns() reaches `deadline`, but throws Aborted
+  // within a few milliseconds once the step fails: emulated work never outlives the watchdog.
+  void wait_until(std::int64_t deadline, bool spin = false) const;
 
  private:
   int stage_, tp_rank_, step_;
   TaskId task_;
   TpCollective* group_;
+  const FailureState* failure_;
   std::int64_t wait_ns_ = 0;
 };
 

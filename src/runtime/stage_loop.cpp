@@ -87,7 +87,7 @@ bool Stage::execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t,
   lk.unlock();
   failure.bump();
   if (prev_end >= 0) rk.result.gaps.push_back(start - prev_end);
-  TaskContext ctx(core_.stage, r, core_.step, t, core_.tp > 1 ? core_.group : nullptr);
+  TaskContext ctx(core_.stage, r, core_.step, t, core_.tp > 1 ? core_.group : nullptr, &failure);
   Payload out;
   bool ok = true;
   try {

@@ -1,7 +1,10 @@
 #include "runtime/tp_group.hpp"
 
+#include <algorithm>
+
 #include "core/clock.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/failure.hpp"
 #include "runtime/program.hpp"
 
 namespace rrfp {
@@ -47,6 +50,26 @@ void TpGroup::abort() {
   std::lock_guard lk(mu_);
   aborted_ = true;
   cv_.notify_all();
+}
+
+bool TaskContext::aborted() const {
+  return failure_ && failure_->failed();
+}
+
+void TaskContext::wait_until(std::int64_t deadline, bool spin) const {
+  // Slices short enough that a torn-down step is noticed at once, the last one to the exact
+  // deadline (an absolute sleep, as before: no drift).
+  constexpr std::int64_t kSlice = 10'000'000;
+  for (;;) {
+    if (aborted()) throw Aborted();
+    const std::int64_t now = now_ns();
+    if (now >= deadline) return;
+    const std::int64_t until = std::min(deadline, now + kSlice);
+    if (spin)
+      spin_until_ns(until);
+    else
+      sleep_until_ns(until);
+  }
 }
 
 int TaskContext::tp_size() const {
