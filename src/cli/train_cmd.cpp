@@ -2,6 +2,11 @@
 // rrfp with the BFW hint, on the licence texts every Debian machine has. The pipeline flags are
 // simulate's and run's (options.hpp); the rest bind straight to the training options, whose
 // defaults are the command's.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+
 #include "cli/mpi_launch.hpp"
 #include "cli/options.hpp"
 #include "core/error.hpp"
@@ -22,6 +27,27 @@ struct TrainFlags {
 };
 
 #ifdef RRFP_HAVE_TORCH
+// SIGINT/SIGTERM: the first asks the run to stop after its current step (the log row, a
+// checkpoint with --save-every, the outputs); a second one ends the process at once.
+std::atomic<int> g_stop{0};
+
+void on_stop_signal(int sig) {
+  if (g_stop.exchange(sig) != 0) ::_exit(128 + sig);  // async-signal-safe, both
+}
+
+void stop_on_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+// The process's exit for a run that a signal stopped: 128 + the signal (130, 143).
+void exit_if_stopped(const train::TrainSummary& s) {
+  if (s.stopped_by) throw QuietExit{128 + s.stopped_by};
+}
+
 // The whole run from the parsed flags.
 train::TrainRun to_run(const TrainFlags& f) {
   train::TrainRun run = f.run;
@@ -30,6 +56,7 @@ train::TrainRun to_run(const TrainFlags& f) {
   t.pipe = to_config(f.shape, t.hint);
   t.runtime = to_runtime(f.dispatch, f.timeout_s);
   t.model.seed = t.data_seed = f.seed;
+  run.stop = &g_stop;
   if (!f.inject_jitter.empty()) {
     if (f.inject_jitter.rfind("jitter:", 0) != 0)
       throw InputError("--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got '" +
@@ -101,15 +128,18 @@ void setup_train(CLI::App& app) {
       ->capture_default_str();
   s->callback([f] {
 #ifdef RRFP_HAVE_TORCH
+    stop_on_signals();
     if (f->transport == "mpi") {
+      train::TrainSummary sum;
       run_as_mpi_process([&](Job& job) {
         train::TrainRun run = to_run(*f);
         run.train.job = &job;
-        train::run_training(run);
+        sum = train::run_training(run);
         job.all_gather({});  // every process is done before any tears its endpoint down
       });
+      exit_if_stopped(sum);
     } else if (f->transport == "inproc") {
-      train::run_training(to_run(*f));
+      exit_if_stopped(train::run_training(to_run(*f)));
     } else {
       throw InputError("--transport: unknown transport '" + f->transport +
                        "' (expected inproc or mpi)");

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -48,7 +49,10 @@ void write_all(int fd, const std::string& bytes, const std::string& path) {
   std::size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n <= 0) throw InputError("checkpoint '" + path + "': write failed");
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw Error("checkpoint '" + path +
+                  "': writing failed: " + (n < 0 ? std::strerror(errno) : "short write"));
     done += static_cast<std::size_t>(n);
   }
 }
@@ -75,16 +79,24 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
     }
   put(out, fnv1a(out));
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw InputError("checkpoint '" + path + "': cannot create " + tmp);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw Error("checkpoint '" + path + "': cannot create " + tmp + ": " + std::strerror(errno));
+  // A failed save (a full disk: "No space left on device") leaves the previous checkpoint as
+  // it was and no partial file behind.
   try {
     write_all(fd, out, path);
+    if (::fsync(fd) != 0)
+      throw Error("checkpoint '" + path + "': fsync failed: " + std::strerror(errno));
   } catch (...) {
     ::close(fd);
+    ::unlink(tmp.c_str());
     throw;
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0)
-    throw InputError("checkpoint '" + path + "': fsync failed");
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw Error("checkpoint '" + path + "': close failed: " + std::strerror(errno));
+  }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw InputError("checkpoint '" + path + "': cannot rename " + tmp + " over it");
   // Make the rename itself durable.

@@ -3,6 +3,7 @@
 // the CLI builds these from its flags and the training layer takes them whole. Each struct is
 // validated in one place (validate(GptConfig) in model.cpp, the rest when a Trainer or a run
 // starts); errors name the option (`lr`), never a flag.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -87,6 +88,9 @@ struct TrainRun {
   std::string resume;  // continue from this checkpoint
   std::string jitter;  // for the header line: the jitter preset `wrap` injects, if any
   bool quiet = false;  // no progress output (tests; ranks other than 0)
+  // Non-zero (a signal number): stop after the current step, keeping its log row and, with
+  // save_every, a checkpoint. Set from a signal handler by the CLI.
+  const std::atomic<int>* stop = nullptr;
 };
 
 }  // namespace rrfp::train

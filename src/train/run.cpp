@@ -13,6 +13,7 @@
 #include "dist/step_merge.hpp"
 #include "report/report.hpp"
 #include "sim/metrics.hpp"
+#include "train/log_file.hpp"
 #include "train/trainer.hpp"
 
 namespace rrfp::train {
@@ -90,8 +91,15 @@ TrainSummary run_training(const TrainRun& in) {
               << " heads=" << t.model.heads << ", data " << (t.task == "text" ? t.data_dir : t.task)
               << " (" << trainer.data().describe() << "; byte-unigram entropy " << fmt("%.3f", h0)
               << " nats)" << (o.jitter.empty() ? "" : ", jitter " + o.jitter) << "\n";
-  std::string csv =
-      "step,loss,val_loss,lr,grad_norm,tokens,step_ms,pipeline_ms,bubble,gap_us_median\n";
+  const std::string dir = o.out + "/";
+  // Rank 0 keeps the log; a resumed run continues it. Each row is flushed as its step ends.
+  std::unique_ptr<LogFile> log;
+  if (root)
+    log = std::make_unique<LogFile>(
+        dir + "loss.csv",
+        "step,loss,val_loss,lr,grad_norm,tokens,step_ms,pipeline_ms,bubble,gap_us_median",
+        first_step > 0);
+  int done = steps, stopped_by = 0;
   PlotSeries train_curve{"train loss", "#4e79a7", {}}, val_curve{"validation loss", "#e15759", {}};
   TrainSummary sum;
   StepResult last;
@@ -134,11 +142,12 @@ TrainSummary run_training(const TrainRun& in) {
       std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
       gap_med = static_cast<double>(gaps[gaps.size() / 2]) / 1e3;
     }
-    csv += std::to_string(s + 1) + "," + fmt("%.5f", r.loss) + "," + val + "," + fmt("%.6g", r.lr) +
-           "," + fmt("%.4f", r.grad_norm) + "," + std::to_string(r.tokens) + "," +
-           fmt("%.2f", step_s * 1e3) + "," +
-           fmt("%.2f", static_cast<double>(r.run.run.makespan) / 1e6) + "," +
-           fmt("%.4f", met.bubble_ratio) + "," + fmt("%.1f", gap_med) + "\n";
+    if (log)
+      log->add(std::to_string(s + 1) + "," + fmt("%.5f", r.loss) + "," + val + "," +
+               fmt("%.6g", r.lr) + "," + fmt("%.4f", r.grad_norm) + "," + std::to_string(r.tokens) +
+               "," + fmt("%.2f", step_s * 1e3) + "," +
+               fmt("%.2f", static_cast<double>(r.run.run.makespan) / 1e6) + "," +
+               fmt("%.4f", met.bubble_ratio) + "," + fmt("%.1f", gap_med));
     if (!o.quiet && (tty || (s + 1) % 25 == 0 || s + 1 == steps || !val.empty())) {
       const double elapsed = static_cast<double>(now_ns() - t_start) / 1e9;
       const double eta = elapsed / (s + 1 - first_step) * (steps - s - 1);
@@ -150,10 +159,25 @@ TrainSummary run_training(const TrainRun& in) {
                 << fmt("%.0fs", eta) << (tty && val.empty() ? "" : "\n") << std::flush;
     }
     last = std::move(r.run);
+    // A signal asked to stop: this step is done and logged; keep a checkpoint and leave. Every
+    // process of a job learns of it together, so none waits for another's next step.
+    stopped_by = o.stop ? o.stop->load() : 0;
+    if (t.job) {
+      const double mine = stopped_by;
+      for (const auto& v : t.job->all_gather(std::span<const double>(&mine, 1)))
+        stopped_by = std::max(stopped_by, static_cast<int>(v.at(0)));
+    }
+    if (stopped_by && s + 1 < steps) {
+      if (o.save_every > 0 && (s + 1) % o.save_every != 0) trainer.save(ckpt);
+      done = s + 1;
+      break;
+    }
+    stopped_by = 0;
   }
   if (!o.quiet && tty) std::cout << "\n";
-  if (!root) return TrainSummary{};
-  sum.steps = steps - first_step;
+  if (!root) return TrainSummary{.stopped_by = stopped_by};
+  sum.stopped_by = stopped_by;
+  sum.steps = done - first_step;
   sum.unigram_entropy = h0;
   sum.tokens_per_s = tokens / seconds;
   sum.mean_step_ms = seconds * 1e3 / sum.steps;
@@ -162,8 +186,6 @@ TrainSummary run_training(const TrainRun& in) {
   sum.overhead_share = busy_ns > 0 ? gaps_ns / (busy_ns + gaps_ns) : 0;
   sum.outside_pipeline_share = seconds > 0 ? 1 - pipeline_s / seconds : 0;
 
-  const std::string dir = o.out + "/";
-  write_text_file(dir + "loss.csv", csv, "`out`");
   write_text_file(dir + "loss.svg",
                   svg_line_plot("rrfp train: loss (nats per byte)", "step",
                                 {train_curve, val_curve}, h0, "byte-unigram entropy"),
@@ -183,8 +205,12 @@ TrainSummary run_training(const TrainRun& in) {
   write_text_file(dir + "durations.csv", dur, "`out`");
   write_svg(dir + "timeline.svg", h, runs);
   if (!o.quiet)
-    std::cout << "done: " << steps << " steps, loss " << fmt("%.3f", sum.first_loss) << " -> "
-              << fmt("%.3f", sum.last_loss) << ", validation "
+    std::cout << (stopped_by ? "stopped by signal " + std::to_string(stopped_by) + " after step " +
+                                   std::to_string(done) + " of " + std::to_string(steps)
+                             : "done: " + std::to_string(steps) + " steps")
+              << (stopped_by && o.save_every > 0 ? " (checkpoint " + ckpt + ")" : "") << ", loss "
+              << fmt("%.3f", sum.first_loss) << " -> " << fmt("%.3f", sum.last_loss)
+              << ", validation "
               << (can_validate ? fmt("%.3f", sum.val_loss) + " nats"
                                : std::string("skipped (TP or MPI)"))
               << " (byte-unigram entropy " << fmt("%.3f", h0) << " nats), "

@@ -12,6 +12,7 @@ struct TrainSummary {
   double tokens_per_s = 0, mean_step_ms = 0, mean_bubble = 0;
   double overhead_share = 0;          // dispatch gaps / (gaps + model compute), all ranks
   double outside_pipeline_share = 0;  // step time outside the runtime step (optimizer, data)
+  int stopped_by = 0;  // the signal that stopped the run early (0: it ran every step)
 };
 
 // Trains, printing progress, and writes into `out`: loss.csv, loss.svg, and the last step's

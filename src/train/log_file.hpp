@@ -1,0 +1,27 @@
+#pragma once
+// A log written a line at a time and flushed after each, so that a run that is stopped (a
+// signal, a crash, a full disk) keeps every line it finished: OUT/loss.csv.
+#include <cstdio>
+#include <string>
+
+namespace rrfp::train {
+
+class LogFile {
+ public:
+  // Starts `path` afresh with `header`, or, when `append` and the file exists, continues it
+  // (a resumed run). Throws Error naming the path when it cannot be written.
+  LogFile(const std::string& path, const std::string& header, bool append);
+  ~LogFile();
+  LogFile(const LogFile&) = delete;
+  LogFile& operator=(const LogFile&) = delete;
+
+  // Writes and flushes one line (with its newline). Throws Error ("no space left on device")
+  // when the bytes do not reach the file.
+  void add(const std::string& line);
+
+ private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+};
+
+}  // namespace rrfp::train

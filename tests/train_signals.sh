@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# rrfp train under signals: SIGTERM mid-run stops after the current step with exit 143, keeps
+# every finished step's row in loss.csv and a checkpoint that resumes at the last row; SIGINT
+# twice exits at once with 130. Usage: train_signals.sh PATH/TO/rrfp
+set -u
+rrfp=$1
+tmp=$(mktemp -d)
+trap 'kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+small=(--d-model 32 --layers 4 --eval-every 0)
+
+# Waits (at most 60 s) until OUT/loss.csv holds at least N step rows.
+wait_rows() {
+  for _ in $(seq 1 600); do
+    [ -f "$1/loss.csv" ] && [ "$(($(wc -l <"$1/loss.csv") - 1))" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+"$rrfp" train "${small[@]}" --steps 2000 --save-every 7 --out "$tmp/a" >"$tmp/a.log" 2>&1 &
+pid=$!
+wait_rows "$tmp/a" 4 || fail "no loss rows after 60 s"
+kill -TERM $pid
+start=$SECONDS
+wait $pid; rc=$?
+[ "$rc" -eq 143 ] || fail "SIGTERM: exit $rc, want 143"
+[ $((SECONDS - start)) -le 20 ] || fail "SIGTERM: took $((SECONDS - start)) s to stop"
+rows=$(($(wc -l <"$tmp/a/loss.csv") - 1))
+last=$(tail -n 1 "$tmp/a/loss.csv" | cut -d, -f1)
+[ "$rows" = "$last" ] || fail "loss.csv has $rows rows but its last step is $last"
+grep -q "stopped by signal 15 after step $last of 2000 (checkpoint" "$tmp/a.log" ||
+  { fail "no stop line naming step $last"; tail -3 "$tmp/a.log"; }
+# The checkpoint is the last finished step's: a resume starts right after the last row.
+"$rrfp" train "${small[@]}" --steps $((last + 1)) --resume "$tmp/a/checkpoint.bin" \
+  --out "$tmp/a" >"$tmp/r.log" 2>&1 || fail "resume failed: $(tail -1 "$tmp/r.log")"
+grep -q "resumed from $tmp/a/checkpoint.bin at step $last" "$tmp/r.log" || fail "resume did not start at step $last"
+[ "$(tail -n 1 "$tmp/a/loss.csv" | cut -d, -f1)" = $((last + 1)) ] || fail "the resumed run did not append its row"
+
+# Two SIGINTs: the second ends the process at once (no checkpoint, no outputs).
+"$rrfp" train "${small[@]}" --steps 2000 --out "$tmp/b" >"$tmp/b.log" 2>&1 &
+pid=$!
+wait_rows "$tmp/b" 2 || fail "no loss rows after 60 s (second run)"
+kill -INT $pid
+kill -INT $pid
+wait $pid; rc=$?
+[ "$rc" -eq 130 ] || fail "SIGINT twice: exit $rc, want 130"
+echo "train signal checks: $fails failed"
+[ "$fails" -eq 0 ]
