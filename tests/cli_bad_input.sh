@@ -62,6 +62,10 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
   mkdir -p "$tmp/huge" && truncate -s 2G "$tmp/huge/a.txt"
   check "hold 2.0 GiB; the corpus is kept in memory and may hold at most 1.0 GiB" train --data "$tmp/huge" --out "$tmp/o"
   check "--resume: '/dev/zero' is not a regular file" train --resume /dev/zero --out "$tmp/o"
+  check "--max-seq: must be between 1 and 1048576, got 2147483647" train --max-seq 2147483647 --out "$tmp/o"
+  check "for weights, gradients and optimizer state; this machine has" train --d-model 60000 --out "$tmp/o"
+  check "--max-images 60: a sample can have 899 tokens, more than --max-seq 128" train --task image-text --max-images 60 --out "$tmp/o"
+  check "--seed: must not be negative" train --seed -3 --out "$tmp/o"
   truncate -s 1G "$tmp/ckpt.bin"
   check "is read for --resume" train --resume "$tmp/ckpt.bin" --out "$tmp/o"
   check "--lr: must be a positive finite number, got nan" train --lr nan --out "$tmp/o"
@@ -86,6 +90,16 @@ check "nested deeper than 64 levels" simulate --workload-file "$tmp/deep.json"
 check "nested deeper than 64 levels" schedule check "$tmp/deep-hint.json"
 { echo "stage,chunk,microbatch,kind,duration_us"; head -c 9000 /dev/zero | tr '\0' '1'; echo; } >"$tmp/long.csv"
 check "line 2 has 8.8 KiB; lines may have at most 4.0 KiB" simulate --replay "$tmp/long.csv" --hint 1f1b
+# Numbers: ranges and finiteness, checked before any work.
+printf '{"forward_us": 1e15}' >"$tmp/w1.json"
+check "workload forward_us: must be a finite number in [0, 1e+09], got 1e+15" simulate --workload-file "$tmp/w1.json"
+printf '{"tokens_max": 1e300}' >"$tmp/w2.json"
+check "workload tokens_max: must be a finite number in [256, 1e+09]" simulate --workload-file "$tmp/w2.json"
+printf '{"forward_us": 1e8, "head_factor": 100, "backward_ratio_max": 100}' >"$tmp/w3.json"
+check "the most one may take is 1e+09 us (1000 s)" simulate --workload-file "$tmp/w3.json"
+printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1e13\n' >"$tmp/huge.csv"
+check "column duration_us: a task or message of 1e+13 us" simulate --replay "$tmp/huge.csv" --hint 1f1b --pp 1 -m 1
+check "--seed: must not be negative, got -1" simulate --seed -1
 head -c 3000 /dev/urandom >"$tmp/random.bin"
 check "$tmp/random.bin" schedule check "$tmp/random.bin"
 check "cannot write" simulate --svg /nonexistent-dir/x.svg

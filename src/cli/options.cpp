@@ -35,6 +35,15 @@ std::string as_flags(const std::string& message) {
   return out;
 }
 
+CLI::Validator not_negative() {
+  return CLI::Validator(
+      [](std::string& s) {
+        return s.find('-') != std::string::npos ? "must not be negative, got " + s.substr(0, 30)
+                                                : std::string();
+      },
+      "", "not negative");
+}
+
 void add_shape_flags(CLI::App* app, ShapeFlags& f) {
   app->add_option("--pp", f.pp, "pipeline stages P")->capture_default_str();
   app->add_option("--vpp", f.vpp, "model chunks per stage V")->capture_default_str();
@@ -72,7 +81,9 @@ void add_workload_flags(CLI::App* app, WorkloadFlags& f) {
   app->add_option(
       "--replay", f.replay,
       "CSV of measured durations: stage,chunk,microbatch,kind,duration_us[,tp_rank][,send_us]");
-  app->add_option("--seed", f.seed, "seed of every random duration")->capture_default_str();
+  app->add_option("--seed", f.seed, "seed of every random duration")
+      ->check(not_negative())
+      ->capture_default_str();
 }
 
 void add_timeout_flag(CLI::App* app, double& seconds) {

@@ -18,6 +18,9 @@ struct QuietExit {
 // (core/error.hpp).
 std::string as_flags(const std::string& message);
 
+// For unsigned flags: CLI11 would wrap "-1" around to 2^64 - 1.
+CLI::Validator not_negative();
+
 // The pipeline's shape: --pp --vpp --placement --microbatches --split-backward. The struct's
 // values are the flags' defaults (each command sets its own before binding).
 struct ShapeFlags {

@@ -111,7 +111,9 @@ void setup_train(CLI::App& app) {
   s->add_option("--lr", t.opt.lr, "peak learning rate")->capture_default_str();
   s->add_option("--weight-decay", t.opt.weight_decay, "AdamW weight decay")->capture_default_str();
   s->add_option("--clip", t.opt.clip, "global gradient-norm clip (0: none)")->capture_default_str();
-  s->add_option("--seed", f->seed, "seed of the weights and the data order")->capture_default_str();
+  s->add_option("--seed", f->seed, "seed of the weights and the data order")
+      ->check(not_negative())
+      ->capture_default_str();
   s->add_option("--eval-every", r.eval_every, "validation every N steps")->capture_default_str();
   s->add_option("--eval-batches", r.eval_batches, "held-out batches per validation")
       ->capture_default_str();

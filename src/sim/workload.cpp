@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.hpp"
 #include "core/modes.hpp"
@@ -121,48 +122,64 @@ WorkloadParams workload_preset(const std::string& name) {
                    ")");
 }
 
+namespace {
+
+std::string fmt_g(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+}  // namespace
+
 void validate(const WorkloadParams& w) {
-  auto nonneg = [](const char* f, double v) {
-    if (!(v >= 0) || !std::isfinite(v))
-      throw InputError(std::string("workload ") + f + ": must be a finite number >= 0, got " +
-                       std::to_string(v));
+  // Each field's range: wide enough for any real job, narrow enough that no realized duration,
+  // token count or byte count can overflow or turn into NaN.
+  auto in = [](const char* f, double v, double lo, double hi) {
+    if (!(v >= lo && v <= hi))  // also false for NaN
+      throw InputError(std::string("workload ") + f + ": must be a finite number in [" + fmt_g(lo) +
+                       ", " + fmt_g(hi) + "], got " + fmt_g(v));
   };
-  nonneg("forward_us", w.forward_us);
-  nonneg("backward_ratio_min", w.backward_ratio_min);
-  nonneg("backward_ratio_max", w.backward_ratio_max);
-  if (w.backward_ratio_max < w.backward_ratio_min)
-    throw InputError("workload backward_ratio_max: must be >= backward_ratio_min");
-  nonneg("weight_share", w.weight_share);
-  if (w.weight_share > 1) throw InputError("workload weight_share: must be in [0, 1]");
-  nonneg("head_factor", w.head_factor);
-  nonneg("compute_sigma", w.compute_sigma);
-  nonneg("tokens_sigma", w.tokens_sigma);
-  nonneg("quadratic_share", w.quadratic_share);
-  if (w.quadratic_share > 1) throw InputError("workload quadratic_share: must be in [0, 1]");
-  if (!(w.tokens_mean > 0)) throw InputError("workload tokens_mean: must be > 0");
-  nonneg("tokens_min", w.tokens_min);
-  if (w.tokens_max < w.tokens_min) throw InputError("workload tokens_max: must be >= tokens_min");
-  nonneg("images_scale", w.images_scale);
-  if (!(w.images_alpha > 0)) throw InputError("workload images_alpha: must be > 0");
-  if (w.images_max < 0) throw InputError("workload images_max: must be >= 0");
-  nonneg("image_us", w.image_us);
-  nonneg("image_tokens", w.image_tokens);
-  if (w.vision_chunks < 0) throw InputError("workload vision_chunks: must be >= 0");
-  nonneg("jitter_p", w.jitter.p);
-  if (w.jitter.p > 1) throw InputError("workload jitter_p: must be in [0, 1]");
-  nonneg("jitter_floor_us", w.jitter.floor_us);
-  nonneg("jitter_alpha", w.jitter.alpha);
-  if (w.straggler_stage < -2) throw InputError("workload straggler_stage: must be >= -2");
-  nonneg("straggler_factor", w.straggler_factor);
-  if (w.straggler_window < 1) throw InputError("workload straggler_window: must be >= 1");
-  nonneg("straggler_prob", w.straggler_prob);
-  nonneg("comm_latency_us", w.comm_latency_us);
-  nonneg("comm_bandwidth_gbps", w.comm_bandwidth_gbps);
-  nonneg("comm_sigma", w.comm_sigma);
-  nonneg("bytes_per_token", w.bytes_per_token);
-  nonneg("tp_sigma", w.tp_sigma);
-  nonneg("tp_collective_us", w.tp_collective_us);
-  nonneg("coord_latency_us", w.coord_latency_us);
+  constexpr double kUs = 1e9;  // any time: at most 1000 s
+  in("forward_us", w.forward_us, 0, kUs);
+  in("backward_ratio_min", w.backward_ratio_min, 0, 100);
+  in("backward_ratio_max", w.backward_ratio_max, w.backward_ratio_min, 100);
+  in("weight_share", w.weight_share, 0, 1);
+  in("head_factor", w.head_factor, 0, 100);
+  in("compute_sigma", w.compute_sigma, 0, 10);
+  in("tokens_mean", w.tokens_mean, 1e-9, 1e9);
+  in("tokens_sigma", w.tokens_sigma, 0, 10);
+  in("tokens_min", w.tokens_min, 0, 1e9);
+  in("tokens_max", w.tokens_max, w.tokens_min, 1e9);
+  in("quadratic_share", w.quadratic_share, 0, 1);
+  in("images_scale", w.images_scale, 0, 1e6);
+  in("images_alpha", w.images_alpha, 1e-9, 1e6);
+  in("images_max", w.images_max, 0, 1e6);
+  in("image_us", w.image_us, 0, kUs);
+  in("image_tokens", w.image_tokens, 0, 1e6);
+  in("vision_chunks", w.vision_chunks, 0, 1e6);
+  in("jitter_p", w.jitter.p, 0, 1);
+  in("jitter_floor_us", w.jitter.floor_us, 0, kUs);
+  in("jitter_alpha", w.jitter.alpha, 0, 1e3);
+  in("straggler_stage", w.straggler_stage, -2, 1e6);
+  in("straggler_factor", w.straggler_factor, 0, 1e3);
+  in("straggler_window", w.straggler_window, 1, 1e6);
+  in("straggler_prob", w.straggler_prob, 0, 1);
+  in("comm_latency_us", w.comm_latency_us, 0, kUs);
+  in("comm_bandwidth_gbps", w.comm_bandwidth_gbps, 0, 1e9);
+  in("comm_sigma", w.comm_sigma, 0, 10);
+  in("bytes_per_token", w.bytes_per_token, 0, 1e9);
+  in("tp_sigma", w.tp_sigma, 0, 10);
+  in("tp_collective_us", w.tp_collective_us, 0, kUs);
+  in("coord_latency_us", w.coord_latency_us, 0, kUs);
+}
+
+std::int64_t duration_ns(double us, const char* what) {
+  if (!(us >= 0 && us <= kMaxTaskUs))
+    throw InputError(std::string(what) + ": a task or message of " + fmt_g(us) +
+                     " us; the most one may take is " + fmt_g(kMaxTaskUs) +
+                     " us (1000 s): lower the workload's times or factors");
+  return std::llround(us * 1000);
 }
 
 double microbatch_tokens(const WorkloadParams& w, std::uint64_t seed, int mb) {
@@ -192,7 +209,7 @@ void apply_jitter(RealizedWork& w, const JitterLevel& j, std::uint64_t seed) {
   for (int rank = 0; rank < w.tp; ++rank)
     for (int idx = 0; idx < w.num_tasks; ++idx) {
       auto& ns = w.compute_ns[static_cast<size_t>(rank) * w.num_tasks + idx];
-      ns = std::llround(jittered_us(j, static_cast<double>(ns) / 1000, seed, idx, rank) * 1000);
+      ns = duration_ns(jittered_us(j, static_cast<double>(ns) / 1000, seed, idx, rank), "jitter");
     }
 }
 
@@ -204,8 +221,8 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   r.compute_ns.assign(static_cast<size_t>(tp) * r.num_tasks, 0);
   r.message_ns.assign(static_cast<size_t>(tp) * r.num_tasks, 0);
   r.message_bytes.assign(r.num_tasks, 0);
-  r.collective_ns = tp > 1 ? std::llround(w.tp_collective_us * 1000) : 0;
-  r.coord_ns = tp > 1 ? std::llround(w.coord_latency_us * 1000) : 0;
+  r.collective_ns = tp > 1 ? duration_ns(w.tp_collective_us, "workload tp_collective_us") : 0;
+  r.coord_ns = tp > 1 ? duration_ns(w.coord_latency_us, "workload coord_latency_us") : 0;
 
   const int mbs = m.microbatches(), chunks = m.chunks();
   std::vector<double> tokens(mbs), images(mbs);
@@ -255,13 +272,13 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
       if (tp > 1 && w.tp_sigma > 0)
         d *= std::exp(w.tp_sigma * std_normal(hash_keys(seed, kTpNoise, idx, rank)));
       d = jittered_us(w.jitter, d, seed, idx, rank);
-      r.compute_ns[static_cast<size_t>(rank) * r.num_tasks + idx] = std::llround(d * 1000);
+      r.compute_ns[static_cast<size_t>(rank) * r.num_tasks + idx] = duration_ns(d, "workload");
       if (sends) {
         double lat = w.comm_latency_us;
         if (w.comm_bandwidth_gbps > 0) lat += bytes / tp / (w.comm_bandwidth_gbps * 1e3);
         if (w.comm_sigma > 0)
           lat *= std::exp(w.comm_sigma * std_normal(hash_keys(seed, kComm, idx, rank)));
-        r.message_ns[static_cast<size_t>(rank) * r.num_tasks + idx] = std::llround(lat * 1000);
+        r.message_ns[static_cast<size_t>(rank) * r.num_tasks + idx] = duration_ns(lat, "workload");
       }
     }
   }

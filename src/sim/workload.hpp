@@ -66,7 +66,13 @@ WorkloadParams workload_preset(const std::string& name);  // throws InputError
 WorkloadParams apply_workload_json(WorkloadParams base, const std::string& text,
                                    const std::string& origin);
 WorkloadParams read_workload_file(const std::string& path, const std::string& preset);
-void validate(const WorkloadParams& w);  // throws InputError naming the field
+void validate(const WorkloadParams& w);  // throws InputError naming the field and its range
+
+// The longest task or message a workload or replay may hold: 1000 s. Makespans of the largest
+// models (50 M tasks) then stay far from the int64 nanosecond limit.
+inline constexpr double kMaxTaskUs = 1e9;
+// `us` in integer nanoseconds; throws InputError naming `what` unless 0 <= us <= kMaxTaskUs.
+std::int64_t duration_ns(double us, const char* what);
 
 // Realized work of one run: every duration the simulator (or emulated runtime) will use.
 struct RealizedWork {

@@ -1,6 +1,8 @@
 #include "train/image_text.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "sim/rng.hpp"
@@ -37,6 +39,16 @@ float pattern(int k, int i, int j) {
 }  // namespace
 
 ImageText::ImageText(int max_images) : max_images_(max_images) {}
+
+std::int64_t ImageText::longest_sample(int max_images) {
+  std::size_t name = 0;
+  for (const char* n : kNames)
+    name = std::max(name, std::strlen(n));
+  // Each image: its patch tokens and the caption "a <name>. "; the inputs are the text less
+  // its last byte. No image: "nothing. ".
+  const std::int64_t per_image = kPatches + static_cast<std::int64_t>(name) + 4;
+  return std::max<std::int64_t>(8, static_cast<std::int64_t>(max_images) * per_image - 1);
+}
 
 std::string ImageText::describe() const {
   return "synthetic image-text, 0.." + std::to_string(max_images_) + " images per sample";

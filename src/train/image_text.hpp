@@ -12,6 +12,9 @@ class ImageText final : public DataSource {
  public:
   static constexpr int kPatches = 4, kPatchDim = 16;
   explicit ImageText(int max_images = 4);
+  // The longest sequence a sample with up to `max_images` images can have, in tokens (patch
+  // tokens and caption bytes): what the model's max_seq must hold.
+  static std::int64_t longest_sample(int max_images);
   StepBatch batch(std::uint64_t seed, std::int64_t index, int microbatches, const WindowOptions& w,
                   bool validation) const override;
   double unigram_entropy() const override;

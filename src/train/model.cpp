@@ -9,14 +9,16 @@
 namespace rrfp::train {
 
 void validate(const GptConfig& c) {
-  auto positive = [](const char* flag, int v) {
-    if (v < 1)
-      throw InputError(std::string(flag) + ": must be at least 1, got " + std::to_string(v));
+  // Ranges that keep every size computed from them (parameter counts, window lengths) in range.
+  auto within = [](const char* name, int v, int hi) {
+    if (v < 1 || v > hi)
+      throw InputError(std::string(name) + ": must be between 1 and " + std::to_string(hi) +
+                       ", got " + std::to_string(v));
   };
-  positive("`d_model`", c.d_model);
-  positive("`heads`", c.heads);
-  positive("`layers`", c.layers);
-  positive("`max_seq`", c.max_seq);
+  within("`d_model`", c.d_model, 1 << 16);
+  within("`heads`", c.heads, 1 << 12);
+  within("`layers`", c.layers, 1 << 12);
+  within("`max_seq`", c.max_seq, 1 << 20);
   if (c.d_model % c.heads != 0)
     throw InputError("`d_model`: " + std::to_string(c.d_model) + " is not a multiple of `heads` " +
                      std::to_string(c.heads));

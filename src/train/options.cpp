@@ -2,8 +2,12 @@
 
 #include <cmath>
 
+#include <unistd.h>
+
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "report/report.hpp"
+#include "train/image_text.hpp"
 #include "train/model.hpp"
 
 namespace rrfp::train {
@@ -20,11 +24,29 @@ void at_least(const char* name, double v, double lo) {
 
 void validate(const TrainOptions& o) {
   validate(o.model);
+  // Parameters, their gradients and AdamW's two moments, float32 each: a model that cannot fit
+  // in this machine's memory is refused here, in one line, instead of failing inside LibTorch.
+  const double d = o.model.d_model, per_block = 12 * d * d + 13 * d;
+  const double params = o.model.layers * per_block + (2.0 * o.model.vocab + o.model.max_seq) * d;
+  const double need = params * 4 * 4;
+  const double have = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
+  if (have > 0 && need > have)
+    throw InputError("`d_model` " + std::to_string(o.model.d_model) + " with `layers` " +
+                     std::to_string(o.model.layers) + ": about " + fmt("%.3g", params) +
+                     " parameters need " + format_bytes(static_cast<std::uint64_t>(need)) +
+                     " for weights, gradients and optimizer state; this machine has " +
+                     format_bytes(static_cast<std::uint64_t>(have)));
   validate(o.runtime);
   if (o.task != "text" && o.task != "image-text")
     throw InputError("`task`: expected text or image-text, got '" + o.task + "'");
-  if (o.max_images < 0)
-    throw InputError("`max_images`: must not be negative, got " + std::to_string(o.max_images));
+  if (o.max_images < 0 || o.max_images > 100'000)
+    throw InputError("`max_images`: must be between 0 and 100000, got " +
+                     std::to_string(o.max_images));
+  if (o.task == "image-text" && ImageText::longest_sample(o.max_images) > o.model.max_seq)
+    throw InputError("`max_images` " + std::to_string(o.max_images) + ": a sample can have " +
+                     std::to_string(ImageText::longest_sample(o.max_images)) +
+                     " tokens, more than `max_seq` " + std::to_string(o.model.max_seq) +
+                     " holds; raise `max_seq` or lower `max_images`");
   if (o.window.min_len < 1 || o.window.min_len > o.window.max_len)
     throw InputError("`min_len`: must be between 1 and `max_len` (" +
                      std::to_string(o.window.max_len) + "), got " +
