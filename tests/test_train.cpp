@@ -7,11 +7,13 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
 #include "core/error.hpp"
 #include "sim/rng.hpp"
+#include "train/checkpoint.hpp"
 #include "train/run.hpp"
 #include "train/trainer.hpp"
 #include "train_helpers.hpp"
@@ -256,6 +258,38 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
   EXPECT_NE(refusal(good, wider).find("holds a different model"), std::string::npos);
   EXPECT_NE(refusal(::testing::TempDir() + "missing.bin", o).find("missing.bin"),
             std::string::npos);
+  // A valid checksum over a header with wrong types or ranges: refused by name, never an
+  // untyped error.
+  std::uint64_t hlen = 0;
+  std::memcpy(&hlen, bytes.data() + 12, sizeof hlen);
+  const auto header = nlohmann::json::parse(bytes.substr(20, hlen));
+  auto resealed = [&](const nlohmann::json& h) {
+    const std::string text = h.dump();
+    std::string out = bytes.substr(0, 12);
+    const std::uint64_t n = text.size();
+    out.append(reinterpret_cast<const char*>(&n), sizeof n);
+    out += text + bytes.substr(20 + hlen, bytes.size() - 20 - hlen - 8);
+    const std::uint64_t sum = checkpoint_checksum(out);
+    out.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+    return write(::testing::TempDir() + "h.bin", out);
+  };
+  EXPECT_EQ(refusal(resealed(header), o), "accepted");  // the re-sealing itself is right
+  const std::vector<std::pair<std::string, std::string>> edits = {
+      {"/step", "header field \"step\" must be a whole number"},
+      {"/tensors/0/shape", "parameter 0 is"},
+      {"/tensors/1/name", "parameter 1 is"},
+      {"/tensors", "parameter tensors, the model has"},
+      {"/model", "holds a different model"}};
+  for (const auto& [at, want] : edits)
+    for (const nlohmann::json& v : {nlohmann::json(-5), nlohmann::json("x"), nlohmann::json(3.5),
+                                    nlohmann::json::array({-1, "a"}), nlohmann::json(nullptr)}) {
+      nlohmann::json h = header;
+      h[nlohmann::json::json_pointer(at)] = v;
+      EXPECT_NE(refusal(resealed(h), o).find(want), std::string::npos) << at << " = " << v;
+    }
+  nlohmann::json no_step = header;
+  no_step.erase("step");
+  EXPECT_NE(refusal(resealed(no_step), o).find("has no header field \"step\""), std::string::npos);
   // A crash mid-save leaves only PATH.tmp behind: the previous checkpoint still loads.
   write(good + ".tmp", bytes.substr(0, 100));
   EXPECT_EQ(refusal(good, o), "accepted");

@@ -19,15 +19,6 @@ namespace {
 constexpr char kMagic[8] = {'R', 'R', 'F', 'P', 'C', 'K', 'P', 'T'};
 constexpr std::uint32_t kVersion = 1;
 
-std::uint64_t fnv1a(const std::string& bytes) {
-  std::uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
 template <class T>
 void put(std::string& out, T v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof v);
@@ -59,6 +50,15 @@ void write_all(int fd, const std::string& bytes, const std::string& path) {
 
 }  // namespace
 
+std::uint64_t checkpoint_checksum(std::string_view bytes) {
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
 void save_checkpoint(const std::string& path, const CheckpointState& s) {
   nlohmann::json h;
   h["format"] = "rrfp-checkpoint";
@@ -77,7 +77,7 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
       const auto c = t.detach().contiguous();
       out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
     }
-  put(out, fnv1a(out));
+  put(out, checkpoint_checksum(out));
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
@@ -128,7 +128,8 @@ void load_checkpoint(const std::string& path, CheckpointState& expect) {
               std::to_string(kVersion));
   std::uint64_t stored = 0;
   std::memcpy(&stored, bytes.data() + bytes.size() - sizeof stored, sizeof stored);
-  if (fnv1a(bytes.substr(0, bytes.size() - sizeof stored)) != stored)
+  if (checkpoint_checksum(std::string_view(bytes).substr(0, bytes.size() - sizeof stored)) !=
+      stored)
     throw bad("is corrupt or truncated (checksum mismatch)");
   std::uint64_t hlen = 0;
   std::memcpy(&hlen, bytes.data() + 12, sizeof hlen);
@@ -139,18 +140,35 @@ void load_checkpoint(const std::string& path, CheckpointState& expect) {
   } catch (const InputError&) {
     throw bad("has an unreadable header");
   }
-  if (h.value("model", nlohmann::json()) != model_json(expect.model))
+  // Every header field is checked for its type and range: a checksum only says the bytes are
+  // the ones written, not that a writer wrote sense.
+  auto field = [&](const char* name) -> const nlohmann::json& {
+    if (!h.is_object() || !h.contains(name))
+      throw bad(std::string("has no header field \"") + name + "\"");
+    return h[name];
+  };
+  const auto& step = field("step");
+  if (!step.is_number_integer() || step.get<long long>() < 0 ||
+      step.get<long long>() > 1'000'000'000)
+    throw bad("header field \"step\" must be a whole number in [0, 1e9], got " + brief(step));
+  if (field("model") != model_json(expect.model))
     throw bad("holds a different model (" + h["model"].dump().substr(0, 200) + ", this run has " +
               model_json(expect.model).dump() + ")");
-  const auto& ts = h["tensors"];
+  const auto& ts = field("tensors");
   if (!ts.is_array() || ts.size() != expect.params.size())
-    throw bad("holds " + std::to_string(ts.size()) + " parameter tensors, the model has " +
+    throw bad("holds " + brief(ts) + " parameter tensors, the model has " +
               std::to_string(expect.params.size()));
-  for (size_t i = 0; i < ts.size(); ++i)
-    if (ts[i]["name"] != expect.names[i] ||
-        ts[i]["shape"].get<std::vector<std::int64_t>>() != expect.params[i].sizes().vec())
-      throw bad("parameter " + std::to_string(i) + " is " + brief(ts[i]["name"]) + " " +
-                ts[i]["shape"].dump().substr(0, 80) + "; the model's is " + expect.names[i]);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const auto& e = ts[i];
+    const auto want = expect.params[i].sizes().vec();
+    bool same = e.is_object() && e.contains("name") && e["name"] == expect.names[i] &&
+                e.contains("shape") && e["shape"].is_array() && e["shape"].size() == want.size();
+    for (size_t k = 0; same && k < want.size(); ++k)
+      same = e["shape"][k].is_number_integer() && e["shape"][k].get<std::int64_t>() == want[k];
+    if (!same)
+      throw bad("parameter " + std::to_string(i) + " is " + e.dump().substr(0, 120) +
+                "; the model's is " + expect.names[i]);
+  }
   std::size_t at = fixed + hlen;
   torch::NoGradGuard no_grad;
   for (const auto* g : groups(expect))
@@ -161,7 +179,7 @@ void load_checkpoint(const std::string& path, CheckpointState& expect) {
       at += n;
     }
   if (at != bytes.size() - sizeof stored) throw bad("has trailing bytes");
-  expect.step = h.value("step", 0);
+  expect.step = static_cast<int>(step.get<long long>());
 }
 
 }  // namespace rrfp::train

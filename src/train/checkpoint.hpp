@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "train/model.hpp"
@@ -23,6 +24,8 @@ struct CheckpointState {
 };
 
 void save_checkpoint(const std::string& path, const CheckpointState& s);
+// FNV-1a of a checkpoint's bytes before its trailing checksum (tests re-seal edited ones).
+std::uint64_t checkpoint_checksum(std::string_view bytes);
 // Throws InputError naming the file and what is wrong (not a checkpoint, another version, a
 // checksum mismatch, truncated, or a model that does not match `expect`'s config and names and
 // shapes); on success copies the tensors into `expect`'s tensors and sets its step.
