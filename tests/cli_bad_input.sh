@@ -112,6 +112,35 @@ for i in $(seq 1 40); do
   "$rrfp" simulate --workload-file "$tmp/r$i" >/dev/null 2>&1; rc=$?
   [ "$rc" -eq 2 ] || { echo "FAIL: random workload file $i -> rc=$rc"; fails=$((fails + 1)); }
 done
+# Flags fuzzed: random flags of simulate, schedule show and train with hostile values (huge,
+# negative, non-finite, empty, binary). Every run ends by itself with 0 or 2 within its time
+# limit, never with a signal or a hang. Seeded: the same 90 runs every time.
+values=(-1 0 1 3 -0 1e308 -1e308 nan inf -inf 2147483648 -2147483649 99999999999999999999999 ""
+        abc 0x10 1.5 " " "$(printf '\x01\xff')" "$(head -c 300 /dev/zero | tr '\0' 9)")
+sim_flags=(--pp --vpp -m --limit --max-pending-w --tp --seed --workload --hint --policy --comm
+           --placement --split-backward --tp-protocol)
+train_flags=(--lr --clip --weight-decay --warmup --steps --d-model --heads --layers --max-seq
+             --min-len --max-len --max-images --eval-every --eval-batches --timeout --seed --dp)
+RANDOM=7
+fuzzed=0
+for i in $(seq 1 90); do
+  case $((i % 3)) in
+    0) args=(simulate --pp 2 -m 4) flags=("${sim_flags[@]}") ;;
+    1) args=(schedule show --pp 2 -m 4) flags=(--pp --vpp -m --placement --split-backward --hint) ;;
+    2) args=(train --steps 1 --d-model 16 --layers 2 --heads 2 --eval-every 0 --out "$tmp/fz") flags=("${train_flags[@]}") ;;
+  esac
+  for _ in 1 2; do
+    args+=("${flags[RANDOM % ${#flags[@]}]}" "${values[RANDOM % ${#values[@]}]}")
+  done
+  timeout 60 "$rrfp" "${args[@]}" >/dev/null 2>"$tmp/fz.err"; rc=$?
+  fuzzed=$((fuzzed + 1))
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ]; then
+    echo "FAIL: rrfp ${args[*]} -> rc=$rc: $(head -c 300 "$tmp/fz.err")"; fails=$((fails + 1))
+  elif [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/fz.err")" -ne 1 ]; then
+    echo "FAIL: rrfp ${args[*]} -> $(wc -l <"$tmp/fz.err") stderr lines"; fails=$((fails + 1))
+  fi
+done
+echo "fuzzed flags: $fuzzed runs"
 # And the good paths still work.
 "$rrfp" schedule show --hint zb-h1 --out "$tmp/zb.json" >/dev/null || { echo "FAIL: schedule show"; fails=$((fails + 1)); }
 "$rrfp" schedule check --split-backward on "$tmp/zb.json" >/dev/null || { echo "FAIL: check of a written hint"; fails=$((fails + 1)); }
