@@ -1,5 +1,7 @@
 #include "cli/experiment.hpp"
 
+#include <cstdio>
+
 #include "core/error.hpp"
 #include "sim/replay.hpp"
 
@@ -64,11 +66,19 @@ ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& 
   opt.record = sc.record;
   ReportRun out;
   out.label = spec.label.empty() ? default_label(spec) : spec.label;
+  if (sc.progress)
+    opt.progress = [&out](std::int64_t done, std::int64_t total) {
+      std::fprintf(stderr, "\r%s: %lld of %lld tasks (%.0f%%)", out.label.c_str(),
+                   static_cast<long long>(done), static_cast<long long>(total),
+                   100.0 * static_cast<double>(done) / static_cast<double>(total));
+      std::fflush(stderr);
+    };
   out.hint = spec.hint;
   out.policy = to_string(spec.policy);
   out.comm = to_string(spec.comm);
   out.cfg = cfg;
   out.result = exec(m, hint, work, opt);
+  if (sc.progress && m.num_tasks() >= (1 << 20)) std::fprintf(stderr, "\r\033[K");
   out.metrics = compute_metrics(out.result, lower_bound(m, work));
   return out;
 }

@@ -1,5 +1,7 @@
 #include "cli/experiment_cmd.hpp"
 
+#include <unistd.h>
+
 #include <iostream>
 
 #include "core/error.hpp"
@@ -42,6 +44,7 @@ Scenario make_scenario(const ExperimentFlags& f) {
   sc.limit = f.dispatch.limit;
   sc.max_pending_w = f.dispatch.max_pending_w;
   sc.record = true;  // the per-reason blocked times (coordination, collectives) need the spans
+  sc.progress = ::isatty(STDERR_FILENO) != 0;
   return sc;
 }
 

@@ -190,6 +190,7 @@ class Simulation {
     Group& g = groups_[s];
     g.launched = 0;
     last_end_ = now_;
+    if (opt_.progress && (++ended_ & ((1 << 20) - 1)) == 0) opt_.progress(ended_, m_.num_tasks());
     const TaskId task = m_.task(index);
     std::array<Dep, 2> c{};
     const int n = m_.consumers(task, c);
@@ -353,6 +354,7 @@ class Simulation {
   std::vector<int> dirty_list_;
   std::int64_t now_ = 0, last_end_ = 0;
   std::uint64_t seq_ = 0;
+  std::int64_t ended_ = 0;  // group tasks done (for progress)
   StepRecord res_;
 };
 

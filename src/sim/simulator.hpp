@@ -4,6 +4,9 @@
 // runtime drives: the StageArbiter, Readiness (join counters), Rendezvous (blocking mode) and
 // the TP choice protocols. Each stage is a group of T tensor-parallel ranks; a task's
 // collective ends when the slowest rank of the group gets there.
+#include <cstdint>
+#include <functional>
+
 #include "core/arbiter.hpp"
 #include "core/hint.hpp"
 #include "core/modes.hpp"
@@ -17,6 +20,8 @@ struct SimOptions {
   CommMode comm = CommMode::Async;
   TpProtocol tp_protocol = TpProtocol::Leader;
   bool record = true;  // keep per-task records and blocked spans (traces, checks)
+  // Called with (tasks done, tasks in all) every 2^20 group tasks: progress of huge runs.
+  std::function<void(std::int64_t done, std::int64_t total)> progress;
 };
 
 // Throws DeadlockError (with every stage's state) if the run cannot finish and
