@@ -64,6 +64,7 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
   h["format"] = "rrfp-checkpoint";
   h["model"] = model_json(s.model);
   h["step"] = s.step;
+  h["run"] = s.run;
   h["tensors"] = nlohmann::json::array();
   for (size_t i = 0; i < s.params.size(); ++i)
     h["tensors"].push_back({{"name", s.names[i]}, {"shape", s.params[i].sizes().vec()}});
@@ -109,7 +110,7 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
   }
 }
 
-void load_checkpoint(const std::string& path, CheckpointState& expect) {
+std::vector<std::string> load_checkpoint(const std::string& path, CheckpointState& expect) {
   // A checkpoint of this model holds its tensors and a header: nothing larger is read.
   std::uint64_t tensor_bytes = 0;
   for (const auto* g : groups(expect))
@@ -180,6 +181,15 @@ void load_checkpoint(const std::string& path, CheckpointState& expect) {
     }
   if (at != bytes.size() - sizeof stored) throw bad("has trailing bytes");
   expect.step = static_cast<int>(step.get<long long>());
+  std::vector<std::string> differences;
+  if (h.contains("run") && h["run"].is_object())  // absent in checkpoints of older runs
+    for (const auto& [name, mine] : expect.run.items()) {
+      const auto& was = h["run"].value(name, nlohmann::json());
+      if (!was.is_null() && was != mine)
+        differences.push_back("`" + name + "` is " + brief(mine) + "; the checkpoint's run had " +
+                              brief(was));
+    }
+  return differences;
 }
 
 }  // namespace rrfp::train

@@ -8,6 +8,8 @@
 // renamed over PATH, so a crash mid-save leaves the previous checkpoint intact.
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +23,9 @@ struct CheckpointState {
   int step = 0;
   std::vector<std::string> names;
   std::vector<torch::Tensor> params, exp_avg, exp_avg_sq;
+  // The run's options beside the model that decide its numbers (seed, data, schedule), by
+  // option name: a resume compares them with its own.
+  nlohmann::json run = nlohmann::json::object();
 };
 
 void save_checkpoint(const std::string& path, const CheckpointState& s);
@@ -29,6 +34,8 @@ std::uint64_t checkpoint_checksum(std::string_view bytes);
 // Throws InputError naming the file and what is wrong (not a checkpoint, another version, a
 // checksum mismatch, truncated, or a model that does not match `expect`'s config and names and
 // shapes); on success copies the tensors into `expect`'s tensors and sets its step.
-void load_checkpoint(const std::string& path, CheckpointState& expect);
+// Returns, for each option of `expect.run` that the checkpoint's run had set otherwise, a line
+// naming it ("`seed` is 2; the checkpoint's run had 1").
+std::vector<std::string> load_checkpoint(const std::string& path, CheckpointState& expect);
 
 }  // namespace rrfp::train

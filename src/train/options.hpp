@@ -91,6 +91,9 @@ struct TrainRun {
   // Non-zero (a signal number): stop after the current step, keeping its log row and, with
   // save_every, a checkpoint. Set from a signal handler by the CLI.
   const std::atomic<int>* stop = nullptr;
+  // Where warnings go (an option that differs from the resumed checkpoint's run); each names
+  // the option in backticks. Empty: nowhere.
+  std::function<void(const std::string&)> warn;
 };
 
 }  // namespace rrfp::train

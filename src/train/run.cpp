@@ -74,7 +74,9 @@ TrainSummary run_training(const TrainRun& in) {
     throw InputError(std::string(o.save_every > 0 ? "`save_every`" : "`resume`") +
                      ": checkpoints of a multi-process run are not supported yet");
   Trainer trainer(t);
-  if (!o.resume.empty()) trainer.resume(o.resume);
+  if (!o.resume.empty())
+    for (const std::string& d : trainer.resume(o.resume))
+      if (root && o.warn) o.warn(d + ": the run will not continue as that one would have");
   const int first_step = trainer.steps_done();
   const int steps = t.steps;
   if (first_step >= steps)

@@ -250,9 +250,8 @@ double Trainer::validation_loss(int batches) {
 
 namespace rrfp::train {
 
-void Trainer::save(const std::string& path) const {
-  if (o_.job)
-    throw InputError("`save_every`: checkpoints of a multi-process run are not supported yet");
+// What a checkpoint holds of this trainer; the tensors share this trainer's storage.
+CheckpointState Trainer::checkpoint_state() const {
   CheckpointState s;
   s.model = o_.model;
   s.step = step_;
@@ -260,20 +259,36 @@ void Trainer::save(const std::string& path) const {
   s.params = parameters();
   s.exp_avg = exp_avg_;
   s.exp_avg_sq = exp_avg_sq_;
-  save_checkpoint(path, s);
+  // The options besides the model that decide the numbers: a resume under others diverges.
+  s.run = {{"seed", o_.data_seed},
+           {"task", o_.task},
+           {"microbatches", m_.microbatches()},
+           {"dp", o_.dp},
+           {"min_len", o_.window.min_len},
+           {"max_len", o_.window.max_len},
+           {"steps", o_.steps},
+           {"lr", o_.opt.lr},
+           {"warmup", o_.opt.warmup},
+           {"weight_decay", o_.opt.weight_decay},
+           {"clip", o_.opt.clip}};
+  if (o_.task == "text") s.run["data"] = o_.data_dir;
+  if (o_.task == "image-text") s.run["max_images"] = o_.max_images;
+  return s;
 }
 
-void Trainer::resume(const std::string& path) {
+void Trainer::save(const std::string& path) const {
+  if (o_.job)
+    throw InputError("`save_every`: checkpoints of a multi-process run are not supported yet");
+  save_checkpoint(path, checkpoint_state());
+}
+
+std::vector<std::string> Trainer::resume(const std::string& path) {
   if (o_.job)
     throw InputError("`resume`: checkpoints of a multi-process run are not supported yet");
-  CheckpointState s;
-  s.model = o_.model;
-  s.names = parameter_names();
-  s.params = parameters();
-  s.exp_avg = exp_avg_;
-  s.exp_avg_sq = exp_avg_sq_;
-  load_checkpoint(path, s);  // fills the tensors in place
+  CheckpointState s = checkpoint_state();
+  auto differences = load_checkpoint(path, s);  // fills the tensors in place
   step_ = s.step;
+  return differences;
 }
 
 }  // namespace rrfp::train

@@ -11,6 +11,7 @@
 
 #include "core/hint.hpp"
 #include "dist/job.hpp"
+#include "train/checkpoint.hpp"
 #include "train/corpus.hpp"
 #include "train/image_text.hpp"
 #include "train/model.hpp"
@@ -42,7 +43,8 @@ class Trainer {
   void save(const std::string& path) const;
   // Continues from a checkpoint: the parameters, optimizer state and step it holds, so the
   // next steps are bitwise those of an uninterrupted run. Throws InputError if it is refused.
-  void resume(const std::string& path);
+  // Returns how this run's options differ from the checkpoint's (each names the option).
+  std::vector<std::string> resume(const std::string& path);
   const DataSource& data() const { return *data_; }
   const WorkModel& model() const { return m_; }
   int steps_done() const { return step_; }
@@ -51,6 +53,7 @@ class Trainer {
 
  private:
   double lr_at(int step) const;
+  CheckpointState checkpoint_state() const;
   void apply(double clip_coef, double lr);
   StageLink& link(int stage, int tp_rank) const { return *links_[stage * o_.runtime.tp + tp_rank]; }
   void step_loss_and_norm(StepReport& r);
