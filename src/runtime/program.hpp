@@ -44,7 +44,7 @@ class TaskContext {
   // The step failed elsewhere (an error, the watchdog): a long task should stop.
   bool aborted() const;
   // Sleeps (or, with `spin`, busy-waits) until now_ns() reaches `deadline`, but throws Aborted
-  // within a few milliseconds once the step fails: emulated work never outlives the watchdog.
+  // within 50 ms once the step fails: emulated work never outlives the watchdog.
   void wait_until(std::int64_t deadline, bool spin = false) const;
 
  private:

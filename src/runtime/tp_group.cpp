@@ -57,9 +57,9 @@ bool TaskContext::aborted() const {
 }
 
 void TaskContext::wait_until(std::int64_t deadline, bool spin) const {
-  // Slices short enough that a torn-down step is noticed at once, the last one to the exact
-  // deadline (an absolute sleep, as before: no drift).
-  constexpr std::int64_t kSlice = 10'000'000;
+  // Slices short enough that a torn-down step is noticed at once, long enough that a task of
+  // the usual milliseconds sleeps once, to the exact deadline (absolute: no drift), as before.
+  constexpr std::int64_t kSlice = 50'000'000;
   for (;;) {
     if (aborted()) throw Aborted();
     const std::int64_t now = now_ns();
