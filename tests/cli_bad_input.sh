@@ -86,7 +86,7 @@ truncate -s 3M "$tmp/big.json"
 check "has 3.0 MiB; at most 1.0 MiB is read for --workload-file" simulate --workload-file "$tmp/big.json"
 head -c 60000 /dev/zero | tr '\0' '[' >"$tmp/deep.json"
 check "nested deeper than 64 levels" simulate --workload-file "$tmp/deep.json"
-{ printf '{"format": "rrfp-hint", "stages": '; head -c 100000 /dev/zero | tr '\0' '['; } >"$tmp/deep-hint.json"
+{ printf '{"format": "rrfp-hint", "stages": '; head -c 100000 /dev/zero | tr '\0' '[' | fold -w 1000; } >"$tmp/deep-hint.json"
 check "nested deeper than 64 levels" schedule check "$tmp/deep-hint.json"
 { echo "stage,chunk,microbatch,kind,duration_us"; head -c 9000 /dev/zero | tr '\0' '1'; echo; } >"$tmp/long.csv"
 check "line 2 has 8.8 KiB; lines may have at most 4.0 KiB" simulate --replay "$tmp/long.csv" --hint 1f1b
@@ -100,6 +100,8 @@ check "the most one may take is 1e+09 us (1000 s)" simulate --workload-file "$tm
 printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1e13\n' >"$tmp/huge.csv"
 check "column duration_us: a task or message of 1e+13 us" simulate --replay "$tmp/huge.csv" --hint 1f1b --pp 1 -m 1
 check "--seed: must not be negative, got -1" simulate --seed -1
+printf '{"preset": "uniform", "forward_us": 1e9}' >"$tmp/w4.json"
+check "tasks add up to 317.098 years; a step may hold at most 146" simulate --workload-file "$tmp/w4.json" --pp 1 -m 5000000 --hint 1f1b --policy fixed
 head -c 3000 /dev/urandom >"$tmp/random.bin"
 check "$tmp/random.bin" schedule check "$tmp/random.bin"
 check "cannot write" simulate --svg /nonexistent-dir/x.svg
@@ -144,6 +146,12 @@ echo "fuzzed flags: $fuzzed runs"
 # And the good paths still work.
 "$rrfp" schedule show --hint zb-h1 --out "$tmp/zb.json" >/dev/null || { echo "FAIL: schedule show"; fails=$((fails + 1)); }
 "$rrfp" schedule check --split-backward on "$tmp/zb.json" >/dev/null || { echo "FAIL: check of a written hint"; fails=$((fails + 1)); }
+# A large hint rrfp wrote reads back: the caps grow with the run (a stage's line is 400 KB here).
+for ext in txt json; do
+  "$rrfp" schedule show --pp 8 -m 20000 --hint 1f1b --out "$tmp/big.$ext" >/dev/null &&
+    "$rrfp" schedule check --pp 8 -m 20000 "$tmp/big.$ext" >/dev/null ||
+    { echo "FAIL: a large written $ext hint does not read back"; fails=$((fails + 1)); }
+done
 "$rrfp" simulate --hint "$tmp/zb.json" --pp 4 --microbatches 8 --split-backward on --policy ready >/dev/null || { echo "FAIL: simulate from hint file"; fails=$((fails + 1)); }
 # With --json - stdout is the JSON alone: the human lines (trace:, timeline:, running ...) go
 # to stderr.

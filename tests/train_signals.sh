@@ -41,13 +41,34 @@ grep -q "rrfp train: warning: --steps is $((last + 1)); the checkpoint's run had
   fail "no warning about --steps: $(head -3 "$tmp/r.log")"
 [ "$(tail -n 1 "$tmp/a/loss.csv" | cut -d, -f1)" = $((last + 1)) ] || fail "the resumed run did not append its row"
 
-# Two SIGINTs: the second ends the process at once (no checkpoint, no outputs).
-"$rrfp" train "${small[@]}" --steps 2000 --out "$tmp/b" >"$tmp/b.log" 2>&1 &
+# A run killed outright after its checkpoint logged steps past it: the resume drops those rows
+# and logs them again, so every step has exactly one row.
+"$rrfp" train "${small[@]}" --steps 2000 --save-every 3 --out "$tmp/k" >"$tmp/k.log" 2>&1 &
 pid=$!
-wait_rows "$tmp/b" 2 || fail "no loss rows after 60 s (second run)"
+wait_rows "$tmp/k" 5 || fail "no loss rows after 60 s (kill -9 run)"
+kill -9 $pid; wait $pid 2>/dev/null
+ckpt_step=$(( ($(($(wc -l <"$tmp/k/loss.csv") - 1)) / 3) * 3 ))
+"$rrfp" train "${small[@]}" --steps $((ckpt_step + 4)) --resume "$tmp/k/checkpoint.bin" \
+  --out "$tmp/k" >"$tmp/k2.log" 2>&1 || fail "resume after kill -9 failed: $(tail -1 "$tmp/k2.log")"
+[ "$(cut -d, -f1 "$tmp/k/loss.csv" | tail -n +2 | tr '\n' ' ')" = "$(seq -s ' ' 1 $((ckpt_step + 4))) " ] ||
+  fail "loss.csv after kill -9 and resume: $(cut -d, -f1 "$tmp/k/loss.csv" | tr '\n' ' ')"
+
+# Two SIGINTs: the first asks for a stop after the current step (long here: a bigger model),
+# the second, while that step still runs, ends the process at once: exit 130, no outputs.
+# Job control on: a background job of a script would otherwise ignore SIGINT (and rrfp keeps
+# an inherited SIG_IGN, as a background job should).
+set -m
+"$rrfp" train --d-model 512 --heads 8 --layers 8 --eval-every 0 --steps 50 --out "$tmp/b" >"$tmp/b.log" 2>&1 &
+pid=$!
+wait_rows "$tmp/b" 1 || fail "no loss rows after 60 s (second run)"
 kill -INT $pid
+sleep 0.2
+kill -0 $pid 2>/dev/null || fail "the first SIGINT did not let the step finish"
 kill -INT $pid
 wait $pid; rc=$?
+set +m
 [ "$rc" -eq 130 ] || fail "SIGINT twice: exit $rc, want 130"
+[ ! -e "$tmp/b/loss.svg" ] && ! grep -q "stopped by signal" "$tmp/b.log" ||
+  fail "the second SIGINT did not exit at once (outputs written)"
 echo "train signal checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -39,9 +39,13 @@ void on_stop_signal(int sig) {
 void stop_on_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;  // a write interrupted by the signal goes on
   sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM}) {
+    struct sigaction old {};
+    ::sigaction(sig, nullptr, &old);
+    if (old.sa_handler != SIG_IGN) ::sigaction(sig, &sa, nullptr);  // a background job's stays
+  }
 }
 
 // The process's exit for a run that a signal stopped: 128 + the signal (130, 143).

@@ -203,7 +203,11 @@ ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string
 }
 
 ListHint read_hint_file(const std::string& path, const WorkModel& m) {
-  return parse_hint(read_input_file(path, kHintFile), m, path);
+  // As large as a hint of this run can be: each task a token of at most ~24 bytes (JSON, with
+  // its indentation), a stage's tasks on one line, plus room for a header.
+  const InputKind kind{"hint", static_cast<std::uint64_t>(m.num_tasks()) * 24 + (1u << 20),
+                       static_cast<std::size_t>(m.tasks_per_stage()) * 24 + (1u << 16)};
+  return parse_hint(read_input_file(path, kind), m, path);
 }
 
 }  // namespace rrfp

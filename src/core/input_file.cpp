@@ -41,10 +41,9 @@ std::string format_bytes(std::uint64_t n) {
   return buf;
 }
 
-std::string read_input_file(const std::string& path, const InputKind& kind,
-                            std::uint64_t max_bytes) {
+std::string read_input_file(const std::string& path, const InputKind& kind) {
   const std::string what = std::string("`") + kind.option + "`: '" + path + "'";
-  const std::uint64_t cap = max_bytes ? max_bytes : kind.max_bytes;
+  const std::uint64_t cap = kind.max_bytes;
   // O_NONBLOCK: opening a FIFO must not wait for a writer; the type check below refuses it.
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (f.fd < 0)

@@ -15,16 +15,15 @@ struct InputKind {
   std::size_t max_line = 0;  // 0: binary
 };
 
-inline constexpr InputKind kHintFile{"hint", 256ull << 20, 16u << 20};
 inline constexpr InputKind kWorkloadFile{"workload_file", 1ull << 20, 64u << 10};
 inline constexpr InputKind kReplayFile{"replay", 256ull << 20, 4u << 10};
 
 // The whole file. Throws InputError naming the option and the path when the file is missing,
 // is a directory or anything but a regular file (device, FIFO, socket: never opened in a way
 // that blocks), is larger than the kind allows (saying its size and the cap), or, for text, has
-// a line longer than the kind allows. `max_bytes` overrides the kind's cap when not 0.
-std::string read_input_file(const std::string& path, const InputKind& kind,
-                            std::uint64_t max_bytes = 0);
+// a line longer than the kind allows. Kinds whose size depends on the run (hints, checkpoints)
+// are built by their readers from it.
+std::string read_input_file(const std::string& path, const InputKind& kind);
 
 // "1.5 GiB", "12 KiB", "300 bytes": sizes in messages.
 std::string format_bytes(std::uint64_t n);

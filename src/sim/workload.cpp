@@ -211,6 +211,22 @@ void apply_jitter(RealizedWork& w, const JitterLevel& j, std::uint64_t seed) {
       auto& ns = w.compute_ns[static_cast<size_t>(rank) * w.num_tasks + idx];
       ns = duration_ns(jittered_us(j, static_cast<double>(ns) / 1000, seed, idx, rank), "jitter");
     }
+  check_total(w);
+}
+
+void check_total(const RealizedWork& w) {
+  double total =
+      static_cast<double>(w.num_tasks) * static_cast<double>(w.collective_ns + w.coord_ns);
+  for (int idx = 0; idx < w.num_tasks; ++idx) {
+    double most = 0;  // the slowest rank's task and message
+    for (int rank = 0; rank < w.tp; ++rank)
+      most = std::max(most, static_cast<double>(w.compute(rank, idx) + w.message(rank, idx)));
+    total += most;
+  }
+  if (total > 4.6e18)
+    throw InputError("workload: its " + std::to_string(w.num_tasks) + " tasks add up to " +
+                     fmt_g(total / 1e9 / 86400 / 365) +
+                     " years; a step may hold at most 146: lower the times or the shape");
 }
 
 RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed) {
@@ -282,6 +298,7 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
       }
     }
   }
+  check_total(r);
   return r;
 }
 

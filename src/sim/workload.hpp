@@ -68,8 +68,7 @@ WorkloadParams apply_workload_json(WorkloadParams base, const std::string& text,
 WorkloadParams read_workload_file(const std::string& path, const std::string& preset);
 void validate(const WorkloadParams& w);  // throws InputError naming the field and its range
 
-// The longest task or message a workload or replay may hold: 1000 s. Makespans of the largest
-// models (50 M tasks) then stay far from the int64 nanosecond limit.
+// The longest task or message a workload or replay may hold: 1000 s.
 inline constexpr double kMaxTaskUs = 1e9;
 // `us` in integer nanoseconds; throws InputError naming `what` unless 0 <= us <= kMaxTaskUs.
 std::int64_t duration_ns(double us, const char* what);
@@ -89,6 +88,10 @@ struct RealizedWork {
 };
 
 RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed);
+// Throws InputError when every task and message of `w` added up could pass 2^62 ns (146 years):
+// makespans, bounds and sums of a step then never overflow int64. realize, replays and
+// apply_jitter check it.
+void check_total(const RealizedWork& w);
 
 // The paper's jitter on one duration: with probability p, + alpha * max(floor, d) * (0.5 + U),
 // drawn from (seed, task index, rank).

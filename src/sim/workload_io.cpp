@@ -211,6 +211,7 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
       if (r.compute_ns[static_cast<size_t>(rank) * r.num_tasks + i] < 0)
         throw InputError(origin + ": no duration for task " + to_string(m.task(i)) +
                          (tp > 1 ? " on tp rank " + std::to_string(rank) : std::string()));
+  check_total(r);
   return r;
 }
 

@@ -116,8 +116,7 @@ std::vector<std::string> load_checkpoint(const std::string& path, CheckpointStat
   for (const auto* g : groups(expect))
     for (const auto& t : *g)
       tensor_bytes += static_cast<std::uint64_t>(t.numel() * t.element_size());
-  const std::string bytes =
-      read_input_file(path, InputKind{"resume", 0, 0}, tensor_bytes + (16u << 20));
+  const std::string bytes = read_input_file(path, InputKind{"resume", tensor_bytes + (16u << 20)});
   auto bad = [&](const std::string& why) { return InputError("`resume`: '" + path + "' " + why); };
   const std::size_t fixed = sizeof kMagic + sizeof(std::uint32_t) + sizeof(std::uint64_t);
   if (bytes.size() < fixed + sizeof(std::uint64_t) || std::memcmp(bytes.data(), kMagic, 8) != 0)

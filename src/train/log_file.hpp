@@ -8,9 +8,11 @@ namespace rrfp::train {
 
 class LogFile {
  public:
-  // Starts `path` afresh with `header`, or, when `append` and the file exists, continues it
-  // (a resumed run). Throws Error naming the path when it cannot be written.
-  LogFile(const std::string& path, const std::string& header, bool append);
+  // Starts `path` afresh with `header`; or, with `resume_step` >= 0 and the file there,
+  // continues it after dropping the rows of steps past `resume_step` (a run that died after
+  // its last checkpoint logged steps the resumed run does again). A row starts with its step.
+  // Throws Error naming the path when it cannot be written.
+  LogFile(const std::string& path, const std::string& header, int resume_step);
   ~LogFile();
   LogFile(const LogFile&) = delete;
   LogFile& operator=(const LogFile&) = delete;

@@ -100,7 +100,7 @@ TrainSummary run_training(const TrainRun& in) {
     log = std::make_unique<LogFile>(
         dir + "loss.csv",
         "step,loss,val_loss,lr,grad_norm,tokens,step_ms,pipeline_ms,bubble,gap_us_median",
-        first_step > 0);
+        first_step > 0 ? first_step : -1);
   int done = steps, stopped_by = 0;
   PlotSeries train_curve{"train loss", "#4e79a7", {}}, val_curve{"validation loss", "#e15759", {}};
   TrainSummary sum;
@@ -213,8 +213,9 @@ TrainSummary run_training(const TrainRun& in) {
               << (stopped_by && o.save_every > 0 ? " (checkpoint " + ckpt + ")" : "") << ", loss "
               << fmt("%.3f", sum.first_loss) << " -> " << fmt("%.3f", sum.last_loss)
               << ", validation "
-              << (can_validate ? fmt("%.3f", sum.val_loss) + " nats"
-                               : std::string("skipped (TP or MPI)"))
+              << (!val_curve.points.empty() ? fmt("%.3f", sum.val_loss) + " nats"
+                  : can_validate            ? std::string("not reached")
+                                            : std::string("skipped (TP or MPI)"))
               << " (byte-unigram entropy " << fmt("%.3f", h0) << " nats), "
               << fmt("%.0f", sum.tokens_per_s) << " tok/s, " << fmt("%.1f", sum.mean_step_ms)
               << " ms/step, bubble " << fmt("%.1f%%", 100 * sum.mean_bubble)
