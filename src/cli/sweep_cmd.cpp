@@ -35,12 +35,6 @@ struct Row {
   double vs_1f1b_blocking, vs_1f1b_async, vs_zbh1;
 };
 
-std::string f3(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.3f", v);
-  return b;
-}
-
 double geomean(const std::vector<double>& v) {
   double s = 0;
   for (double x : v)
@@ -80,10 +74,11 @@ std::string markdown(const std::vector<Row>& rows, const SweepFlags& f) {
         for (double x : g.eff)
           e += x;
         o << "| " << w << " | " << (lim == 0 ? "default" : std::to_string(lim)) << " | " << run
-          << " | " << f3(geomean(g.a)) << " (" << f3(*std::min_element(g.a.begin(), g.a.end()))
-          << ".." << f3(*std::max_element(g.a.begin(), g.a.end())) << ") | " << f3(geomean(g.b))
-          << " | " << (g.c.empty() ? "-" : f3(geomean(g.c))) << " | " << f3(e / g.eff.size())
-          << " | " << g.peak << " |\n";
+          << " | " << fmt("%.3f", geomean(g.a)) << " ("
+          << fmt("%.3f", *std::min_element(g.a.begin(), g.a.end())) << ".."
+          << fmt("%.3f", *std::max_element(g.a.begin(), g.a.end())) << ") | "
+          << fmt("%.3f", geomean(g.b)) << " | " << (g.c.empty() ? "-" : fmt("%.3f", geomean(g.c)))
+          << " | " << fmt("%.3f", e / g.eff.size()) << " | " << g.peak << " |\n";
       }
   return o.str();
 }
@@ -165,10 +160,10 @@ void run_sweep(const SweepFlags& f) {
                 csv += row.workload + "," + std::to_string(p) + "," + std::to_string(row.mbs) +
                        "," + std::to_string(tp) + "," + std::to_string(lim) + "," +
                        std::to_string(row.limit) + "," + std::to_string(seed) + "," + row.run +
-                       "," + f3(row.makespan_ms) + "," + f3(row.bubble) + "," + f3(row.efficiency) +
-                       "," + f3(row.lb_ms) + "," + std::to_string(row.peak_d) + "," +
-                       f3(row.vs_1f1b_blocking) + "," + f3(row.vs_1f1b_async) + "," +
-                       f3(row.vs_zbh1) + "\n";
+                       "," + fmt("%.3f", row.makespan_ms) + "," + fmt("%.3f", row.bubble) + "," +
+                       fmt("%.3f", row.efficiency) + "," + fmt("%.3f", row.lb_ms) + "," +
+                       std::to_string(row.peak_d) + "," + fmt("%.3f", row.vs_1f1b_blocking) + "," +
+                       fmt("%.3f", row.vs_1f1b_async) + "," + fmt("%.3f", row.vs_zbh1) + "\n";
                 rows.push_back(row);
               }
               if (!f.quiet && (++done % 10 == 0 || done == total))

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 
 namespace rrfp {
 
@@ -23,23 +24,6 @@ struct Fd {
 };
 
 }  // namespace
-
-std::string format_bytes(std::uint64_t n) {
-  char buf[48];
-  if (n < 1024) {
-    std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
-  } else {
-    const char* unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = static_cast<double>(n) / 1024;
-    int u = 0;
-    while (v >= 1024 && u < 4) {
-      v /= 1024;
-      ++u;
-    }
-    std::snprintf(buf, sizeof buf, v < 10 ? "%.1f %s" : "%.0f %s", v, unit[u]);
-  }
-  return buf;
-}
 
 std::string read_input_file(const std::string& path, const InputKind& kind) {
   const std::string what = std::string("`") + kind.option + "`: '" + path + "'";

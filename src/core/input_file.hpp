@@ -25,7 +25,4 @@ inline constexpr InputKind kReplayFile{"replay", 256ull << 20, 4u << 10};
 // are built by their readers from it.
 std::string read_input_file(const std::string& path, const InputKind& kind);
 
-// "1.5 GiB", "12 KiB", "300 bytes": sizes in messages.
-std::string format_bytes(std::uint64_t n);
-
 }  // namespace rrfp

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/format.hpp"
 #include "sim/metrics.hpp"
 
 namespace rrfp {
@@ -35,8 +36,6 @@ void write_svg(const std::string& path, const ReportHeader& h, const std::vector
 std::string svg_timeline(const ReportHeader& h, const std::vector<ReportRun>& runs);
 
 void write_text_file(const std::string& path, const std::string& text, const char* flag);
-// printf-formats one number: fmt("%.2f", x).
-std::string fmt(const char* printf_format, double v);
 
 struct PlotSeries {
   std::string name, colour;

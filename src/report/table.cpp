@@ -6,12 +6,6 @@
 
 namespace rrfp {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 namespace {
 double ms(std::int64_t ns) {
   return static_cast<double>(ns) / 1e6;

@@ -1,10 +1,10 @@
 #include "runtime/runtime.hpp"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "comm/inproc.hpp"
 #include "core/clock.hpp"
+#include "core/format.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/tp_group.hpp"
 
@@ -157,10 +157,9 @@ void Runtime::watch(int workers) {
       continue;
     }
     if (timeout == 0 || now - last_change < timeout) continue;
-    char limit[32];  // in seconds, as the option is given
-    std::snprintf(limit, sizeof limit, "%g", static_cast<double>(opt_.timeout_ms) / 1000);
     std::string report = "no progress for " + std::to_string((now - last_change) / 1'000'000) +
-                         " ms (`timeout` " + limit + " s):";
+                         " ms (`timeout` " +
+                         fmt("%g", static_cast<double>(opt_.timeout_ms) / 1000) + " s):";
     for (auto& s : stages_)
       if (s) report += " [" + s->describe(now) + "]";
     failure_.fail(std::make_exception_ptr(StallError(report)));

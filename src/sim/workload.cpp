@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstdio>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/modes.hpp"
 #include "sim/rng.hpp"
 
@@ -122,23 +122,13 @@ WorkloadParams workload_preset(const std::string& name) {
                    ")");
 }
 
-namespace {
-
-std::string fmt_g(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
-}  // namespace
-
 void validate(const WorkloadParams& w) {
   // Each field's range: wide enough for any real job, narrow enough that no realized duration,
   // token count or byte count can overflow or turn into NaN.
   auto in = [](const char* f, double v, double lo, double hi) {
     if (!(v >= lo && v <= hi))  // also false for NaN
-      throw InputError(std::string("workload ") + f + ": must be a finite number in [" + fmt_g(lo) +
-                       ", " + fmt_g(hi) + "], got " + fmt_g(v));
+      throw InputError(std::string("workload ") + f + ": must be a finite number in [" +
+                       fmt("%g", lo) + ", " + fmt("%g", hi) + "], got " + fmt("%g", v));
   };
   constexpr double kUs = 1e9;  // any time: at most 1000 s
   in("forward_us", w.forward_us, 0, kUs);
@@ -176,8 +166,8 @@ void validate(const WorkloadParams& w) {
 
 std::int64_t duration_ns(double us, const char* what) {
   if (!(us >= 0 && us <= kMaxTaskUs))
-    throw InputError(std::string(what) + ": a task or message of " + fmt_g(us) +
-                     " us; the most one may take is " + fmt_g(kMaxTaskUs) +
+    throw InputError(std::string(what) + ": a task or message of " + fmt("%g", us) +
+                     " us; the most one may take is " + fmt("%g", kMaxTaskUs) +
                      " us (1000 s): lower the workload's times or factors");
   return std::llround(us * 1000);
 }
@@ -225,7 +215,7 @@ void check_total(const RealizedWork& w) {
   }
   if (total > 4.6e18)
     throw InputError("workload: its " + std::to_string(w.num_tasks) + " tasks add up to " +
-                     fmt_g(total / 1e9 / 86400 / 365) +
+                     fmt("%g", total / 1e9 / 86400 / 365) +
                      " years; a step may hold at most 146: lower the times or the shape");
 }
 

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/input_file.hpp"
 #include "sim/rng.hpp"
 

@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "core/error.hpp"
-#include "core/input_file.hpp"
+#include "core/format.hpp"
 #include "report/report.hpp"
 #include "train/image_text.hpp"
 #include "train/model.hpp"

@@ -1,0 +1,30 @@
+#include "core/format.hpp"
+
+#include <cstdio>
+
+namespace rrfp {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string format_bytes(std::uint64_t n) {
+  char buf[48];
+  if (n < 1024) {
+    std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
+  } else {
+    const char* unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = static_cast<double>(n) / 1024;
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+      v /= 1024;
+      ++u;
+    }
+    std::snprintf(buf, sizeof buf, v < 10 ? "%.1f %s" : "%.0f %s", v, unit[u]);
+  }
+  return buf;
+}
+
+}  // namespace rrfp
