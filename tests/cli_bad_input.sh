@@ -163,5 +163,15 @@ for cmd in simulate run; do
     echo "FAIL: $cmd --json - mixes human lines into stdout:"; head -3 "$tmp/json"; fails=$((fails + 1))
   fi
 done
+# Progress of a simulation of a million tasks or more: on a terminal (script(1) gives the run
+# one), a line per 2^20 tasks ended, erased at the end; into a file, nothing.
+big=(simulate --pp 512 -m 1024 --hint 1f1b --policy fixed)
+if command -v script >/dev/null; then
+  script -qec "$rrfp ${big[*]}" /dev/null >"$tmp/tty" 2>&1
+  grep -q "fixed 1f1b (async): 1048576 of 1048576 tasks (100%)" "$tmp/tty" ||
+    { echo "FAIL: no progress on a terminal"; fails=$((fails + 1)); }
+fi
+"$rrfp" "${big[@]}" >/dev/null 2>"$tmp/notty"
+[ ! -s "$tmp/notty" ] || { echo "FAIL: progress written to a file"; fails=$((fails + 1)); }
 echo "cli bad-input checks: $fails failed"
 [ "$fails" -eq 0 ]

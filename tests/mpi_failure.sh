@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A rank that dies (kill -9) or stops answering (SIGSTOP) mid-step ends the whole mpirun job
-# within the watchdog timeout, with an error naming that rank; mpirun exits non-zero and no
-# rrfp process is left behind. Usage: mpi_failure.sh path/to/rrfp
+# within the watchdog timeout, with an error naming that rank; a rank stopped during start-up or
+# shutdown ends it within the start-up deadline (10 s), the others naming the MPI call they
+# waited in. mpirun exits non-zero and no rrfp process is left behind.
+# Usage: mpi_failure.sh path/to/rrfp
 set -uo pipefail
 rrfp=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -57,6 +59,28 @@ run_case() {
 run_case KILL "process rank 2 .* exited on signal 9"
 # Silent (stopped): the peers' watchdog names what they wait for, MPI_Abort ends the job.
 run_case STOP "run failed on mpi rank [0-9]: no progress .*\(mpi rank 2\)"
+# stop_case PHASE: rank 2 stops itself (SIGSTOP) on reaching PHASE (the RRFP_FAULT_STOP hook of
+# dist/mpi_world.cpp); the others must give up within the start-up deadline, naming the call.
+stop_case() {
+  local phase=$1 call=$2
+  local start=$SECONDS
+  RRFP_FAULT_STOP=$phase:2 timeout 60 "$here/mpirun.sh" 4 "$rrfp" run --transport mpi --pp 4 \
+    -m 8 --workload uniform --timeout 3 $marker >"$log" 2>&1
+  local rc=$?
+  local took=$((SECONDS - start))
+  [ $rc -ne 124 ] || fail "stopped at $phase: the job still ran after 60 s"
+  [ $rc -ne 0 ] || { cat "$log"; fail "stopped at $phase: mpirun exited 0"; }
+  [ $took -lt 30 ] || fail "stopped at $phase: the job took $took s (deadline 10 s)"
+  grep -q "mpi rank [013]: $call did not finish within 10 s" "$log" ||
+    { cat "$log"; fail "stopped at $phase: no line naming $call"; }
+  local left
+  left=$(pgrep -f "rrfp run .*$marker" || true)
+  [ -z "$left" ] || { kill -9 $left; fail "stopped at $phase: processes left behind: $left"; }
+  echo "stopped at $phase: mpirun exited $rc after $took s:"
+  grep "did not finish" "$log" | head -1
+}
+stop_case startup "MPI_Init_thread (start-up)"
+stop_case shutdown "MPI_Barrier (shutdown)"
 # Bad input under mpirun: one line from rank 0, every process exits 2.
 "$here/mpirun.sh" 3 "$rrfp" run --transport mpi --pp 2 -m 4 $marker >"$log" 2>&1
 rc=$?
@@ -76,5 +100,34 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
       { cat "$log"; fail "train $args: not exactly one error line"; }
     echo "train $args: exit 2, one line"
   done
+  # Ctrl-C or a batch system's SIGTERM reaches mpirun, which passes SIGTERM to every process:
+  # each finishes the step it is in (they agree on the last one), writes its outputs and exits.
+  out=$(dirname "$log")/rrfp-mpi-stop
+  rm -rf "$out"
+  "$here/mpirun.sh" 2 "$rrfp" train --transport mpi --pp 2 --d-model 32 --layers 4 \
+    --eval-every 0 --steps 5000 --out "$out" $marker >"$log" 2>&1 &
+  job=$!
+  for _ in $(seq 600); do
+    [ -f "$out/loss.csv" ] && [ "$(wc -l <"$out/loss.csv")" -gt 4 ] && break
+    sleep 0.1
+  done
+  kill -TERM $job
+  start=$SECONDS
+  for _ in $(seq 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+  kill -0 $job 2>/dev/null && { kill -9 $job; fail "SIGTERM to mpirun: still running 30 s later"; }
+  wait $job
+  rc=$?
+  rows=$(($(wc -l <"$out/loss.csv") - 1))
+  last=$(tail -n 1 "$out/loss.csv" | cut -d, -f1)
+  [ $rc -ne 0 ] || fail "SIGTERM to mpirun: exit 0"
+  [ "$rows" -ge 4 ] && [ "$rows" = "$last" ] ||
+    fail "SIGTERM to mpirun: loss.csv has $rows rows, last step $last"
+  grep -q "stopped by signal 15 after step $last of 5000" "$log" ||
+    { tail -c 600 "$log"; fail "SIGTERM to mpirun: no stop line naming step $last"; }
+  grep -q "wrote $out/loss.csv" "$log" || fail "SIGTERM to mpirun: outputs not written"
+  left=$(pgrep -f "rrfp train .*$marker" || true)
+  [ -z "$left" ] || { kill -9 $left; fail "SIGTERM to mpirun: processes left behind: $left"; }
+  echo "SIGTERM to mpirun: stopped after step $last in $((SECONDS - start)) s, $rows loss rows, mpirun exit $rc"
+  rm -rf "$out"
 fi
 echo "ok"

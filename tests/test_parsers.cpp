@@ -11,6 +11,7 @@
 #include "core/hint_io.hpp"
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
+#include "mutate.hpp"
 #include "sim/replay.hpp"
 #include "sim/rng.hpp"
 #include "sim_helpers.hpp"
@@ -119,8 +120,8 @@ TEST(Replay, ReadsMeasuredDurationsAndRejectsBadRows) {
   EXPECT_NE(err("stage,chunk\n").find("lacks column 'microbatch'"), std::string::npos);
 }
 
-// Mutates valid inputs (byte flips, truncation, splices, random bytes) and feeds them to every
-// parser: each must either accept or throw InputError, never crash or throw anything else.
+// Mutates valid inputs (mutate.hpp) and feeds them to every parser: each must either accept or
+// throw InputError, never crash or throw anything else.
 TEST(Fuzz, ParsersSurviveThousandsOfMutatedInputs) {
   WorkModel m(config(3, 4, 1, true));
   const std::vector<std::string> seeds_text = {
@@ -128,33 +129,10 @@ TEST(Fuzz, ParsersSurviveThousandsOfMutatedInputs) {
       write_hint_json(make_hint("1f1b", m).list(), m),
       "{\"preset\": \"multimodal\", \"forward_us\": 100, \"jitter_p\": 0.2}",
       "stage,chunk,microbatch,kind,duration_us,tp_rank,send_us\n0,0,0,F,10,0,1\n1,1,2,B,7.5,0,0\n"};
-  const std::string alphabet = "{}[]\":,.-+0123456789eEFBWstage:# \n\rxrrfp-hint=";
   int accepted = 0, rejected = 0;
-  for (int i = 0; i < 4000; ++i) {
-    std::string s = seeds_text[i % seeds_text.size()];
-    const std::uint64_t h = hash_keys(77, i);
-    const int edits = 1 + static_cast<int>(h % 8);
-    for (int e = 0; e < edits; ++e) {
-      const std::uint64_t r = hash_keys(78, i, e);
-      const size_t pos = s.empty() ? 0 : r % s.size();
-      switch ((r >> 20) % 5) {
-        case 0:
-          if (!s.empty()) s[pos] = static_cast<char>(r >> 32);
-          break;
-        case 1:
-          s.resize(pos);
-          break;
-        case 2:
-          s.insert(pos, 1, alphabet[(r >> 40) % alphabet.size()]);
-          break;
-        case 3:
-          if (!s.empty()) s.erase(pos, 1 + (r >> 44) % 8);
-          break;
-        case 4:
-          s = std::string(1 + (r >> 8) % 64, static_cast<char>(r >> 48));
-          break;
-      }
-    }
+  const int n = fuzz_iterations(4000);
+  for (int i = 0; i < n; ++i) {
+    const std::string s = mutate(seeds_text[i % seeds_text.size()], 77, i);
     auto attempt = [&](auto&& fn) {
       try {
         fn();
@@ -170,7 +148,7 @@ TEST(Fuzz, ParsersSurviveThousandsOfMutatedInputs) {
     attempt([&] { parse_replay_csv(s, m, 2, "fuzz"); });
     attempt([&] { parse_token(s.substr(0, 12)); });
   }
-  EXPECT_GT(rejected, 10000);
+  EXPECT_GT(rejected, 2 * n);
   EXPECT_GT(accepted, 0);
 }
 

@@ -4,6 +4,11 @@
 // rank 0 merges them. Runs under the sanitizers.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "dist/deadline.hpp"
 #include "dist/local_job.hpp"
 #include "dist/step_merge.hpp"
 #include "rank_threads.hpp"
@@ -69,4 +74,38 @@ TEST(RuntimeJob, MergedRecordRejectsAnotherShape) {
 }
 
 }  // namespace
+}  // namespace rrfp::test
+
+namespace rrfp::test {
+
+// The deadline of MPI's blocking calls (start-up, barriers, shutdown): a phase that outlives
+// its deadline is reported once, by name; phases disarmed in time and phases without a
+// deadline never are, however long the guard lives.
+TEST(DeadlineGuard, ReportsOnlyAPhaseThatOutlivesItsDeadline) {
+  std::mutex mu;
+  std::vector<std::string> expired;
+  {
+    DeadlineGuard g([&](const std::string& phase, std::int64_t ms) {
+      std::lock_guard lk(mu);
+      expired.push_back(phase + " " + std::to_string(ms));
+    });
+    const auto start = std::chrono::steady_clock::now();
+    { auto quick = g.arm("quick", 200); }  // disarmed at once
+    auto never = g.arm("no deadline", 0);
+    auto slow = g.arm("slow", 20);
+    auto later = g.arm("later", 10'000);  // still armed when the guard goes
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < until) {
+      {
+        std::lock_guard lk(mu);
+        if (!expired.empty()) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    // Past the disarmed phase's deadline, and time for a second report of "slow" to show.
+    std::this_thread::sleep_until(start + std::chrono::milliseconds(400));
+  }
+  EXPECT_EQ(expired, std::vector<std::string>{"slow 20"});
+}
+
 }  // namespace rrfp::test

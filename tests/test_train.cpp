@@ -3,8 +3,11 @@
 // hints, policies, split backward, interleaving and random injected delays that force
 // different dispatch orders.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -12,6 +15,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "mutate.hpp"
 #include "sim/rng.hpp"
 #include "train/checkpoint.hpp"
 #include "train/run.hpp"
@@ -20,6 +24,8 @@
 
 namespace rrfp::train {
 namespace {
+using test::fuzz_iterations;
+using test::mutate;
 
 struct Case {
   const char* name;
@@ -227,6 +233,31 @@ std::string refusal(const std::string& path, const TrainOptions& o) {
   return "accepted";
 }
 
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A checkpoint is an 8-byte magic and a 4-byte version, the header's length (8), the JSON header,
+// the tensors and a checksum (8): its header, and the file with another header, re-sealed with
+// a valid checksum so that the header's own checks are what is tested.
+std::string header_of(const std::string& bytes) {
+  std::uint64_t hlen = 0;
+  std::memcpy(&hlen, bytes.data() + 12, sizeof hlen);
+  return bytes.substr(20, hlen);
+}
+
+std::string with_header(const std::string& bytes, const std::string& text) {
+  const std::uint64_t hlen = header_of(bytes).size();
+  std::string out = bytes.substr(0, 12);
+  const std::uint64_t n = text.size();
+  out.append(reinterpret_cast<const char*>(&n), sizeof n);
+  out += text + bytes.substr(20 + hlen, bytes.size() - 20 - hlen - 8);
+  const std::uint64_t sum = checkpoint_checksum(out);
+  out.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+  return out;
+}
+
 TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
   const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
   const TrainOptions o = options(c, 0);
@@ -234,11 +265,7 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
   Trainer t(o);
   t.step();
   t.save(good);
-  std::string bytes;
-  {
-    std::ifstream in(good, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  const std::string bytes = read_bytes(good);
   auto write = [](const std::string& p, const std::string& b) {
     std::ofstream(p, std::ios::binary) << b;
     return p;
@@ -260,18 +287,9 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
             std::string::npos);
   // A valid checksum over a header with wrong types or ranges: refused by name, never an
   // untyped error.
-  std::uint64_t hlen = 0;
-  std::memcpy(&hlen, bytes.data() + 12, sizeof hlen);
-  const auto header = nlohmann::json::parse(bytes.substr(20, hlen));
+  const auto header = nlohmann::json::parse(header_of(bytes));
   auto resealed = [&](const nlohmann::json& h) {
-    const std::string text = h.dump();
-    std::string out = bytes.substr(0, 12);
-    const std::uint64_t n = text.size();
-    out.append(reinterpret_cast<const char*>(&n), sizeof n);
-    out += text + bytes.substr(20 + hlen, bytes.size() - 20 - hlen - 8);
-    const std::uint64_t sum = checkpoint_checksum(out);
-    out.append(reinterpret_cast<const char*>(&sum), sizeof sum);
-    return write(::testing::TempDir() + "h.bin", out);
+    return write(::testing::TempDir() + "h.bin", with_header(bytes, h.dump()));
   };
   EXPECT_EQ(refusal(resealed(header), o), "accepted");  // the re-sealing itself is right
   const std::vector<std::pair<std::string, std::string>> edits = {
@@ -293,6 +311,61 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
   // A crash mid-save leaves only PATH.tmp behind: the previous checkpoint still loads.
   write(good + ".tmp", bytes.substr(0, 100));
   EXPECT_EQ(refusal(good, o), "accepted");
+}
+
+// The checkpoint header's parser under the suite's mutation fuzzer: headers edited at random
+// (mutate.hpp), re-sealed with a valid checksum, are each accepted or refused with an
+// InputError; never a crash, another exception or a hang.
+TEST(Fuzz, CheckpointHeadersResealed) {
+  const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
+  const TrainOptions o = options(c, 0);
+  const std::string good = ::testing::TempDir() + "rrfp-fuzz-good.bin";
+  Trainer(o).save(good);
+  const std::string bytes = read_bytes(good);
+  const std::string header = header_of(bytes);
+  const std::string path = ::testing::TempDir() + "rrfp-fuzz.bin";
+  Trainer t(o);
+  int accepted = 0, refused = 0;
+  const int n = fuzz_iterations(300);
+  for (int i = 0; i < n; ++i) {
+    const std::string h = mutate(header, 91, i);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << with_header(bytes, h);
+    try {
+      t.resume(path);
+      ++accepted;
+    } catch (const InputError&) {
+      ++refused;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "untyped exception '" << e.what() << "' for header: " << h.substr(0, 300);
+    }
+  }
+  EXPECT_GT(refused, n / 2);
+  std::printf("%d mutated headers: %d accepted, %d refused\n", n, accepted, refused);
+}
+
+// A full disk during a save: the write fails with ENOSPC (PATH.tmp is made a link to /dev/full,
+// which refuses every write that way), the error says so, the partial file is removed and the
+// previous checkpoint still loads.
+TEST(Checkpoint, AFullDiskLeavesThePreviousCheckpoint) {
+  const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
+  const TrainOptions o = options(c, 0);
+  const std::string path = ::testing::TempDir() + "rrfp-full.bin";
+  Trainer t(o);
+  t.save(path);
+  const std::string before = read_bytes(path);
+  t.step();
+  ::unlink((path + ".tmp").c_str());
+  ASSERT_EQ(::symlink("/dev/full", (path + ".tmp").c_str()), 0);
+  try {
+    t.save(path);
+    ADD_FAILURE() << "a save onto a full disk succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("No space left on device"), std::string::npos) << e.what();
+  }
+  struct stat st;
+  EXPECT_NE(::lstat((path + ".tmp").c_str(), &st), 0) << "the partial file was left behind";
+  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_EQ(refusal(path, o), "accepted");
 }
 
 TEST(TrainDefault, LossFallsOnTheHeldOutSplit) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# rrfp train under signals: SIGTERM mid-run stops after the current step with exit 143, keeps
-# every finished step's row in loss.csv and a checkpoint that resumes at the last row; SIGINT
-# twice exits at once with 130. Usage: train_signals.sh PATH/TO/rrfp
+# rrfp train under signals and full disks: SIGTERM mid-run stops after the current step with
+# exit 143, keeps every finished step's row in loss.csv and a checkpoint that resumes at the
+# last row; SIGINT twice exits at once with 130; a disk that fills up ends the run with one line
+# saying so, the previous checkpoint kept. Usage: train_signals.sh PATH/TO/rrfp
 set -u
 rrfp=$1
 tmp=$(mktemp -d)
@@ -70,5 +71,27 @@ set +m
 [ "$rc" -eq 130 ] || fail "SIGINT twice: exit $rc, want 130"
 [ ! -e "$tmp/b/loss.svg" ] && ! grep -q "stopped by signal" "$tmp/b.log" ||
   fail "the second SIGINT did not exit at once (outputs written)"
-echo "train signal checks: $fails failed"
+# A full disk (writes fail with ENOSPC: the file is made a link to /dev/full, which refuses every
+# write that way): the checkpoint of step 2 fails, the one of step 1 stays, no partial file.
+mkdir -p "$tmp/full"
+"$rrfp" train "${small[@]}" --steps 1 --save-every 1 --out "$tmp/full" >/dev/null 2>&1 ||
+  fail "full disk: the first run failed"
+cp "$tmp/full/checkpoint.bin" "$tmp/step1.bin"
+ln -s /dev/full "$tmp/full/checkpoint.bin.tmp"
+"$rrfp" train "${small[@]}" --steps 2 --save-every 1 --resume "$tmp/full/checkpoint.bin" \
+  --out "$tmp/full" >"$tmp/full.log" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "full disk (checkpoint): exit $rc, want 1"
+[ "$(grep -c "No space left on device" "$tmp/full.log")" -eq 1 ] ||
+  fail "full disk (checkpoint): no one line saying so: $(tail -2 "$tmp/full.log")"
+[ ! -L "$tmp/full/checkpoint.bin.tmp" ] || fail "full disk: the partial file was left"
+cmp -s "$tmp/full/checkpoint.bin" "$tmp/step1.bin" || fail "full disk: the previous checkpoint changed"
+# loss.csv on a full disk: the first row fails, and says so.
+rm -rf "$tmp/full2" && mkdir "$tmp/full2" && ln -s /dev/full "$tmp/full2/loss.csv"
+"$rrfp" train "${small[@]}" --steps 2 --out "$tmp/full2" >"$tmp/full2.log" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] && grep -q "writing '$tmp/full2/loss.csv' failed: No space left on device" "$tmp/full2.log" ||
+  fail "full disk (loss.csv): exit $rc: $(tail -1 "$tmp/full2.log")"
+
+echo "train signal and full-disk checks: $fails failed"
 [ "$fails" -eq 0 ]

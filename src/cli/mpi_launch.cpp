@@ -10,11 +10,11 @@
 
 namespace rrfp {
 
-void run_as_mpi_process(const std::function<void(Job&)>& body) {
+void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>& body) {
 #ifdef RRFP_HAVE_MPI
   if (!launched_by_mpirun())
     throw InputError("--transport mpi: start rrfp under mpirun (see docs/mpi.md)");
-  MpiWorld world;
+  MpiWorld world(MpiWorldOptions{.timeout_ms = timeout_ms});
   try {
     body(world);
   } catch (const InputError&) {
@@ -26,6 +26,7 @@ void run_as_mpi_process(const std::function<void(Job&)>& body) {
     world.abort(1);
   }
 #else
+  (void)timeout_ms;
   (void)body;
   throw InputError(
       "--transport mpi: this rrfp was built without Open MPI (scripts/install-deps.sh installs "

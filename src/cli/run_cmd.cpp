@@ -127,7 +127,7 @@ void setup_run(CLI::App& app) {
   sub->callback([f, comm] {
     f->exp.dispatch.comm_given = comm->count() > 0;
     if (f->transport == "mpi")
-      run_as_mpi_process([&](Job& job) { run_emulated(*f, &job); });
+      run_as_mpi_process(timeout_ms(f->timeout_s), [&](Job& job) { run_emulated(*f, &job); });
     else if (f->transport == "inproc")
       run_emulated(*f, nullptr);
     else

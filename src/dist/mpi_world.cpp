@@ -2,10 +2,14 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 
 #include "comm/mpi_check.hpp"
 #include "comm/mpi_transport.hpp"
+#include "core/format.hpp"
 #include "dist/mpi_group.hpp"
 
 namespace rrfp {
@@ -18,18 +22,44 @@ bool launched_by_mpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
 }
 
-MpiWorld::MpiWorld() : comms_(std::make_unique<Comms>()) {
+namespace {
+
+// Test hook (tests/mpi_failure.sh): RRFP_FAULT_STOP=<phase>:<world rank> makes that process
+// stop itself with SIGSTOP, as a suspended or hung node would, when it reaches <phase>
+// (startup: before MPI_Init; shutdown: before the closing barrier).
+void stop_if_asked(const std::string& phase) {
+  const char* spec = std::getenv("RRFP_FAULT_STOP");
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (spec && rank && spec == phase + ":" + rank) std::raise(SIGSTOP);
+}
+
+}  // namespace
+
+MpiWorld::MpiWorld(MpiWorldOptions o)
+    : opt_(o),
+      comms_(std::make_unique<Comms>()),
+      guard_([this](const std::string& call, std::int64_t ms) { expired(call, ms); }) {
+  if (opt_.timeout_ms < 0)
+    throw InputError("`timeout`: must not be negative, got " + std::to_string(opt_.timeout_ms) +
+                     " ms");
+  // Until MPI says otherwise, the rank mpirun gave this process (for the deadline's message).
+  if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) rank_ = std::atoi(r);
+  stop_if_asked("startup");
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) throw Error("mpi: MPI is already initialised in this process");
   int provided = 0;
-  mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  {
+    auto d = deadline("MPI_Init_thread (start-up)", true);
+    mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  }
   if (provided < MPI_THREAD_MULTIPLE) {
     MPI_Finalize();
     throw Error(
         "mpi: this Open MPI cannot give MPI_THREAD_MULTIPLE (the progress thread and the "
         "compute threads call MPI concurrently)");
   }
+  live_ = true;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
@@ -37,15 +67,40 @@ MpiWorld::MpiWorld() : comms_(std::make_unique<Comms>()) {
 }
 
 MpiWorld::~MpiWorld() {
-  MPI_Barrier(MPI_COMM_WORLD);
+  stop_if_asked("shutdown");
+  {
+    auto d = deadline("MPI_Barrier (shutdown)", true);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
   for (MPI_Comm* c : {&comms_->pipe, &comms_->tp, &comms_->dp})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  live_ = false;
+  auto d = deadline("MPI_Finalize (shutdown)", true);
   MPI_Finalize();
+}
+
+DeadlineGuard::Phase MpiWorld::deadline(const char* call, bool startup) {
+  std::int64_t ms = opt_.timeout_ms;
+  if (ms > 0 && startup) ms = std::max(ms, MpiWorldOptions::kMinStartupMs);
+  return guard_.arm(call, ms);
+}
+
+void MpiWorld::expired(const std::string& call, std::int64_t ms) {
+  std::fprintf(stderr,
+               "rrfp: error: mpi rank %d: %s did not finish within %s s: a process of the job "
+               "is stopped, gone or far behind (the limit is --timeout)\n",
+               rank_, call.c_str(), fmt("%g", static_cast<double>(ms) / 1000).c_str());
+  std::fflush(stderr);
+  // MPI_Abort ends every process of the job; before MPI is up or while it finalises it is not
+  // safe, and exiting non-zero makes mpirun end the others.
+  if (live_.load()) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
 }
 
 void MpiWorld::set_layout(const JobLayout& l) {
   validate(l, size_, "mpirun -np " + std::to_string(size_));
   layout_ = l;
+  auto d = deadline("MPI_Comm_split");
   for (MPI_Comm* c : {&comms_->pipe, &comms_->tp, &comms_->dp})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   mpi_check(MPI_Comm_split(MPI_COMM_WORLD, replica(), endpoint(), &comms_->pipe), "MPI_Comm_split");
@@ -57,10 +112,12 @@ void MpiWorld::set_layout(const JobLayout& l) {
 }
 
 std::unique_ptr<Transport> MpiWorld::make_transport(MpiPollOptions poll) {
+  auto d = deadline("MPI_Comm_dup (transport)");
   return std::make_unique<MpiTransport>(static_cast<void*>(comms_->pipe), poll);
 }
 
 std::unique_ptr<TpCollective> MpiWorld::make_tp_group(int stage) {
+  auto d = deadline("MPI_Comm_dup (tensor-parallel group)");
   return std::make_unique<MpiTpGroup>(static_cast<void*>(comms_->tp), stage);
 }
 
@@ -120,14 +177,17 @@ std::vector<std::vector<T>> gather_all(std::span<const T> mine, MPI_Datatype typ
 }  // namespace
 
 std::vector<std::vector<double>> MpiWorld::all_gather(std::span<const double> mine) {
+  auto d = deadline("MPI_Allgather (between steps)");
   return gather_all(mine, MPI_DOUBLE, MPI_COMM_WORLD);
 }
 
 std::vector<std::vector<float>> MpiWorld::dp_all_gather(std::span<const float> mine) {
+  auto d = deadline("MPI_Allgather (data-parallel gradients)");
   return gather_all(mine, MPI_FLOAT, comms_->dp);
 }
 
 std::vector<std::vector<std::byte>> MpiWorld::gather_to_root(std::span<const std::byte> mine) {
+  auto d = deadline("MPI_Gather (results to rank 0)");
   const int count = static_cast<int>(mine.size());
   std::vector<int> counts(rank_ == 0 ? size_ : 0);
   mpi_check(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD),
@@ -141,6 +201,7 @@ std::vector<std::vector<std::byte>> MpiWorld::gather_to_root(std::span<const std
 }
 
 void MpiWorld::barrier() {
+  auto d = deadline("MPI_Barrier");
   mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 

@@ -4,6 +4,7 @@
 // pipeline endpoint w % (P*T), i.e. stage (w % (P*T)) / T, tensor-parallel rank w % T, the
 // same numbering the in-process runtime gives its endpoints. This header does not include
 // <mpi.h>: only the mpi_*.cpp files of comm/ (the transport) and dist/ (the job) do.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -11,16 +12,27 @@
 #include <vector>
 
 #include "comm/mpi_transport.hpp"
+#include "dist/deadline.hpp"
 #include "dist/job.hpp"
 #include "runtime/collective.hpp"
 
 namespace rrfp {
 
+struct MpiWorldOptions {
+  // Every MPI call that waits for the other processes outside a step (start-up, communicator
+  // splits, the barrier before a step, gathers of results, shutdown) must end within this long,
+  // or the job is ended naming the call: a process that is stopped or gone would otherwise
+  // leave the others waiting forever (inside a step the runtime's watchdog does this). Start-up
+  // and shutdown get at least kMinStartupMs. 0 disables every deadline.
+  std::int64_t timeout_ms = 120'000;
+  static constexpr std::int64_t kMinStartupMs = 10'000;
+};
+
 class MpiWorld final : public Job {
  public:
   // Initialises MPI (once per process). Throws Error if the library cannot give
   // MPI_THREAD_MULTIPLE.
-  MpiWorld();
+  explicit MpiWorld(MpiWorldOptions o = {});
   ~MpiWorld();  // a barrier, then MPI_Finalize
   MpiWorld(const MpiWorld&) = delete;
   MpiWorld& operator=(const MpiWorld&) = delete;
@@ -53,9 +65,16 @@ class MpiWorld final : public Job {
 
  private:
   struct Comms;
+  // Arms the guard for a call that waits for other processes; `startup` for init and shutdown.
+  DeadlineGuard::Phase deadline(const char* call, bool startup = false);
+  [[noreturn]] void expired(const std::string& call, std::int64_t ms);
+
+  MpiWorldOptions opt_;
   int rank_ = 0, size_ = 1;
+  std::atomic<bool> live_{false};  // MPI is initialised and not finalising: MPI_Abort is safe
   JobLayout layout_;
   std::unique_ptr<Comms> comms_;
+  DeadlineGuard guard_;  // last: its thread may call expired(), which reads the members above
 };
 
 // True when this process was started by mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE).

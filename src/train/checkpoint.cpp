@@ -98,8 +98,12 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
     ::unlink(tmp.c_str());
     throw Error("checkpoint '" + path + "': close failed: " + std::strerror(errno));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw InputError("checkpoint '" + path + "': cannot rename " + tmp + " over it");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw InputError("checkpoint '" + path + "': cannot rename " + tmp +
+                     " over it: " + std::strerror(err));
+  }
   // Make the rename itself durable.
   const std::string dir =
       path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));

@@ -55,7 +55,11 @@ struct TrainOptions {
   // Arbitration, communication, TP ranks per stage (Megatron-style: heads and MLP split over
   // T) and their protocol, the watchdog (two minutes: training steps are long): the runtime's
   // own options, passed to it whole.
-  RuntimeOptions runtime{.timeout_ms = 120'000};
+  RuntimeOptions runtime = [] {
+    RuntimeOptions o;
+    o.timeout_ms = 120'000;
+    return o;
+  }();
   int steps = 600;
   OptimizerOptions opt;
   WindowOptions window;

@@ -1,0 +1,68 @@
+#include "dist/deadline.hpp"
+
+#include <algorithm>
+
+namespace rrfp {
+
+DeadlineGuard::DeadlineGuard(Expiry on_expiry)
+    : on_expiry_(std::move(on_expiry)), thread_([this] { watch(); }) {}
+
+DeadlineGuard::~DeadlineGuard() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+DeadlineGuard::Phase::~Phase() {
+  if (guard_) guard_->disarm(id_);
+}
+
+DeadlineGuard::Phase DeadlineGuard::arm(std::string phase, std::int64_t deadline_ms) {
+  if (deadline_ms <= 0) return Phase(nullptr, 0);
+  std::uint64_t id = 0;
+  {
+    std::lock_guard lk(mu_);
+    id = next_id_++;
+    armed_.emplace(
+        id, Armed{std::move(phase), deadline_ms,
+                  std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms)});
+  }
+  cv_.notify_all();
+  return Phase(this, id);
+}
+
+void DeadlineGuard::disarm(std::uint64_t id) {
+  {
+    std::lock_guard lk(mu_);
+    armed_.erase(id);
+  }
+  cv_.notify_all();
+}
+
+void DeadlineGuard::watch() {
+  std::unique_lock lk(mu_);
+  while (!stop_) {
+    if (armed_.empty()) {
+      cv_.wait(lk);
+      continue;
+    }
+    const auto first = std::min_element(armed_.begin(), armed_.end(), [](auto& a, auto& b) {
+      return a.second.until < b.second.until;
+    });
+    if (std::chrono::steady_clock::now() < first->second.until) {
+      cv_.wait_until(lk, first->second.until);
+      continue;  // re-examined: it may have been disarmed, or another armed earlier
+    }
+    const std::uint64_t id = first->first;
+    const Armed late = first->second;
+    armed_.erase(id);  // reported once
+    lk.unlock();
+    on_expiry_(late.phase, late.deadline_ms);  // ends the process; a test's callback may return
+    lk.lock();
+  }
+}
+
+}  // namespace rrfp
