@@ -217,7 +217,9 @@ TEST(Agree, EveryRankDecidesTheSameAndRunsOnlyOnEqualProposals) {
           ASSERT_TRUE(sm[r].complete());
           const auto got = sm[r].decide(ranks[r]->arb);
           EXPECT_EQ(got.has_value(), equal) << "case " << c << " rank " << r;
-          if (got) EXPECT_EQ(*got, prop[0]);
+          if (got) {
+            EXPECT_EQ(*got, prop[0]);
+          }
           EXPECT_EQ(sm[r].state(), equal ? AgreeRound::State::Idle : AgreeRound::State::Failed);
           EXPECT_EQ(ranks[r]->arb.committed(), equal ? 1 : 0);
           EXPECT_EQ(sm[r].round(), 1);

@@ -3,6 +3,9 @@
 // within the watchdog timeout, with every thread joined (run_step returns).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "core/clock.hpp"
 #include "runtime/errors.hpp"
 #include "runtime_helpers.hpp"
@@ -129,6 +132,32 @@ TEST_F(Failures, TheWatchdogInterruptsALongEmulatedTask) {
   // How many tasks stage 1 ran first depends on the order arrivals came in (2 or 3 seen).
   EXPECT_NE(msg.find("running F c1 m1 for"), std::string::npos) << msg;
   EXPECT_LT(elapsed_ms_, 5'000);  // not the task's 25 s
+}
+
+// A front end's Ctrl-C: cancel() from another thread ends a step stuck in a 25 s task at once
+// with the given error; a cancel before the step makes the step fail at once.
+TEST_F(Failures, CancelFromAnotherThreadEndsTheStep) {
+  struct Cancelled : Error {
+    Cancelled() : Error("cancelled") {}
+  };
+  auto inner = emulated_programs(m_, work_);
+  ProgramFactory f = [&](int s, int r) -> std::unique_ptr<StageProgram> {
+    return std::make_unique<Sleeper>(inner(s, r), s);
+  };
+  RuntimeOptions ro = runtime_options(m_, work_, Policy::Ready);
+  for (bool before : {false, true}) {
+    Runtime rt(m_, hint_, f, ro);
+    if (before) rt.cancel(std::make_exception_ptr(Cancelled()));
+    std::thread canceller([&] {
+      if (before) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      rt.cancel(std::make_exception_ptr(Cancelled()));
+    });
+    const std::int64_t t0 = now_ns();
+    EXPECT_THROW(rt.run_step(0), Cancelled) << "before: " << before;
+    canceller.join();
+    EXPECT_LT((now_ns() - t0) / 1'000'000, 5'000);  // not the task's 25 s
+  }
 }
 
 TEST_F(Failures, ALostRendezvousAcknowledgementIsReportedByTheWatchdog) {

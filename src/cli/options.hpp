@@ -3,7 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "cli/experiment.hpp"
+#include "report/experiment.hpp"
 #include "runtime/runtime.hpp"
 
 namespace rrfp {

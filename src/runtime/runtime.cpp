@@ -1,6 +1,7 @@
 #include "runtime/runtime.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "comm/inproc.hpp"
 #include "core/clock.hpp"
@@ -111,9 +112,21 @@ Runtime::~Runtime() {
     e->shutdown();
 }
 
+void Runtime::cancel(std::exception_ptr why) {
+  {
+    std::lock_guard lk(cancel_mu_);
+    cancel_ = why;
+  }
+  failure_.fail(std::move(why));
+}
+
 StepResult Runtime::run_step(int step) {
   if (broken_) throw Error("runtime: an earlier step failed; start a new runtime");
   failure_.reset();
+  {
+    std::lock_guard lk(cancel_mu_);
+    if (cancel_) failure_.fail(std::exchange(cancel_, nullptr));
+  }
   if (before_step_) before_step_();
   const std::int64_t t0 = now_ns();
   for (auto& s : stages_)

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -67,6 +68,10 @@ class Runtime {
   // StallError, ProtocolError, CollectiveMismatchError) after every thread has been joined;
   // a runtime whose step failed refuses further steps.
   StepResult run_step(int step);
+  // Ends the running step from another thread (a front end's Ctrl-C): every wait wakes, the
+  // tasks see aborted(), and run_step rethrows `why` once its threads are joined. Any thread,
+  // any time: called before a step starts, that step fails at once.
+  void cancel(std::exception_ptr why);
   // Endpoint ids hosted by this runtime.
   const std::vector<int>& local() const { return local_; }
   const ArbiterOptions& arbiter() const { return opt_.arbiter; }
@@ -78,6 +83,8 @@ class Runtime {
   const WorkModel& m_;
   RuntimeOptions opt_;
   FailureState failure_;
+  std::mutex cancel_mu_;
+  std::exception_ptr cancel_;  // a cancel() that run_step's reset must not forget
   std::unique_ptr<DelayLine> delay_;
   std::vector<std::unique_ptr<Transport>> endpoints_;  // by position in local_
   std::vector<int> local_;

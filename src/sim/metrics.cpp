@@ -111,4 +111,15 @@ RunMetrics compute_metrics(const StepRecord& r, const LowerBound& lb) {
   return out;
 }
 
+RealizedWork measured_work(const WorkModel& m, const StepRecord& r) {
+  RealizedWork w;
+  w.num_tasks = m.num_tasks();
+  w.compute_ns.assign(w.num_tasks, 0);
+  w.message_ns.assign(w.num_tasks, 0);
+  w.message_bytes.assign(w.num_tasks, 0);
+  for (const TaskRecord& t : r.tasks)
+    w.compute_ns[m.index(t.task)] = t.compute_end - t.start;
+  return w;
+}
+
 }  // namespace rrfp

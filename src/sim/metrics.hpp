@@ -18,6 +18,10 @@ struct LowerBound {
 // slowest rank plus the collective; a message takes at least its fastest rank's latency.
 LowerBound lower_bound(const WorkModel& m, const RealizedWork& w);
 
+// The durations a measured step's recorded tasks took (TP rank 0's, no messages): the lower
+// bound of that very step, for runs whose durations are not modelled (training, Python stages).
+RealizedWork measured_work(const WorkModel& m, const StepRecord& r);
+
 struct StageMetrics {
   // Averages over the stage's tensor-parallel ranks, in nanoseconds.
   std::int64_t busy = 0, blocked = 0, idle = 0;

@@ -38,14 +38,7 @@ ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainOptions&
   out.comm = to_string(o.runtime.comm);
   out.cfg = m.config();
   out.result = r.run;
-  RealizedWork w;  // measured durations: the lower bound of this very step
-  w.num_tasks = m.num_tasks();
-  w.compute_ns.assign(w.num_tasks, 0);
-  w.message_ns.assign(w.num_tasks, 0);
-  w.message_bytes.assign(w.num_tasks, 0);
-  for (const TaskRecord& t : r.run.tasks)
-    w.compute_ns[m.index(t.task)] = t.compute_end - t.start;
-  out.metrics = compute_metrics(r.run, lower_bound(m, w));
+  out.metrics = compute_metrics(r.run, lower_bound(m, measured_work(m, r.run)));
   return out;
 }
 

@@ -1,4 +1,4 @@
-#include "cli/experiment.hpp"
+#include "report/experiment.hpp"
 
 #include <cstdio>
 
