@@ -93,14 +93,7 @@ void add_timeout_flag(CLI::App* app, double& seconds) {
 }
 
 PipelineConfig to_config(const ShapeFlags& f, const std::string& hint) {
-  PipelineConfig c;
-  c.pp = f.pp;
-  c.vpp = f.vpp;
-  c.microbatches = f.microbatches;
-  c.placement = parse_placement(f.placement);
-  validate(c);
-  c.split_backward = resolve_split(f.split, hint);
-  return c;
+  return make_config(f.pp, f.vpp, f.microbatches, f.placement, f.split, hint);
 }
 
 std::int64_t timeout_ms(double seconds) {

@@ -25,13 +25,9 @@ std::string cell(const TaskId& t, const WorkModel& m) {
   return s;
 }
 
-// Grid rows of a run at unit cost: F = B = 1 (whole backward), or F = B = W = 1 (split).
+// Grid rows of a run at unit cost (unit_cost_work).
 std::string render(const WorkModel& m, const Hint& hint) {
-  WorkloadParams w;
-  w.forward_us = m.vpp();
-  w.backward_ratio_min = w.backward_ratio_max = m.split() ? 2.0 : 1.0;
-  w.weight_share = 0.5;
-  RealizedWork work = realize(w, m, 1, 0);
+  const RealizedWork work = unit_cost_work(m);
   SimOptions opt;
   opt.arbiter.policy = hint.is_list() ? Policy::Fixed : Policy::Ready;
   StepRecord r = simulate(m, hint, work, opt);

@@ -52,8 +52,10 @@ void DeadlineGuard::watch() {
     const auto first = std::min_element(armed_.begin(), armed_.end(), [](auto& a, auto& b) {
       return a.second.until < b.second.until;
     });
-    if (std::chrono::steady_clock::now() < first->second.until) {
-      cv_.wait_until(lk, first->second.until);
+    // A copy: the entry may be erased (disarmed) while this thread waits on it.
+    const auto until = first->second.until;
+    if (std::chrono::steady_clock::now() < until) {
+      cv_.wait_until(lk, until);
       continue;  // re-examined: it may have been disarmed, or another armed earlier
     }
     const std::uint64_t id = first->first;

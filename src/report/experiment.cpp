@@ -14,6 +14,18 @@ bool resolve_split(const std::string& mode, const std::string& hint) {
   throw InputError("`split_backward`: expected auto, on or off, got '" + mode + "'");
 }
 
+PipelineConfig make_config(int pp, int vpp, int microbatches, const std::string& placement,
+                           const std::string& split_mode, const std::string& hint) {
+  PipelineConfig c;
+  c.pp = pp;
+  c.vpp = vpp;
+  c.microbatches = microbatches;
+  c.placement = parse_placement(placement);
+  validate(c);
+  c.split_backward = resolve_split(split_mode, hint);
+  return c;
+}
+
 std::string default_label(const RunSpec& r) {
   return to_string(r.policy) + " " + r.hint + " (" + to_string(r.comm) + ")";
 }

@@ -33,6 +33,9 @@ struct Scenario {
 };
 
 bool resolve_split(const std::string& mode, const std::string& hint);
+// A validated shape, its split backward resolved for `hint` (`split_mode` auto, on or off).
+PipelineConfig make_config(int pp, int vpp, int microbatches, const std::string& placement,
+                           const std::string& split_mode, const std::string& hint);
 std::string default_label(const RunSpec& r);
 // What executes one run: the simulator, or the emulated runtime (`rrfp run`).
 using Executor = std::function<StepRecord(const WorkModel&, const Hint&, const RealizedWork&,

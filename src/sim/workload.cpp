@@ -292,4 +292,12 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   return r;
 }
 
+RealizedWork unit_cost_work(const WorkModel& m) {
+  WorkloadParams w;
+  w.forward_us = m.vpp();
+  w.backward_ratio_min = w.backward_ratio_max = m.split() ? 2.0 : 1.0;
+  w.weight_share = 0.5;
+  return realize(w, m, 1, 0);
+}
+
 }  // namespace rrfp

@@ -88,6 +88,9 @@ struct RealizedWork {
 };
 
 RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed);
+// Unit costs, to show a hint's order: F = B = 1 (whole backward), or F = B = W = 1 (split),
+// other fields at their defaults.
+RealizedWork unit_cost_work(const WorkModel& m);
 // Throws InputError when every task and message of `w` added up could pass 2^62 ns (146 years):
 // makespans, bounds and sums of a step then never overflow int64. realize, replays and
 // apply_jitter check it.

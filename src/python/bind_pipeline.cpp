@@ -1,0 +1,59 @@
+#include <pybind11/stl.h>
+
+#include "core/error.hpp"
+#include "python/bindings.hpp"
+#include "python/pipeline_core.hpp"
+
+namespace rrfp::py {
+namespace pyb = pybind11;
+
+void bind_pipeline(pyb::module_& m) {
+  pyb::class_<PipelineCore>(m, "PipelineCore",
+                            "the C++ half of rrfp.Pipeline (use rrfp.Pipeline instead)")
+      .def(
+          pyb::init([](int pp, int vpp, int microbatches, std::string placement,
+                       std::string split_backward, std::string hint, std::string policy, int limit,
+                       int max_pending_w, std::string comm, double timeout, std::string transport) {
+            CoreOptions o;
+            o.pp = pp;
+            o.vpp = vpp;
+            o.microbatches = microbatches;
+            o.placement = std::move(placement);
+            o.split_backward = std::move(split_backward);
+            o.hint = std::move(hint);
+            o.policy = std::move(policy);
+            o.limit = limit;
+            o.max_pending_w = max_pending_w;
+            o.comm = std::move(comm);
+            o.timeout_s = timeout;
+            o.transport = std::move(transport);
+            return std::make_unique<PipelineCore>(o);
+          }),
+          pyb::kw_only(), pyb::arg("pp"), pyb::arg("vpp"), pyb::arg("microbatches"),
+          pyb::arg("placement"), pyb::arg("split_backward"), pyb::arg("hint"), pyb::arg("policy"),
+          pyb::arg("limit"), pyb::arg("max_pending_w"), pyb::arg("comm"), pyb::arg("timeout"),
+          pyb::arg("transport"))
+      .def_property_readonly("pp", [](const PipelineCore& c) { return c.model().pp(); })
+      .def_property_readonly("vpp", [](const PipelineCore& c) { return c.model().vpp(); })
+      .def_property_readonly("chunks", [](const PipelineCore& c) { return c.model().chunks(); })
+      .def_property_readonly("microbatches",
+                             [](const PipelineCore& c) { return c.model().microbatches(); })
+      .def_property_readonly("split_backward",
+                             [](const PipelineCore& c) { return c.model().split(); })
+      .def_property_readonly("rank", &PipelineCore::rank)
+      .def_property_readonly("world", &PipelineCore::world)
+      .def("local_stages", &PipelineCore::local_stages)
+      .def("stage_of",
+           [](const PipelineCore& c, int chunk) {
+             if (chunk < 0 || chunk >= c.model().chunks())
+               throw InputError("`chunk`: must be between 0 and " +
+                                std::to_string(c.model().chunks() - 1) + ", got " +
+                                std::to_string(chunk));
+             return c.model().stage_of(chunk);
+           })
+      .def("chunks_of", [](const PipelineCore& c, int stage) { return c.model().chunks_of(stage); })
+      .def("set_runners", &PipelineCore::set_runners)
+      .def("run_step", &PipelineCore::run_step, pyb::arg("step"));
+}
+
+}  // namespace rrfp::py

@@ -1,0 +1,60 @@
+#include <pybind11/stl.h>
+
+#include "python/bindings.hpp"
+#include "python/step_record.hpp"
+
+namespace rrfp::py {
+namespace pyb = pybind11;
+
+void bind_records(pyb::module_& m) {
+  pyb::class_<StepRecordPy>(m, "StepRecord",
+                            R"(One step, simulated or measured. Times in seconds.)")
+      .def_property_readonly("makespan", &StepRecordPy::makespan)
+      .def_property_readonly("lower_bound", &StepRecordPy::lower_bound,
+                             "what no schedule of these durations can beat")
+      .def_property_readonly("bubble",
+                             [](const StepRecordPy& r) { return r.run.metrics.bubble_ratio; })
+      .def_property_readonly("efficiency",
+                             [](const StepRecordPy& r) { return r.run.metrics.efficiency; })
+      .def_property_readonly("dispatch_gap_us", &StepRecordPy::dispatch_gap_us,
+                             "median time from a task's end to the next ready task's start")
+      .def_property_readonly("label", [](const StepRecordPy& r) { return r.run.label; })
+      .def_property_readonly(
+          "stages",
+          [](const StepRecordPy& r) {
+            pyb::list out;
+            for (const StageMetrics& s : r.run.metrics.stages) {
+              pyb::dict d;
+              d["busy"] = static_cast<double>(s.busy) / 1e9;
+              d["blocked"] = static_cast<double>(s.blocked) / 1e9;
+              d["idle"] = static_cast<double>(s.idle) / 1e9;
+              d["peak_d"] = s.peak_d;
+              d["peak_pending_w"] = s.peak_pending_w;
+              out.append(d);
+            }
+            return out;
+          },
+          "per stage: busy, blocked and idle seconds, peak D and peak pending W")
+      .def_property_readonly(
+          "tasks",
+          [](const StepRecordPy& r) {
+            pyb::list out;
+            for (const TaskRecord& t : r.run.result.tasks)
+              out.append(pyb::make_tuple(t.stage, to_string(t.task),
+                                         static_cast<double>(t.start) / 1e9,
+                                         static_cast<double>(t.compute_end) / 1e9));
+            return out;
+          },
+          "(stage, task, start, end) of every task, in seconds from the step's start")
+      .def("table", &StepRecordPy::table)
+      .def("json", &StepRecordPy::json)
+      .def("save_trace", &StepRecordPy::save_trace, pyb::arg("path"),
+           "a Chrome trace (chrome://tracing, Perfetto)")
+      .def("save_svg", &StepRecordPy::save_svg, pyb::arg("path"), "an SVG timeline")
+      .def("__repr__", [](const StepRecordPy& r) {
+        return "<rrfp.StepRecord " + r.run.label + ": makespan " + fmt("%.3f", r.makespan() * 1e3) +
+               " ms, bubble " + fmt("%.1f", 100 * r.run.metrics.bubble_ratio) + "%>";
+      });
+}
+
+}  // namespace rrfp::py

@@ -1,0 +1,82 @@
+#include <pybind11/stl.h>
+
+#include "core/hint.hpp"
+#include "python/bindings.hpp"
+#include "python/step_record.hpp"
+#include "report/experiment.hpp"
+
+namespace rrfp::py {
+namespace pyb = pybind11;
+
+namespace {
+
+// One simulated step: rrfp simulate's scenario runner with one run.
+StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& placement,
+                          const std::string& split_backward, const std::string& workload,
+                          const std::string& workload_file, const std::string& replay,
+                          const std::string& hint, const std::string& policy, int limit,
+                          int max_pending_w, const std::string& comm, std::uint64_t seed, int tp,
+                          const std::string& tp_protocol) {
+  Scenario sc;
+  sc.cfg = make_config(pp, vpp, microbatches, placement, "off", hint);  // split: per run
+  sc.split_mode = split_backward;
+  sc.tp = tp;
+  sc.tp_protocol = parse_tp_protocol(tp_protocol);
+  sc.workload_name = workload;
+  sc.workload = workload_file.empty() ? workload_preset(workload)
+                                      : read_workload_file(workload_file, workload);
+  sc.replay_path = replay;
+  sc.seed = seed;
+  sc.limit = limit;
+  sc.max_pending_w = max_pending_w;
+  RunSpec spec;
+  spec.hint = hint;
+  spec.policy = parse_policy(policy);
+  spec.comm = parse_comm(comm);
+  check_spec(sc, spec);
+  StepRecordPy r;
+  {
+    pyb::gil_scoped_release nogil;
+    r.run = run_scenario(sc, spec);
+  }
+  r.header = header_of(sc);
+  return r;
+}
+
+// Each stage's tasks in the order they run at unit cost: a list hint's own order (fixed
+// policy), a rule hint's ready order.
+std::vector<std::vector<pyb::tuple>> schedule(const std::string& hint, int pp, int vpp,
+                                              int microbatches, const std::string& placement,
+                                              const std::string& split_backward) {
+  const WorkModel m(make_config(pp, vpp, microbatches, placement, split_backward, hint));
+  const Hint h = make_hint(hint, m);
+  SimOptions opt;
+  opt.arbiter.policy = h.is_list() ? Policy::Fixed : Policy::Ready;
+  const StepRecord r = simulate(m, h, unit_cost_work(m), opt);
+  std::vector<std::vector<pyb::tuple>> out(m.pp());
+  for (const TaskRecord& t : r.tasks)
+    out[t.stage].push_back(
+        pyb::make_tuple(std::string(1, kind_char(t.task.kind)), t.task.chunk, t.task.mb));
+  return out;
+}
+
+}  // namespace
+
+void bind_tools(pyb::module_& m) {
+  m.def("simulate", &simulate_one, pyb::kw_only(), pyb::arg("pp") = 4, pyb::arg("vpp") = 1,
+        pyb::arg("microbatches") = 8, pyb::arg("placement") = "loop",
+        pyb::arg("split_backward") = "auto", pyb::arg("workload") = "multimodal",
+        pyb::arg("workload_file") = "", pyb::arg("replay") = "", pyb::arg("hint") = "bf",
+        pyb::arg("policy") = "ready", pyb::arg("limit") = 0, pyb::arg("max_pending_w") = 0,
+        pyb::arg("comm") = "async", pyb::arg("seed") = 1, pyb::arg("tp") = 1,
+        pyb::arg("tp_protocol") = "leader",
+        "Simulates one step (as `rrfp simulate`) and returns its StepRecord.");
+  m.def("schedule", &schedule, pyb::kw_only(), pyb::arg("hint") = "1f1b", pyb::arg("pp") = 4,
+        pyb::arg("vpp") = 1, pyb::arg("microbatches") = 8, pyb::arg("placement") = "loop",
+        pyb::arg("split_backward") = "auto",
+        "Each stage's tasks, ('F'|'B'|'W', chunk, microbatch), in the order the hint runs "
+        "them at unit cost.");
+  m.def("hint_names", &hint_names, "every hint name a Pipeline or simulate accepts");
+}
+
+}  // namespace rrfp::py

@@ -1,0 +1,58 @@
+#pragma once
+// The C++ half of rrfp.Pipeline: the work model, the hint, the Runtime and where its stages
+// live (threads of this process, or one stage per process under mpirun). The Python half
+// (rrfp/pipeline.py) owns the modules and the autograd; this half dispatches their tasks.
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/hint.hpp"
+#include "dist/job.hpp"
+#include "python/step_record.hpp"
+#include "runtime/runtime.hpp"
+
+namespace rrfp::py {
+
+// What the Python constructor takes, checked once (each value's error names its argument).
+struct CoreOptions {
+  int pp = 4, vpp = 1, microbatches = 8;
+  std::string placement = "loop", split_backward = "auto";
+  std::string hint = "bfw", policy = "ready", comm = "async";
+  int limit = 0, max_pending_w = 0;
+  double timeout_s = 120;
+  std::string transport = "inproc";  // inproc: every stage a thread here; mpi: one per process
+};
+
+class PipelineCore {
+ public:
+  explicit PipelineCore(const CoreOptions& o);
+  ~PipelineCore();
+
+  const WorkModel& model() const { return *model_; }
+  // The stages this process runs (all of them in-process).
+  std::vector<int> local_stages() const;
+  int rank() const { return job_ ? job_->rank() : 0; }
+  int world() const { return job_ ? job_->size() : 1; }
+  // Sets the Python runner of each local stage; the runtime is built from them.
+  void set_runners(const std::vector<pybind11::object>& runners);
+  // One step, the GIL released while it runs. Ctrl-C (or any Python signal handler that
+  // raises) cancels it: its exception is raised once every thread has stopped. A failed step
+  // leaves nothing behind: the next one starts on a new runtime.
+  StepRecordPy run_step(int step);
+
+ private:
+  void build_runtime();
+
+  CoreOptions opt_;
+  std::unique_ptr<WorkModel> model_;
+  std::unique_ptr<Hint> hint_;
+  RuntimeOptions runtime_;
+  Job* job_ = nullptr;                     // the MPI world (owned by the process), or none
+  std::vector<pybind11::object> runners_;  // by local stage
+  std::unique_ptr<Runtime> rt_;
+};
+
+}  // namespace rrfp::py

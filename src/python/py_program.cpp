@@ -1,0 +1,79 @@
+#include "python/py_program.hpp"
+
+#include <torch/csrc/utils/pybind.h>
+
+#include "core/error.hpp"
+#include "python/tensor_payload.hpp"
+
+namespace rrfp::py {
+namespace pyb = pybind11;
+
+namespace {
+
+std::string where(int chunk, int mb, char kind) {
+  return std::string(1, kind) + " c" + std::to_string(chunk) + " m" + std::to_string(mb);
+}
+
+// Calls runner.<method>(args...) holding the GIL. A Python exception becomes an Error carrying
+// its text (the runner keeps the exception object itself, to chain it when the step fails);
+// the exception object is released here, under the GIL.
+template <typename... Args>
+pyb::object call(pyb::object& runner, const char* method, Args&&... args) {
+  try {
+    return runner.attr(method)(std::forward<Args>(args)...);
+  } catch (pyb::error_already_set& e) {
+    // One line, "ValueError: text": the traceback stays with the exception the runner kept.
+    throw Error(pyb::str(e.type().attr("__name__")).cast<std::string>() + ": " +
+                pyb::str(e.value()).cast<std::string>());
+  }
+}
+
+}  // namespace
+
+PyStageProgram::PyStageProgram(pyb::object runner)
+    : runner_(std::make_unique<pyb::object>(std::move(runner))) {}
+
+PyStageProgram::~PyStageProgram() {
+  pyb::gil_scoped_acquire gil;
+  runner_.reset();
+}
+
+void PyStageProgram::begin_step(int step) {
+  pyb::gil_scoped_acquire gil;
+  call(*runner_, "begin_step", step);
+}
+
+void PyStageProgram::end_step(int step) {
+  pyb::gil_scoped_acquire gil;
+  call(*runner_, "end_step", step);
+}
+
+// F and B alike: a tensor (or nothing) in, a tensor (or nothing) out.
+Payload PyStageProgram::tensor_task(const char* method, char kind, int chunk, int mb,
+                                    const Payload& in) {
+  const std::string task = where(chunk, mb, kind);
+  at::Tensor x;
+  if (!in.empty()) x = decode_tensor(in, task);
+  at::Tensor y;
+  {
+    pyb::gil_scoped_acquire gil;
+    pyb::object out = call(*runner_, method, chunk, mb, x.defined() ? pyb::cast(x) : pyb::none());
+    if (!out.is_none()) y = out.cast<at::Tensor>();
+  }
+  return y.defined() ? encode_tensor(y, task) : Payload();
+}
+
+Payload PyStageProgram::forward(TaskContext&, int chunk, int mb, Payload input) {
+  return tensor_task("forward", 'F', chunk, mb, input);
+}
+
+Payload PyStageProgram::backward(TaskContext&, int chunk, int mb, Payload grad) {
+  return tensor_task("backward", 'B', chunk, mb, grad);
+}
+
+void PyStageProgram::weight_grad(TaskContext&, int chunk, int mb) {
+  pyb::gil_scoped_acquire gil;
+  call(*runner_, "weight", chunk, mb);
+}
+
+}  // namespace rrfp::py

@@ -1,0 +1,33 @@
+#pragma once
+// A StageProgram whose tasks are methods of a Python object (rrfp/_stage.py's StageRunner):
+// forward(chunk, mb, x), backward(chunk, mb, g), weight(chunk, mb), begin_step(step),
+// end_step(step). The runtime calls it from the stage's compute thread; the thread holds the
+// GIL only while it is in Python, so stages overlap wherever torch releases the GIL (inside its
+// kernels and autograd). Tensors cross stages as encoded payloads (tensor_payload.hpp).
+#include <pybind11/pybind11.h>
+
+#include <memory>
+
+#include "runtime/program.hpp"
+
+namespace rrfp::py {
+
+class PyStageProgram final : public StageProgram {
+ public:
+  // Takes a reference to `runner`; call with the GIL held.
+  explicit PyStageProgram(pybind11::object runner);
+  ~PyStageProgram() override;  // drops the reference under the GIL
+
+  void begin_step(int step) override;
+  void end_step(int step) override;
+  Payload forward(TaskContext& ctx, int chunk, int mb, Payload input) override;
+  Payload backward(TaskContext& ctx, int chunk, int mb, Payload grad) override;
+  void weight_grad(TaskContext& ctx, int chunk, int mb) override;
+
+ private:
+  Payload tensor_task(const char* method, char kind, int chunk, int mb, const Payload& in);
+
+  std::unique_ptr<pybind11::object> runner_;
+};
+
+}  // namespace rrfp::py

@@ -1,0 +1,126 @@
+"""rrfp.Pipeline: the user's nn.Module chunks, pipelined by rrfp's C++ runtime."""
+import torch
+
+from . import _rrfp
+from ._stage import StageRunner, StepData
+from .record import StepRecord
+
+StageError = _rrfp.StageError
+
+
+class Pipeline:
+    """Pipelines a model's chunks over `pp` stages with readiness-first dispatch.
+
+    chunks: the model's P*V chunks in model order: a list of nn.Module, or a function
+        chunk_fn(i) -> nn.Module called only for the chunks this process runs.
+    loss_fn(output, target) -> scalar tensor: called on the last chunk's output. A step's
+        gradients are those of the sum of the microbatch losses (scale inside loss_fn for a
+        mean).
+    hint: a schedule name ("1f1b", "gpipe", "zb-h1", ...) or rule ("bf", "bfw"), or a hint
+        file; policy "ready" (dispatch the best-ranked ready task) or "fixed" (the hint's order).
+    split_backward: "auto" (on for hints that schedule W tasks: bfw, zb-*), "on" or "off".
+        Split, B computes only the chunk's input gradient and keeps the graph; W computes the
+        parameter gradients from it later.
+    limit: back-pressure on activations in flight per stage (None: the hint's own peak).
+    timeout: seconds without progress before a step fails with TimeoutError (0: never).
+    delay_fn(stage, kind, chunk, mb) -> seconds: an optional delay before each task, to test
+        that results do not depend on the order tasks run in.
+    """
+
+    def __init__(self, chunks, loss_fn, *, pp, vpp=1, placement="loop", microbatches=8,
+                 hint="bf", policy="ready", limit=None, max_pending_w=None,
+                 split_backward="auto", comm="async", timeout=120.0, transport="inproc",
+                 delay_fn=None):
+        if not callable(loss_fn):
+            raise TypeError("loss_fn must be callable")
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"limit: must be a whole number of at least 1 or None, got {limit!r}")
+        self._core = _rrfp.PipelineCore(
+            pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
+            split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
+            max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
+            transport=transport)
+        n = self._core.chunks
+        if callable(chunks) and not isinstance(chunks, torch.nn.Module):
+            build = chunks
+        else:
+            chunks = list(chunks)
+            if len(chunks) != n:
+                raise ValueError(f"chunks: expected pp * vpp = {n} modules, got {len(chunks)}")
+            build = chunks.__getitem__
+        self._data = StepData(loss_fn, delay_fn)
+        self._runners = []
+        self.chunks = {}  # chunk index -> module, the chunks this process runs
+        for stage in self._core.local_stages():
+            modules = {}
+            for c in self._core.chunks_of(stage):
+                m = build(c)
+                if not isinstance(m, torch.nn.Module):
+                    raise TypeError(f"chunks: chunk {c} is a {type(m).__name__}, not an nn.Module")
+                modules[c] = m
+                self.chunks[c] = m
+            self._runners.append(StageRunner(stage, modules, n - 1,
+                                             self._core.split_backward, self._data))
+        self._core.set_runners(self._runners)
+        self._step = 0
+        self.last_step = None
+
+    @property
+    def pp(self):
+        return self._core.pp
+
+    @property
+    def microbatches(self):
+        return self._core.microbatches
+
+    def step(self, inputs, targets):
+        """Runs forward and backward of every microbatch through the pipeline.
+
+        inputs, targets: a list of M microbatches (shapes may differ), or one batch each,
+        split along dimension 0 into M. Gradients are added to .grad in microbatch order,
+        as a loop calling loss.backward() per microbatch would. Returns the sum of the
+        microbatch losses, added in order (on the process that runs the last chunk; None
+        on the others). Raises StageError (the task's own exception chained), TimeoutError
+        (no progress for `timeout`), or KeyboardInterrupt; then no .grad has changed.
+        """
+        m = self._core.microbatches
+        self._data.inputs = _split(inputs, m, "inputs")
+        self._data.targets = _split(targets, m, "targets")
+        self._data.losses = {}
+        self._data.error = None
+        try:
+            rec = self._core.run_step(self._step)
+        except StageError as e:
+            err = self._data.error
+            if err is not None:
+                raise StageError(str(e)) from err[2]
+            raise
+        finally:
+            self._step += 1
+            self._data.inputs, self._data.targets = [], []
+        for r in self._runners:
+            for c, params in r.params.items():
+                for p, g in zip(params, r.sums[c].sums):
+                    if g is not None:
+                        p.grad = g
+        self.last_step = StepRecord(rec)
+        if not self._data.losses:
+            return None
+        total = self._data.losses[0]
+        for i in range(1, m):
+            total = total + self._data.losses[i]
+        return total
+
+
+def _split(batch, m, name):
+    if isinstance(batch, (list, tuple)):
+        if len(batch) != m:
+            raise ValueError(f"{name}: expected {m} microbatches, got {len(batch)}")
+        return list(batch)
+    if isinstance(batch, torch.Tensor):
+        if batch.dim() == 0 or batch.shape[0] < m:
+            raise ValueError(f"{name}: a batch of {0 if batch.dim() == 0 else batch.shape[0]} "
+                             f"rows cannot be split into {m} microbatches")
+        return list(torch.tensor_split(batch, m))
+    raise TypeError(f"{name}: expected a tensor or a list of {m} microbatches, "
+                    f"got {type(batch).__name__}")

@@ -1,0 +1,41 @@
+"""rrfp.StepRecord: what a step did (simulated or measured)."""
+import json
+
+
+class StepRecord:
+    """One step: makespan, bubble, per-stage busy/blocked/idle, peak D, dispatch gap.
+
+    Times are seconds. save_trace (Chrome trace), save_svg (timeline) and table() report it
+    as `rrfp simulate` does.
+    """
+
+    def __init__(self, core):
+        self._core = core
+
+    makespan = property(lambda self: self._core.makespan)
+    lower_bound = property(lambda self: self._core.lower_bound)
+    bubble = property(lambda self: self._core.bubble)
+    efficiency = property(lambda self: self._core.efficiency)
+    dispatch_gap_us = property(lambda self: self._core.dispatch_gap_us)
+    stages = property(lambda self: self._core.stages)
+    tasks = property(lambda self: self._core.tasks)
+    label = property(lambda self: self._core.label)
+
+    @property
+    def peak_d(self):
+        return [s["peak_d"] for s in self.stages]
+
+    def table(self):
+        return self._core.table()
+
+    def to_dict(self):
+        return json.loads(self._core.json())
+
+    def save_trace(self, path):
+        self._core.save_trace(str(path))
+
+    def save_svg(self, path):
+        self._core.save_svg(str(path))
+
+    def __repr__(self):
+        return repr(self._core)

@@ -1,0 +1,89 @@
+"""A small causal transformer LM written in plain PyTorch, cut into pipeline chunks: the kind
+of model a user brings (nothing from rrfp inside). Deterministic for a seed."""
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-1, -2)) / (d // self.heads) ** 0.5
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+        att = att.masked_fill(mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.ff(self.ln2(x))
+
+
+class Embed(nn.Module):
+    def __init__(self, vocab, d, max_len):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(max_len, d)
+
+    def forward(self, ids):
+        return self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
+
+
+class Head(nn.Module):
+    def __init__(self, vocab, d):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.out = nn.Linear(d, vocab)
+
+    def forward(self, x):
+        return self.out(self.ln(x))
+
+
+def chunks(n, *, seed=0, vocab=64, d=32, heads=4, max_len=64, blocks_per_chunk=1):
+    """n chunks: the first embeds, the last predicts, each has blocks_per_chunk blocks."""
+    torch.manual_seed(seed)
+    out = []
+    for i in range(n):
+        layers = [Embed(vocab, d, max_len)] if i == 0 else []
+        layers += [Block(d, heads) for _ in range(blocks_per_chunk)]
+        if i == n - 1:
+            layers.append(Head(vocab, d))
+        out.append(nn.Sequential(*layers))
+    return out
+
+
+def loss_fn(logits, target):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+def batches(m, *, seed=0, vocab=64, rows=2, lengths=(8, 24)):
+    """m microbatches of token ids with lengths drawn from `lengths`: (inputs, targets)."""
+    g = torch.Generator().manual_seed(seed)
+    xs, ys = [], []
+    for _ in range(m):
+        t = int(torch.randint(lengths[0], lengths[1] + 1, (1,), generator=g))
+        seq = torch.randint(0, vocab, (rows, t + 1), generator=g)
+        xs.append(seq[:, :-1])
+        ys.append(seq[:, 1:])
+    return xs, ys
+
+
+def reference_step(model_chunks, xs, ys):
+    """A plain loop: each microbatch through every chunk, loss.backward() per microbatch."""
+    total = None
+    for x, y in zip(xs, ys):
+        h = x
+        for c in model_chunks:
+            h = c(h)
+        loss = loss_fn(h, y)
+        loss.backward()
+        total = loss.detach() if total is None else total + loss.detach()
+    return total

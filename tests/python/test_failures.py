@@ -1,0 +1,133 @@
+"""Failure paths of rrfp.Pipeline: each ends in the right Python exception, promptly, with no
+.grad changed, no thread left behind, and a pipeline that still works afterwards."""
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+from torch import nn
+
+import lm
+import rrfp
+
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+class Raises(nn.Module):
+    def __init__(self, inner, when):
+        super().__init__()
+        self.inner = inner
+        self.when = when
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.when(self.calls):
+            raise ValueError("bad microbatch")
+        return self.inner(x)
+
+
+def grads(chunks):
+    return [None if p.grad is None else p.grad.clone() for c in chunks for p in c.parameters()]
+
+
+def same(a, b):
+    return all((x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
+               for x, y in zip(a, b))
+
+
+def test_a_module_that_raises_names_stage_and_task_and_chains_the_original():
+    base = threads()
+    chunks = lm.chunks(2)
+    chunks[1] = Raises(chunks[1], lambda n: n == 6)  # the second step's second microbatch
+    pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4)
+    xs, ys = lm.batches(4)
+    pipe.step(xs, ys)  # calls 1..4 pass
+    before = grads(chunks)
+    with pytest.raises(rrfp.StageError, match=r"stage 1: task F c1 m\d failed: .*bad microbatch") as e:
+        pipe.step(xs, ys)
+    assert isinstance(e.value.__cause__, ValueError)
+    assert same(before, grads(chunks)), "a failed step changed .grad"
+    pipe.step(xs, ys)  # the pipeline recovers
+    del pipe
+    assert threads() == base
+
+
+def test_a_stalled_stage_is_a_timeout_naming_the_running_task():
+    chunks = lm.chunks(2)
+
+    def delay(stage, kind, chunk, mb):
+        return 2.0 if (stage, kind, mb) == (1, "F", 1) else 0.0
+
+    pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4, timeout=0.3, delay_fn=delay)
+    xs, ys = lm.batches(4)
+    t = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"no progress .*running F c1 m1"):
+        pipe.step(xs, ys)
+    # Python code cannot be interrupted: the step ends when the running task returns.
+    assert time.monotonic() - t < 10
+
+
+def test_wrong_outputs_are_stage_errors():
+    chunks = lm.chunks(2)
+    chunks[0] = nn.Sequential(chunks[0], nn.Linear(32, 16))  # the next chunk expects width 32
+    pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=2)
+    xs, ys = lm.batches(2)
+    with pytest.raises(rrfp.StageError, match=r"stage 1: task F c1 m\d") as e:
+        pipe.step(xs, ys)
+    assert isinstance(e.value.__cause__, RuntimeError)
+
+    class Pair(nn.Module):
+        def forward(self, x):
+            return x, x
+
+    pipe = rrfp.Pipeline([nn.Sequential(lm.chunks(2)[0], Pair()), lm.chunks(2)[1]], lm.loss_fn,
+                         pp=2, microbatches=2)
+    with pytest.raises(rrfp.StageError, match="must return one tensor"):
+        pipe.step(xs, ys)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(hint="nope"), "unknown hint 'nope'"),
+    (dict(pp=0), "pp"),
+    (dict(microbatches=0), "microbatches"),
+    (dict(policy="sometimes"), "policy"),
+    (dict(limit=0), "limit"),
+    (dict(timeout=-1), "timeout"),
+    (dict(hint="bfw", split_backward="off"), "bfw: needs `split_backward` on"),
+    (dict(transport="carrier-pigeon"), "transport"),
+])
+def test_bad_arguments_are_value_errors(kwargs, match):
+    args = dict(pp=2, microbatches=4)
+    args.update(kwargs)
+    n = max(args["pp"], 1)
+    with pytest.raises(ValueError, match=match):
+        rrfp.Pipeline(lm.chunks(n), lm.loss_fn, **args)
+
+
+def test_wrong_numbers_of_chunks_and_microbatches_are_value_errors():
+    with pytest.raises(ValueError, match=r"expected pp \* vpp = 4 modules, got 2"):
+        rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, vpp=2)
+    pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4)
+    xs, ys = lm.batches(3)
+    with pytest.raises(ValueError, match="expected 4 microbatches, got 3"):
+        pipe.step(xs, ys)
+
+
+def test_ctrl_c_stops_a_step_cleanly():
+    chunks = lm.chunks(2)
+    pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=8,
+                         delay_fn=lambda s, k, c, m: 0.2)
+    xs, ys = lm.batches(8)
+    before = grads(chunks)
+    threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    t = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        pipe.step(xs, ys)
+    assert time.monotonic() - t < 2.0  # not the ~3.2 s the step takes
+    assert same(before, grads(chunks))
+    pipe.step(xs, ys)
