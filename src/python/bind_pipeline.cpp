@@ -10,29 +10,30 @@ namespace pyb = pybind11;
 void bind_pipeline(pyb::module_& m) {
   pyb::class_<PipelineCore>(m, "PipelineCore",
                             "the C++ half of rrfp.Pipeline (use rrfp.Pipeline instead)")
-      .def(
-          pyb::init([](int pp, int vpp, int microbatches, std::string placement,
-                       std::string split_backward, std::string hint, std::string policy, int limit,
-                       int max_pending_w, std::string comm, double timeout, std::string transport) {
-            CoreOptions o;
-            o.pp = pp;
-            o.vpp = vpp;
-            o.microbatches = microbatches;
-            o.placement = std::move(placement);
-            o.split_backward = std::move(split_backward);
-            o.hint = std::move(hint);
-            o.policy = std::move(policy);
-            o.limit = limit;
-            o.max_pending_w = max_pending_w;
-            o.comm = std::move(comm);
-            o.timeout_s = timeout;
-            o.transport = std::move(transport);
-            return std::make_unique<PipelineCore>(o);
-          }),
-          pyb::kw_only(), pyb::arg("pp"), pyb::arg("vpp"), pyb::arg("microbatches"),
-          pyb::arg("placement"), pyb::arg("split_backward"), pyb::arg("hint"), pyb::arg("policy"),
-          pyb::arg("limit"), pyb::arg("max_pending_w"), pyb::arg("comm"), pyb::arg("timeout"),
-          pyb::arg("transport"))
+      .def(pyb::init([](int pp, int vpp, int microbatches, std::string placement,
+                        std::string split_backward, std::string hint, std::string policy, int limit,
+                        int max_pending_w, std::string comm, double timeout, std::string transport,
+                        int dp) {
+             CoreOptions o;
+             o.pp = pp;
+             o.vpp = vpp;
+             o.microbatches = microbatches;
+             o.placement = std::move(placement);
+             o.split_backward = std::move(split_backward);
+             o.hint = std::move(hint);
+             o.policy = std::move(policy);
+             o.limit = limit;
+             o.max_pending_w = max_pending_w;
+             o.comm = std::move(comm);
+             o.timeout_s = timeout;
+             o.transport = std::move(transport);
+             o.dp = dp;
+             return std::make_unique<PipelineCore>(o);
+           }),
+           pyb::kw_only(), pyb::arg("pp"), pyb::arg("vpp"), pyb::arg("microbatches"),
+           pyb::arg("placement"), pyb::arg("split_backward"), pyb::arg("hint"), pyb::arg("policy"),
+           pyb::arg("limit"), pyb::arg("max_pending_w"), pyb::arg("comm"), pyb::arg("timeout"),
+           pyb::arg("transport"), pyb::arg("dp") = 1)
       .def_property_readonly("pp", [](const PipelineCore& c) { return c.model().pp(); })
       .def_property_readonly("vpp", [](const PipelineCore& c) { return c.model().vpp(); })
       .def_property_readonly("chunks", [](const PipelineCore& c) { return c.model().chunks(); })
@@ -42,6 +43,9 @@ void bind_pipeline(pyb::module_& m) {
                              [](const PipelineCore& c) { return c.model().split(); })
       .def_property_readonly("rank", &PipelineCore::rank)
       .def_property_readonly("world", &PipelineCore::world)
+      .def_property_readonly("replica", &PipelineCore::replica)
+      .def("dp_sum", &PipelineCore::dp_sum, pyb::arg("grad"))
+      .def("close", &PipelineCore::close)
       .def("local_stages", &PipelineCore::local_stages)
       .def("stage_of",
            [](const PipelineCore& c, int chunk) {
@@ -54,6 +58,10 @@ void bind_pipeline(pyb::module_& m) {
       .def("chunks_of", [](const PipelineCore& c, int stage) { return c.model().chunks_of(stage); })
       .def("set_runners", &PipelineCore::set_runners)
       .def("run_step", &PipelineCore::run_step, pyb::arg("step"));
+  m.def("_shutdown", &shutdown_processes,
+        "tears down every pipeline and the MPI world (registered with atexit)");
+  m.def("_abort", &abort_processes, pyb::arg("code"),
+        "ends every process of the MPI job (uncaught exceptions; returns without MPI)");
 }
 
 }  // namespace rrfp::py

@@ -1,5 +1,6 @@
 #include "python/pipeline_core.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -10,6 +11,9 @@
 #include "python/py_program.hpp"
 #include "report/experiment.hpp"
 #include "sim/metrics.hpp"
+#ifdef RRFP_HAVE_MPI
+#include "dist/mpi_world.hpp"
+#endif
 
 namespace rrfp::py {
 namespace pyb = pybind11;
@@ -22,11 +26,50 @@ struct Interrupted : Error {
   Interrupted() : Error("interrupted") {}
 };
 
+// Multi-process state of this process: the MPI world (MPI starts once per process) and the
+// pipelines alive, so that shutdown_processes can tear their runtimes down first.
+struct Processes {
+  std::mutex mu;
+#ifdef RRFP_HAVE_MPI
+  std::unique_ptr<MpiWorld> world;
+#endif
+  std::vector<PipelineCore*> live;
+  bool shut = false;
+};
+
+Processes& processes() {
+  static Processes p;
+  return p;
+}
+
+Job* mpi_job(const CoreOptions& o) {
+#ifdef RRFP_HAVE_MPI
+  if (!launched_by_mpirun())
+    throw InputError("`transport` mpi: start the script under mpirun (see docs/python.md)");
+  Processes& p = processes();
+  std::lock_guard lk(p.mu);
+  if (p.shut) throw Error("rrfp: MPI has been shut down in this process");
+  if (!p.world) {
+    pybind11::gil_scoped_release nogil;  // MPI start-up waits for every process
+    p.world = std::make_unique<MpiWorld>(
+        MpiWorldOptions{.timeout_ms = static_cast<std::int64_t>(o.timeout_s * 1000 + 0.5)});
+  }
+  p.world->set_layout(JobLayout{o.pp, 1, o.dp});
+  return p.world.get();
+#else
+  (void)o;
+  throw InputError("`transport` mpi: this rrfp was built without Open MPI");
+#endif
+}
+
 }  // namespace
 
 PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
-  if (o.transport != "inproc")
-    throw InputError("`transport`: expected inproc, got '" + o.transport + "'");
+  if (o.transport != "inproc" && o.transport != "mpi")
+    throw InputError("`transport`: expected inproc or mpi, got '" + o.transport + "'");
+  if (o.dp < 1 || (o.dp > 1 && o.transport != "mpi"))
+    throw InputError("`dp`: data-parallel replicas need `transport` mpi (got dp " +
+                     std::to_string(o.dp) + ")");
   model_ = std::make_unique<WorkModel>(
       make_config(o.pp, o.vpp, o.microbatches, o.placement, o.split_backward, o.hint));
   hint_ = std::make_unique<Hint>(make_hint(o.hint, *model_));
@@ -40,9 +83,65 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   runtime_.timeout_ms = static_cast<std::int64_t>(o.timeout_s * 1000 + 0.5);
   validate(runtime_);
   resolve_options(runtime_.arbiter, *hint_, *model_);  // a bad limit fails here, not mid-step
+  if (o.transport == "mpi") job_ = mpi_job(o);
+  Processes& p = processes();
+  std::lock_guard lk(p.mu);
+  p.live.push_back(this);
+}
+
+void PipelineCore::close() {
+  pyb::gil_scoped_release nogil;
+  rt_.reset();
+  closed_ = true;
+}
+
+void shutdown_processes() {
+  Processes& p = processes();
+  std::vector<PipelineCore*> live;
+  {
+    std::lock_guard lk(p.mu);
+    if (p.shut) return;
+    p.shut = true;
+    live = p.live;
+  }
+  for (PipelineCore* c : live)
+    c->close();
+#ifdef RRFP_HAVE_MPI
+  pyb::gil_scoped_release nogil;  // the closing barrier waits for every process
+  p.world.reset();
+#endif
+}
+
+void abort_processes(int code) {
+#ifdef RRFP_HAVE_MPI
+  Processes& p = processes();
+  if (p.world) p.world->abort(code);
+#endif
+  (void)code;
+}
+
+void PipelineCore::dp_sum(at::Tensor& grad) {
+  if (!job_ || opt_.dp == 1) return;
+  if (grad.scalar_type() != at::kFloat || !grad.is_contiguous() || !grad.device().is_cpu())
+    throw InputError("`dp`: gradients must be contiguous float32 CPU tensors to be summed");
+  std::vector<std::vector<float>> all;
+  {
+    pyb::gil_scoped_release nogil;
+    all = job_->dp_all_gather(std::span<const float>(grad.data_ptr<float>(), grad.numel()));
+  }
+  float* out = grad.data_ptr<float>();
+  std::copy(all[0].begin(), all[0].end(), out);
+  for (std::size_t r = 1; r < all.size(); ++r)
+    for (std::size_t i = 0; i < all[r].size(); ++i)
+      out[i] += all[r][i];
 }
 
 PipelineCore::~PipelineCore() {
+  {
+    Processes& p = processes();
+    std::lock_guard lk(p.mu);
+    std::erase(p.live, this);
+  }
   // The runtime's threads are idle between steps; its programs drop their Python references
   // under the GIL, which this thread must not hold meanwhile.
   pyb::gil_scoped_release nogil;
@@ -50,6 +149,7 @@ PipelineCore::~PipelineCore() {
 }
 
 std::vector<int> PipelineCore::local_stages() const {
+  if (job_) return {job_->endpoint()};  // one stage per process (no TP)
   std::vector<int> s(model_->pp());
   for (int i = 0; i < model_->pp(); ++i)
     s[i] = i;
@@ -60,6 +160,7 @@ void PipelineCore::set_runners(const std::vector<pyb::object>& runners) {
   if (runners.size() != local_stages().size())
     throw InputError("`runners`: expected " + std::to_string(local_stages().size()) + ", got " +
                      std::to_string(runners.size()));
+  if (closed_) throw Error("rrfp: the pipeline was shut down");
   runners_ = runners;
   {
     pyb::gil_scoped_release nogil;
@@ -69,15 +170,21 @@ void PipelineCore::set_runners(const std::vector<pyb::object>& runners) {
 }
 
 void PipelineCore::build_runtime() {
-  ProgramFactory programs = [this](int stage, int) -> std::unique_ptr<StageProgram> {
+  const std::vector<int> local = local_stages();  // runners_[i] runs stage local[i]
+  ProgramFactory programs = [this, local](int stage, int) -> std::unique_ptr<StageProgram> {
+    const auto at = std::find(local.begin(), local.end(), stage) - local.begin();
     pyb::gil_scoped_acquire gil;
-    return std::make_unique<PyStageProgram>(runners_.at(stage));
+    return std::make_unique<PyStageProgram>(runners_.at(static_cast<std::size_t>(at)));
   };
   pyb::gil_scoped_release nogil;
-  rt_ = std::make_unique<Runtime>(*model_, *hint_, programs, runtime_);
+  if (job_)
+    rt_ = std::make_unique<Runtime>(*model_, *hint_, programs, runtime_, job_->hosting());
+  else
+    rt_ = std::make_unique<Runtime>(*model_, *hint_, programs, runtime_);
 }
 
 StepRecordPy PipelineCore::run_step(int step) {
+  if (closed_) throw Error("rrfp: the pipeline was shut down");
   if (runners_.empty()) throw Error("rrfp: the pipeline has no stage runners");
   if (!rt_) build_runtime();
   StepResult result;
@@ -117,6 +224,13 @@ StepRecordPy PipelineCore::run_step(int step) {
   }
   if (signal) throw std::move(*signal);
   if (error) std::rethrow_exception(error);
+  if (job_) {  // rank 0 reports the whole step (the others their own stage)
+    pyb::gil_scoped_release nogil;
+    const auto all = job_->gather_to_root(pack_step(result));
+    // Replica 0's stages, world ranks 0 .. P-1, make the record.
+    for (std::size_t i = 1; i < all.size() && i < static_cast<std::size_t>(model_->pp()); ++i)
+      merge_step(result, all[i]);
+  }
   StepRecordPy rec;
   rec.header.workload = "measured (python)";
   rec.header.source = "measured";

@@ -2,6 +2,7 @@
 // The C++ half of rrfp.Pipeline: the work model, the hint, the Runtime and where its stages
 // live (threads of this process, or one stage per process under mpirun). The Python half
 // (rrfp/pipeline.py) owns the modules and the autograd; this half dispatches their tasks.
+#include <ATen/ATen.h>
 #include <pybind11/pybind11.h>
 
 #include <memory>
@@ -24,7 +25,15 @@ struct CoreOptions {
   int limit = 0, max_pending_w = 0;
   double timeout_s = 120;
   std::string transport = "inproc";  // inproc: every stage a thread here; mpi: one per process
+  int dp = 1;                        // mpi: data-parallel replicas (mpirun -np pp * dp)
 };
+
+// Ends multi-process use before the interpreter exits (rrfp registers it with atexit): every
+// live pipeline's runtime is torn down, then the MPI world (a barrier, MPI_Finalize).
+void shutdown_processes();
+// Ends every process of an MPI job at once (an uncaught exception in one of them: the others
+// would wait for it until their timeout). Returns when MPI is not in use.
+void abort_processes(int code);
 
 class PipelineCore {
  public:
@@ -36,6 +45,12 @@ class PipelineCore {
   std::vector<int> local_stages() const;
   int rank() const { return job_ ? job_->rank() : 0; }
   int world() const { return job_ ? job_->size() : 1; }
+  int replica() const { return job_ ? job_->replica() : 0; }
+  // Sums `grad` over the data-parallel replicas, in replica order (the same bits on every
+  // replica); a no-op with one replica.
+  void dp_sum(at::Tensor& grad);
+  // Tears the runtime down (shutdown_processes); the pipeline refuses further steps.
+  void close();
   // Sets the Python runner of each local stage; the runtime is built from them.
   void set_runners(const std::vector<pybind11::object>& runners);
   // One step, the GIL released while it runs. Ctrl-C (or any Python signal handler that
@@ -53,6 +68,7 @@ class PipelineCore {
   Job* job_ = nullptr;                     // the MPI world (owned by the process), or none
   std::vector<pybind11::object> runners_;  // by local stage
   std::unique_ptr<Runtime> rt_;
+  bool closed_ = false;
 };
 
 }  // namespace rrfp::py

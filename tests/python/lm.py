@@ -87,3 +87,28 @@ def reference_step(model_chunks, xs, ys):
         loss.backward()
         total = loss.detach() if total is None else total + loss.detach()
     return total
+
+
+def run_reference(n_chunks, steps, m, *, replicas=1, lr=0.05):
+    """The plain loop the pipeline must match: SGD over `steps` steps of m microbatches (batch
+    seed = step, or step * 100 + replica). With replicas > 1, each replica's gradients are
+    summed in its loop, then the replicas' sums are added in replica order (data parallel).
+    Returns the chunks after the last step and each step's loss (replica 0's)."""
+    chunks_ = chunks(n_chunks)
+    params = [p for c in chunks_ for p in c.parameters()]
+    opt = torch.optim.SGD(params, lr=lr)
+    losses = []
+    for s in range(steps):
+        total = [None] * len(params)
+        for r in range(replicas):
+            xs, ys = batches(m, seed=s if replicas == 1 else s * 100 + r)
+            for p in params:
+                p.grad = None
+            loss = reference_step(chunks_, xs, ys)
+            if r == 0:
+                losses.append(loss)
+            total = [g if t is None else t + g for t, g in zip(total, (p.grad for p in params))]
+        for p, g in zip(params, total):
+            p.grad = g
+        opt.step()
+    return chunks_, losses

@@ -26,16 +26,7 @@ def delays(seed, scale=0.004):
     return fn
 
 
-def run_reference(n_chunks, steps, m):
-    chunks = lm.chunks(n_chunks)
-    opt = torch.optim.SGD([p for c in chunks for p in c.parameters()], lr=0.05)
-    losses = []
-    for s in range(steps):
-        xs, ys = lm.batches(m, seed=s)
-        opt.zero_grad()
-        losses.append(lm.reference_step(chunks, xs, ys))
-        opt.step()
-    return chunks, losses
+run_reference = lm.run_reference
 
 
 @pytest.mark.parametrize("name,hint,policy,split,vpp", CASES, ids=[c[0] for c in CASES])

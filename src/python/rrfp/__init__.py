@@ -6,6 +6,9 @@
 
 See docs/python.md.
 """
+import atexit
+import sys
+
 import torch  # noqa: F401  (loads LibTorch's Python bindings before the extension)
 
 from . import _rrfp
@@ -19,6 +22,20 @@ def simulate(**kwargs):
     replay, hint, policy, limit, max_pending_w, comm, seed, tp, tp_protocol."""
     return StepRecord(_rrfp.simulate(**kwargs))
 
+
+# Multi-process runs end their runtimes and MPI before the interpreter goes.
+atexit.register(_rrfp._shutdown)
+
+
+def _excepthook(kind, value, tb, _previous=sys.excepthook):
+    # An uncaught exception in one process of an mpirun job ends the whole job at once, rather
+    # than leaving the other processes waiting for this one until their timeout.
+    _previous(kind, value, tb)
+    sys.stderr.flush()
+    _rrfp._abort(1)
+
+
+sys.excepthook = _excepthook
 
 schedule = _rrfp.schedule
 hint_names = _rrfp.hint_names

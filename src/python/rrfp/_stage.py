@@ -45,8 +45,9 @@ class _OrderedSum:
     microbatches finish in, starting from the .grad each parameter had before the step:
     the arithmetic of a plain loop calling loss.backward() once per microbatch."""
 
-    def __init__(self, params):
-        self.sums = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    def __init__(self, params, from_grad):
+        self.sums = [None if p.grad is None or not from_grad else p.grad.detach().clone()
+                     for p in params]
         self.pending = {}
         self.next = 0
 
@@ -64,7 +65,7 @@ class _OrderedSum:
 
 
 class StageRunner:
-    def __init__(self, stage, modules, last_chunk, split, data):
+    def __init__(self, stage, modules, last_chunk, split, data, from_grad=True):
         self.stage = stage
         self.modules = modules  # {chunk index: nn.Module}, this stage's chunks
         self.last_chunk = last_chunk
@@ -73,12 +74,13 @@ class StageRunner:
         self.params = {c: [p for p in m.parameters() if p.requires_grad] for c, m in modules.items()}
         self.work = {}
         self.sums = {}
+        self.from_grad = from_grad  # start each sum from .grad (not with DP: added after)
 
     # -- called by the runtime --------------------------------------------------------------
 
     def begin_step(self, step):
         self.work = {}
-        self.sums = {c: _OrderedSum(ps) for c, ps in self.params.items()}
+        self.sums = {c: _OrderedSum(ps, self.from_grad) for c, ps in self.params.items()}
 
     def end_step(self, step):
         self.work = {}  # frees what a failed step left

@@ -23,6 +23,10 @@ class Pipeline:
         parameter gradients from it later.
     limit: back-pressure on activations in flight per stage (None: the hint's own peak).
     timeout: seconds without progress before a step fails with TimeoutError (0: never).
+    transport: "inproc" (every stage a thread of this process) or "mpi" (one stage per process
+        of an `mpirun -np pp*dp python script.py` job; chunk_fn then builds only local chunks).
+    dp: data-parallel replicas (transport "mpi"): each replica runs its own microbatches; the
+        gradients of the replicas are summed in replica order, the same bits on every replica.
     delay_fn(stage, kind, chunk, mb) -> seconds: an optional delay before each task, to test
         that results do not depend on the order tasks run in.
     """
@@ -30,7 +34,7 @@ class Pipeline:
     def __init__(self, chunks, loss_fn, *, pp, vpp=1, placement="loop", microbatches=8,
                  hint="bf", policy="ready", limit=None, max_pending_w=None,
                  split_backward="auto", comm="async", timeout=120.0, transport="inproc",
-                 delay_fn=None):
+                 dp=1, delay_fn=None):
         if not callable(loss_fn):
             raise TypeError("loss_fn must be callable")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
@@ -39,7 +43,8 @@ class Pipeline:
             pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
             split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
             max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
-            transport=transport)
+            transport=transport, dp=dp)
+        self._dp = dp
         n = self._core.chunks
         if callable(chunks) and not isinstance(chunks, torch.nn.Module):
             build = chunks
@@ -59,8 +64,8 @@ class Pipeline:
                     raise TypeError(f"chunks: chunk {c} is a {type(m).__name__}, not an nn.Module")
                 modules[c] = m
                 self.chunks[c] = m
-            self._runners.append(StageRunner(stage, modules, n - 1,
-                                             self._core.split_backward, self._data))
+            self._runners.append(StageRunner(stage, modules, n - 1, self._core.split_backward,
+                                             self._data, from_grad=dp == 1))
         self._core.set_runners(self._runners)
         self._step = 0
         self.last_step = None
@@ -68,6 +73,21 @@ class Pipeline:
     @property
     def pp(self):
         return self._core.pp
+
+    @property
+    def rank(self):
+        """This process's rank in the job (0 in-process)."""
+        return self._core.rank
+
+    @property
+    def replica(self):
+        """This process's data-parallel replica (transport "mpi" with dp > 1; else 0)."""
+        return self._core.replica
+
+    @property
+    def stages(self):
+        """The stages this process runs."""
+        return self._core.local_stages()
 
     @property
     def microbatches(self):
@@ -101,6 +121,10 @@ class Pipeline:
         for r in self._runners:
             for c, params in r.params.items():
                 for p, g in zip(params, r.sums[c].sums):
+                    if self._dp > 1:  # this replica's sum, then every replica's, in order
+                        g = torch.zeros_like(p) if g is None else g.contiguous()
+                        self._core.dp_sum(g)
+                        g = g if p.grad is None else p.grad + g
                     if g is not None:
                         p.grad = g
         self.last_step = StepRecord(rec)

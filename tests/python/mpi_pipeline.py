@@ -1,0 +1,46 @@
+"""rrfp.Pipeline under mpirun, one stage per process (and --dp 2: two replicas): every process
+builds only its own chunks, and ends bitwise where the plain loop ends (its chunks' parameters,
+and the losses on the last stage). Run: tests/mpirun.sh 2 python3 tests/python/mpi_pipeline.py
+"""
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import conftest  # noqa: F401,E402  (the package path)
+import torch  # noqa: E402
+
+import lm  # noqa: E402
+import rrfp  # noqa: E402
+
+dp = int(sys.argv[sys.argv.index("--dp") + 1]) if "--dp" in sys.argv else 1
+CASES = [("fixed 1f1b", "1f1b", "fixed", "off", 1), ("ready bf", "bf", "ready", "off", 1),
+         ("ready bfw split", "bfw", "ready", "on", 1), ("ready bf V=2", "bf", "ready", "off", 2)]
+pp, m, steps = 2, 4, 3
+for name, hint, policy, split, vpp in CASES:
+    n = pp * vpp
+    ref_chunks, ref_losses = lm.run_reference(n, steps, m, replicas=dp)
+
+    def delay(stage, kind, chunk, mb, name=name):
+        r = random.Random(f"{name}-{stage}-{kind}-{chunk}-{mb}")
+        return r.random() * 0.004 if r.random() < 0.3 else 0.0
+
+    pipe = rrfp.Pipeline(lambda i: lm.chunks(n)[i], lm.loss_fn, pp=pp, vpp=vpp, microbatches=m,
+                         hint=hint, policy=policy, split_backward=split, transport="mpi", dp=dp,
+                         timeout=60, delay_fn=delay)
+    opt = torch.optim.SGD([p for c in pipe.chunks.values() for p in c.parameters()], lr=0.05)
+    for s in range(steps):
+        xs, ys = lm.batches(m, seed=s if dp == 1 else s * 100 + pipe.replica)
+        opt.zero_grad()
+        loss = pipe.step(xs, ys)
+        if loss is not None and pipe.replica == 0:
+            assert torch.equal(loss, ref_losses[s]), f"{name} step {s}: {loss} != {ref_losses[s]}"
+        opt.step()
+    for c, module in pipe.chunks.items():
+        for (pn, p), q in zip(ref_chunks[c].named_parameters(), module.parameters()):
+            assert torch.equal(p, q), f"{name}: rank {pipe.rank} chunk {c} {pn} differs"
+    if pipe.rank == 0:
+        rec = pipe.last_step
+        assert len(rec.tasks) == (3 if split == "on" else 2) * n * m, len(rec.tasks)
+    print(f"rank {pipe.rank} (stages {pipe.stages}, replica {pipe.replica}): {name} bitwise equal",
+          flush=True)
