@@ -1,4 +1,5 @@
 #include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "core/error.hpp"
 #include "python/bindings.hpp"
@@ -13,7 +14,7 @@ void bind_pipeline(pyb::module_& m) {
       .def(pyb::init([](int pp, int vpp, int microbatches, std::string placement,
                         std::string split_backward, std::string hint, std::string policy, int limit,
                         int max_pending_w, std::string comm, double timeout, std::string transport,
-                        int dp) {
+                        int dp, pyb::object group) {
              CoreOptions o;
              o.pp = pp;
              o.vpp = vpp;
@@ -28,12 +29,13 @@ void bind_pipeline(pyb::module_& m) {
              o.timeout_s = timeout;
              o.transport = std::move(transport);
              o.dp = dp;
+             if (!group.is_none()) o.group = group.cast<c10::intrusive_ptr<c10d::ProcessGroup>>();
              return std::make_unique<PipelineCore>(o);
            }),
            pyb::kw_only(), pyb::arg("pp"), pyb::arg("vpp"), pyb::arg("microbatches"),
            pyb::arg("placement"), pyb::arg("split_backward"), pyb::arg("hint"), pyb::arg("policy"),
            pyb::arg("limit"), pyb::arg("max_pending_w"), pyb::arg("comm"), pyb::arg("timeout"),
-           pyb::arg("transport"), pyb::arg("dp") = 1)
+           pyb::arg("transport"), pyb::arg("dp") = 1, pyb::arg("group") = pyb::none())
       .def_property_readonly("pp", [](const PipelineCore& c) { return c.model().pp(); })
       .def_property_readonly("vpp", [](const PipelineCore& c) { return c.model().vpp(); })
       .def_property_readonly("chunks", [](const PipelineCore& c) { return c.model().chunks(); })

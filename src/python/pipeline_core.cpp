@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "dist/c10d_world.hpp"
 #include "dist/step_merge.hpp"
 #include "python/py_program.hpp"
 #include "report/experiment.hpp"
@@ -65,8 +66,10 @@ Job* mpi_job(const CoreOptions& o) {
 }  // namespace
 
 PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
-  if (o.transport != "inproc" && o.transport != "mpi")
-    throw InputError("`transport`: expected inproc or mpi, got '" + o.transport + "'");
+  if (o.transport != "inproc" && o.transport != "mpi" && o.transport != "c10d")
+    throw InputError("`transport`: expected inproc, mpi or c10d, got '" + o.transport + "'");
+  if (o.transport == "c10d" && !o.group)
+    throw InputError("`group`: transport c10d needs a torch.distributed process group");
   if (o.dp < 1 || (o.dp > 1 && o.transport != "mpi"))
     throw InputError("`dp`: data-parallel replicas need `transport` mpi (got dp " +
                      std::to_string(o.dp) + ")");
@@ -84,6 +87,12 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   validate(runtime_);
   resolve_options(runtime_.arbiter, *hint_, *model_);  // a bad limit fails here, not mid-step
   if (o.transport == "mpi") job_ = mpi_job(o);
+  if (o.transport == "c10d") {
+    own_job_ = std::make_unique<C10dWorld>(
+        o.group, std::chrono::milliseconds(runtime_.timeout_ms ? runtime_.timeout_ms : 1'800'000));
+    own_job_->set_layout(JobLayout{o.pp, 1, o.dp});
+    job_ = own_job_.get();
+  }
   Processes& p = processes();
   std::lock_guard lk(p.mu);
   p.live.push_back(this);

@@ -10,6 +10,10 @@
 #include <string>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
 #include "core/hint.hpp"
 #include "dist/job.hpp"
 #include "python/step_record.hpp"
@@ -26,6 +30,8 @@ struct CoreOptions {
   double timeout_s = 120;
   std::string transport = "inproc";  // inproc: every stage a thread here; mpi: one per process
   int dp = 1;                        // mpi: data-parallel replicas (mpirun -np pp * dp)
+  // c10d: the torch.distributed ProcessGroup the stages talk over (one stage per rank).
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
 };
 
 // Ends multi-process use before the interpreter exits (rrfp registers it with atexit): every
@@ -65,7 +71,8 @@ class PipelineCore {
   std::unique_ptr<WorkModel> model_;
   std::unique_ptr<Hint> hint_;
   RuntimeOptions runtime_;
-  Job* job_ = nullptr;                     // the MPI world (owned by the process), or none
+  Job* job_ = nullptr;            // the MPI world (owned by the process), the c10d job, or none
+  std::unique_ptr<Job> own_job_;  // the c10d job
   std::vector<pybind11::object> runners_;  // by local stage
   std::unique_ptr<Runtime> rt_;
   bool closed_ = false;

@@ -23,8 +23,11 @@ class Pipeline:
         parameter gradients from it later.
     limit: back-pressure on activations in flight per stage (None: the hint's own peak).
     timeout: seconds without progress before a step fails with TimeoutError (0: never).
-    transport: "inproc" (every stage a thread of this process) or "mpi" (one stage per process
-        of an `mpirun -np pp*dp python script.py` job; chunk_fn then builds only local chunks).
+    transport: "inproc" (every stage a thread of this process), "mpi" (one stage per process
+        of an `mpirun -np pp*dp python script.py` job) or "c10d" (one stage per rank of a
+        torch.distributed group: `group`, or the default group, initialised with Gloo from
+        torchrun's environment if need be). With a process per stage, chunk_fn builds only
+        the chunks of this process.
     dp: data-parallel replicas (transport "mpi"): each replica runs its own microbatches; the
         gradients of the replicas are summed in replica order, the same bits on every replica.
     delay_fn(stage, kind, chunk, mb) -> seconds: an optional delay before each task, to test
@@ -34,16 +37,21 @@ class Pipeline:
     def __init__(self, chunks, loss_fn, *, pp, vpp=1, placement="loop", microbatches=8,
                  hint="bf", policy="ready", limit=None, max_pending_w=None,
                  split_backward="auto", comm="async", timeout=120.0, transport="inproc",
-                 dp=1, delay_fn=None):
+                 dp=1, group=None, delay_fn=None):
         if not callable(loss_fn):
             raise TypeError("loss_fn must be callable")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ValueError(f"limit: must be a whole number of at least 1 or None, got {limit!r}")
+        if transport == "c10d" and group is None:
+            import torch.distributed as dist
+            if not dist.is_initialized():
+                dist.init_process_group("gloo")  # torchrun's environment: RANK, WORLD_SIZE, ...
+            group = dist.group.WORLD
         self._core = _rrfp.PipelineCore(
             pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
             split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
             max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
-            transport=transport, dp=dp)
+            transport=transport, dp=dp, group=group)
         self._dp = dp
         n = self._core.chunks
         if callable(chunks) and not isinstance(chunks, torch.nn.Module):

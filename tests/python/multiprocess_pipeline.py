@@ -1,6 +1,10 @@
-"""rrfp.Pipeline under mpirun, one stage per process (and --dp 2: two replicas): every process
-builds only its own chunks, and ends bitwise where the plain loop ends (its chunks' parameters,
-and the losses on the last stage). Run: tests/mpirun.sh 2 python3 tests/python/mpi_pipeline.py
+"""rrfp.Pipeline with a process per stage: under mpirun (--transport mpi, and --dp 2: two
+replicas) or torchrun (--transport c10d, Gloo). Every process builds only its own chunks and
+ends bitwise where the plain loop ends (its chunks' parameters, and the losses on the last
+stage). P = the number of processes / dp.
+    tests/mpirun.sh 4 python3 tests/python/multiprocess_pipeline.py --transport mpi --dp 2
+    python3 -m torch.distributed.run --nproc_per_node 4 --redirects 1 --tee 1 \
+        tests/python/multiprocess_pipeline.py --transport c10d
 """
 import os
 import random
@@ -13,10 +17,18 @@ import torch  # noqa: E402
 import lm  # noqa: E402
 import rrfp  # noqa: E402
 
-dp = int(sys.argv[sys.argv.index("--dp") + 1]) if "--dp" in sys.argv else 1
+def arg(name, default):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+transport = arg("--transport", "mpi")
+dp = int(arg("--dp", 1))
+world = int(os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or 0)
+if world < 2 or world % dp:
+    sys.exit(f"run under mpirun or torchrun with a multiple of dp={dp} processes (got {world})")
 CASES = [("fixed 1f1b", "1f1b", "fixed", "off", 1), ("ready bf", "bf", "ready", "off", 1),
          ("ready bfw split", "bfw", "ready", "on", 1), ("ready bf V=2", "bf", "ready", "off", 2)]
-pp, m, steps = 2, 4, 3
+pp, m, steps = world // dp, 4, 3
 for name, hint, policy, split, vpp in CASES:
     n = pp * vpp
     ref_chunks, ref_losses = lm.run_reference(n, steps, m, replicas=dp)
@@ -26,7 +38,7 @@ for name, hint, policy, split, vpp in CASES:
         return r.random() * 0.004 if r.random() < 0.3 else 0.0
 
     pipe = rrfp.Pipeline(lambda i: lm.chunks(n)[i], lm.loss_fn, pp=pp, vpp=vpp, microbatches=m,
-                         hint=hint, policy=policy, split_backward=split, transport="mpi", dp=dp,
+                         hint=hint, policy=policy, split_backward=split, transport=transport, dp=dp,
                          timeout=60, delay_fn=delay)
     opt = torch.optim.SGD([p for c in pipe.chunks.values() for p in c.parameters()], lr=0.05)
     for s in range(steps):
@@ -42,5 +54,5 @@ for name, hint, policy, split, vpp in CASES:
     if pipe.rank == 0:
         rec = pipe.last_step
         assert len(rec.tasks) == (3 if split == "on" else 2) * n * m, len(rec.tasks)
-    print(f"rank {pipe.rank} (stages {pipe.stages}, replica {pipe.replica}): {name} bitwise equal",
-          flush=True)
+    print(f"rank {pipe.rank} (stages {pipe.stages}, replica {pipe.replica}, {transport}): {name} "
+          "bitwise equal", flush=True)

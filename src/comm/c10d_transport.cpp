@@ -1,0 +1,237 @@
+#include "comm/c10d_transport.hpp"
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "comm/wire.hpp"
+#include "core/error.hpp"
+
+namespace rrfp {
+namespace {
+
+constexpr int kTagBits = 24;  // a channel's tags: channel << 24, its header tag, and up
+constexpr std::size_t kSlotBytes = sizeof(Wire) + C10dTransport::kInlineBytes;  // 256
+
+// A uint8 tensor over `n` bytes at `p`; the caller keeps the memory until the work that uses
+// it has completed.
+at::Tensor bytes_tensor(const std::byte* p, std::size_t n) {
+  return at::from_blob(const_cast<std::byte*>(p), {static_cast<std::int64_t>(n)},
+                       at::TensorOptions().dtype(at::kByte));
+}
+
+}  // namespace
+
+struct C10dTransport::Impl {
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  int rank = 0, size = 1;
+  int header_tag = 0;                      // channel << kTagBits
+  std::atomic<std::uint32_t> next_tag{0};  // data tags follow the header tag
+  Receiver receiver;
+  std::atomic<bool> closed{false};
+
+  struct Send {
+    std::vector<std::byte> header = std::vector<std::byte>(kSlotBytes);
+    Payload payload;  // kept until its data message completes
+    c10::intrusive_ptr<c10d::Work> header_work, data_work;
+    SendDone done;
+  };
+
+  // Everything below is guarded by mu.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false, receiving = false;
+  c10::intrusive_ptr<c10d::Work> rx_wait, tx_wait;  // the works being waited on, for abort
+  std::deque<std::unique_ptr<Send>> sends;          // in flight, in the order they were made
+  // Receive buffers outlive an aborted receive (c10d may still hold them): freed with Impl.
+  std::vector<std::vector<std::byte>> rx_headers;
+  std::thread rx, tx;
+
+  // Waits for `w` (made current under mu so shutdown can abort it); false once stopping.
+  bool wait(c10::intrusive_ptr<c10d::Work> w, c10::intrusive_ptr<c10d::Work>& current) {
+    {
+      std::lock_guard lk(mu);
+      if (stop) {
+        w->abort();
+        return false;
+      }
+      current = w;
+    }
+    bool ok = false;
+    std::exception_ptr err;
+    try {
+      ok = w->wait();
+    } catch (...) {
+      err = std::current_exception();
+    }
+    std::lock_guard lk(mu);
+    current.reset();
+    if (stop) return false;
+    if (err) std::rethrow_exception(err);
+    return ok;
+  }
+
+  void receive_loop() {
+    {
+      std::unique_lock lk(mu);
+      cv.wait(lk, [&] { return receiving || stop; });
+      if (stop) return;
+    }
+    try {
+      for (;;) {
+        std::vector<std::byte>* h;
+        {
+          std::lock_guard lk(mu);
+          h = &rx_headers.emplace_back(kSlotBytes);
+        }
+        std::vector<at::Tensor> ht{bytes_tensor(h->data(), h->size())};
+        auto hw = pg->recvAnysource(ht, header_tag);
+        if (!wait(hw, rx_wait)) return;
+        const int src = hw->sourceRank();
+        Wire w;
+        std::memcpy(&w, h->data(), sizeof w);
+        Payload p;
+        if (w.flags & kFlagFollows) {
+          p = Payload::allocate(w.size);
+          std::vector<at::Tensor> dt{bytes_tensor(p.data(), p.size())};
+          if (!wait(pg->recv(dt, src, w.data_tag), rx_wait)) return;
+        } else if (const std::size_t n = std::min<std::size_t>(w.size, kInlineBytes); n) {
+          p = Payload::copy_of(std::span(*h).subspan(sizeof w, n));
+        }
+        {
+          std::lock_guard lk(mu);
+          rx_headers.pop_back();  // completed: c10d holds it no more
+        }
+        if (!closed.load()) receiver(Message{src, decode(w), std::move(p)});
+      }
+    } catch (const std::exception&) {
+      // A broken group: nothing more arrives; the runtime's watchdog names what is missing.
+    }
+  }
+
+  void send_loop() {
+    for (;;) {
+      Send* s;
+      {
+        std::unique_lock lk(mu);
+        cv.wait(lk, [&] { return stop || !sends.empty(); });
+        if (stop) return;
+        s = sends.front().get();
+      }
+      std::exception_ptr err;
+      try {
+        if (!wait(s->header_work, tx_wait)) return;
+        if (s->data_work && !wait(s->data_work, tx_wait)) return;
+      } catch (...) {
+        err = std::current_exception();
+      }
+      std::unique_ptr<Send> done;
+      {
+        std::lock_guard lk(mu);
+        done = std::move(sends.front());
+        sends.pop_front();
+      }
+      if (done->done) done->done(err);
+    }
+  }
+};
+
+C10dTransport::C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, int channel)
+    : impl_(std::make_unique<Impl>()) {
+  if (channel < 0 || channel > 126)
+    throw InputError("c10d transport: channel must be between 0 and 126, got " +
+                     std::to_string(channel));
+  Impl& d = *impl_;
+  d.header_tag = channel << kTagBits;
+  d.pg = std::move(group);
+  d.rank = d.pg->getRank();
+  d.size = d.pg->getSize();
+  d.rx = std::thread([&d] { d.receive_loop(); });
+  d.tx = std::thread([&d] { d.send_loop(); });
+}
+
+C10dTransport::~C10dTransport() {
+  shutdown();
+}
+
+int C10dTransport::rank() const {
+  return impl_->rank;
+}
+
+int C10dTransport::size() const {
+  return impl_->size;
+}
+
+void C10dTransport::set_receiver(Receiver r) {
+  Impl& d = *impl_;
+  std::lock_guard lk(d.mu);
+  d.receiver = std::move(r);
+  d.receiving = true;
+  d.cv.notify_all();
+}
+
+void C10dTransport::send(int dst, const MessageTag& tag, Payload payload, SendDone done) {
+  Impl& d = *impl_;
+  if (dst < 0 || dst >= d.size)
+    throw InputError("c10d transport: destination " + std::to_string(dst) +
+                     " is not a rank of the group (0.." + std::to_string(d.size - 1) + ")");
+  auto fail = [&] {
+    if (done)
+      done(std::make_exception_ptr(
+          Error("c10d transport: rank " + std::to_string(d.rank) + " is shut down")));
+  };
+  if (d.closed.load()) return fail();
+  auto s = std::make_unique<Impl::Send>();
+  Wire w = encode(tag, payload.size());
+  const bool follows = payload.size() > kInlineBytes;
+  if (follows) {
+    w.flags |= kFlagFollows;
+    w.data_tag = d.header_tag + 1 +
+                 static_cast<std::int32_t>(d.next_tag.fetch_add(1) % ((1u << kTagBits) - 1));
+  } else if (!payload.empty()) {
+    std::memcpy(s->header.data() + sizeof w, payload.data(), payload.size());
+  }
+  std::memcpy(s->header.data(), &w, sizeof w);
+  s->payload = std::move(payload);
+  s->done = std::move(done);
+  std::lock_guard lk(d.mu);  // the header and its data leave in the order of the queue
+  if (d.stop) return fail();
+  std::vector<at::Tensor> h{bytes_tensor(s->header.data(), s->header.size())};
+  s->header_work = d.pg->send(h, dst, d.header_tag);
+  if (follows) {
+    std::vector<at::Tensor> t{bytes_tensor(s->payload.data(), s->payload.size())};
+    s->data_work = d.pg->send(t, dst, w.data_tag);
+  }
+  d.sends.push_back(std::move(s));
+  d.cv.notify_all();
+}
+
+void C10dTransport::shutdown() {
+  Impl& d = *impl_;
+  if (d.closed.exchange(true)) return;
+  std::deque<std::unique_ptr<Impl::Send>> left;
+  {
+    std::lock_guard lk(d.mu);
+    d.stop = true;
+    for (auto* w : {d.rx_wait.get(), d.tx_wait.get()})
+      if (w) w->abort();
+    d.cv.notify_all();
+  }
+  d.rx.join();
+  d.tx.join();
+  {
+    std::lock_guard lk(d.mu);
+    left.swap(d.sends);
+  }
+  for (auto& s : left) {
+    for (auto* w : {s->header_work.get(), s->data_work.get()})
+      if (w && !w->isCompleted()) w->abort();
+    if (s->done)
+      s->done(std::make_exception_ptr(Error("c10d transport: rank " + std::to_string(d.rank) +
+                                            " shut down with sends in flight")));
+  }
+}
+
+}  // namespace rrfp

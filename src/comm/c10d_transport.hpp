@@ -1,0 +1,45 @@
+#pragma once
+// The transport over a c10d ProcessGroup (Gloo on CPU; the same calls take NCCL on GPUs), for
+// processes started by torchrun or holding a torch.distributed group: one endpoint per rank of
+// the group. Like the MPI transport, every message starts with a fixed-size header received
+// from any source (recvAnysource), so arrivals come in any order; a payload too large to ride
+// inline follows under a data tag of its own, received once its header has named it.
+//
+// c10d's point-to-point work completes only inside a blocking wait() (Gloo does not progress
+// it otherwise), so two threads wait: the receiver (a header, then its payload, then the
+// next header) and the sender's completions (in the order sends were made). shutdown()
+// aborts the waits.
+//
+// The header includes LibTorch's c10d (only transports include c10d); the rest of rrfp sees
+// the Transport interface.
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <memory>
+
+#include "comm/transport.hpp"
+
+namespace rrfp {
+
+class C10dTransport final : public Transport {
+ public:
+  // `channel` (0..126) separates transports sharing one group (each pipeline, each runtime of a
+  // pipeline, has its own): its messages use tags channel << 24 and up. Every rank must give
+  // its transports the same channels.
+  explicit C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, int channel = 0);
+  ~C10dTransport() override;  // shutdown()
+
+  int rank() const override;
+  int size() const override;
+  void set_receiver(Receiver r) override;
+  void send(int dst, const MessageTag& tag, Payload payload, SendDone done = {}) override;
+  void shutdown() override;
+
+  // Payloads up to this many bytes ride inside their header message.
+  static constexpr std::size_t kInlineBytes = 216;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rrfp
