@@ -1,0 +1,117 @@
+"""A causal transformer language model written in plain PyTorch, trained with rrfp.Pipeline.
+
+Nothing in the model knows about rrfp: it is cut into P*V chunks (an nn.Module each) and handed
+to rrfp.Pipeline, which runs their forward and backward tasks with ready-set dispatch. The data
+are the bytes of the text files in --data (by default Debian's licence texts).
+
+    PYTHONPATH=build/python /usr/bin/python3 examples/transformer_lm.py --pp 2 --steps 200
+    mpirun -np 2 /usr/bin/python3 examples/transformer_lm.py --transport mpi
+    torchrun --nproc_per_node 2 --redirects 1 --tee 1 examples/transformer_lm.py --transport c10d
+"""
+import argparse
+import glob
+import os
+import time
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+import rrfp
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.reshape(b, t, self.heads, -1).transpose(1, 2)
+                   for z in self.qkv(self.ln1(x)).split(d, dim=-1))
+        att = (q @ k.transpose(-1, -2)) * (d // self.heads) ** -0.5
+        att = att.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        x = x + self.proj((att.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+        return x + self.ff(self.ln2(x))
+
+
+class Embed(nn.Module):
+    def __init__(self, d, max_len):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(256, d), nn.Embedding(max_len, d)
+
+    def forward(self, ids):
+        return self.tok(ids) + self.pos(torch.arange(ids.shape[1]))
+
+
+def make_chunk(i, n, args):
+    """Chunk i of n: the first embeds, the last predicts the next byte."""
+    torch.manual_seed(1000 + i)  # each chunk on its own: a process builds only its own
+    layers = [Embed(args.d_model, args.seq)] if i == 0 else []
+    layers += [Block(args.d_model, args.heads) for _ in range(args.layers // n)]
+    if i == n - 1:
+        layers += [nn.LayerNorm(args.d_model), nn.Linear(args.d_model, 256)]
+    return nn.Sequential(*layers)
+
+
+def corpus(path):
+    files = sorted(glob.glob(os.path.join(path, "*")))
+    data = b"".join(open(f, "rb").read() for f in files if os.path.isfile(f))
+    if len(data) < 1024:
+        raise SystemExit(f"--data {path}: needs at least 1 KiB of text")
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pp", type=int, default=int(os.environ.get("WORLD_SIZE", 2)))
+    ap.add_argument("--vpp", type=int, default=1)
+    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--rows", type=int, default=4, help="sequences per microbatch")
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--d-model", type=int, default=64)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--hint", default="bf")
+    ap.add_argument("--policy", default="ready")
+    ap.add_argument("--transport", default="inproc", choices=["inproc", "mpi", "c10d"])
+    ap.add_argument("--data", default="/usr/share/common-licenses")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    n = args.pp * args.vpp
+    if args.layers % n:
+        raise SystemExit(f"--layers {args.layers} must be a multiple of pp * vpp = {n}")
+
+    pipe = rrfp.Pipeline(lambda i: make_chunk(i, n, args),
+                         lambda logits, y: F.cross_entropy(logits.flatten(0, 1), y.flatten()),
+                         pp=args.pp, vpp=args.vpp, microbatches=args.microbatches,
+                         hint=args.hint, policy=args.policy, transport=args.transport)
+    params = [p for c in pipe.chunks.values() for p in c.parameters()]
+    opt = torch.optim.AdamW(params, lr=args.lr)
+    data = corpus(args.data)
+    g = torch.Generator().manual_seed(args.seed)
+    m, rows, t = args.microbatches, args.rows, args.seq
+    speak = pipe.rank == pipe.pp - 1 or args.transport == "inproc"  # the loss lives there
+    start = time.perf_counter()
+    for step in range(1, args.steps + 1):
+        at = torch.randint(0, len(data) - t - 1, (m * rows,), generator=g)
+        seqs = torch.stack([data[i:i + t + 1] for i in at.tolist()])
+        opt.zero_grad()
+        loss = pipe.step(seqs[:, :-1], seqs[:, 1:])
+        torch.nn.utils.clip_grad_norm_(params, 1.0)  # per stage: its own parameters
+        opt.step()
+        if speak and (step % 20 == 0 or step in (1, args.steps)):
+            tok = step * m * rows * t / (time.perf_counter() - start)
+            print(f"step {step}/{args.steps}  loss {loss.item() / m:.3f}  {tok:.0f} tok/s  "
+                  f"bubble {100 * pipe.last_step.bubble:.1f}%", flush=True)
+    if pipe.rank == 0 and args.transport != "c10d":
+        print(pipe.last_step.table())
+
+
+if __name__ == "__main__":
+    main()
