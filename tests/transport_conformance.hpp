@@ -112,7 +112,7 @@ TEST_P(Conformance, PayloadsOfEverySizeArriveIntact) {
     std::lock_guard lk(mu);
     got.push_back(std::move(m));
   });
-  const std::vector<std::size_t> sizes = {0, 1, 215, 216, 217, 4096, 3u << 20};
+  const std::vector<std::size_t> sizes = {0, 1, 215, 216, 217, 4096, 8151, 8152, 8153, 3u << 20};
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     Payload p = Payload::allocate(sizes[i]);
     auto* b = const_cast<std::byte*>(p.data());

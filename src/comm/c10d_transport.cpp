@@ -13,7 +13,7 @@ namespace rrfp {
 namespace {
 
 constexpr int kTagBits = 24;  // a channel's tags: channel << 24, its header tag, and up
-constexpr std::size_t kSlotBytes = sizeof(Wire) + C10dTransport::kInlineBytes;  // 256
+constexpr std::size_t kSlotBytes = sizeof(Wire) + C10dTransport::kInlineBytes;  // 8 KiB
 
 // A uint8 tensor over `n` bytes at `p`; the caller keeps the memory until the work that uses
 // it has completed.

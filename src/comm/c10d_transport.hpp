@@ -35,7 +35,7 @@ class C10dTransport final : public Transport {
   void shutdown() override;
 
   // Payloads up to this many bytes ride inside their header message.
-  static constexpr std::size_t kInlineBytes = 216;
+  static constexpr std::size_t kInlineBytes = 8152;  // an 8 KiB header message
 
  private:
   struct Impl;

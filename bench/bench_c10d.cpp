@@ -1,0 +1,133 @@
+// The c10d transport against a raw c10d/Gloo ping-pong, two processes on this machine (a
+// fork; they meet through a TCPStore on 127.0.0.1). docs/results-python.md; compare with
+// bench_mpi. Usage: bench_c10d [small_iters=2000] [large_iters=50] [port=29640]
+#include <sys/wait.h>
+#include <unistd.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "comm/c10d_transport.hpp"
+#include "core/clock.hpp"
+
+namespace rrfp {
+namespace {
+
+using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
+
+void barrier(const Group& pg) {
+  pg->barrier()->wait();
+}
+
+// Seconds per round trip of blocking send/recv pairs.
+double raw_ping_pong(const Group& pg, std::size_t bytes, int iters) {
+  std::vector<at::Tensor> buf{at::zeros({static_cast<std::int64_t>(bytes)}, at::kByte)};
+  const int peer = 1 - pg->getRank();
+  barrier(pg);
+  const std::int64_t t0 = now_ns();
+  for (int i = 0; i < iters; ++i) {
+    if (pg->getRank() == 0) {
+      pg->send(buf, peer, 1)->wait();
+      pg->recv(buf, peer, 1)->wait();
+    } else {
+      pg->recv(buf, peer, 1)->wait();
+      pg->send(buf, peer, 1)->wait();
+    }
+  }
+  const double per = static_cast<double>(now_ns() - t0) / 1e9 / iters;
+  barrier(pg);
+  return per;
+}
+
+// Seconds per round trip through the transport (a new channel each time).
+double transport_ping_pong(const Group& pg, int channel, std::size_t bytes, int iters) {
+  C10dTransport tr(pg, channel);
+  std::mutex mu;
+  std::condition_variable cv;
+  int left = iters;
+  std::int64_t t0 = 0, t1 = 0;
+  const int rank = pg->getRank(), peer = 1 - rank;
+  tr.set_receiver([&](Message&& m) {
+    if (rank == 1) {
+      tr.send(peer, m.tag, std::move(m.payload));
+      if (m.tag.round == iters - 1) {
+        std::lock_guard lk(mu);
+        left = 0;
+        cv.notify_all();
+      }
+      return;
+    }
+    std::lock_guard lk(mu);
+    if (--left == 0) {
+      t1 = now_ns();
+      cv.notify_all();
+      return;
+    }
+    MessageTag tag = m.tag;
+    ++tag.round;
+    tr.send(peer, tag, std::move(m.payload));
+  });
+  barrier(pg);
+  if (rank == 0) {
+    t0 = now_ns();
+    tr.send(peer, MessageTag{}, Payload::allocate(bytes));
+  }
+  {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return left == 0; });
+  }
+  barrier(pg);
+  return static_cast<double>(t1 - t0) / 1e9 / iters;
+}
+
+int run(int rank, int small_iters, int large_iters, int port) {
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(port);
+  so.isServer = rank == 0;
+  so.numWorkers = 2;
+  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  auto opt = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(60));
+  opt->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  Group pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, 2, opt);
+  if (rank == 0)
+    std::printf(
+        "bytes,raw_latency_us,transport_latency_us,latency_ratio,raw_gbps,"
+        "transport_gbps,bandwidth_share\n");
+  int channel = 0;
+  for (std::size_t bytes : {std::size_t{8}, std::size_t{256}, std::size_t{4096},
+                            std::size_t{1} << 20, std::size_t{4} << 20, std::size_t{16} << 20}) {
+    const int iters = bytes >= (1u << 20) ? large_iters : small_iters;
+    raw_ping_pong(pg, bytes, iters / 10 + 1);
+    transport_ping_pong(pg, channel++, bytes, iters / 10 + 1);
+    double raw = 1e9, ours = 1e9;
+    for (int rep = 0; rep < 5; ++rep) {  // the best of five, alternating
+      raw = std::min(raw, raw_ping_pong(pg, bytes, iters));
+      ours = std::min(ours, transport_ping_pong(pg, channel++, bytes, iters));
+    }
+    if (rank == 0)
+      std::printf("%zu,%.2f,%.2f,%.2f,%.3f,%.3f,%.1f%%\n", bytes, raw / 2 * 1e6, ours / 2 * 1e6,
+                  ours / raw, bytes / (raw / 2) / 1e9, bytes / (ours / 2) / 1e9, 100 * raw / ours);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace rrfp
+
+int main(int argc, char** argv) {
+  const int small_iters = argc > 1 ? std::atoi(argv[1]) : 2000;
+  const int large_iters = argc > 2 ? std::atoi(argv[2]) : 50;
+  const int port = argc > 3 ? std::atoi(argv[3]) : 29640;
+  const pid_t child = fork();
+  if (child < 0) return 1;
+  const int rc = rrfp::run(child == 0 ? 1 : 0, small_iters, large_iters, port);
+  if (child == 0) std::_Exit(rc);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return rc != 0 ? rc : (WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}

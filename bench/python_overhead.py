@@ -1,0 +1,67 @@
+"""The per-task cost of running a stage in Python: tiny chunks (one 8x8 Linear on one row), so
+that a task is almost all overhead. For each task kind, the median task time the runtime
+recorded (start to end: the GIL, the Python call, autograd, encoding the output) minus the
+median time of the same PyTorch work done in a plain loop; and the runtime's dispatch gap
+(a task's end to the next ready task's start, which does not include the Python call).
+Compare with `rrfp run --pp 2 -m 64 --workload uniform`, the same runtime with C++ programs.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/python_overhead.py
+"""
+import statistics
+import time
+
+import torch
+from torch import nn
+
+import rrfp
+
+import sys
+P = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+M, STEPS = 64, 20
+
+
+def chunk(i):
+    torch.manual_seed(i)
+    return nn.Linear(8, 8)
+
+
+def plain(kind):
+    """The work of one task, done directly: F = forward, B = backward of one chunk."""
+    c = chunk(1)
+    x = torch.randn(1, 8).requires_grad_()
+    g = torch.randn(1, 8)
+    params = list(c.parameters())
+    times = []
+    for _ in range(2000):
+        t = time.perf_counter()
+        out = c(x)
+        if kind == "B":
+            t = time.perf_counter()
+            torch.autograd.grad(out, [x] + params, g)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
+def main():
+    print(f"P={P} M={M}, {STEPS} steps, torch threads {torch.get_num_threads()}")
+    for hint, policy in [("1f1b", "fixed"), ("bf", "ready")]:
+        pipe = rrfp.Pipeline([chunk(i) for i in range(P)], lambda o, y: (o - y).square().sum(),
+                             pp=P, microbatches=M, hint=hint, policy=policy)
+        xs = [torch.randn(1, 8) for _ in range(M)]
+        gaps, by_kind = [], {"F": [], "B": []}
+        for _ in range(STEPS):
+            pipe.step(xs, xs)
+            gaps.append(pipe.last_step.dispatch_gap_us)
+            for stage, task, start, end in pipe.last_step.tasks:
+                if stage == 0:  # the first stage: its F sends, its B receives
+                    by_kind[task[0]].append((end - start) * 1e6)
+        print(f"{policy} {hint}: dispatch gap median {statistics.median(gaps):.1f} us")
+        for k in ("F", "B"):
+            task = statistics.median(by_kind[k])
+            work = plain(k)
+            print(f"  {k}: task {task:.1f} us, the same PyTorch work alone {work:.1f} us, "
+                  f"overhead {task - work:.1f} us")
+
+
+if __name__ == "__main__":
+    main()
