@@ -13,6 +13,7 @@
 
 #include "comm/c10d_transport.hpp"
 #include "core/clock.hpp"
+#include "ping_pong.hpp"
 
 namespace rrfp {
 namespace {
@@ -46,42 +47,7 @@ double raw_ping_pong(const Group& pg, std::size_t bytes, int iters) {
 // Seconds per round trip through the transport (a new channel each time).
 double transport_ping_pong(const Group& pg, int channel, std::size_t bytes, int iters) {
   C10dTransport tr(pg, channel);
-  std::mutex mu;
-  std::condition_variable cv;
-  int left = iters;
-  std::int64_t t0 = 0, t1 = 0;
-  const int rank = pg->getRank(), peer = 1 - rank;
-  tr.set_receiver([&](Message&& m) {
-    if (rank == 1) {
-      tr.send(peer, m.tag, std::move(m.payload));
-      if (m.tag.round == iters - 1) {
-        std::lock_guard lk(mu);
-        left = 0;
-        cv.notify_all();
-      }
-      return;
-    }
-    std::lock_guard lk(mu);
-    if (--left == 0) {
-      t1 = now_ns();
-      cv.notify_all();
-      return;
-    }
-    MessageTag tag = m.tag;
-    ++tag.round;
-    tr.send(peer, tag, std::move(m.payload));
-  });
-  barrier(pg);
-  if (rank == 0) {
-    t0 = now_ns();
-    tr.send(peer, MessageTag{}, Payload::allocate(bytes));
-  }
-  {
-    std::unique_lock lk(mu);
-    cv.wait(lk, [&] { return left == 0; });
-  }
-  barrier(pg);
-  return static_cast<double>(t1 - t0) / 1e9 / iters;
+  return transport_round_trip(tr, bytes, iters, [&] { barrier(pg); });
 }
 
 int run(int rank, int small_iters, int large_iters, int port) {

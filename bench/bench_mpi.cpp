@@ -14,6 +14,7 @@
 
 #include "core/clock.hpp"
 #include "dist/mpi_world.hpp"
+#include "ping_pong.hpp"
 
 using namespace rrfp;
 
@@ -45,43 +46,7 @@ double raw_ping_pong(MpiWorld& world, std::size_t bytes, int iters) {
 // Seconds per round trip through the transport.
 double transport_ping_pong(MpiWorld& world, std::size_t bytes, int iters) {
   auto tr = world.make_transport(g_poll);
-  std::mutex mu;
-  std::condition_variable cv;
-  int left = iters;
-  std::int64_t t0 = 0, t1 = 0;
-  Transport* t = tr.get();
-  const int peer = 1 - world.rank();
-  tr->set_receiver([&](Message&& m) {
-    if (world.rank() == 1) {
-      t->send(peer, m.tag, std::move(m.payload));
-      if (m.tag.round == iters - 1) {
-        std::lock_guard lk(mu);
-        left = 0;
-        cv.notify_all();
-      }
-      return;
-    }
-    std::lock_guard lk(mu);
-    if (--left == 0) {
-      t1 = now_ns();
-      cv.notify_all();
-      return;
-    }
-    MessageTag tag = m.tag;
-    ++tag.round;
-    t->send(peer, tag, std::move(m.payload));
-  });
-  world.barrier();
-  if (world.rank() == 0) {
-    t0 = now_ns();
-    t->send(peer, MessageTag{}, Payload::allocate(bytes));
-  }
-  {
-    std::unique_lock lk(mu);
-    cv.wait(lk, [&] { return left == 0; });
-  }
-  world.barrier();
-  return (t1 - t0) / 1e9 / iters;
+  return transport_round_trip(*tr, bytes, iters, [&] { world.barrier(); });
 }
 
 }  // namespace
