@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# rrfp.Pipeline under mpirun when one process fails: a module that raises on rank 1 ends the
+# whole job at once (the uncaught exception calls MPI_Abort), long before the others' timeout,
+# with the StageError on stderr; mpirun exits non-zero and no python process is left behind.
+# Usage: mpi_failure.sh TESTS_DIR PYTHON
+set -uo pipefail
+here=$1
+py=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat >"$tmp/fails.py" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import conftest  # noqa: F401  (the package path)
+import torch
+import rrfp
+
+
+class Raises(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.calls = torch.nn.Linear(4, 4), 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == 3:
+            raise ValueError("bad microbatch")
+        return self.lin(x)
+
+
+pipe = rrfp.Pipeline(lambda i: Raises() if i == 1 else torch.nn.Linear(4, 4),
+                     lambda o, y: (o - y).square().sum(), pp=2, microbatches=2,
+                     transport="mpi", timeout=60)
+for _ in range(3):
+    pipe.step(torch.randn(4, 4), torch.randn(4, 4))
+PY
+start=$SECONDS
+timeout 120 "$here/../mpirun.sh" 2 "$py" "$tmp/fails.py" "$here" >"$tmp/log" 2>&1
+rc=$?
+took=$((SECONDS - start))
+fail() { cat "$tmp/log"; echo "FAIL: $*"; exit 1; }
+[ $rc -ne 0 ] || fail "mpirun exited 0"
+[ $rc -ne 124 ] || fail "the job was still running after 120 s"
+[ $took -lt 30 ] || fail "the job took $took s to end (timeout 60 s: the abort did not happen)"
+grep -q "StageError: stage 1: task F c1 m0 failed: ValueError: bad microbatch" "$tmp/log" ||
+  fail "no StageError naming stage 1's task"
+grep -q "MPI_ABORT was invoked" "$tmp/log" || fail "the job was not aborted"
+sleep 1
+left=$(pgrep -f "$tmp/fails.py" || true)
+[ -z "$left" ] || { kill -9 $left; fail "processes left behind: $left"; }
+echo "a module raising on rank 1: mpirun exited $rc after $took s, no process left"
