@@ -10,16 +10,26 @@
 
 namespace rrfp {
 
-C10dWorld::C10dWorld(c10::intrusive_ptr<c10d::ProcessGroup> group,
+C10dWorld::C10dWorld(c10::intrusive_ptr<c10d::ProcessGroup> pipeline,
+                     c10::intrusive_ptr<c10d::ProcessGroup> replicas,
                      std::chrono::milliseconds timeout)
-    : pg_(std::move(group)), timeout_(timeout), rank_(pg_->getRank()), size_(pg_->getSize()) {}
+    : pg_(std::move(pipeline)),
+      dp_(std::move(replicas)),
+      timeout_(timeout),
+      stage_(pg_->getRank()),
+      stages_(pg_->getSize()),
+      replica_(dp_ ? dp_->getRank() : 0),
+      replicas_(dp_ ? dp_->getSize() : 1) {}
 
 void C10dWorld::set_layout(const JobLayout& l) {
-  validate(l, size_, "the process group of " + std::to_string(size_));
-  if (l.tp != 1 || l.dp != 1)
-    throw InputError("`dp`: a c10d job runs one pipeline without TP (got tp " +
-                     std::to_string(l.tp) + ", dp " + std::to_string(l.dp) +
-                     "); use mpirun for data parallelism");
+  validate(l, size(), "the process groups of " + std::to_string(size()));
+  if (l.tp != 1)
+    throw InputError("`tp`: a c10d job runs no tensor parallelism (got " + std::to_string(l.tp) +
+                     ")");
+  if (l.pp != stages_ || l.dp != replicas_)
+    throw InputError("`dp`: the process groups hold " + std::to_string(stages_) + " stages x " +
+                     std::to_string(replicas_) + " replicas, not pp " + std::to_string(l.pp) +
+                     " x dp " + std::to_string(l.dp));
 }
 
 namespace {
@@ -39,7 +49,7 @@ int next_channel(const c10d::ProcessGroup* pg) {
 
 Hosting C10dWorld::hosting() {
   Hosting h;
-  h.local = {rank_};
+  h.local = {stage_};
   h.transports.push_back(std::make_unique<C10dTransport>(pg_, next_channel(pg_.get())));
   h.peer_name = [](int e) {
     return "stage " + std::to_string(e) + " (c10d rank " + std::to_string(e) + ")";
@@ -55,7 +65,9 @@ void C10dWorld::barrier() {
                 std::to_string(timeout_.count()) + " ms");
 }
 
-std::vector<std::vector<std::byte>> C10dWorld::gather_bytes(std::span<const std::byte> mine) {
+std::vector<std::vector<std::byte>> C10dWorld::gather_bytes(c10d::ProcessGroup& pg,
+                                                            std::span<const std::byte> mine) {
+  const int n = pg.getSize();
   auto wait = [&](const c10::intrusive_ptr<c10d::Work>& w) {
     if (!w->wait(timeout_))
       throw Error("c10d: an all-gather did not finish within " + std::to_string(timeout_.count()) +
@@ -63,20 +75,20 @@ std::vector<std::vector<std::byte>> C10dWorld::gather_bytes(std::span<const std:
   };
   std::vector<at::Tensor> n_in{at::full({1}, static_cast<std::int64_t>(mine.size()), at::kLong)};
   std::vector<std::vector<at::Tensor>> n_out(1);
-  for (int r = 0; r < size_; ++r)
+  for (int r = 0; r < n; ++r)
     n_out[0].push_back(at::empty({1}, at::kLong));
-  wait(pg_->allgather(n_out, n_in));
+  wait(pg.allgather(n_out, n_in));
   std::int64_t most = 0;
   for (const auto& t : n_out[0])
     most = std::max(most, t.item<std::int64_t>());
   std::vector<at::Tensor> in{at::zeros({std::max<std::int64_t>(most, 1)}, at::kByte)};
   if (!mine.empty()) std::memcpy(in[0].data_ptr(), mine.data(), mine.size());
   std::vector<std::vector<at::Tensor>> out(1);
-  for (int r = 0; r < size_; ++r)
+  for (int r = 0; r < n; ++r)
     out[0].push_back(at::empty_like(in[0]));
-  wait(pg_->allgather(out, in));
-  std::vector<std::vector<std::byte>> all(size_);
-  for (int r = 0; r < size_; ++r) {
+  wait(pg.allgather(out, in));
+  std::vector<std::vector<std::byte>> all(n);
+  for (int r = 0; r < n; ++r) {
     const auto n = static_cast<std::size_t>(n_out[0][r].item<std::int64_t>());
     const auto* p = static_cast<const std::byte*>(out[0][r].data_ptr());
     all[r].assign(p, p + n);
@@ -85,8 +97,29 @@ std::vector<std::vector<std::byte>> C10dWorld::gather_bytes(std::span<const std:
 }
 
 std::vector<std::vector<double>> C10dWorld::all_gather(std::span<const double> mine) {
+  // Over the pipeline, then the replicas: every rank's values, by job rank.
+  std::vector<std::vector<std::byte>> mine_all = gather_bytes(*pg_, std::as_bytes(mine));
+  std::vector<std::byte> packed;
+  for (const auto& b : mine_all) {
+    const std::uint64_t n = b.size();
+    packed.insert(packed.end(), reinterpret_cast<const std::byte*>(&n),
+                  reinterpret_cast<const std::byte*>(&n) + sizeof n);
+    packed.insert(packed.end(), b.begin(), b.end());
+  }
+  std::vector<std::vector<std::byte>> by_replica =
+      dp_ ? gather_bytes(*dp_, packed) : std::vector<std::vector<std::byte>>{packed};
+  std::vector<std::vector<std::byte>> flat;
+  for (const auto& rep : by_replica)
+    for (std::size_t at = 0; at < rep.size();) {
+      std::uint64_t n = 0;
+      std::memcpy(&n, rep.data() + at, sizeof n);
+      at += sizeof n;
+      flat.emplace_back(rep.begin() + static_cast<std::ptrdiff_t>(at),
+                        rep.begin() + static_cast<std::ptrdiff_t>(at + n));
+      at += n;
+    }
   std::vector<std::vector<double>> out;
-  for (const auto& b : gather_bytes(std::as_bytes(mine))) {
+  for (const auto& b : flat) {
     auto& v = out.emplace_back(b.size() / sizeof(double));
     std::memcpy(v.data(), b.data(), v.size() * sizeof(double));
   }
@@ -94,13 +127,20 @@ std::vector<std::vector<double>> C10dWorld::all_gather(std::span<const double> m
 }
 
 std::vector<std::vector<std::byte>> C10dWorld::gather_to_root(std::span<const std::byte> mine) {
-  auto all = gather_bytes(mine);
-  if (rank_ != 0) all.clear();
+  // Within the replica: its first stage gets its stages' bytes (all a step record needs).
+  auto all = gather_bytes(*pg_, mine);
+  if (rank() != 0) all.clear();
   return all;
 }
 
 std::vector<std::vector<float>> C10dWorld::dp_all_gather(std::span<const float> mine) {
-  return {std::vector<float>(mine.begin(), mine.end())};  // one replica
+  if (!dp_) return {std::vector<float>(mine.begin(), mine.end())};
+  std::vector<std::vector<float>> out;
+  for (const auto& b : gather_bytes(*dp_, std::as_bytes(mine))) {
+    auto& v = out.emplace_back(b.size() / sizeof(float));
+    std::memcpy(v.data(), b.data(), v.size() * sizeof(float));
+  }
+  return out;
 }
 
 void C10dWorld::abort(int code) {

@@ -1,7 +1,9 @@
 #pragma once
-// A job whose processes share a c10d ProcessGroup (torchrun, or any torch.distributed group):
-// one pipeline, one stage per process, over the c10d transport. Data parallelism and TP need
-// subgroups, which this job does not make yet: the layout must be P x 1 x 1.
+// A job whose processes share torch.distributed process groups (torchrun): one stage per
+// process over the c10d transport. With data parallelism, the caller makes the subgroups
+// (torch.distributed.new_group, which every process must call alike): this replica's pipeline
+// (ranks replica * P .. replica * P + P - 1, its stage = its rank there) and this stage's
+// replicas (the same stage of every replica, by replica). No TP.
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <chrono>
@@ -12,14 +14,17 @@ namespace rrfp {
 
 class C10dWorld final : public Job {
  public:
-  // `timeout`: the deadline of the barrier before each step and of the gathers.
-  C10dWorld(c10::intrusive_ptr<c10d::ProcessGroup> group, std::chrono::milliseconds timeout);
+  // `pipeline`: the group of this replica's stages; `replicas`: this stage's group across the
+  // replicas, or null with one replica. `timeout`: the deadline of the barrier before each
+  // step and of the gathers.
+  C10dWorld(c10::intrusive_ptr<c10d::ProcessGroup> pipeline,
+            c10::intrusive_ptr<c10d::ProcessGroup> replicas, std::chrono::milliseconds timeout);
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
+  int rank() const override { return replica_ * stages_ + stage_; }
+  int size() const override { return stages_ * replicas_; }
   void set_layout(const JobLayout& l) override;
-  int replica() const override { return 0; }
-  int endpoint() const override { return rank_; }
+  int replica() const override { return replica_; }
+  int endpoint() const override { return stage_; }
   Hosting hosting() override;
   std::vector<std::vector<double>> all_gather(std::span<const double> mine) override;
   std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) override;
@@ -29,13 +34,14 @@ class C10dWorld final : public Job {
   [[noreturn]] void abort(int code) override;
 
  private:
-  // Every rank's bytes, by rank (an all-gather of sizes, then of padded buffers).
-  std::vector<std::vector<std::byte>> gather_bytes(std::span<const std::byte> mine);
+  // Every rank's bytes of `pg`, by rank (an all-gather of sizes, then of padded buffers).
+  std::vector<std::vector<std::byte>> gather_bytes(c10d::ProcessGroup& pg,
+                                                   std::span<const std::byte> mine);
   void barrier();
 
-  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_, dp_;
   std::chrono::milliseconds timeout_;
-  int rank_ = 0, size_ = 1;
+  int stage_ = 0, stages_ = 1, replica_ = 0, replicas_ = 1;
 };
 
 }  // namespace rrfp

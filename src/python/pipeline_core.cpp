@@ -70,9 +70,11 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
     throw InputError("`transport`: expected inproc, mpi or c10d, got '" + o.transport + "'");
   if (o.transport == "c10d" && !o.group)
     throw InputError("`group`: transport c10d needs a torch.distributed process group");
-  if (o.dp < 1 || (o.dp > 1 && o.transport != "mpi"))
-    throw InputError("`dp`: data-parallel replicas need `transport` mpi (got dp " +
+  if (o.dp < 1 || (o.dp > 1 && o.transport == "inproc"))
+    throw InputError("`dp`: data-parallel replicas need `transport` mpi or c10d (got dp " +
                      std::to_string(o.dp) + ")");
+  if (o.transport == "c10d" && (o.dp > 1) != static_cast<bool>(o.dp_group))
+    throw InputError("`dp_group`: give the replicas' group exactly when dp > 1");
   model_ = std::make_unique<WorkModel>(
       make_config(o.pp, o.vpp, o.microbatches, o.placement, o.split_backward, o.hint));
   hint_ = std::make_unique<Hint>(make_hint(o.hint, *model_));
@@ -89,7 +91,8 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   if (o.transport == "mpi") job_ = mpi_job(o);
   if (o.transport == "c10d") {
     own_job_ = std::make_unique<C10dWorld>(
-        o.group, std::chrono::milliseconds(runtime_.timeout_ms ? runtime_.timeout_ms : 1'800'000));
+        o.group, o.dp_group,
+        std::chrono::milliseconds(runtime_.timeout_ms ? runtime_.timeout_ms : 1'800'000));
     own_job_->set_layout(JobLayout{o.pp, 1, o.dp});
     job_ = own_job_.get();
   }

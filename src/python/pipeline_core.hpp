@@ -32,6 +32,8 @@ struct CoreOptions {
   int dp = 1;                        // mpi: data-parallel replicas (mpirun -np pp * dp)
   // c10d: the torch.distributed ProcessGroup the stages talk over (one stage per rank).
   c10::intrusive_ptr<c10d::ProcessGroup> group;
+  // c10d with dp > 1: this stage's group across the replicas (then `group` is this replica's).
+  c10::intrusive_ptr<c10d::ProcessGroup> dp_group;
 };
 
 // Ends multi-process use before the interpreter exits (rrfp registers it with atexit): every

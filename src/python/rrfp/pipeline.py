@@ -28,8 +28,9 @@ class Pipeline:
         torch.distributed group: `group`, or the default group, initialised with Gloo from
         torchrun's environment if need be). With a process per stage, chunk_fn builds only
         the chunks of this process.
-    dp: data-parallel replicas (transport "mpi"): each replica runs its own microbatches; the
-        gradients of the replicas are summed in replica order, the same bits on every replica.
+    dp: data-parallel replicas (transport "mpi" or "c10d"): each replica runs its own
+        microbatches; the gradients of the replicas are summed in replica order, the same bits
+        on every replica. Process r is replica r // pp, stage r % pp.
     delay_fn(stage, kind, chunk, mb) -> seconds: an optional delay before each task, to test
         that results do not depend on the order tasks run in.
     """
@@ -42,16 +43,14 @@ class Pipeline:
             raise TypeError("loss_fn must be callable")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ValueError(f"limit: must be a whole number of at least 1 or None, got {limit!r}")
-        if transport == "c10d" and group is None:
-            import torch.distributed as dist
-            if not dist.is_initialized():
-                dist.init_process_group("gloo")  # torchrun's environment: RANK, WORLD_SIZE, ...
-            group = dist.group.WORLD
+        dp_group = None
+        if transport == "c10d":
+            group, dp_group = _c10d_groups(group, pp, dp)
         self._core = _rrfp.PipelineCore(
             pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
             split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
             max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
-            transport=transport, dp=dp, group=group)
+            transport=transport, dp=dp, group=group, dp_group=dp_group)
         self._dp = dp
         n = self._core.chunks
         if callable(chunks) and not isinstance(chunks, torch.nn.Module):
@@ -142,6 +141,29 @@ class Pipeline:
         for i in range(1, m):
             total = total + self._data.losses[i]
         return total
+
+
+def _c10d_groups(group, pp, dp):
+    """This process's pipeline group and, with dp > 1, its stage's group across the replicas:
+    subgroups of `group` (default: the default group, made from torchrun's environment), rank
+    r of which is replica r // pp, stage r % pp. Every process makes every subgroup, in the
+    same order (torch.distributed.new_group requires it)."""
+    import torch.distributed as dist
+    if group is None:
+        if not dist.is_initialized():
+            dist.init_process_group("gloo")  # torchrun's environment: RANK, WORLD_SIZE, ...
+        group = dist.group.WORLD
+    if dp == 1:
+        return group, None
+    world = dist.get_world_size(group)
+    if world != pp * dp:
+        raise ValueError(f"dp: {world} processes are not pp * dp = {pp} * {dp}")
+    ranks = dist.get_process_group_ranks(group) if hasattr(dist, "get_process_group_ranks") \
+        else list(range(world))
+    me = dist.get_rank(group)
+    pipes = [dist.new_group([ranks[r * pp + s] for s in range(pp)]) for r in range(dp)]
+    stages = [dist.new_group([ranks[r * pp + s] for r in range(dp)]) for s in range(pp)]
+    return pipes[me // pp], stages[me % pp]
 
 
 def _split(batch, m, name):
