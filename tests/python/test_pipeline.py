@@ -84,3 +84,28 @@ def test_gradients_are_added_in_microbatch_order_when_backward_runs_in_reverse(t
     for a, b in zip(ref_chunks, chunks):
         for p, q in zip(a.parameters(), b.parameters()):
             assert torch.equal(p, q)
+
+
+def test_step_record_reports_and_the_simulator_tools(tmp_path):
+    pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, hint="bf")
+    xs, ys = lm.batches(4)
+    pipe.step(xs, ys)
+    rec = pipe.last_step
+    rec.save_trace(tmp_path / "t.json")
+    rec.save_svg(tmp_path / "t.svg")
+    assert (tmp_path / "t.json").read_text().lstrip().startswith(("{", "["))
+    assert "<svg" in (tmp_path / "t.svg").read_text()
+    assert "ready bf (async)" in rec.table()
+    assert len(rec.stages) == 2 and all(s["busy"] > 0 for s in rec.stages)
+    assert rec.peak_d[0] >= 1 and rec.lower_bound <= rec.makespan + 1e-9
+    run = rec.to_dict()["runs"][0]
+    assert run["label"] == "ready bf (async)" and abs(run["makespan_ms"] - 1e3 * rec.makespan) < 0.01
+    with pytest.raises(ValueError, match="cannot write"):
+        rec.save_svg(tmp_path / "missing-dir" / "t.svg")
+    sim = rrfp.simulate(pp=4, microbatches=8, workload="uniform", hint="1f1b", policy="fixed")
+    assert sim.makespan > 0 and sim.peak_d == [4, 3, 2, 1]  # 1F1B's warm-up depths
+    order = rrfp.schedule(hint="1f1b", pp=2, microbatches=3)
+    assert order[1] == [("F", 1, 0), ("B", 1, 0), ("F", 1, 1), ("B", 1, 1), ("F", 1, 2), ("B", 1, 2)]
+    assert "bfw" in rrfp.hint_names()
+    with pytest.raises(ValueError, match="unknown hint"):
+        rrfp.simulate(hint="nope")
