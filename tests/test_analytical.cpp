@@ -76,6 +76,23 @@ TEST_P(ClosedForm, LowerBoundIsTightFor1f1b) {
   EXPECT_EQ(r.metrics.bound.value, r.result.makespan);
 }
 
+// With a limit of one microbatch in flight, each microbatch's whole round trip on stage 0
+// (F on every stage, then B on every stage) runs alone: M * P * (F + B), which the memory
+// bound gives exactly, while the stage and critical-path bounds give only (M + P - 1)(F + B).
+TEST_P(ClosedForm, MemoryBoundIsTightAtLimitOne) {
+  const auto [p, factor] = GetParam();
+  const int mbs = p * factor;
+  WorkModel m(config(p, mbs));
+  SimOptions opt;
+  opt.arbiter.limit = 1;
+  SimRun r = run(m, "bf", Policy::Ready, unit_work(m), opt);
+  const std::int64_t expect = static_cast<std::int64_t>(mbs) * p * 2 * kUnit;
+  EXPECT_EQ(r.result.makespan, expect);
+  EXPECT_EQ(lower_bound(m, unit_work(m), 1).memory, expect);
+  EXPECT_EQ(lower_bound(m, unit_work(m), 1).memory_stage, 0);
+  EXPECT_EQ(lower_bound(m, unit_work(m)).memory, 0);  // no limit, no memory bound
+}
+
 INSTANTIATE_TEST_SUITE_P(PxM, ClosedForm,
                          ::testing::Combine(::testing::Values(2, 4, 8),
                                             ::testing::Values(1, 2, 4)));

@@ -68,6 +68,10 @@ TEST_P(Invariants, HoldForEveryPolicyAndPresetOverManySeeds) {
         const auto bad = check_run(m, sh.tp, r.tasks, co);
         ASSERT_TRUE(bad.empty()) << ctx << ": " << bad.front();
         ASSERT_GE(r.makespan, lb.value) << ctx;
+        // The memory bound, where the limit holds D: ready dispatch with V = 1 (the fixed policy
+        // follows its list; with V > 1 a draining microbatch may pass the limit).
+        if (policy == Policy::Ready && m.vpp() == 1)
+          ASSERT_GE(r.makespan, lower_bound(m, work, r.arbiter.limit).memory) << ctx;
         if (policy == Policy::Ready && sh.cfg.vpp == 1) {
           for (int d : r.peak_d)
             ASSERT_LE(d, r.arbiter.limit) << ctx;

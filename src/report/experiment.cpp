@@ -91,7 +91,10 @@ ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& 
   out.cfg = cfg;
   out.result = exec(m, hint, work, opt);
   if (sc.progress && m.num_tasks() >= (1 << 20)) std::fprintf(stderr, "\r\033[K");
-  out.metrics = compute_metrics(out.result, lower_bound(m, work));
+  // The memory bound where the limit holds D (sim/metrics.hpp): ready dispatch, V = 1.
+  const bool held = spec.policy == Policy::Ready && m.vpp() == 1;
+  out.metrics =
+      compute_metrics(out.result, lower_bound(m, work, held ? out.result.arbiter.limit : 0));
   return out;
 }
 

@@ -108,6 +108,7 @@ nlohmann::json to_json(const ReportHeader& h, const std::vector<ReportRun>& runs
     jr["lower_bound_ms"] = ms(m.bound.value);
     jr["lower_bound_stage_ms"] = ms(m.bound.stage_bound);
     jr["lower_bound_critical_path_ms"] = ms(m.bound.critical_path);
+    if (m.bound.memory > 0) jr["lower_bound_memory_ms"] = ms(m.bound.memory);
     jr["efficiency"] = m.efficiency;
     jr["limit"] = m.limit;
     jr["max_pending_w"] = m.max_pending_w;

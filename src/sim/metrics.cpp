@@ -6,7 +6,49 @@
 
 namespace rrfp {
 
-LowerBound lower_bound(const WorkModel& m, const RealizedWork& w) {
+namespace {
+
+// (c): a stage runs one task at a time and starts an F only while fewer than L of its
+// microbatch-chunks have ended their F but not their B, so the intervals [F(c,mb) starts,
+// B(c,mb) ends] of its microbatch-chunks overlap at most L deep. Each is at least F(c,mb) plus
+// the round trip after it, F(c+1..C-1, mb) then B(C-1..c, mb) with the messages between
+// stages; all lie between the stage's earliest F start and the latest end its B tasks leave
+// room for. So makespan >= lead + sum of the intervals / L + tail.
+void memory_bound(const WorkModel& m, const std::vector<std::int64_t>& dur,
+                  const std::vector<std::int64_t>& lat, const std::vector<std::int64_t>& start,
+                  const std::vector<std::int64_t>& tail, int limit, LowerBound& lb) {
+  const int c = m.chunks(), mbs = m.microbatches(), p = m.pp();
+  const std::int64_t inf = std::numeric_limits<std::int64_t>::max();
+  std::vector<std::int64_t> sum(p, 0), lead(p, inf), tl(p, inf);
+  for (int mb = 0; mb < mbs; ++mb) {
+    std::int64_t after = 0;  // from F(ch, mb)'s end to B(ch, mb)'s end
+    for (int ch = c - 1; ch >= 0; --ch) {
+      const int f = m.index({Kind::F, ch, mb}), b = m.index({Kind::B, ch, mb});
+      if (ch == c - 1) {
+        after = dur[b];
+      } else {
+        const bool cross = m.stage_of(ch) != m.stage_of(ch + 1);
+        const int f1 = m.index({Kind::F, ch + 1, mb}), b1 = m.index({Kind::B, ch + 1, mb});
+        after = (cross ? lat[f] : 0) + dur[f1] + after + (cross ? lat[b1] : 0) + dur[b];
+      }
+      const int s = m.stage_of(ch);
+      sum[s] += dur[f] + after;
+      lead[s] = std::min(lead[s], start[f]);
+      tl[s] = std::min(tl[s], tail[b]);
+    }
+  }
+  for (int s = 0; s < p; ++s) {
+    const std::int64_t b = lead[s] + sum[s] / limit + tl[s];
+    if (b > lb.memory) {
+      lb.memory = b;
+      lb.memory_stage = s;
+    }
+  }
+}
+
+}  // namespace
+
+LowerBound lower_bound(const WorkModel& m, const RealizedWork& w, int limit) {
   const int n = m.num_tasks();
   std::vector<std::int64_t> dur(n), lat(n);
   for (int i = 0; i < n; ++i) {
@@ -68,6 +110,7 @@ LowerBound lower_bound(const WorkModel& m, const RealizedWork& w) {
     }
   }
   lb.value = std::max(lb.stage_bound, lb.critical_path);
+  if (limit > 0) memory_bound(m, dur, lat, start, tail, limit, lb);
   return lb;
 }
 

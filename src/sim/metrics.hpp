@@ -8,15 +8,23 @@
 namespace rrfp {
 
 struct LowerBound {
-  std::int64_t value = 0;          // max of the two below
+  std::int64_t value = 0;          // max of (a) and (b)
   std::int64_t stage_bound = 0;    // (a) lead-in + summed work + tail of the tightest stage
   int stage = 0;                   //     ... and which stage that is
   std::int64_t critical_path = 0;  // (b) the longest dependency path
+  // (c) with a back-pressure limit L: on stage s at most L microbatch-chunks are between the
+  // start of their F and the end of their B (docs/design-decisions.md, "The memory bound").
+  // Reported beside `value`, not yet in it (the efficiencies of the results pages use (a), (b)).
+  std::int64_t memory = 0;
+  int memory_stage = 0;
 };
 
 // Uses realized durations: a task of a TP group occupies the group at least as long as its
 // slowest rank plus the collective; a message takes at least its fastest rank's latency.
-LowerBound lower_bound(const WorkModel& m, const RealizedWork& w);
+// `limit` > 0 adds the memory bound (c): the run's resolved limit where it holds D, that is
+// ready dispatch with V = 1 (the fixed policy follows its list whatever the limit, and with
+// V > 1 a microbatch draining through its chunks may pass it).
+LowerBound lower_bound(const WorkModel& m, const RealizedWork& w, int limit = 0);
 
 // The durations a measured step's recorded tasks took (TP rank 0's, no messages): the lower
 // bound of that very step, for runs whose durations are not modelled (training, Python stages).
