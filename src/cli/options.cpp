@@ -96,13 +96,6 @@ PipelineConfig to_config(const ShapeFlags& f, const std::string& hint) {
   return make_config(f.pp, f.vpp, f.microbatches, f.placement, f.split, hint);
 }
 
-std::int64_t timeout_ms(double seconds) {
-  // A day is far past any step; far beyond it the conversion to ns would overflow.
-  if (!(seconds >= 0 && seconds <= 86'400))
-    throw InputError("--timeout: must be between 0 and 86400 seconds, got " + fmt("%g", seconds));
-  return std::llround(seconds * 1000);
-}
-
 RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s) {
   RuntimeOptions o;
   o.arbiter.policy = parse_policy(f.policy);
@@ -111,7 +104,7 @@ RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s) {
   o.comm = parse_comm(f.comm);
   o.tp = f.tp;
   o.tp_protocol = parse_tp_protocol(f.tp_protocol);
-  o.timeout_ms = timeout_ms(timeout_s);
+  o.timeout_ms = timeout_ms_of(timeout_s);
   validate(o);
   return o;
 }

@@ -54,8 +54,6 @@ void add_timeout_flag(CLI::App* app, double& seconds);
 
 // The shape, validated, with the split backward resolved for `hint` (auto: on for zb-* and bfw).
 PipelineConfig to_config(const ShapeFlags& f, const std::string& hint = "");
-// --timeout in ms; throws InputError unless 0 <= seconds <= a day.
-std::int64_t timeout_ms(double seconds);
 // The runtime's options from the dispatch flags (a single policy) and --timeout.
 RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s);
 WorkloadParams load_workload(const WorkloadFlags& f);

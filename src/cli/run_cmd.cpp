@@ -54,7 +54,7 @@ std::string fidelity_table(const std::vector<ReportRun>& measured,
 // `world`: the MPI job under --transport mpi (each process hosts one endpoint and rank 0
 // merges every process's record and writes the reports), else null.
 void run_emulated(const RunFlags& f, Job* world) {
-  const std::int64_t timeout = timeout_ms(f.timeout_s);
+  const std::int64_t timeout = timeout_ms_of(f.timeout_s);
   const Scenario sc = make_scenario(f.exp);
   const std::vector<RunSpec> specs = plan_runs(f.exp, sc.cfg);
   for (const RunSpec& spec : specs)
@@ -127,7 +127,7 @@ void setup_run(CLI::App& app) {
   sub->callback([f, comm] {
     f->exp.dispatch.comm_given = comm->count() > 0;
     if (f->transport == "mpi")
-      run_as_mpi_process(timeout_ms(f->timeout_s), [&](Job& job) { run_emulated(*f, &job); });
+      run_as_mpi_process(timeout_ms_of(f->timeout_s), [&](Job& job) { run_emulated(*f, &job); });
     else if (f->transport == "inproc")
       run_emulated(*f, nullptr);
     else

@@ -141,7 +141,7 @@ void setup_train(CLI::App& app) {
     stop_on_signals();
     if (f->transport == "mpi") {
       train::TrainSummary sum;
-      run_as_mpi_process(timeout_ms(f->timeout_s), [&](Job& job) {
+      run_as_mpi_process(timeout_ms_of(f->timeout_s), [&](Job& job) {
         train::TrainRun run = to_run(*f);
         run.train.job = &job;
         sum = train::run_training(run);

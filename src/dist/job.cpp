@@ -1,5 +1,7 @@
 #include "dist/job.hpp"
 
+#include <algorithm>
+
 #include "core/error.hpp"
 #include "core/modes.hpp"
 
@@ -13,6 +15,14 @@ void validate(const JobLayout& l, int ranks, const std::string& where) {
     throw InputError(where + ": the layout `pp` " + std::to_string(l.pp) + " x `tp` " +
                      std::to_string(l.tp) + " x `dp` " + std::to_string(l.dp) + " needs " +
                      std::to_string(l.world()) + " ranks");
+}
+
+void dp_sum(Job& job, std::span<float> values) {
+  const auto all = job.dp_all_gather(values);
+  std::copy(all[0].begin(), all[0].end(), values.begin());
+  for (std::size_t r = 1; r < all.size(); ++r)
+    for (std::size_t i = 0; i < values.size(); ++i)
+      values[i] += all[r][i];
 }
 
 }  // namespace rrfp

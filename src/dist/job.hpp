@@ -42,4 +42,8 @@ class Job {
   [[noreturn]] virtual void abort(int code) = 0;
 };
 
+// Replaces `values` by their sum over the data-parallel replicas, added in replica order, so
+// every replica holds the same bits.
+void dp_sum(Job& job, std::span<float> values);
+
 }  // namespace rrfp

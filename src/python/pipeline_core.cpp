@@ -43,7 +43,7 @@ Processes& processes() {
   return p;
 }
 
-Job* mpi_job(const CoreOptions& o) {
+Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms) {
 #ifdef RRFP_HAVE_MPI
   if (!launched_by_mpirun())
     throw InputError("`transport` mpi: start the script under mpirun (see docs/python.md)");
@@ -52,13 +52,13 @@ Job* mpi_job(const CoreOptions& o) {
   if (p.shut) throw Error("rrfp: MPI has been shut down in this process");
   if (!p.world) {
     pybind11::gil_scoped_release nogil;  // MPI start-up waits for every process
-    p.world = std::make_unique<MpiWorld>(
-        MpiWorldOptions{.timeout_ms = static_cast<std::int64_t>(o.timeout_s * 1000 + 0.5)});
+    p.world = std::make_unique<MpiWorld>(MpiWorldOptions{.timeout_ms = timeout_ms});
   }
   p.world->set_layout(JobLayout{o.pp, 1, o.dp});
   return p.world.get();
 #else
   (void)o;
+  (void)timeout_ms;
   throw InputError("`transport` mpi: this rrfp was built without Open MPI");
 #endif
 }
@@ -82,13 +82,10 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   runtime_.arbiter.limit = o.limit;
   runtime_.arbiter.max_pending_w = o.max_pending_w;
   runtime_.comm = parse_comm(o.comm);
-  if (!(o.timeout_s >= 0 && o.timeout_s <= 86'400))
-    throw InputError("`timeout`: must be between 0 and 86400 seconds, got " +
-                     std::to_string(o.timeout_s));
-  runtime_.timeout_ms = static_cast<std::int64_t>(o.timeout_s * 1000 + 0.5);
+  runtime_.timeout_ms = timeout_ms_of(o.timeout_s);
   validate(runtime_);
   resolve_options(runtime_.arbiter, *hint_, *model_);  // a bad limit fails here, not mid-step
-  if (o.transport == "mpi") job_ = mpi_job(o);
+  if (o.transport == "mpi") job_ = mpi_job(o, runtime_.timeout_ms);
   if (o.transport == "c10d") {
     own_job_ = std::make_unique<C10dWorld>(
         o.group, o.dp_group,
@@ -136,16 +133,9 @@ void PipelineCore::dp_sum(at::Tensor& grad) {
   if (!job_ || opt_.dp == 1) return;
   if (grad.scalar_type() != at::kFloat || !grad.is_contiguous() || !grad.device().is_cpu())
     throw InputError("`dp`: gradients must be contiguous float32 CPU tensors to be summed");
-  std::vector<std::vector<float>> all;
-  {
-    pyb::gil_scoped_release nogil;
-    all = job_->dp_all_gather(std::span<const float>(grad.data_ptr<float>(), grad.numel()));
-  }
-  float* out = grad.data_ptr<float>();
-  std::copy(all[0].begin(), all[0].end(), out);
-  for (std::size_t r = 1; r < all.size(); ++r)
-    for (std::size_t i = 0; i < all[r].size(); ++i)
-      out[i] += all[r][i];
+  pyb::gil_scoped_release nogil;
+  rrfp::dp_sum(*job_,
+               std::span<float>(grad.data_ptr<float>(), static_cast<std::size_t>(grad.numel())));
 }
 
 PipelineCore::~PipelineCore() {

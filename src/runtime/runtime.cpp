@@ -1,6 +1,7 @@
 #include "runtime/runtime.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "comm/inproc.hpp"
@@ -28,6 +29,13 @@ void validate(const RuntimeOptions& o) {
   if (o.timeout_ms < 0)
     throw InputError("`timeout`: must not be negative, got " + std::to_string(o.timeout_ms) +
                      " ms");
+}
+
+std::int64_t timeout_ms_of(double seconds) {
+  // A day is far past any step; far beyond it the conversion to ns would overflow.
+  if (!(seconds >= 0 && seconds <= 86'400))
+    throw InputError("`timeout`: must be between 0 and 86400 seconds, got " + fmt("%g", seconds));
+  return std::llround(seconds * 1000);
 }
 
 Hosting in_process_hosting(int world) {

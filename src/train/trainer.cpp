@@ -188,14 +188,10 @@ void Trainer::average_replicas() {
       const auto* d = g.contiguous().data_ptr<float>();
       flat.insert(flat.end(), d, d + g.numel());
     }
-    const auto all = o_.job->dp_all_gather(flat);
-    std::vector<float> sum = all[0];
-    for (size_t d = 1; d < all.size(); ++d)
-      for (size_t i = 0; i < sum.size(); ++i)
-        sum[i] += all[d][i];
+    dp_sum(*o_.job, flat);
     size_t off = 0;
     for (auto& g : grads) {
-      auto s = torch::from_blob(sum.data() + off, g.sizes(), torch::kFloat32);
+      auto s = torch::from_blob(flat.data() + off, g.sizes(), torch::kFloat32);
       g = s / static_cast<float>(o_.dp);
       off += static_cast<size_t>(g.numel());
     }

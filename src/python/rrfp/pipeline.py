@@ -125,15 +125,20 @@ class Pipeline:
         finally:
             self._step += 1
             self._data.inputs, self._data.targets = [], []
-        for r in self._runners:
-            for c, params in r.params.items():
-                for p, g in zip(params, r.sums[c].sums):
-                    if self._dp > 1:  # this replica's sum, then every replica's, in order
-                        g = torch.zeros_like(p) if g is None else g.contiguous()
-                        self._core.dp_sum(g)
-                        g = g if p.grad is None else p.grad + g
-                    if g is not None:
-                        p.grad = g
+        pairs = [(p, g) for r in self._runners for c, params in r.params.items()
+                 for p, g in zip(params, r.sums[c].sums)]
+        if self._dp > 1 and pairs:
+            # This replica's sums, then every replica's in replica order: one collective over
+            # all of this process's gradients, flattened.
+            flat = torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1)
+                              for p, g in pairs])
+            self._core.dp_sum(flat)
+            sums = flat.split([p.numel() for p, _ in pairs])
+            pairs = [(p, s.view_as(p) if p.grad is None else p.grad + s.view_as(p))
+                     for (p, _), s in zip(pairs, sums)]
+        for p, g in pairs:
+            if g is not None:
+                p.grad = g
         self.last_step = StepRecord(rec)
         if not self._data.losses:
             return None
