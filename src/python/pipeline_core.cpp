@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 
@@ -124,7 +125,12 @@ void shutdown_processes() {
 void abort_processes(int code) {
 #ifdef RRFP_HAVE_MPI
   Processes& p = processes();
-  if (p.world) p.world->abort(code);
+  if (p.world) {
+    std::fprintf(stderr, "rrfp: mpi rank %d: an uncaught exception ends the job (MPI_Abort)\n",
+                 p.world->rank());
+    std::fflush(stderr);
+    p.world->abort(code);
+  }
 #endif
   (void)code;
 }
