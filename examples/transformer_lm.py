@@ -33,18 +33,19 @@ class Block(nn.Module):
         q, k, v = (z.reshape(b, t, self.heads, -1).transpose(1, 2)
                    for z in self.qkv(self.ln1(x)).split(d, dim=-1))
         att = (q @ k.transpose(-1, -2)) * (d // self.heads) ** -0.5
-        att = att.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+        att = att.masked_fill(mask, float("-inf"))
         x = x + self.proj((att.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
         return x + self.ff(self.ln2(x))
 
 
 class Embed(nn.Module):
-    def __init__(self, d, max_len):
+    def __init__(self, d, max_len, vocab=256):
         super().__init__()
-        self.tok, self.pos = nn.Embedding(256, d), nn.Embedding(max_len, d)
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(max_len, d)
 
     def forward(self, ids):
-        return self.tok(ids) + self.pos(torch.arange(ids.shape[1]))
+        return self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
 
 
 def make_chunk(i, n, args):

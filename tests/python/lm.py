@@ -1,50 +1,16 @@
 """A small causal transformer LM written in plain PyTorch, cut into pipeline chunks: the kind
-of model a user brings (nothing from rrfp inside). Deterministic for a seed."""
+of model a user brings (nothing from rrfp inside), with the blocks of the example
+examples/transformer_lm.py. Deterministic for a seed."""
+import os
+import sys
+
 import torch
 from torch import nn
 import torch.nn.functional as F
 
-
-class Block(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.ln2 = nn.LayerNorm(d)
-        self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-1, -2)) / (d // self.heads) ** 0.5
-        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
-        att = att.masked_fill(mask, float("-inf")).softmax(-1)
-        y = (att @ v).transpose(1, 2).reshape(b, t, d)
-        x = x + self.proj(y)
-        return x + self.ff(self.ln2(x))
-
-
-class Embed(nn.Module):
-    def __init__(self, vocab, d, max_len):
-        super().__init__()
-        self.tok = nn.Embedding(vocab, d)
-        self.pos = nn.Embedding(max_len, d)
-
-    def forward(self, ids):
-        return self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
-
-
-class Head(nn.Module):
-    def __init__(self, vocab, d):
-        super().__init__()
-        self.ln = nn.LayerNorm(d)
-        self.out = nn.Linear(d, vocab)
-
-    def forward(self, x):
-        return self.out(self.ln(x))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "examples"))
+from transformer_lm import Block, Embed  # noqa: E402
 
 
 def chunks(n, *, seed=0, vocab=64, d=32, heads=4, max_len=64, blocks_per_chunk=1):
@@ -52,10 +18,10 @@ def chunks(n, *, seed=0, vocab=64, d=32, heads=4, max_len=64, blocks_per_chunk=1
     torch.manual_seed(seed)
     out = []
     for i in range(n):
-        layers = [Embed(vocab, d, max_len)] if i == 0 else []
+        layers = [Embed(d, max_len, vocab)] if i == 0 else []
         layers += [Block(d, heads) for _ in range(blocks_per_chunk)]
         if i == n - 1:
-            layers.append(Head(vocab, d))
+            layers += [nn.LayerNorm(d), nn.Linear(d, vocab)]
         out.append(nn.Sequential(*layers))
     return out
 
