@@ -9,6 +9,20 @@
 #include "core/error.hpp"
 
 namespace rrfp {
+namespace {
+
+// Each rank's bytes read as values of T.
+template <typename T>
+std::vector<std::vector<T>> values_of(const std::vector<std::vector<std::byte>>& all) {
+  std::vector<std::vector<T>> out;
+  for (const auto& b : all) {
+    auto& v = out.emplace_back(b.size() / sizeof(T));
+    std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
+  }
+  return out;
+}
+
+}  // namespace
 
 C10dWorld::C10dWorld(c10::intrusive_ptr<c10d::ProcessGroup> pipeline,
                      c10::intrusive_ptr<c10d::ProcessGroup> replicas,
@@ -118,12 +132,7 @@ std::vector<std::vector<double>> C10dWorld::all_gather(std::span<const double> m
                         rep.begin() + static_cast<std::ptrdiff_t>(at + n));
       at += n;
     }
-  std::vector<std::vector<double>> out;
-  for (const auto& b : flat) {
-    auto& v = out.emplace_back(b.size() / sizeof(double));
-    std::memcpy(v.data(), b.data(), v.size() * sizeof(double));
-  }
-  return out;
+  return values_of<double>(flat);
 }
 
 std::vector<std::vector<std::byte>> C10dWorld::gather_to_root(std::span<const std::byte> mine) {
@@ -135,12 +144,7 @@ std::vector<std::vector<std::byte>> C10dWorld::gather_to_root(std::span<const st
 
 std::vector<std::vector<float>> C10dWorld::dp_all_gather(std::span<const float> mine) {
   if (!dp_) return {std::vector<float>(mine.begin(), mine.end())};
-  std::vector<std::vector<float>> out;
-  for (const auto& b : gather_bytes(*dp_, std::as_bytes(mine))) {
-    auto& v = out.emplace_back(b.size() / sizeof(float));
-    std::memcpy(v.data(), b.data(), v.size() * sizeof(float));
-  }
-  return out;
+  return values_of<float>(gather_bytes(*dp_, std::as_bytes(mine)));
 }
 
 void C10dWorld::abort(int code) {

@@ -27,6 +27,8 @@ class C10dWorld final : public Job {
   int endpoint() const override { return stage_; }
   Hosting hosting() override;
   std::vector<std::vector<double>> all_gather(std::span<const double> mine) override;
+  // Unlike the Job contract with DP: rank 0 gets the bytes of its replica's stages only (all a
+  // step record needs; the replicas' own stages are not gathered across).
   std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) override;
   std::vector<std::vector<float>> dp_all_gather(std::span<const float> mine) override;
   // c10d cannot end the other processes: this one exits, and the launcher (torchrun) ends
