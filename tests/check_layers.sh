@@ -18,7 +18,8 @@ declare -A allowed=(
   [dist]="core sim comm runtime dist"
   [train]="core sim comm report runtime dist train"
   [python]="core sim comm report runtime dist train python"
-  [cli]="core sim comm report runtime dist train cli"
+  [plan]="core sim plan"
+  [cli]="core sim plan comm report runtime dist train cli"
 )
 
 check() {

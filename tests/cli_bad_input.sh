@@ -173,5 +173,20 @@ if command -v script >/dev/null; then
 fi
 "$rrfp" "${big[@]}" >/dev/null 2>"$tmp/notty"
 [ ! -s "$tmp/notty" ] || { echo "FAIL: progress written to a file"; fails=$((fails + 1)); }
+# rrfp plan: bad budgets and modes, then the round trip: the written plan, simulated under the
+# fixed policy with the same flags, gives the makespan the plan printed.
+check "--budget: must be in (0, 86400]" plan --budget 0
+check "--exact: expected auto, on or off" plan --exact maybe
+check "--exact on: needs --tp 1" plan --pp 2 -m 2 --tp 2 --exact on
+check "--limit: must be at least 1" plan --limit -2
+plan_flags=(--pp 3 -m 6 --workload multimodal --seed 4 --split-backward on)
+"$rrfp" plan "${plan_flags[@]}" --max-evaluations 400 --exact off --out "$tmp/plan.json" --json - \
+  >"$tmp/plan.out" 2>/dev/null || { echo "FAIL: plan"; fails=$((fails + 1)); }
+"$rrfp" simulate "${plan_flags[@]}" --hint "$tmp/plan.json" --policy fixed --json - \
+  >"$tmp/replan.out" || { echo "FAIL: simulate the plan"; fails=$((fails + 1)); }
+want=$(grep -m1 '"makespan_ms"' "$tmp/plan.out")
+got=$(grep -m1 '"makespan_ms"' "$tmp/replan.out")
+[ -n "$want" ] && [ "$want" = "$got" ] ||
+  { echo "FAIL: plan makespan '$want', simulated again '$got'"; fails=$((fails + 1)); }
 echo "cli bad-input checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   rrfp::setup_run(app);
   rrfp::setup_schedule(app);
   rrfp::setup_sweep(app);
+  rrfp::setup_plan(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

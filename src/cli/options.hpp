@@ -63,5 +63,6 @@ void setup_run(CLI::App& app);
 void setup_train(CLI::App& app);
 void setup_schedule(CLI::App& app);
 void setup_sweep(CLI::App& app);
+void setup_plan(CLI::App& app);
 
 }  // namespace rrfp

@@ -51,24 +51,25 @@ void check_spec(const Scenario& sc, const RunSpec& spec) {
   resolve_options(a, hint, m);
 }
 
+RealizedWork realized_work(const Scenario& sc, const WorkModel& m) {
+  if (sc.replay_path.empty()) return realize(sc.workload, m, sc.tp, sc.seed);
+  RealizedWork work = read_replay_file(sc.replay_path, m, sc.tp);
+  // A jitter preset on top of a replay disturbs the measured durations (predictions for
+  // `rrfp train --inject-jitter`).
+  if (sc.workload.jitter.p > 0) apply_jitter(work, sc.workload.jitter, sc.seed);
+  if (sc.tp > 1) {
+    work.collective_ns = static_cast<std::int64_t>(sc.workload.tp_collective_us * 1000);
+    work.coord_ns = static_cast<std::int64_t>(sc.workload.coord_latency_us * 1000);
+  }
+  return work;
+}
+
 ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec) {
   PipelineConfig cfg = sc.cfg;
   cfg.split_backward = resolve_split(sc.split_mode, spec.hint);
   WorkModel m(cfg);
   Hint hint = make_hint(spec.hint, m);
-  RealizedWork work;
-  if (sc.replay_path.empty()) {
-    work = realize(sc.workload, m, sc.tp, sc.seed);
-  } else {
-    work = read_replay_file(sc.replay_path, m, sc.tp);
-    // A jitter preset on top of a replay disturbs the measured durations (predictions for
-    // `rrfp train --inject-jitter`).
-    if (sc.workload.jitter.p > 0) apply_jitter(work, sc.workload.jitter, sc.seed);
-    if (sc.tp > 1) {
-      work.collective_ns = static_cast<std::int64_t>(sc.workload.tp_collective_us * 1000);
-      work.coord_ns = static_cast<std::int64_t>(sc.workload.coord_latency_us * 1000);
-    }
-  }
+  const RealizedWork work = realized_work(sc, m);
   SimOptions opt;
   opt.arbiter.policy = spec.policy;
   opt.arbiter.limit = sc.limit;

@@ -40,6 +40,9 @@ std::string default_label(const RunSpec& r);
 // What executes one run: the simulator, or the emulated runtime (`rrfp run`).
 using Executor = std::function<StepRecord(const WorkModel&, const Hint&, const RealizedWork&,
                                           const SimOptions&)>;
+// The durations the scenario's runs see: its workload realized for `m`, or its replay (with
+// the workload's jitter, collective and coordination costs on top).
+RealizedWork realized_work(const Scenario& sc, const WorkModel& m);
 ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec = simulate);
 ReportHeader header_of(const Scenario& sc);
 // Throws the InputError a run would hit (hint, shape, policy, limits) without running it.

@@ -1,0 +1,41 @@
+#pragma once
+// The exact search (docs/frontier.md): branch and bound over every feasible order of a small
+// step, proving the optimum when it finishes. Schedules are built in start-time order, each
+// task as early as its stage and inputs allow, so every order is visited at most once; a
+// branch is cut when a lower bound (one-machine bounds per stage with heads and tails, and
+// every task's head + duration + tail) reaches the best makespan known.
+//
+// Needs TP = 1, async messages and positive durations (the enumeration's order breaks ties by
+// time); throws InputError otherwise.
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "plan/problem.hpp"
+
+namespace rrfp {
+
+struct ExactOptions {
+  std::int64_t max_nodes = 20'000'000;
+  double budget_s = 60;
+  // A known feasible makespan (0: none): the search looks only for something strictly better.
+  std::int64_t upper = 0;
+  std::function<void(std::int64_t nodes, std::int64_t best)> progress;  // every 2^20 nodes
+};
+
+struct ExactResult {
+  bool proven = false;        // the search finished: `makespan` is the optimum
+  std::int64_t makespan = 0;  // the best found (or `upper` when nothing better exists)
+  bool found = false;         // `order` holds a schedule (false: `upper` was already optimal)
+  ListHint order;
+  std::int64_t root_bound = 0;  // the bound at the root
+  std::int64_t nodes = 0;
+  double seconds = 0;
+};
+
+// Empty when the exact search can enumerate `p`, else why not ("needs --tp 1").
+std::string exact_unsupported(const PlanProblem& p);
+// Throws InputError with exact_unsupported's reason.
+ExactResult exact_schedule(const PlanProblem& p, const ExactOptions& opt);
+
+}  // namespace rrfp

@@ -1,0 +1,299 @@
+#include "plan/search.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.hpp"
+#include "plan/graph.hpp"
+#include "sim/rng.hpp"
+
+namespace rrfp {
+
+namespace {
+
+SimOptions ready_options(const PlanProblem& p, bool record) {
+  SimOptions opt;
+  opt.arbiter.policy = Policy::Ready;
+  opt.arbiter.limit = p.limit;
+  opt.arbiter.max_pending_w = p.max_pending_w;
+  opt.comm = p.comm;
+  opt.tp_protocol = p.tp_protocol;
+  opt.record = record;
+  return opt;
+}
+
+Hint priority_hint(const PlanProblem& p, const std::vector<double>& priority) {
+  const WorkModel& m = p.m();
+  ListHint lists;
+  lists.stages.resize(m.pp());
+  for (int s = 0; s < m.pp(); ++s) {
+    auto tasks = m.stage_tasks(s);
+    std::stable_sort(tasks.begin(), tasks.end(), [&](const TaskId& a, const TaskId& b) {
+      return priority[m.index(a)] > priority[m.index(b)];
+    });
+    lists.stages[s] = std::move(tasks);
+  }
+  Hint h;
+  h.name = "list";
+  h.body = std::move(lists);
+  return h;
+}
+
+}  // namespace
+
+ListHint list_schedule(const PlanProblem& p, const std::vector<double>& priority) {
+  return realized_order(p.m(),
+                        simulate(p.m(), priority_hint(p, priority), p.w(), ready_options(p, true)));
+}
+
+std::int64_t list_makespan(const PlanProblem& p, const std::vector<double>& priority) {
+  return simulate(p.m(), priority_hint(p, priority), p.w(), ready_options(p, false)).makespan;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class Searcher {
+ public:
+  Searcher(const PlanProblem& p, const SearchOptions& opt)
+      : p_(p), opt_(opt), g_(make_graph(p.m(), p.w())), rng_(mix64(opt.seed)), t0_(Clock::now()) {}
+
+  SearchResult run() {
+    starts();
+    if (res_.makespan == 0) throw InputError("plan: no feasible starting order");
+    improve();
+    res_.seconds = seconds();
+    return std::move(res_);
+  }
+
+ private:
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+  bool spent() const {
+    return (opt_.max_evaluations > 0 && res_.evaluations >= opt_.max_evaluations) ||
+           seconds() >= opt_.budget_s;
+  }
+  double uniform() { return unit_open(rng_ = mix64(rng_)); }
+
+  std::optional<std::int64_t> eval(const ListHint& o) {
+    ++res_.evaluations;
+    if (opt_.progress && seconds() >= next_progress_) {
+      next_progress_ = seconds() + 0.25;
+      opt_.progress(SearchProgress{res_.evaluations, res_.makespan, seconds()});
+    }
+    if (!order_violation(p_, o).empty()) return std::nullopt;
+    return evaluate(p_, o);
+  }
+
+  void offer(const ListHint& o, std::int64_t makespan, const std::string& by) {
+    if (res_.makespan == 0 || makespan < res_.makespan) {
+      res_.order = o;
+      res_.makespan = makespan;
+      res_.found_by = by;
+    }
+  }
+
+  void start(const std::string& name, const ListHint& o) {
+    const auto ms = eval(o);
+    res_.starts.push_back(StartPoint{name, ms.value_or(0)});
+    if (ms) offer(o, *ms, name);
+  }
+
+  ListHint realized(const Hint& h) {
+    return realized_order(p_.m(), simulate(p_.m(), h, p_.w(), ready_options(p_, true)));
+  }
+
+  void starts() {
+    const WorkModel& m = p_.m();
+    for (const std::string& name : hint_names()) {
+      Hint h;
+      try {
+        h = make_hint(name, m);
+      } catch (const InputError&) {
+        continue;  // does not fit this shape (zb-* without a split, interleaved with V = 1, ...)
+      }
+      // What the hint's order would do under the fixed policy, and what rrfp makes of it.
+      if (h.is_list()) start("fixed " + name, h.list());
+      start("ready " + name, realized(h));
+    }
+    std::vector<double> prio(g_.n);
+    for (int j = 0; j < g_.n; ++j)
+      prio[j] = static_cast<double>(g_.tail[j] + g_.dur[j]);
+    start("list critical-path", list_schedule(p_, prio));
+  }
+
+  // Start times of the order's tasks (rank 0), by task index, and each stage's positions.
+  struct Timed {
+    std::vector<std::int64_t> start, end;
+    std::int64_t makespan = 0;
+  };
+  Timed timed(const ListHint& o) {
+    const StepRecord r = simulate_order(p_, o, "plan");
+    Timed t;
+    t.start.assign(g_.n, 0);
+    t.end.assign(g_.n, 0);
+    for (const TaskRecord& x : r.tasks)
+      if (x.rank == 0) {
+        const int i = p_.m().index(x.task);
+        t.start[i] = x.start;
+        t.end[i] = x.end;
+      }
+    t.makespan = r.makespan;
+    return t;
+  }
+
+  // The critical path, from the task that ends last back to the start: at each task, the
+  // dependency whose arrival set its start, or else the task before it on its stage.
+  std::vector<int> critical_path(const ListHint& o, const Timed& t) {
+    const WorkModel& m = p_.m();
+    std::vector<int> pos(g_.n, 0);
+    for (int s = 0; s < m.pp(); ++s)
+      for (int i = 0; i < static_cast<int>(o.stages[s].size()); ++i)
+        pos[m.index(o.stages[s][i])] = i;
+    int x = static_cast<int>(std::max_element(t.end.begin(), t.end.end()) - t.end.begin());
+    std::vector<int> path;
+    for (int guard = 0; guard <= g_.n && x >= 0; ++guard) {
+      path.push_back(x);
+      int next = -1;
+      for (int k = 0; k < 2 && next < 0; ++k) {
+        const int d = g_.deps[x][k];
+        if (d >= 0 && g_.arrival(x, k, t.end[d]) == t.start[x]) next = d;
+      }
+      const int s = g_.stage[x], i = pos[x];
+      if (next < 0 && i > 0 && t.end[m.index(o.stages[s][i - 1])] <= t.start[x])
+        next = m.index(o.stages[s][i - 1]);
+      x = next;
+    }
+    return path;
+  }
+
+  static ListHint moved(const ListHint& o, int s, int from, int to) {
+    ListHint out = o;
+    auto& v = out.stages[s];
+    const TaskId t = v[from];
+    v.erase(v.begin() + from);
+    v.insert(v.begin() + to, t);
+    return out;
+  }
+
+  // First-improvement descent: move a task of the critical path up to kReach places earlier
+  // or later on its stage; stop when no such move shortens the step.
+  static constexpr int kReach = 8;
+  std::pair<ListHint, std::int64_t> descend(ListHint cur, std::int64_t ms) {
+    const WorkModel& m = p_.m();
+    for (;;) {
+      if (spent()) return {cur, ms};
+      const Timed t = timed(cur);
+      bool better = false;
+      for (int x : critical_path(cur, t)) {
+        const int s = g_.stage[x];
+        auto& v = cur.stages[s];
+        const int n = static_cast<int>(v.size());
+        const int i = static_cast<int>(std::find(v.begin(), v.end(), m.task(x)) - v.begin());
+        for (int k = 1; k <= kReach && !better; ++k)
+          for (int to : {i - k, i + k}) {
+            if (to < 0 || to >= n) continue;
+            ListHint cand = moved(cur, s, i, to);
+            if (auto c = eval(cand); c && *c < ms) {
+              cur = std::move(cand);
+              ms = *c;
+              better = true;
+              break;
+            }
+            if (spent()) return {cur, ms};
+          }
+        if (better) break;
+      }
+      if (!better) return {cur, ms};
+    }
+  }
+
+  // How far the search is through its budget, 0..1.
+  double used() const {
+    double f = seconds() / opt_.budget_s;
+    if (opt_.max_evaluations > 0)
+      f = std::max(f, static_cast<double>(res_.evaluations) / opt_.max_evaluations);
+    return std::min(1.0, f);
+  }
+
+  // One random move in priority space: two microbatches trade places everywhere, or one task
+  // moves just ahead of another task of its stage.
+  void mutate(std::vector<double>& key) {
+    const WorkModel& m = p_.m();
+    if (uniform() < 0.3 && m.microbatches() > 1) {
+      const int a = static_cast<int>(uniform() * m.microbatches());
+      const int b = static_cast<int>(uniform() * m.microbatches());
+      for (int j = 0; j < g_.n; ++j) {
+        const TaskId t = m.task(j);
+        if (t.mb == a) std::swap(key[j], key[m.index(TaskId{t.kind, t.chunk, b})]);
+      }
+      return;
+    }
+    const auto& tasks = by_stage_[static_cast<int>(uniform() * m.pp())];
+    const int x = tasks[static_cast<size_t>(uniform() * tasks.size())];
+    const int y = tasks[static_cast<size_t>(uniform() * tasks.size())];
+    key[x] = key[y] + (uniform() - 0.25) * 1e-3;
+  }
+
+  // Simulated annealing over priorities, each evaluated by list scheduling under the ready
+  // policy (so every candidate keeps the limit and adapts every stage's order to the change);
+  // `slice` of the budget, then the best priorities' order is offered.
+  void anneal(double until) {
+    const Timed t = timed(res_.order);
+    std::vector<double> key(g_.n), best_key;
+    for (int j = 0; j < g_.n; ++j)
+      key[j] = -static_cast<double>(t.start[j]);
+    std::int64_t cur = list_makespan(p_, key), best = cur;
+    best_key = key;
+    const double t0 = 0.01 * static_cast<double>(cur), from = used();
+    while (!spent() && used() < until) {
+      std::vector<double> cand = key;
+      mutate(cand);
+      ++res_.evaluations;
+      const std::int64_t c = list_makespan(p_, cand);
+      const double temp = t0 * std::max(0.0, 1.0 - (used() - from) / std::max(1e-9, until - from));
+      if (c <= cur || (temp > 0 && uniform() < std::exp(-static_cast<double>(c - cur) / temp))) {
+        key = std::move(cand);
+        cur = c;
+        if (c < best) {
+          best = c;
+          best_key = key;
+        }
+      }
+    }
+    ListHint o = list_schedule(p_, best_key);
+    if (auto c = eval(o)) {
+      auto [o2, c2] = descend(std::move(o), *c);
+      offer(o2, c2, "annealed priorities + local search");
+    }
+  }
+
+  void improve() {
+    by_stage_.assign(p_.m().pp(), {});
+    for (int j = 0; j < g_.n; ++j)
+      by_stage_[g_.stage[j]].push_back(j);
+    auto [cur, ms] = descend(res_.order, res_.makespan);
+    offer(cur, ms, res_.found_by + " + local search");
+    // Annealing rounds, each restarting from the best order so far.
+    for (int round = 1; !spent(); ++round)
+      anneal(std::min(1.0, used() + 0.25));
+  }
+
+  const PlanProblem& p_;
+  SearchOptions opt_;
+  TaskGraph g_;
+  std::uint64_t rng_;
+  Clock::time_point t0_;
+  double next_progress_ = 0.25;
+  SearchResult res_;
+  std::vector<std::vector<int>> by_stage_;  // task indices of each stage
+};
+
+}  // namespace
+
+SearchResult search_schedule(const PlanProblem& p, const SearchOptions& opt) {
+  return Searcher(p, opt).run();
+}
+
+}  // namespace rrfp

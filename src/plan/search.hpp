@@ -1,0 +1,51 @@
+#pragma once
+// The clairvoyant heuristic (docs/frontier.md): knowing every duration, find a fast feasible
+// order. Starts from the orders rrfp's rules and the fixed schedules realize and from list
+// scheduling by critical-path priority, then improves the best by local search on the
+// critical path (moving a critical task ahead of the task it waited for on its stage) and
+// restarts from perturbed priorities, until the budget is spent.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "plan/problem.hpp"
+
+namespace rrfp {
+
+struct SearchProgress {
+  std::int64_t evaluations = 0;
+  std::int64_t best = 0;  // makespan, ns
+  double seconds = 0;
+};
+
+struct SearchOptions {
+  double budget_s = 10;              // wall-clock budget of the improvement phase
+  std::int64_t max_evaluations = 0;  // 0 = no cap; a cap makes the result machine-independent
+  std::uint64_t seed = 1;            // the search's own randomness (perturbations)
+  std::function<void(const SearchProgress&)> progress;  // about every 0.25 s
+};
+
+struct StartPoint {
+  std::string name;           // "ready bf", "fixed 1f1b", "list critical-path", ...
+  std::int64_t makespan = 0;  // of its realized order under the fixed policy (0: infeasible)
+};
+
+struct SearchResult {
+  ListHint order;
+  std::int64_t makespan = 0;
+  std::string found_by;  // the start it came from, "+ local search" when the search improved it
+  std::vector<StartPoint> starts;
+  std::int64_t evaluations = 0;
+  double seconds = 0;
+};
+
+// Throws InputError when no start is feasible (cannot happen for resolved limits >= 1).
+SearchResult search_schedule(const PlanProblem& p, const SearchOptions& opt);
+
+// List scheduling: the ready policy run with `priority` (higher first) as its list hint; the
+// order it realizes keeps the limit and the W cap by construction.
+ListHint list_schedule(const PlanProblem& p, const std::vector<double>& priority);
+
+}  // namespace rrfp

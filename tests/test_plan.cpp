@@ -1,0 +1,208 @@
+// The clairvoyant planner: the exact search against brute force, the bounds and every online
+// rule; the heuristic against the exact optimum; plans as reproducible hint files.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "core/hint_io.hpp"
+#include "plan/exact.hpp"
+#include "plan/search.hpp"
+#include "sim/metrics.hpp"
+#include "sim_helpers.hpp"
+
+namespace rrfp::test {
+namespace {
+
+struct Instance {
+  int p, m;
+  bool split;
+  std::string workload;
+  int limit;  // 0 = default
+  std::uint64_t seed;
+};
+
+std::string name_of(const Instance& c) {
+  return "P" + std::to_string(c.p) + "M" + std::to_string(c.m) + (c.split ? "s" : "") + "_" +
+         c.workload + "_L" + std::to_string(c.limit) + "_seed" + std::to_string(c.seed);
+}
+
+// 60 small instances: every shape the exact search proves within its node budget here.
+std::vector<Instance> small_instances() {
+  std::vector<Instance> out;
+  const std::vector<std::string> loads = {"language", "multimodal", "jitter:J2", "straggler"};
+  std::uint64_t seed = 1;
+  for (auto [p, m] : {std::pair{2, 2}, {2, 4}, {2, 6}, {3, 3}, {3, 5}, {4, 4}})
+    for (int limit : {0, 1})
+      for (const auto& w : {loads[seed % 4], loads[(seed + 1) % 4]}) {
+        out.push_back({p, m, false, w, limit, seed});
+        out.push_back(
+            {p, std::min(m, p == 4 ? 3 : 4), true, w, limit + (limit ? 1 : 0), seed + 100});
+        ++seed;
+      }
+  // A few more of the tightest limit, where the memory bound is exact on uniform work.
+  for (int p : {2, 3})
+    for (const auto& w : loads)
+      out.push_back({p, 3, false, w, 1, seed++});
+  return out;
+}
+
+void PrintTo(const Instance& c, std::ostream* os) {
+  *os << name_of(c);
+}
+
+struct Solved {
+  PipelineConfig cfg;
+  std::unique_ptr<WorkModel> m;
+  RealizedWork work;
+  PlanProblem problem;
+};
+
+Solved setup(const Instance& c) {
+  Solved s;
+  s.cfg = config(c.p, c.m, 1, c.split);
+  s.m = std::make_unique<WorkModel>(s.cfg);
+  s.work = realize(workload_preset(c.workload), *s.m, 1, c.seed);
+  s.problem = make_problem(*s.m, s.work, CommMode::Async, TpProtocol::Leader, c.limit, 0);
+  return s;
+}
+
+ExactResult solve_exactly(const PlanProblem& p, std::int64_t upper = 0) {
+  ExactOptions eo;
+  eo.max_nodes = 3'000'000;
+  eo.budget_s = 600;  // the node cap decides, so the test does not depend on the machine
+  eo.upper = upper;
+  return exact_schedule(p, eo);
+}
+
+class SmallInstances : public ::testing::TestWithParam<Instance> {};
+
+TEST_P(SmallInstances, ExactOptimumBoundsAndOnlineRules) {
+  const Instance c = GetParam();
+  Solved s = setup(c);
+  // The heuristic first (reproducible under an evaluation cap); its makespan is the bound the
+  // exact search must beat or prove optimal.
+  SearchOptions so;
+  so.max_evaluations = 3000;
+  so.budget_s = 600;
+  const SearchResult h = search_schedule(s.problem, so);
+  EXPECT_EQ(evaluate(s.problem, h.order), h.makespan);
+  const ExactResult ex = solve_exactly(s.problem, h.makespan);
+  ASSERT_TRUE(ex.proven) << name_of(c) << ": " << ex.nodes << " nodes";
+  const std::int64_t opt = ex.found ? ex.makespan : h.makespan;
+  const ListHint& best = ex.found ? ex.order : h.order;
+  EXPECT_LE(opt, h.makespan);
+  // The optimum is a feasible order that simulates to exactly its makespan.
+  EXPECT_EQ(order_violation(s.problem, best), "");
+  EXPECT_EQ(evaluate(s.problem, best), opt);
+  // Every bound is at most the optimum, the memory bound included (it holds at D <= L).
+  const LowerBound lb = lower_bound(*s.m, s.work, s.problem.d_bound());
+  EXPECT_LE(lb.value, opt);
+  EXPECT_LE(lb.memory, opt);
+  EXPECT_GT(lb.memory, 0);
+  EXPECT_LE(ex.root_bound, opt);
+  // No online rule at the same limit beats the optimum; their orders are feasible ones.
+  for (const std::string& rule : {"bf", "fb", "b-priority", "f-priority", "1f1b"}) {
+    SimOptions opt_s;
+    opt_s.arbiter.limit = s.problem.limit;
+    opt_s.arbiter.max_pending_w = s.problem.max_pending_w;
+    const SimRun r = run(*s.m, rule, Policy::Ready, s.work, opt_s);
+    EXPECT_GE(r.result.makespan, opt) << rule;
+    EXPECT_EQ(order_violation(s.problem, realized_order(*s.m, r.result)), "") << rule;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Plan, SmallInstances, ::testing::ValuesIn(small_instances()),
+                         [](const auto& info) {
+                           std::string n = name_of(info.param);
+                           std::replace_if(
+                               n.begin(), n.end(), [](char ch) { return !std::isalnum(ch); }, '_');
+                           return n;
+                         });
+
+TEST(Plan, AtLeastFiftyInstances) {
+  EXPECT_GE(small_instances().size(), 50u);
+}
+
+// Brute force over every pair of stage orders of a 2-stage, 2-microbatch step: the exact
+// search finds the same minimum (and infeasible or deadlocking orders are refused).
+TEST(Plan, ExactMatchesBruteForce) {
+  for (std::uint64_t seed = 1; seed <= 6; ++seed)
+    for (int limit : {1, 2}) {
+      WorkModel m(config(2, 2));
+      const RealizedWork w = realize(workload_preset("multimodal"), m, 1, seed);
+      const PlanProblem p = make_problem(m, w, CommMode::Async, TpProtocol::Leader, limit, 0);
+      auto a = m.stage_tasks(0), b = m.stage_tasks(1);
+      std::sort(a.begin(), a.end(), [&](auto x, auto y) { return m.index(x) < m.index(y); });
+      std::int64_t best = 0;
+      int feasible = 0;
+      do {
+        auto bb = b;
+        std::sort(bb.begin(), bb.end(), [&](auto x, auto y) { return m.index(x) < m.index(y); });
+        do {
+          ListHint o{{a, bb}};
+          if (!order_violation(p, o).empty()) continue;
+          if (auto ms = evaluate(p, o)) {
+            ++feasible;
+            if (best == 0 || *ms < best) best = *ms;
+          }
+        } while (std::next_permutation(bb.begin(), bb.end(),
+                                       [&](auto x, auto y) { return m.index(x) < m.index(y); }));
+      } while (std::next_permutation(a.begin(), a.end(),
+                                     [&](auto x, auto y) { return m.index(x) < m.index(y); }));
+      ASSERT_GT(feasible, 0);
+      const ExactResult ex = solve_exactly(p);
+      ASSERT_TRUE(ex.proven);
+      EXPECT_EQ(ex.makespan, best) << "seed " << seed << " limit " << limit;
+    }
+}
+
+TEST(Plan, HintFileReproducesTheMakespan) {
+  WorkModel m(config(4, 8, 1, true));
+  const RealizedWork w = realize(workload_preset("multimodal"), m, 1, 3);
+  const PlanProblem p = make_problem(m, w, CommMode::Async, TpProtocol::Leader, 0, 0);
+  SearchOptions so;
+  so.max_evaluations = 2000;
+  so.budget_s = 600;
+  const SearchResult r = search_schedule(p, so);
+  EXPECT_EQ(order_violation(p, r.order), "");
+  const ListHint back = parse_hint(write_hint_json(r.order, m), m, "plan.json");
+  Hint h;
+  h.name = "plan.json";
+  h.body = back;
+  SimOptions opt;
+  opt.arbiter.policy = Policy::Fixed;
+  EXPECT_EQ(simulate(m, h, w, opt).makespan, r.makespan);
+  // The search is reproducible under an evaluation cap.
+  EXPECT_EQ(search_schedule(p, so).makespan, r.makespan);
+  // And it is no slower than any of its starting points.
+  for (const StartPoint& s : r.starts)
+    if (s.makespan > 0) EXPECT_LE(r.makespan, s.makespan) << s.name;
+}
+
+TEST(Plan, TheLimitIsKept) {
+  // At limit 1 nothing overlaps: the plan equals M * P * (F + B) on uniform work.
+  WorkModel m(config(3, 4));
+  const RealizedWork w = unit_work(m);
+  const PlanProblem p = make_problem(m, w, CommMode::Async, TpProtocol::Leader, 1, 0);
+  SearchOptions so;
+  so.max_evaluations = 500;
+  const SearchResult r = search_schedule(p, so);
+  EXPECT_EQ(r.makespan, 4 * 3 * 2 * 1'000'000);
+  ListHint gpipe = gen_gpipe(m);
+  EXPECT_NE(order_violation(p, gpipe).find("D reaches 2"), std::string::npos);
+}
+
+TEST(Plan, ExactRefusesWhatItCannotEnumerate) {
+  WorkModel m(config(2, 2));
+  const RealizedWork w2 = realize(workload_preset("language"), m, 2, 1);
+  EXPECT_THROW(exact_schedule(make_problem(m, w2, CommMode::Async, TpProtocol::Leader, 0, 0), {}),
+               InputError);
+  const RealizedWork w = realize(workload_preset("language"), m, 1, 1);
+  EXPECT_THROW(exact_schedule(make_problem(m, w, CommMode::Blocking, TpProtocol::Leader, 0, 0), {}),
+               InputError);
+  EXPECT_THROW(make_problem(m, w, CommMode::Async, TpProtocol::Leader, -1, 0), InputError);
+}
+
+}  // namespace
+}  // namespace rrfp::test
