@@ -184,8 +184,8 @@ plan_flags=(--pp 3 -m 6 --workload multimodal --seed 4 --split-backward on)
   >"$tmp/plan.out" 2>/dev/null || { echo "FAIL: plan"; fails=$((fails + 1)); }
 "$rrfp" simulate "${plan_flags[@]}" --hint "$tmp/plan.json" --policy fixed --json - \
   >"$tmp/replan.out" || { echo "FAIL: simulate the plan"; fails=$((fails + 1)); }
-want=$(grep -m1 '"makespan_ms"' "$tmp/plan.out")
-got=$(grep -m1 '"makespan_ms"' "$tmp/replan.out")
+want=$(grep -m1 -o '"makespan_ms": [0-9.]*' "$tmp/plan.out")
+got=$(grep -m1 -o '"makespan_ms": [0-9.]*' "$tmp/replan.out")
 [ -n "$want" ] && [ "$want" = "$got" ] ||
   { echo "FAIL: plan makespan '$want', simulated again '$got'"; fails=$((fails + 1)); }
 echo "cli bad-input checks: $fails failed"

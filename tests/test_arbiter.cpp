@@ -81,6 +81,51 @@ TEST(Arbiter, PendingWeightGradientsAreCapped) {
   EXPECT_EQ(s.a.peek()->kind, Kind::W) << "at the cap, W goes before ready F";
 }
 
+TEST(Arbiter, AdaptiveRunsTheForwardWhoseProducerTookLongestFirst) {
+  Stage s(config(2, 4, 1, true), "adaptive", 1, ready(8));
+  const std::int64_t cost[] = {5, 9, 9, 2};
+  for (int mb = 0; mb < 4; ++mb) {
+    s.a.note_cost({Kind::F, 1, mb}, cost[mb]);
+    s.a.mark_ready({Kind::F, 1, mb});
+  }
+  s.a.note_cost({Kind::F, 1, 3}, 100);  // already ready: too late, ignored
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 1, 1})) << "longest producer, then smallest mb";
+  s.a.commit({Kind::F, 1, 1});
+  s.a.mark_ready({Kind::B, 1, 1});
+  EXPECT_EQ(s.a.peek()->kind, Kind::B) << "after an F, a ready B goes first (as BF)";
+  s.a.commit({Kind::B, 1, 1});
+  s.a.mark_ready({Kind::W, 1, 1});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 1, 2}));
+  s.a.commit({Kind::F, 1, 2});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 1, 0})) << "no B ready: the next forward, cost 5";
+  s.a.commit({Kind::F, 1, 0});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 1, 3})) << "cost 2, as noted before it was ready";
+  s.a.commit({Kind::F, 1, 3});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::W, 1, 1})) << "W only when no B or F is ready";
+}
+
+// Where no producer cost can tell forwards apart, adaptive is BFW: on uniform work (equal
+// costs), and under `agree` with TP > 1, where the simulator tells no costs (the ranks of a
+// group, ranking by their own measurements, could propose differently).
+TEST(Arbiter, AdaptiveWithoutCostsIsBfw) {
+  WorkModel m(config(3, 8, 1, true));
+  EXPECT_EQ(simulate(m, make_hint("adaptive", m), unit_work(m), {}).makespan,
+            simulate(m, make_hint("bfw", m), unit_work(m), {}).makespan);
+  int differ = 0;
+  for (int seed = 0; seed < 20; ++seed) {
+    const RealizedWork w = realize(workload_preset("language"), m, 2, seed);
+    SimOptions opt;
+    opt.tp_protocol = TpProtocol::Agree;
+    EXPECT_EQ(simulate(m, make_hint("adaptive", m), w, opt).makespan,
+              simulate(m, make_hint("bfw", m), w, opt).makespan)
+        << "seed " << seed;
+    opt.tp_protocol = TpProtocol::Leader;  // the leader ranks by its costs
+    differ += simulate(m, make_hint("adaptive", m), w, opt).makespan !=
+              simulate(m, make_hint("bfw", m), w, opt).makespan;
+  }
+  EXPECT_GT(differ, 0) << "costs never changed a decision: the rule is not wired";
+}
+
 TEST(Arbiter, FixedWaitsForItsHead) {
   Stage s(config(2, 4), "1f1b", 1, {Policy::Fixed, 0, 0});
   s.a.mark_ready({Kind::F, 1, 1});

@@ -100,7 +100,7 @@ INSTANTIATE_TEST_SUITE_P(AllHints, Invariants, ::testing::ValuesIn(hint_names())
 
 // Appendix C: with any limit >= 1 no rule hint deadlocks, interleaved or not.
 TEST(BackPressure, RuleHintsNeverDeadlockAtAnyLimit) {
-  for (const char* name : {"bf", "fb", "b-priority", "f-priority", "bfw"}) {
+  for (const char* name : {"bf", "fb", "b-priority", "f-priority", "bfw", "adaptive"}) {
     for (int seed = 0; seed < 60; ++seed) {
       for (int limit = 1; limit <= 3; ++limit) {
         PipelineConfig c = config(2 + seed % 7, 1 + seed % 24, 1 + seed % 3, true);

@@ -15,7 +15,10 @@ struct Case {
 };
 
 TEST(RuntimeTp, LeaderAndAgreeKeepEveryGroupInOneOrder) {
-  const Case cases[] = {{"bf", shape(4, 8)}, {"bfw", shape(3, 6, 1, true)}, {"bf", shape(2, 4, 2)}};
+  const Case cases[] = {{"bf", shape(4, 8)},
+                        {"bfw", shape(3, 6, 1, true)},
+                        {"bf", shape(2, 4, 2)},
+                        {"adaptive", shape(3, 6, 1, true)}};
   for (TpProtocol p : {TpProtocol::Leader, TpProtocol::Agree})
     for (const Case& c : cases)
       for (int tp : {2, 3})

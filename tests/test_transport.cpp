@@ -1,6 +1,7 @@
 // The transport conformance suite (transport_conformance.hpp) for inproc, and what only
 // inproc promises: a hand-off without a copy, and sends to a shut-down peer that fail at once.
 #include "comm/inproc.hpp"
+#include "comm/wire.hpp"
 #include "transport_conformance.hpp"
 
 namespace rrfp::test {
@@ -10,6 +11,17 @@ INSTANTIATE_TEST_SUITE_P(Transports, Conformance,
                          ::testing::Values(std::make_pair("inproc",
                                                           Factory(make_inproc_transports))),
                          [](const auto& info) { return std::string(info.param.first); });
+
+// The byte-stream header carries the producer's cost in microseconds, clamped to its field.
+TEST(Wire, CarriesTheProducersCost) {
+  MessageTag t{3, TaskId{Kind::B, 2, 7}};
+  t.cost_ns = 12'345'678;
+  EXPECT_EQ(decode(encode(t, 10)).cost_ns, 12'345'000);
+  t.cost_ns = -5;
+  EXPECT_EQ(decode(encode(t, 10)).cost_ns, 0);
+  t.cost_ns = std::int64_t{1} << 50;
+  EXPECT_EQ(decode(encode(t, 10)).cost_ns, std::int64_t{INT32_MAX} * 1000);
+}
 
 TEST(Inproc, HandsOffWithoutACopy) {
   auto eps = make_inproc_transports(2);

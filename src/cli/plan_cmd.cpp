@@ -25,6 +25,7 @@ struct PlanFlags {
   double budget_s = 10, exact_budget_s = 60;
   std::int64_t max_evaluations = 0;
   std::uint64_t search_seed = 1;
+  std::string entry = "free";
 };
 
 double ms(std::int64_t ns) {
@@ -77,6 +78,9 @@ void run_plan(const PlanFlags& f) {
   so.budget_s = f.budget_s;
   so.max_evaluations = f.max_evaluations;
   so.seed = f.search_seed;
+  if (f.entry != "free" && f.entry != "in-order")
+    throw InputError("`entry`: expected free or in-order, got '" + f.entry + "'");
+  so.entry_in_order = f.entry == "in-order";
   if (tty)
     so.progress = [](const SearchProgress& g) {
       std::fprintf(stderr, "\rsearch: %.1f s, %lld orders, best %.3f ms\033[K", g.seconds,
@@ -193,6 +197,10 @@ void setup_plan(CLI::App& app) {
       ->check(not_negative());
   sub->add_option("--search-seed", f->search_seed, "seed of the search's perturbations")
       ->check(not_negative())
+      ->capture_default_str();
+  sub->add_option("--entry", f->entry,
+                  "first stage's forwards: free (any order) or in-order (microbatch order, as an "
+                  "online runtime must)")
       ->capture_default_str();
   sub->add_option("--exact", f->exact,
                   "exact search: auto (P <= 4, M <= 8, TP 1, async), on or off")

@@ -22,6 +22,9 @@ struct MessageTag {
   bool ack = false;
   Control control = Control::None;
   std::int32_t round = 0;  // Proposal: the agree round, counted per step
+  // Data: how long the producer took, measured where it ran (the adaptive rule ranks ready
+  // forwards by it). Byte-stream transports carry it in microseconds.
+  std::int64_t cost_ns = 0;
   friend bool operator==(const MessageTag&, const MessageTag&) = default;
 };
 

@@ -1,6 +1,8 @@
 #pragma once
 // The header every message of the byte-stream transports starts with (the MPI transport's now):
 // 40 bytes holding the tag, the payload size and, for a payload sent apart, its data tag.
+#include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 
@@ -13,7 +15,7 @@ inline constexpr int kFlagAck = 1, kFlagFollows = 2;  // the payload follows und
 struct Wire {
   std::int32_t step, kind, chunk, mb, flags, round;
   std::uint64_t size;
-  std::int32_t data_tag, pad;
+  std::int32_t data_tag, cost_us;
 };
 static_assert(sizeof(Wire) == 40);
 
@@ -26,7 +28,7 @@ inline Wire encode(const MessageTag& t, std::size_t size) {
               t.round,
               size,
               0,
-              0};
+              static_cast<std::int32_t>(std::clamp<std::int64_t>(t.cost_ns / 1000, 0, INT32_MAX))};
 }
 
 inline MessageTag decode(const Wire& w) {
@@ -36,6 +38,7 @@ inline MessageTag decode(const Wire& w) {
   t.ack = (w.flags & kFlagAck) != 0;
   t.control = static_cast<Control>((w.flags >> 8) & 0xff);
   t.round = w.round;
+  t.cost_ns = static_cast<std::int64_t>(std::max(w.cost_us, 0)) * 1000;
   return t;
 }
 

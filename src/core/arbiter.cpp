@@ -42,6 +42,7 @@ StageArbiter::StageArbiter(const WorkModel& m, int stage, const Hint& hint,
     throw InputError("arbiter options not resolved: limit and max_pending_w must be >= 1");
   if (opt_.policy == Policy::Fixed && !list_) throw InputError("`policy` fixed: needs a list hint");
   state_.assign(kNumKinds * v_ * mbs_, kWaiting);
+  cost_.assign(state_.size(), 0);
   progress_.assign(mbs_, 0);
   if (list_) {
     const auto& order = hint_.list().stages.at(stage_);
@@ -87,7 +88,21 @@ void StageArbiter::mark_ready(const TaskId& t) {
     throw Error("stage " + std::to_string(stage_) + ": task " + to_string(t) +
                 (st == kReady ? " became ready twice" : " became ready after it ran"));
   st = kReady;
-  if (opt_.policy == Policy::Ready) queue_[static_cast<int>(t.kind)].insert(key_of(t));
+  if (opt_.policy != Policy::Ready) return;
+  queue_[static_cast<int>(t.kind)].insert(key_of(t));
+  if (!list_ && rule_ == Rule::Adaptive && t.kind == Kind::F)
+    forwards_.emplace(m_.local_chunk(t.chunk), -cost_[local_index(t)], t.mb);
+}
+
+void StageArbiter::note_cost(const TaskId& t, std::int64_t ns) {
+  if (list_ || rule_ != Rule::Adaptive || !m_.valid(t) || m_.stage_of(t) != stage_) return;
+  if (state_[local_index(t)] == kWaiting) cost_[local_index(t)] = ns;
+}
+
+std::optional<TaskId> StageArbiter::adaptive_forward() const {
+  if (forwards_.empty()) return std::nullopt;
+  const auto& [lc, neg_cost, mb] = *forwards_.begin();
+  return TaskId{Kind::F, m_.chunk_at(stage_, lc), mb};
 }
 
 std::optional<TaskId> StageArbiter::head() const {
@@ -139,6 +154,7 @@ std::optional<TaskId> StageArbiter::peek() const {
     case Rule::BF:
     case Rule::FB:
     case Rule::BFW:
+    case Rule::Adaptive:
       if (!next_backward_) std::swap(first, second);
       break;
     case Rule::BPriority:
@@ -147,8 +163,11 @@ std::optional<TaskId> StageArbiter::peek() const {
       std::swap(first, second);
       break;
   }
-  if (auto t = min_of(first)) return t;
-  if (auto t = min_of(second)) return t;
+  auto pick = [&](Kind k) {
+    return k == Kind::F && rule_ == Rule::Adaptive ? adaptive_forward() : min_of(k);
+  };
+  if (auto t = pick(first)) return t;
+  if (auto t = pick(second)) return t;
   return min_of(Kind::W);
 }
 
@@ -168,6 +187,8 @@ void StageArbiter::commit(const TaskId& t) {
     ++head_;
   } else {
     queue_[static_cast<int>(t.kind)].erase(key_of(t));
+    if (!list_ && rule_ == Rule::Adaptive && t.kind == Kind::F)
+      forwards_.erase({m_.local_chunk(t.chunk), -cost_[local_index(t)], t.mb});
   }
   st = kDone;
   ++committed_;

@@ -5,10 +5,17 @@
 // Protocol: the owner reports each task whose inputs are all present with mark_ready(), asks
 // peek() for the task to run next when the stage is free (nullopt: wait for a change), and
 // reports the dispatch with commit(). peek() has no side effects, so tensor-parallel ranks can
-// propose a choice, compare, and commit only on agreement. Cost per decision: O(log64 n).
+// propose a choice, compare, and commit only on agreement. Cost per decision: O(log64 n), and
+// O(log n) for the adaptive rule's forwards.
+//
+// The adaptive rule also uses note_cost(): before a task becomes ready, the executor may say
+// how long the task that produced its input took (the previous stage's forward of the same
+// microbatch, measured there and carried with the message). Without it the rule is BFW.
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/hint.hpp"
@@ -36,6 +43,9 @@ class StageArbiter {
   StageArbiter(const WorkModel& m, int stage, const Hint& hint, const ArbiterOptions& opt);
 
   void mark_ready(const TaskId& t);
+  // The measured duration of the task whose output `t` waits for (adaptive rule); call it
+  // before the input makes `t` ready. Ignored by every other hint.
+  void note_cost(const TaskId& t, std::int64_t ns);
   std::optional<TaskId> peek() const;
   void commit(const TaskId& t);
 
@@ -76,6 +86,10 @@ class StageArbiter {
   bool next_backward_ = true;        // BF/FB/BFW round state
   int d_ = 0, peak_d_ = 0, pending_w_ = 0, peak_pending_w_ = 0;
   int committed_ = 0, total_;
+  // Adaptive: ready forwards by (local chunk, longest producer first, microbatch).
+  std::vector<std::int64_t> cost_;  // by local index
+  std::set<std::tuple<int, std::int64_t, int>> forwards_;
+  std::optional<TaskId> adaptive_forward() const;
   std::vector<int> progress_;  // per microbatch: local F and B done (drain order)
   int drain_mb_ = 0;
 };

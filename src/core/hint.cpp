@@ -15,7 +15,8 @@ const std::map<std::string, Rule>& rule_table() {
                                                 {"fb", Rule::FB},
                                                 {"b-priority", Rule::BPriority},
                                                 {"f-priority", Rule::FPriority},
-                                                {"bfw", Rule::BFW}};
+                                                {"bfw", Rule::BFW},
+                                                {"adaptive", Rule::Adaptive}};
   return t;
 }
 
@@ -39,7 +40,7 @@ std::string known_names() {
 const std::vector<std::string>& hint_names() {
   static const std::vector<std::string> names = {
       "gpipe", "1f1b", "interleaved-1f1b", "bfs",        "zb-h1", "zb-h2", "zb-v",
-      "bf",    "fb",   "b-priority",       "f-priority", "bfw"};
+      "bf",    "fb",   "b-priority",       "f-priority", "bfw", "adaptive"};
   return names;
 }
 
@@ -48,7 +49,7 @@ bool is_rule_hint_name(const std::string& name) {
 }
 
 bool hint_wants_split(const std::string& name) {
-  return name == "zb-h1" || name == "zb-h2" || name == "zb-v" || name == "bfw";
+  return name == "zb-h1" || name == "zb-h2" || name == "zb-v" || name == "bfw" || name == "adaptive";
 }
 
 Hint make_hint(const std::string& name, const WorkModel& m) {

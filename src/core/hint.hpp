@@ -10,7 +10,7 @@
 
 namespace rrfp {
 
-enum class Rule { BF, FB, BPriority, FPriority, BFW };
+enum class Rule { BF, FB, BPriority, FPriority, BFW, Adaptive };
 
 struct ListHint {
   std::vector<std::vector<TaskId>> stages;  // stages[s] = the order of stage s's tasks

@@ -82,8 +82,28 @@ class Searcher {
       next_progress_ = seconds() + 0.25;
       opt_.progress(SearchProgress{res_.evaluations, res_.makespan, seconds()});
     }
-    if (!order_violation(p_, o).empty()) return std::nullopt;
+    if (!order_violation(p_, o).empty() || !entry_kept(o)) return std::nullopt;
     return evaluate(p_, o);
+  }
+
+  bool entry_kept(const ListHint& o) const {
+    if (!opt_.entry_in_order) return true;
+    int next = 0;
+    for (const TaskId& t : o.stages[0])
+      if (t.kind == Kind::F && t.chunk == 0 && t.mb != next++) return false;
+    return true;
+  }
+
+  // With entry_in_order, the first chunk's forward priorities are re-dealt in microbatch order.
+  void keep_entry(std::vector<double>& key) const {
+    if (!opt_.entry_in_order) return;
+    const WorkModel& m = p_.m();
+    std::vector<double> k;
+    for (int mb = 0; mb < m.microbatches(); ++mb)
+      k.push_back(key[m.index(TaskId{Kind::F, 0, mb})]);
+    std::sort(k.begin(), k.end(), std::greater<>());
+    for (int mb = 0; mb < m.microbatches(); ++mb)
+      key[m.index(TaskId{Kind::F, 0, mb})] = k[mb];
   }
 
   void offer(const ListHint& o, std::int64_t makespan, const std::string& by) {
@@ -120,6 +140,7 @@ class Searcher {
     std::vector<double> prio(g_.n);
     for (int j = 0; j < g_.n; ++j)
       prio[j] = static_cast<double>(g_.tail[j] + g_.dur[j]);
+    keep_entry(prio);
     start("list critical-path", list_schedule(p_, prio));
   }
 
@@ -244,12 +265,14 @@ class Searcher {
     std::vector<double> key(g_.n), best_key;
     for (int j = 0; j < g_.n; ++j)
       key[j] = -static_cast<double>(t.start[j]);
+    keep_entry(key);
     std::int64_t cur = list_makespan(p_, key), best = cur;
     best_key = key;
     const double t0 = 0.01 * static_cast<double>(cur), from = used();
     while (!spent() && used() < until) {
       std::vector<double> cand = key;
       mutate(cand);
+      keep_entry(cand);
       ++res_.evaluations;
       const std::int64_t c = list_makespan(p_, cand);
       const double temp = t0 * std::max(0.0, 1.0 - (used() - from) / std::max(1e-9, until - from));

@@ -25,6 +25,10 @@ struct SearchOptions {
   std::int64_t max_evaluations = 0;  // 0 = no cap; a cap makes the result machine-independent
   std::uint64_t seed = 1;            // the search's own randomness (perturbations)
   std::function<void(const SearchProgress&)> progress;  // about every 0.25 s
+  // Keep the first stage's forwards in microbatch order: what an online runtime must do, as it
+  // cannot know a microbatch's cost before running it. Separates the gain of knowing costs in
+  // advance (reordering microbatches) from the gain of better arbitration.
+  bool entry_in_order = false;
 };
 
 struct StartPoint {

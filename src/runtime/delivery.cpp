@@ -8,6 +8,12 @@ namespace rrfp {
 
 namespace {
 
+MessageTag data_tag(int step, const TaskId& producer, std::int64_t cost_ns) {
+  MessageTag t{step, producer};
+  t.cost_ns = cost_ns;
+  return t;
+}
+
 int destination(const StageCore& c, int r, const TaskId& consumer) {
   return c.m.stage_of(consumer) * c.tp + r;
 }
@@ -22,6 +28,7 @@ class AsyncDelivery final : public Delivery {
 
   void on_data(int r, const TaskId& consumer, Message&& msg) override {
     StageRank& rk = c_.rank(r);
+    if (c_.note_costs()) rk.arb->note_cost(consumer, msg.tag.cost_ns);
     const bool ready = rk.inputs->arrive(consumer);  // refuses a second arrival first
     rk.input[c_.m.local_index(consumer)] = std::move(msg.payload);
     if (ready) c_.cv.notify_all();
@@ -35,10 +42,10 @@ class AsyncDelivery final : public Delivery {
   bool held(int) const override { return false; }
 
   void output(int r, const TaskId& producer, const TaskId& consumer, const Payload& out,
-              std::int64_t end, std::vector<Outgoing>& sends) override {
+              std::int64_t end, std::int64_t cost_ns, std::vector<Outgoing>& sends) override {
     const std::int64_t lat = c_.env.latency ? c_.env.latency(r, producer) : 0;
-    sends.push_back(
-        Outgoing{destination(c_, r, consumer), MessageTag{c_.step, producer}, out, end + lat});
+    sends.push_back(Outgoing{destination(c_, r, consumer), data_tag(c_.step, producer, cost_ns),
+                             out, end + lat});
   }
 
  private:
@@ -109,11 +116,12 @@ class RendezvousDelivery final : public Delivery {
   bool held(int r) const override { return ranks_[r].rdv && ranks_[r].rdv->held() > 0; }
 
   void output(int r, const TaskId& producer, const TaskId& consumer, const Payload& out,
-              std::int64_t end, std::vector<Outgoing>& sends) override {
+              std::int64_t end, std::int64_t cost_ns, std::vector<Outgoing>& sends) override {
     PerRank& pr = ranks_[r];
     if (pr.rdv->held() == 0) pr.held_since = end;
     pr.rdv->offered();  // the latency runs from the receiver's acceptance
-    sends.push_back(Outgoing{destination(c_, r, consumer), MessageTag{c_.step, producer}, out});
+    sends.push_back(
+        Outgoing{destination(c_, r, consumer), data_tag(c_.step, producer, cost_ns), out});
   }
 
   const Rendezvous* rendezvous(int r) const override { return ranks_[r].rdv.get(); }
@@ -131,6 +139,7 @@ class RendezvousDelivery final : public Delivery {
       if (c_.failure.failed()) return;
       StageRank& rk = c_.rank(r);
       rk.input[c_.m.local_index(consumer)] = std::move(msg.payload);
+      if (c_.note_costs()) rk.arb->note_cost(consumer, msg.tag.cost_ns);
       rk.inputs->deliver(consumer);
       c_.cv.notify_all();  // the next posted receive may now be another offer's
     }

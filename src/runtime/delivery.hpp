@@ -36,8 +36,9 @@ class Delivery {
   virtual bool held(int r) const = 0;
   // Rank r's task `producer` ended at `end` with `out`, an input of `consumer` on another
   // stage: adds the message to `sends` (lock held).
+  // `cost_ns`: how long the producer took (travels in the tag for the adaptive rule).
   virtual void output(int r, const TaskId& producer, const TaskId& consumer, const Payload& out,
-                      std::int64_t end, std::vector<Outgoing>& sends) = 0;
+                      std::int64_t end, std::int64_t cost_ns, std::vector<Outgoing>& sends) = 0;
   virtual const Rendezvous* rendezvous(int /*r*/) const { return nullptr; }
 };
 

@@ -82,6 +82,9 @@ struct StageCore {
   std::int64_t t0 = 0;
 
   StageRank& rank(int r) { return ranks[r]; }
+  // Whether arbiters hear what inputs' producers took (the adaptive rule): not under `agree`,
+  // where the ranks of a group, ranking by their own measurements, could propose differently.
+  bool note_costs() const { return !(tp > 1 && env.protocol == TpProtocol::Agree); }
   std::string name(int r) const;         // "stage 2 tp rank 1"
   std::string peer(int endpoint) const;  // "stage 2", or as env.peer_name says
   // Rank r was blocked from `from` to `to` (absolute ns): its stats and its trace span.

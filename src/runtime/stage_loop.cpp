@@ -122,10 +122,11 @@ bool Stage::execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t,
   const int n = m.consumers(t, c);
   for (int i = 0; i < n; ++i) {
     if (c[i].cross_stage) {
-      delivery_->output(r, t, c[i].task, out, end, sends);
+      delivery_->output(r, t, c[i].task, out, end, end - start, sends);
       continue;
     }
     if (c[i].task.kind == t.kind) rk.input[m.local_index(c[i].task)] = out;  // same stage
+    if (core_.note_costs()) rk.arb->note_cost(c[i].task, end - start);
     rk.inputs->satisfy(c[i].task);
   }
   if (!sends.empty()) {

@@ -66,6 +66,7 @@ class Simulation {
     if (w.num_tasks != m.num_tasks()) throw Error("realized work does not match the work model");
     opt_.arbiter = resolve_options(opt.arbiter, hint, m);
     coordinated_ = t_ > 1 && opt_.tp_protocol != TpProtocol::None;
+    costs_ = !(coordinated_ && opt_.tp_protocol == TpProtocol::Agree);
     ranks_.resize(static_cast<size_t>(p_) * t_);
     groups_.resize(p_);
     for (int s = 0; s < p_; ++s)
@@ -171,6 +172,7 @@ class Simulation {
         group_end(e.stage, e.a);
         break;
       case Ev::Arrive:
+        note_input_cost(e.stage, e.rank, m_.task(e.a));
         ready_if(e.stage, rank(e.stage, e.rank).inputs->arrive(m_.task(e.a)));
         break;
       case Ev::SendDone:
@@ -201,6 +203,7 @@ class Simulation {
       if (opt_.record) res_.tasks[rk.record].end = now_;
       for (int i = 0; i < n; ++i) {
         if (!c[i].cross_stage) {
+          if (costs_) rk.arb->note_cost(c[i].task, w_.compute(r, index));
           ready_if(s, rk.inputs->satisfy(c[i].task));
           continue;
         }
@@ -220,8 +223,19 @@ class Simulation {
     mark_dirty(s);
   }
 
+  // The adaptive rule learns what the producer of a task's input took, as the runtime's
+  // messages tell it. Not under `agree`: ranks would rank by different measurements.
+  void note_input_cost(int s, int r, const TaskId& consumer) {
+    if (!costs_) return;
+    std::array<Dep, 2> d{};
+    const int n = m_.deps(consumer, d);
+    for (int i = 0; i < n; ++i)
+      if (d[i].cross_stage) rank(s, r).arb->note_cost(consumer, w_.compute(r, m_.index(d[i].task)));
+  }
+
   void send_done(int id) {
     const Send& sd = sends_[id];
+    note_input_cost(sd.dst_stage, sd.rank, sd.consumer);
     rank(sd.dst_stage, sd.rank).inputs->deliver(sd.consumer);
     mark_dirty(sd.dst_stage);  // its next posted receive may be another offer's
     Rank& src = rank(sd.src_stage, sd.rank);
@@ -346,6 +360,7 @@ class Simulation {
   SimOptions opt_;
   int p_, t_;
   bool coordinated_ = false;  // T > 1 with a protocol
+  bool costs_ = true;         // tell arbiters what inputs' producers took (adaptive rule)
   std::vector<Rank> ranks_;
   std::vector<Group> groups_;
   std::vector<Send> sends_;
