@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include "core/arbiter.hpp"
+#include "sim/rng.hpp"
 #include "sim/simulator.hpp"
 #include "sim/workload.hpp"
 
@@ -31,6 +32,15 @@ BENCHMARK_CAPTURE(BM_SimulateMultimodal, ready_bf, "bf", Policy::Ready)
 BENCHMARK_CAPTURE(BM_SimulateMultimodal, fixed_interleaved_1f1b, "interleaved-1f1b", Policy::Fixed)
     ->Unit(benchmark::kMillisecond);
 
+// 1,000 ready forwards, each with a producer's cost (what the adaptive rule ranks by; the
+// other hints ignore it).
+void fill(StageArbiter& a) {
+  for (int mb = 0; mb < 1000; ++mb) {
+    a.note_cost({Kind::F, 0, mb}, static_cast<std::int64_t>(mix64(mb) % 1'000'000));
+    a.mark_ready({Kind::F, 0, mb});
+  }
+}
+
 // One arbitration decision (peek) with 1,000 ready tasks on the stage.
 void BM_Decision(benchmark::State& state, const char* hint_name) {
   PipelineConfig c;
@@ -39,34 +49,36 @@ void BM_Decision(benchmark::State& state, const char* hint_name) {
   WorkModel m(c);
   Hint hint = make_hint(hint_name, m);
   StageArbiter a(m, 0, hint, resolve_options({Policy::Ready, 1000, 0}, hint, m));
-  for (int mb = 0; mb < 1000; ++mb)
-    a.mark_ready({Kind::F, 0, mb});
+  fill(a);
   for (auto _ : state)
     benchmark::DoNotOptimize(a.peek());
 }
 BENCHMARK_CAPTURE(BM_Decision, rule_bf, "bf")->Repetitions(9)->ReportAggregatesOnly(true);
+BENCHMARK_CAPTURE(BM_Decision, rule_adaptive, "adaptive")
+    ->Repetitions(9)
+    ->ReportAggregatesOnly(true);
 BENCHMARK_CAPTURE(BM_Decision, list_1f1b, "1f1b")->Repetitions(9)->ReportAggregatesOnly(true);
 
 // A full dispatch cycle (peek + commit) while draining 1,000 ready tasks.
-void BM_DecideAndCommit(benchmark::State& state) {
+void BM_DecideAndCommit(benchmark::State& state, const char* hint_name) {
   PipelineConfig c;
   c.pp = 2;
   c.microbatches = 1000;
   WorkModel m(c);
-  Hint hint = make_hint("bf", m);
+  Hint hint = make_hint(hint_name, m);
   const ArbiterOptions opt = resolve_options({Policy::Ready, 1000, 0}, hint, m);
   for (auto _ : state) {
     state.PauseTiming();
     StageArbiter a(m, 0, hint, opt);
-    for (int mb = 0; mb < 1000; ++mb)
-      a.mark_ready({Kind::F, 0, mb});
+    fill(a);
     state.ResumeTiming();
     for (int i = 0; i < 1000; ++i)
       a.commit(*a.peek());
   }
   state.SetItemsProcessed(state.iterations() * 1000);
 }
-BENCHMARK(BM_DecideAndCommit);
+BENCHMARK_CAPTURE(BM_DecideAndCommit, bf, "bf");
+BENCHMARK_CAPTURE(BM_DecideAndCommit, adaptive, "adaptive");
 
 }  // namespace
 }  // namespace rrfp

@@ -28,6 +28,39 @@ TEST(Workload, PaperCommHasThePapersSpread) {
   EXPECT_NEAR(spread(msg), 59, 12);
 }
 
+TEST(Workload, PaperPresetHasThePapersSpreadsAndBottleneck) {
+  // The same spreads with bimodal messages; the last stage slowest for about half the
+  // microbatches at P = 8 (the fit's compromise, docs/results-paper.md).
+  WorkModel m(config(8, 8));
+  const WorkloadParams w = workload_preset("paper");
+  std::vector<double> comp, msg;
+  const int f_idx = m.index({Kind::F, 1, 3});
+  int last_slowest = 0, samples = 0;
+  for (int seed = 0; seed < 4000; ++seed) {
+    RealizedWork r = realize(w, m, 1, seed);
+    comp.push_back(r.compute(0, f_idx));
+    msg.push_back(r.message(0, f_idx));
+    if (seed % 10) continue;
+    for (int mb = 0; mb < 8; ++mb) {
+      std::int64_t others = 0;
+      for (int c = 0; c < 7; ++c)
+        others = std::max(others, r.compute(0, m.index({Kind::F, c, mb})));
+      last_slowest += r.compute(0, m.index({Kind::F, 7, mb})) > others;
+      ++samples;
+    }
+  }
+  EXPECT_NEAR(spread(comp), 0.70, 0.08);
+  EXPECT_NEAR(spread(msg), 59, 12);
+  const double share = static_cast<double>(last_slowest) / samples;
+  EXPECT_GT(share, 0.4);
+  EXPECT_LT(share, 0.7);
+  // Fig. 2's ranges: forwards around 18 ms, every message below 60 ms.
+  std::sort(msg.begin(), msg.end());
+  std::sort(comp.begin(), comp.end());
+  EXPECT_LT(msg.back(), 60e6);
+  EXPECT_NEAR(comp[comp.size() / 2], 18e6, 4e6);
+}
+
 TEST(Workload, DurationsArePureAndOrderFree) {
   WorkModel m(config(4, 16, 1, true));
   for (const auto& name : workload_names()) {

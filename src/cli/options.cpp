@@ -75,7 +75,7 @@ CLI::Option* add_dispatch_flags(CLI::App* app, DispatchFlags& f, const std::stri
 
 void add_workload_flags(CLI::App* app, WorkloadFlags& f) {
   app->add_option("--workload", f.workload,
-                  "preset: uniform, language, multimodal, jitter:J0..J3, straggler, paper-comm")
+                  "preset: uniform, language, multimodal, jitter:J0..J3, straggler, paper-comm, paper")
       ->capture_default_str();
   app->add_option("--workload-file", f.workload_file, "JSON overriding any workload parameter");
   app->add_option(

@@ -52,6 +52,10 @@ struct WorkloadParams {
   double comm_latency_us = 0;
   double comm_bandwidth_gbps = 0;  // GB/s; 0 = size costs nothing
   double comm_sigma = 0;
+  // A slow mode (bimodal messages): with probability comm_slow_prob a message takes
+  // comm_slow_us (times log-normal noise of sigma 0.2) on top, as in the paper's Fig. 2.
+  double comm_slow_prob = 0;
+  double comm_slow_us = 0;
   double bytes_per_token = 8192;  // activation bytes per token (hidden 4096, bf16)
   // Tensor parallelism: per-rank noise, the all-reduce inside each task, the coordination hop.
   double tp_sigma = 0.03;
@@ -59,7 +63,7 @@ struct WorkloadParams {
   double coord_latency_us = 10;
 };
 
-// Preset names: uniform, language, multimodal, jitter[:J0..J3], straggler, paper-comm.
+// Preset names: uniform, language, multimodal, jitter[:J0..J3], straggler, paper-comm, paper.
 const std::vector<std::string>& workload_names();
 WorkloadParams workload_preset(const std::string& name);  // throws InputError
 // Applies a JSON object of overrides ({"preset": ..., "forward_us": ..., ...}).

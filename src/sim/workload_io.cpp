@@ -69,6 +69,8 @@ const std::map<std::string, Setter>& setters() {
       {"comm_latency_us", number(&W::comm_latency_us)},
       {"comm_bandwidth_gbps", number(&W::comm_bandwidth_gbps)},
       {"comm_sigma", number(&W::comm_sigma)},
+      {"comm_slow_prob", number(&W::comm_slow_prob)},
+      {"comm_slow_us", number(&W::comm_slow_us)},
       {"bytes_per_token", number(&W::bytes_per_token)},
       {"tp_sigma", number(&W::tp_sigma)},
       {"tp_collective_us", number(&W::tp_collective_us)},
