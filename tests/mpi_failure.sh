@@ -66,11 +66,18 @@ stop_case() {
   local start=$SECONDS
   # --timeout 10: the deadline at start-up and shutdown is 10 s whatever it is, and mid-step a
   # busy machine must not stall the step first.
-  RRFP_FAULT_STOP=$phase:2 timeout 60 "$here/mpirun.sh" 4 "$rrfp" run --transport mpi --pp 4 \
-    -m 8 --workload uniform --timeout 10 $marker >"$log" 2>&1
+  # timeout -k: if mpirun itself ignores the TERM, the KILL 10 s later still ends the case.
+  RRFP_FAULT_STOP=$phase:2 timeout -k 10 60 "$here/mpirun.sh" 4 "$rrfp" run --transport mpi \
+    --pp 4 -m 8 --workload uniform --timeout 10 $marker >"$log" 2>&1
   local rc=$?
   local took=$((SECONDS - start))
-  [ $rc -ne 124 ] || fail "stopped at $phase: the job still ran after 60 s"
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    # Say what every process left was doing (state T = stopped), then clean up.
+    ps -o pid,stat,wchan:20,args -p "$(pgrep -d, -f "rrfp run .*$marker" || echo 1)" || true
+    tail -n 20 "$log"
+    pkill -9 -f "rrfp run .*$marker" || true
+    fail "stopped at $phase: the job still ran after 60 s (timeout exit $rc)"
+  fi
   [ $rc -ne 0 ] || { cat "$log"; fail "stopped at $phase: mpirun exited 0"; }
   [ $took -lt 30 ] || fail "stopped at $phase: the job took $took s (deadline 10 s)"
   grep -q "mpi rank [013]: $call did not finish within 10 s" "$log" ||

@@ -41,14 +41,17 @@ std::string line(const char* format, Args... args) {
 
 // The exact search runs by default where it finishes quickly enough to be worth waiting for.
 bool want_exact(const PlanFlags& f, const PlanProblem& p) {
+  if (f.exact != "auto" && f.exact != "on" && f.exact != "off")
+    throw InputError("`exact`: expected auto, on or off, got '" + f.exact + "'");
   if (f.exact == "off") return false;
+  std::string why = exact_unsupported(p);
+  if (why.empty() && f.entry == "in-order")
+    why = "enumerates every order, so it cannot keep --entry in-order";
   if (f.exact == "on") {
-    if (auto why = exact_unsupported(p); !why.empty()) throw InputError("`exact` on: " + why);
+    if (!why.empty()) throw InputError("`exact` on: " + why);
     return true;
   }
-  if (f.exact != "auto")
-    throw InputError("`exact`: expected auto, on or off, got '" + f.exact + "'");
-  return p.m().pp() <= 4 && p.m().microbatches() <= 8 && exact_unsupported(p).empty();
+  return p.m().pp() <= 4 && p.m().microbatches() <= 8 && why.empty();
 }
 
 void run_plan(const PlanFlags& f) {
@@ -73,13 +76,13 @@ void run_plan(const PlanFlags& f) {
   std::ostream& human = f.json == "-" ? std::cerr : std::cout;
   const bool tty = ::isatty(STDERR_FILENO) != 0;
 
+  if (f.entry != "free" && f.entry != "in-order")
+    throw InputError("`entry`: expected free or in-order, got '" + f.entry + "'");
   const bool ran_exact = want_exact(f, p);
   SearchOptions so;
   so.budget_s = f.budget_s;
   so.max_evaluations = f.max_evaluations;
   so.seed = f.search_seed;
-  if (f.entry != "free" && f.entry != "in-order")
-    throw InputError("`entry`: expected free or in-order, got '" + f.entry + "'");
   so.entry_in_order = f.entry == "in-order";
   if (tty)
     so.progress = [](const SearchProgress& g) {
@@ -124,7 +127,7 @@ void run_plan(const PlanFlags& f) {
     const bool json = f.out.size() >= 5 && f.out.compare(f.out.size() - 5, 5, ".json") == 0;
     write_text_file(f.out, json ? write_hint_json(order, m) : write_hint_text(order, m), "--out");
   }
-  if (f.json.empty() || f.json != "-") {
+  if (f.json != "-") {
     human << "P=" << m.pp() << " V=" << m.vpp() << " M=" << m.microbatches()
           << " split=" << (m.split() ? "on" : "off") << " TP=" << sc.tp
           << "  workload=" << header_of(sc).workload << "  seed=" << sc.seed

@@ -144,7 +144,7 @@ class Searcher {
     start("list critical-path", list_schedule(p_, prio));
   }
 
-  // Start times of the order's tasks (rank 0), by task index, and each stage's positions.
+  // Start and end times of the order's tasks (TP rank 0's), by task index.
   struct Timed {
     std::vector<std::int64_t> start, end;
     std::int64_t makespan = 0;
@@ -258,8 +258,9 @@ class Searcher {
   }
 
   // Simulated annealing over priorities, each evaluated by list scheduling under the ready
-  // policy (so every candidate keeps the limit and adapts every stage's order to the change);
-  // `slice` of the budget, then the best priorities' order is offered.
+  // policy (so every candidate keeps the limit and adapts every stage's order to the change),
+  // until `until` of the budget is used; then the best priorities' order is polished and
+  // offered.
   void anneal(double until) {
     const Timed t = timed(res_.order);
     std::vector<double> key(g_.n), best_key;
@@ -268,14 +269,15 @@ class Searcher {
     keep_entry(key);
     std::int64_t cur = list_makespan(p_, key), best = cur;
     best_key = key;
-    const double t0 = 0.01 * static_cast<double>(cur), from = used();
+    const double temp0 = 0.01 * static_cast<double>(cur), from = used();
     while (!spent() && used() < until) {
       std::vector<double> cand = key;
       mutate(cand);
       keep_entry(cand);
       ++res_.evaluations;
       const std::int64_t c = list_makespan(p_, cand);
-      const double temp = t0 * std::max(0.0, 1.0 - (used() - from) / std::max(1e-9, until - from));
+      const double temp =
+          temp0 * std::max(0.0, 1.0 - (used() - from) / std::max(1e-9, until - from));
       if (c <= cur || (temp > 0 && uniform() < std::exp(-static_cast<double>(c - cur) / temp))) {
         key = std::move(cand);
         cur = c;
@@ -299,7 +301,7 @@ class Searcher {
     auto [cur, ms] = descend(res_.order, res_.makespan);
     offer(cur, ms, res_.found_by + " + local search");
     // Annealing rounds, each restarting from the best order so far.
-    for (int round = 1; !spent(); ++round)
+    while (!spent())
       anneal(std::min(1.0, used() + 0.25));
   }
 

@@ -1,9 +1,9 @@
 #pragma once
 // The clairvoyant heuristic (docs/frontier.md): knowing every duration, find a fast feasible
 // order. Starts from the orders rrfp's rules and the fixed schedules realize and from list
-// scheduling by critical-path priority, then improves the best by local search on the
-// critical path (moving a critical task ahead of the task it waited for on its stage) and
-// restarts from perturbed priorities, until the budget is spent.
+// scheduling by critical-path priority; then, until the budget is spent, anneals in priority
+// space (each candidate list-scheduled by the ready policy) and polishes each round's best by
+// moving tasks of its critical path on their stage.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -51,5 +51,7 @@ SearchResult search_schedule(const PlanProblem& p, const SearchOptions& opt);
 // List scheduling: the ready policy run with `priority` (higher first) as its list hint; the
 // order it realizes keeps the limit and the W cap by construction.
 ListHint list_schedule(const PlanProblem& p, const std::vector<double>& priority);
+// The makespan of that run, without keeping its records (the annealing's evaluation).
+std::int64_t list_makespan(const PlanProblem& p, const std::vector<double>& priority);
 
 }  // namespace rrfp
