@@ -74,13 +74,15 @@ CLI::Option* add_dispatch_flags(CLI::App* app, DispatchFlags& f, const std::stri
 }
 
 void add_workload_flags(CLI::App* app, WorkloadFlags& f) {
-  app->add_option("--workload", f.workload,
-                  "preset: uniform, language, multimodal, jitter:J0..J3, straggler, paper-comm, paper")
+  app->add_option(
+         "--workload", f.workload,
+         "preset: uniform, language, multimodal, jitter:J0..J3, straggler, paper-comm, paper")
       ->capture_default_str();
   app->add_option("--workload-file", f.workload_file, "JSON overriding any workload parameter");
   app->add_option(
       "--replay", f.replay,
-      "CSV of measured durations: stage,chunk,microbatch,kind,duration_us[,tp_rank][,send_us]");
+      "measured durations: a CSV (stage,chunk,microbatch,kind,duration_us[,tp_rank][,send_us]) "
+      "or a .json Chrome trace written by rrfp's --trace");
   app->add_option("--seed", f.seed, "seed of every random duration")
       ->check(not_negative())
       ->capture_default_str();

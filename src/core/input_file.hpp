@@ -17,6 +17,7 @@ struct InputKind {
 
 inline constexpr InputKind kWorkloadFile{"workload_file", 1ull << 20, 64u << 10};
 inline constexpr InputKind kReplayFile{"replay", 256ull << 20, 4u << 10};
+inline constexpr InputKind kReplayTrace{"replay", 256ull << 20, 0};  // JSON: one long line
 
 // The whole file. Throws InputError naming the option and the path when the file is missing,
 // is a directory or anything but a regular file (device, FIFO, socket: never opened in a way

@@ -21,6 +21,9 @@ struct TaskRecord {
   TaskId task;
   int stage = 0, rank = 0;
   std::int64_t start = 0, compute_end = 0, end = 0;  // end: the group's collective finished
+  // What the message carrying its output took (simulator; 0: none or not measured): traces
+  // keep it, so a trace replays to the very same step.
+  std::int64_t send_ns = 0;
 };
 
 struct BlockedSpan {

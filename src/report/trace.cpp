@@ -40,15 +40,16 @@ void write_chrome_trace(const std::string& path, const std::vector<ReportRun>& r
     }
     for (const auto& t : r.result.tasks) {
       const std::string kind(1, kind_char(t.task.kind));
-      events.push_back(
-          {{"name", to_string(t.task)},
-           {"cat", kind},
-           {"ph", "X"},
-           {"ts", t.start / 1e3},
-           {"dur", (t.compute_end - t.start) / 1e3},
-           {"pid", pid_base + t.stage},
-           {"tid", t.rank},
-           {"args", {{"kind", kind}, {"chunk", t.task.chunk}, {"microbatch", t.task.mb}}}});
+      nlohmann::json args = {{"kind", kind}, {"chunk", t.task.chunk}, {"microbatch", t.task.mb}};
+      if (t.send_ns > 0) args["send_us"] = t.send_ns / 1e3;
+      events.push_back({{"name", to_string(t.task)},
+                        {"cat", kind},
+                        {"ph", "X"},
+                        {"ts", t.start / 1e3},
+                        {"dur", (t.compute_end - t.start) / 1e3},
+                        {"pid", pid_base + t.stage},
+                        {"tid", t.rank},
+                        {"args", std::move(args)}});
     }
     for (const auto& b : r.result.blocked)
       events.push_back({{"name", reason_name(b.reason)},

@@ -209,6 +209,7 @@ class Simulation {
         }
         const int dst = m_.stage_of(c[i].task);
         const std::int64_t lat = w_.message(r, index);
+        if (opt_.record) res_.tasks[rk.record].send_ns = lat;
         if (!rk.rendezvous) {
           push(now_ + lat, Ev::Arrive, dst, r, m_.index(c[i].task));
           continue;

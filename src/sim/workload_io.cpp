@@ -10,6 +10,7 @@
 #include "core/json_input.hpp"
 #include "core/modes.hpp"
 #include "sim/replay.hpp"
+#include "sim/trace_import.hpp"
 #include "sim/workload.hpp"
 
 namespace rrfp {
@@ -218,6 +219,9 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
 }
 
 RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int tp) {
+  // A Chrome trace is one long line: it is read without the CSV's line cap.
+  const bool trace = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  if (trace) return parse_chrome_trace(read_input_file(path, kReplayTrace), m, tp, path);
   return parse_replay_csv(read_input_file(path, kReplayFile), m, tp, path);
 }
 

@@ -1,0 +1,121 @@
+// Replaying rrfp's own Chrome traces: trace -> replay -> the same makespan, to the nanosecond;
+// and the errors a trace that does not fit the run gets.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.hpp"
+#include "report/report.hpp"
+#include "sim/replay.hpp"
+#include "sim/trace_import.hpp"
+#include "sim_helpers.hpp"
+
+namespace rrfp::test {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "rrfp_trace_" + name + ".json";
+}
+
+ReportRun simulated(const WorkModel& m, const std::string& hint, Policy p, const RealizedWork& w,
+                    CommMode comm) {
+  ReportRun r;
+  r.label = hint;
+  r.cfg = m.config();
+  SimOptions opt;
+  opt.arbiter.policy = p;
+  opt.comm = comm;
+  r.result = simulate(m, make_hint(hint, m), w, opt);
+  return r;
+}
+
+TEST(TraceImport, RoundTripGivesTheSameMakespanExactly) {
+  struct Case {
+    const char* workload;
+    const char* hint;
+    Policy policy;
+    bool split;
+    int tp;
+    CommMode comm;
+  };
+  const Case cases[] = {{"language", "1f1b", Policy::Fixed, false, 1, CommMode::Async},
+                        {"multimodal", "bf", Policy::Ready, false, 1, CommMode::Async},
+                        {"paper", "bfw", Policy::Ready, true, 1, CommMode::Async},
+                        {"jitter:J3", "adaptive", Policy::Ready, true, 1, CommMode::Async},
+                        {"paper-comm", "1f1b", Policy::Fixed, false, 1, CommMode::Blocking},
+                        {"multimodal", "bf", Policy::Ready, false, 2, CommMode::Async}};
+  for (const Case& c : cases)
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+      WorkModel m(config(4, 12, 1, c.split));
+      const RealizedWork w = realize(workload_preset(c.workload), m, c.tp, seed);
+      const ReportRun run = simulated(m, c.hint, c.policy, w, c.comm);
+      const std::string path = temp_path(std::string(c.workload).substr(0, 5) + c.hint);
+      write_chrome_trace(path, {run});
+      RealizedWork back = read_replay_file(path, m, c.tp);
+      back.collective_ns = w.collective_ns;  // TP: the group's collective is the workload's
+      back.coord_ns = w.coord_ns;
+      EXPECT_EQ(back.compute_ns, w.compute_ns) << c.workload << " " << c.hint;
+      EXPECT_EQ(simulated(m, c.hint, c.policy, back, c.comm).result.makespan, run.result.makespan)
+          << c.workload << " " << c.hint << " seed " << seed;
+      std::remove(path.c_str());
+    }
+}
+
+TEST(TraceImport, NamesWhatIsMissingPerStage) {
+  WorkModel m(config(2, 4));
+  const RealizedWork w = realize(workload_preset("language"), m, 1, 1);
+  ReportRun run = simulated(m, "1f1b", Policy::Fixed, w, CommMode::Async);
+  // Drop B c1 m3 from stage 1 and every W-less task is still there: one named gap.
+  std::erase_if(run.result.tasks, [](const TaskRecord& t) {
+    return t.task == TaskId{Kind::B, 1, 3};
+  });
+  const std::string path = temp_path("missing");
+  write_chrome_trace(path, {run});
+  try {
+    read_replay_file(path, m, 1);
+    FAIL() << "an incomplete trace was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("stage 1: 1 (B c1 m3)"), std::string::npos) << e.what();
+  }
+  // A larger shape than the trace's: stage 2 is missing altogether.
+  WorkModel bigger(config(3, 4));
+  EXPECT_THROW(read_replay_file(path, bigger, 1), InputError);
+  std::remove(path.c_str());
+}
+
+TEST(TraceImport, RefusesWhatIsNotAnRrfpTrace) {
+  WorkModel m(config(2, 2));
+  auto refused = [&](const std::string& text, const std::string& want) {
+    try {
+      parse_chrome_trace(text, m, 1, "t.json");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  refused("{\"x\": 1}", "without `traceEvents`");
+  refused("{\"traceEvents\": 3}", "is not an array");
+  refused("[{\"ph\": \"X\", \"name\": \"aten::mm\", \"pid\": 1, \"dur\": 5}]", "no rrfp run");
+  refused(
+      "[{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, \"args\": {\"name\": \"r / stage "
+      "0\"}},"
+      "{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"dur\": -1, \"args\": {\"kind\": \"F\", "
+      "\"chunk\": 0, \"microbatch\": 0}}]",
+      "`dur` is negative");
+  refused(
+      "[{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, \"args\": {\"name\": \"r / stage "
+      "0\"}},"
+      "{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"dur\": 1, \"args\": {\"kind\": \"F\", "
+      "\"chunk\": 1, \"microbatch\": 0}}]",
+      "runs on stage 1, not 0");
+  refused(
+      "[{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, \"args\": {\"name\": \"r / stage "
+      "0\"}},"
+      "{\"ph\": \"X\", \"pid\": 0, \"tid\": 3, \"dur\": 1, \"args\": {\"kind\": \"F\", "
+      "\"chunk\": 0, \"microbatch\": 0}}]",
+      "tp rank) 3 >= `tp` 1");
+}
+
+}  // namespace
+}  // namespace rrfp::test
