@@ -39,8 +39,8 @@ std::string known_names() {
 
 const std::vector<std::string>& hint_names() {
   static const std::vector<std::string> names = {
-      "gpipe", "1f1b", "interleaved-1f1b", "bfs",        "zb-h1", "zb-h2", "zb-v",
-      "bf",    "fb",   "b-priority",       "f-priority", "bfw", "adaptive"};
+      "gpipe", "1f1b", "interleaved-1f1b", "bfs",        "zb-h1", "zb-h2",   "zb-v",
+      "bf",    "fb",   "b-priority",       "f-priority", "bfw",   "adaptive"};
   return names;
 }
 
@@ -49,7 +49,8 @@ bool is_rule_hint_name(const std::string& name) {
 }
 
 bool hint_wants_split(const std::string& name) {
-  return name == "zb-h1" || name == "zb-h2" || name == "zb-v" || name == "bfw" || name == "adaptive";
+  return name == "zb-h1" || name == "zb-h2" || name == "zb-v" || name == "bfw" ||
+         name == "adaptive";
 }
 
 Hint make_hint(const std::string& name, const WorkModel& m) {
