@@ -34,6 +34,12 @@ struct ArbiterOptions {
   int max_pending_w = 0;  // cap on B done - W done; 0 = P
 };
 
+// The largest D = F done - B done a ready-policy stage may reach under limit L: L, plus V where
+// draining a microbatch through its V >= 2 chunks may pass L (design.md §2, Cor. C.2).
+inline int ready_d_bound(int limit, const WorkModel& m) {
+  return limit + (m.vpp() > 1 ? m.vpp() : 0);
+}
+
 // Resolves defaults (limit 0, max_pending_w 0) and checks the combination against the hint.
 ArbiterOptions resolve_options(ArbiterOptions opt, const Hint& hint, const WorkModel& m);
 

@@ -46,11 +46,9 @@ std::string order_violation(const PlanProblem& p, const ListHint& order) {
   return {};
 }
 
-namespace {
-
-SimOptions fixed_options(const PlanProblem& p, bool record) {
+SimOptions sim_options(const PlanProblem& p, Policy policy, bool record) {
   SimOptions opt;
-  opt.arbiter.policy = Policy::Fixed;
+  opt.arbiter.policy = policy;
   opt.arbiter.limit = p.limit;  // the fixed policy follows its list; set to skip the default
   opt.arbiter.max_pending_w = p.max_pending_w;
   opt.comm = p.comm;
@@ -59,14 +57,12 @@ SimOptions fixed_options(const PlanProblem& p, bool record) {
   return opt;
 }
 
-}  // namespace
-
 std::optional<std::int64_t> evaluate(const PlanProblem& p, const ListHint& order) {
   Hint h;
   h.name = "plan";
   h.body = order;
   try {
-    return simulate(p.m(), h, p.w(), fixed_options(p, false)).makespan;
+    return simulate(p.m(), h, p.w(), sim_options(p, Policy::Fixed, false)).makespan;
   } catch (const DeadlockError&) {
     return std::nullopt;
   }
@@ -76,7 +72,7 @@ StepRecord simulate_order(const PlanProblem& p, const ListHint& order, const std
   Hint h;
   h.name = name;
   h.body = order;
-  return simulate(p.m(), h, p.w(), fixed_options(p, true));
+  return simulate(p.m(), h, p.w(), sim_options(p, Policy::Fixed, true));
 }
 
 ListHint realized_order(const WorkModel& m, const StepRecord& r) {

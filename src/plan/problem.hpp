@@ -23,15 +23,18 @@ struct PlanProblem {
 
   const WorkModel& m() const { return *model; }
   const RealizedWork& w() const { return *work; }
-  // The largest D = F done - B done a stage may reach: L, plus V where rrfp's draining may
-  // pass L by up to V (the bound the invariant checker holds ready runs to).
-  int d_bound() const { return limit + (model->vpp() > 1 ? model->vpp() : 0); }
+  // The largest D = F done - B done a stage may reach: what rrfp's ready policy may reach
+  // (the bound the invariant checker holds ready runs to).
+  int d_bound() const { return ready_d_bound(limit, *model); }
 };
 
 // Resolves `limit` and `max_pending_w` (0 = the defaults rrfp's rule hints get: the
 // memory-neutral limit of design.md §2 and W cap P). Throws InputError on bad values.
 PlanProblem make_problem(const WorkModel& m, const RealizedWork& w, CommMode comm,
                          TpProtocol tp_protocol, int limit, int max_pending_w);
+
+// The simulator's options for a run of `p` under `policy` (limit, W cap, comm, TP protocol).
+SimOptions sim_options(const PlanProblem& p, Policy policy, bool record);
 
 // Empty when `order` keeps D <= d_bound() and B done - W done <= max_pending_w at every prefix
 // of every stage; otherwise what breaks first ("stage 2: D reaches 5 at F c2 m4 (bound 4)").

@@ -12,17 +12,6 @@ namespace rrfp {
 
 namespace {
 
-SimOptions ready_options(const PlanProblem& p, bool record) {
-  SimOptions opt;
-  opt.arbiter.policy = Policy::Ready;
-  opt.arbiter.limit = p.limit;
-  opt.arbiter.max_pending_w = p.max_pending_w;
-  opt.comm = p.comm;
-  opt.tp_protocol = p.tp_protocol;
-  opt.record = record;
-  return opt;
-}
-
 Hint priority_hint(const PlanProblem& p, const std::vector<double>& priority) {
   const WorkModel& m = p.m();
   ListHint lists;
@@ -43,12 +32,13 @@ Hint priority_hint(const PlanProblem& p, const std::vector<double>& priority) {
 }  // namespace
 
 ListHint list_schedule(const PlanProblem& p, const std::vector<double>& priority) {
-  return realized_order(p.m(),
-                        simulate(p.m(), priority_hint(p, priority), p.w(), ready_options(p, true)));
+  return realized_order(p.m(), simulate(p.m(), priority_hint(p, priority), p.w(),
+                                        sim_options(p, Policy::Ready, true)));
 }
 
 std::int64_t list_makespan(const PlanProblem& p, const std::vector<double>& priority) {
-  return simulate(p.m(), priority_hint(p, priority), p.w(), ready_options(p, false)).makespan;
+  return simulate(p.m(), priority_hint(p, priority), p.w(), sim_options(p, Policy::Ready, false))
+      .makespan;
 }
 
 namespace {
@@ -121,7 +111,8 @@ class Searcher {
   }
 
   ListHint realized(const Hint& h) {
-    return realized_order(p_.m(), simulate(p_.m(), h, p_.w(), ready_options(p_, true)));
+    return realized_order(p_.m(),
+                          simulate(p_.m(), h, p_.w(), sim_options(p_, Policy::Ready, true)));
   }
 
   void starts() {

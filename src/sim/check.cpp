@@ -45,7 +45,7 @@ std::vector<std::string> check_run(const WorkModel& m, int tp, const std::vector
   for (const TaskRecord& t : tasks)
     if (t.rank >= 0 && t.rank < tp && t.stage >= 0 && t.stage < m.pp())
       by_rank[static_cast<size_t>(t.stage) * tp + t.rank].push_back(&t);
-  const int d_bound = opt.limit > 0 ? opt.limit + (m.vpp() > 1 ? m.vpp() : 0) : 0;
+  const int d_bound = opt.limit > 0 ? ready_d_bound(opt.limit, m) : 0;
   for (auto& list : by_rank) {
     std::sort(list.begin(), list.end(),
               [](const TaskRecord* a, const TaskRecord* b) { return a->start < b->start; });
