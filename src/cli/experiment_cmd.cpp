@@ -32,17 +32,22 @@ CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f) {
 }
 
 Scenario make_scenario(const ExperimentFlags& f) {
+  return make_scenario(f.shape, f.load, f.dispatch);
+}
+
+Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
+                       const DispatchFlags& dispatch) {
   Scenario sc;
-  sc.cfg = to_config(f.shape);
-  sc.split_mode = f.shape.split;
-  sc.workload = load_workload(f.load);
-  sc.workload_name = f.load.workload_file.empty() ? f.load.workload : f.load.workload_file;
-  sc.replay_path = f.load.replay;
-  sc.seed = f.load.seed;
-  sc.tp = checked_tp(f.dispatch.tp);
-  sc.tp_protocol = parse_tp_protocol(f.dispatch.tp_protocol);
-  sc.limit = f.dispatch.limit;
-  sc.max_pending_w = f.dispatch.max_pending_w;
+  sc.cfg = to_config(shape);
+  sc.split_mode = shape.split;
+  sc.workload = load_workload(load);
+  sc.workload_name = load.workload_file.empty() ? load.workload : load.workload_file;
+  sc.replay_path = load.replay;
+  sc.seed = load.seed;
+  sc.tp = checked_tp(dispatch.tp);
+  sc.tp_protocol = parse_tp_protocol(dispatch.tp_protocol);
+  sc.limit = dispatch.limit;
+  sc.max_pending_w = dispatch.max_pending_w;
   sc.record = true;  // the per-reason blocked times (coordination, collectives) need the spans
   sc.progress = ::isatty(STDERR_FILENO) != 0;
   return sc;

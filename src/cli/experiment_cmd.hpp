@@ -20,6 +20,9 @@ struct ExperimentFlags {
 // Binds the shared flags; returns --comm so the caller can tell whether it was given.
 CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f);
 Scenario make_scenario(const ExperimentFlags& f);
+// The scenario of a shape, a workload and the execution flags (`plan` has no other flags).
+Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
+                       const DispatchFlags& dispatch);
 // With no --hint, the comparison that motivates rrfp; otherwise the hint under --policy.
 std::vector<RunSpec> plan_runs(const ExperimentFlags& f, const PipelineConfig& cfg);
 // Table on stdout (unless --json -), and the JSON, trace and SVG files asked for.

@@ -61,8 +61,13 @@ CLI::Option* add_dispatch_flags(CLI::App* app, DispatchFlags& f, const std::stri
   app->add_option("--hint", f.hint, "a hint name (see `rrfp schedule show --help`) or a hint file")
       ->capture_default_str();
   app->add_option("--policy", f.policy, policies)->capture_default_str();
+  return add_execution_flags(app, f);
+}
+
+CLI::Option* add_execution_flags(CLI::App* app, DispatchFlags& f) {
   app->add_option("--limit", f.limit,
-                  "back-pressure limit on F done - B done (0: the hint's default)");
+                  "back-pressure limit on F done - B done (0: the hint's default; plan: a rule "
+                  "hint's)");
   app->add_option("--max-pending-w", f.max_pending_w, "cap on deferred W tasks (0: P)");
   auto* comm =
       app->add_option("--comm", f.comm, "async or blocking (rendezvous)")->capture_default_str();

@@ -48,6 +48,9 @@ void add_shape_flags(CLI::App* app, ShapeFlags& f);
 // `policies`: the help of --policy (train takes fixed or ready; simulate and run also both).
 // Returns --comm, so the caller can tell whether it was given.
 CLI::Option* add_dispatch_flags(CLI::App* app, DispatchFlags& f, const std::string& policies);
+// The dispatch flags but --hint and --policy (`rrfp plan` has no hint): --limit
+// --max-pending-w --comm --tp --tp-protocol. Returns --comm.
+CLI::Option* add_execution_flags(CLI::App* app, DispatchFlags& f);
 void add_workload_flags(CLI::App* app, WorkloadFlags& f);
 // --timeout SECONDS, the watchdog of run and train.
 void add_timeout_flag(CLI::App* app, double& seconds);

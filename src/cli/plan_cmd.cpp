@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "cli/options.hpp"
+#include "cli/experiment_cmd.hpp"
 #include "core/error.hpp"
 #include "core/hint_io.hpp"
 #include "plan/exact.hpp"
@@ -20,8 +20,8 @@ namespace {
 struct PlanFlags {
   ShapeFlags shape;
   WorkloadFlags load;
-  std::string comm = "async", tp_protocol = "leader", exact = "auto", out, json;
-  int limit = 0, max_pending_w = 0, tp = 1;
+  DispatchFlags dispatch;  // its --hint and --policy are not bound: a plan is its own order
+  std::string exact = "auto", out, json;
   double budget_s = 10, exact_budget_s = 60;
   std::int64_t max_evaluations = 0;
   std::uint64_t search_seed = 1;
@@ -60,19 +60,11 @@ void run_plan(const PlanFlags& f) {
   if (f.exact_budget_s <= 0 || f.exact_budget_s > 86400)
     throw InputError("`exact_budget`: must be in (0, 86400] seconds, got " +
                      fmt("%g", f.exact_budget_s));
-  Scenario sc;
-  sc.cfg = make_config(f.shape.pp, f.shape.vpp, f.shape.microbatches, f.shape.placement,
-                       f.shape.split, "");
-  sc.workload = load_workload(f.load);
-  sc.workload_name = f.load.workload_file.empty() ? f.load.workload : f.load.workload_file;
-  sc.replay_path = f.load.replay;
-  sc.seed = f.load.seed;
-  sc.tp = checked_tp(f.tp);
-  sc.tp_protocol = parse_tp_protocol(f.tp_protocol);
+  const Scenario sc = make_scenario(f.shape, f.load, f.dispatch);
   const WorkModel m(sc.cfg);
   const RealizedWork work = realized_work(sc, m);
-  const PlanProblem p =
-      make_problem(m, work, parse_comm(f.comm), sc.tp_protocol, f.limit, f.max_pending_w);
+  const PlanProblem p = make_problem(m, work, parse_comm(f.dispatch.comm), sc.tp_protocol, sc.limit,
+                                     sc.max_pending_w);
   std::ostream& human = f.json == "-" ? std::cerr : std::cout;
   const bool tty = ::isatty(STDERR_FILENO) != 0;
 
@@ -113,7 +105,7 @@ void run_plan(const PlanFlags& f) {
   run.label = "clairvoyant plan";
   run.hint = f.out.empty() ? "plan" : f.out;
   run.policy = "fixed";
-  run.comm = f.comm;
+  run.comm = f.dispatch.comm;
   run.cfg = sc.cfg;
   run.result = simulate_order(p, order, run.hint);
   if (run.result.makespan != makespan)
@@ -132,7 +124,8 @@ void run_plan(const PlanFlags& f) {
           << " split=" << (m.split() ? "on" : "off") << " TP=" << sc.tp
           << "  workload=" << header_of(sc).workload << "  seed=" << sc.seed
           << "  limit=" << p.limit << " (D <= " << p.d_bound() << ")  W cap=" << p.max_pending_w
-          << "  comm=" << f.comm << "\n\nstart points (each order under the fixed policy):\n";
+          << "  comm=" << f.dispatch.comm
+          << "\n\nstart points (each order under the fixed policy):\n";
     for (const StartPoint& s : best.starts)
       human << line("  %-28s ", s.name.c_str())
             << (s.makespan ? line("%10.3f ms", ms(s.makespan)) : std::string("  infeasible"))
@@ -186,13 +179,7 @@ void setup_plan(CLI::App& app) {
       "plan", "search the fastest schedule knowing every duration (the clairvoyant reference)");
   add_shape_flags(sub, f->shape);
   add_workload_flags(sub, f->load);
-  sub->add_option("--limit", f->limit,
-                  "back-pressure limit on F done - B done (0: rrfp's default)");
-  sub->add_option("--max-pending-w", f->max_pending_w, "cap on deferred W tasks (0: P)");
-  sub->add_option("--comm", f->comm, "async or blocking (rendezvous)")->capture_default_str();
-  sub->add_option("--tp", f->tp, "tensor-parallel ranks per stage T")->capture_default_str();
-  sub->add_option("--tp-protocol", f->tp_protocol, "TP coordination: leader, agree or none")
-      ->capture_default_str();
+  add_execution_flags(sub, f->dispatch);
   sub->add_option("--budget", f->budget_s, "seconds for the heuristic search")
       ->capture_default_str();
   sub->add_option("--max-evaluations", f->max_evaluations,
