@@ -283,12 +283,30 @@ TEST(StuckReport, NamesWhatTheRankWaitsForFromItsStateMachines) {
   EXPECT_NE(s.find("held on 1 unacknowledged send(s)"), std::string::npos) << s;
   EXPECT_NE(s.find("1 transfer(s) offered, not accepted"), std::string::npos) << s;
   EXPECT_NE(s.find("waits for the leader's choice F c1 m0"), std::string::npos) << s;
-  EXPECT_NE(s.find("expects messages: F c0 m0 from stage 0 (mpi rank 7), F c0 m1 from stage 0 "
-                   "(mpi rank 7), B c2 m0 from stage 2 (mpi rank 7)"),
+  EXPECT_NE(s.find("expects messages: F c0 m0 from stage 0 (mpi rank 7), B c2 m0 from stage 2 "
+                   "(mpi rank 7), F c0 m1 from stage 0 (mpi rank 7)"),
             std::string::npos)
       << s;
   view.running = "running F c1 m0 for 3 ms";
   EXPECT_NE(describe(view).find("; running F c1 m0 for 3 ms; expects"), std::string::npos);
+}
+
+// A watchdog names the rank that holds the stage up first: a 1F1B stage at its backward lists
+// the next stage's gradient before the later forwards it will also need (the stage's canonical
+// order put every forward first, and the report named only the upstream rank).
+TEST(StuckReport, ListsTheMessageTheStageNeedsNextFirst) {
+  RankUnderTest rk(config(3, 6), "1f1b", 1, Policy::Fixed);  // F0 F1 B0 F2 B1 ...
+  for (int mb : {0, 1}) {
+    rk.inputs.arrive({Kind::F, 1, mb});
+    ASSERT_EQ(*rk.arb.peek(), (TaskId{Kind::F, 1, mb}));
+    rk.arb.commit({Kind::F, 1, mb});
+  }
+  ASSERT_EQ(*rk.arb.head(), (TaskId{Kind::B, 1, 0}));
+  const std::string s = describe({&rk.arb, &rk.inputs, nullptr, "", {}, 0, 1});
+  EXPECT_NE(s.find("expects messages: B c2 m0 from stage 2, B c2 m1 from stage 2, F c0 m2 from "
+                   "stage 0, B c2 m2 from stage 2 and 6 more"),
+            std::string::npos)
+      << s;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "core/readiness.hpp"
 
+#include <algorithm>
 #include <array>
 
 #include "core/error.hpp"
@@ -66,14 +67,23 @@ bool Readiness::deliver(const TaskId& task) {
 }
 
 std::vector<TaskId> Readiness::expected(int max, int& total) const {
-  std::vector<TaskId> out;
-  total = 0;
-  for (const TaskId& t : m_.stage_tasks(stage_)) {
-    if (input(t) != InputState::Missing) continue;
-    if (total++ < max)
-      out.push_back(TaskId{t.kind, t.kind == Kind::F ? t.chunk - 1 : t.chunk + 1, t.mb});
-  }
-  return out;
+  // Ordered by need, so a watchdog's first names point at the rank that holds the stage up:
+  // the input of the fixed order's next task, then the oldest microbatch first (a stage's
+  // canonical order would list every later forward before the backward it waits for).
+  std::vector<TaskId> missing;
+  for (const TaskId& t : m_.stage_tasks(stage_))
+    if (input(t) == InputState::Missing) missing.push_back(t);
+  const auto head = arb_.head();
+  std::stable_sort(missing.begin(), missing.end(), [&](const TaskId& a, const TaskId& b) {
+    const bool ha = head && a == *head, hb = head && b == *head;
+    if (ha != hb) return ha;
+    return a.mb < b.mb;
+  });
+  total = static_cast<int>(missing.size());
+  if (static_cast<int>(missing.size()) > max) missing.resize(std::max(max, 0));
+  for (TaskId& t : missing)
+    t.chunk += t.kind == Kind::F ? -1 : 1;  // the producer
+  return missing;
 }
 
 }  // namespace rrfp

@@ -44,8 +44,8 @@ class Readiness {
   int stage() const { return stage_; }
   const WorkModel& model() const { return m_; }
 
-  // The producers whose messages this rank still waits for (input Missing), in the stage's
-  // canonical task order: the first `max` of them, and how many there are in all.
+  // The producers whose messages this rank still waits for (input Missing), most needed first
+  // (the fixed order's next task, then by microbatch): the first `max`, and how many in all.
   std::vector<TaskId> expected(int max, int& total) const;
 
  private:
