@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev
       nlohmann-json3-dev libcli11-dev clang-format libtorch-dev libopenmpi-dev openmpi-bin
-      python3-dev python3-torch pybind11-dev python3-pytest libgloo-dev)
+      python3-dev python3-torch pybind11-dev python3-pytest libgloo-dev zlib1g-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

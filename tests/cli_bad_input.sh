@@ -190,5 +190,24 @@ want=$(grep -m1 -o '"makespan_ms": [0-9.]*' "$tmp/plan.out")
 got=$(grep -m1 -o '"makespan_ms": [0-9.]*' "$tmp/replan.out")
 [ -n "$want" ] && [ "$want" = "$got" ] ||
   { echo "FAIL: plan makespan '$want', simulated again '$got'"; fails=$((fails + 1)); }
+# rrfp predict and trace replays: one line for bad traces and flags; a trace written by
+# simulate predicts its own step back exactly (0.0% reproduction) and keeps the JSON on stdout.
+data=$(cd "$(dirname "$0")" && pwd)/data
+check "--trace-format: nvtx not in" predict "$data/torch-pp2" --trace-format nvtx
+check "--hints: 'nope' is not a rule hint" predict "$data/torch-pp2" --hints bf,nope
+check "has no step 9; it has 1, 2" predict "$data/torch-pp2" --step 9
+check "1 rank(s) with task spans, but the shape has 2" \
+  simulate --replay "$data/torch-pp2/rank0.json.gz" --pp 2 -m 4 --hint 1f1b
+printf '[{"ph": "X", "name": "aten::mm", "ts": 0, "dur": 1}]' >"$tmp/ops.json"
+check "no mapping recognizes this trace" predict "$tmp/ops.json"
+check "--message-us: Value -1 not in range" predict "$data/torch-pp2" --message-us -1
+mkdir -p "$tmp/empty"
+check "holds no .json or .json.gz trace file" predict "$tmp/empty"
+"$rrfp" simulate --pp 3 -m 6 --workload language --hint 1f1b --policy fixed \
+  --trace "$tmp/own.json" >/dev/null || { echo "FAIL: simulate --trace"; fails=$((fails + 1)); }
+"$rrfp" predict "$tmp/own.json" --json - >"$tmp/predict.json" 2>"$tmp/predict.err" ||
+  { echo "FAIL: predict"; cat "$tmp/predict.err"; fails=$((fails + 1)); }
+grep -q '"reproduction_error": 0.0' "$tmp/predict.json" ||
+  { echo "FAIL: predict of rrfp's own trace:"; cat "$tmp/predict.json"; fails=$((fails + 1)); }
 echo "cli bad-input checks: $fails failed"
 [ "$fails" -eq 0 ]

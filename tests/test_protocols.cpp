@@ -106,8 +106,10 @@ TEST(Readiness, ExpectedMessagesAreTheMissingCrossStageInputs) {
   rk.inputs.offer({Kind::B, 1, 2});  // offered is no longer expected
   const auto shown = rk.inputs.expected(10, total);
   EXPECT_EQ(total, 4);
-  EXPECT_EQ(shown.front(), (TaskId{Kind::F, 0, 1}));  // the producer, not the consumer
-  EXPECT_EQ(shown.back(), (TaskId{Kind::B, 2, 1}));
+  // Producers, not consumers, oldest microbatch first: B c2 m0, F c0 m1, B c2 m1, F c0 m2.
+  EXPECT_EQ(shown.front(), (TaskId{Kind::B, 2, 0}));
+  EXPECT_EQ(shown[1], (TaskId{Kind::F, 0, 1}));
+  EXPECT_EQ(shown.back(), (TaskId{Kind::F, 0, 2}));
 }
 
 TEST(Rendezvous, AnAcknowledgementWithoutAnOfferIsRefused) {

@@ -58,6 +58,20 @@ TEST(TraceImport, RoundTripGivesTheSameMakespanExactly) {
       EXPECT_EQ(back.compute_ns, w.compute_ns) << c.workload << " " << c.hint;
       EXPECT_EQ(simulated(m, c.hint, c.policy, back, c.comm).result.makespan, run.result.makespan)
           << c.workload << " " << c.hint << " seed " << seed;
+      // The order it ran in, replayed with the fixed policy, is the same step again.
+      if (c.tp == 1) {
+        const ImportedRun in = import_trace(path, m, 1);
+        EXPECT_NEAR(static_cast<double>(in.measured_ns), static_cast<double>(run.result.makespan),
+                    1);
+        Hint recorded;
+        recorded.name = "recorded";
+        recorded.body = in.order;
+        SimOptions opt;
+        opt.arbiter.policy = Policy::Fixed;
+        opt.comm = c.comm;
+        EXPECT_EQ(simulate(m, recorded, back, opt).makespan, run.result.makespan)
+            << c.workload << " " << c.hint << " seed " << seed << ": recorded order";
+      }
       std::remove(path.c_str());
     }
 }
@@ -96,7 +110,8 @@ TEST(TraceImport, RefusesWhatIsNotAnRrfpTrace) {
   };
   refused("{\"x\": 1}", "without `traceEvents`");
   refused("{\"traceEvents\": 3}", "is not an array");
-  refused("[{\"ph\": \"X\", \"name\": \"aten::mm\", \"pid\": 1, \"dur\": 5}]", "no rrfp run");
+  refused("[{\"ph\": \"X\", \"name\": \"aten::mm\", \"pid\": 1, \"dur\": 5}]",
+          "no mapping recognizes this trace");
   refused(
       "[{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, \"args\": {\"name\": \"r / stage "
       "0\"}},"
@@ -114,7 +129,7 @@ TEST(TraceImport, RefusesWhatIsNotAnRrfpTrace) {
       "0\"}},"
       "{\"ph\": \"X\", \"pid\": 0, \"tid\": 3, \"dur\": 1, \"args\": {\"kind\": \"F\", "
       "\"chunk\": 0, \"microbatch\": 0}}]",
-      "tp rank) 3 >= `tp` 1");
+      "tp rank 3 >= `tp` 1");
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
   sc.workload = load_workload(load);
   sc.workload_name = load.workload_file.empty() ? load.workload : load.workload_file;
   sc.replay_path = load.replay;
+  sc.trace = load.trace;
   sc.seed = load.seed;
   sc.tp = checked_tp(dispatch.tp);
   sc.tp_protocol = parse_tp_protocol(dispatch.tp_protocol);

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   rrfp::setup_schedule(app);
   rrfp::setup_sweep(app);
   rrfp::setup_plan(app);
+  rrfp::setup_predict(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -78,6 +78,20 @@ CLI::Option* add_execution_flags(CLI::App* app, DispatchFlags& f) {
   return comm;
 }
 
+void add_trace_flags(CLI::App* app, TraceOptions& t) {
+  app->add_option("--trace-format", t.format, "the trace's mapping (docs/twin.md)")
+      ->check(CLI::IsMember(trace_formats()))
+      ->capture_default_str();
+  app->add_option("--step", t.step,
+                  "the trace's step to replay (ProfilerStep#N, iteration N, or rrfp's run N from "
+                  "0; default: the first complete one)")
+      ->check(not_negative());
+  app->add_option("--message-us", t.message_us,
+                  "the latency of every message the trace does not time (us)")
+      ->check(CLI::Range(0.0, kMaxTaskUs))
+      ->capture_default_str();
+}
+
 void add_workload_flags(CLI::App* app, WorkloadFlags& f) {
   app->add_option(
          "--workload", f.workload,
@@ -87,7 +101,9 @@ void add_workload_flags(CLI::App* app, WorkloadFlags& f) {
   app->add_option(
       "--replay", f.replay,
       "measured durations: a CSV (stage,chunk,microbatch,kind,duration_us[,tp_rank][,send_us]) "
-      "or a .json Chrome trace written by rrfp's --trace");
+      "or a Chrome trace (.json, .json.gz, or a directory of one per rank) from rrfp's --trace, "
+      "the PyTorch profiler or Megatron-LM's timers (docs/twin.md)");
+  add_trace_flags(app, f.trace);
   app->add_option("--seed", f.seed, "seed of every random duration")
       ->check(not_negative())
       ->capture_default_str();

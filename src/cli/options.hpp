@@ -42,6 +42,7 @@ struct WorkloadFlags {
   std::string workload = "multimodal";
   std::string workload_file, replay;
   std::uint64_t seed = 1;
+  TraceOptions trace;  // how --replay reads a trace: --trace-format --step --message-us
 };
 
 void add_shape_flags(CLI::App* app, ShapeFlags& f);
@@ -51,6 +52,8 @@ CLI::Option* add_dispatch_flags(CLI::App* app, DispatchFlags& f, const std::stri
 // The dispatch flags but --hint and --policy (`rrfp plan` has no hint): --limit
 // --max-pending-w --comm --tp --tp-protocol. Returns --comm.
 CLI::Option* add_execution_flags(CLI::App* app, DispatchFlags& f);
+// --trace-format --step --message-us: how a trace is read (--replay, rrfp predict).
+void add_trace_flags(CLI::App* app, TraceOptions& t);
 void add_workload_flags(CLI::App* app, WorkloadFlags& f);
 // --timeout SECONDS, the watchdog of run and train.
 void add_timeout_flag(CLI::App* app, double& seconds);
@@ -67,5 +70,6 @@ void setup_train(CLI::App& app);
 void setup_schedule(CLI::App& app);
 void setup_sweep(CLI::App& app);
 void setup_plan(CLI::App& app);
+void setup_predict(CLI::App& app);
 
 }  // namespace rrfp

@@ -53,7 +53,7 @@ void check_spec(const Scenario& sc, const RunSpec& spec) {
 
 RealizedWork realized_work(const Scenario& sc, const WorkModel& m) {
   if (sc.replay_path.empty()) return realize(sc.workload, m, sc.tp, sc.seed);
-  RealizedWork work = read_replay_file(sc.replay_path, m, sc.tp);
+  RealizedWork work = read_replay_file(sc.replay_path, m, sc.tp, sc.trace);
   // A jitter preset on top of a replay disturbs the measured durations (predictions for
   // `rrfp train --inject-jitter`).
   if (sc.workload.jitter.p > 0) apply_jitter(work, sc.workload.jitter, sc.seed);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "report/report.hpp"
+#include "sim/trace_import.hpp"
 #include "sim/workload.hpp"
 
 namespace rrfp {
@@ -25,7 +26,8 @@ struct Scenario {
   TpProtocol tp_protocol = TpProtocol::Leader;
   std::string workload_name = "multimodal";
   WorkloadParams workload;
-  std::string replay_path;  // non-empty: durations come from this CSV
+  std::string replay_path;  // non-empty: durations come from this CSV or trace
+  TraceOptions trace;       // how a trace is read
   std::uint64_t seed = 1;
   int limit = 0, max_pending_w = 0;
   bool record = true;

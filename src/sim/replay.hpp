@@ -4,12 +4,15 @@
 // output sends). Every task of the run needs a row.
 #include <string>
 
+#include "sim/trace_import.hpp"
 #include "sim/workload.hpp"
 
 namespace rrfp {
 
 RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int tp,
                               const std::string& origin);
-RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int tp);
+// A CSV, or a trace (sim/trace_import.hpp: .json, .json.gz or a directory) read with `trace`.
+RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int tp,
+                              const TraceOptions& trace = {});
 
 }  // namespace rrfp

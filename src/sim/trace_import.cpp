@@ -1,27 +1,29 @@
 #include "sim/trace_import.hpp"
 
+#include <zlib.h>
+
 #include <algorithm>
-#include <map>
+#include <cctype>
+#include <filesystem>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/json_input.hpp"
+#include "sim/trace_formats.hpp"
 
 namespace rrfp {
 
-namespace {
+namespace trace {
 
-// "LABEL / stage S" -> (LABEL, S); false for any other process name.
-bool split_process_name(const std::string& name, std::string& label, int& stage) {
-  const std::string sep = " / stage ";
-  const size_t at = name.rfind(sep);
-  if (at == std::string::npos) return false;
-  const std::string digits = name.substr(at + sep.size());
-  if (digits.empty() || digits.size() > 6 ||
-      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return false;
-  label = name.substr(0, at);
-  stage = std::stoi(digits);
-  return true;
+const nlohmann::json& events_of(const Doc& d) {
+  if (d.json.is_object()) {
+    auto it = d.json.find("traceEvents");
+    if (it == d.json.end()) throw InputError(d.origin + ": a JSON object without `traceEvents`");
+    if (!it->is_array()) throw InputError(d.origin + ": `traceEvents` is not an array");
+    return *it;
+  }
+  if (!d.json.is_array()) throw InputError(d.origin + ": not a Chrome trace (array or object)");
+  return d.json;
 }
 
 double number_at(const nlohmann::json& obj, const char* key, const std::string& where) {
@@ -35,115 +37,252 @@ double number_at(const nlohmann::json& obj, const char* key, const std::string& 
 
 int whole_at(const nlohmann::json& obj, const char* key, const std::string& where) {
   const double v = number_at(obj, key, where);
-  if (v != static_cast<int>(v) || v > 1e9)
+  if (v > 1e9 || v != static_cast<int>(v))
     throw InputError(where + ": `" + key +
                      "` is not a whole number in [0, 1e9]: " + brief(obj.at(key)));
   return static_cast<int>(v);
 }
 
+const char* first_key(const nlohmann::json& obj, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    if (obj.contains(k)) return k;
+  return nullptr;
+}
+
+}  // namespace trace
+
+namespace {
+
+using trace::Doc;
+
+// The most bytes one decompressed trace may hold: the replay's cap (core/input_file.hpp).
+constexpr std::uint64_t kMaxTraceBytes = kReplayTrace.max_bytes;
+constexpr size_t kMaxTraceFiles = 4096;
+
+bool gzipped(const std::string& text) {
+  return text.size() >= 2 && static_cast<unsigned char>(text[0]) == 0x1f &&
+         static_cast<unsigned char>(text[1]) == 0x8b;
+}
+
+// Inflates a gzip member, refusing output past kMaxTraceBytes (a small file can expand a lot).
+std::string gunzip(const std::string& in, const std::string& origin) {
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
+    throw InputError(origin + ": cannot start gzip decompression");
+  std::string out;
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END) {
+    if (out.size() >= kMaxTraceBytes) {
+      inflateEnd(&z);
+      throw InputError(origin + ": decompresses to more than " +
+                       std::to_string(kMaxTraceBytes >> 20) + " MiB (the replay's cap)");
+    }
+    const size_t at = out.size();
+    out.resize(std::min<std::uint64_t>(kMaxTraceBytes, at + (1u << 20)));
+    z.next_out = reinterpret_cast<Bytef*>(out.data() + at);
+    z.avail_out = static_cast<uInt>(out.size() - at);
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.resize(out.size() - z.avail_out);
+    if (rc == Z_STREAM_END) break;
+    if (rc != Z_OK || (z.avail_in == 0 && z.avail_out != 0)) {
+      inflateEnd(&z);
+      throw InputError(origin + ": not a complete gzip stream (" +
+                       (z.msg ? std::string(z.msg) : "truncated") + ")");
+    }
+  }
+  inflateEnd(&z);
+  return out;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Name order with digit runs compared as numbers: rank2 before rank10.
+bool natural_less(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) &&
+        std::isdigit(static_cast<unsigned char>(b[j]))) {
+      size_t ei = i, ej = j;
+      while (ei < a.size() && std::isdigit(static_cast<unsigned char>(a[ei])))
+        ++ei;
+      while (ej < b.size() && std::isdigit(static_cast<unsigned char>(b[ej])))
+        ++ej;
+      const std::string_view x = std::string_view(a).substr(i, ei - i);
+      const std::string_view y = std::string_view(b).substr(j, ej - j);
+      const size_t zx = std::min(x.find_first_not_of('0'), x.size());
+      const size_t zy = std::min(y.find_first_not_of('0'), y.size());
+      if (x.size() - zx != y.size() - zy) return x.size() - zx < y.size() - zy;
+      if (x.substr(zx) != y.substr(zy)) return x.substr(zx) < y.substr(zy);
+      i = ei;
+      j = ej;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+bool trace_file_name(const std::string& p) {
+  return ends_with(p, ".json") || ends_with(p, ".json.gz");
+}
+
+// The mapping that recognizes the files (auto), by what only that tool writes.
+std::string detect(const std::vector<Doc>& docs) {
+  bool megatron = false, torch = false;
+  for (const Doc& d : docs)
+    for (const auto& e : trace::events_of(d)) {
+      if (!e.is_object()) continue;
+      const auto name = e.find("name");
+      if (name == e.end() || !name->is_string()) continue;
+      const std::string& n = name->get_ref<const std::string&>();
+      if (n == "process_name" && e.value("ph", "") == "M") {
+        const auto args = e.find("args");
+        if (args != e.end() && args->is_object() &&
+            args->value("name", "").find(" / stage ") != std::string::npos)
+          return "rrfp";
+      }
+      if (n == "forward-compute" || n == "backward-compute") megatron = true;
+      if (n.rfind("PP:", 0) == 0 || n.rfind("ProfilerStep#", 0) == 0 ||
+          n.rfind("Forward ", 0) == 0 || n.rfind("Backward ", 0) == 0)
+        torch = true;
+    }
+  if (megatron) return "megatron";
+  if (torch) return "torch";
+  throw InputError(docs.front().origin +
+                   ": no mapping recognizes this trace: expected rrfp's --trace (processes "
+                   "'RUN / stage S'), PyTorch profiler labels 'PP:<chunk><F|I|B|W><mb>' or "
+                   "'Forward i' / 'Backward i', or Megatron timers 'forward-compute' / "
+                   "'backward-compute' (docs/twin.md)");
+}
+
+ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp,
+                        const TraceOptions& o) {
+  const std::string origin =
+      docs.size() == 1 ? docs.front().origin
+                       : docs.front().origin + " and " + std::to_string(docs.size() - 1) + " more";
+  const std::string format = o.format == "auto" ? detect(docs) : o.format;
+  std::vector<Timeline> steps;
+  if (format == "rrfp")
+    steps = trace::read_rrfp(docs, m);
+  else if (format == "torch")
+    steps = trace::read_torch(docs, m, tp);
+  else if (format == "megatron")
+    steps = trace::read_megatron(docs, m, tp);
+  else
+    throw InputError("`trace_format`: expected auto, rrfp, torch or megatron, got '" +
+                     o.format.substr(0, 20) + "'");
+  if (steps.empty()) throw InputError(origin + ": no " + format + " task events in this trace");
+  if (o.step >= 0) {
+    for (const Timeline& t : steps)
+      if (t.step == o.step) return build_run(t, m, tp, o.message_us, origin);
+    std::string have;
+    for (size_t i = 0; i < steps.size() && i < 8; ++i)
+      have += (i ? ", " : "") + std::to_string(steps[i].step);
+    throw InputError("`step`: " + origin + " has no step " + std::to_string(o.step) + "; it has " +
+                     have + (steps.size() > 8 ? ", ..." : ""));
+  }
+  // The first step that holds every task (a profiler window may cut the first or last one).
+  std::string first_error;
+  for (const Timeline& t : steps) {
+    try {
+      return build_run(t, m, tp, o.message_us, origin);
+    } catch (const InputError& e) {
+      if (first_error.empty()) first_error = e.what();
+    }
+  }
+  throw InputError(steps.size() == 1 ? first_error
+                                     : "no complete step among " + std::to_string(steps.size()) +
+                                           "; the first: " + first_error);
+}
+
 }  // namespace
+
+const std::vector<std::string>& trace_formats() {
+  static const std::vector<std::string> names{"auto", "rrfp", "torch", "megatron"};
+  return names;
+}
+
+bool is_trace_path(const std::string& path) {
+  std::error_code ec;
+  return trace_file_name(path) || std::filesystem::is_directory(path, ec);
+}
+
+namespace {
+
+std::vector<Doc> parse_docs(const std::vector<std::pair<std::string, std::string>>& files) {
+  if (files.empty()) throw InputError("no trace files to read");
+  std::vector<Doc> docs;
+  for (const auto& [origin, text] : files)
+    docs.push_back({origin, parse_json(gzipped(text) ? gunzip(text, origin) : text, origin)});
+  return docs;
+}
+
+std::vector<Doc> read_docs(const std::string& path, const char* option) {
+  const std::string flag = std::string("`") + option + "`: ";
+  std::vector<std::string> paths;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+      const std::string p = entry.path().string();
+      if (!trace_file_name(p)) continue;
+      if (paths.size() == kMaxTraceFiles)
+        throw InputError(flag + path + " holds more than " + std::to_string(kMaxTraceFiles) +
+                         " trace files");
+      paths.push_back(p);
+    }
+    if (ec) throw InputError(flag + "cannot list " + path + ": " + ec.message());
+    if (paths.empty()) throw InputError(flag + path + " holds no .json or .json.gz trace file");
+    std::sort(paths.begin(), paths.end(), natural_less);
+  } else {
+    paths.push_back(path);
+  }
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const std::string& p : paths)
+    files.emplace_back(p, read_input_file(p, InputKind{option, kMaxTraceBytes, 0}));
+  return parse_docs(files);
+}
+
+}  // namespace
+
+ImportedRun import_trace_texts(const std::vector<std::pair<std::string, std::string>>& files,
+                               const WorkModel& m, int tp, const TraceOptions& o) {
+  return import_docs(parse_docs(files), m, tp, o);
+}
+
+ImportedRun import_trace(const std::string& path, const WorkModel& m, int tp,
+                         const TraceOptions& o) {
+  return import_docs(read_docs(path, o.option), m, tp, o);
+}
+
+PipelineConfig infer_trace_config(const std::string& path, int tp, const TraceOptions& o) {
+  const std::vector<Doc> docs = read_docs(path, o.option);
+  const std::string format = o.format == "auto" ? detect(docs) : o.format;
+  const trace::Shape s = format == "rrfp"    ? trace::probe_rrfp(docs)
+                         : format == "torch" ? trace::probe_torch(docs, tp)
+                                             : trace::probe_megatron(docs, tp);
+  if (s.pp < 1 || s.chunks < 1 || s.microbatches < 1)
+    throw InputError(path + ": the " + format + " trace holds no task to tell its shape by");
+  if (s.chunks % s.pp != 0)
+    throw InputError(path + ": " + std::to_string(s.chunks) + " chunks on " + std::to_string(s.pp) +
+                     " stages: give the shape (--pp, --vpp)");
+  PipelineConfig c;
+  c.pp = s.pp;
+  c.vpp = s.chunks / s.pp;
+  c.microbatches = s.microbatches;
+  c.split_backward = s.split;
+  validate(c);
+  return c;
+}
 
 RealizedWork parse_chrome_trace(const std::string& text, const WorkModel& m, int tp,
                                 const std::string& origin) {
-  const nlohmann::json doc = parse_json(text, origin);
-  const nlohmann::json* events = &doc;
-  if (doc.is_object()) {
-    auto it = doc.find("traceEvents");
-    if (it == doc.end()) throw InputError(origin + ": a JSON object without `traceEvents`");
-    events = &*it;
-  }
-  if (!events->is_array()) throw InputError(origin + ": `traceEvents` is not an array");
-  // Processes of rrfp runs: pid -> stage, for the run named first.
-  std::map<long long, int> stage_of_pid;
-  std::string run;
-  for (const auto& e : *events) {
-    if (!e.is_object() || e.value("ph", "") != "M" || e.value("name", "") != "process_name")
-      continue;
-    const auto args = e.find("args");
-    const auto pid = e.find("pid");
-    if (args == e.end() || !args->is_object() || pid == e.end() || !pid->is_number_integer())
-      continue;
-    std::string label;
-    int stage = 0;
-    if (!split_process_name(args->value("name", ""), label, stage)) continue;
-    if (run.empty()) run = label;
-    if (label != run) continue;
-    if (stage >= m.pp())
-      throw InputError(origin + ": run '" + run + "' has a stage " + std::to_string(stage) +
-                       ", but `pp` is " + std::to_string(m.pp()));
-    stage_of_pid[pid->get<long long>()] = stage;
-  }
-  if (run.empty())
-    throw InputError(origin +
-                     ": no rrfp run in this trace (no process named 'RUN / stage S'); "
-                     "only traces written by rrfp's --trace can be replayed so far");
-  RealizedWork r;
-  r.tp = tp;
-  r.num_tasks = m.num_tasks();
-  const size_t slots = static_cast<size_t>(tp) * r.num_tasks;
-  r.compute_ns.assign(slots, -1);
-  r.message_ns.assign(slots, 0);
-  r.message_bytes.assign(r.num_tasks, 0);
-  size_t n = 0;
-  for (const auto& e : *events) {
-    ++n;
-    if (!e.is_object() || e.value("ph", "") != "X") continue;
-    const auto pid = e.find("pid");
-    const auto args = e.find("args");
-    if (pid == e.end() || !pid->is_number_integer() || args == e.end() || !args->is_object() ||
-        !args->contains("kind"))
-      continue;  // blocked spans and other events
-    auto sp = stage_of_pid.find(pid->get<long long>());
-    if (sp == stage_of_pid.end()) continue;  // another run in the same file
-    const std::string where = origin + ": event " + std::to_string(n);
-    const std::string k = args->value("kind", "");
-    if (k != "F" && k != "B" && k != "W")
-      throw InputError(where + ": kind '" + k.substr(0, 10) + "' is not F, B or W");
-    const TaskId t{k == "F"   ? Kind::F
-                   : k == "B" ? Kind::B
-                              : Kind::W,
-                   whole_at(*args, "chunk", where), whole_at(*args, "microbatch", where)};
-    if (!m.valid(t))
-      throw InputError(where + ": task " + to_string(t) + " does not exist in this run");
-    if (m.stage_of(t) != sp->second)
-      throw InputError(where + ": task " + to_string(t) + " runs on stage " +
-                       std::to_string(m.stage_of(t)) + ", not " + std::to_string(sp->second));
-    const int rank = e.contains("tid") ? whole_at(e, "tid", where) : 0;
-    if (rank >= tp)
-      throw InputError(where + ": thread (tp rank) " + std::to_string(rank) + " >= `tp` " +
-                       std::to_string(tp));
-    const size_t at = static_cast<size_t>(rank) * r.num_tasks + m.index(t);
-    if (r.compute_ns[at] >= 0)
-      throw InputError(where + ": task " + to_string(t) + " appears twice on tp rank " +
-                       std::to_string(rank));
-    const std::string at_dur = where + ": dur";
-    r.compute_ns[at] = duration_ns(number_at(e, "dur", where), at_dur.c_str());
-    if (args->contains("send_us")) {
-      const std::string at_send = where + ": send_us";
-      r.message_ns[at] = duration_ns(number_at(*args, "send_us", where), at_send.c_str());
-    }
-  }
-  // Name what is missing, stage by stage (the first few tasks of each).
-  std::string missing;
-  for (int s = 0; s < m.pp(); ++s) {
-    int count = 0;
-    std::string names;
-    for (const TaskId& t : m.stage_tasks(s))
-      for (int rank = 0; rank < tp; ++rank)
-        if (r.compute_ns[static_cast<size_t>(rank) * r.num_tasks + m.index(t)] < 0) {
-          if (count++ < 3)
-            names += (names.empty() ? "" : ", ") + to_string(t) +
-                     (tp > 1 ? " (tp rank " + std::to_string(rank) + ")" : "");
-        }
-    if (count > 0)
-      missing += (missing.empty() ? "" : "; ") + std::string("stage ") + std::to_string(s) + ": " +
-                 std::to_string(count) + " (" + names + (count > 3 ? ", ..." : "") + ")";
-  }
-  if (!missing.empty())
-    throw InputError(origin + ": run '" + run.substr(0, 60) +
-                     "' lacks tasks this shape needs: " + missing);
-  check_total(r);
-  return r;
+  return import_trace_texts({{origin, text}}, m, tp).work;
 }
 
 }  // namespace rrfp

@@ -1,20 +1,43 @@
 #pragma once
-// Replay from a Chrome trace (docs/twin.md): the durations of a step read from the JSON trace
-// `--trace` writes (rrfp simulate, run and train), next to the CSV of sim/replay.hpp.
-//
-// The mapping: a process whose `process_name` is "LABEL / stage S" is stage S of run LABEL
-// (the first run in the file is replayed); its thread id is the TP rank; a complete event
-// ("ph": "X") whose args carry kind (F, B, W), chunk and microbatch is that task on that rank,
-// its `dur` (microseconds) the task's duration and its args' `send_us` the message its output
-// sent. Other events (blocked spans, metadata) are skipped.
+// Replay from a Chrome trace (docs/twin.md): a recorded step read from the JSON trace of rrfp's
+// own --trace, the PyTorch profiler or Megatron-LM's timers, plain or gzipped, one file or a
+// directory of them (one per rank), next to the CSV of sim/replay.hpp.
 #include <string>
+#include <utility>
+#include <vector>
 
-#include "sim/workload.hpp"
+#include "sim/timeline.hpp"
 
 namespace rrfp {
 
-// Throws InputError naming the origin and what is wrong: not a trace, no rrfp run in it, a
-// task on the wrong stage or rank, a task twice, or, per stage, the tasks no event gave.
+struct TraceOptions {
+  std::string format = "auto";    // auto, rrfp, torch or megatron
+  int step = -1;                  // the step (run, iteration) to replay; -1: the first complete
+  double message_us = 0;          // the latency of every message the trace does not time
+  const char* option = "replay";  // what errors about the path name (predict: TRACE)
+};
+
+const std::vector<std::string>& trace_formats();  // auto, rrfp, torch, megatron
+
+// True for what import_trace reads: a .json or .json.gz file, or a directory.
+bool is_trace_path(const std::string& path);
+
+// Reads the trace at `path` (a file, or every .json / .json.gz file of a directory in name
+// order) and builds the selected step (sim/timeline.hpp). Throws InputError naming the file and
+// what is wrong: not a trace, no mapping recognizes it, a step it lacks, or, per stage, the
+// tasks no event gave.
+ImportedRun import_trace(const std::string& path, const WorkModel& m, int tp,
+                         const TraceOptions& o = {});
+// The same from texts in memory: (origin, text) per file, gzip or not.
+ImportedRun import_trace_texts(const std::vector<std::pair<std::string, std::string>>& files,
+                               const WorkModel& m, int tp, const TraceOptions& o = {});
+
+// The shape a trace records (P, V from its chunks, M, a split backward when it has W tasks;
+// placement loop), to run `rrfp predict` without shape flags. Throws InputError when the trace
+// says too little (no task, chunks not a multiple of P).
+PipelineConfig infer_trace_config(const std::string& path, int tp, const TraceOptions& o = {});
+
+// The durations of import_trace_texts of one file (kept for the CSV's sibling API).
 RealizedWork parse_chrome_trace(const std::string& text, const WorkModel& m, int tp,
                                 const std::string& origin);
 

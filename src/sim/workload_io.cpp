@@ -218,10 +218,9 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
   return r;
 }
 
-RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int tp) {
-  // A Chrome trace is one long line: it is read without the CSV's line cap.
-  const bool trace = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
-  if (trace) return parse_chrome_trace(read_input_file(path, kReplayTrace), m, tp, path);
+RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int tp,
+                              const TraceOptions& trace) {
+  if (is_trace_path(path)) return import_trace(path, m, tp, trace).work;
   return parse_replay_csv(read_input_file(path, kReplayFile), m, tp, path);
 }
 

@@ -1,0 +1,107 @@
+// `rrfp predict TRACE`: what readiness-first dispatch would make of a recorded step
+// (report/predict.hpp, docs/twin.md).
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "cli/options.hpp"
+#include "core/error.hpp"
+#include "report/predict.hpp"
+
+namespace rrfp {
+
+namespace {
+
+struct PredictFlags {
+  std::string path;
+  int pp = 0, vpp = 0, microbatches = 0, tp = 1, limit = 32;
+  std::string placement = "loop", split = "auto", hints = "bf,bfw,adaptive", json, svg;
+  TraceOptions trace;
+};
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+void run_predict(PredictFlags f) {
+  f.trace.option = "TRACE";
+  checked_tp(f.tp);
+  // The shape the trace records, with whatever the flags pin down.
+  PipelineConfig c = infer_trace_config(f.path, f.tp, f.trace);
+  if (f.pp > 0) c.pp = f.pp;
+  if (f.vpp > 0) c.vpp = f.vpp;
+  if (f.microbatches > 0) c.microbatches = f.microbatches;
+  if (f.split != "auto") c.split_backward = resolve_split(f.split, "");
+  c.placement = parse_placement(f.placement);
+  validate(c);
+  PredictOptions o;
+  o.hints = split_list(f.hints);
+  if (o.hints.empty())
+    throw InputError("--hints: expected a comma-separated list, e.g. bf,adaptive");
+  for (const std::string& h : o.hints)
+    if (!is_rule_hint_name(h))
+      throw InputError("--hints: '" + h.substr(0, 30) +
+                       "' is not a rule hint (bf, fb, b-priority, f-priority, bfw, adaptive)");
+  o.large_limit = f.limit;
+  const Prediction p = predict(f.path, c, f.tp, f.trace, o);
+  if (!f.svg.empty()) {
+    ReportHeader h;
+    h.workload = "trace:" + f.path;
+    h.tp = f.tp;
+    h.source = "measured vs predicted";
+    write_svg(f.svg, h, {p.measured, p.replayed, p.best()});
+  }
+  if (!f.json.empty()) {
+    const std::string text = prediction_json(p, f.path).dump(2) + "\n";
+    if (f.json == "-")
+      std::cout << text;
+    else
+      write_text_file(f.json, text, "--json");
+  }
+  std::ostream& human = f.json == "-" ? std::cerr : std::cout;
+  if (f.json != "-") human << format_prediction(p, f.path);
+  if (!f.svg.empty()) human << "timeline (measured, twin, best): " << f.svg << "\n";
+}
+
+}  // namespace
+
+void setup_predict(CLI::App& app) {
+  auto f = std::make_shared<PredictFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "predict",
+      "what readiness-first dispatch would make of a recorded step: replay a trace in its own "
+      "order, then predict rrfp's rules at the same memory and at --limit");
+  sub->add_option("trace", f->path,
+                  "a Chrome trace (.json, .json.gz, or a directory of one per rank) from rrfp's "
+                  "--trace, the PyTorch profiler or Megatron-LM's timers (docs/twin.md)")
+      ->required();
+  sub->add_option("--pp", f->pp, "pipeline stages P (default: from the trace)")
+      ->check(CLI::Range(0, 4096));
+  sub->add_option("--vpp", f->vpp, "model chunks per stage V (default: from the trace)")
+      ->check(CLI::Range(0, 64));
+  sub->add_option("--microbatches,-m", f->microbatches, "microbatches M (default: from the trace)")
+      ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--placement", f->placement, "chunk placement: loop or vshape")
+      ->capture_default_str();
+  sub->add_option("--split-backward", f->split,
+                  "auto (a split backward when the trace has W tasks), on or off")
+      ->capture_default_str();
+  sub->add_option("--tp", f->tp, "tensor-parallel ranks per stage T")->capture_default_str();
+  add_trace_flags(sub, f->trace);
+  sub->add_option("--hints", f->hints, "rrfp rules to predict, comma-separated")
+      ->capture_default_str();
+  sub->add_option("--limit", f->limit,
+                  "the larger back-pressure limit to predict at, besides the recorded memory")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--json", f->json, "write the prediction as JSON to FILE ('-': stdout)");
+  sub->add_option("--svg", f->svg, "write measured, twin and best predicted timelines to FILE");
+  sub->callback([f] { run_predict(*f); });
+}
+
+}  // namespace rrfp

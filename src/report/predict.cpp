@@ -1,0 +1,117 @@
+#include "report/predict.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "sim/metrics.hpp"
+#include "sim/simulator.hpp"
+
+namespace rrfp {
+
+namespace {
+
+ReportRun simulate_run(const WorkModel& m, const Hint& hint, const RealizedWork& w, Policy policy,
+                       int limit, const std::string& label) {
+  SimOptions opt;
+  opt.arbiter.policy = policy;
+  opt.arbiter.limit = limit;
+  opt.comm = CommMode::Async;  // messages as the trace timed them, overlapping compute
+  opt.record = true;
+  ReportRun r;
+  r.label = label;
+  r.hint = hint.name;
+  r.policy = to_string(policy);
+  r.comm = to_string(opt.comm);
+  r.cfg = m.config();
+  r.result = simulate(m, hint, w, opt);
+  const bool held = policy == Policy::Ready && m.vpp() == 1;
+  r.metrics = compute_metrics(r.result, lower_bound(m, w, held ? r.result.arbiter.limit : 0));
+  return r;
+}
+
+// The trace's own timeline as a step record, so reports and SVGs show it like a run.
+ReportRun measured_run(const WorkModel& m, const ImportedRun& in, const Hint& recorded) {
+  const RealizedWork& w = in.work;
+  StepRecord r;
+  r.pp = m.pp();
+  r.tp = w.tp;
+  r.makespan = in.measured_ns;
+  r.ranks.assign(static_cast<size_t>(m.pp()) * w.tp, {});
+  for (int rank = 0; rank < w.tp; ++rank)
+    for (int i = 0; i < w.num_tasks; ++i) {
+      TaskRecord t;
+      t.task = m.task(i);
+      t.stage = m.stage_of(t.task);
+      t.rank = rank;
+      t.start = in.start_ns[static_cast<size_t>(rank) * w.num_tasks + i];
+      t.compute_end = t.end = t.start + w.compute(rank, i);
+      r.ranks[static_cast<size_t>(t.stage) * w.tp + rank].busy += w.compute(rank, i);
+      r.tasks.push_back(t);
+    }
+  r.peak_d = fixed_order_peaks(recorded.list(), m);
+  r.peak_pending_w.assign(m.pp(), 0);
+  r.arbiter.policy = Policy::Fixed;
+  ReportRun out;
+  out.label = "measured (" + in.format + ")";
+  out.hint = "recorded";
+  out.policy = "fixed";
+  out.comm = "async";
+  out.cfg = m.config();
+  out.result = std::move(r);
+  out.metrics = compute_metrics(out.result, lower_bound(m, w));
+  return out;
+}
+
+}  // namespace
+
+double Prediction::reproduction_error() const {
+  return static_cast<double>(replayed.metrics.makespan) /
+             static_cast<double>(std::max<std::int64_t>(1, measured.metrics.makespan)) -
+         1;
+}
+
+const ReportRun& Prediction::best() const {
+  const ReportRun* b = &replayed;
+  for (const ReportRun& r : runs)
+    if (r.metrics.limit <= neutral_limit && r.metrics.makespan < b->metrics.makespan) b = &r;
+  return *b;
+}
+
+Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
+                   const PredictOptions& o) {
+  Prediction p;
+  p.cfg = cfg;
+  p.tp = tp;
+  const WorkModel m(cfg);
+  Hint recorded;
+  recorded.name = "recorded";
+  recorded.body = imported.order;
+  const std::vector<int> peaks = fixed_order_peaks(imported.order, m);
+  p.neutral_limit = std::max(1, *std::max_element(peaks.begin(), peaks.end()));
+  p.measured = measured_run(m, imported, recorded);
+  p.replayed = simulate_run(m, recorded, imported.work, Policy::Fixed, 0, "recorded order (twin)");
+  std::vector<int> limits{p.neutral_limit};
+  if (o.large_limit > p.neutral_limit) limits.push_back(o.large_limit);
+  for (int limit : limits)
+    for (const std::string& name : o.hints) {
+      Hint h;
+      try {
+        h = make_hint(name, m);
+      } catch (const InputError& e) {  // e.g. bfw on a trace with whole backwards
+        if (limit == limits.front()) p.skipped.push_back(e.what());
+        continue;
+      }
+      p.runs.push_back(simulate_run(m, h, imported.work, Policy::Ready, limit,
+                                    "ready " + name + " @" + std::to_string(limit)));
+    }
+  p.imported = std::move(imported);
+  return p;
+}
+
+Prediction predict(const std::string& trace_path, const PipelineConfig& cfg, int tp,
+                   const TraceOptions& trace, const PredictOptions& o) {
+  const WorkModel m(cfg);
+  return predict(import_trace(trace_path, m, tp, trace), cfg, tp, o);
+}
+
+}  // namespace rrfp

@@ -1,0 +1,44 @@
+#pragma once
+// The what-if report of `rrfp predict` (docs/twin.md): replay a recorded step in its own order
+// to show how well the twin reproduces it, then predict readiness-first dispatch on the same
+// durations at the recorded run's memory and at a larger limit.
+#include <string>
+#include <vector>
+
+#include "report/report.hpp"
+#include "sim/trace_import.hpp"
+
+namespace rrfp {
+
+struct PredictOptions {
+  // Ready-policy hints to predict; those the shape cannot run (bfw without a split backward)
+  // are skipped with the reason.
+  std::vector<std::string> hints = {"bf", "bfw", "adaptive"};
+  int large_limit = 32;  // besides the memory-neutral limit (0: that one only)
+};
+
+struct Prediction {
+  ImportedRun imported;
+  PipelineConfig cfg;
+  int tp = 1;
+  ReportRun measured;           // the trace's own timeline (its tasks at their recorded times)
+  ReportRun replayed;           // the twin's replay of the recorded order (fixed policy)
+  std::vector<ReportRun> runs;  // ready dispatch, per hint and limit
+  std::vector<std::string> skipped;
+  int neutral_limit = 0;  // the recorded order's largest D on any stage
+
+  double reproduction_error() const;  // replayed / measured - 1
+  const ReportRun& best() const;      // the fastest prediction at the memory-neutral limit
+};
+
+Prediction predict(const std::string& trace_path, const PipelineConfig& cfg, int tp,
+                   const TraceOptions& trace, const PredictOptions& o = {});
+// The same on a step already imported (tests, Python).
+Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
+                   const PredictOptions& o = {});
+
+// One screen: where the step came from, the reproduction, one row per prediction.
+std::string format_prediction(const Prediction& p, const std::string& source);
+nlohmann::json prediction_json(const Prediction& p, const std::string& source);
+
+}  // namespace rrfp

@@ -1,0 +1,110 @@
+// The one-screen answer of `rrfp predict`, as text and as JSON.
+#include <algorithm>
+
+#include "core/format.hpp"
+#include "report/predict.hpp"
+
+namespace rrfp {
+
+namespace {
+
+double ms(std::int64_t ns) {
+  return static_cast<double>(ns) / 1e6;
+}
+
+std::string lpad(std::string s, size_t w) {
+  return s.size() < w ? std::string(w - s.size(), ' ') + s : s;
+}
+
+std::string peaks_of(const ReportRun& r) {
+  std::string out;
+  for (int d : r.result.peak_d)
+    out += (out.empty() ? "" : " ") + std::to_string(d);
+  return out;
+}
+
+std::string shape_of(const Prediction& p) {
+  return "P=" + std::to_string(p.cfg.pp) + " V=" + std::to_string(p.cfg.vpp) +
+         " M=" + std::to_string(p.cfg.microbatches) + " TP=" + std::to_string(p.tp) + ", " +
+         (p.cfg.split_backward ? "split" : "whole") + " backward";
+}
+
+}  // namespace
+
+std::string format_prediction(const Prediction& p, const std::string& source) {
+  const ImportedRun& in = p.imported;
+  std::string out =
+      "rrfp predict: " + source + " (" + in.format + ", " + in.run + "): " + shape_of(p) + "\n\n";
+  out += "measured step        " + lpad(fmt("%.2f", ms(p.measured.metrics.makespan)), 9) +
+         " ms  (first task's start to last task's end; " + std::to_string(in.messages_measured) +
+         " of " + std::to_string(in.messages) + " messages timed by the trace)\n";
+  out += "twin, recorded order " + lpad(fmt("%.2f", ms(p.replayed.metrics.makespan)), 9) +
+         " ms  (" + fmt("%+.1f%%", 100 * p.reproduction_error()) +
+         ": how well the twin reproduces the step)\n\n";
+  size_t lw = 24;
+  for (const ReportRun& r : p.runs)
+    lw = std::max(lw, r.label.size());
+  auto row = [&](const ReportRun& r, const std::string& limit) {
+    const double base = static_cast<double>(p.replayed.metrics.makespan);
+    std::string label = r.label;
+    label.resize(lw, ' ');
+    return label + "  " + lpad(limit, 5) + "  " + lpad(fmt("%.2f", ms(r.metrics.makespan)), 11) +
+           "  " + lpad(fmt("%.3fx", base / static_cast<double>(r.metrics.makespan)), 7) + "  " +
+           lpad(fmt("%.1f%%", 100 * r.metrics.bubble_ratio), 6) + "  " + peaks_of(r) + "\n";
+  };
+  std::string head = "run";
+  head.resize(lw, ' ');
+  out += head + "  limit  makespan_ms  speedup  bubble  peak_D/stage\n";
+  out += row(p.replayed, "-");
+  for (const ReportRun& r : p.runs)
+    out += row(r, std::to_string(r.metrics.limit));
+  for (std::string s : p.skipped) {
+    std::erase(s, '`');
+    out += "(skipped: " + s + ")\n";
+  }
+  const ReportRun& b = p.best();
+  const double gain = 1 - static_cast<double>(b.metrics.makespan) /
+                              static_cast<double>(p.replayed.metrics.makespan);
+  out += "\nmemory-neutral limit " + std::to_string(p.neutral_limit) +
+         " (the recorded order's largest D). ";
+  if (&b == &p.replayed)
+    out += "At that memory no readiness-first rule beats the recorded order on this step.\n";
+  else
+    out += "Best at that memory: " + b.label + ", " +
+           fmt("%.3fx", static_cast<double>(p.replayed.metrics.makespan) /
+                            static_cast<double>(b.metrics.makespan)) +
+           " the recorded order: " + fmt("%.1f%%", 100 * gain) + " of the step saved.\n";
+  return out;
+}
+
+nlohmann::json prediction_json(const Prediction& p, const std::string& source) {
+  nlohmann::json j;
+  j["source"] = source;
+  j["format"] = p.imported.format;
+  j["step"] = p.imported.run;
+  j["pp"] = p.cfg.pp;
+  j["vpp"] = p.cfg.vpp;
+  j["microbatches"] = p.cfg.microbatches;
+  j["split_backward"] = p.cfg.split_backward;
+  j["tp"] = p.tp;
+  j["measured_ms"] = ms(p.measured.metrics.makespan);
+  j["replayed_ms"] = ms(p.replayed.metrics.makespan);
+  j["reproduction_error"] = p.reproduction_error();
+  j["messages_timed"] = p.imported.messages_measured;
+  j["memory_neutral_limit"] = p.neutral_limit;
+  j["predictions"] = nlohmann::json::array();
+  for (const ReportRun& r : p.runs)
+    j["predictions"].push_back(
+        {{"label", r.label},
+         {"hint", r.hint},
+         {"limit", r.metrics.limit},
+         {"makespan_ms", ms(r.metrics.makespan)},
+         {"speedup_vs_recorded", static_cast<double>(p.replayed.metrics.makespan) /
+                                     static_cast<double>(r.metrics.makespan)},
+         {"bubble_ratio", r.metrics.bubble_ratio}});
+  j["skipped"] = p.skipped;
+  j["best"] = p.best().label;
+  return j;
+}
+
+}  // namespace rrfp

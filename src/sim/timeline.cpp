@@ -1,0 +1,166 @@
+#include "sim/timeline.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.hpp"
+
+namespace rrfp {
+
+namespace {
+
+// The task whose output `t` receives from another stage, if any (design.md §1).
+bool cross_stage_producer(const WorkModel& m, const TaskId& t, TaskId& producer) {
+  if (t.kind == Kind::W) return false;
+  const int c = t.kind == Kind::F ? t.chunk - 1 : t.chunk + 1;
+  if (c < 0 || c >= m.chunks()) return false;
+  producer = TaskId{t.kind, c, t.mb};
+  return m.stage_of(producer) != m.stage_of(t);
+}
+
+std::string missing_per_stage(const RealizedWork& r, const WorkModel& m, int tp) {
+  std::string missing;
+  for (int s = 0; s < m.pp(); ++s) {
+    int count = 0;
+    std::string names;
+    for (const TaskId& t : m.stage_tasks(s))
+      for (int rank = 0; rank < tp; ++rank)
+        if (r.compute_ns[static_cast<size_t>(rank) * r.num_tasks + m.index(t)] < 0 && count++ < 3)
+          names += (names.empty() ? "" : ", ") + to_string(t) +
+                   (tp > 1 ? " (tp rank " + std::to_string(rank) + ")" : "");
+    if (count > 0)
+      missing += (missing.empty() ? "" : "; ") + std::string("stage ") + std::to_string(s) + ": " +
+                 std::to_string(count) + " (" + names + (count > 3 ? ", ..." : "") + ")";
+  }
+  return missing;
+}
+
+// Shifts each (stage, tp rank)'s clock onto stage 0's: see build_run.
+void align_clocks(const WorkModel& m, int tp, std::vector<double>& start, std::vector<double>& end,
+                  std::vector<TimelineRecv>& recvs) {
+  const size_t n = static_cast<size_t>(m.num_tasks());
+  for (int r = 0; r < tp; ++r) {
+    for (int s = 0; s + 1 < m.pp(); ++s) {
+      double lo = -std::numeric_limits<double>::infinity(), hi = -lo;
+      for (const TimelineRecv& rv : recvs) {
+        TaskId producer;
+        if (rv.tp_rank != r || !m.valid(rv.consumer) ||
+            !cross_stage_producer(m, rv.consumer, producer))
+          continue;
+        const double made = end[r * n + m.index(producer)];
+        const int from = m.stage_of(producer), to = m.stage_of(rv.consumer);
+        // Stage s is on stage 0's clock by now: d is stage s+1's clock minus stage 0's.
+        if (from == s && to == s + 1) hi = std::min(hi, rv.end_us - made);
+        if (from == s + 1 && to == s) lo = std::max(lo, made - rv.end_us);
+      }
+      double d = 0;
+      if (std::isfinite(lo) && std::isfinite(hi))
+        d = (lo + hi) / 2;
+      else if (std::isfinite(hi))
+        d = hi;
+      else if (std::isfinite(lo))
+        d = lo;
+      for (const TaskId& t : m.stage_tasks(s + 1)) {
+        start[r * n + m.index(t)] -= d;
+        end[r * n + m.index(t)] -= d;
+      }
+      for (TimelineRecv& rv : recvs)
+        if (rv.tp_rank == r && m.valid(rv.consumer) && m.stage_of(rv.consumer) == s + 1) {
+          rv.start_us -= d;
+          rv.end_us -= d;
+        }
+    }
+  }
+}
+
+}  // namespace
+
+ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double message_us,
+                      const std::string& origin) {
+  ImportedRun out;
+  out.format = tl.format;
+  out.run = tl.run;
+  RealizedWork& r = out.work;
+  r.tp = tp;
+  r.num_tasks = m.num_tasks();
+  const size_t slots = static_cast<size_t>(tp) * r.num_tasks;
+  r.compute_ns.assign(slots, -1);
+  r.message_ns.assign(slots, duration_ns(message_us, "message latency (--message-us)"));
+  r.message_bytes.assign(r.num_tasks, 0);
+  std::vector<double> start(slots, 0), end(slots, 0);
+  std::vector<char> measured(slots, 0);
+  double first = std::numeric_limits<double>::infinity(), last = -first;
+  const std::string in_run = tl.run.empty() ? "" : " (" + tl.run + ")";
+  for (const TimelineTask& e : tl.tasks) {
+    const std::string where = origin + in_run + ": task " + to_string(e.task);
+    if (!m.valid(e.task)) throw InputError(where + " does not exist in this run");
+    if (e.tp_rank < 0 || e.tp_rank >= tp)
+      throw InputError(where + ": tp rank " + std::to_string(e.tp_rank) + " >= `tp` " +
+                       std::to_string(tp));
+    const size_t at = static_cast<size_t>(e.tp_rank) * r.num_tasks + m.index(e.task);
+    if (r.compute_ns[at] >= 0)
+      throw InputError(where + " appears twice" +
+                       (tp > 1 ? " on tp rank " + std::to_string(e.tp_rank) : std::string()) +
+                       " (a trace of several steps needs --step)");
+    const std::string what = where + ": duration";
+    r.compute_ns[at] = duration_ns(e.dur_us, what.c_str());
+    if (e.send_us >= 0) {
+      const std::string send = where + ": send_us";
+      r.message_ns[at] = duration_ns(e.send_us, send.c_str());
+      measured[at] = 1;
+    }
+    start[at] = e.start_us;
+    end[at] = e.start_us + e.dur_us;
+    first = std::min(first, e.start_us);
+    last = std::max(last, end[at]);
+  }
+  const std::string missing = missing_per_stage(r, m, tp);
+  if (!missing.empty())
+    throw InputError(origin + in_run + ": the " + (tl.format.empty() ? "" : tl.format + " ") +
+                     "timeline lacks tasks this shape needs: " + missing);
+  std::vector<TimelineRecv> recvs = tl.recvs;
+  if (!tl.clocks_aligned) {
+    align_clocks(m, tp, start, end, recvs);
+    first = *std::min_element(start.begin(), start.end());
+    last = *std::max_element(end.begin(), end.end());
+  }
+  // Receives: the producer's message took from its end (or the receive's start, if later) to
+  // the receive's end.
+  for (const TimelineRecv& rv : recvs) {
+    TaskId producer;
+    if (!m.valid(rv.consumer) || rv.tp_rank < 0 || rv.tp_rank >= tp ||
+        !cross_stage_producer(m, rv.consumer, producer))
+      continue;  // a receive of nothing this shape moves across stages
+    const size_t at = static_cast<size_t>(rv.tp_rank) * r.num_tasks + m.index(producer);
+    if (measured[at]) continue;  // the trace said it directly
+    const double us = std::max(0.0, rv.end_us - std::max(rv.start_us, end[at]));
+    const std::string what = origin + in_run + ": receive of " + to_string(rv.consumer);
+    r.message_ns[at] = duration_ns(us, what.c_str());
+    measured[at] = 1;
+  }
+  for (char c : measured)
+    out.messages_measured += c;
+  for (int i = 0; i < r.num_tasks; ++i) {
+    TaskId consumer = m.task(i), producer;
+    if (cross_stage_producer(m, consumer, producer)) out.messages += tp;
+  }
+  out.start_ns.resize(slots);
+  for (size_t i = 0; i < slots; ++i)
+    out.start_ns[i] = static_cast<std::int64_t>((start[i] - first) * 1e3 + 0.5);
+  if (!tl.tasks.empty()) out.measured_ns = static_cast<std::int64_t>((last - first) * 1e3 + 0.5);
+  // The recorded order: each stage's tasks by start time on tp rank 0 (ties: the model's order,
+  // so zero-length tasks keep their dependencies).
+  out.order.stages.assign(m.pp(), {});
+  for (int s = 0; s < m.pp(); ++s) {
+    auto& o = out.order.stages[s];
+    o = m.stage_tasks(s);
+    std::stable_sort(o.begin(), o.end(), [&](const TaskId& a, const TaskId& b) {
+      return start[m.index(a)] < start[m.index(b)];
+    });
+  }
+  check_total(r);
+  return out;
+}
+
+}  // namespace rrfp

@@ -1,0 +1,62 @@
+#pragma once
+// A recorded step as a list of timed tasks, whatever tool recorded it (docs/twin.md), and what
+// the twin takes from it: every duration (RealizedWork), the order each stage ran its tasks in,
+// and the step's measured length. The trace importers (sim/trace_import.hpp) fill a Timeline;
+// build_run checks it against the run's shape.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/hint.hpp"
+#include "sim/workload.hpp"
+
+namespace rrfp {
+
+struct TimelineTask {
+  TaskId task;
+  int tp_rank = 0;
+  double start_us = 0, dur_us = 0;
+  double send_us = -1;  // the message its output sent, when the trace says (rrfp's own)
+};
+
+// A receive of `consumer`'s cross-stage input on its rank: from when the rank began waiting (or
+// posted it) to when the data was there.
+struct TimelineRecv {
+  TaskId consumer;
+  int tp_rank = 0;
+  double start_us = 0, end_us = 0;
+};
+
+struct Timeline {
+  std::string format;  // the mapping that read it: rrfp, torch or megatron
+  std::string run;     // which run or step of the file, e.g. "step 3"
+  int step = -1;       // its number, as --step selects it
+  // False when each rank's clock starts on its own (the legacy PyTorch exporter): build_run
+  // then aligns neighbouring stages by their messages.
+  bool clocks_aligned = true;
+  std::vector<TimelineTask> tasks;
+  std::vector<TimelineRecv> recvs;
+};
+
+struct ImportedRun {
+  RealizedWork work;
+  ListHint order;                      // each stage's tasks as tp rank 0 started them
+  std::int64_t measured_ns = 0;        // first task's start to last task's end
+  std::vector<std::int64_t> start_ns;  // [rank * num_tasks + index], from the first start
+  int messages = 0;                    // cross-stage messages of the step (per TP rank, summed)
+  int messages_measured = 0;           // of those, the ones whose latency the timeline gave
+  std::string format, run;
+};
+
+// Checks `t` against the shape (task exists, on the right stage, tp rank < tp, none twice, none
+// missing: named per stage) and derives the run. A message's latency is, in this order: the
+// task's send_us; the receive that waited for it (its end minus the later of its start and the
+// producer's end, so a receive posted early does not count the producer's compute); else
+// `message_us`. Unaligned clocks are first aligned stage by stage: stage s+1's offset is the
+// middle of what its receives allow (no forward arrives before its producer ended there, no
+// backward arrives here before it ended on s+1), as NTP does with round trips; with messages
+// one way only, the tightest one took no time. Throws InputError naming `origin`.
+ImportedRun build_run(const Timeline& t, const WorkModel& m, int tp, double message_us,
+                      const std::string& origin);
+
+}  // namespace rrfp

@@ -1,0 +1,52 @@
+#pragma once
+// Inside the trace importer (sim/trace_import.hpp): the files as parsed JSON, and one reader per
+// tool's mapping, each turning the files into one Timeline per step it finds (docs/twin.md).
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sim/timeline.hpp"
+
+namespace rrfp::trace {
+
+struct Doc {
+  std::string origin;  // the file's path, for messages
+  nlohmann::json json;
+};
+
+// The event array of a document: the document itself or its `traceEvents`.
+const nlohmann::json& events_of(const Doc& d);
+
+// A non-negative number at obj[key]; throws InputError "<where>: `key` ...".
+double number_at(const nlohmann::json& obj, const char* key, const std::string& where);
+// A whole number in [0, 1e9] at obj[key].
+int whole_at(const nlohmann::json& obj, const char* key, const std::string& where);
+// The first of `keys` present in obj (nullptr: none).
+const char* first_key(const nlohmann::json& obj, std::initializer_list<const char*> keys);
+
+// What a trace says of its shape, read without one (the probes below).
+struct Shape {
+  int pp = 0, chunks = 0, microbatches = 0;
+  bool split = false;
+  void saw(int chunk, int mb, Kind k) {
+    chunks = std::max(chunks, chunk + 1);
+    microbatches = std::max(microbatches, mb + 1);
+    split = split || k == Kind::W;
+  }
+};
+Shape probe_rrfp(const std::vector<Doc>& docs);
+Shape probe_torch(const std::vector<Doc>& docs, int tp);
+Shape probe_megatron(const std::vector<Doc>& docs, int tp);
+
+// rrfp's --trace: one Timeline per run (process group "LABEL / stage S"), `step` = its index.
+std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m);
+// The PyTorch profiler (Kineto or the legacy exporter), with record_function labels
+// "PP:<chunk><F|I|B|W><mb>" or torch.distributed.pipelining's "Forward i" / "Backward i": one
+// Timeline per ProfilerStep#N (one in all without step spans).
+std::vector<Timeline> read_torch(const std::vector<Doc>& docs, const WorkModel& m, int tp);
+// Megatron-LM timer timelines: forward-compute / backward-compute events with args iteration,
+// microbatch and model chunk, a thread per rank: one Timeline per iteration.
+std::vector<Timeline> read_megatron(const std::vector<Doc>& docs, const WorkModel& m, int tp);
+
+}  // namespace rrfp::trace

@@ -1,0 +1,159 @@
+// The mapping for Megatron-LM timer timelines (docs/twin.md): complete events named after its
+// timers, `forward-compute` and `backward-compute` (tasks) and `forward-recv` /
+// `backward-recv` (receives), whose args carry the iteration (`iteration` or `step`), the
+// microbatch (`microbatch_id` or `microbatch`) and the model chunk (`model_chunk_id` or
+// `model_chunk`, the rank's virtual pipeline chunk, 0 when absent). One thread per rank: its
+// `thread_name` says "pp P" and "tp T", else args `pp_rank` / `tp_rank` do, else the thread id
+// is the global rank, pipeline rank tid / T and TP rank tid % T (Megatron's order, one
+// data-parallel replica).
+#include <cctype>
+#include <map>
+#include <optional>
+
+#include "core/error.hpp"
+#include "sim/trace_formats.hpp"
+
+namespace rrfp::trace {
+
+namespace {
+
+// The number after `key` ("pp 3" -> 3) in a thread name; nullopt when absent.
+std::optional<int> tagged(const std::string& name, const std::string& key) {
+  size_t at = 0;
+  while ((at = name.find(key, at)) != std::string::npos) {
+    const bool word_start = at == 0 || !std::isalnum(static_cast<unsigned char>(name[at - 1]));
+    size_t i = at + key.size();
+    while (i < name.size() && (name[i] == ' ' || name[i] == '=' || name[i] == ':'))
+      ++i;
+    int v = 0, digits = 0;
+    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])) && digits < 7)
+      v = v * 10 + (name[i++] - '0'), ++digits;
+    if (word_start && digits > 0) return v;
+    at += key.size();
+  }
+  return std::nullopt;
+}
+
+using ThreadNames = std::map<std::pair<std::string, long long>, std::string>;
+
+std::string pid_of(const nlohmann::json& e) {
+  return e.contains("pid") ? e.at("pid").dump() : "";
+}
+
+// (pid, tid) -> the thread's name, from the trace's metadata.
+ThreadNames thread_names(const nlohmann::json& events) {
+  ThreadNames names;
+  for (const auto& e : events)
+    if (e.is_object() && e.value("ph", "") == "M" && e.value("name", "") == "thread_name" &&
+        e.contains("tid") && e.at("tid").is_number_integer() && e.contains("args") &&
+        e.at("args").is_object())
+      names[{pid_of(e), e.at("tid").get<long long>()}] = e.at("args").value("name", "");
+  return names;
+}
+
+std::string thread_of(const ThreadNames& names, const nlohmann::json& e, long long tid) {
+  const auto it = names.find({pid_of(e), tid});
+  return it == names.end() ? "" : it->second;
+}
+
+int arg_or(const nlohmann::json& args, std::initializer_list<const char*> keys, int dflt,
+           const std::string& where, bool required) {
+  const char* k = first_key(args, keys);
+  if (!k) {
+    if (required) throw InputError(where + ": args lack `" + std::string(*keys.begin()) + "`");
+    return dflt;
+  }
+  return whole_at(args, k, where);
+}
+
+}  // namespace
+
+std::vector<Timeline> read_megatron(const std::vector<Doc>& docs, const WorkModel& m, int tp) {
+  std::map<int, Timeline> steps;
+  for (const Doc& d : docs) {
+    const nlohmann::json& events = events_of(d);
+    const ThreadNames names = thread_names(events);
+    size_t n = 0;
+    for (const auto& e : events) {
+      ++n;
+      if (!e.is_object() || e.value("ph", "") != "X") continue;
+      const std::string name = e.value("name", "");
+      const bool fwd = name == "forward-compute" || name == "forward-recv";
+      const bool bwd = name == "backward-compute" || name == "backward-recv";
+      if (!fwd && !bwd) continue;
+      const std::string where = d.origin + ": event " + std::to_string(n) + " (" + name + ")";
+      const auto args_it = e.find("args");
+      if (args_it == e.end() || !args_it->is_object())
+        throw InputError(where + ": no args (iteration, microbatch_id, model_chunk_id)");
+      const nlohmann::json& args = *args_it;
+      const int tid = e.contains("tid") ? whole_at(e, "tid", where) : 0;
+      const std::string thread = thread_of(names, e, tid);
+      int pp = tid / tp, tp_rank = tid % tp;
+      if (auto v = tagged(thread, "pp")) pp = *v;
+      if (auto v = tagged(thread, "tp")) tp_rank = *v;
+      pp = arg_or(args, {"pp_rank"}, pp, where, false);
+      tp_rank = arg_or(args, {"tp_rank"}, tp_rank, where, false);
+      if (pp >= m.pp() || tp_rank >= tp)
+        throw InputError(where + ": rank pp " + std::to_string(pp) + " tp " +
+                         std::to_string(tp_rank) + " is outside the shape (pp " +
+                         std::to_string(m.pp()) + ", tp " + std::to_string(tp) + ")");
+      const int step = arg_or(args, {"iteration", "step"}, 0, where, true);
+      const int mb = arg_or(args, {"microbatch_id", "microbatch"}, 0, where, true);
+      const int local = arg_or(args, {"model_chunk_id", "model_chunk"}, 0, where, false);
+      if (local >= m.vpp())
+        throw InputError(where + ": model chunk " + std::to_string(local) + " >= `vpp` " +
+                         std::to_string(m.vpp()));
+      const TaskId task{fwd ? Kind::F : Kind::B, m.chunk_at(pp, local), mb};
+      const double ts = number_at(e, "ts", where), dur = number_at(e, "dur", where);
+      Timeline& t = steps[step];
+      if (t.format.empty()) {
+        t.format = "megatron";
+        t.step = step;
+        t.run = "iteration " + std::to_string(step);
+      }
+      if (name.ends_with("-recv"))
+        t.recvs.push_back({task, tp_rank, ts, ts + dur});
+      else
+        t.tasks.push_back({task, tp_rank, ts, dur});
+    }
+  }
+  std::vector<Timeline> out;
+  for (auto& [n, t] : steps)
+    out.push_back(std::move(t));
+  return out;
+}
+
+Shape probe_megatron(const std::vector<Doc>& docs, int tp) {
+  Shape s;
+  int local_chunks = 1;
+  for (const Doc& d : docs) {
+    const ThreadNames names = thread_names(events_of(d));
+    for (const auto& e : events_of(d)) {
+      if (!e.is_object() || e.value("ph", "") != "X") continue;
+      const std::string name = e.value("name", "");
+      if (name != "forward-compute" && name != "backward-compute") continue;
+      const auto args = e.find("args");
+      if (args == e.end() || !args->is_object()) continue;
+      auto whole = [&](std::initializer_list<const char*> keys) {
+        const char* k = first_key(*args, keys);
+        return k && args->at(k).is_number_unsigned() && args->at(k).get<std::uint64_t>() < 1u << 20
+                   ? args->at(k).get<int>()
+                   : 0;
+      };
+      const long long tid = e.contains("tid") && e.at("tid").is_number_unsigned() &&
+                                    e.at("tid").get<std::uint64_t>() < 1u << 20
+                                ? e.at("tid").get<long long>()
+                                : 0;
+      int pp = static_cast<int>(tid) / std::max(1, tp);
+      if (auto v = tagged(thread_of(names, e, tid), "pp")) pp = *v;
+      if (args->contains("pp_rank")) pp = whole({"pp_rank"});
+      s.pp = std::max(s.pp, pp + 1);
+      local_chunks = std::max(local_chunks, whole({"model_chunk_id", "model_chunk"}) + 1);
+      s.microbatches = std::max(s.microbatches, whole({"microbatch_id", "microbatch"}) + 1);
+    }
+  }
+  s.chunks = s.pp * local_chunks;
+  return s;
+}
+
+}  // namespace rrfp::trace

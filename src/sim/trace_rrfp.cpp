@@ -1,0 +1,116 @@
+// The mapping for rrfp's own --trace (docs/twin.md): a process "LABEL / stage S" is stage S of
+// run LABEL; its thread id is the TP rank; a complete event whose args carry kind, chunk and
+// microbatch is that task, `dur` its duration and args `send_us` the message its output sent.
+#include <algorithm>
+#include <map>
+
+#include "core/error.hpp"
+#include "sim/trace_formats.hpp"
+
+namespace rrfp::trace {
+
+namespace {
+
+// "LABEL / stage S" -> (LABEL, S); false for any other process name.
+bool split_process_name(const std::string& name, std::string& label, int& stage) {
+  const std::string sep = " / stage ";
+  const size_t at = name.rfind(sep);
+  if (at == std::string::npos) return false;
+  const std::string digits = name.substr(at + sep.size());
+  if (digits.empty() || digits.size() > 6 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return false;
+  label = name.substr(0, at);
+  stage = std::stoi(digits);
+  return true;
+}
+
+}  // namespace
+
+std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m) {
+  std::vector<Timeline> runs;
+  std::map<std::string, size_t> run_of_label;  // runs in the order the files name them
+  for (const Doc& d : docs) {
+    const nlohmann::json& events = events_of(d);
+    std::map<long long, std::pair<size_t, int>> where_of_pid;  // pid -> (run, stage)
+    for (const auto& e : events) {
+      if (!e.is_object() || e.value("ph", "") != "M" || e.value("name", "") != "process_name")
+        continue;
+      const auto args = e.find("args");
+      const auto pid = e.find("pid");
+      if (args == e.end() || !args->is_object() || pid == e.end() || !pid->is_number_integer())
+        continue;
+      std::string label;
+      int stage = 0;
+      if (!split_process_name(args->value("name", ""), label, stage)) continue;
+      if (stage >= m.pp())
+        throw InputError(d.origin + ": run '" + label.substr(0, 60) + "' has a stage " +
+                         std::to_string(stage) + ", but `pp` is " + std::to_string(m.pp()));
+      auto [it, fresh] = run_of_label.emplace(label, runs.size());
+      if (fresh) {
+        Timeline t;
+        t.format = "rrfp";
+        t.run = "run '" + label.substr(0, 60) + "'";
+        t.step = static_cast<int>(runs.size());
+        runs.push_back(std::move(t));
+      }
+      where_of_pid[pid->get<long long>()] = {it->second, stage};
+    }
+    size_t n = 0;
+    for (const auto& e : events) {
+      ++n;
+      if (!e.is_object() || e.value("ph", "") != "X") continue;
+      const auto pid = e.find("pid");
+      const auto args = e.find("args");
+      if (pid == e.end() || !pid->is_number_integer() || args == e.end() || !args->is_object() ||
+          !args->contains("kind"))
+        continue;  // blocked spans and other events
+      auto at = where_of_pid.find(pid->get<long long>());
+      if (at == where_of_pid.end()) continue;
+      const std::string where = d.origin + ": event " + std::to_string(n);
+      const std::string k = args->value("kind", "");
+      if (k != "F" && k != "B" && k != "W")
+        throw InputError(where + ": kind '" + k.substr(0, 10) + "' is not F, B or W");
+      TimelineTask t;
+      t.task = TaskId{k == "F"   ? Kind::F
+                      : k == "B" ? Kind::B
+                                 : Kind::W,
+                      whole_at(*args, "chunk", where), whole_at(*args, "microbatch", where)};
+      if (!m.valid(t.task))
+        throw InputError(where + ": task " + to_string(t.task) + " does not exist in this run");
+      const int stage = at->second.second;
+      if (m.stage_of(t.task) != stage)
+        throw InputError(where + ": task " + to_string(t.task) + " runs on stage " +
+                         std::to_string(m.stage_of(t.task)) + ", not " + std::to_string(stage));
+      t.tp_rank = e.contains("tid") ? whole_at(e, "tid", where) : 0;
+      t.dur_us = number_at(e, "dur", where);
+      t.start_us = e.contains("ts") ? number_at(e, "ts", where) : 0;
+      if (args->contains("send_us")) t.send_us = number_at(*args, "send_us", where);
+      runs[at->second.first].tasks.push_back(t);
+    }
+  }
+  return runs;
+}
+
+Shape probe_rrfp(const std::vector<Doc>& docs) {
+  Shape s;
+  for (const Doc& d : docs)
+    for (const auto& e : events_of(d)) {
+      if (!e.is_object()) continue;
+      const auto args = e.find("args");
+      if (args == e.end() || !args->is_object()) continue;
+      std::string label;
+      int stage = 0;
+      if (e.value("ph", "") == "M" && e.value("name", "") == "process_name" &&
+          split_process_name(args->value("name", ""), label, stage))
+        s.pp = std::max(s.pp, stage + 1);
+      const auto c = args->find("chunk"), mb = args->find("microbatch");
+      if (e.value("ph", "") == "X" && c != args->end() && c->is_number_unsigned() &&
+          mb != args->end() && mb->is_number_unsigned() && c->get<std::uint64_t>() < 1u << 20 &&
+          mb->get<std::uint64_t>() < 1u << 24)
+        s.saw(c->get<int>(), mb->get<int>(), args->value("kind", "") == "W" ? Kind::W : Kind::F);
+    }
+  return s;
+}
+
+}  // namespace rrfp::trace

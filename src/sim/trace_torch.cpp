@@ -1,0 +1,201 @@
+// The mapping for PyTorch profiler traces (docs/twin.md). Each file (or each process of a
+// merged file) is one rank; ranks in order of `distributedInfo.rank`, else of the files, are
+// pipeline rank r / T and TP rank r % T (one pipeline, TP fastest). Tasks are record_function
+// spans named like torch.distributed.pipelining's actions, "PP:<chunk><F|I|B|W><mb>" (I is the
+// input half of a split backward, B a whole one) or its GPipe spans "Forward i" / "Backward i"
+// (the rank's own chunk); "PP:<chunk>RECV_F<mb>" / "RECV_B" time the receives. A GPU trace's
+// `gpu_user_annotation` spans are used where a rank has them (device time), else the CPU
+// spans. Steps are "ProfilerStep#N" spans; the legacy exporter's clocks start per process, so
+// its ranks are aligned at each step's start.
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <optional>
+
+#include "core/error.hpp"
+#include "sim/trace_formats.hpp"
+
+namespace rrfp::trace {
+
+namespace {
+
+struct Label {
+  bool recv = false;
+  bool input_half = false;  // "I": the input half of a split backward
+  TaskId task;              // the task, or the receive's consumer
+};
+
+bool digits_at(const std::string& s, size_t& i, int& value) {
+  const size_t from = i;
+  long long v = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])) && i - from < 9)
+    v = v * 10 + (s[i++] - '0');
+  value = static_cast<int>(v);
+  return i > from && (i == s.size() || !std::isdigit(static_cast<unsigned char>(s[i])));
+}
+
+// "PP:3F12" -> F c3 m12; "PP:1RECV_B4" -> the receive of B c1 m4; "Forward 7" -> F on the
+// rank's own chunk (`own`); anything else: nullopt.
+std::optional<Label> parse_label(const std::string& name, int own) {
+  Label l;
+  size_t i = 0;
+  int chunk = own, mb = 0;
+  std::string kind;
+  if (name.rfind("PP:", 0) == 0) {
+    i = 3;
+    if (!digits_at(name, i, chunk)) return std::nullopt;
+    for (const char* k : {"RECV_F", "RECV_B", "F", "I", "B", "W"})
+      if (name.compare(i, std::string(k).size(), k) == 0) {
+        kind = k;
+        break;
+      }
+    if (kind.empty()) return std::nullopt;  // SEND_*, UNSHARD, REDUCE_GRAD, ...
+    i += kind.size();
+  } else if (name.rfind("Forward ", 0) == 0 || name.rfind("Backward ", 0) == 0) {
+    kind = name[0] == 'F' ? "F" : "B";
+    i = name[0] == 'F' ? 8 : 9;
+  } else {
+    return std::nullopt;
+  }
+  if (!digits_at(name, i, mb) || i != name.size()) return std::nullopt;
+  l.recv = kind.rfind("RECV_", 0) == 0;
+  l.input_half = kind == "I";
+  const char k = kind.back();
+  l.task = TaskId{k == 'F' ? Kind::F : k == 'W' ? Kind::W : Kind::B, chunk, mb};
+  return l;
+}
+
+struct Span {
+  double ts = 0, dur = 0;
+  std::string name;
+  bool gpu = false;
+};
+
+struct Process {
+  double rank = 0;  // distributedInfo.rank, else the file's position
+  size_t order = 0;
+  bool legacy = false;
+  std::vector<Span> spans;
+  std::map<int, std::pair<double, double>> steps;  // N -> [start, end]
+  std::string origin;
+};
+
+std::vector<Process> processes_of(const std::vector<Doc>& docs) {
+  std::vector<Process> out;
+  for (size_t f = 0; f < docs.size(); ++f) {
+    const Doc& d = docs[f];
+    double rank = static_cast<double>(f);
+    if (d.json.is_object()) {
+      const auto info = d.json.find("distributedInfo");
+      if (info != d.json.end() && info->is_object() && info->contains("rank") &&
+          info->at("rank").is_number())
+        rank = info->at("rank").get<double>();
+    }
+    std::map<std::string, size_t> by_pid;
+    size_t n = 0;
+    for (const auto& e : events_of(d)) {
+      ++n;
+      if (!e.is_object() || e.value("ph", "") != "X") continue;
+      const auto name = e.find("name");
+      if (name == e.end() || !name->is_string()) continue;
+      const std::string where = d.origin + ": event " + std::to_string(n);
+      const std::string pid = e.contains("pid") ? e.at("pid").dump() : "";
+      auto [it, fresh] = by_pid.emplace(pid, out.size());
+      if (fresh) {
+        Process p;
+        p.rank = rank;
+        p.order = out.size();
+        p.legacy = e.contains("pid") && e.at("pid").is_string();
+        p.origin = d.origin;
+        out.push_back(p);
+      }
+      Process& p = out[it->second];
+      const std::string& s = name->get_ref<const std::string&>();
+      if (s.rfind("ProfilerStep#", 0) == 0) {
+        size_t i = 13;
+        int step = 0;
+        if (digits_at(s, i, step) && i == s.size()) {
+          const double ts = number_at(e, "ts", where);
+          p.steps[step] = {ts, ts + number_at(e, "dur", where)};
+        }
+        continue;
+      }
+      if (!parse_label(s, 0)) continue;
+      p.spans.push_back({number_at(e, "ts", where), number_at(e, "dur", where), s,
+                         e.value("cat", "") == "gpu_user_annotation"});
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Process& a, const Process& b) {
+    return a.rank != b.rank ? a.rank < b.rank : a.order < b.order;
+  });
+  // A process without task spans (a data loader, a merged file's other tools) is no rank.
+  std::erase_if(out, [](const Process& p) { return p.spans.empty(); });
+  return out;
+}
+
+}  // namespace
+
+std::vector<Timeline> read_torch(const std::vector<Doc>& docs, const WorkModel& m, int tp) {
+  const std::vector<Process> procs = processes_of(docs);
+  if (procs.size() != static_cast<size_t>(m.pp()) * tp)
+    throw InputError(docs.front().origin + ": " + std::to_string(procs.size()) +
+                     " rank(s) with task spans, but the shape has " + std::to_string(m.pp()) +
+                     " stage(s) x " + std::to_string(tp) +
+                     " tp rank(s): give one file per rank of one pipeline");
+  std::map<int, Timeline> steps;  // -1: the whole trace (no step spans)
+  for (size_t k = 0; k < procs.size(); ++k) {
+    const Process& p = procs[k];
+    const int stage = static_cast<int>(k) / tp, tp_rank = static_cast<int>(k) % tp;
+    const bool gpu =
+        std::any_of(p.spans.begin(), p.spans.end(), [](const Span& s) { return s.gpu; });
+    for (const Span& s : p.spans) {
+      if (s.gpu != gpu) continue;
+      int step = -1;
+      double zero = 0;
+      if (!p.steps.empty()) {
+        auto in = std::find_if(p.steps.begin(), p.steps.end(), [&](const auto& st) {
+          return s.ts >= st.second.first && s.ts <= st.second.second;
+        });
+        if (in == p.steps.end()) continue;  // between steps
+        step = in->first;
+        if (p.legacy) zero = in->second.first;  // a rough start; build_run aligns the ranks
+      }
+      const Label l = *parse_label(s.name, m.chunk_at(stage, 0));
+      const std::string where = p.origin + ": span '" + s.name.substr(0, 40) + "'";
+      if (l.task.chunk >= m.chunks() || m.stage_of(l.task.chunk) != stage)
+        throw InputError(where + " is on rank " + std::to_string(k) + " (stage " +
+                         std::to_string(stage) + "), but chunk " + std::to_string(l.task.chunk) +
+                         " is not on that stage in this shape");
+      Timeline& t = steps[step];
+      if (t.format.empty()) {
+        t.format = "torch";
+        t.step = step;
+        t.run = step >= 0 ? "ProfilerStep#" + std::to_string(step) : "the whole trace";
+        t.clocks_aligned = !p.legacy;
+      }
+      if (l.recv)
+        t.recvs.push_back({l.task, tp_rank, s.ts - zero, s.ts - zero + s.dur});
+      else
+        t.tasks.push_back({l.task, tp_rank, s.ts - zero, s.dur});
+    }
+  }
+  std::vector<Timeline> out;
+  for (auto& [n, t] : steps)
+    out.push_back(std::move(t));
+  return out;
+}
+
+Shape probe_torch(const std::vector<Doc>& docs, int tp) {
+  const std::vector<Process> procs = processes_of(docs);
+  Shape s;
+  s.pp = static_cast<int>(procs.size()) / std::max(1, tp);
+  for (size_t k = 0; k < procs.size(); ++k)
+    for (const Span& sp : procs[k].spans) {
+      const Label l = *parse_label(sp.name, static_cast<int>(k) / std::max(1, tp));
+      s.saw(l.task.chunk, l.task.mb, l.task.kind);
+      s.split = s.split || l.input_half;
+    }
+  return s;
+}
+
+}  // namespace rrfp::trace

@@ -1,0 +1,279 @@
+// The trace importers beyond the round trip (docs/twin.md): traces in the PyTorch profiler's
+// formats (a real one from torch 1.13's exporter, and Kineto's layout built from a simulated
+// step) and in Megatron-LM's timer layout replay their recorded order to the recorded step,
+// take message latencies from receive spans, pick steps, and fail with a line naming the
+// problem.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "report/predict.hpp"
+#include "sim/trace_import.hpp"
+#include "sim_helpers.hpp"
+
+#ifndef RRFP_TEST_DATA
+#error "RRFP_TEST_DATA must name tests/data"
+#endif
+
+namespace rrfp::test {
+namespace {
+
+using nlohmann::json;
+
+std::string gzip(const std::string& text) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&z, text.size()), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+StepRecord simulated(const WorkModel& m, const std::string& hint, Policy p, RealizedWork& w) {
+  w.coord_ns = 0;  // a trace carries no coordination cost: the replay has none either
+  SimOptions opt;
+  opt.arbiter.policy = p;
+  opt.record = true;
+  return simulate(m, make_hint(hint, m), w, opt);
+}
+
+double us(std::int64_t ns) {
+  return static_cast<double>(ns) / 1e3;
+}
+
+// The end of each task on its rank, and the message its output took.
+const TaskRecord& record_of(const StepRecord& r, const WorkModel& m, const TaskId& t, int rank) {
+  for (const TaskRecord& x : r.tasks)
+    if (x.task == t && x.rank == rank) return x;
+  ADD_FAILURE() << "no record of " << to_string(t);
+  return r.tasks.front();
+}
+
+// A receive span per cross-stage input: from the producer's end to its arrival.
+template <class Emit>
+void for_each_receive(const StepRecord& r, const WorkModel& m, Emit emit) {
+  for (const TaskRecord& t : r.tasks) {
+    if (t.task.kind == Kind::W) continue;
+    const int c = t.task.kind == Kind::F ? t.task.chunk - 1 : t.task.chunk + 1;
+    if (c < 0 || c >= m.chunks() || m.stage_of(c) == t.stage) continue;
+    const TaskRecord& prod = record_of(r, m, TaskId{t.task.kind, c, t.task.mb}, t.rank);
+    emit(t, prod.compute_end, prod.compute_end + prod.send_ns);
+  }
+}
+
+// Kineto's layout (one object per rank: distributedInfo, traceEvents with user_annotation
+// spans, ProfilerStep#N, absolute microsecond clocks); CPU spans twice as long as the device's
+// gpu_user_annotation spans, which the importer must prefer.
+std::vector<std::pair<std::string, std::string>> kineto_files(const StepRecord& r,
+                                                              const WorkModel& m) {
+  const double base = 1e9;  // an epoch-like clock
+  std::vector<json> docs(m.pp());
+  for (int s = 0; s < m.pp(); ++s) {
+    docs[s] = {{"schemaVersion", 1},
+               {"distributedInfo", {{"backend", "nccl"}, {"rank", s}, {"world_size", m.pp()}}},
+               {"traceEvents", json::array()}};
+    docs[s]["traceEvents"].push_back({{"ph", "X"},
+                                      {"cat", "user_annotation"},
+                                      {"name", "ProfilerStep#5"},
+                                      {"pid", 100 + s},
+                                      {"tid", 100 + s},
+                                      {"ts", base - 50},
+                                      {"dur", us(r.makespan) + 100}});
+  }
+  for (const TaskRecord& t : r.tasks) {
+    const char k = t.task.kind == Kind::F ? 'F' : t.task.kind == Kind::W ? 'W' : 'I';
+    const std::string name = "PP:" + std::to_string(t.task.chunk) + k + std::to_string(t.task.mb);
+    const double dur = us(t.compute_end - t.start);
+    for (const char* cat : {"user_annotation", "gpu_user_annotation"})
+      docs[t.stage]["traceEvents"].push_back(
+          {{"ph", "X"},
+           {"cat", cat},
+           {"name", name},
+           {"pid", 100 + t.stage},
+           {"tid", std::string(cat) == "user_annotation" ? 100 + t.stage : 7},
+           {"ts", base + us(t.start)},
+           {"dur", std::string(cat) == "user_annotation" ? 2 * dur : dur}});
+  }
+  for_each_receive(r, m, [&](const TaskRecord& t, std::int64_t from, std::int64_t to) {
+    const std::string name = "PP:" + std::to_string(t.task.chunk) + "RECV_" +
+                             (t.task.kind == Kind::F ? "F" : "B") + std::to_string(t.task.mb);
+    docs[t.stage]["traceEvents"].push_back({{"ph", "X"},
+                                            {"cat", "gpu_user_annotation"},
+                                            {"name", name},
+                                            {"pid", 100 + t.stage},
+                                            {"tid", 7},
+                                            {"ts", base + us(from)},
+                                            {"dur", us(to - from)}});
+  });
+  std::vector<std::pair<std::string, std::string>> files;
+  for (int s = m.pp() - 1; s >= 0; --s)  // file order must not matter: distributedInfo says
+    files.emplace_back("rank" + std::to_string(s) + ".json.gz", gzip(docs[s].dump()));
+  return files;
+}
+
+TEST(TraceFormats, KinetoTraceReplaysItsRecordedOrderToTheStep) {
+  for (std::uint64_t seed = 1; seed <= 3; ++seed)
+    for (const char* hint : {"zb-h1", "bfw"}) {
+      WorkModel m(config(3, 6, 1, true));
+      RealizedWork w = realize(workload_preset("paper"), m, 1, seed);
+      const StepRecord r = simulated(m, hint, hint[0] == 'z' ? Policy::Fixed : Policy::Ready, w);
+      const ImportedRun in = import_trace_texts(kineto_files(r, m), m, 1);
+      EXPECT_EQ(in.format, "torch");
+      EXPECT_EQ(in.run, "ProfilerStep#5");
+      EXPECT_EQ(in.work.compute_ns, w.compute_ns) << "device spans, not the CPU's";
+      EXPECT_EQ(in.messages_measured, in.messages);
+      EXPECT_NEAR(static_cast<double>(in.measured_ns), static_cast<double>(r.makespan), 1);
+      const Prediction p = predict(in, m.config(), 1);
+      EXPECT_NEAR(static_cast<double>(p.replayed.metrics.makespan), static_cast<double>(r.makespan),
+                  2)
+          << hint << " seed " << seed;
+    }
+}
+
+// Megatron's timers: one thread per (pp, tp) rank named so, args iteration / microbatch_id /
+// model_chunk_id (interleaved, two chunks per rank), forward-recv / backward-recv spans.
+std::string megatron_file(const StepRecord& r, const WorkModel& m, int tp, int iteration,
+                          bool drop_last) {
+  json events = json::array();
+  for (int s = 0; s < m.pp(); ++s)
+    for (int t = 0; t < tp; ++t)
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", 0},
+                        {"tid", 40 + s * tp + t},
+                        {"args",
+                         {{"name", "rank " + std::to_string(s * tp + t) + " (pp " +
+                                       std::to_string(s) + ", tp " + std::to_string(t) + ")"}}}});
+  auto span = [&](const char* name, const TaskRecord& t, double ts, double dur) {
+    events.push_back({{"ph", "X"},
+                      {"name", name},
+                      {"pid", 0},
+                      {"tid", 40 + t.stage * tp + t.rank},
+                      {"ts", ts},
+                      {"dur", dur},
+                      {"args",
+                       {{"iteration", iteration},
+                        {"microbatch_id", t.task.mb},
+                        {"model_chunk_id", m.local_chunk(t.task.chunk)}}}});
+  };
+  for (const TaskRecord& t : r.tasks) {
+    if (drop_last && t.task.mb == m.microbatches() - 1 && t.task.kind == Kind::B) continue;
+    span(t.task.kind == Kind::F ? "forward-compute" : "backward-compute", t, us(t.start),
+         us(t.compute_end - t.start));
+  }
+  for_each_receive(r, m, [&](const TaskRecord& t, std::int64_t from, std::int64_t to) {
+    span(t.task.kind == Kind::F ? "forward-recv" : "backward-recv", t, us(from) - 3,
+         us(to - from) + 3);  // posted before the producer finished: that part is not latency
+  });
+  return json{{"traceEvents", events}}.dump();
+}
+
+TEST(TraceFormats, MegatronTimersReplayTheirRecordedOrderToTheStep) {
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    PipelineConfig c = config(2, 4, 2);  // interleaved: two model chunks per rank
+    WorkModel m(c);
+    RealizedWork w = realize(workload_preset("language"), m, 2, seed);
+    const StepRecord r = simulated(m, "interleaved-1f1b", Policy::Fixed, w);
+    // Iteration 3 lacks a backward; 4 is whole: the default takes 4, --step 3 names the gap.
+    const std::vector<std::pair<std::string, std::string>> files{
+        {"it3.json", megatron_file(r, m, 2, 3, true)},
+        {"it4.json", megatron_file(r, m, 2, 4, false)}};
+    const ImportedRun in = import_trace_texts(files, m, 2);
+    EXPECT_EQ(in.format, "megatron");
+    EXPECT_EQ(in.run, "iteration 4");
+    EXPECT_EQ(in.work.compute_ns, w.compute_ns);
+    EXPECT_EQ(in.messages_measured, in.messages);
+    const Prediction p = predict(in, c, 2);
+    EXPECT_NEAR(static_cast<double>(p.replayed.metrics.makespan), static_cast<double>(r.makespan),
+                2)
+        << "seed " << seed;
+    TraceOptions o;
+    o.step = 3;
+    try {
+      import_trace_texts(files, m, 2, o);
+      ADD_FAILURE() << "an incomplete iteration was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("(iteration 3): the megatron timeline lacks tasks"),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("B c"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A trace recorded by torch 1.13's own exporter (tests/data/make_torch_trace.py: two processes,
+// Gloo, 1F1B, record_function labels): per-process clocks that the receives align.
+TEST(TraceFormats, RealTorchProfilerTraceReplaysWithinTwoPercent) {
+  const std::string dir = std::string(RRFP_TEST_DATA) + "/torch-pp2";
+  const PipelineConfig c = infer_trace_config(dir, 1);
+  EXPECT_EQ(c.pp, 2);
+  EXPECT_EQ(c.vpp, 1);
+  EXPECT_EQ(c.microbatches, 4);
+  EXPECT_FALSE(c.split_backward);
+  WorkModel m(c);
+  for (int step : {1, 2}) {
+    TraceOptions o;
+    o.step = step;
+    const ImportedRun in = import_trace(dir, m, 1, o);
+    EXPECT_EQ(in.messages_measured, 8);
+    const Prediction p = predict(in, c, 1);
+    EXPECT_LT(std::abs(p.reproduction_error()), 0.02) << "step " << step;
+    EXPECT_EQ(in.order.stages[1].front(), (TaskId{Kind::F, 1, 0}));
+    EXPECT_EQ(in.order.stages[1][1], (TaskId{Kind::B, 1, 0}));  // 1F1B as recorded
+  }
+  TraceOptions o;
+  o.step = 9;
+  try {
+    import_trace(dir, m, 1, o);
+    ADD_FAILURE() << "a missing step was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("has no step 9; it has 1, 2"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(TraceFormats, RefusesWhatItCannotMap) {
+  WorkModel m(config(2, 2));
+  auto refused = [&](const std::vector<std::pair<std::string, std::string>>& files,
+                     const std::string& want, TraceOptions o = {}) {
+    try {
+      import_trace_texts(files, m, 1, o);
+      ADD_FAILURE() << "accepted: " << files.front().second.substr(0, 200);
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  const std::string one_rank =
+      R"([{"ph": "X", "name": "PP:0F0", "pid": 1, "tid": 1, "ts": 0, "dur": 5}])";
+  refused({{"r0.json", one_rank}}, "1 rank(s) with task spans, but the shape has 2 stage(s)");
+  refused({{"r0.json", R"([{"ph": "X", "name": "PP:1F0", "pid": 1, "ts": 0, "dur": 5}])"},
+           {"r1.json", R"([{"ph": "X", "name": "PP:0F0", "pid": 1, "ts": 0, "dur": 5}])"}},
+          "chunk 1 is not on that stage");
+  refused({{"m.json", R"([{"ph": "X", "name": "forward-compute", "tid": 0, "ts": 0, "dur": 1}])"}},
+          "no args");
+  refused({{"m.json",
+            R"([{"ph": "X", "name": "forward-compute", "tid": 0, "ts": 0, "dur": 1,
+                 "args": {"iteration": 1}}])"}},
+          "args lack `microbatch_id`");
+  refused({{"m.json",
+            R"([{"ph": "X", "name": "forward-compute", "tid": 5, "ts": 0, "dur": 1,
+                 "args": {"iteration": 1, "microbatch_id": 0}}])"}},
+          "rank pp 5 tp 0 is outside the shape");
+  const std::string gz = gzip(one_rank);
+  refused({{"t.json.gz", gz.substr(0, gz.size() / 2)}}, "not a complete gzip stream");
+  TraceOptions forced;
+  forced.format = "megatron";
+  refused({{"r0.json", one_rank}}, "no megatron task events", forced);
+  forced.format = "nvtx";
+  refused({{"r0.json", one_rank}}, "expected auto, rrfp, torch or megatron", forced);
+}
+
+}  // namespace
+}  // namespace rrfp::test
