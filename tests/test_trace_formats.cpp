@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "report/predict.hpp"
+#include "sim/replay.hpp"
 #include "sim/trace_import.hpp"
 #include "sim_helpers.hpp"
 
@@ -235,6 +236,59 @@ TEST(TraceFormats, RealTorchProfilerTraceReplaysWithinTwoPercent) {
     ADD_FAILURE() << "a missing step was accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("has no step 9; it has 1, 2"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A trace without message times (rrfp's own measured runs): a consumer idle until its
+// producer ended shows what the message took; the rest get the median of those seen.
+TEST(TraceFormats, MessagesAreSeenFromWhenConsumersStarted) {
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    WorkModel m(config(4, 8));
+    WorkloadParams wp = workload_preset("language");
+    wp.comm_latency_us = 300;  // every message 300 us: the median is exact too
+    wp.comm_bandwidth_gbps = 0;
+    wp.comm_sigma = 0;
+    RealizedWork w = realize(wp, m, 1, seed);
+    const StepRecord r = simulated(m, "1f1b", Policy::Fixed, w);
+    Timeline t = timeline_of(r);
+    for (TimelineTask& x : t.tasks)
+      x.send_us = -1;  // as a measured run records it
+    const ImportedRun in = build_run(t, m, 1, -1, "run");
+    EXPECT_GT(in.messages_inferred, in.messages / 2) << "1F1B waits for most messages";
+    for (int i = 0; i < w.num_tasks; ++i)
+      EXPECT_EQ(in.work.message(0, i), w.message(0, i)) << to_string(m.task(i));
+    const Prediction p = predict(in, m.config(), 1);
+    EXPECT_NEAR(static_cast<double>(p.replayed.metrics.makespan), static_cast<double>(r.makespan),
+                2);
+    // --message-us instead: every untimed message takes it, nothing is inferred.
+    const ImportedRun fixed = build_run(t, m, 1, 0, "run");
+    EXPECT_EQ(fixed.messages_inferred, 0);
+    EXPECT_LT(predict(fixed, m.config(), 1).replayed.metrics.makespan, r.makespan);
+  }
+}
+
+// durations.csv of several steps (rrfp train): each step reads back; the last by default.
+TEST(TraceFormats, ReplayCsvHoldsSeveralSteps) {
+  WorkModel m(config(2, 4));
+  const RealizedWork a = realize(workload_preset("language"), m, 1, 1);
+  const RealizedWork b = realize(workload_preset("language"), m, 1, 2);
+  const std::string text = replay_csv(m, {{3, a}, {4, b}});
+  auto near = [](const RealizedWork& x, const RealizedWork& y) {
+    for (size_t i = 0; i < x.compute_ns.size(); ++i)
+      if (std::abs(x.compute_ns[i] - y.compute_ns[i]) > 1 ||
+          std::abs(x.message_ns[i] - y.message_ns[i]) > 1)
+        return false;
+    return true;
+  };
+  EXPECT_TRUE(near(parse_replay_csv(text, m, 1, "d.csv", 3), a));
+  EXPECT_TRUE(near(parse_replay_csv(text, m, 1, "d.csv"), b));
+  EXPECT_FALSE(near(a, b));
+  try {
+    parse_replay_csv(text, m, 1, "d.csv", 7);
+    ADD_FAILURE() << "a missing step was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("has no step 7; its last is 4"), std::string::npos)
         << e.what();
   }
 }

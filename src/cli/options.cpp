@@ -87,9 +87,9 @@ void add_trace_flags(CLI::App* app, TraceOptions& t) {
                   "0; default: the first complete one)")
       ->check(not_negative());
   app->add_option("--message-us", t.message_us,
-                  "the latency of every message the trace does not time (us)")
-      ->check(CLI::Range(0.0, kMaxTaskUs))
-      ->capture_default_str();
+                  "the latency of every message the trace does not time (us; default: seen "
+                  "from when the consumers started)")
+      ->check(CLI::Range(0.0, kMaxTaskUs));
 }
 
 void add_workload_flags(CLI::App* app, WorkloadFlags& f) {

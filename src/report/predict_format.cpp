@@ -37,7 +37,8 @@ std::string format_prediction(const Prediction& p, const std::string& source) {
       "rrfp predict: " + source + " (" + in.format + ", " + in.run + "): " + shape_of(p) + "\n\n";
   out += "measured step        " + lpad(fmt("%.2f", ms(p.measured.metrics.makespan)), 9) +
          " ms  (first task's start to last task's end; " + std::to_string(in.messages_measured) +
-         " of " + std::to_string(in.messages) + " messages timed by the trace)\n";
+         " of " + std::to_string(in.messages) + " messages timed by the trace, " +
+         std::to_string(in.messages_inferred) + " seen from their consumers' starts)\n";
   out += "twin, recorded order " + lpad(fmt("%.2f", ms(p.replayed.metrics.makespan)), 9) +
          " ms  (" + fmt("%+.1f%%", 100 * p.reproduction_error()) +
          ": how well the twin reproduces the step)\n\n";
@@ -91,6 +92,7 @@ nlohmann::json prediction_json(const Prediction& p, const std::string& source) {
   j["replayed_ms"] = ms(p.replayed.metrics.makespan);
   j["reproduction_error"] = p.reproduction_error();
   j["messages_timed"] = p.imported.messages_measured;
+  j["messages_inferred"] = p.imported.messages_inferred;
   j["memory_neutral_limit"] = p.neutral_limit;
   j["predictions"] = nlohmann::json::array();
   for (const ReportRun& r : p.runs)

@@ -1,16 +1,23 @@
 #pragma once
-// Replay: a CSV of measured durations, columns stage,chunk,microbatch,kind,duration_us and
+// Replay: a CSV of measured durations, columns [step,]stage,chunk,microbatch,kind,duration_us and
 // optionally tp_rank (else the row holds for every rank) and send_us (the message that task's
 // output sends). Every task of the run needs a row.
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sim/trace_import.hpp"
 #include "sim/workload.hpp"
 
 namespace rrfp {
 
+// Steps as a replay CSV (every column, tp_rank when TP > 1, step when there are several or a
+// step number >= 0 is given): parse_replay_csv reads each back.
+std::string replay_csv(const WorkModel& m, const std::vector<std::pair<int, RealizedWork>>& steps);
+
+// With a `step` column the file holds several steps: `step` picks one (-1: the last).
 RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int tp,
-                              const std::string& origin);
+                              const std::string& origin, int step = -1);
 // A CSV, or a trace (sim/trace_import.hpp: .json, .json.gz or a directory) read with `trace`.
 RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int tp,
                               const TraceOptions& trace = {});

@@ -74,7 +74,63 @@ void align_clocks(const WorkModel& m, int tp, std::vector<double>& start, std::v
   }
 }
 
+// Messages nothing timed, from when their consumers started: a consumer idle until its input's
+// producer ended waited for that message, so it took the consumer's start minus the producer's
+// end (delivery and wake-up, what the twin's latency stands for). Messages that arrived while
+// their consumer was busy cannot be seen; they get the median of the seen ones. Returns how
+// many were seen.
+int infer_latencies(const WorkModel& m, int tp, const std::vector<double>& start,
+                    const std::vector<double>& end, const std::vector<char>& measured,
+                    RealizedWork& r) {
+  const size_t n = static_cast<size_t>(m.num_tasks());
+  std::vector<std::int64_t> seen;
+  std::vector<char> done(measured);
+  for (int rank = 0; rank < tp; ++rank)
+    for (int s = 0; s < m.pp(); ++s) {
+      std::vector<TaskId> order = m.stage_tasks(s);
+      std::stable_sort(order.begin(), order.end(), [&](const TaskId& a, const TaskId& b) {
+        return start[rank * n + m.index(a)] < start[rank * n + m.index(b)];
+      });
+      double free_at = -std::numeric_limits<double>::infinity();
+      for (const TaskId& c : order) {
+        const double began = start[rank * n + m.index(c)];
+        TaskId producer;
+        if (cross_stage_producer(m, c, producer)) {
+          const size_t at = rank * n + m.index(producer);
+          if (!done[at] && end[at] >= free_at && began >= end[at]) {
+            r.message_ns[at] = static_cast<std::int64_t>((began - end[at]) * 1e3 + 0.5);
+            seen.push_back(r.message_ns[at]);
+            done[at] = 1;
+          }
+        }
+        free_at = end[rank * n + m.index(c)];
+      }
+    }
+  std::int64_t median = 0;
+  if (!seen.empty()) {
+    std::nth_element(seen.begin(), seen.begin() + seen.size() / 2, seen.end());
+    median = seen[seen.size() / 2];
+  }
+  for (int rank = 0; rank < tp; ++rank)
+    for (int i = 0; i < m.num_tasks(); ++i) {
+      TaskId producer;
+      if (cross_stage_producer(m, m.task(i), producer) && !done[rank * n + m.index(producer)])
+        r.message_ns[rank * n + m.index(producer)] = median;
+    }
+  return static_cast<int>(seen.size());
+}
+
 }  // namespace
+
+Timeline timeline_of(const StepRecord& r) {
+  Timeline t;
+  t.format = "rrfp";
+  for (const TaskRecord& x : r.tasks)
+    t.tasks.push_back({x.task, x.rank, static_cast<double>(x.start) / 1e3,
+                       static_cast<double>(x.compute_end - x.start) / 1e3,
+                       x.send_ns > 0 ? static_cast<double>(x.send_ns) / 1e3 : -1.0});
+  return t;
+}
 
 ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double message_us,
                       const std::string& origin) {
@@ -86,7 +142,7 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   r.num_tasks = m.num_tasks();
   const size_t slots = static_cast<size_t>(tp) * r.num_tasks;
   r.compute_ns.assign(slots, -1);
-  r.message_ns.assign(slots, duration_ns(message_us, "message latency (--message-us)"));
+  r.message_ns.assign(slots, message_us < 0 ? 0 : duration_ns(message_us, "`message_us` latency"));
   r.message_bytes.assign(r.num_tasks, 0);
   std::vector<double> start(slots, 0), end(slots, 0);
   std::vector<char> measured(slots, 0);
@@ -141,6 +197,7 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   }
   for (char c : measured)
     out.messages_measured += c;
+  if (message_us < 0) out.messages_inferred = infer_latencies(m, tp, start, end, measured, r);
   for (int i = 0; i < r.num_tasks; ++i) {
     TaskId consumer = m.task(i), producer;
     if (cross_stage_producer(m, consumer, producer)) out.messages += tp;

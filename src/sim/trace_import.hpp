@@ -11,9 +11,11 @@
 namespace rrfp {
 
 struct TraceOptions {
-  std::string format = "auto";    // auto, rrfp, torch or megatron
-  int step = -1;                  // the step (run, iteration) to replay; -1: the first complete
-  double message_us = 0;          // the latency of every message the trace does not time
+  std::string format = "auto";  // auto, rrfp, torch or megatron
+  int step = -1;                // the step (run, iteration) to replay; -1: the first complete
+  // The latency of every message the trace does not time; < 0: inferred from when the
+  // consumers started (sim/timeline.hpp).
+  double message_us = -1;
   const char* option = "replay";  // what errors about the path name (predict: TRACE)
 };
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
 #include "core/modes.hpp"
@@ -110,7 +111,7 @@ WorkloadParams read_workload_file(const std::string& path, const std::string& pr
 }
 
 RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int tp,
-                              const std::string& origin) {
+                              const std::string& origin, int step) {
   RealizedWork r;
   r.tp = checked_tp(tp);
   r.num_tasks = m.num_tasks();
@@ -135,6 +136,8 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
     out.push_back(cur);
     return out;
   };
+  // Rows first: with a `step` column, only the chosen step's rows count (default: the last).
+  std::vector<std::pair<int, std::vector<std::string>>> rows;
   while (std::getline(in, line)) {
     ++line_no;
     const std::string where = origin + ":" + std::to_string(line_no);
@@ -146,12 +149,40 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
       for (const char* need : {"stage", "chunk", "microbatch", "kind", "duration_us"})
         if (!col.count(need))
           throw InputError(where + ": replay header lacks column '" + need +
-                           "' (need stage,chunk,microbatch,kind,duration_us[,tp_rank][,send_us])");
+                           "' (need [step,]stage,chunk,microbatch,kind,duration_us[,tp_rank]"
+                           "[,send_us])");
       continue;
     }
     if (cells.size() != col.size())
       throw InputError(where + ": expected " + std::to_string(col.size()) + " columns, got " +
                        std::to_string(cells.size()));
+    rows.emplace_back(line_no, std::move(cells));
+  }
+  const bool stepped = col.count("step") > 0;
+  std::vector<std::string> step_of(rows.size());
+  std::string chosen = step >= 0 ? std::to_string(step) : "";
+  if (stepped) {
+    long long last = -1;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      step_of[i] = rows[i].second[col.at("step")];
+      try {
+        last = std::max(last, std::stoll(step_of[i]));
+      } catch (...) {
+        throw InputError(origin + ":" + std::to_string(rows[i].first) + ": column step: '" +
+                         step_of[i].substr(0, 30) + "' is not a whole number");
+      }
+    }
+    if (chosen.empty()) chosen = std::to_string(last);
+    if (std::find(step_of.begin(), step_of.end(), chosen) == step_of.end())
+      throw InputError("`step`: " + origin + " has no step " + chosen + "; its last is " +
+                       std::to_string(last));
+  } else if (step >= 0) {
+    throw InputError("`step`: " + origin + " holds one step (no `step` column)");
+  }
+  for (size_t row = 0; row < rows.size(); ++row) {
+    if (stepped && step_of[row] != chosen) continue;
+    const std::string where = origin + ":" + std::to_string(rows[row].first);
+    const std::vector<std::string>& cells = rows[row].second;
     auto num = [&](const char* name, bool integer) {
       const std::string& s = cells[col.at(name)];
       double v = 0;
@@ -218,10 +249,31 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
   return r;
 }
 
+std::string replay_csv(const WorkModel& m, const std::vector<std::pair<int, RealizedWork>>& steps) {
+  if (steps.empty()) return "";
+  const bool stepped = steps.size() > 1 || steps.front().first >= 0;
+  const int tp = steps.front().second.tp;
+  std::string out = std::string(stepped ? "step," : "") +
+                    "stage,chunk,microbatch,kind,duration_us," + (tp > 1 ? "tp_rank," : "") +
+                    "send_us\n";
+  for (const auto& [step, w] : steps)
+    for (int rank = 0; rank < w.tp; ++rank)
+      for (int i = 0; i < w.num_tasks; ++i) {
+        const TaskId t = m.task(i);
+        out += (stepped ? std::to_string(step) + "," : std::string()) +
+               std::to_string(m.stage_of(t)) + "," + std::to_string(t.chunk) + "," +
+               std::to_string(t.mb) + "," + kind_char(t.kind) + "," +
+               fmt("%.3f", static_cast<double>(w.compute(rank, i)) / 1e3) + "," +
+               (w.tp > 1 ? std::to_string(rank) + "," : "") +
+               fmt("%.3f", static_cast<double>(w.message(rank, i)) / 1e3) + "\n";
+      }
+  return out;
+}
+
 RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int tp,
                               const TraceOptions& trace) {
   if (is_trace_path(path)) return import_trace(path, m, tp, trace).work;
-  return parse_replay_csv(read_input_file(path, kReplayFile), m, tp, path);
+  return parse_replay_csv(read_input_file(path, kReplayFile), m, tp, path, trace.step);
 }
 
 }  // namespace rrfp

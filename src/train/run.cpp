@@ -13,6 +13,8 @@
 #include "dist/step_merge.hpp"
 #include "report/report.hpp"
 #include "sim/metrics.hpp"
+#include "sim/replay.hpp"
+#include "sim/timeline.hpp"
 #include "train/log_file.hpp"
 #include "train/trainer.hpp"
 
@@ -98,6 +100,14 @@ TrainSummary run_training(const TrainRun& in) {
   PlotSeries train_curve{"train loss", "#4e79a7", {}}, val_curve{"validation loss", "#e15759", {}};
   TrainSummary sum;
   StepResult last;
+  // durations.csv: the measured steps after the first two (start-up: allocator, first
+  // touches), the last 100 at most, each with the messages seen from when their consumers
+  // started (sim/timeline.hpp). Replaying every step predicts the run's mean; a mean of the
+  // durations would not (it smooths away the variation that makes stages wait).
+  constexpr int kSkipSteps = 2;
+  constexpr size_t kKeptSteps = 100;
+  const WorkModel& wm = trainer.model();
+  std::vector<std::pair<int, RealizedWork>> measured_steps;
   double tokens = 0, seconds = 0, pipeline_s = 0, bubble = 0, gaps_ns = 0, busy_ns = 0;
   const std::int64_t t_start = now_ns();
   if (!o.quiet && first_step > 0)
@@ -153,6 +163,11 @@ TrainSummary run_training(const TrainRun& in) {
                 << " tok/s  bubble " << fmt("%.1f%%", 100 * met.bubble_ratio) << "  ETA "
                 << fmt("%.0fs", eta) << (tty && val.empty() ? "" : "\n") << std::flush;
     }
+    if (root && s - first_step >= std::min(kSkipSteps, steps - first_step - 1)) {
+      if (measured_steps.size() == kKeptSteps) measured_steps.erase(measured_steps.begin());
+      measured_steps.emplace_back(
+          s + 1, build_run(timeline_of(r.run.run), wm, r.run.run.tp, -1, "step").work);
+    }
     last = std::move(r.run);
     // A signal asked to stop: this step is done and logged; keep a checkpoint and leave. Every
     // process of a job learns of it together, so none waits for another's next step.
@@ -191,13 +206,9 @@ TrainSummary run_training(const TrainRun& in) {
   h.source = "measured";
   const std::vector<ReportRun> runs{report_of(last, trainer.model(), t)};
   write_chrome_trace(dir + "trace.json", runs);
-  // The last step's measured durations, replayable: rrfp simulate --replay DIR/durations.csv.
-  std::string dur = "stage,chunk,microbatch,kind,duration_us\n";
-  for (const TaskRecord& t : last.run.tasks)
-    dur += std::to_string(t.stage) + "," + std::to_string(t.task.chunk) + "," +
-           std::to_string(t.task.mb) + "," + kind_char(t.task.kind) + "," +
-           fmt("%.1f", static_cast<double>(t.compute_end - t.start) / 1e3) + "\n";
-  write_text_file(dir + "durations.csv", dur, "`out`");
+  // The measured durations, replayable: rrfp simulate --replay DIR/durations.csv.
+  if (!measured_steps.empty())
+    write_text_file(dir + "durations.csv", replay_csv(wm, measured_steps), "`out`");
   write_svg(dir + "timeline.svg", h, runs);
   if (!o.quiet)
     std::cout << (stopped_by ? "stopped by signal " + std::to_string(stopped_by) + " after step " +

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""How well the twin reproduces and predicts recorded steps (docs/results-twin.md).
+
+Usage: bench/twin.py RRFP [--steps N] [--part imports|runs|train|all] > tables.md
+  imports: the PyTorch profiler fixture (tests/data/torch-pp2), each step replayed in its order;
+  runs:    `rrfp run` on threads and under mpirun (P=4), its --trace replayed by `rrfp predict`;
+  train:   `rrfp train` at P=2 (a core per stage here): each run's mean step against the twin's
+           replay of durations.csv, and a clean fixed run's durations predicting ready runs and
+           jitter (the preset injected on the replay, one jitter seed per step).
+Standard library only. Needs an idle machine: training and MPI runs are timed.
+"""
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
+
+
+def predict(rrfp, trace, *extra):
+    return json.loads(sh([rrfp, "predict", trace, "--json", "-", *extra]))
+
+
+def part_imports(rrfp):
+    print("| timeline | step | measured ms | twin, recorded order ms | error | messages timed |")
+    print("|---|---|---:|---:|---:|---:|")
+    fixture = os.path.join(ROOT, "tests", "data", "torch-pp2")
+    for step in (1, 2):
+        p = predict(rrfp, fixture, "--step", str(step))
+        print(f"| PyTorch profiler, torch 1.13, 2 ranks (tests/data/torch-pp2) | {p['step']} | "
+              f"{p['measured_ms']:.2f} | {p['replayed_ms']:.2f} | "
+              f"{100 * p['reproduction_error']:+.2f}% | {p['messages_timed']} |")
+
+
+def part_runs(rrfp, tmp):
+    print("| run | policy | measured ms | twin, recorded order ms | error | messages seen |")
+    print("|---|---|---:|---:|---:|---:|")
+    mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
+    shape = ["--pp", "4", "-m", "16", "--workload", "multimodal"]
+    for where in ("threads", "mpi"):
+        for hint, policy in (("1f1b", "fixed"), ("bf", "ready")):
+            errs = []
+            for seed in (1, 2, 3):
+                trace = os.path.join(tmp, f"{where}-{hint}-{seed}.json")
+                cmd = [rrfp, "run", *shape, "--hint", hint, "--policy", policy, "--seed",
+                       str(seed), "--trace", trace]
+                if where == "mpi":
+                    cmd = [mpirun, "4", *cmd, "--transport", "mpi"]
+                sh(cmd)
+                p = predict(rrfp, trace)
+                errs.append(p["reproduction_error"])
+                print(f"| `rrfp run` on {where}, P=4 M=16 multimodal, seed {seed} | {policy} {hint} | "
+                      f"{p['measured_ms']:.2f} | {p['replayed_ms']:.2f} | "
+                      f"{100 * p['reproduction_error']:+.2f}% | {p['messages_inferred']} |")
+            print(f"| **worst, {where} {policy} {hint}** | | | | "
+                  f"**{100 * max(errs, key=abs):+.2f}%** | |", file=sys.stderr)
+
+
+def mean_ms(loss_csv, column, skip):
+    with open(loss_csv) as f:
+        rows = list(csv.DictReader(f))[skip:]
+    return statistics.mean(float(r[column]) for r in rows), len(rows)
+
+
+def twin_mean(rrfp, durations, steps, hint, policy, split, workload="uniform"):
+    """The twin's mean step: every recorded step replayed (jitter seed = the step)."""
+    out = []
+    for step in steps:
+        r = json.loads(sh([rrfp, "simulate", "--replay", durations, "--step", str(step),
+                           "--pp", "2", "-m", "8", "--hint", hint, "--policy", policy,
+                           "--split-backward", split, "--workload", workload, "--seed",
+                           str(step), "--json", "-"]))
+        out.append(r["runs"][0]["makespan_ms"])
+    return statistics.mean(out)
+
+
+def steps_of(durations):
+    with open(durations) as f:
+        return sorted({int(r["step"]) for r in csv.DictReader(f)})
+
+
+def train(rrfp, tmp, name, steps, *args):
+    out = os.path.join(tmp, name)
+    sh([rrfp, "train", "--pp", "2", "--steps", str(steps), "--eval-every", "0", "--out", out,
+        *args])
+    return out
+
+
+def part_train(rrfp, tmp, steps):
+    skip = 2  # as durations.csv: the first two steps start up
+    specs = {  # name: (hint, policy, split)
+        "fixed 1F1B": ("1f1b", "fixed", "off"),
+        "ready BF": ("bf", "ready", "off"),
+        "ready BFW": ("bfw", "ready", "on"),
+    }
+    # Sources of the prediction: clean fixed runs, whole backward (1F1B) and split (ZB-H1).
+    src_whole = train(rrfp, tmp, "src-1f1b", steps, "--hint", "1f1b", "--policy", "fixed",
+                      "--split-backward", "off")
+    src_split = train(rrfp, tmp, "src-zbh1", steps, "--hint", "zb-h1", "--policy", "fixed")
+    print("| jitter | run | measured pipeline ms/step | measured step ms | "
+          "twin, own durations | error | twin, from the clean fixed run | error |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    rows = []
+    for jitter in ("J0", "J2"):
+        for name, (hint, policy, split) in specs.items():
+            args = ["--hint", hint, "--policy", policy, "--split-backward", split]
+            if jitter != "J0":
+                args += ["--inject-jitter", f"jitter:{jitter}"]
+            out = train(rrfp, tmp, f"{jitter}-{hint}", steps, *args)
+            pipe, n = mean_ms(os.path.join(out, "loss.csv"), "pipeline_ms", skip)
+            step_ms, _ = mean_ms(os.path.join(out, "loss.csv"), "step_ms", skip)
+            own_d = os.path.join(out, "durations.csv")
+            own = twin_mean(rrfp, own_d, steps_of(own_d), hint, policy, split)
+            src = os.path.join(src_split if split == "on" else src_whole, "durations.csv")
+            load = "uniform" if jitter == "J0" else f"jitter:{jitter}"
+            pred = twin_mean(rrfp, src, steps_of(src), hint, policy, split, load)
+            rows.append((jitter, name, pipe, step_ms, own, own / pipe - 1, pred, pred / pipe - 1))
+            print(f"| {jitter} | {name} | {pipe:.1f} | {step_ms:.1f} | {own:.1f} | "
+                  f"{100 * (own / pipe - 1):+.1f}% | {pred:.1f} | {100 * (pred / pipe - 1):+.1f}% |")
+            sys.stdout.flush()
+    with open(os.path.join(ROOT, "docs", "data", "twin-train.csv"), "w") as f:
+        f.write("jitter,run,pipeline_ms,step_ms,twin_own_ms,own_error,twin_from_clean_ms,"
+                "clean_error\n")
+        for r in rows:
+            f.write(",".join(str(round(x, 4)) if isinstance(x, float) else x for x in r) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("rrfp")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--part", default="all", choices=["imports", "runs", "train", "all"])
+    a = ap.parse_args()
+    rrfp = os.path.abspath(a.rrfp)
+    with tempfile.TemporaryDirectory() as tmp:
+        if a.part in ("imports", "all"):
+            part_imports(rrfp)
+            print()
+        if a.part in ("runs", "all"):
+            part_runs(rrfp, tmp)
+            print()
+        if a.part in ("train", "all"):
+            part_train(rrfp, tmp, a.steps)
+
+
+if __name__ == "__main__":
+    main()
