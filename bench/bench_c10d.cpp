@@ -12,8 +12,8 @@
 #include <mutex>
 
 #include "comm/c10d_transport.hpp"
+#include "comm/ping_pong.hpp"
 #include "core/clock.hpp"
-#include "ping_pong.hpp"
 
 namespace rrfp {
 namespace {
@@ -47,7 +47,13 @@ double raw_ping_pong(const Group& pg, std::size_t bytes, int iters) {
 // Seconds per round trip through the transport (a new channel each time).
 double transport_ping_pong(const Group& pg, int channel, std::size_t bytes, int iters) {
   C10dTransport tr(pg, channel);
-  return transport_round_trip(tr, bytes, iters, [&] { barrier(pg); });
+  PingPongOptions p;
+  p.peer = 1 - tr.rank();
+  p.initiator = tr.rank() == 0;
+  p.bytes = bytes;
+  p.iters = iters;
+  p.reply_in_handler = true;  // the transport alone
+  return PingPong(tr).round(p, [&] { barrier(pg); });
 }
 
 int run(int rank, int small_iters, int large_iters, int port) {

@@ -12,9 +12,9 @@
 
 #include <mpi.h>
 
+#include "comm/ping_pong.hpp"
 #include "core/clock.hpp"
 #include "dist/mpi_world.hpp"
-#include "ping_pong.hpp"
 
 using namespace rrfp;
 
@@ -46,7 +46,13 @@ double raw_ping_pong(MpiWorld& world, std::size_t bytes, int iters) {
 // Seconds per round trip through the transport.
 double transport_ping_pong(MpiWorld& world, std::size_t bytes, int iters) {
   auto tr = world.make_transport(g_poll);
-  return transport_round_trip(*tr, bytes, iters, [&] { world.barrier(); });
+  PingPongOptions p;
+  p.peer = 1 - tr->rank();
+  p.initiator = tr->rank() == 0;
+  p.bytes = bytes;
+  p.iters = iters;
+  p.reply_in_handler = true;  // the transport alone
+  return PingPong(*tr).round(p, [&] { world.barrier(); });
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """How well the twin reproduces and predicts recorded steps (docs/results-twin.md).
 
-Usage: bench/twin.py RRFP [--steps N] [--part imports|runs|train|all] > tables.md
+Usage: bench/twin.py RRFP [--steps N] [--part imports|runs|mpi|train|all] > tables.md
   imports: the PyTorch profiler fixture (tests/data/torch-pp2), each step replayed in its order;
   runs:    `rrfp run` on threads and under mpirun (P=4), its --trace replayed by `rrfp predict`;
+  mpi:     `rrfp calibrate --transport mpi`, then `rrfp run --transport mpi --compare` with it at
+           P=4 and 1, 8, 32 MiB messages, 3 seeds (writes docs/data/twin-mpi.csv);
   train:   `rrfp train` at P=2 (a core per stage here): each run's mean step against the twin's
            replay of durations.csv, and a clean fixed run's durations predicting ready runs and
            jitter (the preset injected on the replay, one jitter seed per step).
@@ -24,6 +26,14 @@ ROOT = os.path.dirname(HERE)
 
 def sh(cmd, **kw):
     return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
+
+
+def write_csv(name, header, rows):
+    with open(os.path.join(ROOT, "docs", "data", name), "w") as f:
+        f.write(header + "\n")
+        for r in rows:
+            f.write(",".join(str(round(x, 4)) if isinstance(x, float) else str(x) for x in r)
+                    + "\n")
 
 
 def predict(rrfp, trace, *extra):
@@ -63,6 +73,52 @@ def part_runs(rrfp, tmp):
                       f"{100 * p['reproduction_error']:+.2f}% | {p['messages_inferred']} |")
             print(f"| **worst, {where} {policy} {hint}** | | | | "
                   f"**{100 * max(errs, key=abs):+.2f}%** | |", file=sys.stderr)
+
+
+def part_mpi(rrfp, tmp):
+    """`rrfp run --transport mpi --compare` at P=4 with 1, 8 and 32 MiB messages."""
+    mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
+    cal = os.path.join(tmp, "calibration.json")
+    print(sh([mpirun, "4", rrfp, "calibrate", "--transport", "mpi", "--out", cal]))
+    print("| messages | seed | run | measured ms | simulated ms | error | speedup measured | "
+          "simulated |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    rows = []
+    for mib in (1, 8, 32):
+        load = os.path.join(ROOT, "scripts", "workloads", f"j2-{mib}mib-messages.json")
+        for seed in (1, 2, 3):
+            out = sh([mpirun, "4", rrfp, "run", "--transport", "mpi", "--compare", "--calibration",
+                      cal, "--workload-file", load, "--pp", "4", "-m", "16", "--seed", str(seed)])
+            table = out[out.index("simulator fidelity"):].splitlines()[2:]
+            for line in table:
+                cells = line.split()
+                if len(cells) < 8:
+                    continue
+                label = " ".join(cells[:-6])
+                meas, simd = float(cells[-6]), float(cells[-5])
+                sp_m, sp_s = float(cells[-3].rstrip("x")), float(cells[-2].rstrip("x"))
+                rows.append((mib, seed, label, meas, simd, meas / simd - 1, sp_m, sp_s))
+                print(f"| {mib} MiB | {seed} | {label} | {meas:.1f} | {simd:.1f} | "
+                      f"{100 * (meas / simd - 1):+.1f}% | {sp_m:.3f}x | {sp_s:.3f}x |")
+                sys.stdout.flush()
+    write_csv("twin-mpi.csv", "mib,seed,run,measured_ms,simulated_ms,error,speedup_measured,"
+              "speedup_simulated", rows)
+    print()
+    print("| messages | worst error | mean error | ready BF / fixed 1F1B async, measured | "
+          "ready BFW / fixed 1F1B async |")
+    print("|---|---:|---:|---:|---:|")
+    for mib in (1, 8, 32):
+        mine = [r for r in rows if r[0] == mib]
+        errs = [r[5] for r in mine]
+        def ratio(label):
+            got = []
+            for seed in (1, 2, 3):
+                by = {r[2]: r[3] for r in mine if r[1] == seed}
+                got.append(by["fixed 1f1b (async)"] / by[label])
+            return statistics.mean(got)
+        print(f"| {mib} MiB | {100 * max(errs, key=abs):+.1f}% | "
+              f"{100 * statistics.mean(errs):+.1f}% | {ratio('ready bf (async)'):.3f}x | "
+              f"{ratio('ready bfw (async)'):.3f}x |")
 
 
 def mean_ms(loss_csv, column, skip):
@@ -127,18 +183,15 @@ def part_train(rrfp, tmp, steps):
             print(f"| {jitter} | {name} | {pipe:.1f} | {step_ms:.1f} | {own:.1f} | "
                   f"{100 * (own / pipe - 1):+.1f}% | {pred:.1f} | {100 * (pred / pipe - 1):+.1f}% |")
             sys.stdout.flush()
-    with open(os.path.join(ROOT, "docs", "data", "twin-train.csv"), "w") as f:
-        f.write("jitter,run,pipeline_ms,step_ms,twin_own_ms,own_error,twin_from_clean_ms,"
-                "clean_error\n")
-        for r in rows:
-            f.write(",".join(str(round(x, 4)) if isinstance(x, float) else x for x in r) + "\n")
+    write_csv("twin-train.csv", "jitter,run,pipeline_ms,step_ms,twin_own_ms,own_error,"
+              "twin_from_clean_ms,clean_error", rows)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("rrfp")
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--part", default="all", choices=["imports", "runs", "train", "all"])
+    ap.add_argument("--part", default="all", choices=["imports", "runs", "mpi", "train", "all"])
     a = ap.parse_args()
     rrfp = os.path.abspath(a.rrfp)
     with tempfile.TemporaryDirectory() as tmp:
@@ -147,6 +200,9 @@ def main():
             print()
         if a.part in ("runs", "all"):
             part_runs(rrfp, tmp)
+            print()
+        if a.part in ("mpi", "all"):
+            part_mpi(rrfp, tmp)
             print()
         if a.part in ("train", "all"):
             part_train(rrfp, tmp, a.steps)

@@ -209,5 +209,18 @@ check "holds no .json or .json.gz trace file" predict "$tmp/empty"
   { echo "FAIL: predict"; cat "$tmp/predict.err"; fails=$((fails + 1)); }
 grep -q '"reproduction_error": 0.0' "$tmp/predict.json" ||
   { echo "FAIL: predict of rrfp's own trace:"; cat "$tmp/predict.json"; fails=$((fails + 1)); }
+# rrfp calibrate: bad sizes and transports name the flag; a tiny in-process calibration writes
+# a workload file that simulate reads back.
+check "--sizes: '12Q' is not a size from 1 to 1024M" calibrate --sizes 8,12Q
+check "--sizes: '0' is not a size" calibrate --sizes 0
+check "--transport: unknown transport 'tcp'" calibrate --transport tcp
+check "--endpoints: expected 2..64, got 1" calibrate --endpoints 1
+check "--calibration: only with --transport mpi" run --pp 2 -m 2 --calibration x.json
+"$rrfp" calibrate --sizes 8,64K --seconds 0.2 --out "$tmp/cal.json" >/dev/null &&
+  grep -q '"comm_serial_links": false' "$tmp/cal.json" &&
+  "$rrfp" simulate --pp 2 -m 2 --workload-file "$tmp/cal.json" >/dev/null ||
+  { echo "FAIL: calibrate --out, then simulate --workload-file"; fails=$((fails + 1)); }
+printf '{"comm_serial_links": 1}' >"$tmp/serial.json"
+check "field \"comm_serial_links\": must be true or false, got 1" simulate --workload-file "$tmp/serial.json"
 echo "cli bad-input checks: $fails failed"
 [ "$fails" -eq 0 ]

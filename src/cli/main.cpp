@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   rrfp::setup_sweep(app);
   rrfp::setup_plan(app);
   rrfp::setup_predict(app);
+  rrfp::setup_calibrate(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,6 +1,7 @@
 #include "cli/mpi_launch.hpp"
 
 #include <iostream>
+#include <string>
 
 #include "cli/options.hpp"
 #include "core/error.hpp"
@@ -21,8 +22,12 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
     if (world.rank() == 0) throw;
     throw QuietExit{2};
   } catch (const std::exception& e) {
-    std::cerr << "rrfp: run failed on mpi rank " << world.rank() << ": " << as_flags(e.what())
-              << std::endl;
+    // One write: ranks failing together share mpirun's stderr, and a line written piece by
+    // piece interleaves with theirs (a watchdog's report lost its rank prefix so, in CI).
+    const std::string line = "rrfp: run failed on mpi rank " + std::to_string(world.rank()) + ": " +
+                             as_flags(e.what()) + "\n";
+    std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
+    std::cerr.flush();
     world.abort(1);
   }
 #else

@@ -71,5 +71,6 @@ void setup_schedule(CLI::App& app);
 void setup_sweep(CLI::App& app);
 void setup_plan(CLI::App& app);
 void setup_predict(CLI::App& app);
+void setup_calibrate(CLI::App& app);
 
 }  // namespace rrfp

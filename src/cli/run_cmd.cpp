@@ -9,6 +9,7 @@
 #include "cli/experiment_cmd.hpp"
 #include "cli/mpi_launch.hpp"
 #include "core/error.hpp"
+#include "dist/calibrate.hpp"
 #include "dist/step_merge.hpp"
 #include "runtime/emulated.hpp"
 #include "runtime/runtime.hpp"
@@ -21,7 +22,13 @@ struct RunFlags {
   ExperimentFlags exp;
   double timeout_s = 60;
   bool spin = false, compare = false;
-  std::string transport = "inproc";
+  std::string transport = "inproc", calibration;
+};
+
+struct MessageModel {
+  double latency_us = 0, bandwidth_gbps = 0;
+  bool serial_links = true;
+  std::string source;
 };
 
 double percentile(std::vector<std::int64_t> v, double q) {
@@ -51,6 +58,23 @@ std::string fidelity_table(const std::vector<ReportRun>& measured,
   return out;
 }
 
+// The message model a run over a real transport is simulated with: --calibration's file, else
+// a short calibration of the job's own transport (every process takes part; rank 0's counts).
+MessageModel transport_model(const RunFlags& f, Job& world) {
+  if (!f.calibration.empty()) {
+    const WorkloadParams w = read_workload_file(f.calibration, "uniform");
+    return {w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_serial_links, f.calibration};
+  }
+  world.set_layout(JobLayout{world.size(), 1, 1});
+  CalibrateOptions o;
+  o.seconds = 2;
+  Hosting h = world.hosting();
+  const Calibration c = calibrate(
+      *h.transports.at(0), world.size(), [&] { world.all_gather({}); }, o);
+  world.all_gather({});  // nobody tears down its endpoint while a peer may still send to it
+  return {c.latency_us, c.bandwidth_gbps, true, "measured at startup"};  // shared memory
+}
+
 // `world`: the MPI job under --transport mpi (each process hosts one endpoint and rank 0
 // merges every process's record and writes the reports), else null.
 void run_emulated(const RunFlags& f, Job* world) {
@@ -69,14 +93,20 @@ void run_emulated(const RunFlags& f, Job* world) {
     ro.comm = o.comm;
     ro.tp = w.tp;
     ro.timeout_ms = timeout;
-    ro.latency = emulated_latency(m, w);
+    // In one process a payload moves by reference, so the modelled latency is emulated; a
+    // real transport moves the bytes, and that is the message's cost (adding the model's
+    // latency on top would count it twice).
+    if (!world) ro.latency = emulated_latency(m, w);
     StepResult r;
     if (!world) {
       Runtime rt(m, h, emulated_programs(m, w, {f.spin}), ro);
       r = rt.run_step(0);
     } else {
       world->set_layout(JobLayout{m.pp(), w.tp, 1});
-      Runtime rt(m, h, emulated_programs(m, w, {f.spin}), ro, world->hosting());
+      EmulationOptions eo;
+      eo.spin = f.spin;
+      eo.touch_outputs = true;
+      Runtime rt(m, h, emulated_programs(m, w, eo), ro, world->hosting());
       r = rt.run_step(0);
       const auto all = world->gather_to_root(pack_step(r));
       for (size_t i = 1; i < all.size(); ++i)
@@ -87,6 +117,23 @@ void run_emulated(const RunFlags& f, Job* world) {
     gaps.insert(gaps.end(), r.dispatch_gaps.begin(), r.dispatch_gaps.end());
     return std::move(r.run);
   };
+  // The simulator's side of --compare: the workload's message model in one process; the
+  // transport's measured one over MPI.
+  Executor sim = simulate;
+  if (world && f.compare) {
+    const MessageModel mm = transport_model(f, *world);
+    if (root)
+      std::cerr << "simulating messages as the mpi transport delivers them (" << mm.source
+                << "): " << fmt("%.1f", mm.latency_us) << " us"
+                << (mm.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", mm.bandwidth_gbps) + " GB/s"
+                                          : std::string())
+                << (mm.serial_links ? ", one message at a time per rank" : "") << "\n";
+    sim = [mm](const WorkModel& m, const Hint& h, const RealizedWork& w, const SimOptions& o) {
+      RealizedWork t = w;
+      set_message_model(m, t, mm.latency_us, mm.bandwidth_gbps, mm.serial_links);
+      return simulate(m, h, t, o);
+    };
+  }
   std::vector<ReportRun> runs, simulated;
   for (const RunSpec& spec : specs) {
     if (root)
@@ -94,7 +141,7 @@ void run_emulated(const RunFlags& f, Job* world) {
                 << (world ? " over " + std::to_string(world->size()) + " mpi ranks" : "")
                 << " ...\n";
     runs.push_back(run_scenario(sc, spec, runtime));
-    if (f.compare && root) simulated.push_back(run_scenario(sc, spec));
+    if (f.compare && root) simulated.push_back(run_scenario(sc, spec, sim));
   }
   if (!root) return;
   ReportHeader h = header_of(sc);
@@ -124,8 +171,15 @@ void setup_run(CLI::App& app) {
                   "inproc (threads in this process) or mpi (one process per stage and TP rank, "
                   "under mpirun -np P*T)")
       ->capture_default_str();
+  sub->add_option("--calibration", f->calibration,
+                  "mpi: the message model --compare simulates with (a file from rrfp calibrate "
+                  "--out; default: a 2-second calibration at startup)");
   sub->callback([f, comm] {
     f->exp.dispatch.comm_given = comm->count() > 0;
+    if (!f->calibration.empty() && f->transport != "mpi")
+      throw InputError(
+          "--calibration: only with --transport mpi (in one process messages "
+          "follow the workload's model)");
     if (f->transport == "mpi")
       run_as_mpi_process(timeout_ms_of(f->timeout_s), [&](Job& job) { run_emulated(*f, &job); });
     else if (f->transport == "inproc")

@@ -5,7 +5,7 @@
 
 namespace rrfp {
 
-Payload BufferPool::get(std::size_t n) {
+Payload BufferPool::get(std::size_t n, bool* fresh) {
   const std::size_t cap = std::max<std::size_t>(std::bit_ceil(n), 64 * 1024);
   std::unique_ptr<std::byte[]> b;
   {
@@ -17,6 +17,7 @@ Payload BufferPool::get(std::size_t n) {
       held_ -= cap;
     }
   }
+  if (fresh) *fresh = !b;
   if (!b) b.reset(new std::byte[cap]);
   std::byte* raw = b.release();
   std::weak_ptr<BufferPool> pool = weak_from_this();

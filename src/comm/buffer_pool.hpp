@@ -17,7 +17,8 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
  public:
   // A payload of `n` bytes whose memory returns to the pool when its last holder lets go (or
   // is freed, once the pool is gone). The pool must be held by a shared_ptr.
-  Payload get(std::size_t n);
+  // `fresh` (if given) says whether the memory is new (its pages not yet touched).
+  Payload get(std::size_t n, bool* fresh = nullptr);
 
  private:
   static constexpr std::size_t kMaxHeld = 256u << 20;  // at most this much kept, 8 per size

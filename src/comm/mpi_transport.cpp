@@ -192,8 +192,9 @@ struct MpiTransport::Impl {
       } catch (const Error& e) {
         // Sends in flight fail now; the peers' and this rank's watchdogs report what then
         // never arrives. Say why here, where it is known.
-        std::cerr << "rrfp: mpi transport rank " << rank << ": progress stopped: " << e.what()
-                  << std::endl;
+        const std::string line = "rrfp: mpi transport rank " + std::to_string(rank) +
+                                 ": progress stopped: " + e.what() + "\n";
+        std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));  // one write
         fail_pending(std::current_exception());
         return;
       }

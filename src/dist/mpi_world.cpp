@@ -3,9 +3,11 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "comm/mpi_check.hpp"
 #include "comm/mpi_transport.hpp"
@@ -158,6 +160,22 @@ std::vector<int> offsets_of(const std::vector<int>& counts) {
   return at;
 }
 
+// Waits for a nonblocking collective by testing it with growing naps (up to 200 us), instead
+// of a blocking call: Open MPI's blocking collectives poll a core flat out, and a rank that
+// reaches one early (a stage done with its step, waiting to gather) would take a core from the
+// ranks still computing and copying messages (4 processes on 2 cores: measured in
+// docs/results-twin.md). 200 us is far below a step and the collectives' deadline.
+void wait_napping(MPI_Request& req, const char* what) {
+  int sleep_us = 1;
+  for (;;) {
+    int flag = 0;
+    mpi_check(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), what);
+    if (flag) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    sleep_us = std::min(sleep_us * 2, 200);
+  }
+}
+
 // Variable-length all-gather on `comm`, by rank.
 template <typename T>
 std::vector<std::vector<T>> gather_all(std::span<const T> mine, MPI_Datatype type, MPI_Comm comm) {
@@ -165,12 +183,16 @@ std::vector<std::vector<T>> gather_all(std::span<const T> mine, MPI_Datatype typ
   MPI_Comm_size(comm, &n);
   int count = static_cast<int>(mine.size());
   std::vector<int> counts(n);
-  mpi_check(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm), "MPI_Allgather");
+  MPI_Request req = MPI_REQUEST_NULL;
+  mpi_check(MPI_Iallgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm, &req),
+            "MPI_Iallgather");
+  wait_napping(req, "MPI_Iallgather");
   const std::vector<int> at = offsets_of(counts);
   std::vector<T> flat(at.back());
-  mpi_check(
-      MPI_Allgatherv(mine.data(), count, type, flat.data(), counts.data(), at.data(), type, comm),
-      "MPI_Allgatherv");
+  mpi_check(MPI_Iallgatherv(mine.data(), count, type, flat.data(), counts.data(), at.data(), type,
+                            comm, &req),
+            "MPI_Iallgatherv");
+  wait_napping(req, "MPI_Iallgatherv");
   return split_by_rank(flat, counts);
 }
 
@@ -190,19 +212,24 @@ std::vector<std::vector<std::byte>> MpiWorld::gather_to_root(std::span<const std
   auto d = deadline("MPI_Gather (results to rank 0)");
   const int count = static_cast<int>(mine.size());
   std::vector<int> counts(rank_ == 0 ? size_ : 0);
-  mpi_check(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD),
-            "MPI_Gather");
+  MPI_Request req = MPI_REQUEST_NULL;
+  mpi_check(MPI_Igather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD, &req),
+            "MPI_Igather");
+  wait_napping(req, "MPI_Igather");
   const std::vector<int> at = offsets_of(counts);
   std::vector<std::byte> flat(at.back());
-  mpi_check(MPI_Gatherv(mine.data(), count, MPI_BYTE, flat.data(), counts.data(), at.data(),
-                        MPI_BYTE, 0, MPI_COMM_WORLD),
-            "MPI_Gatherv");
+  mpi_check(MPI_Igatherv(mine.data(), count, MPI_BYTE, flat.data(), counts.data(), at.data(),
+                         MPI_BYTE, 0, MPI_COMM_WORLD, &req),
+            "MPI_Igatherv");
+  wait_napping(req, "MPI_Igatherv");
   return split_by_rank(flat, counts);
 }
 
 void MpiWorld::barrier() {
   auto d = deadline("MPI_Barrier");
-  mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  MPI_Request req = MPI_REQUEST_NULL;
+  mpi_check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
+  wait_napping(req, "MPI_Ibarrier");
 }
 
 void MpiWorld::abort(int code) {

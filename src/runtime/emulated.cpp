@@ -1,7 +1,9 @@
 #include "runtime/emulated.hpp"
 
 #include <array>
+#include <cstring>
 
+#include "comm/buffer_pool.hpp"
 #include "core/clock.hpp"
 
 namespace rrfp {
@@ -31,18 +33,27 @@ class EmulatedProgram final : public StageProgram {
  private:
   Payload run(TaskContext& ctx, const TaskId& t) {
     const int idx = m_.index(t);
-    ctx.wait_until(now_ns() + w_.compute(rank_, idx), opt_.spin);
+    const std::int64_t end = now_ns() + w_.compute(rank_, idx);
+    Payload out;
+    if (t.kind != Kind::W && w_.message_bytes[idx] > 0) {
+      bool fresh = false;
+      out = pool_->get(static_cast<std::size_t>(w_.message_bytes[idx]), &fresh);
+      if (fresh && opt_.touch_outputs)
+        std::memset(const_cast<std::byte*>(out.data()), 0, out.size());
+    }
+    ctx.wait_until(end, opt_.spin);
     if (ctx.tp_size() > 1) {  // every task meets its group, as the simulator models it
       std::array<float, 4> partial{static_cast<float>(rank_), 1, 0, 0};
       ctx.all_reduce(partial, w_.collective_ns);
     }
-    return t.kind == Kind::W ? Payload{} : Payload::allocate(w_.message_bytes[idx]);
+    return out;
   }
 
   const WorkModel& m_;
   const RealizedWork& w_;
   int rank_;
   EmulationOptions opt_;
+  std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
 };
 
 }  // namespace

@@ -68,6 +68,7 @@ class Simulation {
     coordinated_ = t_ > 1 && opt_.tp_protocol != TpProtocol::None;
     costs_ = !(coordinated_ && opt_.tp_protocol == TpProtocol::Agree);
     ranks_.resize(static_cast<size_t>(p_) * t_);
+    link_free_.assign(static_cast<size_t>(p_) * t_, 0);
     groups_.resize(p_);
     for (int s = 0; s < p_; ++s)
       for (int r = 0; r < t_; ++r) {
@@ -211,7 +212,16 @@ class Simulation {
         const std::int64_t lat = w_.message(r, index);
         if (opt_.record) res_.tasks[rk.record].send_ns = lat;
         if (!rk.rendezvous) {
-          push(now_ + lat, Ev::Arrive, dst, r, m_.index(c[i].task));
+          std::int64_t at = now_ + lat;
+          if (w_.serial_links) {
+            std::int64_t& out = link_free_[s * t_ + r];
+            std::int64_t& in = link_free_[dst * t_ + r];
+            at = std::max({now_, out, in}) + lat;
+            out = in = at;
+            // The trace keeps the wait for the links too, so its replay is this very step.
+            if (opt_.record) res_.tasks[rk.record].send_ns = at - now_;
+          }
+          push(at, Ev::Arrive, dst, r, m_.index(c[i].task));
           continue;
         }
         if (rk.rendezvous->held() == 0) rk.held_since = now_;
@@ -365,6 +375,7 @@ class Simulation {
   std::vector<Rank> ranks_;
   std::vector<Group> groups_;
   std::vector<Send> sends_;
+  std::vector<std::int64_t> link_free_;  // serial_links: when each rank's link is next free
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   std::vector<char> dirty_;
   std::vector<int> dirty_list_;

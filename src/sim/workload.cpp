@@ -259,6 +259,7 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   r.message_bytes.assign(r.num_tasks, 0);
   r.collective_ns = tp > 1 ? duration_ns(w.tp_collective_us, "workload tp_collective_us") : 0;
   r.coord_ns = tp > 1 ? duration_ns(w.coord_latency_us, "workload coord_latency_us") : 0;
+  r.serial_links = w.comm_serial_links;
 
   const int mbs = m.microbatches(), chunks = m.chunks();
   std::vector<double> tokens(mbs), images(mbs);
@@ -324,6 +325,25 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   }
   check_total(r);
   return r;
+}
+
+void set_message_model(const WorkModel& m, RealizedWork& w, double latency_us,
+                       double bandwidth_gbps, bool serial_links) {
+  w.serial_links = serial_links;
+  std::array<Dep, 2> deps{};
+  for (int idx = 0; idx < w.num_tasks; ++idx) {
+    const int nc = m.consumers(m.task(idx), deps);
+    bool sends = false;
+    for (int i = 0; i < nc; ++i)
+      sends |= deps[i].cross_stage;
+    double us = latency_us;
+    if (bandwidth_gbps > 0)
+      us += static_cast<double>(w.message_bytes[idx]) / (bandwidth_gbps * 1e3);
+    for (int rank = 0; rank < w.tp; ++rank)
+      w.message_ns[static_cast<size_t>(rank) * w.num_tasks + idx] =
+          sends ? duration_ns(us, "message model") : 0;
+  }
+  check_total(w);
 }
 
 RealizedWork unit_cost_work(const WorkModel& m) {

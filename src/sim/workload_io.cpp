@@ -34,6 +34,12 @@ Setter integer(int WorkloadParams::*field) {
     w.*field = static_cast<int>(x);
   };
 }
+Setter boolean(bool WorkloadParams::*field) {
+  return [field](WorkloadParams& w, const nlohmann::json& v, const std::string& where) {
+    if (!v.is_boolean()) throw InputError(where + ": must be true or false, got " + brief(v));
+    w.*field = v.get<bool>();
+  };
+}
 Setter jitter(double JitterLevel::*field) {
   return [field](WorkloadParams& w, const nlohmann::json& v, const std::string& where) {
     if (!v.is_number()) throw InputError(where + ": must be a number, got " + brief(v));
@@ -73,6 +79,7 @@ const std::map<std::string, Setter>& setters() {
       {"comm_sigma", number(&W::comm_sigma)},
       {"comm_slow_prob", number(&W::comm_slow_prob)},
       {"comm_slow_us", number(&W::comm_slow_us)},
+      {"comm_serial_links", boolean(&W::comm_serial_links)},
       {"bytes_per_token", number(&W::bytes_per_token)},
       {"tp_sigma", number(&W::tp_sigma)},
       {"tp_collective_us", number(&W::tp_collective_us)},
@@ -92,7 +99,8 @@ WorkloadParams apply_workload_json(WorkloadParams w, const std::string& text,
     w = workload_preset(j["preset"].get<std::string>());
   }
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() == "preset") continue;
+    // "calibration": the measurements behind a fragment `rrfp calibrate` wrote; not a field.
+    if (it.key() == "preset" || it.key() == "calibration") continue;
     const std::string where = origin + ": field \"" + it.key() + "\"";
     auto s = setters().find(it.key());
     if (s == setters().end()) throw InputError(where + " is not a workload parameter");

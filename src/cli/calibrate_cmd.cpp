@@ -1,0 +1,132 @@
+// `rrfp calibrate`: what the transport delivers on this machine (dist/calibrate.hpp), written as
+// a workload file's message model for the simulator (docs/twin.md).
+#include <barrier>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "cli/mpi_launch.hpp"
+#include "cli/options.hpp"
+#include "core/error.hpp"
+#include "dist/calibrate.hpp"
+#include "dist/job.hpp"
+
+namespace rrfp {
+
+namespace {
+
+struct CalibrateFlags {
+  std::string transport = "inproc", sizes = "8,64K,1M,8M,32M", out, json;
+  double seconds = 8, timeout_s = 60;
+  int endpoints = 4;
+};
+
+// "64K" -> 65536; sizes from 1 byte to 1 GiB.
+std::vector<std::size_t> parse_sizes(const std::string& text) {
+  std::vector<std::size_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    const std::string unit = used ? item.substr(used) : "";
+    const double scale = unit.empty() ? 1 : unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : 0;
+    const double bytes = v * scale;
+    if (used == 0 || scale == 0 || !(bytes >= 1 && bytes <= double(1 << 30)))
+      throw InputError("--sizes: '" + item.substr(0, 20) +
+                       "' is not a size from 1 to 1024M (bytes, or with K or M)");
+    out.push_back(static_cast<std::size_t>(bytes));
+  }
+  if (out.empty() || out.size() > 32) throw InputError("--sizes: give 1 to 32 sizes");
+  return out;
+}
+
+void report(const CalibrateFlags& f, Calibration c) {
+  c.transport = f.transport;
+  c.serial_links = f.transport == "mpi";  // processes on this machine copy what they send
+  const std::string text = calibration_json(c);
+  if (!f.out.empty()) write_text_file(f.out, text, "--out");
+  if (f.json == "-") {
+    std::cout << text;
+    return;
+  }
+  if (!f.json.empty()) write_text_file(f.json, text, "--json");
+  std::cout << format_calibration(c);
+  if (!f.out.empty())
+    std::cout << "wrote " << f.out << ": rrfp simulate|run --workload-file " << f.out
+              << " models messages so\n";
+}
+
+void run_calibrate(const CalibrateFlags& f) {
+  CalibrateOptions o;
+  o.sizes = parse_sizes(f.sizes);
+  o.seconds = f.seconds;
+  if (f.transport == "mpi") {
+    run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {
+      job.set_layout(JobLayout{job.size(), 1, 1});
+      Hosting h = job.hosting();
+      const Calibration c = calibrate(
+          *h.transports.at(0), job.size(), [&] { job.all_gather({}); }, o);
+      if (job.rank() == 0) report(f, c);
+      job.all_gather({});  // nobody leaves while a peer may still send
+    });
+    return;
+  }
+  if (f.transport != "inproc")
+    throw InputError("--transport: unknown transport '" + f.transport +
+                     "' (expected inproc or mpi)");
+  if (f.endpoints < 2 || f.endpoints > 64)
+    throw InputError("--endpoints: expected 2..64, got " + std::to_string(f.endpoints));
+  Hosting h = in_process_hosting(f.endpoints);
+  std::barrier sync(f.endpoints);
+  std::vector<Calibration> results(f.endpoints);
+  std::vector<std::exception_ptr> errors(f.endpoints);
+  std::vector<std::thread> threads;
+  for (int e = 0; e < f.endpoints; ++e)
+    threads.emplace_back([&, e] {
+      try {
+        results[e] = calibrate(
+            *h.transports[e], f.endpoints, [&] { sync.arrive_and_wait(); }, o);
+      } catch (...) {
+        errors[e] = std::current_exception();
+        sync.arrive_and_drop();
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  report(f, results[0]);
+}
+
+}  // namespace
+
+void setup_calibrate(CLI::App& app) {
+  auto f = std::make_shared<CalibrateFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "calibrate",
+      "measure what the transport delivers here (latency and bandwidth by size, alone and with "
+      "two transfers at once) and write it as a workload file's message model");
+  sub->add_option("--transport", f->transport, "inproc (threads) or mpi (under mpirun -np 2+)")
+      ->capture_default_str();
+  sub->add_option("--sizes", f->sizes, "message sizes, comma-separated (bytes, K or M)")
+      ->capture_default_str();
+  sub->add_option("--seconds", f->seconds, "the measurement's time budget")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  sub->add_option("--endpoints", f->endpoints,
+                  "inproc: endpoints (threads); 4 measures two transfers at once")
+      ->capture_default_str();
+  sub->add_option("--out", f->out, "write the workload fragment (JSON) to FILE");
+  sub->add_option("--json", f->json, "write the same JSON to FILE ('-': stdout)");
+  add_timeout_flag(sub, f->timeout_s);
+  sub->callback([f] { run_calibrate(*f); });
+}
+
+}  // namespace rrfp

@@ -1,0 +1,83 @@
+#include "comm/ping_pong.hpp"
+
+#include <chrono>
+
+#include "core/clock.hpp"
+#include "core/error.hpp"
+
+namespace rrfp {
+
+PingPong::PingPong(Transport& t) : t_(t) {
+  t_.set_receiver([this](Message&& m) { on_message(std::move(m)); });
+}
+
+// The last round trip carries tag.round == iters - 1 on both sides.
+void PingPong::reply(Message&& m) {
+  MessageTag tag = m.tag;
+  if (o_.initiator) ++tag.round;
+  t_.send(o_.peer, tag, std::move(m.payload));
+}
+
+void PingPong::on_message(Message&& m) {
+  std::unique_lock lk(mu_);
+  const bool last = m.tag.round == o_.iters - 1;
+  if (!o_.reply_in_handler) {
+    inbox_.push_back(std::move(m));
+    cv_.notify_all();
+    return;
+  }
+  if (o_.initiator && last) {
+    end_ns_ = now_ns();
+    done_ = true;
+    cv_.notify_all();
+    return;
+  }
+  lk.unlock();  // a synchronous transport may call back into this handler from send
+  reply(std::move(m));
+  if (!o_.initiator && last) {
+    lk.lock();
+    done_ = true;
+    cv_.notify_all();
+  }
+}
+
+double PingPong::round(const PingPongOptions& o, const std::function<void()>& barrier) {
+  {
+    std::lock_guard lk(mu_);
+    o_ = o;
+    done_ = false;
+    inbox_.clear();
+  }
+  barrier();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(o.deadline_s);
+  auto fail = [&] {
+    return Error("ping-pong with endpoint " + std::to_string(o.peer) + ": no reply within " +
+                 std::to_string(static_cast<int>(o.deadline_s)) + " s");
+  };
+  const std::int64_t start_ns = now_ns();
+  if (o.initiator) t_.send(o.peer, MessageTag{}, Payload::allocate(o.bytes));
+  std::unique_lock lk(mu_);
+  if (o.reply_in_handler) {
+    if (!cv_.wait_until(lk, deadline, [&] { return done_; })) throw fail();
+  }
+  while (!done_) {
+    if (!cv_.wait_until(lk, deadline, [&] { return !inbox_.empty(); })) throw fail();
+    Message m = std::move(inbox_.front());
+    inbox_.pop_front();
+    const bool last = m.tag.round == o.iters - 1;
+    lk.unlock();
+    if (o.initiator && last)
+      end_ns_ = now_ns();
+    else
+      reply(std::move(m));
+    lk.lock();
+    done_ = last;
+  }
+  const double seconds = static_cast<double>(end_ns_ - start_ns) / 1e9 / o.iters;
+  lk.unlock();
+  barrier();
+  return o.initiator ? seconds : 0;
+}
+
+}  // namespace rrfp

@@ -1,0 +1,51 @@
+#pragma once
+// A transport's ping-pong (rrfp calibrate, bench_mpi, bench_c10d): the initiator sends `bytes`,
+// its peer sends each message back, `iters` round trips. `barrier` lines the endpoints up before
+// and after each round (every endpoint of the world calls it).
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+
+#include "comm/transport.hpp"
+
+namespace rrfp {
+
+struct PingPongOptions {
+  int peer = 1;
+  bool initiator = true;
+  std::size_t bytes = 8;
+  int iters = 100;
+  // true: each side's receive handler sends the reply (the transport alone, the benchmarks'
+  // case; needs a transport that delivers on its own progress thread). false: the handler hands
+  // the message to the calling thread, which sends the reply, as a stage's handler hands an
+  // input to its compute thread (what the runtime sees; works on every transport, including
+  // inproc, whose handlers run on the sending thread).
+  bool reply_in_handler = false;
+  double deadline_s = 60;  // a lost message fails the measurement instead of hanging it
+};
+
+// Owns the endpoint's receiver (a transport takes one for its lifetime), so one PingPong can
+// run many rounds. Only one round at a time; no message may be in flight between rounds.
+class PingPong {
+ public:
+  explicit PingPong(Transport& t);
+  // Seconds per round trip on the initiator, 0 on the peer. Throws Error past the deadline.
+  double round(const PingPongOptions& o, const std::function<void()>& barrier);
+
+ private:
+  void on_message(Message&& m);
+  void reply(Message&& m);
+
+  Transport& t_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  PingPongOptions o_;
+  std::deque<Message> inbox_;  // handoff mode: arrivals for the calling thread
+  bool done_ = false;
+  std::int64_t end_ns_ = 0;
+};
+
+}  // namespace rrfp

@@ -1,0 +1,131 @@
+#include "dist/calibrate.hpp"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "comm/ping_pong.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
+
+namespace rrfp {
+
+namespace {
+
+// Round trips per measurement: enough bytes to see the bandwidth, within the budget's share.
+int iterations(std::size_t bytes, double seconds_each) {
+  const double guess_s = 2e-6 + static_cast<double>(bytes) / 1e9;  // 1 GB/s, pessimistic
+  return std::clamp(static_cast<int>(seconds_each / (2 * guess_s)), 2, 2000);
+}
+
+}  // namespace
+
+Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& barrier,
+                      const CalibrateOptions& o) {
+  if (endpoints < 2)
+    throw InputError("calibrate: needs 2 endpoints or more, got " + std::to_string(endpoints));
+  if (o.sizes.empty()) throw InputError("`sizes`: give at least one message size");
+  const int me = t.rank();
+  const bool pair0 = me < 2, pair1 = me >= 2 && me < 4;
+  const int peer = me ^ 1;
+  constexpr int kReps = 3;
+  const bool overlap = endpoints >= 4;
+  // Each size gets an equal share: alone and overlapped, kReps each, plus a warm-up.
+  const double each =
+      o.seconds / static_cast<double>(o.sizes.size()) / ((overlap ? 2 : 1) * kReps + 1);
+  PingPong ping(t);
+  Calibration c;
+  c.endpoints = endpoints;
+  for (std::size_t bytes : o.sizes) {
+    const int iters = iterations(bytes, each);
+    CalibrationPoint p;
+    p.bytes = bytes;
+    p.alone_us = p.overlap_us = 1e18;
+    auto round = [&](bool both) {
+      const bool active = pair0 || (both && pair1);
+      if (active) {
+        PingPongOptions pp;
+        pp.peer = peer;
+        pp.initiator = me % 2 == 0;
+        pp.bytes = bytes;
+        pp.iters = iters;
+        return ping.round(pp, barrier) / 2 * 1e6;
+      }
+      barrier();  // idle endpoints keep the two barriers of the round
+      barrier();
+      return 0.0;
+    };
+    round(false);  // warm-up: buffers, connections
+    for (int rep = 0; rep < kReps; ++rep) {
+      const double a = round(false);
+      if (me == 0) p.alone_us = std::min(p.alone_us, a);
+      if (overlap) {
+        const double b = round(true);
+        if (me == 0) p.overlap_us = std::min(p.overlap_us, b);
+      }
+    }
+    if (!overlap) p.overlap_us = 0;
+    c.points.push_back(p);
+  }
+  if (me != 0) return c;
+  const auto smallest = std::min_element(c.points.begin(), c.points.end(),
+                                         [](auto& a, auto& b) { return a.bytes < b.bytes; });
+  const auto largest = std::max_element(c.points.begin(), c.points.end(),
+                                        [](auto& a, auto& b) { return a.bytes < b.bytes; });
+  c.latency_us = smallest->alone_us;
+  // Bandwidth: the least-squares slope of (time - latency) over bytes, which the large sizes
+  // dominate, as they should. A transport that moves pointers (inproc) shows no slope: above
+  // 1 TB/s the fit says size costs nothing (bandwidth 0 in a workload file).
+  double num = 0, den = 0;
+  for (const CalibrationPoint& p : c.points) {
+    const double b = static_cast<double>(p.bytes);
+    num += b * (p.alone_us - c.latency_us);
+    den += b * b;
+  }
+  const double us_per_byte = den > 0 ? num / den : 0;
+  const double gbps = us_per_byte > 0 ? 1e-3 / us_per_byte : 0;
+  c.bandwidth_gbps = gbps > 0 && gbps < 1000 ? gbps : 0;
+  if (overlap && largest->alone_us > 0)
+    c.overlap_slowdown = largest->overlap_us / largest->alone_us;
+  return c;
+}
+
+std::string calibration_json(const Calibration& c) {
+  nlohmann::json j;
+  j["comm_latency_us"] = c.latency_us;
+  j["comm_bandwidth_gbps"] = c.bandwidth_gbps;
+  j["comm_serial_links"] = c.serial_links;
+  nlohmann::json m;
+  m["transport"] = c.transport;
+  m["endpoints"] = c.endpoints;
+  m["overlap_slowdown"] = c.overlap_slowdown;
+  m["points"] = nlohmann::json::array();
+  for (const CalibrationPoint& p : c.points)
+    m["points"].push_back(
+        {{"bytes", p.bytes}, {"alone_us", p.alone_us}, {"overlap_us", p.overlap_us}});
+  j["calibration"] = m;
+  return j.dump(2) + "\n";
+}
+
+std::string format_calibration(const Calibration& c) {
+  std::string out = "rrfp calibrate: " + c.transport + ", " + std::to_string(c.endpoints) +
+                    " endpoints\n\n      bytes   one-way us     GB/s   overlapped us  slowdown\n";
+  for (const CalibrationPoint& p : c.points) {
+    const double gbps = static_cast<double>(p.bytes) / p.alone_us / 1e3;
+    out += fmt("%11.0f", static_cast<double>(p.bytes)) + fmt("  %11.1f", p.alone_us) +
+           fmt("  %7.2f", gbps) +
+           (p.overlap_us > 0
+                ? fmt("  %14.1f", p.overlap_us) + fmt("  %7.2fx", p.overlap_us / p.alone_us)
+                : std::string("               -        -")) +
+           "\n";
+  }
+  out += "\nfit: latency " + fmt("%.1f", c.latency_us) + " us" +
+         (c.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", c.bandwidth_gbps) + " GB/s"
+                               : std::string(", whatever the size")) +
+         (c.overlap_slowdown != 1
+              ? "; two transfers at once take " + fmt("%.2fx", c.overlap_slowdown) + " as long"
+              : std::string()) +
+         "\n";
+  return out;
+}
+
+}  // namespace rrfp

@@ -1,0 +1,51 @@
+#pragma once
+// What a transport really delivers here (rrfp calibrate, docs/twin.md): one-way time by
+// message size between endpoints 0 and 1, alone and while endpoints 2 and 3 transfer the same
+// sizes at once (processes sharing cores and memory bandwidth), fitted to the simulator's
+// message model: latency + bytes / bandwidth, and how much longer an overlapped transfer takes.
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/transport.hpp"
+
+namespace rrfp {
+
+struct CalibrateOptions {
+  std::vector<std::size_t> sizes{8, std::size_t{64} << 10, std::size_t{1} << 20,
+                                 std::size_t{8} << 20, std::size_t{32} << 20};
+  double seconds = 8;  // the whole measurement's budget, shared by sizes and repetitions
+};
+
+struct CalibrationPoint {
+  std::size_t bytes = 0;
+  double alone_us = 0;    // one way, best of the repetitions
+  double overlap_us = 0;  // the same while another pair transfers (0: no second pair)
+};
+
+struct Calibration {
+  std::string transport;
+  int endpoints = 0;
+  std::vector<CalibrationPoint> points;
+  double latency_us = 0;        // the smallest size's one-way time
+  double bandwidth_gbps = 0;    // fitted over the sizes; 0: size costs nothing (inproc)
+  double overlap_slowdown = 1;  // overlapped / alone at the largest size (1: not measured)
+  // The transport copies messages with the processes' own cores (MPI over shared memory): a
+  // rank's messages go one at a time (WorkloadParams::comm_serial_links). The caller sets it.
+  bool serial_links = false;
+};
+
+// Runs on every endpoint of a world of `endpoints` (2 or more; overlap needs 4): `t` is this
+// caller's endpoint, `barrier` lines all endpoints up. Only endpoint 0's result is filled.
+Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& barrier,
+                      const CalibrateOptions& o);
+
+// The fit as a workload file's overrides (comm_latency_us, comm_bandwidth_gbps), with the
+// measured table alongside as "calibration" (workload files ignore no field: see
+// sim/workload_io.cpp, which skips that one key).
+std::string calibration_json(const Calibration& c);
+// A table for people.
+std::string format_calibration(const Calibration& c);
+
+}  // namespace rrfp
