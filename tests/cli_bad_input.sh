@@ -217,10 +217,10 @@ check "--transport: unknown transport 'tcp'" calibrate --transport tcp
 check "--endpoints: expected 2..64, got 1" calibrate --endpoints 1
 check "--calibration: only with --transport mpi" run --pp 2 -m 2 --calibration x.json
 "$rrfp" calibrate --sizes 8,64K --seconds 0.2 --out "$tmp/cal.json" >/dev/null &&
-  grep -q '"comm_serial_links": false' "$tmp/cal.json" &&
+  grep -q '"comm_shared_link": false' "$tmp/cal.json" &&
   "$rrfp" simulate --pp 2 -m 2 --workload-file "$tmp/cal.json" >/dev/null ||
   { echo "FAIL: calibrate --out, then simulate --workload-file"; fails=$((fails + 1)); }
-printf '{"comm_serial_links": 1}' >"$tmp/serial.json"
-check "field \"comm_serial_links\": must be true or false, got 1" simulate --workload-file "$tmp/serial.json"
+printf '{"comm_shared_link": 1}' >"$tmp/serial.json"
+check "field \"comm_shared_link\": must be true or false, got 1" simulate --workload-file "$tmp/serial.json"
 echo "cli bad-input checks: $fails failed"
 [ "$fails" -eq 0 ]

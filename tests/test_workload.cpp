@@ -14,26 +14,26 @@ double spread(std::vector<double> v) {  // (p95 - p5) / p50
 }
 
 // Stage 0 of GPipe at P=2 sends its forwards 1 ms apart; a message takes 10 ms. Independent
-// messages arrive 10 ms after each forward; serialized links deliver one every 10 ms.
-TEST(MessageModel, SerialLinksDeliverOneMessageAtATime) {
+// messages arrive 10 ms after each forward; a shared link delivers one every 10 ms.
+TEST(MessageModel, ASharedLinkDeliversOneMessageAtATime) {
   WorkModel m(config(2, 4));
-  for (bool serial : {false, true}) {
+  for (bool shared : {false, true}) {
     RealizedWork w = unit_work(m);
-    set_message_model(m, w, 10'000, 0, serial);
+    set_message_model(m, w, 10'000, 0, shared);
     const SimRun r = run(m, "gpipe", Policy::Fixed, w);
     for (const TaskRecord& t : r.result.tasks) {
       if (t.stage != 1 || t.task.kind != Kind::F) continue;
       const std::int64_t mb = t.task.mb;
-      const std::int64_t arrives = serial ? (1 + 10 * (mb + 1)) * 1'000'000  // link after link
+      const std::int64_t arrives = shared ? (1 + 10 * (mb + 1)) * 1'000'000  // link after link
                                           : (mb + 1 + 10) * 1'000'000;       // 10 ms after F
       // Stage 1's forwards take 1 ms each, less than the gap between arrivals: each starts as
       // its input lands.
-      EXPECT_EQ(t.start, arrives) << "serial " << serial << " mb " << mb;
+      EXPECT_EQ(t.start, arrives) << "shared " << shared << " mb " << mb;
     }
-    // A trace keeps the waits for the links: replaying it gives the very same step.
+    // A trace keeps the waits for the link: replaying it gives the very same step.
     for (const TaskRecord& t : r.result.tasks)
       if (t.stage == 0 && t.task.kind == Kind::F)
-        EXPECT_EQ(t.send_ns, serial ? (10 * (t.task.mb + 1) - t.task.mb) * 1'000'000 : 10'000'000);
+        EXPECT_EQ(t.send_ns, shared ? (10 * (t.task.mb + 1) - t.task.mb) * 1'000'000 : 10'000'000);
   }
 }
 

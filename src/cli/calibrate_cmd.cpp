@@ -49,7 +49,6 @@ std::vector<std::size_t> parse_sizes(const std::string& text) {
 
 void report(const CalibrateFlags& f, Calibration c) {
   c.transport = f.transport;
-  c.serial_links = f.transport == "mpi";  // processes on this machine copy what they send
   const std::string text = calibration_json(c);
   if (!f.out.empty()) write_text_file(f.out, text, "--out");
   if (f.json == "-") {

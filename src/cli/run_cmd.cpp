@@ -27,7 +27,7 @@ struct RunFlags {
 
 struct MessageModel {
   double latency_us = 0, bandwidth_gbps = 0;
-  bool serial_links = true;
+  bool shared_link = false;
   std::string source;
 };
 
@@ -63,7 +63,7 @@ std::string fidelity_table(const std::vector<ReportRun>& measured,
 MessageModel transport_model(const RunFlags& f, Job& world) {
   if (!f.calibration.empty()) {
     const WorkloadParams w = read_workload_file(f.calibration, "uniform");
-    return {w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_serial_links, f.calibration};
+    return {w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_shared_link, f.calibration};
   }
   world.set_layout(JobLayout{world.size(), 1, 1});
   CalibrateOptions o;
@@ -72,7 +72,7 @@ MessageModel transport_model(const RunFlags& f, Job& world) {
   const Calibration c = calibrate(
       *h.transports.at(0), world.size(), [&] { world.all_gather({}); }, o);
   world.all_gather({});  // nobody tears down its endpoint while a peer may still send to it
-  return {c.latency_us, c.bandwidth_gbps, true, "measured at startup"};  // shared memory
+  return {c.latency_us, c.bandwidth_gbps, c.shared_link, "measured at startup"};
 }
 
 // `world`: the MPI job under --transport mpi (each process hosts one endpoint and rank 0
@@ -127,10 +127,10 @@ void run_emulated(const RunFlags& f, Job* world) {
                 << "): " << fmt("%.1f", mm.latency_us) << " us"
                 << (mm.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", mm.bandwidth_gbps) + " GB/s"
                                           : std::string())
-                << (mm.serial_links ? ", one message at a time per rank" : "") << "\n";
+                << (mm.shared_link ? ", one message at a time on the machine" : "") << "\n";
     sim = [mm](const WorkModel& m, const Hint& h, const RealizedWork& w, const SimOptions& o) {
       RealizedWork t = w;
-      set_message_model(m, t, mm.latency_us, mm.bandwidth_gbps, mm.serial_links);
+      set_message_model(m, t, mm.latency_us, mm.bandwidth_gbps, mm.shared_link);
       return simulate(m, h, t, o);
     };
   }

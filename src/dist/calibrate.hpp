@@ -31,9 +31,9 @@ struct Calibration {
   double latency_us = 0;        // the smallest size's one-way time
   double bandwidth_gbps = 0;    // fitted over the sizes; 0: size costs nothing (inproc)
   double overlap_slowdown = 1;  // overlapped / alone at the largest size (1: not measured)
-  // The transport copies messages with the processes' own cores (MPI over shared memory): a
-  // rank's messages go one at a time (WorkloadParams::comm_serial_links). The caller sets it.
-  bool serial_links = false;
+  // Two transfers at once took 1.5x as long as one, or more: messages share one link
+  // (WorkloadParams::comm_shared_link), as when the host's cores copy them.
+  bool shared_link = false;
 };
 
 // Runs on every endpoint of a world of `endpoints` (2 or more; overlap needs 4): `t` is this

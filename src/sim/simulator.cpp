@@ -68,7 +68,6 @@ class Simulation {
     coordinated_ = t_ > 1 && opt_.tp_protocol != TpProtocol::None;
     costs_ = !(coordinated_ && opt_.tp_protocol == TpProtocol::Agree);
     ranks_.resize(static_cast<size_t>(p_) * t_);
-    link_free_.assign(static_cast<size_t>(p_) * t_, 0);
     groups_.resize(p_);
     for (int s = 0; s < p_; ++s)
       for (int r = 0; r < t_; ++r) {
@@ -212,15 +211,9 @@ class Simulation {
         const std::int64_t lat = w_.message(r, index);
         if (opt_.record) res_.tasks[rk.record].send_ns = lat;
         if (!rk.rendezvous) {
-          std::int64_t at = now_ + lat;
-          if (w_.serial_links) {
-            std::int64_t& out = link_free_[s * t_ + r];
-            std::int64_t& in = link_free_[dst * t_ + r];
-            at = std::max({now_, out, in}) + lat;
-            out = in = at;
-            // The trace keeps the wait for the links too, so its replay is this very step.
-            if (opt_.record) res_.tasks[rk.record].send_ns = at - now_;
-          }
+          const std::int64_t at = transfer_end(lat);
+          // The trace keeps the wait for the link too, so its replay is this very step.
+          if (opt_.record) res_.tasks[rk.record].send_ns = at - now_;
           push(at, Ev::Arrive, dst, r, m_.index(c[i].task));
           continue;
         }
@@ -256,12 +249,20 @@ class Simulation {
   }
 
   // Blocking mode: a rank that is not computing accepts what its rendezvous lets it.
+  // When a transfer of `lat` starting now ends: at once, or, on a shared link (one message at
+  // a time on the whole machine, in the order they start), after the ones before it.
+  std::int64_t transfer_end(std::int64_t lat) {
+    if (!w_.shared_link) return now_ + lat;
+    link_free_ = std::max(now_, link_free_) + lat;
+    return link_free_;
+  }
+
   void accept_sends(int s) {
     for (int r = 0; r < t_; ++r) {
       Rank& rk = rank(s, r);
       if (rk.computing || !rk.rendezvous->has_offers()) continue;
       for (const Rendezvous::Offer& o : rk.rendezvous->take_acceptable())
-        push(now_ + sends_[o.handle].latency, Ev::SendDone, s, r, o.handle);
+        push(transfer_end(sends_[o.handle].latency), Ev::SendDone, s, r, o.handle);
     }
   }
 
@@ -375,7 +376,7 @@ class Simulation {
   std::vector<Rank> ranks_;
   std::vector<Group> groups_;
   std::vector<Send> sends_;
-  std::vector<std::int64_t> link_free_;  // serial_links: when each rank's link is next free
+  std::int64_t link_free_ = 0;  // shared_link: when the link is next free
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   std::vector<char> dirty_;
   std::vector<int> dirty_list_;

@@ -259,7 +259,7 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   r.message_bytes.assign(r.num_tasks, 0);
   r.collective_ns = tp > 1 ? duration_ns(w.tp_collective_us, "workload tp_collective_us") : 0;
   r.coord_ns = tp > 1 ? duration_ns(w.coord_latency_us, "workload coord_latency_us") : 0;
-  r.serial_links = w.comm_serial_links;
+  r.shared_link = w.comm_shared_link;
 
   const int mbs = m.microbatches(), chunks = m.chunks();
   std::vector<double> tokens(mbs), images(mbs);
@@ -328,8 +328,8 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
 }
 
 void set_message_model(const WorkModel& m, RealizedWork& w, double latency_us,
-                       double bandwidth_gbps, bool serial_links) {
-  w.serial_links = serial_links;
+                       double bandwidth_gbps, bool shared_link) {
+  w.shared_link = shared_link;
   std::array<Dep, 2> deps{};
   for (int idx = 0; idx < w.num_tasks; ++idx) {
     const int nc = m.consumers(m.task(idx), deps);

@@ -56,11 +56,11 @@ struct WorkloadParams {
   // comm_slow_us (times log-normal noise of sigma 0.2) on top, as in the paper's Fig. 2.
   double comm_slow_prob = 0;
   double comm_slow_us = 0;
-  // Async messages: each rank's transport moves one message at a time, in or out (a message
-  // holds its sender's and its receiver's link for its whole time), as processes that copy
-  // messages with their own cores do (shared memory: rrfp calibrate --transport mpi sets it).
-  // false: messages travel independently, as on a network with bandwidth to spare.
-  bool comm_serial_links = false;
+  // Messages share one link: one at a time on the whole machine, in the order they start, as
+  // when processes on one host copy them through shared memory with the same few cores
+  // (rrfp calibrate --transport mpi sets it; docs/results-twin.md measured why). false: each
+  // message travels on its own, as on a network with bandwidth to spare.
+  bool comm_shared_link = false;
   double bytes_per_token = 8192;  // activation bytes per token (hidden 4096, bf16)
   // Tensor parallelism: per-rank noise, the all-reduce inside each task, the coordination hop.
   double tp_sigma = 0.03;
@@ -91,7 +91,7 @@ struct RealizedWork {
   std::vector<std::int64_t> message_bytes;  // per task: bytes its output carries per TP rank
   std::int64_t collective_ns = 0;
   std::int64_t coord_ns = 0;
-  bool serial_links = false;  // WorkloadParams::comm_serial_links
+  bool shared_link = false;  // WorkloadParams::comm_shared_link
 
   std::int64_t compute(int rank, int index) const { return compute_ns[rank * num_tasks + index]; }
   std::int64_t message(int rank, int index) const { return message_ns[rank * num_tasks + index]; }
@@ -99,10 +99,10 @@ struct RealizedWork {
 
 RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed);
 // Replaces every cross-stage message's duration with latency + bytes / bandwidth (0: size costs
-// nothing), without noise: what a measured transport delivers (rrfp calibrate), for comparing a
-// run over that transport with the simulator.
+// nothing), without noise, on a shared link or not: what a measured transport delivers
+// (rrfp calibrate), for comparing a run over that transport with the simulator.
 void set_message_model(const WorkModel& m, RealizedWork& w, double latency_us,
-                       double bandwidth_gbps, bool serial_links);
+                       double bandwidth_gbps, bool shared_link);
 // Unit costs, to show a hint's order: F = B = 1 (whole backward), or F = B = W = 1 (split),
 // other fields at their defaults.
 RealizedWork unit_cost_work(const WorkModel& m);

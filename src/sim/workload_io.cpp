@@ -79,7 +79,7 @@ const std::map<std::string, Setter>& setters() {
       {"comm_sigma", number(&W::comm_sigma)},
       {"comm_slow_prob", number(&W::comm_slow_prob)},
       {"comm_slow_us", number(&W::comm_slow_us)},
-      {"comm_serial_links", boolean(&W::comm_serial_links)},
+      {"comm_shared_link", boolean(&W::comm_shared_link)},
       {"bytes_per_token", number(&W::bytes_per_token)},
       {"tp_sigma", number(&W::tp_sigma)},
       {"tp_collective_us", number(&W::tp_collective_us)},
