@@ -217,7 +217,7 @@ check "--transport: unknown transport 'tcp'" calibrate --transport tcp
 check "--endpoints: expected 2..64, got 1" calibrate --endpoints 1
 check "--calibration: only with --transport mpi" run --pp 2 -m 2 --calibration x.json
 "$rrfp" calibrate --sizes 8,64K --seconds 0.2 --out "$tmp/cal.json" >/dev/null &&
-  grep -q '"comm_shared_link": false' "$tmp/cal.json" &&
+  grep -q '"comm_shared_link": false' "$tmp/cal.json" && grep -q '"comm_sigma": 0' "$tmp/cal.json" &&
   "$rrfp" simulate --pp 2 -m 2 --workload-file "$tmp/cal.json" >/dev/null ||
   { echo "FAIL: calibrate --out, then simulate --workload-file"; fails=$((fails + 1)); }
 printf '{"comm_shared_link": 1}' >"$tmp/serial.json"

@@ -99,6 +99,10 @@ std::string calibration_json(const Calibration& c) {
   j["comm_latency_us"] = c.latency_us;
   j["comm_bandwidth_gbps"] = c.bandwidth_gbps;
   j["comm_shared_link"] = c.shared_link;
+  // What was measured has no modelled noise or slow mode: a preset's network model must not
+  // stay on top of it when the file is laid over that preset.
+  j["comm_sigma"] = 0;
+  j["comm_slow_prob"] = 0;
   nlohmann::json m;
   m["transport"] = c.transport;
   m["endpoints"] = c.endpoints;

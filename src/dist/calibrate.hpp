@@ -41,7 +41,8 @@ struct Calibration {
 Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& barrier,
                       const CalibrateOptions& o);
 
-// The fit as a workload file's overrides (comm_latency_us, comm_bandwidth_gbps), with the
+// The fit as a workload file's overrides (comm_latency_us, comm_bandwidth_gbps,
+// comm_shared_link; no message noise or slow mode), with the
 // measured table alongside as "calibration" (workload files ignore no field: see
 // sim/workload_io.cpp, which skips that one key).
 std::string calibration_json(const Calibration& c);

@@ -248,7 +248,6 @@ class Simulation {
     mark_dirty(sd.src_stage);
   }
 
-  // Blocking mode: a rank that is not computing accepts what its rendezvous lets it.
   // When a transfer of `lat` starting now ends: at once, or, on a shared link (one message at
   // a time on the whole machine, in the order they start), after the ones before it.
   std::int64_t transfer_end(std::int64_t lat) {
@@ -257,6 +256,7 @@ class Simulation {
     return link_free_;
   }
 
+  // Blocking mode: a rank that is not computing accepts what its rendezvous lets it.
   void accept_sends(int s) {
     for (int r = 0; r < t_; ++r) {
       Rank& rk = rank(s, r);
