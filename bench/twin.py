@@ -10,6 +10,7 @@ Usage: bench/twin.py RRFP [--steps N] [--part imports|runs|mpi|train|all] > tabl
   train:   `rrfp train` at P=2 (a core per stage here): each run's mean step against the twin's
            replay of durations.csv, and a clean fixed run's durations predicting ready runs and
            jitter (the preset injected on the replay, one jitter seed per step).
+  cores:   `rrfp train` at P=4 (4 stages on 2 cores) and P=2, the same replays.
 Standard library only. Needs an idle machine: training and MPI runs are timed.
 """
 import argparse
@@ -53,7 +54,7 @@ def part_imports(rrfp):
 
 
 def part_runs(rrfp, tmp):
-    print("| run | policy | measured ms | twin, recorded order ms | error | messages seen |")
+    print("| run | policy | measured ms | twin, recorded order ms | error | messages timed |")
     print("|---|---|---:|---:|---:|---:|")
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
     shape = ["--pp", "4", "-m", "16", "--workload", "multimodal"]
@@ -71,7 +72,7 @@ def part_runs(rrfp, tmp):
                 errs.append(p["reproduction_error"])
                 print(f"| `rrfp run` on {where}, P=4 M=16 multimodal, seed {seed} | {policy} {hint} | "
                       f"{p['measured_ms']:.2f} | {p['replayed_ms']:.2f} | "
-                      f"{100 * p['reproduction_error']:+.2f}% | {p['messages_inferred']} |")
+                      f"{100 * p['reproduction_error']:+.2f}% | {p['messages_timed']} |")
             print(f"| **worst, {where} {policy} {hint}** | | | | "
                   f"**{100 * max(errs, key=abs):+.2f}%** | |", file=sys.stderr)
 
@@ -153,12 +154,12 @@ def mean_ms(loss_csv, column, skip):
     return statistics.mean(float(r[column]) for r in rows), len(rows)
 
 
-def twin_mean(rrfp, durations, steps, hint, policy, split, workload="uniform"):
+def twin_mean(rrfp, durations, steps, hint, policy, split, workload="uniform", pp=2):
     """The twin's mean step: every recorded step replayed (jitter seed = the step)."""
     out = []
     for step in steps:
         r = json.loads(sh([rrfp, "simulate", "--replay", durations, "--step", str(step),
-                           "--pp", "2", "-m", "8", "--hint", hint, "--policy", policy,
+                           "--pp", str(pp), "-m", "8", "--hint", hint, "--policy", policy,
                            "--split-backward", split, "--workload", workload, "--seed",
                            str(step), "--json", "-"]))
         out.append(r["runs"][0]["makespan_ms"])
@@ -172,9 +173,31 @@ def steps_of(durations):
 
 def train(rrfp, tmp, name, steps, *args):
     out = os.path.join(tmp, name)
-    sh([rrfp, "train", "--pp", "2", "--steps", str(steps), "--eval-every", "0", "--out", out,
-        *args])
+    pp = [] if "--pp" in args else ["--pp", "2"]
+    sh([rrfp, "train", *pp, "--steps", str(steps), "--eval-every", "0", "--out", out, *args])
     return out
+
+
+def part_cores(rrfp, tmp):
+    """`rrfp train` at P=4 (4 stages on 2 cores) and P=2, fixed 1F1B and ready BF, 30 steps:
+    each run's own durations.csv replayed, and the fixed run's replayed under BF."""
+    print("| P | run | measured pipeline ms/step | twin, own durations | error | "
+          "twin, from the fixed run | error |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for pp in (4, 2):
+        outs = {}
+        for hint, policy in (("1f1b", "fixed"), ("bf", "ready")):
+            outs[hint] = train(rrfp, tmp, f"p{pp}-{hint}", 30, "--pp", str(pp), "-m", "8",
+                               "--hint", hint, "--policy", policy, "--split-backward", "off")
+        for hint, policy in (("1f1b", "fixed"), ("bf", "ready")):
+            pipe, _ = mean_ms(os.path.join(outs[hint], "loss.csv"), "pipeline_ms", 2)
+            own_d = os.path.join(outs[hint], "durations.csv")
+            src_d = os.path.join(outs["1f1b"], "durations.csv")
+            own = twin_mean(rrfp, own_d, steps_of(own_d), hint, policy, "off", pp=pp)
+            pred = twin_mean(rrfp, src_d, steps_of(src_d), hint, policy, "off", pp=pp)
+            print(f"| {pp} | {policy} {hint} | {pipe:.1f} | {own:.1f} | "
+                  f"{100 * (own / pipe - 1):+.1f}% | {pred:.1f} | {100 * (pred / pipe - 1):+.1f}% |")
+            sys.stdout.flush()
 
 
 def part_train(rrfp, tmp, steps):
@@ -217,7 +240,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("rrfp")
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--part", default="all", choices=["imports", "runs", "mpi", "train", "all"])
+    ap.add_argument("--part", default="all", choices=["imports", "runs", "mpi", "train", "cores", "all"])
     a = ap.parse_args()
     rrfp = os.path.abspath(a.rrfp)
     with tempfile.TemporaryDirectory() as tmp:
@@ -232,6 +255,9 @@ def main():
             print()
         if a.part in ("train", "all"):
             part_train(rrfp, tmp, a.steps)
+            print()
+        if a.part in ("cores", "all"):
+            part_cores(rrfp, tmp)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 // emulated delays; `fixed` follows its list exactly; back-pressure holds; steps repeat.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <set>
@@ -68,6 +69,20 @@ TEST_P(RuntimeInvariants, SameTasksAsTheSimulatorInDependencyOrder) {
       co.max_pending_w = m.split() ? r.run.arbiter.max_pending_w : 0;
       const auto bad = check_run(m, sh.tp, r.run.tasks, co);
       ASSERT_TRUE(bad.empty()) << ctx << ": " << bad.front();
+      // Each message's measured time (its consumer's arrival minus its end) is at least the
+      // emulated latency; outputs no other stage takes have none.
+      for (const TaskRecord& t : r.run.tasks) {
+        std::array<Dep, 2> c{};
+        const int n = m.consumers(t.task, c);
+        bool crosses = false;
+        for (int i = 0; i < n; ++i)
+          crosses |= c[i].cross_stage;
+        const std::int64_t lat = work.message(t.rank, m.index(t.task));
+        if (crosses)
+          ASSERT_GE(t.send_ns, lat) << ctx << " " << to_string(t.task);
+        else
+          ASSERT_EQ(t.send_ns, 0) << ctx << " " << to_string(t.task);
+      }
 
       SimOptions so;
       so.arbiter = ro.arbiter;

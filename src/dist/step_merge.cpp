@@ -101,6 +101,7 @@ void merge_step(StepResult& into, std::span<const std::byte> packed) {
   r.blocked.insert(r.blocked.end(), blocked.begin(), blocked.end());
   const auto gaps = rd.get_all<std::int64_t>();
   into.dispatch_gaps.insert(into.dispatch_gaps.end(), gaps.begin(), gaps.end());
+  send_times_from_arrivals(r);  // messages between the processes merged so far
 }
 
 }  // namespace rrfp

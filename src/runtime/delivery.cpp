@@ -31,6 +31,7 @@ class AsyncDelivery final : public Delivery {
     if (c_.note_costs()) rk.arb->note_cost(consumer, msg.tag.cost_ns);
     const bool ready = rk.inputs->arrive(consumer);  // refuses a second arrival first
     rk.input[c_.m.local_index(consumer)] = std::move(msg.payload);
+    rk.arrived[c_.m.local_index(consumer)] = now_ns();
     if (ready) c_.cv.notify_all();
   }
 
@@ -139,6 +140,7 @@ class RendezvousDelivery final : public Delivery {
       if (c_.failure.failed()) return;
       StageRank& rk = c_.rank(r);
       rk.input[c_.m.local_index(consumer)] = std::move(msg.payload);
+      rk.arrived[c_.m.local_index(consumer)] = now_ns();
       if (c_.note_costs()) rk.arb->note_cost(consumer, msg.tag.cost_ns);
       rk.inputs->deliver(consumer);
       c_.cv.notify_all();  // the next posted receive may now be another offer's

@@ -214,6 +214,7 @@ StepResult Runtime::collect() const {
       for (const TaskRecord& rec : rr.tasks)
         r.makespan = std::max(r.makespan, rec.end);
     }
+  send_times_from_arrivals(r);
   return out;
 }
 

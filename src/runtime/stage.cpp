@@ -40,6 +40,7 @@ void Stage::begin_step(int step, std::int64_t t0) {
         std::make_unique<StageArbiter>(core_.m, core_.stage, *core_.env.hint, core_.env.arbiter);
     rk.inputs = std::make_unique<Readiness>(core_.m, core_.stage, *rk.arb);
     rk.input.assign(core_.m.local_slots(), Payload{});
+    rk.arrived.assign(core_.m.local_slots(), -1);
     rk.running.reset();
     rk.result = RankResult{};
   }

@@ -58,6 +58,7 @@ struct StageRank {
   std::unique_ptr<StageArbiter> arb;  // per step
   std::unique_ptr<Readiness> inputs;  // per step
   std::vector<Payload> input;         // by local task index
+  std::vector<std::int64_t> arrived;  // by local task index: when its input came (-1: not)
   std::vector<Message> early;         // arrivals tagged with the next step
   std::optional<TaskId> running;
   std::int64_t running_since = 0;

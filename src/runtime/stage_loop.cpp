@@ -115,7 +115,9 @@ bool Stage::execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t,
   const std::int64_t wait = ctx.collective_wait_ns();
   const std::int64_t t0 = core_.t0;
   RankResult& res = rk.result;
-  res.tasks.push_back(TaskRecord{t, core_.stage, r, start - t0, end - wait - t0, end - t0});
+  TaskRecord rec{t, core_.stage, r, start - t0, end - wait - t0, end - t0};
+  if (const std::int64_t at = rk.arrived[m.local_index(t)]; at >= 0) rec.input_at = at - t0;
+  res.tasks.push_back(rec);
   res.stats.busy += end - wait - start;
   core_.record_blocked(r, end - wait, end, BlockReason::Collective);
   std::array<Dep, 2> c{};
