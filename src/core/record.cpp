@@ -8,32 +8,32 @@ namespace rrfp {
 
 void send_times_from_arrivals(StepRecord& r) {
   using Key = std::tuple<int, int, int, int>;  // kind, chunk, microbatch, tp rank
-  std::map<Key, TaskRecord*> by_task;
-  // When each task's rank was last busy before it: the end of the task before it there.
-  std::map<std::pair<int, int>, std::vector<const TaskRecord*>> by_rank;
-  for (TaskRecord& t : r.tasks) {
-    by_task[{static_cast<int>(t.task.kind), t.task.chunk, t.task.mb, t.rank}] = &t;
-    by_rank[{t.stage, t.rank}].push_back(&t);
+  std::map<Key, std::size_t> by_task;
+  std::map<std::pair<int, int>, std::vector<std::size_t>> by_rank;  // (stage, tp rank)
+  for (std::size_t i = 0; i < r.tasks.size(); ++i) {
+    const TaskRecord& t = r.tasks[i];
+    by_task[{static_cast<int>(t.task.kind), t.task.chunk, t.task.mb, t.rank}] = i;
+    by_rank[{t.stage, t.rank}].push_back(i);
   }
-  std::map<const TaskRecord*, std::int64_t> free_since;
+  // When each task's rank became free before it: the end of the task it ran before.
+  std::vector<std::int64_t> free_since(r.tasks.size(), 0);
   for (auto& [where, tasks] : by_rank) {
-    std::sort(tasks.begin(), tasks.end(), [](auto* a, auto* b) { return a->start < b->start; });
-    std::int64_t prev_end = 0;
-    for (const TaskRecord* t : tasks) {
-      free_since[t] = prev_end;
-      prev_end = t->end;
-    }
+    std::sort(tasks.begin(), tasks.end(),
+              [&](std::size_t a, std::size_t b) { return r.tasks[a].start < r.tasks[b].start; });
+    for (std::size_t k = 1; k < tasks.size(); ++k)
+      free_since[tasks[k]] = r.tasks[tasks[k - 1]].end;
   }
-  for (const TaskRecord& c : r.tasks) {
-    if (c.input_at < 0 || c.task.kind == Kind::W) continue;
-    const int chunk = c.task.kind == Kind::F ? c.task.chunk - 1 : c.task.chunk + 1;
-    const auto it = by_task.find({static_cast<int>(c.task.kind), chunk, c.task.mb, c.rank});
+  for (std::size_t i = 0; i < r.tasks.size(); ++i) {
+    const TaskRecord& c = r.tasks[i];
+    const std::optional<TaskId> from = data_producer(c.task);
+    if (c.input_at < 0 || !from) continue;
+    const auto it = by_task.find({static_cast<int>(from->kind), from->chunk, from->mb, c.rank});
     if (it == by_task.end()) continue;  // its producer ran in a process not merged yet
-    TaskRecord& p = *it->second;
+    TaskRecord& p = r.tasks[it->second];
     // A rank that was idle when the input came was waiting for it: its start, not the
     // arrival, is when the input let it run (waking the thread, dispatching), which the
     // simulator has no other place for.
-    const std::int64_t until = free_since[&c] <= c.input_at ? c.start : c.input_at;
+    const std::int64_t until = free_since[i] <= c.input_at ? c.start : c.input_at;
     p.send_ns = std::max<std::int64_t>(0, until - p.end);
   }
 }

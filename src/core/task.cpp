@@ -62,4 +62,10 @@ TaskId parse_token(std::string_view token) {
   return t;
 }
 
+std::optional<TaskId> data_producer(const TaskId& consumer) {
+  if (consumer.kind == Kind::W) return std::nullopt;
+  return TaskId{consumer.kind, consumer.kind == Kind::F ? consumer.chunk - 1 : consumer.chunk + 1,
+                consumer.mb};
+}
+
 }  // namespace rrfp

@@ -2,6 +2,7 @@
 // A unit of pipeline work: (kind, chunk, microbatch). See design.md §1.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,6 +26,11 @@ std::string to_string(const TaskId& t);
 std::string to_token(const TaskId& t);
 // Parses a token written by to_token; throws InputError naming the token.
 TaskId parse_token(std::string_view token);
+
+// The task whose output an F or B takes as its data input: the same kind one chunk away (F from
+// chunk - 1, B from chunk + 1). It may lie outside the model (the first forward, the last
+// backward) or on the consumer's own stage; a W takes none.
+std::optional<TaskId> data_producer(const TaskId& consumer);
 
 }  // namespace rrfp
 

@@ -24,10 +24,9 @@ class EmulatedProgram final : public StageProgram {
   void weight_grad(TaskContext& ctx, int chunk, int mb) override { run(ctx, {Kind::W, chunk, mb}); }
 
   std::optional<std::size_t> input_bytes(const TaskId& c) const override {
-    // The same-kind producer: activations come from the chunk before, gradients from after.
-    const TaskId p{c.kind, c.kind == Kind::F ? c.chunk - 1 : c.chunk + 1, c.mb};
-    if (c.kind == Kind::W || !m_.valid(p)) return std::nullopt;
-    return static_cast<std::size_t>(w_.message_bytes[m_.index(p)]);
+    const std::optional<TaskId> p = data_producer(c);
+    if (!p || !m_.valid(*p)) return std::nullopt;
+    return static_cast<std::size_t>(w_.message_bytes[m_.index(*p)]);
   }
 
  private:

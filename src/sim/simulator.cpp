@@ -209,7 +209,6 @@ class Simulation {
         }
         const int dst = m_.stage_of(c[i].task);
         const std::int64_t lat = w_.message(r, index);
-        if (opt_.record) res_.tasks[rk.record].send_ns = lat;
         if (!rk.rendezvous) {
           const std::int64_t at = transfer_end(lat);
           // The trace keeps the wait for the link too, so its replay is this very step.
@@ -217,6 +216,7 @@ class Simulation {
           push(at, Ev::Arrive, dst, r, m_.index(c[i].task));
           continue;
         }
+        if (opt_.record) res_.tasks[rk.record].send_ns = lat;
         if (rk.rendezvous->held() == 0) rk.held_since = now_;
         rk.rendezvous->offered();
         rank(dst, r).rendezvous->on_offer(c[i].task, static_cast<int>(sends_.size()));

@@ -12,10 +12,9 @@ namespace {
 
 // The task whose output `t` receives from another stage, if any (design.md §1).
 bool cross_stage_producer(const WorkModel& m, const TaskId& t, TaskId& producer) {
-  if (t.kind == Kind::W) return false;
-  const int c = t.kind == Kind::F ? t.chunk - 1 : t.chunk + 1;
-  if (c < 0 || c >= m.chunks()) return false;
-  producer = TaskId{t.kind, c, t.mb};
+  const std::optional<TaskId> p = data_producer(t);
+  if (!p || !m.valid(*p)) return false;
+  producer = *p;
   return m.stage_of(producer) != m.stage_of(t);
 }
 
