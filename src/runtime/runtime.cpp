@@ -167,17 +167,17 @@ void Runtime::watch(int workers) {
   const std::int64_t timeout = opt_.timeout_ms * 1'000'000;
   const std::int64_t poll =
       timeout > 0 ? std::clamp<std::int64_t>(timeout / 10, 1'000'000, 50'000'000) : 50'000'000;
-  std::uint64_t last = failure_.progress();
-  std::int64_t last_change = now_ns();
-  while (!failure_.wait(workers, poll)) {
-    const std::uint64_t p = failure_.progress();
+  const std::int64_t start = now_ns();
+  std::int64_t wait = poll;
+  while (!failure_.wait(workers, wait)) {
+    wait = poll;
+    if (timeout == 0) continue;
     const std::int64_t now = now_ns();
-    if (p != last) {
-      last = p;
-      last_change = now;
+    const std::int64_t last_change = std::max(start, failure_.last_progress_ns());
+    if (now - last_change < timeout) {
+      wait = std::min(poll, last_change + timeout - now);  // wake at the deadline itself
       continue;
     }
-    if (timeout == 0 || now - last_change < timeout) continue;
     std::string report = "no progress for " + std::to_string((now - last_change) / 1'000'000) +
                          " ms (`timeout` " +
                          fmt("%g", static_cast<double>(opt_.timeout_ms) / 1000) + " s):";
