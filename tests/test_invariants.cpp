@@ -70,8 +70,9 @@ TEST_P(Invariants, HoldForEveryPolicyAndPresetOverManySeeds) {
         ASSERT_GE(r.makespan, lb.value) << ctx;
         // The memory bound, where the limit holds D: ready dispatch with V = 1 (the fixed policy
         // follows its list; with V > 1 a draining microbatch may pass the limit).
-        if (policy == Policy::Ready && m.vpp() == 1)
+        if (policy == Policy::Ready && m.vpp() == 1) {
           ASSERT_GE(r.makespan, lower_bound(m, work, r.arbiter.limit).memory) << ctx;
+        }
         if (policy == Policy::Ready && sh.cfg.vpp == 1) {
           for (int d : r.peak_d)
             ASSERT_LE(d, r.arbiter.limit) << ctx;

@@ -102,7 +102,7 @@ TEST_P(SmallInstances, ExactOptimumBoundsAndOnlineRules) {
   EXPECT_GT(lb.memory, 0);
   EXPECT_LE(ex.root_bound, opt);
   // No online rule at the same limit beats the optimum; their orders are feasible ones.
-  for (const std::string& rule : {"bf", "fb", "b-priority", "f-priority", "1f1b"}) {
+  for (const char* rule : {"bf", "fb", "b-priority", "f-priority", "1f1b"}) {
     SimOptions opt_s;
     opt_s.arbiter.limit = s.problem.limit;
     opt_s.arbiter.max_pending_w = s.problem.max_pending_w;
@@ -177,7 +177,9 @@ TEST(Plan, HintFileReproducesTheMakespan) {
   EXPECT_EQ(search_schedule(p, so).makespan, r.makespan);
   // And it is no slower than any of its starting points.
   for (const StartPoint& s : r.starts)
-    if (s.makespan > 0) EXPECT_LE(r.makespan, s.makespan) << s.name;
+    if (s.makespan > 0) {
+      EXPECT_LE(r.makespan, s.makespan) << s.name;
+    }
 }
 
 TEST(Plan, TheLimitIsKept) {

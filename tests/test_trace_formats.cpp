@@ -50,7 +50,7 @@ double us(std::int64_t ns) {
 }
 
 // The end of each task on its rank, and the message its output took.
-const TaskRecord& record_of(const StepRecord& r, const WorkModel& m, const TaskId& t, int rank) {
+const TaskRecord& record_of(const StepRecord& r, const TaskId& t, int rank) {
   for (const TaskRecord& x : r.tasks)
     if (x.task == t && x.rank == rank) return x;
   ADD_FAILURE() << "no record of " << to_string(t);
@@ -64,7 +64,7 @@ void for_each_receive(const StepRecord& r, const WorkModel& m, Emit emit) {
     if (t.task.kind == Kind::W) continue;
     const int c = t.task.kind == Kind::F ? t.task.chunk - 1 : t.task.chunk + 1;
     if (c < 0 || c >= m.chunks() || m.stage_of(c) == t.stage) continue;
-    const TaskRecord& prod = record_of(r, m, TaskId{t.task.kind, c, t.task.mb}, t.rank);
+    const TaskRecord& prod = record_of(r, TaskId{t.task.kind, c, t.task.mb}, t.rank);
     emit(t, prod.compute_end, prod.compute_end + prod.send_ns);
   }
 }

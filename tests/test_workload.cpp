@@ -32,8 +32,9 @@ TEST(MessageModel, ASharedLinkDeliversOneMessageAtATime) {
     }
     // A trace keeps the waits for the link: replaying it gives the very same step.
     for (const TaskRecord& t : r.result.tasks)
-      if (t.stage == 0 && t.task.kind == Kind::F)
+      if (t.stage == 0 && t.task.kind == Kind::F) {
         EXPECT_EQ(t.send_ns, shared ? (10 * (t.task.mb + 1) - t.task.mb) * 1'000'000 : 10'000'000);
+      }
   }
 }
 
@@ -119,6 +120,38 @@ TEST(Workload, JitterHitsAboutPOfTasks) {
     for (int i = 0; i < m.num_tasks(); ++i)
       hit += a.compute(0, i) > b.compute(0, i);
     EXPECT_NEAR(static_cast<double>(hit) / m.num_tasks(), jitter_level(j).p, 0.03) << "J" << j;
+  }
+}
+
+// The paper injects on F and B with the same seed for every method: a split backward must see
+// the same hits, on the same microbatches, as a whole one, and its W none.
+TEST(Workload, JitterIsTheSameWithAndWithoutASplitBackward) {
+  WorkModel whole(config(4, 16, 2)), split(config(4, 16, 2, true));
+  for (int j = 1; j <= 3; ++j) {
+    WorkloadParams w = workload_preset("jitter:J" + std::to_string(j));
+    WorkloadParams calm = w;
+    calm.jitter = jitter_level(0);
+    const RealizedWork a = realize(w, whole, 2, 7), b = realize(w, split, 2, 7);
+    const RealizedWork ca = realize(calm, whole, 2, 7), cb = realize(calm, split, 2, 7);
+    int hits = 0;
+    for (int i = 0; i < split.num_tasks(); ++i) {
+      const TaskId t = split.task(i);
+      const int iw = whole.index(t.kind == Kind::W ? TaskId{Kind::B, t.chunk, t.mb} : t);
+      for (int r = 0; r < 2; ++r) {
+        const bool hit_split = b.compute(r, i) > cb.compute(r, i);
+        const bool hit_whole = a.compute(r, iw) > ca.compute(r, iw);
+        if (t.kind == Kind::W) {
+          EXPECT_FALSE(hit_split) << "J" << j << " W mb " << t.mb;
+        } else {
+          EXPECT_EQ(hit_split, hit_whole) << "J" << j << " task " << i << " rank " << r;
+          hits += hit_split;
+        }
+        if (t.kind == Kind::F) {
+          EXPECT_EQ(b.compute(r, i), a.compute(r, iw));
+        }
+      }
+    }
+    EXPECT_GT(hits, 0) << "J" << j;
   }
 }
 

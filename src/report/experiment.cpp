@@ -56,7 +56,7 @@ RealizedWork realized_work(const Scenario& sc, const WorkModel& m) {
   RealizedWork work = read_replay_file(sc.replay_path, m, sc.tp, sc.trace);
   // A jitter preset on top of a replay disturbs the measured durations (predictions for
   // `rrfp train --inject-jitter`).
-  if (sc.workload.jitter.p > 0) apply_jitter(work, sc.workload.jitter, sc.seed);
+  if (sc.workload.jitter.p > 0) apply_jitter(work, m, sc.workload.jitter, sc.seed);
   if (sc.tp > 1) {
     work.collective_ns = static_cast<std::int64_t>(sc.workload.tp_collective_us * 1000);
     work.coord_ns = static_cast<std::int64_t>(sc.workload.coord_latency_us * 1000);

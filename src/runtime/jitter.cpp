@@ -27,13 +27,14 @@ class Jittered final : public StageProgram {
     stall(c, t0);
     return out;
   }
-  void weight_grad(TaskContext& c, int chunk, int mb) override {
-    const std::int64_t t0 = now_ns();
-    in_->weight_grad(c, chunk, mb);
-    stall(c, t0);
-  }
+  // The paper sleeps on F and B only: a split backward's W is not disturbed, so a run with W
+  // split off sees the same stalls, on the same microbatches, as one without.
+  void weight_grad(TaskContext& c, int chunk, int mb) override { in_->weight_grad(c, chunk, mb); }
   std::optional<std::size_t> input_bytes(const TaskId& t) const override {
     return in_->input_bytes(t);
+  }
+  std::optional<std::int64_t> microbatch_size(int mb) const override {
+    return in_->microbatch_size(mb);
   }
 
  private:

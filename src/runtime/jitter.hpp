@@ -1,7 +1,7 @@
 #pragma once
-// The design's jitter injection (design.md §5) applied to real compute: after a task, with
-// probability p, the rank stalls for alpha * max(floor, the task's measured duration) *
-// (0.5 + U), with the draws a pure function of (seed, stage, task, step).
+// The design's jitter injection (design.md §5) applied to real compute: after an F or a B
+// (never a W), with probability p, the rank stalls for alpha * max(floor, the task's measured
+// duration) * (0.5 + U), with the draws a pure function of (seed, stage, task, step).
 #include <cstdint>
 #include <memory>
 

@@ -219,17 +219,23 @@ int microbatch_images(const WorkloadParams& w, std::uint64_t seed, int mb) {
   return static_cast<int>(std::min<double>(n, w.images_max));
 }
 
-double jittered_us(const JitterLevel& j, double d_us, std::uint64_t seed, int index, int rank) {
-  if (j.p <= 0 || unit_open(hash_keys(seed, kJitterHit, index, rank)) >= j.p) return d_us;
-  const double u = unit_open(hash_keys(seed, kJitterSize, index, rank));
+double jittered_us(const JitterLevel& j, double d_us, std::uint64_t seed, const TaskId& t,
+                   int rank) {
+  // The paper sleeps on F and B only. Keying the draw by what the task computes rather than by
+  // its index makes a run with a split backward see the same hits as one without.
+  if (j.p <= 0 || t.kind == Kind::W) return d_us;
+  const auto kind = static_cast<std::uint64_t>(t.kind);
+  if (unit_open(hash_keys(seed, kJitterHit, kind, t.chunk, t.mb, rank)) >= j.p) return d_us;
+  const double u = unit_open(hash_keys(seed, kJitterSize, kind, t.chunk, t.mb, rank));
   return d_us + j.alpha * std::max(j.floor_us, d_us) * (0.5 + u);
 }
 
-void apply_jitter(RealizedWork& w, const JitterLevel& j, std::uint64_t seed) {
+void apply_jitter(RealizedWork& w, const WorkModel& m, const JitterLevel& j, std::uint64_t seed) {
   for (int rank = 0; rank < w.tp; ++rank)
     for (int idx = 0; idx < w.num_tasks; ++idx) {
       auto& ns = w.compute_ns[static_cast<size_t>(rank) * w.num_tasks + idx];
-      ns = duration_ns(jittered_us(j, static_cast<double>(ns) / 1000, seed, idx, rank), "jitter");
+      const double us = jittered_us(j, static_cast<double>(ns) / 1000, seed, m.task(idx), rank);
+      ns = duration_ns(us, "jitter");
     }
   check_total(w);
 }
@@ -308,7 +314,7 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
       double d = base / tp;
       if (tp > 1 && w.tp_sigma > 0)
         d *= std::exp(w.tp_sigma * std_normal(hash_keys(seed, kTpNoise, idx, rank)));
-      d = jittered_us(w.jitter, d, seed, idx, rank);
+      d = jittered_us(w.jitter, d, seed, t, rank);
       r.compute_ns[static_cast<size_t>(rank) * r.num_tasks + idx] = duration_ns(d, "workload");
       if (sends) {
         double lat = w.comm_latency_us;
@@ -325,6 +331,10 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   }
   check_total(r);
   return r;
+}
+
+std::int64_t microbatch_size(const WorkModel& m, const RealizedWork& w, int mb) {
+  return w.message_bytes[m.index({Kind::F, 0, mb})];
 }
 
 void set_message_model(const WorkModel& m, RealizedWork& w, double latency_us,

@@ -103,6 +103,9 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
 // (rrfp calibrate), for comparing a run over that transport with the simulator.
 void set_message_model(const WorkModel& m, RealizedWork& w, double latency_us,
                        double bandwidth_gbps, bool shared_link);
+// How large microbatch `mb` is, as its data loader knows before the step: the bytes of its first
+// forward's activations (0 when the work carries no sizes). The adaptive rule's entry order.
+std::int64_t microbatch_size(const WorkModel& m, const RealizedWork& w, int mb);
 // Unit costs, to show a hint's order: F = B = 1 (whole backward), or F = B = W = 1 (split),
 // other fields at their defaults.
 RealizedWork unit_cost_work(const WorkModel& m);
@@ -111,11 +114,12 @@ RealizedWork unit_cost_work(const WorkModel& m);
 // apply_jitter check it.
 void check_total(const RealizedWork& w);
 
-// The paper's jitter on one duration: with probability p, + alpha * max(floor, d) * (0.5 + U),
-// drawn from (seed, task index, rank).
-double jittered_us(const JitterLevel& j, double d_us, std::uint64_t seed, int index, int rank);
+// The paper's jitter on one F or B duration: with probability p, + alpha * max(floor, d) *
+// (0.5 + U), drawn from (seed, kind, chunk, microbatch, rank); a W is never disturbed.
+double jittered_us(const JitterLevel& j, double d_us, std::uint64_t seed, const TaskId& t,
+                   int rank);
 // Injects jitter into given durations (a replay of measured ones).
-void apply_jitter(RealizedWork& w, const JitterLevel& j, std::uint64_t seed);
+void apply_jitter(RealizedWork& w, const WorkModel& m, const JitterLevel& j, std::uint64_t seed);
 
 // Per-microbatch inputs of the model (exposed for tests and reports).
 double microbatch_tokens(const WorkloadParams& w, std::uint64_t seed, int mb);
