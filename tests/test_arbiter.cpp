@@ -1,4 +1,6 @@
 // The arbiter's rules, decision by decision.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "core/arbiter.hpp"
@@ -104,26 +106,58 @@ TEST(Arbiter, AdaptiveRunsTheForwardWhoseProducerTookLongestFirst) {
   EXPECT_EQ(*s.a.peek(), (TaskId{Kind::W, 1, 1})) << "W only when no B or F is ready";
 }
 
-// Where no producer cost can tell forwards apart, adaptive is BFW: on uniform work (equal
-// costs), and under `agree` with TP > 1, where the simulator tells no costs (the ranks of a
-// group, ranking by their own measurements, could propose differently).
+TEST(Arbiter, AdaptiveStartsTheSmallestMicrobatchFirst) {
+  Stage s(config(2, 4, 1, true), "adaptive", 0, ready(8));
+  const std::int64_t size[] = {5, 3, 9, 3};
+  for (int mb = 0; mb < 4; ++mb) {
+    s.a.mark_ready({Kind::F, 0, mb});
+    s.a.note_entry_size(mb, mb == 1 ? 1 : size[mb]);
+  }
+  s.a.note_entry_size(1, size[1]);  // ready, not yet run: still re-ranked
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 0, 1})) << "smallest, then the smaller mb";
+  s.a.commit({Kind::F, 0, 1});
+  s.a.note_entry_size(1, 0);  // it ran: nothing to re-rank
+  for (int mb : {3, 0, 2}) {
+    EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 0, mb}));
+    s.a.commit({Kind::F, 0, mb});
+  }
+  // A stage without chunk 0 ignores sizes, as every other hint does.
+  Stage later(config(2, 4, 1, true), "adaptive", 1, ready(8));
+  later.a.note_entry_size(0, 7);
+  Stage bfw(config(2, 4, 1, true), "bfw", 0, ready(8));
+  for (int mb = 0; mb < 2; ++mb) {
+    bfw.a.mark_ready({Kind::F, 0, mb});
+    bfw.a.note_entry_size(mb, 2 - mb);
+  }
+  EXPECT_EQ(*bfw.a.peek(), (TaskId{Kind::F, 0, 0}));
+}
+
+// Where neither producer costs nor sizes can tell forwards apart, adaptive is BFW: on uniform
+// work, and under `agree` with TP > 1 when microbatches are of one size (the simulator tells no
+// costs there: the ranks of a group, ranking by their own measurements, could propose
+// differently; sizes are the same on every rank and still count).
 TEST(Arbiter, AdaptiveWithoutCostsIsBfw) {
   WorkModel m(config(3, 8, 1, true));
   EXPECT_EQ(simulate(m, make_hint("adaptive", m), unit_work(m), {}).makespan,
             simulate(m, make_hint("bfw", m), unit_work(m), {}).makespan);
-  int differ = 0;
+  int differ = 0, sized = 0;
   for (int seed = 0; seed < 20; ++seed) {
-    const RealizedWork w = realize(workload_preset("language"), m, 2, seed);
+    RealizedWork w = realize(workload_preset("language"), m, 2, seed);
     SimOptions opt;
     opt.tp_protocol = TpProtocol::Agree;
-    EXPECT_EQ(simulate(m, make_hint("adaptive", m), w, opt).makespan,
-              simulate(m, make_hint("bfw", m), w, opt).makespan)
+    sized += simulate(m, make_hint("adaptive", m), w, opt).makespan !=
+             simulate(m, make_hint("bfw", m), w, opt).makespan;
+    RealizedWork same = w;
+    std::fill(same.message_bytes.begin(), same.message_bytes.end(), 1000);
+    EXPECT_EQ(simulate(m, make_hint("adaptive", m), same, opt).makespan,
+              simulate(m, make_hint("bfw", m), same, opt).makespan)
         << "seed " << seed;
     opt.tp_protocol = TpProtocol::Leader;  // the leader ranks by its costs
-    differ += simulate(m, make_hint("adaptive", m), w, opt).makespan !=
-              simulate(m, make_hint("bfw", m), w, opt).makespan;
+    differ += simulate(m, make_hint("adaptive", m), same, opt).makespan !=
+              simulate(m, make_hint("bfw", m), same, opt).makespan;
   }
   EXPECT_GT(differ, 0) << "costs never changed a decision: the rule is not wired";
+  EXPECT_GT(sized, 0) << "sizes never changed a decision under agree";
 }
 
 TEST(Arbiter, FixedWaitsForItsHead) {

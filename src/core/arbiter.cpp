@@ -99,6 +99,22 @@ void StageArbiter::note_cost(const TaskId& t, std::int64_t ns) {
   if (state_[local_index(t)] == kWaiting) cost_[local_index(t)] = ns;
 }
 
+// Small microbatches first: the pipeline fills sooner (every stage, above all the heavy last
+// one, starts after the first microbatch has crossed the stages before it), and the large ones
+// queue behind work that already keeps every stage busy. Johnson's rule for a flow shop whose
+// later machines are the heavier ones gives the same order; the clairvoyant plans start small
+// too (docs/frontier.md).
+void StageArbiter::note_entry_size(int mb, std::int64_t size) {
+  const TaskId t{Kind::F, 0, mb};
+  if (list_ || rule_ != Rule::Adaptive || !m_.valid(t) || m_.stage_of(t) != stage_) return;
+  const int i = local_index(t);
+  if (state_[i] == kDone) return;
+  const bool queued = state_[i] == kReady && opt_.policy == Policy::Ready;
+  if (queued) forwards_.erase({m_.local_chunk(0), -cost_[i], mb});
+  cost_[i] = -size;
+  if (queued) forwards_.emplace(m_.local_chunk(0), -cost_[i], mb);
+}
+
 std::optional<TaskId> StageArbiter::adaptive_forward() const {
   if (forwards_.empty()) return std::nullopt;
   const auto& [lc, neg_cost, mb] = *forwards_.begin();

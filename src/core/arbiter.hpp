@@ -10,7 +10,8 @@
 //
 // The adaptive rule also uses note_cost(): before a task becomes ready, the executor may say
 // how long the task that produced its input took (the previous stage's forward of the same
-// microbatch, measured there and carried with the message). Without it the rule is BFW.
+// microbatch, measured there and carried with the message); and note_entry_size(): how large
+// each microbatch is, as its data loader knows it before the step. Without either it is BFW.
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -52,6 +53,10 @@ class StageArbiter {
   // The measured duration of the task whose output `t` waits for (adaptive rule); call it
   // before the input makes `t` ready. Ignored by every other hint.
   void note_cost(const TaskId& t, std::int64_t ns);
+  // The size of microbatch `mb` (tokens, bytes: only the order matters) on the stage that runs
+  // its first forward (adaptive rule: the smallest enters the pipeline first); any time before
+  // that forward runs. Ignored elsewhere and by every other hint.
+  void note_entry_size(int mb, std::int64_t size);
   std::optional<TaskId> peek() const;
   void commit(const TaskId& t);
 
@@ -92,7 +97,8 @@ class StageArbiter {
   bool next_backward_ = true;        // BF/FB/BFW round state
   int d_ = 0, peak_d_ = 0, pending_w_ = 0, peak_pending_w_ = 0;
   int committed_ = 0, total_;
-  // Adaptive: ready forwards by (local chunk, longest producer first, microbatch).
+  // Adaptive: ready forwards by (local chunk, longest producer first, microbatch); a first
+  // forward's "cost" is minus its microbatch's size, so the smallest enters first.
   std::vector<std::int64_t> cost_;  // by local index
   std::set<std::tuple<int, std::int64_t, int>> forwards_;
   std::optional<TaskId> adaptive_forward() const;

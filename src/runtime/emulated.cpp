@@ -28,6 +28,9 @@ class EmulatedProgram final : public StageProgram {
     if (!p || !m_.valid(*p)) return std::nullopt;
     return static_cast<std::size_t>(w_.message_bytes[m_.index(*p)]);
   }
+  std::optional<std::int64_t> microbatch_size(int mb) const override {
+    return rrfp::microbatch_size(m_, w_, mb);
+  }
 
  private:
   Payload run(TaskContext& ctx, const TaskId& t) {

@@ -73,6 +73,10 @@ class StageProgram {
   virtual std::optional<std::size_t> input_bytes(const TaskId& /*consumer*/) const {
     return std::nullopt;
   }
+  // How large microbatch `mb` of the coming step is (tokens, bytes: only the order matters),
+  // when the program knows it before the step: the adaptive rule starts the smallest first.
+  // Asked on the stage that runs chunk 0, before begin_step, from the thread starting the step.
+  virtual std::optional<std::int64_t> microbatch_size(int /*mb*/) const { return std::nullopt; }
 };
 
 using ProgramFactory = std::function<std::unique_ptr<StageProgram>(int stage, int tp_rank)>;

@@ -38,6 +38,10 @@ void Stage::begin_step(int step, std::int64_t t0) {
     if (!rk.local()) continue;
     rk.arb =
         std::make_unique<StageArbiter>(core_.m, core_.stage, *core_.env.hint, core_.env.arbiter);
+    // Sizes are the same on every rank of a group, so unlike costs they hold under `agree`.
+    if (core_.m.stage_of({Kind::F, 0, 0}) == core_.stage)
+      for (int mb = 0; mb < core_.m.microbatches(); ++mb)
+        if (const auto size = rk.program->microbatch_size(mb)) rk.arb->note_entry_size(mb, *size);
     rk.inputs = std::make_unique<Readiness>(core_.m, core_.stage, *rk.arb);
     rk.input.assign(core_.m.local_slots(), Payload{});
     rk.arrived.assign(core_.m.local_slots(), -1);

@@ -73,6 +73,9 @@ class Simulation {
       for (int r = 0; r < t_; ++r) {
         Rank& rk = rank(s, r);
         rk.arb = std::make_unique<StageArbiter>(m, s, hint, opt_.arbiter);
+        // Sizes are the same on every rank of a group, so unlike costs they hold under `agree`.
+        for (int mb = 0; mb < m.microbatches(); ++mb)
+          rk.arb->note_entry_size(mb, microbatch_size(m, w, mb));
         rk.inputs = std::make_unique<Readiness>(m, s, *rk.arb);
         if (opt_.comm == CommMode::Blocking) {
           const bool fixed = opt_.arbiter.policy == Policy::Fixed;

@@ -74,6 +74,13 @@ std::optional<std::size_t> TrainStageProgram::input_bytes(const TaskId& consumer
   return static_cast<std::size_t>(batch->length(consumer.mb) * d) * sizeof(float);
 }
 
+// The sequence length (image tokens and text), known once the trainer has set the batch.
+std::optional<std::int64_t> TrainStageProgram::microbatch_size(int mb) const {
+  const auto batch = link_->batch();
+  if (!batch || mb >= batch->microbatches()) return std::nullopt;
+  return batch->length(mb);
+}
+
 Payload TrainStageProgram::forward(TaskContext& ctx, int c, int mb, Payload input) {
   TpScope scope(ctx);
   Chunk& ch = chunk(c);
