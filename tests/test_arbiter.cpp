@@ -5,6 +5,7 @@
 
 #include "core/arbiter.hpp"
 #include "core/error.hpp"
+#include "sim/rng.hpp"
 #include "sim_helpers.hpp"
 
 namespace rrfp::test {
@@ -106,29 +107,55 @@ TEST(Arbiter, AdaptiveRunsTheForwardWhoseProducerTookLongestFirst) {
   EXPECT_EQ(*s.a.peek(), (TaskId{Kind::W, 1, 1})) << "W only when no B or F is ready";
 }
 
-TEST(Arbiter, AdaptiveStartsTheSmallestMicrobatchFirst) {
-  Stage s(config(2, 4, 1, true), "adaptive", 0, ready(8));
-  const std::int64_t size[] = {5, 3, 9, 3};
-  for (int mb = 0; mb < 4; ++mb) {
-    s.a.mark_ready({Kind::F, 0, mb});
-    s.a.note_entry_size(mb, mb == 1 ? 1 : size[mb]);
+TEST(Arbiter, EntryRanksMakeAPyramid) {
+  // Sizes ascending by group: {3: m1 m3} front, {5: m0} back, {7: m4} front, {9: m2} back.
+  EXPECT_EQ(entry_ranks({5, 3, 9, 3, 7}), (std::vector<int>{4, 0, 3, 1, 2}));
+  EXPECT_EQ(entry_ranks({4, 4, 4, 4}), (std::vector<int>{0, 1, 2, 3})) << "equal: in order";
+  EXPECT_EQ(entry_ranks({}), std::vector<int>{});
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    const int n = 1 + static_cast<int>(hash_keys(seed, 1) % 40);
+    std::vector<std::int64_t> size(n);
+    for (int i = 0; i < n; ++i)
+      size[i] = static_cast<std::int64_t>(hash_keys(seed, 2, i) % 8);  // many ties
+    const std::vector<int> rank = entry_ranks(size);
+    std::vector<int> order(n, -1);
+    for (int mb = 0; mb < n; ++mb) {
+      ASSERT_TRUE(rank[mb] >= 0 && rank[mb] < n && order[rank[mb]] < 0) << "not a permutation";
+      order[rank[mb]] = mb;
+    }
+    // Sizes in entry order rise, then fall; equal sizes side by side keep microbatch order.
+    int i = 1;
+    while (i < n && size[order[i]] >= size[order[i - 1]])
+      ++i;
+    for (; i < n; ++i)
+      ASSERT_LE(size[order[i]], size[order[i - 1]]) << "seed " << seed << " at " << i;
+    for (int k = 1; k < n; ++k)
+      if (size[order[k]] == size[order[k - 1]])
+        ASSERT_LT(order[k - 1], order[k]) << "seed " << seed;
+    EXPECT_EQ(size[order[0]], *std::min_element(size.begin(), size.end()));
   }
-  s.a.note_entry_size(1, size[1]);  // ready, not yet run: still re-ranked
-  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 0, 1})) << "smallest, then the smaller mb";
-  s.a.commit({Kind::F, 0, 1});
-  s.a.note_entry_size(1, 0);  // it ran: nothing to re-rank
-  for (int mb : {3, 0, 2}) {
+}
+
+TEST(Arbiter, AdaptiveLetsMicrobatchesEnterInEntryRankOrder) {
+  Stage s(config(2, 5, 1, true), "adaptive", 0, ready(8));
+  for (int mb = 0; mb < 3; ++mb)
+    s.a.mark_ready({Kind::F, 0, mb});
+  s.a.commit({Kind::F, 0, 0});            // ran already: keeps its place, nothing to re-rank
+  s.a.note_entry_sizes({5, 3, 9, 3, 7});  // ready ones are re-ranked
+  s.a.mark_ready({Kind::F, 0, 3});
+  s.a.mark_ready({Kind::F, 0, 4});
+  for (int mb : {1, 3, 4, 2}) {  // ranks 0, 1, 2, 3 (m0, rank 4, ran first)
     EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 0, mb}));
     s.a.commit({Kind::F, 0, mb});
   }
+  EXPECT_THROW(s.a.note_entry_sizes({1, 2}), Error) << "one size per microbatch";
   // A stage without chunk 0 ignores sizes, as every other hint does.
   Stage later(config(2, 4, 1, true), "adaptive", 1, ready(8));
-  later.a.note_entry_size(0, 7);
+  later.a.note_entry_sizes({1, 2});
   Stage bfw(config(2, 4, 1, true), "bfw", 0, ready(8));
-  for (int mb = 0; mb < 2; ++mb) {
+  for (int mb = 0; mb < 2; ++mb)
     bfw.a.mark_ready({Kind::F, 0, mb});
-    bfw.a.note_entry_size(mb, 2 - mb);
-  }
+  bfw.a.note_entry_sizes({4, 3, 2, 1});
   EXPECT_EQ(*bfw.a.peek(), (TaskId{Kind::F, 0, 0}));
 }
 

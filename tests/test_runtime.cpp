@@ -167,20 +167,21 @@ TEST(Runtime, RunsSeveralStepsAndRoutesPayloadsToTheirTasks) {
 }
 
 // The emulated program tells the runtime each microbatch's size before the step; every forward
-// of stage 0 is ready from the start, so adaptive runs them in size order, ties by microbatch.
-TEST(Runtime, AdaptiveStartsTheSmallestMicrobatchFirst) {
+// of stage 0 is ready from the start, so adaptive runs them in entry_ranks order.
+TEST(Runtime, AdaptiveLetsMicrobatchesEnterInEntryRankOrder) {
   WorkModel m(shape(3, 6, 1, true));
   Hint h = make_hint("adaptive", m);
   for (int seed = 0; seed < 3; ++seed) {
     const RealizedWork w = random_work(m, 1, seed);
     Runtime rt(m, h, emulated_programs(m, w), runtime_options(m, w, Policy::Ready));
     const StepResult r = rt.run_step(0);
-    std::vector<TaskId> want, got;
+    std::vector<std::int64_t> size;
     for (int mb = 0; mb < m.microbatches(); ++mb)
-      want.push_back({Kind::F, 0, mb});
-    std::stable_sort(want.begin(), want.end(), [&](const TaskId& a, const TaskId& b) {
-      return microbatch_size(m, w, a.mb) < microbatch_size(m, w, b.mb);
-    });
+      size.push_back(microbatch_size(m, w, mb));
+    const std::vector<int> rank = entry_ranks(size);
+    std::vector<TaskId> want(m.microbatches()), got;
+    for (int mb = 0; mb < m.microbatches(); ++mb)
+      want[rank[mb]] = {Kind::F, 0, mb};
     const auto ord = orders(r.run.tasks);  // kept: a range-for over ord.at() of a temporary dangles
     for (const TaskId& t : ord.at({0, 0}))
       if (t.kind == Kind::F) got.push_back(t);

@@ -1,5 +1,7 @@
 #include "core/arbiter.hpp"
 
+#include <algorithm>
+
 #include "core/error.hpp"
 
 namespace rrfp {
@@ -99,20 +101,52 @@ void StageArbiter::note_cost(const TaskId& t, std::int64_t ns) {
   if (state_[local_index(t)] == kWaiting) cost_[local_index(t)] = ns;
 }
 
-// Small microbatches first: the pipeline fills sooner (every stage, above all the heavy last
-// one, starts after the first microbatch has crossed the stages before it), and the large ones
-// queue behind work that already keeps every stage busy. Johnson's rule for a flow shop whose
-// later machines are the heavier ones gives the same order; the clairvoyant plans start small
-// too (docs/frontier.md).
-void StageArbiter::note_entry_size(int mb, std::int64_t size) {
-  const TaskId t{Kind::F, 0, mb};
-  if (list_ || rule_ != Rule::Adaptive || !m_.valid(t) || m_.stage_of(t) != stage_) return;
-  const int i = local_index(t);
-  if (state_[i] == kDone) return;
-  const bool queued = state_[i] == kReady && opt_.policy == Policy::Ready;
-  if (queued) forwards_.erase({m_.local_chunk(0), -cost_[i], mb});
-  cost_[i] = -size;
-  if (queued) forwards_.emplace(m_.local_chunk(0), -cost_[i], mb);
+// Small microbatches at both ends: a small first one fills the pipeline sooner (a stage starts
+// only once it has crossed every stage before it), a small last one drains it sooner (the
+// step ends when its backward has crossed them all back), and the large ones in between meet
+// stages that are already busy: the pyramid orders of a proportionate flow shop. Sizes taken
+// alternately for the front and the back, groups of equal size kept whole and in order, so
+// equal sizes change nothing. Measured against smallest-first and the clairvoyant plans in
+// docs/frontier.md.
+std::vector<int> entry_ranks(const std::vector<std::int64_t>& sizes) {
+  const int n = static_cast<int>(sizes.size());
+  std::vector<int> by_size(n);
+  for (int i = 0; i < n; ++i)
+    by_size[i] = i;
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](int a, int b) { return sizes[a] < sizes[b]; });
+  std::vector<std::vector<int>> front, back;  // groups of equal size, ascending
+  for (int i = 0, g = 0; i < n; ++g) {
+    std::vector<int> group;
+    for (const std::int64_t s = sizes[by_size[i]]; i < n && sizes[by_size[i]] == s; ++i)
+      group.push_back(by_size[i]);
+    (g % 2 == 0 ? front : back).push_back(std::move(group));
+  }
+  std::vector<int> rank(n);
+  int next = 0;
+  for (const auto& g : front)
+    for (int mb : g)
+      rank[mb] = next++;
+  for (auto g = back.rbegin(); g != back.rend(); ++g)
+    for (int mb : *g)
+      rank[mb] = next++;
+  return rank;
+}
+
+void StageArbiter::note_entry_sizes(const std::vector<std::int64_t>& sizes) {
+  if (list_ || rule_ != Rule::Adaptive || m_.stage_of({Kind::F, 0, 0}) != stage_) return;
+  if (static_cast<int>(sizes.size()) != mbs_)
+    throw Error("stage " + std::to_string(stage_) + ": " + std::to_string(sizes.size()) +
+                " microbatch sizes for " + std::to_string(mbs_) + " microbatches");
+  const std::vector<int> rank = entry_ranks(sizes);
+  for (int mb = 0; mb < mbs_; ++mb) {
+    const int i = local_index({Kind::F, 0, mb});
+    if (state_[i] == kDone) continue;
+    const bool queued = state_[i] == kReady && opt_.policy == Policy::Ready;
+    if (queued) forwards_.erase({m_.local_chunk(0), -cost_[i], mb});
+    cost_[i] = -rank[mb];
+    if (queued) forwards_.emplace(m_.local_chunk(0), -cost_[i], mb);
+  }
 }
 
 std::optional<TaskId> StageArbiter::adaptive_forward() const {

@@ -10,7 +10,7 @@
 //
 // The adaptive rule also uses note_cost(): before a task becomes ready, the executor may say
 // how long the task that produced its input took (the previous stage's forward of the same
-// microbatch, measured there and carried with the message); and note_entry_size(): how large
+// microbatch, measured there and carried with the message); and note_entry_sizes(): how large
 // each microbatch is, as its data loader knows it before the step. Without either it is BFW.
 #include <cstdint>
 #include <optional>
@@ -41,6 +41,10 @@ inline int ready_d_bound(int limit, const WorkModel& m) {
   return limit + (m.vpp() > 1 ? m.vpp() : 0);
 }
 
+// The adaptive rule's entry order, as a rank per microbatch (0 enters first): small ones at both
+// ends, the largest in the middle; microbatches of equal size keep their order.
+std::vector<int> entry_ranks(const std::vector<std::int64_t>& sizes);
+
 // Resolves defaults (limit 0, max_pending_w 0) and checks the combination against the hint.
 ArbiterOptions resolve_options(ArbiterOptions opt, const Hint& hint, const WorkModel& m);
 
@@ -53,10 +57,10 @@ class StageArbiter {
   // The measured duration of the task whose output `t` waits for (adaptive rule); call it
   // before the input makes `t` ready. Ignored by every other hint.
   void note_cost(const TaskId& t, std::int64_t ns);
-  // The size of microbatch `mb` (tokens, bytes: only the order matters) on the stage that runs
-  // its first forward (adaptive rule: the smallest enters the pipeline first); any time before
-  // that forward runs. Ignored elsewhere and by every other hint.
-  void note_entry_size(int mb, std::int64_t size);
+  // Every microbatch's size (tokens, bytes: only the order matters), on the stage that runs
+  // the first forwards, before they run: the adaptive rule lets them enter in entry_ranks()
+  // order. Ignored elsewhere and by every other hint.
+  void note_entry_sizes(const std::vector<std::int64_t>& sizes);
   std::optional<TaskId> peek() const;
   void commit(const TaskId& t);
 
@@ -98,7 +102,7 @@ class StageArbiter {
   int d_ = 0, peak_d_ = 0, pending_w_ = 0, peak_pending_w_ = 0;
   int committed_ = 0, total_;
   // Adaptive: ready forwards by (local chunk, longest producer first, microbatch); a first
-  // forward's "cost" is minus its microbatch's size, so the smallest enters first.
+  // forward's "cost" is minus its entry rank.
   std::vector<std::int64_t> cost_;  // by local index
   std::set<std::tuple<int, std::int64_t, int>> forwards_;
   std::optional<TaskId> adaptive_forward() const;

@@ -74,7 +74,7 @@ class StageProgram {
     return std::nullopt;
   }
   // How large microbatch `mb` of the coming step is (tokens, bytes: only the order matters),
-  // when the program knows it before the step: the adaptive rule starts the smallest first.
+  // when the program knows it before the step: the adaptive rule's entry order (entry_ranks).
   // Asked on the stage that runs chunk 0, before begin_step, from the thread starting the step.
   virtual std::optional<std::int64_t> microbatch_size(int /*mb*/) const { return std::nullopt; }
 };

@@ -39,9 +39,12 @@ void Stage::begin_step(int step, std::int64_t t0) {
     rk.arb =
         std::make_unique<StageArbiter>(core_.m, core_.stage, *core_.env.hint, core_.env.arbiter);
     // Sizes are the same on every rank of a group, so unlike costs they hold under `agree`.
-    if (core_.m.stage_of({Kind::F, 0, 0}) == core_.stage)
+    if (core_.m.stage_of({Kind::F, 0, 0}) == core_.stage) {
+      std::vector<std::int64_t> sizes;
       for (int mb = 0; mb < core_.m.microbatches(); ++mb)
-        if (const auto size = rk.program->microbatch_size(mb)) rk.arb->note_entry_size(mb, *size);
+        if (const auto size = rk.program->microbatch_size(mb)) sizes.push_back(*size);
+      if (static_cast<int>(sizes.size()) == core_.m.microbatches()) rk.arb->note_entry_sizes(sizes);
+    }
     rk.inputs = std::make_unique<Readiness>(core_.m, core_.stage, *rk.arb);
     rk.input.assign(core_.m.local_slots(), Payload{});
     rk.arrived.assign(core_.m.local_slots(), -1);

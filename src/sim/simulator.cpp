@@ -67,6 +67,9 @@ class Simulation {
     opt_.arbiter = resolve_options(opt.arbiter, hint, m);
     coordinated_ = t_ > 1 && opt_.tp_protocol != TpProtocol::None;
     costs_ = !(coordinated_ && opt_.tp_protocol == TpProtocol::Agree);
+    std::vector<std::int64_t> sizes(m.microbatches());
+    for (int mb = 0; mb < m.microbatches(); ++mb)
+      sizes[mb] = microbatch_size(m, w, mb);
     ranks_.resize(static_cast<size_t>(p_) * t_);
     groups_.resize(p_);
     for (int s = 0; s < p_; ++s)
@@ -74,8 +77,7 @@ class Simulation {
         Rank& rk = rank(s, r);
         rk.arb = std::make_unique<StageArbiter>(m, s, hint, opt_.arbiter);
         // Sizes are the same on every rank of a group, so unlike costs they hold under `agree`.
-        for (int mb = 0; mb < m.microbatches(); ++mb)
-          rk.arb->note_entry_size(mb, microbatch_size(m, w, mb));
+        rk.arb->note_entry_sizes(sizes);
         rk.inputs = std::make_unique<Readiness>(m, s, *rk.arb);
         if (opt_.comm == CommMode::Blocking) {
           const bool fixed = opt_.arbiter.policy == Policy::Fixed;
