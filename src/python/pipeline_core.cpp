@@ -182,7 +182,7 @@ void PipelineCore::build_runtime() {
   ProgramFactory programs = [this, local](int stage, int) -> std::unique_ptr<StageProgram> {
     const auto at = std::find(local.begin(), local.end(), stage) - local.begin();
     pyb::gil_scoped_acquire gil;
-    return std::make_unique<PyStageProgram>(runners_.at(static_cast<std::size_t>(at)));
+    return std::make_unique<PyStageProgram>(runners_.at(static_cast<std::size_t>(at)), &sizes_);
   };
   pyb::gil_scoped_release nogil;
   if (job_)
@@ -191,9 +191,13 @@ void PipelineCore::build_runtime() {
     rt_ = std::make_unique<Runtime>(*model_, *hint_, programs, runtime_);
 }
 
-StepRecordPy PipelineCore::run_step(int step) {
+StepRecordPy PipelineCore::run_step(int step, std::vector<std::int64_t> sizes) {
   if (closed_) throw Error("rrfp: the pipeline was shut down");
   if (runners_.empty()) throw Error("rrfp: the pipeline has no stage runners");
+  if (!sizes.empty() && static_cast<int>(sizes.size()) != model_->microbatches())
+    throw InputError("rrfp: " + std::to_string(sizes.size()) + " microbatch sizes for " +
+                     std::to_string(model_->microbatches()) + " microbatches");
+  sizes_ = std::move(sizes);  // read by the programs once the step's thread has started
   if (!rt_) build_runtime();
   StepResult result;
   std::exception_ptr error;

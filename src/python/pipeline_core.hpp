@@ -63,8 +63,9 @@ class PipelineCore {
   void set_runners(const std::vector<pybind11::object>& runners);
   // One step, the GIL released while it runs. Ctrl-C (or any Python signal handler that
   // raises) cancels it: its exception is raised once every thread has stopped. A failed step
-  // leaves nothing behind: the next one starts on a new runtime.
-  StepRecordPy run_step(int step);
+  // leaves nothing behind: the next one starts on a new runtime. `sizes`: each microbatch's
+  // size (its input's elements) for the adaptive rule's entry order, or empty.
+  StepRecordPy run_step(int step, std::vector<std::int64_t> sizes = {});
 
  private:
   void build_runtime();
@@ -76,6 +77,7 @@ class PipelineCore {
   Job* job_ = nullptr;            // the MPI world (owned by the process), the c10d job, or none
   std::unique_ptr<Job> own_job_;  // the c10d job
   std::vector<pybind11::object> runners_;  // by local stage
+  std::vector<std::int64_t> sizes_;        // this step's microbatch sizes; the programs read them
   std::unique_ptr<Runtime> rt_;
   bool closed_ = false;
 };

@@ -30,8 +30,13 @@ pyb::object call(pyb::object& runner, const char* method, Args&&... args) {
 
 }  // namespace
 
-PyStageProgram::PyStageProgram(pyb::object runner)
-    : runner_(std::make_unique<pyb::object>(std::move(runner))) {}
+PyStageProgram::PyStageProgram(pyb::object runner, const std::vector<std::int64_t>* sizes)
+    : runner_(std::make_unique<pyb::object>(std::move(runner))), sizes_(sizes) {}
+
+std::optional<std::int64_t> PyStageProgram::microbatch_size(int mb) const {
+  if (!sizes_ || mb < 0 || mb >= static_cast<int>(sizes_->size())) return std::nullopt;
+  return (*sizes_)[mb];
+}
 
 PyStageProgram::~PyStageProgram() {
   pyb::gil_scoped_acquire gil;

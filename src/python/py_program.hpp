@@ -6,7 +6,10 @@
 // kernels and autograd). Tensors cross stages as encoded payloads (tensor_payload.hpp).
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "runtime/program.hpp"
 
@@ -14,8 +17,9 @@ namespace rrfp::py {
 
 class PyStageProgram final : public StageProgram {
  public:
-  // Takes a reference to `runner`; call with the GIL held.
-  explicit PyStageProgram(pybind11::object runner);
+  // Takes a reference to `runner`; call with the GIL held. `sizes` (the pipeline's, set before
+  // each step): the step's microbatch sizes, or empty.
+  PyStageProgram(pybind11::object runner, const std::vector<std::int64_t>* sizes);
   ~PyStageProgram() override;  // drops the reference under the GIL
 
   void begin_step(int step) override;
@@ -23,11 +27,13 @@ class PyStageProgram final : public StageProgram {
   Payload forward(TaskContext& ctx, int chunk, int mb, Payload input) override;
   Payload backward(TaskContext& ctx, int chunk, int mb, Payload grad) override;
   void weight_grad(TaskContext& ctx, int chunk, int mb) override;
+  std::optional<std::int64_t> microbatch_size(int mb) const override;
 
  private:
   Payload tensor_task(const char* method, char kind, int chunk, int mb, const Payload& in);
 
   std::unique_ptr<pybind11::object> runner_;
+  const std::vector<std::int64_t>* sizes_;
 };
 
 }  // namespace rrfp::py

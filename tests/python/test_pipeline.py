@@ -12,6 +12,7 @@ CASES = [  # (name, hint, policy, split, vpp)
     ("fixed 1f1b", "1f1b", "fixed", "off", 1),
     ("ready bf", "bf", "ready", "off", 1),
     ("ready bfw split", "bfw", "ready", "on", 1),
+    ("ready adaptive split", "adaptive", "ready", "on", 1),
     ("fixed zb-h1 split", "zb-h1", "fixed", "on", 1),
     ("ready bf interleaved", "bf", "ready", "off", 2),
     ("fixed interleaved-1f1b", "interleaved-1f1b", "fixed", "auto", 2),
@@ -50,6 +51,31 @@ def test_bitwise_equal_to_a_plain_loop(name, hint, policy, split, vpp, seed):
     rec = pipe.last_step
     assert rec.makespan > 0 and 0 <= rec.bubble < 1
     assert len(rec.tasks) == (3 if pipe._core.split_backward else 2) * pp * vpp * m
+
+
+def pyramid(sizes):
+    """The entry order the adaptive rule promises (docs/frontier.md): sizes ascending, groups of
+    equal size alternately at the front and the back, so small ones come first and last."""
+    groups = sorted({s: [i for i, t in enumerate(sizes) if t == s] for s in sizes}.items())
+    front = [i for k, (_, g) in enumerate(groups) if k % 2 == 0 for i in g]
+    # The back half reads largest group first, each group still in microbatch order.
+    back_groups = [g for k, (_, g) in enumerate(groups) if k % 2 == 1][::-1]
+    return front + [i for g in back_groups for i in g]
+
+
+def test_adaptive_lets_microbatches_enter_by_size():
+    m = 6
+    pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=m, hint="adaptive",
+                         split_backward="on")
+    xs, ys = lm.batches(m, seed=3)
+    sizes = [x.numel() for x in xs]
+    assert len(set(sizes)) > 2, sizes
+    pipe.step(xs, ys)
+    order = [t for st, t, *_ in sorted(pipe.last_step.tasks, key=lambda t: t[2])
+             if st == 0 and t.startswith("F")]
+    want = [f"F c0 m{mb}" for mb in pyramid(sizes)]
+    assert want != [f"F c0 m{mb}" for mb in range(m)], "a weak case: the sizes keep mb order"
+    assert order == want, (sizes, order)
 
 
 def test_one_batch_is_split_into_microbatches():

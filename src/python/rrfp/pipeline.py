@@ -116,7 +116,9 @@ class Pipeline:
         self._data.losses = {}
         self._data.error = None
         try:
-            rec = self._core.run_step(self._step)
+            # Each microbatch's size, for the adaptive rule's entry order (docs/frontier.md).
+            sizes = [x.numel() if isinstance(x, torch.Tensor) else 0 for x in self._data.inputs]
+            rec = self._core.run_step(self._step, sizes)
         except StageError as e:
             err = self._data.error
             if err is not None:
