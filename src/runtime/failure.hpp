@@ -36,14 +36,10 @@ class FailureState {
     return error_;
   }
 
-  // Progress for the watchdog: any task start or end, any arrival, and when it last happened.
-  // The time is taken here, not when the watchdog next looks, so that of the ranks a lost peer
+  // Progress for the watchdog (any task start or end, any arrival): when it last happened. The
+  // time is taken here, not when the watchdog next looks, so that of the ranks a lost peer
   // stalls, those waiting on it directly (stalled first) are the first to report.
-  void bump() {
-    progress_.fetch_add(1, std::memory_order_relaxed);
-    last_ns_.store(now_ns(), std::memory_order_relaxed);
-  }
-  std::uint64_t progress() const { return progress_.load(std::memory_order_relaxed); }
+  void bump() { last_ns_.store(now_ns(), std::memory_order_relaxed); }
   std::int64_t last_progress_ns() const { return last_ns_.load(std::memory_order_relaxed); }
 
   // Workers report their exit so the runtime's thread can stop waiting.
@@ -68,7 +64,6 @@ class FailureState {
   std::condition_variable cv_;
   std::exception_ptr error_;
   std::atomic<bool> failed_{false};
-  std::atomic<std::uint64_t> progress_{0};
   std::atomic<std::int64_t> last_ns_{0};
   int done_ = 0;
 };
