@@ -130,8 +130,9 @@ TEST(Arbiter, EntryRanksMakeAPyramid) {
     for (; i < n; ++i)
       ASSERT_LE(size[order[i]], size[order[i - 1]]) << "seed " << seed << " at " << i;
     for (int k = 1; k < n; ++k)
-      if (size[order[k]] == size[order[k - 1]])
+      if (size[order[k]] == size[order[k - 1]]) {
         ASSERT_LT(order[k - 1], order[k]) << "seed " << seed;
+      }
     EXPECT_EQ(size[order[0]], *std::min_element(size.begin(), size.end()));
   }
 }

@@ -7,8 +7,10 @@
 #include <zlib.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/error.hpp"
+#include "core/task.hpp"
 #include "report/predict.hpp"
 #include "sim/replay.hpp"
 #include "sim/trace_import.hpp"
@@ -61,10 +63,9 @@ const TaskRecord& record_of(const StepRecord& r, const TaskId& t, int rank) {
 template <class Emit>
 void for_each_receive(const StepRecord& r, const WorkModel& m, Emit emit) {
   for (const TaskRecord& t : r.tasks) {
-    if (t.task.kind == Kind::W) continue;
-    const int c = t.task.kind == Kind::F ? t.task.chunk - 1 : t.task.chunk + 1;
-    if (c < 0 || c >= m.chunks() || m.stage_of(c) == t.stage) continue;
-    const TaskRecord& prod = record_of(r, TaskId{t.task.kind, c, t.task.mb}, t.rank);
+    const std::optional<TaskId> p = data_producer(t.task);
+    if (!p || !m.valid(*p) || m.stage_of(*p) == t.stage) continue;
+    const TaskRecord& prod = record_of(r, *p, t.rank);
     emit(t, prod.compute_end, prod.compute_end + prod.send_ns);
   }
 }

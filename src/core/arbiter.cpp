@@ -92,8 +92,7 @@ void StageArbiter::mark_ready(const TaskId& t) {
   st = kReady;
   if (opt_.policy != Policy::Ready) return;
   queue_[static_cast<int>(t.kind)].insert(key_of(t));
-  if (!list_ && rule_ == Rule::Adaptive && t.kind == Kind::F)
-    forwards_.emplace(m_.local_chunk(t.chunk), -cost_[local_index(t)], t.mb);
+  if (!list_ && rule_ == Rule::Adaptive && t.kind == Kind::F) forwards_.insert(forward_key(t));
 }
 
 void StageArbiter::note_cost(const TaskId& t, std::int64_t ns) {
@@ -140,12 +139,13 @@ void StageArbiter::note_entry_sizes(const std::vector<std::int64_t>& sizes) {
                 " microbatch sizes for " + std::to_string(mbs_) + " microbatches");
   const std::vector<int> rank = entry_ranks(sizes);
   for (int mb = 0; mb < mbs_; ++mb) {
-    const int i = local_index({Kind::F, 0, mb});
+    const TaskId t{Kind::F, 0, mb};
+    const int i = local_index(t);
     if (state_[i] == kDone) continue;
     const bool queued = state_[i] == kReady && opt_.policy == Policy::Ready;
-    if (queued) forwards_.erase({m_.local_chunk(0), -cost_[i], mb});
+    if (queued) forwards_.erase(forward_key(t));
     cost_[i] = -rank[mb];
-    if (queued) forwards_.emplace(m_.local_chunk(0), -cost_[i], mb);
+    if (queued) forwards_.insert(forward_key(t));
   }
 }
 
@@ -237,8 +237,7 @@ void StageArbiter::commit(const TaskId& t) {
     ++head_;
   } else {
     queue_[static_cast<int>(t.kind)].erase(key_of(t));
-    if (!list_ && rule_ == Rule::Adaptive && t.kind == Kind::F)
-      forwards_.erase({m_.local_chunk(t.chunk), -cost_[local_index(t)], t.mb});
+    if (!list_ && rule_ == Rule::Adaptive && t.kind == Kind::F) forwards_.erase(forward_key(t));
   }
   st = kDone;
   ++committed_;

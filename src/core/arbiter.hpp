@@ -104,7 +104,11 @@ class StageArbiter {
   // Adaptive: ready forwards by (local chunk, longest producer first, microbatch); a first
   // forward's "cost" is minus its entry rank.
   std::vector<std::int64_t> cost_;  // by local index
-  std::set<std::tuple<int, std::int64_t, int>> forwards_;
+  using ForwardKey = std::tuple<int, std::int64_t, int>;
+  ForwardKey forward_key(const TaskId& t) const {
+    return {m_.local_chunk(t.chunk), -cost_[local_index(t)], t.mb};
+  }
+  std::set<ForwardKey> forwards_;
   std::optional<TaskId> adaptive_forward() const;
   std::vector<int> progress_;  // per microbatch: local F and B done (drain order)
   int drain_mb_ = 0;
