@@ -4,9 +4,9 @@
 Usage: bench/twin.py RRFP [--steps N] [--part imports|runs|mpi|train|all] > tables.md
   imports: the PyTorch profiler fixture (tests/data/torch-pp2), each step replayed in its order;
   runs:    `rrfp run` on threads and under mpirun (P=4), its --trace replayed by `rrfp predict`;
-  mpi:     `rrfp calibrate --transport mpi` (shown), then `rrfp run --transport mpi --compare`
-           (calibrating at its start) at P=4 and 1, 8, 32 MiB messages, 3 seeds (writes
-           docs/data/twin-mpi.csv);
+  mpi:     `rrfp calibrate --transport mpi` (shown), then `rrfp run --transport mpi --compare
+           --repeat 5` (calibrating at its start; a warm-up step, then the median of five) at
+           P=4 and 1, 8, 32 MiB messages, 3 seeds (writes docs/data/twin-mpi.csv);
   train:   `rrfp train` at P=2 (a core per stage here): each run's mean step against the twin's
            replay of durations.csv, and a clean fixed run's durations predicting ready runs and
            jitter (the preset injected on the replay, one jitter seed per step).
@@ -77,23 +77,29 @@ def part_runs(rrfp, tmp):
                   f"**{100 * max(errs, key=abs):+.2f}%** | |", file=sys.stderr)
 
 
+REPEAT = 5  # timed steps per run in the mpi part; each run's median step is compared
+
+
 def mpi_compare(rrfp, mib, seed):
-    """One `rrfp run --transport mpi --compare` (calibrating at its start, the default: this
-    VM's copy bandwidth drifts by 2x within an hour, so one calibration for all runs would
-    date). Returns the calibrated GB/s and [(run, measured ms, simulated ms, speedups)]."""
+    """One `rrfp run --transport mpi --compare --repeat 5` (calibrating at its start, the
+    default: this VM's copy bandwidth drifts within an hour, so one calibration for all runs
+    would date). Returns the calibrated GB/s and [(run, measured median ms, simulated ms,
+    speedups, measured min ms, measured max ms)]."""
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
     load = os.path.join(ROOT, "scripts", "workloads", f"j2-{mib}mib-messages.json")
     r = subprocess.run([mpirun, "4", rrfp, "run", "--transport", "mpi", "--compare",
-                        "--workload-file", load, "--pp", "4", "-m", "16", "--seed", str(seed)],
+                        "--workload-file", load, "--pp", "4", "-m", "16", "--seed", str(seed),
+                        "--repeat", str(REPEAT)],
                        check=True, capture_output=True, text=True)
     model = next(l for l in r.stderr.splitlines() if l.startswith("simulating"))
     gbps = float(model.split(" GB/s")[0].split()[-1]) if " GB/s" in model else 0.0
     runs = []
     for line in r.stdout[r.stdout.index("simulator fidelity"):].splitlines()[2:]:
         cells = line.split()
-        if len(cells) >= 8:
-            runs.append((" ".join(cells[:-6]), float(cells[-6]), float(cells[-5]),
-                         float(cells[-3].rstrip("x")), float(cells[-2].rstrip("x"))))
+        if len(cells) >= 9:  # label..., measured, simulated, error, 2 speedups, diff, range
+            lo, hi = (float(x) for x in cells[-1].split("-"))
+            runs.append((" ".join(cells[:-7]), float(cells[-7]), float(cells[-6]),
+                         float(cells[-4].rstrip("x")), float(cells[-3].rstrip("x")), lo, hi))
     return gbps, runs
 
 
@@ -101,27 +107,30 @@ def part_mpi(rrfp, tmp):
     """`rrfp run --transport mpi --compare` at P=4 with 1, 8 and 32 MiB messages."""
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
     print(sh([mpirun, "4", rrfp, "calibrate", "--transport", "mpi"]))
-    print("| messages | seed | calibrated GB/s | run | measured ms | simulated ms | error | "
-          "speedup measured | simulated |")
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    print(f"| messages | seed | calibrated GB/s | run | measured ms (median of {REPEAT}) | "
+          "range ms | simulated ms | error | speedup measured | simulated |")
+    print("|---|---:|---:|---|---:|---|---:|---:|---:|---:|")
     rows = []
     for mib in (1, 8, 32):
         for seed in (1, 2, 3):
             gbps, runs = mpi_compare(rrfp, mib, seed)
-            for label, meas, simd, sp_m, sp_s in runs:
-                rows.append((mib, seed, gbps, label, meas, simd, meas / simd - 1, sp_m, sp_s))
-                print(f"| {mib} MiB | {seed} | {gbps:.2f} | {label} | {meas:.1f} | {simd:.1f} | "
-                      f"{100 * (meas / simd - 1):+.1f}% | {sp_m:.3f}x | {sp_s:.3f}x |")
+            for label, meas, simd, sp_m, sp_s, lo, hi in runs:
+                rows.append((mib, seed, gbps, label, meas, simd, meas / simd - 1, sp_m, sp_s,
+                             lo, hi))
+                print(f"| {mib} MiB | {seed} | {gbps:.2f} | {label} | {meas:.1f} | "
+                      f"{lo:.0f}-{hi:.0f} | {simd:.1f} | {100 * (meas / simd - 1):+.1f}% | "
+                      f"{sp_m:.3f}x | {sp_s:.3f}x |")
                 sys.stdout.flush()
     write_csv("twin-mpi.csv", "mib,seed,calibrated_gbps,run,measured_ms,simulated_ms,error,"
-              "speedup_measured,speedup_simulated", rows)
+              "speedup_measured,speedup_simulated,measured_min_ms,measured_max_ms", rows)
     print()
-    print("| messages | worst error | mean error | ready BF / fixed 1F1B async, measured | "
-          "ready BFW / fixed 1F1B async |")
-    print("|---|---:|---:|---:|---:|")
+    print("| messages | worst error | mean error | widest range of a run's steps | "
+          "ready BF / fixed 1F1B async, measured | ready BFW / fixed 1F1B async |")
+    print("|---|---:|---:|---:|---:|---:|")
     for mib in (1, 8, 32):
         mine = [r for r in rows if r[0] == mib]
         errs = [r[6] for r in mine]
+        spread = max((r[10] - r[9]) / r[4] for r in mine)
 
         def ratio(label):
             got = []
@@ -130,21 +139,20 @@ def part_mpi(rrfp, tmp):
                 got.append(by["fixed 1f1b (async)"] / by[label])
             return statistics.mean(got)
         print(f"| {mib} MiB | {100 * max(errs, key=abs):+.1f}% | "
-              f"{100 * statistics.mean(errs):+.1f}% | {ratio('ready bf (async)'):.3f}x | "
-              f"{ratio('ready bfw (async)'):.3f}x |")
-    # The same run five times: how far apart identical inputs land on this machine.
+              f"{100 * statistics.mean(errs):+.1f}% | {100 * spread:.0f}% | "
+              f"{ratio('ready bf (async)'):.3f}x | {ratio('ready bfw (async)'):.3f}x |")
+    # The same invocation three times: how far apart identical inputs land on this machine.
     print()
-    print("| messages | run | measured ms, 5 repeats of seed 1 (min / median / max) | "
-          "simulated (min / max) | calibrated GB/s (min / max) |")
+    print(f"| messages | run | measured median ms, 3 invocations of seed 1 | simulated ms | "
+          "calibrated GB/s |")
     print("|---|---|---|---|---|")
     for mib in (8, 32):
-        reps = [mpi_compare(rrfp, mib, 1) for _ in range(5)]
-        gb = [g for g, _ in reps]
+        reps = [mpi_compare(rrfp, mib, 1) for _ in range(3)]
         for i, (label, *_rest) in enumerate(reps[0][1]):
-            meas = sorted(r[1][i][1] for r in reps)
-            simd = [r[1][i][2] for r in reps]
-            print(f"| {mib} MiB | {label} | {meas[0]:.0f} / {meas[2]:.0f} / {meas[-1]:.0f} | "
-                  f"{min(simd):.0f} / {max(simd):.0f} | {min(gb):.2f} / {max(gb):.2f} |")
+            meas = " / ".join(f"{r[1][i][1]:.0f}" for r in reps)
+            simd = " / ".join(f"{r[1][i][2]:.0f}" for r in reps)
+            gb = " / ".join(f"{g:.2f}" for g, _ in reps)
+            print(f"| {mib} MiB | {label} | {meas} | {simd} | {gb} |")
             sys.stdout.flush()
 
 

@@ -38,7 +38,7 @@ TEST(TraceImport, RoundTripGivesTheSameMakespanExactly) {
     bool split;
     int tp;
     CommMode comm;
-    bool shared_link = false;  // the trace keeps each message's wait for the link
+    int links = 0;  // the trace keeps each message's wait for a link
   };
   const Case cases[] = {{"language", "1f1b", Policy::Fixed, false, 1, CommMode::Async},
                         {"multimodal", "bf", Policy::Ready, false, 1, CommMode::Async},
@@ -46,13 +46,15 @@ TEST(TraceImport, RoundTripGivesTheSameMakespanExactly) {
                         {"jitter:J3", "adaptive", Policy::Ready, true, 1, CommMode::Async},
                         {"paper-comm", "1f1b", Policy::Fixed, false, 1, CommMode::Blocking},
                         {"multimodal", "bf", Policy::Ready, false, 2, CommMode::Async},
-                        {"language", "bf", Policy::Ready, false, 1, CommMode::Async, true},
-                        {"paper", "1f1b", Policy::Fixed, true, 2, CommMode::Async, true}};
+                        {"language", "bf", Policy::Ready, false, 1, CommMode::Async, 1},
+                        {"paper", "1f1b", Policy::Fixed, true, 2, CommMode::Async, 1},
+                        {"paper-comm", "bfw", Policy::Ready, true, 1, CommMode::Async, 2},
+                        {"paper-comm", "1f1b", Policy::Fixed, false, 1, CommMode::Blocking, 2}};
   for (const Case& c : cases)
     for (std::uint64_t seed = 1; seed <= 3; ++seed) {
       WorkModel m(config(4, 12, 1, c.split));
       WorkloadParams params = workload_preset(c.workload);
-      params.comm_shared_link = c.shared_link;
+      params.comm_links = c.links;
       const RealizedWork w = realize(params, m, c.tp, seed);
       const ReportRun run = simulated(m, c.hint, c.policy, w, c.comm);
       const std::string path = temp_path(std::string(c.workload).substr(0, 5) + c.hint);

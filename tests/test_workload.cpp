@@ -14,26 +14,30 @@ double spread(std::vector<double> v) {  // (p95 - p5) / p50
 }
 
 // Stage 0 of GPipe at P=2 sends its forwards 1 ms apart; a message takes 10 ms. Independent
-// messages arrive 10 ms after each forward; a shared link delivers one every 10 ms.
-TEST(MessageModel, ASharedLinkDeliversOneMessageAtATime) {
+// messages (0 links) arrive 10 ms after each forward; one link delivers one every 10 ms; two
+// links deliver two every 10 ms, each message on the link that frees first.
+TEST(MessageModel, LinksDeliverThatManyMessagesAtOnce) {
   WorkModel m(config(2, 4));
-  for (bool shared : {false, true}) {
+  for (int links : {0, 1, 2}) {
     RealizedWork w = unit_work(m);
-    set_message_model(m, w, 10'000, 0, shared);
+    set_message_model(m, w, 10'000, 0, links);
     const SimRun r = run(m, "gpipe", Policy::Fixed, w);
+    auto arrives_ms = [&](std::int64_t mb) -> std::int64_t {
+      if (links == 0) return mb + 1 + 10;        // 10 ms after its forward
+      if (links == 1) return 1 + 10 * (mb + 1);  // link after link
+      return mb % 2 + 1 + 10 * (mb / 2 + 1);     // pair after pair
+    };
     for (const TaskRecord& t : r.result.tasks) {
       if (t.stage != 1 || t.task.kind != Kind::F) continue;
-      const std::int64_t mb = t.task.mb;
-      const std::int64_t arrives = shared ? (1 + 10 * (mb + 1)) * 1'000'000  // link after link
-                                          : (mb + 1 + 10) * 1'000'000;       // 10 ms after F
-      // Stage 1's forwards take 1 ms each, less than the gap between arrivals: each starts as
-      // its input lands.
-      EXPECT_EQ(t.start, arrives) << "shared " << shared << " mb " << mb;
+      // Stage 1's forwards take 1 ms each, no more than the gap between arrivals: each starts
+      // as its input lands.
+      EXPECT_EQ(t.start, arrives_ms(t.task.mb) * 1'000'000)
+          << "links " << links << " mb " << t.task.mb;
     }
-    // A trace keeps the waits for the link: replaying it gives the very same step.
+    // A trace keeps the waits for a link: replaying it gives the very same step.
     for (const TaskRecord& t : r.result.tasks)
       if (t.stage == 0 && t.task.kind == Kind::F) {
-        EXPECT_EQ(t.send_ns, shared ? (10 * (t.task.mb + 1) - t.task.mb) * 1'000'000 : 10'000'000);
+        EXPECT_EQ(t.send_ns, (arrives_ms(t.task.mb) - (t.task.mb + 1)) * 1'000'000);
       }
   }
 }
@@ -41,7 +45,7 @@ TEST(MessageModel, ASharedLinkDeliversOneMessageAtATime) {
 TEST(MessageModel, SizeCostsBytesOverBandwidthAndOnlyCrossStageOutputsSend) {
   WorkModel m(config(2, 2));
   RealizedWork w = unit_work(m);
-  set_message_model(m, w, 5, 2, false);  // 5 us + bytes / 2 GB/s
+  set_message_model(m, w, 5, 2, 0);  // 5 us + bytes / 2 GB/s
   for (int i = 0; i < w.num_tasks; ++i) {
     const TaskId t = m.task(i);
     const bool sends =

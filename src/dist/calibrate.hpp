@@ -20,7 +20,7 @@ struct CalibrateOptions {
 
 struct CalibrationPoint {
   std::size_t bytes = 0;
-  double alone_us = 0;    // one way, best of the repetitions
+  double alone_us = 0;    // one way, the median of the repetitions
   double overlap_us = 0;  // the same while another pair transfers (0: no second pair)
 };
 
@@ -31,9 +31,14 @@ struct Calibration {
   double latency_us = 0;        // the smallest size's one-way time
   double bandwidth_gbps = 0;    // fitted over the sizes; 0: size costs nothing (inproc)
   double overlap_slowdown = 1;  // overlapped / alone at the largest size (1: not measured)
-  // Two transfers at once took 1.5x as long as one, or more: messages share one link
-  // (WorkloadParams::comm_shared_link), as when the host's cores copy them.
-  bool shared_link = false;
+  // WorkloadParams::comm_links: 1 when two transfers at once took 1.5x as long as one or more
+  // (messages share one link, as when the host's cores copy them); 2 when they did not (the
+  // two pairs measured moved at once; more were not measured); 0 when no second pair was
+  // measured or size costs nothing.
+  int links = 0;
+  // With 2 links, the fit is to the overlapped column (two pairs at once, every endpoint busy,
+  // as in a pipeline step) rather than the alone one.
+  bool loaded = false;
 };
 
 // Runs on every endpoint of a world of `endpoints` (2 or more; overlap needs 4): `t` is this
@@ -42,7 +47,7 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
                       const CalibrateOptions& o);
 
 // The fit as a workload file's overrides (comm_latency_us, comm_bandwidth_gbps,
-// comm_shared_link; no message noise or slow mode), with the
+// comm_links; no message noise or slow mode), with the
 // measured table alongside as "calibration" (workload files ignore no field: see
 // sim/workload_io.cpp, which skips that one key).
 std::string calibration_json(const Calibration& c);

@@ -253,12 +253,15 @@ class Simulation {
     mark_dirty(sd.src_stage);
   }
 
-  // When a transfer of `lat` starting now ends: at once, or, on a shared link (one message at
-  // a time on the whole machine, in the order they start), after the ones before it.
+  // When a transfer of `lat` starting now ends: at once, or, on `links` links (as many
+  // messages at a time on the whole machine, in the order they start), on the first one free
+  // (the lowest-numbered of equals, so the same events always give the same times).
   std::int64_t transfer_end(std::int64_t lat) {
-    if (!w_.shared_link) return now_ + lat;
-    link_free_ = std::max(now_, link_free_) + lat;
-    return link_free_;
+    if (w_.links <= 0) return now_ + lat;
+    if (link_free_.empty()) link_free_.assign(static_cast<size_t>(w_.links), 0);
+    std::int64_t& link = *std::min_element(link_free_.begin(), link_free_.end());
+    link = std::max(now_, link) + lat;
+    return link;
   }
 
   // Blocking mode: a rank that is not computing accepts what its rendezvous lets it.
@@ -381,7 +384,7 @@ class Simulation {
   std::vector<Rank> ranks_;
   std::vector<Group> groups_;
   std::vector<Send> sends_;
-  std::int64_t link_free_ = 0;  // shared_link: when the link is next free
+  std::vector<std::int64_t> link_free_;  // links: when each is next free
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   std::vector<char> dirty_;
   std::vector<int> dirty_list_;

@@ -188,6 +188,7 @@ void validate(const WorkloadParams& w) {
   in("comm_sigma", w.comm_sigma, 0, 10);
   in("comm_slow_prob", w.comm_slow_prob, 0, 1);
   in("comm_slow_us", w.comm_slow_us, 0, kUs);
+  in("comm_links", w.comm_links, 0, 4096);
   in("bytes_per_token", w.bytes_per_token, 0, 1e9);
   in("tp_sigma", w.tp_sigma, 0, 10);
   in("tp_collective_us", w.tp_collective_us, 0, kUs);
@@ -265,7 +266,7 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   r.message_bytes.assign(r.num_tasks, 0);
   r.collective_ns = tp > 1 ? duration_ns(w.tp_collective_us, "workload tp_collective_us") : 0;
   r.coord_ns = tp > 1 ? duration_ns(w.coord_latency_us, "workload coord_latency_us") : 0;
-  r.shared_link = w.comm_shared_link;
+  r.links = w.comm_links;
 
   const int mbs = m.microbatches(), chunks = m.chunks();
   std::vector<double> tokens(mbs), images(mbs);
@@ -338,8 +339,8 @@ std::int64_t microbatch_size(const WorkModel& m, const RealizedWork& w, int mb) 
 }
 
 void set_message_model(const WorkModel& m, RealizedWork& w, double latency_us,
-                       double bandwidth_gbps, bool shared_link) {
-  w.shared_link = shared_link;
+                       double bandwidth_gbps, int links) {
+  w.links = links;
   std::array<Dep, 2> deps{};
   for (int idx = 0; idx < w.num_tasks; ++idx) {
     const int nc = m.consumers(m.task(idx), deps);

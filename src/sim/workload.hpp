@@ -56,11 +56,12 @@ struct WorkloadParams {
   // comm_slow_us (times log-normal noise of sigma 0.2) on top, as in the paper's Fig. 2.
   double comm_slow_prob = 0;
   double comm_slow_us = 0;
-  // Messages share one link: one at a time on the whole machine, in the order they start, as
-  // when processes on one host copy them through shared memory with the same few cores
-  // (rrfp calibrate --transport mpi sets it; docs/results-twin.md measured why). false: each
-  // message travels on its own, as on a network with bandwidth to spare.
-  bool comm_shared_link = false;
+  // How many messages the machine moves at once, each at the full rate (above: latency +
+  // bytes / bandwidth); the next one waits for the first link free, in the order they start.
+  // 1: one at a time on the whole machine, as when processes on one host copy them through
+  // shared memory with the same few cores; 0: each message travels on its own, as on a network
+  // with bandwidth to spare. rrfp calibrate --transport mpi measures it (docs/twin.md).
+  int comm_links = 0;
   double bytes_per_token = 8192;  // activation bytes per token (hidden 4096, bf16)
   // Tensor parallelism: per-rank noise, the all-reduce inside each task, the coordination hop.
   double tp_sigma = 0.03;
@@ -91,7 +92,7 @@ struct RealizedWork {
   std::vector<std::int64_t> message_bytes;  // per task: bytes its output carries per TP rank
   std::int64_t collective_ns = 0;
   std::int64_t coord_ns = 0;
-  bool shared_link = false;  // WorkloadParams::comm_shared_link
+  int links = 0;  // WorkloadParams::comm_links
 
   std::int64_t compute(int rank, int index) const { return compute_ns[rank * num_tasks + index]; }
   std::int64_t message(int rank, int index) const { return message_ns[rank * num_tasks + index]; }
@@ -99,10 +100,11 @@ struct RealizedWork {
 
 RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed);
 // Replaces every cross-stage message's duration with latency + bytes / bandwidth (0: size costs
-// nothing), without noise, on a shared link or not: what a measured transport delivers
-// (rrfp calibrate), for comparing a run over that transport with the simulator.
+// nothing), without noise, on `links` links (0: each message its own): what a measured
+// transport delivers (rrfp calibrate), for comparing a run over that transport with the
+// simulator.
 void set_message_model(const WorkModel& m, RealizedWork& w, double latency_us,
-                       double bandwidth_gbps, bool shared_link);
+                       double bandwidth_gbps, int links);
 // How large microbatch `mb` is, as its data loader knows before the step: the bytes of its first
 // forward's activations (0 when the work carries no sizes). The adaptive rule's entry order.
 std::int64_t microbatch_size(const WorkModel& m, const RealizedWork& w, int mb);
