@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """How well the twin reproduces and predicts recorded steps (docs/results-twin.md).
 
-Usage: bench/twin.py RRFP [--steps N] [--part imports|runs|mpi|train|all] > tables.md
+Usage: bench/twin.py RRFP [--steps N] [--part imports|runs|mpi|mpi-baseline|train|cores|all]
   imports: the PyTorch profiler fixture (tests/data/torch-pp2), each step replayed in its order;
   runs:    `rrfp run` on threads and under mpirun (P=4), its --trace replayed by `rrfp predict`;
   mpi:     `rrfp calibrate --transport mpi` (shown), then `rrfp run --transport mpi --compare
            --repeat 5` (calibrating at its start; a warm-up step, then the median of five) at
            P=4 and 1, 8, 32 MiB messages, 3 seeds (writes docs/data/twin-mpi.csv);
+  mpi-baseline: the same with --calibration baseline (the first run fits the bandwidth, the
+           other three are predicted);
   train:   `rrfp train` at P=2 (a core per stage here): each run's mean step against the twin's
            replay of durations.csv, and a clean fixed run's durations predicting ready runs and
            jitter (the preset injected on the replay, one jitter seed per step).
@@ -80,7 +82,7 @@ def part_runs(rrfp, tmp):
 REPEAT = 5  # timed steps per run in the mpi part; each run's median step is compared
 
 
-def mpi_compare(rrfp, mib, seed):
+def mpi_compare(rrfp, mib, seed, calibration=None):
     """One `rrfp run --transport mpi --compare --repeat 5` (calibrating at its start, the
     default: this VM's copy bandwidth drifts within an hour, so one calibration for all runs
     would date). Returns the calibrated GB/s and [(run, measured median ms, simulated ms,
@@ -89,9 +91,10 @@ def mpi_compare(rrfp, mib, seed):
     load = os.path.join(ROOT, "scripts", "workloads", f"j2-{mib}mib-messages.json")
     r = subprocess.run([mpirun, "4", rrfp, "run", "--transport", "mpi", "--compare",
                         "--workload-file", load, "--pp", "4", "-m", "16", "--seed", str(seed),
-                        "--repeat", str(REPEAT)],
+                        "--repeat", str(REPEAT),
+                        *(["--calibration", calibration] if calibration else [])],
                        check=True, capture_output=True, text=True)
-    model = next(l for l in r.stderr.splitlines() if l.startswith("simulating"))
+    model = [l for l in r.stderr.splitlines() if l.startswith(("simulating", "fitted"))][-1]
     gbps = float(model.split(" GB/s")[0].split()[-1]) if " GB/s" in model else 0.0
     runs = []
     for line in r.stdout[r.stdout.index("simulator fidelity"):].splitlines()[2:]:
@@ -154,6 +157,31 @@ def part_mpi(rrfp, tmp):
             gb = " / ".join(f"{g:.2f}" for g, _ in reps)
             print(f"| {mib} MiB | {label} | {meas} | {simd} | {gb} |")
             sys.stdout.flush()
+
+
+def part_mpi_baseline(rrfp, tmp):
+    """`--calibration baseline`: the first run (fixed 1F1B with rendezvous) fits the bandwidth,
+    the other three are predicted from it."""
+    print(f"| messages | seed | fitted GB/s | run | measured ms (median of {REPEAT}) | range ms | "
+          "predicted ms | error |")
+    print("|---|---:|---:|---|---:|---|---:|---:|")
+    rows = []
+    for mib in (1, 8, 32):
+        for seed in (1, 2, 3):
+            gbps, runs = mpi_compare(rrfp, mib, seed, "baseline")
+            for i, (label, meas, simd, _sm, _ss, lo, hi) in enumerate(runs):
+                fitted = " (fitted)" if i == 0 else ""
+                if i:
+                    rows.append((mib, meas / simd - 1))
+                print(f"| {mib} MiB | {seed} | {gbps:.2f} | {label}{fitted} | {meas:.1f} | "
+                      f"{lo:.0f}-{hi:.0f} | {simd:.1f} | {100 * (meas / simd - 1):+.1f}% |")
+                sys.stdout.flush()
+    print()
+    print("| messages | worst error of the 9 predicted runs | mean error |")
+    print("|---|---:|---:|")
+    for mib in (1, 8, 32):
+        errs = [e for m, e in rows if m == mib]
+        print(f"| {mib} MiB | {100 * max(errs, key=abs):+.1f}% | {100 * statistics.mean(errs):+.1f}% |")
 
 
 def mean_ms(loss_csv, column, skip):
@@ -248,7 +276,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("rrfp")
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--part", default="all", choices=["imports", "runs", "mpi", "train", "cores", "all"])
+    ap.add_argument("--part", default="all", choices=["imports", "runs", "mpi", "mpi-baseline", "train", "cores", "all"])
     a = ap.parse_args()
     rrfp = os.path.abspath(a.rrfp)
     with tempfile.TemporaryDirectory() as tmp:
@@ -260,6 +288,9 @@ def main():
             print()
         if a.part in ("mpi", "all"):
             part_mpi(rrfp, tmp)
+            print()
+        if a.part in ("mpi-baseline", "all"):
+            part_mpi_baseline(rrfp, tmp)
             print()
         if a.part in ("train", "all"):
             part_train(rrfp, tmp, a.steps)

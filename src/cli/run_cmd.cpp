@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 
 #include "cli/experiment_cmd.hpp"
@@ -91,7 +92,7 @@ std::vector<std::size_t> calibration_sizes(const Scenario& sc) {
 // a short calibration of the job's own transport at the run's message sizes (every process
 // takes part; rank 0's counts).
 MessageModel transport_model(const RunFlags& f, const Scenario& sc, Job& world) {
-  if (!f.calibration.empty()) {
+  if (!f.calibration.empty() && f.calibration != "baseline") {
     const WorkloadParams w = read_workload_file(f.calibration, "uniform");
     return {w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_links, f.calibration};
   }
@@ -106,6 +107,29 @@ MessageModel transport_model(const RunFlags& f, const Scenario& sc, Job& world) 
   return {c.latency_us, c.bandwidth_gbps, c.links,
           "measured at startup at " + std::to_string(o.sizes.size()) + " sizes up to " +
               fmt("%.1f", static_cast<double>(o.sizes.back()) / (1 << 20)) + " MiB"};
+}
+
+// --calibration baseline: the bandwidth at which the simulator reproduces the first run's
+// measured step (the others are then predicted from it). The step takes longer the slower
+// messages are, so a bisection on a log scale finds it; outside 0.01..1000 GB/s, the bound.
+double fit_bandwidth(const std::function<std::int64_t(double)>& makespan_at,
+                     std::int64_t measured) {
+  double lo = 0.01, hi = 1000;
+  if (makespan_at(hi) >= measured) return hi;  // the step is slower than messages explain
+  if (makespan_at(lo) <= measured) return lo;
+  for (int i = 0; i < 40; ++i) {
+    const double mid = std::sqrt(lo * hi);
+    (makespan_at(mid) > measured ? lo : hi) = mid;
+  }
+  return std::sqrt(lo * hi);
+}
+
+std::string describe(const MessageModel& mm) {
+  return fmt("%.1f", mm.latency_us) + " us" +
+         (mm.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", mm.bandwidth_gbps) + " GB/s"
+                                : std::string()) +
+         (mm.links > 0 ? ", " + std::to_string(mm.links) + " at a time on the machine"
+                       : std::string());
 }
 
 // `world`: the MPI job under --transport mpi (each process hosts one endpoint and rank 0
@@ -180,17 +204,14 @@ void run_emulated(const RunFlags& f, Job* world) {
   // The simulator's side of --compare: the workload's message model in one process; the
   // transport's measured one over MPI.
   Executor sim = simulate;
+  MessageModel mm;
+  const bool fit = world && f.calibration == "baseline";
   if (world && f.compare) {
-    const MessageModel mm = transport_model(f, sc, *world);
+    mm = transport_model(f, sc, *world);
     if (root)
       std::cerr << "simulating messages as the mpi transport delivers them (" << mm.source
-                << "): " << fmt("%.1f", mm.latency_us) << " us"
-                << (mm.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", mm.bandwidth_gbps) + " GB/s"
-                                          : std::string())
-                << (mm.links > 0 ? ", " + std::to_string(mm.links) + " at a time on the machine"
-                                 : std::string())
-                << "\n";
-    sim = [mm](const WorkModel& m, const Hint& h, const RealizedWork& w, const SimOptions& o) {
+                << "): " << describe(mm) << "\n";
+    sim = [&mm](const WorkModel& m, const Hint& h, const RealizedWork& w, const SimOptions& o) {
       RealizedWork t = w;
       set_message_model(m, t, mm.latency_us, mm.bandwidth_gbps, mm.links);
       return simulate(m, h, t, o);
@@ -203,7 +224,18 @@ void run_emulated(const RunFlags& f, Job* world) {
                 << (world ? " over " + std::to_string(world->size()) + " mpi ranks" : "")
                 << " ...\n";
     runs.push_back(run_scenario(sc, spec, runtime));
-    if (f.compare && root) simulated.push_back(run_scenario(sc, spec, sim));
+    if (!f.compare || !root) continue;
+    if (fit && runs.size() == 1) {
+      mm.bandwidth_gbps = fit_bandwidth(
+          [&](double gbps) {
+            mm.bandwidth_gbps = gbps;
+            return run_scenario(sc, spec, sim).metrics.makespan;
+          },
+          runs[0].metrics.makespan);
+      std::cerr << "fitted to " << runs[0].label << "'s measured step (its row is not a "
+                << "prediction; the others are): " << describe(mm) << "\n";
+    }
+    simulated.push_back(run_scenario(sc, spec, sim));
   }
   if (!root) return;
   ReportHeader h = header_of(sc);
@@ -243,9 +275,10 @@ void setup_run(CLI::App& app) {
                   "under mpirun -np P*T)")
       ->capture_default_str();
   sub->add_option("--calibration", f->calibration,
-                  "mpi: the message model --compare simulates with (a file from rrfp calibrate "
-                  "--out; default: a 3-second calibration at startup, at the run's message "
-                  "sizes)");
+                  "mpi: the message model --compare simulates with: a file from rrfp calibrate "
+                  "--out, or 'baseline' (the startup calibration with the bandwidth at which the "
+                  "first run's measured step is reproduced; the other runs are predicted from "
+                  "it); default: a 3-second calibration at startup, at the run's message sizes");
   sub->callback([f, comm] {
     f->exp.dispatch.comm_given = comm->count() > 0;
     if (!f->calibration.empty() && f->transport != "mpi")

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# rrfp run --transport mpi --compare under mpirun: each run reports the median of its timed
+# steps with their range; --calibration baseline fits the bandwidth to the first run, so its row
+# reproduces the measured step (error +0.0%), while the others stay predictions.
+# Usage: mpi_compare.sh PATH/TO/rrfp
+set -u
+rrfp=$1
+here=$(cd "$(dirname "$0")" && pwd)
+load="$here/../scripts/workloads/j2-1mib-messages.json"
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+fail() { echo "FAIL: $*"; cat "$out"; exit 1; }
+timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --calibration baseline \
+  --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed --repeat 3 >"$out" 2>&1 ||
+  fail "the run exited $?"
+grep -q "^fitted to fixed 1f1b (async)'s measured step" "$out" || fail "no line naming the fit"
+# The fidelity table's first row: measured = simulated, error +0.0%, and a range of 3 steps.
+awk '/measured_range_ms/ { getline; exit !($(NF - 4) ~ /^[+-]0\.0%$/ && $NF ~ /^[0-9.]+-[0-9.]+$/) }' \
+  "$out" || fail "the fitted row does not reproduce its step"
+echo "mpi compare: the baseline fit reproduces its step; ranges printed"
