@@ -108,10 +108,7 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
   // message on its own predicted the async runs of a 32 MiB step 12-34% short.
   if (c.bandwidth_gbps > 0 && overlap) {
     c.links = shared ? 1 : 2;
-    if (!shared) {
-      fit(&CalibrationPoint::overlap_us);
-      c.loaded = true;
-    }
+    if (!shared) fit(&CalibrationPoint::overlap_us);
   }
   return c;
 }
@@ -129,7 +126,7 @@ std::string calibration_json(const Calibration& c) {
   m["transport"] = c.transport;
   m["endpoints"] = c.endpoints;
   m["overlap_slowdown"] = c.overlap_slowdown;
-  m["fit_with_two_pairs"] = c.loaded;
+  m["fit_with_two_pairs"] = c.links == 2;
   m["points"] = nlohmann::json::array();
   for (const CalibrationPoint& p : c.points)
     m["points"].push_back(
@@ -150,7 +147,7 @@ std::string format_calibration(const Calibration& c) {
                 : std::string("               -        -")) +
            "\n";
   }
-  out += std::string("\nfit") + (c.loaded ? " (two pairs at once)" : "") + ": latency " +
+  out += std::string("\nfit") + (c.links == 2 ? " (two pairs at once)" : "") + ": latency " +
          fmt("%.1f", c.latency_us) + " us" +
          (c.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", c.bandwidth_gbps) + " GB/s"
                                : std::string(", whatever the size")) +

@@ -35,10 +35,9 @@ struct Calibration {
   // (messages share one link, as when the host's cores copy them); 2 when they did not (the
   // two pairs measured moved at once; more were not measured); 0 when no second pair was
   // measured or size costs nothing.
-  int links = 0;
   // With 2 links, the fit is to the overlapped column (two pairs at once, every endpoint busy,
   // as in a pipeline step) rather than the alone one.
-  bool loaded = false;
+  int links = 0;
 };
 
 // Runs on every endpoint of a world of `endpoints` (2 or more; overlap needs 4): `t` is this
