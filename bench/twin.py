@@ -106,6 +106,13 @@ def mpi_compare(rrfp, mib, seed, calibration=None):
     return gbps, runs
 
 
+def mpi_grid(rrfp, calibration=None):
+    """Every (messages, seed) invocation of the mpi parts: yields (mib, seed, gbps, runs)."""
+    for mib in (1, 8, 32):
+        for seed in (1, 2, 3):
+            yield (mib, seed, *mpi_compare(rrfp, mib, seed, calibration))
+
+
 def part_mpi(rrfp, tmp):
     """`rrfp run --transport mpi --compare` at P=4 with 1, 8 and 32 MiB messages."""
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
@@ -114,16 +121,13 @@ def part_mpi(rrfp, tmp):
           "range ms | simulated ms | error | speedup measured | simulated |")
     print("|---|---:|---:|---|---:|---|---:|---:|---:|---:|")
     rows = []
-    for mib in (1, 8, 32):
-        for seed in (1, 2, 3):
-            gbps, runs = mpi_compare(rrfp, mib, seed)
-            for label, meas, simd, sp_m, sp_s, lo, hi in runs:
-                rows.append((mib, seed, gbps, label, meas, simd, meas / simd - 1, sp_m, sp_s,
-                             lo, hi))
-                print(f"| {mib} MiB | {seed} | {gbps:.2f} | {label} | {meas:.1f} | "
-                      f"{lo:.0f}-{hi:.0f} | {simd:.1f} | {100 * (meas / simd - 1):+.1f}% | "
-                      f"{sp_m:.3f}x | {sp_s:.3f}x |")
-                sys.stdout.flush()
+    for mib, seed, gbps, runs in mpi_grid(rrfp):
+        for label, meas, simd, sp_m, sp_s, lo, hi in runs:
+            rows.append((mib, seed, gbps, label, meas, simd, meas / simd - 1, sp_m, sp_s, lo, hi))
+            print(f"| {mib} MiB | {seed} | {gbps:.2f} | {label} | {meas:.1f} | "
+                  f"{lo:.0f}-{hi:.0f} | {simd:.1f} | {100 * (meas / simd - 1):+.1f}% | "
+                  f"{sp_m:.3f}x | {sp_s:.3f}x |")
+            sys.stdout.flush()
     write_csv("twin-mpi.csv", "mib,seed,calibrated_gbps,run,measured_ms,simulated_ms,error,"
               "speedup_measured,speedup_simulated,measured_min_ms,measured_max_ms", rows)
     print()
@@ -166,16 +170,14 @@ def part_mpi_baseline(rrfp, tmp):
           "predicted ms | error |")
     print("|---|---:|---:|---|---:|---|---:|---:|")
     rows = []
-    for mib in (1, 8, 32):
-        for seed in (1, 2, 3):
-            gbps, runs = mpi_compare(rrfp, mib, seed, "baseline")
-            for i, (label, meas, simd, _sm, _ss, lo, hi) in enumerate(runs):
-                fitted = " (fitted)" if i == 0 else ""
-                if i:
-                    rows.append((mib, meas / simd - 1))
-                print(f"| {mib} MiB | {seed} | {gbps:.2f} | {label}{fitted} | {meas:.1f} | "
-                      f"{lo:.0f}-{hi:.0f} | {simd:.1f} | {100 * (meas / simd - 1):+.1f}% |")
-                sys.stdout.flush()
+    for mib, seed, gbps, runs in mpi_grid(rrfp, "baseline"):
+        for i, (label, meas, simd, _sm, _ss, lo, hi) in enumerate(runs):
+            fitted = " (fitted)" if i == 0 else ""
+            if i:
+                rows.append((mib, meas / simd - 1))
+            print(f"| {mib} MiB | {seed} | {gbps:.2f} | {label}{fitted} | {meas:.1f} | "
+                  f"{lo:.0f}-{hi:.0f} | {simd:.1f} | {100 * (meas / simd - 1):+.1f}% |")
+            sys.stdout.flush()
     print()
     print("| messages | worst error of the 9 predicted runs | mean error |")
     print("|---|---:|---:|")
