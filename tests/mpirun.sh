@@ -6,8 +6,9 @@ set -euo pipefail
 n=$1
 shift
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# No network probing on one machine; shared memory between processes.
-export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+# No network probing on one machine; shared memory between processes. Whether large messages
+# move in one copy (CMA) is rrfp's choice at start-up, where the machine allows it (docs/mpi.md).
+export OMPI_MCA_btl=self,vader
 # One machine: start the processes directly, not through ssh (containers often have none).
 export OMPI_MCA_plm=isolated
 exec mpirun --oversubscribe --bind-to none -np "$n" "$@"

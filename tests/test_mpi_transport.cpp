@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/error.hpp"
+#include "dist/mpi_single_copy.hpp"
 #include "dist/mpi_world.hpp"
 #include "mpi_main.hpp"
 #include "runtime/errors.hpp"
@@ -48,6 +49,31 @@ bool intact(const Message& m) {
   for (std::size_t i = 0; i < m.payload.size(); ++i)
     if (m.payload.data()[i] != pattern(m.src, m.tag.producer.mb, i)) return false;
   return true;
+}
+
+// The world started with large messages in one copy exactly when this machine lets a process
+// read another's memory (tests/mpirun.sh leaves the choice to rrfp); the tests below then move
+// 300 KB and 4 MiB payloads through whichever path was chosen.
+TEST(MpiSingleCopy, ChosenAtStartupFromTheProbe) {
+  const char* var = "OMPI_MCA_btl_vader_single_copy_mechanism";
+  const char* set = std::getenv(var);
+  if (cross_memory_attach_works())
+    EXPECT_EQ(set, nullptr);
+  else
+    EXPECT_STREQ(set, "none");
+}
+
+TEST(MpiSingleCopy, LeavesTheUsersSettingAlone) {
+  const char* var = "OMPI_MCA_btl_vader_single_copy_mechanism";
+  const char* before = std::getenv(var);
+  const std::string saved = before ? before : "";
+  setenv(var, "cma", 1);
+  EXPECT_EQ(choose_single_copy(), "set: cma");
+  EXPECT_STREQ(std::getenv(var), "cma");
+  if (before)
+    setenv(var, saved.c_str(), 1);
+  else
+    unsetenv(var);
 }
 
 TEST(MpiTransport, MixedSizesArriveIntactFromEveryRank) {
