@@ -5,7 +5,7 @@ Usage: bench/twin.py RRFP [--steps N] [--part imports|runs|mpi|mpi-baseline|trai
   imports: the PyTorch profiler fixture (tests/data/torch-pp2), each step replayed in its order;
   runs:    `rrfp run` on threads and under mpirun (P=4), its --trace replayed by `rrfp predict`;
   mpi:     `rrfp calibrate --transport mpi` (shown), then `rrfp run --transport mpi --compare
-           --repeat 5` (calibrating at its start; a warm-up step, then the median of five) at
+           --repeat 7` (calibrating at its start; a warm-up step, then the median of seven) at
            P=4 and 1, 8, 32 MiB messages, 3 seeds (writes docs/data/twin-mpi.csv);
   mpi-baseline: the same with --calibration baseline (the first run fits the bandwidth, the
            other three are predicted);
@@ -79,11 +79,11 @@ def part_runs(rrfp, tmp):
                   f"**{100 * max(errs, key=abs):+.2f}%** | |", file=sys.stderr)
 
 
-REPEAT = 5  # timed steps per run in the mpi part; each run's median step is compared
+REPEAT = 7  # timed steps per run in the mpi part; each run's median step is compared
 
 
 def mpi_compare(rrfp, mib, seed, calibration=None):
-    """One `rrfp run --transport mpi --compare --repeat 5` (calibrating at its start, the
+    """One `rrfp run --transport mpi --compare --repeat 7` (calibrating at its start, the
     default: this VM's copy bandwidth drifts within an hour, so one calibration for all runs
     would date). Returns the calibrated GB/s and [(run, measured median ms, simulated ms,
     speedups, measured min ms, measured max ms)]."""
