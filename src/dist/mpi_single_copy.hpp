@@ -16,7 +16,7 @@ bool cross_memory_attach_works();
 
 // Called before MPI_Init. Leaves `OMPI_MCA_btl_vader_single_copy_mechanism` alone when it is set
 // (the user decided); otherwise sets it to "none" when cross_memory_attach_works() is false.
-// Returns what was decided, for logs: "cma", "none (...)" or "set: VALUE".
+// Returns what was decided: "cma", "none (...)" or "set: VALUE".
 std::string choose_single_copy();
 
 }  // namespace rrfp

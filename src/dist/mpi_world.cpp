@@ -52,7 +52,8 @@ MpiWorld::MpiWorld(MpiWorldOptions o)
   MPI_Initialized(&initialized);
   if (initialized) throw Error("mpi: MPI is already initialised in this process");
   // Large messages in one copy where the machine allows it (docs/mpi.md): on the reference VM
-  // a P=4 step with 32 MiB messages took 0.9-1.0 s through shared-memory fragments, 0.54 s so.
+  // a P=4 step with 32 MiB messages took 0.85-1.1 s through shared-memory fragments, 0.53-0.68
+  // s in one copy.
   choose_single_copy();
   int provided = 0;
   {
