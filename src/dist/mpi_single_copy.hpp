@@ -3,9 +3,9 @@
 // one machine: in one copy, the receiver reading the sender's memory (Cross Memory Attach,
 // process_vm_readv), or in two, through shared-memory fragments that both processes' progress
 // threads must keep moving. The single copy needs the right to read a peer's memory, which a
-// container's seccomp profile or the kernel's ptrace policy may deny, and then Open MPI aborts
-// the job at its first large message. So before MPI starts, rrfp tries that read once and, if
-// it is denied, asks Open MPI for the two-copy path. See docs/mpi.md.
+// container's seccomp profile or the kernel's ptrace policy may deny. So before MPI starts,
+// rrfp tries that read once and, if it is denied, asks Open MPI for the two-copy path. See
+// docs/mpi.md.
 #include <string>
 
 namespace rrfp {
