@@ -55,7 +55,7 @@ bool intact(const Message& m) {
 // read another's memory (tests/mpirun.sh leaves the choice to rrfp); the tests below then move
 // 300 KB and 4 MiB payloads through whichever path was chosen.
 TEST(MpiSingleCopy, ChosenAtStartupFromTheProbe) {
-  const char* var = "OMPI_MCA_btl_vader_single_copy_mechanism";
+  const char* var = kSingleCopyVar;
   const char* set = std::getenv(var);
   if (cross_memory_attach_works())
     EXPECT_EQ(set, nullptr);
@@ -64,7 +64,7 @@ TEST(MpiSingleCopy, ChosenAtStartupFromTheProbe) {
 }
 
 TEST(MpiSingleCopy, LeavesTheUsersSettingAlone) {
-  const char* var = "OMPI_MCA_btl_vader_single_copy_mechanism";
+  const char* var = kSingleCopyVar;
   const char* before = std::getenv(var);
   const std::string saved = before ? before : "";
   setenv(var, "cma", 1);

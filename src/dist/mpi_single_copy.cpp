@@ -14,10 +14,6 @@
 
 namespace rrfp {
 
-namespace {
-constexpr const char* kVar = "OMPI_MCA_btl_vader_single_copy_mechanism";
-}
-
 bool cross_memory_attach_works() {
 #ifdef __linux__
   char pattern[64];
@@ -57,9 +53,9 @@ bool cross_memory_attach_works() {
 }
 
 std::string choose_single_copy() {
-  if (const char* v = std::getenv(kVar)) return std::string("set: ") + v;
+  if (const char* v = std::getenv(kSingleCopyVar)) return std::string("set: ") + v;
   if (cross_memory_attach_works()) return "cma";
-  setenv(kVar, "none", 1);
+  setenv(kSingleCopyVar, "none", 1);
   return "none (process_vm_readv between processes is denied here)";
 }
 

@@ -10,11 +10,14 @@
 
 namespace rrfp {
 
+// The Open MPI setting that chooses how vader moves large messages ("none": two copies).
+inline constexpr const char* kSingleCopyVar = "OMPI_MCA_btl_vader_single_copy_mechanism";
+
 // Whether a child process may read this process's memory with process_vm_readv (what a peer
 // does under CMA). Waits at most 5 s for the child. Always false off Linux.
 bool cross_memory_attach_works();
 
-// Called before MPI_Init. Leaves `OMPI_MCA_btl_vader_single_copy_mechanism` alone when it is set
+// Called before MPI_Init. Leaves kSingleCopyVar alone when it is set
 // (the user decided); otherwise sets it to "none" when cross_memory_attach_works() is false.
 // Returns what was decided: "cma", "none (...)" or "set: VALUE".
 std::string choose_single_copy();
