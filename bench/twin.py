@@ -85,8 +85,8 @@ REPEAT = 7  # timed steps per run in the mpi part; each run's median step is com
 def mpi_compare(rrfp, mib, seed, calibration=None):
     """One `rrfp run --transport mpi --compare --repeat 7` (calibrating at its start, the
     default: this VM's copy bandwidth drifts within an hour, so one calibration for all runs
-    would date). Returns the calibrated GB/s and [(run, measured median ms, simulated ms,
-    speedups, measured min ms, measured max ms)]."""
+    would date). Returns the calibrated GB/s, the links' capacity (messages' worth) and [(run,
+    measured median ms, simulated ms, speedups, measured min ms, measured max ms)]."""
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
     load = os.path.join(ROOT, "scripts", "workloads", f"j2-{mib}mib-messages.json")
     r = subprocess.run([mpirun, "4", rrfp, "run", "--transport", "mpi", "--compare",
@@ -96,6 +96,7 @@ def mpi_compare(rrfp, mib, seed, calibration=None):
                        check=True, capture_output=True, text=True)
     model = [l for l in r.stderr.splitlines() if l.startswith(("simulating", "fitted"))][-1]
     gbps = float(model.split(" GB/s")[0].split()[-1]) if " GB/s" in model else 0.0
+    links = float(model.split(" messages' worth")[0].split()[-1]) if "worth" in model else 0.0
     runs = []
     for line in r.stdout[r.stdout.index("simulator fidelity"):].splitlines()[2:]:
         cells = line.split()
@@ -103,11 +104,12 @@ def mpi_compare(rrfp, mib, seed, calibration=None):
             lo, hi = (float(x) for x in cells[-1].split("-"))
             runs.append((" ".join(cells[:-7]), float(cells[-7]), float(cells[-6]),
                          float(cells[-4].rstrip("x")), float(cells[-3].rstrip("x")), lo, hi))
-    return gbps, runs
+    return gbps, links, runs
 
 
 def mpi_grid(rrfp, calibration=None):
-    """Every (messages, seed) invocation of the mpi parts: yields (mib, seed, gbps, runs)."""
+    """Every (messages, seed) invocation of the mpi parts: yields (mib, seed, gbps, links,
+    runs)."""
     for mib in (1, 8, 32):
         for seed in (1, 2, 3):
             yield (mib, seed, *mpi_compare(rrfp, mib, seed, calibration))
@@ -117,18 +119,20 @@ def part_mpi(rrfp, tmp):
     """`rrfp run --transport mpi --compare` at P=4 with 1, 8 and 32 MiB messages."""
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
     print(sh([mpirun, "4", rrfp, "calibrate", "--transport", "mpi"]))
-    print(f"| messages | seed | calibrated GB/s | run | measured ms (median of {REPEAT}) | "
+    print(f"| messages | seed | calibrated GB/s | links | run | measured ms (median of {REPEAT}) | "
           "range ms | simulated ms | error | speedup measured | simulated |")
-    print("|---|---:|---:|---|---:|---|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|")
     rows = []
-    for mib, seed, gbps, runs in mpi_grid(rrfp):
+    for mib, seed, gbps, links, runs in mpi_grid(rrfp):
         for label, meas, simd, sp_m, sp_s, lo, hi in runs:
-            rows.append((mib, seed, gbps, label, meas, simd, meas / simd - 1, sp_m, sp_s, lo, hi))
-            print(f"| {mib} MiB | {seed} | {gbps:.2f} | {label} | {meas:.1f} | "
+            rows.append((mib, seed, gbps, links, label, meas, simd, meas / simd - 1, sp_m, sp_s,
+                         lo, hi))
+            print(f"| {mib} MiB | {seed} | {gbps:.2f} | {links:.2f} | {label} | {meas:.1f} | "
                   f"{lo:.0f}-{hi:.0f} | {simd:.1f} | {100 * (meas / simd - 1):+.1f}% | "
                   f"{sp_m:.3f}x | {sp_s:.3f}x |")
             sys.stdout.flush()
-    write_csv("twin-mpi.csv", "mib,seed,calibrated_gbps,run,measured_ms,simulated_ms,error,"
+    write_csv("twin-mpi.csv", "mib,seed,calibrated_gbps,calibrated_links,run,measured_ms,"
+              "simulated_ms,error,"
               "speedup_measured,speedup_simulated,measured_min_ms,measured_max_ms", rows)
     print()
     print("| messages | worst error | mean error | widest range of a run's steps | "
@@ -136,13 +140,13 @@ def part_mpi(rrfp, tmp):
     print("|---|---:|---:|---:|---:|---:|")
     for mib in (1, 8, 32):
         mine = [r for r in rows if r[0] == mib]
-        errs = [r[6] for r in mine]
-        spread = max((r[10] - r[9]) / r[4] for r in mine)
+        errs = [r[7] for r in mine]
+        spread = max((r[11] - r[10]) / r[5] for r in mine)
 
         def ratio(label):
             got = []
             for seed in (1, 2, 3):
-                by = {r[3]: r[4] for r in mine if r[1] == seed}
+                by = {r[4]: r[5] for r in mine if r[1] == seed}
                 got.append(by["fixed 1f1b (async)"] / by[label])
             return statistics.mean(got)
         print(f"| {mib} MiB | {100 * max(errs, key=abs):+.1f}% | "
@@ -151,15 +155,16 @@ def part_mpi(rrfp, tmp):
     # The same invocation three times: how far apart identical inputs land on this machine.
     print()
     print(f"| messages | run | measured median ms, 3 invocations of seed 1 | simulated ms | "
-          "calibrated GB/s |")
-    print("|---|---|---|---|---|")
+          "calibrated GB/s | links |")
+    print("|---|---|---|---|---|---|")
     for mib in (8, 32):
         reps = [mpi_compare(rrfp, mib, 1) for _ in range(3)]
-        for i, (label, *_rest) in enumerate(reps[0][1]):
-            meas = " / ".join(f"{r[1][i][1]:.0f}" for r in reps)
-            simd = " / ".join(f"{r[1][i][2]:.0f}" for r in reps)
-            gb = " / ".join(f"{g:.2f}" for g, _ in reps)
-            print(f"| {mib} MiB | {label} | {meas} | {simd} | {gb} |")
+        for i, (label, *_rest) in enumerate(reps[0][2]):
+            meas = " / ".join(f"{r[2][i][1]:.0f}" for r in reps)
+            simd = " / ".join(f"{r[2][i][2]:.0f}" for r in reps)
+            gb = " / ".join(f"{g:.2f}" for g, _, _ in reps)
+            ln = " / ".join(f"{k:.2f}" for _, k, _ in reps)
+            print(f"| {mib} MiB | {label} | {meas} | {simd} | {gb} | {ln} |")
             sys.stdout.flush()
 
 
@@ -170,7 +175,7 @@ def part_mpi_baseline(rrfp, tmp):
           "predicted ms | error |")
     print("|---|---:|---:|---|---:|---|---:|---:|")
     rows = []
-    for mib, seed, gbps, runs in mpi_grid(rrfp, "baseline"):
+    for mib, seed, gbps, _links, runs in mpi_grid(rrfp, "baseline"):
         for i, (label, meas, simd, _sm, _ss, lo, hi) in enumerate(runs):
             fitted = " (fitted)" if i == 0 else ""
             if i:

@@ -211,21 +211,23 @@ grep -q '"reproduction_error": 0.0' "$tmp/predict.json" ||
   { echo "FAIL: predict of rrfp's own trace:"; cat "$tmp/predict.json"; fails=$((fails + 1)); }
 # rrfp calibrate: bad sizes and transports name the flag; a tiny in-process calibration writes
 # a workload file that simulate reads back. (In one process two transfers at once differ from
-# one by thread wake-ups alone, so the link count may come out either way.)
+# one by thread wake-ups alone, so the links' capacity may come out anywhere from 0 to 2.)
 check "--sizes: '12Q' is not a size from 1 to 1024M" calibrate --sizes 8,12Q
 check "--sizes: '0' is not a size" calibrate --sizes 0
 check "--transport: unknown transport 'tcp'" calibrate --transport tcp
 check "--endpoints: expected 2..64, got 1" calibrate --endpoints 1
 check "--calibration: only with --transport mpi" run --pp 2 -m 2 --calibration x.json
 "$rrfp" calibrate --sizes 8,64K --seconds 0.2 --out "$tmp/cal.json" >/dev/null &&
-  grep -qE '"comm_links": [0-9]+' "$tmp/cal.json" &&
+  grep -qE '"comm_links": [0-9.]+' "$tmp/cal.json" &&
   grep -q '"comm_sigma": 0' "$tmp/cal.json" &&
   "$rrfp" simulate --pp 2 -m 2 --workload-file "$tmp/cal.json" >/dev/null ||
   { echo "FAIL: calibrate --out, then simulate --workload-file"; fails=$((fails + 1)); }
 printf '{"comm_links": true}' >"$tmp/links.json"
-check "field \"comm_links\": must be an integer, got true" simulate --workload-file "$tmp/links.json"
+check "field \"comm_links\": must be a number, got true" simulate --workload-file "$tmp/links.json"
 printf '{"comm_links": 5000}' >"$tmp/links.json"
 check "workload comm_links: must be a finite number in [0, 4096], got 5000" simulate --workload-file "$tmp/links.json"
+printf '{"comm_links": 0.5}' >"$tmp/links.json"
+check "workload comm_links: must be 0 (each message on its own) or in [1, 4096] (messages' worth of bandwidth), got 0.5" simulate --workload-file "$tmp/links.json"
 # rrfp run --repeat: the measured time is the median of the timed steps, inside their range.
 check "--repeat: Value 0 not in range 1 to 1000" run --pp 2 -m 2 --repeat 0
 check "--warmup: Value -1 not in range 0 to 100" run --pp 2 -m 2 --warmup -1

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/error.hpp"
 #include "sim_helpers.hpp"
 
 namespace rrfp::test {
@@ -13,33 +14,46 @@ double spread(std::vector<double> v) {  // (p95 - p5) / p50
   return (q(0.95) - q(0.05)) / q(0.5);
 }
 
-// Stage 0 of GPipe at P=2 sends its forwards 1 ms apart; a message takes 10 ms. Independent
-// messages (0 links) arrive 10 ms after each forward; one link delivers one every 10 ms; two
-// links deliver two every 10 ms, each message on the link that frees first.
-TEST(MessageModel, LinksDeliverThatManyMessagesAtOnce) {
+// Stage 0 of GPipe at P=2 runs its four forwards in no time: four messages of 2 ms latency and
+// 10 ms of bytes start at once. On their own they land at 12 ms; sharing one message's rate,
+// their bytes move at a quarter of it from 2 ms on (the latency is not shared), landing at
+// 42 ms; on two messages' worth, at 22 ms; on 1.25, at 2 + 40 / 1.25 = 34 ms.
+TEST(MessageModel, LinksShareTheirCapacityAmongMessagesInFlight) {
   WorkModel m(config(2, 4));
-  for (int links : {0, 1, 2}) {
+  for (const double links : {0.0, 1.0, 2.0, 1.25, 4.0}) {
     RealizedWork w = unit_work(m);
-    set_message_model(m, w, 10'000, 0, links);
-    const SimRun r = run(m, "gpipe", Policy::Fixed, w);
-    auto arrives_ms = [&](std::int64_t mb) -> std::int64_t {
-      if (links == 0) return mb + 1 + 10;        // 10 ms after its forward
-      if (links == 1) return 1 + 10 * (mb + 1);  // link after link
-      return mb % 2 + 1 + 10 * (mb / 2 + 1);     // pair after pair
-    };
-    for (const TaskRecord& t : r.result.tasks) {
-      if (t.stage != 1 || t.task.kind != Kind::F) continue;
-      // Stage 1's forwards take 1 ms each, no more than the gap between arrivals: each starts
-      // as its input lands.
-      EXPECT_EQ(t.start, arrives_ms(t.task.mb) * 1'000'000)
-          << "links " << links << " mb " << t.task.mb;
+    set_message_model(m, w, 2'000, 0, links);
+    for (int mb = 0; mb < 4; ++mb) {
+      const int f = m.index({Kind::F, 0, mb});
+      w.compute_ns[f] = 0;
+      w.message_ns[f] = 12'000'000;
     }
-    // A trace keeps the waits for a link: replaying it gives the very same step.
-    for (const TaskRecord& t : r.result.tasks)
-      if (t.stage == 0 && t.task.kind == Kind::F) {
-        EXPECT_EQ(t.send_ns, (arrives_ms(t.task.mb) - (t.task.mb + 1)) * 1'000'000);
+    const SimRun r = run(m, "gpipe", Policy::Fixed, w);
+    const std::int64_t lands = links == 0 || links >= 4 ? 12'000'000
+                               : links == 1             ? 42'000'000
+                               : links == 2             ? 22'000'000
+                                                        : 34'000'000;
+    for (const TaskRecord& t : r.result.tasks) {
+      // Stage 1's forwards (1 ms each) run back to back from the moment the four land.
+      if (t.stage == 1 && t.task.kind == Kind::F) {
+        EXPECT_EQ(t.start, lands + t.task.mb * 1'000'000) << "links " << links << " " << t.task.mb;
       }
+      // A trace keeps the time shared: replaying it gives the very same step.
+      if (t.stage == 0 && t.task.kind == Kind::F) {
+        EXPECT_EQ(t.send_ns, lands) << "links " << links << " mb " << t.task.mb;
+      }
+    }
   }
+}
+
+TEST(MessageModel, RefusesLinksBelowOneMessage) {
+  WorkModel m(config(2, 2));
+  RealizedWork w = unit_work(m);
+  EXPECT_THROW(set_message_model(m, w, 5, 2, 0.5), InputError);
+  EXPECT_THROW(set_message_model(m, w, 5, 2, -1), InputError);
+  WorkloadParams p;
+  p.comm_links = 0.9;
+  EXPECT_THROW(validate(p), InputError);
 }
 
 TEST(MessageModel, SizeCostsBytesOverBandwidthAndOnlyCrossStageOutputsSend) {

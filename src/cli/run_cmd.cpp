@@ -29,7 +29,7 @@ struct RunFlags {
 
 struct MessageModel {
   double latency_us = 0, bandwidth_gbps = 0;
-  int links = 0;
+  double links = 0;  // WorkloadParams::comm_links
   std::string source;
 };
 
@@ -128,7 +128,7 @@ std::string describe(const MessageModel& mm) {
   return fmt("%.1f", mm.latency_us) + " us" +
          (mm.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", mm.bandwidth_gbps) + " GB/s"
                                 : std::string()) +
-         (mm.links > 0 ? ", " + std::to_string(mm.links) + " at a time on the machine"
+         (mm.links > 0 ? ", " + fmt("%.2f", mm.links) + " messages' worth shared by all"
                        : std::string());
 }
 

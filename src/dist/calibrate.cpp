@@ -11,13 +11,19 @@ namespace rrfp {
 
 namespace {
 
-// Round trips per measurement: enough bytes to see the bandwidth, within the budget's share.
-// At least 4: a round of 2 (what a 1 GB/s guess gave 32 MiB in a 3-second calibration) was
-// swayed by one late buffer return, and read 4.5 GB/s at 32 MiB where 8 round trips read 8.3
-// and the messages of a step moved at 10 (reference VM, single copy).
+// A round trip's time as planned, before anything is measured: 50 us of wake-ups each way (a
+// handler handing a message to a thread, on a machine with fewer cores than threads) and
+// 4 GB/s.
+double guess_s(std::size_t bytes) {
+  return 2 * (50e-6 + static_cast<double>(bytes) / 4e9);
+}
+
+// Round trips per round: what the round's share of the budget holds, at least 4. A round of 2
+// (what a 1 GB/s guess once gave 32 MiB) was swayed by one late buffer return, and read
+// 4.5 GB/s at 32 MiB where 8 round trips read 8.3 and the messages of a step moved at 10
+// (reference VM, single copy).
 int iterations(std::size_t bytes, double seconds_each) {
-  const double guess_s = 2e-6 + static_cast<double>(bytes) / 4e9;  // 4 GB/s
-  return std::clamp(static_cast<int>(seconds_each / (2 * guess_s)), 4, 2000);
+  return std::clamp(static_cast<int>(seconds_each / guess_s(bytes)), 4, 2000);
 }
 
 double median(std::vector<double> v) {
@@ -27,6 +33,52 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+void fit_message_model(Calibration& c) {
+  if (c.points.empty()) throw InputError("calibration: no measured sizes to fit");
+  c.overlap_slowdown = 1;
+  c.links = 0;
+  const bool overlap = std::all_of(c.points.begin(), c.points.end(),
+                                   [](const CalibrationPoint& p) { return p.overlap_us > 0; });
+  const auto smallest = std::min_element(c.points.begin(), c.points.end(),
+                                         [](auto& a, auto& b) { return a.bytes < b.bytes; });
+  const auto largest = std::max_element(c.points.begin(), c.points.end(),
+                                        [](auto& a, auto& b) { return a.bytes < b.bytes; });
+  auto fit = [&](double CalibrationPoint::*col) {
+    c.latency_us = (*smallest).*col;
+    // Bandwidth: the least-squares slope of (time - latency) over bytes, which the large sizes
+    // dominate, as they should. A transport that moves pointers (inproc) shows no slope: above
+    // 1 TB/s the fit says size costs nothing (bandwidth 0 in a workload file).
+    double num = 0, den = 0;
+    for (const CalibrationPoint& p : c.points) {
+      const double b = static_cast<double>(p.bytes);
+      num += b * (p.*col - c.latency_us);
+      den += b * b;
+    }
+    const double us_per_byte = den > 0 ? num / den : 0;
+    const double gbps = us_per_byte > 0 ? 1e-3 / us_per_byte : 0;
+    c.bandwidth_gbps = gbps > 0 && gbps < 1000 ? gbps : 0;
+  };
+  fit(&CalibrationPoint::alone_us);
+  if (overlap && largest->alone_us > 0)
+    c.overlap_slowdown = largest->overlap_us / largest->alone_us;
+  // The simulator shares its links as a fluid (sim/shared_links.hpp): two transfers at once
+  // each move at links / 2 of the rate of one alone, so the slowdown measured with both pairs
+  // transferring gives the capacity. A number, not a verdict: on the reference VM two 32 MiB
+  // copies at once took 1.43-1.9x as long as one from one calibration to the next, and a
+  // threshold at 1.5x between one link and two flipped the prediction with it. A transport
+  // that moves pointers (inproc: no bandwidth) has no capacity to share; its slowdown is
+  // thread wake-ups.
+  if (c.bandwidth_gbps > 0 && overlap) {
+    c.links = std::clamp(2 / c.overlap_slowdown, 1.0, 2.0);
+    // Faster with the other pair transferring than alone: waking waiters preempt the copying
+    // threads when processes outnumber cores (32 MiB on the reference VM through shared-memory
+    // fragments, before rrfp chose the single copy: 26 ms alone, 17 ms with the other pair,
+    // 16-19 ms for the median message of a P=4 step). In a pipeline step every process is busy,
+    // as in the overlapped round: its rate is the one to use.
+    if (c.overlap_slowdown < 1) fit(&CalibrationPoint::overlap_us);
+  }
+}
+
 Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& barrier,
                       const CalibrateOptions& o) {
   if (endpoints < 2)
@@ -35,19 +87,27 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
   const int me = t.rank();
   const bool pair0 = me < 2, pair1 = me >= 2 && me < 4;
   const int peer = me ^ 1;
-  // The median of five rounds, not the best: the twin predicts typical steps (rrfp run reports
-  // the median one), and at 32 MiB the best of three swung between 1.1 and 2.5 GB/s from one
-  // startup calibration to the next on the reference VM while the steps varied by 10%.
-  constexpr int kReps = 5;
+  // The median of 15 rounds, not the best: the twin predicts typical steps (rrfp run reports
+  // the median one). On the reference VM, rounds of eight 32 MiB round trips ranged from 4.4
+  // to 10 ms one way within one calibration, and the median of five moved from 4.6 to 5.6 ms
+  // between calibrations a minute apart.
+  constexpr int kReps = 15;
   const bool overlap = endpoints >= 4;
-  // Each size gets an equal share: alone and overlapped, kReps each, plus a warm-up.
-  const double each =
-      o.seconds / static_cast<double>(o.sizes.size()) / ((overlap ? 2 : 1) * kReps + 1);
+  const int rounds = (overlap ? 2 : 1) * kReps + 1;  // alone and overlapped, plus a warm-up
+  // Each size's share of the budget: a fifth split evenly, the rest by its round trips'
+  // planned time, so the large sizes, whose bandwidth the fit rests on, get the most rounds.
+  double planned = 0;
+  for (std::size_t bytes : o.sizes)
+    planned += guess_s(bytes);
+  auto share = [&](std::size_t bytes) {
+    const double n = static_cast<double>(o.sizes.size());
+    return o.seconds * (0.2 / n + 0.8 * guess_s(bytes) / planned);
+  };
   PingPong ping(t);
   Calibration c;
   c.endpoints = endpoints;
   for (std::size_t bytes : o.sizes) {
-    const int iters = iterations(bytes, each);
+    const int iters = iterations(bytes, share(bytes) / rounds);
     CalibrationPoint p;
     p.bytes = bytes;
     std::vector<double> alone, overlapped;
@@ -75,44 +135,7 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
     c.points.push_back(p);
   }
   if (me != 0) return c;
-  const auto smallest = std::min_element(c.points.begin(), c.points.end(),
-                                         [](auto& a, auto& b) { return a.bytes < b.bytes; });
-  const auto largest = std::max_element(c.points.begin(), c.points.end(),
-                                        [](auto& a, auto& b) { return a.bytes < b.bytes; });
-  auto fit = [&](double CalibrationPoint::*col) {
-    c.latency_us = (*smallest).*col;
-    // Bandwidth: the least-squares slope of (time - latency) over bytes, which the large sizes
-    // dominate, as they should. A transport that moves pointers (inproc) shows no slope: above
-    // 1 TB/s the fit says size costs nothing (bandwidth 0 in a workload file).
-    double num = 0, den = 0;
-    for (const CalibrationPoint& p : c.points) {
-      const double b = static_cast<double>(p.bytes);
-      num += b * (p.*col - c.latency_us);
-      den += b * b;
-    }
-    const double us_per_byte = den > 0 ? num / den : 0;
-    const double gbps = us_per_byte > 0 ? 1e-3 / us_per_byte : 0;
-    c.bandwidth_gbps = gbps > 0 && gbps < 1000 ? gbps : 0;
-  };
-  fit(&CalibrationPoint::alone_us);
-  if (overlap && largest->alone_us > 0)
-    c.overlap_slowdown = largest->overlap_us / largest->alone_us;
-  // Two transfers at once near twice as long as one: they share one capacity (the host's cores
-  // copying through shared memory), and the simulator should send one message at a time. Near
-  // 1x they travel independently. 1.5x splits the two. A transport that moves pointers
-  // (inproc: no bandwidth) has no capacity to share; its slowdown is thread wake-ups.
-  const bool shared = c.bandwidth_gbps > 0 && c.overlap_slowdown >= 1.5;
-  // Otherwise two transfers move at once at the rate each had while the other pair transferred
-  // too: in a pipeline step every process is busy, as in that round, while in the round alone
-  // two processes wait in a barrier. On the reference VM the two differ (32 MiB: 26 ms alone,
-  // 17 ms with the other pair, and 16-19 ms for the median message of a P=4 step): waking
-  // waiters preempt the copying threads when processes outnumber cores. A third transfer at
-  // once was not measured, so it waits for one of the two links: on 2 cores, modelling every
-  // message on its own predicted the async runs of a 32 MiB step 12-34% short.
-  if (c.bandwidth_gbps > 0 && overlap) {
-    c.links = shared ? 1 : 2;
-    if (!shared) fit(&CalibrationPoint::overlap_us);
-  }
+  fit_message_model(c);
   return c;
 }
 
@@ -129,7 +152,7 @@ std::string calibration_json(const Calibration& c) {
   m["transport"] = c.transport;
   m["endpoints"] = c.endpoints;
   m["overlap_slowdown"] = c.overlap_slowdown;
-  m["fit_with_two_pairs"] = c.links == 2;
+  m["fit_with_two_pairs"] = c.overlap_slowdown < 1 && c.links > 0;
   m["points"] = nlohmann::json::array();
   for (const CalibrationPoint& p : c.points)
     m["points"].push_back(
@@ -150,15 +173,16 @@ std::string format_calibration(const Calibration& c) {
                 : std::string("               -        -")) +
            "\n";
   }
-  out += std::string("\nfit") + (c.links == 2 ? " (two pairs at once)" : "") + ": latency " +
+  const bool two_pairs = c.overlap_slowdown < 1 && c.links > 0;
+  out += std::string("\nfit") + (two_pairs ? " (two pairs at once)" : "") + ": latency " +
          fmt("%.1f", c.latency_us) + " us" +
          (c.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", c.bandwidth_gbps) + " GB/s"
                                : std::string(", whatever the size")) +
          (c.overlap_slowdown != 1
               ? "; two transfers at once take " + fmt("%.2fx", c.overlap_slowdown) + " as long" +
-                    (c.links == 1   ? std::string(": one shared link")
-                     : c.links == 2 ? std::string(": two links")
-                                    : std::string())
+                    (c.links > 0 ? ": links " + fmt("%.2f", c.links) +
+                                       " (messages' worth of bandwidth shared by all)"
+                                 : std::string())
               : std::string()) +
          "\n";
   return out;

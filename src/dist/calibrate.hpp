@@ -31,19 +31,23 @@ struct Calibration {
   double latency_us = 0;        // the smallest size's one-way time
   double bandwidth_gbps = 0;    // fitted over the sizes; 0: size costs nothing (inproc)
   double overlap_slowdown = 1;  // overlapped / alone at the largest size (1: not measured)
-  // WorkloadParams::comm_links: 1 when two transfers at once took 1.5x as long as one or more
-  // (messages share one link, as when the host's cores copy them); 2 when they did not (the
-  // two pairs measured moved at once; more were not measured); 0 when no second pair was
-  // measured or size costs nothing.
-  // With 2 links, the fit is to the overlapped column (two pairs at once, every endpoint busy,
-  // as in a pipeline step) rather than the alone one.
-  int links = 0;
+  // WorkloadParams::comm_links, the machine's capacity in messages' worth of bandwidth:
+  // 2 / overlap_slowdown within [1, 2] (two transfers at once taking 1.54x as long as one give
+  // 1.3; twice as long or more, 1: they share one transfer's rate). Two pairs measure no more
+  // than 2. When two at once were faster than one alone, 2, fitted to the overlapped column
+  // (every endpoint busy, as in a pipeline step) rather than the alone one. 0 when no second
+  // pair was measured or size costs nothing.
+  double links = 0;
 };
 
 // Runs on every endpoint of a world of `endpoints` (2 or more; overlap needs 4): `t` is this
 // caller's endpoint, `barrier` lines all endpoints up. Only endpoint 0's result is filled.
 Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& barrier,
                       const CalibrateOptions& o);
+
+// Fills latency, bandwidth, overlap_slowdown and links from `c.points` (overlapped times of 0:
+// no second pair). calibrate() calls it on endpoint 0; exposed for tests.
+void fit_message_model(Calibration& c);
 
 // The fit as a workload file's overrides (comm_latency_us, comm_bandwidth_gbps,
 // comm_links; no message noise or slow mode), with the

@@ -7,57 +7,15 @@
 #include <queue>
 
 #include "core/error.hpp"
-#include "core/readiness.hpp"
-#include "core/rendezvous.hpp"
 #include "core/stuck_report.hpp"
-#include "core/tp_choice.hpp"
+#include "sim/shared_links.hpp"
+#include "sim/sim_state.hpp"
 
 namespace rrfp {
 
 namespace {
 
-enum class Ev : std::uint8_t { GroupEnd, Arrive, SendDone, CoordDone, Choice };
-
-struct Event {
-  std::int64_t time;
-  std::uint64_t seq;
-  Ev type;
-  std::int32_t stage, rank, a;  // a: task index or send id
-};
-struct Later {
-  bool operator()(const Event& x, const Event& y) const {
-    return x.time != y.time ? x.time > y.time : x.seq > y.seq;
-  }
-};
-
-// A rendezvous transfer (blocking mode); its id is the offer's handle.
-struct Send {
-  int src_stage, dst_stage, rank;
-  TaskId consumer;
-  std::int64_t latency;
-};
-
-// One tensor-parallel rank: its protocol state machines and what only time adds to them.
-struct Rank {
-  std::unique_ptr<StageArbiter> arb;
-  std::unique_ptr<Readiness> inputs;
-  std::unique_ptr<Rendezvous> rendezvous;  // blocking mode
-  std::optional<LeaderFollower> follower;  // leader protocol, tp ranks > 0
-  std::optional<AgreeRound> agree;         // agree protocol
-  bool computing = false;
-  std::int64_t compute_end = 0;
-  std::int64_t held_since = 0;
-  std::size_t record = 0;  // index of the running task's record
-};
-
-// The collective of a stage's group, and its agree round in flight.
-struct Group {
-  int launched = 0;
-  TaskId task{};
-  std::int64_t end = 0;
-  bool round = false;
-  std::int64_t round_start = 0;
-};
+using namespace sim_state;
 
 class Simulation {
  public:
@@ -87,6 +45,7 @@ class Simulation {
         if (coordinated_ && opt_.tp_protocol == TpProtocol::Leader && r > 0) rk.follower.emplace(r);
         if (coordinated_ && opt_.tp_protocol == TpProtocol::Agree) rk.agree.emplace(r, t_);
       }
+    if (w.links > 0) links_.emplace(w.links);
     dirty_.assign(p_, 0);
     res_.pp = p_;
     res_.tp = t_;
@@ -177,8 +136,13 @@ class Simulation {
         group_end(e.stage, e.a);
         break;
       case Ev::Arrive:
-        note_input_cost(e.stage, e.rank, m_.task(e.a));
-        ready_if(e.stage, rank(e.stage, e.rank).inputs->arrive(m_.task(e.a)));
+        arrive(e.stage, e.rank, e.a);
+        break;
+      case Ev::LinkJoin:
+        link_join(e.a);
+        break;
+      case Ev::LinkEnd:
+        link_end();
         break;
       case Ev::SendDone:
         send_done(e.a);
@@ -215,21 +179,22 @@ class Simulation {
         const int dst = m_.stage_of(c[i].task);
         const std::int64_t lat = w_.message(r, index);
         if (!rk.rendezvous) {
-          const std::int64_t at = transfer_end(lat);
-          // The trace keeps the wait for the link too, so its replay is this very step.
-          if (opt_.record) res_.tasks[rk.record].send_ns = at - now_;
-          push(at, Ev::Arrive, dst, r, m_.index(c[i].task));
+          transfer(Transfer{dst, r, m_.index(c[i].task), -1, rk.record, now_, 0}, lat);
           continue;
         }
-        if (opt_.record) res_.tasks[rk.record].send_ns = lat;
         if (rk.rendezvous->held() == 0) rk.held_since = now_;
         rk.rendezvous->offered();
         rank(dst, r).rendezvous->on_offer(c[i].task, static_cast<int>(sends_.size()));
-        sends_.push_back(Send{s, dst, r, c[i].task, lat});
+        sends_.push_back(Send{s, dst, r, c[i].task, lat, rk.record});
         mark_dirty(dst);
       }
     }
     mark_dirty(s);
+  }
+
+  void arrive(int s, int r, int consumer) {
+    note_input_cost(s, r, m_.task(consumer));
+    ready_if(s, rank(s, r).inputs->arrive(m_.task(consumer)));
   }
 
   // The adaptive rule learns what the producer of a task's input took, as the runtime's
@@ -253,15 +218,45 @@ class Simulation {
     mark_dirty(sd.src_stage);
   }
 
-  // When a transfer of `lat` starting now ends: at once, or, on `links` links (as many
-  // messages at a time on the whole machine, in the order they start), on the first one free
-  // (the lowest-numbered of equals, so the same events always give the same times).
-  std::int64_t transfer_end(std::int64_t lat) {
-    if (w_.links <= 0) return now_ + lat;
-    if (link_free_.empty()) link_free_.assign(static_cast<size_t>(w_.links), 0);
-    std::int64_t& link = *std::min_element(link_free_.begin(), link_free_.end());
-    link = std::max(now_, link) + lat;
-    return link;
+  // A message of `lat` starts now: it lands `lat` later on its own, or, on shared links, once
+  // its latency has passed and its bytes have moved at the rate the links leave it.
+  void transfer(Transfer t, std::int64_t lat) {
+    if (!links_) {
+      if (opt_.record) res_.tasks[t.record].send_ns = lat;
+      if (t.send < 0)
+        push(now_ + lat, Ev::Arrive, t.dst_stage, t.rank, t.consumer);
+      else
+        push(now_ + lat, Ev::SendDone, t.dst_stage, t.rank, t.send);
+      return;
+    }
+    const std::int64_t alone = std::min(lat, w_.link_latency_ns);
+    t.bytes_ns = lat - alone;
+    push(now_ + alone, Ev::LinkJoin, 0, 0, static_cast<int>(transfers_.size()));
+    transfers_.push_back(t);
+  }
+  void link_join(int id) {
+    links_->add(now_, transfers_[id].bytes_ns, id);
+    watch_links();
+  }
+  void watch_links() {
+    if (auto end = links_->next_end()) {
+      links_version_ = links_->version();
+      push(*end, Ev::LinkEnd, 0, 0, 0);
+    }
+  }
+  void link_end() {
+    if (links_->version() != links_version_) return;  // the links changed since: a later event
+    for (int id : links_->finish(now_)) {
+      const Transfer& t = transfers_[id];
+      // The trace keeps the time shared too, so its replay (each message on its own) is this
+      // very step.
+      if (opt_.record) res_.tasks[t.record].send_ns = now_ - t.start;
+      if (t.send < 0)
+        arrive(t.dst_stage, t.rank, t.consumer);
+      else
+        send_done(t.send);
+    }
+    watch_links();
   }
 
   // Blocking mode: a rank that is not computing accepts what its rendezvous lets it.
@@ -269,8 +264,10 @@ class Simulation {
     for (int r = 0; r < t_; ++r) {
       Rank& rk = rank(s, r);
       if (rk.computing || !rk.rendezvous->has_offers()) continue;
-      for (const Rendezvous::Offer& o : rk.rendezvous->take_acceptable())
-        push(transfer_end(sends_[o.handle].latency), Ev::SendDone, s, r, o.handle);
+      for (const Rendezvous::Offer& o : rk.rendezvous->take_acceptable()) {
+        const Send& sd = sends_[o.handle];
+        transfer(Transfer{s, r, m_.index(sd.consumer), o.handle, sd.record, now_, 0}, sd.latency);
+      }
     }
   }
 
@@ -384,7 +381,9 @@ class Simulation {
   std::vector<Rank> ranks_;
   std::vector<Group> groups_;
   std::vector<Send> sends_;
-  std::vector<std::int64_t> link_free_;  // links: when each is next free
+  std::optional<SharedLinks> links_;  // WorkloadParams::comm_links; none: each on its own
+  std::vector<Transfer> transfers_;   // on the links, by token
+  std::uint64_t links_version_ = 0;   // the links' version the last LinkEnd was pushed for
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   std::vector<char> dirty_;
   std::vector<int> dirty_list_;

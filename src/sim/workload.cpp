@@ -189,6 +189,11 @@ void validate(const WorkloadParams& w) {
   in("comm_slow_prob", w.comm_slow_prob, 0, 1);
   in("comm_slow_us", w.comm_slow_us, 0, kUs);
   in("comm_links", w.comm_links, 0, 4096);
+  if (w.comm_links > 0 && w.comm_links < 1)
+    throw InputError(
+        "workload comm_links: must be 0 (each message on its own) or in [1, 4096] "
+        "(messages' worth of bandwidth), got " +
+        fmt("%g", w.comm_links));
   in("bytes_per_token", w.bytes_per_token, 0, 1e9);
   in("tp_sigma", w.tp_sigma, 0, 10);
   in("tp_collective_us", w.tp_collective_us, 0, kUs);
@@ -267,6 +272,7 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   r.collective_ns = tp > 1 ? duration_ns(w.tp_collective_us, "workload tp_collective_us") : 0;
   r.coord_ns = tp > 1 ? duration_ns(w.coord_latency_us, "workload coord_latency_us") : 0;
   r.links = w.comm_links;
+  r.link_latency_ns = duration_ns(w.comm_latency_us, "workload comm_latency_us");
 
   const int mbs = m.microbatches(), chunks = m.chunks();
   std::vector<double> tokens(mbs), images(mbs);
@@ -339,8 +345,11 @@ std::int64_t microbatch_size(const WorkModel& m, const RealizedWork& w, int mb) 
 }
 
 void set_message_model(const WorkModel& m, RealizedWork& w, double latency_us,
-                       double bandwidth_gbps, int links) {
+                       double bandwidth_gbps, double links) {
+  if (links != 0 && !(links >= 1 && links <= 4096))
+    throw InputError("message model: links must be 0 or in [1, 4096], got " + fmt("%g", links));
   w.links = links;
+  w.link_latency_ns = duration_ns(latency_us, "message model latency");
   std::array<Dep, 2> deps{};
   for (int idx = 0; idx < w.num_tasks; ++idx) {
     const int nc = m.consumers(m.task(idx), deps);

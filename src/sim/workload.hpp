@@ -56,12 +56,14 @@ struct WorkloadParams {
   // comm_slow_us (times log-normal noise of sigma 0.2) on top, as in the paper's Fig. 2.
   double comm_slow_prob = 0;
   double comm_slow_us = 0;
-  // How many messages the machine moves at once, each at the full rate (above: latency +
-  // bytes / bandwidth); the next one waits for the first link free, in the order they start.
-  // 1: one at a time on the whole machine, as when processes on one host copy them through
-  // shared memory with the same few cores; 0: each message travels on its own, as on a network
-  // with bandwidth to spare. rrfp calibrate --transport mpi measures it (docs/twin.md).
-  int comm_links = 0;
+  // How many messages' worth of bandwidth the whole machine has (above: latency + bytes /
+  // bandwidth is one message alone). n messages in flight share it as a fluid: past its latency
+  // each moves its bytes at min(1, comm_links / n) of its rate alone. 1: one message's rate
+  // shared by all, as when processes on one host copy them through shared memory with the same
+  // few cores; 1.3: two at once each take 1.54x as long; 0: each message travels on its own, as
+  // on a network with bandwidth to spare. rrfp calibrate --transport mpi measures it
+  // (docs/twin.md). 0 or 1 to 4096.
+  double comm_links = 0;
   double bytes_per_token = 8192;  // activation bytes per token (hidden 4096, bf16)
   // Tensor parallelism: per-rank noise, the all-reduce inside each task, the coordination hop.
   double tp_sigma = 0.03;
@@ -92,7 +94,8 @@ struct RealizedWork {
   std::vector<std::int64_t> message_bytes;  // per task: bytes its output carries per TP rank
   std::int64_t collective_ns = 0;
   std::int64_t coord_ns = 0;
-  int links = 0;  // WorkloadParams::comm_links
+  double links = 0;                  // WorkloadParams::comm_links (0: each message on its own)
+  std::int64_t link_latency_ns = 0;  // the part of a message that does not share the links
 
   std::int64_t compute(int rank, int index) const { return compute_ns[rank * num_tasks + index]; }
   std::int64_t message(int rank, int index) const { return message_ns[rank * num_tasks + index]; }
@@ -100,11 +103,11 @@ struct RealizedWork {
 
 RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed);
 // Replaces every cross-stage message's duration with latency + bytes / bandwidth (0: size costs
-// nothing), without noise, on `links` links (0: each message its own): what a measured
+// nothing), without noise, sharing `links` (0: each message on its own): what a measured
 // transport delivers (rrfp calibrate), for comparing a run over that transport with the
 // simulator.
 void set_message_model(const WorkModel& m, RealizedWork& w, double latency_us,
-                       double bandwidth_gbps, int links);
+                       double bandwidth_gbps, double links);
 // How large microbatch `mb` is, as its data loader knows before the step: the bytes of its first
 // forward's activations (0 when the work carries no sizes). The adaptive rule's entry order.
 std::int64_t microbatch_size(const WorkModel& m, const RealizedWork& w, int mb);

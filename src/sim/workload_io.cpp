@@ -73,7 +73,7 @@ const std::map<std::string, Setter>& setters() {
       {"comm_sigma", number(&W::comm_sigma)},
       {"comm_slow_prob", number(&W::comm_slow_prob)},
       {"comm_slow_us", number(&W::comm_slow_us)},
-      {"comm_links", integer(&W::comm_links)},
+      {"comm_links", number(&W::comm_links)},
       {"bytes_per_token", number(&W::bytes_per_token)},
       {"tp_sigma", number(&W::tp_sigma)},
       {"tp_collective_us", number(&W::tp_collective_us)},

@@ -1,0 +1,45 @@
+#pragma once
+// The machine's message capacity as a fluid (processor sharing): every transfer in flight moves
+// at once, each at min(1, capacity / n) of the rate one transfer has alone, n being how many are
+// in flight. Processes on one host copy messages through shared memory with the same few cores
+// and memory bandwidth: two copies at once both progress, each slower, rather than queueing
+// behind each other. A capacity of 1 shares one transfer's rate; 2 lets two move at full rate;
+// fractions (1.3: two at once each take 2 / 1.3 = 1.54x as long) are what a calibration measures
+// (docs/twin.md).
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace rrfp {
+
+class SharedLinks {
+ public:
+  explicit SharedLinks(double capacity);  // capacity >= 1 (throws InputError otherwise)
+
+  // A transfer of `work_ns` (its time alone) joins at `now`; `token` comes back when it ends.
+  // `now` never goes back.
+  void add(std::int64_t now, std::int64_t work_ns, int token);
+  // When the next transfer in flight ends, to the nanosecond above; nullopt: none in flight.
+  std::optional<std::int64_t> next_end() const;
+  // The tokens of the transfers that have ended by `now` (a next_end() time), in the order they
+  // joined.
+  std::vector<int> finish(std::int64_t now);
+  // Changes with every add and finish: a scheduled next_end() is current while this is.
+  std::uint64_t version() const { return version_; }
+  std::size_t in_flight() const { return flows_.size(); }
+
+ private:
+  struct Flow {
+    double left_ns;  // work left, at the rate of one transfer alone
+    int token;
+  };
+  double rate() const;  // of each flow in flight
+  void advance(std::int64_t now);
+
+  double capacity_;
+  std::int64_t at_ = 0;  // the time flows_' work left is counted at
+  std::vector<Flow> flows_;
+  std::uint64_t version_ = 0;
+};
+
+}  // namespace rrfp

@@ -1,0 +1,70 @@
+#pragma once
+// The simulator's state, one struct per thing it tracks (sim/simulator.cpp): events, the
+// transfers in flight, each tensor-parallel rank's protocol state machines and each stage's
+// collective. Internal to the simulator.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "core/arbiter.hpp"
+#include "core/readiness.hpp"
+#include "core/rendezvous.hpp"
+#include "core/tp_choice.hpp"
+
+namespace rrfp::sim_state {
+
+enum class Ev : std::uint8_t { GroupEnd, Arrive, SendDone, CoordDone, Choice, LinkJoin, LinkEnd };
+
+struct Event {
+  std::int64_t time;
+  std::uint64_t seq;
+  Ev type;
+  std::int32_t stage, rank, a;  // a: task index, send id or transfer id
+};
+struct Later {
+  bool operator()(const Event& x, const Event& y) const {
+    return x.time != y.time ? x.time > y.time : x.seq > y.seq;
+  }
+};
+
+// A rendezvous transfer (blocking mode); its id is the offer's handle.
+struct Send {
+  int src_stage, dst_stage, rank;
+  TaskId consumer;
+  std::int64_t latency;
+  std::size_t record;  // the producer's record on this rank
+};
+
+// A message on the shared links (WorkloadParams::comm_links): its latency first, on its own,
+// then its bytes, sharing the machine's capacity with every other message in flight.
+struct Transfer {
+  int dst_stage, rank, consumer;  // consumer: task index
+  int send = -1;                  // blocking mode: the Send's id; async: -1
+  std::size_t record;             // the producer's record on this rank
+  std::int64_t start, bytes_ns;   // bytes_ns: the message's time past its latency, alone
+};
+
+// One tensor-parallel rank: its protocol state machines and what only time adds to them.
+struct Rank {
+  std::unique_ptr<StageArbiter> arb;
+  std::unique_ptr<Readiness> inputs;
+  std::unique_ptr<Rendezvous> rendezvous;  // blocking mode
+  std::optional<LeaderFollower> follower;  // leader protocol, tp ranks > 0
+  std::optional<AgreeRound> agree;         // agree protocol
+  bool computing = false;
+  std::int64_t compute_end = 0;
+  std::int64_t held_since = 0;
+  std::size_t record = 0;  // index of the running task's record
+};
+
+// The collective of a stage's group, and its agree round in flight.
+struct Group {
+  int launched = 0;
+  TaskId task{};
+  std::int64_t end = 0;
+  bool round = false;
+  std::int64_t round_start = 0;
+};
+
+}  // namespace rrfp::sim_state

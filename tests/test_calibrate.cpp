@@ -1,0 +1,71 @@
+// The calibration's fit (dist/calibrate.hpp): measured one-way times to the simulator's message
+// model, checked on made-up measurements whose answer is known.
+#include "dist/calibrate.hpp"
+
+#include <gtest/gtest.h>
+
+#include "core/error.hpp"
+
+namespace rrfp {
+namespace {
+
+constexpr std::size_t kBig = std::size_t{32} << 20;
+
+// 50 us for 8 bytes; 32 MiB at 5 GB/s on top of it alone; overlapped: `slowdown` times that.
+Calibration measured(double slowdown) {
+  Calibration c;
+  const double alone = 50 + static_cast<double>(kBig) / 5e3;
+  c.points = {{8, 50, 50}, {kBig, alone, alone * slowdown}};
+  return c;
+}
+
+TEST(CalibrationFit, LinksAreTwoOverTheSlowdownOfTwoTransfersAtOnce) {
+  struct Case {
+    double slowdown, links;
+  };
+  for (const Case k :
+       {Case{1.5, 2 / 1.5}, Case{1.25, 1.6}, Case{1.0, 2.0}, Case{2.0, 1.0}, Case{3.0, 1.0}}) {
+    Calibration c = measured(k.slowdown);
+    fit_message_model(c);
+    EXPECT_DOUBLE_EQ(c.latency_us, 50);
+    EXPECT_NEAR(c.bandwidth_gbps, 5, 1e-9) << "the times alone";
+    EXPECT_DOUBLE_EQ(c.overlap_slowdown, k.slowdown);
+    EXPECT_DOUBLE_EQ(c.links, k.links) << "slowdown " << k.slowdown;
+  }
+}
+
+TEST(CalibrationFit, FasterWithBothPairsFitsTheOverlappedTimesOnTwoLinks) {
+  Calibration c = measured(0.8);
+  fit_message_model(c);
+  EXPECT_DOUBLE_EQ(c.links, 2);
+  const double overlapped = 0.8 * (50 + static_cast<double>(kBig) / 5e3);
+  EXPECT_NEAR(c.bandwidth_gbps, static_cast<double>(kBig) / (overlapped - 50) / 1e3, 1e-9)
+      << "the overlapped column's slope";
+  // Fitting twice gives the same model.
+  const Calibration once = c;
+  fit_message_model(c);
+  EXPECT_DOUBLE_EQ(c.bandwidth_gbps, once.bandwidth_gbps);
+  EXPECT_DOUBLE_EQ(c.links, once.links);
+}
+
+TEST(CalibrationFit, NoSecondPairOrNoSizeCostMeansNoSharedLinks) {
+  Calibration pairs = measured(1.5);
+  for (CalibrationPoint& p : pairs.points)
+    p.overlap_us = 0;
+  fit_message_model(pairs);
+  EXPECT_EQ(pairs.links, 0);
+  EXPECT_EQ(pairs.overlap_slowdown, 1);
+  EXPECT_NEAR(pairs.bandwidth_gbps, 5, 1e-9);
+
+  Calibration pointers;  // every size as fast (inproc moves pointers)
+  pointers.points = {{8, 20, 30}, {kBig, 20, 30}};
+  fit_message_model(pointers);
+  EXPECT_EQ(pointers.bandwidth_gbps, 0);
+  EXPECT_EQ(pointers.links, 0);
+
+  Calibration none;
+  EXPECT_THROW(fit_message_model(none), InputError);
+}
+
+}  // namespace
+}  // namespace rrfp

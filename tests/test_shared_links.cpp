@@ -1,0 +1,134 @@
+#include "sim/shared_links.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <random>
+
+#include "core/error.hpp"
+
+namespace rrfp {
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+
+// Runs the links to the end: the time each token ended.
+std::map<int, std::int64_t> drain(SharedLinks& links) {
+  std::map<int, std::int64_t> ends;
+  while (auto at = links.next_end())
+    for (int token : links.finish(*at))
+      ends[token] = *at;
+  return ends;
+}
+
+TEST(SharedLinks, TransfersAtOnceShareTheCapacity) {
+  // Two 10 ms transfers from 0: one transfer's rate shared ends both at 20 ms; two at 10 ms;
+  // 1.3 (two at once each at 0.65) at 10 / 0.65 ms, to the nanosecond above.
+  struct Case {
+    double capacity;
+    std::int64_t end;
+  };
+  for (const Case c :
+       {Case{1, 20 * kMs}, Case{2, 10 * kMs}, Case{4, 10 * kMs}, Case{1.3, 15'384'616}}) {
+    SharedLinks links(c.capacity);
+    links.add(0, 10 * kMs, 7);
+    links.add(0, 10 * kMs, 8);
+    ASSERT_EQ(links.next_end(), c.end) << c.capacity;
+    EXPECT_EQ(links.finish(c.end), (std::vector<int>{7, 8})) << "both, in the order they joined";
+    EXPECT_EQ(links.in_flight(), 0u);
+    EXPECT_FALSE(links.next_end());
+  }
+}
+
+TEST(SharedLinks, ALaterTransferSlowsTheOneInFlight) {
+  // One rate shared: A (10 ms) alone for 1 ms, then A and B (10 ms) at half rate each. A's 9 ms
+  // left take 18: it ends at 19 ms; B, with 1 ms left, then has the rate alone: 20 ms.
+  SharedLinks links(1);
+  links.add(0, 10 * kMs, 0);
+  EXPECT_EQ(links.next_end(), 10 * kMs);
+  links.add(1 * kMs, 10 * kMs, 1);
+  EXPECT_EQ(drain(links), (std::map<int, std::int64_t>{{0, 19 * kMs}, {1, 20 * kMs}}));
+  // Three at once on two transfers' worth: each at 2/3 until the 3 ms one ends at 4.5 ms; the
+  // other two (6 ms and 12 ms of work, 3 ms done) then run at full rate: 7.5 ms and 13.5 ms.
+  SharedLinks two(2);
+  two.add(0, 3 * kMs, 0);
+  two.add(0, 6 * kMs, 1);
+  two.add(0, 12 * kMs, 2);
+  EXPECT_EQ(drain(two),
+            (std::map<int, std::int64_t>{{0, 4'500'000}, {1, 7'500'000}, {2, 13'500'000}}));
+}
+
+TEST(SharedLinks, EveryAddAndFinishChangesTheVersion) {
+  SharedLinks links(1);
+  const std::uint64_t v0 = links.version();
+  links.add(0, kMs, 0);
+  EXPECT_NE(links.version(), v0);
+  const std::uint64_t v1 = links.version();
+  EXPECT_EQ(links.finish(kMs), std::vector<int>{0});
+  EXPECT_NE(links.version(), v1);
+  EXPECT_TRUE(links.finish(2 * kMs).empty()) << "nothing in flight";
+  // A transfer of no work ends where it joined.
+  links.add(3 * kMs, 0, 5);
+  EXPECT_EQ(links.next_end(), 3 * kMs);
+}
+
+TEST(SharedLinks, RefusesACapacityBelowOneTransfer) {
+  EXPECT_THROW(SharedLinks(0.5), InputError);
+  EXPECT_THROW(SharedLinks(0), InputError);
+  EXPECT_THROW(SharedLinks(std::nan("")), InputError);
+}
+
+// Property, over seeds: one rate shared is work-conserving, so the last transfer ends when one
+// queue serving them in turn would end (each transfer adds its work to the busy time); no
+// transfer ends before its own work is done; with capacity for all, each takes its work alone.
+TEST(SharedLinks, PropertyOneRateSharedKeepsTheQueuesBusyTime) {
+  for (std::uint64_t seed = 1; seed <= 200; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<std::int64_t> gap(0, 4 * kMs), work(0, 10 * kMs);
+    const int n = 1 + static_cast<int>(seed % 12);
+    std::vector<std::int64_t> joins(n), works(n);
+    std::int64_t t = 0;
+    for (int i = 0; i < n; ++i) {
+      t += gap(rng);
+      joins[i] = t;
+      works[i] = work(rng);
+    }
+    for (double capacity : {1.0, static_cast<double>(n)}) {
+      SharedLinks links(capacity);
+      std::map<int, std::int64_t> ends;
+      auto finish_until = [&](std::int64_t limit) {
+        while (auto at = links.next_end()) {
+          if (*at > limit) return;
+          for (int token : links.finish(*at))
+            ends[token] = *at;
+        }
+      };
+      std::int64_t queue_free = 0;
+      for (int i = 0; i < n; ++i) {
+        finish_until(joins[i]);  // what ends by the next join ends first, as events go
+        links.add(joins[i], works[i], i);
+        queue_free = std::max(queue_free, joins[i]) + works[i];
+      }
+      finish_until(std::numeric_limits<std::int64_t>::max());
+      ASSERT_EQ(ends.size(), static_cast<size_t>(n)) << "seed " << seed;
+      std::int64_t last = 0;
+      for (int i = 0; i < n; ++i) {
+        last = std::max(last, ends[i]);
+        if (capacity > 1) {
+          EXPECT_EQ(ends[i], joins[i] + works[i]) << "seed " << seed << " transfer " << i;
+        } else {
+          EXPECT_GE(ends[i], joins[i] + works[i] - 1) << "seed " << seed << " transfer " << i;
+        }
+      }
+      // Each rounding to the nanosecond above may add one.
+      if (capacity == 1) EXPECT_NEAR(last, queue_free, n) << "seed " << seed;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rrfp
