@@ -48,11 +48,12 @@ struct MpiTransport::Impl {
   MpiPollOptions poll;
   Receiver receiver;
   std::atomic<bool> receiving{false}, stop{false}, closed{false};
-  std::mutex send_mu;  // guards sends and next_seq
-  std::vector<std::unique_ptr<PendingSend>> sends;
-  std::vector<PendingRecv> recvs;  // progress thread only
-  std::vector<MPI_Request> ring;   // progress thread only
-  int ring_head = 0;               // the slot posted longest ago
+  std::mutex send_mu;                                // guards posted and next_seq
+  std::vector<std::unique_ptr<PendingSend>> posted;  // by send(), for the progress thread
+  std::vector<std::unique_ptr<PendingSend>> sends;   // progress thread only (then shutdown)
+  std::vector<PendingRecv> recvs;                    // progress thread only
+  std::vector<MPI_Request> ring;                     // progress thread only
+  int ring_head = 0;                                 // the slot posted longest ago
   std::vector<Payload> ring_buf;
   std::vector<std::uint32_t> next_seq;  // per destination, under send_mu
   std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>();
@@ -159,20 +160,26 @@ struct MpiTransport::Impl {
   }
 
   bool poll_sends() {
-    std::vector<std::unique_ptr<PendingSend>> finished;
     {
       std::lock_guard lk(send_mu);
-      for (std::size_t i = 0; i < sends.size();) {
-        int flag = 0;
-        mpi_check(MPI_Testall(2, sends[i]->req, &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
-        if (!flag) {
-          ++i;
-          continue;
-        }
-        finished.push_back(std::move(sends[i]));
-        sends[i] = std::move(sends.back());
-        sends.pop_back();
+      for (auto& s : posted)
+        sends.push_back(std::move(s));
+      posted.clear();
+    }
+    // No lock while testing: MPI_Testall runs MPI's progress engine, which may copy a whole
+    // incoming message (a 32 MiB single copy: 3-10 ms) before it returns, and a compute thread
+    // sending an output must not wait for that.
+    std::vector<std::unique_ptr<PendingSend>> finished;
+    for (std::size_t i = 0; i < sends.size();) {
+      int flag = 0;
+      mpi_check(MPI_Testall(2, sends[i]->req, &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+      if (!flag) {
+        ++i;
+        continue;
       }
+      finished.push_back(std::move(sends[i]));
+      sends[i] = std::move(sends.back());
+      sends.pop_back();
     }
     for (auto& s : finished)
       if (s->done) s->done(nullptr);
@@ -223,16 +230,19 @@ struct MpiTransport::Impl {
   }
 
   bool in_flight() {
-    if (!recvs.empty()) return true;
+    if (!recvs.empty() || !sends.empty()) return true;
     std::lock_guard lk(send_mu);
-    return !sends.empty();
+    return !posted.empty();
   }
 
   void fail_pending(std::exception_ptr e) {
     std::vector<std::unique_ptr<PendingSend>> left;
+    left.swap(sends);
     {
       std::lock_guard lk(send_mu);
-      left.swap(sends);
+      for (auto& s : posted)
+        left.push_back(std::move(s));
+      posted.clear();
     }
     for (auto& s : left) {
       if (s->done) s->done(e);
@@ -324,7 +334,7 @@ void MpiTransport::send(int dst, const MessageTag& tag, Payload payload, SendDon
     }
   }
   s->done = std::move(done);
-  d.sends.push_back(std::move(s));
+  d.posted.push_back(std::move(s));
   lk.unlock();
   d.kick();
 }

@@ -152,7 +152,7 @@ std::string calibration_json(const Calibration& c) {
   m["transport"] = c.transport;
   m["endpoints"] = c.endpoints;
   m["overlap_slowdown"] = c.overlap_slowdown;
-  m["fit_with_two_pairs"] = c.overlap_slowdown < 1 && c.links > 0;
+  m["fit_with_two_pairs"] = c.fitted_with_two_pairs();
   m["points"] = nlohmann::json::array();
   for (const CalibrationPoint& p : c.points)
     m["points"].push_back(
@@ -173,9 +173,8 @@ std::string format_calibration(const Calibration& c) {
                 : std::string("               -        -")) +
            "\n";
   }
-  const bool two_pairs = c.overlap_slowdown < 1 && c.links > 0;
-  out += std::string("\nfit") + (two_pairs ? " (two pairs at once)" : "") + ": latency " +
-         fmt("%.1f", c.latency_us) + " us" +
+  out += std::string("\nfit") + (c.fitted_with_two_pairs() ? " (two pairs at once)" : "") +
+         ": latency " + fmt("%.1f", c.latency_us) + " us" +
          (c.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", c.bandwidth_gbps) + " GB/s"
                                : std::string(", whatever the size")) +
          (c.overlap_slowdown != 1

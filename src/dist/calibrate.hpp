@@ -38,6 +38,9 @@ struct Calibration {
   // (every endpoint busy, as in a pipeline step) rather than the alone one. 0 when no second
   // pair was measured or size costs nothing.
   double links = 0;
+
+  // Whether the bandwidth was fitted to the overlapped column.
+  bool fitted_with_two_pairs() const { return links > 0 && overlap_slowdown < 1; }
 };
 
 // Runs on every endpoint of a world of `endpoints` (2 or more; overlap needs 4): `t` is this
