@@ -16,12 +16,20 @@ namespace {
 
 constexpr std::int64_t kMs = 1'000'000;
 
+// Ends every transfer that ends by `limit`, as the simulator's events would, noting when.
+void finish_until(SharedLinks& links, std::map<int, std::int64_t>& ends,
+                  std::int64_t limit = std::numeric_limits<std::int64_t>::max()) {
+  while (auto at = links.next_end()) {
+    if (*at > limit) return;
+    for (int token : links.finish(*at))
+      ends[token] = *at;
+  }
+}
+
 // Runs the links to the end: the time each token ended.
 std::map<int, std::int64_t> drain(SharedLinks& links) {
   std::map<int, std::int64_t> ends;
-  while (auto at = links.next_end())
-    for (int token : links.finish(*at))
-      ends[token] = *at;
+  finish_until(links, ends);
   return ends;
 }
 
@@ -100,20 +108,13 @@ TEST(SharedLinks, PropertyOneRateSharedKeepsTheQueuesBusyTime) {
     for (double capacity : {1.0, static_cast<double>(n)}) {
       SharedLinks links(capacity);
       std::map<int, std::int64_t> ends;
-      auto finish_until = [&](std::int64_t limit) {
-        while (auto at = links.next_end()) {
-          if (*at > limit) return;
-          for (int token : links.finish(*at))
-            ends[token] = *at;
-        }
-      };
       std::int64_t queue_free = 0;
       for (int i = 0; i < n; ++i) {
-        finish_until(joins[i]);  // what ends by the next join ends first, as events go
+        finish_until(links, ends, joins[i]);  // what ends by the next join ends first
         links.add(joins[i], works[i], i);
         queue_free = std::max(queue_free, joins[i]) + works[i];
       }
-      finish_until(std::numeric_limits<std::int64_t>::max());
+      finish_until(links, ends);
       ASSERT_EQ(ends.size(), static_cast<size_t>(n)) << "seed " << seed;
       std::int64_t last = 0;
       for (int i = 0; i < n; ++i) {

@@ -77,6 +77,16 @@ WorkloadParams paper() {
   return w;
 }
 
+// comm_links: 0 (each message on its own) or a capacity of at least one message's worth, at
+// most 4096; `what` names the value in the error.
+void check_links(double links, const std::string& what) {
+  if (links != 0 && !(links >= 1 && links <= 4096))
+    throw InputError(what +
+                     ": must be 0 (each message on its own) or in [1, 4096] (messages' worth of "
+                     "bandwidth), got " +
+                     fmt("%g", links));
+}
+
 }  // namespace
 
 JitterLevel jitter_level(int j) {
@@ -189,11 +199,7 @@ void validate(const WorkloadParams& w) {
   in("comm_slow_prob", w.comm_slow_prob, 0, 1);
   in("comm_slow_us", w.comm_slow_us, 0, kUs);
   in("comm_links", w.comm_links, 0, 4096);
-  if (w.comm_links > 0 && w.comm_links < 1)
-    throw InputError(
-        "workload comm_links: must be 0 (each message on its own) or in [1, 4096] "
-        "(messages' worth of bandwidth), got " +
-        fmt("%g", w.comm_links));
+  check_links(w.comm_links, "workload comm_links");
   in("bytes_per_token", w.bytes_per_token, 0, 1e9);
   in("tp_sigma", w.tp_sigma, 0, 10);
   in("tp_collective_us", w.tp_collective_us, 0, kUs);
@@ -346,8 +352,7 @@ std::int64_t microbatch_size(const WorkModel& m, const RealizedWork& w, int mb) 
 
 void set_message_model(const WorkModel& m, RealizedWork& w, double latency_us,
                        double bandwidth_gbps, double links) {
-  if (links != 0 && !(links >= 1 && links <= 4096))
-    throw InputError("message model: links must be 0 or in [1, 4096], got " + fmt("%g", links));
+  check_links(links, "message model: links");
   w.links = links;
   w.link_latency_ns = duration_ns(latency_us, "message model latency");
   std::array<Dep, 2> deps{};
