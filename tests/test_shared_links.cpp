@@ -126,7 +126,9 @@ TEST(SharedLinks, PropertyOneRateSharedKeepsTheQueuesBusyTime) {
         }
       }
       // Each rounding to the nanosecond above may add one.
-      if (capacity == 1) EXPECT_NEAR(last, queue_free, n) << "seed " << seed;
+      if (capacity == 1) {
+        EXPECT_NEAR(last, queue_free, n) << "seed " << seed;
+      }
     }
   }
 }
