@@ -228,17 +228,23 @@ printf '{"comm_links": 5000}' >"$tmp/links.json"
 check "workload comm_links: must be a finite number in [0, 4096], got 5000" simulate --workload-file "$tmp/links.json"
 printf '{"comm_links": 0.5}' >"$tmp/links.json"
 check "workload comm_links: must be 0 (each message on its own) or in [1, 4096] (messages' worth of bandwidth), got 0.5" simulate --workload-file "$tmp/links.json"
-# rrfp run --repeat: the measured time is the median of the timed steps, inside their range.
-check "--repeat: Value 0 not in range 1 to 1000" run --pp 2 -m 2 --repeat 0
-check "--warmup: Value -1 not in range 0 to 100" run --pp 2 -m 2 --warmup -1
-"$rrfp" run --pp 2 -m 4 --workload uniform --hint 1f1b --policy fixed --repeat 3 --compare \
-  >"$tmp/repeat.txt" 2>/dev/null &&
-  awk 'BEGIN { ok = 1 }
-       /measured_range_ms/ { on = 1; next }
-       on && NF { split($NF, r, "-"); m = $(NF - 6); ok = ok && r[1] + 0 <= m + 0 && m + 0 <= r[2] + 0
-                  found = 1 }
-       END { exit !(found && ok) }' "$tmp/repeat.txt" ||
-  { echo "FAIL: run --repeat 3 --compare: no range, or the median outside it:"; cat "$tmp/repeat.txt"
-    fails=$((fails + 1)); }
+# rrfp run --repeat (and --rounds): the measured time is the median of the timed steps, inside
+# their range; with rounds, the runs take turns, each round announced.
+check "--rounds: Value 0 not in range 1 to 100" run --rounds 0
+for rounds in 1 3; do
+  "$rrfp" run --pp 2 -m 4 --workload uniform --hint 1f1b --policy fixed --repeat 3 --compare \
+    --rounds $rounds >"$tmp/repeat.txt" 2>"$tmp/repeat.err" &&
+    awk 'BEGIN { ok = 1 }
+         /measured_range_ms/ { on = 1; next }
+         on && NF { split($NF, r, "-"); m = $(NF - 6); ok = ok && r[1] + 0 <= m + 0 && m + 0 <= r[2] + 0
+                    found = 1 }
+         END { exit !(found && ok) }' "$tmp/repeat.txt" ||
+    { echo "FAIL: run --repeat 3 --rounds $rounds --compare: no range, or the median outside it:"
+      cat "$tmp/repeat.txt"; fails=$((fails + 1)); }
+  want=$([ "$rounds" = 3 ] && echo 3 || echo 0)
+  [ "$(grep -c "(round [123] of 3)" "$tmp/repeat.err")" = "$want" ] ||
+    { echo "FAIL: run --rounds $rounds announces the wrong rounds:"; cat "$tmp/repeat.err"
+      fails=$((fails + 1)); }
+done
 echo "cli bad-input checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -22,7 +22,7 @@ namespace {
 struct RunFlags {
   ExperimentFlags exp;
   double timeout_s = 60;
-  int warmup = 1, repeat = 1;
+  int warmup = 1, repeat = 1, rounds = 1;
   bool spin = false, compare = false;
   std::string transport = "inproc", calibration;
 };
@@ -141,8 +141,20 @@ void run_emulated(const RunFlags& f, Job* world) {
   for (const RunSpec& spec : specs)
     check_spec(sc, spec);  // bad input fails before anything runs
   const bool root = !world || world->rank() == 0;
+  // Over MPI, --compare simulates messages as the transport delivers them: a file, or a
+  // calibration of this job's transport before any run (every process takes part).
+  MessageModel mm;
+  if (world && f.compare) {
+    mm = transport_model(f, sc, *world);
+    if (root)
+      std::cerr << "simulating messages as the mpi transport delivers them (" << mm.source
+                << "): " << describe(mm) << "\n";
+  }
   std::vector<std::int64_t> gaps;
-  std::vector<std::vector<std::int64_t>> spreads;  // per run: its timed steps' makespans
+  // Per run: every timed step so far, over the rounds (each merged over the job's processes).
+  std::vector<std::vector<StepResult>> steps_of(specs.size());
+  size_t current = 0;  // the run the executor below measures
+  bool last_round = false;
   Executor runtime = [&](const WorkModel& m, const Hint& h, const RealizedWork& w,
                          const SimOptions& o) {
     RuntimeOptions ro;
@@ -158,11 +170,11 @@ void run_emulated(const RunFlags& f, Job* world) {
     // Untimed steps first, as any benchmark takes: they fill the output and receive pools, so
     // the measured steps map no fresh memory (on the reference VM a fresh 32 MiB output took
     // 100-290 ms of page faults, against its 4-12 ms task). Then --repeat timed steps, each
-    // merged over the job's processes; the step of median makespan is the run's result.
+    // merged over the job's processes.
+    std::vector<StepResult>& steps = steps_of[current];
     auto measure = [&](Runtime& rt) {
       for (int k = 0; k < f.warmup; ++k)
         rt.run_step(k);
-      std::vector<StepResult> steps;
       for (int k = 0; k < f.repeat; ++k) {
         steps.push_back(rt.run_step(f.warmup + k));
         if (!world) continue;
@@ -170,72 +182,81 @@ void run_emulated(const RunFlags& f, Job* world) {
         for (size_t i = 1; i < all.size(); ++i)
           merge_step(steps.back(), all[i]);
       }
-      return steps;
     };
-    std::vector<StepResult> steps;
     if (!world) {
       Runtime rt(m, h, emulated_programs(m, w, {f.spin}), ro);
-      steps = measure(rt);
+      measure(rt);
     } else {
       world->set_layout(JobLayout{m.pp(), w.tp, 1});
       EmulationOptions eo;
       eo.spin = f.spin;
       eo.touch_outputs = true;
       Runtime rt(m, h, emulated_programs(m, w, eo), ro, world->hosting());
-      steps = measure(rt);
+      measure(rt);
       // Nobody tears down its endpoint while a peer may still send to it.
       world->all_gather({});
     }
+    // The step of median makespan over the rounds so far is the run's result (the report
+    // keeps the last round's).
     std::vector<std::int64_t> makespans;
     for (const StepResult& st : steps)
       makespans.push_back(st.run.makespan);
-    spreads.push_back(makespans);
     std::sort(makespans.begin(), makespans.end());
     const std::int64_t median = makespans[(makespans.size() - 1) / 2];
-    StepResult r;
-    for (StepResult& st : steps)
-      if (st.run.makespan == median) {
-        r = std::move(st);
-        break;
-      }
-    gaps.insert(gaps.end(), r.dispatch_gaps.begin(), r.dispatch_gaps.end());
-    return std::move(r.run);
+    const auto it = std::find_if(steps.begin(), steps.end(),
+                                 [&](const StepResult& st) { return st.run.makespan == median; });
+    if (last_round) gaps.insert(gaps.end(), it->dispatch_gaps.begin(), it->dispatch_gaps.end());
+    return it->run;
   };
-  // The simulator's side of --compare: the workload's message model in one process; the
-  // transport's measured one over MPI.
-  Executor sim = simulate;
-  MessageModel mm;
-  const bool fit = world && f.calibration == "baseline";
-  if (world && f.compare) {
-    mm = transport_model(f, sc, *world);
-    if (root)
-      std::cerr << "simulating messages as the mpi transport delivers them (" << mm.source
-                << "): " << describe(mm) << "\n";
-    sim = [&mm](const WorkModel& m, const Hint& h, const RealizedWork& w, const SimOptions& o) {
-      RealizedWork t = w;
-      set_message_model(m, t, mm.latency_us, mm.bandwidth_gbps, mm.links);
-      return simulate(m, h, t, o);
-    };
+  // --rounds R: the runs take turns, R times over (each time a fresh runtime, its warm-up and
+  // --repeat timed steps), so a machine that drifts over minutes weighs on every run alike
+  // instead of on whichever ran last.
+  std::vector<ReportRun> runs;
+  for (int round = 0; round < f.rounds; ++round) {
+    last_round = round + 1 == f.rounds;
+    for (current = 0; current < specs.size(); ++current) {
+      const RunSpec& spec = specs[current];
+      if (root)
+        std::cerr << "running " << (spec.label.empty() ? default_label(spec) : spec.label)
+                  << (world ? " over " + std::to_string(world->size()) + " mpi ranks" : "")
+                  << (f.rounds > 1 ? " (round " + std::to_string(round + 1) + " of " +
+                                         std::to_string(f.rounds) + ")"
+                                   : std::string())
+                  << " ...\n";
+      ReportRun r = run_scenario(sc, spec, runtime);
+      if (last_round) runs.push_back(std::move(r));
+    }
   }
-  std::vector<ReportRun> runs, simulated;
-  for (const RunSpec& spec : specs) {
-    if (root)
-      std::cerr << "running " << (spec.label.empty() ? default_label(spec) : spec.label)
-                << (world ? " over " + std::to_string(world->size()) + " mpi ranks" : "")
-                << " ...\n";
-    runs.push_back(run_scenario(sc, spec, runtime));
-    if (!f.compare || !root) continue;
-    if (fit && runs.size() == 1) {
+  // The simulator's side of --compare: the workload's message model in one process; the
+  // transport's measured one over MPI (calibrated before the runs, or fitted to the first).
+  std::vector<ReportRun> simulated;
+  std::vector<std::vector<std::int64_t>> spreads;  // per run: its timed steps' makespans
+  for (const std::vector<StepResult>& steps : steps_of) {
+    spreads.emplace_back();
+    for (const StepResult& st : steps)
+      spreads.back().push_back(st.run.makespan);
+  }
+  if (f.compare && root) {
+    Executor sim = simulate;
+    if (world) {
+      sim = [&mm](const WorkModel& m, const Hint& h, const RealizedWork& w, const SimOptions& o) {
+        RealizedWork t = w;
+        set_message_model(m, t, mm.latency_us, mm.bandwidth_gbps, mm.links);
+        return simulate(m, h, t, o);
+      };
+    }
+    if (world && f.calibration == "baseline") {
       mm.bandwidth_gbps = fit_bandwidth(
           [&](double gbps) {
             mm.bandwidth_gbps = gbps;
-            return run_scenario(sc, spec, sim).metrics.makespan;
+            return run_scenario(sc, specs[0], sim).metrics.makespan;
           },
           runs[0].metrics.makespan);
       std::cerr << "fitted to " << runs[0].label << "'s measured step (its row is not a "
                 << "prediction; the others are): " << describe(mm) << "\n";
     }
-    simulated.push_back(run_scenario(sc, spec, sim));
+    for (const RunSpec& spec : specs)
+      simulated.push_back(run_scenario(sc, spec, sim));
   }
   if (!root) return;
   ReportHeader h = header_of(sc);
@@ -265,8 +286,15 @@ void setup_run(CLI::App& app) {
       ->check(CLI::Range(0, 100))
       ->capture_default_str();
   sub->add_option("--repeat", f->repeat,
-                  "timed steps per run; the one of median makespan is reported (and compared)")
+                  "timed steps per run (and round); the one of median makespan is reported (and "
+                  "compared)")
       ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  sub->add_option("--rounds", f->rounds,
+                  "run the runs in turn this many times, each time a warm-up and --repeat timed "
+                  "steps; a run reports its median step over all rounds (a machine that drifts "
+                  "then weighs on every run alike)")
+      ->check(CLI::Range(1, 100))
       ->capture_default_str();
   sub->add_flag("--spin", f->spin, "busy-wait instead of sleeping (needs a core per rank)");
   sub->add_flag("--compare", f->compare, "also simulate each run and print the differences");
