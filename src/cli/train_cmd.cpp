@@ -2,88 +2,51 @@
 // rrfp with the BFW hint, on the licence texts every Debian machine has. The pipeline flags are
 // simulate's and run's (options.hpp); the rest bind straight to the training options, whose
 // defaults are the command's.
-#include <signal.h>
+#include <limits.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <iostream>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
 
-#include "cli/mpi_launch.hpp"
-#include "cli/options.hpp"
+#include "cli/train_flags.hpp"
 #include "core/error.hpp"
-#include "runtime/jitter.hpp"
-#include "train/run.hpp"
 
 namespace rrfp {
 
 namespace {
 
-struct TrainFlags {
-  ShapeFlags shape;
-  DispatchFlags dispatch;
-  train::TrainRun run;  // model, data, optimizer and output flags land here directly
-  std::uint64_t seed = 1;
-  double timeout_s = 0;  // set from the training options' default
-  std::string inject_jitter, transport = "inproc";
-};
+TrainRunner g_runner;
+std::vector<char*> g_argv;
 
-#ifdef RRFP_HAVE_TORCH
-// SIGINT/SIGTERM: the first asks the run to stop after its current step (the log row, a
-// checkpoint with --save-every, the outputs); a second one ends the process at once.
-std::atomic<int> g_stop{0};
-
-void on_stop_signal(int sig) {
-  if (g_stop.exchange(sig) != 0) ::_exit(128 + sig);  // async-signal-safe, both
+// Replaces this process with `rrfp-train` from this program's directory, same arguments. Only
+// returns by throwing: no such program (a build without LibTorch), or the exec failed.
+[[noreturn]] void exec_trainer() {
+  char self[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) throw Error("rrfp train: cannot find this program's directory (/proc/self/exe)");
+  std::string path(self, static_cast<std::size_t>(n));
+  path = path.substr(0, path.rfind('/') + 1) + "rrfp-train";
+  if (::access(path.c_str(), X_OK) != 0)
+    throw InputError("rrfp train: this build has no LibTorch (no " + path +
+                     "; install libtorch-dev and rebuild)");
+  std::vector<char*> argv = g_argv;
+  argv.at(0) = path.data();
+  ::execv(path.c_str(), argv.data());
+  throw Error("rrfp train: cannot run " + path + ": " + std::strerror(errno));
 }
-
-void stop_on_signals() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sa.sa_flags = SA_RESTART;  // a write interrupted by the signal goes on
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM}) {
-    struct sigaction old {};
-    ::sigaction(sig, nullptr, &old);
-    if (old.sa_handler != SIG_IGN) ::sigaction(sig, &sa, nullptr);  // a background job's stays
-  }
-}
-
-// The process's exit for a run that a signal stopped: 128 + the signal (130, 143).
-void exit_if_stopped(const train::TrainSummary& s) {
-  if (s.stopped_by) throw QuietExit{128 + s.stopped_by};
-}
-
-// The whole run from the parsed flags.
-train::TrainRun to_run(const TrainFlags& f) {
-  train::TrainRun run = f.run;
-  train::TrainOptions& t = run.train;
-  t.hint = f.dispatch.hint;
-  t.pipe = to_config(f.shape, t.hint);
-  t.runtime = to_runtime(f.dispatch, f.timeout_s);
-  t.model.seed = t.data_seed = f.seed;
-  run.stop = &g_stop;
-  run.warn = [](const std::string& m) {
-    std::cerr << "rrfp train: warning: " << as_flags(m) << "\n";
-  };
-  if (!f.inject_jitter.empty()) {
-    if (f.inject_jitter.rfind("jitter:", 0) != 0)
-      throw InputError("--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got '" +
-                       f.inject_jitter + "'");
-    const JitterLevel j = workload_preset(f.inject_jitter).jitter;
-    if (j.p <= 0)
-      throw InputError("--inject-jitter: '" + f.inject_jitter +
-                       "' injects no jitter (use jitter:J1..J3)");
-    const std::uint64_t seed = f.seed;
-    t.wrap = [j, seed](std::unique_ptr<StageProgram> p, int stage, int) {
-      return with_jitter(std::move(p), j, stage, seed);
-    };
-    run.jitter = f.inject_jitter;
-  }
-  return run;  // run_training validates the rest before it writes or reads anything
-}
-#endif
 
 }  // namespace
+
+void set_train_runner(TrainRunner run) {
+  g_runner = std::move(run);
+}
+
+void set_command_line(int argc, char** argv) {
+  g_argv.assign(argv, argv + argc);
+  g_argv.push_back(nullptr);
+}
 
 void setup_train(CLI::App& app) {
   auto f = std::make_shared<TrainFlags>();
@@ -137,26 +100,11 @@ void setup_train(CLI::App& app) {
                 "inproc (threads) or mpi (one process per rank: mpirun -np P*TP*DP)")
       ->capture_default_str();
   s->callback([f] {
-#ifdef RRFP_HAVE_TORCH
-    stop_on_signals();
-    if (f->transport == "mpi") {
-      train::TrainSummary sum;
-      run_as_mpi_process(timeout_ms_of(f->timeout_s), [&](Job& job) {
-        train::TrainRun run = to_run(*f);
-        run.train.job = &job;
-        sum = train::run_training(run);
-        job.all_gather({});  // every process is done before any tears its endpoint down
-      });
-      exit_if_stopped(sum);
-    } else if (f->transport == "inproc") {
-      exit_if_stopped(train::run_training(to_run(*f)));
-    } else {
+    if (f->transport != "inproc" && f->transport != "mpi")
       throw InputError("--transport: unknown transport '" + f->transport +
                        "' (expected inproc or mpi)");
-    }
-#else
-    throw InputError("rrfp train: this build has no LibTorch (install libtorch-dev and rebuild)");
-#endif
+    if (!g_runner) exec_trainer();  // checked here, run by rrfp-train
+    g_runner(*f);
   });
 }
 

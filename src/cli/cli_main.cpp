@@ -1,0 +1,49 @@
+// rrfp: readiness-first pipeline-parallel runtime. Exit codes: 0 ok, 1 a run failed
+// (deadlock, collective mismatch, internal error), 2 bad input (one line on stderr).
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "cli/options.hpp"
+#include "cli/train_flags.hpp"
+#include "core/error.hpp"
+
+namespace rrfp {
+
+int cli_main(int argc, char** argv) {
+  set_command_line(argc, argv);
+  CLI::App app{"rrfp: pipeline-parallel training that treats the schedule as a hint"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "help for every subcommand");
+  setup_train(app);
+  setup_simulate(app);
+  setup_run(app);
+  setup_schedule(app);
+  setup_sweep(app);
+  setup_plan(app);
+  setup_predict(app);
+  setup_calibrate(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const QuietExit& e) {
+    return e.code;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "rrfp: error: " << e.what() << "\n";
+    return 2;
+  } catch (const InputError& e) {
+    std::cerr << "rrfp: error: " << as_flags(e.what()) << "\n";
+    return 2;
+  } catch (const Error& e) {
+    std::cerr << "rrfp: run failed: " << as_flags(e.what()) << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "rrfp: internal error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace rrfp

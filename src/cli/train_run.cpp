@@ -1,0 +1,96 @@
+// `rrfp train` run: the part of the command that needs LibTorch, linked only into the
+// `rrfp-train` program (cli/train_flags.hpp says why two programs). Signals, the flags turned
+// into training options, and the run in threads or as one MPI process.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <iostream>
+
+#include "cli/mpi_launch.hpp"
+#include "cli/train_flags.hpp"
+#include "core/error.hpp"
+#include "runtime/jitter.hpp"
+#include "train/run.hpp"
+
+namespace rrfp {
+
+namespace {
+
+// SIGINT/SIGTERM: the first asks the run to stop after its current step (the log row, a
+// checkpoint with --save-every, the outputs); a second one ends the process at once.
+std::atomic<int> g_stop{0};
+
+void on_stop_signal(int sig) {
+  if (g_stop.exchange(sig) != 0) ::_exit(128 + sig);  // async-signal-safe, both
+}
+
+void stop_on_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;  // a write interrupted by the signal goes on
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM}) {
+    struct sigaction old {};
+    ::sigaction(sig, nullptr, &old);
+    if (old.sa_handler != SIG_IGN) ::sigaction(sig, &sa, nullptr);  // a background job's stays
+  }
+}
+
+// The process's exit for a run that a signal stopped: 128 + the signal (130, 143).
+void exit_if_stopped(const train::TrainSummary& s) {
+  if (s.stopped_by) throw QuietExit{128 + s.stopped_by};
+}
+
+// The whole run from the parsed flags.
+train::TrainRun to_run(const TrainFlags& f) {
+  train::TrainRun run = f.run;
+  train::TrainOptions& t = run.train;
+  t.hint = f.dispatch.hint;
+  t.pipe = to_config(f.shape, t.hint);
+  t.runtime = to_runtime(f.dispatch, f.timeout_s);
+  t.model.seed = t.data_seed = f.seed;
+  run.stop = &g_stop;
+  run.warn = [](const std::string& m) {
+    std::cerr << "rrfp train: warning: " << as_flags(m) << "\n";
+  };
+  if (!f.inject_jitter.empty()) {
+    if (f.inject_jitter.rfind("jitter:", 0) != 0)
+      throw InputError("--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got '" +
+                       f.inject_jitter + "'");
+    const JitterLevel j = workload_preset(f.inject_jitter).jitter;
+    if (j.p <= 0)
+      throw InputError("--inject-jitter: '" + f.inject_jitter +
+                       "' injects no jitter (use jitter:J1..J3)");
+    const std::uint64_t seed = f.seed;
+    t.wrap = [j, seed](std::unique_ptr<StageProgram> p, int stage, int) {
+      return with_jitter(std::move(p), j, stage, seed);
+    };
+    run.jitter = f.inject_jitter;
+  }
+  return run;  // run_training validates the rest before it writes or reads anything
+}
+
+void run(const TrainFlags& f) {
+  stop_on_signals();
+  if (f.transport == "mpi") {
+    train::TrainSummary sum;
+    run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {
+      train::TrainRun run = to_run(f);
+      run.train.job = &job;
+      sum = train::run_training(run);
+      job.all_gather({});  // every process is done before any tears its endpoint down
+    });
+    exit_if_stopped(sum);
+  } else {
+    exit_if_stopped(train::run_training(to_run(f)));
+  }
+}
+
+}  // namespace
+
+void install_trainer() {
+  set_train_runner(run);
+}
+
+}  // namespace rrfp
