@@ -5,7 +5,8 @@ Usage: bench/twin.py RRFP [--steps N] [--part imports|runs|mpi|mpi-baseline|trai
   imports: the PyTorch profiler fixture (tests/data/torch-pp2), each step replayed in its order;
   runs:    `rrfp run` on threads and under mpirun (P=4), its --trace replayed by `rrfp predict`;
   mpi:     `rrfp calibrate --transport mpi` (shown), then `rrfp run --transport mpi --compare
-           --repeat 7` (calibrating at its start; a warm-up step, then the median of seven) at
+           --repeat 5 --rounds 3` (calibrating at its start; the four runs take turns three
+           times, each time a warm-up step and five timed ones; each run's median of 15) at
            P=4 and 1, 8, 32 MiB messages, 3 seeds (writes docs/data/twin-mpi.csv);
   mpi-baseline: the same with --calibration baseline (the first run fits the bandwidth, the
            other three are predicted);
@@ -79,11 +80,12 @@ def part_runs(rrfp, tmp):
                   f"**{100 * max(errs, key=abs):+.2f}%** | |", file=sys.stderr)
 
 
-REPEAT = 7  # timed steps per run in the mpi part; each run's median step is compared
+REPEAT, ROUNDS = 5, 3  # per run: 5 timed steps in each of 3 interleaved rounds; the median of 15
+STEPS = REPEAT * ROUNDS
 
 
 def mpi_compare(rrfp, mib, seed, calibration=None):
-    """One `rrfp run --transport mpi --compare --repeat 7` (calibrating at its start, the
+    """One `rrfp run --transport mpi --compare --repeat 5 --rounds 3` (calibrating at its start, the
     default: this VM's copy bandwidth drifts within an hour, so one calibration for all runs
     would date). Returns the calibrated GB/s, the links' capacity (messages' worth) and [(run,
     measured median ms, simulated ms, speedups, measured min ms, measured max ms)]."""
@@ -91,7 +93,7 @@ def mpi_compare(rrfp, mib, seed, calibration=None):
     load = os.path.join(ROOT, "scripts", "workloads", f"j2-{mib}mib-messages.json")
     r = subprocess.run([mpirun, "4", rrfp, "run", "--transport", "mpi", "--compare",
                         "--workload-file", load, "--pp", "4", "-m", "16", "--seed", str(seed),
-                        "--repeat", str(REPEAT),
+                        "--repeat", str(REPEAT), "--rounds", str(ROUNDS),
                         *(["--calibration", calibration] if calibration else [])],
                        check=True, capture_output=True, text=True)
     model = [l for l in r.stderr.splitlines() if l.startswith(("simulating", "fitted"))][-1]
@@ -119,7 +121,7 @@ def part_mpi(rrfp, tmp):
     """`rrfp run --transport mpi --compare` at P=4 with 1, 8 and 32 MiB messages."""
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
     print(sh([mpirun, "4", rrfp, "calibrate", "--transport", "mpi"]))
-    print(f"| messages | seed | calibrated GB/s | links | run | measured ms (median of {REPEAT}) | "
+    print(f"| messages | seed | calibrated GB/s | links | run | measured ms (median of {STEPS}) | "
           "range ms | simulated ms | error | speedup measured | simulated |")
     print("|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|")
     rows = []
@@ -171,7 +173,7 @@ def part_mpi(rrfp, tmp):
 def part_mpi_baseline(rrfp, tmp):
     """`--calibration baseline`: the first run (fixed 1F1B with rendezvous) fits the bandwidth,
     the other three are predicted from it."""
-    print(f"| messages | seed | fitted GB/s | run | measured ms (median of {REPEAT}) | range ms | "
+    print(f"| messages | seed | fitted GB/s | run | measured ms (median of {STEPS}) | range ms | "
           "predicted ms | error |")
     print("|---|---:|---:|---|---:|---|---:|---:|")
     rows = []
