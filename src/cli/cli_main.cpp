@@ -34,7 +34,7 @@ int cli_main(int argc, char** argv) {
     std::cerr << "rrfp: error: " << e.what() << "\n";
     return 2;
   } catch (const InputError& e) {
-    std::cerr << "rrfp: error: " << as_flags(e.what()) << "\n";
+    print_input_error(e);
     return 2;
   } catch (const Error& e) {
     std::cerr << "rrfp: run failed: " << as_flags(e.what()) << "\n";

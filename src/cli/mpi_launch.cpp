@@ -18,8 +18,11 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
   MpiWorld world(MpiWorldOptions{.timeout_ms = timeout_ms});
   try {
     body(world);
-  } catch (const InputError&) {
-    if (world.rank() == 0) throw;
+  } catch (const InputError& e) {
+    // Rank 0 says it here, before the shutdown barrier lets any process leave: once one exits
+    // non-zero, mpirun ends the others, and a line rank 0 wrote after the world was gone was
+    // lost so (in CI, when every rank refused the same bad layout at once).
+    if (world.rank() == 0) print_input_error(e);
     throw QuietExit{2};
   } catch (const std::exception& e) {
     // One write: ranks failing together share mpirun's stderr, and a line written piece by

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <iostream>
 
 #include "core/error.hpp"
 
@@ -33,6 +34,12 @@ std::string as_flags(const std::string& message) {
     i = close;
   }
   return out;
+}
+
+void print_input_error(const std::exception& e) {
+  const std::string line = "rrfp: error: " + as_flags(e.what()) + "\n";
+  std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
+  std::cerr.flush();
 }
 
 CLI::Validator not_negative() {

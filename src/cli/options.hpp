@@ -17,6 +17,9 @@ struct QuietExit {
 // A library message with its options named as flags: `max_pending_w` -> --max-pending-w
 // (core/error.hpp).
 std::string as_flags(const std::string& message);
+// Bad input's one line on stderr, "rrfp: error: ..." with flags named, in one write (processes
+// of a job share mpirun's stderr).
+void print_input_error(const std::exception& e);
 
 // For unsigned flags: CLI11 would wrap "-1" around to 2^64 - 1.
 CLI::Validator not_negative();
