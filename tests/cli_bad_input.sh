@@ -231,6 +231,7 @@ check "workload comm_links: must be 0 (each message on its own) or in [1, 4096] 
 # rrfp run --repeat (and --rounds): the measured time is the median of the timed steps, inside
 # their range; with rounds, the runs take turns, each round announced.
 check "--rounds: Value 0 not in range 1 to 100" run --rounds 0
+check "--rounds x --repeat: at most 1000 timed steps per run, got 1010" run --rounds 10 --repeat 101
 for rounds in 1 3; do
   "$rrfp" run --pp 2 -m 4 --workload uniform --hint 1f1b --policy fixed --repeat 3 --compare \
     --rounds $rounds >"$tmp/repeat.txt" 2>"$tmp/repeat.err" &&

@@ -309,6 +309,10 @@ void setup_run(CLI::App& app) {
                   "it); default: a 3-second calibration at startup, at the run's message sizes");
   sub->callback([f, comm] {
     f->exp.dispatch.comm_given = comm->count() > 0;
+    // Every timed step's record is kept until the median is known.
+    if (f->rounds * f->repeat > 1000)
+      throw InputError("--rounds x --repeat: at most 1000 timed steps per run, got " +
+                       std::to_string(f->rounds * f->repeat));
     if (!f->calibration.empty() && f->transport != "mpi")
       throw InputError(
           "--calibration: only with --transport mpi (in one process messages "
