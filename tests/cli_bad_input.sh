@@ -230,6 +230,8 @@ printf '{"comm_links": 0.5}' >"$tmp/links.json"
 check "workload comm_links: must be 0 (each message on its own) or in [1, 4096] (messages' worth of bandwidth), got 0.5" simulate --workload-file "$tmp/links.json"
 # rrfp run --repeat (and --rounds): the measured time is the median of the timed steps, inside
 # their range; with rounds, the runs take turns, each round announced.
+check "--repeat: Value 0 not in range 1 to 1000" run --pp 2 -m 2 --repeat 0
+check "--warmup: Value -1 not in range 0 to 100" run --pp 2 -m 2 --warmup -1
 check "--rounds: Value 0 not in range 1 to 100" run --rounds 0
 check "--rounds x --repeat: at most 1000 timed steps per run, got 1010" run --rounds 10 --repeat 101
 for rounds in 1 3; do
