@@ -75,7 +75,7 @@ void setup_sweep(CLI::App& app);
 void setup_plan(CLI::App& app);
 void setup_predict(CLI::App& app);
 void setup_calibrate(CLI::App& app);
-// The whole command line: every subcommand, the exit codes (cli/main.cpp); `rrfp` and
+// The whole command line: every subcommand, the exit codes (cli/cli_main.cpp); `rrfp` and
 // `rrfp-train` are both this.
 int cli_main(int argc, char** argv);
 
