@@ -4,7 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <barrier>
+#include <thread>
+
+#include "comm/ping_pong.hpp"
 #include "core/error.hpp"
+#include "runtime/runtime.hpp"
 
 namespace rrfp {
 namespace {
@@ -67,6 +72,59 @@ TEST(CalibrationFit, NoSecondPairOrNoSizeCostMeansNoSharedLinks) {
 
   Calibration none;
   EXPECT_THROW(fit_message_model(none), InputError);
+}
+
+// calibrate() on `n` in-process endpoints (threads), endpoint 0's result.
+Calibration calibrate_threads(int n, const CalibrateOptions& o) {
+  Hosting h = in_process_hosting(n);
+  std::barrier sync(n);
+  std::vector<Calibration> results(n);
+  std::vector<std::thread> threads;
+  for (int e = 0; e < n; ++e)
+    threads.emplace_back([&, e] {
+      results[e] = calibrate(
+          *h.transports[e], n, [&] { sync.arrive_and_wait(); }, o);
+    });
+  for (auto& t : threads)
+    t.join();
+  return results[0];
+}
+
+TEST(Calibrate, StreamsAreTimedOnlyWhenAskedAndFourAtOnceOnlyWithTwoPairs) {
+  CalibrateOptions o;
+  o.sizes = {8, std::size_t{1} << 20};
+  o.seconds = 0.2;
+  for (int n : {2, 4})
+    for (bool streams : {false, true}) {
+      o.streams = streams;
+      const Calibration c = calibrate_threads(n, o);
+      ASSERT_EQ(c.points.size(), 2u);
+      EXPECT_EQ(c.streams, streams);
+      for (const CalibrationPoint& p : c.points) {
+        SCOPED_TRACE(std::to_string(n) + " endpoints, streams " + std::to_string(streams) + ", " +
+                     std::to_string(p.bytes) + " bytes");
+        EXPECT_GT(p.alone_us, 0);
+        EXPECT_EQ(p.overlap_us > 0, n == 4);
+        EXPECT_EQ(p.stream_us > 0, streams);
+        EXPECT_EQ(p.stream_two_us > 0, streams && n == 4);
+        EXPECT_EQ(p.stream_four_us > 0, streams && n == 4);
+      }
+      const std::string json = calibration_json(c);
+      EXPECT_EQ(json.find("stream_four_us") != std::string::npos, streams);
+      EXPECT_EQ(format_calibration(c).find("4 streams") != std::string::npos, streams && n == 4);
+    }
+}
+
+TEST(PingPongStream, RefusesAReplyingHandlerAndFewerThanTwoMessages) {
+  Hosting h = in_process_hosting(2);
+  PingPong ping(*h.transports[0]);
+  PingPongOptions o;
+  o.stream = true;
+  o.reply_in_handler = true;
+  EXPECT_THROW(ping.round(o, [] {}), InputError);
+  o.reply_in_handler = false;
+  o.iters = 1;
+  EXPECT_THROW(ping.round(o, [] {}), InputError);
 }
 
 }  // namespace

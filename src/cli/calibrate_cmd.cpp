@@ -19,6 +19,7 @@ namespace {
 struct CalibrateFlags {
   std::string transport = "inproc", sizes = "8,64K,1M,8M,32M", out, json;
   double seconds = 8, timeout_s = 60;
+  bool streams = false;
   int endpoints = 4;
 };
 
@@ -66,6 +67,7 @@ void run_calibrate(const CalibrateFlags& f) {
   CalibrateOptions o;
   o.sizes = parse_sizes(f.sizes);
   o.seconds = f.seconds;
+  o.streams = f.streams;
   if (f.transport == "mpi") {
     run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {
       job.set_layout(JobLayout{job.size(), 1, 1});
@@ -122,6 +124,9 @@ void setup_calibrate(CLI::App& app) {
   sub->add_option("--endpoints", f->endpoints,
                   "inproc: endpoints (threads); 4 measures two transfers at once")
       ->capture_default_str();
+  sub->add_flag("--streams", f->streams,
+                "also time one-way streams: one pair, two pairs, and both pairs both ways (four "
+                "transfers at once); shown, not fitted");
   sub->add_option("--out", f->out, "write the workload fragment (JSON) to FILE");
   sub->add_option("--json", f->json, "write the same JSON to FILE ('-': stdout)");
   add_timeout_flag(sub, f->timeout_s);

@@ -1,7 +1,9 @@
 #pragma once
 // A transport's ping-pong (rrfp calibrate, bench_mpi, bench_c10d): the initiator sends `bytes`,
-// its peer sends each message back, `iters` round trips. `barrier` lines the endpoints up before
-// and after each round (every endpoint of the world calls it).
+// its peer sends each message back, `iters` round trips (or, with `stream`, `iters` messages one
+// way). `barrier` lines the endpoints up before and after each round (every endpoint of the world
+// calls it).
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include <functional>
 #include <mutex>
 
+#include "comm/payload.hpp"
 #include "comm/transport.hpp"
 
 namespace rrfp {
@@ -24,6 +27,11 @@ struct PingPongOptions {
   // input to its compute thread (what the runtime sees; works on every transport, including
   // inproc, whose handlers run on the sending thread).
   bool reply_in_handler = false;
+  // One way instead: the peer sends `iters` messages back to back and the initiator times them
+  // as its calling thread takes each over, from the first to the last (the seconds a message
+  // adds to a stream of them: the copy, with the latency of each hidden behind the one before).
+  bool stream = false;
+  bool both_ways = false;  // a stream each way at once, each side timing what it receives
   double deadline_s = 60;  // a lost message fails the measurement instead of hanging it
 };
 
@@ -32,12 +40,15 @@ struct PingPongOptions {
 class PingPong {
  public:
   explicit PingPong(Transport& t);
-  // Seconds per round trip on the initiator, 0 on the peer. Throws Error past the deadline.
+  // Seconds per round trip (stream: per message received) on the initiator, 0 on the peer
+  // (both ways: on both). Throws Error past the deadline, InputError on bad options.
   double round(const PingPongOptions& o, const std::function<void()>& barrier);
 
  private:
   void on_message(Message&& m);
   void reply(Message&& m);
+  double stream(const PingPongOptions& o, std::chrono::steady_clock::time_point deadline,
+                Payload sent);
 
   Transport& t_;
   std::mutex mu_;

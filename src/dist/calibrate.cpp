@@ -93,7 +93,8 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
   // between calibrations a minute apart.
   constexpr int kReps = 15;
   const bool overlap = endpoints >= 4;
-  const int rounds = (overlap ? 2 : 1) * kReps + 1;  // alone and overlapped, plus a warm-up
+  // Alone and overlapped (and the streams), plus a warm-up.
+  const int rounds = (overlap ? 2 : 1) * (o.streams ? (overlap ? 5 : 2) : 1) * kReps + 1;
   // Each size's share of the budget: a fifth split evenly, the rest by its round trips'
   // planned time, so the large sizes, whose bandwidth the fit rests on, get the most rounds.
   double planned = 0;
@@ -106,20 +107,23 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
   PingPong ping(t);
   Calibration c;
   c.endpoints = endpoints;
+  c.streams = o.streams;
   for (std::size_t bytes : o.sizes) {
     const int iters = iterations(bytes, share(bytes) / rounds);
     CalibrationPoint p;
     p.bytes = bytes;
-    std::vector<double> alone, overlapped;
-    auto round = [&](bool both) {
+    std::vector<double> alone, overlapped, streamed, two, four;
+    auto round = [&](bool both, bool stream = false, bool both_ways = false) {
       const bool active = pair0 || (both && pair1);
       if (active) {
         PingPongOptions pp;
         pp.peer = peer;
         pp.initiator = me % 2 == 0;
         pp.bytes = bytes;
-        pp.iters = iters;
-        return ping.round(pp, barrier) / 2 * 1e6;
+        pp.iters = stream ? 2 * iters : iters;  // as many messages as the round trips' legs
+        pp.stream = stream;
+        pp.both_ways = both_ways;
+        return ping.round(pp, barrier) / (stream ? 1 : 2) * 1e6;
       }
       barrier();  // idle endpoints keep the two barriers of the round
       barrier();
@@ -129,6 +133,16 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
     for (int rep = 0; rep < kReps; ++rep) {
       alone.push_back(round(false));
       if (overlap) overlapped.push_back(round(true));
+      if (!o.streams) continue;
+      streamed.push_back(round(false, true));
+      if (!overlap) continue;
+      two.push_back(round(true, true));
+      four.push_back(round(true, true, true));
+    }
+    if (o.streams) {
+      p.stream_us = median(streamed);
+      p.stream_two_us = overlap ? median(two) : 0;
+      p.stream_four_us = overlap ? median(four) : 0;
     }
     p.alone_us = median(alone);
     p.overlap_us = overlap ? median(overlapped) : 0;
@@ -154,16 +168,25 @@ std::string calibration_json(const Calibration& c) {
   m["overlap_slowdown"] = c.overlap_slowdown;
   m["fit_with_two_pairs"] = c.fitted_with_two_pairs();
   m["points"] = nlohmann::json::array();
-  for (const CalibrationPoint& p : c.points)
-    m["points"].push_back(
-        {{"bytes", p.bytes}, {"alone_us", p.alone_us}, {"overlap_us", p.overlap_us}});
+  for (const CalibrationPoint& p : c.points) {
+    nlohmann::json pj{{"bytes", p.bytes}, {"alone_us", p.alone_us}, {"overlap_us", p.overlap_us}};
+    if (c.streams) {
+      pj["stream_us"] = p.stream_us;
+      pj["stream_two_us"] = p.stream_two_us;
+      pj["stream_four_us"] = p.stream_four_us;
+    }
+    m["points"].push_back(pj);
+  }
   j["calibration"] = m;
   return j.dump(2) + "\n";
 }
 
 std::string format_calibration(const Calibration& c) {
+  const bool streams = c.streams;
+  const bool four = streams && c.endpoints >= 4;
   std::string out = "rrfp calibrate: " + c.transport + ", " + std::to_string(c.endpoints) +
-                    " endpoints\n\n      bytes   one-way us     GB/s   overlapped us  slowdown\n";
+                    " endpoints\n\n      bytes   one-way us     GB/s   overlapped us  slowdown" +
+                    (streams ? "  stream us" : "") + (four ? "  2 streams  4 streams" : "") + "\n";
   for (const CalibrationPoint& p : c.points) {
     const double gbps = static_cast<double>(p.bytes) / p.alone_us / 1e3;
     out += fmt("%11.0f", static_cast<double>(p.bytes)) + fmt("  %11.1f", p.alone_us) +
@@ -171,6 +194,9 @@ std::string format_calibration(const Calibration& c) {
            (p.overlap_us > 0
                 ? fmt("  %14.1f", p.overlap_us) + fmt("  %7.2fx", p.overlap_us / p.alone_us)
                 : std::string("               -        -")) +
+           (streams ? fmt("  %9.1f", p.stream_us) : std::string()) +
+           (four ? fmt("  %9.1f", p.stream_two_us) + fmt("  %9.1f", p.stream_four_us)
+                 : std::string()) +
            "\n";
   }
   out += std::string("\nfit") + (c.fitted_with_two_pairs() ? " (two pairs at once)" : "") +

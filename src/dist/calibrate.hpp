@@ -16,17 +16,28 @@ struct CalibrateOptions {
   std::vector<std::size_t> sizes{8, std::size_t{64} << 10, std::size_t{1} << 20,
                                  std::size_t{8} << 20, std::size_t{32} << 20};
   double seconds = 8;  // the whole measurement's budget, shared by sizes and repetitions
+  // Also one-way streams (PingPongOptions::stream): one pair, two pairs, and both pairs both
+  // ways (four transfers at once). Shown and written, not fitted: they tell how the machine's
+  // bandwidth falls past two transfers at once, which the ping-pong cannot (docs/twin.md).
+  bool streams = false;
 };
 
 struct CalibrationPoint {
   std::size_t bytes = 0;
   double alone_us = 0;    // one way, the median of the repetitions
   double overlap_us = 0;  // the same while another pair transfers (0: no second pair)
+  // With CalibrateOptions::streams (else 0): what a message adds to a one-way stream, alone,
+  // while the other pair streams too, and with both pairs streaming both ways (0: no second
+  // pair).
+  double stream_us = 0;
+  double stream_two_us = 0;
+  double stream_four_us = 0;
 };
 
 struct Calibration {
   std::string transport;
   int endpoints = 0;
+  bool streams = false;  // the points' stream columns were measured
   std::vector<CalibrationPoint> points;
   double latency_us = 0;        // the smallest size's one-way time
   double bandwidth_gbps = 0;    // fitted over the sizes; 0: size costs nothing (inproc)
