@@ -217,6 +217,8 @@ check "--sizes: '0' is not a size" calibrate --sizes 0
 check "--transport: unknown transport 'tcp'" calibrate --transport tcp
 check "--endpoints: expected 2..64, got 1" calibrate --endpoints 1
 check "--calibration: only with --transport mpi" run --pp 2 -m 2 --calibration x.json
+check "--rendezvous: expected offer or pull, got 'eager'" run --pp 2 -m 2 --rendezvous eager
+check "--rendezvous pull: only with --transport mpi" run --pp 2 -m 2 --rendezvous pull
 "$rrfp" calibrate --sizes 8,64K --seconds 0.2 --out "$tmp/cal.json" >/dev/null &&
   grep -qE '"comm_links": [0-9.]+' "$tmp/cal.json" &&
   grep -q '"comm_sigma": 0' "$tmp/cal.json" &&

@@ -23,6 +23,23 @@ TEST(Wire, CarriesTheProducersCost) {
   EXPECT_EQ(decode(encode(t, 10)).cost_ns, std::int64_t{INT32_MAX} * 1000);
 }
 
+// The rendezvous flags survive the header, each on its own (runtime/delivery.cpp).
+TEST(Wire, CarriesTheRendezvousFlags) {
+  for (int k = 0; k < 4; ++k) {
+    MessageTag t{5, TaskId{Kind::F, 1, 2}};
+    t.ack = k == 1;
+    t.offer = k == 2;
+    t.pull = k == 3;
+    EXPECT_EQ(decode(encode(t, 0)), t) << k;
+  }
+  MessageTag t{5, TaskId{Kind::F, 1, 2}};
+  t.offer = true;
+  EXPECT_EQ(to_string(t), "step 5 offer of F c1 m2");
+  t.offer = false;
+  t.pull = true;
+  EXPECT_EQ(to_string(t), "step 5 pull of F c1 m2");
+}
+
 TEST(Inproc, HandsOffWithoutACopy) {
   auto eps = make_inproc_transports(2);
   const std::byte* seen = nullptr;

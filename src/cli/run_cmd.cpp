@@ -24,7 +24,7 @@ struct RunFlags {
   double timeout_s = 60;
   int warmup = 1, repeat = 1, rounds = 1;
   bool spin = false, compare = false;
-  std::string transport = "inproc", calibration;
+  std::string transport = "inproc", calibration, rendezvous = "offer";
 };
 
 struct MessageModel {
@@ -167,6 +167,7 @@ void run_emulated(const RunFlags& f, Job* world) {
     // real transport moves the bytes, and that is the message's cost (adding the model's
     // latency on top would count it twice).
     if (!world) ro.latency = emulated_latency(m, w);
+    ro.rendezvous_pull = f.rendezvous == "pull";
     // Untimed steps first, as any benchmark takes: they fill the output and receive pools, so
     // the measured steps map no fresh memory (on the reference VM a fresh 32 MiB output took
     // 100-290 ms of page faults, against its 4-12 ms task). Then --repeat timed steps, each
@@ -307,6 +308,11 @@ void setup_run(CLI::App& app) {
                   "--out, or 'baseline' (the startup calibration with the bandwidth at which the "
                   "first run's measured step is reproduced; the other runs are predicted from "
                   "it); default: a 3-second calibration at startup, at the run's message sizes");
+  sub->add_option("--rendezvous", f->rendezvous,
+                  "mpi, blocking runs: the payload travels with the offer ('offer') or waits "
+                  "for the receiver to accept and pull it ('pull', design.md's rendezvous; "
+                  "docs/runtime.md)")
+      ->capture_default_str();
   sub->callback([f, comm] {
     f->exp.dispatch.comm_given = comm->count() > 0;
     // Every timed step's record is kept until the median is known.
@@ -317,6 +323,12 @@ void setup_run(CLI::App& app) {
       throw InputError(
           "--calibration: only with --transport mpi (in one process messages "
           "follow the workload's model)");
+    if (f->rendezvous != "offer" && f->rendezvous != "pull")
+      throw InputError("--rendezvous: expected offer or pull, got '" + f->rendezvous + "'");
+    if (f->rendezvous == "pull" && f->transport != "mpi")
+      throw InputError(
+          "--rendezvous pull: only with --transport mpi (in one process the emulated latency "
+          "runs from the acceptance)");
     if (f->transport == "mpi")
       run_as_mpi_process(timeout_ms_of(f->timeout_s), [&](Job& job) { run_emulated(*f, &job); });
     else if (f->transport == "inproc")

@@ -20,6 +20,12 @@ struct MessageTag {
   // A rendezvous acknowledgement (blocking mode): the receiver has taken the producer's output,
   // so the sender may compute again. Carries no payload.
   bool ack = false;
+  // Rendezvous over a transport that moves the bytes (blocking mode with no emulated latency):
+  // an `offer` announces the producer's output and leaves its payload with the sender; the
+  // receiver, once it accepts, sends a `pull`, and the sender answers with the payload under the
+  // plain data tag. Neither carries a payload.
+  bool offer = false;
+  bool pull = false;
   Control control = Control::None;
   std::int32_t round = 0;  // Proposal: the agree round, counted per step
   // Data: how long the producer took, measured where it ran (the adaptive rule ranks ready
@@ -28,7 +34,8 @@ struct MessageTag {
   friend bool operator==(const MessageTag&, const MessageTag&) = default;
 };
 
-// "step 3 F c1 m7" ("step 3 ack of F c1 m7", "step 3 choice F c1 m7",
+// "step 3 F c1 m7" ("step 3 ack of F c1 m7", "step 3 offer of F c1 m7", "step 3 pull of F c1
+// m7", "step 3 choice F c1 m7",
 // "step 3 proposal 5 F c1 m7")
 std::string to_string(const MessageTag& t);
 

@@ -10,7 +10,8 @@
 
 namespace rrfp {
 
-inline constexpr int kFlagAck = 1, kFlagFollows = 2;  // the payload follows under its data tag
+inline constexpr int kFlagAck = 1, kFlagFollows = 2,  // the payload follows under its data tag
+    kFlagOffer = 4, kFlagPull = 8;
 
 struct Wire {
   std::int32_t step, kind, chunk, mb, flags, round;
@@ -24,7 +25,8 @@ inline Wire encode(const MessageTag& t, std::size_t size) {
               static_cast<std::int32_t>(t.producer.kind),
               t.producer.chunk,
               t.producer.mb,
-              (t.ack ? kFlagAck : 0) | (static_cast<int>(t.control) << 8),
+              (t.ack ? kFlagAck : 0) | (t.offer ? kFlagOffer : 0) | (t.pull ? kFlagPull : 0) |
+                  (static_cast<int>(t.control) << 8),
               t.round,
               size,
               0,
@@ -36,6 +38,8 @@ inline MessageTag decode(const Wire& w) {
   t.step = w.step;
   t.producer = TaskId{static_cast<Kind>(w.kind), w.chunk, w.mb};
   t.ack = (w.flags & kFlagAck) != 0;
+  t.offer = (w.flags & kFlagOffer) != 0;
+  t.pull = (w.flags & kFlagPull) != 0;
   t.control = static_cast<Control>((w.flags >> 8) & 0xff);
   t.round = w.round;
   t.cost_ns = static_cast<std::int64_t>(std::max(w.cost_us, 0)) * 1000;

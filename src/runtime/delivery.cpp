@@ -1,6 +1,8 @@
 // The two deliveries of delivery.hpp.
 #include "runtime/delivery.hpp"
 
+#include <algorithm>
+
 #include "core/clock.hpp"
 #include "core/error.hpp"
 
@@ -26,7 +28,8 @@ class AsyncDelivery final : public Delivery {
 
   void begin_step() override {}
 
-  void on_data(int r, const TaskId& consumer, Message&& msg) override {
+  void on_data(int r, const TaskId& consumer, Message&& msg, std::vector<Outgoing>&) override {
+    if (msg.tag.offer) throw ProtocolError("is an offer, and this stage sends asynchronously");
     StageRank& rk = c_.rank(r);
     if (c_.note_costs()) rk.arb->note_cost(consumer, msg.tag.cost_ns);
     const bool ready = rk.inputs->arrive(consumer);  // refuses a second arrival first
@@ -37,6 +40,9 @@ class AsyncDelivery final : public Delivery {
 
   void on_ack(int, const Message&) override {
     throw ProtocolError("acknowledges no pending send (this stage sends asynchronously)");
+  }
+  void on_pull(int, const Message&, std::vector<Outgoing>&) override {
+    throw ProtocolError("asks for an output never offered (this stage sends asynchronously)");
   }
 
   bool idle(std::unique_lock<std::mutex>&, int) override { return false; }
@@ -54,10 +60,14 @@ class AsyncDelivery final : public Delivery {
 };
 
 // blocking (the baseline): core/rendezvous.hpp decides what is offered, accepted and held;
-// this moves the bytes, runs the emulated latency from the acceptance, and acknowledges.
+// this delivers the input at the acceptance (after the emulated latency, if any) and
+// acknowledges it. The offer carries the payload, or, with RuntimeOptions::rendezvous_pull,
+// leaves it with the sender until the receiver, having accepted, pulls it: over a transport
+// that moves bytes, the first lets the copy overlap the receiver's compute, which Megatron's
+// batched send/recv cannot; the second costs two more control messages (docs/runtime.md).
 class RendezvousDelivery final : public Delivery {
  public:
-  explicit RendezvousDelivery(StageCore& c) : c_(c), ranks_(c.tp) {}
+  explicit RendezvousDelivery(StageCore& c) : c_(c), ranks_(c.tp), pull_(c.env.rendezvous_pull) {}
 
   void begin_step() override {
     const bool fixed = c_.env.arbiter.policy == Policy::Fixed;
@@ -65,16 +75,43 @@ class RendezvousDelivery final : public Delivery {
       if (!c_.rank(r).local()) continue;
       PerRank& pr = ranks_[r];
       pr.offered.clear();
+      pr.unsent.clear();
+      pr.pulled.clear();
       pr.rdv = std::make_unique<Rendezvous>(
           c_.m, fixed ? &c_.env.hint->list().stages[c_.stage] : nullptr, *c_.rank(r).inputs);
     }
   }
 
-  void on_data(int r, const TaskId& consumer, Message&& msg) override {
+  void on_data(int r, const TaskId& consumer, Message&& msg,
+               std::vector<Outgoing>& replies) override {
     PerRank& pr = ranks_[r];
+    if (pull_ && !msg.tag.offer) {  // a pulled payload
+      const auto it = std::find(pr.pulled.begin(), pr.pulled.end(), consumer);
+      if (it == pr.pulled.end())
+        throw ProtocolError("brings a payload that " + to_string(consumer) +
+                            " did not ask for (rendezvous: offer, pull, then the payload)");
+      pr.pulled.erase(it);
+      replies.push_back(deliver(r, consumer, std::move(msg)));
+      return;
+    }
+    if (msg.tag.offer && !pull_)
+      throw ProtocolError(
+          "is an offer without its payload, which this stage expects with the "
+          "offer (emulated latency)");
     pr.rdv->on_offer(consumer, static_cast<int>(pr.offered.size()));
     pr.offered.push_back(std::move(msg));
     c_.cv.notify_all();  // accepted by the rank's own thread when it is idle
+  }
+
+  void on_pull(int r, const Message& msg, std::vector<Outgoing>& replies) override {
+    PerRank& pr = ranks_[r];
+    const auto it = std::find_if(pr.unsent.begin(), pr.unsent.end(), [&](const Unsent& u) {
+      return u.tag.producer == msg.tag.producer;
+    });
+    if (it == pr.unsent.end() || it->dst != msg.src)
+      throw ProtocolError("asks for an output this rank has not offered to it, or has sent");
+    replies.push_back(Outgoing{it->dst, it->tag, std::move(it->payload)});
+    pr.unsent.erase(it);
   }
 
   void on_ack(int r, const Message&) override {
@@ -97,6 +134,14 @@ class RendezvousDelivery final : public Delivery {
       std::vector<std::function<void()>> inline_now;
       for (const Rendezvous::Offer& o : start) {
         Message msg = std::move(pr.offered[o.handle]);
+        if (pull_) {
+          pr.pulled.push_back(o.consumer);
+          MessageTag pull = msg.tag;
+          pull.offer = false;
+          pull.pull = true;
+          inline_now.push_back([this, r, src = msg.src, pull] { c_.send(r, src, pull, {}); });
+          continue;
+        }
         const std::int64_t lat = c_.env.latency ? c_.env.latency(r, msg.tag.producer) : 0;
         auto done = [this, r, consumer = o.consumer, msg = std::move(msg)]() mutable {
           complete(r, consumer, std::move(msg));
@@ -107,7 +152,7 @@ class RendezvousDelivery final : public Delivery {
           inline_now.push_back(std::move(done));
       }
       if (inline_now.empty()) return accepted;
-      lk.unlock();  // completing sends an acknowledgement: never with the stage lock held
+      lk.unlock();  // completing or pulling sends a message: never with the stage lock held
       for (auto& f : inline_now)
         f();
       lk.lock();
@@ -121,37 +166,61 @@ class RendezvousDelivery final : public Delivery {
     PerRank& pr = ranks_[r];
     if (pr.rdv->held() == 0) pr.held_since = end;
     pr.rdv->offered();  // the latency runs from the receiver's acceptance
-    sends.push_back(
-        Outgoing{destination(c_, r, consumer), data_tag(c_.step, producer, cost_ns), out});
+    const int dst = destination(c_, r, consumer);
+    const MessageTag tag = data_tag(c_.step, producer, cost_ns);
+    if (!pull_) {
+      sends.push_back(Outgoing{dst, tag, out});
+      return;
+    }
+    pr.unsent.push_back(Unsent{dst, tag, out});
+    MessageTag offer = tag;
+    offer.offer = true;
+    sends.push_back(Outgoing{dst, offer, {}});
   }
 
   const Rendezvous* rendezvous(int r) const override { return ranks_[r].rdv.get(); }
 
  private:
+  struct Unsent {  // pull mode: an offered output, until its receiver pulls it
+    int dst;
+    MessageTag tag;
+    Payload payload;
+  };
   struct PerRank {
     std::unique_ptr<Rendezvous> rdv;
     std::vector<Message> offered;  // by offer handle
+    std::vector<Unsent> unsent;
+    std::vector<TaskId> pulled;  // pull mode: accepted inputs whose payload is on its way
     std::int64_t held_since = 0;
   };
 
+  // The input is delivered (lock held); returns its acknowledgement, to send unlocked.
+  Outgoing deliver(int r, const TaskId& consumer, Message msg) {
+    StageRank& rk = c_.rank(r);
+    rk.input[c_.m.local_index(consumer)] = std::move(msg.payload);
+    rk.arrived[c_.m.local_index(consumer)] = now_ns();
+    if (c_.note_costs()) rk.arb->note_cost(consumer, msg.tag.cost_ns);
+    rk.inputs->deliver(consumer);
+    c_.cv.notify_all();  // the next posted receive may now be another offer's
+    MessageTag ack = msg.tag;
+    ack.ack = true;
+    ack.offer = false;
+    return Outgoing{msg.src, ack, {}};
+  }
+
   void complete(int r, const TaskId& consumer, Message msg) {
+    Outgoing ack;
     {
       std::lock_guard lk(c_.mu);
       if (c_.failure.failed()) return;
-      StageRank& rk = c_.rank(r);
-      rk.input[c_.m.local_index(consumer)] = std::move(msg.payload);
-      rk.arrived[c_.m.local_index(consumer)] = now_ns();
-      if (c_.note_costs()) rk.arb->note_cost(consumer, msg.tag.cost_ns);
-      rk.inputs->deliver(consumer);
-      c_.cv.notify_all();  // the next posted receive may now be another offer's
+      ack = deliver(r, consumer, std::move(msg));
     }
-    MessageTag ack = msg.tag;
-    ack.ack = true;
-    c_.send(r, msg.src, ack, {});
+    c_.send(r, ack.dst, ack.tag, {});
   }
 
   StageCore& c_;
   std::vector<PerRank> ranks_;
+  const bool pull_;
 };
 
 }  // namespace

@@ -1,9 +1,9 @@
 #pragma once
 // How a stage's data messages become task inputs (design.md §3), chosen once per stage:
 // `async` delivers an arrival at once; `rendezvous` (blocking, the baseline) lets the sender
-// offer it, the receiver accept it when idle, and acknowledges the transfer. Both drive the
-// core's state machines (Readiness, Rendezvous); what they add is the lock, the threads and
-// the bytes.
+// offer it, the receiver accept it when idle, moves it, and acknowledges the transfer. Both drive
+// the core's state machines (Readiness, Rendezvous); what they add is the lock, the threads and the
+// bytes.
 #include <memory>
 #include <vector>
 
@@ -25,10 +25,15 @@ class Delivery {
   virtual ~Delivery() = default;
   // After the stage's ranks have their step's Readiness (lock held).
   virtual void begin_step() = 0;
-  // A data message for `consumer`'s input on rank r, already matched (lock held). Throws
-  // ProtocolError when the state machines refuse it.
-  virtual void on_data(int r, const TaskId& consumer, Message&& msg) = 0;
+  // A data message (or an offer) for `consumer`'s input on rank r, already matched (lock held);
+  // what it makes the rank send goes to `replies`. Throws ProtocolError when the state machines
+  // refuse it.
+  virtual void on_data(int r, const TaskId& consumer, Message&& msg,
+                       std::vector<Outgoing>& replies) = 0;
   virtual void on_ack(int r, const Message& msg) = 0;
+  // A receiver accepted rank r's offer of msg.tag.producer's output: its payload goes to
+  // `replies` (lock held).
+  virtual void on_pull(int r, const Message& msg, std::vector<Outgoing>& replies) = 0;
   // Rank r's thread, not computing, lock held: takes what an idle rank may take. True when it
   // took anything (it may have released the lock meanwhile).
   virtual bool idle(std::unique_lock<std::mutex>& lk, int r) = 0;

@@ -29,6 +29,9 @@ void validate(const RuntimeOptions& o) {
   if (o.timeout_ms < 0)
     throw InputError("`timeout`: must not be negative, got " + std::to_string(o.timeout_ms) +
                      " ms");
+  if (o.rendezvous_pull && o.latency)
+    throw InputError(
+        "`rendezvous_pull`: only without emulated latency (a transport that moves the bytes)");
 }
 
 std::int64_t timeout_ms_of(double seconds) {
@@ -79,6 +82,7 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
   env.failure = &failure_;
   env.delay = delay_.get();
   env.latency = opt_.latency;
+  env.rendezvous_pull = opt_.rendezvous_pull;
   env.peer_name = hosting.peer_name;
   groups_.resize(p);
   stages_.resize(p);

@@ -24,6 +24,12 @@ struct RuntimeOptions {
   // with a StallError describing every stage. 0 disables it. It must exceed the longest task.
   std::int64_t timeout_ms = 60'000;
   LatencyFn latency;  // emulated message latency; empty: messages leave at once
+  // Blocking mode over a transport that moves bytes: false (the default), a payload travels
+  // with its offer and is taken at the acceptance, so its copy can overlap the receiver's
+  // compute; true, the offer leaves it with the sender and the receiver pulls it once it
+  // accepts, design.md §3's rendezvous (the transfer starts when both sides are ready). Needs
+  // no emulated latency (which runs from the acceptance anyway). docs/runtime.md.
+  bool rendezvous_pull = false;
 };
 
 // Throws InputError naming the option (`tp`, `timeout`); the arbiter's options are checked

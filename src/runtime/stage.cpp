@@ -56,18 +56,28 @@ void Stage::begin_step(int step, std::int64_t t0) {
   for (int r = 0; r < core_.tp; ++r) {
     std::vector<Message> early;
     early.swap(core_.rank(r).early);
+    // Early messages are data and offers: a pull or an acknowledgement answers something this
+    // rank sent in this step, and so cannot come before it.
+    std::vector<Outgoing> replies;
     for (Message& msg : early)
-      route(r, std::move(msg));
+      route(r, std::move(msg), replies);
+    if (!replies.empty())
+      throw ProtocolError(core_.name(r) + ": a message kept for step " + std::to_string(step) +
+                          " asked for a reply before the step began");
   }
 }
 
 void Stage::on_message(int r, Message&& msg) {
-  std::lock_guard lk(core_.mu);
-  try {
-    route(r, std::move(msg));
-  } catch (const Error&) {
-    core_.failure.fail(std::current_exception());
+  std::vector<Outgoing> replies;
+  {
+    std::lock_guard lk(core_.mu);
+    try {
+      route(r, std::move(msg), replies);
+    } catch (const Error&) {
+      core_.failure.fail(std::current_exception());
+    }
   }
+  post_sends(r, replies);
 }
 
 // The consumer of a data message on this stage: the task of the producer's kind that takes its
@@ -84,7 +94,7 @@ std::optional<TaskId> Stage::match(const Message& msg) const {
   return std::nullopt;
 }
 
-void Stage::route(int r, Message&& msg) {
+void Stage::route(int r, Message&& msg, std::vector<Outgoing>& replies) {
   const MessageTag& tag = msg.tag;
   auto where = [&] {
     return core_.name(r) + ": message " + to_string(tag) + " from rank " + std::to_string(msg.src);
@@ -109,6 +119,10 @@ void Stage::route(int r, Message&& msg) {
   };
   if (tag.ack) {
     refusing([&] { delivery_->on_ack(r, msg); });
+  } else if (tag.pull) {
+    if (!core_.m.valid(tag.producer) || core_.m.stage_of(tag.producer) != core_.stage)
+      throw ProtocolError(where() + ": names no task of this stage");
+    refusing([&] { delivery_->on_pull(r, msg, replies); });
   } else if (tag.control != Control::None) {
     if (tag.control != Control::Choice && tag.control != Control::Proposal)
       throw ProtocolError(where() + ": unknown control message");
@@ -127,10 +141,13 @@ void Stage::route(int r, Message&& msg) {
       throw ProtocolError(where() + ": " + to_string(tag.producer) + " is computed by rank " +
                           std::to_string(expected_src));
     const StageRank& rk = core_.rank(r);
-    if (auto want = rk.program->input_bytes(*consumer); want && *want != msg.payload.size())
+    if (auto want = rk.program->input_bytes(*consumer);
+        want && !tag.offer && *want != msg.payload.size())
       throw ProtocolError(where() + " has " + std::to_string(msg.payload.size()) + " bytes; " +
                           to_string(*consumer) + " expects " + std::to_string(*want));
-    refusing([&] { delivery_->on_data(r, *consumer, std::move(msg)); });
+    if (tag.offer && !msg.payload.empty())
+      throw ProtocolError(where() + ": an offer carries no payload");
+    refusing([&] { delivery_->on_data(r, *consumer, std::move(msg), replies); });
   }
   core_.failure.bump();
 }

@@ -33,7 +33,9 @@ class Stage {
   bool local(int r) const { return core_.ranks[r].local(); }
 
  private:
-  void route(int r, Message&& msg);
+  // `replies`: what the message makes this rank send (rendezvous pulls and payloads, an
+  // acknowledgement), posted once the stage lock is released.
+  void route(int r, Message&& msg, std::vector<Outgoing>& replies);
   std::optional<TaskId> match(const Message& msg) const;
   bool execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t, std::int64_t& prev_end);
   Payload call_program(StageRank& rk, TaskContext& ctx, const TaskId& t, Payload in);
