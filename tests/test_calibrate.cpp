@@ -74,6 +74,30 @@ TEST(CalibrationFit, NoSecondPairOrNoSizeCostMeansNoSharedLinks) {
   EXPECT_THROW(fit_message_model(none), InputError);
 }
 
+// With four streams measured, the links come from them: 4 / their slowdown within [1, 4],
+// whatever the ping-pong's two pairs said; the bandwidth is still the ping-pong's alone.
+TEST(CalibrationFit, FourStreamsGiveTheLinksWhenMeasured) {
+  struct Case {
+    double four_slowdown, links;
+  };
+  for (const Case k : {Case{2.0, 2.0}, Case{2.15, 4 / 2.15}, Case{5.0, 1.0}, Case{0.8, 4.0}}) {
+    Calibration c = measured(1.6);
+    c.points.back().stream_us = 5000;
+    c.points.back().stream_four_us = 5000 * k.four_slowdown;
+    fit_message_model(c);
+    EXPECT_NEAR(c.bandwidth_gbps, 5, 1e-9);
+    EXPECT_DOUBLE_EQ(c.overlap_slowdown, 1.6);
+    EXPECT_DOUBLE_EQ(c.four_slowdown, k.four_slowdown);
+    EXPECT_DOUBLE_EQ(c.links, k.links) << "four streams " << k.four_slowdown;
+    EXPECT_TRUE(c.links_from_streams());
+    EXPECT_NE(format_calibration(c).find("four streams at once"), std::string::npos);
+  }
+  Calibration two = measured(1.6);  // no streams: the two pairs' rule
+  fit_message_model(two);
+  EXPECT_DOUBLE_EQ(two.links, 2 / 1.6);
+  EXPECT_FALSE(two.links_from_streams());
+}
+
 // calibrate() on `n` in-process endpoints (threads), endpoint 0's result.
 Calibration calibrate_threads(int n, const CalibrateOptions& o) {
   Hosting h = in_process_hosting(n);

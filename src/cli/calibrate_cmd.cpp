@@ -126,7 +126,7 @@ void setup_calibrate(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--streams", f->streams,
                 "also time one-way streams: one pair, two pairs, and both pairs both ways (four "
-                "transfers at once); shown, not fitted");
+                "transfers at once), which then give the links");
   sub->add_option("--out", f->out, "write the workload fragment (JSON) to FILE");
   sub->add_option("--json", f->json, "write the same JSON to FILE ('-': stdout)");
   add_timeout_flag(sub, f->timeout_s);

@@ -68,6 +68,18 @@ void fit_message_model(Calibration& c) {
   // threshold at 1.5x between one link and two flipped the prediction with it. A transport
   // that moves pointers (inproc: no bandwidth) has no capacity to share; its slowdown is
   // thread wake-ups.
+  c.four_slowdown = 0;
+  if (c.bandwidth_gbps > 0 && largest->stream_us > 0 && largest->stream_four_us > 0) {
+    // Four streams at once, every process copying, none waiting on a hand-over: what the
+    // messages of a step in flight together do. On the reference VM a 32 MiB step message took
+    // 1.05-1.22x as long with one other in flight as alone (bench/fit_messages.py
+    // --by-concurrency), where the two pairs' ping-pong took 1.47-1.69x: each of its legs waits
+    // for a thread to wake behind the other pair's copy, which a step's messages, sent while the
+    // stages compute, mostly do not. Four streams took 2.1-2.2x: the two cores' worth.
+    c.four_slowdown = largest->stream_four_us / largest->stream_us;
+    c.links = std::clamp(4 / c.four_slowdown, 1.0, 4.0);
+    return;
+  }
   if (c.bandwidth_gbps > 0 && overlap) {
     c.links = std::clamp(2 / c.overlap_slowdown, 1.0, 2.0);
     // Faster with the other pair transferring than alone: waking waiters preempt the copying
@@ -93,8 +105,9 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
   // between calibrations a minute apart.
   constexpr int kReps = 15;
   const bool overlap = endpoints >= 4;
-  // Alone and overlapped (and the streams), plus a warm-up.
-  const int rounds = (overlap ? 2 : 1) * (o.streams ? (overlap ? 5 : 2) : 1) * kReps + 1;
+  // Per repetition: alone, overlapped, and the streams (alone, two pairs, four); plus a warm-up.
+  const int per_rep = (overlap ? 2 : 1) + (o.streams ? (overlap ? 3 : 1) : 0);
+  const int rounds = per_rep * kReps + 1;
   // Each size's share of the budget: a fifth split evenly, the rest by its round trips'
   // planned time, so the large sizes, whose bandwidth the fit rests on, get the most rounds.
   double planned = 0;
@@ -167,6 +180,7 @@ std::string calibration_json(const Calibration& c) {
   m["endpoints"] = c.endpoints;
   m["overlap_slowdown"] = c.overlap_slowdown;
   m["fit_with_two_pairs"] = c.fitted_with_two_pairs();
+  if (c.four_slowdown > 0) m["four_slowdown"] = c.four_slowdown;
   m["points"] = nlohmann::json::array();
   for (const CalibrationPoint& p : c.points) {
     nlohmann::json pj{{"bytes", p.bytes}, {"alone_us", p.alone_us}, {"overlap_us", p.overlap_us}};
@@ -199,17 +213,20 @@ std::string format_calibration(const Calibration& c) {
                  : std::string()) +
            "\n";
   }
-  out += std::string("\nfit") + (c.fitted_with_two_pairs() ? " (two pairs at once)" : "") +
-         ": latency " + fmt("%.1f", c.latency_us) + " us" +
-         (c.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", c.bandwidth_gbps) + " GB/s"
-                               : std::string(", whatever the size")) +
-         (c.overlap_slowdown != 1
-              ? "; two transfers at once take " + fmt("%.2fx", c.overlap_slowdown) + " as long" +
-                    (c.links > 0 ? ": links " + fmt("%.2f", c.links) +
-                                       " (messages' worth of bandwidth shared by all)"
-                                 : std::string())
-              : std::string()) +
-         "\n";
+  out +=
+      std::string("\nfit") + (c.fitted_with_two_pairs() ? " (two pairs at once)" : "") +
+      ": latency " + fmt("%.1f", c.latency_us) + " us" +
+      (c.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", c.bandwidth_gbps) + " GB/s"
+                            : std::string(", whatever the size")) +
+      (c.overlap_slowdown != 1
+           ? "; two transfers at once take " + fmt("%.2fx", c.overlap_slowdown) + " as long"
+           : std::string()) +
+      (c.four_slowdown > 0 ? "; four streams at once, " + fmt("%.2fx", c.four_slowdown) + " as long"
+                           : std::string()) +
+      (c.links > 0
+           ? ": links " + fmt("%.2f", c.links) + " (messages' worth of bandwidth shared by all)"
+           : std::string()) +
+      "\n";
   return out;
 }
 

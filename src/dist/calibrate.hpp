@@ -1,8 +1,9 @@
 #pragma once
 // What a transport really delivers here (rrfp calibrate, docs/twin.md): one-way time by
 // message size between endpoints 0 and 1, alone and while endpoints 2 and 3 transfer the same
-// sizes at once (processes sharing cores and memory bandwidth), fitted to the simulator's
-// message model: latency + bytes / bandwidth, and how much longer an overlapped transfer takes.
+// sizes at once (processes sharing cores and memory bandwidth), and optionally one-way streams
+// of up to four transfers at once, fitted to the simulator's message model: latency + bytes /
+// bandwidth, and how much longer a transfer takes with others in flight (the links).
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -17,8 +18,8 @@ struct CalibrateOptions {
                                  std::size_t{8} << 20, std::size_t{32} << 20};
   double seconds = 8;  // the whole measurement's budget, shared by sizes and repetitions
   // Also one-way streams (PingPongOptions::stream): one pair, two pairs, and both pairs both
-  // ways (four transfers at once). Shown and written, not fitted: they tell how the machine's
-  // bandwidth falls past two transfers at once, which the ping-pong cannot (docs/twin.md).
+  // ways (four transfers at once). With four endpoints or more the four give the links
+  // (Calibration::links); `rrfp run --compare` measures them at startup (docs/twin.md).
   bool streams = false;
 };
 
@@ -42,16 +43,23 @@ struct Calibration {
   double latency_us = 0;        // the smallest size's one-way time
   double bandwidth_gbps = 0;    // fitted over the sizes; 0: size costs nothing (inproc)
   double overlap_slowdown = 1;  // overlapped / alone at the largest size (1: not measured)
-  // WorkloadParams::comm_links, the machine's capacity in messages' worth of bandwidth:
-  // 2 / overlap_slowdown within [1, 2] (two transfers at once taking 1.54x as long as one give
-  // 1.3; twice as long or more, 1: they share one transfer's rate). Two pairs measure no more
-  // than 2. When two at once were faster than one alone, 2, fitted to the overlapped column
-  // (every endpoint busy, as in a pipeline step) rather than the alone one. 0 when no second
-  // pair was measured or size costs nothing.
+  // With four streams measured: a stream's message with both pairs streaming both ways over
+  // one alone, at the largest size (0: not measured).
+  double four_slowdown = 0;
+  // WorkloadParams::comm_links, the machine's capacity in messages' worth of bandwidth. From
+  // four streams when measured: 4 / four_slowdown within [1, 4] (four copies at once each
+  // taking 2.15x as long as one give 1.86). Else from the two pairs' ping-pong:
+  // 2 / overlap_slowdown within [1, 2] (1.54x as long give 1.3; twice as long or more, 1: they
+  // share one transfer's rate); when two at once were faster than one alone, 2, fitted to the
+  // overlapped column (every endpoint busy, as in a pipeline step) rather than the alone one.
+  // 0 when no second pair was measured or size costs nothing.
   double links = 0;
+  bool links_from_streams() const { return links > 0 && four_slowdown > 0; }
 
   // Whether the bandwidth was fitted to the overlapped column.
-  bool fitted_with_two_pairs() const { return links > 0 && overlap_slowdown < 1; }
+  bool fitted_with_two_pairs() const {
+    return links > 0 && overlap_slowdown < 1 && four_slowdown == 0;
+  }
 };
 
 // Runs on every endpoint of a world of `endpoints` (2 or more; overlap needs 4): `t` is this
