@@ -4,9 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <barrier>
-#include <thread>
-
 #include "comm/ping_pong.hpp"
 #include "core/error.hpp"
 #include "runtime/runtime.hpp"
@@ -98,22 +95,6 @@ TEST(CalibrationFit, FourStreamsGiveTheLinksWhenMeasured) {
   EXPECT_FALSE(two.links_from_streams());
 }
 
-// calibrate() on `n` in-process endpoints (threads), endpoint 0's result.
-Calibration calibrate_threads(int n, const CalibrateOptions& o) {
-  Hosting h = in_process_hosting(n);
-  std::barrier sync(n);
-  std::vector<Calibration> results(n);
-  std::vector<std::thread> threads;
-  for (int e = 0; e < n; ++e)
-    threads.emplace_back([&, e] {
-      results[e] = calibrate(
-          *h.transports[e], n, [&] { sync.arrive_and_wait(); }, o);
-    });
-  for (auto& t : threads)
-    t.join();
-  return results[0];
-}
-
 TEST(Calibrate, StreamsAreTimedOnlyWhenAskedAndFourAtOnceOnlyWithTwoPairs) {
   CalibrateOptions o;
   o.sizes = {8, std::size_t{1} << 20};
@@ -121,7 +102,7 @@ TEST(Calibrate, StreamsAreTimedOnlyWhenAskedAndFourAtOnceOnlyWithTwoPairs) {
   for (int n : {2, 4})
     for (bool streams : {false, true}) {
       o.streams = streams;
-      const Calibration c = calibrate_threads(n, o);
+      const Calibration c = calibrate_in_process(n, o);
       ASSERT_EQ(c.points.size(), 2u);
       EXPECT_EQ(c.streams, streams);
       for (const CalibrationPoint& p : c.points) {

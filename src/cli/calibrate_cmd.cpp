@@ -1,10 +1,8 @@
 // `rrfp calibrate`: what the transport delivers on this machine (dist/calibrate.hpp), written as
 // a workload file's message model for the simulator (docs/twin.md).
-#include <barrier>
 #include <iostream>
 #include <memory>
 #include <sstream>
-#include <thread>
 
 #include "cli/mpi_launch.hpp"
 #include "cli/options.hpp"
@@ -84,26 +82,7 @@ void run_calibrate(const CalibrateFlags& f) {
                      "' (expected inproc or mpi)");
   if (f.endpoints < 2 || f.endpoints > 64)
     throw InputError("--endpoints: expected 2..64, got " + std::to_string(f.endpoints));
-  Hosting h = in_process_hosting(f.endpoints);
-  std::barrier sync(f.endpoints);
-  std::vector<Calibration> results(f.endpoints);
-  std::vector<std::exception_ptr> errors(f.endpoints);
-  std::vector<std::thread> threads;
-  for (int e = 0; e < f.endpoints; ++e)
-    threads.emplace_back([&, e] {
-      try {
-        results[e] = calibrate(
-            *h.transports[e], f.endpoints, [&] { sync.arrive_and_wait(); }, o);
-      } catch (...) {
-        errors[e] = std::current_exception();
-        sync.arrive_and_drop();
-      }
-    });
-  for (auto& t : threads)
-    t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  report(f, results[0]);
+  report(f, calibrate_in_process(f.endpoints, o));
 }
 
 }  // namespace

@@ -1,11 +1,15 @@
 #include "dist/calibrate.hpp"
 
 #include <algorithm>
+#include <barrier>
+#include <exception>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "comm/ping_pong.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "runtime/runtime.hpp"
 
 namespace rrfp {
 
@@ -164,6 +168,29 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
   if (me != 0) return c;
   fit_message_model(c);
   return c;
+}
+
+Calibration calibrate_in_process(int endpoints, const CalibrateOptions& o) {
+  Hosting h = in_process_hosting(endpoints);
+  std::barrier sync(endpoints);
+  std::vector<Calibration> results(endpoints);
+  std::vector<std::exception_ptr> errors(endpoints);
+  std::vector<std::thread> threads;
+  for (int e = 0; e < endpoints; ++e)
+    threads.emplace_back([&, e] {
+      try {
+        results[e] = calibrate(
+            *h.transports[e], endpoints, [&] { sync.arrive_and_wait(); }, o);
+      } catch (...) {
+        errors[e] = std::current_exception();
+        sync.arrive_and_drop();
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return results[0];
 }
 
 std::string calibration_json(const Calibration& c) {

@@ -67,6 +67,10 @@ struct Calibration {
 Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& barrier,
                       const CalibrateOptions& o);
 
+// calibrate() with `endpoints` in-process endpoints, one thread each (inproc); endpoint 0's
+// result. The first endpoint's error is rethrown after every thread has ended.
+Calibration calibrate_in_process(int endpoints, const CalibrateOptions& o);
+
 // Fills latency, bandwidth, overlap_slowdown and links from `c.points` (overlapped times of 0:
 // no second pair). calibrate() calls it on endpoint 0; exposed for tests.
 void fit_message_model(Calibration& c);
