@@ -7,6 +7,7 @@
 #include "comm/ping_pong.hpp"
 #include "core/error.hpp"
 #include "runtime/runtime.hpp"
+#include "sim/workload.hpp"
 
 namespace rrfp {
 namespace {
@@ -102,9 +103,11 @@ TEST(Calibrate, StreamsAreTimedOnlyWhenAskedAndFourAtOnceOnlyWithTwoPairs) {
   for (int n : {2, 4})
     for (bool streams : {false, true}) {
       o.streams = streams;
+      o.serial_receive = streams;  // passed through, whatever the transport does
       const Calibration c = calibrate_in_process(n, o);
       ASSERT_EQ(c.points.size(), 2u);
       EXPECT_EQ(c.streams, streams);
+      EXPECT_EQ(c.serial_receive, streams);
       for (const CalibrationPoint& p : c.points) {
         SCOPED_TRACE(std::to_string(n) + " endpoints, streams " + std::to_string(streams) + ", " +
                      std::to_string(p.bytes) + " bytes");
@@ -116,6 +119,8 @@ TEST(Calibrate, StreamsAreTimedOnlyWhenAskedAndFourAtOnceOnlyWithTwoPairs) {
       }
       const std::string json = calibration_json(c);
       EXPECT_EQ(json.find("stream_four_us") != std::string::npos, streams);
+      EXPECT_EQ(apply_workload_json(WorkloadParams{}, json, "calibration").comm_serial_receive,
+                streams);
       EXPECT_EQ(format_calibration(c).find("4 streams") != std::string::npos, streams && n == 4);
     }
 }

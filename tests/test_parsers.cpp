@@ -89,6 +89,12 @@ TEST(Workload, RejectsBadFieldsByName) {
   EXPECT_NE(err("{\"forward_us\": 3").find("invalid JSON"), std::string::npos);
   EXPECT_NE(err("{\"preset\": \"nope\"}").find("unknown preset 'nope'"), std::string::npos);
   EXPECT_EQ(err("{\"preset\": \"language\", \"forward_us\": 7}"), "accepted");
+  EXPECT_NE(
+      err("{\"comm_serial_receive\": 1}").find("\"comm_serial_receive\": must be true or false"),
+      std::string::npos);
+  EXPECT_EQ(err("{\"comm_serial_receive\": true}"), "accepted");
+  EXPECT_TRUE(apply_workload_json(WorkloadParams{}, "{\"comm_serial_receive\": true}", "w.json")
+                  .comm_serial_receive);
   EXPECT_THROW(workload_preset("jitter:J9"), InputError);
 }
 

@@ -51,9 +51,10 @@ TEST(Rendezvous, WithoutEmulatedLatencyEachPayloadLeavesOnlyWhenItsReceiverPulls
       const StepResult r = rt.run_step(0);
 
       ASSERT_EQ(r.run.tasks.size(), static_cast<std::size_t>(m.num_tasks())) << ctx;
-      if (policy == Policy::Fixed)
+      if (policy == Policy::Fixed) {
         for (const auto& [where, seq] : orders(r.run.tasks))
           ASSERT_EQ(seq, h.list().stages[where.first]) << ctx << " stage " << where.first;
+      }
 
       // Per (sender, producer): offer, pull, payload, acknowledgement, each once, in that order,
       // the offer and the pull without bytes.

@@ -84,6 +84,38 @@ TEST(SharedLinks, EveryAddAndFinishChangesTheVersion) {
   EXPECT_EQ(links.next_end(), 3 * kMs);
 }
 
+TEST(SharedLinks, AQueueMovesOneTransferAtATime) {
+  // Two 10 ms transfers into one receiver and a 10 ms one elsewhere, on one transfer's rate. The
+  // queue's first and the other share the rate (each at half): both end at 20 ms; the second of
+  // the queue, which took no share while it waited, then moves alone: 30 ms. Without the queue
+  // the three would share it and all end at 30 ms.
+  SharedLinks links(1);
+  links.add(0, 10 * kMs, 0, /*queue=*/5);
+  links.add(0, 10 * kMs, 1, /*queue=*/5);
+  links.add(0, 10 * kMs, 2);
+  EXPECT_TRUE(links.moving(5));
+  EXPECT_FALSE(links.moving(6));
+  EXPECT_EQ(links.next_end(), 20 * kMs);
+  EXPECT_EQ(links.finish(20 * kMs), (std::vector<int>{0, 2}));
+  EXPECT_TRUE(links.moving(5)) << "the second of the queue moves now";
+  EXPECT_EQ(links.next_end(), 30 * kMs);
+  EXPECT_EQ(links.finish(30 * kMs), std::vector<int>{1});
+  EXPECT_FALSE(links.moving(5));
+  // With room for all, a queue still serves in turn: 10, 20 and 30 ms; the other queue's at 10.
+  SharedLinks wide(4);
+  for (int i = 0; i < 3; ++i)
+    wide.add(0, 10 * kMs, i, 1);
+  wide.add(0, 10 * kMs, 3, 2);
+  EXPECT_EQ(drain(wide), (std::map<int, std::int64_t>{
+                             {0, 10 * kMs}, {1, 20 * kMs}, {2, 30 * kMs}, {3, 10 * kMs}}));
+  // One that joins later waits for the one in the queue before it, not for one it preceded
+  // elsewhere: A (queue 1, 10 ms) at 0, B (queue 1, 4 ms) at 2 ms ends at 14 ms.
+  SharedLinks late(2);
+  late.add(0, 10 * kMs, 0, 1);
+  late.add(2 * kMs, 4 * kMs, 1, 1);
+  EXPECT_EQ(drain(late), (std::map<int, std::int64_t>{{0, 10 * kMs}, {1, 14 * kMs}}));
+}
+
 TEST(SharedLinks, RefusesACapacityBelowOneTransfer) {
   EXPECT_THROW(SharedLinks(0.5), InputError);
   EXPECT_THROW(SharedLinks(0), InputError);
@@ -130,6 +162,38 @@ TEST(SharedLinks, PropertyOneRateSharedKeepsTheQueuesBusyTime) {
         EXPECT_NEAR(last, queue_free, n) << "seed " << seed;
       }
     }
+  }
+}
+
+// Property, over seeds: with capacity for every queue at once, each queue is a server taking its
+// transfers in the order they joined (each ends at max(its join, the previous end) + its work),
+// whatever the other queues do; transfers in no queue take their work alone.
+TEST(SharedLinks, PropertyEachQueueServesInTurn) {
+  for (std::uint64_t seed = 1; seed <= 200; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<std::int64_t> gap(0, 4 * kMs), work(0, 10 * kMs);
+    std::uniform_int_distribution<int> queue(-1, 3);
+    const int n = 1 + static_cast<int>(seed % 12);
+    SharedLinks links(16);  // four queues and up to 12 unqueued: room for all at once
+    std::map<int, std::int64_t> ends, expected;
+    std::map<int, std::int64_t> queue_free;
+    std::int64_t t = 0;
+    for (int i = 0; i < n; ++i) {
+      t += gap(rng);
+      const std::int64_t w = work(rng);
+      const int q = queue(rng);
+      finish_until(links, ends, t);
+      links.add(t, w, i, q);
+      if (q < 0) {
+        expected[i] = t + w;
+      } else {
+        expected[i] = queue_free[q] = std::max(queue_free[q], t) + w;
+      }
+    }
+    finish_until(links, ends);
+    ASSERT_EQ(ends.size(), static_cast<size_t>(n)) << "seed " << seed;
+    for (int i = 0; i < n; ++i)
+      EXPECT_NEAR(ends[i], expected[i], n) << "seed " << seed << " transfer " << i;
   }
 }
 

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 
 #include "core/error.hpp"
 #include "sim_helpers.hpp"
@@ -43,6 +44,71 @@ TEST(MessageModel, LinksShareTheirCapacityAmongMessagesInFlight) {
         EXPECT_EQ(t.send_ns, lands) << "links " << links << " mb " << t.task.mb;
       }
     }
+  }
+}
+
+// The same four forwards into stage 1 where each process copies its arrivals one at a time:
+// whatever the links, their bytes move in turn after the 2 ms latency, landing at 12, 22, 32 and
+// 42 ms, and stage 1 runs each forward as it lands.
+TEST(MessageModel, SerialReceiveCopiesEachReceiversMessagesInTurn) {
+  WorkModel m(config(2, 4));
+  for (const double links : {0.0, 1.0, 2.0, 4.0}) {
+    RealizedWork w = unit_work(m);
+    set_message_model(m, w, 2'000, 0, links, /*serial_receive=*/true);
+    for (int mb = 0; mb < 4; ++mb) {
+      const int f = m.index({Kind::F, 0, mb});
+      w.compute_ns[f] = 0;
+      w.message_ns[f] = 12'000'000;
+    }
+    const SimRun r = run(m, "gpipe", Policy::Fixed, w);
+    for (const TaskRecord& t : r.result.tasks) {
+      const std::int64_t lands = 12'000'000 + t.task.mb * 10'000'000;
+      if (t.stage == 1 && t.task.kind == Kind::F) {
+        EXPECT_EQ(t.start, lands) << "links " << links << " mb " << t.task.mb;
+      }
+      if (t.stage == 0 && t.task.kind == Kind::F) {
+        EXPECT_EQ(t.send_ns, lands) << "links " << links << " mb " << t.task.mb;
+      }
+    }
+  }
+}
+
+// Blocking mode at P=3, ready dispatch, F and B 1 ms each, messages with no latency. Stage 1
+// offers its F0 (2 ms of bytes) to stage 2 at 2 ms and, while held, accepts stage 0's F1 (10 ms
+// of bytes, 2-12 ms). Its F0 reaches stage 2 at 4 ms, and stage 2 offers B0 (no bytes) at 6 ms.
+// One copy at a time per receiver: stage 1 is inside the F1 copy until 12 ms, so the
+// acknowledgement of its F0 releases it then, and B0 lands behind the copy at 12 ms too
+// (releasing stage 2); stage 1 runs F1, ranked first, then B0 from 13 ms. Without: stage 1 is
+// released at 4 ms and runs B0 from 6 ms.
+TEST(MessageModel, SerialReceiveHoldsAnAcknowledgementBehindTheCopy) {
+  WorkModel m(config(3, 2));
+  for (const bool serial : {false, true}) {
+    RealizedWork w = unit_work(m);
+    set_message_model(m, w, 0, 0, 0, serial);
+    for (int i = 0; i < w.num_tasks; ++i)
+      w.message_ns[i] = 0;
+    w.message_ns[m.index({Kind::F, 0, 1})] = 10'000'000;  // stage 0's F1
+    w.message_ns[m.index({Kind::F, 1, 0})] = 2'000'000;   // stage 1's F0
+    SimOptions o;
+    o.comm = CommMode::Blocking;
+    const SimRun r = run(m, "1f1b", Policy::Ready, w, o);
+    std::map<int, std::pair<std::int64_t, std::int64_t>> held;  // stage: its first send's hold
+    for (const BlockedSpan& b : r.result.blocked)
+      if (b.reason == BlockReason::Send && !held.count(b.stage)) held[b.stage] = {b.start, b.end};
+    const std::int64_t ms = 1'000'000;
+    EXPECT_EQ(held[1], std::make_pair(2 * ms, (serial ? 12 : 4) * ms)) << "serial " << serial;
+    if (serial) {
+      EXPECT_EQ(held[2], std::make_pair(6 * ms, 12 * ms));
+    } else {
+      EXPECT_FALSE(held.count(2)) << "B0 carries no bytes: stage 2 is never held";
+    }
+    int seen = 0;
+    for (const TaskRecord& t : r.result.tasks)
+      if (t.task == TaskId{Kind::B, 1, 0}) {  // stage 1's B0 (chunk = stage at V=1)
+        ++seen;
+        EXPECT_EQ(t.start, (serial ? 13 : 6) * ms) << "serial " << serial;
+      }
+    EXPECT_EQ(seen, 1);
   }
 }
 

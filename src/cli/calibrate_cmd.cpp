@@ -67,6 +67,7 @@ void run_calibrate(const CalibrateFlags& f) {
   o.seconds = f.seconds;
   o.streams = f.streams;
   if (f.transport == "mpi") {
+    o.serial_receive = true;  // one progress thread per process copies what arrives
     run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {
       job.set_layout(JobLayout{job.size(), 1, 1});
       Hosting h = job.hosting();

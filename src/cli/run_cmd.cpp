@@ -30,6 +30,7 @@ struct RunFlags {
 struct MessageModel {
   double latency_us = 0, bandwidth_gbps = 0;
   double links = 0;  // WorkloadParams::comm_links
+  bool serial_receive = false;
   std::string source;
 };
 
@@ -94,7 +95,8 @@ std::vector<std::size_t> calibration_sizes(const Scenario& sc) {
 MessageModel transport_model(const RunFlags& f, const Scenario& sc, Job& world) {
   if (!f.calibration.empty() && f.calibration != "baseline") {
     const WorkloadParams w = read_workload_file(f.calibration, "uniform");
-    return {w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_links, f.calibration};
+    return {w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_links, w.comm_serial_receive,
+            f.calibration};
   }
   world.set_layout(JobLayout{world.size(), 1, 1});
   CalibrateOptions o;
@@ -103,11 +105,14 @@ MessageModel transport_model(const RunFlags& f, const Scenario& sc, Job& world) 
   // pairs overstate the cost of; their rounds take a second more.
   o.seconds = 4;
   o.streams = true;
+  o.serial_receive = true;  // the mpi transport's one progress thread copies what arrives
   Hosting h = world.hosting();
-  const Calibration c = calibrate(
+  Calibration c = calibrate(
       *h.transports.at(0), world.size(), [&] { world.all_gather({}); }, o);
   world.all_gather({});  // nobody tears down its endpoint while a peer may still send to it
-  return {c.latency_us, c.bandwidth_gbps, c.links,
+  c.transport = f.transport;
+  if (world.rank() == 0) std::cerr << format_calibration(c) << "\n";  // what the model rests on
+  return {c.latency_us, c.bandwidth_gbps, c.links, c.serial_receive,
           "measured at startup at " + std::to_string(o.sizes.size()) + " sizes up to " +
               fmt("%.1f", static_cast<double>(o.sizes.back()) / (1 << 20)) + " MiB" +
               (c.links_from_streams() ? ", links from four streams" : "")};
@@ -133,7 +138,8 @@ std::string describe(const MessageModel& mm) {
          (mm.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", mm.bandwidth_gbps) + " GB/s"
                                 : std::string()) +
          (mm.links > 0 ? ", " + fmt("%.2f", mm.links) + " messages' worth shared by all"
-                       : std::string());
+                       : std::string()) +
+         (mm.serial_receive ? ", copied one at a time per receiver" : "");
 }
 
 // `world`: the MPI job under --transport mpi (each process hosts one endpoint and rank 0
@@ -246,7 +252,7 @@ void run_emulated(const RunFlags& f, Job* world) {
     if (world) {
       sim = [&mm](const WorkModel& m, const Hint& h, const RealizedWork& w, const SimOptions& o) {
         RealizedWork t = w;
-        set_message_model(m, t, mm.latency_us, mm.bandwidth_gbps, mm.links);
+        set_message_model(m, t, mm.latency_us, mm.bandwidth_gbps, mm.links, mm.serial_receive);
         return simulate(m, h, t, o);
       };
     }

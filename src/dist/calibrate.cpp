@@ -125,6 +125,7 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
   Calibration c;
   c.endpoints = endpoints;
   c.streams = o.streams;
+  c.serial_receive = o.serial_receive;
   for (std::size_t bytes : o.sizes) {
     const int iters = iterations(bytes, share(bytes) / rounds);
     CalibrationPoint p;
@@ -198,6 +199,7 @@ std::string calibration_json(const Calibration& c) {
   j["comm_latency_us"] = c.latency_us;
   j["comm_bandwidth_gbps"] = c.bandwidth_gbps;
   j["comm_links"] = c.links;
+  j["comm_serial_receive"] = c.serial_receive;
   // What was measured has no modelled noise or slow mode: a preset's network model must not
   // stay on top of it when the file is laid over that preset.
   j["comm_sigma"] = 0;
@@ -253,7 +255,7 @@ std::string format_calibration(const Calibration& c) {
       (c.links > 0
            ? ": links " + fmt("%.2f", c.links) + " (messages' worth of bandwidth shared by all)"
            : std::string()) +
-      "\n";
+      (c.serial_receive ? "; each process copies its arrivals one at a time" : "") + "\n";
   return out;
 }
 

@@ -21,6 +21,10 @@ struct CalibrateOptions {
   // ways (four transfers at once). With four endpoints or more the four give the links
   // (Calibration::links); `rrfp run --compare` measures them at startup (docs/twin.md).
   bool streams = false;
+  // The transport's receiving side copies a process's arrivals one at a time (mpi: Open MPI
+  // copies a large message inside the one progress thread's call): passed on to the fit as
+  // Calibration::serial_receive, not measured.
+  bool serial_receive = false;
 };
 
 struct CalibrationPoint {
@@ -54,6 +58,7 @@ struct Calibration {
   // overlapped column (every endpoint busy, as in a pipeline step) rather than the alone one.
   // 0 when no second pair was measured or size costs nothing.
   double links = 0;
+  bool serial_receive = false;  // WorkloadParams::comm_serial_receive (CalibrateOptions)
   bool links_from_streams() const { return links > 0 && four_slowdown > 0; }
 
   // Whether the bandwidth was fitted to the overlapped column.
@@ -76,7 +81,7 @@ Calibration calibrate_in_process(int endpoints, const CalibrateOptions& o);
 void fit_message_model(Calibration& c);
 
 // The fit as a workload file's overrides (comm_latency_us, comm_bandwidth_gbps,
-// comm_links; no message noise or slow mode), with the
+// comm_links, comm_serial_receive; no message noise or slow mode), with the
 // measured table alongside as "calibration" (workload files ignore no field: see
 // sim/workload_io.cpp, which skips that one key).
 std::string calibration_json(const Calibration& c);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "core/error.hpp"
@@ -15,29 +16,45 @@ SharedLinks::SharedLinks(double capacity) : capacity_(capacity) {
 }
 
 double SharedLinks::rate() const {
-  return std::min(1.0, capacity_ / static_cast<double>(flows_.size()));
+  return std::min(1.0, capacity_ / static_cast<double>(std::max<std::size_t>(moving_, 1)));
 }
 
 void SharedLinks::advance(std::int64_t now) {
-  if (now > at_ && !flows_.empty()) {
+  if (now > at_ && moving_ > 0) {
     const double done = static_cast<double>(now - at_) * rate();
     for (Flow& f : flows_)
-      f.left_ns -= done;
+      if (f.moving) f.left_ns -= done;
   }
   at_ = std::max(at_, now);
 }
 
-void SharedLinks::add(std::int64_t now, std::int64_t work_ns, int token) {
+void SharedLinks::start_heads() {
+  moving_ = 0;
+  std::vector<int> seen;  // queues with a flow ahead; a handful of processes
+  for (Flow& f : flows_) {
+    f.moving = f.queue < 0 || std::find(seen.begin(), seen.end(), f.queue) == seen.end();
+    if (f.queue >= 0) seen.push_back(f.queue);
+    moving_ += f.moving;
+  }
+}
+
+void SharedLinks::add(std::int64_t now, std::int64_t work_ns, int token, int queue) {
   advance(now);
-  flows_.push_back(Flow{static_cast<double>(work_ns), token});
+  flows_.push_back(Flow{static_cast<double>(work_ns), token, queue, false});
+  start_heads();
   ++version_;
 }
 
+bool SharedLinks::moving(int queue) const {
+  return std::any_of(flows_.begin(), flows_.end(),
+                     [&](const Flow& f) { return f.queue == queue && f.moving; });
+}
+
 std::optional<std::int64_t> SharedLinks::next_end() const {
-  if (flows_.empty()) return std::nullopt;
-  double least = flows_.front().left_ns;
+  if (moving_ == 0) return std::nullopt;
+  double least = std::numeric_limits<double>::infinity();
   for (const Flow& f : flows_)
-    least = std::min(least, f.left_ns);
+    if (f.moving) least = std::min(least, f.left_ns);
   // Up to the nanosecond: a transfer never ends before its work is done.
   return at_ + static_cast<std::int64_t>(std::ceil(std::max(0.0, least) / rate()));
 }
@@ -48,10 +65,11 @@ std::vector<int> SharedLinks::finish(std::int64_t now) {
   // equal transfers that joined together end together despite rounding.
   const double r = rate();
   std::vector<int> done;
-  auto ended = [&](const Flow& f) { return f.left_ns < r; };
+  auto ended = [&](const Flow& f) { return f.moving && f.left_ns < r; };
   for (const Flow& f : flows_)
     if (ended(f)) done.push_back(f.token);
   std::erase_if(flows_, ended);
+  start_heads();
   ++version_;
   return done;
 }

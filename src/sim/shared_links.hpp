@@ -6,6 +6,10 @@
 // behind each other. A capacity of 1 shares one transfer's rate; 2 lets two move at full rate;
 // fractions (1.3: two at once each take 2 / 1.3 = 1.54x as long) are what a calibration measures
 // (docs/twin.md).
+//
+// A transfer may name a queue (the receiving process, when one thread there copies its arrivals
+// one at a time, as rrfp's MPI transport does): of the transfers of one queue only the one that
+// joined first moves; the others wait for it, taking no share of the capacity meanwhile.
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -17,8 +21,9 @@ class SharedLinks {
   explicit SharedLinks(double capacity);  // capacity >= 1 (throws InputError otherwise)
 
   // A transfer of `work_ns` (its time alone) joins at `now`; `token` comes back when it ends.
-  // `now` never goes back.
-  void add(std::int64_t now, std::int64_t work_ns, int token);
+  // `queue` >= 0: it waits behind the transfers of that queue that joined before it; -1: it
+  // moves at once. `now` never goes back.
+  void add(std::int64_t now, std::int64_t work_ns, int token, int queue = -1);
   // When the next transfer in flight ends, to the nanosecond above; nullopt: none in flight.
   std::optional<std::int64_t> next_end() const;
   // The tokens of the transfers that have ended by `now` (a next_end() time), in the order they
@@ -27,18 +32,24 @@ class SharedLinks {
   // Changes with every add and finish: a scheduled next_end() is current while this is.
   std::uint64_t version() const { return version_; }
   std::size_t in_flight() const { return flows_.size(); }
+  // Whether a transfer of `queue` is moving (a queue's first transfer always is).
+  bool moving(int queue) const;
 
  private:
   struct Flow {
     double left_ns;  // work left, at the rate of one transfer alone
     int token;
+    int queue;
+    bool moving;  // the first of its queue (or in none)
   };
-  double rate() const;  // of each flow in flight
+  double rate() const;  // of each moving flow
+  void start_heads();   // marks each queue's first flow moving
   void advance(std::int64_t now);
 
   double capacity_;
-  std::int64_t at_ = 0;  // the time flows_' work left is counted at
-  std::vector<Flow> flows_;
+  std::int64_t at_ = 0;      // the time flows_' work left is counted at
+  std::vector<Flow> flows_;  // in the order they joined
+  std::size_t moving_ = 0;   // how many of flows_ move
   std::uint64_t version_ = 0;
 };
 

@@ -45,7 +45,9 @@ class Simulation {
         if (coordinated_ && opt_.tp_protocol == TpProtocol::Leader && r > 0) rk.follower.emplace(r);
         if (coordinated_ && opt_.tp_protocol == TpProtocol::Agree) rk.agree.emplace(r, t_);
       }
-    if (w.links > 0) links_.emplace(w.links);
+    // Queued copies need the links' bookkeeping even where bandwidth is to spare.
+    if (w.links > 0 || w.serial_receive) links_.emplace(w.links > 0 ? w.links : kNoLimit);
+    if (w.serial_receive) parked_.resize(ranks_.size());
     dirty_.assign(p_, 0);
     res_.pp = p_;
     res_.tp = t_;
@@ -207,11 +209,25 @@ class Simulation {
       if (d[i].cross_stage) rank(s, r).arb->note_cost(consumer, w_.compute(r, m_.index(d[i].task)));
   }
 
+  int queue_of(int s, int r) const { return s * t_ + r; }
+
+  // A rendezvous transfer has landed: the consumer has its input, and the receiver's
+  // acknowledgement releases the sender. Where each process copies its arrivals one at a time
+  // (WorkloadParams::comm_serial_receive) and the sender's is inside a copy, the thread that
+  // would take the acknowledgement in is busy: the release waits for that copy's end.
   void send_done(int id) {
     const Send& sd = sends_[id];
     note_input_cost(sd.dst_stage, sd.rank, sd.consumer);
     rank(sd.dst_stage, sd.rank).inputs->deliver(sd.consumer);
     mark_dirty(sd.dst_stage);  // its next posted receive may be another offer's
+    if (w_.serial_receive && links_->moving(queue_of(sd.src_stage, sd.rank))) {
+      parked_[queue_of(sd.src_stage, sd.rank)].push_back(id);
+      return;
+    }
+    release(id);
+  }
+  void release(int id) {
+    const Send& sd = sends_[id];
     Rank& src = rank(sd.src_stage, sd.rank);
     if (src.rendezvous->acknowledged())
       block(sd.src_stage, sd.rank, src.held_since, now_, BlockReason::Send);
@@ -235,7 +251,8 @@ class Simulation {
     transfers_.push_back(t);
   }
   void link_join(int id) {
-    links_->add(now_, transfers_[id].bytes_ns, id);
+    const Transfer& t = transfers_[id];
+    links_->add(now_, t.bytes_ns, id, w_.serial_receive ? queue_of(t.dst_stage, t.rank) : -1);
     watch_links();
   }
   void watch_links() {
@@ -256,6 +273,13 @@ class Simulation {
       else
         send_done(t.send);
     }
+    for (std::size_t q = 0; q < parked_.size(); ++q)
+      if (!parked_[q].empty() && !links_->moving(static_cast<int>(q))) {
+        std::vector<int> ids;
+        ids.swap(parked_[q]);
+        for (int id : ids)
+          release(id);
+      }
     watch_links();
   }
 
@@ -381,9 +405,11 @@ class Simulation {
   std::vector<Rank> ranks_;
   std::vector<Group> groups_;
   std::vector<Send> sends_;
-  std::optional<SharedLinks> links_;  // WorkloadParams::comm_links; none: each on its own
-  std::vector<Transfer> transfers_;   // on the links, by token
-  std::uint64_t links_version_ = 0;   // the links' version the last LinkEnd was pushed for
+  std::optional<SharedLinks> links_;        // WorkloadParams::comm_links; none: each on its own
+  std::vector<Transfer> transfers_;         // on the links, by token
+  std::uint64_t links_version_ = 0;         // the links' version the last LinkEnd was pushed for
+  std::vector<std::vector<int>> parked_;    // per process: releases waiting for its copy to end
+  static constexpr double kNoLimit = 4096;  // capacity where only the queues hold transfers
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   std::vector<char> dirty_;
   std::vector<int> dirty_list_;

@@ -278,6 +278,7 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   r.collective_ns = tp > 1 ? duration_ns(w.tp_collective_us, "workload tp_collective_us") : 0;
   r.coord_ns = tp > 1 ? duration_ns(w.coord_latency_us, "workload coord_latency_us") : 0;
   r.links = w.comm_links;
+  r.serial_receive = w.comm_serial_receive;
   r.link_latency_ns = duration_ns(w.comm_latency_us, "workload comm_latency_us");
 
   const int mbs = m.microbatches(), chunks = m.chunks();
@@ -351,9 +352,10 @@ std::int64_t microbatch_size(const WorkModel& m, const RealizedWork& w, int mb) 
 }
 
 void set_message_model(const WorkModel& m, RealizedWork& w, double latency_us,
-                       double bandwidth_gbps, double links) {
+                       double bandwidth_gbps, double links, bool serial_receive) {
   check_links(links, "message model: links");
   w.links = links;
+  w.serial_receive = serial_receive;
   w.link_latency_ns = duration_ns(latency_us, "message model latency");
   std::array<Dep, 2> deps{};
   for (int idx = 0; idx < w.num_tasks; ++idx) {

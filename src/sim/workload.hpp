@@ -64,6 +64,13 @@ struct WorkloadParams {
   // on a network with bandwidth to spare. rrfp calibrate --transport mpi measures it
   // (docs/twin.md). 0 or 1 to 4096.
   double comm_links = 0;
+  // Each process takes its arriving messages' bytes in one at a time, as one thread copying
+  // them does (rrfp's MPI transport: Open MPI copies a large message inside the progress
+  // thread's call): a message whose receiver is copying another waits for it, and a
+  // rendezvous acknowledgement to a process inside a copy releases its sender once the copy
+  // ends. false: every message moves at once (within comm_links). rrfp calibrate --transport mpi
+  // sets it (docs/twin.md).
+  bool comm_serial_receive = false;
   double bytes_per_token = 8192;  // activation bytes per token (hidden 4096, bf16)
   // Tensor parallelism: per-rank noise, the all-reduce inside each task, the coordination hop.
   double tp_sigma = 0.03;
@@ -95,6 +102,7 @@ struct RealizedWork {
   std::int64_t collective_ns = 0;
   std::int64_t coord_ns = 0;
   double links = 0;                  // WorkloadParams::comm_links (0: each message on its own)
+  bool serial_receive = false;       // WorkloadParams::comm_serial_receive
   std::int64_t link_latency_ns = 0;  // the part of a message that does not share the links
 
   std::int64_t compute(int rank, int index) const { return compute_ns[rank * num_tasks + index]; }
@@ -103,11 +111,11 @@ struct RealizedWork {
 
 RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed);
 // Replaces every cross-stage message's duration with latency + bytes / bandwidth (0: size costs
-// nothing), without noise, sharing `links` (0: each message on its own): what a measured
-// transport delivers (rrfp calibrate), for comparing a run over that transport with the
-// simulator.
+// nothing), without noise, sharing `links` (0: each message on its own), copied one at a time
+// per receiver if `serial_receive`: what a measured transport delivers (rrfp calibrate), for
+// comparing a run over that transport with the simulator.
 void set_message_model(const WorkModel& m, RealizedWork& w, double latency_us,
-                       double bandwidth_gbps, double links);
+                       double bandwidth_gbps, double links, bool serial_receive = false);
 // How large microbatch `mb` is, as its data loader knows before the step: the bytes of its first
 // forward's activations (0 when the work carries no sizes). The adaptive rule's entry order.
 std::int64_t microbatch_size(const WorkModel& m, const RealizedWork& w, int mb);

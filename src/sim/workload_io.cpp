@@ -34,6 +34,12 @@ Setter integer(int WorkloadParams::*field) {
     w.*field = static_cast<int>(x);
   };
 }
+Setter boolean(bool WorkloadParams::*field) {
+  return [field](WorkloadParams& w, const nlohmann::json& v, const std::string& where) {
+    if (!v.is_boolean()) throw InputError(where + ": must be true or false, got " + brief(v));
+    w.*field = v.get<bool>();
+  };
+}
 Setter jitter(double JitterLevel::*field) {
   return [field](WorkloadParams& w, const nlohmann::json& v, const std::string& where) {
     if (!v.is_number()) throw InputError(where + ": must be a number, got " + brief(v));
@@ -74,6 +80,7 @@ const std::map<std::string, Setter>& setters() {
       {"comm_slow_prob", number(&W::comm_slow_prob)},
       {"comm_slow_us", number(&W::comm_slow_us)},
       {"comm_links", number(&W::comm_links)},
+      {"comm_serial_receive", boolean(&W::comm_serial_receive)},
       {"bytes_per_token", number(&W::bytes_per_token)},
       {"tp_sigma", number(&W::tp_sigma)},
       {"tp_collective_us", number(&W::tp_collective_us)},

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""One copy at a time per receiver, or all at once: the same measured MPI runs simulated both
+ways (docs/results-twin.md, "One copy at a time per receiver").
+
+Usage: bench/receive_queues.py RRFP [--sizes 1,8,32] [--seeds 1,2,3] [--repeat-32 2]
+
+Each invocation is `rrfp run --transport mpi --compare --repeat 5 --rounds 3` at P=4, J2, with
+the size's messages (bench/twin.py's mpi part). Its measured medians and startup calibration
+(latency, bandwidth, links) are kept; then every run is simulated with `rrfp simulate` under that
+calibration, with `comm_serial_receive` false and true, and once more with the bandwidth fitted
+(by bisection, as `--calibration baseline` does) to the blocking fixed 1F1B run, the other three
+predicted. A paired comparison: both models judged against the very same measured steps, so the
+machine's drift between invocations does not enter the difference. Standard library only;
+needs an idle machine. Writes docs/data/receive-queues.csv.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from twin import ROOT, mpi_compare, write_csv  # noqa: E402
+
+RUNS = {"fixed 1f1b (blocking)": ["--comm", "blocking", "--hint", "1f1b", "--policy", "fixed"],
+        "fixed 1f1b (async)": ["--hint", "1f1b", "--policy", "fixed"],
+        "ready bf (async)": ["--hint", "1f1b", "--policy", "ready"],
+        "ready bfw (async)": ["--hint", "bfw", "--policy", "ready"]}
+
+
+def simulate(rrfp, tmp, mib, seed, lat, gbps, links, serial, label):
+    with open(os.path.join(ROOT, "scripts", "workloads", f"j2-{mib}mib-messages.json")) as f:
+        w = json.load(f)
+    w.update(comm_latency_us=lat, comm_bandwidth_gbps=gbps, comm_links=links, comm_sigma=0,
+             comm_slow_prob=0, comm_serial_receive=serial)
+    with open(tmp, "w") as f:
+        json.dump(w, f)
+    out = subprocess.run([rrfp, "simulate", "--workload-file", tmp, "--pp", "4", "-m", "16",
+                          "--seed", str(seed), "--json", "-", *RUNS[label]],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["runs"][0]["makespan_ms"]
+
+
+def fit(rrfp, tmp, mib, seed, lat, links, serial, measured):
+    """The bandwidth at which the blocking run's simulation takes `measured` ms."""
+    lo, hi = 0.1, 100.0
+    for _ in range(30):
+        mid = math.sqrt(lo * hi)
+        slow = simulate(rrfp, tmp, mib, seed, lat, mid, links, serial, "fixed 1f1b (blocking)")
+        lo, hi = (mid, hi) if slow > measured else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def summary(errs):
+    return (f"{100 * max(errs, key=abs):+.1f}% / {100 * statistics.mean(errs):+.1f}% / "
+            f"{sum(abs(e) <= 0.05 for e in errs)} of {len(errs)}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("rrfp")
+    ap.add_argument("--sizes", default="1,8,32")
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--repeat-32", type=int, default=2, help="invocations of each 32 MiB seed")
+    a = ap.parse_args()
+    rrfp = os.path.abspath(a.rrfp)
+    tmp = os.path.join(ROOT, "build", "receive-queues-workload.json")
+    sizes = [int(x) for x in a.sizes.split(",")]
+    seeds = [int(x) for x in a.seeds.split(",")]
+    errors = {}  # (mib, column) -> [error]
+    rows = []
+    print("| MiB | seed | GB/s | run | measured ms | startup: all at once | one at a time | "
+          "baseline fit: all at once | one at a time |")
+    print("|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+    for mib in sizes:
+        for _ in range(a.repeat_32 if mib == 32 else 1):
+            for seed in seeds:
+                lat = []
+                gbps, links, runs = mpi_compare(rrfp, mib, seed, latency=lat)
+                measured = {r[0]: r[1] for r in runs}
+                fitted = {s: fit(rrfp, tmp, mib, seed, lat[0], links, s,
+                                 measured["fixed 1f1b (blocking)"]) for s in (False, True)}
+                for label, meas in measured.items():
+                    cells = []
+                    for column, bw, serial in (("startup all", gbps, False),
+                                               ("startup one", gbps, True),
+                                               ("baseline all", fitted[False], False),
+                                               ("baseline one", fitted[True], True)):
+                        e = meas / simulate(rrfp, tmp, mib, seed, lat[0], bw, links, serial,
+                                            label) - 1
+                        if not (column.startswith("baseline") and "blocking" in label):
+                            errors.setdefault((mib, column), []).append(e)
+                        cells.append(f"{100 * e:+.1f}%")
+                    rows.append((mib, seed, gbps, links, lat[0], label, meas, *cells))
+                    print(f"| {mib} | {seed} | {gbps:.2f} | {label} | {meas:.1f} | "
+                          + " | ".join(cells) + " |")
+                    sys.stdout.flush()
+    os.remove(tmp)
+    write_csv("receive-queues.csv", "mib,seed,calibrated_gbps,links,latency_us,run,measured_ms,"
+              "startup_all_at_once,startup_one_at_a_time,baseline_all_at_once,"
+              "baseline_one_at_a_time", rows)
+    print()
+    print("| MiB | startup, all at once: worst / mean / within 5% | one at a time | "
+          "baseline fit, all at once (the 3 predicted runs) | one at a time |")
+    print("|---:|---:|---:|---:|---:|")
+    for mib in sizes:
+        print(f"| {mib} | " + " | ".join(summary(errors[(mib, c)]) for c in (
+            "startup all", "startup one", "baseline all", "baseline one")) + " |")
+
+
+if __name__ == "__main__":
+    main()
