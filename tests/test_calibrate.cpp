@@ -4,9 +4,16 @@
 
 #include <gtest/gtest.h>
 
+#include <barrier>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
 #include "comm/ping_pong.hpp"
 #include "core/error.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime_helpers.hpp"
 #include "sim/workload.hpp"
 
 namespace rrfp {
@@ -123,6 +130,60 @@ TEST(Calibrate, StreamsAreTimedOnlyWhenAskedAndFourAtOnceOnlyWithTwoPairs) {
                 streams);
       EXPECT_EQ(format_calibration(c).find("4 streams") != std::string::npos, streams && n == 4);
     }
+}
+
+// With sources, each side sends its own buffers in turn instead of the one that arrived: over
+// threads (payloads move by reference) every message endpoint 0 sends points into one of its
+// two buffers, and endpoint 1 sends only its own.
+TEST(PingPongSources, RepliesTakeTheSidesOwnBuffersInTurn) {
+  std::mutex mu;
+  std::map<int, std::set<const std::byte*>> sent;  // by sender
+  std::map<int, int> count;
+  auto eps = test::faulty_transports(2, [&](int src, int&, MessageTag&, Payload& p) {
+    std::lock_guard lk(mu);
+    sent[src].insert(p.data());
+    ++count[src];
+    return true;
+  });
+  std::barrier sync(2);
+  for (bool stream : {false, true}) {
+    sent.clear();
+    count.clear();
+    std::vector<std::thread> threads;
+    for (int e = 0; e < 2; ++e)
+      threads.emplace_back([&, e] {
+        PingPong ping(*eps[e]);
+        PingPongOptions o;
+        o.peer = 1 - e;
+        o.initiator = e == 0;
+        o.bytes = 4096;
+        o.iters = 6;
+        o.stream = stream;
+        o.sources = 2;
+        ping.round(o, [&] { sync.arrive_and_wait(); });
+      });
+    for (auto& t : threads)
+      t.join();
+    SCOPED_TRACE(stream ? "stream" : "ping-pong");
+    const int sender = stream ? 1 : 0;  // a stream's peer sends
+    EXPECT_EQ(count[sender], 6);
+    EXPECT_EQ(sent[sender].size(), 2u) << "two buffers, in turn";
+    if (!stream) {
+      EXPECT_EQ(sent[1].size(), 2u);
+      for (const std::byte* p : sent[1])
+        EXPECT_FALSE(sent[0].count(p)) << "never sends back what arrived";
+    }
+  }
+}
+
+TEST(PingPongSources, RefusesMoreThanSixteenOrFewerThanNone) {
+  Hosting h = in_process_hosting(2);
+  PingPong ping(*h.transports[0]);
+  PingPongOptions o;
+  for (int n : {-1, 17}) {
+    o.sources = n;
+    EXPECT_THROW(ping.round(o, [] {}), InputError) << n;
+  }
 }
 
 TEST(PingPongStream, RefusesAReplyingHandlerAndFewerThanTwoMessages) {

@@ -16,7 +16,12 @@ PingPong::PingPong(Transport& t) : t_(t) {
 void PingPong::reply(Message&& m) {
   MessageTag tag = m.tag;
   if (o_.initiator) ++tag.round;
-  t_.send(o_.peer, tag, std::move(m.payload));
+  t_.send(o_.peer, tag, next_source(std::move(m.payload)));
+}
+
+Payload PingPong::next_source(Payload arrived) {
+  if (o_.sources == 0) return arrived;
+  return sources_[next_++ % static_cast<std::size_t>(o_.sources)];
 }
 
 void PingPong::on_message(Message&& m) {
@@ -46,20 +51,34 @@ double PingPong::round(const PingPongOptions& o, const std::function<void()>& ba
   if (o.stream && o.reply_in_handler)
     throw InputError("ping-pong: a stream hands its messages to the calling thread");
   if (o.stream && o.iters < 2) throw InputError("ping-pong: a stream needs 2 messages or more");
+  if (o.sources < 0 || o.sources > 16)
+    throw InputError("ping-pong: sources must be 0 to 16, got " + std::to_string(o.sources));
   {
+    // Under the lock: a receive handler of this round reads them (reply_in_handler).
     std::lock_guard lk(mu_);
     o_ = o;
     done_ = false;
     inbox_.clear();
+    // Kept from round to round at the same size (rounds without them in between): writing
+    // them anew each time would cost more than the rounds.
+    if (o.sources > 0 && !sources_.empty() && sources_.front().size() != o.bytes) sources_.clear();
+    while (static_cast<int>(sources_.size()) < o.sources) {
+      sources_.push_back(Payload::allocate(o.bytes));
+      std::memset(const_cast<std::byte*>(sources_.back().data()), 1, o.bytes);
+    }
+    next_ = 0;
   }
   // The first message's pages are written before the clock starts: a fresh buffer maps its
   // pages inside the first transfer, which at 32 MiB (always a fresh mapping in glibc) cost more
   // than the transfer itself on the reference VM and made two round trips measure 1.4 GB/s
-  // where 31 MiB measured 12. A stream sends this one buffer every time.
+  // where 31 MiB measured 12. A stream sends this one buffer every time (without sources).
   Payload first;
   if (o.initiator != o.stream || o.both_ways) {  // the sender's
-    first = Payload::allocate(o.bytes);
-    std::memset(const_cast<std::byte*>(first.data()), 1, first.size());
+    first = next_source({});
+    if (o.sources == 0) {
+      first = Payload::allocate(o.bytes);
+      std::memset(const_cast<std::byte*>(first.data()), 1, first.size());
+    }
   }
   barrier();
   const auto deadline = std::chrono::steady_clock::now() +
@@ -107,7 +126,7 @@ double PingPong::stream(const PingPongOptions& o, std::chrono::steady_clock::tim
     for (int i = 0; i < o.iters; ++i) {
       MessageTag tag;
       tag.round = i;
-      t_.send(o.peer, tag, sent);
+      t_.send(o.peer, tag, o.sources == 0 ? sent : next_source({}));
     }
   if (!o.initiator && !o.both_ways) return 0;
   std::int64_t first_ns = 0, last_ns = 0;

@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <vector>
 
 #include "comm/payload.hpp"
 #include "comm/transport.hpp"
@@ -32,6 +33,11 @@ struct PingPongOptions {
   // adds to a stream of them: the copy, with the latency of each hidden behind the one before).
   bool stream = false;
   bool both_ways = false;  // a stream each way at once, each side timing what it receives
+  // 0: a reply sends back the buffer that arrived, and a stream sends one buffer every time.
+  // n > 0: each send takes the next of n buffers of this size, written before the clock
+  // starts, so that a copy reads memory the last one did not just write (what a pipeline step's
+  // outputs are: the cache holds at most one 32 MiB message).
+  int sources = 0;
   double deadline_s = 60;  // a lost message fails the measurement instead of hanging it
 };
 
@@ -47,6 +53,7 @@ class PingPong {
  private:
   void on_message(Message&& m);
   void reply(Message&& m);
+  Payload next_source(Payload arrived);  // o_.sources: the next buffer to send, else `arrived`
   double stream(const PingPongOptions& o, std::chrono::steady_clock::time_point deadline,
                 Payload sent);
 
@@ -57,6 +64,8 @@ class PingPong {
   std::deque<Message> inbox_;  // handoff mode: arrivals for the calling thread
   bool done_ = false;
   std::int64_t end_ns_ = 0;
+  std::vector<Payload> sources_;  // at least o_.sources buffers of o_.bytes
+  std::size_t next_ = 0;
 };
 
 }  // namespace rrfp

@@ -30,6 +30,9 @@ int iterations(std::size_t bytes, double seconds_each) {
   return std::clamp(static_cast<int>(seconds_each / guess_s(bytes)), 4, 2000);
 }
 
+// Above this, three buffers would take more memory than the cache holds anyway.
+constexpr std::size_t kColdSourcesUpTo = std::size_t{64} << 20;
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -141,6 +144,13 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
         pp.iters = stream ? 2 * iters : iters;  // as many messages as the round trips' legs
         pp.stream = stream;
         pp.both_ways = both_ways;
+        // A ping-pong's reply sends three buffers in turn rather than the one that just
+        // arrived, which the copy left in the cache: a step's outputs are not that fresh. At
+        // 8 MiB (inside this VM's 32 MiB cache) replies of what arrived read 6.5-7.7 GB/s or
+        // 3.4-4.1 from one calibration to the next, three buffers 4.5-5.5, where a P=4 step's
+        // messages moved at 4.1-5.0 (fitted to the baseline run); no difference at 32 MiB.
+        // Streams keep one buffer: the links were validated with them (docs/twin.md).
+        if (!stream) pp.sources = bytes <= kColdSourcesUpTo ? 3 : 0;
         return ping.round(pp, barrier) / (stream ? 1 : 2) * 1e6;
       }
       barrier();  // idle endpoints keep the two barriers of the round
