@@ -30,11 +30,12 @@ RUNS = {"fixed 1f1b (blocking)": ["--comm", "blocking", "--hint", "1f1b", "--pol
         "ready bfw (async)": ["--hint", "bfw", "--policy", "ready"]}
 
 
-def simulate(rrfp, tmp, mib, seed, lat, gbps, links, serial, label):
+def simulate_with(rrfp, tmp, mib, seed, label, **fields):
+    """`label`'s run simulated on the size's workload, its message model replaced by `fields`
+    (workload fields, noise off)."""
     with open(os.path.join(ROOT, "scripts", "workloads", f"j2-{mib}mib-messages.json")) as f:
         w = json.load(f)
-    w.update(comm_latency_us=lat, comm_bandwidth_gbps=gbps, comm_links=links, comm_sigma=0,
-             comm_slow_prob=0, comm_serial_receive=serial)
+    w.update(comm_sigma=0, comm_slow_prob=0, **fields)
     with open(tmp, "w") as f:
         json.dump(w, f)
     out = subprocess.run([rrfp, "simulate", "--workload-file", tmp, "--pp", "4", "-m", "16",
@@ -43,14 +44,26 @@ def simulate(rrfp, tmp, mib, seed, lat, gbps, links, serial, label):
     return json.loads(out)["runs"][0]["makespan_ms"]
 
 
-def fit(rrfp, tmp, mib, seed, lat, links, serial, measured):
-    """The bandwidth at which the blocking run's simulation takes `measured` ms."""
+def simulate(rrfp, tmp, mib, seed, lat, gbps, links, serial, label):
+    return simulate_with(rrfp, tmp, mib, seed, label, comm_latency_us=lat,
+                         comm_bandwidth_gbps=gbps, comm_links=links, comm_serial_receive=serial)
+
+
+def fit_with(rrfp, tmp, mib, seed, measured, **fields):
+    """The bandwidth at which the blocking run's simulation under `fields` takes `measured`
+    ms."""
     lo, hi = 0.1, 100.0
     for _ in range(30):
         mid = math.sqrt(lo * hi)
-        slow = simulate(rrfp, tmp, mib, seed, lat, mid, links, serial, "fixed 1f1b (blocking)")
+        slow = simulate_with(rrfp, tmp, mib, seed, "fixed 1f1b (blocking)",
+                             comm_bandwidth_gbps=mid, **fields)
         lo, hi = (mid, hi) if slow > measured else (lo, mid)
     return math.sqrt(lo * hi)
+
+
+def fit(rrfp, tmp, mib, seed, lat, links, serial, measured):
+    return fit_with(rrfp, tmp, mib, seed, measured, comm_latency_us=lat, comm_links=links,
+                    comm_serial_receive=serial)
 
 
 def summary(errs):
@@ -58,45 +71,56 @@ def summary(errs):
             f"{sum(abs(e) <= 0.05 for e in errs)} of {len(errs)}")
 
 
-def main():
+def invocations(a):
+    """The (MiB, seed) of each `rrfp run --compare` invocation of a paired comparison, in turn."""
+    for mib in (int(x) for x in a.sizes.split(",")):
+        for _ in range(a.repeat_32 if mib == 32 else 1):
+            for seed in (int(x) for x in a.seeds.split(",")):
+                yield mib, seed
+
+
+def paired_args():
+    """The command line of a paired comparison: RRFP [--sizes] [--seeds] [--repeat-32]."""
     ap = argparse.ArgumentParser()
     ap.add_argument("rrfp")
     ap.add_argument("--sizes", default="1,8,32")
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--repeat-32", type=int, default=2, help="invocations of each 32 MiB seed")
     a = ap.parse_args()
-    rrfp = os.path.abspath(a.rrfp)
+    a.rrfp = os.path.abspath(a.rrfp)
+    return a
+
+
+def main():
+    a = paired_args()
+    rrfp = a.rrfp
     tmp = os.path.join(ROOT, "build", "receive-queues-workload.json")
     sizes = [int(x) for x in a.sizes.split(",")]
-    seeds = [int(x) for x in a.seeds.split(",")]
     errors = {}  # (mib, column) -> [error]
     rows = []
     print("| MiB | seed | GB/s | run | measured ms | startup: all at once | one at a time | "
           "baseline fit: all at once | one at a time |")
     print("|---:|---:|---:|---|---:|---:|---:|---:|---:|")
-    for mib in sizes:
-        for _ in range(a.repeat_32 if mib == 32 else 1):
-            for seed in seeds:
-                lat = []
-                gbps, links, runs = mpi_compare(rrfp, mib, seed, latency=lat)
-                measured = {r[0]: r[1] for r in runs}
-                fitted = {s: fit(rrfp, tmp, mib, seed, lat[0], links, s,
-                                 measured["fixed 1f1b (blocking)"]) for s in (False, True)}
-                for label, meas in measured.items():
-                    cells = []
-                    for column, bw, serial in (("startup all", gbps, False),
-                                               ("startup one", gbps, True),
-                                               ("baseline all", fitted[False], False),
-                                               ("baseline one", fitted[True], True)):
-                        e = meas / simulate(rrfp, tmp, mib, seed, lat[0], bw, links, serial,
-                                            label) - 1
-                        if not (column.startswith("baseline") and "blocking" in label):
-                            errors.setdefault((mib, column), []).append(e)
-                        cells.append(f"{100 * e:+.1f}%")
-                    rows.append((mib, seed, gbps, links, lat[0], label, meas, *cells))
-                    print(f"| {mib} | {seed} | {gbps:.2f} | {label} | {meas:.1f} | "
-                          + " | ".join(cells) + " |")
-                    sys.stdout.flush()
+    for mib, seed in invocations(a):
+        model = {}
+        gbps, links, runs = mpi_compare(rrfp, mib, seed, model=model)
+        lat = model["latency_us"]
+        measured = {r[0]: r[1] for r in runs}
+        fitted = {s: fit(rrfp, tmp, mib, seed, lat, links, s, measured["fixed 1f1b (blocking)"])
+                  for s in (False, True)}
+        for label, meas in measured.items():
+            cells = []
+            for column, bw, serial in (("startup all", gbps, False), ("startup one", gbps, True),
+                                       ("baseline all", fitted[False], False),
+                                       ("baseline one", fitted[True], True)):
+                e = meas / simulate(rrfp, tmp, mib, seed, lat, bw, links, serial, label) - 1
+                if not (column.startswith("baseline") and "blocking" in label):
+                    errors.setdefault((mib, column), []).append(e)
+                cells.append(f"{100 * e:+.1f}%")
+            rows.append((mib, seed, gbps, links, lat, label, meas, *cells))
+            print(f"| {mib} | {seed} | {gbps:.2f} | {label} | {meas:.1f} | " + " | ".join(cells)
+                  + " |")
+            sys.stdout.flush()
     os.remove(tmp)
     write_csv("receive-queues.csv", "mib,seed,calibrated_gbps,links,latency_us,run,measured_ms,"
               "startup_all_at_once,startup_one_at_a_time,baseline_all_at_once,"

@@ -84,12 +84,12 @@ REPEAT, ROUNDS = 5, 3  # per run: 5 timed steps in each of 3 interleaved rounds;
 STEPS = REPEAT * ROUNDS
 
 
-def mpi_compare(rrfp, mib, seed, calibration=None, latency=None):
+def mpi_compare(rrfp, mib, seed, calibration=None, model=None):
     """One `rrfp run --transport mpi --compare --repeat 5 --rounds 3` (calibrating at its start, the
     default: this VM's copy bandwidth drifts within an hour, so one calibration for all runs
     would date). Returns the calibrated GB/s, the links' capacity (messages' worth) and [(run,
     measured median ms, simulated ms, speedups, measured min ms, measured max ms)]; the
-    calibrated latency (us) goes into the list `latency` if given."""
+    calibrated latency_us and two_slowdown (1: none) go into the dict `model` if given."""
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
     load = os.path.join(ROOT, "scripts", "workloads", f"j2-{mib}mib-messages.json")
     r = subprocess.run([mpirun, "4", rrfp, "run", "--transport", "mpi", "--compare",
@@ -97,11 +97,13 @@ def mpi_compare(rrfp, mib, seed, calibration=None, latency=None):
                         "--repeat", str(REPEAT), "--rounds", str(ROUNDS),
                         *(["--calibration", calibration] if calibration else [])],
                        check=True, capture_output=True, text=True)
-    model = [l for l in r.stderr.splitlines() if l.startswith(("simulating", "fitted"))][-1]
-    gbps = float(model.split(" GB/s")[0].split()[-1]) if " GB/s" in model else 0.0
-    if latency is not None:
-        latency.append(float(model.split("): ")[1].split(" us")[0]))
-    links = float(model.split(" messages' worth")[0].split()[-1]) if "worth" in model else 0.0
+    line = [l for l in r.stderr.splitlines() if l.startswith(("simulating", "fitted"))][-1]
+    gbps = float(line.split(" GB/s")[0].split()[-1]) if " GB/s" in line else 0.0
+    if model is not None:
+        model["latency_us"] = float(line.split("): ")[1].split(" us")[0])
+        model["two_slowdown"] = (float(line.split("each at least ")[1].split("x")[0])
+                                 if "each at least " in line else 1.0)
+    links = float(line.split(" messages' worth")[0].split()[-1]) if "worth" in line else 0.0
     runs = []
     for line in r.stdout[r.stdout.index("simulator fidelity"):].splitlines()[2:]:
         cells = line.split()

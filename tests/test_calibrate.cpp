@@ -103,6 +103,31 @@ TEST(CalibrationFit, FourStreamsGiveTheLinksWhenMeasured) {
   EXPECT_FALSE(two.links_from_streams());
 }
 
+// The two streams' slowdown over one alone, within [1, four streams' slowdown]; 1 when two
+// streams were not measured. A calibration file carries it to the simulator.
+TEST(CalibrationFit, TwoStreamsGiveTheTwoSlowdownUpToTheFours) {
+  struct Case {
+    double two, four, two_slowdown;
+  };
+  for (const Case k : {Case{1.4, 2.0, 1.4}, Case{0.9, 2.0, 1.0}, Case{2.5, 2.0, 2.0},
+                       Case{1.2, 0.8, 1.0}, Case{0, 2.0, 1.0}}) {
+    Calibration c = measured(1.6);
+    c.points.back().stream_us = 5000;
+    c.points.back().stream_two_us = 5000 * k.two;
+    c.points.back().stream_four_us = 5000 * k.four;
+    fit_message_model(c);
+    EXPECT_DOUBLE_EQ(c.two_slowdown, k.two_slowdown) << "two " << k.two << " four " << k.four;
+    EXPECT_DOUBLE_EQ(
+        apply_workload_json(WorkloadParams{}, calibration_json(c), "calibration").comm_two_slowdown,
+        c.two_slowdown);
+    EXPECT_EQ(format_calibration(c).find(", two ") != std::string::npos, k.two_slowdown > 1);
+  }
+  Calibration pairs = measured(1.6);  // no streams
+  pairs.two_slowdown = 3;             // a fit starts afresh
+  fit_message_model(pairs);
+  EXPECT_EQ(pairs.two_slowdown, 1);
+}
+
 TEST(Calibrate, StreamsAreTimedOnlyWhenAskedAndFourAtOnceOnlyWithTwoPairs) {
   CalibrateOptions o;
   o.sizes = {8, std::size_t{1} << 20};

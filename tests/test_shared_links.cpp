@@ -116,10 +116,37 @@ TEST(SharedLinks, AQueueMovesOneTransferAtATime) {
   EXPECT_EQ(drain(late), (std::map<int, std::int64_t>{{0, 10 * kMs}, {1, 14 * kMs}}));
 }
 
+// Capacity 4, two or more at once each at least twice as long: n 10 ms transfers from 0 end
+// at 10 ms alone, 20 ms for 2 to 8 (the slowdown, where the capacity alone would give 10 ms up
+// to 4), 40 ms for 16 (the capacity's share, a quarter). Only moving transfers count: two of
+// one queue take 10 ms each in turn.
+TEST(SharedLinks, TwoOrMoreAtOnceTakeAtLeastTheTwoSlowdown) {
+  for (const auto& [n, end] : std::vector<std::pair<int, std::int64_t>>{
+           {1, 10 * kMs}, {2, 20 * kMs}, {4, 20 * kMs}, {8, 20 * kMs}, {16, 40 * kMs}}) {
+    SharedLinks links(4, 2);
+    for (int i = 0; i < n; ++i)
+      links.add(0, 10 * kMs, i);
+    EXPECT_EQ(links.next_end(), end) << n << " at once";
+  }
+  // A (10 ms) alone for 4 ms, then with B at half rate: its 6 ms left take 12, ending at 16 ms;
+  // B has moved 6 ms by then and takes its last 4 alone: 20 ms.
+  SharedLinks later(4, 2);
+  later.add(0, 10 * kMs, 0);
+  later.add(4 * kMs, 10 * kMs, 1);
+  EXPECT_EQ(drain(later), (std::map<int, std::int64_t>{{0, 16 * kMs}, {1, 20 * kMs}}));
+  SharedLinks queued(4, 2);
+  queued.add(0, 10 * kMs, 0, 3);
+  queued.add(0, 10 * kMs, 1, 3);
+  EXPECT_EQ(drain(queued), (std::map<int, std::int64_t>{{0, 10 * kMs}, {1, 20 * kMs}}));
+}
+
 TEST(SharedLinks, RefusesACapacityBelowOneTransfer) {
   EXPECT_THROW(SharedLinks(0.5), InputError);
   EXPECT_THROW(SharedLinks(0), InputError);
   EXPECT_THROW(SharedLinks(std::nan("")), InputError);
+  EXPECT_THROW(SharedLinks(2, 0.9), InputError);
+  EXPECT_THROW(SharedLinks(2, 65), InputError);
+  EXPECT_THROW(SharedLinks(2, std::nan("")), InputError);
 }
 
 // Property, over seeds: one rate shared is work-conserving, so the last transfer ends when one

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "core/error.hpp"
@@ -23,7 +24,7 @@ TEST(MessageModel, LinksShareTheirCapacityAmongMessagesInFlight) {
   WorkModel m(config(2, 4));
   for (const double links : {0.0, 1.0, 2.0, 1.25, 4.0}) {
     RealizedWork w = unit_work(m);
-    set_message_model(m, w, 2'000, 0, links);
+    set_message_model(m, w, {.latency_us = 2'000, .links = links});
     for (int mb = 0; mb < 4; ++mb) {
       const int f = m.index({Kind::F, 0, mb});
       w.compute_ns[f] = 0;
@@ -54,7 +55,7 @@ TEST(MessageModel, SerialReceiveCopiesEachReceiversMessagesInTurn) {
   WorkModel m(config(2, 4));
   for (const double links : {0.0, 1.0, 2.0, 4.0}) {
     RealizedWork w = unit_work(m);
-    set_message_model(m, w, 2'000, 0, links, /*serial_receive=*/true);
+    set_message_model(m, w, {.latency_us = 2'000, .links = links, .serial_receive = true});
     for (int mb = 0; mb < 4; ++mb) {
       const int f = m.index({Kind::F, 0, mb});
       w.compute_ns[f] = 0;
@@ -73,6 +74,40 @@ TEST(MessageModel, SerialReceiveCopiesEachReceiversMessagesInTurn) {
   }
 }
 
+// The same four messages with two or more at once each taking at least twice as long: on
+// capacity for all four (4 or none), their bytes take 20 ms, landing at 22 ms; on one message's
+// rate the links' share (a quarter) is the larger slowdown: 42 ms, as without it. Copied one at
+// a time per receiver, only one moves at once and the slowdown never applies: 12, 22, 32, 42 ms.
+TEST(MessageModel, TwoSlowdownIsTheLeastEachOfSeveralMovingTakes) {
+  WorkModel m(config(2, 4));
+  struct Case {
+    double links;
+    bool serial;
+    std::int64_t first_lands, apart;
+  };
+  for (const Case k : {Case{4, false, 22'000'000, 0}, Case{0, false, 22'000'000, 0},
+                       Case{1, false, 42'000'000, 0}, Case{4, true, 12'000'000, 10'000'000}}) {
+    RealizedWork w = unit_work(m);
+    set_message_model(
+        m, w,
+        {.latency_us = 2'000, .links = k.links, .two_slowdown = 2, .serial_receive = k.serial});
+    for (int mb = 0; mb < 4; ++mb) {
+      const int f = m.index({Kind::F, 0, mb});
+      w.compute_ns[f] = 0;
+      w.message_ns[f] = 12'000'000;
+    }
+    const SimRun r = run(m, "gpipe", Policy::Fixed, w);
+    int seen = 0;
+    for (const TaskRecord& t : r.result.tasks)
+      if (t.stage == 0 && t.task.kind == Kind::F) {
+        ++seen;
+        EXPECT_EQ(t.send_ns, k.first_lands + t.task.mb * k.apart)
+            << "links " << k.links << " serial " << k.serial << " mb " << t.task.mb;
+      }
+    EXPECT_EQ(seen, 4);
+  }
+}
+
 // Blocking mode at P=3, ready dispatch, F and B 1 ms each, messages with no latency. Stage 1
 // offers its F0 (2 ms of bytes) to stage 2 at 2 ms and, while held, accepts stage 0's F1 (10 ms
 // of bytes, 2-12 ms). Its F0 reaches stage 2 at 4 ms, and stage 2 offers B0 (no bytes) at 6 ms.
@@ -84,7 +119,7 @@ TEST(MessageModel, SerialReceiveHoldsAnAcknowledgementBehindTheCopy) {
   WorkModel m(config(3, 2));
   for (const bool serial : {false, true}) {
     RealizedWork w = unit_work(m);
-    set_message_model(m, w, 0, 0, 0, serial);
+    set_message_model(m, w, {.serial_receive = serial});
     for (int i = 0; i < w.num_tasks; ++i)
       w.message_ns[i] = 0;
     w.message_ns[m.index({Kind::F, 0, 1})] = 10'000'000;  // stage 0's F1
@@ -115,17 +150,39 @@ TEST(MessageModel, SerialReceiveHoldsAnAcknowledgementBehindTheCopy) {
 TEST(MessageModel, RefusesLinksBelowOneMessage) {
   WorkModel m(config(2, 2));
   RealizedWork w = unit_work(m);
-  EXPECT_THROW(set_message_model(m, w, 5, 2, 0.5), InputError);
-  EXPECT_THROW(set_message_model(m, w, 5, 2, -1), InputError);
+  EXPECT_THROW(set_message_model(m, w, {.latency_us = 5, .bandwidth_gbps = 2, .links = 0.5}),
+               InputError);
+  EXPECT_THROW(set_message_model(m, w, {.latency_us = 5, .bandwidth_gbps = 2, .links = -1}),
+               InputError);
   WorkloadParams p;
   p.comm_links = 0.9;
   EXPECT_THROW(validate(p), InputError);
 }
 
+TEST(MessageModel, RefusesATwoSlowdownOutsideOneToSixtyFour) {
+  WorkModel m(config(2, 2));
+  RealizedWork w = unit_work(m);
+  for (const double bad : {0.9, 0.0, 65.0, std::nan("")}) {
+    try {
+      set_message_model(m, w, {.links = 2, .two_slowdown = bad});
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("two_slowdown must be within [1, 64]"),
+                std::string::npos)
+          << e.what();
+    }
+    WorkloadParams p;
+    p.comm_two_slowdown = bad;
+    EXPECT_THROW(validate(p), InputError) << bad;
+  }
+  EXPECT_THROW(set_message_model(m, w, {.bandwidth_gbps = -1}), InputError);
+  EXPECT_NO_THROW(set_message_model(m, w, {.links = 2, .two_slowdown = 64}));
+}
+
 TEST(MessageModel, SizeCostsBytesOverBandwidthAndOnlyCrossStageOutputsSend) {
   WorkModel m(config(2, 2));
   RealizedWork w = unit_work(m);
-  set_message_model(m, w, 5, 2, 0);  // 5 us + bytes / 2 GB/s
+  set_message_model(m, w, {.latency_us = 5, .bandwidth_gbps = 2});  // 5 us + bytes / 2 GB/s
   for (int i = 0; i < w.num_tasks; ++i) {
     const TaskId t = m.task(i);
     const bool sends =

@@ -27,10 +27,9 @@ struct RunFlags {
   std::string transport = "inproc", calibration, rendezvous = "offer";
 };
 
-struct MessageModel {
-  double latency_us = 0, bandwidth_gbps = 0;
-  double links = 0;  // WorkloadParams::comm_links
-  bool serial_receive = false;
+// The message model a run over a real transport is simulated with, and where it came from.
+struct TransportModel {
+  MessageModel model;
   std::string source;
 };
 
@@ -92,10 +91,11 @@ std::vector<std::size_t> calibration_sizes(const Scenario& sc) {
 // The message model a run over a real transport is simulated with: --calibration's file, else
 // a short calibration of the job's own transport at the run's message sizes (every process
 // takes part; rank 0's counts).
-MessageModel transport_model(const RunFlags& f, const Scenario& sc, Job& world) {
+TransportModel transport_model(const RunFlags& f, const Scenario& sc, Job& world) {
   if (!f.calibration.empty() && f.calibration != "baseline") {
     const WorkloadParams w = read_workload_file(f.calibration, "uniform");
-    return {w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_links, w.comm_serial_receive,
+    return {{w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_links, w.comm_two_slowdown,
+             w.comm_serial_receive},
             f.calibration};
   }
   world.set_layout(JobLayout{world.size(), 1, 1});
@@ -112,7 +112,7 @@ MessageModel transport_model(const RunFlags& f, const Scenario& sc, Job& world) 
   world.all_gather({});  // nobody tears down its endpoint while a peer may still send to it
   c.transport = f.transport;
   if (world.rank() == 0) std::cerr << format_calibration(c) << "\n";  // what the model rests on
-  return {c.latency_us, c.bandwidth_gbps, c.links, c.serial_receive,
+  return {{c.latency_us, c.bandwidth_gbps, c.links, c.two_slowdown, c.serial_receive},
           "measured at startup at " + std::to_string(o.sizes.size()) + " sizes up to " +
               fmt("%.1f", static_cast<double>(o.sizes.back()) / (1 << 20)) + " MiB" +
               (c.links_from_streams() ? ", links from four streams" : "")};
@@ -139,6 +139,9 @@ std::string describe(const MessageModel& mm) {
                                 : std::string()) +
          (mm.links > 0 ? ", " + fmt("%.2f", mm.links) + " messages' worth shared by all"
                        : std::string()) +
+         (mm.two_slowdown > 1
+              ? ", two or more at once each at least " + fmt("%.2fx", mm.two_slowdown) + " as long"
+              : std::string()) +
          (mm.serial_receive ? ", copied one at a time per receiver" : "");
 }
 
@@ -155,9 +158,10 @@ void run_emulated(const RunFlags& f, Job* world) {
   // calibration of this job's transport before any run (every process takes part).
   MessageModel mm;
   if (world && f.compare) {
-    mm = transport_model(f, sc, *world);
+    const TransportModel tm = transport_model(f, sc, *world);
+    mm = tm.model;
     if (root)
-      std::cerr << "simulating messages as the mpi transport delivers them (" << mm.source
+      std::cerr << "simulating messages as the mpi transport delivers them (" << tm.source
                 << "): " << describe(mm) << "\n";
   }
   std::vector<std::int64_t> gaps;
@@ -252,7 +256,7 @@ void run_emulated(const RunFlags& f, Job* world) {
     if (world) {
       sim = [&mm](const WorkModel& m, const Hint& h, const RealizedWork& w, const SimOptions& o) {
         RealizedWork t = w;
-        set_message_model(m, t, mm.latency_us, mm.bandwidth_gbps, mm.links, mm.serial_receive);
+        set_message_model(m, t, mm);
         return simulate(m, h, t, o);
       };
     }

@@ -44,6 +44,7 @@ void fit_message_model(Calibration& c) {
   if (c.points.empty()) throw InputError("calibration: no measured sizes to fit");
   c.overlap_slowdown = 1;
   c.links = 0;
+  c.two_slowdown = 1;
   const bool overlap = std::all_of(c.points.begin(), c.points.end(),
                                    [](const CalibrationPoint& p) { return p.overlap_us > 0; });
   const auto smallest = std::min_element(c.points.begin(), c.points.end(),
@@ -85,6 +86,13 @@ void fit_message_model(Calibration& c) {
     // stages compute, mostly do not. Four streams took 2.1-2.2x: the two cores' worth.
     c.four_slowdown = largest->stream_four_us / largest->stream_us;
     c.links = std::clamp(4 / c.four_slowdown, 1.0, 4.0);
+    // Two at once, each in its own process with cores to spare, still slow each other (caches,
+    // memory bandwidth): links alone would charge them nothing. On the reference VM a 32 MiB
+    // step message with one other in flight took 1.44x as long as alone, and two streams read
+    // 1.0-1.8x. Never more than four at once cost.
+    if (largest->stream_two_us > 0)
+      c.two_slowdown = std::clamp(largest->stream_two_us / largest->stream_us, 1.0,
+                                  std::max(1.0, c.four_slowdown));
     return;
   }
   if (c.bandwidth_gbps > 0 && overlap) {
@@ -209,6 +217,7 @@ std::string calibration_json(const Calibration& c) {
   j["comm_latency_us"] = c.latency_us;
   j["comm_bandwidth_gbps"] = c.bandwidth_gbps;
   j["comm_links"] = c.links;
+  j["comm_two_slowdown"] = c.two_slowdown;
   j["comm_serial_receive"] = c.serial_receive;
   // What was measured has no modelled noise or slow mode: a preset's network model must not
   // stay on top of it when the file is laid over that preset.
@@ -262,6 +271,7 @@ std::string format_calibration(const Calibration& c) {
            : std::string()) +
       (c.four_slowdown > 0 ? "; four streams at once, " + fmt("%.2fx", c.four_slowdown) + " as long"
                            : std::string()) +
+      (c.two_slowdown > 1 ? ", two " + fmt("%.2fx", c.two_slowdown) : std::string()) +
       (c.links > 0
            ? ": links " + fmt("%.2f", c.links) + " (messages' worth of bandwidth shared by all)"
            : std::string()) +

@@ -58,6 +58,11 @@ struct Calibration {
   // overlapped column (every endpoint busy, as in a pipeline step) rather than the alone one.
   // 0 when no second pair was measured or size costs nothing.
   double links = 0;
+  // WorkloadParams::comm_two_slowdown: with four streams measured, a stream's message while the
+  // other pair streams too over one alone, at the largest size, within [1, four_slowdown] (1:
+  // not measured). Two copies at once in different processes cost more than the links' share
+  // says while cores are to spare: caches and memory bandwidth are shared whatever the count.
+  double two_slowdown = 1;
   bool serial_receive = false;  // WorkloadParams::comm_serial_receive (CalibrateOptions)
   bool links_from_streams() const { return links > 0 && four_slowdown > 0; }
 
@@ -76,12 +81,12 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
 // result. The first endpoint's error is rethrown after every thread has ended.
 Calibration calibrate_in_process(int endpoints, const CalibrateOptions& o);
 
-// Fills latency, bandwidth, overlap_slowdown and links from `c.points` (overlapped times of 0:
-// no second pair). calibrate() calls it on endpoint 0; exposed for tests.
+// Fills latency, bandwidth, overlap_slowdown, links and two_slowdown from `c.points` (overlapped
+// times of 0: no second pair). calibrate() calls it on endpoint 0; exposed for tests.
 void fit_message_model(Calibration& c);
 
 // The fit as a workload file's overrides (comm_latency_us, comm_bandwidth_gbps,
-// comm_links, comm_serial_receive; no message noise or slow mode), with the
+// comm_links, comm_two_slowdown, comm_serial_receive; no message noise or slow mode), with the
 // measured table alongside as "calibration" (workload files ignore no field: see
 // sim/workload_io.cpp, which skips that one key).
 std::string calibration_json(const Calibration& c);

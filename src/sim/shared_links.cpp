@@ -9,14 +9,19 @@
 
 namespace rrfp {
 
-SharedLinks::SharedLinks(double capacity) : capacity_(capacity) {
+SharedLinks::SharedLinks(double capacity, double two_slowdown)
+    : capacity_(capacity), two_slowdown_(two_slowdown) {
   if (!(capacity >= 1))
     throw InputError("shared links: capacity must be at least 1 transfer's rate, got " +
                      std::to_string(capacity));
+  if (!(two_slowdown >= 1 && two_slowdown <= 64))
+    throw InputError("shared links: two_slowdown must be within [1, 64], got " +
+                     std::to_string(two_slowdown));
 }
 
 double SharedLinks::rate() const {
-  return std::min(1.0, capacity_ / static_cast<double>(std::max<std::size_t>(moving_, 1)));
+  if (moving_ <= 1) return 1;
+  return std::min({1.0, capacity_ / static_cast<double>(moving_), 1 / two_slowdown_});
 }
 
 void SharedLinks::advance(std::int64_t now) {

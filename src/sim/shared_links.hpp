@@ -7,6 +7,11 @@
 // fractions (1.3: two at once each take 2 / 1.3 = 1.54x as long) are what a calibration measures
 // (docs/twin.md).
 //
+// Two at once may cost more than the capacity says: copies in different processes share caches
+// and memory bandwidth even while cores are to spare. `two_slowdown` is the least each moving
+// transfer's time grows by whenever two or more move: with n moving each takes
+// max(two_slowdown, n / capacity) times its time alone (1: only the capacity counts).
+//
 // A transfer may name a queue (the receiving process, when one thread there copies its arrivals
 // one at a time, as rrfp's MPI transport does): of the transfers of one queue only the one that
 // joined first moves; the others wait for it, taking no share of the capacity meanwhile.
@@ -18,7 +23,8 @@ namespace rrfp {
 
 class SharedLinks {
  public:
-  explicit SharedLinks(double capacity);  // capacity >= 1 (throws InputError otherwise)
+  // capacity >= 1, two_slowdown in [1, 64] (throws InputError otherwise).
+  explicit SharedLinks(double capacity, double two_slowdown = 1);
 
   // A transfer of `work_ns` (its time alone) joins at `now`; `token` comes back when it ends.
   // `queue` >= 0: it waits behind the transfers of that queue that joined before it; -1: it
@@ -47,6 +53,7 @@ class SharedLinks {
   void advance(std::int64_t now);
 
   double capacity_;
+  double two_slowdown_;
   std::int64_t at_ = 0;      // the time flows_' work left is counted at
   std::vector<Flow> flows_;  // in the order they joined
   std::size_t moving_ = 0;   // how many of flows_ move

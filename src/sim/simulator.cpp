@@ -46,7 +46,8 @@ class Simulation {
         if (coordinated_ && opt_.tp_protocol == TpProtocol::Agree) rk.agree.emplace(r, t_);
       }
     // Queued copies need the links' bookkeeping even where bandwidth is to spare.
-    if (w.links > 0 || w.serial_receive) links_.emplace(w.links > 0 ? w.links : kNoLimit);
+    if (w.links > 0 || w.serial_receive || w.two_slowdown > 1)
+      links_.emplace(w.links > 0 ? w.links : kNoLimit, w.two_slowdown);
     if (w.serial_receive) parked_.resize(ranks_.size());
     dirty_.assign(p_, 0);
     res_.pp = p_;

@@ -200,6 +200,7 @@ void validate(const WorkloadParams& w) {
   in("comm_slow_us", w.comm_slow_us, 0, kUs);
   in("comm_links", w.comm_links, 0, 4096);
   check_links(w.comm_links, "workload comm_links");
+  in("comm_two_slowdown", w.comm_two_slowdown, 1, 64);
   in("bytes_per_token", w.bytes_per_token, 0, 1e9);
   in("tp_sigma", w.tp_sigma, 0, 10);
   in("tp_collective_us", w.tp_collective_us, 0, kUs);
@@ -279,6 +280,7 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   r.coord_ns = tp > 1 ? duration_ns(w.coord_latency_us, "workload coord_latency_us") : 0;
   r.links = w.comm_links;
   r.serial_receive = w.comm_serial_receive;
+  r.two_slowdown = w.comm_two_slowdown;
   r.link_latency_ns = duration_ns(w.comm_latency_us, "workload comm_latency_us");
 
   const int mbs = m.microbatches(), chunks = m.chunks();
@@ -351,11 +353,18 @@ std::int64_t microbatch_size(const WorkModel& m, const RealizedWork& w, int mb) 
   return w.message_bytes[m.index({Kind::F, 0, mb})];
 }
 
-void set_message_model(const WorkModel& m, RealizedWork& w, double latency_us,
-                       double bandwidth_gbps, double links, bool serial_receive) {
-  check_links(links, "message model: links");
-  w.links = links;
-  w.serial_receive = serial_receive;
+void set_message_model(const WorkModel& m, RealizedWork& w, const MessageModel& mm) {
+  check_links(mm.links, "message model: links");
+  if (!(mm.two_slowdown >= 1 && mm.two_slowdown <= 64))
+    throw InputError("message model: two_slowdown must be within [1, 64], got " +
+                     fmt("%g", mm.two_slowdown));
+  if (!(mm.bandwidth_gbps >= 0 && mm.bandwidth_gbps <= 1e9))
+    throw InputError("message model: bandwidth_gbps must be within [0, 1e9], got " +
+                     fmt("%g", mm.bandwidth_gbps));
+  const double latency_us = mm.latency_us, bandwidth_gbps = mm.bandwidth_gbps;
+  w.links = mm.links;
+  w.serial_receive = mm.serial_receive;
+  w.two_slowdown = mm.two_slowdown;
   w.link_latency_ns = duration_ns(latency_us, "message model latency");
   std::array<Dep, 2> deps{};
   for (int idx = 0; idx < w.num_tasks; ++idx) {

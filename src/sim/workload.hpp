@@ -71,6 +71,12 @@ struct WorkloadParams {
   // ends. false: every message moves at once (within comm_links). rrfp calibrate --transport mpi
   // sets it (docs/twin.md).
   bool comm_serial_receive = false;
+  // Each message's time while two or more share the links is at least this many times its time
+  // alone, whatever capacity is left (copies in different processes share caches and memory
+  // bandwidth): with n moving, max(comm_two_slowdown, n / comm_links). 1: the links alone
+  // count. rrfp calibrate --transport mpi --streams measures it from two streams at once
+  // (docs/twin.md). 1 to 64.
+  double comm_two_slowdown = 1;
   double bytes_per_token = 8192;  // activation bytes per token (hidden 4096, bf16)
   // Tensor parallelism: per-rank noise, the all-reduce inside each task, the coordination hop.
   double tp_sigma = 0.03;
@@ -103,6 +109,7 @@ struct RealizedWork {
   std::int64_t coord_ns = 0;
   double links = 0;                  // WorkloadParams::comm_links (0: each message on its own)
   bool serial_receive = false;       // WorkloadParams::comm_serial_receive
+  double two_slowdown = 1;           // WorkloadParams::comm_two_slowdown
   std::int64_t link_latency_ns = 0;  // the part of a message that does not share the links
 
   std::int64_t compute(int rank, int index) const { return compute_ns[rank * num_tasks + index]; }
@@ -110,12 +117,18 @@ struct RealizedWork {
 };
 
 RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed);
-// Replaces every cross-stage message's duration with latency + bytes / bandwidth (0: size costs
-// nothing), without noise, sharing `links` (0: each message on its own), copied one at a time
-// per receiver if `serial_receive`: what a measured transport delivers (rrfp calibrate), for
-// comparing a run over that transport with the simulator.
-void set_message_model(const WorkModel& m, RealizedWork& w, double latency_us,
-                       double bandwidth_gbps, double links, bool serial_receive = false);
+// What a measured transport delivers (rrfp calibrate): the workload fields of the same names.
+struct MessageModel {
+  double latency_us = 0;
+  double bandwidth_gbps = 0;  // 0: size costs nothing
+  double links = 0;           // 0: each message on its own
+  double two_slowdown = 1;
+  bool serial_receive = false;
+};
+// Replaces every cross-stage message's duration with latency + bytes / bandwidth, without
+// noise, and the links' sharing with the model's: for comparing a run over that transport with
+// the simulator. Throws InputError naming a field out of its range.
+void set_message_model(const WorkModel& m, RealizedWork& w, const MessageModel& mm);
 // How large microbatch `mb` is, as its data loader knows before the step: the bytes of its first
 // forward's activations (0 when the work carries no sizes). The adaptive rule's entry order.
 std::int64_t microbatch_size(const WorkModel& m, const RealizedWork& w, int mb);
