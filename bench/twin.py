@@ -101,6 +101,12 @@ def mpi_compare(rrfp, mib, seed, calibration=None, model=None):
     gbps = float(line.split(" GB/s")[0].split()[-1]) if " GB/s" in line else 0.0
     if model is not None:
         model["latency_us"] = float(line.split("): ")[1].split(" us")[0])
+        # The startup table's largest size: bytes, one-way us, GB/s, overlapped us, slowdown,
+        # stream us, 2 streams, 4 streams.
+        table = [l.split() for l in r.stderr.splitlines()
+                 if len(l.split()) == 8 and l.split()[0].isdigit()]
+        if table:
+            model["bytes"], model["stream_us"] = int(table[-1][0]), float(table[-1][5])
         model["two_slowdown"] = (float(line.split("each at least ")[1].split("x")[0])
                                  if "each at least " in line else 1.0)
     links = float(line.split(" messages' worth")[0].split()[-1]) if "worth" in line else 0.0

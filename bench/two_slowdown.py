@@ -7,12 +7,15 @@ Usage: bench/two_slowdown.py RRFP [--sizes 1,8,32] [--seeds 1,2,3] [--repeat-32 
 
 Each invocation is `rrfp run --transport mpi --compare --repeat 5 --rounds 3` at P=4, J2, with
 the size's messages (bench/twin.py's mpi part); its startup calibration gives the latency,
-bandwidth, links and the two streams' slowdown, and its measured medians are kept. Every run is
-then simulated with `rrfp simulate` under that calibration (one copy at a time per receiver)
-with the two slowdown at 1 and as measured, and once more each with the bandwidth fitted to the
-blocking fixed 1F1B run (as `--calibration baseline` does), the other three predicted. A paired
-comparison: both models judged against the very same measured steps. Standard library only;
-needs an idle machine. Writes docs/data/two-slowdown.csv.
+bandwidth, links, the two streams' slowdown and the largest size's stream time, and its
+measured medians are kept. Every run is then simulated with `rrfp simulate` under that
+calibration (one copy at a time per receiver), five ways: the ping-pong's bandwidth with the
+two slowdown at 1 and as measured (the latter is what `--compare` prints), the bandwidth of one
+stream (the largest size over its stream time) both ways, and the bandwidth fitted to the
+blocking fixed 1F1B run with the slowdown as measured (as `--calibration baseline` does; the
+other three runs predicted). A paired comparison: every model judged against the very same
+measured steps. Standard library only; needs an idle machine. Writes
+docs/data/two-slowdown.csv.
 """
 import os
 import sys
@@ -21,8 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from receive_queues import fit_with, invocations, paired_args, simulate_with, summary  # noqa: E402,E501
 from twin import ROOT, mpi_compare, write_csv  # noqa: E402
 
-COLUMNS = ("startup, links only", "startup, two slowdown", "baseline, links only",
-           "baseline, two slowdown")
+COLUMNS = ("ping-pong, links only", "ping-pong, two slowdown", "streams, links only",
+           "streams, two slowdown", "baseline, two slowdown")
 
 
 def main():
@@ -32,34 +35,35 @@ def main():
     sizes = [int(x) for x in a.sizes.split(",")]
     errors = {}  # (mib, column) -> [error]
     rows = []
-    print("| MiB | seed | GB/s | links | two | run | measured ms | " + " | ".join(COLUMNS) + " |")
-    print("|---:|---:|---:|---:|---:|---|---:|" + "---:|" * len(COLUMNS))
+    print("| MiB | seed | ping-pong GB/s | streams GB/s | links | two | run | measured ms | "
+          + " | ".join(COLUMNS) + " |")
+    print("|---:|---:|---:|---:|---:|---:|---|---:|" + "---:|" * len(COLUMNS))
     for mib, seed in invocations(a):
         model = {}
         gbps, links, runs = mpi_compare(rrfp, mib, seed, model=model)
         two = model["two_slowdown"]
+        stream_gbps = model["bytes"] / model["stream_us"] / 1e3
         measured = {r[0]: r[1] for r in runs}
         fields = {t: dict(comm_latency_us=model["latency_us"], comm_links=links,
                           comm_serial_receive=True, comm_two_slowdown=t) for t in (1.0, two)}
-        fitted = {t: fit_with(rrfp, tmp, mib, seed, measured["fixed 1f1b (blocking)"], **fields[t])
-                  for t in (1.0, two)}
+        fitted = fit_with(rrfp, tmp, mib, seed, measured["fixed 1f1b (blocking)"], **fields[two])
+        models = ((gbps, 1.0), (gbps, two), (stream_gbps, 1.0), (stream_gbps, two), (fitted, two))
         for label, meas in measured.items():
             cells = []
-            for column, bw, t in zip(COLUMNS, (gbps, gbps, fitted[1.0], fitted[two]),
-                                     (1.0, two, 1.0, two)):
+            for column, (bw, t) in zip(COLUMNS, models):
                 e = meas / simulate_with(rrfp, tmp, mib, seed, label, comm_bandwidth_gbps=bw,
                                          **fields[t]) - 1
                 if not (column.startswith("baseline") and "blocking" in label):
                     errors.setdefault((mib, column), []).append(e)
                 cells.append(f"{100 * e:+.1f}%")
-            rows.append((mib, seed, gbps, links, two, label, meas, *cells))
-            print(f"| {mib} | {seed} | {gbps:.2f} | {links:.2f} | {two:.2f} | {label} | "
-                  f"{meas:.1f} | " + " | ".join(cells) + " |")
+            rows.append((mib, seed, gbps, stream_gbps, links, two, label, meas, *cells))
+            print(f"| {mib} | {seed} | {gbps:.2f} | {stream_gbps:.2f} | {links:.2f} | {two:.2f} | "
+                  f"{label} | {meas:.1f} | " + " | ".join(cells) + " |")
             sys.stdout.flush()
     os.remove(tmp)
-    write_csv("two-slowdown.csv", "mib,seed,calibrated_gbps,links,two_slowdown,run,measured_ms,"
-              "startup_links_only,startup_two_slowdown,baseline_links_only,"
-              "baseline_two_slowdown", rows)
+    write_csv("two-slowdown.csv", "mib,seed,pingpong_gbps,stream_gbps,links,two_slowdown,run,"
+              "measured_ms,pingpong_links_only,pingpong_two_slowdown,streams_links_only,"
+              "streams_two_slowdown,baseline_two_slowdown", rows)
     print()
     print("| MiB | " + " | ".join(c + ": worst / mean / within 5%" for c in COLUMNS) + " |")
     print("|---:|" + "---:|" * len(COLUMNS))
