@@ -192,6 +192,35 @@ TEST(SharedLinks, PropertyOneRateSharedKeepsTheQueuesBusyTime) {
   }
 }
 
+// Property, over seeds: n equal transfers joining at once all end together, after their work
+// times max(two_slowdown, n / capacity) (times 1 alone), to the nanosecond above; and a
+// transfer joining later never ends before its own work is done.
+TEST(SharedLinks, PropertyEqualTransfersTakeTheLargerSlowdown) {
+  for (std::uint64_t seed = 1; seed <= 200; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> capacity(1, 8), two(1, 4);
+    std::uniform_int_distribution<std::int64_t> work(1, 10 * kMs);
+    const int n = 1 + static_cast<int>(seed % 16);
+    const double c = capacity(rng), t = two(rng);
+    const std::int64_t w = work(rng);
+    SharedLinks links(c, t);
+    for (int i = 0; i < n; ++i)
+      links.add(0, w, i);
+    const double slowdown = n == 1 ? 1 : std::max({1.0, t, n / c});
+    const std::map<int, std::int64_t> ends = drain(links);
+    ASSERT_EQ(ends.size(), static_cast<size_t>(n)) << "seed " << seed;
+    for (const auto& [token, end] : ends)
+      EXPECT_NEAR(static_cast<double>(end), w * slowdown, 1.0)
+          << "seed " << seed << " n " << n << " capacity " << c << " two " << t;
+    SharedLinks later(c, t);
+    later.add(0, w, 0);
+    later.add(w / 3, w, 1);
+    const std::map<int, std::int64_t> late = drain(later);
+    EXPECT_GE(late.at(1), w / 3 + w) << "seed " << seed;
+    EXPECT_GE(late.at(0), w) << "seed " << seed;
+  }
+}
+
 // Property, over seeds: with capacity for every queue at once, each queue is a server taking its
 // transfers in the order they joined (each ends at max(its join, the previous end) + its work),
 // whatever the other queues do; transfers in no queue take their work alone.
