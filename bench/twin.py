@@ -107,6 +107,16 @@ def mpi_compare(rrfp, mib, seed, calibration=None, model=None):
                  if len(l.split()) == 8 and l.split()[0].isdigit()]
         if table:
             model["bytes"], model["stream_us"] = int(table[-1][0]), float(table[-1][5])
+        # Each calibration's fit (one per round): latency, bandwidth, two slowdown, links.
+        model["fits"] = []
+        for l in r.stderr.splitlines():
+            if l.startswith("fit"):
+                two = l.split(", two ")[1].split("x")[0] if ", two " in l else "1"
+                model["fits"].append(dict(
+                    comm_latency_us=float(l.split("latency ")[1].split(" us")[0]),
+                    comm_bandwidth_gbps=float(l.split("bytes / ")[1].split(" GB/s")[0]),
+                    comm_two_slowdown=float(two),
+                    comm_links=float(l.split(": links ")[1].split()[0])))
         model["two_slowdown"] = (float(line.split("each at least ")[1].split("x")[0])
                                  if "each at least " in line else 1.0)
     links = float(line.split(" messages' worth")[0].split()[-1]) if "worth" in line else 0.0
