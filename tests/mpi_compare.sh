@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # rrfp run --transport mpi --compare under mpirun: each run reports the median of its timed
 # steps with their range; --calibration baseline fits the bandwidth to the first run, so its row
-# reproduces the measured step (error +0.0%), while the others stay predictions; a blocking run
-# with --rendezvous pull completes.
+# reproduces the measured step (error +0.0%), while the others stay predictions; by default the
+# transport is calibrated before each round and the medians simulated; a blocking run with
+# --rendezvous pull completes.
 # Usage: mpi_compare.sh PATH/TO/rrfp
 set -u
 rrfp=$1
@@ -18,10 +19,22 @@ grep -q "^fitted to fixed 1f1b (async)'s measured step" "$out" || fail "no line 
 # The fidelity table's first row: measured = simulated, error +0.0%, and a range of 3 steps.
 awk '/measured_range_ms/ { getline; exit !($(NF - 4) ~ /^[+-]0\.0%$/ && $NF ~ /^[0-9.]+-[0-9.]+$/) }' \
   "$out" || fail "the fitted row does not reproduce its step"
+# The default model: a calibration before each round (two tables, two fits), simulated with
+# each field's median, of two their mean: the bandwidth printed is the mean of the two fits'.
+timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --rounds 2 \
+  --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed >"$out" 2>&1 ||
+  fail "the two-round run exited $?"
+[ "$(grep -c '^fit' "$out")" = 2 ] || fail "not one calibration per round"
+awk '/^fit/ { split($0, a, "bytes / "); split(a[2], b, " "); sum += b[1]; n++ }
+     /^simulating .*before each of the 2 rounds/ {
+       split($0, a, "bytes / "); split(a[2], b, " "); got = b[1]; seen = 1 }
+     END { exit !(seen && n == 2 && (got - sum / 2) ^ 2 < 0.011 ^ 2) }' "$out" ||
+  fail "the simulated bandwidth is not the mean of the two rounds' fits"
 # --rendezvous pull: the blocking run's payloads wait for the receiver's pull (runtime/delivery.cpp);
 # the step completes and is reported.
 timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --rendezvous pull \
   --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed --comm blocking >"$out" 2>&1 ||
   fail "the pulling run exited $?"
 grep -qE "^fixed 1f1b \(blocking\) +[0-9.]+ " "$out" || fail "no row for the pulling run"
-echo "mpi compare: the baseline fit reproduces its step; ranges printed; a pulling run completes"
+echo "mpi compare: the baseline fit reproduces its step; ranges printed; a calibration per" \
+  "round, their mean simulated; a pulling run completes"
