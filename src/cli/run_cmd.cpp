@@ -173,9 +173,9 @@ void run_emulated(const RunFlags& f, Job* world) {
   const bool root = !world || world->rank() == 0;
   // Over MPI, --compare simulates messages as the transport delivers them: a file, or a
   // calibration of this job's transport before each round (every process takes part). A
-  // calibration of a few seconds reads this VM's copies 5-10% apart from one to the next while
-  // the steps of the rounds after it hold within 3% (docs/results-twin.md): each round's sample
-  // is taken next to its steps, and the model is their median.
+  // calibration of a few seconds reads this VM's 32 MiB copies 7-25% apart from one to the next
+  // while the steps of the rounds after it hold within 3% (docs/results-twin.md): each round's
+  // sample is taken next to its steps, and the model is their median.
   const bool calibrate_each_round =
       world && f.compare && (f.calibration.empty() || f.calibration == "baseline");
   MessageModel mm;
