@@ -85,11 +85,13 @@ STEPS = REPEAT * ROUNDS
 
 
 def mpi_compare(rrfp, mib, seed, calibration=None, model=None):
-    """One `rrfp run --transport mpi --compare --repeat 5 --rounds 3` (calibrating at its start, the
-    default: this VM's copy bandwidth drifts within an hour, so one calibration for all runs
-    would date). Returns the calibrated GB/s, the links' capacity (messages' worth) and [(run,
-    measured median ms, simulated ms, speedups, measured min ms, measured max ms)]; the
-    calibrated latency_us and two_slowdown (1: none) go into the dict `model` if given."""
+    """One `rrfp run --transport mpi --compare --repeat 5 --rounds 3` (calibrating before each
+    round, the default: this VM's copy bandwidth drifts within an hour, so one calibration for
+    all runs would date). Returns the GB/s and links' capacity (messages' worth) it simulated
+    with and [(run, measured median ms, simulated ms, speedups, measured min ms, measured max
+    ms)]. If the dict `model` is given, it receives the simulated latency_us and two_slowdown (1:
+    none), each calibration's fit ("fits", as workload fields), and the last calibration's
+    largest size ("bytes") and its stream time ("stream_us")."""
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
     load = os.path.join(ROOT, "scripts", "workloads", f"j2-{mib}mib-messages.json")
     r = subprocess.run([mpirun, "4", rrfp, "run", "--transport", "mpi", "--compare",
@@ -101,8 +103,8 @@ def mpi_compare(rrfp, mib, seed, calibration=None, model=None):
     gbps = float(line.split(" GB/s")[0].split()[-1]) if " GB/s" in line else 0.0
     if model is not None:
         model["latency_us"] = float(line.split("): ")[1].split(" us")[0])
-        # The startup table's largest size: bytes, one-way us, GB/s, overlapped us, slowdown,
-        # stream us, 2 streams, 4 streams.
+        # The last calibration table's largest size: bytes, one-way us, GB/s, overlapped us,
+        # slowdown, stream us, 2 streams, 4 streams.
         table = [l.split() for l in r.stderr.splitlines()
                  if len(l.split()) == 8 and l.split()[0].isdigit()]
         if table:

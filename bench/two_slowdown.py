@@ -6,9 +6,11 @@ once cost more than the links say").
 Usage: bench/two_slowdown.py RRFP [--sizes 1,8,32] [--seeds 1,2,3] [--repeat-32 2]
 
 Each invocation is `rrfp run --transport mpi --compare --repeat 5 --rounds 3` at P=4, J2, with
-the size's messages (bench/twin.py's mpi part); its startup calibration gives the latency,
+the size's messages (bench/twin.py's mpi part); its calibration gives the latency,
 bandwidth, links, the two streams' slowdown and the largest size's stream time, and its
-measured medians are kept. Every run is then simulated with `rrfp simulate` under that
+measured medians are kept. (Measured in docs/results-twin.md with one calibration at startup;
+since `--compare` calibrates before each round, the model is the rounds' medians and the stream
+time the last round's.) Every run is then simulated with `rrfp simulate` under that
 calibration (one copy at a time per receiver), five ways: the ping-pong's bandwidth with the
 two slowdown at 1 and as measured (the latter is what `--compare` prints), the bandwidth of one
 stream (the largest size over its stream time) both ways, and the bandwidth fitted to the
