@@ -71,6 +71,15 @@ def summary(errs):
             f"{sum(abs(e) <= 0.05 for e in errs)} of {len(errs)}")
 
 
+def print_summaries(sizes, columns, errors):
+    """The table of each size's worst / mean / within 5% by column (errors[(mib, column)])."""
+    print()
+    print("| MiB | " + " | ".join(c + ": worst / mean / within 5%" for c in columns) + " |")
+    print("|---:|" + "---:|" * len(columns))
+    for mib in sizes:
+        print(f"| {mib} | " + " | ".join(summary(errors[(mib, c)]) for c in columns) + " |")
+
+
 def invocations(a):
     """The (MiB, seed) of each `rrfp run --compare` invocation of a paired comparison, in turn."""
     for mib in (int(x) for x in a.sizes.split(",")):

@@ -17,7 +17,8 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from receive_queues import invocations, paired_args, simulate_with, summary  # noqa: E402
+from receive_queues import (invocations, paired_args, print_summaries,  # noqa: E402
+                            simulate_with)
 from twin import ROOT, mpi_compare, write_csv  # noqa: E402
 
 COLUMNS = ("first round's calibration", "median of the rounds'")
@@ -49,11 +50,7 @@ def main():
     os.remove(tmp)
     write_csv("round-calibrations.csv", "mib,seed,gbps_by_round,run,measured_ms,first_round,"
               "median_of_rounds", rows)
-    print()
-    print("| MiB | " + " | ".join(c + ": worst / mean / within 5%" for c in COLUMNS) + " |")
-    print("|---:|---:|---:|")
-    for mib in [int(x) for x in a.sizes.split(",")]:
-        print(f"| {mib} | " + " | ".join(summary(errors[(mib, c)]) for c in COLUMNS) + " |")
+    print_summaries([int(x) for x in a.sizes.split(",")], COLUMNS, errors)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from receive_queues import fit_with, invocations, paired_args, simulate_with, summary  # noqa: E402,E501
+from receive_queues import (fit_with, invocations, paired_args,  # noqa: E402
+                            print_summaries, simulate_with)
 from twin import ROOT, mpi_compare, write_csv  # noqa: E402
 
 COLUMNS = ("ping-pong, links only", "ping-pong, two slowdown", "streams, links only",
@@ -66,11 +67,7 @@ def main():
     write_csv("two-slowdown.csv", "mib,seed,pingpong_gbps,stream_gbps,links,two_slowdown,run,"
               "measured_ms,pingpong_links_only,pingpong_two_slowdown,streams_links_only,"
               "streams_two_slowdown,baseline_two_slowdown", rows)
-    print()
-    print("| MiB | " + " | ".join(c + ": worst / mean / within 5%" for c in COLUMNS) + " |")
-    print("|---:|" + "---:|" * len(COLUMNS))
-    for mib in sizes:
-        print(f"| {mib} | " + " | ".join(summary(errors[(mib, c)]) for c in COLUMNS) + " |")
+    print_summaries(sizes, COLUMNS, errors)
 
 
 if __name__ == "__main__":

@@ -167,7 +167,8 @@ TEST(MessageModel, RefusesATwoSlowdownOutsideOneToSixtyFour) {
       set_message_model(m, w, {.links = 2, .two_slowdown = bad});
       ADD_FAILURE() << bad << " accepted";
     } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("two_slowdown must be within [1, 64]"),
+      EXPECT_NE(std::string(e.what()).find(
+                    "message model: two_slowdown: must be a finite number in [1, 64]"),
                 std::string::npos)
           << e.what();
     }

@@ -145,8 +145,6 @@ std::string describe(const MessageModel& mm) {
          (mm.serial_receive ? ", copied one at a time per receiver" : "");
 }
 
-// `world`: the MPI job under --transport mpi (each process hosts one endpoint and rank 0
-// merges every process's record and writes the reports), else null.
 // Each field's median over the rounds' calibrations (of two, their mean).
 MessageModel median_model(const std::vector<MessageModel>& models) {
   auto median = [&](double MessageModel::*field) {
@@ -164,6 +162,8 @@ MessageModel median_model(const std::vector<MessageModel>& models) {
   return mm;
 }
 
+// `world`: the MPI job under --transport mpi (each process hosts one endpoint and rank 0
+// merges every process's record and writes the reports), else null.
 void run_emulated(const RunFlags& f, Job* world) {
   const std::int64_t timeout = timeout_ms_of(f.timeout_s);
   const Scenario sc = make_scenario(f.exp);

@@ -130,7 +130,7 @@ double PingPong::stream(const PingPongOptions& o, std::chrono::steady_clock::tim
     for (int i = 0; i < o.iters; ++i) {
       MessageTag tag;
       tag.round = i;
-      t_.send(o.peer, tag, o.sources == 0 ? sent : next_source({}));
+      t_.send(o.peer, tag, next_source(sent));
     }
   if (!o.initiator && !o.both_ways) return 0;
   std::int64_t first_ns = 0, last_ns = 0;

@@ -77,6 +77,13 @@ WorkloadParams paper() {
   return w;
 }
 
+// Throws InputError naming `what` unless lo <= v <= hi (NaN never is).
+void check_in(const std::string& what, double v, double lo, double hi) {
+  if (!(v >= lo && v <= hi))
+    throw InputError(what + ": must be a finite number in [" + fmt("%g", lo) + ", " +
+                     fmt("%g", hi) + "], got " + fmt("%g", v));
+}
+
 // comm_links: 0 (each message on its own) or a capacity of at least one message's worth, at
 // most 4096; `what` names the value in the error.
 void check_links(double links, const std::string& what) {
@@ -164,9 +171,7 @@ void validate(const WorkloadParams& w) {
   // Each field's range: wide enough for any real job, narrow enough that no realized duration,
   // token count or byte count can overflow or turn into NaN.
   auto in = [](const char* f, double v, double lo, double hi) {
-    if (!(v >= lo && v <= hi))  // also false for NaN
-      throw InputError(std::string("workload ") + f + ": must be a finite number in [" +
-                       fmt("%g", lo) + ", " + fmt("%g", hi) + "], got " + fmt("%g", v));
+    check_in(std::string("workload ") + f, v, lo, hi);
   };
   constexpr double kUs = 1e9;  // any time: at most 1000 s
   in("forward_us", w.forward_us, 0, kUs);
@@ -355,26 +360,21 @@ std::int64_t microbatch_size(const WorkModel& m, const RealizedWork& w, int mb) 
 
 void set_message_model(const WorkModel& m, RealizedWork& w, const MessageModel& mm) {
   check_links(mm.links, "message model: links");
-  if (!(mm.two_slowdown >= 1 && mm.two_slowdown <= 64))
-    throw InputError("message model: two_slowdown must be within [1, 64], got " +
-                     fmt("%g", mm.two_slowdown));
-  if (!(mm.bandwidth_gbps >= 0 && mm.bandwidth_gbps <= 1e9))
-    throw InputError("message model: bandwidth_gbps must be within [0, 1e9], got " +
-                     fmt("%g", mm.bandwidth_gbps));
-  const double latency_us = mm.latency_us, bandwidth_gbps = mm.bandwidth_gbps;
+  check_in("message model: two_slowdown", mm.two_slowdown, 1, 64);
+  check_in("message model: bandwidth_gbps", mm.bandwidth_gbps, 0, 1e9);
   w.links = mm.links;
   w.serial_receive = mm.serial_receive;
   w.two_slowdown = mm.two_slowdown;
-  w.link_latency_ns = duration_ns(latency_us, "message model latency");
+  w.link_latency_ns = duration_ns(mm.latency_us, "message model latency");
   std::array<Dep, 2> deps{};
   for (int idx = 0; idx < w.num_tasks; ++idx) {
     const int nc = m.consumers(m.task(idx), deps);
     bool sends = false;
     for (int i = 0; i < nc; ++i)
       sends |= deps[i].cross_stage;
-    double us = latency_us;
-    if (bandwidth_gbps > 0)
-      us += static_cast<double>(w.message_bytes[idx]) / (bandwidth_gbps * 1e3);
+    double us = mm.latency_us;
+    if (mm.bandwidth_gbps > 0)
+      us += static_cast<double>(w.message_bytes[idx]) / (mm.bandwidth_gbps * 1e3);
     for (int rank = 0; rank < w.tp; ++rank)
       w.message_ns[static_cast<size_t>(rank) * w.num_tasks + idx] =
           sends ? duration_ns(us, "message model") : 0;
