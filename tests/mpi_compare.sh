@@ -2,15 +2,17 @@
 # rrfp run --transport mpi --compare under mpirun: each run reports the median of its timed
 # steps with their range; --calibration baseline fits the bandwidth to the first run, so its row
 # reproduces the measured step (error +0.0%), while the others stay predictions; by default the
-# transport is calibrated before each round and the medians simulated; a blocking run with
-# --rendezvous pull completes.
+# transport is calibrated before each round and the medians simulated, a blocking run's payload
+# on its offer as the runtime sends it; a blocking run with --rendezvous pull completes and is
+# simulated with its bytes after the acceptance.
 # Usage: mpi_compare.sh PATH/TO/rrfp
 set -u
 rrfp=$1
 here=$(cd "$(dirname "$0")" && pwd)
 load="$here/../scripts/workloads/j2-1mib-messages.json"
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+cal=$(mktemp --suffix=.json)
+trap 'rm -f "$out" "$cal"' EXIT
 fail() { echo "FAIL: $*"; cat "$out"; exit 1; }
 timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --calibration baseline \
   --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed --repeat 3 >"$out" 2>&1 ||
@@ -30,11 +32,18 @@ awk '/^fit/ { split($0, a, "bytes / "); split(a[2], b, " "); sum += b[1]; n++ }
        split($0, a, "bytes / "); split(a[2], b, " "); got = b[1]; seen = 1 }
      END { exit !(seen && n == 2 && (got - sum / 2) ^ 2 < 0.011 ^ 2) }' "$out" ||
   fail "the simulated bandwidth is not the mean of the two rounds' fits"
+grep -q "^simulating .*, a blocking run's payload with its offer$" "$out" ||
+  fail "the default rendezvous is not simulated with its payload on the offer"
 # --rendezvous pull: the blocking run's payloads wait for the receiver's pull (runtime/delivery.cpp);
-# the step completes and is reported.
-timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --rendezvous pull \
-  --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed --comm blocking >"$out" 2>&1 ||
-  fail "the pulling run exited $?"
+# the step completes and is reported, and is simulated with its bytes after the acceptance
+# whatever the calibration file says.
+echo '{"comm_latency_us": 30, "comm_bandwidth_gbps": 5, "comm_offer_payload": true}' >"$cal"
+timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --rendezvous pull --compare \
+  --calibration "$cal" --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed \
+  --comm blocking >"$out" 2>&1 || fail "the pulling run exited $?"
 grep -qE "^fixed 1f1b \(blocking\) +[0-9.]+ " "$out" || fail "no row for the pulling run"
+grep -q "^simulating .*: 30.0 us + bytes / 5.00 GB/s$" "$out" ||
+  fail "the pulling run is not simulated with the file's model and its bytes after the acceptance"
 echo "mpi compare: the baseline fit reproduces its step; ranges printed; a calibration per" \
-  "round, their mean simulated; a pulling run completes"
+  "round, their mean simulated, payloads on the offers; a pulling run completes, simulated" \
+  "with its bytes after the acceptance"

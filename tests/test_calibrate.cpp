@@ -136,10 +136,12 @@ TEST(Calibrate, StreamsAreTimedOnlyWhenAskedAndFourAtOnceOnlyWithTwoPairs) {
     for (bool streams : {false, true}) {
       o.streams = streams;
       o.serial_receive = streams;  // passed through, whatever the transport does
+      o.offer_payload = !streams;
       const Calibration c = calibrate_in_process(n, o);
       ASSERT_EQ(c.points.size(), 2u);
       EXPECT_EQ(c.streams, streams);
       EXPECT_EQ(c.serial_receive, streams);
+      EXPECT_EQ(c.offer_payload, !streams);
       for (const CalibrationPoint& p : c.points) {
         SCOPED_TRACE(std::to_string(n) + " endpoints, streams " + std::to_string(streams) + ", " +
                      std::to_string(p.bytes) + " bytes");
@@ -151,8 +153,11 @@ TEST(Calibrate, StreamsAreTimedOnlyWhenAskedAndFourAtOnceOnlyWithTwoPairs) {
       }
       const std::string json = calibration_json(c);
       EXPECT_EQ(json.find("stream_four_us") != std::string::npos, streams);
-      EXPECT_EQ(apply_workload_json(WorkloadParams{}, json, "calibration").comm_serial_receive,
-                streams);
+      const WorkloadParams w = apply_workload_json(WorkloadParams{}, json, "calibration");
+      EXPECT_EQ(w.comm_serial_receive, streams);
+      EXPECT_EQ(w.comm_offer_payload, !streams);
+      EXPECT_EQ(format_calibration(c).find("payload travels with its offer") != std::string::npos,
+                !streams);
       EXPECT_EQ(format_calibration(c).find("4 streams") != std::string::npos, streams && n == 4);
     }
 }

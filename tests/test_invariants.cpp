@@ -36,8 +36,9 @@ TEST_P(Invariants, HoldForEveryPolicyAndPresetOverManySeeds) {
       WorkloadParams wp = workload_preset(preset);
       wp.coord_latency_us = 5;
       wp.tp_collective_us = 3;
-      const RealizedWork work = realize(wp, m, sh.tp, seed);
+      RealizedWork work = realize(wp, m, sh.tp, seed);
       ASSERT_EQ(work.compute_ns, realize(wp, m, sh.tp, seed).compute_ns) << "durations not pure";
+      work.offer_payload = seed % 2 == 1;  // blocking runs: either rendezvous
       const LowerBound lb = lower_bound(m, work);
       std::vector<std::int64_t> busy_first;
       for (Policy policy : {Policy::Fixed, Policy::Ready}) {
@@ -53,7 +54,7 @@ TEST_P(Invariants, HoldForEveryPolicyAndPresetOverManySeeds) {
             " V=" + std::to_string(sh.cfg.vpp) + " " + to_string(sh.cfg.placement) +
             " split=" + std::to_string(sh.cfg.split_backward) + " TP=" + std::to_string(sh.tp) +
             " " + to_string(sh.comm) + " " + to_string(sh.protocol) +
-            " limit=" + std::to_string(sh.limit);
+            " limit=" + std::to_string(sh.limit) + " offer=" + std::to_string(work.offer_payload);
         StepRecord r;
         try {
           r = simulate(m, hint, work, opt);

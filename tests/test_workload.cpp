@@ -114,37 +114,42 @@ TEST(MessageModel, TwoSlowdownIsTheLeastEachOfSeveralMovingTakes) {
 // One copy at a time per receiver: stage 1 is inside the F1 copy until 12 ms, so the
 // acknowledgement of its F0 releases it then, and B0 lands behind the copy at 12 ms too
 // (releasing stage 2); stage 1 runs F1, ranked first, then B0 from 13 ms. Without: stage 1 is
-// released at 4 ms and runs B0 from 6 ms.
+// released at 4 ms and runs B0 from 6 ms. With the payloads on the offers (comm_offer_payload)
+// every time is the same: each receiver is idle when the bytes land, and the acknowledgements
+// take no time.
 TEST(MessageModel, SerialReceiveHoldsAnAcknowledgementBehindTheCopy) {
   WorkModel m(config(3, 2));
-  for (const bool serial : {false, true}) {
-    RealizedWork w = unit_work(m);
-    set_message_model(m, w, {.serial_receive = serial});
-    for (int i = 0; i < w.num_tasks; ++i)
-      w.message_ns[i] = 0;
-    w.message_ns[m.index({Kind::F, 0, 1})] = 10'000'000;  // stage 0's F1
-    w.message_ns[m.index({Kind::F, 1, 0})] = 2'000'000;   // stage 1's F0
-    SimOptions o;
-    o.comm = CommMode::Blocking;
-    const SimRun r = run(m, "1f1b", Policy::Ready, w, o);
-    std::map<int, std::pair<std::int64_t, std::int64_t>> held;  // stage: its first send's hold
-    for (const BlockedSpan& b : r.result.blocked)
-      if (b.reason == BlockReason::Send && !held.count(b.stage)) held[b.stage] = {b.start, b.end};
-    const std::int64_t ms = 1'000'000;
-    EXPECT_EQ(held[1], std::make_pair(2 * ms, (serial ? 12 : 4) * ms)) << "serial " << serial;
-    if (serial) {
-      EXPECT_EQ(held[2], std::make_pair(6 * ms, 12 * ms));
-    } else {
-      EXPECT_FALSE(held.count(2)) << "B0 carries no bytes: stage 2 is never held";
-    }
-    int seen = 0;
-    for (const TaskRecord& t : r.result.tasks)
-      if (t.task == TaskId{Kind::B, 1, 0}) {  // stage 1's B0 (chunk = stage at V=1)
-        ++seen;
-        EXPECT_EQ(t.start, (serial ? 13 : 6) * ms) << "serial " << serial;
+  for (const bool serial : {false, true})
+    for (const bool offer : {false, true}) {
+      RealizedWork w = unit_work(m);
+      set_message_model(m, w, {.serial_receive = serial, .offer_payload = offer});
+      for (int i = 0; i < w.num_tasks; ++i)
+        w.message_ns[i] = 0;
+      w.message_ns[m.index({Kind::F, 0, 1})] = 10'000'000;  // stage 0's F1
+      w.message_ns[m.index({Kind::F, 1, 0})] = 2'000'000;   // stage 1's F0
+      SimOptions o;
+      o.comm = CommMode::Blocking;
+      const SimRun r = run(m, "1f1b", Policy::Ready, w, o);
+      std::map<int, std::pair<std::int64_t, std::int64_t>> held;  // stage: its first send's hold
+      for (const BlockedSpan& b : r.result.blocked)
+        if (b.reason == BlockReason::Send && !held.count(b.stage)) held[b.stage] = {b.start, b.end};
+      const std::int64_t ms = 1'000'000;
+      const std::string ctx =
+          "serial " + std::to_string(serial) + " offer " + std::to_string(offer);
+      EXPECT_EQ(held[1], std::make_pair(2 * ms, (serial ? 12 : 4) * ms)) << ctx;
+      if (serial) {
+        EXPECT_EQ(held[2], std::make_pair(6 * ms, 12 * ms)) << ctx;
+      } else {
+        EXPECT_FALSE(held.count(2)) << ctx << ": B0 carries no bytes, stage 2 is never held";
       }
-    EXPECT_EQ(seen, 1);
-  }
+      int seen = 0;
+      for (const TaskRecord& t : r.result.tasks)
+        if (t.task == TaskId{Kind::B, 1, 0}) {  // stage 1's B0 (chunk = stage at V=1)
+          ++seen;
+          EXPECT_EQ(t.start, (serial ? 13 : 6) * ms) << ctx;
+        }
+      EXPECT_EQ(seen, 1) << ctx;
+    }
 }
 
 TEST(MessageModel, RefusesLinksBelowOneMessage) {

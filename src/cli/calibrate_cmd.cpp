@@ -68,6 +68,7 @@ void run_calibrate(const CalibrateFlags& f) {
   o.streams = f.streams;
   if (f.transport == "mpi") {
     o.serial_receive = true;  // one progress thread per process copies what arrives
+    o.offer_payload = true;   // the runtime's default rendezvous over a transport moving bytes
     run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {
       job.set_layout(JobLayout{job.size(), 1, 1});
       Hosting h = job.hosting();

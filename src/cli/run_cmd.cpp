@@ -95,7 +95,7 @@ TransportModel transport_model(const RunFlags& f, const Scenario& sc, Job& world
   if (!f.calibration.empty() && f.calibration != "baseline") {
     const WorkloadParams w = read_workload_file(f.calibration, "uniform");
     return {{w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_links, w.comm_two_slowdown,
-             w.comm_serial_receive},
+             w.comm_serial_receive, w.comm_offer_payload},
             f.calibration};
   }
   world.set_layout(JobLayout{world.size(), 1, 1});
@@ -106,16 +106,18 @@ TransportModel transport_model(const RunFlags& f, const Scenario& sc, Job& world
   o.seconds = 4;
   o.streams = true;
   o.serial_receive = true;  // the mpi transport's one progress thread copies what arrives
+  o.offer_payload = f.rendezvous == "offer";
   Hosting h = world.hosting();
   Calibration c = calibrate(
       *h.transports.at(0), world.size(), [&] { world.all_gather({}); }, o);
   world.all_gather({});  // nobody tears down its endpoint while a peer may still send to it
   c.transport = f.transport;
   if (world.rank() == 0) std::cerr << format_calibration(c) << "\n";  // what the model rests on
-  return {{c.latency_us, c.bandwidth_gbps, c.links, c.two_slowdown, c.serial_receive},
-          "measured at " + std::to_string(o.sizes.size()) + " sizes up to " +
-              fmt("%.1f", static_cast<double>(o.sizes.back()) / (1 << 20)) + " MiB" +
-              (c.links_from_streams() ? ", links from four streams" : "")};
+  return {
+      {c.latency_us, c.bandwidth_gbps, c.links, c.two_slowdown, c.serial_receive, c.offer_payload},
+      "measured at " + std::to_string(o.sizes.size()) + " sizes up to " +
+          fmt("%.1f", static_cast<double>(o.sizes.back()) / (1 << 20)) + " MiB" +
+          (c.links_from_streams() ? ", links from four streams" : "")};
 }
 
 // --calibration baseline: the bandwidth at which the simulator reproduces the first run's
@@ -142,7 +144,8 @@ std::string describe(const MessageModel& mm) {
          (mm.two_slowdown > 1
               ? ", two or more at once each at least " + fmt("%.2fx", mm.two_slowdown) + " as long"
               : std::string()) +
-         (mm.serial_receive ? ", copied one at a time per receiver" : "");
+         (mm.serial_receive ? ", copied one at a time per receiver" : "") +
+         (mm.offer_payload ? ", a blocking run's payload with its offer" : "");
 }
 
 // Each field's median over the rounds' calibrations (of two, their mean).
@@ -285,6 +288,8 @@ void run_emulated(const RunFlags& f, Job* world) {
     Executor sim = simulate;
     if (world) {
       if (calibrate_each_round) mm = median_model(round_models);
+      // How the run's rendezvous moves its bytes is the runtime's, whatever a file says.
+      mm.offer_payload = f.rendezvous == "offer";
       std::cerr << "simulating messages as the mpi transport delivers them (" << model_source
                 << "): " << describe(mm) << "\n";
       sim = [&mm](const WorkModel& m, const Hint& h, const RealizedWork& w, const SimOptions& o) {

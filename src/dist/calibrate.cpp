@@ -137,6 +137,7 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
   c.endpoints = endpoints;
   c.streams = o.streams;
   c.serial_receive = o.serial_receive;
+  c.offer_payload = o.offer_payload;
   for (std::size_t bytes : o.sizes) {
     const int iters = iterations(bytes, share(bytes) / rounds);
     CalibrationPoint p;
@@ -219,6 +220,7 @@ std::string calibration_json(const Calibration& c) {
   j["comm_links"] = c.links;
   j["comm_two_slowdown"] = c.two_slowdown;
   j["comm_serial_receive"] = c.serial_receive;
+  j["comm_offer_payload"] = c.offer_payload;
   // What was measured has no modelled noise or slow mode: a preset's network model must not
   // stay on top of it when the file is laid over that preset.
   j["comm_sigma"] = 0;
@@ -275,7 +277,8 @@ std::string format_calibration(const Calibration& c) {
       (c.links > 0
            ? ": links " + fmt("%.2f", c.links) + " (messages' worth of bandwidth shared by all)"
            : std::string()) +
-      (c.serial_receive ? "; each process copies its arrivals one at a time" : "") + "\n";
+      (c.serial_receive ? "; each process copies its arrivals one at a time" : "") +
+      (c.offer_payload ? "; a blocking run's payload travels with its offer" : "") + "\n";
   return out;
 }
 

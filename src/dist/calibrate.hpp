@@ -25,6 +25,9 @@ struct CalibrateOptions {
   // copies a large message inside the one progress thread's call): passed on to the fit as
   // Calibration::serial_receive, not measured.
   bool serial_receive = false;
+  // rrfp's runtime sends a blocking run's payload with its offer over this transport (it moves
+  // bytes; RuntimeOptions::rendezvous_pull off): passed on as Calibration::offer_payload.
+  bool offer_payload = false;
 };
 
 struct CalibrationPoint {
@@ -64,6 +67,7 @@ struct Calibration {
   // says while cores are to spare: caches and memory bandwidth are shared whatever the count.
   double two_slowdown = 1;
   bool serial_receive = false;  // WorkloadParams::comm_serial_receive (CalibrateOptions)
+  bool offer_payload = false;   // WorkloadParams::comm_offer_payload (CalibrateOptions)
   bool links_from_streams() const { return links > 0 && four_slowdown > 0; }
 
   // Whether the bandwidth was fitted to the overlapped column.

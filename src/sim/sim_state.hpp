@@ -14,7 +14,17 @@
 
 namespace rrfp::sim_state {
 
-enum class Ev : std::uint8_t { GroupEnd, Arrive, SendDone, CoordDone, Choice, LinkJoin, LinkEnd };
+enum class Ev : std::uint8_t {
+  GroupEnd,
+  Arrive,
+  SendDone,
+  OfferLanded,
+  AckLanded,
+  CoordDone,
+  Choice,
+  LinkJoin,
+  LinkEnd
+};
 
 struct Event {
   std::int64_t time;

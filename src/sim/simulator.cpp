@@ -150,6 +150,12 @@ class Simulation {
       case Ev::SendDone:
         send_done(e.a);
         break;
+      case Ev::OfferLanded:
+        offer_landed(e.a);
+        break;
+      case Ev::AckLanded:
+        ack_landed(e.a);
+        break;
       case Ev::CoordDone:
         coord_done(e.stage);
         break;
@@ -187,9 +193,13 @@ class Simulation {
         }
         if (rk.rendezvous->held() == 0) rk.held_since = now_;
         rk.rendezvous->offered();
-        rank(dst, r).rendezvous->on_offer(c[i].task, static_cast<int>(sends_.size()));
+        const int id = static_cast<int>(sends_.size());
         sends_.push_back(Send{s, dst, r, c[i].task, lat, rk.record});
-        mark_dirty(dst);
+        if (w_.offer_payload) {  // the bytes first: the offer is seen once they have landed
+          transfer(Transfer{dst, r, m_.index(c[i].task), id, rk.record, now_, 0}, lat);
+          continue;
+        }
+        offer_landed(id);
       }
     }
     mark_dirty(s);
@@ -212,15 +222,31 @@ class Simulation {
 
   int queue_of(int s, int r) const { return s * t_ + r; }
 
-  // A rendezvous transfer has landed: the consumer has its input, and the receiver's
-  // acknowledgement releases the sender. Where each process copies its arrivals one at a time
-  // (WorkloadParams::comm_serial_receive) and the sender's is inside a copy, the thread that
-  // would take the acknowledgement in is busy: the release waits for that copy's end.
+  // A rendezvous offer reaches its receiver, which accepts it when its rendezvous lets it.
+  void offer_landed(int id) {
+    const Send& sd = sends_[id];
+    rank(sd.dst_stage, sd.rank).rendezvous->on_offer(sd.consumer, id);
+    mark_dirty(sd.dst_stage);
+  }
+
+  // A rendezvous transfer has landed (or, its payload with the offer, has been accepted): the
+  // consumer has its input, and the receiver's acknowledgement releases the sender.
   void send_done(int id) {
     const Send& sd = sends_[id];
     note_input_cost(sd.dst_stage, sd.rank, sd.consumer);
     rank(sd.dst_stage, sd.rank).inputs->deliver(sd.consumer);
     mark_dirty(sd.dst_stage);  // its next posted receive may be another offer's
+    if (w_.offer_payload) {
+      push(now_ + w_.link_latency_ns, Ev::AckLanded, 0, 0, id);
+      return;
+    }
+    ack_landed(id);
+  }
+  // Where each process copies its arrivals one at a time (WorkloadParams::comm_serial_receive)
+  // and the sender's is inside a copy, the thread that would take the acknowledgement in is
+  // busy: the release waits for that copy's end.
+  void ack_landed(int id) {
+    const Send& sd = sends_[id];
     if (w_.serial_receive && links_->moving(queue_of(sd.src_stage, sd.rank))) {
       parked_[queue_of(sd.src_stage, sd.rank)].push_back(id);
       return;
@@ -240,10 +266,10 @@ class Simulation {
   void transfer(Transfer t, std::int64_t lat) {
     if (!links_) {
       if (opt_.record) res_.tasks[t.record].send_ns = lat;
-      if (t.send < 0)
-        push(now_ + lat, Ev::Arrive, t.dst_stage, t.rank, t.consumer);
-      else
-        push(now_ + lat, Ev::SendDone, t.dst_stage, t.rank, t.send);
+      const Ev landing = t.send < 0         ? Ev::Arrive
+                         : w_.offer_payload ? Ev::OfferLanded
+                                            : Ev::SendDone;
+      push(now_ + lat, landing, t.dst_stage, t.rank, t.send < 0 ? t.consumer : t.send);
       return;
     }
     const std::int64_t alone = std::min(lat, w_.link_latency_ns);
@@ -271,6 +297,8 @@ class Simulation {
       if (opt_.record) res_.tasks[t.record].send_ns = now_ - t.start;
       if (t.send < 0)
         arrive(t.dst_stage, t.rank, t.consumer);
+      else if (w_.offer_payload)
+        offer_landed(t.send);
       else
         send_done(t.send);
     }
@@ -284,14 +312,26 @@ class Simulation {
     watch_links();
   }
 
-  // Blocking mode: a rank that is not computing accepts what its rendezvous lets it.
+  // Blocking mode: a rank that is not computing accepts what its rendezvous lets it. An offer
+  // that brought its payload delivers its input at once, which may post the next receive (under
+  // `fixed`): that one's offer is accepted too, before the rank computes, as the runtime's idle
+  // rank does.
   void accept_sends(int s) {
     for (int r = 0; r < t_; ++r) {
       Rank& rk = rank(s, r);
-      if (rk.computing || !rk.rendezvous->has_offers()) continue;
-      for (const Rendezvous::Offer& o : rk.rendezvous->take_acceptable()) {
-        const Send& sd = sends_[o.handle];
-        transfer(Transfer{s, r, m_.index(sd.consumer), o.handle, sd.record, now_, 0}, sd.latency);
+      if (rk.computing) continue;
+      while (rk.rendezvous->has_offers()) {
+        const std::vector<Rendezvous::Offer> offers = rk.rendezvous->take_acceptable();
+        if (offers.empty()) break;
+        for (const Rendezvous::Offer& o : offers) {
+          const Send& sd = sends_[o.handle];
+          if (w_.offer_payload)
+            send_done(o.handle);
+          else
+            transfer(Transfer{s, r, m_.index(sd.consumer), o.handle, sd.record, now_, 0},
+                     sd.latency);
+        }
+        if (!w_.offer_payload) break;  // the next receive is posted once these bytes land
       }
     }
   }

@@ -286,6 +286,7 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   r.links = w.comm_links;
   r.serial_receive = w.comm_serial_receive;
   r.two_slowdown = w.comm_two_slowdown;
+  r.offer_payload = w.comm_offer_payload;
   r.link_latency_ns = duration_ns(w.comm_latency_us, "workload comm_latency_us");
 
   const int mbs = m.microbatches(), chunks = m.chunks();
@@ -365,6 +366,7 @@ void set_message_model(const WorkModel& m, RealizedWork& w, const MessageModel& 
   w.links = mm.links;
   w.serial_receive = mm.serial_receive;
   w.two_slowdown = mm.two_slowdown;
+  w.offer_payload = mm.offer_payload;
   w.link_latency_ns = duration_ns(mm.latency_us, "message model latency");
   std::array<Dep, 2> deps{};
   for (int idx = 0; idx < w.num_tasks; ++idx) {

@@ -77,6 +77,14 @@ struct WorkloadParams {
   // count. rrfp calibrate --transport mpi --streams measures it from two streams at once
   // (docs/twin.md). 1 to 64.
   double comm_two_slowdown = 1;
+  // Blocking mode: an offer carries its payload, as rrfp's runtime sends it over a transport
+  // that moves bytes (RuntimeOptions::rendezvous_pull off): the bytes move from the producer's
+  // end, the receiver sees the offer once they have landed, and accepting it delivers the input
+  // at once and sends back an acknowledgement (comm_latency_us; under comm_serial_receive it
+  // waits for a copy the sender's process is inside) that releases the sender. false: the bytes
+  // move from the acceptance (design.md's rendezvous; the threaded runtime's emulated latency
+  // runs from it too). rrfp calibrate --transport mpi sets it (docs/twin.md).
+  bool comm_offer_payload = false;
   double bytes_per_token = 8192;  // activation bytes per token (hidden 4096, bf16)
   // Tensor parallelism: per-rank noise, the all-reduce inside each task, the coordination hop.
   double tp_sigma = 0.03;
@@ -110,6 +118,7 @@ struct RealizedWork {
   double links = 0;                  // WorkloadParams::comm_links (0: each message on its own)
   bool serial_receive = false;       // WorkloadParams::comm_serial_receive
   double two_slowdown = 1;           // WorkloadParams::comm_two_slowdown
+  bool offer_payload = false;        // WorkloadParams::comm_offer_payload
   std::int64_t link_latency_ns = 0;  // the part of a message that does not share the links
 
   std::int64_t compute(int rank, int index) const { return compute_ns[rank * num_tasks + index]; }
@@ -124,6 +133,7 @@ struct MessageModel {
   double links = 0;           // 0: each message on its own
   double two_slowdown = 1;
   bool serial_receive = false;
+  bool offer_payload = false;
 };
 // Replaces every cross-stage message's duration with latency + bytes / bandwidth, without
 // noise, and the links' sharing with the model's: for comparing a run over that transport with

@@ -81,6 +81,7 @@ const std::map<std::string, Setter>& setters() {
       {"comm_slow_us", number(&W::comm_slow_us)},
       {"comm_links", number(&W::comm_links)},
       {"comm_serial_receive", boolean(&W::comm_serial_receive)},
+      {"comm_offer_payload", boolean(&W::comm_offer_payload)},
       {"comm_two_slowdown", number(&W::comm_two_slowdown)},
       {"bytes_per_token", number(&W::bytes_per_token)},
       {"tp_sigma", number(&W::tp_sigma)},
