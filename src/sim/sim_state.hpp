@@ -1,5 +1,5 @@
 #pragma once
-// The simulator's state, one struct per thing it tracks (sim/simulator.cpp): events, the
+// The simulator's state, one struct per thing it tracks (sim/simulation.hpp): events, the
 // transfers in flight, each tensor-parallel rank's protocol state machines and each stage's
 // collective. Internal to the simulator.
 #include <cstddef>

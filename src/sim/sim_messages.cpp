@@ -1,0 +1,143 @@
+// The simulator's messages (sim/simulation.hpp): each on its own or sharing the links, and the
+// rendezvous of blocking mode, whose offers, acceptances and acknowledgements core/rendezvous.hpp
+// decides.
+#include <algorithm>
+#include <vector>
+
+#include "sim/simulation.hpp"
+
+namespace rrfp::sim_state {
+
+// Blocking mode: the sender is held until the receiver acknowledges. With the payload on the
+// offer (WorkloadParams::comm_offer_payload) the bytes move first, and the receiver sees the
+// offer once they have landed; else it sees the bare offer at once.
+void Simulation::offer(const Send& sd) {
+  Rank& rk = rank(sd.src_stage, sd.rank);
+  if (rk.rendezvous->held() == 0) rk.held_since = now_;
+  rk.rendezvous->offered();
+  const int id = static_cast<int>(sends_.size());
+  sends_.push_back(sd);
+  if (w_.offer_payload)
+    transfer(Transfer{sd.dst_stage, sd.rank, m_.index(sd.consumer), id, sd.record, now_, 0},
+             sd.latency);
+  else
+    offer_landed(id);
+}
+
+// A rendezvous offer reaches its receiver, which accepts it when its rendezvous lets it.
+void Simulation::offer_landed(int id) {
+  const Send& sd = sends_[id];
+  rank(sd.dst_stage, sd.rank).rendezvous->on_offer(sd.consumer, id);
+  mark_dirty(sd.dst_stage);
+}
+
+// A rendezvous transfer has landed (or, its payload with the offer, has been accepted): the
+// consumer has its input, and the receiver's acknowledgement releases the sender.
+void Simulation::send_done(int id) {
+  const Send& sd = sends_[id];
+  note_input_cost(sd.dst_stage, sd.rank, sd.consumer);
+  rank(sd.dst_stage, sd.rank).inputs->deliver(sd.consumer);
+  mark_dirty(sd.dst_stage);  // its next posted receive may be another offer's
+  if (w_.offer_payload) {
+    push(now_ + w_.link_latency_ns, Ev::AckLanded, 0, 0, id);
+    return;
+  }
+  ack_landed(id);
+}
+
+// Where each process copies its arrivals one at a time (WorkloadParams::comm_serial_receive)
+// and the sender's is inside a copy, the thread that would take the acknowledgement in is
+// busy: the release waits for that copy's end.
+void Simulation::ack_landed(int id) {
+  const Send& sd = sends_[id];
+  if (w_.serial_receive && links_->moving(queue_of(sd.src_stage, sd.rank))) {
+    parked_[queue_of(sd.src_stage, sd.rank)].push_back(id);
+    return;
+  }
+  release(id);
+}
+
+void Simulation::release(int id) {
+  const Send& sd = sends_[id];
+  Rank& src = rank(sd.src_stage, sd.rank);
+  if (src.rendezvous->acknowledged())
+    block(sd.src_stage, sd.rank, src.held_since, now_, BlockReason::Send);
+  mark_dirty(sd.src_stage);
+}
+
+// A message of `lat` starts now: it lands `lat` later on its own, or, on shared links, once
+// its latency has passed and its bytes have moved at the rate the links leave it.
+void Simulation::transfer(Transfer t, std::int64_t lat) {
+  if (!links_) {
+    if (opt_.record) res_.tasks[t.record].send_ns = lat;
+    const Ev landing = t.send < 0 ? Ev::Arrive : w_.offer_payload ? Ev::OfferLanded : Ev::SendDone;
+    push(now_ + lat, landing, t.dst_stage, t.rank, t.send < 0 ? t.consumer : t.send);
+    return;
+  }
+  const std::int64_t alone = std::min(lat, w_.link_latency_ns);
+  t.bytes_ns = lat - alone;
+  push(now_ + alone, Ev::LinkJoin, 0, 0, static_cast<int>(transfers_.size()));
+  transfers_.push_back(t);
+}
+
+void Simulation::link_join(int id) {
+  const Transfer& t = transfers_[id];
+  links_->add(now_, t.bytes_ns, id, w_.serial_receive ? queue_of(t.dst_stage, t.rank) : -1);
+  watch_links();
+}
+
+void Simulation::watch_links() {
+  if (auto end = links_->next_end()) {
+    links_version_ = links_->version();
+    push(*end, Ev::LinkEnd, 0, 0, 0);
+  }
+}
+
+void Simulation::link_end() {
+  if (links_->version() != links_version_) return;  // the links changed since: a later event
+  for (int id : links_->finish(now_)) {
+    const Transfer& t = transfers_[id];
+    // The trace keeps the time shared too, so its replay (each message on its own) is this
+    // very step.
+    if (opt_.record) res_.tasks[t.record].send_ns = now_ - t.start;
+    if (t.send < 0)
+      arrive(t.dst_stage, t.rank, t.consumer);
+    else if (w_.offer_payload)
+      offer_landed(t.send);
+    else
+      send_done(t.send);
+  }
+  for (std::size_t q = 0; q < parked_.size(); ++q)
+    if (!parked_[q].empty() && !links_->moving(static_cast<int>(q))) {
+      std::vector<int> ids;
+      ids.swap(parked_[q]);
+      for (int id : ids)
+        release(id);
+    }
+  watch_links();
+}
+
+// Blocking mode: a rank that is not computing accepts what its rendezvous lets it. An offer
+// that brought its payload delivers its input at once, which may post the next receive (under
+// `fixed`): that one's offer is accepted too, before the rank computes, as the runtime's idle
+// rank does.
+void Simulation::accept_sends(int s) {
+  for (int r = 0; r < t_; ++r) {
+    Rank& rk = rank(s, r);
+    if (rk.computing) continue;
+    while (rk.rendezvous->has_offers()) {
+      const std::vector<Rendezvous::Offer> offers = rk.rendezvous->take_acceptable();
+      if (offers.empty()) break;
+      for (const Rendezvous::Offer& o : offers) {
+        const Send& sd = sends_[o.handle];
+        if (w_.offer_payload)
+          send_done(o.handle);
+        else
+          transfer(Transfer{s, r, m_.index(sd.consumer), o.handle, sd.record, now_, 0}, sd.latency);
+      }
+      if (!w_.offer_payload) break;  // the next receive is posted once these bytes land
+    }
+  }
+}
+
+}  // namespace rrfp::sim_state

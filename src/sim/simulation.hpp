@@ -1,0 +1,91 @@
+#pragma once
+// One simulated step (sim/simulator.hpp's simulate): the simulator's state and its event
+// handlers. Two files define it: simulator.cpp the event loop, dispatch, tasks and
+// tensor-parallel coordination; sim_messages.cpp the messages, on their own or on the shared
+// links, and the rendezvous of blocking mode. Internal to the simulator.
+#include <cstdint>
+#include <optional>
+#include <queue>
+#include <vector>
+
+#include "sim/shared_links.hpp"
+#include "sim/sim_state.hpp"
+#include "sim/simulator.hpp"
+
+namespace rrfp::sim_state {
+
+class Simulation {
+ public:
+  Simulation(const WorkModel& m, const Hint& hint, const RealizedWork& w, const SimOptions& opt);
+  StepRecord run();
+
+ private:
+  Rank& rank(int s, int r) { return ranks_[static_cast<size_t>(s) * t_ + r]; }
+  RankStats& stats(int s, int r) { return res_.ranks[static_cast<size_t>(s) * t_ + r]; }
+  bool free(int s, int r) {
+    Rank& rk = rank(s, r);
+    return !rk.computing && !(rk.rendezvous && rk.rendezvous->held() > 0);
+  }
+  void push(std::int64_t time, Ev type, int stage, int r, int a) {
+    events_.push(Event{time, seq_++, type, stage, r, a});
+  }
+  void mark_dirty(int s) {
+    if (!dirty_[s]) {
+      dirty_[s] = 1;
+      dirty_list_.push_back(s);
+    }
+  }
+  void ready_if(int s, bool became_ready) {
+    if (became_ready) mark_dirty(s);
+  }
+  int queue_of(int s, int r) const { return s * t_ + r; }
+
+  // simulator.cpp
+  void block(int s, int r, std::int64_t from, std::int64_t to, BlockReason why);
+  void launch(int s, int r, const TaskId& task);
+  void handle(const Event& e);
+  void group_end(int s, int index);
+  void arrive(int s, int r, int consumer);
+  void note_input_cost(int s, int r, const TaskId& consumer);
+  void dispatch_dirty();
+  void try_dispatch(int s);
+  void start_round(int s);
+  void coord_done(int s);
+  void check_finished();
+
+  // sim_messages.cpp
+  void offer(const Send& sd);
+  void offer_landed(int id);
+  void send_done(int id);
+  void ack_landed(int id);
+  void release(int id);
+  void transfer(Transfer t, std::int64_t lat);
+  void link_join(int id);
+  void watch_links();
+  void link_end();
+  void accept_sends(int s);
+
+  const WorkModel& m_;
+  const RealizedWork& w_;
+  SimOptions opt_;
+  int p_, t_;
+  bool coordinated_ = false;  // T > 1 with a protocol
+  bool costs_ = true;         // tell arbiters what inputs' producers took (adaptive rule)
+  std::vector<Rank> ranks_;
+  std::vector<Group> groups_;
+  std::vector<Send> sends_;
+  std::optional<SharedLinks> links_;        // WorkloadParams::comm_links; none: each on its own
+  std::vector<Transfer> transfers_;         // on the links, by token
+  std::uint64_t links_version_ = 0;         // the links' version the last LinkEnd was pushed for
+  std::vector<std::vector<int>> parked_;    // per process: releases waiting for its copy to end
+  static constexpr double kNoLimit = 4096;  // capacity where only the queues hold transfers
+  std::priority_queue<Event, std::vector<Event>, Later> events_;
+  std::vector<char> dirty_;
+  std::vector<int> dirty_list_;
+  std::int64_t now_ = 0, last_end_ = 0;
+  std::uint64_t seq_ = 0;
+  std::int64_t ended_ = 0;  // group tasks done (for progress)
+  StepRecord res_;
+};
+
+}  // namespace rrfp::sim_state
