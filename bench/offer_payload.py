@@ -65,9 +65,8 @@ def main():
             sys.stdout.flush()
     os.remove(tmp)
     write_csv("offer-payload.csv", "mib,seed,calibrated_gbps,latency_us,links,two_slowdown,run,"
-              "measured_ms,"
-              "calibrated_after_acceptance,calibrated_with_offer,baseline_after_acceptance,"
-              "baseline_with_offer", rows)
+              "measured_ms,calibrated_after_acceptance,calibrated_with_offer,"
+              "baseline_after_acceptance,baseline_with_offer", rows)
     print_summaries([int(x) for x in a.sizes.split(",")], COLUMNS, errors)
 
 

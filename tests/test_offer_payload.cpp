@@ -1,7 +1,7 @@
 // WorkloadParams::comm_offer_payload: a blocking run whose offers carry their payload, as rrfp's
 // runtime sends them over a transport that moves bytes. Exact times where they can be worked by
-// hand, and a property over many seeds against the rendezvous whose bytes wait for the
-// acceptance.
+// hand (against the rendezvous whose bytes wait for the acceptance), and a property over many
+// seeds that inputs and releases wait for the bytes.
 #include <gtest/gtest.h>
 
 #include <array>
