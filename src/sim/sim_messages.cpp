@@ -24,6 +24,15 @@ void Simulation::offer(const Send& sd) {
     offer_landed(id);
 }
 
+// A rendezvous transfer's bytes have landed: with them the offer, or, after the acceptance, the
+// input itself.
+void Simulation::send_landed(int id) {
+  if (w_.offer_payload)
+    offer_landed(id);
+  else
+    send_done(id);
+}
+
 // A rendezvous offer reaches its receiver, which accepts it when its rendezvous lets it.
 void Simulation::offer_landed(int id) {
   const Send& sd = sends_[id];
@@ -70,8 +79,10 @@ void Simulation::release(int id) {
 void Simulation::transfer(Transfer t, std::int64_t lat) {
   if (!links_) {
     if (opt_.record) res_.tasks[t.record].send_ns = lat;
-    const Ev landing = t.send < 0 ? Ev::Arrive : w_.offer_payload ? Ev::OfferLanded : Ev::SendDone;
-    push(now_ + lat, landing, t.dst_stage, t.rank, t.send < 0 ? t.consumer : t.send);
+    if (t.send < 0)
+      push(now_ + lat, Ev::Arrive, t.dst_stage, t.rank, t.consumer);
+    else
+      push(now_ + lat, Ev::SendLanded, t.dst_stage, t.rank, t.send);
     return;
   }
   const std::int64_t alone = std::min(lat, w_.link_latency_ns);
@@ -102,10 +113,8 @@ void Simulation::link_end() {
     if (opt_.record) res_.tasks[t.record].send_ns = now_ - t.start;
     if (t.send < 0)
       arrive(t.dst_stage, t.rank, t.consumer);
-    else if (w_.offer_payload)
-      offer_landed(t.send);
     else
-      send_done(t.send);
+      send_landed(t.send);
   }
   for (std::size_t q = 0; q < parked_.size(); ++q)
     if (!parked_[q].empty() && !links_->moving(static_cast<int>(q))) {

@@ -17,8 +17,7 @@ namespace rrfp::sim_state {
 enum class Ev : std::uint8_t {
   GroupEnd,
   Arrive,
-  SendDone,
-  OfferLanded,
+  SendLanded,
   AckLanded,
   CoordDone,
   Choice,

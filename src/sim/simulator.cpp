@@ -120,11 +120,8 @@ void Simulation::handle(const Event& e) {
     case Ev::LinkEnd:
       link_end();
       break;
-    case Ev::SendDone:
-      send_done(e.a);
-      break;
-    case Ev::OfferLanded:
-      offer_landed(e.a);
+    case Ev::SendLanded:
+      send_landed(e.a);
       break;
     case Ev::AckLanded:
       ack_landed(e.a);
