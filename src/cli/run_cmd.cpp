@@ -90,12 +90,14 @@ std::vector<std::size_t> calibration_sizes(const Scenario& sc) {
 
 // The message model a run over a real transport is simulated with: --calibration's file, else
 // a short calibration of the job's own transport at the run's message sizes (every process
-// takes part; rank 0's counts).
+// takes part; rank 0's counts). How a blocking run's bytes move is the run's --rendezvous, not
+// a measurement, whatever a file says.
 TransportModel transport_model(const RunFlags& f, const Scenario& sc, Job& world) {
+  const bool offer_payload = f.rendezvous == "offer";
   if (!f.calibration.empty() && f.calibration != "baseline") {
     const WorkloadParams w = read_workload_file(f.calibration, "uniform");
     return {{w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_links, w.comm_two_slowdown,
-             w.comm_serial_receive, w.comm_offer_payload},
+             w.comm_serial_receive, offer_payload},
             f.calibration};
   }
   world.set_layout(JobLayout{world.size(), 1, 1});
@@ -106,7 +108,7 @@ TransportModel transport_model(const RunFlags& f, const Scenario& sc, Job& world
   o.seconds = 4;
   o.streams = true;
   o.serial_receive = true;  // the mpi transport's one progress thread copies what arrives
-  o.offer_payload = f.rendezvous == "offer";
+  o.offer_payload = offer_payload;
   Hosting h = world.hosting();
   Calibration c = calibrate(
       *h.transports.at(0), world.size(), [&] { world.all_gather({}); }, o);
@@ -288,8 +290,6 @@ void run_emulated(const RunFlags& f, Job* world) {
     Executor sim = simulate;
     if (world) {
       if (calibrate_each_round) mm = median_model(round_models);
-      // How the run's rendezvous moves its bytes is the runtime's, whatever a file says.
-      mm.offer_payload = f.rendezvous == "offer";
       std::cerr << "simulating messages as the mpi transport delivers them (" << model_source
                 << "): " << describe(mm) << "\n";
       sim = [&mm](const WorkModel& m, const Hint& h, const RealizedWork& w, const SimOptions& o) {
