@@ -89,7 +89,7 @@ def mpi_compare(rrfp, mib, seed, calibration=None, model=None):
     round, the default: this VM's copy bandwidth drifts within an hour, so one calibration for
     all runs would date). Returns the GB/s and links' capacity (messages' worth) it simulated
     with and [(run, measured median ms, simulated ms, speedups, measured min ms, measured max
-    ms)]. If the dict `model` is given, it receives the simulated latency_us and two_slowdown (1:
+    ms, replayed ms)], replayed: simulated with the run's own measured task durations. If the dict `model` is given, it receives the simulated latency_us and two_slowdown (1:
     none), each calibration's fit ("fits", as workload fields), and the last calibration's
     largest size ("bytes") and its stream time ("stream_us")."""
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
@@ -125,10 +125,12 @@ def mpi_compare(rrfp, mib, seed, calibration=None, model=None):
     runs = []
     for line in r.stdout[r.stdout.index("simulator fidelity"):].splitlines()[2:]:
         cells = line.split()
-        if len(cells) >= 9:  # label..., measured, simulated, error, 2 speedups, diff, range
+        # label..., measured, simulated, error, replayed, error, 2 speedups, diff, range
+        if len(cells) >= 11:
             lo, hi = (float(x) for x in cells[-1].split("-"))
-            runs.append((" ".join(cells[:-7]), float(cells[-7]), float(cells[-6]),
-                         float(cells[-4].rstrip("x")), float(cells[-3].rstrip("x")), lo, hi))
+            runs.append((" ".join(cells[:-9]), float(cells[-9]), float(cells[-8]),
+                         float(cells[-4].rstrip("x")), float(cells[-3].rstrip("x")), lo, hi,
+                         float(cells[-6])))
     return gbps, links, runs
 
 
@@ -145,27 +147,30 @@ def part_mpi(rrfp, tmp):
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
     print(sh([mpirun, "4", rrfp, "calibrate", "--transport", "mpi", "--streams"]))
     print(f"| messages | seed | calibrated GB/s | links | run | measured ms (median of {STEPS}) | "
-          "range ms | simulated ms | error | speedup measured | simulated |")
-    print("|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|")
+          "range ms | simulated ms | error | replayed ms | error | speedup measured | simulated |")
+    print("|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|")
     rows = []
     for mib, seed, gbps, links, runs in mpi_grid(rrfp):
-        for label, meas, simd, sp_m, sp_s, lo, hi in runs:
+        for label, meas, simd, sp_m, sp_s, lo, hi, repl in runs:
             rows.append((mib, seed, gbps, links, label, meas, simd, meas / simd - 1, sp_m, sp_s,
-                         lo, hi))
+                         lo, hi, repl, meas / repl - 1))
             print(f"| {mib} MiB | {seed} | {gbps:.2f} | {links:.2f} | {label} | {meas:.1f} | "
                   f"{lo:.0f}-{hi:.0f} | {simd:.1f} | {100 * (meas / simd - 1):+.1f}% | "
-                  f"{sp_m:.3f}x | {sp_s:.3f}x |")
+                  f"{repl:.1f} | {100 * (meas / repl - 1):+.1f}% | {sp_m:.3f}x | {sp_s:.3f}x |")
             sys.stdout.flush()
     write_csv("twin-mpi.csv", "mib,seed,calibrated_gbps,calibrated_links,run,measured_ms,"
               "simulated_ms,error,"
-              "speedup_measured,speedup_simulated,measured_min_ms,measured_max_ms", rows)
+              "speedup_measured,speedup_simulated,measured_min_ms,measured_max_ms,replayed_ms,"
+              "replayed_error", rows)
     print()
-    print("| messages | worst error | mean error | widest range of a run's steps | "
-          "ready BF / fixed 1F1B async, measured | ready BFW / fixed 1F1B async |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| messages | worst error | mean error | within 5% | replayed: worst | mean | within 5% | "
+          "widest range of a run's steps | ready BF / fixed 1F1B async, measured | "
+          "ready BFW / fixed 1F1B async |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for mib in (1, 8, 32):
         mine = [r for r in rows if r[0] == mib]
         errs = [r[7] for r in mine]
+        replayed = [r[13] for r in mine]
         spread = max((r[11] - r[10]) / r[5] for r in mine)
 
         def ratio(label):
@@ -175,11 +180,15 @@ def part_mpi(rrfp, tmp):
                 got.append(by["fixed 1f1b (async)"] / by[label])
             return statistics.mean(got)
         print(f"| {mib} MiB | {100 * max(errs, key=abs):+.1f}% | "
-              f"{100 * statistics.mean(errs):+.1f}% | {100 * spread:.0f}% | "
+              f"{100 * statistics.mean(errs):+.1f}% | "
+              f"{sum(abs(e) <= 0.05 for e in errs)} of {len(errs)} | "
+              f"{100 * max(replayed, key=abs):+.1f}% | {100 * statistics.mean(replayed):+.1f}% | "
+              f"{sum(abs(e) <= 0.05 for e in replayed)} of {len(replayed)} | "
+              f"{100 * spread:.0f}% | "
               f"{ratio('ready bf (async)'):.3f}x | {ratio('ready bfw (async)'):.3f}x |")
     # The same invocation three times: how far apart identical inputs land on this machine.
     print()
-    print(f"| messages | run | measured median ms, 3 invocations of seed 1 | simulated ms | "
+    print("| messages | run | measured median ms, 3 invocations of seed 1 | simulated ms | "
           "calibrated GB/s | links |")
     print("|---|---|---|---|---|---|")
     for mib in (8, 32):
@@ -201,7 +210,7 @@ def part_mpi_baseline(rrfp, tmp):
     print("|---|---:|---:|---|---:|---|---:|---:|")
     rows = []
     for mib, seed, gbps, _links, runs in mpi_grid(rrfp, "baseline"):
-        for i, (label, meas, simd, _sm, _ss, lo, hi) in enumerate(runs):
+        for i, (label, meas, simd, _sm, _ss, lo, hi, _repl) in enumerate(runs):
             fitted = " (fitted)" if i == 0 else ""
             if i:
                 rows.append((mib, meas / simd - 1))

@@ -18,8 +18,11 @@ timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --ca
   --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed --repeat 3 >"$out" 2>&1 ||
   fail "the run exited $?"
 grep -q "^fitted to fixed 1f1b (async)'s measured step" "$out" || fail "no line naming the fit"
-# The fidelity table's first row: measured = simulated, error +0.0%, and a range of 3 steps.
-awk '/measured_range_ms/ { getline; exit !($(NF - 4) ~ /^[+-]0\.0%$/ && $NF ~ /^[0-9.]+-[0-9.]+$/) }' \
+# The fidelity table's first row: measured = simulated, error +0.0%, a replay with the run's own
+# task durations beside it, and a range of 3 steps.
+awk '/measured_range_ms/ { getline
+       exit !($(NF - 6) ~ /^[+-]0\.0%$/ && $(NF - 5) ~ /^[0-9]+\.[0-9][0-9]$/ &&
+              $(NF - 4) ~ /^[+-][0-9.]+%$/ && $NF ~ /^[0-9.]+-[0-9.]+$/) }' \
   "$out" || fail "the fitted row does not reproduce its step"
 # The default model: a calibration before each round (two tables, two fits), simulated with
 # each field's median, of two their mean: the bandwidth printed is the mean of the two fits'.

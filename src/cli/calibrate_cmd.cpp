@@ -57,8 +57,9 @@ void report(const CalibrateFlags& f, Calibration c) {
   if (!f.json.empty()) write_text_file(f.json, text, "--json");
   std::cout << format_calibration(c);
   if (!f.out.empty())
-    std::cout << "wrote " << f.out << ": rrfp simulate|run --workload-file " << f.out
-              << " models messages so\n";
+    std::cout << "wrote " << f.out << ": rrfp simulate --workload-file " << f.out
+              << " models messages so; rrfp run --transport mpi --compare --calibration " << f.out
+              << " simulates with it\n";
 }
 
 void run_calibrate(const CalibrateFlags& f) {

@@ -1,19 +1,20 @@
 // `rrfp run`: the same experiments as `rrfp simulate`, executed by the threaded runtime with
 // emulated compute (each task sleeps for its modelled duration), reported from real
-// timestamps. --compare also simulates every run and prints how far apart the two are.
+// timestamps. --compare also simulates every run, replays it with its own measured task
+// durations (cli/compare.hpp), and prints how far apart they are.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <iostream>
 
+#include "cli/compare.hpp"
 #include "cli/experiment_cmd.hpp"
 #include "cli/mpi_launch.hpp"
 #include "core/error.hpp"
-#include "dist/calibrate.hpp"
 #include "dist/step_merge.hpp"
 #include "runtime/emulated.hpp"
 #include "runtime/runtime.hpp"
+#include "sim/metrics.hpp"
 
 namespace rrfp {
 
@@ -27,12 +28,6 @@ struct RunFlags {
   std::string transport = "inproc", calibration, rendezvous = "offer";
 };
 
-// The message model a run over a real transport is simulated with, and where it came from.
-struct TransportModel {
-  MessageModel model;
-  std::string source;
-};
-
 double percentile(std::vector<std::int64_t> v, double q) {
   if (v.empty()) return 0;
   const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5));
@@ -40,131 +35,25 @@ double percentile(std::vector<std::int64_t> v, double q) {
   return static_cast<double>(v[k]);
 }
 
-// `spreads`: each run's timed steps' makespans (its measured_ms is their median); with more
-// than one, the table shows their range, so a reader can tell noise from error.
-std::string fidelity_table(const std::vector<ReportRun>& measured,
-                           const std::vector<ReportRun>& simulated,
-                           const std::vector<std::vector<std::int64_t>>& spreads) {
-  const bool ranges = !spreads.empty() && spreads[0].size() > 1;
-  std::string out =
-      "\nsimulator fidelity (same seed, same realized durations):\nrun                       "
-      "measured_ms  simulated_ms   error  speedup_measured  speedup_simulated   diff" +
-      std::string(ranges ? "  measured_range_ms" : "") + "\n";
-  const double m0 = static_cast<double>(measured[0].metrics.makespan);
-  const double s0 = static_cast<double>(simulated[0].metrics.makespan);
-  for (size_t i = 0; i < measured.size(); ++i) {
-    const double mm = static_cast<double>(measured[i].metrics.makespan);
-    const double sm = static_cast<double>(simulated[i].metrics.makespan);
-    const double ms = m0 / mm, ss = s0 / sm;
-    std::string label = measured[i].label;
-    label.resize(std::max<size_t>(label.size(), 24), ' ');
-    out += label + fmt("  %11.2f", mm / 1e6) + fmt("  %12.2f", sm / 1e6) +
-           fmt("  %+5.1f%%", 100 * (mm - sm) / sm) + fmt("  %15.3fx", ms) + fmt("  %16.3fx", ss) +
-           fmt("  %+5.1f%%", 100 * (ms - ss) / ss);
-    if (ranges) {
-      const auto [lo, hi] = std::minmax_element(spreads[i].begin(), spreads[i].end());
-      out += fmt("  %.2f-", static_cast<double>(*lo) / 1e6) +
-             fmt("%.2f", static_cast<double>(*hi) / 1e6);
-    }
-    out += "\n";
-  }
-  return out;
-}
-
-// The message sizes a startup calibration measures: the smallest (latency) and the run's own
-// payloads (smallest, median, largest), so the fit is made where the run's messages are.
-std::vector<std::size_t> calibration_sizes(const Scenario& sc) {
-  const WorkModel m(sc.cfg);
-  std::vector<std::size_t> bytes;
-  for (std::int64_t b : realized_work(sc, m).message_bytes)
-    if (b > 0) bytes.push_back(static_cast<std::size_t>(b));
-  std::vector<std::size_t> sizes{8};
-  if (!bytes.empty()) {
-    std::sort(bytes.begin(), bytes.end());
-    sizes.insert(sizes.end(), {bytes.front(), bytes[bytes.size() / 2], bytes.back()});
-  }
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  return sizes;
-}
-
-// The message model a run over a real transport is simulated with: --calibration's file, else
-// a short calibration of the job's own transport at the run's message sizes (every process
-// takes part; rank 0's counts). How a blocking run's bytes move is the run's --rendezvous, not
-// a measurement, whatever a file says.
-TransportModel transport_model(const RunFlags& f, const Scenario& sc, Job& world) {
-  const bool offer_payload = f.rendezvous == "offer";
-  if (!f.calibration.empty() && f.calibration != "baseline") {
-    const WorkloadParams w = read_workload_file(f.calibration, "uniform");
-    return {{w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_links, w.comm_two_slowdown,
-             w.comm_serial_receive, offer_payload},
-            f.calibration};
-  }
-  world.set_layout(JobLayout{world.size(), 1, 1});
-  CalibrateOptions o;
-  o.sizes = calibration_sizes(sc);
-  // The links come from four streams at once (dist/calibrate.hpp), which the ping-pong's two
-  // pairs overstate the cost of; their rounds take a second more.
-  o.seconds = 4;
-  o.streams = true;
-  o.serial_receive = true;  // the mpi transport's one progress thread copies what arrives
-  o.offer_payload = offer_payload;
-  Hosting h = world.hosting();
-  Calibration c = calibrate(
-      *h.transports.at(0), world.size(), [&] { world.all_gather({}); }, o);
-  world.all_gather({});  // nobody tears down its endpoint while a peer may still send to it
-  c.transport = f.transport;
-  if (world.rank() == 0) std::cerr << format_calibration(c) << "\n";  // what the model rests on
-  return {
-      {c.latency_us, c.bandwidth_gbps, c.links, c.two_slowdown, c.serial_receive, c.offer_payload},
-      "measured at " + std::to_string(o.sizes.size()) + " sizes up to " +
-          fmt("%.1f", static_cast<double>(o.sizes.back()) / (1 << 20)) + " MiB" +
-          (c.links_from_streams() ? ", links from four streams" : "")};
-}
-
-// --calibration baseline: the bandwidth at which the simulator reproduces the first run's
-// measured step (the others are then predicted from it). The step takes longer the slower
-// messages are, so a bisection on a log scale finds it; outside 0.01..1000 GB/s, the bound.
-double fit_bandwidth(const std::function<std::int64_t(double)>& makespan_at,
-                     std::int64_t measured) {
-  double lo = 0.01, hi = 1000;
-  if (makespan_at(hi) >= measured) return hi;  // the step is slower than messages explain
-  if (makespan_at(lo) <= measured) return lo;
-  for (int i = 0; i < 40; ++i) {
-    const double mid = std::sqrt(lo * hi);
-    (makespan_at(mid) > measured ? lo : hi) = mid;
-  }
-  return std::sqrt(lo * hi);
-}
-
-std::string describe(const MessageModel& mm) {
-  return fmt("%.1f", mm.latency_us) + " us" +
-         (mm.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", mm.bandwidth_gbps) + " GB/s"
-                                : std::string()) +
-         (mm.links > 0 ? ", " + fmt("%.2f", mm.links) + " messages' worth shared by all"
-                       : std::string()) +
-         (mm.two_slowdown > 1
-              ? ", two or more at once each at least " + fmt("%.2fx", mm.two_slowdown) + " as long"
-              : std::string()) +
-         (mm.serial_receive ? ", copied one at a time per receiver" : "") +
-         (mm.offer_payload ? ", a blocking run's payload with its offer" : "");
-}
-
-// Each field's median over the rounds' calibrations (of two, their mean).
-MessageModel median_model(const std::vector<MessageModel>& models) {
-  auto median = [&](double MessageModel::*field) {
-    std::vector<double> v;
-    for (const MessageModel& m : models)
-      v.push_back(m.*field);
-    std::sort(v.begin(), v.end());
-    const size_t k = v.size() / 2;
-    return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
+// In one process the runtime emulates each message's modelled time on its own, from its send
+// (async) or its acceptance (blocking). What a real transport adds (links shared by all, copies
+// one at a time, a payload on its offer) it does not emulate: running a workload that sets it
+// would put unlike steps side by side (--compare) or silently drop what the file asks.
+void check_emulable(const WorkloadParams& w) {
+  struct Field {
+    const char* name;
+    bool set;
+    const char* fallback;
   };
-  MessageModel mm = models.at(0);
-  for (double MessageModel::*field : {&MessageModel::latency_us, &MessageModel::bandwidth_gbps,
-                                      &MessageModel::links, &MessageModel::two_slowdown})
-    mm.*field = median(field);
-  return mm;
+  for (const Field& f : {Field{"comm_links", w.comm_links > 0, "0"},
+                         Field{"comm_two_slowdown", w.comm_two_slowdown > 1, "1"},
+                         Field{"comm_serial_receive", w.comm_serial_receive, "false"},
+                         Field{"comm_offer_payload", w.comm_offer_payload, "false"}})
+    if (f.set)
+      throw InputError("--workload-file: " + std::string(f.name) + " must be " + f.fallback +
+                       " with --transport inproc: it is a real transport's behaviour, which the "
+                       "threaded runtime does not emulate (rrfp simulate models it; --transport "
+                       "mpi has it)");
 }
 
 // `world`: the MPI job under --transport mpi (each process hosts one endpoint and rank 0
@@ -172,6 +61,7 @@ MessageModel median_model(const std::vector<MessageModel>& models) {
 void run_emulated(const RunFlags& f, Job* world) {
   const std::int64_t timeout = timeout_ms_of(f.timeout_s);
   const Scenario sc = make_scenario(f.exp);
+  if (!world) check_emulable(sc.workload);
   const std::vector<RunSpec> specs = plan_runs(f.exp, sc.cfg);
   for (const RunSpec& spec : specs)
     check_spec(sc, spec);  // bad input fails before anything runs
@@ -187,7 +77,8 @@ void run_emulated(const RunFlags& f, Job* world) {
   std::vector<MessageModel> round_models;
   std::string model_source;
   if (world && f.compare && !calibrate_each_round) {
-    const TransportModel tm = transport_model(f, sc, *world);
+    const TransportModel tm =
+        transport_model(f.calibration, f.transport, f.rendezvous == "offer", sc, *world);
     mm = tm.model;
     model_source = tm.source;
   }
@@ -257,7 +148,8 @@ void run_emulated(const RunFlags& f, Job* world) {
   for (int round = 0; round < f.rounds; ++round) {
     last_round = round + 1 == f.rounds;
     if (calibrate_each_round) {
-      const TransportModel tm = transport_model(f, sc, *world);
+      const TransportModel tm =
+          transport_model(f.calibration, f.transport, f.rendezvous == "offer", sc, *world);
       round_models.push_back(tm.model);
       model_source =
           tm.source + (f.rounds > 1 ? ", before each of the " + std::to_string(f.rounds) +
@@ -279,7 +171,7 @@ void run_emulated(const RunFlags& f, Job* world) {
   }
   // The simulator's side of --compare: the workload's message model in one process; the
   // transport's measured one over MPI (calibrated before the runs, or fitted to the first).
-  std::vector<ReportRun> simulated;
+  std::vector<ReportRun> simulated, replayed;
   std::vector<std::vector<std::int64_t>> spreads;  // per run: its timed steps' makespans
   for (const std::vector<StepResult>& steps : steps_of) {
     spreads.emplace_back();
@@ -310,6 +202,16 @@ void run_emulated(const RunFlags& f, Job* world) {
     }
     for (const RunSpec& spec : specs)
       simulated.push_back(run_scenario(sc, spec, sim));
+    // The replay: each run's median step's own task durations, the same messages. What the
+    // emulation itself adds (sleeps overshooting on shared cores) is then not the twin's error.
+    for (size_t i = 0; i < specs.size(); ++i)
+      replayed.push_back(run_scenario(
+          sc, specs[i],
+          [&, i](const WorkModel& m, const Hint& h, const RealizedWork& w, const SimOptions& o) {
+            RealizedWork t = w;
+            use_measured_compute(m, t, runs[i].result);
+            return sim(m, h, t, o);
+          }));
   }
   if (!root) return;
   ReportHeader h = header_of(sc);
@@ -320,7 +222,7 @@ void run_emulated(const RunFlags& f, Job* world) {
         << "median " << fmt("%.1f", percentile(gaps, 0.5) / 1e3) << " us, p99 "
         << fmt("%.1f", percentile(gaps, 0.99) / 1e3) << " us over " << gaps.size()
         << " dispatches\n";
-  if (f.compare) human << fidelity_table(runs, simulated, spreads);
+  if (f.compare) human << fidelity_table(runs, simulated, replayed, spreads);
 }
 
 }  // namespace

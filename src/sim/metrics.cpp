@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <string>
+
+#include "core/error.hpp"
 
 namespace rrfp {
 
@@ -163,6 +166,25 @@ RealizedWork measured_work(const WorkModel& m, const StepRecord& r) {
   for (const TaskRecord& t : r.tasks)
     w.compute_ns[m.index(t.task)] = t.compute_end - t.start;
   return w;
+}
+
+void use_measured_compute(const WorkModel& m, RealizedWork& w, const StepRecord& r) {
+  std::vector<char> seen(w.compute_ns.size(), 0);
+  for (const TaskRecord& t : r.tasks) {
+    const size_t i = static_cast<size_t>(t.rank) * w.num_tasks + m.index(t.task);
+    if (t.rank < 0 || t.rank >= w.tp || i >= seen.size())
+      throw InputError("measured step: task " + to_string(t.task) + " on TP rank " +
+                       std::to_string(t.rank) + " is outside the run's " + std::to_string(w.tp) +
+                       " ranks");
+    w.compute_ns[i] = t.compute_end - t.start;
+    seen[i] = 1;
+  }
+  const auto missing = std::find(seen.begin(), seen.end(), 0);
+  if (missing != seen.end()) {
+    const int k = static_cast<int>(missing - seen.begin());
+    throw InputError("measured step: no record of task " + to_string(m.task(k % w.num_tasks)) +
+                     " on TP rank " + std::to_string(k / w.num_tasks));
+  }
 }
 
 }  // namespace rrfp

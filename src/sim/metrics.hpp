@@ -29,6 +29,11 @@ LowerBound lower_bound(const WorkModel& m, const RealizedWork& w, int limit = 0)
 // The durations a measured step's recorded tasks took (TP rank 0's, no messages): the lower
 // bound of that very step, for runs whose durations are not modelled (training, Python stages).
 RealizedWork measured_work(const WorkModel& m, const StepRecord& r);
+// Replaces `w`'s compute durations with what a measured step's tasks took, every TP rank its
+// own (messages, collectives and the rest of `w` stay): `rrfp run --compare` replays a run with
+// them, so the emulation's own error (sleeps that overshoot on busy cores) is told apart from
+// the twin's. Throws InputError when the record lacks a task of any rank.
+void use_measured_compute(const WorkModel& m, RealizedWork& w, const StepRecord& r);
 
 struct StageMetrics {
   // Averages over the stage's tensor-parallel ranks, in nanoseconds.

@@ -1,0 +1,141 @@
+#include "cli/compare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+
+#include "core/format.hpp"
+#include "dist/calibrate.hpp"
+
+namespace rrfp {
+
+namespace {
+
+// The message sizes a startup calibration measures: the smallest (latency) and the run's own
+// payloads (smallest, median, largest), so the fit is made where the run's messages are.
+std::vector<std::size_t> calibration_sizes(const Scenario& sc) {
+  const WorkModel m(sc.cfg);
+  std::vector<std::size_t> bytes;
+  for (std::int64_t b : realized_work(sc, m).message_bytes)
+    if (b > 0) bytes.push_back(static_cast<std::size_t>(b));
+  std::vector<std::size_t> sizes{8};
+  if (!bytes.empty()) {
+    std::sort(bytes.begin(), bytes.end());
+    sizes.insert(sizes.end(), {bytes.front(), bytes[bytes.size() / 2], bytes.back()});
+  }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  return sizes;
+}
+
+std::string error_cell(double measured, double model) {
+  return fmt("  %+5.1f%%", 100 * (measured - model) / model);
+}
+
+}  // namespace
+
+TransportModel transport_model(const std::string& calibration, const std::string& transport,
+                               bool offer_payload, const Scenario& sc, Job& world) {
+  if (!calibration.empty() && calibration != "baseline") {
+    const WorkloadParams w = read_workload_file(calibration, "uniform");
+    return {{w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_links, w.comm_two_slowdown,
+             w.comm_serial_receive, offer_payload},
+            calibration};
+  }
+  world.set_layout(JobLayout{world.size(), 1, 1});
+  CalibrateOptions o;
+  o.sizes = calibration_sizes(sc);
+  // The links come from four streams at once (dist/calibrate.hpp), which the ping-pong's two
+  // pairs overstate the cost of; their rounds take a second more.
+  o.seconds = 4;
+  o.streams = true;
+  o.serial_receive = true;  // the mpi transport's one progress thread copies what arrives
+  o.offer_payload = offer_payload;
+  Hosting h = world.hosting();
+  Calibration c = calibrate(
+      *h.transports.at(0), world.size(), [&] { world.all_gather({}); }, o);
+  world.all_gather({});  // nobody tears down its endpoint while a peer may still send to it
+  c.transport = transport;
+  if (world.rank() == 0) std::cerr << format_calibration(c) << "\n";  // what the model rests on
+  return {
+      {c.latency_us, c.bandwidth_gbps, c.links, c.two_slowdown, c.serial_receive, c.offer_payload},
+      "measured at " + std::to_string(o.sizes.size()) + " sizes up to " +
+          fmt("%.1f", static_cast<double>(o.sizes.back()) / (1 << 20)) + " MiB" +
+          (c.links_from_streams() ? ", links from four streams" : "")};
+}
+
+// The step takes longer the slower messages are, so a bisection on a log scale finds it.
+double fit_bandwidth(const std::function<std::int64_t(double)>& makespan_at,
+                     std::int64_t measured) {
+  double lo = 0.01, hi = 1000;
+  if (makespan_at(hi) >= measured) return hi;  // the step is slower than messages explain
+  if (makespan_at(lo) <= measured) return lo;
+  for (int i = 0; i < 40; ++i) {
+    const double mid = std::sqrt(lo * hi);
+    (makespan_at(mid) > measured ? lo : hi) = mid;
+  }
+  return std::sqrt(lo * hi);
+}
+
+MessageModel median_model(const std::vector<MessageModel>& models) {
+  auto median = [&](double MessageModel::*field) {
+    std::vector<double> v;
+    for (const MessageModel& m : models)
+      v.push_back(m.*field);
+    std::sort(v.begin(), v.end());
+    const size_t k = v.size() / 2;
+    return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
+  };
+  MessageModel mm = models.at(0);
+  for (double MessageModel::*field : {&MessageModel::latency_us, &MessageModel::bandwidth_gbps,
+                                      &MessageModel::links, &MessageModel::two_slowdown})
+    mm.*field = median(field);
+  return mm;
+}
+
+std::string describe(const MessageModel& mm) {
+  return fmt("%.1f", mm.latency_us) + " us" +
+         (mm.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", mm.bandwidth_gbps) + " GB/s"
+                                : std::string()) +
+         (mm.links > 0 ? ", " + fmt("%.2f", mm.links) + " messages' worth shared by all"
+                       : std::string()) +
+         (mm.two_slowdown > 1
+              ? ", two or more at once each at least " + fmt("%.2fx", mm.two_slowdown) + " as long"
+              : std::string()) +
+         (mm.serial_receive ? ", copied one at a time per receiver" : "") +
+         (mm.offer_payload ? ", a blocking run's payload with its offer" : "");
+}
+
+std::string fidelity_table(const std::vector<ReportRun>& measured,
+                           const std::vector<ReportRun>& simulated,
+                           const std::vector<ReportRun>& replayed,
+                           const std::vector<std::vector<std::int64_t>>& spreads) {
+  const bool ranges = !spreads.empty() && spreads[0].size() > 1;
+  std::string out =
+      "\nsimulator fidelity (same seed and messages; simulated: the workload's task durations, "
+      "replayed: the run's own measured ones):\nrun                       measured_ms  "
+      "simulated_ms   error  replayed_ms   error  speedup_measured  speedup_simulated   diff" +
+      std::string(ranges ? "  measured_range_ms" : "") + "\n";
+  const double m0 = static_cast<double>(measured[0].metrics.makespan);
+  const double s0 = static_cast<double>(simulated[0].metrics.makespan);
+  for (size_t i = 0; i < measured.size(); ++i) {
+    const double mm = static_cast<double>(measured[i].metrics.makespan);
+    const double sm = static_cast<double>(simulated[i].metrics.makespan);
+    const double rm = static_cast<double>(replayed[i].metrics.makespan);
+    const double ms = m0 / mm, ss = s0 / sm;
+    std::string label = measured[i].label;
+    label.resize(std::max<size_t>(label.size(), 24), ' ');
+    out += label + fmt("  %11.2f", mm / 1e6) + fmt("  %12.2f", sm / 1e6) + error_cell(mm, sm) +
+           fmt("  %11.2f", rm / 1e6) + error_cell(mm, rm) + fmt("  %15.3fx", ms) +
+           fmt("  %16.3fx", ss) + error_cell(ms, ss);
+    if (ranges) {
+      const auto [lo, hi] = std::minmax_element(spreads[i].begin(), spreads[i].end());
+      out += fmt("  %.2f-", static_cast<double>(*lo) / 1e6) +
+             fmt("%.2f", static_cast<double>(*hi) / 1e6);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace rrfp

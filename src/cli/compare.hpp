@@ -1,0 +1,50 @@
+#pragma once
+// `rrfp run --compare`, the simulator's side: the message model a run over a real transport is
+// simulated with (a calibration file, a calibration of the job's own transport, or a bandwidth
+// fitted to the first run), and the table that sets each measured step beside its simulation
+// and its replay.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dist/job.hpp"
+#include "report/experiment.hpp"
+#include "report/report.hpp"
+#include "sim/workload.hpp"
+
+namespace rrfp {
+
+// The message model a run over a real transport is simulated with, and where it came from.
+struct TransportModel {
+  MessageModel model;
+  std::string source;
+};
+
+// `calibration`: a file from rrfp calibrate --out, else (empty or "baseline") a short
+// calibration of `world`'s transport at the run's message sizes (every process takes part; rank
+// 0's counts). How a blocking run's bytes move is the run's rendezvous (`offer_payload`), not
+// a measurement, whatever a file says. `transport` names the transport in the printed table.
+TransportModel transport_model(const std::string& calibration, const std::string& transport,
+                               bool offer_payload, const Scenario& sc, Job& world);
+
+// --calibration baseline: the bandwidth at which `makespan_at` reproduces `measured`; outside
+// 0.01..1000 GB/s, the bound.
+double fit_bandwidth(const std::function<std::int64_t(double)>& makespan_at, std::int64_t measured);
+
+// Each field's median over the rounds' calibrations (of two, their mean).
+MessageModel median_model(const std::vector<MessageModel>& models);
+
+// The model in one line, as the run prints what it simulates with.
+std::string describe(const MessageModel& mm);
+
+// Per run: its measured step, its simulation (the workload's durations) and its replay (the
+// same simulation with the run's own measured task durations). `spreads`: each run's timed
+// steps' makespans; with more than one, the table shows their range, so a reader can tell noise
+// from error.
+std::string fidelity_table(const std::vector<ReportRun>& measured,
+                           const std::vector<ReportRun>& simulated,
+                           const std::vector<ReportRun>& replayed,
+                           const std::vector<std::vector<std::int64_t>>& spreads);
+
+}  // namespace rrfp
