@@ -84,19 +84,20 @@ REPEAT, ROUNDS = 5, 3  # per run: 5 timed steps in each of 3 interleaved rounds;
 STEPS = REPEAT * ROUNDS
 
 
-def mpi_compare(rrfp, mib, seed, calibration=None, model=None):
+def mpi_compare(rrfp, mib, seed, calibration=None, model=None, rounds=ROUNDS):
     """One `rrfp run --transport mpi --compare --repeat 5 --rounds 3` (calibrating before each
     round, the default: this VM's copy bandwidth drifts within an hour, so one calibration for
     all runs would date). Returns the GB/s and links' capacity (messages' worth) it simulated
     with and [(run, measured median ms, simulated ms, speedups, measured min ms, measured max
-    ms, replayed ms)], replayed: simulated with the run's own measured task durations. If the dict `model` is given, it receives the simulated latency_us and two_slowdown (1:
-    none), each calibration's fit ("fits", as workload fields), and the last calibration's
-    largest size ("bytes") and its stream time ("stream_us")."""
+    ms, replayed ms)], replayed: simulated with the run's own measured task durations. If the
+    dict `model` is given, it receives the simulated latency_us and two_slowdown (1: none), each
+    calibration's fit ("fits", as workload fields), and the last calibration's largest size
+    ("bytes") and its stream time ("stream_us")."""
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
     load = os.path.join(ROOT, "scripts", "workloads", f"j2-{mib}mib-messages.json")
     r = subprocess.run([mpirun, "4", rrfp, "run", "--transport", "mpi", "--compare",
                         "--workload-file", load, "--pp", "4", "-m", "16", "--seed", str(seed),
-                        "--repeat", str(REPEAT), "--rounds", str(ROUNDS),
+                        "--repeat", str(REPEAT), "--rounds", str(rounds),
                         *(["--calibration", calibration] if calibration else [])],
                        check=True, capture_output=True, text=True)
     line = [l for l in r.stderr.splitlines() if l.startswith(("simulating", "fitted"))][-1]
