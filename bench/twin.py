@@ -95,11 +95,15 @@ def mpi_compare(rrfp, mib, seed, calibration=None, model=None, rounds=ROUNDS):
     ("bytes") and its stream time ("stream_us")."""
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
     load = os.path.join(ROOT, "scripts", "workloads", f"j2-{mib}mib-messages.json")
-    r = subprocess.run([mpirun, "4", rrfp, "run", "--transport", "mpi", "--compare",
-                        "--workload-file", load, "--pp", "4", "-m", "16", "--seed", str(seed),
-                        "--repeat", str(REPEAT), "--rounds", str(rounds),
-                        *(["--calibration", calibration] if calibration else [])],
-                       check=True, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "compare.json")
+        r = subprocess.run([mpirun, "4", rrfp, "run", "--transport", "mpi", "--compare",
+                            "--workload-file", load, "--pp", "4", "-m", "16", "--seed", str(seed),
+                            "--repeat", str(REPEAT), "--rounds", str(rounds), "--json", report,
+                            *(["--calibration", calibration] if calibration else [])],
+                           check=True, capture_output=True, text=True)
+        with open(report) as f:
+            compared = json.load(f)["compare"]["runs"]
     line = [l for l in r.stderr.splitlines() if l.startswith(("simulating", "fitted"))][-1]
     gbps = float(line.split(" GB/s")[0].split()[-1]) if " GB/s" in line else 0.0
     if model is not None:
@@ -123,15 +127,11 @@ def mpi_compare(rrfp, mib, seed, calibration=None, model=None, rounds=ROUNDS):
         model["two_slowdown"] = (float(line.split("each at least ")[1].split("x")[0])
                                  if "each at least " in line else 1.0)
     links = float(line.split(" messages' worth")[0].split()[-1]) if "worth" in line else 0.0
-    runs = []
-    for line in r.stdout[r.stdout.index("simulator fidelity"):].splitlines()[2:]:
-        cells = line.split()
-        # label..., measured, simulated, error, replayed, error, 2 speedups, diff, range
-        if len(cells) >= 11:
-            lo, hi = (float(x) for x in cells[-1].split("-"))
-            runs.append((" ".join(cells[:-9]), float(cells[-9]), float(cells[-8]),
-                         float(cells[-4].rstrip("x")), float(cells[-3].rstrip("x")), lo, hi,
-                         float(cells[-6])))
+    first = compared[0]
+    runs = [(c["label"], c["measured_ms"], c["simulated_ms"],
+             first["measured_ms"] / c["measured_ms"], first["simulated_ms"] / c["simulated_ms"],
+             min(c["measured_steps_ms"]), max(c["measured_steps_ms"]), c["replayed_ms"])
+            for c in compared]
     return gbps, links, runs
 
 

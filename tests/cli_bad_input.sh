@@ -247,7 +247,7 @@ check "--rounds: Value 0 not in range 1 to 100" run --rounds 0
 check "--rounds x --repeat: at most 1000 timed steps per run, got 1010" run --rounds 10 --repeat 101
 for rounds in 1 3; do
   "$rrfp" run --pp 2 -m 4 --workload uniform --hint 1f1b --policy fixed --repeat 3 --compare \
-    --rounds $rounds >"$tmp/repeat.txt" 2>"$tmp/repeat.err" &&
+    --rounds $rounds --json "$tmp/repeat.json" >"$tmp/repeat.txt" 2>"$tmp/repeat.err" &&
     awk 'BEGIN { ok = 1 }
          /measured_range_ms/ { on = 1; next }
          on && NF { split($NF, r, "-"); m = $(NF - 8); ok = ok && r[1] + 0 <= m + 0 && m + 0 <= r[2] + 0
@@ -255,6 +255,21 @@ for rounds in 1 3; do
          END { exit !(found && ok) }' "$tmp/repeat.txt" ||
     { echo "FAIL: run --repeat 3 --rounds $rounds --compare: no range, or the median outside it:"
       cat "$tmp/repeat.txt"; fails=$((fails + 1)); }
+  # --json carries the comparison: every timed step, the reported one their median, and the
+  # errors of the simulation and the replay.
+  /usr/bin/python3 - "$tmp/repeat.json" "$((3 * rounds))" <<'PY' ||
+import json, statistics, sys
+j = json.load(open(sys.argv[1]))
+c = j["compare"]["runs"][0]
+steps = c["measured_steps_ms"]
+assert len(steps) == int(sys.argv[2]), steps
+assert c["measured_ms"] == statistics.median_low(steps) == j["runs"][0]["makespan_ms"], c
+assert abs(c["error"] - (c["measured_ms"] / c["simulated_ms"] - 1)) < 1e-12, c
+assert abs(c["replayed_error"] - (c["measured_ms"] / c["replayed_ms"] - 1)) < 1e-12, c
+assert "message_model" not in j["compare"]  # in one process: the workload's own
+PY
+    { echo "FAIL: run --compare --json: the comparison is missing or inconsistent:"
+      cat "$tmp/repeat.json"; fails=$((fails + 1)); }
   want=$([ "$rounds" = 3 ] && echo 3 || echo 0)
   [ "$(grep -c "(round [123] of 3)" "$tmp/repeat.err")" = "$want" ] ||
     { echo "FAIL: run --rounds $rounds announces the wrong rounds:"; cat "$tmp/repeat.err"

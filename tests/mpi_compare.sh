@@ -12,11 +12,18 @@ here=$(cd "$(dirname "$0")" && pwd)
 load="$here/../scripts/workloads/j2-1mib-messages.json"
 out=$(mktemp)
 cal=$(mktemp --suffix=.json)
-trap 'rm -f "$out" "$cal"' EXIT
+js=$(mktemp --suffix=.json)
+trap 'rm -f "$out" "$cal" "$js"' EXIT
 fail() { echo "FAIL: $*"; cat "$out"; exit 1; }
 timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --calibration baseline \
-  --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed --repeat 3 >"$out" 2>&1 ||
+  --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed --repeat 3 --json "$js" >"$out" 2>&1 ||
   fail "the run exited $?"
+# --json: the fitted model and the fitted run's error (0 within the bisection's precision).
+/usr/bin/python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1]))["compare"]
+assert " GB/s" in c["message_model"] and len(c["runs"][0]["measured_steps_ms"]) == 3, c
+assert abs(c["runs"][0]["error"]) < 1e-4, c' "$js" || fail "the JSON lacks the comparison"
 grep -q "^fitted to fixed 1f1b (async)'s measured step" "$out" || fail "no line naming the fit"
 # The fidelity table's first row: measured = simulated, error +0.0%, a replay with the run's own
 # task durations beside it, and a range of 3 steps.

@@ -106,36 +106,63 @@ std::string describe(const MessageModel& mm) {
          (mm.offer_payload ? ", a blocking run's payload with its offer" : "");
 }
 
-std::string fidelity_table(const std::vector<ReportRun>& measured,
-                           const std::vector<ReportRun>& simulated,
-                           const std::vector<ReportRun>& replayed,
-                           const std::vector<std::vector<std::int64_t>>& spreads) {
-  const bool ranges = !spreads.empty() && spreads[0].size() > 1;
+std::vector<FidelityRow> fidelity_rows(const std::vector<ReportRun>& measured,
+                                       const std::vector<ReportRun>& simulated,
+                                       const std::vector<ReportRun>& replayed,
+                                       const std::vector<std::vector<std::int64_t>>& steps) {
+  std::vector<FidelityRow> rows;
+  for (size_t i = 0; i < measured.size(); ++i)
+    rows.push_back({measured[i].label, measured[i].metrics.makespan,
+                    simulated.at(i).metrics.makespan, replayed.at(i).metrics.makespan,
+                    i < steps.size() ? steps[i] : std::vector<std::int64_t>{}});
+  return rows;
+}
+
+std::string fidelity_table(const std::vector<FidelityRow>& rows) {
+  const bool ranges = !rows.empty() && rows[0].steps.size() > 1;
   std::string out =
       "\nsimulator fidelity (same seed and messages; simulated: the workload's task durations, "
       "replayed: the run's own measured ones):\nrun                       measured_ms  "
       "simulated_ms   error  replayed_ms   error  speedup_measured  speedup_simulated   diff" +
       std::string(ranges ? "  measured_range_ms" : "") + "\n";
-  const double m0 = static_cast<double>(measured[0].metrics.makespan);
-  const double s0 = static_cast<double>(simulated[0].metrics.makespan);
-  for (size_t i = 0; i < measured.size(); ++i) {
-    const double mm = static_cast<double>(measured[i].metrics.makespan);
-    const double sm = static_cast<double>(simulated[i].metrics.makespan);
-    const double rm = static_cast<double>(replayed[i].metrics.makespan);
-    const double ms = m0 / mm, ss = s0 / sm;
-    std::string label = measured[i].label;
+  for (const FidelityRow& r : rows) {
+    const double mm = static_cast<double>(r.measured), sm = static_cast<double>(r.simulated);
+    const double rm = static_cast<double>(r.replayed);
+    const double ms = static_cast<double>(rows[0].measured) / mm;
+    const double ss = static_cast<double>(rows[0].simulated) / sm;
+    std::string label = r.label;
     label.resize(std::max<size_t>(label.size(), 24), ' ');
     out += label + fmt("  %11.2f", mm / 1e6) + fmt("  %12.2f", sm / 1e6) + error_cell(mm, sm) +
            fmt("  %11.2f", rm / 1e6) + error_cell(mm, rm) + fmt("  %15.3fx", ms) +
            fmt("  %16.3fx", ss) + error_cell(ms, ss);
     if (ranges) {
-      const auto [lo, hi] = std::minmax_element(spreads[i].begin(), spreads[i].end());
+      const auto [lo, hi] = std::minmax_element(r.steps.begin(), r.steps.end());
       out += fmt("  %.2f-", static_cast<double>(*lo) / 1e6) +
              fmt("%.2f", static_cast<double>(*hi) / 1e6);
     }
     out += "\n";
   }
   return out;
+}
+
+nlohmann::json fidelity_json(const std::vector<FidelityRow>& rows, const std::string& model) {
+  auto ms = [](std::int64_t ns) { return static_cast<double>(ns) / 1e6; };
+  nlohmann::json j;
+  if (!model.empty()) j["message_model"] = model;
+  j["runs"] = nlohmann::json::array();
+  for (const FidelityRow& r : rows) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (std::int64_t s : r.steps)
+      steps.push_back(ms(s));
+    j["runs"].push_back({{"label", r.label},
+                         {"measured_ms", ms(r.measured)},
+                         {"simulated_ms", ms(r.simulated)},
+                         {"replayed_ms", ms(r.replayed)},
+                         {"error", ms(r.measured) / ms(r.simulated) - 1},
+                         {"replayed_error", ms(r.measured) / ms(r.replayed) - 1},
+                         {"measured_steps_ms", steps}});
+  }
+  return j;
 }
 
 }  // namespace rrfp

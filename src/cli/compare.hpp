@@ -5,6 +5,7 @@
 // and its replay.
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -38,13 +39,24 @@ MessageModel median_model(const std::vector<MessageModel>& models);
 // The model in one line, as the run prints what it simulates with.
 std::string describe(const MessageModel& mm);
 
-// Per run: its measured step, its simulation (the workload's durations) and its replay (the
-// same simulation with the run's own measured task durations). `spreads`: each run's timed
-// steps' makespans; with more than one, the table shows their range, so a reader can tell noise
-// from error.
-std::string fidelity_table(const std::vector<ReportRun>& measured,
-                           const std::vector<ReportRun>& simulated,
-                           const std::vector<ReportRun>& replayed,
-                           const std::vector<std::vector<std::int64_t>>& spreads);
+// One run of --compare: its measured step, its simulation (the workload's task durations) and
+// its replay (the same simulation with the run's own measured task durations), as makespans in
+// ns; `steps`, every timed step's makespan (the measured one is their median).
+struct FidelityRow {
+  std::string label;
+  std::int64_t measured = 0, simulated = 0, replayed = 0;
+  std::vector<std::int64_t> steps;
+};
+
+std::vector<FidelityRow> fidelity_rows(const std::vector<ReportRun>& measured,
+                                       const std::vector<ReportRun>& simulated,
+                                       const std::vector<ReportRun>& replayed,
+                                       const std::vector<std::vector<std::int64_t>>& steps);
+// For people: errors and speedups against the first run; with more than one step per run, their
+// range, so a reader can tell noise from error.
+std::string fidelity_table(const std::vector<FidelityRow>& rows);
+// For --json: the same numbers (errors as fractions, measured / simulated - 1) and every step,
+// with the message model simulated (`model`, empty: the workload's own).
+nlohmann::json fidelity_json(const std::vector<FidelityRow>& rows, const std::string& model);
 
 }  // namespace rrfp

@@ -78,11 +78,13 @@ std::vector<RunSpec> plan_runs(const ExperimentFlags& flags, const PipelineConfi
 }
 
 void write_reports(const ExperimentFlags& f, const ReportHeader& h,
-                   const std::vector<ReportRun>& runs) {
+                   const std::vector<ReportRun>& runs, const nlohmann::json& extra) {
   if (!f.trace.empty()) write_chrome_trace(f.trace, runs);
   if (!f.svg.empty()) write_svg(f.svg, h, runs);
   if (!f.json.empty()) {
-    const std::string text = to_json(h, runs).dump(2) + "\n";
+    nlohmann::json j = to_json(h, runs);
+    if (extra.is_object()) j.update(extra);
+    const std::string text = j.dump(2) + "\n";
     if (f.json == "-")
       std::cout << text;
     else

@@ -2,6 +2,7 @@
 // What `simulate` and `run` share: their flags, the runs they plan from them, and the
 // reports they print. They differ only in what executes a run.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,9 @@ Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
                        const DispatchFlags& dispatch);
 // With no --hint, the comparison that motivates rrfp; otherwise the hint under --policy.
 std::vector<RunSpec> plan_runs(const ExperimentFlags& f, const PipelineConfig& cfg);
-// Table on stdout (unless --json -), and the JSON, trace and SVG files asked for.
+// Table on stdout (unless --json -), and the JSON, trace and SVG files asked for; an `extra`
+// object's keys are added to the JSON's top level (`rrfp run --compare`'s "compare").
 void write_reports(const ExperimentFlags& f, const ReportHeader& h,
-                   const std::vector<ReportRun>& runs);
+                   const std::vector<ReportRun>& runs, const nlohmann::json& extra = {});
 
 }  // namespace rrfp

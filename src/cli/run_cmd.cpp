@@ -216,13 +216,18 @@ void run_emulated(const RunFlags& f, Job* world) {
   if (!root) return;
   ReportHeader h = header_of(sc);
   h.source = world ? "measured (mpi)" : "measured";
-  write_reports(f.exp, h, runs);
+  const std::vector<FidelityRow> fidelity =
+      f.compare ? fidelity_rows(runs, simulated, replayed, spreads) : std::vector<FidelityRow>{};
+  write_reports(
+      f.exp, h, runs,
+      f.compare ? nlohmann::json{{"compare", fidelity_json(fidelity, world ? describe(mm) : "")}}
+                : nlohmann::json{});
   std::ostream& human = f.exp.json == "-" ? std::cerr : std::cout;  // stdout: the JSON alone
   human << "runtime overhead: dispatch gap (task end to the next already-ready task's start) "
         << "median " << fmt("%.1f", percentile(gaps, 0.5) / 1e3) << " us, p99 "
         << fmt("%.1f", percentile(gaps, 0.99) / 1e3) << " us over " << gaps.size()
         << " dispatches\n";
-  if (f.compare) human << fidelity_table(runs, simulated, replayed, spreads);
+  if (f.compare) human << fidelity_table(fidelity);
 }
 
 }  // namespace
