@@ -2,15 +2,15 @@
 """32 MiB messages with more rounds: does a longer comparison land closer? (docs/results-twin.md,
 "More rounds at 32 MiB").
 
-Usage: bench/more_rounds.py RRFP [--seeds 1,2,3] [--rounds 3,6] [--mib 32]
+Usage: bench/more_rounds.py RRFP [--seeds 1,2,3] [--rounds 3,6] [--mib 32] [--csv more-rounds.csv]
 
 For each seed, `rrfp run --transport mpi --compare --repeat 5 --rounds R` at P=4, J2, with the
 size's messages (bench/twin.py's mpi part), once per R in turn, so every R sees the machine of
 the same minutes. More rounds give each run more timed steps (5 R) and the model more
 calibrations (R, each field's median). Prints each run's error, simulated (modelled task
 durations) and replayed (the run's own), and per R the worst, the mean and how many of the
-runs are within 5%. Standard library only; needs an idle machine. Writes
-docs/data/more-rounds.csv.
+runs are within 5%. Standard library only; needs an idle machine. Writes docs/data/ and the
+--csv name.
 """
 import argparse
 import os
@@ -31,6 +31,7 @@ def main():
     ap.add_argument("--seeds", type=ints, default=[1, 2, 3])
     ap.add_argument("--rounds", type=ints, default=[3, 6])
     ap.add_argument("--mib", type=int, default=32)
+    ap.add_argument("--csv", default="more-rounds.csv", help="the file in docs/data to write")
     a = ap.parse_args()
     rrfp = os.path.abspath(a.rrfp)
     rows = []
@@ -47,7 +48,7 @@ def main():
                       f"| {simd:.1f} | {100 * (meas / simd - 1):+.1f}% | {repl:.1f} | "
                       f"{100 * (meas / repl - 1):+.1f}% |")
                 sys.stdout.flush()
-    write_csv("more-rounds.csv", "rounds,seed,calibrated_gbps,links,run,measured_ms,"
+    write_csv(a.csv, "rounds,seed,calibrated_gbps,links,run,measured_ms,"
               "measured_min_ms,measured_max_ms,simulated_ms,error,replayed_ms,replayed_error", rows)
     print()
     print("| rounds | timed steps per run | simulated: worst | mean | within 5% | replayed: worst | "
