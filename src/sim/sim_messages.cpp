@@ -18,10 +18,17 @@ void Simulation::offer(const Send& sd) {
   const int id = static_cast<int>(sends_.size());
   sends_.push_back(sd);
   if (w_.offer_payload)
-    transfer(Transfer{sd.dst_stage, sd.rank, m_.index(sd.consumer), id, sd.record, now_, 0},
-             sd.latency);
+    move_bytes(id);
   else
     offer_landed(id);
+}
+
+// A rendezvous send's bytes start moving to its receiver: from the producer's end with the
+// offer, or from the acceptance.
+void Simulation::move_bytes(int id) {
+  const Send& sd = sends_[id];
+  transfer(Transfer{sd.dst_stage, sd.rank, m_.index(sd.consumer), id, sd.record, now_, 0},
+           sd.latency);
 }
 
 // A rendezvous transfer's bytes have landed: with them the offer, or, after the acceptance, the
@@ -138,11 +145,10 @@ void Simulation::accept_sends(int s) {
       const std::vector<Rendezvous::Offer> offers = rk.rendezvous->take_acceptable();
       if (offers.empty()) break;
       for (const Rendezvous::Offer& o : offers) {
-        const Send& sd = sends_[o.handle];
         if (w_.offer_payload)
           send_done(o.handle);
         else
-          transfer(Transfer{s, r, m_.index(sd.consumer), o.handle, sd.record, now_, 0}, sd.latency);
+          move_bytes(o.handle);
       }
       if (!w_.offer_payload) break;  // the next receive is posted once these bytes land
     }

@@ -55,6 +55,7 @@ class Simulation {
 
   // sim_messages.cpp
   void offer(const Send& sd);
+  void move_bytes(int id);
   void send_landed(int id);
   void offer_landed(int id);
   void send_done(int id);
