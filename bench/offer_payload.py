@@ -17,13 +17,12 @@ model judged against the very same measured steps. Standard library only; needs 
 machine. Writes docs/data/offer-payload.csv.
 """
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from receive_queues import (fit_with, invocations, paired_args,  # noqa: E402
+from receive_queues import (compared, fit_with, paired_args,  # noqa: E402
                             print_summaries, simulate_with)
-from twin import ROOT, mpi_compare, write_csv  # noqa: E402
+from twin import ROOT, write_csv  # noqa: E402
 
 COLUMNS = ("calibrated, after acceptance", "calibrated, with the offer",
            "baseline, after acceptance", "baseline, with the offer")
@@ -36,11 +35,8 @@ def main():
     rows = []
     print("| MiB | seed | GB/s | run | measured ms | " + " | ".join(COLUMNS) + " |")
     print("|---:|---:|---:|---|---:|" + "---:|" * len(COLUMNS))
-    for mib, seed in invocations(a):
-        model = {}
-        _, _, runs = mpi_compare(a.rrfp, mib, seed, model=model)
-        fits = model["fits"]
-        median = {k: statistics.median(f[k] for f in fits) for k in fits[0]}
+    for mib, seed, _, _, runs, model in compared(a):
+        median = model["median"]
         measured = {r[0]: r[1] for r in runs}
         fields = {o: dict(median, comm_serial_receive=True, comm_offer_payload=o)
                   for o in (False, True)}

@@ -88,6 +88,18 @@ def invocations(a):
                 yield mib, seed
 
 
+def compared(a):
+    """Each `rrfp run --compare` invocation of a paired comparison, in turn: (MiB, seed, the GB/s
+    and links it simulated with, its runs, twin.mpi_compare's model dict with "median": each
+    fitted field's median over the invocation's calibrations, one per round)."""
+    for mib, seed in invocations(a):
+        model = {}
+        gbps, links, runs = mpi_compare(a.rrfp, mib, seed, model=model)
+        fits = model["fits"]
+        model["median"] = {k: statistics.median(f[k] for f in fits) for k in fits[0]}
+        yield mib, seed, gbps, links, runs, model
+
+
 def paired_args():
     """The command line of a paired comparison: RRFP [--sizes] [--seeds] [--repeat-32]."""
     ap = argparse.ArgumentParser()
@@ -110,9 +122,7 @@ def main():
     print("| MiB | seed | GB/s | run | measured ms | startup: all at once | one at a time | "
           "baseline fit: all at once | one at a time |")
     print("|---:|---:|---:|---|---:|---:|---:|---:|---:|")
-    for mib, seed in invocations(a):
-        model = {}
-        gbps, links, runs = mpi_compare(rrfp, mib, seed, model=model)
+    for mib, seed, gbps, links, runs, model in compared(a):
         lat = model["latency_us"]
         measured = {r[0]: r[1] for r in runs}
         fitted = {s: fit(rrfp, tmp, mib, seed, lat, links, s, measured["fixed 1f1b (blocking)"])

@@ -13,13 +13,12 @@ same measured steps. Standard library only; needs an idle machine. Writes
 docs/data/round-calibrations.csv.
 """
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from receive_queues import (invocations, paired_args, print_summaries,  # noqa: E402
+from receive_queues import (compared, paired_args, print_summaries,  # noqa: E402
                             simulate_with)
-from twin import ROOT, mpi_compare, write_csv  # noqa: E402
+from twin import ROOT, write_csv  # noqa: E402
 
 COLUMNS = ("first round's calibration", "median of the rounds'")
 
@@ -31,11 +30,8 @@ def main():
     rows = []
     print("| MiB | seed | GB/s by round | run | measured ms | " + " | ".join(COLUMNS) + " |")
     print("|---:|---:|---|---|---:|---:|---:|")
-    for mib, seed in invocations(a):
-        model = {}
-        _, _, runs = mpi_compare(a.rrfp, mib, seed, model=model)
-        fits = model["fits"]
-        median = {k: statistics.median(f[k] for f in fits) for k in fits[0]}
+    for mib, seed, _, _, runs, model in compared(a):
+        fits, median = model["fits"], model["median"]
         gbps = "/".join(f"{f['comm_bandwidth_gbps']:.2f}" for f in fits)
         for label, meas, *_ in runs:
             cells = []

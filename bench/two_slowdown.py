@@ -23,9 +23,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from receive_queues import (fit_with, invocations, paired_args,  # noqa: E402
+from receive_queues import (compared, fit_with, paired_args,  # noqa: E402
                             print_summaries, simulate_with)
-from twin import ROOT, mpi_compare, write_csv  # noqa: E402
+from twin import ROOT, write_csv  # noqa: E402
 
 COLUMNS = ("ping-pong, links only", "ping-pong, two slowdown", "streams, links only",
            "streams, two slowdown", "baseline, two slowdown")
@@ -41,9 +41,7 @@ def main():
     print("| MiB | seed | ping-pong GB/s | streams GB/s | links | two | run | measured ms | "
           + " | ".join(COLUMNS) + " |")
     print("|---:|---:|---:|---:|---:|---:|---|---:|" + "---:|" * len(COLUMNS))
-    for mib, seed in invocations(a):
-        model = {}
-        gbps, links, runs = mpi_compare(rrfp, mib, seed, model=model)
+    for mib, seed, gbps, links, runs, model in compared(a):
         two = model["two_slowdown"]
         stream_gbps = model["bytes"] / model["stream_us"] / 1e3
         measured = {r[0]: r[1] for r in runs}
