@@ -275,5 +275,30 @@ PY
     { echo "FAIL: run --rounds $rounds announces the wrong rounds:"; cat "$tmp/repeat.err"
       fails=$((fails + 1)); }
 done
+# Fresh payload buffers (page faults in a step's time): a runtime's first step maps its outputs'
+# buffers, so with no warm-up every timed step is reported as mapping some; with the default
+# warm-up the first step maps them and a second follows, which (uniform durations, the same
+# buffers again) maps none.
+check "--warmup-extra: Value -1 not in range 0 to 100" run --pp 2 -m 2 --warmup-extra -1
+for warmup in 0 1; do
+  "$rrfp" run --pp 2 -m 4 --workload uniform --hint 1f1b --policy fixed --warmup $warmup \
+    --compare --json "$tmp/fresh.json" >"$tmp/fresh.txt" 2>&1 &&
+    /usr/bin/python3 - "$tmp/fresh.json" "$tmp/fresh.txt" "$warmup" <<'PY' ||
+import json, sys
+runs = json.load(open(sys.argv[1]))["compare"]["runs"]
+text = open(sys.argv[2]).read()
+fresh = [r["measured_steps_fresh_buffers"] for r in runs]
+if sys.argv[3] == "0":
+    assert all(len(f) == 1 and f[0] > 0 for f in fresh), fresh
+    assert "warm-up: 0 untimed steps per run" in text, text
+    assert "(their page faults in their times): 1 of 1" in text, text
+else:
+    assert fresh == [[0]], fresh
+    assert "warm-up: 2 untimed steps per run (--warmup 1, then up to --warmup-extra 4" in text, text
+    assert "(their page faults in their times): 0 of 1" in text, text
+PY
+    { echo "FAIL: run --warmup $warmup: fresh buffers misreported:"; cat "$tmp/fresh.txt"
+      fails=$((fails + 1)); }
+done
 echo "cli bad-input checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -190,6 +190,28 @@ TEST(Runtime, AdaptiveLetsMicrobatchesEnterInEntryRankOrder) {
   }
 }
 
+// Each step reports the payload buffers mapped afresh since the previous one: the first step of
+// a new runtime maps its outputs' buffers, and over the steps the reports add up to what the
+// pools mapped, none counted twice or lost.
+TEST(Runtime, StepsReportTheBuffersTheyMapped) {
+  WorkModel m(shape(3, 6));
+  Hint h = make_hint("1f1b", m);
+  for (int seed = 0; seed < 3; ++seed) {
+    RealizedWork w = random_work(m, 1, seed);
+    std::fill(w.message_bytes.begin(), w.message_bytes.end(), std::int64_t{1} << 20);
+    const std::uint64_t before = BufferPool::fresh_total();
+    Runtime rt(m, h, emulated_programs(m, w), runtime_options(m, w, Policy::Ready));
+    std::int64_t reported = 0;
+    for (int step = 0; step < 4; ++step) {
+      const StepResult r = rt.run_step(step);
+      if (step == 0) EXPECT_GT(r.fresh_buffers, 0) << "seed " << seed;
+      reported += r.fresh_buffers;
+    }
+    EXPECT_EQ(reported, static_cast<std::int64_t>(BufferPool::fresh_total() - before))
+        << "seed " << seed;
+  }
+}
+
 TEST(Runtime, RejectsBadOptions) {
   WorkModel m(PipelineConfig{});
   Hint h = make_hint("1f1b", m);

@@ -73,6 +73,21 @@ TEST(RuntimeJob, MergedRecordRejectsAnotherShape) {
   EXPECT_THROW(merge_step(a, std::span(packed).first(packed.size() - 3)), Error);
 }
 
+// The merged step counts every process's freshly mapped buffers.
+TEST(RuntimeJob, MergedRecordAddsTheFreshBuffers) {
+  StepResult a, b;
+  for (StepResult* r : {&a, &b}) {
+    r->run.pp = 2;
+    r->run.ranks.resize(2);
+    r->run.peak_d.resize(2);
+    r->run.peak_pending_w.resize(2);
+  }
+  a.fresh_buffers = 2;
+  b.fresh_buffers = 3;
+  merge_step(a, pack_step(b));
+  EXPECT_EQ(a.fresh_buffers, 5);
+}
+
 }  // namespace
 }  // namespace rrfp::test
 

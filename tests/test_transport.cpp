@@ -1,5 +1,6 @@
 // The transport conformance suite (transport_conformance.hpp) for inproc, and what only
 // inproc promises: a hand-off without a copy, and sends to a shut-down peer that fail at once.
+#include "comm/buffer_pool.hpp"
 #include "comm/inproc.hpp"
 #include "comm/wire.hpp"
 #include "transport_conformance.hpp"
@@ -38,6 +39,24 @@ TEST(Wire, CarriesTheRendezvousFlags) {
   t.offer = false;
   t.pull = true;
   EXPECT_EQ(to_string(t), "step 5 pull of F c1 m2");
+}
+
+// The pool counts a buffer it maps afresh, not one it hands out again.
+TEST(BufferPool, CountsFreshMappingsNotReuses) {
+  auto pool = std::make_shared<BufferPool>();
+  const std::uint64_t before = BufferPool::fresh_total();
+  bool fresh = false;
+  {
+    Payload a = pool->get(100'000, &fresh);
+    EXPECT_TRUE(fresh);
+  }
+  EXPECT_EQ(BufferPool::fresh_total(), before + 1);
+  Payload again = pool->get(120'000, &fresh);  // the same power of two: the buffer let go
+  EXPECT_FALSE(fresh);
+  EXPECT_EQ(BufferPool::fresh_total(), before + 1);
+  Payload second = pool->get(120'000, &fresh);  // the first is still held
+  EXPECT_TRUE(fresh);
+  EXPECT_EQ(BufferPool::fresh_total(), before + 2);
 }
 
 TEST(Inproc, HandsOffWithoutACopy) {

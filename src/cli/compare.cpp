@@ -112,9 +112,12 @@ std::vector<FidelityRow> fidelity_rows(const std::vector<ReportRun>& measured,
                                        const std::vector<std::vector<std::int64_t>>& steps) {
   std::vector<FidelityRow> rows;
   for (size_t i = 0; i < measured.size(); ++i)
-    rows.push_back({measured[i].label, measured[i].metrics.makespan,
-                    simulated.at(i).metrics.makespan, replayed.at(i).metrics.makespan,
-                    i < steps.size() ? steps[i] : std::vector<std::int64_t>{}});
+    rows.push_back({measured[i].label,
+                    measured[i].metrics.makespan,
+                    simulated.at(i).metrics.makespan,
+                    replayed.at(i).metrics.makespan,
+                    i < steps.size() ? steps[i] : std::vector<std::int64_t>{},
+                    {}});
   return rows;
 }
 
@@ -160,7 +163,8 @@ nlohmann::json fidelity_json(const std::vector<FidelityRow>& rows, const std::st
                          {"replayed_ms", ms(r.replayed)},
                          {"error", ms(r.measured) / ms(r.simulated) - 1},
                          {"replayed_error", ms(r.measured) / ms(r.replayed) - 1},
-                         {"measured_steps_ms", steps}});
+                         {"measured_steps_ms", steps},
+                         {"measured_steps_fresh_buffers", r.fresh}});
   }
   return j;
 }

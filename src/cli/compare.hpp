@@ -46,6 +46,7 @@ struct FidelityRow {
   std::string label;
   std::int64_t measured = 0, simulated = 0, replayed = 0;
   std::vector<std::int64_t> steps;
+  std::vector<std::int64_t> fresh;  // per timed step, the buffers it mapped afresh (empty: unknown)
 };
 
 std::vector<FidelityRow> fidelity_rows(const std::vector<ReportRun>& measured,

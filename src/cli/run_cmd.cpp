@@ -23,7 +23,7 @@ namespace {
 struct RunFlags {
   ExperimentFlags exp;
   double timeout_s = 60;
-  int warmup = 1, repeat = 1, rounds = 1;
+  int warmup = 1, warmup_extra = 4, repeat = 1, rounds = 1;
   bool spin = false, compare = false;
   std::string transport = "inproc", calibration, rendezvous = "offer";
 };
@@ -83,6 +83,7 @@ void run_emulated(const RunFlags& f, Job* world) {
     model_source = tm.source;
   }
   std::vector<std::int64_t> gaps;
+  std::vector<int> warmups;  // warm-up steps each run and round took
   // Per run: every timed step so far, over the rounds (each merged over the job's processes).
   std::vector<std::vector<StepResult>> steps_of(specs.size());
   size_t current = 0;  // the run the executor below measures
@@ -101,15 +102,27 @@ void run_emulated(const RunFlags& f, Job* world) {
     if (!world) ro.latency = emulated_latency(m, w);
     ro.rendezvous_pull = f.rendezvous == "pull";
     // Untimed steps first, as any benchmark takes: they fill the output and receive pools, so
-    // the measured steps map no fresh memory (on the reference VM a fresh 32 MiB output took
-    // 100-290 ms of page faults, against its 4-12 ms task). Then --repeat timed steps, each
-    // merged over the job's processes.
+    // the measured steps map no fresh memory (a fresh 32 MiB buffer costs 17-23 ms of page
+    // faults on the reference VM, a reused one 1.4-2.7 ms). How many buffers a step holds at
+    // once depends on its timing, so one warm-up step may not reach the peak: up to
+    // --warmup-extra more follow while the last one still mapped a buffer in any process (every
+    // process takes the same decision). Then --repeat timed steps, each merged over the job's
+    // processes.
     std::vector<StepResult>& steps = steps_of[current];
     auto measure = [&](Runtime& rt) {
-      for (int k = 0; k < f.warmup; ++k)
-        rt.run_step(k);
-      for (int k = 0; k < f.repeat; ++k) {
-        steps.push_back(rt.run_step(f.warmup + k));
+      int k = 0;
+      for (std::int64_t fresh = 0;
+           k < f.warmup || (k > 0 && fresh > 0 && k < f.warmup + f.warmup_extra); ++k) {
+        fresh = rt.run_step(k).fresh_buffers;
+        if (!world) continue;
+        const double mine = static_cast<double>(fresh);
+        fresh = 0;
+        for (const auto& v : world->all_gather(std::span<const double>(&mine, 1)))
+          fresh += static_cast<std::int64_t>(v.at(0));
+      }
+      warmups.push_back(k);
+      for (int j = 0; j < f.repeat; ++j) {
+        steps.push_back(rt.run_step(k + j));
         if (!world) continue;
         const auto all = world->gather_to_root(pack_step(steps.back()));
         for (size_t i = 1; i < all.size(); ++i)
@@ -216,8 +229,15 @@ void run_emulated(const RunFlags& f, Job* world) {
   if (!root) return;
   ReportHeader h = header_of(sc);
   h.source = world ? "measured (mpi)" : "measured";
-  const std::vector<FidelityRow> fidelity =
+  std::vector<FidelityRow> fidelity =
       f.compare ? fidelity_rows(runs, simulated, replayed, spreads) : std::vector<FidelityRow>{};
+  int timed = 0, mapped = 0;
+  for (size_t i = 0; i < steps_of.size(); ++i)
+    for (const StepResult& st : steps_of[i]) {
+      ++timed;
+      mapped += st.fresh_buffers > 0;
+      if (i < fidelity.size()) fidelity[i].fresh.push_back(st.fresh_buffers);
+    }
   write_reports(
       f.exp, h, runs,
       f.compare ? nlohmann::json{{"compare", fidelity_json(fidelity, world ? describe(mm) : "")}}
@@ -227,6 +247,13 @@ void run_emulated(const RunFlags& f, Job* world) {
         << "median " << fmt("%.1f", percentile(gaps, 0.5) / 1e3) << " us, p99 "
         << fmt("%.1f", percentile(gaps, 0.99) / 1e3) << " us over " << gaps.size()
         << " dispatches\n";
+  const auto [few, most] = std::minmax_element(warmups.begin(), warmups.end());
+  if (few != warmups.end())
+    human << "warm-up: " << *few << (*most > *few ? "-" + std::to_string(*most) : "")
+          << " untimed steps per run (--warmup " << f.warmup << ", then up to --warmup-extra "
+          << f.warmup_extra << " more while one still mapped fresh payload buffers); timed steps "
+          << "that mapped fresh buffers (their page faults in their times): " << mapped << " of "
+          << timed << "\n";
   if (f.compare) human << fidelity_table(fidelity);
 }
 
@@ -243,6 +270,12 @@ void setup_run(CLI::App& app) {
   sub->add_option("--warmup", f->warmup,
                   "untimed steps before the measured one (they fill buffer pools and map "
                   "memory, as a training run's first steps do)")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
+  sub->add_option("--warmup-extra", f->warmup_extra,
+                  "at most this many more untimed steps while the last one still mapped fresh "
+                  "payload buffers (how many a step holds at once depends on its timing); 0: "
+                  "exactly --warmup")
       ->check(CLI::Range(0, 100))
       ->capture_default_str();
   sub->add_option("--repeat", f->repeat,

@@ -1,9 +1,18 @@
 #include "comm/buffer_pool.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 
 namespace rrfp {
+
+namespace {
+std::atomic<std::uint64_t> fresh_buffers{0};
+}  // namespace
+
+std::uint64_t BufferPool::fresh_total() {
+  return fresh_buffers.load(std::memory_order_relaxed);
+}
 
 Payload BufferPool::get(std::size_t n, bool* fresh) {
   const std::size_t cap = std::max<std::size_t>(std::bit_ceil(n), 64 * 1024);
@@ -18,7 +27,10 @@ Payload BufferPool::get(std::size_t n, bool* fresh) {
     }
   }
   if (fresh) *fresh = !b;
-  if (!b) b.reset(new std::byte[cap]);
+  if (!b) {
+    b.reset(new std::byte[cap]);
+    fresh_buffers.fetch_add(1, std::memory_order_relaxed);
+  }
   std::byte* raw = b.release();
   std::weak_ptr<BufferPool> pool = weak_from_this();
   std::shared_ptr<const void> owner(raw, [pool, cap](const void* p) {

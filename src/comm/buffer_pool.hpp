@@ -4,6 +4,7 @@
 // quarter of the bandwidth (measured, docs/results-mpi.md). Sizes are rounded up to a power of
 // two from 64 KiB, so activations of varying lengths share buffers.
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,6 +20,12 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   // is freed, once the pool is gone). The pool must be held by a shared_ptr.
   // `fresh` (if given) says whether the memory is new (its pages not yet touched).
   Payload get(std::size_t n, bool* fresh = nullptr);
+
+  // Buffers every pool of this process has mapped afresh so far. A step that maps one pays
+  // its page faults (a fresh 32 MiB buffer took 17-23 ms to fill on the reference VM, a
+  // reused one 1.4-2.7 ms), so a runtime reports the count per step (StepResult::fresh_buffers)
+  // and `rrfp run` warms up until a step maps none.
+  static std::uint64_t fresh_total();
 
  private:
   static constexpr std::size_t kMaxHeld = 256u << 20;  // at most this much kept, 8 per size

@@ -67,6 +67,7 @@ std::vector<std::byte> pack_step(const StepResult& r) {
   w.put_all(r.run.tasks);
   w.put_all(r.run.blocked);
   w.put_all(r.dispatch_gaps);
+  w.put(r.fresh_buffers);
   return std::move(w.out);
 }
 
@@ -101,6 +102,7 @@ void merge_step(StepResult& into, std::span<const std::byte> packed) {
   r.blocked.insert(r.blocked.end(), blocked.begin(), blocked.end());
   const auto gaps = rd.get_all<std::int64_t>();
   into.dispatch_gaps.insert(into.dispatch_gaps.end(), gaps.begin(), gaps.end());
+  into.fresh_buffers += rd.get<std::int64_t>();
   send_times_from_arrivals(r);  // messages between the processes merged so far
 }
 

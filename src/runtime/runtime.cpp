@@ -162,7 +162,11 @@ StepResult Runtime::run_step(int step) {
     if (delay_) delay_->clear();
     std::rethrow_exception(failure_.error());
   }
-  return collect();
+  StepResult out = collect();
+  const std::uint64_t fresh = BufferPool::fresh_total();
+  out.fresh_buffers = static_cast<std::int64_t>(fresh - fresh_seen_);
+  fresh_seen_ = fresh;
+  return out;
 }
 
 // The caller's thread is the watchdog: it sleeps until every worker is done or one failed,

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/buffer_pool.hpp"
 #include "comm/transport.hpp"
 #include "runtime/stage.hpp"
 
@@ -57,6 +58,9 @@ Hosting in_process_hosting(int world);
 struct StepResult {
   StepRecord run;                           // measured: times in ns since the step began
   std::vector<std::int64_t> dispatch_gaps;  // ns from a task's end to the next dispatch
+  // Payload buffers this process mapped afresh since the runtime's previous step ended (or it
+  // was built): their page faults are in this step's times. A steady step maps none.
+  std::int64_t fresh_buffers = 0;
 };
 
 class Runtime {
@@ -101,6 +105,7 @@ class Runtime {
   std::vector<std::unique_ptr<TpCollective>> groups_;  // by stage (nullptr: not hosted)
   std::vector<std::unique_ptr<Stage>> stages_;         // by stage (nullptr: not hosted)
   bool broken_ = false;
+  std::uint64_t fresh_seen_ = BufferPool::fresh_total();  // when the previous step ended
 };
 
 }  // namespace rrfp
