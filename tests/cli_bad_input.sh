@@ -163,6 +163,27 @@ for cmd in simulate run; do
     echo "FAIL: $cmd --json - mixes human lines into stdout:"; head -3 "$tmp/json"; fails=$((fails + 1))
   fi
 done
+# A measured step's trace says when each task's input from another stage arrived (input_us),
+# never after the task started; a simulated one has no such time.
+for cmd in simulate run; do
+  "$rrfp" $cmd --pp 2 -m 4 --workload uniform --hint 1f1b --policy fixed --trace "$tmp/in.json" \
+    >/dev/null 2>&1 && /usr/bin/python3 - "$tmp/in.json" "$cmd" <<'PY' ||
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+tasks = [e for e in events if e.get("ph") == "X" and "kind" in e.get("args", {})]
+assert len(tasks) == 16, len(tasks)
+inputs = [e for e in tasks if "input_us" in e["args"]]
+if sys.argv[2] == "simulate":
+    assert not inputs, inputs[0]
+else:
+    # The inputs from the other stage: stage 1's forwards, stage 0's backwards.
+    want = {(1, "F"), (0, "B")}
+    assert sorted((e["pid"], e["args"]["kind"], e["args"]["microbatch"]) for e in inputs) == \
+        sorted((s, k, m) for s, k in want for m in range(4)), inputs
+    assert all(e["args"]["input_us"] <= e["ts"] for e in inputs), inputs
+PY
+    { echo "FAIL: $cmd --trace: input_us missing or wrong:"; fails=$((fails + 1)); }
+done
 # Progress of a simulation of a million tasks or more: on a terminal (script(1) gives the run
 # one), a line per 2^20 tasks ended, erased at the end; into a file, nothing.
 big=(simulate --pp 512 -m 1024 --hint 1f1b --policy fixed)
