@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """How well the twin reproduces and predicts recorded steps (docs/results-twin.md).
 
-Usage: bench/twin.py RRFP [--steps N] [--part imports|runs|mpi|mpi-baseline|train|cores|all]
+Usage: bench/twin.py RRFP [--steps N] [--rounds R] [--part imports|runs|mpi|mpi-baseline|train|
+                                                              cores|all]
   imports: the PyTorch profiler fixture (tests/data/torch-pp2), each step replayed in its order;
   runs:    `rrfp run` on threads and under mpirun (P=4), its --trace replayed by `rrfp predict`;
   mpi:     `rrfp calibrate --transport mpi` (shown), then `rrfp run --transport mpi --compare
-           --repeat 5 --rounds 3` (calibrating at its start; the four runs take turns three
-           times, each time a warm-up step and five timed ones; each run's median of 15) at
-           P=4 and 1, 8, 32 MiB messages, 3 seeds (writes docs/data/twin-mpi.csv);
+           --repeat 5 --rounds 3` (--rounds R: R; calibrating before each round; the four runs
+           take turns, each time warm-up steps and five timed ones; each run's median of 15) at
+           P=4 and 1, 8, 32 MiB messages, 3 seeds (writes docs/data/twin-mpi.csv, or with
+           --rounds R other than 3, twin-mpi-R-rounds.csv);
   mpi-baseline: the same with --calibration baseline (the first run fits the bandwidth, the
            other three are predicted);
   train:   `rrfp train` at P=2 (a core per stage here): each run's mean step against the twin's
@@ -84,7 +86,7 @@ REPEAT, ROUNDS = 5, 3  # per run: 5 timed steps in each of 3 interleaved rounds;
 STEPS = REPEAT * ROUNDS
 
 
-def mpi_compare(rrfp, mib, seed, calibration=None, model=None, rounds=ROUNDS):
+def mpi_compare(rrfp, mib, seed, calibration=None, model=None, rounds=ROUNDS, runs_out=None):
     """One `rrfp run --transport mpi --compare --repeat 5 --rounds 3` (calibrating before each
     round, the default: this VM's copy bandwidth drifts within an hour, so one calibration for
     all runs would date). Returns the GB/s and links' capacity (messages' worth) it simulated
@@ -92,7 +94,8 @@ def mpi_compare(rrfp, mib, seed, calibration=None, model=None, rounds=ROUNDS):
     ms, replayed ms)], replayed: simulated with the run's own measured task durations. If the
     dict `model` is given, it receives the simulated latency_us and two_slowdown (1: none), each
     calibration's fit ("fits", as workload fields), and the last calibration's largest size
-    ("bytes") and its stream time ("stream_us")."""
+    ("bytes") and its stream time ("stream_us"). If the list `runs_out` is given, it receives the
+    report's "compare" runs as they are (each timed step and the buffers it mapped afresh)."""
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
     load = os.path.join(ROOT, "scripts", "workloads", f"j2-{mib}mib-messages.json")
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,6 +107,8 @@ def mpi_compare(rrfp, mib, seed, calibration=None, model=None, rounds=ROUNDS):
                            check=True, capture_output=True, text=True)
         with open(report) as f:
             compared = json.load(f)["compare"]["runs"]
+    if runs_out is not None:
+        runs_out.extend(compared)
     line = [l for l in r.stderr.splitlines() if l.startswith(("simulating", "fitted"))][-1]
     gbps = float(line.split(" GB/s")[0].split()[-1]) if " GB/s" in line else 0.0
     if model is not None:
@@ -135,23 +140,25 @@ def mpi_compare(rrfp, mib, seed, calibration=None, model=None, rounds=ROUNDS):
     return gbps, links, runs
 
 
-def mpi_grid(rrfp, calibration=None):
+def mpi_grid(rrfp, calibration=None, rounds=ROUNDS):
     """Every (messages, seed) invocation of the mpi parts: yields (mib, seed, gbps, links,
     runs)."""
     for mib in (1, 8, 32):
         for seed in (1, 2, 3):
-            yield (mib, seed, *mpi_compare(rrfp, mib, seed, calibration))
+            yield (mib, seed, *mpi_compare(rrfp, mib, seed, calibration, rounds=rounds))
 
 
-def part_mpi(rrfp, tmp):
-    """`rrfp run --transport mpi --compare` at P=4 with 1, 8 and 32 MiB messages."""
+def part_mpi(rrfp, tmp, rounds=ROUNDS):
+    """`rrfp run --transport mpi --compare` at P=4 with 1, 8 and 32 MiB messages, each run's
+    median over `rounds` interleaved rounds of 5 timed steps."""
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
     print(sh([mpirun, "4", rrfp, "calibrate", "--transport", "mpi", "--streams"]))
-    print(f"| messages | seed | calibrated GB/s | links | run | measured ms (median of {STEPS}) | "
+    print(f"| messages | seed | calibrated GB/s | links | run | measured ms (median of "
+          f"{REPEAT * rounds}) | "
           "range ms | simulated ms | error | replayed ms | error | speedup measured | simulated |")
     print("|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|")
     rows = []
-    for mib, seed, gbps, links, runs in mpi_grid(rrfp):
+    for mib, seed, gbps, links, runs in mpi_grid(rrfp, rounds=rounds):
         for label, meas, simd, sp_m, sp_s, lo, hi, repl in runs:
             rows.append((mib, seed, gbps, links, label, meas, simd, meas / simd - 1, sp_m, sp_s,
                          lo, hi, repl, meas / repl - 1))
@@ -159,7 +166,8 @@ def part_mpi(rrfp, tmp):
                   f"{lo:.0f}-{hi:.0f} | {simd:.1f} | {100 * (meas / simd - 1):+.1f}% | "
                   f"{repl:.1f} | {100 * (meas / repl - 1):+.1f}% | {sp_m:.3f}x | {sp_s:.3f}x |")
             sys.stdout.flush()
-    write_csv("twin-mpi.csv", "mib,seed,calibrated_gbps,calibrated_links,run,measured_ms,"
+    write_csv("twin-mpi.csv" if rounds == ROUNDS else f"twin-mpi-{rounds}-rounds.csv",
+              "mib,seed,calibrated_gbps,calibrated_links,run,measured_ms,"
               "simulated_ms,error,"
               "speedup_measured,speedup_simulated,measured_min_ms,measured_max_ms,replayed_ms,"
               "replayed_error", rows)
@@ -193,7 +201,7 @@ def part_mpi(rrfp, tmp):
           "calibrated GB/s | links |")
     print("|---|---|---|---|---|---|")
     for mib in (8, 32):
-        reps = [mpi_compare(rrfp, mib, 1) for _ in range(3)]
+        reps = [mpi_compare(rrfp, mib, 1, rounds=rounds) for _ in range(3)]
         for i, (label, *_rest) in enumerate(reps[0][2]):
             meas = " / ".join(f"{r[2][i][1]:.0f}" for r in reps)
             simd = " / ".join(f"{r[2][i][2]:.0f}" for r in reps)
@@ -318,6 +326,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("rrfp")
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=ROUNDS,
+                    help="the mpi part's interleaved rounds per invocation (5 timed steps each)")
     ap.add_argument("--part", default="all", choices=["imports", "runs", "mpi", "mpi-baseline", "train", "cores", "all"])
     a = ap.parse_args()
     rrfp = os.path.abspath(a.rrfp)
@@ -329,7 +339,7 @@ def main():
             part_runs(rrfp, tmp)
             print()
         if a.part in ("mpi", "all"):
-            part_mpi(rrfp, tmp)
+            part_mpi(rrfp, tmp, a.rounds)
             print()
         if a.part in ("mpi-baseline", "all"):
             part_mpi_baseline(rrfp, tmp)
