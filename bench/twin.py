@@ -6,8 +6,8 @@ Usage: bench/twin.py RRFP [--steps N] [--rounds R] [--part imports|runs|mpi|mpi-
   imports: the PyTorch profiler fixture (tests/data/torch-pp2), each step replayed in its order;
   runs:    `rrfp run` on threads and under mpirun (P=4), its --trace replayed by `rrfp predict`;
   mpi:     `rrfp calibrate --transport mpi` (shown), then `rrfp run --transport mpi --compare
-           --repeat 5 --rounds 3` (--rounds R: R; calibrating before each round; the four runs
-           take turns, each time warm-up steps and five timed ones; each run's median of 15) at
+           --repeat 5 --rounds 3` (or --rounds R; calibrating before each round; the four runs
+           take turns, each time warm-up steps and five timed ones; each run's median of 5 R) at
            P=4 and 1, 8, 32 MiB messages, 3 seeds (writes docs/data/twin-mpi.csv, or with
            --rounds R other than 3, twin-mpi-R-rounds.csv);
   mpi-baseline: the same with --calibration baseline (the first run fits the bandwidth, the
