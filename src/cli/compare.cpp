@@ -109,15 +109,20 @@ std::string describe(const MessageModel& mm) {
 std::vector<FidelityRow> fidelity_rows(const std::vector<ReportRun>& measured,
                                        const std::vector<ReportRun>& simulated,
                                        const std::vector<ReportRun>& replayed,
-                                       const std::vector<std::vector<std::int64_t>>& steps) {
+                                       const std::vector<std::vector<StepResult>>& timed) {
   std::vector<FidelityRow> rows;
-  for (size_t i = 0; i < measured.size(); ++i)
-    rows.push_back({measured[i].label,
-                    measured[i].metrics.makespan,
-                    simulated.at(i).metrics.makespan,
-                    replayed.at(i).metrics.makespan,
-                    i < steps.size() ? steps[i] : std::vector<std::int64_t>{},
-                    {}});
+  for (size_t i = 0; i < measured.size(); ++i) {
+    FidelityRow& r = rows.emplace_back();
+    r.label = measured[i].label;
+    r.measured = measured[i].metrics.makespan;
+    r.simulated = simulated.at(i).metrics.makespan;
+    r.replayed = replayed.at(i).metrics.makespan;
+    if (i >= timed.size()) continue;
+    for (const StepResult& st : timed[i]) {
+      r.steps.push_back(st.run.makespan);
+      r.fresh.push_back(st.fresh_buffers);
+    }
+  }
   return rows;
 }
 

@@ -41,18 +41,19 @@ std::string describe(const MessageModel& mm);
 
 // One run of --compare: its measured step, its simulation (the workload's task durations) and
 // its replay (the same simulation with the run's own measured task durations), as makespans in
-// ns; `steps`, every timed step's makespan (the measured one is their median).
+// ns; `steps`, every timed step's makespan (the measured one is their median), and `fresh`, the
+// buffers each mapped afresh.
 struct FidelityRow {
   std::string label;
   std::int64_t measured = 0, simulated = 0, replayed = 0;
-  std::vector<std::int64_t> steps;
-  std::vector<std::int64_t> fresh;  // per timed step, the buffers it mapped afresh (empty: unknown)
+  std::vector<std::int64_t> steps, fresh;
 };
 
+// `timed`: per run, every timed step (none: no ranges).
 std::vector<FidelityRow> fidelity_rows(const std::vector<ReportRun>& measured,
                                        const std::vector<ReportRun>& simulated,
                                        const std::vector<ReportRun>& replayed,
-                                       const std::vector<std::vector<std::int64_t>>& steps);
+                                       const std::vector<std::vector<StepResult>>& timed);
 // For people: errors and speedups against the first run; with more than one step per run, their
 // range, so a reader can tell noise from error.
 std::string fidelity_table(const std::vector<FidelityRow>& rows);

@@ -185,12 +185,6 @@ void run_emulated(const RunFlags& f, Job* world) {
   // The simulator's side of --compare: the workload's message model in one process; the
   // transport's measured one over MPI (calibrated before the runs, or fitted to the first).
   std::vector<ReportRun> simulated, replayed;
-  std::vector<std::vector<std::int64_t>> spreads;  // per run: its timed steps' makespans
-  for (const std::vector<StepResult>& steps : steps_of) {
-    spreads.emplace_back();
-    for (const StepResult& st : steps)
-      spreads.back().push_back(st.run.makespan);
-  }
   if (f.compare && root) {
     Executor sim = simulate;
     if (world) {
@@ -229,14 +223,13 @@ void run_emulated(const RunFlags& f, Job* world) {
   if (!root) return;
   ReportHeader h = header_of(sc);
   h.source = world ? "measured (mpi)" : "measured";
-  std::vector<FidelityRow> fidelity =
-      f.compare ? fidelity_rows(runs, simulated, replayed, spreads) : std::vector<FidelityRow>{};
+  const std::vector<FidelityRow> fidelity =
+      f.compare ? fidelity_rows(runs, simulated, replayed, steps_of) : std::vector<FidelityRow>{};
   int timed = 0, mapped = 0;
-  for (size_t i = 0; i < steps_of.size(); ++i)
-    for (const StepResult& st : steps_of[i]) {
+  for (const std::vector<StepResult>& steps : steps_of)
+    for (const StepResult& st : steps) {
       ++timed;
       mapped += st.fresh_buffers > 0;
-      if (i < fidelity.size()) fidelity[i].fresh.push_back(st.fresh_buffers);
     }
   write_reports(
       f.exp, h, runs,
