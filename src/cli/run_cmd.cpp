@@ -114,11 +114,8 @@ void run_emulated(const RunFlags& f, Job* world) {
       for (std::int64_t fresh = 0;
            k < f.warmup || (k > 0 && fresh > 0 && k < f.warmup + f.warmup_extra); ++k) {
         fresh = rt.run_step(k).fresh_buffers;
-        if (!world) continue;
-        const double mine = static_cast<double>(fresh);
-        fresh = 0;
-        for (const auto& v : world->all_gather(std::span<const double>(&mine, 1)))
-          fresh += static_cast<std::int64_t>(v.at(0));
+        if (world)
+          fresh = static_cast<std::int64_t>(max_over_job(*world, static_cast<double>(fresh)));
       }
       warmups.push_back(k);
       for (int j = 0; j < f.repeat; ++j) {

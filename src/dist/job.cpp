@@ -25,4 +25,11 @@ void dp_sum(Job& job, std::span<float> values) {
       values[i] += all[r][i];
 }
 
+double max_over_job(Job& job, double mine) {
+  double most = mine;
+  for (const auto& v : job.all_gather(std::span<const double>(&mine, 1)))
+    most = std::max(most, v.at(0));
+  return most;
+}
+
 }  // namespace rrfp

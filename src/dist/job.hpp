@@ -46,4 +46,8 @@ class Job {
 // every replica holds the same bits.
 void dp_sum(Job& job, std::span<float> values);
 
+// The largest of every process's `mine`, on every process: for what all must decide alike (a
+// stop asked of any of them, another warm-up step while any still maps buffers).
+double max_over_job(Job& job, double mine);
+
 }  // namespace rrfp

@@ -176,11 +176,7 @@ TrainSummary run_training(const TrainRun& in) {
     // A signal asked to stop: this step is done and logged; keep a checkpoint and leave. Every
     // process of a job learns of it together, so none waits for another's next step.
     stopped_by = o.stop ? o.stop->load() : 0;
-    if (t.job) {
-      const double mine = stopped_by;
-      for (const auto& v : t.job->all_gather(std::span<const double>(&mine, 1)))
-        stopped_by = std::max(stopped_by, static_cast<int>(v.at(0)));
-    }
+    if (t.job) stopped_by = static_cast<int>(max_over_job(*t.job, stopped_by));
     if (stopped_by && s + 1 < steps) {
       if (o.save_every > 0 && (s + 1) % o.save_every != 0) trainer.save(ckpt);
       done = s + 1;
