@@ -16,6 +16,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from more_rounds import ints  # noqa: E402
 from twin import mpi_compare, write_csv  # noqa: E402
 
 
@@ -44,7 +45,7 @@ class CpuShare:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("rrfp")
-    ap.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[1, 2, 3])
+    ap.add_argument("--seeds", type=ints, default=[1, 2, 3])
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--mib", type=int, default=32)
     ap.add_argument("--csv", default="fresh-steps.csv", help="the file in docs/data to write")

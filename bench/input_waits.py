@@ -20,10 +20,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
+import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from twin import mpi_compare  # noqa: E402
 
 
 def idle_waits(trace):
@@ -62,12 +63,7 @@ def main():
         trace = a.trace
         if not trace:
             trace = os.path.join(tmp, "trace.json")
-            load = os.path.join(ROOT, "scripts", "workloads", f"j2-{a.mib}mib-messages.json")
-            subprocess.run([os.path.join(ROOT, "tests", "mpirun.sh"), "4",
-                            os.path.abspath(a.rrfp), "run", "--transport", "mpi", "--compare",
-                            "--workload-file", load, "--pp", "4", "-m", "16", "--seed",
-                            str(a.seed), "--repeat", "5", "--trace", trace],
-                           check=True, capture_output=True, text=True)
+            mpi_compare(os.path.abspath(a.rrfp), a.mib, a.seed, rounds=1, trace=trace)
         waits = idle_waits(trace)
     print("| run | waits | median us | mean us | p90 us | largest us | sum ms |")
     print("|---|---:|---:|---:|---:|---:|---:|")

@@ -86,7 +86,8 @@ REPEAT, ROUNDS = 5, 3  # per run: 5 timed steps in each of 3 interleaved rounds;
 STEPS = REPEAT * ROUNDS
 
 
-def mpi_compare(rrfp, mib, seed, calibration=None, model=None, rounds=ROUNDS, runs_out=None):
+def mpi_compare(rrfp, mib, seed, calibration=None, model=None, rounds=ROUNDS, runs_out=None,
+                trace=None):
     """One `rrfp run --transport mpi --compare --repeat 5 --rounds 3` (calibrating before each
     round, the default: this VM's copy bandwidth drifts within an hour, so one calibration for
     all runs would date). Returns the GB/s and links' capacity (messages' worth) it simulated
@@ -95,7 +96,8 @@ def mpi_compare(rrfp, mib, seed, calibration=None, model=None, rounds=ROUNDS, ru
     dict `model` is given, it receives the simulated latency_us and two_slowdown (1: none), each
     calibration's fit ("fits", as workload fields), and the last calibration's largest size
     ("bytes") and its stream time ("stream_us"). If the list `runs_out` is given, it receives the
-    report's "compare" runs as they are (each timed step and the buffers it mapped afresh)."""
+    report's "compare" runs as they are (each timed step and the buffers it mapped afresh). With
+    `trace`, the run's --trace goes there."""
     mpirun = os.path.join(ROOT, "tests", "mpirun.sh")
     load = os.path.join(ROOT, "scripts", "workloads", f"j2-{mib}mib-messages.json")
     with tempfile.TemporaryDirectory() as tmp:
@@ -103,7 +105,8 @@ def mpi_compare(rrfp, mib, seed, calibration=None, model=None, rounds=ROUNDS, ru
         r = subprocess.run([mpirun, "4", rrfp, "run", "--transport", "mpi", "--compare",
                             "--workload-file", load, "--pp", "4", "-m", "16", "--seed", str(seed),
                             "--repeat", str(REPEAT), "--rounds", str(rounds), "--json", report,
-                            *(["--calibration", calibration] if calibration else [])],
+                            *(["--calibration", calibration] if calibration else []),
+                            *(["--trace", trace] if trace else [])],
                            check=True, capture_output=True, text=True)
         with open(report) as f:
             compared = json.load(f)["compare"]["runs"]
