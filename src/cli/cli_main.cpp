@@ -1,7 +1,6 @@
 // rrfp: readiness-first pipeline-parallel runtime. Exit codes: 0 ok, 1 a run failed
 // (deadlock, collective mismatch, internal error), 2 bad input (one line on stderr).
 #include <CLI/CLI.hpp>
-#include <iostream>
 
 #include "cli/options.hpp"
 #include "cli/train_flags.hpp"
@@ -31,16 +30,16 @@ int cli_main(int argc, char** argv) {
   } catch (const QuietExit& e) {
     return e.code;
   } catch (const CLI::ParseError& e) {
-    std::cerr << "rrfp: error: " << e.what() << "\n";
+    print_line(std::string("rrfp: error: ") + e.what());
     return 2;
   } catch (const InputError& e) {
     print_input_error(e);
     return 2;
   } catch (const Error& e) {
-    std::cerr << "rrfp: run failed: " << as_flags(e.what()) << "\n";
+    print_line("rrfp: run failed: " + as_flags(e.what()));
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "rrfp: internal error: " << e.what() << "\n";
+    print_line(std::string("rrfp: internal error: ") + e.what());
     return 1;
   }
   return 0;

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iostream>
 
+#include "cli/options.hpp"
 #include "core/format.hpp"
 #include "dist/calibrate.hpp"
 
@@ -56,7 +56,7 @@ TransportModel transport_model(const std::string& calibration, const std::string
       *h.transports.at(0), world.size(), [&] { world.all_gather({}); }, o);
   world.all_gather({});  // nobody tears down its endpoint while a peer may still send to it
   c.transport = transport;
-  if (world.rank() == 0) std::cerr << format_calibration(c) << "\n";  // what the model rests on
+  if (world.rank() == 0) print_line(format_calibration(c));  // what the model rests on
   return {
       {c.latency_us, c.bandwidth_gbps, c.links, c.two_slowdown, c.serial_receive, c.offer_payload},
       "measured at " + std::to_string(o.sizes.size()) + " sizes up to " +

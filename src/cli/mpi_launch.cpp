@@ -1,6 +1,5 @@
 #include "cli/mpi_launch.hpp"
 
-#include <iostream>
 #include <string>
 
 #include "cli/options.hpp"
@@ -27,10 +26,8 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
   } catch (const std::exception& e) {
     // One write: ranks failing together share mpirun's stderr, and a line written piece by
     // piece interleaves with theirs (a watchdog's report lost its rank prefix so, in CI).
-    const std::string line = "rrfp: run failed on mpi rank " + std::to_string(world.rank()) + ": " +
-                             as_flags(e.what()) + "\n";
-    std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
-    std::cerr.flush();
+    print_line("rrfp: run failed on mpi rank " + std::to_string(world.rank()) + ": " +
+               as_flags(e.what()));
     world.abort(1);
   }
 #else

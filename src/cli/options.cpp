@@ -36,10 +36,14 @@ std::string as_flags(const std::string& message) {
   return out;
 }
 
-void print_input_error(const std::exception& e) {
-  const std::string line = "rrfp: error: " + as_flags(e.what()) + "\n";
+void print_line(const std::string& text) {
+  const std::string line = text + "\n";
   std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
   std::cerr.flush();
+}
+
+void print_input_error(const std::exception& e) {
+  print_line("rrfp: error: " + as_flags(e.what()));
 }
 
 CLI::Validator not_negative() {

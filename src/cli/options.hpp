@@ -17,8 +17,12 @@ struct QuietExit {
 // A library message with its options named as flags: `max_pending_w` -> --max-pending-w
 // (core/error.hpp).
 std::string as_flags(const std::string& message);
-// Bad input's one line on stderr, "rrfp: error: ..." with flags named, in one write (processes
-// of a job share mpirun's stderr).
+// One line on stderr in one write, newline added. Under mpirun a rank's stderr and stdout reach
+// the terminal through separate pipes: a line written piece by piece (std::cerr writes at every
+// <<) can be cut by the stdout between its pieces, as a report's table cut the "simulating ..."
+// line in CI.
+void print_line(const std::string& text);
+// Bad input's one line on stderr, "rrfp: error: ..." with flags named.
 void print_input_error(const std::exception& e);
 
 // For unsigned flags: CLI11 would wrap "-1" around to 2^64 - 1.

@@ -169,12 +169,12 @@ void run_emulated(const RunFlags& f, Job* world) {
     for (current = 0; current < specs.size(); ++current) {
       const RunSpec& spec = specs[current];
       if (root)
-        std::cerr << "running " << (spec.label.empty() ? default_label(spec) : spec.label)
-                  << (world ? " over " + std::to_string(world->size()) + " mpi ranks" : "")
-                  << (f.rounds > 1 ? " (round " + std::to_string(round + 1) + " of " +
-                                         std::to_string(f.rounds) + ")"
-                                   : std::string())
-                  << " ...\n";
+        print_line("running " + (spec.label.empty() ? default_label(spec) : spec.label) +
+                   (world ? " over " + std::to_string(world->size()) + " mpi ranks" : "") +
+                   (f.rounds > 1 ? " (round " + std::to_string(round + 1) + " of " +
+                                       std::to_string(f.rounds) + ")"
+                                 : std::string()) +
+                   " ...");
       ReportRun r = run_scenario(sc, spec, runtime);
       if (last_round) runs.push_back(std::move(r));
     }
@@ -186,8 +186,8 @@ void run_emulated(const RunFlags& f, Job* world) {
     Executor sim = simulate;
     if (world) {
       if (calibrate_each_round) mm = median_model(round_models);
-      std::cerr << "simulating messages as the mpi transport delivers them (" << model_source
-                << "): " << describe(mm) << "\n";
+      print_line("simulating messages as the mpi transport delivers them (" + model_source +
+                 "): " + describe(mm));
       sim = [&mm](const WorkModel& m, const Hint& h, const RealizedWork& w, const SimOptions& o) {
         RealizedWork t = w;
         set_message_model(m, t, mm);
@@ -201,8 +201,8 @@ void run_emulated(const RunFlags& f, Job* world) {
             return run_scenario(sc, specs[0], sim).metrics.makespan;
           },
           runs[0].metrics.makespan);
-      std::cerr << "fitted to " << runs[0].label << "'s measured step (its row is not a "
-                << "prediction; the others are): " << describe(mm) << "\n";
+      print_line("fitted to " + runs[0].label + "'s measured step (its row is not a " +
+                 "prediction; the others are): " + describe(mm));
     }
     for (const RunSpec& spec : specs)
       simulated.push_back(run_scenario(sc, spec, sim));

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <iostream>
 
 #include "cli/mpi_launch.hpp"
 #include "cli/train_flags.hpp"
@@ -51,9 +50,7 @@ train::TrainRun to_run(const TrainFlags& f) {
   t.runtime = to_runtime(f.dispatch, f.timeout_s);
   t.model.seed = t.data_seed = f.seed;
   run.stop = &g_stop;
-  run.warn = [](const std::string& m) {
-    std::cerr << "rrfp train: warning: " << as_flags(m) << "\n";
-  };
+  run.warn = [](const std::string& m) { print_line("rrfp train: warning: " + as_flags(m)); };
   if (!f.inject_jitter.empty()) {
     if (f.inject_jitter.rfind("jitter:", 0) != 0)
       throw InputError("--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got '" +
