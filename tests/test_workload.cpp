@@ -185,6 +185,44 @@ TEST(MessageModel, RefusesATwoSlowdownOutsideOneToSixtyFour) {
   EXPECT_NO_THROW(set_message_model(m, w, {.links = 2, .two_slowdown = 64}));
 }
 
+// The wake-up (WorkloadParams::comm_wake_us, comm_wake_per_copy_us): 0 to 1 s each, named when
+// refused, carried to the realized work in nanoseconds by both routes.
+TEST(MessageModel, WakeUpsAreZeroToOneSecondAndReachTheRealizedWork) {
+  WorkModel m(config(2, 2));
+  RealizedWork w = unit_work(m);
+  for (const double bad : {-1.0, 1e6 + 1, std::nan("")}) {
+    try {
+      set_message_model(m, w, {.wake_us = bad});
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("message model: wake_us: must be a finite number"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(set_message_model(m, w, {.wake_per_copy_us = bad}), InputError) << bad;
+    WorkloadParams p;
+    p.comm_wake_us = bad;
+    try {
+      validate(p);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("comm_wake_us"), std::string::npos) << e.what();
+    }
+    p = WorkloadParams{};
+    p.comm_wake_per_copy_us = bad;
+    EXPECT_THROW(validate(p), InputError) << bad;
+  }
+  set_message_model(m, w, {.wake_us = 30, .wake_per_copy_us = 250.5});
+  EXPECT_EQ(w.wake_ns, 30'000);
+  EXPECT_EQ(w.wake_per_copy_ns, 250'500);
+  const WorkloadParams p = apply_workload_json(
+      WorkloadParams{}, R"({"comm_wake_us": 12, "comm_wake_per_copy_us": 7.5})", "test");
+  const RealizedWork r = realize(p, m, 1, 1);
+  EXPECT_EQ(r.wake_ns, 12'000);
+  EXPECT_EQ(r.wake_per_copy_ns, 7'500);
+  EXPECT_EQ(realize(WorkloadParams{}, m, 1, 1).wake_ns, 0);
+}
+
 TEST(MessageModel, SizeCostsBytesOverBandwidthAndOnlyCrossStageOutputsSend) {
   WorkModel m(config(2, 2));
   RealizedWork w = unit_work(m);

@@ -39,7 +39,7 @@ TransportModel transport_model(const std::string& calibration, const std::string
   if (!calibration.empty() && calibration != "baseline") {
     const WorkloadParams w = read_workload_file(calibration, "uniform");
     return {{w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_links, w.comm_two_slowdown,
-             w.comm_serial_receive, offer_payload},
+             w.comm_serial_receive, offer_payload, w.comm_wake_us, w.comm_wake_per_copy_us},
             calibration};
   }
   world.set_layout(JobLayout{world.size(), 1, 1});
@@ -87,8 +87,9 @@ MessageModel median_model(const std::vector<MessageModel>& models) {
     return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
   };
   MessageModel mm = models.at(0);
-  for (double MessageModel::*field : {&MessageModel::latency_us, &MessageModel::bandwidth_gbps,
-                                      &MessageModel::links, &MessageModel::two_slowdown})
+  for (double MessageModel::*field :
+       {&MessageModel::latency_us, &MessageModel::bandwidth_gbps, &MessageModel::links,
+        &MessageModel::two_slowdown, &MessageModel::wake_us, &MessageModel::wake_per_copy_us})
     mm.*field = median(field);
   return mm;
 }
@@ -101,6 +102,10 @@ std::string describe(const MessageModel& mm) {
                        : std::string()) +
          (mm.two_slowdown > 1
               ? ", two or more at once each at least " + fmt("%.2fx", mm.two_slowdown) + " as long"
+              : std::string()) +
+         (mm.wake_us + mm.wake_per_copy_us > 0
+              ? ", an idle rank starts " + fmt("%.1f", mm.wake_us) + " us + " +
+                    fmt("%.1f", mm.wake_per_copy_us) + " us per copy under way after its input"
               : std::string()) +
          (mm.serial_receive ? ", copied one at a time per receiver" : "") +
          (mm.offer_payload ? ", a blocking run's payload with its offer" : "");

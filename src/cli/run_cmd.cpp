@@ -37,8 +37,9 @@ double percentile(std::vector<std::int64_t> v, double q) {
 
 // In one process the runtime emulates each message's modelled time on its own, from its send
 // (async) or its acceptance (blocking). What a real transport adds (links shared by all, copies
-// one at a time, a payload on its offer) it does not emulate: running a workload that sets it
-// would put unlike steps side by side (--compare) or silently drop what the file asks.
+// one at a time, a payload on its offer, threads waking behind copies) it does not emulate:
+// running a workload that sets it would put unlike steps side by side (--compare) or silently
+// drop what the file asks.
 void check_emulable(const WorkloadParams& w) {
   struct Field {
     const char* name;
@@ -48,7 +49,9 @@ void check_emulable(const WorkloadParams& w) {
   for (const Field& f : {Field{"comm_links", w.comm_links > 0, "0"},
                          Field{"comm_two_slowdown", w.comm_two_slowdown > 1, "1"},
                          Field{"comm_serial_receive", w.comm_serial_receive, "false"},
-                         Field{"comm_offer_payload", w.comm_offer_payload, "false"}})
+                         Field{"comm_offer_payload", w.comm_offer_payload, "false"},
+                         Field{"comm_wake_us", w.comm_wake_us > 0, "0"},
+                         Field{"comm_wake_per_copy_us", w.comm_wake_per_copy_us > 0, "0"}})
     if (f.set)
       throw InputError("--workload-file: " + std::string(f.name) + " must be " + f.fallback +
                        " with --transport inproc: it is a real transport's behaviour, which the "

@@ -38,6 +38,7 @@ class SharedLinks {
   // Changes with every add and finish: a scheduled next_end() is current while this is.
   std::uint64_t version() const { return version_; }
   std::size_t in_flight() const { return flows_.size(); }
+  std::size_t moving_count() const { return moving_; }  // in_flight() less the queued
   // Whether a transfer of `queue` is moving (a queue's first transfer always is).
   bool moving(int queue) const;
 

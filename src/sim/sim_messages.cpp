@@ -43,6 +43,7 @@ void Simulation::send_landed(int id) {
 // A rendezvous offer reaches its receiver, which accepts it when its rendezvous lets it.
 void Simulation::offer_landed(int id) {
   const Send& sd = sends_[id];
+  wake_if_idle(sd.dst_stage, sd.rank);
   rank(sd.dst_stage, sd.rank).rendezvous->on_offer(sd.consumer, id);
   mark_dirty(sd.dst_stage);
 }
@@ -51,6 +52,9 @@ void Simulation::offer_landed(int id) {
 // consumer has its input, and the receiver's acknowledgement releases the sender.
 void Simulation::send_done(int id) {
   const Send& sd = sends_[id];
+  // Bytes landing after the acceptance wake an idle receiver. (A payload on its offer is
+  // delivered by the acceptance, which an idle rank makes in the instant something woke it.)
+  wake_if_idle(sd.dst_stage, sd.rank);
   note_input_cost(sd.dst_stage, sd.rank, sd.consumer);
   rank(sd.dst_stage, sd.rank).inputs->deliver(sd.consumer);
   mark_dirty(sd.dst_stage);  // its next posted receive may be another offer's

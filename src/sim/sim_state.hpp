@@ -65,6 +65,10 @@ struct Rank {
   std::int64_t compute_end = 0;
   std::int64_t held_since = 0;
   std::size_t record = 0;  // index of the running task's record
+  // An input arrived while the rank was idle (WorkloadParams::comm_wake_us): a task it launches
+  // at that instant starts `wake` later.
+  std::int64_t woken_at = -1;
+  std::int64_t wake = 0;
 };
 
 // The collective of a stage's group, and its agree round in flight.

@@ -46,6 +46,7 @@ class Simulation {
   void handle(const Event& e);
   void group_end(int s, int index);
   void arrive(int s, int r, int consumer);
+  void wake_if_idle(int s, int r);
   void note_input_cost(int s, int r, const TaskId& consumer);
   void dispatch_dirty();
   void try_dispatch(int s);

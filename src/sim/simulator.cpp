@@ -91,12 +91,14 @@ void Simulation::launch(int s, int r, const TaskId& task) {
                                   to_string(task) + " while rank(s) of its group are in " +
                                   to_string(g.task) + " (collective order diverged)");
   const std::int64_t d = w_.compute(r, m_.index(task));
+  // Launched at the instant an input woke the idle rank: its thread starts the task once awake.
+  const std::int64_t start = rk.woken_at == now_ ? now_ + rk.wake : now_;
   rk.computing = true;
-  rk.compute_end = now_ + d;
+  rk.compute_end = start + d;
   stats(s, r).busy += d;
   if (opt_.record) {
     rk.record = res_.tasks.size();
-    res_.tasks.push_back(TaskRecord{task, s, r, now_, now_ + d, 0});
+    res_.tasks.push_back(TaskRecord{task, s, r, start, start + d, 0});
   }
   if (g.launched == 0) {
     g.task = task;
@@ -167,8 +169,21 @@ void Simulation::group_end(int s, int index) {
 }
 
 void Simulation::arrive(int s, int r, int consumer) {
+  wake_if_idle(s, r);
   note_input_cost(s, r, m_.task(consumer));
   ready_if(s, rank(s, r).inputs->arrive(m_.task(consumer)));
+}
+
+// An input reaching a rank with nothing to do wakes its sleeping thread, which then waits for a
+// core behind the copies under way (WorkloadParams::comm_wake_us). A rank whose task ends at
+// this very instant is awake already.
+void Simulation::wake_if_idle(int s, int r) {
+  Rank& rk = rank(s, r);
+  if (w_.wake_ns == 0 && w_.wake_per_copy_ns == 0) return;
+  if (!free(s, r) || rk.compute_end >= now_) return;
+  const auto copies = static_cast<std::int64_t>(links_ ? links_->moving_count() : 0);
+  rk.woken_at = now_;
+  rk.wake = w_.wake_ns + copies * w_.wake_per_copy_ns;
 }
 
 // The adaptive rule learns what the producer of a task's input took, as the runtime's

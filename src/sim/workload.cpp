@@ -206,6 +206,8 @@ void validate(const WorkloadParams& w) {
   in("comm_links", w.comm_links, 0, 4096);
   check_links(w.comm_links, "workload comm_links");
   in("comm_two_slowdown", w.comm_two_slowdown, 1, 64);
+  in("comm_wake_us", w.comm_wake_us, 0, 1e6);
+  in("comm_wake_per_copy_us", w.comm_wake_per_copy_us, 0, 1e6);
   in("bytes_per_token", w.bytes_per_token, 0, 1e9);
   in("tp_sigma", w.tp_sigma, 0, 10);
   in("tp_collective_us", w.tp_collective_us, 0, kUs);
@@ -288,6 +290,8 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   r.two_slowdown = w.comm_two_slowdown;
   r.offer_payload = w.comm_offer_payload;
   r.link_latency_ns = duration_ns(w.comm_latency_us, "workload comm_latency_us");
+  r.wake_ns = duration_ns(w.comm_wake_us, "workload comm_wake_us");
+  r.wake_per_copy_ns = duration_ns(w.comm_wake_per_copy_us, "workload comm_wake_per_copy_us");
 
   const int mbs = m.microbatches(), chunks = m.chunks();
   std::vector<double> tokens(mbs), images(mbs);
@@ -368,6 +372,10 @@ void set_message_model(const WorkModel& m, RealizedWork& w, const MessageModel& 
   w.two_slowdown = mm.two_slowdown;
   w.offer_payload = mm.offer_payload;
   w.link_latency_ns = duration_ns(mm.latency_us, "message model latency");
+  check_in("message model: wake_us", mm.wake_us, 0, 1e6);
+  check_in("message model: wake_per_copy_us", mm.wake_per_copy_us, 0, 1e6);
+  w.wake_ns = duration_ns(mm.wake_us, "message model wake_us");
+  w.wake_per_copy_ns = duration_ns(mm.wake_per_copy_us, "message model wake_per_copy_us");
   std::array<Dep, 2> deps{};
   for (int idx = 0; idx < w.num_tasks; ++idx) {
     const int nc = m.consumers(m.task(idx), deps);

@@ -85,6 +85,15 @@ struct WorkloadParams {
   // move from the acceptance (design.md's rendezvous; the threaded runtime's emulated latency
   // runs from it too). rrfp calibrate --transport mpi sets it (docs/twin.md).
   bool comm_offer_payload = false;
+  // A rank idle when an input arrives from another stage starts the task it then dispatches this
+  // long after the arrival: its compute thread's wake-up, comm_wake_us plus comm_wake_per_copy_us
+  // for each message being copied at that instant (moving on the links; on shared cores the
+  // woken thread waits for one behind the copies). The runtime's idle threads sleep on a
+  // condition variable; over MPI on the reference VM such a wait took 40-50 us on average with
+  // 1 MiB messages and 0.3-0.6 ms with 32 MiB. rrfp calibrate --streams shows what its streams'
+  // threads took, without fitting it (docs/twin.md). 0 (the default) to 1e6 each.
+  double comm_wake_us = 0;
+  double comm_wake_per_copy_us = 0;
   double bytes_per_token = 8192;  // activation bytes per token (hidden 4096, bf16)
   // Tensor parallelism: per-rank noise, the all-reduce inside each task, the coordination hop.
   double tp_sigma = 0.03;
@@ -115,11 +124,13 @@ struct RealizedWork {
   std::vector<std::int64_t> message_bytes;  // per task: bytes its output carries per TP rank
   std::int64_t collective_ns = 0;
   std::int64_t coord_ns = 0;
-  double links = 0;                  // WorkloadParams::comm_links (0: each message on its own)
-  bool serial_receive = false;       // WorkloadParams::comm_serial_receive
-  double two_slowdown = 1;           // WorkloadParams::comm_two_slowdown
-  bool offer_payload = false;        // WorkloadParams::comm_offer_payload
-  std::int64_t link_latency_ns = 0;  // the part of a message that does not share the links
+  double links = 0;                   // WorkloadParams::comm_links (0: each message on its own)
+  bool serial_receive = false;        // WorkloadParams::comm_serial_receive
+  double two_slowdown = 1;            // WorkloadParams::comm_two_slowdown
+  bool offer_payload = false;         // WorkloadParams::comm_offer_payload
+  std::int64_t link_latency_ns = 0;   // the part of a message that does not share the links
+  std::int64_t wake_ns = 0;           // WorkloadParams::comm_wake_us
+  std::int64_t wake_per_copy_ns = 0;  // WorkloadParams::comm_wake_per_copy_us
 
   std::int64_t compute(int rank, int index) const { return compute_ns[rank * num_tasks + index]; }
   std::int64_t message(int rank, int index) const { return message_ns[rank * num_tasks + index]; }
@@ -134,6 +145,8 @@ struct MessageModel {
   double two_slowdown = 1;
   bool serial_receive = false;
   bool offer_payload = false;
+  double wake_us = 0;
+  double wake_per_copy_us = 0;
 };
 // Replaces every cross-stage message's duration with latency + bytes / bandwidth, without
 // noise, and the links' sharing with the model's: for comparing a run over that transport with

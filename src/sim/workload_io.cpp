@@ -83,6 +83,8 @@ const std::map<std::string, Setter>& setters() {
       {"comm_serial_receive", boolean(&W::comm_serial_receive)},
       {"comm_offer_payload", boolean(&W::comm_offer_payload)},
       {"comm_two_slowdown", number(&W::comm_two_slowdown)},
+      {"comm_wake_us", number(&W::comm_wake_us)},
+      {"comm_wake_per_copy_us", number(&W::comm_wake_per_copy_us)},
       {"bytes_per_token", number(&W::bytes_per_token)},
       {"tp_sigma", number(&W::tp_sigma)},
       {"tp_collective_us", number(&W::tp_collective_us)},
