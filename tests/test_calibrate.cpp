@@ -153,7 +153,12 @@ TEST(Calibrate, StreamsAreTimedOnlyWhenAskedAndFourAtOnceOnlyWithTwoPairs) {
       }
       const std::string json = calibration_json(c);
       EXPECT_EQ(json.find("stream_four_us") != std::string::npos, streams);
+      // The wake-ups are measured with the streams and shown, never fitted.
+      EXPECT_EQ(json.find("stream_wake_us") != std::string::npos, streams);
+      EXPECT_EQ(format_calibration(c).find("wake us") != std::string::npos, streams);
       const WorkloadParams w = apply_workload_json(WorkloadParams{}, json, "calibration");
+      EXPECT_EQ(w.comm_wake_us, 0);
+      EXPECT_EQ(w.comm_wake_per_copy_us, 0);
       EXPECT_EQ(w.comm_serial_receive, streams);
       EXPECT_EQ(w.comm_offer_payload, !streams);
       EXPECT_EQ(format_calibration(c).find("payload travels with its offer") != std::string::npos,

@@ -39,7 +39,7 @@ void PingPong::on_message(Message&& m) {
   std::unique_lock lk(mu_);
   const bool last = m.tag.round == o_.iters - 1;
   if (!o_.reply_in_handler) {
-    inbox_.push_back(std::move(m));
+    inbox_.push_back(Arrival{std::move(m), now_ns()});
     cv_.notify_all();
     return;
   }
@@ -70,6 +70,7 @@ double PingPong::round(const PingPongOptions& o, const std::function<void()>& ba
     o_ = o;
     done_ = false;
     inbox_.clear();
+    wake_us_ = 0;
     // Kept from round to round at the same size (rounds without them in between): writing
     // them anew each time would cost more than the rounds.
     if (o.sources > 0 && !sources_.empty() && sources_.front().size() != o.bytes) sources_.clear();
@@ -105,7 +106,7 @@ double PingPong::round(const PingPongOptions& o, const std::function<void()>& ba
   }
   while (!done_) {
     if (!cv_.wait_until(lk, deadline, [&] { return !inbox_.empty(); })) throw fail();
-    Message m = std::move(inbox_.front());
+    Message m = std::move(inbox_.front().m);
     inbox_.pop_front();
     const bool last = m.tag.round == o.iters - 1;
     lk.unlock();
@@ -133,16 +134,24 @@ double PingPong::stream(const PingPongOptions& o, std::chrono::steady_clock::tim
       t_.send(o.peer, tag, next_source(sent));
     }
   if (!o.initiator && !o.both_ways) return 0;
-  std::int64_t first_ns = 0, last_ns = 0;
+  std::int64_t first_ns = 0, last_ns = 0, woken_ns = 0;
+  int wakes = 0;
   std::unique_lock lk(mu_);
   for (int i = 0; i < o.iters; ++i) {
+    const bool asleep = inbox_.empty();
     if (!cv_.wait_until(lk, deadline, [&] { return !inbox_.empty(); }))
       throw Error("stream from endpoint " + std::to_string(o.peer) + ": " + std::to_string(i) +
                   " of " + std::to_string(o.iters) + " messages within " +
                   std::to_string(static_cast<int>(o.deadline_s)) + " s");
+    const std::int64_t now = now_ns();
+    if (asleep) {
+      woken_ns += now - inbox_.front().at_ns;
+      ++wakes;
+    }
     inbox_.pop_front();  // its buffer goes back to the transport's pool now, as a used input's
-    (i == 0 ? first_ns : last_ns) = now_ns();
+    (i == 0 ? first_ns : last_ns) = now;
   }
+  wake_us_ = wakes > 0 ? static_cast<double>(woken_ns) / 1e3 / wakes : 0;
   return static_cast<double>(last_ns - first_ns) / 1e9 / (o.iters - 1);
 }
 

@@ -49,6 +49,11 @@ class PingPong {
   // Seconds per round trip (stream: per message received) on the initiator, 0 on the peer
   // (both ways: on both). Throws Error past the deadline, InputError on bad options.
   double round(const PingPongOptions& o, const std::function<void()>& barrier);
+  // A stream round's wake-ups on this side: the mean microseconds from a message's arrival
+  // (its receive handler) to the calling thread taking it over, over the messages the thread
+  // was asleep for (the ones that found it waiting on an empty inbox; 0: none, or not a
+  // stream). What a stage's compute thread pays when an input arrives while it is idle.
+  double last_wake_us() const { return wake_us_; }
 
  private:
   void on_message(Message&& m);
@@ -61,7 +66,12 @@ class PingPong {
   std::mutex mu_;
   std::condition_variable cv_;
   PingPongOptions o_;
-  std::deque<Message> inbox_;  // handoff mode: arrivals for the calling thread
+  struct Arrival {
+    Message m;
+    std::int64_t at_ns;  // when its receive handler took it
+  };
+  std::deque<Arrival> inbox_;  // handoff mode: arrivals for the calling thread
+  double wake_us_ = 0;
   bool done_ = false;
   std::int64_t end_ns_ = 0;
   std::vector<Payload> sources_;  // at least o_.sources buffers of o_.bytes

@@ -142,7 +142,7 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
     const int iters = iterations(bytes, share(bytes) / rounds);
     CalibrationPoint p;
     p.bytes = bytes;
-    std::vector<double> alone, overlapped, streamed, two, four;
+    std::vector<double> alone, overlapped, streamed, two, four, wake, four_wake;
     auto round = [&](bool both, bool stream = false, bool both_ways = false) {
       const bool active = pair0 || (both && pair1);
       if (active) {
@@ -172,14 +172,21 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
       if (overlap) overlapped.push_back(round(true));
       if (!o.streams) continue;
       streamed.push_back(round(false, true));
+      wake.push_back(ping.last_wake_us());
       if (!overlap) continue;
       two.push_back(round(true, true));
       four.push_back(round(true, true, true));
+      four_wake.push_back(ping.last_wake_us());
     }
     if (o.streams) {
       p.stream_us = median(streamed);
       p.stream_two_us = overlap ? median(two) : 0;
       p.stream_four_us = overlap ? median(four) : 0;
+      // Each repetition's mean, so a step's rare long wake-ups (a thread waiting for a core
+      // behind another process's copy) count; the median over repetitions, so one stalled
+      // repetition does not (one in 15 read 256 us at 1 MiB where the others read 30-40).
+      p.stream_wake_us = median(wake);
+      p.stream_four_wake_us = overlap ? median(four_wake) : 0;
     }
     p.alone_us = median(alone);
     p.overlap_us = overlap ? median(overlapped) : 0;
@@ -238,6 +245,8 @@ std::string calibration_json(const Calibration& c) {
       pj["stream_us"] = p.stream_us;
       pj["stream_two_us"] = p.stream_two_us;
       pj["stream_four_us"] = p.stream_four_us;
+      pj["stream_wake_us"] = p.stream_wake_us;
+      pj["stream_four_wake_us"] = p.stream_four_wake_us;
     }
     m["points"].push_back(pj);
   }
@@ -250,7 +259,8 @@ std::string format_calibration(const Calibration& c) {
   const bool four = streams && c.endpoints >= 4;
   std::string out = "rrfp calibrate: " + c.transport + ", " + std::to_string(c.endpoints) +
                     " endpoints\n\n      bytes   one-way us     GB/s   overlapped us  slowdown" +
-                    (streams ? "  stream us" : "") + (four ? "  2 streams  4 streams" : "") + "\n";
+                    (streams ? "  stream us" : "") + (four ? "  2 streams  4 streams" : "") +
+                    (streams ? "  wake us" : "") + (four ? "  4 streams' wake" : "") + "\n";
   for (const CalibrationPoint& p : c.points) {
     const double gbps = static_cast<double>(p.bytes) / p.alone_us / 1e3;
     out += fmt("%11.0f", static_cast<double>(p.bytes)) + fmt("  %11.1f", p.alone_us) +
@@ -261,7 +271,8 @@ std::string format_calibration(const Calibration& c) {
            (streams ? fmt("  %9.1f", p.stream_us) : std::string()) +
            (four ? fmt("  %9.1f", p.stream_two_us) + fmt("  %9.1f", p.stream_four_us)
                  : std::string()) +
-           "\n";
+           (streams ? fmt("  %7.1f", p.stream_wake_us) : std::string()) +
+           (four ? fmt("  %16.1f", p.stream_four_wake_us) : std::string()) + "\n";
   }
   out +=
       std::string("\nfit") + (c.fitted_with_two_pairs() ? " (two pairs at once)" : "") +

@@ -40,6 +40,14 @@ struct CalibrationPoint {
   double stream_us = 0;
   double stream_two_us = 0;
   double stream_four_us = 0;
+  // The receiving thread's wake-up (PingPong::last_wake_us) in the stream alone and in the four
+  // streams, the median over the repetitions of each one's mean (0: not measured): how long an
+  // idle compute thread takes to take an arrived input over, with one copy under way and with
+  // every process copying. Shown, not fitted (WorkloadParams::comm_wake_us stays the user's):
+  // on the reference VM the one-stream wake-up at 32 MiB read 52-256 us from one calibration to
+  // the next, and predictions fitted to it did not come closer (docs/twin.md).
+  double stream_wake_us = 0;
+  double stream_four_wake_us = 0;
 };
 
 struct Calibration {
