@@ -117,9 +117,9 @@ def mpi_compare(rrfp, mib, seed, calibration=None, model=None, rounds=ROUNDS, ru
     if model is not None:
         model["latency_us"] = float(line.split("): ")[1].split(" us")[0])
         # The last calibration table's largest size: bytes, one-way us, GB/s, overlapped us,
-        # slowdown, stream us, 2 streams, 4 streams.
+        # slowdown, stream us, 2 streams, 4 streams (then the wake-ups).
         table = [l.split() for l in r.stderr.splitlines()
-                 if len(l.split()) == 8 and l.split()[0].isdigit()]
+                 if len(l.split()) >= 8 and l.split()[0].isdigit()]
         if table:
             model["bytes"], model["stream_us"] = int(table[-1][0]), float(table[-1][5])
         # Each calibration's fit (one per round): latency, bandwidth, two slowdown, links.
