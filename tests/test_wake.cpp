@@ -92,9 +92,42 @@ TEST(Wake, AnOfferWakesTheIdleReceiverItDelivers) {
   }
 }
 
-// Over many seeds, fixed 1F1B and ready BF and BFW, both modes, on shared links: the step stays
-// valid, and the wake-ups cost it something but never more than every cross-stage input waking
-// its rank at the largest wake-up would (at most one copy under way per receiving process).
+// Tensor parallelism at P=2, M=1, T=2, coordination 10 us: stage 0's F0 group ends at E (its
+// follower started 10 us after its leader), and both ranks' inputs land on stage 1's idle ranks
+// at E + 10 ms. The leader starts at E + 10.5 ms; its follower, told the choice 10 us after the
+// leader's dispatch, and an agree round's ranks, done 10 us after the landing, start once awake
+// too, at E + 10.5 ms (in the simulator the round overlaps the wake-up).
+TEST(Wake, FollowersAndAgreeRoundsStartOnceAwake) {
+  WorkModel m(config(2, 1));
+  WorkloadParams p;
+  p.tp_sigma = 0;
+  p.coord_latency_us = 10;
+  for (const TpProtocol protocol : {TpProtocol::Leader, TpProtocol::Agree}) {
+    RealizedWork w = realize(p, m, 2, 1);
+    set_message_model(m, w, {.wake_us = 500});
+    for (int r = 0; r < 2; ++r)
+      w.message_ns[static_cast<size_t>(r) * w.num_tasks + m.index({Kind::F, 0, 0})] = 10 * kMs;
+    SimOptions o;
+    o.tp_protocol = protocol;
+    o.record = true;
+    const StepRecord rec = simulate(m, make_hint("gpipe", m), w, o);
+    EXPECT_TRUE(check_run(m, 2, rec.tasks, {.policy = Policy::Fixed}).empty());
+    std::map<int, std::int64_t> end0, start1;  // by rank
+    for (const TaskRecord& t : rec.tasks)
+      if (t.task.kind == Kind::F)
+        (t.stage == 0 ? end0 : start1)[t.rank] = t.stage == 0 ? t.end : t.start;
+    ASSERT_EQ(end0.size(), 2u);
+    ASSERT_EQ(start1.size(), 2u);
+    for (int r = 0; r < 2; ++r)
+      EXPECT_EQ(start1[r], end0[r] + 10 * kMs + kMs / 2)
+          << "rank " << r << ", protocol " << static_cast<int>(protocol);
+  }
+}
+
+// Over many seeds, fixed 1F1B and ready BF and BFW, both modes, T = 1 and 2 (leader and agree,
+// a 50 us collective), on shared links: the step stays valid, and the wake-ups cost it something
+// but never more than every cross-stage input waking its rank at the largest wake-up would (at
+// most one copy under way per receiving process).
 TEST(Wake, StepsStayValidAndPayAtMostEveryWakeUp) {
   WorkModel m(config(4, 8, 1, true));  // split backward: BFW needs it
   WorkloadParams p = workload_preset("jitter");
@@ -103,37 +136,49 @@ TEST(Wake, StepsStayValidAndPayAtMostEveryWakeUp) {
   p.bytes_per_token = 1 << 16;
   p.comm_links = 2;
   p.comm_serial_receive = true;
+  p.tp_collective_us = 50;
   constexpr std::int64_t kWake = 30'000, kPerCopy = 200'000;
+  struct Tp {
+    int tp;
+    TpProtocol protocol;
+  };
   int slower = 0, runs = 0;
   for (std::uint64_t seed = 1; seed <= 20; ++seed)
-    for (const char* hint : {"1f1b", "bf", "bfw"})
-      for (const CommMode mode : {CommMode::Async, CommMode::Blocking}) {
-        const std::string ctx = std::string(hint) + " seed " + std::to_string(seed) +
-                                (mode == CommMode::Async ? " async" : " blocking");
-        const Policy policy = is_rule_hint_name(hint) ? Policy::Ready : Policy::Fixed;
-        RealizedWork w = realize(p, m, 1, seed);
-        SimOptions o;
-        o.comm = mode;
-        o.record = true;
-        const SimRun off = run(m, hint, policy, w, o);
-        w.wake_ns = kWake;
-        w.wake_per_copy_ns = kPerCopy;
-        const SimRun on = run(m, hint, policy, w, o);
-        CheckOptions co;
-        co.policy = policy;
-        co.limit = on.result.arbiter.limit;
-        co.max_pending_w = on.result.arbiter.max_pending_w;
-        const auto bad = check_run(m, 1, on.result.tasks, co);
-        ASSERT_TRUE(bad.empty()) << ctx << ": " << bad.front();
-        int inputs = 0;  // cross-stage inputs: forwards past stage 0, backwards before the last
-        for (const TaskRecord& t : on.result.tasks)
-          inputs += (t.task.kind == Kind::F && t.stage > 0) ||
-                    (t.task.kind == Kind::B && t.stage < m.pp() - 1);
-        EXPECT_LE(on.result.makespan, off.result.makespan + inputs * (kWake + m.pp() * kPerCopy))
-            << ctx;
-        slower += on.result.makespan > off.result.makespan;
-        ++runs;
-      }
+    for (const Tp tp :
+         {Tp{1, TpProtocol::Leader}, Tp{2, TpProtocol::Leader}, Tp{2, TpProtocol::Agree}})
+      for (const char* hint : {"1f1b", "bf", "bfw"})
+        for (const CommMode mode : {CommMode::Async, CommMode::Blocking}) {
+          const std::string ctx = std::string(hint) + " seed " + std::to_string(seed) + " tp " +
+                                  std::to_string(tp.tp) + " protocol " +
+                                  std::to_string(static_cast<int>(tp.protocol)) +
+                                  (mode == CommMode::Async ? " async" : " blocking");
+          const Policy policy = is_rule_hint_name(hint) ? Policy::Ready : Policy::Fixed;
+          RealizedWork w = realize(p, m, tp.tp, seed);
+          SimOptions o;
+          o.comm = mode;
+          o.tp_protocol = tp.protocol;
+          o.record = true;
+          const SimRun off = run(m, hint, policy, w, o);
+          w.wake_ns = kWake;
+          w.wake_per_copy_ns = kPerCopy;
+          const SimRun on = run(m, hint, policy, w, o);
+          CheckOptions co;
+          co.policy = policy;
+          co.limit = on.result.arbiter.limit;
+          co.max_pending_w = on.result.arbiter.max_pending_w;
+          const auto bad = check_run(m, tp.tp, on.result.tasks, co);
+          ASSERT_TRUE(bad.empty()) << ctx << ": " << bad.front();
+          int inputs = 0;  // cross-stage inputs per rank: forwards past stage 0, backwards before
+                           // the last
+          for (const TaskRecord& t : on.result.tasks)
+            inputs += t.rank == 0 && ((t.task.kind == Kind::F && t.stage > 0) ||
+                                      (t.task.kind == Kind::B && t.stage < m.pp() - 1));
+          EXPECT_LE(on.result.makespan,
+                    off.result.makespan + inputs * (kWake + m.pp() * tp.tp * kPerCopy))
+              << ctx;
+          slower += on.result.makespan > off.result.makespan;
+          ++runs;
+        }
   EXPECT_GT(slower, runs / 2) << "the wake-ups changed too few steps to count";
 }
 

@@ -43,7 +43,6 @@ void Simulation::send_landed(int id) {
 // A rendezvous offer reaches its receiver, which accepts it when its rendezvous lets it.
 void Simulation::offer_landed(int id) {
   const Send& sd = sends_[id];
-  wake_if_idle(sd.dst_stage, sd.rank);
   rank(sd.dst_stage, sd.rank).rendezvous->on_offer(sd.consumer, id);
   mark_dirty(sd.dst_stage);
 }
@@ -52,8 +51,8 @@ void Simulation::offer_landed(int id) {
 // consumer has its input, and the receiver's acknowledgement releases the sender.
 void Simulation::send_done(int id) {
   const Send& sd = sends_[id];
-  // Bytes landing after the acceptance wake an idle receiver. (A payload on its offer is
-  // delivered by the acceptance, which an idle rank makes in the instant something woke it.)
+  // Delivering an input wakes an idle receiver: its bytes landing after the acceptance, or, with
+  // the payload on its offer, the acceptance an idle rank makes in the instant the offer lands.
   wake_if_idle(sd.dst_stage, sd.rank);
   note_input_cost(sd.dst_stage, sd.rank, sd.consumer);
   rank(sd.dst_stage, sd.rank).inputs->deliver(sd.consumer);
@@ -80,8 +79,10 @@ void Simulation::ack_landed(int id) {
 void Simulation::release(int id) {
   const Send& sd = sends_[id];
   Rank& src = rank(sd.src_stage, sd.rank);
-  if (src.rendezvous->acknowledged())
+  if (src.rendezvous->acknowledged()) {
     block(sd.src_stage, sd.rank, src.held_since, now_, BlockReason::Send);
+    src.free_since = now_;
+  }
   mark_dirty(sd.src_stage);
 }
 

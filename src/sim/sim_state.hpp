@@ -65,10 +65,14 @@ struct Rank {
   std::int64_t compute_end = 0;
   std::int64_t held_since = 0;
   std::size_t record = 0;  // index of the running task's record
-  // An input arrived while the rank was idle (WorkloadParams::comm_wake_us): a task it launches
-  // at that instant starts `wake` later.
-  std::int64_t woken_at = -1;
-  std::int64_t wake = 0;
+  // The last instant the rank became free (its group's task ended, or its last held send was
+  // released): a rank freed in the instant an input lands is awake.
+  std::int64_t free_since = -1;
+  // WorkloadParams::comm_wake_us: an input woke the idle rank in this instant (its wake-up is
+  // sized once every event of the instant has landed), and no task it launches starts before
+  // `awake_at`.
+  bool waking = false;
+  std::int64_t awake_at = 0;
 };
 
 // The collective of a stage's group, and its agree round in flight.

@@ -47,6 +47,7 @@ class Simulation {
   void group_end(int s, int index);
   void arrive(int s, int r, int consumer);
   void wake_if_idle(int s, int r);
+  void size_wakes();
   void note_input_cost(int s, int r, const TaskId& consumer);
   void dispatch_dirty();
   void try_dispatch(int s);
@@ -83,6 +84,7 @@ class Simulation {
   std::vector<std::vector<int>> parked_;    // per process: releases waiting for its copy to end
   static constexpr double kNoLimit = 4096;  // capacity where only the queues hold transfers
   std::priority_queue<Event, std::vector<Event>, Later> events_;
+  std::vector<int> waking_;  // ranks (queue_of) woken in this instant, their wake-up unsized
   std::vector<char> dirty_;
   std::vector<int> dirty_list_;
   std::int64_t now_ = 0, last_end_ = 0;

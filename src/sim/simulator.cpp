@@ -91,8 +91,9 @@ void Simulation::launch(int s, int r, const TaskId& task) {
                                   to_string(task) + " while rank(s) of its group are in " +
                                   to_string(g.task) + " (collective order diverged)");
   const std::int64_t d = w_.compute(r, m_.index(task));
-  // Launched at the instant an input woke the idle rank: its thread starts the task once awake.
-  const std::int64_t start = rk.woken_at == now_ ? now_ + rk.wake : now_;
+  // An input woke the idle rank: its thread starts the task once awake (a follower's choice or
+  // an agree round may come later than that).
+  const std::int64_t start = std::max(now_, rk.awake_at);
   rk.computing = true;
   rk.compute_end = start + d;
   stats(s, r).busy += d;
@@ -149,6 +150,7 @@ void Simulation::group_end(int s, int index) {
   for (int r = 0; r < t_; ++r) {
     Rank& rk = rank(s, r);
     rk.computing = false;
+    rk.free_since = now_;
     block(s, r, rk.compute_end, now_, BlockReason::Collective);
     if (opt_.record) res_.tasks[rk.record].end = now_;
     for (int i = 0; i < n; ++i) {
@@ -175,15 +177,27 @@ void Simulation::arrive(int s, int r, int consumer) {
 }
 
 // An input reaching a rank with nothing to do wakes its sleeping thread, which then waits for a
-// core behind the copies under way (WorkloadParams::comm_wake_us). A rank whose task ends at
-// this very instant is awake already.
+// core behind the copies under way (WorkloadParams::comm_wake_us). A rank freed in this very
+// instant is awake already, and so are ranks in an agree round (inside the all-gather).
 void Simulation::wake_if_idle(int s, int r) {
   Rank& rk = rank(s, r);
   if (w_.wake_ns == 0 && w_.wake_per_copy_ns == 0) return;
-  if (!free(s, r) || rk.compute_end >= now_) return;
+  if (!free(s, r) || rk.free_since == now_ || rk.waking) return;
+  if (coordinated_ && groups_[s].round) return;
+  rk.waking = true;
+  waking_.push_back(queue_of(s, r));
+}
+
+// The copies under way are counted once every event of the instant has landed, as dispatch
+// decides then too.
+void Simulation::size_wakes() {
   const auto copies = static_cast<std::int64_t>(links_ ? links_->moving_count() : 0);
-  rk.woken_at = now_;
-  rk.wake = w_.wake_ns + copies * w_.wake_per_copy_ns;
+  for (int q : waking_) {
+    Rank& rk = ranks_[q];
+    rk.waking = false;
+    rk.awake_at = now_ + w_.wake_ns + copies * w_.wake_per_copy_ns;
+  }
+  waking_.clear();
 }
 
 // The adaptive rule learns what the producer of a task's input took, as the runtime's
@@ -205,7 +219,8 @@ void Simulation::dispatch_dirty() {
     for (int s : now_dirty)
       dirty_[s] = 0;
     for (int s : now_dirty) {
-      if (opt_.comm == CommMode::Blocking) accept_sends(s);
+      if (opt_.comm == CommMode::Blocking) accept_sends(s);  // may deliver inputs: wake-ups
+      size_wakes();
       try_dispatch(s);
     }
   }

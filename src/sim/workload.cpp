@@ -367,13 +367,13 @@ void set_message_model(const WorkModel& m, RealizedWork& w, const MessageModel& 
   check_links(mm.links, "message model: links");
   check_in("message model: two_slowdown", mm.two_slowdown, 1, 64);
   check_in("message model: bandwidth_gbps", mm.bandwidth_gbps, 0, 1e9);
+  check_in("message model: wake_us", mm.wake_us, 0, 1e6);
+  check_in("message model: wake_per_copy_us", mm.wake_per_copy_us, 0, 1e6);
   w.links = mm.links;
   w.serial_receive = mm.serial_receive;
   w.two_slowdown = mm.two_slowdown;
   w.offer_payload = mm.offer_payload;
   w.link_latency_ns = duration_ns(mm.latency_us, "message model latency");
-  check_in("message model: wake_us", mm.wake_us, 0, 1e6);
-  check_in("message model: wake_per_copy_us", mm.wake_per_copy_us, 0, 1e6);
   w.wake_ns = duration_ns(mm.wake_us, "message model wake_us");
   w.wake_per_copy_ns = duration_ns(mm.wake_per_copy_us, "message model wake_per_copy_us");
   std::array<Dep, 2> deps{};

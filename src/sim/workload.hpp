@@ -88,10 +88,10 @@ struct WorkloadParams {
   // A rank idle when an input arrives from another stage starts the task it then dispatches this
   // long after the arrival: its compute thread's wake-up, comm_wake_us plus comm_wake_per_copy_us
   // for each message being copied at that instant (moving on the links; on shared cores the
-  // woken thread waits for one behind the copies). The runtime's idle threads sleep on a
-  // condition variable; over MPI on the reference VM such a wait took 40-50 us on average with
-  // 1 MiB messages and 0.3-0.6 ms with 32 MiB. rrfp calibrate --streams shows what its streams'
-  // threads took, without fitting it (docs/twin.md). 0 (the default) to 1e6 each.
+  // woken thread waits for one behind the copies; no links, no copies). The runtime's idle
+  // threads sleep on a condition variable, and over MPI such waits grow with the bytes being
+  // copied (docs/results-twin.md, "Waking idle ranks"). rrfp calibrate --streams shows what its
+  // streams' threads took, without fitting it. 0 (the default) to 1e6 each.
   double comm_wake_us = 0;
   double comm_wake_per_copy_us = 0;
   double bytes_per_token = 8192;  // activation bytes per token (hidden 4096, bf16)
