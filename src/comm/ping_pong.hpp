@@ -52,7 +52,8 @@ class PingPong {
   // A stream round's wake-ups on this side: the mean microseconds from a message's arrival
   // (its receive handler) to the calling thread taking it over, over the messages the thread
   // was asleep for (the ones that found it waiting on an empty inbox; 0: none, or not a
-  // stream). What a stage's compute thread pays when an input arrives while it is idle.
+  // stream). What a stage's compute thread pays when an input arrives while it is idle. Read by
+  // the thread that called round(), which wrote it (under the lock; handlers never touch it).
   double last_wake_us() const { return wake_us_; }
 
  private:

@@ -260,7 +260,7 @@ std::string format_calibration(const Calibration& c) {
   std::string out = "rrfp calibrate: " + c.transport + ", " + std::to_string(c.endpoints) +
                     " endpoints\n\n      bytes   one-way us     GB/s   overlapped us  slowdown" +
                     (streams ? "  stream us" : "") + (four ? "  2 streams  4 streams" : "") +
-                    (streams ? "  wake us" : "") + (four ? "  4 streams' wake" : "") + "\n";
+                    (streams ? "  wake us" : "") + (four ? "   4 streams' wake" : "") + "\n";
   for (const CalibrationPoint& p : c.points) {
     const double gbps = static_cast<double>(p.bytes) / p.alone_us / 1e3;
     out += fmt("%11.0f", static_cast<double>(p.bytes)) + fmt("  %11.1f", p.alone_us) +
