@@ -184,7 +184,7 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
       p.stream_four_us = overlap ? median(four) : 0;
       // Each repetition's mean, so a step's rare long wake-ups (a thread waiting for a core
       // behind another process's copy) count; the median over repetitions, so one stalled
-      // repetition does not (one in 15 read 256 us at 1 MiB where the others read 30-40).
+      // repetition does not decide it.
       p.stream_wake_us = median(wake);
       p.stream_four_wake_us = overlap ? median(four_wake) : 0;
     }

@@ -62,6 +62,7 @@ StepRecord Simulation::run() {
       events_.pop();
       handle(e);
     }
+    size_wakes();      // even where nothing became ready: a wake-up belongs to its instant
     dispatch_dirty();  // decide only once every event of this instant has landed
   }
   check_finished();
