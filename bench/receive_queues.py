@@ -24,9 +24,11 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from twin import ROOT, mpi_compare, write_csv  # noqa: E402
 
+# `rrfp simulate` flags of each run `rrfp run --compare` makes by default (cli/experiment_cmd.cpp's
+# plan_runs).
 RUNS = {"fixed 1f1b (blocking)": ["--comm", "blocking", "--hint", "1f1b", "--policy", "fixed"],
         "fixed 1f1b (async)": ["--hint", "1f1b", "--policy", "fixed"],
-        "ready bf (async)": ["--hint", "1f1b", "--policy", "ready"],
+        "ready bf (async)": ["--hint", "bf", "--policy", "ready"],
         "ready bfw (async)": ["--hint", "bfw", "--policy", "ready"]}
 
 
