@@ -14,11 +14,10 @@ runs are within 5%. Standard library only; needs an idle machine. Writes docs/da
 """
 import argparse
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from twin import REPEAT, mpi_compare, write_csv  # noqa: E402
+from twin import REPEAT, error_cells, mpi_compare, write_csv  # noqa: E402
 
 
 def ints(text):
@@ -59,8 +58,7 @@ def main():
         cells = []
         for k in (9, 11):
             errs = [r[k] for r in mine]
-            cells += [f"{100 * max(errs, key=abs):+.1f}%", f"{100 * statistics.mean(errs):+.1f}%",
-                      f"{sum(abs(e) <= 0.05 for e in errs)} of {len(errs)}"]
+            cells += error_cells(errs)
         print(f"| {rounds} | {REPEAT * rounds} | " + " | ".join(cells) + " |")
 
 

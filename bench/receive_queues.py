@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from twin import ROOT, mpi_compare, write_csv  # noqa: E402
+from twin import ROOT, error_cells, mpi_compare, write_csv  # noqa: E402
 
 # `rrfp simulate` flags of each run `rrfp run --compare` makes by default (cli/experiment_cmd.cpp's
 # plan_runs).
@@ -69,8 +69,7 @@ def fit(rrfp, tmp, mib, seed, lat, links, serial, measured):
 
 
 def summary(errs):
-    return (f"{100 * max(errs, key=abs):+.1f}% / {100 * statistics.mean(errs):+.1f}% / "
-            f"{sum(abs(e) <= 0.05 for e in errs)} of {len(errs)}")
+    return " / ".join(error_cells(errs))
 
 
 def print_summaries(sizes, columns, errors):

@@ -43,6 +43,13 @@ def write_csv(name, header, rows):
                     + "\n")
 
 
+def error_cells(errs):
+    """Table cells of errors (measured / simulated - 1): the worst (the largest in size, signed),
+    the mean, and how many are within 5%."""
+    return [f"{100 * max(errs, key=abs):+.1f}%", f"{100 * statistics.mean(errs):+.1f}%",
+            f"{sum(abs(e) <= 0.05 for e in errs)} of {len(errs)}"]
+
+
 def predict(rrfp, trace, *extra):
     return json.loads(sh([rrfp, "predict", trace, "--json", "-", *extra]))
 
@@ -191,11 +198,7 @@ def part_mpi(rrfp, tmp, rounds=ROUNDS):
                 by = {r[4]: r[5] for r in mine if r[1] == seed}
                 got.append(by["fixed 1f1b (async)"] / by[label])
             return statistics.mean(got)
-        print(f"| {mib} MiB | {100 * max(errs, key=abs):+.1f}% | "
-              f"{100 * statistics.mean(errs):+.1f}% | "
-              f"{sum(abs(e) <= 0.05 for e in errs)} of {len(errs)} | "
-              f"{100 * max(replayed, key=abs):+.1f}% | {100 * statistics.mean(replayed):+.1f}% | "
-              f"{sum(abs(e) <= 0.05 for e in replayed)} of {len(replayed)} | "
+        print(f"| {mib} MiB | " + " | ".join(error_cells(errs) + error_cells(replayed)) + " | "
               f"{100 * spread:.0f}% | "
               f"{ratio('ready bf (async)'):.3f}x | {ratio('ready bfw (async)'):.3f}x |")
     # The same invocation three times: how far apart identical inputs land on this machine.
@@ -234,7 +237,7 @@ def part_mpi_baseline(rrfp, tmp):
     print("|---|---:|---:|")
     for mib in (1, 8, 32):
         errs = [e for m, e in rows if m == mib]
-        print(f"| {mib} MiB | {100 * max(errs, key=abs):+.1f}% | {100 * statistics.mean(errs):+.1f}% |")
+        print(f"| {mib} MiB | " + " | ".join(error_cells(errs)[:2]) + " |")
 
 
 def mean_ms(loss_csv, column, skip):

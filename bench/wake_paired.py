@@ -16,38 +16,18 @@ mean and how many runs are within 5%. Standard library only; needs an idle machi
 docs/data/ and the --csv name.
 """
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from more_rounds import ints  # noqa: E402
-from twin import ROOT, mpi_compare, write_csv  # noqa: E402
-
-# `rrfp simulate` flags of each run `rrfp run --compare` makes by default.
-RUNS = {
-    "fixed 1f1b (blocking)": ["--hint", "1f1b", "--policy", "fixed", "--comm", "blocking"],
-    "fixed 1f1b (async)": ["--hint", "1f1b", "--policy", "fixed"],
-    "ready bf (async)": ["--hint", "bf", "--policy", "ready"],
-    "ready bfw (async)": ["--hint", "bfw", "--policy", "ready"],
-}
+from receive_queues import simulate_with  # noqa: E402
+from twin import error_cells, mpi_compare, write_csv  # noqa: E402
 
 
 def wakes(text):
     return [tuple(float(x) for x in pair.split(":")) for pair in text.split(",")]
-
-
-def simulate(rrfp, load, fields, seed, label, tmp):
-    path = os.path.join(tmp, "workload.json")
-    with open(path, "w") as f:
-        json.dump({**load, **fields, "comm_offer_payload": "blocking" in label}, f)
-    out = subprocess.run([rrfp, "simulate", "--workload-file", path, "--pp", "4", "-m", "16",
-                          "--seed", str(seed), "--json", "-", *RUNS[label]],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["runs"][0]["makespan_ms"]
 
 
 def main():
@@ -59,25 +39,24 @@ def main():
     ap.add_argument("--wakes", type=wakes, default=wakes("0:0,40:0,40:100,40:200,40:300"))
     ap.add_argument("--csv", default="wake-paired.csv")
     a = ap.parse_args()
-    with open(os.path.join(ROOT, "scripts", "workloads", f"j2-{a.mib}mib-messages.json")) as f:
-        load = json.load(f)
     rows, errors = [], {w: [] for w in a.wakes}
     names = " | ".join(f"{b:g} + {c:g}/copy us" for b, c in a.wakes)
     print(f"| seed | run | measured ms | simulated ms (comparison) | {names} |")
     print("|---|---|---:|---:|" + "---:|" * len(a.wakes))
     with tempfile.TemporaryDirectory() as tmp:
+        workload = os.path.join(tmp, "workload.json")
         for seed in a.seeds:
             model = {}
             gbps, links, runs = mpi_compare(a.rrfp, a.mib, seed, model=model, rounds=a.rounds)
             fields = dict(comm_latency_us=model["latency_us"], comm_bandwidth_gbps=gbps,
                           comm_links=links, comm_two_slowdown=model["two_slowdown"],
-                          comm_serial_receive=True, comm_sigma=0, comm_slow_prob=0)
+                          comm_serial_receive=True)
             for label, measured, simulated, *_ in runs:
                 cells = []
                 for base, per_copy in a.wakes:
-                    ms = simulate(a.rrfp, load, {**fields, "comm_wake_us": base,
-                                                 "comm_wake_per_copy_us": per_copy},
-                                  seed, label, tmp)
+                    ms = simulate_with(a.rrfp, workload, a.mib, seed, label, **fields,
+                                       comm_offer_payload="blocking" in label,
+                                       comm_wake_us=base, comm_wake_per_copy_us=per_copy)
                     err = measured / ms - 1
                     errors[(base, per_copy)].append(err)
                     cells.append(f"{ms:.1f} ({100 * err:+.1f}%)")
@@ -88,9 +67,7 @@ def main():
     print("| wake-up | worst error | mean error | within 5% |")
     print("|---|---:|---:|---:|")
     for (base, per_copy), e in errors.items():
-        worst = max(e, key=abs)
-        print(f"| {base:g} us + {per_copy:g} us per copy | {100 * worst:+.1f}% | "
-              f"{100 * statistics.mean(e):+.1f}% | {sum(abs(x) <= 0.05 for x in e)} of {len(e)} |")
+        print(f"| {base:g} us + {per_copy:g} us per copy | " + " | ".join(error_cells(e)) + " |")
     write_csv(a.csv, "seed,run,wake_us,wake_per_copy_us,measured_ms,compare_simulated_ms,"
               "simulated_ms,error", rows)
 
