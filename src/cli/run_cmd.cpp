@@ -114,8 +114,8 @@ void run_emulated(const RunFlags& f, Job* world) {
     std::vector<StepResult>& steps = steps_of[current];
     auto measure = [&](Runtime& rt) {
       int k = 0;
-      for (std::int64_t fresh = 0;
-           k < f.warmup || (k > 0 && fresh > 0 && k < f.warmup + f.warmup_extra); ++k) {
+      for (std::int64_t fresh = 0; k < f.warmup || (fresh > 0 && k < f.warmup + f.warmup_extra);
+           ++k) {
         fresh = rt.run_step(k).fresh_buffers;
         if (world)
           fresh = static_cast<std::int64_t>(max_over_job(*world, static_cast<double>(fresh)));
