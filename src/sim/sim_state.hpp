@@ -68,10 +68,8 @@ struct Rank {
   // The last instant the rank became free (its group's task ended, or its last held send was
   // released): a rank freed in the instant an input lands is awake.
   std::int64_t free_since = -1;
-  // WorkloadParams::comm_wake_us: an input woke the idle rank in this instant (its wake-up is
-  // sized once every event of the instant has landed), and no task it launches starts before
-  // `awake_at`.
-  bool waking = false;
+  // WorkloadParams::comm_wake_us: no task the rank launches starts before it (an input woke it;
+  // Simulation::size_wakes).
   std::int64_t awake_at = 0;
 };
 

@@ -183,21 +183,17 @@ void Simulation::arrive(int s, int r, int consumer) {
 void Simulation::wake_if_idle(int s, int r) {
   Rank& rk = rank(s, r);
   if (w_.wake_ns == 0 && w_.wake_per_copy_ns == 0) return;
-  if (!free(s, r) || rk.free_since == now_ || rk.waking) return;
+  if (!free(s, r) || rk.free_since == now_) return;
   if (coordinated_ && groups_[s].round) return;
-  rk.waking = true;
-  waking_.push_back(queue_of(s, r));
+  waking_.push_back(queue_of(s, r));  // twice in one instant sizes it twice alike
 }
 
 // The copies under way are counted once every event of the instant has landed, as dispatch
 // decides then too.
 void Simulation::size_wakes() {
   const auto copies = static_cast<std::int64_t>(links_ ? links_->moving_count() : 0);
-  for (int q : waking_) {
-    Rank& rk = ranks_[q];
-    rk.waking = false;
-    rk.awake_at = now_ + w_.wake_ns + copies * w_.wake_per_copy_ns;
-  }
+  for (int q : waking_)
+    ranks_[q].awake_at = now_ + w_.wake_ns + copies * w_.wake_per_copy_ns;
   waking_.clear();
 }
 
