@@ -2,7 +2,13 @@
 // PP x TP x DP layouts through the same Trainer code that runs over MPI.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
 #include "core/error.hpp"
+#include "train/run.hpp"
 #include "train_helpers.hpp"
 #include "train_job.hpp"
 
@@ -76,6 +82,79 @@ TEST(TrainJob, BadLayoutsAreRefused) {
   TrainOptions o = base(2, 4);
   o.dp = 2;
   EXPECT_THROW(Trainer{o}, InputError);  // DP needs a job
+}
+
+// `rrfp train` over a job, long enough to cross what happens every few steps (durations.csv
+// keeps the steps after the second, the progress line every step): rank 0's record of each
+// step is replica 0's, so every task appears once and no bubble is negative. A data-parallel
+// run merged every replica's tasks into it and stopped at step 3 ("task F c0 m0 appears twice").
+// Where the `n`th comma of a CSV row is (1-based).
+size_t nth_comma(const std::string& row, int n) {
+  size_t at = std::string::npos;
+  for (int i = 0; i < n; ++i)
+    at = row.find(',', at + 1);
+  return at;
+}
+
+struct Layout {
+  int pp, tp, dp;
+};
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);)
+    out.push_back(l);
+  return out;
+}
+
+TEST(TrainJob, RunTrainingOverEveryLayoutKeepsEachStepOnce) {
+  constexpr int kSteps = 8;
+  for (const Layout l : {Layout{2, 1, 2}, Layout{1, 1, 2}, Layout{2, 2, 1}, Layout{2, 2, 2}}) {
+    const std::string name =
+        "P" + std::to_string(l.pp) + " T" + std::to_string(l.tp) + " D" + std::to_string(l.dp);
+    const std::string dir = ::testing::TempDir() + "rrfp-job-run-" + std::to_string(l.pp) +
+                            std::to_string(l.tp) + std::to_string(l.dp);
+    std::filesystem::remove_all(dir);
+    const int world = l.pp * l.tp * l.dp;
+    auto jobs = make_local_jobs(world);
+    std::vector<TrainSummary> sums(world);
+    test::on_every_rank(world, [&](int r) {
+      TrainRun o;
+      o.train = small_run(l.pp, 4, 4, 5);
+      o.train.steps = kSteps;
+      o.train.runtime.tp = l.tp;
+      o.train.runtime.tp_protocol = TpProtocol::Agree;
+      o.train.dp = l.dp;
+      o.train.job = jobs[r].get();
+      o.quiet = true;
+      o.eval_every = 0;
+      o.out = dir;
+      sums[r] = run_training(o);
+    });
+    const int tasks = Trainer(small_run(l.pp, 4, 4, 5)).model().num_tasks();
+    const TrainSummary& s = sums[0];
+    EXPECT_EQ(s.steps, kSteps) << name;
+    EXPECT_GE(s.mean_bubble, 0.0) << name;
+    EXPECT_LT(s.mean_bubble, 1.0) << name;
+    const auto log = lines_of(dir + "/loss.csv");
+    ASSERT_EQ(log.size(), kSteps + 1u) << name;
+    for (size_t i = 1; i < log.size(); ++i) {
+      const double bubble = std::stod(log[i].substr(nth_comma(log[i], 8) + 1));
+      EXPECT_GE(bubble, 0.0) << name << " step " << i;
+    }
+    // durations.csv: steps 3..8, each task of the model once per TP rank.
+    std::map<int, int> rows;
+    const auto d = lines_of(dir + "/durations.csv");
+    ASSERT_FALSE(d.empty()) << name;
+    for (size_t i = 1; i < d.size(); ++i)
+      ++rows[std::stoi(d[i])];
+    ASSERT_EQ(rows.size(), kSteps - 2u) << name;
+    for (const auto& [step, n] : rows) {
+      EXPECT_GE(step, 3) << name;
+      EXPECT_EQ(n, tasks * l.tp) << name << " step " << step;
+    }
+  }
 }
 
 }  // namespace

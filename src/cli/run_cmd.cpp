@@ -123,10 +123,7 @@ void run_emulated(const RunFlags& f, Job* world) {
       warmups.push_back(k);
       for (int j = 0; j < f.repeat; ++j) {
         steps.push_back(rt.run_step(k + j));
-        if (!world) continue;
-        const auto all = world->gather_to_root(pack_step(steps.back()));
-        for (size_t i = 1; i < all.size(); ++i)
-          merge_step(steps.back(), all[i]);
+        if (world) merge_over_job(*world, steps.back());
       }
     };
     if (!world) {

@@ -106,4 +106,11 @@ void merge_step(StepResult& into, std::span<const std::byte> packed) {
   send_times_from_arrivals(r);  // messages between the processes merged so far
 }
 
+void merge_over_job(Job& job, StepResult& r) {
+  // Every process takes part; another replica's sends nothing, so rank 0 merges what it gets.
+  const auto all = job.gather_to_root(job.replica() == 0 ? pack_step(r) : std::vector<std::byte>{});
+  for (size_t i = 1; i < all.size(); ++i)
+    if (!all[i].empty()) merge_step(r, all[i]);
+}
+
 }  // namespace rrfp

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "dist/job.hpp"
 #include "runtime/runtime.hpp"
 
 namespace rrfp {
@@ -14,5 +15,11 @@ std::vector<std::byte> pack_step(const StepResult& r);
 // Adds a packed record of other ranks of the same run to `into`. Throws Error on a record that
 // does not fit (another shape, or truncated).
 void merge_step(StepResult& into, std::span<const std::byte> packed);
+
+// After a step, on every process of `job` (a collective): rank 0's `r` becomes the step of
+// replica 0, merged over that replica's processes; the other processes keep their own. Another
+// data-parallel replica runs the same tasks again: merged in, each task would appear once per
+// replica and the ranks' busy time would count twice.
+void merge_over_job(Job& job, StepResult& r);
 
 }  // namespace rrfp

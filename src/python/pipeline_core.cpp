@@ -238,10 +238,7 @@ StepRecordPy PipelineCore::run_step(int step, std::vector<std::int64_t> sizes) {
   if (error) std::rethrow_exception(error);
   if (job_) {  // rank 0 reports the whole step (the others their own stage)
     pyb::gil_scoped_release nogil;
-    const auto all = job_->gather_to_root(pack_step(result));
-    // Replica 0's stages, world ranks 0 .. P-1, make the record.
-    for (std::size_t i = 1; i < all.size() && i < static_cast<std::size_t>(model_->pp()); ++i)
-      merge_step(result, all[i]);
+    merge_over_job(*job_, result);
   }
   StepRecordPy rec;
   rec.header.workload = "measured (python)";

@@ -115,12 +115,8 @@ TrainSummary run_training(const TrainRun& in) {
   for (int s = first_step; s < steps; ++s) {
     const std::int64_t t0 = now_ns();
     StepReport r = trainer.step();
-    if (t.job) {
-      // Every process measured its own ranks: rank 0 merges them into the step's record.
-      const auto all = t.job->gather_to_root(pack_step(r.run));
-      for (size_t i = 1; i < all.size(); ++i)
-        merge_step(r.run, all[i]);
-    }
+    // Every process measured its own ranks: rank 0 merges replica 0's into the step's record.
+    if (t.job) merge_over_job(*t.job, r.run);
     const double step_s = static_cast<double>(now_ns() - t0) / 1e9;
     const RunMetrics met = compute_metrics(r.run.run, LowerBound{});
     pipeline_s += static_cast<double>(r.run.run.makespan) / 1e9;
