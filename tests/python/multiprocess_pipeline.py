@@ -56,3 +56,16 @@ for name, hint, policy, split, vpp in CASES:
         assert len(rec.tasks) == (3 if split == "on" else 2) * n * m, len(rec.tasks)
     print(f"rank {pipe.rank} (stages {pipe.stages}, replica {pipe.replica}, {transport}): {name} "
           "bitwise equal", flush=True)
+
+# A parameter that chunks on two stages share would be a separate copy in each process, each
+# stepped with its own chunk's gradient alone: the pipeline refuses it when it is built.
+if pp > 1:
+    tied = lm.chunks(pp)
+    tied[-1].add_module("tied", tied[0][0])  # the first chunk's embedding, in the last chunk too
+    try:
+        rrfp.Pipeline(tied, lm.loss_fn, pp=pp, transport=transport, dp=dp, timeout=60)
+    except ValueError as e:
+        assert "share parameter" in str(e) and "different processes" in str(e), e
+    else:
+        raise AssertionError("chunks sharing a parameter across processes were accepted")
+    print(f"rank {pipe.rank}: a parameter shared across processes refused", flush=True)

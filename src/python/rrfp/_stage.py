@@ -20,6 +20,7 @@ class StepData:
         self.inputs = []
         self.targets = []
         self.losses = {}
+        self.sums = None  # GradSums of the step
         self._lock = threading.Lock()
         self.error = None  # (stage, task, exception): the first task that raised
 
@@ -41,13 +42,12 @@ class _Work:
 
 
 class _OrderedSum:
-    """A chunk's parameter gradients, added in microbatch order whatever order the
-    microbatches finish in, starting from the .grad each parameter had before the step:
-    the arithmetic of a plain loop calling loss.backward() once per microbatch."""
+    """Gradients added in microbatch order whatever order the microbatches finish in,
+    starting from the .grad each parameter had before the step: the arithmetic of a plain loop
+    calling loss.backward() once per microbatch."""
 
     def __init__(self, params, from_grad):
-        self.sums = [None if p.grad is None or not from_grad else p.grad.detach().clone()
-                     for p in params]
+        self.sums = [_start(p, from_grad) for p in params]
         self.pending = {}
         self.next = 0
 
@@ -64,8 +64,89 @@ class _OrderedSum:
             self.next += 1
 
 
+class _TiedSum:
+    """A parameter that several chunks use (tied weights): in a plain loop autograd adds the
+    uses' gradients of one microbatch into one buffer, the chunk nearest the loss first, then
+    adds that buffer to .grad. So each microbatch's contributions wait for every user chunk,
+    are added last chunk first, and then go into the running sum in microbatch order. The user
+    chunks may run on different stage threads: a lock keeps the bookkeeping whole."""
+
+    def __init__(self, param, users, from_grad):
+        self.param = param
+        self.users = sorted(users, reverse=True)
+        self.sum = _start(param, from_grad)
+        self.pending = {}  # mb -> {chunk: gradient or None}
+        self.next = 0
+        self.lock = threading.Lock()
+
+    def put(self, chunk, mb, g):
+        with self.lock:
+            self.pending.setdefault(mb, {})[chunk] = g
+            while len(self.pending.get(self.next, ())) == len(self.users):
+                got = self.pending.pop(self.next)
+                buf = None
+                for c in self.users:
+                    if got[c] is not None:
+                        buf = got[c] if buf is None else buf + got[c]
+                if buf is not None:
+                    self.sum = buf if self.sum is None else self.sum.add_(buf)
+                self.next += 1
+
+
+class GradSums:
+    """One step's parameter gradients over this process's chunks: each chunk's own parameters
+    in an _OrderedSum, each parameter used by several chunks in one _TiedSum."""
+
+    def __init__(self, chunk_params, from_grad):
+        users = {}  # id(param) -> chunks using it
+        for c in sorted(chunk_params):
+            for p in chunk_params[c]:
+                users.setdefault(id(p), []).append(c)
+        self._own = {}  # chunk -> (indices of its own parameters, their _OrderedSum)
+        self._tied = {}  # chunk -> [(index in the chunk's list, _TiedSum)]
+        tied = {}
+        for c in sorted(chunk_params):
+            ps = chunk_params[c]
+            own = [i for i, p in enumerate(ps) if len(users[id(p)]) == 1]
+            self._own[c] = (None if len(own) == len(ps) else own,
+                            _OrderedSum([ps[i] for i in own], from_grad))
+            self._tied[c] = []
+            for i, p in enumerate(ps):
+                if len(users[id(p)]) > 1:
+                    if id(p) not in tied:
+                        tied[id(p)] = _TiedSum(p, users[id(p)], from_grad)
+                    self._tied[c].append((i, tied[id(p)]))
+        self._chunk_params = chunk_params
+
+    def put(self, chunk, mb, grads):
+        own, ordered = self._own[chunk]
+        ordered.put(mb, grads if own is None else [grads[i] for i in own])
+        for i, t in self._tied[chunk]:
+            t.put(chunk, mb, grads[i])
+
+    def pairs(self):
+        """(parameter, gradient or None), each parameter once: chunk order, then the chunk's."""
+        out, seen = [], set()
+        for c in sorted(self._chunk_params):
+            own, ordered = self._own[c]
+            sums = iter(ordered.sums)
+            tied = dict(self._tied[c])
+            for i, p in enumerate(self._chunk_params[c]):
+                if i in tied:
+                    if id(p) not in seen:
+                        seen.add(id(p))
+                        out.append((p, tied[i].sum))
+                else:
+                    out.append((p, next(sums)))
+        return out
+
+
+def _start(p, from_grad):
+    return None if p.grad is None or not from_grad else p.grad.detach().clone()
+
+
 class StageRunner:
-    def __init__(self, stage, modules, last_chunk, split, data, from_grad=True):
+    def __init__(self, stage, modules, last_chunk, split, data):
         self.stage = stage
         self.modules = modules  # {chunk index: nn.Module}, this stage's chunks
         self.last_chunk = last_chunk
@@ -73,14 +154,11 @@ class StageRunner:
         self.data = data
         self.params = {c: [p for p in m.parameters() if p.requires_grad] for c, m in modules.items()}
         self.work = {}
-        self.sums = {}
-        self.from_grad = from_grad  # start each sum from .grad (not with DP: added after)
 
     # -- called by the runtime --------------------------------------------------------------
 
     def begin_step(self, step):
         self.work = {}
-        self.sums = {c: _OrderedSum(ps, self.from_grad) for c, ps in self.params.items()}
 
     def end_step(self, step):
         self.work = {}  # frees what a failed step left
@@ -159,7 +237,7 @@ class StageRunner:
                 dx, grads = grads[0], grads[1:]
             else:
                 dx = None
-            self.sums[chunk].put(mb, grads)
+            self.data.sums.put(chunk, mb, grads)
             return _input_grad(dx, w.inp)
         # Split: B is the input gradient only; the graph stays for W.
         w.grad = g
@@ -170,7 +248,7 @@ class StageRunner:
 
     def _weight(self, chunk, mb):
         w = self.work.pop((chunk, mb))
-        self.sums[chunk].put(mb, _grad(w.root, self.params[chunk], w.grad, retain=False))
+        self.data.sums.put(chunk, mb, _grad(w.root, self.params[chunk], w.grad, retain=False))
 
 
 def _grad(root, targets, grad, retain):

@@ -2,7 +2,7 @@
 import torch
 
 from . import _rrfp
-from ._stage import StageRunner, StepData
+from ._stage import GradSums, StageRunner, StepData
 from .record import StepRecord
 
 StageError = _rrfp.StageError
@@ -60,6 +60,9 @@ class Pipeline:
             if len(chunks) != n:
                 raise ValueError(f"chunks: expected pp * vpp = {n} modules, got {len(chunks)}")
             build = chunks.__getitem__
+            for c, m in enumerate(chunks):
+                if not isinstance(m, torch.nn.Module):
+                    raise TypeError(f"chunks: chunk {c} is a {type(m).__name__}, not an nn.Module")
         self._data = StepData(loss_fn, delay_fn)
         self._runners = []
         self.chunks = {}  # chunk index -> module, the chunks this process runs
@@ -72,7 +75,10 @@ class Pipeline:
                 modules[c] = m
                 self.chunks[c] = m
             self._runners.append(StageRunner(stage, modules, n - 1, self._core.split_backward,
-                                             self._data, from_grad=dp == 1))
+                                             self._data))
+        if self._core.world > 1 and not callable(chunks):
+            _refuse_ties_across_processes(chunks, self._core)
+        self._chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
         self._core.set_runners(self._runners)
         self._step = 0
         self.last_step = None
@@ -115,6 +121,7 @@ class Pipeline:
         self._data.targets = _split(targets, m, "targets")
         self._data.losses = {}
         self._data.error = None
+        self._data.sums = GradSums(self._chunk_params, from_grad=self._dp == 1)
         try:
             # Each microbatch's size, for the adaptive rule's entry order (docs/frontier.md).
             sizes = [x.numel() if isinstance(x, torch.Tensor) else 0 for x in self._data.inputs]
@@ -127,8 +134,8 @@ class Pipeline:
         finally:
             self._step += 1
             self._data.inputs, self._data.targets = [], []
-        pairs = [(p, g) for r in self._runners for c, params in r.params.items()
-                 for p, g in zip(params, r.sums[c].sums)]
+        pairs = self._data.sums.pairs()
+        self._data.sums = None
         if self._dp > 1 and pairs:
             # This replica's sums, then every replica's in replica order: one collective over
             # all of this process's gradients, flattened.
@@ -148,6 +155,26 @@ class Pipeline:
         for i in range(1, m):
             total = total + self._data.losses[i]
         return total
+
+
+def _refuse_ties_across_processes(chunks, core):
+    """A parameter that chunks on different stages share would, with a process per stage, be
+    a separate copy in each process, each stepped with its own chunk's gradient alone: refuse
+    it at construction rather than train it wrong."""
+    users = {}  # id(param) -> [(chunk, name)]
+    for c, m in enumerate(chunks):
+        for name, p in m.named_parameters():
+            if p.requires_grad:
+                users.setdefault(id(p), []).append((c, name))
+    for uses in users.values():
+        a, name = uses[0]
+        b = next((c for c, _ in uses if core.stage_of(c) != core.stage_of(a)), None)
+        if b is not None:
+            raise ValueError(
+                f"chunks: chunks {a} and {b} share parameter '{name}' but run on stages "
+                f"{core.stage_of(a)} and {core.stage_of(b)}, which are different processes; "
+                f"parameters shared across processes are not supported yet: place the chunks "
+                f"that share it on one stage, or use transport='inproc'")
 
 
 def _c10d_groups(group, pp, dp):
