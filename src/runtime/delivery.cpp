@@ -31,8 +31,7 @@ class AsyncDelivery final : public Delivery {
   void on_data(int r, const TaskId& consumer, Message&& msg, std::vector<Outgoing>&) override {
     if (msg.tag.offer) throw ProtocolError("is an offer, and this stage sends asynchronously");
     StageRank& rk = c_.rank(r);
-    if (c_.note_costs()) rk.arb->note_cost(consumer, msg.tag.cost_ns);
-    const bool ready = rk.inputs->arrive(consumer);  // refuses a second arrival first
+    const bool ready = rk.driver->arrived(consumer, msg.tag.cost_ns);  // refuses a second one
     rk.input[c_.m.local_index(consumer)] = std::move(msg.payload);
     rk.arrived[c_.m.local_index(consumer)] = now_ns();
     if (ready) c_.cv.notify_all();
@@ -46,7 +45,6 @@ class AsyncDelivery final : public Delivery {
   }
 
   bool idle(std::unique_lock<std::mutex>&, int) override { return false; }
-  bool held(int) const override { return false; }
 
   void output(int r, const TaskId& producer, const TaskId& consumer, const Payload& out,
               std::int64_t end, std::int64_t cost_ns, std::vector<Outgoing>& sends) override {
@@ -70,15 +68,11 @@ class RendezvousDelivery final : public Delivery {
   explicit RendezvousDelivery(StageCore& c) : c_(c), ranks_(c.tp), pull_(c.env.rendezvous_pull) {}
 
   void begin_step() override {
-    const bool fixed = c_.env.arbiter.policy == Policy::Fixed;
     for (int r = 0; r < c_.tp; ++r) {
-      if (!c_.rank(r).local()) continue;
       PerRank& pr = ranks_[r];
       pr.offered.clear();
       pr.unsent.clear();
       pr.pulled.clear();
-      pr.rdv = std::make_unique<Rendezvous>(
-          c_.m, fixed ? &c_.env.hint->list().stages[c_.stage] : nullptr, *c_.rank(r).inputs);
     }
   }
 
@@ -98,7 +92,7 @@ class RendezvousDelivery final : public Delivery {
       throw ProtocolError(
           "is an offer without its payload, which this stage expects with the "
           "offer (emulated latency)");
-    pr.rdv->on_offer(consumer, static_cast<int>(pr.offered.size()));
+    c_.driver(r).offered(consumer, static_cast<int>(pr.offered.size()));
     pr.offered.push_back(std::move(msg));
     c_.cv.notify_all();  // accepted by the rank's own thread when it is idle
   }
@@ -115,9 +109,8 @@ class RendezvousDelivery final : public Delivery {
   }
 
   void on_ack(int r, const Message&) override {
-    PerRank& pr = ranks_[r];
-    if (!pr.rdv->acknowledged()) return;
-    c_.record_blocked(r, pr.held_since, now_ns(), BlockReason::Send);
+    if (!c_.driver(r).released()) return;
+    c_.record_blocked(r, ranks_[r].held_since, now_ns(), BlockReason::Send);
     c_.cv.notify_all();
   }
 
@@ -127,7 +120,7 @@ class RendezvousDelivery final : public Delivery {
     PerRank& pr = ranks_[r];
     bool accepted = false;
     for (;;) {
-      const std::vector<Rendezvous::Offer> start = pr.rdv->take_acceptable();
+      const std::vector<Rendezvous::Offer> start = c_.driver(r).accept();
       if (start.empty()) return accepted;
       accepted = true;
       const std::int64_t now = now_ns();
@@ -159,13 +152,12 @@ class RendezvousDelivery final : public Delivery {
     }
   }
 
-  bool held(int r) const override { return ranks_[r].rdv && ranks_[r].rdv->held() > 0; }
-
   void output(int r, const TaskId& producer, const TaskId& consumer, const Payload& out,
               std::int64_t end, std::int64_t cost_ns, std::vector<Outgoing>& sends) override {
     PerRank& pr = ranks_[r];
-    if (pr.rdv->held() == 0) pr.held_since = end;
-    pr.rdv->offered();  // the latency runs from the receiver's acceptance
+    RankDriver& d = c_.driver(r);
+    if (!d.held()) pr.held_since = end;
+    d.sent();  // the latency runs from the receiver's acceptance
     const int dst = destination(c_, r, consumer);
     const MessageTag tag = data_tag(c_.step, producer, cost_ns);
     if (!pull_) {
@@ -178,8 +170,6 @@ class RendezvousDelivery final : public Delivery {
     sends.push_back(Outgoing{dst, offer, {}});
   }
 
-  const Rendezvous* rendezvous(int r) const override { return ranks_[r].rdv.get(); }
-
  private:
   struct Unsent {  // pull mode: an offered output, until its receiver pulls it
     int dst;
@@ -187,7 +177,6 @@ class RendezvousDelivery final : public Delivery {
     Payload payload;
   };
   struct PerRank {
-    std::unique_ptr<Rendezvous> rdv;
     std::vector<Message> offered;  // by offer handle
     std::vector<Unsent> unsent;
     std::vector<TaskId> pulled;  // pull mode: accepted inputs whose payload is on its way
@@ -199,8 +188,7 @@ class RendezvousDelivery final : public Delivery {
     StageRank& rk = c_.rank(r);
     rk.input[c_.m.local_index(consumer)] = std::move(msg.payload);
     rk.arrived[c_.m.local_index(consumer)] = now_ns();
-    if (c_.note_costs()) rk.arb->note_cost(consumer, msg.tag.cost_ns);
-    rk.inputs->deliver(consumer);
+    rk.driver->delivered(consumer, msg.tag.cost_ns);
     c_.cv.notify_all();  // the next posted receive may now be another offer's
     MessageTag ack = msg.tag;
     ack.ack = true;

@@ -1,13 +1,12 @@
 #pragma once
 // How a stage's data messages become task inputs (design.md §3), chosen once per stage:
 // `async` delivers an arrival at once; `rendezvous` (blocking, the baseline) lets the sender
-// offer it, the receiver accept it when idle, moves it, and acknowledges the transfer. Both drive
-// the core's state machines (Readiness, Rendezvous); what they add is the lock, the threads and the
-// bytes.
+// offer it, the receiver accept it when idle, moves it, and acknowledges the transfer. Each rank's
+// RankDriver decides (core/rank_driver.hpp); what a delivery adds is the lock, the threads and
+// the bytes.
 #include <memory>
 #include <vector>
 
-#include "core/rendezvous.hpp"
 #include "runtime/stage_core.hpp"
 
 namespace rrfp {
@@ -37,14 +36,11 @@ class Delivery {
   // Rank r's thread, not computing, lock held: takes what an idle rank may take. True when it
   // took anything (it may have released the lock meanwhile).
   virtual bool idle(std::unique_lock<std::mutex>& lk, int r) = 0;
-  // Rank r may not dispatch (rendezvous: a send is not yet acknowledged).
-  virtual bool held(int r) const = 0;
   // Rank r's task `producer` ended at `end` with `out`, an input of `consumer` on another
   // stage: adds the message to `sends` (lock held).
   // `cost_ns`: how long the producer took (travels in the tag for the adaptive rule).
   virtual void output(int r, const TaskId& producer, const TaskId& consumer, const Payload& out,
                       std::int64_t end, std::int64_t cost_ns, std::vector<Outgoing>& sends) = 0;
-  virtual const Rendezvous* rendezvous(int /*r*/) const { return nullptr; }
 };
 
 std::unique_ptr<Delivery> make_delivery(StageCore& core);

@@ -22,6 +22,9 @@ Stage::Stage(const StageEnv& env, int stage, std::vector<std::unique_ptr<StagePr
     if (rk.local() && !rk.transport)
       throw Error("stage " + std::to_string(stage) + ": rank " + std::to_string(r) +
                   " has a program but no endpoint");
+    if (rk.local())
+      rk.driver.emplace(core_.m, *env.hint, DriverOptions{env.arbiter, env.comm, env.protocol, tp},
+                        stage, r);
   }
   core_.group = group;
   delivery_ = make_delivery(core_);
@@ -36,23 +39,18 @@ void Stage::begin_step(int step, std::int64_t t0) {
   for (int r = 0; r < core_.tp; ++r) {
     StageRank& rk = core_.rank(r);
     if (!rk.local()) continue;
-    rk.arb =
-        std::make_unique<StageArbiter>(core_.m, core_.stage, *core_.env.hint, core_.env.arbiter);
     // Sizes are the same on every rank of a group, so unlike costs they hold under `agree`.
-    if (core_.m.stage_of({Kind::F, 0, 0}) == core_.stage) {
-      std::vector<std::int64_t> sizes;
+    std::vector<std::int64_t> sizes;
+    if (core_.m.stage_of({Kind::F, 0, 0}) == core_.stage)
       for (int mb = 0; mb < core_.m.microbatches(); ++mb)
         if (const auto size = rk.program->microbatch_size(mb)) sizes.push_back(*size);
-      if (static_cast<int>(sizes.size()) == core_.m.microbatches()) rk.arb->note_entry_sizes(sizes);
-    }
-    rk.inputs = std::make_unique<Readiness>(core_.m, core_.stage, *rk.arb);
+    rk.driver->begin_step(sizes);
     rk.input.assign(core_.m.local_slots(), Payload{});
     rk.arrived.assign(core_.m.local_slots(), -1);
     rk.running.reset();
     rk.result = RankResult{};
   }
   delivery_->begin_step();
-  coordinator_->begin_step();
   for (int r = 0; r < core_.tp; ++r) {
     std::vector<Message> early;
     early.swap(core_.rank(r).early);
@@ -162,13 +160,11 @@ std::string Stage::describe(std::int64_t now) const {
   std::string out;
   for (int r = 0; r < core_.tp; ++r) {
     const StageRank& rk = core_.ranks[r];
-    if (!rk.local() || !rk.arb) continue;
-    StuckRank view{
-        rk.arb.get(), rk.inputs.get(), delivery_->rendezvous(r), coordinator_->waiting(r), {}, r,
-        core_.tp};
-    if (rk.running)
-      view.running = "running " + to_string(*rk.running) + " for " +
-                     std::to_string((now - rk.running_since) / 1'000'000) + " ms";
+    if (!rk.local() || core_.step < 0) continue;
+    const StuckRank view = rk.driver->stuck(
+        rk.running ? "running " + to_string(*rk.running) + " for " +
+                         std::to_string((now - rk.running_since) / 1'000'000) + " ms"
+                   : std::string());
     out += (out.empty() ? "" : " | ") +
            rrfp::describe(view, [&](int s) { return core_.peer(s * core_.tp + r); });
   }

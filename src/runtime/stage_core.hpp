@@ -14,7 +14,7 @@
 
 #include "comm/transport.hpp"
 #include "core/modes.hpp"
-#include "core/readiness.hpp"
+#include "core/rank_driver.hpp"
 #include "core/record.hpp"
 #include "runtime/collective.hpp"
 #include "runtime/delay_line.hpp"
@@ -56,8 +56,7 @@ struct RankResult {
 struct StageRank {
   std::unique_ptr<StageProgram> program;  // null: the rank lives in another process
   Transport* transport = nullptr;
-  std::unique_ptr<StageArbiter> arb;  // per step
-  std::unique_ptr<Readiness> inputs;  // per step
+  std::optional<RankDriver> driver;   // the rank's protocol (local ranks only)
   std::vector<Payload> input;         // by local task index
   std::vector<std::int64_t> arrived;  // by local task index: when its input came (-1: not)
   std::vector<Message> early;         // arrivals tagged with the next step
@@ -84,9 +83,7 @@ struct StageCore {
   std::int64_t t0 = 0;
 
   StageRank& rank(int r) { return ranks[r]; }
-  // Whether arbiters hear what inputs' producers took (the adaptive rule): not under `agree`,
-  // where the ranks of a group, ranking by their own measurements, could propose differently.
-  bool note_costs() const { return !(tp > 1 && env.protocol == TpProtocol::Agree); }
+  RankDriver& driver(int r) { return *ranks[r].driver; }
   std::string name(int r) const;         // "stage 2 tp rank 1"
   std::string peer(int endpoint) const;  // "stage 2", or as env.peer_name says
   // Rank r was blocked from `from` to `to` (absolute ns): its stats and its trace span.

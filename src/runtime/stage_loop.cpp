@@ -2,8 +2,6 @@
 // ask the arbiter (through the group's coordination protocol) for the next task, run it
 // outside the lock, hand its output to local consumers and the transport, repeat. It sleeps on
 // the stage's condition variable only when nothing is ready: no polling.
-#include <array>
-
 #include "core/clock.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/stage.hpp"
@@ -32,9 +30,10 @@ void Stage::run_rank(int r) {
     std::int64_t prev_end = -1;
     // With rendezvous sends a rank stays until its last send is acknowledged (the receiver
     // may be waiting to accept one of them after its own last task).
-    while (!failure.failed() && (!rk.arb->finished() || delivery_->held(r))) {
+    RankDriver& driver = *rk.driver;
+    while (!failure.failed() && !driver.done()) {
       delivery_->idle(lk, r);
-      if (delivery_->held(r) || rk.arb->finished()) {
+      if (driver.held() || driver.finished()) {
         core_.cv.wait(lk);
         prev_end = -1;
         continue;
@@ -51,10 +50,12 @@ void Stage::run_rank(int r) {
       }
       if (!execute(lk, r, *t, prev_end)) break;
     }
-    rk.result.peak_d = rk.arb->peak_outstanding();
-    rk.result.peak_pending_w = rk.arb->peak_pending_w();
-    rk.result.rounds = coordinator_->rounds(r);
-    rk.result.failed_rounds = coordinator_->failed_rounds(r);
+    rk.result.peak_d = driver.arbiter().peak_outstanding();
+    rk.result.peak_pending_w = driver.arbiter().peak_pending_w();
+    if (const AgreeRound* a = driver.agree()) {
+      rk.result.rounds = a->rounds();
+      rk.result.failed_rounds = a->failed_rounds();
+    }
     const bool ok = !failure.failed();
     lk.unlock();
     if (ok) hook(false);
@@ -120,16 +121,11 @@ bool Stage::execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t,
   res.tasks.push_back(rec);
   res.stats.busy += end - wait - start;
   core_.record_blocked(r, end - wait, end, BlockReason::Collective);
-  std::array<Dep, 2> c{};
-  const int n = m.consumers(t, c);
-  for (int i = 0; i < n; ++i) {
-    if (c[i].cross_stage) {
-      delivery_->output(r, t, c[i].task, out, end, end - start, sends);
-      continue;
-    }
-    if (c[i].task.kind == t.kind) rk.input[m.local_index(c[i].task)] = out;  // same stage
-    if (core_.note_costs()) rk.arb->note_cost(c[i].task, end - start);
-    rk.inputs->satisfy(c[i].task);
+  for (const Dep& c : rk.driver->task_ended(t, end - start)) {
+    if (c.cross_stage)
+      delivery_->output(r, t, c.task, out, end, end - start, sends);
+    else if (c.task.kind == t.kind)
+      rk.input[m.local_index(c.task)] = out;  // the next chunk on this stage
   }
   if (!sends.empty()) {
     lk.unlock();

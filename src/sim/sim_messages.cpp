@@ -13,8 +13,8 @@ namespace rrfp::sim_state {
 // offer once they have landed; else it sees the bare offer at once.
 void Simulation::offer(const Send& sd) {
   Rank& rk = rank(sd.src_stage, sd.rank);
-  if (rk.rendezvous->held() == 0) rk.held_since = now_;
-  rk.rendezvous->offered();
+  if (!rk.driver.held()) rk.held_since = now_;
+  rk.driver.sent();
   const int id = static_cast<int>(sends_.size());
   sends_.push_back(sd);
   if (w_.offer_payload)
@@ -43,7 +43,7 @@ void Simulation::send_landed(int id) {
 // A rendezvous offer reaches its receiver, which accepts it when its rendezvous lets it.
 void Simulation::offer_landed(int id) {
   const Send& sd = sends_[id];
-  rank(sd.dst_stage, sd.rank).rendezvous->on_offer(sd.consumer, id);
+  rank(sd.dst_stage, sd.rank).driver.offered(sd.consumer, id);
   mark_dirty(sd.dst_stage);
 }
 
@@ -54,8 +54,7 @@ void Simulation::send_done(int id) {
   // Delivering an input wakes an idle receiver: its bytes landing after the acceptance, or, with
   // the payload on its offer, the acceptance an idle rank makes in the instant the offer lands.
   wake_if_idle(sd.dst_stage, sd.rank);
-  note_input_cost(sd.dst_stage, sd.rank, sd.consumer);
-  rank(sd.dst_stage, sd.rank).inputs->deliver(sd.consumer);
+  rank(sd.dst_stage, sd.rank).driver.delivered(sd.consumer, producer_cost(sd.rank, sd.consumer));
   mark_dirty(sd.dst_stage);  // its next posted receive may be another offer's
   if (w_.offer_payload) {
     push(now_ + w_.link_latency_ns, Ev::AckLanded, 0, 0, id);
@@ -79,7 +78,7 @@ void Simulation::ack_landed(int id) {
 void Simulation::release(int id) {
   const Send& sd = sends_[id];
   Rank& src = rank(sd.src_stage, sd.rank);
-  if (src.rendezvous->acknowledged()) {
+  if (src.driver.released()) {
     block(sd.src_stage, sd.rank, src.held_since, now_, BlockReason::Send);
     src.free_since = now_;
   }
@@ -146,8 +145,8 @@ void Simulation::accept_sends(int s) {
   for (int r = 0; r < t_; ++r) {
     Rank& rk = rank(s, r);
     if (rk.computing) continue;
-    while (rk.rendezvous->has_offers()) {
-      const std::vector<Rendezvous::Offer> offers = rk.rendezvous->take_acceptable();
+    while (rk.driver.has_offers()) {
+      const std::vector<Rendezvous::Offer> offers = rk.driver.accept();
       if (offers.empty()) break;
       for (const Rendezvous::Offer& o : offers) {
         if (w_.offer_payload)

@@ -4,13 +4,9 @@
 // collective. Internal to the simulator.
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <optional>
+#include <utility>
 
-#include "core/arbiter.hpp"
-#include "core/readiness.hpp"
-#include "core/rendezvous.hpp"
-#include "core/tp_choice.hpp"
+#include "core/rank_driver.hpp"
 
 namespace rrfp::sim_state {
 
@@ -54,13 +50,10 @@ struct Transfer {
   std::int64_t start, bytes_ns;   // bytes_ns: the message's time past its latency, alone
 };
 
-// One tensor-parallel rank: its protocol state machines and what only time adds to them.
+// One tensor-parallel rank: its protocol (core's driver) and what only time adds to it.
 struct Rank {
-  std::unique_ptr<StageArbiter> arb;
-  std::unique_ptr<Readiness> inputs;
-  std::unique_ptr<Rendezvous> rendezvous;  // blocking mode
-  std::optional<LeaderFollower> follower;  // leader protocol, tp ranks > 0
-  std::optional<AgreeRound> agree;         // agree protocol
+  explicit Rank(RankDriver d) : driver(std::move(d)) {}
+  RankDriver driver;
   bool computing = false;
   std::int64_t compute_end = 0;
   std::int64_t held_since = 0;

@@ -21,10 +21,11 @@ class Simulation {
 
  private:
   Rank& rank(int s, int r) { return ranks_[static_cast<size_t>(s) * t_ + r]; }
+  const Rank& rank(int s, int r) const { return ranks_[static_cast<size_t>(s) * t_ + r]; }
   RankStats& stats(int s, int r) { return res_.ranks[static_cast<size_t>(s) * t_ + r]; }
-  bool free(int s, int r) {
-    Rank& rk = rank(s, r);
-    return !rk.computing && !(rk.rendezvous && rk.rendezvous->held() > 0);
+  bool free(int s, int r) const {
+    const Rank& rk = rank(s, r);
+    return !rk.computing && !rk.driver.held();
   }
   void push(std::int64_t time, Ev type, int stage, int r, int a) {
     events_.push(Event{time, seq_++, type, stage, r, a});
@@ -48,7 +49,7 @@ class Simulation {
   void arrive(int s, int r, int consumer);
   void wake_if_idle(int s, int r);
   void size_wakes();
-  void note_input_cost(int s, int r, const TaskId& consumer);
+  std::int64_t producer_cost(int r, const TaskId& consumer) const;
   void dispatch_dirty();
   void try_dispatch(int s);
   void start_round(int s);
@@ -74,7 +75,6 @@ class Simulation {
   SimOptions opt_;
   int p_, t_;
   bool coordinated_ = false;  // T > 1 with a protocol
-  bool costs_ = true;         // tell arbiters what inputs' producers took (adaptive rule)
   std::vector<Rank> ranks_;
   std::vector<Group> groups_;
   std::vector<Send> sends_;

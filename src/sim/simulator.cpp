@@ -18,27 +18,17 @@ Simulation::Simulation(const WorkModel& m, const Hint& hint, const RealizedWork&
   if (w.num_tasks != m.num_tasks()) throw Error("realized work does not match the work model");
   opt_.arbiter = resolve_options(opt.arbiter, hint, m);
   coordinated_ = t_ > 1 && opt_.tp_protocol != TpProtocol::None;
-  costs_ = !(coordinated_ && opt_.tp_protocol == TpProtocol::Agree);
   std::vector<std::int64_t> sizes(m.microbatches());
   for (int mb = 0; mb < m.microbatches(); ++mb)
     sizes[mb] = microbatch_size(m, w, mb);
-  ranks_.resize(static_cast<size_t>(p_) * t_);
-  groups_.resize(p_);
+  DriverOptions d{opt_.arbiter, opt_.comm, opt_.tp_protocol, t_};
+  ranks_.reserve(static_cast<size_t>(p_) * t_);
   for (int s = 0; s < p_; ++s)
     for (int r = 0; r < t_; ++r) {
-      Rank& rk = rank(s, r);
-      rk.arb = std::make_unique<StageArbiter>(m, s, hint, opt_.arbiter);
-      // Sizes are the same on every rank of a group, so unlike costs they hold under `agree`.
-      rk.arb->note_entry_sizes(sizes);
-      rk.inputs = std::make_unique<Readiness>(m, s, *rk.arb);
-      if (opt_.comm == CommMode::Blocking) {
-        const bool fixed = opt_.arbiter.policy == Policy::Fixed;
-        rk.rendezvous =
-            std::make_unique<Rendezvous>(m, fixed ? &hint.list().stages[s] : nullptr, *rk.inputs);
-      }
-      if (coordinated_ && opt_.tp_protocol == TpProtocol::Leader && r > 0) rk.follower.emplace(r);
-      if (coordinated_ && opt_.tp_protocol == TpProtocol::Agree) rk.agree.emplace(r, t_);
+      ranks_.emplace_back(RankDriver(m, hint, d, s, r));
+      ranks_.back().driver.begin_step(sizes);
     }
+  groups_.resize(p_);
   // Queued copies need the links' bookkeeping even where bandwidth is to spare.
   if (w.links > 0 || w.serial_receive || w.two_slowdown > 1)
     links_.emplace(w.links > 0 ? w.links : kNoLimit, w.two_slowdown);
@@ -71,8 +61,9 @@ StepRecord Simulation::run() {
   res_.peak_pending_w.resize(p_);
   for (int s = 0; s < p_; ++s)
     for (int r = 0; r < t_; ++r) {
-      res_.peak_d[s] = std::max(res_.peak_d[s], rank(s, r).arb->peak_outstanding());
-      res_.peak_pending_w[s] = std::max(res_.peak_pending_w[s], rank(s, r).arb->peak_pending_w());
+      const StageArbiter& arb = rank(s, r).driver.arbiter();
+      res_.peak_d[s] = std::max(res_.peak_d[s], arb.peak_outstanding());
+      res_.peak_pending_w[s] = std::max(res_.peak_pending_w[s], arb.peak_pending_w());
     }
   return std::move(res_);
 }
@@ -134,7 +125,7 @@ void Simulation::handle(const Event& e) {
       coord_done(e.stage);
       break;
     case Ev::Choice:
-      rank(e.stage, e.rank).follower->on_choice(0, m_.task(e.a));
+      rank(e.stage, e.rank).driver.on_choice(0, m_.task(e.a));
       mark_dirty(e.stage);
       break;
   }
@@ -146,26 +137,20 @@ void Simulation::group_end(int s, int index) {
   last_end_ = now_;
   if (opt_.progress && (++ended_ & ((1 << 20) - 1)) == 0) opt_.progress(ended_, m_.num_tasks());
   const TaskId task = m_.task(index);
-  std::array<Dep, 2> c{};
-  const int n = m_.consumers(task, c);
   for (int r = 0; r < t_; ++r) {
     Rank& rk = rank(s, r);
     rk.computing = false;
     rk.free_since = now_;
     block(s, r, rk.compute_end, now_, BlockReason::Collective);
     if (opt_.record) res_.tasks[rk.record].end = now_;
-    for (int i = 0; i < n; ++i) {
-      if (!c[i].cross_stage) {
-        if (costs_) rk.arb->note_cost(c[i].task, w_.compute(r, index));
-        ready_if(s, rk.inputs->satisfy(c[i].task));
-        continue;
-      }
-      const int dst = m_.stage_of(c[i].task);
+    for (const Dep& c : rk.driver.task_ended(task, w_.compute(r, index))) {
+      if (!c.cross_stage) continue;
+      const int dst = m_.stage_of(c.task);
       const std::int64_t lat = w_.message(r, index);
-      if (rk.rendezvous)
-        offer(Send{s, dst, r, c[i].task, lat, rk.record});
+      if (opt_.comm == CommMode::Blocking)
+        offer(Send{s, dst, r, c.task, lat, rk.record});
       else
-        transfer(Transfer{dst, r, m_.index(c[i].task), -1, rk.record, now_, 0}, lat);
+        transfer(Transfer{dst, r, m_.index(c.task), -1, rk.record, now_, 0}, lat);
     }
   }
   mark_dirty(s);
@@ -173,8 +158,8 @@ void Simulation::group_end(int s, int index) {
 
 void Simulation::arrive(int s, int r, int consumer) {
   wake_if_idle(s, r);
-  note_input_cost(s, r, m_.task(consumer));
-  ready_if(s, rank(s, r).inputs->arrive(m_.task(consumer)));
+  const TaskId t = m_.task(consumer);
+  ready_if(s, rank(s, r).driver.arrived(t, producer_cost(r, t)));
 }
 
 // An input reaching a rank with nothing to do wakes its sleeping thread, which then waits for a
@@ -197,14 +182,14 @@ void Simulation::size_wakes() {
   waking_.clear();
 }
 
-// The adaptive rule learns what the producer of a task's input took, as the runtime's
-// messages tell it. Not under `agree`: ranks would rank by different measurements.
-void Simulation::note_input_cost(int s, int r, const TaskId& consumer) {
-  if (!costs_) return;
+// What the producer of `consumer`'s input from another stage took, as the runtime's messages
+// tell the receiver (the adaptive rule's cost).
+std::int64_t Simulation::producer_cost(int r, const TaskId& consumer) const {
   std::array<Dep, 2> d{};
   const int n = m_.deps(consumer, d);
   for (int i = 0; i < n; ++i)
-    if (d[i].cross_stage) rank(s, r).arb->note_cost(consumer, w_.compute(r, m_.index(d[i].task)));
+    if (d[i].cross_stage) return w_.compute(r, m_.index(d[i].task));
+  return 0;
 }
 
 void Simulation::dispatch_dirty() {
@@ -224,27 +209,16 @@ void Simulation::dispatch_dirty() {
 }
 
 void Simulation::try_dispatch(int s) {
-  if (!coordinated_) {
-    for (int r = 0; r < t_; ++r)
-      if (free(s, r))
-        if (auto task = choose_alone(*rank(s, r).arb)) launch(s, r, *task);
-    return;
+  if (coordinated_ && opt_.tp_protocol == TpProtocol::Agree) return start_round(s);
+  for (int r = 0; r < t_; ++r) {
+    if (!free(s, r)) continue;
+    const auto task = rank(s, r).driver.next();
+    if (!task) continue;
+    launch(s, r, *task);
+    if (coordinated_ && r == 0)  // the leader's choice reaches its followers
+      for (int o = 1; o < t_; ++o)
+        push(now_ + w_.coord_ns, Ev::Choice, s, o, m_.index(*task));
   }
-  if (opt_.tp_protocol == TpProtocol::Leader) {
-    if (free(s, 0))
-      if (auto task = choose_alone(*rank(s, 0).arb)) {
-        launch(s, 0, *task);
-        for (int r = 1; r < t_; ++r)
-          push(now_ + w_.coord_ns, Ev::Choice, s, r, m_.index(*task));
-      }
-    for (int r = 1; r < t_; ++r) {
-      Rank& rk = rank(s, r);
-      if (free(s, r))
-        if (auto task = rk.follower->next(*rk.arb)) launch(s, r, *task);
-    }
-    return;
-  }
-  start_round(s);
 }
 
 // agree: the group's ranks propose together once all are free with something to propose and
@@ -252,23 +226,21 @@ void Simulation::try_dispatch(int s) {
 void Simulation::start_round(int s) {
   Group& g = groups_[s];
   if (g.round) return;
-  std::vector<TaskId> proposal(t_);
   int opener = -1;
   for (int r = 0; r < t_; ++r) {
-    Rank& rk = rank(s, r);
-    if (!free(s, r)) return;
-    auto p = rk.arb->peek();
-    if (!p) return;  // a rank with nothing to propose waits for its inputs
-    proposal[r] = *p;
-    if (opener < 0 && rk.agree->may_propose(rk.inputs->version())) opener = r;
+    RankDriver& d = rank(s, r).driver;
+    if (!free(s, r) || !d.peek()) return;  // a rank with nothing to propose waits for its inputs
+    if (opener < 0 && d.may_propose()) opener = r;
   }
   if (opener < 0) return;  // the last round failed and nothing has changed since
   for (int k = 0; k < t_; ++k) {
     const int r = (opener + k) % t_;  // the opener first: the others join its round
-    Rank& rk = rank(s, r);
-    const int round = rk.agree->propose(proposal[r], rk.inputs->version());
+    const auto p = rank(s, r).driver.propose();
+    if (!p)
+      throw Error("stage " + std::to_string(s) + ": tp rank " + std::to_string(r) +
+                  " could not join the agree round it was free to join");
     for (int o = 0; o < t_; ++o)
-      if (o != r) rank(s, o).agree->on_proposal(r, round, proposal[r]);
+      if (o != r) rank(s, o).driver.on_proposal(r, p->round, p->task);
   }
   g.round = true;
   g.round_start = now_;
@@ -282,8 +254,7 @@ void Simulation::coord_done(int s) {
   std::optional<TaskId> agreed;
   for (int r = 0; r < t_; ++r) {
     block(s, r, g.round_start, now_, BlockReason::Coordination);
-    Rank& rk = rank(s, r);
-    agreed = rk.agree->decide(*rk.arb);  // every rank holds the same proposals
+    agreed = rank(s, r).driver.decide();  // every rank holds the same proposals
   }
   if (agreed) {
     for (int r = 0; r < t_; ++r)
@@ -298,12 +269,8 @@ void Simulation::check_finished() {
   std::string stuck;
   for (int s = 0; s < p_; ++s)
     for (int r = 0; r < t_; ++r) {
-      Rank& rk = rank(s, r);
-      if (rk.arb->finished() && !(rk.rendezvous && rk.rendezvous->held())) continue;
-      StuckRank view{rk.arb.get(), rk.inputs.get(), rk.rendezvous.get(), {}, {}, r, t_};
-      if (rk.follower) view.waiting = rk.follower->waiting();
-      if (rk.agree) view.waiting = rk.agree->waiting();
-      stuck += (stuck.empty() ? "" : " | ") + describe(view);
+      const RankDriver& d = rank(s, r).driver;
+      if (!d.done()) stuck += (stuck.empty() ? "" : " | ") + describe(d.stuck());
     }
   if (!stuck.empty())
     throw DeadlockError("deadlock at t=" + std::to_string(now_) + " ns: " + stuck);

@@ -1,0 +1,55 @@
+#include "core/rank_driver.hpp"
+
+namespace rrfp {
+
+RankDriver::RankDriver(const WorkModel& m, const Hint& hint, const DriverOptions& opt, int stage,
+                       int tp_rank)
+    : m_(m), hint_(hint), opt_(opt), costs_(opt.note_costs()), stage_(stage), tp_rank_(tp_rank) {}
+
+void RankDriver::begin_step(const std::vector<std::int64_t>& entry_sizes) {
+  // The readiness marks ready what waits for nothing, so the arbiter comes first, with the
+  // sizes that order the first forwards.
+  arb_ = std::make_unique<StageArbiter>(m_, stage_, hint_, opt_.arbiter);
+  if (static_cast<int>(entry_sizes.size()) == m_.microbatches())
+    arb_->note_entry_sizes(entry_sizes);
+  inputs_ = std::make_unique<Readiness>(m_, stage_, *arb_);
+  rendezvous_.reset();
+  if (opt_.comm == CommMode::Blocking) {
+    // Under `fixed` receives are posted one at a time in the stage's list order.
+    const bool fixed = opt_.arbiter.policy == Policy::Fixed;
+    rendezvous_ =
+        std::make_unique<Rendezvous>(m_, fixed ? &hint_.list().stages[stage_] : nullptr, *inputs_);
+  }
+  follower_.reset();
+  agree_.reset();
+  if (opt_.coordinated() && opt_.protocol == TpProtocol::Leader && tp_rank_ > 0)
+    follower_.emplace(tp_rank_);
+  if (opt_.coordinated() && opt_.protocol == TpProtocol::Agree) agree_.emplace(tp_rank_, opt_.tp);
+}
+
+bool RankDriver::arrived(const TaskId& consumer, std::int64_t cost_ns) {
+  if (costs_) arb_->note_cost(consumer, cost_ns);
+  return inputs_->arrive(consumer);
+}
+
+bool RankDriver::delivered(const TaskId& consumer, std::int64_t cost_ns) {
+  if (costs_) arb_->note_cost(consumer, cost_ns);
+  return inputs_->deliver(consumer);
+}
+
+std::optional<RankDriver::Proposal> RankDriver::propose() {
+  if (!may_propose()) return std::nullopt;
+  const auto task = arb_->peek();
+  if (!task) return std::nullopt;
+  return Proposal{agree_->propose(*task, inputs_->version()), *task};
+}
+
+StuckRank RankDriver::stuck(std::string running) const {
+  StuckRank v{arb_.get(), inputs_.get(), rendezvous_.get(), {}, std::move(running),
+              tp_rank_,   opt_.tp};
+  if (follower_) v.waiting = follower_->waiting();
+  if (agree_) v.waiting = agree_->waiting();
+  return v;
+}
+
+}  // namespace rrfp

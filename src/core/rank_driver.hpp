@@ -1,0 +1,139 @@
+#pragma once
+// One tensor-parallel rank's protocol, driven once for every executor: the simulator, the
+// threaded runtime, the processes of a job and the Python stages all hold one RankDriver per
+// rank and decide no protocol matter themselves. It owns the rank's machines (the arbiter, the
+// readiness of its tasks, the rendezvous of blocking mode, its group's leader/follower or agree
+// state) and the rules that join them: which consumers a finished task satisfies here, when an
+// arbiter hears a producer's cost, how the fixed order posts receives, what a stuck rank waits
+// for. The executor tells it what happened and asks it what to do; how time passes, how bytes
+// and control messages move and which thread calls is the executor's. No clock, thread or
+// lock: the executor serialises the calls for a rank (and for its group, under `agree`).
+//
+// An executor in a few lines (tests/test_driver.cpp runs one): per step, begin_step(); while
+// some rank is not done(): a rank with nothing running takes next() (or an agree round's
+// decide()), runs it, and reports task_ended(), sending each returned cross-stage consumer its
+// input, which the receiver reports with arrived() (async) or with offer(), accept() and
+// delivered() (blocking, the sender's released() on the acknowledgement).
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/arbiter.hpp"
+#include "core/modes.hpp"
+#include "core/readiness.hpp"
+#include "core/rendezvous.hpp"
+#include "core/stuck_report.hpp"
+#include "core/tp_choice.hpp"
+
+namespace rrfp {
+
+// What every rank of a run shares (embedded by value in the simulator's and the runtime's
+// options).
+struct DriverOptions {
+  ArbiterOptions arbiter;  // resolved (resolve_options)
+  CommMode comm = CommMode::Async;
+  TpProtocol protocol = TpProtocol::Leader;
+  int tp = 1;
+  // The ranks of a group choose together (T > 1 with a protocol other than `none`).
+  bool coordinated() const { return tp > 1 && protocol != TpProtocol::None; }
+  // Arbiters hear what inputs' producers took (the adaptive rule), except under `agree`: the
+  // ranks of a group, ranking by their own measurements, could propose differently.
+  bool note_costs() const { return !(coordinated() && protocol == TpProtocol::Agree); }
+};
+
+// An ended task's consumers (at most two): those on this stage are already satisfied; the
+// executor moves the output to each (an input slot here, a message to another stage).
+struct Consumers {
+  std::array<Dep, 2> deps{};
+  int n = 0;
+  const Dep* begin() const { return deps.data(); }
+  const Dep* end() const { return deps.data() + n; }
+};
+
+class RankDriver {
+ public:
+  // `m` and `hint` must outlive the driver.
+  RankDriver(const WorkModel& m, const Hint& hint, const DriverOptions& opt, int stage,
+             int tp_rank);
+
+  // Fresh machines for a step. `entry_sizes`: every microbatch's size, for the adaptive rule's
+  // entry order (the same on every rank of a group), or empty.
+  void begin_step(const std::vector<std::int64_t>& entry_sizes = {});
+
+  // --- What happened ---
+  // Task `t` ran for `cost_ns` and ended: its consumers on this stage are satisfied.
+  Consumers task_ended(const TaskId& t, std::int64_t cost_ns) {  // inline: the hottest call
+    Consumers c;
+    c.n = m_.consumers(t, c.deps);
+    for (const Dep& d : c) {
+      if (d.cross_stage) continue;
+      if (costs_) arb_->note_cost(d.task, cost_ns);
+      inputs_->satisfy(d.task);
+    }
+    return c;
+  }
+  // Async: `consumer`'s input from another stage arrived, its producer having taken
+  // `cost_ns`. True when it made the task ready; throws ProtocolError on a second arrival.
+  bool arrived(const TaskId& consumer, std::int64_t cost_ns);
+  // Blocking, receiving side: an offer of `consumer`'s input (`handle`: the executor's name for
+  // it); the offers to start now (Offered -> Accepted), the rest wait; the bytes are here.
+  void offered(const TaskId& consumer, int handle) { rendezvous_->on_offer(consumer, handle); }
+  std::vector<Rendezvous::Offer> accept() { return rendezvous_->take_acceptable(); }
+  bool has_offers() const { return rendezvous_ && rendezvous_->has_offers(); }
+  bool delivered(const TaskId& consumer, std::int64_t cost_ns);
+  // Blocking, sending side: one output offered (the rank is held until acknowledged); an
+  // acknowledgement, true when it freed the rank (throws ProtocolError when none is held).
+  void sent() { rendezvous_->offered(); }
+  bool released() { return rendezvous_->acknowledged(); }
+  // `leader`: the leader's choice reached this follower.
+  void on_choice(int from, const TaskId& t) { follower_->on_choice(from, t); }
+  // `agree`: a peer's proposal for `round`.
+  void on_proposal(int from, int round, const TaskId& t) { agree_->on_proposal(from, round, t); }
+
+  // --- What to do ---
+  // Alone, the leader, or a follower: the task to run now, committed; nullopt: wait for a
+  // change. (Under `agree` the group decides: propose() then decide().)
+  std::optional<TaskId> next() { return follower_ ? follower_->next(*arb_) : choose_alone(*arb_); }
+  // `agree`: what this rank would propose, without proposing it.
+  std::optional<TaskId> peek() const { return arb_->peek(); }
+  bool may_propose() const { return agree_->may_propose(inputs_->version()); }
+  struct Proposal {
+    int round;
+    TaskId task;
+  };
+  // Opens (or joins) a round with this rank's choice; nullopt when it may not or has nothing
+  // to propose. The executor sends the proposal to the rest of the group.
+  std::optional<Proposal> propose();
+  bool round_complete() const { return agree_->complete(); }
+  // Every proposal of the round is in: the agreed task, committed, or nullopt (no agreement).
+  std::optional<TaskId> decide() { return agree_->decide(*arb_); }
+
+  // --- What it is ---
+  bool held() const { return rendezvous_ && rendezvous_->held() > 0; }
+  bool finished() const { return arb_->finished(); }
+  bool done() const { return finished() && !held(); }  // nothing left to run or release
+  const StageArbiter& arbiter() const { return *arb_; }
+  const Readiness& inputs() const { return *inputs_; }
+  const AgreeRound* agree() const { return agree_ ? &*agree_ : nullptr; }
+  // What the stuck report reads of this rank; `running` is the executor's word.
+  StuckRank stuck(std::string running = {}) const;
+  int stage() const { return stage_; }
+  int tp_rank() const { return tp_rank_; }
+
+ private:
+  const WorkModel& m_;
+  const Hint& hint_;
+  DriverOptions opt_;
+  bool costs_;  // opt_.note_costs(), asked on every arrival and completion
+  int stage_, tp_rank_;
+  std::unique_ptr<StageArbiter> arb_;       // per step
+  std::unique_ptr<Readiness> inputs_;       // per step, on arb_
+  std::unique_ptr<Rendezvous> rendezvous_;  // blocking mode, per step, on inputs_
+  std::optional<LeaderFollower> follower_;  // `leader`, tp ranks > 0
+  std::optional<AgreeRound> agree_;         // `agree`
+};
+
+}  // namespace rrfp

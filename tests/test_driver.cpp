@@ -1,0 +1,135 @@
+// The one driver (core/rank_driver.hpp) under an executor of a few dozen lines: a discrete-event
+// loop for T = 1 and async messages, each task taking its realized duration and each message
+// its latency. It decides nothing itself, so it must start every task exactly when the
+// simulator does, for every hint, policy and seed: what a new executor inherits from the
+// driver is every protocol decision.
+#include <gtest/gtest.h>
+
+#include <queue>
+
+#include "core/rank_driver.hpp"
+#include "sim_helpers.hpp"
+
+namespace rrfp {
+namespace {
+
+using Starts = std::vector<std::int64_t>;  // by task index: when it started (-1: never)
+
+// The whole executor: events are a task's end or an input's arrival; after each instant's
+// events every idle rank asks its driver for the next task.
+Starts mini_executor(const WorkModel& m, const Hint& h, const RealizedWork& w, Policy policy) {
+  const DriverOptions opt{resolve_options(ArbiterOptions{policy}, h, m)};
+  std::vector<std::int64_t> sizes;
+  for (int mb = 0; mb < m.microbatches(); ++mb)
+    sizes.push_back(microbatch_size(m, w, mb));
+  std::vector<RankDriver> ranks;
+  for (int s = 0; s < m.pp(); ++s) {
+    ranks.emplace_back(m, h, opt, s, 0);
+    ranks.back().begin_step(sizes);
+  }
+  struct Ev {
+    std::int64_t time;
+    std::uint64_t seq;
+    int stage, task;
+    bool ended;  // else: the task's input arrived
+    bool operator>(const Ev& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+  };
+  std::priority_queue<Ev, std::vector<Ev>, std::greater<>> events;
+  std::uint64_t seq = 0;
+  std::vector<char> busy(m.pp(), 0);
+  Starts starts(m.num_tasks(), -1);
+  std::int64_t now = 0;
+  auto dispatch = [&] {
+    for (int s = 0; s < m.pp(); ++s)
+      if (!busy[s])
+        if (const auto t = ranks[s].next()) {
+          busy[s] = 1;
+          starts[m.index(*t)] = now;
+          events.push({now + w.compute(0, m.index(*t)), seq++, s, m.index(*t), true});
+        }
+  };
+  dispatch();
+  while (!events.empty()) {
+    now = events.top().time;
+    for (; !events.empty() && events.top().time == now; events.pop()) {
+      const Ev e = events.top();
+      const TaskId t = m.task(e.task);
+      if (!e.ended) {
+        std::array<Dep, 2> d{};
+        m.deps(t, d);  // the producer's cost travels with its message
+        const Dep& from = d[0].cross_stage ? d[0] : d[1];
+        ranks[e.stage].arrived(t, w.compute(0, m.index(from.task)));
+        continue;
+      }
+      busy[e.stage] = 0;
+      for (const Dep& c : ranks[e.stage].task_ended(t, w.compute(0, e.task)))
+        if (c.cross_stage)
+          events.push(
+              {now + w.message(0, e.task), seq++, m.stage_of(c.task), m.index(c.task), false});
+    }
+    dispatch();
+  }
+  for (const RankDriver& r : ranks)
+    EXPECT_TRUE(r.done()) << describe(r.stuck());
+  return starts;
+}
+
+TEST(Driver, AMiniExecutorStartsEveryTaskWhenTheSimulatorDoes) {
+  int compared = 0;
+  for (const char* hint : {"1f1b", "gpipe", "bf", "bfw", "adaptive", "zb-h1", "interleaved-1f1b"})
+    for (Policy policy : {Policy::Ready, Policy::Fixed})
+      for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+        const bool rule = std::string(hint) == "bf" || std::string(hint) == "bfw" ||
+                          std::string(hint) == "adaptive";
+        if (rule && policy == Policy::Fixed) continue;  // `fixed` follows a list
+        const bool split = std::string(hint) == "bfw" || std::string(hint) == "adaptive" ||
+                           std::string(hint) == "zb-h1";
+        const int v = std::string(hint) == "interleaved-1f1b" ? 2 : 1;
+        WorkModel m(test::config(4, 8, v, split));
+        WorkloadParams p = workload_preset("multimodal");
+        const RealizedWork w = realize(p, m, 1, seed);
+        const Hint h = make_hint(hint, m);
+        SimOptions so;
+        so.arbiter.policy = policy;
+        const StepRecord sim = simulate(m, h, w, so);
+        const Starts mine = mini_executor(m, h, w, policy);
+        ASSERT_EQ(sim.tasks.size(), static_cast<size_t>(m.num_tasks())) << hint;
+        for (const TaskRecord& r : sim.tasks)
+          EXPECT_EQ(mine[m.index(r.task)], r.start)
+              << hint << " " << to_string(policy) << " seed " << seed << " " << to_string(r.task);
+        ++compared;
+      }
+  EXPECT_EQ(compared, (4 * 2 + 3) * 8);
+}
+
+// A step whose inputs never come: the driver's stuck view names what the rank waits for, the
+// same words the simulator's deadlock and the runtime's watchdog print.
+TEST(Driver, StuckViewNamesTheMissingInput) {
+  WorkModel m(test::config(2, 2));
+  const Hint h = make_hint("1f1b", m);
+  RankDriver d(m, h, DriverOptions{resolve_options({}, h, m)}, 1, 0);
+  d.begin_step();
+  EXPECT_FALSE(d.next());
+  EXPECT_FALSE(d.done());
+  const std::string s = describe(d.stuck());
+  EXPECT_NE(s.find("F c0 m0 from stage 0"), std::string::npos) << s;
+}
+
+// The cost rule lives in the driver: under `agree` an arbiter hears no producer's cost, so the
+// adaptive rule ranks every rank of a group alike.
+TEST(Driver, CostsReachTheArbiterExceptUnderAgree) {
+  DriverOptions o;
+  o.tp = 2;
+  o.protocol = TpProtocol::Leader;
+  EXPECT_TRUE(o.note_costs());
+  o.protocol = TpProtocol::Agree;
+  EXPECT_FALSE(o.note_costs());
+  o.protocol = TpProtocol::None;
+  EXPECT_TRUE(o.note_costs());
+  o.tp = 1;
+  o.protocol = TpProtocol::Agree;
+  EXPECT_TRUE(o.note_costs());
+}
+
+}  // namespace
+}  // namespace rrfp
