@@ -1,0 +1,297 @@
+// `rrfp run`'s runs: each experiment of the scenario on the threaded runtime with emulated
+// compute (each task sleeps for its modelled duration), over --rounds, with warm-up and
+// --repeat timed steps; with --compare also simulated and replayed from its measured durations
+// (cli/compare.hpp); then the reports.
+#include <algorithm>
+#include <iostream>
+
+#include "cli/compare.hpp"
+#include "cli/run_flags.hpp"
+#include "core/error.hpp"
+#include "dist/step_merge.hpp"
+#include "runtime/emulated.hpp"
+#include "runtime/runtime.hpp"
+#include "sim/metrics.hpp"
+
+namespace rrfp {
+
+namespace {
+
+double percentile(std::vector<std::int64_t> v, double q) {
+  if (v.empty()) return 0;
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5));
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(k), v.end());
+  return static_cast<double>(v[k]);
+}
+
+// In one process the runtime emulates each message's modelled time on its own, from its send
+// (async) or its acceptance (blocking). What a real transport adds (links shared by all, copies
+// one at a time, a payload on its offer, threads waking behind copies) it does not emulate:
+// running a workload that sets it would put unlike steps side by side (--compare) or silently
+// drop what the file asks.
+void check_emulable(const WorkloadParams& w) {
+  struct Field {
+    const char* name;
+    bool set;
+    const char* fallback;
+  };
+  for (const Field& f : {Field{"comm_links", w.comm_links > 0, "0"},
+                         Field{"comm_two_slowdown", w.comm_two_slowdown > 1, "1"},
+                         Field{"comm_serial_receive", w.comm_serial_receive, "false"},
+                         Field{"comm_offer_payload", w.comm_offer_payload, "false"},
+                         Field{"comm_wake_us", w.comm_wake_us > 0, "0"},
+                         Field{"comm_wake_per_copy_us", w.comm_wake_per_copy_us > 0, "0"}})
+    if (f.set)
+      throw InputError("--workload-file: " + std::string(f.name) + " must be " + f.fallback +
+                       " with --transport inproc: it is a real transport's behaviour, which the "
+                       "threaded runtime does not emulate (rrfp simulate models it; --transport "
+                       "mpi has it)");
+}
+
+// The scenario, refused first where the threaded runtime in one process cannot emulate it.
+Scenario emulable_scenario(const ExperimentFlags& e, bool in_process) {
+  Scenario sc = make_scenario(e);
+  if (in_process) check_emulable(sc.workload);
+  return sc;
+}
+
+class EmulatedRuns {
+ public:
+  EmulatedRuns(const RunFlags& f, Job* world)
+      : f_(f),
+        world_(world),
+        timeout_ms_(timeout_ms_of(f.timeout_s)),
+        sc_(emulable_scenario(f.exp, !world)),
+        specs_(plan_runs(f.exp, sc_.cfg)),
+        root_(!world || world->rank() == 0),
+        // Over MPI, --compare simulates messages as the transport delivers them: a file, or a
+        // calibration of this job's transport before each round (every process takes part).
+        // A calibration of a few seconds reads this VM's 32 MiB copies 7-25% apart from one to
+        // the next while the steps of the rounds after it hold within 3%
+        // (docs/results-twin.md): each round's sample is taken next to its steps, and the
+        // model is their median.
+        calibrate_each_round_(world && f.compare &&
+                              (f.calibration.empty() || f.calibration == "baseline")),
+        steps_of_(specs_.size()) {
+    for (const RunSpec& spec : specs_)
+      check_spec(sc_, spec);  // bad input fails before anything runs
+    if (world && f.compare && !calibrate_each_round_) {
+      const TransportModel tm =
+          transport_model(f.calibration, f.transport, f.rendezvous == "offer", sc_, *world);
+      mm_ = tm.model;
+      model_source_ = tm.source;
+    }
+  }
+
+  void go() {
+    measure_rounds();
+    if (f_.compare && root_) simulate_and_replay();
+    if (root_) report();
+  }
+
+ private:
+  RuntimeOptions runtime_options(const WorkModel& m, const RealizedWork& w,
+                                 const SimOptions& o) const {
+    RuntimeOptions ro;
+    ro.arbiter = o.arbiter;
+    ro.tp_protocol = o.tp_protocol;
+    ro.comm = o.comm;
+    ro.tp = w.tp;
+    ro.timeout_ms = timeout_ms_;
+    // In one process a payload moves by reference, so the modelled latency is emulated; a
+    // real transport moves the bytes, and that is the message's cost (adding the model's
+    // latency on top would count it twice).
+    if (!world_) ro.latency = emulated_latency(m, w);
+    ro.rendezvous_pull = f_.rendezvous == "pull";
+    return ro;
+  }
+
+  // Untimed steps first, as any benchmark takes: they fill the output and receive pools, so
+  // the measured steps map no fresh memory (a fresh 32 MiB buffer costs 17-23 ms of page
+  // faults on the reference VM, a reused one 1.4-2.7 ms). How many buffers a step holds at
+  // once depends on its timing, so one warm-up step may not reach the peak: up to
+  // --warmup-extra more follow while the last one still mapped a buffer in any process (every
+  // process takes the same decision). Then --repeat timed steps, each merged over the job's
+  // processes.
+  void warm_up_and_time(Runtime& rt) {
+    int k = 0;
+    for (std::int64_t fresh = 0; k < f_.warmup || (fresh > 0 && k < f_.warmup + f_.warmup_extra);
+         ++k) {
+      fresh = rt.run_step(k).fresh_buffers;
+      if (world_)
+        fresh = static_cast<std::int64_t>(max_over_job(*world_, static_cast<double>(fresh)));
+    }
+    warmups_.push_back(k);
+    std::vector<StepResult>& steps = steps_of_[current_];
+    for (int j = 0; j < f_.repeat; ++j) {
+      steps.push_back(rt.run_step(k + j));
+      if (world_) merge_over_job(*world_, steps.back());
+    }
+  }
+
+  // The runtime as the scenario's executor: a fresh runtime for the current run, its steps,
+  // and the step of median makespan over the rounds so far (the report keeps the last
+  // round's).
+  StepRecord execute(const WorkModel& m, const Hint& h, const RealizedWork& w,
+                     const SimOptions& o) {
+    const RuntimeOptions ro = runtime_options(m, w, o);
+    if (!world_) {
+      Runtime rt(m, h, emulated_programs(m, w, {f_.spin}), ro);
+      warm_up_and_time(rt);
+    } else {
+      world_->set_layout(JobLayout{m.pp(), w.tp, 1});
+      EmulationOptions eo;
+      eo.spin = f_.spin;
+      eo.touch_outputs = true;
+      Runtime rt(m, h, emulated_programs(m, w, eo), ro, world_->hosting());
+      warm_up_and_time(rt);
+      world_->all_gather({});  // nobody tears down its endpoint while a peer may still send
+    }
+    const std::vector<StepResult>& steps = steps_of_[current_];
+    std::vector<std::int64_t> makespans;
+    for (const StepResult& st : steps)
+      makespans.push_back(st.run.makespan);
+    std::sort(makespans.begin(), makespans.end());
+    const std::int64_t median = makespans[(makespans.size() - 1) / 2];
+    const auto it = std::find_if(steps.begin(), steps.end(),
+                                 [&](const StepResult& st) { return st.run.makespan == median; });
+    if (last_round_) gaps_.insert(gaps_.end(), it->dispatch_gaps.begin(), it->dispatch_gaps.end());
+    return it->run;
+  }
+
+  // --rounds R: the runs take turns, R times over (each time a fresh runtime, its warm-up and
+  // --repeat timed steps), so a machine that drifts over minutes weighs on every run alike
+  // instead of on whichever ran last.
+  void measure_rounds() {
+    const Executor runtime = [this](const WorkModel& m, const Hint& h, const RealizedWork& w,
+                                    const SimOptions& o) { return execute(m, h, w, o); };
+    for (int round = 0; round < f_.rounds; ++round) {
+      last_round_ = round + 1 == f_.rounds;
+      if (calibrate_each_round_) {
+        const TransportModel tm =
+            transport_model(f_.calibration, f_.transport, f_.rendezvous == "offer", sc_, *world_);
+        round_models_.push_back(tm.model);
+        model_source_ =
+            tm.source + (f_.rounds > 1 ? ", before each of the " + std::to_string(f_.rounds) +
+                                             " rounds, each field their median"
+                                       : ", at startup");
+      }
+      for (current_ = 0; current_ < specs_.size(); ++current_) {
+        const RunSpec& spec = specs_[current_];
+        if (root_)
+          print_line("running " + (spec.label.empty() ? default_label(spec) : spec.label) +
+                     (world_ ? " over " + std::to_string(world_->size()) + " mpi ranks" : "") +
+                     (f_.rounds > 1 ? " (round " + std::to_string(round + 1) + " of " +
+                                          std::to_string(f_.rounds) + ")"
+                                    : std::string()) +
+                     " ...");
+        ReportRun r = run_scenario(sc_, spec, runtime);
+        if (last_round_) runs_.push_back(std::move(r));
+      }
+    }
+  }
+
+  // The simulator's side of --compare: the workload's message model in one process; the
+  // transport's measured one over MPI (calibrated before the runs, or fitted to the first).
+  Executor message_simulator() {
+    if (!world_) return simulate;
+    if (calibrate_each_round_) mm_ = median_model(round_models_);
+    print_line("simulating messages as the mpi transport delivers them (" + model_source_ +
+               "): " + describe(mm_));
+    Executor sim = [this](const WorkModel& m, const Hint& h, const RealizedWork& w,
+                          const SimOptions& o) {
+      RealizedWork t = w;
+      set_message_model(m, t, mm_);
+      return simulate(m, h, t, o);
+    };
+    if (f_.calibration == "baseline") {
+      mm_.bandwidth_gbps = fit_bandwidth(
+          [&](double gbps) {
+            mm_.bandwidth_gbps = gbps;
+            return run_scenario(sc_, specs_[0], sim).metrics.makespan;
+          },
+          runs_[0].metrics.makespan);
+      print_line("fitted to " + runs_[0].label + "'s measured step (its row is not a " +
+                 "prediction; the others are): " + describe(mm_));
+    }
+    return sim;
+  }
+
+  void simulate_and_replay() {
+    const Executor sim = message_simulator();
+    for (const RunSpec& spec : specs_)
+      simulated_.push_back(run_scenario(sc_, spec, sim));
+    // The replay: each run's median step's own task durations, the same messages. What the
+    // emulation itself adds (sleeps overshooting on shared cores) is then not the twin's error.
+    for (size_t i = 0; i < specs_.size(); ++i)
+      replayed_.push_back(run_scenario(
+          sc_, specs_[i],
+          [&, i](const WorkModel& m, const Hint& h, const RealizedWork& w, const SimOptions& o) {
+            RealizedWork t = w;
+            use_measured_compute(m, t, runs_[i].result);
+            return sim(m, h, t, o);
+          }));
+  }
+
+  void report() const {
+    ReportHeader h = header_of(sc_);
+    h.source = world_ ? "measured (mpi)" : "measured";
+    const std::vector<FidelityRow> fidelity =
+        f_.compare ? fidelity_rows(runs_, simulated_, replayed_, steps_of_)
+                   : std::vector<FidelityRow>{};
+    write_reports(
+        f_.exp, h, runs_,
+        f_.compare
+            ? nlohmann::json{{"compare", fidelity_json(fidelity, world_ ? describe(mm_) : "")}}
+            : nlohmann::json{});
+    std::ostream& human = f_.exp.json == "-" ? std::cerr : std::cout;  // stdout: the JSON alone
+    human << "runtime overhead: dispatch gap (task end to the next already-ready task's start) "
+          << "median " << fmt("%.1f", percentile(gaps_, 0.5) / 1e3) << " us, p99 "
+          << fmt("%.1f", percentile(gaps_, 0.99) / 1e3) << " us over " << gaps_.size()
+          << " dispatches\n";
+    human << warm_up_line();
+    if (f_.compare) human << fidelity_table(fidelity);
+  }
+
+  std::string warm_up_line() const {
+    int timed = 0, mapped = 0;
+    for (const std::vector<StepResult>& steps : steps_of_)
+      for (const StepResult& st : steps) {
+        ++timed;
+        mapped += st.fresh_buffers > 0;
+      }
+    const auto [few, most] = std::minmax_element(warmups_.begin(), warmups_.end());
+    if (few == warmups_.end()) return "";
+    return "warm-up: " + std::to_string(*few) + (*most > *few ? "-" + std::to_string(*most) : "") +
+           " untimed steps per run (--warmup " + std::to_string(f_.warmup) +
+           ", then up to --warmup-extra " + std::to_string(f_.warmup_extra) +
+           " more while one still mapped fresh payload buffers); timed steps that mapped fresh "
+           "buffers (their page faults in their times): " +
+           std::to_string(mapped) + " of " + std::to_string(timed) + "\n";
+  }
+
+  const RunFlags& f_;
+  Job* world_;
+  const std::int64_t timeout_ms_;
+  const Scenario sc_;
+  const std::vector<RunSpec> specs_;
+  const bool root_, calibrate_each_round_;
+  MessageModel mm_;
+  std::vector<MessageModel> round_models_;
+  std::string model_source_;
+  std::vector<std::int64_t> gaps_;
+  std::vector<int> warmups_;  // warm-up steps each run and round took
+  // Per run: every timed step so far, over the rounds (each merged over the job's processes).
+  std::vector<std::vector<StepResult>> steps_of_;
+  size_t current_ = 0;  // the run execute() measures
+  bool last_round_ = false;
+  std::vector<ReportRun> runs_, simulated_, replayed_;
+};
+
+}  // namespace
+
+void run_emulated(const RunFlags& f, Job* world) {
+  EmulatedRuns(f, world).go();
+}
+
+}  // namespace rrfp

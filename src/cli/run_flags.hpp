@@ -1,0 +1,24 @@
+#pragma once
+// `rrfp run`'s flags and the runs they ask for (cli/run_emulated.cpp), shared with the
+// subcommand's set-up (cli/run_cmd.cpp).
+#include <string>
+
+#include "cli/experiment_cmd.hpp"
+#include "dist/job.hpp"
+
+namespace rrfp {
+
+struct RunFlags {
+  ExperimentFlags exp;
+  double timeout_s = 60;
+  int warmup = 1, warmup_extra = 4, repeat = 1, rounds = 1;
+  bool spin = false, compare = false;
+  std::string transport = "inproc", calibration, rendezvous = "offer";
+};
+
+// Runs the experiments on the threaded runtime with emulated compute and reports them.
+// `world`: the MPI job under --transport mpi (each process hosts one endpoint; rank 0 merges
+// every process's record and writes the reports), else null.
+void run_emulated(const RunFlags& f, Job* world);
+
+}  // namespace rrfp
