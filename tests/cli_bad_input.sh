@@ -197,6 +197,8 @@ fi
 # rrfp plan: bad budgets and modes, then the round trip: the written plan, simulated under the
 # fixed policy with the same flags, gives the makespan the plan printed.
 check "--budget: must be in (0, 86400]" plan --budget 0
+check "--exact-budget: must be in (0, 86400] seconds, got nan" plan --exact-budget nan
+check "--budget: must be in (0, 86400] seconds, got nan" plan --budget nan
 check "--exact: expected auto, on or off" plan --exact maybe
 check "--exact on: enumerates every order" plan --pp 2 -m 2 --entry in-order --exact on
 check "--entry: expected free or in-order" plan --entry sorted

@@ -54,23 +54,27 @@ bool want_exact(const PlanFlags& f, const PlanProblem& p) {
   return p.m().pp() <= 4 && p.m().microbatches() <= 8 && why.empty();
 }
 
-void run_plan(const PlanFlags& f) {
-  if (f.budget_s <= 0 || f.budget_s > 86400)
-    throw InputError("`budget`: must be in (0, 86400] seconds, got " + fmt("%g", f.budget_s));
-  if (f.exact_budget_s <= 0 || f.exact_budget_s > 86400)
-    throw InputError("`exact_budget`: must be in (0, 86400] seconds, got " +
-                     fmt("%g", f.exact_budget_s));
-  const Scenario sc = make_scenario(f.shape, f.load, f.dispatch);
-  const WorkModel m(sc.cfg);
-  const RealizedWork work = realized_work(sc, m);
-  const PlanProblem p = make_problem(m, work, parse_comm(f.dispatch.comm), sc.tp_protocol, sc.limit,
-                                     sc.max_pending_w);
-  std::ostream& human = f.json == "-" ? std::cerr : std::cout;
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
+// A budget in seconds, refused unless in (0, 86400] (NaN included).
+void check_budget(double s, const char* name) {
+  if (!(s > 0 && s <= 86400))
+    throw InputError(std::string("`") + name + "`: must be in (0, 86400] seconds, got " +
+                     fmt("%g", s));
+}
 
-  if (f.entry != "free" && f.entry != "in-order")
-    throw InputError("`entry`: expected free or in-order, got '" + f.entry + "'");
-  const bool ran_exact = want_exact(f, p);
+// What the searches found: the heuristic search's best, the exact search's if it ran, and the
+// better of the two.
+struct Planned {
+  SearchResult search;
+  ExactResult exact;
+  bool ran_exact = false;
+  bool exact_better() const { return ran_exact && exact.found && exact.makespan < search.makespan; }
+  const ListHint& order() const { return exact_better() ? exact.order : search.order; }
+  std::int64_t makespan() const { return exact_better() ? exact.makespan : search.makespan; }
+};
+
+Planned search_both(const PlanFlags& f, const PlanProblem& p, bool ran_exact) {
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  Planned out;
   SearchOptions so;
   so.budget_s = f.budget_s;
   so.max_evaluations = f.max_evaluations;
@@ -81,93 +85,119 @@ void run_plan(const PlanFlags& f) {
       std::fprintf(stderr, "\rsearch: %.1f s, %lld orders, best %.3f ms\033[K", g.seconds,
                    static_cast<long long>(g.evaluations), ms(g.best));
     };
-  SearchResult best = search_schedule(p, so);
+  out.search = search_schedule(p, so);
   if (tty) std::fprintf(stderr, "\r\033[K");
+  out.ran_exact = ran_exact;
+  if (!ran_exact) return out;
+  ExactOptions eo;
+  eo.budget_s = f.exact_budget_s;
+  eo.upper = out.search.makespan;
+  if (tty)
+    eo.progress = [](std::int64_t nodes, std::int64_t b) {
+      std::fprintf(stderr, "\rexact: %lld nodes, best %.3f ms\033[K", static_cast<long long>(nodes),
+                   ms(b));
+    };
+  out.exact = exact_schedule(p, eo);
+  if (tty) std::fprintf(stderr, "\r\033[K");
+  return out;
+}
 
-  ExactResult exact;
-  if (ran_exact) {
-    ExactOptions eo;
-    eo.budget_s = f.exact_budget_s;
-    eo.upper = best.makespan;
-    if (tty)
-      eo.progress = [](std::int64_t nodes, std::int64_t b) {
-        std::fprintf(stderr, "\rexact: %lld nodes, best %.3f ms\033[K",
-                     static_cast<long long>(nodes), ms(b));
-      };
-    exact = exact_schedule(p, eo);
-    if (tty) std::fprintf(stderr, "\r\033[K");
-  }
-  const bool exact_better = ran_exact && exact.found && exact.makespan < best.makespan;
-  const ListHint& order = exact_better ? exact.order : best.order;
-  const std::int64_t makespan = exact_better ? exact.makespan : best.makespan;
-
+// The best order as a run of the report, checked against what the search said it makes.
+ReportRun plan_run(const PlanFlags& f, const Scenario& sc, const PlanProblem& p,
+                   const Planned& best, const LowerBound& lb) {
   ReportRun run;
   run.label = "clairvoyant plan";
   run.hint = f.out.empty() ? "plan" : f.out;
   run.policy = "fixed";
   run.comm = f.dispatch.comm;
   run.cfg = sc.cfg;
-  run.result = simulate_order(p, order, run.hint);
-  if (run.result.makespan != makespan)
+  run.result = simulate_order(p, best.order(), run.hint);
+  if (run.result.makespan != best.makespan())
     throw Error("plan: the best order simulates to " + std::to_string(run.result.makespan) +
-                " ns, not the " + std::to_string(makespan) + " ns the search found");
-  const LowerBound lb = lower_bound(m, work, p.d_bound());
+                " ns, not the " + std::to_string(best.makespan()) + " ns the search found");
   run.metrics = compute_metrics(run.result, lb);
-  const std::int64_t bound = std::max(lb.value, lb.memory);
+  return run;
+}
 
+void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, const PlanProblem& p,
+                const Planned& best, std::int64_t bound) {
+  const WorkModel& m = p.m();
+  const SearchResult& s = best.search;
+  human << "P=" << m.pp() << " V=" << m.vpp() << " M=" << m.microbatches()
+        << " split=" << (m.split() ? "on" : "off") << " TP=" << sc.tp
+        << "  workload=" << header_of(sc).workload << "  seed=" << sc.seed << "  limit=" << p.limit
+        << " (D <= " << p.d_bound() << ")  W cap=" << p.max_pending_w
+        << "  comm=" << f.dispatch.comm
+        << "\n\nstart points (each order under the fixed policy):\n";
+  for (const StartPoint& sp : s.starts)
+    human << line("  %-28s ", sp.name.c_str())
+          << (sp.makespan ? line("%10.3f ms", ms(sp.makespan)) : std::string("  infeasible"))
+          << "\n";
+  human << line("\nsearch: %.3f ms, found by %s; %lld orders in %.1f s\n", ms(s.makespan),
+                s.found_by.c_str(), static_cast<long long>(s.evaluations), s.seconds);
+  if (best.ran_exact)
+    human << line(
+        "exact:  %.3f ms, %s; %lld nodes in %.1f s (root bound %.3f ms)\n", ms(best.exact.makespan),
+        best.exact.proven ? "optimal (proven)" : "not proven within the budget",
+        static_cast<long long>(best.exact.nodes), best.exact.seconds, ms(best.exact.root_bound));
+  const std::int64_t makespan = best.makespan();
+  human << line("best:   %.3f ms; lower bound %.3f ms (gap %.1f%%)\n", ms(makespan), ms(bound),
+                100.0 * static_cast<double>(makespan - bound) / static_cast<double>(makespan));
+  if (!f.out.empty())
+    human << "wrote " << f.out << ": `rrfp simulate --hint " << f.out
+          << " --policy fixed` with the same shape, workload and --comm flags reproduces it\n";
+}
+
+nlohmann::json plan_json(const Scenario& sc, const PlanProblem& p, const ReportRun& run,
+                         const Planned& best, std::int64_t bound) {
+  const SearchResult& s = best.search;
+  nlohmann::json j = to_json(header_of(sc), {run});
+  j["plan"] = {{"makespan_ms", ms(best.makespan())},
+               {"lower_bound_ms", ms(bound)},
+               {"search_ms", ms(s.makespan)},
+               {"search_found_by", s.found_by},
+               {"evaluations", s.evaluations},
+               {"search_seconds", s.seconds},
+               {"limit", p.limit},
+               {"d_bound", p.d_bound()},
+               {"max_pending_w", p.max_pending_w}};
+  j["plan"]["starts"] = nlohmann::json::array();
+  for (const StartPoint& sp : s.starts)
+    j["plan"]["starts"].push_back({{"name", sp.name}, {"makespan_ms", ms(sp.makespan)}});
+  if (best.ran_exact)
+    j["plan"]["exact"] = {{"makespan_ms", ms(best.exact.makespan)},
+                          {"proven", best.exact.proven},
+                          {"nodes", best.exact.nodes},
+                          {"seconds", best.exact.seconds}};
+  return j;
+}
+
+void run_plan(const PlanFlags& f) {
+  check_budget(f.budget_s, "budget");
+  check_budget(f.exact_budget_s, "exact_budget");
+  const Scenario sc = make_scenario(f.shape, f.load, f.dispatch);
+  const WorkModel m(sc.cfg);
+  const RealizedWork work = realized_work(sc, m);
+  const PlanProblem p = make_problem(m, work, parse_comm(f.dispatch.comm), sc.tp_protocol, sc.limit,
+                                     sc.max_pending_w);
+  if (f.entry != "free" && f.entry != "in-order")
+    throw InputError("`entry`: expected free or in-order, got '" + f.entry + "'");
+  const Planned best = search_both(f, p, want_exact(f, p));
+  const LowerBound lb = lower_bound(m, work, p.d_bound());
+  const ReportRun run = plan_run(f, sc, p, best, lb);
+  const std::int64_t bound = std::max(lb.value, lb.memory);
   if (!f.out.empty()) {
     const bool json = f.out.size() >= 5 && f.out.compare(f.out.size() - 5, 5, ".json") == 0;
-    write_text_file(f.out, json ? write_hint_json(order, m) : write_hint_text(order, m), "--out");
+    write_text_file(
+        f.out, json ? write_hint_json(best.order(), m) : write_hint_text(best.order(), m), "--out");
   }
-  if (f.json != "-") {
-    human << "P=" << m.pp() << " V=" << m.vpp() << " M=" << m.microbatches()
-          << " split=" << (m.split() ? "on" : "off") << " TP=" << sc.tp
-          << "  workload=" << header_of(sc).workload << "  seed=" << sc.seed
-          << "  limit=" << p.limit << " (D <= " << p.d_bound() << ")  W cap=" << p.max_pending_w
-          << "  comm=" << f.dispatch.comm
-          << "\n\nstart points (each order under the fixed policy):\n";
-    for (const StartPoint& s : best.starts)
-      human << line("  %-28s ", s.name.c_str())
-            << (s.makespan ? line("%10.3f ms", ms(s.makespan)) : std::string("  infeasible"))
-            << "\n";
-    human << line("\nsearch: %.3f ms, found by %s; %lld orders in %.1f s\n", ms(best.makespan),
-                  best.found_by.c_str(), static_cast<long long>(best.evaluations), best.seconds);
-    if (ran_exact)
-      human << line("exact:  %.3f ms, %s; %lld nodes in %.1f s (root bound %.3f ms)\n",
-                    ms(exact.makespan),
-                    exact.proven ? "optimal (proven)" : "not proven within the budget",
-                    static_cast<long long>(exact.nodes), exact.seconds, ms(exact.root_bound));
-    human << line("best:   %.3f ms; lower bound %.3f ms (gap %.1f%%)\n", ms(makespan), ms(bound),
-                  100.0 * static_cast<double>(makespan - bound) / static_cast<double>(makespan));
-    if (!f.out.empty())
-      human << "wrote " << f.out << ": `rrfp simulate --hint " << f.out
-            << " --policy fixed` with the same shape, workload and --comm flags reproduces it\n";
-  }
-  if (!f.json.empty()) {
-    nlohmann::json j = to_json(header_of(sc), {run});
-    j["plan"] = {{"makespan_ms", ms(makespan)},
-                 {"lower_bound_ms", ms(bound)},
-                 {"search_ms", ms(best.makespan)},
-                 {"search_found_by", best.found_by},
-                 {"evaluations", best.evaluations},
-                 {"search_seconds", best.seconds},
-                 {"limit", p.limit},
-                 {"d_bound", p.d_bound()},
-                 {"max_pending_w", p.max_pending_w}};
-    j["plan"]["starts"] = nlohmann::json::array();
-    for (const StartPoint& s : best.starts)
-      j["plan"]["starts"].push_back({{"name", s.name}, {"makespan_ms", ms(s.makespan)}});
-    if (ran_exact)
-      j["plan"]["exact"] = {{"makespan_ms", ms(exact.makespan)},
-                            {"proven", exact.proven},
-                            {"nodes", exact.nodes},
-                            {"seconds", exact.seconds}};
-    const std::string text = j.dump(2) + "\n";
-    if (f.json == "-")
-      std::cout << text;
-    else
-      write_text_file(f.json, text, "--json");
-  }
+  if (f.json != "-") print_plan(std::cout, f, sc, p, best, bound);
+  if (f.json.empty()) return;
+  const std::string text = plan_json(sc, p, run, best, bound).dump(2) + "\n";
+  if (f.json == "-")
+    std::cout << text;
+  else
+    write_text_file(f.json, text, "--json");
 }
 
 }  // namespace
