@@ -106,6 +106,7 @@ head -c 3000 /dev/urandom >"$tmp/random.bin"
 check "$tmp/random.bin" schedule check "$tmp/random.bin"
 check "cannot write" simulate --svg /nonexistent-dir/x.svg
 check "--seeds: must be at least 1" sweep --seeds 0
+check "--mb-factors: 1073741825 x --pp 4 microbatches on 4 stages exceed" sweep --pp 4 --mb-factors 1073741825
 # Random bytes as hint files and workload files, many times over: never a crash.
 for i in $(seq 1 40); do
   head -c $((RANDOM % 400 + 1)) /dev/urandom >"$tmp/r$i"

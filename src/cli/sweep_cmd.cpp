@@ -83,12 +83,20 @@ std::string markdown(const std::vector<Row>& rows, const SweepFlags& f) {
   return o.str();
 }
 
-void run_sweep(const SweepFlags& f) {
+// Bad input fails before anything runs, each value named with its flag.
+void check_sweep(const SweepFlags& f) {
   if (f.seeds < 1) throw InputError("--seeds: must be at least 1, got " + std::to_string(f.seeds));
   for (int p : f.pps)
     if (p < 1) throw InputError("--pp: must be at least 1, got " + std::to_string(p));
   for (int m : f.mb_factors)
     if (m < 1) throw InputError("--mb-factors: must be at least 1, got " + std::to_string(m));
+  // M = factor x P in 64 bits: an int product wrapped round (1073741825 x 4 ran M = 4).
+  for (int m : f.mb_factors)
+    for (int p : f.pps)
+      if (1LL * m * p * p > kMaxChunkMicrobatches)
+        throw InputError("--mb-factors: " + std::to_string(m) + " x --pp " + std::to_string(p) +
+                         " microbatches on " + std::to_string(p) + " stages exceed the " +
+                         std::to_string(kMaxChunkMicrobatches) + " chunk-microbatches of a step");
   for (int t : f.tps)
     if (t < 1) throw InputError("--tp: must be at least 1, got " + std::to_string(t));
   for (int l : f.limits)
@@ -98,18 +106,68 @@ void run_sweep(const SweepFlags& f) {
     if (!is_rule_hint_name(h) &&
         std::find(hint_names().begin(), hint_names().end(), h) == hint_names().end())
       throw InputError("--hints: unknown hint '" + h + "'");
-  std::vector<WorkloadParams> loads;
-  for (const auto& w : f.workloads)
-    loads.push_back(workload_preset(w));
-  const TpProtocol proto = parse_tp_protocol(f.tp_protocol);
+}
 
+// The fixed baselines, then every requested rrfp hint under the ready policy.
+std::vector<RunSpec> sweep_specs(const SweepFlags& f) {
   std::vector<RunSpec> specs = {
       {"1f1b", Policy::Fixed, CommMode::Blocking, "fixed 1f1b (blocking)"},
       {"1f1b", Policy::Fixed, CommMode::Async, "fixed 1f1b (async)"},
       {"zb-h1", Policy::Fixed, CommMode::Async, "fixed zb-h1 (async)"}};
   for (const auto& h : f.hints)
     specs.push_back({h, Policy::Ready, CommMode::Async, "rrfp " + h + " (async)"});
+  return specs;
+}
 
+// One grid point's runs, each against the three baselines (the first three runs).
+std::vector<Row> point_rows(const Scenario& sc, const std::vector<RunSpec>& specs, int limit_flag) {
+  std::vector<ReportRun> runs;
+  for (const auto& s : specs)
+    runs.push_back(run_scenario(sc, s));
+  const double b0 = runs[0].metrics.makespan, b1 = runs[1].metrics.makespan,
+               b2 = runs[2].metrics.makespan;
+  std::vector<Row> rows;
+  for (const auto& r : runs) {
+    const RunMetrics& mt = r.metrics;
+    Row row{sc.workload_name,
+            r.label,
+            sc.cfg.pp,
+            sc.cfg.microbatches,
+            sc.tp,
+            limit_flag,
+            mt.limit,
+            sc.seed,
+            mt.makespan / 1e6,
+            mt.bubble_ratio,
+            mt.efficiency,
+            mt.bound.value / 1e6,
+            0,
+            b0 / mt.makespan,
+            b1 / mt.makespan,
+            b2 / mt.makespan};
+    for (const auto& s : mt.stages)
+      row.peak_d = std::max(row.peak_d, s.peak_d);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::string csv_line(const Row& r) {
+  return r.workload + "," + std::to_string(r.pp) + "," + std::to_string(r.mbs) + "," +
+         std::to_string(r.tp) + "," + std::to_string(r.limit_flag) + "," + std::to_string(r.limit) +
+         "," + std::to_string(r.seed) + "," + r.run + "," + fmt("%.3f", r.makespan_ms) + "," +
+         fmt("%.3f", r.bubble) + "," + fmt("%.3f", r.efficiency) + "," + fmt("%.3f", r.lb_ms) +
+         "," + std::to_string(r.peak_d) + "," + fmt("%.3f", r.vs_1f1b_blocking) + "," +
+         fmt("%.3f", r.vs_1f1b_async) + "," + fmt("%.3f", r.vs_zbh1) + "\n";
+}
+
+void run_sweep(const SweepFlags& f) {
+  check_sweep(f);
+  std::vector<WorkloadParams> loads;
+  for (const auto& w : f.workloads)
+    loads.push_back(workload_preset(w));
+  const TpProtocol proto = parse_tp_protocol(f.tp_protocol);
+  const std::vector<RunSpec> specs = sweep_specs(f);
   const size_t total = f.workloads.size() * f.pps.size() * f.mb_factors.size() * f.tps.size() *
                        f.limits.size() * f.seeds;
   std::vector<Row> rows;
@@ -133,38 +191,9 @@ void run_sweep(const SweepFlags& f) {
               sc.seed = seed;
               sc.limit = lim;
               sc.record = false;
-              std::vector<ReportRun> runs;
-              for (const auto& s : specs)
-                runs.push_back(run_scenario(sc, s));
-              const double b0 = runs[0].metrics.makespan, b1 = runs[1].metrics.makespan,
-                           b2 = runs[2].metrics.makespan;
-              for (const auto& r : runs) {
-                Row row{f.workloads[wi],
-                        r.label,
-                        p,
-                        fac * p,
-                        tp,
-                        lim,
-                        r.metrics.limit,
-                        static_cast<std::uint64_t>(seed),
-                        r.metrics.makespan / 1e6,
-                        r.metrics.bubble_ratio,
-                        r.metrics.efficiency,
-                        r.metrics.bound.value / 1e6,
-                        0,
-                        b0 / r.metrics.makespan,
-                        b1 / r.metrics.makespan,
-                        b2 / r.metrics.makespan};
-                for (const auto& s : r.metrics.stages)
-                  row.peak_d = std::max(row.peak_d, s.peak_d);
-                csv += row.workload + "," + std::to_string(p) + "," + std::to_string(row.mbs) +
-                       "," + std::to_string(tp) + "," + std::to_string(lim) + "," +
-                       std::to_string(row.limit) + "," + std::to_string(seed) + "," + row.run +
-                       "," + fmt("%.3f", row.makespan_ms) + "," + fmt("%.3f", row.bubble) + "," +
-                       fmt("%.3f", row.efficiency) + "," + fmt("%.3f", row.lb_ms) + "," +
-                       std::to_string(row.peak_d) + "," + fmt("%.3f", row.vs_1f1b_blocking) + "," +
-                       fmt("%.3f", row.vs_1f1b_async) + "," + fmt("%.3f", row.vs_zbh1) + "\n";
-                rows.push_back(row);
+              for (const Row& r : point_rows(sc, specs, lim)) {
+                csv += csv_line(r);
+                rows.push_back(r);
               }
               if (!f.quiet && (++done % 10 == 0 || done == total))
                 std::cerr << "\rsweep: " << done << "/" << total << " grid points" << std::flush;

@@ -19,8 +19,7 @@ void validate(const PipelineConfig& cfg) {
   if (cfg.vpp < 1) throw InputError("`vpp`: must be at least 1, got " + std::to_string(cfg.vpp));
   if (cfg.microbatches < 1)
     throw InputError("`microbatches`: must be at least 1, got " + std::to_string(cfg.microbatches));
-  // Flat indices are int: keep the task graph well inside that range.
-  if (static_cast<long long>(cfg.pp) * cfg.vpp * cfg.microbatches > 50'000'000LL)
+  if (static_cast<long long>(cfg.pp) * cfg.vpp * cfg.microbatches > kMaxChunkMicrobatches)
     throw InputError("`pp` x `vpp` x `microbatches`: more than 50 million chunk-microbatches");
   if (cfg.placement == Placement::VShape && cfg.vpp != 2)
     throw InputError("`placement` vshape: needs `vpp` 2, got `vpp` " + std::to_string(cfg.vpp));

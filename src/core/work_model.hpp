@@ -22,6 +22,10 @@ struct PipelineConfig {
   bool split_backward = false;  // B = input gradient only, W = weight gradient
 };
 
+// The most chunk-microbatches (P x V x M) a step may have: flat task indices are int, and this
+// keeps them well inside that range.
+constexpr long long kMaxChunkMicrobatches = 50'000'000;
+
 // Throws InputError naming the offending field.
 void validate(const PipelineConfig& cfg);
 
