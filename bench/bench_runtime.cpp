@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "comm/inproc.hpp"
-#include "runtime/emulated.hpp"
+#include "emulate/emulated.hpp"
 #include "runtime/runtime.hpp"
 
 namespace rrfp {

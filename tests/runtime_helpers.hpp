@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "comm/inproc.hpp"
-#include "runtime/emulated.hpp"
+#include "emulate/emulated.hpp"
 #include "runtime/runtime.hpp"
 #include "sim/rng.hpp"
 

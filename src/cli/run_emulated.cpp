@@ -9,7 +9,7 @@
 #include "cli/run_flags.hpp"
 #include "core/error.hpp"
 #include "dist/step_merge.hpp"
-#include "runtime/emulated.hpp"
+#include "emulate/emulated.hpp"
 #include "runtime/runtime.hpp"
 #include "sim/metrics.hpp"
 

@@ -9,7 +9,7 @@
 #include "cli/mpi_launch.hpp"
 #include "cli/train_flags.hpp"
 #include "core/error.hpp"
-#include "runtime/jitter.hpp"
+#include "emulate/jitter.hpp"
 #include "train/run.hpp"
 
 namespace rrfp {

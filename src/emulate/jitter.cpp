@@ -1,4 +1,4 @@
-#include "runtime/jitter.hpp"
+#include "emulate/jitter.hpp"
 
 #include <algorithm>
 

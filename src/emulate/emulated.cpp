@@ -1,4 +1,4 @@
-#include "runtime/emulated.hpp"
+#include "emulate/emulated.hpp"
 
 #include <array>
 #include <cstring>
