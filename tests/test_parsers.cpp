@@ -126,6 +126,85 @@ TEST(Replay, ReadsMeasuredDurationsAndRejectsBadRows) {
   EXPECT_NE(err("stage,chunk\n").find("lacks column 'microbatch'"), std::string::npos);
 }
 
+// A replay row for a task already given would silently replace it (0.90 ms became 900.8 ms in a
+// hand-edited file): refused, naming the task.
+TEST(Replay, ARepeatedRowIsRefused) {
+  WorkModel m = small();
+  std::string csv = "stage,chunk,microbatch,kind,duration_us\n";
+  for (int c = 0; c < 2; ++c)
+    for (int mb = 0; mb < 2; ++mb)
+      for (const char* k : {"F", "B"})
+        csv += std::to_string(c) + "," + std::to_string(c) + "," + std::to_string(mb) + "," + k +
+               ",900\n";
+  EXPECT_NO_THROW(parse_replay_csv(csv, m, 1, "r.csv"));
+  try {
+    parse_replay_csv(csv + "1,1,0,B,900800\n", m, 1, "r.csv");
+    ADD_FAILURE() << "a repeated row was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("r.csv:10: task B c1 m0 appears twice"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A recording made with the split backward (rrfp train's default, BFW) replays without it: each
+// W's duration joins its B, which then does both. Without W rows, a split run says how to replay
+// instead of naming the first missing W.
+TEST(Replay, SplitRecordingsFoldIntoBWhereTheRunDoesNotSplit) {
+  WorkModel split(config(2, 2, 1, true)), whole(config(2, 2, 1, false));
+  std::string csv = "stage,chunk,microbatch,kind,duration_us,send_us\n";
+  for (int c = 0; c < 2; ++c)
+    for (int mb = 0; mb < 2; ++mb) {
+      const std::string at =
+          std::to_string(c) + "," + std::to_string(c) + "," + std::to_string(mb) + ",";
+      csv += at + "F,100,5\n" + at + "B,60,7\n" + at + "W,40,0\n";
+    }
+  const RealizedWork s = parse_replay_csv(csv, split, 1, "r.csv");
+  EXPECT_EQ(s.compute(0, split.index({Kind::B, 1, 0})), 60'000);
+  EXPECT_EQ(s.compute(0, split.index({Kind::W, 1, 0})), 40'000);
+  const RealizedWork w = parse_replay_csv(csv, whole, 1, "r.csv");
+  EXPECT_EQ(w.compute(0, whole.index({Kind::B, 1, 0})), 100'000);
+  EXPECT_EQ(w.message(0, whole.index({Kind::B, 1, 0})), 7'000);  // B's own message, not W's
+  EXPECT_EQ(w.compute(0, whole.index({Kind::F, 1, 0})), 100'000);
+  try {
+    parse_replay_csv(csv + "1,1,1,W,40,0\n", whole, 1, "r.csv");
+    ADD_FAILURE() << "a repeated W was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("task W c1 m1 appears twice"), std::string::npos);
+  }
+  std::string unsplit = "stage,chunk,microbatch,kind,duration_us\n";
+  for (int c = 0; c < 2; ++c)
+    for (int mb = 0; mb < 2; ++mb)
+      for (const char* k : {"F", "B"})
+        unsplit += std::to_string(c) + "," + std::to_string(c) + "," + std::to_string(mb) + "," +
+                   k + ",100\n";
+  try {
+    parse_replay_csv(unsplit, split, 1, "r.csv");
+    ADD_FAILURE() << "a split run took a replay without W";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("replay it with `split_backward` off"), std::string::npos)
+        << e.what();
+  }
+}
+
+// `split_backward` auto follows what a hint file says it was written for, so the file a plan
+// wrote (split=1) replays under the fixed policy without --split-backward on.
+TEST(HintFile, AutoSplitFollowsTheFilesHeader) {
+  WorkModel m(config(2, 4, 1, true));
+  const ListHint h = make_hint("zb-h1", m).list();
+  const std::string dir = ::testing::TempDir();
+  const std::string text = dir + "rrfp-split.txt", json = dir + "rrfp-split.json",
+                    plain = dir + "rrfp-plain.txt";
+  std::ofstream(text) << write_hint_text(h, m);
+  std::ofstream(json) << write_hint_json(h, m);
+  WorkModel u(config(2, 4));
+  std::ofstream(plain) << write_hint_text(make_hint("1f1b", u).list(), u);
+  EXPECT_TRUE(hint_wants_split(text));
+  EXPECT_TRUE(hint_wants_split(json));
+  EXPECT_FALSE(hint_wants_split(plain));
+  EXPECT_FALSE(hint_wants_split(dir + "rrfp-no-such-file.txt"));  // reading it says why
+  EXPECT_EQ(make_hint(text, m).list().stages, h.stages);
+}
+
 // Mutates valid inputs (mutate.hpp) and feeds them to every parser: each must either accept or
 // throw InputError, never crash or throw anything else.
 TEST(Fuzz, ParsersSurviveThousandsOfMutatedInputs) {

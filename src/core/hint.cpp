@@ -49,6 +49,7 @@ bool is_rule_hint_name(const std::string& name) {
 }
 
 bool hint_wants_split(const std::string& name) {
+  if (looks_like_path(name)) return hint_file_declares_split(name);
   return name == "zb-h1" || name == "zb-h2" || name == "zb-v" || name == "bfw" ||
          name == "adaptive";
 }

@@ -28,7 +28,8 @@ struct Hint {
 // Every generator and rule name `make_hint` accepts, in documentation order.
 const std::vector<std::string>& hint_names();
 bool is_rule_hint_name(const std::string& name);
-// Whether the hint needs (or, for the ZB family and BFW, implies) a split backward.
+// Whether the hint needs (or, for the ZB family and BFW, implies) a split backward; for a hint
+// file, whether it was written for one.
 bool hint_wants_split(const std::string& name);
 
 // Builds a named hint for the model, or reads a hint file when `name_or_path` names one

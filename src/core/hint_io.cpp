@@ -1,5 +1,6 @@
 #include "core/hint_io.hpp"
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -200,6 +201,30 @@ ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string
     ++i;
   if (i < text.size() && text[i] == '{') return parse_hint_json(text, m, origin);
   return parse_hint_text(text, m, origin);
+}
+
+bool hint_file_declares_split(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(64 << 10, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  const size_t first = head.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) return false;
+  if (head[first] == '{') {
+    const size_t key = head.find("\"split_backward\"");
+    if (key == std::string::npos) return false;
+    const size_t value = head.find_first_not_of(" \t\r\n:", key + 16);
+    return value != std::string::npos && head.compare(value, 4, "true") == 0;
+  }
+  std::istringstream lines(head);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("rrfp-hint", 0) != 0) continue;
+    std::istringstream fields(line);
+    for (std::string f; fields >> f;)
+      if (f == "split=1") return true;
+    return false;
+  }
+  return false;
 }
 
 ListHint read_hint_file(const std::string& path, const WorkModel& m) {

@@ -131,6 +131,9 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
   r.compute_ns.assign(static_cast<size_t>(tp) * r.num_tasks, -1);
   r.message_ns.assign(static_cast<size_t>(tp) * r.num_tasks, 0);
   r.message_bytes.assign(r.num_tasks, 0);
+  // W durations of a split recording, folded into their B where this run does not split.
+  std::vector<std::int64_t> folded_w(static_cast<size_t>(tp) * r.num_tasks, -1);
+  bool saw_w = false;
   std::istringstream in(text);
   std::string line;
   int line_no = 0;
@@ -228,6 +231,10 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
     const int stage = static_cast<int>(num("stage", true));
     t.chunk = static_cast<int>(num("chunk", true));
     t.mb = static_cast<int>(num("microbatch", true));
+    // A recording with the split backward replayed without it: B then does W's work too.
+    const bool fold = t.kind == Kind::W && !m.split() && m.valid({Kind::B, t.chunk, t.mb});
+    if (fold) t.kind = Kind::B;
+    saw_w = saw_w || k == "W";
     if (!m.valid(t))
       throw InputError(where + ": task " + to_string(t) + " does not exist in this run");
     if (m.stage_of(t) != stage)
@@ -248,16 +255,29 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
     }
     for (int rank = lo; rank < hi; ++rank) {
       const size_t at = static_cast<size_t>(rank) * r.num_tasks + m.index(t);
-      r.compute_ns[at] = dur;
-      r.message_ns[at] = send;
+      std::int64_t& into = fold ? folded_w[at] : r.compute_ns[at];
+      if (into >= 0)
+        throw InputError(where + ": task " + to_string(fold ? TaskId{Kind::W, t.chunk, t.mb} : t) +
+                         " appears twice" +
+                         (tp > 1 ? " on tp rank " + std::to_string(rank) : std::string()));
+      into = dur;
+      if (!fold) r.message_ns[at] = send;
     }
   }
   if (col.empty()) throw InputError(origin + ": empty replay file (no header)");
   for (int rank = 0; rank < tp; ++rank)
-    for (int i = 0; i < r.num_tasks; ++i)
-      if (r.compute_ns[static_cast<size_t>(rank) * r.num_tasks + i] < 0)
-        throw InputError(origin + ": no duration for task " + to_string(m.task(i)) +
-                         (tp > 1 ? " on tp rank " + std::to_string(rank) : std::string()));
+    for (int i = 0; i < r.num_tasks; ++i) {
+      const size_t at = static_cast<size_t>(rank) * r.num_tasks + i;
+      if (r.compute_ns[at] < 0)
+        throw InputError(
+            origin + ": no duration for task " + to_string(m.task(i)) +
+            (tp > 1 ? " on tp rank " + std::to_string(rank) : std::string()) +
+            (m.task(i).kind == Kind::W && !saw_w
+                 ? " (the replay has no W tasks: it was recorded without the split backward; "
+                   "replay it with `split_backward` off)"
+                 : std::string()));
+      if (folded_w[at] >= 0) r.compute_ns[at] += folded_w[at];
+    }
   check_total(r);
   return r;
 }
