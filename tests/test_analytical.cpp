@@ -1,4 +1,4 @@
-// Exact checks against the closed forms of design.md §5 (uniform work, no communication).
+// Exact checks against the closed forms of semantics.md §5 (uniform work, no communication).
 #include <gtest/gtest.h>
 
 #include "sim_helpers.hpp"

@@ -1,4 +1,4 @@
-// Property tests over many seeds (design.md §2, §5): for every hint, policy and workload
+// Property tests over many seeds (semantics.md §2, §5): for every hint, policy and workload
 // preset, on random pipeline shapes, TP sizes and communication modes, every run finishes,
 // runs each task once after its inputs, one task at a time per rank, keeps D and pending W
 // within their bounds, and never beats the lower bound.

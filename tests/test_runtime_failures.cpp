@@ -1,4 +1,4 @@
-// Failure paths (design.md §7): a throwing task, a stage that never sends, a corrupted tag, a
+// Failure paths (semantics.md §7): a throwing task, a stage that never sends, a corrupted tag, a
 // wrong size, a wrong step and a duplicate each end the step with the expected error, well
 // within the watchdog timeout, with every thread joined (run_step returns).
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // Rendezvous (--comm blocking) with RuntimeOptions::rendezvous_pull: the offer leaves the
 // payload with the sender, the receiver pulls it once it accepts, and acknowledges it on
-// arrival (runtime/delivery.cpp, design.md §3). Every
+// arrival (runtime/delivery.cpp, semantics.md §3). Every
 // message of a step is recorded on its way out and checked against that order; then the
 // protocol's refusals.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Tensor-parallel coordination in the runtime (design.md §4): `leader` and `agree` keep every
+// Tensor-parallel coordination in the runtime (semantics.md §4): `leader` and `agree` keep every
 // group's collective order identical under random per-rank delays; with no coordination the
 // divergence is reported as a CollectiveMismatchError, not a hang.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Training correctness (design.md §6): after 3 optimizer steps every parameter is bitwise
+// Training correctness (semantics.md §6): after 3 optimizer steps every parameter is bitwise
 // equal across a single-stage, non-pipelined reference and pipelined runs under different
 // hints, policies, split backward, interleaving and random injected delays that force
 // different dispatch orders.

@@ -52,7 +52,7 @@ void setup_run(CLI::App& app) {
                   "message sizes, each field the median over the rounds");
   sub->add_option("--rendezvous", f->rendezvous,
                   "mpi, blocking runs: the payload travels with the offer ('offer') or waits "
-                  "for the receiver to accept and pull it ('pull', design.md's rendezvous; "
+                  "for the receiver to accept and pull it ('pull', semantics.md's rendezvous; "
                   "docs/runtime.md)")
       ->capture_default_str();
   sub->callback([f, comm] {

@@ -1,5 +1,5 @@
 #pragma once
-// Ready-set arbitration for one stage (design.md §2): the only implementation of the
+// Ready-set arbitration for one stage (semantics.md §2): the only implementation of the
 // policies, used by the simulator, the threaded runtime and training alike.
 //
 // Protocol: the owner reports each task whose inputs are all present with mark_ready(), asks
@@ -36,7 +36,7 @@ struct ArbiterOptions {
 };
 
 // The largest D = F done - B done a ready-policy stage may reach under limit L: L, plus V where
-// draining a microbatch through its V >= 2 chunks may pass L (design.md §2, Cor. C.2).
+// draining a microbatch through its V >= 2 chunks may pass L (semantics.md §2, Cor. C.2).
 inline int ready_d_bound(int limit, const WorkModel& m) {
   return limit + (m.vpp() > 1 ? m.vpp() : 0);
 }

@@ -1,5 +1,5 @@
 #pragma once
-// Hints rank a stage's ready tasks (design.md §2). A list hint is a per-stage order of every
+// Hints rank a stage's ready tasks (semantics.md §2). A list hint is a per-stage order of every
 // task; a rule hint is a stateful rule over the ready set (BF, FB, B-/F-priority, BFW).
 #include <string>
 #include <variant>
@@ -40,7 +40,7 @@ Hint make_hint(const std::string& name_or_path, const WorkModel& model);
 int fixed_order_peak(const ListHint& hint, const WorkModel& model);
 std::vector<int> fixed_order_peaks(const ListHint& hint, const WorkModel& model);
 
-// Default back-pressure limit (design.md §2): the hint's own fixed-order peak on its most
+// Default back-pressure limit (semantics.md §2): the hint's own fixed-order peak on its most
 // loaded stage; rule hints use 1F1B's (V = 1) or interleaved 1F1B's (V >= 2).
 int default_limit(const Hint& hint, const WorkModel& model);
 

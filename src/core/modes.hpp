@@ -1,5 +1,5 @@
 #pragma once
-// The executor-wide modes of design.md §3-4, shared by the simulator and the runtime.
+// The executor-wide modes of semantics.md §3-4, shared by the simulator and the runtime.
 #include <string>
 
 namespace rrfp {
@@ -10,7 +10,7 @@ enum class CommMode { Async, Blocking };
 std::string to_string(CommMode c);
 CommMode parse_comm(const std::string& s);  // throws InputError naming the value
 
-// How the T ranks of a stage agree on the next collective-bearing task (design.md §4).
+// How the T ranks of a stage agree on the next collective-bearing task (semantics.md §4).
 // `none` lets each rank choose alone: it exists to show that a mismatch is caught.
 enum class TpProtocol { Leader, Agree, None };
 std::string to_string(TpProtocol p);

@@ -1,5 +1,5 @@
 #pragma once
-// Readiness of one rank's tasks (design.md §1): a join counter per task (Taskflow's idea) that
+// Readiness of one rank's tasks (semantics.md §1): a join counter per task (Taskflow's idea) that
 // turns arrivals and completions into StageArbiter::mark_ready, and the state of each task's
 // cross-stage input. The simulator calls it from its event queue, the runtime from its
 // threads; it has no clock, thread or lock of its own.

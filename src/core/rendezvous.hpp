@@ -1,5 +1,5 @@
 #pragma once
-// The rendezvous of blocking communication (design.md §3), the Megatron-style baseline, for
+// The rendezvous of blocking communication (semantics.md §3), the Megatron-style baseline, for
 // one rank: both its sending side and its receiving side. No clock, thread or lock: the
 // simulator and the runtime drive it and move the bytes.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// A unit of pipeline work: (kind, chunk, microbatch). See design.md §1.
+// A unit of pipeline work: (kind, chunk, microbatch). See semantics.md §1.
 #include <cstdint>
 #include <functional>
 #include <optional>

@@ -1,5 +1,5 @@
 #pragma once
-// How the T ranks of a tensor-parallel group choose the same next task (design.md §4), as one
+// How the T ranks of a tensor-parallel group choose the same next task (semantics.md §4), as one
 // state machine per rank. No clock, thread or lock: how a choice or a proposal travels (shared
 // memory, a control message, a simulated latency) is the executor's business; what it means
 // is decided here, the same for the simulator and the runtime, for groups in one process and

@@ -1,5 +1,5 @@
 #pragma once
-// The pipeline work model of design.md §1: P stages, V chunks per stage, M microbatches,
+// The pipeline work model of semantics.md §1: P stages, V chunks per stage, M microbatches,
 // chunk placement, split or whole backward, and the dependencies between tasks.
 #include <array>
 #include <string>

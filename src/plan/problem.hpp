@@ -29,7 +29,7 @@ struct PlanProblem {
 };
 
 // Resolves `limit` and `max_pending_w` (0 = the defaults rrfp's rule hints get: the
-// memory-neutral limit of design.md §2 and W cap P). Throws InputError on bad values.
+// memory-neutral limit of semantics.md §2 and W cap P). Throws InputError on bad values.
 PlanProblem make_problem(const WorkModel& m, const RealizedWork& w, CommMode comm,
                          TpProtocol tp_protocol, int limit, int max_pending_w);
 

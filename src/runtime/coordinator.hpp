@@ -1,5 +1,5 @@
 #pragma once
-// Tensor-parallel coordination of one stage (design.md §4), chosen once per stage: `alone`
+// Tensor-parallel coordination of one stage (semantics.md §4), chosen once per stage: `alone`
 // (T = 1, or protocol none), `leader` or `agree`. The decisions are each rank's RankDriver's
 // (core/rank_driver.hpp); a coordinator carries their messages: straight into a peer's driver
 // when the peer is a thread of this stage, as a control message over the transport when it

@@ -1,5 +1,5 @@
 #pragma once
-// How a stage's data messages become task inputs (design.md §3), chosen once per stage:
+// How a stage's data messages become task inputs (semantics.md §3), chosen once per stage:
 // `async` delivers an arrival at once; `rendezvous` (blocking, the baseline) lets the sender
 // offer it, the receiver accept it when idle, moves it, and acknowledges the transfer. Each rank's
 // RankDriver decides (core/rank_driver.hpp); what a delivery adds is the lock, the threads and

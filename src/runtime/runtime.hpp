@@ -28,7 +28,7 @@ struct RuntimeOptions {
   // Blocking mode over a transport that moves bytes: false (the default), a payload travels
   // with its offer and is taken at the acceptance, so its copy can overlap the receiver's
   // compute; true, the offer leaves it with the sender and the receiver pulls it once it
-  // accepts, design.md §3's rendezvous (the transfer starts when both sides are ready). Needs
+  // accepts, semantics.md §3's rendezvous (the transfer starts when both sides are ready). Needs
   // no emulated latency (which runs from the acceptance anyway). docs/runtime.md.
   bool rendezvous_pull = false;
 };

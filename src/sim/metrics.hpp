@@ -1,5 +1,5 @@
 #pragma once
-// Per-run metrics of design.md §5, and the policy-independent lower bound on the makespan.
+// Per-run metrics of semantics.md §5, and the policy-independent lower bound on the makespan.
 #include <cstdint>
 #include <vector>
 

@@ -1,6 +1,6 @@
 #pragma once
 // Counter-based randomness: every draw is a pure function of (seed, stream, keys), so a
-// duration never depends on the order in which tasks run (design.md §5).
+// duration never depends on the order in which tasks run (semantics.md §5).
 #include <cmath>
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 #pragma once
-// Discrete-event simulation of one training step (design.md §3-5). The simulator owns time
+// Discrete-event simulation of one training step (semantics.md §3-5). The simulator owns time
 // and the event queue; every decision is taken by the core's state machines, the same ones the
 // runtime drives: the StageArbiter, Readiness (join counters), Rendezvous (blocking mode) and
 // the TP choice protocols. Each stage is a group of T tensor-parallel ranks; a task's

@@ -10,7 +10,7 @@ namespace rrfp {
 
 namespace {
 
-// The task whose output `t` receives from another stage, if any (design.md §1).
+// The task whose output `t` receives from another stage, if any (semantics.md §1).
 bool cross_stage_producer(const WorkModel& m, const TaskId& t, TaskId& producer) {
   const std::optional<TaskId> p = data_producer(t);
   if (!p || !m.valid(*p)) return false;

@@ -1,5 +1,5 @@
 #pragma once
-// The workload model of design.md §5: what each task costs on each rank and what each message
+// The workload model of semantics.md §5: what each task costs on each rank and what each message
 // takes, as a pure function of (seed, task, rank). Presets fill WorkloadParams; a JSON file
 // overrides any field; a replay CSV replaces the model with measured durations.
 #include <cstdint>
@@ -82,7 +82,7 @@ struct WorkloadParams {
   // end, the receiver sees the offer once they have landed, and accepting it delivers the input
   // at once and sends back an acknowledgement (comm_latency_us; under comm_serial_receive it
   // waits for a copy the sender's process is inside) that releases the sender. false: the bytes
-  // move from the acceptance (design.md's rendezvous; the threaded runtime's emulated latency
+  // move from the acceptance (semantics.md's rendezvous; the threaded runtime's emulated latency
   // runs from it too). rrfp calibrate --transport mpi sets it (docs/twin.md).
   bool comm_offer_payload = false;
   // A rank idle when an input arrives from another stage starts the task it then dispatches this

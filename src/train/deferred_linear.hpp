@@ -1,5 +1,5 @@
 #pragma once
-// A linear layer whose weight gradient can be deferred (the split backward of design.md §1):
+// A linear layer whose weight gradient can be deferred (the split backward of semantics.md §1):
 // its backward returns the input gradient and, when a queue is given, leaves the weight and
 // bias gradient GEMMs in the queue for the W task instead of computing them. Both modes
 // compute the weight gradient with the same kernels in the same order, so deferring changes

@@ -4,7 +4,7 @@
 // previous chunk, parameter gradients for this microbatch), and with the split backward
 // leaves the linear layers' weight GEMMs to the W task. Each microbatch's parameter gradients
 // go through a reorder buffer and are summed in microbatch order, so the result does not
-// depend on the order tasks ran (design.md §6).
+// depend on the order tasks ran (semantics.md §6).
 #include <map>
 #include <memory>
 #include <mutex>

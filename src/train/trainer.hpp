@@ -3,7 +3,7 @@
 // one runtime step per optimizer step, then the global gradient norm over every stage, clipping,
 // AdamW with warmup and cosine decay. Every quantity is computed in a fixed global order, so
 // the parameters after K steps are bitwise the same for every hint, policy, limit, partition
-// and dispatch order (design.md §6).
+// and dispatch order (semantics.md §6).
 #include <functional>
 #include <memory>
 #include <string>
