@@ -18,13 +18,14 @@ using Starts = std::vector<std::int64_t>;  // by task index: when it started (-1
 // The whole executor: events are a task's end or an input's arrival; after each instant's
 // events every idle rank asks its driver for the next task.
 Starts mini_executor(const WorkModel& m, const Hint& h, const RealizedWork& w, Policy policy) {
-  const DriverOptions opt{resolve_options(ArbiterOptions{policy}, h, m)};
+  DispatchOptions opt;
+  opt.arbiter = resolve_options(ArbiterOptions{policy}, h, m);
   std::vector<std::int64_t> sizes;
   for (int mb = 0; mb < m.microbatches(); ++mb)
     sizes.push_back(microbatch_size(m, w, mb));
   std::vector<RankDriver> ranks;
   for (int s = 0; s < m.pp(); ++s) {
-    ranks.emplace_back(m, h, opt, s, 0);
+    ranks.emplace_back(m, h, opt, 1, s, 0);
     ranks.back().begin_step(sizes);
   }
   struct Ev {
@@ -107,7 +108,9 @@ TEST(Driver, AMiniExecutorStartsEveryTaskWhenTheSimulatorDoes) {
 TEST(Driver, StuckViewNamesTheMissingInput) {
   WorkModel m(test::config(2, 2));
   const Hint h = make_hint("1f1b", m);
-  RankDriver d(m, h, DriverOptions{resolve_options({}, h, m)}, 1, 0);
+  DispatchOptions o;
+  o.arbiter = resolve_options({}, h, m);
+  RankDriver d(m, h, o, 1, 1, 0);
   d.begin_step();
   EXPECT_FALSE(d.next());
   EXPECT_FALSE(d.done());
@@ -118,17 +121,14 @@ TEST(Driver, StuckViewNamesTheMissingInput) {
 // The cost rule lives in the driver: under `agree` an arbiter hears no producer's cost, so the
 // adaptive rule ranks every rank of a group alike.
 TEST(Driver, CostsReachTheArbiterExceptUnderAgree) {
-  DriverOptions o;
-  o.tp = 2;
-  o.protocol = TpProtocol::Leader;
-  EXPECT_TRUE(o.note_costs());
-  o.protocol = TpProtocol::Agree;
-  EXPECT_FALSE(o.note_costs());
-  o.protocol = TpProtocol::None;
-  EXPECT_TRUE(o.note_costs());
-  o.tp = 1;
-  o.protocol = TpProtocol::Agree;
-  EXPECT_TRUE(o.note_costs());
+  DispatchOptions o;
+  o.tp_protocol = TpProtocol::Leader;
+  EXPECT_TRUE(o.note_costs(2));
+  o.tp_protocol = TpProtocol::Agree;
+  EXPECT_FALSE(o.note_costs(2));
+  EXPECT_TRUE(o.note_costs(1));  // a group of one agrees with itself
+  o.tp_protocol = TpProtocol::None;
+  EXPECT_TRUE(o.note_costs(2));
 }
 
 }  // namespace

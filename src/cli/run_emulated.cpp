@@ -93,9 +93,7 @@ class EmulatedRuns {
   RuntimeOptions runtime_options(const WorkModel& m, const RealizedWork& w,
                                  const SimOptions& o) const {
     RuntimeOptions ro;
-    ro.arbiter = o.arbiter;
-    ro.tp_protocol = o.tp_protocol;
-    ro.comm = o.comm;
+    ro.dispatch() = o.dispatch();
     ro.tp = w.tp;
     ro.timeout_ms = timeout_ms_;
     // In one process a payload moves by reference, so the modelled latency is emulated; a

@@ -2,9 +2,15 @@
 
 namespace rrfp {
 
-RankDriver::RankDriver(const WorkModel& m, const Hint& hint, const DriverOptions& opt, int stage,
-                       int tp_rank)
-    : m_(m), hint_(hint), opt_(opt), costs_(opt.note_costs()), stage_(stage), tp_rank_(tp_rank) {}
+RankDriver::RankDriver(const WorkModel& m, const Hint& hint, const DispatchOptions& opt, int tp,
+                       int stage, int tp_rank)
+    : m_(m),
+      hint_(hint),
+      opt_(opt),
+      tp_(tp),
+      costs_(opt.note_costs(tp)),
+      stage_(stage),
+      tp_rank_(tp_rank) {}
 
 void RankDriver::begin_step(const std::vector<std::int64_t>& entry_sizes) {
   // The readiness marks ready what waits for nothing, so the arbiter comes first, with the
@@ -22,9 +28,9 @@ void RankDriver::begin_step(const std::vector<std::int64_t>& entry_sizes) {
   }
   follower_.reset();
   agree_.reset();
-  if (opt_.coordinated() && opt_.protocol == TpProtocol::Leader && tp_rank_ > 0)
+  if (opt_.coordinated(tp_) && opt_.tp_protocol == TpProtocol::Leader && tp_rank_ > 0)
     follower_.emplace(tp_rank_);
-  if (opt_.coordinated() && opt_.protocol == TpProtocol::Agree) agree_.emplace(tp_rank_, opt_.tp);
+  if (opt_.coordinated(tp_) && opt_.tp_protocol == TpProtocol::Agree) agree_.emplace(tp_rank_, tp_);
 }
 
 bool RankDriver::arrived(const TaskId& consumer, std::int64_t cost_ns) {
@@ -46,7 +52,7 @@ std::optional<RankDriver::Proposal> RankDriver::propose() {
 
 StuckRank RankDriver::stuck(std::string running) const {
   StuckRank v{arb_.get(), inputs_.get(), rendezvous_.get(), {}, std::move(running),
-              tp_rank_,   opt_.tp};
+              tp_rank_,   tp_};
   if (follower_) v.waiting = follower_->waiting();
   if (agree_) v.waiting = agree_->waiting();
   return v;

@@ -30,18 +30,23 @@
 
 namespace rrfp {
 
-// What every rank of a run shares (embedded by value in the simulator's and the runtime's
-// options).
-struct DriverOptions {
-  ArbiterOptions arbiter;  // resolved (resolve_options)
+// How every rank of a run dispatches, whichever executor runs it: the arbiter's options, the
+// communication mode and the TP protocol. The simulator's and the runtime's options are these
+// plus what their executor adds (SimOptions, RuntimeOptions derive from it), so the shared part
+// is set, checked and copied as one: `runtime.dispatch() = sim.dispatch()`.
+struct DispatchOptions {
+  ArbiterOptions arbiter;
   CommMode comm = CommMode::Async;
-  TpProtocol protocol = TpProtocol::Leader;
-  int tp = 1;
-  // The ranks of a group choose together (T > 1 with a protocol other than `none`).
-  bool coordinated() const { return tp > 1 && protocol != TpProtocol::None; }
+  TpProtocol tp_protocol = TpProtocol::Leader;
+  DispatchOptions& dispatch() { return *this; }
+  const DispatchOptions& dispatch() const { return *this; }
+  // The ranks of a group of `tp` choose together (T > 1 with a protocol other than `none`).
+  bool coordinated(int tp) const { return tp > 1 && tp_protocol != TpProtocol::None; }
   // Arbiters hear what inputs' producers took (the adaptive rule), except under `agree`: the
   // ranks of a group, ranking by their own measurements, could propose differently.
-  bool note_costs() const { return !(coordinated() && protocol == TpProtocol::Agree); }
+  bool note_costs(int tp) const {
+    return !(coordinated(tp) && tp_protocol == TpProtocol::Agree);
+  }
 };
 
 // An ended task's consumers (at most two): those on this stage are already satisfied; the
@@ -55,8 +60,9 @@ struct Consumers {
 
 class RankDriver {
  public:
-  // `m` and `hint` must outlive the driver.
-  RankDriver(const WorkModel& m, const Hint& hint, const DriverOptions& opt, int stage,
+  // `m` and `hint` must outlive the driver; `opt.arbiter` must be resolved (resolve_options).
+  // The rank is `tp_rank` of the `tp` of its stage's group.
+  RankDriver(const WorkModel& m, const Hint& hint, const DispatchOptions& opt, int tp, int stage,
              int tp_rank);
 
   // Fresh machines for a step. `entry_sizes`: every microbatch's size, for the adaptive rule's
@@ -126,8 +132,9 @@ class RankDriver {
  private:
   const WorkModel& m_;
   const Hint& hint_;
-  DriverOptions opt_;
-  bool costs_;  // opt_.note_costs(), asked on every arrival and completion
+  DispatchOptions opt_;
+  int tp_;
+  bool costs_;  // opt_.note_costs(tp_), asked on every arrival and completion
   int stage_, tp_rank_;
   std::unique_ptr<StageArbiter> arb_;       // per step
   std::unique_ptr<Readiness> inputs_;       // per step, on arb_

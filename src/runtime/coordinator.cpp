@@ -101,8 +101,9 @@ class Agree final : public Coordinator {
 }  // namespace
 
 std::unique_ptr<Coordinator> make_coordinator(StageCore& core) {
-  if (core.tp == 1 || core.env.protocol == TpProtocol::None) return std::make_unique<Alone>(core);
-  if (core.env.protocol == TpProtocol::Leader) return std::make_unique<Leader>(core);
+  const DispatchOptions& d = core.env.dispatch;
+  if (!d.coordinated(core.tp)) return std::make_unique<Alone>(core);
+  if (d.tp_protocol == TpProtocol::Leader) return std::make_unique<Leader>(core);
   return std::make_unique<Agree>(core);
 }
 

@@ -214,7 +214,8 @@ class RendezvousDelivery final : public Delivery {
 }  // namespace
 
 std::unique_ptr<Delivery> make_delivery(StageCore& core) {
-  if (core.env.comm == CommMode::Blocking) return std::make_unique<RendezvousDelivery>(core);
+  if (core.env.dispatch.comm == CommMode::Blocking)
+    return std::make_unique<RendezvousDelivery>(core);
   return std::make_unique<AsyncDelivery>(core);
 }
 

@@ -75,9 +75,7 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
   StageEnv env;
   env.model = &m;
   env.hint = &hint;
-  env.arbiter = opt_.arbiter;
-  env.protocol = opt_.tp_protocol;
-  env.comm = opt_.comm;
+  env.dispatch = opt_.dispatch();
   env.tp = t;
   env.failure = &failure_;
   env.delay = delay_.get();

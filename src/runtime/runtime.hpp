@@ -16,10 +16,10 @@
 
 namespace rrfp {
 
-struct RuntimeOptions {
-  ArbiterOptions arbiter;  // resolved by the runtime against the hint
-  TpProtocol tp_protocol = TpProtocol::Leader;
-  CommMode comm = CommMode::Async;  // blocking: rendezvous transfers (the baseline)
+// The dispatch every executor shares (the arbiter's options, resolved by the runtime against
+// the hint; the communication mode, blocking being the rendezvous baseline; the TP protocol),
+// and what the threaded runtime adds.
+struct RuntimeOptions : DispatchOptions {
   int tp = 1;
   // Watchdog: when no task starts or ends and no message arrives for this long, the step ends
   // with a StallError describing every stage. 0 disables it. It must exceed the longest task.

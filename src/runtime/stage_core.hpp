@@ -32,9 +32,7 @@ using LatencyFn = std::function<std::int64_t(int tp_rank, const TaskId& producer
 struct StageEnv {
   const WorkModel* model = nullptr;
   const Hint* hint = nullptr;
-  ArbiterOptions arbiter;  // resolved
-  TpProtocol protocol = TpProtocol::Leader;
-  CommMode comm = CommMode::Async;
+  DispatchOptions dispatch;  // the arbiter's options resolved
   int tp = 1;
   FailureState* failure = nullptr;
   DelayLine* delay = nullptr;  // required when latency is set

@@ -17,15 +17,14 @@ Simulation::Simulation(const WorkModel& m, const Hint& hint, const RealizedWork&
     : m_(m), w_(w), opt_(opt), p_(m.pp()), t_(w.tp) {
   if (w.num_tasks != m.num_tasks()) throw Error("realized work does not match the work model");
   opt_.arbiter = resolve_options(opt.arbiter, hint, m);
-  coordinated_ = t_ > 1 && opt_.tp_protocol != TpProtocol::None;
+  coordinated_ = opt_.coordinated(t_);
   std::vector<std::int64_t> sizes(m.microbatches());
   for (int mb = 0; mb < m.microbatches(); ++mb)
     sizes[mb] = microbatch_size(m, w, mb);
-  DriverOptions d{opt_.arbiter, opt_.comm, opt_.tp_protocol, t_};
   ranks_.reserve(static_cast<size_t>(p_) * t_);
   for (int s = 0; s < p_; ++s)
     for (int r = 0; r < t_; ++r) {
-      ranks_.emplace_back(RankDriver(m, hint, d, s, r));
+      ranks_.emplace_back(RankDriver(m, hint, opt_.dispatch(), t_, s, r));
       ranks_.back().driver.begin_step(sizes);
     }
   groups_.resize(p_);

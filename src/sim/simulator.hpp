@@ -7,18 +7,17 @@
 #include <cstdint>
 #include <functional>
 
-#include "core/arbiter.hpp"
 #include "core/hint.hpp"
-#include "core/modes.hpp"
+#include "core/rank_driver.hpp"
 #include "core/record.hpp"
 #include "sim/workload.hpp"
 
 namespace rrfp {
 
-struct SimOptions {
-  ArbiterOptions arbiter;  // resolved by simulate()
-  CommMode comm = CommMode::Async;
-  TpProtocol tp_protocol = TpProtocol::Leader;
+// The dispatch every executor shares (the arbiter's options, resolved by simulate(); the
+// communication mode; the TP protocol), and what the simulator adds. The group size is the
+// realized work's.
+struct SimOptions : DispatchOptions {
   bool record = true;  // keep per-task records and blocked spans (traces, checks)
   // Called with (tasks done, tasks in all) every 2^20 group tasks: progress of huge runs.
   std::function<void(std::int64_t done, std::int64_t total)> progress;
