@@ -15,7 +15,8 @@ namespace rrfp {
 namespace {
 
 struct CalibrateFlags {
-  std::string transport = "inproc", sizes = "8,64K,1M,8M,32M", out, json;
+  TransportKind transport = TransportKind::Inproc;
+  std::string sizes = "8,64K,1M,8M,32M", out, json;
   double seconds = 8, timeout_s = 60;
   bool streams = false;
   int endpoints = 4;
@@ -47,7 +48,7 @@ std::vector<std::size_t> parse_sizes(const std::string& text) {
 }
 
 void report(const CalibrateFlags& f, Calibration c) {
-  c.transport = f.transport;
+  c.transport = to_string(f.transport);
   const std::string text = calibration_json(c);
   if (!f.out.empty()) write_text_file(f.out, text, "--out");
   if (f.json == "-") {
@@ -67,7 +68,7 @@ void run_calibrate(const CalibrateFlags& f) {
   o.sizes = parse_sizes(f.sizes);
   o.seconds = f.seconds;
   o.streams = f.streams;
-  if (f.transport == "mpi") {
+  if (f.transport == TransportKind::Mpi) {
     o.serial_receive = true;  // one progress thread per process copies what arrives
     o.offer_payload = true;   // the runtime's default rendezvous over a transport moving bytes
     run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {
@@ -80,9 +81,6 @@ void run_calibrate(const CalibrateFlags& f) {
     });
     return;
   }
-  if (f.transport != "inproc")
-    throw InputError("--transport: unknown transport '" + f.transport +
-                     "' (expected inproc or mpi)");
   if (f.endpoints < 2 || f.endpoints > 64)
     throw InputError("--endpoints: expected 2..64, got " + std::to_string(f.endpoints));
   report(f, calibrate_in_process(f.endpoints, o));
@@ -96,8 +94,8 @@ void setup_calibrate(CLI::App& app) {
       "calibrate",
       "measure what the transport delivers here (latency and bandwidth by size, alone and with "
       "two transfers at once) and write it as a workload file's message model");
-  sub->add_option("--transport", f->transport, "inproc (threads) or mpi (under mpirun -np 2+)")
-      ->capture_default_str();
+  add_transport_flag(sub, f->transport, {TransportKind::Inproc, TransportKind::Mpi},
+                     "inproc (threads) or mpi (under mpirun -np 2+)");
   sub->add_option("--sizes", f->sizes, "message sizes, comma-separated (bytes, K or M)")
       ->capture_default_str();
   sub->add_option("--seconds", f->seconds, "the measurement's time budget")

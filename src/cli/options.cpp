@@ -120,6 +120,16 @@ void add_workload_flags(CLI::App* app, WorkloadFlags& f) {
       ->capture_default_str();
 }
 
+CLI::Option* add_transport_flag(CLI::App* app, TransportKind& kind,
+                                const std::vector<TransportKind>& allowed,
+                                const std::string& help) {
+  return app
+      ->add_option_function<std::string>(
+          "--transport",
+          [&kind, allowed](const std::string& s) { kind = parse_transport(s, allowed); }, help)
+      ->default_str(to_string(kind));
+}
+
 void add_timeout_flag(CLI::App* app, double& seconds) {
   app->add_option("--timeout", seconds,
                   "watchdog: seconds without progress before the step fails (0: never)")

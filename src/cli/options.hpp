@@ -64,6 +64,9 @@ void add_trace_flags(CLI::App* app, TraceOptions& t);
 void add_workload_flags(CLI::App* app, WorkloadFlags& f);
 // --timeout SECONDS, the watchdog of run and train.
 void add_timeout_flag(CLI::App* app, double& seconds);
+// --transport, parsed into `kind` as it is read (an unknown name is refused naming `allowed`).
+CLI::Option* add_transport_flag(CLI::App* app, TransportKind& kind,
+                                const std::vector<TransportKind>& allowed, const std::string& help);
 
 // The shape, validated, with the split backward resolved for `hint` (auto: on for zb-* and bfw).
 PipelineConfig to_config(const ShapeFlags& f, const std::string& hint = "");

@@ -40,10 +40,9 @@ void setup_run(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--spin", f->spin, "busy-wait instead of sleeping (needs a core per rank)");
   sub->add_flag("--compare", f->compare, "also simulate each run and print the differences");
-  sub->add_option("--transport", f->transport,
-                  "inproc (threads in this process) or mpi (one process per stage and TP rank, "
-                  "under mpirun -np P*T)")
-      ->capture_default_str();
+  add_transport_flag(sub, f->transport, {TransportKind::Inproc, TransportKind::Mpi},
+                     "inproc (threads in this process) or mpi (one process per stage and TP "
+                     "rank, under mpirun -np P*T)");
   sub->add_option("--calibration", f->calibration,
                   "mpi: the message model --compare simulates with: a file from rrfp calibrate "
                   "--out, or 'baseline' (the default's calibration with the bandwidth at which "
@@ -61,23 +60,21 @@ void setup_run(CLI::App& app) {
     if (f->rounds * f->repeat > 1000)
       throw InputError("--rounds x --repeat: at most 1000 timed steps per run, got " +
                        std::to_string(f->rounds * f->repeat));
-    if (!f->calibration.empty() && f->transport != "mpi")
+    const bool mpi = f->transport == TransportKind::Mpi;
+    if (!f->calibration.empty() && !mpi)
       throw InputError(
           "--calibration: only with --transport mpi (in one process messages "
           "follow the workload's model)");
     if (f->rendezvous != "offer" && f->rendezvous != "pull")
       throw InputError("--rendezvous: expected offer or pull, got '" + f->rendezvous + "'");
-    if (f->rendezvous == "pull" && f->transport != "mpi")
+    if (f->rendezvous == "pull" && !mpi)
       throw InputError(
           "--rendezvous pull: only with --transport mpi (in one process the emulated latency "
           "runs from the acceptance)");
-    if (f->transport == "mpi")
+    if (mpi)
       run_as_mpi_process(timeout_ms_of(f->timeout_s), [&](Job& job) { run_emulated(*f, &job); });
-    else if (f->transport == "inproc")
-      run_emulated(*f, nullptr);
     else
-      throw InputError("--transport: unknown transport '" + f->transport +
-                       "' (expected inproc or mpi)");
+      run_emulated(*f, nullptr);
   });
 }
 

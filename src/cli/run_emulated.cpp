@@ -76,8 +76,8 @@ class EmulatedRuns {
     for (const RunSpec& spec : specs_)
       check_spec(sc_, spec);  // bad input fails before anything runs
     if (world && f.compare && !calibrate_each_round_) {
-      const TransportModel tm =
-          transport_model(f.calibration, f.transport, f.rendezvous == "offer", sc_, *world);
+      const TransportModel tm = transport_model(f.calibration, to_string(f.transport),
+                                                f.rendezvous == "offer", sc_, *world);
       mm_ = tm.model;
       model_source_ = tm.source;
     }
@@ -166,8 +166,8 @@ class EmulatedRuns {
     for (int round = 0; round < f_.rounds; ++round) {
       last_round_ = round + 1 == f_.rounds;
       if (calibrate_each_round_) {
-        const TransportModel tm =
-            transport_model(f_.calibration, f_.transport, f_.rendezvous == "offer", sc_, *world_);
+        const TransportModel tm = transport_model(f_.calibration, to_string(f_.transport),
+                                                  f_.rendezvous == "offer", sc_, *world_);
         round_models_.push_back(tm.model);
         model_source_ =
             tm.source + (f_.rounds > 1 ? ", before each of the " + std::to_string(f_.rounds) +

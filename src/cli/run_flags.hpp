@@ -13,7 +13,8 @@ struct RunFlags {
   double timeout_s = 60;
   int warmup = 1, warmup_extra = 4, repeat = 1, rounds = 1;
   bool spin = false, compare = false;
-  std::string transport = "inproc", calibration, rendezvous = "offer";
+  TransportKind transport = TransportKind::Inproc;
+  std::string calibration, rendezvous = "offer";
 };
 
 // Runs the experiments on the threaded runtime with emulated compute and reports them.

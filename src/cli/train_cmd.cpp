@@ -96,13 +96,9 @@ void setup_train(CLI::App& app) {
                 "add a jitter preset (jitter:J1..J3) to real compute");
   add_timeout_flag(s, f->timeout_s);
   s->add_option("--dp", t.dp, "data-parallel replicas (--transport mpi)")->capture_default_str();
-  s->add_option("--transport", f->transport,
-                "inproc (threads) or mpi (one process per rank: mpirun -np P*TP*DP)")
-      ->capture_default_str();
+  add_transport_flag(s, f->transport, {TransportKind::Inproc, TransportKind::Mpi},
+                     "inproc (threads) or mpi (one process per rank: mpirun -np P*TP*DP)");
   s->callback([f] {
-    if (f->transport != "inproc" && f->transport != "mpi")
-      throw InputError("--transport: unknown transport '" + f->transport +
-                       "' (expected inproc or mpi)");
     if (!g_runner) exec_trainer();  // checked here, run by rrfp-train
     g_runner(*f);
   });

@@ -18,7 +18,8 @@ struct TrainFlags {
   train::TrainRun run;  // model, data, optimizer and output flags land here directly
   std::uint64_t seed = 1;
   double timeout_s = 0;  // set from the training options' default
-  std::string inject_jitter, transport = "inproc";
+  std::string inject_jitter;
+  TransportKind transport = TransportKind::Inproc;
 };
 
 // What `rrfp train` does once its flags are parsed. `rrfp-train` installs the trainer

@@ -70,7 +70,7 @@ train::TrainRun to_run(const TrainFlags& f) {
 
 void run(const TrainFlags& f) {
   stop_on_signals();
-  if (f.transport == "mpi") {
+  if (f.transport == TransportKind::Mpi) {
     train::TrainSummary sum;
     run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {
       train::TrainRun run = to_run(f);

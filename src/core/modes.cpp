@@ -25,6 +25,21 @@ TpProtocol parse_tp_protocol(const std::string& s) {
   throw InputError("`tp_protocol`: unknown protocol '" + s + "' (expected leader or agree)");
 }
 
+std::string to_string(TransportKind t) {
+  return t == TransportKind::Inproc ? "inproc" : t == TransportKind::Mpi ? "mpi" : "c10d";
+}
+
+TransportKind parse_transport(const std::string& s, const std::vector<TransportKind>& allowed) {
+  std::string names;  // "inproc or mpi", "inproc, mpi or c10d"
+  size_t k = 0;
+  for (TransportKind t : allowed) {
+    if (to_string(t) == s) return t;
+    names += (k == 0 ? "" : k + 1 == allowed.size() ? " or " : ", ") + to_string(t);
+    ++k;
+  }
+  throw InputError("`transport`: unknown transport '" + s + "' (expected " + names + ")");
+}
+
 int checked_tp(int tp) {
   if (tp < 1) throw InputError("`tp`: must be at least 1, got " + std::to_string(tp));
   return tp;

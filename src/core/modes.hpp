@@ -1,6 +1,7 @@
 #pragma once
 // The executor-wide modes of semantics.md §3-4, shared by the simulator and the runtime.
 #include <string>
+#include <vector>
 
 namespace rrfp {
 
@@ -15,6 +16,14 @@ CommMode parse_comm(const std::string& s);  // throws InputError naming the valu
 enum class TpProtocol { Leader, Agree, None };
 std::string to_string(TpProtocol p);
 TpProtocol parse_tp_protocol(const std::string& s);  // throws InputError naming the value
+
+// Where a run's ranks live and what carries their messages: threads of this process (inproc),
+// the processes of an mpirun job (mpi), or the ranks of a torch.distributed group (c10d).
+enum class TransportKind { Inproc, Mpi, C10d };
+std::string to_string(TransportKind t);
+// Throws InputError naming `transport` and the kinds a front end offers (`allowed`) unless `s`
+// names one of them.
+TransportKind parse_transport(const std::string& s, const std::vector<TransportKind>& allowed);
 
 // The size of a tensor-parallel group, whoever takes it (workloads, the runtime, job layouts):
 // returns `tp`, or throws InputError naming `tp` unless it is at least 1.

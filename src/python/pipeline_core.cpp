@@ -67,14 +67,14 @@ Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms) {
 }  // namespace
 
 PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
-  if (o.transport != "inproc" && o.transport != "mpi" && o.transport != "c10d")
-    throw InputError("`transport`: expected inproc, mpi or c10d, got '" + o.transport + "'");
-  if (o.transport == "c10d" && !o.group)
+  const TransportKind tr = parse_transport(
+      o.transport, {TransportKind::Inproc, TransportKind::Mpi, TransportKind::C10d});
+  if (tr == TransportKind::C10d && !o.group)
     throw InputError("`group`: transport c10d needs a torch.distributed process group");
-  if (o.dp < 1 || (o.dp > 1 && o.transport == "inproc"))
+  if (o.dp < 1 || (o.dp > 1 && tr == TransportKind::Inproc))
     throw InputError("`dp`: data-parallel replicas need `transport` mpi or c10d (got dp " +
                      std::to_string(o.dp) + ")");
-  if (o.transport == "c10d" && (o.dp > 1) != static_cast<bool>(o.dp_group))
+  if (tr == TransportKind::C10d && (o.dp > 1) != static_cast<bool>(o.dp_group))
     throw InputError("`dp_group`: give the replicas' group exactly when dp > 1");
   model_ = std::make_unique<WorkModel>(
       make_config(o.pp, o.vpp, o.microbatches, o.placement, o.split_backward, o.hint));
@@ -86,8 +86,8 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   runtime_.timeout_ms = timeout_ms_of(o.timeout_s);
   validate(runtime_);
   resolve_options(runtime_.arbiter, *hint_, *model_);  // a bad limit fails here, not mid-step
-  if (o.transport == "mpi") job_ = mpi_job(o, runtime_.timeout_ms);
-  if (o.transport == "c10d") {
+  if (tr == TransportKind::Mpi) job_ = mpi_job(o, runtime_.timeout_ms);
+  if (tr == TransportKind::C10d) {
     own_job_ = std::make_unique<C10dWorld>(
         o.group, o.dp_group,
         std::chrono::milliseconds(runtime_.timeout_ms ? runtime_.timeout_ms : 1'800'000));
