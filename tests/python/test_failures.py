@@ -131,3 +131,57 @@ def test_ctrl_c_stops_a_step_cleanly():
     assert time.monotonic() - t < 2.0  # not the ~3.2 s the step takes
     assert same(before, grads(chunks))
     pipe.step(xs, ys)
+
+
+def test_a_second_step_while_one_runs_is_refused_not_a_crash():
+    # From another thread: the second call raises RuntimeError at once; the first finishes and
+    # is right. (Both ran into one runtime before and crashed the interpreter.)
+    chunks = lm.chunks(2)
+    started = threading.Event()
+
+    def slow(stage, kind, chunk, mb):
+        started.set()
+        return 0.05 if (kind, mb) == ("F", 0) else 0.0
+
+    pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4, delay_fn=slow)
+    xs, ys = lm.batches(4)
+    out = {}
+    first = threading.Thread(target=lambda: out.setdefault("loss", pipe.step(xs, ys)))
+    first.start()
+    assert started.wait(10)
+    with pytest.raises(RuntimeError, match="another step of this pipeline is running"):
+        pipe.step(xs, ys)
+    first.join(30)
+    assert not first.is_alive()
+    assert torch.equal(out["loss"], lm.reference_step(lm.chunks(2), xs, ys))
+    pipe.step(xs, ys)  # and the pipeline goes on
+
+
+def test_a_step_from_inside_a_task_fails_that_task_at_once():
+    # A delay_fn that calls step() again: that task fails (RuntimeError chained), well within
+    # the timeout, where it hung for over 100 s.
+    holder = {}
+
+    def reenter(stage, kind, chunk, mb):
+        if (stage, kind, mb) == (1, "F", 2):
+            holder["pipe"].step(*lm.batches(4))
+        return 0.0
+
+    pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, delay_fn=reenter,
+                         timeout=5)
+    holder["pipe"] = pipe
+    t0 = time.monotonic()
+    with pytest.raises(rrfp.StageError, match="stage 1: task F c1 m2 failed") as e:
+        pipe.step(*lm.batches(4))
+    assert isinstance(e.value.__cause__, RuntimeError)
+    assert time.monotonic() - t0 < 4
+
+
+def test_batches_that_do_not_split_evenly_or_match_are_refused():
+    pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4)
+    x = torch.randint(0, 64, (10, 8))
+    with pytest.raises(ValueError, match="10 rows does not split evenly into 4 microbatches"):
+        pipe.step(x, x)
+    with pytest.raises(ValueError, match="inputs and targets: 8 and 12 rows"):
+        pipe.step(torch.randint(0, 64, (8, 8)), torch.randint(0, 64, (12, 8)))
+    pipe.step(torch.randint(0, 64, (8, 8)), torch.randint(0, 64, (8, 8)))  # even: fine

@@ -1,4 +1,6 @@
 """rrfp.Pipeline: the user's nn.Module chunks, pipelined by rrfp's C++ runtime."""
+import threading
+
 import torch
 
 from . import _rrfp
@@ -82,6 +84,9 @@ class Pipeline:
         self._core.set_runners(self._runners)
         self._step = 0
         self.last_step = None
+        # One step at a time: a second, from another thread or from inside a task, would share
+        # the step's data and runtime with the first.
+        self._busy = threading.Lock()
 
     @property
     def pp(self):
@@ -114,9 +119,26 @@ class Pipeline:
         as a loop calling loss.backward() per microbatch would. Returns the sum of the
         microbatch losses, added in order (on the process that runs the last chunk; None
         on the others). Raises StageError (the task's own exception chained), TimeoutError
-        (no progress for `timeout`), or KeyboardInterrupt; then no .grad has changed.
+        (no progress for `timeout`), or KeyboardInterrupt; then no .grad has changed. A batch
+        given whole must split evenly into M microbatches, inputs and targets alike. A step
+        called while another of this pipeline runs (from another thread, or from a task's
+        own code) raises RuntimeError at once.
         """
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("step: another step of this pipeline is running (in another "
+                               "thread, or this call comes from inside one of its tasks); "
+                               "a pipeline runs one step at a time")
+        try:
+            return self._run_step(inputs, targets)
+        finally:
+            self._busy.release()
+
+    def _run_step(self, inputs, targets):
         m = self._core.microbatches
+        if isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor) and \
+                inputs.dim() > 0 and targets.dim() > 0 and inputs.shape[0] != targets.shape[0]:
+            raise ValueError(f"inputs and targets: {inputs.shape[0]} and {targets.shape[0]} "
+                             "rows; a batch needs one target row per input row")
         self._data.inputs = _split(inputs, m, "inputs")
         self._data.targets = _split(targets, m, "targets")
         self._data.losses = {}
@@ -206,9 +228,11 @@ def _split(batch, m, name):
             raise ValueError(f"{name}: expected {m} microbatches, got {len(batch)}")
         return list(batch)
     if isinstance(batch, torch.Tensor):
-        if batch.dim() == 0 or batch.shape[0] < m:
-            raise ValueError(f"{name}: a batch of {0 if batch.dim() == 0 else batch.shape[0]} "
-                             f"rows cannot be split into {m} microbatches")
+        rows = 0 if batch.dim() == 0 else batch.shape[0]
+        if rows < m or rows % m:
+            raise ValueError(f"{name}: a batch of {rows} rows does not split evenly into {m} "
+                             f"microbatches; give a list of {m} microbatches to choose their "
+                             "sizes")
         return list(torch.tensor_split(batch, m))
     raise TypeError(f"{name}: expected a tensor or a list of {m} microbatches, "
                     f"got {type(batch).__name__}")
