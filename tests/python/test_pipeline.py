@@ -135,3 +135,34 @@ def test_step_record_reports_and_the_simulator_tools(tmp_path):
     assert "bfw" in rrfp.hint_names()
     with pytest.raises(ValueError, match="unknown hint"):
         rrfp.simulate(hint="nope")
+
+
+class Remap(torch.nn.Module):
+    """Token ids in, token ids out, through a learnable table: an integer output carries no
+    gradient, so the table gets none, in a plain loop as in the pipeline."""
+
+    def __init__(self, vocab=64):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.arange(vocab, dtype=torch.float32).flip(0))
+
+    def forward(self, ids):
+        return self.table[ids].long()
+
+
+@pytest.mark.parametrize("split", ["off", "on"])
+def test_a_chunk_passing_integer_ids_on_trains_like_a_plain_loop(split):
+    # Chunk 0 hands integer ids to chunk 1 (the embedding): no gradient flows back into it,
+    # where its backward failed on the missing gradient ("'NoneType' object has no
+    # attribute 'to'").
+    def build():
+        return [Remap()] + lm.chunks(3)
+    ref, chunks = build(), build()
+    xs, ys = lm.batches(4, seed=2)
+    want = lm.reference_step(ref, xs, ys)
+    pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=4, microbatches=4, hint="bfw" if split == "on"
+                         else "bf", split_backward=split, delay_fn=delays(5))
+    assert torch.equal(pipe.step(xs, ys), want)
+    assert chunks[0].table.grad is None and ref[0].table.grad is None
+    for a, b in zip(ref[1:], chunks[1:]):
+        for (n, p), q in zip(a.named_parameters(), b.parameters()):
+            assert torch.equal(p.grad, q.grad), n

@@ -221,6 +221,14 @@ class StageRunner:
 
     def _backward(self, chunk, mb, g):
         w = self.work[(chunk, mb)]
+        if chunk != self.last_chunk and g is None:
+            # The next chunk's input took no gradient (this chunk's output is not a
+            # floating-point tensor, token ids say): nothing flows back from here, and the
+            # parameters before it get none, as in a plain loop.
+            if not self.split:
+                del self.work[(chunk, mb)]
+                self.data.sums.put(chunk, mb, [None] * len(self.params[chunk]))
+            return None
         if chunk != self.last_chunk:
             g = g.to(w.root.device)
             if g.shape != w.root.shape:
@@ -248,6 +256,9 @@ class StageRunner:
 
     def _weight(self, chunk, mb):
         w = self.work.pop((chunk, mb))
+        if chunk != self.last_chunk and w.grad is None:  # no gradient came (see _backward)
+            self.data.sums.put(chunk, mb, [None] * len(self.params[chunk]))
+            return
         self.data.sums.put(chunk, mb, _grad(w.root, self.params[chunk], w.grad, retain=False))
 
 
