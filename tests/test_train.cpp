@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -366,6 +367,46 @@ TEST(Checkpoint, AFullDiskLeavesThePreviousCheckpoint) {
   EXPECT_NE(::lstat((path + ".tmp").c_str(), &st), 0) << "the partial file was left behind";
   EXPECT_EQ(read_bytes(path), before);
   EXPECT_EQ(refusal(path, o), "accepted");
+}
+
+// A run that diverges stops with an error naming the step, its row logged, and its last
+// checkpoint is the last one with finite parameters (it trained on to "loss -nan" and printed
+// "done" before; its checkpoint then held NaN). Resuming that checkpoint diverges the same way.
+TEST(TrainDiverged, ANonFiniteStepStopsTheRunAndKeepsTheLastGoodCheckpoint) {
+  TrainRun o;
+  o.train = small_run(2, 4, 2, 3);
+  o.train.steps = 30;
+  o.train.opt.lr = 1000;  // AdamW moves every weight by about lr: it overflows in a few steps
+  o.train.opt.warmup = 0;
+  o.train.opt.clip = 0;
+  o.eval_every = 0;
+  o.save_every = 1;
+  o.quiet = true;
+  o.out = ::testing::TempDir() + "rrfp-diverged";
+  std::filesystem::remove_all(o.out);
+  std::string what;
+  try {
+    run_training(o);
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  ASSERT_NE(what.find(" is not a number; training stops"), std::string::npos) << what;
+  const int failed = std::stoi(what.substr(what.find("step ") + 5));
+  EXPECT_NE(what.find("keeps step " + std::to_string(failed - 1)), std::string::npos) << what;
+  std::ifstream log(o.out + "/loss.csv");
+  std::string row, last;
+  while (std::getline(log, row))
+    last = row;
+  EXPECT_EQ(std::stoi(last), failed);  // the failing step's row is there
+  Trainer t(o.train);
+  t.resume(o.out + "/checkpoint.bin");
+  EXPECT_EQ(t.steps_done(), failed - 1);
+  for (const auto& p : t.parameters())
+    ASSERT_TRUE(torch::isfinite(p).all().item<bool>());
+  TrainRun again = o;
+  again.resume = o.out + "/checkpoint.bin";
+  again.out = o.out + "-again";
+  EXPECT_THROW(run_training(again), Error);
 }
 
 TEST(TrainDefault, LossFallsOnTheHeldOutSplit) {

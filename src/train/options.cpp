@@ -57,9 +57,11 @@ void validate(const TrainOptions& o) {
   if (o.steps < 1) throw InputError("`steps`: must be at least 1, got " + std::to_string(o.steps));
   if (o.opt.warmup < 0)
     throw InputError("`warmup`: must not be negative, got " + std::to_string(o.opt.warmup));
-  if (!(o.opt.lr > 0) || !std::isfinite(o.opt.lr))
-    throw InputError("`lr`: must be a positive finite number, got " + fmt("%g", o.opt.lr));
-  at_least("weight_decay", o.opt.weight_decay, 0);
+  // The optimizer keeps both as float; past these a step overflows or flips every parameter.
+  if (!(o.opt.lr > 0 && o.opt.lr <= 1000))
+    throw InputError("`lr`: must be in (0, 1000], got " + fmt("%g", o.opt.lr));
+  if (!(o.opt.weight_decay >= 0 && o.opt.weight_decay <= 1000))
+    throw InputError("`weight_decay`: must be in [0, 1000], got " + fmt("%g", o.opt.weight_decay));
   at_least("clip", o.opt.clip, 0);
   if (o.dp < 1) throw InputError("`dp`: must be at least 1, got " + std::to_string(o.dp));
   if (o.dp > 1 && !o.job)

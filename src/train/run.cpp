@@ -161,8 +161,8 @@ class Run {
     // must not leave a checkpoint past the log, whose resume would never write that row
     // (tests/train_signals.sh saw "1 2 3 4 5 7" after a kill -9). Killed after the row, the
     // resume from the checkpoint before drops the rows past it and logs them again.
-    if (o_.save_every > 0 && ((s + 1) % o_.save_every == 0 || s + 1 == t_.steps))
-      trainer_.save(checkpoint());
+    stop_if_diverged(s, r.loss, r.grad_norm);
+    if (o_.save_every > 0 && ((s + 1) % o_.save_every == 0 || s + 1 == t_.steps)) save(s + 1);
     print_progress(s, r.loss, val, met.bubble_ratio);
     if (root_ && s - first_ >= std::min(kSkipSteps, t_.steps - first_ - 1)) {
       if (measured_.size() == kKeptSteps) measured_.erase(measured_.begin());
@@ -172,6 +172,35 @@ class Run {
     }
     last_ = std::move(r.run);
     return !stop_after(s);
+  }
+
+  // The checkpoint of `step`, never of parameters that are not finite (a step that overflowed
+  // without its loss showing it yet): the last checkpoint stays the last good one.
+  void save(int step) {
+    for (const torch::Tensor& p : trainer_.parameters())
+      if (!torch::isfinite(p).all().item<bool>())
+        throw diverged(step, "the parameters are no longer finite");
+    trainer_.save(checkpoint());
+    saved_ = step;
+  }
+
+  // A loss or gradient norm that is not finite ends the run with an error, the step's row
+  // logged, before a checkpoint could take the parameters its update made. Every process of a
+  // job knows both (they are reduced over the job), so all stop together.
+  void stop_if_diverged(int s, double loss, double grad_norm) const {
+    if (!std::isfinite(loss))
+      throw diverged(
+          s + 1, std::string("the loss is ") + (std::isnan(loss) ? "not a number" : "infinite"));
+    if (!std::isfinite(grad_norm))
+      throw diverged(s + 1, std::string("the gradient norm is ") +
+                                (std::isnan(grad_norm) ? "not a number" : "infinite"));
+  }
+
+  Error diverged(int step, const std::string& what) const {
+    return Error("step " + std::to_string(step) + ": " + what + "; training stops" +
+                 (saved_ > 0 ? " (" + checkpoint() + " keeps step " + std::to_string(saved_) + ")"
+                             : std::string(" (no checkpoint was written)")) +
+                 ": lower `lr`, or check the data or the checkpoint resumed from");
   }
 
   void add_up(const StepReport& r, double step_s, const RunMetrics& met) {
@@ -204,7 +233,7 @@ class Run {
     stopped_by_ = o_.stop ? o_.stop->load() : 0;
     if (t_.job) stopped_by_ = static_cast<int>(max_over_job(*t_.job, stopped_by_));
     if (stopped_by_ && s + 1 < t_.steps) {
-      if (o_.save_every > 0 && (s + 1) % o_.save_every != 0) trainer_.save(checkpoint());
+      if (o_.save_every > 0 && (s + 1) % o_.save_every != 0) save(s + 1);
       done_ = s + 1;
       return true;
     }
@@ -270,6 +299,7 @@ class Run {
   const bool root_, can_validate_;
   Trainer trainer_;
   int first_ = 0, done_ = 0, stopped_by_ = 0;
+  int saved_ = 0;  // the step of the last checkpoint this run wrote (0: none)
   double h0_ = 0;
   const bool tty_ = isatty(STDOUT_FILENO);
   std::unique_ptr<LogFile> log_;
