@@ -106,7 +106,7 @@ printf '{"preset": "uniform", "forward_us": 1e9}' >"$tmp/w4.json"
 check "tasks add up to 317.098 years; a step may hold at most 146" simulate --workload-file "$tmp/w4.json" --pp 1 -m 5000000 --hint 1f1b --policy fixed
 head -c 3000 /dev/urandom >"$tmp/random.bin"
 check "$tmp/random.bin" schedule check "$tmp/random.bin"
-check "cannot write" simulate --svg /nonexistent-dir/x.svg
+check "--svg: '/nonexistent-dir/x.svg' cannot be written: No such file or directory" simulate --svg /nonexistent-dir/x.svg
 check "--seeds: must be at least 1" sweep --seeds 0
 check "--mb-factors: 1073741825 x --pp 4 microbatches on 4 stages exceed" sweep --pp 4 --mb-factors 1073741825
 # Random bytes as hint files and workload files, many times over: never a crash.
@@ -326,5 +326,42 @@ PY
     { echo "FAIL: run --warmup $warmup: fresh buffers misreported:"; cat "$tmp/fresh.txt"
       fails=$((fails + 1)); }
 done
+# Outputs that could hang the process: a FIFO with no reader is refused at once, by name, as is
+# a directory; a FIFO that has a reader (a pipe the user asked for) is written. A report into a
+# full disk is a failed run (exit 1), not a success with the output lost.
+check "--json: '$tmp/fifo' is a FIFO with no reader" simulate --pp 2 -m 4 --json "$tmp/fifo"
+check "--svg: '$tmp/fifo' is a FIFO with no reader" simulate --pp 2 -m 4 --svg "$tmp/fifo"
+check "--trace: '$tmp/fifo' is a FIFO with no reader" simulate --pp 2 -m 4 --trace "$tmp/fifo"
+check "--out: '$tmp/fifo' is a FIFO with no reader" plan --pp 2 -m 2 --max-evaluations 5 --out "$tmp/fifo"
+check "--json: '$tmp' is a directory, not a file" simulate --pp 2 -m 4 --json "$tmp"
+"$rrfp" simulate --pp 2 -m 4 --json >(cat >"$tmp/piped.json") >/dev/null 2>&1 ||
+  { echo "FAIL: --json into a pipe with a reader"; fails=$((fails + 1)); }
+for args in "--json -" ""; do
+  # shellcheck disable=SC2086
+  "$rrfp" simulate --pp 2 -m 4 $args >/dev/full 2>"$tmp/full.err"
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "writing standard output failed" "$tmp/full.err" ||
+    { echo "FAIL: simulate $args into /dev/full -> rc=$rc"; cat "$tmp/full.err"; fails=$((fails + 1)); }
+done
+# Training's own files in --out: a FIFO there ends the run (exit 1) in a line, at once; a second
+# run on a folder in use is refused (exit 2).
+if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
+  small=(--steps 2 --pp 2 -m 2 --d-model 16 --layers 2 --heads 2 --eval-every 0)
+  for f in loss.csv checkpoint.bin.tmp; do
+    rm -rf "$tmp/fo" && mkdir "$tmp/fo" && mkfifo "$tmp/fo/$f"
+    timeout 60 "$rrfp" train "${small[@]}" --save-every 1 --out "$tmp/fo" >/dev/null 2>"$tmp/fo.err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "$f' is a FIFO with no reader" "$tmp/fo.err" ||
+      { echo "FAIL: train with $f a FIFO -> rc=$rc"; cat "$tmp/fo.err"; fails=$((fails + 1)); }
+  done
+  rm -rf "$tmp/lk" && mkdir "$tmp/lk"
+  "$rrfp" train --steps 100000 --pp 2 -m 2 --d-model 16 --layers 2 --heads 2 --eval-every 0 \
+    --out "$tmp/lk" >/dev/null 2>&1 &
+  first=$!
+  for _ in $(seq 100); do [ -s "$tmp/lk/loss.csv" ] && break; sleep 0.1; done
+  check "--out: '$tmp/lk' is in use by another rrfp train" train "${small[@]}" --out "$tmp/lk"
+  kill -9 $first
+  wait $first 2>/dev/null
+fi
 echo "cli bad-input checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -1,6 +1,10 @@
 // rrfp: readiness-first pipeline-parallel runtime. Exit codes: 0 ok, 1 a run failed
 // (deadlock, collective mismatch, internal error), 2 bad input (one line on stderr).
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
 
 #include "cli/options.hpp"
 #include "cli/train_flags.hpp"
@@ -40,6 +44,15 @@ int cli_main(int argc, char** argv) {
     return 1;
   } catch (const std::exception& e) {
     print_line(std::string("rrfp: internal error: ") + e.what());
+    return 1;
+  }
+  // What went to standard output must have got there: a report into a full disk or a closed
+  // pipe is a failed run, not a success with the output lost.
+  errno = 0;
+  std::cout.flush();
+  if (!std::cout || std::ferror(stdout)) {
+    print_line(std::string("rrfp: run failed: writing standard output failed") +
+               (errno ? std::string(": ") + std::strerror(errno) : std::string()));
     return 1;
   }
   return 0;

@@ -1,7 +1,11 @@
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
 
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "report/report.hpp"
 
 namespace rrfp {
@@ -23,11 +27,15 @@ std::string lpad(std::string s, size_t w) {
 }  // namespace
 
 void write_text_file(const std::string& path, const std::string& text, const char* flag) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw InputError(std::string(flag) + ": cannot write '" + path + "'");
-  out << text;
-  out.flush();
-  if (!out) throw InputError(std::string(flag) + ": error while writing '" + path + "'");
+  const std::string what = std::string(flag) + ": '" + path + "'";
+  const int fd = open_output(path, what);
+  try {
+    write_all(fd, text, what + ": writing failed");
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) throw Error(what + ": writing failed: " + std::strerror(errno));
 }
 
 std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& runs,

@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
+#include "core/output_file.hpp"
 
 namespace rrfp::train {
 
@@ -34,18 +35,6 @@ nlohmann::json model_json(const GptConfig& m) {
 
 std::vector<const std::vector<torch::Tensor>*> groups(const CheckpointState& s) {
   return {&s.params, &s.exp_avg, &s.exp_avg_sq};
-}
-
-void write_all(int fd, const std::string& bytes, const std::string& path) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw Error("checkpoint '" + path +
-                  "': writing failed: " + (n < 0 ? std::strerror(errno) : "short write"));
-    done += static_cast<std::size_t>(n);
-  }
 }
 
 }  // namespace
@@ -80,13 +69,12 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
     }
   put(out, checkpoint_checksum(out));
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw Error("checkpoint '" + path + "': cannot create " + tmp + ": " + std::strerror(errno));
+  const int fd = open_output(tmp, "checkpoint '" + path + "': its temporary '" + tmp + "'",
+                             OutputMode{.named_by_user = false});
   // A failed save (a full disk: "No space left on device") leaves the previous checkpoint as
   // it was and no partial file behind.
   try {
-    write_all(fd, out, path);
+    write_all(fd, out, "checkpoint '" + path + "': writing failed");
     if (::fsync(fd) != 0)
       throw Error("checkpoint '" + path + "': fsync failed: " + std::strerror(errno));
   } catch (...) {

@@ -1,5 +1,7 @@
 #include "train/log_file.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -7,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/input_file.hpp"
+#include "core/output_file.hpp"
 
 namespace rrfp::train {
 
@@ -27,16 +30,27 @@ LogFile::LogFile(const std::string& path, const std::string& header, int resume_
       kept += line + "\n";
     }
     const std::string tmp = path + ".tmp";
-    std::FILE* t = std::fopen(tmp.c_str(), "w");
-    const bool ok = t && std::fputs(kept.c_str(), t) >= 0 && std::fflush(t) == 0;
-    if (t) std::fclose(t);
-    if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int t = open_output(tmp, "'" + path + "': its temporary '" + tmp + "'",
+                              OutputMode{.named_by_user = false});
+    try {
+      write_all(t, kept, "cannot rewrite '" + path + "'");
+    } catch (...) {
+      ::close(t);
+      std::remove(tmp.c_str());
+      throw;
+    }
+    if (::close(t) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
       std::remove(tmp.c_str());
       throw Error("cannot rewrite '" + path + "': " + std::strerror(errno));
     }
   }
-  f_ = std::fopen(path.c_str(), continuing ? "a" : "w");
-  if (!f_) throw Error("cannot write '" + path + "': " + std::strerror(errno));
+  const int fd =
+      open_output(path, "'" + path + "'", OutputMode{.append = continuing, .named_by_user = false});
+  f_ = ::fdopen(fd, continuing ? "a" : "w");
+  if (!f_) {
+    ::close(fd);
+    throw Error("cannot write '" + path + "': " + std::strerror(errno));
+  }
   if (!continuing) add(header);
 }
 

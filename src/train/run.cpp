@@ -1,9 +1,13 @@
 #include "train/run.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -84,6 +88,7 @@ class Run {
         root_(!t_.job || t_.job->rank() == 0),
         can_validate_(!t_.job && t_.runtime.tp == 1),
         trainer_((check_run(in), t_)) {
+    if (root_) lock_out();
     o_.quiet = in.quiet || !root_;
     if (!can_validate_) o_.eval_every = 0;
     if (!o_.resume.empty())
@@ -116,6 +121,19 @@ class Run {
   }
 
  private:
+  // One run per output folder: a second one would interleave its rows with the first's in
+  // loss.csv (a resume then accepted the mix) and overwrite its checkpoint. The lock is the
+  // kernel's (flock), so it goes with the process however it ends.
+  void lock_out() {
+    const std::string path = dir() + ".rrfp-lock";
+    lock_.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_.fd < 0)
+      throw InputError("`out`: cannot create '" + path + "': " + std::strerror(errno));
+    if (::flock(lock_.fd, LOCK_EX | LOCK_NB) != 0)
+      throw InputError("`out`: '" + o_.out +
+                       "' is in use by another rrfp train; give each run its own `out`");
+  }
+
   std::string dir() const { return o_.out + "/"; }
   std::string checkpoint() const { return o_.out + "/checkpoint.bin"; }
 
@@ -300,6 +318,12 @@ class Run {
   Trainer trainer_;
   int first_ = 0, done_ = 0, stopped_by_ = 0;
   int saved_ = 0;  // the step of the last checkpoint this run wrote (0: none)
+  struct Fd {
+    int fd = -1;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } lock_;
   double h0_ = 0;
   const bool tty_ = isatty(STDOUT_FILENO);
   std::unique_ptr<LogFile> log_;

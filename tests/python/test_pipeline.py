@@ -126,7 +126,7 @@ def test_step_record_reports_and_the_simulator_tools(tmp_path):
     assert rec.peak_d[0] >= 1 and rec.lower_bound <= rec.makespan + 1e-9
     run = rec.to_dict()["runs"][0]
     assert run["label"] == "ready bf (async)" and abs(run["makespan_ms"] - 1e3 * rec.makespan) < 0.01
-    with pytest.raises(ValueError, match="cannot write"):
+    with pytest.raises(ValueError, match="t.svg. cannot be written: No such file or directory"):
         rec.save_svg(tmp_path / "missing-dir" / "t.svg")
     sim = rrfp.simulate(pp=4, microbatches=8, workload="uniform", hint="1f1b", policy="fixed")
     assert sim.makespan > 0 and sim.peak_d == [4, 3, 2, 1]  # 1F1B's warm-up depths

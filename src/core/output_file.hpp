@@ -1,0 +1,29 @@
+#pragma once
+// Every file rrfp writes goes through here, so that none can hang the process: a FIFO with no
+// reader (or a socket) is refused at once instead of blocking in open(), and a directory or
+// anything else that is not a file is named as such. Character devices pass (/dev/null, and
+// /dev/full, by which the tests fill a disk). docs/reliability.md.
+#include <string>
+
+namespace rrfp {
+
+struct OutputMode {
+  bool append = false;  // keep what is there (a resumed log); else truncate
+  // An output the user named (`--json FILE`): a FIFO that has a reader is accepted
+  // (`--json >(jq .)` names a pipe), and a refusal is bad input (InputError). Files rrfp places
+  // itself (its log, a checkpoint's temporary) refuse every FIFO, and a refusal mid-run is a
+  // failure of the run (Error).
+  bool named_by_user = true;
+};
+
+// Opens `path` for writing (created 0644) and returns the descriptor, blocking again once open.
+// Throws, starting with `what` (the option and path, e.g. "`json`: 'x.json'"), when it cannot:
+// a FIFO with no reader, a FIFO where none is allowed, a socket, a directory, or the system's
+// own reason.
+int open_output(const std::string& path, const std::string& what, OutputMode mode = {});
+
+// Writes all of `bytes` to `fd` (retrying short writes and interrupted calls); throws Error
+// starting with `what` and the system's reason ("No space left on device").
+void write_all(int fd, const std::string& bytes, const std::string& what);
+
+}  // namespace rrfp
