@@ -42,6 +42,22 @@ grep -q "rrfp train: warning: --steps is $((last + 1)); the checkpoint's run had
   fail "no warning about --steps: $(head -3 "$tmp/r.log")"
 [ "$(tail -n 1 "$tmp/a/loss.csv" | cut -d, -f1)" = $((last + 1)) ] || fail "the resumed run did not append its row"
 
+# SIGTERM during a long validation (100000 batches after step 1) is honoured within a batch:
+# the step stands, the run stops after it (it went on validating for over 100 s).
+"$rrfp" train --d-model 32 --layers 4 --steps 3 --eval-every 1 --eval-batches 100000 \
+  --out "$tmp/v" >"$tmp/v.log" 2>&1 &
+pid=$!
+wait_rows "$tmp/v" 0 || fail "no loss.csv after 60 s (validation run)"
+sleep 2  # step 1 (a few hundred ms) is done: it validates
+kill -TERM $pid
+for _ in $(seq 1 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+if kill -0 $pid 2>/dev/null; then
+  kill -9 $pid
+  fail "SIGTERM during validation: still running 10 s later"
+fi
+wait $pid; rc=$?
+[ "$rc" -eq 143 ] || fail "SIGTERM during validation: exit $rc, want 143"
+
 # A run killed outright after its checkpoint logged steps past it: the resume drops those rows
 # and logs them again, so every step has exactly one row.
 "$rrfp" train "${small[@]}" --steps 2000 --save-every 3 --out "$tmp/k" >"$tmp/k.log" 2>&1 &

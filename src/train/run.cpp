@@ -163,9 +163,11 @@ class Run {
     std::string val;
     if (can_validate_ &&
         ((o_.eval_every > 0 && (s + 1) % o_.eval_every == 0) || s + 1 == t_.steps)) {
-      sum_.val_loss = trainer_.validation_loss(o_.eval_batches);
-      val = fmt("%.4f", sum_.val_loss);
-      val_curve_.points.push_back({s + 1.0, sum_.val_loss});
+      if (const auto v = trainer_.validation_loss(o_.eval_batches, o_.stop)) {
+        sum_.val_loss = *v;
+        val = fmt("%.4f", *v);
+        val_curve_.points.push_back({s + 1.0, *v});
+      }  // else a signal asked to stop: the step stands without it, and the run stops after it
     }
     train_curve_.points.push_back({s + 1.0, r.loss});
     if (log_)

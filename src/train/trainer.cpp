@@ -222,13 +222,14 @@ void Trainer::apply(double clip_coef, double lr) {
     }
 }
 
-double Trainer::validation_loss(int batches) {
+std::optional<double> Trainer::validation_loss(int batches, const std::atomic<int>* stop) {
   if (o_.job || o_.runtime.tp > 1)
     throw Error("validation runs every chunk in one thread: not with `tp` > 1 or `transport` mpi");
   torch::NoGradGuard no_grad;
   double sum = 0;
   int n = 0;
   for (int b = 0; b < batches; ++b) {
+    if (stop && stop->load() != 0) return std::nullopt;
     const StepBatch vb = data_->batch(o_.data_seed, b, m_.microbatches(), o_.window, true);
     for (int mb = 0; mb < vb.microbatches(); ++mb) {
       torch::Tensor x = vb.tokens[mb];

@@ -4,8 +4,10 @@
 // AdamW with warmup and cosine decay. Every quantity is computed in a fixed global order, so
 // the parameters after K steps are bitwise the same for every hint, policy, limit, partition
 // and dispatch order (semantics.md §6).
+#include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,7 +36,10 @@ class Trainer {
 
   StepReport step();
   // Mean loss over `batches` held-out batches of M microbatches (no gradients).
-  double validation_loss(int batches);
+  // The mean loss over `batches` held-out batches; nullopt when `stop` (a signal's number, set
+  // by a handler) became non-zero first: it is read between batches, so a stop request is
+  // honoured within one batch however many were asked for.
+  std::optional<double> validation_loss(int batches, const std::atomic<int>* stop = nullptr);
   // Every parameter this process holds, in the model's global order (then TP rank), and its
   // name. In a multi-process job: those of the chunks it hosts.
   std::vector<torch::Tensor> parameters() const;
