@@ -102,6 +102,8 @@ check "the most one may take is 1e+09 us (1000 s)" simulate --workload-file "$tm
 printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1e13\n' >"$tmp/huge.csv"
 check "column duration_us: a task or message of 1e+13 us" simulate --replay "$tmp/huge.csv" --hint 1f1b --pp 1 -m 1
 check "--seed: must not be negative, got -1" simulate --seed -1
+check "--seed: must be a whole number from 0 to 18446744073709551615, got 18446744073709551616" simulate --seed 18446744073709551616
+check "--seed: must be a whole number from 0 to 18446744073709551615, got 1e23" simulate --seed 1e23
 printf '{"preset": "uniform", "forward_us": 1e9}' >"$tmp/w4.json"
 check "tasks add up to 317.098 years; a step may hold at most 146" simulate --workload-file "$tmp/w4.json" --pp 1 -m 5000000 --hint 1f1b --policy fixed
 head -c 3000 /dev/urandom >"$tmp/random.bin"

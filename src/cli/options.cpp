@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <iostream>
 
@@ -53,6 +54,21 @@ CLI::Validator not_negative() {
                                                 : std::string();
       },
       "", "not negative");
+}
+
+// A seed: a whole number that fits 64 bits, written in digits. CLI11 alone turned 2^64 into
+// 2^64-1 without a word.
+CLI::Validator seed_value() {
+  return CLI::Validator(
+      [](std::string& s) {
+        if (s.find('-') != std::string::npos) return "must not be negative, got " + s.substr(0, 30);
+        std::uint64_t v = 0;
+        const auto [end, err] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || err != std::errc() || end != s.data() + s.size())
+          return "must be a whole number from 0 to 18446744073709551615, got " + s.substr(0, 30);
+        return std::string();
+      },
+      "", "a 64-bit seed");
 }
 
 void add_shape_flags(CLI::App* app, ShapeFlags& f) {
@@ -116,7 +132,7 @@ void add_workload_flags(CLI::App* app, WorkloadFlags& f) {
       "the PyTorch profiler or Megatron-LM's timers (docs/twin.md)");
   add_trace_flags(app, f.trace);
   app->add_option("--seed", f.seed, "seed of every random duration")
-      ->check(not_negative())
+      ->check(seed_value())
       ->capture_default_str();
 }
 

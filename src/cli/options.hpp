@@ -27,6 +27,8 @@ void print_input_error(const std::exception& e);
 
 // For unsigned flags: CLI11 would wrap "-1" around to 2^64 - 1.
 CLI::Validator not_negative();
+// --seed: digits only, at most 2^64 - 1 (CLI11 would clamp 2^64 to it silently).
+CLI::Validator seed_value();
 
 // The pipeline's shape: --pp --vpp --placement --microbatches --split-backward. The struct's
 // values are the flags' defaults (each command sets its own before binding).

@@ -83,7 +83,7 @@ void setup_train(CLI::App& app) {
   s->add_option("--weight-decay", t.opt.weight_decay, "AdamW weight decay")->capture_default_str();
   s->add_option("--clip", t.opt.clip, "global gradient-norm clip (0: none)")->capture_default_str();
   s->add_option("--seed", f->seed, "seed of the weights and the data order")
-      ->check(not_negative())
+      ->check(seed_value())
       ->capture_default_str();
   s->add_option("--eval-every", r.eval_every, "validation every N steps")->capture_default_str();
   s->add_option("--eval-batches", r.eval_batches, "held-out batches per validation")
