@@ -50,6 +50,7 @@ void bind_pipeline(pyb::module_& m) {
       .def_property_readonly("world", &PipelineCore::world)
       .def_property_readonly("replica", &PipelineCore::replica)
       .def("dp_sum", &PipelineCore::dp_sum, pyb::arg("grad"))
+      .def("all_gather", &PipelineCore::all_gather, pyb::arg("mine"))
       .def("close", &PipelineCore::close)
       .def("local_stages", &PipelineCore::local_stages)
       .def("stage_of",

@@ -144,6 +144,12 @@ void PipelineCore::dp_sum(at::Tensor& grad) {
                std::span<float>(grad.data_ptr<float>(), static_cast<std::size_t>(grad.numel())));
 }
 
+std::vector<std::vector<double>> PipelineCore::all_gather(const std::vector<double>& mine) {
+  if (!job_) return {mine};
+  pyb::gil_scoped_release nogil;
+  return job_->all_gather(mine);
+}
+
 PipelineCore::~PipelineCore() {
   {
     Processes& p = processes();

@@ -57,6 +57,9 @@ class PipelineCore {
   // Sums `grad` over the data-parallel replicas, in replica order (the same bits on every
   // replica); a no-op with one replica.
   void dp_sum(at::Tensor& grad);
+  // Every process's `mine`, by job rank (just `mine` in one process): for what every rank must
+  // learn from one, such as its replica's loss from the last stage. A collective.
+  std::vector<std::vector<double>> all_gather(const std::vector<double>& mine);
   // Tears the runtime down (shutdown_processes); the pipeline refuses further steps.
   void close();
   // Sets the Python runner of each local stage; the runtime is built from them.

@@ -15,6 +15,8 @@ import conftest  # noqa: F401  (the package path)
 import torch
 import rrfp
 
+torch.manual_seed(0)  # every process passes the same batches
+
 
 class Raises(torch.nn.Module):
     def __init__(self):

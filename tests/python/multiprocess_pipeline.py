@@ -45,7 +45,8 @@ for name, hint, policy, split, vpp in CASES:
         xs, ys = lm.batches(m, seed=s if dp == 1 else s * 100 + pipe.replica)
         opt.zero_grad()
         loss = pipe.step(xs, ys)
-        if loss is not None and pipe.replica == 0:
+        assert loss is not None, f"{name}: rank {pipe.rank} got no loss"  # every rank gets it
+        if pipe.replica == 0:
             assert torch.equal(loss, ref_losses[s]), f"{name} step {s}: {loss} != {ref_losses[s]}"
         opt.step()
     for c, module in pipe.chunks.items():
@@ -69,3 +70,34 @@ if pp > 1:
     else:
         raise AssertionError("chunks sharing a parameter across processes were accepted")
     print(f"rank {pipe.rank}: a parameter shared across processes refused", flush=True)
+
+# Launch detection: with no transport= the pipeline takes the launcher's (mpirun: mpi,
+# torchrun: c10d) and runs the same step; a process count that is not pp * dp is refused before
+# any process waits on another.
+auto = rrfp.Pipeline(lambda i: lm.chunks(pp)[i], lm.loss_fn, pp=pp, microbatches=m, dp=dp,
+                     timeout=60)
+assert auto.stages == [auto.rank % pp], (auto.rank, auto.stages)
+ref_chunks, ref_losses = lm.run_reference(pp, 1, m, replicas=dp)
+xs, ys = lm.batches(m, seed=0 if dp == 1 else auto.replica)
+loss = auto.step(xs, ys)
+if auto.replica == 0:
+    assert torch.equal(loss, ref_losses[0]), (loss, ref_losses[0])
+try:
+    rrfp.Pipeline(lambda i: lm.chunks(2 * pp)[i], lm.loss_fn, pp=2 * pp, dp=dp, microbatches=m)
+except ValueError as e:
+    assert f"started {world} process(es), but pp={2 * pp} x dp={dp} needs {2 * pp * dp}" in str(e), e
+else:
+    raise AssertionError("a launcher with too few processes was accepted")
+print(f"rank {auto.rank}: the launcher's transport detected, the loss on every rank", flush=True)
+
+# Processes of one replica that pass different batches (each process's generator seeded on its
+# own, say) are told so on every process, before any task runs: the inputs would otherwise be
+# trained against another batch's targets.
+xs, ys = lm.batches(m, seed=1000 + auto.rank)
+try:
+    auto.step(xs, ys)
+except ValueError as e:
+    assert "passed different batches" in str(e), e
+else:
+    raise AssertionError("different batches on the processes of a replica were accepted")
+print(f"rank {auto.rank}: different batches in one replica refused", flush=True)

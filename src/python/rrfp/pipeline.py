@@ -28,8 +28,10 @@ class Pipeline:
     transport: "inproc" (every stage a thread of this process), "mpi" (one stage per process
         of an `mpirun -np pp*dp python script.py` job) or "c10d" (one stage per rank of a
         torch.distributed group: `group`, or the default group, initialised with Gloo from
-        torchrun's environment if need be). With a process per stage, chunk_fn builds only
-        the chunks of this process.
+        torchrun's environment if need be). None (the default) picks by how the process was
+        started: "mpi" under mpirun, "c10d" under torchrun, "inproc" otherwise; a launcher
+        whose process count is not pp * dp is refused. With a process per stage, chunk_fn
+        builds only the chunks of this process.
     dp: data-parallel replicas (transport "mpi" or "c10d"): each replica runs its own
         microbatches; the gradients of the replicas are summed in replica order, the same bits
         on every replica. Process r is replica r // pp, stage r % pp.
@@ -39,12 +41,14 @@ class Pipeline:
 
     def __init__(self, chunks, loss_fn, *, pp, vpp=1, placement="loop", microbatches=8,
                  hint="bf", policy="ready", limit=None, max_pending_w=None,
-                 split_backward="auto", comm="async", timeout=120.0, transport="inproc",
+                 split_backward="auto", comm="async", timeout=120.0, transport=None,
                  dp=1, group=None, delay_fn=None):
         if not callable(loss_fn):
             raise TypeError("loss_fn must be callable")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ValueError(f"limit: must be a whole number of at least 1 or None, got {limit!r}")
+        if transport is None:
+            transport = _launched_transport(pp, dp, group)
         dp_group = None
         if transport == "c10d":
             group, dp_group = _c10d_groups(group, pp, dp)
@@ -117,8 +121,9 @@ class Pipeline:
         inputs, targets: a list of M microbatches (shapes may differ), or one batch each,
         split along dimension 0 into M. Gradients are added to .grad in microbatch order,
         as a loop calling loss.backward() per microbatch would. Returns the sum of the
-        microbatch losses, added in order (on the process that runs the last chunk; None
-        on the others). Raises StageError (the task's own exception chained), TimeoutError
+        microbatch losses, added in order (with a process per stage, every process of a
+        replica gets it from the replica's last stage).
+        Raises StageError (the task's own exception chained), TimeoutError
         (no progress for `timeout`), or KeyboardInterrupt; then no .grad has changed. A batch
         given whole must split evenly into M microbatches, inputs and targets alike. A step
         called while another of this pipeline runs (from another thread, or from a task's
@@ -141,6 +146,8 @@ class Pipeline:
                              "rows; a batch needs one target row per input row")
         self._data.inputs = _split(inputs, m, "inputs")
         self._data.targets = _split(targets, m, "targets")
+        if self._core.world > 1:
+            self._check_one_batch_per_replica()
         self._data.losses = {}
         self._data.error = None
         self._data.sums = GradSums(self._chunk_params, from_grad=self._dp == 1)
@@ -171,12 +178,85 @@ class Pipeline:
             if g is not None:
                 p.grad = g
         self.last_step = StepRecord(rec)
-        if not self._data.losses:
-            return None
-        total = self._data.losses[0]
-        for i in range(1, m):
-            total = total + self._data.losses[i]
-        return total
+        total = None
+        if self._data.losses:
+            total = self._data.losses[0]
+            for i in range(1, m):
+                total = total + self._data.losses[i]
+        return self._replica_loss(total)
+
+    def _check_one_batch_per_replica(self):
+        """With a process per stage, the first stage takes the inputs and the last the targets,
+        each from its own process's call: the processes of a replica must pass the same batch,
+        or inputs would be trained against another batch's targets. A digest of each process's
+        batch, compared over the job, turns that into an error on every process. (torch's
+        generator starts from a different seed in every process: seed it alike.)"""
+        mine = [float(_digest(self._data.inputs)), float(_digest(self._data.targets))]
+        every = self._core.all_gather(mine)
+        pp = self.pp
+        peers = every[self.replica * pp:(self.replica + 1) * pp]
+        if any(p != peers[0] for p in peers):
+            self._data.inputs, self._data.targets = [], []
+            raise ValueError(
+                "inputs, targets: the processes of a replica passed different batches to step(); "
+                "each must pass the same one (seed torch's generator alike in every process, "
+                "e.g. torch.manual_seed(0), or load the same data)")
+
+    def _replica_loss(self, total):
+        """The step's loss on every process of the replica: its last stage's process has it;
+        one all-gather of (dtype, value) carries it to the others, exactly (a double holds
+        every float32, float16 and bfloat16 value)."""
+        if self._core.world == 1:
+            return total
+        mine = [] if total is None else [float(_DTYPES.index(total.dtype)), float(total)]
+        every = self._core.all_gather(mine)
+        if total is not None:
+            return total
+        code, value = every[self.replica * self.pp + self.pp - 1]
+        return torch.tensor(value, dtype=_DTYPES[int(code)])
+
+
+_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def _digest(microbatches):
+    """A CRC-32 over the microbatches' tensors (their shapes, dtypes and bytes), the same in
+    every process that holds the same batch."""
+    import zlib
+    crc = 0
+    for x in microbatches:
+        if isinstance(x, torch.Tensor):
+            crc = zlib.crc32(f"{tuple(x.shape)}{x.dtype}".encode(), crc)
+            crc = zlib.crc32(x.detach().cpu().contiguous().numpy().tobytes()
+                             if x.dtype != torch.bfloat16 else
+                             x.detach().cpu().contiguous().view(torch.int16).numpy().tobytes(),
+                             crc)
+        else:
+            crc = zlib.crc32(repr(type(x)).encode(), crc)
+    return crc
+
+
+def _launched_transport(pp, dp, group):
+    """The transport that matches how this process was started: "mpi" under mpirun (Open MPI
+    or MPICH), "c10d" under torchrun or with a torch.distributed group, else "inproc". Refuses
+    a launcher whose process count is not pp * dp: each process would otherwise run a whole
+    pipeline of its own."""
+    import os
+    env = os.environ
+    if group is not None:
+        return "c10d"
+    for name, key in (("mpi", "OMPI_COMM_WORLD_SIZE"), ("mpi", "PMI_SIZE"),
+                      ("c10d", "TORCHELASTIC_RUN_ID")):
+        if key in env:
+            world = int(env.get(key if name == "mpi" else "WORLD_SIZE", "1"))
+            if world != pp * dp:
+                launcher = "mpirun" if name == "mpi" else "torchrun"
+                raise ValueError(
+                    f"transport: {launcher} started {world} process(es), but pp={pp} x dp={dp} "
+                    f"needs {pp * dp}; start {pp * dp}, or pass transport='inproc' to run every "
+                    "stage as a thread of each process")
+            return name
+    return "inproc"
 
 
 def _refuse_ties_across_processes(chunks, core):

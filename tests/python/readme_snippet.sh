@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The README's Python snippet, unchanged, runs to the end in threads, under mpirun -np 4 and
+# under torchrun --nproc_per_node 4: the transport follows the launcher, every rank gets the
+# step's loss, and the last loss is bitwise the same in all three (one intra-op thread each, as
+# torchrun sets, so no kernel sums in another order). Usage: readme_snippet.sh README.md PYTHON
+set -uo pipefail
+readme=$1 python=$2
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+# The first ```python block after "## Use from PyTorch", with a check of the loss appended.
+awk '/^## Use from PyTorch/ {on = 1} on && /^```python/ {grab = 1; next} grab && /^```/ {exit}
+     grab {print}' "$readme" >"$tmp/snippet.py"
+[ -s "$tmp/snippet.py" ] || { echo "FAIL: no python block in the README's 'Use from PyTorch'"; exit 1; }
+cat >>"$tmp/snippet.py" <<'PY'
+assert isinstance(loss, torch.Tensor) and torch.isfinite(loss), loss
+print(f"snippet done, loss {float(loss)!r}", flush=True)
+PY
+export OMP_NUM_THREADS=1
+losses=()
+run() {  # run NAME EXPECTED_RANKS COMMAND...
+  local name=$1 ranks=$2
+  shift 2
+  timeout 240 "$@" >"$tmp/$name.log" 2>&1
+  local rc=$? done
+  done=$(grep -c "snippet done" "$tmp/$name.log")
+  if [ $rc -ne 0 ] || [ "$done" -ne "$ranks" ]; then
+    echo "FAIL: $name: exit $rc, $done of $ranks ranks finished"; tail -5 "$tmp/$name.log"
+    fails=$((fails + 1))
+  else
+    local l
+    l=$(grep -o "snippet done, loss [-0-9.e+a-z]*" "$tmp/$name.log" | sort -u)
+    echo "ok: $name ($ranks rank(s)): $l"
+    losses+=("$l")
+  fi
+}
+run threads 1 "$python" "$tmp/snippet.py"
+if command -v mpirun >/dev/null; then
+  run mpirun 4 "$here/../mpirun.sh" 4 "$python" "$tmp/snippet.py"
+fi
+run torchrun 4 "$python" -m torch.distributed.run --nproc_per_node 4 --master_port 29580 \
+  --redirects 1 --tee 1 "$tmp/snippet.py"
+if [ ${#losses[@]} -gt 1 ] && [ "$(printf '%s\n' "${losses[@]}" | sort -u | wc -l)" -ne 1 ]; then
+  echo "FAIL: the launchers' last losses differ: ${losses[*]}"
+  fails=$((fails + 1))
+fi
+exit $((fails > 0))
