@@ -4,8 +4,10 @@ recorded (start to end: the GIL, the Python call, autograd, encoding the output)
 median time of the same PyTorch work done in a plain loop; and the runtime's dispatch gap
 (a task's end to the next ready task's start, which does not include the Python call).
 Compare with `rrfp run --pp 2 -m 64 --workload uniform`, the same runtime with C++ programs.
+With --tree every chunk boundary carries a structure, (y, {"mask": a bool tensor}), instead of
+one tensor: the same PyTorch work, so the difference is what packing a structure costs.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/python_overhead.py
+    PYTHONPATH=build/python /usr/bin/python3 bench/python_overhead.py [P] [--tree]
 """
 import statistics
 import time
@@ -16,18 +18,37 @@ from torch import nn
 import rrfp
 
 import sys
-P = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
+TREE = "--tree" in sys.argv
+P = int(ARGS[0]) if ARGS else 2
 M, STEPS = 64, 20
+
+
+class TreeLinear(nn.Linear):
+    """A Linear between structures: (x, {"mask"}) in (or a tensor, first), the same out."""
+
+    def forward(self, x):
+        if isinstance(x, tuple):
+            x, extra = x
+        else:
+            extra = {"mask": x > 0}
+        return super().forward(x), extra
 
 
 def chunk(i):
     torch.manual_seed(i)
-    return nn.Linear(8, 8)
+    return TreeLinear(8, 8) if TREE else nn.Linear(8, 8)
+
+
+def loss_fn(o, y):
+    return ((o[0] if TREE else o) - y).square().sum()
 
 
 def plain(kind):
-    """The work of one task, done directly: F = forward, B = backward of one chunk."""
-    c = chunk(1)
+    """The work of one task, done directly: F = forward, B = backward of one chunk (its
+    Linear: a structure adds no PyTorch work)."""
+    torch.manual_seed(1)
+    c = nn.Linear(8, 8)
     x = torch.randn(1, 8).requires_grad_()
     g = torch.randn(1, 8)
     params = list(c.parameters())
@@ -43,9 +64,10 @@ def plain(kind):
 
 
 def main():
-    print(f"P={P} M={M}, {STEPS} steps, torch threads {torch.get_num_threads()}")
+    print(f"P={P} M={M}, {STEPS} steps, torch threads {torch.get_num_threads()}, "
+          f"boundaries carry {'(y, {mask})' if TREE else 'one tensor'}")
     for hint, policy in [("1f1b", "fixed"), ("bf", "ready")]:
-        pipe = rrfp.Pipeline([chunk(i) for i in range(P)], lambda o, y: (o - y).square().sum(),
+        pipe = rrfp.Pipeline([chunk(i) for i in range(P)], loss_fn,
                              pp=P, microbatches=M, hint=hint, policy=policy)
         xs = [torch.randn(1, 8) for _ in range(M)]
         gaps, by_kind = [], {"F": [], "B": []}

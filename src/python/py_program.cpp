@@ -1,5 +1,6 @@
 #include "python/py_program.hpp"
 
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "core/error.hpp"
@@ -53,19 +54,34 @@ void PyStageProgram::end_step(int step) {
   call(*runner_, "end_step", step);
 }
 
-// F and B alike: a tensor (or nothing) in, a tensor (or nothing) out.
+// F and B alike: a tensor, a structure of tensors or nothing in, and the same out. A structure
+// crosses to and from Python as (bytes, [tensors]): the runner packs and unpacks it.
 Payload PyStageProgram::tensor_task(const char* method, char kind, int chunk, int mb,
                                     const Payload& in) {
   const std::string task = where(chunk, mb, kind);
   at::Tensor x;
-  if (!in.empty()) x = decode_tensor(in, task);
-  at::Tensor y;
-  {
-    pyb::gil_scoped_acquire gil;
-    pyb::object out = call(*runner_, method, chunk, mb, x.defined() ? pyb::cast(x) : pyb::none());
-    if (!out.is_none()) y = out.cast<at::Tensor>();
+  std::optional<DecodedTree> tree;
+  if (!in.empty() && is_tree(in))
+    tree = decode_tree(in, task);
+  else if (!in.empty())
+    x = decode_tensor(in, task);
+  pyb::gil_scoped_acquire gil;
+  pyb::object arg = tree  ? pyb::object(pyb::make_tuple(pyb::bytes(tree->structure),
+                                                        pyb::cast(tree->leaves)))
+                    : x.defined() ? pyb::cast(x)
+                                  : pyb::none();
+  pyb::object out = call(*runner_, method, chunk, mb, arg);
+  if (out.is_none()) return {};
+  if (pyb::isinstance<pyb::tuple>(out)) {
+    const auto packed = out.cast<pyb::tuple>();
+    const std::string structure = packed[0].cast<std::string>();
+    const std::vector<at::Tensor> leaves = packed[1].cast<std::vector<at::Tensor>>();
+    pyb::gil_scoped_release nogil;  // the copies need no Python
+    return encode_tree(structure, leaves, task);
   }
-  return y.defined() ? encode_tensor(y, task) : Payload();
+  const at::Tensor y = out.cast<at::Tensor>();
+  pyb::gil_scoped_release nogil;
+  return encode_tensor(y, task);
 }
 
 Payload PyStageProgram::forward(TaskContext&, int chunk, int mb, Payload input) {

@@ -31,7 +31,17 @@ std::size_t data_offset(int ndim) {
 
 }  // namespace
 
-Payload encode_tensor(const at::Tensor& t, const std::string& what) {
+namespace {
+
+// A tensor checked and made contiguous on the CPU, with where its bytes go in its encoding.
+struct Prepared {
+  at::Tensor c;
+  std::uint8_t code;
+  std::size_t offset, bytes;
+  std::size_t size() const { return offset + bytes; }
+};
+
+Prepared prepare(const at::Tensor& t, const std::string& what) {
   std::size_t code = 0;
   while (code < kTypes.size() && kTypes[code] != t.scalar_type())
     ++code;
@@ -42,20 +52,102 @@ Payload encode_tensor(const at::Tensor& t, const std::string& what) {
     throw InputError(what + ": a tensor of " + std::to_string(t.dim()) +
                      " dimensions cannot be sent between stages (at most " +
                      std::to_string(kMaxDims) + ")");
-  const at::Tensor c = t.detach().to(at::kCPU).contiguous();
-  const std::size_t offset = data_offset(static_cast<int>(c.dim()));
-  const std::size_t bytes = static_cast<std::size_t>(c.numel()) * c.element_size();
-  Payload p = Payload::allocate(offset + bytes);
-  auto* out = const_cast<std::byte*>(p.data());
-  const Header h{kMagic, static_cast<std::uint8_t>(code), static_cast<std::uint8_t>(c.dim()), {}};
-  std::memset(out, 0, offset);
+  Prepared p{t.detach().to(at::kCPU).contiguous(), static_cast<std::uint8_t>(code), 0, 0};
+  p.offset = data_offset(static_cast<int>(p.c.dim()));
+  p.bytes = static_cast<std::size_t>(p.c.numel()) * p.c.element_size();
+  return p;
+}
+
+void write(std::byte* out, const Prepared& p) {
+  const Header h{kMagic, p.code, static_cast<std::uint8_t>(p.c.dim()), {}};
+  std::memset(out, 0, p.offset);
   std::memcpy(out, &h, sizeof h);
-  for (int d = 0; d < c.dim(); ++d) {
-    const std::int64_t n = c.size(d);
+  for (int d = 0; d < p.c.dim(); ++d) {
+    const std::int64_t n = p.c.size(d);
     std::memcpy(out + sizeof h + sizeof n * static_cast<std::size_t>(d), &n, sizeof n);
   }
-  if (bytes) std::memcpy(out + offset, c.data_ptr(), bytes);
-  return p;
+  if (p.bytes) std::memcpy(out + p.offset, p.c.data_ptr(), p.bytes);
+}
+
+constexpr std::uint32_t kTreeMagic = 0x53504652;  // "RFPS": a structure and its tensors
+
+struct TreeHeader {
+  std::uint32_t magic, count;
+  std::uint64_t structure;  // bytes
+};
+
+std::size_t aligned(std::size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
+
+}  // namespace
+
+Payload encode_tensor(const at::Tensor& t, const std::string& what) {
+  const Prepared p = prepare(t, what);
+  Payload out = Payload::allocate(p.size());
+  write(const_cast<std::byte*>(out.data()), p);
+  return out;
+}
+
+// Layout: the header, each tensor's encoded size, the structure, then each encoded tensor, every
+// one starting on a cache line.
+Payload encode_tree(std::string_view structure, const std::vector<at::Tensor>& leaves,
+                    const std::string& what) {
+  std::vector<Prepared> ps;
+  for (const at::Tensor& t : leaves)
+    ps.push_back(prepare(t, what));
+  std::size_t at = aligned(sizeof(TreeHeader) + sizeof(std::uint64_t) * ps.size() + structure.size());
+  const std::size_t first = at;
+  for (const Prepared& p : ps)
+    at += aligned(p.size());
+  Payload out = Payload::allocate(at);
+  auto* o = const_cast<std::byte*>(out.data());
+  std::memset(o, 0, first);
+  const TreeHeader h{kTreeMagic, static_cast<std::uint32_t>(ps.size()), structure.size()};
+  std::memcpy(o, &h, sizeof h);
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const std::uint64_t n = ps[i].size();
+    std::memcpy(o + sizeof h + sizeof n * i, &n, sizeof n);
+  }
+  std::memcpy(o + sizeof h + sizeof(std::uint64_t) * ps.size(), structure.data(), structure.size());
+  at = first;
+  for (const Prepared& p : ps) {
+    write(o + at, p);
+    at += aligned(p.size());
+  }
+  return out;
+}
+
+bool is_tree(const Payload& p) {
+  std::uint32_t magic = 0;
+  if (p.size() < sizeof magic) return false;
+  std::memcpy(&magic, p.data(), sizeof magic);
+  return magic == kTreeMagic;
+}
+
+DecodedTree decode_tree(const Payload& p, const std::string& what) {
+  auto bad = [&](const std::string& why) {
+    return ProtocolError(what + ": the message is not a structure of tensors: " + why);
+  };
+  TreeHeader h{};
+  if (p.size() < sizeof h) throw bad(std::to_string(p.size()) + " bytes");
+  std::memcpy(&h, p.data(), sizeof h);
+  if (h.magic != kTreeMagic) throw bad("wrong magic number");
+  const std::size_t table = sizeof h + sizeof(std::uint64_t) * std::size_t{h.count};
+  if (h.count > p.size() / sizeof(std::uint64_t) || h.structure > p.size() ||
+      table + h.structure > p.size())
+    throw bad("a header larger than its " + std::to_string(p.size()) + " bytes");
+  DecodedTree out;
+  out.structure.assign(reinterpret_cast<const char*>(p.data() + table), h.structure);
+  std::size_t at = aligned(table + h.structure);
+  for (std::uint32_t i = 0; i < h.count; ++i) {
+    std::uint64_t n = 0;
+    std::memcpy(&n, p.data() + sizeof h + sizeof n * i, sizeof n);
+    if (at > p.size() || n > p.size() - at) throw bad("tensor " + std::to_string(i) + " overruns it");
+    out.leaves.push_back(decode_tensor(Payload(p.owner(), p.data() + at, n), what));
+    at += aligned(n);
+  }
+  return out;
 }
 
 at::Tensor decode_tensor(const Payload& p, const std::string& what) {

@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "comm/payload.hpp"
 
@@ -20,5 +22,18 @@ Payload encode_tensor(const at::Tensor& t, const std::string& what);
 at::Tensor decode_tensor(const Payload& p, const std::string& what);
 
 inline constexpr int kMaxDims = 16;
+
+// A nest of tuples, lists and dicts between chunks (a pytree): its tensors, each encoded as
+// above, and its structure, bytes the Python side writes and reads back (rrfp/_stage.py), in one
+// buffer. Decoding wraps each tensor without a copy.
+struct DecodedTree {
+  std::string structure;
+  std::vector<at::Tensor> leaves;
+};
+Payload encode_tree(std::string_view structure, const std::vector<at::Tensor>& leaves,
+                    const std::string& what);
+bool is_tree(const Payload& p);  // a tree's magic number, not a tensor's
+// Throws ProtocolError naming `what` when the bytes are not an encoded tree.
+DecodedTree decode_tree(const Payload& p, const std::string& what);
 
 }  // namespace rrfp::py

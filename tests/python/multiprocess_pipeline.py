@@ -101,3 +101,20 @@ except ValueError as e:
 else:
     raise AssertionError("different batches on the processes of a replica were accepted")
 print(f"rank {auto.rank}: different batches in one replica refused", flush=True)
+
+# Structures between processes: an LSTM whose chunks hand on (output, (h, c)) trains bitwise as
+# the plain loop does, its state's gradient crossing back between processes too.
+import test_pytree  # noqa: E402
+
+ref = test_pytree.lstm_lm(pp)
+ref_losses = test_pytree.train(ref, test_pytree.reference(ref))
+rnn = rrfp.Pipeline(lambda i: test_pytree.lstm_lm(pp)[i], test_pytree.loss_fn, pp=pp,
+                    microbatches=4, transport=transport, timeout=60, hint="bfw",
+                    split_backward="on")
+if dp == 1:
+    losses = test_pytree.train([rnn.chunks[c] for c in sorted(rnn.chunks)], rnn.step)
+    assert all(torch.equal(a, b) for a, b in zip(losses, ref_losses)), (losses, ref_losses)
+    for c, module in rnn.chunks.items():
+        for (pn, p), q in zip(ref[c].named_parameters(), module.parameters()):
+            assert torch.equal(p, q), f"lstm: rank {rnn.rank} chunk {c} {pn} differs"
+    print(f"rank {rnn.rank}: an LSTM's (output, (h, c)) across processes, bitwise", flush=True)

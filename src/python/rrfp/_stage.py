@@ -5,10 +5,12 @@ time, in the order its arbiter picks. Everything here is per stage; the only sta
 with other stages is the step's data (StepData), read-only during a step, and the first
 error, under a lock.
 """
+import pickle
 import threading
 import time
 
 import torch
+from torch.utils import _pytree as pytree
 
 
 class StepData:
@@ -33,12 +35,18 @@ class StepData:
 class _Work:
     """One (chunk, microbatch) between its F and its last backward task."""
 
-    __slots__ = ("inp", "root", "grad")
+    __slots__ = ("inp", "root", "grad", "tree_in", "tree_out")
 
-    def __init__(self, inp, root):
-        self.inp = inp  # the chunk's input: a leaf that wants its gradient, or None
-        self.root = root  # the chunk's output, or the loss on the last chunk
-        self.grad = None  # the gradient of root, kept for W (split backward)
+    def __init__(self, inp, root, tree_in=False, tree_out=False):
+        # The chunk's input: a leaf that wants its gradient, or None; for a structure, a list of
+        # them, one per tensor the message carried.
+        self.inp = inp
+        # The chunk's output, or the loss on the last chunk; for a structure, a list of its
+        # tensors in flattening order.
+        self.root = root
+        self.grad = None  # the gradient of root (split backward keeps it for W)
+        self.tree_in = tree_in
+        self.tree_out = tree_out
 
 
 class _OrderedSum:
@@ -192,21 +200,22 @@ class StageRunner:
 
     def _forward(self, chunk, mb, x):
         module = self.modules[chunk]
+        tree_in = isinstance(x, tuple)  # (structure, tensors): a structure between chunks
         if chunk == 0:
             inp = None
             arg = self.data.inputs[mb]
+        elif tree_in:
+            dev = self._device(chunk)
+            inp = [_input_leaf(t, dev) for t in x[1]]
+            arg = _unpack(x[0], [t if leaf is None else leaf for t, leaf in
+                                 zip((t if dev is None else t.to(dev) for t in x[1]), inp)])
         else:
             dev = self._device(chunk)
             arg = x if dev is None else x.to(dev)
-            if arg.is_floating_point():
-                arg = arg.detach().requires_grad_(True)
-                inp = arg
-            else:
-                inp = None
+            inp = _input_leaf(arg, None)
+            if inp is not None:
+                arg = inp
         out = module(arg)
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(
-                f"chunk {chunk} returned {type(out).__name__}; a chunk must return one tensor")
         if chunk == self.last_chunk:
             loss = self.data.loss_fn(out, self.data.targets[mb])
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
@@ -214,52 +223,115 @@ class StageRunner:
                                 + (f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
                                    else type(loss).__name__))
             self.data.losses[mb] = loss.detach()
-            self.work[(chunk, mb)] = _Work(inp, loss)
+            self.work[(chunk, mb)] = _Work(inp, loss, tree_in)
             return None
-        self.work[(chunk, mb)] = _Work(inp, out)
-        return out
+        if isinstance(out, torch.Tensor):
+            self.work[(chunk, mb)] = _Work(inp, out, tree_in)
+            return out
+        structure, tensors = _pack(out, f"chunk {chunk}")
+        self.work[(chunk, mb)] = _Work(inp, tensors, tree_in, tree_out=True)
+        return structure, tensors
 
     def _backward(self, chunk, mb, g):
         w = self.work[(chunk, mb)]
-        if chunk != self.last_chunk and g is None:
-            # The next chunk's input took no gradient (this chunk's output is not a
-            # floating-point tensor, token ids say): nothing flows back from here, and the
-            # parameters before it get none, as in a plain loop.
+        last = chunk == self.last_chunk
+        roots, grads = ([w.root], [None]) if last else self._output_grads(chunk, w, g)
+        if not roots:
+            # No output took a gradient (integer ids, say): nothing flows back from here, and
+            # the parameters before it get none, as in a plain loop.
             if not self.split:
                 del self.work[(chunk, mb)]
                 self.data.sums.put(chunk, mb, [None] * len(self.params[chunk]))
-            return None
-        if chunk != self.last_chunk:
+            w.root = None  # W has nothing to add either
+            return _pack_grads([None] * len(w.inp)) if w.tree_in else None
+        inputs = w.inp if w.tree_in else ([w.inp] if w.inp is not None else [])
+        wanted = [t for t in inputs if t is not None]
+        params = self.params[chunk]
+        if not self.split:
+            del self.work[(chunk, mb)]
+            got = _grad(roots, wanted + params, None if last else grads, retain=False)
+            self.data.sums.put(chunk, mb, got[len(wanted):])
+            return _input_grads(w, got[:len(wanted)])
+        # Split: B is the input gradient only; the graph stays for W.
+        w.root, w.grad = roots, (None if last else grads)
+        if not wanted:
+            return _input_grads(w, [])
+        return _input_grads(w, _grad(roots, wanted, w.grad, retain=True))
+
+    def _weight(self, chunk, mb):
+        w = self.work.pop((chunk, mb))
+        if w.root is None:  # no gradient came (see _backward): nothing to add
+            self.data.sums.put(chunk, mb, [None] * len(self.params[chunk]))
+            return
+        self.data.sums.put(chunk, mb, _grad(w.root, self.params[chunk], w.grad, retain=False))
+
+    def _output_grads(self, chunk, w, g):
+        """The outputs that take a gradient and their gradients, as lists: a tensor's from the
+        next chunk's tensor message, a structure's from its structure message."""
+        if g is None:
+            return [], []
+        if not w.tree_out:
             g = g.to(w.root.device)
             if g.shape != w.root.shape:
                 raise ValueError(f"chunk {chunk} got an output gradient of shape {tuple(g.shape)} "
                                  f"for its output of shape {tuple(w.root.shape)}")
-        else:
-            g = None  # the loss itself
-        params = self.params[chunk]
-        if not self.split:
-            del self.work[(chunk, mb)]
-            targets = ([w.inp] if w.inp is not None else []) + params
-            grads = _grad(w.root, targets, g, retain=False)
-            if w.inp is not None:
-                dx, grads = grads[0], grads[1:]
-            else:
-                dx = None
-            self.data.sums.put(chunk, mb, grads)
-            return _input_grad(dx, w.inp)
-        # Split: B is the input gradient only; the graph stays for W.
-        w.grad = g
-        if w.inp is None:
-            return None
-        (dx,) = _grad(w.root, [w.inp], g, retain=True)
-        return _input_grad(dx, w.inp)
+            return [w.root], [g]
+        grads = _unpack_grads(g)
+        if len(grads) != len(w.root):
+            raise ValueError(f"chunk {chunk} got {len(grads)} output gradients for the "
+                             f"{len(w.root)} tensors of its output")
+        pairs = [(r, d.to(r.device)) for r, d in zip(w.root, grads)
+                 if d is not None and r.requires_grad]
+        return [r for r, _ in pairs], [d for _, d in pairs]
 
-    def _weight(self, chunk, mb):
-        w = self.work.pop((chunk, mb))
-        if chunk != self.last_chunk and w.grad is None:  # no gradient came (see _backward)
-            self.data.sums.put(chunk, mb, [None] * len(self.params[chunk]))
-            return
-        self.data.sums.put(chunk, mb, _grad(w.root, self.params[chunk], w.grad, retain=False))
+
+def _input_leaf(t, dev):
+    """A received floating-point tensor as a leaf that wants its gradient; None for the rest
+    (integer ids, masks), which take none."""
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        return None
+    if dev is not None:
+        t = t.to(dev)
+    return t.detach().requires_grad_(True)
+
+
+def _input_grads(w, got):
+    """What B sends back: for a tensor input its gradient (zeros where none reached it, as
+    before); for a structure, one entry per tensor it carried, None where no gradient goes."""
+    if not w.tree_in:
+        return _input_grad(got[0] if got else None, w.inp)
+    it = iter(got)
+    return _pack_grads([None if leaf is None else next(it) for leaf in w.inp])
+
+
+def _pack(obj, what):
+    """A structure of tuples, lists and dicts as (bytes, tensors): the tensors travel as tensors,
+    the nesting and any other leaf (numbers, strings, None) as pickled bytes."""
+    leaves, spec = pytree.tree_flatten(obj)
+    mask = [isinstance(x, torch.Tensor) for x in leaves]
+    try:
+        structure = pickle.dumps((spec, [None if m else x for x, m in zip(leaves, mask)], mask))
+    except Exception as e:
+        raise TypeError(f"{what} returned a {type(obj).__name__} whose non-tensor parts cannot "
+                        f"be sent to the next chunk: {e}") from e
+    return structure, [x for x, m in zip(leaves, mask) if m]
+
+
+def _unpack(structure, tensors):
+    spec, consts, mask = pickle.loads(structure)
+    it = iter(tensors)
+    return pytree.tree_unflatten([next(it) if m else c for c, m in zip(consts, mask)], spec)
+
+
+def _pack_grads(grads):
+    """Gradients for a structure's tensors, None where none goes: which are there, and those."""
+    return pickle.dumps([g is not None for g in grads]), [g for g in grads if g is not None]
+
+
+def _unpack_grads(g):
+    present = pickle.loads(g[0])
+    it = iter(g[1])
+    return [next(it) if p else None for p in present]
 
 
 def _grad(root, targets, grad, retain):
