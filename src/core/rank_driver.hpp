@@ -12,7 +12,7 @@
 // An executor in a few lines (tests/test_driver.cpp runs one): per step, begin_step(); while
 // some rank is not done(): a rank with nothing running takes next() (or an agree round's
 // decide()), runs it, and reports task_ended(), sending each returned cross-stage consumer its
-// input, which the receiver reports with arrived() (async) or with offer(), accept() and
+// input, which the receiver reports with arrived() (async) or with offered(), accept() and
 // delivered() (blocking, the sender's released() on the acknowledgement).
 #include <array>
 #include <cstdint>
