@@ -65,23 +65,28 @@ Payload PyStageProgram::tensor_task(const char* method, char kind, int chunk, in
     tree = decode_tree(in, task);
   else if (!in.empty())
     x = decode_tensor(in, task);
-  pyb::gil_scoped_acquire gil;
-  pyb::object arg = tree  ? pyb::object(pyb::make_tuple(pyb::bytes(tree->structure),
-                                                        pyb::cast(tree->leaves)))
-                    : x.defined() ? pyb::cast(x)
-                                  : pyb::none();
-  pyb::object out = call(*runner_, method, chunk, mb, arg);
-  if (out.is_none()) return {};
-  if (pyb::isinstance<pyb::tuple>(out)) {
-    const auto packed = out.cast<pyb::tuple>();
-    const std::string structure = packed[0].cast<std::string>();
-    const std::vector<at::Tensor> leaves = packed[1].cast<std::vector<at::Tensor>>();
-    pyb::gil_scoped_release nogil;  // the copies need no Python
-    return encode_tree(structure, leaves, task);
+  at::Tensor y;
+  std::optional<std::string> structure;  // set when the output is a structure
+  std::vector<at::Tensor> leaves;
+  {
+    // Python objects live only in this block: the GIL is taken once per task, and released
+    // before the copies, which need no Python.
+    pyb::gil_scoped_acquire gil;
+    pyb::object arg = tree  ? pyb::object(pyb::make_tuple(pyb::bytes(tree->structure),
+                                                          pyb::cast(tree->leaves)))
+                      : x.defined() ? pyb::cast(x)
+                                    : pyb::none();
+    pyb::object out = call(*runner_, method, chunk, mb, arg);
+    if (pyb::isinstance<pyb::tuple>(out)) {
+      const auto packed = out.cast<pyb::tuple>();
+      structure = packed[0].cast<std::string>();
+      leaves = packed[1].cast<std::vector<at::Tensor>>();
+    } else if (!out.is_none()) {
+      y = out.cast<at::Tensor>();
+    }
   }
-  const at::Tensor y = out.cast<at::Tensor>();
-  pyb::gil_scoped_release nogil;
-  return encode_tensor(y, task);
+  if (structure) return encode_tree(*structure, leaves, task);
+  return y.defined() ? encode_tensor(y, task) : Payload();
 }
 
 Payload PyStageProgram::forward(TaskContext&, int chunk, int mb, Payload input) {
