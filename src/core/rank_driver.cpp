@@ -51,8 +51,7 @@ std::optional<RankDriver::Proposal> RankDriver::propose() {
 }
 
 StuckRank RankDriver::stuck(std::string running) const {
-  StuckRank v{arb_.get(), inputs_.get(), rendezvous_.get(), {}, std::move(running),
-              tp_rank_,   tp_};
+  StuckRank v{arb_.get(), inputs_.get(), rendezvous_.get(), {}, std::move(running), tp_rank_, tp_};
   if (follower_) v.waiting = follower_->waiting();
   if (agree_) v.waiting = agree_->waiting();
   return v;

@@ -44,9 +44,7 @@ struct DispatchOptions {
   bool coordinated(int tp) const { return tp > 1 && tp_protocol != TpProtocol::None; }
   // Arbiters hear what inputs' producers took (the adaptive rule), except under `agree`: the
   // ranks of a group, ranking by their own measurements, could propose differently.
-  bool note_costs(int tp) const {
-    return !(coordinated(tp) && tp_protocol == TpProtocol::Agree);
-  }
+  bool note_costs(int tp) const { return !(coordinated(tp) && tp_protocol == TpProtocol::Agree); }
 };
 
 // An ended task's consumers (at most two): those on this stage are already satisfied; the

@@ -72,10 +72,10 @@ Payload PyStageProgram::tensor_task(const char* method, char kind, int chunk, in
     // Python objects live only in this block: the GIL is taken once per task, and released
     // before the copies, which need no Python.
     pyb::gil_scoped_acquire gil;
-    pyb::object arg = tree  ? pyb::object(pyb::make_tuple(pyb::bytes(tree->structure),
-                                                          pyb::cast(tree->leaves)))
-                      : x.defined() ? pyb::cast(x)
-                                    : pyb::none();
+    pyb::object arg =
+        tree ? pyb::object(pyb::make_tuple(pyb::bytes(tree->structure), pyb::cast(tree->leaves)))
+        : x.defined() ? pyb::cast(x)
+                      : pyb::none();
     pyb::object out = call(*runner_, method, chunk, mb, arg);
     if (pyb::isinstance<pyb::tuple>(out)) {
       const auto packed = out.cast<pyb::tuple>();

@@ -96,7 +96,8 @@ Payload encode_tree(std::string_view structure, const std::vector<at::Tensor>& l
   std::vector<Prepared> ps;
   for (const at::Tensor& t : leaves)
     ps.push_back(prepare(t, what));
-  std::size_t at = aligned(sizeof(TreeHeader) + sizeof(std::uint64_t) * ps.size() + structure.size());
+  std::size_t at =
+      aligned(sizeof(TreeHeader) + sizeof(std::uint64_t) * ps.size() + structure.size());
   const std::size_t first = at;
   for (const Prepared& p : ps)
     at += aligned(p.size());
@@ -143,7 +144,8 @@ DecodedTree decode_tree(const Payload& p, const std::string& what) {
   for (std::uint32_t i = 0; i < h.count; ++i) {
     std::uint64_t n = 0;
     std::memcpy(&n, p.data() + sizeof h + sizeof n * i, sizeof n);
-    if (at > p.size() || n > p.size() - at) throw bad("tensor " + std::to_string(i) + " overruns it");
+    if (at > p.size() || n > p.size() - at)
+      throw bad("tensor " + std::to_string(i) + " overruns it");
     out.leaves.push_back(decode_tensor(Payload(p.owner(), p.data() + at, n), what));
     at += aligned(n);
   }

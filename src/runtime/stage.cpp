@@ -22,8 +22,7 @@ Stage::Stage(const StageEnv& env, int stage, std::vector<std::unique_ptr<StagePr
     if (rk.local() && !rk.transport)
       throw Error("stage " + std::to_string(stage) + ": rank " + std::to_string(r) +
                   " has a program but no endpoint");
-    if (rk.local())
-      rk.driver.emplace(core_.m, *env.hint, env.dispatch, tp, stage, r);
+    if (rk.local()) rk.driver.emplace(core_.m, *env.hint, env.dispatch, tp, stage, r);
   }
   core_.group = group;
   delivery_ = make_delivery(core_);

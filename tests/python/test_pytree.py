@@ -113,19 +113,7 @@ def train(chunks, step_fn, steps=2, m=4):
 
 
 def reference(chunks):
-    return lambda xs, ys: _plain(chunks, xs, ys)
-
-
-def _plain(chunks, xs, ys):
-    total = None
-    for x, y in zip(xs, ys):
-        h = x
-        for c in chunks:
-            h = c(h)
-        loss = loss_fn(h, y)
-        loss.backward()
-        total = loss.detach() if total is None else total + loss.detach()
-    return total
+    return lambda xs, ys: lm.reference_step(chunks, xs, ys, loss_of=loss_fn)
 
 
 CASES = [  # (name, hint, policy, split)
@@ -161,14 +149,14 @@ def test_every_tensor_of_a_structure_gets_its_gradient():
     xs, ys = lm.batches(2, seed=4, vocab=VOCAB)
     pipe.step(xs, ys)
     ref = lstm_lm(2)
-    _plain(ref, xs, ys)
+    lm.reference_step(ref, xs, ys, loss_of=loss_fn)
     for (n, p), q in zip(ref[0].named_parameters(), chunks[0].parameters()):
         assert q.grad is not None and torch.equal(p.grad, q.grad), n
     # A head that ignores (h, c): chunk 0's weights then get only the output's part, which
     # differs, so the check above sees the state's gradient for real.
     ref2 = lstm_lm(2)
     ref2[1].forward = lambda x, m=ref2[1]: m.head(torch.cat([m.rnn(x[0])[0]] * 2, dim=-1))
-    _plain(ref2, xs, ys)
+    lm.reference_step(ref2, xs, ys, loss_of=loss_fn)
     assert not torch.equal(ref2[0].rnn.weight_hh_l0.grad, ref[0].rnn.weight_hh_l0.grad)
 
 
