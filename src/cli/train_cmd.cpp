@@ -37,6 +37,21 @@ std::vector<char*> g_argv;
   throw Error("rrfp train: cannot run " + path + ": " + std::strerror(errno));
 }
 
+// `rrfp train --device cuda` without model flags trains a model sized for a GPU: 12 blocks of
+// width 1024 over sequences of 512 to 1024 bytes, 16 microbatches. A flag given wins.
+void gpu_defaults(const CLI::App& s, TrainFlags& f) {
+  train::TrainOptions& t = f.run.train;
+  auto unset = [&s](const char* flag) { return s.count(flag) == 0; };
+  if (unset("--d-model")) t.model.d_model = 1024;
+  if (unset("--heads")) t.model.heads = 16;
+  if (unset("--layers")) t.model.layers = 12;
+  if (unset("--max-seq")) t.model.max_seq = 1024;
+  if (unset("--max-len")) t.window.max_len = 1024;
+  if (unset("--min-len")) t.window.min_len = 512;
+  if (unset("--microbatches")) f.shape.microbatches = 16;
+  if (unset("--max-images") && t.task == "image-text") t.max_images = 16;
+}
+
 }  // namespace
 
 void set_train_runner(TrainRunner run) {
@@ -95,10 +110,15 @@ void setup_train(CLI::App& app) {
   s->add_option("--inject-jitter", f->inject_jitter,
                 "add a jitter preset (jitter:J1..J3) to real compute");
   add_timeout_flag(s, f->timeout_s);
+  s->add_option("--device", t.device,
+                "cpu, or cuda (each stage on a stream of its own; a GPU-sized model by default)")
+      ->capture_default_str();
+  s->add_option("--dtype", t.dtype, "f32, or bf16 (autocast; --device cuda)")->capture_default_str();
   s->add_option("--dp", t.dp, "data-parallel replicas (--transport mpi)")->capture_default_str();
   add_transport_flag(s, f->transport, {TransportKind::Inproc, TransportKind::Mpi},
                      "inproc (threads) or mpi (one process per rank: mpirun -np P*TP*DP)");
-  s->callback([f] {
+  s->callback([f, s] {
+    if (f->run.train.device != "cpu") gpu_defaults(*s, *f);
     if (!g_runner) exec_trainer();  // checked here, run by rrfp-train
     g_runner(*f);
   });

@@ -64,7 +64,7 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
   out += header;
   for (const auto* g : groups(s))
     for (const auto& t : *g) {
-      const auto c = t.detach().contiguous();
+      const auto c = t.detach().cpu().contiguous();  // a GPU's tensors through host memory
       out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
     }
   put(out, checkpoint_checksum(out));
@@ -167,7 +167,13 @@ std::vector<std::string> load_checkpoint(const std::string& path, CheckpointStat
     for (const auto& t : *g) {
       const std::size_t n = t.numel() * t.element_size();
       if (at + n > bytes.size() - sizeof stored) throw bad("is truncated (tensor data)");
-      std::memcpy(t.data_ptr(), bytes.data() + at, n);
+      if (t.is_cpu()) {
+        std::memcpy(t.data_ptr(), bytes.data() + at, n);
+      } else {  // a GPU's tensor: through host memory
+        auto host = torch::empty(t.sizes(), t.options().device(torch::kCPU));
+        std::memcpy(host.data_ptr(), bytes.data() + at, n);
+        t.copy_(host);
+      }
       at += n;
     }
   if (at != bytes.size() - sizeof stored) throw bad("has trailing bytes");

@@ -24,8 +24,10 @@ void validate(const GptConfig& c) {
                      std::to_string(c.heads));
 }
 
-Chunk::Chunk(const GptConfig& cfg, int chunk, int chunks, int tp_rank, int tp_size)
+Chunk::Chunk(const GptConfig& cfg, int chunk, int chunks, int tp_rank, int tp_size,
+             torch::Device device)
     : cfg_(cfg),
+      device_(device),
       first_(chunk == 0),
       last_(chunk == chunks - 1),
       tp_rank_(tp_rank),
@@ -82,7 +84,7 @@ Chunk::Chunk(const GptConfig& cfg, int chunk, int chunks, int tp_rank, int tp_si
 int Chunk::add(const std::string& name, const torch::Tensor& t, bool linear, TpShard shard) {
   const int i = static_cast<int>(params_.size());
   shard_.push_back(shard);
-  params_.push_back(cut(i, t).contiguous().clone().set_requires_grad(true));
+  params_.push_back(cut(i, t).contiguous().clone().to(device_).set_requires_grad(true));
   names_.push_back(name);
   linear_.push_back(linear);
   return i;
@@ -134,7 +136,7 @@ torch::Tensor Chunk::block(const Block& b, const torch::Tensor& x, GradSink* sin
   auto heads = [&](const torch::Tensor& t) { return t.reshape({n, h, hd}).transpose(0, 1); };
   auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
   auto scores = q.matmul(k.transpose(1, 2)) / std::sqrt(static_cast<double>(hd));
-  auto mask = torch::ones({n, n}, torch::kBool).triu(1);
+  auto mask = torch::ones({n, n}, x.options().dtype(torch::kBool)).triu(1);
   auto att = scores.masked_fill(mask, -std::numeric_limits<float>::infinity()).softmax(-1);
   auto y = att.matmul(v).transpose(0, 1).reshape({n, dl});
   auto x1 = x + exit(deferred_linear(y, P[b.proj], once(P[b.proj + 1]), sink, b.proj));

@@ -38,7 +38,10 @@ class Chunk {
  public:
   // Throws InputError when the model has fewer blocks than `chunks`, or when heads or MLP
   // units do not split over `tp_size`.
-  Chunk(const GptConfig& cfg, int chunk, int chunks, int tp_rank = 0, int tp_size = 1);
+  // The parameters are drawn on the CPU, then moved to `device`: every device starts from the
+  // same model.
+  Chunk(const GptConfig& cfg, int chunk, int chunks, int tp_rank = 0, int tp_size = 1,
+        torch::Device device = torch::kCPU);
 
   bool first() const { return first_; }
   bool last() const { return last_; }
@@ -72,6 +75,7 @@ class Chunk {
   torch::Tensor block(const Block& b, const torch::Tensor& x, GradSink* sink) const;
 
   GptConfig cfg_;
+  torch::Device device_;
   bool first_, last_;
   int tp_rank_ = 0, tp_size_ = 1;
   torch::Tensor encode_images(const torch::Tensor& images, GradSink* sink) const;

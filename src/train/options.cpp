@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "report/report.hpp"
+#include "train/device.hpp"
 #include "train/image_text.hpp"
 #include "train/model.hpp"
 
@@ -63,6 +64,12 @@ void validate(const TrainOptions& o) {
   if (!(o.opt.weight_decay >= 0 && o.opt.weight_decay <= 1000))
     throw InputError("`weight_decay`: must be in [0, 1000], got " + fmt("%g", o.opt.weight_decay));
   at_least("clip", o.opt.clip, 0);
+  if (parse_device(o.device, o.dtype).gpu()) {
+    // A GPU's stages share its memory in one process; between processes (and within a TP
+    // group, whose collectives sum host memory) payloads would have to be staged first.
+    if (o.job) throw InputError("`device`: cuda trains in one process (`transport` inproc)");
+    if (o.runtime.tp > 1) throw InputError("`device`: cuda trains with `tp` 1 for now");
+  }
   if (o.dp < 1) throw InputError("`dp`: must be at least 1, got " + std::to_string(o.dp));
   if (o.dp > 1 && !o.job)
     throw InputError("`dp`: data-parallel replicas run as processes (`transport` mpi)");

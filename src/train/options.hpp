@@ -61,6 +61,10 @@ struct TrainOptions {
     return o;
   }();
   int steps = 600;
+  // Where the model trains: cpu, or cuda (cuda:N) with each stage on a stream of its own
+  // (train/device.hpp); dtype f32, or bf16 (autocast, CUDA only). In-process runs only.
+  std::string device = "cpu";
+  std::string dtype = "f32";
   OptimizerOptions opt;
   WindowOptions window;
   std::string task = "text";  // text: the byte corpus in data_dir; image-text: synthetic

@@ -146,7 +146,8 @@ class Run {
               << " heads=" << t_.model.heads << ", data "
               << (t_.task == "text" ? t_.data_dir : t_.task) << " (" << trainer_.data().describe()
               << "; byte-unigram entropy " << fmt("%.3f", h0_) << " nats)"
-              << (o_.jitter.empty() ? "" : ", jitter " + o_.jitter) << "\n";
+              << (o_.jitter.empty() ? "" : ", jitter " + o_.jitter)
+              << (t_.device == "cpu" ? "" : ", on " + t_.device + " in " + t_.dtype) << "\n";
   }
 
   // Step s; false when a signal asked the run to stop after it.

@@ -28,16 +28,17 @@ Payload to_payload(const torch::Tensor& t) {
   return Payload(std::shared_ptr<const void>(owned, data), data, bytes);
 }
 
-torch::Tensor from_payload(const Payload& p, std::int64_t rows, std::int64_t cols) {
+torch::Tensor from_payload(const Payload& p, std::int64_t rows, std::int64_t cols,
+                           torch::Device device) {
   auto owner = p.owner();
   return torch::from_blob(
       const_cast<std::byte*>(p.data()), {rows, cols}, [owner](void*) mutable { owner.reset(); },
-      torch::kFloat32);
+      torch::TensorOptions().dtype(torch::kFloat32).device(device));
 }
 
 TrainStageProgram::TrainStageProgram(const WorkModel& m, int stage, std::vector<Chunk*> chunks,
-                                     std::shared_ptr<StageLink> link)
-    : m_(m), stage_(stage), link_(std::move(link)) {
+                                     std::shared_ptr<StageLink> link, DeviceSpec device)
+    : m_(m), stage_(stage), dev_(device), link_(std::move(link)) {
   const auto& ids = m.chunks_of(stage);
   if (chunks.size() != ids.size()) throw Error("train: wrong number of chunks for a stage");
   for (size_t i = 0; i < ids.size(); ++i)
@@ -83,34 +84,44 @@ std::optional<std::int64_t> TrainStageProgram::microbatch_size(int mb) const {
 
 Payload TrainStageProgram::forward(TaskContext& ctx, int c, int mb, Payload input) {
   TpScope scope(ctx);
+  StageDevice::Scope on_device(dev_);
+  const torch::Device dev = dev_.device();
   Chunk& ch = chunk(c);
   Work& w = work(c, mb);
   w.grads.assign(ch.params().size(), torch::Tensor());
   w.sink.grads = &w.grads;
   w.sink.queue = m_.split() ? &w.queue : nullptr;
   if (ch.first()) {
-    w.input = batch_->tokens[mb];
+    w.input = batch_->tokens[mb].to(dev);
   } else {
-    w.input = from_payload(input, batch_->length(mb), ch.d_model()).set_requires_grad(true);
+    w.input = from_payload(input, batch_->length(mb), ch.d_model(), dev).set_requires_grad(true);
   }
   torch::AutoGradMode grad_on(true);
   const torch::Tensor images =
-      ch.first() && !batch_->images.empty() ? batch_->images[mb] : torch::Tensor();
-  w.output = ch.forward(w.input, batch_->targets[mb], &w.sink, images);
-  if (ch.last()) {
+      ch.first() && !batch_->images.empty() ? batch_->images[mb].to(dev) : torch::Tensor();
+  const torch::Tensor targets = ch.last() ? batch_->targets[mb].to(dev) : batch_->targets[mb];
+  w.output = ch.forward(w.input, targets, &w.sink, images);
+  Payload out;
+  if (ch.last())
     link_->losses_[mb] = w.output.item<float>();
-    return {};
-  }
-  return to_payload(w.output);
+  else
+    out = to_payload(w.output);
+  dev_.complete(&ctx);
+  return out;
 }
 
 Payload TrainStageProgram::backward(TaskContext& ctx, int c, int mb, Payload grad) {
   TpScope scope(ctx);  // CPU autograd runs the backward graph on this thread
+  // CUDA autograd runs it on torch's device thread, on the streams the forward ran on.
+  StageDevice::Scope on_device(dev_);
+  const torch::Device dev = dev_.device();
   Chunk& ch = chunk(c);
   Work& w = work(c, mb);
   // The step's loss is the mean over microbatches: the last chunk starts from 1/M.
-  const torch::Tensor g = ch.last() ? torch::full({}, 1.0f / static_cast<float>(m_.microbatches()))
-                                    : from_payload(grad, batch_->length(mb), ch.d_model());
+  const torch::Tensor g =
+      ch.last() ? torch::full({}, 1.0f / static_cast<float>(m_.microbatches()),
+                              torch::TensorOptions().device(dev))
+                : from_payload(grad, batch_->length(mb), ch.d_model(), dev);
   std::vector<torch::Tensor> inputs;
   std::vector<int> which;  // parameter index of each input after the first (or -1: the input)
   if (!ch.first()) {
@@ -134,14 +145,17 @@ Payload TrainStageProgram::backward(TaskContext& ctx, int c, int mb, Payload gra
   w.input = torch::Tensor();
   w.output = torch::Tensor();
   if (!m_.split()) finish(c, mb);
+  dev_.complete(&ctx);
   return result;
 }
 
-void TrainStageProgram::weight_grad(TaskContext&, int c, int mb) {
+void TrainStageProgram::weight_grad(TaskContext& ctx, int c, int mb) {
+  StageDevice::Scope on_device(dev_);
   Work& w = work(c, mb);
   torch::NoGradGuard no_grad;
   w.queue.run();
   finish(c, mb);
+  dev_.complete(&ctx);
 }
 
 // Hands the microbatch's gradients to the reorder buffer and frees what it held.

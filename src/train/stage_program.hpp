@@ -13,6 +13,7 @@
 #include "core/work_model.hpp"
 #include "runtime/program.hpp"
 #include "train/batch.hpp"
+#include "train/device.hpp"
 #include "train/model.hpp"
 
 namespace rrfp::train {
@@ -63,8 +64,9 @@ class TrainStageProgram final : public StageProgram {
  public:
   // `chunks`: this stage's chunks (owned by the caller, in model order). Gradients are scaled
   // by 1/M (the step's loss is the mean over microbatches).
+  // `device`: where the chunks' parameters are; the batch is moved there task by task.
   TrainStageProgram(const WorkModel& m, int stage, std::vector<Chunk*> chunks,
-                    std::shared_ptr<StageLink> link);
+                    std::shared_ptr<StageLink> link, DeviceSpec device = {});
 
   void begin_step(int step) override;
   Payload forward(TaskContext& ctx, int chunk, int mb, Payload input) override;
@@ -86,6 +88,7 @@ class TrainStageProgram final : public StageProgram {
 
   const WorkModel& m_;
   int stage_;
+  StageDevice dev_;
   std::map<int, Chunk*> chunks_;
   std::shared_ptr<StageLink> link_;
   std::shared_ptr<const StepBatch> batch_;  // the link's, for this step
@@ -94,8 +97,11 @@ class TrainStageProgram final : public StageProgram {
 };
 
 // Activations and gradients travel as the raw float32 bytes of a contiguous tensor; the
-// payload keeps the tensor alive, and the receiver wraps the bytes without a copy.
+// payload keeps the tensor alive, and the receiver wraps the bytes without a copy. On a GPU the
+// bytes are device memory and stay there (stages of one process share the device); the
+// producer's task has completed on the device before its payload is handed on.
 Payload to_payload(const torch::Tensor& t);
-torch::Tensor from_payload(const Payload& p, std::int64_t rows, std::int64_t cols);
+torch::Tensor from_payload(const Payload& p, std::int64_t rows, std::int64_t cols,
+                           torch::Device device = torch::kCPU);
 
 }  // namespace rrfp::train

@@ -7,8 +7,13 @@
 
 namespace rrfp::train {
 
-Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe), hint_(make_hint(o_.hint, m_)) {
+Trainer::Trainer(TrainOptions o)
+    : o_(std::move(o)),
+      dev_(parse_device(o_.device, o_.dtype)),
+      m_(o_.pipe),
+      hint_(make_hint(o_.hint, m_)) {
   validate(o_);
+  make_deterministic(dev_);
   if (o_.task == "image-text") {
     o_.model.image_patches = ImageText::kPatches;
     o_.model.patch_dim = ImageText::kPatchDim;
@@ -31,7 +36,8 @@ Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe), hint_(make_hin
   for (int r = 0; r < t; ++r)
     for (int c = 0; c < m_.chunks(); ++c)
       chunks_[r].push_back(hosted[m_.stage_of(c) * t + r]
-                               ? std::make_unique<Chunk>(o_.model, c, m_.chunks(), r, t)
+                               ? std::make_unique<Chunk>(o_.model, c, m_.chunks(), r, t,
+                                                         dev_.device)
                                : nullptr);
   links_.resize(hosted.size());
   ProgramFactory factory = [this, t](int stage, int r) -> std::unique_ptr<StageProgram> {
@@ -40,7 +46,7 @@ Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe), hint_(make_hin
       mine.push_back(chunk(r, c));
     auto& link = links_[stage * t + r];
     link = std::make_shared<StageLink>();
-    auto p = std::make_unique<TrainStageProgram>(m_, stage, mine, link);
+    auto p = std::make_unique<TrainStageProgram>(m_, stage, mine, link, dev_);
     if (o_.wrap) return o_.wrap(std::move(p), stage, r);
     return p;
   };
@@ -107,6 +113,8 @@ StepReport Trainer::step() {
       o_.opt.clip > 0 && r.grad_norm > o_.opt.clip ? o_.opt.clip / (r.grad_norm + 1e-6) : 1.0;
   r.lr = lr_at(step_);
   apply(coef, r.lr);
+  // The update ran on this thread's stream; the stages' streams read the parameters next.
+  StageDevice(dev_).complete_current();
   ++step_;
   return r;
 }
@@ -228,14 +236,18 @@ std::optional<double> Trainer::validation_loss(int batches, const std::atomic<in
   torch::NoGradGuard no_grad;
   double sum = 0;
   int n = 0;
+  const StageDevice on(dev_);
   for (int b = 0; b < batches; ++b) {
     if (stop && stop->load() != 0) return std::nullopt;
     const StepBatch vb = data_->batch(o_.data_seed, b, m_.microbatches(), o_.window, true);
     for (int mb = 0; mb < vb.microbatches(); ++mb) {
-      torch::Tensor x = vb.tokens[mb];
-      const torch::Tensor images = vb.images.empty() ? torch::Tensor() : vb.images[mb];
+      const torch::Device dev = dev_.device;
+      StageDevice::Scope scope(on);  // autocast as in training
+      torch::Tensor x = vb.tokens[mb].to(dev);
+      const torch::Tensor images = vb.images.empty() ? torch::Tensor() : vb.images[mb].to(dev);
+      const torch::Tensor targets = vb.targets[mb].to(dev);
       for (const auto& c : chunks_[0])
-        x = c->forward(x, vb.targets[mb], nullptr, c->first() ? images : torch::Tensor());
+        x = c->forward(x, targets, nullptr, c->first() ? images : torch::Tensor());
       sum += x.item<double>();
       ++n;
     }

@@ -15,6 +15,7 @@
 #include "dist/job.hpp"
 #include "train/checkpoint.hpp"
 #include "train/corpus.hpp"
+#include "train/device.hpp"
 #include "train/image_text.hpp"
 #include "train/model.hpp"
 #include "train/options.hpp"
@@ -65,6 +66,7 @@ class Trainer {
   void average_replicas();
 
   TrainOptions o_;
+  DeviceSpec dev_;
   WorkModel m_;
   Hint hint_;
   std::unique_ptr<DataSource> data_;

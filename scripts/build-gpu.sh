@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds rrfp on a GPU machine against its CUDA PyTorch: the library, `rrfp` and `rrfp-train`,
+# the CUDA tests and, where the interpreter's headers are there, the Python extension. Open MPI
+# is left out. What the machine lacks (nlohmann-json, CLI11, GoogleTest) comes from
+# .gpu-deps, which scripts/gpu-deps.sh prepares on a Debian machine.
+# Usage: scripts/build-gpu.sh [build dir, default build-gpu]   (PYTHON=... picks the interpreter)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-gpu}
+py=${PYTHON:-python3}
+deps=$PWD/.gpu-deps/root/usr
+if [ ! -d "$deps" ]; then
+  echo "build-gpu: no .gpu-deps here: run scripts/gpu-deps.sh on a Debian machine and bring it" >&2
+  exit 2
+fi
+torch_prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+"$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' ||
+  { echo "build-gpu: $py's torch $("$py" -c 'import torch; print(torch.__version__)') sees no CUDA device" >&2; exit 2; }
+pybind=$("$py" -m pybind11 --cmakedir 2>/dev/null || true)
+# The Python extension stays out: with this image's pybind11 (its FindPython tools) the
+# configuration fails on python_add_library; `rrfp.Pipeline(device="cuda")` is not built yet.
+with_python=OFF
+cuda_root=${CUDA_HOME:-/usr/local/cuda}
+export PATH=$cuda_root/bin:$PATH
+zlib=()
+if [ ! -e /usr/include/zlib.h ]; then  # the GPU machine's own zlib when it has headers
+  zlib=(-DZLIB_INCLUDE_DIR="$deps/include" -DZLIB_LIBRARY="$deps/lib/x86_64-linux-gnu/libz.a")
+fi
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$torch_prefix;$deps;$deps/lib/x86_64-linux-gnu/cmake;$deps/share/cmake" \
+  -DRRFP_CUDA=ON -DRRFP_WITH_TORCH=ON -DRRFP_WITH_MPI=OFF -DRRFP_BUILD_BENCH=OFF -DRRFP_WITH_PYTHON="$with_python" \
+  -DRRFP_PYTHON_EXECUTABLE="$(command -v "$py")" ${pybind:+-Dpybind11_DIR="$pybind"} \
+  -DCUDAToolkit_ROOT="$cuda_root" -DTORCH_CUDA_ARCH_LIST=9.0 "${zlib[@]}"
+cmake --build "$build" --target rrfp rrfp-train test_train_cuda -j "$(nproc)"
+echo "build-gpu: built rrfp, rrfp-train and test_train_cuda in $build"

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The one script run on a GPU machine (docs/gpu.md): builds rrfp against the machine's CUDA
+# PyTorch, runs the CUDA tests, then measures `rrfp train --device cuda --dtype bf16` at P=4
+# (fixed 1F1B blocking and async, ready BF, ready BFW; under no jitter, J2 and J3; the
+# image-text model) and the digital twin's prediction of ready BF and BFW from the fixed 1F1B
+# run's measured durations. Each run is one process of 22 steps (the first two, start-up, are
+# left out of every number). Prints a short table last; writes everything under OUT.
+# Usage: scripts/gpu-check.sh OUT [build dir]
+#   GPU_CHECK_SECONDS  time budget (default 420): runs that would start after it are skipped
+#   GPU_CHECK_ARGS     the device flags (default: --device cuda --dtype bf16)
+#   GPU_CHECK_STEPS    steps per run (default 22)
+#   GPU_CHECK_NO_BUILD set: use the rrfp already in the build dir
+# Needs .gpu-deps (scripts/gpu-deps.sh, on a Debian machine) beside the source.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: scripts/gpu-check.sh OUT [build dir]}
+build=${2:-build-gpu}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+start=$(date +%s)
+budget=${GPU_CHECK_SECONDS:-420}
+steps=${GPU_CHECK_STEPS:-22}
+read -r -a dev <<<"${GPU_CHECK_ARGS:---device cuda --dtype bf16}"
+runs=$out/runs
+mkdir -p "$runs"
+elapsed() { echo $(($(date +%s) - start)); }
+log() { echo "[gpu-check $(elapsed)s] $*"; }
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+    torch.cuda.get_device_name() if torch.cuda.is_available() else "no device",
+    torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 0, "SMs")'
+  nvcc --version | tail -1
+  c++ --version | head -1
+  nproc
+} >"$out/versions.txt" 2>&1
+cat "$out/versions.txt"
+
+if [ -z "${GPU_CHECK_NO_BUILD:-}" ]; then
+  log "build"
+  if ! scripts/build-gpu.sh "$build" >"$out/build.log" 2>&1; then
+    grep -E "error|Error" "$out/build.log" | head -40
+    tail -30 "$out/build.log"
+    exit 1
+  fi
+fi
+rrfp=$build/rrfp
+
+log "CUDA tests"
+timeout 300 "$build/tests/test_train_cuda" >"$out/tests.log" 2>&1
+echo "tests exit $?" >>"$out/tests.log"
+grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|tests exit|Failure|Expected|Which is" "$out/tests.log" | head -30
+
+# One training run: NAME ARGS... -> runs/NAME (its outputs), runs/NAME.log, runs/NAME.cpu
+train() {
+  local name=$1
+  shift
+  if [ "$(elapsed)" -gt "$budget" ]; then
+    log "skip $name (past the ${budget}s budget)"
+    return
+  fi
+  log "run $name"
+  local TIMEFORMAT='%U %S'
+  { time timeout 150 "$rrfp" train "${dev[@]}" --steps "$steps" --warmup 5 --eval-every 0 \
+    --eval-batches 1 --data .gpu-deps/corpus --out "$runs/$name" "$@" >"$runs/$name.log" 2>&1; } \
+    2>"$runs/$name.cpu"
+  grep -E "^done|error" "$runs/$name.log" | cut -c1-240
+}
+
+fixed_blocking=(--hint 1f1b --policy fixed --split-backward off --comm blocking)
+fixed=(--hint 1f1b --policy fixed --split-backward off)
+bf=(--hint bf --policy ready --split-backward off)
+bfw=(--hint bfw --policy ready --split-backward on)
+train j0-fixed-1f1b-blocking "${fixed_blocking[@]}"
+train j0-fixed-1f1b "${fixed[@]}"
+train j0-ready-bf "${bf[@]}"
+train j0-ready-bfw "${bfw[@]}"
+# The twin's source: fixed 1F1B with W apart, so that both BF and BFW replay from it.
+train twin-fixed-1f1b-split --hint 1f1b --policy fixed --split-backward on
+train img-fixed-1f1b "${fixed[@]}" --task image-text
+train img-ready-bf "${bf[@]}" --task image-text
+train img-ready-bfw "${bfw[@]}" --task image-text
+for j in J2 J3; do
+  jj=$(echo "$j" | tr 'J' 'j')
+  train "$jj-fixed-1f1b-blocking" "${fixed_blocking[@]}" --inject-jitter "jitter:$j"
+  train "$jj-fixed-1f1b" "${fixed[@]}" --inject-jitter "jitter:$j"
+  train "$jj-ready-bf" "${bf[@]}" --inject-jitter "jitter:$j"
+  train "$jj-ready-bfw" "${bfw[@]}" --inject-jitter "jitter:$j"
+done
+
+# The twin: every measured step of the source replayed under ready BF and BFW.
+if [ -f "$runs/twin-fixed-1f1b-split/durations.csv" ]; then
+  log "twin"
+  pp=$(grep -o 'P=[0-9]*' "$runs/twin-fixed-1f1b-split.log" | head -1 | cut -d= -f2)
+  m=$(grep -o 'M=[0-9]*' "$runs/twin-fixed-1f1b-split.log" | head -1 | cut -d= -f2)
+  echo "step,hint,predicted_ms" >"$out/twin.csv"
+  for s in $(tail -n +2 "$runs/twin-fixed-1f1b-split/durations.csv" | cut -d, -f1 | sort -un); do
+    for spec in "bf off" "bfw on"; do
+      set -- $spec
+      ms=$("$rrfp" simulate --replay "$runs/twin-fixed-1f1b-split/durations.csv" --step "$s" \
+        --pp "$pp" -m "$m" --hint "$1" --policy ready --split-backward "$2" --json - |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["runs"][0]["makespan_ms"])')
+      echo "$s,$1,$ms" >>"$out/twin.csv"
+    done
+  done
+fi
+
+log "summary"
+python3 scripts/gpu_table.py "$out" | tee "$out/summary.md"
+tar czf "$out/runs.tgz" -C "$out" runs twin.csv 2>/dev/null && rm -rf "$runs"
+log "done"

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""The tables of scripts/gpu-check.sh, from the runs it left under OUT: per run the median step
+and pipeline time and throughput over the steps after the first two, the bubble, the median
+dispatch gap, host CPU per task and (text model) MFU against the GPU's dense bf16 peak; then the
+twin's prediction next to the measured step. Usage: gpu_table.py OUT"""
+import csv
+import os
+import re
+import statistics
+import sys
+
+PEAK_BF16_TFLOPS = 989.0  # H100 and H200 SXM, dense, the vendor's datasheet
+
+
+def rows(path):
+    with open(path) as f:
+        return [r for r in csv.DictReader(f) if int(r["step"]) > 2]
+
+
+def model_of(log):
+    m = re.search(r"P=(\d+) V=(\d+) M=(\d+).*GPT d=(\d+) layers=(\d+)", log)
+    return dict(zip("pp vpp mb d layers".split(), map(int, m.groups()))) if m else None
+
+
+def flops_per_token(cfg, seq):
+    d, layers = cfg["d"], cfg["layers"]
+    params = layers * (12 * d * d + 13 * d) + 2 * 256 * d
+    return 6 * params + 12 * layers * seq * d  # attention: the whole square (mask applied after)
+
+
+def main(out):
+    runs = os.path.join(out, "runs")
+    table, measured = [], {}
+    for name in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
+        loss = os.path.join(runs, name, "loss.csv")
+        if not os.path.isfile(loss):
+            continue
+        rs = rows(loss)
+        if not rs:
+            continue
+        log = open(os.path.join(runs, name + ".log")).read()
+        cfg = model_of(log)
+        step_ms = statistics.median(float(r["step_ms"]) for r in rs)
+        pipe_ms = statistics.median(float(r["pipeline_ms"]) for r in rs)
+        tokens = sum(int(r["tokens"]) for r in rs)
+        tok_s = tokens / (sum(float(r["step_ms"]) for r in rs) / 1e3)
+        bubble = statistics.mean(float(r["bubble"]) for r in rs)
+        gap = statistics.median(float(r["gap_us_median"]) for r in rs)
+        cpu = "-"
+        try:
+            u, s = map(float, open(os.path.join(runs, name + ".cpu")).read().split()[:2])
+            all_rows = list(csv.DictReader(open(loss)))
+            kinds = 3 if "bfw" in name or "split" in name else 2
+            cpu = "%.0f" % ((u + s) * 1e6 / (len(all_rows) * cfg["pp"] * cfg["mb"] * kinds))
+        except (OSError, ValueError, TypeError):
+            pass
+        mfu = "-"
+        if cfg and not name.startswith("img"):
+            seq = tokens / len(rs) / cfg["mb"]
+            mfu = "%.1f%%" % (100 * tok_s * flops_per_token(cfg, seq) / (PEAK_BF16_TFLOPS * 1e12))
+        measured[name] = [float(r["pipeline_ms"]) for r in rs], [int(r["step"]) for r in rs]
+        table.append((name, step_ms, pipe_ms, tok_s, bubble, gap, cpu, mfu, len(rs)))
+    base = {}
+    for t in table:
+        group = t[0].split("-")[0]
+        if t[0].endswith("fixed-1f1b-blocking") or (group == "img" and t[0] == "img-fixed-1f1b"):
+            base[group] = t[1]
+    print("| run | steps | step ms (median) | vs fixed 1F1B | pipeline ms | tokens/s | bubble "
+          "| dispatch gap us | host CPU us/task | MFU |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, step_ms, pipe_ms, tok_s, bubble, gap, cpu, mfu, n in table:
+        b = base.get(name.split("-")[0])
+        speed = "%.2fx" % (b / step_ms) if b else "-"
+        print(f"| {name} | {n} | {step_ms:.1f} | {speed} | {pipe_ms:.1f} | {tok_s:.0f} | "
+              f"{100 * bubble:.1f}% | {gap:.1f} | {cpu} | {mfu} |")
+    twin = os.path.join(out, "twin.csv")
+    if os.path.isfile(twin):
+        pred = {}
+        for r in csv.DictReader(open(twin)):
+            pred.setdefault(r["hint"], {})[int(r["step"])] = float(r["predicted_ms"])
+        print("\n| twin: from fixed 1F1B's durations | measured pipeline ms (mean) "
+              "| predicted ms (mean) | error |")
+        print("|---|---|---|---|")
+        for hint, run in (("bf", "j0-ready-bf"), ("bfw", "j0-ready-bfw")):
+            if run not in measured or hint not in pred:
+                continue
+            ms, steps = measured[run]
+            common = [(m, pred[hint][s]) for m, s in zip(ms, steps) if s in pred[hint]]
+            if not common:
+                continue
+            mm = statistics.mean(m for m, _ in common)
+            pp = statistics.mean(p for _, p in common)
+            print(f"| ready {hint.upper()} | {mm:.1f} | {pp:.1f} | {100 * (pp - mm) / mm:+.1f}% |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

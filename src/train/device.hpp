@@ -1,0 +1,74 @@
+#pragma once
+// Where a stage's tensors live and how its work is ordered there (docs/gpu.md).
+//
+// On the CPU nothing changes: a task computes on its stage's thread and is done when it returns.
+// On a CUDA device each (stage, TP rank) enqueues its kernels on a stream of its own, so the
+// stages' work overlaps on the GPU as their threads overlap on a CPU; and a task counts as done,
+// its outputs ready for the arbiter, only once the event recorded after its kernels has
+// completed, not when they were enqueued: otherwise the ready set would be a guess and a stage
+// could run ahead of work still queued on its stream. The stage's thread learns of completion
+// by polling the event (one task in flight per stream; docs/gpu.md says why and what was
+// measured). Everything here is torch's device-generic API (c10 streams, events and guards), so
+// it compiles against a CPU-only LibTorch; only src/gpu needs the CUDA toolkit.
+#include <torch/torch.h>
+
+#include <optional>
+#include <string>
+
+namespace rrfp {
+class TaskContext;
+}
+
+namespace rrfp::train {
+
+// The parsed `device` and `dtype` options.
+struct DeviceSpec {
+  torch::Device device = torch::kCPU;
+  bool bf16 = false;  // autocast to bfloat16 (CUDA only)
+  bool gpu() const { return device.is_cuda(); }
+};
+
+// Checks `device` (cpu, cuda, cuda:N) and `dtype` (f32, bf16); throws InputError naming the
+// option, also when CUDA is asked for and this LibTorch or machine has none.
+DeviceSpec parse_device(const std::string& device, const std::string& dtype);
+
+// On CUDA: cuBLAS's workspace set for reproducible results and torch's deterministic
+// algorithms on, before the first kernel: the bitwise guarantee of semantics.md §6 needs both.
+void make_deterministic(const DeviceSpec& d);
+
+// One stage's place on its device: its stream, and the scope a task's work runs in.
+class StageDevice {
+ public:
+  explicit StageDevice(DeviceSpec d);
+  const DeviceSpec& spec() const { return spec_; }
+  torch::Device device() const { return spec_.device; }
+
+  // Makes this stage's stream current and autocast as configured on the calling thread, for
+  // the scope's life. On exit (also by exception) the previous state returns.
+  class Scope {
+   public:
+    explicit Scope(const StageDevice& d);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    const StageDevice& d_;
+    std::optional<c10::StreamGuard> stream_;
+    bool prev_enabled_ = false, prev_cache_ = true;
+  };
+
+  // Returns once the work enqueued so far on this stage's stream has completed on the device
+  // (at once on the CPU). Polls the event recorded now; throws Aborted within about a
+  // millisecond once `ctx` says the step failed (the watchdog), so a kernel that never ends
+  // is reported, not waited for.
+  void complete(const TaskContext* ctx = nullptr) const;
+  // The same for the calling thread's current stream on this device (the trainer's update).
+  void complete_current() const;
+
+ private:
+  DeviceSpec spec_;
+  std::optional<c10::Stream> stream_;
+};
+
+}  // namespace rrfp::train
