@@ -3,7 +3,8 @@
 # the CUDA tests and, where the interpreter's headers are there, the Python extension. Open MPI
 # is left out. What the machine lacks (nlohmann-json, CLI11, GoogleTest) comes from
 # .gpu-deps, which scripts/gpu-deps.sh prepares on a Debian machine.
-# Usage: scripts/build-gpu.sh [build dir, default build-gpu]   (PYTHON=... picks the interpreter)
+# Usage: scripts/build-gpu.sh [build dir, default build-gpu]
+#   PYTHON=... picks the interpreter; RRFP_CMAKE_ARGS adds CMake options (-DRRFP_SM_PARTITIONS=OFF)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
@@ -30,6 +31,6 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$deps;$deps/lib/x86_64-linux-gnu/cmake;$deps/share/cmake" \
   -DRRFP_CUDA=ON -DRRFP_WITH_TORCH=ON -DRRFP_WITH_MPI=OFF -DRRFP_BUILD_BENCH=OFF -DRRFP_WITH_PYTHON="$with_python" \
   -DRRFP_PYTHON_EXECUTABLE="$(command -v "$py")" ${pybind:+-Dpybind11_DIR="$pybind"} \
-  -DCUDAToolkit_ROOT="$cuda_root" -DTORCH_CUDA_ARCH_LIST=9.0 "${zlib[@]}"
+  -DCUDAToolkit_ROOT="$cuda_root" -DTORCH_CUDA_ARCH_LIST=9.0 "${zlib[@]}" ${RRFP_CMAKE_ARGS:-}
 cmake --build "$build" --target rrfp rrfp-train test_train_cuda -j "$(nproc)"
 echo "build-gpu: built rrfp, rrfp-train and test_train_cuda in $build"

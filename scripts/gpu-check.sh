@@ -2,7 +2,7 @@
 # The one script run on a GPU machine (docs/gpu.md): builds rrfp against the machine's CUDA
 # PyTorch, runs the CUDA tests, then measures `rrfp train --device cuda --dtype bf16` at P=4
 # (fixed 1F1B blocking and async, ready BF, ready BFW; under no jitter, J2 and J3; the
-# image-text model) and the digital twin's prediction of ready BF and BFW from the fixed 1F1B
+# image-text model; with and without SM partitions) and the digital twin's prediction of ready BF and BFW from the fixed 1F1B
 # run's measured durations. Each run is one process of 22 steps (the first two, start-up, are
 # left out of every number). Prints a short table last; writes everything under OUT.
 # Usage: scripts/gpu-check.sh OUT [build dir]
@@ -40,9 +40,13 @@ cat "$out/versions.txt"
 if [ -z "${GPU_CHECK_NO_BUILD:-}" ]; then
   log "build"
   if ! scripts/build-gpu.sh "$build" >"$out/build.log" 2>&1; then
-    grep -E "error|Error" "$out/build.log" | head -40
-    tail -30 "$out/build.log"
-    exit 1
+    grep -E "error" "$out/build.log" | head -20
+    log "build failed; again without SM partitions"
+    if ! RRFP_CMAKE_ARGS=-DRRFP_SM_PARTITIONS=OFF scripts/build-gpu.sh "$build" \
+      >>"$out/build.log" 2>&1; then
+      tail -30 "$out/build.log"
+      exit 1
+    fi
   fi
 fi
 rrfp=$build/rrfp
@@ -53,6 +57,7 @@ echo "tests exit $?" >>"$out/tests.log"
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|tests exit|Failure|Expected|Which is" "$out/tests.log" | head -30
 
 # One training run: NAME ARGS... -> runs/NAME (its outputs), runs/NAME.log, runs/NAME.cpu
+# (STEPS=N before the call: N steps instead)
 train() {
   local name=$1
   shift
@@ -62,7 +67,7 @@ train() {
   fi
   log "run $name"
   local TIMEFORMAT='%U %S'
-  { time timeout 150 "$rrfp" train "${dev[@]}" --steps "$steps" --warmup 5 --eval-every 0 \
+  { time timeout 150 "$rrfp" train "${dev[@]}" --steps "${STEPS:-$steps}" --warmup 5 --eval-every 0 \
     --eval-batches 1 --data .gpu-deps/corpus --out "$runs/$name" "$@" >"$runs/$name.log" 2>&1; } \
     2>"$runs/$name.cpu"
   grep -E "^done|error" "$runs/$name.log" | cut -c1-240
@@ -72,22 +77,39 @@ fixed_blocking=(--hint 1f1b --policy fixed --split-backward off --comm blocking)
 fixed=(--hint 1f1b --policy fixed --split-backward off)
 bf=(--hint bf --policy ready --split-backward off)
 bfw=(--hint bfw --policy ready --split-backward on)
-train j0-fixed-1f1b-blocking "${fixed_blocking[@]}"
+part=(--sm-partitions on)
+# Most wanted first: a run past the budget is skipped.
 train j0-fixed-1f1b "${fixed[@]}"
 train j0-ready-bf "${bf[@]}"
 train j0-ready-bfw "${bfw[@]}"
+train j0p-fixed-1f1b "${fixed[@]}" "${part[@]}"
+train j0p-ready-bf "${bf[@]}" "${part[@]}"
+train j0p-ready-bfw "${bfw[@]}" "${part[@]}"
+train j0n-ready-bfw "${bfw[@]}" --deterministic off
+train j0-fixed-1f1b-blocking "${fixed_blocking[@]}"
+# Four times the width and twice the sequence: is the default model bound by the host?
+big=(--d-model 2048 --heads 16 --max-seq 2048 --max-len 2048 --min-len 1024)
+STEPS=12 train big-fixed-1f1b "${fixed[@]}" "${big[@]}"
+STEPS=12 train big-ready-bfw "${bfw[@]}" "${big[@]}"
 # The twin's source: fixed 1F1B with W apart, so that both BF and BFW replay from it.
 train twin-fixed-1f1b-split --hint 1f1b --policy fixed --split-backward on
+for j in J2 J3; do
+  jj=$(echo "$j" | tr 'J' 'j')
+  train "$jj-fixed-1f1b" "${fixed[@]}" --inject-jitter "jitter:$j"
+  train "$jj-ready-bfw" "${bfw[@]}" --inject-jitter "jitter:$j"
+  train "${jj}p-fixed-1f1b" "${fixed[@]}" --inject-jitter "jitter:$j" "${part[@]}"
+  train "${jj}p-ready-bfw" "${bfw[@]}" --inject-jitter "jitter:$j" "${part[@]}"
+done
 train img-fixed-1f1b "${fixed[@]}" --task image-text
-train img-ready-bf "${bf[@]}" --task image-text
 train img-ready-bfw "${bfw[@]}" --task image-text
+train imgp-fixed-1f1b "${fixed[@]}" --task image-text "${part[@]}"
+train imgp-ready-bfw "${bfw[@]}" --task image-text "${part[@]}"
 for j in J2 J3; do
   jj=$(echo "$j" | tr 'J' 'j')
   train "$jj-fixed-1f1b-blocking" "${fixed_blocking[@]}" --inject-jitter "jitter:$j"
-  train "$jj-fixed-1f1b" "${fixed[@]}" --inject-jitter "jitter:$j"
   train "$jj-ready-bf" "${bf[@]}" --inject-jitter "jitter:$j"
-  train "$jj-ready-bfw" "${bfw[@]}" --inject-jitter "jitter:$j"
 done
+train img-ready-bf "${bf[@]}" --task image-text
 
 # The twin: every measured step of the source replayed under ready BF and BFW.
 if [ -f "$runs/twin-fixed-1f1b-split/durations.csv" ]; then

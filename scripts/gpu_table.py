@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The tables of scripts/gpu-check.sh, from the runs it left under OUT: per run the median step
 and pipeline time and throughput over the steps after the first two, the bubble, the median
-dispatch gap, host CPU per task and (text model) MFU against the GPU's dense bf16 peak; then the
+dispatch gap, host CPU per task (the process's CPU time in a step over its tasks) and
+(text model) MFU against the GPU's dense bf16 peak; then the
 twin's prediction next to the measured step. Usage: gpu_table.py OUT"""
 import csv
 import os
@@ -46,25 +47,19 @@ def main(out):
         tok_s = tokens / (sum(float(r["step_ms"]) for r in rs) / 1e3)
         bubble = statistics.mean(float(r["bubble"]) for r in rs)
         gap = statistics.median(float(r["gap_us_median"]) for r in rs)
+        kinds = 3 if "bfw" in name or "split" in name else 2
         cpu = "-"
-        try:
-            u, s = map(float, open(os.path.join(runs, name + ".cpu")).read().split()[:2])
-            all_rows = list(csv.DictReader(open(loss)))
-            kinds = 3 if "bfw" in name or "split" in name else 2
-            cpu = "%.0f" % ((u + s) * 1e6 / (len(all_rows) * cfg["pp"] * cfg["mb"] * kinds))
-        except (OSError, ValueError, TypeError):
-            pass
+        if "cpu_ms" in rs[0]:
+            per_step = statistics.median(float(r["cpu_ms"]) for r in rs)
+            cpu = "%.0f" % (per_step * 1e3 / (cfg["pp"] * cfg["mb"] * kinds))
         mfu = "-"
         if cfg and not name.startswith("img"):
             seq = tokens / len(rs) / cfg["mb"]
             mfu = "%.1f%%" % (100 * tok_s * flops_per_token(cfg, seq) / (PEAK_BF16_TFLOPS * 1e12))
         measured[name] = [float(r["pipeline_ms"]) for r in rs], [int(r["step"]) for r in rs]
         table.append((name, step_ms, pipe_ms, tok_s, bubble, gap, cpu, mfu, len(rs)))
-    base = {}
-    for t in table:
-        group = t[0].split("-")[0]
-        if t[0].endswith("fixed-1f1b-blocking") or (group == "img" and t[0] == "img-fixed-1f1b"):
-            base[group] = t[1]
+    # Each run against fixed 1F1B (async) of its group: the same jitter, task and partitions.
+    base = {t[0].split("-")[0]: t[1] for t in table if t[0].endswith("-fixed-1f1b")}
     print("| run | steps | step ms (median) | vs fixed 1F1B | pipeline ms | tokens/s | bubble "
           "| dispatch gap us | host CPU us/task | MFU |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -24,7 +24,7 @@ declare -A allowed=(
   [python]="core sim comm report runtime dist python"
   [plan]="core sim plan"
   [gpu]="gpu"
-  [cli]="core sim plan comm report runtime emulate dist train cli"
+  [cli]="core sim plan comm report runtime emulate dist train gpu cli"
 )
 
 check() {

@@ -81,11 +81,6 @@ std::vector<torch::Tensor> train(const Case& c, std::uint64_t delay_seed,
   return out;
 }
 
-bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
-  return a.sizes() == b.sizes() && a.dtype() == b.dtype() &&
-         std::memcmp(a.data_ptr(), b.data_ptr(), a.numel() * a.element_size()) == 0;
-}
-
 // GPipe with the microbatches in reverse (P=2, M=4): gradients arrive last microbatch first, so
 // only the reorder buffer keeps the sum in microbatch order.
 std::string reversed_hint(bool split) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -18,13 +19,16 @@
 #ifdef RRFP_HAVE_GPU
 #include "gpu/stall.hpp"
 #endif
+#ifdef RRFP_HAVE_PARTITIONS
+#include "gpu/partition.hpp"
+#endif
 
 namespace rrfp::train {
 namespace {
 
-#define SKIP_WITHOUT_CUDA()                                                                    \
-  if (!torch::cuda::is_available())                                                            \
-  GTEST_SKIP() << "no CUDA here (this LibTorch has none, or this machine no GPU): "           \
+#define SKIP_WITHOUT_CUDA()                                                         \
+  if (!torch::cuda::is_available())                                                 \
+  GTEST_SKIP() << "no CUDA here (this LibTorch has none, or this machine no GPU): " \
                   "scripts/gpu-check.sh runs this on a GPU"
 
 struct Case {
@@ -65,11 +69,6 @@ std::vector<torch::Tensor> train(const TrainOptions& o, std::vector<double>* los
   for (const auto& p : t.parameters())
     out.push_back(p.detach().cpu().clone());
   return out;
-}
-
-bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
-  return a.sizes() == b.sizes() && a.dtype() == b.dtype() &&
-         std::memcmp(a.data_ptr(), b.data_ptr(), a.numel() * a.element_size()) == 0;
 }
 
 void expect_same_bits_for_every_schedule(const std::string& dtype) {
@@ -127,6 +126,40 @@ TEST(CudaTrain, TheDeviceComputesWhatTheCpuDoes) {
     EXPECT_NEAR(bf16_losses[s], cpu_losses[s], 0.01 * std::abs(cpu_losses[s])) << "step " << s;
 }
 
+#ifdef RRFP_HAVE_PARTITIONS
+// On SM partitions every schedule still gives the same bits; whether they are also those of
+// the unpartitioned run depends on cuBLAS's choice of kernels, so that is printed, not asserted.
+TEST(CudaTrain, SmPartitionsKeepTheBitsAcrossSchedules) {
+  SKIP_WITHOUT_CUDA();
+  set_partition_source([](torch::Device d, int n) { return gpu::partition_streams(d.index(), n); });
+  std::printf("SM partitions of %d SMs at P=2\n", gpu::partition_sms(0, 2));
+  const std::vector<Case> cases = {
+      {"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false},
+      {"ready bf", 2, 1, "bf", Policy::Ready, false},
+      {"ready bf V=2", 2, 2, "bf", Policy::Ready, false},
+  };
+  std::vector<double> ref_losses, plain_losses;
+  TrainOptions o = options(cases[0], "bf16", 0);
+  const auto plain = train(o, &plain_losses);
+  o.sm_partitions = true;
+  const auto ref = train(o, &ref_losses);
+  bool same_as_plain = true;
+  for (size_t i = 0; i < ref.size(); ++i)
+    same_as_plain = same_as_plain && bitwise_equal(ref[i], plain[i]);
+  std::printf("partitioned and unpartitioned runs bitwise equal: %s\n",
+              same_as_plain ? "yes" : "no");
+  for (size_t k = 1; k < cases.size(); ++k) {
+    TrainOptions c = options(cases[k], "bf16", 1);
+    c.sm_partitions = true;
+    std::vector<double> losses;
+    const auto got = train(c, &losses);
+    EXPECT_EQ(losses, ref_losses) << cases[k].name;
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_TRUE(bitwise_equal(got[i], ref[i])) << cases[k].name << ": parameter " << i;
+  }
+}
+#endif
+
 #ifdef RRFP_HAVE_GPU
 // A stage whose every task runs a small product on its stream; stage 1's F of microbatch 0
 // also enqueues a kernel that outlasts the watchdog many times over.
@@ -164,8 +197,8 @@ TEST(CudaRuntime, TheWatchdogNamesAStageWhoseKernelNeverEnds) {
   const Hint hint = make_hint("1f1b", m);
   RuntimeOptions o;
   o.timeout_ms = 1000;
-  Runtime rt(m, hint, [d](int stage, int) { return std::make_unique<StallingProgram>(stage, d); },
-             o);
+  Runtime rt(
+      m, hint, [d](int stage, int) { return std::make_unique<StallingProgram>(stage, d); }, o);
   const auto t0 = std::chrono::steady_clock::now();
   try {
     rt.run_step(0);
@@ -175,8 +208,7 @@ TEST(CudaRuntime, TheWatchdogNamesAStageWhoseKernelNeverEnds) {
     EXPECT_NE(what.find("no progress"), std::string::npos) << what;
     EXPECT_NE(what.find("running F c1 m0"), std::string::npos) << what;
   }
-  const double s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(s, 4.0) << "the watchdog (1 s) waited for the kernel (8 s)";
 }
 #endif

@@ -2,6 +2,7 @@
 // What the training tests share: a small model and short run, and a program wrapper that
 // injects delays.
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <thread>
 
@@ -10,6 +11,12 @@
 #include "train/trainer.hpp"
 
 namespace rrfp::train {
+
+// Same shape, dtype and bytes (host tensors).
+inline bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.sizes() == b.sizes() && a.dtype() == b.dtype() &&
+         std::memcmp(a.data_ptr(), b.data_ptr(), a.numel() * a.element_size()) == 0;
+}
 
 // A 4-head GPT of width 32 for 3 steps, ready 1F1B. The learning rate is small and AdamW's eps
 // large enough that no update depends on the sign of a gradient that rounds near zero, so TP

@@ -113,7 +113,16 @@ void setup_train(CLI::App& app) {
   s->add_option("--device", t.device,
                 "cpu, or cuda (each stage on a stream of its own; a GPU-sized model by default)")
       ->capture_default_str();
-  s->add_option("--dtype", t.dtype, "f32, or bf16 (autocast; --device cuda)")->capture_default_str();
+  s->add_option("--dtype", t.dtype, "f32, or bf16 (autocast; --device cuda)")
+      ->capture_default_str();
+  s->add_option_function<std::string>(
+       "--deterministic", [&t](const std::string& v) { t.deterministic = v == "on"; },
+       "cuda: torch's deterministic algorithms, for bitwise results (default on)")
+      ->check(CLI::IsMember({"on", "off"}));
+  s->add_option_function<std::string>(
+       "--sm-partitions", [&t](const std::string& v) { t.sm_partitions = v == "on"; },
+       "cuda: each stage on its own share of the SMs (default off)")
+      ->check(CLI::IsMember({"on", "off"}));
   s->add_option("--dp", t.dp, "data-parallel replicas (--transport mpi)")->capture_default_str();
   add_transport_flag(s, f->transport, {TransportKind::Inproc, TransportKind::Mpi},
                      "inproc (threads) or mpi (one process per rank: mpirun -np P*TP*DP)");

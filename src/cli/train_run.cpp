@@ -10,7 +10,11 @@
 #include "cli/train_flags.hpp"
 #include "core/error.hpp"
 #include "emulate/jitter.hpp"
+#include "train/device.hpp"
 #include "train/run.hpp"
+#ifdef RRFP_HAVE_PARTITIONS
+#include "gpu/partition.hpp"
+#endif
 
 namespace rrfp {
 
@@ -88,6 +92,10 @@ void run(const TrainFlags& f) {
 
 void install_trainer() {
   set_train_runner(run);
+#ifdef RRFP_HAVE_PARTITIONS
+  train::set_partition_source(
+      [](torch::Device d, int stages) { return gpu::partition_streams(d.index(), stages); });
+#endif
 }
 
 }  // namespace rrfp

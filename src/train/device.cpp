@@ -70,8 +70,8 @@ DeviceSpec parse_device(const std::string& device, const std::string& dtype) {
   return d;
 }
 
-void make_deterministic(const DeviceSpec& d) {
-  if (!d.gpu()) return;
+void make_deterministic(const DeviceSpec& d, bool on) {
+  if (!d.gpu() || !on) return;
   // Read by cuBLAS when its first handle is made: set before any kernel, keeping a user's value.
   ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
   // warn_only: an operation without a deterministic kernel warns instead of failing the run;
@@ -79,8 +79,24 @@ void make_deterministic(const DeviceSpec& d) {
   at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
 }
 
-StageDevice::StageDevice(DeviceSpec d) : spec_(d) {
-  if (spec_.gpu())
+namespace {
+PartitionSource& source() {
+  static PartitionSource s;
+  return s;
+}
+}  // namespace
+
+void set_partition_source(PartitionSource s) {
+  source() = std::move(s);
+}
+
+const PartitionSource& partition_source() {
+  return source();
+}
+
+StageDevice::StageDevice(DeviceSpec d, std::optional<c10::Stream> stream)
+    : spec_(d), stream_(stream) {
+  if (spec_.gpu() && !stream_)
     stream_ = c10::impl::getDeviceGuardImpl(spec_.device.type())
                   ->getStreamFromGlobalPool(spec_.device, /*isHighPriority=*/false);
 }

@@ -12,8 +12,10 @@
 // it compiles against a CPU-only LibTorch; only src/gpu needs the CUDA toolkit.
 #include <torch/torch.h>
 
+#include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace rrfp {
 class TaskContext;
@@ -32,14 +34,21 @@ struct DeviceSpec {
 // option, also when CUDA is asked for and this LibTorch or machine has none.
 DeviceSpec parse_device(const std::string& device, const std::string& dtype);
 
-// On CUDA: cuBLAS's workspace set for reproducible results and torch's deterministic
+// On CUDA, with `on`: cuBLAS's workspace set for reproducible results and torch's deterministic
 // algorithms on, before the first kernel: the bitwise guarantee of semantics.md §6 needs both.
-void make_deterministic(const DeviceSpec& d);
+void make_deterministic(const DeviceSpec& d, bool on = true);
+
+// Where the stages' streams come from when they are to run on partitions of the SMs: set at
+// start-up by a CUDA build (gpu/partition.hpp); returns `stages` streams of `device`.
+using PartitionSource = std::function<std::vector<c10::Stream>(torch::Device device, int stages)>;
+void set_partition_source(PartitionSource source);
+const PartitionSource& partition_source();  // empty: this build has none
 
 // One stage's place on its device: its stream, and the scope a task's work runs in.
 class StageDevice {
  public:
-  explicit StageDevice(DeviceSpec d);
+  // `stream`: the stage's (a partition's); none: one from torch's pool.
+  explicit StageDevice(DeviceSpec d, std::optional<c10::Stream> stream = std::nullopt);
   const DeviceSpec& spec() const { return spec_; }
   torch::Device device() const { return spec_.device; }
 

@@ -64,7 +64,12 @@ void validate(const TrainOptions& o) {
   if (!(o.opt.weight_decay >= 0 && o.opt.weight_decay <= 1000))
     throw InputError("`weight_decay`: must be in [0, 1000], got " + fmt("%g", o.opt.weight_decay));
   at_least("clip", o.opt.clip, 0);
-  if (parse_device(o.device, o.dtype).gpu()) {
+  const bool gpu = parse_device(o.device, o.dtype).gpu();
+  if (o.sm_partitions && !gpu)
+    throw InputError("`sm_partitions`: SM partitions are a GPU's (`device` cuda)");
+  if (o.sm_partitions && !partition_source())
+    throw InputError("`sm_partitions`: this build has none (scripts/build-gpu.sh builds them)");
+  if (gpu) {
     // A GPU's stages share its memory in one process; between processes (and within a TP
     // group, whose collectives sum host memory) payloads would have to be staged first.
     if (o.job) throw InputError("`device`: cuda trains in one process (`transport` inproc)");

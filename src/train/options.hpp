@@ -65,6 +65,10 @@ struct TrainOptions {
   // (train/device.hpp); dtype f32, or bf16 (autocast, CUDA only). In-process runs only.
   std::string device = "cpu";
   std::string dtype = "f32";
+  // CUDA: torch's deterministic algorithms (the bitwise guarantee; off trades it for speed),
+  // and each stage on a partition of the SMs of its own (a CUDA build only).
+  bool deterministic = true;
+  bool sm_partitions = false;
   OptimizerOptions opt;
   WindowOptions window;
   std::string task = "text";  // text: the byte corpus in data_dir; image-text: synthetic

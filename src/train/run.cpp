@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +26,13 @@
 namespace rrfp::train {
 
 namespace {
+
+// CPU time of every thread of this process (the host's cost of a step).
+std::int64_t process_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 
 // The output directory must exist (or be creatable) and be writable before training starts.
 void prepare_out(const std::string& dir) {
@@ -107,7 +115,8 @@ class Run {
     if (root_)
       log_ = std::make_unique<LogFile>(
           dir() + "loss.csv",
-          "step,loss,val_loss,lr,grad_norm,tokens,step_ms,pipeline_ms,bubble,gap_us_median",
+          "step,loss,val_loss,lr,grad_norm,tokens,step_ms,pipeline_ms,bubble,gap_us_median,"
+          "cpu_ms",
           first_ > 0 ? first_ : -1);
     t_start_ = now_ns();
     if (!o_.quiet && first_ > 0)
@@ -152,8 +161,9 @@ class Run {
 
   // Step s; false when a signal asked the run to stop after it.
   bool step(int s) {
-    const std::int64_t t0 = now_ns();
+    const std::int64_t t0 = now_ns(), cpu0 = process_cpu_ns();
     StepReport r = trainer_.step();
+    const double cpu_ms = static_cast<double>(process_cpu_ns() - cpu0) / 1e6;
     // Every process measured its own ranks: rank 0 merges replica 0's into the step's record.
     if (t_.job) merge_over_job(*t_.job, r.run);
     const double step_s = static_cast<double>(now_ns() - t0) / 1e9;
@@ -177,7 +187,7 @@ class Run {
                 std::to_string(r.tokens) + "," + fmt("%.2f", step_s * 1e3) + "," +
                 fmt("%.2f", static_cast<double>(r.run.run.makespan) / 1e6) + "," +
                 fmt("%.4f", met.bubble_ratio) + "," +
-                fmt("%.1f", median_gap_us(r.run.dispatch_gaps)));
+                fmt("%.1f", median_gap_us(r.run.dispatch_gaps)) + "," + fmt("%.1f", cpu_ms));
     // The checkpoint after the step's row, never before: a process killed between the two
     // must not leave a checkpoint past the log, whose resume would never write that row
     // (tests/train_signals.sh saw "1 2 3 4 5 7" after a kill -9). Killed after the row, the

@@ -37,8 +37,8 @@ torch::Tensor from_payload(const Payload& p, std::int64_t rows, std::int64_t col
 }
 
 TrainStageProgram::TrainStageProgram(const WorkModel& m, int stage, std::vector<Chunk*> chunks,
-                                     std::shared_ptr<StageLink> link, DeviceSpec device)
-    : m_(m), stage_(stage), dev_(device), link_(std::move(link)) {
+                                     std::shared_ptr<StageLink> link, StageDevice device)
+    : m_(m), stage_(stage), dev_(std::move(device)), link_(std::move(link)) {
   const auto& ids = m.chunks_of(stage);
   if (chunks.size() != ids.size()) throw Error("train: wrong number of chunks for a stage");
   for (size_t i = 0; i < ids.size(); ++i)
@@ -118,10 +118,9 @@ Payload TrainStageProgram::backward(TaskContext& ctx, int c, int mb, Payload gra
   Chunk& ch = chunk(c);
   Work& w = work(c, mb);
   // The step's loss is the mean over microbatches: the last chunk starts from 1/M.
-  const torch::Tensor g =
-      ch.last() ? torch::full({}, 1.0f / static_cast<float>(m_.microbatches()),
-                              torch::TensorOptions().device(dev))
-                : from_payload(grad, batch_->length(mb), ch.d_model(), dev);
+  const torch::Tensor g = ch.last() ? torch::full({}, 1.0f / static_cast<float>(m_.microbatches()),
+                                                  torch::TensorOptions().device(dev))
+                                    : from_payload(grad, batch_->length(mb), ch.d_model(), dev);
   std::vector<torch::Tensor> inputs;
   std::vector<int> which;  // parameter index of each input after the first (or -1: the input)
   if (!ch.first()) {

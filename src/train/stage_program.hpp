@@ -64,9 +64,10 @@ class TrainStageProgram final : public StageProgram {
  public:
   // `chunks`: this stage's chunks (owned by the caller, in model order). Gradients are scaled
   // by 1/M (the step's loss is the mean over microbatches).
-  // `device`: where the chunks' parameters are; the batch is moved there task by task.
+  // `device`: where the chunks' parameters are and the stage's stream; the batch is moved
+  // there task by task.
   TrainStageProgram(const WorkModel& m, int stage, std::vector<Chunk*> chunks,
-                    std::shared_ptr<StageLink> link, DeviceSpec device = {});
+                    std::shared_ptr<StageLink> link, StageDevice device = StageDevice({}));
 
   void begin_step(int step) override;
   Payload forward(TaskContext& ctx, int chunk, int mb, Payload input) override;

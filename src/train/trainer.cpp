@@ -13,7 +13,8 @@ Trainer::Trainer(TrainOptions o)
       m_(o_.pipe),
       hint_(make_hint(o_.hint, m_)) {
   validate(o_);
-  make_deterministic(dev_);
+  make_deterministic(dev_, o_.deterministic);
+  if (o_.sm_partitions) partitions_ = partition_source()(dev_.device, m_.pp());
   if (o_.task == "image-text") {
     o_.model.image_patches = ImageText::kPatches;
     o_.model.patch_dim = ImageText::kPatchDim;
@@ -35,10 +36,10 @@ Trainer::Trainer(TrainOptions o)
   chunks_.resize(t);
   for (int r = 0; r < t; ++r)
     for (int c = 0; c < m_.chunks(); ++c)
-      chunks_[r].push_back(hosted[m_.stage_of(c) * t + r]
-                               ? std::make_unique<Chunk>(o_.model, c, m_.chunks(), r, t,
-                                                         dev_.device)
-                               : nullptr);
+      chunks_[r].push_back(
+          hosted[m_.stage_of(c) * t + r]
+              ? std::make_unique<Chunk>(o_.model, c, m_.chunks(), r, t, dev_.device)
+              : nullptr);
   links_.resize(hosted.size());
   ProgramFactory factory = [this, t](int stage, int r) -> std::unique_ptr<StageProgram> {
     std::vector<Chunk*> mine;
@@ -46,7 +47,10 @@ Trainer::Trainer(TrainOptions o)
       mine.push_back(chunk(r, c));
     auto& link = links_[stage * t + r];
     link = std::make_shared<StageLink>();
-    auto p = std::make_unique<TrainStageProgram>(m_, stage, mine, link, dev_);
+    auto p = std::make_unique<TrainStageProgram>(
+        m_, stage, mine, link,
+        StageDevice(dev_, partitions_.empty() ? std::nullopt
+                                              : std::optional<c10::Stream>(partitions_[stage])));
     if (o_.wrap) return o_.wrap(std::move(p), stage, r);
     return p;
   };

@@ -67,6 +67,7 @@ class Trainer {
 
   TrainOptions o_;
   DeviceSpec dev_;
+  std::vector<c10::Stream> partitions_;  // by stage, with `sm_partitions`
   WorkModel m_;
   Hint hint_;
   std::unique_ptr<DataSource> data_;
