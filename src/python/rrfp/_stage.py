@@ -23,6 +23,10 @@ class StepData:
         self.targets = []
         self.losses = {}
         self.sums = None  # GradSums of the step
+        # An evaluation step (Pipeline.eval_step): forwards under no_grad, the last chunk's
+        # outputs kept by microbatch, and backward tasks that do nothing.
+        self.eval = False
+        self.outputs = {}
         self._lock = threading.Lock()
         self.error = None  # (stage, task, exception): the first task that raised
 
@@ -199,6 +203,8 @@ class StageRunner:
         return None
 
     def _forward(self, chunk, mb, x):
+        if self.data.eval:
+            return self._eval_forward(chunk, mb, x)
         module = self.modules[chunk]
         tree_in = isinstance(x, tuple)  # (structure, tensors): a structure between chunks
         if chunk == 0:
@@ -232,7 +238,31 @@ class StageRunner:
         self.work[(chunk, mb)] = _Work(inp, tensors, tree_in, tree_out=True)
         return structure, tensors
 
+    def _eval_forward(self, chunk, mb, x):
+        """The forward of an evaluation step: no graph, no leaves; the last chunk keeps its
+        output (and, given targets, the loss)."""
+        dev = self._device(chunk)
+        if chunk == 0:
+            arg = self.data.inputs[mb]
+        elif isinstance(x, tuple):
+            arg = _unpack(x[0], [t if dev is None else t.to(dev) for t in x[1]])
+        else:
+            arg = x if dev is None else x.to(dev)
+        with torch.no_grad():
+            out = self.modules[chunk](arg)
+            if chunk == self.last_chunk:
+                self.data.outputs[mb] = out
+                if self.data.targets is not None:
+                    loss = self.data.loss_fn(out, self.data.targets[mb])
+                    self.data.losses[mb] = loss.detach()
+                return None
+        if isinstance(out, torch.Tensor):
+            return out
+        return _pack(out, f"chunk {chunk}")
+
     def _backward(self, chunk, mb, g):
+        if self.data.eval:
+            return None  # an evaluation step: nothing flows back
         w = self.work[(chunk, mb)]
         last = chunk == self.last_chunk
         roots, grads = ([w.root], [None]) if last else self._output_grads(chunk, w, g)
@@ -259,6 +289,8 @@ class StageRunner:
         return _input_grads(w, _grad(roots, wanted, w.grad, retain=True))
 
     def _weight(self, chunk, mb):
+        if self.data.eval:
+            return
         w = self.work.pop((chunk, mb))
         if w.root is None:  # no gradient came (see _backward): nothing to add
             self.data.sums.put(chunk, mb, [None] * len(self.params[chunk]))

@@ -1,9 +1,10 @@
 """rrfp.Pipeline: the user's nn.Module chunks, pipelined by rrfp's C++ runtime."""
+import contextlib
 import threading
 
 import torch
 
-from . import _rrfp
+from . import _rrfp, checkpoint
 from ._stage import GradSums, StageRunner, StepData
 from .record import StepRecord
 
@@ -115,6 +116,41 @@ class Pipeline:
     def microbatches(self):
         return self._core.microbatches
 
+    def state_dict(self):
+        """The parameters and buffers of the chunks this process runs (in-process: the whole
+        model), each named "c.name" with c the chunk's index in model order, so that any
+        layout cutting the model into the same chunks loads it."""
+        return checkpoint.model_state(self.chunks)
+
+    def load_state_dict(self, state, strict=True):
+        """Loads what `state` holds for this process's chunks, skipping the other chunks'
+        entries. strict: a chunk of this process missing an entry of its own, or an entry of
+        no chunk at all, raises KeyError."""
+        checkpoint.load_model_state(self.chunks, self._core.chunks, state, strict)
+
+    def save(self, path, optimizer=None, **extra):
+        """Writes a checkpoint into the folder `path`: this process's chunks (part-RANK.pt,
+        written atomically), the optimizer's state named by parameter, and `extra` (the step,
+        say). Every process of a job calls it; with dp > 1 replica 0 writes. Returns once every
+        part is written."""
+        if self.replica == 0:
+            checkpoint.save(path, self.rank, self.chunks, optimizer, extra)
+        if self._core.world > 1:
+            self._core.all_gather([])  # no process reads the folder before every part is there
+
+    def load(self, path, optimizer=None):
+        """Loads a checkpoint that save() wrote on any layout cutting the model into the same
+        chunks (other P, V, placement, threads or processes): this process's chunks and, given
+        an optimizer over their parameters, its state. Returns the `extra` it was saved with.
+        Training on from it is bitwise training on without the stop."""
+        model, optim, extra = checkpoint.load_parts(path)
+        self.load_state_dict(model)
+        if optimizer is not None:
+            if optim is None:
+                raise KeyError(f"checkpoint '{path}': it holds no optimizer state")
+            checkpoint.load_optimizer_state(self.chunks, optimizer, optim)
+        return extra or {}
+
     def step(self, inputs, targets):
         """Runs forward and backward of every microbatch through the pipeline.
 
@@ -129,28 +165,70 @@ class Pipeline:
         called while another of this pipeline runs (from another thread, or from a task's
         own code) raises RuntimeError at once.
         """
+        if not torch.is_grad_enabled():
+            raise RuntimeError("step: called under torch.no_grad(), but a step trains (it runs "
+                               "the backward and adds to .grad); use eval_step for forwards "
+                               "only")
+        with self._one_step("step"):
+            return self._run_step(inputs, targets)
+
+    def eval_step(self, inputs, targets=None):
+        """Runs every microbatch's forward through the pipeline without gradients, as a plain
+        loop under torch.no_grad() would; no .grad changes, and module.eval() (dropout, batch
+        norm) is the caller's to set, as with a plain model. The schedule's backward tasks
+        still run, doing nothing.
+
+        inputs, targets: as for step(); targets may be None (no loss). Returns (outputs, loss):
+        outputs are the last chunk's outputs in microbatch order, concatenated along dimension
+        0 when inputs came as one batch and they are tensors, else a list, on the processes
+        that run the last stage (None on the others); loss is the sum of the microbatch losses
+        with targets (on every process of the replica), else None. Raises as step() does.
+        """
+        with self._one_step("eval_step"):
+            self._data.eval = True
+            try:
+                rec, total = self._run(inputs, targets, None)
+                outputs = self._data.outputs
+            finally:
+                self._data.eval = False
+                self._data.outputs = {}
+            self.last_step = StepRecord(rec)
+            if targets is not None:
+                total = self._replica_loss(total)
+            if not outputs:
+                return None, total
+            outs = [outputs[i] for i in range(self._core.microbatches)]
+            if isinstance(inputs, torch.Tensor) and \
+                    all(isinstance(o, torch.Tensor) and o.dim() > 0 for o in outs):
+                outs = torch.cat(outs)
+            return outs, total
+
+    @contextlib.contextmanager
+    def _one_step(self, what):
         if not self._busy.acquire(blocking=False):
-            raise RuntimeError("step: another step of this pipeline is running (in another "
+            raise RuntimeError(f"{what}: another step of this pipeline is running (in another "
                                "thread, or this call comes from inside one of its tasks); "
                                "a pipeline runs one step at a time")
         try:
-            return self._run_step(inputs, targets)
+            yield
         finally:
             self._busy.release()
 
-    def _run_step(self, inputs, targets):
+    def _run(self, inputs, targets, sums):
+        """One pass of the runtime over the batch: the step's record and the sum of the
+        microbatch losses (None where this process has none)."""
         m = self._core.microbatches
         if isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor) and \
                 inputs.dim() > 0 and targets.dim() > 0 and inputs.shape[0] != targets.shape[0]:
             raise ValueError(f"inputs and targets: {inputs.shape[0]} and {targets.shape[0]} "
                              "rows; a batch needs one target row per input row")
         self._data.inputs = _split(inputs, m, "inputs")
-        self._data.targets = _split(targets, m, "targets")
+        self._data.targets = None if targets is None else _split(targets, m, "targets")
         if self._core.world > 1:
             self._check_one_batch_per_replica()
         self._data.losses = {}
         self._data.error = None
-        self._data.sums = GradSums(self._chunk_params, from_grad=self._dp == 1)
+        self._data.sums = sums
         try:
             # Each microbatch's size, for the adaptive rule's entry order (docs/frontier.md).
             sizes = [x.numel() if isinstance(x, torch.Tensor) else 0 for x in self._data.inputs]
@@ -163,6 +241,16 @@ class Pipeline:
         finally:
             self._step += 1
             self._data.inputs, self._data.targets = [], []
+        total = None
+        if self._data.losses:
+            total = self._data.losses[0]
+            for i in range(1, m):
+                total = total + self._data.losses[i]
+        return rec, total
+
+    def _run_step(self, inputs, targets):
+        rec, total = self._run(inputs, targets,
+                               GradSums(self._chunk_params, from_grad=self._dp == 1))
         pairs = self._data.sums.pairs()
         self._data.sums = None
         if self._dp > 1 and pairs:
@@ -178,11 +266,6 @@ class Pipeline:
             if g is not None:
                 p.grad = g
         self.last_step = StepRecord(rec)
-        total = None
-        if self._data.losses:
-            total = self._data.losses[0]
-            for i in range(1, m):
-                total = total + self._data.losses[i]
         return self._replica_loss(total)
 
     def _check_one_batch_per_replica(self):
@@ -191,7 +274,7 @@ class Pipeline:
         or inputs would be trained against another batch's targets. A digest of each process's
         batch, compared over the job, turns that into an error on every process. (torch's
         generator starts from a different seed in every process: seed it alike.)"""
-        mine = [float(_digest(self._data.inputs)), float(_digest(self._data.targets))]
+        mine = [float(_digest(self._data.inputs)), float(_digest(self._data.targets or []))]
         every = self._core.all_gather(mine)
         pp = self.pp
         peers = every[self.replica * pp:(self.replica + 1) * pp]

@@ -1,0 +1,123 @@
+"""Checkpoints of a pipelined model, independent of its layout.
+
+Every entry is named by the chunk it belongs to, "c.name" (c the chunk's index in model order),
+so a checkpoint written by one layout (P stages, V chunks each, threads or a process per stage)
+loads into any other that cuts the model into the same chunks. The optimizer's state is named
+the same way, by the parameter it belongs to. With a process per stage each process writes the
+part it holds (part-RANK.pt) and reads every part, keeping what its chunks need."""
+import glob
+import os
+
+import torch
+
+
+def model_state(chunks):
+    """{"c.name": tensor} over `chunks` ({index: module}): parameters and buffers."""
+    out = {}
+    for c in sorted(chunks):
+        for name, value in chunks[c].state_dict().items():
+            out[f"{c}.{name}"] = value
+    return out
+
+
+def load_model_state(chunks, n_chunks, state, strict):
+    """Loads what `state` holds for `chunks`; entries of chunks elsewhere are skipped. strict:
+    an entry of no chunk at all, or a chunk missing one of its own, raises KeyError."""
+    per_chunk = {}
+    for key, value in state.items():
+        c, _, name = key.partition(".")
+        if not c.isdigit() or int(c) >= n_chunks:
+            if strict:
+                raise KeyError(f"state_dict: '{key}' names no chunk (expected 'c.name' with c "
+                               f"in 0..{n_chunks - 1})")
+            continue
+        per_chunk.setdefault(int(c), {})[name] = value
+    for c, module in chunks.items():
+        got = per_chunk.get(c, {})
+        missing, unexpected = module.load_state_dict(got, strict=False)
+        if strict and (missing or unexpected):
+            raise KeyError(f"state_dict: chunk {c}: missing {sorted(missing)}, "
+                           f"unexpected {sorted(unexpected)}")
+
+
+def _names(chunks):
+    """id(parameter) -> its name; a parameter that several chunks share, by its first."""
+    names = {}
+    for c in sorted(chunks):
+        for name, p in chunks[c].named_parameters():
+            names.setdefault(id(p), f"{c}.{name}")
+    return names
+
+
+def optimizer_state(chunks, optimizer):
+    """The optimizer's state_dict with every parameter named instead of numbered."""
+    names = _names(chunks)
+    sd = optimizer.state_dict()
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    unknown = [i for i, p in enumerate(params) if id(p) not in names]
+    if unknown:
+        raise ValueError("optimizer: it holds parameters that are not this pipeline's chunks' "
+                         f"(positions {unknown[:5]})")
+    state = {names[id(params[i])]: s for i, s in sd["state"].items()}
+    groups = []
+    for g, saved in zip(optimizer.param_groups, sd["param_groups"]):
+        entry = {k: v for k, v in saved.items() if k != "params"}
+        entry["params"] = [names[id(p)] for p in g["params"]]
+        groups.append(entry)
+    return {"state": state, "param_groups": groups}
+
+
+def load_optimizer_state(chunks, optimizer, named):
+    """Loads `named` (optimizer_state of any layout) into `optimizer`, whose parameters are
+    this process's. Each group takes the hyper-parameters of the saved group that held the
+    first of its parameters."""
+    names = _names(chunks)
+    group_of = {}
+    for g in named["param_groups"]:
+        for n in g["params"]:
+            group_of[n] = g
+    state, groups, index = {}, [], 0
+    for g in optimizer.param_groups:
+        first = names.get(id(g["params"][0])) if g["params"] else None
+        saved = group_of.get(first)
+        if first is not None and saved is None:
+            raise KeyError(f"optimizer: the checkpoint has no state for parameter '{first}'")
+        entry = {k: v for k, v in (saved or g).items() if k != "params"}
+        entry["params"] = list(range(index, index + len(g["params"])))
+        for p in g["params"]:
+            n = names[id(p)]
+            if n in named["state"]:
+                state[index] = named["state"][n]
+            index += 1
+        groups.append(entry)
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def save(path, rank, chunks, optimizer, extra):
+    """Writes this process's part of the checkpoint into the folder `path`, atomically."""
+    os.makedirs(path, exist_ok=True)
+    part = {"model": model_state(chunks), "extra": extra}
+    if optimizer is not None:
+        part["optimizer"] = optimizer_state(chunks, optimizer)
+    target = os.path.join(path, f"part-{rank}.pt")
+    tmp = target + ".tmp"
+    torch.save(part, tmp)
+    os.replace(tmp, target)
+
+
+def load_parts(path):
+    """Every part in the folder `path`, merged: (model state, optimizer state or None, extra)."""
+    files = sorted(glob.glob(os.path.join(path, "part-*.pt")))
+    if not files:
+        raise FileNotFoundError(f"checkpoint '{path}': no part-*.pt in it")
+    model, state, groups, extra = {}, {}, [], None
+    for f in files:
+        part = torch.load(f, map_location="cpu")
+        model.update(part["model"])
+        if extra is None:
+            extra = part.get("extra")
+        if "optimizer" in part:
+            state.update(part["optimizer"]["state"])
+            groups.extend(part["optimizer"]["param_groups"])
+    optim = {"state": state, "param_groups": groups} if groups else None
+    return model, optim, extra

@@ -1,0 +1,88 @@
+"""Checkpoints of a pipelined model: state_dict names entries by chunk, so a checkpoint written
+by one layout loads into another that cuts the model into the same chunks; training on from a
+save is bitwise training on without the stop, model and AdamW state alike."""
+import pytest
+import torch
+
+import lm
+import rrfp
+
+
+def train(pipe, opt, first, steps):
+    params = [p for c in pipe.chunks.values() for p in c.parameters()]
+    for s in range(first, first + steps):
+        for p in params:
+            p.grad = None
+        xs, ys = lm.batches(4, seed=s)
+        pipe.step(xs, ys)
+        opt.step()
+
+
+def pipeline(chunks, **kw):
+    return rrfp.Pipeline(chunks, lm.loss_fn, microbatches=4, timeout=60, **kw)
+
+
+def adamw(chunks):
+    return torch.optim.AdamW([p for c in chunks for p in c.parameters()], lr=0.01,
+                             weight_decay=0.1)
+
+
+@pytest.mark.parametrize("second", [dict(pp=4), dict(pp=2, vpp=2, placement="vshape"),
+                                    dict(pp=1, vpp=4)], ids=["pp4", "pp2-vshape", "pp1"])
+def test_resume_on_another_layout_is_the_uninterrupted_run(tmp_path, second):
+    whole = lm.chunks(4)
+    opt = adamw(whole)
+    train(pipeline(whole, pp=2, vpp=2), opt, 0, 8)
+
+    first = lm.chunks(4)
+    opt1 = adamw(first)
+    pipe1 = pipeline(first, pp=2, vpp=2)
+    train(pipe1, opt1, 0, 4)
+    pipe1.save(str(tmp_path / "ckpt"), opt1, step=4)
+
+    resumed = lm.chunks(4, seed=99)  # other weights: the checkpoint must replace all of them
+    opt2 = adamw(resumed)
+    pipe2 = pipeline(resumed, **second)
+    extra = pipe2.load(str(tmp_path / "ckpt"), opt2)
+    assert extra == {"step": 4}
+    train(pipe2, opt2, extra["step"], 4)
+
+    for c, r in zip(whole, resumed):
+        for (n, p), q in zip(c.named_parameters(), r.parameters()):
+            assert torch.equal(p, q), n
+    for p, q in zip((p for c in whole for p in c.parameters()),
+                    (p for c in resumed for p in c.parameters())):
+        for k in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(opt.state[p][k], opt2.state[q][k])
+
+
+def test_state_dict_names_entries_by_chunk_and_loads_back():
+    chunks = lm.chunks(2)
+    pipe = pipeline(chunks, pp=2)
+    sd = pipe.state_dict()
+    assert all(k.split(".")[0] in ("0", "1") for k in sd)
+    assert len(sd) == sum(len(c.state_dict()) for c in chunks)
+    other = lm.chunks(2, seed=5)
+    pipe2 = pipeline(other, pp=2)
+    pipe2.load_state_dict(sd)
+    for c, o in zip(chunks, other):
+        for p, q in zip(c.parameters(), o.parameters()):
+            assert torch.equal(p, q)
+
+
+def test_bad_checkpoints_are_refused(tmp_path):
+    pipe = pipeline(lm.chunks(2), pp=2)
+    sd = pipe.state_dict()
+    with pytest.raises(KeyError, match="names no chunk"):
+        pipe.load_state_dict({**sd, "7.weight": torch.zeros(1)})
+    with pytest.raises(KeyError, match="chunk 1: missing"):
+        pipe.load_state_dict({k: v for k, v in sd.items() if not k.startswith("1.")})
+    pipe.load_state_dict({k: v for k, v in sd.items() if not k.startswith("1.")}, strict=False)
+    with pytest.raises(FileNotFoundError, match="no part"):
+        pipe.load(str(tmp_path / "nothing"))
+    pipe.save(str(tmp_path / "model-only"))
+    with pytest.raises(KeyError, match="no optimizer state"):
+        pipe.load(str(tmp_path / "model-only"), adamw(pipe.chunks.values()))
+    with pytest.raises(ValueError, match="not this pipeline"):
+        pipe.save(str(tmp_path / "x"), torch.optim.SGD([torch.zeros(2, requires_grad=True)],
+                                                       lr=1))
