@@ -118,3 +118,53 @@ if dp == 1:
         for (pn, p), q in zip(ref[c].named_parameters(), module.parameters()):
             assert torch.equal(p, q), f"lstm: rank {rnn.rank} chunk {c} {pn} differs"
     print(f"rank {rnn.rank}: an LSTM's (output, (h, c)) across processes, bitwise", flush=True)
+
+# Checkpoints across layouts: the processes (a process per stage, V = 2) train 3 steps of AdamW
+# and save; rank 0 loads the folder into one process with every chunk a stage of its own
+# (threads) and trains 3 more: bitwise the 6 uninterrupted steps of a plain loop. With dp > 1
+# replica 0 writes and every replica must hold the same values.
+import tempfile  # noqa: E402
+
+n = 2 * pp
+folder = os.path.join(tempfile.gettempdir(), f"rrfp-ckpt-{transport}-{dp}-{os.getppid()}")
+
+
+def adamw(modules):
+    return torch.optim.AdamW([p for c in modules for p in c.parameters()], lr=0.01)
+
+
+def train_steps(chunks, step_fn, opt, first, count, replica=0):
+    for s in range(first, first + count):
+        for c in chunks:
+            for p in c.parameters():
+                p.grad = None
+        xs, ys = lm.batches(m, seed=s * 100 + replica)
+        step_fn(xs, ys)
+        opt.step()
+
+
+ckpt = rrfp.Pipeline(lambda i: lm.chunks(n)[i], lm.loss_fn, pp=pp, vpp=2, microbatches=m,
+                     transport=transport, dp=dp, timeout=60)
+opt = adamw(ckpt.chunks.values())
+train_steps(list(ckpt.chunks.values()), ckpt.step, opt, 0, 3, ckpt.replica)
+ckpt.save(folder, opt, step=3)
+if ckpt.rank == 0:  # replica 0 wrote one part per stage
+    assert sorted(os.listdir(folder)) == [f"part-{r}.pt" for r in range(pp)], os.listdir(folder)
+if ckpt.rank == 0 and dp == 1:
+    ref = lm.chunks(n)
+    ref_opt = adamw(ref)
+    train_steps(ref, lambda xs, ys: lm.reference_step(ref, xs, ys), ref_opt, 0, 6)
+    again = lm.chunks(n, seed=99)
+    threads = rrfp.Pipeline(again, lm.loss_fn, pp=n, microbatches=m, transport="inproc",
+                            timeout=60)
+    opt2 = adamw(again)
+    assert threads.load(folder, opt2) == {"step": 3}
+    train_steps(again, threads.step, opt2, 3, 3)
+    for c in range(n):
+        for (pn, p), q in zip(ref[c].named_parameters(), again[c].parameters()):
+            assert torch.equal(p, q), f"checkpoint: chunk {c} {pn} differs"
+    print(f"rank 0: saved by {pp} processes (V=2), resumed in {n} threads, bitwise", flush=True)
+if ckpt.rank == 0:
+    import shutil  # noqa: E402
+
+    shutil.rmtree(folder, ignore_errors=True)
