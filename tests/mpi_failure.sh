@@ -97,10 +97,11 @@ rc=$?
 [ "$(grep -c 'rrfp: error: mpirun -np 3: the layout --pp 2' "$log")" -eq 1 ] ||
   { cat "$log"; fail "bad layout: not exactly one line naming the layout"; }
 echo "bad layout: exit 2, one line"
-# Bad training input that only some ranks could detect must still stop every rank: an
-# unwritable --out (rank 0 writes the outputs) and checkpoints (not supported across processes).
+# Bad training input must stop every rank with one line: an unwritable --out (rank 0 writes
+# the outputs) and a checkpoint to resume that is not there (every rank reads it).
 if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
-  for args in "--out /proc/rrfp-out" "--save-every 1 --out $(dirname "$log")/rrfp-mpi-out"; do
+  for args in "--out /proc/rrfp-out" \
+    "--resume $(dirname "$log")/no-such-checkpoint.bin --out $(dirname "$log")/rrfp-mpi-out"; do
     timeout 60 "$here/mpirun.sh" 2 "$rrfp" train --transport mpi --pp 2 --steps 1 $args \
       $marker >"$log" 2>&1
     rc=$?

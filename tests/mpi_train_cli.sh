@@ -2,7 +2,8 @@
 # `rrfp train --transport mpi` over every layout of processes, for 8 steps: past step 3, where
 # durations.csv starts keeping steps (a data-parallel run stopped there once, its record holding
 # each task once per replica), every step logged, no negative bubble, durations.csv holding
-# steps 3..8 with each task once per TP rank, and mpirun exiting 0.
+# steps 3..8 with each task once per TP rank, and mpirun exiting 0. Then checkpoints written by
+# several processes, resumed on other layouts.
 # Usage: mpi_train_cli.sh path/to/rrfp
 set -uo pipefail
 rrfp=$1
@@ -38,4 +39,45 @@ run_case 4 2 1 2
 run_case 2 1 1 2
 run_case 4 2 2 1
 run_case 8 2 2 2
+
+# Checkpoints of a multi-process run: 8 steps straight, and 4 steps then 4 more resumed on
+# another layout, write the same checkpoint byte for byte (rank 0 writes the whole model; each
+# process of the resumed run reads its own tensors). --warmup 10 keeps the learning rate of
+# steps 1-8 independent of --steps.
+# ckpt_case NAME NP1 PP1 NP2 PP2 DP: the second half under mpirun -np NP2 (0: in one process)
+ckpt_case() {
+  local name=$1 np1=$2 pp1=$3 np2=$4 pp2=$5 dp=$6 dir="$out/ckpt-$1"
+  local flags=(-m 4 --hint bfw --split-backward on --d-model 32 --layers 4 --max-seq 64
+    --max-len 64 --eval-every 0 --warmup 10 --timeout 60 --dp "$dp")
+  mkdir -p "$dir"
+  train_with() {  # NP PP args...: under mpirun (NP > 0) or in this process
+    local np=$1 pp=$2
+    shift 2
+    if [ "$np" -gt 0 ]; then
+      timeout 240 "$here/mpirun.sh" "$np" "$rrfp" train --transport mpi --pp "$pp" "${flags[@]}" "$@"
+    else
+      timeout 240 "$rrfp" train --pp "$pp" "${flags[@]}" "$@"
+    fi
+  }
+  train_with "$np1" "$pp1" --steps 8 --save-every 8 --out "$dir/a" >"$dir/a.log" 2>&1 ||
+    { cat "$dir/a.log"; fail "$name: the straight run"; }
+  train_with "$np1" "$pp1" --steps 4 --save-every 4 --out "$dir/b" >"$dir/b1.log" 2>&1 ||
+    { cat "$dir/b1.log"; fail "$name: the first half"; }
+  train_with "$np2" "$pp2" --steps 8 --save-every 8 --resume "$dir/b/checkpoint.bin" \
+    --out "$dir/b" >"$dir/b2.log" 2>&1 || { cat "$dir/b2.log"; fail "$name: the resumed half"; }
+  grep -q "resumed from .* at step 4" "$dir/b2.log" || { cat "$dir/b2.log"; fail "$name: no resume"; }
+  cmp "$dir/a/checkpoint.bin" "$dir/b/checkpoint.bin" || fail "$name: the checkpoints differ"
+  echo "$name: saved by -np $np1 P=$pp1, resumed on $([ "$np2" -gt 0 ] && echo "-np $np2" || echo "one process") P=$pp2 D=$dp: bitwise the straight run"
+}
+ckpt_case dp2 4 2 8 4 2
+ckpt_case threads 2 2 0 4 1
+
+# A checkpoint of another tensor-parallel size names its shards otherwise: refused, naming one.
+timeout 120 "$here/mpirun.sh" 4 "$rrfp" train --transport mpi --pp 2 --tp 2 -m 4 --d-model 32 \
+  --layers 4 --max-seq 64 --max-len 64 --eval-every 0 --warmup 10 --steps 8 --timeout 60 \
+  --resume "$out/ckpt-threads/b/checkpoint.bin" --out "$out/tp2" >"$out/tp2.log" 2>&1 &&
+  fail "a TP=1 checkpoint resumed at TP=2"
+grep -q "has no tensor '.*@tp0' of this run's shape" "$out/tp2.log" ||
+  { cat "$out/tp2.log"; fail "TP=2 from TP=1: not the expected refusal"; }
+echo "a TP=1 checkpoint refused at TP=2"
 echo "PASS"

@@ -6,7 +6,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/error.hpp"
 #include "core/input_file.hpp"
@@ -102,13 +104,15 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
   }
 }
 
-std::vector<std::string> load_checkpoint(const std::string& path, CheckpointState& expect) {
-  // A checkpoint of this model holds its tensors and a header: nothing larger is read.
-  std::uint64_t tensor_bytes = 0;
-  for (const auto* g : groups(expect))
-    for (const auto& t : *g)
-      tensor_bytes += static_cast<std::uint64_t>(t.numel() * t.element_size());
-  const std::string bytes = read_input_file(path, InputKind{"resume", tensor_bytes + (16u << 20)});
+namespace {
+
+// A checkpoint's bytes, checked up to its header: where the tensors start, and the header.
+struct Parsed {
+  nlohmann::json header;
+  std::size_t data = 0, end = 0;  // the tensors' bytes: [data, end)
+};
+
+Parsed parse(const std::string& bytes, const std::string& path, const GptConfig& model) {
   auto bad = [&](const std::string& why) { return InputError("`resume`: '" + path + "' " + why); };
   const std::size_t fixed = sizeof kMagic + sizeof(std::uint32_t) + sizeof(std::uint64_t);
   if (bytes.size() < fixed + sizeof(std::uint64_t) || std::memcmp(bytes.data(), kMagic, 8) != 0)
@@ -126,67 +130,148 @@ std::vector<std::string> load_checkpoint(const std::string& path, CheckpointStat
   std::uint64_t hlen = 0;
   std::memcpy(&hlen, bytes.data() + 12, sizeof hlen);
   if (hlen > bytes.size() - fixed) throw bad("is truncated (header)");
-  nlohmann::json h;
+  Parsed p;
   try {
-    h = parse_json(std::string_view(bytes).substr(fixed, hlen), "header");
+    p.header = parse_json(std::string_view(bytes).substr(fixed, hlen), "header");
   } catch (const InputError&) {
     throw bad("has an unreadable header");
   }
   // Every header field is checked for its type and range: a checksum only says the bytes are
   // the ones written, not that a writer wrote sense.
-  auto field = [&](const char* name) -> const nlohmann::json& {
+  const nlohmann::json& h = p.header;
+  for (const char* name : {"step", "model", "tensors"})
     if (!h.is_object() || !h.contains(name))
       throw bad(std::string("has no header field \"") + name + "\"");
-    return h[name];
-  };
-  const auto& step = field("step");
+  const auto& step = h["step"];
   if (!step.is_number_integer() || step.get<long long>() < 0 ||
       step.get<long long>() > 1'000'000'000)
     throw bad("header field \"step\" must be a whole number in [0, 1e9], got " + brief(step));
-  if (field("model") != model_json(expect.model))
+  if (h["model"] != model_json(model))
     throw bad("holds a different model (" + h["model"].dump().substr(0, 200) + ", this run has " +
-              model_json(expect.model).dump() + ")");
-  const auto& ts = field("tensors");
-  if (!ts.is_array() || ts.size() != expect.params.size())
-    throw bad("holds " + brief(ts) + " parameter tensors, the model has " +
-              std::to_string(expect.params.size()));
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const auto& e = ts[i];
-    const auto want = expect.params[i].sizes().vec();
-    bool same = e.is_object() && e.contains("name") && e["name"] == expect.names[i] &&
-                e.contains("shape") && e["shape"].is_array() && e["shape"].size() == want.size();
-    for (size_t k = 0; same && k < want.size(); ++k)
-      same = e["shape"][k].is_number_integer() && e["shape"][k].get<std::int64_t>() == want[k];
-    if (!same)
-      throw bad("parameter " + std::to_string(i) + " is " + e.dump().substr(0, 120) +
-                "; the model's is " + expect.names[i]);
+              model_json(model).dump() + ")");
+  p.data = fixed + hlen;
+  p.end = bytes.size() - sizeof stored;
+  return p;
+}
+
+// Entry e's shape if it is a well-formed {"name", "shape"} with a size in range; else nullopt.
+std::optional<std::vector<std::int64_t>> shape_of(const nlohmann::json& e) {
+  if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("shape") ||
+      !e["shape"].is_array() || e["shape"].size() > 8)
+    return std::nullopt;
+  std::vector<std::int64_t> out;
+  std::int64_t n = 1;
+  for (const auto& d : e["shape"]) {
+    if (!d.is_number_integer() || d.get<std::int64_t>() < 0 || d.get<std::int64_t>() > (1LL << 40))
+      return std::nullopt;
+    out.push_back(d.get<std::int64_t>());
+    n *= out.back();
+    if (n > (1LL << 40)) return std::nullopt;
   }
-  std::size_t at = fixed + hlen;
-  torch::NoGradGuard no_grad;
-  for (const auto* g : groups(expect))
-    for (const auto& t : *g) {
-      const std::size_t n = t.numel() * t.element_size();
-      if (at + n > bytes.size() - sizeof stored) throw bad("is truncated (tensor data)");
-      if (t.is_cpu()) {
-        std::memcpy(t.data_ptr(), bytes.data() + at, n);
-      } else {  // a GPU's tensor: through host memory
-        auto host = torch::empty(t.sizes(), t.options().device(torch::kCPU));
-        std::memcpy(host.data_ptr(), bytes.data() + at, n);
-        t.copy_(host);
-      }
-      at += n;
-    }
-  if (at != bytes.size() - sizeof stored) throw bad("has trailing bytes");
-  expect.step = static_cast<int>(step.get<long long>());
-  std::vector<std::string> differences;
+  return out;
+}
+
+void copy_in(const torch::Tensor& t, const char* from, std::size_t n) {
+  if (t.is_cpu()) {
+    std::memcpy(t.data_ptr(), from, n);
+  } else {  // a GPU's tensor: through host memory
+    auto host = torch::empty(t.sizes(), t.options().device(torch::kCPU));
+    std::memcpy(host.data_ptr(), from, n);
+    t.copy_(host);
+  }
+}
+
+// The options of `expect.run` that the checkpoint's run had set otherwise, each named.
+std::vector<std::string> differences(const nlohmann::json& h, const CheckpointState& expect) {
+  std::vector<std::string> out;
   if (h.contains("run") && h["run"].is_object())  // absent in checkpoints of older runs
     for (const auto& [name, mine] : expect.run.items()) {
       const auto& was = h["run"].value(name, nlohmann::json());
       if (!was.is_null() && was != mine)
-        differences.push_back("`" + name + "` is " + brief(mine) + "; the checkpoint's run had " +
-                              brief(was));
+        out.push_back("`" + name + "` is " + brief(mine) + "; the checkpoint's run had " +
+                      brief(was));
     }
-  return differences;
+  return out;
+}
+
+std::uint64_t bytes_of(const CheckpointState& s) {
+  std::uint64_t n = 0;
+  for (const auto* g : groups(s))
+    for (const auto& t : *g)
+      n += static_cast<std::uint64_t>(t.numel() * t.element_size());
+  return n;
+}
+
+}  // namespace
+
+std::vector<std::string> load_checkpoint(const std::string& path, CheckpointState& expect) {
+  // A checkpoint of this model holds its tensors and a header: nothing larger is read.
+  const std::string bytes =
+      read_input_file(path, InputKind{"resume", bytes_of(expect) + (16u << 20)});
+  const Parsed p = parse(bytes, path, expect.model);
+  auto bad = [&](const std::string& why) { return InputError("`resume`: '" + path + "' " + why); };
+  const auto& ts = p.header["tensors"];
+  if (!ts.is_array() || ts.size() != expect.params.size())
+    throw bad("holds " + brief(ts) + " parameter tensors, the model has " +
+              std::to_string(expect.params.size()));
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const auto shape = shape_of(ts[i]);
+    if (!shape || ts[i]["name"] != expect.names[i] || *shape != expect.params[i].sizes().vec())
+      throw bad("parameter " + std::to_string(i) + " is " + ts[i].dump().substr(0, 120) +
+                "; the model's is " + expect.names[i]);
+  }
+  std::size_t at = p.data;
+  torch::NoGradGuard no_grad;
+  for (const auto* g : groups(expect))
+    for (const auto& t : *g) {
+      const std::size_t n = t.numel() * t.element_size();
+      if (at + n > p.end) throw bad("is truncated (tensor data)");
+      copy_in(t, bytes.data() + at, n);
+      at += n;
+    }
+  if (at != p.end) throw bad("has trailing bytes");
+  expect.step = static_cast<int>(p.header["step"].get<long long>());
+  return differences(p.header, expect);
+}
+
+std::vector<std::string> load_checkpoint_part(const std::string& path, CheckpointState& expect,
+                                              std::uint64_t max_bytes) {
+  const std::string bytes = read_input_file(path, InputKind{"resume", max_bytes + (16u << 20)});
+  const Parsed p = parse(bytes, path, expect.model);
+  auto bad = [&](const std::string& why) { return InputError("`resume`: '" + path + "' " + why); };
+  // Where each tensor's parameter bytes start, by name; the moments follow the parameters.
+  std::map<std::string, std::pair<std::size_t, std::vector<std::int64_t>>> where;
+  std::size_t total = 0;
+  if (!p.header["tensors"].is_array())
+    throw bad("holds " + brief(p.header["tensors"]) + " parameter tensors, not a list");
+  for (const auto& e : p.header["tensors"]) {
+    const auto shape = shape_of(e);
+    if (!shape) throw bad("has a malformed tensor entry " + e.dump().substr(0, 120));
+    std::int64_t n = 1;
+    for (auto d : *shape)
+      n *= d;
+    if (!where.emplace(e["name"].get<std::string>(), std::make_pair(total, *shape)).second)
+      throw bad("names tensor '" + e["name"].get<std::string>() + "' twice");
+    total += static_cast<std::size_t>(n) * sizeof(float);
+    if (total > p.end - p.data) throw bad("is truncated (tensor data)");
+  }
+  if (p.data + 3 * total != p.end)
+    throw bad("holds " + std::to_string(p.end - p.data) + " bytes of tensors; its header names " +
+              std::to_string(3 * total));
+  torch::NoGradGuard no_grad;
+  const auto gs = groups(expect);
+  for (size_t i = 0; i < expect.params.size(); ++i) {
+    const auto it = where.find(expect.names[i]);
+    if (it == where.end() || it->second.second != expect.params[i].sizes().vec())
+      throw bad("has no tensor '" + expect.names[i] +
+                "' of this run's shape (another "
+                "tensor-parallel size names its shards otherwise)");
+    const std::size_t n = expect.params[i].numel() * sizeof(float);
+    for (size_t g = 0; g < gs.size(); ++g)
+      copy_in((*gs[g])[i], bytes.data() + p.data + g * total + it->second.first, n);
+  }
+  expect.step = static_cast<int>(p.header["step"].get<long long>());
+  return differences(p.header, expect);
 }
 
 }  // namespace rrfp::train

@@ -67,9 +67,6 @@ void check_run(const TrainRun& o) {
   prepare_out(o.out);
   if (o.save_every < 0)
     throw InputError("`save_every`: must not be negative, got " + std::to_string(o.save_every));
-  if (o.train.job && (o.save_every > 0 || !o.resume.empty()))
-    throw InputError(std::string(o.save_every > 0 ? "`save_every`" : "`resume`") +
-                     ": checkpoints of a multi-process run are not supported yet");
 }
 
 // durations.csv: the measured steps after the first two (start-up: allocator, first touches),
@@ -208,9 +205,11 @@ class Run {
   // The checkpoint of `step`, never of parameters that are not finite (a step that overflowed
   // without its loss showing it yet): the last checkpoint stays the last good one.
   void save(int step) {
+    double bad = 0;
     for (const torch::Tensor& p : trainer_.parameters())
-      if (!torch::isfinite(p).all().item<bool>())
-        throw diverged(step, "the parameters are no longer finite");
+      if (!torch::isfinite(p).all().item<bool>()) bad = 1;
+    if (t_.job) bad = max_over_job(*t_.job, bad);  // every process stops, or none
+    if (bad != 0) throw diverged(step, "the parameters are no longer finite");
     trainer_.save(checkpoint());
     saved_ = step;
   }

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "train/checkpoint.hpp"
+#include "train/checkpoint_parts.hpp"
 
 namespace rrfp::train {
 
@@ -289,17 +290,66 @@ CheckpointState Trainer::checkpoint_state() const {
   return s;
 }
 
+// This process's chunks with their AdamW moments (which follow parameters()' order).
+std::vector<ChunkTensors> Trainer::local_chunks() const {
+  std::vector<ChunkTensors> out;
+  const int t = o_.runtime.tp;
+  size_t k = 0;
+  for (int c = 0; c < m_.chunks(); ++c)
+    for (int r = 0; r < t; ++r) {
+      Chunk* ch = chunk(r, c);
+      if (!ch) continue;
+      ChunkTensors e;
+      e.chunk = c;
+      e.tp_rank = r;
+      for (size_t i = 0; i < ch->params().size(); ++i, ++k) {
+        e.names.push_back(t > 1 ? ch->names()[i] + "@tp" + std::to_string(r) : ch->names()[i]);
+        e.params.push_back(ch->params()[i]);
+        e.exp_avg.push_back(exp_avg_[k]);
+        e.exp_avg_sq.push_back(exp_avg_sq_[k]);
+      }
+      out.push_back(std::move(e));
+    }
+  return out;
+}
+
+// One process writes the whole model; in a multi-process run replica 0's processes send their
+// chunks to rank 0, which writes the file a one-process run would, and every process returns
+// once it is written (or throws what stopped rank 0).
 void Trainer::save(const std::string& path) const {
-  if (o_.job)
-    throw InputError("`save_every`: checkpoints of a multi-process run are not supported yet");
-  save_checkpoint(path, checkpoint_state());
+  if (!o_.job) return save_checkpoint(path, checkpoint_state());
+  Job& job = *o_.job;
+  const std::string mine = job.replica() == 0 ? pack_chunks(local_chunks()) : std::string();
+  const auto packs = job.gather_to_root(std::as_bytes(std::span(mine.data(), mine.size())));
+  std::exception_ptr failed;
+  if (job.rank() == 0) {
+    try {
+      CheckpointState s = checkpoint_state();
+      unpack_chunks(packs, m_.chunks(), o_.runtime.tp, s);
+      save_checkpoint(path, s);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  const double flag = failed ? 1 : 0;
+  if (job.all_gather(std::span(&flag, 1))[0].at(0) == 0) return;
+  if (failed) std::rethrow_exception(failed);
+  throw Error("checkpoint '" + path + "': rank 0 could not write it (its error says why)");
 }
 
 std::vector<std::string> Trainer::resume(const std::string& path) {
-  if (o_.job)
-    throw InputError("`resume`: checkpoints of a multi-process run are not supported yet");
   CheckpointState s = checkpoint_state();
-  auto differences = load_checkpoint(path, s);  // fills the tensors in place
+  std::vector<std::string> differences;
+  if (o_.job) {
+    // Every process reads the file and takes its own tensors by name. The whole model's
+    // tensors (with every TP rank's copies of replicated ones) bound what is read.
+    const double d = o_.model.d_model, t = o_.runtime.tp;
+    const double params = o_.model.layers * (12 * d * d + 13 * d) +
+                          (2.0 * o_.model.vocab + o_.model.max_seq + 64) * d + 8 * d * d;
+    differences = load_checkpoint_part(path, s, static_cast<std::uint64_t>(3 * 4 * t * params));
+  } else {
+    differences = load_checkpoint(path, s);  // fills the tensors in place
+  }
   step_ = s.step;
   return differences;
 }

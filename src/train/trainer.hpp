@@ -14,6 +14,7 @@
 #include "core/hint.hpp"
 #include "dist/job.hpp"
 #include "train/checkpoint.hpp"
+#include "train/checkpoint_parts.hpp"
 #include "train/corpus.hpp"
 #include "train/device.hpp"
 #include "train/image_text.hpp"
@@ -45,11 +46,15 @@ class Trainer {
   // name. In a multi-process job: those of the chunks it hosts.
   std::vector<torch::Tensor> parameters() const;
   std::vector<std::string> parameter_names() const;
-  // Writes the step, parameters and optimizer state (atomically; see checkpoint.hpp).
+  // Writes the step, parameters and optimizer state of the whole model (atomically; see
+  // checkpoint.hpp). In a multi-process run every process calls it and rank 0 writes the file
+  // (checkpoint_parts.hpp).
   void save(const std::string& path) const;
   // Continues from a checkpoint: the parameters, optimizer state and step it holds, so the
-  // next steps are bitwise those of an uninterrupted run. Throws InputError if it is refused.
-  // Returns how this run's options differ from the checkpoint's (each names the option).
+  // next steps are bitwise those of an uninterrupted run, on any pipeline layout of the same
+  // TP size (in a multi-process run each process reads its own tensors from the file). Throws
+  // InputError if it is refused. Returns how this run's options differ from the checkpoint's
+  // (each names the option).
   std::vector<std::string> resume(const std::string& path);
   const DataSource& data() const { return *data_; }
   const WorkModel& model() const { return m_; }
@@ -60,6 +65,7 @@ class Trainer {
  private:
   double lr_at(int step) const;
   CheckpointState checkpoint_state() const;
+  std::vector<ChunkTensors> local_chunks() const;
   void apply(double clip_coef, double lr);
   StageLink& link(int stage, int tp_rank) const { return *links_[stage * o_.runtime.tp + tp_rank]; }
   void step_loss_and_norm(StepReport& r);
