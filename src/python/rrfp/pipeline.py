@@ -286,16 +286,17 @@ class Pipeline:
                 "e.g. torch.manual_seed(0), or load the same data)")
 
     def _replica_loss(self, total):
-        """The step's loss on every process of the replica: its last stage's process has it;
-        one all-gather of (dtype, value) carries it to the others, exactly (a double holds
-        every float32, float16 and bfloat16 value)."""
+        """The step's loss on every process of the replica: the process running the last chunk
+        has it; one all-gather of (dtype, value) carries it to the others, exactly (a double
+        holds every float32, float16 and bfloat16 value)."""
         if self._core.world == 1:
             return total
         mine = [] if total is None else [float(_DTYPES.index(total.dtype)), float(total)]
         every = self._core.all_gather(mine)
         if total is not None:
             return total
-        code, value = every[self.replica * self.pp + self.pp - 1]
+        # The process of the stage that runs the last chunk (stage 0 under "vshape").
+        code, value = every[self.replica * self.pp + self._core.stage_of(self._core.chunks - 1)]
         return torch.tensor(value, dtype=_DTYPES[int(code)])
 
 
