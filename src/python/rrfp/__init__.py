@@ -40,4 +40,37 @@ sys.excepthook = _excepthook
 schedule = _rrfp.schedule
 hint_names = _rrfp.hint_names
 
-__all__ = ["Pipeline", "StageError", "StepRecord", "simulate", "schedule", "hint_names"]
+__all__ = ["Pipeline", "StageError", "StepRecord", "simulate", "schedule", "hint_names", "split"]
+
+
+def split(model, points=None, *, chunks=None):
+    """Cuts an nn.Sequential into pipeline chunks, for Pipeline(chunks, ...).
+
+    points: the indices where a new chunk begins (split(model, [4, 8]) gives model[:4],
+        model[4:8], model[8:]); or chunks: how many chunks of near-equal length (the first
+        ones take the remainder). The chunks share the model's modules and parameters, so
+        training them trains the model. A model that is not an nn.Sequential has a forward of
+        its own that no cut can follow: write its chunks as modules (docs/python.md)."""
+    from torch import nn
+
+    if not isinstance(model, nn.Sequential):
+        raise TypeError(f"split: expected an nn.Sequential, got {type(model).__name__}; write "
+                        "the chunks of another model as modules of their own")
+    n = len(model)
+    if (points is None) == (chunks is None):
+        raise ValueError("split: give the cut points or the number of chunks, one of them")
+    if chunks is not None:
+        if not isinstance(chunks, int) or not 1 <= chunks <= n:
+            raise ValueError(f"split: chunks must be a whole number in 1..{n} (the model's "
+                             f"length), got {chunks!r}")
+        base, extra = divmod(n, chunks)
+        points, at = [], 0
+        for i in range(chunks - 1):
+            at += base + (1 if i < extra else 0)
+            points.append(at)
+    points = list(points)
+    if not all(isinstance(p, int) and 0 < p < n for p in points) or \
+            any(a >= b for a, b in zip(points, points[1:])):
+        raise ValueError(f"split: points must be increasing indices in 1..{n - 1}, got {points}")
+    bounds = [0] + points + [n]
+    return [model[a:b] for a, b in zip(bounds, bounds[1:])]
