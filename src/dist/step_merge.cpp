@@ -113,4 +113,54 @@ void merge_over_job(Job& job, StepResult& r) {
     if (!all[i].empty()) merge_step(r, all[i]);
 }
 
+namespace {
+
+// Bytes as doubles, six to one (each an integer below 2^48, which a double holds exactly), after
+// their count: how a record rides on the job's all_gather of doubles.
+std::vector<double> as_doubles(const std::vector<std::byte>& b) {
+  std::vector<double> out{static_cast<double>(b.size())};
+  for (size_t i = 0; i < b.size(); i += 6) {
+    std::uint64_t v = 0;
+    for (size_t k = 0; k < 6 && i + k < b.size(); ++k)
+      v |= static_cast<std::uint64_t>(b[i + k]) << (8 * k);
+    out.push_back(static_cast<double>(v));
+  }
+  return out;
+}
+
+std::vector<std::byte> as_bytes(const std::vector<double>& d) {
+  if (d.empty()) throw Error("step record: none came from rank 0");
+  const auto n = static_cast<size_t>(d[0]);
+  if ((n + 5) / 6 != d.size() - 1) throw Error("step record: truncated");
+  std::vector<std::byte> out(n);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = static_cast<std::byte>(static_cast<std::uint64_t>(d[1 + i / 6]) >> (8 * (i % 6)));
+  return out;
+}
+
+}  // namespace
+
+void share_over_job(Job& job, StepResult& r) {
+  merge_over_job(job, r);
+  const auto all =
+      job.all_gather(job.rank() == 0 ? as_doubles(pack_step(r)) : std::vector<double>{});
+  if (job.rank() == 0) return;
+  // Rank 0's record into an empty one of the same shape (what is not packed is the same
+  // everywhere: the run's options).
+  StepResult merged = r;
+  StepRecord& m = merged.run;
+  m.coordination_rounds = m.failed_rounds = 0;
+  for (auto& rank : m.ranks)
+    rank.busy = rank.blocked = 0;
+  std::fill(m.peak_d.begin(), m.peak_d.end(), 0);
+  std::fill(m.peak_pending_w.begin(), m.peak_pending_w.end(), 0);
+  m.tasks.clear();
+  m.blocked.clear();
+  m.makespan = 0;
+  merged.dispatch_gaps.clear();
+  merged.fresh_buffers = 0;
+  merge_step(merged, as_bytes(all.at(0)));
+  r = std::move(merged);
+}
+
 }  // namespace rrfp

@@ -21,5 +21,8 @@ void merge_step(StepResult& into, std::span<const std::byte> packed);
 // data-parallel replica runs the same tasks again: merged in, each task would appear once per
 // replica and the ranks' busy time would count twice.
 void merge_over_job(Job& job, StepResult& r);
+// The same, and then every process's `r` becomes rank 0's merged record (Python's pipelines
+// give the step's record on every process).
+void share_over_job(Job& job, StepResult& r);
 
 }  // namespace rrfp

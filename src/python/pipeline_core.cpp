@@ -242,9 +242,9 @@ StepRecordPy PipelineCore::run_step(int step, std::vector<std::int64_t> sizes) {
   }
   if (signal) throw std::move(*signal);
   if (error) std::rethrow_exception(error);
-  if (job_) {  // rank 0 reports the whole step (the others their own stage)
+  if (job_) {  // every process reports the whole step of replica 0
     pyb::gil_scoped_release nogil;
-    merge_over_job(*job_, result);
+    share_over_job(*job_, result);
   }
   StepRecordPy rec;
   rec.header.workload = "measured (python)";

@@ -52,9 +52,9 @@ for name, hint, policy, split, vpp in CASES:
     for c, module in pipe.chunks.items():
         for (pn, p), q in zip(ref_chunks[c].named_parameters(), module.parameters()):
             assert torch.equal(p, q), f"{name}: rank {pipe.rank} chunk {c} {pn} differs"
-    if pipe.rank == 0:
-        rec = pipe.last_step
-        assert len(rec.tasks) == (3 if split == "on" else 2) * n * m, len(rec.tasks)
+    rec = pipe.last_step  # the whole step of replica 0, on every process
+    assert len(rec.tasks) == (3 if split == "on" else 2) * n * m, (pipe.rank, len(rec.tasks))
+    assert len({(t[0], t[1]) for t in rec.tasks}) == len(rec.tasks), "a task twice"
     print(f"rank {pipe.rank} (stages {pipe.stages}, replica {pipe.replica}, {transport}): {name} "
           "bitwise equal", flush=True)
 
