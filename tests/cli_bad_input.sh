@@ -25,7 +25,10 @@ check "--limit: must be at least 1" simulate --hint bf --limit -1
 check "--pp" simulate --pp abc
 check "unknown jitter level" simulate --workload jitter:J7
 check "--policy fixed: needs a list hint" simulate --hint bf --policy fixed
-check "--tp: must be at least 1" simulate --tp 0
+check "--tp: must be between 1 and 1024, got 0" simulate --tp 0
+check "--tp: must be between 1 and 1024, got 2147483647" simulate --tp 2147483647
+check "--tp: must be between 1 and 1024, got 1025" predict --tp 1025 x.json
+check "--tp: must be between 1 and 1024, got 2000" sweep --tp 2000
 check "--comm: unknown mode" simulate --comm smoke
 check "--workload-file: '$tmp/missing.json' does not exist" simulate --workload-file "$tmp/missing.json"
 printf '{"forward_us": -1}' >"$tmp/neg.json"

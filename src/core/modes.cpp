@@ -41,7 +41,9 @@ TransportKind parse_transport(const std::string& s, const std::vector<TransportK
 }
 
 int checked_tp(int tp) {
-  if (tp < 1) throw InputError("`tp`: must be at least 1, got " + std::to_string(tp));
+  if (tp < 1 || tp > kMaxTp)
+    throw InputError("`tp`: must be between 1 and " + std::to_string(kMaxTp) + ", got " +
+                     std::to_string(tp));
   return tp;
 }
 

@@ -25,8 +25,13 @@ std::string to_string(TransportKind t);
 // names one of them.
 TransportKind parse_transport(const std::string& s, const std::vector<TransportKind>& allowed);
 
+// The largest tensor-parallel group: far past any machine's (8 GPUs of a node is the rule), and
+// small enough that every per-rank table of a step stays in memory (--tp 2147483647 was
+// std::bad_alloc; 1000000 grew past 8 GB).
+inline constexpr int kMaxTp = 1024;
+
 // The size of a tensor-parallel group, whoever takes it (workloads, the runtime, job layouts):
-// returns `tp`, or throws InputError naming `tp` unless it is at least 1.
+// returns `tp`, or throws InputError naming `tp` unless it is in [1, kMaxTp].
 int checked_tp(int tp);
 
 }  // namespace rrfp
