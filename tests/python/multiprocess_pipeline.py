@@ -201,3 +201,26 @@ for c in tpipe.chunks:
     for (pn, p), q in zip(ref[c].named_parameters(), tied[c].parameters()):
         assert torch.equal(p, q), f"tied: rank {tpipe.rank} chunk {c} {pn} differs"
 print(f"rank {tpipe.rank}: tied embeddings under pp={pp} x dp={dp} (V-shape), bitwise", flush=True)
+
+# Evaluation with a process per stage: the last stage's processes get the outputs, every
+# process of a replica the loss; bitwise the plain forward's.
+chunks_n = lm.chunks(pp)
+epipe = rrfp.Pipeline(lambda i: lm.chunks(pp)[i], lm.loss_fn, pp=pp, microbatches=m,
+                      transport=transport, dp=dp, timeout=60)
+xs, ys = lm.batches(m, seed=7 + epipe.replica)
+outs, loss = epipe.eval_step(xs, ys)
+want_loss = None
+with torch.no_grad():
+    want = []
+    for x, y in zip(xs, ys):
+        h = x
+        for c in chunks_n:
+            h = c(h)
+        want.append(h)
+        want_loss = lm.loss_fn(h, y) if want_loss is None else want_loss + lm.loss_fn(h, y)
+assert torch.equal(loss, want_loss), (epipe.rank, loss, want_loss)
+if pp - 1 in epipe.stages:
+    assert all(torch.equal(o, w) for o, w in zip(outs, want)), epipe.rank
+else:
+    assert outs is None, epipe.rank
+print(f"rank {epipe.rank}: eval_step across processes, bitwise", flush=True)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `pip install --no-build-isolation .` works from nothing but this machine's packages: into a
 # fresh venv that sees the system's site-packages (Debian's torch), with pip's index switched
-# off, then the installed package runs a pipeline step from outside the source tree.
+# off, then the installed package runs a pipeline step from outside the source tree, and a
+# two-process torchrun job launched from the venv.
 # Usage: pip_install.sh SOURCE_DIR PYTHON
 set -euo pipefail
 src=$1
@@ -19,3 +20,19 @@ loss = pipe.step(torch.randn(4, 4), torch.randn(4, 4))
 assert "site-packages" in rrfp.__file__, rrfp.__file__
 print("installed rrfp at", rrfp.__file__, "ran a step, loss", float(loss))
 PY
+# torchrun from the venv: the venv's interpreter runs the launcher as a module, and its workers
+# (sys.executable) import the installed package (/usr/bin/torchrun would run /usr/bin/python3,
+# which does not see the venv).
+cat >"$tmp/two.py" <<'PY'
+import torch, rrfp
+torch.manual_seed(0)
+chunks = [torch.nn.Linear(4, 4) for _ in range(2)]
+pipe = rrfp.Pipeline(chunks, lambda o, y: (o - y).square().sum(), pp=2, microbatches=2)
+loss = pipe.step(torch.randn(4, 4), torch.randn(4, 4))
+assert "site-packages" in rrfp.__file__, rrfp.__file__
+print("rank", pipe.rank, "of a torchrun job from the venv, loss", float(loss))
+PY
+ran=$("$tmp/venv/bin/python" -m torch.distributed.run --nproc_per_node 2 --master_port 29571 \
+  --redirects 1 --tee 1 "$tmp/two.py" 2>&1) || { echo "$ran"; exit 1; }
+echo "$ran" | grep "of a torchrun job from the venv" | sort
+[ "$(echo "$ran" | grep -c "of a torchrun job from the venv")" -eq 2 ]
