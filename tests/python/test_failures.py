@@ -187,3 +187,20 @@ def test_batches_that_do_not_split_evenly_or_match_are_refused():
     with pytest.raises(ValueError, match="inputs and targets: 8 and 12 rows"):
         pipe.step(torch.randint(0, 64, (8, 8)), torch.randint(0, 64, (12, 8)))
     pipe.step(torch.randint(0, 64, (8, 8)), torch.randint(0, 64, (8, 8)))  # even: fine
+
+
+def test_a_long_step_shows_its_progress_and_erases_it(capsys):
+    chunks = lm.chunks(2)
+    xs, ys = lm.batches(4, seed=0)
+    pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4, timeout=60, progress=0.05,
+                         delay_fn=lambda *_: 0.05)  # 16 tasks, each at least 50 ms
+    pipe.step(xs, ys)
+    err = capsys.readouterr().err
+    assert "rrfp: step 0: " in err and "/16 tasks" in err, err
+    assert err.endswith("\r"), repr(err[-80:])  # erased: the prompt comes back clean
+    quiet = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, timeout=60,
+                          progress=None, delay_fn=lambda *_: 0.02)
+    quiet.step(xs, ys)
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ValueError, match="progress"):
+        rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, progress=-1)

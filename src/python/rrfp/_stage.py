@@ -29,6 +29,11 @@ class StepData:
         self.outputs = {}
         self._lock = threading.Lock()
         self.error = None  # (stage, task, exception): the first task that raised
+        self.tasks_done = 0  # this step's, for the progress line
+
+    def task_done(self):
+        with self._lock:
+            self.tasks_done += 1
 
     def record(self, stage, task, exc):
         with self._lock:
@@ -192,7 +197,9 @@ class StageRunner:
                 d = self.data.delay_fn(self.stage, kind, chunk, mb)
                 if d:
                     time.sleep(d)  # releases the GIL, as a slow kernel would
-            return fn(chunk, mb, *args)
+            out = fn(chunk, mb, *args)
+            self.data.task_done()
+            return out
         except BaseException as e:
             self.data.record(self.stage, f"{kind} c{chunk} m{mb}", e)
             raise

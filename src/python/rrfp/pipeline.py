@@ -1,6 +1,8 @@
 """rrfp.Pipeline: the user's nn.Module chunks, pipelined by rrfp's C++ runtime."""
 import contextlib
+import sys
 import threading
+import time
 
 import torch
 
@@ -38,12 +40,15 @@ class Pipeline:
         on every replica. Process r is replica r // pp, stage r % pp.
     delay_fn(stage, kind, chunk, mb) -> seconds: an optional delay before each task, to test
         that results do not depend on the order tasks run in.
+    progress: a step that runs longer than this many seconds shows a line on stderr with the
+        tasks this process has done, updated twice a second and erased at the end; "auto"
+        (the default): 2 seconds when stderr is a terminal, else never; None: never.
     """
 
     def __init__(self, chunks, loss_fn, *, pp, vpp=1, placement="loop", microbatches=8,
                  hint="bf", policy="ready", limit=None, max_pending_w=None,
                  split_backward="auto", comm="async", timeout=120.0, transport=None,
-                 dp=1, group=None, delay_fn=None):
+                 dp=1, group=None, delay_fn=None, progress="auto"):
         if not callable(loss_fn):
             raise TypeError("loss_fn must be callable")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
@@ -70,6 +75,11 @@ class Pipeline:
             for c, m in enumerate(chunks):
                 if not isinstance(m, torch.nn.Module):
                     raise TypeError(f"chunks: chunk {c} is a {type(m).__name__}, not an nn.Module")
+        if progress == "auto":
+            progress = 2.0 if sys.stderr.isatty() else None
+        if progress is not None and (not isinstance(progress, (int, float)) or progress < 0):
+            raise ValueError(f"progress: seconds (at least 0), \"auto\" or None, got {progress!r}")
+        self._progress = progress
         self._data = StepData(loss_fn, delay_fn)
         self._runners = []
         self.chunks = {}  # chunk index -> module, the chunks this process runs
@@ -232,7 +242,8 @@ class Pipeline:
         try:
             # Each microbatch's size, for the adaptive rule's entry order (docs/frontier.md).
             sizes = [x.numel() if isinstance(x, torch.Tensor) else 0 for x in self._data.inputs]
-            rec = self._core.run_step(self._step, sizes)
+            with _Progress(self, self._step):
+                rec = self._core.run_step(self._step, sizes)
         except StageError as e:
             err = self._data.error
             if err is not None:
@@ -301,6 +312,47 @@ class Pipeline:
 
 
 _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+class _Progress:
+    """A line on stderr for a step that runs past `pipe._progress` seconds: the tasks this
+    process has done of its own, and the time so far; erased when the step ends."""
+
+    def __init__(self, pipe, step):
+        self.after = pipe._progress
+        self.data = pipe._data
+        self.step = step
+        kinds = 3 if pipe._core.split_backward else 2
+        self.total = sum(len(pipe._core.chunks_of(s)) for s in pipe.stages) * \
+            pipe.microbatches * kinds
+        self.done = threading.Event()
+        self.shown = False
+
+    def __enter__(self):
+        self.data.tasks_done = 0
+        if self.after is not None:
+            self.start = time.monotonic()
+            self.thread = threading.Thread(target=self._show, daemon=True)
+            self.thread.start()
+        return self
+
+    def _show(self):
+        while not self.done.wait(0.5 if self.shown else max(self.after, 0.01)):
+            elapsed = time.monotonic() - self.start
+            if elapsed < self.after:
+                continue
+            sys.stderr.write(f"\rrrfp: step {self.step}: {self.data.tasks_done}/{self.total} "
+                             f"tasks, {elapsed:.0f} s ")
+            sys.stderr.flush()
+            self.shown = True
+
+    def __exit__(self, *exc):
+        if self.after is not None:
+            self.done.set()
+            self.thread.join()
+            if self.shown:
+                sys.stderr.write("\r" + " " * 60 + "\r")
+                sys.stderr.flush()
 
 
 def _digest(microbatches):
