@@ -205,6 +205,47 @@ TEST(HintFile, AutoSplitFollowsTheFilesHeader) {
   EXPECT_EQ(make_hint(text, m).list().stages, h.stages);
 }
 
+// A JSON hint is bounded as a document, not by line: the one written for a run, saved again on
+// one line (as json.dump writes it), reads back. A key given twice and a version other than the
+// integer 1 are refused, naming them.
+TEST(HintFile, JsonIsBoundedAsADocumentWithUniqueKeysAndVersionOne) {
+  WorkModel m(config(8, 2000));
+  const ListHint h = make_hint("1f1b", m).list();
+  auto one_line = nlohmann::json::parse(write_hint_json(h, m)).dump();
+  ASSERT_GT(one_line.size(), static_cast<size_t>(m.tasks_per_stage()) * 24 + (1u << 16));
+  const std::string path = ::testing::TempDir() + "rrfp-one-line.json";
+  std::ofstream(path) << one_line;
+  EXPECT_EQ(make_hint(path, m).list().stages, h.stages);
+  // The text format keeps its line bound.
+  const std::string text = ::testing::TempDir() + "rrfp-long-line.txt";
+  std::ofstream(text) << "stage 0: " << std::string(m.tasks_per_stage() * 24 + (1u << 16), 'F');
+  try {
+    make_hint(text, m);
+    ADD_FAILURE() << "a text hint with an endless line was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("line 1 has"), std::string::npos) << e.what();
+  }
+  WorkModel small(config(2, 2));
+  const std::string ok = write_hint_json(make_hint("1f1b", small).list(), small);
+  auto refusal = [&](const std::string& doc) -> std::string {
+    try {
+      parse_hint(doc, small, "h.json");
+      return "accepted";
+    } catch (const InputError& e) {
+      return e.what();
+    }
+  };
+  EXPECT_EQ(refusal(ok), "accepted");
+  std::string twice = ok;
+  twice.insert(twice.find('{') + 1, "\"pp\": 5, ");
+  EXPECT_NE(refusal(twice).find("key \"pp\" appears twice"), std::string::npos) << refusal(twice);
+  for (const char* v : {"1.5", "1.0", "\"1\"", "2"}) {
+    auto j = nlohmann::json::parse(ok);
+    j["version"] = nlohmann::json::parse(v);
+    EXPECT_NE(refusal(j.dump()).find("unsupported hint version"), std::string::npos) << v;
+  }
+}
+
 // Mutates valid inputs (mutate.hpp) and feeds them to every parser: each must either accept or
 // throw InputError, never crash or throw anything else.
 TEST(Fuzz, ParsersSurviveThousandsOfMutatedInputs) {

@@ -155,7 +155,11 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
   try {
     if (!j.is_object() || j.value("format", "") != "rrfp-hint")
       throw HintError(origin + ": not an rrfp hint (missing \"format\": \"rrfp-hint\")");
-    if (j.value("version", 0) != 1) throw HintError(origin + ": unsupported hint version");
+    // Exactly the integer 1: value<int>() would read 1.5 as 1.
+    if (!j.contains("version") || !j["version"].is_number_integer() || j["version"] != 1)
+      throw HintError(origin + ": unsupported hint version " +
+                      (j.contains("version") ? brief(j["version"]) : std::string("(none)")) +
+                      "; this rrfp reads version 1");
     const auto& c = m.config();
     auto check = [&](const char* key, const nlohmann::json& want) {
       if (j.contains(key) && j[key] != want)
@@ -230,9 +234,17 @@ bool hint_file_declares_split(const std::string& path) {
 ListHint read_hint_file(const std::string& path, const WorkModel& m) {
   // As large as a hint of this run can be: each task a token of at most ~24 bytes (JSON, with
   // its indentation), a stage's tasks on one line, plus room for a header.
-  const InputKind kind{"hint", static_cast<std::uint64_t>(m.num_tasks()) * 24 + (1u << 20),
-                       static_cast<std::size_t>(m.tasks_per_stage()) * 24 + (1u << 16)};
-  return parse_hint(read_input_file(path, kind), m, path);
+  // The document is bounded; the text format's lines are too (JSON may be one line, as
+  // json.dump writes it: the document bound is its bound).
+  const std::uint64_t doc = static_cast<std::uint64_t>(m.num_tasks()) * 24 + (1u << 20);
+  const std::string text = read_input_file(path, InputKind{"hint", doc, 0});
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos || text[first] != '{')
+    check_line_lengths(
+        text,
+        InputKind{"hint", doc, static_cast<std::size_t>(m.tasks_per_stage()) * 24 + (1u << 16)},
+        path);
+  return parse_hint(text, m, path);
 }
 
 }  // namespace rrfp

@@ -52,19 +52,22 @@ std::string read_input_file(const std::string& path, const InputKind& kind) {
     got += static_cast<std::size_t>(n);
   }
   out.resize(got);
-  if (kind.max_line > 0) {
-    std::size_t line = 1, start = 0;
-    for (std::size_t i = 0; i <= out.size(); ++i) {
-      if (i < out.size() && out[i] != '\n') continue;
-      if (i - start > kind.max_line)
-        throw InputError(what + ": line " + std::to_string(line) + " has " +
-                         format_bytes(i - start) + "; lines may have at most " +
-                         format_bytes(kind.max_line));
-      ++line;
-      start = i + 1;
-    }
-  }
+  check_line_lengths(out, kind, path);
   return out;
+}
+
+void check_line_lengths(std::string_view text, const InputKind& kind, const std::string& path) {
+  if (kind.max_line == 0) return;
+  std::size_t line = 1, start = 0;
+  for (std::size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != '\n') continue;
+    if (i - start > kind.max_line)
+      throw InputError("`" + std::string(kind.option) + "`: '" + path + "': line " +
+                       std::to_string(line) + " has " + format_bytes(i - start) +
+                       "; lines may have at most " + format_bytes(kind.max_line));
+    ++line;
+    start = i + 1;
+  }
 }
 
 }  // namespace rrfp

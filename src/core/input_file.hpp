@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace rrfp {
 
@@ -25,5 +26,9 @@ inline constexpr InputKind kReplayTrace{"replay", 256ull << 20, 0};  // JSON: on
 // a line longer than the kind allows. Kinds whose size depends on the run (hints, checkpoints)
 // are built by their readers from it.
 std::string read_input_file(const std::string& path, const InputKind& kind);
+
+// The line check of read_input_file alone (a reader that learns the format from the text):
+// throws the same InputError when a line of `text` is longer than `kind.max_line` (0: none).
+void check_line_lengths(std::string_view text, const InputKind& kind, const std::string& path);
 
 }  // namespace rrfp

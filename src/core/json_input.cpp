@@ -1,5 +1,8 @@
 #include "core/json_input.hpp"
 
+#include <set>
+#include <vector>
+
 #include "core/error.hpp"
 
 namespace rrfp {
@@ -27,8 +30,22 @@ nlohmann::json parse_json(std::string_view text, const std::string& origin) {
       --depth;
     }
   }
+  // A key given twice in one object: the parser would keep the last value without a word.
+  std::vector<std::set<std::string>> keys;
+  auto unique = [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (ev == E::object_start) {
+      keys.emplace_back();
+    } else if (ev == E::object_end) {
+      keys.pop_back();
+    } else if (ev == E::key && !keys.back().insert(parsed.get<std::string>()).second) {
+      const auto& k = parsed.get_ref<const std::string&>();
+      throw InputError(origin + ": key \"" + k.substr(0, 40) + "\" appears twice in one object");
+    }
+    return true;
+  };
   try {
-    return nlohmann::json::parse(text);
+    return nlohmann::json::parse(text, unique);
   } catch (const nlohmann::json::exception& e) {
     throw InputError(origin + ": invalid JSON (" + std::string(e.what()).substr(0, 160) + ")");
   }

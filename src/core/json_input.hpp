@@ -11,7 +11,8 @@ inline constexpr int kMaxJsonDepth = 64;
 
 // Parses `text`; throws InputError "<origin>: invalid JSON (...)" on a syntax error and refuses,
 // before parsing, nesting deeper than kMaxJsonDepth (the parser, and every recursive walk of a
-// value afterwards, would otherwise recurse as deep as the input says).
+// value afterwards, would otherwise recurse as deep as the input says), and while parsing, a
+// key given twice in one object (whose first value would be dropped silently).
 nlohmann::json parse_json(std::string_view text, const std::string& origin);
 
 // A value as a message may show it: scalars as themselves (strings cut at 40 characters),
