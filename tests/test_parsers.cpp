@@ -124,6 +124,23 @@ TEST(Replay, ReadsMeasuredDurationsAndRejectsBadRows) {
       err("stage,chunk,microbatch,kind,duration_us\n0,0,0,F,5\n").find("no duration for task"),
       std::string::npos);
   EXPECT_NE(err("stage,chunk\n").find("lacks column 'microbatch'"), std::string::npos);
+  // Hexadecimal, infinities, an unknown or doubled column, a negative or fractional step.
+  std::string hex = csv;
+  hex.replace(hex.find("1500"), 4, "0x10");
+  EXPECT_NE(err(hex).find("'0x10' is not a number"), std::string::npos) << err(hex);
+  EXPECT_NE(err(csv + "0,0,0,F,inf,0\n").find("'inf' is not a number"), std::string::npos);
+  EXPECT_NE(err("stage,chunk,microbatch,kind,duration_us,bogus\n").find("unknown column 'bogus'"),
+            std::string::npos);
+  EXPECT_NE(err("stage,chunk,stage,microbatch,kind,duration_us\n").find("'stage' given twice"),
+            std::string::npos);
+  for (const char* step : {"-1", "1.5", "3abc", "1e3"}) {
+    const std::string stepped =
+        "step," + csv.substr(0, csv.find('\n') + 1) + step + "," +
+        csv.substr(csv.find('\n') + 1, csv.find('\n', csv.find('\n') + 1) - csv.find('\n'));
+    EXPECT_NE(err(stepped).find("column step: '" + std::string(step) + "' is not a whole number"),
+              std::string::npos)
+        << step << ": " << err(stepped);
+  }
 }
 
 // A replay row for a task already given would silently replace it (0.90 ms became 900.8 ms in a

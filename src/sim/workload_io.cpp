@@ -3,6 +3,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -160,8 +161,16 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
     if (line.find_first_not_of(" \t\r") == std::string::npos || line[0] == '#') continue;
     auto cells = split(line);
     if (col.empty()) {
-      for (size_t i = 0; i < cells.size(); ++i)
-        col[cells[i]] = static_cast<int>(i);
+      static const std::set<std::string> known = {"step", "stage",       "chunk",   "microbatch",
+                                                  "kind", "duration_us", "tp_rank", "send_us"};
+      for (size_t i = 0; i < cells.size(); ++i) {
+        if (!known.count(cells[i]))
+          throw InputError(where + ": unknown column '" + cells[i].substr(0, 30) +
+                           "' (the columns are [step,]stage,chunk,microbatch,kind,duration_us"
+                           "[,tp_rank][,send_us])");
+        if (!col.emplace(cells[i], static_cast<int>(i)).second)
+          throw InputError(where + ": column '" + cells[i] + "' given twice");
+      }
       for (const char* need : {"stage", "chunk", "microbatch", "kind", "duration_us"})
         if (!col.count(need))
           throw InputError(where + ": replay header lacks column '" + need +
@@ -181,12 +190,11 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
     long long last = -1;
     for (size_t i = 0; i < rows.size(); ++i) {
       step_of[i] = rows[i].second[col.at("step")];
-      try {
-        last = std::max(last, std::stoll(step_of[i]));
-      } catch (...) {
+      const std::string& st = step_of[i];
+      if (st.empty() || st.size() > 9 || st.find_first_not_of("0123456789") != std::string::npos)
         throw InputError(origin + ":" + std::to_string(rows[i].first) + ": column step: '" +
-                         step_of[i].substr(0, 30) + "' is not a whole number");
-      }
+                         st.substr(0, 30) + "' is not a whole number in [0, 999999999]");
+      last = std::max(last, std::stoll(st));
     }
     if (chosen.empty()) chosen = std::to_string(last);
     if (std::find(step_of.begin(), step_of.end(), chosen) == step_of.end())
@@ -204,7 +212,8 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
       double v = 0;
       size_t used = 0;
       try {
-        v = std::stod(s, &used);
+        // Decimal only: stod also reads hexadecimal ("0x10" as 16), inf and nan.
+        if (s.find_first_not_of("0123456789.eE+-") == std::string::npos) v = std::stod(s, &used);
       } catch (...) {
         used = 0;
       }
