@@ -71,6 +71,12 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
   check "--seed: must not be negative" train --seed -3 --out "$tmp/o"
   truncate -s 1G "$tmp/ckpt.bin"
   check "is read for --resume" train --resume "$tmp/ckpt.bin" --out "$tmp/o"
+  # A checkpoint at step 2 resumed with --steps 1: one line (the warning that --steps differs
+  # came first and made it two).
+  small=(--d-model 16 --heads 2 --layers 4 --max-seq 32 --max-len 32 --min-len 8 --eval-every 0)
+  "$rrfp" train "${small[@]}" --steps 2 --save-every 2 --out "$tmp/ck2" >/dev/null 2>&1
+  check "--resume: the checkpoint is already at step 2 of --steps 1" train "${small[@]}" \
+    --steps 1 --resume "$tmp/ck2/checkpoint.bin" --out "$tmp/ck2"
   check "--lr: must be in (0, 1000], got nan" train --lr nan --out "$tmp/o"
   check "--lr: must be in (0, 1000], got 1e+300" train --lr 1e300 --out "$tmp/o"
   check "--weight-decay: must be in [0, 1000], got 1e+300" train --weight-decay 1e300 --out "$tmp/o"

@@ -102,6 +102,14 @@ rc=$?
   fail "full disk (checkpoint): no one line saying so: $(tail -2 "$tmp/full.log")"
 [ ! -L "$tmp/full/checkpoint.bin.tmp" ] || fail "full disk: the partial file was left"
 cmp -s "$tmp/full/checkpoint.bin" "$tmp/step1.bin" || fail "full disk: the previous checkpoint changed"
+# The checkpoint's path taken by a directory during the run: the save fails as a run failure
+# (exit 1, one line naming it), not as a usage error (exit 2, as it was).
+rm -rf "$tmp/dirck" && mkdir -p "$tmp/dirck/checkpoint.bin"
+"$rrfp" train "${small[@]}" --steps 1 --save-every 1 --out "$tmp/dirck" >"$tmp/dirck.log" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "checkpoint path a directory: exit $rc, want 1"
+[ "$(grep -c "cannot rename .* over it" "$tmp/dirck.log")" -eq 1 ] ||
+  fail "checkpoint path a directory: no one line saying so: $(tail -2 "$tmp/dirck.log")"
 # loss.csv on a full disk: the first row fails, and says so.
 rm -rf "$tmp/full2" && mkdir "$tmp/full2" && ln -s /dev/full "$tmp/full2/loss.csv"
 "$rrfp" train "${small[@]}" --steps 2 --out "$tmp/full2" >"$tmp/full2.log" 2>&1

@@ -91,8 +91,8 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    throw InputError("checkpoint '" + path + "': cannot rename " + tmp +
-                     " over it: " + std::strerror(err));
+    throw Error("checkpoint '" + path + "': cannot rename " + tmp +
+                " over it: " + std::strerror(err));
   }
   // Make the rename itself durable.
   const std::string dir =

@@ -96,13 +96,15 @@ class Run {
     if (root_) lock_out();
     o_.quiet = in.quiet || !root_;
     if (!can_validate_) o_.eval_every = 0;
-    if (!o_.resume.empty())
-      for (const std::string& d : trainer_.resume(o_.resume))
-        if (root_ && o_.warn) o_.warn(d + ": the run will not continue as that one would have");
+    std::vector<std::string> differences;
+    if (!o_.resume.empty()) differences = trainer_.resume(o_.resume);
     first_ = trainer_.steps_done();
+    // Refused in one line: the warnings below would only add to it.
     if (first_ >= t_.steps)
       throw InputError("`resume`: the checkpoint is already at step " + std::to_string(first_) +
                        " of `steps` " + std::to_string(t_.steps));
+    for (const std::string& d : differences)
+      if (root_ && o_.warn) o_.warn(d + ": the run will not continue as that one would have");
     h0_ = trainer_.data().unigram_entropy();
   }
 
