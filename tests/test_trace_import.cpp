@@ -105,6 +105,28 @@ TEST(TraceImport, NamesWhatIsMissingPerStage) {
   std::remove(path.c_str());
 }
 
+// A run's own trace with every task of stage 0 moved to ts 0: they overlap on one rank.
+TEST(TraceImport, RefusesTasksOfOneRankThatOverlap) {
+  WorkModel m(config(2, 4));
+  const std::string path = temp_path("overlap");
+  ReportRun run = simulated(m, "1f1b", Policy::Fixed, realize(workload_preset("language"), m, 1, 1),
+                            CommMode::Async);
+  for (TaskRecord& t : run.result.tasks)
+    if (t.stage == 0) {
+      t.compute_end -= t.start;
+      t.end -= t.start;
+      t.start = 0;
+    }
+  write_chrome_trace(path, {run});
+  try {
+    read_replay_file(path, m, 1);
+    FAIL() << "overlapping tasks were accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("overlap on stage 0"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
 TEST(TraceImport, RefusesWhatIsNotAnRrfpTrace) {
   WorkModel m(config(2, 2));
   auto refused = [&](const std::string& text, const std::string& want) {
@@ -124,7 +146,15 @@ TEST(TraceImport, RefusesWhatIsNotAnRrfpTrace) {
       "0\"}},"
       "{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"dur\": -1, \"args\": {\"kind\": \"F\", "
       "\"chunk\": 0, \"microbatch\": 0}}]",
-      "`dur` is negative");
+      "field \"dur\" is negative");
+  // Times past 1e13 us (1e300 ended in a deadlock line of 758 characters), and tasks of one
+  // rank that overlap (all at ts 0 were accepted).
+  refused(
+      "[{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, \"args\": {\"name\": \"r / stage "
+      "0\"}},"
+      "{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 1e300, \"dur\": 1, \"args\": {\"kind\": "
+      "\"F\", \"chunk\": 0, \"microbatch\": 0}}]",
+      "field \"ts\" is 1e+300; at most 1e13 (us) is read");
   refused(
       "[{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, \"args\": {\"name\": \"r / stage "
       "0\"}},"

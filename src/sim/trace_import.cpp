@@ -29,17 +29,22 @@ const nlohmann::json& events_of(const Doc& d) {
 double number_at(const nlohmann::json& obj, const char* key, const std::string& where) {
   auto it = obj.find(key);
   if (it == obj.end() || !it->is_number())
-    throw InputError(where + ": `" + key + "` is missing or not a number");
+    throw InputError(where + ": field \"" + key + "\" is missing or not a number");
   const double v = it->get<double>();
-  if (!(v >= 0)) throw InputError(where + ": `" + key + "` is negative: " + brief(*it));
+  if (!(v >= 0)) throw InputError(where + ": field \"" + key + "\" is negative: " + brief(*it));
+  // A trace's times are microseconds: 1e13 is four months (1e300 and 9.2e18 ended in a
+  // "deadlock" line of 758 characters).
+  if (v > 1e13)
+    throw InputError(where + ": field \"" + key + "\" is " + brief(*it) +
+                     "; at most 1e13 (us) is read");
   return v;
 }
 
 int whole_at(const nlohmann::json& obj, const char* key, const std::string& where) {
   const double v = number_at(obj, key, where);
   if (v > 1e9 || v != static_cast<int>(v))
-    throw InputError(where + ": `" + key +
-                     "` is not a whole number in [0, 1e9]: " + brief(obj.at(key)));
+    throw InputError(where + ": field \"" + key +
+                     "\" is not a whole number in [0, 1e9]: " + brief(obj.at(key)));
   return static_cast<int>(v);
 }
 
