@@ -96,8 +96,10 @@ void Stage::route(int r, Message&& msg, std::vector<Outgoing>& replies) {
     return core_.name(r) + ": message " + to_string(tag) + " from rank " + std::to_string(msg.src);
   };
   if (tag.step != core_.step) {
-    // A faster peer may already be in the next step: keep its message for then.
-    if (tag.step == core_.step + 1) {
+    // A faster peer may already be in the next step: keep its message for then. Before its
+    // first step a stage does not know that step's number (a resumed run starts past 0), so it
+    // keeps whatever comes; begin_step refuses what belongs to another step.
+    if (tag.step == core_.step + 1 || core_.step < 0) {
       core_.rank(r).early.push_back(std::move(msg));
       return;
     }

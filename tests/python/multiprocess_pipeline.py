@@ -102,22 +102,27 @@ else:
     raise AssertionError("different batches on the processes of a replica were accepted")
 print(f"rank {auto.rank}: different batches in one replica refused", flush=True)
 
-# Structures between processes: an LSTM whose chunks hand on (output, (h, c)) trains bitwise as
-# the plain loop does, its state's gradient crossing back between processes too (one replica).
+# Structures between processes, one replica: an LSTM whose chunks hand on (output, (h, c)) (its
+# state's gradient crossing back between processes too), and a dict with a boolean attention
+# mask, integer positions, a constant and an unread output; each trains bitwise as the plain
+# loop does.
 if dp == 1:
     import test_pytree  # noqa: E402
 
-    ref = test_pytree.lstm_lm(pp)
-    ref_losses = test_pytree.train(ref, test_pytree.reference(ref))
-    rnn = rrfp.Pipeline(lambda i: test_pytree.lstm_lm(pp)[i], test_pytree.loss_fn, pp=pp,
-                        microbatches=4, transport=transport, timeout=60, hint="bfw",
-                        split_backward="on")
-    losses = test_pytree.train([rnn.chunks[c] for c in sorted(rnn.chunks)], rnn.step)
-    assert all(torch.equal(a, b) for a, b in zip(losses, ref_losses)), (losses, ref_losses)
-    for c, module in rnn.chunks.items():
-        for (pn, p), q in zip(ref[c].named_parameters(), module.parameters()):
-            assert torch.equal(p, q), f"lstm: rank {rnn.rank} chunk {c} {pn} differs"
-    print(f"rank {rnn.rank}: an LSTM's (output, (h, c)) across processes, bitwise", flush=True)
+    def structures(name, build, **kw):
+        ref = build(pp)
+        ref_losses = test_pytree.train(ref, test_pytree.reference(ref))
+        pipe_ = rrfp.Pipeline(lambda i: build(pp)[i], test_pytree.loss_fn, pp=pp,
+                              microbatches=4, transport=transport, timeout=60, **kw)
+        losses = test_pytree.train([pipe_.chunks[c] for c in sorted(pipe_.chunks)], pipe_.step)
+        assert all(torch.equal(a, b) for a, b in zip(losses, ref_losses)), (losses, ref_losses)
+        for c, module in pipe_.chunks.items():
+            for (pn, p), q in zip(ref[c].named_parameters(), module.parameters()):
+                assert torch.equal(p, q), f"{name}: rank {pipe_.rank} chunk {c} {pn} differs"
+        print(f"rank {pipe_.rank}: {name} across processes, bitwise", flush=True)
+
+    structures("an LSTM's (output, (h, c))", test_pytree.lstm_lm, hint="bfw", split_backward="on")
+    structures("a dict with an attention mask", test_pytree.masked, hint="bf")
 
 # Checkpoints across layouts: the processes (a process per stage, V = 2) train 3 steps of AdamW
 # and save; rank 0 loads the folder into one process with every chunk a stage of its own

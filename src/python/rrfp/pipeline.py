@@ -2,11 +2,12 @@
 import contextlib
 import sys
 import threading
-import time
 
 import torch
 
 from . import _rrfp, checkpoint
+from ._launch import c10d_groups, launched_transport, refuse_ties_across_processes
+from ._progress import Progress
 from ._stage import GradSums, StageRunner, StepData
 from .record import StepRecord
 
@@ -54,10 +55,10 @@ class Pipeline:
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ValueError(f"limit: must be a whole number of at least 1 or None, got {limit!r}")
         if transport is None:
-            transport = _launched_transport(pp, dp, group)
+            transport = launched_transport(pp, dp, group)
         dp_group = None
         if transport == "c10d":
-            group, dp_group = _c10d_groups(group, pp, dp)
+            group, dp_group = c10d_groups(group, pp, dp)
         self._core = _rrfp.PipelineCore(
             pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
             split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
@@ -94,7 +95,7 @@ class Pipeline:
             self._runners.append(StageRunner(stage, modules, n - 1, self._core.split_backward,
                                              self._data))
         if self._core.world > 1 and not callable(chunks):
-            _refuse_ties_across_processes(chunks, self._core)
+            refuse_ties_across_processes(chunks, self._core)
         self._chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
         self._core.set_runners(self._runners)
         self._step = 0
@@ -242,7 +243,7 @@ class Pipeline:
         try:
             # Each microbatch's size, for the adaptive rule's entry order (docs/frontier.md).
             sizes = [x.numel() if isinstance(x, torch.Tensor) else 0 for x in self._data.inputs]
-            with _Progress(self, self._step):
+            with Progress(self, self._step):
                 rec = self._core.run_step(self._step, sizes)
         except StageError as e:
             err = self._data.error
@@ -314,47 +315,6 @@ class Pipeline:
 _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 
-class _Progress:
-    """A line on stderr for a step that runs past `pipe._progress` seconds: the tasks this
-    process has done of its own, and the time so far; erased when the step ends."""
-
-    def __init__(self, pipe, step):
-        self.after = pipe._progress
-        self.data = pipe._data
-        self.step = step
-        kinds = 3 if pipe._core.split_backward else 2
-        self.total = sum(len(pipe._core.chunks_of(s)) for s in pipe.stages) * \
-            pipe.microbatches * kinds
-        self.done = threading.Event()
-        self.shown = False
-
-    def __enter__(self):
-        self.data.tasks_done = 0
-        if self.after is not None:
-            self.start = time.monotonic()
-            self.thread = threading.Thread(target=self._show, daemon=True)
-            self.thread.start()
-        return self
-
-    def _show(self):
-        while not self.done.wait(0.5 if self.shown else max(self.after, 0.01)):
-            elapsed = time.monotonic() - self.start
-            if elapsed < self.after:
-                continue
-            sys.stderr.write(f"\rrrfp: step {self.step}: {self.data.tasks_done}/{self.total} "
-                             f"tasks, {elapsed:.0f} s ")
-            sys.stderr.flush()
-            self.shown = True
-
-    def __exit__(self, *exc):
-        if self.after is not None:
-            self.done.set()
-            self.thread.join()
-            if self.shown:
-                sys.stderr.write("\r" + " " * 60 + "\r")
-                sys.stderr.flush()
-
-
 def _digest(microbatches):
     """A CRC-32 over the microbatches' tensors (their shapes, dtypes and bytes), the same in
     every process that holds the same batch."""
@@ -370,72 +330,6 @@ def _digest(microbatches):
         else:
             crc = zlib.crc32(repr(type(x)).encode(), crc)
     return crc
-
-
-def _launched_transport(pp, dp, group):
-    """The transport that matches how this process was started: "mpi" under mpirun (Open MPI
-    or MPICH), "c10d" under torchrun or with a torch.distributed group, else "inproc". Refuses
-    a launcher whose process count is not pp * dp: each process would otherwise run a whole
-    pipeline of its own."""
-    import os
-    env = os.environ
-    if group is not None:
-        return "c10d"
-    for name, key in (("mpi", "OMPI_COMM_WORLD_SIZE"), ("mpi", "PMI_SIZE"),
-                      ("c10d", "TORCHELASTIC_RUN_ID")):
-        if key in env:
-            world = int(env.get(key if name == "mpi" else "WORLD_SIZE", "1"))
-            if world != pp * dp:
-                launcher = "mpirun" if name == "mpi" else "torchrun"
-                raise ValueError(
-                    f"transport: {launcher} started {world} process(es), but pp={pp} x dp={dp} "
-                    f"needs {pp * dp}; start {pp * dp}, or pass transport='inproc' to run every "
-                    "stage as a thread of each process")
-            return name
-    return "inproc"
-
-
-def _refuse_ties_across_processes(chunks, core):
-    """A parameter that chunks on different stages share would, with a process per stage, be
-    a separate copy in each process, each stepped with its own chunk's gradient alone: refuse
-    it at construction rather than train it wrong."""
-    users = {}  # id(param) -> [(chunk, name)]
-    for c, m in enumerate(chunks):
-        for name, p in m.named_parameters():
-            if p.requires_grad:
-                users.setdefault(id(p), []).append((c, name))
-    for uses in users.values():
-        a, name = uses[0]
-        b = next((c for c, _ in uses if core.stage_of(c) != core.stage_of(a)), None)
-        if b is not None:
-            raise ValueError(
-                f"chunks: chunks {a} and {b} share parameter '{name}' but run on stages "
-                f"{core.stage_of(a)} and {core.stage_of(b)}, which are different processes; "
-                f"parameters shared across processes are not supported yet: place the chunks "
-                f"that share it on one stage, or use transport='inproc'")
-
-
-def _c10d_groups(group, pp, dp):
-    """This process's pipeline group and, with dp > 1, its stage's group across the replicas:
-    subgroups of `group` (default: the default group, made from torchrun's environment), rank
-    r of which is replica r // pp, stage r % pp. Every process makes every subgroup, in the
-    same order (torch.distributed.new_group requires it)."""
-    import torch.distributed as dist
-    if group is None:
-        if not dist.is_initialized():
-            dist.init_process_group("gloo")  # torchrun's environment: RANK, WORLD_SIZE, ...
-        group = dist.group.WORLD
-    if dp == 1:
-        return group, None
-    world = dist.get_world_size(group)
-    if world != pp * dp:
-        raise ValueError(f"dp: {world} processes are not pp * dp = {pp} * {dp}")
-    ranks = dist.get_process_group_ranks(group) if hasattr(dist, "get_process_group_ranks") \
-        else list(range(world))
-    me = dist.get_rank(group)
-    pipes = [dist.new_group([ranks[r * pp + s] for s in range(pp)]) for r in range(dp)]
-    stages = [dist.new_group([ranks[r * pp + s] for r in range(dp)]) for s in range(pp)]
-    return pipes[me // pp], stages[me % pp]
 
 
 def _split(batch, m, name):

@@ -1,0 +1,69 @@
+"""How a pipeline's processes were started and how they connect: the launcher's transport,
+torch.distributed's groups, and what a process per stage cannot hold (a parameter shared
+across processes)."""
+
+
+def launched_transport(pp, dp, group):
+    """The transport that matches how this process was started: "mpi" under mpirun (Open MPI
+    or MPICH), "c10d" under torchrun or with a torch.distributed group, else "inproc". Refuses
+    a launcher whose process count is not pp * dp: each process would otherwise run a whole
+    pipeline of its own."""
+    import os
+    env = os.environ
+    if group is not None:
+        return "c10d"
+    for name, key in (("mpi", "OMPI_COMM_WORLD_SIZE"), ("mpi", "PMI_SIZE"),
+                      ("c10d", "TORCHELASTIC_RUN_ID")):
+        if key in env:
+            world = int(env.get(key if name == "mpi" else "WORLD_SIZE", "1"))
+            if world != pp * dp:
+                launcher = "mpirun" if name == "mpi" else "torchrun"
+                raise ValueError(
+                    f"transport: {launcher} started {world} process(es), but pp={pp} x dp={dp} "
+                    f"needs {pp * dp}; start {pp * dp}, or pass transport='inproc' to run every "
+                    "stage as a thread of each process")
+            return name
+    return "inproc"
+
+
+def refuse_ties_across_processes(chunks, core):
+    """A parameter that chunks on different stages share would, with a process per stage, be
+    a separate copy in each process, each stepped with its own chunk's gradient alone: refuse
+    it at construction rather than train it wrong."""
+    users = {}  # id(param) -> [(chunk, name)]
+    for c, m in enumerate(chunks):
+        for name, p in m.named_parameters():
+            if p.requires_grad:
+                users.setdefault(id(p), []).append((c, name))
+    for uses in users.values():
+        a, name = uses[0]
+        b = next((c for c, _ in uses if core.stage_of(c) != core.stage_of(a)), None)
+        if b is not None:
+            raise ValueError(
+                f"chunks: chunks {a} and {b} share parameter '{name}' but run on stages "
+                f"{core.stage_of(a)} and {core.stage_of(b)}, which are different processes; "
+                f"parameters shared across processes are not supported yet: place the chunks "
+                f"that share it on one stage, or use transport='inproc'")
+
+
+def c10d_groups(group, pp, dp):
+    """This process's pipeline group and, with dp > 1, its stage's group across the replicas:
+    subgroups of `group` (default: the default group, made from torchrun's environment), rank
+    r of which is replica r // pp, stage r % pp. Every process makes every subgroup, in the
+    same order (torch.distributed.new_group requires it)."""
+    import torch.distributed as dist
+    if group is None:
+        if not dist.is_initialized():
+            dist.init_process_group("gloo")  # torchrun's environment: RANK, WORLD_SIZE, ...
+        group = dist.group.WORLD
+    if dp == 1:
+        return group, None
+    world = dist.get_world_size(group)
+    if world != pp * dp:
+        raise ValueError(f"dp: {world} processes are not pp * dp = {pp} * {dp}")
+    ranks = dist.get_process_group_ranks(group) if hasattr(dist, "get_process_group_ranks") \
+        else list(range(world))
+    me = dist.get_rank(group)
+    pipes = [dist.new_group([ranks[r * pp + s] for s in range(pp)]) for r in range(dp)]
+    stages = [dist.new_group([ranks[r * pp + s] for r in range(dp)]) for s in range(pp)]
+    return pipes[me // pp], stages[me % pp]

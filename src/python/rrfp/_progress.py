@@ -1,0 +1,45 @@
+"""The progress line of a long step (Pipeline's `progress`)."""
+import sys
+import threading
+import time
+
+
+class Progress:
+    """A line on stderr for a step that runs past `pipe._progress` seconds: the tasks this
+    process has done of its own, and the time so far; erased when the step ends."""
+
+    def __init__(self, pipe, step):
+        self.after = pipe._progress
+        self.data = pipe._data
+        self.step = step
+        kinds = 3 if pipe._core.split_backward else 2
+        self.total = sum(len(pipe._core.chunks_of(s)) for s in pipe.stages) * \
+            pipe.microbatches * kinds
+        self.done = threading.Event()
+        self.shown = False
+
+    def __enter__(self):
+        self.data.tasks_done = 0
+        if self.after is not None:
+            self.start = time.monotonic()
+            self.thread = threading.Thread(target=self._show, daemon=True)
+            self.thread.start()
+        return self
+
+    def _show(self):
+        while not self.done.wait(0.5 if self.shown else max(self.after, 0.01)):
+            elapsed = time.monotonic() - self.start
+            if elapsed < self.after:
+                continue
+            sys.stderr.write(f"\rrrfp: step {self.step}: {self.data.tasks_done}/{self.total} "
+                             f"tasks, {elapsed:.0f} s ")
+            sys.stderr.flush()
+            self.shown = True
+
+    def __exit__(self, *exc):
+        if self.after is not None:
+            self.done.set()
+            self.thread.join()
+            if self.shown:
+                sys.stderr.write("\r" + " " * 60 + "\r")
+                sys.stderr.flush()
