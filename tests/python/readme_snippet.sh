@@ -24,13 +24,14 @@ run() {  # run NAME EXPECTED_RANKS COMMAND...
   shift 2
   timeout 240 "$@" >"$tmp/$name.log" 2>&1
   local rc=$? done
-  done=$(grep -c "snippet done" "$tmp/$name.log")
+  # Occurrences, not lines: two ranks' lines can meet on one line of mpirun's output.
+  done=$(grep -o "snippet done" "$tmp/$name.log" | wc -l)
   if [ $rc -ne 0 ] || [ "$done" -ne "$ranks" ]; then
     echo "FAIL: $name: exit $rc, $done of $ranks ranks finished"; tail -5 "$tmp/$name.log"
     fails=$((fails + 1))
   else
     local l
-    l=$(grep -o "snippet done, loss [-0-9.e+a-z]*" "$tmp/$name.log" | sort -u)
+    l=$(grep -o "snippet done, loss [-+0-9.e]*" "$tmp/$name.log" | sort -u)
     echo "ok: $name ($ranks rank(s)): $l"
     losses+=("$l")
   fi
