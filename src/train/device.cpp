@@ -139,9 +139,9 @@ void StageDevice::complete(const TaskContext* ctx) const {
   if (stream_) wait_for(*stream_, ctx);
 }
 
-void StageDevice::complete_current() const {
-  if (spec_.gpu())
-    wait_for(c10::impl::getDeviceGuardImpl(spec_.device.type())->getStream(spec_.device), nullptr);
+void complete_current_stream(const DeviceSpec& d) {
+  if (d.gpu())
+    wait_for(c10::impl::getDeviceGuardImpl(d.device.type())->getStream(d.device), nullptr);
 }
 
 }  // namespace rrfp::train

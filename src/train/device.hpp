@@ -44,6 +44,10 @@ using PartitionSource = std::function<std::vector<c10::Stream>(torch::Device dev
 void set_partition_source(PartitionSource source);
 const PartitionSource& partition_source();  // empty: this build has none
 
+// Returns once the work enqueued so far on the calling thread's current stream of `d` has
+// completed (at once on the CPU): the trainer's update, before the stages read the parameters.
+void complete_current_stream(const DeviceSpec& d);
+
 // One stage's place on its device: its stream, and the scope a task's work runs in.
 class StageDevice {
  public:
@@ -72,8 +76,6 @@ class StageDevice {
   // millisecond once `ctx` says the step failed (the watchdog), so a kernel that never ends
   // is reported, not waited for.
   void complete(const TaskContext* ctx = nullptr) const;
-  // The same for the calling thread's current stream on this device (the trainer's update).
-  void complete_current() const;
 
  private:
   DeviceSpec spec_;

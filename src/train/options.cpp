@@ -23,12 +23,16 @@ void at_least(const char* name, double v, double lo) {
 
 }  // namespace
 
+double approx_parameters(const GptConfig& c) {
+  const double d = c.d_model, per_block = 12 * d * d + 13 * d;
+  return c.layers * per_block + (2.0 * c.vocab + c.max_seq) * d;
+}
+
 void validate(const TrainOptions& o) {
   validate(o.model);
   // Parameters, their gradients and AdamW's two moments, float32 each: a model that cannot fit
   // in this machine's memory is refused here, in one line, instead of failing inside LibTorch.
-  const double d = o.model.d_model, per_block = 12 * d * d + 13 * d;
-  const double params = o.model.layers * per_block + (2.0 * o.model.vocab + o.model.max_seq) * d;
+  const double params = approx_parameters(o.model);
   const double need = params * 4 * 4;
   const double have = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
   if (have > 0 && need > have)

@@ -91,6 +91,10 @@ struct TrainOptions {
 // Every field, before any data is read: throws InputError naming the option.
 void validate(const TrainOptions& o);
 
+// The model's parameter count, near enough to size memory by (blocks, embeddings and head; the
+// image encoder's few layers left out).
+double approx_parameters(const GptConfig& c);
+
 // `rrfp train` as a library call: a Trainer, plus evaluation, outputs and checkpoints.
 struct TrainRun {
   TrainOptions train;

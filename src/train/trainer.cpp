@@ -119,7 +119,7 @@ StepReport Trainer::step() {
   r.lr = lr_at(step_);
   apply(coef, r.lr);
   // The update ran on this thread's stream; the stages' streams read the parameters next.
-  StageDevice(dev_).complete_current();
+  complete_current_stream(dev_);
   ++step_;
   return r;
 }
@@ -343,9 +343,9 @@ std::vector<std::string> Trainer::resume(const std::string& path) {
   if (o_.job) {
     // Every process reads the file and takes its own tensors by name. The whole model's
     // tensors (with every TP rank's copies of replicated ones) bound what is read.
+    // The estimate validate() sizes memory by, with room for the image encoder's layers.
     const double d = o_.model.d_model, t = o_.runtime.tp;
-    const double params = o_.model.layers * (12 * d * d + 13 * d) +
-                          (2.0 * o_.model.vocab + o_.model.max_seq + 64) * d + 8 * d * d;
+    const double params = approx_parameters(o_.model) + 8 * d * d + 64 * d;
     differences = load_checkpoint_part(path, s, static_cast<std::uint64_t>(3 * 4 * t * params));
   } else {
     differences = load_checkpoint(path, s);  // fills the tensors in place
