@@ -169,7 +169,7 @@ class Pipeline:
         split along dimension 0 into M. Gradients are added to .grad in microbatch order,
         as a loop calling loss.backward() per microbatch would. Returns the sum of the
         microbatch losses, added in order (with a process per stage, every process of a
-        replica gets it from the replica's last stage).
+        replica gets it from the process that runs the last chunk).
         Raises StageError (the task's own exception chained), TimeoutError
         (no progress for `timeout`), or KeyboardInterrupt; then no .grad has changed. A batch
         given whole must split evenly into M microbatches, inputs and targets alike. A step
