@@ -79,8 +79,9 @@ void add_shape_flags(CLI::App* app, ShapeFlags& f) {
   app->add_option("--microbatches,-m", f.microbatches, "microbatches per step M")
       ->capture_default_str();
   app->add_option("--split-backward", f.split,
-                  "split backward into B (input grad) and W (weight grad): auto (on for zb-* and "
-                  "bfw), on, off")
+                  "split backward into B (input grad) and W (weight grad): auto (on for zb-*, bfw, "
+                  "adaptive and a hint file written with it; `plan` follows its --replay), on, "
+                  "off (a replay's W then adds to its B)")
       ->capture_default_str();
 }
 

@@ -70,7 +70,8 @@ void add_timeout_flag(CLI::App* app, double& seconds);
 CLI::Option* add_transport_flag(CLI::App* app, TransportKind& kind,
                                 const std::vector<TransportKind>& allowed, const std::string& help);
 
-// The shape, validated, with the split backward resolved for `hint` (auto: on for zb-* and bfw).
+// The shape, validated, with the split backward resolved for `hint` (auto: on for the hints that
+// need it and hint files written with it).
 PipelineConfig to_config(const ShapeFlags& f, const std::string& hint = "");
 // The runtime's options from the dispatch flags (a single policy) and --timeout.
 RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s);

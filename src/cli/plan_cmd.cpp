@@ -12,6 +12,7 @@
 #include "plan/exact.hpp"
 #include "plan/search.hpp"
 #include "report/experiment.hpp"
+#include "sim/replay.hpp"
 
 namespace rrfp {
 
@@ -175,7 +176,11 @@ nlohmann::json plan_json(const Scenario& sc, const PlanProblem& p, const ReportR
 void run_plan(const PlanFlags& f) {
   check_budget(f.budget_s, "budget");
   check_budget(f.exact_budget_s, "exact_budget");
-  const Scenario sc = make_scenario(f.shape, f.load, f.dispatch);
+  Scenario sc = make_scenario(f.shape, f.load, f.dispatch);
+  // A plan has no hint to decide `split_backward` auto: a replay does (W tasks recorded, W
+  // apart in the plan), else it stays off.
+  if (sc.split_mode == "auto" && !sc.replay_path.empty())
+    sc.cfg.split_backward = replay_records_split(sc.replay_path, sc.tp, sc.trace);
   const WorkModel m(sc.cfg);
   const RealizedWork work = realized_work(sc, m);
   const PlanProblem p = make_problem(m, work, parse_comm(f.dispatch.comm), sc.tp_protocol, sc.limit,
@@ -204,7 +209,6 @@ void run_plan(const PlanFlags& f) {
 
 void setup_plan(CLI::App& app) {
   auto f = std::make_shared<PlanFlags>();
-  f->shape.split = "off";
   CLI::App* sub = app.add_subcommand(
       "plan", "search the fastest schedule knowing every duration (the clairvoyant reference)");
   add_shape_flags(sub, f->shape);

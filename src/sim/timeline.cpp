@@ -175,10 +175,22 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   r.message_bytes.assign(r.num_tasks, 0);
   std::vector<double> start(slots, 0), end(slots, 0);
   std::vector<char> measured(slots, 0);
+  // W durations of a split recording, folded into their B where this run does not split (as a
+  // CSV's are); their B's end stays where it was, when the B sent its gradient.
+  std::vector<std::int64_t> folded_w(slots, -1);
   double first = std::numeric_limits<double>::infinity(), last = -first;
   const std::string in_run = tl.run.empty() ? "" : " (" + tl.run + ")";
   for (const TimelineTask& e : tl.tasks) {
     const std::string where = origin + in_run + ": task " + to_string(e.task);
+    const TaskId b{Kind::B, e.task.chunk, e.task.mb};
+    if (e.task.kind == Kind::W && !m.split() && m.valid(b) && e.tp_rank >= 0 && e.tp_rank < tp) {
+      std::int64_t& into = folded_w[static_cast<size_t>(e.tp_rank) * r.num_tasks + m.index(b)];
+      if (into >= 0)
+        throw InputError(where + " appears twice (a trace of several steps needs --step)");
+      const std::string what = where + ": duration";
+      into = duration_ns(e.dur_us, what.c_str());
+      continue;
+    }
     if (!m.valid(e.task)) throw InputError(where + " does not exist in this run");
     if (e.tp_rank < 0 || e.tp_rank >= tp)
       throw InputError(where + ": tp rank " + std::to_string(e.tp_rank) + " >= `tp` " +
@@ -205,6 +217,8 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
     throw InputError(origin + in_run + ": the " + (tl.format.empty() ? "" : tl.format + " ") +
                      "timeline lacks tasks this shape needs: " + missing);
   check_no_overlap(tl, m, origin + in_run);
+  for (size_t i = 0; i < slots; ++i)
+    if (folded_w[i] >= 0) r.compute_ns[i] += folded_w[i];
   std::vector<TimelineRecv> recvs = tl.recvs;
   if (!tl.clocks_aligned) {
     align_clocks(m, tp, start, end, recvs);

@@ -55,16 +55,17 @@ struct ImportedRun {
 Timeline timeline_of(const StepRecord& r);
 
 // Checks `t` against the shape (task exists, on the right stage, tp rank < tp, none twice, none
-// missing: named per stage) and derives the run. A message's latency is, in this order: the
-// task's send_us; the receive that waited for it (its end minus the later of its start and the
-// producer's end, so a receive posted early does not count the producer's compute); else
-// `message_us` when >= 0; else (the default) inferred: a consumer idle until its producer
-// ended waited for the message, which took its start minus the producer's end (delivery and
-// wake-up); the messages not seen so get the median of the seen ones. Unaligned clocks are first
-// aligned stage by stage: stage s+1's offset is the middle of what its receives allow (no forward
-// arrives before its producer ended there, no backward arrives here before it ended on s+1), as NTP
-// does with round trips; with messages one way only, the tightest one took no time. Throws
-// InputError naming `origin`.
+// missing: named per stage) and derives the run. A W task of a run without the split backward
+// adds its duration to its B's (a recording with W apart, replayed without). A message's latency
+// is, in this order: the task's send_us; the receive that waited for it (its end minus the later of
+// its start and the producer's end, so a receive posted early does not count the producer's
+// compute); else `message_us` when >= 0; else (the default) inferred: a consumer idle until its
+// producer ended waited for the message, which took its start minus the producer's end (delivery
+// and wake-up); the messages not seen so get the median of the seen ones. Unaligned clocks are
+// first aligned stage by stage: stage s+1's offset is the middle of what its receives allow (no
+// forward arrives before its producer ended there, no backward arrives here before it ended on
+// s+1), as NTP does with round trips; with messages one way only, the tightest one took no time.
+// Throws InputError naming `origin`.
 ImportedRun build_run(const Timeline& t, const WorkModel& m, int tp, double message_us,
                       const std::string& origin);
 

@@ -76,7 +76,9 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
                       : k == "B" ? Kind::B
                                  : Kind::W,
                       whole_at(*args, "chunk", where), whole_at(*args, "microbatch", where)};
-      if (!m.valid(t.task))
+      // A W of a run without the split backward is folded into its B (timeline.hpp).
+      const TaskId b{Kind::B, t.task.chunk, t.task.mb};
+      if (!m.valid(t.task) && !(t.task.kind == Kind::W && m.valid(b)))
         throw InputError(where + ": task " + to_string(t.task) + " does not exist in this run");
       const int stage = at->second.second;
       if (m.stage_of(t.task) != stage)

@@ -1,0 +1,264 @@
+// Replay CSVs of measured durations (sim/replay.hpp): read into a run's RealizedWork, written
+// from one, and probed for a split backward.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/format.hpp"
+#include "core/input_file.hpp"
+#include "core/modes.hpp"
+#include "sim/replay.hpp"
+#include "sim/trace_import.hpp"
+
+namespace rrfp {
+
+namespace {
+
+using Row = std::pair<int, std::vector<std::string>>;  // line number, cells
+
+// The file's header (column -> index) and its rows; with a `step` column, only the chosen
+// step's rows (`step` < 0: the last).
+struct Table {
+  std::map<std::string, int> col;
+  std::vector<Row> rows;
+};
+
+std::vector<std::string> cells_of(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else if (c != '\r' && c != ' ' && c != '\t') {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+std::map<std::string, int> header_of(const std::vector<std::string>& cells,
+                                     const std::string& where) {
+  static const std::set<std::string> known = {"step", "stage",       "chunk",   "microbatch",
+                                              "kind", "duration_us", "tp_rank", "send_us"};
+  std::map<std::string, int> col;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (!known.count(cells[i]))
+      throw InputError(where + ": unknown column '" + cells[i].substr(0, 30) +
+                       "' (the columns are [step,]stage,chunk,microbatch,kind,duration_us"
+                       "[,tp_rank][,send_us])");
+    if (!col.emplace(cells[i], static_cast<int>(i)).second)
+      throw InputError(where + ": column '" + cells[i] + "' given twice");
+  }
+  for (const char* need : {"stage", "chunk", "microbatch", "kind", "duration_us"})
+    if (!col.count(need))
+      throw InputError(where + ": replay header lacks column '" + need +
+                       "' (need [step,]stage,chunk,microbatch,kind,duration_us[,tp_rank]"
+                       "[,send_us])");
+  return col;
+}
+
+// Keeps the rows of the chosen step; a file without a `step` column holds one step.
+void keep_step(Table& t, const std::string& origin, int step) {
+  if (!t.col.count("step")) {
+    if (step >= 0) throw InputError("`step`: " + origin + " holds one step (no `step` column)");
+    return;
+  }
+  const int at = t.col.at("step");
+  long long last = -1;
+  for (const Row& r : t.rows) {
+    const std::string& st = r.second[at];
+    if (st.empty() || st.size() > 9 || st.find_first_not_of("0123456789") != std::string::npos)
+      throw InputError(origin + ":" + std::to_string(r.first) + ": column step: '" +
+                       st.substr(0, 30) + "' is not a whole number in [0, 999999999]");
+    last = std::max(last, std::stoll(st));
+  }
+  const std::string chosen = std::to_string(step >= 0 ? step : last);
+  const auto other = [&](const Row& r) { return r.second[at] != chosen; };
+  if (std::all_of(t.rows.begin(), t.rows.end(), other))
+    throw InputError("`step`: " + origin + " has no step " + chosen + "; its last is " +
+                     std::to_string(last));
+  t.rows.erase(std::remove_if(t.rows.begin(), t.rows.end(), other), t.rows.end());
+}
+
+Table read_table(const std::string& text, const std::string& origin, int step) {
+  Table t;
+  std::istringstream in(text);
+  std::string line;
+  int line_no = 0;
+  bool header = false;
+  while (std::getline(in, line)) {
+    ++line_no;
+    const std::string where = origin + ":" + std::to_string(line_no);
+    if (line.find_first_not_of(" \t\r") == std::string::npos || line[0] == '#') continue;
+    auto cells = cells_of(line);
+    if (!header) {
+      t.col = header_of(cells, where);
+      header = true;
+      continue;
+    }
+    if (cells.size() != t.col.size())
+      throw InputError(where + ": expected " + std::to_string(t.col.size()) + " columns, got " +
+                       std::to_string(cells.size()));
+    t.rows.emplace_back(line_no, std::move(cells));
+  }
+  if (!header) throw InputError(origin + ": empty replay file (no header)");
+  keep_step(t, origin, step);
+  return t;
+}
+
+// A cell as a non-negative decimal number (whole and <= 1e9 when `integer`).
+double number_at(const Table& t, const Row& row, const std::string& where, const char* name,
+                 bool integer) {
+  const std::string& s = row.second[t.col.at(name)];
+  double v = 0;
+  size_t used = 0;
+  try {
+    // Decimal only: stod also reads hexadecimal ("0x10" as 16), inf and nan.
+    if (s.find_first_not_of("0123456789.eE+-") == std::string::npos) v = std::stod(s, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used == 0 || used != s.size() || !std::isfinite(v))
+    throw InputError(where + ": column " + name + ": '" + s.substr(0, 30) + "' is not a number");
+  if (v < 0) throw InputError(where + ": column " + name + ": negative value " + s.substr(0, 30));
+  if (integer && (v != std::floor(v) || v > 1e9))
+    throw InputError(where + ": column " + name + ": '" + s.substr(0, 30) +
+                     "' is not a whole number in [0, 1e9]");
+  return v;
+}
+
+Kind kind_at(const Table& t, const Row& row, const std::string& where) {
+  const std::string& k = row.second[t.col.at("kind")];
+  if (k == "F") return Kind::F;
+  if (k == "B") return Kind::B;
+  if (k == "W") return Kind::W;
+  throw InputError(where + ": column kind: '" + k.substr(0, 10) + "' is not F, B or W");
+}
+
+// Every task of every rank needs a duration; folded W durations join their B.
+void finish(RealizedWork& r, const std::vector<std::int64_t>& folded_w, const WorkModel& m,
+            const std::string& origin, bool saw_w) {
+  for (int rank = 0; rank < r.tp; ++rank)
+    for (int i = 0; i < r.num_tasks; ++i) {
+      const size_t at = static_cast<size_t>(rank) * r.num_tasks + i;
+      if (r.compute_ns[at] < 0)
+        throw InputError(
+            origin + ": no duration for task " + to_string(m.task(i)) +
+            (r.tp > 1 ? " on tp rank " + std::to_string(rank) : std::string()) +
+            (m.task(i).kind == Kind::W && !saw_w
+                 ? " (the replay has no W tasks: it was recorded without the split backward; "
+                   "replay it with `split_backward` off)"
+                 : std::string()));
+      if (folded_w[at] >= 0) r.compute_ns[at] += folded_w[at];
+    }
+  check_total(r);
+}
+
+}  // namespace
+
+RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int tp,
+                              const std::string& origin, int step) {
+  RealizedWork r;
+  r.tp = checked_tp(tp);
+  r.num_tasks = m.num_tasks();
+  const size_t slots = static_cast<size_t>(tp) * r.num_tasks;
+  r.compute_ns.assign(slots, -1);
+  r.message_ns.assign(slots, 0);
+  r.message_bytes.assign(r.num_tasks, 0);
+  // W durations of a split recording, folded into their B where this run does not split.
+  std::vector<std::int64_t> folded_w(slots, -1);
+  bool saw_w = false;
+  const Table table = read_table(text, origin, step);
+  for (const Row& row : table.rows) {
+    const std::string where = origin + ":" + std::to_string(row.first);
+    auto num = [&](const char* name, bool integer) {
+      return number_at(table, row, where, name, integer);
+    };
+    TaskId t{kind_at(table, row, where), 0, 0};
+    const int stage = static_cast<int>(num("stage", true));
+    t.chunk = static_cast<int>(num("chunk", true));
+    t.mb = static_cast<int>(num("microbatch", true));
+    saw_w = saw_w || t.kind == Kind::W;
+    // A recording with the split backward replayed without it: B then does W's work too.
+    const bool fold = t.kind == Kind::W && !m.split() && m.valid({Kind::B, t.chunk, t.mb});
+    if (fold) t.kind = Kind::B;
+    if (!m.valid(t))
+      throw InputError(where + ": task " + to_string(t) + " does not exist in this run");
+    if (m.stage_of(t) != stage)
+      throw InputError(where + ": task " + to_string(t) + " runs on stage " +
+                       std::to_string(m.stage_of(t)) + ", not " + std::to_string(stage));
+    const std::string at_dur = where + ": column duration_us", at_send = where + ": column send_us";
+    const auto dur = duration_ns(num("duration_us", false), at_dur.c_str());
+    const auto send =
+        table.col.count("send_us") ? duration_ns(num("send_us", false), at_send.c_str()) : 0;
+    int lo = 0, hi = tp;
+    if (table.col.count("tp_rank")) {
+      lo = static_cast<int>(num("tp_rank", true));
+      if (lo >= tp)
+        throw InputError(where + ": tp_rank " + std::to_string(lo) + " >= `tp` " +
+                         std::to_string(tp));
+      hi = lo + 1;
+    }
+    for (int rank = lo; rank < hi; ++rank) {
+      const size_t at = static_cast<size_t>(rank) * r.num_tasks + m.index(t);
+      std::int64_t& into = fold ? folded_w[at] : r.compute_ns[at];
+      if (into >= 0)
+        throw InputError(where + ": task " + to_string(fold ? TaskId{Kind::W, t.chunk, t.mb} : t) +
+                         " appears twice" +
+                         (tp > 1 ? " on tp rank " + std::to_string(rank) : std::string()));
+      into = dur;
+      if (!fold) r.message_ns[at] = send;
+    }
+  }
+  finish(r, folded_w, m, origin, saw_w);
+  return r;
+}
+
+std::string replay_csv(const WorkModel& m, const std::vector<std::pair<int, RealizedWork>>& steps) {
+  if (steps.empty()) return "";
+  const bool stepped = steps.size() > 1 || steps.front().first >= 0;
+  const int tp = steps.front().second.tp;
+  std::string out = std::string(stepped ? "step," : "") +
+                    "stage,chunk,microbatch,kind,duration_us," + (tp > 1 ? "tp_rank," : "") +
+                    "send_us\n";
+  for (const auto& [step, w] : steps)
+    for (int rank = 0; rank < w.tp; ++rank)
+      for (int i = 0; i < w.num_tasks; ++i) {
+        const TaskId t = m.task(i);
+        out += (stepped ? std::to_string(step) + "," : std::string()) +
+               std::to_string(m.stage_of(t)) + "," + std::to_string(t.chunk) + "," +
+               std::to_string(t.mb) + "," + kind_char(t.kind) + "," +
+               fmt("%.3f", static_cast<double>(w.compute(rank, i)) / 1e3) + "," +
+               (w.tp > 1 ? std::to_string(rank) + "," : "") +
+               fmt("%.3f", static_cast<double>(w.message(rank, i)) / 1e3) + "\n";
+      }
+  return out;
+}
+
+RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int tp,
+                              const TraceOptions& trace) {
+  if (is_trace_path(path)) return import_trace(path, m, tp, trace).work;
+  return parse_replay_csv(read_input_file(path, kReplayFile), m, tp, path, trace.step);
+}
+
+bool replay_records_split(const std::string& path, int tp, const TraceOptions& trace) {
+  if (is_trace_path(path)) {
+    // A probe: a trace that says too little is reported by the read that follows, in its words.
+    try {
+      return infer_trace_config(path, tp, trace).split_backward;
+    } catch (const InputError&) {
+      return false;
+    }
+  }
+  const Table table = read_table(read_input_file(path, kReplayFile), path, trace.step);
+  for (const Row& row : table.rows)
+    if (row.second[table.col.at("kind")] == "W") return true;
+  return false;
+}
+
+}  // namespace rrfp

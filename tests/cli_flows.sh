@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Commands that feed each other, as a user chains them: a run's trace into `plan`, the plan's
+# hint file back into `simulate --policy fixed`, a durations CSV with W tasks into `simulate`.
+# `split_backward` auto must follow what each command is given (a plan: its replay's W tasks;
+# the plan's hint file: its declaration), with no flag added; a run that does not split
+# replays a W's duration as part of its B's.
+# Usage: cli_flows.sh path/to/rrfp
+set -euo pipefail
+rrfp=$1
+py=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+field() { # field FILE EXPR: a value of the JSON report
+  "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"
+}
+
+# A ready BFW run records W tasks; `plan` on its trace splits the backward by itself.
+"$rrfp" run --pp 4 -m 8 --hint bfw --policy ready --seed 3 --trace t.json >/dev/null
+"$rrfp" plan --pp 4 -m 8 --replay t.json --max-evaluations 40 --exact off --out h.json --json p.json \
+  >/dev/null || fail "plan --replay of a trace with W tasks"
+[ "$(field p.json "j['runs'][0]['split_backward']")" = True ] || fail "plan did not split"
+planned=$(field p.json "j['plan']['makespan_ms']")
+# The plan's hint replays to the makespan the plan reported.
+"$rrfp" simulate --pp 4 -m 8 --replay t.json --hint h.json --policy fixed --json s.json \
+  >/dev/null || fail "simulate --hint (the plan's file) --policy fixed"
+replayed=$(field s.json "j['runs'][0]['makespan_ms']")
+[ "$planned" = "$replayed" ] || fail "plan made $planned ms, its hint replays to $replayed ms"
+echo "ok: trace -> plan -> simulate --policy fixed: $planned ms both"
+
+# A hint that runs the backward whole (1f1b) on that trace: each W adds to its B, the work
+# the trace recorded (its task time) unchanged.
+"$rrfp" simulate --pp 4 -m 8 --replay t.json --hint 1f1b --policy fixed --json f.json >/dev/null
+[ "$(field f.json "j['runs'][0]['split_backward']")" = False ] || fail "1f1b on a W trace split"
+"$rrfp" simulate --pp 4 -m 8 --replay t.json --hint 1f1b --policy fixed --split-backward on \
+  --json n.json >/dev/null
+work() { field "$1" "round(sum(s['busy_ms'] for s in j['runs'][0]['stages']), 3)"; }
+[ "$(work f.json)" = "$(work n.json)" ] || fail "folded W: $(work f.json) ms of work, split $(work n.json)"
+echo "ok: a W trace under 1f1b folds each W into its B ($(work f.json) ms of work both ways)"
+
+# A CSV with W tasks: bf under auto runs the backward whole, bfw splits it.
+{
+  echo "stage,chunk,microbatch,kind,duration_us"
+  for mb in 0 1; do
+    for s in 0 1; do
+      echo "$s,$s,$mb,F,10"
+      echo "$s,$s,$mb,B,12"
+      echo "$s,$s,$mb,W,8"
+    done
+  done
+} >w.csv
+"$rrfp" simulate --pp 2 -m 2 --replay w.csv --hint bf --policy ready --json a.json >/dev/null
+[ "$(field a.json "j['runs'][0]['split_backward']")" = False ] || fail "a CSV with W: bf"
+"$rrfp" simulate --pp 2 -m 2 --replay w.csv --hint bfw --policy ready --json o.json >/dev/null
+[ "$(field o.json "j['runs'][0]['split_backward']")" = True ] || fail "a CSV with W: bfw"
+[ "$(work a.json)" = "$(work o.json)" ] || fail "CSV: $(work a.json) ms of work, split $(work o.json)"
+echo "ok: a CSV with W tasks: bf folds, bfw splits, the same work"
