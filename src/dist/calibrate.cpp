@@ -106,22 +106,91 @@ void fit_message_model(Calibration& c) {
   }
 }
 
+namespace {
+
+// The median of 15 rounds, not the best: the twin predicts typical steps (rrfp run reports
+// the median one). On the reference VM, rounds of eight 32 MiB round trips ranged from 4.4
+// to 10 ms one way within one calibration, and the median of five moved from 4.6 to 5.6 ms
+// between calibrations a minute apart.
+constexpr int kReps = 15;
+
+// Who pairs with whom: endpoints 0-1 always measure, 2-3 join the overlapped rounds.
+struct Pairing {
+  int me = 0, peer = 0;
+  bool pair0 = false, pair1 = false, overlap = false;
+};
+
+// One message size: kReps repetitions of each round the options ask for, their medians.
+CalibrationPoint measure_size(PingPong& ping, const Pairing& pr, std::size_t bytes, int iters,
+                              bool streams, const std::function<void()>& barrier) {
+  CalibrationPoint p;
+  p.bytes = bytes;
+  std::vector<double> alone, overlapped, streamed, two, four, wake, four_wake;
+  auto round = [&](bool both, bool stream = false, bool both_ways = false) {
+    const bool active = pr.pair0 || (both && pr.pair1);
+    if (active) {
+      PingPongOptions pp;
+      pp.peer = pr.peer;
+      pp.initiator = pr.me % 2 == 0;
+      pp.bytes = bytes;
+      pp.iters = stream ? 2 * iters : iters;  // as many messages as the round trips' legs
+      pp.stream = stream;
+      pp.both_ways = both_ways;
+      // A ping-pong's reply sends three buffers in turn rather than the one that just
+      // arrived, which the copy left in the cache: a step's outputs are not that fresh. At
+      // 8 MiB (inside this VM's 32 MiB cache) replies of what arrived read 6.5-7.7 GB/s or
+      // 3.4-4.1 from one calibration to the next, three buffers 4.5-5.5, where a P=4 step's
+      // messages moved at 4.1-5.0 (fitted to the baseline run); no difference at 32 MiB.
+      // Streams keep one buffer: the links were validated with them (docs/twin.md).
+      if (!stream) pp.sources = bytes <= kColdSourcesUpTo ? 3 : 0;
+      return ping.round(pp, barrier) / (stream ? 1 : 2) * 1e6;
+    }
+    barrier();  // idle endpoints keep the two barriers of the round
+    barrier();
+    return 0.0;
+  };
+  round(false);  // warm-up: buffers, connections
+  for (int rep = 0; rep < kReps; ++rep) {
+    alone.push_back(round(false));
+    if (pr.overlap) overlapped.push_back(round(true));
+    if (!streams) continue;
+    streamed.push_back(round(false, true));
+    wake.push_back(ping.last_wake_us());
+    if (!pr.overlap) continue;
+    two.push_back(round(true, true));
+    four.push_back(round(true, true, true));
+    four_wake.push_back(ping.last_wake_us());
+  }
+  if (streams) {
+    p.stream_us = median(streamed);
+    p.stream_two_us = pr.overlap ? median(two) : 0;
+    p.stream_four_us = pr.overlap ? median(four) : 0;
+    // Each repetition's mean, so a step's rare long wake-ups (a thread waiting for a core
+    // behind another process's copy) count; the median over repetitions, so one stalled
+    // repetition does not decide it.
+    p.stream_wake_us = median(wake);
+    p.stream_four_wake_us = pr.overlap ? median(four_wake) : 0;
+  }
+  p.alone_us = median(alone);
+  p.overlap_us = pr.overlap ? median(overlapped) : 0;
+  return p;
+}
+
+}  // namespace
+
 Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& barrier,
                       const CalibrateOptions& o) {
   if (endpoints < 2)
     throw InputError("calibrate: needs 2 endpoints or more, got " + std::to_string(endpoints));
   if (o.sizes.empty()) throw InputError("`sizes`: give at least one message size");
-  const int me = t.rank();
-  const bool pair0 = me < 2, pair1 = me >= 2 && me < 4;
-  const int peer = me ^ 1;
-  // The median of 15 rounds, not the best: the twin predicts typical steps (rrfp run reports
-  // the median one). On the reference VM, rounds of eight 32 MiB round trips ranged from 4.4
-  // to 10 ms one way within one calibration, and the median of five moved from 4.6 to 5.6 ms
-  // between calibrations a minute apart.
-  constexpr int kReps = 15;
-  const bool overlap = endpoints >= 4;
+  Pairing pr;
+  pr.me = t.rank();
+  pr.pair0 = pr.me < 2;
+  pr.pair1 = pr.me >= 2 && pr.me < 4;
+  pr.peer = pr.me ^ 1;
+  pr.overlap = endpoints >= 4;
   // Per repetition: alone, overlapped, and the streams (alone, two pairs, four); plus a warm-up.
-  const int per_rep = (overlap ? 2 : 1) + (o.streams ? (overlap ? 3 : 1) : 0);
+  const int per_rep = (pr.overlap ? 2 : 1) + (o.streams ? (pr.overlap ? 3 : 1) : 0);
   const int rounds = per_rep * kReps + 1;
   // Each size's share of the budget: a fifth split evenly, the rest by its round trips'
   // planned time, so the large sizes, whose bandwidth the fit rests on, get the most rounds.
@@ -138,61 +207,10 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
   c.streams = o.streams;
   c.serial_receive = o.serial_receive;
   c.offer_payload = o.offer_payload;
-  for (std::size_t bytes : o.sizes) {
-    const int iters = iterations(bytes, share(bytes) / rounds);
-    CalibrationPoint p;
-    p.bytes = bytes;
-    std::vector<double> alone, overlapped, streamed, two, four, wake, four_wake;
-    auto round = [&](bool both, bool stream = false, bool both_ways = false) {
-      const bool active = pair0 || (both && pair1);
-      if (active) {
-        PingPongOptions pp;
-        pp.peer = peer;
-        pp.initiator = me % 2 == 0;
-        pp.bytes = bytes;
-        pp.iters = stream ? 2 * iters : iters;  // as many messages as the round trips' legs
-        pp.stream = stream;
-        pp.both_ways = both_ways;
-        // A ping-pong's reply sends three buffers in turn rather than the one that just
-        // arrived, which the copy left in the cache: a step's outputs are not that fresh. At
-        // 8 MiB (inside this VM's 32 MiB cache) replies of what arrived read 6.5-7.7 GB/s or
-        // 3.4-4.1 from one calibration to the next, three buffers 4.5-5.5, where a P=4 step's
-        // messages moved at 4.1-5.0 (fitted to the baseline run); no difference at 32 MiB.
-        // Streams keep one buffer: the links were validated with them (docs/twin.md).
-        if (!stream) pp.sources = bytes <= kColdSourcesUpTo ? 3 : 0;
-        return ping.round(pp, barrier) / (stream ? 1 : 2) * 1e6;
-      }
-      barrier();  // idle endpoints keep the two barriers of the round
-      barrier();
-      return 0.0;
-    };
-    round(false);  // warm-up: buffers, connections
-    for (int rep = 0; rep < kReps; ++rep) {
-      alone.push_back(round(false));
-      if (overlap) overlapped.push_back(round(true));
-      if (!o.streams) continue;
-      streamed.push_back(round(false, true));
-      wake.push_back(ping.last_wake_us());
-      if (!overlap) continue;
-      two.push_back(round(true, true));
-      four.push_back(round(true, true, true));
-      four_wake.push_back(ping.last_wake_us());
-    }
-    if (o.streams) {
-      p.stream_us = median(streamed);
-      p.stream_two_us = overlap ? median(two) : 0;
-      p.stream_four_us = overlap ? median(four) : 0;
-      // Each repetition's mean, so a step's rare long wake-ups (a thread waiting for a core
-      // behind another process's copy) count; the median over repetitions, so one stalled
-      // repetition does not decide it.
-      p.stream_wake_us = median(wake);
-      p.stream_four_wake_us = overlap ? median(four_wake) : 0;
-    }
-    p.alone_us = median(alone);
-    p.overlap_us = overlap ? median(overlapped) : 0;
-    c.points.push_back(p);
-  }
-  if (me != 0) return c;
+  for (std::size_t bytes : o.sizes)
+    c.points.push_back(measure_size(ping, pr, bytes, iterations(bytes, share(bytes) / rounds),
+                                    o.streams, barrier));
+  if (pr.me != 0) return c;
   fit_message_model(c);
   return c;
 }

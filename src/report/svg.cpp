@@ -42,6 +42,31 @@ std::string escape(const std::string& s) {
   return o;
 }
 
+// The legend and the time axis, at height y.
+std::string legend(double left, double width, double y, std::int64_t span) {
+  std::string o;
+  double lx = left;
+  for (auto [name, k] :
+       {std::pair{"F forward", Kind::F}, {"B backward", Kind::B}, {"W weight grad", Kind::W}}) {
+    o += "<rect x=\"" + num(lx) + "\" y=\"" + num(y) + "\" width=\"12\" height=\"12\" fill=\"" +
+         colour(k) + "\"/><text x=\"" + num(lx + 16) + "\" y=\"" + num(y + 10) + "\">" + name +
+         "</text>\n";
+    lx += 120;
+  }
+  o += "<rect x=\"" + num(lx) + "\" y=\"" + num(y) +
+       "\" width=\"12\" height=\"12\" fill=\"url(#hatch)\"/>"
+       "<text x=\"" +
+       num(lx + 16) + "\" y=\"" + num(y + 10) + "\">blocked</text>\n";
+  lx += 90;
+  o += "<rect x=\"" + num(lx) + "\" y=\"" + num(y) +
+       "\" width=\"12\" height=\"12\" fill=\"#eeeeee\"/>"
+       "<text x=\"" +
+       num(lx + 16) + "\" y=\"" + num(y + 10) + "\">idle</text>\n";
+  o += "<text x=\"" + num(left + width) + "\" y=\"" + num(y + 10) + "\" text-anchor=\"end\">0 .. " +
+       num(span / 1e6) + " ms</text>\n";
+  return o;
+}
+
 }  // namespace
 
 std::string svg_timeline(const ReportHeader& h, const std::vector<ReportRun>& runs) {
@@ -102,26 +127,7 @@ std::string svg_timeline(const ReportHeader& h, const std::vector<ReportRun>& ru
     }
     y += row * r.result.pp + gap;
   }
-  // Legend and time axis.
-  double lx = left;
-  for (auto [name, k] :
-       {std::pair{"F forward", Kind::F}, {"B backward", Kind::B}, {"W weight grad", Kind::W}}) {
-    o += "<rect x=\"" + num(lx) + "\" y=\"" + num(y) + "\" width=\"12\" height=\"12\" fill=\"" +
-         colour(k) + "\"/><text x=\"" + num(lx + 16) + "\" y=\"" + num(y + 10) + "\">" + name +
-         "</text>\n";
-    lx += 120;
-  }
-  o += "<rect x=\"" + num(lx) + "\" y=\"" + num(y) +
-       "\" width=\"12\" height=\"12\" fill=\"url(#hatch)\"/>"
-       "<text x=\"" +
-       num(lx + 16) + "\" y=\"" + num(y + 10) + "\">blocked</text>\n";
-  lx += 90;
-  o += "<rect x=\"" + num(lx) + "\" y=\"" + num(y) +
-       "\" width=\"12\" height=\"12\" fill=\"#eeeeee\"/>"
-       "<text x=\"" +
-       num(lx + 16) + "\" y=\"" + num(y + 10) + "\">idle</text>\n";
-  o += "<text x=\"" + num(left + width) + "\" y=\"" + num(y + 10) + "\" text-anchor=\"end\">0 .. " +
-       num(span / 1e6) + " ms</text>\n";
+  o += legend(left, width, y, span);
   o += "</svg>\n";
   return o;
 }

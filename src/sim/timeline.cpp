@@ -149,17 +149,95 @@ int infer_latencies(const WorkModel& m, int tp, const std::vector<double>& start
   return static_cast<int>(seen.size());
 }
 
-}  // namespace
+// Where each task of the run ran, per (tp rank, task) slot, in the trace's microseconds.
+struct Spans {
+  std::vector<double> start, end;
+  std::vector<char> measured;  // the message's latency came from the trace
+  double first = std::numeric_limits<double>::infinity(), last = -first;
+};
 
-Timeline timeline_of(const StepRecord& r) {
-  Timeline t;
-  t.format = "rrfp";
-  for (const TaskRecord& x : r.tasks)
-    t.tasks.push_back({x.task, x.rank, static_cast<double>(x.start) / 1e3,
-                       static_cast<double>(x.compute_end - x.start) / 1e3,
-                       x.send_ns > 0 ? static_cast<double>(x.send_ns) / 1e3 : -1.0});
-  return t;
+// The tasks' durations into `r` (and send_us where given), checked against the shape.
+Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::string& origin,
+                 RealizedWork& r) {
+  const size_t slots = static_cast<size_t>(tp) * r.num_tasks;
+  Spans sp;
+  sp.start.assign(slots, 0);
+  sp.end.assign(slots, 0);
+  sp.measured.assign(slots, 0);
+  // W durations of a split recording, folded into their B where this run does not split (as a
+  // CSV's are); their B's end stays where it was, when the B sent its gradient.
+  std::vector<std::int64_t> folded_w(slots, -1);
+  for (const TimelineTask& e : tl.tasks) {
+    const std::string where = origin + ": task " + to_string(e.task);
+    const TaskId b{Kind::B, e.task.chunk, e.task.mb};
+    const bool fold = e.task.kind == Kind::W && !m.split() && m.valid(b);
+    if (!fold && !m.valid(e.task)) throw InputError(where + " does not exist in this run");
+    if (e.tp_rank < 0 || e.tp_rank >= tp)
+      throw InputError(where + ": tp rank " + std::to_string(e.tp_rank) + " >= `tp` " +
+                       std::to_string(tp));
+    const size_t at = static_cast<size_t>(e.tp_rank) * r.num_tasks + m.index(fold ? b : e.task);
+    std::int64_t& into = fold ? folded_w[at] : r.compute_ns[at];
+    if (into >= 0)
+      throw InputError(where + " appears twice" +
+                       (tp > 1 ? " on tp rank " + std::to_string(e.tp_rank) : std::string()) +
+                       " (a trace of several steps needs --step)");
+    const std::string what = where + ": duration";
+    into = duration_ns(e.dur_us, what.c_str());
+    if (fold) continue;
+    if (e.send_us >= 0) {
+      const std::string send = where + ": send_us";
+      r.message_ns[at] = duration_ns(e.send_us, send.c_str());
+      sp.measured[at] = 1;
+    }
+    sp.start[at] = e.start_us;
+    sp.end[at] = e.start_us + e.dur_us;
+    sp.first = std::min(sp.first, e.start_us);
+    sp.last = std::max(sp.last, sp.end[at]);
+  }
+  const std::string missing = missing_per_stage(r, m, tp);
+  if (!missing.empty())
+    throw InputError(origin + ": the " + (tl.format.empty() ? "" : tl.format + " ") +
+                     "timeline lacks tasks this shape needs: " + missing);
+  check_no_overlap(tl, m, origin);
+  for (size_t i = 0; i < slots; ++i)
+    if (folded_w[i] >= 0) r.compute_ns[i] += folded_w[i];
+  return sp;
 }
+
+// Receives: the producer's message took from its end (or the receive's start, if later) to
+// the receive's end.
+void read_receives(const std::vector<TimelineRecv>& recvs, const WorkModel& m, int tp,
+                   const std::string& origin, Spans& sp, RealizedWork& r) {
+  for (const TimelineRecv& rv : recvs) {
+    TaskId producer;
+    if (!m.valid(rv.consumer) || rv.tp_rank < 0 || rv.tp_rank >= tp ||
+        !cross_stage_producer(m, rv.consumer, producer))
+      continue;  // a receive of nothing this shape moves across stages
+    const size_t at = static_cast<size_t>(rv.tp_rank) * r.num_tasks + m.index(producer);
+    if (sp.measured[at]) continue;  // the trace said it directly
+    const double us = std::max(0.0, rv.end_us - std::max(rv.start_us, sp.end[at]));
+    const std::string what = origin + ": receive of " + to_string(rv.consumer);
+    r.message_ns[at] = duration_ns(us, what.c_str());
+    sp.measured[at] = 1;
+  }
+}
+
+// The recorded order: each stage's tasks by start time on tp rank 0 (ties: the model's order,
+// so zero-length tasks keep their dependencies).
+ListHint recorded_order(const WorkModel& m, const std::vector<double>& start) {
+  ListHint order;
+  order.stages.assign(m.pp(), {});
+  for (int s = 0; s < m.pp(); ++s) {
+    auto& o = order.stages[s];
+    o = m.stage_tasks(s);
+    std::stable_sort(o.begin(), o.end(), [&](const TaskId& a, const TaskId& b) {
+      return start[m.index(a)] < start[m.index(b)];
+    });
+  }
+  return order;
+}
+
+}  // namespace
 
 ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double message_us,
                       const std::string& origin) {
@@ -173,95 +251,41 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   r.compute_ns.assign(slots, -1);
   r.message_ns.assign(slots, message_us < 0 ? 0 : duration_ns(message_us, "`message_us` latency"));
   r.message_bytes.assign(r.num_tasks, 0);
-  std::vector<double> start(slots, 0), end(slots, 0);
-  std::vector<char> measured(slots, 0);
-  // W durations of a split recording, folded into their B where this run does not split (as a
-  // CSV's are); their B's end stays where it was, when the B sent its gradient.
-  std::vector<std::int64_t> folded_w(slots, -1);
-  double first = std::numeric_limits<double>::infinity(), last = -first;
-  const std::string in_run = tl.run.empty() ? "" : " (" + tl.run + ")";
-  for (const TimelineTask& e : tl.tasks) {
-    const std::string where = origin + in_run + ": task " + to_string(e.task);
-    const TaskId b{Kind::B, e.task.chunk, e.task.mb};
-    if (e.task.kind == Kind::W && !m.split() && m.valid(b) && e.tp_rank >= 0 && e.tp_rank < tp) {
-      std::int64_t& into = folded_w[static_cast<size_t>(e.tp_rank) * r.num_tasks + m.index(b)];
-      if (into >= 0)
-        throw InputError(where + " appears twice (a trace of several steps needs --step)");
-      const std::string what = where + ": duration";
-      into = duration_ns(e.dur_us, what.c_str());
-      continue;
-    }
-    if (!m.valid(e.task)) throw InputError(where + " does not exist in this run");
-    if (e.tp_rank < 0 || e.tp_rank >= tp)
-      throw InputError(where + ": tp rank " + std::to_string(e.tp_rank) + " >= `tp` " +
-                       std::to_string(tp));
-    const size_t at = static_cast<size_t>(e.tp_rank) * r.num_tasks + m.index(e.task);
-    if (r.compute_ns[at] >= 0)
-      throw InputError(where + " appears twice" +
-                       (tp > 1 ? " on tp rank " + std::to_string(e.tp_rank) : std::string()) +
-                       " (a trace of several steps needs --step)");
-    const std::string what = where + ": duration";
-    r.compute_ns[at] = duration_ns(e.dur_us, what.c_str());
-    if (e.send_us >= 0) {
-      const std::string send = where + ": send_us";
-      r.message_ns[at] = duration_ns(e.send_us, send.c_str());
-      measured[at] = 1;
-    }
-    start[at] = e.start_us;
-    end[at] = e.start_us + e.dur_us;
-    first = std::min(first, e.start_us);
-    last = std::max(last, end[at]);
-  }
-  const std::string missing = missing_per_stage(r, m, tp);
-  if (!missing.empty())
-    throw InputError(origin + in_run + ": the " + (tl.format.empty() ? "" : tl.format + " ") +
-                     "timeline lacks tasks this shape needs: " + missing);
-  check_no_overlap(tl, m, origin + in_run);
-  for (size_t i = 0; i < slots; ++i)
-    if (folded_w[i] >= 0) r.compute_ns[i] += folded_w[i];
+  const std::string in_run = origin + (tl.run.empty() ? "" : " (" + tl.run + ")");
+  Spans sp = read_tasks(tl, m, tp, in_run, r);
   std::vector<TimelineRecv> recvs = tl.recvs;
   if (!tl.clocks_aligned) {
-    align_clocks(m, tp, start, end, recvs);
-    first = *std::min_element(start.begin(), start.end());
-    last = *std::max_element(end.begin(), end.end());
+    align_clocks(m, tp, sp.start, sp.end, recvs);
+    sp.first = *std::min_element(sp.start.begin(), sp.start.end());
+    sp.last = *std::max_element(sp.end.begin(), sp.end.end());
   }
-  // Receives: the producer's message took from its end (or the receive's start, if later) to
-  // the receive's end.
-  for (const TimelineRecv& rv : recvs) {
-    TaskId producer;
-    if (!m.valid(rv.consumer) || rv.tp_rank < 0 || rv.tp_rank >= tp ||
-        !cross_stage_producer(m, rv.consumer, producer))
-      continue;  // a receive of nothing this shape moves across stages
-    const size_t at = static_cast<size_t>(rv.tp_rank) * r.num_tasks + m.index(producer);
-    if (measured[at]) continue;  // the trace said it directly
-    const double us = std::max(0.0, rv.end_us - std::max(rv.start_us, end[at]));
-    const std::string what = origin + in_run + ": receive of " + to_string(rv.consumer);
-    r.message_ns[at] = duration_ns(us, what.c_str());
-    measured[at] = 1;
-  }
-  for (char c : measured)
+  read_receives(recvs, m, tp, in_run, sp, r);
+  for (char c : sp.measured)
     out.messages_measured += c;
-  if (message_us < 0) out.messages_inferred = infer_latencies(m, tp, start, end, measured, r);
+  if (message_us < 0)
+    out.messages_inferred = infer_latencies(m, tp, sp.start, sp.end, sp.measured, r);
   for (int i = 0; i < r.num_tasks; ++i) {
     TaskId consumer = m.task(i), producer;
     if (cross_stage_producer(m, consumer, producer)) out.messages += tp;
   }
   out.start_ns.resize(slots);
   for (size_t i = 0; i < slots; ++i)
-    out.start_ns[i] = static_cast<std::int64_t>((start[i] - first) * 1e3 + 0.5);
-  if (!tl.tasks.empty()) out.measured_ns = static_cast<std::int64_t>((last - first) * 1e3 + 0.5);
-  // The recorded order: each stage's tasks by start time on tp rank 0 (ties: the model's order,
-  // so zero-length tasks keep their dependencies).
-  out.order.stages.assign(m.pp(), {});
-  for (int s = 0; s < m.pp(); ++s) {
-    auto& o = out.order.stages[s];
-    o = m.stage_tasks(s);
-    std::stable_sort(o.begin(), o.end(), [&](const TaskId& a, const TaskId& b) {
-      return start[m.index(a)] < start[m.index(b)];
-    });
-  }
+    out.start_ns[i] = static_cast<std::int64_t>((sp.start[i] - sp.first) * 1e3 + 0.5);
+  if (!tl.tasks.empty())
+    out.measured_ns = static_cast<std::int64_t>((sp.last - sp.first) * 1e3 + 0.5);
+  out.order = recorded_order(m, sp.start);
   check_total(r);
   return out;
+}
+
+Timeline timeline_of(const StepRecord& r) {
+  Timeline t;
+  t.format = "rrfp";
+  for (const TaskRecord& x : r.tasks)
+    t.tasks.push_back({x.task, x.rank, static_cast<double>(x.start) / 1e3,
+                       static_cast<double>(x.compute_end - x.start) / 1e3,
+                       x.send_ns > 0 ? static_cast<double>(x.send_ns) / 1e3 : -1.0});
+  return t;
 }
 
 }  // namespace rrfp

@@ -275,6 +275,52 @@ void check_total(const RealizedWork& w) {
                      " years; a step may hold at most 146: lower the times or the shape");
 }
 
+namespace {
+
+// A task's compute before its TP split, noise and jitter: its forward by the microbatch's
+// tokens (and images), a backward drawn as a ratio of it and split by `weight_share`, the
+// compute noise and the straggler's windows.
+double task_base_us(const WorkloadParams& w, const WorkModel& m, const TaskId& t, double tokens,
+                    double images, std::uint64_t seed, int straggler) {
+  const int kind = static_cast<int>(t.kind), chunks = m.chunks();
+  const double q = w.quadratic_share;
+  const double x = tokens / w.tokens_mean;
+  double fwd = w.forward_us / m.vpp() * ((1 - q) * x + q * x * x);
+  if (t.chunk == chunks - 1) fwd *= w.head_factor;
+  if (w.vision_chunks > 0 && t.chunk < w.vision_chunks)
+    fwd += images * w.image_us / std::min(w.vision_chunks, chunks);
+  double base = fwd;
+  if (t.kind != Kind::F) {
+    const double u = unit_open(hash_keys(seed, kRatio, t.chunk, t.mb));
+    const double back =
+        fwd * (w.backward_ratio_min + u * (w.backward_ratio_max - w.backward_ratio_min));
+    base = !m.split()          ? back
+           : t.kind == Kind::B ? back * (1 - w.weight_share)
+                               : back * w.weight_share;
+  }
+  if (w.compute_sigma > 0)
+    base *= std::exp(w.compute_sigma * std_normal(hash_keys(seed, kNoise, kind, t.chunk, t.mb)));
+  if (m.stage_of(t) == straggler && w.straggler_factor != 1.0) {
+    const double u = unit_open(hash_keys(seed, kStragglerWindow, t.mb / w.straggler_window));
+    if (u < w.straggler_prob) base *= w.straggler_factor;
+  }
+  return base;
+}
+
+// The latency of the message task `idx` sends from TP rank `rank`, `bytes` split over the group.
+double message_us(const WorkloadParams& w, double bytes, int tp, std::uint64_t seed, int idx,
+                  int rank) {
+  double lat = w.comm_latency_us;
+  if (w.comm_bandwidth_gbps > 0) lat += bytes / tp / (w.comm_bandwidth_gbps * 1e3);
+  if (w.comm_sigma > 0)
+    lat *= std::exp(w.comm_sigma * std_normal(hash_keys(seed, kComm, idx, rank)));
+  if (w.comm_slow_prob > 0 && unit_open(hash_keys(seed, kCommSlow, idx, rank)) < w.comm_slow_prob)
+    lat += w.comm_slow_us * std::exp(0.2 * std_normal(hash_keys(seed, kCommSlow, idx, rank, 1)));
+  return lat;
+}
+
+}  // namespace
+
 RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed) {
   validate(w);
   RealizedWork r;
@@ -293,7 +339,7 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   r.wake_ns = duration_ns(w.comm_wake_us, "workload comm_wake_us");
   r.wake_per_copy_ns = duration_ns(w.comm_wake_per_copy_us, "workload comm_wake_per_copy_us");
 
-  const int mbs = m.microbatches(), chunks = m.chunks();
+  const int mbs = m.microbatches();
   std::vector<double> tokens(mbs), images(mbs);
   for (int mb = 0; mb < mbs; ++mb) {
     images[mb] = microbatch_images(w, seed, mb);
@@ -301,33 +347,10 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   }
   int straggler = w.straggler_stage;
   if (straggler == -2) straggler = static_cast<int>(hash_keys(seed, kStragglerStage) % m.pp());
-  const double q = w.quadratic_share;
   std::array<Dep, 2> deps{};
-
   for (int idx = 0; idx < r.num_tasks; ++idx) {
     const TaskId t = m.task(idx);
-    const int kind = static_cast<int>(t.kind);
-    const double x = tokens[t.mb] / w.tokens_mean;
-    double fwd = w.forward_us / m.vpp() * ((1 - q) * x + q * x * x);
-    if (t.chunk == chunks - 1) fwd *= w.head_factor;
-    if (w.vision_chunks > 0 && t.chunk < w.vision_chunks)
-      fwd += images[t.mb] * w.image_us / std::min(w.vision_chunks, chunks);
-    double base = fwd;
-    if (t.kind != Kind::F) {
-      const double u = unit_open(hash_keys(seed, kRatio, t.chunk, t.mb));
-      const double back =
-          fwd * (w.backward_ratio_min + u * (w.backward_ratio_max - w.backward_ratio_min));
-      base = !m.split()          ? back
-             : t.kind == Kind::B ? back * (1 - w.weight_share)
-                                 : back * w.weight_share;
-    }
-    if (w.compute_sigma > 0)
-      base *= std::exp(w.compute_sigma * std_normal(hash_keys(seed, kNoise, kind, t.chunk, t.mb)));
-    const int stage = m.stage_of(t);
-    if (stage == straggler && w.straggler_factor != 1.0) {
-      const double u = unit_open(hash_keys(seed, kStragglerWindow, t.mb / w.straggler_window));
-      if (u < w.straggler_prob) base *= w.straggler_factor;
-    }
+    const double base = task_base_us(w, m, t, tokens[t.mb], images[t.mb], seed, straggler);
     // Message: activations forward, activation gradients backward, both tokens x hidden.
     const int nc = m.consumers(t, deps);
     bool sends = false;
@@ -335,24 +358,15 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
       sends |= deps[i].cross_stage;
     const double bytes = tokens[t.mb] * w.bytes_per_token;
     if (t.kind != Kind::W) r.message_bytes[idx] = std::llround(bytes / tp);
-
     for (int rank = 0; rank < tp; ++rank) {
       double d = base / tp;
       if (tp > 1 && w.tp_sigma > 0)
         d *= std::exp(w.tp_sigma * std_normal(hash_keys(seed, kTpNoise, idx, rank)));
       d = jittered_us(w.jitter, d, seed, t, rank);
-      r.compute_ns[static_cast<size_t>(rank) * r.num_tasks + idx] = duration_ns(d, "workload");
-      if (sends) {
-        double lat = w.comm_latency_us;
-        if (w.comm_bandwidth_gbps > 0) lat += bytes / tp / (w.comm_bandwidth_gbps * 1e3);
-        if (w.comm_sigma > 0)
-          lat *= std::exp(w.comm_sigma * std_normal(hash_keys(seed, kComm, idx, rank)));
-        if (w.comm_slow_prob > 0 &&
-            unit_open(hash_keys(seed, kCommSlow, idx, rank)) < w.comm_slow_prob)
-          lat +=
-              w.comm_slow_us * std::exp(0.2 * std_normal(hash_keys(seed, kCommSlow, idx, rank, 1)));
-        r.message_ns[static_cast<size_t>(rank) * r.num_tasks + idx] = duration_ns(lat, "workload");
-      }
+      const size_t at = static_cast<size_t>(rank) * r.num_tasks + idx;
+      r.compute_ns[at] = duration_ns(d, "workload");
+      if (sends)
+        r.message_ns[at] = duration_ns(message_us(w, bytes, tp, seed, idx, rank), "workload");
     }
   }
   check_total(r);
