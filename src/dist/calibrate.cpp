@@ -80,7 +80,7 @@ void fit_message_model(Calibration& c) {
   if (c.bandwidth_gbps > 0 && largest->stream_us > 0 && largest->stream_four_us > 0) {
     // Four streams at once, every process copying, none waiting on a hand-over: what the
     // messages of a step in flight together do. On the reference VM a 32 MiB step message took
-    // 1.05-1.22x as long with one other in flight as alone (bench/fit_messages.py
+    // 1.05-1.22x as long with one other in flight as alone (bench/fit_messages.py of 3805f6c
     // --by-concurrency), where the two pairs' ping-pong took 1.47-1.69x: each of its legs waits
     // for a thread to wake behind the other pair's copy, which a step's messages, sent while the
     // stages compute, mostly do not. Four streams took 2.1-2.2x: the two cores' worth.
