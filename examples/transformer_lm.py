@@ -7,6 +7,10 @@ are the bytes of the text files in --data (by default Debian's licence texts).
     PYTHONPATH=build/python /usr/bin/python3 examples/transformer_lm.py --pp 2 --steps 200
     mpirun -np 2 /usr/bin/python3 examples/transformer_lm.py --transport mpi
     torchrun --nproc_per_node 2 --redirects 1 --tee 1 examples/transformer_lm.py --transport c10d
+    python3 examples/transformer_lm.py --device cuda --d-model 1024 --layers 8 --seq 512
+
+On a GPU (--device cuda) every stage has a CUDA stream of its own in one process, and a task
+counts as done when its kernels have.
 """
 import argparse
 import glob
@@ -83,6 +87,7 @@ def main():
     ap.add_argument("--transport", default="inproc", choices=["inproc", "mpi", "c10d"])
     ap.add_argument("--data", default="/usr/share/common-licenses")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the CPU)")
     args = ap.parse_args()
     n = args.pp * args.vpp
     if args.layers % n:
@@ -91,7 +96,8 @@ def main():
     pipe = rrfp.Pipeline(lambda i: make_chunk(i, n, args),
                          lambda logits, y: F.cross_entropy(logits.flatten(0, 1), y.flatten()),
                          pp=args.pp, vpp=args.vpp, microbatches=args.microbatches,
-                         hint=args.hint, policy=args.policy, transport=args.transport)
+                         hint=args.hint, policy=args.policy, transport=args.transport,
+                         device=args.device)
     params = [p for c in pipe.chunks.values() for p in c.parameters()]
     opt = torch.optim.AdamW(params, lr=args.lr)
     data = corpus(args.data)

@@ -56,6 +56,28 @@ timeout 300 "$build/tests/test_train_cuda" >"$out/tests.log" 2>&1
 echo "tests exit $?" >>"$out/tests.log"
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|tests exit|Failure|Expected|Which is" "$out/tests.log" | head -30
 
+# rrfp.Pipeline(device="cuda"), where the extension was built: bitwise against the plain loop
+# on the GPU, tied weights across stage streams, evaluation.
+if ls "$build"/python/rrfp/_rrfp*.so >/dev/null 2>&1; then
+  log "Python device tests"
+  RRFP_PYTHONPATH=$(cd "$build/python" && pwd) timeout 300 python3 -m pytest -q -p no:cacheprovider \
+    tests/python/test_device.py >"$out/python-tests.log" 2>&1
+  echo "python tests exit $?" >>"$out/python-tests.log"
+  tail -5 "$out/python-tests.log"
+  # The example on the GPU, fixed 1F1B against ready BF on the same model and data.
+  for sched in "1f1b fixed" "bf ready"; do
+    read -r hint policy <<<"$sched"
+    log "example transformer_lm --device cuda, $policy $hint"
+    PYTHONPATH=$(cd "$build/python" && pwd) timeout 150 python3 examples/transformer_lm.py \
+      --device cuda --pp 4 --microbatches 16 --rows 8 --seq 512 --d-model 1024 --heads 16 \
+      --layers 8 --steps 40 --hint "$hint" --policy "$policy" --data .gpu-deps/corpus \
+      >"$out/example-$policy-$hint.log" 2>&1
+    grep -E "^step 40/|Error|error" "$out/example-$policy-$hint.log" | head -3
+  done
+else
+  log "no Python extension in $build: the Python device tests are skipped"
+fi
+
 # One training run: NAME ARGS... -> runs/NAME (its outputs), runs/NAME.log, runs/NAME.cpu
 # (STEPS=N before the call: N steps instead)
 train() {

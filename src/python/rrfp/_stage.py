@@ -5,12 +5,14 @@ time, in the order its arbiter picks. Everything here is per stage; the only sta
 with other stages is the step's data (StepData), read-only during a step, and the first
 error, under a lock.
 """
-import pickle
 import threading
 import time
 
 import torch
-from torch.utils import _pytree as pytree
+
+from ._device import StageDevice, to_device
+from ._tree import pack as _pack, pack_grads as _pack_grads, unpack as _unpack, \
+    unpack_grads as _unpack_grads
 
 
 class StepData:
@@ -163,8 +165,12 @@ def _start(p, from_grad):
 
 
 class StageRunner:
-    def __init__(self, stage, modules, last_chunk, split, data):
+    def __init__(self, stage, modules, last_chunk, split, data, place=None, device=None):
+        """place: the device Pipeline was given (inputs and targets are moved there), or None;
+        device: the stage's StageDevice (stream, completion)."""
         self.stage = stage
+        self.place = place
+        self.device = device or StageDevice(None)
         self.modules = modules  # {chunk index: nn.Module}, this stage's chunks
         self.last_chunk = last_chunk
         self.split = split
@@ -197,7 +203,9 @@ class StageRunner:
                 d = self.data.delay_fn(self.stage, kind, chunk, mb)
                 if d:
                     time.sleep(d)  # releases the GIL, as a slow kernel would
-            out = fn(chunk, mb, *args)
+            with self.device.scope():
+                out = fn(chunk, mb, *args)
+            self.device.settle()  # done when the GPU is, not when the host enqueued it
             self.data.task_done()
             return out
         except BaseException as e:
@@ -205,6 +213,8 @@ class StageRunner:
             raise
 
     def _device(self, chunk):
+        if self.place is not None:
+            return self.place
         for p in self.modules[chunk].parameters():
             return p.device
         return None
@@ -216,7 +226,7 @@ class StageRunner:
         tree_in = isinstance(x, tuple)  # (structure, tensors): a structure between chunks
         if chunk == 0:
             inp = None
-            arg = self.data.inputs[mb]
+            arg = to_device(self.data.inputs[mb], self.place)
         elif tree_in:
             dev = self._device(chunk)
             inp = [_input_leaf(t, dev) for t in x[1]]
@@ -230,7 +240,7 @@ class StageRunner:
                 arg = inp
         out = module(arg)
         if chunk == self.last_chunk:
-            loss = self.data.loss_fn(out, self.data.targets[mb])
+            loss = self.data.loss_fn(out, to_device(self.data.targets[mb], self.place))
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise TypeError("loss_fn must return a tensor with one element, got "
                                 + (f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
@@ -250,7 +260,7 @@ class StageRunner:
         output (and, given targets, the loss)."""
         dev = self._device(chunk)
         if chunk == 0:
-            arg = self.data.inputs[mb]
+            arg = to_device(self.data.inputs[mb], self.place)
         elif isinstance(x, tuple):
             arg = _unpack(x[0], [t if dev is None else t.to(dev) for t in x[1]])
         else:
@@ -260,7 +270,7 @@ class StageRunner:
             if chunk == self.last_chunk:
                 self.data.outputs[mb] = out
                 if self.data.targets is not None:
-                    loss = self.data.loss_fn(out, self.data.targets[mb])
+                    loss = self.data.loss_fn(out, to_device(self.data.targets[mb], self.place))
                     self.data.losses[mb] = loss.detach()
                 return None
         if isinstance(out, torch.Tensor):
@@ -278,7 +288,7 @@ class StageRunner:
             # the parameters before it get none, as in a plain loop.
             if not self.split:
                 del self.work[(chunk, mb)]
-                self.data.sums.put(chunk, mb, [None] * len(self.params[chunk]))
+                self._put(chunk, mb, [None] * len(self.params[chunk]))
             w.root = None  # W has nothing to add either
             return _pack_grads([None] * len(w.inp)) if w.tree_in else None
         inputs = w.inp if w.tree_in else ([w.inp] if w.inp is not None else [])
@@ -287,7 +297,7 @@ class StageRunner:
         if not self.split:
             del self.work[(chunk, mb)]
             got = _grad(roots, wanted + params, None if last else grads, retain=False)
-            self.data.sums.put(chunk, mb, got[len(wanted):])
+            self._put(chunk, mb, got[len(wanted):])
             return _input_grads(w, got[:len(wanted)])
         # Split: B is the input gradient only; the graph stays for W.
         w.root, w.grad = roots, (None if last else grads)
@@ -300,9 +310,15 @@ class StageRunner:
             return
         w = self.work.pop((chunk, mb))
         if w.root is None:  # no gradient came (see _backward): nothing to add
-            self.data.sums.put(chunk, mb, [None] * len(self.params[chunk]))
+            self._put(chunk, mb, [None] * len(self.params[chunk]))
             return
-        self.data.sums.put(chunk, mb, _grad(w.root, self.params[chunk], w.grad, retain=False))
+        self._put(chunk, mb, _grad(w.root, self.params[chunk], w.grad, retain=False))
+
+    def _put(self, chunk, mb, grads):
+        # A tied parameter's sum adds gradients of several stages: each stage's kernels must
+        # have completed before another stage's stream reads what they wrote.
+        self.device.settle()
+        self.data.sums.put(chunk, mb, grads)
 
     def _output_grads(self, chunk, w, g):
         """The outputs that take a gradient and their gradients, as lists: a tensor's from the
@@ -341,36 +357,6 @@ def _input_grads(w, got):
         return _input_grad(got[0] if got else None, w.inp)
     it = iter(got)
     return _pack_grads([None if leaf is None else next(it) for leaf in w.inp])
-
-
-def _pack(obj, what):
-    """A structure of tuples, lists and dicts as (bytes, tensors): the tensors travel as tensors,
-    the nesting and any other leaf (numbers, strings, None) as pickled bytes."""
-    leaves, spec = pytree.tree_flatten(obj)
-    mask = [isinstance(x, torch.Tensor) for x in leaves]
-    try:
-        structure = pickle.dumps((spec, [None if m else x for x, m in zip(leaves, mask)], mask))
-    except Exception as e:
-        raise TypeError(f"{what} returned a {type(obj).__name__} whose non-tensor parts cannot "
-                        f"be sent to the next chunk: {e}") from e
-    return structure, [x for x, m in zip(leaves, mask) if m]
-
-
-def _unpack(structure, tensors):
-    spec, consts, mask = pickle.loads(structure)
-    it = iter(tensors)
-    return pytree.tree_unflatten([next(it) if m else c for c, m in zip(consts, mask)], spec)
-
-
-def _pack_grads(grads):
-    """Gradients for a structure's tensors, None where none goes: which are there, and those."""
-    return pickle.dumps([g is not None for g in grads]), [g for g in grads if g is not None]
-
-
-def _unpack_grads(g):
-    present = pickle.loads(g[0])
-    it = iter(g[1])
-    return [next(it) if p else None for p in present]
 
 
 def _grad(root, targets, grad, retain):

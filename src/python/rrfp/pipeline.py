@@ -6,6 +6,7 @@ import threading
 import torch
 
 from . import _rrfp, checkpoint
+from ._device import StageDevice, module_device, parse_device
 from ._launch import c10d_groups, launched_transport, refuse_ties_across_processes
 from ._progress import Progress
 from ._stage import GradSums, StageRunner, StepData
@@ -44,14 +45,21 @@ class Pipeline:
     progress: a step that runs longer than this many seconds shows a line on stderr with the
         tasks this process has done, updated twice a second and erased at the end; "auto"
         (the default): 2 seconds when stderr is a terminal, else never; None: never.
+    device: "cpu", "cuda", "cuda:N" or a torch.device: the chunks of this process are moved
+        there (Module.to, so an optimizer built before keeps its parameters), and so are each
+        microbatch's inputs and targets. None (the default): each chunk runs where its
+        parameters are. On a GPU every stage has a CUDA stream of its own, and a task counts as
+        done when its kernels have completed. Raises ValueError for what is not a device,
+        RuntimeError for CUDA where torch sees none.
     """
 
     def __init__(self, chunks, loss_fn, *, pp, vpp=1, placement="loop", microbatches=8,
                  hint="bf", policy="ready", limit=None, max_pending_w=None,
                  split_backward="auto", comm="async", timeout=120.0, transport=None,
-                 dp=1, group=None, delay_fn=None, progress="auto"):
+                 dp=1, group=None, delay_fn=None, progress="auto", device=None):
         if not callable(loss_fn):
             raise TypeError("loss_fn must be callable")
+        place = parse_device(device)
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ValueError(f"limit: must be a whole number of at least 1 or None, got {limit!r}")
         if transport is None:
@@ -90,10 +98,11 @@ class Pipeline:
                 m = build(c)
                 if not isinstance(m, torch.nn.Module):
                     raise TypeError(f"chunks: chunk {c} is a {type(m).__name__}, not an nn.Module")
-                modules[c] = m
-                self.chunks[c] = m
+                modules[c] = m if place is None else m.to(place)
+                self.chunks[c] = modules[c]
+            where = StageDevice(place or module_device(modules.values()))
             self._runners.append(StageRunner(stage, modules, n - 1, self._core.split_backward,
-                                             self._data))
+                                             self._data, place, where))
         if self._core.world > 1 and not callable(chunks):
             refuse_ties_across_processes(chunks, self._core)
         self._chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
@@ -270,7 +279,9 @@ class Pipeline:
             # all of this process's gradients, flattened.
             flat = torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1)
                               for p, g in pairs])
-            self._core.dp_sum(flat)
+            host = flat.cpu()  # the collective sums host memory (a GPU's through a copy)
+            self._core.dp_sum(host)
+            flat = host.to(flat.device)
             sums = flat.split([p.numel() for p, _ in pairs])
             pairs = [(p, s.view_as(p) if p.grad is None else p.grad + s.view_as(p))
                      for (p, _), s in zip(pairs, sums)]

@@ -1,0 +1,80 @@
+"""Where a stage's tasks run: Pipeline's `device`.
+
+On a GPU each stage gets a CUDA stream of its own, so that two stages of one process run their
+kernels side by side rather than one after the other on the device's default stream. A task
+counts as done, for the runtime's arbiter and for the gradient sums, only when an event
+recorded after its kernels has completed: readiness is the GPU's, not the moment the host
+finished enqueueing. Payloads between stages go through host memory (the runtime's messages
+are bytes); each arrives on the consumer's stream by its own copy.
+"""
+import contextlib
+
+import torch
+from torch.utils import _pytree as pytree
+
+
+def parse_device(device):
+    """None (each chunk runs where its parameters are), or the torch.device `device` names.
+    Raises ValueError for what is not a device rrfp runs on, RuntimeError for CUDA without
+    one."""
+    if device is None:
+        return None
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device: {device!r} is not a device (\"cpu\", \"cuda\", \"cuda:N\" "
+                         f"or a torch.device)") from e
+    if d.type == "cpu":
+        return d
+    if d.type != "cuda":
+        raise ValueError(f"device: {d.type!r} is not supported (\"cpu\" or \"cuda\")")
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"device: {str(d)!r} asked for, but torch {torch.__version__} sees "
+                           f"no CUDA device (torch.cuda.is_available() is False)")
+    count = torch.cuda.device_count()
+    if d.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    if d.index >= count:
+        raise ValueError(f"device: cuda:{d.index} does not exist (this machine has {count} "
+                         f"CUDA device{'s' if count != 1 else ''}: 0 to {count - 1})")
+    return d
+
+
+def to_device(obj, device):
+    """obj with its tensors (through tuples, lists and dicts) on `device` (None: as it is)."""
+    if device is None:
+        return obj
+    return pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, obj)
+
+
+def module_device(modules):
+    """The device of the first parameter or buffer of `modules` (None: they hold neither)."""
+    for m in modules:
+        for t in m.parameters():
+            return t.device
+        for t in m.buffers():
+            return t.device
+    return None
+
+
+class StageDevice:
+    """One stage's device and, on a GPU, its stream (see the module's docstring)."""
+
+    def __init__(self, device):
+        self.device = device
+        cuda = device is not None and device.type == "cuda"
+        self.stream = torch.cuda.Stream(device=device) if cuda else None
+
+    def scope(self):
+        """The context a task of this stage runs in: its stream current on a GPU."""
+        if self.stream is None:
+            return contextlib.nullcontext()
+        return torch.cuda.stream(self.stream)
+
+    def settle(self):
+        """Returns once every kernel this stage has enqueued so far has completed. The thread
+        waits in the driver with the GIL released, so the other stages' threads go on."""
+        if self.stream is not None:
+            done = torch.cuda.Event()
+            done.record(self.stream)
+            done.synchronize()

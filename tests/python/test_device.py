@@ -1,0 +1,124 @@
+"""Pipeline's `device`: what is refused, and that a pipeline on a device trains bitwise as a
+plain loop on that device does: in every schedule and split backward, with tied weights, for
+evaluation too. The CUDA tests skip, saying so, where torch sees no GPU (CI); they run on a
+GPU machine (scripts/gpu-check.sh)."""
+import os
+
+# Deterministic cuBLAS needs its workspace fixed before CUDA starts (torch's reproducibility
+# notes); harmless without a GPU.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import lm  # noqa: E402
+import rrfp  # noqa: E402
+from test_tied import delays, tied_gpt, unique_params, VOCAB  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device: torch.cuda.is_available() "
+                                                 "is False (the GPU half runs on a GPU machine)")
+CASES = [  # (hint, policy, split, vpp)
+    ("1f1b", "fixed", "off", 1),
+    ("bf", "ready", "off", 1),
+    ("bfw", "ready", "on", 1),
+    ("zb-h1", "fixed", "auto", 1),
+    ("bf", "ready", "off", 2),
+]
+
+
+@pytest.mark.parametrize("device,error,words", [
+    ("tpu", ValueError, "'tpu' is not a device"),
+    ("nonsense", ValueError, "is not a device"),
+    (3.5, ValueError, "is not a device"),
+    ("meta", ValueError, "'meta' is not supported"),
+])
+def test_what_is_not_a_device_is_refused(device, error, words):
+    with pytest.raises(error, match=words):
+        rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2, device=device)
+
+
+@pytest.mark.skipif(CUDA, reason="this machine has CUDA: the refusal needs one without")
+def test_cuda_without_a_gpu_is_a_runtime_error():
+    with pytest.raises(RuntimeError, match="sees no CUDA device"):
+        rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2, device="cuda")
+
+
+def train(chunks, steps, m, step_fn):
+    opt = torch.optim.SGD(unique_params(chunks), lr=0.05)
+    losses = []
+    for s in range(steps):
+        xs, ys = lm.batches(m, seed=s, vocab=VOCAB)
+        opt.zero_grad()
+        losses.append(step_fn(xs, ys).to("cpu"))
+        opt.step()
+    return losses
+
+
+def reference(build, n, steps, m, device):
+    """The plain loop on `device`: chunks moved there, each microbatch too."""
+    chunks = [c.to(device) for c in build(n)]
+    move = lambda xs: [x.to(device) for x in xs]  # noqa: E731
+    losses = train(chunks, steps, m,
+                   lambda xs, ys: lm.reference_step(chunks, move(xs), move(ys)))
+    return chunks, losses
+
+
+def check_bitwise(build, device, hint, policy, split, vpp):
+    pp, m, steps = 2 if vpp == 2 else 4, 4, 3
+    n = pp * vpp
+    ref, ref_losses = reference(build, n, steps, m, device)
+    chunks = build(n)  # on the CPU: the pipeline moves them
+    pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=pp, vpp=vpp, microbatches=m, hint=hint,
+                         policy=policy, split_backward=split, delay_fn=delays(7), device=device)
+    losses = train(chunks, steps, m, pipe.step)
+    for c in pipe.chunks.values():
+        assert all(p.device == torch.device(device) for p in c.parameters())
+    assert [float(x) for x in losses] == [float(x) for x in ref_losses]
+    for i, (a, b) in enumerate(zip(ref, chunks)):
+        for (name, p), q in zip(a.named_parameters(), b.parameters()):
+            assert torch.equal(p, q), f"chunk {i} {name} differs"
+    return pipe, ref
+
+
+@pytest.mark.parametrize("hint,policy,split,vpp", CASES)
+def test_cpu_device_trains_as_the_plain_loop(hint, policy, split, vpp):
+    check_bitwise(lambda n: lm.chunks(n, seed=3), "cpu", hint, policy, split, vpp)
+
+
+@pytest.fixture
+def deterministic():
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(was)
+
+
+@needs_cuda
+@pytest.mark.parametrize("hint,policy,split,vpp", CASES)
+def test_cuda_trains_as_the_plain_loop_on_the_gpu(deterministic, hint, policy, split, vpp):
+    check_bitwise(lambda n: lm.chunks(n, seed=3), "cuda", hint, policy, split, vpp)
+
+
+@needs_cuda
+@pytest.mark.parametrize("hint,policy,split", [("bf", "ready", "off"), ("bfw", "ready", "on")])
+def test_cuda_tied_weights_across_stage_streams(deterministic, hint, policy, split):
+    # The tied embedding's gradient adds the last stage's and the first stage's, made on two
+    # streams: each must have completed before the other reads it.
+    check_bitwise(tied_gpt, "cuda", hint, policy, split, 1)
+
+
+@needs_cuda
+def test_cuda_eval_step_outputs_on_the_gpu(deterministic):
+    pipe, ref = check_bitwise(lambda n: lm.chunks(n, seed=3), "cuda", "bf", "ready", "off", 1)
+    xs, ys = lm.batches(4, seed=9, vocab=VOCAB)
+    outs, loss = pipe.eval_step(xs, ys)
+    with torch.no_grad():
+        want = []
+        for x in xs:
+            h = x.to("cuda")
+            for c in ref:
+                h = c(h)
+            want.append(h)
+    assert all(o.is_cuda and torch.equal(o, w) for o, w in zip(outs, want))
+    assert loss.is_cuda
