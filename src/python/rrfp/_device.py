@@ -71,6 +71,13 @@ class StageDevice:
             return contextlib.nullcontext()
         return torch.cuda.stream(self.stream)
 
+    def follow(self):
+        """Called on the caller's thread as a step starts: the stage's stream waits for what the
+        caller's stream holds so far (the optimizer's update of the parameters, say), on the
+        GPU, without blocking the host."""
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+
     def settle(self):
         """Returns once every kernel this stage has enqueued so far has completed. The thread
         waits in the driver with the GIL released, so the other stages' threads go on."""

@@ -252,6 +252,8 @@ class Pipeline:
         try:
             # Each microbatch's size, for the adaptive rule's entry order (docs/frontier.md).
             sizes = [x.numel() if isinstance(x, torch.Tensor) else 0 for x in self._data.inputs]
+            for r in self._runners:
+                r.device.follow()
             with Progress(self, self._step):
                 rec = self._core.run_step(self._step, sizes)
         except StageError as e:
