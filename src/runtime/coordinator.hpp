@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "runtime/delivery.hpp"
 #include "runtime/stage_core.hpp"
 
 namespace rrfp {
@@ -16,13 +17,15 @@ class Coordinator {
  public:
   virtual ~Coordinator() = default;
   // The task rank r runs next, already committed by its driver; nullopt: nothing yet, wait
-  // for a change. Lock held; agree may wait for its group on the stage's condition variable.
-  virtual std::optional<TaskId> choose(std::unique_lock<std::mutex>& lk, int r) = 0;
-  // A control message from tp rank `from` of this group to rank r (lock held). Throws
-  // ProtocolError when the protocol has no place for it.
-  virtual void on_control(int r, int from, const MessageTag& tag) = 0;
+  // for a change. Agree may wait for its group (taking, meanwhile, what the delivery lets an
+  // idle rank take: the rank the group waits for may itself be held on a send to this stage).
+  virtual std::optional<TaskId> choose(Locked& lk, int r) = 0;
+  // A control message from tp rank `from` of this group to rank r. Throws ProtocolError when
+  // the protocol has no place for it.
+  virtual void on_control(Locked& lk, int r, int from, const MessageTag& tag) = 0;
 };
 
-std::unique_ptr<Coordinator> make_coordinator(StageCore& core);
+// `delivery`: the stage's, for what a rank waiting for its group may take meanwhile.
+std::unique_ptr<Coordinator> make_coordinator(StageCore& core, Delivery& delivery);
 
 }  // namespace rrfp

@@ -17,7 +17,7 @@ MessageTag data_tag(int step, const TaskId& producer, std::int64_t cost_ns) {
 }
 
 int destination(const StageCore& c, int r, const TaskId& consumer) {
-  return c.m.stage_of(consumer) * c.tp + r;
+  return c.m().stage_of(consumer) * c.tp() + r;
 }
 
 // async (rrfp): an arrival is an input at once; sends leave without waiting for the receiver,
@@ -26,31 +26,33 @@ class AsyncDelivery final : public Delivery {
  public:
   explicit AsyncDelivery(StageCore& c) : c_(c) {}
 
-  void begin_step() override {}
+  void begin_step(Locked&) override {}
 
-  void on_data(int r, const TaskId& consumer, Message&& msg, std::vector<Outgoing>&) override {
+  void on_data(Locked& lk, int r, const TaskId& consumer, Message&& msg,
+               std::vector<Outgoing>&) override {
     if (msg.tag.offer) throw ProtocolError("is an offer, and this stage sends asynchronously");
-    StageRank& rk = c_.rank(r);
+    StageRank& rk = c_.rank(lk, r);
     const bool ready = rk.driver->arrived(consumer, msg.tag.cost_ns);  // refuses a second one
-    rk.input[c_.m.local_index(consumer)] = std::move(msg.payload);
-    rk.arrived[c_.m.local_index(consumer)] = now_ns();
-    if (ready) c_.cv.notify_all();
+    rk.input[c_.m().local_index(consumer)] = std::move(msg.payload);
+    rk.arrived[c_.m().local_index(consumer)] = now_ns();
+    if (ready) c_.notify(lk);
   }
 
-  void on_ack(int, const Message&) override {
+  void on_ack(Locked&, int, const Message&) override {
     throw ProtocolError("acknowledges no pending send (this stage sends asynchronously)");
   }
-  void on_pull(int, const Message&, std::vector<Outgoing>&) override {
+  void on_pull(Locked&, int, const Message&, std::vector<Outgoing>&) override {
     throw ProtocolError("asks for an output never offered (this stage sends asynchronously)");
   }
 
-  bool idle(std::unique_lock<std::mutex>&, int) override { return false; }
+  bool idle(Locked&, int) override { return false; }
 
-  void output(int r, const TaskId& producer, const TaskId& consumer, const Payload& out,
-              std::int64_t end, std::int64_t cost_ns, std::vector<Outgoing>& sends) override {
-    const std::int64_t lat = c_.env.latency ? c_.env.latency(r, producer) : 0;
-    sends.push_back(Outgoing{destination(c_, r, consumer), data_tag(c_.step, producer, cost_ns),
-                             out, end + lat});
+  void output(Locked& lk, int r, const TaskId& producer, const TaskId& consumer,
+              const Payload& out, std::int64_t end, std::int64_t cost_ns,
+              std::vector<Outgoing>& sends) override {
+    const std::int64_t lat = c_.env().latency ? c_.env().latency(r, producer) : 0;
+    sends.push_back(Outgoing{destination(c_, r, consumer),
+                             data_tag(c_.step(lk), producer, cost_ns), out, end + lat});
   }
 
  private:
@@ -65,10 +67,11 @@ class AsyncDelivery final : public Delivery {
 // batched send/recv cannot; the second costs two more control messages (docs/runtime.md).
 class RendezvousDelivery final : public Delivery {
  public:
-  explicit RendezvousDelivery(StageCore& c) : c_(c), ranks_(c.tp), pull_(c.env.rendezvous_pull) {}
+  explicit RendezvousDelivery(StageCore& c)
+      : c_(c), ranks_(c.tp()), pull_(c.env().rendezvous_pull) {}
 
-  void begin_step() override {
-    for (int r = 0; r < c_.tp; ++r) {
+  void begin_step(Locked&) override {
+    for (int r = 0; r < c_.tp(); ++r) {
       PerRank& pr = ranks_[r];
       pr.offered.clear();
       pr.unsent.clear();
@@ -76,7 +79,7 @@ class RendezvousDelivery final : public Delivery {
     }
   }
 
-  void on_data(int r, const TaskId& consumer, Message&& msg,
+  void on_data(Locked& lk, int r, const TaskId& consumer, Message&& msg,
                std::vector<Outgoing>& replies) override {
     PerRank& pr = ranks_[r];
     if (pull_ && !msg.tag.offer) {  // a pulled payload
@@ -85,19 +88,19 @@ class RendezvousDelivery final : public Delivery {
         throw ProtocolError("brings a payload that " + to_string(consumer) +
                             " did not ask for (rendezvous: offer, pull, then the payload)");
       pr.pulled.erase(it);
-      replies.push_back(deliver(r, consumer, std::move(msg)));
+      replies.push_back(deliver(lk, r, consumer, std::move(msg)));
       return;
     }
     if (msg.tag.offer && !pull_)
       throw ProtocolError(
           "is an offer without its payload, which this stage expects with the "
           "offer (emulated latency)");
-    c_.driver(r).offered(consumer, static_cast<int>(pr.offered.size()));
+    c_.driver(lk, r).offered(consumer, static_cast<int>(pr.offered.size()));
     pr.offered.push_back(std::move(msg));
-    c_.cv.notify_all();  // accepted by the rank's own thread when it is idle
+    c_.notify(lk);  // accepted by the rank's own thread when it is idle
   }
 
-  void on_pull(int r, const Message& msg, std::vector<Outgoing>& replies) override {
+  void on_pull(Locked&, int r, const Message& msg, std::vector<Outgoing>& replies) override {
     PerRank& pr = ranks_[r];
     const auto it = std::find_if(pr.unsent.begin(), pr.unsent.end(), [&](const Unsent& u) {
       return u.tag.producer == msg.tag.producer;
@@ -108,19 +111,19 @@ class RendezvousDelivery final : public Delivery {
     pr.unsent.erase(it);
   }
 
-  void on_ack(int r, const Message&) override {
-    if (!c_.driver(r).released()) return;
-    c_.record_blocked(r, ranks_[r].held_since, now_ns(), BlockReason::Send);
-    c_.cv.notify_all();
+  void on_ack(Locked& lk, int r, const Message&) override {
+    if (!c_.driver(lk, r).released()) return;
+    c_.record_blocked(lk, r, ranks_[r].held_since, now_ns(), BlockReason::Send);
+    c_.notify(lk);
   }
 
   // Loops until no acceptable offer is left: completing a transfer inline releases the lock,
   // and an offer arriving meanwhile must not wait for a wake-up that already happened.
-  bool idle(std::unique_lock<std::mutex>& lk, int r) override {
+  bool idle(Locked& lk, int r) override {
     PerRank& pr = ranks_[r];
     bool accepted = false;
     for (;;) {
-      const std::vector<Rendezvous::Offer> start = c_.driver(r).accept();
+      const std::vector<Rendezvous::Offer> start = c_.driver(lk, r).accept();
       if (start.empty()) return accepted;
       accepted = true;
       const std::int64_t now = now_ns();
@@ -135,12 +138,12 @@ class RendezvousDelivery final : public Delivery {
           inline_now.push_back([this, r, src = msg.src, pull] { c_.send(r, src, pull, {}); });
           continue;
         }
-        const std::int64_t lat = c_.env.latency ? c_.env.latency(r, msg.tag.producer) : 0;
+        const std::int64_t lat = c_.env().latency ? c_.env().latency(r, msg.tag.producer) : 0;
         auto done = [this, r, consumer = o.consumer, msg = std::move(msg)]() mutable {
           complete(r, consumer, std::move(msg));
         };
-        if (c_.env.delay && lat > 0)
-          c_.env.delay->post(now + lat, std::move(done));
+        if (c_.env().delay && lat > 0)
+          c_.env().delay->post(now + lat, std::move(done));
         else
           inline_now.push_back(std::move(done));
       }
@@ -148,18 +151,19 @@ class RendezvousDelivery final : public Delivery {
       lk.unlock();  // completing or pulling sends a message: never with the stage lock held
       for (auto& f : inline_now)
         f();
-      lk.lock();
+      lk.relock();
     }
   }
 
-  void output(int r, const TaskId& producer, const TaskId& consumer, const Payload& out,
-              std::int64_t end, std::int64_t cost_ns, std::vector<Outgoing>& sends) override {
+  void output(Locked& lk, int r, const TaskId& producer, const TaskId& consumer,
+              const Payload& out, std::int64_t end, std::int64_t cost_ns,
+              std::vector<Outgoing>& sends) override {
     PerRank& pr = ranks_[r];
-    RankDriver& d = c_.driver(r);
+    RankDriver& d = c_.driver(lk, r);
     if (!d.held()) pr.held_since = end;
     d.sent();  // the latency runs from the receiver's acceptance
     const int dst = destination(c_, r, consumer);
-    const MessageTag tag = data_tag(c_.step, producer, cost_ns);
+    const MessageTag tag = data_tag(c_.step(lk), producer, cost_ns);
     if (!pull_) {
       sends.push_back(Outgoing{dst, tag, out});
       return;
@@ -183,13 +187,13 @@ class RendezvousDelivery final : public Delivery {
     std::int64_t held_since = 0;
   };
 
-  // The input is delivered (lock held); returns its acknowledgement, to send unlocked.
-  Outgoing deliver(int r, const TaskId& consumer, Message msg) {
-    StageRank& rk = c_.rank(r);
-    rk.input[c_.m.local_index(consumer)] = std::move(msg.payload);
-    rk.arrived[c_.m.local_index(consumer)] = now_ns();
+  // The input is delivered; returns its acknowledgement, to send unlocked.
+  Outgoing deliver(Locked& lk, int r, const TaskId& consumer, Message msg) {
+    StageRank& rk = c_.rank(lk, r);
+    rk.input[c_.m().local_index(consumer)] = std::move(msg.payload);
+    rk.arrived[c_.m().local_index(consumer)] = now_ns();
     rk.driver->delivered(consumer, msg.tag.cost_ns);
-    c_.cv.notify_all();  // the next posted receive may now be another offer's
+    c_.notify(lk);  // the next posted receive may now be another offer's
     MessageTag ack = msg.tag;
     ack.ack = true;
     ack.offer = false;
@@ -199,9 +203,9 @@ class RendezvousDelivery final : public Delivery {
   void complete(int r, const TaskId& consumer, Message msg) {
     Outgoing ack;
     {
-      std::lock_guard lk(c_.mu);
-      if (c_.failure.failed()) return;
-      ack = deliver(r, consumer, std::move(msg));
+      Locked lk = c_.lock();
+      if (c_.failure().failed()) return;
+      ack = deliver(lk, r, consumer, std::move(msg));
     }
     c_.send(r, ack.dst, ack.tag, {});
   }
@@ -214,7 +218,7 @@ class RendezvousDelivery final : public Delivery {
 }  // namespace
 
 std::unique_ptr<Delivery> make_delivery(StageCore& core) {
-  if (core.env.dispatch.comm == CommMode::Blocking)
+  if (core.env().dispatch.comm == CommMode::Blocking)
     return std::make_unique<RendezvousDelivery>(core);
   return std::make_unique<AsyncDelivery>(core);
 }

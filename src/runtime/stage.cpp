@@ -11,52 +11,43 @@ namespace rrfp {
 
 Stage::Stage(const StageEnv& env, int stage, std::vector<std::unique_ptr<StageProgram>> programs,
              std::vector<Transport*> endpoints, TpCollective* group)
-    : core_(env, stage) {
-  const int tp = core_.tp;
+    : core_(env, stage, group) {
+  const int tp = core_.tp();
   if (static_cast<int>(programs.size()) != tp || static_cast<int>(endpoints.size()) != tp)
     throw Error("stage " + std::to_string(stage) + ": need one program and one endpoint per rank");
-  for (int r = 0; r < tp; ++r) {
-    StageRank& rk = core_.rank(r);
-    rk.program = std::move(programs[r]);
-    rk.transport = endpoints[r];
-    if (rk.local() && !rk.transport)
-      throw Error("stage " + std::to_string(stage) + ": rank " + std::to_string(r) +
-                  " has a program but no endpoint");
-    if (rk.local()) rk.driver.emplace(core_.m, *env.hint, env.dispatch, tp, stage, r);
-  }
-  core_.group = group;
+  for (int r = 0; r < tp; ++r)
+    core_.adopt(r, std::move(programs[r]), endpoints[r]);
   delivery_ = make_delivery(core_);
-  coordinator_ = make_coordinator(core_);
-  core_.delivery = delivery_.get();
+  coordinator_ = make_coordinator(core_, *delivery_);
 }
 
 void Stage::begin_step(int step, std::int64_t t0) {
-  std::lock_guard lk(core_.mu);
-  core_.step = step;
-  core_.t0 = t0;
-  for (int r = 0; r < core_.tp; ++r) {
-    StageRank& rk = core_.rank(r);
-    if (!rk.local()) continue;
+  Locked lk = core_.lock();
+  core_.begin(lk, step, t0);
+  const WorkModel& m = core_.m();
+  for (int r = 0; r < core_.tp(); ++r) {
+    if (!core_.local(r)) continue;
+    StageRank& rk = core_.rank(lk, r);
     // Sizes are the same on every rank of a group, so unlike costs they hold under `agree`.
     std::vector<std::int64_t> sizes;
-    if (core_.m.stage_of({Kind::F, 0, 0}) == core_.stage)
-      for (int mb = 0; mb < core_.m.microbatches(); ++mb)
+    if (m.stage_of({Kind::F, 0, 0}) == core_.stage())
+      for (int mb = 0; mb < m.microbatches(); ++mb)
         if (const auto size = rk.program->microbatch_size(mb)) sizes.push_back(*size);
     rk.driver->begin_step(sizes);
-    rk.input.assign(core_.m.local_slots(), Payload{});
-    rk.arrived.assign(core_.m.local_slots(), -1);
+    rk.input.assign(m.local_slots(), Payload{});
+    rk.arrived.assign(m.local_slots(), -1);
     rk.running.reset();
     rk.result = RankResult{};
   }
-  delivery_->begin_step();
-  for (int r = 0; r < core_.tp; ++r) {
+  delivery_->begin_step(lk);
+  for (int r = 0; r < core_.tp(); ++r) {
     std::vector<Message> early;
-    early.swap(core_.rank(r).early);
+    early.swap(core_.rank(lk, r).early);
     // Early messages are data and offers: a pull or an acknowledgement answers something this
     // rank sent in this step, and so cannot come before it.
     std::vector<Outgoing> replies;
     for (Message& msg : early)
-      route(r, std::move(msg), replies);
+      route(lk, r, std::move(msg), replies);
     if (!replies.empty())
       throw ProtocolError(core_.name(r) + ": a message kept for step " + std::to_string(step) +
                           " asked for a reply before the step began");
@@ -66,11 +57,11 @@ void Stage::begin_step(int step, std::int64_t t0) {
 void Stage::on_message(int r, Message&& msg) {
   std::vector<Outgoing> replies;
   {
-    std::lock_guard lk(core_.mu);
+    Locked lk = core_.lock();
     try {
-      route(r, std::move(msg), replies);
+      route(lk, r, std::move(msg), replies);
     } catch (const Error&) {
-      core_.failure.fail(std::current_exception());
+      core_.failure().fail(std::current_exception());
     }
   }
   post_sends(r, replies);
@@ -80,31 +71,34 @@ void Stage::on_message(int r, Message&& msg) {
 // output here (activations forward, gradients back).
 std::optional<TaskId> Stage::match(const Message& msg) const {
   const TaskId& p = msg.tag.producer;
-  const WorkModel& m = core_.m;
+  const WorkModel& m = core_.m();
   if (!m.valid(p) || p.kind == Kind::W) return std::nullopt;
   std::array<Dep, 2> c{};
   const int k = m.consumers(p, c);
   for (int i = 0; i < k; ++i)
-    if (c[i].cross_stage && c[i].task.kind == p.kind && m.stage_of(c[i].task) == core_.stage)
+    if (c[i].cross_stage && c[i].task.kind == p.kind && m.stage_of(c[i].task) == core_.stage())
       return c[i].task;
   return std::nullopt;
 }
 
-void Stage::route(int r, Message&& msg, std::vector<Outgoing>& replies) {
+void Stage::route(Locked& lk, int r, Message&& msg, std::vector<Outgoing>& replies) {
   const MessageTag& tag = msg.tag;
   auto where = [&] {
     return core_.name(r) + ": message " + to_string(tag) + " from rank " + std::to_string(msg.src);
   };
-  if (tag.step != core_.step) {
+  const int step = core_.step(lk);
+  const WorkModel& m = core_.m();
+  const int stage = core_.stage(), tp = core_.tp();
+  if (tag.step != step) {
     // A faster peer may already be in the next step: keep its message for then. Before its
     // first step a stage does not know that step's number (a resumed run starts past 0), so it
     // keeps whatever comes; begin_step refuses what belongs to another step.
-    if (tag.step == core_.step + 1 || core_.step < 0) {
-      core_.rank(r).early.push_back(std::move(msg));
+    if (tag.step == step + 1 || step < 0) {
+      core_.rank(lk, r).early.push_back(std::move(msg));
       return;
     }
     throw ProtocolError(where() + " belongs to no step in progress (this stage is in step " +
-                        std::to_string(core_.step) + ")");
+                        std::to_string(step) + ")");
   }
   // The state machines' refusals (a second arrival, an acknowledgement without an offer, a
   // proposal from outside the group) name the input or round; the message's name goes first.
@@ -116,57 +110,56 @@ void Stage::route(int r, Message&& msg, std::vector<Outgoing>& replies) {
     }
   };
   if (tag.ack) {
-    refusing([&] { delivery_->on_ack(r, msg); });
+    refusing([&] { delivery_->on_ack(lk, r, msg); });
   } else if (tag.pull) {
-    if (!core_.m.valid(tag.producer) || core_.m.stage_of(tag.producer) != core_.stage)
+    if (!m.valid(tag.producer) || m.stage_of(tag.producer) != stage)
       throw ProtocolError(where() + ": names no task of this stage");
-    refusing([&] { delivery_->on_pull(r, msg, replies); });
+    refusing([&] { delivery_->on_pull(lk, r, msg, replies); });
   } else if (tag.control != Control::None) {
     if (tag.control != Control::Choice && tag.control != Control::Proposal)
       throw ProtocolError(where() + ": unknown control message");
-    const int from = msg.src - core_.stage * core_.tp;
-    if (from < 0 || from >= core_.tp || from == r)
+    const int from = msg.src - stage * tp;
+    if (from < 0 || from >= tp || from == r)
       throw ProtocolError(where() + ": control messages come from this stage's own group");
-    if (!core_.m.valid(tag.producer) || core_.m.stage_of(tag.producer) != core_.stage)
+    if (!m.valid(tag.producer) || m.stage_of(tag.producer) != stage)
       throw ProtocolError(where() + ": names no task of this stage");
-    refusing([&] { coordinator_->on_control(r, from, tag); });
-    core_.cv.notify_all();
+    refusing([&] { coordinator_->on_control(lk, r, from, tag); });
+    core_.notify(lk);
   } else {
     const auto consumer = match(msg);
     if (!consumer) throw ProtocolError(where() + " matches no task this stage expects");
-    const int expected_src = core_.m.stage_of(tag.producer) * core_.tp + r;
+    const int expected_src = m.stage_of(tag.producer) * tp + r;
     if (msg.src != expected_src)
       throw ProtocolError(where() + ": " + to_string(tag.producer) + " is computed by rank " +
                           std::to_string(expected_src));
-    const StageRank& rk = core_.rank(r);
-    if (auto want = rk.program->input_bytes(*consumer);
+    if (auto want = core_.program(r).input_bytes(*consumer);
         want && !tag.offer && *want != msg.payload.size())
       throw ProtocolError(where() + " has " + std::to_string(msg.payload.size()) + " bytes; " +
                           to_string(*consumer) + " expects " + std::to_string(*want));
     if (tag.offer && !msg.payload.empty())
       throw ProtocolError(where() + ": an offer carries no payload");
-    refusing([&] { delivery_->on_data(r, *consumer, std::move(msg), replies); });
+    refusing([&] { delivery_->on_data(lk, r, *consumer, std::move(msg), replies); });
   }
-  core_.failure.bump();
+  core_.failure().bump();
 }
 
 void Stage::wake() {
-  std::lock_guard lk(core_.mu);
-  core_.cv.notify_all();
+  Locked lk = core_.lock();
+  core_.notify(lk);
 }
 
 std::string Stage::describe(std::int64_t now) const {
-  std::lock_guard lk(core_.mu);
+  const Locked lk = core_.lock();
   std::string out;
-  for (int r = 0; r < core_.tp; ++r) {
-    const StageRank& rk = core_.ranks[r];
-    if (!rk.local() || core_.step < 0) continue;
+  for (int r = 0; r < core_.tp(); ++r) {
+    const StageRank& rk = core_.rank(lk, r);
+    if (!rk.local() || core_.step(lk) < 0) continue;
     const StuckRank view = rk.driver->stuck(
         rk.running ? "running " + to_string(*rk.running) + " for " +
                          std::to_string((now - rk.running_since) / 1'000'000) + " ms"
                    : std::string());
     out += (out.empty() ? "" : " | ") +
-           rrfp::describe(view, [&](int s) { return core_.peer(s * core_.tp + r); });
+           rrfp::describe(view, [&](int s) { return core_.peer(s * core_.tp() + r); });
   }
   return out;
 }

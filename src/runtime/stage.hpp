@@ -29,16 +29,19 @@ class Stage {
   void on_message(int r, Message&& msg);       // transport context
   void wake();                                 // after a failure: every waiting rank exits
   std::string describe(std::int64_t now) const;
-  const RankResult& result(int r) const { return core_.ranks[r].result; }
-  bool local(int r) const { return core_.ranks[r].local(); }
+  const RankResult& result(int r) const { return core_.result(r); }  // after the step
+  bool local(int r) const { return core_.local(r); }
 
  private:
   // `replies`: what the message makes this rank send (rendezvous pulls and payloads, an
   // acknowledgement), posted once the stage lock is released.
-  void route(int r, Message&& msg, std::vector<Outgoing>& replies);
+  void route(Locked& lk, int r, Message&& msg, std::vector<Outgoing>& replies);
   std::optional<TaskId> match(const Message& msg) const;
-  bool execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t, std::int64_t& prev_end);
-  Payload call_program(StageRank& rk, TaskContext& ctx, const TaskId& t, Payload in);
+  bool execute(Locked& lk, int r, const TaskId& t, std::int64_t& prev_end);
+  // After task t ended at `end` with `out`: its record, and its output to its consumers.
+  void finish(Locked& lk, int r, const TaskId& t, std::int64_t start, std::int64_t end,
+              std::int64_t wait, const Payload& out, std::vector<Outgoing>& sends);
+  Payload call_program(int r, TaskContext& ctx, const TaskId& t, Payload in);
   void post_sends(int r, std::vector<Outgoing>& sends);
 
   StageCore core_;

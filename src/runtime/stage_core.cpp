@@ -1,48 +1,58 @@
 #include "runtime/stage_core.hpp"
 
-#include "runtime/delivery.hpp"
+#include "core/error.hpp"
 
 namespace rrfp {
 
-StageCore::StageCore(const StageEnv& e, int s)
-    : env(e), m(*e.model), stage(s), tp(e.tp), failure(*e.failure), ranks(e.tp) {}
+StageCore::StageCore(const StageEnv& e, int s, TpCollective* group)
+    : env_(e), m_(*e.model), stage_(s), tp_(e.tp), failure_(*e.failure), group_(group),
+      ranks_(e.tp) {}
+
+void StageCore::adopt(int r, std::unique_ptr<StageProgram> program, Transport* endpoint) {
+  StageRank& rk = ranks_[r];
+  rk.program = std::move(program);
+  rk.transport = endpoint;
+  if (rk.local() && !rk.transport)
+    throw Error(name(r) + ": has a program but no endpoint");
+  if (rk.local()) rk.driver.emplace(m_, *env_.hint, env_.dispatch, tp_, stage_, r);
+}
 
 std::string StageCore::name(int r) const {
-  return "stage " + std::to_string(stage) + (tp > 1 ? " tp rank " + std::to_string(r) : "");
+  return "stage " + std::to_string(stage_) + (tp_ > 1 ? " tp rank " + std::to_string(r) : "");
 }
 
 std::string StageCore::peer(int endpoint) const {
-  if (env.peer_name) return env.peer_name(endpoint);
-  return "stage " + std::to_string(endpoint / tp);
+  if (env_.peer_name) return env_.peer_name(endpoint);
+  return "stage " + std::to_string(endpoint / tp_);
 }
 
-void StageCore::record_blocked(int r, std::int64_t from, std::int64_t to, BlockReason why) {
+void StageCore::record_blocked(Locked&, int r, std::int64_t from, std::int64_t to,
+                               BlockReason why) {
   if (to <= from) return;
-  RankResult& res = ranks[r].result;
+  RankResult& res = ranks_[r].result;
   res.stats.blocked += to - from;
-  res.blocked.push_back(BlockedSpan{stage, r, from - t0, to - t0, why});
+  res.blocked.push_back(BlockedSpan{stage_, r, from - t0_, to - t0_, why});
 }
 
-void StageCore::send(int r, int dst, const MessageTag& tag, Payload payload) {
-  FailureState* f = &failure;
+void StageCore::send(int r, int dst, const MessageTag& tag, Payload payload) const {
+  FailureState* f = &failure_;
   auto done = [f](std::exception_ptr e) {
     if (e && !f->failed()) f->fail(e);
   };
   try {
-    ranks[r].transport->send(dst, tag, std::move(payload), done);
+    ranks_[r].transport->send(dst, tag, std::move(payload), done);
   } catch (const std::exception&) {
     done(std::current_exception());
   }
 }
 
-bool StageCore::wait(std::unique_lock<std::mutex>& lk, int r, const std::function<bool()>& done) {
-  while (!done() && !failure.failed()) {
-    // A rank waiting for its group still takes rendezvous transfers, as an idle rank does:
-    // the rank the group waits for may itself be held on a send to this stage.
-    delivery->idle(lk, r);
-    if (!done() && !failure.failed()) cv.wait(lk);
+bool StageCore::wait(Locked& lk, const std::function<bool()>& done,
+                     const std::function<void()>& meanwhile) {
+  while (!done() && !failure_.failed()) {
+    meanwhile();
+    if (!done() && !failure_.failed()) sleep(lk);
   }
-  return !failure.failed();
+  return !failure_.failed();
 }
 
 }  // namespace rrfp

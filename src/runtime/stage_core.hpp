@@ -1,8 +1,8 @@
 #pragma once
 // What the tensor-parallel ranks of one stage hosted by this process share, under one lock:
 // each rank's protocol state machines (arbiter, readiness) and program, the step, and the few
-// helpers the stage's coordinator (coordinator.hpp) and delivery (delivery.hpp) use. A plain
-// struct on purpose: it is the stage's inside, seen only by the stage's own parts.
+// helpers the stage's coordinator (coordinator.hpp) and delivery (delivery.hpp) use. What is
+// fixed at construction is read freely; what changes during a step only through a Locked.
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -22,8 +22,6 @@
 #include "runtime/program.hpp"
 
 namespace rrfp {
-
-class Delivery;
 
 // Emulated message latency of a task's output on a tensor-parallel rank (0: none).
 using LatencyFn = std::function<std::int64_t(int tp_rank, const TaskId& producer)>;
@@ -65,34 +63,79 @@ struct StageRank {
   bool local() const { return program != nullptr; }
 };
 
-struct StageCore {
-  StageCore(const StageEnv& env, int stage);
+class StageCore;
 
-  StageEnv env;
-  const WorkModel& m;
-  int stage, tp;
-  FailureState& failure;
-  TpCollective* group = nullptr;
-  Delivery* delivery = nullptr;
+// Proof that the stage's lock is held: whatever changes during a step is reached only through
+// a StageCore accessor that takes one, so a call that needs the lock says so in its type.
+class Locked {
+ public:
+  // A window without the lock (sending a message takes the receiver's): nothing reached
+  // through this Locked may be touched until relock().
+  void unlock() { lk_.unlock(); }
+  void relock() { lk_.lock(); }
 
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  std::vector<StageRank> ranks;  // by tp rank
-  int step = -1;
-  std::int64_t t0 = 0;
+ private:
+  friend class StageCore;
+  explicit Locked(std::mutex& mu) : lk_(mu) {}
+  std::unique_lock<std::mutex> lk_;
+};
 
-  StageRank& rank(int r) { return ranks[r]; }
-  RankDriver& driver(int r) { return *ranks[r].driver; }
+class StageCore {
+ public:
+  StageCore(const StageEnv& env, int stage, TpCollective* group);
+  // Set-up, before any thread of the stage runs: rank r's program and endpoint (no program:
+  // the rank lives in another process).
+  void adopt(int r, std::unique_ptr<StageProgram> program, Transport* endpoint);
+
+  // Fixed at construction: read without the lock.
+  const StageEnv& env() const { return env_; }
+  const WorkModel& m() const { return m_; }
+  int stage() const { return stage_; }
+  int tp() const { return tp_; }
+  FailureState& failure() const { return failure_; }
+  TpCollective* group() const { return group_; }
+  bool local(int r) const { return ranks_[r].local(); }
+  // Rank r's program: called by the rank's own thread alone, without the lock.
+  StageProgram& program(int r) const { return *ranks_[r].program; }
   std::string name(int r) const;         // "stage 2 tp rank 1"
   std::string peer(int endpoint) const;  // "stage 2", or as env.peer_name says
-  // Rank r was blocked from `from` to `to` (absolute ns): its stats and its trace span.
-  void record_blocked(int r, std::int64_t from, std::int64_t to, BlockReason why);
   // Sends from rank r's endpoint; a failure, now or on completion, ends the step. Call
   // without the stage lock: an in-process receiver takes its own stage's lock.
-  void send(int r, int dst, const MessageTag& tag, Payload payload);
-  // Sleeps (lock held on entry and exit) until `done` or the step failed, taking what the
-  // delivery lets an idle rank take meanwhile. False when the step failed.
-  bool wait(std::unique_lock<std::mutex>& lk, int r, const std::function<bool()>& done);
+  void send(int r, int dst, const MessageTag& tag, Payload payload) const;
+
+  Locked lock() const { return Locked(mu_); }
+  // What changes during a step, under the lock.
+  StageRank& rank(Locked&, int r) { return ranks_[r]; }
+  const StageRank& rank(const Locked&, int r) const { return ranks_[r]; }
+  RankDriver& driver(Locked&, int r) { return *ranks_[r].driver; }
+  int step(const Locked&) const { return step_; }
+  std::int64_t t0(const Locked&) const { return t0_; }
+  void begin(Locked&, int step, std::int64_t t0) {
+    step_ = step;
+    t0_ = t0;
+  }
+  // Rank r was blocked from `from` to `to` (absolute ns): its stats and its trace span.
+  void record_blocked(Locked&, int r, std::int64_t from, std::int64_t to, BlockReason why);
+  void notify(Locked&) { cv_.notify_all(); }  // wakes every rank that sleeps
+  void sleep(Locked& lk) { cv_.wait(lk.lk_); }
+  // Sleeps until `done` or the step failed, calling `meanwhile` (what an idle rank may take)
+  // before each sleep. False when the step failed.
+  bool wait(Locked& lk, const std::function<bool()>& done, const std::function<void()>& meanwhile);
+
+  // After the step's threads have ended (joined): what rank r recorded.
+  const RankResult& result(int r) const { return ranks_[r].result; }
+
+ private:
+  const StageEnv env_;
+  const WorkModel& m_;
+  const int stage_, tp_;
+  FailureState& failure_;
+  TpCollective* const group_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<StageRank> ranks_;  // by tp rank
+  int step_ = -1;
+  std::int64_t t0_ = 0;
 };
 
 }  // namespace rrfp

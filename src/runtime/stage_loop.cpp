@@ -10,14 +10,17 @@ namespace rrfp {
 
 void Stage::run_rank(int r) {
   tighten_timer_slack();
-  StageRank& rk = core_.rank(r);
-  FailureState& failure = core_.failure;
+  FailureState& failure = core_.failure();
+  const int step = [&] {
+    const Locked lk = core_.lock();
+    return core_.step(lk);
+  }();
   auto hook = [&](bool begin) {
     try {
       if (begin)
-        rk.program->begin_step(core_.step);
+        core_.program(r).begin_step(step);
       else
-        rk.program->end_step(core_.step);
+        core_.program(r).end_step(step);
       return true;
     } catch (const std::exception& e) {
       failure.fail(std::make_exception_ptr(TaskError(
@@ -26,15 +29,15 @@ void Stage::run_rank(int r) {
     }
   };
   if (hook(true)) {
-    std::unique_lock lk(core_.mu);
+    Locked lk = core_.lock();
     std::int64_t prev_end = -1;
     // With rendezvous sends a rank stays until its last send is acknowledged (the receiver
     // may be waiting to accept one of them after its own last task).
-    RankDriver& driver = *rk.driver;
+    RankDriver& driver = core_.driver(lk, r);
     while (!failure.failed() && !driver.done()) {
       delivery_->idle(lk, r);
       if (driver.held() || driver.finished()) {
-        core_.cv.wait(lk);
+        core_.sleep(lk);
         prev_end = -1;
         continue;
       }
@@ -44,17 +47,18 @@ void Stage::run_rank(int r) {
         // choose() may have released the lock (an agree round): an offer that came meanwhile
         // has already had its wake-up.
         if (delivery_->idle(lk, r)) continue;
-        core_.cv.wait(lk);
+        core_.sleep(lk);
         prev_end = -1;  // the next dispatch waited for an input: not a dispatch gap
         continue;
       }
       if (!execute(lk, r, *t, prev_end)) break;
     }
-    rk.result.peak_d = driver.arbiter().peak_outstanding();
-    rk.result.peak_pending_w = driver.arbiter().peak_pending_w();
+    RankResult& res = core_.rank(lk, r).result;
+    res.peak_d = driver.arbiter().peak_outstanding();
+    res.peak_pending_w = driver.arbiter().peak_pending_w();
     if (const AgreeRound* a = driver.agree()) {
-      rk.result.rounds = a->rounds();
-      rk.result.failed_rounds = a->failed_rounds();
+      res.rounds = a->rounds();
+      res.failed_rounds = a->failed_rounds();
     }
     const bool ok = !failure.failed();
     lk.unlock();
@@ -63,36 +67,36 @@ void Stage::run_rank(int r) {
   failure.worker_done();
 }
 
-Payload Stage::call_program(StageRank& rk, TaskContext& ctx, const TaskId& t, Payload in) {
+Payload Stage::call_program(int r, TaskContext& ctx, const TaskId& t, Payload in) {
+  StageProgram& p = core_.program(r);
   switch (t.kind) {
     case Kind::F:
-      return rk.program->forward(ctx, t.chunk, t.mb, std::move(in));
+      return p.forward(ctx, t.chunk, t.mb, std::move(in));
     case Kind::B:
-      return rk.program->backward(ctx, t.chunk, t.mb, std::move(in));
+      return p.backward(ctx, t.chunk, t.mb, std::move(in));
     case Kind::W:
-      rk.program->weight_grad(ctx, t.chunk, t.mb);
+      p.weight_grad(ctx, t.chunk, t.mb);
       return {};
   }
   return {};
 }
 
-bool Stage::execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t,
-                    std::int64_t& prev_end) {
-  StageRank& rk = core_.rank(r);
-  FailureState& failure = core_.failure;
-  const WorkModel& m = core_.m;
-  Payload in = std::move(rk.input[m.local_index(t)]);
+bool Stage::execute(Locked& lk, int r, const TaskId& t, std::int64_t& prev_end) {
+  FailureState& failure = core_.failure();
+  StageRank& rk = core_.rank(lk, r);
+  Payload in = std::move(rk.input[core_.m().local_index(t)]);
   const std::int64_t start = now_ns();
   rk.running = t;
   rk.running_since = start;
+  if (prev_end >= 0) rk.result.gaps.push_back(start - prev_end);
+  TaskContext ctx(core_.stage(), r, core_.step(lk), t, core_.tp() > 1 ? core_.group() : nullptr,
+                  &failure);
   lk.unlock();
   failure.bump();
-  if (prev_end >= 0) rk.result.gaps.push_back(start - prev_end);
-  TaskContext ctx(core_.stage, r, core_.step, t, core_.tp > 1 ? core_.group : nullptr, &failure);
   Payload out;
   bool ok = true;
   try {
-    out = call_program(rk, ctx, t, std::move(in));
+    out = call_program(r, ctx, t, std::move(in));
   } catch (const Aborted&) {
     ok = false;
   } catch (const CollectiveMismatchError&) {
@@ -110,37 +114,44 @@ bool Stage::execute(std::unique_lock<std::mutex>& lk, int r, const TaskId& t,
   const std::int64_t end = now_ns();
   failure.bump();
   std::vector<Outgoing> sends;
-  lk.lock();
-  rk.running.reset();
+  lk.relock();
+  core_.rank(lk, r).running.reset();
   if (!ok) return false;
-  const std::int64_t wait = ctx.collective_wait_ns();
-  const std::int64_t t0 = core_.t0;
-  RankResult& res = rk.result;
-  TaskRecord rec{t, core_.stage, r, start - t0, end - wait - t0, end - t0};
-  if (const std::int64_t at = rk.arrived[m.local_index(t)]; at >= 0) rec.input_at = at - t0;
-  res.tasks.push_back(rec);
-  res.stats.busy += end - wait - start;
-  core_.record_blocked(r, end - wait, end, BlockReason::Collective);
-  for (const Dep& c : rk.driver->task_ended(t, end - start)) {
-    if (c.cross_stage)
-      delivery_->output(r, t, c.task, out, end, end - start, sends);
-    else if (c.task.kind == t.kind)
-      rk.input[m.local_index(c.task)] = out;  // the next chunk on this stage
-  }
+  finish(lk, r, t, start, end, ctx.collective_wait_ns(), out, sends);
   if (!sends.empty()) {
     lk.unlock();
     post_sends(r, sends);
-    lk.lock();
+    lk.relock();
   }
   prev_end = end;
   return true;
 }
 
+void Stage::finish(Locked& lk, int r, const TaskId& t, std::int64_t start, std::int64_t end,
+                   std::int64_t wait, const Payload& out, std::vector<Outgoing>& sends) {
+  const WorkModel& m = core_.m();
+  const std::int64_t t0 = core_.t0(lk);
+  StageRank& rk = core_.rank(lk, r);
+  RankResult& res = rk.result;
+  TaskRecord rec{t, core_.stage(), r, start - t0, end - wait - t0, end - t0};
+  if (const std::int64_t at = rk.arrived[m.local_index(t)]; at >= 0) rec.input_at = at - t0;
+  res.tasks.push_back(rec);
+  res.stats.busy += end - wait - start;
+  core_.record_blocked(lk, r, end - wait, end, BlockReason::Collective);
+  for (const Dep& c : rk.driver->task_ended(t, end - start)) {
+    if (c.cross_stage)
+      delivery_->output(lk, r, t, c.task, out, end, end - start, sends);
+    else if (c.task.kind == t.kind)
+      rk.input[m.local_index(c.task)] = out;  // the next chunk on this stage
+  }
+}
+
 // Sends never wait for the receiver; with emulated latency they leave from the delay line.
 void Stage::post_sends(int r, std::vector<Outgoing>& sends) {
+  const StageEnv& env = core_.env();
   for (Outgoing& s : sends) {
-    if (core_.env.delay && s.due > now_ns())
-      core_.env.delay->post(s.due, [this, r, s = std::move(s)]() mutable {
+    if (env.delay && s.due > now_ns())
+      env.delay->post(s.due, [this, r, s = std::move(s)]() mutable {
         core_.send(r, s.dst, s.tag, std::move(s.payload));
       });
     else
