@@ -374,5 +374,21 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
   kill -9 $first
   wait $first 2>/dev/null
 fi
+# Runs bigger than the memory rrfp may take are refused before they start, with the estimate
+# and the memory (RRFP_MEMORY_LIMIT stands in for a small machine); one that fits runs. A
+# budget is kept: a plan whose first start order outlasts it stops there, saying so.
+export RRFP_MEMORY_LIMIT=64M
+check "simulate: 4 runs of 0.6M tasks: about 0.3 GB of memory" simulate --pp 512 -m 512
+check "RRFP_MEMORY_LIMIT allows 0.1 GB: lower --pp, --microbatches or --tp" run --pp 512 -m 512 --hint bf
+check "schedule show: 0.5M tasks: about 0.1 GB" schedule show --pp 512 -m 512
+check "plan: orders of 1.0M tasks" plan --pp 512 -m 512 --tp 2
+"$rrfp" simulate --pp 64 -m 64 --hint bf --policy ready >/dev/null ||
+  { echo "FAIL: a run within RRFP_MEMORY_LIMIT"; fails=$((fails + 1)); }
+RRFP_MEMORY_LIMIT=lots check "RRFP_MEMORY_LIMIT: 'lots' is not a size" simulate
+unset RRFP_MEMORY_LIMIT
+check "available: lower --pp, --microbatches or --tp" simulate --pp 4096 -m 3125 --tp 1024 --hint bf --policy ready
+"$rrfp" plan --pp 256 -m 256 --budget 0.05 --exact off >"$tmp/plan.txt" 2>&1 &&
+  grep -q "the budget was spent before" "$tmp/plan.txt" ||
+  { echo "FAIL: plan --budget 0.05 at 256x256 kept no budget:"; cat "$tmp/plan.txt"; fails=$((fails + 1)); }
 echo "cli bad-input checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -4,7 +4,9 @@
 
 #include <iostream>
 
+#include "cli/estimate.hpp"
 #include "core/error.hpp"
+#include "core/format.hpp"
 
 namespace rrfp {
 
@@ -75,6 +77,20 @@ std::vector<RunSpec> plan_runs(const ExperimentFlags& flags, const PipelineConfi
             {f.hint, Policy::Ready, comm, ""}};
   const Policy p = parse_policy(f.policy);
   return {{f.hint, p, comm, ""}};
+}
+
+void check_runs_fit(const char* command, const Scenario& sc, const std::vector<RunSpec>& runs) {
+  double tasks = 0;
+  for (const RunSpec& r : runs) {
+    const bool split = resolve_split(sc.split_mode, r.hint);
+    tasks +=
+        static_cast<double>(sc.cfg.pp) * sc.cfg.vpp * sc.cfg.microbatches * (split ? 3 : 2) * sc.tp;
+  }
+  check_fits(std::string(command) + ": " + std::to_string(runs.size()) + " run" +
+                 (runs.size() == 1 ? "" : "s") + " of " +
+                 fmt("%.1fM", tasks / 1e6 / static_cast<double>(runs.size())) + " tasks",
+             tasks, kSimulateCost,
+             "--pp, --microbatches or --tp, or give one --hint and --policy (one run)");
 }
 
 void write_reports(const ExperimentFlags& f, const ReportHeader& h,

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "cli/estimate.hpp"
 #include "cli/experiment_cmd.hpp"
 #include "core/error.hpp"
 #include "core/hint_io.hpp"
@@ -136,6 +137,9 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
           << "\n";
   human << line("\nsearch: %.3f ms, found by %s; %lld orders in %.1f s\n", ms(s.makespan),
                 s.found_by.c_str(), static_cast<long long>(s.evaluations), s.seconds);
+  if (s.starts_skipped > 0)
+    human << line("search: the budget was spent before %d start orders could be tried\n",
+                  s.starts_skipped);
   if (best.ran_exact)
     human << line(
         "exact:  %.3f ms, %s; %lld nodes in %.1f s (root bound %.3f ms)\n", ms(best.exact.makespan),
@@ -157,6 +161,7 @@ nlohmann::json plan_json(const Scenario& sc, const PlanProblem& p, const ReportR
                {"lower_bound_ms", ms(bound)},
                {"search_ms", ms(s.makespan)},
                {"search_found_by", s.found_by},
+               {"starts_skipped", s.starts_skipped},
                {"evaluations", s.evaluations},
                {"search_seconds", s.seconds},
                {"limit", p.limit},
@@ -182,6 +187,8 @@ void run_plan(const PlanFlags& f) {
   if (sc.split_mode == "auto" && !sc.replay_path.empty())
     sc.cfg.split_backward = replay_records_split(sc.replay_path, sc.tp, sc.trace);
   const WorkModel m(sc.cfg);
+  check_fits("plan: orders of " + fmt("%.1fM", m.num_tasks() * sc.tp / 1e6) + " tasks",
+             static_cast<double>(m.num_tasks()) * sc.tp, kPlanCost, "--pp, --microbatches or --tp");
   const RealizedWork work = realized_work(sc, m);
   const PlanProblem p = make_problem(m, work, parse_comm(f.dispatch.comm), sc.tp_protocol, sc.limit,
                                      sc.max_pending_w);

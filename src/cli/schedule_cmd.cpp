@@ -2,8 +2,10 @@
 // `rrfp schedule check FILE`: validate a hint file against a pipeline shape.
 #include <iostream>
 
+#include "cli/estimate.hpp"
 #include "cli/options.hpp"
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/hint_io.hpp"
 #include "sim/simulator.hpp"
 
@@ -63,6 +65,8 @@ WorkModel model_for(const ScheduleFlags& f, const std::string& hint) {
 
 void show(const ScheduleFlags& f) {
   WorkModel m = model_for(f, f.hint);
+  check_fits("schedule show: " + fmt("%.1fM", m.num_tasks() / 1e6) + " tasks",
+             static_cast<double>(m.num_tasks()), kScheduleCost, "--pp or --microbatches");
   Hint h = make_hint(f.hint, m);
   std::cout << "hint " << h.name << ": P=" << m.pp() << " V=" << m.vpp()
             << " M=" << m.microbatches() << (m.split() ? " split backward" : "") << "\n\n"

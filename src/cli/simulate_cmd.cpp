@@ -13,8 +13,12 @@ void setup_simulate(CLI::App& app) {
   sub->callback([f, comm] {
     f->dispatch.comm_given = comm->count() > 0;
     const Scenario sc = make_scenario(*f);
+    const std::vector<RunSpec> specs = plan_runs(*f, sc.cfg);
+    check_runs_fit("simulate", sc, specs);  // before check_spec builds the hints' orders
+    for (const RunSpec& spec : specs)
+      check_spec(sc, spec);
     std::vector<ReportRun> runs;
-    for (const RunSpec& spec : plan_runs(*f, sc.cfg))
+    for (const RunSpec& spec : specs)
       runs.push_back(run_scenario(sc, spec));
     write_reports(*f, header_of(sc), runs);
   });

@@ -115,19 +115,30 @@ class Searcher {
                           simulate(p_.m(), h, p_.w(), sim_options(p_, Policy::Ready, true)));
   }
 
+  // Past the budget with a feasible order in hand: the rest of the starts are skipped.
+  bool starts_spent(int left) {
+    if (!spent() || res_.makespan == 0) return false;
+    res_.starts_skipped += left;
+    return true;
+  }
+
   void starts() {
     const WorkModel& m = p_.m();
-    for (const std::string& name : hint_names()) {
+    const std::vector<std::string>& names = hint_names();
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (starts_spent(static_cast<int>(names.size() - i) + 1)) return;
       Hint h;
       try {
-        h = make_hint(name, m);
+        h = make_hint(names[i], m);
       } catch (const InputError&) {
         continue;  // does not fit this shape (zb-* without a split, interleaved with V = 1, ...)
       }
       // What the hint's order would do under the fixed policy, and what rrfp makes of it.
-      if (h.is_list()) start("fixed " + name, h.list());
-      start("ready " + name, realized(h));
+      if (h.is_list()) start("fixed " + names[i], h.list());
+      if (starts_spent(static_cast<int>(names.size() - i))) return;
+      start("ready " + names[i], realized(h));
     }
+    if (starts_spent(1)) return;
     std::vector<double> prio(g_.n);
     for (int j = 0; j < g_.n; ++j)
       prio[j] = static_cast<double>(g_.tail[j] + g_.dur[j]);

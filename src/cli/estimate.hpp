@@ -1,0 +1,33 @@
+#pragma once
+// Memory and time a run will need, estimated before it starts from the number of tasks it
+// holds: a run bigger than the machine's available memory is refused at once (exit 2, with the
+// estimate and what the machine has) instead of swapping or being killed an hour later; a
+// large one that fits says what it will take on a terminal before it starts.
+#include <cstdint>
+#include <string>
+
+namespace rrfp {
+
+// Bytes and seconds per task of each command, measured on the reference VM (2-core AMD EPYC,
+// Release; docs/reliability.md): the marginal cost between a run of 0.5M and one of 2M tasks,
+// rounded up.
+struct TaskCost {
+  double bytes;    // held at the peak, per task (per task and TP rank for simulated runs)
+  double seconds;  // of work per task
+};
+inline constexpr TaskCost kSimulateCost{130, 1.3e-6};  // a simulated run, its records kept
+inline constexpr TaskCost kScheduleCost{160, 0.8e-6};  // `schedule show`: the order and its diagram
+inline constexpr TaskCost kPlanCost{190, 1.5e-6};      // `plan`: graph, orders, per evaluation
+
+// The memory this process may still take: the least of MemAvailable, the cgroup's limit and
+// RRFP_MEMORY_LIMIT (bytes, or a number with K, M or G) where each is there; 0 when none is.
+std::int64_t available_memory();
+
+// `what` ("simulate: 4 runs of 99.9M tasks") needs `tasks` tasks at `cost`, `evaluations`
+// times over for the time. Throws InputError naming `what`, the estimate, the available memory
+// and `lower` (the flags that shrink it) when it does not fit; prints the estimate to stderr
+// when it needs more than 1 GB or 10 s and stderr is a terminal.
+void check_fits(const std::string& what, double tasks, const TaskCost& cost,
+                const std::string& lower, double evaluations = 1);
+
+}  // namespace rrfp
