@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <new>
 
 #include "cli/options.hpp"
 #include "cli/train_flags.hpp"
@@ -41,6 +42,10 @@ int cli_main(int argc, char** argv) {
     return 2;
   } catch (const Error& e) {
     print_line("rrfp: run failed: " + as_flags(e.what()));
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // What no estimate foresaw: one line, not an abort.
+    print_line("rrfp: run failed: out of memory (an allocation failed); lower the run's size");
     return 1;
   } catch (const std::exception& e) {
     print_line(std::string("rrfp: internal error: ") + e.what());

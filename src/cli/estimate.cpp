@@ -2,68 +2,14 @@
 
 #include <unistd.h>
 
-#include <algorithm>
-#include <cctype>
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 
-#include "core/error.hpp"
 #include "core/format.hpp"
+#include "core/memory.hpp"
 
 namespace rrfp {
 
 namespace {
-
-std::int64_t meminfo_available() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  std::int64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
-
-std::int64_t cgroup_limit() {
-  std::ifstream in("/sys/fs/cgroup/memory.max");  // cgroup v2; "max" when unlimited
-  std::string v;
-  if (!(in >> v) || v == "max") return 0;
-  try {
-    return std::stoll(v);
-  } catch (...) {
-    return 0;
-  }
-}
-
-// RRFP_MEMORY_LIMIT: bytes, or with a K, M or G suffix (powers of 1024); 0 when unset.
-std::int64_t env_limit() {
-  const char* v = std::getenv("RRFP_MEMORY_LIMIT");
-  if (!v || !*v) return 0;
-  const std::string s(v);
-  size_t used = 0;
-  double n = -1;
-  try {
-    n = std::stod(s, &used);
-  } catch (...) {
-    used = 0;
-  }
-  double unit = 1;
-  if (used + 1 == s.size()) {
-    const char u = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
-    unit = u == 'K' ? 1024.0 : u == 'M' ? 1024.0 * 1024 : u == 'G' ? 1024.0 * 1024 * 1024 : 0;
-    if (unit > 0) ++used;
-  }
-  if (used == 0 || used != s.size() || !(n > 0) || n * unit > 1e18)
-    throw InputError("RRFP_MEMORY_LIMIT: '" + s.substr(0, 30) +
-                     "' is not a size (bytes, or a number with K, M or G, above 0)");
-  return static_cast<std::int64_t>(n * unit);
-}
-
-std::string gb(double bytes) {
-  return fmt("%.1f GB", bytes / 1e9);
-}
 
 std::string duration(double s) {
   if (s < 120) return fmt("%.0f s", s);
@@ -73,27 +19,15 @@ std::string duration(double s) {
 
 }  // namespace
 
-std::int64_t available_memory() {
-  std::int64_t have = 0;
-  for (const std::int64_t v : {meminfo_available(), cgroup_limit(), env_limit()})
-    if (v > 0) have = have > 0 ? std::min(have, v) : v;
-  return have;
-}
-
 void check_fits(const std::string& what, double tasks, const TaskCost& cost,
                 const std::string& lower, double evaluations) {
   const double bytes = tasks * cost.bytes, seconds = tasks * cost.seconds * evaluations;
-  const std::int64_t have = available_memory();
-  const std::string estimate =
-      what + ": about " + gb(bytes) + " of memory and " + duration(seconds) + " of work";
-  if (have > 0 && bytes > static_cast<double>(have))
-    throw InputError(estimate + "; " +
-                     (have == env_limit() ? "RRFP_MEMORY_LIMIT allows " : "this machine has ") +
-                     gb(static_cast<double>(have)) + (have == env_limit() ? "" : " available") +
-                     ": lower " + lower);
+  const std::string work = " and " + duration(seconds) + " of work";
+  check_memory(bytes, what, work, lower);
   // On a terminal only, like the runs' progress lines: logs and pipes keep one line per error.
   if ((bytes > 1e9 || seconds > 10) && ::isatty(STDERR_FILENO)) {
-    std::fprintf(stderr, "rrfp: %s (estimated)\n", estimate.c_str());
+    std::fprintf(stderr, "rrfp: %s: about %s of memory%s (estimated)\n", what.c_str(),
+                 gigabytes(bytes).c_str(), work.c_str());
     std::fflush(stderr);
   }
 }

@@ -19,14 +19,10 @@ inline constexpr TaskCost kSimulateCost{130, 1.3e-6};  // a simulated run, its r
 inline constexpr TaskCost kScheduleCost{160, 0.8e-6};  // `schedule show`: the order and its diagram
 inline constexpr TaskCost kPlanCost{190, 1.5e-6};      // `plan`: graph, orders, per evaluation
 
-// The memory this process may still take: the least of MemAvailable, the cgroup's limit and
-// RRFP_MEMORY_LIMIT (bytes, or a number with K, M or G) where each is there; 0 when none is.
-std::int64_t available_memory();
-
 // `what` ("simulate: 4 runs of 99.9M tasks") needs `tasks` tasks at `cost`, `evaluations`
 // times over for the time. Throws InputError naming `what`, the estimate, the available memory
-// and `lower` (the flags that shrink it) when it does not fit; prints the estimate to stderr
-// when it needs more than 1 GB or 10 s and stderr is a terminal.
+// (core/memory.hpp) and `lower` (the flags that shrink it) when it does not fit; prints the
+// estimate to stderr when it needs more than 1 GB or 10 s and stderr is a terminal.
 void check_fits(const std::string& what, double tasks, const TaskCost& cost,
                 const std::string& lower, double evaluations = 1);
 

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
+#include "core/memory.hpp"
 #include "sim/trace_formats.hpp"
 
 namespace rrfp {
@@ -222,9 +223,25 @@ namespace {
 
 std::vector<Doc> parse_docs(const std::vector<std::pair<std::string, std::string>>& files) {
   if (files.empty()) throw InputError("no trace files to read");
+  // Every file's parse is costed before any is parsed: together they must fit (three files of
+  // `{}` objects each under the size cap ended in an uncaught bad_alloc).
+  std::vector<std::string> unzipped(files.size());
+  double bytes = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto& [origin, text] = files[i];
+    if (gzipped(text)) unzipped[i] = gunzip(text, origin);
+    bytes += json_parse_bytes(gzipped(text) ? unzipped[i] : text, origin);
+  }
+  const std::string what =
+      files.size() == 1 ? files[0].first : std::to_string(files.size()) + " trace files";
+  check_memory(bytes, what + ": parsing the trace", "",
+               "the trace's size (fewer events, or steps)");
   std::vector<Doc> docs;
-  for (const auto& [origin, text] : files)
-    docs.push_back({origin, parse_json(gzipped(text) ? gunzip(text, origin) : text, origin)});
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto& [origin, text] = files[i];
+    docs.push_back({origin, parse_json(gzipped(text) ? unzipped[i] : text, origin, false)});
+    std::string().swap(unzipped[i]);
+  }
   return docs;
 }
 
