@@ -6,12 +6,17 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "core/error.hpp"
 #include "core/task.hpp"
+#include "mutate.hpp"
 #include "report/predict.hpp"
+#include "report/report.hpp"
 #include "sim/replay.hpp"
 #include "sim/trace_import.hpp"
 #include "sim_helpers.hpp"
@@ -74,7 +79,7 @@ void for_each_receive(const StepRecord& r, const WorkModel& m, Emit emit) {
 // spans, ProfilerStep#N, absolute microsecond clocks); CPU spans twice as long as the device's
 // gpu_user_annotation spans, which the importer must prefer.
 std::vector<std::pair<std::string, std::string>> kineto_files(const StepRecord& r,
-                                                              const WorkModel& m) {
+                                                              const WorkModel& m, bool zip = true) {
   const double base = 1e9;  // an epoch-like clock
   std::vector<json> docs(m.pp());
   for (int s = 0; s < m.pp(); ++s) {
@@ -116,7 +121,8 @@ std::vector<std::pair<std::string, std::string>> kineto_files(const StepRecord& 
   });
   std::vector<std::pair<std::string, std::string>> files;
   for (int s = m.pp() - 1; s >= 0; --s)  // file order must not matter: distributedInfo says
-    files.emplace_back("rank" + std::to_string(s) + ".json.gz", gzip(docs[s].dump()));
+    files.emplace_back("rank" + std::to_string(s) + (zip ? ".json.gz" : ".json"),
+                       zip ? gzip(docs[s].dump()) : docs[s].dump());
   return files;
 }
 
@@ -328,6 +334,54 @@ TEST(TraceFormats, RefusesWhatItCannotMap) {
   refused({{"r0.json", one_rank}}, "no megatron task events", forced);
   forced.format = "nvtx";
   refused({{"r0.json", one_rank}}, "expected auto, rrfp, torch or megatron", forced);
+}
+
+// The trace importers and the stepped CSV under the suite's mutation fuzzer (mutate.hpp): rrfp's
+// own trace, Kineto's layout (one file of two mutated, or its gzip bytes), Megatron's timers and
+// a CSV of two steps, each edited at random, must be accepted or refused with an InputError,
+// never crash or throw anything else. RRFP_FUZZ_ITERS=N runs N inputs.
+TEST(Fuzz, TraceImportersSurviveMutatedTraces) {
+  WorkModel m(config(2, 4, 1, true));
+  RealizedWork w = realize(workload_preset("paper"), m, 1, 3);
+  const StepRecord r = simulated(m, "bfw", Policy::Ready, w);
+  ReportRun run;
+  run.label = "fuzz";
+  run.cfg = m.config();
+  run.result = r;
+  const std::string path = ::testing::TempDir() + "rrfp-fuzz-trace.json";
+  write_chrome_trace(path, {run});
+  std::ifstream in(path);
+  const std::string own((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  const auto kineto = kineto_files(r, m, false), kineto_gz = kineto_files(r, m);
+  const std::string megatron = megatron_file(r, m, 1, 2, false);
+  const std::string csv = replay_csv(m, {{0, w}, {1, w}});
+  int accepted = 0, refused = 0;
+  const int n = fuzz_iterations(3000);
+  for (int i = 0; i < n; ++i) {
+    auto attempt = [&](const std::string& what, auto&& fn) {
+      try {
+        fn();
+        ++accepted;
+      } catch (const InputError&) {
+        ++refused;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << what << " input " << i << ": untyped exception '" << e.what() << "'";
+      }
+    };
+    attempt("rrfp", [&] { import_trace_texts({{"t.json", mutate(own, 91, i)}}, m, 1); });
+    attempt("kineto", [&] {
+      auto files = i % 4 == 0 ? kineto_gz : kineto;
+      files[i % 2].second = mutate(files[i % 2].second, 92, i);
+      import_trace_texts(files, m, 1);
+    });
+    attempt("megatron", [&] { import_trace_texts({{"m.json", mutate(megatron, 93, i)}}, m, 1); });
+    attempt("csv", [&] { parse_replay_csv(mutate(csv, 94, i), m, 1, "fuzz", i % 3 - 1); });
+  }
+  std::printf("fuzzed traces and CSVs: %d inputs, %d accepted, %d refused\n", 4 * n, accepted,
+              refused);
+  EXPECT_GT(refused, n);  // most edits break something
+  EXPECT_GT(accepted, 0);
 }
 
 }  // namespace
