@@ -177,7 +177,7 @@ for i in $(seq 1 60); do
     3) args=(plan --pp 2 -m 4 --max-evaluations 5 --exact off --out "$p") ;;
     4) args=(schedule show --pp 2 -m 4 --out "$p") ;;
   esac
-  timeout 20 "$rrfp" "${args[@]}" >/dev/null 2>"$tmp/op.err"; rc=$?
+  (cd "$tmp" && timeout 20 "$rrfp" "${args[@]}" >/dev/null 2>"$tmp/op.err"); rc=$?
   if [ "$rc" -gt 2 ] || [ "$(wc -l <"$tmp/op.err")" -gt 1 ]; then
     echo "FAIL: rrfp ${args[*]} -> rc=$rc, $(wc -l <"$tmp/op.err") stderr lines: $(head -c 300 "$tmp/op.err")"
     fails=$((fails + 1))

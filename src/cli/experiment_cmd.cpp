@@ -82,9 +82,9 @@ std::vector<RunSpec> plan_runs(const ExperimentFlags& flags, const PipelineConfi
 void check_runs_fit(const char* command, const Scenario& sc, const std::vector<RunSpec>& runs) {
   double tasks = 0;
   for (const RunSpec& r : runs) {
-    const bool split = resolve_split(sc.split_mode, r.hint);
+    const PipelineConfig c = config_for(sc, r);
     tasks +=
-        static_cast<double>(sc.cfg.pp) * sc.cfg.vpp * sc.cfg.microbatches * (split ? 3 : 2) * sc.tp;
+        static_cast<double>(c.pp) * c.vpp * c.microbatches * (c.split_backward ? 3 : 2) * sc.tp;
   }
   check_fits(std::string(command) + ": " + std::to_string(runs.size()) + " run" +
                  (runs.size() == 1 ? "" : "s") + " of " +

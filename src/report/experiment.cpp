@@ -39,10 +39,14 @@ ReportHeader header_of(const Scenario& sc) {
   return h;
 }
 
-void check_spec(const Scenario& sc, const RunSpec& spec) {
+PipelineConfig config_for(const Scenario& sc, const RunSpec& spec) {
   PipelineConfig cfg = sc.cfg;
   cfg.split_backward = resolve_split(sc.split_mode, spec.hint);
-  WorkModel m(cfg);
+  return cfg;
+}
+
+void check_spec(const Scenario& sc, const RunSpec& spec) {
+  WorkModel m(config_for(sc, spec));
   const Hint hint = make_hint(spec.hint, m);
   ArbiterOptions a;
   a.policy = spec.policy;
@@ -65,8 +69,7 @@ RealizedWork realized_work(const Scenario& sc, const WorkModel& m) {
 }
 
 ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec) {
-  PipelineConfig cfg = sc.cfg;
-  cfg.split_backward = resolve_split(sc.split_mode, spec.hint);
+  const PipelineConfig cfg = config_for(sc, spec);
   WorkModel m(cfg);
   Hint hint = make_hint(spec.hint, m);
   const RealizedWork work = realized_work(sc, m);

@@ -39,6 +39,9 @@ bool resolve_split(const std::string& mode, const std::string& hint);
 PipelineConfig make_config(int pp, int vpp, int microbatches, const std::string& placement,
                            const std::string& split_mode, const std::string& hint);
 std::string default_label(const RunSpec& r);
+// The scenario's shape for one run: its split backward resolved for the run's hint, once here
+// for every caller (checks, estimates, the run itself).
+PipelineConfig config_for(const Scenario& sc, const RunSpec& spec);
 // What executes one run: the simulator, or the emulated runtime (`rrfp run`).
 using Executor = std::function<StepRecord(const WorkModel&, const Hint&, const RealizedWork&,
                                           const SimOptions&)>;
