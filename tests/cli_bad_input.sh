@@ -427,5 +427,17 @@ check "available: lower --pp, --microbatches or --tp" simulate --pp 4096 -m 3125
 "$rrfp" plan --pp 256 -m 256 --budget 0.05 --exact off >"$tmp/plan.txt" 2>&1 &&
   grep -q "the budget was spent before" "$tmp/plan.txt" ||
   { echo "FAIL: plan --budget 0.05 at 256x256 kept no budget:"; cat "$tmp/plan.txt"; fails=$((fails + 1)); }
+# A machine that cannot start every compute thread (3 GB of address space, 1,600 threads for
+# --tp 200): the run fails in its last line, exit 1 (it aborted, "terminate called without an
+# active exception").
+# Sanitized builds do not start under such a limit at all: the probe skips them.
+if (ulimit -v 3000000 && "$rrfp" --help >/dev/null 2>&1); then
+  (ulimit -v 3000000 && timeout 60 "$rrfp" run --tp 200 >/dev/null 2>"$tmp/thr.err"); rc=$?
+  if [ "$rc" -ne 1 ] ||
+    ! tail -1 "$tmp/thr.err" | grep -q "run failed: runtime: could not start compute thread .* lower --tp or --pp"; then
+    echo "FAIL: run --tp 200 under a 3 GB address limit -> rc=$rc: $(head -c 300 "$tmp/thr.err")"
+    fails=$((fails + 1))
+  fi
+fi
 echo "cli bad-input checks: $fails failed"
 [ "$fails" -eq 0 ]

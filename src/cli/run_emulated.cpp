@@ -66,9 +66,9 @@ class EmulatedRuns {
         root_(!world || world->rank() == 0),
         // Over MPI, --compare simulates messages as the transport delivers them: a file, or a
         // calibration of this job's transport before each round (every process takes part).
-        // A calibration of a few seconds reads this VM's 32 MiB copies 7-25% apart from one to
-        // the next while the steps of the rounds after it hold within 3%
-        // (docs/results-twin.md): each round's sample is taken next to its steps, and the
+        // A calibration of a few seconds reads 32 MiB copies further apart from one to the
+        // next than the steps of the rounds after it vary (measured: docs/design-decisions.md,
+        // "Processes (Open MPI)"): each round's sample is taken next to its steps, and the
         // model is their median.
         calibrate_each_round_(world && f.compare &&
                               (f.calibration.empty() || f.calibration == "baseline")),
@@ -106,12 +106,12 @@ class EmulatedRuns {
   }
 
   // Untimed steps first, as any benchmark takes: they fill the output and receive pools, so
-  // the measured steps map no fresh memory (a fresh 32 MiB buffer costs 17-23 ms of page
-  // faults on the reference VM, a reused one 1.4-2.7 ms). How many buffers a step holds at
-  // once depends on its timing, so one warm-up step may not reach the peak: up to
-  // --warmup-extra more follow while the last one still mapped a buffer in any process (every
-  // process takes the same decision). Then --repeat timed steps, each merged over the job's
-  // processes.
+  // the measured steps map no fresh memory (a fresh buffer's page faults make it far slower
+  // to fill than a reused one; measured: docs/data/twin-history.md, "What the 32 MiB lean is
+  // not"). How many buffers a step holds at once depends on its timing, so one warm-up step
+  // may not reach the peak: up to --warmup-extra more follow while the last one still mapped a
+  // buffer in any process (every process takes the same decision). Then --repeat timed steps,
+  // each merged over the job's processes.
   void warm_up_and_time(Runtime& rt) {
     int k = 0;
     for (std::int64_t fresh = 0; k < f_.warmup || (fresh > 0 && k < f_.warmup + f_.warmup_extra);

@@ -22,9 +22,9 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   Payload get(std::size_t n, bool* fresh = nullptr);
 
   // Buffers every pool of this process has mapped afresh so far. A step that maps one pays
-  // its page faults (a fresh 32 MiB buffer took 17-23 ms to fill on the reference VM, a
-  // reused one 1.4-2.7 ms), so a runtime reports the count per step (StepResult::fresh_buffers)
-  // and `rrfp run` warms up until a step maps none.
+  // its page faults (a fresh buffer takes far longer to fill than a reused one; measured:
+  // docs/data/twin-history.md, "What the 32 MiB lean is not"), so a runtime reports the count
+  // per step (StepResult::fresh_buffers) and `rrfp run` warms up until a step maps none.
   static std::uint64_t fresh_total();
 
  private:

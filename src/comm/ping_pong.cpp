@@ -80,8 +80,9 @@ double PingPong::round(const PingPongOptions& o, const std::function<void()>& ba
   }
   // The first message's pages are written before the clock starts: a fresh buffer maps its
   // pages inside the first transfer, which at 32 MiB (always a fresh mapping in glibc) cost more
-  // than the transfer itself on the reference VM and made two round trips measure 1.4 GB/s
-  // where 31 MiB measured 12. A stream sends this one buffer every time (without sources).
+  // than the transfer itself and made two round trips read a fraction of what 31 MiB read
+  // (measured: docs/twin.md, "Calibrating to a transport"). A stream sends this one buffer
+  // every time (without sources).
   Payload first;
   if (o.initiator != o.stream || o.both_ways)  // the sender's
     first = o.sources > 0 ? next_source({}) : written(o.bytes);

@@ -23,9 +23,9 @@ double guess_s(std::size_t bytes) {
 }
 
 // Round trips per round: what the round's share of the budget holds, at least 4. A round of 2
-// (what a 1 GB/s guess once gave 32 MiB) was swayed by one late buffer return, and read
-// 4.5 GB/s at 32 MiB where 8 round trips read 8.3 and the messages of a step moved at 10
-// (reference VM, single copy).
+// (what a 1 GB/s guess once gave 32 MiB) was swayed by one late buffer return, and read a far
+// lower 32 MiB bandwidth than rounds of 8 and a step's own messages (measured: docs/twin.md,
+// "Calibrating to a transport").
 int iterations(std::size_t bytes, double seconds_each) {
   return std::clamp(static_cast<int>(seconds_each / guess_s(bytes)), 4, 2000);
 }
@@ -71,25 +71,26 @@ void fit_message_model(Calibration& c) {
     c.overlap_slowdown = largest->overlap_us / largest->alone_us;
   // The simulator shares its links as a fluid (sim/shared_links.hpp): two transfers at once
   // each move at links / 2 of the rate of one alone, so the slowdown measured with both pairs
-  // transferring gives the capacity. A number, not a verdict: on the reference VM two 32 MiB
-  // copies at once took 1.43-1.9x as long as one from one calibration to the next, and a
-  // threshold at 1.5x between one link and two flipped the prediction with it. A transport
-  // that moves pointers (inproc: no bandwidth) has no capacity to share; its slowdown is
-  // thread wake-ups.
+  // transferring gives the capacity. A number, not a verdict: the slowdown of two 32 MiB
+  // copies at once moved across the 1.5x threshold once drawn between one link and two from
+  // one calibration to the next, and flipped the prediction with it (measured:
+  // docs/design-decisions.md, "Processes (Open MPI)"). A transport that moves pointers
+  // (inproc: no bandwidth) has no capacity to share; its slowdown is thread wake-ups.
   c.four_slowdown = 0;
   if (c.bandwidth_gbps > 0 && largest->stream_us > 0 && largest->stream_four_us > 0) {
     // Four streams at once, every process copying, none waiting on a hand-over: what the
-    // messages of a step in flight together do. On the reference VM a 32 MiB step message took
-    // 1.05-1.22x as long with one other in flight as alone (bench/fit_messages.py of 3805f6c
-    // --by-concurrency), where the two pairs' ping-pong took 1.47-1.69x: each of its legs waits
-    // for a thread to wake behind the other pair's copy, which a step's messages, sent while the
-    // stages compute, mostly do not. Four streams took 2.1-2.2x: the two cores' worth.
+    // messages of a step in flight together do. A step's message with one other in flight
+    // slowed far less than the two pairs' ping-pong: each of its legs waits for a thread to
+    // wake behind the other pair's copy, which a step's messages, sent while the stages
+    // compute, mostly do not. Four streams at once got about the two cores' worth of capacity
+    // (measured: docs/twin.md, "Calibrating to a transport").
     c.four_slowdown = largest->stream_four_us / largest->stream_us;
     c.links = std::clamp(4 / c.four_slowdown, 1.0, 4.0);
     // Two at once, each in its own process with cores to spare, still slow each other (caches,
-    // memory bandwidth): links alone would charge them nothing. On the reference VM a 32 MiB
-    // step message with one other in flight took 1.44x as long as alone, and two streams read
-    // 1.0-1.8x. Never more than four at once cost.
+    // memory bandwidth): links alone would charge them nothing, yet a step's message with one
+    // other in flight took clearly longer than alone, and two streams read a slowdown too
+    // (measured: docs/design-decisions.md, "Processes (Open MPI)"). Never more than four at
+    // once cost.
     if (largest->stream_two_us > 0)
       c.two_slowdown = std::clamp(largest->stream_two_us / largest->stream_us, 1.0,
                                   std::max(1.0, c.four_slowdown));
@@ -98,10 +99,11 @@ void fit_message_model(Calibration& c) {
   if (c.bandwidth_gbps > 0 && overlap) {
     c.links = std::clamp(2 / c.overlap_slowdown, 1.0, 2.0);
     // Faster with the other pair transferring than alone: waking waiters preempt the copying
-    // threads when processes outnumber cores (32 MiB on the reference VM through shared-memory
-    // fragments, before rrfp chose the single copy: 26 ms alone, 17 ms with the other pair,
-    // 16-19 ms for the median message of a P=4 step). In a pipeline step every process is busy,
-    // as in the overlapped round: its rate is the one to use.
+    // threads when processes outnumber cores (seen at 32 MiB through shared-memory fragments,
+    // before rrfp chose the single copy, where the median message of a P=4 step moved at the
+    // overlapped rate, not the lone one; measured: docs/data/twin-history.md, "The fixes, in
+    // order", item 5). In a pipeline step every process is busy, as in the overlapped round:
+    // its rate is the one to use.
     if (c.overlap_slowdown < 1) fit(&CalibrationPoint::overlap_us);
   }
 }
@@ -109,9 +111,8 @@ void fit_message_model(Calibration& c) {
 namespace {
 
 // The median of 15 rounds, not the best: the twin predicts typical steps (rrfp run reports
-// the median one). On the reference VM, rounds of eight 32 MiB round trips ranged from 4.4
-// to 10 ms one way within one calibration, and the median of five moved from 4.6 to 5.6 ms
-// between calibrations a minute apart.
+// the median one). Rounds of one calibration spread widely, and even a median of five moved
+// between calibrations a minute apart (measured: docs/twin.md, "Calibrating to a transport").
 constexpr int kReps = 15;
 
 // Who pairs with whom: endpoints 0-1 always measure, 2-3 join the overlapped rounds.
@@ -137,11 +138,11 @@ CalibrationPoint measure_size(PingPong& ping, const Pairing& pr, std::size_t byt
       pp.stream = stream;
       pp.both_ways = both_ways;
       // A ping-pong's reply sends three buffers in turn rather than the one that just
-      // arrived, which the copy left in the cache: a step's outputs are not that fresh. At
-      // 8 MiB (inside this VM's 32 MiB cache) replies of what arrived read 6.5-7.7 GB/s or
-      // 3.4-4.1 from one calibration to the next, three buffers 4.5-5.5, where a P=4 step's
-      // messages moved at 4.1-5.0 (fitted to the baseline run); no difference at 32 MiB.
-      // Streams keep one buffer: the links were validated with them (docs/twin.md).
+      // arrived, which the copy left in the cache: a step's outputs are not that fresh. For a
+      // size that fits in the cache, replies of what arrived read well above or well below a
+      // step's messages from one calibration to the next, three buffers close to them; above
+      // the cache's size it makes no difference (measured: docs/twin.md, "Calibrating to a
+      // transport"). Streams keep one buffer: the links were validated with them (docs/twin.md).
       if (!stream) pp.sources = bytes <= kColdSourcesUpTo ? 3 : 0;
       return ping.round(pp, barrier) / (stream ? 1 : 2) * 1e6;
     }

@@ -44,8 +44,8 @@ struct CalibrationPoint {
   // streams, the median over the repetitions of each one's mean (0: not measured): how long an
   // idle compute thread takes to take an arrived input over, with one copy under way and with
   // every process copying. Shown, not fitted (WorkloadParams::comm_wake_us stays the user's):
-  // on the reference VM the one-stream wake-up at 32 MiB read 45-284 us from one calibration to
-  // the next, and predictions fitted to it did not come closer (docs/twin.md).
+  // the one-stream wake-up swings widely from one calibration to the next, and predictions
+  // fitted to it did not come closer (measured: docs/twin.md, "Calibrating to a transport").
   double stream_wake_us = 0;
   double stream_four_wake_us = 0;
 };

@@ -51,9 +51,9 @@ MpiWorld::MpiWorld(MpiWorldOptions o)
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) throw Error("mpi: MPI is already initialised in this process");
-  // Large messages in one copy where the machine allows it (docs/mpi.md): on the reference VM
-  // a P=4 step with 32 MiB messages took 0.85-1.1 s through shared-memory fragments, 0.53-0.68
-  // s in one copy.
+  // Large messages in one copy where the machine allows it: with more processes than cores,
+  // the two-copy path's shared-memory fragments each wait for the scheduler, and a step with
+  // large messages is far slower and less steady (measured: docs/mpi.md, "Launch").
   choose_single_copy();
   int provided = 0;
   {

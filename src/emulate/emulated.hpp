@@ -13,7 +13,8 @@ struct EmulationOptions {
   bool spin = false;  // busy-wait instead of sleeping (exact, but one core per rank)
   // Outputs leave the process (a transport copies their bytes): a new output buffer has its
   // pages written within the task's time, so the first send of each pooled buffer does not
-  // page-fault inside the transfer (10-20 ms per 32 MiB on the reference VM).
+  // page-fault inside the transfer, where the faults would be charged to the message
+  // (measured: docs/design-decisions.md, "Processes (Open MPI)").
   bool touch_outputs = false;
 };
 

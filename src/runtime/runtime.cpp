@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "comm/inproc.hpp"
@@ -142,9 +144,19 @@ StepResult Runtime::run_step(int step) {
   for (auto& s : stages_)
     if (s) s->begin_step(step, t0);
   std::vector<std::thread> threads;
-  for (int e : local_) {
-    Stage* st = stages_[e / opt_.tp].get();
-    threads.emplace_back([st, r = e % opt_.tp] { st->run_rank(r); });
+  threads.reserve(local_.size());
+  try {
+    for (int e : local_) {
+      Stage* st = stages_[e / opt_.tp].get();
+      threads.emplace_back([st, r = e % opt_.tp] { st->run_rank(r); });
+    }
+  } catch (const std::system_error& ex) {
+    // The machine's limit on threads or address space: the threads already running end with the
+    // step, and the run fails in one line (it aborted: a joinable thread destroyed unjoined).
+    failure_.fail(std::make_exception_ptr(
+        Error("runtime: could not start compute thread " + std::to_string(threads.size() + 1) +
+              " of " + std::to_string(local_.size()) + " (" + ex.what() +
+              "): this machine's thread or memory limit; lower `tp` or `pp`")));
   }
   watch(static_cast<int>(threads.size()));
   if (failure_.failed()) {
