@@ -1,7 +1,7 @@
 #pragma once
 // Receive buffers for large payloads, kept for reuse once the payload's last holder lets go:
-// a fresh multi-megabyte allocation is a fresh mapping, and faulting its pages in cost a
-// quarter of the bandwidth (measured, docs/results-mpi.md). Sizes are rounded up to a power of
+// a fresh multi-megabyte allocation is a fresh mapping, and faulting its pages in cost much of
+// the bandwidth (measured: docs/results-mpi.md). Sizes are rounded up to a power of
 // two from 64 KiB, so activations of varying lengths share buffers.
 #include <cstddef>
 #include <cstdint>

@@ -92,9 +92,9 @@ struct MpiTransport::Impl {
 
   // Hands over every payload whose transfer has finished. First in each poll, and again before
   // a new payload's receive is posted: over shared memory in one copy, MPI moves a payload inside
-  // the call that posts or tests its receive (a 32 MiB copy: 4-7 ms), and a payload already here
-  // must not wait behind the next one's copy (measured: the first 32 MiB message of a step into
-  // each stage was handed over with the one after it, 7 ms late).
+  // the call that posts or tests its receive, and a payload already here must not wait behind
+  // the next one's copy (measured: docs/data/twin-history.md, "The fixes, in order": the first
+  // large message of a step into each stage was handed over with the one after it).
   bool finish_payloads() {
     bool did = false;
     for (std::size_t i = 0; i < recvs.size();) {
@@ -178,8 +178,8 @@ struct MpiTransport::Impl {
       posted.clear();
     }
     // No lock while testing: MPI_Testall runs MPI's progress engine, which may copy a whole
-    // incoming message (a 32 MiB single copy: 3-10 ms) before it returns, and a compute thread
-    // sending an output must not wait for that.
+    // incoming message (milliseconds for a large single copy) before it returns, and a compute
+    // thread sending an output must not wait for that.
     std::vector<std::unique_ptr<PendingSend>> finished;
     for (std::size_t i = 0; i < sends.size();) {
       int flag = 0;
@@ -224,8 +224,8 @@ struct MpiTransport::Impl {
       // MPI moves a large message only while someone calls into it, so the thread keeps
       // polling while any transfer is in flight; it sleeps only when idle.
       // Yield between polls: with more processes than cores, a peer whose progress this
-      // transfer needs may be waiting for this core (spinning without yielding made
-      // a step 31% slower with 8 processes on 2 cores, measured).
+      // transfer needs may be waiting for this core (spinning without yielding slowed
+      // oversubscribed steps: docs/design-decisions.md, "Processes (Open MPI)").
       if (in_flight() || clock::now() - last < std::chrono::microseconds(poll.spin_us)) {
         std::this_thread::yield();
         continue;

@@ -56,7 +56,7 @@ struct StepRecord {
 // 0): what the message really took, once a step's records from every stage are together. When
 // the consumer's rank was idle at the arrival, it waited for this input, and the message ends
 // at the consumer's start instead: the wake-up and dispatch after an arrival are then in the
-// replay too (at P=4 on 2 cores the arrival alone made the twin 6-8% short, the start 2%).
+// replay too (the arrival alone made the twin's replays short: docs/twin.md).
 // A consumer's cross-stage input comes from the same kind one chunk away (F from chunk - 1,
 // B from chunk + 1), on the same TP rank. Records of processes on one host share the clock;
 // each process counts from its own step start, so a message time carries the skew of the
