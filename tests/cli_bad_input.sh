@@ -439,5 +439,7 @@ if (ulimit -v 3000000 && "$rrfp" --help >/dev/null 2>&1); then
     fails=$((fails + 1))
   fi
 fi
+# A calibration budget its sizes cannot keep is refused at once (it took 10-23 s for 0.1 s).
+check "--seconds: 0.1 s cannot hold a calibration of these --sizes, which takes about 67 s" calibrate --sizes 1024M --seconds 0.1
 echo "cli bad-input checks: $fails failed"
 [ "$fails" -eq 0 ]

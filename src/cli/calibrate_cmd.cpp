@@ -1,5 +1,6 @@
 // `rrfp calibrate`: what the transport delivers on this machine (dist/calibrate.hpp), written as
 // a workload file's message model for the simulator (docs/twin.md).
+#include <cmath>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -7,6 +8,7 @@
 #include "cli/mpi_launch.hpp"
 #include "cli/options.hpp"
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "dist/calibrate.hpp"
 #include "dist/job.hpp"
 
@@ -68,6 +70,14 @@ void run_calibrate(const CalibrateFlags& f) {
   o.sizes = parse_sizes(f.sizes);
   o.seconds = f.seconds;
   o.streams = f.streams;
+  // A budget the sizes cannot keep is refused, not overrun (--sizes 1024M --seconds 0.1 took
+  // 10-23 s). Over MPI the job's size is known only inside it: 2 endpoints, the least, decide.
+  const double floor = calibration_floor_s(o, f.transport == TransportKind::Mpi ? 2 : f.endpoints);
+  if (floor > o.seconds)
+    throw InputError("--seconds: " + fmt("%g", o.seconds) + " s cannot hold a calibration of " +
+                     "these --sizes, which takes about " + fmt("%.0f", std::ceil(floor)) +
+                     " s at the least (15 repetitions of 4 round trips each); give --seconds " +
+                     fmt("%.0f", std::ceil(floor)) + " or more, or smaller --sizes");
   if (f.transport == TransportKind::Mpi) {
     o.serial_receive = true;  // one progress thread per process copies what arrives
     o.offer_payload = true;   // the runtime's default rendezvous over a transport moving bytes

@@ -216,6 +216,15 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
   return c;
 }
 
+double calibration_floor_s(const CalibrateOptions& o, int endpoints) {
+  const bool overlap = endpoints >= 4;
+  const int rounds = ((overlap ? 2 : 1) + (o.streams ? (overlap ? 3 : 1) : 0)) * kReps + 1;
+  double s = 0;
+  for (std::size_t bytes : o.sizes)
+    s += rounds * iterations(bytes, 0) * guess_s(bytes);
+  return s;
+}
+
 Calibration calibrate_in_process(int endpoints, const CalibrateOptions& o) {
   Hosting h = in_process_hosting(endpoints);
   std::barrier sync(endpoints);

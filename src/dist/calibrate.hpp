@@ -92,6 +92,10 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
 // calibrate() with `endpoints` in-process endpoints, one thread each (inproc); endpoint 0's
 // result. The first endpoint's error is rethrown after every thread has ended.
 Calibration calibrate_in_process(int endpoints, const CalibrateOptions& o);
+// The least a calibration of `o.sizes` over `endpoints` takes as planned (every repetition of
+// every round at its fewest round trips, at the planned 4 GB/s): a `seconds` below it cannot be
+// kept.
+double calibration_floor_s(const CalibrateOptions& o, int endpoints);
 
 // Fills latency, bandwidth, overlap_slowdown, links and two_slowdown from `c.points` (overlapped
 // times of 0: no second pair). calibrate() calls it on endpoint 0; exposed for tests.
