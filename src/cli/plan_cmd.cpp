@@ -138,7 +138,7 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
   human << line("\nsearch: %.3f ms, found by %s; %lld orders in %.1f s\n", ms(s.makespan),
                 s.found_by.c_str(), static_cast<long long>(s.evaluations), s.seconds);
   if (s.starts_skipped > 0)
-    human << line("search: the budget was spent before %d start orders could be tried\n",
+    human << line("search: the budget was spent before %d start hints could be tried\n",
                   s.starts_skipped);
   if (best.ran_exact)
     human << line(

@@ -41,8 +41,9 @@ struct SearchResult {
   std::int64_t makespan = 0;
   std::string found_by;  // the start it came from, "+ local search" when the search improved it
   std::vector<StartPoint> starts;
-  // The start orders the budget (or max_evaluations) left untried: the starts stop once it is
-  // spent and one is feasible, so a budget smaller than the shape's first evaluations is kept.
+  // The start hints (each a fixed and a ready order, and the critical-path list) the budget (or
+  // max_evaluations) left untried: the starts stop once it is spent and one is feasible, so a
+  // budget smaller than the shape's first evaluations is kept.
   int starts_skipped = 0;
   std::int64_t evaluations = 0;
   double seconds = 0;
