@@ -79,7 +79,8 @@ class Agree final : public Coordinator {
       tag.round = p->round;
       const std::int64_t since = now_ns();
       tell_peers(c_, lk, r, tag, [&](RankDriver& d) { d.on_proposal(r, p->round, p->task); });
-      if (!c_.wait(lk, [&] { return me.round_complete(); }, [&] { delivery_.idle(lk, r); }))
+      if (!c_.wait(
+              lk, [&] { return me.round_complete(); }, [&] { delivery_.idle(lk, r); }))
         return std::nullopt;
       c_.record_blocked(lk, r, since, now_ns(), BlockReason::Coordination);
       if (auto t = me.decide()) return t;

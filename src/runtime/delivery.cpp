@@ -47,12 +47,11 @@ class AsyncDelivery final : public Delivery {
 
   bool idle(Locked&, int) override { return false; }
 
-  void output(Locked& lk, int r, const TaskId& producer, const TaskId& consumer,
-              const Payload& out, std::int64_t end, std::int64_t cost_ns,
-              std::vector<Outgoing>& sends) override {
+  void output(Locked& lk, int r, const TaskId& producer, const TaskId& consumer, const Payload& out,
+              std::int64_t end, std::int64_t cost_ns, std::vector<Outgoing>& sends) override {
     const std::int64_t lat = c_.env().latency ? c_.env().latency(r, producer) : 0;
-    sends.push_back(Outgoing{destination(c_, r, consumer),
-                             data_tag(c_.step(lk), producer, cost_ns), out, end + lat});
+    sends.push_back(Outgoing{destination(c_, r, consumer), data_tag(c_.step(lk), producer, cost_ns),
+                             out, end + lat});
   }
 
  private:
@@ -155,9 +154,8 @@ class RendezvousDelivery final : public Delivery {
     }
   }
 
-  void output(Locked& lk, int r, const TaskId& producer, const TaskId& consumer,
-              const Payload& out, std::int64_t end, std::int64_t cost_ns,
-              std::vector<Outgoing>& sends) override {
+  void output(Locked& lk, int r, const TaskId& producer, const TaskId& consumer, const Payload& out,
+              std::int64_t end, std::int64_t cost_ns, std::vector<Outgoing>& sends) override {
     PerRank& pr = ranks_[r];
     RankDriver& d = c_.driver(lk, r);
     if (!d.held()) pr.held_since = end;

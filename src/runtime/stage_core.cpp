@@ -5,15 +5,19 @@
 namespace rrfp {
 
 StageCore::StageCore(const StageEnv& e, int s, TpCollective* group)
-    : env_(e), m_(*e.model), stage_(s), tp_(e.tp), failure_(*e.failure), group_(group),
+    : env_(e),
+      m_(*e.model),
+      stage_(s),
+      tp_(e.tp),
+      failure_(*e.failure),
+      group_(group),
       ranks_(e.tp) {}
 
 void StageCore::adopt(int r, std::unique_ptr<StageProgram> program, Transport* endpoint) {
   StageRank& rk = ranks_[r];
   rk.program = std::move(program);
   rk.transport = endpoint;
-  if (rk.local() && !rk.transport)
-    throw Error(name(r) + ": has a program but no endpoint");
+  if (rk.local() && !rk.transport) throw Error(name(r) + ": has a program but no endpoint");
   if (rk.local()) rk.driver.emplace(m_, *env_.hint, env_.dispatch, tp_, stage_, r);
 }
 
