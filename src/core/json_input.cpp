@@ -14,7 +14,6 @@ double json_parse_bytes(std::string_view text, const std::string& origin) {
   // array's element its value (16). The text is not a bound: 255 MiB of `{}` took 8.4 GB.
   constexpr double kMember = 100, kElement = 16;
   double bytes = 0;
-  int depth = 0;
   bool in_string = false, escaped = false;
   std::vector<char> open;  // the brackets enclosing this point, innermost last
   for (const char c : text) {
@@ -30,13 +29,12 @@ double json_parse_bytes(std::string_view text, const std::string& origin) {
     if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth)
+      if (open.size() == static_cast<size_t>(kMaxJsonDepth))
         throw InputError(origin + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
                          " levels");
       open.push_back(c);
       bytes += c == '{' ? kMember : kElement;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
+    } else if ((c == ']' || c == '}') && !open.empty()) {
       open.pop_back();
     } else if (c == ':' || (c == ',' && !open.empty() && open.back() == '[')) {
       bytes += c == ':' ? kMember : kElement;
@@ -45,10 +43,13 @@ double json_parse_bytes(std::string_view text, const std::string& origin) {
   return bytes;
 }
 
-nlohmann::json parse_json(std::string_view text, const std::string& origin, bool check_cost) {
-  const double bytes = json_parse_bytes(text, origin);
-  if (check_cost)
-    check_memory(bytes, origin + ": parsing this JSON", "", "the file's size (fewer events)");
+nlohmann::json parse_json(std::string_view text, const std::string& origin) {
+  check_memory(json_parse_bytes(text, origin), origin + ": parsing this JSON", "",
+               "the file's size (fewer events)");
+  return parse_scanned_json(text, origin);
+}
+
+nlohmann::json parse_scanned_json(std::string_view text, const std::string& origin) {
   // A key given twice in one object: the parser would keep the last value without a word.
   std::vector<std::set<std::string>> keys;
   auto unique = [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {

@@ -226,11 +226,13 @@ std::vector<Doc> parse_docs(const std::vector<std::pair<std::string, std::string
   // Every file's parse is costed before any is parsed: together they must fit (three files of
   // `{}` objects each under the size cap ended in an uncaught bad_alloc).
   std::vector<std::string> unzipped(files.size());
+  std::vector<std::string_view> texts(files.size());
   double bytes = 0;
   for (size_t i = 0; i < files.size(); ++i) {
     const auto& [origin, text] = files[i];
     if (gzipped(text)) unzipped[i] = gunzip(text, origin);
-    bytes += json_parse_bytes(gzipped(text) ? unzipped[i] : text, origin);
+    texts[i] = gzipped(text) ? std::string_view(unzipped[i]) : std::string_view(text);
+    bytes += json_parse_bytes(texts[i], origin);
   }
   const std::string what =
       files.size() == 1 ? files[0].first : std::to_string(files.size()) + " trace files";
@@ -238,9 +240,8 @@ std::vector<Doc> parse_docs(const std::vector<std::pair<std::string, std::string
                "the trace's size (fewer events, or steps)");
   std::vector<Doc> docs;
   for (size_t i = 0; i < files.size(); ++i) {
-    const auto& [origin, text] = files[i];
-    docs.push_back({origin, parse_json(gzipped(text) ? unzipped[i] : text, origin, false)});
-    std::string().swap(unzipped[i]);
+    docs.push_back({files[i].first, parse_scanned_json(texts[i], files[i].first)});
+    std::string().swap(unzipped[i]);  // texts[i] is not read again
   }
   return docs;
 }
