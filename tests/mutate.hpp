@@ -2,10 +2,14 @@
 // The suite's mutation fuzzer: seeded edits of valid inputs (byte flips, truncation, splices,
 // deletions, random runs) and hostile tokens (deep nesting, huge and non-finite numbers, binary
 // bytes). Deterministic for a seed and an iteration; RRFP_FUZZ_ITERS runs longer on demand.
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <string>
 
+#include "core/error.hpp"
 #include "sim/rng.hpp"
 
 namespace rrfp::test {
@@ -62,5 +66,22 @@ inline std::string mutate(std::string s, std::uint64_t seed, int i) {
   }
   return s;
 }
+
+// What a fuzz run's inputs came to: each accepted, or refused with the InputError the rules ask
+// for; anything else thrown fails the test, naming `what` (the input, or where it came from).
+struct FuzzTally {
+  int accepted = 0, refused = 0;
+  template <class Fn>
+  void attempt(const std::string& what, Fn&& fn) {
+    try {
+      fn();
+      ++accepted;
+    } catch (const InputError&) {
+      ++refused;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << what << ": untyped exception '" << e.what() << "'";
+    }
+  }
+};
 
 }  // namespace rrfp::test

@@ -272,27 +272,18 @@ TEST(Fuzz, ParsersSurviveThousandsOfMutatedInputs) {
       write_hint_json(make_hint("1f1b", m).list(), m),
       "{\"preset\": \"multimodal\", \"forward_us\": 100, \"jitter_p\": 0.2}",
       "stage,chunk,microbatch,kind,duration_us,tp_rank,send_us\n0,0,0,F,10,0,1\n1,1,2,B,7.5,0,0\n"};
-  int accepted = 0, rejected = 0;
+  FuzzTally tally;
   const int n = fuzz_iterations(4000);
   for (int i = 0; i < n; ++i) {
     const std::string s = mutate(seeds_text[i % seeds_text.size()], 77, i);
-    auto attempt = [&](auto&& fn) {
-      try {
-        fn();
-        ++accepted;
-      } catch (const InputError&) {
-        ++rejected;
-      } catch (const std::exception& ex) {
-        ADD_FAILURE() << "untyped exception '" << ex.what() << "' for input: " << s.substr(0, 200);
-      }
-    };
-    attempt([&] { parse_hint(s, m, "fuzz"); });
-    attempt([&] { apply_workload_json(WorkloadParams{}, s, "fuzz"); });
-    attempt([&] { parse_replay_csv(s, m, 2, "fuzz"); });
-    attempt([&] { parse_token(s.substr(0, 12)); });
+    const std::string what = "input " + s.substr(0, 200);
+    tally.attempt(what, [&] { parse_hint(s, m, "fuzz"); });
+    tally.attempt(what, [&] { apply_workload_json(WorkloadParams{}, s, "fuzz"); });
+    tally.attempt(what, [&] { parse_replay_csv(s, m, 2, "fuzz"); });
+    tally.attempt(what, [&] { parse_token(s.substr(0, 12)); });
   }
-  EXPECT_GT(rejected, 2 * n);
-  EXPECT_GT(accepted, 0);
+  EXPECT_GT(tally.refused, 2 * n);
+  EXPECT_GT(tally.accepted, 0);
 }
 
 // Every kind of file that is not a small regular file is refused before a byte is read.

@@ -356,32 +356,26 @@ TEST(Fuzz, TraceImportersSurviveMutatedTraces) {
   const auto kineto = kineto_files(r, m, false), kineto_gz = kineto_files(r, m);
   const std::string megatron = megatron_file(r, m, 1, 2, false);
   const std::string csv = replay_csv(m, {{0, w}, {1, w}});
-  int accepted = 0, refused = 0;
+  FuzzTally tally;
   const int n = fuzz_iterations(3000);
   for (int i = 0; i < n; ++i) {
-    auto attempt = [&](const std::string& what, auto&& fn) {
-      try {
-        fn();
-        ++accepted;
-      } catch (const InputError&) {
-        ++refused;
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << what << " input " << i << ": untyped exception '" << e.what() << "'";
-      }
-    };
-    attempt("rrfp", [&] { import_trace_texts({{"t.json", mutate(own, 91, i)}}, m, 1); });
-    attempt("kineto", [&] {
+    const std::string at = " input " + std::to_string(i);
+    tally.attempt("rrfp" + at, [&] { import_trace_texts({{"t.json", mutate(own, 91, i)}}, m, 1); });
+    tally.attempt("kineto" + at, [&] {
       auto files = i % 4 == 0 ? kineto_gz : kineto;
       files[i % 2].second = mutate(files[i % 2].second, 92, i);
       import_trace_texts(files, m, 1);
     });
-    attempt("megatron", [&] { import_trace_texts({{"m.json", mutate(megatron, 93, i)}}, m, 1); });
-    attempt("csv", [&] { parse_replay_csv(mutate(csv, 94, i), m, 1, "fuzz", i % 3 - 1); });
+    tally.attempt("megatron" + at, [&] {
+      import_trace_texts({{"m.json", mutate(megatron, 93, i)}}, m, 1);
+    });
+    tally.attempt("csv" + at,
+                  [&] { parse_replay_csv(mutate(csv, 94, i), m, 1, "fuzz", i % 3 - 1); });
   }
-  std::printf("fuzzed traces and CSVs: %d inputs, %d accepted, %d refused\n", 4 * n, accepted,
-              refused);
-  EXPECT_GT(refused, n);  // most edits break something
-  EXPECT_GT(accepted, 0);
+  std::printf("fuzzed traces and CSVs: %d inputs, %d accepted, %d refused\n", 4 * n, tally.accepted,
+              tally.refused);
+  EXPECT_GT(tally.refused, n);  // most edits break something
+  EXPECT_GT(tally.accepted, 0);
 }
 
 }  // namespace

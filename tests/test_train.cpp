@@ -26,6 +26,7 @@
 namespace rrfp::train {
 namespace {
 using test::fuzz_iterations;
+using test::FuzzTally;
 using test::mutate;
 
 struct Case {
@@ -321,22 +322,15 @@ TEST(Fuzz, CheckpointHeadersResealed) {
   const std::string header = header_of(bytes);
   const std::string path = ::testing::TempDir() + "rrfp-fuzz.bin";
   Trainer t(o);
-  int accepted = 0, refused = 0;
+  FuzzTally tally;
   const int n = fuzz_iterations(300);
   for (int i = 0; i < n; ++i) {
     const std::string h = mutate(header, 91, i);
     std::ofstream(path, std::ios::binary | std::ios::trunc) << with_header(bytes, h);
-    try {
-      t.resume(path);
-      ++accepted;
-    } catch (const InputError&) {
-      ++refused;
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "untyped exception '" << e.what() << "' for header: " << h.substr(0, 300);
-    }
+    tally.attempt("header " + h.substr(0, 300), [&] { t.resume(path); });
   }
-  EXPECT_GT(refused, n / 2);
-  std::printf("%d mutated headers: %d accepted, %d refused\n", n, accepted, refused);
+  EXPECT_GT(tally.refused, n / 2);
+  std::printf("%d mutated headers: %d accepted, %d refused\n", n, tally.accepted, tally.refused);
 }
 
 // A full disk during a save: the write fails with ENOSPC (PATH.tmp is made a link to /dev/full,
