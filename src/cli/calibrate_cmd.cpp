@@ -74,10 +74,11 @@ void run_calibrate(const CalibrateFlags& f) {
   // 10-23 s). Over MPI the job's size is known only inside it: 2 endpoints, the least, decide.
   const double floor = calibration_floor_s(o, f.transport == TransportKind::Mpi ? 2 : f.endpoints);
   if (floor > o.seconds)
-    throw InputError("--seconds: " + fmt("%g", o.seconds) + " s cannot hold a calibration of " +
-                     "these --sizes, which takes about " + fmt("%.0f", std::ceil(floor)) +
-                     " s at the least (15 repetitions of 4 round trips each); give --seconds " +
-                     fmt("%.0f", std::ceil(floor)) + " or more, or smaller --sizes");
+    throw InputError(
+        "--seconds: " + fmt("%g", o.seconds) + " s cannot hold a calibration of " +
+        "these --sizes, which takes about " + fmt("%.0f", std::ceil(floor)) +
+        " s at the least (every repetition at its fewest round trips); give --seconds " +
+        fmt("%.0f", std::ceil(floor)) + " or more, or smaller --sizes");
   if (f.transport == TransportKind::Mpi) {
     o.serial_receive = true;  // one progress thread per process copies what arrives
     o.offer_payload = true;   // the runtime's default rendezvous over a transport moving bytes
