@@ -54,6 +54,12 @@ outputs() { # outputs RRFP DIR
     sim --pp 4 --vpp 2 --placement vshape -m 8 --comm $comm --hint zb-v --policy both
   done
   sim --pp 64 -m 128 --hint bf --policy ready --seed 11
+  # Microbatch counts that are not powers of two, several chunks a stage, TP 3.
+  for hint in bf bfw adaptive; do
+    sim --pp 8 --vpp 3 -m 37 --hint $hint --policy ready --workload jitter:J3 --seed 12
+    sim --pp 6 --vpp 2 -m 21 --hint $hint --split-backward on --limit 4 --seed 14
+  done
+  sim --pp 12 -m 100 --tp 3 --hint adaptive --policy ready --workload multimodal --seed 13
   sim --pp 4 -m 8 --tp 2 --seed 6 --svg timeline.svg --trace trace.json
   "$rrfp" sweep --pp 4 8 --tp 1 2 --seeds 2 --quiet --csv sweep.csv >/dev/null
   "$rrfp" sweep --pp 4 --tp 2 --tp-protocol agree --seeds 2 --quiet --csv sweep_agree.csv >/dev/null

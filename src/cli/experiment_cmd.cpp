@@ -34,7 +34,10 @@ CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f) {
 }
 
 Scenario make_scenario(const ExperimentFlags& f) {
-  return make_scenario(f.shape, f.load, f.dispatch);
+  Scenario sc = make_scenario(f.shape, f.load, f.dispatch);
+  // Only a timeline reads the tasks and spans: the tables come from each rank's totals.
+  sc.record = !f.trace.empty() || !f.svg.empty();
+  return sc;
 }
 
 Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
@@ -51,7 +54,6 @@ Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
   sc.tp_protocol = parse_tp_protocol(dispatch.tp_protocol);
   sc.limit = dispatch.limit;
   sc.max_pending_w = dispatch.max_pending_w;
-  sc.record = true;  // the per-reason blocked times (coordination, collectives) need the spans
   sc.progress = ::isatty(STDERR_FILENO) != 0;
   return sc;
 }

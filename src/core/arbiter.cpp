@@ -1,6 +1,7 @@
 #include "core/arbiter.hpp"
 
 #include <algorithm>
+#include <bit>
 
 #include "core/error.hpp"
 
@@ -44,8 +45,8 @@ StageArbiter::StageArbiter(const WorkModel& m, int stage, const Hint& hint,
     throw InputError("arbiter options not resolved: limit and max_pending_w must be >= 1");
   if (opt_.policy == Policy::Fixed && !list_) throw InputError("`policy` fixed: needs a list hint");
   state_.assign(kNumKinds * v_ * mbs_, kWaiting);
-  cost_.assign(state_.size(), 0);
   progress_.assign(mbs_, 0);
+  chunks_ = m.chunks_of(stage_);
   if (list_) {
     const auto& order = hint_.list().stages.at(stage_);
     rank_.assign(state_.size(), -1);
@@ -56,8 +57,16 @@ StageArbiter::StageArbiter(const WorkModel& m, int stage, const Hint& hint,
   } else {
     rule_ = hint_.rule();
     next_backward_ = rule_ != Rule::FB;
+    mb_bits_ = std::bit_width(static_cast<unsigned>(mbs_ - 1));
     for (auto& q : queue_)
-      q.reset(v_ * mbs_);
+      q.reset(v_ << mb_bits_);
+    adaptive_ = rule_ == Rule::Adaptive;
+  }
+  if (adaptive_) {
+    cost_.assign(state_.size(), 0);
+    forwards_.resize(v_);
+    for (auto& f : forwards_)
+      f.reset(mbs_);
   }
 }
 
@@ -65,20 +74,14 @@ int StageArbiter::key_of(const TaskId& t) const {
   if (list_) return rank_[local_index(t)];
   const int lc = m_.local_chunk(t.chunk);
   // F: smallest chunk first; B and W: largest chunk first; ties to the smallest microbatch.
-  return (t.kind == Kind::F ? lc : v_ - 1 - lc) * mbs_ + t.mb;
+  return ((t.kind == Kind::F ? lc : v_ - 1 - lc) << mb_bits_) | t.mb;
 }
 
 TaskId StageArbiter::task_of_key(Kind k, int key) const {
   if (list_) return hint_.list().stages[stage_][key];
-  const int row = key / mbs_;
+  const int row = key >> mb_bits_;
   const int lc = k == Kind::F ? row : v_ - 1 - row;
-  return TaskId{k, m_.chunk_at(stage_, lc), key % mbs_};
-}
-
-std::optional<TaskId> StageArbiter::min_of(Kind k) const {
-  const int key = queue_[static_cast<int>(k)].min();
-  if (key < 0) return std::nullopt;
-  return task_of_key(k, key);
+  return TaskId{k, chunks_[lc], key & ((1 << mb_bits_) - 1)};
 }
 
 void StageArbiter::mark_ready(const TaskId& t) {
@@ -92,11 +95,11 @@ void StageArbiter::mark_ready(const TaskId& t) {
   st = kReady;
   if (opt_.policy != Policy::Ready) return;
   queue_[static_cast<int>(t.kind)].insert(key_of(t));
-  if (!list_ && rule_ == Rule::Adaptive && t.kind == Kind::F) forwards_.insert(forward_key(t));
+  if (adaptive_ && t.kind == Kind::F) queue_forward(t);
 }
 
 void StageArbiter::note_cost(const TaskId& t, std::int64_t ns) {
-  if (list_ || rule_ != Rule::Adaptive || !m_.valid(t) || m_.stage_of(t) != stage_) return;
+  if (!adaptive_ || !m_.valid(t) || m_.stage_of(t) != stage_) return;
   if (state_[local_index(t)] == kWaiting) cost_[local_index(t)] = ns;
 }
 
@@ -133,7 +136,7 @@ std::vector<int> entry_ranks(const std::vector<std::int64_t>& sizes) {
 }
 
 void StageArbiter::note_entry_sizes(const std::vector<std::int64_t>& sizes) {
-  if (list_ || rule_ != Rule::Adaptive || m_.stage_of({Kind::F, 0, 0}) != stage_) return;
+  if (!adaptive_ || m_.stage_of({Kind::F, 0, 0}) != stage_) return;
   if (static_cast<int>(sizes.size()) != mbs_)
     throw Error("stage " + std::to_string(stage_) + ": " + std::to_string(sizes.size()) +
                 " microbatch sizes for " + std::to_string(mbs_) + " microbatches");
@@ -143,16 +146,10 @@ void StageArbiter::note_entry_sizes(const std::vector<std::int64_t>& sizes) {
     const int i = local_index(t);
     if (state_[i] == kDone) continue;
     const bool queued = state_[i] == kReady && opt_.policy == Policy::Ready;
-    if (queued) forwards_.erase(forward_key(t));
+    if (queued) forwards_[0].erase(mb);
     cost_[i] = -rank[mb];
-    if (queued) forwards_.insert(forward_key(t));
+    if (queued) queue_forward(t);
   }
-}
-
-std::optional<TaskId> StageArbiter::adaptive_forward() const {
-  if (forwards_.empty()) return std::nullopt;
-  const auto& [lc, neg_cost, mb] = *forwards_.begin();
-  return TaskId{Kind::F, m_.chunk_at(stage_, lc), mb};
 }
 
 std::optional<TaskId> StageArbiter::head() const {
@@ -164,40 +161,33 @@ std::optional<TaskId> StageArbiter::drain_target() const {
   if (drain_mb_ >= mbs_) return std::nullopt;
   const int r = progress_[drain_mb_];
   const int lc = r < v_ ? r : 2 * v_ - 1 - r;
-  return TaskId{r < v_ ? Kind::F : Kind::B, m_.chunk_at(stage_, lc), drain_mb_};
+  return TaskId{r < v_ ? Kind::F : Kind::B, chunks_[lc], drain_mb_};
 }
 
-std::optional<TaskId> StageArbiter::peek() const {
-  if (opt_.policy == Policy::Fixed) {
-    auto h = head();
-    if (h && is_ready(*h)) return h;
-    return std::nullopt;
-  }
-  const auto& qw = queue_[static_cast<int>(Kind::W)];
+// Ranks by key, kind by kind, and names the task only once chosen: an optional TaskId per
+// candidate, passed through memory, cost more than the choice.
+StageArbiter::Pick StageArbiter::pick() const {
+  const MinSet& qw = queue_[static_cast<int>(Kind::W)];
+  const Pick w{Kind::W, qw.min()};
   // Weight gradients hold memory until they run: past the cap they go first.
-  if (pending_w_ >= opt_.max_pending_w && !qw.empty()) return min_of(Kind::W);
+  if (pending_w_ >= opt_.max_pending_w && !qw.empty()) return w;
   if (d_ >= opt_.limit) {
     // Back-pressure: no opportunistic forward. W never raises D, so it may fill the wait.
     if (v_ == 1) {
-      if (auto b = min_of(Kind::B)) return b;
-      return min_of(Kind::W);
+      const Pick b = min_of(Kind::B);
+      return b.key >= 0 ? b : w;
     }
-    auto target = drain_target();
-    if (target && is_ready(*target)) return target;
-    return min_of(Kind::W);
+    const auto target = drain_target();
+    if (target && is_ready(*target)) return {target->kind, key_of(*target)};
+    return w;
   }
   if (list_) {
-    int best = -1;
-    Kind kind = Kind::F;
+    Pick best{Kind::F, -1};
     for (int k = 0; k < kNumKinds; ++k) {
       const int key = queue_[k].min();
-      if (key >= 0 && (best < 0 || key < best)) {
-        best = key;
-        kind = static_cast<Kind>(k);
-      }
+      if (key >= 0 && (best.key < 0 || key < best.key)) best = {static_cast<Kind>(k), key};
     }
-    if (best < 0) return std::nullopt;
-    return task_of_key(kind, best);
+    return best;
   }
   Kind first = Kind::B, second = Kind::F;
   switch (rule_) {
@@ -213,12 +203,20 @@ std::optional<TaskId> StageArbiter::peek() const {
       std::swap(first, second);
       break;
   }
-  auto pick = [&](Kind k) {
-    return k == Kind::F && rule_ == Rule::Adaptive ? adaptive_forward() : min_of(k);
-  };
-  if (auto t = pick(first)) return t;
-  if (auto t = pick(second)) return t;
-  return min_of(Kind::W);
+  if (const Pick p = min_of(first); p.key >= 0) return p;
+  if (const Pick p = min_of(second); p.key >= 0) return p;
+  return w;
+}
+
+std::optional<TaskId> StageArbiter::peek() const {
+  if (opt_.policy == Policy::Fixed) {
+    auto h = head();
+    if (h && is_ready(*h)) return h;
+    return std::nullopt;
+  }
+  const Pick p = pick();
+  if (p.key < 0) return std::nullopt;
+  return task_of_key(p.kind, p.key);
 }
 
 void StageArbiter::commit(const TaskId& t) {
@@ -237,7 +235,7 @@ void StageArbiter::commit(const TaskId& t) {
     ++head_;
   } else {
     queue_[static_cast<int>(t.kind)].erase(key_of(t));
-    if (!list_ && rule_ == Rule::Adaptive && t.kind == Kind::F) forwards_.erase(forward_key(t));
+    if (adaptive_ && t.kind == Kind::F) forwards_[m_.local_chunk(t.chunk)].erase(t.mb);
   }
   st = kDone;
   ++committed_;
@@ -288,7 +286,7 @@ std::string StageArbiter::describe() const {
     ++count;
     if (shown < 6) {
       const int mb = i % mbs_, row = i / mbs_;
-      TaskId t{static_cast<Kind>(row / v_), m_.chunk_at(stage_, row % v_), mb};
+      TaskId t{static_cast<Kind>(row / v_), chunks_[row % v_], mb};
       ready += (shown ? ", " : "") + to_string(t);
       ++shown;
     }

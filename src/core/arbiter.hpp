@@ -14,9 +14,7 @@
 // each microbatch is, as its data loader knows it before the step. Without either it is BFW.
 #include <cstdint>
 #include <optional>
-#include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "core/hint.hpp"
@@ -84,7 +82,22 @@ class StageArbiter {
   int local_index(const TaskId& t) const { return m_.local_index(t); }
   int key_of(const TaskId& t) const;
   TaskId task_of_key(Kind k, int key) const;
-  std::optional<TaskId> min_of(Kind k) const;
+  // A ready task as its kind and key (-1: none).
+  struct Pick {
+    Kind kind;
+    int key;
+  };
+  Pick pick() const;
+  // The least key of kind k; the adaptive rule's forwards are ranked by their own keys, and
+  // the least of them is named by its rule key.
+  Pick min_of(Kind k) const {
+    if (k == Kind::F && adaptive_) {
+      for (int lc = 0; lc < v_; ++lc)
+        if (!forwards_[lc].empty()) return {k, (lc << mb_bits_) | forwards_[lc].top()};
+      return {k, -1};
+    }
+    return {k, queue_[static_cast<int>(k)].min()};
+  }
   std::optional<TaskId> drain_target() const;
 
   const WorkModel& m_;
@@ -96,21 +109,30 @@ class StageArbiter {
 
   std::vector<std::uint8_t> state_;  // by local index
   std::vector<int> rank_;            // list hints: local index -> position
-  MinSet queue_[kNumKinds];          // ready tasks of each kind, by key
-  int head_ = 0;                     // fixed policy: next position in the list
-  bool next_backward_ = true;        // BF/FB/BFW round state
+  std::vector<int> chunks_;          // this stage's chunks, by local chunk
+  // Rule hints: a key is (row << mb_bits_) | mb, so it splits without a division.
+  int mb_bits_ = 0;
+  MinSet queue_[kNumKinds];    // ready tasks of each kind, by key
+  int head_ = 0;               // fixed policy: next position in the list
+  bool next_backward_ = true;  // BF/FB/BFW round state
   int d_ = 0, peak_d_ = 0, pending_w_ = 0, peak_pending_w_ = 0;
   int committed_ = 0, total_;
   // Adaptive: ready forwards by (local chunk, longest producer first, microbatch); a first
   // forward's "cost" is minus its entry rank.
-  std::vector<std::int64_t> cost_;  // by local index
-  using ForwardKey = std::tuple<int, std::int64_t, int>;
-  ForwardKey forward_key(const TaskId& t) const {
-    return {m_.local_chunk(t.chunk), -cost_[local_index(t)], t.mb};
+  bool adaptive_ = false;
+  std::vector<std::int64_t> cost_;  // by local index, adaptive only
+  struct ForwardKey {
+    std::int64_t neg_cost;
+    int mb;
+    bool operator<(const ForwardKey& o) const {
+      return neg_cost != o.neg_cost ? neg_cost < o.neg_cost : mb < o.mb;
+    }
+  };
+  void queue_forward(const TaskId& t) {
+    forwards_[m_.local_chunk(t.chunk)].insert(t.mb, ForwardKey{-cost_[local_index(t)], t.mb});
   }
-  std::set<ForwardKey> forwards_;
-  std::optional<TaskId> adaptive_forward() const;
-  std::vector<int> progress_;  // per microbatch: local F and B done (drain order)
+  std::vector<KeyedHeap<ForwardKey>> forwards_;  // by local chunk, each by microbatch
+  std::vector<int> progress_;                    // per microbatch: local F and B done (drain order)
   int drain_mb_ = 0;
 };
 

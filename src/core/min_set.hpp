@@ -1,8 +1,19 @@
 #pragma once
-// A set of small integers with O(log64 n) insert, erase and minimum: a hierarchy of 64-bit
-// occupancy words. Arbitration asks it for the best-ranked ready task without scanning.
+// Two ordered sets for arbitration, each asked for its least member on every decision.
+//
+// MinSet: small integers with O(log64 n) insert, erase and minimum, a hierarchy of 64-bit
+// occupancy words. The levels lie in one array, the top first, so a minimum reads one word per
+// level from memory that is already warm (a vector per level cost a pointer chase per level).
+//
+// KeyedHeap: ids 0..n-1 ranked by a key of any ordered type, with the least at hand and
+// O(log n) insert and erase of any member. The adaptive rule ranks forwards by their
+// producers' measured costs, which are not small integers; a balanced tree did the same with an
+// allocation per insert.
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace rrfp {
@@ -11,27 +22,34 @@ class MinSet {
  public:
   explicit MinSet(int n = 0) { reset(n); }
 
+  // Empties the set for members 0..n-1.
   void reset(int n) {
-    levels_.clear();
     size_ = 0;
-    int words = std::max(1, (n + 63) / 64);
-    for (;;) {
-      levels_.emplace_back(words, 0);
-      if (words == 1) break;
-      words = (words + 63) / 64;
+    // Level sizes from the bottom (one bit per member) to the single top word.
+    std::array<int, kMaxLevels> words{};
+    levels_ = 0;
+    for (int w = std::max(1, (n + 63) / 64);; w = (w + 63) / 64) {
+      words[levels_++] = w;
+      if (w == 1) break;
     }
+    int at = 0;
+    for (int l = levels_ - 1; l >= 0; --l) {
+      offset_[l] = at;
+      at += words[l];
+    }
+    words_.assign(at, 0);
   }
 
   bool empty() const { return size_ == 0; }
   int size() const { return size_; }
 
-  bool contains(int k) const { return (levels_[0][k >> 6] >> (k & 63)) & 1U; }
+  bool contains(int k) const { return (words_[offset_[0] + (k >> 6)] >> (k & 63)) & 1U; }
 
   void insert(int k) {
     if (contains(k)) return;
     ++size_;
-    for (auto& level : levels_) {
-      std::uint64_t& w = level[k >> 6];
+    for (int l = 0; l < levels_; ++l) {
+      std::uint64_t& w = words_[offset_[l] + (k >> 6)];
       const bool was_empty = w == 0;
       w |= std::uint64_t{1} << (k & 63);
       if (!was_empty) break;
@@ -42,8 +60,8 @@ class MinSet {
   void erase(int k) {
     if (!contains(k)) return;
     --size_;
-    for (auto& level : levels_) {
-      std::uint64_t& w = level[k >> 6];
+    for (int l = 0; l < levels_; ++l) {
+      std::uint64_t& w = words_[offset_[l] + (k >> 6)];
       w &= ~(std::uint64_t{1} << (k & 63));
       if (w != 0) break;
       k >>= 6;
@@ -54,14 +72,92 @@ class MinSet {
   int min() const {
     if (size_ == 0) return -1;
     int k = 0;
-    for (int l = static_cast<int>(levels_.size()) - 1; l >= 0; --l)
-      k = (k << 6) | std::countr_zero(levels_[l][k]);
+    for (int l = levels_ - 1; l >= 0; --l)
+      k = (k << 6) | std::countr_zero(words_[offset_[l] + k]);
     return k;
   }
 
  private:
-  std::vector<std::vector<std::uint64_t>> levels_;
+  static constexpr int kMaxLevels = 6;  // 64^6 members: past any int
+  std::vector<std::uint64_t> words_;
+  std::array<int, kMaxLevels> offset_{};  // where each level (0: the bottom) starts in words_
+  int levels_ = 0;
   int size_ = 0;
+};
+
+template <class Key>
+class KeyedHeap {
+ public:
+  // Empties the heap for ids 0..n-1.
+  void reset(int n) {
+    heap_.clear();
+    pos_.assign(n, -1);
+  }
+  bool empty() const { return heap_.empty(); }
+  int size() const { return static_cast<int>(heap_.size()); }
+  bool contains(int id) const { return pos_[id] >= 0; }
+  // The member with the least key; the heap must not be empty. Keys must be distinct for the
+  // least to be one member whatever the order of inserts.
+  int top() const { return heap_.front().id; }
+  const Key& top_key() const { return heap_.front().key; }
+
+  void insert(int id, const Key& key) {
+    if (contains(id)) return;
+    heap_.push_back({key, id});
+    pos_[id] = size() - 1;
+    up(size() - 1);
+  }
+
+  void erase(int id) {
+    const int i = pos_[id];
+    if (i < 0) return;
+    pos_[id] = -1;
+    const int last = size() - 1;
+    if (i != last) {
+      heap_[i] = std::move(heap_[last]);
+      pos_[heap_[i].id] = i;
+    }
+    heap_.pop_back();
+    if (i < size()) down(up(i));
+  }
+
+ private:
+  struct Entry {
+    Key key;
+    int id;
+  };
+  void place(int i, Entry&& e) {
+    pos_[e.id] = i;
+    heap_[i] = std::move(e);
+  }
+  // Moves entry i towards the root while it is less than its parent; returns where it stops.
+  int up(int i) {
+    Entry e = std::move(heap_[i]);
+    while (i > 0) {
+      const int parent = (i - 1) / 2;
+      if (!(e.key < heap_[parent].key)) break;
+      place(i, std::move(heap_[parent]));
+      i = parent;
+    }
+    place(i, std::move(e));
+    return i;
+  }
+  void down(int i) {
+    const int n = size();
+    Entry e = std::move(heap_[i]);
+    for (;;) {
+      int child = 2 * i + 1;
+      if (child >= n) break;
+      if (child + 1 < n && heap_[child + 1].key < heap_[child].key) ++child;
+      if (!(heap_[child].key < e.key)) break;
+      place(i, std::move(heap_[child]));
+      i = child;
+    }
+    place(i, std::move(e));
+  }
+
+  std::vector<Entry> heap_;
+  std::vector<int> pos_;  // by id: its place in heap_, or -1
 };
 
 }  // namespace rrfp

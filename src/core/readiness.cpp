@@ -50,10 +50,6 @@ int Readiness::move(const TaskId& task, InputState from, InputState to, const ch
                       to_string(input_[i]));
 }
 
-bool Readiness::arrive(const TaskId& task) {
-  return satisfy_at(move(task, InputState::Missing, InputState::Delivered, "arrived"), task);
-}
-
 void Readiness::offer(const TaskId& task) {
   move(task, InputState::Missing, InputState::Offered, "was offered");
 }

@@ -31,7 +31,13 @@ class Readiness {
 
   // `task`'s cross-stage input has arrived (async): Missing -> Delivered. Returns what
   // satisfy() returns; throws ProtocolError if the input was already there.
-  bool arrive(const TaskId& task);
+  bool arrive(const TaskId& task) {  // inline: one per message the simulator delivers
+    const int i = m_.local_index(task);
+    if (input_[i] != InputState::Missing) [[unlikely]]
+      move(task, InputState::Missing, InputState::Delivered, "arrived");  // throws
+    input_[i] = InputState::Delivered;
+    return satisfy_at(i, task);
+  }
   // Rendezvous steps of the same input. Each throws ProtocolError from any other state.
   void offer(const TaskId& task);    // Missing -> Offered: the sender has the value
   void accept(const TaskId& task);   // Offered -> Accepted: the transfer starts

@@ -38,6 +38,21 @@ struct BlockedSpan {
 
 struct RankStats {
   std::int64_t busy = 0, blocked = 0;
+  // The part of `blocked` spent in collectives and in agree rounds: the reports' per-reason
+  // times, kept here so that a step need not record its spans to report them.
+  std::int64_t collective = 0, coordination = 0;
+  void add_blocked(BlockReason why, std::int64_t ns) {
+    blocked += ns;
+    if (why == BlockReason::Collective) collective += ns;
+    if (why == BlockReason::Coordination) coordination += ns;
+  }
+  RankStats& operator+=(const RankStats& o) {
+    busy += o.busy;
+    blocked += o.blocked;
+    collective += o.collective;
+    coordination += o.coordination;
+    return *this;
+  }
 };
 
 struct StepRecord {

@@ -27,6 +27,8 @@ void validate(const PipelineConfig& cfg) {
 
 WorkModel::WorkModel(const PipelineConfig& cfg) : cfg_(cfg), chunks_(cfg.pp * cfg.vpp) {
   validate(cfg_);
+  by_mbs_ = FastDivisor(cfg_.microbatches);
+  by_chunks_ = FastDivisor(chunks_);
   stage_of_chunk_.resize(chunks_);
   local_chunk_.resize(chunks_);
   stage_chunks_.assign(cfg_.pp, {});
@@ -37,16 +39,6 @@ WorkModel::WorkModel(const PipelineConfig& cfg) : cfg_(cfg), chunks_(cfg.pp * cf
     local_chunk_[c] = static_cast<int>(stage_chunks_[s].size());
     stage_chunks_[s].push_back(c);
   }
-}
-
-TaskId WorkModel::task(int index) const {
-  const int m = cfg_.microbatches;
-  TaskId t;
-  t.mb = index % m;
-  index /= m;
-  t.chunk = index % chunks_;
-  t.kind = static_cast<Kind>(index / chunks_);
-  return t;
 }
 
 bool WorkModel::valid(const TaskId& t) const {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fast_divisor.hpp"
 #include "core/task.hpp"
 
 namespace rrfp {
@@ -67,7 +68,11 @@ class WorkModel {
   int index(const TaskId& t) const {
     return (static_cast<int>(t.kind) * chunks_ + t.chunk) * cfg_.microbatches + t.mb;
   }
-  TaskId task(int index) const;
+  TaskId task(int index) const {  // inline: the simulator converts on every event
+    const int q = by_mbs_.divide(index);
+    const int kind = by_chunks_.divide(q);
+    return TaskId{static_cast<Kind>(kind), q - kind * chunks_, index - q * cfg_.microbatches};
+  }
   bool valid(const TaskId& t) const;
 
   // Inputs a task waits for (at most two). Chunk 0's F waits for nothing (the data is local).
@@ -89,6 +94,7 @@ class WorkModel {
   std::vector<int> stage_of_chunk_;
   std::vector<int> local_chunk_;
   std::vector<std::vector<int>> stage_chunks_;
+  FastDivisor by_mbs_, by_chunks_;
 };
 
 }  // namespace rrfp

@@ -86,10 +86,8 @@ void merge_step(StepResult& into, std::span<const std::byte> packed) {
   if (ranks.size() != r.ranks.size() || peak_d.size() != r.peak_d.size() ||
       peak_w.size() != r.peak_pending_w.size())
     throw Error("step record: per-rank tables do not match");
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    r.ranks[i].busy += ranks[i].busy;
-    r.ranks[i].blocked += ranks[i].blocked;
-  }
+  for (size_t i = 0; i < ranks.size(); ++i)
+    r.ranks[i] += ranks[i];
   for (size_t i = 0; i < peak_d.size(); ++i) {
     r.peak_d[i] = std::max(r.peak_d[i], peak_d[i]);
     r.peak_pending_w[i] = std::max(r.peak_pending_w[i], peak_w[i]);
@@ -151,7 +149,7 @@ void share_over_job(Job& job, StepResult& r) {
   StepRecord& m = merged.run;
   m.coordination_rounds = m.failed_rounds = 0;
   for (auto& rank : m.ranks)
-    rank.busy = rank.blocked = 0;
+    rank = RankStats{};
   std::fill(m.peak_d.begin(), m.peak_d.end(), 0);
   std::fill(m.peak_pending_w.begin(), m.peak_pending_w.end(), 0);
   m.tasks.clear();

@@ -34,7 +34,7 @@ void StageCore::record_blocked(Locked&, int r, std::int64_t from, std::int64_t t
                                BlockReason why) {
   if (to <= from) return;
   RankResult& res = ranks_[r].result;
-  res.stats.blocked += to - from;
+  res.stats.add_blocked(why, to - from);
   res.blocked.push_back(BlockedSpan{stage_, r, from - t0_, to - t0_, why});
 }
 

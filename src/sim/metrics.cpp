@@ -11,37 +11,72 @@ namespace rrfp {
 
 namespace {
 
+// What the bound reads of a task: its group's time (the slowest rank plus the collective) and
+// its message's (the fastest rank's), read where they lie rather than copied per task: the
+// copies were most of the bound's memory.
+struct Costs {
+  const RealizedWork& w;
+  std::int64_t dur(int i) const {
+    std::int64_t d = 0;
+    for (int r = 0; r < w.tp; ++r)
+      d = std::max(d, w.compute(r, i));
+    return d + w.collective_ns;
+  }
+  std::int64_t lat(int i) const {
+    std::int64_t l = std::numeric_limits<std::int64_t>::max();
+    for (int r = 0; r < w.tp; ++r)
+      l = std::min(l, w.message(r, i));
+    return l;
+  }
+};
+
+// Every task in a topological order (F by chunk ascending, B by chunk descending, then W), or
+// in its reverse: f(task, index). Tasks of one kind and chunk do not depend on one another.
+template <class Visit>
+void in_order(const WorkModel& m, bool reverse, Visit&& f) {
+  std::vector<std::pair<Kind, int>> rows;
+  const int c = m.chunks(), mbs = m.microbatches();
+  for (int ch = 0; ch < c; ++ch)
+    rows.emplace_back(Kind::F, ch);
+  for (int ch = c - 1; ch >= 0; --ch)
+    rows.emplace_back(Kind::B, ch);
+  if (m.split())
+    for (int ch = 0; ch < c; ++ch)
+      rows.emplace_back(Kind::W, ch);
+  if (reverse) std::reverse(rows.begin(), rows.end());
+  for (const auto& [kind, ch] : rows) {
+    const int first = m.index({kind, ch, 0});  // a row's microbatches are consecutive
+    for (int mb = 0; mb < mbs; ++mb)
+      f(TaskId{kind, ch, mb}, first + mb);
+  }
+}
+
 // (c): a stage runs one task at a time and starts an F only while fewer than L of its
 // microbatch-chunks have ended their F but not their B, so the intervals [F(c,mb) starts,
 // B(c,mb) ends] of its microbatch-chunks overlap at most L deep. Each is at least F(c,mb) plus
 // the round trip after it, F(c+1..C-1, mb) then B(C-1..c, mb) with the messages between
-// stages; all lie between the stage's earliest F start and the latest end its B tasks leave
-// room for. So makespan >= lead + sum of the intervals / L + tail.
-void memory_bound(const WorkModel& m, const std::vector<std::int64_t>& dur,
-                  const std::vector<std::int64_t>& lat, const std::vector<std::int64_t>& start,
-                  const std::vector<std::int64_t>& tail, int limit, LowerBound& lb) {
+// stages; all lie between the stage's earliest F start (`lead_f`) and the latest end its B
+// tasks leave room for (`tail_b`). So makespan >= lead + sum of the intervals / L + tail.
+void memory_bound(const WorkModel& m, const Costs& k, const std::vector<std::int64_t>& lead_f,
+                  const std::vector<std::int64_t>& tail_b, int limit, LowerBound& lb) {
   const int c = m.chunks(), mbs = m.microbatches(), p = m.pp();
-  const std::int64_t inf = std::numeric_limits<std::int64_t>::max();
-  std::vector<std::int64_t> sum(p, 0), lead(p, inf), tl(p, inf);
+  std::vector<std::int64_t> sum(p, 0);
   for (int mb = 0; mb < mbs; ++mb) {
     std::int64_t after = 0;  // from F(ch, mb)'s end to B(ch, mb)'s end
     for (int ch = c - 1; ch >= 0; --ch) {
       const int f = m.index({Kind::F, ch, mb}), b = m.index({Kind::B, ch, mb});
       if (ch == c - 1) {
-        after = dur[b];
+        after = k.dur(b);
       } else {
         const bool cross = m.stage_of(ch) != m.stage_of(ch + 1);
         const int f1 = m.index({Kind::F, ch + 1, mb}), b1 = m.index({Kind::B, ch + 1, mb});
-        after = (cross ? lat[f] : 0) + dur[f1] + after + (cross ? lat[b1] : 0) + dur[b];
+        after = (cross ? k.lat(f) : 0) + k.dur(f1) + after + (cross ? k.lat(b1) : 0) + k.dur(b);
       }
-      const int s = m.stage_of(ch);
-      sum[s] += dur[f] + after;
-      lead[s] = std::min(lead[s], start[f]);
-      tl[s] = std::min(tl[s], tail[b]);
+      sum[m.stage_of(ch)] += k.dur(f) + after;
     }
   }
   for (int s = 0; s < p; ++s) {
-    const std::int64_t b = lead[s] + sum[s] / limit + tl[s];
+    const std::int64_t b = lead_f[s] + sum[s] / limit + tail_b[s];
     if (b > lb.memory) {
       lb.memory = b;
       lb.memory_stage = s;
@@ -52,60 +87,41 @@ void memory_bound(const WorkModel& m, const std::vector<std::int64_t>& dur,
 }  // namespace
 
 LowerBound lower_bound(const WorkModel& m, const RealizedWork& w, int limit) {
-  const int n = m.num_tasks();
-  std::vector<std::int64_t> dur(n), lat(n);
-  for (int i = 0; i < n; ++i) {
-    std::int64_t d = 0, l = std::numeric_limits<std::int64_t>::max();
-    for (int r = 0; r < w.tp; ++r) {
-      d = std::max(d, w.compute(r, i));
-      l = std::min(l, w.message(r, i));
-    }
-    dur[i] = d + w.collective_ns;
-    lat[i] = l;
-  }
-  // Topological order: F by chunk ascending, then B by chunk descending, then W.
-  std::vector<int> order;
-  order.reserve(n);
-  const int c = m.chunks(), mbs = m.microbatches();
-  for (int ch = 0; ch < c; ++ch)
-    for (int mb = 0; mb < mbs; ++mb)
-      order.push_back(m.index({Kind::F, ch, mb}));
-  for (int ch = c - 1; ch >= 0; --ch)
-    for (int mb = 0; mb < mbs; ++mb)
-      order.push_back(m.index({Kind::B, ch, mb}));
-  if (m.split())
-    for (int ch = 0; ch < c; ++ch)
-      for (int mb = 0; mb < mbs; ++mb)
-        order.push_back(m.index({Kind::W, ch, mb}));
-
-  std::vector<std::int64_t> start(n, 0), tail(n, 0);
-  std::array<Dep, 2> d{};
-  LowerBound lb;
-  for (int i : order) {
-    const int k = m.deps(m.task(i), d);
-    for (int j = 0; j < k; ++j) {
-      const int di = m.index(d[j].task);
-      start[i] = std::max(start[i], start[di] + dur[di] + (d[j].cross_stage ? lat[di] : 0));
-    }
-    lb.critical_path = std::max(lb.critical_path, start[i] + dur[i]);
-  }
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const int i = *it;
-    const int k = m.consumers(m.task(i), d);
-    for (int j = 0; j < k; ++j) {
-      const int ci = m.index(d[j].task);
-      tail[i] = std::max(tail[i], (d[j].cross_stage ? lat[i] : 0) + dur[ci] + tail[ci]);
-    }
-  }
+  const Costs k{w};
   const std::int64_t inf = std::numeric_limits<std::int64_t>::max();
-  std::vector<std::int64_t> lead(m.pp(), inf), tl(m.pp(), inf), work(m.pp(), 0);
-  for (int i = 0; i < n; ++i) {
-    const int s = m.stage_of(m.task(i));
-    lead[s] = std::min(lead[s], start[i]);
-    tl[s] = std::min(tl[s], tail[i]);
-    work[s] += dur[i];
-  }
-  for (int s = 0; s < m.pp(); ++s) {
+  const int p = m.pp();
+  // Per stage: the earliest start (of any task, of an F), the least tail after a task (of any,
+  // of a B), and the summed work.
+  std::vector<std::int64_t> lead(p, inf), lead_f(p, inf), tl(p, inf), tail_b(p, inf), work(p, 0);
+  LowerBound lb;
+  std::array<Dep, 2> d{};
+  // One array serves both passes: each task's earliest start, then the least time after it.
+  std::vector<std::int64_t> at(m.num_tasks(), 0);
+  in_order(m, false, [&](const TaskId& t, int i) {
+    const int n = m.deps(t, d);
+    for (int j = 0; j < n; ++j) {
+      const int di = m.index(d[j].task);
+      at[i] = std::max(at[i], at[di] + k.dur(di) + (d[j].cross_stage ? k.lat(di) : 0));
+    }
+    const std::int64_t dur = k.dur(i);
+    lb.critical_path = std::max(lb.critical_path, at[i] + dur);
+    const int s = m.stage_of(t);
+    lead[s] = std::min(lead[s], at[i]);
+    if (t.kind == Kind::F) lead_f[s] = std::min(lead_f[s], at[i]);
+    work[s] += dur;
+  });
+  std::fill(at.begin(), at.end(), 0);
+  in_order(m, true, [&](const TaskId& t, int i) {
+    const int n = m.consumers(t, d);
+    for (int j = 0; j < n; ++j) {
+      const int ci = m.index(d[j].task);
+      at[i] = std::max(at[i], (d[j].cross_stage ? k.lat(i) : 0) + k.dur(ci) + at[ci]);
+    }
+    const int s = m.stage_of(t);
+    tl[s] = std::min(tl[s], at[i]);
+    if (t.kind == Kind::B) tail_b[s] = std::min(tail_b[s], at[i]);
+  });
+  for (int s = 0; s < p; ++s) {
     const std::int64_t b = lead[s] + work[s] + tl[s];
     if (b > lb.stage_bound) {
       lb.stage_bound = b;
@@ -113,7 +129,7 @@ LowerBound lower_bound(const WorkModel& m, const RealizedWork& w, int limit) {
     }
   }
   lb.value = std::max(lb.stage_bound, lb.critical_path);
-  if (limit > 0) memory_bound(m, dur, lat, start, tail, limit, lb);
+  if (limit > 0) memory_bound(m, k, lead_f, tail_b, limit, lb);
   return lb;
 }
 
@@ -126,9 +142,9 @@ RunMetrics compute_metrics(const StepRecord& r, const LowerBound& lb) {
   out.coordination_rounds = r.coordination_rounds;
   out.failed_rounds = r.failed_rounds;
   std::int64_t coord = 0, coll = 0;
-  for (const BlockedSpan& b : r.blocked) {
-    if (b.reason == BlockReason::Coordination) coord += b.end - b.start;
-    if (b.reason == BlockReason::Collective) coll += b.end - b.start;
+  for (const RankStats& rs : r.ranks) {
+    coord += rs.coordination;
+    coll += rs.collective;
   }
   if (!r.ranks.empty()) {
     out.coordination_per_rank = coord / static_cast<std::int64_t>(r.ranks.size());

@@ -27,11 +27,6 @@ struct Event {
   Ev type;
   std::int32_t stage, rank, a;  // a: task index, send id or transfer id
 };
-struct Later {
-  bool operator()(const Event& x, const Event& y) const {
-    return x.time != y.time ? x.time > y.time : x.seq > y.seq;
-  }
-};
 
 // A rendezvous transfer (blocking mode); its id is the offer's handle.
 struct Send {

@@ -5,9 +5,9 @@
 // links, and the rendezvous of blocking mode. Internal to the simulator.
 #include <cstdint>
 #include <optional>
-#include <queue>
 #include <vector>
 
+#include "sim/event_queue.hpp"
 #include "sim/shared_links.hpp"
 #include "sim/sim_state.hpp"
 #include "sim/simulator.hpp"
@@ -83,10 +83,11 @@ class Simulation {
   std::uint64_t links_version_ = 0;         // the links' version the last LinkEnd was pushed for
   std::vector<std::vector<int>> parked_;    // per process: releases waiting for its copy to end
   static constexpr double kNoLimit = 4096;  // capacity where only the queues hold transfers
-  std::priority_queue<Event, std::vector<Event>, Later> events_;
+  EventQueue<Event> events_;
   std::vector<int> waking_;  // ranks (queue_of) woken in this instant, their wake-up unsized
   std::vector<char> dirty_;
   std::vector<int> dirty_list_;
+  std::vector<int> dispatching_;  // dispatch_dirty's stages of the instant
   std::int64_t now_ = 0, last_end_ = 0;
   std::uint64_t seq_ = 0;
   std::int64_t ended_ = 0;  // group tasks done (for progress)

@@ -69,7 +69,7 @@ StepRecord Simulation::run() {
 
 void Simulation::block(int s, int r, std::int64_t from, std::int64_t to, BlockReason why) {
   if (to <= from) return;
-  stats(s, r).blocked += to - from;
+  stats(s, r).add_blocked(why, to - from);
   if (opt_.record) res_.blocked.push_back(BlockedSpan{s, r, from, to, why});
 }
 
@@ -194,8 +194,9 @@ std::int64_t Simulation::producer_cost(int r, const TaskId& consumer) const {
 void Simulation::dispatch_dirty() {
   // Sorted for determinism: the same events always give the same decisions.
   while (!dirty_list_.empty()) {
-    std::vector<int> now_dirty;
+    std::vector<int>& now_dirty = dispatching_;  // kept: its capacity outlives the instant
     now_dirty.swap(dirty_list_);
+    dirty_list_.clear();
     std::sort(now_dirty.begin(), now_dirty.end());
     for (int s : now_dirty)
       dirty_[s] = 0;
