@@ -59,6 +59,40 @@ TEST(BufferPool, CountsFreshMappingsNotReuses) {
   EXPECT_EQ(BufferPool::fresh_total(), before + 2);
 }
 
+// A step that holds more buffers of one size at once than the old cap of 8: the next step, the
+// same, maps none, and the pool holds what the first one had out at its peak.
+TEST(BufferPool, SettlesAfterOneStepWhateverItHoldsAtOnce) {
+  auto pool = std::make_shared<BufferPool>();
+  auto step = [&] {
+    const std::uint64_t before = BufferPool::fresh_total();
+    std::vector<Payload> out;
+    for (int i = 0; i < 12; ++i)
+      out.push_back(pool->get(4u << 20));
+    for (int i = 0; i < 20; ++i)
+      out.push_back(pool->get(100'000 + i));  // one size: 128 KiB
+    return BufferPool::fresh_total() - before;
+  };
+  EXPECT_EQ(step(), 32u);
+  EXPECT_EQ(pool->held_bytes(), 12 * (4u << 20) + 20 * (128u << 10));
+  EXPECT_EQ(step(), 0u);
+  EXPECT_EQ(step(), 0u);
+  EXPECT_EQ(pool->held_bytes(), 12 * (4u << 20) + 20 * (128u << 10));
+}
+
+// With the largest size announced, payloads of any size share its buffers.
+TEST(BufferPool, PayloadsShareTheAnnouncedLargestSize) {
+  auto pool = std::make_shared<BufferPool>();
+  pool->set_least_size(3u << 20);
+  const std::uint64_t before = BufferPool::fresh_total();
+  {
+    Payload small = pool->get(1000);
+    EXPECT_EQ(small.size(), 1000u);
+  }
+  Payload large = pool->get(3u << 20);  // the buffer the small payload had
+  EXPECT_EQ(BufferPool::fresh_total(), before + 1);
+  EXPECT_EQ(pool->held_bytes(), 0u);
+}
+
 TEST(Inproc, HandsOffWithoutACopy) {
   auto eps = make_inproc_transports(2);
   const std::byte* seen = nullptr;

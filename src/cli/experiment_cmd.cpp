@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "cli/estimate.hpp"
@@ -81,18 +82,28 @@ std::vector<RunSpec> plan_runs(const ExperimentFlags& flags, const PipelineConfi
   return {{f.hint, p, comm, ""}};
 }
 
-void check_runs_fit(const char* command, const Scenario& sc, const std::vector<RunSpec>& runs) {
-  double tasks = 0;
+void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenario& sc,
+                    const std::vector<RunSpec>& runs) {
+  double most = 0, total = 0;
   for (const RunSpec& r : runs) {
     const PipelineConfig c = config_for(sc, r);
-    tasks +=
+    const double tasks =
         static_cast<double>(c.pp) * c.vpp * c.microbatches * (c.split_backward ? 3 : 2) * sc.tp;
+    most = std::max(most, tasks);
+    total += tasks;
   }
+  // The runs take turns, each freeing its work when done, unless a timeline keeps every run's
+  // records to draw them (a Chrome trace builds its JSON whole).
+  const bool timeline = !f.trace.empty() || !f.svg.empty();
+  const TaskCost& cost = !f.trace.empty() ? kTraceCost : !f.svg.empty() ? kSvgCost : kSimulateCost;
+  const double held = timeline ? total : most;
   check_fits(std::string(command) + ": " + std::to_string(runs.size()) + " run" +
                  (runs.size() == 1 ? "" : "s") + " of " +
-                 fmt("%.1fM", tasks / 1e6 / static_cast<double>(runs.size())) + " tasks",
-             tasks, kSimulateCost,
-             "--pp, --microbatches or --tp, or give one --hint and --policy (one run)");
+                 fmt("%.1fM", total / 1e6 / static_cast<double>(runs.size())) + " tasks",
+             held, cost,
+             std::string("--pp, --microbatches or --tp") +
+                 (timeline ? ", or leave out --trace and --svg" : ""),
+             total / held);
 }
 
 void write_reports(const ExperimentFlags& f, const ReportHeader& h,

@@ -28,7 +28,8 @@ Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
 std::vector<RunSpec> plan_runs(const ExperimentFlags& f, const PipelineConfig& cfg);
 // Refuses (InputError) runs whose estimated memory exceeds what this machine has available;
 // announces a large one on stderr (cli/estimate.hpp). `command`: "simulate", "run".
-void check_runs_fit(const char* command, const Scenario& sc, const std::vector<RunSpec>& runs);
+void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenario& sc,
+                    const std::vector<RunSpec>& runs);
 // Table on stdout (unless --json -), and the JSON, trace and SVG files asked for; an `extra`
 // object's keys are added to the JSON's top level (`rrfp run --compare`'s "compare").
 void write_reports(const ExperimentFlags& f, const ReportHeader& h,

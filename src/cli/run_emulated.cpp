@@ -73,7 +73,7 @@ class EmulatedRuns {
         calibrate_each_round_(world && f.compare &&
                               (f.calibration.empty() || f.calibration == "baseline")),
         steps_of_(specs_.size()) {
-    check_runs_fit("run", sc_, specs_);
+    check_runs_fit("run", f.exp, sc_, specs_);
     for (const RunSpec& spec : specs_)
       check_spec(sc_, spec);  // bad input fails before anything runs
     if (world && f.compare && !calibrate_each_round_) {

@@ -14,7 +14,7 @@ void setup_simulate(CLI::App& app) {
     f->dispatch.comm_given = comm->count() > 0;
     const Scenario sc = make_scenario(*f);
     const std::vector<RunSpec> specs = plan_runs(*f, sc.cfg);
-    check_runs_fit("simulate", sc, specs);  // before check_spec builds the hints' orders
+    check_runs_fit("simulate", *f, sc, specs);  // before check_spec builds the hints' orders
     for (const RunSpec& spec : specs)
       check_spec(sc, spec);
     std::vector<ReportRun> runs;

@@ -15,14 +15,16 @@ std::uint64_t BufferPool::fresh_total() {
 }
 
 Payload BufferPool::get(std::size_t n, bool* fresh) {
-  const std::size_t cap = std::max<std::size_t>(std::bit_ceil(n), 64 * 1024);
   std::unique_ptr<std::byte[]> b;
+  std::size_t cap = 0;
   {
     std::lock_guard lk(mu_);
-    auto& v = free_[cap];
-    if (!v.empty()) {
-      b = std::move(v.back());
-      v.pop_back();
+    cap = std::bit_ceil(std::max(n, least_));
+    Size& sz = sizes_[cap];
+    ++sz.out;
+    if (!sz.free.empty()) {
+      b = std::move(sz.free.back());
+      sz.free.pop_back();
       held_ -= cap;
     }
   }
@@ -43,15 +45,24 @@ Payload BufferPool::get(std::size_t n, bool* fresh) {
   return Payload(std::move(owner), raw, n);
 }
 
+// Kept whatever the count: the buffers of a size, out or free, never outnumber the most of that
+// size that were out at once.
 void BufferPool::put(std::byte* p, std::size_t cap) {
   std::lock_guard lk(mu_);
-  auto& v = free_[cap];
-  if (held_ + cap > kMaxHeld || v.size() >= 8) {
-    delete[] p;
-    return;
-  }
-  v.emplace_back(p);
+  Size& sz = sizes_[cap];
+  --sz.out;
+  sz.free.emplace_back(p);
   held_ += cap;
+}
+
+void BufferPool::set_least_size(std::size_t n) {
+  std::lock_guard lk(mu_);
+  least_ = std::max<std::size_t>(n, 64 * 1024);
+}
+
+std::size_t BufferPool::held_bytes() {
+  std::lock_guard lk(mu_);
+  return held_;
 }
 
 }  // namespace rrfp

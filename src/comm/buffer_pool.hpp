@@ -3,6 +3,12 @@
 // a fresh multi-megabyte allocation is a fresh mapping, and faulting its pages in cost much of
 // the bandwidth (measured: docs/results-mpi.md). Sizes are rounded up to a power of
 // two from 64 KiB, so activations of varying lengths share buffers.
+//
+// A pool keeps every buffer returned to it: of each size, it then holds at most as many as were
+// out at once, which is what a step needs, so the steps after the first one that reached that
+// peak map nothing. Its memory is bounded by that peak, summed over the sizes (a cap of 8
+// buffers a size and 256 MiB in all freed buffers that the next step mapped again: a stage
+// with 12 outputs of one size in flight, or messages of 32 MiB, never settled).
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -27,13 +33,24 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   // per step (StepResult::fresh_buffers) and `rrfp run` warms up until a step maps none.
   static std::uint64_t fresh_total();
 
+  // Bytes held for reuse now.
+  std::size_t held_bytes();
+  // Every buffer is made at least `n` bytes: an owner that knows its largest payload ahead
+  // announces it, and payloads of varying sizes then share one size of buffer, whose count
+  // out at once varies less from step to step than each size's does.
+  void set_least_size(std::size_t n);
+
  private:
-  static constexpr std::size_t kMaxHeld = 256u << 20;  // at most this much kept, 8 per size
   void put(std::byte* p, std::size_t cap);
 
+  struct Size {
+    std::vector<std::unique_ptr<std::byte[]>> free;
+    int out = 0;  // handed out and not yet returned
+  };
   std::mutex mu_;
-  std::map<std::size_t, std::vector<std::unique_ptr<std::byte[]>>> free_;
+  std::map<std::size_t, Size> sizes_;  // by capacity
   std::size_t held_ = 0;
+  std::size_t least_ = 64 * 1024;
 };
 
 }  // namespace rrfp

@@ -167,19 +167,18 @@ std::optional<TaskId> StageArbiter::drain_target() const {
 // Ranks by key, kind by kind, and names the task only once chosen: an optional TaskId per
 // candidate, passed through memory, cost more than the choice.
 StageArbiter::Pick StageArbiter::pick() const {
-  const MinSet& qw = queue_[static_cast<int>(Kind::W)];
-  const Pick w{Kind::W, qw.min()};
   // Weight gradients hold memory until they run: past the cap they go first.
-  if (pending_w_ >= opt_.max_pending_w && !qw.empty()) return w;
+  if (pending_w_ >= opt_.max_pending_w && !queue_[static_cast<int>(Kind::W)].empty())
+    return min_of(Kind::W);
   if (d_ >= opt_.limit) {
     // Back-pressure: no opportunistic forward. W never raises D, so it may fill the wait.
     if (v_ == 1) {
       const Pick b = min_of(Kind::B);
-      return b.key >= 0 ? b : w;
+      return b.key >= 0 ? b : min_of(Kind::W);
     }
     const auto target = drain_target();
     if (target && is_ready(*target)) return {target->kind, key_of(*target)};
-    return w;
+    return min_of(Kind::W);
   }
   if (list_) {
     Pick best{Kind::F, -1};
@@ -205,7 +204,7 @@ StageArbiter::Pick StageArbiter::pick() const {
   }
   if (const Pick p = min_of(first); p.key >= 0) return p;
   if (const Pick p = min_of(second); p.key >= 0) return p;
-  return w;
+  return min_of(Kind::W);
 }
 
 std::optional<TaskId> StageArbiter::peek() const {

@@ -55,6 +55,7 @@ class StageArbiter {
   // The measured duration of the task whose output `t` waits for (adaptive rule); call it
   // before the input makes `t` ready. Ignored by every other hint.
   void note_cost(const TaskId& t, std::int64_t ns);
+  bool reads_costs() const { return adaptive_; }  // note_cost ignores them otherwise
   // Every microbatch's size (tokens, bytes: only the order matters), on the stage that runs
   // the first forwards, before they run: the adaptive rule lets them enter in entry_ranks()
   // order. Ignored elsewhere and by every other hint.

@@ -33,11 +33,6 @@ void RankDriver::begin_step(const std::vector<std::int64_t>& entry_sizes) {
   if (opt_.coordinated(tp_) && opt_.tp_protocol == TpProtocol::Agree) agree_.emplace(tp_rank_, tp_);
 }
 
-bool RankDriver::arrived(const TaskId& consumer, std::int64_t cost_ns) {
-  if (costs_) arb_->note_cost(consumer, cost_ns);
-  return inputs_->arrive(consumer);
-}
-
 bool RankDriver::delivered(const TaskId& consumer, std::int64_t cost_ns) {
   if (costs_) arb_->note_cost(consumer, cost_ns);
   return inputs_->deliver(consumer);

@@ -81,7 +81,13 @@ class RankDriver {
   }
   // Async: `consumer`'s input from another stage arrived, its producer having taken
   // `cost_ns`. True when it made the task ready; throws ProtocolError on a second arrival.
-  bool arrived(const TaskId& consumer, std::int64_t cost_ns);
+  bool arrived(const TaskId& consumer, std::int64_t cost_ns) {  // inline: one per message
+    if (costs_) arb_->note_cost(consumer, cost_ns);
+    return inputs_->arrive(consumer);
+  }
+  // Whether arrivals' costs are read (the adaptive rule): an executor that must work a cost out
+  // may pass 0 where they are not.
+  bool reads_costs() const { return costs_ && arb_->reads_costs(); }
   // Blocking, receiving side: an offer of `consumer`'s input (`handle`: the executor's name for
   // it); the offers to start now (Offered -> Accepted), the rest wait; the bytes are here.
   void offered(const TaskId& consumer, int handle) { rendezvous_->on_offer(consumer, handle); }

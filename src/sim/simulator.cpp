@@ -182,8 +182,9 @@ void Simulation::size_wakes() {
 }
 
 // What the producer of `consumer`'s input from another stage took, as the runtime's messages
-// tell the receiver (the adaptive rule's cost).
+// tell the receiver (the adaptive rule's cost; 0 where the rank reads none).
 std::int64_t Simulation::producer_cost(int r, const TaskId& consumer) const {
+  if (!rank(m_.stage_of(consumer), r).driver.reads_costs()) return 0;
   std::array<Dep, 2> d{};
   const int n = m_.deps(consumer, d);
   for (int i = 0; i < n; ++i)
