@@ -79,20 +79,6 @@ TEST(BufferPool, SettlesAfterOneStepWhateverItHoldsAtOnce) {
   EXPECT_EQ(pool->held_bytes(), 12 * (4u << 20) + 20 * (128u << 10));
 }
 
-// With the largest size announced, payloads of any size share its buffers.
-TEST(BufferPool, PayloadsShareTheAnnouncedLargestSize) {
-  auto pool = std::make_shared<BufferPool>();
-  pool->set_least_size(3u << 20);
-  const std::uint64_t before = BufferPool::fresh_total();
-  {
-    Payload small = pool->get(1000);
-    EXPECT_EQ(small.size(), 1000u);
-  }
-  Payload large = pool->get(3u << 20);  // the buffer the small payload had
-  EXPECT_EQ(BufferPool::fresh_total(), before + 1);
-  EXPECT_EQ(pool->held_bytes(), 0u);
-}
-
 TEST(Inproc, HandsOffWithoutACopy) {
   auto eps = make_inproc_transports(2);
   const std::byte* seen = nullptr;

@@ -15,11 +15,10 @@ std::uint64_t BufferPool::fresh_total() {
 }
 
 Payload BufferPool::get(std::size_t n, bool* fresh) {
+  const std::size_t cap = std::max<std::size_t>(std::bit_ceil(n), 64 * 1024);
   std::unique_ptr<std::byte[]> b;
-  std::size_t cap = 0;
   {
     std::lock_guard lk(mu_);
-    cap = std::bit_ceil(std::max(n, least_));
     Size& sz = sizes_[cap];
     ++sz.out;
     if (!sz.free.empty()) {
@@ -53,11 +52,6 @@ void BufferPool::put(std::byte* p, std::size_t cap) {
   --sz.out;
   sz.free.emplace_back(p);
   held_ += cap;
-}
-
-void BufferPool::set_least_size(std::size_t n) {
-  std::lock_guard lk(mu_);
-  least_ = std::max<std::size_t>(n, 64 * 1024);
 }
 
 std::size_t BufferPool::held_bytes() {

@@ -35,10 +35,6 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
 
   // Bytes held for reuse now.
   std::size_t held_bytes();
-  // Every buffer is made at least `n` bytes: an owner that knows its largest payload ahead
-  // announces it, and payloads of varying sizes then share one size of buffer, whose count
-  // out at once varies less from step to step than each size's does.
-  void set_least_size(std::size_t n);
 
  private:
   void put(std::byte* p, std::size_t cap);
@@ -50,7 +46,6 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   std::mutex mu_;
   std::map<std::size_t, Size> sizes_;  // by capacity
   std::size_t held_ = 0;
-  std::size_t least_ = 64 * 1024;
 };
 
 }  // namespace rrfp

@@ -1,6 +1,5 @@
 #include "emulate/emulated.hpp"
 
-#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -13,16 +12,8 @@ namespace {
 
 class EmulatedProgram final : public StageProgram {
  public:
-  EmulatedProgram(const WorkModel& m, const RealizedWork& w, int stage, int rank,
-                  EmulationOptions opt)
-      : m_(m), w_(w), rank_(rank), opt_(opt) {
-    // The stage's largest output, known before the step: every output buffer takes its size,
-    // so the pool settles on the most outputs out at once, whatever their sizes.
-    std::int64_t most = 0;
-    for (const TaskId& t : m.stage_tasks(stage))
-      if (t.kind != Kind::W) most = std::max(most, w.message_bytes[m.index(t)]);
-    pool_->set_least_size(static_cast<std::size_t>(most));
-  }
+  EmulatedProgram(const WorkModel& m, const RealizedWork& w, int rank, EmulationOptions opt)
+      : m_(m), w_(w), rank_(rank), opt_(opt) {}
 
   Payload forward(TaskContext& ctx, int chunk, int mb, Payload) override {
     return run(ctx, {Kind::F, chunk, mb});
@@ -70,8 +61,8 @@ class EmulatedProgram final : public StageProgram {
 }  // namespace
 
 ProgramFactory emulated_programs(const WorkModel& m, const RealizedWork& w, EmulationOptions opt) {
-  return [&m, &w, opt](int stage, int rank) -> std::unique_ptr<StageProgram> {
-    return std::make_unique<EmulatedProgram>(m, w, stage, rank, opt);
+  return [&m, &w, opt](int, int rank) -> std::unique_ptr<StageProgram> {
+    return std::make_unique<EmulatedProgram>(m, w, rank, opt);
   };
 }
 
