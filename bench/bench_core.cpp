@@ -1,5 +1,5 @@
 // Simulator throughput and arbiter decision cost. Run: ./build/bench_core
-// (Release build; numbers and machine recorded in docs/results-sim.md).
+// (Release build; numbers and machine recorded in docs/results-speed.md).
 #include <benchmark/benchmark.h>
 
 #include "core/arbiter.hpp"
