@@ -408,7 +408,7 @@ export RRFP_MEMORY_LIMIT=64M
 check "simulate: 4 runs of 2.4M tasks: about 142 MB of memory" simulate --pp 1024 -m 1024
 check "RRFP_MEMORY_LIMIT allows 67 MB: lower --pp, --microbatches or --tp" run --pp 1024 -m 1024 --hint bf
 # A timeline keeps every task's record and draws it: a shape that fits without one may not.
-check "simulate: 1 run of 0.5M tasks: about 1.8 GB of memory" simulate --pp 512 -m 512 --hint bf --policy ready --trace "$tmp/t.json"
+check "simulate: 1 run of 0.5M tasks: about 184 MB of memory" simulate --pp 512 -m 512 --hint bf --policy ready --trace "$tmp/t.json"
 check "or leave out --trace and --svg" simulate --pp 512 -m 512 --hint bf --policy ready --svg "$tmp/t.svg"
 check "schedule show: 0.5M tasks: about 84 MB" schedule show --pp 512 -m 512
 check "plan: orders of 1.0M tasks" plan --pp 512 -m 512 --tp 2

@@ -17,7 +17,7 @@ struct TaskCost {
 };
 inline constexpr TaskCost kSimulateCost{45, 0.8e-6};   // a simulated run, no records kept
 inline constexpr TaskCost kSvgCost{320, 3e-6};         // ... its records drawn as an SVG
-inline constexpr TaskCost kTraceCost{3400, 30e-6};     // ... and as a Chrome trace
+inline constexpr TaskCost kTraceCost{350, 8e-6};       // ... and as a Chrome trace
 inline constexpr TaskCost kScheduleCost{160, 0.8e-6};  // `schedule show`: the order and its diagram
 inline constexpr TaskCost kPlanCost{190, 1.5e-6};      // `plan`: graph, orders, per evaluation
 

@@ -93,7 +93,7 @@ void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenari
     total += tasks;
   }
   // The runs take turns, each freeing its work when done, unless a timeline keeps every run's
-  // records to draw them (a Chrome trace builds its JSON whole).
+  // records to draw them.
   const bool timeline = !f.trace.empty() || !f.svg.empty();
   const TaskCost& cost = !f.trace.empty() ? kTraceCost : !f.svg.empty() ? kSvgCost : kSimulateCost;
   const double held = timeline ? total : most;

@@ -17,26 +17,35 @@ const char* reason_name(BlockReason r) {
 }
 }  // namespace
 
+// Written event by event: the document's text is what is held, not the parsed tree of every
+// event, which took about 3 KB a task (6.9 GB for a step of 2M tasks). The text is the same as
+// the whole document's dump: keys in order, "displayTimeUnit" before "traceEvents".
 void write_chrome_trace(const std::string& path, const std::vector<ReportRun>& runs) {
-  nlohmann::json events = nlohmann::json::array();
+  std::string text = R"({"displayTimeUnit":"ms","traceEvents":[)";
+  bool first = true;
+  auto add = [&](const nlohmann::json& event) {
+    if (!first) text += ',';
+    first = false;
+    text += event.dump();
+  };
   for (size_t i = 0; i < runs.size(); ++i) {
     const auto& r = runs[i];
     const int pid_base = static_cast<int>(i) * 1000;
     for (int s = 0; s < r.result.pp; ++s) {
-      events.push_back({{"name", "process_name"},
-                        {"ph", "M"},
-                        {"pid", pid_base + s},
-                        {"args", {{"name", r.label + " / stage " + std::to_string(s)}}}});
-      events.push_back({{"name", "process_sort_index"},
-                        {"ph", "M"},
-                        {"pid", pid_base + s},
-                        {"args", {{"sort_index", pid_base + s}}}});
+      add({{"name", "process_name"},
+           {"ph", "M"},
+           {"pid", pid_base + s},
+           {"args", {{"name", r.label + " / stage " + std::to_string(s)}}}});
+      add({{"name", "process_sort_index"},
+           {"ph", "M"},
+           {"pid", pid_base + s},
+           {"args", {{"sort_index", pid_base + s}}}});
       for (int k = 0; k < r.result.tp; ++k)
-        events.push_back({{"name", "thread_name"},
-                          {"ph", "M"},
-                          {"pid", pid_base + s},
-                          {"tid", k},
-                          {"args", {{"name", "tp rank " + std::to_string(k)}}}});
+        add({{"name", "thread_name"},
+             {"ph", "M"},
+             {"pid", pid_base + s},
+             {"tid", k},
+             {"args", {{"name", "tp rank " + std::to_string(k)}}}});
     }
     for (const auto& t : r.result.tasks) {
       const std::string kind(1, kind_char(t.task.kind));
@@ -45,27 +54,27 @@ void write_chrome_trace(const std::string& path, const std::vector<ReportRun>& r
       // A measured step: when its input from another stage arrived. From there to its start the
       // rank was busy, or (idle) waking and dispatching.
       if (t.input_at >= 0) args["input_us"] = t.input_at / 1e3;
-      events.push_back({{"name", to_string(t.task)},
-                        {"cat", kind},
-                        {"ph", "X"},
-                        {"ts", t.start / 1e3},
-                        {"dur", (t.compute_end - t.start) / 1e3},
-                        {"pid", pid_base + t.stage},
-                        {"tid", t.rank},
-                        {"args", std::move(args)}});
+      add({{"name", to_string(t.task)},
+           {"cat", kind},
+           {"ph", "X"},
+           {"ts", t.start / 1e3},
+           {"dur", (t.compute_end - t.start) / 1e3},
+           {"pid", pid_base + t.stage},
+           {"tid", t.rank},
+           {"args", std::move(args)}});
     }
     for (const auto& b : r.result.blocked)
-      events.push_back({{"name", reason_name(b.reason)},
-                        {"cat", "blocked"},
-                        {"ph", "X"},
-                        {"ts", b.start / 1e3},
-                        {"dur", (b.end - b.start) / 1e3},
-                        {"pid", pid_base + b.stage},
-                        {"tid", b.rank},
-                        {"cname", "terrible"}});
+      add({{"name", reason_name(b.reason)},
+           {"cat", "blocked"},
+           {"ph", "X"},
+           {"ts", b.start / 1e3},
+           {"dur", (b.end - b.start) / 1e3},
+           {"pid", pid_base + b.stage},
+           {"tid", b.rank},
+           {"cname", "terrible"}});
   }
-  nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  write_text_file(path, doc.dump() + "\n", "`trace`");
+  text += "]}\n";
+  write_text_file(path, text, "`trace`");
 }
 
 }  // namespace rrfp
