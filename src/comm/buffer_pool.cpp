@@ -19,11 +19,10 @@ Payload BufferPool::get(std::size_t n, bool* fresh) {
   std::unique_ptr<std::byte[]> b;
   {
     std::lock_guard lk(mu_);
-    Size& sz = sizes_[cap];
-    ++sz.out;
-    if (!sz.free.empty()) {
-      b = std::move(sz.free.back());
-      sz.free.pop_back();
+    auto& v = free_[cap];
+    if (!v.empty()) {
+      b = std::move(v.back());
+      v.pop_back();
       held_ -= cap;
     }
   }
@@ -48,9 +47,7 @@ Payload BufferPool::get(std::size_t n, bool* fresh) {
 // size that were out at once.
 void BufferPool::put(std::byte* p, std::size_t cap) {
   std::lock_guard lk(mu_);
-  Size& sz = sizes_[cap];
-  --sz.out;
-  sz.free.emplace_back(p);
+  free_[cap].emplace_back(p);
   held_ += cap;
 }
 

@@ -39,12 +39,8 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
  private:
   void put(std::byte* p, std::size_t cap);
 
-  struct Size {
-    std::vector<std::unique_ptr<std::byte[]>> free;
-    int out = 0;  // handed out and not yet returned
-  };
   std::mutex mu_;
-  std::map<std::size_t, Size> sizes_;  // by capacity
+  std::map<std::size_t, std::vector<std::unique_ptr<std::byte[]>>> free_;  // by capacity
   std::size_t held_ = 0;
 };
 
