@@ -37,7 +37,7 @@ CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f) {
 Scenario make_scenario(const ExperimentFlags& f) {
   Scenario sc = make_scenario(f.shape, f.load, f.dispatch);
   // Only a timeline reads the tasks and spans: the tables come from each rank's totals.
-  sc.record = !f.trace.empty() || !f.svg.empty();
+  sc.record = draws_timeline(f);
   return sc;
 }
 
@@ -94,7 +94,7 @@ void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenari
   }
   // The runs take turns, each freeing its work when done, unless a timeline keeps every run's
   // records to draw them.
-  const bool timeline = !f.trace.empty() || !f.svg.empty();
+  const bool timeline = draws_timeline(f);
   const TaskCost& cost = !f.trace.empty() ? kTraceCost : !f.svg.empty() ? kSvgCost : kSimulateCost;
   const double held = timeline ? total : most;
   check_fits(std::string(command) + ": " + std::to_string(runs.size()) + " run" +

@@ -20,6 +20,10 @@ struct ExperimentFlags {
 
 // Binds the shared flags; returns --comm so the caller can tell whether it was given.
 CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f);
+// Whether a timeline (--trace or --svg) is asked for: only it reads the per-task records.
+inline bool draws_timeline(const ExperimentFlags& f) {
+  return !f.trace.empty() || !f.svg.empty();
+}
 Scenario make_scenario(const ExperimentFlags& f);
 // The scenario of a shape, a workload and the execution flags (`plan` has no other flags).
 Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,

@@ -23,7 +23,6 @@ Payload BufferPool::get(std::size_t n, bool* fresh) {
     if (!v.empty()) {
       b = std::move(v.back());
       v.pop_back();
-      held_ -= cap;
     }
   }
   if (fresh) *fresh = !b;
@@ -48,12 +47,14 @@ Payload BufferPool::get(std::size_t n, bool* fresh) {
 void BufferPool::put(std::byte* p, std::size_t cap) {
   std::lock_guard lk(mu_);
   free_[cap].emplace_back(p);
-  held_ += cap;
 }
 
 std::size_t BufferPool::held_bytes() {
   std::lock_guard lk(mu_);
-  return held_;
+  std::size_t bytes = 0;
+  for (const auto& [cap, v] : free_)
+    bytes += cap * v.size();
+  return bytes;
 }
 
 }  // namespace rrfp

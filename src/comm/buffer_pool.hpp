@@ -41,7 +41,6 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
 
   std::mutex mu_;
   std::map<std::size_t, std::vector<std::unique_ptr<std::byte[]>>> free_;  // by capacity
-  std::size_t held_ = 0;
 };
 
 }  // namespace rrfp
