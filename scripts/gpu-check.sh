@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The one script run on a GPU machine (docs/gpu.md): builds rrfp against the machine's CUDA
 # PyTorch, runs the CUDA tests, then measures `rrfp train --device cuda --dtype bf16` at P=4
-# (fixed 1F1B blocking and async, ready BF, ready BFW; under no jitter, J2 and J3; the
-# image-text model; with and without SM partitions) and the digital twin's prediction of ready BF and BFW from the fixed 1F1B
-# run's measured durations. Each run is one process of 22 steps (the first two, start-up, are
-# left out of every number). Prints a short table last; writes everything under OUT.
+# (fixed 1F1B, ready BF, ready BFW; the three ways a stage learns of completion; the default
+# and a wide model; then, as the budget allows, partitions, jitter, the image-text model and
+# the digital twin's prediction of ready BF and BFW from the fixed 1F1B run's measured
+# durations) and rrfp.Pipeline's table (bench/pipeline_gpu.py). Each `rrfp train` run is one
+# process of 22 steps (the first two, start-up, are left out of every number). Prints a short
+# table last; writes OUT/summary.md and everything else into OUT/gpu-check.tgz.
 # Usage: scripts/gpu-check.sh OUT [build dir]
 #   GPU_CHECK_SECONDS  time budget (default 420): runs that would start after it are skipped
 #   GPU_CHECK_ARGS     the device flags (default: --device cuda --dtype bf16)
 #   GPU_CHECK_STEPS    steps per run (default 22)
 #   GPU_CHECK_NO_BUILD set: use the rrfp already in the build dir
+#   GPU_CHECK_PY_SECONDS, GPU_CHECK_PY_RUNS  bench/pipeline_gpu.py's budget (150) and runs
 # Needs .gpu-deps (scripts/gpu-deps.sh, on a Debian machine) beside the source.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,27 +59,30 @@ timeout 300 "$build/tests/test_train_cuda" >"$out/tests.log" 2>&1
 echo "tests exit $?" >>"$out/tests.log"
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|tests exit|Failure|Expected|Which is" "$out/tests.log" | head -30
 
-# rrfp.Pipeline(device="cuda"), where the extension was built: bitwise against the plain loop
-# on the GPU, tied weights across stage streams, evaluation.
-if ls "$build"/python/rrfp/_rrfp*.so >/dev/null 2>&1; then
+# rrfp.Pipeline(device="cuda"), where the extension was built: its device tests (bitwise against
+# the plain loop on the GPU, tied weights across stage streams, evaluation), then its table
+# (bench/pipeline_gpu.py: a model the C++ side does not define, fixed 1F1B against ready BF and
+# BFW, J0 and J2, with each stage's idle share from the profiler).
+py_table() {
+  if ! ls "$build"/python/rrfp/_rrfp*.so >/dev/null 2>&1; then
+    log "no Python extension in $build: the Python device tests and table are skipped"
+    return
+  fi
+  local pypath
+  pypath=$(cd "$build/python" && pwd)
   log "Python device tests"
-  RRFP_PYTHONPATH=$(cd "$build/python" && pwd) timeout 300 python3 -m pytest -q -p no:cacheprovider \
+  RRFP_PYTHONPATH=$pypath timeout 240 python3 -m pytest -q -p no:cacheprovider \
     tests/python/test_device.py >"$out/python-tests.log" 2>&1
   echo "python tests exit $?" >>"$out/python-tests.log"
   tail -5 "$out/python-tests.log"
-  # The example on the GPU, fixed 1F1B against ready BF on the same model and data.
-  for sched in "1f1b fixed" "bf ready"; do
-    read -r hint policy <<<"$sched"
-    log "example transformer_lm --device cuda, $policy $hint"
-    PYTHONPATH=$(cd "$build/python" && pwd) timeout 150 python3 examples/transformer_lm.py \
-      --device cuda --pp 4 --microbatches 16 --rows 8 --seq 512 --d-model 1024 --heads 16 \
-      --layers 8 --steps 40 --hint "$hint" --policy "$policy" --data .gpu-deps/corpus \
-      >"$out/example-$policy-$hint.log" 2>&1
-    grep -E "^step 40/|Error|error" "$out/example-$policy-$hint.log" | head -3
-  done
-else
-  log "no Python extension in $build: the Python device tests are skipped"
-fi
+  log "rrfp.Pipeline table"
+  PYTHONUNBUFFERED=1 PYTHONPATH=$pypath timeout 240 python3 bench/pipeline_gpu.py \
+    --data .gpu-deps/corpus --out "$out/pipeline.csv" --budget-s "${GPU_CHECK_PY_SECONDS:-150}" \
+    --runs "${GPU_CHECK_PY_RUNS:-J0:fixed-1f1b,J0:ready-bfw,J0:ready-bf,J2:fixed-1f1b,J2:ready-bfw}" \
+    >"$out/pipeline.md" 2>"$out/pipeline.log"
+  echo "pipeline table exit $?" >>"$out/pipeline.log"
+  tail -3 "$out/pipeline.log"
+}
 
 # One training run: NAME ARGS... -> runs/NAME (its outputs), runs/NAME.log, runs/NAME.cpu
 # (STEPS=N before the call: N steps instead)
@@ -100,38 +106,36 @@ fixed=(--hint 1f1b --policy fixed --split-backward off)
 bf=(--hint bf --policy ready --split-backward off)
 bfw=(--hint bfw --policy ready --split-backward on)
 part=(--sm-partitions on)
-# Most wanted first: a run past the budget is skipped.
-train j0-fixed-1f1b "${fixed[@]}"
-train j0-ready-bf "${bf[@]}"
-train j0-ready-bfw "${bfw[@]}"
-train j0p-fixed-1f1b "${fixed[@]}" "${part[@]}"
-train j0p-ready-bf "${bf[@]}" "${part[@]}"
-train j0p-ready-bfw "${bfw[@]}" "${part[@]}"
-train j0n-ready-bfw "${bfw[@]}" --deterministic off
-train j0-fixed-1f1b-blocking "${fixed_blocking[@]}"
-# Four times the width and twice the sequence: is the default model bound by the host?
+spin=(--completion spin)
+callback=(--completion callback)
+# Four times the width and twice the sequence: the GPU's share of each task grows.
 big=(--d-model 2048 --heads 16 --max-seq 2048 --max-len 2048 --min-len 1024)
-STEPS=12 train big-fixed-1f1b "${fixed[@]}" "${big[@]}"
+# Most wanted first: a run past the budget is skipped. The C++ side's schedules with the
+# dispatch gap's p99 and the device waits, then the three ways of learning of completion (poll,
+# the default; spin; a host callback) on the default model and the wide one.
+train j0-fixed-1f1b "${fixed[@]}"
+train j0-ready-bfw "${bfw[@]}"
+train j0c-ready-bfw "${bfw[@]}" "${callback[@]}"
+train j0s-ready-bfw "${bfw[@]}" "${spin[@]}"
+py_table
+train j0-ready-bf "${bf[@]}"
+train j0c-fixed-1f1b "${fixed[@]}" "${callback[@]}"
 STEPS=12 train big-ready-bfw "${bfw[@]}" "${big[@]}"
+STEPS=12 train bigc-ready-bfw "${bfw[@]}" "${big[@]}" "${callback[@]}"
+STEPS=12 train bigs-ready-bfw "${bfw[@]}" "${big[@]}" "${spin[@]}"
+STEPS=12 train big-fixed-1f1b "${fixed[@]}" "${big[@]}"
+# What earlier sittings measured (docs/results-gpu.md), if the budget allows.
+train j0p-ready-bfw "${bfw[@]}" "${part[@]}"
+train j0-fixed-1f1b-blocking "${fixed_blocking[@]}"
 # The twin's source: fixed 1F1B with W apart, so that both BF and BFW replay from it.
 train twin-fixed-1f1b-split --hint 1f1b --policy fixed --split-backward on
 for j in J2 J3; do
   jj=$(echo "$j" | tr 'J' 'j')
   train "$jj-fixed-1f1b" "${fixed[@]}" --inject-jitter "jitter:$j"
   train "$jj-ready-bfw" "${bfw[@]}" --inject-jitter "jitter:$j"
-  train "${jj}p-fixed-1f1b" "${fixed[@]}" --inject-jitter "jitter:$j" "${part[@]}"
-  train "${jj}p-ready-bfw" "${bfw[@]}" --inject-jitter "jitter:$j" "${part[@]}"
 done
 train img-fixed-1f1b "${fixed[@]}" --task image-text
 train img-ready-bfw "${bfw[@]}" --task image-text
-train imgp-fixed-1f1b "${fixed[@]}" --task image-text "${part[@]}"
-train imgp-ready-bfw "${bfw[@]}" --task image-text "${part[@]}"
-for j in J2 J3; do
-  jj=$(echo "$j" | tr 'J' 'j')
-  train "$jj-fixed-1f1b-blocking" "${fixed_blocking[@]}" --inject-jitter "jitter:$j"
-  train "$jj-ready-bf" "${bf[@]}" --inject-jitter "jitter:$j"
-done
-train img-ready-bf "${bf[@]}" --task image-text
 
 # The twin: every measured step of the source replayed under ready BF and BFW.
 if [ -f "$runs/twin-fixed-1f1b-split/durations.csv" ]; then
@@ -152,5 +156,16 @@ fi
 
 log "summary"
 python3 scripts/gpu_table.py "$out" | tee "$out/summary.md"
-tar czf "$out/runs.tgz" -C "$out" runs twin.csv 2>/dev/null && rm -rf "$runs"
+if [ -s "$out/pipeline.md" ]; then
+  echo
+  echo "rrfp.Pipeline (bench/pipeline_gpu.py):"
+  cat "$out/pipeline.md"
+fi
+# At most a few files come back from a GPU machine: everything but the console and the
+# summary goes into one archive.
+tgz=$(mktemp /tmp/gpu-check.XXXXXX)
+if tar czf "$tgz" -C "$out" --exclude=./console.log --exclude=./summary.md .; then
+  find "$out" -mindepth 1 -maxdepth 1 ! -name console.log ! -name summary.md -exec rm -rf {} +
+  mv "$tgz" "$out/gpu-check.tgz"
+fi
 log "done"

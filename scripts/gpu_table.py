@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """The tables of scripts/gpu-check.sh, from the runs it left under OUT: per run the median step
 and pipeline time and throughput over the steps after the first two, the bubble, the median
-dispatch gap, host CPU per task (the process's CPU time in a step over its tasks) and
-(text model) MFU against the GPU's dense bf16 peak; then the
-twin's prediction next to the measured step. Usage: gpu_table.py OUT"""
+dispatch gap (median, and the median of each step's p99 where the log has it), host
+CPU per task (the process's CPU time in a step over its tasks), the device wait (how long a
+stage's thread waited for its task's kernels after launching the last: median per task, and
+the waits' share of the stages' time), and (text model) MFU against the GPU's dense bf16 peak;
+then the twin's prediction next to the measured step. Usage: gpu_table.py OUT"""
 import csv
 import os
 import re
@@ -46,7 +48,14 @@ def main(out):
         tokens = sum(int(r["tokens"]) for r in rs)
         tok_s = tokens / (sum(float(r["step_ms"]) for r in rs) / 1e3)
         bubble = statistics.mean(float(r["bubble"]) for r in rs)
-        gap = statistics.median(float(r["gap_us_median"]) for r in rs)
+        gap = "%.1f" % statistics.median(float(r["gap_us_median"]) for r in rs)
+        wait = "-"
+        if "gap_us_p99" in rs[0]:
+            gap += ", %.1f" % statistics.median(float(r["gap_us_p99"]) for r in rs)
+            waits = sum(float(r["wait_ms"]) for r in rs)
+            share = waits / (sum(float(r["pipeline_ms"]) for r in rs) * cfg["pp"])
+            wait = "%.0f, %.1f%%" % (statistics.median(float(r["wait_us_median"]) for r in rs),
+                                     100 * share)
         kinds = 3 if "bfw" in name or "split" in name else 2
         cpu = "-"
         if "cpu_ms" in rs[0]:
@@ -57,17 +66,22 @@ def main(out):
             seq = tokens / len(rs) / cfg["mb"]
             mfu = "%.1f%%" % (100 * tok_s * flops_per_token(cfg, seq) / (PEAK_BF16_TFLOPS * 1e12))
         measured[name] = [float(r["pipeline_ms"]) for r in rs], [int(r["step"]) for r in rs]
-        table.append((name, step_ms, pipe_ms, tok_s, bubble, gap, cpu, mfu, len(rs)))
-    # Each run against fixed 1F1B (async) of its group: the same jitter, task and partitions.
-    base = {t[0].split("-")[0]: t[1] for t in table if t[0].endswith("-fixed-1f1b")}
+        table.append((name, step_ms, pipe_ms, tok_s, bubble, gap, cpu, wait, mfu, len(rs)))
+    # Each run against fixed 1F1B (async) of its group: the same jitter, task and partitions
+    # (a trailing c or s, a callback's or spin's completion, compares with the group's poll).
+    def group(name):
+        g = name.split("-")[0]
+        return g[:-1] if g[-1] in "cs" and name.endswith("-ready-bfw") else g
+
+    base = {group(t[0]): t[1] for t in table if t[0].endswith("-fixed-1f1b")}
     print("| run | steps | step ms (median) | vs fixed 1F1B | pipeline ms | tokens/s | bubble "
-          "| dispatch gap us | host CPU us/task | MFU |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for name, step_ms, pipe_ms, tok_s, bubble, gap, cpu, mfu, n in table:
-        b = base.get(name.split("-")[0])
+          "| dispatch gap us (median, p99) | host CPU us/task | device wait us, share | MFU |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, step_ms, pipe_ms, tok_s, bubble, gap, cpu, wait, mfu, n in table:
+        b = base.get(group(name))
         speed = "%.2fx" % (b / step_ms) if b else "-"
         print(f"| {name} | {n} | {step_ms:.1f} | {speed} | {pipe_ms:.1f} | {tok_s:.0f} | "
-              f"{100 * bubble:.1f}% | {gap:.1f} | {cpu} | {mfu} |")
+              f"{100 * bubble:.1f}% | {gap} | {cpu} | {wait} | {mfu} |")
     twin = os.path.join(out, "twin.csv")
     if os.path.isfile(twin):
         pred = {}

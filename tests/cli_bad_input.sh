@@ -58,6 +58,8 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
   check "--out: cannot write to directory '/proc/rrfp-out'" train --out /proc/rrfp-out
   check "--steps: must be at least 1" train --steps 0 --out "$tmp/o"
   check "--inject-jitter: expected jitter:J1" train --inject-jitter nope --out "$tmp/o"
+  check "--completion: expected poll, spin or callback, got 'nope'" train --completion nope --out "$tmp/o"
+  check "--completion: spin waits for a GPU's stream (--device cuda)" train --completion spin --out "$tmp/o"
   check "--max-len: 500 exceeds" train --max-len 500 --out "$tmp/o"
   check "--tp: 3 does not divide --heads 4" train --tp 3 --out "$tmp/o"
   check "--dp: data-parallel replicas run as processes" train --dp 2 --out "$tmp/o"

@@ -3,7 +3,9 @@
 //  - every schedule gives bitwise the same parameters on the device, in f32 and in bf16
 //    autocast, with torch's deterministic algorithms (semantics.md §6);
 //  - the device computes what the CPU does (f32, to rounding);
-//  - a task whose kernel never ends is named by the watchdog within its timeout (RRFP_CUDA).
+//  - so do the three ways a stage learns of completion (poll, spin, host callback; RRFP_CUDA);
+//  - a task whose kernel never ends is named by the watchdog within its timeout, however the
+//    stage waits for it (RRFP_CUDA).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -17,6 +19,7 @@
 #include "train/trainer.hpp"
 #include "train_helpers.hpp"
 #ifdef RRFP_HAVE_GPU
+#include "gpu/notify.hpp"
 #include "gpu/stall.hpp"
 #endif
 #ifdef RRFP_HAVE_PARTITIONS
@@ -95,6 +98,27 @@ void expect_same_bits_for_every_schedule(const std::string& dtype) {
     }
 }
 
+// Runs on any machine: the options are checked before a device is touched.
+TEST(CudaOptions, CompletionIsCheckedAndIsAGpusOption) {
+  try {
+    parse_device("cpu", "f32", "nope");
+    FAIL() << "completion 'nope' accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("`completion`: expected poll, spin or callback"),
+              std::string::npos)
+        << e.what();
+  }
+  for (const char* how : {"spin", "callback"})
+    try {
+      parse_device("cpu", "f32", how);
+      FAIL() << "completion " << how << " accepted on the CPU";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("waits for a GPU's stream"), std::string::npos)
+          << e.what();
+    }
+  EXPECT_EQ(parse_device("cpu", "f32", "poll").completion, Completion::poll);
+}
+
 TEST(CudaTrain, EveryScheduleGivesTheSameBitsInF32) {
   SKIP_WITHOUT_CUDA();
   expect_same_bits_for_every_schedule("f32");
@@ -161,6 +185,24 @@ TEST(CudaTrain, SmPartitionsKeepTheBitsAcrossSchedules) {
 #endif
 
 #ifdef RRFP_HAVE_GPU
+// However the host learns that a task's kernels ended, the results are the same bits.
+TEST(CudaTrain, EveryWayOfLearningOfCompletionGivesTheSameBits) {
+  SKIP_WITHOUT_CUDA();
+  set_stream_notifier(gpu::notify_when_done);
+  const Case c = {"ready bfw split", 2, 1, "bfw", Policy::Ready, true};
+  std::vector<double> ref_losses;
+  const auto ref = train(options(c, "bf16", 1), &ref_losses);
+  for (const char* how : {"spin", "callback"}) {
+    TrainOptions o = options(c, "bf16", 2);
+    o.completion = how;
+    std::vector<double> losses;
+    const auto got = train(o, &losses);
+    EXPECT_EQ(losses, ref_losses) << how;
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_TRUE(bitwise_equal(got[i], ref[i])) << how << ": parameter " << i;
+  }
+}
+
 // A stage whose every task runs a small product on its stream; stage 1's F of microbatch 0
 // also enqueues a kernel that outlasts the watchdog many times over.
 class StallingProgram final : public StageProgram {
@@ -187,29 +229,33 @@ class StallingProgram final : public StageProgram {
   StageDevice dev_;
 };
 
+// Whichever way the host waits for it (poll, spin, a host callback).
 TEST(CudaRuntime, TheWatchdogNamesAStageWhoseKernelNeverEnds) {
   SKIP_WITHOUT_CUDA();
-  const DeviceSpec d = parse_device("cuda", "f32");
-  PipelineConfig cfg;
-  cfg.pp = 2;
-  cfg.microbatches = 4;
-  const WorkModel m(cfg);
-  const Hint hint = make_hint("1f1b", m);
-  RuntimeOptions o;
-  o.timeout_ms = 1000;
-  Runtime rt(
-      m, hint, [d](int stage, int) { return std::make_unique<StallingProgram>(stage, d); }, o);
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    rt.run_step(0);
-    FAIL() << "the step ended although stage 1's kernel had not";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("no progress"), std::string::npos) << what;
-    EXPECT_NE(what.find("running F c1 m0"), std::string::npos) << what;
+  set_stream_notifier(gpu::notify_when_done);
+  for (const char* how : {"poll", "spin", "callback"}) {
+    const DeviceSpec d = parse_device("cuda", "f32", how);
+    PipelineConfig cfg;
+    cfg.pp = 2;
+    cfg.microbatches = 4;
+    const WorkModel m(cfg);
+    const Hint hint = make_hint("1f1b", m);
+    RuntimeOptions o;
+    o.timeout_ms = 1000;
+    Runtime rt(
+        m, hint, [d](int stage, int) { return std::make_unique<StallingProgram>(stage, d); }, o);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      rt.run_step(0);
+      FAIL() << how << ": the step ended although stage 1's kernel had not";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("no progress"), std::string::npos) << how << ": " << what;
+      EXPECT_NE(what.find("running F c1 m0"), std::string::npos) << how << ": " << what;
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 4.0) << how << ": the watchdog (1 s) waited for the kernel (8 s)";
   }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(s, 4.0) << "the watchdog (1 s) waited for the kernel (8 s)";
 }
 #endif
 

@@ -119,6 +119,10 @@ void setup_train(CLI::App& app) {
        "--deterministic", [&t](const std::string& v) { t.deterministic = v == "on"; },
        "cuda: torch's deterministic algorithms, for bitwise results (default on)")
       ->check(CLI::IsMember({"on", "off"}));
+  s->add_option("--completion", t.completion,
+                "cuda: how a stage learns its task's kernels ended: poll (the event; default), "
+                "spin or callback")
+      ->capture_default_str();
   s->add_option_function<std::string>(
        "--sm-partitions", [&t](const std::string& v) { t.sm_partitions = v == "on"; },
        "cuda: each stage on its own share of the SMs (default off)")

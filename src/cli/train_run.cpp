@@ -12,6 +12,9 @@
 #include "emulate/jitter.hpp"
 #include "train/device.hpp"
 #include "train/run.hpp"
+#ifdef RRFP_HAVE_GPU
+#include "gpu/notify.hpp"
+#endif
 #ifdef RRFP_HAVE_PARTITIONS
 #include "gpu/partition.hpp"
 #endif
@@ -92,6 +95,9 @@ void run(const TrainFlags& f) {
 
 void install_trainer() {
   set_train_runner(run);
+#ifdef RRFP_HAVE_GPU
+  train::set_stream_notifier(gpu::notify_when_done);
+#endif
 #ifdef RRFP_HAVE_PARTITIONS
   train::set_partition_source(
       [](torch::Device d, int stages) { return gpu::partition_streams(d.index(), stages); });

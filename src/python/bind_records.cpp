@@ -18,6 +18,16 @@ void bind_records(pyb::module_& m) {
                              [](const StepRecordPy& r) { return r.run.metrics.efficiency; })
       .def_property_readonly("dispatch_gap_us", &StepRecordPy::dispatch_gap_us,
                              "median time from a task's end to the next ready task's start")
+      .def_property_readonly(
+          "dispatch_gaps_us",
+          [](const StepRecordPy& r) {
+            std::vector<double> us;
+            us.reserve(r.dispatch_gaps.size());
+            for (auto ns : r.dispatch_gaps)
+              us.push_back(static_cast<double>(ns) / 1e3);
+            return us;
+          },
+          "every dispatch gap of the step (µs), in no particular order")
       .def_property_readonly("label", [](const StepRecordPy& r) { return r.run.label; })
       .def_property_readonly(
           "stages",

@@ -6,7 +6,10 @@
 #include <torch/version.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "core/error.hpp"
@@ -42,7 +45,8 @@ void set_autocast(bool on) {
 
 }  // namespace
 
-DeviceSpec parse_device(const std::string& device, const std::string& dtype) {
+DeviceSpec parse_device(const std::string& device, const std::string& dtype,
+                        const std::string& completion) {
   DeviceSpec d;
   if (device != "cpu" && device != "cuda" && device.rfind("cuda:", 0) != 0)
     throw InputError("`device`: expected cpu, cuda or cuda:N, got '" + device + "'");
@@ -67,6 +71,19 @@ DeviceSpec parse_device(const std::string& device, const std::string& dtype) {
   d.bf16 = dtype == "bf16";
   if (d.bf16 && !d.gpu())
     throw InputError("`dtype`: bf16 (autocast) runs on `device` cuda only; the CPU trains in f32");
+  if (completion == "spin")
+    d.completion = Completion::spin;
+  else if (completion == "callback")
+    d.completion = Completion::callback;
+  else if (completion != "poll")
+    throw InputError("`completion`: expected poll, spin or callback, got '" + completion + "'");
+  if (d.completion != Completion::poll && !d.gpu())
+    throw InputError("`completion`: " + completion +
+                     " waits for a GPU's stream (`device` cuda); the CPU's tasks end when they "
+                     "return");
+  if (d.completion == Completion::callback && !stream_notifier())
+    throw InputError(
+        "`completion`: this build has no host callbacks (scripts/build-gpu.sh builds them)");
   return d;
 }
 
@@ -84,6 +101,10 @@ PartitionSource& source() {
   static PartitionSource s;
   return s;
 }
+StreamNotifier& notifier() {
+  static StreamNotifier n;
+  return n;
+}
 }  // namespace
 
 void set_partition_source(PartitionSource s) {
@@ -92,6 +113,14 @@ void set_partition_source(PartitionSource s) {
 
 const PartitionSource& partition_source() {
   return source();
+}
+
+void set_stream_notifier(StreamNotifier n) {
+  notifier() = std::move(n);
+}
+
+const StreamNotifier& stream_notifier() {
+  return notifier();
 }
 
 StageDevice::StageDevice(DeviceSpec d, std::optional<c10::Stream> stream)
@@ -119,29 +148,62 @@ StageDevice::Scope::~Scope() {
 
 namespace {
 
-void wait_for(const c10::Stream& stream, const TaskContext* ctx) {
+void poll(const c10::Stream& stream, const TaskContext* ctx, bool sleep) {
   c10::Event done(stream.device_type());
   done.record(stream);
   // Spin briefly (most kernels of a task end within microseconds of the last launch's return),
-  // then sleep in short steps so that a long task does not hold a core.
+  // then, unless told to spin, sleep in short steps so that a long task does not hold a core.
   for (int i = 0; !done.query(); ++i) {
     if (ctx && ctx->aborted()) throw Aborted();
-    if (i < 200)
+    if (i < 200 || !sleep)
       std::this_thread::yield();
     else
       std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
 
+// Sleeps until the host function enqueued behind the task's kernels runs. The flag is shared
+// with that function, which may run after an aborted wait has returned (or never, behind a
+// kernel that never ends).
+void await_callback(const c10::Stream& stream, const TaskContext* ctx) {
+  struct Flag {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto f = std::make_shared<Flag>();
+  stream_notifier()(stream, [f] {
+    {
+      std::lock_guard lk(f->mu);
+      f->done = true;
+    }
+    f->cv.notify_one();
+  });
+  std::unique_lock lk(f->mu);
+  while (!f->cv.wait_for(lk, std::chrono::milliseconds(1), [&] { return f->done; }))
+    if (ctx && ctx->aborted()) throw Aborted();
+}
+
+std::int64_t wait_for(const c10::Stream& stream, Completion how, const TaskContext* ctx) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (how == Completion::callback)
+    await_callback(stream, ctx);
+  else
+    poll(stream, ctx, how == Completion::poll);
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
 }  // namespace
 
-void StageDevice::complete(const TaskContext* ctx) const {
-  if (stream_) wait_for(*stream_, ctx);
+std::int64_t StageDevice::complete(const TaskContext* ctx) const {
+  return stream_ ? wait_for(*stream_, spec_.completion, ctx) : 0;
 }
 
 void complete_current_stream(const DeviceSpec& d) {
   if (d.gpu())
-    wait_for(c10::impl::getDeviceGuardImpl(d.device.type())->getStream(d.device), nullptr);
+    wait_for(c10::impl::getDeviceGuardImpl(d.device.type())->getStream(d.device), d.completion,
+             nullptr);
 }
 
 }  // namespace rrfp::train

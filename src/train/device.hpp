@@ -10,8 +10,14 @@
 // by polling the event (one task in flight per stream; docs/gpu.md says why and what was
 // measured). Everything here is torch's device-generic API (c10 streams, events and guards), so
 // it compiles against a CPU-only LibTorch; only src/gpu needs the CUDA toolkit.
+//
+// How the thread learns of completion is an option (docs/gpu.md compares them on a GPU): poll
+// the event (a short spin, then 20 µs sleeps), spin on it (yields only: the least latency, a
+// core per stage), or sleep until a host function the stream runs after the task's kernels
+// wakes it (a CUDA build only).
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -23,16 +29,21 @@ class TaskContext;
 
 namespace rrfp::train {
 
-// The parsed `device` and `dtype` options.
+enum class Completion { poll, spin, callback };
+
+// The parsed `device`, `dtype` and `completion` options.
 struct DeviceSpec {
   torch::Device device = torch::kCPU;
   bool bf16 = false;  // autocast to bfloat16 (CUDA only)
+  Completion completion = Completion::poll;
   bool gpu() const { return device.is_cuda(); }
 };
 
-// Checks `device` (cpu, cuda, cuda:N) and `dtype` (f32, bf16); throws InputError naming the
+// Checks `device` (cpu, cuda, cuda:N), `dtype` (f32, bf16) and `completion` (poll, spin,
+// callback; the last two on a GPU, callback in a CUDA build); throws InputError naming the
 // option, also when CUDA is asked for and this LibTorch or machine has none.
-DeviceSpec parse_device(const std::string& device, const std::string& dtype);
+DeviceSpec parse_device(const std::string& device, const std::string& dtype,
+                        const std::string& completion = "poll");
 
 // On CUDA, with `on`: cuBLAS's workspace set for reproducible results and torch's deterministic
 // algorithms on, before the first kernel: the bitwise guarantee of semantics.md §6 needs both.
@@ -43,6 +54,12 @@ void make_deterministic(const DeviceSpec& d, bool on = true);
 using PartitionSource = std::function<std::vector<c10::Stream>(torch::Device device, int stages)>;
 void set_partition_source(PartitionSource source);
 const PartitionSource& partition_source();  // empty: this build has none
+
+// Enqueues on a stream a host function that calls `done` once the work enqueued so far on it
+// has completed: set at start-up by a CUDA build (gpu/notify.hpp), for `completion` callback.
+using StreamNotifier = std::function<void(const c10::Stream& stream, std::function<void()> done)>;
+void set_stream_notifier(StreamNotifier notifier);
+const StreamNotifier& stream_notifier();  // empty: this build has none
 
 // Returns once the work enqueued so far on the calling thread's current stream of `d` has
 // completed (at once on the CPU): the trainer's update, before the stages read the parameters.
@@ -72,10 +89,11 @@ class StageDevice {
   };
 
   // Returns once the work enqueued so far on this stage's stream has completed on the device
-  // (at once on the CPU). Polls the event recorded now; throws Aborted within about a
+  // (at once on the CPU), learning of it as `completion` says; throws Aborted within about a
   // millisecond once `ctx` says the step failed (the watchdog), so a kernel that never ends
-  // is reported, not waited for.
-  void complete(const TaskContext* ctx = nullptr) const;
+  // is reported, not waited for. Returns the nanoseconds it waited: the device's tail behind
+  // the host's last launch, which a window of tasks enqueued ahead could hide (0 on the CPU).
+  std::int64_t complete(const TaskContext* ctx = nullptr) const;
 
  private:
   DeviceSpec spec_;

@@ -68,7 +68,7 @@ void validate(const TrainOptions& o) {
   if (!(o.opt.weight_decay >= 0 && o.opt.weight_decay <= 1000))
     throw InputError("`weight_decay`: must be in [0, 1000], got " + fmt("%g", o.opt.weight_decay));
   at_least("clip", o.opt.clip, 0);
-  const bool gpu = parse_device(o.device, o.dtype).gpu();
+  const bool gpu = parse_device(o.device, o.dtype, o.completion).gpu();
   if (o.sm_partitions && !gpu)
     throw InputError("`sm_partitions`: SM partitions are a GPU's (`device` cuda)");
   if (o.sm_partitions && !partition_source())

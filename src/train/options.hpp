@@ -69,6 +69,7 @@ struct TrainOptions {
   // and each stage on a partition of the SMs of its own (a CUDA build only).
   bool deterministic = true;
   bool sm_partitions = false;
+  std::string completion = "poll";  // how a stage's thread learns of completion (device.hpp)
   OptimizerOptions opt;
   WindowOptions window;
   std::string task = "text";  // text: the byte corpus in data_dir; image-text: synthetic

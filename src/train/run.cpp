@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <numeric>
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
@@ -76,10 +77,16 @@ void check_run(const TrainRun& o) {
 constexpr int kSkipSteps = 2;
 constexpr size_t kKeptSteps = 100;
 
-double median_gap_us(std::vector<std::int64_t> gaps) {
-  if (gaps.empty()) return 0;
-  std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
-  return static_cast<double>(gaps[gaps.size() / 2]) / 1e3;
+// The q-quantile (nearest rank) of durations in ns, in µs; 0 for none.
+double quantile_us(std::vector<std::int64_t> ns, double q) {
+  if (ns.empty()) return 0;
+  const auto k = std::min(ns.size() - 1, static_cast<size_t>(q * static_cast<double>(ns.size())));
+  std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(k), ns.end());
+  return static_cast<double>(ns[k]) / 1e3;
+}
+
+double sum_ms(const std::vector<std::int64_t>& ns) {
+  return static_cast<double>(std::accumulate(ns.begin(), ns.end(), std::int64_t{0})) / 1e6;
 }
 
 // One training run from its first step to its outputs. Rank 0 of a multi-process run speaks
@@ -115,7 +122,7 @@ class Run {
       log_ = std::make_unique<LogFile>(
           dir() + "loss.csv",
           "step,loss,val_loss,lr,grad_norm,tokens,step_ms,pipeline_ms,bubble,gap_us_median,"
-          "cpu_ms",
+          "cpu_ms,gap_us_p99,wait_us_median,wait_ms",
           first_ > 0 ? first_ : -1);
     t_start_ = now_ns();
     if (!o_.quiet && first_ > 0)
@@ -186,7 +193,10 @@ class Run {
                 std::to_string(r.tokens) + "," + fmt("%.2f", step_s * 1e3) + "," +
                 fmt("%.2f", static_cast<double>(r.run.run.makespan) / 1e6) + "," +
                 fmt("%.4f", met.bubble_ratio) + "," +
-                fmt("%.1f", median_gap_us(r.run.dispatch_gaps)) + "," + fmt("%.1f", cpu_ms));
+                fmt("%.1f", quantile_us(r.run.dispatch_gaps, 0.5)) + "," + fmt("%.1f", cpu_ms) +
+                "," + fmt("%.1f", quantile_us(r.run.dispatch_gaps, 0.99)) + "," +
+                fmt("%.1f", quantile_us(r.device_waits, 0.5)) + "," +
+                fmt("%.2f", sum_ms(r.device_waits)));
     // The checkpoint after the step's row, never before: a process killed between the two
     // must not leave a checkpoint past the log, whose resume would never write that row
     // (tests/train_signals.sh saw "1 2 3 4 5 7" after a kill -9). Killed after the row, the

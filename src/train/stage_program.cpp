@@ -106,7 +106,7 @@ Payload TrainStageProgram::forward(TaskContext& ctx, int c, int mb, Payload inpu
     link_->losses_[mb] = w.output.item<float>();
   else
     out = to_payload(w.output);
-  dev_.complete(&ctx);
+  if (dev_.spec().gpu()) link_->add_wait(dev_.complete(&ctx));
   return out;
 }
 
@@ -144,7 +144,7 @@ Payload TrainStageProgram::backward(TaskContext& ctx, int c, int mb, Payload gra
   w.input = torch::Tensor();
   w.output = torch::Tensor();
   if (!m_.split()) finish(c, mb);
-  dev_.complete(&ctx);
+  if (dev_.spec().gpu()) link_->add_wait(dev_.complete(&ctx));
   return result;
 }
 
@@ -154,7 +154,7 @@ void TrainStageProgram::weight_grad(TaskContext& ctx, int c, int mb) {
   torch::NoGradGuard no_grad;
   w.queue.run();
   finish(c, mb);
-  dev_.complete(&ctx);
+  if (dev_.spec().gpu()) link_->add_wait(dev_.complete(&ctx));
 }
 
 // Hands the microbatch's gradients to the reorder buffer and frees what it held.

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 #include "core/work_model.hpp"
 #include "runtime/program.hpp"
@@ -51,13 +52,23 @@ class StageLink {
   std::vector<torch::Tensor>& grads(int chunk) { return reorder_.at(chunk)->sum(); }
   // After a step, last stage only: each microbatch's loss.
   const std::vector<float>& losses() const { return losses_; }
+  // The step's waits for the device (StageDevice::complete), taken after the step.
+  std::vector<std::int64_t> take_waits() {
+    std::lock_guard lk(mu_);
+    return std::exchange(waits_, {});
+  }
 
  private:
   friend class TrainStageProgram;
+  void add_wait(std::int64_t ns) {
+    std::lock_guard lk(mu_);
+    waits_.push_back(ns);
+  }
   mutable std::mutex mu_;
   std::shared_ptr<const StepBatch> batch_;
   std::map<int, std::unique_ptr<ReorderBuffer>> reorder_;
   std::vector<float> losses_;
+  std::vector<std::int64_t> waits_;  // on a GPU: one per task
 };
 
 class TrainStageProgram final : public StageProgram {

@@ -10,7 +10,7 @@ namespace rrfp::train {
 
 Trainer::Trainer(TrainOptions o)
     : o_(std::move(o)),
-      dev_(parse_device(o_.device, o_.dtype)),
+      dev_(parse_device(o_.device, o_.dtype, o_.completion)),
       m_(o_.pipe),
       hint_(make_hint(o_.hint, m_)) {
   validate(o_);
@@ -112,6 +112,11 @@ StepReport Trainer::step() {
   for (auto& link : links_)
     if (link) link->set_batch(batch);
   r.run = runtime_->run_step(step_);
+  for (auto& link : links_)
+    if (link) {
+      auto w = link->take_waits();
+      r.device_waits.insert(r.device_waits.end(), w.begin(), w.end());
+    }
   if (o_.dp > 1) average_replicas();
   step_loss_and_norm(r);
   const double coef =

@@ -29,6 +29,8 @@ struct StepReport {
   double loss = 0, grad_norm = 0, lr = 0;
   std::int64_t tokens = 0;
   StepResult run;  // the runtime's measured step
+  // On a GPU, each task's wait for its kernels after the host had enqueued them (ns).
+  std::vector<std::int64_t> device_waits;
 };
 
 class Trainer {

@@ -51,6 +51,10 @@ def test_bitwise_equal_to_a_plain_loop(name, hint, policy, split, vpp, seed):
     rec = pipe.last_step
     assert rec.makespan > 0 and 0 <= rec.bubble < 1
     assert len(rec.tasks) == (3 if pipe._core.split_backward else 2) * pp * vpp * m
+    gaps = sorted(rec.dispatch_gaps_us)
+    assert all(g >= 0 for g in gaps) and len(gaps) < len(rec.tasks)
+    if gaps:  # the median the record reports is the list's
+        assert rec.dispatch_gap_us == gaps[len(gaps) // 2]
 
 
 def pyramid(sizes):

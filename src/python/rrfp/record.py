@@ -17,6 +17,7 @@ class StepRecord:
     bubble = property(lambda self: self._core.bubble)
     efficiency = property(lambda self: self._core.efficiency)
     dispatch_gap_us = property(lambda self: self._core.dispatch_gap_us)
+    dispatch_gaps_us = property(lambda self: self._core.dispatch_gaps_us)
     stages = property(lambda self: self._core.stages)
     tasks = property(lambda self: self._core.tasks)
     label = property(lambda self: self._core.label)
