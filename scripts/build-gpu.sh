@@ -20,9 +20,14 @@ torch_prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 pybind=$("$py" -m pybind11 --cmakedir 2>/dev/null || true)
 cuda_root=${CUDA_HOME:-/usr/local/cuda}
 export PATH=$cuda_root/bin:$PATH
+# zlib: the machine's own where it has the headers; else Debian's headers with the machine's
+# shared library (the Python extension, a shared object, cannot take Debian's static archive,
+# which is not position-independent), or that archive where there is no shared one.
 zlib=()
-if [ ! -e /usr/include/zlib.h ]; then  # the GPU machine's own zlib when it has headers
-  zlib=(-DZLIB_INCLUDE_DIR="$deps/include" -DZLIB_LIBRARY="$deps/lib/x86_64-linux-gnu/libz.a")
+if [ ! -e /usr/include/zlib.h ]; then
+  libz=$( (ldconfig -p 2>/dev/null || true) | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')
+  [ -n "$libz" ] || libz=$deps/lib/x86_64-linux-gnu/libz.a
+  zlib=(-DZLIB_INCLUDE_DIR="$deps/include" -DZLIB_LIBRARY="$libz")
 fi
 configure() { # configure WITH_PYTHON [extra CMake args...]
   local with_python=$1
