@@ -25,8 +25,15 @@ export PATH=$cuda_root/bin:$PATH
 # which is not position-independent), or that archive where there is no shared one.
 zlib=()
 if [ ! -e /usr/include/zlib.h ]; then
-  libz=$( (ldconfig -p 2>/dev/null || true) | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')
-  [ -n "$libz" ] || libz=$deps/lib/x86_64-linux-gnu/libz.a
+  # The one the interpreter's zlib module maps, else the usual places.
+  libz=$("$py" -c 'import zlib
+print(next((l.split()[-1] for l in open("/proc/self/maps") if "/libz.so" in l), ""))' 2>/dev/null ||
+    true)
+  for f in /lib/x86_64-linux-gnu/libz.so.1 /usr/lib/x86_64-linux-gnu/libz.so.1 \
+    "$deps/lib/x86_64-linux-gnu/libz.a"; do
+    [ -n "$libz" ] && [ -e "$libz" ] && break
+    libz=$f
+  done
   zlib=(-DZLIB_INCLUDE_DIR="$deps/include" -DZLIB_LIBRARY="$libz")
 fi
 configure() { # configure WITH_PYTHON [extra CMake args...]

@@ -59,10 +59,10 @@ timeout 300 "$build/tests/test_train_cuda" >"$out/tests.log" 2>&1
 echo "tests exit $?" >>"$out/tests.log"
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|tests exit|Failure|Expected|Which is" "$out/tests.log" | head -30
 
-# rrfp.Pipeline(device="cuda"), where the extension was built: its device tests (bitwise against
-# the plain loop on the GPU, tied weights across stage streams, evaluation), then its table
-# (bench/pipeline_gpu.py: a model the C++ side does not define, fixed 1F1B against ready BF and
-# BFW, J0 and J2, with each stage's idle share from the profiler).
+# rrfp.Pipeline(device="cuda"), where the extension was built: its table (bench/pipeline_gpu.py:
+# a model the C++ side does not define, fixed 1F1B against ready BF and BFW, J0 and J2, with
+# each stage's idle share from the profiler), then its device tests (bitwise against the plain
+# loop on the GPU, tied weights across stage streams, evaluation).
 py_table() {
   if ! ls "$build"/python/rrfp/_rrfp*.so >/dev/null 2>&1; then
     log "no Python extension in $build: the Python device tests and table are skipped"
@@ -70,11 +70,6 @@ py_table() {
   fi
   local pypath
   pypath=$(cd "$build/python" && pwd)
-  log "Python device tests"
-  RRFP_PYTHONPATH=$pypath timeout 240 python3 -m pytest -q -p no:cacheprovider \
-    tests/python/test_device.py >"$out/python-tests.log" 2>&1
-  echo "python tests exit $?" >>"$out/python-tests.log"
-  tail -5 "$out/python-tests.log"
   log "rrfp.Pipeline table"
   PYTHONUNBUFFERED=1 PYTHONPATH=$pypath timeout 240 python3 bench/pipeline_gpu.py \
     --data .gpu-deps/corpus --out "$out/pipeline.csv" --budget-s "${GPU_CHECK_PY_SECONDS:-150}" \
@@ -82,6 +77,11 @@ py_table() {
     >"$out/pipeline.md" 2>"$out/pipeline.log"
   echo "pipeline table exit $?" >>"$out/pipeline.log"
   tail -3 "$out/pipeline.log"
+  log "Python device tests"
+  RRFP_PYTHONPATH=$pypath timeout 120 python3 -m pytest -q -p no:cacheprovider \
+    tests/python/test_device.py >"$out/python-tests.log" 2>&1
+  echo "python tests exit $?" >>"$out/python-tests.log"
+  tail -5 "$out/python-tests.log"
 }
 
 # One training run: NAME ARGS... -> runs/NAME (its outputs), runs/NAME.log, runs/NAME.cpu
