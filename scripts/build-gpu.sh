@@ -20,22 +20,22 @@ torch_prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 pybind=$("$py" -m pybind11 --cmakedir 2>/dev/null || true)
 cuda_root=${CUDA_HOME:-/usr/local/cuda}
 export PATH=$cuda_root/bin:$PATH
-# zlib: the machine's own where it has the headers; else Debian's headers with the machine's
-# shared library (the Python extension, a shared object, cannot take Debian's static archive,
-# which is not position-independent), or that archive where there is no shared one.
-zlib=()
-if [ ! -e /usr/include/zlib.h ]; then
-  # The one the interpreter's zlib module maps, else the usual places.
-  libz=$("$py" -c 'import zlib
+# zlib, named explicitly: left to CMake it finds Debian's static archive in .gpu-deps first (the
+# prefix path), which the Python extension, a shared object, cannot take (not position-
+# independent: its link failed on an H200 machine). The machine's shared library (the one the
+# interpreter's zlib module maps, else the usual places), with its headers or else Debian's.
+zinc=/usr/include
+[ -e "$zinc/zlib.h" ] || zinc=$deps/include
+libz=$("$py" -c 'import zlib
 print(next((l.split()[-1] for l in open("/proc/self/maps") if "/libz.so" in l), ""))' 2>/dev/null ||
-    true)
-  for f in /lib/x86_64-linux-gnu/libz.so.1 /usr/lib/x86_64-linux-gnu/libz.so.1 \
-    "$deps/lib/x86_64-linux-gnu/libz.a"; do
-    [ -n "$libz" ] && [ -e "$libz" ] && break
-    libz=$f
-  done
-  zlib=(-DZLIB_INCLUDE_DIR="$deps/include" -DZLIB_LIBRARY="$libz")
-fi
+  true)
+for f in /lib/x86_64-linux-gnu/libz.so.1 /usr/lib/x86_64-linux-gnu/libz.so.1 \
+  "$deps/lib/x86_64-linux-gnu/libz.a"; do
+  [ -n "$libz" ] && [ -e "$libz" ] && break
+  libz=$f
+done
+echo "build-gpu: zlib $libz, headers in $zinc"
+zlib=(-DZLIB_INCLUDE_DIR="$zinc" -DZLIB_LIBRARY="$libz")
 configure() { # configure WITH_PYTHON [extra CMake args...]
   local with_python=$1
   shift
