@@ -108,22 +108,28 @@ bfw=(--hint bfw --policy ready --split-backward on)
 part=(--sm-partitions on)
 spin=(--completion spin)
 callback=(--completion callback)
+window=(--window 2)
 # Four times the width and twice the sequence: the GPU's share of each task grows.
 big=(--d-model 2048 --heads 16 --max-seq 2048 --max-len 2048 --min-len 1024)
 # Most wanted first: a run past the budget is skipped. The C++ side's schedules with the
-# dispatch gap's p99 and the device waits, then the three ways of learning of completion (poll,
-# the default; spin; a host callback) on the default model and the wide one.
+# dispatch gap's p99 and the device waits, on the default model and the wide one, each with a
+# window of 2 tasks per stream (w), then the ways of learning of completion (poll, the default;
+# spin, s; a host callback, c).
 train j0-fixed-1f1b "${fixed[@]}"
 train j0-ready-bfw "${bfw[@]}"
-train j0c-ready-bfw "${bfw[@]}" "${callback[@]}"
-train j0s-ready-bfw "${bfw[@]}" "${spin[@]}"
+STEPS=12 train big-fixed-1f1b "${fixed[@]}" "${big[@]}"
+STEPS=12 train big-ready-bfw "${bfw[@]}" "${big[@]}"
+STEPS=12 train bigw-fixed-1f1b "${fixed[@]}" "${big[@]}" "${window[@]}"
+STEPS=12 train bigw-ready-bfw "${bfw[@]}" "${big[@]}" "${window[@]}"
+train j0w-ready-bfw "${bfw[@]}" "${window[@]}"
+train j0w-fixed-1f1b "${fixed[@]}" "${window[@]}"
 py_table
 train j0-ready-bf "${bf[@]}"
+train j0c-ready-bfw "${bfw[@]}" "${callback[@]}"
+train j0s-ready-bfw "${bfw[@]}" "${spin[@]}"
 train j0c-fixed-1f1b "${fixed[@]}" "${callback[@]}"
-STEPS=12 train big-ready-bfw "${bfw[@]}" "${big[@]}"
 STEPS=12 train bigc-ready-bfw "${bfw[@]}" "${big[@]}" "${callback[@]}"
 STEPS=12 train bigs-ready-bfw "${bfw[@]}" "${big[@]}" "${spin[@]}"
-STEPS=12 train big-fixed-1f1b "${fixed[@]}" "${big[@]}"
 # What earlier sittings measured (docs/results-gpu.md), if the budget allows.
 train j0p-ready-bfw "${bfw[@]}" "${part[@]}"
 train j0-fixed-1f1b-blocking "${fixed_blocking[@]}"

@@ -67,13 +67,14 @@ def main(out):
             mfu = "%.1f%%" % (100 * tok_s * flops_per_token(cfg, seq) / (PEAK_BF16_TFLOPS * 1e12))
         measured[name] = [float(r["pipeline_ms"]) for r in rs], [int(r["step"]) for r in rs]
         table.append((name, step_ms, pipe_ms, tok_s, bubble, gap, cpu, wait, mfu, len(rs)))
-    # Each run against fixed 1F1B (async) of its group: the same jitter, task and partitions
-    # (a trailing c or s, a callback's or spin's completion, compares with the group's poll).
+    # Each run against fixed 1F1B (async) of its group: the same jitter, task and partitions,
+    # polled, one task in flight (a trailing c, s or w: a callback's or spin's completion, a
+    # window of tasks; such a run compares with the group's base).
     def group(name):
         g = name.split("-")[0]
-        return g[:-1] if g[-1] in "cs" and name.endswith("-ready-bfw") else g
+        return g[:-1] if g[-1] in "csw" and len(g) > 1 else g
 
-    base = {group(t[0]): t[1] for t in table if t[0].endswith("-fixed-1f1b")}
+    base = {t[0].split("-")[0]: t[1] for t in table if t[0].endswith("-fixed-1f1b")}
     print("| run | steps | step ms (median) | vs fixed 1F1B | pipeline ms | tokens/s | bubble "
           "| dispatch gap us (median, p99) | host CPU us/task | device wait us, share | MFU |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

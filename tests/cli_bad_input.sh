@@ -60,6 +60,7 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
   check "--inject-jitter: expected jitter:J1" train --inject-jitter nope --out "$tmp/o"
   check "--completion: expected poll, spin or callback, got 'nope'" train --completion nope --out "$tmp/o"
   check "--completion: spin waits for a GPU's stream (--device cuda)" train --completion spin --out "$tmp/o"
+  check "--window: more than 1 keeps a GPU's stream fed (--device cuda)" train --window 2 --out "$tmp/o"
   check "--max-len: 500 exceeds" train --max-len 500 --out "$tmp/o"
   check "--tp: 3 does not divide --heads 4" train --tp 3 --out "$tmp/o"
   check "--dp: data-parallel replicas run as processes" train --dp 2 --out "$tmp/o"

@@ -3,7 +3,8 @@
 //  - every schedule gives bitwise the same parameters on the device, in f32 and in bf16
 //    autocast, with torch's deterministic algorithms (semantics.md §6);
 //  - the device computes what the CPU does (f32, to rounding);
-//  - so do the three ways a stage learns of completion (poll, spin, host callback; RRFP_CUDA);
+//  - so do the three ways a stage learns of completion (poll, spin, host callback; RRFP_CUDA),
+//    and a window of tasks in flight per stage;
 //  - a task whose kernel never ends is named by the watchdog within its timeout, however the
 //    stage waits for it (RRFP_CUDA).
 #include <gtest/gtest.h>
@@ -129,6 +130,31 @@ TEST(CudaTrain, EveryScheduleGivesTheSameBitsInBf16) {
   expect_same_bits_for_every_schedule("bf16");
 }
 
+// A stage that launches its next task while earlier ones still run on its stream (the runtime's
+// window) gives the same bits: no output handed on, and no input's memory reused, too early.
+TEST(CudaTrain, AWindowOfTasksInFlightKeepsTheBits) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<Case> cases = {
+      {"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false},
+      {"ready bf", 2, 1, "bf", Policy::Ready, false},
+      {"ready bfw split", 2, 1, "bfw", Policy::Ready, true},
+      {"ready bf interleaved", 2, 2, "bf", Policy::Ready, false},
+  };
+  std::vector<double> ref_losses;
+  const auto ref = train(options(cases[0], "bf16", 0), &ref_losses);
+  for (const Case& c : cases)
+    for (int window : {2, 4}) {
+      TrainOptions o = options(c, "bf16", window == 2 ? 1 : 0);
+      o.runtime.window = window;
+      std::vector<double> losses;
+      const auto got = train(o, &losses);
+      EXPECT_EQ(losses, ref_losses) << c.name << " window " << window;
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_TRUE(bitwise_equal(got[i], ref[i]))
+            << c.name << " window " << window << ": parameter " << i;
+    }
+}
+
 TEST(CudaTrain, TheDeviceComputesWhatTheCpuDoes) {
   SKIP_WITHOUT_CUDA();
   const Case c{"ready bfw split", 2, 1, "bfw", Policy::Ready, true};
@@ -223,17 +249,21 @@ class StallingProgram final : public StageProgram {
     auto a = torch::ones({256, 256}, torch::TensorOptions().device(dev_.device()));
     a = a.matmul(a);
     if (stall) gpu::stall_current_stream(8'000'000'000);  // 8 s
-    dev_.complete(&ctx);
+    if (ctx.window() > 1)
+      ctx.defer(dev_.pending());
+    else
+      dev_.complete(&ctx);
   }
   int stage_;
   StageDevice dev_;
 };
 
-// Whichever way the host waits for it (poll, spin, a host callback).
+// Whichever way the host waits for it (poll, spin, a host callback, the runtime's window).
 TEST(CudaRuntime, TheWatchdogNamesAStageWhoseKernelNeverEnds) {
   SKIP_WITHOUT_CUDA();
   set_stream_notifier(gpu::notify_when_done);
-  for (const char* how : {"poll", "spin", "callback"}) {
+  for (auto [how, window] : {std::pair{"poll", 1}, std::pair{"spin", 1},
+                             std::pair{"callback", 1}, std::pair{"poll", 2}}) {
     const DeviceSpec d = parse_device("cuda", "f32", how);
     PipelineConfig cfg;
     cfg.pp = 2;
@@ -242,6 +272,7 @@ TEST(CudaRuntime, TheWatchdogNamesAStageWhoseKernelNeverEnds) {
     const Hint hint = make_hint("1f1b", m);
     RuntimeOptions o;
     o.timeout_ms = 1000;
+    o.window = window;
     Runtime rt(
         m, hint, [d](int stage, int) { return std::make_unique<StallingProgram>(stage, d); }, o);
     const auto t0 = std::chrono::steady_clock::now();

@@ -123,6 +123,10 @@ void setup_train(CLI::App& app) {
                 "cuda: how a stage learns its task's kernels ended: poll (the event; default), "
                 "spin or callback")
       ->capture_default_str();
+  s->add_option("--window", t.runtime.window,
+                "cuda: tasks a stage may have queued on its stream at once, the next launched "
+                "while earlier ones run (1: each completes before the next starts)")
+      ->capture_default_str();
   s->add_option_function<std::string>(
        "--sm-partitions", [&t](const std::string& v) { t.sm_partitions = v == "on"; },
        "cuda: each stage on its own share of the SMs (default off)")

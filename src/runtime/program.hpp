@@ -1,7 +1,9 @@
 #pragma once
 // What a stage computes: a user-supplied object per (stage, tensor-parallel rank). The
 // runtime calls it from that rank's compute thread, one task at a time, in the order the
-// arbiter picks; payloads are opaque to the runtime.
+// arbiter picks; payloads are opaque to the runtime. A task may leave work running when it
+// returns (kernels queued on a GPU stream), if the runtime's window allows it: the task then
+// counts as done, and its output is handed on, only once that work has completed.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -16,6 +18,18 @@ namespace rrfp {
 
 class TpCollective;
 class FailureState;
+class TaskContext;
+
+// Work a task left running when it returned (TaskContext::defer): the runtime asks ready()
+// under the stage's lock, so it must be cheap and must not block; wait() blocks until ready,
+// and throws Aborted within milliseconds once ctx.aborted() (the watchdog). The runtime keeps
+// the task's input payload, and its output, until the work is ready.
+class PendingWork {
+ public:
+  virtual ~PendingWork() = default;
+  virtual bool ready() = 0;
+  virtual void wait(const TaskContext& ctx) = 0;
+};
 
 // Passed to every task: where it runs, the tensor-parallel collective tagged with it, and
 // whether the step is being torn down.
@@ -46,6 +60,14 @@ class TaskContext {
   // Sleeps (or, with `spin`, busy-waits) until now_ns() reaches `deadline`, but throws Aborted
   // within 50 ms once the step fails: emulated work never outlives the watchdog.
   void wait_until(std::int64_t deadline, bool spin = false) const;
+  // How many of this rank's tasks may have work pending at once (RuntimeOptions::window). With
+  // more than one, the task may return before its work has completed, handing that work here;
+  // the runtime then starts the rank's next task meanwhile, and completes this one, in the
+  // order they started, once its work is ready. With one, defer() throws std::logic_error.
+  int window() const { return window_; }
+  void set_window(int w) { window_ = w; }
+  void defer(std::unique_ptr<PendingWork> work);
+  std::unique_ptr<PendingWork> take_pending() { return std::move(pending_); }
 
  private:
   int stage_, tp_rank_, step_;
@@ -53,6 +75,8 @@ class TaskContext {
   TpCollective* group_;
   const FailureState* failure_;
   std::int64_t wait_ns_ = 0;
+  int window_ = 1;
+  std::unique_ptr<PendingWork> pending_;
 };
 
 class StageProgram {

@@ -31,6 +31,10 @@ void validate(const RuntimeOptions& o) {
   if (o.timeout_ms < 0)
     throw InputError("`timeout`: must not be negative, got " + std::to_string(o.timeout_ms) +
                      " ms");
+  if (o.window < 1 || o.window > 64)
+    throw InputError("`window`: must be between 1 and 64, got " + std::to_string(o.window));
+  if (o.window > 1 && o.tp > 1)
+    throw InputError("`window`: more than 1 needs `tp` 1 (a group agrees on one task at a time)");
   if (o.rendezvous_pull && o.latency)
     throw InputError(
         "`rendezvous_pull`: only without emulated latency (a transport that moves the bytes)");
@@ -83,6 +87,7 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
   env.delay = delay_.get();
   env.latency = opt_.latency;
   env.rendezvous_pull = opt_.rendezvous_pull;
+  env.window = opt_.window;
   env.peer_name = hosting.peer_name;
   groups_.resize(p);
   stages_.resize(p);

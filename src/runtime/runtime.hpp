@@ -25,6 +25,11 @@ struct RuntimeOptions : DispatchOptions {
   // with a StallError describing every stage. 0 disables it. It must exceed the longest task.
   std::int64_t timeout_ms = 60'000;
   LatencyFn latency;  // emulated message latency; empty: messages leave at once
+  // Tasks of a rank that may have work pending at once (TaskContext::defer): 1, each task is
+  // done when it returns; k > 1, a rank starts its next task while up to k - 1 earlier ones
+  // still run on a device (a GPU stream), which hides the host's launch time behind the
+  // device's work. At most 64; more than 1 needs `tp` 1.
+  int window = 1;
   // Blocking mode over a transport that moves bytes: false (the default), a payload travels
   // with its offer and is taken at the acceptance, so its copy can overlap the receiver's
   // compute; true, the offer leaves it with the sender and the receiver pulls it once it

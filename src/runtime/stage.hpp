@@ -7,6 +7,7 @@
 //   Delivery    how a data message becomes an input (async, rendezvous)
 // Arrivals come in through on_message from the transport's context: matched to the task that
 // needs them and handed to the delivery. See docs/runtime.md for the thread model.
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,10 +38,40 @@ class Stage {
   // acknowledgement), posted once the stage lock is released.
   void route(Locked& lk, int r, Message&& msg, std::vector<Outgoing>& replies);
   std::optional<TaskId> match(const Message& msg) const;
-  bool execute(Locked& lk, int r, const TaskId& t, std::int64_t& prev_end);
+  // A task that returned with work still running (RuntimeOptions::window), or one that
+  // returned after such a task and waits to complete behind it (work null); oldest first.
+  struct InFlight {
+    TaskId task;
+    std::int64_t start;
+    TaskContext ctx;
+    Payload input;  // kept until the work is done: it may still read it
+    Payload out;
+    std::unique_ptr<PendingWork> work;
+  };
+  struct Flight {
+    std::deque<InFlight> tasks;
+    // When the rank's latest task ended: a device runs a rank's work in order, so the next
+    // task's record starts no earlier (a task started while others were in flight).
+    std::int64_t last_end = 0;
+    size_t size() const { return tasks.size(); }
+    bool empty() const { return tasks.empty(); }
+  };
+  // Runs task t; false when the step failed. A task that leaves work pending joins `flight`.
+  bool execute(Locked& lk, int r, const TaskId& t, std::int64_t& prev_end, Flight& flight);
+  // Completes the tasks of `flight` whose work is ready, in order; with `block`, waits for the
+  // oldest first. False when the step failed.
+  bool retire(Locked& lk, int r, Flight& flight, bool block, std::int64_t& prev_end);
+  // The watchdog names the oldest task in flight, or none.
+  void show_running(Locked& lk, int r, const Flight& flight);
+  // Task t ended at `end` with `out`: finish, then its sends posted outside the lock.
+  void complete(Locked& lk, int r, const TaskId& t, std::int64_t start, std::int64_t end,
+                std::int64_t wait, const Payload& out, std::int64_t& prev_end);
   // After task t ended at `end` with `out`: its record, and its output to its consumers.
   void finish(Locked& lk, int r, const TaskId& t, std::int64_t start, std::int64_t end,
               std::int64_t wait, const Payload& out, std::vector<Outgoing>& sends);
+  // Runs fn; an exception from it fails the step, named by rank r and task t. False then.
+  template <class Fn>
+  bool guarded(int r, const TaskId& t, Fn&& fn);
   Payload call_program(int r, TaskContext& ctx, const TaskId& t, Payload in);
   void post_sends(int r, std::vector<Outgoing>& sends);
 

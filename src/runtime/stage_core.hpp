@@ -36,6 +36,7 @@ struct StageEnv {
   DelayLine* delay = nullptr;  // required when latency is set
   LatencyFn latency;
   bool rendezvous_pull = false;  // RuntimeOptions::rendezvous_pull
+  int window = 1;                // RuntimeOptions::window
   // Names a peer endpoint in error messages ("stage 2", or with its MPI rank).
   std::function<std::string(int endpoint)> peer_name;
 };

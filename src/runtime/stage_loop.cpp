@@ -1,7 +1,12 @@
 // The compute thread of one tensor-parallel rank (the event loop of the paper's Figure 4):
 // ask the arbiter (through the group's coordination protocol) for the next task, run it
 // outside the lock, hand its output to local consumers and the transport, repeat. It sleeps on
-// the stage's condition variable only when nothing is ready: no polling.
+// the stage's condition variable only when nothing is ready: no polling. With a window
+// (RuntimeOptions::window), a task may return with its work still running on a device: it
+// waits in `flight` while the rank starts the next one, and completes (its output handed on)
+// once its work is ready, tasks completing in the order they started.
+#include <algorithm>
+
 #include "core/clock.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/stage.hpp"
@@ -34,24 +39,31 @@ void Stage::run_rank(int r) {
     // With rendezvous sends a rank stays until its last send is acknowledged (the receiver
     // may be waiting to accept one of them after its own last task).
     RankDriver& driver = core_.driver(lk, r);
-    while (!failure.failed() && !driver.done()) {
+    const size_t window = static_cast<size_t>(core_.env().window);
+    Flight flight;
+    // done(): nothing left to start or release; the tasks in flight still end after it.
+    while (!failure.failed() && (!driver.done() || !flight.empty())) {
+      if (!retire(lk, r, flight, false, prev_end)) break;
       delivery_->idle(lk, r);
-      if (driver.held() || driver.finished()) {
-        core_.sleep(lk);
-        prev_end = -1;
-        continue;
-      }
-      std::optional<TaskId> t = coordinator_->choose(lk, r);
-      if (!t) {
-        if (failure.failed()) break;
+      // Nothing to start (held, finished, the window full): the oldest task in flight is
+      // what can change that; with none, sleep until a message or a wake-up.
+      const bool may_start = !driver.held() && !driver.finished() && flight.size() < window;
+      std::optional<TaskId> t;
+      if (may_start) {
+        t = coordinator_->choose(lk, r);
+        if (!t && failure.failed()) break;
         // choose() may have released the lock (an agree round): an offer that came meanwhile
         // has already had its wake-up.
-        if (delivery_->idle(lk, r)) continue;
+        if (!t && delivery_->idle(lk, r)) continue;
+      }
+      if (t) {
+        if (!execute(lk, r, *t, prev_end, flight)) break;
+      } else if (!flight.empty()) {
+        if (!retire(lk, r, flight, true, prev_end)) break;
+      } else if (!driver.done()) {  // (done once the first retire ended the last in flight)
         core_.sleep(lk);
         prev_end = -1;  // the next dispatch waited for an input: not a dispatch gap
-        continue;
       }
-      if (!execute(lk, r, *t, prev_end)) break;
     }
     RankResult& res = core_.rank(lk, r).result;
     res.peak_d = driver.arbiter().peak_outstanding();
@@ -81,50 +93,109 @@ Payload Stage::call_program(int r, TaskContext& ctx, const TaskId& t, Payload in
   return {};
 }
 
-bool Stage::execute(Locked& lk, int r, const TaskId& t, std::int64_t& prev_end) {
+template <class Fn>
+bool Stage::guarded(int r, const TaskId& t, Fn&& fn) {
+  FailureState& failure = core_.failure();
+  try {
+    fn();
+    return true;
+  } catch (const Aborted&) {
+  } catch (const CollectiveMismatchError&) {
+    failure.fail(std::current_exception());  // names the stage, ranks and tasks already
+  } catch (const std::exception& e) {
+    failure.fail(std::make_exception_ptr(
+        TaskError(core_.name(r) + ": task " + to_string(t) + " failed: " + e.what())));
+  } catch (...) {
+    failure.fail(std::make_exception_ptr(TaskError(core_.name(r) + ": task " + to_string(t) +
+                                                   " failed with a non-standard exception")));
+  }
+  return false;
+}
+
+bool Stage::execute(Locked& lk, int r, const TaskId& t, std::int64_t& prev_end, Flight& flight) {
   FailureState& failure = core_.failure();
   StageRank& rk = core_.rank(lk, r);
   Payload in = std::move(rk.input[core_.m().local_index(t)]);
   const std::int64_t start = now_ns();
-  rk.running = t;
+  rk.running = t;  // while its program runs; then the oldest in flight (show_running)
   rk.running_since = start;
-  if (prev_end >= 0) rk.result.gaps.push_back(start - prev_end);
+  if (prev_end >= 0 && flight.empty()) rk.result.gaps.push_back(start - prev_end);
   TaskContext ctx(core_.stage(), r, core_.step(lk), t, core_.tp() > 1 ? core_.group() : nullptr,
                   &failure);
+  ctx.set_window(core_.env().window);
   lk.unlock();
   failure.bump();
+  // The work a task leaves pending may still read its input: a handle on it stays with the task.
+  Payload held = ctx.window() > 1 ? in : Payload();
   Payload out;
-  bool ok = true;
-  try {
-    out = call_program(r, ctx, t, std::move(in));
-  } catch (const Aborted&) {
-    ok = false;
-  } catch (const CollectiveMismatchError&) {
-    failure.fail(std::current_exception());  // names the stage, ranks and tasks already
-    ok = false;
-  } catch (const std::exception& e) {
-    failure.fail(std::make_exception_ptr(
-        TaskError(core_.name(r) + ": task " + to_string(t) + " failed: " + e.what())));
-    ok = false;
-  } catch (...) {
-    failure.fail(std::make_exception_ptr(TaskError(core_.name(r) + ": task " + to_string(t) +
-                                                   " failed with a non-standard exception")));
-    ok = false;
-  }
+  const bool ok = guarded(r, t, [&] { out = call_program(r, ctx, t, std::move(in)); });
   const std::int64_t end = now_ns();
   failure.bump();
-  std::vector<Outgoing> sends;
   lk.relock();
+  if (!ok) {
+    core_.rank(lk, r).running.reset();
+    return false;
+  }
+  std::unique_ptr<PendingWork> work = ctx.take_pending();
+  if (work || !flight.empty()) {  // completes once its work (and every earlier task's) is done
+    flight.tasks.push_back(
+        {t, start, std::move(ctx), std::move(held), std::move(out), std::move(work)});
+    show_running(lk, r, flight);
+    return true;
+  }
   core_.rank(lk, r).running.reset();
-  if (!ok) return false;
-  finish(lk, r, t, start, end, ctx.collective_wait_ns(), out, sends);
+  flight.last_end = end;
+  complete(lk, r, t, start, end, ctx.collective_wait_ns(), out, prev_end);
+  return true;
+}
+
+bool Stage::retire(Locked& lk, int r, Flight& flight, bool block, std::int64_t& prev_end) {
+  while (!flight.empty()) {
+    InFlight& f = flight.tasks.front();
+    if (f.work) {
+      bool ready = false;
+      if (!guarded(r, f.task, [&] { ready = f.work->ready(); })) return false;
+      if (!ready && !block) break;
+      if (!ready) {
+        lk.unlock();
+        const bool ok = guarded(r, f.task, [&] { f.work->wait(f.ctx); });
+        core_.failure().bump();
+        lk.relock();
+        if (!ok) return false;
+      }
+    }
+    block = false;
+    InFlight done = std::move(f);
+    flight.tasks.pop_front();
+    show_running(lk, r, flight);
+    const std::int64_t end = now_ns();
+    const std::int64_t start = std::max(done.start, flight.last_end);
+    flight.last_end = end;
+    complete(lk, r, done.task, start, end, done.ctx.collective_wait_ns(), done.out, prev_end);
+  }
+  return true;
+}
+
+void Stage::show_running(Locked& lk, int r, const Flight& flight) {
+  StageRank& rk = core_.rank(lk, r);
+  if (flight.empty()) {
+    rk.running.reset();
+    return;
+  }
+  rk.running = flight.tasks.front().task;
+  rk.running_since = flight.tasks.front().start;
+}
+
+void Stage::complete(Locked& lk, int r, const TaskId& t, std::int64_t start, std::int64_t end,
+                     std::int64_t wait, const Payload& out, std::int64_t& prev_end) {
+  std::vector<Outgoing> sends;
+  finish(lk, r, t, start, end, wait, out, sends);
   if (!sends.empty()) {
     lk.unlock();
     post_sends(r, sends);
     lk.relock();
   }
   prev_end = end;
-  return true;
 }
 
 void Stage::finish(Locked& lk, int r, const TaskId& t, std::int64_t start, std::int64_t end,

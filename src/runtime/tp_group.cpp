@@ -1,6 +1,7 @@
 #include "runtime/tp_group.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/clock.hpp"
 #include "runtime/errors.hpp"
@@ -70,6 +71,13 @@ void TaskContext::wait_until(std::int64_t deadline, bool spin) const {
     else
       sleep_until_ns(until);
   }
+}
+
+void TaskContext::defer(std::unique_ptr<PendingWork> work) {
+  if (window_ < 2)
+    throw std::logic_error("task " + to_string(task_) +
+                           " deferred its work, but the runtime's window is 1");
+  pending_ = std::move(work);
 }
 
 int TaskContext::tp_size() const {

@@ -148,11 +148,9 @@ StageDevice::Scope::~Scope() {
 
 namespace {
 
-void poll(const c10::Stream& stream, const TaskContext* ctx, bool sleep) {
-  c10::Event done(stream.device_type());
-  done.record(stream);
-  // Spin briefly (most kernels of a task end within microseconds of the last launch's return),
-  // then, unless told to spin, sleep in short steps so that a long task does not hold a core.
+// Spins briefly (most kernels of a task end within microseconds of the last launch's return),
+// then, unless told to spin, sleeps in short steps so that a long task does not hold a core.
+void poll(const c10::Event& done, const TaskContext* ctx, bool sleep) {
   for (int i = 0; !done.query(); ++i) {
     if (ctx && ctx->aborted()) throw Aborted();
     if (i < 200 || !sleep)
@@ -161,6 +159,24 @@ void poll(const c10::Stream& stream, const TaskContext* ctx, bool sleep) {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
+
+void poll(const c10::Stream& stream, const TaskContext* ctx, bool sleep) {
+  c10::Event done(stream.device_type());
+  done.record(stream);
+  poll(done, ctx, sleep);
+}
+
+class StreamWork final : public PendingWork {
+ public:
+  explicit StreamWork(const c10::Stream& stream) : done_(stream.device_type()) {
+    done_.record(stream);
+  }
+  bool ready() override { return done_.query(); }
+  void wait(const TaskContext& ctx) override { poll(done_, &ctx, true); }
+
+ private:
+  c10::Event done_;
+};
 
 // Sleeps until the host function enqueued behind the task's kernels runs. The flag is shared
 // with that function, which may run after an aborted wait has returned (or never, behind a
@@ -198,6 +214,11 @@ std::int64_t wait_for(const c10::Stream& stream, Completion how, const TaskConte
 
 std::int64_t StageDevice::complete(const TaskContext* ctx) const {
   return stream_ ? wait_for(*stream_, spec_.completion, ctx) : 0;
+}
+
+std::unique_ptr<PendingWork> StageDevice::pending() const {
+  if (!stream_) return nullptr;
+  return std::make_unique<StreamWork>(*stream_);
 }
 
 void complete_current_stream(const DeviceSpec& d) {

@@ -19,13 +19,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace rrfp {
 class TaskContext;
-}
+class PendingWork;
+}  // namespace rrfp
 
 namespace rrfp::train {
 
@@ -94,6 +96,9 @@ class StageDevice {
   // is reported, not waited for. Returns the nanoseconds it waited: the device's tail behind
   // the host's last launch, which a window of tasks enqueued ahead could hide (0 on the CPU).
   std::int64_t complete(const TaskContext* ctx = nullptr) const;
+  // For the runtime's window (RuntimeOptions::window): the work enqueued so far on this
+  // stage's stream, ready once it has completed (an event recorded now, polled).
+  std::unique_ptr<PendingWork> pending() const;
 
  private:
   DeviceSpec spec_;

@@ -69,6 +69,10 @@ void validate(const TrainOptions& o) {
     throw InputError("`weight_decay`: must be in [0, 1000], got " + fmt("%g", o.opt.weight_decay));
   at_least("clip", o.opt.clip, 0);
   const bool gpu = parse_device(o.device, o.dtype, o.completion).gpu();
+  if (o.runtime.window > 1 && !gpu)
+    throw InputError(
+        "`window`: more than 1 keeps a GPU's stream fed (`device` cuda); a CPU "
+        "task is done when it returns");
   if (o.sm_partitions && !gpu)
     throw InputError("`sm_partitions`: SM partitions are a GPU's (`device` cuda)");
   if (o.sm_partitions && !partition_source())

@@ -29,11 +29,12 @@ Payload to_payload(const torch::Tensor& t) {
 }
 
 torch::Tensor from_payload(const Payload& p, std::int64_t rows, std::int64_t cols,
-                           torch::Device device) {
+                           torch::Device device, bool copy) {
   auto owner = p.owner();
-  return torch::from_blob(
+  torch::Tensor t = torch::from_blob(
       const_cast<std::byte*>(p.data()), {rows, cols}, [owner](void*) mutable { owner.reset(); },
       torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  return copy ? t.clone() : t;
 }
 
 TrainStageProgram::TrainStageProgram(const WorkModel& m, int stage, std::vector<Chunk*> chunks,
@@ -94,7 +95,8 @@ Payload TrainStageProgram::forward(TaskContext& ctx, int c, int mb, Payload inpu
   if (ch.first()) {
     w.input = batch_->tokens[mb].to(dev);
   } else {
-    w.input = from_payload(input, batch_->length(mb), ch.d_model(), dev).set_requires_grad(true);
+    w.input = from_payload(input, batch_->length(mb), ch.d_model(), dev, own_inputs(ctx))
+                  .set_requires_grad(true);
   }
   torch::AutoGradMode grad_on(true);
   const torch::Tensor images =
@@ -106,7 +108,7 @@ Payload TrainStageProgram::forward(TaskContext& ctx, int c, int mb, Payload inpu
     link_->losses_[mb] = w.output.item<float>();
   else
     out = to_payload(w.output);
-  if (dev_.spec().gpu()) link_->add_wait(dev_.complete(&ctx));
+  settle(ctx);
   return out;
 }
 
@@ -118,9 +120,10 @@ Payload TrainStageProgram::backward(TaskContext& ctx, int c, int mb, Payload gra
   Chunk& ch = chunk(c);
   Work& w = work(c, mb);
   // The step's loss is the mean over microbatches: the last chunk starts from 1/M.
-  const torch::Tensor g = ch.last() ? torch::full({}, 1.0f / static_cast<float>(m_.microbatches()),
-                                                  torch::TensorOptions().device(dev))
-                                    : from_payload(grad, batch_->length(mb), ch.d_model(), dev);
+  const torch::Tensor g =
+      ch.last() ? torch::full({}, 1.0f / static_cast<float>(m_.microbatches()),
+                              torch::TensorOptions().device(dev))
+                : from_payload(grad, batch_->length(mb), ch.d_model(), dev, own_inputs(ctx));
   std::vector<torch::Tensor> inputs;
   std::vector<int> which;  // parameter index of each input after the first (or -1: the input)
   if (!ch.first()) {
@@ -144,7 +147,7 @@ Payload TrainStageProgram::backward(TaskContext& ctx, int c, int mb, Payload gra
   w.input = torch::Tensor();
   w.output = torch::Tensor();
   if (!m_.split()) finish(c, mb);
-  if (dev_.spec().gpu()) link_->add_wait(dev_.complete(&ctx));
+  settle(ctx);
   return result;
 }
 
@@ -154,7 +157,18 @@ void TrainStageProgram::weight_grad(TaskContext& ctx, int c, int mb) {
   torch::NoGradGuard no_grad;
   w.queue.run();
   finish(c, mb);
-  if (dev_.spec().gpu()) link_->add_wait(dev_.complete(&ctx));
+  settle(ctx);
+}
+
+// The task's kernels are queued. On the CPU it is done; on a GPU it is done once they have
+// run: with the runtime's window, the runtime completes it then (and starts the stage's next
+// task meanwhile); else the stage waits here.
+void TrainStageProgram::settle(TaskContext& ctx) {
+  if (!dev_.spec().gpu()) return;
+  if (ctx.window() > 1)
+    ctx.defer(dev_.pending());
+  else
+    link_->add_wait(dev_.complete(&ctx));
 }
 
 // Hands the microbatch's gradients to the reorder buffer and frees what it held.

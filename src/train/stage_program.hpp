@@ -97,6 +97,9 @@ class TrainStageProgram final : public StageProgram {
   Chunk& chunk(int c) const;
   Work& work(int c, int mb);
   void finish(int c, int mb);
+  void settle(TaskContext& ctx);
+  // Whether a task's device inputs are copied onto its stream (from_payload's `copy`).
+  bool own_inputs(const TaskContext& ctx) const { return dev_.spec().gpu() && ctx.window() > 1; }
 
   const WorkModel& m_;
   int stage_;
@@ -111,9 +114,12 @@ class TrainStageProgram final : public StageProgram {
 // Activations and gradients travel as the raw float32 bytes of a contiguous tensor; the
 // payload keeps the tensor alive, and the receiver wraps the bytes without a copy. On a GPU the
 // bytes are device memory and stay there (stages of one process share the device); the
-// producer's task has completed on the device before its payload is handed on.
+// producer's task has completed on the device before its payload is handed on. With `copy`
+// the receiver takes a copy made on its current stream: under the runtime's window its kernels
+// may outlive the task, and memory of its own stream is freed behind them, where the
+// producer's, returned to the producer's stream, could be reused before they ran.
 Payload to_payload(const torch::Tensor& t);
 torch::Tensor from_payload(const Payload& p, std::int64_t rows, std::int64_t cols,
-                           torch::Device device = torch::kCPU);
+                           torch::Device device = torch::kCPU, bool copy = false);
 
 }  // namespace rrfp::train
