@@ -6,15 +6,17 @@
 // stages' work overlaps on the GPU as their threads overlap on a CPU; and a task counts as done,
 // its outputs ready for the arbiter, only once the event recorded after its kernels has
 // completed, not when they were enqueued: otherwise the ready set would be a guess and a stage
-// could run ahead of work still queued on its stream. The stage's thread learns of completion
-// by polling the event (one task in flight per stream; docs/gpu.md says why and what was
-// measured). Everything here is torch's device-generic API (c10 streams, events and guards), so
-// it compiles against a CPU-only LibTorch; only src/gpu needs the CUDA toolkit.
+// could run ahead of work still queued on its stream. By default the stage's thread waits for
+// that event before the task returns (complete()), one task in flight per stream; with the
+// runtime's window the task returns at once, handing the runtime the event (pending()), and the
+// stage launches its next task meanwhile. docs/gpu.md says what was measured. Everything here
+// is torch's device-generic API (c10 streams, events and guards), so it compiles against a
+// CPU-only LibTorch; only src/gpu needs the CUDA toolkit.
 //
 // How the thread learns of completion is an option (docs/gpu.md compares them on a GPU): poll
 // the event (a short spin, then 20 µs sleeps), spin on it (yields only: the least latency, a
 // core per stage), or sleep until a host function the stream runs after the task's kernels
-// wakes it (a CUDA build only).
+// wakes it (a CUDA build only). A window's pending work is always polled.
 #include <torch/torch.h>
 
 #include <cstdint>
