@@ -12,7 +12,7 @@
 #   GPU_CHECK_ARGS     the device flags (default: --device cuda --dtype bf16)
 #   GPU_CHECK_STEPS    steps per run (default 22)
 #   GPU_CHECK_NO_BUILD set: use the rrfp already in the build dir
-#   GPU_CHECK_PY_SECONDS, GPU_CHECK_PY_RUNS  bench/pipeline_gpu.py's budget (150) and runs
+#   GPU_CHECK_PY_SECONDS, GPU_CHECK_PY_RUNS  bench/pipeline_gpu.py's budget (100) and runs
 # Needs .gpu-deps (scripts/gpu-deps.sh, on a Debian machine) beside the source.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -72,7 +72,7 @@ py_table() {
   pypath=$(cd "$build/python" && pwd)
   log "rrfp.Pipeline table"
   PYTHONUNBUFFERED=1 PYTHONPATH=$pypath timeout 240 python3 bench/pipeline_gpu.py \
-    --data .gpu-deps/corpus --out "$out/pipeline.csv" --budget-s "${GPU_CHECK_PY_SECONDS:-150}" \
+    --data .gpu-deps/corpus --out "$out/pipeline.csv" --budget-s "${GPU_CHECK_PY_SECONDS:-100}" \
     --runs "${GPU_CHECK_PY_RUNS:-J0:fixed-1f1b,J0:ready-bfw,J0:ready-bf,J2:fixed-1f1b,J2:ready-bfw}" \
     >"$out/pipeline.md" 2>"$out/pipeline.log"
   echo "pipeline table exit $?" >>"$out/pipeline.log"
