@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The one script run on a GPU machine (docs/gpu.md): builds rrfp against the machine's CUDA
 # PyTorch, runs the CUDA tests, then measures `rrfp train --device cuda --dtype bf16` at P=4
-# (fixed 1F1B, ready BF, ready BFW; the three ways a stage learns of completion; the default
-# and a wide model; then, as the budget allows, partitions, jitter, the image-text model and
-# the digital twin's prediction of ready BF and BFW from the fixed 1F1B run's measured
-# durations) and rrfp.Pipeline's table (bench/pipeline_gpu.py). Each `rrfp train` run is one
-# process of 22 steps (the first two, start-up, are left out of every number). Prints a short
-# table last; writes OUT/summary.md and everything else into OUT/gpu-check.tgz.
+# (fixed 1F1B, ready BF, ready BFW; a window of tasks per stream; the three ways a stage learns
+# of completion; the default and a wide model; then, as the budget allows, partitions, jitter,
+# the image-text model and the digital twin's prediction of ready BF and BFW from the fixed 1F1B
+# run's measured durations) and rrfp.Pipeline's table (bench/pipeline_gpu.py). Each `rrfp train`
+# run is one process of 22 steps (the first two, start-up, are left out of every number).
+# Prints a short table last; writes OUT/summary.md and everything else into OUT/gpu-check.tgz.
 # Usage: scripts/gpu-check.sh OUT [build dir]
 #   GPU_CHECK_SECONDS  time budget (default 420): runs that would start after it are skipped
 #   GPU_CHECK_ARGS     the device flags (default: --device cuda --dtype bf16)
