@@ -1,7 +1,8 @@
 """The per-task cost of running a stage in Python: tiny chunks (one 8x8 Linear on one row), so
-that a task is almost all overhead. For each task kind, the median task time the runtime
-recorded (start to end: the GIL, the Python call, autograd, encoding the output) minus the
-median time of the same PyTorch work done in a plain loop; and the runtime's dispatch gap
+that a task is almost all overhead. For each task kind of stage 0, the median task time the
+runtime recorded (start to end: the GIL, the Python call, autograd, encoding the output) minus
+the median time of the same PyTorch work done in a plain loop (with the loss where stage 0's
+chunk is the last, and the adds of the parameter gradients); and the runtime's dispatch gap
 (a task's end to the next ready task's start, which does not include the Python call).
 Compare with `rrfp run --pp 2 -m 64 --workload uniform`, the same runtime with C++ programs.
 With --tree every chunk boundary carries a structure, (y, {"mask": a bool tensor}), instead of
@@ -44,21 +45,29 @@ def loss_fn(o, y):
     return ((o[0] if TREE else o) - y).square().sum()
 
 
-def plain(kind):
-    """The work of one task, done directly: F = forward, B = backward of one chunk (its
-    Linear: a structure adds no PyTorch work)."""
+def plain(kind, last):
+    """The work of one task, done directly, as a plain training loop does it: F = the chunk's
+    forward, and on the last chunk its loss; B = the chunk's backward (from the loss on the last
+    chunk, else from an output gradient) and the adds of its parameter gradients into the
+    step's sums. Stage 0 is measured: at P=1 its chunk is also the last (a structure adds no
+    PyTorch work)."""
     torch.manual_seed(1)
     c = nn.Linear(8, 8)
-    x = torch.randn(1, 8).requires_grad_()
+    x = torch.randn(1, 8)
+    y = torch.randn(1, 8)
     g = torch.randn(1, 8)
     params = list(c.parameters())
+    sums = [torch.zeros_like(p) for p in params]
     times = []
     for _ in range(2000):
         t = time.perf_counter()
         out = c(x)
+        if last:
+            out = (out - y).square().sum()
         if kind == "B":
             t = time.perf_counter()
-            torch.autograd.grad(out, [x] + params, g)
+            for s, d in zip(sums, torch.autograd.grad(out, params, None if last else g)):
+                s += d
         times.append(time.perf_counter() - t)
     return statistics.median(times) * 1e6
 
@@ -80,7 +89,7 @@ def main():
         print(f"{policy} {hint}: dispatch gap median {statistics.median(gaps):.1f} us")
         for k in ("F", "B"):
             task = statistics.median(by_kind[k])
-            work = plain(k)
+            work = plain(k, P == 1)
             print(f"  {k}: task {task:.1f} us, the same PyTorch work alone {work:.1f} us, "
                   f"overhead {task - work:.1f} us")
 
