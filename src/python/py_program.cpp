@@ -29,6 +29,32 @@ pyb::object call(pyb::object& runner, const char* method, Args&&... args) {
   }
 }
 
+// A thread Python did not start gets a new Python thread state at every GIL acquisition, which
+// is deleted again at the release (pybind11's gil_scoped_acquire, and PyGILState_Ensure alike,
+// when nothing else holds one): a fresh thread state per task, and every thread-local of the
+// interpreter and of torch's bindings with it. A stage's thread keeps one instead, from its
+// first call into Python until the thread ends (its step's end), so that a task only takes
+// and drops the GIL.
+class ThreadStateKeeper {
+ public:
+  ThreadStateKeeper() : state_(PyGILState_Ensure()), tstate_(PyEval_SaveThread()) {}
+  ~ThreadStateKeeper() {
+    PyEval_RestoreThread(tstate_);
+    PyGILState_Release(state_);  // the last hold: deletes the thread state, drops the GIL
+  }
+  ThreadStateKeeper(const ThreadStateKeeper&) = delete;
+  ThreadStateKeeper& operator=(const ThreadStateKeeper&) = delete;
+
+ private:
+  PyGILState_STATE state_;
+  PyThreadState* tstate_;
+};
+
+// Call without the GIL, before the first acquisition on this thread.
+void keep_thread_state() {
+  thread_local ThreadStateKeeper keeper;
+}
+
 }  // namespace
 
 PyStageProgram::PyStageProgram(pyb::object runner, const std::vector<std::int64_t>* sizes)
@@ -45,6 +71,7 @@ PyStageProgram::~PyStageProgram() {
 }
 
 void PyStageProgram::begin_step(int step) {
+  keep_thread_state();
   pyb::gil_scoped_acquire gil;
   call(*runner_, "begin_step", step);
 }
@@ -71,6 +98,7 @@ Payload PyStageProgram::tensor_task(const char* method, char kind, int chunk, in
   {
     // Python objects live only in this block: the GIL is taken once per task, and released
     // before the copies, which need no Python.
+    keep_thread_state();
     pyb::gil_scoped_acquire gil;
     pyb::object arg =
         tree ? pyb::object(pyb::make_tuple(pyb::bytes(tree->structure), pyb::cast(tree->leaves)))
@@ -98,6 +126,7 @@ Payload PyStageProgram::backward(TaskContext&, int chunk, int mb, Payload grad) 
 }
 
 void PyStageProgram::weight_grad(TaskContext&, int chunk, int mb) {
+  keep_thread_state();
   pyb::gil_scoped_acquire gil;
   call(*runner_, "weight", chunk, mb);
 }
