@@ -262,8 +262,8 @@ class StallingProgram final : public StageProgram {
 TEST(CudaRuntime, TheWatchdogNamesAStageWhoseKernelNeverEnds) {
   SKIP_WITHOUT_CUDA();
   set_stream_notifier(gpu::notify_when_done);
-  for (auto [how, window] : {std::pair{"poll", 1}, std::pair{"spin", 1},
-                             std::pair{"callback", 1}, std::pair{"poll", 2}}) {
+  for (auto [how, window] : {std::pair{"poll", 1}, std::pair{"spin", 1}, std::pair{"callback", 1},
+                             std::pair{"poll", 2}}) {
     const DeviceSpec d = parse_device("cuda", "f32", how);
     PipelineConfig cfg;
     cfg.pp = 2;
