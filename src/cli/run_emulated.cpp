@@ -17,13 +17,6 @@ namespace rrfp {
 
 namespace {
 
-double percentile(std::vector<std::int64_t> v, double q) {
-  if (v.empty()) return 0;
-  const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5));
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(k), v.end());
-  return static_cast<double>(v[k]);
-}
-
 // In one process the runtime emulates each message's modelled time on its own, from its send
 // (async) or its acceptance (blocking). What a real transport adds (links shared by all, copies
 // one at a time, a payload on its offer, threads waking behind copies) it does not emulate:

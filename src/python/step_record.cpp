@@ -1,14 +1,11 @@
 #include "python/step_record.hpp"
 
-#include <algorithm>
+#include "sim/metrics.hpp"
 
 namespace rrfp::py {
 
 double StepRecordPy::dispatch_gap_us() const {
-  if (dispatch_gaps.empty()) return 0;
-  auto g = dispatch_gaps;
-  std::nth_element(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(g.size() / 2), g.end());
-  return static_cast<double>(g[g.size() / 2]) / 1e3;
+  return static_cast<double>(percentile(dispatch_gaps, 0.5)) / 1e3;
 }
 
 std::string StepRecordPy::table() const {

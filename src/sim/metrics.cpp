@@ -203,4 +203,11 @@ void use_measured_compute(const WorkModel& m, RealizedWork& w, const StepRecord&
   }
 }
 
+std::int64_t percentile(std::vector<std::int64_t> v, double q) {
+  if (v.empty()) return 0;
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
 }  // namespace rrfp

@@ -58,4 +58,9 @@ struct RunMetrics {
 
 RunMetrics compute_metrics(const StepRecord& r, const LowerBound& lb);
 
+// The q-quantile of `v` by nearest rank (the element at round(q * (n - 1)) in sorted order; the
+// median is v[n / 2]); 0 for none. Durations such as dispatch gaps; `v` is taken by value and
+// partly reordered.
+std::int64_t percentile(std::vector<std::int64_t> v, double q);
+
 }  // namespace rrfp

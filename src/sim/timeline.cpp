@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "sim/metrics.hpp"
 
 namespace rrfp {
 
@@ -135,18 +136,15 @@ int infer_latencies(const WorkModel& m, int tp, const std::vector<double>& start
         free_at = end[rank * n + m.index(c)];
       }
     }
-  std::int64_t median = 0;
-  if (!seen.empty()) {
-    std::nth_element(seen.begin(), seen.begin() + seen.size() / 2, seen.end());
-    median = seen[seen.size() / 2];
-  }
+  const int count = static_cast<int>(seen.size());
+  const std::int64_t median = percentile(std::move(seen), 0.5);
   for (int rank = 0; rank < tp; ++rank)
     for (int i = 0; i < m.num_tasks(); ++i) {
       TaskId producer;
       if (cross_stage_producer(m, m.task(i), producer) && !done[rank * n + m.index(producer)])
         r.message_ns[rank * n + m.index(producer)] = median;
     }
-  return static_cast<int>(seen.size());
+  return count;
 }
 
 // Where each task of the run ran, per (tp rank, task) slot, in the trace's microseconds.

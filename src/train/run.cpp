@@ -77,12 +77,9 @@ void check_run(const TrainRun& o) {
 constexpr int kSkipSteps = 2;
 constexpr size_t kKeptSteps = 100;
 
-// The q-quantile (nearest rank) of durations in ns, in µs; 0 for none.
-double quantile_us(std::vector<std::int64_t> ns, double q) {
-  if (ns.empty()) return 0;
-  const auto k = std::min(ns.size() - 1, static_cast<size_t>(q * static_cast<double>(ns.size())));
-  std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(k), ns.end());
-  return static_cast<double>(ns[k]) / 1e3;
+// The q-quantile of durations in ns, in µs (sim/metrics.hpp's percentile); 0 for none.
+double quantile_us(const std::vector<std::int64_t>& ns, double q) {
+  return static_cast<double>(percentile(ns, q)) / 1e3;
 }
 
 double sum_ms(const std::vector<std::int64_t>& ns) {
