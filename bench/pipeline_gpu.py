@@ -113,11 +113,11 @@ def kernel_busy_by_stage(trace_path, pp):
     return busy
 
 
-def idle_shares(pipe, stream_of, args):
+def idle_shares(run, stream_of, args):
     """One more step, without jitter, under the profiler: per stage, 1 - its stream's kernel
     time / the time a task of it was running. None (saying why) where that fails."""
     from torch.profiler import ProfilerActivity, profile
-    delays = pipe._bench[4]
+    delays = run.delays
     level, delays.level = delays.level, None
     try:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -125,7 +125,7 @@ def idle_shares(pipe, stream_of, args):
                 with torch.cuda.stream(stream_of[s]):
                     torch.cuda._sleep(200_000 * (s + 1))
             torch.cuda.synchronize()
-            run_step(pipe, args)
+            run.step()
             torch.cuda.synchronize()
         path = os.path.join(tempfile.mkdtemp(), "trace.json")
         prof.export_chrome_trace(path)
@@ -138,7 +138,7 @@ def idle_shares(pipe, stream_of, args):
     if busy is None:
         print("[pipeline_gpu] no idle shares: the trace lacks a marker per stage", file=sys.stderr)
         return None
-    return idle_of(busy, pipe.last_step.tasks, args.pp)
+    return idle_of(busy, run.pipe.last_step.tasks, args.pp)
 
 
 def idle_of(busy_us, tasks, pp):
@@ -150,23 +150,38 @@ def idle_of(busy_us, tasks, pp):
     return [max(0.0, 1 - b / r) if r > 0 else 0.0 for b, r in zip(busy_us, running)]
 
 
-def build(name, jitter, args, data):
-    hint, policy, split = SCHEDULES[name]
-    n = args.pp
-    delays = Jitter(jitter, args.seed)
+class Run:
+    """One configuration: its pipeline over a fresh model (the same seed every run), its
+    optimizer, and its own draws of data and jitter."""
 
-    def chunk(i):
-        m = make_chunk(i, n, args)
-        return Autocast(m) if args.dtype == "bf16" else m
+    def __init__(self, name, jitter, args, data):
+        hint, policy, split = SCHEDULES[name]
+        n = args.pp
+        self.args, self.data = args, data
+        self.delays = Jitter(jitter, args.seed)
 
-    pipe = rrfp.Pipeline(chunk,
-                         lambda logits, y: F.cross_entropy(logits.float().flatten(0, 1), y.flatten()),
-                         pp=n, microbatches=args.microbatches, hint=hint, policy=policy,
-                         split_backward=split, delay_fn=delays, device=args.device)
-    params = [p for c in pipe.chunks.values() for p in c.parameters()]
-    pipe._bench = (torch.optim.AdamW(params, lr=args.lr), params, data,
-                   torch.Generator().manual_seed(args.seed), delays)
-    return pipe
+        def chunk(i):
+            m = make_chunk(i, n, args)
+            return Autocast(m) if args.dtype == "bf16" else m
+
+        self.pipe = rrfp.Pipeline(
+            chunk, lambda logits, y: F.cross_entropy(logits.float().flatten(0, 1), y.flatten()),
+            pp=n, microbatches=args.microbatches, hint=hint, policy=policy,
+            split_backward=split, delay_fn=self.delays, device=args.device)
+        self.params = [p for c in self.pipe.chunks.values() for p in c.parameters()]
+        self.opt = torch.optim.AdamW(self.params, lr=args.lr)
+        self.gen = torch.Generator().manual_seed(args.seed)
+
+    def step(self):
+        """One training step: the pipeline's, then AdamW's update."""
+        m, rows, t = self.args.microbatches, self.args.rows, self.args.seq
+        at = torch.randint(0, len(self.data) - t - 1, (m * rows,), generator=self.gen)
+        seqs = torch.stack([self.data[i:i + t + 1] for i in at.tolist()])
+        self.opt.zero_grad()
+        loss = self.pipe.step(seqs[:, :-1], seqs[:, 1:])
+        self.opt.step()
+        self.delays.step += 1
+        return loss
 
 
 def sync(args):
@@ -174,26 +189,15 @@ def sync(args):
         torch.cuda.synchronize()
 
 
-def run_step(pipe, args):
-    opt, params, data, g, delays = pipe._bench
-    m, rows, t = args.microbatches, args.rows, args.seq
-    at = torch.randint(0, len(data) - t - 1, (m * rows,), generator=g)
-    seqs = torch.stack([data[i:i + t + 1] for i in at.tolist()])
-    opt.zero_grad()
-    loss = pipe.step(seqs[:, :-1], seqs[:, 1:])
-    opt.step()
-    delays.step += 1
-    return loss
-
-
 def measure(name, jitter, args, data):
-    pipe = build(name, jitter, args, data)
-    params = sum(p.numel() for c in pipe.chunks.values() for p in c.parameters())
+    run = Run(name, jitter, args, data)
+    pipe = run.pipe
+    params = sum(p.numel() for p in run.params)
     steps, gaps, cpus, bubbles = [], [], [], []
     for k in range(args.warmup + args.steps):
         sync(args)
         t0, c0 = time.perf_counter(), time.process_time()
-        run_step(pipe, args)
+        run.step()
         sync(args)
         if k >= args.warmup:
             steps.append(time.perf_counter() - t0)
@@ -202,7 +206,7 @@ def measure(name, jitter, args, data):
             bubbles.append(pipe.last_step.bubble)
     tasks = len(pipe.last_step.tasks)
     stream_of = [r.device.stream for r in sorted(pipe._runners, key=lambda r: r.stage)]
-    idle = idle_shares(pipe, stream_of, args) if args.profile else None
+    idle = idle_shares(run, stream_of, args) if args.profile else None
     tokens = args.microbatches * args.rows * args.seq
     step = statistics.median(steps)
     gaps.sort()
