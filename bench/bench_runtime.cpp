@@ -6,8 +6,10 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "comm/inproc.hpp"
+#include "core/clock.hpp"
 #include "emulate/emulated.hpp"
 #include "runtime/runtime.hpp"
 
@@ -132,6 +134,33 @@ void BM_EmptyStep(benchmark::State& state, const char* hint_name) {
 }
 BENCHMARK_CAPTURE(BM_EmptyStep, bf, "bf")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_EmptyStep, bfw, "bfw")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// What a dispatch gap costs after a long task, with no runtime at all: busy-wait `range(0)` µs
+// (as a task would run), then time a read and write of 256 cache lines spread over 1 MiB
+// (about the runtime's own footprint between two tasks). On a machine whose caches stay
+// warm, the time does not depend on the wait; on a shared VM it grows with it, and so does
+// the dispatch gap of `rrfp run` (docs/results-speed.md, "The dispatch gap").
+void BM_TouchAfterBusy(benchmark::State& state) {
+  std::vector<unsigned char> buf(std::size_t{1} << 20);
+  const std::int64_t busy_ns = state.range(0) * 1000;
+  unsigned sum = 0;
+  for (auto _ : state) {
+    spin_until_ns(now_ns() + busy_ns);
+    const std::int64_t t0 = now_ns();
+    for (std::size_t i = 0; i < 256; ++i)
+      sum += buf[(i * 4099) % buf.size()]++;  // 4099: a prime stride, a new line each time
+    state.SetIterationTime(static_cast<double>(now_ns() - t0) * 1e-9);
+  }
+  benchmark::DoNotOptimize(sum);
+}
+BENCHMARK(BM_TouchAfterBusy)
+    ->Arg(20)
+    ->Arg(200)
+    ->Arg(1000)
+    ->Arg(5000)
+    ->Iterations(200)  // the timed part is microseconds: the default minimum time would not end
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace rrfp

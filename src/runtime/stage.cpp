@@ -38,6 +38,9 @@ void Stage::begin_step(int step, std::int64_t t0) {
     rk.arrived.assign(m.local_slots(), -1);
     rk.running.reset();
     rk.result = RankResult{};
+    // Appended between a task's end and the next start: no reallocation on that path.
+    rk.result.tasks.reserve(m.local_slots());
+    rk.result.gaps.reserve(m.local_slots());
   }
   delivery_->begin_step(lk);
   for (int r = 0; r < core_.tp(); ++r) {

@@ -53,6 +53,9 @@ class Stage {
     // When the rank's latest task ended: a device runs a rank's work in order, so the next
     // task's record starts no earlier (a task started while others were in flight).
     std::int64_t last_end = 0;
+    // A completed task's sends, posted once the lock is released: one vector for the rank's
+    // step, so that a completion allocates nothing on the way to the next dispatch.
+    std::vector<Outgoing> sends;
     size_t size() const { return tasks.size(); }
     bool empty() const { return tasks.empty(); }
   };
@@ -65,7 +68,8 @@ class Stage {
   void show_running(Locked& lk, int r, const Flight& flight);
   // Task t ended at `end` with `out`: finish, then its sends posted outside the lock.
   void complete(Locked& lk, int r, const TaskId& t, std::int64_t start, std::int64_t end,
-                std::int64_t wait, const Payload& out, std::int64_t& prev_end);
+                std::int64_t wait, const Payload& out, std::int64_t& prev_end,
+                std::vector<Outgoing>& sends);
   // After task t ended at `end` with `out`: its record, and its output to its consumers.
   void finish(Locked& lk, int r, const TaskId& t, std::int64_t start, std::int64_t end,
               std::int64_t wait, const Payload& out, std::vector<Outgoing>& sends);

@@ -145,7 +145,7 @@ bool Stage::execute(Locked& lk, int r, const TaskId& t, std::int64_t& prev_end, 
   }
   core_.rank(lk, r).running.reset();
   flight.last_end = end;
-  complete(lk, r, t, start, end, ctx.collective_wait_ns(), out, prev_end);
+  complete(lk, r, t, start, end, ctx.collective_wait_ns(), out, prev_end, flight.sends);
   return true;
 }
 
@@ -171,7 +171,8 @@ bool Stage::retire(Locked& lk, int r, Flight& flight, bool block, std::int64_t& 
     const std::int64_t end = now_ns();
     const std::int64_t start = std::max(done.start, flight.last_end);
     flight.last_end = end;
-    complete(lk, r, done.task, start, end, done.ctx.collective_wait_ns(), done.out, prev_end);
+    complete(lk, r, done.task, start, end, done.ctx.collective_wait_ns(), done.out, prev_end,
+             flight.sends);
   }
   return true;
 }
@@ -187,12 +188,13 @@ void Stage::show_running(Locked& lk, int r, const Flight& flight) {
 }
 
 void Stage::complete(Locked& lk, int r, const TaskId& t, std::int64_t start, std::int64_t end,
-                     std::int64_t wait, const Payload& out, std::int64_t& prev_end) {
-  std::vector<Outgoing> sends;
+                     std::int64_t wait, const Payload& out, std::int64_t& prev_end,
+                     std::vector<Outgoing>& sends) {
   finish(lk, r, t, start, end, wait, out, sends);
   if (!sends.empty()) {
     lk.unlock();
     post_sends(r, sends);
+    sends.clear();
     lk.relock();
   }
   prev_end = end;
