@@ -1,9 +1,12 @@
 """The per-task cost of running a stage in Python: tiny chunks (one 8x8 Linear on one row), so
 that a task is almost all overhead. For each task kind of stage 0, the median task time the
 runtime recorded (start to end: the GIL, the Python call, autograd, encoding the output) minus
-the median time of the same PyTorch work done in a plain loop (with the loss where stage 0's
-chunk is the last, and the adds of the parameter gradients); and the runtime's dispatch gap
-(a task's end to the next ready task's start, which does not include the Python call).
+the median time of the same PyTorch work done without rrfp (with the loss where stage 0's chunk
+is the last, and the adds of the parameter gradients), two ways: a tight loop repeating the one
+kind of work 2,000 times, and a plain training step, each microbatch's F then its B, as a
+training loop without a pipeline runs them (the tight loop keeps its few kernels' code and data
+in cache, which neither a training loop nor a stage does); and the runtime's dispatch gap (a
+task's end to the next ready task's start, which does not include the Python call).
 Compare with `rrfp run --pp 2 -m 64 --workload uniform`, the same runtime with C++ programs.
 With --tree every chunk boundary carries a structure, (y, {"mask": a bool tensor}), instead of
 one tensor: the same PyTorch work, so the difference is what packing a structure costs.
@@ -45,31 +48,55 @@ def loss_fn(o, y):
     return ((o[0] if TREE else o) - y).square().sum()
 
 
-def plain(kind, last):
-    """The work of one task, done directly, as a plain training loop does it: F = the chunk's
-    forward, and on the last chunk its loss; B = the chunk's backward (from the loss on the last
-    chunk, else from an output gradient) and the adds of its parameter gradients into the
-    step's sums. Stage 0 is measured: at P=1 its chunk is also the last (a structure adds no
-    PyTorch work)."""
+def _setup():
     torch.manual_seed(1)
     c = nn.Linear(8, 8)
-    x = torch.randn(1, 8)
-    y = torch.randn(1, 8)
-    g = torch.randn(1, 8)
-    params = list(c.parameters())
+    return c, torch.randn(1, 8), torch.randn(1, 8), torch.randn(1, 8), list(c.parameters())
+
+
+def _f(c, x, y, last):
+    out = c(x)
+    return (out - y).square().sum() if last else out
+
+
+def _b(out, params, sums, g, last):
+    for s, d in zip(sums, torch.autograd.grad(out, params, None if last else g)):
+        s += d
+
+
+def tight(kind, last):
+    """The work of one task, done directly and repeated 2,000 times: F = the chunk's forward,
+    and on the last chunk its loss; B = the chunk's backward (from the loss on the last chunk,
+    else from an output gradient) and the adds of its parameter gradients into the step's sums.
+    Stage 0 is measured: at P=1 its chunk is also the last (a structure adds no PyTorch work)."""
+    c, x, y, g, params = _setup()
     sums = [torch.zeros_like(p) for p in params]
     times = []
     for _ in range(2000):
         t = time.perf_counter()
-        out = c(x)
-        if last:
-            out = (out - y).square().sum()
+        out = _f(c, x, y, last)
         if kind == "B":
             t = time.perf_counter()
-            for s, d in zip(sums, torch.autograd.grad(out, params, None if last else g)):
-                s += d
+            _b(out, params, sums, g, last)
         times.append(time.perf_counter() - t)
     return statistics.median(times) * 1e6
+
+
+def in_step(last):
+    """The same F and B within a plain training step of M microbatches (each one's F, then its
+    B), over STEPS steps: their medians."""
+    c, x, y, g, params = _setup()
+    f, b = [], []
+    for _ in range(STEPS):
+        sums = [torch.zeros_like(p) for p in params]
+        for _ in range(M):
+            t0 = time.perf_counter()
+            out = _f(c, x, y, last)
+            t1 = time.perf_counter()
+            _b(out, params, sums, g, last)
+            f.append(t1 - t0)
+            b.append(time.perf_counter() - t1)
+    return {"F": statistics.median(f) * 1e6, "B": statistics.median(b) * 1e6}
 
 
 def main():
@@ -87,11 +114,13 @@ def main():
                 if stage == 0:  # the first stage: its F sends, its B receives
                     by_kind[task[0]].append((end - start) * 1e6)
         print(f"{policy} {hint}: dispatch gap median {statistics.median(gaps):.1f} us")
+        step = in_step(P == 1)
         for k in ("F", "B"):
             task = statistics.median(by_kind[k])
-            work = plain(k, P == 1)
+            work = tight(k, P == 1)
             print(f"  {k}: task {task:.1f} us, the same PyTorch work alone {work:.1f} us, "
-                  f"overhead {task - work:.1f} us")
+                  f"overhead {task - work:.1f} us; in a plain step {step[k]:.1f} us, "
+                  f"overhead {task - step[k]:.1f} us")
 
 
 if __name__ == "__main__":

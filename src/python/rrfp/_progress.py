@@ -10,7 +10,7 @@ class Progress:
 
     def __init__(self, pipe, step):
         self.after = pipe._progress
-        self.data = pipe._data
+        self.runners = pipe._runners
         self.step = step
         kinds = 3 if pipe._core.split_backward else 2
         self.total = sum(len(pipe._core.chunks_of(s)) for s in pipe.stages) * \
@@ -18,8 +18,11 @@ class Progress:
         self.done = threading.Event()
         self.shown = False
 
+    def done_tasks(self):
+        return sum(r.tasks_done for r in self.runners) - self.base
+
     def __enter__(self):
-        self.data.tasks_done = 0
+        self.base = sum(r.tasks_done for r in self.runners)
         if self.after is not None:
             self.start = time.monotonic()
             self.thread = threading.Thread(target=self._show, daemon=True)
@@ -31,7 +34,7 @@ class Progress:
             elapsed = time.monotonic() - self.start
             if elapsed < self.after:
                 continue
-            sys.stderr.write(f"\rrrfp: step {self.step}: {self.data.tasks_done}/{self.total} "
+            sys.stderr.write(f"\rrrfp: step {self.step}: {self.done_tasks()}/{self.total} "
                              f"tasks, {elapsed:.0f} s ")
             sys.stderr.flush()
             self.shown = True

@@ -31,11 +31,6 @@ class StepData:
         self.outputs = {}
         self._lock = threading.Lock()
         self.error = None  # (stage, task, exception): the first task that raised
-        self.tasks_done = 0  # this step's, for the progress line
-
-    def task_done(self):
-        with self._lock:
-            self.tasks_done += 1
 
     def record(self, stage, task, exc):
         with self._lock:
@@ -177,6 +172,9 @@ class StageRunner:
         self.data = data
         self.params = {c: [p for p in m.parameters() if p.requires_grad] for c, m in modules.items()}
         self.work = {}
+        # Tasks this stage has run, for the progress line: only the stage's thread writes it,
+        # so no lock is taken per task.
+        self.tasks_done = 0
 
     # -- called by the runtime --------------------------------------------------------------
 
@@ -203,10 +201,13 @@ class StageRunner:
                 d = self.data.delay_fn(self.stage, kind, chunk, mb)
                 if d:
                     time.sleep(d)  # releases the GIL, as a slow kernel would
-            with self.device.scope():
+            if self.device.stream is None:  # no stream to enter and none to wait for
                 out = fn(chunk, mb, *args)
-            self.device.settle()  # done when the GPU is, not when the host enqueued it
-            self.data.task_done()
+            else:
+                with self.device.scope():
+                    out = fn(chunk, mb, *args)
+                self.device.settle()  # done when the GPU is, not when the host enqueued it
+            self.tasks_done += 1
             return out
         except BaseException as e:
             self.data.record(self.stage, f"{kind} c{chunk} m{mb}", e)
@@ -359,10 +360,27 @@ def _input_grads(w, got):
     return _pack_grads([None if leaf is None else next(it) for leaf in w.inp])
 
 
-def _grad(root, targets, grad, retain):
+# torch.autograd.grad checks and normalises its arguments in Python before it calls the engine:
+# about a tenth of a small task's time. _grad calls the engine itself where those checks have
+# nothing to do: plain tensors (no __torch_function__ to dispatch), a gradient given for every
+# root but a scalar loss, and shapes the caller checked (the engine checks them again).
+_ENGINE = getattr(torch.autograd.Variable, "_execution_engine", None)
+_has_torch_function = getattr(torch._C, "_has_torch_function", None)
+
+
+def _grad(roots, targets, grads, retain):
+    """The gradients of `roots` (a list) with respect to `targets`, None where a target took
+    none; `grads`: the roots' gradients, or None for a one-element loss."""
     if not targets:
         return []
-    return list(torch.autograd.grad(root, targets, grad_outputs=grad, retain_graph=retain,
+    if _ENGINE is not None and _has_torch_function is not None:
+        args = tuple(roots) + tuple(targets)
+        if not _has_torch_function(args):
+            if grads is None:
+                grads = [torch.ones_like(r, memory_format=torch.preserve_format) for r in roots]
+            return list(_ENGINE.run_backward(tuple(roots), tuple(grads), retain, False,
+                                             tuple(targets), True, False))
+    return list(torch.autograd.grad(roots, targets, grad_outputs=grads, retain_graph=retain,
                                     allow_unused=True))
 
 
