@@ -33,21 +33,33 @@ struct C10dTransport::Impl {
   std::atomic<bool> closed{false};
 
   struct Send {
-    std::vector<std::byte> header = std::vector<std::byte>(kSlotBytes);
+    std::vector<std::byte> header;
     Payload payload;  // kept until its data message completes
     c10::intrusive_ptr<c10d::Work> header_work, data_work;
     SendDone done;
+  };
+
+  // A receiving loop: one takes headers from any source, and each source that has sent here
+  // gets one of its own. A receive posted for one source lets Gloo move the message as soon as
+  // it is sent; one from any source first waits for the sender's notice, then answers it (a
+  // round trip more per message).
+  struct Rx {
+    // Reused for every header. c10d may still hold it after an aborted receive: it lives as
+    // long as Impl.
+    std::vector<std::byte> header = std::vector<std::byte>(kSlotBytes);
+    c10::intrusive_ptr<c10d::Work> current;  // being waited on, for abort
+    std::thread thread;
   };
 
   // Everything below is guarded by mu.
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false, receiving = false;
-  c10::intrusive_ptr<c10d::Work> rx_wait, tx_wait;  // the works being waited on, for abort
-  std::deque<std::unique_ptr<Send>> sends;          // in flight, in the order they were made
-  // Receive buffers outlive an aborted receive (c10d may still hold them): freed with Impl.
-  std::vector<std::vector<std::byte>> rx_headers;
-  std::thread rx, tx;
+  c10::intrusive_ptr<c10d::Work> tx_wait;   // the send being waited on, for abort
+  std::deque<std::unique_ptr<Send>> sends;  // in flight, in the order they were made
+  std::deque<Rx> rx;                        // [0]: any source; then one per source seen
+  std::vector<bool> own_rx;                 // by source: has a loop of its own
+  std::thread tx;
 
   // Waits for `w` (made current under mu so shutdown can abort it); false once stopping.
   bool wait(c10::intrusive_ptr<c10d::Work> w, c10::intrusive_ptr<c10d::Work>& current) {
@@ -73,7 +85,15 @@ struct C10dTransport::Impl {
     return ok;
   }
 
-  void receive_loop() {
+  // Starts the loop of headers from any source (src < 0) or from `src` alone; under mu.
+  void start_rx(int src) {
+    if (stop || (src >= 0 && own_rx[src])) return;
+    if (src >= 0) own_rx[src] = true;
+    Rx& r = rx.emplace_back();
+    r.thread = std::thread([this, &r, src] { receive_loop(r, src); });
+  }
+
+  void receive_loop(Rx& r, int src) {
     {
       std::unique_lock lk(mu);
       cv.wait(lk, [&] { return receiving || stop; });
@@ -81,30 +101,25 @@ struct C10dTransport::Impl {
     }
     try {
       for (;;) {
-        std::vector<std::byte>* h;
-        {
-          std::lock_guard lk(mu);
-          h = &rx_headers.emplace_back(kSlotBytes);
-        }
-        std::vector<at::Tensor> ht{bytes_tensor(h->data(), h->size())};
-        auto hw = pg->recvAnysource(ht, header_tag);
-        if (!wait(hw, rx_wait)) return;
-        const int src = hw->sourceRank();
+        std::vector<at::Tensor> ht{bytes_tensor(r.header.data(), r.header.size())};
+        auto hw = src < 0 ? pg->recvAnysource(ht, header_tag) : pg->recv(ht, src, header_tag);
+        if (!wait(hw, r.current)) return;
+        const int from = src < 0 ? hw->sourceRank() : src;
         Wire w;
-        std::memcpy(&w, h->data(), sizeof w);
+        std::memcpy(&w, r.header.data(), sizeof w);
         Payload p;
         if (w.flags & kFlagFollows) {
           p = Payload::allocate(w.size);
           std::vector<at::Tensor> dt{bytes_tensor(p.data(), p.size())};
-          if (!wait(pg->recv(dt, src, w.data_tag), rx_wait)) return;
+          if (!wait(pg->recv(dt, from, w.data_tag), r.current)) return;
         } else if (const std::size_t n = std::min<std::size_t>(w.size, kInlineBytes); n) {
-          p = Payload::copy_of(std::span(*h).subspan(sizeof w, n));
+          p = Payload::copy_of(std::span(r.header).subspan(sizeof w, n));
         }
-        {
+        if (!closed.load()) receiver(Message{from, decode(w), std::move(p)});
+        if (src < 0) {
           std::lock_guard lk(mu);
-          rx_headers.pop_back();  // completed: c10d holds it no more
+          start_rx(from);  // its next messages: a receive posted for it alone
         }
-        if (!closed.load()) receiver(Message{src, decode(w), std::move(p)});
       }
     } catch (const std::exception&) {
       // A broken group: nothing more arrives; the runtime's watchdog names what is missing.
@@ -148,7 +163,11 @@ C10dTransport::C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, int c
   d.pg = std::move(group);
   d.rank = d.pg->getRank();
   d.size = d.pg->getSize();
-  d.rx = std::thread([&d] { d.receive_loop(); });
+  d.own_rx.assign(d.size, false);
+  {
+    std::lock_guard lk(d.mu);
+    d.start_rx(-1);
+  }
   d.tx = std::thread([&d] { d.send_loop(); });
 }
 
@@ -186,6 +205,8 @@ void C10dTransport::send(int dst, const MessageTag& tag, Payload payload, SendDo
   auto s = std::make_unique<Impl::Send>();
   Wire w = encode(tag, payload.size());
   const bool follows = payload.size() > kInlineBytes;
+  // The header leaves at its own size: the receive's buffer may be larger (kSlotBytes).
+  s->header.resize(sizeof w + (follows ? 0 : payload.size()));
   if (follows) {
     w.flags |= kFlagFollows;
     w.data_tag = d.header_tag + 1 +
@@ -214,12 +235,14 @@ void C10dTransport::shutdown() {
   std::deque<std::unique_ptr<Impl::Send>> left;
   {
     std::lock_guard lk(d.mu);
-    d.stop = true;
-    for (auto* w : {d.rx_wait.get(), d.tx_wait.get()})
-      if (w) w->abort();
+    d.stop = true;  // no receiving loop starts after this
+    for (Impl::Rx& r : d.rx)
+      if (r.current) r.current->abort();
+    if (d.tx_wait) d.tx_wait->abort();
     d.cv.notify_all();
   }
-  d.rx.join();
+  for (Impl::Rx& r : d.rx)
+    r.thread.join();
   d.tx.join();
   {
     std::lock_guard lk(d.mu);

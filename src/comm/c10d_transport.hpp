@@ -1,14 +1,17 @@
 #pragma once
 // The transport over a c10d ProcessGroup (Gloo on CPU; the same calls take NCCL on GPUs), for
 // processes started by torchrun or holding a torch.distributed group: one endpoint per rank of
-// the group. Like the MPI transport, every message starts with a fixed-size header received
-// from any source (recvAnysource), so arrivals come in any order; a payload too large to ride
-// inline follows under a data tag of its own, received once its header has named it.
+// the group. Like the MPI transport, every message starts with a header, so arrivals come in
+// any order; a payload too large to ride inline follows under a data tag of its own, received
+// once its header has named it. A header leaves at its own size (up to 8 KiB).
 //
 // c10d's point-to-point work completes only inside a blocking wait() (Gloo does not progress
-// it otherwise), so two threads wait: the receiver (a header, then its payload, then the
-// next header) and the sender's completions (in the order sends were made). shutdown()
-// aborts the waits.
+// it otherwise), so threads wait: receivers (a header, then its payload, then the next
+// header) and the sender's completions (in the order sends were made). One receiver takes
+// headers from any source (recvAnysource). Each source that has sent here then gets a
+// receiver of its own, with a receive posted for that source alone: Gloo moves such a message
+// as soon as it is sent, where a receive from any source first answers the sender's notice,
+// a round trip more. shutdown() aborts the waits.
 //
 // The header includes LibTorch's c10d (only transports include c10d); the rest of rrfp sees
 // the Transport interface.
