@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <atomic>
 #include <barrier>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -167,6 +170,31 @@ TEST(Calibrate, StreamsAreTimedOnlyWhenAskedAndFourAtOnceOnlyWithTwoPairs) {
     }
 }
 
+// One round on endpoints 0 (the initiator) and 1, each on a thread of its own, with the options
+// `set` gives both; each endpoint's error, empty where its round ended.
+std::array<std::string, 2> round_on_both(std::vector<std::unique_ptr<Transport>>& eps,
+                                         const std::function<void(PingPongOptions&)>& set) {
+  std::barrier sync(2);
+  std::array<std::string, 2> err;
+  std::vector<std::thread> threads;
+  for (int e = 0; e < 2; ++e)
+    threads.emplace_back([&, e] {
+      PingPong ping(*eps[e]);
+      PingPongOptions o;
+      o.peer = 1 - e;
+      o.initiator = e == 0;
+      set(o);
+      try {
+        ping.round(o, [&] { sync.arrive_and_wait(); });
+      } catch (const Error& x) {
+        err[e] = x.what();
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  return err;
+}
+
 // With sources, each side sends its own buffers in turn instead of the one that arrived: over
 // threads (payloads move by reference) every message endpoint 0 sends points into one of its
 // two buffers, and endpoint 1 sends only its own.
@@ -180,26 +208,18 @@ TEST(PingPongSources, RepliesTakeTheSidesOwnBuffersInTurn) {
     ++count[src];
     return true;
   });
-  std::barrier sync(2);
   for (bool stream : {false, true}) {
     sent.clear();
     count.clear();
-    std::vector<std::thread> threads;
-    for (int e = 0; e < 2; ++e)
-      threads.emplace_back([&, e] {
-        PingPong ping(*eps[e]);
-        PingPongOptions o;
-        o.peer = 1 - e;
-        o.initiator = e == 0;
-        o.bytes = 4096;
-        o.iters = 6;
-        o.stream = stream;
-        o.sources = 2;
-        ping.round(o, [&] { sync.arrive_and_wait(); });
-      });
-    for (auto& t : threads)
-      t.join();
+    const auto err = round_on_both(eps, [&](PingPongOptions& o) {
+      o.bytes = 4096;
+      o.iters = 6;
+      o.stream = stream;
+      o.sources = 2;
+    });
     SCOPED_TRACE(stream ? "stream" : "ping-pong");
+    EXPECT_EQ(err[0], "");
+    EXPECT_EQ(err[1], "");
     const int sender = stream ? 1 : 0;  // a stream's peer sends
     EXPECT_EQ(count[sender], 6);
     EXPECT_EQ(sent[sender].size(), 2u) << "two buffers, in turn";
@@ -209,6 +229,25 @@ TEST(PingPongSources, RepliesTakeTheSidesOwnBuffersInTurn) {
         EXPECT_FALSE(sent[0].count(p)) << "never sends back what arrived";
     }
   }
+}
+
+// The deadline is the whole round's: when it passes, the error says how many messages came,
+// which tells a lost message (here: endpoint 1's third reply and after) from a slow machine.
+TEST(PingPongDeadline, SaysHowManyMessagesCameWhenTheRoundDoesNotEnd) {
+  std::atomic<int> replies{0};
+  auto eps = test::faulty_transports(2, [&](int src, int&, MessageTag&, Payload&) {
+    return src != 1 || ++replies <= 2;  // endpoint 1's later replies are lost
+  });
+  const auto err = round_on_both(eps, [](PingPongOptions& o) {
+    o.iters = 5;
+    o.deadline_s = 0.3;
+  });
+  EXPECT_EQ(err[0],
+            "ping-pong with endpoint 1: 5 round trips did not end within 0.3 s (2 of the 5 "
+            "messages due here arrived)");
+  EXPECT_EQ(err[1],
+            "ping-pong with endpoint 0: 5 round trips did not end within 0.3 s (3 of the 5 "
+            "messages due here arrived)");
 }
 
 TEST(PingPongSources, RefusesMoreThanSixteenOrFewerThanNone) {

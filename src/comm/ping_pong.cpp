@@ -5,6 +5,7 @@
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
+#include "core/format.hpp"
 
 namespace rrfp {
 
@@ -37,6 +38,7 @@ Payload PingPong::next_source(Payload arrived) {
 
 void PingPong::on_message(Message&& m) {
   std::unique_lock lk(mu_);
+  ++arrived_;
   const bool last = m.tag.round == o_.iters - 1;
   if (!o_.reply_in_handler) {
     inbox_.push_back(Arrival{std::move(m), now_ns()});
@@ -69,6 +71,7 @@ double PingPong::round(const PingPongOptions& o, const std::function<void()>& ba
     std::lock_guard lk(mu_);
     o_ = o;
     done_ = false;
+    arrived_ = 0;
     inbox_.clear();
     wake_us_ = 0;
     // Kept from round to round at the same size (rounds without them in between): writing
@@ -90,9 +93,13 @@ double PingPong::round(const PingPongOptions& o, const std::function<void()>& ba
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(o.deadline_s));
+  // Called holding mu_. The deadline is the whole round's: how many messages came tells a
+  // lost message (the count stops early) from a machine too loaded to finish in time.
   auto fail = [&] {
-    return Error("ping-pong with endpoint " + std::to_string(o.peer) + ": no reply within " +
-                 std::to_string(static_cast<int>(o.deadline_s)) + " s");
+    return Error("ping-pong with endpoint " + std::to_string(o.peer) + ": " +
+                 std::to_string(o.iters) + " round trips did not end within " +
+                 fmt("%g", o.deadline_s) + " s (" + std::to_string(arrived_) + " of the " +
+                 std::to_string(o.iters) + " messages due here arrived)");
   };
   if (o.stream) {
     const double seconds = stream(o, deadline, std::move(first));

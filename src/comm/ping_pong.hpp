@@ -74,6 +74,7 @@ class PingPong {
   std::deque<Arrival> inbox_;  // handoff mode: arrivals for the calling thread
   double wake_us_ = 0;
   bool done_ = false;
+  int arrived_ = 0;  // messages this round's handler took: named when the deadline passes
   std::int64_t end_ns_ = 0;
   std::vector<Payload> sources_;  // at least o_.sources buffers of o_.bytes
   std::size_t next_ = 0;
