@@ -123,7 +123,7 @@ void setup_train(CLI::App& app) {
                 "cuda: how a stage learns its task's kernels ended: poll (the event; default), "
                 "spin or callback")
       ->capture_default_str();
-  s->add_option("--window", t.runtime.window,
+  s->add_option("--window", f->window,
                 "cuda: tasks a stage may have queued on its stream at once, the next launched "
                 "while earlier ones run (1: each completes before the next starts)")
       ->capture_default_str();

@@ -18,6 +18,7 @@ struct TrainFlags {
   train::TrainRun run;  // model, data, optimizer and output flags land here directly
   std::uint64_t seed = 1;
   double timeout_s = 0;  // set from the training options' default
+  int window = 1;        // --window: RuntimeOptions::window
   std::string inject_jitter;
   TransportKind transport = TransportKind::Inproc;
 };

@@ -54,9 +54,8 @@ train::TrainRun to_run(const TrainFlags& f) {
   train::TrainOptions& t = run.train;
   t.hint = f.dispatch.hint;
   t.pipe = to_config(f.shape, t.hint);
-  const int window = t.runtime.window;  // --window, parsed into the options replaced here
   t.runtime = to_runtime(f.dispatch, f.timeout_s);
-  t.runtime.window = window;
+  t.runtime.window = f.window;
   t.model.seed = t.data_seed = f.seed;
   run.stop = &g_stop;
   run.warn = [](const std::string& m) { print_line("rrfp train: warning: " + as_flags(m)); };
