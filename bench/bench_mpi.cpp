@@ -2,10 +2,12 @@
 // Ranks 0 and 1 bounce a message `iters` times, first with blocking MPI_Send/MPI_Recv, then
 // through two MpiTransport endpoints whose receive handlers (on the progress threads) send the
 // message straight back, then through the transport with each message handed to a waiting
-// thread that replies (what a stage's compute thread sees). Prints one row per size: one-way
-// latency (half a round trip) and bandwidth (bytes / one-way time) for the first two and
-// their ratios, then the hand-off's latency and its ratio to raw MPI.
-// Usage: tests/mpirun.sh 2 build/bench_mpi [iters-small] [iters-large]
+// thread that replies (what a stage's compute thread sees), first parked on its condition
+// variable, then spinning up to `handoff-spin-us` before it parks (SpinPark). Prints one row per
+// size: one-way latency (half a round trip) and bandwidth (bytes / one-way time) for the first
+// two and their ratios, then each hand-off's latency and its ratio to raw MPI.
+// Usage: tests/mpirun.sh 2 build/bench_mpi [iters-small] [iters-large] [progress-spin-us]
+//        [handoff-spin-us]
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
@@ -49,8 +51,9 @@ double raw_ping_pong(MpiWorld& world, std::size_t bytes, int iters) {
 // Seconds per round trip through the transport. `handoff`: each message is handed from the
 // progress thread to the thread waiting in round(), which sends the reply, as a stage's
 // receive handler hands an input to its compute thread; else the handler replies itself (the
-// transport alone).
-double transport_ping_pong(MpiWorld& world, std::size_t bytes, int iters, bool handoff) {
+// transport alone). `spin_us`: how long the waiting thread spins before it parks.
+double transport_ping_pong(MpiWorld& world, std::size_t bytes, int iters, bool handoff,
+                           int spin_us = 0) {
   auto tr = world.make_transport(g_poll);
   PingPongOptions p;
   p.peer = 1 - tr->rank();
@@ -58,6 +61,7 @@ double transport_ping_pong(MpiWorld& world, std::size_t bytes, int iters, bool h
   p.bytes = bytes;
   p.iters = iters;
   p.reply_in_handler = !handoff;
+  p.spin_us = spin_us;
   return PingPong(*tr).round(p, [&] { world.barrier(); });
 }
 
@@ -72,10 +76,12 @@ int main(int argc, char** argv) {
   const int small_iters = argc > 1 ? std::atoi(argv[1]) : 20000;
   const int large_iters = argc > 2 ? std::atoi(argv[2]) : 200;
   if (argc > 3) g_poll.spin_us = std::atoi(argv[3]);
+  const int handoff_spin_us = argc > 4 ? std::atoi(argv[4]) : 50;
   if (world.rank() == 0)
     std::printf(
         "bytes,raw_latency_us,transport_latency_us,latency_ratio,raw_gbps,transport_gbps,"
-        "bandwidth_share,handoff_latency_us,handoff_ratio\n");
+        "bandwidth_share,handoff_latency_us,handoff_ratio,spin_handoff_latency_us,"
+        "spin_handoff_ratio\n");
   for (std::size_t bytes : {std::size_t{8}, std::size_t{256}, std::size_t{4096},
                             std::size_t{1} << 20, std::size_t{4} << 20, std::size_t{16} << 20}) {
     const int iters = bytes >= (1u << 20) ? large_iters : small_iters;
@@ -87,16 +93,19 @@ int main(int argc, char** argv) {
     raw_ping_pong(world, bytes, iters / 10 + 1);
     transport_ping_pong(world, bytes, iters / 10 + 1, false);
     transport_ping_pong(world, bytes, handoff_iters / 10 + 1, true);
-    double raw = 1e9, ours = 1e9, handoff = 1e9;
+    transport_ping_pong(world, bytes, handoff_iters / 10 + 1, true, handoff_spin_us);
+    double raw = 1e9, ours = 1e9, handoff = 1e9, spun = 1e9;
     for (int rep = 0; rep < 9; ++rep) {
       raw = std::min(raw, raw_ping_pong(world, bytes, iters));
       ours = std::min(ours, transport_ping_pong(world, bytes, iters, false));
       handoff = std::min(handoff, transport_ping_pong(world, bytes, handoff_iters, true));
+      spun =
+          std::min(spun, transport_ping_pong(world, bytes, handoff_iters, true, handoff_spin_us));
     }
     if (world.rank() == 0)
-      std::printf("%zu,%.2f,%.2f,%.2f,%.3f,%.3f,%.1f%%,%.2f,%.2f\n", bytes, raw / 2 * 1e6,
+      std::printf("%zu,%.2f,%.2f,%.2f,%.3f,%.3f,%.1f%%,%.2f,%.2f,%.2f,%.2f\n", bytes, raw / 2 * 1e6,
                   ours / 2 * 1e6, ours / raw, bytes / (raw / 2) / 1e9, bytes / (ours / 2) / 1e9,
-                  100 * raw / ours, handoff / 2 * 1e6, handoff / raw);
+                  100 * raw / ours, handoff / 2 * 1e6, handoff / raw, spun / 2 * 1e6, spun / raw);
   }
   return 0;
 }

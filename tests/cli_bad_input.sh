@@ -47,6 +47,7 @@ check "--timeout: must be between 0 and 86400 seconds, got inf" run --timeout in
 check "--transport mpi: " run --transport mpi --pp 2 -m 2  # not under mpirun (or no Open MPI)
 check "--transport: unknown transport 'tcp'" run --transport tcp --pp 2 -m 2
 check "--pp: must be at least 1" run --pp 0
+check "--idle-spin-us: Value 10001 not in range 0 to 10000" run --idle-spin-us 10001
 check "unknown hint 'nope'" run --hint nope
 check "--policy fixed: needs a list hint" run --hint bf --policy fixed
 # Training (only when this build has LibTorch).

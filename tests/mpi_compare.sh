@@ -46,14 +46,15 @@ grep -q "^simulating .*, a blocking run's payload with its offer$" "$out" ||
   fail "the default rendezvous is not simulated with its payload on the offer"
 # --rendezvous pull: the blocking run's payloads wait for the receiver's pull (runtime/delivery.cpp);
 # the step completes and is reported, and is simulated with its bytes after the acceptance
-# whatever the calibration file says.
+# whatever the calibration file says. Its idle ranks spin and poll the transport themselves
+# (--idle-spin-us), taking the offers, pulls and payloads on their own threads.
 echo '{"comm_latency_us": 30, "comm_bandwidth_gbps": 5, "comm_offer_payload": true}' >"$cal"
 timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --rendezvous pull --compare \
   --calibration "$cal" --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed \
-  --comm blocking >"$out" 2>&1 || fail "the pulling run exited $?"
+  --comm blocking --idle-spin-us 200 >"$out" 2>&1 || fail "the pulling run exited $?"
 grep -qE "^fixed 1f1b \(blocking\) +[0-9.]+ " "$out" || fail "no row for the pulling run"
 grep -q "^simulating .*: 30.0 us + bytes / 5.00 GB/s$" "$out" ||
   fail "the pulling run is not simulated with the file's model and its bytes after the acceptance"
 echo "mpi compare: the baseline fit reproduces its step; ranges printed; a calibration per" \
-  "round, their mean simulated, payloads on the offers; a pulling run completes, simulated" \
-  "with its bytes after the acceptance"
+  "round, their mean simulated, payloads on the offers; a pulling run with spinning idle" \
+  "ranks completes, simulated with its bytes after the acceptance"

@@ -3,9 +3,11 @@
 // (test_transport.cpp) covers the same contract for inproc.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "core/error.hpp"
 #include "dist/mpi_single_copy.hpp"
@@ -149,6 +151,59 @@ TEST(MpiTransport, ManyConcurrentSendersLoseNothing) {
     EXPECT_TRUE(intact(m));
   w.barrier();
   EXPECT_EQ(inbox.got.size(), mine);
+}
+
+// A thread lent to the transport (progress(), as an idle rank's thread does while it spins)
+// takes arrivals itself, small and large, while the progress thread naps (it spins 0 us, then
+// naps up to a second, and is left idle long enough to nap for tens of ms): every message
+// arrives intact, and some on the lent thread. After
+// shutdown a lent thread has nothing to poll.
+TEST(MpiTransport, ALentThreadTakesArrivalsItself) {
+  MpiWorld& w = *g_world;
+  MpiPollOptions lazy;
+  lazy.spin_us = 0;
+  lazy.max_sleep_us = 1'000'000;
+  auto tr = w.make_transport(lazy);
+  std::atomic<int> on_lent{0};
+  static thread_local bool lent_here = false;
+  Inbox inbox;
+  tr->set_receiver([&](Message&& m) {
+    if (lent_here) ++on_lent;
+    inbox(std::move(m));
+  });
+  const std::vector<std::size_t> sizes{8, 300, 5'000, 16 * 1024 + 1, 200'000, 1 << 20};
+  const std::size_t expect = sizes.size() * 4 * (w.size() - 1);
+  std::thread lent([&] {
+    lent_here = true;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < give_up) {
+      {
+        std::lock_guard lk(inbox.mu);
+        if (inbox.got.size() >= expect) break;
+      }
+      tr->progress();
+    }
+  });
+  // The progress thread's naps double from 5 us: after 200 ms idle it naps for tens of ms.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  w.barrier();
+  for (int round = 0; round < 4; ++round)
+    for (int dst = 0; dst < w.size(); ++dst)
+      if (dst != w.rank())
+        for (int id = 0; id < static_cast<int>(sizes.size()); ++id) {
+          const int tag_id = round * 100 + id;
+          tr->send(dst, MessageTag{1, TaskId{Kind::F, w.rank(), tag_id}},
+                   make_payload(w.rank(), tag_id, sizes[id]));
+        }
+  lent.join();
+  ASSERT_TRUE(inbox.wait_for(expect)) << "got " << inbox.got.size() << " of " << expect;
+  for (const Message& m : inbox.got)
+    EXPECT_TRUE(intact(m)) << to_string(m.tag) << " from " << m.src;
+  EXPECT_GT(on_lent.load(), 0) << "every arrival came through the progress thread";
+  w.barrier();
+  tr->shutdown();
+  EXPECT_FALSE(tr->progress());
+  w.barrier();
 }
 
 TEST(MpiTransport, BadDestinationThrowsAndShutdownFailsSends) {

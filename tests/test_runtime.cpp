@@ -51,10 +51,13 @@ TEST_P(RuntimeInvariants, SameTasksAsTheSimulatorInDependencyOrder) {
           name + " " + to_string(policy) + " seed=" + std::to_string(seed) +
           " P=" + std::to_string(sh.cfg.pp) + " M=" + std::to_string(sh.cfg.microbatches) +
           " V=" + std::to_string(sh.cfg.vpp) + " TP=" + std::to_string(sh.tp) + " " +
-          to_string(sh.protocol) + " " + to_string(sh.comm) + " limit=" + std::to_string(sh.limit);
+          to_string(sh.protocol) + " " + to_string(sh.comm) + " limit=" + std::to_string(sh.limit) +
+          " idle_spin=" + std::to_string(seed % 2 ? 50 : 0);
       RuntimeOptions ro = runtime_options(m, work, policy, sh.protocol);
       ro.arbiter.limit = sh.limit;
       ro.comm = sh.comm;
+      // Every other seed, idle ranks spin before they sleep: the same tasks in the same order.
+      ro.idle_spin_us = seed % 2 ? 50 : 0;
       StepResult r;
       try {
         Runtime rt(m, hint, emulated_programs(m, work), ro);
@@ -224,6 +227,19 @@ TEST(Runtime, RejectsBadOptions) {
   Hint rule = make_hint("bf", m);
   EXPECT_THROW(Runtime(m, rule, emulated_programs(m, w), ro), InputError);
   EXPECT_THROW(Runtime(m, h, emulated_programs(m, w), ro, make_inproc_transports(3)), Error);
+  ro.tp = 1;
+  ro.arbiter.policy = Policy::Ready;
+  for (int us : {-1, 10'001}) {
+    ro.idle_spin_us = us;
+    try {
+      Runtime(m, rule, emulated_programs(m, w), ro);
+      ADD_FAILURE() << "idle_spin_us " << us << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("`idle_spin_us`: must be between 0 and 10000"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

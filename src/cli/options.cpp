@@ -153,6 +153,14 @@ void add_timeout_flag(CLI::App* app, double& seconds) {
       ->capture_default_str();
 }
 
+void add_idle_spin_flag(CLI::App* app, int& us) {
+  app->add_option("--idle-spin-us", us,
+                  "an idle rank spins this long, polling its transport, before it sleeps (an "
+                  "arrival then skips the transport thread's hand-off; takes a core per rank)")
+      ->check(CLI::Range(0, 10'000))
+      ->capture_default_str();
+}
+
 PipelineConfig to_config(const ShapeFlags& f, const std::string& hint) {
   return make_config(f.pp, f.vpp, f.microbatches, f.placement, f.split, hint);
 }

@@ -70,6 +70,9 @@ void add_timeout_flag(CLI::App* app, double& seconds);
 CLI::Option* add_transport_flag(CLI::App* app, TransportKind& kind,
                                 const std::vector<TransportKind>& allowed, const std::string& help);
 
+// --idle-spin-us: RuntimeOptions::idle_spin_us.
+void add_idle_spin_flag(CLI::App* app, int& us);
+
 // The shape, validated, with the split backward resolved for `hint` (auto: on for the hints that
 // need it and hint files written with it).
 PipelineConfig to_config(const ShapeFlags& f, const std::string& hint = "");

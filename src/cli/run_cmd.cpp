@@ -39,6 +39,7 @@ void setup_run(CLI::App& app) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   sub->add_flag("--spin", f->spin, "busy-wait instead of sleeping (needs a core per rank)");
+  add_idle_spin_flag(sub, f->idle_spin_us);
   sub->add_flag("--compare", f->compare, "also simulate each run and print the differences");
   add_transport_flag(sub, f->transport, {TransportKind::Inproc, TransportKind::Mpi},
                      "inproc (threads in this process) or mpi (one process per stage and TP "

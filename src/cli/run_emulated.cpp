@@ -95,6 +95,7 @@ class EmulatedRuns {
     // latency on top would count it twice).
     if (!world_) ro.latency = emulated_latency(m, w);
     ro.rendezvous_pull = f_.rendezvous == "pull";
+    ro.idle_spin_us = f_.idle_spin_us;
     return ro;
   }
 

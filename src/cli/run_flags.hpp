@@ -12,6 +12,7 @@ struct RunFlags {
   ExperimentFlags exp;
   double timeout_s = 60;
   int warmup = 1, warmup_extra = 4, repeat = 1, rounds = 1;
+  int idle_spin_us = 0;  // RuntimeOptions::idle_spin_us
   bool spin = false, compare = false;
   TransportKind transport = TransportKind::Inproc;
   std::string calibration, rendezvous = "offer";

@@ -127,6 +127,7 @@ void setup_train(CLI::App& app) {
                 "cuda: tasks a stage may have queued on its stream at once, the next launched "
                 "while earlier ones run (1: each completes before the next starts)")
       ->capture_default_str();
+  add_idle_spin_flag(s, f->idle_spin_us);
   s->add_option_function<std::string>(
        "--sm-partitions", [&t](const std::string& v) { t.sm_partitions = v == "on"; },
        "cuda: each stage on its own share of the SMs (default off)")

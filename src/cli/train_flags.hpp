@@ -19,6 +19,7 @@ struct TrainFlags {
   std::uint64_t seed = 1;
   double timeout_s = 0;  // set from the training options' default
   int window = 1;        // --window: RuntimeOptions::window
+  int idle_spin_us = 0;  // --idle-spin-us: RuntimeOptions::idle_spin_us
   std::string inject_jitter;
   TransportKind transport = TransportKind::Inproc;
 };

@@ -56,6 +56,7 @@ train::TrainRun to_run(const TrainFlags& f) {
   t.pipe = to_config(f.shape, t.hint);
   t.runtime = to_runtime(f.dispatch, f.timeout_s);
   t.runtime.window = f.window;
+  t.runtime.idle_spin_us = f.idle_spin_us;
   t.model.seed = t.data_seed = f.seed;
   run.stop = &g_stop;
   run.warn = [](const std::string& m) { print_line("rrfp train: warning: " + as_flags(m)); };

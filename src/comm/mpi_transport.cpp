@@ -50,10 +50,13 @@ struct MpiTransport::Impl {
   std::atomic<bool> receiving{false}, stop{false}, closed{false};
   std::mutex send_mu;                                // guards posted and next_seq
   std::vector<std::unique_ptr<PendingSend>> posted;  // by send(), for the progress thread
-  std::vector<std::unique_ptr<PendingSend>> sends;   // progress thread only (then shutdown)
-  std::vector<PendingRecv> recvs;                    // progress thread only
-  std::vector<MPI_Request> ring;                     // progress thread only
-  int ring_head = 0;                                 // the slot posted longest ago
+  // The poller's (the progress thread, or a thread lent by progress()), under poll_mu, then
+  // shutdown's.
+  std::mutex poll_mu;
+  std::vector<std::unique_ptr<PendingSend>> sends;
+  std::vector<PendingRecv> recvs;
+  std::vector<MPI_Request> ring;
+  int ring_head = 0;  // the slot posted longest ago
   std::vector<Payload> ring_buf;
   std::vector<std::uint32_t> next_seq;  // per destination, under send_mu
   std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>();
@@ -203,18 +206,25 @@ struct MpiTransport::Impl {
     auto last = clock::now();
     int sleep_us = 0;
     while (!stop.load(std::memory_order_acquire)) {
-      bool did = false;
-      try {
-        if (receiving.load(std::memory_order_acquire)) did |= poll_receives();
-        did |= poll_sends();
-      } catch (const Error& e) {
-        // Sends in flight fail now; the peers' and this rank's watchdogs report what then
-        // never arrives. Say why here, where it is known.
-        const std::string line = "rrfp: mpi transport rank " + std::to_string(rank) +
-                                 ": progress stopped: " + e.what() + "\n";
-        std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));  // one write
-        fail_pending(std::current_exception());
-        return;
+      // A lent thread polling now takes what comes; this one keeps polling as if a transfer
+      // were in flight (one may be, and MPI moves it only while someone calls in).
+      bool did = false, busy = true;
+      {
+        std::unique_lock lk(poll_mu, std::try_to_lock);
+        if (lk.owns_lock()) {
+          try {
+            did = poll_once();
+          } catch (const Error& e) {
+            // Sends in flight fail now; the peers' and this rank's watchdogs report what then
+            // never arrives. Say why here, where it is known.
+            const std::string line = "rrfp: mpi transport rank " + std::to_string(rank) +
+                                     ": progress stopped: " + e.what() + "\n";
+            std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));  // one write
+            fail_pending(std::current_exception());
+            return;
+          }
+          busy = in_flight();
+        }
       }
       if (did) {
         last = clock::now();
@@ -226,7 +236,7 @@ struct MpiTransport::Impl {
       // Yield between polls: with more processes than cores, a peer whose progress this
       // transfer needs may be waiting for this core (spinning without yielding slowed
       // oversubscribed steps: docs/design-decisions.md, "Processes (Open MPI)").
-      if (in_flight() || clock::now() - last < std::chrono::microseconds(poll.spin_us)) {
+      if (busy || clock::now() - last < std::chrono::microseconds(poll.spin_us)) {
         std::this_thread::yield();
         continue;
       }
@@ -240,7 +250,13 @@ struct MpiTransport::Impl {
     }
   }
 
-  bool in_flight() {
+  bool poll_once() {
+    bool did = false;
+    if (receiving.load(std::memory_order_acquire)) did |= poll_receives();
+    return poll_sends() || did;
+  }
+
+  bool in_flight() {  // under poll_mu
     if (!recvs.empty() || !sends.empty()) return true;
     std::lock_guard lk(send_mu);
     return !posted.empty();
@@ -360,6 +376,7 @@ void MpiTransport::shutdown() {
     d.kick_cv.notify_one();
   }
   if (d.progress.joinable()) d.progress.join();
+  std::lock_guard poller(d.poll_mu);  // a lent thread's poll ends first; later ones see stop
   d.poll_sends();
   d.fail_pending(std::make_exception_ptr(
       Error("mpi transport: rank " + std::to_string(d.rank) + " shut down with sends in flight")));
@@ -377,6 +394,18 @@ void MpiTransport::shutdown() {
     MPI_Comm_free(&d.data_comm);
   }
   d.recvs.clear();
+}
+
+bool MpiTransport::progress() {
+  Impl& d = *impl_;
+  if (d.stop.load(std::memory_order_acquire)) return false;
+  std::unique_lock lk(d.poll_mu, std::try_to_lock);
+  if (!lk.owns_lock() || d.stop.load(std::memory_order_acquire)) return false;
+  try {
+    return d.poll_once();
+  } catch (const Error&) {
+    return false;  // the progress thread's next poll meets it too, and fails what is pending
+  }
 }
 
 }  // namespace rrfp

@@ -13,7 +13,9 @@
 // MPI (a blocking call would spin a core the compute threads need), polls while a transfer is
 // in flight (MPI moves large messages only while someone calls into it), and when idle backs
 // off from spinning to short naps (MpiPollOptions). Sends are posted by the calling thread
-// (MPI_THREAD_MULTIPLE) and never wait for the receiver. See docs/mpi.md.
+// (MPI_THREAD_MULTIPLE) and never wait for the receiver. A thread waiting for an input may poll
+// in the progress thread's stead (progress()); one poll lock keeps them from polling at once.
+// See docs/mpi.md.
 #include <memory>
 
 #include "comm/transport.hpp"
@@ -42,6 +44,7 @@ class MpiTransport final : public Transport {
   void set_receiver(Receiver r) override;
   void send(int dst, const MessageTag& tag, Payload payload, SendDone done = {}) override;
   void shutdown() override;
+  bool progress() override;  // one poll under the poll lock, if it is free
 
  private:
   struct Impl;

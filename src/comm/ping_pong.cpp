@@ -66,10 +66,13 @@ double PingPong::round(const PingPongOptions& o, const std::function<void()>& ba
   if (o.stream && o.iters < 2) throw InputError("ping-pong: a stream needs 2 messages or more");
   if (o.sources < 0 || o.sources > 16)
     throw InputError("ping-pong: sources must be 0 to 16, got " + std::to_string(o.sources));
+  if (o.spin_us < 0 || o.spin_us > 10'000)
+    throw InputError("ping-pong: spin_us must be 0 to 10000, got " + std::to_string(o.spin_us));
   {
     // Under the lock: a receive handler of this round reads them (reply_in_handler).
     std::lock_guard lk(mu_);
     o_ = o;
+    cv_.set_spin(std::int64_t{o.spin_us} * 1000, [this] { return t_.progress(); });
     done_ = false;
     arrived_ = 0;
     inbox_.clear();

@@ -4,7 +4,6 @@
 // way). `barrier` lines the endpoints up before and after each round (every endpoint of the world
 // calls it).
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "comm/payload.hpp"
+#include "comm/spin_park.hpp"
 #include "comm/transport.hpp"
 
 namespace rrfp {
@@ -39,6 +39,9 @@ struct PingPongOptions {
   // outputs are: the cache holds at most one 32 MiB message).
   int sources = 0;
   double deadline_s = 60;  // a lost message fails the measurement instead of hanging it
+  // The calling thread, waiting for a message, spins this long before it parks (SpinPark),
+  // polling the transport meanwhile (Transport::progress): 0 parks at once. 0 to 10,000.
+  int spin_us = 0;
 };
 
 // Owns the endpoint's receiver (a transport takes one for its lifetime), so one PingPong can
@@ -65,7 +68,7 @@ class PingPong {
 
   Transport& t_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  SpinPark cv_;  // the waiting thread's; spins o_.spin_us
   PingPongOptions o_;
   struct Arrival {
     Message m;

@@ -31,6 +31,12 @@ class Transport {
   virtual void send(int dst, const MessageTag& tag, Payload payload, SendDone done = {}) = 0;
   // Stops delivery to and from this endpoint; later sends complete with an error. Idempotent.
   virtual void shutdown() = 0;
+  // Lends the calling thread to the transport for one poll, if it has a progress thread and
+  // nobody else polls at the moment: arrivals found are delivered on the calling thread. True
+  // when a message moved. A thread waiting for an input calls it while it spins (SpinPark), so
+  // an arrival reaches it without a hand-off from the progress thread (a futex wake and a
+  // context switch). The caller holds no lock the receiver takes. Default: nothing to lend to.
+  virtual bool progress() { return false; }
 };
 
 }  // namespace rrfp

@@ -35,6 +35,9 @@ void validate(const RuntimeOptions& o) {
     throw InputError("`window`: must be between 1 and 64, got " + std::to_string(o.window));
   if (o.window > 1 && o.tp > 1)
     throw InputError("`window`: more than 1 needs `tp` 1 (a group agrees on one task at a time)");
+  if (o.idle_spin_us < 0 || o.idle_spin_us > 10'000)
+    throw InputError("`idle_spin_us`: must be between 0 and 10000, got " +
+                     std::to_string(o.idle_spin_us));
   if (o.rendezvous_pull && o.latency)
     throw InputError(
         "`rendezvous_pull`: only without emulated latency (a transport that moves the bytes)");
@@ -88,6 +91,7 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
   env.latency = opt_.latency;
   env.rendezvous_pull = opt_.rendezvous_pull;
   env.window = opt_.window;
+  env.idle_spin_ns = std::int64_t{opt_.idle_spin_us} * 1000;
   env.peer_name = hosting.peer_name;
   groups_.resize(p);
   stages_.resize(p);

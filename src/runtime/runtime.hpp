@@ -36,6 +36,12 @@ struct RuntimeOptions : DispatchOptions {
   // accepts, semantics.md §3's rendezvous (the transfer starts when both sides are ready). Needs
   // no emulated latency (which runs from the acceptance anyway). docs/runtime.md.
   bool rendezvous_pull = false;
+  // An idle rank (nothing ready, nothing in flight) spins this many microseconds before it
+  // sleeps, polling its transport meanwhile (Transport::progress: an arrival is then taken on
+  // the rank's own thread, without the transport thread's hand-off and the wake-up). 0 (the
+  // default): it sleeps at once. Spinning takes a core: worth it with a core per rank.
+  // 0 to 10,000. docs/results-speed.md, "The MPI transport's hand-off".
+  int idle_spin_us = 0;
 };
 
 // Throws InputError naming the option (`tp`, `timeout`); the arbiter's options are checked

@@ -11,7 +11,15 @@ StageCore::StageCore(const StageEnv& e, int s, TpCollective* group)
       tp_(e.tp),
       failure_(*e.failure),
       group_(group),
-      ranks_(e.tp) {}
+      ranks_(e.tp) {
+  // The transports are set by adopt() before any thread of the stage runs, and fixed after.
+  cv_.set_spin(e.idle_spin_ns, [this] {
+    bool moved = false;
+    for (const StageRank& rk : ranks_)
+      if (rk.local()) moved |= rk.transport->progress();
+    return moved;
+  });
+}
 
 void StageCore::adopt(int r, std::unique_ptr<StageProgram> program, Transport* endpoint) {
   StageRank& rk = ranks_[r];

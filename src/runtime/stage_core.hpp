@@ -3,7 +3,6 @@
 // each rank's protocol state machines (arbiter, readiness) and program, the step, and the few
 // helpers the stage's coordinator (coordinator.hpp) and delivery (delivery.hpp) use. What is
 // fixed at construction is read freely; what changes during a step only through a Locked.
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -12,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/spin_park.hpp"
 #include "comm/transport.hpp"
 #include "core/modes.hpp"
 #include "core/rank_driver.hpp"
@@ -35,8 +35,9 @@ struct StageEnv {
   FailureState* failure = nullptr;
   DelayLine* delay = nullptr;  // required when latency is set
   LatencyFn latency;
-  bool rendezvous_pull = false;  // RuntimeOptions::rendezvous_pull
-  int window = 1;                // RuntimeOptions::window
+  bool rendezvous_pull = false;   // RuntimeOptions::rendezvous_pull
+  int window = 1;                 // RuntimeOptions::window
+  std::int64_t idle_spin_ns = 0;  // RuntimeOptions::idle_spin_us
   // Names a peer endpoint in error messages ("stage 2", or with its MPI rank).
   std::function<std::string(int endpoint)> peer_name;
 };
@@ -118,6 +119,7 @@ class StageCore {
   // Rank r was blocked from `from` to `to` (absolute ns): its stats and its trace span.
   void record_blocked(Locked&, int r, std::int64_t from, std::int64_t to, BlockReason why);
   void notify(Locked&) { cv_.notify_all(); }  // wakes every rank that sleeps
+  // Spins first for env().idle_spin_ns, lending the thread to the local ranks' transports.
   void sleep(Locked& lk) { cv_.wait(lk.lk_); }
   // Sleeps until `done` or the step failed, calling `meanwhile` (what an idle rank may take)
   // before each sleep. False when the step failed.
@@ -133,7 +135,7 @@ class StageCore {
   FailureState& failure_;
   TpCollective* const group_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  SpinPark cv_;
   std::vector<StageRank> ranks_;  // by tp rank
   int step_ = -1;
   std::int64_t t0_ = 0;
