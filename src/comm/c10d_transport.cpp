@@ -6,14 +6,23 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/buffer_pool.hpp"
 #include "comm/wire.hpp"
 #include "core/error.hpp"
 
 namespace rrfp {
 namespace {
 
-constexpr int kTagBits = 24;  // a channel's tags: channel << 24, its header tag, and up
+// A channel's tags start at channel << 24: the headers of later messages (kHeader, received
+// per source), the header of each sender's first message to a rank (kFirst, received from any
+// source), the payloads received into a receive posted ahead (kAhead), then one tag for each
+// other payload.
+constexpr int kTagBits = 24;
+constexpr int kHeader = 0, kFirst = 1, kAhead = 2, kTagsBefore = 3;
 constexpr std::size_t kSlotBytes = sizeof(Wire) + C10dTransport::kInlineBytes;  // 8 KiB
+// A payload received ahead of its header and at most this large is copied out, so that the
+// receive's buffer (kAheadBytes) is not held for a small payload.
+constexpr std::size_t kCopyOutBytes = 64 * 1024;
 
 // A uint8 tensor over `n` bytes at `p`; the caller keeps the memory until the work that uses
 // it has completed.
@@ -28,7 +37,8 @@ struct C10dTransport::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   int rank = 0, size = 1;
   int header_tag = 0;                      // channel << kTagBits
-  std::atomic<std::uint32_t> next_tag{0};  // data tags follow the header tag
+  std::atomic<std::uint32_t> next_tag{0};  // data tags follow kTagsBefore
+  std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>();
   Receiver receiver;
   std::atomic<bool> closed{false};
 
@@ -48,6 +58,10 @@ struct C10dTransport::Impl {
     // long as Impl.
     std::vector<std::byte> header = std::vector<std::byte>(kSlotBytes);
     c10::intrusive_ptr<c10d::Work> current;  // being waited on, for abort
+    // A source's own loop keeps a receive posted on kAhead, so a payload that follows its
+    // header finds it there without the round trip of a receive posted once the header is in.
+    Payload ahead;
+    c10::intrusive_ptr<c10d::Work> ahead_work;  // under mu; aborted at shutdown
     std::thread thread;
   };
 
@@ -59,6 +73,7 @@ struct C10dTransport::Impl {
   std::deque<std::unique_ptr<Send>> sends;  // in flight, in the order they were made
   std::deque<Rx> rx;                        // [0]: any source; then one per source seen
   std::vector<bool> own_rx;                 // by source: has a loop of its own
+  std::vector<bool> sent_to;                // by destination: a message went there before
   std::thread tx;
 
   // Waits for `w` (made current under mu so shutdown can abort it); false once stopping.
@@ -93,6 +108,51 @@ struct C10dTransport::Impl {
     r.thread = std::thread([this, &r, src] { receive_loop(r, src); });
   }
 
+  // Posts r's receive ahead (its own source's loop): into a fresh buffer from the pool, the
+  // last one having gone with its payload. False once stopping.
+  bool post_ahead(Rx& r, int src) {
+    // A buffer still ours alone (its payload was copied out) is posted again.
+    if (r.ahead.empty() || r.ahead.owner().use_count() > 1)
+      r.ahead = pool->get(C10dTransport::kAheadBytes);
+    std::vector<at::Tensor> t{bytes_tensor(r.ahead.data(), r.ahead.size())};
+    auto w = pg->recv(t, src, header_tag + kAhead);
+    std::lock_guard lk(mu);
+    if (stop) {
+      w->abort();
+      return false;
+    }
+    r.ahead_work = std::move(w);
+    return true;
+  }
+
+  // The payload that follows header `w` from `from`: received into the receive posted ahead
+  // (kAhead), or into a receive posted now for its own tag. Empty with `ok` false once stopping.
+  Payload take_payload(Rx& r, int src, int from, const Wire& w, bool& ok) {
+    if (w.data_tag == header_tag + kAhead) {
+      if (src < 0 || w.size > C10dTransport::kAheadBytes)
+        throw Error("c10d transport: rank " + std::to_string(from) +
+                    " sent a payload ahead that no receive awaits");
+      c10::intrusive_ptr<c10d::Work> aw;
+      {
+        std::lock_guard lk(mu);
+        aw = r.ahead_work;
+      }
+      if (!(ok = wait(aw, r.current))) return {};
+      {
+        std::lock_guard lk(mu);
+        r.ahead_work.reset();  // done: nothing for shutdown to abort until the next is posted
+      }
+      Payload p = w.size <= kCopyOutBytes ? Payload::copy_of(r.ahead.bytes().first(w.size))
+                                          : Payload(r.ahead.owner(), r.ahead.data(), w.size);
+      ok = post_ahead(r, src);
+      return p;
+    }
+    Payload p = Payload::allocate(w.size);
+    std::vector<at::Tensor> dt{bytes_tensor(p.data(), p.size())};
+    ok = wait(pg->recv(dt, from, w.data_tag), r.current);
+    return p;
+  }
+
   void receive_loop(Rx& r, int src) {
     {
       std::unique_lock lk(mu);
@@ -100,25 +160,27 @@ struct C10dTransport::Impl {
       if (stop) return;
     }
     try {
+      if (src >= 0 && !post_ahead(r, src)) return;
       for (;;) {
         std::vector<at::Tensor> ht{bytes_tensor(r.header.data(), r.header.size())};
-        auto hw = src < 0 ? pg->recvAnysource(ht, header_tag) : pg->recv(ht, src, header_tag);
+        auto hw = src < 0 ? pg->recvAnysource(ht, header_tag + kFirst)
+                          : pg->recv(ht, src, header_tag + kHeader);
         if (!wait(hw, r.current)) return;
         const int from = src < 0 ? hw->sourceRank() : src;
         Wire w;
         std::memcpy(&w, r.header.data(), sizeof w);
         Payload p;
         if (w.flags & kFlagFollows) {
-          p = Payload::allocate(w.size);
-          std::vector<at::Tensor> dt{bytes_tensor(p.data(), p.size())};
-          if (!wait(pg->recv(dt, from, w.data_tag), r.current)) return;
+          bool ok = false;
+          p = take_payload(r, src, from, w, ok);
+          if (!ok) return;
         } else if (const std::size_t n = std::min<std::size_t>(w.size, kInlineBytes); n) {
           p = Payload::copy_of(std::span(r.header).subspan(sizeof w, n));
         }
         if (!closed.load()) receiver(Message{from, decode(w), std::move(p)});
         if (src < 0) {
           std::lock_guard lk(mu);
-          start_rx(from);  // its next messages: a receive posted for it alone
+          start_rx(from);  // its later messages: a receive posted for it alone
         }
       }
     } catch (const std::exception&) {
@@ -164,6 +226,7 @@ C10dTransport::C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, int c
   d.rank = d.pg->getRank();
   d.size = d.pg->getSize();
   d.own_rx.assign(d.size, false);
+  d.sent_to.assign(d.size, false);
   {
     std::lock_guard lk(d.mu);
     d.start_rx(-1);
@@ -207,20 +270,32 @@ void C10dTransport::send(int dst, const MessageTag& tag, Payload payload, SendDo
   const bool follows = payload.size() > kInlineBytes;
   // The header leaves at its own size: the receive's buffer may be larger (kSlotBytes).
   s->header.resize(sizeof w + (follows ? 0 : payload.size()));
+  if (!follows && !payload.empty())
+    std::memcpy(s->header.data() + sizeof w, payload.data(), payload.size());
+  s->done = std::move(done);
+  std::lock_guard lk(d.mu);  // the header and its data leave in the order of the queue
+  if (d.stop) {
+    done = std::move(s->done);
+    return fail();
+  }
+  // The first message to a rank goes to its receive from any source, which then starts a loop
+  // for this sender alone; every later one goes to that loop, whose receive posted ahead takes
+  // a payload of up to kAheadBytes. (Only this order keeps a payload sent ahead from meeting
+  // the loop from any source, which has no such receive.)
+  const bool first = !d.sent_to[dst];
+  d.sent_to[dst] = true;
   if (follows) {
     w.flags |= kFlagFollows;
-    w.data_tag = d.header_tag + 1 +
-                 static_cast<std::int32_t>(d.next_tag.fetch_add(1) % ((1u << kTagBits) - 1));
-  } else if (!payload.empty()) {
-    std::memcpy(s->header.data() + sizeof w, payload.data(), payload.size());
+    w.data_tag = !first && payload.size() <= kAheadBytes
+                     ? d.header_tag + kAhead
+                     : d.header_tag + kTagsBefore +
+                           static_cast<std::int32_t>(d.next_tag.fetch_add(1) %
+                                                     ((1u << kTagBits) - kTagsBefore));
   }
   std::memcpy(s->header.data(), &w, sizeof w);
   s->payload = std::move(payload);
-  s->done = std::move(done);
-  std::lock_guard lk(d.mu);  // the header and its data leave in the order of the queue
-  if (d.stop) return fail();
   std::vector<at::Tensor> h{bytes_tensor(s->header.data(), s->header.size())};
-  s->header_work = d.pg->send(h, dst, d.header_tag);
+  s->header_work = d.pg->send(h, dst, d.header_tag + (first ? kFirst : kHeader));
   if (follows) {
     std::vector<at::Tensor> t{bytes_tensor(s->payload.data(), s->payload.size())};
     s->data_work = d.pg->send(t, dst, w.data_tag);
@@ -236,8 +311,10 @@ void C10dTransport::shutdown() {
   {
     std::lock_guard lk(d.mu);
     d.stop = true;  // no receiving loop starts after this
-    for (Impl::Rx& r : d.rx)
+    for (Impl::Rx& r : d.rx) {
       if (r.current) r.current->abort();
+      if (r.ahead_work) r.ahead_work->abort();
+    }
     if (d.tx_wait) d.tx_wait->abort();
     d.cv.notify_all();
   }

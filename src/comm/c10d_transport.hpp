@@ -2,8 +2,8 @@
 // The transport over a c10d ProcessGroup (Gloo on CPU; the same calls take NCCL on GPUs), for
 // processes started by torchrun or holding a torch.distributed group: one endpoint per rank of
 // the group. Like the MPI transport, every message starts with a header, so arrivals come in
-// any order; a payload too large to ride inline follows under a data tag of its own, received
-// once its header has named it. A header leaves at its own size (up to 8 KiB).
+// any order; a payload too large to ride inline follows its header. A header leaves at its own
+// size (up to 8 KiB).
 //
 // c10d's point-to-point work completes only inside a blocking wait() (Gloo does not progress
 // it otherwise), so threads wait: receivers (a header, then its payload, then the next
@@ -11,7 +11,11 @@
 // headers from any source (recvAnysource). Each source that has sent here then gets a
 // receiver of its own, with a receive posted for that source alone: Gloo moves such a message
 // as soon as it is sent, where a receive from any source first answers the sender's notice,
-// a round trip more. shutdown() aborts the waits.
+// a round trip more. For the same reason a source's own receiver keeps a receive for its next
+// payload posted ahead (up to kAheadBytes, buffers from a pool), and the sender sends a payload
+// of up to that size under the tag that receive waits on; a larger one, or one that comes with
+// a sender's first message, goes under a tag of its own, received once its header has named
+// it. shutdown() aborts the waits.
 //
 // The header includes LibTorch's c10d (only transports include c10d); the rest of rrfp sees
 // the Transport interface.
@@ -39,6 +43,9 @@ class C10dTransport final : public Transport {
 
   // Payloads up to this many bytes ride inside their header message.
   static constexpr std::size_t kInlineBytes = 8152;  // an 8 KiB header message
+  // Payloads up to this many bytes are received into a receive posted ahead of their header
+  // (one such buffer per source that has sent here).
+  static constexpr std::size_t kAheadBytes = std::size_t{1} << 20;
 
  private:
   struct Impl;
