@@ -20,9 +20,9 @@ namespace {
 constexpr int kTagBits = 24;
 constexpr int kHeader = 0, kFirst = 1, kAhead = 2, kTagsBefore = 3;
 constexpr std::size_t kSlotBytes = sizeof(Wire) + C10dTransport::kInlineBytes;  // 8 KiB
-// A payload received ahead of its header and at most this large is copied out, so that the
-// receive's buffer (kAheadBytes) is not held for a small payload.
-constexpr std::size_t kCopyOutBytes = 64 * 1024;
+// A payload received ahead of its header and smaller than this is copied out, so that the
+// receive's buffer (kAheadBytes) is held only by a payload of at least a quarter of its size.
+constexpr std::size_t kCopyOutBytes = C10dTransport::kAheadBytes / 4;
 
 // A uint8 tensor over `n` bytes at `p`; the caller keeps the memory until the work that uses
 // it has completed.
@@ -142,8 +142,8 @@ struct C10dTransport::Impl {
         std::lock_guard lk(mu);
         r.ahead_work.reset();  // done: nothing for shutdown to abort until the next is posted
       }
-      Payload p = w.size <= kCopyOutBytes ? Payload::copy_of(r.ahead.bytes().first(w.size))
-                                          : Payload(r.ahead.owner(), r.ahead.data(), w.size);
+      Payload p = w.size < kCopyOutBytes ? Payload::copy_of(r.ahead.bytes().first(w.size))
+                                         : Payload(r.ahead.owner(), r.ahead.data(), w.size);
       ok = post_ahead(r, src);
       return p;
     }

@@ -45,7 +45,7 @@ class C10dTransport final : public Transport {
   static constexpr std::size_t kInlineBytes = 8152;  // an 8 KiB header message
   // Payloads up to this many bytes are received into a receive posted ahead of their header
   // (one such buffer per source that has sent here).
-  static constexpr std::size_t kAheadBytes = std::size_t{1} << 20;
+  static constexpr std::size_t kAheadBytes = std::size_t{4} << 20;
 
  private:
   struct Impl;
