@@ -79,6 +79,28 @@ TEST(BufferPool, SettlesAfterOneStepWhateverItHoldsAtOnce) {
   EXPECT_EQ(pool->held_bytes(), 12 * (4u << 20) + 20 * (128u << 10));
 }
 
+// A request takes the smallest free buffer of its size or up to 4x larger, not one 8x larger,
+// and the buffer goes back under its own size: payloads of varying sizes share buffers.
+TEST(BufferPool, ARequestTakesAFreeBufferUpToFourTimesItsSize) {
+  auto pool = std::make_shared<BufferPool>();
+  const std::uint64_t before = BufferPool::fresh_total();
+  {
+    Payload a = pool->get(1u << 20);  // 1 MiB
+    Payload b = pool->get(4u << 20);  // 4 MiB
+  }
+  EXPECT_EQ(BufferPool::fresh_total(), before + 2);
+  {
+    Payload x = pool->get(300'000);   // 512 KiB: takes the 1 MiB buffer
+    Payload y = pool->get(300'000);   // then the 4 MiB one (8x) is too large: a fresh one
+    Payload z = pool->get(3u << 20);  // 4 MiB: the 4 MiB buffer
+    EXPECT_EQ(x.size(), 300'000u);
+    EXPECT_EQ(BufferPool::fresh_total(), before + 3);
+  }
+  EXPECT_EQ(pool->held_bytes(), (1u << 20) + (4u << 20) + (512u << 10));
+  Payload w = pool->get(5u << 20);  // 8 MiB: nothing that large is free
+  EXPECT_EQ(BufferPool::fresh_total(), before + 4);
+}
+
 TEST(Inproc, HandsOffWithoutACopy) {
   auto eps = make_inproc_transports(2);
   const std::byte* seen = nullptr;

@@ -17,13 +17,20 @@ std::uint64_t BufferPool::fresh_total() {
 Payload BufferPool::get(std::size_t n, bool* fresh) {
   const std::size_t cap = std::max<std::size_t>(std::bit_ceil(n), 64 * 1024);
   std::unique_ptr<std::byte[]> b;
+  std::size_t got = cap;
   {
+    // The smallest free buffer of this size or up to kUpSizes sizes larger: payloads whose
+    // sizes vary (a multimodal microbatch's) then share buffers instead of each size needing
+    // its own peak's worth. A buffer goes back under its own size.
     std::lock_guard lk(mu_);
-    auto& v = free_[cap];
-    if (!v.empty()) {
-      b = std::move(v.back());
-      v.pop_back();
-    }
+    for (auto it = free_.lower_bound(cap); it != free_.end() && it->first <= (cap << kUpSizes);
+         ++it)
+      if (!it->second.empty()) {
+        b = std::move(it->second.back());
+        it->second.pop_back();
+        got = it->first;
+        break;
+      }
   }
   if (fresh) *fresh = !b;
   if (!b) {
@@ -32,10 +39,10 @@ Payload BufferPool::get(std::size_t n, bool* fresh) {
   }
   std::byte* raw = b.release();
   std::weak_ptr<BufferPool> pool = weak_from_this();
-  std::shared_ptr<const void> owner(raw, [pool, cap](const void* p) {
+  std::shared_ptr<const void> owner(raw, [pool, got](const void* p) {
     auto* q = static_cast<std::byte*>(const_cast<void*>(p));
     if (auto live = pool.lock())
-      live->put(q, cap);
+      live->put(q, got);
     else
       delete[] q;
   });
@@ -43,7 +50,7 @@ Payload BufferPool::get(std::size_t n, bool* fresh) {
 }
 
 // Kept whatever the count: the buffers of a size, out or free, never outnumber the most of that
-// size that were out at once.
+// size that were out at once (one is mapped only when all of its size are out).
 void BufferPool::put(std::byte* p, std::size_t cap) {
   std::lock_guard lk(mu_);
   free_[cap].emplace_back(p);

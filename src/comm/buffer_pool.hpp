@@ -2,11 +2,13 @@
 // Receive buffers for large payloads, kept for reuse once the payload's last holder lets go:
 // a fresh multi-megabyte allocation is a fresh mapping, and faulting its pages in cost much of
 // the bandwidth (measured: docs/results-mpi.md). Sizes are rounded up to a power of
-// two from 64 KiB, so activations of varying lengths share buffers.
+// two from 64 KiB, and a request takes a free buffer of its size or up to 4x larger, so
+// activations of varying lengths share buffers.
 //
-// A pool keeps every buffer returned to it: of each size, it then holds at most as many as were
-// out at once, which is what a step needs, so the steps after the first one that reached that
-// peak map nothing. Its memory is bounded by that peak, summed over the sizes (a cap of 8
+// A pool keeps every buffer returned to it. A buffer of a size is mapped only when every one of
+// that size is out, so it holds at most as many of a size as were out at once, which is what a
+// step needs, and the steps after the first one that reached that peak map nothing. Its memory
+// is bounded by that peak, summed over the sizes (a cap of 8
 // buffers a size and 256 MiB in all freed buffers that the next step mapped again: a stage
 // with 12 outputs of one size in flight, or messages of 32 MiB, never settled).
 #include <cstddef>
@@ -37,6 +39,7 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   std::size_t held_bytes();
 
  private:
+  static constexpr int kUpSizes = 2;  // a request may take a buffer up to 4x its size
   void put(std::byte* p, std::size_t cap);
 
   std::mutex mu_;
