@@ -56,7 +56,8 @@ struct MpiTransport::Impl {
   std::vector<std::unique_ptr<PendingSend>> sends;
   std::vector<PendingRecv> recvs;
   std::vector<MPI_Request> ring;
-  int ring_head = 0;  // the slot posted longest ago
+  int ring_head = 0;          // the slot posted longest ago
+  std::exception_ptr failed;  // a lent thread's poll failed: the progress thread reports it
   std::vector<Payload> ring_buf;
   std::vector<std::uint32_t> next_seq;  // per destination, under send_mu
   std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>();
@@ -213,6 +214,7 @@ struct MpiTransport::Impl {
         std::unique_lock lk(poll_mu, std::try_to_lock);
         if (lk.owns_lock()) {
           try {
+            if (failed) std::rethrow_exception(failed);
             did = poll_once();
           } catch (const Error& e) {
             // Sends in flight fail now; the peers' and this rank's watchdogs report what then
@@ -400,11 +402,12 @@ bool MpiTransport::progress() {
   Impl& d = *impl_;
   if (d.stop.load(std::memory_order_acquire)) return false;
   std::unique_lock lk(d.poll_mu, std::try_to_lock);
-  if (!lk.owns_lock() || d.stop.load(std::memory_order_acquire)) return false;
+  if (!lk.owns_lock() || d.stop.load(std::memory_order_acquire) || d.failed) return false;
   try {
     return d.poll_once();
   } catch (const Error&) {
-    return false;  // the progress thread's next poll meets it too, and fails what is pending
+    d.failed = std::current_exception();  // the progress thread says why and fails what is pending
+    return false;
   }
 }
 
