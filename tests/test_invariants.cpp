@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "core/error.hpp"
+#include "seeds.hpp"
 #include "shapes.hpp"
 #include "sim/check.hpp"
 #include "sim/rng.hpp"
@@ -15,12 +16,6 @@
 namespace rrfp::test {
 namespace {
 
-int seeds() {
-  // Sanitizer builds run fewer seeds (RRFP_TEST_SEEDS); the default is the suite's 500.
-  const char* e = std::getenv("RRFP_TEST_SEEDS");
-  return e ? std::max(1, std::atoi(e)) : 500;
-}
-
 class Invariants : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Invariants, HoldForEveryPolicyAndPresetOverManySeeds) {
@@ -28,7 +23,7 @@ TEST_P(Invariants, HoldForEveryPolicyAndPresetOverManySeeds) {
   const bool list = !is_rule_hint_name(hint_name);
   const auto& presets = workload_names();
   int runs = 0;
-  for (int seed = 0; seed < seeds(); ++seed) {
+  for (int seed = 0; seed < suite_seeds(); ++seed) {
     const Shape sh = random_shape(hint_name, seed);
     WorkModel m(sh.cfg);
     Hint hint = make_hint(hint_name, m);
@@ -89,7 +84,7 @@ TEST_P(Invariants, HoldForEveryPolicyAndPresetOverManySeeds) {
       }
     }
   }
-  EXPECT_GE(runs, seeds() * static_cast<int>(presets.size()));
+  EXPECT_GE(runs, suite_seeds() * static_cast<int>(presets.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllHints, Invariants, ::testing::ValuesIn(hint_names()),

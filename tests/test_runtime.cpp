@@ -11,17 +11,12 @@
 
 #include "core/error.hpp"
 #include "runtime_helpers.hpp"
+#include "seeds.hpp"
 #include "shapes.hpp"
 #include "sim/check.hpp"
 
 namespace rrfp::test {
 namespace {
-
-int seeds() {
-  // A twenty-fifth of the simulator's seeds: each runtime run takes real milliseconds.
-  const char* e = std::getenv("RRFP_TEST_SEEDS");
-  return std::max(2, (e ? std::atoi(e) : 500) / 25);
-}
 
 std::set<std::tuple<int, int, int>> task_set(const WorkModel& m, const std::vector<TaskRecord>& t) {
   std::set<std::tuple<int, int, int>> s;
@@ -36,7 +31,7 @@ TEST_P(RuntimeInvariants, SameTasksAsTheSimulatorInDependencyOrder) {
   const std::string name = GetParam();
   const bool list = !is_rule_hint_name(name);
   int runs = 0;
-  for (int seed = 0; seed < seeds(); ++seed) {
+  for (int seed = 0; seed < runtime_seeds(); ++seed) {
     Shape sh = random_shape(name, seed);
     // Shorter steps than the simulator's tests: each task really sleeps.
     if (sh.cfg.microbatches > 16)
@@ -109,7 +104,7 @@ TEST_P(RuntimeInvariants, SameTasksAsTheSimulatorInDependencyOrder) {
       }
     }
   }
-  EXPECT_GE(runs, seeds());
+  EXPECT_GE(runs, runtime_seeds());
 }
 
 INSTANTIATE_TEST_SUITE_P(AllHints, RuntimeInvariants, ::testing::ValuesIn(hint_names()),

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "comm/spin_park.hpp"
+#include "seeds.hpp"
 
 namespace rrfp::test {
 namespace {
@@ -18,16 +19,11 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-int seeds() {
-  const char* e = std::getenv("RRFP_TEST_SEEDS");
-  return std::max(2, (e ? std::atoi(e) : 500) / 25);
-}
-
 // A producer hands 300 items over with random pauses (none, a spin, a sleep) while the
 // consumer waits with each spin length: every item arrives, in order, and no wait lasts until
 // its 5 s deadline (what a lost wake-up does).
 TEST(SpinPark, LosesNoWakeUpWhetherItSpinsOrParks) {
-  for (int seed = 0; seed < seeds(); ++seed)
+  for (int seed = 0; seed < runtime_seeds(); ++seed)
     for (std::int64_t spin_ns : {0, 2'000, 200'000}) {
       std::mutex mu;
       SpinPark cv(spin_ns);

@@ -400,7 +400,6 @@ void MpiTransport::shutdown() {
 
 bool MpiTransport::progress() {
   Impl& d = *impl_;
-  if (d.stop.load(std::memory_order_acquire)) return false;
   std::unique_lock lk(d.poll_mu, std::try_to_lock);
   if (!lk.owns_lock() || d.stop.load(std::memory_order_acquire) || d.failed) return false;
   try {

@@ -32,7 +32,6 @@ class SpinPark {
     spin_ns_ = ns;
     poll_ = std::move(poll);
   }
-  std::int64_t spin_ns() const { return spin_ns_; }
 
   // Holding the waiters' mutex.
   void notify_all() {
