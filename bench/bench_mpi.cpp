@@ -9,10 +9,8 @@
 // Usage: tests/mpirun.sh 2 build/bench_mpi [iters-small] [iters-large] [progress-spin-us]
 //        [handoff-spin-us]
 #include <algorithm>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <vector>
 
 #include <mpi.h>
