@@ -61,6 +61,9 @@ outputs() { # outputs RRFP DIR
   done
   sim --pp 12 -m 100 --tp 3 --hint adaptive --policy ready --workload multimodal --seed 13
   sim --pp 4 -m 8 --tp 2 --seed 6 --svg timeline.svg --trace trace.json
+  # Large enough for the workload's draws and the lower bound to run in ranges on several threads.
+  sim --pp 256 -m 512 --hint bf --policy ready --seed 15
+  sim --pp 32 --vpp 2 -m 1024 --tp 2 --split-backward on --hint adaptive --workload jitter:J3 --seed 16
   "$rrfp" sweep --pp 4 8 --tp 1 2 --seeds 2 --quiet --csv sweep.csv >/dev/null
   "$rrfp" sweep --pp 4 --tp 2 --tp-protocol agree --seeds 2 --quiet --csv sweep_agree.csv >/dev/null
   for hint in 1f1b zb-h1 zb-h2 gpipe; do

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "sim/parallel.hpp"
 
 namespace rrfp {
 
@@ -30,25 +31,106 @@ struct Costs {
   }
 };
 
-// Every task in a topological order (F by chunk ascending, B by chunk descending, then W), or
-// in its reverse: f(task, index). Tasks of one kind and chunk do not depend on one another.
-template <class Visit>
-void in_order(const WorkModel& m, bool reverse, Visit&& f) {
-  std::vector<std::pair<Kind, int>> rows;
-  const int c = m.chunks(), mbs = m.microbatches();
-  for (int ch = 0; ch < c; ++ch)
-    rows.emplace_back(Kind::F, ch);
-  for (int ch = c - 1; ch >= 0; --ch)
-    rows.emplace_back(Kind::B, ch);
-  if (m.split())
-    for (int ch = 0; ch < c; ++ch)
-      rows.emplace_back(Kind::W, ch);
-  if (reverse) std::reverse(rows.begin(), rows.end());
-  for (const auto& [kind, ch] : rows) {
-    const int first = m.index({kind, ch, 0});  // a row's microbatches are consecutive
-    for (int mb = 0; mb < mbs; ++mb)
-      f(TaskId{kind, ch, mb}, first + mb);
+// A microbatch's tasks as rows in a topological order (F by chunk ascending, B by chunk
+// descending, then W). A task depends only on tasks of its own microbatch, so the bound walks
+// one microbatch at a time with a row's worth of scratch: an array over every task was a
+// quarter of the simulator's peak memory.
+class Rows {
+ public:
+  explicit Rows(const WorkModel& m) : c_(m.chunks()) {
+    for (int ch = 0; ch < c_; ++ch)
+      rows_.emplace_back(Kind::F, ch);
+    for (int ch = c_ - 1; ch >= 0; --ch)
+      rows_.emplace_back(Kind::B, ch);
+    if (m.split())
+      for (int ch = 0; ch < c_; ++ch)
+        rows_.emplace_back(Kind::W, ch);
+    for (const auto& [kind, ch] : rows_)
+      first_.push_back(m.index({kind, ch, 0}));  // a row's microbatches are consecutive
   }
+  int size() const { return static_cast<int>(rows_.size()); }
+  TaskId task(int row, int mb) const { return {rows_[row].first, rows_[row].second, mb}; }
+  int index(int row, int mb) const { return first_[row] + mb; }
+  int row_of(const TaskId& t) const {
+    return t.kind == Kind::F   ? t.chunk
+           : t.kind == Kind::B ? 2 * c_ - 1 - t.chunk
+                               : 2 * c_ + t.chunk;
+  }
+
+ private:
+  int c_;
+  std::vector<std::pair<Kind, int>> rows_;
+  std::vector<int> first_;
+};
+
+// What a range of microbatches adds to the bound, per stage: the earliest start (of any task,
+// of an F), the least tail after a task (of any, of a B), the summed work and (c)'s summed
+// intervals; and the longest chain. Microbatches share no dependency, so ranges of them are
+// bounded on threads of their own and merged: min, max and integer sums, the same in any order.
+struct Partial {
+  static constexpr std::int64_t kInf = std::numeric_limits<std::int64_t>::max();
+  explicit Partial(int p)
+      : lead(p, kInf), lead_f(p, kInf), tl(p, kInf), tail_b(p, kInf), work(p, 0), span(p, 0) {}
+  std::vector<std::int64_t> lead, lead_f, tl, tail_b, work, span;
+  std::int64_t critical_path = 0;
+
+  void merge(const Partial& o) {
+    for (std::size_t s = 0; s < lead.size(); ++s) {
+      lead[s] = std::min(lead[s], o.lead[s]);
+      lead_f[s] = std::min(lead_f[s], o.lead_f[s]);
+      tl[s] = std::min(tl[s], o.tl[s]);
+      tail_b[s] = std::min(tail_b[s], o.tail_b[s]);
+      work[s] += o.work[s];
+      span[s] += o.span[s];
+    }
+    critical_path = std::max(critical_path, o.critical_path);
+  }
+};
+
+constexpr int kBlock = 8;  // microbatches walked together: a row's lie side by side in memory
+
+// (a) and (b) for microbatches [mb0, mb0 + width): each row's earliest start, then the least
+// time after it.
+void bound_block(const WorkModel& m, const Costs& k, const Rows& rows, int mb0, int width,
+                 std::vector<std::array<std::int64_t, kBlock>>& at, Partial& out) {
+  const int n = rows.size();
+  std::array<Dep, 2> d{};
+  for (auto& a : at)
+    a.fill(0);
+  for (int row = 0; row < n; ++row)
+    for (int b = 0; b < width; ++b) {
+      const TaskId t = rows.task(row, mb0 + b);
+      const int nd = m.deps(t, d);
+      std::int64_t& start = at[row][b];
+      for (int j = 0; j < nd; ++j) {
+        const int di = m.index(d[j].task);
+        start = std::max(
+            start, at[rows.row_of(d[j].task)][b] + k.dur(di) + (d[j].cross_stage ? k.lat(di) : 0));
+      }
+      const std::int64_t dur = k.dur(rows.index(row, mb0 + b));
+      out.critical_path = std::max(out.critical_path, start + dur);
+      const int s = m.stage_of(t);
+      out.lead[s] = std::min(out.lead[s], start);
+      if (t.kind == Kind::F) out.lead_f[s] = std::min(out.lead_f[s], start);
+      out.work[s] += dur;
+    }
+  for (auto& a : at)
+    a.fill(0);
+  for (int row = n - 1; row >= 0; --row)
+    for (int b = 0; b < width; ++b) {
+      const TaskId t = rows.task(row, mb0 + b);
+      const int i = rows.index(row, mb0 + b);
+      const int nc = m.consumers(t, d);
+      std::int64_t& after = at[row][b];
+      for (int j = 0; j < nc; ++j) {
+        const int ci = m.index(d[j].task);
+        after = std::max(
+            after, (d[j].cross_stage ? k.lat(i) : 0) + k.dur(ci) + at[rows.row_of(d[j].task)][b]);
+      }
+      const int s = m.stage_of(t);
+      out.tl[s] = std::min(out.tl[s], after);
+      if (t.kind == Kind::B) out.tail_b[s] = std::min(out.tail_b[s], after);
+    }
 }
 
 // (c): a stage runs one task at a time and starts an F only while fewer than L of its
@@ -57,30 +139,20 @@ void in_order(const WorkModel& m, bool reverse, Visit&& f) {
 // the round trip after it, F(c+1..C-1, mb) then B(C-1..c, mb) with the messages between
 // stages; all lie between the stage's earliest F start (`lead_f`) and the latest end its B
 // tasks leave room for (`tail_b`). So makespan >= lead + sum of the intervals / L + tail.
-void memory_bound(const WorkModel& m, const Costs& k, const std::vector<std::int64_t>& lead_f,
-                  const std::vector<std::int64_t>& tail_b, int limit, LowerBound& lb) {
-  const int c = m.chunks(), mbs = m.microbatches(), p = m.pp();
-  std::vector<std::int64_t> sum(p, 0);
-  for (int mb = 0; mb < mbs; ++mb) {
-    std::int64_t after = 0;  // from F(ch, mb)'s end to B(ch, mb)'s end
-    for (int ch = c - 1; ch >= 0; --ch) {
-      const int f = m.index({Kind::F, ch, mb}), b = m.index({Kind::B, ch, mb});
-      if (ch == c - 1) {
-        after = k.dur(b);
-      } else {
-        const bool cross = m.stage_of(ch) != m.stage_of(ch + 1);
-        const int f1 = m.index({Kind::F, ch + 1, mb}), b1 = m.index({Kind::B, ch + 1, mb});
-        after = (cross ? k.lat(f) : 0) + k.dur(f1) + after + (cross ? k.lat(b1) : 0) + k.dur(b);
-      }
-      sum[m.stage_of(ch)] += k.dur(f) + after;
+// Here: microbatch mb's intervals, added to `span`.
+void add_intervals(const WorkModel& m, const Costs& k, int mb, std::vector<std::int64_t>& span) {
+  const int c = m.chunks();
+  std::int64_t after = 0;  // from F(ch, mb)'s end to B(ch, mb)'s end
+  for (int ch = c - 1; ch >= 0; --ch) {
+    const int f = m.index({Kind::F, ch, mb}), b = m.index({Kind::B, ch, mb});
+    if (ch == c - 1) {
+      after = k.dur(b);
+    } else {
+      const bool cross = m.stage_of(ch) != m.stage_of(ch + 1);
+      const int f1 = m.index({Kind::F, ch + 1, mb}), b1 = m.index({Kind::B, ch + 1, mb});
+      after = (cross ? k.lat(f) : 0) + k.dur(f1) + after + (cross ? k.lat(b1) : 0) + k.dur(b);
     }
-  }
-  for (int s = 0; s < p; ++s) {
-    const std::int64_t b = lead_f[s] + sum[s] / limit + tail_b[s];
-    if (b > lb.memory) {
-      lb.memory = b;
-      lb.memory_stage = s;
-    }
+    span[m.stage_of(ch)] += k.dur(f) + after;
   }
 }
 
@@ -88,48 +160,42 @@ void memory_bound(const WorkModel& m, const Costs& k, const std::vector<std::int
 
 LowerBound lower_bound(const WorkModel& m, const RealizedWork& w, int limit) {
   const Costs k{w};
-  const std::int64_t inf = std::numeric_limits<std::int64_t>::max();
-  const int p = m.pp();
-  // Per stage: the earliest start (of any task, of an F), the least tail after a task (of any,
-  // of a B), and the summed work.
-  std::vector<std::int64_t> lead(p, inf), lead_f(p, inf), tl(p, inf), tail_b(p, inf), work(p, 0);
+  const int p = m.pp(), mbs = m.microbatches(), blocks = (mbs + kBlock - 1) / kBlock;
+  const Rows rows(m);
+  // Ranges of blocks, each of about as many tasks as a thread's share of the draws.
+  const int grain = std::max(1, (1 << 15) / (kBlock * rows.size()));
+  const int parts = parallel_parts(blocks, grain);
+  std::vector<Partial> part(parts, Partial(p));
+  parallel_ranges(blocks, parts, [&](int k_part, int begin, int end) {
+    std::vector<std::array<std::int64_t, kBlock>> at(rows.size());
+    for (int blk = begin; blk < end; ++blk) {
+      const int mb0 = blk * kBlock, width = std::min(kBlock, mbs - mb0);
+      bound_block(m, k, rows, mb0, width, at, part[k_part]);
+      if (limit > 0)
+        for (int mb = mb0; mb < mb0 + width; ++mb)
+          add_intervals(m, k, mb, part[k_part].span);
+    }
+  });
+  for (int i = 1; i < parts; ++i)
+    part[0].merge(part[i]);
+  const Partial& all = part[0];
   LowerBound lb;
-  std::array<Dep, 2> d{};
-  // One array serves both passes: each task's earliest start, then the least time after it.
-  std::vector<std::int64_t> at(m.num_tasks(), 0);
-  in_order(m, false, [&](const TaskId& t, int i) {
-    const int n = m.deps(t, d);
-    for (int j = 0; j < n; ++j) {
-      const int di = m.index(d[j].task);
-      at[i] = std::max(at[i], at[di] + k.dur(di) + (d[j].cross_stage ? k.lat(di) : 0));
-    }
-    const std::int64_t dur = k.dur(i);
-    lb.critical_path = std::max(lb.critical_path, at[i] + dur);
-    const int s = m.stage_of(t);
-    lead[s] = std::min(lead[s], at[i]);
-    if (t.kind == Kind::F) lead_f[s] = std::min(lead_f[s], at[i]);
-    work[s] += dur;
-  });
-  std::fill(at.begin(), at.end(), 0);
-  in_order(m, true, [&](const TaskId& t, int i) {
-    const int n = m.consumers(t, d);
-    for (int j = 0; j < n; ++j) {
-      const int ci = m.index(d[j].task);
-      at[i] = std::max(at[i], (d[j].cross_stage ? k.lat(i) : 0) + k.dur(ci) + at[ci]);
-    }
-    const int s = m.stage_of(t);
-    tl[s] = std::min(tl[s], at[i]);
-    if (t.kind == Kind::B) tail_b[s] = std::min(tail_b[s], at[i]);
-  });
+  lb.critical_path = all.critical_path;
   for (int s = 0; s < p; ++s) {
-    const std::int64_t b = lead[s] + work[s] + tl[s];
+    const std::int64_t b = all.lead[s] + all.work[s] + all.tl[s];
     if (b > lb.stage_bound) {
       lb.stage_bound = b;
       lb.stage = s;
     }
+    if (limit > 0) {
+      const std::int64_t mem = all.lead_f[s] + all.span[s] / limit + all.tail_b[s];
+      if (mem > lb.memory) {
+        lb.memory = mem;
+        lb.memory_stage = s;
+      }
+    }
   }
   lb.value = std::max(lb.stage_bound, lb.critical_path);
-  if (limit > 0) memory_bound(m, k, lead_f, tail_b, limit, lb);
   return lb;
 }
 

@@ -75,6 +75,9 @@ class Simulation {
   SimOptions opt_;
   int p_, t_;
   bool coordinated_ = false;  // T > 1 with a protocol
+  // Whether the ranks' arbiters read their producers' costs; the same hint and options make it
+  // one answer for all, asked once rather than per message from a rank far away in memory.
+  bool reads_costs_ = false;
   std::vector<Rank> ranks_;
   std::vector<Group> groups_;
   std::vector<Send> sends_;

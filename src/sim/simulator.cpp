@@ -27,6 +27,7 @@ Simulation::Simulation(const WorkModel& m, const Hint& hint, const RealizedWork&
       ranks_.emplace_back(RankDriver(m, hint, opt_.dispatch(), t_, s, r));
       ranks_.back().driver.begin_step(sizes);
     }
+  reads_costs_ = ranks_.front().driver.reads_costs();
   groups_.resize(p_);
   // Queued copies need the links' bookkeeping even where bandwidth is to spare.
   if (w.links > 0 || w.serial_receive || w.two_slowdown > 1)
@@ -184,7 +185,7 @@ void Simulation::size_wakes() {
 // What the producer of `consumer`'s input from another stage took, as the runtime's messages
 // tell the receiver (the adaptive rule's cost; 0 where the rank reads none).
 std::int64_t Simulation::producer_cost(int r, const TaskId& consumer) const {
-  if (!rank(m_.stage_of(consumer), r).driver.reads_costs()) return 0;
+  if (!reads_costs_) return 0;
   std::array<Dep, 2> d{};
   const int n = m_.deps(consumer, d);
   for (int i = 0; i < n; ++i)

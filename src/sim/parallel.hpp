@@ -1,0 +1,55 @@
+#pragma once
+// Contiguous ranges of a loop on threads of their own, for work whose every item is a pure
+// function of its index (the workload's draws, sim/rng.hpp): the result is the serial loop's.
+#include <algorithm>
+#include <exception>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+namespace rrfp {
+
+// Into how many contiguous ranges to split n items: one per core (at most 8), each of at least
+// `grain` items; 1, the calling thread alone, below 2 * grain, where a thread's start costs more
+// than the work.
+inline int parallel_parts(int n, int grain) {
+  const int cores = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1U, 8U));
+  return std::clamp(n / std::max(grain, 1), 1, cores);
+}
+
+// Runs f(part, begin, end) for each of `parts` contiguous ranges of [0, n), part 0 on the
+// calling thread and each other on a thread of its own. f must be safe to run on disjoint
+// ranges at once. An exception from a range is rethrown here, the lowest range's first: the one
+// the serial loop would have met first.
+template <class F>
+void parallel_ranges(int n, int parts, F&& f) {
+  auto range = [&](int k) {
+    f(k, static_cast<int>(static_cast<long long>(n) * k / parts),
+      static_cast<int>(static_cast<long long>(n) * (k + 1) / parts));
+  };
+  if (parts <= 1) return range(0);
+  std::vector<std::exception_ptr> error(parts);
+  auto run = [&](int k) {
+    try {
+      range(k);
+    } catch (...) {
+      error[k] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(parts - 1);
+  for (int k = 1; k < parts; ++k) {
+    try {
+      threads.emplace_back(run, k);
+    } catch (const std::system_error&) {
+      run(k);  // no thread to be had (a process limit): the range runs here instead
+    }
+  }
+  run(0);
+  for (std::thread& t : threads)
+    t.join();
+  for (const std::exception_ptr& e : error)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace rrfp
