@@ -44,8 +44,8 @@ StageArbiter::StageArbiter(const WorkModel& m, int stage, const Hint& hint,
   if (opt_.limit < 1 || opt_.max_pending_w < 1)
     throw InputError("arbiter options not resolved: limit and max_pending_w must be >= 1");
   if (opt_.policy == Policy::Fixed && !list_) throw InputError("`policy` fixed: needs a list hint");
-  state_.assign(kNumKinds * v_ * mbs_, kWaiting);
-  progress_.assign(mbs_, 0);
+  state_.assign(m.local_slots(), kWaiting);
+  if (v_ > 1) progress_.assign(mbs_, 0);  // only a stage of several chunks drains in order
   chunks_ = m.chunks_of(stage_);
   if (list_) {
     const auto& order = hint_.list().stages.at(stage_);
@@ -242,12 +242,12 @@ void StageArbiter::commit(const TaskId& t) {
     case Kind::F:
       ++d_;
       if (d_ > peak_d_) peak_d_ = d_;
-      ++progress_[t.mb];
+      if (v_ > 1) ++progress_[t.mb];
       next_backward_ = true;
       break;
     case Kind::B:
       --d_;
-      ++progress_[t.mb];
+      if (v_ > 1) ++progress_[t.mb];
       next_backward_ = false;
       if (m_.split()) {
         ++pending_w_;
@@ -258,8 +258,9 @@ void StageArbiter::commit(const TaskId& t) {
       --pending_w_;
       break;
   }
-  while (drain_mb_ < mbs_ && progress_[drain_mb_] == 2 * v_)
-    ++drain_mb_;
+  if (v_ > 1)
+    while (drain_mb_ < mbs_ && progress_[drain_mb_] == 2 * v_)
+      ++drain_mb_;
 }
 
 std::string StageArbiter::describe() const {

@@ -133,7 +133,7 @@ class StageArbiter {
     forwards_[m_.local_chunk(t.chunk)].insert(t.mb, ForwardKey{-cost_[local_index(t)], t.mb});
   }
   std::vector<KeyedHeap<ForwardKey>> forwards_;  // by local chunk, each by microbatch
-  std::vector<int> progress_;                    // per microbatch: local F and B done (drain order)
+  std::vector<int> progress_;  // V > 1, per microbatch: local F and B done (drain order)
   int drain_mb_ = 0;
 };
 

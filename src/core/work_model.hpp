@@ -62,7 +62,8 @@ class WorkModel {
   int local_index(const TaskId& t) const {
     return (static_cast<int>(t.kind) * cfg_.vpp + local_chunk_[t.chunk]) * cfg_.microbatches + t.mb;
   }
-  int local_slots() const { return kNumKinds * cfg_.vpp * cfg_.microbatches; }
+  // W's slots come last, so without a split backward they are left out.
+  int local_slots() const { return num_kinds() * cfg_.vpp * cfg_.microbatches; }
   const std::vector<int>& chunks_of(int stage) const { return stage_chunks_[stage]; }
 
   int index(const TaskId& t) const {
