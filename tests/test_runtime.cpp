@@ -202,7 +202,9 @@ TEST(Runtime, StepsReportTheBuffersTheyMapped) {
     std::int64_t reported = 0;
     for (int step = 0; step < 4; ++step) {
       const StepResult r = rt.run_step(step);
-      if (step == 0) EXPECT_GT(r.fresh_buffers, 0) << "seed " << seed;
+      if (step == 0) {
+        EXPECT_GT(r.fresh_buffers, 0) << "seed " << seed;
+      }
       reported += r.fresh_buffers;
     }
     EXPECT_EQ(reported, static_cast<std::int64_t>(BufferPool::fresh_total() - before))

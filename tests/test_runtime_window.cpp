@@ -172,9 +172,10 @@ TEST(RuntimeWindow, OutputsLeaveOnlyOnceTheirWorkIsDoneInDependencyOrder) {
             co.max_pending_w = m.split() ? r.run.arbiter.max_pending_w : 0;
             const auto bad = check_run(m, 1, r.run.tasks, co);
             ASSERT_TRUE(bad.empty()) << ctx << ": " << bad.front();
-            if (policy == Policy::Fixed)
+            if (policy == Policy::Fixed) {
               for (const auto& [where, seq] : orders(r.run.tasks))
                 ASSERT_EQ(seq, hint.list().stages[where.first]) << ctx;
+            }
           }
           EXPECT_EQ(c.bad.load(), 0) << ctx << ": an input read before its producer's work ended";
           EXPECT_GT(c.checked.load(), 0) << ctx;
