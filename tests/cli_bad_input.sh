@@ -409,7 +409,10 @@ fi
 # and the memory (RRFP_MEMORY_LIMIT stands in for a small machine); one that fits runs. A
 # budget is kept: a plan whose first start order outlasts it stops there, saying so.
 export RRFP_MEMORY_LIMIT=64M
-check "simulate: 4 runs of 2.4M tasks: about 142 MB of memory" simulate --pp 1024 -m 1024
+check "simulate: 4 runs of 2.4M tasks: about 195 MB of memory" simulate --pp 1024 -m 1024
+# A run's estimate follows what it holds: a list hint's order and blocking messages' rendezvous.
+check "simulate: 1 run of 2.1M tasks: about 94 MB" simulate --pp 1024 -m 1024 --hint bf --policy ready
+check "simulate: 1 run of 2.1M tasks: about 195 MB" simulate --pp 1024 -m 1024 --hint 1f1b --policy fixed --comm blocking
 check "RRFP_MEMORY_LIMIT allows 67 MB: lower --pp, --microbatches or --tp" run --pp 1024 -m 1024 --hint bf
 # A timeline keeps every task's record and draws it: a shape that fits without one may not.
 check "simulate: 1 run of 0.5M tasks: about 184 MB of memory" simulate --pp 512 -m 512 --hint bf --policy ready --trace "$tmp/t.json"

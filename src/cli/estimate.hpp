@@ -15,7 +15,9 @@ struct TaskCost {
   double bytes;    // held at the peak, per task (per task and TP rank for simulated runs)
   double seconds;  // of work per task
 };
-inline constexpr TaskCost kSimulateCost{45, 0.8e-6};   // a simulated run, no records kept
+// A simulated run of a rule hint with async messages, no records kept; other runs hold more
+// (extra_bytes in experiment_cmd.cpp).
+inline constexpr TaskCost kSimulateCost{45, 0.8e-6};
 inline constexpr TaskCost kSvgCost{320, 3e-6};         // ... its records drawn as an SVG
 inline constexpr TaskCost kTraceCost{350, 8e-6};       // ... and as a Chrome trace
 inline constexpr TaskCost kScheduleCost{160, 0.8e-6};  // `schedule show`: the order and its diagram

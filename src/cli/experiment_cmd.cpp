@@ -82,20 +82,33 @@ std::vector<RunSpec> plan_runs(const ExperimentFlags& flags, const PipelineConfi
   return {{f.hint, p, comm, ""}};
 }
 
+// Bytes a task of `r` holds at the peak beyond a rule hint's with async messages (kSimulateCost):
+// a list hint's order and ranks, a blocking run's rendezvous. Measured: the marginal bytes a task
+// between P=M=512 and 1024 (docs/data/speed.md), rounded up.
+double extra_bytes(const RunSpec& r) {
+  double b = 0;
+  if (!is_rule_hint_name(r.hint)) b += 8;     // 44-46 measured
+  if (r.comm == CommMode::Blocking) b += 40;  // 64-84 measured
+  return b;
+}
+
 void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenario& sc,
                     const std::vector<RunSpec>& runs) {
-  double most = 0, total = 0;
+  double most = 0, total = 0, most_bytes = 0;
   for (const RunSpec& r : runs) {
     const PipelineConfig c = config_for(sc, r);
     const double tasks =
         static_cast<double>(c.pp) * c.vpp * c.microbatches * (c.split_backward ? 3 : 2) * sc.tp;
     most = std::max(most, tasks);
     total += tasks;
+    most_bytes = std::max(most_bytes, tasks * (kSimulateCost.bytes + extra_bytes(r)));
   }
   // The runs take turns, each freeing its work when done, unless a timeline keeps every run's
   // records to draw them.
   const bool timeline = draws_timeline(f);
-  const TaskCost& cost = !f.trace.empty() ? kTraceCost : !f.svg.empty() ? kSvgCost : kSimulateCost;
+  const TaskCost cost = !f.trace.empty() ? kTraceCost
+                        : !f.svg.empty() ? kSvgCost
+                                         : TaskCost{most_bytes / most, kSimulateCost.seconds};
   const double held = timeline ? total : most;
   check_fits(std::string(command) + ": " + std::to_string(runs.size()) + " run" +
                  (runs.size() == 1 ? "" : "s") + " of " +
