@@ -106,9 +106,8 @@ void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenari
   // The runs take turns, each freeing its work when done, unless a timeline keeps every run's
   // records to draw them.
   const bool timeline = draws_timeline(f);
-  const TaskCost cost = !f.trace.empty() ? kTraceCost
-                        : !f.svg.empty() ? kSvgCost
-                                         : TaskCost{most_bytes / most, kSimulateCost.seconds};
+  TaskCost cost = !f.trace.empty() ? kTraceCost : !f.svg.empty() ? kSvgCost : kSimulateCost;
+  if (!timeline && most > 0) cost.bytes = most_bytes / most;  // what the heaviest run holds
   const double held = timeline ? total : most;
   check_fits(std::string(command) + ": " + std::to_string(runs.size()) + " run" +
                  (runs.size() == 1 ? "" : "s") + " of " +

@@ -32,8 +32,8 @@ struct Costs {
 };
 
 // A microbatch's tasks as rows in a topological order (F by chunk ascending, B by chunk
-// descending, then W). A task depends only on tasks of its own microbatch, so the bound walks
-// one microbatch at a time with a row's worth of scratch: an array over every task was a
+// descending, then W). A task depends only on tasks of its own microbatch, so the bound walks a
+// few microbatches at a time with scratch for their rows alone: an array over every task was a
 // quarter of the simulator's peak memory.
 class Rows {
  public:
@@ -162,8 +162,7 @@ LowerBound lower_bound(const WorkModel& m, const RealizedWork& w, int limit) {
   const Costs k{w};
   const int p = m.pp(), mbs = m.microbatches(), blocks = (mbs + kBlock - 1) / kBlock;
   const Rows rows(m);
-  // Ranges of blocks, each of about as many tasks as a thread's share of the draws.
-  const int grain = std::max(1, (1 << 15) / (kBlock * rows.size()));
+  const int grain = std::max(1, kMinTasksPerThread / (kBlock * rows.size()));  // in blocks
   const int parts = parallel_parts(blocks, grain);
   std::vector<Partial> part(parts, Partial(p));
   parallel_ranges(blocks, parts, [&](int k_part, int begin, int end) {

@@ -9,6 +9,10 @@
 
 namespace rrfp {
 
+// Tasks a thread takes at least, drawn or bounded: a thread's start costs about as much as a
+// few hundred draws, and a range of this size takes milliseconds.
+inline constexpr int kMinTasksPerThread = 1 << 15;
+
 // Into how many contiguous ranges to split n items: one per core (at most 8), each of at least
 // `grain` items; 1, the calling thread alone, below 2 * grain, where a thread's start costs more
 // than the work.

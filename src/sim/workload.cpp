@@ -14,9 +14,6 @@ namespace rrfp {
 
 namespace {
 
-// Tasks drawn per thread at least: a thread's start costs about as much as a few hundred draws.
-constexpr int kDrawGrain = 1 << 15;
-
 // Independent random streams of the model.
 enum Stream : std::uint64_t {
   kTokens = 1,
@@ -354,7 +351,7 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   // Every draw is a function of its keys alone, so ranges of tasks are drawn on threads of their
   // own (a quarter of a large simulation's time was these draws).
   parallel_ranges(
-      r.num_tasks, parallel_parts(r.num_tasks, kDrawGrain), [&](int, int begin, int end) {
+      r.num_tasks, parallel_parts(r.num_tasks, kMinTasksPerThread), [&](int, int begin, int end) {
         std::array<Dep, 2> deps{};
         for (int idx = begin; idx < end; ++idx) {
           const TaskId t = m.task(idx);
