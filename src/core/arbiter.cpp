@@ -242,12 +242,10 @@ void StageArbiter::commit(const TaskId& t) {
     case Kind::F:
       ++d_;
       if (d_ > peak_d_) peak_d_ = d_;
-      if (v_ > 1) ++progress_[t.mb];
       next_backward_ = true;
       break;
     case Kind::B:
       --d_;
-      if (v_ > 1) ++progress_[t.mb];
       next_backward_ = false;
       if (m_.split()) {
         ++pending_w_;
@@ -258,9 +256,12 @@ void StageArbiter::commit(const TaskId& t) {
       --pending_w_;
       break;
   }
-  if (v_ > 1)
+  // The drain order (V > 1 only): a microbatch is through once its local F and B have all run.
+  if (v_ > 1 && t.kind != Kind::W) {
+    ++progress_[t.mb];
     while (drain_mb_ < mbs_ && progress_[drain_mb_] == 2 * v_)
       ++drain_mb_;
+  }
 }
 
 std::string StageArbiter::describe() const {
