@@ -53,13 +53,23 @@ TEST_P(RuntimeInvariants, SameTasksAsTheSimulatorInDependencyOrder) {
       ro.comm = sh.comm;
       // Every other seed, idle ranks spin before they sleep: the same tasks in the same order.
       ro.idle_spin_us = seed % 2 ? 50 : 0;
+      // Output buffers mapped ahead for d_bound() outputs of each kind: the step maps none,
+      // whatever its timing. Sizes from 1 B to 1 MiB, so that requests span several sizes
+      // and may take larger buffers (up to 4x).
+      RealizedWork sized = work;
+      for (int i = 0; i < sized.num_tasks; ++i)
+        sized.message_bytes[i] = static_cast<std::int64_t>(1 + hash_keys(seed, 4, i) % (1 << 20));
+      EmulationOptions eo;
+      eo.outputs_in_flight = d_bound(resolve_options(ro.arbiter, hint, m), hint, m);
       StepResult r;
       try {
-        Runtime rt(m, hint, emulated_programs(m, work), ro);
+        Runtime rt(m, hint, emulated_programs(m, sized, eo), ro);
         r = rt.run_step(0);
       } catch (const Error& e) {
         FAIL() << ctx << ": " << e.what();
       }
+      ASSERT_EQ(r.fresh_buffers, 0)
+          << ctx << ": outputs mapped ahead for " << eo.outputs_in_flight << " of each kind";
       ++runs;
       CheckOptions co;
       co.policy = policy;

@@ -101,6 +101,30 @@ TEST(BufferPool, ARequestTakesAFreeBufferUpToFourTimesItsSize) {
   EXPECT_EQ(BufferPool::fresh_total(), before + 4);
 }
 
+// Buffers mapped ahead are held free, counted by held_bytes() and not as fresh; requests up to the
+// reserved count map none, one more maps one; a second reserve adds only what is missing.
+TEST(BufferPool, ReservedBuffersServeRequestsWithoutMapping) {
+  auto pool = std::make_shared<BufferPool>();
+  const std::uint64_t before = BufferPool::fresh_total();
+  pool->reserve(300'000, 3, true);  // 512 KiB each
+  EXPECT_EQ(BufferPool::fresh_total(), before);
+  EXPECT_EQ(pool->held_bytes(), 3 * (512u << 10));
+  pool->reserve(400'000, 2, false);  // the same size: three are there already
+  EXPECT_EQ(pool->held_bytes(), 3 * (512u << 10));
+  {
+    std::vector<Payload> out;
+    for (int i = 0; i < 3; ++i)
+      out.push_back(pool->get(260'000 + 1000 * i));
+    EXPECT_EQ(BufferPool::fresh_total(), before);
+    EXPECT_EQ(pool->held_bytes(), 0u);
+    out.push_back(pool->get(300'000));
+    EXPECT_EQ(BufferPool::fresh_total(), before + 1);
+  }
+  EXPECT_EQ(pool->held_bytes(), 4 * (512u << 10));
+  EXPECT_EQ(BufferPool::capacity_of(1), 64u << 10);
+  EXPECT_EQ(BufferPool::capacity_of((1u << 20) + 1), 2u << 20);
+}
+
 TEST(Inproc, HandsOffWithoutACopy) {
   auto eps = make_inproc_transports(2);
   const std::byte* seen = nullptr;

@@ -2,11 +2,14 @@
 // compute (each task sleeps for its modelled duration), over --rounds, with warm-up and
 // --repeat timed steps; with --compare also simulated and replayed from its measured durations
 // (cli/compare.hpp); then the reports.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <iostream>
 
 #include "cli/compare.hpp"
 #include "cli/run_flags.hpp"
+#include "comm/buffer_pool.hpp"
 #include "core/error.hpp"
 #include "dist/step_merge.hpp"
 #include "emulate/emulated.hpp"
@@ -16,6 +19,13 @@
 namespace rrfp {
 
 namespace {
+
+// The process's address-space limit (ulimit -v) in bytes, or 0 when it has none.
+std::uint64_t address_space_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_AS, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return 0;
+  return r.rlim_cur;
+}
 
 // In one process the runtime emulates each message's modelled time on its own, from its send
 // (async) or its acceptance (blocking). What a real transport adds (links shared by all, copies
@@ -128,13 +138,32 @@ class EmulatedRuns {
   StepRecord execute(const WorkModel& m, const Hint& h, const RealizedWork& w,
                      const SimOptions& o) {
     const RuntimeOptions ro = runtime_options(m, w, o);
+    EmulationOptions eo;
+    eo.spin = f_.spin;
     if (!world_) {
-      Runtime rt(m, h, emulated_programs(m, w, {f_.spin}), ro);
+      // In one process, every output buffer a step can hold at once is mapped before the
+      // warm-up, so that no timed step maps one however its timing goes (a warm-up only finds
+      // the peaks it met). Outputs pass by reference and are never written here, so this costs
+      // address space, not memory. Over a transport the bytes are written, and the bound would
+      // hold that much memory in every process: there the warm-up fills the pools.
+      eo.outputs_in_flight = d_bound(resolve_options(o.arbiter, h, m), h, m);
+      std::size_t ahead = 0;
+      for (int stage = 0; stage < m.pp(); ++stage)
+        for (const auto& [cap, count] : buffers_ahead(m, w, stage, eo))
+          ahead += cap * static_cast<std::size_t>(count) * static_cast<std::size_t>(w.tp);
+      // Under an address-space limit (ulimit -v) a reservation that takes much of it would
+      // leave the run's threads and records none: then the warm-up fills the pools.
+      const std::uint64_t limit = address_space_limit();
+      if (limit > 0 && ahead > limit / 4) {
+        eo.outputs_in_flight = 0;
+        ahead_skipped_ = std::max(ahead_skipped_, ahead);
+      }
+      const std::uint64_t reserved = BufferPool::reserved_total();
+      Runtime rt(m, h, emulated_programs(m, w, eo), ro);
+      ahead_bytes_ = std::max(ahead_bytes_, BufferPool::reserved_total() - reserved);
       warm_up_and_time(rt);
     } else {
       world_->set_layout(JobLayout{m.pp(), w.tp, 1});
-      EmulationOptions eo;
-      eo.spin = f_.spin;
       eo.touch_outputs = true;
       Runtime rt(m, h, emulated_programs(m, w, eo), ro, world_->hosting());
       warm_up_and_time(rt);
@@ -246,6 +275,17 @@ class EmulatedRuns {
     if (f_.compare) human << fidelity_table(fidelity);
   }
 
+  // In one process: the output buffers mapped ahead, or why not.
+  std::string ahead_note() const {
+    auto mib = [](std::uint64_t b) { return fmt("%.0f", static_cast<double>(b) / (1 << 20)); };
+    if (ahead_skipped_ > 0)
+      return "; output buffers not mapped ahead: " + mib(ahead_skipped_) +
+             " MiB would take more than a quarter of the address-space limit (ulimit -v)";
+    if (ahead_bytes_ == 0) return "";
+    return "; output buffers mapped ahead (address space, never written in one process): " +
+           mib(ahead_bytes_) + " MiB, the largest run's";
+  }
+
   std::string warm_up_line() const {
     int timed = 0, mapped = 0;
     for (const std::vector<StepResult>& steps : steps_of_)
@@ -260,7 +300,7 @@ class EmulatedRuns {
            ", then up to --warmup-extra " + std::to_string(f_.warmup_extra) +
            " more while one still mapped fresh payload buffers); timed steps that mapped fresh "
            "buffers (their page faults in their times): " +
-           std::to_string(mapped) + " of " + std::to_string(timed) + "\n";
+           std::to_string(mapped) + " of " + std::to_string(timed) + ahead_note() + "\n";
   }
 
   const RunFlags& f_;
@@ -273,7 +313,9 @@ class EmulatedRuns {
   std::vector<MessageModel> round_models_;
   std::string model_source_;
   std::vector<std::int64_t> gaps_;
-  std::vector<int> warmups_;  // warm-up steps each run and round took
+  std::vector<int> warmups_;         // warm-up steps each run and round took
+  std::uint64_t ahead_bytes_ = 0;    // output buffers mapped ahead, the largest run's
+  std::uint64_t ahead_skipped_ = 0;  // or what was not, under an address-space limit
   // Per run: every timed step so far, over the rounds (each merged over the job's processes).
   std::vector<std::vector<StepResult>> steps_of_;
   size_t current_ = 0;  // the run execute() measures

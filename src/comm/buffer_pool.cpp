@@ -3,19 +3,26 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cstring>
+#include <new>
 
 namespace rrfp {
 
 namespace {
 std::atomic<std::uint64_t> fresh_buffers{0};
+std::atomic<std::uint64_t> reserved_bytes{0};
 }  // namespace
 
 std::uint64_t BufferPool::fresh_total() {
   return fresh_buffers.load(std::memory_order_relaxed);
 }
 
+std::size_t BufferPool::capacity_of(std::size_t n) {
+  return std::max<std::size_t>(std::bit_ceil(n), 64 * 1024);
+}
+
 Payload BufferPool::get(std::size_t n, bool* fresh) {
-  const std::size_t cap = std::max<std::size_t>(std::bit_ceil(n), 64 * 1024);
+  const std::size_t cap = capacity_of(n);
   std::unique_ptr<std::byte[]> b;
   std::size_t got = cap;
   {
@@ -54,6 +61,35 @@ Payload BufferPool::get(std::size_t n, bool* fresh) {
 void BufferPool::put(std::byte* p, std::size_t cap) {
   std::lock_guard lk(mu_);
   free_[cap].emplace_back(p);
+}
+
+std::size_t BufferPool::reserve(std::size_t n, int count, bool touch) {
+  const std::size_t cap = capacity_of(n);
+  std::size_t have = 0;
+  {
+    std::lock_guard lk(mu_);
+    have = free_[cap].size();
+  }
+  // Mapped and written outside the lock: writing a large reservation takes a while.
+  std::vector<std::unique_ptr<std::byte[]>> fresh;
+  try {
+    for (std::size_t i = have; i < static_cast<std::size_t>(std::max(count, 0)); ++i) {
+      std::unique_ptr<std::byte[]> b(new std::byte[cap]);
+      if (touch) std::memset(b.get(), 0, cap);
+      fresh.push_back(std::move(b));  // on failure b still owns it
+    }
+  } catch (const std::bad_alloc&) {
+    // Best effort: what could not be mapped ahead is mapped by the step that needs it.
+  }
+  reserved_bytes.fetch_add(fresh.size() * cap, std::memory_order_relaxed);
+  std::lock_guard lk(mu_);
+  for (auto& b : fresh)
+    free_[cap].push_back(std::move(b));
+  return fresh.size() * cap;
+}
+
+std::uint64_t BufferPool::reserved_total() {
+  return reserved_bytes.load(std::memory_order_relaxed);
 }
 
 std::size_t BufferPool::held_bytes() {

@@ -11,6 +11,9 @@
 // is bounded by that peak, summed over the sizes (a cap of 8
 // buffers a size and 256 MiB in all freed buffers that the next step mapped again: a stage
 // with 12 outputs of one size in flight, or messages of 32 MiB, never settled).
+//
+// What a step holds at once depends on its timing, so a later step may still pass the warm-up's
+// peak. A caller that knows its bound maps that many ahead (reserve): then no step maps any.
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -34,6 +37,20 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   // docs/data/twin-history.md, "What the 32 MiB lean is not"), so a runtime reports the count
   // per step (StepResult::fresh_buffers) and `rrfp run` warms up until a step maps none.
   static std::uint64_t fresh_total();
+
+  // Maps ahead, so that `count` requests of `n` bytes out at once map nothing: the pool then
+  // holds at least `count` free buffers of their size. `touch`: their pages are written now, so
+  // that a step writing them takes no page fault either. Not counted by fresh_total(), which
+  // counts the mappings made within steps, but by reserved_total(). Stops at the first
+  // allocation that fails (address space or memory ran out): the steps then map the rest.
+  // Returns the bytes it mapped.
+  std::size_t reserve(std::size_t n, int count, bool touch);
+
+  // Bytes every pool of this process has mapped ahead so far.
+  static std::uint64_t reserved_total();
+
+  // The size of the buffer that a request of `n` bytes takes when one of its own size is free.
+  static std::size_t capacity_of(std::size_t n);
 
   // Bytes held for reuse now.
   std::size_t held_bytes();

@@ -31,6 +31,11 @@ ArbiterOptions resolve_options(ArbiterOptions opt, const Hint& hint, const WorkM
   return opt;
 }
 
+int d_bound(const ArbiterOptions& opt, const Hint& hint, const WorkModel& m) {
+  if (opt.policy == Policy::Fixed) return fixed_order_peak(hint.list(), m);
+  return ready_d_bound(opt.limit, m);
+}
+
 StageArbiter::StageArbiter(const WorkModel& m, int stage, const Hint& hint,
                            const ArbiterOptions& opt)
     : m_(m),

@@ -39,6 +39,11 @@ inline int ready_d_bound(int limit, const WorkModel& m) {
   return limit + (m.vpp() > 1 ? m.vpp() : 0);
 }
 
+// The largest D any stage reaches under resolved options: the order's peak under the fixed
+// policy, which follows the order, and ready_d_bound() under the ready one. Whatever a stage holds
+// from a forward to its backward (activations, outputs not yet consumed) is bounded by it.
+int d_bound(const ArbiterOptions& opt, const Hint& hint, const WorkModel& m);
+
 // The adaptive rule's entry order, as a rank per microbatch (0 enters first): small ones at both
 // ends, the largest in the middle; microbatches of equal size keep their order.
 std::vector<int> entry_ranks(const std::vector<std::int64_t>& sizes);

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstring>
+#include <map>
 
 #include "comm/buffer_pool.hpp"
 #include "core/clock.hpp"
@@ -12,8 +13,12 @@ namespace {
 
 class EmulatedProgram final : public StageProgram {
  public:
-  EmulatedProgram(const WorkModel& m, const RealizedWork& w, int rank, EmulationOptions opt)
-      : m_(m), w_(w), rank_(rank), opt_(opt) {}
+  EmulatedProgram(const WorkModel& m, const RealizedWork& w, int stage, int rank,
+                  EmulationOptions opt)
+      : m_(m), w_(w), rank_(rank), opt_(opt) {
+    for (const auto& [cap, count] : buffers_ahead(m, w, stage, opt))
+      pool_->reserve(cap, count, opt.touch_outputs);
+  }
 
   Payload forward(TaskContext& ctx, int chunk, int mb, Payload) override {
     return run(ctx, {Kind::F, chunk, mb});
@@ -61,9 +66,27 @@ class EmulatedProgram final : public StageProgram {
 }  // namespace
 
 ProgramFactory emulated_programs(const WorkModel& m, const RealizedWork& w, EmulationOptions opt) {
-  return [&m, &w, opt](int, int rank) -> std::unique_ptr<StageProgram> {
-    return std::make_unique<EmulatedProgram>(m, w, rank, opt);
+  return [&m, &w, opt](int stage, int rank) -> std::unique_ptr<StageProgram> {
+    return std::make_unique<EmulatedProgram>(m, w, stage, rank, opt);
   };
+}
+
+std::vector<std::pair<std::size_t, int>> buffers_ahead(const WorkModel& m, const RealizedWork& w,
+                                                       int stage, const EmulationOptions& opt) {
+  if (opt.outputs_in_flight <= 0) return {};
+  std::map<std::size_t, std::array<int, 2>> outputs;  // capacity -> outputs of F, of B
+  for (const int chunk : m.chunks_of(stage))
+    for (int mb = 0; mb < m.microbatches(); ++mb)
+      for (const Kind k : {Kind::F, Kind::B}) {
+        const std::int64_t bytes = w.message_bytes[m.index({k, chunk, mb})];
+        if (bytes > 0)
+          ++outputs[BufferPool::capacity_of(static_cast<std::size_t>(bytes))][k == Kind::F ? 0 : 1];
+      }
+  std::vector<std::pair<std::size_t, int>> out;
+  for (const auto& [cap, n] : outputs)
+    out.emplace_back(cap,
+                     std::min(n[0], opt.outputs_in_flight) + std::min(n[1], opt.outputs_in_flight));
+  return out;
 }
 
 LatencyFn emulated_latency(const WorkModel& m, const RealizedWork& w) {

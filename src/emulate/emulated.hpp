@@ -16,7 +16,20 @@ struct EmulationOptions {
   // page-fault inside the transfer, where the faults would be charged to the message
   // (measured: docs/design-decisions.md, "Processes (Open MPI)").
   bool touch_outputs = false;
+  // Outputs of each kind (F, B) a stage may hold at once: its pool maps their buffers when the
+  // program is made, and no step maps any. d_bound() of the run's arbiter options bounds them:
+  // an F's output lives until its consumer's F has run, and its own B cannot run before that;
+  // a B's output lives until its consumer's B has run, whose F had run. Either way each output
+  // out is a microbatch counted in one stage's D. 0: none ahead, the pool maps what the steps
+  // ask for.
+  int outputs_in_flight = 0;
 };
+
+// The buffers the pool of `stage`'s programs maps ahead for `opt.outputs_in_flight`, as
+// (capacity, count) by capacity: per size, the outputs of that size of each kind, at most
+// outputs_in_flight of each. A request takes its own size first, so these suffice.
+std::vector<std::pair<std::size_t, int>> buffers_ahead(const WorkModel& m, const RealizedWork& w,
+                                                       int stage, const EmulationOptions& opt);
 
 // The work and model must outlive the programs.
 ProgramFactory emulated_programs(const WorkModel& m, const RealizedWork& w,
