@@ -7,6 +7,11 @@ kind of work 2,000 times, and a plain training step, each microbatch's F then it
 training loop without a pipeline runs them (the tight loop keeps its few kernels' code and data
 in cache, which neither a training loop nor a stage does); and the runtime's dispatch gap (a
 task's end to the next ready task's start, which does not include the Python call).
+
+The pipeline's steps and the plain steps take turns, one of each per round, and the overhead
+over the plain step is the median over rounds of the difference within a round: a machine
+whose speed changes over seconds (a shared VM's does, by up to 2x) then weighs on both sides
+of each difference alike, where medians taken minutes apart would compare unlike speeds.
 Compare with `rrfp run --pp 2 -m 64 --workload uniform`, the same runtime with C++ programs.
 With --tree every chunk boundary carries a structure, (y, {"mask": a bool tensor}), instead of
 one tensor: the same PyTorch work, so the difference is what packing a structure costs.
@@ -82,45 +87,58 @@ def tight(kind, last):
     return statistics.median(times) * 1e6
 
 
-def in_step(last):
+class PlainStep:
     """The same F and B within a plain training step of M microbatches (each one's F, then its
-    B), over STEPS steps: their medians."""
-    c, x, y, g, params = _setup()
-    f, b = [], []
-    for _ in range(STEPS):
-        sums = [torch.zeros_like(p) for p in params]
+    B): one step per call, returning the step's medians."""
+
+    def __init__(self, last):
+        self.c, self.x, self.y, self.g, self.params = _setup()
+        self.last = last
+
+    def __call__(self):
+        sums = [torch.zeros_like(p) for p in self.params]
+        f, b = [], []
         for _ in range(M):
             t0 = time.perf_counter()
-            out = _f(c, x, y, last)
+            out = _f(self.c, self.x, self.y, self.last)
             t1 = time.perf_counter()
-            _b(out, params, sums, g, last)
+            _b(out, self.params, sums, self.g, self.last)
             f.append(t1 - t0)
             b.append(time.perf_counter() - t1)
-    return {"F": statistics.median(f) * 1e6, "B": statistics.median(b) * 1e6}
+        return {"F": statistics.median(f) * 1e6, "B": statistics.median(b) * 1e6}
 
 
 def main():
-    print(f"P={P} M={M}, {STEPS} steps, torch threads {torch.get_num_threads()}, "
-          f"boundaries carry {'(y, {mask})' if TREE else 'one tensor'}")
+    print(f"P={P} M={M}, {STEPS} rounds of one pipeline step and one plain step, torch threads "
+          f"{torch.get_num_threads()}, boundaries carry {'(y, {mask})' if TREE else 'one tensor'}")
     for hint, policy in [("1f1b", "fixed"), ("bf", "ready")]:
         pipe = rrfp.Pipeline([chunk(i) for i in range(P)], loss_fn,
                              pp=P, microbatches=M, hint=hint, policy=policy)
         xs = [torch.randn(1, 8) for _ in range(M)]
-        gaps, by_kind = [], {"F": [], "B": []}
+        plain = PlainStep(P == 1)
+        pipe.step(xs, xs)  # warm-up, both sides
+        plain()
+        gaps, tasks, steps, diffs = [], {"F": [], "B": []}, {"F": [], "B": []}, {"F": [], "B": []}
         for _ in range(STEPS):
             pipe.step(xs, xs)
             gaps.append(pipe.last_step.dispatch_gap_us)
+            by_kind = {"F": [], "B": []}
             for stage, task, start, end in pipe.last_step.tasks:
                 if stage == 0:  # the first stage: its F sends, its B receives
                     by_kind[task[0]].append((end - start) * 1e6)
+            step = plain()
+            for k in ("F", "B"):
+                tasks[k] += by_kind[k]
+                steps[k].append(step[k])
+                diffs[k].append(statistics.median(by_kind[k]) - step[k])
         print(f"{policy} {hint}: dispatch gap median {statistics.median(gaps):.1f} us")
-        step = in_step(P == 1)
         for k in ("F", "B"):
-            task = statistics.median(by_kind[k])
+            task = statistics.median(tasks[k])
             work = tight(k, P == 1)
             print(f"  {k}: task {task:.1f} us, the same PyTorch work alone {work:.1f} us, "
-                  f"overhead {task - work:.1f} us; in a plain step {step[k]:.1f} us, "
-                  f"overhead {task - step[k]:.1f} us")
+                  f"overhead {task - work:.1f} us; in a plain step {statistics.median(steps[k]):.1f}"
+                  f" us, overhead {statistics.median(diffs[k]):.1f} us (median of the rounds' "
+                  f"differences)")
 
 
 if __name__ == "__main__":

@@ -15,13 +15,13 @@ std::string where(int chunk, int mb, char kind) {
   return std::string(1, kind) + " c" + std::to_string(chunk) + " m" + std::to_string(mb);
 }
 
-// Calls runner.<method>(args...) holding the GIL. A Python exception becomes an Error carrying
-// its text (the runner keeps the exception object itself, to chain it when the step fails);
-// the exception object is released here, under the GIL.
+// Calls a runner's method holding the GIL. A Python exception becomes an Error carrying its
+// text (the runner keeps the exception object itself, to chain it when the step fails); the
+// exception object is released here, under the GIL.
 template <typename... Args>
-pyb::object call(pyb::object& runner, const char* method, Args&&... args) {
+pyb::object call(pyb::object& method, Args&&... args) {
   try {
-    return runner.attr(method)(std::forward<Args>(args)...);
+    return method(std::forward<Args>(args)...);
   } catch (pyb::error_already_set& e) {
     // One line, "ValueError: text": the traceback stays with the exception the runner kept.
     throw Error(pyb::str(e.type().attr("__name__")).cast<std::string>() + ": " +
@@ -58,7 +58,9 @@ void keep_thread_state() {
 }  // namespace
 
 PyStageProgram::PyStageProgram(pyb::object runner, const std::vector<std::int64_t>* sizes)
-    : runner_(std::make_unique<pyb::object>(std::move(runner))), sizes_(sizes) {}
+    : py_(std::make_unique<Methods>(
+          Methods{runner, runner.attr("forward"), runner.attr("backward"), runner.attr("weight")})),
+      sizes_(sizes) {}
 
 std::optional<std::int64_t> PyStageProgram::microbatch_size(int mb) const {
   if (!sizes_ || mb < 0 || mb >= static_cast<int>(sizes_->size())) return std::nullopt;
@@ -67,23 +69,25 @@ std::optional<std::int64_t> PyStageProgram::microbatch_size(int mb) const {
 
 PyStageProgram::~PyStageProgram() {
   pyb::gil_scoped_acquire gil;
-  runner_.reset();
+  py_.reset();
 }
 
 void PyStageProgram::begin_step(int step) {
   keep_thread_state();
   pyb::gil_scoped_acquire gil;
-  call(*runner_, "begin_step", step);
+  pyb::object begin = py_->runner.attr("begin_step");
+  call(begin, step);
 }
 
 void PyStageProgram::end_step(int step) {
   pyb::gil_scoped_acquire gil;
-  call(*runner_, "end_step", step);
+  pyb::object end = py_->runner.attr("end_step");
+  call(end, step);
 }
 
 // F and B alike: a tensor, a structure of tensors or nothing in, and the same out. A structure
 // crosses to and from Python as (bytes, [tensors]): the runner packs and unpacks it.
-Payload PyStageProgram::tensor_task(const char* method, char kind, int chunk, int mb,
+Payload PyStageProgram::tensor_task(pyb::object& method, char kind, int chunk, int mb,
                                     const Payload& in) {
   const std::string task = where(chunk, mb, kind);
   at::Tensor x;
@@ -104,7 +108,7 @@ Payload PyStageProgram::tensor_task(const char* method, char kind, int chunk, in
         tree ? pyb::object(pyb::make_tuple(pyb::bytes(tree->structure), pyb::cast(tree->leaves)))
         : x.defined() ? pyb::cast(x)
                       : pyb::none();
-    pyb::object out = call(*runner_, method, chunk, mb, arg);
+    pyb::object out = call(method, chunk, mb, arg);
     if (pyb::isinstance<pyb::tuple>(out)) {
       const auto packed = out.cast<pyb::tuple>();
       structure = packed[0].cast<std::string>();
@@ -118,17 +122,17 @@ Payload PyStageProgram::tensor_task(const char* method, char kind, int chunk, in
 }
 
 Payload PyStageProgram::forward(TaskContext&, int chunk, int mb, Payload input) {
-  return tensor_task("forward", 'F', chunk, mb, input);
+  return tensor_task(py_->forward, 'F', chunk, mb, input);
 }
 
 Payload PyStageProgram::backward(TaskContext&, int chunk, int mb, Payload grad) {
-  return tensor_task("backward", 'B', chunk, mb, grad);
+  return tensor_task(py_->backward, 'B', chunk, mb, grad);
 }
 
 void PyStageProgram::weight_grad(TaskContext&, int chunk, int mb) {
   keep_thread_state();
   pyb::gil_scoped_acquire gil;
-  call(*runner_, "weight", chunk, mb);
+  call(py_->weight, chunk, mb);
 }
 
 }  // namespace rrfp::py

@@ -30,9 +30,14 @@ class PyStageProgram final : public StageProgram {
   std::optional<std::int64_t> microbatch_size(int mb) const override;
 
  private:
-  Payload tensor_task(const char* method, char kind, int chunk, int mb, const Payload& in);
+  Payload tensor_task(pybind11::object& method, char kind, int chunk, int mb, const Payload& in);
 
-  std::unique_ptr<pybind11::object> runner_;
+  // The runner's task methods, bound once: looking a method up by name made a string and a
+  // bound method per task.
+  struct Methods {
+    pybind11::object runner, forward, backward, weight;
+  };
+  std::unique_ptr<Methods> py_;
   const std::vector<std::int64_t>* sizes_;
 };
 
