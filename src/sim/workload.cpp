@@ -278,6 +278,15 @@ void check_total(const RealizedWork& w) {
 
 namespace {
 
+// Whether the task's output goes to another stage (and so is a message with a duration).
+bool sends_across_stages(const WorkModel& m, const TaskId& t) {
+  std::array<Dep, 2> deps{};
+  const int nc = m.consumers(t, deps);
+  for (int i = 0; i < nc; ++i)
+    if (deps[i].cross_stage) return true;
+  return false;
+}
+
 // A task's compute before its TP split, noise and jitter: its forward by the microbatch's
 // tokens (and images), a backward drawn as a ratio of it and split by `weight_share`, the
 // compute noise and the straggler's windows.
@@ -352,15 +361,11 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   // own (a quarter of a large simulation's time was these draws).
   parallel_ranges(
       r.num_tasks, parallel_parts(r.num_tasks, kMinTasksPerThread), [&](int, int begin, int end) {
-        std::array<Dep, 2> deps{};
         for (int idx = begin; idx < end; ++idx) {
           const TaskId t = m.task(idx);
           const double base = task_base_us(w, m, t, tokens[t.mb], images[t.mb], seed, straggler);
           // Message: activations forward, activation gradients backward, both tokens x hidden.
-          const int nc = m.consumers(t, deps);
-          bool sends = false;
-          for (int i = 0; i < nc; ++i)
-            sends |= deps[i].cross_stage;
+          const bool sends = sends_across_stages(m, t);
           const double bytes = tokens[t.mb] * w.bytes_per_token;
           if (t.kind != Kind::W) r.message_bytes[idx] = std::llround(bytes / tp);
           for (int rank = 0; rank < tp; ++rank) {
@@ -396,12 +401,8 @@ void set_message_model(const WorkModel& m, RealizedWork& w, const MessageModel& 
   w.link_latency_ns = duration_ns(mm.latency_us, "message model latency");
   w.wake_ns = duration_ns(mm.wake_us, "message model wake_us");
   w.wake_per_copy_ns = duration_ns(mm.wake_per_copy_us, "message model wake_per_copy_us");
-  std::array<Dep, 2> deps{};
   for (int idx = 0; idx < w.num_tasks; ++idx) {
-    const int nc = m.consumers(m.task(idx), deps);
-    bool sends = false;
-    for (int i = 0; i < nc; ++i)
-      sends |= deps[i].cross_stage;
+    const bool sends = sends_across_stages(m, m.task(idx));
     double us = mm.latency_us;
     if (mm.bandwidth_gbps > 0)
       us += static_cast<double>(w.message_bytes[idx]) / (mm.bandwidth_gbps * 1e3);
