@@ -63,7 +63,7 @@ void BufferPool::put(std::byte* p, std::size_t cap) {
   free_[cap].emplace_back(p);
 }
 
-std::size_t BufferPool::reserve(std::size_t n, int count, bool touch) {
+void BufferPool::reserve(std::size_t n, int count, bool touch) {
   const std::size_t cap = capacity_of(n);
   std::size_t have = 0;
   {
@@ -85,7 +85,6 @@ std::size_t BufferPool::reserve(std::size_t n, int count, bool touch) {
   std::lock_guard lk(mu_);
   for (auto& b : fresh)
     free_[cap].push_back(std::move(b));
-  return fresh.size() * cap;
 }
 
 std::uint64_t BufferPool::reserved_total() {

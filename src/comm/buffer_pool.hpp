@@ -43,8 +43,7 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   // that a step writing them takes no page fault either. Not counted by fresh_total(), which
   // counts the mappings made within steps, but by reserved_total(). Stops at the first
   // allocation that fails (address space or memory ran out): the steps then map the rest.
-  // Returns the bytes it mapped.
-  std::size_t reserve(std::size_t n, int count, bool touch);
+  void reserve(std::size_t n, int count, bool touch);
 
   // Bytes every pool of this process has mapped ahead so far.
   static std::uint64_t reserved_total();
