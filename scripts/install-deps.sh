@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages rrfp builds with. Idempotent; run as root (or with sudo).
+# valgrind is for bench/sim_instructions.sh, which counts the simulator's instructions.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev
       nlohmann-json3-dev libcli11-dev clang-format libtorch-dev libopenmpi-dev openmpi-bin
-      python3-dev python3-torch pybind11-dev python3-pytest libgloo-dev zlib1g-dev)
+      python3-dev python3-torch pybind11-dev python3-pytest libgloo-dev zlib1g-dev
+      valgrind)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

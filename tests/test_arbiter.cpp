@@ -1,11 +1,13 @@
 // The arbiter's rules, decision by decision.
 #include <algorithm>
+#include <random>
 
 #include <gtest/gtest.h>
 
 #include "core/arbiter.hpp"
 #include "core/error.hpp"
 #include "sim/rng.hpp"
+#include "seeds.hpp"
 #include "sim_helpers.hpp"
 
 namespace rrfp::test {
@@ -186,6 +188,86 @@ TEST(Arbiter, AdaptiveWithoutCostsIsBfw) {
   }
   EXPECT_GT(differ, 0) << "costs never changed a decision: the rule is not wired";
   EXPECT_GT(sized, 0) << "sizes never changed a decision under agree";
+}
+
+// One microbatch's tasks on one stage in the order their inputs can come in: its forwards by
+// local chunk, its backwards back down, each W after its B. A task is told ready only once the
+// one before it ran, as the pipeline's data flow would have it.
+struct LocalFlow {
+  std::vector<TaskId> chain;  // F by local chunk, then B back down
+  explicit LocalFlow(const WorkModel& m, int stage) {
+    const auto& chunks = m.chunks_of(stage);
+    for (int c : chunks)
+      chain.push_back({Kind::F, c, 0});
+    for (auto c = chunks.rbegin(); c != chunks.rend(); ++c)
+      chain.push_back({Kind::B, *c, 0});
+  }
+  // What may become ready once `t` ran (nothing after a W).
+  std::vector<TaskId> after(const WorkModel& m, const TaskId& t) const {
+    std::vector<TaskId> next;
+    if (t.kind == Kind::W) return next;
+    if (t.kind == Kind::B && m.split()) next.push_back({Kind::W, t.chunk, t.mb});
+    const auto at = std::find(chain.begin(), chain.end(), TaskId{t.kind, t.chunk, 0});
+    if (at + 1 != chain.end()) next.push_back({(at + 1)->kind, (at + 1)->chunk, t.mb});
+    return next;
+  }
+};
+
+// take() is peek() and then commit(): two arbiters told the same readiness and costs, one asked
+// each way, run the same tasks in the same order, for every hint, both policies and shapes with
+// several chunks and a split backward. take() names the task from its own queue without the
+// checks and key lookups of commit(), so a divergence shows here first.
+TEST(Arbiter, TakeIsPeekThenCommit) {
+  int runs = 0;
+  for (int seed = 0; seed < std::max(2, suite_seeds() / 20); ++seed)
+    for (const std::string& name : hint_names())
+      for (const Policy policy : {Policy::Ready, Policy::Fixed}) {
+        std::mt19937 rng(seed);
+        const PipelineConfig c = config(2 + seed % 3, 4 + seed % 5, 1 + seed % 2, seed % 4 >= 2);
+        const WorkModel m(c);
+        Hint h;
+        try {
+          h = make_hint(name, m);
+        } catch (const InputError&) {
+          continue;  // a hint that does not fit this shape
+        }
+        if (policy == Policy::Fixed && !h.is_list()) continue;
+        const int stage = static_cast<int>(rng() % c.pp);
+        const ArbiterOptions o = resolve_options({policy, 1 + seed % 3, 0}, h, m);
+        StageArbiter by_take(m, stage, h, o), by_peek(m, stage, h, o);
+        const LocalFlow flow(m, stage);
+        std::vector<TaskId> coming;  // tasks whose inputs may come in now
+        for (int mb = 0; mb < c.microbatches; ++mb)
+          coming.push_back({Kind::F, flow.chain.front().chunk, mb});
+        ++runs;
+        while (!by_take.finished()) {
+          if (!coming.empty() && rng() % 3 != 0) {  // one more task's inputs are all in
+            std::swap(coming[rng() % coming.size()], coming.back());
+            const TaskId t = coming.back();
+            coming.pop_back();
+            const auto cost = static_cast<std::int64_t>(rng() % 1000);
+            by_take.note_cost(t, cost);
+            by_peek.note_cost(t, cost);
+            by_take.mark_ready(t);
+            by_peek.mark_ready(t);
+            continue;
+          }
+          const auto taken = by_take.take();
+          const auto peeked = by_peek.peek();
+          ASSERT_EQ(taken, peeked) << name << " seed " << seed;
+          if (!peeked) {
+            ASSERT_FALSE(coming.empty()) << name << " seed " << seed << ": nothing to run";
+            continue;
+          }
+          by_peek.commit(*peeked);
+          for (const TaskId& t : flow.after(m, *peeked))
+            coming.push_back(t);
+        }
+        EXPECT_TRUE(by_peek.finished());
+        EXPECT_EQ(by_take.peak_outstanding(), by_peek.peak_outstanding());
+        EXPECT_EQ(by_take.peak_pending_w(), by_peek.peak_pending_w());
+      }
+  EXPECT_GT(runs, 2 * static_cast<int>(hint_names().size())) << "too few hints fit the shapes";
 }
 
 TEST(Arbiter, FixedWaitsForItsHead) {

@@ -89,14 +89,22 @@ TaskId StageArbiter::task_of_key(Kind k, int key) const {
   return TaskId{k, chunks_[lc], key & ((1 << mb_bits_) - 1)};
 }
 
-void StageArbiter::mark_ready(const TaskId& t) {
+// Out of line: building the message would cost mark_ready() a larger frame on every call.
+void StageArbiter::refuse_ready(const TaskId& t) const {
   if (!m_.valid(t) || m_.stage_of(t) != stage_)
     throw Error("stage " + std::to_string(stage_) + ": task " + to_string(t) +
                 " does not belong to this stage");
+  throw Error(
+      "stage " + std::to_string(stage_) + ": task " + to_string(t) +
+      (state_[local_index(t)] == kReady ? " became ready twice" : " became ready after it ran"));
+}
+
+void StageArbiter::mark_ready(const TaskId& t) {
+  if (!m_.valid(t) || m_.stage_of(t) != stage_) [[unlikely]]
+    refuse_ready(t);
   std::uint8_t& st = state_[local_index(t)];
-  if (st != kWaiting)
-    throw Error("stage " + std::to_string(stage_) + ": task " + to_string(t) +
-                (st == kReady ? " became ready twice" : " became ready after it ran"));
+  if (st != kWaiting) [[unlikely]]
+    refuse_ready(t);
   st = kReady;
   if (opt_.policy != Policy::Ready) return;
   queue_[static_cast<int>(t.kind)].insert(key_of(t));
@@ -227,7 +235,7 @@ void StageArbiter::commit(const TaskId& t) {
   if (!m_.valid(t) || m_.stage_of(t) != stage_)
     throw Error("stage " + std::to_string(stage_) + ": cannot run " + to_string(t) +
                 ", it belongs to another stage");
-  std::uint8_t& st = state_[local_index(t)];
+  const std::uint8_t st = state_[local_index(t)];
   if (st != kReady)
     throw Error("stage " + std::to_string(stage_) + ": cannot run " + to_string(t) +
                 (st == kDone ? ", it already ran" : ", its inputs are not all present"));
@@ -238,10 +246,39 @@ void StageArbiter::commit(const TaskId& t) {
                   " next, not " + to_string(t));
     ++head_;
   } else {
-    queue_[static_cast<int>(t.kind)].erase(key_of(t));
-    if (adaptive_ && t.kind == Kind::F) forwards_[m_.local_chunk(t.chunk)].erase(t.mb);
+    dequeue(t, key_of(t));
   }
-  st = kDone;
+  count_run(t);
+}
+
+// peek() and commit() in one: the task comes from this arbiter's own queue, so it is known to
+// be this stage's and ready, and its key is at hand.
+std::optional<TaskId> StageArbiter::take() {
+  if (opt_.policy == Policy::Fixed) {
+    const auto h = peek();
+    if (h) {
+      ++head_;
+      count_run(*h);
+    }
+    return h;
+  }
+  // A stage freed with nothing ready is common (it waits for its next input): say so at once.
+  if (queue_[0].empty() && queue_[1].empty() && queue_[2].empty()) return std::nullopt;
+  const Pick p = pick();
+  if (p.key < 0) return std::nullopt;
+  const TaskId t = task_of_key(p.kind, p.key);
+  dequeue(t, p.key);
+  count_run(t);
+  return t;
+}
+
+void StageArbiter::dequeue(const TaskId& t, int key) {
+  queue_[static_cast<int>(t.kind)].erase(key);
+  if (adaptive_ && t.kind == Kind::F) forwards_[m_.local_chunk(t.chunk)].erase(t.mb);
+}
+
+void StageArbiter::count_run(const TaskId& t) {
+  state_[local_index(t)] = kDone;
   ++committed_;
   switch (t.kind) {
     case Kind::F:

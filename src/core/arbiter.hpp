@@ -67,6 +67,8 @@ class StageArbiter {
   void note_entry_sizes(const std::vector<std::int64_t>& sizes);
   std::optional<TaskId> peek() const;
   void commit(const TaskId& t);
+  // peek(), and commit() what it gives: a rank that decides alone.
+  std::optional<TaskId> take();
 
   bool is_ready(const TaskId& t) const { return state_[local_index(t)] == kReady; }
   bool finished() const { return committed_ == total_; }
@@ -105,6 +107,10 @@ class StageArbiter {
     return {k, queue_[static_cast<int>(k)].min()};
   }
   std::optional<TaskId> drain_target() const;
+  [[noreturn, gnu::cold, gnu::noinline]] void refuse_ready(const TaskId& t) const;
+  // commit()'s bookkeeping once the task is known to be this stage's and ready.
+  void dequeue(const TaskId& t, int key);
+  void count_run(const TaskId& t);
 
   const WorkModel& m_;
   int stage_, v_, mbs_;

@@ -4,13 +4,7 @@ namespace rrfp {
 
 RankDriver::RankDriver(const WorkModel& m, const Hint& hint, const DispatchOptions& opt, int tp,
                        int stage, int tp_rank)
-    : m_(m),
-      hint_(hint),
-      opt_(opt),
-      tp_(tp),
-      costs_(opt.note_costs(tp)),
-      stage_(stage),
-      tp_rank_(tp_rank) {}
+    : m_(m), hint_(hint), opt_(opt), tp_(tp), stage_(stage), tp_rank_(tp_rank) {}
 
 void RankDriver::begin_step(const std::vector<std::int64_t>& entry_sizes) {
   // The readiness marks ready what waits for nothing, so the arbiter comes first, with the
@@ -18,6 +12,7 @@ void RankDriver::begin_step(const std::vector<std::int64_t>& entry_sizes) {
   arb_ = std::make_unique<StageArbiter>(m_, stage_, hint_, opt_.arbiter);
   if (static_cast<int>(entry_sizes.size()) == m_.microbatches())
     arb_->note_entry_sizes(entry_sizes);
+  costs_ = opt_.note_costs(tp_) && arb_->reads_costs();
   inputs_ = std::make_unique<Readiness>(m_, stage_, *arb_);
   rendezvous_.reset();
   if (opt_.comm == CommMode::Blocking) {

@@ -87,7 +87,7 @@ class RankDriver {
   }
   // Whether arrivals' costs are read (the adaptive rule): an executor that must work a cost out
   // may pass 0 where they are not.
-  bool reads_costs() const { return costs_ && arb_->reads_costs(); }
+  bool reads_costs() const { return costs_; }
   // Blocking, receiving side: an offer of `consumer`'s input (`handle`: the executor's name for
   // it); the offers to start now (Offered -> Accepted), the rest wait; the bytes are here.
   void offered(const TaskId& consumer, int handle) { rendezvous_->on_offer(consumer, handle); }
@@ -138,7 +138,9 @@ class RankDriver {
   const Hint& hint_;
   DispatchOptions opt_;
   int tp_;
-  bool costs_;  // opt_.note_costs(tp_), asked on every arrival and completion
+  // opt_.note_costs(tp_), and this step's arbiter reads them: asked on every arrival and
+  // completion, where the call would be wasted on every hint but the adaptive one.
+  bool costs_ = false;
   int stage_, tp_rank_;
   std::unique_ptr<StageArbiter> arb_;       // per step
   std::unique_ptr<Readiness> inputs_;       // per step, on arb_

@@ -27,14 +27,20 @@ Readiness::Readiness(const WorkModel& m, int stage, StageArbiter& arbiter)
     : m_(m), stage_(stage), arb_(arbiter) {
   missing_.assign(m.local_slots(), 0);
   input_.assign(m.local_slots(), InputState::Local);
+  // A task's inputs depend on its kind and chunk, not on its microbatch: one row per pair.
   std::array<Dep, 2> d{};
-  for (const TaskId& t : m.stage_tasks(stage)) {
-    const int k = m.deps(t, d);
-    const int i = m.local_index(t);
-    missing_[i] = static_cast<std::int8_t>(k);
-    if (m.has_remote_input(t)) input_[i] = InputState::Missing;
-    if (k == 0) arb_.mark_ready(t);
-  }
+  const int mbs = m.microbatches();
+  for (int k = 0; k < m.num_kinds(); ++k)
+    for (int c : m.chunks_of(stage)) {
+      const TaskId first{static_cast<Kind>(k), c, 0};
+      const int deps = m.deps(first, d);
+      const int at = m.local_index(first);
+      std::fill_n(missing_.begin() + at, mbs, static_cast<std::int8_t>(deps));
+      if (m.has_remote_input(first)) std::fill_n(input_.begin() + at, mbs, InputState::Missing);
+      if (deps == 0)
+        for (int mb = 0; mb < mbs; ++mb)
+          arb_.mark_ready({first.kind, c, mb});
+    }
 }
 
 int Readiness::move(const TaskId& task, InputState from, InputState to, const char* what) {

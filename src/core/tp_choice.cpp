@@ -4,12 +4,6 @@
 
 namespace rrfp {
 
-std::optional<TaskId> choose_alone(StageArbiter& arb) {
-  auto t = arb.peek();
-  if (t) arb.commit(*t);
-  return t;
-}
-
 void LeaderFollower::on_choice(int from, const TaskId& task) {
   if (from != 0 || rank_ == 0)
     throw ProtocolError("a choice of " + to_string(task) + " from tp rank " + std::to_string(from) +

@@ -18,7 +18,9 @@ namespace rrfp {
 // `leader`: rank 0 arbitrates alone (as a rank without a group does: choose_alone) and sends
 // each choice to the others; a follower runs exactly that sequence, each task once it is
 // ready there. No round trip, no retry.
-std::optional<TaskId> choose_alone(StageArbiter& arb);  // peek, and commit what it gives
+inline std::optional<TaskId> choose_alone(StageArbiter& arb) {
+  return arb.take();
+}
 
 class LeaderFollower {
  public:

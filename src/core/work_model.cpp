@@ -41,47 +41,6 @@ WorkModel::WorkModel(const PipelineConfig& cfg) : cfg_(cfg), chunks_(cfg.pp * cf
   }
 }
 
-bool WorkModel::valid(const TaskId& t) const {
-  return t.chunk >= 0 && t.chunk < chunks_ && t.mb >= 0 && t.mb < cfg_.microbatches &&
-         (t.kind != Kind::W || cfg_.split_backward);
-}
-
-int WorkModel::deps(const TaskId& t, std::array<Dep, 2>& out) const {
-  int n = 0;
-  auto add = [&](TaskId d) { out[n++] = Dep{d, stage_of(d) != stage_of(t)}; };
-  switch (t.kind) {
-    case Kind::F:
-      if (t.chunk > 0) add({Kind::F, t.chunk - 1, t.mb});
-      break;
-    case Kind::B:
-      add({Kind::F, t.chunk, t.mb});
-      if (t.chunk + 1 < chunks_) add({Kind::B, t.chunk + 1, t.mb});
-      break;
-    case Kind::W:
-      add({Kind::B, t.chunk, t.mb});
-      break;
-  }
-  return n;
-}
-
-int WorkModel::consumers(const TaskId& t, std::array<Dep, 2>& out) const {
-  int n = 0;
-  auto add = [&](TaskId d) { out[n++] = Dep{d, stage_of(d) != stage_of(t)}; };
-  switch (t.kind) {
-    case Kind::F:
-      if (t.chunk + 1 < chunks_) add({Kind::F, t.chunk + 1, t.mb});
-      add({Kind::B, t.chunk, t.mb});
-      break;
-    case Kind::B:
-      if (t.chunk > 0) add({Kind::B, t.chunk - 1, t.mb});
-      if (cfg_.split_backward) add({Kind::W, t.chunk, t.mb});
-      break;
-    case Kind::W:
-      break;
-  }
-  return n;
-}
-
 std::vector<TaskId> WorkModel::stage_tasks(int stage) const {
   std::vector<TaskId> out;
   out.reserve(tasks_per_stage());

@@ -74,12 +74,50 @@ class WorkModel {
     const int kind = by_chunks_.divide(q);
     return TaskId{static_cast<Kind>(kind), q - kind * chunks_, index - q * cfg_.microbatches};
   }
-  bool valid(const TaskId& t) const;
+  bool valid(const TaskId& t) const {  // inline: checked on every decision
+    return static_cast<unsigned>(t.chunk) < static_cast<unsigned>(chunks_) &&
+           static_cast<unsigned>(t.mb) < static_cast<unsigned>(cfg_.microbatches) &&
+           (t.kind != Kind::W || cfg_.split_backward);
+  }
 
   // Inputs a task waits for (at most two). Chunk 0's F waits for nothing (the data is local).
-  int deps(const TaskId& t, std::array<Dep, 2>& out) const;
-  // Tasks that consume this task's output (at most two).
-  int consumers(const TaskId& t, std::array<Dep, 2>& out) const;
+  int deps(const TaskId& t, std::array<Dep, 2>& out) const {
+    int n = 0;
+    const int here = stage_of(t.chunk);
+    auto add = [&](Kind k, int c) { out[n++] = Dep{{k, c, t.mb}, stage_of(c) != here}; };
+    switch (t.kind) {
+      case Kind::F:
+        if (t.chunk > 0) add(Kind::F, t.chunk - 1);
+        break;
+      case Kind::B:
+        add(Kind::F, t.chunk);
+        if (t.chunk + 1 < chunks_) add(Kind::B, t.chunk + 1);
+        break;
+      case Kind::W:
+        add(Kind::B, t.chunk);
+        break;
+    }
+    return n;
+  }
+  // Tasks that consume this task's output (at most two). Inline: once per task ended.
+  int consumers(const TaskId& t, std::array<Dep, 2>& out) const {
+    int n = 0;
+    const int here = stage_of(t.chunk);
+    auto add = [&](Kind k, int c) { out[n++] = Dep{{k, c, t.mb}, stage_of(c) != here}; };
+    switch (t.kind) {
+      case Kind::F:
+        if (t.chunk + 1 < chunks_) add(Kind::F, t.chunk + 1);
+        add(Kind::B, t.chunk);
+        break;
+      case Kind::B:
+        if (t.chunk > 0) add(Kind::B, t.chunk - 1);
+        if (cfg_.split_backward) add(Kind::W, t.chunk);
+        break;
+      case Kind::W:
+        break;
+    }
+    return n;
+  }
   // Whether the task waits for a message from another stage (its same-kind predecessor).
   bool has_remote_input(const TaskId& t) const {
     const int c = t.kind == Kind::F ? t.chunk - 1 : t.chunk + 1;

@@ -36,9 +36,6 @@ class Simulation {
       dirty_list_.push_back(s);
     }
   }
-  void ready_if(int s, bool became_ready) {
-    if (became_ready) mark_dirty(s);
-  }
   int queue_of(int s, int r) const { return s * t_ + r; }
 
   // simulator.cpp
@@ -47,10 +44,14 @@ class Simulation {
   void handle(const Event& e);
   void group_end(int s, int index);
   void arrive(int s, int r, int consumer);
-  void wake_if_idle(int s, int r);
+  void wake_if_idle(int s, int r) {  // inline: asked on every arrival, mostly of no wake-up
+    if (w_.wake_ns != 0 || w_.wake_per_copy_ns != 0) wake(s, r);
+  }
+  void wake(int s, int r);
   void size_wakes();
   std::int64_t producer_cost(int r, const TaskId& consumer) const;
   void dispatch_dirty();
+  void dispatch(int s);
   void try_dispatch(int s);
   void start_round(int s);
   void coord_done(int s);

@@ -52,7 +52,8 @@ StepRecord Simulation::run() {
       events_.pop();
       handle(e);
     }
-    size_wakes();      // even where nothing became ready: a wake-up belongs to its instant
+    if (!waking_.empty())
+      size_wakes();    // where nothing became ready too: a wake-up is of its instant
     dispatch_dirty();  // decide only once every event of this instant has landed
   }
   check_finished();
@@ -74,14 +75,20 @@ void Simulation::block(int s, int r, std::int64_t from, std::int64_t to, BlockRe
   if (opt_.record) res_.blocked.push_back(BlockedSpan{s, r, from, to, why});
 }
 
+// Out of line, so that launch() does not pay for the message's frame on every task.
+[[noreturn, gnu::cold, gnu::noinline]] static void diverged(int s, int r, const TaskId& task,
+                                                            const TaskId& group_task) {
+  throw CollectiveMismatchError("stage " + std::to_string(s) + ": tensor-parallel rank " +
+                                std::to_string(r) + " entered the collective of " +
+                                to_string(task) + " while rank(s) of its group are in " +
+                                to_string(group_task) + " (collective order diverged)");
+}
+
 void Simulation::launch(int s, int r, const TaskId& task) {
   Rank& rk = rank(s, r);
   Group& g = groups_[s];
-  if (g.launched > 0 && !(g.task == task))
-    throw CollectiveMismatchError("stage " + std::to_string(s) + ": tensor-parallel rank " +
-                                  std::to_string(r) + " entered the collective of " +
-                                  to_string(task) + " while rank(s) of its group are in " +
-                                  to_string(g.task) + " (collective order diverged)");
+  if (g.launched > 0 && !(g.task == task)) [[unlikely]]
+    diverged(s, r, task, g.task);
   const std::int64_t d = w_.compute(r, m_.index(task));
   // An input woke the idle rank: its thread starts the task once awake (a follower's choice or
   // an agree round may come later than that).
@@ -159,16 +166,15 @@ void Simulation::group_end(int s, int index) {
 void Simulation::arrive(int s, int r, int consumer) {
   wake_if_idle(s, r);
   const TaskId t = m_.task(consumer);
-  ready_if(s, rank(s, r).driver.arrived(t, producer_cost(r, t)));
+  // A rank inside a task dispatches when it ends (group_end marks its stage then).
+  if (rank(s, r).driver.arrived(t, producer_cost(r, t)) && free(s, r)) mark_dirty(s);
 }
 
 // An input reaching a rank with nothing to do wakes its sleeping thread, which then waits for a
 // core behind the copies under way (WorkloadParams::comm_wake_us). A rank freed in this very
 // instant is awake already, and so are ranks in an agree round (inside the all-gather).
-void Simulation::wake_if_idle(int s, int r) {
-  Rank& rk = rank(s, r);
-  if (w_.wake_ns == 0 && w_.wake_per_copy_ns == 0) return;
-  if (!free(s, r) || rk.free_since == now_) return;
+void Simulation::wake(int s, int r) {
+  if (!free(s, r) || rank(s, r).free_since == now_) return;
   if (coordinated_ && groups_[s].round) return;
   waking_.push_back(queue_of(s, r));  // twice in one instant sizes it twice alike
 }
@@ -196,18 +202,28 @@ std::int64_t Simulation::producer_cost(int r, const TaskId& consumer) const {
 void Simulation::dispatch_dirty() {
   // Sorted for determinism: the same events always give the same decisions.
   while (!dirty_list_.empty()) {
+    if (dirty_list_.size() == 1) {  // the common instant: one event, one stage
+      const int s = dirty_list_.front();
+      dirty_list_.clear();
+      dirty_[s] = 0;
+      dispatch(s);
+      continue;
+    }
     std::vector<int>& now_dirty = dispatching_;  // kept: its capacity outlives the instant
     now_dirty.swap(dirty_list_);
     dirty_list_.clear();
     std::sort(now_dirty.begin(), now_dirty.end());
     for (int s : now_dirty)
       dirty_[s] = 0;
-    for (int s : now_dirty) {
-      if (opt_.comm == CommMode::Blocking) accept_sends(s);  // may deliver inputs: wake-ups
-      size_wakes();
-      try_dispatch(s);
-    }
+    for (int s : now_dirty)
+      dispatch(s);
   }
+}
+
+void Simulation::dispatch(int s) {
+  if (opt_.comm == CommMode::Blocking) accept_sends(s);  // may deliver inputs: wake-ups
+  if (!waking_.empty()) size_wakes();
+  try_dispatch(s);
 }
 
 void Simulation::try_dispatch(int s) {

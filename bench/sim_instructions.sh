@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Instructions per simulated task, two builds side by side: the simulator's hot loop
+# (bench_core's two simulate benchmarks, P=64 V=2 M=512, ready BF and fixed interleaved 1F1B)
+# run once under callgrind, which counts every instruction executed inside simulate() and
+# simulates the branch predictor. Unlike a timing, the count does not move with the machine's
+# load or speed, so a change of a few percent shows in one run.
+# Usage: bench/sim_instructions.sh BEFORE_DIR AFTER_DIR   (each holding a Release bench_core)
+# About a minute. Needs valgrind (scripts/install-deps.sh installs it).
+set -euo pipefail
+if [ $# -ne 2 ] || [ ! -x "$1/bench_core" ] || [ ! -x "$2/bench_core" ]; then
+  echo "usage: $0 BEFORE_DIR AFTER_DIR (each with a Release bench_core)" >&2
+  exit 2
+fi
+command -v valgrind >/dev/null || { echo "$0: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+tasks=131072  # P=64 x V=2 x M=512 x (F, B)
+
+count() {  # count DIR BENCHMARK -> "instructions mispredicted-branches" per task
+  valgrind --tool=callgrind --branch-sim=yes --toggle-collect='rrfp::simulate(*' \
+    --callgrind-out-file="$tmp/out" "$1/bench_core" --benchmark_filter="Multimodal/$2\$" \
+    --benchmark_min_time=0.001 >"$tmp/log" 2>&1
+  # One iteration: the first already takes longer than the minimum time under callgrind.
+  grep -q " 1 items_per_second" "$tmp/log" || { echo "$0: expected one iteration" >&2; exit 1; }
+  awk -v n=$tasks '/^events:/ {for (i = 2; i <= NF; ++i) col[$i] = i}
+    /^summary:/ {printf "%.1f %.2f", $(col["Ir"]) / n, $(col["Bcm"]) / n}' "$tmp/out"
+}
+
+printf '%-24s %22s %22s %8s\n' benchmark "before (instr, mispr)" "after (instr, mispr)" "instr"
+for b in ready_bf fixed_interleaved_1f1b; do
+  read -r bi bm <<<"$(count "$1" $b)"
+  read -r ai am <<<"$(count "$2" $b)"
+  printf '%-24s %14s %7s %14s %7s %7.3fx\n' "$b" "$bi" "$bm" "$ai" "$am" \
+    "$(awk -v a="$ai" -v b="$bi" 'BEGIN {print a / b}')"
+done
