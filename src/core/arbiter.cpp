@@ -231,6 +231,41 @@ std::optional<TaskId> StageArbiter::peek() const {
   return task_of_key(p.kind, p.key);
 }
 
+// Inlined into commit() and take(): as calls they cost commit() a sixth more instructions.
+[[gnu::always_inline]] inline void StageArbiter::dequeue(const TaskId& t, int key) {
+  queue_[static_cast<int>(t.kind)].erase(key);
+  if (adaptive_ && t.kind == Kind::F) forwards_[m_.local_chunk(t.chunk)].erase(t.mb);
+}
+
+[[gnu::always_inline]] inline void StageArbiter::count_run(const TaskId& t) {
+  state_[local_index(t)] = kDone;
+  ++committed_;
+  switch (t.kind) {
+    case Kind::F:
+      ++d_;
+      if (d_ > peak_d_) peak_d_ = d_;
+      next_backward_ = true;
+      break;
+    case Kind::B:
+      --d_;
+      next_backward_ = false;
+      if (m_.split()) {
+        ++pending_w_;
+        if (pending_w_ > peak_pending_w_) peak_pending_w_ = pending_w_;
+      }
+      break;
+    case Kind::W:
+      --pending_w_;
+      break;
+  }
+  // The drain order (V > 1 only): a microbatch is through once its local F and B have all run.
+  if (v_ > 1 && t.kind != Kind::W) {
+    ++progress_[t.mb];
+    while (drain_mb_ < mbs_ && progress_[drain_mb_] == 2 * v_)
+      ++drain_mb_;
+  }
+}
+
 void StageArbiter::commit(const TaskId& t) {
   if (!m_.valid(t) || m_.stage_of(t) != stage_)
     throw Error("stage " + std::to_string(stage_) + ": cannot run " + to_string(t) +
@@ -270,40 +305,6 @@ std::optional<TaskId> StageArbiter::take() {
   dequeue(t, p.key);
   count_run(t);
   return t;
-}
-
-void StageArbiter::dequeue(const TaskId& t, int key) {
-  queue_[static_cast<int>(t.kind)].erase(key);
-  if (adaptive_ && t.kind == Kind::F) forwards_[m_.local_chunk(t.chunk)].erase(t.mb);
-}
-
-void StageArbiter::count_run(const TaskId& t) {
-  state_[local_index(t)] = kDone;
-  ++committed_;
-  switch (t.kind) {
-    case Kind::F:
-      ++d_;
-      if (d_ > peak_d_) peak_d_ = d_;
-      next_backward_ = true;
-      break;
-    case Kind::B:
-      --d_;
-      next_backward_ = false;
-      if (m_.split()) {
-        ++pending_w_;
-        if (pending_w_ > peak_pending_w_) peak_pending_w_ = pending_w_;
-      }
-      break;
-    case Kind::W:
-      --pending_w_;
-      break;
-  }
-  // The drain order (V > 1 only): a microbatch is through once its local F and B have all run.
-  if (v_ > 1 && t.kind != Kind::W) {
-    ++progress_[t.mb];
-    while (drain_mb_ < mbs_ && progress_[drain_mb_] == 2 * v_)
-      ++drain_mb_;
-  }
 }
 
 std::string StageArbiter::describe() const {
