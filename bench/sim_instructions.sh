@@ -22,6 +22,8 @@ count() {  # count DIR BENCHMARK -> "instructions mispredicted-branches" per tas
     --benchmark_min_time=0.001 >"$tmp/log" 2>&1
   # One iteration: the first already takes longer than the minimum time under callgrind.
   grep -q " 1 items_per_second" "$tmp/log" || { echo "$0: expected one iteration" >&2; exit 1; }
+  # The count is divided by the benchmark's tasks: a benchmark of another shape would divide wrong.
+  grep -q "tasks=131.072k" "$tmp/log" || { echo "$0: expected 131,072 tasks" >&2; exit 1; }
   awk -v n=$tasks '/^events:/ {for (i = 2; i <= NF; ++i) col[$i] = i}
     /^summary:/ {printf "%.1f %.2f", $(col["Ir"]) / n, $(col["Bcm"]) / n}' "$tmp/out"
 }

@@ -6,8 +6,8 @@
 
 #include "core/arbiter.hpp"
 #include "core/error.hpp"
-#include "sim/rng.hpp"
 #include "seeds.hpp"
+#include "sim/rng.hpp"
 #include "sim_helpers.hpp"
 
 namespace rrfp::test {

@@ -48,7 +48,10 @@ class Simulation {
     if (w_.wake_ns != 0 || w_.wake_per_copy_ns != 0) wake(s, r);
   }
   void wake(int s, int r);
-  void size_wakes();
+  void size_wakes() {  // inline: asked every instant and every dispatch, mostly of none
+    if (!waking_.empty()) size_pending_wakes();
+  }
+  void size_pending_wakes();
   std::int64_t producer_cost(int r, const TaskId& consumer) const;
   void dispatch_dirty();
   void dispatch(int s);

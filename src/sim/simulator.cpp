@@ -52,8 +52,7 @@ StepRecord Simulation::run() {
       events_.pop();
       handle(e);
     }
-    if (!waking_.empty())
-      size_wakes();    // where nothing became ready too: a wake-up is of its instant
+    size_wakes();      // where nothing became ready too: a wake-up is of its instant
     dispatch_dirty();  // decide only once every event of this instant has landed
   }
   check_finished();
@@ -181,7 +180,7 @@ void Simulation::wake(int s, int r) {
 
 // The copies under way are counted once every event of the instant has landed, as dispatch
 // decides then too.
-void Simulation::size_wakes() {
+void Simulation::size_pending_wakes() {
   const auto copies = static_cast<std::int64_t>(links_ ? links_->moving_count() : 0);
   for (int q : waking_)
     ranks_[q].awake_at = now_ + w_.wake_ns + copies * w_.wake_per_copy_ns;
@@ -222,7 +221,7 @@ void Simulation::dispatch_dirty() {
 
 void Simulation::dispatch(int s) {
   if (opt_.comm == CommMode::Blocking) accept_sends(s);  // may deliver inputs: wake-ups
-  if (!waking_.empty()) size_wakes();
+  size_wakes();
   try_dispatch(s);
 }
 
