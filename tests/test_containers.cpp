@@ -1,9 +1,10 @@
 // The arbiter's ordered sets and the simulator's event queue against the standard library's,
 // over seeded random operations, and the fast division against the hardware's.
+#include <limits>
 #include <map>
 #include <queue>
 #include <set>
-#include <tuple>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -57,16 +58,25 @@ TEST(MinSet, ResetEmptiesAndResizes) {
   EXPECT_EQ(s.min(), 4999);
 }
 
-// The adaptive rule's key: (local chunk, minus the producer's cost, microbatch), all distinct.
-using Key = std::tuple<int, std::int64_t, int>;
+// The adaptive rule's order: the key (minus the producer's cost), then the id (the microbatch).
+using Ranked = std::pair<std::int64_t, int>;
+
+// Few distinct keys, so that ties fall to the id, and the extremes of the key's range, where
+// flipping the sign bit must keep the order.
+std::int64_t some_key(std::uint64_t h) {
+  constexpr std::int64_t kExtremes[] = {std::numeric_limits<std::int64_t>::min(), -1, 0,
+                                        std::numeric_limits<std::int64_t>::max()};
+  if ((h >> 40) % 4 == 0) return kExtremes[(h >> 42) % 4];
+  return -static_cast<std::int64_t>((h >> 32) % 5);
+}
 
 TEST(KeyedHeap, AgreesWithAnOrderedSetOverRandomOperations) {
   for (const int n : {1, 2, 3, 17, 1000}) {
     for (std::uint64_t seed = 1; seed <= 20; ++seed) {
-      KeyedHeap<Key> heap;
+      KeyedHeap heap;
       heap.reset(n);
-      std::map<int, Key> keys;  // id -> key while a member
-      std::set<std::pair<Key, int>> ref;
+      std::map<int, std::int64_t> keys;  // id -> key while a member
+      std::set<Ranked> ref;
       for (int op = 0; op < 3000; ++op) {
         const std::uint64_t h = hash_keys(seed, 7, n, op);
         const int id = static_cast<int>(h % static_cast<std::uint64_t>(n));
@@ -75,8 +85,7 @@ TEST(KeyedHeap, AgreesWithAnOrderedSetOverRandomOperations) {
           if (keys.count(id)) ref.erase({keys[id], id});
           keys.erase(id);
         } else if (!keys.count(id)) {
-          // Few distinct costs, so ties on the cost fall to the microbatch (the id).
-          const Key k{id % 3, -static_cast<std::int64_t>((h >> 32) % 5), id};
+          const std::int64_t k = some_key(h);
           heap.insert(id, k);
           keys[id] = k;
           ref.insert({k, id});
@@ -99,12 +108,13 @@ TEST(KeyedHeap, AgreesWithAnOrderedSetOverRandomOperations) {
 }
 
 TEST(KeyedHeap, InsertingAMemberAgainKeepsItsKey) {
-  KeyedHeap<Key> heap;
+  KeyedHeap heap;
   heap.reset(4);
-  heap.insert(2, Key{0, -5, 2});
-  heap.insert(1, Key{0, -1, 1});
-  heap.insert(2, Key{0, 0, 2});  // ignored: 2 is a member
+  heap.insert(2, -5);
+  heap.insert(1, -1);
+  heap.insert(2, 0);  // ignored: 2 is a member
   EXPECT_EQ(heap.top(), 2);
+  EXPECT_EQ(heap.top_key(), -5);
   heap.erase(3);  // not a member: nothing happens
   EXPECT_EQ(heap.size(), 2);
 }

@@ -17,10 +17,7 @@ void setup_simulate(CLI::App& app) {
     check_runs_fit("simulate", *f, sc, specs);  // before check_spec builds the hints' orders
     for (const RunSpec& spec : specs)
       check_spec(sc, spec);
-    std::vector<ReportRun> runs;
-    for (const RunSpec& spec : specs)
-      runs.push_back(run_scenario(sc, spec));
-    write_reports(*f, header_of(sc), runs);
+    write_reports(*f, header_of(sc), run_scenarios(sc, specs));
   });
 }
 

@@ -121,9 +121,7 @@ std::vector<RunSpec> sweep_specs(const SweepFlags& f) {
 
 // One grid point's runs, each against the three baselines (the first three runs).
 std::vector<Row> point_rows(const Scenario& sc, const std::vector<RunSpec>& specs, int limit_flag) {
-  std::vector<ReportRun> runs;
-  for (const auto& s : specs)
-    runs.push_back(run_scenario(sc, s));
+  const std::vector<ReportRun> runs = run_scenarios(sc, specs);
   const double b0 = runs[0].metrics.makespan, b1 = runs[1].metrics.makespan,
                b2 = runs[2].metrics.makespan;
   std::vector<Row> rows;

@@ -107,8 +107,11 @@ void StageArbiter::mark_ready(const TaskId& t) {
     refuse_ready(t);
   st = kReady;
   if (opt_.policy != Policy::Ready) return;
-  queue_[static_cast<int>(t.kind)].insert(key_of(t));
-  if (adaptive_ && t.kind == Kind::F) queue_forward(t);
+  ++queued_;
+  if (adaptive_ && t.kind == Kind::F)
+    queue_forward(t);
+  else
+    queue_[static_cast<int>(t.kind)].insert(key_of(t));
 }
 
 void StageArbiter::note_cost(const TaskId& t, std::int64_t ns) {
@@ -233,8 +236,11 @@ std::optional<TaskId> StageArbiter::peek() const {
 
 // Inlined into commit() and take(): as calls they cost commit() a sixth more instructions.
 [[gnu::always_inline]] inline void StageArbiter::dequeue(const TaskId& t, int key) {
-  queue_[static_cast<int>(t.kind)].erase(key);
-  if (adaptive_ && t.kind == Kind::F) forwards_[m_.local_chunk(t.chunk)].erase(t.mb);
+  --queued_;
+  if (adaptive_ && t.kind == Kind::F)
+    forwards_[m_.local_chunk(t.chunk)].erase(t.mb);
+  else
+    queue_[static_cast<int>(t.kind)].erase(key);
 }
 
 [[gnu::always_inline]] inline void StageArbiter::count_run(const TaskId& t) {
@@ -298,7 +304,7 @@ std::optional<TaskId> StageArbiter::take() {
     return h;
   }
   // A stage freed with nothing ready is common (it waits for its next input): say so at once.
-  if (queue_[0].empty() && queue_[1].empty() && queue_[2].empty()) return std::nullopt;
+  if (queued_ == 0) return std::nullopt;
   const Pick p = pick();
   if (p.key < 0) return std::nullopt;
   const TaskId t = task_of_key(p.kind, p.key);

@@ -124,7 +124,9 @@ class StageArbiter {
   std::vector<int> chunks_;          // this stage's chunks, by local chunk
   // Rule hints: a key is (row << mb_bits_) | mb, so it splits without a division.
   int mb_bits_ = 0;
-  MinSet queue_[kNumKinds];    // ready tasks of each kind, by key
+  // Ready tasks of each kind, by key; the adaptive rule's forwards are in forwards_ instead.
+  MinSet queue_[kNumKinds];
+  int queued_ = 0;             // ready tasks in either
   int head_ = 0;               // fixed policy: next position in the list
   bool next_backward_ = true;  // BF/FB/BFW round state
   int d_ = 0, peak_d_ = 0, pending_w_ = 0, peak_pending_w_ = 0;
@@ -133,18 +135,13 @@ class StageArbiter {
   // forward's "cost" is minus its entry rank.
   bool adaptive_ = false;
   std::vector<std::int64_t> cost_;  // by local index, adaptive only
-  struct ForwardKey {
-    std::int64_t neg_cost;
-    int mb;
-    bool operator<(const ForwardKey& o) const {
-      return neg_cost != o.neg_cost ? neg_cost < o.neg_cost : mb < o.mb;
-    }
-  };
+  // A ready forward's key: minus its cost, so the longest producer comes first; ties go to the
+  // smaller microbatch (the heap's id).
   void queue_forward(const TaskId& t) {
-    forwards_[m_.local_chunk(t.chunk)].insert(t.mb, ForwardKey{-cost_[local_index(t)], t.mb});
+    forwards_[m_.local_chunk(t.chunk)].insert(t.mb, -cost_[local_index(t)]);
   }
-  std::vector<KeyedHeap<ForwardKey>> forwards_;  // by local chunk, each by microbatch
-  std::vector<int> progress_;  // V > 1, per microbatch: local F and B done (drain order)
+  std::vector<KeyedHeap> forwards_;  // by local chunk, each by microbatch
+  std::vector<int> progress_;        // V > 1, per microbatch: local F and B done (drain order)
   int drain_mb_ = 0;
 };
 

@@ -5,7 +5,7 @@
 // occupancy words. The levels lie in one array, the top first, so a minimum reads one word per
 // level from memory that is already warm (a vector per level cost a pointer chase per level).
 //
-// KeyedHeap: ids 0..n-1 ranked by a key of any ordered type, with the least at hand and
+// KeyedHeap: ids 0..n-1 ranked by a 64-bit key, ties by id, with the least at hand and
 // O(log n) insert and erase of any member. The adaptive rule ranks forwards by their
 // producers' measured costs, which are not small integers; a balanced tree did the same with an
 // allocation per insert.
@@ -85,7 +85,6 @@ class MinSet {
   int size_ = 0;
 };
 
-template <class Key>
 class KeyedHeap {
  public:
   // Empties the heap for ids 0..n-1.
@@ -96,64 +95,70 @@ class KeyedHeap {
   bool empty() const { return heap_.empty(); }
   int size() const { return static_cast<int>(heap_.size()); }
   bool contains(int id) const { return pos_[id] >= 0; }
-  // The member with the least key; the heap must not be empty. Keys must be distinct for the
-  // least to be one member whatever the order of inserts.
+  // The member of least (key, id); the heap must not be empty.
   int top() const { return heap_.front().id; }
-  const Key& top_key() const { return heap_.front().key; }
+  std::int64_t top_key() const { return heap_.front().key; }
 
-  void insert(int id, const Key& key) {
+  void insert(int id, std::int64_t key) {
     if (contains(id)) return;
     heap_.push_back({key, id});
     pos_[id] = size() - 1;
     up(size() - 1);
   }
 
+  // The hole the member leaves moves down to a leaf, each time taking its least child's place,
+  // and the last entry fills it from there: one comparison a level fewer than sinking the last
+  // entry from the top, which nearly always goes back down to the bottom anyway.
   void erase(int id) {
-    const int i = pos_[id];
+    int i = pos_[id];
     if (i < 0) return;
     pos_[id] = -1;
-    const int last = size() - 1;
-    if (i != last) {
-      heap_[i] = std::move(heap_[last]);
-      pos_[heap_[i].id] = i;
-    }
+    const Entry last = heap_.back();
     heap_.pop_back();
-    if (i < size()) down(up(i));
+    const int n = size();
+    if (i == n) return;
+    for (int first = i * kArity + 1; first < n; first = i * kArity + 1) {
+      const int child = least_child(first, n);
+      place(i, heap_[child]);
+      i = child;
+    }
+    heap_[i] = last;
+    up(i);
   }
 
  private:
   struct Entry {
-    Key key;
+    std::int64_t key;
     int id;
+    bool operator<(const Entry& o) const { return key != o.key ? key < o.key : id < o.id; }
   };
-  void place(int i, Entry&& e) {
+  static constexpr int kArity = 4;  // half a binary heap's levels, so half its moves
+  void place(int i, const Entry& e) {
     pos_[e.id] = i;
-    heap_[i] = std::move(e);
+    heap_[i] = e;
   }
-  // Moves entry i towards the root while it is less than its parent; returns where it stops.
-  int up(int i) {
-    Entry e = std::move(heap_[i]);
+  // Moves entry i towards the root while it is less than its parent.
+  void up(int i) {
+    const Entry e = heap_[i];
     while (i > 0) {
-      const int parent = (i - 1) / 2;
-      if (!(e.key < heap_[parent].key)) break;
-      place(i, std::move(heap_[parent]));
+      const int parent = (i - 1) / kArity;
+      if (!(e < heap_[parent])) break;
+      place(i, heap_[parent]);
       i = parent;
     }
-    place(i, std::move(e));
-    return i;
+    place(i, e);
   }
-  void down(int i) {
-    const int n = size();
-    Entry e = std::move(heap_[i]);
-    for (;;) {
-      int child = 2 * i + 1;
-      if (child >= n) break;
-      if (child + 1 < n && heap_[child + 1].key < heap_[child].key) ++child;
-      if (!(heap_[child].key < e.key)) break;
-      place(i, std::move(heap_[child]));
-      i = child;
+  // The least of the children that start at `first` (< n).
+  int least_child(int first, int n) const {
+    if (first + kArity <= n) {  // all four: two pairs, then their winners
+      const int a = heap_[first + 1] < heap_[first] ? first + 1 : first;
+      const int b = heap_[first + 3] < heap_[first + 2] ? first + 3 : first + 2;
+      return heap_[b] < heap_[a] ? b : a;
     }
-    place(i, std::move(e));
+    int best = first;
+    for (int c = first + 1; c < n; ++c)
+      if (heap_[c] < heap_[best]) best = c;
+    return best;
   }
 
   std::vector<Entry> heap_;

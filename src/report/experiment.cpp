@@ -1,6 +1,10 @@
 #include "report/experiment.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <future>
+#include <thread>
+#include <utility>
 
 #include "core/error.hpp"
 #include "sim/replay.hpp"
@@ -68,11 +72,9 @@ RealizedWork realized_work(const Scenario& sc, const WorkModel& m) {
   return work;
 }
 
-ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec) {
-  const PipelineConfig cfg = config_for(sc, spec);
-  WorkModel m(cfg);
-  Hint hint = make_hint(spec.hint, m);
-  const RealizedWork work = realized_work(sc, m);
+namespace {
+
+SimOptions sim_options(const Scenario& sc, const RunSpec& spec) {
   SimOptions opt;
   opt.arbiter.policy = spec.policy;
   opt.arbiter.limit = sc.limit;
@@ -80,6 +82,18 @@ ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& 
   opt.comm = spec.comm;
   opt.tp_protocol = sc.tp_protocol;
   opt.record = sc.record;
+  return opt;
+}
+
+// The limit of the lower bound's memory term (sim/metrics.hpp): the run's resolved limit where
+// the limit holds D, that is ready dispatch with V = 1; none elsewhere.
+int bound_limit(const RunSpec& spec, const WorkModel& m, int resolved_limit) {
+  return spec.policy == Policy::Ready && m.vpp() == 1 ? resolved_limit : 0;
+}
+
+// Runs `spec` on work already drawn; the caller fills in the metrics.
+ReportRun execute(const Scenario& sc, const RunSpec& spec, const WorkModel& m, const Hint& hint,
+                  const RealizedWork& work, SimOptions opt, const Executor& exec) {
   ReportRun out;
   out.label = spec.label.empty() ? default_label(spec) : spec.label;
   if (sc.progress)
@@ -92,13 +106,89 @@ ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& 
   out.hint = spec.hint;
   out.policy = to_string(spec.policy);
   out.comm = to_string(spec.comm);
-  out.cfg = cfg;
+  out.cfg = m.config();
   out.result = exec(m, hint, work, opt);
   if (sc.progress && m.num_tasks() >= (1 << 20)) std::fprintf(stderr, "\r\033[K");
-  // The memory bound where the limit holds D (sim/metrics.hpp): ready dispatch, V = 1.
-  const bool held = spec.policy == Policy::Ready && m.vpp() == 1;
-  out.metrics =
-      compute_metrics(out.result, lower_bound(m, work, held ? out.result.arbiter.limit : 0));
+  return out;
+}
+
+// The lower bounds of the runs of one shape, by their bound_limit(): the same work and limit
+// give the same bound, so runs that share them (fixed 1F1B blocking and async) reckon it once.
+class Bounds {
+ public:
+  Bounds(const WorkModel& m, const RealizedWork& work) : m_(m), work_(work) {}
+  // Starts the bound for `limit` on threads of its own, unless it is known or under way:
+  // with `threads` = 1 beside a simulation, whose one thread leaves the other cores free.
+  void start(int limit, int threads) {
+    if (find(limit)) return;
+    bounds_.push_back({limit, std::async(std::launch::async, [this, limit, threads] {
+                                return lower_bound(m_, work_, limit, threads);
+                              }).share()});
+  }
+  const LowerBound& get(int limit) {
+    if (!find(limit)) start(limit, 0);
+    return find(limit)->get();
+  }
+
+ private:
+  const std::shared_future<LowerBound>* find(int limit) const {
+    for (const auto& [l, f] : bounds_)
+      if (l == limit) return &f;
+    return nullptr;
+  }
+  const WorkModel& m_;
+  const RealizedWork& work_;
+  std::vector<std::pair<int, std::shared_future<LowerBound>>> bounds_;
+};
+
+// The simulator's runs of one shape, `specs[i]` for each i in `which`, on one draw of the work.
+// Each run's lower bound is reckoned beside its simulation, on the cores it leaves free.
+void simulate_shape(const Scenario& sc, const std::vector<RunSpec>& specs,
+                    const std::vector<std::size_t>& which, std::vector<ReportRun>& out) {
+  const WorkModel m(config_for(sc, specs[which.front()]));
+  const RealizedWork work = realized_work(sc, m);
+  Bounds bounds(m, work);
+  const int spare = static_cast<int>(std::max(std::thread::hardware_concurrency(), 2U)) - 1;
+  for (const std::size_t i : which) {
+    const Hint hint = make_hint(specs[i].hint, m);
+    const SimOptions opt = sim_options(sc, specs[i]);
+    // The simulator resolves the options the same way, so the limit is known before the run.
+    const int limit = bound_limit(specs[i], m, resolve_options(opt.arbiter, hint, m).limit);
+    bounds.start(limit, spare);
+    out[i] = execute(sc, specs[i], m, hint, work, opt, simulate);
+    if (bound_limit(specs[i], m, out[i].result.arbiter.limit) != limit)
+      throw Error("internal: the simulator resolved another limit than the bound's");
+    out[i].metrics = compute_metrics(out[i].result, bounds.get(limit));
+  }
+}
+
+}  // namespace
+
+ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec) {
+  WorkModel m(config_for(sc, spec));
+  Hint hint = make_hint(spec.hint, m);
+  const RealizedWork work = realized_work(sc, m);
+  ReportRun out = execute(sc, spec, m, hint, work, sim_options(sc, spec), exec);
+  out.metrics = compute_metrics(
+      out.result, lower_bound(m, work, bound_limit(spec, m, out.result.arbiter.limit)));
+  return out;
+}
+
+ReportRun run_scenario(const Scenario& sc, const RunSpec& spec) {
+  return std::move(run_scenarios(sc, {spec}).front());
+}
+
+std::vector<ReportRun> run_scenarios(const Scenario& sc, const std::vector<RunSpec>& specs) {
+  std::vector<ReportRun> out(specs.size());
+  // Runs of one shape (within a scenario only the split backward differs) share one draw of
+  // the work; shape by shape, so that one draw is held at a time. The runs are deterministic,
+  // so running them out of order changes no result.
+  for (const bool split : {false, true}) {
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      if (config_for(sc, specs[i]).split_backward == split) which.push_back(i);
+    if (!which.empty()) simulate_shape(sc, specs, which, out);
+  }
   return out;
 }
 

@@ -48,7 +48,13 @@ using Executor = std::function<StepRecord(const WorkModel&, const Hint&, const R
 // The durations the scenario's runs see: its workload realized for `m`, or its replay (with
 // the workload's jitter, collective and coordination costs on top).
 RealizedWork realized_work(const Scenario& sc, const WorkModel& m);
-ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec = simulate);
+// One run by `exec` (the emulated runtime; nothing else runs beside it), then its lower bound.
+ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec);
+// One simulated run, its lower bound reckoned beside it on the cores the simulation leaves free.
+ReportRun run_scenario(const Scenario& sc, const RunSpec& spec);
+// Simulated runs of one scenario, in the order of `specs`: runs of one shape share one draw of
+// the work and, where their limits agree, one lower bound.
+std::vector<ReportRun> run_scenarios(const Scenario& sc, const std::vector<RunSpec>& specs);
 ReportHeader header_of(const Scenario& sc);
 // Throws the InputError a run would hit (hint, shape, policy, limits) without running it.
 void check_spec(const Scenario& sc, const RunSpec& spec);

@@ -23,8 +23,9 @@ struct LowerBound {
 // slowest rank plus the collective; a message takes at least its fastest rank's latency.
 // `limit` > 0 adds the memory bound (c): the run's resolved limit where it holds D, that is
 // ready dispatch with V = 1 (the fixed policy follows its list whatever the limit, and with
-// V > 1 a microbatch draining through its chunks may pass it).
-LowerBound lower_bound(const WorkModel& m, const RealizedWork& w, int limit = 0);
+// V > 1 a microbatch draining through its chunks may pass it). `threads`: at most this many
+// (0: one a core, up to 8).
+LowerBound lower_bound(const WorkModel& m, const RealizedWork& w, int limit = 0, int threads = 0);
 
 // The durations a measured step's recorded tasks took (TP rank 0's, no messages): the lower
 // bound of that very step, for runs whose durations are not modelled (training, Python stages).

@@ -1,0 +1,85 @@
+// A scenario's simulated runs: run together (one draw of the work per shape, the lower bounds
+// reckoned beside the simulations) they must give what each gives run alone, in order.
+#include <gtest/gtest.h>
+
+#include "core/error.hpp"
+#include "report/experiment.hpp"
+
+namespace rrfp::test {
+namespace {
+
+Scenario scenario(std::uint64_t seed, int tp) {
+  Scenario sc;
+  sc.cfg = make_config(4, 1, 16, "loop", "off", "1f1b");
+  sc.tp = tp;
+  sc.workload = workload_preset("multimodal");
+  sc.seed = seed;
+  return sc;
+}
+
+// The baselines and the hints of `rrfp sweep`, the split ones between the others, so that
+// runs of the two shapes alternate.
+std::vector<RunSpec> specs() {
+  return {{"1f1b", Policy::Fixed, CommMode::Blocking, "fixed 1f1b (blocking)"},
+          {"zb-h1", Policy::Fixed, CommMode::Async, ""},
+          {"1f1b", Policy::Fixed, CommMode::Async, ""},
+          {"bfw", Policy::Ready, CommMode::Async, ""},
+          {"bf", Policy::Ready, CommMode::Async, ""},
+          {"adaptive", Policy::Ready, CommMode::Blocking, ""}};
+}
+
+void expect_same(const ReportRun& a, const ReportRun& b, const std::string& what) {
+  SCOPED_TRACE(what);
+  EXPECT_EQ(a.label, b.label);
+  EXPECT_EQ(a.hint, b.hint);
+  EXPECT_EQ(a.cfg.split_backward, b.cfg.split_backward);
+  EXPECT_EQ(a.metrics.makespan, b.metrics.makespan);
+  EXPECT_EQ(a.metrics.limit, b.metrics.limit);
+  EXPECT_EQ(a.metrics.bound.value, b.metrics.bound.value);
+  EXPECT_EQ(a.metrics.bound.stage_bound, b.metrics.bound.stage_bound);
+  EXPECT_EQ(a.metrics.bound.critical_path, b.metrics.bound.critical_path);
+  EXPECT_EQ(a.metrics.bound.memory, b.metrics.bound.memory);
+  ASSERT_EQ(a.result.tasks.size(), b.result.tasks.size());
+  for (std::size_t i = 0; i < a.result.tasks.size(); ++i) {
+    const TaskRecord &x = a.result.tasks[i], &y = b.result.tasks[i];
+    ASSERT_TRUE(x.task == y.task && x.rank == y.rank && x.start == y.start && x.end == y.end)
+        << "record " << i;
+  }
+}
+
+TEST(Experiment, RunsTogetherGiveWhatEachGivesAlone) {
+  const Executor alone = [](const WorkModel& m, const Hint& h, const RealizedWork& w,
+                            const SimOptions& o) { return simulate(m, h, w, o); };
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    const Scenario sc = scenario(seed, seed % 3 == 0 ? 2 : 1);
+    const std::vector<RunSpec> sp = specs();
+    const std::vector<ReportRun> together = run_scenarios(sc, sp);
+    ASSERT_EQ(together.size(), sp.size());
+    for (std::size_t i = 0; i < sp.size(); ++i) {
+      const std::string what = "seed " + std::to_string(seed) + ", run " + std::to_string(i);
+      expect_same(together[i], run_scenario(sc, sp[i], alone), what);
+      expect_same(together[i], run_scenario(sc, sp[i]), what + " (one simulated run)");
+    }
+    // The split runs had the split shape; the bound of a run that holds its limit has the
+    // memory term, the others none.
+    EXPECT_TRUE(together[1].cfg.split_backward && together[3].cfg.split_backward);
+    EXPECT_FALSE(together[0].cfg.split_backward || together[4].cfg.split_backward);
+    EXPECT_EQ(together[0].metrics.bound.memory, 0);
+    EXPECT_GT(together[4].metrics.bound.memory, 0);
+  }
+}
+
+TEST(Experiment, ARunThatCannotRunThrowsTheOptionsError) {
+  const Scenario sc = scenario(1, 1);
+  std::vector<RunSpec> sp = specs();
+  sp.push_back({"bf", Policy::Fixed, CommMode::Async, ""});
+  try {
+    run_scenarios(sc, sp);
+    FAIL() << "a fixed policy over a rule hint ran";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("`policy` fixed"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace rrfp::test
