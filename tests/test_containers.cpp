@@ -61,8 +61,7 @@ TEST(MinSet, ResetEmptiesAndResizes) {
 // The adaptive rule's order: the key (minus the producer's cost), then the id (the microbatch).
 using Ranked = std::pair<std::int64_t, int>;
 
-// Few distinct keys, so that ties fall to the id, and the extremes of the key's range, where
-// flipping the sign bit must keep the order.
+// Few distinct keys, so that ties fall to the id, and the extremes of the key's range.
 std::int64_t some_key(std::uint64_t h) {
   constexpr std::int64_t kExtremes[] = {std::numeric_limits<std::int64_t>::min(), -1, 0,
                                         std::numeric_limits<std::int64_t>::max()};

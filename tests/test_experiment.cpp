@@ -69,6 +69,39 @@ TEST(Experiment, RunsTogetherGiveWhatEachGivesAlone) {
   }
 }
 
+// The bound summed on one thread, on two or on one a core: the same, field by field, since
+// the ranges' partial results merge by integer sums, minima and maxima. Sizes past two ranges'
+// worth, where a machine of two cores or more does split it (the runs above are too small to).
+TEST(Experiment, TheLowerBoundIsTheSameOnAnyNumberOfThreads) {
+  struct Shape {
+    int pp, vpp, microbatches;
+    bool split;
+  };
+  for (const Shape sh : {Shape{4, 1, 8192, false}, Shape{4, 2, 4096, true}}) {
+    PipelineConfig c;
+    c.pp = sh.pp;
+    c.vpp = sh.vpp;
+    c.microbatches = sh.microbatches;
+    c.split_backward = sh.split;
+    const WorkModel m(c);
+    const RealizedWork w = realize(workload_preset("multimodal"), m, 1, 3);
+    for (const int limit : {0, 5}) {
+      const LowerBound one = lower_bound(m, w, limit, 1);
+      for (const int threads : {2, 0}) {
+        SCOPED_TRACE("V=" + std::to_string(sh.vpp) + " limit " + std::to_string(limit) + ", " +
+                     std::to_string(threads) + " threads");
+        const LowerBound b = lower_bound(m, w, limit, threads);
+        EXPECT_EQ(b.value, one.value);
+        EXPECT_EQ(b.stage_bound, one.stage_bound);
+        EXPECT_EQ(b.stage, one.stage);
+        EXPECT_EQ(b.critical_path, one.critical_path);
+        EXPECT_EQ(b.memory, one.memory);
+        EXPECT_EQ(b.memory_stage, one.memory_stage);
+      }
+    }
+  }
+}
+
 TEST(Experiment, ARunThatCannotRunThrowsTheOptionsError) {
   const Scenario sc = scenario(1, 1);
   std::vector<RunSpec> sp = specs();

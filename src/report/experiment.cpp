@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <future>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -117,13 +118,19 @@ ReportRun execute(const Scenario& sc, const RunSpec& spec, const WorkModel& m, c
 class Bounds {
  public:
   Bounds(const WorkModel& m, const RealizedWork& work) : m_(m), work_(work) {}
-  // Starts the bound for `limit` on threads of its own, unless it is known or under way:
-  // with `threads` = 1 beside a simulation, whose one thread leaves the other cores free.
+  // Starts the bound for `limit` on `threads` threads of its own (0: one a core), unless it is
+  // known or under way. Beside a simulation, which takes one core, the caller passes the rest.
+  // Where no thread can be started (a process limit), it is summed here when asked for.
   void start(int limit, int threads) {
     if (find(limit)) return;
-    bounds_.push_back({limit, std::async(std::launch::async, [this, limit, threads] {
-                                return lower_bound(m_, work_, limit, threads);
-                              }).share()});
+    auto sum = [this, limit, threads] { return lower_bound(m_, work_, limit, threads); };
+    std::shared_future<LowerBound> f;
+    try {
+      f = std::async(std::launch::async, sum).share();
+    } catch (const std::system_error&) {
+      f = std::async(std::launch::deferred, sum).share();
+    }
+    bounds_.push_back({limit, std::move(f)});
   }
   const LowerBound& get(int limit) {
     if (!find(limit)) start(limit, 0);
@@ -182,7 +189,9 @@ std::vector<ReportRun> run_scenarios(const Scenario& sc, const std::vector<RunSp
   std::vector<ReportRun> out(specs.size());
   // Runs of one shape (within a scenario only the split backward differs) share one draw of
   // the work; shape by shape, so that one draw is held at a time. The runs are deterministic,
-  // so running them out of order changes no result.
+  // so running them out of order changes no result; only the progress lines come in shape
+  // order, and of two runs that cannot run, the error may name the later (callers check every
+  // spec first: check_spec).
   for (const bool split : {false, true}) {
     std::vector<std::size_t> which;
     for (std::size_t i = 0; i < specs.size(); ++i)
