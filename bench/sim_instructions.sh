@@ -2,10 +2,11 @@
 # Instructions per simulated task, two builds side by side: the simulator's hot loop
 # (bench_core's two simulate benchmarks, P=64 V=2 M=512, ready BF and fixed interleaved 1F1B)
 # run once under callgrind, which counts every instruction executed inside simulate() and
-# simulates the branch predictor. Unlike a timing, the count does not move with the machine's
-# load or speed, so a change of a few percent shows in one run.
+# simulates the branch predictor; then one decision (`BM_DecideAndCommit`: a peek and a commit
+# among 1,000 ready forwards, under BF and the adaptive rule). Unlike a timing, the count does
+# not move with the machine's load or speed, so a change of a few percent shows in one run.
 # Usage: bench/sim_instructions.sh BEFORE_DIR AFTER_DIR   (each holding a Release bench_core)
-# About a minute. Needs valgrind (scripts/install-deps.sh installs it).
+# About a minute and a half. Needs valgrind (scripts/install-deps.sh installs it).
 set -euo pipefail
 if [ $# -ne 2 ] || [ ! -x "$1/bench_core" ] || [ ! -x "$2/bench_core" ]; then
   echo "usage: $0 BEFORE_DIR AFTER_DIR (each with a Release bench_core)" >&2
@@ -28,10 +29,29 @@ count() {  # count DIR BENCHMARK -> "instructions mispredicted-branches" per tas
     /^summary:/ {printf "%.1f %.2f", $(col["Ir"]) / n, $(col["Bcm"]) / n}' "$tmp/out"
 }
 
+# One decision: peek() and commit() counted, 1,000 of them in one iteration of the benchmark.
+decide() {  # decide DIR RULE -> "instructions mispredicted-branches" per decision
+  valgrind --tool=callgrind --branch-sim=yes --toggle-collect='rrfp::StageArbiter::peek*' \
+    --toggle-collect='rrfp::StageArbiter::commit*' --callgrind-out-file="$tmp/out" \
+    "$1/bench_core" --benchmark_filter="DecideAndCommit/$2\$" --benchmark_min_time=0.001 \
+    >"$tmp/log" 2>&1
+  grep -q " 1 items_per_second" "$tmp/log" || { echo "$0: expected one iteration" >&2; exit 1; }
+  awk '/^events:/ {for (i = 2; i <= NF; ++i) col[$i] = i}
+    /^summary:/ {printf "%.1f %.2f", $(col["Ir"]) / 1000, $(col["Bcm"]) / 1000}' "$tmp/out"
+}
+
+row() {  # row LABEL BEFORE AFTER (each "instructions mispredictions")
+  read -r bi bm <<<"$2"
+  read -r ai am <<<"$3"
+  printf '%-24s %14s %7s %14s %7s %7.3fx\n' "$1" "$bi" "$bm" "$ai" "$am" \
+    "$(awk -v a="$ai" -v b="$bi" 'BEGIN {print a / b}')"
+}
+
 printf '%-24s %22s %22s %8s\n' benchmark "before (instr, mispr)" "after (instr, mispr)" "instr"
 for b in ready_bf fixed_interleaved_1f1b; do
-  read -r bi bm <<<"$(count "$1" $b)"
-  read -r ai am <<<"$(count "$2" $b)"
-  printf '%-24s %14s %7s %14s %7s %7.3fx\n' "$b" "$bi" "$bm" "$ai" "$am" \
-    "$(awk -v a="$ai" -v b="$bi" 'BEGIN {print a / b}')"
+  row "$b" "$(count "$1" $b)" "$(count "$2" $b)"
+done
+echo "per decision (peek + commit among 1,000 ready forwards):"
+for r in bf adaptive; do
+  row "decide+commit $r" "$(decide "$1" $r)" "$(decide "$2" $r)"
 done
