@@ -151,9 +151,10 @@ class KeyedHeap {
   // The least of the children that start at `first` (< n).
   int least_child(int first, int n) const {
     if (first + kArity <= n) {  // all four: two pairs, then their winners
-      const int a = heap_[first + 1] < heap_[first] ? first + 1 : first;
-      const int b = heap_[first + 3] < heap_[first + 2] ? first + 3 : first + 2;
-      return heap_[b] < heap_[a] ? b : a;
+      const Entry* c = heap_.data() + first;
+      const int a = c[1] < c[0] ? 1 : 0;
+      const int b = c[3] < c[2] ? 3 : 2;
+      return first + (c[b] < c[a] ? b : a);
     }
     int best = first;
     for (int c = first + 1; c < n; ++c)
