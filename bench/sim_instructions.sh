@@ -17,27 +17,31 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 tasks=131072  # P=64 x V=2 x M=512 x (F, B)
 
-count() {  # count DIR BENCHMARK -> "instructions mispredicted-branches" per task
-  valgrind --tool=callgrind --branch-sim=yes --toggle-collect='rrfp::simulate(*' \
-    --callgrind-out-file="$tmp/out" "$1/bench_core" --benchmark_filter="Multimodal/$2\$" \
-    --benchmark_min_time=0.001 >"$tmp/log" 2>&1
+# Runs one iteration of a bench_core benchmark under callgrind, counting only inside the named
+# functions: "instructions mispredicted-branches", each divided by N.
+counted() {  # counted DIR FILTER N FUNCTION...
+  local dir=$1 filter=$2 n=$3 toggles=()
+  shift 3
+  for f in "$@"; do toggles+=("--toggle-collect=$f"); done
+  valgrind --tool=callgrind --branch-sim=yes "${toggles[@]}" --callgrind-out-file="$tmp/out" \
+    "$dir/bench_core" --benchmark_filter="$filter" --benchmark_min_time=0.001 >"$tmp/log" 2>&1
   # One iteration: the first already takes longer than the minimum time under callgrind.
   grep -q " 1 items_per_second" "$tmp/log" || { echo "$0: expected one iteration" >&2; exit 1; }
-  # The count is divided by the benchmark's tasks: a benchmark of another shape would divide wrong.
-  grep -q "tasks=131.072k" "$tmp/log" || { echo "$0: expected 131,072 tasks" >&2; exit 1; }
-  awk -v n=$tasks '/^events:/ {for (i = 2; i <= NF; ++i) col[$i] = i}
+  awk -v n="$n" '/^events:/ {for (i = 2; i <= NF; ++i) col[$i] = i}
     /^summary:/ {printf "%.1f %.2f", $(col["Ir"]) / n, $(col["Bcm"]) / n}' "$tmp/out"
 }
 
+count() {  # count DIR BENCHMARK -> per simulated task
+  local r
+  r=$(counted "$1" "Multimodal/$2\$" $tasks 'rrfp::simulate(*')
+  # The count is divided by the benchmark's tasks: a benchmark of another shape would divide wrong.
+  grep -q "tasks=131.072k" "$tmp/log" || { echo "$0: expected 131,072 tasks" >&2; exit 1; }
+  echo "$r"
+}
+
 # One decision: peek() and commit() counted, 1,000 of them in one iteration of the benchmark.
-decide() {  # decide DIR RULE -> "instructions mispredicted-branches" per decision
-  valgrind --tool=callgrind --branch-sim=yes --toggle-collect='rrfp::StageArbiter::peek*' \
-    --toggle-collect='rrfp::StageArbiter::commit*' --callgrind-out-file="$tmp/out" \
-    "$1/bench_core" --benchmark_filter="DecideAndCommit/$2\$" --benchmark_min_time=0.001 \
-    >"$tmp/log" 2>&1
-  grep -q " 1 items_per_second" "$tmp/log" || { echo "$0: expected one iteration" >&2; exit 1; }
-  awk '/^events:/ {for (i = 2; i <= NF; ++i) col[$i] = i}
-    /^summary:/ {printf "%.1f %.2f", $(col["Ir"]) / 1000, $(col["Bcm"]) / 1000}' "$tmp/out"
+decide() {  # decide DIR RULE -> per decision
+  counted "$1" "DecideAndCommit/$2\$" 1000 'rrfp::StageArbiter::peek*' 'rrfp::StageArbiter::commit*'
 }
 
 row() {  # row LABEL BEFORE AFTER (each "instructions mispredictions")

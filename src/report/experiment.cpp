@@ -118,11 +118,13 @@ ReportRun execute(const Scenario& sc, const RunSpec& spec, const WorkModel& m, c
 class Bounds {
  public:
   Bounds(const WorkModel& m, const RealizedWork& work) : m_(m), work_(work) {}
-  // Starts the bound for `limit` on `threads` threads of its own (0: one a core), unless it is
-  // known or under way. Beside a simulation, which takes one core, the caller passes the rest.
-  // Where no thread can be started (a process limit), it is summed here when asked for.
-  void start(int limit, int threads) {
-    if (find(limit)) return;
+  // The bound for `limit`: the one known or under way, or one started now on `threads`
+  // threads of its own (0: one a core). Beside a simulation, which takes one core, the caller
+  // passes the rest. Where no thread can be started (a process limit), it is summed on the
+  // calling thread when asked for.
+  std::shared_future<LowerBound> bound(int limit, int threads) {
+    for (const auto& [l, f] : bounds_)
+      if (l == limit) return f;
     auto sum = [this, limit, threads] { return lower_bound(m_, work_, limit, threads); };
     std::shared_future<LowerBound> f;
     try {
@@ -130,19 +132,11 @@ class Bounds {
     } catch (const std::system_error&) {
       f = std::async(std::launch::deferred, sum).share();
     }
-    bounds_.push_back({limit, std::move(f)});
-  }
-  const LowerBound& get(int limit) {
-    if (!find(limit)) start(limit, 0);
-    return find(limit)->get();
+    bounds_.push_back({limit, f});
+    return f;
   }
 
  private:
-  const std::shared_future<LowerBound>* find(int limit) const {
-    for (const auto& [l, f] : bounds_)
-      if (l == limit) return &f;
-    return nullptr;
-  }
   const WorkModel& m_;
   const RealizedWork& work_;
   std::vector<std::pair<int, std::shared_future<LowerBound>>> bounds_;
@@ -161,11 +155,11 @@ void simulate_shape(const Scenario& sc, const std::vector<RunSpec>& specs,
     const SimOptions opt = sim_options(sc, specs[i]);
     // The simulator resolves the options the same way, so the limit is known before the run.
     const int limit = bound_limit(specs[i], m, resolve_options(opt.arbiter, hint, m).limit);
-    bounds.start(limit, spare);
+    const std::shared_future<LowerBound> bound = bounds.bound(limit, spare);
     out[i] = execute(sc, specs[i], m, hint, work, opt, simulate);
     if (bound_limit(specs[i], m, out[i].result.arbiter.limit) != limit)
       throw Error("internal: the simulator resolved another limit than the bound's");
-    out[i].metrics = compute_metrics(out[i].result, bounds.get(limit));
+    out[i].metrics = compute_metrics(out[i].result, bound.get());
   }
 }
 

@@ -163,8 +163,8 @@ LowerBound lower_bound(const WorkModel& m, const RealizedWork& w, int limit, int
   const int p = m.pp(), mbs = m.microbatches(), blocks = (mbs + kBlock - 1) / kBlock;
   const Rows rows(m);
   const int grain = std::max(1, kMinTasksPerThread / (kBlock * rows.size()));  // in blocks
-  const int parts = threads > 0 ? std::min(threads, parallel_parts(blocks, grain))
-                                : parallel_parts(blocks, grain);
+  int parts = parallel_parts(blocks, grain);
+  if (threads > 0) parts = std::min(parts, threads);
   std::vector<Partial> part(parts, Partial(p));
   parallel_ranges(blocks, parts, [&](int k_part, int begin, int end) {
     std::vector<std::array<std::int64_t, kBlock>> at(rows.size());
