@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "report/experiment.hpp"
+#include "report/report.hpp"
 
 namespace rrfp::test {
 namespace {
@@ -112,6 +113,23 @@ TEST(Experiment, ARunThatCannotRunThrowsTheOptionsError) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("`policy` fixed"), std::string::npos) << e.what();
   }
+}
+
+// Up to 16 stages every stage's peak D is listed; past that the column names the first stage of
+// the largest and of the smallest, where every stage's would make a line of a thousand numbers.
+TEST(Experiment, ThePeakColumnListsFewStagesAndSumsUpMany) {
+  EXPECT_EQ(peak_d_column({}), "");
+  EXPECT_EQ(peak_d_column({4, 3, 2, 1}), "4 3 2 1");
+  std::vector<int> peaks(kPeaksListed, 7);
+  std::string listed = "7";
+  for (std::size_t s = 1; s < kPeaksListed; ++s)
+    listed += " 7";
+  EXPECT_EQ(peak_d_column(peaks), listed);
+  peaks.push_back(9);  // one stage past the list: stage 16 is the largest
+  peaks[3] = 2;
+  peaks[5] = 2;
+  peaks.push_back(9);
+  EXPECT_EQ(peak_d_column(peaks), "max 9 (stage 16), min 2 (stage 3) of 18 stages");
 }
 
 }  // namespace

@@ -16,13 +16,6 @@ std::string lpad(std::string s, size_t w) {
   return s.size() < w ? std::string(w - s.size(), ' ') + s : s;
 }
 
-std::string peaks_of(const ReportRun& r) {
-  std::string out;
-  for (int d : r.result.peak_d)
-    out += (out.empty() ? "" : " ") + std::to_string(d);
-  return out;
-}
-
 std::string shape_of(const Prediction& p) {
   return "P=" + std::to_string(p.cfg.pp) + " V=" + std::to_string(p.cfg.vpp) +
          " M=" + std::to_string(p.cfg.microbatches) + " TP=" + std::to_string(p.tp) + ", " +
@@ -51,7 +44,8 @@ std::string format_prediction(const Prediction& p, const std::string& source) {
     label.resize(lw, ' ');
     return label + "  " + lpad(limit, 5) + "  " + lpad(fmt("%.2f", ms(r.metrics.makespan)), 11) +
            "  " + lpad(fmt("%.3fx", base / static_cast<double>(r.metrics.makespan)), 7) + "  " +
-           lpad(fmt("%.1f%%", 100 * r.metrics.bubble_ratio), 6) + "  " + peaks_of(r) + "\n";
+           lpad(fmt("%.1f%%", 100 * r.metrics.bubble_ratio), 6) + "  " +
+           peak_d_column(r.result.peak_d) + "\n";
   };
   std::string head = "run";
   head.resize(lw, ' ');

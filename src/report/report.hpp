@@ -29,6 +29,11 @@ struct ReportHeader {
 
 // Speedups are relative to runs[0].
 std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& runs, bool per_stage);
+// A run's peak D per stage on one line: every stage's up to kPeaksListed stages; past that the
+// largest and the smallest with their stages, since a thousand numbers make no column (the
+// per-stage table and the JSON report keep every stage's).
+inline constexpr std::size_t kPeaksListed = 16;
+std::string peak_d_column(const std::vector<int>& peaks);
 nlohmann::json to_json(const ReportHeader& h, const std::vector<ReportRun>& runs);
 // Both throw InputError when the file cannot be written.
 void write_chrome_trace(const std::string& path, const std::vector<ReportRun>& runs);

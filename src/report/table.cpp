@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -38,6 +39,21 @@ void write_text_file(const std::string& path, const std::string& text, const cha
   if (::close(fd) != 0) throw Error(what + ": writing failed: " + std::strerror(errno));
 }
 
+std::string peak_d_column(const std::vector<int>& peaks) {
+  std::string out;
+  if (peaks.size() <= kPeaksListed) {
+    for (int d : peaks)
+      out += (out.empty() ? "" : " ") + std::to_string(d);
+    return out;
+  }
+  // The first stage of each: minmax_element would name the last largest.
+  const auto hi = std::max_element(peaks.begin(), peaks.end());
+  const auto lo = std::min_element(peaks.begin(), peaks.end());
+  return "max " + std::to_string(*hi) + " (stage " + std::to_string(hi - peaks.begin()) +
+         "), min " + std::to_string(*lo) + " (stage " + std::to_string(lo - peaks.begin()) +
+         ") of " + std::to_string(peaks.size()) + " stages";
+}
+
 std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& runs,
                          bool per_stage) {
   std::string out;
@@ -56,9 +72,10 @@ std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& ru
   const double base = static_cast<double>(runs[0].metrics.makespan);
   for (const auto& r : runs) {
     const auto& m = r.metrics;
-    std::string peaks;
+    std::vector<int> stage_peaks;
     for (const auto& s : m.stages)
-      peaks += (peaks.empty() ? "" : " ") + std::to_string(s.peak_d);
+      stage_peaks.push_back(s.peak_d);
+    const std::string peaks = peak_d_column(stage_peaks);
     out += pad(r.label, lw) + "  " + lpad(fmt("%.2f", ms(m.makespan)), 11) + "  " +
            lpad(fmt("%.3fx", base / static_cast<double>(m.makespan)), 7) + "  " +
            lpad(fmt("%.1f%%", 100 * m.bubble_ratio), 6) + "  " +
