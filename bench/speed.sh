@@ -5,7 +5,9 @@
 # Usage: bench/speed.sh BEFORE_DIR AFTER_DIR [OUT_DIR]
 #   each DIR holds `rrfp` and `bench_core` of one Release build (a build folder, or copies).
 # Prints one line per row (before, after, after/before); the raw outputs go to OUT_DIR.
-# About 10 minutes on a 2-core VM.
+# Where both dirs also hold bench_mpi and bench_c10d, the transports' ping-pongs follow (each
+# against its raw library, three alternations). All of it took 13 minutes on a 2-core VM. The
+# MPI hand-off columns come only from a bench_mpi that has them.
 set -euo pipefail
 if [ $# -lt 2 ] || [ ! -x "$1/rrfp" ] || [ ! -x "$2/rrfp" ]; then
   echo "usage: $0 BEFORE_DIR AFTER_DIR [OUT_DIR] (each with rrfp and bench_core)" >&2
@@ -127,3 +129,44 @@ print(f"{'plan P=8 M=32 --budget ' + b + ': orders per second':58s} {be:12.0f} {
 print(f"{'plan P=8 M=32 --budget ' + b + ': best makespan ms':58s} {bm:12.3f} {am:12.3f} {am / bm:7.2f}x")
 EOF
 done
+
+# The transports, against their raw libraries in the same process pair: latency as a multiple
+# of raw, bandwidth as a share of raw; each build's own benchmark, alternating, medians of 3.
+[ -x "$before/bench_mpi" ] && [ -x "$after/bench_mpi" ] && [ -x "$before/bench_c10d" ] &&
+  [ -x "$after/bench_c10d" ] || exit 0
+mpirun_sh=$(dirname "$0")/../tests/mpirun.sh
+for i in 1 2 3; do
+  for which in before after; do
+    dir=$before
+    [ $which = after ] && dir=$after
+    "$mpirun_sh" 2 "$dir/bench_mpi" 20000 200 >"$out/mpi-$which-$i.csv" 2>&1
+    "$dir/bench_c10d" 2000 50 $((29700 + i)) >"$out/c10d-$which-$i.csv" 2>&1
+  done
+done
+"$py" - "$out" <<'EOF'
+import csv, statistics, sys, pathlib
+out = pathlib.Path(sys.argv[1])
+def rows(which, prefix):  # {bytes: [the row of each run]}
+    by = {}
+    for p in sorted(out.glob(f"{prefix}-{which}-*.csv")):
+        lines = [l for l in p.read_text().splitlines() if l[:1].isdigit() or l.startswith("bytes,")]
+        for r in csv.DictReader(lines):
+            by.setdefault(int(r["bytes"]), []).append(r)
+    return by
+def med(rs, col):
+    vals = [float(r[col].rstrip("%")) for r in rs if r.get(col)]
+    return statistics.median(vals) if vals else None
+for prefix, name in (("mpi", "MPI"), ("c10d", "c10d")):
+    b, a = rows("before", prefix), rows("after", prefix)
+    for size in sorted(b):
+        if size not in a:
+            continue
+        small = size < (1 << 20)
+        col, what = ("latency_ratio", "latency / raw") if small else ("bandwidth_share", "bandwidth % of raw")
+        bv, av = med(b[size], col), med(a[size], col)
+        print(f"{f'{name} {size} B: {what}':58s} {bv:12.2f} {av:12.2f} {av / bv:7.2f}x  median of 3")
+        for col in ("handoff_ratio", "spin_handoff_ratio") if small else ():
+            v = med(a[size], col)
+            if v is not None:
+                print(f"{f'{name} {size} B: {col} (after only)':58s} {'':>12s} {v:12.2f}")
+EOF
