@@ -106,5 +106,24 @@ TEST(ClosedForm, ReadyPolicyMatchesFixedOnUniformWork) {
   EXPECT_EQ(bf.result.makespan, fixed.result.makespan);
 }
 
+// With V >= 2 chunks a stage, the rule hints go depth first (a microbatch already in the stage
+// before a new one) and, under back-pressure, run a ready backward while the microbatch being
+// drained waits. On uniform work that gives interleaved 1F1B's step within interleaved 1F1B's
+// own memory (the default limit): the paper's smallest chunk first took 2-4.5x as long here.
+TEST_P(ClosedForm, ReadyBfMatchesInterleaved1f1bOnUniformWorkWithinItsMemory) {
+  const auto [p, factor] = GetParam();
+  const int mbs = p * factor;
+  for (int v : {2, 3}) {
+    WorkModel m(config(p, mbs, v));
+    const auto work = unit_work(m, 1000.0 / v, 1000.0 / v);
+    SimRun il = run(m, "interleaved-1f1b", Policy::Fixed, work);
+    SimRun bf = run(m, "bf", Policy::Ready, work);
+    EXPECT_EQ(bf.result.makespan, il.result.makespan) << "P=" << p << " M=" << mbs << " V=" << v;
+    const int limit = bf.metrics.limit;
+    for (int d : bf.result.peak_d)
+      EXPECT_LE(d, limit) << "P=" << p << " M=" << mbs << " V=" << v;
+  }
+}
+
 }  // namespace
 }  // namespace rrfp::test

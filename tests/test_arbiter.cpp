@@ -38,13 +38,39 @@ TEST(Arbiter, BfAlternatesAndSkipsAnEmptyDirection) {
   EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 1, 1}));
 }
 
-TEST(Arbiter, BackwardTakesLargestChunkForwardSmallest) {
+// Depth first, every kind: a forward of the later chunk (a microbatch already in the stage)
+// before a new microbatch's first chunk, a backward of the later chunk first.
+TEST(Arbiter, EveryKindTakesItsLargestChunkFirst) {
   Stage s(config(2, 4, 2), "b-priority", 0, ready(8));  // chunks 0 and 2
-  s.a.mark_ready({Kind::F, 0, 3});
-  s.a.mark_ready({Kind::F, 2, 1});
-  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 0, 3}));
   s.a.mark_ready({Kind::F, 0, 1});
   EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 0, 1}));
+  s.a.mark_ready({Kind::F, 2, 3});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 2, 3})) << "chunk 2 before chunk 0";
+  s.a.mark_ready({Kind::F, 2, 1});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 2, 1})) << "within a chunk, the smaller microbatch";
+  s.a.mark_ready({Kind::B, 0, 0});
+  s.a.mark_ready({Kind::B, 2, 2});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::B, 2, 2}));
+}
+
+// The adaptive rule ranks forwards by their producers' costs within a chunk, and its chunks as
+// every rule does: a later chunk's forward goes first whatever the costs.
+TEST(Arbiter, AdaptiveTakesTheLargestChunkFirstThenTheLongestProducer) {
+  Stage s(config(2, 4, 2, true), "adaptive", 0, ready(8));  // chunks 0 and 2
+  const std::int64_t cost[] = {5, 9, 9, 2};
+  for (int mb = 0; mb < 4; ++mb) {
+    s.a.note_cost({Kind::F, 2, mb}, cost[mb]);
+    s.a.mark_ready({Kind::F, 2, mb});
+  }
+  s.a.mark_ready({Kind::F, 0, 0});
+  std::vector<TaskId> order;
+  while (auto t = s.a.peek()) {
+    s.a.commit(*t);
+    order.push_back(*t);
+  }
+  const std::vector<TaskId> expect = {
+      {Kind::F, 2, 1}, {Kind::F, 2, 2}, {Kind::F, 2, 0}, {Kind::F, 2, 3}, {Kind::F, 0, 0}};
+  EXPECT_EQ(order, expect);
 }
 
 TEST(Arbiter, BackPressureStopsForwardAtTheLimit) {
@@ -59,6 +85,8 @@ TEST(Arbiter, BackPressureStopsForwardAtTheLimit) {
   EXPECT_EQ(*s.a.peek(), (TaskId{Kind::B, 0, 1}));
 }
 
+// Back-pressure with V >= 2: the microbatch being drained goes first, in local order; while it
+// waits, only a backward may run (it lowers D), never another forward.
 TEST(Arbiter, InterleavedBackPressureDrainsInLocalOrder) {
   Stage s(config(2, 4, 2), "bf", 0, ready(1));  // chunks 0 and 2
   s.a.mark_ready({Kind::F, 0, 0});
@@ -69,7 +97,13 @@ TEST(Arbiter, InterleavedBackPressureDrainsInLocalOrder) {
   EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 2, 0}));
   s.a.commit({Kind::F, 2, 0});
   s.a.mark_ready({Kind::B, 0, 0});  // arrives early; the drain order wants B c2 m0 first
-  EXPECT_FALSE(s.a.peek().has_value());
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::B, 0, 0})) << "the drained microbatch waits: a backward";
+  s.a.mark_ready({Kind::B, 2, 0});
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::B, 2, 0})) << "the drained microbatch's next task first";
+  s.a.commit({Kind::B, 2, 0});
+  s.a.commit({Kind::B, 0, 0});
+  EXPECT_FALSE(s.a.back_pressured());
+  EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 0, 1}));
 }
 
 TEST(Arbiter, PendingWeightGradientsAreCapped) {

@@ -78,14 +78,16 @@ StageArbiter::StageArbiter(const WorkModel& m, int stage, const Hint& hint,
 int StageArbiter::key_of(const TaskId& t) const {
   if (list_) return rank_[local_index(t)];
   const int lc = m_.local_chunk(t.chunk);
-  // F: smallest chunk first; B and W: largest chunk first; ties to the smallest microbatch.
-  return ((t.kind == Kind::F ? lc : v_ - 1 - lc) << mb_bits_) | t.mb;
+  // Every kind takes its largest chunk first, ties to the smallest microbatch. For forwards
+  // that is depth first: a microbatch already in the stage goes on before a new one enters, as
+  // interleaved schedules order them (semantics.md §2; the paper's smallest chunk first filled
+  // the limit with first chunks and then drained microbatch by microbatch).
+  return ((v_ - 1 - lc) << mb_bits_) | t.mb;
 }
 
 TaskId StageArbiter::task_of_key(Kind k, int key) const {
   if (list_) return hint_.list().stages[stage_][key];
-  const int row = key >> mb_bits_;
-  const int lc = k == Kind::F ? row : v_ - 1 - row;
+  const int lc = v_ - 1 - (key >> mb_bits_);
   return TaskId{k, chunks_[lc], key & ((1 << mb_bits_) - 1)};
 }
 
@@ -192,9 +194,12 @@ StageArbiter::Pick StageArbiter::pick() const {
       const Pick b = min_of(Kind::B);
       return b.key >= 0 ? b : min_of(Kind::W);
     }
+    // Interleaved: the microbatch being drained first; while it waits, a backward lowers D as
+    // at V = 1, where waiting for the drained one alone ran each round trip on its own.
     const auto target = drain_target();
     if (target && is_ready(*target)) return {target->kind, key_of(*target)};
-    return min_of(Kind::W);
+    const Pick b = min_of(Kind::B);
+    return b.key >= 0 ? b : min_of(Kind::W);
   }
   if (list_) {
     Pick best{Kind::F, -1};

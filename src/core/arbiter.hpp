@@ -100,8 +100,8 @@ class StageArbiter {
   // the least of them is named by its rule key.
   Pick min_of(Kind k) const {
     if (k == Kind::F && adaptive_) {
-      for (int lc = 0; lc < v_; ++lc)
-        if (!forwards_[lc].empty()) return {k, (lc << mb_bits_) | forwards_[lc].top()};
+      for (int lc = v_ - 1; lc >= 0; --lc)  // the largest chunk first, as key_of ranks rows
+        if (!forwards_[lc].empty()) return {k, ((v_ - 1 - lc) << mb_bits_) | forwards_[lc].top()};
       return {k, -1};
     }
     return {k, queue_[static_cast<int>(k)].min()};
@@ -131,8 +131,8 @@ class StageArbiter {
   bool next_backward_ = true;  // BF/FB/BFW round state
   int d_ = 0, peak_d_ = 0, pending_w_ = 0, peak_pending_w_ = 0;
   int committed_ = 0, total_;
-  // Adaptive: ready forwards by (local chunk, longest producer first, microbatch); a first
-  // forward's "cost" is minus its entry rank.
+  // Adaptive: ready forwards by (largest local chunk first, longest producer first,
+  // microbatch); a first forward's "cost" is minus its entry rank.
   bool adaptive_ = false;
   std::vector<std::int64_t> cost_;  // by local index, adaptive only
   // A ready forward's key: minus its cost, so the longest producer comes first; ties go to the

@@ -1,0 +1,54 @@
+"""Ready dispatch with V >= 2 chunks a stage, against fixed interleaved 1F1B (async): the step of
+ready BF, BFW and adaptive at the default limit (interleaved 1F1B's own peak D) as a speedup
+over the fixed order, and the largest peak D of any stage, for two builds of rrfp side by side.
+Five workloads, six shapes (loop placement against interleaved 1F1B, V-shape against ZB-V),
+seed 1. Deterministic: simulated, no timing. About a minute.
+
+    /usr/bin/python3 bench/interleaved_ready.py OLD_RRFP NEW_RRFP
+"""
+import json
+import math
+import subprocess
+import sys
+
+WORKLOADS = ["multimodal", "uniform", "language", "jitter:J2", "straggler"]
+SHAPES = [(4, 2, 16, "loop"), (8, 2, 32, "loop"), (8, 2, 64, "loop"), (4, 3, 24, "loop"),
+          (8, 2, 32, "vshape"), (4, 2, 8, "vshape")]
+HINTS = ["bf", "bfw", "adaptive"]
+
+
+def run(rrfp, workload, pp, v, m, placement, hint):
+    """(speedup over the fixed order, largest peak D) of ready `hint`."""
+    fixed = "interleaved-1f1b" if placement == "loop" else "zb-v"
+    args = [rrfp, "simulate", "--pp", str(pp), "--vpp", str(v), "-m", str(m), "--placement",
+            placement, "--workload", workload, "--json", "-"]
+    base = json.loads(subprocess.run(args + ["--hint", fixed, "--policy", "fixed"],
+                                     capture_output=True, text=True, check=True).stdout)
+    ready = json.loads(subprocess.run(args + ["--hint", hint, "--policy", "ready"],
+                                      capture_output=True, text=True, check=True).stdout)
+    b, r = base["runs"][0], ready["runs"][0]
+    return b["makespan_ms"] / r["makespan_ms"], max(s["peak_d"] for s in r["stages"])
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: interleaved_ready.py OLD_RRFP NEW_RRFP")
+    old, new = sys.argv[1:]
+    print(f"{'workload':11s} {'shape':12s} {'hint':8s} {'old x':>7s} {'D':>3s} {'new x':>7s} {'D':>3s}")
+    got = {h: ([], []) for h in HINTS}
+    for wl in WORKLOADS:
+        for pp, v, m, pl in SHAPES:
+            for hint in HINTS:
+                o, n = run(old, wl, pp, v, m, pl, hint), run(new, wl, pp, v, m, pl, hint)
+                got[hint][0].append(o[0])
+                got[hint][1].append(n[0])
+                shape = f"P{pp} V{v} M{m} {pl[0]}"
+                print(f"{wl:11s} {shape:12s} {hint:8s} {o[0]:7.3f} {o[1]:3d} {n[0]:7.3f} {n[1]:3d}")
+    for hint, (o, n) in got.items():
+        geo = lambda xs: math.prod(xs) ** (1 / len(xs))
+        print(f"{hint}: old {min(o):.2f}-{max(o):.2f} (geometric mean {geo(o):.3f}), "
+              f"new {min(n):.2f}-{max(n):.2f} ({geo(n):.3f}), new below 1 at {sum(x < 1 for x in n)} of {len(n)}")
+
+
+if __name__ == "__main__":
+    main()
