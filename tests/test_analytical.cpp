@@ -109,7 +109,8 @@ TEST(ClosedForm, ReadyPolicyMatchesFixedOnUniformWork) {
 // With V >= 2 chunks a stage, the rule hints go depth first (a microbatch already in the stage
 // before a new one) and, under back-pressure, run a ready backward while the microbatch being
 // drained waits. On uniform work that gives interleaved 1F1B's step within interleaved 1F1B's
-// own memory (the default limit): the paper's smallest chunk first took 2-4.5x as long here.
+// own memory (the default limit); the paper's smallest chunk first took up to 4.5x as long
+// (docs/data/interleaved-ready.txt) and passed the limit by one.
 TEST_P(ClosedForm, ReadyBfMatchesInterleaved1f1bOnUniformWorkWithinItsMemory) {
   const auto [p, factor] = GetParam();
   const int mbs = p * factor;
