@@ -77,12 +77,7 @@ StageArbiter::StageArbiter(const WorkModel& m, int stage, const Hint& hint,
 
 int StageArbiter::key_of(const TaskId& t) const {
   if (list_) return rank_[local_index(t)];
-  const int lc = m_.local_chunk(t.chunk);
-  // Every kind takes its largest chunk first, ties to the smallest microbatch. For forwards
-  // that is depth first: a microbatch already in the stage goes on before a new one enters, as
-  // interleaved schedules order them (semantics.md §2; the paper's smallest chunk first filled
-  // the limit with first chunks and then drained microbatch by microbatch).
-  return ((v_ - 1 - lc) << mb_bits_) | t.mb;
+  return rule_key(m_.local_chunk(t.chunk), t.mb);
 }
 
 TaskId StageArbiter::task_of_key(Kind k, int key) const {
@@ -189,15 +184,13 @@ StageArbiter::Pick StageArbiter::pick() const {
   if (pending_w_ >= opt_.max_pending_w && !queue_[static_cast<int>(Kind::W)].empty())
     return min_of(Kind::W);
   if (d_ >= opt_.limit) {
-    // Back-pressure: no opportunistic forward. W never raises D, so it may fill the wait.
-    if (v_ == 1) {
-      const Pick b = min_of(Kind::B);
-      return b.key >= 0 ? b : min_of(Kind::W);
+    // Back-pressure: no opportunistic forward. Interleaved, the microbatch being drained goes
+    // first; otherwise, and while it waits, a backward lowers D (waiting for the drained one
+    // alone ran each round trip on its own). W never raises D, so it may fill the wait.
+    if (v_ > 1) {
+      const auto target = drain_target();
+      if (target && is_ready(*target)) return {target->kind, key_of(*target)};
     }
-    // Interleaved: the microbatch being drained first; while it waits, a backward lowers D as
-    // at V = 1, where waiting for the drained one alone ran each round trip on its own.
-    const auto target = drain_target();
-    if (target && is_ready(*target)) return {target->kind, key_of(*target)};
     const Pick b = min_of(Kind::B);
     return b.key >= 0 ? b : min_of(Kind::W);
   }

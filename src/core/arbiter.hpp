@@ -89,6 +89,12 @@ class StageArbiter {
 
   int local_index(const TaskId& t) const { return m_.local_index(t); }
   int key_of(const TaskId& t) const;
+  // A rule hint's key of local chunk `lc`'s task of microbatch `mb`, any kind: the largest
+  // chunk first, ties to the smallest microbatch. For forwards that is depth first: a
+  // microbatch already in the stage goes on before a new one enters, as interleaved schedules
+  // order them (semantics.md §2; the paper's smallest chunk first filled the limit with first
+  // chunks, then drained microbatch by microbatch). task_of_key() inverts it.
+  int rule_key(int lc, int mb) const { return ((v_ - 1 - lc) << mb_bits_) | mb; }
   TaskId task_of_key(Kind k, int key) const;
   // A ready task as its kind and key (-1: none).
   struct Pick {
@@ -100,8 +106,8 @@ class StageArbiter {
   // the least of them is named by its rule key.
   Pick min_of(Kind k) const {
     if (k == Kind::F && adaptive_) {
-      for (int lc = v_ - 1; lc >= 0; --lc)  // the largest chunk first, as key_of ranks rows
-        if (!forwards_[lc].empty()) return {k, ((v_ - 1 - lc) << mb_bits_) | forwards_[lc].top()};
+      for (int lc = v_ - 1; lc >= 0; --lc)  // the largest chunk first, as rule_key ranks
+        if (!forwards_[lc].empty()) return {k, rule_key(lc, forwards_[lc].top())};
       return {k, -1};
     }
     return {k, queue_[static_cast<int>(k)].min()};
