@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `rrfp train --transport mpi` over every layout of processes, for 8 steps: past step 3, where
 # durations.csv starts keeping steps (a data-parallel run stopped there once, its record holding
-# each task once per replica), every step logged, no negative bubble, durations.csv holding
-# steps 3..8 with each task once per TP rank, and mpirun exiting 0. Then checkpoints written by
-# several processes, resumed on other layouts.
+# each task once per replica), every step logged, no negative bubble, the last step validated,
+# durations.csv holding steps 3..8 with each task once per TP rank, and mpirun exiting 0. Then
+# checkpoints written by several processes, resumed on other layouts, validating alike.
 # Usage: mpi_train_cli.sh path/to/rrfp
 set -uo pipefail
 rrfp=$1
@@ -22,9 +22,11 @@ run_case() {
   local rc=$?
   [ $rc -eq 0 ] || { cat "$dir.log"; fail "P=$pp T=$tp D=$dp: mpirun exited $rc"; }
   grep -q "^done: 8 steps" "$dir.log" || { cat "$dir.log"; fail "P=$pp T=$tp D=$dp: no 'done'"; }
-  # loss.csv: a header and 8 rows, bubble (column 9) never negative.
-  awk -F, 'NR > 1 { n++; if ($9 < 0) bad = bad " step " $1 "=" $9 }
-           END { if (n != 8 || bad != "") { print "rows " n bad; exit 1 } }' "$dir/loss.csv" ||
+  # loss.csv: a header and 8 rows, bubble (column 9) never negative, a validation loss (column
+  # 3) at the last step.
+  awk -F, 'NR > 1 { n++; if ($9 < 0) bad = bad " step " $1 "=" $9; val = $3 }
+           END { if (n != 8 || bad != "" || val == "") { print "rows " n bad " val " val; exit 1 } }' \
+    "$dir/loss.csv" ||
     fail "P=$pp T=$tp D=$dp: loss.csv"
   # durations.csv: steps 3..8, the same number of rows each (every task once per TP rank).
   local tasks=$((3 * pp * 4 * tp))  # F, B and W of every microbatch and stage
@@ -67,6 +69,11 @@ ckpt_case() {
     --out "$dir/b" >"$dir/b2.log" 2>&1 || { cat "$dir/b2.log"; fail "$name: the resumed half"; }
   grep -q "resumed from .* at step 4" "$dir/b2.log" || { cat "$dir/b2.log"; fail "$name: no resume"; }
   cmp "$dir/a/checkpoint.bin" "$dir/b/checkpoint.bin" || fail "$name: the checkpoints differ"
+  # The same parameters validate alike on any layout: step 8's validation loss, both runs.
+  local va vb
+  va=$(awk -F, 'END { print $3 }' "$dir/a/loss.csv")
+  vb=$(awk -F, 'END { print $3 }' "$dir/b/loss.csv")
+  [ -n "$va" ] && [ "$va" = "$vb" ] || fail "$name: validation '$va' straight, '$vb' resumed"
   echo "$name: saved by -np $np1 P=$pp1, resumed on $([ "$np2" -gt 0 ] && echo "-np $np2" || echo "one process") P=$pp2 D=$dp: bitwise the straight run"
 }
 ckpt_case dp2 4 2 8 4 2

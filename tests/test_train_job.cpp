@@ -143,6 +143,10 @@ TEST(TrainJob, RunTrainingOverEveryLayoutKeepsEachStepOnce) {
       const double bubble = std::stod(log[i].substr(nth_comma(log[i], 8) + 1));
       EXPECT_GE(bubble, 0.0) << name << " step " << i;
     }
+    // The last step is validated (column 3), by every process together.
+    const std::string& last = log.back();
+    EXPECT_GT(nth_comma(last, 2), nth_comma(last, 1) + 1) << name << ": " << last;
+    EXPECT_GT(s.val_loss, 0.0) << name;
     // durations.csv: steps 3..8, each task of the model once per TP rank.
     std::map<int, int> rows;
     const auto d = lines_of(dir + "/durations.csv");

@@ -87,19 +87,13 @@ double sum_ms(const std::vector<std::int64_t>& ns) {
 }
 
 // One training run from its first step to its outputs. Rank 0 of a multi-process run speaks
-// for the job (the log, the outputs, the progress); validation needs every chunk in one
-// thread, which a TP or multi-process run does not have.
+// for the job (the log, the outputs, the progress); every process takes part in validation.
 class Run {
  public:
   explicit Run(const TrainRun& in)
-      : o_(in),
-        t_(o_.train),
-        root_(!t_.job || t_.job->rank() == 0),
-        can_validate_(!t_.job && t_.runtime.tp == 1),
-        trainer_((check_run(in), t_)) {
+      : o_(in), t_(o_.train), root_(!t_.job || t_.job->rank() == 0), trainer_((check_run(in), t_)) {
     if (root_) lock_out();
     o_.quiet = in.quiet || !root_;
-    if (!can_validate_) o_.eval_every = 0;
     std::vector<std::string> differences;
     if (!o_.resume.empty()) differences = trainer_.resume(o_.resume);
     first_ = trainer_.steps_done();
@@ -175,8 +169,7 @@ class Run {
     if (s == first_) sum_.first_loss = r.loss;
     sum_.last_loss = r.loss;
     std::string val;
-    if (can_validate_ &&
-        ((o_.eval_every > 0 && (s + 1) % o_.eval_every == 0) || s + 1 == t_.steps)) {
+    if ((o_.eval_every > 0 && (s + 1) % o_.eval_every == 0) || s + 1 == t_.steps) {
       if (const auto v = trainer_.validation_loss(o_.eval_batches, o_.stop)) {
         sum_.val_loss = *v;
         val = fmt("%.4f", *v);
@@ -321,8 +314,7 @@ class Run {
               << ", loss " << fmt("%.3f", sum_.first_loss) << " -> " << fmt("%.3f", sum_.last_loss)
               << ", validation "
               << (!val_curve_.points.empty() ? fmt("%.3f", sum_.val_loss) + " nats"
-                  : can_validate_            ? std::string("not reached")
-                                             : std::string("skipped (TP or MPI)"))
+                                             : std::string("not reached"))
               << " (byte-unigram entropy " << fmt("%.3f", h0_) << " nats), "
               << fmt("%.0f", sum_.tokens_per_s) << " tok/s, " << fmt("%.1f", sum_.mean_step_ms)
               << " ms/step, bubble " << fmt("%.1f%%", 100 * sum_.mean_bubble)
@@ -335,7 +327,7 @@ class Run {
 
   TrainRun o_;
   const TrainOptions& t_;
-  const bool root_, can_validate_;
+  const bool root_;
   Trainer trainer_;
   int first_ = 0, done_ = 0, stopped_by_ = 0;
   int saved_ = 0;  // the step of the last checkpoint this run wrote (0: none)

@@ -59,19 +59,22 @@ TrainStageProgram::Work& TrainStageProgram::work(int c, int mb) {
 
 void TrainStageProgram::begin_step(int) {
   batch_ = link_->batch();
+  eval_ = link_->eval();
   if (!batch_ || batch_->microbatches() != m_.microbatches())
     throw Error("train: the step's batch has the wrong number of microbatches");
   std::lock_guard lk(mu_);
   works_.clear();
+  link_->losses_.assign(m_.microbatches(), 0.0f);
+  if (eval_) return;  // the training step's gradients stay for the trainer
   link_->reorder_.clear();
   for (const auto& [c, ch] : chunks_)
     link_->reorder_[c] = std::make_unique<ReorderBuffer>(m_.microbatches());
-  link_->losses_.assign(m_.microbatches(), 0.0f);
 }
 
 std::optional<std::size_t> TrainStageProgram::input_bytes(const TaskId& consumer) const {
   const auto batch = link_->batch();
   if (!batch || consumer.kind == Kind::W) return std::nullopt;
+  if (consumer.kind == Kind::B && link_->eval()) return 0;  // nothing flows back
   const int d = chunk(consumer.chunk).d_model();
   return static_cast<std::size_t>(batch->length(consumer.mb) * d) * sizeof(float);
 }
@@ -84,6 +87,7 @@ std::optional<std::int64_t> TrainStageProgram::microbatch_size(int mb) const {
 }
 
 Payload TrainStageProgram::forward(TaskContext& ctx, int c, int mb, Payload input) {
+  if (eval_) return eval_forward(ctx, c, mb, input);
   TpScope scope(ctx);
   StageDevice::Scope on_device(dev_);
   const torch::Device dev = dev_.device();
@@ -112,8 +116,33 @@ Payload TrainStageProgram::forward(TaskContext& ctx, int c, int mb, Payload inpu
   return out;
 }
 
+// An evaluation pass's forward: the computation of training's without the graph, so the loss
+// is bitwise what a plain forward of the chunks in one thread gives.
+Payload TrainStageProgram::eval_forward(TaskContext& ctx, int c, int mb, const Payload& input) {
+  TpScope scope(ctx);  // TP's all-reduces run in the forward
+  StageDevice::Scope on_device(dev_);
+  const torch::Device dev = dev_.device();
+  const Chunk& ch = chunk(c);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor x =
+      ch.first() ? batch_->tokens[mb].to(dev)
+                 : from_payload(input, batch_->length(mb), ch.d_model(), dev, own_inputs(ctx));
+  const torch::Tensor images =
+      ch.first() && !batch_->images.empty() ? batch_->images[mb].to(dev) : torch::Tensor();
+  const torch::Tensor targets = ch.last() ? batch_->targets[mb].to(dev) : batch_->targets[mb];
+  const torch::Tensor y = ch.forward(x, targets, nullptr, images);
+  Payload out;
+  if (ch.last())
+    link_->losses_[mb] = y.item<float>();
+  else
+    out = to_payload(y);
+  settle(ctx);
+  return out;
+}
+
 Payload TrainStageProgram::backward(TaskContext& ctx, int c, int mb, Payload grad) {
-  TpScope scope(ctx);  // CPU autograd runs the backward graph on this thread
+  if (eval_) return {};  // an evaluation pass: nothing to differentiate
+  TpScope scope(ctx);    // CPU autograd runs the backward graph on this thread
   // CUDA autograd runs it on torch's device thread, on the streams the forward ran on.
   StageDevice::Scope on_device(dev_);
   const torch::Device dev = dev_.device();
@@ -152,6 +181,7 @@ Payload TrainStageProgram::backward(TaskContext& ctx, int c, int mb, Payload gra
 }
 
 void TrainStageProgram::weight_grad(TaskContext& ctx, int c, int mb) {
+  if (eval_) return;
   StageDevice::Scope on_device(dev_);
   Work& w = work(c, mb);
   torch::NoGradGuard no_grad;

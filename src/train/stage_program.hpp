@@ -38,15 +38,24 @@ class ReorderBuffer {
 // before the step, and what the step leaves behind, each chunk's gradients summed in
 // microbatch order and (last stage) each microbatch's loss. The runtime owns the program, maybe
 // wrapped; the trainer keeps only this.
+//
+// An evaluation pass (`eval`) runs the same schedule over a held-out batch: forwards without a
+// graph, the last chunk's losses kept, backward and W tasks that do nothing and send empty
+// gradients, and the gradients of the training step before it left as they are.
 class StageLink {
  public:
-  void set_batch(std::shared_ptr<const StepBatch> b) {
+  void set_batch(std::shared_ptr<const StepBatch> b, bool eval = false) {
     std::lock_guard lk(mu_);
     batch_ = std::move(b);
+    eval_ = eval;
   }
   std::shared_ptr<const StepBatch> batch() const {  // any thread (input_bytes runs on the
     std::lock_guard lk(mu_);                        // transport's)
     return batch_;
+  }
+  bool eval() const {
+    std::lock_guard lk(mu_);
+    return eval_;
   }
   // After a step: the chunk's summed gradients (by the chunk's parameter index).
   std::vector<torch::Tensor>& grads(int chunk) { return reorder_.at(chunk)->sum(); }
@@ -66,6 +75,7 @@ class StageLink {
   }
   mutable std::mutex mu_;
   std::shared_ptr<const StepBatch> batch_;
+  bool eval_ = false;
   std::map<int, std::unique_ptr<ReorderBuffer>> reorder_;
   std::vector<float> losses_;
   std::vector<std::int64_t> waits_;  // on a GPU: one per task
@@ -95,6 +105,7 @@ class TrainStageProgram final : public StageProgram {
     WeightGradQueue queue;
   };
   Chunk& chunk(int c) const;
+  Payload eval_forward(TaskContext& ctx, int c, int mb, const Payload& input);
   Work& work(int c, int mb);
   void finish(int c, int mb);
   void settle(TaskContext& ctx);
@@ -107,6 +118,7 @@ class TrainStageProgram final : public StageProgram {
   std::map<int, Chunk*> chunks_;
   std::shared_ptr<StageLink> link_;
   std::shared_ptr<const StepBatch> batch_;  // the link's, for this step
+  bool eval_ = false;                       // the link's, for this step
   std::mutex mu_;                           // guards works_
   std::map<std::pair<int, int>, std::unique_ptr<Work>> works_;
 };

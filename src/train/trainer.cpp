@@ -92,31 +92,45 @@ double Trainer::lr_at(int step) const {
   return min_lr + 0.5 * (o.lr - min_lr) * (1 + std::cos(M_PI * t));
 }
 
-StepReport Trainer::step() {
-  StepReport r;
-  r.step = step_;
+// Batch `index` of the training or held-out stream, cut for this replica: a batch holds M
+// microbatches per replica, replica d taking the d-th M of them. `tokens`: every replica's.
+StepBatch Trainer::replica_batch(int index, bool validation, std::int64_t* tokens) const {
   const int mbs = m_.microbatches();
-  StepBatch global = data_->batch(o_.data_seed, step_, mbs * o_.dp, o_.window, false);
-  r.tokens = global.total_tokens();  // every replica's: the job's throughput
-  if (o_.dp > 1) {
-    StepBatch mine;
-    const int lo = o_.job->replica() * mbs;
-    for (int i = lo; i < lo + mbs; ++i) {
-      mine.tokens.push_back(global.tokens[i]);
-      mine.targets.push_back(global.targets[i]);
-      if (!global.images.empty()) mine.images.push_back(global.images[i]);
-    }
-    global = std::move(mine);
+  StepBatch global = data_->batch(o_.data_seed, index, mbs * o_.dp, o_.window, validation);
+  if (tokens) *tokens = global.total_tokens();
+  if (o_.dp == 1) return global;
+  StepBatch mine;
+  const int lo = o_.job->replica() * mbs;
+  for (int i = lo; i < lo + mbs; ++i) {
+    mine.tokens.push_back(global.tokens[i]);
+    mine.targets.push_back(global.targets[i]);
+    if (!global.images.empty()) mine.images.push_back(global.images[i]);
   }
-  auto batch = std::make_shared<const StepBatch>(std::move(global));
+  return mine;
+}
+
+// One step of the runtime over `batch`. Runtime steps are numbered in the order they run
+// (a stage keeps a faster peer's message only for the step after its own), so evaluation
+// passes take numbers of their own between the training steps.
+StepResult Trainer::run_pass(StepBatch batch, bool eval, std::vector<std::int64_t>* waits) {
+  auto shared = std::make_shared<const StepBatch>(std::move(batch));
   for (auto& link : links_)
-    if (link) link->set_batch(batch);
-  r.run = runtime_->run_step(step_);
+    if (link) link->set_batch(shared, eval);
+  StepResult res = runtime_->run_step(runs_++);
   for (auto& link : links_)
     if (link) {
       auto w = link->take_waits();
-      r.device_waits.insert(r.device_waits.end(), w.begin(), w.end());
+      if (waits) waits->insert(waits->end(), w.begin(), w.end());
     }
+  return res;
+}
+
+StepReport Trainer::step() {
+  StepReport r;
+  r.step = step_;
+  if (runs_ < step_) runs_ = step_;  // a resumed run numbers its runtime steps from its own
+  StepBatch batch = replica_batch(step_, false, &r.tokens);  // the job's throughput
+  r.run = run_pass(std::move(batch), false, &r.device_waits);
   if (o_.dp > 1) average_replicas();
   step_loss_and_norm(r);
   const double coef =
@@ -240,29 +254,36 @@ void Trainer::apply(double clip_coef, double lr) {
     }
 }
 
+// Each held-out batch runs through the pipeline as an evaluation pass (StageLink), so TP
+// ranks and the processes of a job take part as in training. The losses are added in batch,
+// then microbatch order, as one thread running every chunk would add them: the mean is bitwise
+// that loop's, on any layout with the same TP size and data-parallel degree.
 std::optional<double> Trainer::validation_loss(int batches, const std::atomic<int>* stop) {
-  if (o_.job || o_.runtime.tp > 1)
-    throw Error("validation runs every chunk in one thread: not with `tp` > 1 or `transport` mpi");
-  torch::NoGradGuard no_grad;
+  const int t = o_.runtime.tp, mbs = m_.microbatches();
+  const size_t per = static_cast<size_t>(m_.pp()) * t,
+               loss_at = static_cast<size_t>(m_.stage_of(m_.chunks() - 1)) * t;
   double sum = 0;
-  int n = 0;
-  const StageDevice on(dev_);
   for (int b = 0; b < batches; ++b) {
-    if (stop && stop->load() != 0) return std::nullopt;
-    const StepBatch vb = data_->batch(o_.data_seed, b, m_.microbatches(), o_.window, true);
-    for (int mb = 0; mb < vb.microbatches(); ++mb) {
-      const torch::Device dev = dev_.device;
-      StageDevice::Scope scope(on);  // autocast as in training
-      torch::Tensor x = vb.tokens[mb].to(dev);
-      const torch::Tensor images = vb.images.empty() ? torch::Tensor() : vb.images[mb].to(dev);
-      const torch::Tensor targets = vb.targets[mb].to(dev);
-      for (const auto& c : chunks_[0])
-        x = c->forward(x, targets, nullptr, c->first() ? images : torch::Tensor());
-      sum += x.item<double>();
-      ++n;
+    double stopping = stop ? stop->load() : 0;
+    if (o_.job) stopping = max_over_job(*o_.job, stopping);  // every process stops, or none
+    if (stopping != 0) return std::nullopt;
+    run_pass(replica_batch(b, true), true, nullptr);
+    std::vector<double> mine;
+    if (!o_.job || static_cast<size_t>(o_.job->endpoint()) == loss_at) {
+      const auto& losses = links_[loss_at]->losses();
+      mine.assign(losses.begin(), losses.end());
     }
+    if (!o_.job) {
+      for (double l : mine)
+        sum += l;
+      continue;
+    }
+    const auto lists = o_.job->all_gather(mine);
+    for (int d = 0; d < o_.dp; ++d)
+      for (double l : lists.at(d * per + loss_at))
+        sum += l;
   }
-  return sum / n;
+  return sum / (static_cast<double>(batches) * mbs * o_.dp);
 }
 
 }  // namespace rrfp::train

@@ -39,10 +39,11 @@ class Trainer {
   ~Trainer();
 
   StepReport step();
-  // Mean loss over `batches` held-out batches of M microbatches (no gradients).
-  // The mean loss over `batches` held-out batches; nullopt when `stop` (a signal's number, set
-  // by a handler) became non-zero first: it is read between batches, so a stop request is
-  // honoured within one batch however many were asked for.
+  // The mean loss over `batches` held-out batches of M microbatches per replica, each run
+  // through the pipeline without gradients (every process of a job calls it); nullopt when
+  // `stop` (a signal's number, set by a handler) became non-zero first on any process: it is
+  // read between batches, so a stop request is honoured within one batch however many were
+  // asked for. The gradients of the last step stay as they were.
   std::optional<double> validation_loss(int batches, const std::atomic<int>* stop = nullptr);
   // Every parameter this process holds, in the model's global order (then TP rank), and its
   // name. In a multi-process job: those of the chunks it hosts.
@@ -66,6 +67,8 @@ class Trainer {
 
  private:
   double lr_at(int step) const;
+  StepBatch replica_batch(int index, bool validation, std::int64_t* tokens = nullptr) const;
+  StepResult run_pass(StepBatch batch, bool eval, std::vector<std::int64_t>* waits);
   CheckpointState checkpoint_state() const;
   std::vector<ChunkTensors> local_chunks() const;
   void apply(double clip_coef, double lr);
@@ -84,6 +87,7 @@ class Trainer {
   std::unique_ptr<Runtime> runtime_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;  // AdamW state, global order
   int step_ = 0;
+  int runs_ = 0;  // runtime steps run, evaluation passes included
 };
 
 }  // namespace rrfp::train
