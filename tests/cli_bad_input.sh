@@ -19,6 +19,7 @@ check() {  # check "expected substring" args...
 check "unknown hint 'nope'" simulate --hint nope
 check "unknown preset 'nope'" simulate --workload nope
 check "--pp: must be at least 1" simulate --pp 0
+check "--ordered-forwards: maybe not in {on,off}" simulate --ordered-forwards maybe
 check "--microbatches: must be at least 1" simulate --microbatches 0
 check "needs --vpp 1" simulate --vpp 2 --hint 1f1b
 check "--limit: must be at least 1" simulate --hint bf --limit -1
@@ -138,7 +139,7 @@ done
 values=(-1 0 1 3 -0 1e308 -1e308 nan inf -inf 2147483648 -2147483649 99999999999999999999999 ""
         abc 0x10 1.5 " " "$(printf '\x01\xff')" "$(head -c 300 /dev/zero | tr '\0' 9)")
 sim_flags=(--pp --vpp -m --limit --max-pending-w --tp --seed --workload --hint --policy --comm
-           --placement --split-backward --tp-protocol)
+           --placement --split-backward --tp-protocol --ordered-forwards)
 train_flags=(--lr --clip --weight-decay --warmup --steps --d-model --heads --layers --max-seq
              --min-len --max-len --max-images --eval-every --eval-batches --timeout --seed --dp)
 RANDOM=7

@@ -29,6 +29,7 @@ Shape random_shape(const std::string& hint, std::uint64_t seed) {
   s.comm = pick(4, 0, 1) ? CommMode::Blocking : CommMode::Async;
   s.protocol = pick(5, 0, 1) ? TpProtocol::Agree : TpProtocol::Leader;
   s.limit = pick(6, 0, 1) ? 0 : pick(7, 1, 4);
+  s.cfg.ordered_forwards = pick(11, 0, 2) == 0;  // every generated list keeps to it
   const bool v1 = hint == "gpipe" || hint == "1f1b" || hint == "zb-h1" || hint == "zb-h2";
   if (v1) return s;
   if (hint == "zb-v") {

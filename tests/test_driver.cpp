@@ -56,7 +56,7 @@ Starts mini_executor(const WorkModel& m, const Hint& h, const RealizedWork& w, P
       const Ev e = events.top();
       const TaskId t = m.task(e.task);
       if (!e.ended) {
-        std::array<Dep, 2> d{};
+        Deps d{};
         m.deps(t, d);  // the producer's cost travels with its message
         const Dep& from = d[0].cross_stage ? d[0] : d[1];
         ranks[e.stage].arrived(t, w.compute(0, m.index(from.task)));

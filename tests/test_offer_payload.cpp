@@ -127,7 +127,7 @@ TEST(OfferPayload, PropertyInputsAndReleasesWaitForTheBytes) {
       std::map<std::pair<int, std::int64_t>, std::int64_t> hold_end;  // (stage, start): end
       for (const BlockedSpan& b : r.blocked)
         if (b.reason == BlockReason::Send) hold_end[{b.stage, b.start}] = b.end;
-      std::array<Dep, 2> c{};
+      Deps c{};
       for (const TaskRecord& t : r.tasks)
         for (int i = 0, n = m.consumers(t.task, c); i < n; ++i) {
           if (!c[i].cross_stage) continue;

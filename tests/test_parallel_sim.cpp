@@ -96,13 +96,13 @@ LowerBound reference_bound(const WorkModel& m, const RealizedWork& w, int limit)
   const int n = m.num_tasks(), p = m.pp();
   const std::int64_t inf = std::numeric_limits<std::int64_t>::max();
   std::vector<std::int64_t> start(n, -1), after(n, -1);
-  std::array<Dep, 2> d{};
+  Deps d{};
   // Memoised recursion: the earliest start and the least time after, from their definitions.
   std::function<std::int64_t(int)> start_of = [&](int i) {
     if (start[i] >= 0) return start[i];
     std::int64_t s = 0;
     const int nd = m.deps(m.task(i), d);
-    const std::array<Dep, 2> deps = d;
+    const Deps deps = d;
     for (int j = 0; j < nd; ++j) {
       const int di = m.index(deps[j].task);
       s = std::max(s, start_of(di) + dur(di) + (deps[j].cross_stage ? lat(di) : 0));
@@ -113,7 +113,7 @@ LowerBound reference_bound(const WorkModel& m, const RealizedWork& w, int limit)
     if (after[i] >= 0) return after[i];
     std::int64_t a = 0;
     const int nc = m.consumers(m.task(i), d);
-    const std::array<Dep, 2> cons = d;
+    const Deps cons = d;
     for (int j = 0; j < nc; ++j) {
       const int ci = m.index(cons[j].task);
       a = std::max(a, (cons[j].cross_stage ? lat(i) : 0) + dur(ci) + after_of(ci));

@@ -50,7 +50,7 @@ TEST(Readiness, ATaskIsReadyExactlyWhenItsLastInputIsPresent) {
             RankUnderTest rk(config(p, mb, v, split), split ? "bfw" : "bf", s);
             // Every (task, input) pair of the stage, then shuffled deterministically.
             std::vector<std::pair<TaskId, int>> inputs;
-            std::array<Dep, 2> d{};
+            Deps d{};
             std::vector<int> need(rk.m.local_slots(), 0);
             for (const TaskId& t : rk.m.stage_tasks(s)) {
               const int k = rk.m.deps(t, d);

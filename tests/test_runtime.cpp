@@ -80,7 +80,7 @@ TEST_P(RuntimeInvariants, SameTasksAsTheSimulatorInDependencyOrder) {
       // Each message's measured time (its consumer's arrival minus its end) is at least the
       // emulated latency; outputs no other stage takes have none.
       for (const TaskRecord& t : r.run.tasks) {
-        std::array<Dep, 2> c{};
+        Deps c{};
         const int n = m.consumers(t.task, c);
         bool crosses = false;
         for (int i = 0; i < n; ++i)

@@ -19,7 +19,7 @@ TEST(WorkModel, PlacesChunksLoopAndVShape) {
 
 TEST(WorkModel, DependenciesFollowDesign) {
   WorkModel m(config(2, 3, 2, true, Placement::VShape));  // chunks 0 1 | 2 3 on stages 0 1 1 0
-  std::array<Dep, 2> d{};
+  Deps d{};
   EXPECT_EQ(m.deps({Kind::F, 0, 1}, d), 0);
   ASSERT_EQ(m.deps({Kind::F, 2, 1}, d), 1);
   EXPECT_EQ(d[0].task, (TaskId{Kind::F, 1, 1}));

@@ -83,6 +83,11 @@ void add_shape_flags(CLI::App* app, ShapeFlags& f) {
                   "adaptive and a hint file written with it; `plan` follows its --replay), on, "
                   "off (a replay's W then adds to its B)")
       ->capture_default_str();
+  app->add_option("--ordered-forwards", f.ordered,
+                  "on: each chunk's forwards run in microbatch order, as for a model whose "
+                  "forward updates state (batch norm's running statistics); off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
 }
 
 CLI::Option* add_dispatch_flags(CLI::App* app, DispatchFlags& f, const std::string& policies) {
@@ -162,7 +167,9 @@ void add_idle_spin_flag(CLI::App* app, int& us) {
 }
 
 PipelineConfig to_config(const ShapeFlags& f, const std::string& hint) {
-  return make_config(f.pp, f.vpp, f.microbatches, f.placement, f.split, hint);
+  PipelineConfig c = make_config(f.pp, f.vpp, f.microbatches, f.placement, f.split, hint);
+  c.ordered_forwards = f.ordered == "on";
+  return c;
 }
 
 RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s) {

@@ -30,12 +30,14 @@ CLI::Validator not_negative();
 // --seed: digits only, at most 2^64 - 1 (CLI11 would clamp 2^64 to it silently).
 CLI::Validator seed_value();
 
-// The pipeline's shape: --pp --vpp --placement --microbatches --split-backward. The struct's
-// values are the flags' defaults (each command sets its own before binding).
+// The pipeline's shape: --pp --vpp --placement --microbatches --split-backward
+// --ordered-forwards. The struct's values are the flags' defaults (each command sets its own
+// before binding).
 struct ShapeFlags {
   int pp = 8, vpp = 1, microbatches = 32;
   std::string placement = "loop";
   std::string split = "auto";
+  std::string ordered = "off";
 };
 
 // How stages pick and move work: --hint --policy --limit --max-pending-w --comm --tp

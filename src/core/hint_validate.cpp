@@ -52,7 +52,7 @@ void validate_hint(const ListHint& h, const WorkModel& m, const std::string& ori
   // Cross-stage cycles: run every stage's order with only dependencies as constraints.
   std::vector<char> done(m.num_tasks(), 0);
   std::vector<int> head(m.pp(), 0);
-  std::array<Dep, 2> d{};
+  Deps d{};
   auto head_ready = [&](int s) {
     if (head[s] >= static_cast<int>(h.stages[s].size())) return false;
     int n = m.deps(h.stages[s][head[s]], d);

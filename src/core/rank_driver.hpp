@@ -47,10 +47,11 @@ struct DispatchOptions {
   bool note_costs(int tp) const { return !(coordinated(tp) && tp_protocol == TpProtocol::Agree); }
 };
 
-// An ended task's consumers (at most two): those on this stage are already satisfied; the
-// executor moves the output to each (an input slot here, a message to another stage).
+// An ended task's consumers: those on this stage are already satisfied; the executor moves the
+// output to each that takes it (an input slot here, a message to another stage), and to no
+// ordering edge (Dep::order).
 struct Consumers {
-  std::array<Dep, 2> deps{};
+  Deps deps{};
   int n = 0;
   const Dep* begin() const { return deps.data(); }
   const Dep* end() const { return deps.data() + n; }
@@ -74,7 +75,7 @@ class RankDriver {
     c.n = m_.consumers(t, c.deps);
     for (const Dep& d : c) {
       if (d.cross_stage) continue;
-      if (costs_) arb_->note_cost(d.task, cost_ns);
+      if (costs_ && !d.order) arb_->note_cost(d.task, cost_ns);  // an ordering edge is no input
       inputs_->satisfy(d.task);
     }
     return c;

@@ -27,18 +27,22 @@ Readiness::Readiness(const WorkModel& m, int stage, StageArbiter& arbiter)
     : m_(m), stage_(stage), arb_(arbiter) {
   missing_.assign(m.local_slots(), 0);
   input_.assign(m.local_slots(), InputState::Local);
-  // A task's inputs depend on its kind and chunk, not on its microbatch: one row per pair.
-  std::array<Dep, 2> d{};
+  // A task's inputs depend on its kind and chunk, not on its microbatch, but for the first
+  // forward of a chunk when forwards are ordered (it has no forward before it): one row per pair.
+  Deps d{};
   const int mbs = m.microbatches();
   for (int k = 0; k < m.num_kinds(); ++k)
     for (int c : m.chunks_of(stage)) {
       const TaskId first{static_cast<Kind>(k), c, 0};
-      const int deps = m.deps(first, d);
       const int at = m.local_index(first);
-      std::fill_n(missing_.begin() + at, mbs, static_cast<std::int8_t>(deps));
+      const int deps_first = m.deps(first, d);
+      const int deps_rest = mbs > 1 ? m.deps({first.kind, c, 1}, d) : deps_first;
+      missing_[at] = static_cast<std::int8_t>(deps_first);
+      std::fill_n(missing_.begin() + at + 1, mbs - 1, static_cast<std::int8_t>(deps_rest));
       if (m.has_remote_input(first)) std::fill_n(input_.begin() + at, mbs, InputState::Missing);
-      if (deps == 0)
-        for (int mb = 0; mb < mbs; ++mb)
+      if (deps_first == 0) arb_.mark_ready(first);
+      if (deps_rest == 0)
+        for (int mb = 1; mb < mbs; ++mb)
           arb_.mark_ready({first.kind, c, mb});
     }
 }

@@ -21,6 +21,10 @@ struct PipelineConfig {
   int microbatches = 8;  // M
   Placement placement = Placement::Loop;
   bool split_backward = false;  // B = input gradient only, W = weight gradient
+  // Each chunk's forwards run in microbatch order: F(c, mb) also waits for F(c, mb - 1). For
+  // chunks whose forward updates state (batch norm's running statistics), which a plain loop
+  // updates microbatch by microbatch; other orders would leave other bits.
+  bool ordered_forwards = false;
 };
 
 // The most chunk-microbatches (P x V x M) a step may have: flat task indices are int, and this
@@ -30,11 +34,16 @@ constexpr long long kMaxChunkMicrobatches = 50'000'000;
 // Throws InputError naming the offending field.
 void validate(const PipelineConfig& cfg);
 
-// A dependency of a task; `cross_stage` says whether it travels as a message.
+// A dependency of a task; `cross_stage` says whether it travels as a message. `order`: an
+// ordering edge of PipelineConfig::ordered_forwards, on one stage, carrying nothing.
 struct Dep {
   TaskId task;
   bool cross_stage = false;
+  bool order = false;
 };
+// A task's dependencies or consumers: at most two of each that carry data, and one ordering
+// edge (a forward's next forward).
+using Deps = std::array<Dep, 3>;
 
 // Dense, allocation-free view of the task graph. Tasks are indexed globally by
 // index(t) = ((kind * C) + chunk) * M + mb, so per-task state lives in flat vectors.
@@ -80,14 +89,17 @@ class WorkModel {
            (t.kind != Kind::W || cfg_.split_backward);
   }
 
-  // Inputs a task waits for (at most two). Chunk 0's F waits for nothing (the data is local).
-  int deps(const TaskId& t, std::array<Dep, 2>& out) const {
+  // Inputs a task waits for (at most two). Chunk 0's F waits for nothing (the data is local)
+  // but, with ordered forwards, the forward before it.
+  int deps(const TaskId& t, Deps& out) const {
     int n = 0;
     const int here = stage_of(t.chunk);
     auto add = [&](Kind k, int c) { out[n++] = Dep{{k, c, t.mb}, stage_of(c) != here}; };
     switch (t.kind) {
       case Kind::F:
         if (t.chunk > 0) add(Kind::F, t.chunk - 1);
+        if (cfg_.ordered_forwards && t.mb > 0)
+          out[n++] = Dep{{Kind::F, t.chunk, t.mb - 1}, false, true};
         break;
       case Kind::B:
         add(Kind::F, t.chunk);
@@ -99,8 +111,9 @@ class WorkModel {
     }
     return n;
   }
-  // Tasks that consume this task's output (at most two). Inline: once per task ended.
-  int consumers(const TaskId& t, std::array<Dep, 2>& out) const {
+  // Tasks that consume this task's output (at most two), and with ordered forwards the
+  // forward after it. Inline: once per task ended.
+  int consumers(const TaskId& t, Deps& out) const {
     int n = 0;
     const int here = stage_of(t.chunk);
     auto add = [&](Kind k, int c) { out[n++] = Dep{{k, c, t.mb}, stage_of(c) != here}; };
@@ -108,6 +121,8 @@ class WorkModel {
       case Kind::F:
         if (t.chunk + 1 < chunks_) add(Kind::F, t.chunk + 1);
         add(Kind::B, t.chunk);
+        if (cfg_.ordered_forwards && t.mb + 1 < cfg_.microbatches)
+          out[n++] = Dep{{Kind::F, t.chunk, t.mb + 1}, false, true};
         break;
       case Kind::B:
         if (t.chunk > 0) add(Kind::B, t.chunk - 1);

@@ -12,7 +12,7 @@ ListHint zb_greedy(const WorkModel& m, const std::vector<int>& cap) {
   const int p = m.pp();
   std::vector<int> missing(m.num_tasks());  // unfinished inputs per task
   std::vector<char> ready(m.num_tasks(), 0), done(m.num_tasks(), 0);
-  std::array<Dep, 2> d{};
+  Deps d{};
   for (int i = 0; i < m.num_tasks(); ++i) {
     TaskId t = m.task(i);
     missing[i] = m.deps(t, d);

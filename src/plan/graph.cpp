@@ -20,7 +20,7 @@ TaskGraph make_graph(const WorkModel& m, const RealizedWork& w) {
       g.dur[i] = std::max(g.dur[i], w.compute(r, i));
     g.dur[i] += w.collective_ns;
     g.lag[i] = w.message(0, i);
-    std::array<Dep, 2> d{};
+    Deps d{};
     const int k = m.deps(t, d);
     for (int j = 0; j < k; ++j) {
       g.deps[i][j] = m.index(d[j].task);

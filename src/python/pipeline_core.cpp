@@ -76,8 +76,10 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
                      std::to_string(o.dp) + ")");
   if (tr == TransportKind::C10d && (o.dp > 1) != static_cast<bool>(o.dp_group))
     throw InputError("`dp_group`: give the replicas' group exactly when dp > 1");
-  model_ = std::make_unique<WorkModel>(
-      make_config(o.pp, o.vpp, o.microbatches, o.placement, o.split_backward, o.hint));
+  PipelineConfig cfg =
+      make_config(o.pp, o.vpp, o.microbatches, o.placement, o.split_backward, o.hint);
+  cfg.ordered_forwards = o.ordered_forwards;
+  model_ = std::make_unique<WorkModel>(cfg);
   hint_ = std::make_unique<Hint>(make_hint(o.hint, *model_));
   runtime_.arbiter.policy = parse_policy(o.policy);
   runtime_.arbiter.limit = o.limit;
@@ -97,6 +99,18 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   Processes& p = processes();
   std::lock_guard lk(p.mu);
   p.live.push_back(this);
+}
+
+void PipelineCore::order_forwards() {
+  if (rt_ || !runners_.empty()) throw Error("order_forwards: the runtime is already built");
+  if (model_->config().ordered_forwards) return;
+  PipelineConfig cfg = model_->config();
+  cfg.ordered_forwards = true;
+  auto model = std::make_unique<WorkModel>(cfg);
+  auto hint = std::make_unique<Hint>(make_hint(opt_.hint, *model));
+  resolve_options(runtime_.arbiter, *hint, *model);
+  model_ = std::move(model);
+  hint_ = std::move(hint);
 }
 
 void PipelineCore::close() {

@@ -27,6 +27,7 @@ struct CoreOptions {
   std::string placement = "loop", split_backward = "auto";
   std::string hint = "bfw", policy = "ready", comm = "async";
   int limit = 0, max_pending_w = 0;
+  bool ordered_forwards = false;  // PipelineConfig::ordered_forwards
   double timeout_s = 120;
   std::string transport = "inproc";  // inproc: every stage a thread here; mpi: one per process
   int dp = 1;                        // mpi: data-parallel replicas (mpirun -np pp * dp)
@@ -62,6 +63,10 @@ class PipelineCore {
   std::vector<std::vector<double>> all_gather(const std::vector<double>& mine);
   // Tears the runtime down (shutdown_processes); the pipeline refuses further steps.
   void close();
+  // Makes each chunk's forwards run in microbatch order from now on (PipelineConfig::
+  // ordered_forwards), once the chunks show that they need it: before set_runners. Throws
+  // HintError when the hint is a list that runs some chunk's forwards out of that order.
+  void order_forwards();
   // Sets the Python runner of each local stage; the runtime is built from them.
   void set_runners(const std::vector<pybind11::object>& runners);
   // One step, the GIL released while it runs. Ctrl-C (or any Python signal handler that

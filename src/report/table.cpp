@@ -127,6 +127,7 @@ nlohmann::json to_json(const ReportHeader& h, const std::vector<ReportRun>& runs
     jr["placement"] = to_string(r.cfg.placement);
     jr["microbatches"] = r.cfg.microbatches;
     jr["split_backward"] = r.cfg.split_backward;
+    if (r.cfg.ordered_forwards) jr["ordered_forwards"] = true;  // absent: the default, off
     jr["makespan_ms"] = ms(m.makespan);
     jr["speedup_vs_first"] = base / static_cast<double>(m.makespan);
     jr["bubble_ratio"] = m.bubble_ratio;

@@ -76,7 +76,7 @@ std::optional<TaskId> Stage::match(const Message& msg) const {
   const TaskId& p = msg.tag.producer;
   const WorkModel& m = core_.m();
   if (!m.valid(p) || p.kind == Kind::W) return std::nullopt;
-  std::array<Dep, 2> c{};
+  Deps c{};
   const int k = m.consumers(p, c);
   for (int i = 0; i < k; ++i)
     if (c[i].cross_stage && c[i].task.kind == p.kind && m.stage_of(c[i].task) == core_.stage())

@@ -214,7 +214,7 @@ void Stage::finish(Locked& lk, int r, const TaskId& t, std::int64_t start, std::
   for (const Dep& c : rk.driver->task_ended(t, end - start)) {
     if (c.cross_stage)
       delivery_->output(lk, r, t, c.task, out, end, end - start, sends);
-    else if (c.task.kind == t.kind)
+    else if (c.task.kind == t.kind && !c.order)
       rk.input[m.local_index(c.task)] = out;  // the next chunk on this stage
   }
 }

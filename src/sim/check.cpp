@@ -24,7 +24,7 @@ std::vector<std::string> check_run(const WorkModel& m, int tp, const std::vector
     if (t.end < t.start || t.compute_end < t.start)
       fail(to_string(t.task) + " ends before it starts");
   }
-  std::array<Dep, 2> d{};
+  Deps d{};
   for (int r = 0; r < tp; ++r)
     for (int i = 0; i < n; ++i) {
       const TaskRecord* t = at[static_cast<size_t>(r) * n + i];

@@ -94,7 +94,7 @@ constexpr int kBlock = 8;  // microbatches walked together: a row's lie side by 
 void bound_block(const WorkModel& m, const Costs& k, const Rows& rows, int mb0, int width,
                  std::vector<std::array<std::int64_t, kBlock>>& at, Partial& out) {
   const int n = rows.size();
-  std::array<Dep, 2> d{};
+  Deps d{};
   for (auto& a : at)
     a.fill(0);
   for (int row = 0; row < n; ++row)
@@ -103,6 +103,7 @@ void bound_block(const WorkModel& m, const Costs& k, const Rows& rows, int mb0, 
       const int nd = m.deps(t, d);
       std::int64_t& start = at[row][b];
       for (int j = 0; j < nd; ++j) {
+        if (d[j].order) continue;  // another microbatch's: left out, the bound only loosens
         const int di = m.index(d[j].task);
         start = std::max(
             start, at[rows.row_of(d[j].task)][b] + k.dur(di) + (d[j].cross_stage ? k.lat(di) : 0));
@@ -123,6 +124,7 @@ void bound_block(const WorkModel& m, const Costs& k, const Rows& rows, int mb0, 
       const int nc = m.consumers(t, d);
       std::int64_t& after = at[row][b];
       for (int j = 0; j < nc; ++j) {
+        if (d[j].order) continue;
         const int ci = m.index(d[j].task);
         after = std::max(
             after, (d[j].cross_stage ? k.lat(i) : 0) + k.dur(ci) + at[rows.row_of(d[j].task)][b]);

@@ -191,7 +191,7 @@ void Simulation::size_pending_wakes() {
 // tell the receiver (the adaptive rule's cost; 0 where the rank reads none).
 std::int64_t Simulation::producer_cost(int r, const TaskId& consumer) const {
   if (!reads_costs_) return 0;
-  std::array<Dep, 2> d{};
+  Deps d{};
   const int n = m_.deps(consumer, d);
   for (int i = 0; i < n; ++i)
     if (d[i].cross_stage) return w_.compute(r, m_.index(d[i].task));

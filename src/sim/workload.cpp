@@ -280,7 +280,7 @@ namespace {
 
 // Whether the task's output goes to another stage (and so is a message with a duration).
 bool sends_across_stages(const WorkModel& m, const TaskId& t) {
-  std::array<Dep, 2> deps{};
+  Deps deps{};
   const int nc = m.consumers(t, deps);
   for (int i = 0; i < nc; ++i)
     if (deps[i].cross_stage) return true;

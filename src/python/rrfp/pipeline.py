@@ -15,6 +15,13 @@ from .record import StepRecord
 StageError = _rrfp.StageError
 
 
+def updates_state_in_forward(module):
+    """Whether a forward of `module` in training updates state of its own: a module that
+    tracks running statistics (batch norm, instance norm with track_running_stats)."""
+    return any(isinstance(m, torch.nn.modules.batchnorm._NormBase) and m.track_running_stats
+               for m in module.modules())
+
+
 class Pipeline:
     """Pipelines a model's chunks over `pp` stages with readiness-first dispatch.
 
@@ -45,6 +52,16 @@ class Pipeline:
     progress: a step that runs longer than this many seconds shows a line on stderr with the
         tasks this process has done, updated twice a second and erased at the end; "auto"
         (the default): 2 seconds when stderr is a terminal, else never; None: never.
+    ordered_forwards: whether each chunk's forwards run in microbatch order, as a plain loop
+        runs them. Batch norm's running statistics (and any state a forward updates) come out
+        of a step bitwise as a plain loop leaves them only then; gradients are bitwise in any
+        order. Ready dispatch mostly keeps that order anyway, but not always: the "adaptive"
+        hint reorders forwards by measured costs and sizes, and messages from another process
+        may overtake each other. None (the default): on when a chunk of this process holds a
+        module that tracks running statistics (BatchNorm, InstanceNorm with
+        track_running_stats); True for other state a forward updates; False to leave the
+        order free. A hint list that orders some chunk's forwards otherwise is refused
+        (ValueError).
     device: "cpu", "cuda", "cuda:N" or a torch.device: the chunks of this process are moved
         there (Module.to, so an optimizer built before keeps its parameters), and so are each
         microbatch's inputs and targets. None (the default): each chunk runs where its
@@ -56,10 +73,14 @@ class Pipeline:
     def __init__(self, chunks, loss_fn, *, pp, vpp=1, placement="loop", microbatches=8,
                  hint="bf", policy="ready", limit=None, max_pending_w=None,
                  split_backward="auto", comm="async", timeout=120.0, transport=None,
-                 dp=1, group=None, delay_fn=None, progress="auto", device=None):
+                 dp=1, group=None, delay_fn=None, progress="auto", device=None,
+                 ordered_forwards=None):
         if not callable(loss_fn):
             raise TypeError("loss_fn must be callable")
         place = parse_device(device)
+        if ordered_forwards not in (None, True, False):
+            raise ValueError(f"ordered_forwards: True, False or None (auto), got "
+                             f"{ordered_forwards!r}")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ValueError(f"limit: must be a whole number of at least 1 or None, got {limit!r}")
         if transport is None:
@@ -71,7 +92,8 @@ class Pipeline:
             pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
             split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
             max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
-            transport=transport, dp=dp, group=group, dp_group=dp_group)
+            transport=transport, dp=dp, group=group, dp_group=dp_group,
+            ordered_forwards=bool(ordered_forwards))
         self._dp = dp
         n = self._core.chunks
         if callable(chunks) and not isinstance(chunks, torch.nn.Module):
@@ -105,6 +127,9 @@ class Pipeline:
                                              self._data, place, where))
         if self._core.world > 1 and not callable(chunks):
             refuse_ties_across_processes(chunks, self._core)
+        if ordered_forwards is None and any(updates_state_in_forward(m)
+                                            for m in self.chunks.values()):
+            self._core.order_forwards()
         self._chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
         self._core.set_runners(self._runners)
         self._step = 0
@@ -116,6 +141,11 @@ class Pipeline:
     @property
     def pp(self):
         return self._core.pp
+
+    @property
+    def ordered_forwards(self):
+        """Whether each chunk's forwards run in microbatch order (the argument, resolved)."""
+        return self._core.ordered_forwards
 
     @property
     def rank(self):

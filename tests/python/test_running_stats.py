@@ -1,0 +1,97 @@
+"""Chunks whose forward updates state of their own (batch norm's running statistics): their
+forwards run in microbatch order, so after a step the statistics are bitwise those of a plain
+loop, under every hint, the adaptive rule (which reorders forwards) included; gradients are
+bitwise in any order. ordered_forwards=False shows what happens otherwise."""
+import pytest
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+import rrfp
+
+SIZES = [3, 9, 4, 12, 5, 7, 10, 6]  # rows per microbatch: the adaptive rule reorders them
+
+
+def chunks(seed=5):
+    torch.manual_seed(seed)
+    return [nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU()),
+            nn.Sequential(nn.Linear(16, 16), nn.BatchNorm1d(16), nn.ReLU()),
+            nn.Sequential(nn.Linear(16, 16), nn.BatchNorm1d(16), nn.ReLU()),
+            nn.Sequential(nn.Linear(16, 16), nn.BatchNorm1d(16), nn.Linear(16, 4))]
+
+
+def loss_fn(y, t):
+    return F.cross_entropy(y, t)
+
+
+def data(seed=2):
+    g = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(n, 8, generator=g) for n in SIZES]
+    ys = [torch.randint(0, 4, (n,), generator=g) for n in SIZES]
+    return xs, ys
+
+
+def plain_step(model, xs, ys):
+    for x, y in zip(xs, ys):
+        h = x
+        for c in model:
+            h = c(h)
+        loss_fn(h, y).backward()
+
+
+def same(a, b, what):
+    return all(torch.equal(x, y) for c, r in zip(a, b) for x, y in zip(what(c), what(r)))
+
+
+def buffers(m):
+    return list(m.buffers())
+
+
+def grads(m):
+    return [p.grad for p in m.parameters()]
+
+
+@pytest.mark.parametrize("hint", ["adaptive", "bf", "bfw", "1f1b"])
+def test_running_statistics_are_a_plain_loops(hint):
+    xs, ys = data()
+    ref = chunks()
+    plain_step(ref, xs, ys)
+    plain_step(ref, xs, ys)
+    model = chunks()
+    policy = "fixed" if hint == "1f1b" else "ready"
+    pipe = rrfp.Pipeline(model, loss_fn, pp=4, microbatches=8, hint=hint, policy=policy,
+                         timeout=60, delay_fn=lambda s, k, c, mb: 0.0005 * ((mb * 7 + s) % 3))
+    assert pipe.ordered_forwards
+    pipe.step(xs, ys)
+    pipe.step(xs, ys)
+    assert same(model, ref, buffers)
+    assert same(model, ref, grads)
+
+
+def test_without_ordered_forwards_the_adaptive_rule_leaves_other_statistics():
+    xs, ys = data()
+    ref = chunks()
+    plain_step(ref, xs, ys)
+    model = chunks()
+    pipe = rrfp.Pipeline(model, loss_fn, pp=4, microbatches=8, hint="adaptive", timeout=60,
+                         ordered_forwards=False)
+    assert not pipe.ordered_forwards
+    pipe.step(xs, ys)
+    assert same(model, ref, grads)  # gradients go through the reorder buffer
+    assert not same(model, ref, buffers)  # the statistics saw another order
+
+
+def test_chunks_without_running_statistics_leave_the_order_free():
+    torch.manual_seed(0)
+    model = [nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8)), nn.Linear(8, 4)]
+    assert not rrfp.Pipeline(model, loss_fn, pp=2, microbatches=2).ordered_forwards
+    no_stats = [nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8, track_running_stats=False)),
+                nn.Linear(8, 4)]
+    assert not rrfp.Pipeline(no_stats, loss_fn, pp=2, microbatches=2).ordered_forwards
+    assert rrfp.Pipeline(model, loss_fn, pp=2, microbatches=2,
+                         ordered_forwards=True).ordered_forwards
+
+
+def test_a_bad_value_is_refused():
+    with pytest.raises(ValueError, match="ordered_forwards"):
+        rrfp.Pipeline(chunks(), loss_fn, pp=4, microbatches=8, ordered_forwards="yes")
