@@ -229,3 +229,28 @@ if pp - 1 in epipe.stages:
 else:
     assert outs is None, epipe.rank
 print(f"rank {epipe.rank}: eval_step across processes, bitwise", flush=True)
+
+# Ordered forwards, agreed over the job: a batch norm in the first chunk only (stage 0's
+# process) orders forwards on every process alike, and stage 0's running statistics end where
+# a plain loop's do under the adaptive hint, which reorders forwards by microbatch size.
+def stat_chunk(i):
+    torch.manual_seed(100 + i)
+    layers = [torch.nn.Linear(8, 8)] + ([torch.nn.BatchNorm1d(8)] if i == 0 else [])
+    return torch.nn.Sequential(*layers)
+
+
+g = torch.Generator().manual_seed(7)
+sizes = [3, 9, 4, 12]
+sx = [torch.randn(k, 8, generator=g) for k in sizes]
+sy = [torch.randn(k, 8, generator=g) for k in sizes]
+spipe = rrfp.Pipeline(stat_chunk, lambda y, t: ((y - t) ** 2).mean(), pp=pp, microbatches=4,
+                      hint="adaptive", transport=transport, dp=dp, timeout=60)
+assert spipe.ordered_forwards, spipe.rank
+spipe.step(sx, sy)
+if 0 in spipe.stages:
+    ref0 = stat_chunk(0)
+    for x in sx:
+        ref0(x)
+    assert all(torch.equal(a, b) for a, b in zip(ref0.buffers(), spipe.chunks[0].buffers())), \
+        spipe.rank
+print(f"rank {spipe.rank}: ordered forwards agreed over the job", flush=True)

@@ -92,6 +92,27 @@ def test_chunks_without_running_statistics_leave_the_order_free():
                          ordered_forwards=True).ordered_forwards
 
 
+def test_other_state_a_forward_updates_is_seen_too():
+    torch.manual_seed(0)
+    for stateful in (nn.utils.parametrizations.spectral_norm(nn.Linear(8, 8)),
+                     nn.utils.spectral_norm(nn.Linear(8, 8)),
+                     torch.ao.quantization.MinMaxObserver(),
+                     nn.InstanceNorm1d(8, track_running_stats=True)):
+        model = [nn.Sequential(nn.Linear(8, 8), stateful), nn.Linear(8, 4)]
+        pipe = rrfp.Pipeline(model, loss_fn, pp=2, microbatches=2)
+        assert pipe.ordered_forwards, type(stateful).__name__
+
+
+def test_a_stateful_module_shared_by_two_chunks_is_refused():
+    torch.manual_seed(0)
+    bn = nn.BatchNorm1d(8)
+    model = [nn.Sequential(nn.Linear(8, 8), bn), nn.Sequential(bn, nn.Linear(8, 4))]
+    with pytest.raises(ValueError, match="chunks 0 and 1 share a BatchNorm1d"):
+        rrfp.Pipeline(model, loss_fn, pp=2, microbatches=2)
+    assert not rrfp.Pipeline(model, loss_fn, pp=2, microbatches=2,
+                             ordered_forwards=False).ordered_forwards
+
+
 def test_a_bad_value_is_refused():
     with pytest.raises(ValueError, match="ordered_forwards"):
         rrfp.Pipeline(chunks(), loss_fn, pp=4, microbatches=8, ordered_forwards="yes")

@@ -8,18 +8,12 @@ import torch
 from . import _rrfp, checkpoint
 from ._device import StageDevice, module_device, parse_device
 from ._launch import c10d_groups, launched_transport, refuse_ties_across_processes
+from ._order import decide_order
 from ._progress import Progress
 from ._stage import GradSums, StageRunner, StepData
 from .record import StepRecord
 
 StageError = _rrfp.StageError
-
-
-def updates_state_in_forward(module):
-    """Whether a forward of `module` in training updates state of its own: a module that
-    tracks running statistics (batch norm, instance norm with track_running_stats)."""
-    return any(isinstance(m, torch.nn.modules.batchnorm._NormBase) and m.track_running_stats
-               for m in module.modules())
 
 
 class Pipeline:
@@ -57,11 +51,12 @@ class Pipeline:
         of a step bitwise as a plain loop leaves them only then; gradients are bitwise in any
         order. Ready dispatch mostly keeps that order anyway, but not always: the "adaptive"
         hint reorders forwards by measured costs and sizes, and messages from another process
-        may overtake each other. None (the default): on when a chunk of this process holds a
-        module that tracks running statistics (BatchNorm, InstanceNorm with
-        track_running_stats); True for other state a forward updates; False to leave the
-        order free. A hint list that orders some chunk's forwards otherwise is refused
-        (ValueError).
+        may overtake each other. None (the default): on when some chunk holds a module whose
+        forward updates its buffers (BatchNorm, InstanceNorm with track_running_stats,
+        spectral norm, quantization observers), agreed over the processes of a job; True for
+        state of your own modules; False to leave the order free. A hint list that orders some
+        chunk's forwards otherwise is refused (ValueError), and so is such a module shared by
+        two chunks (unless False).
     device: "cpu", "cuda", "cuda:N" or a torch.device: the chunks of this process are moved
         there (Module.to, so an optimizer built before keeps its parameters), and so are each
         microbatch's inputs and targets. None (the default): each chunk runs where its
@@ -127,9 +122,7 @@ class Pipeline:
                                              self._data, place, where))
         if self._core.world > 1 and not callable(chunks):
             refuse_ties_across_processes(chunks, self._core)
-        if ordered_forwards is None and any(updates_state_in_forward(m)
-                                            for m in self.chunks.values()):
-            self._core.order_forwards()
+        decide_order(ordered_forwards, self.chunks, self._core)
         self._chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
         self._core.set_runners(self._runners)
         self._step = 0

@@ -1,0 +1,64 @@
+"""Which forwards must keep microbatch order: modules whose forward updates their own buffers
+(docs/python.md, "Batch norm and other state a forward updates")."""
+import torch
+
+
+def _torch_class(module, name):
+    """torch's class `name` in `module` (a dotted path), or None where this torch lacks it."""
+    try:
+        return getattr(__import__(module, fromlist=[name]), name)
+    except (ImportError, AttributeError):
+        return None
+
+
+# PyTorch's modules whose forward updates buffers of their own in training: spectral norm's
+# power iteration (the parametrization; the older hook is looked for below), quantization
+# observers and fake quantization. Batch and instance norm count when they track running
+# statistics.
+_STATEFUL = tuple(c for c in (
+    _torch_class("torch.nn.utils.parametrizations", "_SpectralNorm"),
+    _torch_class("torch.ao.quantization", "ObserverBase"),
+    _torch_class("torch.ao.quantization", "FakeQuantizeBase")) if c is not None)
+_SPECTRAL_HOOK = _torch_class("torch.nn.utils.spectral_norm", "SpectralNorm")
+
+
+def _stateful(m):
+    """Whether a forward of module `m` itself (not its children) updates its buffers."""
+    if isinstance(m, torch.nn.modules.batchnorm._NormBase):
+        return m.track_running_stats
+    return isinstance(m, _STATEFUL) or (_SPECTRAL_HOOK is not None and any(
+        isinstance(h, _SPECTRAL_HOOK) for h in m._forward_pre_hooks.values()))
+
+
+def stateful_modules(chunks):
+    """{id(module): (module, [chunk, ...])} of the stateful modules of {chunk: module}."""
+    found = {}
+    for c, chunk in chunks.items():
+        for m in chunk.modules():
+            if _stateful(m):
+                entry = found.setdefault(id(m), (m, []))
+                if c not in entry[1]:
+                    entry[1].append(c)
+    return found
+
+
+def decide_order(ordered_forwards, chunks, core):
+    """Resolves ordered_forwards=None on the chunks of this process, agreed over the job (a
+    hint is checked against the flag on every process alike); refuses a stateful module that
+    several chunks share, whose state two stages would update at once."""
+    found = stateful_modules(chunks)
+    if ordered_forwards is not False:
+        for m, users in found.values():
+            if len(users) > 1:
+                raise ValueError(
+                    f"chunks {users[0]} and {users[1]} share a {type(m).__name__}, whose forward "
+                    "updates its state: a plain loop updates it chunk by chunk within each "
+                    "microbatch, which stages running at once cannot; give each chunk its own, "
+                    "or pass ordered_forwards=False to accept another order")
+    if ordered_forwards is not None:
+        return
+    mine = 1.0 if found else 0.0
+    if core.world > 1:
+        mine = max(v for vs in core.all_gather([mine]) for v in vs)
+    if mine:
+        core.order_forwards()
