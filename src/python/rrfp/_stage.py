@@ -373,15 +373,27 @@ def _grad(roots, targets, grads, retain):
     none; `grads`: the roots' gradients, or None for a one-element loss."""
     if not targets:
         return []
-    if _ENGINE is not None and _has_torch_function is not None:
-        args = tuple(roots) + tuple(targets)
-        if not _has_torch_function(args):
-            if grads is None:
-                grads = [torch.ones_like(r, memory_format=torch.preserve_format) for r in roots]
-            return list(_ENGINE.run_backward(tuple(roots), tuple(grads), retain, False,
-                                             tuple(targets), True, False))
-    return list(torch.autograd.grad(roots, targets, grad_outputs=grads, retain_graph=retain,
-                                    allow_unused=True))
+    try:
+        if _ENGINE is not None and _has_torch_function is not None:
+            args = tuple(roots) + tuple(targets)
+            if not _has_torch_function(args):
+                if grads is None:
+                    grads = [torch.ones_like(r, memory_format=torch.preserve_format)
+                             for r in roots]
+                return list(_ENGINE.run_backward(tuple(roots), tuple(grads), retain, False,
+                                                 tuple(targets), True, False))
+        return list(torch.autograd.grad(roots, targets, grad_outputs=grads, retain_graph=retain,
+                                        allow_unused=True))
+    except RuntimeError as e:
+        if "Checkpointing is not compatible with .grad()" in str(e):
+            # Reentrant checkpointing runs its own backward, which adds to .grad: a stage's
+            # gradients could then not be summed in microbatch order.
+            raise RuntimeError(
+                "the chunk uses reentrant activation checkpointing (torch.utils.checkpoint "
+                "with use_reentrant=True, the default where it is not given), which cannot "
+                "give the per-microbatch gradients a pipeline adds in microbatch order; pass "
+                "use_reentrant=False") from e
+        raise
 
 
 def _input_grad(dx, inp):
