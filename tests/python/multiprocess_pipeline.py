@@ -254,3 +254,32 @@ if 0 in spipe.stages:
     assert all(torch.equal(a, b) for a, b in zip(ref0.buffers(), spipe.chunks[0].buffers())), \
         spipe.rank
 print(f"rank {spipe.rank}: ordered forwards agreed over the job", flush=True)
+
+# seed=: dropout draws what a plain loop seeded with rrfp.task_seed draws, in every process.
+def drop_chunk(i):
+    torch.manual_seed(200 + i)
+    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.4))
+
+
+dpipe = rrfp.Pipeline(drop_chunk, lambda y, t: ((y - t) ** 2).mean(), pp=pp, microbatches=4,
+                      hint="bf", transport=transport, dp=dp, timeout=60, seed=99)
+dx = [torch.randn(3, 8, generator=g) for _ in range(4)]
+dy = [torch.randn(3, 8, generator=g) for _ in range(4)]
+dpipe.step(dx, dy)
+# Replica r's microbatch mb draws as microbatch r * 4 + mb of one pipeline; the replicas'
+# sums are added in replica order (every replica trains on the same data here).
+want = None
+for r in range(dp):
+    dref = [drop_chunk(i) for i in range(pp)]
+    for mb, (x, y) in enumerate(zip(dx, dy)):
+        h = x
+        for c, chunk in enumerate(dref):
+            torch.manual_seed(rrfp.task_seed(99, 0, c, r * 4 + mb))
+            h = chunk(h)
+        ((h - y) ** 2).mean().backward()
+    got = [[p.grad for p in ch.parameters()] for ch in dref]
+    want = got if want is None else [[a + b for a, b in zip(w, g)] for w, g in zip(want, got)]
+for c, module in dpipe.chunks.items():
+    assert all(torch.equal(p.grad, b) for p, b in zip(module.parameters(), want[c])), \
+        (dpipe.rank, c)
+print(f"rank {dpipe.rank}: seeded dropout across processes, bitwise", flush=True)

@@ -12,6 +12,7 @@ import sys
 import torch  # noqa: F401  (loads LibTorch's Python bindings before the extension)
 
 from . import _rrfp
+from ._seed import task_seed
 from .pipeline import Pipeline, StageError
 from .record import StepRecord
 

@@ -5,6 +5,7 @@ time, in the order its arbiter picks. Everything here is per stage; the only sta
 with other stages is the step's data (StepData), read-only during a step, and the first
 error, under a lock.
 """
+import contextlib
 import threading
 import time
 
@@ -18,9 +19,11 @@ from ._tree import pack as _pack, pack_grads as _pack_grads, unpack as _unpack, 
 class StepData:
     """The step's microbatches, targets and loss function, and what the stages report back."""
 
-    def __init__(self, loss_fn, delay_fn):
+    def __init__(self, loss_fn, delay_fn, seeding=None):
         self.loss_fn = loss_fn
         self.delay_fn = delay_fn
+        self.seeding = seeding  # rrfp._seed.Seeding, or None: tasks draw from torch as they run
+        self.seed_step = 0  # the step of the seeds: steps and evaluation steps run so far
         self.inputs = []
         self.targets = []
         self.losses = {}
@@ -201,12 +204,15 @@ class StageRunner:
                 d = self.data.delay_fn(self.stage, kind, chunk, mb)
                 if d:
                     time.sleep(d)  # releases the GIL, as a slow kernel would
-            if self.device.stream is None:  # no stream to enter and none to wait for
-                out = fn(chunk, mb, *args)
-            else:
-                with self.device.scope():
+            seeding = self.data.seeding
+            with seeding.task(kind, self.data.seed_step, chunk, mb, self._device(chunk)) \
+                    if seeding is not None else contextlib.nullcontext():
+                if self.device.stream is None:  # no stream to enter and none to wait for
                     out = fn(chunk, mb, *args)
-                self.device.settle()  # done when the GPU is, not when the host enqueued it
+                else:
+                    with self.device.scope():
+                        out = fn(chunk, mb, *args)
+                    self.device.settle()  # done when the GPU is, not when the host enqueued it
             self.tasks_done += 1
             return out
         except BaseException as e:

@@ -9,11 +9,15 @@ from . import _rrfp, checkpoint
 from ._device import StageDevice, module_device, parse_device
 from ._launch import c10d_groups, launched_transport, refuse_ties_across_processes
 from ._order import decide_order
+from ._seed import Seeding
 from ._progress import Progress
 from ._stage import GradSums, StageRunner, StepData
 from .record import StepRecord
 
 StageError = _rrfp.StageError
+
+
+_SEED_STEP = "rrfp_seed_step"  # in a checkpoint's extras: the steps run, for seed=
 
 
 class Pipeline:
@@ -57,6 +61,12 @@ class Pipeline:
         state of your own modules; False to leave the order free. A hint list that orders some
         chunk's forwards otherwise is refused (ValueError), and so is such a module shared by
         two chunks (unless False).
+    seed: None (the default): chunks draw random numbers (dropout) from torch's generators in
+        the order tasks run, which differs from a plain loop's and, with stages as threads,
+        from run to run. A whole number: before each forward, torch's generators are seeded
+        with rrfp.task_seed(seed, step, chunk, mb), so every schedule and run draws the same;
+        with several stages in this process their tasks then take turns. save() and load()
+        keep the step count.
     device: "cpu", "cuda", "cuda:N" or a torch.device: the chunks of this process are moved
         there (Module.to, so an optimizer built before keeps its parameters), and so are each
         microbatch's inputs and targets. None (the default): each chunk runs where its
@@ -69,10 +79,11 @@ class Pipeline:
                  hint="bf", policy="ready", limit=None, max_pending_w=None,
                  split_backward="auto", comm="async", timeout=120.0, transport=None,
                  dp=1, group=None, delay_fn=None, progress="auto", device=None,
-                 ordered_forwards=None):
+                 ordered_forwards=None, seed=None):
         if not callable(loss_fn):
             raise TypeError("loss_fn must be callable")
         place = parse_device(device)
+        seeding = None if seed is None else Seeding(seed)  # a bad seed fails first
         if ordered_forwards not in (None, True, False):
             raise ValueError(f"ordered_forwards: True, False or None (auto), got "
                              f"{ordered_forwards!r}")
@@ -123,6 +134,9 @@ class Pipeline:
         if self._core.world > 1 and not callable(chunks):
             refuse_ties_across_processes(chunks, self._core)
         decide_order(ordered_forwards, self.chunks, self._core)
+        if seeding is not None:
+            seeding.place(len(self._runners) > 1, self.replica * self._core.microbatches)
+            self._data.seeding = seeding
         self._chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
         self._core.set_runners(self._runners)
         self._step = 0
@@ -177,7 +191,8 @@ class Pipeline:
         say). Every process of a job calls it; with dp > 1 replica 0 writes. Returns once every
         part is written."""
         if self.replica == 0:
-            checkpoint.save(path, self.rank, self.chunks, optimizer, extra)
+            checkpoint.save(path, self.rank, self.chunks, optimizer,
+                            dict(extra, **{_SEED_STEP: self._data.seed_step}))
         if self._core.world > 1:
             self._core.all_gather([])  # no process reads the folder before every part is there
 
@@ -187,12 +202,15 @@ class Pipeline:
         an optimizer over their parameters, its state. Returns the `extra` it was saved with.
         Training on from it is bitwise training on without the stop."""
         model, optim, extra = checkpoint.load_parts(path)
+        extra = dict(extra or {})
+        if _SEED_STEP in extra:  # a seeded pipeline goes on drawing as it would have
+            self._data.seed_step = extra.pop(_SEED_STEP)
         self.load_state_dict(model)
         if optimizer is not None:
             if optim is None:
                 raise KeyError(f"checkpoint '{path}': it holds no optimizer state")
             checkpoint.load_optimizer_state(self.chunks, optimizer, optim)
-        return extra or {}
+        return extra
 
     def step(self, inputs, targets):
         """Runs forward and backward of every microbatch through the pipeline.
@@ -286,6 +304,7 @@ class Pipeline:
             raise
         finally:
             self._step += 1
+            self._data.seed_step += 1
             self._data.inputs, self._data.targets = [], []
         total = None
         if self._data.losses:

@@ -1,0 +1,60 @@
+"""Random numbers a chunk draws (dropout), made independent of the order tasks run in:
+Pipeline(seed=S) seeds torch's generators before each forward from (S, step, chunk,
+microbatch), docs/python.md "Dropout and other random numbers"."""
+import contextlib
+import threading
+
+import torch
+
+_MASK = (1 << 64) - 1
+
+
+def _mix(x):
+    """splitmix64's finalizer: a bijection of 64-bit integers that scatters nearby inputs."""
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK
+    return x ^ (x >> 31)
+
+
+def task_seed(seed, step, chunk, mb):
+    """The seed of microbatch `mb`'s forward through chunk `chunk` in step `step` (counted
+    from 0 over this pipeline's steps and evaluation steps) of Pipeline(seed=seed): a plain
+    loop that calls torch.manual_seed(task_seed(...)) before each chunk's forward draws what
+    the pipeline draws. With dp > 1, replica r's microbatch mb is r * M + mb. Below 2**63."""
+    h = _mix(seed & _MASK)
+    for v in (step, chunk, mb):
+        h = _mix(h ^ (v & _MASK))
+    return h >> 1
+
+
+class Seeding:
+    """Runs tasks under seeded generators. A forward gets torch.manual_seed(task_seed(...));
+    every task runs inside torch.random.fork_rng, so what it draws, or restores (activation
+    checkpointing's recomputation), never reaches another task. torch's generators belong to
+    the process, so with several stages in it their tasks take turns (`shared`)."""
+
+    def __init__(self, seed):
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed: a whole number of at least 0 or None, got {seed!r}")
+        self.seed = seed
+        self._lock = None
+        self._first_mb = 0
+
+    def place(self, shared, first_mb):
+        """`shared`: several stages of this process run tasks at once; `first_mb`: the index
+        of this replica's first microbatch in the job's batch (replica * M), so that replicas
+        draw as one pipeline of all their microbatches would."""
+        self._lock = threading.Lock() if shared else None
+        self._first_mb = first_mb
+
+    @contextlib.contextmanager
+    def task(self, kind, step, chunk, mb, device):
+        devices = []
+        if device is not None and device.type == "cuda":
+            devices = [device.index if device.index is not None else torch.cuda.current_device()]
+        with self._lock or contextlib.nullcontext():
+            with torch.random.fork_rng(devices=devices):
+                if kind == "F":
+                    s = task_seed(self.seed, step, chunk, self._first_mb + mb)
+                    torch.manual_seed(s)
+                yield

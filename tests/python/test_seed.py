@@ -1,0 +1,116 @@
+"""Pipeline(seed=S): dropout draws the same in every schedule and run, and what a plain loop
+draws when it seeds each chunk's forward with rrfp.task_seed; checkpoints keep the step
+count, so training on after load() draws as training on without the stop."""
+import pytest
+import torch
+from torch import nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+import rrfp
+
+SEED = 1234
+
+
+class Block(nn.Module):
+    def __init__(self, d_in, d_out, ckpt=False):
+        super().__init__()
+        self.f = nn.Sequential(nn.Linear(d_in, d_out), nn.Dropout(0.3), nn.ReLU())
+        self.ckpt = ckpt
+
+    def forward(self, x):
+        return checkpoint(self.f, x, use_reentrant=False) if self.ckpt else self.f(x)
+
+
+def chunks(ckpt=False):
+    torch.manual_seed(0)
+    return [Block(8, 16), Block(16, 16, ckpt), Block(16, 16), nn.Sequential(Block(16, 16),
+                                                                          nn.Linear(16, 4))]
+
+
+def loss_fn(y, t):
+    return F.cross_entropy(y, t)
+
+
+def data(step):
+    g = torch.Generator().manual_seed(10 + step)
+    return ([torch.randn(5, 8, generator=g) for _ in range(8)],
+            [torch.randint(0, 4, (5,), generator=g) for _ in range(8)])
+
+
+def plain_step(model, step):
+    xs, ys = data(step)
+    for mb, (x, y) in enumerate(zip(xs, ys)):
+        h = x
+        for c, chunk in enumerate(model):
+            torch.manual_seed(rrfp.task_seed(SEED, step, c, mb))
+            h = chunk(h)
+        loss_fn(h, y).backward()
+
+
+def grads(model):
+    return [p.grad.clone() for c in model for p in c.parameters()]
+
+
+def delay(stage, kind, chunk, mb):
+    return 0.0004 * ((stage * 3 + mb) % 4)
+
+
+SCHEDULES = [dict(hint="1f1b", policy="fixed"), dict(hint="bf"), dict(hint="bfw"),
+             dict(hint="adaptive"), dict(hint="bf", vpp=2)]
+
+
+@pytest.mark.parametrize("kw", SCHEDULES, ids=lambda k: "-".join(map(str, k.values())))
+def test_every_schedule_draws_what_the_seeded_plain_loop_draws(kw):
+    ref = chunks(ckpt=True)
+    plain_step(ref, 0)
+    plain_step(ref, 1)
+    model = chunks(ckpt=True)
+    vpp = kw.get("vpp", 1)
+    pipe = rrfp.Pipeline(model, loss_fn, pp=4 // vpp, microbatches=8, seed=SEED, timeout=60,
+                         delay_fn=delay, **kw)
+    for s in range(2):
+        pipe.step(*data(s))
+    for a, b in zip(grads(model), grads(ref)):
+        assert torch.equal(a, b)
+
+
+def test_unseeded_runs_draw_otherwise():
+    ref = chunks()
+    plain_step(ref, 0)
+    model = chunks()
+    rrfp.Pipeline(model, loss_fn, pp=4, microbatches=8, timeout=60).step(*data(0))
+    assert not all(torch.equal(a, b) for a, b in zip(grads(model), grads(ref)))
+
+
+def test_a_checkpoint_keeps_the_step_count(tmp_path):
+    straight = chunks()
+    pipe = rrfp.Pipeline(straight, loss_fn, pp=4, microbatches=8, seed=SEED, timeout=60)
+    for s in range(3):
+        pipe.step(*data(s))
+    first = chunks()
+    pipe = rrfp.Pipeline(first, loss_fn, pp=4, microbatches=8, seed=SEED, timeout=60)
+    for s in range(2):
+        pipe.step(*data(s))
+    pipe.save(str(tmp_path / "ck"), step=2)
+    resumed = chunks()
+    pipe = rrfp.Pipeline(resumed, loss_fn, pp=4, microbatches=8, seed=SEED, timeout=60)
+    assert pipe.load(str(tmp_path / "ck")) == {"step": 2}
+    for c in resumed:  # .grad as the first run left it: the steps add onto it
+        for p, q in zip(c.parameters(), first[resumed.index(c)].parameters()):
+            p.grad = q.grad.clone()
+    pipe.step(*data(2))
+    for a, b in zip(grads(resumed), grads(straight)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "7", True])
+def test_a_bad_seed_is_refused(bad):
+    with pytest.raises(ValueError, match="seed"):
+        rrfp.Pipeline(chunks(), loss_fn, pp=4, microbatches=8, seed=bad)
+
+
+def test_task_seeds_differ_and_fit_in_63_bits():
+    seen = {rrfp.task_seed(SEED, s, c, mb) for s in range(4) for c in range(4) for mb in range(8)}
+    assert len(seen) == 128
+    assert all(0 <= v < 2 ** 63 for v in seen)
