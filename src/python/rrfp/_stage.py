@@ -5,7 +5,6 @@ time, in the order its arbiter picks. Everything here is per stage; the only sta
 with other stages is the step's data (StepData), read-only during a step, and the first
 error, under a lock.
 """
-import contextlib
 import threading
 import time
 
@@ -205,19 +204,24 @@ class StageRunner:
                 if d:
                     time.sleep(d)  # releases the GIL, as a slow kernel would
             seeding = self.data.seeding
-            with seeding.task(kind, self.data.seed_step, chunk, mb, self._device(chunk)) \
-                    if seeding is not None else contextlib.nullcontext():
-                if self.device.stream is None:  # no stream to enter and none to wait for
-                    out = fn(chunk, mb, *args)
-                else:
-                    with self.device.scope():
-                        out = fn(chunk, mb, *args)
-                    self.device.settle()  # done when the GPU is, not when the host enqueued it
+            if seeding is None:
+                out = self._on_device(fn, chunk, mb, args)
+            else:
+                with seeding.task(kind, self.data.seed_step, chunk, mb, self._device(chunk)):
+                    out = self._on_device(fn, chunk, mb, args)
             self.tasks_done += 1
             return out
         except BaseException as e:
             self.data.record(self.stage, f"{kind} c{chunk} m{mb}", e)
             raise
+
+    def _on_device(self, fn, chunk, mb, args):
+        if self.device.stream is None:  # no stream to enter and none to wait for
+            return fn(chunk, mb, *args)
+        with self.device.scope():
+            out = fn(chunk, mb, *args)
+        self.device.settle()  # done when the GPU is, not when the host enqueued it
+        return out
 
     def _device(self, chunk):
         if self.place is not None:
