@@ -118,5 +118,21 @@ TEST(OrderedForwards, TheAdaptiveRuleKeepsMicrobatchOrderOnlyWhenAsked) {
   EXPECT_GT(reordered, 0) << "the adaptive rule never reordered forwards: the test shows nothing";
 }
 
+// With one chunk a stage and ordered forwards, a stage has at most one forward ready, so the
+// adaptive rule, which only ranks forwards differently from BFW, makes BFW's every choice.
+TEST(OrderedForwards, AtOneChunkAStageTheAdaptiveRuleIsBfw) {
+  for (int seed = 0; seed < suite_seeds(); ++seed)
+    for (const char* preset : {"language", "multimodal", "straggler", "jitter:J2"}) {
+      PipelineConfig c = ordered(4 + seed % 5, 8 + seed % 17, 1, true);
+      const WorkModel m(c);
+      const RealizedWork w = realize(workload_preset(preset), m, 1, seed);
+      SimOptions opt;
+      opt.arbiter.policy = Policy::Ready;
+      const std::int64_t adaptive = simulate(m, make_hint("adaptive", m), w, opt).makespan;
+      EXPECT_EQ(adaptive, simulate(m, make_hint("bfw", m), w, opt).makespan)
+          << preset << " seed " << seed;
+    }
+}
+
 }  // namespace
 }  // namespace rrfp::test

@@ -16,9 +16,10 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
                           const std::string& workload_file, const std::string& replay,
                           const std::string& hint, const std::string& policy, int limit,
                           int max_pending_w, const std::string& comm, std::uint64_t seed, int tp,
-                          const std::string& tp_protocol) {
+                          const std::string& tp_protocol, bool ordered_forwards) {
   Scenario sc;
   sc.cfg = make_config(pp, vpp, microbatches, placement, "off", hint);  // split: per run
+  sc.cfg.ordered_forwards = ordered_forwards;
   sc.split_mode = split_backward;
   sc.tp = tp;
   sc.tp_protocol = parse_tp_protocol(tp_protocol);
@@ -69,7 +70,7 @@ void bind_tools(pyb::module_& m) {
         pyb::arg("workload_file") = "", pyb::arg("replay") = "", pyb::arg("hint") = "bf",
         pyb::arg("policy") = "ready", pyb::arg("limit") = 0, pyb::arg("max_pending_w") = 0,
         pyb::arg("comm") = "async", pyb::arg("seed") = 1, pyb::arg("tp") = 1,
-        pyb::arg("tp_protocol") = "leader",
+        pyb::arg("tp_protocol") = "leader", pyb::arg("ordered_forwards") = false,
         "Simulates one step (as `rrfp simulate`) and returns its StepRecord.");
   m.def("schedule", &schedule, pyb::kw_only(), pyb::arg("hint") = "1f1b", pyb::arg("pp") = 4,
         pyb::arg("vpp") = 1, pyb::arg("microbatches") = 8, pyb::arg("placement") = "loop",

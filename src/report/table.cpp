@@ -61,9 +61,9 @@ std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& ru
   const auto& c = runs[0].cfg;
   out += "P=" + std::to_string(c.pp) + " V=" + std::to_string(c.vpp) + " (" +
          to_string(c.placement) + ") M=" + std::to_string(c.microbatches) +
-         " TP=" + std::to_string(h.tp) + (h.tp > 1 ? " (" + h.tp_protocol + ")" : "") +
-         "  workload=" + h.workload + "  seed=" + std::to_string(h.seed) + "  [" + h.source +
-         "]\n\n";
+         (c.ordered_forwards ? " (ordered forwards)" : "") + " TP=" + std::to_string(h.tp) +
+         (h.tp > 1 ? " (" + h.tp_protocol + ")" : "") + "  workload=" + h.workload +
+         "  seed=" + std::to_string(h.seed) + "  [" + h.source + "]\n\n";
   size_t lw = 5;
   for (const auto& r : runs)
     lw = std::max(lw, r.label.size());

@@ -20,7 +20,7 @@ from .record import StepRecord
 def simulate(**kwargs):
     """Simulates one step as `rrfp simulate` does (same arguments, as keywords) and returns its
     StepRecord: pp, vpp, microbatches, placement, split_backward, workload, workload_file,
-    replay, hint, policy, limit, max_pending_w, comm, seed, tp, tp_protocol."""
+    replay, hint, policy, limit, max_pending_w, comm, seed, tp, tp_protocol, ordered_forwards."""
     return StepRecord(_rrfp.simulate(**kwargs))
 
 
