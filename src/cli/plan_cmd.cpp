@@ -126,7 +126,8 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
   const WorkModel& m = p.m();
   const SearchResult& s = best.search;
   human << "P=" << m.pp() << " V=" << m.vpp() << " M=" << m.microbatches()
-        << " split=" << (m.split() ? "on" : "off") << " TP=" << sc.tp
+        << " split=" << (m.split() ? "on" : "off")
+        << (m.config().ordered_forwards ? " (ordered forwards)" : "") << " TP=" << sc.tp
         << "  workload=" << header_of(sc).workload << "  seed=" << sc.seed << "  limit=" << p.limit
         << " (D <= " << p.d_bound() << ")  W cap=" << p.max_pending_w
         << "  comm=" << f.dispatch.comm
