@@ -18,10 +18,10 @@ from ._tree import pack as _pack, pack_grads as _pack_grads, unpack as _unpack, 
 class StepData:
     """The step's microbatches, targets and loss function, and what the stages report back."""
 
-    def __init__(self, loss_fn, delay_fn, seeding=None):
+    def __init__(self, loss_fn, delay_fn):
         self.loss_fn = loss_fn
         self.delay_fn = delay_fn
-        self.seeding = seeding  # rrfp._seed.Seeding, or None: tasks draw from torch as they run
+        self.seeding = None  # rrfp._seed.Seeding (seed=), or None: tasks draw as they run
         self.seed_step = 0  # the step of the seeds: steps and evaluation steps run so far
         self.inputs = []
         self.targets = []

@@ -9,8 +9,8 @@ from . import _rrfp, checkpoint
 from ._device import StageDevice, module_device, parse_device
 from ._launch import c10d_groups, launched_transport, refuse_ties_across_processes
 from ._order import decide_order
-from ._seed import Seeding
 from ._progress import Progress
+from ._seed import Seeding
 from ._stage import GradSums, StageRunner, StepData
 from .record import StepRecord
 
