@@ -1,6 +1,6 @@
 """Pipeline's `device`: what is refused, and that a pipeline on a device trains bitwise as a
 plain loop on that device does: in every schedule and split backward, with tied weights, for
-evaluation too. The CUDA tests skip, saying so, where torch sees no GPU (CI); they run on a
+evaluation too, and with seeded dropout and batch norm statistics. The CUDA tests skip, saying so, where torch sees no GPU (CI); they run on a
 GPU machine (scripts/gpu-check.sh)."""
 import os
 
@@ -122,3 +122,37 @@ def test_cuda_eval_step_outputs_on_the_gpu(deterministic):
             want.append(h)
     assert all(o.is_cuda and torch.equal(o, w) for o, w in zip(outs, want))
     assert loss.is_cuda
+
+
+def stateful_chunks(n):
+    """Chunks with dropout and batch norm: random numbers and running statistics."""
+    torch.manual_seed(4)
+    return [torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8),
+                                torch.nn.Dropout(0.3)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+@pytest.mark.parametrize("hint", ["bf", "adaptive"])
+def test_seeded_dropout_and_statistics_on_the_device(deterministic, device, hint):
+    g = torch.Generator().manual_seed(5)
+    sizes = [3, 6, 2, 5]
+    xs = [torch.randn(k, 8, generator=g) for k in sizes]
+    ys = [torch.randn(k, 8, generator=g) for k in sizes]
+    mse = lambda y, t: ((y - t) ** 2).mean()  # noqa: E731
+    ref = [c.to(device) for c in stateful_chunks(4)]
+    for mb, (x, y) in enumerate(zip(xs, ys)):
+        h = x.to(device)
+        for c, chunk in enumerate(ref):
+            torch.manual_seed(rrfp.task_seed(11, 0, c, mb))
+            h = chunk(h)
+        mse(h, y.to(device)).backward()
+    chunks = stateful_chunks(4)
+    pipe = rrfp.Pipeline(chunks, mse, pp=4, microbatches=4, hint=hint, seed=11,
+                         delay_fn=delays(3), device=device)
+    assert pipe.ordered_forwards
+    pipe.step(xs, ys)
+    for a, b in zip(ref, chunks):
+        for p, q in zip(a.parameters(), b.parameters()):
+            assert torch.equal(p.grad, q.grad)
+        for p, q in zip(a.buffers(), b.buffers()):
+            assert torch.equal(p, q)
