@@ -86,51 +86,33 @@ std::optional<std::int64_t> TrainStageProgram::microbatch_size(int mb) const {
   return batch->length(mb);
 }
 
+// Training's forward keeps the graph (and the linear layers' inputs for W); an evaluation
+// pass's runs the same computation without it, so its loss is bitwise what a plain forward of
+// the chunks in one thread gives.
 Payload TrainStageProgram::forward(TaskContext& ctx, int c, int mb, Payload input) {
-  if (eval_) return eval_forward(ctx, c, mb, input);
-  TpScope scope(ctx);
-  StageDevice::Scope on_device(dev_);
-  const torch::Device dev = dev_.device();
-  Chunk& ch = chunk(c);
-  Work& w = work(c, mb);
-  w.grads.assign(ch.params().size(), torch::Tensor());
-  w.sink.grads = &w.grads;
-  w.sink.queue = m_.split() ? &w.queue : nullptr;
-  if (ch.first()) {
-    w.input = batch_->tokens[mb].to(dev);
-  } else {
-    w.input = from_payload(input, batch_->length(mb), ch.d_model(), dev, own_inputs(ctx))
-                  .set_requires_grad(true);
-  }
-  torch::AutoGradMode grad_on(true);
-  const torch::Tensor images =
-      ch.first() && !batch_->images.empty() ? batch_->images[mb].to(dev) : torch::Tensor();
-  const torch::Tensor targets = ch.last() ? batch_->targets[mb].to(dev) : batch_->targets[mb];
-  w.output = ch.forward(w.input, targets, &w.sink, images);
-  Payload out;
-  if (ch.last())
-    link_->losses_[mb] = w.output.item<float>();
-  else
-    out = to_payload(w.output);
-  settle(ctx);
-  return out;
-}
-
-// An evaluation pass's forward: the computation of training's without the graph, so the loss
-// is bitwise what a plain forward of the chunks in one thread gives.
-Payload TrainStageProgram::eval_forward(TaskContext& ctx, int c, int mb, const Payload& input) {
   TpScope scope(ctx);  // TP's all-reduces run in the forward
   StageDevice::Scope on_device(dev_);
   const torch::Device dev = dev_.device();
-  const Chunk& ch = chunk(c);
-  torch::NoGradGuard no_grad;
-  const torch::Tensor x =
+  Chunk& ch = chunk(c);
+  torch::Tensor x =
       ch.first() ? batch_->tokens[mb].to(dev)
                  : from_payload(input, batch_->length(mb), ch.d_model(), dev, own_inputs(ctx));
   const torch::Tensor images =
       ch.first() && !batch_->images.empty() ? batch_->images[mb].to(dev) : torch::Tensor();
   const torch::Tensor targets = ch.last() ? batch_->targets[mb].to(dev) : batch_->targets[mb];
-  const torch::Tensor y = ch.forward(x, targets, nullptr, images);
+  torch::Tensor y;
+  if (eval_) {
+    torch::NoGradGuard no_grad;
+    y = ch.forward(x, targets, nullptr, images);
+  } else {
+    Work& w = work(c, mb);
+    w.grads.assign(ch.params().size(), torch::Tensor());
+    w.sink.grads = &w.grads;
+    w.sink.queue = m_.split() ? &w.queue : nullptr;
+    w.input = ch.first() ? x : x.set_requires_grad(true);
+    torch::AutoGradMode grad_on(true);
+    y = w.output = ch.forward(w.input, targets, &w.sink, images);
+  }
   Payload out;
   if (ch.last())
     link_->losses_[mb] = y.item<float>();

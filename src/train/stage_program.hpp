@@ -105,7 +105,6 @@ class TrainStageProgram final : public StageProgram {
     WeightGradQueue queue;
   };
   Chunk& chunk(int c) const;
-  Payload eval_forward(TaskContext& ctx, int c, int mb, const Payload& input);
   Work& work(int c, int mb);
   void finish(int c, int mb);
   void settle(TaskContext& ctx);

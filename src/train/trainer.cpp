@@ -1,5 +1,6 @@
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.hpp"
@@ -128,7 +129,6 @@ StepResult Trainer::run_pass(StepBatch batch, bool eval, std::vector<std::int64_
 StepReport Trainer::step() {
   StepReport r;
   r.step = step_;
-  if (runs_ < step_) runs_ = step_;  // a resumed run numbers its runtime steps from its own
   StepBatch batch = replica_batch(step_, false, &r.tokens);  // the job's throughput
   r.run = run_pass(std::move(batch), false, &r.device_waits);
   if (o_.dp > 1) average_replicas();
@@ -170,19 +170,11 @@ void Trainer::step_loss_and_norm(StepReport& r) {
     }
     return v;
   };
-  // By job rank: replica d's endpoint e is entry d * P * T + e. Replica 0's lists give the
-  // norm (after the data-parallel average every replica's gradients are equal).
+  // Replica 0's lists give the norm (after the data-parallel average every replica's
+  // gradients are equal).
   const size_t per = static_cast<size_t>(m_.pp()) * t,
                loss_at = static_cast<size_t>(last_stage) * t;
-  std::vector<std::vector<double>> lists;
-  if (o_.job) {
-    const int e = o_.job->endpoint();
-    lists = o_.job->all_gather(local_list(e / t, e % t));
-  } else {
-    for (int s = 0; s < m_.pp(); ++s)
-      for (int k = 0; k < t; ++k)
-        lists.push_back(local_list(s, k));
-  }
+  const std::vector<std::vector<double>> lists = endpoint_lists(local_list);
   // The mean over every replica's microbatches: the replicas' means, in replica order.
   r.loss = lists[loss_at][0];
   for (int d = 1; d < o_.dp; ++d)
@@ -254,31 +246,44 @@ void Trainer::apply(double clip_coef, double lr) {
     }
 }
 
+// By job rank, replica d's endpoint e at entry d * P * T + e: gathered over a job, or made for
+// each endpoint here in turn.
+std::vector<std::vector<double>> Trainer::endpoint_lists(
+    const std::function<std::vector<double>(int stage, int tp_rank)>& local) const {
+  const int t = o_.runtime.tp;
+  if (o_.job) {
+    const int e = o_.job->endpoint();
+    return o_.job->all_gather(local(e / t, e % t));
+  }
+  std::vector<std::vector<double>> lists;
+  for (int s = 0; s < m_.pp(); ++s)
+    for (int k = 0; k < t; ++k)
+      lists.push_back(local(s, k));
+  return lists;
+}
+
 // Each held-out batch runs through the pipeline as an evaluation pass (StageLink), so TP
 // ranks and the processes of a job take part as in training. The losses are added in batch,
 // then microbatch order, as one thread running every chunk would add them: the mean is bitwise
 // that loop's, on any layout with the same TP size and data-parallel degree.
 std::optional<double> Trainer::validation_loss(int batches, const std::atomic<int>* stop) {
-  const int t = o_.runtime.tp, mbs = m_.microbatches();
+  const int t = o_.runtime.tp, mbs = m_.microbatches(), last_stage = m_.stage_of(m_.chunks() - 1);
   const size_t per = static_cast<size_t>(m_.pp()) * t,
-               loss_at = static_cast<size_t>(m_.stage_of(m_.chunks() - 1)) * t;
+               loss_at = static_cast<size_t>(last_stage) * t;
   double sum = 0;
   for (int b = 0; b < batches; ++b) {
     double stopping = stop ? stop->load() : 0;
     if (o_.job) stopping = max_over_job(*o_.job, stopping);  // every process stops, or none
     if (stopping != 0) return std::nullopt;
     run_pass(replica_batch(b, true), true, nullptr);
-    std::vector<double> mine;
-    if (!o_.job || static_cast<size_t>(o_.job->endpoint()) == loss_at) {
-      const auto& losses = links_[loss_at]->losses();
-      mine.assign(losses.begin(), losses.end());
-    }
-    if (!o_.job) {
-      for (double l : mine)
-        sum += l;
-      continue;
-    }
-    const auto lists = o_.job->all_gather(mine);
+    const auto lists = endpoint_lists([&](int stage, int rank) {
+      std::vector<double> mine;
+      if (stage == last_stage && rank == 0) {
+        const auto& losses = link(stage, rank).losses();
+        mine.assign(losses.begin(), losses.end());
+      }
+      return mine;
+    });
     for (int d = 0; d < o_.dp; ++d)
       for (double l : lists.at(d * per + loss_at))
         sum += l;
@@ -377,6 +382,7 @@ std::vector<std::string> Trainer::resume(const std::string& path) {
     differences = load_checkpoint(path, s);  // fills the tensors in place
   }
   step_ = s.step;
+  runs_ = std::max(runs_, step_);  // a resumed run numbers its runtime steps from its own
   return differences;
 }
 

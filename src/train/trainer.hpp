@@ -74,6 +74,8 @@ class Trainer {
   void apply(double clip_coef, double lr);
   StageLink& link(int stage, int tp_rank) const { return *links_[stage * o_.runtime.tp + tp_rank]; }
   void step_loss_and_norm(StepReport& r);
+  std::vector<std::vector<double>> endpoint_lists(
+      const std::function<std::vector<double>(int stage, int tp_rank)>& local) const;
   void average_replicas();
 
   TrainOptions o_;
