@@ -14,7 +14,7 @@ void bind_pipeline(pyb::module_& m) {
       .def(pyb::init([](int pp, int vpp, int microbatches, std::string placement,
                         std::string split_backward, std::string hint, std::string policy, int limit,
                         int max_pending_w, std::string comm, double timeout, std::string transport,
-                        int dp, pyb::object group, pyb::object dp_group, bool ordered_forwards) {
+                        int dp, pyb::object group, pyb::object dp_group) {
              CoreOptions o;
              o.pp = pp;
              o.vpp = vpp;
@@ -29,7 +29,6 @@ void bind_pipeline(pyb::module_& m) {
              o.timeout_s = timeout;
              o.transport = std::move(transport);
              o.dp = dp;
-             o.ordered_forwards = ordered_forwards;
              using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
              if (!group.is_none()) o.group = group.cast<Group>();
              if (!dp_group.is_none()) o.dp_group = dp_group.cast<Group>();
@@ -39,7 +38,7 @@ void bind_pipeline(pyb::module_& m) {
            pyb::arg("placement"), pyb::arg("split_backward"), pyb::arg("hint"), pyb::arg("policy"),
            pyb::arg("limit"), pyb::arg("max_pending_w"), pyb::arg("comm"), pyb::arg("timeout"),
            pyb::arg("transport"), pyb::arg("dp") = 1, pyb::arg("group") = pyb::none(),
-           pyb::arg("dp_group") = pyb::none(), pyb::arg("ordered_forwards") = false)
+           pyb::arg("dp_group") = pyb::none())
       .def_property_readonly("pp", [](const PipelineCore& c) { return c.model().pp(); })
       .def_property_readonly("vpp", [](const PipelineCore& c) { return c.model().vpp(); })
       .def_property_readonly("chunks", [](const PipelineCore& c) { return c.model().chunks(); })

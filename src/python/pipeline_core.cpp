@@ -76,10 +76,8 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
                      std::to_string(o.dp) + ")");
   if (tr == TransportKind::C10d && (o.dp > 1) != static_cast<bool>(o.dp_group))
     throw InputError("`dp_group`: give the replicas' group exactly when dp > 1");
-  PipelineConfig cfg =
-      make_config(o.pp, o.vpp, o.microbatches, o.placement, o.split_backward, o.hint);
-  cfg.ordered_forwards = o.ordered_forwards;
-  model_ = std::make_unique<WorkModel>(cfg);
+  model_ = std::make_unique<WorkModel>(
+      make_config(o.pp, o.vpp, o.microbatches, o.placement, o.split_backward, o.hint));
   hint_ = std::make_unique<Hint>(make_hint(o.hint, *model_));
   runtime_.arbiter.policy = parse_policy(o.policy);
   runtime_.arbiter.limit = o.limit;

@@ -27,7 +27,6 @@ struct CoreOptions {
   std::string placement = "loop", split_backward = "auto";
   std::string hint = "bfw", policy = "ready", comm = "async";
   int limit = 0, max_pending_w = 0;
-  bool ordered_forwards = false;  // PipelineConfig::ordered_forwards
   double timeout_s = 120;
   std::string transport = "inproc";  // inproc: every stage a thread here; mpi: one per process
   int dp = 1;                        // mpi: data-parallel replicas (mpirun -np pp * dp)
@@ -64,8 +63,9 @@ class PipelineCore {
   // Tears the runtime down (shutdown_processes); the pipeline refuses further steps.
   void close();
   // Makes each chunk's forwards run in microbatch order from now on (PipelineConfig::
-  // ordered_forwards), once the chunks show that they need it: before set_runners. Throws
-  // HintError when the hint is a list that runs some chunk's forwards out of that order.
+  // ordered_forwards): asked for, or needed by the chunks, which exist only after the core
+  // (they are built for its local stages); before set_runners. Throws HintError when the hint
+  // is a list that runs some chunk's forwards out of that order.
   void order_forwards();
   // Sets the Python runner of each local stage; the runtime is built from them.
   void set_runners(const std::vector<pybind11::object>& runners);

@@ -43,9 +43,10 @@ def stateful_modules(chunks):
 
 
 def decide_order(ordered_forwards, chunks, core):
-    """Resolves ordered_forwards=None on the chunks of this process, agreed over the job (a
-    hint is checked against the flag on every process alike); refuses a stateful module that
-    several chunks share, whose state two stages would update at once."""
+    """Orders the core's forwards when asked, or for ordered_forwards=None when the chunks of
+    some process of the job hold a stateful module (agreed over the job: a hint is checked
+    against the flag on every process alike); refuses a stateful module that several chunks
+    share, whose state two stages would update at once."""
     found = stateful_modules(chunks)
     if ordered_forwards is not False:
         for m, users in found.values():
@@ -55,10 +56,10 @@ def decide_order(ordered_forwards, chunks, core):
                     "updates its state: a plain loop updates it chunk by chunk within each "
                     "microbatch, which stages running at once cannot; give each chunk its own, "
                     "or pass ordered_forwards=False to accept another order")
-    if ordered_forwards is not None:
-        return
-    mine = 1.0 if found else 0.0
-    if core.world > 1:
-        mine = max(v for vs in core.all_gather([mine]) for v in vs)
-    if mine:
+    if ordered_forwards is None:
+        mine = 1.0 if found else 0.0
+        if core.world > 1:
+            mine = max(v for vs in core.all_gather([mine]) for v in vs)
+        ordered_forwards = mine > 0
+    if ordered_forwards:
         core.order_forwards()

@@ -98,8 +98,7 @@ class Pipeline:
             pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
             split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
             max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
-            transport=transport, dp=dp, group=group, dp_group=dp_group,
-            ordered_forwards=bool(ordered_forwards))
+            transport=transport, dp=dp, group=group, dp_group=dp_group)
         self._dp = dp
         n = self._core.chunks
         if callable(chunks) and not isinstance(chunks, torch.nn.Module):
