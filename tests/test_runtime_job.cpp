@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "dist/deadline.hpp"
+#include "dist/job.hpp"
 #include "dist/local_job.hpp"
 #include "dist/step_merge.hpp"
 #include "rank_threads.hpp"
@@ -86,6 +87,36 @@ TEST(RuntimeJob, MergedRecordAddsTheFreshBuffers) {
   b.fresh_buffers = 3;
   merge_step(a, pack_step(b));
   EXPECT_EQ(a.fresh_buffers, 5);
+}
+
+// The data-parallel sum: replica order on every replica, and replicas whose gradients differ in
+// size (one froze a parameter the other trains) refused on each of them, naming both sizes.
+TEST(DpSum, AddsInReplicaOrderAndRefusesReplicasOfOtherSizes) {
+  for (const bool mismatch : {false, true}) {
+    auto jobs = make_local_jobs(2);
+    std::vector<std::vector<float>> got(2);
+    std::vector<std::string> errors(2);
+    on_every_rank(2, [&](int r) {
+      jobs[r]->set_layout(JobLayout{1, 1, 2});
+      std::vector<float> v = {1.0f + static_cast<float>(r), 1e8f, -1e8f};
+      if (mismatch && r == 1) v.pop_back();
+      try {
+        dp_sum(*jobs[r], v);
+        got[r] = v;
+      } catch (const InputError& e) {
+        errors[r] = e.what();
+      }
+    });
+    for (int r = 0; r < 2; ++r) {
+      if (mismatch) {
+        EXPECT_NE(errors[r].find("3 values on replica 0, 2 on replica 1"), std::string::npos)
+            << errors[r];
+      } else {
+        EXPECT_EQ(errors[r], "");
+        EXPECT_EQ(got[r], (std::vector<float>{3.0f, 2e8f, -2e8f}));
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -64,6 +64,7 @@ class _OrderedSum:
 
     def __init__(self, params, from_grad):
         self.sums = [_start(p, from_grad) for p in params]
+        self.hooks = [_leaf_hooks(p) for p in params]
         self.pending = {}
         self.next = 0
 
@@ -73,6 +74,8 @@ class _OrderedSum:
             for i, g in enumerate(self.pending.pop(self.next)):
                 if g is None:
                     continue
+                if self.hooks[i]:
+                    g = _run_hooks(self.hooks[i], g)
                 if self.sums[i] is None:
                     self.sums[i] = g
                 else:
@@ -91,6 +94,7 @@ class _TiedSum:
         self.param = param
         self.users = sorted(users, reverse=True)
         self.sum = _start(param, from_grad)
+        self.hooks = _leaf_hooks(param)
         self.pending = {}  # mb -> {chunk: gradient or None}
         self.next = 0
         self.lock = threading.Lock()
@@ -105,6 +109,8 @@ class _TiedSum:
                     if got[c] is not None:
                         buf = got[c] if buf is None else buf + got[c]
                 if buf is not None:
+                    if self.hooks:
+                        buf = _run_hooks(self.hooks, buf)
                     self.sum = buf if self.sum is None else self.sum.add_(buf)
                 self.next += 1
 
@@ -161,6 +167,24 @@ def _start(p, from_grad):
     return None if p.grad is None or not from_grad else p.grad.detach().clone()
 
 
+def _leaf_hooks(p):
+    """The hooks registered on parameter p (p.register_hook), where this torch's engine does not
+    run them itself: a plain loop's backward runs them on each microbatch's gradient of p, all
+    of its uses summed, before adding it to .grad; torch 1.13's autograd.grad, which computes a
+    stage's gradients, leaves them out (newer torch runs them)."""
+    if _ENGINE_RUNS_LEAF_HOOKS or not p._backward_hooks:
+        return []
+    return list(p._backward_hooks.values())
+
+
+def _run_hooks(hooks, g):
+    for hook in hooks:
+        out = hook(g)
+        if out is not None:
+            g = out
+    return g
+
+
 class StageRunner:
     def __init__(self, stage, modules, last_chunk, split, data, place=None, device=None):
         """place: the device Pipeline was given (inputs and targets are moved there), or None;
@@ -172,11 +196,19 @@ class StageRunner:
         self.last_chunk = last_chunk
         self.split = split
         self.data = data
-        self.params = {c: [p for p in m.parameters() if p.requires_grad] for c, m in modules.items()}
+        self.params = {}
+        self.refresh_params()
         self.work = {}
         # Tasks this stage has run, for the progress line: only the stage's thread writes it,
         # so no lock is taken per task.
         self.tasks_done = 0
+
+    def refresh_params(self):
+        """The parameters each chunk trains, as the step starts: a parameter frozen, unfrozen
+        or replaced since the last step (fine-tuning schedules do all three) counts as it is
+        now, as it would in a plain loop."""
+        self.params = {c: [p for p in m.parameters() if p.requires_grad]
+                       for c, m in self.modules.items()}
 
     # -- called by the runtime --------------------------------------------------------------
 
@@ -404,6 +436,18 @@ def _grad(roots, targets, grads, retain):
                 "give the per-microbatch gradients a pipeline adds in microbatch order; pass "
                 "use_reentrant=False") from e
         raise
+
+
+def _engine_runs_leaf_hooks():
+    """Whether _grad runs the hooks of the leaves it differentiates with respect to."""
+    t = torch.zeros(1, requires_grad=True)
+    ran = []
+    t.register_hook(lambda g: ran.append(True))
+    _grad([(t * 2).sum()], [t], None, retain=False)
+    return bool(ran)
+
+
+_ENGINE_RUNS_LEAF_HOOKS = _engine_runs_leaf_hooks()
 
 
 def _input_grad(dx, inp):

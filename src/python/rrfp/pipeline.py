@@ -4,6 +4,7 @@ import sys
 import threading
 
 import torch
+from torch.utils import _pytree as pytree
 
 from . import _rrfp, checkpoint
 from ._device import StageDevice, module_device, parse_device
@@ -136,7 +137,6 @@ class Pipeline:
         if seeding is not None:
             seeding.place(len(self._runners) > 1, self.replica * self._core.microbatches)
             self._data.seeding = seeding
-        self._chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
         self._core.set_runners(self._runners)
         self._step = 0
         self.last_step = None
@@ -284,6 +284,9 @@ class Pipeline:
                              "rows; a batch needs one target row per input row")
         self._data.inputs = _split(inputs, m, "inputs")
         self._data.targets = None if targets is None else _split(targets, m, "targets")
+        if sums is not None:  # a training step
+            _refuse_grad_outside(self._data.inputs, "inputs", "inside the first chunk")
+            _refuse_grad_outside(self._data.targets, "targets", "inside loss_fn")
         if self._core.world > 1:
             self._check_one_batch_per_replica()
         self._data.losses = {}
@@ -313,8 +316,10 @@ class Pipeline:
         return rec, total
 
     def _run_step(self, inputs, targets):
-        rec, total = self._run(inputs, targets,
-                               GradSums(self._chunk_params, from_grad=self._dp == 1))
+        for r in self._runners:
+            r.refresh_params()
+        chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
+        rec, total = self._run(inputs, targets, GradSums(chunk_params, from_grad=self._dp == 1))
         pairs = self._data.sums.pairs()
         self._data.sums = None
         if self._dp > 1 and pairs:
@@ -384,6 +389,20 @@ def _digest(microbatches):
         else:
             crc = zlib.crc32(repr(type(x)).encode(), crc)
     return crc
+
+
+def _refuse_grad_outside(microbatches, name, instead):
+    """A plain loop's backward goes on from the inputs and targets into whatever graph made
+    them (an encoder outside the pipeline, a leaf that wants its gradient); a step's backward
+    ends at the chunks, so such a gradient would silently be missing: refused instead."""
+    for mb, x in enumerate(microbatches):
+        leaves = [x] if isinstance(x, torch.Tensor) else pytree.tree_flatten(x)[0]
+        if any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
+            raise ValueError(
+                f"{name}: microbatch {mb} holds a tensor that requires grad; a step's backward "
+                f"ends at the chunks' parameters and does not reach the {name} or what computed "
+                f"them, where a plain loop's would: pass them detached (.detach()), or compute "
+                f"them {instead}")
 
 
 def _split(batch, m, name):

@@ -1,0 +1,160 @@
+"""What fine-tuning scripts do between and around steps, each checked against a plain loop:
+parameters frozen, unfrozen or replaced after the pipeline was built count as they are at the
+step; hooks on parameters (p.register_hook) run on each microbatch's gradient, all of a tied
+parameter's uses summed, before it is added, as a plain loop's backward runs them; and inputs or
+targets that require grad, whose gradient a step cannot carry out of the pipeline, are refused
+rather than silently left without it."""
+import pytest
+import torch
+from torch import nn
+
+import rrfp
+
+SCHEDULES = [("bf", "ready"), ("bfw", "ready"), ("interleaved-1f1b", "fixed")]
+
+
+def loss_fn(y, t):
+    return ((y - t) ** 2).sum()
+
+
+def chunks():
+    torch.manual_seed(0)
+    return [nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(4)]
+
+
+def data(seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g)
+
+
+def plain_step(model, x, y, m=4):
+    for xi, yi in zip(x.chunk(m), y.chunk(m)):
+        h = xi
+        for c in model:
+            h = c(h)
+        loss_fn(h, yi).backward()
+
+
+def pipeline(model, hint, policy):
+    return rrfp.Pipeline(model, loss_fn, pp=2, vpp=2, microbatches=4, hint=hint, policy=policy,
+                         timeout=60, delay_fn=lambda s, k, c, mb: 0.0003 * ((mb + s) % 2))
+
+
+def assert_same_grads(a, b):
+    for p, q in zip([p for c in a for p in c.parameters()], [p for c in b for p in c.parameters()]):
+        assert (p.grad is None) == (q.grad is None)
+        if p.grad is not None:
+            assert torch.equal(p.grad, q.grad)
+
+
+def set_trainable(model, chunk, on):
+    for p in model[chunk].parameters():
+        p.requires_grad_(on)
+
+
+@pytest.mark.parametrize("hint,policy", SCHEDULES)
+def test_freezing_and_unfreezing_after_construction_count_at_the_step(hint, policy):
+    ref, model = chunks(), chunks()
+    for m in (ref, model):
+        set_trainable(m, 0, False)
+    pipe = pipeline(model, hint, policy)
+    x, y = data()
+    pipe.step(x, y)
+    plain_step(ref, x, y)
+    assert_same_grads(ref, model)
+    assert model[0][0].weight.grad is None
+    for m in (ref, model):  # the backbone joins in, and another chunk stops training
+        set_trainable(m, 0, True)
+        set_trainable(m, 2, False)
+    kept = model[2][0].weight.grad.clone()
+    x, y = data(2)
+    pipe.step(x, y)
+    plain_step(ref, x, y)
+    assert_same_grads(ref, model)
+    assert model[0][0].weight.grad is not None  # trained now
+    assert torch.equal(model[2][0].weight.grad, kept)  # frozen: left as it was
+
+
+def test_a_parameter_replaced_after_construction_gets_its_gradient():
+    ref, model = chunks(), chunks()
+    pipe = pipeline(model, "bf", "ready")
+    w = torch.randn(8, 8, generator=torch.Generator().manual_seed(5))
+    for m in (ref, model):
+        m[1][0].weight = nn.Parameter(w.clone())
+    x, y = data()
+    pipe.step(x, y)
+    plain_step(ref, x, y)
+    assert model[1][0].weight.grad is not None
+    assert_same_grads(ref, model)
+
+
+@pytest.mark.parametrize("hint,policy", SCHEDULES)
+def test_parameter_hooks_run_on_each_microbatchs_gradient_in_order(hint, policy):
+    ref, model = chunks(), chunks()
+    seen = {id(ref): [], id(model): []}
+    for m in (ref, model):
+        # Not linear, so the gradient it runs on matters; and a record of what it saw.
+        m[2][0].weight.register_hook(lambda g: g.clamp(-0.05, 0.05))
+        m[1][0].bias.register_hook(lambda g, log=seen[id(m)]: log.append(g.clone()))
+        m[3][0].bias.register_hook(lambda g: None)  # returns nothing: the gradient stays
+    pipe = pipeline(model, hint, policy)
+    x, y = data()
+    pipe.step(x, y)
+    plain_step(ref, x, y)
+    assert_same_grads(ref, model)
+    assert len(seen[id(model)]) == 4  # once a microbatch, in microbatch order
+    for a, b in zip(seen[id(ref)], seen[id(model)]):
+        assert torch.equal(a, b)
+
+
+class Tied(nn.Module):
+    """A layer used by chunks 0 and 3 (stages 0 and 1): one parameter, two users."""
+
+    def __init__(self, shared):
+        super().__init__()
+        self.shared = shared
+        self.own = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.tanh(self.own(self.shared(x)))
+
+
+def tied_chunks():
+    torch.manual_seed(0)
+    shared = nn.Linear(8, 8)
+    return [Tied(shared), nn.Sequential(nn.Linear(8, 8), nn.Tanh()),
+            nn.Sequential(nn.Linear(8, 8), nn.Tanh()), Tied(shared)]
+
+
+@pytest.mark.parametrize("hint,policy", SCHEDULES)
+def test_a_tied_parameters_hook_runs_on_its_uses_summed(hint, policy):
+    ref, model = tied_chunks(), tied_chunks()
+    for m in (ref, model):
+        m[0].shared.weight.register_hook(lambda g: g.sign() * g.abs().sqrt())
+    pipe = pipeline(model, hint, policy)
+    x, y = data()
+    pipe.step(x, y)
+    plain_step(ref, x, y)
+    assert torch.equal(model[0].shared.weight.grad, ref[0].shared.weight.grad)
+    assert_same_grads(ref, model)
+
+
+def test_inputs_or_targets_that_require_grad_are_refused_and_change_nothing():
+    model = chunks()
+    pipe = pipeline(model, "bf", "ready")
+    x, y = data()
+    encoder = nn.Linear(8, 8)  # outside the pipeline: a plain loop would train it
+    with pytest.raises(ValueError, match="inputs: microbatch 0 holds a tensor that requires grad"):
+        pipe.step(encoder(x), y)
+    leaves = [t.clone().requires_grad_(True) for t in x.chunk(4)]
+    with pytest.raises(ValueError, match="inputs: microbatch 0 .*detach"):
+        pipe.step([(x.chunk(4)[i], {"h": leaves[i]}) if i == 0 else leaves[i] for i in range(4)],
+                  list(y.chunk(4)))
+    with pytest.raises(ValueError, match="targets: microbatch 0 .*inside loss_fn"):
+        pipe.step(x, encoder(y))
+    assert all(p.grad is None for c in model for p in c.parameters())
+    assert encoder.weight.grad is None
+    outputs, loss = pipe.eval_step(encoder(x), y)  # nothing flows back from an evaluation
+    assert outputs.shape == (8, 8) and loss is not None
+    pipe.step(x, y)  # and the pipeline trains on
+    assert all(p.grad is not None for c in model for p in c.parameters())
