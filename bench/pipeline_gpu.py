@@ -45,8 +45,10 @@ SCHEDULES = {"fixed-1f1b": ("1f1b", "fixed", "off"), "ready-bf": ("bf", "ready",
 
 
 class Autocast(torch.nn.Module):
-    """A chunk whose forward runs under bf16 autocast: the stage's thread is not the caller's,
-    so autocast belongs inside the module. Its backward follows the forward's dtypes."""
+    """A chunk whose forward runs under bf16 autocast. (A step called inside `with
+    torch.autocast` now carries it to the stages' threads too; inside the chunk it leaves the
+    loss in full precision, as the tables measured from the start.) Its backward follows the
+    forward's dtypes."""
 
     def __init__(self, inner):
         super().__init__()

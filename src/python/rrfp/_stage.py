@@ -5,14 +5,19 @@ time, in the order its arbiter picks. Everything here is per stage; the only sta
 with other stages is the step's data (StepData), read-only during a step, and the first
 error, under a lock.
 """
+import contextlib
 import threading
 import time
 
 import torch
 
+from ._autocast import autocast_as
 from ._device import StageDevice, to_device
 from ._tree import pack as _pack, pack_grads as _pack_grads, unpack as _unpack, \
     unpack_grads as _unpack_grads
+
+
+_NO_CONTEXT = contextlib.nullcontext()
 
 
 class StepData:
@@ -23,6 +28,7 @@ class StepData:
         self.delay_fn = delay_fn
         self.seeding = None  # rrfp._seed.Seeding (seed=), or None: tasks draw as they run
         self.seed_step = 0  # the step of the seeds: steps and evaluation steps run so far
+        self.autocast = None  # the caller's autocast regions (rrfp._autocast), or None
         self.inputs = []
         self.targets = []
         self.losses = {}
@@ -235,12 +241,13 @@ class StageRunner:
                 d = self.data.delay_fn(self.stage, kind, chunk, mb)
                 if d:
                     time.sleep(d)  # releases the GIL, as a slow kernel would
-            seeding = self.data.seeding
-            if seeding is None:
-                out = self._on_device(fn, chunk, mb, args)
-            else:
-                with seeding.task(kind, self.data.seed_step, chunk, mb, self._device(chunk)):
+            seeding, autocast = self.data.seeding, self.data.autocast
+            with autocast_as(autocast) if autocast and kind == "F" else _NO_CONTEXT:
+                if seeding is None:
                     out = self._on_device(fn, chunk, mb, args)
+                else:
+                    with seeding.task(kind, self.data.seed_step, chunk, mb, self._device(chunk)):
+                        out = self._on_device(fn, chunk, mb, args)
             self.tasks_done += 1
             return out
         except BaseException as e:
