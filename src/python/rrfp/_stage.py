@@ -11,7 +11,6 @@ import time
 
 import torch
 
-from ._autocast import autocast_as
 from ._device import StageDevice, to_device
 from ._tree import pack as _pack, pack_grads as _pack_grads, unpack as _unpack, \
     unpack_grads as _unpack_grads
@@ -28,7 +27,7 @@ class StepData:
         self.delay_fn = delay_fn
         self.seeding = None  # rrfp._seed.Seeding (seed=), or None: tasks draw as they run
         self.seed_step = 0  # the step of the seeds: steps and evaluation steps run so far
-        self.autocast = None  # the caller's autocast regions (rrfp._autocast), or None
+        self.caller = None  # the caller's thread-local settings (rrfp._caller), or None
         self.inputs = []
         self.targets = []
         self.losses = {}
@@ -241,8 +240,8 @@ class StageRunner:
                 d = self.data.delay_fn(self.stage, kind, chunk, mb)
                 if d:
                     time.sleep(d)  # releases the GIL, as a slow kernel would
-            seeding, autocast = self.data.seeding, self.data.autocast
-            with autocast_as(autocast) if autocast and kind == "F" else _NO_CONTEXT:
+            seeding, caller = self.data.seeding, self.data.caller
+            with caller.around(kind) if caller is not None else _NO_CONTEXT:
                 if seeding is None:
                     out = self._on_device(fn, chunk, mb, args)
                 else:

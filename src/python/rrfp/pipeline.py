@@ -7,7 +7,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from . import _rrfp, checkpoint
-from ._autocast import caller_autocast
+from ._caller import CallerState
 from ._device import StageDevice, module_device, parse_device
 from ._launch import c10d_groups, launched_transport, refuse_ties_across_processes
 from ._order import decide_order
@@ -291,7 +291,8 @@ class Pipeline:
         if self._core.world > 1:
             self._check_one_batch_per_replica()
         self._data.losses = {}
-        self._data.autocast = caller_autocast()
+        caller = CallerState()
+        self._data.caller = caller if caller.applies() else None
         self._data.error = None
         self._data.sums = sums
         try:
