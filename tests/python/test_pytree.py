@@ -1,6 +1,8 @@
-"""Structures between chunks: tuples, lists and dicts of tensors (and non-tensor constants)
-cross a chunk boundary, and gradients flow to every floating-point tensor that needs one,
+"""Structures between chunks: tuples, lists and dicts of tensors (and non-tensor constants),
+and tensors inside dataclasses and other objects, cross a chunk boundary, and gradients flow to every floating-point tensor that needs one,
 bitwise as a plain loop, in every schedule, policy and split backward."""
+import collections
+import dataclasses
 import random
 
 import pytest
@@ -90,6 +92,46 @@ def masked(n):
     return [MaskedFirst()] + [MaskedBlock() for _ in range(n - 2)] + [MaskedBlock(last=True)]
 
 
+@dataclasses.dataclass
+class Hidden:
+    h: torch.Tensor
+    mask: torch.Tensor
+    carry: "Carry"
+
+
+class Carry:
+    """An object of the user's own holding a tensor that wants its gradient."""
+
+    def __init__(self, t):
+        self.t = t
+
+
+class Output(collections.OrderedDict):
+    """A model-output class, as libraries define them: a dict subclass pytree does not open."""
+
+
+class ObjectFirst(MaskedFirst):
+    """Token ids -> Output(hidden=Hidden(h, mask, Carry(t))): tensors inside objects."""
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        return Output(hidden=Hidden(h, ids % 3 != 0, Carry(torch.tanh(self.side(h)))))
+
+
+class ObjectBlock(MaskedBlock):
+    def forward(self, x):
+        s = x["hidden"]
+        h = s.h + torch.tanh(self.lin(s.h)) * s.mask.unsqueeze(-1) + 0.1 * s.carry.t
+        if self.head is not None:
+            return self.head(h)
+        return Output(hidden=Hidden(h, s.mask, Carry(0.5 * s.carry.t)))
+
+
+def objects(n):
+    torch.manual_seed(13)
+    return [ObjectFirst()] + [ObjectBlock() for _ in range(n - 2)] + [ObjectBlock(last=True)]
+
+
 def loss_fn(logits, target):
     return F.cross_entropy(logits.reshape(-1, VOCAB), target.reshape(-1))
 
@@ -124,10 +166,16 @@ CASES = [  # (name, hint, policy, split)
 ]
 
 
-@pytest.mark.parametrize("model", ["lstm", "masked dict"])
+MODELS = {"lstm": lstm_lm, "masked dict": masked, "objects": objects}
+
+
+@pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("name,hint,policy,split", CASES, ids=[c[0] for c in CASES])
 def test_structures_between_chunks_train_bitwise(model, name, hint, policy, split):
-    build = lstm_lm if model == "lstm" else masked
+    # "objects": a dataclass, an object of the user's own and a dict subclass around the
+    # tensors; pickled whole, their tensors used to arrive without a graph, and the chunks
+    # before got no gradient through them.
+    build = MODELS[model]
     ref = build(4)
     want = train(ref, reference(ref))
     chunks = build(4)

@@ -1,28 +1,68 @@
-"""Structures between chunks: a chunk's output of nested tuples, lists and dicts travels as
-its tensors and a pickled description of the rest; its gradients come back the same way."""
+"""Structures between chunks: a chunk's output of nested tuples, lists, dicts, dataclasses or
+any other picklable objects travels as its tensors and a pickled description of the rest; its
+gradients come back the same way.
+
+The description is pickled with every tensor, wherever it sits, replaced by its place in the
+list of tensors that travel (pickle's persistent ids). So a tensor inside an object that torch's
+pytree does not open (a dataclass, a model-output class, an object of the user's own) still
+travels as a tensor, becomes a leaf that wants its gradient on the receiving side, and carries
+that gradient back; pickled inside the description, as when the structure was flattened with
+pytree alone, it lost its graph and its earlier chunks silently got no gradient from it."""
+import io
 import pickle
 
 import torch
-from torch.utils import _pytree as pytree
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.tensors = []
+
+    def persistent_id(self, obj):
+        if isinstance(obj, torch.Tensor):
+            self.tensors.append(obj)
+            return len(self.tensors) - 1
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, tensors):
+        super().__init__(file)
+        self.tensors = tensors
+
+    def persistent_load(self, pid):
+        return self.tensors[pid]
 
 
 def pack(obj, what):
-    """A structure of tuples, lists and dicts as (bytes, tensors): the tensors travel as tensors,
-    the nesting and any other leaf (numbers, strings, None) as pickled bytes."""
-    leaves, spec = pytree.tree_flatten(obj)
-    mask = [isinstance(x, torch.Tensor) for x in leaves]
+    """A structure as (bytes, tensors): the tensors in the order pickling meets them, the rest
+    (nesting, numbers, strings, None, objects) pickled."""
+    file = io.BytesIO()
+    pickler = _Pickler(file)
     try:
-        structure = pickle.dumps((spec, [None if m else x for x, m in zip(leaves, mask)], mask))
+        pickler.dump(obj)
     except Exception as e:
         raise TypeError(f"{what} returned a {type(obj).__name__} whose non-tensor parts cannot "
                         f"be sent to the next chunk: {e}") from e
-    return structure, [x for x, m in zip(leaves, mask) if m]
+    return file.getvalue(), pickler.tensors
 
 
 def unpack(structure, tensors):
-    spec, consts, mask = pickle.loads(structure)
-    it = iter(tensors)
-    return pytree.tree_unflatten([next(it) if m else c for c, m in zip(consts, mask)], spec)
+    return _Unpickler(io.BytesIO(structure), tensors).load()
+
+
+def tensors_in(obj):
+    """Every tensor in `obj`, wherever it sits (as pack finds them); [] where obj cannot be
+    pickled."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    pickler = _Pickler(io.BytesIO())
+    try:
+        pickler.dump(obj)
+    except Exception:
+        return []
+    return pickler.tensors
 
 
 def pack_grads(grads):

@@ -4,7 +4,6 @@ import sys
 import threading
 
 import torch
-from torch.utils import _pytree as pytree
 
 from . import _rrfp, checkpoint
 from ._caller import CallerState
@@ -13,6 +12,7 @@ from ._launch import c10d_groups, launched_transport, refuse_ties_across_process
 from ._order import decide_order
 from ._progress import Progress
 from ._seed import Seeding
+from ._tree import tensors_in
 from ._stage import GradSums, StageRunner, StepData
 from .record import StepRecord
 
@@ -399,8 +399,7 @@ def _refuse_grad_outside(microbatches, name, instead):
     them (an encoder outside the pipeline, a leaf that wants its gradient); a step's backward
     ends at the chunks, so such a gradient would silently be missing: refused instead."""
     for mb, x in enumerate(microbatches):
-        leaves = [x] if isinstance(x, torch.Tensor) else pytree.tree_flatten(x)[0]
-        if any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
+        if any(t.requires_grad for t in tensors_in(x)):
             raise ValueError(
                 f"{name}: microbatch {mb} holds a tensor that requires grad; a step's backward "
                 f"ends at the chunks' parameters and does not reach the {name} or what computed "
