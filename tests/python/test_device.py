@@ -156,3 +156,15 @@ def test_seeded_dropout_and_statistics_on_the_device(deterministic, device, hint
             assert torch.equal(p.grad, q.grad)
         for p, q in zip(a.buffers(), b.buffers()):
             assert torch.equal(p, q)
+
+
+def test_inputs_move_to_the_device_wherever_their_tensors_sit():
+    # "meta" stands in for a GPU here: a move there is visible without one.
+    from rrfp._device import to_device
+    from test_pytree import Carry, Hidden, Output
+    x = Output(hidden=Hidden(torch.ones(2), torch.ones(2) > 0, Carry(torch.zeros(3))), n=4)
+    moved = to_device((x, [torch.ones(1)], {"k": "text"}), torch.device("meta"))
+    got = moved[0]["hidden"]
+    assert type(moved[0]) is Output and moved[0]["n"] == 4 and moved[2] == {"k": "text"}
+    assert all(t.device.type == "meta" for t in (got.h, got.mask, got.carry.t, moved[1][0]))
+    assert x["hidden"].h.device.type == "cpu"  # the caller's objects are left as they were

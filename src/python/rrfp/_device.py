@@ -12,6 +12,8 @@ import contextlib
 import torch
 from torch.utils import _pytree as pytree
 
+from ._tree import pack, unpack
+
 
 def parse_device(device):
     """None (each chunk runs where its parameters are), or the torch.device `device` names.
@@ -41,10 +43,18 @@ def parse_device(device):
 
 
 def to_device(obj, device):
-    """obj with its tensors (through tuples, lists and dicts) on `device` (None: as it is)."""
+    """obj with its tensors on `device` (None: as it is), wherever they sit: through tuples,
+    lists and dicts, and inside dataclasses and other picklable objects, as they travel
+    between chunks (rrfp/_tree.py)."""
     if device is None:
         return obj
-    return pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, obj)
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    try:
+        structure, tensors = pack(obj, "inputs")
+    except TypeError:  # not picklable: what pytree opens
+        return pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, obj)
+    return unpack(structure, [t.to(device) for t in tensors])
 
 
 def module_device(modules):
