@@ -100,6 +100,12 @@ except ValueError as e:
     assert "passed different batches" in str(e), e
 else:
     raise AssertionError("different batches on the processes of a replica were accepted")
+try:  # each microbatch a tuple: the tensors inside count, not only the tuple's type
+    auto.step([(x, {"n": 1}) for x in xs], lm.batches(m, seed=0)[1])  # the targets agree
+except ValueError as e:
+    assert "passed different batches" in str(e), e
+else:
+    raise AssertionError("different tuple batches on the processes of a replica were accepted")
 print(f"rank {auto.rank}: different batches in one replica refused", flush=True)
 
 # Structures between processes, one replica: an LSTM whose chunks hand on (output, (h, c)) (its

@@ -382,15 +382,14 @@ def _digest(microbatches):
     every process that holds the same batch."""
     import zlib
     crc = 0
-    for x in microbatches:
-        if isinstance(x, torch.Tensor):
+    for mb in microbatches:
+        crc = zlib.crc32(repr(type(mb)).encode(), crc)
+        for x in tensors_in(mb):  # a tuple's or a dict's tensors too, not only a tensor's
             crc = zlib.crc32(f"{tuple(x.shape)}{x.dtype}".encode(), crc)
             crc = zlib.crc32(x.detach().cpu().contiguous().numpy().tobytes()
                              if x.dtype != torch.bfloat16 else
                              x.detach().cpu().contiguous().view(torch.int16).numpy().tobytes(),
                              crc)
-        else:
-            crc = zlib.crc32(repr(type(x)).encode(), crc)
     return crc
 
 
