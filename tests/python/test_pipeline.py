@@ -67,14 +67,30 @@ def pyramid(sizes):
     return front + [i for g in back_groups for i in g]
 
 
-def test_adaptive_lets_microbatches_enter_by_size():
+class FromDict(torch.nn.Module):
+    """A first chunk that takes its microbatch as a dict."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, d):
+        return self.inner(d["ids"])
+
+
+@pytest.mark.parametrize("given", ["tensor", "dict"])
+def test_adaptive_lets_microbatches_enter_by_size(given):
+    # A dict's size is its tensors' (it counted as 0, keeping microbatch order).
     m = 6
-    pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=m, hint="adaptive",
+    chunks = lm.chunks(2)
+    if given == "dict":
+        chunks[0] = FromDict(chunks[0])
+    pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=m, hint="adaptive",
                          split_backward="on")
     xs, ys = lm.batches(m, seed=3)
     sizes = [x.numel() for x in xs]
     assert len(set(sizes)) > 2, sizes
-    pipe.step(xs, ys)
+    pipe.step(xs if given == "tensor" else [{"ids": x, "n": 1} for x in xs], ys)
     order = [t for st, t, *_ in sorted(pipe.last_step.tasks, key=lambda t: t[2])
              if st == 0 and t.startswith("F")]
     want = [f"F c0 m{mb}" for mb in pyramid(sizes)]

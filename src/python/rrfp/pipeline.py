@@ -285,11 +285,14 @@ class Pipeline:
                              "rows; a batch needs one target row per input row")
         self._data.inputs = _split(inputs, m, "inputs")
         self._data.targets = None if targets is None else _split(targets, m, "targets")
+        # Each microbatch's tensors, wherever they sit in it: looked for once.
+        found = ([tensors_in(x) for x in self._data.inputs],
+                 [tensors_in(y) for y in self._data.targets or []])
         if sums is not None:  # a training step
-            _refuse_grad_outside(self._data.inputs, "inputs", "inside the first chunk")
-            _refuse_grad_outside(self._data.targets, "targets", "inside loss_fn")
+            _refuse_grad_outside(found[0], "inputs", "inside the first chunk")
+            _refuse_grad_outside(found[1], "targets", "inside loss_fn")
         if self._core.world > 1:
-            self._check_one_batch_per_replica()
+            self._check_one_batch_per_replica(found)
         self._data.losses = {}
         caller = CallerState()
         self._data.caller = caller if caller.applies() else None
@@ -297,7 +300,7 @@ class Pipeline:
         self._data.sums = sums
         try:
             # Each microbatch's size, for the adaptive rule's entry order (docs/frontier.md).
-            sizes = [x.numel() if isinstance(x, torch.Tensor) else 0 for x in self._data.inputs]
+            sizes = [sum(t.numel() for t in ts) for ts in found[0]]
             for r in self._runners:
                 r.device.follow()
             with Progress(self, self._step):
@@ -342,13 +345,14 @@ class Pipeline:
         self.last_step = StepRecord(rec)
         return self._replica_loss(total)
 
-    def _check_one_batch_per_replica(self):
+    def _check_one_batch_per_replica(self, found):
         """With a process per stage, the first stage takes the inputs and the last the targets,
         each from its own process's call: the processes of a replica must pass the same batch,
         or inputs would be trained against another batch's targets. A digest of each process's
         batch, compared over the job, turns that into an error on every process. (torch's
         generator starts from a different seed in every process: seed it alike.)"""
-        mine = [float(_digest(self._data.inputs)), float(_digest(self._data.targets or []))]
+        mine = [float(_digest(self._data.inputs, found[0])),
+                float(_digest(self._data.targets or [], found[1]))]
         every = self._core.all_gather(mine)
         pp = self.pp
         peers = every[self.replica * pp:(self.replica + 1) * pp]
@@ -377,14 +381,15 @@ class Pipeline:
 _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 
-def _digest(microbatches):
-    """A CRC-32 over the microbatches' tensors (their shapes, dtypes and bytes), the same in
-    every process that holds the same batch."""
+def _digest(microbatches, found):
+    """A CRC-32 over the microbatches' types and tensors (`found`: each one's, wherever they
+    sit in it; their shapes, dtypes and bytes), the same in every process that holds the same
+    batch."""
     import zlib
     crc = 0
-    for mb in microbatches:
+    for mb, tensors in zip(microbatches, found):
         crc = zlib.crc32(repr(type(mb)).encode(), crc)
-        for x in tensors_in(mb):  # a tuple's or a dict's tensors too, not only a tensor's
+        for x in tensors:  # a tuple's or a dict's tensors too, not only a tensor's
             crc = zlib.crc32(f"{tuple(x.shape)}{x.dtype}".encode(), crc)
             crc = zlib.crc32(x.detach().cpu().contiguous().numpy().tobytes()
                              if x.dtype != torch.bfloat16 else
@@ -393,12 +398,13 @@ def _digest(microbatches):
     return crc
 
 
-def _refuse_grad_outside(microbatches, name, instead):
+def _refuse_grad_outside(found, name, instead):
     """A plain loop's backward goes on from the inputs and targets into whatever graph made
     them (an encoder outside the pipeline, a leaf that wants its gradient); a step's backward
-    ends at the chunks, so such a gradient would silently be missing: refused instead."""
-    for mb, x in enumerate(microbatches):
-        if any(t.requires_grad for t in tensors_in(x)):
+    ends at the chunks, so such a gradient would silently be missing: refused instead.
+    `found`: each microbatch's tensors."""
+    for mb, tensors in enumerate(found):
+        if any(t.requires_grad for t in tensors):
             raise ValueError(
                 f"{name}: microbatch {mb} holds a tensor that requires grad; a step's backward "
                 f"ends at the chunks' parameters and does not reach the {name} or what computed "
