@@ -56,10 +56,11 @@ def reference_step(model_chunks, xs, ys, loss_of=None):
     return total
 
 
-def run_reference(n_chunks, steps, m, *, replicas=1, lr=0.05):
+def run_reference(n_chunks, steps, m, *, replicas=1, lr=0.05, clip=None):
     """The plain loop the pipeline must match: SGD over `steps` steps of m microbatches (batch
     seed = step, or step * 100 + replica). With replicas > 1, each replica's gradients are
     summed in its loop, then the replicas' sums are added in replica order (data parallel).
+    clip: torch's clip_grad_norm_ over the model's parameters before each update.
     Returns the chunks after the last step and each step's loss (replica 0's)."""
     chunks_ = chunks(n_chunks)
     params = [p for c in chunks_ for p in c.parameters()]
@@ -77,5 +78,7 @@ def run_reference(n_chunks, steps, m, *, replicas=1, lr=0.05):
             total = [g if t is None else t + g for t, g in zip(total, (p.grad for p in params))]
         for p, g in zip(params, total):
             p.grad = g
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, clip)
         opt.step()
     return chunks_, losses

@@ -27,11 +27,14 @@ world = int(os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("WORLD_SIZE
 if world < 2 or world % dp:
     sys.exit(f"run under mpirun or torchrun with a multiple of dp={dp} processes (got {world})")
 CASES = [("fixed 1f1b", "1f1b", "fixed", "off", 1), ("ready bf", "bf", "ready", "off", 1),
-         ("ready bfw split", "bfw", "ready", "on", 1), ("ready bf V=2", "bf", "ready", "off", 2)]
+         ("ready bfw split", "bfw", "ready", "on", 1), ("ready bf V=2", "bf", "ready", "off", 2),
+         ("ready bf V=2 clipped", "bf", "ready", "off", 2)]
 pp, m, steps = world // dp, 4, 3
 for name, hint, policy, split, vpp in CASES:
     n = pp * vpp
-    ref_chunks, ref_losses = lm.run_reference(n, steps, m, replicas=dp)
+    # Clipped: by the whole model's gradient norm, which no process holds alone.
+    clip = 0.5 if "clipped" in name else None
+    ref_chunks, ref_losses = lm.run_reference(n, steps, m, replicas=dp, clip=clip)
 
     def delay(stage, kind, chunk, mb, name=name):
         r = random.Random(f"{name}-{stage}-{kind}-{chunk}-{mb}")
@@ -48,6 +51,9 @@ for name, hint, policy, split, vpp in CASES:
         assert loss is not None, f"{name}: rank {pipe.rank} got no loss"  # every rank gets it
         if pipe.replica == 0:
             assert torch.equal(loss, ref_losses[s]), f"{name} step {s}: {loss} != {ref_losses[s]}"
+        if clip is not None:
+            norm = pipe.clip_grad_norm_(clip)
+            assert float(norm) > clip, f"{name}: a weak case, nothing clipped ({float(norm)})"
         opt.step()
     for c, module in pipe.chunks.items():
         for (pn, p), q in zip(ref_chunks[c].named_parameters(), module.parameters()):

@@ -1,6 +1,12 @@
 """How a pipeline's processes were started and how they connect: the launcher's transport,
 torch.distributed's groups, and what a process per stage cannot hold (a parameter shared
 across processes)."""
+import torch
+
+# The dtypes whose every value a double holds exactly: a loss or a norm sent between processes
+# as a double (the job's all-gather carries doubles) with its dtype's index here comes back bit
+# for bit.
+EXACT_IN_DOUBLE = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 
 def launched_transport(pp, dp, group):

@@ -6,14 +6,17 @@ import threading
 import torch
 
 from . import _rrfp, checkpoint
+from ._batch import digest, refuse_grad_outside, split as split_batch
 from ._caller import CallerState
+from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
-from ._launch import c10d_groups, launched_transport, refuse_ties_across_processes
+from ._launch import (EXACT_IN_DOUBLE, c10d_groups, launched_transport,
+                      refuse_ties_across_processes)
 from ._order import decide_order
 from ._progress import Progress
 from ._seed import Seeding
-from ._tree import tensors_in
 from ._stage import GradSums, StageRunner, StepData
+from ._tree import tensors_in
 from .record import StepRecord
 
 StageError = _rrfp.StageError
@@ -212,6 +215,15 @@ class Pipeline:
             checkpoint.load_optimizer_state(self.chunks, optimizer, optim)
         return extra
 
+    def clip_grad_norm_(self, max_norm, norm_type=2.0, error_if_nonfinite=False):
+        """torch.nn.utils.clip_grad_norm_ over the whole model's parameters, wherever its chunks
+        run: with a process per stage, the norm is the model's (gathered from every stage of
+        the replica), not this process's part of it, and every process scales its gradients by
+        the same factor. Every process of a job calls it, after step() and before the
+        optimizer's step. Returns the total norm; the same bits as torch's function over the
+        parameters of the chunks in model order."""
+        return clip_grad_norm(self, max_norm, norm_type, error_if_nonfinite)
+
     def step(self, inputs, targets):
         """Runs forward and backward of every microbatch through the pipeline.
 
@@ -283,14 +295,14 @@ class Pipeline:
                 inputs.dim() > 0 and targets.dim() > 0 and inputs.shape[0] != targets.shape[0]:
             raise ValueError(f"inputs and targets: {inputs.shape[0]} and {targets.shape[0]} "
                              "rows; a batch needs one target row per input row")
-        self._data.inputs = _split(inputs, m, "inputs")
-        self._data.targets = None if targets is None else _split(targets, m, "targets")
+        self._data.inputs = split_batch(inputs, m, "inputs")
+        self._data.targets = None if targets is None else split_batch(targets, m, "targets")
         # Each microbatch's tensors, wherever they sit in it: looked for once.
         found = ([tensors_in(x) for x in self._data.inputs],
                  [tensors_in(y) for y in self._data.targets or []])
         if sums is not None:  # a training step
-            _refuse_grad_outside(found[0], "inputs", "inside the first chunk")
-            _refuse_grad_outside(found[1], "targets", "inside loss_fn")
+            refuse_grad_outside(found[0], "inputs", "inside the first chunk")
+            refuse_grad_outside(found[1], "targets", "inside loss_fn")
         if self._core.world > 1:
             self._check_one_batch_per_replica(found)
         self._data.losses = {}
@@ -351,8 +363,8 @@ class Pipeline:
         or inputs would be trained against another batch's targets. A digest of each process's
         batch, compared over the job, turns that into an error on every process. (torch's
         generator starts from a different seed in every process: seed it alike.)"""
-        mine = [float(_digest(self._data.inputs, found[0])),
-                float(_digest(self._data.targets or [], found[1]))]
+        mine = [float(digest(self._data.inputs, found[0])),
+                float(digest(self._data.targets or [], found[1]))]
         every = self._core.all_gather(mine)
         pp = self.pp
         peers = every[self.replica * pp:(self.replica + 1) * pp]
@@ -369,60 +381,10 @@ class Pipeline:
         holds every float32, float16 and bfloat16 value)."""
         if self._core.world == 1:
             return total
-        mine = [] if total is None else [float(_DTYPES.index(total.dtype)), float(total)]
+        mine = [] if total is None else [float(EXACT_IN_DOUBLE.index(total.dtype)), float(total)]
         every = self._core.all_gather(mine)
         if total is not None:
             return total
         # The process of the stage that runs the last chunk (stage 0 under "vshape").
         code, value = every[self.replica * self.pp + self._core.stage_of(self._core.chunks - 1)]
-        return torch.tensor(value, dtype=_DTYPES[int(code)])
-
-
-_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-
-
-def _digest(microbatches, found):
-    """A CRC-32 over the microbatches' types and tensors (`found`: each one's, wherever they
-    sit in it; their shapes, dtypes and bytes), the same in every process that holds the same
-    batch."""
-    import zlib
-    crc = 0
-    for mb, tensors in zip(microbatches, found):
-        crc = zlib.crc32(repr(type(mb)).encode(), crc)
-        for x in tensors:  # a tuple's or a dict's tensors too, not only a tensor's
-            crc = zlib.crc32(f"{tuple(x.shape)}{x.dtype}".encode(), crc)
-            crc = zlib.crc32(x.detach().cpu().contiguous().numpy().tobytes()
-                             if x.dtype != torch.bfloat16 else
-                             x.detach().cpu().contiguous().view(torch.int16).numpy().tobytes(),
-                             crc)
-    return crc
-
-
-def _refuse_grad_outside(found, name, instead):
-    """A plain loop's backward goes on from the inputs and targets into whatever graph made
-    them (an encoder outside the pipeline, a leaf that wants its gradient); a step's backward
-    ends at the chunks, so such a gradient would silently be missing: refused instead.
-    `found`: each microbatch's tensors."""
-    for mb, tensors in enumerate(found):
-        if any(t.requires_grad for t in tensors):
-            raise ValueError(
-                f"{name}: microbatch {mb} holds a tensor that requires grad; a step's backward "
-                f"ends at the chunks' parameters and does not reach the {name} or what computed "
-                f"them, where a plain loop's would: pass them detached (.detach()), or compute "
-                f"them {instead}")
-
-
-def _split(batch, m, name):
-    if isinstance(batch, (list, tuple)):
-        if len(batch) != m:
-            raise ValueError(f"{name}: expected {m} microbatches, got {len(batch)}")
-        return list(batch)
-    if isinstance(batch, torch.Tensor):
-        rows = 0 if batch.dim() == 0 else batch.shape[0]
-        if rows < m or rows % m:
-            raise ValueError(f"{name}: a batch of {rows} rows does not split evenly into {m} "
-                             f"microbatches; give a list of {m} microbatches to choose their "
-                             "sizes")
-        return list(torch.tensor_split(batch, m))
-    raise TypeError(f"{name}: expected a tensor or a list of {m} microbatches, "
-                    f"got {type(batch).__name__}")
+        return torch.tensor(value, dtype=EXACT_IN_DOUBLE[int(code)])

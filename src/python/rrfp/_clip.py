@@ -1,0 +1,72 @@
+"""Gradient clipping by the norm of the whole model's gradient, wherever its chunks run.
+
+With a process per stage, torch.nn.utils.clip_grad_norm_ over a process's own parameters clips
+by the norm of that stage's gradient alone, not the model's as a plain loop does: each stage
+would scale its gradients by another factor, silently. Pipeline.clip_grad_norm_ gathers every
+parameter's gradient norm over the processes of the replica and computes the total as torch
+does, over the norms in model order; every process then scales its own gradients by the same
+factor. After a step the replicas hold the same summed gradients, so each replica computes the
+same total on its own."""
+import math
+
+import torch
+
+from ._launch import EXACT_IN_DOUBLE
+
+def _norm(g, norm_type):
+    g = g.detach()
+    # torch.norm (torch 1.13's clip) and linalg.vector_norm give the same bits.
+    return g.abs().max() if math.isinf(norm_type) else torch.linalg.vector_norm(g, norm_type)
+
+
+def _local(chunks):
+    """(chunk, index in its parameters(), gradient) of this process's parameters that have a
+    gradient, each once (a tied parameter under its first chunk), in model order."""
+    out, seen = [], set()
+    for c in sorted(chunks):
+        for i, p in enumerate(chunks[c].parameters()):
+            if id(p) not in seen:
+                seen.add(id(p))
+                if p.grad is not None:
+                    out.append((c, i, p.grad))
+    return out
+
+
+def _gathered(pipe, local, norms):
+    """Every norm of the replica, in model order, as tensors on `local`'s first device (the
+    values are exact: a double holds every float32, float16 and bfloat16)."""
+    flat = []
+    for (c, i, _), n in zip(local, norms):
+        if n.dtype not in EXACT_IN_DOUBLE:
+            raise TypeError(f"clip_grad_norm_: gradients of dtype {n.dtype} are not supported "
+                            f"(float32, float64, float16, bfloat16)")
+        flat += [float(c), float(i), float(EXACT_IN_DOUBLE.index(n.dtype)), float(n)]
+    every = pipe._core.all_gather(flat)
+    replica = every[pipe.replica * pipe.pp:(pipe.replica + 1) * pipe.pp]
+    entries = sorted((int(v[k]), int(v[k + 1]), int(v[k + 2]), v[k + 3])
+                     for v in replica for k in range(0, len(v), 4))
+    device = local[0][2].device if local else torch.device("cpu")
+    return [torch.tensor(value, dtype=EXACT_IN_DOUBLE[code], device=device)
+            for _, _, code, value in entries]
+
+
+def clip_grad_norm(pipe, max_norm, norm_type=2.0, error_if_nonfinite=False):
+    max_norm, norm_type = float(max_norm), float(norm_type)
+    local = _local(pipe.chunks)
+    norms = [_norm(g, norm_type) for _, _, g in local]
+    if pipe._core.world > 1:
+        norms = _gathered(pipe, local, norms)
+    if not norms:
+        return torch.tensor(0.0)
+    if math.isinf(norm_type):
+        total = norms[0] if len(norms) == 1 else torch.max(torch.stack(norms))
+    else:
+        total = torch.linalg.vector_norm(torch.stack(norms), norm_type)
+    if error_if_nonfinite and (total.isnan() or total.isinf()):
+        raise RuntimeError(f"clip_grad_norm_: the total norm of order {norm_type} of the "
+                           "gradients is non-finite, so it cannot be clipped; pass "
+                           "error_if_nonfinite=False to scale by it anyway")
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for _, _, g in local:
+        g.detach().mul_(coef.to(g.device))
+    return total
