@@ -64,6 +64,29 @@ for name, hint, policy, split, vpp in CASES:
     print(f"rank {pipe.rank} (stages {pipe.stages}, replica {pipe.replica}, {transport}): {name} "
           "bitwise equal", flush=True)
 
+# A parameter no replica's loss reaches keeps no gradient, as in a plain loop over every
+# replica's microbatches (the replicas' sum used to hand it zeros, which an optimizer applies).
+if dp > 1:
+    class WithUnused(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.unused = inner, torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.inner(x)
+
+    def with_unused(i):
+        return WithUnused(lm.chunks(pp)[i])
+
+    pipe = rrfp.Pipeline(with_unused, lm.loss_fn, pp=pp, microbatches=m, transport=transport,
+                         dp=dp, timeout=60)
+    pipe.step(*lm.batches(m, seed=pipe.replica))
+    for c, module in pipe.chunks.items():
+        assert module.unused.weight.grad is None, f"rank {pipe.rank}: an unused gradient"
+        assert all(p.grad is not None for n, p in module.named_parameters()
+                   if not n.startswith("unused")), f"rank {pipe.rank}: a used one missing"
+    print(f"rank {pipe.rank}: a parameter no replica used keeps no gradient", flush=True)
+
 # A parameter that chunks on two stages share would be a separate copy in each process, each
 # stepped with its own chunk's gradient alone: the pipeline refuses it when it is built.
 if pp > 1:

@@ -342,15 +342,20 @@ class Pipeline:
         self._data.sums = None
         if self._dp > 1 and pairs:
             # This replica's sums, then every replica's in replica order: one collective over
-            # all of this process's gradients, flattened.
+            # all of this process's gradients, flattened, and a count per parameter of the
+            # replicas that gave it one: a parameter no replica's loss reached keeps its .grad
+            # (None, say) as a plain loop over every replica's microbatches leaves it, rather
+            # than a gradient of zeros, which an optimizer would apply (weight decay, moments).
             flat = torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1)
-                              for p, g in pairs])
+                              for p, g in pairs] +
+                             [torch.tensor([float(g is not None) for _, g in pairs],
+                                           device=pairs[0][0].device)])
             host = flat.cpu()  # the collective sums host memory (a GPU's through a copy)
             self._core.dp_sum(host)
             flat = host.to(flat.device)
-            sums = flat.split([p.numel() for p, _ in pairs])
-            pairs = [(p, s.view_as(p) if p.grad is None else p.grad + s.view_as(p))
-                     for (p, _), s in zip(pairs, sums)]
+            *sums, given = flat.split([p.numel() for p, _ in pairs] + [len(pairs)])
+            pairs = [(p, None if not n else s.view_as(p) if p.grad is None else
+                      p.grad + s.view_as(p)) for (p, _), s, n in zip(pairs, sums, given.tolist())]
         for p, g in pairs:
             if g is not None:
                 p.grad = g
