@@ -186,3 +186,38 @@ def test_a_chunk_passing_integer_ids_on_trains_like_a_plain_loop(split):
     for a, b in zip(ref[1:], chunks[1:]):
         for (n, p), q in zip(a.named_parameters(), b.parameters()):
             assert torch.equal(p.grad, q.grad), n
+
+
+def test_a_step_without_targets_hands_loss_fn_none():
+    # A last chunk that computes its own loss: loss_fn(output, None) returns it.
+    xs, ys = lm.batches(4, seed=5)
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, pair):
+            return lm.loss_fn(self.inner(pair[0]), pair[1])
+
+    chunks = lm.chunks(2)
+    chunks[0] = FromPair(chunks[0])
+    chunks[1] = WithLoss(chunks[1])
+    pipe = rrfp.Pipeline(chunks, lambda out, t: out if t is None else None, pp=2, microbatches=4)
+    loss = pipe.step([(x, y) for x, y in zip(xs, ys)])
+    ref = lm.chunks(2)
+    assert torch.equal(loss, lm.reference_step(ref, xs, ys))
+    for p, q in zip([p for c in ref for p in c.parameters()],
+                    [p for c in chunks for p in c.parameters()]):
+        assert torch.equal(p.grad, q.grad)
+
+
+class FromPair(torch.nn.Module):
+    """A first chunk given (ids, targets): it hands the targets on with its output."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, pair):
+        return self.inner(pair[0]), pair[1]

@@ -289,7 +289,9 @@ class StageRunner:
                 arg = inp
         out = module(arg)
         if chunk == self.last_chunk:
-            loss = self.data.loss_fn(out, to_device(self.data.targets[mb], self.place))
+            targets = self.data.targets  # None: the step was given none
+            loss = self.data.loss_fn(out, None if targets is None else
+                                     to_device(targets[mb], self.place))
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise TypeError("loss_fn must return a tensor with one element, got "
                                 + (f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)

@@ -224,14 +224,15 @@ class Pipeline:
         parameters of the chunks in model order."""
         return clip_grad_norm(self, max_norm, norm_type, error_if_nonfinite)
 
-    def step(self, inputs, targets):
+    def step(self, inputs, targets=None):
         """Runs forward and backward of every microbatch through the pipeline.
 
         inputs, targets: a list of M microbatches (shapes may differ), or one batch each,
-        split along dimension 0 into M. Gradients are added to .grad in microbatch order,
-        as a loop calling loss.backward() per microbatch would. Returns the sum of the
-        microbatch losses, added in order (with a process per stage, every process of a
-        replica gets it from the process that runs the last chunk).
+        split along dimension 0 into M; targets None: loss_fn(output, None), for a last chunk
+        that computes its loss from what it was handed. Gradients are added to .grad in
+        microbatch order, as a loop calling loss.backward() per microbatch would. Returns the
+        sum of the microbatch losses, added in order (with a process per stage, every process
+        of a replica gets it from the process that runs the last chunk).
         Raises StageError (the task's own exception chained), TimeoutError
         (no progress for `timeout`), or KeyboardInterrupt; then no .grad has changed. A batch
         given whole must split evenly into M microbatches, inputs and targets alike. A step
