@@ -1,5 +1,7 @@
 #include "python/py_program.hpp"
 
+#include <ATen/Parallel.h>
+
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -73,6 +75,11 @@ PyStageProgram::~PyStageProgram() {
 }
 
 void PyStageProgram::begin_step(int step) {
+  // On the stage's thread, which torch did not start: its kernels' OpenMP threads would number
+  // the machine's default, not torch.get_num_threads() as on the caller's thread, and kernels
+  // whose reductions split by thread count (a convolution's weight gradient) round otherwise
+  // than a plain loop there. torch's own worker threads start the same way.
+  at::init_num_threads();
   keep_thread_state();
   pyb::gil_scoped_acquire gil;
   pyb::object begin = py_->runner.attr("begin_step");

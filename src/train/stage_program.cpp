@@ -1,5 +1,7 @@
 #include "train/stage_program.hpp"
 
+#include <ATen/Parallel.h>
+
 #include "core/error.hpp"
 #include "train/tp_collectives.hpp"
 
@@ -58,6 +60,10 @@ TrainStageProgram::Work& TrainStageProgram::work(int c, int mb) {
 }
 
 void TrainStageProgram::begin_step(int) {
+  // The stage's thread takes torch's thread count (torch.get_num_threads() on the caller's
+  // thread) rather than OpenMP's machine default: reductions that split by thread count
+  // then round as on the thread that made the reference.
+  at::init_num_threads();
   batch_ = link_->batch();
   eval_ = link_->eval();
   if (!batch_ || batch_->microbatches() != m_.microbatches())

@@ -47,3 +47,55 @@ def test_a_pipeline_over_the_parts_trains_the_model_bitwise():
 def test_bad_cuts_are_refused(args, kw, match):
     with pytest.raises((TypeError, ValueError), match=match):
         rrfp.split(*args, **kw)
+
+
+def vgg_like():
+    """A VGG-style nn.Sequential: each convolution followed by an in-place ReLU, so cuts after
+    a convolution give chunks that begin by changing their input in place."""
+    torch.manual_seed(0)
+    layers = []
+    for a, b in [(3, 8), (8, 8), (8, 16), (16, 16)]:
+        layers += [nn.Conv2d(a, b, 3, padding=1), nn.ReLU(inplace=True)]
+    return nn.Sequential(*layers, nn.Flatten(), nn.Dropout(0.0, inplace=True),
+                         nn.Linear(16 * 8 * 8, 10))
+
+
+@pytest.fixture(params=[1, 2], ids=["1 thread", "2 threads"])
+def torch_threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("hint", ["bf", "bfw"])
+def test_chunks_that_begin_in_place_train_bitwise(hint, torch_threads):
+    # Cut before each ReLU and before the dropout: the received input used to be a leaf that
+    # wants its gradient, which autograd lets no in-place ReLU change. And the convolutions'
+    # weight gradients, whose reductions split by thread count, came out otherwise where the
+    # stages' threads took OpenMP's default count instead of torch's.
+    ref, m = vgg_like(), vgg_like()
+    g = torch.Generator().manual_seed(2)
+    xs = [torch.randn(2, 3, 8, 8, generator=g) for _ in range(4)]
+    ys = [torch.randint(0, 10, (2,), generator=g) for _ in range(4)]
+    loss_fn = nn.CrossEntropyLoss()
+    for x, y in zip(xs, ys):
+        loss_fn(ref(x), y).backward()
+    pipe = rrfp.Pipeline(rrfp.split(m, [1, 3, 9]), loss_fn, pp=4, microbatches=4, hint=hint)
+    pipe.step(xs, ys)
+    for p, q in zip(ref.parameters(), m.parameters()):
+        assert torch.equal(p.grad, q.grad)
+
+
+class ChangesInputLater(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        x.add_(1)
+        return x + y
+
+
+def test_a_chunk_that_changes_its_input_in_place_later_is_told_what_to_do():
+    chunks = [nn.Linear(4, 4), ChangesInputLater()]
+    pipe = rrfp.Pipeline(chunks, lambda o, t: o.sum(), pp=2, microbatches=2)
+    with pytest.raises(rrfp.StageError, match="chunk 1 changes the input it receives in place"):
+        pipe.step(torch.randn(4, 4), torch.zeros(4))

@@ -12,6 +12,7 @@ import time
 import torch
 
 from ._device import StageDevice, to_device
+from ._grads import grad as _grad
 from ._tree import pack as _pack, pack_grads as _pack_grads, unpack as _unpack, \
     unpack_grads as _unpack_grads
 
@@ -62,134 +63,6 @@ class _Work:
         self.tree_out = tree_out
 
 
-class _OrderedSum:
-    """Gradients added in microbatch order whatever order the microbatches finish in,
-    starting from the .grad each parameter had before the step: the arithmetic of a plain loop
-    calling loss.backward() once per microbatch."""
-
-    def __init__(self, params, from_grad):
-        self.sums = [_start(p, from_grad) for p in params]
-        self.hooks = [_leaf_hooks(p) for p in params]
-        self.pending = {}
-        self.next = 0
-
-    def put(self, mb, grads):
-        self.pending[mb] = grads
-        while self.next in self.pending:
-            for i, g in enumerate(self.pending.pop(self.next)):
-                if g is None:
-                    continue
-                if self.hooks[i]:
-                    g = _run_hooks(self.hooks[i], g)
-                if self.sums[i] is None:
-                    self.sums[i] = g
-                else:
-                    self.sums[i] += g
-            self.next += 1
-
-
-class _TiedSum:
-    """A parameter that several chunks use (tied weights): in a plain loop autograd adds the
-    uses' gradients of one microbatch into one buffer, the chunk nearest the loss first, then
-    adds that buffer to .grad. So each microbatch's contributions wait for every user chunk,
-    are added last chunk first, and then go into the running sum in microbatch order. The user
-    chunks may run on different stage threads: a lock keeps the bookkeeping whole."""
-
-    def __init__(self, param, users, from_grad):
-        self.param = param
-        self.users = sorted(users, reverse=True)
-        self.sum = _start(param, from_grad)
-        self.hooks = _leaf_hooks(param)
-        self.pending = {}  # mb -> {chunk: gradient or None}
-        self.next = 0
-        self.lock = threading.Lock()
-
-    def put(self, chunk, mb, g):
-        with self.lock:
-            self.pending.setdefault(mb, {})[chunk] = g
-            while len(self.pending.get(self.next, ())) == len(self.users):
-                got = self.pending.pop(self.next)
-                buf = None
-                for c in self.users:
-                    if got[c] is not None:
-                        buf = got[c] if buf is None else buf + got[c]
-                if buf is not None:
-                    if self.hooks:
-                        buf = _run_hooks(self.hooks, buf)
-                    self.sum = buf if self.sum is None else self.sum.add_(buf)
-                self.next += 1
-
-
-class GradSums:
-    """One step's parameter gradients over this process's chunks: each chunk's own parameters
-    in an _OrderedSum, each parameter used by several chunks in one _TiedSum."""
-
-    def __init__(self, chunk_params, from_grad):
-        users = {}  # id(param) -> chunks using it
-        for c in sorted(chunk_params):
-            for p in chunk_params[c]:
-                users.setdefault(id(p), []).append(c)
-        self._own = {}  # chunk -> (indices of its own parameters, their _OrderedSum)
-        self._tied = {}  # chunk -> [(index in the chunk's list, _TiedSum)]
-        tied = {}
-        for c in sorted(chunk_params):
-            ps = chunk_params[c]
-            own = [i for i, p in enumerate(ps) if len(users[id(p)]) == 1]
-            self._own[c] = (None if len(own) == len(ps) else own,
-                            _OrderedSum([ps[i] for i in own], from_grad))
-            self._tied[c] = []
-            for i, p in enumerate(ps):
-                if len(users[id(p)]) > 1:
-                    if id(p) not in tied:
-                        tied[id(p)] = _TiedSum(p, users[id(p)], from_grad)
-                    self._tied[c].append((i, tied[id(p)]))
-        self._chunk_params = chunk_params
-
-    def put(self, chunk, mb, grads):
-        own, ordered = self._own[chunk]
-        ordered.put(mb, grads if own is None else [grads[i] for i in own])
-        for i, t in self._tied[chunk]:
-            t.put(chunk, mb, grads[i])
-
-    def pairs(self):
-        """(parameter, gradient or None), each parameter once: chunk order, then the chunk's."""
-        out, seen = [], set()
-        for c in sorted(self._chunk_params):
-            own, ordered = self._own[c]
-            sums = iter(ordered.sums)
-            tied = dict(self._tied[c])
-            for i, p in enumerate(self._chunk_params[c]):
-                if i in tied:
-                    if id(p) not in seen:
-                        seen.add(id(p))
-                        out.append((p, tied[i].sum))
-                else:
-                    out.append((p, next(sums)))
-        return out
-
-
-def _start(p, from_grad):
-    return None if p.grad is None or not from_grad else p.grad.detach().clone()
-
-
-def _leaf_hooks(p):
-    """The hooks registered on parameter p (p.register_hook), where this torch's engine does not
-    run them itself: a plain loop's backward runs them on each microbatch's gradient of p, all
-    of its uses summed, before adding it to .grad; torch 1.13's autograd.grad, which computes a
-    stage's gradients, leaves them out (newer torch runs them)."""
-    if _ENGINE_RUNS_LEAF_HOOKS or not p._backward_hooks:
-        return []
-    return list(p._backward_hooks.values())
-
-
-def _run_hooks(hooks, g):
-    for hook in hooks:
-        out = hook(g)
-        if out is not None:
-            g = out
-    return g
-
-
 class StageRunner:
     def __init__(self, stage, modules, last_chunk, split, data, place=None, device=None):
         """place: the device Pipeline was given (inputs and targets are moved there), or None;
@@ -203,6 +76,8 @@ class StageRunner:
         self.data = data
         self.params = {}
         self.refresh_params()
+        # Chunks whose first operation changes their input in place get a copy of it (below).
+        self.copy_input = {c: _begins_in_place(m) for c, m in modules.items()}
         self.work = {}
         # Tasks this stage has run, for the progress line: only the stage's thread writes it,
         # so no lock is taken per task.
@@ -286,8 +161,21 @@ class StageRunner:
             arg = x if dev is None else x.to(dev)
             inp = _input_leaf(arg, None)
             if inp is not None:
-                arg = inp
-        out = module(arg)
+                # A leaf that wants its gradient cannot change in place; its copy can, at the
+                # cost of one copy of the input.
+                arg = inp.clone() if self.copy_input[chunk] else inp
+        try:
+            out = module(arg)
+        except RuntimeError as e:
+            if chunk == 0 or "leaf Variable that requires grad is being used in an in-place" \
+                    not in str(e):
+                raise
+            raise RuntimeError(
+                f"chunk {chunk} changes the input it receives in place, which the pipeline "
+                "hands it as a leaf that wants its gradient, and autograd lets no such leaf "
+                "change in place; a chunk whose first module is in place (nn.ReLU(inplace="
+                "True), say) gets a copy, but this one changes it later: make that operation "
+                "out of place (inplace=False), or begin the chunk with it") from e
         if chunk == self.last_chunk:
             targets = self.data.targets  # None: the step was given none
             loss = self.data.loss_fn(out, None if targets is None else
@@ -391,6 +279,15 @@ class StageRunner:
         return [r for r, _ in pairs], [d for _, d in pairs]
 
 
+def _begins_in_place(module):
+    """Whether a chunk's first module changes its input in place (nn.ReLU(inplace=True), say:
+    rrfp.split cuts torchvision's VGG so that most chunks begin with one), through nested
+    nn.Sequential."""
+    while isinstance(module, torch.nn.Sequential) and len(module) > 0:
+        module = module[0]
+    return getattr(module, "inplace", False) is True
+
+
 def _input_leaf(t, dev):
     """A received floating-point tensor as a leaf that wants its gradient; None for the rest
     (integer ids, masks), which take none."""
@@ -408,54 +305,6 @@ def _input_grads(w, got):
         return _input_grad(got[0] if got else None, w.inp)
     it = iter(got)
     return _pack_grads([None if leaf is None else next(it) for leaf in w.inp])
-
-
-# torch.autograd.grad checks and normalises its arguments in Python before it calls the engine:
-# about a tenth of a small task's time. _grad calls the engine itself where those checks have
-# nothing to do: plain tensors (no __torch_function__ to dispatch), a gradient given for every
-# root but a scalar loss, and shapes the caller checked (the engine checks them again).
-_ENGINE = getattr(torch.autograd.Variable, "_execution_engine", None)
-_has_torch_function = getattr(torch._C, "_has_torch_function", None)
-
-
-def _grad(roots, targets, grads, retain):
-    """The gradients of `roots` (a list) with respect to `targets`, None where a target took
-    none; `grads`: the roots' gradients, or None for a one-element loss."""
-    if not targets:
-        return []
-    try:
-        if _ENGINE is not None and _has_torch_function is not None:
-            args = tuple(roots) + tuple(targets)
-            if not _has_torch_function(args):
-                if grads is None:
-                    grads = [torch.ones_like(r, memory_format=torch.preserve_format)
-                             for r in roots]
-                return list(_ENGINE.run_backward(tuple(roots), tuple(grads), retain, False,
-                                                 tuple(targets), True, False))
-        return list(torch.autograd.grad(roots, targets, grad_outputs=grads, retain_graph=retain,
-                                        allow_unused=True))
-    except RuntimeError as e:
-        if "Checkpointing is not compatible with .grad()" in str(e):
-            # Reentrant checkpointing runs its own backward, which adds to .grad: a stage's
-            # gradients could then not be summed in microbatch order.
-            raise RuntimeError(
-                "the chunk uses reentrant activation checkpointing (torch.utils.checkpoint "
-                "with use_reentrant=True, the default where it is not given), which cannot "
-                "give the per-microbatch gradients a pipeline adds in microbatch order; pass "
-                "use_reentrant=False") from e
-        raise
-
-
-def _engine_runs_leaf_hooks():
-    """Whether _grad runs the hooks of the leaves it differentiates with respect to."""
-    t = torch.zeros(1, requires_grad=True)
-    ran = []
-    t.register_hook(lambda g: ran.append(True))
-    _grad([(t * 2).sum()], [t], None, retain=False)
-    return bool(ran)
-
-
-_ENGINE_RUNS_LEAF_HOOKS = _engine_runs_leaf_hooks()
 
 
 def _input_grad(dx, inp):

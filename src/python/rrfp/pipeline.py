@@ -10,12 +10,13 @@ from ._batch import digest, refuse_grad_outside, split as split_batch
 from ._caller import CallerState
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
+from ._grads import GradSums
 from ._launch import (EXACT_IN_DOUBLE, c10d_groups, launched_transport,
                       refuse_ties_across_processes)
 from ._order import decide_order
 from ._progress import Progress
 from ._seed import Seeding
-from ._stage import GradSums, StageRunner, StepData
+from ._stage import StageRunner, StepData
 from ._tree import tensors_in
 from .record import StepRecord
 
