@@ -87,6 +87,25 @@ if dp > 1:
                    if not n.startswith("unused")), f"rank {pipe.rank}: a used one missing"
     print(f"rank {pipe.rank}: a parameter no replica used keeps no gradient", flush=True)
 
+    # A sparse gradient (the token embedding with sparse=True) is summed over the replicas as
+    # the dense one is, and comes back dense (refused on its own process, the others waited).
+    # The sparse one's own sums round otherwise than the dense backward's: close, not bitwise.
+    def sparse_embedding(i):
+        c = lm.chunks(pp)[i]
+        if i == 0:
+            c[0].tok.sparse = True
+        return c
+
+    grads = []
+    for build in (lambda i: lm.chunks(pp)[i], sparse_embedding):
+        pipe = rrfp.Pipeline(build, lm.loss_fn, pp=pp, microbatches=m, transport=transport,
+                             dp=dp, timeout=60)
+        pipe.step(*lm.batches(m, seed=pipe.replica))
+        grads.append([p.grad for c in pipe.chunks.values() for p in c.parameters()])
+    assert all(not b.is_sparse and torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+               for a, b in zip(*grads)), f"rank {pipe.rank}: the sparse sum differs"
+    print(f"rank {pipe.rank}: a sparse gradient summed over the replicas", flush=True)
+
 # A parameter that chunks on two stages share would be a separate copy in each process, each
 # stepped with its own chunk's gradient alone: the pipeline refuses it when it is built.
 if pp > 1:

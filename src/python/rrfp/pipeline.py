@@ -348,7 +348,10 @@ class Pipeline:
             # replicas that gave it one: a parameter no replica's loss reached keeps its .grad
             # (None, say) as a plain loop over every replica's microbatches leaves it, rather
             # than a gradient of zeros, which an optimizer would apply (weight decay, moments).
-            flat = torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1)
+            # A sparse gradient (nn.Embedding(sparse=True)) is summed, and comes back, dense:
+            # refused on its own process alone, the others would wait for it.
+            flat = torch.cat([(torch.zeros_like(p) if g is None else
+                               g.to_dense() if g.is_sparse else g).reshape(-1)
                               for p, g in pairs] +
                              [torch.tensor([float(g is not None) for _, g in pairs],
                                            device=pairs[0][0].device)])
