@@ -13,7 +13,8 @@ class _OrderedSum:
 
     def __init__(self, params, from_grad):
         self.sums = [_start(p, from_grad) for p in params]
-        self.hooks = [_leaf_hooks(p) for p in params]
+        hooks = [_leaf_hooks(p) for p in params]
+        self.hooks = hooks if any(hooks) else None  # None: no parameter has one (the usual)
         self.pending = {}
         self.next = 0
 
@@ -23,7 +24,7 @@ class _OrderedSum:
             for i, g in enumerate(self.pending.pop(self.next)):
                 if g is None:
                     continue
-                if self.hooks[i]:
+                if self.hooks is not None and self.hooks[i]:
                     g = _run_hooks(self.hooks[i], g)
                 if self.sums[i] is None:
                     self.sums[i] = g

@@ -116,12 +116,16 @@ class StageRunner:
                 if d:
                     time.sleep(d)  # releases the GIL, as a slow kernel would
             seeding, caller = self.data.seeding, self.data.caller
-            with caller.around(kind) if caller is not None else _NO_CONTEXT:
-                if seeding is None:
-                    out = self._on_device(fn, chunk, mb, args)
-                else:
-                    with seeding.task(kind, self.data.seed_step, chunk, mb, self._device(chunk)):
+            if seeding is None and caller is None:  # the common path: no context to enter
+                out = self._on_device(fn, chunk, mb, args)
+            else:
+                with caller.around(kind) if caller is not None else _NO_CONTEXT:
+                    if seeding is None:
                         out = self._on_device(fn, chunk, mb, args)
+                    else:
+                        with seeding.task(kind, self.data.seed_step, chunk, mb,
+                                          self._device(chunk)):
+                            out = self._on_device(fn, chunk, mb, args)
             self.tasks_done += 1
             return out
         except BaseException as e:
