@@ -204,3 +204,22 @@ def test_a_long_step_shows_its_progress_and_erases_it(capsys):
     assert capsys.readouterr().err == ""
     with pytest.raises(ValueError, match="progress"):
         rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, progress=-1)
+
+
+def test_a_chunk_wrapped_in_distributed_data_parallel_is_refused(tmp_path):
+    # DDP's all-reduce runs from hooks on accumulation into .grad, which a stage's
+    # autograd.grad never does: its replicas would train apart, silently.
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0,
+                            world_size=1)
+    try:
+        wrapped = torch.nn.parallel.DistributedDataParallel(nn.Linear(4, 4))
+        inner = nn.Sequential(nn.Linear(4, 4), wrapped)
+        for chunks, where in (([wrapped, nn.Linear(4, 4)], "chunk 0 holds a Distributed"),
+                              ([nn.Linear(4, 4), inner], "chunk 1 holds a DistributedDataParallel "
+                                                         "\\(at '1'\\)")):
+            with pytest.raises(ValueError, match=where + ".*dp=N"):
+                rrfp.Pipeline(chunks, lambda o, t: o.sum(), pp=2, microbatches=2,
+                              transport="inproc")
+    finally:
+        dist.destroy_process_group()

@@ -73,3 +73,23 @@ def c10d_groups(group, pp, dp):
     pipes = [dist.new_group([ranks[r * pp + s] for s in range(pp)]) for r in range(dp)]
     stages = [dist.new_group([ranks[r * pp + s] for r in range(dp)]) for s in range(pp)]
     return pipes[me // pp], stages[me % pp]
+
+
+def refuse_data_parallel_wrappers(c, module):
+    """A chunk wrapped in DistributedDataParallel (or FSDP) would train each replica on its own:
+    their all-reduce runs from hooks on the gradients' accumulation into .grad, and a stage
+    computes gradients with autograd.grad, which never accumulates, so the replicas would
+    silently drift apart. Refused, naming the pipeline's own data parallelism."""
+    import sys
+    wrappers = [torch.nn.parallel.DistributedDataParallel]
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # a chunk wrapped in it imported it
+    if fsdp is not None and hasattr(fsdp, "FullyShardedDataParallel"):
+        wrappers.append(fsdp.FullyShardedDataParallel)
+    for name, sub in module.named_modules():
+        if isinstance(sub, tuple(wrappers)):
+            where = f" (at '{name}')" if name else ""
+            raise ValueError(
+                f"chunks: chunk {c} holds a {type(sub).__name__}{where}, whose gradient "
+                "all-reduce never runs in a pipeline's backward (autograd.grad accumulates "
+                "nothing), so its replicas would train apart; pass the module itself and "
+                "Pipeline(..., dp=N) for data parallelism")
