@@ -168,3 +168,23 @@ def test_inputs_move_to_the_device_wherever_their_tensors_sit():
     assert type(moved[0]) is Output and moved[0]["n"] == 4 and moved[2] == {"k": "text"}
     assert all(t.device.type == "meta" for t in (got.h, got.mask, got.carry.t, moved[1][0]))
     assert x["hidden"].h.device.type == "cpu"  # the caller's objects are left as they were
+
+
+def test_cuda_under_a_launcher_names_this_processs_gpu(monkeypatch):
+    # torch's current device stays 0 in every process unless the script sets it: "cuda" then
+    # takes the local rank's GPU, where every process of a node used to take GPU 0.
+    from rrfp import _device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    current = [0]
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current[0])
+    for key in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"):
+        monkeypatch.delenv("LOCAL_RANK", raising=False)
+        monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_RANK", raising=False)
+        assert _device.parse_device("cuda") == torch.device("cuda", 0)  # no launcher
+        monkeypatch.setenv(key, "6")
+        assert _device.parse_device("cuda") == torch.device("cuda", 2)  # 6 mod 4
+        assert _device.parse_device("cuda:1") == torch.device("cuda", 1)  # named: as named
+        current[0] = 3  # the script chose its device: that one
+        assert _device.parse_device("cuda") == torch.device("cuda", 3)
+        current[0] = 0

@@ -35,11 +35,24 @@ def parse_device(device):
                            f"no CUDA device (torch.cuda.is_available() is False)")
     count = torch.cuda.device_count()
     if d.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cuda", _this_process_gpu(count))
     if d.index >= count:
         raise ValueError(f"device: cuda:{d.index} does not exist (this machine has {count} "
                          f"CUDA device{'s' if count != 1 else ''}: 0 to {count - 1})")
     return d
+
+
+def _this_process_gpu(count):
+    """The GPU "cuda" names: the current device, or under a launcher that numbers the
+    processes of a node (torchrun's LOCAL_RANK, Open MPI's OMPI_COMM_WORLD_LOCAL_RANK) while the
+    current device is still torch's default 0, this process's own: local rank mod the count.
+    Otherwise every process of a node would have run its stage on GPU 0."""
+    import os
+    current = torch.cuda.current_device()
+    for key in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"):
+        if current == 0 and os.environ.get(key, "").isdigit():
+            return int(os.environ[key]) % count
+    return current
 
 
 def to_device(obj, device):
