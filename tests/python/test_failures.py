@@ -223,3 +223,16 @@ def test_a_chunk_wrapped_in_distributed_data_parallel_is_refused(tmp_path):
                               transport="inproc")
     finally:
         dist.destroy_process_group()
+
+
+def test_lazy_parameters_not_initialized_yet_are_refused():
+    # They would draw their initial values at each chunk's first forward, in an order a plain
+    # loop does not share; after one forward on a sample they are ordinary parameters.
+    chunks = [nn.Sequential(nn.LazyLinear(4)), nn.Linear(4, 4)]
+    with pytest.raises(ValueError, match="chunk 0 has a parameter not initialized yet "
+                                         "\\('0.weight'"):
+        rrfp.Pipeline(chunks, lambda o, t: o.sum(), pp=2, microbatches=2)
+    chunks[0](torch.randn(1, 3))
+    pipe = rrfp.Pipeline(chunks, lambda o, t: o.sum(), pp=2, microbatches=2)
+    pipe.step(torch.randn(4, 3), torch.zeros(4))
+    assert chunks[0][0].weight.grad is not None

@@ -93,3 +93,18 @@ def refuse_data_parallel_wrappers(c, module):
                 "all-reduce never runs in a pipeline's backward (autograd.grad accumulates "
                 "nothing), so its replicas would train apart; pass the module itself and "
                 "Pipeline(..., dp=N) for data parallelism")
+
+
+def refuse_lazy_parameters(c, module):
+    """A lazy module (nn.LazyLinear, say) draws its initial weights from torch's generator at its
+    first forward, in the order chunks first run: a pipeline's stages do not run them in a plain
+    loop's order (as threads, not even in one order from run to run), so the model would start
+    from other weights, silently. Refused: initialize it with one forward first."""
+    from torch.nn.parameter import UninitializedParameter
+    for name, p in module.named_parameters():
+        if isinstance(p, UninitializedParameter):
+            raise ValueError(
+                f"chunks: chunk {c} has a parameter not initialized yet ('{name}', a lazy "
+                "module's), which would draw its initial values at the chunk's first forward, in "
+                "an order a plain loop does not share; run the model (or the chunk) once on a "
+                "sample batch before building the pipeline")

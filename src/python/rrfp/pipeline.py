@@ -12,7 +12,8 @@ from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._grads import GradSums
 from ._launch import (EXACT_IN_DOUBLE, c10d_groups, launched_transport,
-                      refuse_data_parallel_wrappers, refuse_ties_across_processes)
+                      refuse_data_parallel_wrappers, refuse_lazy_parameters,
+                      refuse_ties_across_processes)
 from ._order import decide_order
 from ._progress import Progress
 from ._seed import Seeding
@@ -132,6 +133,7 @@ class Pipeline:
                 if not isinstance(m, torch.nn.Module):
                     raise TypeError(f"chunks: chunk {c} is a {type(m).__name__}, not an nn.Module")
                 refuse_data_parallel_wrappers(c, m)
+                refuse_lazy_parameters(c, m)
                 modules[c] = m if place is None else m.to(place)
                 self.chunks[c] = modules[c]
             where = StageDevice(place or module_device(modules.values()))
