@@ -217,3 +217,44 @@ def test_unpicklable_constants_are_named():
     with pytest.raises(rrfp.StageError, match="chunk 0 returned a dict whose non-tensor parts "
                                               "cannot be sent"):
         pipe.step(*lm.batches(2))
+
+
+class WithBias(nn.Module):
+    """Token ids -> {"h", "bias"}: a floating-point tensor made without a graph (from a buffer),
+    as an attention bias or a table of positions is."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, D)
+        self.register_buffer("table", torch.linspace(0, 1, D))
+
+    def forward(self, ids):
+        return {"h": self.emb(ids), "bias": self.table.expand(ids.shape[1], D) * 0.1}
+
+
+class UsesBias(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(D, VOCAB)
+        self.bias_wanted_grad = []
+
+    def forward(self, x):
+        self.bias_wanted_grad.append(x["bias"].requires_grad)
+        return self.head(torch.tanh(x["h"] + x["bias"]))
+
+
+def test_a_tensor_that_wanted_no_gradient_arrives_wanting_none():
+    # It used to arrive as a leaf that wants a gradient: a backward through it for nothing.
+    def build():
+        torch.manual_seed(14)
+        return [WithBias(), UsesBias()]
+    ref, chunks = build(), build()
+    xs, ys = lm.batches(4, seed=6, vocab=VOCAB)
+    for x, y in zip(xs, ys):
+        loss_fn(ref[1](ref[0](x)), y).backward()
+    pipe = rrfp.Pipeline(chunks, loss_fn, pp=2, microbatches=4, hint="bfw")
+    pipe.step(xs, ys)
+    assert chunks[1].bias_wanted_grad == [False] * 4
+    for a, b in zip(ref, chunks):
+        for p, q in zip(a.parameters(), b.parameters()):
+            assert torch.equal(p.grad, q.grad)

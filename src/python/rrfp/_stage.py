@@ -14,7 +14,7 @@ import torch
 from ._device import StageDevice, to_device
 from ._grads import grad as _grad
 from ._tree import pack as _pack, pack_grads as _pack_grads, unpack as _unpack, \
-    unpack_grads as _unpack_grads
+    unpack_grads as _unpack_grads, wants_grad as _wants_grad
 
 
 _NO_CONTEXT = contextlib.nullcontext()
@@ -157,7 +157,8 @@ class StageRunner:
             arg = to_device(self.data.inputs[mb], self.place)
         elif tree_in:
             dev = self._device(chunk)
-            inp = [_input_leaf(t, dev) for t in x[1]]
+            inp = [_input_leaf(t, dev) if want else None
+                   for t, want in zip(x[1], _wants_grad(x[0]))]
             arg = _unpack(x[0], [t if leaf is None else leaf for t, leaf in
                                  zip((t if dev is None else t.to(dev) for t in x[1]), inp)])
         else:

@@ -37,7 +37,8 @@ class _Unpickler(pickle.Unpickler):
 
 def pack(obj, what):
     """A structure as (bytes, tensors): the tensors in the order pickling meets them, the rest
-    (nesting, numbers, strings, None, objects) pickled."""
+    (nesting, numbers, strings, None, objects) pickled, after which of the tensors want a
+    gradient (wants_grad)."""
     file = io.BytesIO()
     pickler = _Pickler(file)
     try:
@@ -45,11 +46,21 @@ def pack(obj, what):
     except Exception as e:
         raise TypeError(f"{what} returned a {type(obj).__name__} whose non-tensor parts cannot "
                         f"be sent to the next chunk: {e}") from e
-    return file.getvalue(), pickler.tensors
+    wants = pickle.dumps([t.requires_grad for t in pickler.tensors])
+    return wants + file.getvalue(), pickler.tensors
+
+
+def wants_grad(structure):
+    """Which of a packed structure's tensors wanted a gradient where they were made: only those
+    become leaves that want one on the receiving side, so a tensor that wanted none (a mask in
+    floating point, positions, a frozen part's output) costs no backward there."""
+    return pickle.load(io.BytesIO(structure))
 
 
 def unpack(structure, tensors):
-    return _Unpickler(io.BytesIO(structure), tensors).load()
+    file = io.BytesIO(structure)
+    pickle.load(file)  # wants_grad's list
+    return _Unpickler(file, tensors).load()
 
 
 def tensors_in(obj):
