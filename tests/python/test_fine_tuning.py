@@ -158,3 +158,32 @@ def test_inputs_or_targets_that_require_grad_are_refused_and_change_nothing():
     assert outputs.shape == (8, 8) and loss is not None
     pipe.step(x, y)  # and the pipeline trains on
     assert all(p.grad is not None for c in model for p in c.parameters())
+
+
+class Probe(nn.Module):
+    """A chunk that records whether its input wants a gradient."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.wanted = []
+
+    def forward(self, x):
+        self.wanted.append(x.requires_grad)
+        return self.inner(x)
+
+
+@pytest.mark.parametrize("hint,policy", SCHEDULES)
+def test_a_frozen_chunks_output_arrives_wanting_no_gradient(hint, policy):
+    # As in a plain loop: nothing before it trains, so the next chunk computes no input
+    # gradient for it (it used to arrive as a leaf that wants one).
+    ref, model = chunks(), chunks()
+    for m in (ref, model):
+        set_trainable(m, 0, False)
+    model[1] = Probe(model[1])
+    pipe = pipeline(model, hint, policy)
+    x, y = data()
+    pipe.step(x, y)
+    plain_step(ref, x, y)
+    assert model[1].wanted == [False] * 4
+    assert_same_grads(ref, [model[0], model[1].inner, model[2], model[3]])

@@ -192,7 +192,9 @@ class StageRunner:
             self.data.losses[mb] = loss.detach()
             self.work[(chunk, mb)] = _Work(inp, loss, tree_in)
             return None
-        if isinstance(out, torch.Tensor):
+        # One tensor travels on the one-tensor path and arrives wanting a gradient if it is a
+        # float; one that wants none (a frozen chunk's output) goes as a structure, which says so.
+        if isinstance(out, torch.Tensor) and (out.requires_grad or not out.is_floating_point()):
             self.work[(chunk, mb)] = _Work(inp, out, tree_in)
             return out
         structure, tensors = _pack(out, f"chunk {chunk}")
