@@ -187,3 +187,34 @@ def test_a_frozen_chunks_output_arrives_wanting_no_gradient(hint, policy):
     plain_step(ref, x, y)
     assert model[1].wanted == [False] * 4
     assert_same_grads(ref, [model[0], model[1].inner, model[2], model[3]])
+
+
+class LowRankSum(nn.Module):
+    """x @ (base + delta): autograd hands both terms the same gradient tensor. `base` may be
+    another chunk's too (tied)."""
+
+    def __init__(self, base=None):
+        super().__init__()
+        self.base = base if base is not None else nn.Parameter(torch.randn(8, 8) * 0.3)
+        self.delta = nn.Parameter(torch.randn(8, 8) * 0.1)
+
+    def forward(self, x):
+        return torch.tanh(x @ (self.base + self.delta))
+
+
+def low_rank_chunks():
+    torch.manual_seed(0)
+    first = LowRankSum()
+    return [first, LowRankSum(), LowRankSum(), LowRankSum(first.base)]  # chunk 3 ties chunk 0's
+
+
+@pytest.mark.parametrize("hint,policy", SCHEDULES)
+def test_parameters_handed_one_gradient_tensor_keep_sums_of_their_own(hint, policy):
+    # The running sums are added to in place: holding the tensor autograd handed both terms,
+    # one parameter's additions went into the other's sum too, silently.
+    ref, model = low_rank_chunks(), low_rank_chunks()
+    pipe = pipeline(model, hint, policy)
+    x, y = data()
+    pipe.step(x, y)
+    plain_step(ref, x, y)
+    assert_same_grads(ref, model)

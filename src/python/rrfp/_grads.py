@@ -27,7 +27,11 @@ class _OrderedSum:
                 if self.hooks is not None and self.hooks[i]:
                     g = _run_hooks(self.hooks[i], g)
                 if self.sums[i] is None:
-                    self.sums[i] = g
+                    # The running sum is added to in place, so it must own its storage: one
+                    # autograd call returns the same tensor for two parameters whose gradients
+                    # are equal (both terms of `base + delta`), and a hook may return one kept
+                    # elsewhere. (torch's accumulation copies a gradient referenced elsewhere.)
+                    self.sums[i] = g.clone()
                 else:
                     self.sums[i] += g
             self.next += 1
@@ -54,14 +58,17 @@ class _TiedSum:
             self.pending.setdefault(mb, {})[chunk] = g
             while len(self.pending.get(self.next, ())) == len(self.users):
                 got = self.pending.pop(self.next)
-                buf = None
+                buf, owned = None, False
                 for c in self.users:
                     if got[c] is not None:
-                        buf = got[c] if buf is None else buf + got[c]
+                        buf, owned = (got[c], False) if buf is None else (buf + got[c], True)
                 if buf is not None:
                     if self.hooks:
-                        buf = _run_hooks(self.hooks, buf)
-                    self.sum = buf if self.sum is None else self.sum.add_(buf)
+                        buf, owned = _run_hooks(self.hooks, buf), False
+                    if self.sum is None:  # owns its storage, as _OrderedSum's sums do
+                        self.sum = buf if owned else buf.clone()
+                    else:
+                        self.sum.add_(buf)
                 self.next += 1
 
 
