@@ -1,6 +1,6 @@
 """How a pipeline's processes were started and how they connect: the launcher's transport,
-torch.distributed's groups, and what a process per stage cannot hold (a parameter shared
-across processes)."""
+torch.distributed's groups, and what a pipeline's chunks cannot hold (a parameter shared across
+processes, a data-parallel wrapper, a lazy parameter not initialized yet)."""
 import torch
 
 # The dtypes whose every value a double holds exactly: a loss or a norm sent between processes
