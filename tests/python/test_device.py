@@ -176,6 +176,7 @@ def test_cuda_under_a_launcher_names_this_processs_gpu(monkeypatch):
     from rrfp import _device
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     current = [0]
     monkeypatch.setattr(torch.cuda, "current_device", lambda: current[0])
     for key in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"):
@@ -188,3 +189,19 @@ def test_cuda_under_a_launcher_names_this_processs_gpu(monkeypatch):
         current[0] = 3  # the script chose its device: that one
         assert _device.parse_device("cuda") == torch.device("cuda", 3)
         current[0] = 0
+
+
+
+def test_cuda_under_a_launcher_does_not_start_cuda_on_gpu_0(monkeypatch):
+    # Asking torch for the current device starts CUDA there: a context on GPU 0 in every
+    # process of the node. Before CUDA has started, the local rank decides alone.
+    from rrfp import _device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+
+    def starts_cuda():
+        raise AssertionError("current_device() asked before CUDA started")
+    monkeypatch.setattr(torch.cuda, "current_device", starts_cuda)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert _device.parse_device("cuda") == torch.device("cuda", 3)

@@ -46,13 +46,16 @@ def _this_process_gpu(count):
     """The GPU "cuda" names: the current device, or under a launcher that numbers the
     processes of a node (torchrun's LOCAL_RANK, Open MPI's OMPI_COMM_WORLD_LOCAL_RANK) while the
     current device is still torch's default 0, this process's own: local rank mod the count.
-    Otherwise every process of a node would have run its stage on GPU 0."""
+    Otherwise every process of a node would have run its stage on GPU 0. Where CUDA has not
+    started yet, the current device is not asked for: asking starts CUDA on GPU 0, a context
+    there in every process."""
     import os
-    current = torch.cuda.current_device()
-    for key in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"):
-        if current == 0 and os.environ.get(key, "").isdigit():
-            return int(os.environ[key]) % count
-    return current
+    local = next((int(os.environ[k]) for k in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
+                  if os.environ.get(k, "").isdigit()), None)
+    if local is not None and (not torch.cuda.is_initialized() or
+                              torch.cuda.current_device() == 0):
+        return local % count
+    return torch.cuda.current_device()
 
 
 def to_device(obj, device):
