@@ -13,6 +13,7 @@ import torch
 
 from ._launch import EXACT_IN_DOUBLE
 
+
 def _norm(g, norm_type):
     g = g.detach()
     # torch.norm (torch 1.13's clip) and linalg.vector_norm give the same bits.
@@ -35,12 +36,15 @@ def _local(chunks):
 def _gathered(pipe, local, norms):
     """Every norm of the replica, in model order, as tensors on `local`'s first device (the
     values are exact: a double holds every float32, float16 and bfloat16)."""
-    flat = []
-    for (c, i, _), n in zip(local, norms):
+    for n in norms:
         if n.dtype not in EXACT_IN_DOUBLE:
             raise TypeError(f"clip_grad_norm_: gradients of dtype {n.dtype} are not supported "
                             f"(float32, float64, float16, bfloat16)")
-        flat += [float(c), float(i), float(EXACT_IN_DOUBLE.index(n.dtype)), float(n)]
+    # One copy to the host for all of them (a GPU's norms would each wait for the device).
+    values = torch.stack([n.double() for n in norms]).cpu().tolist() if norms else []
+    flat = []
+    for (c, i, _), n, v in zip(local, norms, values):
+        flat += [float(c), float(i), float(EXACT_IN_DOUBLE.index(n.dtype)), v]
     every = pipe._core.all_gather(flat)
     replica = every[pipe.replica * pipe.pp:(pipe.replica + 1) * pipe.pp]
     entries = sorted((int(v[k]), int(v[k + 1]), int(v[k + 2]), v[k + 3])
