@@ -218,3 +218,29 @@ def test_parameters_handed_one_gradient_tensor_keep_sums_of_their_own(hint, poli
     pipe.step(x, y)
     plain_step(ref, x, y)
     assert_same_grads(ref, model)
+
+
+class SummedOffset(nn.Module):
+    """A parameter used through .sum(): autograd hands it an expanded gradient (one element seen
+    through every index), which cannot be added to in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.offset = nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        return torch.tanh(self.lin(x) + self.offset.sum())
+
+
+def test_a_parameter_whose_gradient_comes_expanded_is_summed():
+    # Kept as the running sum, the expanded gradient failed the second microbatch's addition.
+    def build():
+        torch.manual_seed(0)
+        return [SummedOffset() for _ in range(4)]
+    ref, model = build(), build()
+    pipe = pipeline(model, "bf", "ready")
+    x, y = data()
+    pipe.step(x, y)
+    plain_step(ref, x, y)
+    assert_same_grads(ref, model)
