@@ -14,6 +14,16 @@ void ReorderBuffer::put(int mb, std::vector<torch::Tensor> grads) {
     auto& g = *pending_[next_];
     if (sum_.empty()) {
       sum_ = std::move(g);  // the first term as is: 0 + x would turn -0.0 into +0.0
+      // The sums are added to in place, so each must own its storage: autograd may hand two
+      // parameters one tensor (both terms of a + b) or an expanded one (a parameter used
+      // through sum()). A copy keeps the bits.
+      for (size_t i = 0; i < sum_.size(); ++i) {
+        if (!sum_[i].defined()) continue;
+        bool shared = !sum_[i].is_non_overlapping_and_dense();
+        for (size_t j = 0; j < i && !shared; ++j)
+          shared = sum_[j].defined() && sum_[j].storage().is_alias_of(sum_[i].storage());
+        if (shared) sum_[i] = sum_[i].clone(at::MemoryFormat::Contiguous);
+      }
     } else {
       for (size_t i = 0; i < g.size(); ++i)
         sum_[i].add_(g[i]);
