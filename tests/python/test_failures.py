@@ -111,6 +111,18 @@ def test_bad_arguments_are_value_errors(kwargs, match):
         rrfp.Pipeline(lm.chunks(n), lm.loss_fn, **args)
 
 
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(delay_fn=3), "delay_fn must be callable or None, got int"),
+    (dict(timeout="a"), "timeout: seconds as a number, got str"),
+    (dict(loss_fn=None), "loss_fn must be callable"),
+])
+def test_arguments_of_the_wrong_type_are_type_errors(kwargs, match):
+    args = dict(pp=2, microbatches=4, loss_fn=lm.loss_fn)
+    args.update(kwargs)
+    with pytest.raises(TypeError, match=match):
+        rrfp.Pipeline(lm.chunks(2), args.pop("loss_fn"), **args)
+
+
 def test_wrong_numbers_of_chunks_and_microbatches_are_value_errors():
     with pytest.raises(ValueError, match=r"expected pp \* vpp = 4 modules, got 2"):
         rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, vpp=2)

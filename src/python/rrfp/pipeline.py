@@ -89,6 +89,10 @@ class Pipeline:
                  ordered_forwards=None, seed=None):
         if not callable(loss_fn):
             raise TypeError("loss_fn must be callable")
+        if delay_fn is not None and not callable(delay_fn):
+            raise TypeError(f"delay_fn must be callable or None, got {type(delay_fn).__name__}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout: seconds as a number, got {type(timeout).__name__}")
         place = parse_device(device)
         seeding = None if seed is None else Seeding(seed)  # a bad seed fails first
         if ordered_forwards not in (None, True, False):
