@@ -106,6 +106,28 @@ if dp > 1:
                for a, b in zip(*grads)), f"rank {pipe.rank}: the sparse sum differs"
     print(f"rank {pipe.rank}: a sparse gradient summed over the replicas", flush=True)
 
+    # Replicas that train other parameters of the same sizes (one froze each block's first
+    # LayerNorm, the other each block's second) are refused on every process, where their
+    # gradients were summed into each other's parameters.
+    def frozen_by_replica(i):
+        c = lm.chunks(pp)[i]
+        for block in c:
+            if hasattr(block, "ln1"):
+                (block.ln1 if int(os.environ.get("RANK", os.environ.get(
+                    "OMPI_COMM_WORLD_RANK", "0"))) // pp == 0 else block.ln2).weight \
+                    .requires_grad_(False)
+        return c
+
+    pipe = rrfp.Pipeline(frozen_by_replica, lm.loss_fn, pp=pp, microbatches=m,
+                         transport=transport, dp=dp, timeout=60)
+    try:
+        pipe.step(*lm.batches(m, seed=pipe.replica))
+    except ValueError as e:
+        assert "the replicas train different parameters" in str(e), e
+    else:
+        raise AssertionError("replicas training different parameters were accepted")
+    print(f"rank {pipe.rank}: replicas training different parameters refused", flush=True)
+
 # A parameter that chunks on two stages share would be a separate copy in each process, each
 # stepped with its own chunk's gradient alone: the pipeline refuses it when it is built.
 if pp > 1:

@@ -2,6 +2,7 @@
 process's chunks (GradSums), added in microbatch order as a plain loop adds them, with a
 parameter's hooks run where a plain loop's backward runs them."""
 import threading
+import zlib
 
 import torch
 
@@ -188,3 +189,42 @@ def _engine_runs_leaf_hooks():
 
 
 _ENGINE_RUNS_LEAF_HOOKS = _engine_runs_leaf_hooks()
+
+
+def trained_layout(chunks, chunk_params, dp):
+    """A mark of which parameters this process trains (each chunk's trainable ones, by their
+    place in its parameters()): below 2**24 / dp, so that the dp replicas' marks add exactly in
+    float32."""
+    crc = 0
+    for c in sorted(chunk_params):
+        place = {id(p): i for i, p in enumerate(chunks[c].parameters())}
+        crc = zlib.crc32(",".join(f"{c}.{place[id(p)]}" for p in chunk_params[c]).encode(), crc)
+    return crc % ((1 << 24) // dp)
+
+
+def sum_over_replicas(core, dp, pairs, layout):
+    """This replica's (parameter, gradient sum) pairs summed with every replica's, in replica
+    order: one collective over the gradients flattened, a count per parameter of the replicas
+    that gave it one, and the replicas' marks of what they train (trained_layout).
+
+    A parameter no replica's loss reached keeps its .grad (None, say), as a plain loop over
+    every replica's microbatches leaves it, rather than a gradient of zeros, which an optimizer
+    would apply (weight decay, moments). A sparse gradient (nn.Embedding(sparse=True)) is summed,
+    and comes back, dense: refused on its own process alone, the others would wait for it.
+    Replicas that train other parameters are refused on each of them (dp_sum refuses other
+    sizes; the marks catch the same size)."""
+    device = pairs[0][0].device
+    flat = torch.cat([(torch.zeros_like(p) if g is None else
+                       g.to_dense() if g.is_sparse else g).reshape(-1) for p, g in pairs] +
+                     [torch.tensor([float(g is not None) for _, g in pairs] + [float(layout)],
+                                   device=device)])
+    host = flat.cpu()  # the collective sums host memory (a GPU's through a copy)
+    core.dp_sum(host)
+    if host[-1].item() != dp * layout:
+        raise ValueError("dp: the replicas train different parameters (the same number of "
+                         "values, but not the same ones); every replica must freeze and unfreeze "
+                         "alike")
+    flat = host[:-1].to(device)
+    *sums, given = flat.split([p.numel() for p, _ in pairs] + [len(pairs)])
+    return [(p, None if not n else s.view_as(p) if p.grad is None else p.grad + s.view_as(p))
+            for (p, _), s, n in zip(pairs, sums, given.tolist())]

@@ -10,7 +10,7 @@ from ._batch import digest, refuse_grad_outside, split as split_batch
 from ._caller import CallerState
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
-from ._grads import GradSums
+from ._grads import GradSums, sum_over_replicas, trained_layout
 from ._launch import (EXACT_IN_DOUBLE, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters,
                       refuse_ties_across_processes)
@@ -350,24 +350,8 @@ class Pipeline:
         pairs = self._data.sums.pairs()
         self._data.sums = None
         if self._dp > 1 and pairs:
-            # This replica's sums, then every replica's in replica order: one collective over
-            # all of this process's gradients, flattened, and a count per parameter of the
-            # replicas that gave it one: a parameter no replica's loss reached keeps its .grad
-            # (None, say) as a plain loop over every replica's microbatches leaves it, rather
-            # than a gradient of zeros, which an optimizer would apply (weight decay, moments).
-            # A sparse gradient (nn.Embedding(sparse=True)) is summed, and comes back, dense:
-            # refused on its own process alone, the others would wait for it.
-            flat = torch.cat([(torch.zeros_like(p) if g is None else
-                               g.to_dense() if g.is_sparse else g).reshape(-1)
-                              for p, g in pairs] +
-                             [torch.tensor([float(g is not None) for _, g in pairs],
-                                           device=pairs[0][0].device)])
-            host = flat.cpu()  # the collective sums host memory (a GPU's through a copy)
-            self._core.dp_sum(host)
-            flat = host.to(flat.device)
-            *sums, given = flat.split([p.numel() for p, _ in pairs] + [len(pairs)])
-            pairs = [(p, None if not n else s.view_as(p) if p.grad is None else
-                      p.grad + s.view_as(p)) for (p, _), s, n in zip(pairs, sums, given.tolist())]
+            pairs = sum_over_replicas(self._core, self._dp, pairs,
+                                      trained_layout(self.chunks, chunk_params, self._dp))
         for p, g in pairs:
             if g is not None:
                 p.grad = g
