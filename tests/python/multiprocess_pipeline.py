@@ -128,6 +128,22 @@ if dp > 1:
         raise AssertionError("replicas training different parameters were accepted")
     print(f"rank {pipe.rank}: replicas training different parameters refused", flush=True)
 
+    # A stage that trains nothing still joins its replicas' sum (with nothing to add), as the
+    # other stages' replicas do theirs.
+    def last_frozen(i):
+        c = lm.chunks(pp)[i]
+        if i == pp - 1:
+            c.requires_grad_(False)
+        return c
+
+    pipe = rrfp.Pipeline(last_frozen, lm.loss_fn, pp=pp, microbatches=m, transport=transport,
+                         dp=dp, timeout=60)
+    pipe.step(*lm.batches(m, seed=pipe.replica))
+    grads = [p.grad for c in pipe.chunks.values() for p in c.parameters()]
+    assert all(g is None for g in grads) if pipe.stages == [pp - 1] else \
+        all(g is not None for g in grads), f"rank {pipe.rank}: {[g is None for g in grads]}"
+    print(f"rank {pipe.rank}: a stage that trains nothing joins the replicas' sum", flush=True)
+
 # A parameter that chunks on two stages share would be a separate copy in each process, each
 # stepped with its own chunk's gradient alone: the pipeline refuses it when it is built.
 if pp > 1:

@@ -213,7 +213,7 @@ def sum_over_replicas(core, dp, pairs, layout):
     and comes back, dense: refused on its own process alone, the others would wait for it.
     Replicas that train other parameters are refused on each of them (dp_sum refuses other
     sizes; the marks catch the same size)."""
-    device = pairs[0][0].device
+    device = pairs[0][0].device if pairs else torch.device("cpu")
     flat = torch.cat([(torch.zeros_like(p) if g is None else
                        g.to_dense() if g.is_sparse else g).reshape(-1) for p, g in pairs] +
                      [torch.tensor([float(g is not None) for _, g in pairs] + [float(layout)],

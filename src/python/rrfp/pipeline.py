@@ -349,7 +349,7 @@ class Pipeline:
         rec, total = self._run(inputs, targets, GradSums(chunk_params, from_grad=self._dp == 1))
         pairs = self._data.sums.pairs()
         self._data.sums = None
-        if self._dp > 1 and pairs:
+        if self._dp > 1:  # every replica joins, training something or not
             pairs = sum_over_replicas(self._core, self._dp, pairs,
                                       trained_layout(self.chunks, chunk_params, self._dp))
         for p, g in pairs:
