@@ -14,7 +14,7 @@ def _torch_class(module, name):
 # PyTorch's modules whose forward updates buffers of their own in training: spectral norm's
 # power iteration (the parametrization; the older hook is looked for below), quantization
 # observers and fake quantization. Batch and instance norm count when they track running
-# statistics.
+# statistics, embeddings when they renormalize to a max_norm.
 _STATEFUL = tuple(c for c in (
     _torch_class("torch.nn.utils.parametrizations", "_SpectralNorm"),
     _torch_class("torch.ao.quantization", "ObserverBase"),
@@ -23,11 +23,48 @@ _SPECTRAL_HOOK = _torch_class("torch.nn.utils.spectral_norm", "SpectralNorm")
 
 
 def _stateful(m):
-    """Whether a forward of module `m` itself (not its children) updates its buffers."""
+    """Whether a forward of module `m` itself (not its children) updates its buffers (or, an
+    embedding with max_norm, renormalizes the rows of its weight that it looks up, in place)."""
     if isinstance(m, torch.nn.modules.batchnorm._NormBase):
         return m.track_running_stats
+    if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
+        return m.max_norm is not None
     return isinstance(m, _STATEFUL) or (_SPECTRAL_HOOK is not None and any(
         isinstance(h, _SPECTRAL_HOOK) for h in m._forward_pre_hooks.values()))
+
+
+def _renorm_breaks_backward():
+    """Whether an embedding's backward needs its weight as it was at the forward (torch 1.13's
+    does): a max_norm's renormalization by a later forward then fails the earlier backward."""
+    e = torch.nn.Embedding(2, 1, max_norm=0.5)
+    with torch.no_grad():
+        e.weight.fill_(1.0)
+    first = e(torch.tensor([0]))
+    e(torch.tensor([1]))  # renormalizes row 1 in place: a new version of the weight
+    try:
+        first.sum().backward()
+    except RuntimeError:
+        return True
+    return False
+
+
+_RENORM_BREAKS_BACKWARD = _renorm_breaks_backward()
+
+
+def refuse_renormalizing_embeddings(c, chunk):
+    """A pipeline runs later microbatches' forwards before earlier ones' backward, which an
+    embedding with max_norm cannot take where its backward needs the weight it renormalizes
+    in place (it failed in autograd's words, naming no module)."""
+    if not _RENORM_BREAKS_BACKWARD:
+        return
+    for name, m in chunk.named_modules():
+        if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and m.max_norm is not None:
+            raise ValueError(
+                f"chunks: chunk {c} holds an embedding with max_norm ('{name}'), whose forward "
+                "renormalizes rows of its weight in place; a pipeline runs later microbatches' "
+                f"forwards before earlier ones' backward, which in torch {torch.__version__} "
+                "needs the weight unchanged: use max_norm=None (renormalize after the "
+                "optimizer's step instead)")
 
 
 def stateful_modules(chunks):

@@ -14,7 +14,7 @@ from ._grads import GradSums, sum_over_replicas, trained_layout
 from ._launch import (EXACT_IN_DOUBLE, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters,
                       refuse_ties_across_processes)
-from ._order import decide_order
+from ._order import decide_order, refuse_renormalizing_embeddings
 from ._progress import Progress
 from ._seed import Seeding
 from ._stage import StageRunner, StepData
@@ -138,6 +138,7 @@ class Pipeline:
                     raise TypeError(f"chunks: chunk {c} is a {type(m).__name__}, not an nn.Module")
                 refuse_data_parallel_wrappers(c, m)
                 refuse_lazy_parameters(c, m)
+                refuse_renormalizing_embeddings(c, m)
                 modules[c] = m if place is None else m.to(place)
                 self.chunks[c] = modules[c]
             where = StageDevice(place or module_device(modules.values()))
