@@ -157,6 +157,26 @@ if pp > 1:
         raise AssertionError("chunks sharing a parameter across processes were accepted")
     print(f"rank {pipe.rank}: a parameter shared across processes refused", flush=True)
 
+# A chunk refused where it is built (a lazy parameter, in the last stage's process alone) is
+# told to every process, which raises too, where the others waited in the next collective.
+def lazy_last(i):
+    c = lm.chunks(pp)[i]
+    if i == pp - 1:
+        c.append(torch.nn.LazyLinear(4))
+    return c
+
+
+try:
+    rrfp.Pipeline(lazy_last, lm.loss_fn, pp=pp, transport=transport, dp=dp, timeout=60)
+except ValueError as e:
+    assert "has a parameter not initialized yet" in str(e), e
+except RuntimeError as e:
+    assert "could not build their chunks" in str(e), e
+else:
+    raise AssertionError("a lazy chunk was accepted")
+print(f"rank {int(os.environ.get('RANK', os.environ.get('OMPI_COMM_WORLD_RANK', '0')))}: a "
+      "chunk refused on one process, every process told", flush=True)
+
 # Launch detection: with no transport= the pipeline takes the launcher's (mpirun: mpi,
 # torchrun: c10d) and runs the same step; a process count that is not pp * dp is refused before
 # any process waits on another.

@@ -130,20 +130,7 @@ class Pipeline:
         self._data = StepData(loss_fn, delay_fn)
         self._runners = []
         self.chunks = {}  # chunk index -> module, the chunks this process runs
-        for stage in self._core.local_stages():
-            modules = {}
-            for c in self._core.chunks_of(stage):
-                m = build(c)
-                if not isinstance(m, torch.nn.Module):
-                    raise TypeError(f"chunks: chunk {c} is a {type(m).__name__}, not an nn.Module")
-                refuse_data_parallel_wrappers(c, m)
-                refuse_lazy_parameters(c, m)
-                refuse_renormalizing_embeddings(c, m)
-                modules[c] = m if place is None else m.to(place)
-                self.chunks[c] = modules[c]
-            where = StageDevice(place or module_device(modules.values()))
-            self._runners.append(StageRunner(stage, modules, n - 1, self._core.split_backward,
-                                             self._data, place, where))
+        self._build_stages(build, place)
         if self._core.world > 1 and not callable(chunks):
             refuse_ties_across_processes(chunks, self._core)
         decide_order(ordered_forwards, self.chunks, self._core)
@@ -156,6 +143,40 @@ class Pipeline:
         # One step at a time: a second, from another thread or from inside a task, would share
         # the step's data and runtime with the first.
         self._busy = threading.Lock()
+
+    def _build_stages(self, build, place):
+        """Builds this process's chunks and their stages' runners. With a process per stage,
+        a chunk refused here (or a chunk_fn that raised) is told to every process, which raises
+        too, where the others used to wait for it in the next collective until their
+        timeout."""
+        failed = None
+        try:
+            for stage in self._core.local_stages():
+                modules = {}
+                for c in self._core.chunks_of(stage):
+                    m = build(c)
+                    if not isinstance(m, torch.nn.Module):
+                        raise TypeError(f"chunks: chunk {c} is a {type(m).__name__}, not an "
+                                        "nn.Module")
+                    refuse_data_parallel_wrappers(c, m)
+                    refuse_lazy_parameters(c, m)
+                    refuse_renormalizing_embeddings(c, m)
+                    modules[c] = m if place is None else m.to(place)
+                    self.chunks[c] = modules[c]
+                where = StageDevice(place or module_device(modules.values()))
+                self._runners.append(StageRunner(stage, modules, self._core.chunks - 1,
+                                                 self._core.split_backward, self._data, place,
+                                                 where))
+        except Exception as e:  # noqa: BLE001 (re-raised below, after the job agrees)
+            failed = e
+        if self._core.world > 1:
+            every = self._core.all_gather([0.0 if failed is None else 1.0])
+            bad = [r for r, v in enumerate(every) if v and v[0]]
+            if bad and failed is None:
+                raise RuntimeError(f"chunks: process(es) {bad} could not build their chunks; "
+                                   "their own errors say why")
+        if failed is not None:
+            raise failed
 
     @property
     def pp(self):
