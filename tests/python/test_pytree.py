@@ -1,6 +1,7 @@
 """Structures between chunks: tuples, lists and dicts of tensors (and non-tensor constants),
-and tensors inside dataclasses and other objects, cross a chunk boundary, and gradients flow to every floating-point tensor that needs one,
-bitwise as a plain loop, in every schedule, policy and split backward."""
+and tensors inside dataclasses and other objects, cross a chunk boundary, and gradients flow to
+every floating-point tensor that needs one, bitwise as a plain loop, in every schedule, policy
+and split backward."""
 import collections
 import dataclasses
 import random
