@@ -21,6 +21,11 @@ def arg(name, default):
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
 
+def job_rank():
+    """This process's rank in the job, from the launcher (before any pipeline is built)."""
+    return int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+
+
 transport = arg("--transport", "mpi")
 dp = int(arg("--dp", 1))
 world = int(os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or 0)
@@ -88,7 +93,8 @@ if dp > 1:
     print(f"rank {pipe.rank}: a parameter no replica used keeps no gradient", flush=True)
 
     # A sparse gradient (the token embedding with sparse=True) is summed over the replicas as
-    # the dense one is, and comes back dense (refused on its own process, the others waited).
+    # the dense one is, and comes back dense (it failed on its own process while the others
+    # waited).
     # The sparse one's own sums round otherwise than the dense backward's: close, not bitwise.
     def sparse_embedding(i):
         c = lm.chunks(pp)[i]
@@ -113,9 +119,7 @@ if dp > 1:
         c = lm.chunks(pp)[i]
         for block in c:
             if hasattr(block, "ln1"):
-                (block.ln1 if int(os.environ.get("RANK", os.environ.get(
-                    "OMPI_COMM_WORLD_RANK", "0"))) // pp == 0 else block.ln2).weight \
-                    .requires_grad_(False)
+                (block.ln1 if job_rank() // pp == 0 else block.ln2).weight.requires_grad_(False)
         return c
 
     pipe = rrfp.Pipeline(frozen_by_replica, lm.loss_fn, pp=pp, microbatches=m,
@@ -174,8 +178,7 @@ except RuntimeError as e:
     assert "could not build their chunks" in str(e), e
 else:
     raise AssertionError("a lazy chunk was accepted")
-print(f"rank {int(os.environ.get('RANK', os.environ.get('OMPI_COMM_WORLD_RANK', '0')))}: a "
-      "chunk refused on one process, every process told", flush=True)
+print(f"rank {job_rank()}: a chunk refused on one process, every process told", flush=True)
 
 # Launch detection: with no transport= the pipeline takes the launcher's (mpirun: mpi,
 # torchrun: c10d) and runs the same step; a process count that is not pp * dp is refused before
