@@ -68,12 +68,10 @@ def tensors_in(obj):
     pickled."""
     if isinstance(obj, torch.Tensor):
         return [obj]
-    pickler = _Pickler(io.BytesIO())
     try:
-        pickler.dump(obj)
-    except Exception:
+        return pack(obj, "")[1]
+    except TypeError:  # pack's refusal of what cannot be pickled
         return []
-    return pickler.tensors
 
 
 def pack_grads(grads):
