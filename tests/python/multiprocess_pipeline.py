@@ -26,6 +26,26 @@ def job_rank():
     return int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
 
 
+def refused(call, what, words, errors=ValueError):
+    """Runs call(), which must raise one of `errors` whose message holds every one of `words`;
+    `what` names what would have been accepted otherwise."""
+    try:
+        call()
+    except errors as e:
+        assert all(w in str(e) for w in words), e
+    else:
+        raise AssertionError(f"{what} was accepted")
+
+
+def dp_step(build):
+    """One step of a data-parallel pipeline over build(i)'s chunks, each replica on its own
+    batch; returns the pipeline."""
+    pipe = rrfp.Pipeline(build, lm.loss_fn, pp=pp, microbatches=m, transport=transport, dp=dp,
+                         timeout=60)
+    pipe.step(*lm.batches(m, seed=pipe.replica))
+    return pipe
+
+
 transport = arg("--transport", "mpi")
 dp = int(arg("--dp", 1))
 world = int(os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or 0)
@@ -83,9 +103,7 @@ if dp > 1:
     def with_unused(i):
         return WithUnused(lm.chunks(pp)[i])
 
-    pipe = rrfp.Pipeline(with_unused, lm.loss_fn, pp=pp, microbatches=m, transport=transport,
-                         dp=dp, timeout=60)
-    pipe.step(*lm.batches(m, seed=pipe.replica))
+    pipe = dp_step(with_unused)
     for c, module in pipe.chunks.items():
         assert module.unused.weight.grad is None, f"rank {pipe.rank}: an unused gradient"
         assert all(p.grad is not None for n, p in module.named_parameters()
@@ -104,9 +122,7 @@ if dp > 1:
 
     grads = []
     for build in (lambda i: lm.chunks(pp)[i], sparse_embedding):
-        pipe = rrfp.Pipeline(build, lm.loss_fn, pp=pp, microbatches=m, transport=transport,
-                             dp=dp, timeout=60)
-        pipe.step(*lm.batches(m, seed=pipe.replica))
+        pipe = dp_step(build)
         grads.append([p.grad for c in pipe.chunks.values() for p in c.parameters()])
     assert all(not b.is_sparse and torch.allclose(a, b, rtol=1e-5, atol=1e-6)
                for a, b in zip(*grads)), f"rank {pipe.rank}: the sparse sum differs"
@@ -122,15 +138,9 @@ if dp > 1:
                 (block.ln1 if job_rank() // pp == 0 else block.ln2).weight.requires_grad_(False)
         return c
 
-    pipe = rrfp.Pipeline(frozen_by_replica, lm.loss_fn, pp=pp, microbatches=m,
-                         transport=transport, dp=dp, timeout=60)
-    try:
-        pipe.step(*lm.batches(m, seed=pipe.replica))
-    except ValueError as e:
-        assert "the replicas train different parameters" in str(e), e
-    else:
-        raise AssertionError("replicas training different parameters were accepted")
-    print(f"rank {pipe.rank}: replicas training different parameters refused", flush=True)
+    refused(lambda: dp_step(frozen_by_replica), "replicas training different parameters",
+            ["the replicas train different parameters"])
+    print(f"rank {job_rank()}: replicas training different parameters refused", flush=True)
 
     # A stage that trains nothing still joins its replicas' sum (with nothing to add), as the
     # other stages' replicas do theirs.
@@ -140,9 +150,7 @@ if dp > 1:
             c.requires_grad_(False)
         return c
 
-    pipe = rrfp.Pipeline(last_frozen, lm.loss_fn, pp=pp, microbatches=m, transport=transport,
-                         dp=dp, timeout=60)
-    pipe.step(*lm.batches(m, seed=pipe.replica))
+    pipe = dp_step(last_frozen)
     grads = [p.grad for c in pipe.chunks.values() for p in c.parameters()]
     assert all(g is None for g in grads) if pipe.stages == [pp - 1] else \
         all(g is not None for g in grads), f"rank {pipe.rank}: {[g is None for g in grads]}"
@@ -153,12 +161,10 @@ if dp > 1:
 if pp > 1:
     tied = lm.chunks(pp)
     tied[-1].add_module("tied", tied[0][0])  # the first chunk's embedding, in the last chunk too
-    try:
-        rrfp.Pipeline(tied, lm.loss_fn, pp=pp, transport=transport, dp=dp, timeout=60)
-    except ValueError as e:
-        assert "share parameter" in str(e) and "different processes" in str(e), e
-    else:
-        raise AssertionError("chunks sharing a parameter across processes were accepted")
+    refused(lambda: rrfp.Pipeline(tied, lm.loss_fn, pp=pp, transport=transport, dp=dp,
+                                  timeout=60),
+            "chunks sharing a parameter across processes",
+            ["share parameter", "different processes"])
     print(f"rank {pipe.rank}: a parameter shared across processes refused", flush=True)
 
 # A chunk refused where it is built (a lazy parameter, in the last stage's process alone) is
@@ -170,14 +176,12 @@ def lazy_last(i):
     return c
 
 
-try:
-    rrfp.Pipeline(lazy_last, lm.loss_fn, pp=pp, transport=transport, dp=dp, timeout=60)
-except ValueError as e:
-    assert "has a parameter not initialized yet" in str(e), e
-except RuntimeError as e:
-    assert "could not build their chunks" in str(e), e
-else:
-    raise AssertionError("a lazy chunk was accepted")
+# The process of the last stage names the parameter; the others, the processes that failed.
+words = ["has a parameter not initialized yet"] if job_rank() % pp == pp - 1 else \
+    ["could not build their chunks"]
+refused(lambda: rrfp.Pipeline(lazy_last, lm.loss_fn, pp=pp, transport=transport, dp=dp,
+                              timeout=60),
+        "a lazy chunk", words, (ValueError, RuntimeError))
 print(f"rank {job_rank()}: a chunk refused on one process, every process told", flush=True)
 
 # Launch detection: with no transport= the pipeline takes the launcher's (mpirun: mpi,
@@ -191,30 +195,21 @@ xs, ys = lm.batches(m, seed=0 if dp == 1 else auto.replica)
 loss = auto.step(xs, ys)
 if auto.replica == 0:
     assert torch.equal(loss, ref_losses[0]), (loss, ref_losses[0])
-try:
-    rrfp.Pipeline(lambda i: lm.chunks(2 * pp)[i], lm.loss_fn, pp=2 * pp, dp=dp, microbatches=m)
-except ValueError as e:
-    assert f"started {world} process(es), but pp={2 * pp} x dp={dp} needs {2 * pp * dp}" in str(e), e
-else:
-    raise AssertionError("a launcher with too few processes was accepted")
+refused(lambda: rrfp.Pipeline(lambda i: lm.chunks(2 * pp)[i], lm.loss_fn, pp=2 * pp, dp=dp,
+                              microbatches=m),
+        "a launcher with too few processes",
+        [f"started {world} process(es), but pp={2 * pp} x dp={dp} needs {2 * pp * dp}"])
 print(f"rank {auto.rank}: the launcher's transport detected, the loss on every rank", flush=True)
 
 # Processes of one replica that pass different batches (each process's generator seeded on its
 # own, say) are told so on every process, before any task runs: the inputs would otherwise be
 # trained against another batch's targets.
 xs, ys = lm.batches(m, seed=1000 + auto.rank)
-try:
-    auto.step(xs, ys)
-except ValueError as e:
-    assert "passed different batches" in str(e), e
-else:
-    raise AssertionError("different batches on the processes of a replica were accepted")
-try:  # each microbatch a tuple: the tensors inside count, not only the tuple's type
-    auto.step([(x, {"n": 1}) for x in xs], lm.batches(m, seed=0)[1])  # the targets agree
-except ValueError as e:
-    assert "passed different batches" in str(e), e
-else:
-    raise AssertionError("different tuple batches on the processes of a replica were accepted")
+refused(lambda: auto.step(xs, ys), "different batches on the processes of a replica",
+        ["passed different batches"])
+# Each microbatch a tuple: the tensors inside count, not only the tuple's type.
+refused(lambda: auto.step([(x, {"n": 1}) for x in xs], lm.batches(m, seed=0)[1]),
+        "different tuple batches on the processes of a replica", ["passed different batches"])
 print(f"rank {auto.rank}: different batches in one replica refused", flush=True)
 
 # Structures between processes, one replica: an LSTM whose chunks hand on (output, (h, c)) (its
