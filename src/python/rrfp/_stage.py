@@ -74,8 +74,7 @@ class StageRunner:
         self.last_chunk = last_chunk
         self.split = split
         self.data = data
-        self.params = {}
-        self.refresh_params()
+        self.refresh_params()  # sets self.params
         # Chunks whose first operation changes their input in place get a copy of it (below).
         self.copy_input = {c: _begins_in_place(m) for c, m in modules.items()}
         self.work = {}
