@@ -119,6 +119,26 @@ TEST(DpSum, AddsInReplicaOrderAndRefusesReplicasOfOtherSizes) {
   }
 }
 
+// The replica's gather (parameters that several stages share): every endpoint gets its own
+// replica's bytes by endpoint, never another replica's; counts may differ.
+TEST(ReplicaAllGather, GivesEachReplicaItsOwnStagesBytesByStage) {
+  auto jobs = make_local_jobs(6);  // P = 3, DP = 2
+  std::vector<std::vector<std::vector<std::byte>>> got(6);
+  on_every_rank(6, [&](int r) {
+    jobs[r]->set_layout(JobLayout{3, 1, 2});
+    std::vector<std::byte> mine(static_cast<std::size_t>(r), std::byte(r));  // rank 0: empty
+    got[r] = jobs[r]->replica_all_gather(mine);
+  });
+  for (int r = 0; r < 6; ++r) {
+    ASSERT_EQ(got[r].size(), 3u) << r;
+    for (int s = 0; s < 3; ++s) {
+      const int from = r / 3 * 3 + s;
+      EXPECT_EQ(got[r][s], std::vector<std::byte>(static_cast<std::size_t>(from), std::byte(from)))
+          << "rank " << r << ", stage " << s;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rrfp::test
 

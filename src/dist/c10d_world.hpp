@@ -31,6 +31,9 @@ class C10dWorld final : public Job {
   // step record needs; the replicas' own stages are not gathered across).
   std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) override;
   std::vector<std::vector<float>> dp_all_gather(std::span<const float> mine) override;
+  std::vector<std::vector<std::byte>> replica_all_gather(std::span<const std::byte> mine) override {
+    return gather_bytes(*pg_, mine);
+  }
   // c10d cannot end the other processes: this one exits, and the launcher (torchrun) ends
   // the rest when it sees a worker fail.
   [[noreturn]] void abort(int code) override;

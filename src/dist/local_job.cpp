@@ -63,9 +63,10 @@ struct Shared {
   std::mutex mu;
   JobLayout layout;
   bool laid_out = false;
-  std::vector<std::unique_ptr<Transport>> transports;  // by job rank
-  std::vector<std::shared_ptr<TpGroup>> groups;        // by replica * P + stage
-  std::vector<std::unique_ptr<Exchange<float>>> dp;    // by endpoint
+  std::vector<std::unique_ptr<Transport>> transports;          // by job rank
+  std::vector<std::shared_ptr<TpGroup>> groups;                // by replica * P + stage
+  std::vector<std::unique_ptr<Exchange<float>>> dp;            // by endpoint
+  std::vector<std::unique_ptr<Exchange<std::byte>>> replicas;  // by replica
   Exchange<double> everyone;
   Exchange<std::byte> bytes;
 };
@@ -91,6 +92,8 @@ class LocalJob final : public Job {
       s_->groups.push_back(std::make_shared<TpGroup>(i % l.pp, l.tp));
     for (int e = 0; e < per; ++e)
       s_->dp.push_back(std::make_unique<Exchange<float>>(l.dp));
+    for (int d = 0; d < l.dp; ++d)
+      s_->replicas.push_back(std::make_unique<Exchange<std::byte>>(per));
   }
   int replica() const override { return rank_ / (layout_.pp * layout_.tp); }
   int endpoint() const override { return rank_ % (layout_.pp * layout_.tp); }
@@ -121,6 +124,9 @@ class LocalJob final : public Job {
   }
   std::vector<std::vector<float>> dp_all_gather(std::span<const float> mine) override {
     return s_->dp[endpoint()]->all_gather(replica(), mine);
+  }
+  std::vector<std::vector<std::byte>> replica_all_gather(std::span<const std::byte> mine) override {
+    return s_->replicas[replica()]->all_gather(endpoint(), mine);
   }
   [[noreturn]] void abort(int code) override {
     throw Error("local job: rank " + std::to_string(rank_) + " aborted the job (code " +

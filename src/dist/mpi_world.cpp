@@ -213,6 +213,11 @@ std::vector<std::vector<float>> MpiWorld::dp_all_gather(std::span<const float> m
   return gather_all(mine, MPI_FLOAT, comms_->dp);
 }
 
+std::vector<std::vector<std::byte>> MpiWorld::replica_all_gather(std::span<const std::byte> mine) {
+  auto d = deadline("MPI_Allgather (shared parameters' gradients)");
+  return gather_all(mine, MPI_BYTE, comms_->pipe);
+}
+
 std::vector<std::vector<std::byte>> MpiWorld::gather_to_root(std::span<const std::byte> mine) {
   auto d = deadline("MPI_Gather (results to rank 0)");
   const int count = static_cast<int>(mine.size());

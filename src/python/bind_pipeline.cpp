@@ -54,6 +54,7 @@ void bind_pipeline(pyb::module_& m) {
       .def_property_readonly("replica", &PipelineCore::replica)
       .def("dp_sum", &PipelineCore::dp_sum, pyb::arg("grad"))
       .def("all_gather", &PipelineCore::all_gather, pyb::arg("mine"))
+      .def("replica_all_gather", &PipelineCore::replica_all_gather, pyb::arg("mine"))
       .def("close", &PipelineCore::close)
       .def("order_forwards", &PipelineCore::order_forwards)
       .def("local_stages", &PipelineCore::local_stages)

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -160,6 +161,26 @@ std::vector<std::vector<double>> PipelineCore::all_gather(const std::vector<doub
   if (!job_) return {mine};
   pyb::gil_scoped_release nogil;
   return job_->all_gather(mine);
+}
+
+std::vector<at::Tensor> PipelineCore::replica_all_gather(const at::Tensor& mine) {
+  if (mine.scalar_type() != at::kByte || !mine.is_contiguous() || !mine.device().is_cpu() ||
+      mine.dim() != 1)
+    throw InputError("`mine`: must be a contiguous one-dimensional uint8 CPU tensor");
+  if (!job_) return {mine};
+  std::vector<std::vector<std::byte>> all;
+  {
+    pyb::gil_scoped_release nogil;
+    const auto* p = static_cast<const std::byte*>(mine.data_ptr());
+    all = job_->replica_all_gather(std::span<const std::byte>(p, mine.numel()));
+  }
+  std::vector<at::Tensor> out;
+  for (const auto& b : all) {
+    at::Tensor t = at::empty({static_cast<std::int64_t>(b.size())}, at::kByte);
+    if (!b.empty()) std::memcpy(t.data_ptr(), b.data(), b.size());
+    out.push_back(t);
+  }
+  return out;
 }
 
 PipelineCore::~PipelineCore() {

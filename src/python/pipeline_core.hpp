@@ -60,6 +60,10 @@ class PipelineCore {
   // Every process's `mine`, by job rank (just `mine` in one process): for what every rank must
   // learn from one, such as its replica's loss from the last stage. A collective.
   std::vector<std::vector<double>> all_gather(const std::vector<double>& mine);
+  // Every stage of this replica's bytes (`mine`: a contiguous uint8 CPU tensor), by stage, as
+  // uint8 tensors ([mine] in one process): for parameters that several stages share. A
+  // collective over the replica.
+  std::vector<at::Tensor> replica_all_gather(const at::Tensor& mine);
   // Tears the runtime down (shutdown_processes); the pipeline refuses further steps.
   void close();
   // Makes each chunk's forwards run in microbatch order from now on (PipelineConfig::

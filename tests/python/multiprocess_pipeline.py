@@ -156,16 +156,12 @@ if dp > 1:
         all(g is not None for g in grads), f"rank {pipe.rank}: {[g is None for g in grads]}"
     print(f"rank {pipe.rank}: a stage that trains nothing joins the replicas' sum", flush=True)
 
-# A parameter that chunks on two stages share would be a separate copy in each process, each
-# stepped with its own chunk's gradient alone: the pipeline refuses it when it is built.
+# A parameter that chunks on two stages share (tied embeddings across processes): each process
+# keeps a copy, and every copy gets the same gradient (mp_tied.py says which).
 if pp > 1:
-    tied = lm.chunks(pp)
-    tied[-1].add_module("tied", tied[0][0])  # the first chunk's embedding, in the last chunk too
-    refused(lambda: rrfp.Pipeline(tied, lm.loss_fn, pp=pp, transport=transport, dp=dp,
-                                  timeout=60),
-            "chunks sharing a parameter across processes",
-            ["share parameter", "different processes"])
-    print(f"rank {pipe.rank}: a parameter shared across processes refused", flush=True)
+    import mp_tied  # noqa: E402
+
+    mp_tied.run(pp, dp, m, transport)
 
 # A chunk refused where it is built (a lazy parameter, in the last stage's process alone) is
 # told to every process, which raises too, where the others waited in the next collective.

@@ -21,7 +21,7 @@ def _norm(g, norm_type):
 
 
 def _local(chunks):
-    """(chunk, index in its parameters(), gradient) of this process's parameters that have a
+    """(chunk, index in its parameters(), parameter) of this process's parameters that have a
     gradient, each once (a tied parameter under its first chunk), in model order."""
     out, seen = [], set()
     for c in sorted(chunks):
@@ -29,7 +29,7 @@ def _local(chunks):
             if id(p) not in seen:
                 seen.add(id(p))
                 if p.grad is not None:
-                    out.append((c, i, p.grad))
+                    out.append((c, i, p))
     return out
 
 
@@ -56,8 +56,11 @@ def _gathered(pipe, local, norms):
 
 def clip_grad_norm(pipe, max_norm, norm_type=2.0, error_if_nonfinite=False):
     max_norm, norm_type = float(max_norm), float(norm_type)
-    local = _local(pipe.chunks)
-    norms = [_norm(g, norm_type) for _, _, g in local]
+    scaled = _local(pipe.chunks)
+    # A parameter tied across processes counts once, at its first copy; every copy is scaled.
+    elsewhere = pipe._ties.secondary if pipe._ties else ()
+    local = [e for e in scaled if id(e[2]) not in elsewhere]
+    norms = [_norm(p.grad, norm_type) for _, _, p in local]
     if pipe._core.world > 1:
         norms = _gathered(pipe, local, norms)
     if not norms:
@@ -71,6 +74,6 @@ def clip_grad_norm(pipe, max_norm, norm_type=2.0, error_if_nonfinite=False):
                            "gradients is non-finite, so it cannot be clipped; pass "
                            "error_if_nonfinite=False to scale by it anyway")
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-    for _, _, g in local:
-        g.detach().mul_(coef.to(g.device))
+    for _, _, p in scaled:
+        p.grad.detach().mul_(coef.to(p.grad.device))
     return total

@@ -12,8 +12,8 @@ class _OrderedSum:
     starting from the .grad each parameter had before the step: the arithmetic of a plain loop
     calling loss.backward() once per microbatch."""
 
-    def __init__(self, params, from_grad):
-        self.sums = [_start(p, from_grad) for p in params]
+    def __init__(self, params, start):
+        self.sums = [start(p) for p in params]
         hooks = [_leaf_hooks(p) for p in params]
         self.hooks = hooks if any(hooks) else None  # None: no parameter has one (the usual)
         self.pending = {}
@@ -45,10 +45,10 @@ class _TiedSum:
     are added last chunk first, and then go into the running sum in microbatch order. The user
     chunks may run on different stage threads: a lock keeps the bookkeeping whole."""
 
-    def __init__(self, param, users, from_grad):
+    def __init__(self, param, users, start):
         self.param = param
         self.users = sorted(users, reverse=True)
-        self.sum = _start(param, from_grad)
+        self.sum = start(param)
         self.hooks = _leaf_hooks(param)
         self.pending = {}  # mb -> {chunk: gradient or None}
         self.next = 0
@@ -75,9 +75,16 @@ class _TiedSum:
 
 class GradSums:
     """One step's parameter gradients over this process's chunks: each chunk's own parameters
-    in an _OrderedSum, each parameter used by several chunks in one _TiedSum."""
+    in an _OrderedSum, each parameter used by several chunks in one _TiedSum. from_grad: the
+    sums start from each parameter's .grad, but for those in `fresh` (which start from nothing,
+    as every sum does without from_grad)."""
 
-    def __init__(self, chunk_params, from_grad):
+    def __init__(self, chunk_params, from_grad, fresh=()):
+        def start(p):
+            if not from_grad or p.grad is None or id(p) in fresh:
+                return None
+            return p.grad.detach().clone()
+
         users = {}  # id(param) -> chunks using it
         for c in sorted(chunk_params):
             for p in chunk_params[c]:
@@ -89,12 +96,12 @@ class GradSums:
             ps = chunk_params[c]
             own = [i for i, p in enumerate(ps) if len(users[id(p)]) == 1]
             self._own[c] = (None if len(own) == len(ps) else own,
-                            _OrderedSum([ps[i] for i in own], from_grad))
+                            _OrderedSum([ps[i] for i in own], start))
             self._tied[c] = []
             for i, p in enumerate(ps):
                 if len(users[id(p)]) > 1:
                     if id(p) not in tied:
-                        tied[id(p)] = _TiedSum(p, users[id(p)], from_grad)
+                        tied[id(p)] = _TiedSum(p, users[id(p)], start)
                     self._tied[c].append((i, tied[id(p)]))
         self._chunk_params = chunk_params
 
@@ -119,10 +126,6 @@ class GradSums:
                 else:
                     out.append((p, next(sums)))
         return out
-
-
-def _start(p, from_grad):
-    return None if p.grad is None or not from_grad else p.grad.detach().clone()
 
 
 def _leaf_hooks(p):

@@ -1,6 +1,6 @@
 """How a pipeline's processes were started and how they connect: the launcher's transport,
-torch.distributed's groups, and what a pipeline's chunks cannot hold (a parameter shared across
-processes, a data-parallel wrapper, a lazy parameter not initialized yet)."""
+torch.distributed's groups, what every process must agree on, and what a pipeline's chunks
+cannot hold (a data-parallel wrapper, a lazy parameter not initialized yet)."""
 import torch
 
 # The dtypes whose every value a double holds exactly: a loss or a norm sent between processes
@@ -32,24 +32,24 @@ def launched_transport(pp, dp, group):
     return "inproc"
 
 
-def refuse_ties_across_processes(chunks, core):
-    """A parameter that chunks on different stages share would, with a process per stage, be
-    a separate copy in each process, each stepped with its own chunk's gradient alone: refuse
-    it at construction rather than train it wrong."""
-    users = {}  # id(param) -> [(chunk, name)]
-    for c, m in enumerate(chunks):
-        for name, p in m.named_parameters():
-            if p.requires_grad:
-                users.setdefault(id(p), []).append((c, name))
-    for uses in users.values():
-        a, name = uses[0]
-        b = next((c for c, _ in uses if core.stage_of(c) != core.stage_of(a)), None)
-        if b is not None:
-            raise ValueError(
-                f"chunks: chunks {a} and {b} share parameter '{name}' but run on stages "
-                f"{core.stage_of(a)} and {core.stage_of(b)}, which are different processes; "
-                f"parameters shared across processes are not supported yet: place the chunks "
-                f"that share it on one stage, or use transport='inproc'")
+def agreed(core, fn, message):
+    """fn()'s result. With a process per stage, what fn raises on one process is told to every
+    other, which raises RuntimeError(message, with {bad} the failed processes' ranks): the
+    others would otherwise go on into the next collective and wait there until their
+    timeout."""
+    failed, out = None, None
+    try:
+        out = fn()
+    except Exception as e:  # noqa: BLE001 (re-raised below, after the job agrees)
+        failed = e
+    if core.world > 1:
+        every = core.all_gather([0.0 if failed is None else 1.0])
+        bad = [r for r, v in enumerate(every) if v and v[0]]
+        if bad and failed is None:
+            raise RuntimeError(message.format(bad=bad))
+    if failed is not None:
+        raise failed
+    return out
 
 
 def c10d_groups(group, pp, dp):

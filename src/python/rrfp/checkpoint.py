@@ -40,18 +40,20 @@ def load_model_state(chunks, n_chunks, state, strict):
                            f"unexpected {sorted(unexpected)}")
 
 
-def _names(chunks):
-    """id(parameter) -> its name; a parameter that several chunks share, by its first."""
+def _names(chunks, canonical):
+    """id(parameter) -> its name; a parameter that several chunks share, by its first, and one
+    tied across processes by its tie's first (`canonical`), which every copy shares, so that
+    each layout finds its optimizer state."""
     names = {}
     for c in sorted(chunks):
         for name, p in chunks[c].named_parameters():
-            names.setdefault(id(p), f"{c}.{name}")
+            names.setdefault(id(p), canonical.get(id(p), f"{c}.{name}"))
     return names
 
 
-def optimizer_state(chunks, optimizer):
+def optimizer_state(chunks, optimizer, canonical):
     """The optimizer's state_dict with every parameter named instead of numbered."""
-    names = _names(chunks)
+    names = _names(chunks, canonical)
     sd = optimizer.state_dict()
     params = [p for g in optimizer.param_groups for p in g["params"]]
     unknown = [i for i, p in enumerate(params) if id(p) not in names]
@@ -67,11 +69,11 @@ def optimizer_state(chunks, optimizer):
     return {"state": state, "param_groups": groups}
 
 
-def load_optimizer_state(chunks, optimizer, named):
+def load_optimizer_state(chunks, optimizer, named, canonical):
     """Loads `named` (optimizer_state of any layout) into `optimizer`, whose parameters are
     this process's. Each group takes the hyper-parameters of the saved group that held the
     first of its parameters."""
-    names = _names(chunks)
+    names = _names(chunks, canonical)
     group_of = {}
     for g in named["param_groups"]:
         for n in g["params"]:
@@ -93,12 +95,12 @@ def load_optimizer_state(chunks, optimizer, named):
     optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
-def save(path, rank, chunks, optimizer, extra):
+def save(path, rank, chunks, optimizer, extra, canonical):
     """Writes this process's part of the checkpoint into the folder `path`, atomically."""
     os.makedirs(path, exist_ok=True)
     part = {"model": model_state(chunks), "extra": extra}
     if optimizer is not None:
-        part["optimizer"] = optimizer_state(chunks, optimizer)
+        part["optimizer"] = optimizer_state(chunks, optimizer, canonical)
     target = os.path.join(path, f"part-{rank}.pt")
     tmp = target + ".tmp"
     torch.save(part, tmp)

@@ -11,13 +11,13 @@ from ._caller import CallerState
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._grads import GradSums, sum_over_replicas, trained_layout
-from ._launch import (EXACT_IN_DOUBLE, c10d_groups, launched_transport,
-                      refuse_data_parallel_wrappers, refuse_lazy_parameters,
-                      refuse_ties_across_processes)
+from ._launch import (EXACT_IN_DOUBLE, agreed, c10d_groups, launched_transport,
+                      refuse_data_parallel_wrappers, refuse_lazy_parameters)
 from ._order import decide_order, refuse_renormalizing_embeddings
 from ._progress import Progress
 from ._seed import Seeding
 from ._stage import StageRunner, StepData
+from ._ties import make_ties
 from ._tree import tensors_in
 from .record import StepRecord
 
@@ -80,13 +80,22 @@ class Pipeline:
         parameters are. On a GPU every stage has a CUDA stream of its own, and a task counts as
         done when its kernels have completed. Raises ValueError for what is not a device,
         RuntimeError for CUDA where torch sees none.
+    tied: parameters that are one parameter though chunks on different processes hold them
+        (tied weights across stages): a list of ties, each a list of names "c.name" (c the
+        chunk's index, name as in its named_parameters()), e.g. [["0.tok.weight",
+        "3.head.weight"]]. With `chunks` a list they are found by themselves (a parameter that
+        chunks of different stages share); a chunk_fn builds only this process's chunks, so
+        name them. Each process keeps a copy, made equal to the lowest chunk's at
+        construction; each step every copy gets the same gradient, the sum of the copies'
+        own sums added in chunk order (not a plain loop's rounding: that would need one
+        exchange per microbatch). Step every copy with the same optimizer.
     """
 
     def __init__(self, chunks, loss_fn, *, pp, vpp=1, placement="loop", microbatches=8,
                  hint="bf", policy="ready", limit=None, max_pending_w=None,
                  split_backward="auto", comm="async", timeout=120.0, transport=None,
                  dp=1, group=None, delay_fn=None, progress="auto", device=None,
-                 ordered_forwards=None, seed=None):
+                 ordered_forwards=None, seed=None, tied=None):
         if not callable(loss_fn):
             raise TypeError("loss_fn must be callable")
         if delay_fn is not None and not callable(delay_fn):
@@ -113,7 +122,7 @@ class Pipeline:
         self._dp = dp
         n = self._core.chunks
         if callable(chunks) and not isinstance(chunks, torch.nn.Module):
-            build = chunks
+            build, chunks = chunks, None  # this process's chunks only
         else:
             chunks = list(chunks)
             if len(chunks) != n:
@@ -130,9 +139,10 @@ class Pipeline:
         self._data = StepData(loss_fn, delay_fn)
         self._runners = []
         self.chunks = {}  # chunk index -> module, the chunks this process runs
-        self._build_stages(build, place)
-        if self._core.world > 1 and not callable(chunks):
-            refuse_ties_across_processes(chunks, self._core)
+        agreed(self._core, lambda: self._build_stages(build, place),
+               "chunks: process(es) {bad} could not build their chunks; their own errors say "
+               "why")
+        self._ties = make_ties(tied, chunks, self.chunks, self._core)
         decide_order(ordered_forwards, self.chunks, self._core)
         if seeding is not None:
             seeding.place(len(self._runners) > 1, self.replica * self._core.microbatches)
@@ -145,38 +155,24 @@ class Pipeline:
         self._busy = threading.Lock()
 
     def _build_stages(self, build, place):
-        """Builds this process's chunks and their stages' runners. With a process per stage,
-        a chunk refused here (or a chunk_fn that raised) is told to every process, which raises
-        too, where the others used to wait for it in the next collective until their
-        timeout."""
-        failed = None
-        try:
-            for stage in self._core.local_stages():
-                modules = {}
-                for c in self._core.chunks_of(stage):
-                    m = build(c)
-                    if not isinstance(m, torch.nn.Module):
-                        raise TypeError(f"chunks: chunk {c} is a {type(m).__name__}, not an "
-                                        "nn.Module")
-                    refuse_data_parallel_wrappers(c, m)
-                    refuse_lazy_parameters(c, m)
-                    refuse_renormalizing_embeddings(c, m)
-                    modules[c] = m if place is None else m.to(place)
-                    self.chunks[c] = modules[c]
-                where = StageDevice(place or module_device(modules.values()))
-                self._runners.append(StageRunner(stage, modules, self._core.chunks - 1,
-                                                 self._core.split_backward, self._data, place,
-                                                 where))
-        except Exception as e:  # noqa: BLE001 (re-raised below, after the job agrees)
-            failed = e
-        if self._core.world > 1:
-            every = self._core.all_gather([0.0 if failed is None else 1.0])
-            bad = [r for r, v in enumerate(every) if v and v[0]]
-            if bad and failed is None:
-                raise RuntimeError(f"chunks: process(es) {bad} could not build their chunks; "
-                                   "their own errors say why")
-        if failed is not None:
-            raise failed
+        """Builds this process's chunks and their stages' runners (a chunk refused here, or a
+        chunk_fn that raised, is told to every process: the caller runs this under agreed)."""
+        for stage in self._core.local_stages():
+            modules = {}
+            for c in self._core.chunks_of(stage):
+                m = build(c)
+                if not isinstance(m, torch.nn.Module):
+                    raise TypeError(f"chunks: chunk {c} is a {type(m).__name__}, not an "
+                                    "nn.Module")
+                refuse_data_parallel_wrappers(c, m)
+                refuse_lazy_parameters(c, m)
+                refuse_renormalizing_embeddings(c, m)
+                modules[c] = m if place is None else m.to(place)
+                self.chunks[c] = modules[c]
+            where = StageDevice(place or module_device(modules.values()))
+            self._runners.append(StageRunner(stage, modules, self._core.chunks - 1,
+                                             self._core.split_backward, self._data, place,
+                                             where))
 
     @property
     def pp(self):
@@ -225,7 +221,7 @@ class Pipeline:
         part is written."""
         if self.replica == 0:
             checkpoint.save(path, self.rank, self.chunks, optimizer,
-                            dict(extra, **{_SEED_STEP: self._data.seed_step}))
+                            dict(extra, **{_SEED_STEP: self._data.seed_step}), self._canonical())
         if self._core.world > 1:
             self._core.all_gather([])  # no process reads the folder before every part is there
 
@@ -242,8 +238,11 @@ class Pipeline:
         if optimizer is not None:
             if optim is None:
                 raise KeyError(f"checkpoint '{path}': it holds no optimizer state")
-            checkpoint.load_optimizer_state(self.chunks, optimizer, optim)
+            checkpoint.load_optimizer_state(self.chunks, optimizer, optim, self._canonical())
         return extra
+
+    def _canonical(self):
+        return self._ties.canonical if self._ties else {}
 
     def clip_grad_norm_(self, max_norm, norm_type=2.0, error_if_nonfinite=False):
         """torch.nn.utils.clip_grad_norm_ over the whole model's parameters, wherever its chunks
@@ -368,9 +367,14 @@ class Pipeline:
         for r in self._runners:
             r.refresh_params()
         chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
-        rec, total = self._run(inputs, targets, GradSums(chunk_params, from_grad=self._dp == 1))
+        ties = self._ties
+        sums = GradSums(chunk_params, from_grad=self._dp == 1,
+                        fresh=ties.holders if ties else ())
+        rec, total = self._run(inputs, targets, sums)
         pairs = self._data.sums.pairs()
         self._data.sums = None
+        if ties is not None:  # every holder of a tie gets the tie's sum
+            pairs = ties.sum(pairs, add_previous=self._dp == 1)
         if self._dp > 1:  # every replica joins, training something or not
             pairs = sum_over_replicas(self._core, self._dp, pairs,
                                       trained_layout(self.chunks, chunk_params, self._dp))

@@ -1,0 +1,249 @@
+"""Parameters that chunks on different processes share (tied weights across stages): a GPT's
+input embedding reused as its output projection, with the first and last chunks on different
+processes.
+
+Each process holds its own copy of such a parameter (a holder). The copies are made equal at
+construction (every holder takes the values of the holder of the lowest chunk), and each step
+gives every holder the same gradient: each holder's sum over its own chunks' uses (microbatch
+order, as GradSums adds them), added in the order of the holders' first chunks. Every holder
+adds the same bits in the same order, so the copies get the same gradient and, stepped by the
+same optimizer, stay equal, as Megatron keeps its embedding copies (an all-reduce of the two
+stages' sums). It is not a plain loop's arithmetic, which adds every microbatch's uses before
+the next microbatch's: that would send one gradient per microbatch instead of one per step.
+
+The same holds for a tie declared between distinct parameters of one process (`tied=` with a
+`chunk_fn` that builds them apart). A parameter that several chunks of one process use as one
+object needs none of this: GradSums adds its uses as a plain loop does."""
+import pickle
+import struct
+import zlib
+
+import torch
+
+from ._launch import agreed
+
+_ALIGN = 8  # every tensor's bytes start at a multiple of this, so they view as any dtype
+
+
+def _groups(tied, chunk_list, core):
+    """The ties, each a sorted list of (chunk, parameter name): those declared in `tied` and,
+    when every chunk is at hand (`chunk_list`) with a process per stage, every parameter that
+    chunks on different stages share. A name in two ties joins them."""
+    n = core.chunks
+    parent = {}
+
+    def find(m):
+        while parent[m] != m:
+            m = parent[m]
+        return m
+
+    def join(members):
+        for m in members:
+            parent.setdefault(m, m)
+        for m in members[1:]:
+            parent[find(m)] = find(members[0])
+
+    for members in _declared(tied, n):
+        join(members)
+    if chunk_list is not None and core.world > 1:
+        uses = {}  # id(param) -> [(chunk, name)]
+        for c, m in enumerate(chunk_list):
+            for name, p in m.named_parameters():
+                uses.setdefault(id(p), []).append((c, name))
+        for members in uses.values():
+            if len({core.stage_of(c) for c, _ in members}) > 1:
+                join(members)
+    groups = {}
+    for m in parent:
+        groups.setdefault(find(m), []).append(m)
+    return sorted(sorted(g) for g in groups.values())
+
+
+def _declared(tied, n):
+    if tied is None:
+        return []
+    if isinstance(tied, (str, bytes)) or not hasattr(tied, "__iter__"):
+        raise TypeError("tied: a list of ties, each a list of parameter names 'c.name' (c the "
+                        f"chunk's index), got {type(tied).__name__}")
+    out, seen = [], set()
+    for tie in tied:
+        if isinstance(tie, (str, bytes)) or not hasattr(tie, "__iter__"):
+            raise TypeError(f"tied: each tie is a list of names 'c.name', got {tie!r}")
+        members = []
+        for name in tie:
+            c, _, rest = str(name).partition(".")
+            if not isinstance(name, str) or not c.isdigit() or int(c) >= n or not rest:
+                raise ValueError(f"tied: {name!r} is not a parameter name 'c.name' with the chunk "
+                                 f"c in 0..{n - 1}")
+            if name in seen:
+                raise ValueError(f"tied: '{name}' is named twice")
+            seen.add(name)
+            members.append((int(c), rest))
+        if len(members) < 2:
+            raise ValueError(f"tied: a tie names at least two parameters, got {list(tie)!r}")
+        out.append(members)
+    return out
+
+
+def pack(entries):
+    """entries: (group, holder, info, tensor or None), info anything picklable -> one uint8 CPU
+    tensor."""
+    header, data, at = [], [], 0
+    for group, holder, info, t in entries:
+        if t is None:
+            header.append((group, holder, info, None, None, 0))
+            continue
+        raw = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+        header.append((group, holder, info, str(t.dtype), tuple(t.shape), at))
+        pad = -raw.numel() % _ALIGN
+        data += [raw] + ([torch.zeros(pad, dtype=torch.uint8)] if pad else [])
+        at += raw.numel() + pad
+    head = pickle.dumps(header)
+    head += bytes(-(len(head) + 8) % _ALIGN)
+    start = torch.frombuffer(bytearray(struct.pack("<Q", len(head)) + head), dtype=torch.uint8)
+    return torch.cat([start] + data)
+
+
+def unpack(buf):
+    """pack's entries back, their tensors views of `buf`."""
+    (n,) = struct.unpack("<Q", buf[:8].numpy().tobytes())
+    header = pickle.loads(buf[8:8 + n].numpy().tobytes())
+    body = buf[8 + n:]
+    out = []
+    for group, holder, info, dtype, shape, at in header:
+        t = None
+        if dtype is not None:
+            dtype = getattr(torch, dtype.split(".")[-1])
+            size = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+            t = body[at:at + size].view(dtype).view(shape)
+        out.append((group, holder, info, t))
+    return out
+
+
+class Ties:
+    """The ties of one pipeline, as this process holds them. A tie's holder is the place in
+    the tie of its first name: holder 0, the holder of the tie's lowest chunk, gives its values
+    to the others at construction."""
+
+    def __init__(self, groups, chunks, core):
+        self._core = core
+        local = []  # (group, holder, parameter): this process's holders
+        agreed(core, lambda: _resolve(groups, chunks, local),
+               "tied: process(es) {bad} could not find their parameters of a tie; their own "
+               "errors say why")
+        # Holder 0's values, every holder's shape and dtype.
+        entries = self._exchange([(g, h, (tuple(p.shape), str(p.dtype)), p if h == 0 else None)
+                                  for g, h, p in local])
+        keep = []
+        for gi, members in enumerate(groups):
+            mine = sorted(((h, info, t) for g, h, info, t in entries if g == gi),
+                          key=lambda e: e[0])
+            _refuse_unlike(members, mine)
+            if len(mine) > 1:  # one holder: one parameter, which GradSums sums exactly
+                keep.append(gi)
+                with torch.no_grad():
+                    for g, h, p in local:
+                        if g == gi and h != 0:
+                            p.copy_(mine[0][2])
+        self.groups = [groups[gi] for gi in keep]
+        self.local = [(keep.index(g), h, p) for g, h, p in local if g in keep]
+        self._tie_of = {id(p): g for g, _, p in self.local}
+        self.holders = set(self._tie_of)  # their step's sums start from nothing
+        self.secondary = {id(p) for _, h, p in self.local if h != 0}  # norms count holder 0
+        # A holder's name in checkpoints (its optimizer state): its tie's first name.
+        self.canonical = {id(p): _name(self.groups[g][0]) for g, _, p in self.local}
+
+    def _exchange(self, entries):
+        """Every holder's entry of this replica."""
+        if self._core.world == 1:
+            return entries
+        return [e for buf in self._core.replica_all_gather(pack(entries)) for e in unpack(buf)]
+
+    def sum(self, pairs, add_previous):
+        """`pairs` (parameter, this process's gradient sum or None), the holders' sums started
+        from nothing: the holders' gradients become their tie's sum (plus the .grad each had,
+        with add_previous). A tie trained by some holders and frozen by others is refused on
+        every process."""
+        grads = {id(p): g for p, g in pairs}
+        mine = []
+        for g, h, p in self.local:
+            t = grads.get(id(p))
+            mine.append((g, h, id(p) in grads, t.to_dense() if t is not None and t.is_sparse
+                         else t))
+        entries = self._exchange(mine)
+        held = set(self._tie_of.values())
+        totals = {}
+        for gi, members in enumerate(self.groups):
+            if gi not in held:
+                continue
+            got = sorted(((h, trains, t) for g, h, trains, t in entries if g == gi),
+                         key=lambda e: e[0])
+            if len({trains for _, trains, _ in got}) > 1:
+                frozen = [_name(members[h]) for h, trains, _ in got if not trains]
+                raise ValueError(
+                    f"tied: parameter '{_name(members[0])}' is trained by some of its copies "
+                    f"and frozen in others ({', '.join(frozen)}); freeze and unfreeze a tie's "
+                    "every copy alike")
+            total = None  # the holders' sums, added in holder order
+            for _, _, t in got:
+                if t is not None:
+                    total = t.clone() if total is None else total.add_(t.to(total.device))
+            totals[gi] = total
+        out, given = [], set()
+        for p, g in pairs:
+            tie = self._tie_of.get(id(p))
+            if tie is not None:
+                g = totals[tie]
+                if g is not None:
+                    g = g.to(p.device, copy=tie in given)  # each holder its own tensor
+                    given.add(tie)
+                    if add_previous and p.grad is not None:
+                        g = p.grad + g
+            out.append((p, g))
+        return out
+
+
+def _resolve(groups, chunks, local):
+    """This process's holders of each tie, into `local`."""
+    for gi, members in enumerate(groups):
+        held = set()
+        for k, (c, name) in enumerate(members):
+            if c not in chunks:
+                continue
+            try:
+                p = chunks[c].get_parameter(name)
+            except AttributeError as e:
+                raise ValueError(f"tied: chunk {c} has no parameter '{name}'") from e
+            if id(p) not in held:
+                held.add(id(p))
+                local.append((gi, k, p))
+
+
+def _name(member):
+    return f"{member[0]}.{member[1]}"
+
+
+def _refuse_unlike(members, mine):
+    """The holders of a tie must be alike: the same shape and dtype everywhere."""
+    h0, (shape, dtype), _ = mine[0]
+    for h, (s, d), _ in mine[1:]:
+        if s != shape or d != dtype:
+            raise ValueError(
+                f"tied: '{_name(members[h0])}' ({shape}, {dtype}) and '{_name(members[h])}' "
+                f"({s}, {d}) cannot be one parameter")
+
+
+def make_ties(tied, chunk_list, chunks, core):
+    """The pipeline's Ties, or None where no tie needs more than GradSums (none declared and,
+    with a process per stage, none across processes)."""
+    groups = agreed(core, lambda: _groups(tied, chunk_list, core),
+                    "tied: process(es) {bad} refused the ties; their own errors say why")
+    if core.world > 1:
+        crc = float(zlib.crc32(repr(groups).encode()))
+        if len({v[0] for v in core.all_gather([crc])}) > 1:
+            raise ValueError("tied: the processes found different ties (pass the same `tied` "
+                             "and build the same chunks on every process)")
+    if not groups:
+        return None
+    ties = Ties(groups, chunks, core)
+    return ties if ties.groups else None

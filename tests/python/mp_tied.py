@@ -1,0 +1,122 @@
+"""Tied embeddings across processes, run by multiprocess_pipeline.py under mpirun and torchrun:
+a GPT whose first chunk's token embedding is its last chunk's output projection, with the first
+and last chunks on different processes (placement "loop"). Each process keeps a copy; the
+pipeline makes the copies equal at construction (the last stage's copy starts elsewhere here),
+and each step gives both the sum of the two copies' own sums, added in chunk order (then the
+replicas' sums, in replica order), clipped by the model's norm with the tie counted once.
+
+The reference is a plain loop over the model with the tie cut (the head gets its own copy of
+the embedding): each copy's gradient summed over the microbatches, then the two added. The
+copies stay bitwise equal, every parameter ends bitwise the reference's, and checkpoints carry
+the tie's optimizer state between this layout and threads (where the tie is one parameter)
+both ways."""
+import copy
+import os
+import tempfile
+
+import torch
+
+import lm
+import rrfp
+import test_tied
+
+STEPS, CLIP = 2, 0.5
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+
+
+def reference(pp, dp, m):
+    ref = test_tied.tied_gpt(pp)
+    tok, head = ref[0][0].tok, ref[-1][-1]
+    head.embed = copy.deepcopy(head.embed)  # the tie cut
+    cut = head.embed
+    params = test_tied.unique_params(ref)
+    opt = sgd(params)
+    for s in range(STEPS):
+        total = [None] * len(params)
+        for r in range(dp):
+            for p in params:
+                p.grad = None
+            lm.reference_step(ref, *lm.batches(m, seed=s * 100 + r))
+            tok.weight.grad = tok.weight.grad + cut.weight.grad  # the copies' sums, chunk order
+            cut.weight.grad = tok.weight.grad.clone()
+            total = [p.grad if t is None else t + p.grad for t, p in zip(total, params)]
+        for p, g in zip(params, total):
+            p.grad = g
+        torch.nn.utils.clip_grad_norm_([p for p in params if p is not cut.weight], CLIP)
+        cut.weight.grad = tok.weight.grad.clone()
+        opt.step()
+    return ref, opt, (tok.weight, cut.weight)
+
+
+def built(pp, m, transport, dp, rank):
+    chunks = test_tied.tied_gpt(pp)
+    if rank % pp == pp - 1:  # the last stage's copy starts elsewhere: construction copies stage 0's
+        with torch.no_grad():
+            chunks[-1][-1].embed.weight.add_(1.0)
+    pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=pp, microbatches=m, transport=transport,
+                         dp=dp, timeout=60, hint="bf")
+    opt = sgd(test_tied.unique_params([chunks[c] for c in sorted(pipe.chunks)]))
+    return pipe, chunks, opt
+
+
+def train(pipe, opt, m):
+    for s in range(STEPS):
+        for p in opt.param_groups[0]["params"]:
+            p.grad = None
+        pipe.step(*lm.batches(m, seed=s * 100 + pipe.replica))
+        pipe.clip_grad_norm_(CLIP)
+        opt.step()
+
+
+def same(ref, chunks, cs, what):
+    for c in cs:
+        for (pn, p), q in zip(ref[c].named_parameters(), chunks[c].parameters()):
+            assert torch.equal(p, q), f"{what}: chunk {c} {pn} differs"
+
+
+def same_momentum(opt, ref_opt, tie, ref_tie, what):
+    got = opt.state[tie]["momentum_buffer"]
+    for ref_p in ref_tie:  # both copies of the reference hold the same
+        assert torch.equal(got, ref_opt.state[ref_p]["momentum_buffer"]), what
+
+
+def run(pp, dp, m, transport):
+    ref, ref_opt, ref_tie = reference(pp, dp, m)
+    pipe, chunks, opt = built(pp, m, transport, dp, int(os.environ.get(
+        "RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))))
+    train(pipe, opt, m)
+    same(ref, chunks, pipe.chunks, f"tied across processes, rank {pipe.rank}")
+    tie = chunks[0][0].tok.weight  # each process's copy (the last chunk's too)
+    if tie in opt.state:
+        same_momentum(opt, ref_opt, tie, ref_tie, f"momentum, rank {pipe.rank}")
+    print(f"rank {pipe.rank}: tied embeddings across processes (pp={pp} x dp={dp}), clipped, "
+          "bitwise", flush=True)
+
+    # Checkpoints: this layout -> threads (the tie one parameter) -> this layout again.
+    base = os.path.join(tempfile.gettempdir(), f"rrfp-tied-{transport}-{dp}-{os.getppid()}")
+    pipe.save(base + "-a", opt)
+    if pipe.rank == 0:
+        again = test_tied.tied_gpt(pp)
+        threads = rrfp.Pipeline(again, lm.loss_fn, pp=pp, microbatches=m, transport="inproc")
+        opt2 = sgd(test_tied.unique_params(again))
+        threads.load(base + "-a", opt2)
+        same(ref, again, range(pp), "tied, loaded in threads")
+        same_momentum(opt2, ref_opt, again[0][0].tok.weight, ref_tie, "tied momentum, threads")
+        threads.save(base + "-b", opt2)
+    pipe.save(base + "-c")  # every process waits for rank 0's threads to save
+    pipe3, chunks3, opt3 = built(pp, m, transport, dp, pipe.rank)
+    pipe3.load(base + "-b", opt3)
+    same(ref, chunks3, pipe3.chunks, f"tied, loaded from threads, rank {pipe.rank}")
+    tie3 = chunks3[0][0].tok.weight
+    if tie3 in opt3.state:
+        same_momentum(opt3, ref_opt, tie3, ref_tie, f"tied momentum, rank {pipe.rank}")
+    pipe3.save(base + "-c")  # nobody removes the folders while another process reads them
+    if pipe.rank == 0:
+        import shutil
+        for f in "abc":
+            shutil.rmtree(f"{base}-{f}", ignore_errors=True)
+    print(f"rank {pipe.rank}: a tie's optimizer state carried between processes and threads",
+          flush=True)

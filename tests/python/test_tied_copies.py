@@ -1,0 +1,96 @@
+"""Ties declared with `tied=` between parameters that are distinct objects: what a chunk_fn
+builds when the first chunk's embedding and the last chunk's output projection are one
+parameter, in threads here (mp_tied.py runs the same tie across processes). Each copy gets the
+sum of the copies' own sums, added in chunk order, after construction made the copies equal.
+The reference is a plain loop over the model with the tie cut (mp_tied.reference). Malformed
+ties and copies that cannot be one parameter are refused, naming the tie."""
+import copy
+
+import pytest
+import torch
+
+import lm
+import mp_tied
+import rrfp
+import test_tied
+
+PP, M = 4, 4
+TIE = [["0.0.tok.weight", f"{PP - 1}.1.embed.weight"]]
+
+
+def apart(i, shift=1.0):
+    """Chunk i of the tied GPT with the tie cut; the head's copy starts `shift` away."""
+    chunks = test_tied.tied_gpt(PP)
+    head = chunks[-1][-1]
+    head.embed = copy.deepcopy(head.embed)
+    with torch.no_grad():
+        head.embed.weight.add_(shift)
+    return chunks[i]
+
+
+def pipeline(build=apart, tied=TIE, **kw):
+    return rrfp.Pipeline(build, lm.loss_fn, pp=PP, microbatches=M, tied=tied, **kw)
+
+
+@pytest.mark.parametrize("hint,policy,split", [("1f1b", "fixed", "off"), ("bf", "ready", "off"),
+                                               ("bfw", "ready", "on")])
+def test_declared_tie_gets_the_copies_sum(hint, policy, split):
+    ref, ref_opt, ref_tie = mp_tied.reference(PP, 1, M)
+    pipe = pipeline(hint=hint, policy=policy, split_backward=split,
+                    delay_fn=test_tied.delays(7))
+    chunks = [pipe.chunks[c] for c in range(PP)]
+    first, last = chunks[0][0].tok.weight, chunks[-1][-1].embed.weight
+    assert first is not last and torch.equal(first, last)  # made equal at construction
+    opt = mp_tied.sgd(test_tied.unique_params(chunks))
+    mp_tied.train(pipe, opt, M)
+    mp_tied.same(ref, chunks, range(PP), f"declared tie, {hint}")
+    mp_tied.same_momentum(opt, ref_opt, last, ref_tie, "declared tie's momentum")
+
+
+def test_declared_tie_adds_onto_existing_grad():
+    # No zero_grad: the step's tie sum goes onto the .grad each copy had, as other gradients do.
+    pipe = pipeline()
+    chunks = [pipe.chunks[c] for c in range(PP)]
+    first, last = chunks[0][0].tok.weight, chunks[-1][-1].embed.weight
+    xs, ys = lm.batches(M, seed=0)
+    pipe.step(xs, ys)
+    once = first.grad.clone()
+    pipe.step(xs, ys)
+    assert torch.equal(first.grad, once + once) and torch.equal(last.grad, first.grad)
+    assert first.grad is not last.grad  # each copy its own tensor
+
+
+def test_one_object_needs_no_tie():
+    # Names of one parameter in one process: GradSums already adds its uses exactly.
+    pipe = rrfp.Pipeline(test_tied.tied_gpt(PP), lm.loss_fn, pp=PP, microbatches=M, tied=TIE)
+    assert pipe._ties is None
+
+
+def frozen_copy(i):
+    c = apart(i)
+    if i == PP - 1:
+        c[-1].embed.weight.requires_grad_(False)
+    return c
+
+
+@pytest.mark.parametrize("kw,error,words", [
+    ({"tied": "0.0.tok.weight"}, TypeError, ["a list of ties"]),
+    ({"tied": [["0.0.tok.weight"]]}, ValueError, ["at least two"]),
+    ({"tied": [["9.tok.weight", "0.0.tok.weight"]]}, ValueError, ["'9.tok.weight'", "0..3"]),
+    ({"tied": [["0.0.tok.weight", "3.1.embed.weight", "0.0.tok.weight"]]}, ValueError,
+     ["named twice"]),
+    ({"tied": [["0.0.tok.weight", "3.1.nothing"]]}, ValueError,
+     ["chunk 3 has no parameter '1.nothing'"]),
+    ({"tied": [["0.0.tok.weight", "1.0.ln1.weight"]]}, ValueError,
+     ["cannot be one parameter", "'0.0.tok.weight' ((64, 32)"]),
+])
+def test_bad_ties_are_refused(kw, error, words):
+    with pytest.raises(error) as e:
+        pipeline(**kw)
+    assert all(w in str(e.value) for w in words), e.value
+
+
+def test_a_tie_frozen_in_one_copy_is_refused():
+    pipe = pipeline(frozen_copy)
+    with pytest.raises(ValueError, match=r"frozen in others \(3.1.embed.weight\)"):
+        pipe.step(*lm.batches(M, seed=0))
