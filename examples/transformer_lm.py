@@ -7,10 +7,13 @@ are the bytes of the text files in --data (by default Debian's licence texts).
     PYTHONPATH=build/python /usr/bin/python3 examples/transformer_lm.py --pp 2 --steps 200
     mpirun -np 2 /usr/bin/python3 examples/transformer_lm.py --transport mpi
     torchrun --nproc_per_node 2 --redirects 1 --tee 1 examples/transformer_lm.py --transport c10d
+    mpirun -np 4 /usr/bin/python3 examples/transformer_lm.py --transport mpi --tie-embeddings
     python3 examples/transformer_lm.py --device cuda --d-model 1024 --layers 8 --seq 512
 
 On a GPU (--device cuda) every stage has a CUDA stream of its own in one process, and a task
-counts as done when its kernels have.
+counts as done when its kernels have. With --tie-embeddings the first stage's embedding is the
+last stage's output projection: each process keeps a copy and the pipeline gives both the same
+gradient every step (tied= in rrfp.Pipeline).
 """
 import argparse
 import glob
@@ -52,14 +55,37 @@ class Embed(nn.Module):
         return self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
 
 
+class TiedHead(nn.Module):
+    """The output projection of a GPT whose embedding and output matrices are one: its weight is
+    declared tied to the embedding's (tied= below), so the pipeline keeps the two one
+    parameter though they live in different chunks (and processes)."""
+
+    def __init__(self, d, vocab=256):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab, d))  # takes the embedding's values
+
+    def forward(self, h):
+        return F.linear(h, self.weight)
+
+
 def make_chunk(i, n, args):
     """Chunk i of n: the first embeds, the last predicts the next byte."""
     torch.manual_seed(1000 + i)  # each chunk on its own: a process builds only its own
     layers = [Embed(args.d_model, args.seq)] if i == 0 else []
+    if i == 0 and args.tie_embeddings:  # small, as GPT-2's: the matrix also makes the logits
+        nn.init.normal_(layers[0].tok.weight, std=0.02)
     layers += [Block(args.d_model, args.heads) for _ in range(args.layers // n)]
     if i == n - 1:
-        layers += [nn.LayerNorm(args.d_model), nn.Linear(args.d_model, 256)]
+        head = TiedHead(args.d_model) if args.tie_embeddings else nn.Linear(args.d_model, 256)
+        layers += [nn.LayerNorm(args.d_model), head]
     return nn.Sequential(*layers)
+
+
+def ties(n, args):
+    """The embedding's matrix and the tied head's: chunk 0's module 0 and chunk n-1's last."""
+    if not args.tie_embeddings:
+        return None
+    return [["0.0.tok.weight", f"{n - 1}.{args.layers // n + 1}.weight"]]
 
 
 def corpus(path):
@@ -88,6 +114,8 @@ def main():
     ap.add_argument("--data", default="/usr/share/common-licenses")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the CPU)")
+    ap.add_argument("--tie-embeddings", action="store_true",
+                    help="the output projection is the embedding's matrix (as in GPT-2)")
     args = ap.parse_args()
     n = args.pp * args.vpp
     if args.layers % n:
@@ -97,7 +125,7 @@ def main():
                          lambda logits, y: F.cross_entropy(logits.flatten(0, 1), y.flatten()),
                          pp=args.pp, vpp=args.vpp, microbatches=args.microbatches,
                          hint=args.hint, policy=args.policy, transport=args.transport,
-                         device=args.device)
+                         device=args.device, tied=ties(n, args))
     params = [p for c in pipe.chunks.values() for p in c.parameters()]
     opt = torch.optim.AdamW(params, lr=args.lr)
     data = corpus(args.data)
