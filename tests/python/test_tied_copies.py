@@ -28,8 +28,9 @@ def apart(i, shift=1.0):
     return chunks[i]
 
 
-def pipeline(build=apart, tied=TIE, **kw):
-    return rrfp.Pipeline(build, lm.loss_fn, pp=PP, microbatches=M, tied=tied, **kw)
+def pipeline(build=apart, tied=TIE, shift=1.0, **kw):
+    return rrfp.Pipeline(lambda i: build(i, shift) if build is apart else build(i), lm.loss_fn,
+                         pp=PP, microbatches=M, tied=tied, **kw)
 
 
 @pytest.mark.parametrize("hint,policy,split", [("1f1b", "fixed", "off"), ("bf", "ready", "off"),
@@ -94,3 +95,17 @@ def test_a_tie_frozen_in_one_copy_is_refused():
     pipe = pipeline(frozen_copy)
     with pytest.raises(ValueError, match=r"frozen in others \(3.1.embed.weight\)"):
         pipe.step(*lm.batches(M, seed=0))
+
+
+def test_load_makes_the_copies_equal_again(tmp_path):
+    # A checkpoint whose copies differ (here, one changed after construction) loads with the
+    # first copy's values in every copy, as construction gives them.
+    pipe = pipeline()
+    first, last = pipe.chunks[0][0].tok.weight, pipe.chunks[PP - 1][-1].embed.weight
+    with torch.no_grad():
+        last.add_(1.0)
+    pipe.save(tmp_path)
+    again = pipeline(shift=3.0)
+    assert again.load(tmp_path) == {}
+    got_first, got_last = again.chunks[0][0].tok.weight, again.chunks[PP - 1][-1].embed.weight
+    assert torch.equal(got_first, first) and torch.equal(got_last, first)

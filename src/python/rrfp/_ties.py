@@ -123,7 +123,7 @@ def unpack(buf):
 class Ties:
     """The ties of one pipeline, as this process holds them. A tie's holder is the place in
     the tie of its first name: holder 0, the holder of the tie's lowest chunk, gives its values
-    to the others at construction."""
+    to the others at construction and after a checkpoint is loaded."""
 
     def __init__(self, groups, chunks, core):
         self._core = core
@@ -136,22 +136,32 @@ class Ties:
                                   for g, h, p in local])
         keep = []
         for gi, members in enumerate(groups):
-            mine = sorted(((h, info, t) for g, h, info, t in entries if g == gi),
+            mine = sorted(((h, info) for g, h, info, _ in entries if g == gi),
                           key=lambda e: e[0])
             _refuse_unlike(members, mine)
             if len(mine) > 1:  # one holder: one parameter, which GradSums sums exactly
                 keep.append(gi)
-                with torch.no_grad():
-                    for g, h, p in local:
-                        if g == gi and h != 0:
-                            p.copy_(mine[0][2])
         self.groups = [groups[gi] for gi in keep]
         self.local = [(keep.index(g), h, p) for g, h, p in local if g in keep]
+        self._copy_first([(keep.index(g), h, i, t) for g, h, i, t in entries if g in keep])
         self._tie_of = {id(p): g for g, _, p in self.local}
         self.holders = set(self._tie_of)  # their step's sums start from nothing
         self.secondary = {id(p) for _, h, p in self.local if h != 0}  # norms count holder 0
         # A holder's name in checkpoints (its optimizer state): its tie's first name.
         self.canonical = {id(p): _name(self.groups[g][0]) for g, _, p in self.local}
+
+    def copy_first(self):
+        """Makes every copy hold holder 0's values again (after a checkpoint is loaded, whose
+        entries each copy loads on its own). A collective over the replica."""
+        self._copy_first(self._exchange([(g, h, None, p if h == 0 else None)
+                                         for g, h, p in self.local]))
+
+    def _copy_first(self, entries):
+        first = {g: t for g, h, _, t in entries if h == 0}
+        with torch.no_grad():
+            for g, h, p in self.local:
+                if h != 0:
+                    p.copy_(first[g])
 
     def _exchange(self, entries):
         """Every holder's entry of this replica."""
@@ -225,8 +235,8 @@ def _name(member):
 
 def _refuse_unlike(members, mine):
     """The holders of a tie must be alike: the same shape and dtype everywhere."""
-    h0, (shape, dtype), _ = mine[0]
-    for h, (s, d), _ in mine[1:]:
+    h0, (shape, dtype) = mine[0]
+    for h, (s, d) in mine[1:]:
         if s != shape or d != dtype:
             raise ValueError(
                 f"tied: '{_name(members[h0])}' ({shape}, {dtype}) and '{_name(members[h])}' "

@@ -235,6 +235,8 @@ class Pipeline:
         if _SEED_STEP in extra:  # a seeded pipeline goes on drawing as it would have
             self._data.seed_step = extra.pop(_SEED_STEP)
         self.load_state_dict(model)
+        if self._ties is not None:  # each copy loaded its own entry: the first's values win
+            self._ties.copy_first()
         if optimizer is not None:
             if optim is None:
                 raise KeyError(f"checkpoint '{path}': it holds no optimizer state")
