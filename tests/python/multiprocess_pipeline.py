@@ -197,6 +197,32 @@ refused(lambda: rrfp.Pipeline(lambda i: lm.chunks(2 * pp)[i], lm.loss_fn, pp=2 *
         [f"started {world} process(es), but pp={2 * pp} x dp={dp} needs {2 * pp * dp}"])
 print(f"rank {auto.rank}: the launcher's transport detected, the loss on every rank", flush=True)
 
+# A job whose default group is not Gloo (a GPU job's NCCL, pretended here: NCCL takes CUDA
+# tensors alone, and the pipeline's messages are host bytes): the pipeline makes Gloo groups
+# over the same ranks for itself, every process alike, and trains as over the Gloo default.
+if transport == "c10d":
+    import torch.distributed as dist  # noqa: E402
+
+    made, real_backend, real_new = [], dist.get_backend, dist.new_group
+
+    def made_group(*a, **k):
+        made.append(k.get("backend"))
+        return real_new(*a, **k)
+
+    dist.get_backend = lambda g=None: "nccl" if g in (None, dist.group.WORLD) else real_backend(g)
+    dist.new_group = made_group
+    try:
+        npipe = rrfp.Pipeline(lambda i: lm.chunks(pp)[i], lm.loss_fn, pp=pp, microbatches=m,
+                              dp=dp, timeout=60)
+        loss = npipe.step(*lm.batches(m, seed=0 if dp == 1 else npipe.replica))
+    finally:
+        dist.get_backend, dist.new_group = real_backend, real_new
+    assert made and all(b == "gloo" for b in made), made
+    if npipe.replica == 0:
+        assert torch.equal(loss, ref_losses[0]), (loss, ref_losses[0])
+    print(f"rank {npipe.rank}: a non-Gloo default group, {len(made)} Gloo group(s) made",
+          flush=True)
+
 # Processes of one replica that pass different batches (each process's generator seeded on its
 # own, say) are told so on every process, before any task runs: the inputs would otherwise be
 # trained against another batch's targets.

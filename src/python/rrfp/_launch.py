@@ -54,25 +54,47 @@ def agreed(core, fn, message):
 
 def c10d_groups(group, pp, dp):
     """This process's pipeline group and, with dp > 1, its stage's group across the replicas:
-    subgroups of `group` (default: the default group, made from torchrun's environment), rank
-    r of which is replica r // pp, stage r % pp. Every process makes every subgroup, in the
-    same order (torch.distributed.new_group requires it)."""
+    Gloo groups over `group`'s ranks (default: the default group, made from torchrun's
+    environment), rank r of which is replica r // pp, stage r % pp. Every process makes every
+    subgroup, in the same order (torch.distributed.new_group requires it)."""
     import torch.distributed as dist
     if group is None:
         if not dist.is_initialized():
             dist.init_process_group("gloo")  # torchrun's environment: RANK, WORLD_SIZE, ...
         group = dist.group.WORLD
+    group = _host_group(dist, group)
     if dp == 1:
         return group, None
     world = dist.get_world_size(group)
     if world != pp * dp:
         raise ValueError(f"dp: {world} processes are not pp * dp = {pp} * {dp}")
-    ranks = dist.get_process_group_ranks(group) if hasattr(dist, "get_process_group_ranks") \
-        else list(range(world))
+    ranks = group_ranks(dist, group)
     me = dist.get_rank(group)
-    pipes = [dist.new_group([ranks[r * pp + s] for s in range(pp)]) for r in range(dp)]
-    stages = [dist.new_group([ranks[r * pp + s] for r in range(dp)]) for s in range(pp)]
+    pipes = [dist.new_group([ranks[r * pp + s] for s in range(pp)], backend="gloo")
+             for r in range(dp)]
+    stages = [dist.new_group([ranks[r * pp + s] for r in range(dp)], backend="gloo")
+              for s in range(pp)]
     return pipes[me // pp], stages[me % pp]
+
+
+def group_ranks(dist, group):
+    """The global ranks of `group`'s members, by their rank in it."""
+    if hasattr(dist, "get_process_group_ranks"):
+        return dist.get_process_group_ranks(group)
+    table = dist.distributed_c10d._pg_group_ranks.get(group)  # torch 1.13: global -> group rank
+    if table:
+        return [g for g, _ in sorted(table.items(), key=lambda kv: kv[1])]
+    return list(range(dist.get_world_size(group)))
+
+
+def _host_group(dist, group):
+    """The pipeline's messages and collectives move host memory, which Gloo carries and NCCL
+    does not (it takes CUDA tensors alone): a group of another backend, such as a GPU job's
+    NCCL default group, gets a Gloo group over the same ranks for the pipeline's own use, which
+    every process makes (as new_group requires). The caller's group stays as it was."""
+    if dist.get_backend(group) == "gloo":
+        return group
+    return dist.new_group(group_ranks(dist, group), backend="gloo")
 
 
 def refuse_data_parallel_wrappers(c, module):
