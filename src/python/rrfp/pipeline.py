@@ -46,10 +46,10 @@ class Pipeline:
         of an `mpirun -np pp*dp python script.py` job) or "c10d" (one stage per rank of a
         torch.distributed group: `group`, or the default group, initialised with Gloo from
         torchrun's environment if need be; over a group of another backend, NCCL say, the
-        pipeline talks through Gloo groups of the same ranks). None (the default) picks by how the process was
-        started: "mpi" under mpirun, "c10d" under torchrun, "inproc" otherwise; a launcher
-        whose process count is not pp * dp is refused. With a process per stage, chunk_fn
-        builds only the chunks of this process.
+        pipeline talks through Gloo groups of the same ranks). None (the default) picks by how
+        the process was started: "mpi" under mpirun, "c10d" under torchrun, "inproc"
+        otherwise; a launcher whose process count is not pp * dp is refused. With a process
+        per stage, chunk_fn builds only the chunks of this process.
     dp: data-parallel replicas (transport "mpi" or "c10d"): each replica runs its own
         microbatches; the gradients of the replicas are summed in replica order, the same bits
         on every replica. Process r is replica r // pp, stage r % pp.
