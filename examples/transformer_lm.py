@@ -68,15 +68,15 @@ class TiedHead(nn.Module):
         return F.linear(h, self.weight)
 
 
-def make_chunk(i, n, args):
-    """Chunk i of n: the first embeds, the last predicts the next byte."""
+def make_chunk(i, n, args, tie=False):
+    """Chunk i of n: the first embeds, the last predicts the next byte (tie: by a TiedHead)."""
     torch.manual_seed(1000 + i)  # each chunk on its own: a process builds only its own
     layers = [Embed(args.d_model, args.seq)] if i == 0 else []
-    if i == 0 and args.tie_embeddings:  # small, as GPT-2's: the matrix also makes the logits
+    if i == 0 and tie:  # small, as GPT-2's: the matrix also makes the logits
         nn.init.normal_(layers[0].tok.weight, std=0.02)
     layers += [Block(args.d_model, args.heads) for _ in range(args.layers // n)]
     if i == n - 1:
-        head = TiedHead(args.d_model) if args.tie_embeddings else nn.Linear(args.d_model, 256)
+        head = TiedHead(args.d_model) if tie else nn.Linear(args.d_model, 256)
         layers += [nn.LayerNorm(args.d_model), head]
     return nn.Sequential(*layers)
 
@@ -121,7 +121,7 @@ def main():
     if args.layers % n:
         raise SystemExit(f"--layers {args.layers} must be a multiple of pp * vpp = {n}")
 
-    pipe = rrfp.Pipeline(lambda i: make_chunk(i, n, args),
+    pipe = rrfp.Pipeline(lambda i: make_chunk(i, n, args, args.tie_embeddings),
                          lambda logits, y: F.cross_entropy(logits.flatten(0, 1), y.flatten()),
                          pp=args.pp, vpp=args.vpp, microbatches=args.microbatches,
                          hint=args.hint, policy=args.policy, transport=args.transport,

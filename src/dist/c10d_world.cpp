@@ -142,9 +142,9 @@ std::vector<std::vector<std::byte>> C10dWorld::gather_to_root(std::span<const st
   return all;
 }
 
-std::vector<std::vector<float>> C10dWorld::dp_all_gather(std::span<const float> mine) {
-  if (!dp_) return {std::vector<float>(mine.begin(), mine.end())};
-  return values_of<float>(gather_bytes(*dp_, std::as_bytes(mine)));
+std::vector<std::vector<std::byte>> C10dWorld::dp_all_gather(std::span<const std::byte> mine) {
+  if (!dp_) return {std::vector<std::byte>(mine.begin(), mine.end())};
+  return gather_bytes(*dp_, mine);
 }
 
 void C10dWorld::abort(int code) {

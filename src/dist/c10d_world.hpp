@@ -30,7 +30,7 @@ class C10dWorld final : public Job {
   // Unlike the Job contract with DP: rank 0 gets the bytes of its replica's stages only (all a
   // step record needs; the replicas' own stages are not gathered across).
   std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) override;
-  std::vector<std::vector<float>> dp_all_gather(std::span<const float> mine) override;
+  std::vector<std::vector<std::byte>> dp_all_gather(std::span<const std::byte> mine) override;
   std::vector<std::vector<std::byte>> replica_all_gather(std::span<const std::byte> mine) override {
     return gather_bytes(*pg_, mine);
   }

@@ -36,8 +36,8 @@ class Job {
   virtual std::vector<std::vector<double>> all_gather(std::span<const double> mine) = 0;
   // Rank 0 gets every rank's bytes, by job rank; the others get an empty list.
   virtual std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) = 0;
-  // The same endpoint's values in every replica, by replica (for the data-parallel sum).
-  virtual std::vector<std::vector<float>> dp_all_gather(std::span<const float> mine) = 0;
+  // The same endpoint's bytes in every replica, by replica (for the data-parallel sum).
+  virtual std::vector<std::vector<std::byte>> dp_all_gather(std::span<const std::byte> mine) = 0;
   // Every endpoint of this replica's bytes, by endpoint (for parameters that several stages
   // share: each sends its gradient to the others).
   virtual std::vector<std::vector<std::byte>> replica_all_gather(

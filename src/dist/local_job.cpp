@@ -65,7 +65,7 @@ struct Shared {
   bool laid_out = false;
   std::vector<std::unique_ptr<Transport>> transports;          // by job rank
   std::vector<std::shared_ptr<TpGroup>> groups;                // by replica * P + stage
-  std::vector<std::unique_ptr<Exchange<float>>> dp;            // by endpoint
+  std::vector<std::unique_ptr<Exchange<std::byte>>> dp;        // by endpoint
   std::vector<std::unique_ptr<Exchange<std::byte>>> replicas;  // by replica
   Exchange<double> everyone;
   Exchange<std::byte> bytes;
@@ -91,7 +91,7 @@ class LocalJob final : public Job {
     for (int i = 0; i < l.dp * l.pp; ++i)
       s_->groups.push_back(std::make_shared<TpGroup>(i % l.pp, l.tp));
     for (int e = 0; e < per; ++e)
-      s_->dp.push_back(std::make_unique<Exchange<float>>(l.dp));
+      s_->dp.push_back(std::make_unique<Exchange<std::byte>>(l.dp));
     for (int d = 0; d < l.dp; ++d)
       s_->replicas.push_back(std::make_unique<Exchange<std::byte>>(per));
   }
@@ -122,7 +122,7 @@ class LocalJob final : public Job {
     if (rank_ != 0) all.clear();
     return all;
   }
-  std::vector<std::vector<float>> dp_all_gather(std::span<const float> mine) override {
+  std::vector<std::vector<std::byte>> dp_all_gather(std::span<const std::byte> mine) override {
     return s_->dp[endpoint()]->all_gather(replica(), mine);
   }
   std::vector<std::vector<std::byte>> replica_all_gather(std::span<const std::byte> mine) override {

@@ -208,9 +208,9 @@ std::vector<std::vector<double>> MpiWorld::all_gather(std::span<const double> mi
   return gather_all(mine, MPI_DOUBLE, MPI_COMM_WORLD);
 }
 
-std::vector<std::vector<float>> MpiWorld::dp_all_gather(std::span<const float> mine) {
+std::vector<std::vector<std::byte>> MpiWorld::dp_all_gather(std::span<const std::byte> mine) {
   auto d = deadline("MPI_Allgather (data-parallel gradients)");
-  return gather_all(mine, MPI_FLOAT, comms_->dp);
+  return gather_all(mine, MPI_BYTE, comms_->dp);
 }
 
 std::vector<std::vector<std::byte>> MpiWorld::replica_all_gather(std::span<const std::byte> mine) {

@@ -56,7 +56,7 @@ class MpiWorld final : public Job {
   // The collective of this process's tensor-parallel group.
   std::unique_ptr<TpCollective> make_tp_group(int stage);
   std::vector<std::vector<double>> all_gather(std::span<const double> mine) override;
-  std::vector<std::vector<float>> dp_all_gather(std::span<const float> mine) override;
+  std::vector<std::vector<std::byte>> dp_all_gather(std::span<const std::byte> mine) override;
   std::vector<std::vector<std::byte>> replica_all_gather(std::span<const std::byte> mine) override;
   // Rank 0 gets every rank's bytes, by world rank; the others get nothing.
   std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) override;

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -148,31 +149,27 @@ void abort_processes(int code) {
   (void)code;
 }
 
-void PipelineCore::dp_sum(at::Tensor& grad) {
-  if (!job_ || opt_.dp == 1) return;
-  if (grad.scalar_type() != at::kFloat || !grad.is_contiguous() || !grad.device().is_cpu())
-    throw InputError("`dp`: gradients must be contiguous float32 CPU tensors to be summed");
-  pyb::gil_scoped_release nogil;
-  rrfp::dp_sum(*job_,
-               std::span<float>(grad.data_ptr<float>(), static_cast<std::size_t>(grad.numel())));
-}
-
 std::vector<std::vector<double>> PipelineCore::all_gather(const std::vector<double>& mine) {
   if (!job_) return {mine};
   pyb::gil_scoped_release nogil;
   return job_->all_gather(mine);
 }
 
-std::vector<at::Tensor> PipelineCore::replica_all_gather(const at::Tensor& mine) {
+namespace {
+
+// `gather` (one of the job's byte all-gathers) over `mine`, a contiguous one-dimensional uint8
+// CPU tensor, the GIL released: each member's bytes as a uint8 tensor.
+std::vector<at::Tensor> gather_tensors(
+    const at::Tensor& mine,
+    const std::function<std::vector<std::vector<std::byte>>(std::span<const std::byte>)>& gather) {
   if (mine.scalar_type() != at::kByte || !mine.is_contiguous() || !mine.device().is_cpu() ||
       mine.dim() != 1)
     throw InputError("`mine`: must be a contiguous one-dimensional uint8 CPU tensor");
-  if (!job_) return {mine};
   std::vector<std::vector<std::byte>> all;
   {
     pyb::gil_scoped_release nogil;
     const auto* p = static_cast<const std::byte*>(mine.data_ptr());
-    all = job_->replica_all_gather(std::span<const std::byte>(p, mine.numel()));
+    all = gather(std::span<const std::byte>(p, static_cast<std::size_t>(mine.numel())));
   }
   std::vector<at::Tensor> out;
   for (const auto& b : all) {
@@ -181,6 +178,18 @@ std::vector<at::Tensor> PipelineCore::replica_all_gather(const at::Tensor& mine)
     out.push_back(t);
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> PipelineCore::replica_all_gather(const at::Tensor& mine) {
+  if (!job_) return {mine};
+  return gather_tensors(mine, [&](auto bytes) { return job_->replica_all_gather(bytes); });
+}
+
+std::vector<at::Tensor> PipelineCore::dp_all_gather(const at::Tensor& mine) {
+  if (!job_ || opt_.dp == 1) return {mine};
+  return gather_tensors(mine, [&](auto bytes) { return job_->dp_all_gather(bytes); });
 }
 
 PipelineCore::~PipelineCore() {

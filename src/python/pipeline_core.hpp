@@ -54,9 +54,6 @@ class PipelineCore {
   int rank() const { return job_ ? job_->rank() : 0; }
   int world() const { return job_ ? job_->size() : 1; }
   int replica() const { return job_ ? job_->replica() : 0; }
-  // Sums `grad` over the data-parallel replicas, in replica order (the same bits on every
-  // replica); a no-op with one replica.
-  void dp_sum(at::Tensor& grad);
   // Every process's `mine`, by job rank (just `mine` in one process): for what every rank must
   // learn from one, such as its replica's loss from the last stage. A collective.
   std::vector<std::vector<double>> all_gather(const std::vector<double>& mine);
@@ -64,6 +61,9 @@ class PipelineCore {
   // uint8 tensors ([mine] in one process): for parameters that several stages share. A
   // collective over the replica.
   std::vector<at::Tensor> replica_all_gather(const at::Tensor& mine);
+  // The same stage's bytes in every replica, by replica ([mine] with one replica): for the
+  // data-parallel gradient sum. A collective over the stage's replicas.
+  std::vector<at::Tensor> dp_all_gather(const at::Tensor& mine);
   // Tears the runtime down (shutdown_processes); the pipeline refuses further steps.
   void close();
   // Makes each chunk's forwards run in microbatch order from now on (PipelineConfig::

@@ -142,6 +142,40 @@ if dp > 1:
             ["the replicas train different parameters"])
     print(f"rank {job_rank()}: replicas training different parameters refused", flush=True)
 
+    # ... and replicas that train different numbers of values (replica 1 froze a block's
+    # attention), on every process alike, naming what each holds.
+    def frozen_attention(i):
+        c = lm.chunks(pp)[i]
+        if job_rank() // pp == 1:
+            for block in c:
+                if hasattr(block, "qkv"):
+                    block.qkv.requires_grad_(False)
+        return c
+
+    refused(lambda: dp_step(frozen_attention), "replicas training different sizes",
+            ["the replicas' gradients differ (replica 0:", "float32 values of", "replica 1:"])
+
+    # Gradients of another dtype than float32 (a bfloat16 or float64 model) are summed in
+    # their own dtype, the replicas' sums added in replica order; they failed as not float32.
+    for dtype in (torch.bfloat16, torch.float64):
+        def typed(i, dtype=dtype):
+            return lm.chunks(pp)[i].to(dtype)
+
+        pipe = dp_step(typed)
+        want = None
+        for r in range(dp):
+            ref = [typed(i) for i in range(pp)]
+            xs, ys = lm.batches(m, seed=r)
+            lm.reference_step(ref, xs, ys)
+            got = [[p.grad for p in c.parameters()] for c in ref]
+            want = got if want is None else [[a + b for a, b in zip(w, g)]
+                                             for w, g in zip(want, got)]
+        for c, module in pipe.chunks.items():
+            assert all(p.grad.dtype == dtype and torch.equal(p.grad, w)
+                       for p, w in zip(module.parameters(), want[c])), (pipe.rank, c, dtype)
+    print(f"rank {job_rank()}: bfloat16 and float64 gradients summed over the replicas, bitwise",
+          flush=True)
+
     # A stage that trains nothing still joins its replicas' sum (with nothing to add), as the
     # other stages' replicas do theirs.
     def last_frozen(i):

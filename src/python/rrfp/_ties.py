@@ -14,15 +14,12 @@ the next microbatch's: that would send one gradient per microbatch instead of on
 The same holds for a tie declared between distinct parameters of one process (`tied=` with a
 `chunk_fn` that builds them apart). A parameter that several chunks of one process use as one
 object needs none of this: GradSums adds its uses as a plain loop does."""
-import pickle
-import struct
 import zlib
 
 import torch
 
+from . import _wire
 from ._launch import agreed
-
-_ALIGN = 8  # every tensor's bytes start at a multiple of this, so they view as any dtype
 
 
 def _groups(tied, chunk_list, core):
@@ -85,41 +82,6 @@ def _declared(tied, n):
     return out
 
 
-def pack(entries):
-    """entries: (group, holder, info, tensor or None), info anything picklable -> one uint8 CPU
-    tensor."""
-    header, data, at = [], [], 0
-    for group, holder, info, t in entries:
-        if t is None:
-            header.append((group, holder, info, None, None, 0))
-            continue
-        raw = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-        header.append((group, holder, info, str(t.dtype), tuple(t.shape), at))
-        pad = -raw.numel() % _ALIGN
-        data += [raw] + ([torch.zeros(pad, dtype=torch.uint8)] if pad else [])
-        at += raw.numel() + pad
-    head = pickle.dumps(header)
-    head += bytes(-(len(head) + 8) % _ALIGN)
-    start = torch.frombuffer(bytearray(struct.pack("<Q", len(head)) + head), dtype=torch.uint8)
-    return torch.cat([start] + data)
-
-
-def unpack(buf):
-    """pack's entries back, their tensors views of `buf`."""
-    (n,) = struct.unpack("<Q", buf[:8].numpy().tobytes())
-    header = pickle.loads(buf[8:8 + n].numpy().tobytes())
-    body = buf[8 + n:]
-    out = []
-    for group, holder, info, dtype, shape, at in header:
-        t = None
-        if dtype is not None:
-            dtype = getattr(torch, dtype.split(".")[-1])
-            size = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
-            t = body[at:at + size].view(dtype).view(shape)
-        out.append((group, holder, info, t))
-    return out
-
-
 class Ties:
     """The ties of one pipeline, as this process holds them. A tie's holder is the place in
     the tie of its first name: holder 0, the holder of the tie's lowest chunk, gives its values
@@ -167,7 +129,9 @@ class Ties:
         """Every holder's entry of this replica."""
         if self._core.world == 1:
             return entries
-        return [e for buf in self._core.replica_all_gather(pack(entries)) for e in unpack(buf)]
+        packed = _wire.pack([((g, h, info), t) for g, h, info, t in entries])
+        return [(*key, t) for buf in self._core.replica_all_gather(packed)
+                for key, t in _wire.unpack(buf)]
 
     def sum(self, pairs, add_previous):
         """`pairs` (parameter, this process's gradient sum or None), the holders' sums started
