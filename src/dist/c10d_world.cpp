@@ -79,14 +79,16 @@ void C10dWorld::barrier() {
                 std::to_string(timeout_.count()) + " ms");
 }
 
+void C10dWorld::wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what) {
+  if (!w->wait(timeout_))
+    throw Error(std::string("c10d: ") + what + " did not finish within " +
+                std::to_string(timeout_.count()) + " ms");
+}
+
 std::vector<std::vector<std::byte>> C10dWorld::gather_bytes(c10d::ProcessGroup& pg,
                                                             std::span<const std::byte> mine) {
   const int n = pg.getSize();
-  auto wait = [&](const c10::intrusive_ptr<c10d::Work>& w) {
-    if (!w->wait(timeout_))
-      throw Error("c10d: an all-gather did not finish within " + std::to_string(timeout_.count()) +
-                  " ms");
-  };
+  auto wait = [&](const c10::intrusive_ptr<c10d::Work>& w) { this->wait(w, "an all-gather"); };
   std::vector<at::Tensor> n_in{at::full({1}, static_cast<std::int64_t>(mine.size()), at::kLong)};
   std::vector<std::vector<at::Tensor>> n_out(1);
   for (int r = 0; r < n; ++r)
@@ -133,6 +135,47 @@ std::vector<std::vector<double>> C10dWorld::all_gather(std::span<const double> m
       at += n;
     }
   return values_of<double>(flat);
+}
+
+std::vector<std::vector<std::byte>> C10dWorld::exchange(std::span<const std::byte> mine,
+                                                        std::span<const int> peers) {
+  const std::size_t me = place_among(peers, stage_, stages_);
+  // The transports' tags are channel << 24 with channel at most 126 (next_channel).
+  constexpr int kSizeTag = 127 << 24, kDataTag = kSizeTag + 1;
+  std::vector<at::Tensor> size{at::full({1}, static_cast<std::int64_t>(mine.size()), at::kLong)};
+  std::vector<std::vector<at::Tensor>> sizes(peers.size(), {at::empty({1}, at::kLong)});
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (std::size_t i = 0; i < peers.size(); ++i)
+    if (i != me) {
+      works.push_back(pg_->recv(sizes[i], peers[i], kSizeTag));
+      works.push_back(pg_->send(size, peers[i], kSizeTag));
+    }
+  for (const auto& w : works)
+    wait(w, "an exchange of sizes between stages");
+  works.clear();
+  // Gloo reads `data` until the sends complete, which this waits for before it returns.
+  std::vector<at::Tensor> data{at::from_blob(const_cast<std::byte*>(mine.data()),
+                                             {static_cast<std::int64_t>(mine.size())}, at::kByte)};
+  std::vector<std::vector<at::Tensor>> got(peers.size());
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    if (i == me) continue;
+    const std::int64_t n = sizes[i][0].item<std::int64_t>();
+    got[i] = {at::empty({n}, at::kByte)};
+    if (n > 0) works.push_back(pg_->recv(got[i], peers[i], kDataTag));
+    if (!mine.empty()) works.push_back(pg_->send(data, peers[i], kDataTag));
+  }
+  for (const auto& w : works)
+    wait(w, "an exchange between stages");
+  std::vector<std::vector<std::byte>> out(peers.size());
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    if (i == me) {
+      out[i].assign(mine.begin(), mine.end());
+    } else if (got[i][0].numel() > 0) {
+      const auto* p = static_cast<const std::byte*>(got[i][0].data_ptr());
+      out[i].assign(p, p + got[i][0].numel());
+    }
+  }
+  return out;
 }
 
 std::vector<std::vector<std::byte>> C10dWorld::gather_to_root(std::span<const std::byte> mine) {

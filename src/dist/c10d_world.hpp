@@ -34,6 +34,9 @@ class C10dWorld final : public Job {
   std::vector<std::vector<std::byte>> replica_all_gather(std::span<const std::byte> mine) override {
     return gather_bytes(*pg_, mine);
   }
+  // Sends and receives on the pipeline group with tags above every transport channel's.
+  std::vector<std::vector<std::byte>> exchange(std::span<const std::byte> mine,
+                                               std::span<const int> peers) override;
   // c10d cannot end the other processes: this one exits, and the launcher (torchrun) ends
   // the rest when it sees a worker fail.
   [[noreturn]] void abort(int code) override;
@@ -43,6 +46,7 @@ class C10dWorld final : public Job {
   std::vector<std::vector<std::byte>> gather_bytes(c10d::ProcessGroup& pg,
                                                    std::span<const std::byte> mine);
   void barrier();
+  void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what);
 
   c10::intrusive_ptr<c10d::ProcessGroup> pg_, dp_;
   std::chrono::milliseconds timeout_;

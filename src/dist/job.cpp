@@ -38,6 +38,20 @@ void dp_sum(Job& job, std::span<float> values) {
   }
 }
 
+std::size_t place_among(std::span<const int> peers, int me, int endpoints) {
+  std::size_t at = peers.size();
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    if (peers[i] < 0 || peers[i] >= endpoints || (i > 0 && peers[i] <= peers[i - 1]))
+      throw InputError("`peers`: endpoints in ascending order between 0 and " +
+                       std::to_string(endpoints - 1) + ", got " + std::to_string(peers[i]) +
+                       " at place " + std::to_string(i));
+    if (peers[i] == me) at = i;
+  }
+  if (at == peers.size())
+    throw InputError("`peers`: must include this endpoint (" + std::to_string(me) + ")");
+  return at;
+}
+
 double max_over_job(Job& job, double mine) {
   double most = mine;
   for (const auto& v : job.all_gather(std::span<const double>(&mine, 1)))

@@ -38,10 +38,15 @@ class Job {
   virtual std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) = 0;
   // The same endpoint's bytes in every replica, by replica (for the data-parallel sum).
   virtual std::vector<std::vector<std::byte>> dp_all_gather(std::span<const std::byte> mine) = 0;
-  // Every endpoint of this replica's bytes, by endpoint (for parameters that several stages
-  // share: each sends its gradient to the others).
+  // Every endpoint of this replica's bytes, by endpoint.
   virtual std::vector<std::vector<std::byte>> replica_all_gather(
       std::span<const std::byte> mine) = 0;
+  // Point to point among `peers` (endpoints of this replica in ascending order, this one among
+  // them, each of which calls this with the same list): every peer's bytes, in the order of
+  // `peers`. The other endpoints take no part (the copies of a parameter that some stages
+  // share). Throws InputError for a list that is not such a list.
+  virtual std::vector<std::vector<std::byte>> exchange(std::span<const std::byte> mine,
+                                                       std::span<const int> peers) = 0;
   // Ends every process of the job with `code` (after an error on this one).
   [[noreturn]] virtual void abort(int code) = 0;
 };
@@ -49,6 +54,10 @@ class Job {
 // Replaces `values` by their sum over the data-parallel replicas, added in replica order, so
 // every replica holds the same bits.
 void dp_sum(Job& job, std::span<float> values);
+
+// Throws InputError unless `peers` ascend, lie in 0..endpoints-1 and hold `me`; returns the
+// place of `me` in them (Job::exchange's check).
+std::size_t place_among(std::span<const int> peers, int me, int endpoints);
 
 // The largest of every process's `mine`, on every process: for what all must decide alike (a
 // stop asked of any of them, another warm-up step while any still maps buffers).

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 
 #include "comm/inproc.hpp"
@@ -67,6 +68,8 @@ struct Shared {
   std::vector<std::shared_ptr<TpGroup>> groups;                // by replica * P + stage
   std::vector<std::unique_ptr<Exchange<std::byte>>> dp;        // by endpoint
   std::vector<std::unique_ptr<Exchange<std::byte>>> replicas;  // by replica
+  // Job::exchange's, by replica and peers.
+  std::map<std::pair<int, std::vector<int>>, std::unique_ptr<Exchange<std::byte>>> among;
   Exchange<double> everyone;
   Exchange<std::byte> bytes;
 };
@@ -127,6 +130,18 @@ class LocalJob final : public Job {
   }
   std::vector<std::vector<std::byte>> replica_all_gather(std::span<const std::byte> mine) override {
     return s_->replicas[replica()]->all_gather(endpoint(), mine);
+  }
+  std::vector<std::vector<std::byte>> exchange(std::span<const std::byte> mine,
+                                               std::span<const int> peers) override {
+    const std::size_t me = place_among(peers, endpoint(), layout_.pp * layout_.tp);
+    Exchange<std::byte>* ex = nullptr;
+    {
+      std::lock_guard lk(s_->mu);
+      auto& slot = s_->among[{replica(), std::vector<int>(peers.begin(), peers.end())}];
+      if (!slot) slot = std::make_unique<Exchange<std::byte>>(static_cast<int>(peers.size()));
+      ex = slot.get();
+    }
+    return ex->all_gather(static_cast<int>(me), mine);
   }
   [[noreturn]] void abort(int code) override {
     throw Error("local job: rank " + std::to_string(rank_) + " aborted the job (code " +

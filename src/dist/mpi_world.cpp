@@ -181,6 +181,19 @@ void wait_napping(MPI_Request& req, const char* what) {
   }
 }
 
+// Waits for every request of `reqs` as wait_napping waits for one.
+void wait_all_napping(std::vector<MPI_Request>& reqs, const char* what) {
+  int sleep_us = 1;
+  for (;;) {
+    int flag = 0;
+    mpi_check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE),
+              what);
+    if (flag) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    sleep_us = std::min(sleep_us * 2, 200);
+  }
+}
+
 // Variable-length all-gather on `comm`, by rank.
 template <typename T>
 std::vector<std::vector<T>> gather_all(std::span<const T> mine, MPI_Datatype type, MPI_Comm comm) {
@@ -216,6 +229,50 @@ std::vector<std::vector<std::byte>> MpiWorld::dp_all_gather(std::span<const std:
 std::vector<std::vector<std::byte>> MpiWorld::replica_all_gather(std::span<const std::byte> mine) {
   auto d = deadline("MPI_Allgather (shared parameters' gradients)");
   return gather_all(mine, MPI_BYTE, comms_->pipe);
+}
+
+std::vector<std::vector<std::byte>> MpiWorld::exchange(std::span<const std::byte> mine,
+                                                       std::span<const int> peers) {
+  const std::size_t me = place_among(peers, endpoint(), layout_.pp * layout_.tp);
+  auto d = deadline("MPI_Isend/MPI_Irecv (shared parameters' gradients)");
+  // On the pipeline communicator, whose point-to-point traffic is this alone: the transport
+  // sends on a duplicate of it. Sizes first, then the bytes in pieces an int counts.
+  constexpr int kSizeTag = 1, kDataTag = 2;
+  constexpr std::size_t kPiece = std::size_t{1} << 30;
+  const std::uint64_t size = mine.size();
+  std::vector<std::uint64_t> sizes(peers.size(), size);
+  std::vector<MPI_Request> reqs;
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    if (i == me) continue;
+    reqs.emplace_back();
+    mpi_check(MPI_Irecv(&sizes[i], 1, MPI_UINT64_T, peers[i], kSizeTag, comms_->pipe, &reqs.back()),
+              "MPI_Irecv");
+    reqs.emplace_back();
+    mpi_check(MPI_Isend(&size, 1, MPI_UINT64_T, peers[i], kSizeTag, comms_->pipe, &reqs.back()),
+              "MPI_Isend");
+  }
+  wait_all_napping(reqs, "MPI_Irecv");
+  std::vector<std::vector<std::byte>> out(peers.size());
+  out[me].assign(mine.begin(), mine.end());
+  reqs.clear();
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    if (i == me) continue;
+    out[i].resize(sizes[i]);
+    for (std::size_t at = 0; at < sizes[i]; at += kPiece) {
+      reqs.emplace_back();
+      mpi_check(MPI_Irecv(out[i].data() + at, static_cast<int>(std::min(kPiece, sizes[i] - at)),
+                          MPI_BYTE, peers[i], kDataTag, comms_->pipe, &reqs.back()),
+                "MPI_Irecv");
+    }
+    for (std::size_t at = 0; at < size; at += kPiece) {
+      reqs.emplace_back();
+      mpi_check(MPI_Isend(mine.data() + at, static_cast<int>(std::min(kPiece, size - at)), MPI_BYTE,
+                          peers[i], kDataTag, comms_->pipe, &reqs.back()),
+                "MPI_Isend");
+    }
+  }
+  wait_all_napping(reqs, "MPI_Irecv");
+  return out;
 }
 
 std::vector<std::vector<std::byte>> MpiWorld::gather_to_root(std::span<const std::byte> mine) {

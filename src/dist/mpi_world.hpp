@@ -58,6 +58,8 @@ class MpiWorld final : public Job {
   std::vector<std::vector<double>> all_gather(std::span<const double> mine) override;
   std::vector<std::vector<std::byte>> dp_all_gather(std::span<const std::byte> mine) override;
   std::vector<std::vector<std::byte>> replica_all_gather(std::span<const std::byte> mine) override;
+  std::vector<std::vector<std::byte>> exchange(std::span<const std::byte> mine,
+                                               std::span<const int> peers) override;
   // Rank 0 gets every rank's bytes, by world rank; the others get nothing.
   std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) override;
   void barrier();

@@ -64,6 +64,9 @@ class PipelineCore {
   // The same stage's bytes in every replica, by replica ([mine] with one replica): for the
   // data-parallel gradient sum. A collective over the stage's replicas.
   std::vector<at::Tensor> dp_all_gather(const at::Tensor& mine);
+  // Point to point among `peers`, stages of this replica this one among them (Job::exchange):
+  // each peer's bytes in the order of `peers` ([mine] in one process).
+  std::vector<at::Tensor> exchange(const at::Tensor& mine, const std::vector<int>& peers);
   // Tears the runtime down (shutdown_processes); the pipeline refuses further steps.
   void close();
   // Makes each chunk's forwards run in microbatch order from now on (PipelineConfig::

@@ -93,19 +93,23 @@ class Ties:
         agreed(core, lambda: _resolve(groups, chunks, local),
                "tied: process(es) {bad} could not find their parameters of a tie; their own "
                "errors say why")
-        # Holder 0's values, every holder's shape and dtype.
-        entries = self._exchange([(g, h, (tuple(p.shape), str(p.dtype)), p if h == 0 else None)
-                                  for g, h, p in local])
+        # Holder 0's values, every holder's shape and dtype, over the whole replica: which stages
+        # hold a copy is learnt here.
+        entries = [(stage, *e) for stage, e in self._gather(
+            [(g, h, (tuple(p.shape), str(p.dtype)), p if h == 0 else None) for g, h, p in local])]
+        entries_of = [e[1:] for e in entries]
         keep = []
         for gi, members in enumerate(groups):
-            mine = sorted(((h, info) for g, h, info, _ in entries if g == gi),
+            mine = sorted(((h, info) for g, h, info, _ in entries_of if g == gi),
                           key=lambda e: e[0])
             _refuse_unlike(members, mine)
             if len(mine) > 1:  # one holder: one parameter, which GradSums sums exactly
                 keep.append(gi)
         self.groups = [groups[gi] for gi in keep]
         self.local = [(keep.index(g), h, p) for g, h, p in local if g in keep]
-        self._copy_first([(keep.index(g), h, i, t) for g, h, i, t in entries if g in keep])
+        # The stages that hold a copy: each step's exchange is theirs alone.
+        self._peers = sorted({stage for stage, g, *_ in entries if g in keep})
+        self._copy_first([(keep.index(g), h, i, t) for g, h, i, t in entries_of if g in keep])
         self._tie_of = {id(p): g for g, _, p in self.local}
         self.holders = set(self._tie_of)  # their step's sums start from nothing
         self.secondary = {id(p) for _, h, p in self.local if h != 0}  # norms count holder 0
@@ -114,7 +118,7 @@ class Ties:
 
     def copy_first(self):
         """Makes every copy hold holder 0's values again (after a checkpoint is loaded, whose
-        entries each copy loads on its own). A collective over the replica."""
+        entries each copy loads on its own). An exchange among the stages that hold a copy."""
         self._copy_first(self._exchange([(g, h, None, p if h == 0 else None)
                                          for g, h, p in self.local]))
 
@@ -125,12 +129,24 @@ class Ties:
                 if h != 0:
                     p.copy_(first[g])
 
+    def _gather(self, entries):
+        """Every stage's entries of this replica, as (stage, entry)."""
+        if self._core.world == 1:
+            return [(0, e) for e in entries]
+        packed = _wire.pack([((g, h, info), t) for g, h, info, t in entries])
+        every = self._core.replica_all_gather(packed)
+        return [(stage, (*key, t)) for stage, buf in enumerate(every)
+                for key, t in _wire.unpack(buf)]
+
     def _exchange(self, entries):
-        """Every holder's entry of this replica."""
+        """Every holder's entry of this replica, from the stages that hold a copy alone (this
+        stage holds none: nothing)."""
         if self._core.world == 1:
             return entries
+        if not self.local:
+            return []
         packed = _wire.pack([((g, h, info), t) for g, h, info, t in entries])
-        return [(*key, t) for buf in self._core.replica_all_gather(packed)
+        return [(*key, t) for buf in self._core.exchange(packed, self._peers)
                 for key, t in _wire.unpack(buf)]
 
     def sum(self, pairs, add_previous):
@@ -158,11 +174,7 @@ class Ties:
                     f"tied: parameter '{_name(members[0])}' is trained by some of its copies "
                     f"and frozen in others ({', '.join(frozen)}); freeze and unfreeze a tie's "
                     "every copy alike")
-            total = None  # the holders' sums, added in holder order
-            for _, _, t in got:
-                if t is not None:
-                    total = t.clone() if total is None else total.add_(t.to(total.device))
-            totals[gi] = total
+            totals[gi] = _added([t for _, _, t in got if t is not None])
         out, given = [], set()
         for p, g in pairs:
             tie = self._tie_of.get(id(p))
@@ -175,6 +187,17 @@ class Ties:
                         g = p.grad + g
             out.append((p, g))
         return out
+
+
+def _added(ts):
+    """The holders' sums added in holder order (None: none had one), into a new tensor where
+    there are two or more; one is passed on as it is."""
+    if len(ts) < 2:
+        return ts[0] if ts else None
+    total = ts[0] + ts[1].to(ts[0].device)
+    for t in ts[2:]:
+        total.add_(t.to(total.device))
+    return total
 
 
 def _resolve(groups, chunks, local):
