@@ -1,27 +1,37 @@
 // The transport conformance suite (transport_conformance.hpp) for the c10d transport, ranks as
-// threads: one Gloo process group per thread, met through an in-process store, over loopback.
+// threads: one Gloo process group per thread, met through an in-process store, over loopback;
+// and the c10d job's exchange among some stages beside a live transport.
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "comm/c10d_transport.hpp"
+#include "core/error.hpp"
+#include "dist/c10d_world.hpp"
 #include "transport_conformance.hpp"
 
 namespace rrfp::test {
 namespace {
 
-std::vector<std::unique_ptr<Transport>> make_c10d_transports(int n) {
+// n Gloo groups, one a rank, met through an in-process store.
+std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> make_groups(int n) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::unique_ptr<Transport>> out(n);
+  std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> out(n);
   std::vector<std::thread> th;
   for (int r = 0; r < n; ++r)
     th.emplace_back([&, r] {  // every rank's constructor waits for the others
       auto opt = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
       opt->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, n, opt);
-      out[r] = std::make_unique<C10dTransport>(pg);
+      out[r] = c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, n, opt);
     });
   for (auto& t : th)
     t.join();
+  return out;
+}
+
+std::vector<std::unique_ptr<Transport>> make_c10d_transports(int n) {
+  std::vector<std::unique_ptr<Transport>> out;
+  for (auto& pg : make_groups(n))
+    out.push_back(std::make_unique<C10dTransport>(pg));
   return out;
 }
 
@@ -29,6 +39,40 @@ INSTANTIATE_TEST_SUITE_P(Transports, Conformance,
                          ::testing::Values(std::make_pair("c10d_gloo",
                                                           Factory(make_c10d_transports))),
                          [](const auto& info) { return std::string(info.param.first); });
+
+// Stages 0 and 3 of four exchange (a tie's copies) while a transport lives on the same group
+// and stages 1 and 2 stay out; a stage not among the peers is refused.
+TEST(C10dJob, ExchangeAmongSomeStagesBesideATransport) {
+  auto groups = make_groups(4);
+  std::vector<std::vector<std::vector<std::byte>>> got(4);
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> th;
+  for (int r = 0; r < 4; ++r)
+    th.emplace_back([&, r] {
+      C10dWorld job(groups[r], {}, std::chrono::seconds(30));
+      C10dTransport transport(groups[r]);
+      const std::vector<int> peers = {0, 3};
+      std::vector<std::byte> mine((1u << 20) + static_cast<std::size_t>(r), std::byte(r));
+      try {
+        got[r] = job.exchange(mine, peers);
+      } catch (const InputError& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : th)
+    t.join();
+  for (int r : {0, 3}) {
+    ASSERT_EQ(got[r].size(), 2u) << r;
+    for (int i = 0; i < 2; ++i) {
+      const int from = i == 0 ? 0 : 3;
+      EXPECT_EQ(got[r][i], std::vector<std::byte>((1u << 20) + static_cast<std::size_t>(from),
+                                                  std::byte(from)))
+          << "rank " << r << ", from " << from;
+    }
+  }
+  for (int r : {1, 2})
+    EXPECT_NE(errors[r].find("must include this endpoint"), std::string::npos) << errors[r];
+}
 
 }  // namespace
 }  // namespace rrfp::test
