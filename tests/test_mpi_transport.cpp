@@ -281,6 +281,13 @@ TEST(MpiJob, ReplicaGatherAndExchangeAmongSomeStages) {
   } else {
     EXPECT_THROW(w.exchange(mine, peers), InputError);  // not among the peers
   }
+  // Every stage, each with its own size (a receive per peer, not one shared).
+  std::vector<int> everyone(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r)
+    everyone[r] = r;
+  const auto each = w.exchange(mine, everyone);
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(each[r], std::vector<std::byte>(static_cast<std::size_t>(r + 1), std::byte(r)));
   w.barrier();
 }
 

@@ -119,22 +119,22 @@ TEST(DpSum, AddsInReplicaOrderAndRefusesReplicasOfOtherSizes) {
   }
 }
 
-// The exchange among some stages (the copies of a tied parameter): stages 0 and 3 of each
-// replica swap bytes while stages 1 and 2 take no part; a list without this stage, or out of
-// order, is refused.
+// The exchange among some stages (the copies of a tied parameter): stages 0, 2 and 3 of each
+// replica swap bytes of different sizes while stage 1 takes no part; a list without this
+// stage, or out of order, is refused.
 TEST(Exchange, SwapsBytesAmongItsPeersAloneAndRefusesABadList) {
   auto jobs = make_local_jobs(8);  // P = 4, DP = 2
   std::vector<std::vector<std::vector<std::byte>>> got(8);
-  const std::vector<int> peers = {0, 3};
+  const std::vector<int> peers = {0, 2, 3};
   on_every_rank(8, [&](int r) {
     jobs[r]->set_layout(JobLayout{4, 1, 2});
-    if (r % 4 == 1 || r % 4 == 2) return;
+    if (r % 4 == 1) return;
     std::vector<std::byte> mine(static_cast<std::size_t>(r + 1), std::byte(r));
     got[r] = jobs[r]->exchange(mine, peers);
   });
-  for (int r : {0, 3, 4, 7}) {
-    ASSERT_EQ(got[r].size(), 2u) << r;
-    for (int i = 0; i < 2; ++i) {
+  for (int r : {0, 2, 3, 4, 6, 7}) {
+    ASSERT_EQ(got[r].size(), 3u) << r;
+    for (int i = 0; i < 3; ++i) {
       const int from = r / 4 * 4 + peers[i];
       EXPECT_EQ(got[r][i],
                 std::vector<std::byte>(static_cast<std::size_t>(from + 1), std::byte(from)))

@@ -143,7 +143,9 @@ std::vector<std::vector<std::byte>> C10dWorld::exchange(std::span<const std::byt
   // The transports' tags are channel << 24 with channel at most 126 (next_channel).
   constexpr int kSizeTag = 127 << 24, kDataTag = kSizeTag + 1;
   std::vector<at::Tensor> size{at::full({1}, static_cast<std::int64_t>(mine.size()), at::kLong)};
-  std::vector<std::vector<at::Tensor>> sizes(peers.size(), {at::empty({1}, at::kLong)});
+  std::vector<std::vector<at::Tensor>> sizes(peers.size());
+  for (auto& s : sizes)
+    s = {at::empty({1}, at::kLong)};  // one tensor each: a receive writes into its own
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   for (std::size_t i = 0; i < peers.size(); ++i)
     if (i != me) {
@@ -153,9 +155,9 @@ std::vector<std::vector<std::byte>> C10dWorld::exchange(std::span<const std::byt
   for (const auto& w : works)
     wait(w, "an exchange of sizes between stages");
   works.clear();
-  // Gloo reads `data` until the sends complete, which this waits for before it returns.
-  std::vector<at::Tensor> data{at::from_blob(const_cast<std::byte*>(mine.data()),
-                                             {static_cast<std::int64_t>(mine.size())}, at::kByte)};
+  // A copy the sends own: after a timeout Gloo may still read it, when `mine` is gone.
+  std::vector<at::Tensor> data{at::empty({static_cast<std::int64_t>(mine.size())}, at::kByte)};
+  if (!mine.empty()) std::memcpy(data[0].data_ptr(), mine.data(), mine.size());
   std::vector<std::vector<at::Tensor>> got(peers.size());
   for (std::size_t i = 0; i < peers.size(); ++i) {
     if (i == me) continue;

@@ -165,24 +165,12 @@ std::vector<int> offsets_of(const std::vector<int>& counts) {
   return at;
 }
 
-// Waits for a nonblocking collective by testing it with growing naps (up to 200 us), instead
+// Waits for nonblocking requests by testing them with growing naps (up to 200 us), instead
 // of a blocking call: Open MPI's blocking collectives poll a core flat out, and a rank that
 // reaches one early (a stage done with its step, waiting to gather) would take a core from the
 // ranks still computing and copying messages (4 processes on 2 cores: measured in
 // docs/results-twin.md). 200 us is far below a step and the collectives' deadline.
-void wait_napping(MPI_Request& req, const char* what) {
-  int sleep_us = 1;
-  for (;;) {
-    int flag = 0;
-    mpi_check(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), what);
-    if (flag) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-    sleep_us = std::min(sleep_us * 2, 200);
-  }
-}
-
-// Waits for every request of `reqs` as wait_napping waits for one.
-void wait_all_napping(std::vector<MPI_Request>& reqs, const char* what) {
+void wait_all_napping(std::span<MPI_Request> reqs, const char* what) {
   int sleep_us = 1;
   for (;;) {
     int flag = 0;
@@ -194,7 +182,44 @@ void wait_all_napping(std::vector<MPI_Request>& reqs, const char* what) {
   }
 }
 
-// Variable-length all-gather on `comm`, by rank.
+void wait_napping(MPI_Request& req, const char* what) {
+  wait_all_napping(std::span<MPI_Request>(&req, 1), what);
+}
+
+// Bytes are sent in pieces an int counts.
+constexpr std::size_t kPiece = std::size_t{1} << 30;
+
+// Variable-length all-gather of bytes on `comm`, by rank, of any size: the sizes as 64-bit
+// counts, then each rank's bytes broadcast from it in pieces (an int-counted all-gather of
+// bytes ends at 2 GiB over all ranks, which a data-parallel gradient sum passes).
+std::vector<std::vector<std::byte>> gather_bytes_all(std::span<const std::byte> mine,
+                                                     MPI_Comm comm) {
+  int n = 0, me = 0;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &me);
+  const std::uint64_t count = mine.size();
+  std::vector<std::uint64_t> counts(n);
+  MPI_Request req = MPI_REQUEST_NULL;
+  mpi_check(MPI_Iallgather(&count, 1, MPI_UINT64_T, counts.data(), 1, MPI_UINT64_T, comm, &req),
+            "MPI_Iallgather");
+  wait_napping(req, "MPI_Iallgather");
+  std::vector<std::vector<std::byte>> out(n);
+  std::vector<MPI_Request> reqs;
+  for (int r = 0; r < n; ++r) {
+    out[r].resize(counts[r]);
+    if (r == me) std::copy(mine.begin(), mine.end(), out[r].begin());
+    for (std::size_t at = 0; at < counts[r]; at += kPiece) {
+      reqs.emplace_back();
+      mpi_check(MPI_Ibcast(out[r].data() + at, static_cast<int>(std::min(kPiece, counts[r] - at)),
+                           MPI_BYTE, r, comm, &reqs.back()),
+                "MPI_Ibcast");
+    }
+  }
+  wait_all_napping(reqs, "MPI_Ibcast");
+  return out;
+}
+
+// Variable-length all-gather on `comm`, by rank (small: the counts are ints).
 template <typename T>
 std::vector<std::vector<T>> gather_all(std::span<const T> mine, MPI_Datatype type, MPI_Comm comm) {
   int n = 0;
@@ -223,12 +248,12 @@ std::vector<std::vector<double>> MpiWorld::all_gather(std::span<const double> mi
 
 std::vector<std::vector<std::byte>> MpiWorld::dp_all_gather(std::span<const std::byte> mine) {
   auto d = deadline("MPI_Allgather (data-parallel gradients)");
-  return gather_all(mine, MPI_BYTE, comms_->dp);
+  return gather_bytes_all(mine, comms_->dp);
 }
 
 std::vector<std::vector<std::byte>> MpiWorld::replica_all_gather(std::span<const std::byte> mine) {
-  auto d = deadline("MPI_Allgather (shared parameters' gradients)");
-  return gather_all(mine, MPI_BYTE, comms_->pipe);
+  auto d = deadline("MPI_Allgather (a replica's stages)");
+  return gather_bytes_all(mine, comms_->pipe);
 }
 
 std::vector<std::vector<std::byte>> MpiWorld::exchange(std::span<const std::byte> mine,
@@ -238,7 +263,6 @@ std::vector<std::vector<std::byte>> MpiWorld::exchange(std::span<const std::byte
   // On the pipeline communicator, whose point-to-point traffic is this alone: the transport
   // sends on a duplicate of it. Sizes first, then the bytes in pieces an int counts.
   constexpr int kSizeTag = 1, kDataTag = 2;
-  constexpr std::size_t kPiece = std::size_t{1} << 30;
   const std::uint64_t size = mine.size();
   std::vector<std::uint64_t> sizes(peers.size(), size);
   std::vector<MPI_Request> reqs;
