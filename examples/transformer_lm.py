@@ -82,10 +82,12 @@ def make_chunk(i, n, args, tie=False):
 
 
 def ties(n, args):
-    """The embedding's matrix and the tied head's: chunk 0's module 0 and chunk n-1's last."""
+    """The embedding's matrix and the tied head's: chunk 0's module 0 and chunk n-1's last
+    (after its blocks and LayerNorm, and the embedding too when there is one chunk)."""
     if not args.tie_embeddings:
         return None
-    return [["0.0.tok.weight", f"{n - 1}.{args.layers // n + 1}.weight"]]
+    head = args.layers // n + 1 + (n == 1)
+    return [["0.0.tok.weight", f"{n - 1}.{head}.weight"]]
 
 
 def corpus(path):

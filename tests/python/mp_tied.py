@@ -89,8 +89,10 @@ def run(pp, dp, m, transport):
         "RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))))
     train(pipe, opt, m)
     same(ref, chunks, pipe.chunks, f"tied across processes, rank {pipe.rank}")
+    holds = pipe.stages[0] in (0, pp - 1)  # the stages of the first and the last chunk
     tie = chunks[0][0].tok.weight  # each process's copy (the last chunk's too)
-    if tie in opt.state:
+    assert (tie in opt.state) == holds, f"rank {pipe.rank}: momentum of the tie"
+    if holds:
         same_momentum(opt, ref_opt, tie, ref_tie, f"momentum, rank {pipe.rank}")
     print(f"rank {pipe.rank}: tied embeddings across processes (pp={pp} x dp={dp}), clipped, "
           "bitwise", flush=True)
@@ -111,7 +113,8 @@ def run(pp, dp, m, transport):
     pipe3.load(base + "-b", opt3)
     same(ref, chunks3, pipe3.chunks, f"tied, loaded from threads, rank {pipe.rank}")
     tie3 = chunks3[0][0].tok.weight
-    if tie3 in opt3.state:
+    assert (tie3 in opt3.state) == holds, f"rank {pipe.rank}: loaded momentum of the tie"
+    if holds:
         same_momentum(opt3, ref_opt, tie3, ref_tie, f"tied momentum, rank {pipe.rank}")
     pipe3.save(base + "-c")  # nobody removes the folders while another process reads them
     if pipe.rank == 0:
@@ -120,3 +123,15 @@ def run(pp, dp, m, transport):
             shutil.rmtree(f"{base}-{f}", ignore_errors=True)
     print(f"rank {pipe.rank}: a tie's optimizer state carried between processes and threads",
           flush=True)
+
+    # A copy frozen on the last stage alone: every process refuses the step before it runs,
+    # the stages between too (which hold no copy and used to wait for the others' error).
+    pipe4, chunks4, _ = built(pp, m, transport, dp, pipe.rank)
+    chunks4[-1][-1].embed.weight.requires_grad_(pipe.stages[0] != pp - 1)
+    try:
+        pipe4.step(*lm.batches(m, seed=pipe4.replica))
+    except ValueError as e:
+        assert "frozen in others" in str(e), e
+    else:
+        raise AssertionError(f"rank {pipe.rank}: a tie frozen in one copy was accepted")
+    print(f"rank {pipe.rank}: a tie frozen in one copy refused on every process", flush=True)

@@ -95,6 +95,7 @@ def test_a_tie_frozen_in_one_copy_is_refused():
     pipe = pipeline(frozen_copy)
     with pytest.raises(ValueError, match=r"frozen in others \(3.1.embed.weight\)"):
         pipe.step(*lm.batches(M, seed=0))
+    assert all(p.grad is None for c in pipe.chunks.values() for p in c.parameters())
 
 
 def test_load_makes_the_copies_equal_again(tmp_path):
@@ -109,3 +110,44 @@ def test_load_makes_the_copies_equal_again(tmp_path):
     assert again.load(tmp_path) == {}
     got_first, got_last = again.chunks[0][0].tok.weight, again.chunks[PP - 1][-1].embed.weight
     assert torch.equal(got_first, first) and torch.equal(got_last, first)
+
+
+def test_loaded_copies_get_optimizer_state_of_their_own(tmp_path):
+    # Both copies live in this process and share the tie's name in the checkpoint; each must
+    # get its own momentum buffer, or one step would update the shared one twice and the
+    # copies would move apart.
+    pipe = pipeline()
+    chunks = [pipe.chunks[c] for c in range(PP)]
+    opt = mp_tied.sgd(test_tied.unique_params(chunks))
+    mp_tied.train(pipe, opt, M)
+    pipe.save(tmp_path, opt)
+    again = pipeline(shift=3.0)
+    chunks2 = [again.chunks[c] for c in range(PP)]
+    opt2 = mp_tied.sgd(test_tied.unique_params(chunks2))
+    again.load(tmp_path, opt2)
+    first, last = chunks2[0][0].tok.weight, chunks2[-1][-1].embed.weight
+    assert opt2.state[first]["momentum_buffer"] is not opt2.state[last]["momentum_buffer"]
+    mp_tied.train(again, opt2, M)
+    assert torch.equal(first, last)
+
+
+def test_a_replaced_copy_takes_the_first_copys_values():
+    # Replacing a parameter between steps is followed (fine-tuning does it); a tie's new copy
+    # takes holder 0's values as the step starts, and gets the tie's gradient.
+    pipe = pipeline()
+    head = pipe.chunks[PP - 1][-1]
+    first = pipe.chunks[0][0].tok.weight
+    head.embed.weight = torch.nn.Parameter(torch.randn_like(first))
+    pipe.step(*lm.batches(M, seed=0))
+    assert torch.equal(head.embed.weight, first)
+    assert torch.equal(head.embed.weight.grad, first.grad)
+
+
+def test_a_copy_replaced_by_another_shape_is_refused():
+    pipe = pipeline()
+    first = pipe.chunks[0][0].tok.weight
+    head = pipe.chunks[PP - 1][-1]
+    head.embed.weight = torch.nn.Parameter(torch.zeros(first.shape[0] + 1, first.shape[1]))
+    with pytest.raises(ValueError, match="replaced by a parameter of another shape"):
+        pipe.step(*lm.batches(M, seed=0))
+    assert first.grad is None  # refused before the step ran

@@ -198,8 +198,8 @@ _ENGINE_RUNS_LEAF_HOOKS = _engine_runs_leaf_hooks()
 
 def trained_layout(chunks, chunk_params, dp):
     """A mark of which parameters this process trains (each chunk's trainable ones, by their
-    place in its parameters()): below 2**24 / dp, so that the dp replicas' marks add exactly in
-    float32."""
+    place in its parameters()): below 2**24 / dp, so that the dp replicas' marks add exactly (in
+    the float64 that sum_over_replicas carries them in, with room to spare)."""
     crc = 0
     for c in sorted(chunk_params):
         place = {id(p): i for i, p in enumerate(chunks[c].parameters())}

@@ -85,96 +85,131 @@ def _declared(tied, n):
 class Ties:
     """The ties of one pipeline, as this process holds them. A tie's holder is the place in
     the tie of its first name: holder 0, the holder of the tie's lowest chunk, gives its values
-    to the others at construction and after a checkpoint is loaded."""
+    to the others at construction, after a checkpoint is loaded and after a copy is replaced.
+    The holders of the ties that the same stages hold exchange among those stages alone."""
 
     def __init__(self, groups, chunks, core):
-        self._core = core
+        self._core, self._chunks = core, chunks
         local = []  # (group, holder, parameter): this process's holders
         agreed(core, lambda: _resolve(groups, chunks, local),
                "tied: process(es) {bad} could not find their parameters of a tie; their own "
                "errors say why")
-        # Holder 0's values, every holder's shape and dtype, over the whole replica: which stages
-        # hold a copy is learnt here.
-        entries = [(stage, *e) for stage, e in self._gather(
-            [(g, h, (tuple(p.shape), str(p.dtype)), p if h == 0 else None) for g, h, p in local])]
-        entries_of = [e[1:] for e in entries]
+        # Every stage's holders, their shapes and dtypes: which stages hold which tie.
+        every = self._gather([(g, h, (tuple(p.shape), str(p.dtype))) for g, h, p in local])
         keep = []
         for gi, members in enumerate(groups):
-            mine = sorted(((h, info) for g, h, info, _ in entries_of if g == gi),
-                          key=lambda e: e[0])
+            mine = sorted(((h, info) for _, g, h, info in every if g == gi), key=lambda e: e[0])
             _refuse_unlike(members, mine)
             if len(mine) > 1:  # one holder: one parameter, which GradSums sums exactly
                 keep.append(gi)
         self.groups = [groups[gi] for gi in keep]
         self.local = [(keep.index(g), h, p) for g, h, p in local if g in keep]
-        # The stages that hold a copy: each step's exchange is theirs alone.
-        self._peers = sorted({stage for stage, g, *_ in entries if g in keep})
-        self._copy_first([(keep.index(g), h, i, t) for g, h, i, t in entries_of if g in keep])
+        stages = {}  # tie -> the stages holding it
+        for stage, g, _, _ in every:
+            if g in keep:
+                stages.setdefault(keep.index(g), set()).add(stage)
+        self._exchanges = []  # (stages, [ties]): one exchange a set of stages, in tie order
+        for g in range(len(self.groups)):
+            peers = sorted(stages[g])
+            same = next((e for e in self._exchanges if e[0] == peers), None)
+            if same is None:
+                self._exchanges.append((peers, [g]))
+            else:
+                same[1].append(g)
+        self._index()
+        self.flags = []
+        self.copy_first()
+
+    def _index(self):
         self._tie_of = {id(p): g for g, _, p in self.local}
         self.holders = set(self._tie_of)  # their step's sums start from nothing
         self.secondary = {id(p) for _, h, p in self.local if h != 0}  # norms count holder 0
         # A holder's name in checkpoints (its optimizer state): its tie's first name.
         self.canonical = {id(p): _name(self.groups[g][0]) for g, _, p in self.local}
 
-    def copy_first(self):
-        """Makes every copy hold holder 0's values again (after a checkpoint is loaded, whose
-        entries each copy loads on its own). An exchange among the stages that hold a copy."""
-        self._copy_first(self._exchange([(g, h, None, p if h == 0 else None)
-                                         for g, h, p in self.local]))
+    def refresh(self):
+        """As a step starts: each holder's parameter as the chunk holds it now (a copy may have
+        been replaced), and what every process must agree on before the step runs (check)."""
+        flags, now = [], []
+        for g, h, p in self.local:
+            c, name = self.groups[g][h]
+            q = self._chunks[c].get_parameter(name)
+            now.append((g, h, q))
+            kind = zlib.crc32(f"{tuple(q.shape)} {q.dtype}".encode())
+            flags += [float(g), float(h), float(q.requires_grad), float(q is not p), float(kind)]
+        if any(q is not p for (_, _, p), (_, _, q) in zip(self.local, now)):
+            self.local = now
+            self._index()
+        self.flags = flags
 
-    def _copy_first(self, entries):
-        first = {g: t for g, h, _, t in entries if h == 0}
+    def check(self, replicas, mine):
+        """Every replica's flags (refresh: its processes' flags one after the other), `mine`
+        this process's replica: a tie that
+        some copy trains and another freezes, or whose copy was replaced by one of another
+        shape or dtype, is refused on every process before the step runs (where the copies'
+        processes alone would learn it at the step's end, and the others wait for them). A copy
+        replaced alike everywhere takes holder 0's values again."""
+        replaced = False
+        for r, flat in enumerate(replicas):
+            entries = [flat[k:k + 5] for k in range(0, len(flat), 5)]
+            for gi, members in enumerate(self.groups):
+                got = sorted((e for e in entries if int(e[0]) == gi), key=lambda e: e[1])
+                if len({e[2] for e in got}) > 1:
+                    frozen = [_name(members[int(e[1])]) for e in got if not e[2]]
+                    raise ValueError(
+                        f"tied: parameter '{_name(members[0])}' is trained by some of its "
+                        f"copies and frozen in others ({', '.join(frozen)}); freeze and "
+                        "unfreeze a tie's every copy alike")
+                if len({e[4] for e in got}) > 1:
+                    raise ValueError(
+                        f"tied: a copy of '{_name(members[0])}' was replaced by a parameter of "
+                        "another shape or dtype than the others; replace every copy alike")
+                replaced = replaced or (r == mine and any(e[3] for e in got))
+        if replaced:
+            self.copy_first()
+
+    def copy_first(self):
+        """Makes every copy hold holder 0's values (at construction; after a checkpoint is
+        loaded, whose entries each copy loads on its own; after a copy is replaced)."""
+        first = {g: t for g, h, _, t in self._exchange(
+            [(g, h, None, p if h == 0 else None) for g, h, p in self.local]) if h == 0}
         with torch.no_grad():
             for g, h, p in self.local:
                 if h != 0:
                     p.copy_(first[g])
 
     def _gather(self, entries):
-        """Every stage's entries of this replica, as (stage, entry)."""
+        """Every stage's entries (group, holder, info) of this replica, as (stage, *entry)."""
         if self._core.world == 1:
-            return [(0, e) for e in entries]
-        packed = _wire.pack([((g, h, info), t) for g, h, info, t in entries])
-        every = self._core.replica_all_gather(packed)
-        return [(stage, (*key, t)) for stage, buf in enumerate(every)
-                for key, t in _wire.unpack(buf)]
+            return [(0, *e) for e in entries]
+        every = self._core.replica_all_gather(_wire.pack([(e, None) for e in entries]))
+        return [(stage, *e) for stage, buf in enumerate(every) for e, _ in _wire.unpack(buf)]
 
     def _exchange(self, entries):
-        """Every holder's entry of this replica, from the stages that hold a copy alone (this
-        stage holds none: nothing)."""
+        """Every holder's entry (group, holder, info, tensor) of the ties this process holds,
+        each set of stages exchanging among themselves."""
         if self._core.world == 1:
             return entries
-        if not self.local:
-            return []
-        packed = _wire.pack([((g, h, info), t) for g, h, info, t in entries])
-        return [(*key, t) for buf in self._core.exchange(packed, self._peers)
-                for key, t in _wire.unpack(buf)]
+        stage, out = self._core.local_stages()[0], []
+        for peers, ties in self._exchanges:
+            if stage in peers:
+                packed = _wire.pack([((g, h, i), t) for g, h, i, t in entries if g in ties])
+                out += [(*e, t) for buf in self._core.exchange(packed, peers)
+                        for e, t in _wire.unpack(buf)]
+        return out
 
     def sum(self, pairs, add_previous):
         """`pairs` (parameter, this process's gradient sum or None), the holders' sums started
         from nothing: the holders' gradients become their tie's sum (plus the .grad each had,
-        with add_previous). A tie trained by some holders and frozen by others is refused on
-        every process."""
+        with add_previous). check() has made sure the copies train alike."""
         grads = {id(p): g for p, g in pairs}
         mine = []
         for g, h, p in self.local:
             t = grads.get(id(p))
-            mine.append((g, h, id(p) in grads, t.to_dense() if t is not None and t.is_sparse
-                         else t))
-        entries = self._exchange(mine)
-        held = set(self._tie_of.values())
-        totals = {}
-        for gi, members in enumerate(self.groups):
-            if gi not in held:
-                continue
-            got = sorted(((h, trains, t) for g, h, trains, t in entries if g == gi),
-                         key=lambda e: e[0])
-            if len({trains for _, trains, _ in got}) > 1:
-                frozen = [_name(members[h]) for h, trains, _ in got if not trains]
-                raise ValueError(
-                    f"tied: parameter '{_name(members[0])}' is trained by some of its copies "
-                    f"and frozen in others ({', '.join(frozen)}); freeze and unfreeze a tie's "
-                    "every copy alike")
-            totals[gi] = _added([t for _, _, t in got if t is not None])
+            mine.append((g, h, None, t.to_dense() if t is not None and t.is_sparse else t))
+        got = sorted(self._exchange(mine), key=lambda e: (e[0], e[1]))
+        totals = {g: _added([t for g2, _, _, t in got if g2 == g and t is not None])
+                  for g in set(self._tie_of.values())}
         out, given = [], set()
         for p, g in pairs:
             tie = self._tie_of.get(id(p))

@@ -5,6 +5,7 @@ so a checkpoint written by one layout (P stages, V chunks each, threads or a pro
 loads into any other that cuts the model into the same chunks. The optimizer's state is named
 the same way, by the parameter it belongs to. With a process per stage each process writes the
 part it holds (part-RANK.pt) and reads every part, keeping what its chunks need."""
+import copy
 import glob
 import os
 
@@ -89,7 +90,9 @@ def load_optimizer_state(chunks, optimizer, named, canonical):
         for p in g["params"]:
             n = names[id(p)]
             if n in named["state"]:
-                state[index] = named["state"][n]
+                # Its own copy: two copies of a tie in one process share a name, and one state
+                # stepped for both would move them apart.
+                state[index] = copy.deepcopy(named["state"][n])
             index += 1
         groups.append(entry)
     optimizer.load_state_dict({"state": state, "param_groups": groups})

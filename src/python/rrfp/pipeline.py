@@ -291,6 +291,8 @@ class Pipeline:
         with targets (on every process of the replica), else None. Raises as step() does.
         """
         with self._one_step("eval_step"):
+            if self._ties is not None:
+                self._ties.refresh()
             self._data.eval = True
             try:
                 rec, total = self._run(inputs, targets, None)
@@ -333,11 +335,17 @@ class Pipeline:
         # Each microbatch's tensors, wherever they sit in it: looked for once.
         found = ([tensors_in(x) for x in self._data.inputs],
                  [tensors_in(y) for y in self._data.targets or []])
-        if sums is not None:  # a training step
-            refuse_grad_outside(found[0], "inputs", "inside the first chunk")
-            refuse_grad_outside(found[1], "targets", "inside loss_fn")
-        if self._core.world > 1:
-            self._check_one_batch_per_replica(found)
+        try:
+            if sums is not None:  # a training step
+                refuse_grad_outside(found[0], "inputs", "inside the first chunk")
+                refuse_grad_outside(found[1], "targets", "inside loss_fn")
+            if self._core.world > 1:
+                self._check_one_batch_per_replica(found)
+            elif self._ties is not None:
+                self._ties.check([self._ties.flags], 0)
+        except BaseException:
+            self._data.inputs, self._data.targets = [], []  # a refused step keeps no batch
+            raise
         self._data.losses = {}
         caller = CallerState()
         self._data.caller = caller if caller.applies() else None
@@ -369,8 +377,10 @@ class Pipeline:
     def _run_step(self, inputs, targets):
         for r in self._runners:
             r.refresh_params()
-        chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
         ties = self._ties
+        if ties is not None:
+            ties.refresh()
+        chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
         sums = GradSums(chunk_params, from_grad=self._dp == 1,
                         fresh=ties.holders if ties else ())
         rec, total = self._run(inputs, targets, sums)
@@ -392,18 +402,21 @@ class Pipeline:
         each from its own process's call: the processes of a replica must pass the same batch,
         or inputs would be trained against another batch's targets. A digest of each process's
         batch, compared over the job, turns that into an error on every process. (torch's
-        generator starts from a different seed in every process: seed it alike.)"""
+        generator starts from a different seed in every process: seed it alike.) The same
+        gather carries the ties' flags (Ties.refresh), checked on every process."""
         mine = [float(digest(self._data.inputs, found[0])),
                 float(digest(self._data.targets or [], found[1]))]
-        every = self._core.all_gather(mine)
+        every = self._core.all_gather(mine + (self._ties.flags if self._ties else []))
         pp = self.pp
         peers = every[self.replica * pp:(self.replica + 1) * pp]
-        if any(p != peers[0] for p in peers):
-            self._data.inputs, self._data.targets = [], []
+        if any(p[:2] != peers[0][:2] for p in peers):
             raise ValueError(
                 "inputs, targets: the processes of a replica passed different batches to step(); "
                 "each must pass the same one (seed torch's generator alike in every process, "
                 "e.g. torch.manual_seed(0), or load the same data)")
+        if self._ties is not None:
+            self._ties.check([[x for s in range(pp) for x in every[r * pp + s][2:]]
+                              for r in range(self._dp)], self.replica)
 
     def _replica_loss(self, total):
         """The step's loss on every process of the replica: the process running the last chunk
