@@ -151,3 +151,10 @@ def test_a_copy_replaced_by_another_shape_is_refused():
     with pytest.raises(ValueError, match="replaced by a parameter of another shape"):
         pipe.step(*lm.batches(M, seed=0))
     assert first.grad is None  # refused before the step ran
+
+
+def test_a_copy_gone_from_its_chunk_is_refused():
+    pipe = pipeline()
+    del pipe.chunks[PP - 1][-1].embed.weight
+    with pytest.raises(ValueError, match=r"3.1.embed.weight is no longer a parameter"):
+        pipe.step(*lm.batches(M, seed=0))

@@ -133,9 +133,12 @@ class Ties:
         flags, now = [], []
         for g, h, p in self.local:
             c, name = self.groups[g][h]
-            q = self._chunks[c].get_parameter(name)
+            try:
+                q = self._chunks[c].get_parameter(name)
+                kind = zlib.crc32(f"{tuple(q.shape)} {q.dtype}".encode())
+            except AttributeError:  # gone: told to every process by check(), as a kind of -1
+                q, kind = p, -1
             now.append((g, h, q))
-            kind = zlib.crc32(f"{tuple(q.shape)} {q.dtype}".encode())
             flags += [float(g), float(h), float(q.requires_grad), float(q is not p), float(kind)]
         if any(q is not p for (_, _, p), (_, _, q) in zip(self.local, now)):
             self.local = now
@@ -144,11 +147,10 @@ class Ties:
 
     def check(self, replicas, mine):
         """Every replica's flags (refresh: its processes' flags one after the other), `mine`
-        this process's replica: a tie that
-        some copy trains and another freezes, or whose copy was replaced by one of another
-        shape or dtype, is refused on every process before the step runs (where the copies'
-        processes alone would learn it at the step's end, and the others wait for them). A copy
-        replaced alike everywhere takes holder 0's values again."""
+        this process's replica. A tie that some copy trains and another freezes, or whose copy
+        was replaced by one of another shape or dtype or is gone, is refused on every process
+        before the step runs (where the copies' processes alone would learn it at the step's
+        end, and the others wait for them). A replaced copy takes holder 0's values."""
         replaced = False
         for r, flat in enumerate(replicas):
             entries = [flat[k:k + 5] for k in range(0, len(flat), 5)]
@@ -160,6 +162,10 @@ class Ties:
                         f"tied: parameter '{_name(members[0])}' is trained by some of its "
                         f"copies and frozen in others ({', '.join(frozen)}); freeze and "
                         "unfreeze a tie's every copy alike")
+                gone = [_name(members[int(e[1])]) for e in got if e[4] == -1]
+                if gone:
+                    raise ValueError(f"tied: {', '.join(gone)} is no longer a parameter of its "
+                                     "chunk")
                 if len({e[4] for e in got}) > 1:
                     raise ValueError(
                         f"tied: a copy of '{_name(members[0])}' was replaced by a parameter of "
