@@ -82,6 +82,11 @@ py_table() {
     tests/python/test_device.py tests/python/test_caller_settings.py >"$out/python-tests.log" 2>&1
   echo "python tests exit $?" >>"$out/python-tests.log"
   tail -5 "$out/python-tests.log"
+  log "rrfp.Pipeline under torchrun with an NCCL default group"
+  PYTHONPATH=$pypath timeout 90 python3 -m torch.distributed.run --nproc_per_node 1 \
+    --master_port 29640 --redirects 1 --tee 1 tests/python/nccl_group.py >"$out/nccl.log" 2>&1
+  echo "nccl group exit $?" >>"$out/nccl.log"
+  grep -E "nccl_group.py|Error|exit" "$out/nccl.log" | tail -3
 }
 
 # One training run: NAME ARGS... -> runs/NAME (its outputs), runs/NAME.log, runs/NAME.cpu
