@@ -196,6 +196,8 @@ if pp > 1:
     import mp_tied  # noqa: E402
 
     mp_tied.run(pp, dp, m, transport)
+    if pp >= 3:
+        mp_tied.run_three(pp, transport, dp)
 
 # A chunk refused where it is built (a lazy parameter, in the last stage's process alone) is
 # told to every process, which raises too, where the others waited in the next collective.
