@@ -4,6 +4,10 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+
 #include "comm/c10d_transport.hpp"
 #include "core/error.hpp"
 #include "dist/c10d_world.hpp"
@@ -40,17 +44,29 @@ INSTANTIATE_TEST_SUITE_P(Transports, Conformance,
                                                           Factory(make_c10d_transports))),
                          [](const auto& info) { return std::string(info.param.first); });
 
-// Stages 0, 2 and 3 of four exchange bytes of different sizes (the copies of ties) while a
-// transport lives on the same group and stage 1 stays out, which is refused as a peer.
+// Stages 0, 2 and 3 of four exchange bytes of different sizes (the copies of ties) while the
+// transport on the same group carries messages from every stage to stage 0 (a payload of 1 MiB
+// among them), and stage 1 stays out, which is refused as a peer: neither takes the other's.
 TEST(C10dJob, ExchangeAmongSomeStagesBesideATransport) {
   auto groups = make_groups(4);
   std::vector<std::vector<std::vector<std::byte>>> got(4);
   std::vector<std::string> errors(4);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::size_t> arrived;  // payload sizes stage 0's transport received
   std::vector<std::thread> th;
   for (int r = 0; r < 4; ++r)
     th.emplace_back([&, r] {
       C10dWorld job(groups[r], {}, std::chrono::seconds(30));
       C10dTransport transport(groups[r]);
+      transport.set_receiver([&](Message&& m) {
+        std::lock_guard lk(mu);
+        arrived.push_back(m.payload.size());
+        cv.notify_all();
+      });
+      if (r != 0)
+        transport.send(0, MessageTag{0, TaskId{Kind::F, r, 0}},
+                       Payload::allocate(r == 3 ? std::size_t{1} << 20 : 8));
       const std::vector<int> peers = {0, 2, 3};
       std::vector<std::byte> mine((1u << 20) + static_cast<std::size_t>(r), std::byte(r));
       try {
@@ -58,9 +74,17 @@ TEST(C10dJob, ExchangeAmongSomeStagesBesideATransport) {
       } catch (const InputError& e) {
         errors[r] = e.what();
       }
+      if (r == 0) {
+        std::unique_lock lk(mu);
+        cv.wait_for(lk, std::chrono::seconds(30), [&] { return arrived.size() == 3; });
+      }
+      job.replica_all_gather({});  // nobody shuts down while a peer may still send
+      transport.shutdown();
     });
   for (auto& t : th)
     t.join();
+  std::sort(arrived.begin(), arrived.end());
+  EXPECT_EQ(arrived, (std::vector<std::size_t>{8, 8, std::size_t{1} << 20}));
   for (int r : {0, 2, 3}) {
     ASSERT_EQ(got[r].size(), 3u) << r;
     for (int i = 0; i < 3; ++i) {
