@@ -116,6 +116,14 @@ def run(pp, dp, m, transport):
     assert (tie3 in opt3.state) == holds, f"rank {pipe.rank}: loaded momentum of the tie"
     if holds:
         same_momentum(opt3, ref_opt, tie3, ref_tie, f"tied momentum, rank {pipe.rank}")
+    # A load that fails on one process alone (rank 0's folder is missing) is told to every
+    # process, where the others waited in the copies' exchange.
+    try:
+        pipe3.load(base + ("-missing" if pipe.rank == 0 else "-b"), opt3)
+    except (FileNotFoundError, RuntimeError) as e:
+        assert ("no part-" if pipe.rank == 0 else "could not load the checkpoint") in str(e), e
+    else:
+        raise AssertionError(f"rank {pipe.rank}: a load that failed on rank 0 went on")
     pipe3.save(base + "-c")  # nobody removes the folders while another process reads them
     if pipe.rank == 0:
         import shutil

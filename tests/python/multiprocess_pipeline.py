@@ -142,18 +142,19 @@ if dp > 1:
             ["the replicas train different parameters"])
     print(f"rank {job_rank()}: replicas training different parameters refused", flush=True)
 
-    # ... and replicas that train different numbers of values (replica 1 froze a block's
-    # attention), on every process alike, naming what each holds.
+    # ... and replicas that train different numbers of values on one stage alone (replica 1
+    # froze the last chunk's attention): every process refuses the step before it runs, the
+    # other stages too (they used to go on and wait for the last stage's processes).
     def frozen_attention(i):
         c = lm.chunks(pp)[i]
-        if job_rank() // pp == 1:
+        if job_rank() // pp == 1 and i == pp - 1:
             for block in c:
                 if hasattr(block, "qkv"):
                     block.qkv.requires_grad_(False)
         return c
 
     refused(lambda: dp_step(frozen_attention), "replicas training different sizes",
-            ["the replicas' gradients differ (replica 0:", "float32 values of", "replica 1:"])
+            [f"the replicas train different parameters on stage {pp - 1}", "replica 1"])
 
     # Gradients of another dtype than float32 (a bfloat16 or float64 model) are summed in
     # their own dtype, the replicas' sums added in replica order; they failed as not float32.

@@ -158,3 +158,49 @@ def test_a_copy_gone_from_its_chunk_is_refused():
     del pipe.chunks[PP - 1][-1].embed.weight
     with pytest.raises(ValueError, match=r"3.1.embed.weight is no longer a parameter"):
         pipe.step(*lm.batches(M, seed=0))
+
+
+def test_a_copy_replaced_before_a_refused_step_is_still_made_equal():
+    # The refused step (a batch that does not split) ends before the copies are compared; the
+    # replacement is remembered, and the next step gives the new copy holder 0's values.
+    pipe = pipeline()
+    head, first = pipe.chunks[PP - 1][-1], pipe.chunks[0][0].tok.weight
+    head.embed.weight = torch.nn.Parameter(torch.randn_like(first))
+    xs, ys = lm.batches(M, seed=0)
+    with pytest.raises(ValueError):
+        pipe.step(torch.zeros(M + 1, 3, dtype=torch.long), torch.zeros(M + 1, 3, dtype=torch.long))
+    pipe.step(xs, ys)
+    assert torch.equal(head.embed.weight, first)
+
+
+def test_a_copy_replaced_between_accumulating_steps_gets_the_first_copys_gradient():
+    # Without zero_grad the step adds onto .grad; a new copy has none, so it takes holder 0's
+    # with its values, and both copies end the step with the same gradient.
+    pipe = pipeline()
+    head, first = pipe.chunks[PP - 1][-1], pipe.chunks[0][0].tok.weight
+    xs, ys = lm.batches(M, seed=0)
+    pipe.step(xs, ys)
+    head.embed.weight = torch.nn.Parameter(first.detach().clone())
+    pipe.step(xs, ys)
+    assert torch.equal(head.embed.weight.grad, first.grad)
+
+
+def test_the_replicas_sum_refuses_replicas_of_other_sizes():
+    # The sum's own check, behind the layout marks compared before the step: replicas whose
+    # gradients differ in size are named, on every replica alike.
+    from rrfp import _grads, _wire
+
+    class TwoReplicas:
+        def __init__(self, other):
+            self.other = other
+
+        def dp_all_gather(self, mine):
+            return [mine, self.other]
+
+    a = torch.nn.Linear(3, 2)
+    pairs_a = [(p, torch.ones_like(p)) for p in a.parameters()]
+    theirs = _wire.pack([("torch.float32", torch.ones(12)),
+                         ("meta", torch.tensor([1.0, 1.0, 5.0], dtype=torch.float64))])
+    with pytest.raises(ValueError, match=r"replica 0: 8 float32 values of 2 parameters; "
+                                         r"replica 1: 12 float32 values of 2 parameters"):
+        _grads.sum_over_replicas(TwoReplicas(theirs), 2, pairs_a, 5)

@@ -96,12 +96,8 @@ class Ties:
                "errors say why")
         # Every stage's holders, their shapes and dtypes: which stages hold which tie.
         every = self._gather([(g, h, (tuple(p.shape), str(p.dtype))) for g, h, p in local])
-        keep = []
-        for gi, members in enumerate(groups):
-            mine = sorted(((h, info) for _, g, h, info in every if g == gi), key=lambda e: e[0])
-            _refuse_unlike(members, mine)
-            if len(mine) > 1:  # one holder: one parameter, which GradSums sums exactly
-                keep.append(gi)
+        keep = agreed(core, lambda: _kept(groups, every),
+                      "tied: the copies of a tie differ in another replica; its processes say how")
         self.groups = [groups[gi] for gi in keep]
         self.local = [(keep.index(g), h, p) for g, h, p in local if g in keep]
         stages = {}  # tie -> the stages holding it
@@ -118,6 +114,7 @@ class Ties:
                 same[1].append(g)
         self._index()
         self.flags = []
+        self._pending = set()  # (tie, holder): replaced, not yet given holder 0's values
         self.copy_first()
 
     def _index(self):
@@ -138,30 +135,28 @@ class Ties:
                 kind = zlib.crc32(f"{tuple(q.shape)} {q.dtype}".encode())
             except AttributeError:  # gone: told to every process by check(), as a kind of -1
                 q, kind = p, -1
+            if q is not p:  # pending until copy_first has run, whatever fails before
+                self._pending.add((g, h))
             now.append((g, h, q))
-            flags += [float(g), float(h), float(q.requires_grad), float(q is not p), float(kind)]
+            flags += [float(g), float(h), float(q.requires_grad), float((g, h) in self._pending),
+                      float(kind)]
         if any(q is not p for (_, _, p), (_, _, q) in zip(self.local, now)):
             self.local = now
             self._index()
         self.flags = flags
 
-    def check(self, replicas, mine):
+    def check(self, replicas, mine, training=True):
         """Every replica's flags (refresh: its processes' flags one after the other), `mine`
-        this process's replica. A tie that some copy trains and another freezes, or whose copy
-        was replaced by one of another shape or dtype or is gone, is refused on every process
-        before the step runs (where the copies' processes alone would learn it at the step's
-        end, and the others wait for them). A replaced copy takes holder 0's values."""
-        replaced = False
+        this process's replica. A copy gone from its chunk or replaced by one of another shape
+        or dtype, and for a training step a tie that some copy trains and another freezes (in
+        any replica), is refused on every process before the step runs (where the copies'
+        processes alone would learn it at the step's end, and the others wait for them). A
+        replaced copy then takes holder 0's values."""
+        replaced, trains = False, {}
         for r, flat in enumerate(replicas):
             entries = [flat[k:k + 5] for k in range(0, len(flat), 5)]
             for gi, members in enumerate(self.groups):
                 got = sorted((e for e in entries if int(e[0]) == gi), key=lambda e: e[1])
-                if len({e[2] for e in got}) > 1:
-                    frozen = [_name(members[int(e[1])]) for e in got if not e[2]]
-                    raise ValueError(
-                        f"tied: parameter '{_name(members[0])}' is trained by some of its "
-                        f"copies and frozen in others ({', '.join(frozen)}); freeze and "
-                        "unfreeze a tie's every copy alike")
                 gone = [_name(members[int(e[1])]) for e in got if e[4] == -1]
                 if gone:
                     raise ValueError(f"tied: {', '.join(gone)} is no longer a parameter of its "
@@ -170,19 +165,36 @@ class Ties:
                     raise ValueError(
                         f"tied: a copy of '{_name(members[0])}' was replaced by a parameter of "
                         "another shape or dtype than the others; replace every copy alike")
+                trains.setdefault(gi, []).extend((r, e) for e in got)
                 replaced = replaced or (r == mine and any(e[3] for e in got))
+        for gi, es in trains.items():
+            if training and len({e[2] for _, e in es}) > 1:
+                where = f" in replica {{}}" if len(replicas) > 1 else ""
+                frozen = sorted({_name(self.groups[gi][int(e[1])]) + where.format(r)
+                                 for r, e in es if not e[2]})
+                raise ValueError(
+                    f"tied: parameter '{_name(self.groups[gi][0])}' is trained by some of its "
+                    f"copies and frozen in others ({', '.join(frozen)}); freeze and unfreeze a "
+                    "tie's every copy alike")
         if replaced:
             self.copy_first()
 
     def copy_first(self):
-        """Makes every copy hold holder 0's values (at construction; after a checkpoint is
-        loaded, whose entries each copy loads on its own; after a copy is replaced)."""
-        first = {g: t for g, h, _, t in self._exchange(
-            [(g, h, None, p if h == 0 else None) for g, h, p in self.local]) if h == 0}
+        """Makes every copy hold holder 0's values and gradient (at construction; after a
+        checkpoint is loaded, whose entries each copy loads on its own; after a copy is
+        replaced: a new copy has no gradient yet where the others may have one)."""
+        entries = []
+        for g, h, p in self.local:
+            if h == 0:
+                entries += [(g, h, "value", p), (g, h, "grad", p.grad)]
+        first = {(g, i): t for g, h, i, t in self._exchange(entries) if h == 0}
         with torch.no_grad():
             for g, h, p in self.local:
                 if h != 0:
-                    p.copy_(first[g])
+                    p.copy_(first[(g, "value")])
+                    grad = first[(g, "grad")]
+                    p.grad = None if grad is None else grad.to(p.device, copy=True)
+        self._pending.clear()
 
     def _gather(self, entries):
         """Every stage's entries (group, holder, info) of this replica, as (stage, *entry)."""
@@ -259,6 +271,18 @@ def _resolve(groups, chunks, local):
 
 def _name(member):
     return f"{member[0]}.{member[1]}"
+
+
+def _kept(groups, every):
+    """The ties held by more than one copy (one copy is one parameter, which GradSums sums
+    exactly), each tie's copies alike: the same shape and dtype everywhere."""
+    keep = []
+    for gi, members in enumerate(groups):
+        mine = sorted(((h, info) for _, g, h, info in every if g == gi), key=lambda e: e[0])
+        _refuse_unlike(members, mine)
+        if len(mine) > 1:
+            keep.append(gi)
+    return keep
 
 
 def _refuse_unlike(members, mine):

@@ -220,6 +220,7 @@ class Pipeline:
         written atomically), the optimizer's state named by parameter, and `extra` (the step,
         say). Every process of a job calls it; with dp > 1 replica 0 writes. Returns once every
         part is written."""
+        self._refresh_ties()  # a tie's replaced copy is named as the tie
         if self.replica == 0:
             checkpoint.save(path, self.rank, self.chunks, optimizer,
                             dict(extra, **{_SEED_STEP: self._data.seed_step}), self._canonical())
@@ -230,14 +231,23 @@ class Pipeline:
         """Loads a checkpoint that save() wrote on any layout cutting the model into the same
         chunks (other P, V, placement, threads or processes): this process's chunks and, given
         an optimizer over their parameters, its state. Returns the `extra` it was saved with.
-        Training on from it is bitwise training on without the stop."""
+        Training on from it is bitwise training on without the stop. Every process of a job
+        calls it; one that cannot load (a missing folder, a missing entry) is told to every
+        other, which raises too."""
+        self._refresh_ties()
+        extra = agreed(self._core, lambda: self._load_here(path, optimizer),
+                       "load: process(es) {bad} could not load the checkpoint; their own errors "
+                       "say why")
+        if self._ties is not None:  # each copy loaded its own entry: the first's values win
+            self._ties.copy_first()
+        return extra
+
+    def _load_here(self, path, optimizer):
         model, optim, extra = checkpoint.load_parts(path)
         extra = dict(extra or {})
         if _SEED_STEP in extra:  # a seeded pipeline goes on drawing as it would have
             self._data.seed_step = extra.pop(_SEED_STEP)
         self.load_state_dict(model)
-        if self._ties is not None:  # each copy loaded its own entry: the first's values win
-            self._ties.copy_first()
         if optimizer is not None:
             if optim is None:
                 raise KeyError(f"checkpoint '{path}': it holds no optimizer state")
@@ -247,6 +257,11 @@ class Pipeline:
     def _canonical(self):
         return self._ties.canonical if self._ties else {}
 
+    def _refresh_ties(self):
+        """The ties' copies as the chunks hold them now (a copy may have been replaced)."""
+        if self._ties is not None:
+            self._ties.refresh()
+
     def clip_grad_norm_(self, max_norm, norm_type=2.0, error_if_nonfinite=False):
         """torch.nn.utils.clip_grad_norm_ over the whole model's parameters, wherever its chunks
         run: with a process per stage, the norm is the model's (gathered from every stage of
@@ -254,6 +269,7 @@ class Pipeline:
         the same factor. Every process of a job calls it, after step() and before the
         optimizer's step. Returns the total norm; the same bits as torch's function over the
         parameters of the chunks in model order."""
+        self._refresh_ties()  # the norm counts a tie's first copy as it is now
         return clip_grad_norm(self, max_norm, norm_type, error_if_nonfinite)
 
     def step(self, inputs, targets=None):
@@ -291,8 +307,7 @@ class Pipeline:
         with targets (on every process of the replica), else None. Raises as step() does.
         """
         with self._one_step("eval_step"):
-            if self._ties is not None:
-                self._ties.refresh()
+            self._refresh_ties()
             self._data.eval = True
             try:
                 rec, total = self._run(inputs, targets, None)
@@ -322,9 +337,10 @@ class Pipeline:
         finally:
             self._busy.release()
 
-    def _run(self, inputs, targets, sums):
+    def _run(self, inputs, targets, sums, layout=None):
         """One pass of the runtime over the batch: the step's record and the sum of the
-        microbatch losses (None where this process has none)."""
+        microbatch losses (None where this process has none). layout: with dp > 1, the mark of
+        what this process trains (trained_layout), compared over the replicas first."""
         m = self._core.microbatches
         if isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor) and \
                 inputs.dim() > 0 and targets.dim() > 0 and inputs.shape[0] != targets.shape[0]:
@@ -340,9 +356,9 @@ class Pipeline:
                 refuse_grad_outside(found[0], "inputs", "inside the first chunk")
                 refuse_grad_outside(found[1], "targets", "inside loss_fn")
             if self._core.world > 1:
-                self._check_one_batch_per_replica(found)
+                self._check_before_step(found, layout, sums is not None)
             elif self._ties is not None:
-                self._ties.check([self._ties.flags], 0)
+                self._ties.check([self._ties.flags], 0, sums is not None)
         except BaseException:
             self._data.inputs, self._data.targets = [], []  # a refused step keeps no batch
             raise
@@ -377,46 +393,58 @@ class Pipeline:
     def _run_step(self, inputs, targets):
         for r in self._runners:
             r.refresh_params()
+        self._refresh_ties()
         ties = self._ties
-        if ties is not None:
-            ties.refresh()
         chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
         sums = GradSums(chunk_params, from_grad=self._dp == 1,
                         fresh=ties.holders if ties else ())
-        rec, total = self._run(inputs, targets, sums)
+        layout = trained_layout(self.chunks, chunk_params, self._dp) if self._dp > 1 else None
+        rec, total = self._run(inputs, targets, sums, layout)
         pairs = self._data.sums.pairs()
         self._data.sums = None
         if ties is not None:  # every holder of a tie gets the tie's sum
             pairs = ties.sum(pairs, add_previous=self._dp == 1)
         if self._dp > 1:  # every replica joins, training something or not
-            pairs = sum_over_replicas(self._core, self._dp, pairs,
-                                      trained_layout(self.chunks, chunk_params, self._dp))
+            pairs = sum_over_replicas(self._core, self._dp, pairs, layout)
         for p, g in pairs:
             if g is not None:
                 p.grad = g
         self.last_step = StepRecord(rec)
         return self._replica_loss(total)
 
-    def _check_one_batch_per_replica(self, found):
-        """With a process per stage, the first stage takes the inputs and the last the targets,
-        each from its own process's call: the processes of a replica must pass the same batch,
-        or inputs would be trained against another batch's targets. A digest of each process's
-        batch, compared over the job, turns that into an error on every process. (torch's
-        generator starts from a different seed in every process: seed it alike.) The same
-        gather carries the ties' flags (Ties.refresh), checked on every process."""
+    def _check_before_step(self, found, layout, training):
+        """What every process of the job must agree on before a step runs, in one gather, each
+        refused on every process (raised where it fails alone, the others would wait for it in
+        the step's collectives until their timeout):
+        - The processes of a replica pass the same batch: the first stage takes the inputs and
+          the last the targets, each from its own process's call, so inputs would be trained
+          against another batch's targets. A digest of each process's batch is compared. (torch's
+          generator starts from a different seed in every process: seed it alike.)
+        - With dp > 1, every replica trains the same parameters of a stage (the layout marks).
+        - The ties' copies agree (Ties.check)."""
         mine = [float(digest(self._data.inputs, found[0])),
-                float(digest(self._data.targets or [], found[1]))]
+                float(digest(self._data.targets or [], found[1])),
+                -1.0 if layout is None else float(layout)]
         every = self._core.all_gather(mine + (self._ties.flags if self._ties else []))
-        pp = self.pp
-        peers = every[self.replica * pp:(self.replica + 1) * pp]
-        if any(p[:2] != peers[0][:2] for p in peers):
-            raise ValueError(
-                "inputs, targets: the processes of a replica passed different batches to step(); "
-                "each must pass the same one (seed torch's generator alike in every process, "
-                "e.g. torch.manual_seed(0), or load the same data)")
+        pp, dp = self.pp, self._dp
+        for r in range(dp):
+            peers = every[r * pp:(r + 1) * pp]
+            if any(p[:2] != peers[0][:2] for p in peers):
+                raise ValueError(
+                    "inputs, targets: the processes of a replica passed different batches to "
+                    f"step(){f' (replica {r})' if dp > 1 else ''}; each must pass the same one "
+                    "(seed torch's generator alike in every process, e.g. torch.manual_seed(0), "
+                    "or load the same data)")
+        for s in range(pp):
+            marks = [every[r * pp + s][2] for r in range(dp)]
+            bad = next((r for r, v in enumerate(marks) if v != marks[0]), None)
+            if bad is not None:
+                raise ValueError(
+                    f"dp: the replicas train different parameters on stage {s} (replica 0 and "
+                    f"replica {bad}); every replica must freeze and unfreeze alike")
         if self._ties is not None:
-            self._ties.check([[x for s in range(pp) for x in every[r * pp + s][2:]]
-                              for r in range(self._dp)], self.replica)
+            self._ties.check([[x for s in range(pp) for x in every[r * pp + s][3:]]
+                              for r in range(dp)], self.replica, training)
 
     def _replica_loss(self, total):
         """The step's loss on every process of the replica: the process running the last chunk
