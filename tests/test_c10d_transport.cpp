@@ -2,6 +2,7 @@
 // threads: one Gloo process group per thread, met through an in-process store, over loopback;
 // and the c10d job's exchange among some stages beside a live transport.
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "comm/c10d_transport.hpp"
 #include "core/error.hpp"
 #include "dist/c10d_world.hpp"
+#include "job_conformance.hpp"
 #include "transport_conformance.hpp"
 
 namespace rrfp::test {
@@ -42,6 +44,36 @@ std::vector<std::unique_ptr<Transport>> make_c10d_transports(int n) {
 INSTANTIATE_TEST_SUITE_P(Transports, Conformance,
                          ::testing::Values(std::make_pair("c10d_gloo",
                                                           Factory(make_c10d_transports))),
+                         [](const auto& info) { return std::string(info.param.first); });
+
+// The job conformance suite (job_conformance.hpp) on the c10d job: each rank a thread with a
+// Gloo group of its replica's stages and one of its stage's replicas, as torch.distributed's
+// new_group makes them for a pipeline with dp > 1.
+std::vector<std::unique_ptr<Job>> make_c10d_jobs(int pp, int dp) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto group = [&](const std::string& name, int rank, int size) {
+    auto opt = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
+    opt->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(
+        c10::make_intrusive<c10d::PrefixStore>(name, store), rank, size, opt);
+  };
+  std::vector<std::unique_ptr<Job>> out(static_cast<std::size_t>(pp * dp));
+  std::vector<std::thread> th;
+  for (int r = 0; r < pp * dp; ++r)
+    th.emplace_back([&, r] {  // every group's constructor waits for its other members
+      const int replica = r / pp, stage = r % pp;
+      auto pipeline = group("pipe" + std::to_string(replica), stage, pp);
+      auto replicas = group("dp" + std::to_string(stage), replica, dp);
+      out[r] = std::make_unique<C10dWorld>(pipeline, replicas, std::chrono::seconds(30));
+      out[r]->set_layout(JobLayout{pp, 1, dp});
+    });
+  for (auto& t : th)
+    t.join();
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Jobs, JobConformance,
+                         ::testing::Values(std::make_pair("c10d_gloo", JobFactory(make_c10d_jobs))),
                          [](const auto& info) { return std::string(info.param.first); });
 
 // Stages 0, 2 and 3 of four exchange bytes of different sizes (the copies of ties) while the

@@ -12,6 +12,7 @@
 #include "dist/job.hpp"
 #include "dist/local_job.hpp"
 #include "dist/step_merge.hpp"
+#include "job_conformance.hpp"
 #include "rank_threads.hpp"
 #include "runtime/errors.hpp"
 #include "runtime_helpers.hpp"
@@ -119,52 +120,15 @@ TEST(DpSum, AddsInReplicaOrderAndRefusesReplicasOfOtherSizes) {
   }
 }
 
-// The exchange among some stages (the copies of a tied parameter): stages 0, 2 and 3 of each
-// replica swap bytes of different sizes while stage 1 takes no part; a list without this
-// stage, or out of order, is refused.
-TEST(Exchange, SwapsBytesAmongItsPeersAloneAndRefusesABadList) {
-  auto jobs = make_local_jobs(8);  // P = 4, DP = 2
-  std::vector<std::vector<std::vector<std::byte>>> got(8);
-  const std::vector<int> peers = {0, 2, 3};
-  on_every_rank(8, [&](int r) {
-    jobs[r]->set_layout(JobLayout{4, 1, 2});
-    if (r % 4 == 1) return;
-    std::vector<std::byte> mine(static_cast<std::size_t>(r + 1), std::byte(r));
-    got[r] = jobs[r]->exchange(mine, peers);
-  });
-  for (int r : {0, 2, 3, 4, 6, 7}) {
-    ASSERT_EQ(got[r].size(), 3u) << r;
-    for (int i = 0; i < 3; ++i) {
-      const int from = r / 4 * 4 + peers[i];
-      EXPECT_EQ(got[r][i],
-                std::vector<std::byte>(static_cast<std::size_t>(from + 1), std::byte(from)))
-          << "rank " << r << ", peer " << peers[i];
-    }
-  }
-  EXPECT_THROW(jobs[1]->exchange({}, peers), InputError);  // stage 1 is not among them
-  const std::vector<int> backwards = {3, 1};
-  EXPECT_THROW(jobs[1]->exchange({}, backwards), InputError);
-}
-
-// The replica's gather (parameters that several stages share): every endpoint gets its own
-// replica's bytes by endpoint, never another replica's; counts may differ.
-TEST(ReplicaAllGather, GivesEachReplicaItsOwnStagesBytesByStage) {
-  auto jobs = make_local_jobs(6);  // P = 3, DP = 2
-  std::vector<std::vector<std::vector<std::byte>>> got(6);
-  on_every_rank(6, [&](int r) {
-    jobs[r]->set_layout(JobLayout{3, 1, 2});
-    std::vector<std::byte> mine(static_cast<std::size_t>(r), std::byte(r));  // rank 0: empty
-    got[r] = jobs[r]->replica_all_gather(mine);
-  });
-  for (int r = 0; r < 6; ++r) {
-    ASSERT_EQ(got[r].size(), 3u) << r;
-    for (int s = 0; s < 3; ++s) {
-      const int from = r / 3 * 3 + s;
-      EXPECT_EQ(got[r][s], std::vector<std::byte>(static_cast<std::size_t>(from), std::byte(from)))
-          << "rank " << r << ", stage " << s;
-    }
-  }
-}
+// The job conformance suite (job_conformance.hpp) on the local job: ranks as threads.
+INSTANTIATE_TEST_SUITE_P(Jobs, JobConformance,
+                         ::testing::Values(std::make_pair("local", JobFactory([](int pp, int dp) {
+                                                            auto jobs = make_local_jobs(pp * dp);
+                                                            for (auto& j : jobs)
+                                                              j->set_layout(JobLayout{pp, 1, dp});
+                                                            return jobs;
+                                                          }))),
+                         [](const auto& info) { return std::string(info.param.first); });
 
 }  // namespace
 }  // namespace rrfp::test
