@@ -204,3 +204,19 @@ def test_the_replicas_sum_refuses_replicas_of_other_sizes():
     with pytest.raises(ValueError, match=r"replica 0: 8 float32 values of 2 parameters; "
                                          r"replica 1: 12 float32 values of 2 parameters"):
         _grads.sum_over_replicas(TwoReplicas(theirs), 2, pairs_a, 5)
+
+
+def test_copies_made_one_object_count_once():
+    # The head's copy replaced by the embedding's parameter itself: one object in two chunks,
+    # whose uses GradSums adds as a plain loop does, and which the tie no longer adds twice.
+    pipe = pipeline()
+    first = pipe.chunks[0][0].tok.weight
+    pipe.chunks[PP - 1][-1].embed.weight = first
+    xs, ys = lm.batches(M, seed=0)
+    pipe.step(xs, ys)
+    ref = test_tied.tied_gpt(PP)  # the same model, tied as one object from the start
+    ref[0].load_state_dict(pipe.chunks[0].state_dict())
+    for c in range(1, PP):
+        ref[c].load_state_dict(pipe.chunks[c].state_dict(), strict=False)
+    lm.reference_step(ref, xs, ys)
+    assert torch.equal(first.grad, ref[0][0].tok.weight.grad)

@@ -127,7 +127,7 @@ class Ties:
     def refresh(self):
         """As a step starts: each holder's parameter as the chunk holds it now (a copy may have
         been replaced), and what every process must agree on before the step runs (check)."""
-        flags, now = [], []
+        flags, now, seen = [], [], set()
         for g, h, p in self.local:
             c, name = self.groups[g][h]
             try:
@@ -135,12 +135,16 @@ class Ties:
                 kind = zlib.crc32(f"{tuple(q.shape)} {q.dtype}".encode())
             except AttributeError:  # gone: told to every process by check(), as a kind of -1
                 q, kind = p, -1
+            if (g, id(q)) in seen:  # now one object with an earlier copy: GradSums sums it
+                continue
+            seen.add((g, id(q)))
             if q is not p:  # pending until copy_first has run, whatever fails before
                 self._pending.add((g, h))
             now.append((g, h, q))
             flags += [float(g), float(h), float(q.requires_grad), float((g, h) in self._pending),
                       float(kind)]
-        if any(q is not p for (_, _, p), (_, _, q) in zip(self.local, now)):
+        if len(now) != len(self.local) or any(
+                q is not p for (_, _, p), (_, _, q) in zip(self.local, now)):
             self.local = now
             self._index()
         self.flags = flags
