@@ -1,5 +1,6 @@
 """The batch a step is given: split into microbatches, and checked before any task runs (no
-gradient expected from the inputs or targets, the same batch on every process of a replica)."""
+gradient expected from the inputs or targets, the same batch on every process of a replica,
+with what else the processes must agree on before a step: check_before_step)."""
 import zlib
 
 import torch
@@ -49,3 +50,38 @@ def split(batch, m, name):
         return list(torch.tensor_split(batch, m))
     raise TypeError(f"{name}: expected a tensor or a list of {m} microbatches, "
                     f"got {type(batch).__name__}")
+
+
+def check_before_step(pipe, found, layout, training):
+    """What every process of the job must agree on before a step runs, in one gather, each
+    refused on every process (raised where it fails alone, the others would wait for it in
+    the step's collectives until their timeout):
+    - The processes of a replica pass the same batch: the first stage takes the inputs and
+      the last the targets, each from its own process's call, so inputs would be trained
+      against another batch's targets. A digest of each process's batch is compared. (torch's
+      generator starts from a different seed in every process: seed it alike.)
+    - With dp > 1, every replica trains the same parameters of a stage (the layout marks).
+    - The ties' copies agree (Ties.check)."""
+    mine = [float(digest(pipe._data.inputs, found[0])),
+            float(digest(pipe._data.targets or [], found[1])),
+            -1.0 if layout is None else float(layout)]
+    every = pipe._core.all_gather(mine + (pipe._ties.flags if pipe._ties else []))
+    pp, dp = pipe.pp, pipe._dp
+    for r in range(dp):
+        peers = every[r * pp:(r + 1) * pp]
+        if any(p[:2] != peers[0][:2] for p in peers):
+            raise ValueError(
+                "inputs, targets: the processes of a replica passed different batches to "
+                f"step(){f' (replica {r})' if dp > 1 else ''}; each must pass the same one "
+                "(seed torch's generator alike in every process, e.g. torch.manual_seed(0), "
+                "or load the same data)")
+    for s in range(pp):
+        marks = [every[r * pp + s][2] for r in range(dp)]
+        bad = next((r for r, v in enumerate(marks) if v != marks[0]), None)
+        if bad is not None:
+            raise ValueError(
+                f"dp: the replicas train different parameters on stage {s} (replica 0 and "
+                f"replica {bad}); every replica must freeze and unfreeze alike")
+    if pipe._ties is not None:
+        pipe._ties.check([[x for s in range(pp) for x in every[r * pp + s][3:]]
+                          for r in range(dp)], pipe.replica, training)

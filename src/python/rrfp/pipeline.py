@@ -6,7 +6,7 @@ import threading
 import torch
 
 from . import _rrfp, checkpoint
-from ._batch import digest, refuse_grad_outside, split as split_batch
+from ._batch import check_before_step, refuse_grad_outside, split as split_batch
 from ._caller import CallerState
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
@@ -356,7 +356,7 @@ class Pipeline:
                 refuse_grad_outside(found[0], "inputs", "inside the first chunk")
                 refuse_grad_outside(found[1], "targets", "inside loss_fn")
             if self._core.world > 1:
-                self._check_before_step(found, layout, sums is not None)
+                check_before_step(self, found, layout, sums is not None)
             elif self._ties is not None:
                 self._ties.check([self._ties.flags], 0, sums is not None)
         except BaseException:
@@ -411,40 +411,6 @@ class Pipeline:
                 p.grad = g
         self.last_step = StepRecord(rec)
         return self._replica_loss(total)
-
-    def _check_before_step(self, found, layout, training):
-        """What every process of the job must agree on before a step runs, in one gather, each
-        refused on every process (raised where it fails alone, the others would wait for it in
-        the step's collectives until their timeout):
-        - The processes of a replica pass the same batch: the first stage takes the inputs and
-          the last the targets, each from its own process's call, so inputs would be trained
-          against another batch's targets. A digest of each process's batch is compared. (torch's
-          generator starts from a different seed in every process: seed it alike.)
-        - With dp > 1, every replica trains the same parameters of a stage (the layout marks).
-        - The ties' copies agree (Ties.check)."""
-        mine = [float(digest(self._data.inputs, found[0])),
-                float(digest(self._data.targets or [], found[1])),
-                -1.0 if layout is None else float(layout)]
-        every = self._core.all_gather(mine + (self._ties.flags if self._ties else []))
-        pp, dp = self.pp, self._dp
-        for r in range(dp):
-            peers = every[r * pp:(r + 1) * pp]
-            if any(p[:2] != peers[0][:2] for p in peers):
-                raise ValueError(
-                    "inputs, targets: the processes of a replica passed different batches to "
-                    f"step(){f' (replica {r})' if dp > 1 else ''}; each must pass the same one "
-                    "(seed torch's generator alike in every process, e.g. torch.manual_seed(0), "
-                    "or load the same data)")
-        for s in range(pp):
-            marks = [every[r * pp + s][2] for r in range(dp)]
-            bad = next((r for r, v in enumerate(marks) if v != marks[0]), None)
-            if bad is not None:
-                raise ValueError(
-                    f"dp: the replicas train different parameters on stage {s} (replica 0 and "
-                    f"replica {bad}); every replica must freeze and unfreeze alike")
-        if self._ties is not None:
-            self._ties.check([[x for s in range(pp) for x in every[r * pp + s][3:]]
-                              for r in range(dp)], self.replica, training)
 
     def _replica_loss(self, total):
         """The step's loss on every process of the replica: the process running the last chunk
