@@ -9,20 +9,6 @@
 #include "core/error.hpp"
 
 namespace rrfp {
-namespace {
-
-// Each rank's bytes read as values of T.
-template <typename T>
-std::vector<std::vector<T>> values_of(const std::vector<std::vector<std::byte>>& all) {
-  std::vector<std::vector<T>> out;
-  for (const auto& b : all) {
-    auto& v = out.emplace_back(b.size() / sizeof(T));
-    std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
-  }
-  return out;
-}
-
-}  // namespace
 
 C10dWorld::C10dWorld(c10::intrusive_ptr<c10d::ProcessGroup> pipeline,
                      c10::intrusive_ptr<c10d::ProcessGroup> replicas,

@@ -4,6 +4,7 @@
 // connects it, and the few collectives training needs outside the pipeline (the global
 // gradient norm, the step's loss, the data-parallel gradient sum). comm/mpi_world implements it.
 #include <cstddef>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,6 +51,17 @@ class Job {
   // Ends every process of the job with `code` (after an error on this one).
   [[noreturn]] virtual void abort(int code) = 0;
 };
+
+// Each member's bytes of a byte all-gather read as values of T.
+template <typename T>
+std::vector<std::vector<T>> values_of(const std::vector<std::vector<std::byte>>& all) {
+  std::vector<std::vector<T>> out;
+  for (const auto& b : all) {
+    auto& v = out.emplace_back(b.size() / sizeof(T));
+    std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
+  }
+  return out;
+}
 
 // Replaces `values` by their sum over the data-parallel replicas, added in replica order, so
 // every replica holds the same bits.

@@ -186,12 +186,21 @@ void wait_napping(MPI_Request& req, const char* what) {
   wait_all_napping(std::span<MPI_Request>(&req, 1), what);
 }
 
-// Bytes are sent in pieces an int counts.
-constexpr std::size_t kPiece = std::size_t{1} << 30;
+// Posts post(at, n, request) for each piece of `size` bytes, in order, into `reqs`: bytes go in
+// pieces an int counts.
+template <typename Post>
+void post_pieces(std::size_t size, std::vector<MPI_Request>& reqs, Post&& post) {
+  constexpr std::size_t kPiece = std::size_t{1} << 30;
+  for (std::size_t at = 0; at < size; at += kPiece) {
+    reqs.emplace_back();
+    post(at, static_cast<int>(std::min(kPiece, size - at)), &reqs.back());
+  }
+}
 
 // Variable-length all-gather of bytes on `comm`, by rank, of any size: the sizes as 64-bit
 // counts, then each rank's bytes broadcast from it in pieces (an int-counted all-gather of
-// bytes ends at 2 GiB over all ranks, which a data-parallel gradient sum passes).
+// bytes ends at 2 GiB over all ranks, which a data-parallel gradient sum passes). Every
+// all-gather of the job goes through it.
 std::vector<std::vector<std::byte>> gather_bytes_all(std::span<const std::byte> mine,
                                                      MPI_Comm comm) {
   int n = 0, me = 0;
@@ -208,42 +217,19 @@ std::vector<std::vector<std::byte>> gather_bytes_all(std::span<const std::byte> 
   for (int r = 0; r < n; ++r) {
     out[r].resize(counts[r]);
     if (r == me) std::copy(mine.begin(), mine.end(), out[r].begin());
-    for (std::size_t at = 0; at < counts[r]; at += kPiece) {
-      reqs.emplace_back();
-      mpi_check(MPI_Ibcast(out[r].data() + at, static_cast<int>(std::min(kPiece, counts[r] - at)),
-                           MPI_BYTE, r, comm, &reqs.back()),
-                "MPI_Ibcast");
-    }
+    post_pieces(counts[r], reqs, [&](std::size_t at, int n, MPI_Request* req) {
+      mpi_check(MPI_Ibcast(out[r].data() + at, n, MPI_BYTE, r, comm, req), "MPI_Ibcast");
+    });
   }
   wait_all_napping(reqs, "MPI_Ibcast");
   return out;
-}
-
-// Variable-length all-gather on `comm`, by rank (small: the counts are ints).
-template <typename T>
-std::vector<std::vector<T>> gather_all(std::span<const T> mine, MPI_Datatype type, MPI_Comm comm) {
-  int n = 0;
-  MPI_Comm_size(comm, &n);
-  int count = static_cast<int>(mine.size());
-  std::vector<int> counts(n);
-  MPI_Request req = MPI_REQUEST_NULL;
-  mpi_check(MPI_Iallgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm, &req),
-            "MPI_Iallgather");
-  wait_napping(req, "MPI_Iallgather");
-  const std::vector<int> at = offsets_of(counts);
-  std::vector<T> flat(at.back());
-  mpi_check(MPI_Iallgatherv(mine.data(), count, type, flat.data(), counts.data(), at.data(), type,
-                            comm, &req),
-            "MPI_Iallgatherv");
-  wait_napping(req, "MPI_Iallgatherv");
-  return split_by_rank(flat, counts);
 }
 
 }  // namespace
 
 std::vector<std::vector<double>> MpiWorld::all_gather(std::span<const double> mine) {
   auto d = deadline("MPI_Allgather (between steps)");
-  return gather_all(mine, MPI_DOUBLE, MPI_COMM_WORLD);
+  return values_of<double>(gather_bytes_all(std::as_bytes(mine), MPI_COMM_WORLD));
 }
 
 std::vector<std::vector<std::byte>> MpiWorld::dp_all_gather(std::span<const std::byte> mine) {
@@ -282,18 +268,14 @@ std::vector<std::vector<std::byte>> MpiWorld::exchange(std::span<const std::byte
   for (std::size_t i = 0; i < peers.size(); ++i) {
     if (i == me) continue;
     out[i].resize(sizes[i]);
-    for (std::size_t at = 0; at < sizes[i]; at += kPiece) {
-      reqs.emplace_back();
-      mpi_check(MPI_Irecv(out[i].data() + at, static_cast<int>(std::min(kPiece, sizes[i] - at)),
-                          MPI_BYTE, peers[i], kDataTag, comms_->pipe, &reqs.back()),
+    post_pieces(sizes[i], reqs, [&](std::size_t at, int n, MPI_Request* req) {
+      mpi_check(MPI_Irecv(out[i].data() + at, n, MPI_BYTE, peers[i], kDataTag, comms_->pipe, req),
                 "MPI_Irecv");
-    }
-    for (std::size_t at = 0; at < size; at += kPiece) {
-      reqs.emplace_back();
-      mpi_check(MPI_Isend(mine.data() + at, static_cast<int>(std::min(kPiece, size - at)), MPI_BYTE,
-                          peers[i], kDataTag, comms_->pipe, &reqs.back()),
+    });
+    post_pieces(size, reqs, [&](std::size_t at, int n, MPI_Request* req) {
+      mpi_check(MPI_Isend(mine.data() + at, n, MPI_BYTE, peers[i], kDataTag, comms_->pipe, req),
                 "MPI_Isend");
-    }
+    });
   }
   wait_all_napping(reqs, "MPI_Irecv");
   return out;
