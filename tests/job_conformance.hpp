@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,11 +34,25 @@ class JobConformance : public ::testing::TestWithParam<std::pair<const char*, Jo
     for (auto& t : th)
       t.join();
   }
+  // Runs gather(job, bytes_of_rank(r)) on every rank r, which must get `count` members' bytes,
+  // member i's being those of rank from(r, i).
+  using Gather = std::vector<std::vector<std::byte>> (*)(Job&, std::span<const std::byte>);
+  void expect_gathered(Gather gather, int count, int (*from)(int, int));
 };
 
 // r + 1 bytes of value r: every rank's its own size.
 inline std::vector<std::byte> bytes_of_rank(int r, std::size_t extra = 0) {
   return std::vector<std::byte>(static_cast<std::size_t>(r + 1) + extra, std::byte(r));
+}
+
+inline void JobConformance::expect_gathered(Gather gather, int count, int (*from)(int, int)) {
+  std::vector<std::vector<std::vector<std::byte>>> got(kRanks);
+  on_every_rank([&](int r, Job& job) { got[r] = gather(job, bytes_of_rank(r)); });
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(got[r].size(), static_cast<std::size_t>(count)) << r;
+    for (int i = 0; i < count; ++i)
+      EXPECT_EQ(got[r][i], bytes_of_rank(from(r, i))) << "rank " << r << ", member " << i;
+  }
 }
 
 TEST_P(JobConformance, AllGatherGivesEveryRanksValuesByRank) {
@@ -54,23 +69,13 @@ TEST_P(JobConformance, AllGatherGivesEveryRanksValuesByRank) {
 }
 
 TEST_P(JobConformance, ReplicaAllGatherGivesItsOwnStagesBytesByStage) {
-  std::vector<std::vector<std::vector<std::byte>>> got(kRanks);
-  on_every_rank([&](int r, Job& job) { got[r] = job.replica_all_gather(bytes_of_rank(r)); });
-  for (int r = 0; r < kRanks; ++r) {
-    ASSERT_EQ(got[r].size(), static_cast<std::size_t>(kP)) << r;
-    for (int s = 0; s < kP; ++s)
-      EXPECT_EQ(got[r][s], bytes_of_rank(r / kP * kP + s)) << "rank " << r << ", stage " << s;
-  }
+  expect_gathered([](Job& job, auto mine) { return job.replica_all_gather(mine); }, kP,
+                  [](int r, int s) { return r / kP * kP + s; });
 }
 
 TEST_P(JobConformance, DpAllGatherGivesItsStagesBytesInEveryReplica) {
-  std::vector<std::vector<std::vector<std::byte>>> got(kRanks);
-  on_every_rank([&](int r, Job& job) { got[r] = job.dp_all_gather(bytes_of_rank(r)); });
-  for (int r = 0; r < kRanks; ++r) {
-    ASSERT_EQ(got[r].size(), static_cast<std::size_t>(kDp)) << r;
-    for (int d = 0; d < kDp; ++d)
-      EXPECT_EQ(got[r][d], bytes_of_rank(d * kP + r % kP)) << "rank " << r << ", replica " << d;
-  }
+  expect_gathered([](Job& job, auto mine) { return job.dp_all_gather(mine); }, kDp,
+                  [](int r, int d) { return d * kP + r % kP; });
 }
 
 // Stages 0, 2 and 3 of each replica exchange messages of different sizes (1 MiB and more) while
