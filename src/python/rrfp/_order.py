@@ -28,9 +28,14 @@ def _stateful(m):
     if isinstance(m, torch.nn.modules.batchnorm._NormBase):
         return m.track_running_stats
     if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
-        return m.max_norm is not None
+        return _renormalizes(m)
     return isinstance(m, _STATEFUL) or (_SPECTRAL_HOOK is not None and any(
         isinstance(h, _SPECTRAL_HOOK) for h in m._forward_pre_hooks.values()))
+
+
+def _renormalizes(m):
+    """Whether module `m` is an embedding that renormalizes its rows to a max_norm."""
+    return isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and m.max_norm is not None
 
 
 def _renorm_breaks_backward():
@@ -58,7 +63,7 @@ def refuse_renormalizing_embeddings(c, chunk):
     if not _RENORM_BREAKS_BACKWARD:
         return
     for name, m in chunk.named_modules():
-        if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and m.max_norm is not None:
+        if _renormalizes(m):
             raise ValueError(
                 f"chunks: chunk {c} holds an embedding with max_norm ('{name}'), whose forward "
                 "renormalizes rows of its weight in place; a pipeline runs later microbatches' "
