@@ -200,6 +200,11 @@ if pp > 1:
     if pp >= 3:
         mp_tied.run_three(pp, transport, dp)
 
+# Loss scaling: a step whose gradients overflow on one stage alone is skipped by every stage.
+import mp_scaler  # noqa: E402
+
+mp_scaler.run(pp, dp, m, transport)
+
 # A chunk refused where it is built (a lazy parameter, in the last stage's process alone) is
 # told to every process, which raises too, where the others waited in the next collective.
 def lazy_last(i):

@@ -15,6 +15,7 @@ from . import _rrfp
 from ._seed import task_seed
 from .pipeline import Pipeline, StageError
 from .record import StepRecord
+from .scaler import GradScaler
 
 
 def simulate(**kwargs):
@@ -41,7 +42,7 @@ sys.excepthook = _excepthook
 schedule = _rrfp.schedule
 hint_names = _rrfp.hint_names
 
-__all__ = ["Pipeline", "StageError", "StepRecord", "simulate", "schedule", "hint_names", "split"]
+__all__ = ["Pipeline", "StageError", "GradScaler", "StepRecord", "simulate", "schedule", "hint_names", "split"]
 
 
 def split(model, points=None, *, chunks=None):

@@ -33,6 +33,7 @@ class StepData:
         self.targets = []
         self.losses = {}
         self.sums = None  # GradSums of the step
+        self.scaler = None  # rrfp.GradScaler: the backward starts from each loss times its scale
         # An evaluation step (Pipeline.eval_step): forwards under no_grad, the last chunk's
         # outputs kept by microbatch, and backward tasks that do nothing.
         self.eval = False
@@ -189,6 +190,8 @@ class StageRunner:
                                 + (f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
                                    else type(loss).__name__))
             self.data.losses[mb] = loss.detach()
+            if self.data.scaler is not None:
+                loss = self.data.scaler.scale(loss)
             self.work[(chunk, mb)] = _Work(inp, loss, tree_in)
             return None
         # One tensor travels on the one-tensor path and arrives wanting a gradient if it is a

@@ -25,6 +25,7 @@ StageError = _rrfp.StageError
 
 
 _SEED_STEP = "rrfp_seed_step"  # in a checkpoint's extras: the steps run, for seed=
+_SCALER = "rrfp_grad_scaler"  # and the GradScaler's state, for a pipeline that has one
 
 
 class Pipeline:
@@ -222,8 +223,11 @@ class Pipeline:
         part is written."""
         self._refresh_ties()  # a tie's replaced copy is named as the tie
         if self.replica == 0:
-            checkpoint.save(path, self.rank, self.chunks, optimizer,
-                            dict(extra, **{_SEED_STEP: self._data.seed_step}), self._canonical())
+            kept = {_SEED_STEP: self._data.seed_step}
+            if self._data.scaler is not None:
+                kept[_SCALER] = self._data.scaler.state_dict()
+            checkpoint.save(path, self.rank, self.chunks, optimizer, dict(extra, **kept),
+                            self._canonical())
         if self._core.world > 1:
             self._core.all_gather([])  # no process reads the folder before every part is there
 
@@ -247,6 +251,9 @@ class Pipeline:
         extra = dict(extra or {})
         if _SEED_STEP in extra:  # a seeded pipeline goes on drawing as it would have
             self._data.seed_step = extra.pop(_SEED_STEP)
+        scaler_state = extra.pop(_SCALER, None)  # a pipeline without a scaler ignores it
+        if scaler_state and self._data.scaler is not None and self._data.scaler.is_enabled():
+            self._data.scaler.load_state_dict(scaler_state)
         self.load_state_dict(model)
         if optimizer is not None:
             if optim is None:

@@ -1,0 +1,247 @@
+"""Loss scaling for float16 training, with the same API as torch.cuda.amp.GradScaler, whose
+decision to skip a step every process of a pipeline shares.
+
+Why not torch's: with a process per stage, torch's GradScaler looks for an infinity in that
+process's gradients alone. A stage whose gradients overflowed skips its optimizer step and
+halves its scale; the other stages step and keep theirs. From then on the last stage scales the
+loss by one factor and the others unscale by another: every later gradient is silently wrong.
+Here every process's finding is gathered over the job before any optimizer steps, so all of
+them skip or step together and their scales stay equal.
+
+The arithmetic is torch's: the loss times the scale (a float32 tensor of one element), each
+gradient checked for a non-finite value and multiplied by the scale's float32 reciprocal, and
+the scale backed off after a step that found one, or grown after `growth_interval` steps that
+found none. It runs in plain tensor operations, so it also works on the CPU (torch 1.13's has
+no CPU loss scaler) and in a plain loop (GradScaler() without a pipeline)."""
+import math
+
+import torch
+
+_READY, _UNSCALED, _STEPPED = 0, 1, 2
+
+
+def _positive(name, value, low, high, interval):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: a number, got {type(value).__name__}")
+    value = float(value)
+    if not (math.isfinite(value) and low < value < high):
+        raise ValueError(f"{name}: must be in {interval}, got {value!r}")
+    return value
+
+
+def _as_float32(name, value):
+    """The float32 value of a Python number: the scale is a float32, as torch's is."""
+    f = float(torch.tensor(value, dtype=torch.float32))
+    if not (math.isfinite(f) and f > 0):
+        raise ValueError(f"{name}: a positive finite float32, got {value!r}")
+    return f
+
+
+class GradScaler:
+    """Scales the loss so that float16 gradients do not underflow, and skips the optimizer's
+    step when a gradient overflowed, as torch.cuda.amp.GradScaler does:
+
+        scaler = rrfp.GradScaler(pipe)   # the pipeline scales each microbatch's loss
+        for inputs, targets in data:
+            pipe.step(inputs, targets)   # returns the losses unscaled
+            scaler.step(optimizer)       # unscales; steps unless some gradient is inf/NaN
+            scaler.update()              # backs off or grows the scale
+
+    With a process per stage (or replica), every process calls unscale_()/step() for each of
+    its optimizers and then update(), in the same order: each unscale_ gathers, over every
+    process of the pipeline's job, whether any gradient was non-finite, and every process
+    skips or steps alike. Without a pipeline (GradScaler()), scale(loss).backward() in a
+    plain loop gives the same bits as the pipeline. A pipeline has one scaler; save() and
+    load() keep its state."""
+
+    def __init__(self, pipe=None, *, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
+                 growth_interval=2000, enabled=True):
+        if not isinstance(enabled, bool):
+            raise TypeError(f"enabled: True or False, got {type(enabled).__name__}")
+        self._scale = _as_float32("init_scale", _positive("init_scale", init_scale, 0.0,
+                                                          math.inf, "(0, inf)"))
+        self._growth_factor = _positive("growth_factor", growth_factor, 1.0, math.inf,
+                                        "(1, inf)")
+        self._backoff_factor = _positive("backoff_factor", backoff_factor, 0.0, 1.0, "(0, 1)")
+        if isinstance(growth_interval, bool) or not isinstance(growth_interval, int) or \
+                growth_interval < 1:
+            raise ValueError(f"growth_interval: a whole number of at least 1, got "
+                             f"{growth_interval!r}")
+        self._growth_interval = growth_interval
+        self._growth_tracker = 0
+        self._enabled = enabled
+        self._optimizers = {}  # id(optimizer) -> [stage, found_inf]
+        self._on_device = {}  # device -> the scale as a (1,) float32 tensor there
+        self._pipe = None
+        if pipe is not None:
+            from .pipeline import Pipeline
+            if not isinstance(pipe, Pipeline):
+                raise TypeError(f"pipe: an rrfp.Pipeline or None, got {type(pipe).__name__}")
+            if pipe._data.scaler is not None:
+                raise ValueError("pipe: this pipeline has a GradScaler already; a pipeline's "
+                                 "loss is scaled by one scaler")
+            pipe._data.scaler = self
+            self._pipe = pipe
+
+    def is_enabled(self):
+        return self._enabled
+
+    def get_scale(self):
+        """The scale, a Python float (1.0 when disabled)."""
+        return self._scale if self._enabled else 1.0
+
+    def get_growth_factor(self):
+        return self._growth_factor
+
+    def get_backoff_factor(self):
+        return self._backoff_factor
+
+    def get_growth_interval(self):
+        return self._growth_interval
+
+    def scale(self, outputs):
+        """outputs (a tensor, or a list or tuple of them, nested) times the scale."""
+        if not self._enabled:
+            return outputs
+        if isinstance(outputs, torch.Tensor):
+            return outputs * self._tensor(outputs.device)
+        if isinstance(outputs, (list, tuple)):
+            return type(outputs)(self.scale(o) for o in outputs)
+        raise TypeError(f"scale: expected a tensor or a list or tuple of them, got "
+                        f"{type(outputs).__name__}")
+
+    def _tensor(self, device):
+        t = self._on_device.get(device)
+        if t is None:
+            t = torch.full((1,), self._scale, dtype=torch.float32, device=device)
+            self._on_device[device] = t
+        return t
+
+    def _state(self, optimizer):
+        return self._optimizers.setdefault(id(optimizer), [_READY, False])
+
+    def unscale_(self, optimizer):
+        """Divides the gradients of `optimizer`'s parameters by the scale, in place, and learns
+        (over the pipeline's job) whether any was inf or NaN. Call it before clipping; step()
+        calls it if you have not."""
+        if not self._enabled:
+            return
+        state = self._state(optimizer)
+        if state[0] == _UNSCALED:
+            raise RuntimeError("unscale_: already called on this optimizer since the last "
+                               "update()")
+        if state[0] == _STEPPED:
+            raise RuntimeError("unscale_: called after step(); call update() first")
+        inv = torch.tensor([self._scale], dtype=torch.float64).reciprocal().float()
+        invs = {inv.device: inv}
+        flags = {}  # device -> whether each gradient there holds an inf or a NaN
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.dtype == torch.float16:
+                    raise ValueError(
+                        "unscale_: a parameter's gradient is float16, which loses what loss "
+                        "scaling keeps; keep the parameters in float32 and compute in float16 "
+                        "under torch.autocast")
+                g = p.grad
+                if g.is_sparse:
+                    g = g.coalesce()
+                    p.grad = g
+                    g = g._values()
+                # The check reads the gradient before it is unscaled, as torch's kernel does.
+                flags.setdefault(g.device, []).append(torch.logical_not(torch.isfinite(g)).any())
+                if g.device not in invs:
+                    invs[g.device] = inv.to(g.device)
+                g.mul_(invs[g.device])
+        # One wait for each device, not one for each gradient.
+        local = any(bool(torch.stack(fs).any()) for fs in flags.values())
+        state[:] = [_UNSCALED, self._agree(local)]
+
+    def _agree(self, found):
+        """Whether any process of the pipeline's job found a non-finite gradient."""
+        core = self._pipe._core if self._pipe is not None else None
+        if core is None or core.world == 1:
+            return found
+        every = core.all_gather([1.0 if found else 0.0])
+        return any(v and v[0] for v in every)
+
+    def step(self, optimizer, *args, **kwargs):
+        """optimizer.step(*args, **kwargs) unless some process's gradient of this optimizer was
+        inf or NaN (then nothing, and None). Unscales first if unscale_ was not called."""
+        if not self._enabled:
+            return optimizer.step(*args, **kwargs)
+        if "closure" in kwargs:
+            raise RuntimeError("step: a closure is not supported with loss scaling (the "
+                               "closure's loss would not be scaled)")
+        state = self._state(optimizer)
+        if state[0] == _STEPPED:
+            raise RuntimeError("step: already called on this optimizer since the last update()")
+        if state[0] == _READY:
+            self.unscale_(optimizer)
+        result = None if state[1] else optimizer.step(*args, **kwargs)
+        state[0] = _STEPPED
+        return result
+
+    def update(self, new_scale=None):
+        """After the step's optimizers have stepped (or skipped): halves the scale (by
+        backoff_factor) if any found an inf or NaN, else counts a good step and grows it (by
+        growth_factor) every growth_interval good steps. new_scale: set it instead."""
+        if not self._enabled:
+            return
+        if new_scale is not None:
+            if isinstance(new_scale, torch.Tensor):
+                if new_scale.numel() != 1:
+                    raise ValueError("update: new_scale must hold one element")
+                new_scale = float(new_scale)
+            self._scale = _as_float32("new_scale", new_scale)
+        else:
+            checked = [s[1] for s in self._optimizers.values() if s[0] != _READY]
+            if not checked:
+                raise RuntimeError("update: no optimizer was unscaled or stepped since the "
+                                   "last update()")
+            if any(checked):
+                self._scale = float(torch.tensor(self._scale * self._backoff_factor,
+                                                 dtype=torch.float32))
+                self._growth_tracker = 0
+            elif self._growth_tracker + 1 == self._growth_interval:
+                grown = float(torch.tensor(self._scale * self._growth_factor,
+                                           dtype=torch.float32))
+                if math.isfinite(grown):
+                    self._scale = grown
+                self._growth_tracker = 0
+            else:
+                self._growth_tracker += 1
+        self._optimizers = {}
+        self._on_device = {}
+
+    def state_dict(self):
+        """torch's GradScaler's entries: scale, growth_factor, backoff_factor, growth_interval,
+        _growth_tracker ({} when disabled)."""
+        if not self._enabled:
+            return {}
+        return {"scale": self._scale, "growth_factor": self._growth_factor,
+                "backoff_factor": self._backoff_factor,
+                "growth_interval": self._growth_interval,
+                "_growth_tracker": self._growth_tracker}
+
+    def load_state_dict(self, state):
+        if not self._enabled:
+            raise RuntimeError("load_state_dict: this GradScaler is disabled")
+        if not state:
+            raise RuntimeError("load_state_dict: the state is empty (saved from a disabled "
+                               "GradScaler?)")
+        missing = {"scale", "growth_factor", "backoff_factor", "growth_interval",
+                   "_growth_tracker"} - set(state)
+        if missing:
+            raise KeyError(f"load_state_dict: the state lacks {sorted(missing)}")
+        scale = state["scale"]
+        self._scale = _as_float32("scale", float(scale) if isinstance(scale, torch.Tensor)
+                                  else scale)
+        self._growth_factor = float(state["growth_factor"])
+        self._backoff_factor = float(state["backoff_factor"])
+        self._growth_interval = int(state["growth_interval"])
+        tracker = state["_growth_tracker"]
+        self._growth_tracker = int(tracker.item() if isinstance(tracker, torch.Tensor)
+                                   else tracker)
+        self._on_device = {}

@@ -1,0 +1,99 @@
+"""rrfp.GradScaler with a process per stage, run by multiprocess_pipeline.py under mpirun and
+torchrun: on one step only the first chunk's gradients overflow (a module at its end
+multiplies the gradient that flows back through it by 1e38). Every process must skip that
+step and back off its scale, the stages whose own gradients were finite too: with torch's
+GradScaler they would step, keep their scale, and from then on the last stage would scale the
+loss by another factor than the first stage unscales by.
+
+The reference is a plain loop over the same model with the same scaler rules (each replica's
+gradient, then the replicas' sum in replica order); every parameter, the scale and the loss
+come out bitwise equal."""
+import torch
+from torch import nn
+
+import rrfp
+import test_grad_scaler
+
+STEPS, BAD_STEP = 5, 1
+SETTINGS = dict(growth_interval=2)
+
+
+class Amplify(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 1e38
+
+
+class MaybeAmplify(nn.Module):
+    """Passes its input on; on the bad step, the gradient back through it overflows."""
+    step = [0]
+
+    def forward(self, x):
+        return Amplify.apply(x) if MaybeAmplify.step[0] == BAD_STEP else x
+
+
+def chunks(pp):
+    torch.manual_seed(3)
+    cs = [nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(pp)]
+    cs[0].append(MaybeAmplify())
+    return cs
+
+
+def batch(step, replica, m):
+    g = torch.Generator().manual_seed(step * 100 + replica)
+    return torch.randn(2 * m, 8, generator=g), torch.randn(2 * m, 8, generator=g)
+
+
+def params(cs):
+    return list(nn.Sequential(*cs).parameters())
+
+
+def reference(pp, dp, m):
+    model = chunks(pp)
+    opt = torch.optim.SGD(params(model), lr=0.01, momentum=0.9)
+    scaler = rrfp.GradScaler(**SETTINGS)
+    scales, losses = [], []
+    for s in range(STEPS):
+        MaybeAmplify.step[0] = s
+        total, loss_sum = None, []
+        for r in range(dp):
+            opt.zero_grad(set_to_none=True)
+            loss_sum.append(test_grad_scaler.scaled_backward(model, *batch(s, r, m), m, scaler))
+            grads = [p.grad for p in params(model)]
+            total = grads if total is None else [a + b for a, b in zip(total, grads)]
+        for p, g in zip(params(model), total):
+            p.grad = g
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+        losses.append(loss_sum)
+    return model, scales, losses
+
+
+def run(pp, dp, m, transport):
+    ref, ref_scales, ref_losses = reference(pp, dp, m)
+    model = chunks(pp)
+    pipe = rrfp.Pipeline(model, test_grad_scaler.loss_fn, pp=pp, microbatches=m,
+                         transport=transport, dp=dp, timeout=60, hint="bf")
+    mine = [p for c in sorted(pipe.chunks) for p in model[c].parameters()]
+    opt = torch.optim.SGD(mine, lr=0.01, momentum=0.9)
+    scaler = rrfp.GradScaler(pipe, **SETTINGS)
+    for s in range(STEPS):
+        MaybeAmplify.step[0] = s
+        opt.zero_grad(set_to_none=True)
+        loss = pipe.step(*batch(s, pipe.replica, m))
+        assert torch.equal(loss, ref_losses[s][pipe.replica]), f"rank {pipe.rank}: step {s} loss"
+        scaler.step(opt)
+        scaler.update()
+        assert scaler.get_scale() == ref_scales[s], \
+            f"rank {pipe.rank}: step {s}: scale {scaler.get_scale()}, want {ref_scales[s]}"
+    for c in pipe.chunks:
+        for p, q in zip(ref[c].parameters(), model[c].parameters()):
+            assert torch.equal(p, q), f"rank {pipe.rank}: chunk {c} differs from the plain loop"
+    assert ref_scales[BAD_STEP] < ref_scales[BAD_STEP - 1]  # the bad step backed off
+    print(f"rank {pipe.rank}: loss scaling skips the step every stage's gradients overflowed "
+          f"in or not (pp={pp} x dp={dp}), bitwise", flush=True)

@@ -1,0 +1,242 @@
+"""rrfp.GradScaler: loss scaling with torch.cuda.amp.GradScaler's rules, in threads here (a
+process per stage: mp_scaler.py, run by multiprocess_pipeline.py).
+
+A pipeline with a scaler trains bitwise as a plain loop with one: the scale starts so high
+that the first steps overflow and are skipped, backs off, then grows after growth_interval
+good steps; the losses come back unscaled; the state survives a checkpoint."""
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import rrfp
+
+M, STEPS = 4, 8
+# 2**126: the first steps' gradients overflow float32, so they are skipped and the scale
+# backs off; growth_interval 2 then grows it again within the run.
+SETTINGS = dict(init_scale=2.0**126, growth_interval=2)
+
+
+def loss_fn(y, t):
+    return ((y - t) ** 2).sum()
+
+
+def chunks():
+    torch.manual_seed(0)
+    return [nn.Sequential(nn.Linear(8, 16), nn.Tanh()), nn.Sequential(nn.Linear(16, 16), nn.Tanh()),
+            nn.Sequential(nn.Linear(16, 16), nn.Tanh()), nn.Linear(16, 8)]
+
+
+def data(step):
+    g = torch.Generator().manual_seed(step)
+    return torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g)
+
+
+def params(cs):
+    return list(nn.Sequential(*cs).parameters())
+
+
+def scaled_backward(model, x, y, m, scaler):
+    """A plain loop's microbatches: each loss's scaled backward; returns the losses' sum."""
+    total = None
+    for xi, yi in zip(x.chunk(m), y.chunk(m)):
+        h = xi
+        for c in model:
+            h = c(h)
+        loss = loss_fn(h, yi)
+        scaler.scale(loss).backward()
+        total = loss.detach() if total is None else total + loss.detach()
+    return total
+
+
+def plain_loop(steps=STEPS, clip=None):
+    model = chunks()
+    opt = torch.optim.SGD(params(model), lr=0.01, momentum=0.9)
+    scaler = rrfp.GradScaler(**SETTINGS)
+    scales, losses = [], []
+    for s in range(steps):
+        opt.zero_grad(set_to_none=True)
+        total = scaled_backward(model, *data(s), M, scaler)
+        if clip is not None:
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(params(model), clip)
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+        losses.append(total)
+    return model, scales, losses
+
+
+def pipelined(steps=STEPS, clip=None, **kw):
+    model = chunks()
+    opt = torch.optim.SGD(params(model), lr=0.01, momentum=0.9)
+    pipe = rrfp.Pipeline(model, loss_fn, pp=2, vpp=2, microbatches=M, timeout=60, **kw)
+    scaler = rrfp.GradScaler(pipe, **SETTINGS)
+    scales, losses = [], []
+    for s in range(steps):
+        opt.zero_grad(set_to_none=True)
+        losses.append(pipe.step(*data(s)))
+        if clip is not None:
+            scaler.unscale_(opt)
+            pipe.clip_grad_norm_(clip)
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    return model, scales, losses, (pipe, scaler, opt)
+
+
+@pytest.mark.parametrize("hint,split,policy", [("bf", "off", "ready"), ("bfw", "on", "ready"),
+                                               ("interleaved-1f1b", "off", "fixed")])
+@pytest.mark.parametrize("clip", [None, 1.0])
+def test_a_pipeline_with_a_scaler_trains_as_a_plain_loop_with_one(hint, split, policy, clip):
+    ref, ref_scales, ref_losses = plain_loop(clip=clip)
+    model, scales, losses, _ = pipelined(clip=clip, hint=hint, split_backward=split,
+                                         policy=policy)
+    # The run skipped steps, backed off and grew: the rules were exercised, not only one.
+    steps = list(zip([SETTINGS["init_scale"]] + scales, scales))
+    assert sum(b < a for a, b in steps) >= 2 and any(b > a for a, b in steps)
+    assert scales == ref_scales
+    for a, b in zip(losses, ref_losses):
+        assert torch.equal(a, b)  # unscaled
+    for p, q in zip(params(ref), params(model)):
+        assert torch.equal(p, q)
+
+
+def test_torchs_update_rule():
+    """The scale after each step, by the rule written out: backoff on a step that found an
+    inf, growth after growth_interval good ones, the tracker reset by either."""
+    w = nn.Parameter(torch.ones(1))
+    opt = torch.optim.SGD([w], lr=0.0)
+    scaler = rrfp.GradScaler(init_scale=8.0, growth_factor=3.0, backoff_factor=0.25,
+                             growth_interval=2)
+    want, scale, tracker = [], 8.0, 0
+    for g in [1.0, math.inf, 1.0, 1.0, 1.0, math.nan, 1.0, 1.0]:
+        w.grad = torch.tensor([g])
+        stepped = []
+        opt.step = lambda *a, **k: stepped.append(1)  # noqa: B023
+        scaler.step(opt)
+        scaler.update()
+        finite = math.isfinite(g)
+        assert stepped == ([1] if finite else [])
+        if not finite:
+            scale, tracker = scale * 0.25, 0
+        elif tracker + 1 == 2:
+            scale, tracker = scale * 3.0, 0
+        else:
+            tracker += 1
+        want.append(scale)
+        assert scaler.get_scale() == scale
+    assert want == [8.0, 2.0, 2.0, 6.0, 6.0, 1.5, 1.5, 4.5]
+
+
+def test_unscale_divides_by_the_float32_reciprocal():
+    w = nn.Parameter(torch.zeros(3))
+    opt = torch.optim.SGD([w], lr=1.0)
+    scaler = rrfp.GradScaler(init_scale=3.0)
+    w.grad = torch.tensor([3.0, 1.0, -6.0])
+    scaler.unscale_(opt)
+    inv = torch.tensor([3.0], dtype=torch.float64).reciprocal().float()
+    assert torch.equal(w.grad, torch.tensor([3.0, 1.0, -6.0]) * inv)
+
+
+def test_a_checkpoint_keeps_the_scale(tmp_path):
+    steps = 5
+    model, scales, _, (pipe, scaler, opt) = pipelined(steps=steps)
+    pipe.save(str(tmp_path / "ck"), opt)
+    # Resume on another layout, with a fresh scaler: the saved scale and tracker come back.
+    fresh = chunks()
+    opt2 = torch.optim.SGD(params(fresh), lr=0.01, momentum=0.9)
+    pipe2 = rrfp.Pipeline(fresh, loss_fn, pp=4, microbatches=M, timeout=60)
+    scaler2 = rrfp.GradScaler(pipe2, **SETTINGS)
+    pipe2.load(str(tmp_path / "ck"), opt2)
+    assert scaler2.state_dict() == scaler.state_dict() and scaler2.get_scale() == scales[-1]
+    for s in range(steps, STEPS):
+        opt2.zero_grad(set_to_none=True)
+        pipe2.step(*data(s))
+        scaler2.step(opt2)
+        scaler2.update()
+    ref, ref_scales, _ = plain_loop()
+    assert scaler2.get_scale() == ref_scales[-1]
+    for p, q in zip(params(ref), params(fresh)):
+        assert torch.equal(p, q)
+
+
+def test_disabled_passes_through():
+    model = chunks()
+    opt = torch.optim.SGD(params(model), lr=0.01)
+    pipe = rrfp.Pipeline(model, loss_fn, pp=2, vpp=2, microbatches=M, timeout=60)
+    scaler = rrfp.GradScaler(pipe, enabled=False)
+    pipe.step(*data(0))
+    grads = [p.grad.clone() for p in params(model)]
+    scaler.unscale_(opt)
+    assert all(torch.equal(g, p.grad) for g, p in zip(grads, params(model)))
+    scaler.step(opt)
+    scaler.update()
+    assert scaler.get_scale() == 1.0 and scaler.state_dict() == {}
+    x = torch.ones(2)
+    assert scaler.scale(x) is x
+
+
+def test_misuse_is_refused():
+    w = nn.Parameter(torch.ones(2))
+    opt = torch.optim.SGD([w], lr=0.1)
+    scaler = rrfp.GradScaler()
+    w.grad = torch.ones(2)
+    scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match="already called"):
+        scaler.unscale_(opt)
+    scaler.step(opt)
+    with pytest.raises(RuntimeError, match="after step"):
+        scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match="already called"):
+        scaler.step(opt)
+    scaler.update()
+    with pytest.raises(RuntimeError, match="no optimizer"):
+        scaler.update()
+    with pytest.raises(RuntimeError, match="closure"):
+        scaler.step(opt, closure=lambda: None)
+    half = nn.Parameter(torch.ones(2, dtype=torch.float16))
+    half.grad = torch.ones(2, dtype=torch.float16)
+    with pytest.raises(ValueError, match="float16"):
+        rrfp.GradScaler().unscale_(torch.optim.SGD([half], lr=0.1))
+    with pytest.raises(TypeError, match="scale"):
+        scaler.scale(3.0)
+    with pytest.raises(RuntimeError, match="empty"):
+        scaler.load_state_dict({})
+    with pytest.raises(KeyError, match="_growth_tracker"):
+        scaler.load_state_dict({"scale": 1.0, "growth_factor": 2.0, "backoff_factor": 0.5,
+                                "growth_interval": 3})
+
+
+@pytest.mark.parametrize("kw,error,words", [
+    (dict(init_scale=0.0), ValueError, "init_scale"),
+    (dict(init_scale=1e39), ValueError, "init_scale"),  # beyond float32
+    (dict(init_scale="1"), TypeError, "init_scale"),
+    (dict(growth_factor=1.0), ValueError, "growth_factor"),
+    (dict(backoff_factor=1.0), ValueError, "backoff_factor"),
+    (dict(backoff_factor=0.0), ValueError, "backoff_factor"),
+    (dict(growth_interval=0), ValueError, "growth_interval"),
+    (dict(growth_interval=2.0), ValueError, "growth_interval"),
+    (dict(enabled=1), TypeError, "enabled"),
+])
+def test_bad_settings_name_themselves(kw, error, words):
+    with pytest.raises(error, match=words):
+        rrfp.GradScaler(**kw)
+
+
+def test_one_scaler_a_pipeline():
+    pipe = rrfp.Pipeline(chunks(), loss_fn, pp=2, vpp=2, microbatches=M, timeout=60)
+    rrfp.GradScaler(pipe)
+    with pytest.raises(ValueError, match="GradScaler already"):
+        rrfp.GradScaler(pipe)
+    with pytest.raises(TypeError, match="pipe"):
+        rrfp.GradScaler(object())
+
+
+def test_update_to_a_new_scale():
+    scaler = rrfp.GradScaler()
+    scaler.update(torch.tensor([4.0]))
+    assert scaler.get_scale() == 4.0
+    with pytest.raises(ValueError, match="new_scale"):
+        scaler.update(-1.0)
