@@ -123,6 +123,18 @@ def test_arguments_of_the_wrong_type_are_type_errors(kwargs, match):
         rrfp.Pipeline(lm.chunks(2), args.pop("loss_fn"), **args)
 
 
+def test_srun_with_several_tasks_is_refused(monkeypatch):
+    """srun starting four tasks of a script: each would have trained the whole model in threads,
+    four trainings writing one checkpoint folder. Refused, naming the ways that work; one task
+    (an interactive srun on a node) and transport='inproc' run in threads."""
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
+    with pytest.raises(ValueError, match="srun started 4 tasks.*mpirun.*torchrun.*inproc"):
+        rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4)
+    rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, transport="inproc")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "1")
+    rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4)
+
+
 def test_wrong_numbers_of_chunks_and_microbatches_are_value_errors():
     with pytest.raises(ValueError, match=r"expected pp \* vpp = 4 modules, got 2"):
         rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, vpp=2)

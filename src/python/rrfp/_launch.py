@@ -9,26 +9,47 @@ import torch
 EXACT_IN_DOUBLE = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 
+# How each launcher says it started this process: (transport, launcher, the variable that is
+# set, the variable that holds the process count), looked at in this order (torchrun started
+# by srun is torchrun's job).
+_LAUNCHERS = (("mpi", "mpirun", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"),
+              ("mpi", "mpirun", "PMI_SIZE", "PMI_SIZE"),
+              ("c10d", "torchrun", "TORCHELASTIC_RUN_ID", "WORLD_SIZE"))
+
+
+def _refuse_srun(env):
+    """Slurm's srun starting several tasks of this script: the MPI transport's processes come
+    from mpirun, so each task would have run the whole pipeline in threads, N trainings where
+    one was meant (writing the same checkpoints). A step of one task (an interactive srun on a
+    node) runs stages as threads, as without srun."""
+    tasks = env.get("SLURM_STEP_NUM_TASKS", "")
+    if tasks.isdigit() and int(tasks) > 1:
+        raise ValueError(
+            f"transport: srun started {tasks} tasks of this script, which rrfp cannot join into "
+            "one job; inside the allocation start one process per stage with mpirun (mpirun "
+            "-np N python script.py) or torchrun (srun torchrun ..., one per node), or pass "
+            "transport='inproc' to run every stage as a thread of each task")
+
+
 def launched_transport(pp, dp, group):
     """The transport that matches how this process was started: "mpi" under mpirun (Open MPI
-    or MPICH), "c10d" under torchrun or with a torch.distributed group, else "inproc". Refuses
-    a launcher whose process count is not pp * dp: each process would otherwise run a whole
-    pipeline of its own."""
+    or MPICH), "c10d" under torchrun or with a torch.distributed group, else "inproc".
+    Refuses a launcher whose process count is not pp * dp (each process would otherwise run a
+    whole pipeline of its own), and srun with several tasks."""
     import os
     env = os.environ
     if group is not None:
         return "c10d"
-    for name, key in (("mpi", "OMPI_COMM_WORLD_SIZE"), ("mpi", "PMI_SIZE"),
-                      ("c10d", "TORCHELASTIC_RUN_ID")):
+    for name, launcher, key, count in _LAUNCHERS:
         if key in env:
-            world = int(env.get(key if name == "mpi" else "WORLD_SIZE", "1"))
+            world = int(env.get(count, "1"))
             if world != pp * dp:
-                launcher = "mpirun" if name == "mpi" else "torchrun"
                 raise ValueError(
                     f"transport: {launcher} started {world} process(es), but pp={pp} x dp={dp} "
                     f"needs {pp * dp}; start {pp * dp}, or pass transport='inproc' to run every "
                     "stage as a thread of each process")
             return name
+    _refuse_srun(env)
     return "inproc"
 
 
