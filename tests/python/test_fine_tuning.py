@@ -189,6 +189,41 @@ def test_a_frozen_chunks_output_arrives_wanting_no_gradient(hint, policy):
     assert_same_grads(ref, [model[0], model[1].inner, model[2], model[3]])
 
 
+class IgnoresNarrow(nn.Module):
+    """A chunk whose output does not depend on its input for a microbatch of one row (a
+    learned constant instead): no gradient flows back to the chunks before it then."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.const = nn.Parameter(torch.ones(1, 8))
+
+    def forward(self, x):
+        return self.const * 2.0 if x.shape[0] == 1 else self.inner(x)
+
+
+@pytest.mark.parametrize("hint,policy", SCHEDULES)
+@pytest.mark.parametrize("rows", [[1, 1, 1, 1], [2, 1, 3, 1]])
+def test_an_output_that_ignores_its_input_sends_no_gradient_back(hint, policy, rows):
+    # In a plain loop the chunks before get no gradient from such a microbatch: with every
+    # microbatch so, their .grad stays None. The pipeline used to send zeros back, which gave
+    # them gradients of zeros that an optimizer applies (weight decay, momentum).
+    ref, model = chunks(), chunks()
+    for m in (ref, model):
+        m[2] = IgnoresNarrow(m[2])
+    x, y = data()
+    xs, ys = list(x[:sum(rows)].split(rows)), list(y[:sum(rows)].split(rows))
+    pipe = pipeline(model, hint, policy)
+    pipe.step(xs, ys)
+    for xi, yi in zip(xs, ys):
+        h = xi
+        for c in ref:
+            h = c(h)
+        loss_fn(h, yi).backward()
+    assert_same_grads(ref, model)
+    assert (model[0][0].weight.grad is None) == (max(rows) == 1)
+
+
 class LowRankSum(nn.Module):
     """x @ (base + delta): autograd hands both terms the same gradient tensor. `base` may be
     another chunk's too (tied)."""

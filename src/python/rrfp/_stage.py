@@ -308,8 +308,11 @@ def _input_leaf(t, dev):
 
 
 def _input_grads(w, got):
-    """What B sends back: for a tensor input its gradient (zeros where none reached it, as
-    before); for a structure, one entry per tensor it carried, None where no gradient goes."""
+    """What B sends back: for a tensor input its gradient, or None where none reached it (the
+    chunk's output does not depend on it): the chunks before then get none either, as in a
+    plain loop, where zeros gave their parameters gradients of zeros, which an optimizer
+    applies (weight decay, momentum); for a structure, one entry per tensor it carried, None
+    where no gradient goes."""
     if not w.tree_in:
         return _input_grad(got[0] if got else None, w.inp)
     it = iter(got)
@@ -317,6 +320,4 @@ def _input_grads(w, got):
 
 
 def _input_grad(dx, inp):
-    if inp is None:
-        return None
-    return torch.zeros_like(inp) if dx is None else dx
+    return None if inp is None else dx
