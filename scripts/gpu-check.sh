@@ -79,7 +79,8 @@ py_table() {
   tail -3 "$out/pipeline.log"
   log "Python device tests"
   RRFP_PYTHONPATH=$pypath timeout 120 python3 -m pytest -q -p no:cacheprovider \
-    tests/python/test_device.py tests/python/test_caller_settings.py >"$out/python-tests.log" 2>&1
+    tests/python/test_device.py tests/python/test_caller_settings.py \
+    tests/python/test_grad_scaler.py >"$out/python-tests.log" 2>&1
   echo "python tests exit $?" >>"$out/python-tests.log"
   tail -5 "$out/python-tests.log"
   log "rrfp.Pipeline under torchrun with an NCCL default group"

@@ -240,3 +240,49 @@ def test_update_to_a_new_scale():
     assert scaler.get_scale() == 4.0
     with pytest.raises(ValueError, match="new_scale"):
         scaler.update(-1.0)
+
+
+def _torchs_scalers():
+    """(device, torch's GradScaler for it) where this torch has one that runs: CUDA's where a
+    GPU is seen, the CPU's from torch 2.3 (torch.amp.GradScaler("cpu"))."""
+    out = []
+    if torch.cuda.is_available():
+        out.append(("cuda", lambda **kw: torch.cuda.amp.GradScaler(**kw)))
+    amp_scaler = getattr(torch.amp, "GradScaler", None)
+    if amp_scaler is not None:
+        try:
+            amp_scaler("cpu")
+            out.append(("cpu", lambda **kw: amp_scaler("cpu", **kw)))
+        except (RuntimeError, TypeError, ValueError):
+            pass
+    return out
+
+
+@pytest.mark.parametrize("which", range(2))
+def test_the_same_bits_as_torchs_grad_scaler(which):
+    """A plain loop stepped by torch's GradScaler and by rrfp's: the same scales, parameters
+    and momentum, through skipped steps and growth (float32 parameters; on CUDA under float16
+    autocast)."""
+    found = _torchs_scalers()
+    if which >= len(found):
+        pytest.skip("torch's GradScaler does not run here (torch 1.13 has none for the CPU, "
+                    "and there is no GPU); scripts/gpu-check.sh runs this on CUDA")
+    device, make = found[which]
+    runs = []
+    for scaler in (make(**SETTINGS), rrfp.GradScaler(**SETTINGS)):
+        model = [c.to(device) for c in chunks()]
+        opt = torch.optim.SGD(params(model), lr=0.01, momentum=0.9)
+        scales = []
+        for s in range(STEPS):
+            opt.zero_grad(set_to_none=True)
+            x, y = (t.to(device) for t in data(s))
+            with torch.autocast(device, dtype=torch.float16, enabled=device == "cuda"):
+                scaled_backward(model, x, y, M, scaler)
+            scaler.step(opt)
+            scaler.update()
+            scales.append(float(scaler.get_scale()))
+        runs.append((scales, params(model)))
+    (want_scales, want), (got_scales, got) = runs
+    assert got_scales == want_scales
+    for p, q in zip(want, got):
+        assert torch.equal(p, q)
