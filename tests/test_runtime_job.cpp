@@ -11,6 +11,7 @@
 #include "dist/deadline.hpp"
 #include "dist/job.hpp"
 #include "dist/local_job.hpp"
+#include "dist/replica_sum.hpp"
 #include "dist/step_merge.hpp"
 #include "job_conformance.hpp"
 #include "rank_threads.hpp"
@@ -110,7 +111,8 @@ TEST(DpSum, AddsInReplicaOrderAndRefusesReplicasOfOtherSizes) {
     });
     for (int r = 0; r < 2; ++r) {
       if (mismatch) {
-        EXPECT_NE(errors[r].find("3 values on replica 0, 2 on replica 1"), std::string::npos)
+        EXPECT_NE(errors[r].find("replica 0: 3 float32 values; replica 1: 2 float32 values"),
+                  std::string::npos)
             << errors[r];
       } else {
         EXPECT_EQ(errors[r], "");

@@ -1,9 +1,14 @@
 // The stage's gradient sums (train/stage_program.hpp, ReorderBuffer): microbatch order
 // whatever order they arrive in, and sums that own their storage whatever autograd hands over.
+// The replicas' sum (dist/replica_sum.hpp), which adds without LibTorch: each dtype's addition
+// as torch's CPU kernels add, bit for bit.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
 
+#include "dist/local_job.hpp"
+#include "dist/replica_sum.hpp"
+#include "rank_threads.hpp"
 #include "train/stage_program.hpp"
 
 namespace rrfp::train {
@@ -37,6 +42,90 @@ TEST(ReorderBuffer, SumsOwnTheirStorageWhenAutogradSharesIt) {
   EXPECT_TRUE(torch::equal(buf.sum()[0], torch::full({3}, 3.0)));
   EXPECT_TRUE(torch::equal(buf.sum()[1], torch::full({3}, 11.0)));
   EXPECT_TRUE(torch::equal(buf.sum()[2], torch::full({3}, 6.0)));
+}
+
+// Every float16 and every bfloat16 value (zeros, subnormals, the largest, infinities, NaNs)
+// added to a random partner: the same bits as torch's addition, a NaN for a NaN.
+TEST(ReplicaSum, HalfPrecisionAddsAsTorchForEveryValue) {
+  torch::manual_seed(5);
+  const auto all = torch::arange(0, 65536, torch::kInt32).to(torch::kInt16);
+  for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
+    const auto a = all.view(dtype);
+    const auto b = all.index({torch::randperm(65536).to(torch::kLong)}).view(dtype);
+    const auto want = (a + b).view(torch::kInt16);
+    const auto nan = torch::isnan(a + b);
+    const auto* pa = static_cast<const std::uint16_t*>(a.view(torch::kInt16).data_ptr());
+    const auto* pb = static_cast<const std::uint16_t*>(b.view(torch::kInt16).data_ptr());
+    const auto* pw = static_cast<const std::uint16_t*>(want.data_ptr());
+    const auto* pn = nan.data_ptr<bool>();
+    int wrong = 0;
+    for (int i = 0; i < 65536; ++i) {
+      const std::uint16_t got =
+          dtype == torch::kHalf ? rrfp::add_f16(pa[i], pb[i]) : rrfp::add_bf16(pa[i], pb[i]);
+      const bool got_nan = dtype == torch::kHalf ? (got & 0x7c00) == 0x7c00 && (got & 0x3ff)
+                                                 : (got & 0x7f80) == 0x7f80 && (got & 0x7f);
+      if (pn[i] ? !got_nan : got != pw[i]) {
+        if (++wrong <= 5)
+          ADD_FAILURE() << dtype << ": " << pa[i] << " + " << pb[i] << " gave " << got << ", torch "
+                        << pw[i];
+      }
+    }
+    EXPECT_EQ(wrong, 0) << dtype;
+  }
+}
+
+// Three replicas (threads as ranks), each with a part of every dtype: every replica ends with
+// torch's sum in replica order, r0 + r1 + r2, in each part's dtype.
+TEST(ReplicaSum, EveryDtypeInReplicaOrderOnEveryReplica) {
+  constexpr int kDp = 3;
+  const std::vector<torch::ScalarType> dtypes = {torch::kFloat, torch::kDouble, torch::kHalf,
+                                                 torch::kBFloat16};
+  const std::vector<rrfp::NumKind> kinds = {rrfp::NumKind::f32, rrfp::NumKind::f64,
+                                            rrfp::NumKind::f16, rrfp::NumKind::bf16};
+  std::vector<std::vector<torch::Tensor>> parts(kDp);
+  torch::manual_seed(6);
+  for (int r = 0; r < kDp; ++r)
+    for (const auto d : dtypes)  // magnitudes far apart, so that the order of the adds shows
+      parts[r].push_back((torch::randn({257}) * std::pow(30.0, r)).to(d));
+  std::vector<torch::Tensor> want;
+  for (std::size_t i = 0; i < dtypes.size(); ++i) {
+    want.push_back(parts[0][i].clone());
+    for (int r = 1; r < kDp; ++r)
+      want[i] += parts[r][i];
+  }
+  auto jobs = rrfp::make_local_jobs(kDp);
+  rrfp::test::on_every_rank(kDp, [&](int r) {
+    jobs[r]->set_layout(rrfp::JobLayout{1, 1, kDp});
+    std::vector<rrfp::NumSpan> spans;
+    for (std::size_t i = 0; i < dtypes.size(); ++i)
+      spans.push_back({kinds[i],
+                       {static_cast<std::byte*>(parts[r][i].data_ptr()),
+                        static_cast<std::size_t>(parts[r][i].nbytes())}});
+    rrfp::dp_sum(*jobs[r], spans);
+  });
+  for (int r = 0; r < kDp; ++r)
+    for (std::size_t i = 0; i < dtypes.size(); ++i)
+      EXPECT_TRUE(torch::equal(parts[r][i], want[i])) << "replica " << r << ", " << dtypes[i];
+}
+
+// Replicas whose parts differ in kind are refused on every replica, naming what each holds.
+TEST(ReplicaSum, ReplicasOfOtherKindsAreRefusedOnEvery) {
+  auto jobs = rrfp::make_local_jobs(2);
+  std::vector<std::string> errors(2);
+  rrfp::test::on_every_rank(2, [&](int r) {
+    jobs[r]->set_layout(rrfp::JobLayout{1, 1, 2});
+    std::vector<std::byte> bytes(8);
+    const rrfp::NumSpan part{r == 0 ? rrfp::NumKind::f32 : rrfp::NumKind::bf16, bytes};
+    try {
+      rrfp::dp_sum(*jobs[r], std::span<const rrfp::NumSpan>(&part, 1));
+    } catch (const rrfp::InputError& e) {
+      errors[r] = e.what();
+    }
+  });
+  for (const auto& e : errors)
+    EXPECT_NE(e.find("replica 0: 2 float32 values; replica 1: 4 bfloat16 values"),
+              std::string::npos)
+        << e;
 }
 
 }  // namespace

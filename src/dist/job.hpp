@@ -2,7 +2,8 @@
 // The processes of a multi-process run as the layers above the transport see them (training
 // and the CLI), without naming MPI: which endpoint this process hosts, the Hosting that
 // connects it, and the few collectives training needs outside the pipeline (the global
-// gradient norm, the step's loss, the data-parallel gradient sum). comm/mpi_world implements it.
+// gradient norm, the step's loss; dist/replica_sum.hpp sums the replicas' gradients over
+// them). dist/mpi_world, dist/c10d_world and dist/local_job implement it.
 #include <cstddef>
 #include <cstring>
 #include <span>
@@ -62,10 +63,6 @@ std::vector<std::vector<T>> values_of(const std::vector<std::vector<std::byte>>&
   }
   return out;
 }
-
-// Replaces `values` by their sum over the data-parallel replicas, added in replica order, so
-// every replica holds the same bits.
-void dp_sum(Job& job, std::span<float> values);
 
 // Throws InputError unless `peers` ascend, lie in 0..endpoints-1 and hold `me`; returns the
 // place of `me` in them (Job::exchange's check).

@@ -52,7 +52,7 @@ void bind_pipeline(pyb::module_& m) {
       .def_property_readonly("rank", &PipelineCore::rank)
       .def_property_readonly("world", &PipelineCore::world)
       .def_property_readonly("replica", &PipelineCore::replica)
-      .def("dp_all_gather", &PipelineCore::dp_all_gather, pyb::arg("mine"))
+      .def("dp_sum", &PipelineCore::dp_sum, pyb::arg("parts"))
       .def("exchange", &PipelineCore::exchange, pyb::arg("mine"), pyb::arg("peers"))
       .def("all_gather", &PipelineCore::all_gather, pyb::arg("mine"))
       .def("replica_all_gather", &PipelineCore::replica_all_gather, pyb::arg("mine"))

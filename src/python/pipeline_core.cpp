@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "dist/c10d_world.hpp"
+#include "dist/replica_sum.hpp"
 #include "dist/step_merge.hpp"
 #include "python/py_program.hpp"
 #include "report/experiment.hpp"
@@ -193,9 +194,26 @@ std::vector<at::Tensor> PipelineCore::exchange(const at::Tensor& mine,
   return gather_tensors(mine, [&](auto bytes) { return job_->exchange(bytes, peers); });
 }
 
-std::vector<at::Tensor> PipelineCore::dp_all_gather(const at::Tensor& mine) {
-  if (!job_ || opt_.dp == 1) return {mine};
-  return gather_tensors(mine, [&](auto bytes) { return job_->dp_all_gather(bytes); });
+void PipelineCore::dp_sum(const std::vector<at::Tensor>& parts) {
+  std::vector<NumSpan> spans;
+  for (const auto& t : parts) {
+    static const std::vector<std::pair<at::ScalarType, NumKind>> kinds = {
+        {at::kFloat, NumKind::f32},
+        {at::kDouble, NumKind::f64},
+        {at::kHalf, NumKind::f16},
+        {at::kBFloat16, NumKind::bf16}};
+    const auto k = std::find_if(kinds.begin(), kinds.end(),
+                                [&](const auto& e) { return e.first == t.scalar_type(); });
+    if (k == kinds.end() || !t.is_contiguous() || !t.device().is_cpu() || t.dim() != 1)
+      throw InputError(
+          "`parts`: each must be a contiguous one-dimensional CPU tensor of "
+          "float32, float64, float16 or bfloat16");
+    spans.push_back({k->second, std::span<std::byte>(static_cast<std::byte*>(t.data_ptr()),
+                                                     static_cast<std::size_t>(t.nbytes()))});
+  }
+  if (!job_ || opt_.dp == 1) return;
+  pyb::gil_scoped_release nogil;
+  rrfp::dp_sum(*job_, spans);
 }
 
 PipelineCore::~PipelineCore() {

@@ -61,9 +61,11 @@ class PipelineCore {
   // uint8 tensors ([mine] in one process): for parameters that several stages share. A
   // collective over the replica.
   std::vector<at::Tensor> replica_all_gather(const at::Tensor& mine);
-  // The same stage's bytes in every replica, by replica ([mine] with one replica): for the
-  // data-parallel gradient sum. A collective over the stage's replicas.
-  std::vector<at::Tensor> dp_all_gather(const at::Tensor& mine);
+  // Replaces each of `parts` (contiguous one-dimensional CPU tensors of float32, float64,
+  // float16 or bfloat16) by its sum over the replicas, in replica order, in its own dtype
+  // (dist/replica_sum.hpp): the data-parallel gradient sum. A collective over the stage's
+  // replicas; nothing to do with one replica.
+  void dp_sum(const std::vector<at::Tensor>& parts);
   // Point to point among `peers`, stages of this replica this one among them (Job::exchange):
   // each peer's bytes in the order of `peers` ([mine] in one process).
   std::vector<at::Tensor> exchange(const at::Tensor& mine, const std::vector<int>& peers);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "dist/replica_sum.hpp"
 #include "train/checkpoint.hpp"
 #include "train/checkpoint_parts.hpp"
 

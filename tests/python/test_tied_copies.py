@@ -185,25 +185,17 @@ def test_a_copy_replaced_between_accumulating_steps_gets_the_first_copys_gradien
     assert torch.equal(head.embed.weight.grad, first.grad)
 
 
-def test_the_replicas_sum_refuses_replicas_of_other_sizes():
-    # The sum's own check, behind the layout marks compared before the step: replicas whose
-    # gradients differ in size are named, on every replica alike.
-    from rrfp import _grads, _wire
-
-    class TwoReplicas:
-        def __init__(self, other):
-            self.other = other
-
-        def dp_all_gather(self, mine):
-            return [mine, self.other]
-
-    a = torch.nn.Linear(3, 2)
-    pairs_a = [(p, torch.ones_like(p)) for p in a.parameters()]
-    theirs = _wire.pack([("torch.float32", torch.ones(12)),
-                         ("meta", torch.tensor([1.0, 1.0, 5.0], dtype=torch.float64))])
-    with pytest.raises(ValueError, match=r"replica 0: 8 float32 values of 2 parameters; "
-                                         r"replica 1: 12 float32 values of 2 parameters"):
-        _grads.sum_over_replicas(TwoReplicas(theirs), 2, pairs_a, 5)
+def test_the_replicas_sum_takes_only_what_it_can_add():
+    # The job's replica sum (which C++ tests against torch's arithmetic, and which refuses
+    # replicas of other sizes on every replica) takes flat CPU tensors of the four float dtypes.
+    pipe = pipeline()
+    for bad in (torch.ones(3, dtype=torch.int32), torch.ones(2, 2), torch.ones(4)[::2]):
+        with pytest.raises(ValueError, match="`parts`: each must be a contiguous"):
+            pipe._core.dp_sum([bad])
+    parts = [torch.ones(3, dtype=dt) for dt in
+             (torch.float32, torch.float64, torch.float16, torch.bfloat16)]
+    pipe._core.dp_sum(parts)  # one replica: nothing to add
+    assert all(torch.equal(p, torch.ones(3, dtype=p.dtype)) for p in parts)
 
 
 def test_copies_made_one_object_count_once():

@@ -6,8 +6,6 @@ import zlib
 
 import torch
 
-from . import _wire
-
 
 class _OrderedSum:
     """Gradients added in microbatch order whatever order the microbatches finish in,
@@ -210,35 +208,25 @@ def trained_layout(chunks, chunk_params, dp):
 def sum_over_replicas(core, dp, pairs, layout):
     """This replica's (parameter, gradient sum) pairs summed with every replica's, in replica
     order and in each gradient's own dtype (the arithmetic of a loop adding the replicas' sums):
-    one collective over the gradients flattened, one flat tensor a dtype, with a count per
-    parameter of the replicas that gave it one and the replicas' marks of what they train
-    (trained_layout).
+    one collective (the job's replica sum, which the C++ trainer's gradients take too) over the
+    gradients flattened, one flat tensor a dtype, with a count per parameter of the replicas
+    that gave it one and the replicas' marks of what they train (trained_layout).
 
     A parameter no replica's loss reached keeps its .grad (None, say), as a plain loop over
     every replica's microbatches leaves it, rather than a gradient of zeros, which an optimizer
     would apply (weight decay, moments). A sparse gradient (nn.Embedding(sparse=True)) is summed,
     and comes back, dense: refused on its own process alone, the others would wait for it.
     Replicas that train other parameters are refused on each of them: other sizes or dtypes by
-    the collective's labels, the same ones by the marks."""
+    the sum itself, the same ones by the marks."""
     device = pairs[0][0].device if pairs else torch.device("cpu")
     dtypes = list(dict.fromkeys(p.dtype for p, _ in pairs))
+    # torch.cat makes tensors of their own, which the sum may overwrite.
     flats = [torch.cat([(torch.zeros_like(p) if g is None else g.to_dense() if g.is_sparse
-                         else g).reshape(-1) for p, g in pairs if p.dtype == dt])
+                         else g).reshape(-1) for p, g in pairs if p.dtype == dt]).cpu()
              for dt in dtypes]
     meta = torch.tensor([float(g is not None) for _, g in pairs] + [float(layout)],
                         dtype=torch.float64)
-    packed = _wire.pack([(str(dt), f) for dt, f in zip(dtypes, flats)] + [("meta", meta)])
-    every = [_wire.unpack(buf) for buf in core.dp_all_gather(packed)]
-    sizes = [_sizes(e) for e in every]
-    bad = next((r for r, s in enumerate(sizes) if s != sizes[0]), None)
-    if bad is not None:
-        raise ValueError(f"dp: the replicas' gradients differ (replica 0: {sizes[0]}; replica "
-                         f"{bad}: {sizes[bad]}); every replica must train the same parameters")
-    sums = [t.clone() for _, t in every[0]]
-    for e in every[1:]:
-        for total, (_, t) in zip(sums, e):
-            total += t
-    *flats, meta = sums
+    core.dp_sum(flats + [meta])
     if meta[-1].item() != dp * layout:
         raise ValueError("dp: the replicas train different parameters (the same number of "
                          "values, but not the same ones); every replica must freeze and unfreeze "
@@ -248,10 +236,3 @@ def sum_over_replicas(core, dp, pairs, layout):
     return [(p, None if not n else s.view_as(p) if p.grad is None else p.grad + s.view_as(p))
             for (p, _), s, n in zip(pairs, (next(parts[p.dtype]) for p, _ in pairs),
                                     meta[:-1].tolist())]
-
-
-def _sizes(entries):
-    """What a replica's entries of sum_over_replicas hold, in words."""
-    *flats, (_, meta) = entries
-    values = ", ".join(f"{t.numel()} {label.split('.')[-1]}" for label, t in flats)
-    return f"{values or 'no'} values of {meta.numel() - 1} parameters"
