@@ -172,11 +172,20 @@ std::vector<at::Tensor> gather_tensors(
     const auto* p = static_cast<const std::byte*>(mine.data_ptr());
     all = gather(std::span<const std::byte>(p, static_cast<std::size_t>(mine.numel())));
   }
+  // Each member's bytes become a tensor's storage as they are, not copied once more (a tied
+  // embedding's gradient is 154 MB); the tensor frees them.
   std::vector<at::Tensor> out;
-  for (const auto& b : all) {
-    at::Tensor t = at::empty({static_cast<std::int64_t>(b.size())}, at::kByte);
-    if (!b.empty()) std::memcpy(t.data_ptr(), b.data(), b.size());
-    out.push_back(t);
+  for (auto& b : all) {
+    if (b.empty()) {
+      out.push_back(at::empty({0}, at::kByte));
+      continue;
+    }
+    auto held = std::make_unique<std::vector<std::byte>>(std::move(b));
+    std::vector<std::byte>* raw = held.get();
+    out.push_back(at::from_blob(
+        raw->data(), {static_cast<std::int64_t>(raw->size())}, [raw](void*) { delete raw; },
+        at::TensorOptions().dtype(at::kByte)));
+    held.release();  // the tensor owns it now
   }
   return out;
 }
