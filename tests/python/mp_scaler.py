@@ -97,3 +97,21 @@ def run(pp, dp, m, transport):
     assert ref_scales[BAD_STEP] < ref_scales[BAD_STEP - 1]  # the bad step backed off
     print(f"rank {pipe.rank}: loss scaling skips the step every stage's gradients overflowed "
           f"in or not (pp={pp} x dp={dp}), bitwise", flush=True)
+
+    # A process that cannot unscale (a float16 gradient, on the first process alone) is told to
+    # every other, which raises too, where it used to wait in the gather until its timeout.
+    MaybeAmplify.step[0] = STEPS
+    opt.zero_grad(set_to_none=True)
+    pipe.step(*batch(STEPS, pipe.replica, m))
+    if pipe.rank == 0:
+        half = nn.Parameter(torch.ones(2, dtype=torch.float16))
+        half.grad = torch.ones(2, dtype=torch.float16)
+        opt.add_param_group({"params": [half]})
+    try:
+        scaler.unscale_(opt)
+    except (ValueError, RuntimeError) as e:
+        assert ("float16" if pipe.rank == 0 else "process(es) [0]") in str(e), e
+    else:
+        raise AssertionError(f"rank {pipe.rank}: unscale_ went on after rank 0 failed")
+    print(f"rank {pipe.rank}: an unscale_ that fails on one process raises on every one",
+          flush=True)

@@ -42,7 +42,8 @@ sys.excepthook = _excepthook
 schedule = _rrfp.schedule
 hint_names = _rrfp.hint_names
 
-__all__ = ["Pipeline", "StageError", "GradScaler", "StepRecord", "simulate", "schedule", "hint_names", "split"]
+__all__ = ["Pipeline", "StageError", "GradScaler", "StepRecord", "simulate", "schedule",
+           "hint_names", "split"]
 
 
 def split(model, points=None, *, chunks=None):

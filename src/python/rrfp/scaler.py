@@ -132,39 +132,59 @@ class GradScaler:
                                "update()")
         if state[0] == _STEPPED:
             raise RuntimeError("unscale_: called after step(); call update() first")
-        inv = torch.tensor([self._scale], dtype=torch.float64).reciprocal().float()
-        invs = {inv.device: inv}
-        flags = {}  # device -> whether each gradient there holds an inf or a NaN
+        failed, found = None, False
+        try:
+            found = self._unscale_here(optimizer)
+        except Exception as e:  # noqa: BLE001 (re-raised below, after the job agrees)
+            failed = e
+        found = self._agree(failed is not None, found)
+        if failed is not None:
+            raise failed
+        state[:] = [_UNSCALED, found]
+
+    def _unscale_here(self, optimizer):
+        """This process's part of unscale_: whether any of its gradients was inf or NaN."""
+        grads = []
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                if p.grad.dtype == torch.float16:
+                if p.grad.dtype == torch.float16:  # refused before any gradient changes
                     raise ValueError(
                         "unscale_: a parameter's gradient is float16, which loses what loss "
                         "scaling keeps; keep the parameters in float32 and compute in float16 "
                         "under torch.autocast")
-                g = p.grad
-                if g.is_sparse:
-                    g = g.coalesce()
-                    p.grad = g
-                    g = g._values()
-                # The check reads the gradient before it is unscaled, as torch's kernel does.
-                flags.setdefault(g.device, []).append(torch.logical_not(torch.isfinite(g)).any())
-                if g.device not in invs:
-                    invs[g.device] = inv.to(g.device)
-                g.mul_(invs[g.device])
+                grads.append(p)
+        inv = torch.tensor([self._scale], dtype=torch.float64).reciprocal().float()
+        invs = {inv.device: inv}
+        flags = {}  # device -> whether each gradient there holds an inf or a NaN
+        for p in grads:
+            g = p.grad
+            if g.is_sparse:
+                g = g.coalesce()
+                p.grad = g
+                g = g._values()
+            # The check reads the gradient before it is unscaled, as torch's kernel does.
+            flags.setdefault(g.device, []).append(torch.logical_not(torch.isfinite(g)).any())
+            if g.device not in invs:
+                invs[g.device] = inv.to(g.device)
+            g.mul_(invs[g.device])
         # One wait for each device, not one for each gradient.
-        local = any(bool(torch.stack(fs).any()) for fs in flags.values())
-        state[:] = [_UNSCALED, self._agree(local)]
+        return any(bool(torch.stack(fs).any()) for fs in flags.values())
 
-    def _agree(self, found):
-        """Whether any process of the pipeline's job found a non-finite gradient."""
+    def _agree(self, failed, found):
+        """Whether any process of the pipeline's job found a non-finite gradient. One that
+        failed is told to every other, which raises RuntimeError: they would otherwise go on
+        into the next collective and wait there until their timeout."""
         core = self._pipe._core if self._pipe is not None else None
         if core is None or core.world == 1:
             return found
-        every = core.all_gather([1.0 if found else 0.0])
-        return any(v and v[0] for v in every)
+        every = core.all_gather([-1.0 if failed else 1.0 if found else 0.0])
+        bad = [r for r, v in enumerate(every) if v and v[0] < 0]
+        if bad and not failed:
+            raise RuntimeError(f"unscale_: process(es) {bad} could not unscale their gradients; "
+                               "their own errors say why")
+        return any(v and v[0] > 0 for v in every)
 
     def step(self, optimizer, *args, **kwargs):
         """optimizer.step(*args, **kwargs) unless some process's gradient of this optimizer was
