@@ -58,19 +58,35 @@ def agreed(core, fn, message):
     other, which raises RuntimeError(message, with {bad} the failed processes' ranks): the
     others would otherwise go on into the next collective and wait there until their
     timeout."""
+    return _agreed_with(core, fn, message, lambda out: 0.0)[0]
+
+
+def agreed_any(core, fn, message):
+    """Whether fn() returned something true on any process of the job (core None: this
+    process alone), failures told to every process as agreed() tells them, in the same
+    gather."""
+    _, every = _agreed_with(core, fn, message, lambda out: 1.0 if out else 0.0)
+    return any(v > 0 for v in every)
+
+
+def _agreed_with(core, fn, message, value):
+    """(fn()'s result, every process's value(result)), a failure counting as -1 and raised on
+    every process (agreed)."""
     failed, out = None, None
     try:
         out = fn()
     except Exception as e:  # noqa: BLE001 (re-raised below, after the job agrees)
         failed = e
-    if core.world > 1:
-        every = core.all_gather([0.0 if failed is None else 1.0])
-        bad = [r for r, v in enumerate(every) if v and v[0]]
+    mine = -1.0 if failed is not None else value(out)
+    every = [mine]
+    if core is not None and core.world > 1:
+        every = [v[0] if v else 0.0 for v in core.all_gather([mine])]
+        bad = [r for r, v in enumerate(every) if v < 0]
         if bad and failed is None:
             raise RuntimeError(message.format(bad=bad))
     if failed is not None:
         raise failed
-    return out
+    return out, every
 
 
 def c10d_groups(group, pp, dp):

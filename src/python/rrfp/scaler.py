@@ -17,6 +17,8 @@ import math
 
 import torch
 
+from ._launch import agreed_any
+
 _READY, _UNSCALED, _STEPPED = 0, 1, 2
 
 
@@ -132,14 +134,12 @@ class GradScaler:
                                "update()")
         if state[0] == _STEPPED:
             raise RuntimeError("unscale_: called after step(); call update() first")
-        failed, found = None, False
-        try:
-            found = self._unscale_here(optimizer)
-        except Exception as e:  # noqa: BLE001 (re-raised below, after the job agrees)
-            failed = e
-        found = self._agree(failed is not None, found)
-        if failed is not None:
-            raise failed
+        # Every process learns whether any found one; a process that failed is told to every
+        # other, which would otherwise wait in the next collective until its timeout.
+        found = agreed_any(self._pipe._core if self._pipe is not None else None,
+                           lambda: self._unscale_here(optimizer),
+                           "unscale_: process(es) {bad} could not unscale their gradients; "
+                           "their own errors say why")
         state[:] = [_UNSCALED, found]
 
     def _unscale_here(self, optimizer):
@@ -171,20 +171,6 @@ class GradScaler:
             g.mul_(invs[g.device])
         # One wait for each device, not one for each gradient.
         return any(bool(torch.stack(fs).any()) for fs in flags.values())
-
-    def _agree(self, failed, found):
-        """Whether any process of the pipeline's job found a non-finite gradient. One that
-        failed is told to every other, which raises RuntimeError: they would otherwise go on
-        into the next collective and wait there until their timeout."""
-        core = self._pipe._core if self._pipe is not None else None
-        if core is None or core.world == 1:
-            return found
-        every = core.all_gather([-1.0 if failed else 1.0 if found else 0.0])
-        bad = [r for r, v in enumerate(every) if v and v[0] < 0]
-        if bad and not failed:
-            raise RuntimeError(f"unscale_: process(es) {bad} could not unscale their gradients; "
-                               "their own errors say why")
-        return any(v and v[0] > 0 for v in every)
 
     def step(self, optimizer, *args, **kwargs):
         """optimizer.step(*args, **kwargs) unless some process's gradient of this optimizer was
