@@ -18,17 +18,22 @@
 namespace rrfp::test {
 namespace {
 
+// Rank `rank` of a Gloo group of `size` over loopback, met through `store` (its constructor
+// waits for the group's other members).
+c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(c10::intrusive_ptr<c10d::Store> store, int rank,
+                                                  int size) {
+  auto opt = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
+  opt->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(std::move(store), rank, size, opt);
+}
+
 // n Gloo groups, one a rank, met through an in-process store.
 std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> make_groups(int n) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> out(n);
   std::vector<std::thread> th;
   for (int r = 0; r < n; ++r)
-    th.emplace_back([&, r] {  // every rank's constructor waits for the others
-      auto opt = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
-      opt->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      out[r] = c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, n, opt);
-    });
+    th.emplace_back([&, r] { out[r] = gloo_group(store, r, n); });
   for (auto& t : th)
     t.join();
   return out;
@@ -52,10 +57,7 @@ INSTANTIATE_TEST_SUITE_P(Transports, Conformance,
 std::vector<std::unique_ptr<Job>> make_c10d_jobs(int pp, int dp) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   auto group = [&](const std::string& name, int rank, int size) {
-    auto opt = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
-    opt->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    return c10::make_intrusive<c10d::ProcessGroupGloo>(
-        c10::make_intrusive<c10d::PrefixStore>(name, store), rank, size, opt);
+    return gloo_group(c10::make_intrusive<c10d::PrefixStore>(name, store), rank, size);
   };
   std::vector<std::unique_ptr<Job>> out(static_cast<std::size_t>(pp * dp));
   std::vector<std::thread> th;
