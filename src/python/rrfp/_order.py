@@ -1,5 +1,7 @@
 """Which forwards must keep microbatch order: modules whose forward updates their own buffers
 (docs/python.md, "Batch norm and other state a forward updates")."""
+import re
+
 import torch
 
 
@@ -22,15 +24,38 @@ _STATEFUL = tuple(c for c in (
 _SPECTRAL_HOOK = _torch_class("torch.nn.utils.spectral_norm", "SpectralNorm")
 
 
+# What a compiled forward's graph shows when it changes state: an attribute set, a norm that
+# updates running statistics inside the op, or an operation in place (aten::add_, copy_...).
+_STATE_CHANGE = re.compile(r"prim::SetAttr|aten::(batch|instance)_norm|aten::\w+_\(")
+
+
 def _stateful(m):
     """Whether a forward of module `m` itself (not its children) updates its buffers (or, an
     embedding with max_norm, renormalizes the rows of its weight that it looks up, in place)."""
+    if isinstance(m, torch.jit.ScriptModule):
+        return _script_stateful(m)
     if isinstance(m, torch.nn.modules.batchnorm._NormBase):
         return m.track_running_stats
     if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
         return _renormalizes(m)
     return isinstance(m, _STATEFUL) or (_SPECTRAL_HOOK is not None and any(
         isinstance(h, _SPECTRAL_HOOK) for h in m._forward_pre_hooks.values()))
+
+
+def _script_stateful(m):
+    """A scripted or traced module is no instance of the class it was made from (a scripted
+    BatchNorm1d is a RecursiveScriptModule), and its forward is compiled code: one with buffers
+    of its own counts when its graph may change them. An in place operation on something else
+    counts too, which only costs the order where it was not needed (ordered_forwards=False
+    takes it back)."""
+    if next(m.buffers(recurse=False), None) is None:
+        return False
+    try:
+        graph = m.graph.copy()
+        torch._C._jit_pass_inline(graph)  # the methods and functions it calls, in place
+    except (AttributeError, RuntimeError):  # no forward of its own to read: assume the worst
+        return True
+    return _STATE_CHANGE.search(str(graph)) is not None
 
 
 def _renormalizes(m):
