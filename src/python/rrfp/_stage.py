@@ -50,7 +50,7 @@ class StepData:
 class _Work:
     """One (chunk, microbatch) between its F and its last backward task."""
 
-    __slots__ = ("inp", "root", "grad", "tree_in", "tree_out")
+    __slots__ = ("inp", "root", "grad", "weights", "tree_in", "tree_out")
 
     def __init__(self, inp, root, tree_in=False, tree_out=False):
         # The chunk's input: a leaf that wants its gradient, or None; for a structure, a list of
@@ -60,6 +60,8 @@ class _Work:
         # tensors in flattening order.
         self.root = root
         self.grad = None  # the gradient of root (split backward keeps it for W)
+        # The weight gradients, where B computed them too (whole_backward): W hands them over.
+        self.weights = None
         self.tree_in = tree_in
         self.tree_out = tree_out
 
@@ -89,6 +91,10 @@ class StageRunner:
         now, as it would in a plain loop."""
         self.params = {c: [p for p in m.parameters() if p.requires_grad]
                        for c, m in self.modules.items()}
+        # Split backward: chunks whose graph runs Python of the user's in its backward, which a
+        # split would run twice (whole_backward); found again each step.
+        self.whole = {c: self.split and _module_backward_hooks(m)
+                      for c, m in self.modules.items()}
 
     # -- called by the runtime --------------------------------------------------------------
 
@@ -247,6 +253,16 @@ class StageRunner:
             got = _grad(roots, wanted + params, None if last else grads, retain=False)
             self._put(chunk, mb, got[len(wanted):])
             return _input_grads(w, got[:len(wanted)])
+        if self.whole[chunk] or _python_backward(roots):
+            # Backward hooks and custom Functions on the way to both the input and the
+            # parameters would run in B and again in W: B computes everything at once, and W
+            # hands the weight gradients over, so they run once a microbatch as in a plain loop.
+            self.whole[chunk] = True  # for the rest of the step: no more graphs to walk
+            del self.work[(chunk, mb)]
+            got = _grad(roots, wanted + params, None if last else grads, retain=False)
+            w.root, w.weights = None, got[len(wanted):]
+            self.work[(chunk, mb)] = w
+            return _input_grads(w, got[:len(wanted)])
         # Split: B is the input gradient only; the graph stays for W.
         w.root, w.grad = roots, (None if last else grads)
         if not wanted:
@@ -257,6 +273,9 @@ class StageRunner:
         if self.data.eval:
             return
         w = self.work.pop((chunk, mb))
+        if w.weights is not None:  # B computed them (whole_backward)
+            self._put(chunk, mb, w.weights)
+            return
         if w.root is None:  # no gradient came (see _backward): nothing to add
             self._put(chunk, mb, [None] * len(self.params[chunk]))
             return
@@ -286,6 +305,35 @@ class StageRunner:
         pairs = [(r, d.to(r.device)) for r, d in zip(w.root, grads)
                  if d is not None and r.requires_grad]
         return [r for r, _ in pairs], [d for _, d in pairs]
+
+
+_PYTHON_NODE = torch.autograd.function.BackwardCFunction
+
+
+def _module_backward_hooks(module):
+    """Whether a backward hook of a module (its own, or every module's) runs in `module`'s
+    backward: a split backward would run it twice."""
+    if getattr(torch.nn.modules.module, "_global_backward_hooks", None):
+        return True
+    return any(m._backward_hooks for m in module.modules())
+
+
+def _python_backward(roots):
+    """Whether the backward graph of `roots` holds a node whose backward is Python of the
+    user's: a custom autograd.Function (module backward hooks are one, and so is reentrant
+    checkpointing). Walked once per microbatch of a split chunk until one is found: about half
+    a microsecond a node."""
+    todo = [r.grad_fn for r in roots]
+    seen = set()
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        if isinstance(node, _PYTHON_NODE):
+            return True
+        seen.add(node)
+        todo.extend(n for n, _ in node.next_functions)
+    return False
 
 
 def _begins_in_place(module):

@@ -1,0 +1,129 @@
+"""Python that runs inside a chunk's backward (module backward hooks, custom autograd
+Functions) runs once a microbatch, as in a plain loop, with a split backward too: there W would
+run again the part of the graph that leads to both the input and the parameters, so a chunk
+that holds such Python computes its whole backward in B and W hands its gradients over."""
+import pytest
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+import rrfp
+
+SCHEDULES = [("1f1b", "fixed", "off"), ("bf", "ready", "off"), ("bfw", "ready", "on"),
+             ("zb-h1", "fixed", "on"), ("adaptive", "ready", "on")]
+
+
+class Counted(torch.autograd.Function):
+    """x * x whose backward logs its calls and frees what it kept, as memory-saving kernels
+    do: a second backward finds nothing to use."""
+
+    @staticmethod
+    def forward(ctx, x, log):
+        ctx.x, ctx.log = x.detach(), log
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        x = ctx.x
+        del ctx.x
+        ctx.log.append(("function", float(g.sum())))
+        return 2 * x * g, None
+
+
+class Block(nn.Module):
+    def __init__(self, log, name, hook_kind):
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 6), nn.Linear(6, 6)
+        self.log, self.name, self.hook_kind = log, name, hook_kind
+        record = (lambda m, gi, go: log.append((name, float(go[0].sum()))))
+        if hook_kind == "full":
+            self.b.register_full_backward_hook(record)
+        elif hook_kind == "old":
+            self.b.register_backward_hook(record)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        if self.hook_kind == "function":
+            h = Counted.apply(h, self.log)
+        return self.b(h)
+
+
+def model(log, hook_kind):
+    torch.manual_seed(0)
+    return [Block(log, "c0", hook_kind), Block(log, "c1", hook_kind),
+            nn.Sequential(Block(log, "c2", hook_kind), nn.Linear(6, 3))]
+
+
+def data():
+    g = torch.Generator().manual_seed(1)
+    return ([torch.randn(2, 6, generator=g) for _ in range(4)],
+            [torch.randint(0, 3, (2,), generator=g) for _ in range(4)])
+
+
+def calls(log):
+    """Each hook's calls: how many, and the sum of what they saw, by name."""
+    out = {}
+    for name, v in log:
+        n, total = out.get(name, (0, 0.0))
+        out[name] = (n + 1, total + v)
+    return out
+
+
+def plain(hook_kind):
+    log = []
+    ref = model(log, hook_kind)
+    xs, ys = data()
+    for x, y in zip(xs, ys):
+        h = x
+        for c in ref:
+            h = c(h)
+        F.cross_entropy(h, y).backward()
+    return ref, log
+
+
+@pytest.mark.filterwarnings("ignore:Using a non-full backward hook")
+@pytest.mark.parametrize("hook_kind", ["full", "old", "function"])
+@pytest.mark.parametrize("hint,policy,split", SCHEDULES)
+def test_backward_python_runs_once_a_microbatch(hook_kind, hint, policy, split):
+    ref, ref_log = plain(hook_kind)
+    log = []
+    m = model(log, hook_kind)
+    xs, ys = data()
+    pipe = rrfp.Pipeline(m, F.cross_entropy, pp=3, microbatches=4, hint=hint, policy=policy,
+                         split_backward=split, timeout=60)
+    pipe.step(xs, ys)
+    assert calls(log).keys() == calls(ref_log).keys()
+    for name, (n, total) in calls(ref_log).items():
+        assert calls(log)[name][0] == n, name
+        assert calls(log)[name][1] == pytest.approx(total), name
+    for a, b in zip(m, ref):
+        for p, q in zip(a.parameters(), b.parameters()):
+            assert torch.equal(p.grad, q.grad)
+
+
+def test_a_global_module_hook_counts_for_every_chunk():
+    log = []
+    handle = torch.nn.modules.module.register_module_full_backward_hook(
+        lambda m, gi, go: log.append(type(m).__name__) if isinstance(m, nn.Linear) else None)
+    try:
+        m = model([], "none")
+        xs, ys = data()
+        pipe = rrfp.Pipeline(m, F.cross_entropy, pp=3, microbatches=4, hint="bfw")
+        pipe.step(xs, ys)
+    finally:
+        handle.remove()
+    assert len(log) == 7 * 4  # seven Linears, once a microbatch each
+
+
+def test_chunks_without_such_python_keep_their_split():
+    m = model([], "none")
+    xs, ys = data()
+    pipe = rrfp.Pipeline(m, F.cross_entropy, pp=3, microbatches=4, hint="bfw",
+                         split_backward="on")
+    pipe.step(xs, ys)
+    assert not any(w for r in pipe._runners for w in r.whole.values())
+    hooked = model([], "function")
+    pipe = rrfp.Pipeline(hooked, F.cross_entropy, pp=3, microbatches=4, hint="bfw",
+                         split_backward="on")
+    pipe.step(xs, ys)
+    assert all(w for r in pipe._runners for w in r.whole.values())
