@@ -56,6 +56,7 @@ void bind_pipeline(pyb::module_& m) {
       .def("exchange", &PipelineCore::exchange, pyb::arg("mine"), pyb::arg("peers"))
       .def("all_gather", &PipelineCore::all_gather, pyb::arg("mine"))
       .def("replica_all_gather", &PipelineCore::replica_all_gather, pyb::arg("mine"))
+      .def("dp_all_gather", &PipelineCore::dp_all_gather, pyb::arg("mine"))
       .def("close", &PipelineCore::close)
       .def("order_forwards", &PipelineCore::order_forwards)
       .def("local_stages", &PipelineCore::local_stages)

@@ -197,6 +197,11 @@ std::vector<at::Tensor> PipelineCore::replica_all_gather(const at::Tensor& mine)
   return gather_tensors(mine, [&](auto bytes) { return job_->replica_all_gather(bytes); });
 }
 
+std::vector<at::Tensor> PipelineCore::dp_all_gather(const at::Tensor& mine) {
+  if (!job_ || opt_.dp == 1) return {mine};
+  return gather_tensors(mine, [&](auto bytes) { return job_->dp_all_gather(bytes); });
+}
+
 std::vector<at::Tensor> PipelineCore::exchange(const at::Tensor& mine,
                                                const std::vector<int>& peers) {
   if (!job_) return {mine};

@@ -61,6 +61,10 @@ class PipelineCore {
   // uint8 tensors ([mine] in one process): for parameters that several stages share. A
   // collective over the replica.
   std::vector<at::Tensor> replica_all_gather(const at::Tensor& mine);
+  // The same stage's bytes in every replica, by replica ([mine] with one replica): for what the
+  // replicas keep equal besides gradients (the first replica's state). A collective over the
+  // stage's replicas.
+  std::vector<at::Tensor> dp_all_gather(const at::Tensor& mine);
   // Replaces each of `parts` (contiguous one-dimensional CPU tensors of float32, float64,
   // float16 or bfloat16) by its sum over the replicas, in replica order, in its own dtype
   // (dist/replica_sum.hpp): the data-parallel gradient sum. A collective over the stage's

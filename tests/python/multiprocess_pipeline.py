@@ -457,3 +457,43 @@ for c, module in dpipe.chunks.items():
     assert all(torch.equal(p.grad, b) for p, b in zip(module.parameters(), want[c])), \
         (dpipe.rank, c)
 print(f"rank {dpipe.rank}: seeded dropout across processes, bitwise", flush=True)
+
+# Data-parallel replicas keep replica 0's state, as under DDP: chunks built apart (a seed per
+# process) start from replica 0's parameters and buffers, and after a step every replica holds
+# the running statistics of replica 0's microbatches. Replicas used to train apart, and their
+# batch norms to give other evaluations.
+if dp > 1:
+    def bn_chunk(i, rank):
+        torch.manual_seed(300 + i + 1000 * rank)
+        return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8))
+
+    bpipe = rrfp.Pipeline(lambda i: bn_chunk(i, job_rank()), lambda y, t: ((y - t) ** 2).mean(),
+                          pp=pp, microbatches=4, hint="bf", transport=transport, dp=dp,
+                          timeout=60)
+    for c, module in bpipe.chunks.items():  # replica 0's process of chunk c is rank c
+        first = bn_chunk(c, c)
+        assert all(torch.equal(a, b) for a, b in zip(module.state_dict().values(),
+                                                     first.state_dict().values())), bpipe.rank
+
+    def bn_batches(r):
+        g = torch.Generator().manual_seed(50 + r)
+        return ([torch.randn(k, 8, generator=g) for k in (3, 5, 4, 6)],
+                [torch.randn(k, 8, generator=g) for k in (3, 5, 4, 6)])
+
+    bpipe.step(*bn_batches(bpipe.replica))
+    want, stats = None, None
+    for r in range(dp):  # a plain loop over each replica's microbatches from replica 0's state
+        bref = [bn_chunk(i, i) for i in range(pp)]
+        for x, y in zip(*bn_batches(r)):
+            h = x
+            for chunk in bref:
+                h = chunk(h)
+            ((h - y) ** 2).mean().backward()
+        got = [[p.grad for p in ch.parameters()] for ch in bref]
+        want = got if want is None else [[a + b for a, b in zip(w, g)] for w, g in zip(want, got)]
+        stats = stats or [list(ch.buffers()) for ch in bref]  # replica 0's
+    for c, module in bpipe.chunks.items():
+        assert all(torch.equal(p.grad, b) for p, b in zip(module.parameters(), want[c])), \
+            (bpipe.rank, c)
+        assert all(torch.equal(a, b) for a, b in zip(module.buffers(), stats[c])), (bpipe.rank, c)
+    print(f"rank {bpipe.rank}: replicas keep replica 0's parameters and buffers", flush=True)

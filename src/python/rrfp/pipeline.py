@@ -11,6 +11,7 @@ from ._caller import CallerState
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._grads import GradSums, sum_over_replicas, trained_layout
+from ._replicas import from_first_replica
 from ._launch import (EXACT_IN_DOUBLE, agreed, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters)
 from ._order import decide_order, refuse_renormalizing_embeddings
@@ -145,6 +146,10 @@ class Pipeline:
                "chunks: process(es) {bad} could not build their chunks; their own errors say "
                "why")
         self._ties = make_ties(tied, chunks, self.chunks, self._core)
+        if dp > 1:  # replicas start from the first one's parameters and buffers, as under DDP
+            agreed(self._core, lambda: from_first_replica(self._core, self.chunks, True),
+                   "chunks: process(es) {bad} could not take replica 0's parameters and "
+                   "buffers; their own errors say why")
         decide_order(ordered_forwards, self.chunks, self._core)
         if seeding is not None:
             seeding.place(len(self._runners) > 1, self.replica * self._core.microbatches)
@@ -322,6 +327,8 @@ class Pipeline:
             finally:
                 self._data.eval = False
                 self._data.outputs = {}
+            if self._dp > 1:  # a module in training mode updates its statistics here too
+                from_first_replica(self._core, self.chunks, False)
             self.last_step = StepRecord(rec)
             if targets is not None:
                 total = self._replica_loss(total)
@@ -416,6 +423,8 @@ class Pipeline:
         for p, g in pairs:
             if g is not None:
                 p.grad = g
+        if self._dp > 1:  # buffers the forwards updated (running statistics): replica 0's
+            from_first_replica(self._core, self.chunks, False)
         self.last_step = StepRecord(rec)
         return self._replica_loss(total)
 
