@@ -83,6 +83,10 @@ def test_bad_checkpoints_are_refused(tmp_path):
     pipe.save(str(tmp_path / "model-only"))
     with pytest.raises(KeyError, match="no optimizer state"):
         pipe.load(str(tmp_path / "model-only"), adamw(pipe.chunks.values()))
+    opt = adamw(pipe.chunks.values())
+    for call in (pipe.save, pipe.load):
+        with pytest.raises(TypeError, match="optimizer must be one optimizer .* got list"):
+            call(str(tmp_path / "model-only"), [opt, opt])
     with pytest.raises(ValueError, match="not this pipeline"):
         pipe.save(str(tmp_path / "x"), torch.optim.SGD([torch.zeros(2, requires_grad=True)],
                                                        lr=1))

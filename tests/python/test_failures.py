@@ -115,6 +115,8 @@ def test_bad_arguments_are_value_errors(kwargs, match):
     (dict(delay_fn=3), "delay_fn must be callable or None, got int"),
     (dict(timeout="a"), "timeout: seconds as a number, got str"),
     (dict(loss_fn=None), "loss_fn must be callable"),
+    (dict(microbatches=2.5), "microbatches: a whole number, got float 2.5"),
+    (dict(pp=True), "pp: a whole number, got bool"),
 ])
 def test_arguments_of_the_wrong_type_are_type_errors(kwargs, match):
     args = dict(pp=2, microbatches=4, loss_fn=lm.loss_fn)
@@ -211,6 +213,17 @@ def test_batches_that_do_not_split_evenly_or_match_are_refused():
     with pytest.raises(ValueError, match="inputs and targets: 8 and 12 rows"):
         pipe.step(torch.randint(0, 64, (8, 8)), torch.randint(0, 64, (12, 8)))
     pipe.step(torch.randint(0, 64, (8, 8)), torch.randint(0, 64, (8, 8)))  # even: fine
+    # Inputs in microbatches of chosen sizes, targets whole: their even split would give
+    # microbatch k other rows' targets, which a loss that broadcasts takes without a word.
+    sizes = [1, 1, 2, 4]
+    listed = [torch.randint(0, 64, (k, 8)) for k in sizes]
+    with pytest.raises(ValueError, match=r"targets: one batch, split evenly into microbatches "
+                                         r"of \[2, 2, 2, 2\] rows, but the inputs came as a "
+                                         r"list of microbatches of \[1, 1, 2, 4\] rows"):
+        pipe.step(listed, torch.randint(0, 64, (8, 8)))
+    with pytest.raises(ValueError, match="inputs: one batch"):
+        pipe.step(torch.randint(0, 64, (8, 8)), listed)
+    pipe.step([torch.randint(0, 64, (2, 8))] * 4, torch.randint(0, 64, (8, 8)))  # rows agree
 
 
 def test_a_long_step_shows_its_progress_and_erases_it(capsys):

@@ -52,6 +52,23 @@ def split(batch, m, name):
                     f"got {type(batch).__name__}")
 
 
+def refuse_split_against_list(inputs, targets, input_mbs, target_mbs):
+    """One side given as a list of microbatches of chosen sizes and the other as one batch,
+    split evenly: where the rows differ, microbatch k's inputs would meet other rows' targets,
+    which a loss that broadcasts takes without a word."""
+    if targets is None or isinstance(inputs, torch.Tensor) == isinstance(targets, torch.Tensor):
+        return
+    rows = {name: [x.shape[0] if isinstance(x, torch.Tensor) and x.dim() > 0 else None
+                   for x in mbs] for name, mbs in (("inputs", input_mbs), ("targets", target_mbs))}
+    if None in rows["inputs"] or None in rows["targets"] or rows["inputs"] == rows["targets"]:
+        return
+    whole, listed = ("inputs", "targets") if isinstance(inputs, torch.Tensor) else \
+        ("targets", "inputs")
+    raise ValueError(f"{whole}: one batch, split evenly into microbatches of {rows[whole]} rows, "
+                     f"but the {listed} came as a list of microbatches of {rows[listed]} rows; "
+                     f"give the {whole} as a list of the same sizes")
+
+
 def check_before_step(pipe, found, layout, training):
     """What every process of the job must agree on before a step runs, in one gather, each
     refused on every process (raised where it fails alone, the others would wait for it in

@@ -126,3 +126,14 @@ def load_parts(path):
             groups.extend(part["optimizer"]["param_groups"])
     optim = {"state": state, "param_groups": groups} if groups else None
     return model, optim, extra
+
+
+def refuse_not_optimizer(what, optimizer):
+    """Pipeline.save() and load() take one optimizer: a list of them failed deep inside with an
+    AttributeError."""
+    if optimizer is not None and not (hasattr(optimizer, "state_dict") and
+                                      hasattr(optimizer, "param_groups")):
+        raise TypeError(f"{what}: optimizer must be one optimizer (with state_dict and "
+                        f"param_groups) or None, got {type(optimizer).__name__}; with several, "
+                        "save each to a folder of its own, or build one over every parameter "
+                        "group")

@@ -6,7 +6,8 @@ import threading
 import torch
 
 from . import _rrfp, checkpoint
-from ._batch import check_before_step, refuse_grad_outside, split as split_batch
+from ._batch import check_before_step, refuse_grad_outside, refuse_split_against_list, \
+    split as split_batch
 from ._caller import CallerState
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
@@ -105,6 +106,9 @@ class Pipeline:
             raise TypeError(f"delay_fn must be callable or None, got {type(delay_fn).__name__}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise TypeError(f"timeout: seconds as a number, got {type(timeout).__name__}")
+        for name, value in (("pp", pp), ("vpp", vpp), ("microbatches", microbatches), ("dp", dp)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name}: a whole number, got {type(value).__name__} {value!r}")
         place = parse_device(device)
         seeding = None if seed is None else Seeding(seed)  # a bad seed fails first
         if ordered_forwards not in (None, True, False):
@@ -226,6 +230,7 @@ class Pipeline:
         written atomically), the optimizer's state named by parameter, and `extra` (the step,
         say). Every process of a job calls it; with dp > 1 replica 0 writes. Returns once every
         part is written."""
+        checkpoint.refuse_not_optimizer("save", optimizer)
         self._refresh_ties()  # a tie's replaced copy is named as the tie
         if self.replica == 0:
             kept = {_SEED_STEP: self._data.seed_step}
@@ -243,6 +248,7 @@ class Pipeline:
         Training on from it is bitwise training on without the stop. Every process of a job
         calls it; one that cannot load (a missing folder, a missing entry) is told to every
         other, which raises too."""
+        checkpoint.refuse_not_optimizer("load", optimizer)
         self._refresh_ties()
         extra = agreed(self._core, lambda: self._load_here(path, optimizer),
                        "load: process(es) {bad} could not load the checkpoint; their own errors "
@@ -362,6 +368,7 @@ class Pipeline:
                              "rows; a batch needs one target row per input row")
         self._data.inputs = split_batch(inputs, m, "inputs")
         self._data.targets = None if targets is None else split_batch(targets, m, "targets")
+        refuse_split_against_list(inputs, targets, self._data.inputs, self._data.targets)
         # Each microbatch's tensors, wherever they sit in it: looked for once.
         found = ([tensors_in(x) for x in self._data.inputs],
                  [tensors_in(y) for y in self._data.targets or []])
@@ -441,3 +448,4 @@ class Pipeline:
         # The process of the stage that runs the last chunk (stage 0 under "vshape").
         code, value = every[self.replica * self.pp + self._core.stage_of(self._core.chunks - 1)]
         return torch.tensor(value, dtype=EXACT_IN_DOUBLE[int(code)])
+
