@@ -31,6 +31,15 @@ check "--tp: must be between 1 and 1024, got 2147483647" simulate --tp 214748364
 check "--tp: must be between 1 and 1024, got 1025" predict --tp 1025 x.json
 check "--tp: must be between 1 and 1024, got 2000" sweep --tp 2000
 check "--comm: unknown mode" simulate --comm smoke
+# Outputs are checked before the work (a mistyped folder used to cost every run first).
+check "--json: '$tmp/none/x.json': its folder '$tmp/none' does not exist" \
+  simulate --pp 4 -m 8 --json "$tmp/none/x.json"
+check "--out: '$tmp/none/h.json': its folder" plan --pp 2 -m 4 --out "$tmp/none/h.json"
+check "--csv: '$tmp/none/s.csv': its folder" sweep --csv "$tmp/none/s.csv"
+check "--svg: '$tmp' is a directory" run --pp 2 -m 4 --svg "$tmp"
+# Without --hint the default comparison runs both policies: a --policy there was ignored.
+check "--policy: chooses how the --hint runs" simulate --policy nope
+check "--policy: chooses how the --hint runs" run --policy fixed
 check "--workload-file: '$tmp/missing.json' does not exist" simulate --workload-file "$tmp/missing.json"
 printf '{"forward_us": -1}' >"$tmp/neg.json"
 check "forward_us" simulate --workload-file "$tmp/neg.json"
@@ -82,6 +91,10 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
   "$rrfp" train "${small[@]}" --steps 2 --save-every 2 --out "$tmp/ck2" >/dev/null 2>&1
   check "--resume: the checkpoint is already at step 2 of --steps 1" train "${small[@]}" \
     --steps 1 --resume "$tmp/ck2/checkpoint.bin" --out "$tmp/ck2"
+  # A fresh run into that folder would write its logs beside the earlier run's checkpoint, and
+  # a resume from it would splice the two runs' steps in one log.
+  check "--out: '$tmp/ck2' holds checkpoint.bin of an earlier run; pass --resume" \
+    train "${small[@]}" --steps 2 --out "$tmp/ck2"
   check "--lr: must be in (0, 1000], got nan" train --lr nan --out "$tmp/o"
   check "--lr: must be in (0, 1000], got 1e+300" train --lr 1e300 --out "$tmp/o"
   check "--weight-decay: must be in [0, 1000], got 1e+300" train --weight-decay 1e300 --out "$tmp/o"
@@ -122,7 +135,7 @@ printf '{"preset": "uniform", "forward_us": 1e9}' >"$tmp/w4.json"
 check "tasks add up to 317.098 years; a step may hold at most 146" simulate --workload-file "$tmp/w4.json" --pp 1 -m 5000000 --hint 1f1b --policy fixed
 head -c 3000 /dev/urandom >"$tmp/random.bin"
 check "$tmp/random.bin" schedule check "$tmp/random.bin"
-check "--svg: '/nonexistent-dir/x.svg' cannot be written: No such file or directory" simulate --svg /nonexistent-dir/x.svg
+check "--svg: '/nonexistent-dir/x.svg': its folder '/nonexistent-dir' does not exist" simulate --svg /nonexistent-dir/x.svg
 check "--seeds: must be at least 1" sweep --seeds 0
 check "--mb-factors: 1073741825 x --pp 4 microbatches on 4 stages exceed" sweep --pp 4 --mb-factors 1073741825
 # Random bytes as hint files and workload files, many times over: never a crash.

@@ -59,3 +59,13 @@ echo "ok: a W trace under 1f1b folds each W into its B ($(work f.json) ms of wor
 [ "$(field o.json "j['runs'][0]['split_backward']")" = True ] || fail "a CSV with W: bfw"
 [ "$(work a.json)" = "$(work o.json)" ] || fail "CSV: $(work a.json) ms of work, split $(work o.json)"
 echo "ok: a CSV with W tasks: bf folds, bfw splits, the same work"
+
+# The default comparison under one --comm: the baseline once (its blocking and async rows were
+# both that mode, one speedup against a row that duplicated it), then ready BF and BFW.
+for mode in async blocking; do
+  "$rrfp" simulate --pp 4 -m 8 --comm "$mode" --json d.json >/dev/null
+  [ "$(field d.json "[(r['hint'], r['policy'], r['comm']) for r in j['runs']]")" = \
+    "[('1f1b', 'fixed', '$mode'), ('bf', 'ready', '$mode'), ('bfw', 'ready', '$mode')]" ] ||
+    fail "simulate --comm $mode: $(field d.json "[r['hint'] for r in j['runs']]")"
+done
+echo "ok: the default comparison under one --comm: three runs"

@@ -121,7 +121,10 @@ void setup_calibrate(CLI::App& app) {
   sub->add_option("--out", f->out, "write the workload fragment (JSON) to FILE");
   sub->add_option("--json", f->json, "write the same JSON to FILE ('-': stdout)");
   add_timeout_flag(sub, f->timeout_s);
-  sub->callback([f] { run_calibrate(*f); });
+  sub->callback([f] {
+    check_outputs({{f->out, "--out"}, {f->json, "--json"}});  // before the measurements
+    run_calibrate(*f);
+  });
 }
 
 }  // namespace rrfp

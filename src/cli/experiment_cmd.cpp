@@ -35,6 +35,8 @@ CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f) {
 }
 
 Scenario make_scenario(const ExperimentFlags& f) {
+  // Before the work: a mistyped folder used to cost every run, and then the table too.
+  check_outputs({{f.json, "--json"}, {f.trace, "--trace"}, {f.svg, "--svg"}});
   Scenario sc = make_scenario(f.shape, f.load, f.dispatch);
   // Only a timeline reads the tasks and spans: the tables come from each rank's totals.
   sc.record = draws_timeline(f);
@@ -63,16 +65,24 @@ std::vector<RunSpec> plan_runs(const ExperimentFlags& flags, const PipelineConfi
   const DispatchFlags& f = flags.dispatch;
   const CommMode comm = parse_comm(f.comm);
   if (f.hint.empty()) {
-    // The default comparison: the Megatron-like baseline first, speedups relative to it.
+    // The default comparison runs both policies itself: a --policy here used to be ignored,
+    // whatever its value.
+    if (f.policy_given)
+      throw InputError(
+          "--policy: chooses how the --hint runs; without --hint the default "
+          "comparison runs the fixed baseline and ready BF and BFW (give --hint "
+          "to choose a policy)");
+    // The Megatron-like baseline first, speedups relative to it; its blocking and async runs
+    // unless --comm chooses one mode for every run (both baseline rows were that mode, twice).
     const std::string base = baseline_for(cfg);
-    std::vector<RunSpec> runs = {{base, Policy::Fixed, CommMode::Blocking, ""},
-                                 {base, Policy::Fixed, CommMode::Async, ""},
-                                 {"bf", Policy::Ready, CommMode::Async, ""},
-                                 {"bfw", Policy::Ready, CommMode::Async, ""}};
     if (f.comm_given)
-      for (auto& r : runs)
-        r.comm = comm;
-    return runs;
+      return {{base, Policy::Fixed, comm, ""},
+              {"bf", Policy::Ready, comm, ""},
+              {"bfw", Policy::Ready, comm, ""}};
+    return {{base, Policy::Fixed, CommMode::Blocking, ""},
+            {base, Policy::Fixed, CommMode::Async, ""},
+            {"bf", Policy::Ready, CommMode::Async, ""},
+            {"bfw", Policy::Ready, CommMode::Async, ""}};
   }
   const bool rule = is_rule_hint_name(f.hint);
   if (f.policy == "both")

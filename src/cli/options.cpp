@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 
 namespace rrfp {
 
@@ -93,7 +94,9 @@ void add_shape_flags(CLI::App* app, ShapeFlags& f) {
 CLI::Option* add_dispatch_flags(CLI::App* app, DispatchFlags& f, const std::string& policies) {
   app->add_option("--hint", f.hint, "a hint name (see `rrfp schedule show --help`) or a hint file")
       ->capture_default_str();
-  app->add_option("--policy", f.policy, policies)->capture_default_str();
+  app->add_option("--policy", f.policy, policies)
+      ->each([&f](const std::string&) { f.policy_given = true; })
+      ->capture_default_str();
   return add_execution_flags(app, f);
 }
 
@@ -188,6 +191,12 @@ RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s) {
 WorkloadParams load_workload(const WorkloadFlags& f) {
   if (!f.workload_file.empty()) return read_workload_file(f.workload_file, f.workload);
   return workload_preset(f.workload);
+}
+
+void check_outputs(std::initializer_list<std::pair<const std::string&, const char*>> outputs) {
+  for (const auto& [path, flag] : outputs)
+    if (!path.empty() && path != "-")
+      check_output_path(path, std::string(flag) + ": '" + path + "'");
 }
 
 }  // namespace rrfp

@@ -1,7 +1,9 @@
 #pragma once
 // Flags shared by the subcommands, bound to CLI11 with their defaults.
 #include <CLI/CLI.hpp>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "report/experiment.hpp"
 #include "runtime/runtime.hpp"
@@ -45,7 +47,8 @@ struct ShapeFlags {
 struct DispatchFlags {
   std::string hint, policy = "ready", comm = "async", tp_protocol = "leader";
   int limit = 0, max_pending_w = 0, tp = 1;
-  bool comm_given = false;  // set after parsing: --comm was on the command line
+  bool comm_given = false;    // set after parsing: --comm was on the command line
+  bool policy_given = false;  // --policy was on the command line
 };
 
 // What durations a simulated or emulated step sees: --workload --workload-file --replay --seed.
@@ -55,6 +58,10 @@ struct WorkloadFlags {
   std::uint64_t seed = 1;
   TraceOptions trace;  // how --replay reads a trace: --trace-format --step --message-us
 };
+
+// Refuses (InputError) each named output that could not be written, before a command's work:
+// {path, flag} pairs; an empty path (not asked for) and "-" (stdout) pass.
+void check_outputs(std::initializer_list<std::pair<const std::string&, const char*>> outputs);
 
 void add_shape_flags(CLI::App* app, ShapeFlags& f);
 // `policies`: the help of --policy (train takes fixed or ready; simulate and run also both).

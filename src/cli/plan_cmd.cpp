@@ -241,7 +241,10 @@ void setup_plan(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--out", f->out, "write the best order as a hint file (.json or text)");
   sub->add_option("--json", f->json, "write the report as JSON to FILE ('-': stdout)");
-  sub->callback([f] { run_plan(*f); });
+  sub->callback([f] {
+    check_outputs({{f->out, "--out"}, {f->json, "--json"}});  // before the search
+    run_plan(*f);
+  });
 }
 
 }  // namespace rrfp

@@ -101,7 +101,10 @@ void setup_predict(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--json", f->json, "write the prediction as JSON to FILE ('-': stdout)");
   sub->add_option("--svg", f->svg, "write measured, twin and best predicted timelines to FILE");
-  sub->callback([f] { run_predict(*f); });
+  sub->callback([f] {
+    check_outputs({{f->json, "--json"}, {f->svg, "--svg"}});
+    run_predict(*f);
+  });
 }
 
 }  // namespace rrfp

@@ -228,7 +228,10 @@ void setup_sweep(CLI::App& app) {
   sub->add_option("--csv", f->csv, "CSV of every run")->capture_default_str();
   sub->add_option("--md", f->md, "markdown summary file");
   sub->add_flag("--quiet", f->quiet, "no progress on stderr");
-  sub->callback([f] { run_sweep(*f); });
+  sub->callback([f] {
+    check_outputs({{f->csv, "--csv"}, {f->md, "--md"}});  // before the grid
+    run_sweep(*f);
+  });
 }
 
 }  // namespace rrfp

@@ -42,6 +42,27 @@ int open_output(const std::string& path, const std::string& what, OutputMode mod
   return fd;
 }
 
+void check_output_path(const std::string& path, const std::string& what) {
+  if (path.empty()) throw InputError(what + " is empty; give a file");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw InputError(what + " is a directory, not a file");
+    if (::access(path.c_str(), W_OK) != 0)
+      throw InputError(what + " cannot be written: " + std::strerror(errno));
+    return;
+  }
+  if (errno != ENOENT) throw InputError(what + " cannot be examined: " + std::strerror(errno));
+  const auto slash = path.find_last_of('/');
+  const std::string folder = slash == std::string::npos ? "."
+                             : slash == 0               ? "/"
+                                                        : path.substr(0, slash);
+  if (::stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw InputError(what + ": its folder '" + folder + "' does not exist");
+  if (::access(folder.c_str(), W_OK | X_OK) != 0)
+    throw InputError(what + ": its folder '" + folder +
+                     "' takes no new file: " + std::strerror(errno));
+}
+
 void write_all(int fd, const std::string& bytes, const std::string& what) {
   std::size_t done = 0;
   while (done < bytes.size()) {

@@ -22,6 +22,12 @@ struct OutputMode {
 // own reason.
 int open_output(const std::string& path, const std::string& what, OutputMode mode = {});
 
+// Throws InputError starting with `what` unless `path` (an output the user named) could be
+// opened for writing now: its folder exists and takes files, and an existing entry is no
+// directory and writable. Creates nothing: a command checks its outputs before its work, so a
+// mistyped folder does not cost the work (an open FIFO, written later, passes).
+void check_output_path(const std::string& path, const std::string& what);
+
 // Writes all of `bytes` to `fd` (retrying short writes and interrupted calls); throws Error
 // starting with `what` and the system's reason ("No space left on device").
 void write_all(int fd, const std::string& bytes, const std::string& what);

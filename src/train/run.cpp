@@ -66,6 +66,12 @@ void check_run(const TrainRun& o) {
     throw InputError("`eval_every` and `eval_batches`: must be at least 0 and 1, got " +
                      std::to_string(o.eval_every) + " and " + std::to_string(o.eval_batches));
   prepare_out(o.out);
+  // A fresh run writes new logs beside it: a later resume from it would go on from the earlier
+  // run and splice its steps into this one's log (and the earlier run's log is overwritten).
+  if (o.resume.empty() && std::filesystem::is_regular_file(o.out + "/checkpoint.bin"))
+    throw InputError("`out`: '" + o.out +
+                     "' holds checkpoint.bin of an earlier run; pass `resume` with it to go on "
+                     "from it, or move it away, or choose another `out`");
   if (o.save_every < 0)
     throw InputError("`save_every`: must not be negative, got " + std::to_string(o.save_every));
 }
