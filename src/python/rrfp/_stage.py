@@ -60,7 +60,7 @@ class _Work:
         # tensors in flattening order.
         self.root = root
         self.grad = None  # the gradient of root (split backward keeps it for W)
-        # The weight gradients, where B computed them too (whole_backward): W hands them over.
+        # The weight gradients, where B computed them too (StageRunner.whole): W hands them over.
         self.weights = None
         self.tree_in = tree_in
         self.tree_out = tree_out
@@ -91,8 +91,9 @@ class StageRunner:
         now, as it would in a plain loop."""
         self.params = {c: [p for p in m.parameters() if p.requires_grad]
                        for c, m in self.modules.items()}
-        # Split backward: chunks whose graph runs Python of the user's in its backward, which a
-        # split would run twice (whole_backward); found again each step.
+        # Split backward: chunks whose backward runs Python of the user's (hooks, custom
+        # Functions), which a split would run twice: B computes their whole backward. Found
+        # again each step.
         self.whole = {c: self.split and _module_backward_hooks(m)
                       for c, m in self.modules.items()}
 
@@ -258,10 +259,8 @@ class StageRunner:
             # parameters would run in B and again in W: B computes everything at once, and W
             # hands the weight gradients over, so they run once a microbatch as in a plain loop.
             self.whole[chunk] = True  # for the rest of the step: no more graphs to walk
-            del self.work[(chunk, mb)]
             got = _grad(roots, wanted + params, None if last else grads, retain=False)
             w.root, w.weights = None, got[len(wanted):]
-            self.work[(chunk, mb)] = w
             return _input_grads(w, got[:len(wanted)])
         # Split: B is the input gradient only; the graph stays for W.
         w.root, w.grad = roots, (None if last else grads)
@@ -273,7 +272,7 @@ class StageRunner:
         if self.data.eval:
             return
         w = self.work.pop((chunk, mb))
-        if w.weights is not None:  # B computed them (whole_backward)
+        if w.weights is not None:  # B computed them (self.whole)
             self._put(chunk, mb, w.weights)
             return
         if w.root is None:  # no gradient came (see _backward): nothing to add
