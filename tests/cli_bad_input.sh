@@ -205,6 +205,9 @@ echo "fuzzed output paths: 60 runs"
 # And the good paths still work.
 "$rrfp" schedule show --hint zb-h1 --out "$tmp/zb.json" >/dev/null || { echo "FAIL: schedule show"; fails=$((fails + 1)); }
 "$rrfp" schedule check --split-backward on "$tmp/zb.json" >/dev/null || { echo "FAIL: check of a written hint"; fails=$((fails + 1)); }
+# --split-backward auto, the default, takes the split the file declares, as simulate does (check
+# took auto for off, and refused the zero-bubble hint show had just written).
+"$rrfp" schedule check "$tmp/zb.json" >/dev/null || { echo "FAIL: check of a written split hint, auto"; fails=$((fails + 1)); }
 # A large hint rrfp wrote reads back: the caps grow with the run (a stage's line is 400 KB here).
 for ext in txt json; do
   "$rrfp" schedule show --pp 8 -m 20000 --hint 1f1b --out "$tmp/big.$ext" >/dev/null &&

@@ -82,7 +82,7 @@ void show(const ScheduleFlags& f) {
 }
 
 void check(const ScheduleFlags& f) {
-  WorkModel m = model_for(f, "");
+  WorkModel m = model_for(f, f.file);  // auto: split as the file declares, as simulate reads it
   ListHint h = read_hint_file(f.file, m);
   const auto peaks = fixed_order_peaks(h, m);
   std::cout << "ok: " << f.file << " is a valid hint for P=" << m.pp() << " V=" << m.vpp()
@@ -113,7 +113,6 @@ void setup_schedule(CLI::App& app) {
   auto g = std::make_shared<ScheduleFlags>();
   g->shape.pp = 4;
   g->shape.microbatches = 8;
-  g->shape.split = "off";
   CLI::App* ck = sch->add_subcommand("check", "validate a hint file (text or JSON)");
   add_shape_flags(ck, g->shape);
   ck->add_option("file", g->file, "hint file")->required();
