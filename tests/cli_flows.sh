@@ -69,3 +69,19 @@ for mode in async blocking; do
     fail "simulate --comm $mode: $(field d.json "[r['hint'] for r in j['runs']]")"
 done
 echo "ok: the default comparison under one --comm: three runs"
+
+# A trace of several measured runs replayed without --step: every row replays one step, the
+# first complete under the splitting row's shape (run 3, ready BFW, the first with W tasks).
+# Rows took the first complete under their own shape: three replayed run 0, BFW run 3.
+"$rrfp" run --pp 2 -m 4 --workload language --trace multi.json >/dev/null
+"$rrfp" simulate --pp 2 -m 4 --replay multi.json --json r.json >/dev/null
+[ "$(field r.json "j['workload']")" = "replay:multi.json step 3" ] ||
+  fail "replay of several runs: $(field r.json "j['workload']")"
+"$rrfp" simulate --pp 2 -m 4 --replay multi.json --step 3 --hint 1f1b --policy fixed \
+  --json r3.json >/dev/null
+[ "$(field r.json "j['runs'][1]['makespan_ms']")" = "$(field r3.json "j['runs'][0]['makespan_ms']")" ] ||
+  fail "replay of several runs: fixed 1F1B's row is not step 3's replay"
+"$rrfp" simulate --pp 2 -m 4 --replay multi.json --hint bf --json r1.json >/dev/null
+[ "$(field r1.json "j['workload']")" = "replay:multi.json step 0" ] ||
+  fail "replay of several runs, no split: $(field r1.json "j['workload']")"
+echo "ok: a trace of several runs replays one step for every row"

@@ -120,7 +120,7 @@ void add_trace_flags(CLI::App* app, TraceOptions& t) {
       ->capture_default_str();
   app->add_option("--step", t.step,
                   "the trace's step to replay (ProfilerStep#N, iteration N, or rrfp's run N from "
-                  "0; default: the first complete one)")
+                  "0; default: the first complete one, the same for every run of the table)")
       ->check(not_negative());
   app->add_option("--message-us", t.message_us,
                   "the latency of every message the trace does not time (us; default: seen "

@@ -55,7 +55,8 @@ void check_emulable(const WorkloadParams& w) {
 Scenario emulable_scenario(const ExperimentFlags& e, bool in_process) {
   Scenario sc = make_scenario(e);
   if (in_process) check_emulable(sc.workload);
-  return sc;
+  const std::vector<RunSpec> specs = plan_runs(e, sc.cfg);
+  return with_replay_step(std::move(sc), specs);
 }
 
 class EmulatedRuns {

@@ -12,8 +12,9 @@ void setup_simulate(CLI::App& app) {
   CLI::Option* comm = add_experiment_flags(sub, *f);
   sub->callback([f, comm] {
     f->dispatch.comm_given = comm->count() > 0;
-    const Scenario sc = make_scenario(*f);
+    Scenario sc = make_scenario(*f);
     const std::vector<RunSpec> specs = plan_runs(*f, sc.cfg);
+    sc = with_replay_step(std::move(sc), specs);
     check_runs_fit("simulate", *f, sc, specs);  // before check_spec builds the hints' orders
     for (const RunSpec& spec : specs)
       check_spec(sc, spec);

@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "sim/replay.hpp"
+#include "sim/trace_import.hpp"
 
 namespace rrfp {
 
@@ -35,9 +36,26 @@ std::string default_label(const RunSpec& r) {
   return to_string(r.policy) + " " + r.hint + " (" + to_string(r.comm) + ")";
 }
 
+Scenario with_replay_step(Scenario sc, const std::vector<RunSpec>& specs) {
+  if (sc.replay_path.empty() || sc.trace.step >= 0 || specs.empty() ||
+      !is_trace_path(sc.replay_path))
+    return sc;
+  const RunSpec* shape = &specs.front();
+  for (const RunSpec& s : specs)
+    if (config_for(sc, s).split_backward) {
+      shape = &s;
+      break;
+    }
+  sc.trace.step =
+      import_trace(sc.replay_path, WorkModel(config_for(sc, *shape)), sc.tp, sc.trace).step;
+  return sc;
+}
+
 ReportHeader header_of(const Scenario& sc) {
   ReportHeader h;
   h.workload = sc.replay_path.empty() ? sc.workload_name : "replay:" + sc.replay_path;
+  if (!sc.replay_path.empty() && sc.trace.step >= 0)
+    h.workload += " step " + std::to_string(sc.trace.step);
   h.seed = sc.seed;
   h.tp = sc.tp;
   h.tp_protocol = to_string(sc.tp_protocol);

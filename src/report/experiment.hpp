@@ -56,6 +56,12 @@ ReportRun run_scenario(const Scenario& sc, const RunSpec& spec);
 // the work and, where their limits agree, one lower bound.
 std::vector<ReportRun> run_scenarios(const Scenario& sc, const std::vector<RunSpec>& specs);
 ReportHeader header_of(const Scenario& sc);
+// `sc` with its replay's step chosen for every run of `specs`: a trace of several steps, its
+// step not given, is replayed at one step for all, the first complete under the shape of the
+// first run that splits the backward (the others fold each W into its B), else of the first
+// run. Each run used to take the first step complete under its own shape: the rows of one
+// table replayed different steps.
+Scenario with_replay_step(Scenario sc, const std::vector<RunSpec>& specs);
 // Throws the InputError a run would hit (hint, shape, policy, limits) without running it.
 void check_spec(const Scenario& sc, const RunSpec& spec);
 

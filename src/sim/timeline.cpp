@@ -242,6 +242,7 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   ImportedRun out;
   out.format = tl.format;
   out.run = tl.run;
+  out.step = tl.step;
   RealizedWork& r = out.work;
   r.tp = tp;
   r.num_tasks = m.num_tasks();

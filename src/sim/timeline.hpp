@@ -48,6 +48,7 @@ struct ImportedRun {
   int messages_measured = 0;           // of those, the ones whose latency the timeline gave
   int messages_inferred = 0;           // and those seen from when their consumers started
   std::string format, run;
+  int step = -1;  // the step of the trace it was built from (Timeline::step)
 };
 
 // A step record (simulated or measured) as a timeline: each task at its start, for its compute
