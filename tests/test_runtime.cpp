@@ -222,6 +222,32 @@ TEST(Runtime, StepsReportTheBuffersTheyMapped) {
   }
 }
 
+// A measured blocking step: the time an offer waits for its busy receiver to accept it is the
+// rendezvous's, which a replay's rendezvous adds by itself, so a message's time leaves it out
+// (counted in it, a measured blocking step replayed 11-23% long).
+TEST(Runtime, AMessagesTimeLeavesOutItsOffersWaitForTheReceiver) {
+  StepRecord r;
+  r.pp = 2;
+  // F c0 m0 ends at 100 on stage 0 and offers its output; stage 1 runs B c1 m1 until 300,
+  // accepts then (a wait of 190 since the offer came at 110), and the input lands at 310;
+  // F c1 m0 starts at 330.
+  TaskRecord producer{TaskId{Kind::F, 0, 0}, 0, 0, 0, 100, 100};
+  TaskRecord busy{TaskId{Kind::B, 1, 1}, 1, 0, 50, 300, 300};
+  TaskRecord consumer{TaskId{Kind::F, 1, 0}, 1, 0, 330, 400, 400};
+  consumer.input_at = 310;
+  consumer.offer_wait = 190;
+  r.tasks = {producer, busy, consumer};
+  send_times_from_arrivals(r);
+  // The rank was idle when the input came (free since 300): the message ends at the start.
+  EXPECT_EQ(r.tasks[0].send_ns, 330 - 100 - 190);
+  r.tasks[2].offer_wait = 0;  // async: no offer, so the whole way from the producer's end
+  send_times_from_arrivals(r);
+  EXPECT_EQ(r.tasks[0].send_ns, 330 - 100);
+  r.tasks[2].offer_wait = 500;  // never below 0
+  send_times_from_arrivals(r);
+  EXPECT_EQ(r.tasks[0].send_ns, 0);
+}
+
 TEST(Runtime, RejectsBadOptions) {
   WorkModel m(PipelineConfig{});
   Hint h = make_hint("1f1b", m);

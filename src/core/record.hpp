@@ -28,6 +28,10 @@ struct TaskRecord {
   // Runtime: when the input it received from another stage arrived (-1: none, or the input
   // came from its own stage).
   std::int64_t input_at = -1;
+  // Runtime, blocking: how long the offer of that input waited here before this rank accepted
+  // it (busy with other tasks, or its posted receive another's): the rendezvous's wait, which
+  // a replay's rendezvous adds by itself, so it is no part of the message's time.
+  std::int64_t offer_wait = 0;
 };
 
 struct BlockedSpan {
@@ -67,14 +71,14 @@ struct StepRecord {
   std::vector<BlockedSpan> blocked;
 };
 
-// Sets each producer's send_ns to its consumer's input_at minus the producer's end (at least
-// 0): what the message really took, once a step's records from every stage are together. When
-// the consumer's rank was idle at the arrival, it waited for this input, and the message ends
-// at the consumer's start instead: the wake-up and dispatch after an arrival are then in the
-// replay too (the arrival alone made the twin's replays short: docs/twin.md).
-// A consumer's cross-stage input comes from the same kind one chunk away (F from chunk - 1,
-// B from chunk + 1), on the same TP rank. Records of processes on one host share the clock;
-// each process counts from its own step start, so a message time carries the skew of the
+// Sets each producer's send_ns to its consumer's input_at minus the producer's end, less the
+// time its offer waited for the receiver (blocking; at least 0): what the message really took, once
+// a step's records from every stage are together. When the consumer's rank was idle at the arrival,
+// it waited for this input, and the message ends at the consumer's start instead: the wake-up and
+// dispatch after an arrival are then in the replay too (the arrival alone made the twin's replays
+// short: docs/twin.md). A consumer's cross-stage input comes from the same kind one chunk away (F
+// from chunk - 1, B from chunk + 1), on the same TP rank. Records of processes on one host share
+// the clock; each process counts from its own step start, so a message time carries the skew of the
 // processes' step barrier.
 void send_times_from_arrivals(StepRecord& r);
 

@@ -73,6 +73,7 @@ class RendezvousDelivery final : public Delivery {
     for (int r = 0; r < c_.tp(); ++r) {
       PerRank& pr = ranks_[r];
       pr.offered.clear();
+      pr.offered_at.clear();
       pr.unsent.clear();
       pr.pulled.clear();
     }
@@ -96,6 +97,7 @@ class RendezvousDelivery final : public Delivery {
           "offer (emulated latency)");
     c_.driver(lk, r).offered(consumer, static_cast<int>(pr.offered.size()));
     pr.offered.push_back(std::move(msg));
+    pr.offered_at.push_back(now_ns());
     c_.notify(lk);  // accepted by the rank's own thread when it is idle
   }
 
@@ -127,7 +129,9 @@ class RendezvousDelivery final : public Delivery {
       accepted = true;
       const std::int64_t now = now_ns();
       std::vector<std::function<void()>> inline_now;
+      StageRank& rk = c_.rank(lk, r);
       for (const Rendezvous::Offer& o : start) {
+        rk.offer_wait[c_.m().local_index(o.consumer)] = now - pr.offered_at[o.handle];
         Message msg = std::move(pr.offered[o.handle]);
         if (pull_) {
           pr.pulled.push_back(o.consumer);
@@ -179,7 +183,8 @@ class RendezvousDelivery final : public Delivery {
     Payload payload;
   };
   struct PerRank {
-    std::vector<Message> offered;  // by offer handle
+    std::vector<Message> offered;          // by offer handle
+    std::vector<std::int64_t> offered_at;  // by offer handle: when it came
     std::vector<Unsent> unsent;
     std::vector<TaskId> pulled;  // pull mode: accepted inputs whose payload is on its way
     std::int64_t held_since = 0;

@@ -36,6 +36,7 @@ void Stage::begin_step(int step, std::int64_t t0) {
     rk.driver->begin_step(sizes);
     rk.input.assign(m.local_slots(), Payload{});
     rk.arrived.assign(m.local_slots(), -1);
+    rk.offer_wait.assign(m.local_slots(), 0);
     rk.running.reset();
     rk.result = RankResult{};
     // Appended between a task's end and the next start: no reallocation on that path.

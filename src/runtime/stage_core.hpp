@@ -54,11 +54,12 @@ struct RankResult {
 struct StageRank {
   std::unique_ptr<StageProgram> program;  // null: the rank lives in another process
   Transport* transport = nullptr;
-  std::optional<RankDriver> driver;   // the rank's protocol (local ranks only)
-  std::vector<Payload> input;         // by local task index
-  std::vector<std::int64_t> arrived;  // by local task index: when its input came (-1: not)
-  std::vector<Message> early;         // arrivals tagged with the next step (or, before the first
-                                      // step, with any: a resumed run starts past 0)
+  std::optional<RankDriver> driver;      // the rank's protocol (local ranks only)
+  std::vector<Payload> input;            // by local task index
+  std::vector<std::int64_t> arrived;     // by local task index: when its input came (-1: not)
+  std::vector<std::int64_t> offer_wait;  // by local task index: TaskRecord::offer_wait
+  std::vector<Message> early;            // arrivals tagged with the next step (or, before the first
+                                         // step, with any: a resumed run starts past 0)
   std::optional<TaskId> running;
   std::int64_t running_since = 0;
   RankResult result;

@@ -208,6 +208,7 @@ void Stage::finish(Locked& lk, int r, const TaskId& t, std::int64_t start, std::
   RankResult& res = rk.result;
   TaskRecord rec{t, core_.stage(), r, start - t0, end - wait - t0, end - t0};
   if (const std::int64_t at = rk.arrived[m.local_index(t)]; at >= 0) rec.input_at = at - t0;
+  rec.offer_wait = rk.offer_wait[m.local_index(t)];
   res.tasks.push_back(rec);
   res.stats.busy += end - wait - start;
   core_.record_blocked(lk, r, end - wait, end, BlockReason::Collective);
