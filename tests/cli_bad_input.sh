@@ -17,6 +17,10 @@ check() {  # check "expected substring" args...
   fi
 }
 check "unknown hint 'nope'" simulate --hint nope
+# A mistyped or missing command is named, with the commands there are (CLI11 said "A
+# subcommand is required").
+check "unknown command 'simulat' (commands: train, simulate, run," simulat --pp 4
+check "a command is required (commands: train, simulate,"
 check "unknown preset 'nope'" simulate --workload nope
 check "--pp: must be at least 1" simulate --pp 0
 check "--ordered-forwards: maybe not in {on,off}" simulate --ordered-forwards maybe

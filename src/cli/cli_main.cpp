@@ -6,12 +6,29 @@
 #include <cstring>
 #include <iostream>
 #include <new>
+#include <string>
 
 #include "cli/options.hpp"
 #include "cli/train_flags.hpp"
 #include "core/error.hpp"
 
 namespace rrfp {
+
+namespace {
+
+// What CLI11 says of a mistyped or missing command ("A subcommand is required"), in words that
+// name it and the commands there are.
+std::string no_command(CLI::App& app, int argc, char** argv) {
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  const std::string given = argc > 1 ? argv[1] : "";
+  if (!given.empty() && given.front() != '-')
+    return "unknown command '" + given.substr(0, 40) + "' (commands: " + names + ")";
+  return "a command is required (commands: " + names + "; rrfp --help)";
+}
+
+}  // namespace
 
 int cli_main(int argc, char** argv) {
   set_command_line(argc, argv);
@@ -35,6 +52,10 @@ int cli_main(int argc, char** argv) {
   } catch (const QuietExit& e) {
     return e.code;
   } catch (const CLI::ParseError& e) {
+    if (app.get_subcommands().empty() && e.get_name() == "RequiredError") {
+      print_line("rrfp: error: " + no_command(app, argc, argv));
+      return 2;
+    }
     print_line(std::string("rrfp: error: ") + e.what());
     return 2;
   } catch (const InputError& e) {
