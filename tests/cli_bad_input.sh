@@ -41,6 +41,7 @@ check "--json: '$tmp/none/x.json': its folder '$tmp/none' does not exist" \
 check "--out: '$tmp/none/h.json': its folder" plan --pp 2 -m 4 --out "$tmp/none/h.json"
 check "--csv: '$tmp/none/s.csv': its folder" sweep --csv "$tmp/none/s.csv"
 check "--svg: '$tmp' is a directory" run --pp 2 -m 4 --svg "$tmp"
+check "--trace: '-' (stdout) is for --json only; give a file" simulate --pp 2 -m 2 --trace -
 # Without --hint the default comparison runs both policies: a --policy there was ignored.
 check "--policy: chooses how the --hint runs" simulate --policy nope
 check "--policy: chooses how the --hint runs" run --policy fixed
