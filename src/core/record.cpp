@@ -35,7 +35,7 @@ void send_times_from_arrivals(StepRecord& r) {
     // simulator has no other place for.
     const std::int64_t until = free_since[i] <= c.input_at ? c.start : c.input_at;
     // Blocking: the offer's wait for the receiver to accept is the rendezvous's, which a replay
-    // adds itself (counted here too, a measured blocking step replayed 11% long).
+    // adds itself (counted here too, measured blocking steps replayed 11-23% long).
     p.send_ns = std::max<std::int64_t>(0, until - p.end - c.offer_wait);
   }
 }
