@@ -85,3 +85,14 @@ echo "ok: the default comparison under one --comm: three runs"
 [ "$(field r1.json "j['workload']")" = "replay:multi.json step 0" ] ||
   fail "replay of several runs, no split: $(field r1.json "j['workload']")"
 echo "ok: a trace of several runs replays one step for every row"
+
+# predict on that trace: the step replayed decides the split backward, not the file (W tasks
+# in run 3 made every step split, and steps 0-2 were refused for lacking W tasks).
+for s in 0 1; do
+  "$rrfp" predict multi.json --step "$s" --json p$s.json >/dev/null ||
+    fail "predict --step $s of a trace whose W tasks are in another step"
+  [ "$(field p$s.json "j['split_backward']")" = False ] || fail "predict --step $s split"
+done
+"$rrfp" predict multi.json --step 3 --json p3.json >/dev/null
+[ "$(field p3.json "j['split_backward']")" = True ] || fail "predict --step 3 did not split"
+echo "ok: predict splits as the step it replays"

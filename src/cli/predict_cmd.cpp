@@ -39,6 +39,13 @@ void run_predict(PredictFlags f) {
   if (f.split != "auto") c.split_backward = resolve_split(f.split, "");
   c.placement = parse_placement(f.placement);
   validate(c);
+  if (f.split == "auto" && c.split_backward) {
+    // W tasks somewhere in the file: the step replayed decides (the first complete, or
+    // --step's), not the file (its steps without W were refused for lacking them).
+    PipelineConfig whole = c;
+    whole.split_backward = false;
+    c.split_backward = import_trace(f.path, WorkModel(whole), f.tp, f.trace).has_w;
+  }
   PredictOptions o;
   o.hints = split_list(f.hints);
   if (o.hints.empty())
@@ -89,7 +96,7 @@ void setup_predict(CLI::App& app) {
   sub->add_option("--placement", f->placement, "chunk placement: loop or vshape")
       ->capture_default_str();
   sub->add_option("--split-backward", f->split,
-                  "auto (a split backward when the trace has W tasks), on or off")
+                  "auto (a split backward when the step replayed has W tasks), on or off")
       ->capture_default_str();
   sub->add_option("--tp", f->tp, "tensor-parallel ranks per stage T")->capture_default_str();
   add_trace_flags(sub, f->trace);

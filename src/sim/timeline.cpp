@@ -243,6 +243,8 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   out.format = tl.format;
   out.run = tl.run;
   out.step = tl.step;
+  out.has_w = std::any_of(tl.tasks.begin(), tl.tasks.end(),
+                          [](const TimelineTask& t) { return t.task.kind == Kind::W; });
   RealizedWork& r = out.work;
   r.tp = tp;
   r.num_tasks = m.num_tasks();

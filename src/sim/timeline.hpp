@@ -48,7 +48,8 @@ struct ImportedRun {
   int messages_measured = 0;           // of those, the ones whose latency the timeline gave
   int messages_inferred = 0;           // and those seen from when their consumers started
   std::string format, run;
-  int step = -1;  // the step of the trace it was built from (Timeline::step)
+  int step = -1;       // the step of the trace it was built from (Timeline::step)
+  bool has_w = false;  // that step recorded W tasks (a split backward)
 };
 
 // A step record (simulated or measured) as a timeline: each task at its start, for its compute
