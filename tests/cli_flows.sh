@@ -96,3 +96,19 @@ done
 "$rrfp" predict multi.json --step 3 --json p3.json >/dev/null
 [ "$(field p3.json "j['split_backward']")" = True ] || fail "predict --step 3 did not split"
 echo "ok: predict splits as the step it replays"
+
+# predict --comm blocking: the twin replays a blocking step with a rendezvous per message and
+# reproduces a simulated one exactly (async it came out 16% short); a ready run's blocking
+# order, which no fixed order's receives can follow, is refused in one line, not a deadlock.
+"$rrfp" simulate --pp 2 --vpp 2 -m 4 --hint interleaved-1f1b --policy fixed --comm blocking \
+  --trace blk.json >/dev/null
+"$rrfp" predict blk.json --comm blocking --json pb.json >/dev/null
+[ "$(field pb.json "abs(j['reproduction_error']) < 1e-9")" = True ] ||
+  fail "predict --comm blocking: twin error $(field pb.json "j['reproduction_error']")"
+"$rrfp" simulate --pp 2 --vpp 2 -m 4 --hint bf --policy ready --comm blocking --trace rb.json \
+  >/dev/null
+rc=0
+"$rrfp" predict rb.json --comm blocking >/dev/null 2>err.txt || rc=$?
+[ "$rc" = 2 ] && grep -q "deadlocks with a rendezvous per message" err.txt ||
+  fail "predict --comm blocking of a ready run: rc $rc, $(cat err.txt)"
+echo "ok: predict --comm blocking replays a fixed blocking step exactly"

@@ -16,6 +16,7 @@ struct PredictFlags {
   std::string path;
   int pp = 0, vpp = 0, microbatches = 0, tp = 1, limit = 32;
   std::string placement = "loop", split = "auto", hints = "bf,bfw,adaptive", json, svg;
+  std::string comm = "async";
   TraceOptions trace;
 };
 
@@ -55,6 +56,7 @@ void run_predict(PredictFlags f) {
       throw InputError("--hints: '" + h.substr(0, 30) +
                        "' is not a rule hint (bf, fb, b-priority, f-priority, bfw, adaptive)");
   o.large_limit = f.limit;
+  o.recorded_comm = parse_comm(f.comm);
   const Prediction p = predict(f.path, c, f.tp, f.trace, o);
   if (!f.svg.empty()) {
     ReportHeader h;
@@ -99,6 +101,10 @@ void setup_predict(CLI::App& app) {
                   "auto (a split backward when the step replayed has W tasks), on or off")
       ->capture_default_str();
   sub->add_option("--tp", f->tp, "tensor-parallel ranks per stage T")->capture_default_str();
+  sub->add_option("--comm", f->comm,
+                  "how the recorded step communicated: async, or blocking (a rendezvous per "
+                  "message); the twin replays it so, the predictions run async")
+      ->capture_default_str();
   add_trace_flags(sub, f->trace);
   sub->add_option("--hints", f->hints, "rrfp rules to predict, comma-separated")
       ->capture_default_str();

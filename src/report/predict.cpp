@@ -11,11 +11,11 @@ namespace rrfp {
 namespace {
 
 ReportRun simulate_run(const WorkModel& m, const Hint& hint, const RealizedWork& w, Policy policy,
-                       int limit, const std::string& label) {
+                       int limit, const std::string& label, CommMode comm) {
   SimOptions opt;
   opt.arbiter.policy = policy;
   opt.arbiter.limit = limit;
-  opt.comm = CommMode::Async;  // messages as the trace timed them, overlapping compute
+  opt.comm = comm;
   opt.record = true;
   ReportRun r;
   r.label = label;
@@ -30,7 +30,8 @@ ReportRun simulate_run(const WorkModel& m, const Hint& hint, const RealizedWork&
 }
 
 // The trace's own timeline as a step record, so reports and SVGs show it like a run.
-ReportRun measured_run(const WorkModel& m, const ImportedRun& in, const Hint& recorded) {
+ReportRun measured_run(const WorkModel& m, const ImportedRun& in, const Hint& recorded,
+                       CommMode comm) {
   const RealizedWork& w = in.work;
   StepRecord r;
   r.pp = m.pp();
@@ -55,7 +56,7 @@ ReportRun measured_run(const WorkModel& m, const ImportedRun& in, const Hint& re
   out.label = "measured (" + in.format + ")";
   out.hint = "recorded";
   out.policy = "fixed";
-  out.comm = "async";
+  out.comm = to_string(comm);
   out.cfg = m.config();
   out.result = std::move(r);
   out.metrics = compute_metrics(out.result, lower_bound(m, w));
@@ -88,8 +89,19 @@ Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
   recorded.body = imported.order;
   const std::vector<int> peaks = fixed_order_peaks(imported.order, m);
   p.neutral_limit = std::max(1, *std::max_element(peaks.begin(), peaks.end()));
-  p.measured = measured_run(m, imported, recorded);
-  p.replayed = simulate_run(m, recorded, imported.work, Policy::Fixed, 0, "recorded order (twin)");
+  p.measured = measured_run(m, imported, recorded, o.recorded_comm);
+  try {
+    p.replayed = simulate_run(m, recorded, imported.work, Policy::Fixed, 0, "recorded order (twin)",
+                              o.recorded_comm);
+  } catch (const DeadlockError&) {
+    if (o.recorded_comm != CommMode::Blocking) throw;
+    // A fixed order posts its receives in its own order; a ready run under blocking accepted
+    // its offers as they came, in an order the fixed one may never post.
+    throw InputError(
+        "`comm` blocking: the recorded order deadlocks with a rendezvous per message when "
+        "replayed as a fixed order (a step recorded under the ready policy accepted its offers "
+        "as they came); replay it async, or give the step of a fixed order");
+  }
   std::vector<int> limits{p.neutral_limit};
   if (o.large_limit > p.neutral_limit) limits.push_back(o.large_limit);
   for (int limit : limits)
@@ -102,7 +114,8 @@ Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
         continue;
       }
       p.runs.push_back(simulate_run(m, h, imported.work, Policy::Ready, limit,
-                                    "ready " + name + " @" + std::to_string(limit)));
+                                    "ready " + name + " @" + std::to_string(limit),
+                                    CommMode::Async));
     }
   p.imported = std::move(imported);
   return p;

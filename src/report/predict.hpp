@@ -15,6 +15,10 @@ struct PredictOptions {
   // are skipped with the reason.
   std::vector<std::string> hints = {"bf", "bfw", "adaptive"};
   int large_limit = 32;  // besides the memory-neutral limit (0: that one only)
+  // How the recorded step communicated: the twin replays its order so (a blocking step
+  // replayed async came out short: -11% on a simulated one); the predictions run async,
+  // as rrfp does.
+  CommMode recorded_comm = CommMode::Async;
 };
 
 struct Prediction {
