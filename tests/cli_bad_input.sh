@@ -261,6 +261,10 @@ if command -v script >/dev/null; then
 fi
 "$rrfp" "${big[@]}" >/dev/null 2>"$tmp/notty"
 [ ! -s "$tmp/notty" ] || { echo "FAIL: progress written to a file"; fails=$((fails + 1)); }
+# sweep too (it wrote "sweep: 10/48 grid points" into a file, carriage returns and all).
+"$rrfp" sweep --pp 2 --mb-factors 1 --seeds 1 --workloads uniform --csv "$tmp/sw.csv" \
+  >/dev/null 2>"$tmp/sw.err"
+[ ! -s "$tmp/sw.err" ] || { echo "FAIL: sweep progress written to a file"; fails=$((fails + 1)); }
 # rrfp plan: bad budgets and modes, then the round trip: the written plan, simulated under the
 # fixed policy with the same flags, gives the makespan the plan printed.
 check "--budget: must be in (0, 86400]" plan --budget 0

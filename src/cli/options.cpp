@@ -118,9 +118,11 @@ void add_trace_flags(CLI::App* app, TraceOptions& t) {
   app->add_option("--trace-format", t.format, "the trace's mapping (docs/twin.md)")
       ->check(CLI::IsMember(trace_formats()))
       ->capture_default_str();
-  app->add_option("--step", t.step,
-                  "the trace's step to replay (ProfilerStep#N, iteration N, or rrfp's run N from "
-                  "0; default: the first complete one, the same for every run of the table)")
+  app->add_option(
+         "--step", t.step,
+         "the trace's step to replay (ProfilerStep#N, iteration N, or rrfp's run N from "
+         "0, or a CSV's step column; default: a trace's first complete one, the same for every run "
+         "of the table; a CSV's last)")
       ->check(not_negative());
   app->add_option("--message-us", t.message_us,
                   "the latency of every message the trace does not time (us; default: seen "

@@ -1,6 +1,8 @@
 // `rrfp sweep`: a grid over workloads x P x M x TP x limits x seeds; every grid point runs the
 // fixed baselines and the requested rrfp runs on identical realized durations. Writes a CSV
 // of every run and a markdown summary of speedups, efficiency and peak activation memory.
+#include <unistd.h>
+
 #include <cmath>
 #include <iostream>
 #include <map>
@@ -170,6 +172,8 @@ void run_sweep(const SweepFlags& f) {
                        f.limits.size() * f.seeds;
   std::vector<Row> rows;
   size_t done = 0;
+  // On a terminal only, as simulate's and run's progress (docs/reliability.md).
+  const bool show = !f.quiet && ::isatty(STDERR_FILENO) != 0;
   std::string csv =
       "workload,pp,microbatches,tp,limit_flag,limit,seed,run,makespan_ms,bubble_ratio,efficiency,"
       "lower_bound_ms,peak_d_max,speedup_vs_1f1b_blocking,speedup_vs_1f1b_async,speedup_vs_zb_h1\n";
@@ -193,10 +197,10 @@ void run_sweep(const SweepFlags& f) {
                 csv += csv_line(r);
                 rows.push_back(r);
               }
-              if (!f.quiet && (++done % 10 == 0 || done == total))
+              if (show && (++done % 10 == 0 || done == total))
                 std::cerr << "\rsweep: " << done << "/" << total << " grid points" << std::flush;
             }
-  if (!f.quiet) std::cerr << "\n";
+  if (show) std::cerr << "\n";
   write_text_file(f.csv, csv, "--csv");
   const std::string md = markdown(rows, f);
   if (!f.md.empty()) write_text_file(f.md, md, "--md");
