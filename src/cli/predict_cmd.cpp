@@ -2,6 +2,7 @@
 // (report/predict.hpp, docs/twin.md).
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "cli/options.hpp"
@@ -40,12 +41,15 @@ void run_predict(PredictFlags f) {
   if (f.split != "auto") c.split_backward = resolve_split(f.split, "");
   c.placement = parse_placement(f.placement);
   validate(c);
+  std::optional<ImportedRun> whole_step;  // the step read with a whole backward, if it stays so
   if (f.split == "auto" && c.split_backward) {
     // W tasks somewhere in the file: the step replayed decides (the first complete, or
     // --step's), not the file (its steps without W were refused for lacking them).
     PipelineConfig whole = c;
     whole.split_backward = false;
-    c.split_backward = import_trace(f.path, WorkModel(whole), f.tp, f.trace).has_w;
+    whole_step = import_trace(f.path, WorkModel(whole), f.tp, f.trace);
+    c.split_backward = whole_step->has_w;
+    if (c.split_backward) whole_step.reset();  // read again below, its W tasks apart
   }
   PredictOptions o;
   o.hints = split_list(f.hints);
@@ -57,7 +61,9 @@ void run_predict(PredictFlags f) {
                        "' is not a rule hint (bf, fb, b-priority, f-priority, bfw, adaptive)");
   o.large_limit = f.limit;
   o.recorded_comm = parse_comm(f.comm);
-  const Prediction p = predict(f.path, c, f.tp, f.trace, o);
+  // A step read already is not read twice.
+  const Prediction p = whole_step ? predict(std::move(*whole_step), c, f.tp, o)
+                                  : predict(f.path, c, f.tp, f.trace, o);
   if (!f.svg.empty()) {
     ReportHeader h;
     h.workload = "trace:" + f.path;
