@@ -151,40 +151,59 @@ struct Ev {
   int payload;
 };
 
-// Pushes at or after the current time, many at one instant, popped in (time, seq) order as a
-// standard priority queue pops them: the order the simulator's results rest on.
-TEST(EventQueue, PopsInTimeThenSequenceOrderAsAStandardHeap) {
+// Pushes at or after the current time (negative times too), many at one instant, popped in
+// (time, push order) as a standard priority queue pops them: the order the simulator's results
+// rest on. Small and large heaps: a node's children full and partly filled.
+TEST(EventQueue, PopsInTimeThenPushOrderAsAStandardHeap) {
   struct Later {
     bool operator()(const Ev& x, const Ev& y) const {
       return x.time != y.time ? x.time > y.time : x.seq > y.seq;
     }
   };
   for (std::uint64_t seed = 1; seed <= 20; ++seed) {
-    EventQueue<Ev> q;
+    EventQueue<int> q;
     std::priority_queue<Ev, std::vector<Ev>, Later> ref;
     std::uint64_t seq = 0;
-    std::int64_t now = 0;
+    std::int64_t now = seed % 2 ? -5000 : 0;
+    const int push_share = seed % 3 == 0 ? 4 : 3;  // of 5: the heap grows or stays small
     for (int op = 0; op < 20000; ++op) {
       const std::uint64_t h = hash_keys(seed, 11, op);
-      if (h % 5 < 3 || ref.empty()) {
+      if (static_cast<int>(h % 5) < push_share || ref.empty()) {
         const Ev e{now + static_cast<std::int64_t>((h >> 8) % (h & 16 ? 3 : 1000)), seq++, op};
-        q.push(e);
+        q.push(e.time, e.payload);
         ref.push(e);
       } else {
-        ASSERT_EQ(q.top().seq, ref.top().seq) << "seed " << seed << " op " << op;
-        now = q.top().time;
+        ASSERT_EQ(q.top(), ref.top().payload) << "seed " << seed << " op " << op;
+        ASSERT_EQ(q.top_time(), ref.top().time);
+        now = q.top_time();
         q.pop();
         ref.pop();
       }
       ASSERT_EQ(q.size(), ref.size());
     }
     while (!ref.empty()) {
-      ASSERT_EQ(q.top().payload, ref.top().payload);
+      ASSERT_EQ(q.top(), ref.top().payload);
       q.pop();
       ref.pop();
     }
     EXPECT_TRUE(q.empty());
   }
+}
+
+// The extremes of time keep their order: the key's flipped sign bit.
+TEST(EventQueue, OrdersTheWholeRangeOfTimes) {
+  EventQueue<int> q;
+  const std::int64_t big = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t small = std::numeric_limits<std::int64_t>::min();
+  const std::int64_t times[] = {big, 0, small, -1, 1, big, small};
+  for (int i = 0; i < 7; ++i)
+    q.push(times[i], i);
+  for (const int want : {2, 6, 3, 1, 4, 0, 5}) {
+    ASSERT_EQ(q.top(), want);
+    ASSERT_EQ(q.top_time(), times[want]);
+    q.pop();
+  }
+  EXPECT_TRUE(q.empty());
 }
 
 }  // namespace

@@ -21,9 +21,8 @@ enum class Ev : std::uint8_t {
   LinkEnd
 };
 
+// What falls due at an instant (sim/event_queue.hpp keeps the time and the order).
 struct Event {
-  std::int64_t time;
-  std::uint64_t seq;
   Ev type;
   std::int32_t stage, rank, a;  // a: task index, send id or transfer id
 };

@@ -28,7 +28,7 @@ class Simulation {
     return !rk.computing && !rk.driver.held();
   }
   void push(std::int64_t time, Ev type, int stage, int r, int a) {
-    events_.push(Event{time, seq_++, type, stage, r, a});
+    events_.push(time, Event{type, stage, r, a});
   }
   void mark_dirty(int s) {
     if (!dirty_[s]) {
@@ -96,7 +96,6 @@ class Simulation {
   std::vector<int> dirty_list_;
   std::vector<int> dispatching_;  // dispatch_dirty's stages of the instant
   std::int64_t now_ = 0, last_end_ = 0;
-  std::uint64_t seq_ = 0;
   std::int64_t ended_ = 0;  // group tasks done (for progress)
   StepRecord res_;
 };

@@ -46,8 +46,8 @@ StepRecord Simulation::run() {
     mark_dirty(s);
   dispatch_dirty();
   while (!events_.empty()) {
-    now_ = events_.top().time;
-    while (!events_.empty() && events_.top().time == now_) {
+    now_ = events_.top_time();
+    while (!events_.empty() && events_.top_time() == now_) {
       Event e = events_.top();
       events_.pop();
       handle(e);
