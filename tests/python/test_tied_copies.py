@@ -112,6 +112,28 @@ def test_load_makes_the_copies_equal_again(tmp_path):
     assert torch.equal(got_first, first) and torch.equal(got_last, first)
 
 
+@pytest.mark.parametrize("entries", ["both", "second only"])
+def test_load_state_dict_gives_the_copies_one_value(entries):
+    # A state_dict whose copies differ, or that holds one name of the tie: every copy loads the
+    # first name it holds. Each copy loading its own entry left them apart for good (stepped
+    # alike, never made equal again).
+    pipe = pipeline()
+    first, last = pipe.chunks[0][0].tok.weight, pipe.chunks[PP - 1][-1].embed.weight
+    state = pipe.state_dict()
+    head = f"{PP - 1}.1.embed.weight"
+    want = state[head] + 5.0
+    if entries == "both":
+        state[head] = want
+        want = state["0.0.tok.weight"]
+    else:
+        del state["0.0.tok.weight"]
+        state[head] = want
+    pipe.load_state_dict(state)
+    assert torch.equal(first, want) and torch.equal(last, want)
+    pipe.step(*lm.batches(M, seed=0))
+    assert torch.equal(first, last)
+
+
 def test_loaded_copies_get_optimizer_state_of_their_own(tmp_path):
     # Both copies live in this process and share the tie's name in the checkpoint; each must
     # get its own momentum buffer, or one step would update the shared one twice and the

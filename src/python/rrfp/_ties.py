@@ -200,6 +200,24 @@ class Ties:
                     p.grad = None if grad is None else grad.to(p.device, copy=True)
         self._pending.clear()
 
+    def same_in_state(self, state):
+        """`state` (a state_dict by "c.name") with every name of a tie given the entry of the
+        tie's first name that it holds: each process loads its copies from one value, as if
+        the tie were one parameter, where loading each copy's own entry would leave copies
+        that differ in `state` (or one of them absent) apart for good: they are stepped alike
+        and never made equal again."""
+        out = None
+        for members in self.groups:
+            names = [_name(m) for m in members]
+            first = next((n for n in names if n in state), None)
+            if first is None:
+                continue
+            for n in names:
+                if n != first and state.get(n) is not state[first]:
+                    out = dict(state) if out is None else out
+                    out[n] = state[first]
+        return state if out is None else out
+
     def _gather(self, entries):
         """Every stage's entries (group, holder, info) of this replica, as (stage, *entry)."""
         if self._core.world == 1:

@@ -222,7 +222,10 @@ class Pipeline:
     def load_state_dict(self, state, strict=True):
         """Loads what `state` holds for this process's chunks, skipping the other chunks'
         entries. strict: a chunk of this process missing an entry of its own, or an entry of
-        no chunk at all, raises KeyError."""
+        no chunk at all, raises KeyError. The copies of a tie (`tied`) all load the entry of
+        the tie's first name that `state` holds."""
+        if self._ties is not None:
+            state = self._ties.same_in_state(state)
         checkpoint.load_model_state(self.chunks, self._core.chunks, state, strict)
 
     def save(self, path, optimizer=None, **extra):
