@@ -8,6 +8,7 @@
 
 #include "cli/estimate.hpp"
 #include "cli/experiment_cmd.hpp"
+#include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 #include "core/hint_io.hpp"
 #include "plan/exact.hpp"
@@ -82,6 +83,7 @@ Planned search_both(const PlanFlags& f, const PlanProblem& p, bool ran_exact) {
   so.max_evaluations = f.max_evaluations;
   so.seed = f.search_seed;
   so.entry_in_order = f.entry == "in-order";
+  so.stop = &stop_flag();
   if (tty)
     so.progress = [](const SearchProgress& g) {
       std::fprintf(stderr, "\rsearch: %.1f s, %lld orders, best %.3f ms\033[K", g.seconds,
@@ -94,6 +96,7 @@ Planned search_both(const PlanFlags& f, const PlanProblem& p, bool ran_exact) {
   ExactOptions eo;
   eo.budget_s = f.exact_budget_s;
   eo.upper = out.search.makespan;
+  eo.stop = &stop_flag();
   if (tty)
     eo.progress = [](std::int64_t nodes, std::int64_t b) {
       std::fprintf(stderr, "\rexact: %lld nodes, best %.3f ms\033[K", static_cast<long long>(nodes),
@@ -180,6 +183,9 @@ nlohmann::json plan_json(const Scenario& sc, const PlanProblem& p, const ReportR
 }
 
 void run_plan(const PlanFlags& f) {
+  // A signal ends the search early: the best order so far is reported and written, then the
+  // process exits 128 + the signal.
+  const std::atomic<int>& stop = stop_on_signals();
   check_budget(f.budget_s, "budget");
   check_budget(f.exact_budget_s, "exact_budget");
   Scenario sc = make_scenario(f.shape, f.load, f.dispatch);
@@ -205,12 +211,18 @@ void run_plan(const PlanFlags& f) {
         f.out, json ? write_hint_json(best.order(), m) : write_hint_text(best.order(), m), "--out");
   }
   if (f.json != "-") print_plan(std::cout, f, sc, p, best, bound);
-  if (f.json.empty()) return;
-  const std::string text = plan_json(sc, p, run, best, bound).dump(2) + "\n";
-  if (f.json == "-")
-    std::cout << text;
-  else
-    write_text_file(f.json, text, "--json");
+  if (!f.json.empty()) {
+    const std::string text = plan_json(sc, p, run, best, bound).dump(2) + "\n";
+    if (f.json == "-")
+      std::cout << text;
+    else
+      write_text_file(f.json, text, "--json");
+  }
+  if (const int sig = stop.load()) {
+    print_line("rrfp plan: stopped by " + signal_name(sig) +
+               " before its budget was spent; what it wrote is the best order found until then");
+    throw QuietExit{128 + sig};
+  }
 }
 
 }  // namespace

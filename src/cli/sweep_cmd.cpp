@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/options.hpp"
+#include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 
 namespace rrfp {
@@ -161,23 +162,12 @@ std::string csv_line(const Row& r) {
          fmt("%.3f", r.vs_1f1b_async) + "," + fmt("%.3f", r.vs_zbh1) + "\n";
 }
 
-void run_sweep(const SweepFlags& f) {
-  check_sweep(f);
-  std::vector<WorkloadParams> loads;
-  for (const auto& w : f.workloads)
-    loads.push_back(workload_preset(w));
+// Every grid point's scenario, in the CSV's order.
+std::vector<Scenario> grid(const SweepFlags& f) {
   const TpProtocol proto = parse_tp_protocol(f.tp_protocol);
-  const std::vector<RunSpec> specs = sweep_specs(f);
-  const size_t total = f.workloads.size() * f.pps.size() * f.mb_factors.size() * f.tps.size() *
-                       f.limits.size() * f.seeds;
-  std::vector<Row> rows;
-  size_t done = 0;
-  // On a terminal only, as simulate's and run's progress (docs/reliability.md).
-  const bool show = !f.quiet && ::isatty(STDERR_FILENO) != 0;
-  std::string csv =
-      "workload,pp,microbatches,tp,limit_flag,limit,seed,run,makespan_ms,bubble_ratio,efficiency,"
-      "lower_bound_ms,peak_d_max,speedup_vs_1f1b_blocking,speedup_vs_1f1b_async,speedup_vs_zb_h1\n";
-  for (size_t wi = 0; wi < f.workloads.size(); ++wi)
+  std::vector<Scenario> points;
+  for (const std::string& w : f.workloads) {
+    const WorkloadParams load = workload_preset(w);
     for (int p : f.pps)
       for (int fac : f.mb_factors)
         for (int tp : f.tps)
@@ -188,23 +178,52 @@ void run_sweep(const SweepFlags& f) {
               sc.cfg.microbatches = fac * p;
               sc.tp = tp;
               sc.tp_protocol = proto;
-              sc.workload_name = f.workloads[wi];
-              sc.workload = loads[wi];
+              sc.workload_name = w;
+              sc.workload = load;
               sc.seed = seed;
               sc.limit = lim;
               sc.record = false;
-              for (const Row& r : point_rows(sc, specs, lim)) {
-                csv += csv_line(r);
-                rows.push_back(r);
-              }
-              if (show && (++done % 10 == 0 || done == total))
-                std::cerr << "\rsweep: " << done << "/" << total << " grid points" << std::flush;
+              points.push_back(sc);
             }
+  }
+  return points;
+}
+
+void run_sweep(const SweepFlags& f) {
+  check_sweep(f);
+  // A signal stops the grid after its current point: the CSV and the summary of the points
+  // done are written, then the process exits 128 + the signal.
+  const std::atomic<int>& stop = stop_on_signals();
+  const std::vector<RunSpec> specs = sweep_specs(f);
+  const std::vector<Scenario> points = grid(f);
+  std::vector<Row> rows;
+  size_t done = 0;
+  // On a terminal only, as simulate's and run's progress (docs/reliability.md).
+  const bool show = !f.quiet && ::isatty(STDERR_FILENO) != 0;
+  std::string csv =
+      "workload,pp,microbatches,tp,limit_flag,limit,seed,run,makespan_ms,bubble_ratio,efficiency,"
+      "lower_bound_ms,peak_d_max,speedup_vs_1f1b_blocking,speedup_vs_1f1b_async,speedup_vs_zb_h1\n";
+  for (const Scenario& sc : points) {
+    if (stop.load() != 0) break;
+    for (const Row& r : point_rows(sc, specs, sc.limit)) {
+      csv += csv_line(r);
+      rows.push_back(r);
+    }
+    ++done;
+    if (show && (done % 10 == 0 || done == points.size()))
+      std::cerr << "\rsweep: " << done << "/" << points.size() << " grid points" << std::flush;
+  }
   if (show) std::cerr << "\n";
   write_text_file(f.csv, csv, "--csv");
   const std::string md = markdown(rows, f);
   if (!f.md.empty()) write_text_file(f.md, md, "--md");
   std::cout << md << "\n" << rows.size() << " runs; CSV: " << f.csv << "\n";
+  if (const int sig = stop.load()) {
+    print_line("rrfp sweep: stopped by " + signal_name(sig) +
+               "; the CSV and the summary hold the " + std::to_string(done) + " of " +
+               std::to_string(points.size()) + " grid points done before it");
+    throw QuietExit{128 + sig};
+  }
 }
 
 }  // namespace

@@ -1,12 +1,8 @@
 // `rrfp train` run: the part of the command that needs LibTorch, linked only into the
 // `rrfp-train` program (cli/train_flags.hpp says why two programs). Signals, the flags turned
 // into training options, and the run in threads or as one MPI process.
-#include <signal.h>
-#include <unistd.h>
-
-#include <atomic>
-
 #include "cli/mpi_launch.hpp"
+#include "cli/stop_signal.hpp"
 #include "cli/train_flags.hpp"
 #include "core/error.hpp"
 #include "emulate/jitter.hpp"
@@ -23,26 +19,6 @@ namespace rrfp {
 
 namespace {
 
-// SIGINT/SIGTERM: the first asks the run to stop after its current step (the log row, a
-// checkpoint with --save-every, the outputs); a second one ends the process at once.
-std::atomic<int> g_stop{0};
-
-void on_stop_signal(int sig) {
-  if (g_stop.exchange(sig) != 0) ::_exit(128 + sig);  // async-signal-safe, both
-}
-
-void stop_on_signals() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sa.sa_flags = SA_RESTART;  // a write interrupted by the signal goes on
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM}) {
-    struct sigaction old {};
-    ::sigaction(sig, nullptr, &old);
-    if (old.sa_handler != SIG_IGN) ::sigaction(sig, &sa, nullptr);  // a background job's stays
-  }
-}
-
 // The process's exit for a run that a signal stopped: 128 + the signal (130, 143).
 void exit_if_stopped(const train::TrainSummary& s) {
   if (s.stopped_by) throw QuietExit{128 + s.stopped_by};
@@ -58,7 +34,7 @@ train::TrainRun to_run(const TrainFlags& f) {
   t.runtime.window = f.window;
   t.runtime.idle_spin_us = f.idle_spin_us;
   t.model.seed = t.data_seed = f.seed;
-  run.stop = &g_stop;
+  run.stop = &stop_flag();  // the first signal stops after the step; a second, at once
   run.warn = [](const std::string& m) { print_line("rrfp train: warning: " + as_flags(m)); };
   if (!f.inject_jitter.empty()) {
     if (f.inject_jitter.rfind("jitter:", 0) != 0)

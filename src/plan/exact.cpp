@@ -140,7 +140,8 @@ class BranchAndBound {
     if (aborted_) return;
     if ((++res_.nodes & 4095) == 0) {
       if (res_.nodes >= opt_.max_nodes ||
-          std::chrono::duration<double>(Clock::now() - t0_).count() >= opt_.budget_s) {
+          std::chrono::duration<double>(Clock::now() - t0_).count() >= opt_.budget_s ||
+          (opt_.stop != nullptr && opt_.stop->load(std::memory_order_relaxed) != 0)) {
         aborted_ = true;
         return;
       }

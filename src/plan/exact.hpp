@@ -7,6 +7,7 @@
 //
 // Needs TP = 1, async messages and positive durations (the enumeration's order breaks ties by
 // time); throws InputError otherwise.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -21,6 +22,8 @@ struct ExactOptions {
   // A known feasible makespan (0: none): the search looks only for something strictly better.
   std::int64_t upper = 0;
   std::function<void(std::int64_t nodes, std::int64_t best)> progress;  // every 2^20 nodes
+  // Non-zero (a signal's number): stop as when the budget is spent (null: no such flag).
+  const std::atomic<int>* stop = nullptr;
 };
 
 struct ExactResult {

@@ -62,7 +62,8 @@ class Searcher {
   double seconds() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
   bool spent() const {
     return (opt_.max_evaluations > 0 && res_.evaluations >= opt_.max_evaluations) ||
-           seconds() >= opt_.budget_s;
+           seconds() >= opt_.budget_s ||
+           (opt_.stop != nullptr && opt_.stop->load(std::memory_order_relaxed) != 0);
   }
   double uniform() { return unit_open(rng_ = mix64(rng_)); }
 

@@ -4,6 +4,7 @@
 // scheduling by critical-path priority; then, until the budget is spent, anneals in priority
 // space (each candidate list-scheduled by the ready policy) and polishes each round's best by
 // moving tasks of its critical path on their stage.
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -25,6 +26,8 @@ struct SearchOptions {
   std::int64_t max_evaluations = 0;  // 0 = no cap; a cap makes the result machine-independent
   std::uint64_t seed = 1;            // the search's own randomness (perturbations)
   std::function<void(const SearchProgress&)> progress;  // about every 0.25 s
+  // Non-zero (a signal's number): the budget counts as spent from then on (null: no such flag).
+  const std::atomic<int>* stop = nullptr;
   // Keep the first stage's forwards in microbatch order: what an online runtime must do, as it
   // cannot know a microbatch's cost before running it. Separates the gain of knowing costs in
   // advance (reordering microbatches) from the gain of better arbitration.
