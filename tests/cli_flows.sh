@@ -8,6 +8,7 @@
 set -euo pipefail
 rrfp=$1
 py=/usr/bin/python3
+data=$(cd "$(dirname "$0")" && pwd)/data
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
@@ -59,6 +60,38 @@ echo "ok: a W trace under 1f1b folds each W into its B ($(work f.json) ms of wor
 [ "$(field o.json "j['runs'][0]['split_backward']")" = True ] || fail "a CSV with W: bfw"
 [ "$(work a.json)" = "$(work o.json)" ] || fail "CSV: $(work a.json) ms of work, split $(work o.json)"
 echo "ok: a CSV with W tasks: bf folds, bfw splits, the same work"
+
+# A CSV of several steps, without W tasks, replayed by default: its last step, named in the
+# header (it named none). Under the default auto it cannot split, and says to replay with
+# --split-backward off; that flag then leaves BFW out of the default comparison (it was
+# refused as "--hint bfw: needs --split-backward on", a flag not given).
+{
+  echo "step,stage,chunk,microbatch,kind,duration_us"
+  for step in 4 5; do
+    for mb in 0 1; do
+      for s in 0 1; do
+        echo "$step,$s,$s,$mb,F,$((10 + step))"
+        echo "$step,$s,$s,$mb,B,20"
+      done
+    done
+  done
+} >steps.csv
+"$rrfp" simulate --pp 2 -m 2 --replay steps.csv >so.log 2>&1 &&
+  fail "a CSV without W tasks replayed split by default"
+grep -q "replay it with --split-backward off" so.log || fail "no advice: $(tail -1 so.log)"
+"$rrfp" simulate --pp 2 -m 2 --replay steps.csv --split-backward off --json so.json >so.log 2>&1 ||
+  fail "the advice fails: $(tail -1 so.log)"
+[ "$(field so.json "[(r['hint'], r['policy']) for r in j['runs']]")" = \
+  "[('1f1b', 'fixed'), ('1f1b', 'fixed'), ('bf', 'ready')]" ] ||
+  fail "the default comparison without the split: $(field so.json "[r['hint'] for r in j['runs']]")"
+[ "$(field so.json "j['workload']")" = "replay:steps.csv step 5" ] ||
+  fail "a CSV of several steps: $(field so.json "j['workload']")"
+# A profiler trace without W tasks says the same (it named the missing W tasks only).
+"$rrfp" simulate --pp 2 -m 4 --replay "$data/torch-pp2" >so.log 2>&1 &&
+  fail "a trace without W tasks replayed split by default"
+grep -q "the trace has no W tasks.*replay it with --split-backward off" so.log ||
+  fail "no advice for a trace: $(tail -1 so.log)"
+echo "ok: a CSV of several steps without W: its last step, and --split-backward off compares"
 
 # The default comparison under one --comm: the baseline once (its blocking and async rows were
 # both that mode, one speedup against a row that duplicated it), then ready BF and BFW.

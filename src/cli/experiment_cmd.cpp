@@ -78,14 +78,19 @@ std::vector<RunSpec> plan_runs(const ExperimentFlags& flags, const PipelineConfi
     // The Megatron-like baseline first, speedups relative to it; its blocking and async runs
     // unless --comm chooses one mode for every run (both baseline rows were that mode, twice).
     const std::string base = baseline_for(cfg);
-    if (f.comm_given)
-      return {{base, Policy::Fixed, comm, ""},
-              {"bf", Policy::Ready, comm, ""},
-              {"bfw", Policy::Ready, comm, ""}};
-    return {{base, Policy::Fixed, CommMode::Blocking, ""},
-            {base, Policy::Fixed, CommMode::Async, ""},
-            {"bf", Policy::Ready, CommMode::Async, ""},
-            {"bfw", Policy::Ready, CommMode::Async, ""}};
+    std::vector<RunSpec> runs;
+    if (f.comm_given) {
+      runs = {{base, Policy::Fixed, comm, ""}, {"bf", Policy::Ready, comm, ""}};
+    } else {
+      runs = {{base, Policy::Fixed, CommMode::Blocking, ""},
+              {base, Policy::Fixed, CommMode::Async, ""},
+              {"bf", Policy::Ready, CommMode::Async, ""}};
+    }
+    // BFW runs the split backward: under --split-backward off it is left out (it was refused,
+    // "--hint bfw: needs --split-backward on", a flag the user had not given; and a replay
+    // without W tasks, whose error advises that flag, could not be compared at all).
+    if (flags.shape.split != "off") runs.push_back({"bfw", Policy::Ready, runs.back().comm, ""});
+    return runs;
   }
   const bool rule = is_rule_hint_name(f.hint);
   if (f.policy == "both")

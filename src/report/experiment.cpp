@@ -37,9 +37,11 @@ std::string default_label(const RunSpec& r) {
 }
 
 Scenario with_replay_step(Scenario sc, const std::vector<RunSpec>& specs) {
-  if (sc.replay_path.empty() || sc.trace.step >= 0 || specs.empty() ||
-      !is_trace_path(sc.replay_path))
+  if (sc.replay_path.empty() || sc.trace.step >= 0 || specs.empty()) return sc;
+  if (!is_trace_path(sc.replay_path)) {  // a CSV: its last step, whatever the shape
+    sc.trace.step = replay_csv_last_step(sc.replay_path);
     return sc;
+  }
   const RunSpec* shape = &specs.front();
   for (const RunSpec& s : specs)
     if (config_for(sc, s).split_backward) {

@@ -60,7 +60,7 @@ ReportHeader header_of(const Scenario& sc);
 // step not given, is replayed at one step for all, the first complete under the shape of the
 // first run that splits the backward (the others fold each W into its B), else of the first
 // run. Each run used to take the first step complete under its own shape: the rows of one
-// table replayed different steps.
+// table replayed different steps. A CSV of several steps: its last, named in the header.
 Scenario with_replay_step(Scenario sc, const std::vector<RunSpec>& specs);
 // Throws the InputError a run would hit (hint, shape, policy, limits) without running it.
 void check_spec(const Scenario& sc, const RunSpec& spec);

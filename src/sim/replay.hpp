@@ -21,6 +21,8 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
 // A CSV, or a trace (sim/trace_import.hpp: .json, .json.gz or a directory) read with `trace`.
 RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int tp,
                               const TraceOptions& trace = {});
+// The step a replay CSV of several steps replays by default, its last; -1: it holds one step.
+int replay_csv_last_step(const std::string& path);
 // Whether the replay at `path` was recorded with the split backward (it holds W tasks): what
 // `split_backward` auto follows when a run is given one.
 bool replay_records_split(const std::string& path, int tp, const TraceOptions& trace = {});

@@ -246,6 +246,12 @@ RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int t
   return parse_replay_csv(read_input_file(path, kReplayFile), m, tp, path, trace.step);
 }
 
+int replay_csv_last_step(const std::string& path) {
+  const Table table = read_table(read_input_file(path, kReplayFile), path, -1);
+  if (!table.col.count("step") || table.rows.empty()) return -1;
+  return std::stoi(table.rows.front().second[table.col.at("step")]);
+}
+
 bool replay_records_split(const std::string& path, int tp, const TraceOptions& trace) {
   if (is_trace_path(path)) {
     // A probe: a trace that says too little is reported by the read that follows, in its words.

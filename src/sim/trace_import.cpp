@@ -202,9 +202,19 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
       if (first_error.empty()) first_error = e.what();
     }
   }
-  throw InputError(steps.size() == 1 ? first_error
-                                     : "no complete step among " + std::to_string(steps.size()) +
-                                           "; the first: " + first_error);
+  // A split shape against a recording without W tasks: say how to replay it (as a CSV does).
+  const bool has_w = std::any_of(steps.begin(), steps.end(), [](const Timeline& t) {
+    return std::any_of(t.tasks.begin(), t.tasks.end(),
+                       [](const TimelineTask& k) { return k.task.kind == Kind::W; });
+  });
+  const std::string why = m.split() && !has_w
+                              ? " (the trace has no W tasks: it was recorded without the split "
+                                "backward; replay it with `split_backward` off)"
+                              : "";
+  throw InputError((steps.size() == 1 ? first_error
+                                      : "no complete step among " + std::to_string(steps.size()) +
+                                            "; the first: " + first_error) +
+                   why);
 }
 
 }  // namespace
