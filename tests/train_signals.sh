@@ -69,6 +69,11 @@ ckpt_step=$(( ($(($(wc -l <"$tmp/k/loss.csv") - 1)) / 3) * 3 ))
   --out "$tmp/k" >"$tmp/k2.log" 2>&1 || fail "resume after kill -9 failed: $(tail -1 "$tmp/k2.log")"
 [ "$(cut -d, -f1 "$tmp/k/loss.csv" | tail -n +2 | tr '\n' ' ')" = "$(seq -s ' ' 1 $((ckpt_step + 4))) " ] ||
   fail "loss.csv after kill -9 and resume: $(cut -d, -f1 "$tmp/k/loss.csv" | tr '\n' ' ')"
+# ...and loss.svg plots every one of them, not only the resumed run's 4.
+points=$(grep -o 'stroke="#4e79a7" stroke-width="1.5" points="[^"]*"' "$tmp/k/loss.svg" |
+  sed 's/.*points="//; s/"$//' | wc -w)
+[ "$points" -eq $((ckpt_step + 4)) ] ||
+  fail "loss.svg after the resume plots $points steps of $((ckpt_step + 4))"
 
 # Two SIGINTs: the first asks for a stop after the current step (long here: a bigger model),
 # the second, while that step still runs, ends the process at once: exit 130, no outputs.

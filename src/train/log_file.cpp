@@ -28,6 +28,7 @@ LogFile::LogFile(const std::string& path, const std::string& header, int resume_
       at = end + 1;
       if (!first && (line.empty() || std::atoll(line.c_str()) > resume_step)) continue;
       kept += line + "\n";
+      if (!first) earlier_.push_back(line);
     }
     const std::string tmp = path + ".tmp";
     const int t = open_output(tmp, "'" + path + "': its temporary '" + tmp + "'",

@@ -3,6 +3,7 @@
 // signal, a crash, a full disk) keeps every line it finished: OUT/loss.csv.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace rrfp::train {
 
@@ -20,9 +21,12 @@ class LogFile {
   // Writes and flushes one line (with its newline). Throws Error ("no space left on device")
   // when the bytes do not reach the file.
   void add(const std::string& line);
+  // The rows a continued log kept from before (empty for a fresh one), without newlines.
+  const std::vector<std::string>& earlier_rows() const { return earlier_; }
 
  private:
   std::string path_;
+  std::vector<std::string> earlier_;
   std::FILE* f_ = nullptr;
 };
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -121,6 +122,7 @@ class Run {
           "step,loss,val_loss,lr,grad_norm,tokens,step_ms,pipeline_ms,bubble,gap_us_median,"
           "cpu_ms,gap_us_p99,wait_us_median,wait_ms",
           first_ > 0 ? first_ : -1);
+    if (log_) replot(log_->earlier_rows());
     t_start_ = now_ns();
     if (!o_.quiet && first_ > 0)
       std::cout << "resumed from " << o_.resume << " at step " << first_ << "\n";
@@ -277,6 +279,23 @@ class Run {
     }
     stopped_by_ = 0;
     return false;
+  }
+
+  // A resumed run's plot starts with the steps its log kept (step, loss, val_loss first in each
+  // row): loss.svg showed only the steps since the resume.
+  void replot(const std::vector<std::string>& rows) {
+    for (const std::string& row : rows) {
+      char* end = nullptr;
+      const double step = std::strtod(row.c_str(), &end);
+      if (*end != ',') continue;
+      const char* loss = end + 1;
+      const double l = std::strtod(loss, &end);
+      if (end == loss || *end != ',') continue;
+      train_curve_.points.push_back({step, l});
+      const char* val = end + 1;
+      const double v = std::strtod(val, &end);
+      if (end != val) val_curve_.points.push_back({step, v});
+    }
   }
 
   TrainSummary finish() {
