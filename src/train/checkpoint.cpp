@@ -204,34 +204,12 @@ std::uint64_t bytes_of(const CheckpointState& s) {
 
 }  // namespace
 
+// By name, as a process of a job reads its part: the order of a checkpoint's tensors follows
+// the chunks (and TP ranks within each), so at TP > 1 another pipeline layout ordered them
+// otherwise, and resuming under it was refused ("parameter 14 is embed.tokens@tp1"), as was
+// another TP size, counted in tensors where the shard missing is named now.
 std::vector<std::string> load_checkpoint(const std::string& path, CheckpointState& expect) {
-  // A checkpoint of this model holds its tensors and a header: nothing larger is read.
-  const std::string bytes =
-      read_input_file(path, InputKind{"resume", bytes_of(expect) + (16u << 20)});
-  const Parsed p = parse(bytes, path, expect.model);
-  auto bad = [&](const std::string& why) { return InputError("`resume`: '" + path + "' " + why); };
-  const auto& ts = p.header["tensors"];
-  if (!ts.is_array() || ts.size() != expect.params.size())
-    throw bad("holds " + brief(ts) + " parameter tensors, the model has " +
-              std::to_string(expect.params.size()));
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const auto shape = shape_of(ts[i]);
-    if (!shape || ts[i]["name"] != expect.names[i] || *shape != expect.params[i].sizes().vec())
-      throw bad("parameter " + std::to_string(i) + " is " + ts[i].dump().substr(0, 120) +
-                "; the model's is " + expect.names[i]);
-  }
-  std::size_t at = p.data;
-  torch::NoGradGuard no_grad;
-  for (const auto* g : groups(expect))
-    for (const auto& t : *g) {
-      const std::size_t n = t.numel() * t.element_size();
-      if (at + n > p.end) throw bad("is truncated (tensor data)");
-      copy_in(t, bytes.data() + at, n);
-      at += n;
-    }
-  if (at != p.end) throw bad("has trailing bytes");
-  expect.step = static_cast<int>(p.header["step"].get<long long>());
-  return differences(p.header, expect);
+  return load_checkpoint_part(path, expect, bytes_of(expect));
 }
 
 std::vector<std::string> load_checkpoint_part(const std::string& path, CheckpointState& expect,
