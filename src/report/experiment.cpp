@@ -87,7 +87,9 @@ RealizedWork realized_work(const Scenario& sc, const WorkModel& m) {
   // `rrfp train --inject-jitter`).
   if (sc.workload.jitter.p > 0) apply_jitter(work, m, sc.workload.jitter, sc.seed);
   if (sc.tp > 1) {
-    work.collective_ns = static_cast<std::int64_t>(sc.workload.tp_collective_us * 1000);
+    // A trace of rrfp's own measured its collective (ImportedRun::collective_measured): kept.
+    if (work.collective_ns == 0)
+      work.collective_ns = static_cast<std::int64_t>(sc.workload.tp_collective_us * 1000);
     work.coord_ns = static_cast<std::int64_t>(sc.workload.coord_latency_us * 1000);
   }
   return work;

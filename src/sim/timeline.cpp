@@ -235,6 +235,37 @@ ListHint recorded_order(const WorkModel& m, const std::vector<double>& start) {
   return order;
 }
 
+// The TP collective's own time (ImportedRun::collective_measured), as the simulator models it:
+// a group's task ends when its last rank has computed, plus the collective. Of each task whose
+// every rank is in the timeline, from its last compute's end to its last rank's leaving the
+// collective (a rank without a wait left at its end: W has none); the mean over tasks (their
+// total kept: a wake-up late by a millisecond is time the step spent), in ns; -1 when the
+// timeline records no wait in a collective.
+std::int64_t measured_collective(const Timeline& tl, const WorkModel& m, int tp) {
+  if (tp < 2 || std::none_of(tl.tasks.begin(), tl.tasks.end(),
+                             [](const TimelineTask& e) { return e.collective_us >= 0; }))
+    return -1;
+  const double none = -std::numeric_limits<double>::infinity();
+  std::vector<double> end(m.num_tasks(), none), leave(m.num_tasks(), none);
+  std::vector<int> ranks(m.num_tasks(), 0);
+  for (const TimelineTask& e : tl.tasks) {
+    if (!m.valid(e.task)) continue;  // a W folded into its B: its B's collective counts
+    const int i = m.index(e.task);
+    const double done = e.start_us + e.dur_us;
+    end[i] = std::max(end[i], done);
+    leave[i] = std::max(leave[i], done + std::max(e.collective_us, 0.0));
+    ++ranks[i];
+  }
+  double sum = 0;
+  int n = 0;
+  for (int i = 0; i < m.num_tasks(); ++i)
+    if (ranks[i] == tp) {
+      sum += leave[i] - end[i];
+      ++n;
+    }
+  return n == 0 ? -1 : std::llround(sum / n * 1e3);
+}
+
 }  // namespace
 
 ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double message_us,
@@ -275,6 +306,10 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   if (!tl.tasks.empty())
     out.measured_ns = static_cast<std::int64_t>((sp.last - sp.first) * 1e3 + 0.5);
   out.order = recorded_order(m, sp.start);
+  if (const std::int64_t c = measured_collective(tl, m, tp); c >= 0) {
+    r.collective_ns = c;
+    out.collective_measured = true;
+  }
   check_total(r);
   return out;
 }

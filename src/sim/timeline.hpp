@@ -18,6 +18,9 @@ struct TimelineTask {
   int tp_rank = 0;
   double start_us = 0, dur_us = 0;
   double send_us = -1;  // the message its output sent, when the trace says (rrfp's own)
+  // Its rank's wait in the TP group's collective right after it, when the trace says (rrfp's
+  // own "blocked: collective" spans); -1: not recorded.
+  double collective_us = -1;
 };
 
 // A receive of `consumer`'s cross-stage input on its rank: from when the rank began waiting (or
@@ -48,7 +51,11 @@ struct ImportedRun {
   int messages_measured = 0;           // of those, the ones whose latency the timeline gave
   int messages_inferred = 0;           // and those seen from when their consumers started
   std::string format, run;
-  int step = -1;       // the step of the trace it was built from (Timeline::step)
+  int step = -1;  // the step of the trace it was built from (Timeline::step)
+  // The TP collective's own time (work.collective_ns), measured: of each task, from its last
+  // rank's compute end to its last rank's leaving the collective, the mean over tasks. False:
+  // the trace does not say (TP = 1, no "blocked: collective" spans).
+  bool collective_measured = false;
   bool has_w = false;  // that step recorded W tasks (a split backward)
 };
 

@@ -1,8 +1,11 @@
 // The mapping for rrfp's own --trace (docs/twin.md): a process "LABEL / stage S" is stage S of
 // run LABEL; its thread id is the TP rank; a complete event whose args carry kind, chunk and
-// microbatch is that task, `dur` its duration and args `send_us` the message its output sent.
+// microbatch is that task, `dur` its duration and args `send_us` the message its output sent;
+// a "blocked: collective" span starting where a task ended is its rank's wait in the collective.
 #include <algorithm>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "core/error.hpp"
 #include "sim/trace_formats.hpp"
@@ -23,6 +26,38 @@ bool split_process_name(const std::string& name, std::string& label, int& stage)
   label = name.substr(0, at);
   stage = std::stoi(digits);
   return true;
+}
+
+// Each rank's waits in its TP group's collective ("blocked: collective" spans), by (pid, tid),
+// as (start, duration) in start order.
+using Waits = std::map<std::pair<long long, long long>, std::vector<std::pair<double, double>>>;
+
+Waits collective_waits(const nlohmann::json& events) {
+  Waits out;
+  for (const auto& e : events) {
+    if (!e.is_object() || e.value("ph", "") != "X" || e.value("name", "") != "blocked: collective")
+      continue;
+    const auto pid = e.find("pid"), ts = e.find("ts"), dur = e.find("dur");
+    if (pid == e.end() || !pid->is_number_integer() || ts == e.end() || !ts->is_number() ||
+        dur == e.end() || !dur->is_number() || dur->get<double>() < 0)
+      continue;  // not one of rrfp's own: the task reads without it
+    const auto tid = e.find("tid");
+    const long long rank = tid != e.end() && tid->is_number_integer() ? tid->get<long long>() : 0;
+    out[{pid->get<long long>(), rank}].emplace_back(ts->get<double>(), dur->get<double>());
+  }
+  for (auto& [_, v] : out)
+    std::sort(v.begin(), v.end());
+  return out;
+}
+
+// The wait that starts where task `t` ended on its rank (the trace rounds times to the ns).
+double wait_after(const Waits& waits, long long pid, const TimelineTask& t) {
+  const auto it = waits.find({pid, t.tp_rank});
+  if (it == waits.end()) return -1;
+  const double end = t.start_us + t.dur_us, slack = 0.002;
+  const auto w =
+      std::lower_bound(it->second.begin(), it->second.end(), std::make_pair(end - slack, -1.0));
+  return w != it->second.end() && w->first <= end + slack ? w->second : -1;
 }
 
 }  // namespace
@@ -56,6 +91,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       }
       where_of_pid[pid->get<long long>()] = {it->second, stage};
     }
+    const Waits waits = collective_waits(events);
     size_t n = 0;
     for (const auto& e : events) {
       ++n;
@@ -88,6 +124,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       t.dur_us = number_at(e, "dur", where);
       t.start_us = e.contains("ts") ? number_at(e, "ts", where) : 0;
       if (args->contains("send_us")) t.send_us = number_at(*args, "send_us", where);
+      t.collective_us = wait_after(waits, pid->get<long long>(), t);
       runs[at->second.first].tasks.push_back(t);
     }
   }
