@@ -119,6 +119,12 @@ echo "ok: the default comparison under one --comm: three runs"
   fail "replay of several runs, no split: $(field r1.json "j['workload']")"
 echo "ok: a trace of several runs replays one step for every row"
 
+# predict reads an rrfp trace's TP size from its threads (it needed --tp: "tp rank 1 >= --tp 1").
+"$rrfp" simulate --pp 2 -m 4 --tp 2 --hint 1f1b --policy fixed --trace tp2.json >/dev/null
+"$rrfp" predict tp2.json --json ptp.json >ptp.log 2>&1 || fail "predict of a TP=2 trace: $(tail -1 ptp.log)"
+grep -q "TP=2" ptp.log || fail "predict of a TP=2 trace: $(head -1 ptp.log)"
+echo "ok: predict takes an rrfp trace's TP size"
+
 # predict on that trace: the step replayed decides the split backward, not the file (W tasks
 # in run 3 made every step split, and steps 0-2 were refused for lacking W tasks).
 for s in 0 1; do

@@ -16,6 +16,7 @@ namespace {
 struct PredictFlags {
   std::string path;
   int pp = 0, vpp = 0, microbatches = 0, tp = 1, limit = 32;
+  bool tp_given = false;  // else an rrfp trace's own TP size
   std::string placement = "loop", split = "auto", hints = "bf,bfw,adaptive", json, svg;
   std::string comm = "async";
   TraceOptions trace;
@@ -32,9 +33,12 @@ std::vector<std::string> split_list(const std::string& s) {
 
 void run_predict(PredictFlags f) {
   f.trace.option = "TRACE";
+  // The shape the trace records, with whatever the flags pin down; rrfp's own trace says its
+  // TP size too (it needed --tp, "tp rank 1 >= --tp 1").
   checked_tp(f.tp);
-  // The shape the trace records, with whatever the flags pin down.
-  PipelineConfig c = infer_trace_config(f.path, f.tp, f.trace);
+  int tp_seen = 0;
+  PipelineConfig c = infer_trace_config(f.path, f.tp, f.trace, &tp_seen);
+  if (!f.tp_given && tp_seen > 1) f.tp = tp_seen;
   if (f.pp > 0) c.pp = f.pp;
   if (f.vpp > 0) c.vpp = f.vpp;
   if (f.microbatches > 0) c.microbatches = f.microbatches;
@@ -106,7 +110,8 @@ void setup_predict(CLI::App& app) {
   sub->add_option("--split-backward", f->split,
                   "auto (a split backward when the step replayed has W tasks), on or off")
       ->capture_default_str();
-  sub->add_option("--tp", f->tp, "tensor-parallel ranks per stage T")->capture_default_str();
+  CLI::Option* tp = sub->add_option(
+      "--tp", f->tp, "tensor-parallel ranks per stage T (default: an rrfp trace's, else 1)");
   sub->add_option("--comm", f->comm,
                   "how the recorded step communicated: async, or blocking (a rendezvous per "
                   "message); the twin replays it so, the predictions run async")
@@ -120,7 +125,8 @@ void setup_predict(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--json", f->json, "write the prediction as JSON to FILE ('-': stdout)");
   sub->add_option("--svg", f->svg, "write measured, twin and best predicted timelines to FILE");
-  sub->callback([f] {
+  sub->callback([f, tp] {
+    f->tp_given = tp->count() > 0;
     check_outputs({{f->json, "--json"}, {f->svg, "--svg"}});
     run_predict(*f);
   });

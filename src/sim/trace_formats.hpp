@@ -28,6 +28,7 @@ const char* first_key(const nlohmann::json& obj, std::initializer_list<const cha
 // What a trace says of its shape, read without one (the probes below).
 struct Shape {
   int pp = 0, chunks = 0, microbatches = 0;
+  int tp = 0;  // the TP ranks the trace records (rrfp's: task threads); 0: it does not say
   bool split = false;
   void saw(int chunk, int mb, Kind k) {
     chunks = std::max(chunks, chunk + 1);

@@ -293,7 +293,8 @@ ImportedRun import_trace(const std::string& path, const WorkModel& m, int tp,
   return import_docs(read_docs(path, o.option), m, tp, o);
 }
 
-PipelineConfig infer_trace_config(const std::string& path, int tp, const TraceOptions& o) {
+PipelineConfig infer_trace_config(const std::string& path, int tp, const TraceOptions& o,
+                                  int* tp_seen) {
   const std::vector<Doc> docs = read_docs(path, o.option);
   const std::string format = o.format == "auto" ? detect(docs) : o.format;
   const trace::Shape s = format == "rrfp"    ? trace::probe_rrfp(docs)
@@ -304,6 +305,7 @@ PipelineConfig infer_trace_config(const std::string& path, int tp, const TraceOp
   if (s.chunks % s.pp != 0)
     throw InputError(path + ": " + std::to_string(s.chunks) + " chunks on " + std::to_string(s.pp) +
                      " stages: give the shape (--pp, --vpp)");
+  if (tp_seen) *tp_seen = s.tp;
   PipelineConfig c;
   c.pp = s.pp;
   c.vpp = s.chunks / s.pp;

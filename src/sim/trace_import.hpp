@@ -36,8 +36,11 @@ ImportedRun import_trace_texts(const std::vector<std::pair<std::string, std::str
 
 // The shape a trace records (P, V from its chunks, M, a split backward when it has W tasks;
 // placement loop), to run `rrfp predict` without shape flags. Throws InputError when the trace
-// says too little (no task, chunks not a multiple of P).
-PipelineConfig infer_trace_config(const std::string& path, int tp, const TraceOptions& o = {});
+// says too little (no task, chunks not a multiple of P). `tp_seen`, if given: the TP ranks an
+// rrfp trace records (its task threads), 0 where the format does not say (the profilers' TP
+// comes from `tp`).
+PipelineConfig infer_trace_config(const std::string& path, int tp, const TraceOptions& o = {},
+                                  int* tp_seen = nullptr);
 
 // The durations of import_trace_texts of one file (kept for the CSV's sibling API).
 RealizedWork parse_chrome_trace(const std::string& text, const WorkModel& m, int tp,

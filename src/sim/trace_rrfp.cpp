@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/modes.hpp"
 #include "sim/trace_formats.hpp"
 
 namespace rrfp::trace {
@@ -146,8 +147,15 @@ Shape probe_rrfp(const std::vector<Doc>& docs) {
       const auto c = args->find("chunk"), mb = args->find("microbatch");
       if (e.value("ph", "") == "X" && c != args->end() && c->is_number_unsigned() &&
           mb != args->end() && mb->is_number_unsigned() && c->get<std::uint64_t>() < 1u << 20 &&
-          mb->get<std::uint64_t>() < 1u << 24)
+          mb->get<std::uint64_t>() < 1u << 24) {
         s.saw(c->get<int>(), mb->get<int>(), args->value("kind", "") == "W" ? Kind::W : Kind::F);
+        const auto tid = e.find("tid");
+        const int rank =
+            tid != e.end() && tid->is_number_unsigned() && tid->get<std::uint64_t>() < kMaxTp
+                ? tid->get<int>()
+                : 0;
+        s.tp = std::max({s.tp, 1, rank + 1});
+      }
     }
   return s;
 }
