@@ -90,3 +90,51 @@ def test_bad_checkpoints_are_refused(tmp_path):
     with pytest.raises(ValueError, match="not this pipeline"):
         pipe.save(str(tmp_path / "x"), torch.optim.SGD([torch.zeros(2, requires_grad=True)],
                                                        lr=1))
+
+
+def _weights(pipe):
+    return [p.detach().clone() for c in pipe.chunks.values() for p in c.parameters()]
+
+
+def test_a_save_is_one_checkpoint_or_none(tmp_path):
+    # A part of another save than the folder's manifest (a save that completed on some
+    # processes only, then parts copied or changed) is refused, naming it; the parts an earlier
+    # layout left beyond the manifest's count are not read (they were merged over the chunks).
+    import os
+    import shutil
+    pipe = pipeline(lm.chunks(2), pp=2)
+    opt = adamw(pipe.chunks.values())
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    pipe.save(a, opt, step=1)
+    saved = _weights(pipe)
+    assert sorted(os.listdir(a)) == ["manifest.json", "part-0.pt"]
+    train(pipe, opt, 1, 1)
+    pipe.save(b, opt, step=2)
+    stale = torch.load(os.path.join(b, "part-0.pt"))
+    torch.save(stale, os.path.join(a, "part-1.pt"))  # an earlier layout's extra part
+    again = pipeline(lm.chunks(2, seed=99), pp=2)
+    assert again.load(a) == {"step": 1}
+    assert all(torch.equal(p, q) for p, q in zip(_weights(again), saved))
+    shutil.copy(os.path.join(b, "part-0.pt"), os.path.join(a, "part-0.pt"))
+    with pytest.raises(ValueError, match=r"part-0.pt is of another save than its "
+                                         r"manifest.json \(its step 2\)"):
+        again.load(a)
+
+
+def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path):
+    # The disk full as the part is written (its temporary file a link to /dev/full, which
+    # fails every write with ENOSPC): OSError, no temporary left, the previous save loads.
+    import os
+    pipe = pipeline(lm.chunks(2), pp=2)
+    opt = adamw(pipe.chunks.values())
+    folder = str(tmp_path / "ck")
+    pipe.save(folder, opt, step=1)
+    saved = _weights(pipe)
+    train(pipe, opt, 1, 1)
+    os.symlink("/dev/full", os.path.join(folder, "part-0.pt.tmp"))
+    with pytest.raises(OSError, match="No space left"):
+        pipe.save(folder, opt, step=2)
+    assert sorted(os.listdir(folder)) == ["manifest.json", "part-0.pt"]
+    again = pipeline(lm.chunks(2, seed=99), pp=2)
+    assert again.load(folder) == {"step": 1}
+    assert all(torch.equal(p, q) for p, q in zip(_weights(again), saved))

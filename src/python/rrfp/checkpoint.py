@@ -4,12 +4,23 @@ Every entry is named by the chunk it belongs to, "c.name" (c the chunk's index i
 so a checkpoint written by one layout (P stages, V chunks each, threads or a process per stage)
 loads into any other that cuts the model into the same chunks. The optimizer's state is named
 the same way, by the parameter it belongs to. With a process per stage each process writes the
-part it holds (part-RANK.pt) and reads every part, keeping what its chunks need."""
+part it holds (part-RANK.pt) and reads every part, keeping what its chunks need.
+
+A save is one checkpoint or none: every part carries the save's token, and manifest.json (the
+token, how many parts) is written last, once every part is in place. A part written beside
+the previous one takes its place only after every process has written its own, so a save that
+fails on one process (a full disk, a process killed) leaves the previous checkpoint whole; a
+folder whose parts are of different saves (or more parts of an earlier layout) is refused or
+the extra parts ignored, where they were merged silently."""
 import copy
 import glob
+import io
+import json
 import os
 
 import torch
+
+MANIFEST = "manifest.json"
 
 
 def model_state(chunks):
@@ -98,26 +109,93 @@ def load_optimizer_state(chunks, optimizer, named, canonical):
     optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
-def save(path, rank, chunks, optimizer, extra, canonical):
-    """Writes this process's part of the checkpoint into the folder `path`, atomically."""
+def new_token():
+    """A save's token: 48 random bits (exact as a float, for the job's gather)."""
+    return int.from_bytes(os.urandom(6), "little")
+
+
+def _part(path, rank):
+    return os.path.join(path, f"part-{rank}.pt")
+
+
+def write_part(path, rank, chunks, optimizer, extra, canonical, token):
+    """Writes this process's part of the save `token` beside the folder's current one
+    (part-RANK.pt.tmp); commit_part() puts it in place. A failure removes what it wrote."""
     os.makedirs(path, exist_ok=True)
-    part = {"model": model_state(chunks), "extra": extra}
+    part = {"model": model_state(chunks), "extra": extra, "token": token}
     if optimizer is not None:
         part["optimizer"] = optimizer_state(chunks, optimizer, canonical)
-    target = os.path.join(path, f"part-{rank}.pt")
-    tmp = target + ".tmp"
-    torch.save(part, tmp)
-    os.replace(tmp, target)
+    # Serialized first: a full disk is then an OSError from the write, where torch.save's own
+    # writer aborted the process (c10::Error thrown past its destructor).
+    buf = io.BytesIO()
+    torch.save(part, buf)
+    tmp = _part(path, rank) + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(buf.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        discard_part(path, rank)
+        raise
+
+
+def discard_part(path, rank):
+    try:
+        os.remove(_part(path, rank) + ".tmp")
+    except OSError:
+        pass
+
+
+def commit_part(path, rank):
+    os.replace(_part(path, rank) + ".tmp", _part(path, rank))
+
+
+def write_manifest(path, token, parts):
+    """The save is complete: every part of `token`, parts 0..parts-1, is in place."""
+    tmp = os.path.join(path, MANIFEST + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"token": token, "parts": parts}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(path, MANIFEST))
+
+
+def _part_files(path):
+    """The parts of the folder's checkpoint, with the token each must carry (None: a folder of
+    an earlier version, without a manifest: every part-*.pt, as then)."""
+    manifest = os.path.join(path, MANIFEST)
+    if not os.path.isfile(manifest):
+        files = sorted(glob.glob(os.path.join(path, "part-*.pt")))
+        if not files:
+            raise FileNotFoundError(f"checkpoint '{path}': no part-*.pt in it")
+        return files, None
+    with open(manifest) as f:
+        m = json.load(f)
+    if not isinstance(m, dict) or not isinstance(m.get("parts"), int) or m["parts"] < 1:
+        raise ValueError(f"checkpoint '{path}': {MANIFEST} is not a manifest of parts")
+    files = [_part(path, r) for r in range(m["parts"])]
+    missing = [os.path.basename(f) for f in files if not os.path.isfile(f)]
+    if missing:
+        raise FileNotFoundError(f"checkpoint '{path}': {', '.join(missing)} of its "
+                                f"{m['parts']} parts missing")
+    return files, m.get("token")
 
 
 def load_parts(path):
-    """Every part in the folder `path`, merged: (model state, optimizer state or None, extra)."""
-    files = sorted(glob.glob(os.path.join(path, "part-*.pt")))
-    if not files:
-        raise FileNotFoundError(f"checkpoint '{path}': no part-*.pt in it")
+    """The parts of the checkpoint in the folder `path`, merged: (model state, optimizer state
+    or None, extra). A part of another save than the manifest's is refused, naming it."""
+    files, token = _part_files(path)
     model, state, groups, extra = {}, {}, [], None
     for f in files:
         part = torch.load(f, map_location="cpu")
+        if token is not None and part.get("token") != token:
+            step = (part.get("extra") or {}).get("step")
+            raise ValueError(
+                f"checkpoint '{path}': {os.path.basename(f)} is of another save than its "
+                f"{MANIFEST}" + (f" (its step {step})" if step is not None else "") +
+                "; a save that did not complete on every process leaves the one before it "
+                "whole, so its parts were changed since")
         model.update(part["model"])
         if extra is None:
             extra = part.get("extra")

@@ -229,20 +229,47 @@ class Pipeline:
         checkpoint.load_model_state(self.chunks, self._core.chunks, state, strict)
 
     def save(self, path, optimizer=None, **extra):
-        """Writes a checkpoint into the folder `path`: this process's chunks (part-RANK.pt,
-        written atomically), the optimizer's state named by parameter, and `extra` (the step,
-        say). Every process of a job calls it; with dp > 1 replica 0 writes. Returns once every
-        part is written."""
+        """Writes a checkpoint into the folder `path`: this process's chunks (part-RANK.pt),
+        the optimizer's state named by parameter, and `extra` (the step, say), then
+        manifest.json. Every process of a job calls it; with dp > 1 replica 0 writes. Returns
+        once the checkpoint is complete; a save that fails on any process (a full disk, a dead
+        process) raises on every one and leaves the folder's previous checkpoint whole."""
         checkpoint.refuse_not_optimizer("save", optimizer)
         self._refresh_ties()  # a tie's replaced copy is named as the tie
-        if self.replica == 0:
-            kept = {_SEED_STEP: self._data.seed_step}
-            if self._data.scaler is not None:
-                kept[_SCALER] = self._data.scaler.state_dict()
-            checkpoint.save(path, self.rank, self.chunks, optimizer, dict(extra, **kept),
-                            self._canonical())
+        token = self._save_token()
+        writes = self.replica == 0
+
+        def write():
+            if writes:
+                kept = {_SEED_STEP: self._data.seed_step}
+                if self._data.scaler is not None:
+                    kept[_SCALER] = self._data.scaler.state_dict()
+                checkpoint.write_part(path, self.rank, self.chunks, optimizer,
+                                      dict(extra, **kept), self._canonical(), token)
+
+        where = str(path).replace("{", "{{").replace("}", "}}")
+        try:
+            agreed(self._core, write, f"save: process(es) {{bad}} could not write their part "
+                   f"of '{where}'; its previous checkpoint is kept")
+        except BaseException:
+            if writes:
+                checkpoint.discard_part(path, self.rank)
+            raise
+        if writes:
+            checkpoint.commit_part(path, self.rank)
         if self._core.world > 1:
-            self._core.all_gather([])  # no process reads the folder before every part is there
+            self._core.all_gather([])  # every part in place before the manifest names them
+        if self.rank == 0:
+            checkpoint.write_manifest(path, token, self._core.world // self._dp)
+        if self._core.world > 1:
+            self._core.all_gather([])  # no process reads the folder before its manifest
+
+    def _save_token(self):
+        """One token for the save on every process: rank 0's."""
+        token = checkpoint.new_token() if self.rank == 0 else 0
+        if self._core.world > 1:
+            token = int(self._core.all_gather([float(token)])[0][0])
+        return token
 
     def load(self, path, optimizer=None):
         """Loads a checkpoint that save() wrote on any layout cutting the model into the same
