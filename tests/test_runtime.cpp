@@ -154,6 +154,18 @@ class CountingProgram final : public StageProgram {
   std::atomic<int>& e_;
 };
 
+// Only 0 turns the watchdog off: a positive timeout under half a millisecond rounded to 0 ms
+// and a job with a stopped rank hung (--timeout 0.0001, Pipeline(timeout=0.0001)).
+TEST(Runtime, APositiveTimeoutIsAtLeastOneMillisecond) {
+  EXPECT_EQ(timeout_ms_of(0), 0);
+  EXPECT_EQ(timeout_ms_of(1e-9), 1);
+  EXPECT_EQ(timeout_ms_of(0.0004), 1);
+  EXPECT_EQ(timeout_ms_of(0.0016), 2);
+  EXPECT_EQ(timeout_ms_of(120), 120'000);
+  EXPECT_THROW(timeout_ms_of(-0.001), InputError);
+  EXPECT_THROW(timeout_ms_of(86'401), InputError);
+}
+
 TEST(Runtime, RunsSeveralStepsAndRoutesPayloadsToTheirTasks) {
   PipelineConfig c;
   c.pp = 4;
