@@ -273,3 +273,25 @@ def test_lazy_parameters_not_initialized_yet_are_refused():
     pipe = rrfp.Pipeline(chunks, lambda o, t: o.sum(), pp=2, microbatches=2)
     pipe.step(torch.randn(4, 3), torch.zeros(4))
     assert chunks[0][0].weight.grad is not None
+
+
+def test_a_process_group_that_never_forms_fails_within_the_timeout():
+    # torch.distributed's environment of 2 processes, set by hand (no torchrun): the c10d
+    # transport (each process ran the whole pipeline in threads), and the peer that never comes
+    # is reported within the pipeline's timeout (torch's default kept it waiting 30 minutes).
+    import subprocess
+    import sys
+    import time
+    env = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(29000 + os.getpid() % 1000),
+               PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    code = ("import rrfp, lm\n"
+            "rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, timeout=2)\n")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert done.returncode != 0
+    assert "transport c10d: the 2 processes of the job did not all join within 2 s" in \
+        done.stderr, done.stderr[-2000:]
+    assert time.monotonic() - start < 60

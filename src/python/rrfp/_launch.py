@@ -1,6 +1,8 @@
 """How a pipeline's processes were started and how they connect: the launcher's transport,
 torch.distributed's groups, what every process must agree on, and what a pipeline's chunks
 cannot hold (a data-parallel wrapper, a lazy parameter not initialized yet)."""
+import os
+
 import torch
 
 # The dtypes whose every value a double holds exactly: a loss or a norm sent between processes
@@ -33,7 +35,8 @@ def _refuse_srun(env):
 
 def launched_transport(pp, dp, group):
     """The transport that matches how this process was started: "mpi" under mpirun (Open MPI
-    or MPICH), "c10d" under torchrun or with a torch.distributed group, else "inproc".
+    or MPICH), "c10d" under torchrun, in torch.distributed's environment of several processes
+    or with a torch.distributed group, else "inproc".
     Refuses a launcher whose process count is not pp * dp (each process would otherwise run a
     whole pipeline of its own), and srun with several tasks."""
     import os
@@ -49,6 +52,17 @@ def launched_transport(pp, dp, group):
                     f"needs {pp * dp}; start {pp * dp}, or pass transport='inproc' to run every "
                     "stage as a thread of each process")
             return name
+    # torch.distributed's environment set by another launcher than torchrun (a cluster's, by
+    # hand): each process ran the whole pipeline in threads, N trainings where one was meant.
+    world = env.get("WORLD_SIZE", "")
+    if "MASTER_ADDR" in env and "RANK" in env and world.isdigit() and int(world) > 1:
+        if int(world) != pp * dp:
+            raise ValueError(
+                f"transport: torch.distributed's environment (RANK, WORLD_SIZE, MASTER_ADDR) "
+                f"names {world} processes, but pp={pp} x dp={dp} needs {pp * dp}; start "
+                f"{pp * dp}, or pass transport='inproc' to run every stage as a thread of each "
+                "process")
+        return "c10d"
     _refuse_srun(env)
     return "inproc"
 
@@ -89,15 +103,16 @@ def _agreed_with(core, fn, message, value):
     return out, every
 
 
-def c10d_groups(group, pp, dp):
+def c10d_groups(group, pp, dp, timeout=0.0):
     """This process's pipeline group and, with dp > 1, its stage's group across the replicas:
     Gloo groups over `group`'s ranks (default: the default group, made from torchrun's
-    environment), rank r of which is replica r // pp, stage r % pp. Every process makes every
-    subgroup, in the same order (torch.distributed.new_group requires it)."""
+    environment, within `timeout` seconds, 0: torch's own 30 minutes), rank r of which is
+    replica r // pp, stage r % pp. Every process makes every subgroup, in the same order
+    (torch.distributed.new_group requires it)."""
     import torch.distributed as dist
     if group is None:
         if not dist.is_initialized():
-            dist.init_process_group("gloo")  # torchrun's environment: RANK, WORLD_SIZE, ...
+            _init_default_group(dist, timeout)
         group = dist.group.WORLD
     group = _host_group(dist, group)
     if dp == 1:
@@ -112,6 +127,21 @@ def c10d_groups(group, pp, dp):
     stages = [dist.new_group([ranks[r * pp + s] for r in range(dp)], backend="gloo")
               for s in range(pp)]
     return pipes[me // pp], stages[me % pp]
+
+
+def _init_default_group(dist, timeout):
+    """The default group from torchrun's environment (RANK, WORLD_SIZE, ...), its forming
+    bounded by the pipeline's timeout: a process that never built its Pipeline kept the others
+    waiting for torch's default of 30 minutes."""
+    import datetime
+    kw = {"timeout": datetime.timedelta(seconds=timeout)} if timeout > 0 else {}
+    try:
+        dist.init_process_group("gloo", **kw)
+    except RuntimeError as e:
+        world = os.environ.get("WORLD_SIZE", "?")
+        raise RuntimeError(
+            f"transport c10d: the {world} processes of the job did not all join within "
+            f"{timeout:g} s (timeout): each must build its Pipeline; torch says: {e}") from e
 
 
 def group_ranks(dist, group):

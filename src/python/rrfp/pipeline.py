@@ -120,7 +120,7 @@ class Pipeline:
             transport = launched_transport(pp, dp, group)
         dp_group = None
         if transport == "c10d":
-            group, dp_group = c10d_groups(group, pp, dp)
+            group, dp_group = c10d_groups(group, pp, dp, float(timeout))
         self._core = _rrfp.PipelineCore(
             pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
             split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
