@@ -144,4 +144,16 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
   echo "SIGTERM to mpirun: stopped after step $last in $((SECONDS - start)) s, $rows loss rows, mpirun exit $rc"
   rm -rf "$out"
 fi
+
+# Processes with different command lines (mpirun's "prog args : -np 1 prog other args"): refused
+# on every process at start-up, rank 0 naming where they differ, exit 2. A different --lr trained
+# on silently with other losses; a different --steps failed on a message of the wrong size.
+start=$SECONDS
+"$here/mpirun.sh" 1 "$rrfp" run --transport mpi --pp 2 -m 8 --workload uniform $marker : \
+  -np 1 "$rrfp" run --transport mpi --pp 2 -m 16 --workload uniform $marker >"$log" 2>&1
+rc=$?
+[ $rc -eq 2 ] || { tail -5 "$log"; fail "different command lines: exit $rc, want 2"; }
+grep -q "rrfp: error: mpirun: every process must run the same command line; rank(s) 1 differ from rank 0's at argument 7: '16' where rank 0 has '8'" "$log" ||
+  { tail -5 "$log"; fail "different command lines: no line naming the argument"; }
+echo "different command lines: refused in $((SECONDS - start)) s"
 echo "ok"

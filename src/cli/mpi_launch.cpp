@@ -1,6 +1,9 @@
 #include "cli/mpi_launch.hpp"
 
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "cli/options.hpp"
 #include "core/error.hpp"
@@ -10,12 +13,85 @@
 
 namespace rrfp {
 
+namespace {
+
+// This process's arguments after the program's name (/proc/self/cmdline: NUL-separated).
+std::vector<std::string> own_arguments() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (std::size_t at = 0; at < all.size();) {
+    const std::size_t end = std::min(all.find('\0', at), all.size());
+    args.push_back(all.substr(at, end - at));
+    at = end + 1;
+  }
+  if (!args.empty()) args.erase(args.begin());
+  return args;
+}
+
+// FNV-1a over the arguments, in 52 bits: exact in the double the job's gather carries.
+double fingerprint(const std::vector<std::string>& args) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const std::string& a : args)
+    for (const unsigned char c : a + '\0')
+      h = (h ^ c) * 1099511628211ull;
+  return static_cast<double>(h >> 12);
+}
+
+// Every process of the job must run the same command line: one with another --lr or --steps
+// trained on silently (different losses) or failed on a message of the wrong size. Refused on
+// every process; rank 0 names the first argument that differs and the ranks it differs on.
+void refuse_other_command_lines(Job& job) {
+  const std::vector<std::string> mine = own_arguments();
+  const double f = fingerprint(mine);
+  const auto every = job.all_gather(std::span(&f, 1));
+  std::vector<int> other;
+  for (int r = 0; r < static_cast<int>(every.size()); ++r)
+    if (every[r].empty() || every[r][0] != every[0][0]) other.push_back(r);
+  if (other.empty()) return;
+  std::string text;
+  for (const std::string& a : mine)
+    text += a + '\n';
+  const auto lines = job.gather_to_root(std::as_bytes(std::span(text.data(), text.size())));
+  if (job.rank() != 0) throw InputError("mpirun: the processes run different command lines");
+  auto args_of = [&](int r) {
+    std::vector<std::string> out;
+    std::string cur;
+    for (std::byte b : lines[r]) {
+      if (static_cast<char>(b) == '\n') {
+        out.push_back(cur);
+        cur.clear();
+      } else {
+        cur += static_cast<char>(b);
+      }
+    }
+    return out;
+  };
+  const std::vector<std::string> first = args_of(0), theirs = args_of(other.front());
+  std::size_t i = 0;
+  while (i < first.size() && i < theirs.size() && first[i] == theirs[i])
+    ++i;
+  auto at = [](const std::vector<std::string>& v, std::size_t k) {
+    return k < v.size() ? "'" + v[k].substr(0, 60) + "'" : std::string("nothing");
+  };
+  std::string ranks;
+  for (std::size_t k = 0; k < other.size() && k < 8; ++k)
+    ranks += (k ? ", " : "") + std::to_string(other[k]);
+  throw InputError("mpirun: every process must run the same command line; rank(s) " + ranks +
+                   (other.size() > 8 ? ", ..." : "") + " differ from rank 0's at argument " +
+                   std::to_string(i + 1) + ": " + at(theirs, i) + " where rank 0 has " +
+                   at(first, i));
+}
+
+}  // namespace
+
 void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>& body) {
 #ifdef RRFP_HAVE_MPI
   if (!launched_by_mpirun())
     throw InputError("--transport mpi: start rrfp under mpirun (see docs/mpi.md)");
   MpiWorld world(MpiWorldOptions{.timeout_ms = timeout_ms});
   try {
+    refuse_other_command_lines(world);
     body(world);
   } catch (const InputError& e) {
     // Rank 0 says it here, before the shutdown barrier lets any process leave: once one exits
