@@ -427,6 +427,11 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
   check "--out: '$tmp/lk' is in use by another rrfp train" train "${small[@]}" --out "$tmp/lk"
   kill -9 $first
   wait $first 2>/dev/null
+  # A directory where the run writes a file at its end: refused before the steps (the run
+  # trained every step first, then failed naming --trace, a flag train does not have).
+  rm -rf "$tmp/od" && mkdir -p "$tmp/od/trace.json"
+  check "--out: '$tmp/od/trace.json' is a directory, not a file" train "${small[@]}" --out "$tmp/od"
+  [ ! -e "$tmp/od/loss.csv" ] || { echo "FAIL: a step ran before the refusal"; fails=$((fails + 1)); }
 fi
 # Runs bigger than the memory rrfp may take are refused before they start, with the estimate
 # and the memory (RRFP_MEMORY_LIMIT stands in for a small machine); one that fits runs. A

@@ -87,4 +87,22 @@ timeout 120 "$here/mpirun.sh" 4 "$rrfp" train --transport mpi --pp 2 --tp 2 -m 4
 grep -q "has no tensor '.*@tp0' of this run's shape" "$out/tp2.log" ||
   { cat "$out/tp2.log"; fail "TP=2 from TP=1: not the expected refusal"; }
 echo "a TP=1 checkpoint refused at TP=2"
+
+# An --out in use by another run: rank 0's refusal is every process's, at once and with exit 2
+# (the others waited for rank 0 until their --timeout, then exited 1).
+mkdir -p "$out/lk"
+"$rrfp" train --pp 2 -m 2 --d-model 16 --layers 2 --heads 2 --eval-every 0 --steps 100000 \
+  --out "$out/lk" >/dev/null 2>&1 &
+holder=$!
+for _ in $(seq 100); do [ -s "$out/lk/loss.csv" ] && break; sleep 0.1; done
+start=$SECONDS
+timeout 120 "$here/mpirun.sh" 2 "$rrfp" train --transport mpi --pp 2 -m 2 --d-model 16 \
+  --layers 2 --heads 2 --eval-every 0 --steps 2 --timeout 60 --out "$out/lk" >"$out/lk.log" 2>&1
+rc=$?
+kill -9 $holder
+wait $holder 2>/dev/null
+[ $rc -eq 2 ] && [ $((SECONDS - start)) -lt 30 ] ||
+  { cat "$out/lk.log"; fail "an --out in use under mpirun: exit $rc after $((SECONDS - start)) s"; }
+grep -q "is in use by another rrfp train" "$out/lk.log" || fail "an --out in use: no line saying so"
+echo "an --out in use refused by every process in $((SECONDS - start)) s"
 echo "PASS"

@@ -16,6 +16,7 @@
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "dist/job.hpp"
 #include "dist/step_merge.hpp"
 #include "report/report.hpp"
@@ -75,6 +76,10 @@ void check_run(const TrainRun& o) {
                      "from it, or move it away, or choose another `out`");
   if (o.save_every < 0)
     throw InputError("`save_every`: must not be negative, got " + std::to_string(o.save_every));
+  // The files the run writes at its end, checked before its steps (a directory at one of them
+  // failed the run once every step was done).
+  for (const char* name : {"loss.csv", "loss.svg", "trace.json", "timeline.svg", "durations.csv"})
+    check_output_path(o.out + "/" + name, "`out`: '" + o.out + "/" + name + "'");
 }
 
 // durations.csv: the measured steps after the first two (start-up: allocator, first touches),
@@ -99,7 +104,7 @@ class Run {
  public:
   explicit Run(const TrainRun& in)
       : o_(in), t_(o_.train), root_(!t_.job || t_.job->rank() == 0), trainer_((check_run(in), t_)) {
-    if (root_) lock_out();
+    lock_out_agreed();
     o_.quiet = in.quiet || !root_;
     std::vector<std::string> differences;
     if (!o_.resume.empty()) differences = trainer_.resume(o_.resume);
@@ -138,6 +143,20 @@ class Run {
   // One run per output folder: a second one would interleave its rows with the first's in
   // loss.csv (a resume then accepted the mix) and overwrite its checkpoint. The lock is the
   // kernel's (flock), so it goes with the process however it ends.
+  // Rank 0 takes the lock; a refusal there is every process's: the others waited for rank 0 in
+  // their first collective until the timeout, then exited 1 where rank 0 exited 2.
+  void lock_out_agreed() {
+    std::exception_ptr failed;
+    if (root_) try {
+        lock_out();
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    if (t_.job && max_over_job(*t_.job, failed ? 1.0 : 0.0) > 0 && !failed)
+      throw InputError("`out`: rank 0 refused '" + o_.out + "' (its line says why)");
+    if (failed) std::rethrow_exception(failed);
+  }
+
   void lock_out() {
     const std::string path = dir() + ".rrfp-lock";
     lock_.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
