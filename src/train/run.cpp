@@ -366,7 +366,9 @@ class Run {
               << ", outside the pipeline (optimizer, data) "
               << fmt("%.1f%%", 100 * sum_.outside_pipeline_share) << "\n"
               << "wrote " << dir()
-              << "loss.csv, loss.svg, trace.json, timeline.svg, durations.csv\n";
+              << "loss.csv, loss.svg, trace.json, timeline.svg"
+              // durations.csv holds the steps after the first two: a run stopped before has none
+              << (measured_.empty() ? "" : ", durations.csv") << "\n";
   }
 
   TrainRun o_;
