@@ -41,6 +41,17 @@ grep -q "resumed from $tmp/a/checkpoint.bin at step $last" "$tmp/r.log" || fail 
 grep -q "rrfp train: warning: --steps is $((last + 1)); the checkpoint's run had 2000" "$tmp/r.log" ||
   fail "no warning about --steps: $(head -3 "$tmp/r.log")"
 [ "$(tail -n 1 "$tmp/a/loss.csv" | cut -d, -f1)" = $((last + 1)) ] || fail "the resumed run did not append its row"
+# Resumed into the folder of another run: its loss.csv is not this run's (its row for the
+# checkpoint's step holds another loss, or there is none): refused, exit 2, the log untouched
+# (another run's rows and this one's were spliced into one file).
+"$rrfp" train "${small[@]}" --steps 2 --seed 2 --out "$tmp/other" >/dev/null 2>&1 || fail "the other run failed"
+cp "$tmp/other/loss.csv" "$tmp/other.csv"
+"$rrfp" train "${small[@]}" --steps $((last + 2)) --resume "$tmp/a/checkpoint.bin" \
+  --out "$tmp/other" >"$tmp/o.log" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "'$tmp/other/loss.csv' is another run's log" "$tmp/o.log" ||
+  fail "a resume into another run's folder: exit $rc, $(tail -1 "$tmp/o.log")"
+cmp -s "$tmp/other/loss.csv" "$tmp/other.csv" || fail "the other run's log changed"
 
 # SIGTERM during a long validation (100000 batches after step 1) is honoured within a batch:
 # the step stands, the run stops after it (it went on validating for over 100 s).

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -56,6 +57,7 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
   h["model"] = model_json(s.model);
   h["step"] = s.step;
   h["run"] = s.run;
+  if (s.loss && std::isfinite(*s.loss)) h["loss"] = *s.loss;
   h["tensors"] = nlohmann::json::array();
   for (size_t i = 0; i < s.params.size(); ++i)
     h["tensors"].push_back({{"name", s.names[i]}, {"shape", s.params[i].sizes().vec()}});
@@ -249,6 +251,8 @@ std::vector<std::string> load_checkpoint_part(const std::string& path, Checkpoin
       copy_in((*gs[g])[i], bytes.data() + p.data + g * total + it->second.first, n);
   }
   expect.step = static_cast<int>(p.header["step"].get<long long>());
+  if (p.header.contains("loss") && p.header["loss"].is_number())
+    expect.loss = p.header["loss"].get<double>();
   return differences(p.header, expect);
 }
 

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,9 @@ struct CheckpointState {
   // The run's options beside the model that decide its numbers (seed, data, schedule), by
   // option name: a resume compares them with its own.
   nlohmann::json run = nlohmann::json::object();
+  // Its last step's training loss, as loss.csv logged it (absent in older checkpoints): a
+  // resume checks that the log it continues is this run's.
+  std::optional<double> loss;
 };
 
 void save_checkpoint(const std::string& path, const CheckpointState& s);

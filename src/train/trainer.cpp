@@ -181,6 +181,7 @@ void Trainer::step_loss_and_norm(StepReport& r) {
   for (int d = 1; d < o_.dp; ++d)
     r.loss += lists[d * per + loss_at][0];
   if (o_.dp > 1) r.loss /= o_.dp;
+  last_loss_ = r.loss;
   std::vector<size_t> pos(per, 0);
   pos[loss_at] = 1;
   double sq = 0;
@@ -305,6 +306,7 @@ CheckpointState Trainer::checkpoint_state() const {
   s.params = parameters();
   s.exp_avg = exp_avg_;
   s.exp_avg_sq = exp_avg_sq_;
+  s.loss = last_loss_;
   // The options besides the model that decide the numbers: a resume under others diverges.
   s.run = {{"seed", o_.data_seed},
            {"task", o_.task},
@@ -383,6 +385,7 @@ std::vector<std::string> Trainer::resume(const std::string& path) {
     differences = load_checkpoint(path, s);  // fills the tensors in place
   }
   step_ = s.step;
+  last_loss_ = s.loss;
   runs_ = std::max(runs_, step_);  // a resumed run numbers its runtime steps from its own
   return differences;
 }

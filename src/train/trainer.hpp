@@ -62,6 +62,8 @@ class Trainer {
   const DataSource& data() const { return *data_; }
   const WorkModel& model() const { return m_; }
   int steps_done() const { return step_; }
+  // The training loss of the last step done (trained, or the checkpoint's), if known.
+  std::optional<double> last_loss() const { return last_loss_; }
   // Chunk c of TP rank r (null when another process holds it).
   Chunk* chunk(int r, int c) const { return chunks_[r][c].get(); }
 
@@ -89,6 +91,7 @@ class Trainer {
   std::unique_ptr<Runtime> runtime_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;  // AdamW state, global order
   int step_ = 0;
+  std::optional<double> last_loss_;
   int runs_ = 0;  // runtime steps run, evaluation passes included
 };
 
