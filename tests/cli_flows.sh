@@ -125,6 +125,12 @@ echo "ok: a trace of several runs replays one step for every row"
 grep -q "TP=2" ptp.log || fail "predict of a TP=2 trace: $(head -1 ptp.log)"
 echo "ok: predict takes an rrfp trace's TP size"
 
+# ...and where its chunks ran: a V-shape trace predicts as one (it was refused by stage).
+"$rrfp" simulate --pp 2 --vpp 2 --placement vshape -m 4 --hint bf --policy ready --trace vs.json >/dev/null
+"$rrfp" predict vs.json >pvs.log 2>&1 || fail "predict of a V-shape trace: $(tail -1 pvs.log)"
+grep -q "V=2 (vshape)" pvs.log || fail "predict of a V-shape trace: $(head -1 pvs.log)"
+echo "ok: predict takes a V-shape trace's placement"
+
 # predict on that trace: the step replayed decides the split backward, not the file (W tasks
 # in run 3 made every step split, and steps 0-2 were refused for lacking W tasks).
 for s in 0 1; do

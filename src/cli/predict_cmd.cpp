@@ -17,7 +17,7 @@ struct PredictFlags {
   std::string path;
   int pp = 0, vpp = 0, microbatches = 0, tp = 1, limit = 32;
   bool tp_given = false;  // else an rrfp trace's own TP size
-  std::string placement = "loop", split = "auto", hints = "bf,bfw,adaptive", json, svg;
+  std::string placement, split = "auto", hints = "bf,bfw,adaptive", json, svg;
   std::string comm = "async";
   TraceOptions trace;
 };
@@ -43,7 +43,7 @@ void run_predict(PredictFlags f) {
   if (f.vpp > 0) c.vpp = f.vpp;
   if (f.microbatches > 0) c.microbatches = f.microbatches;
   if (f.split != "auto") c.split_backward = resolve_split(f.split, "");
-  c.placement = parse_placement(f.placement);
+  if (!f.placement.empty()) c.placement = parse_placement(f.placement);  // else the trace's
   validate(c);
   std::optional<ImportedRun> whole_step;  // the step read with a whole backward, if it stays so
   if (f.split == "auto" && c.split_backward) {
@@ -105,8 +105,9 @@ void setup_predict(CLI::App& app) {
       ->check(CLI::Range(0, 64));
   sub->add_option("--microbatches,-m", f->microbatches, "microbatches M (default: from the trace)")
       ->check(CLI::Range(0, 1 << 20));
-  sub->add_option("--placement", f->placement, "chunk placement: loop or vshape")
-      ->capture_default_str();
+  sub->add_option("--placement", f->placement,
+                  "chunk placement: loop or vshape (default: where an rrfp trace's chunks ran, "
+                  "else loop)");
   sub->add_option("--split-backward", f->split,
                   "auto (a split backward when the step replayed has W tasks), on or off")
       ->capture_default_str();

@@ -18,6 +18,7 @@ std::string lpad(std::string s, size_t w) {
 
 std::string shape_of(const Prediction& p) {
   return "P=" + std::to_string(p.cfg.pp) + " V=" + std::to_string(p.cfg.vpp) +
+         (p.cfg.vpp > 1 ? " (" + to_string(p.cfg.placement) + ")" : std::string()) +
          " M=" + std::to_string(p.cfg.microbatches) + " TP=" + std::to_string(p.tp) + ", " +
          (p.cfg.split_backward ? "split" : "whole") + " backward";
 }

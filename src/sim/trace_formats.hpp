@@ -2,6 +2,7 @@
 // Inside the trace importer (sim/trace_import.hpp): the files as parsed JSON, and one reader per
 // tool's mapping, each turning the files into one Timeline per step it finds (docs/twin.md).
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@ const char* first_key(const nlohmann::json& obj, std::initializer_list<const cha
 struct Shape {
   int pp = 0, chunks = 0, microbatches = 0;
   int tp = 0;  // the TP ranks the trace records (rrfp's: task threads); 0: it does not say
+  std::map<int, int> stage_of_chunk;  // where the trace says (rrfp's: the process of a chunk)
   bool split = false;
   void saw(int chunk, int mb, Kind k) {
     chunks = std::max(chunks, chunk + 1);

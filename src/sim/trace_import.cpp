@@ -311,6 +311,17 @@ PipelineConfig infer_trace_config(const std::string& path, int tp, const TraceOp
   c.vpp = s.chunks / s.pp;
   c.microbatches = s.microbatches;
   c.split_backward = s.split;
+  // The placement whose chunks sit where the trace's ran (V > 1: loop and V-shape differ).
+  if (c.vpp > 1 && !s.stage_of_chunk.empty()) {
+    PipelineConfig v = c;
+    v.placement = Placement::VShape;
+    validate(v);
+    const WorkModel vshape(v);
+    if (std::all_of(s.stage_of_chunk.begin(), s.stage_of_chunk.end(), [&](const auto& cs) {
+          return cs.first < vshape.chunks() && vshape.stage_of(cs.first) == cs.second;
+        }))
+      c.placement = Placement::VShape;
+  }
   validate(c);
   return c;
 }

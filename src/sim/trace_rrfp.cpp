@@ -134,7 +134,18 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
 
 Shape probe_rrfp(const std::vector<Doc>& docs) {
   Shape s;
-  for (const Doc& d : docs)
+  for (const Doc& d : docs) {
+    std::map<long long, int> stage_of_pid;
+    for (const auto& e : events_of(d)) {
+      const auto args = e.is_object() ? e.find("args") : e.end();
+      const auto pid = e.is_object() ? e.find("pid") : e.end();
+      std::string label;
+      int stage = 0;
+      if (args != e.end() && args->is_object() && pid != e.end() && pid->is_number_integer() &&
+          e.value("ph", "") == "M" && e.value("name", "") == "process_name" &&
+          split_process_name(args->value("name", ""), label, stage))
+        stage_of_pid[pid->get<long long>()] = stage;
+    }
     for (const auto& e : events_of(d)) {
       if (!e.is_object()) continue;
       const auto args = e.find("args");
@@ -155,8 +166,13 @@ Shape probe_rrfp(const std::vector<Doc>& docs) {
                 ? tid->get<int>()
                 : 0;
         s.tp = std::max({s.tp, 1, rank + 1});
+        const auto pid = e.find("pid");
+        if (pid != e.end() && pid->is_number_integer())
+          if (const auto st = stage_of_pid.find(pid->get<long long>()); st != stage_of_pid.end())
+            s.stage_of_chunk.emplace(c->get<int>(), st->second);
       }
     }
+  }
   return s;
 }
 
