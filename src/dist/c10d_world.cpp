@@ -59,14 +59,23 @@ Hosting C10dWorld::hosting() {
 }
 
 void C10dWorld::barrier() {
-  auto w = pg_->barrier();
-  if (!w->wait(timeout_))
-    throw Error("c10d: the barrier before a step did not finish within " +
-                std::to_string(timeout_.count()) + " ms");
+  wait(pg_->barrier(), "the barrier before a step");
 }
 
+// Gloo's own failures ("Operation timed out!", "Connection closed by peer") named neither the
+// call nor this process: said here with both, Gloo's first line kept.
 void C10dWorld::wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what) {
-  if (!w->wait(timeout_))
+  bool done = false;
+  try {
+    done = w->wait(timeout_);
+  } catch (const std::exception& e) {
+    const std::string why = e.what();
+    throw Error("c10d: stage " + std::to_string(stage_) + " (c10d rank " + std::to_string(stage_) +
+                "): " + what +
+                " with the job's other processes failed (one exited or stopped answering?): " +
+                why.substr(0, why.find('\n')));
+  }
+  if (!done)
     throw Error(std::string("c10d: ") + what + " did not finish within " +
                 std::to_string(timeout_.count()) + " ms");
 }
