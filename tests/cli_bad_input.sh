@@ -28,6 +28,10 @@ check "--microbatches: must be at least 1" simulate --microbatches 0
 check "needs --vpp 1" simulate --vpp 2 --hint 1f1b
 check "--limit: must be at least 1" simulate --hint bf --limit -1
 check "--pp" simulate --pp abc
+# A value its option's type cannot hold is named with the type (CLI11 said "Could not convert").
+check "--pp: '1e3' is not a whole number (at most 2147483647) (\`rrfp simulate --help\` gives its range)" simulate --pp 1e3
+check "--save-every: '99999999999' is not a whole number (at most 2147483647)" train --save-every 99999999999
+check "--budget: 'abc' is not a number" plan --budget abc
 check "unknown jitter level" simulate --workload jitter:J7
 check "--policy fixed: needs a list hint" simulate --hint bf --policy fixed
 check "--tp: must be between 1 and 1024, got 0" simulate --tp 0

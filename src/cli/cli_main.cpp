@@ -28,6 +28,25 @@ std::string no_command(CLI::App& app, int argc, char** argv) {
   return "a command is required (commands: " + names + "; rrfp --help)";
 }
 
+// CLI11's "Could not convert: --pp = 1e3" as the option, the value and the type it takes (an
+// int's overflow, "--save-every = 99999999999", said nothing of the range).
+std::string not_converted(CLI::App& app, const std::string& what) {
+  const std::string prefix = "Could not convert: ";
+  const auto eq = what.find(" = ");
+  if (what.rfind(prefix, 0) != 0 || eq == std::string::npos) return what;
+  const std::string name = what.substr(prefix.size(), eq - prefix.size());
+  const std::string value = what.substr(eq + 3);
+  const CLI::App* sub = app.get_subcommands().empty() ? &app : app.get_subcommands().back();
+  const CLI::Option* opt = sub->get_option_no_throw(name);
+  const std::string type = opt ? opt->get_type_name() : "";
+  const std::string wants = type == "INT"     ? "a whole number (at most 2147483647)"
+                            : type == "UINT"  ? "a whole number from 0 (at most 4294967295)"
+                            : type == "FLOAT" ? "a number"
+                                              : "a value of its type";
+  return name + ": '" + value.substr(0, 40) + "' is not " + wants + " (`rrfp " +
+         (sub == &app ? std::string() : sub->get_name() + " ") + "--help` gives its range)";
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
@@ -56,7 +75,8 @@ int cli_main(int argc, char** argv) {
       print_line("rrfp: error: " + no_command(app, argc, argv));
       return 2;
     }
-    print_line(std::string("rrfp: error: ") + e.what());
+    print_line("rrfp: error: " + (e.get_name() == "ConversionError" ? not_converted(app, e.what())
+                                                                    : std::string(e.what())));
     return 2;
   } catch (const InputError& e) {
     print_input_error(e);
