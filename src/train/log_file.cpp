@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/input_file.hpp"
 #include "core/output_file.hpp"
 
@@ -64,6 +66,29 @@ void LogFile::add(const std::string& line) {
   if (std::fputs(line.c_str(), f_) < 0 || std::fputc('\n', f_) == EOF || std::fflush(f_) != 0)
     throw Error("writing '" + path_ +
                 "' failed: " + (errno ? std::strerror(errno) : "short write"));
+}
+
+void refuse_another_runs_log(const std::string& path, int step, double loss) {
+  if (!std::filesystem::is_regular_file(path)) return;
+  const std::string text = read_input_file(path, InputKind{"out", 1ull << 30, 1u << 20});
+  const std::string prefix = std::to_string(step) + ",", want = fmt("%.5f", loss);
+  std::string got;
+  for (std::size_t at = 0; at < text.size();) {
+    std::size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    if (text.compare(at, prefix.size(), prefix) == 0) {
+      const std::size_t from = at + prefix.size();
+      got = text.substr(from, std::min(text.find(',', from), end) - from);
+    }
+    at = end + 1;
+  }
+  if (got == want) return;
+  throw InputError("`out`: '" + path + "' is another run's log: " +
+                   (got.empty() ? "it has no row for step " + std::to_string(step)
+                                : "its step " + std::to_string(step) + " has loss " + got) +
+                   " where the checkpoint's run had " + want +
+                   "; resume into the folder of the run that wrote the checkpoint, or another "
+                   "`out`");
 }
 
 }  // namespace rrfp::train

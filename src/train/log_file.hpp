@@ -30,4 +30,10 @@ class LogFile {
   std::FILE* f_ = nullptr;
 };
 
+// A resumed run continues the log at `path` (if there is one): it must be the log of the
+// checkpoint's run, whose row for `step` holds the loss the checkpoint recorded (as "%.5f").
+// Throws InputError naming the file otherwise: another run's log was continued, its rows and
+// the resumed run's spliced into one file without a word.
+void refuse_another_runs_log(const std::string& path, int step, double loss);
+
 }  // namespace rrfp::train

@@ -13,11 +13,9 @@
 #include <filesystem>
 #include <iostream>
 #include <numeric>
-#include <optional>
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
-#include "core/input_file.hpp"
 #include "core/output_file.hpp"
 #include "dist/job.hpp"
 #include "dist/step_merge.hpp"
@@ -111,7 +109,10 @@ class Run {
     std::vector<std::string> differences;
     if (!o_.resume.empty()) differences = trainer_.resume(o_.resume);
     first_ = trainer_.steps_done();
-    on_root_agreed([&] { check_log_continues(); });
+    on_root_agreed([&] {
+      if (const auto loss = trainer_.last_loss(); first_ > 0 && loss)
+        refuse_another_runs_log(dir() + "loss.csv", first_, *loss);
+    });
     // Refused in one line: the warnings below would only add to it.
     if (first_ >= t_.steps)
       throw InputError("`resume`: the checkpoint is already at step " + std::to_string(first_) +
@@ -143,9 +144,6 @@ class Run {
   }
 
  private:
-  // One run per output folder: a second one would interleave its rows with the first's in
-  // loss.csv (a resume then accepted the mix) and overwrite its checkpoint. The lock is the
-  // kernel's (flock), so it goes with the process however it ends.
   // A check only rank 0 makes (the lock, the log), whose refusal is every process's: the others
   // waited for rank 0 in their first collective until the timeout, then exited 1 where rank 0
   // exited 2.
@@ -162,34 +160,9 @@ class Run {
     if (failed) std::rethrow_exception(failed);
   }
 
-  // A resumed run continues `out`'s loss.csv: it must be the log of the checkpoint's run, whose
-  // row for the checkpoint's step holds the loss the checkpoint recorded. Another run's log was
-  // continued, its rows and this run's spliced into one file without a word.
-  void check_log_continues() const {
-    const std::string path = dir() + "loss.csv";
-    const std::optional<double> loss = trainer_.last_loss();
-    if (first_ == 0 || !loss || !std::filesystem::is_regular_file(path)) return;
-    const std::string text = read_input_file(path, InputKind{"out", 1ull << 30, 1u << 20});
-    const std::string step = std::to_string(first_) + ",", want = fmt("%.5f", *loss);
-    std::string got;
-    for (std::size_t at = 0; at < text.size();) {
-      std::size_t end = text.find('\n', at);
-      if (end == std::string::npos) end = text.size();
-      if (text.compare(at, step.size(), step) == 0) {
-        const std::size_t from = at + step.size();
-        got = text.substr(from, std::min(text.find(',', from), end) - from);
-      }
-      at = end + 1;
-    }
-    if (got == want) return;
-    throw InputError("`out`: '" + path + "' is another run's log: " +
-                     (got.empty() ? "it has no row for step " + std::to_string(first_)
-                                  : "its step " + std::to_string(first_) + " has loss " + got) +
-                     " where the checkpoint's run had " + want +
-                     "; resume into the folder of the run that wrote the checkpoint, or another "
-                     "`out`");
-  }
-
+  // One run per output folder: a second one would interleave its rows with the first's in
+  // loss.csv (a resume then accepted the mix) and overwrite its checkpoint. The lock is the
+  // kernel's (flock), so it goes with the process however it ends.
   void lock_out() {
     const std::string path = dir() + ".rrfp-lock";
     lock_.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
