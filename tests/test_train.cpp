@@ -270,8 +270,22 @@ TEST(Checkpoint, ResumesTensorParallelUnderAnotherLayout) {
     ASSERT_TRUE(bitwise_equal(got[i], want.at(got_names[i]))) << got_names[i];
   TrainOptions one = options(other, 0);
   const std::string why = refusal(path, one);
-  EXPECT_NE(why.find("has no tensor 'embed.tokens' of this run's shape (another tensor-parallel"),
+  EXPECT_NE(why.find("has no tensor 'embed.tokens' of this run's shape (another task, or another "
+                     "tensor-parallel size"),
             std::string::npos)
+      << why;
+}
+
+// A checkpoint holding tensors this run's model lacks (the image-text task's encoder, resumed by
+// a text run) is refused by name: found by name, they were dropped with only a warning.
+TEST(Checkpoint, TensorsTheModelLacksAreRefused) {
+  const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
+  TrainOptions images = options(c, 0);
+  images.task = "image-text";
+  const std::string path = ::testing::TempDir() + "rrfp-ckpt-images.bin";
+  Trainer(images).save(path);
+  const std::string why = refusal(path, options(c, 0));
+  EXPECT_NE(why.find("', which this run's model does not have (another task?)"), std::string::npos)
       << why;
 }
 

@@ -118,10 +118,21 @@ rc=$?
   fail "full disk (checkpoint): no one line saying so: $(tail -2 "$tmp/full.log")"
 [ ! -L "$tmp/full/checkpoint.bin.tmp" ] || fail "full disk: the partial file was left"
 cmp -s "$tmp/full/checkpoint.bin" "$tmp/step1.bin" || fail "full disk: the previous checkpoint changed"
-# The checkpoint's path taken by a directory during the run: the save fails as a run failure
-# (exit 1, one line naming it), not as a usage error (exit 2, as it was).
+# The checkpoint's path taken by a directory before the run: refused before its first step
+# (exit 2; it trained every step, then failed at the save).
 rm -rf "$tmp/dirck" && mkdir -p "$tmp/dirck/checkpoint.bin"
 "$rrfp" train "${small[@]}" --steps 1 --save-every 1 --out "$tmp/dirck" >"$tmp/dirck.log" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "checkpoint.bin' is a directory, not a file" "$tmp/dirck.log" &&
+  [ ! -e "$tmp/dirck/loss.csv" ] || fail "checkpoint path a directory before the run: exit $rc"
+# ...and during the run: the save fails as a run failure (exit 1, one line naming it), not as a
+# usage error (exit 2, as it was).
+rm -rf "$tmp/dirck" && mkdir "$tmp/dirck"
+"$rrfp" train "${small[@]}" --steps 40 --save-every 40 --out "$tmp/dirck" >"$tmp/dirck.log" 2>&1 &
+pid=$!
+wait_rows "$tmp/dirck" 1 || fail "no loss rows after 60 s (checkpoint path run)"
+mkdir "$tmp/dirck/checkpoint.bin"
+wait $pid
 rc=$?
 [ "$rc" -eq 1 ] || fail "checkpoint path a directory: exit $rc, want 1"
 [ "$(grep -c "cannot rename .* over it" "$tmp/dirck.log")" -eq 1 ] ||

@@ -49,16 +49,16 @@ void refuse_other_command_lines(Job& job) {
   for (int r = 0; r < static_cast<int>(every.size()); ++r)
     if (every[r].empty() || every[r][0] != every[0][0]) other.push_back(r);
   if (other.empty()) return;
-  std::string text;
+  std::string text;  // NUL-ended, as the kernel gives them: no argument holds a NUL
   for (const std::string& a : mine)
-    text += a + '\n';
+    text += a + '\0';
   const auto lines = job.gather_to_root(std::as_bytes(std::span(text.data(), text.size())));
   if (job.rank() != 0) throw InputError("mpirun: the processes run different command lines");
   auto args_of = [&](int r) {
     std::vector<std::string> out;
     std::string cur;
     for (std::byte b : lines[r]) {
-      if (static_cast<char>(b) == '\n') {
+      if (static_cast<char>(b) == '\0') {
         out.push_back(cur);
         cur.clear();
       } else {

@@ -43,7 +43,9 @@ void run_predict(PredictFlags f) {
   if (f.vpp > 0) c.vpp = f.vpp;
   if (f.microbatches > 0) c.microbatches = f.microbatches;
   if (f.split != "auto") c.split_backward = resolve_split(f.split, "");
-  if (!f.placement.empty()) c.placement = parse_placement(f.placement);  // else the trace's
+  // The trace's placement goes with its shape: another P or V given takes the default.
+  if (f.pp > 0 || f.vpp > 0) c.placement = Placement::Loop;
+  if (!f.placement.empty()) c.placement = parse_placement(f.placement);
   validate(c);
   std::optional<ImportedRun> whole_step;  // the step read with a whole backward, if it stays so
   if (f.split == "auto" && c.split_backward) {

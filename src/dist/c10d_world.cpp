@@ -70,8 +70,8 @@ void C10dWorld::wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what) 
     done = w->wait(timeout_);
   } catch (const std::exception& e) {
     const std::string why = e.what();
-    throw Error("c10d: stage " + std::to_string(stage_) + " (c10d rank " + std::to_string(stage_) +
-                "): " + what +
+    throw Error("c10d: stage " + std::to_string(stage_) + " (rank " + std::to_string(rank()) +
+                " of the job): " + what +
                 " with the job's other processes failed (one exited or stopped answering?): " +
                 why.substr(0, why.find('\n')));
   }

@@ -312,7 +312,7 @@ PipelineConfig infer_trace_config(const std::string& path, int tp, const TraceOp
   c.microbatches = s.microbatches;
   c.split_backward = s.split;
   // The placement whose chunks sit where the trace's ran (V > 1: loop and V-shape differ).
-  if (c.vpp > 1 && !s.stage_of_chunk.empty()) {
+  if (c.vpp == 2 && !s.stage_of_chunk.empty()) {  // V-shape is of two chunks a stage
     PipelineConfig v = c;
     v.placement = Placement::VShape;
     validate(v);

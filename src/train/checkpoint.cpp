@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -206,16 +207,12 @@ std::uint64_t bytes_of(const CheckpointState& s) {
 
 }  // namespace
 
-// By name, as a process of a job reads its part: the order of a checkpoint's tensors follows
-// the chunks (and TP ranks within each), so at TP > 1 another pipeline layout ordered them
-// otherwise, and resuming under it was refused ("parameter 14 is embed.tokens@tp1"), as was
-// another TP size, counted in tensors where the shard missing is named now.
-std::vector<std::string> load_checkpoint(const std::string& path, CheckpointState& expect) {
-  return load_checkpoint_part(path, expect, bytes_of(expect));
-}
+namespace {
 
-std::vector<std::string> load_checkpoint_part(const std::string& path, CheckpointState& expect,
-                                              std::uint64_t max_bytes) {
+// `whole`: `expect` is the whole model, so a tensor of the file it lacks is refused (another
+// task's encoder was dropped with only a warning); a process's part lacks the others' alone.
+std::vector<std::string> load_by_name(const std::string& path, CheckpointState& expect,
+                                      std::uint64_t max_bytes, bool whole) {
   const std::string bytes = read_input_file(path, InputKind{"resume", max_bytes + (16u << 20)});
   const Parsed p = parse(bytes, path, expect.model);
   auto bad = [&](const std::string& why) { return InputError("`resume`: '" + path + "' " + why); };
@@ -238,22 +235,45 @@ std::vector<std::string> load_checkpoint_part(const std::string& path, Checkpoin
   if (p.data + 3 * total != p.end)
     throw bad("holds " + std::to_string(p.end - p.data) + " bytes of tensors; its header names " +
               std::to_string(3 * total));
-  torch::NoGradGuard no_grad;
-  const auto gs = groups(expect);
-  for (size_t i = 0; i < expect.params.size(); ++i) {
+  for (size_t i = 0; i < expect.params.size(); ++i) {  // every one there, before any is copied
     const auto it = where.find(expect.names[i]);
     if (it == where.end() || it->second.second != expect.params[i].sizes().vec())
       throw bad("has no tensor '" + expect.names[i] +
-                "' of this run's shape (another "
-                "tensor-parallel size names its shards otherwise)");
+                "' of this run's shape (another task, or another tensor-parallel size, whose "
+                "shards are named otherwise?)");
+  }
+  if (whole && where.size() > expect.names.size())  // the names are distinct: some are not ours
+    for (const auto& [name, _] : where)
+      if (std::find(expect.names.begin(), expect.names.end(), name) == expect.names.end())
+        throw bad("holds tensor '" + name.substr(0, 80) +
+                  "', which this run's model does not have (another task?)");
+  torch::NoGradGuard no_grad;
+  const auto gs = groups(expect);
+  for (size_t i = 0; i < expect.params.size(); ++i) {
+    const std::size_t at = where.at(expect.names[i]).first;
     const std::size_t n = expect.params[i].numel() * sizeof(float);
     for (size_t g = 0; g < gs.size(); ++g)
-      copy_in((*gs[g])[i], bytes.data() + p.data + g * total + it->second.first, n);
+      copy_in((*gs[g])[i], bytes.data() + p.data + g * total + at, n);
   }
   expect.step = static_cast<int>(p.header["step"].get<long long>());
   if (p.header.contains("loss") && p.header["loss"].is_number())
     expect.loss = p.header["loss"].get<double>();
   return differences(p.header, expect);
+}
+
+}  // namespace
+
+// By name, as a process of a job reads its part: the order of a checkpoint's tensors follows
+// the chunks (and TP ranks within each), so at TP > 1 another pipeline layout ordered them
+// otherwise, and resuming under it was refused ("parameter 14 is embed.tokens@tp1"), as was
+// another TP size, counted in tensors where the shard missing is named now.
+std::vector<std::string> load_checkpoint(const std::string& path, CheckpointState& expect) {
+  return load_by_name(path, expect, bytes_of(expect), true);
+}
+
+std::vector<std::string> load_checkpoint_part(const std::string& path, CheckpointState& expect,
+                                              std::uint64_t max_bytes) {
+  return load_by_name(path, expect, max_bytes, false);
 }
 
 }  // namespace rrfp::train

@@ -78,7 +78,10 @@ void check_run(const TrainRun& o) {
     throw InputError("`save_every`: must not be negative, got " + std::to_string(o.save_every));
   // The files the run writes at its end, checked before its steps (a directory at one of them
   // failed the run once every step was done).
-  for (const char* name : {"loss.csv", "loss.svg", "trace.json", "timeline.svg", "durations.csv"})
+  std::vector<std::string> names{"loss.csv", "loss.svg", "trace.json", "timeline.svg",
+                                 "durations.csv"};
+  if (o.save_every > 0) names.push_back("checkpoint.bin");
+  for (const std::string& name : names)
     check_output_path(o.out + "/" + name, "`out`: '" + o.out + "/" + name + "'");
 }
 
