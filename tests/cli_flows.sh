@@ -129,7 +129,10 @@ echo "ok: predict takes an rrfp trace's TP size"
 "$rrfp" simulate --pp 2 --vpp 2 --placement vshape -m 4 --hint bf --policy ready --trace vs.json >/dev/null
 "$rrfp" predict vs.json >pvs.log 2>&1 || fail "predict of a V-shape trace: $(tail -1 pvs.log)"
 grep -q "V=2 (vshape)" pvs.log || fail "predict of a V-shape trace: $(head -1 pvs.log)"
-echo "ok: predict takes a V-shape trace's placement"
+"$rrfp" simulate --pp 2 --vpp 3 -m 4 --hint bf --policy ready --trace v3.json >/dev/null
+"$rrfp" predict v3.json >pv3.log 2>&1 || fail "predict of a V=3 trace: $(tail -1 pv3.log)"
+grep -q "V=3 (loop)" pv3.log || fail "predict of a V=3 trace: $(head -1 pv3.log)"
+echo "ok: predict takes a V-shape trace's placement (and V=3 stays loop)"
 
 # predict on that trace: the step replayed decides the split backward, not the file (W tasks
 # in run 3 made every step split, and steps 0-2 were refused for lacking W tasks).
