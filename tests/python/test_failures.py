@@ -282,8 +282,12 @@ def test_a_process_group_that_never_forms_fails_within_the_timeout():
     import subprocess
     import sys
     import time
+    import socket
+    with socket.socket() as s:  # a port nothing listens on (a taken one fails otherwise)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     env = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(29000 + os.getpid() % 1000),
+               MASTER_PORT=str(port),
                PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
     env.pop("TORCHELASTIC_RUN_ID", None)
     code = ("import rrfp, lm\n"
@@ -295,3 +299,34 @@ def test_a_process_group_that_never_forms_fails_within_the_timeout():
     assert "transport c10d: the 2 processes of the job did not all join within 2 s" in \
         done.stderr, done.stderr[-2000:]
     assert time.monotonic() - start < 60
+
+
+def test_a_pause_between_steps_longer_than_the_timeout_is_no_failure():
+    # Two processes in torch.distributed's environment, timeout 2 s, 4 s between their steps
+    # (an evaluation, a checkpoint): the timeout bounds the joining and a stalled step, not
+    # the group's operations, whose messages wait between steps (the next step failed).
+    import socket
+    import subprocess
+    import sys
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = ("import time, rrfp, lm\n"
+            "pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2, timeout=2)\n"
+            "x, y = lm.batches(2, seed=0)\n"
+            "pipe.step(x, y)\n"
+            "time.sleep(4)\n"
+            "pipe.step(x, y)\n"
+            "print('both steps', flush=True)\n")
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
+        env.pop("TORCHELASTIC_RUN_ID", None)
+        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      cwd=os.path.dirname(os.path.abspath(__file__))))
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0 and "both steps" in out, err[-2000:]

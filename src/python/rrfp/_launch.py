@@ -130,18 +130,37 @@ def c10d_groups(group, pp, dp, timeout=0.0):
 
 
 def _init_default_group(dist, timeout):
-    """The default group from torchrun's environment (RANK, WORLD_SIZE, ...), its forming
-    bounded by the pipeline's timeout: a process that never built its Pipeline kept the others
-    waiting for torch's default of 30 minutes."""
+    """The default group from torchrun's environment (RANK, WORLD_SIZE, ...), every process
+    joining within the pipeline's timeout (a process that never built its Pipeline kept the
+    others waiting torch's default of 30 minutes). Only the joining is bounded so: the group's
+    own operations keep torch's timeout (the pipeline's messages wait on it between steps, and
+    a pause longer than `timeout` there broke the next step)."""
+    if timeout <= 0:
+        dist.init_process_group("gloo")
+        return
     import datetime
-    kw = {"timeout": datetime.timedelta(seconds=timeout)} if timeout > 0 else {}
+    import time
+    world = os.environ.get("WORLD_SIZE", "?")
     try:
-        dist.init_process_group("gloo", **kw)
-    except RuntimeError as e:
-        world = os.environ.get("WORLD_SIZE", "?")
-        raise RuntimeError(
-            f"transport c10d: the {world} processes of the job did not all join within "
-            f"{timeout:g} s (timeout): each must build its Pipeline; torch says: {e}") from e
+        store, rank, size = next(dist.rendezvous(
+            "env://", timeout=datetime.timedelta(seconds=timeout)))
+        store.set_timeout(datetime.timedelta(seconds=timeout))
+        store.add("rrfp/joined", 1)
+        deadline = time.monotonic() + timeout
+        while store.add("rrfp/joined", 0) < size:
+            if time.monotonic() > deadline:
+                raise TimeoutError("not every process joined the store")
+            time.sleep(0.005)
+    except (RuntimeError, TimeoutError, ValueError) as e:
+        said = str(e)
+        if isinstance(e, TimeoutError) or "timeout" in said.lower() or "timed out" in said:
+            raise RuntimeError(
+                f"transport c10d: the {world} processes of the job did not all join within "
+                f"{timeout:g} s (timeout): each must build its Pipeline; torch says: {said}") \
+                from e
+        raise RuntimeError(f"transport c10d: the process group could not form: {said}") from e
+    store.set_timeout(datetime.timedelta(minutes=30))  # torch's default, for what follows
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size)
 
 
 def group_ranks(dist, group):
