@@ -328,23 +328,36 @@ opt = adamw(ckpt.chunks.values())
 train_steps(list(ckpt.chunks.values()), ckpt.step, opt, 0, 3, ckpt.replica)
 ckpt.save(folder, opt, step=3)
 if ckpt.rank == 0:  # replica 0 wrote one part per stage
-    assert sorted(os.listdir(folder)) == (["manifest.json"] + [f"part-{r}.pt" for r in range(pp)]), \
+    import json  # noqa: E402
+
+    with open(os.path.join(folder, "manifest.json")) as f:
+        token = json.load(f)["token"]
+    assert sorted(os.listdir(folder)) == sorted(
+        ["manifest.json"] + [rrfp.checkpoint.part_name(r, token) for r in range(pp)]), \
         os.listdir(folder)
-# A save that fails on one process (rank 1's disk full: its temporary part a link to /dev/full)
-# raises on every process and leaves the folder's checkpoint of step 3 whole, which the threads
-# below resume from bitwise (the parts of two saves were left mixed and loaded silently).
+# A save that fails on one process (rank 1's disk full as it writes its part) raises on every
+# process and leaves the folder's checkpoint of step 3 whole, which the threads below resume
+# from bitwise (the parts of two saves were left mixed and loaded silently).
 if pp > 1:
     ckpt._core.all_gather([])  # rank 0 has listed the folder
+    before = sorted(os.listdir(folder))
+    write = rrfp.checkpoint._write_file
     if ckpt.rank == 1:
-        os.symlink("/dev/full", os.path.join(folder, "part-1.pt.tmp"))
+        import errno  # noqa: E402
+
+        def full(path, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        rrfp.checkpoint._write_file = full
     try:
         ckpt.save(folder, opt, step=4)
     except (OSError, RuntimeError) as e:
         assert ("No space left" if ckpt.rank == 1 else "could not write their part") in str(e), e
     else:
         raise AssertionError(f"rank {ckpt.rank}: a save that failed on rank 1 went on")
+    rrfp.checkpoint._write_file = write
+    ckpt._core.all_gather([])  # every process has cleaned up
     if ckpt.rank == 0:
-        assert not any(f.endswith(".tmp") for f in os.listdir(folder)), os.listdir(folder)
+        assert sorted(os.listdir(folder)) == before, os.listdir(folder)
 if ckpt.rank == 0 and dp == 1:
     ref = lm.chunks(n)
     ref_opt = adamw(ref)

@@ -96,45 +96,65 @@ def _weights(pipe):
     return [p.detach().clone() for c in pipe.chunks.values() for p in c.parameters()]
 
 
+def _manifest(folder):
+    import json
+    import os
+    with open(os.path.join(folder, "manifest.json")) as f:
+        return json.load(f)
+
+
 def test_a_save_is_one_checkpoint_or_none(tmp_path):
-    # A part of another save than the folder's manifest (a save that completed on some
-    # processes only, then parts copied or changed) is refused, naming it; the parts an earlier
-    # layout left beyond the manifest's count are not read (they were merged over the chunks).
+    # A part of another save than the folder's manifest (its files copied or changed since) is
+    # refused, naming it; the parts of an earlier save or layout are removed by the next save
+    # and never read (they were merged over the chunks).
     import os
     import shutil
     pipe = pipeline(lm.chunks(2), pp=2)
     opt = adamw(pipe.chunks.values())
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    torch.save({"model": {}}, os.path.join(tmp_path, "stale.pt"))
+    os.makedirs(a)
+    shutil.copy(os.path.join(tmp_path, "stale.pt"), os.path.join(a, "part-1.pt"))  # earlier
     pipe.save(a, opt, step=1)
     saved = _weights(pipe)
-    assert sorted(os.listdir(a)) == ["manifest.json", "part-0.pt"]
+    token = _manifest(a)["token"]
+    assert sorted(os.listdir(a)) == ["manifest.json", rrfp.checkpoint.part_name(0, token)]
     train(pipe, opt, 1, 1)
     pipe.save(b, opt, step=2)
-    stale = torch.load(os.path.join(b, "part-0.pt"))
-    torch.save(stale, os.path.join(a, "part-1.pt"))  # an earlier layout's extra part
     again = pipeline(lm.chunks(2, seed=99), pp=2)
     assert again.load(a) == {"step": 1}
     assert all(torch.equal(p, q) for p, q in zip(_weights(again), saved))
-    shutil.copy(os.path.join(b, "part-0.pt"), os.path.join(a, "part-0.pt"))
-    with pytest.raises(ValueError, match=r"part-0.pt is of another save than its "
-                                         r"manifest.json \(its step 2\)"):
+    shutil.copy(os.path.join(b, rrfp.checkpoint.part_name(0, _manifest(b)["token"])),
+                os.path.join(a, rrfp.checkpoint.part_name(0, token)))
+    with pytest.raises(ValueError, match=r"part-0\.[0-9a-f]{12}\.pt holds a part of another "
+                                         r"save than its manifest.json \(its step 2\)"):
         again.load(a)
 
 
-def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path):
-    # The disk full as the part is written (its temporary file a link to /dev/full, which
-    # fails every write with ENOSPC): OSError, no temporary left, the previous save loads.
+@pytest.mark.parametrize("fails", ["part", "manifest"])
+def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch, fails):
+    # The disk full as the part, or the manifest (the commit), is written: OSError, nothing of
+    # the failed save left, and the previous save loads.
+    import errno
     import os
     pipe = pipeline(lm.chunks(2), pp=2)
     opt = adamw(pipe.chunks.values())
     folder = str(tmp_path / "ck")
     pipe.save(folder, opt, step=1)
     saved = _weights(pipe)
+    before = sorted(os.listdir(folder))
     train(pipe, opt, 1, 1)
-    os.symlink("/dev/full", os.path.join(folder, "part-0.pt.tmp"))
+    write = rrfp.checkpoint._write_file
+
+    def full(path, data):
+        if os.path.basename(path).startswith("part-" if fails == "part" else "manifest"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        write(path, data)
+    monkeypatch.setattr(rrfp.checkpoint, "_write_file", full)
     with pytest.raises(OSError, match="No space left"):
         pipe.save(folder, opt, step=2)
-    assert sorted(os.listdir(folder)) == ["manifest.json", "part-0.pt"]
+    monkeypatch.undo()
+    assert sorted(os.listdir(folder)) == before
     again = pipeline(lm.chunks(2, seed=99), pp=2)
     assert again.load(folder) == {"step": 1}
     assert all(torch.equal(p, q) for p, q in zip(_weights(again), saved))

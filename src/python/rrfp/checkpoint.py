@@ -6,12 +6,12 @@ loads into any other that cuts the model into the same chunks. The optimizer's s
 the same way, by the parameter it belongs to. With a process per stage each process writes the
 part it holds (part-RANK.pt) and reads every part, keeping what its chunks need.
 
-A save is one checkpoint or none: every part carries the save's token, and manifest.json (the
-token, how many parts) is written last, once every part is in place. A part written beside
-the previous one takes its place only after every process has written its own, so a save that
-fails on one process (a full disk, a process killed) leaves the previous checkpoint whole; a
-folder whose parts are of different saves (or more parts of an earlier layout) is refused or
-the extra parts ignored, where they were merged silently."""
+A save is one checkpoint or none: each process writes its part under the save's token
+(part-RANK.TOKEN.pt, the token inside too) beside the folder's checkpoint, and manifest.json
+(the token, how many parts), written once every process has written its part, is the commit:
+a save that fails anywhere before it (a full disk, a process killed, the manifest itself)
+leaves the previous checkpoint whole. The earlier saves' parts (and an earlier layout's extra
+parts, which were merged silently) are removed after it."""
 import copy
 import glob
 import io
@@ -114,13 +114,21 @@ def new_token():
     return int.from_bytes(os.urandom(6), "little")
 
 
-def _part(path, rank):
-    return os.path.join(path, f"part-{rank}.pt")
+def part_name(rank, token):
+    return f"part-{rank}.{token:012x}.pt"
+
+
+def _write_file(path, data):
+    """`data` into `path` (a new file), flushed to the disk."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def write_part(path, rank, chunks, optimizer, extra, canonical, token):
-    """Writes this process's part of the save `token` beside the folder's current one
-    (part-RANK.pt.tmp); commit_part() puts it in place. A failure removes what it wrote."""
+    """Writes this process's part of the save `token` (part-RANK.TOKEN.pt) beside the folder's
+    checkpoint, which it leaves as it is. A failure removes what it wrote."""
     os.makedirs(path, exist_ok=True)
     part = {"model": model_state(chunks), "extra": extra, "token": token}
     if optimizer is not None:
@@ -129,36 +137,48 @@ def write_part(path, rank, chunks, optimizer, extra, canonical, token):
     # writer aborted the process (c10::Error thrown past its destructor).
     buf = io.BytesIO()
     torch.save(part, buf)
-    tmp = _part(path, rank) + ".tmp"
+    target = os.path.join(path, part_name(rank, token))
     try:
-        with open(tmp, "wb") as f:
-            f.write(buf.getbuffer())
-            f.flush()
-            os.fsync(f.fileno())
+        _write_file(target + ".tmp", buf.getbuffer())
+        os.replace(target + ".tmp", target)
     except BaseException:
-        discard_part(path, rank)
+        discard_part(path, rank, token)
         raise
 
 
-def discard_part(path, rank):
-    try:
-        os.remove(_part(path, rank) + ".tmp")
-    except OSError:
-        pass
-
-
-def commit_part(path, rank):
-    os.replace(_part(path, rank) + ".tmp", _part(path, rank))
+def discard_part(path, rank, token):
+    """Removes this process's part of the save `token` (one that did not complete)."""
+    for f in (part_name(rank, token), part_name(rank, token) + ".tmp"):
+        try:
+            os.remove(os.path.join(path, f))
+        except OSError:
+            pass
 
 
 def write_manifest(path, token, parts):
-    """The save is complete: every part of `token`, parts 0..parts-1, is in place."""
+    """The save's commit: from here on the folder's checkpoint is `token`'s, parts
+    0..parts-1 (written and in place)."""
     tmp = os.path.join(path, MANIFEST + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump({"token": token, "parts": parts}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(path, MANIFEST))
+    try:
+        _write_file(tmp, json.dumps({"token": token, "parts": parts}).encode())
+        os.replace(tmp, os.path.join(path, MANIFEST))
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def remove_other_parts(path, token):
+    """The parts of earlier saves (and an earlier layout's), once `token`'s manifest is in
+    place. Another process removing some of them at once is no error."""
+    for f in glob.glob(os.path.join(path, "part-*.pt")):
+        if not os.path.basename(f).endswith(f".{token:012x}.pt"):
+            try:
+                os.remove(f)
+            except OSError:
+                pass
 
 
 def _part_files(path):
@@ -172,14 +192,15 @@ def _part_files(path):
         return files, None
     with open(manifest) as f:
         m = json.load(f)
-    if not isinstance(m, dict) or not isinstance(m.get("parts"), int) or m["parts"] < 1:
+    if (not isinstance(m, dict) or not isinstance(m.get("parts"), int) or m["parts"] < 1 or
+            not isinstance(m.get("token"), int)):
         raise ValueError(f"checkpoint '{path}': {MANIFEST} is not a manifest of parts")
-    files = [_part(path, r) for r in range(m["parts"])]
+    files = [os.path.join(path, part_name(r, m["token"])) for r in range(m["parts"])]
     missing = [os.path.basename(f) for f in files if not os.path.isfile(f)]
     if missing:
         raise FileNotFoundError(f"checkpoint '{path}': {', '.join(missing)} of its "
                                 f"{m['parts']} parts missing")
-    return files, m.get("token")
+    return files, m["token"]
 
 
 def load_parts(path):
@@ -192,10 +213,9 @@ def load_parts(path):
         if token is not None and part.get("token") != token:
             step = (part.get("extra") or {}).get("step")
             raise ValueError(
-                f"checkpoint '{path}': {os.path.basename(f)} is of another save than its "
-                f"{MANIFEST}" + (f" (its step {step})" if step is not None else "") +
-                "; a save that did not complete on every process leaves the one before it "
-                "whole, so its parts were changed since")
+                f"checkpoint '{path}': {os.path.basename(f)} holds a part of another save "
+                f"than its {MANIFEST}" + (f" (its step {step})" if step is not None else "") +
+                ": the folder's files were changed or copied since it was saved")
         model.update(part["model"])
         if extra is None:
             extra = part.get("extra")

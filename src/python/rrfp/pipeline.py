@@ -229,11 +229,12 @@ class Pipeline:
         checkpoint.load_model_state(self.chunks, self._core.chunks, state, strict)
 
     def save(self, path, optimizer=None, **extra):
-        """Writes a checkpoint into the folder `path`: this process's chunks (part-RANK.pt),
-        the optimizer's state named by parameter, and `extra` (the step, say), then
-        manifest.json. Every process of a job calls it; with dp > 1 replica 0 writes. Returns
-        once the checkpoint is complete; a save that fails on any process (a full disk, a dead
-        process) raises on every one and leaves the folder's previous checkpoint whole."""
+        """Writes a checkpoint into the folder `path`: this process's chunks
+        (part-RANK.TOKEN.pt), the optimizer's state named by parameter, and `extra` (the step,
+        say), then manifest.json, the commit. Every process of a job calls it; with dp > 1
+        replica 0 writes. Returns once the checkpoint is complete; a save that fails on any
+        process (a full disk, a dead process, the manifest) raises on every one and leaves the
+        folder's previous checkpoint whole."""
         checkpoint.refuse_not_optimizer("save", optimizer)
         self._refresh_ties()  # a tie's replaced copy is named as the tie
         token = self._save_token()
@@ -249,20 +250,20 @@ class Pipeline:
 
         where = str(path).replace("{", "{{").replace("}", "}}")
         try:
+            # Every part is in place once this returns (its gather follows every write).
             agreed(self._core, write, f"save: process(es) {{bad}} could not write their part "
                    f"of '{where}'; its previous checkpoint is kept")
+            # The commit, told to every process: none returns before the manifest is there.
+            agreed(self._core, lambda: self.rank == 0 and checkpoint.write_manifest(
+                path, token, self._core.world // self._dp),
+                f"save: process 0 could not write the manifest of '{where}'; its previous "
+                "checkpoint is kept")
         except BaseException:
             if writes:
-                checkpoint.discard_part(path, self.rank)
+                checkpoint.discard_part(path, self.rank, token)
             raise
-        if writes:
-            checkpoint.commit_part(path, self.rank)
-        if self._core.world > 1:
-            self._core.all_gather([])  # every part in place before the manifest names them
-        if self.rank == 0:
-            checkpoint.write_manifest(path, token, self._core.world // self._dp)
-        if self._core.world > 1:
-            self._core.all_gather([])  # no process reads the folder before its manifest
+        if self.rank == 0:  # what the manifest does not name: a load reads none of it
+            checkpoint.remove_other_parts(path, token)
 
     def _save_token(self):
         """One token for the save on every process: rank 0's."""
