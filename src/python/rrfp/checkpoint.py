@@ -4,7 +4,7 @@ Every entry is named by the chunk it belongs to, "c.name" (c the chunk's index i
 so a checkpoint written by one layout (P stages, V chunks each, threads or a process per stage)
 loads into any other that cuts the model into the same chunks. The optimizer's state is named
 the same way, by the parameter it belongs to. With a process per stage each process writes the
-part it holds (part-RANK.pt) and reads every part, keeping what its chunks need.
+part it holds and reads every part, keeping what its chunks need.
 
 A save is one checkpoint or none: each process writes its part under the save's token
 (part-RANK.TOKEN.pt, the token inside too) beside the folder's checkpoint, and manifest.json
@@ -173,7 +173,8 @@ def write_manifest(path, token, parts):
 def remove_other_parts(path, token):
     """The parts of earlier saves (and an earlier layout's), once `token`'s manifest is in
     place. Another process removing some of them at once is no error."""
-    for f in glob.glob(os.path.join(path, "part-*.pt")):
+    for f in glob.glob(os.path.join(path, "part-*.pt")) + glob.glob(
+            os.path.join(path, "part-*.pt.tmp")):  # a killed process's unfinished part too
         if not os.path.basename(f).endswith(f".{token:012x}.pt"):
             try:
                 os.remove(f)

@@ -26,6 +26,8 @@ from .record import StepRecord
 StageError = _rrfp.StageError
 
 
+# How save() tells the other processes that rank 0 could not write the manifest.
+_NO_MANIFEST = "save: process 0 could not write the manifest of"
 _SEED_STEP = "rrfp_seed_step"  # in a checkpoint's extras: the steps run, for seed=
 _SCALER = "rrfp_grad_scaler"  # and the GradScaler's state, for a pipeline that has one
 
@@ -253,13 +255,27 @@ class Pipeline:
             # Every part is in place once this returns (its gather follows every write).
             agreed(self._core, write, f"save: process(es) {{bad}} could not write their part "
                    f"of '{where}'; its previous checkpoint is kept")
-            # The commit, told to every process: none returns before the manifest is there.
-            agreed(self._core, lambda: self.rank == 0 and checkpoint.write_manifest(
-                path, token, self._core.world // self._dp),
-                f"save: process 0 could not write the manifest of '{where}'; its previous "
-                "checkpoint is kept")
         except BaseException:
             if writes:
+                checkpoint.discard_part(path, self.rank, token)
+            raise
+        unwritten = []  # rank 0: its manifest write failed, the previous one stands
+
+        def commit():
+            if self.rank == 0:
+                try:
+                    checkpoint.write_manifest(path, token, self._core.world // self._dp)
+                except BaseException:
+                    unwritten.append(True)
+                    raise
+        try:  # the commit, told to every process: none returns before the manifest is there
+            agreed(self._core, commit, _NO_MANIFEST + f" '{where}'; its previous checkpoint is "
+                   "kept")
+        except BaseException as e:
+            # Known unwritten (rank 0's own failure, told to the others): this save's parts go.
+            # A process lost in the gather may be lost after rank 0 wrote it: they stay, as the
+            # manifest may name them (the next save removes them if it does not).
+            if writes and (unwritten or str(e).startswith(_NO_MANIFEST)):
                 checkpoint.discard_part(path, self.rank, token)
             raise
         if self.rank == 0:  # what the manifest does not name: a load reads none of it
