@@ -101,6 +101,9 @@ for mode in async blocking; do
     "[('1f1b', 'fixed', '$mode'), ('bf', 'ready', '$mode'), ('bfw', 'ready', '$mode')]" ] ||
     fail "simulate --comm $mode: $(field d.json "[r['hint'] for r in j['runs']]")"
 done
+# The fixed policy enforces no back-pressure limit: its rows carry none (a number read as one).
+[ "$(field d.json "[r['limit'] for r in j['runs']]")" = "[None, 4, 4]" ] ||
+  fail "limits of the default comparison: $(field d.json "[r['limit'] for r in j['runs']]")"
 echo "ok: the default comparison under one --comm: three runs"
 
 # A trace of several measured runs replayed without --step: every row replays one step, the
