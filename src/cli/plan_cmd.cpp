@@ -212,7 +212,9 @@ void run_plan(const PlanFlags& f) {
   }
   if (f.json != "-") print_plan(std::cout, f, sc, p, best, bound);
   if (!f.json.empty()) {
-    const std::string text = plan_json(sc, p, run, best, bound).dump(2) + "\n";
+    nlohmann::json j = plan_json(sc, p, run, best, bound);
+    if (const int sig = stop.load()) j["plan"]["stopped_by"] = signal_name(sig);  // budget unspent
+    const std::string text = j.dump(2) + "\n";
     if (f.json == "-")
       std::cout << text;
     else
