@@ -56,7 +56,7 @@ cmp -s "$tmp/other/loss.csv" "$tmp/other.csv" || fail "the other run's log chang
 # SIGTERM during a long validation (100000 batches after step 1) is honoured within a batch:
 # the step stands, the run stops after it (it went on validating for over 100 s).
 "$rrfp" train --d-model 32 --layers 4 --steps 3 --eval-every 1 --eval-batches 100000 \
-  --out "$tmp/v" >"$tmp/v.log" 2>&1 &
+  --save-every 1 --out "$tmp/v" >"$tmp/v.log" 2>&1 &
 pid=$!
 wait_rows "$tmp/v" 0 || fail "no loss.csv after 60 s (validation run)"
 sleep 2  # step 1 (a few hundred ms) is done: it validates
@@ -68,6 +68,13 @@ if kill -0 $pid 2>/dev/null; then
 fi
 wait $pid; rc=$?
 [ "$rc" -eq 143 ] || fail "SIGTERM during validation: exit $rc, want 143"
+# The resume validates that step first and fills its row's val_loss (left empty for good).
+[ "$(sed -n 2p "$tmp/v/loss.csv" | cut -d, -f3)" = "" ] || fail "step 1 validated before the stop"
+"$rrfp" train --d-model 32 --layers 4 --steps 2 --eval-every 1 --eval-batches 2 \
+  --save-every 1 --resume "$tmp/v/checkpoint.bin" --out "$tmp/v" >"$tmp/v2.log" 2>&1 ||
+  fail "resume after a stopped validation: $(tail -1 "$tmp/v2.log")"
+[ -n "$(sed -n 2p "$tmp/v/loss.csv" | cut -d, -f3)" ] && [ -n "$(sed -n 3p "$tmp/v/loss.csv" | cut -d, -f3)" ] ||
+  fail "the resume did not validate step 1: $(cat "$tmp/v/loss.csv")"
 
 # A run killed outright after its checkpoint logged steps past it: the resume drops those rows
 # and logs them again, so every step has exactly one row.

@@ -15,7 +15,30 @@
 
 namespace rrfp::train {
 
-LogFile::LogFile(const std::string& path, const std::string& header, int resume_step)
+namespace {
+
+// The fields of a CSV row without quoting (the log's own rows).
+std::vector<std::string> fields_of(const std::string& row) {
+  std::vector<std::string> out(1);
+  for (char c : row)
+    if (c == ',')
+      out.emplace_back();
+    else
+      out.back() += c;
+  return out;
+}
+
+std::string row_of(const std::vector<std::string>& fields) {
+  std::string out;
+  for (std::size_t i = 0; i < fields.size(); ++i)
+    out += (i ? "," : "") + fields[i];
+  return out;
+}
+
+}  // namespace
+
+LogFile::LogFile(const std::string& path, const std::string& header, int resume_step,
+                 const RowFill& fill)
     : path_(path) {
   std::error_code ec;
   const bool continuing = resume_step >= 0 && std::filesystem::is_regular_file(path, ec);
@@ -26,9 +49,15 @@ LogFile::LogFile(const std::string& path, const std::string& header, int resume_
     for (bool first = true; at < old.size(); first = false) {
       std::size_t end = old.find('\n', at);
       if (end == std::string::npos) end = old.size();
-      const std::string line = old.substr(at, end - at);
+      std::string line = old.substr(at, end - at);
       at = end + 1;
       if (!first && (line.empty() || std::atoll(line.c_str()) > resume_step)) continue;
+      if (!first && fill.step >= 0 && std::atoll(line.c_str()) == fill.step) {
+        std::vector<std::string> f = fields_of(line);
+        if (fill.column < static_cast<int>(f.size()) && f[fill.column].empty())
+          f[fill.column] = fill.value;
+        line = row_of(f);
+      }
       kept += line + "\n";
       if (!first) earlier_.push_back(line);
     }
@@ -66,6 +95,37 @@ void LogFile::add(const std::string& line) {
   if (std::fputs(line.c_str(), f_) < 0 || std::fputc('\n', f_) == EOF || std::fflush(f_) != 0)
     throw Error("writing '" + path_ +
                 "' failed: " + (errno ? std::strerror(errno) : "short write"));
+}
+
+void plot_rows(const std::vector<std::string>& rows, PlotSeries& loss, PlotSeries& val) {
+  for (const std::string& row : rows) {
+    char* end = nullptr;
+    const double step = std::strtod(row.c_str(), &end);
+    if (*end != ',') continue;
+    const char* l = end + 1;
+    const double lv = std::strtod(l, &end);
+    if (end == l || *end != ',') continue;
+    loss.points.push_back({step, lv});
+    const char* v = end + 1;
+    const double vv = std::strtod(v, &end);
+    if (end != v) val.points.push_back({step, vv});
+  }
+}
+
+bool log_field_empty(const std::string& path, int step, int column) {
+  if (!std::filesystem::is_regular_file(path)) return false;
+  const std::string text = read_input_file(path, InputKind{"out", 1ull << 30, 1u << 20});
+  const std::string prefix = std::to_string(step) + ",";
+  for (std::size_t at = 0; at < text.size();) {
+    std::size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    if (text.compare(at, prefix.size(), prefix) == 0) {
+      const std::vector<std::string> f = fields_of(text.substr(at, end - at));
+      return column < static_cast<int>(f.size()) && f[column].empty();
+    }
+    at = end + 1;
+  }
+  return false;
 }
 
 void refuse_another_runs_log(const std::string& path, int step, double loss) {

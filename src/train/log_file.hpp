@@ -5,15 +5,26 @@
 #include <string>
 #include <vector>
 
+#include "report/report.hpp"
+
 namespace rrfp::train {
+
+// A value to write into an existing row as a continued log is rewritten: `column` (0-based)
+// of the row of `step`.
+struct RowFill {
+  int step = -1, column = 0;
+  std::string value;
+};
 
 class LogFile {
  public:
   // Starts `path` afresh with `header`; or, with `resume_step` >= 0 and the file there,
   // continues it after dropping the rows of steps past `resume_step` (a run that died after
   // its last checkpoint logged steps the resumed run does again). A row starts with its step.
-  // Throws Error naming the path when it cannot be written.
-  LogFile(const std::string& path, const std::string& header, int resume_step);
+  // Throws Error naming the path when it cannot be written. `fill`: a kept row's empty field
+  // given its value (a validation a stop left out, done by the resumed run).
+  LogFile(const std::string& path, const std::string& header, int resume_step,
+          const RowFill& fill = {});
   ~LogFile();
   LogFile(const LogFile&) = delete;
   LogFile& operator=(const LogFile&) = delete;
@@ -29,6 +40,13 @@ class LogFile {
   std::vector<std::string> earlier_;
   std::FILE* f_ = nullptr;
 };
+
+// A resumed run's plot starts with the steps its log kept (rows of step, loss, val_loss, ...):
+// loss.svg showed only the steps since the resume.
+void plot_rows(const std::vector<std::string>& rows, PlotSeries& loss, PlotSeries& val);
+
+// Whether the log at `path` has a row of `step` whose `column` (0-based) is empty.
+bool log_field_empty(const std::string& path, int step, int column);
 
 // A resumed run continues the log at `path` (if there is one): it must be the log of the
 // checkpoint's run, whose row for `step` holds the loss the checkpoint recorded (as "%.5f").

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -127,14 +126,15 @@ class Run {
 
   TrainSummary go() {
     print_banner();
+    const RowFill fill = validation_left_out();
     // Rank 0 keeps the log; a resumed run continues it. Each row is flushed as its step ends.
     if (root_)
       log_ = std::make_unique<LogFile>(
           dir() + "loss.csv",
           "step,loss,val_loss,lr,grad_norm,tokens,step_ms,pipeline_ms,bubble,gap_us_median,"
           "cpu_ms,gap_us_p99,wait_us_median,wait_ms",
-          first_ > 0 ? first_ : -1);
-    if (log_) replot(log_->earlier_rows());
+          first_ > 0 ? first_ : -1, fill);
+    if (log_) plot_rows(log_->earlier_rows(), train_curve_, val_curve_);
     t_start_ = now_ns();
     if (!o_.quiet && first_ > 0)
       std::cout << "resumed from " << o_.resume << " at step " << first_ << "\n";
@@ -309,21 +309,18 @@ class Run {
     return false;
   }
 
-  // A resumed run's plot starts with the steps its log kept (step, loss, val_loss first in each
-  // row): loss.svg showed only the steps since the resume.
-  void replot(const std::vector<std::string>& rows) {
-    for (const std::string& row : rows) {
-      char* end = nullptr;
-      const double step = std::strtod(row.c_str(), &end);
-      if (*end != ',') continue;
-      const char* loss = end + 1;
-      const double l = std::strtod(loss, &end);
-      if (end == loss || *end != ',') continue;
-      train_curve_.points.push_back({step, l});
-      const char* val = end + 1;
-      const double v = std::strtod(val, &end);
-      if (end != val) val_curve_.points.push_back({step, v});
-    }
+  // A stop during the validation of the step a checkpoint holds left that step's row without
+  // its val_loss, which the resume never did again: a resumed run validates that step first,
+  // on every process, as the run would have (the same model and held-out batches).
+  RowFill validation_left_out() {
+    if (first_ == 0 || o_.eval_every == 0 || first_ % o_.eval_every != 0) return {};
+    double empty = root_ && log_field_empty(dir() + "loss.csv", first_, 2) ? 1 : 0;
+    if (t_.job) empty = max_over_job(*t_.job, empty);
+    if (empty == 0) return {};
+    const auto v = trainer_.validation_loss(o_.eval_batches, o_.stop);
+    if (!v) return {};  // stopped again: the row stays as it was
+    sum_.val_loss = *v;
+    return {first_, 2, fmt("%.4f", *v)};
   }
 
   TrainSummary finish() {
