@@ -75,6 +75,15 @@ wait $pid; rc=$?
   fail "resume after a stopped validation: $(tail -1 "$tmp/v2.log")"
 [ -n "$(sed -n 2p "$tmp/v/loss.csv" | cut -d, -f3)" ] && [ -n "$(sed -n 3p "$tmp/v/loss.csv" | cut -d, -f3)" ] ||
   fail "the resume did not validate step 1: $(cat "$tmp/v/loss.csv")"
+# A resume stopped before it validates says so, whatever the earlier rows hold (their points
+# are on its plot: it printed "validation 0.000 nats").
+"$rrfp" train --d-model 32 --layers 4 --steps 2000 --eval-every 0 --save-every 1000 \
+  --resume "$tmp/v/checkpoint.bin" --out "$tmp/v" >"$tmp/v3.log" 2>&1 &
+pid=$!
+wait_rows "$tmp/v" 4 || fail "no rows after 60 s (a resume stopped before validating)"
+kill -TERM $pid
+wait $pid
+grep -q "validation not reached" "$tmp/v3.log" || fail "a resume stopped before validating: $(grep stopped "$tmp/v3.log")"
 
 # A run killed outright after its checkpoint logged steps past it: the resume drops those rows
 # and logs them again, so every step has exactly one row.

@@ -208,6 +208,7 @@ class Run {
     if ((o_.eval_every > 0 && (s + 1) % o_.eval_every == 0) || s + 1 == t_.steps) {
       if (const auto v = trainer_.validation_loss(o_.eval_batches, o_.stop)) {
         sum_.val_loss = *v;
+        validated_ = true;
         val = fmt("%.4f", *v);
         val_curve_.points.push_back({s + 1.0, *v});
       }  // else a signal asked to stop: the step stands without it, and the run stops after it
@@ -320,6 +321,7 @@ class Run {
     const auto v = trainer_.validation_loss(o_.eval_batches, o_.stop);
     if (!v) return {};  // stopped again: the row stays as it was
     sum_.val_loss = *v;
+    validated_ = true;
     return {first_, 2, fmt("%.4f", *v)};
   }
 
@@ -363,8 +365,7 @@ class Run {
               << (stopped && o_.save_every > 0 ? " (checkpoint " + checkpoint() + ")" : "")
               << ", loss " << fmt("%.3f", sum_.first_loss) << " -> " << fmt("%.3f", sum_.last_loss)
               << ", validation "
-              << (!val_curve_.points.empty() ? fmt("%.3f", sum_.val_loss) + " nats"
-                                             : std::string("not reached"))
+              << (validated_ ? fmt("%.3f", sum_.val_loss) + " nats" : std::string("not reached"))
               << " (byte-unigram entropy " << fmt("%.3f", h0_) << " nats), "
               << fmt("%.0f", sum_.tokens_per_s) << " tok/s, " << fmt("%.1f", sum_.mean_step_ms)
               << " ms/step, bubble " << fmt("%.1f%%", 100 * sum_.mean_bubble)
@@ -393,6 +394,8 @@ class Run {
   const bool tty_ = isatty(STDOUT_FILENO);
   std::unique_ptr<LogFile> log_;
   std::int64_t t_start_ = 0;
+  // This run validated (its plot may hold an earlier run's points: loss.svg after a resume).
+  bool validated_ = false;
   PlotSeries train_curve_{"train loss", "#4e79a7", {}},
       val_curve_{"validation loss", "#e15759", {}};
   TrainSummary sum_;
