@@ -37,6 +37,8 @@ grep -q "stopped by signal 15 after step $last of 2000 (checkpoint" "$tmp/a.log"
 "$rrfp" train "${small[@]}" --steps $((last + 1)) --resume "$tmp/a/checkpoint.bin" \
   --out "$tmp/a" >"$tmp/r.log" 2>&1 || fail "resume failed: $(tail -1 "$tmp/r.log")"
 grep -q "resumed from $tmp/a/checkpoint.bin at step $last" "$tmp/r.log" || fail "resume did not start at step $last"
+grep -q "^done: steps $((last + 1)) to $((last + 1)) of $((last + 1))," "$tmp/r.log" ||
+  fail "the resumed run's closing line: $(grep '^done' "$tmp/r.log")"
 # It was resumed with another --steps (and so another learning-rate schedule): said, by flag.
 grep -q "rrfp train: warning: --steps is $((last + 1)); the checkpoint's run had 2000" "$tmp/r.log" ||
   fail "no warning about --steps: $(head -3 "$tmp/r.log")"
