@@ -1,0 +1,258 @@
+// Checkpoints of training (train/checkpoint.hpp): a resume is bitwise the run that did not
+// stop, under another pipeline layout and at TP 2; what is corrupt, truncated, of another
+// model or task is refused by name; a full disk keeps the previous checkpoint.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "mutate.hpp"
+#include "train/checkpoint.hpp"
+#include "train/trainer.hpp"
+#include "train_cases.hpp"
+#include "train_helpers.hpp"
+
+namespace rrfp::train {
+namespace {
+using test::fuzz_iterations;
+using test::FuzzTally;
+using test::mutate;
+
+std::vector<torch::Tensor> snapshot(const Trainer& t) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : t.parameters())
+    out.push_back(p.detach().clone());
+  return out;
+}
+
+TEST(Checkpoint, ResumingIsBitwiseTheUninterruptedRun) {
+  const Case c{"ready bfw", 2, 1, "bfw", Policy::Ready, true};
+  Trainer straight(options(c, 0));
+  for (int s = 0; s < 3; ++s)
+    straight.step();
+  const std::string path = ::testing::TempDir() + "rrfp-ckpt.bin";
+  {
+    Trainer first(options(c, 0));
+    first.step();
+    first.step();
+    first.save(path);
+  }
+  // Resumed on another pipeline layout: checkpoints do not depend on it.
+  const Case other{"fixed 1f1b", 4, 1, "1f1b", Policy::Fixed, false};
+  Trainer resumed(options(other, 0));
+  resumed.resume(path);
+  EXPECT_EQ(resumed.steps_done(), 2);
+  resumed.step();
+  const auto a = snapshot(straight), b = snapshot(resumed);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_TRUE(bitwise_equal(a[i], b[i])) << "parameter " << i;
+}
+
+std::string refusal(const std::string& path, const TrainOptions& o) {
+  Trainer t(o);
+  try {
+    t.resume(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+// The same at TP = 2, resumed under another pipeline layout: a checkpoint lists its tensors by
+// chunk, then TP rank, so P = 2 and P = 4 list them in other orders; they are found by name
+// (the order was required: "parameter 14 is {embed.tokens@tp1}"). Another TP size names the
+// shard it lacks.
+TEST(Checkpoint, ResumesTensorParallelUnderAnotherLayout) {
+  auto at_tp2 = [](const Case& c) {
+    TrainOptions o = options(c, 0);
+    o.runtime.tp = 2;
+    return o;
+  };
+  const Case c{"ready bf", 2, 1, "bf", Policy::Ready, false};
+  Trainer straight(at_tp2(c));
+  for (int s = 0; s < 3; ++s)
+    straight.step();
+  const std::string path = ::testing::TempDir() + "rrfp-ckpt-tp2.bin";
+  {
+    Trainer first(at_tp2(c));
+    first.step();
+    first.step();
+    first.save(path);
+  }
+  const Case other{"fixed 1f1b", 4, 1, "1f1b", Policy::Fixed, false};
+  Trainer resumed(at_tp2(other));
+  resumed.resume(path);
+  EXPECT_EQ(resumed.steps_done(), 2);
+  resumed.step();
+  std::map<std::string, torch::Tensor> want;
+  const auto names = straight.parameter_names();
+  const auto params = straight.parameters();
+  for (size_t i = 0; i < names.size(); ++i)
+    want[names[i]] = params[i];
+  const auto got_names = resumed.parameter_names();
+  const auto got = resumed.parameters();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_TRUE(bitwise_equal(got[i], want.at(got_names[i]))) << got_names[i];
+  TrainOptions one = options(other, 0);
+  const std::string why = refusal(path, one);
+  EXPECT_NE(why.find("has no tensor 'embed.tokens' of this run's shape (another task, or another "
+                     "tensor-parallel size"),
+            std::string::npos)
+      << why;
+}
+
+// A checkpoint holding tensors this run's model lacks (the image-text task's encoder, resumed by
+// a text run) is refused by name: found by name, they were dropped with only a warning.
+TEST(Checkpoint, TensorsTheModelLacksAreRefused) {
+  const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
+  TrainOptions images = options(c, 0);
+  images.task = "image-text";
+  const std::string path = ::testing::TempDir() + "rrfp-ckpt-images.bin";
+  Trainer(images).save(path);
+  const std::string why = refusal(path, options(c, 0));
+  EXPECT_NE(why.find("', which this run's model does not have (another task?)"), std::string::npos)
+      << why;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A checkpoint is an 8-byte magic and a 4-byte version, the header's length (8), the JSON header,
+// the tensors and a checksum (8): its header, and the file with another header, re-sealed with
+// a valid checksum so that the header's own checks are what is tested.
+std::string header_of(const std::string& bytes) {
+  std::uint64_t hlen = 0;
+  std::memcpy(&hlen, bytes.data() + 12, sizeof hlen);
+  return bytes.substr(20, hlen);
+}
+
+std::string with_header(const std::string& bytes, const std::string& text) {
+  const std::uint64_t hlen = header_of(bytes).size();
+  std::string out = bytes.substr(0, 12);
+  const std::uint64_t n = text.size();
+  out.append(reinterpret_cast<const char*>(&n), sizeof n);
+  out += text + bytes.substr(20 + hlen, bytes.size() - 20 - hlen - 8);
+  const std::uint64_t sum = checkpoint_checksum(out);
+  out.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+  return out;
+}
+
+TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
+  const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
+  const TrainOptions o = options(c, 0);
+  const std::string good = ::testing::TempDir() + "rrfp-good.bin";
+  Trainer t(o);
+  t.step();
+  t.save(good);
+  const std::string bytes = read_bytes(good);
+  auto write = [](const std::string& p, const std::string& b) {
+    std::ofstream(p, std::ios::binary) << b;
+    return p;
+  };
+  std::string flipped = bytes;
+  flipped[flipped.size() / 2] ^= 0x10;
+  EXPECT_NE(refusal(write(::testing::TempDir() + "f.bin", flipped), o).find("checksum mismatch"),
+            std::string::npos);
+  EXPECT_NE(refusal(write(::testing::TempDir() + "t.bin", bytes.substr(0, bytes.size() / 3)), o)
+                .find("checksum mismatch"),
+            std::string::npos);
+  EXPECT_NE(
+      refusal(write(::testing::TempDir() + "n.bin", "hello"), o).find("not an rrfp checkpoint"),
+      std::string::npos);
+  TrainOptions wider = o;
+  wider.model.d_model = 48;
+  EXPECT_NE(refusal(good, wider).find("holds a different model"), std::string::npos);
+  EXPECT_NE(refusal(::testing::TempDir() + "missing.bin", o).find("missing.bin"),
+            std::string::npos);
+  // A valid checksum over a header with wrong types or ranges: refused by name, never an
+  // untyped error.
+  const auto header = nlohmann::json::parse(header_of(bytes));
+  auto resealed = [&](const nlohmann::json& h) {
+    return write(::testing::TempDir() + "h.bin", with_header(bytes, h.dump()));
+  };
+  EXPECT_EQ(refusal(resealed(header), o), "accepted");  // the re-sealing itself is right
+  // Each edit with what its refusal says (either, where the value decides: a tensor named
+  // otherwise is missing by its own name; a list of non-entries is malformed).
+  const std::vector<std::pair<std::string, std::vector<std::string>>> edits = {
+      {"/step", {"header field \"step\" must be a whole number"}},
+      {"/tensors/0/shape", {"has a malformed tensor entry"}},
+      {"/tensors/1/name", {"has a malformed tensor entry", "has no tensor 'embed.positions'"}},
+      {"/tensors", {"parameter tensors, not a list", "has a malformed tensor entry -1"}},
+      {"/model", {"holds a different model"}}};
+  for (const auto& [at, wants] : edits)
+    for (const nlohmann::json& v : {nlohmann::json(-5), nlohmann::json("x"), nlohmann::json(3.5),
+                                    nlohmann::json::array({-1, "a"}), nlohmann::json(nullptr)}) {
+      nlohmann::json h = header;
+      h[nlohmann::json::json_pointer(at)] = v;
+      const std::string got = refusal(resealed(h), o);
+      EXPECT_TRUE(
+          std::any_of(wants.begin(), wants.end(),
+                      [&](const std::string& w) { return got.find(w) != std::string::npos; }))
+          << at << " = " << v << ": " << got;
+    }
+  nlohmann::json no_step = header;
+  no_step.erase("step");
+  EXPECT_NE(refusal(resealed(no_step), o).find("has no header field \"step\""), std::string::npos);
+  // A crash mid-save leaves only PATH.tmp behind: the previous checkpoint still loads.
+  write(good + ".tmp", bytes.substr(0, 100));
+  EXPECT_EQ(refusal(good, o), "accepted");
+}
+
+// The checkpoint header's parser under the suite's mutation fuzzer: headers edited at random
+// (mutate.hpp), re-sealed with a valid checksum, are each accepted or refused with an
+// InputError; never a crash, another exception or a hang.
+TEST(Fuzz, CheckpointHeadersResealed) {
+  const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
+  const TrainOptions o = options(c, 0);
+  const std::string good = ::testing::TempDir() + "rrfp-fuzz-good.bin";
+  Trainer(o).save(good);
+  const std::string bytes = read_bytes(good);
+  const std::string header = header_of(bytes);
+  const std::string path = ::testing::TempDir() + "rrfp-fuzz.bin";
+  Trainer t(o);
+  FuzzTally tally;
+  const int n = fuzz_iterations(300);
+  for (int i = 0; i < n; ++i) {
+    const std::string h = mutate(header, 91, i);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << with_header(bytes, h);
+    tally.attempt("header " + h.substr(0, 300), [&] { t.resume(path); });
+  }
+  EXPECT_GT(tally.refused, n / 2);
+  std::printf("%d mutated headers: %d accepted, %d refused\n", n, tally.accepted, tally.refused);
+}
+
+// A full disk during a save: the write fails with ENOSPC (PATH.tmp is made a link to /dev/full,
+// which refuses every write that way), the error says so, the partial file is removed and the
+// previous checkpoint still loads.
+TEST(Checkpoint, AFullDiskLeavesThePreviousCheckpoint) {
+  const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
+  const TrainOptions o = options(c, 0);
+  const std::string path = ::testing::TempDir() + "rrfp-full.bin";
+  Trainer t(o);
+  t.save(path);
+  const std::string before = read_bytes(path);
+  t.step();
+  ::unlink((path + ".tmp").c_str());
+  ASSERT_EQ(::symlink("/dev/full", (path + ".tmp").c_str()), 0);
+  try {
+    t.save(path);
+    ADD_FAILURE() << "a save onto a full disk succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("No space left on device"), std::string::npos) << e.what();
+  }
+  struct stat st;
+  EXPECT_NE(::lstat((path + ".tmp").c_str(), &st), 0) << "the partial file was left behind";
+  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_EQ(refusal(path, o), "accepted");
+}
+
+}  // namespace
+}  // namespace rrfp::train
