@@ -1,8 +1,10 @@
 #include "cli/mpi_launch.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/options.hpp"
@@ -15,16 +17,22 @@ namespace rrfp {
 
 namespace {
 
-// This process's arguments after the program's name (/proc/self/cmdline: NUL-separated).
+// NUL-ended strings (a last one without its NUL too), as the kernel gives a command line.
+std::vector<std::string> split_nul(std::string_view all) {
+  std::vector<std::string> out;
+  for (std::size_t at = 0; at < all.size();) {
+    const std::size_t end = std::min(all.find('\0', at), all.size());
+    out.emplace_back(all.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+// This process's arguments after the program's name (/proc/self/cmdline).
 std::vector<std::string> own_arguments() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::string> args;
-  for (std::size_t at = 0; at < all.size();) {
-    const std::size_t end = std::min(all.find('\0', at), all.size());
-    args.push_back(all.substr(at, end - at));
-    at = end + 1;
-  }
+  std::vector<std::string> args = split_nul(all);
   if (!args.empty()) args.erase(args.begin());
   return args;
 }
@@ -55,17 +63,8 @@ void refuse_other_command_lines(Job& job) {
   const auto lines = job.gather_to_root(std::as_bytes(std::span(text.data(), text.size())));
   if (job.rank() != 0) throw InputError("mpirun: the processes run different command lines");
   auto args_of = [&](int r) {
-    std::vector<std::string> out;
-    std::string cur;
-    for (std::byte b : lines[r]) {
-      if (static_cast<char>(b) == '\0') {
-        out.push_back(cur);
-        cur.clear();
-      } else {
-        cur += static_cast<char>(b);
-      }
-    }
-    return out;
+    return split_nul(
+        std::string_view(reinterpret_cast<const char*>(lines[r].data()), lines[r].size()));
   };
   const std::vector<std::string> first = args_of(0), theirs = args_of(other.front());
   std::size_t i = 0;

@@ -135,26 +135,24 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
 Shape probe_rrfp(const std::vector<Doc>& docs) {
   Shape s;
   for (const Doc& d : docs) {
+    // The processes first: a task may come before the event that names its process.
     std::map<long long, int> stage_of_pid;
     for (const auto& e : events_of(d)) {
       const auto args = e.is_object() ? e.find("args") : e.end();
-      const auto pid = e.is_object() ? e.find("pid") : e.end();
       std::string label;
       int stage = 0;
-      if (args != e.end() && args->is_object() && pid != e.end() && pid->is_number_integer() &&
-          e.value("ph", "") == "M" && e.value("name", "") == "process_name" &&
-          split_process_name(args->value("name", ""), label, stage))
+      if (args == e.end() || !args->is_object() || e.value("ph", "") != "M" ||
+          e.value("name", "") != "process_name" ||
+          !split_process_name(args->value("name", ""), label, stage))
+        continue;
+      s.pp = std::max(s.pp, stage + 1);
+      if (const auto pid = e.find("pid"); pid != e.end() && pid->is_number_integer())
         stage_of_pid[pid->get<long long>()] = stage;
     }
     for (const auto& e : events_of(d)) {
       if (!e.is_object()) continue;
       const auto args = e.find("args");
       if (args == e.end() || !args->is_object()) continue;
-      std::string label;
-      int stage = 0;
-      if (e.value("ph", "") == "M" && e.value("name", "") == "process_name" &&
-          split_process_name(args->value("name", ""), label, stage))
-        s.pp = std::max(s.pp, stage + 1);
       const auto c = args->find("chunk"), mb = args->find("microbatch");
       if (e.value("ph", "") == "X" && c != args->end() && c->is_number_unsigned() &&
           mb != args->end() && mb->is_number_unsigned() && c->get<std::uint64_t>() < 1u << 20 &&

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "core/error.hpp"
 #include "core/format.hpp"
@@ -16,6 +17,9 @@
 namespace rrfp::train {
 
 namespace {
+
+// A log's size and line caps when it is read back (a resume continues it).
+const InputKind kLogInput{"out", 1ull << 30, 1u << 20};
 
 // The fields of a CSV row without quoting (the log's own rows).
 std::vector<std::string> fields_of(const std::string& row) {
@@ -43,7 +47,7 @@ LogFile::LogFile(const std::string& path, const std::string& header, int resume_
   std::error_code ec;
   const bool continuing = resume_step >= 0 && std::filesystem::is_regular_file(path, ec);
   if (continuing) {
-    const std::string old = read_input_file(path, InputKind{"out", 1ull << 30, 1u << 20});
+    const std::string old = read_input_file(path, kLogInput);
     std::string kept;
     std::size_t at = 0;
     for (bool first = true; at < old.size(); first = false) {
@@ -112,36 +116,35 @@ void plot_rows(const std::vector<std::string>& rows, PlotSeries& loss, PlotSerie
   }
 }
 
-bool log_field_empty(const std::string& path, int step, int column) {
-  if (!std::filesystem::is_regular_file(path)) return false;
-  const std::string text = read_input_file(path, InputKind{"out", 1ull << 30, 1u << 20});
+namespace {
+
+// The fields of the log's row of `step` (its last, should there be several); none without the
+// file or the row.
+std::optional<std::vector<std::string>> row_of_step(const std::string& path, int step) {
+  if (!std::filesystem::is_regular_file(path)) return std::nullopt;
+  const std::string text = read_input_file(path, kLogInput);
   const std::string prefix = std::to_string(step) + ",";
+  std::optional<std::vector<std::string>> row;
   for (std::size_t at = 0; at < text.size();) {
     std::size_t end = text.find('\n', at);
     if (end == std::string::npos) end = text.size();
-    if (text.compare(at, prefix.size(), prefix) == 0) {
-      const std::vector<std::string> f = fields_of(text.substr(at, end - at));
-      return column < static_cast<int>(f.size()) && f[column].empty();
-    }
+    if (text.compare(at, prefix.size(), prefix) == 0) row = fields_of(text.substr(at, end - at));
     at = end + 1;
   }
-  return false;
+  return row;
+}
+
+}  // namespace
+
+bool log_field_empty(const std::string& path, int step, int column) {
+  const auto row = row_of_step(path, step);
+  return row && column < static_cast<int>(row->size()) && (*row)[column].empty();
 }
 
 void refuse_another_runs_log(const std::string& path, int step, double loss) {
   if (!std::filesystem::is_regular_file(path)) return;
-  const std::string text = read_input_file(path, InputKind{"out", 1ull << 30, 1u << 20});
-  const std::string prefix = std::to_string(step) + ",", want = fmt("%.5f", loss);
-  std::string got;
-  for (std::size_t at = 0; at < text.size();) {
-    std::size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    if (text.compare(at, prefix.size(), prefix) == 0) {
-      const std::size_t from = at + prefix.size();
-      got = text.substr(from, std::min(text.find(',', from), end) - from);
-    }
-    at = end + 1;
-  }
+  const auto row = row_of_step(path, step);
+  const std::string want = fmt("%.5f", loss), got = row && row->size() > 1 ? (*row)[1] : "";
   if (got == want) return;
   throw InputError("`out`: '" + path + "' is another run's log: " +
                    (got.empty() ? "it has no row for step " + std::to_string(step)
