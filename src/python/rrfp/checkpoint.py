@@ -126,6 +126,14 @@ def _write_file(path, data):
         os.fsync(f.fileno())
 
 
+def _remove(file):
+    """Removes `file` if it is there (another process may have removed it already)."""
+    try:
+        os.remove(file)
+    except OSError:
+        pass
+
+
 def write_part(path, rank, chunks, optimizer, extra, canonical, token):
     """Writes this process's part of the save `token` (part-RANK.TOKEN.pt) beside the folder's
     checkpoint, which it leaves as it is. A failure removes what it wrote."""
@@ -149,10 +157,7 @@ def write_part(path, rank, chunks, optimizer, extra, canonical, token):
 def discard_part(path, rank, token):
     """Removes this process's part of the save `token` (one that did not complete)."""
     for f in (part_name(rank, token), part_name(rank, token) + ".tmp"):
-        try:
-            os.remove(os.path.join(path, f))
-        except OSError:
-            pass
+        _remove(os.path.join(path, f))
 
 
 def write_manifest(path, token, parts):
@@ -163,10 +168,7 @@ def write_manifest(path, token, parts):
         _write_file(tmp, json.dumps({"token": token, "parts": parts}).encode())
         os.replace(tmp, os.path.join(path, MANIFEST))
     except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
+        _remove(tmp)
         raise
 
 
@@ -176,10 +178,7 @@ def remove_other_parts(path, token):
     for f in glob.glob(os.path.join(path, "part-*.pt")) + glob.glob(
             os.path.join(path, "part-*.pt.tmp")):  # a killed process's unfinished part too
         if not os.path.basename(f).endswith(f".{token:012x}.pt"):
-            try:
-                os.remove(f)
-            except OSError:
-                pass
+            _remove(f)
 
 
 def _part_files(path):
