@@ -77,9 +77,9 @@ struct StepRecord {
 // it waited for this input, and the message ends at the consumer's start instead: the wake-up and
 // dispatch after an arrival are then in the replay too (the arrival alone made the twin's replays
 // short: docs/twin.md). A consumer's cross-stage input comes from the same kind one chunk away (F
-// from chunk - 1, B from chunk + 1), on the same TP rank. Records of processes on one host share
-// the clock; each process counts from its own step start, so a message time carries the skew of the
-// processes' step barrier.
+// from chunk - 1, B from chunk + 1), on the same TP rank. The records must count on one clock
+// (merged records of processes do: dist/step_merge.hpp); across hosts the clocks' offset is
+// measured, and a message shorter than its error comes out as 0.
 void send_times_from_arrivals(StepRecord& r);
 
 }  // namespace rrfp

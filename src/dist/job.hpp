@@ -5,7 +5,9 @@
 // gradient norm, the step's loss; dist/replica_sum.hpp sums the replicas' gradients over
 // them). dist/mpi_world, dist/c10d_world and dist/local_job implement it.
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,6 +24,13 @@ struct JobLayout {
 // Throws InputError naming the option unless every dimension is at least 1 and the layout
 // fills exactly `ranks` ranks (`where` names the job: "mpirun -np 8").
 void validate(const JobLayout& l, int ranks, const std::string& where);
+
+// A process's steady clock against endpoint 0's: endpoint 0's time = this process's - ns, and
+// the true offset lies within ns +- uncertainty_ns.
+struct ClockOffset {
+  std::int64_t ns = 0;
+  std::int64_t uncertainty_ns = 0;
+};
 
 class Job {
  public:
@@ -51,7 +60,26 @@ class Job {
                                                        std::span<const int> peers) = 0;
   // Ends every process of the job with `code` (after an error on this one).
   [[noreturn]] virtual void abort(int code) = 0;
+
+  // How this process's steady clock stands to its replica's endpoint 0 (job rank 0's, in
+  // replica 0), for lining up the records of a step: measured on the first call, a collective
+  // over the replica's processes (see measure_clock_offset), and kept.
+  const ClockOffset& clock_offset();
+
+ private:
+  std::optional<ClockOffset> clock_offset_;
 };
+
+// What names the steady clock this process reads: the kernel's boot id (every process of one
+// boot reads one monotonic clock, containers included), else the host's name.
+std::vector<std::byte> this_clock_id();
+
+// A collective over the replica's processes, each passing its clock's id: processes whose
+// clock is endpoint 0's get {0, 0}; each other one is measured against endpoint 0, one after
+// another, by timed exchanges. Each round sends endpoint 0's time there and that process's
+// time back; causality bounds the offset on both sides, and the bounds of 8 rounds are
+// intersected: the uncertainty is half the shortest round trip's, or so.
+ClockOffset measure_clock_offset(Job& job, std::span<const std::byte> clock_id);
 
 // Each member's bytes of a byte all-gather read as values of T.
 template <typename T>

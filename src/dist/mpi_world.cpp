@@ -245,7 +245,8 @@ std::vector<std::vector<std::byte>> MpiWorld::replica_all_gather(std::span<const
 std::vector<std::vector<std::byte>> MpiWorld::exchange(std::span<const std::byte> mine,
                                                        std::span<const int> peers) {
   const std::size_t me = place_among(peers, endpoint(), layout_.pp * layout_.tp);
-  auto d = deadline("MPI_Isend/MPI_Irecv (shared parameters' gradients)");
+  auto d = deadline(
+      "MPI_Isend/MPI_Irecv (an exchange between stages: shared parameters' gradients, clocks)");
   // On the pipeline communicator, whose point-to-point traffic is this alone: the transport
   // sends on a duplicate of it. Sizes first, then the bytes in pieces an int counts.
   constexpr int kSizeTag = 1, kDataTag = 2;

@@ -59,6 +59,8 @@ std::vector<std::byte> pack_step(const StepResult& r) {
   Writer w;
   w.put(r.run.pp);
   w.put(r.run.tp);
+  w.put(r.origin_ns);
+  w.put(r.run.makespan);
   w.put(r.run.coordination_rounds);
   w.put(r.run.failed_rounds);
   w.put_all(r.run.ranks);
@@ -71,41 +73,83 @@ std::vector<std::byte> pack_step(const StepResult& r) {
   return std::move(w.out);
 }
 
-void merge_step(StepResult& into, std::span<const std::byte> packed) {
+namespace {
+
+// A packed record, all but the run's options (the same on every process).
+StepResult unpack_step(std::span<const std::byte> packed) {
   Reader rd(packed);
+  StepResult out;
+  StepRecord& r = out.run;
+  r.pp = rd.get<int>();
+  r.tp = rd.get<int>();
+  out.origin_ns = rd.get<std::int64_t>();
+  r.makespan = rd.get<std::int64_t>();
+  r.coordination_rounds = rd.get<std::int64_t>();
+  r.failed_rounds = rd.get<std::int64_t>();
+  r.ranks = rd.get_all<RankStats>();
+  r.peak_d = rd.get_all<int>();
+  r.peak_pending_w = rd.get_all<int>();
+  r.tasks = rd.get_all<TaskRecord>();
+  r.blocked = rd.get_all<BlockedSpan>();
+  out.dispatch_gaps = rd.get_all<std::int64_t>();
+  out.fresh_buffers = rd.get<std::int64_t>();
+  return out;
+}
+
+// Moves every time of `r` `by` ns later: its times counted from an origin that much earlier.
+void shift_times(StepRecord& r, std::int64_t by) {
+  if (by == 0) return;
+  r.makespan += by;
+  for (TaskRecord& t : r.tasks) {
+    t.start += by;
+    t.compute_end += by;
+    t.end += by;
+    if (t.input_at >= 0) t.input_at += by;
+  }
+  for (BlockedSpan& b : r.blocked) {
+    b.start += by;
+    b.end += by;
+  }
+}
+
+}  // namespace
+
+void merge_step(StepResult& into, std::span<const std::byte> packed) {
+  StepResult other = unpack_step(packed);
   StepRecord& r = into.run;
-  const int pp = rd.get<int>(), tp = rd.get<int>();
-  if (pp != r.pp || tp != r.tp)
-    throw Error("step record: shape P=" + std::to_string(pp) + " T=" + std::to_string(tp) +
+  const StepRecord& o = other.run;
+  if (o.pp != r.pp || o.tp != r.tp)
+    throw Error("step record: shape P=" + std::to_string(o.pp) + " T=" + std::to_string(o.tp) +
                 " does not match P=" + std::to_string(r.pp) + " T=" + std::to_string(r.tp));
-  r.coordination_rounds += rd.get<std::int64_t>();
-  r.failed_rounds += rd.get<std::int64_t>();
-  const auto ranks = rd.get_all<RankStats>();
-  const auto peak_d = rd.get_all<int>();
-  const auto peak_w = rd.get_all<int>();
-  if (ranks.size() != r.ranks.size() || peak_d.size() != r.peak_d.size() ||
-      peak_w.size() != r.peak_pending_w.size())
+  if (o.ranks.size() != r.ranks.size() || o.peak_d.size() != r.peak_d.size() ||
+      o.peak_pending_w.size() != r.peak_pending_w.size())
     throw Error("step record: per-rank tables do not match");
-  for (size_t i = 0; i < ranks.size(); ++i)
-    r.ranks[i] += ranks[i];
-  for (size_t i = 0; i < peak_d.size(); ++i) {
-    r.peak_d[i] = std::max(r.peak_d[i], peak_d[i]);
-    r.peak_pending_w[i] = std::max(r.peak_pending_w[i], peak_w[i]);
+  // Both on one clock, from the earlier of the two starts, so that no time is negative.
+  const std::int64_t origin = std::min(into.origin_ns, other.origin_ns);
+  shift_times(r, into.origin_ns - origin);
+  shift_times(other.run, other.origin_ns - origin);
+  into.origin_ns = origin;
+  r.coordination_rounds += o.coordination_rounds;
+  r.failed_rounds += o.failed_rounds;
+  for (size_t i = 0; i < o.ranks.size(); ++i)
+    r.ranks[i] += o.ranks[i];
+  for (size_t i = 0; i < o.peak_d.size(); ++i) {
+    r.peak_d[i] = std::max(r.peak_d[i], o.peak_d[i]);
+    r.peak_pending_w[i] = std::max(r.peak_pending_w[i], o.peak_pending_w[i]);
   }
-  for (const TaskRecord& t : rd.get_all<TaskRecord>()) {
-    r.tasks.push_back(t);
-    r.makespan = std::max(r.makespan, t.end);
-  }
-  const auto blocked = rd.get_all<BlockedSpan>();
-  r.blocked.insert(r.blocked.end(), blocked.begin(), blocked.end());
-  const auto gaps = rd.get_all<std::int64_t>();
-  into.dispatch_gaps.insert(into.dispatch_gaps.end(), gaps.begin(), gaps.end());
-  into.fresh_buffers += rd.get<std::int64_t>();
+  r.makespan = std::max(r.makespan, o.makespan);
+  r.tasks.insert(r.tasks.end(), o.tasks.begin(), o.tasks.end());
+  r.blocked.insert(r.blocked.end(), o.blocked.begin(), o.blocked.end());
+  into.dispatch_gaps.insert(into.dispatch_gaps.end(), other.dispatch_gaps.begin(),
+                            other.dispatch_gaps.end());
+  into.fresh_buffers += other.fresh_buffers;
   send_times_from_arrivals(r);  // messages between the processes merged so far
 }
 
 void merge_over_job(Job& job, StepResult& r) {
   // Every process takes part; another replica's sends nothing, so rank 0 merges what it gets.
+  // Each record's start goes on rank 0's clock first (a collective the first time).
+  r.origin_ns -= job.clock_offset().ns;
   const auto all = job.gather_to_root(job.replica() == 0 ? pack_step(r) : std::vector<std::byte>{});
   for (size_t i = 1; i < all.size(); ++i)
     if (!all[i].empty()) merge_step(r, all[i]);
@@ -143,21 +187,8 @@ void share_over_job(Job& job, StepResult& r) {
   const auto all =
       job.all_gather(job.rank() == 0 ? as_doubles(pack_step(r)) : std::vector<double>{});
   if (job.rank() == 0) return;
-  // Rank 0's record into an empty one of the same shape (what is not packed is the same
-  // everywhere: the run's options).
-  StepResult merged = r;
-  StepRecord& m = merged.run;
-  m.coordination_rounds = m.failed_rounds = 0;
-  for (auto& rank : m.ranks)
-    rank = RankStats{};
-  std::fill(m.peak_d.begin(), m.peak_d.end(), 0);
-  std::fill(m.peak_pending_w.begin(), m.peak_pending_w.end(), 0);
-  m.tasks.clear();
-  m.blocked.clear();
-  m.makespan = 0;
-  merged.dispatch_gaps.clear();
-  merged.fresh_buffers = 0;
-  merge_step(merged, as_bytes(all.at(0)));
+  StepResult merged = unpack_step(as_bytes(all.at(0)));
+  merged.run.arbiter = r.run.arbiter;  // what is not packed: the same everywhere
   r = std::move(merged);
 }
 

@@ -1,7 +1,9 @@
 #pragma once
 // A step's record travels between processes: each process of a multi-process run measures the
-// ranks it hosts; rank 0 merges them into one record for the reports. Times are per process
-// since its step began, and every process begins after the same barrier.
+// ranks it hosts; rank 0 merges them into one record for the reports. Each process times its
+// step from its own start (StepResult::origin_ns), and processes leave the step's barrier up to
+// milliseconds apart: merged, the records count from the earliest start on rank 0's clock
+// (Job::clock_offset), so a message's consumer never seems to start before its producer ended.
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -12,8 +14,8 @@
 namespace rrfp {
 
 std::vector<std::byte> pack_step(const StepResult& r);
-// Adds a packed record of other ranks of the same run to `into`. Throws Error on a record that
-// does not fit (another shape, or truncated).
+// Adds a packed record of other ranks of the same run to `into`, both with their origins on one
+// clock. Throws Error on a record that does not fit (another shape, or truncated).
 void merge_step(StepResult& into, std::span<const std::byte> packed);
 
 // After a step, on every process of `job` (a collective): rank 0's `r` becomes the step of

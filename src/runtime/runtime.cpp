@@ -184,6 +184,7 @@ StepResult Runtime::run_step(int step) {
     std::rethrow_exception(failure_.error());
   }
   StepResult out = collect();
+  out.origin_ns = t0;
   const std::uint64_t fresh = BufferPool::fresh_total();
   out.fresh_buffers = static_cast<std::int64_t>(fresh - fresh_seen_);
   fresh_seen_ = fresh;

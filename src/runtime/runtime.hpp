@@ -72,6 +72,9 @@ struct StepResult {
   // Payload buffers this process mapped afresh since the runtime's previous step ended (or it
   // was built): their page faults are in this step's times. A steady step maps none.
   std::int64_t fresh_buffers = 0;
+  // When the step began on this process's steady clock (now_ns()), which `run`'s times count
+  // from; a merged record's (dist/step_merge.hpp) is on job rank 0's clock.
+  std::int64_t origin_ns = 0;
 };
 
 class Runtime {
