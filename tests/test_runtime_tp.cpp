@@ -3,6 +3,7 @@
 // divergence is reported as a CollectiveMismatchError, not a hang.
 #include <gtest/gtest.h>
 
+#include "expect_error.hpp"
 #include "runtime/errors.hpp"
 #include "runtime_helpers.hpp"
 
@@ -71,7 +72,8 @@ TEST(RuntimeTp, NoCoordinationIsDetectedAndReported) {
     EXPECT_NE(msg.find("collective order diverged"), std::string::npos) << msg;
     EXPECT_NE(msg.find("B c0 m0"), std::string::npos) << msg;
   }
-  EXPECT_THROW(rt.run_step(1), Error);  // a failed runtime refuses further steps
+  // A failed runtime refuses further steps (and says so, rather than failing in another way).
+  EXPECT_ERROR(rt.run_step(1), Error, "an earlier step failed; start a new runtime");
 
   // The same skew under either protocol runs to completion.
   for (TpProtocol p : {TpProtocol::Leader, TpProtocol::Agree}) {
