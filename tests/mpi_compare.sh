@@ -27,10 +27,13 @@ assert abs(c["runs"][0]["error"]) < 1e-4, c' "$js" || fail "the JSON lacks the c
 grep -q "^fitted to fixed 1f1b (async)'s measured step" "$out" || fail "no line naming the fit"
 # The fidelity table's first row: measured = simulated, error +0.0%, a replay with the run's own
 # task durations beside it, and a range of 3 steps.
-awk '/measured_range_ms/ { getline
-       exit !($(NF - 6) ~ /^[+-]0\.0%$/ && $(NF - 5) ~ /^[0-9]+\.[0-9][0-9]$/ &&
-              $(NF - 4) ~ /^[+-][0-9.]+%$/ && $NF ~ /^[0-9.]+-[0-9.]+$/) }' \
-  "$out" || fail "the fitted row does not reproduce its step"
+# found: without the header there is no row to check, and awk would exit 0 at the end.
+awk '/measured_range_ms/ { found = 1; getline
+       ok = $(NF - 6) ~ /^[+-]0\.0%$/ && $(NF - 5) ~ /^[0-9]+\.[0-9][0-9]$/ &&
+            $(NF - 4) ~ /^[+-][0-9.]+%$/ && $NF ~ /^[0-9.]+-[0-9.]+$/
+       exit }
+     END { exit !(found && ok) }' \
+  "$out" || fail "no fidelity table, or the fitted row does not reproduce its step"
 # The default model: a calibration before each round (two tables, two fits), simulated with
 # each field's median, of two their mean: the bandwidth printed is the mean of the two fits'.
 timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --rounds 2 \
