@@ -9,27 +9,27 @@
 
 namespace rrfp::test {
 
-// Whether `what` contains `text`; on failure it shows both.
-inline ::testing::AssertionResult message_contains(const std::string& what,
-                                                   const std::string& text) {
-  if (what.find(text) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << "the message\n  " << what << "\ndoes not contain\n  " << text;
+// Whether `f` throws an `E` whose message contains `text`; on failure it says what happened.
+template <class E, class F>
+::testing::AssertionResult throws_error(F&& f, const std::string& text) {
+  try {
+    f();
+  } catch (const E& e) {
+    const std::string what = e.what();
+    if (what.find(text) != std::string::npos) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure()
+           << "the message\n  " << what << "\ndoes not contain\n  " << text << "\n";
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "it threw another type: " << e.what() << "\n";
+  } catch (...) {
+    return ::testing::AssertionFailure() << "it threw something that is no std::exception\n";
+  }
+  return ::testing::AssertionFailure() << "it threw nothing; expected: " << text << "\n";
 }
 
 }  // namespace rrfp::test
 
-// A macro, not a function, so that a failure names the test's line and the statement.
-#define EXPECT_ERROR(statement, type, text)                                                     \
-  do {                                                                                          \
-    try {                                                                                       \
-      statement;                                                                                \
-      ADD_FAILURE() << #statement " threw nothing; expected " #type ": " << (text);             \
-    } catch (const type& rrfp_error_) {                                                         \
-      EXPECT_TRUE(::rrfp::test::message_contains(rrfp_error_.what(), (text))) << #statement;    \
-    } catch (const std::exception& rrfp_error_) {                                               \
-      ADD_FAILURE() << #statement " threw another type than " #type ": " << rrfp_error_.what(); \
-    } catch (...) {                                                                             \
-      ADD_FAILURE() << #statement " threw something that is no std::exception";                 \
-    }                                                                                           \
-  } while (false)
+// A macro, so that a failure names the test's line and the statement; `<<` adds context, as
+// after EXPECT_THROW.
+#define EXPECT_ERROR(statement, type, text) \
+  EXPECT_TRUE(::rrfp::test::throws_error<type>([&] { statement; }, (text))) << "in: " #statement

@@ -6,6 +6,7 @@
 
 #include "core/arbiter.hpp"
 #include "core/error.hpp"
+#include "expect_error.hpp"
 #include "seeds.hpp"
 #include "sim/rng.hpp"
 #include "sim_helpers.hpp"
@@ -185,7 +186,9 @@ TEST(Arbiter, AdaptiveLetsMicrobatchesEnterInEntryRankOrder) {
     EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 0, mb}));
     s.a.commit({Kind::F, 0, mb});
   }
-  EXPECT_THROW(s.a.note_entry_sizes({1, 2}), Error) << "one size per microbatch";
+  EXPECT_ERROR(s.a.note_entry_sizes({1, 2}), Error,
+               "stage 0: 2 microbatch sizes for 5 microbatches")
+      << "one size per microbatch";
   // A stage without chunk 0 ignores sizes, as every other hint does.
   Stage later(config(2, 4, 1, true), "adaptive", 1, ready(8));
   later.a.note_entry_sizes({1, 2});
@@ -310,17 +313,22 @@ TEST(Arbiter, FixedWaitsForItsHead) {
   EXPECT_FALSE(s.a.peek().has_value()) << "F c1 m0 is next in the list";
   s.a.mark_ready({Kind::F, 1, 0});
   EXPECT_EQ(*s.a.peek(), (TaskId{Kind::F, 1, 0}));
-  EXPECT_THROW(s.a.commit({Kind::F, 1, 1}), Error);
+  EXPECT_ERROR(s.a.commit({Kind::F, 1, 1}), Error,
+               "stage 1: fixed order expects F c1 m0 next, not F c1 m1");
 }
 
 TEST(Arbiter, RejectsMisuse) {
   Stage s(config(2, 4), "bf", 0, ready());
   s.a.mark_ready({Kind::F, 0, 0});
-  EXPECT_THROW(s.a.mark_ready({Kind::F, 0, 0}), Error);
-  EXPECT_THROW(s.a.mark_ready({Kind::F, 1, 0}), Error);  // another stage's task
-  EXPECT_THROW(s.a.commit({Kind::F, 0, 1}), Error);      // not ready
-  EXPECT_THROW(resolve_options({Policy::Fixed, 0, 0}, make_hint("bf", s.m), s.m), InputError);
-  EXPECT_THROW(resolve_options({Policy::Ready, -1, 0}, make_hint("bf", s.m), s.m), InputError);
+  EXPECT_ERROR(s.a.mark_ready({Kind::F, 0, 0}), Error, "stage 0: task F c0 m0 became ready twice");
+  EXPECT_ERROR(s.a.mark_ready({Kind::F, 1, 0}), Error,
+               "stage 0: task F c1 m0 does not belong to this stage");  // another stage's task
+  EXPECT_ERROR(s.a.commit({Kind::F, 0, 1}), Error,
+               "stage 0: cannot run F c0 m1, its inputs are not all present");  // not ready
+  EXPECT_ERROR(resolve_options({Policy::Fixed, 0, 0}, make_hint("bf", s.m), s.m), InputError,
+               "`policy` fixed: needs a list hint");
+  EXPECT_ERROR(resolve_options({Policy::Ready, -1, 0}, make_hint("bf", s.m), s.m), InputError,
+               "`limit`: must be at least 1, got -1");
 }
 
 TEST(Simulator, DeadlockIsReportedWithEachStagesState) {

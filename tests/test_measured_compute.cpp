@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
+#include "expect_error.hpp"
 #include "shapes.hpp"
 #include "sim_helpers.hpp"
 
@@ -85,7 +86,8 @@ TEST(MeasuredCompute, RefusesARecordShortOfATaskOrWithAStrangeRank) {
   odd.task = m.task(0);
   odd.rank = 1;  // the run has one TP rank
   r.tasks.push_back(odd);
-  EXPECT_THROW(use_measured_compute(m, w, r), InputError);
+  EXPECT_ERROR(use_measured_compute(m, w, r), InputError,
+               "measured step: task F c0 m0 on TP rank 1 is outside the run's 1 ranks");
 }
 
 }  // namespace

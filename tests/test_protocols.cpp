@@ -11,6 +11,7 @@
 #include "core/rendezvous.hpp"
 #include "core/stuck_report.hpp"
 #include "core/tp_choice.hpp"
+#include "expect_error.hpp"
 #include "sim_helpers.hpp"
 
 namespace rrfp::test {
@@ -264,9 +265,12 @@ TEST(Agree, RefusesProposalsFromOutsideTheGroupLateEarlyOrTwice) {
   s.on_proposal(0, 0, x);
   EXPECT_NE(refusal([&] { s.on_proposal(0, 0, x); }).find("arrived twice"), std::string::npos);
   RankUnderTest rk(config(1, 3), "bf", 0);
-  EXPECT_THROW(s.decide(rk.arb), Error);  // not proposed yet
+  EXPECT_ERROR(
+      s.decide(rk.arb), Error,
+      "agree: tp rank 1 decided round 0 before every proposal was in");  // not proposed yet
   s.propose(x, 0);
-  EXPECT_THROW(s.propose(x, 0), Error);  // already in the round
+  EXPECT_ERROR(s.propose(x, 0), Error,
+               "agree: tp rank 1 proposed in round 0 while it may not");  // already in the round
   s.on_proposal(2, 0, x);
   EXPECT_EQ(*s.decide(rk.arb), x);
   EXPECT_NE(refusal([&] { s.on_proposal(2, 0, x); }).find("that round is over"), std::string::npos);

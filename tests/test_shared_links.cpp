@@ -1,3 +1,4 @@
+#include "expect_error.hpp"
 #include "sim/shared_links.hpp"
 
 #include <gtest/gtest.h>
@@ -141,12 +142,18 @@ TEST(SharedLinks, TwoOrMoreAtOnceTakeAtLeastTheTwoSlowdown) {
 }
 
 TEST(SharedLinks, RefusesACapacityBelowOneTransfer) {
-  EXPECT_THROW(SharedLinks(0.5), InputError);
-  EXPECT_THROW(SharedLinks(0), InputError);
-  EXPECT_THROW(SharedLinks(std::nan("")), InputError);
-  EXPECT_THROW(SharedLinks(2, 0.9), InputError);
-  EXPECT_THROW(SharedLinks(2, 65), InputError);
-  EXPECT_THROW(SharedLinks(2, std::nan("")), InputError);
+  EXPECT_ERROR(SharedLinks(0.5), InputError,
+               "shared links: capacity must be at least 1 transfer's rate, got 0.5");
+  EXPECT_ERROR(SharedLinks(0), InputError,
+               "shared links: capacity must be at least 1 transfer's rate, got 0");
+  EXPECT_ERROR(SharedLinks(std::nan("")), InputError,
+               "shared links: capacity must be at least 1 transfer's rate, got nan");
+  EXPECT_ERROR(SharedLinks(2, 0.9), InputError,
+               "shared links: two_slowdown must be within [1, 64], got 0.9");
+  EXPECT_ERROR(SharedLinks(2, 65), InputError,
+               "shared links: two_slowdown must be within [1, 64], got 65");
+  EXPECT_ERROR(SharedLinks(2, std::nan("")), InputError,
+               "shared links: two_slowdown must be within [1, 64], got nan");
 }
 
 // Property, over seeds: one rate shared is work-conserving, so the last transfer ends when one

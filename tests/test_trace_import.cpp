@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/error.hpp"
+#include "expect_error.hpp"
 #include "report/report.hpp"
 #include "sim/replay.hpp"
 #include "sim/trace_import.hpp"
@@ -105,7 +106,9 @@ TEST(TraceImport, NamesWhatIsMissingPerStage) {
   }
   // A larger shape than the trace's: stage 2 is missing altogether.
   WorkModel bigger(config(3, 4));
-  EXPECT_THROW(read_replay_file(path, bigger, 1), InputError);
+  EXPECT_ERROR(
+      read_replay_file(path, bigger, 1), InputError,
+      "the rrfp timeline lacks tasks this shape needs: stage 1: 1 (B c1 m3); stage 2: 8 (F c2 m0");
   std::remove(path.c_str());
 }
 

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
+#include "expect_error.hpp"
 #include "sim_helpers.hpp"
 
 namespace rrfp::test {
@@ -60,8 +61,9 @@ TEST(Hints, NonInterleavedHintsRefuseVpp2) {
       EXPECT_NE(std::string(e.what()).find("needs `vpp` 1"), std::string::npos);
     }
   }
-  EXPECT_THROW(make_hint("warp-speed", m), InputError);
-  EXPECT_THROW(make_hint("zb-h1", WorkModel(config(4, 8))), InputError);  // needs split
+  EXPECT_ERROR(make_hint("warp-speed", m), InputError, "`hint`: unknown hint 'warp-speed'");
+  EXPECT_ERROR(make_hint("zb-h1", WorkModel(config(4, 8))), InputError,
+               "`hint` zb-h1: needs `split_backward` on");  // needs split
 }
 
 TEST(Hints, DefaultLimitIsTheFixedOrderPeak) {

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.hpp"
+#include "expect_error.hpp"
 #include "sim_helpers.hpp"
 
 namespace rrfp::test {
@@ -155,13 +156,16 @@ TEST(MessageModel, SerialReceiveHoldsAnAcknowledgementBehindTheCopy) {
 TEST(MessageModel, RefusesLinksBelowOneMessage) {
   WorkModel m(config(2, 2));
   RealizedWork w = unit_work(m);
-  EXPECT_THROW(set_message_model(m, w, {.latency_us = 5, .bandwidth_gbps = 2, .links = 0.5}),
-               InputError);
-  EXPECT_THROW(set_message_model(m, w, {.latency_us = 5, .bandwidth_gbps = 2, .links = -1}),
-               InputError);
+  EXPECT_ERROR(set_message_model(m, w, {.latency_us = 5, .bandwidth_gbps = 2, .links = 0.5}),
+               InputError,
+               "message model: links: must be 0 (each message on its own) or in [1, 4096]");
+  EXPECT_ERROR(set_message_model(m, w, {.latency_us = 5, .bandwidth_gbps = 2, .links = -1}),
+               InputError,
+               "message model: links: must be 0 (each message on its own) or in [1, 4096]");
   WorkloadParams p;
   p.comm_links = 0.9;
-  EXPECT_THROW(validate(p), InputError);
+  EXPECT_ERROR(validate(p), InputError,
+               "workload comm_links: must be 0 (each message on its own) or in [1, 4096]");
 }
 
 TEST(MessageModel, RefusesATwoSlowdownOutsideOneToSixtyFour) {
@@ -179,9 +183,12 @@ TEST(MessageModel, RefusesATwoSlowdownOutsideOneToSixtyFour) {
     }
     WorkloadParams p;
     p.comm_two_slowdown = bad;
-    EXPECT_THROW(validate(p), InputError) << bad;
+    EXPECT_ERROR(validate(p), InputError,
+                 "workload comm_two_slowdown: must be a finite number in [1, 64]")
+        << bad;
   }
-  EXPECT_THROW(set_message_model(m, w, {.bandwidth_gbps = -1}), InputError);
+  EXPECT_ERROR(set_message_model(m, w, {.bandwidth_gbps = -1}), InputError,
+               "message model: bandwidth_gbps: must be a finite number in [0, 1e+09], got -1");
   EXPECT_NO_THROW(set_message_model(m, w, {.links = 2, .two_slowdown = 64}));
 }
 
@@ -199,7 +206,9 @@ TEST(MessageModel, WakeUpsAreZeroToOneSecondAndReachTheRealizedWork) {
                 std::string::npos)
           << e.what();
     }
-    EXPECT_THROW(set_message_model(m, w, {.wake_per_copy_us = bad}), InputError) << bad;
+    EXPECT_ERROR(set_message_model(m, w, {.wake_per_copy_us = bad}), InputError,
+                 "message model: wake_per_copy_us: must be a finite number in [0, 1e+06]")
+        << bad;
     WorkloadParams p;
     p.comm_wake_us = bad;
     try {
@@ -210,7 +219,9 @@ TEST(MessageModel, WakeUpsAreZeroToOneSecondAndReachTheRealizedWork) {
     }
     p = WorkloadParams{};
     p.comm_wake_per_copy_us = bad;
-    EXPECT_THROW(validate(p), InputError) << bad;
+    EXPECT_ERROR(validate(p), InputError,
+                 "workload comm_wake_per_copy_us: must be a finite number in [0, 1e+06]")
+        << bad;
   }
   set_message_model(m, w, {.wake_us = 30, .wake_per_copy_us = 250.5});
   EXPECT_EQ(w.wake_ns, 30'000);
