@@ -1,6 +1,7 @@
 // The calibration's fit (dist/calibrate.hpp): measured one-way times to the simulator's message
 // model, checked on made-up measurements whose answer is known.
 #include "dist/calibrate.hpp"
+#include "expect_error.hpp"
 
 #include <gtest/gtest.h>
 
@@ -79,7 +80,7 @@ TEST(CalibrationFit, NoSecondPairOrNoSizeCostMeansNoSharedLinks) {
   EXPECT_EQ(pointers.links, 0);
 
   Calibration none;
-  EXPECT_THROW(fit_message_model(none), InputError);
+  EXPECT_ERROR(fit_message_model(none), InputError, "calibration: no measured sizes to fit");
 }
 
 // With four streams measured, the links come from them: 4 / their slowdown within [1, 4],
@@ -256,7 +257,9 @@ TEST(PingPongSources, RefusesMoreThanSixteenOrFewerThanNone) {
   PingPongOptions o;
   for (int n : {-1, 17}) {
     o.sources = n;
-    EXPECT_THROW(ping.round(o, [] {}), InputError) << n;
+    EXPECT_ERROR(ping.round(o, [] {}), InputError,
+                 "ping-pong: sources must be 0 to 16, got " + std::to_string(n))
+        << n;
   }
 }
 
@@ -266,10 +269,11 @@ TEST(PingPongStream, RefusesAReplyingHandlerAndFewerThanTwoMessages) {
   PingPongOptions o;
   o.stream = true;
   o.reply_in_handler = true;
-  EXPECT_THROW(ping.round(o, [] {}), InputError);
+  EXPECT_ERROR(ping.round(o, [] {}), InputError,
+               "ping-pong: a stream hands its messages to the calling thread");
   o.reply_in_handler = false;
   o.iters = 1;
-  EXPECT_THROW(ping.round(o, [] {}), InputError);
+  EXPECT_ERROR(ping.round(o, [] {}), InputError, "ping-pong: a stream needs 2 messages or more");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "expect_error.hpp"
 #include "runtime_helpers.hpp"
 #include "seeds.hpp"
 #include "shapes.hpp"
@@ -162,8 +163,10 @@ TEST(Runtime, APositiveTimeoutIsAtLeastOneMillisecond) {
   EXPECT_EQ(timeout_ms_of(0.0004), 1);
   EXPECT_EQ(timeout_ms_of(0.0016), 2);
   EXPECT_EQ(timeout_ms_of(120), 120'000);
-  EXPECT_THROW(timeout_ms_of(-0.001), InputError);
-  EXPECT_THROW(timeout_ms_of(86'401), InputError);
+  EXPECT_ERROR(timeout_ms_of(-0.001), InputError,
+               "`timeout`: must be between 0 and 86400 seconds, got -0.001");
+  EXPECT_ERROR(timeout_ms_of(86'401), InputError,
+               "`timeout`: must be between 0 and 86400 seconds, got 86401");
 }
 
 TEST(Runtime, RunsSeveralStepsAndRoutesPayloadsToTheirTasks) {
@@ -266,12 +269,15 @@ TEST(Runtime, RejectsBadOptions) {
   const RealizedWork w = random_work(m, 1, 1);
   RuntimeOptions ro;
   ro.tp = 0;
-  EXPECT_THROW(Runtime(m, h, emulated_programs(m, w), ro), InputError);
+  EXPECT_ERROR(Runtime(m, h, emulated_programs(m, w), ro), InputError,
+               "`tp`: must be between 1 and 1024, got 0");
   ro.tp = 1;
   ro.arbiter.policy = Policy::Fixed;
   Hint rule = make_hint("bf", m);
-  EXPECT_THROW(Runtime(m, rule, emulated_programs(m, w), ro), InputError);
-  EXPECT_THROW(Runtime(m, h, emulated_programs(m, w), ro, make_inproc_transports(3)), Error);
+  EXPECT_ERROR(Runtime(m, rule, emulated_programs(m, w), ro), InputError,
+               "`policy` fixed: needs a list hint");
+  EXPECT_ERROR(Runtime(m, h, emulated_programs(m, w), ro, make_inproc_transports(3)), Error,
+               "runtime: need one transport per local endpoint: 4 endpoints, 3 transports");
   ro.tp = 1;
   ro.arbiter.policy = Policy::Ready;
   for (int us : {-1, 10'001}) {

@@ -13,6 +13,7 @@
 #include "dist/local_job.hpp"
 #include "dist/replica_sum.hpp"
 #include "dist/step_merge.hpp"
+#include "expect_error.hpp"
 #include "job_conformance.hpp"
 #include "rank_threads.hpp"
 #include "runtime/errors.hpp"
@@ -71,9 +72,11 @@ TEST(RuntimeJob, MergedRecordRejectsAnotherShape) {
   a.run.peak_d.resize(2);
   a.run.peak_pending_w.resize(2);
   b.run.pp = 3;
-  EXPECT_THROW(merge_step(a, pack_step(b)), Error);
+  EXPECT_ERROR(merge_step(a, pack_step(b)), Error,
+               "step record: shape P=3 T=1 does not match P=2 T=1");
   const auto packed = pack_step(a);
-  EXPECT_THROW(merge_step(a, std::span(packed).first(packed.size() - 3)), Error);
+  EXPECT_ERROR(merge_step(a, std::span(packed).first(packed.size() - 3)), Error,
+               "step record: truncated");
 }
 
 // The merged step counts every process's freshly mapped buffers.

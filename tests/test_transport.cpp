@@ -3,6 +3,7 @@
 #include "comm/buffer_pool.hpp"
 #include "comm/inproc.hpp"
 #include "comm/wire.hpp"
+#include "expect_error.hpp"
 #include "transport_conformance.hpp"
 
 namespace rrfp::test {
@@ -144,7 +145,8 @@ TEST(Inproc, SendsToAShutDownPeerFail) {
   eps[0]->send(1, MessageTag{}, bytes_of(1), [&](std::exception_ptr e) { err = e; });
   EXPECT_EQ(delivered, 0);
   ASSERT_NE(err, nullptr);
-  EXPECT_THROW(std::rethrow_exception(err), Error);
+  EXPECT_ERROR(std::rethrow_exception(err), Error,
+               "inproc transport: rank 0 cannot send step 0 F c0 m0 to rank 1: endpoint shut down");
 }
 
 }  // namespace
