@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "dist/mpi_single_copy.hpp"
 #include "dist/mpi_world.hpp"
+#include "expect_error.hpp"
 #include "mpi_main.hpp"
 #include "runtime/errors.hpp"
 
@@ -210,15 +211,21 @@ TEST(MpiTransport, BadDestinationThrowsAndShutdownFailsSends) {
   MpiWorld& w = *g_world;
   auto tr = w.make_transport();
   tr->set_receiver([](Message&&) {});
-  EXPECT_THROW(tr->send(w.size(), MessageTag{}, {}), InputError);
-  EXPECT_THROW(tr->send(-1, MessageTag{}, {}), InputError);
+  const std::string range = " out of range [0, " + std::to_string(w.size()) + ")";
+  EXPECT_ERROR(tr->send(w.size(), MessageTag{}, {}), InputError,
+               "mpi transport: destination rank " + std::to_string(w.size()) + range);
+  EXPECT_ERROR(tr->send(-1, MessageTag{}, {}), InputError,
+               "mpi transport: destination rank -1" + range);
   tr->shutdown();
   tr->shutdown();  // idempotent
   std::exception_ptr err;
-  tr->send((w.rank() + 1) % w.size(), MessageTag{}, make_payload(0, 0, 4),
-           [&](std::exception_ptr e) { err = e; });
+  const int next = (w.rank() + 1) % w.size();
+  tr->send(next, MessageTag{}, make_payload(0, 0, 4), [&](std::exception_ptr e) { err = e; });
   ASSERT_NE(err, nullptr);
-  EXPECT_THROW(std::rethrow_exception(err), Error);
+  EXPECT_ERROR(std::rethrow_exception(err), Error,
+               "mpi transport: rank " + std::to_string(w.rank()) + " cannot send ");
+  EXPECT_ERROR(std::rethrow_exception(err), Error,
+               " to rank " + std::to_string(next) + ": endpoint shut down");
   w.barrier();
 }
 
