@@ -142,14 +142,23 @@ check "--seed: must be a whole number from 0 to 18446744073709551615, got 184467
 check "--seed: must be a whole number from 0 to 18446744073709551615, got 1e23" simulate --seed 1e23
 printf '{"preset": "uniform", "forward_us": 1e9}' >"$tmp/w4.json"
 check "tasks add up to 317.098 years; a step may hold at most 146" simulate --workload-file "$tmp/w4.json" --pp 1 -m 5000000 --hint 1f1b --policy fixed
-head -c 3000 /dev/urandom >"$tmp/random.bin"
+# Random bytes, seeded: the same bytes on every run, so a failure reproduces. seeded_bytes SEED
+# N: N bytes (N = 0: 1 to 400 of them) from Python's random.Random(SEED).
+seeded_bytes() {
+  /usr/bin/python3 -c 'import random, sys
+r = random.Random(int(sys.argv[1]))
+n = int(sys.argv[2]) or r.randrange(1, 401)
+sys.stdout.buffer.write(bytes(r.randrange(256) for _ in range(n)))' "$1" "$2"
+}
+seeded_bytes 0 3000 >"$tmp/random.bin"
 check "$tmp/random.bin" schedule check "$tmp/random.bin"
 check "--svg: '/nonexistent-dir/x.svg': its folder '/nonexistent-dir' does not exist" simulate --svg /nonexistent-dir/x.svg
 check "--seeds: must be at least 1" sweep --seeds 0
 check "--mb-factors: 1073741825 x --pp 4 microbatches on 4 stages exceed" sweep --pp 4 --mb-factors 1073741825
-# Random bytes as hint files and workload files, many times over: never a crash.
+# Random bytes as hint files and workload files, many times over: never a crash. Seeded:
+# the same 40 files every time.
 for i in $(seq 1 40); do
-  head -c $((RANDOM % 400 + 1)) /dev/urandom >"$tmp/r$i"
+  seeded_bytes "$i" 0 >"$tmp/r$i"
   "$rrfp" schedule check "$tmp/r$i" >/dev/null 2>&1; rc=$?
   [ "$rc" -eq 2 ] || { echo "FAIL: random hint file $i -> rc=$rc"; fails=$((fails + 1)); }
   "$rrfp" simulate --workload-file "$tmp/r$i" >/dev/null 2>&1; rc=$?
