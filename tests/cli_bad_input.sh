@@ -27,7 +27,7 @@ check "--ordered-forwards: maybe not in {on,off}" simulate --ordered-forwards ma
 check "--microbatches: must be at least 1" simulate --microbatches 0
 check "needs --vpp 1" simulate --vpp 2 --hint 1f1b
 check "--limit: must be at least 1" simulate --hint bf --limit -1
-check "--pp" simulate --pp abc
+check "--pp: 'abc' is not a whole number (at most 2147483647)" simulate --pp abc
 # A value its option's type cannot hold is named with the type (CLI11 said "Could not convert").
 check "--pp: '1e3' is not a whole number (at most 2147483647) (\`rrfp simulate --help\` gives its range)" simulate --pp 1e3
 check "--save-every: '99999999999' is not a whole number (at most 2147483647)" train --save-every 99999999999
@@ -414,6 +414,11 @@ check "--out: '$tmp/fifo' is a FIFO with no reader" plan --pp 2 -m 2 --max-evalu
 check "--json: '$tmp' is a directory, not a file" simulate --pp 2 -m 4 --json "$tmp"
 "$rrfp" simulate --pp 2 -m 4 --json >(cat >"$tmp/piped.json") >/dev/null 2>&1 ||
   { echo "FAIL: --json into a pipe with a reader"; fails=$((fails + 1)); }
+wait $!  # the reader: what it got is all in its file once it has ended
+/usr/bin/python3 -c 'import json, sys; assert isinstance(json.load(open(sys.argv[1])), dict)' \
+  "$tmp/piped.json" 2>/dev/null ||
+  { echo "FAIL: --json into a pipe: the reader got no JSON object:"; head -c 200 "$tmp/piped.json"
+    fails=$((fails + 1)); }
 for args in "--json -" ""; do
   # shellcheck disable=SC2086
   "$rrfp" simulate --pp 2 -m 4 $args >/dev/full 2>"$tmp/full.err"
