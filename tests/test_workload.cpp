@@ -296,7 +296,8 @@ TEST(Workload, PaperPresetHasThePapersSpreadsAndBottleneck) {
   EXPECT_NEAR(comp[comp.size() / 2], 18e6, 4e6);
 }
 
-TEST(Workload, DurationsArePureAndOrderFree) {
+// The same seed realizes the same durations; another seed, others.
+TEST(Workload, DurationsArePureAndDependOnTheSeed) {
   WorkModel m(config(4, 16, 1, true));
   for (const auto& name : workload_names()) {
     const WorkloadParams w = workload_preset(name);
