@@ -207,15 +207,15 @@ TEST(RuntimeWindow, WorkThatNeverEndsIsNamedByTheWatchdog) {
   ro.timeout_ms = 500;
   Counters c;
   Runtime rt(m, hint, device_programs(c, 10, /*never=*/true), ro);
-  const auto t0 = std::chrono::steady_clock::now();
   try {
     rt.run_step(0);
     FAIL() << "the step ended although F c1 m0's work never did";
   } catch (const StallError& e) {
+    // This step's watchdog ended it (the work never would), naming the task.
     const std::string what = e.what();
+    EXPECT_NE(what.find("(`timeout` 0.5 s)"), std::string::npos) << what;
     EXPECT_NE(what.find("running F c1 m0"), std::string::npos) << what;
   }
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
 
 struct Failing final : PendingWork {
