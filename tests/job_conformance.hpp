@@ -16,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "dist/job.hpp"
+#include "expect_error.hpp"
 
 namespace rrfp::test {
 
@@ -87,7 +88,8 @@ TEST_P(JobConformance, ExchangeSwapsBytesAmongItsPeersAlone) {
   on_every_rank([&](int r, Job& job) {
     try {
       if (r % kP == 1) {
-        EXPECT_THROW(job.exchange({}, backwards), InputError);
+        EXPECT_ERROR(job.exchange({}, backwards), InputError,
+                     "`peers`: endpoints in ascending order between 0 and 3, got 1 at place 1");
         job.exchange({}, peers);
       } else {
         got[r] = job.exchange(bytes_of_rank(r, 1u << 20), peers);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "expect_error.hpp"
 #include "train/run.hpp"
 #include "train_helpers.hpp"
 #include "train_job.hpp"
@@ -78,10 +79,12 @@ TEST(TrainJob, FullLayoutMatchesTheSingleReplicaRun) {
 }
 
 TEST(TrainJob, BadLayoutsAreRefused) {
-  EXPECT_THROW(train_local_job(3, 1, [] { return base(2, 4); }), InputError);
+  EXPECT_ERROR(train_local_job(3, 1, [] { return base(2, 4); }), InputError,
+               "a local job of 3 ranks: the layout `pp` 2 x `tp` 1 x `dp` 1 needs 2 ranks");
   TrainOptions o = base(2, 4);
   o.dp = 2;
-  EXPECT_THROW(Trainer{o}, InputError);  // DP needs a job
+  EXPECT_ERROR(Trainer{o}, InputError,
+               "`dp`: data-parallel replicas run as processes");  // DP needs a job
 }
 
 // `rrfp train` over a job, long enough to cross what happens every few steps (durations.csv

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
+#include "expect_error.hpp"
 #include "train/trainer.hpp"
 #include "train_helpers.hpp"
 
@@ -83,7 +84,8 @@ TEST(TrainTp, ShardsAreCutFromTheWholeInitialization) {
   Trainer ref(options(1, TpProtocol::Leader, "1f1b", false));
   Trainer tp(options(2, TpProtocol::Leader, "1f1b", false));
   EXPECT_EQ(max_diff(tp, ref, 2), 0.0);
-  EXPECT_THROW(Trainer(options(3, TpProtocol::Leader, "1f1b", false)), InputError);  // 4 heads
+  EXPECT_ERROR(Trainer(options(3, TpProtocol::Leader, "1f1b", false)), InputError,
+               "`tp`: 3 does not divide `heads` 4");  // 4 heads
 }
 
 // Stage 1's TP rank 1 holds each B's output back 15 ms, so stage 0's rank 1 gets every
