@@ -104,15 +104,21 @@ echo "bad layout: exit 2, one line"
 # Bad training input must stop every rank with one line: an unwritable --out (rank 0 writes
 # the outputs) and a checkpoint to resume that is not there (every rank reads it).
 if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
-  for args in "--out /proc/rrfp-out" \
-    "--resume $(dirname "$log")/no-such-checkpoint.bin --out $(dirname "$log")/rrfp-mpi-out"; do
+  # Each case: "the message|the arguments".
+  ckpt=$(dirname "$log")/no-such-checkpoint.bin
+  for case in "--out: cannot write to directory '/proc/rrfp-out'|--out /proc/rrfp-out" \
+    "--resume: '$ckpt' does not exist|--resume $ckpt --out $(dirname "$log")/rrfp-mpi-out"; do
+    want=${case%%|*} args=${case#*|}
+    # shellcheck disable=SC2086
     timeout 60 "$here/mpirun.sh" 2 "$rrfp" train --transport mpi --pp 2 --steps 1 $args \
       $marker >"$log" 2>&1
     rc=$?
     [ $rc -eq 2 ] || { cat "$log"; fail "train $args: mpirun exited $rc, not 2"; }
     [ "$(grep -c 'rrfp: error: ' "$log")" -eq 1 ] ||
       { cat "$log"; fail "train $args: not exactly one error line"; }
-    echo "train $args: exit 2, one line"
+    grep -qF -- "rrfp: error: $want" "$log" ||
+      { cat "$log"; fail "train $args: the error line does not say \"$want\""; }
+    echo "train $args: exit 2, one line: $want"
   done
   # Ctrl-C or a batch system's SIGTERM reaches mpirun, which passes SIGTERM to every process:
   # each finishes the step it is in (they agree on the last one), writes its outputs and exits.
