@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
 # Bad input to the CLI: exit code 2 and exactly one line on stderr naming the problem; never a
-# crash. Usage: cli_bad_input.sh PATH/TO/rrfp
+# crash. Usage: cli_bad_input.sh PATH/TO/rrfp [ON|OFF: whether the build has LibTorch]
 set -u
 rrfp=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
+# The training checks run where this build has LibTorch. The build says whether it has
+# (RRFP_TORCH, the second argument) and rrfp must agree: a build whose rrfp-train is missing
+# fails here instead of skipping those checks.
+torch=${2:-}
+# (Captured, not piped into grep: under pipefail rrfp's exit 2 would fail the pipeline.)
+said=$("$rrfp" train --steps 0 2>&1)
+case $said in *"no LibTorch"*) trains=OFF ;; *) trains=ON ;; esac
+if [ -n "$torch" ] && [ "$torch" != "$trains" ]; then
+  echo "FAIL: the build has RRFP_TORCH=$torch, but rrfp train says training is $trains:"
+  echo "$said"
+  exit 1
+fi
 check() {  # check "expected substring" args...
   local want=$1; shift
   "$rrfp" "$@" >"$tmp/out" 2>"$tmp/err"
@@ -70,7 +82,7 @@ check "--idle-spin-us: Value 10001 not in range 0 to 10000" run --idle-spin-us 1
 check "unknown hint 'nope'" run --hint nope
 check "--policy fixed: needs a list hint" run --hint bf --policy fixed
 # Training (only when this build has LibTorch).
-if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
+if [ "$trains" = ON ]; then
   mkdir -p "$tmp/empty"
   check "--data: '/nonexistent' is not a directory" train --data /nonexistent --out "$tmp/o"
   check "--data: '$tmp/empty' holds no document" train --data "$tmp/empty" --out "$tmp/o"
@@ -428,7 +440,7 @@ for args in "--json -" ""; do
 done
 # Training's own files in --out: a FIFO there ends the run (exit 1) in a line, at once; a second
 # run on a folder in use is refused (exit 2).
-if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
+if [ "$trains" = ON ]; then
   small=(--steps 2 --pp 2 -m 2 --d-model 16 --layers 2 --heads 2 --eval-every 0)
   for f in loss.csv checkpoint.bin.tmp; do
     rm -rf "$tmp/fo" && mkdir "$tmp/fo" && mkfifo "$tmp/fo/$f"

@@ -4,13 +4,24 @@
 # the first rank to time out waits for and from whom (below); a rank stopped during start-up or
 # shutdown ends it within the start-up deadline (10 s), the others naming the MPI call they
 # waited in. mpirun exits non-zero and no rrfp process is left behind.
-# Usage: mpi_failure.sh path/to/rrfp
+# Usage: mpi_failure.sh path/to/rrfp [ON|OFF: whether the build has LibTorch]
 set -uo pipefail
 rrfp=$1
 here=$(cd "$(dirname "$0")" && pwd)
 fail() { echo "FAIL: $*"; exit 1; }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+# The training checks run where this build has LibTorch. The build says whether it has
+# (RRFP_TORCH, the second argument) and rrfp must agree: a build whose rrfp-train is missing
+# fails here instead of skipping those checks.
+torch=${2:-}
+# (Captured, not piped into grep: under pipefail rrfp's exit 2 would fail the pipeline.)
+said=$("$rrfp" train --steps 0 2>&1)
+case $said in *"no LibTorch"*) trains=OFF ;; *) trains=ON ;; esac
+if [ -n "$torch" ] && [ "$torch" != "$trains" ]; then
+  echo "$said"
+  fail "the build has RRFP_TORCH=$torch, but rrfp train says training is $trains"
+fi
 marker="--seed 4242"  # tells this test's processes apart from anything else running
 
 # The rrfp process of MPI rank $1 (Open MPI puts the rank in each process's environment).
