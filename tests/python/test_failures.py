@@ -3,7 +3,6 @@
 import os
 import signal
 import threading
-import time
 
 import pytest
 import torch
@@ -65,11 +64,10 @@ def test_a_stalled_stage_is_a_timeout_naming_the_running_task():
 
     pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4, timeout=0.3, delay_fn=delay)
     xs, ys = lm.batches(4)
-    t = time.monotonic()
-    with pytest.raises(TimeoutError, match=r"no progress .*running F c1 m1"):
+    # The watchdog's TimeoutError, naming the task, shows what ended the step. (Python code
+    # cannot be interrupted: the step ends when the running task returns.)
+    with pytest.raises(TimeoutError, match=r"no progress .*\(`timeout` 0.3 s\).*running F c1 m1"):
         pipe.step(xs, ys)
-    # Python code cannot be interrupted: the step ends when the running task returns.
-    assert time.monotonic() - t < 10
 
 
 def test_wrong_outputs_are_stage_errors():
@@ -148,15 +146,21 @@ def test_wrong_numbers_of_chunks_and_microbatches_are_value_errors():
 
 def test_ctrl_c_stops_a_step_cleanly():
     chunks = lm.chunks(2)
-    pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=8,
-                         delay_fn=lambda s, k, c, m: 0.2)
+    started = []  # each task as it starts (delay_fn runs first in every task)
+
+    def delay(stage, kind, chunk, mb):
+        started.append((stage, kind, mb))
+        return 0.2
+
+    pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=8, delay_fn=delay)
     xs, ys = lm.batches(8)
     before = grads(chunks)
     threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
-    t = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         pipe.step(xs, ys)
-    assert time.monotonic() - t < 2.0  # not the ~3.2 s the step takes
+    # The step stopped: of its 32 tasks (2 stages x 8 microbatches x F and B, 0.2 s each, ~3.2 s
+    # in all) not all started. A Ctrl-C seen only once the step ended would let all 32 start.
+    assert len(started) < 32, started
     assert same(before, grads(chunks))
     pipe.step(xs, ys)
 
@@ -198,11 +202,10 @@ def test_a_step_from_inside_a_task_fails_that_task_at_once():
     pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, delay_fn=reenter,
                          timeout=5)
     holder["pipe"] = pipe
-    t0 = time.monotonic()
+    # The task's own StageError, not the watchdog's TimeoutError, ended the step.
     with pytest.raises(rrfp.StageError, match="stage 1: task F c1 m2 failed") as e:
         pipe.step(*lm.batches(4))
     assert isinstance(e.value.__cause__, RuntimeError)
-    assert time.monotonic() - t0 < 4
 
 
 def test_batches_that_do_not_split_evenly_or_match_are_refused():
@@ -281,7 +284,6 @@ def test_a_process_group_that_never_forms_fails_within_the_timeout():
     # is reported within the pipeline's timeout (torch's default kept it waiting 30 minutes).
     import subprocess
     import sys
-    import time
     import socket
     with socket.socket() as s:  # a port nothing listens on (a taken one fails otherwise)
         s.bind(("127.0.0.1", 0))
@@ -292,13 +294,12 @@ def test_a_process_group_that_never_forms_fails_within_the_timeout():
     env.pop("TORCHELASTIC_RUN_ID", None)
     code = ("import rrfp, lm\n"
             "rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, timeout=2)\n")
-    start = time.monotonic()
+    # subprocess.run's timeout bounds a hang; the message shows the 2 s join timeout ended it.
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=120, cwd=os.path.dirname(os.path.abspath(__file__)))
     assert done.returncode != 0
     assert "transport c10d: the 2 processes of the job did not all join within 2 s" in \
         done.stderr, done.stderr[-2000:]
-    assert time.monotonic() - start < 60
 
 
 def test_a_pause_between_steps_longer_than_the_timeout_is_no_failure():
