@@ -5,9 +5,9 @@ to rrfp.Pipeline, which runs their forward and backward tasks with ready-set dis
 are the bytes of the text files in --data (by default Debian's licence texts).
 
     PYTHONPATH=build/python /usr/bin/python3 examples/transformer_lm.py --pp 2 --steps 200
-    mpirun -np 2 /usr/bin/python3 examples/transformer_lm.py --transport mpi
-    torchrun --nproc_per_node 2 --redirects 1 --tee 1 examples/transformer_lm.py --transport c10d
-    mpirun -np 4 /usr/bin/python3 examples/transformer_lm.py --transport mpi --tie-embeddings
+    mpirun -np 2 /usr/bin/python3 examples/transformer_lm.py
+    torchrun --nproc_per_node 2 --redirects 1 --tee 1 examples/transformer_lm.py
+    mpirun -np 4 /usr/bin/python3 examples/transformer_lm.py --pp 4 --tie-embeddings
     python3 examples/transformer_lm.py --device cuda --d-model 1024 --layers 8 --seq 512
 
 On a GPU (--device cuda) every stage has a CUDA stream of its own in one process, and a task
@@ -112,7 +112,8 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--hint", default="bf")
     ap.add_argument("--policy", default="ready")
-    ap.add_argument("--transport", default="inproc", choices=["inproc", "mpi", "c10d"])
+    ap.add_argument("--transport", default=None, choices=["inproc", "mpi", "c10d"],
+                    help="default: by the launcher (mpirun: mpi, torchrun: c10d, else inproc)")
     ap.add_argument("--data", default="/usr/share/common-licenses")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the CPU)")
@@ -133,7 +134,7 @@ def main():
     data = corpus(args.data)
     g = torch.Generator().manual_seed(args.seed)
     m, rows, t = args.microbatches, args.rows, args.seq
-    speak = pipe.rank == pipe.pp - 1 or args.transport == "inproc"  # the loss lives there
+    speak = pipe.rank == 0  # every process gets the step's loss and record
     start = time.perf_counter()
     for step in range(1, args.steps + 1):
         at = torch.randint(0, len(data) - t - 1, (m * rows,), generator=g)
@@ -146,7 +147,7 @@ def main():
             tok = step * m * rows * t / (time.perf_counter() - start)
             print(f"step {step}/{args.steps}  loss {loss.item() / m:.3f}  {tok:.0f} tok/s  "
                   f"bubble {100 * pipe.last_step.bubble:.1f}%", flush=True)
-    if pipe.rank == 0 and args.transport != "c10d":
+    if speak:
         print(pipe.last_step.table())
 
 

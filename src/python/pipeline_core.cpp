@@ -74,7 +74,10 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
       o.transport, {TransportKind::Inproc, TransportKind::Mpi, TransportKind::C10d});
   if (tr == TransportKind::C10d && !o.group)
     throw InputError("`group`: transport c10d needs a torch.distributed process group");
-  if (o.dp < 1 || (o.dp > 1 && tr == TransportKind::Inproc))
+  if (o.dp < 1)
+    throw InputError("`dp`: must be at least 1 (one replica: no data parallelism), got " +
+                     std::to_string(o.dp));
+  if (o.dp > 1 && tr == TransportKind::Inproc)
     throw InputError("`dp`: data-parallel replicas need `transport` mpi or c10d (got dp " +
                      std::to_string(o.dp) + ")");
   if (tr == TransportKind::C10d && (o.dp > 1) != static_cast<bool>(o.dp_group))

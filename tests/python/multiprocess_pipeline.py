@@ -205,6 +205,11 @@ import mp_scaler  # noqa: E402
 
 mp_scaler.run(pp, dp, m, transport)
 
+# The caller's own dist.send / dist.recv on the default group, between steps (torchrun).
+import mp_user_p2p  # noqa: E402
+
+mp_user_p2p.run(pp, dp, m, transport)
+
 # A chunk refused where it is built (a lazy parameter, in the last stage's process alone) is
 # told to every process, which raises too, where the others waited in the next collective.
 def lazy_last(i):
@@ -225,14 +230,16 @@ print(f"rank {job_rank()}: a chunk refused on one process, every process told", 
 # Launch detection: with no transport= the pipeline takes the launcher's (mpirun: mpi,
 # torchrun: c10d) and runs the same step; a process count that is not pp * dp is refused before
 # any process waits on another.
-auto = rrfp.Pipeline(lambda i: lm.chunks(pp)[i], lm.loss_fn, pp=pp, microbatches=m, dp=dp,
-                     timeout=60)
+# Its loss_fn gives shape (1,), which the loss keeps on every process (the others got shape ()).
+auto = rrfp.Pipeline(lambda i: lm.chunks(pp)[i], lambda y, t: lm.loss_fn(y, t).reshape(1),
+                     pp=pp, microbatches=m, dp=dp, timeout=60)
 assert auto.stages == [auto.rank % pp], (auto.rank, auto.stages)
 ref_chunks, ref_losses = lm.run_reference(pp, 1, m, replicas=dp)
 xs, ys = lm.batches(m, seed=0 if dp == 1 else auto.replica)
 loss = auto.step(xs, ys)
+assert loss.shape == (1,), f"rank {auto.rank}: a loss of shape {tuple(loss.shape)}"
 if auto.replica == 0:
-    assert torch.equal(loss, ref_losses[0]), (loss, ref_losses[0])
+    assert torch.equal(loss, ref_losses[0].reshape(1)), (loss, ref_losses[0])
 refused(lambda: rrfp.Pipeline(lambda i: lm.chunks(2 * pp)[i], lm.loss_fn, pp=2 * pp, dp=dp,
                               microbatches=m),
         "a launcher with too few processes",

@@ -144,6 +144,25 @@ def test_wrong_numbers_of_chunks_and_microbatches_are_value_errors():
         pipe.step(xs, ys)
 
 
+def test_zero_replicas_or_w_cap_are_value_errors():
+    with pytest.raises(ValueError, match=r"`dp`: must be at least 1 \(one replica"):
+        rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, dp=0)
+    with pytest.raises(ValueError, match="max_pending_w: must be a whole number of at least 1"):
+        rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, max_pending_w=0)
+
+
+def test_a_tuple_batch_is_refused_not_read_as_microbatches():
+    # (x, mask), as torch.distributed.pipelining's step takes a batch of several tensors: with
+    # microbatches=2 it ran x as microbatch 0 and mask as microbatch 1, without a word.
+    pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2)
+    x = torch.randint(0, 64, (4, 8))
+    with pytest.raises(TypeError, match=r"inputs: got a tuple; give a list of 2 microbatches"):
+        pipe.step((x, x.clone()), [x[:2], x[2:]])
+    with pytest.raises(TypeError, match=r"targets: got a tuple.*tensor_split\(2\)"):
+        pipe.step([x[:2], x[2:]], (x[:2], x[2:]))
+    pipe.step([x[:2], x[2:]], [x[:2], x[2:]])  # a list: fine
+
+
 def test_ctrl_c_stops_a_step_cleanly():
     chunks = lm.chunks(2)
     started = []  # each task as it starts (delay_fn runs first in every task)

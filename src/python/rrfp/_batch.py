@@ -37,7 +37,14 @@ def refuse_grad_outside(found, name, instead):
 
 
 def split(batch, m, name):
-    if isinstance(batch, (list, tuple)):
+    if isinstance(batch, tuple):
+        # torch.distributed.pipelining's step(x, mask) splits each tensor; a list here is the
+        # microbatches. A tuple of M was read as M microbatches, so (x, mask) with M = 2 ran x
+        # and mask as two microbatches without a word.
+        raise TypeError(f"{name}: got a tuple; give a list of {m} microbatches (each may be a "
+                        "tuple), or one tensor to split evenly. A batch of several tensors, "
+                        f"split: list(zip(*(t.tensor_split({m}) for t in (x, mask))))")
+    if isinstance(batch, list):
         if len(batch) != m:
             raise ValueError(f"{name}: expected {m} microbatches, got {len(batch)}")
         return list(batch)

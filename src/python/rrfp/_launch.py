@@ -174,19 +174,22 @@ def group_ranks(dist, group):
 
 
 def _host_group(dist, group):
-    """The pipeline's messages and collectives move host memory, which Gloo carries and NCCL
-    does not (it takes CUDA tensors alone): a default group of another backend, such as a GPU
-    job's NCCL group, gets a Gloo group over the same ranks for the pipeline's own use, which
-    every process makes (as new_group requires); the caller's group stays as it was. A subgroup
-    of another backend is refused: the processes outside it would not make the new group."""
-    if dist.get_backend(group) == "gloo":
-        return group
-    if group is not dist.group.WORLD:
+    """The pipeline's own group over `group`'s ranks. The default group gets a new Gloo group
+    over the same ranks, which every process makes (as new_group requires): the pipeline's
+    messages keep receives posted on its group between steps, which took the caller's own
+    point-to-point messages of the default group (a dist.recv then waited for ever), and its
+    messages move host memory, which Gloo carries and NCCL does not (it takes CUDA tensors
+    alone). A Gloo subgroup is used as it is: the processes outside it would not make a new
+    one (the docs ask for a group of the pipeline's own). A subgroup of another backend is
+    refused, for the same reason."""
+    if group is dist.group.WORLD:
+        return dist.new_group(group_ranks(dist, group), backend="gloo")
+    if dist.get_backend(group) != "gloo":
         # new_group needs every process of the job, and only this group's build the pipeline.
         raise ValueError(f"group: a {dist.get_backend(group)} group other than the default one; "
                          "the pipeline's messages are host bytes, which it sends over Gloo: pass "
                          "a Gloo group (torch.distributed.new_group(ranks, backend='gloo'))")
-    return dist.new_group(group_ranks(dist, group), backend="gloo")
+    return group
 
 
 def refuse_data_parallel_wrappers(c, module):

@@ -5,7 +5,7 @@ import threading
 
 import torch
 
-from . import _rrfp, checkpoint
+from . import _rrfp, _saving, checkpoint
 from ._batch import check_before_step, refuse_grad_outside, refuse_split_against_list, \
     split as split_batch
 from ._caller import CallerState
@@ -26,12 +26,6 @@ from .record import StepRecord
 StageError = _rrfp.StageError
 
 
-# How save() tells the other processes that rank 0 could not write the manifest.
-_NO_MANIFEST = "save: process 0 could not write the manifest of"
-_SEED_STEP = "rrfp_seed_step"  # in a checkpoint's extras: the steps run, for seed=
-_SCALER = "rrfp_grad_scaler"  # and the GradScaler's state, for a pipeline that has one
-
-
 class Pipeline:
     """Pipelines a model's chunks over `pp` stages with readiness-first dispatch.
 
@@ -46,6 +40,7 @@ class Pipeline:
         Split, B computes only the chunk's input gradient and keeps the graph; W computes the
         parameter gradients from it later.
     limit: back-pressure on activations in flight per stage (None: the hint's own peak).
+    max_pending_w: split backward, the most W tasks a stage may defer (None: pp).
     timeout: seconds without progress before a step fails with TimeoutError (0: never).
     transport: "inproc" (every stage a thread of this process), "mpi" (one stage per process
         of an `mpirun -np pp*dp python script.py` job) or "c10d" (one stage per rank of a
@@ -118,6 +113,10 @@ class Pipeline:
                              f"{ordered_forwards!r}")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ValueError(f"limit: must be a whole number of at least 1 or None, got {limit!r}")
+        if max_pending_w is not None and (not isinstance(max_pending_w, int) or
+                                          max_pending_w < 1):  # 0 meant the default, unsaid
+            raise ValueError("max_pending_w: must be a whole number of at least 1 or None, got "
+                             f"{max_pending_w!r}")
         if transport is None:
             transport = launched_transport(pp, dp, group)
         dp_group = None
@@ -237,56 +236,7 @@ class Pipeline:
         replica 0 writes. Returns once the checkpoint is complete; a save that fails on any
         process (a full disk, a dead process, the manifest) raises on every one and leaves the
         folder's previous checkpoint whole."""
-        checkpoint.refuse_not_optimizer("save", optimizer)
-        self._refresh_ties()  # a tie's replaced copy is named as the tie
-        token = self._save_token()
-        writes = self.replica == 0
-
-        def write():
-            if writes:
-                kept = {_SEED_STEP: self._data.seed_step}
-                if self._data.scaler is not None:
-                    kept[_SCALER] = self._data.scaler.state_dict()
-                checkpoint.write_part(path, self.rank, self.chunks, optimizer,
-                                      dict(extra, **kept), self._canonical(), token)
-
-        where = str(path).replace("{", "{{").replace("}", "}}")
-        try:
-            # Every part is in place once this returns (its gather follows every write).
-            agreed(self._core, write, f"save: process(es) {{bad}} could not write their part "
-                   f"of '{where}'; its previous checkpoint is kept")
-        except BaseException:
-            if writes:
-                checkpoint.discard_part(path, self.rank, token)
-            raise
-        unwritten = []  # rank 0: its manifest write failed, the previous one stands
-
-        def commit():
-            if self.rank == 0:
-                try:
-                    checkpoint.write_manifest(path, token, self._core.world // self._dp)
-                except BaseException:
-                    unwritten.append(True)
-                    raise
-        try:  # the commit, told to every process: none returns before the manifest is there
-            agreed(self._core, commit, _NO_MANIFEST + f" '{where}'; its previous checkpoint is "
-                   "kept")
-        except BaseException as e:
-            # Known unwritten (rank 0's own failure, told to the others): this save's parts go.
-            # A process lost in the gather may be lost after rank 0 wrote it: they stay, as the
-            # manifest may name them (the next save removes them if it does not).
-            if writes and (unwritten or str(e).startswith(_NO_MANIFEST)):
-                checkpoint.discard_part(path, self.rank, token)
-            raise
-        if self.rank == 0:  # what the manifest does not name: a load reads none of it
-            checkpoint.remove_other_parts(path, token)
-
-    def _save_token(self):
-        """One token for the save on every process: rank 0's."""
-        token = checkpoint.new_token() if self.rank == 0 else 0
-        if self._core.world > 1:
-            token = int(self._core.all_gather([float(token)])[0][0])
-        return token
+        _saving.save(self, path, optimizer, extra)
 
     def load(self, path, optimizer=None):
         """Loads a checkpoint that save() wrote on any layout cutting the model into the same
@@ -295,29 +245,7 @@ class Pipeline:
         Training on from it is bitwise training on without the stop. Every process of a job
         calls it; one that cannot load (a missing folder, a missing entry) is told to every
         other, which raises too."""
-        checkpoint.refuse_not_optimizer("load", optimizer)
-        self._refresh_ties()
-        extra = agreed(self._core, lambda: self._load_here(path, optimizer),
-                       "load: process(es) {bad} could not load the checkpoint; their own errors "
-                       "say why")
-        if self._ties is not None:  # each copy loaded its own entry: the first's values win
-            self._ties.copy_first()
-        return extra
-
-    def _load_here(self, path, optimizer):
-        model, optim, extra = checkpoint.load_parts(path)
-        extra = dict(extra or {})
-        if _SEED_STEP in extra:  # a seeded pipeline goes on drawing as it would have
-            self._data.seed_step = extra.pop(_SEED_STEP)
-        scaler_state = extra.pop(_SCALER, None)  # a pipeline without a scaler ignores it
-        if scaler_state and self._data.scaler is not None and self._data.scaler.is_enabled():
-            self._data.scaler.load_state_dict(scaler_state)
-        self.load_state_dict(model)
-        if optimizer is not None:
-            if optim is None:
-                raise KeyError(f"checkpoint '{path}': it holds no optimizer state")
-            checkpoint.load_optimizer_state(self.chunks, optimizer, optim, self._canonical())
-        return extra
+        return _saving.load(self, path, optimizer)
 
     def _canonical(self):
         return self._ties.canonical if self._ties else {}
@@ -484,15 +412,19 @@ class Pipeline:
 
     def _replica_loss(self, total):
         """The step's loss on every process of the replica: the process running the last chunk
-        has it; one all-gather of (dtype, value) carries it to the others, exactly (a double
-        holds every float32, float16 and bfloat16 value)."""
+        has it; one all-gather of (dtype, value, shape) carries it to the others, exactly (a
+        double holds every float32, float16 and bfloat16 value; a loss of shape (1,) stays so)."""
         if self._core.world == 1:
             return total
-        mine = [] if total is None else [float(EXACT_IN_DOUBLE.index(total.dtype)), float(total)]
+        mine = [] if total is None else \
+            [float(EXACT_IN_DOUBLE.index(total.dtype)), float(total)] + [float(n) for n in
+                                                                         total.shape]
         every = self._core.all_gather(mine)
         if total is not None:
             return total
         # The process of the stage that runs the last chunk (stage 0 under "vshape").
-        code, value = every[self.replica * self.pp + self._core.stage_of(self._core.chunks - 1)]
-        return torch.tensor(value, dtype=EXACT_IN_DOUBLE[int(code)])
+        code, value, *shape = every[self.replica * self.pp +
+                                    self._core.stage_of(self._core.chunks - 1)]
+        return torch.tensor(value, dtype=EXACT_IN_DOUBLE[int(code)]).reshape(
+            [int(n) for n in shape])
 
