@@ -21,10 +21,11 @@ struct TaskRecord {
   TaskId task;
   int stage = 0, rank = 0;
   std::int64_t start = 0, compute_end = 0, end = 0;  // end: the group's collective finished
-  // What the message carrying its output took (0: none or not known): traces keep it, so a
-  // trace replays to the very same step. The simulator sets it; for the runtime,
-  // send_times_from_arrivals derives it from the consumer's input_at.
-  std::int64_t send_ns = 0;
+  // What the message carrying its output to another stage took (-1: none, or not known; 0 is
+  // a message that took no time): traces keep it, so a trace replays to the very same step.
+  // The simulator sets it; for the runtime, send_times_from_arrivals derives it from the
+  // consumer's input_at.
+  std::int64_t send_ns = -1;
   // Runtime: when the input it received from another stage arrived (-1: none, or the input
   // came from its own stage).
   std::int64_t input_at = -1;

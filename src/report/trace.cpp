@@ -50,7 +50,7 @@ void write_chrome_trace(const std::string& path, const std::vector<ReportRun>& r
     for (const auto& t : r.result.tasks) {
       const std::string kind(1, kind_char(t.task.kind));
       nlohmann::json args = {{"kind", kind}, {"chunk", t.task.chunk}, {"microbatch", t.task.mb}};
-      if (t.send_ns > 0) args["send_us"] = t.send_ns / 1e3;
+      if (t.send_ns >= 0) args["send_us"] = t.send_ns / 1e3;
       // A measured step: when its input from another stage arrived. From there to its start the
       // rank was busy, or (idle) waking and dispatching.
       if (t.input_at >= 0) args["input_us"] = t.input_at / 1e3;

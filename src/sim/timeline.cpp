@@ -320,7 +320,7 @@ Timeline timeline_of(const StepRecord& r) {
   for (const TaskRecord& x : r.tasks)
     t.tasks.push_back({x.task, x.rank, static_cast<double>(x.start) / 1e3,
                        static_cast<double>(x.compute_end - x.start) / 1e3,
-                       x.send_ns > 0 ? static_cast<double>(x.send_ns) / 1e3 : -1.0});
+                       x.send_ns >= 0 ? static_cast<double>(x.send_ns) / 1e3 : -1.0});
   return t;
 }
 
