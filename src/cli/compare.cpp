@@ -29,6 +29,7 @@ std::vector<std::size_t> calibration_sizes(const Scenario& sc) {
 }
 
 std::string error_cell(double measured, double model) {
+  if (!(model > 0)) return "      -";  // a modelled step of no time: no relative error
   return fmt("  %+5.1f%%", 100 * (measured - model) / model);
 }
 

@@ -136,12 +136,15 @@ void add_workload_flags(CLI::App* app, WorkloadFlags& f) {
          "preset: uniform, language, multimodal, jitter:J0..J3, straggler, paper-comm, paper")
       ->capture_default_str();
   app->add_option("--workload-file", f.workload_file, "JSON overriding any workload parameter");
-  app->add_option(
+  auto* replay = app->add_option(
       "--replay", f.replay,
       "measured durations: a CSV (stage,chunk,microbatch,kind,duration_us[,tp_rank][,send_us]) "
       "or a Chrome trace (.json, .json.gz, or a directory of one per rank) from rrfp's --trace, "
       "the PyTorch profiler or Megatron-LM's timers (docs/twin.md)");
   add_trace_flags(app, f.trace);
+  // How to read a replayed trace: alone, they were taken and ignored.
+  for (const char* flag : {"--trace-format", "--step", "--message-us"})
+    app->get_option(flag)->needs(replay);
   app->add_option("--seed", f.seed, "seed of every random duration")
       ->check(seed_value())
       ->capture_default_str();

@@ -100,7 +100,8 @@ void setup_train(CLI::App& app) {
   s->add_option("--seed", f->seed, "seed of the weights and the data order")
       ->check(seed_value())
       ->capture_default_str();
-  s->add_option("--eval-every", r.eval_every, "validation every N steps")->capture_default_str();
+  s->add_option("--eval-every", r.eval_every, "validation every N steps (0: at the last step only)")
+      ->capture_default_str();
   s->add_option("--eval-batches", r.eval_batches, "held-out batches per validation")
       ->capture_default_str();
   s->add_option("--out", r.out, "output directory")->capture_default_str();
@@ -136,6 +137,9 @@ void setup_train(CLI::App& app) {
   add_transport_flag(s, f->transport, {TransportKind::Inproc, TransportKind::Mpi},
                      "inproc (threads) or mpi (one process per rank: mpirun -np P*TP*DP)");
   s->callback([f, s] {
+    if (s->count("--max-images") && f->run.train.task != "image-text")
+      throw InputError("--max-images: images are the image-text task's; --task is " +
+                       f->run.train.task);
     if (f->run.train.device != "cpu") gpu_defaults(*s, *f);
     if (!g_runner) exec_trainer();  // checked here, run by rrfp-train
     g_runner(*f);

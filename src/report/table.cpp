@@ -77,8 +77,11 @@ std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& ru
       stage_peaks.push_back(s.peak_d);
     const std::string peaks = peak_d_column(stage_peaks);
     out += pad(r.label, lw) + "  " + lpad(fmt("%.2f", ms(m.makespan)), 11) + "  " +
-           lpad(fmt("%.3fx", base / static_cast<double>(m.makespan)), 7) + "  " +
-           lpad(fmt("%.1f%%", 100 * m.bubble_ratio), 6) + "  " +
+           // A step of no time (tasks of 0 us) is no faster or slower than another.
+           lpad(m.makespan > 0 && base > 0 ? fmt("%.3fx", base / static_cast<double>(m.makespan))
+                                           : "-",
+                7) +
+           "  " + lpad(fmt("%.1f%%", 100 * m.bubble_ratio), 6) + "  " +
            lpad(fmt("%.3f", m.efficiency), 10) + "  " + lpad(fmt("%.2f", ms(m.bound.value)), 14) +
            "  " + lpad(r.policy == "ready" ? std::to_string(m.limit) : "-", 5) + "  " + peaks +
            "\n";

@@ -73,6 +73,10 @@ void validate(const TrainOptions& o) {
     throw InputError(
         "`window`: more than 1 keeps a GPU's stream fed (`device` cuda); a CPU "
         "task is done when it returns");
+  if (!o.deterministic && !gpu)
+    throw InputError(
+        "`deterministic`: off trades a GPU's bitwise results for speed (`device` "
+        "cuda); the CPU's algorithms are deterministic");
   if (o.sm_partitions && !gpu)
     throw InputError("`sm_partitions`: SM partitions are a GPU's (`device` cuda)");
   if (o.sm_partitions && !partition_source())

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Bad input to `rrfp train`: exit code 2 and exactly one line on stderr naming the problem;
+# never a crash. Usage: cli_bad_train_input.sh PATH/TO/rrfp [ON|OFF: whether the build has
+# LibTorch]; without LibTorch (as the build and rrfp both say) there is nothing to check.
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/cli_check.sh"
+if [ "$trains" != ON ]; then
+  echo "cli bad-train-input checks: this build has no LibTorch"
+  exit 0
+fi
+mkdir -p "$tmp/empty"
+check "--data: '/nonexistent' is not a directory" train --data /nonexistent --out "$tmp/o"
+check "--data: '$tmp/empty' holds no document" train --data "$tmp/empty" --out "$tmp/o"
+check "fewer than the 8 pipeline chunks" train --vpp 2 --out "$tmp/o"
+check "--out: cannot write to directory '/proc/rrfp-out'" train --out /proc/rrfp-out
+check "--steps: must be at least 1" train --steps 0 --out "$tmp/o"
+check "--inject-jitter: expected jitter:J1" train --inject-jitter nope --out "$tmp/o"
+check "--completion: expected poll, spin or callback, got 'nope'" train --completion nope --out "$tmp/o"
+check "--completion: spin waits for a GPU's stream (--device cuda)" train --completion spin --out "$tmp/o"
+check "--window: more than 1 keeps a GPU's stream fed (--device cuda)" train --window 2 --out "$tmp/o"
+check "--max-len: 500 exceeds" train --max-len 500 --out "$tmp/o"
+check "--tp: 3 does not divide --heads 4" train --tp 3 --out "$tmp/o"
+check "--dp: data-parallel replicas run as processes" train --dp 2 --out "$tmp/o"
+check "--transport: unknown transport 'tcp'" train --transport tcp --out "$tmp/o"
+mkdir -p "$tmp/huge" && truncate -s 2G "$tmp/huge/a.txt"
+check "hold 2.0 GiB; the corpus is kept in memory and may hold at most 1.0 GiB" train --data "$tmp/huge" --out "$tmp/o"
+check "--resume: '/dev/zero' is not a regular file" train --resume /dev/zero --out "$tmp/o"
+check "--max-seq: must be between 1 and 1048576, got 2147483647" train --max-seq 2147483647 --out "$tmp/o"
+check "for weights, gradients and optimizer state; this machine has" train --d-model 60000 --out "$tmp/o"
+check "--max-images 60: a sample can have 899 tokens, more than --max-seq 128" train --task image-text --max-images 60 --out "$tmp/o"
+check "--seed: must not be negative" train --seed -3 --out "$tmp/o"
+truncate -s 1G "$tmp/ckpt.bin"
+check "is read for --resume" train --resume "$tmp/ckpt.bin" --out "$tmp/o"
+# A checkpoint at step 2 resumed with --steps 1: one line (the warning that --steps differs
+# came first and made it two).
+small=(--d-model 16 --heads 2 --layers 4 --max-seq 32 --max-len 32 --min-len 8 --eval-every 0)
+"$rrfp" train "${small[@]}" --steps 2 --save-every 2 --out "$tmp/ck2" >/dev/null 2>&1
+check "--resume: the checkpoint is already at step 2 of --steps 1" train "${small[@]}" \
+  --steps 1 --resume "$tmp/ck2/checkpoint.bin" --out "$tmp/ck2"
+# A fresh run into that folder would write its logs beside the earlier run's checkpoint, and
+# a resume from it would splice the two runs' steps in one log.
+check "--out: '$tmp/ck2' holds checkpoint.bin of an earlier run; pass --resume" \
+  train "${small[@]}" --steps 2 --out "$tmp/ck2"
+check "--lr: must be in (0, 1000], got nan" train --lr nan --out "$tmp/o"
+check "--lr: must be in (0, 1000], got 1e+300" train --lr 1e300 --out "$tmp/o"
+check "--weight-decay: must be in [0, 1000], got 1e+300" train --weight-decay 1e300 --out "$tmp/o"
+check "--clip: must be a finite number of at least 0, got -1" train --clip -1 --out "$tmp/o"
+check "--eval-every and --eval-batches: must be at least 0 and 1" train --eval-batches 0 --out "$tmp/o"
+check "--limit: must be at least 1, got -2" train --limit -2 --out "$tmp/o"
+check "--policy: unknown policy 'both'" train --policy both --out "$tmp/o"
+# Flags that would be taken and ignored: images in the text task, the GPU's deterministic
+# switch on the CPU (the other CUDA-only flags were refused already).
+check "--max-images: images are the image-text task's; --task is text" train --max-images 2 --out "$tmp/o"
+check "--deterministic: off trades a GPU's bitwise results for speed (--device cuda)" train --deterministic off --out "$tmp/o"
+# Training's own files in --out: a FIFO there ends the run (exit 1) in a line, at once; a second
+# run on a folder in use is refused (exit 2).
+small=(--steps 2 --pp 2 -m 2 --d-model 16 --layers 2 --heads 2 --eval-every 0)
+for f in loss.csv checkpoint.bin.tmp; do
+  rm -rf "$tmp/fo" && mkdir "$tmp/fo" && mkfifo "$tmp/fo/$f"
+  timeout 60 "$rrfp" train "${small[@]}" --save-every 1 --out "$tmp/fo" >/dev/null 2>"$tmp/fo.err"
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "$f' is a FIFO with no reader" "$tmp/fo.err" ||
+    { echo "FAIL: train with $f a FIFO -> rc=$rc"; cat "$tmp/fo.err"; fails=$((fails + 1)); }
+done
+rm -rf "$tmp/lk" && mkdir "$tmp/lk"
+"$rrfp" train --steps 100000 --pp 2 -m 2 --d-model 16 --layers 2 --heads 2 --eval-every 0 \
+  --out "$tmp/lk" >/dev/null 2>&1 &
+first=$!
+for _ in $(seq 100); do [ -s "$tmp/lk/loss.csv" ] && break; sleep 0.1; done
+check "--out: '$tmp/lk' is in use by another rrfp train" train "${small[@]}" --out "$tmp/lk"
+kill -9 $first
+wait $first 2>/dev/null
+# A directory where the run writes a file at its end: refused before the steps (the run
+# trained every step first, then failed naming --trace, a flag train does not have).
+rm -rf "$tmp/od" && mkdir -p "$tmp/od/trace.json"
+check "--out: '$tmp/od/trace.json' is a directory, not a file" train "${small[@]}" --out "$tmp/od"
+[ ! -e "$tmp/od/loss.csv" ] || { echo "FAIL: a step ran before the refusal"; fails=$((fails + 1)); }
+echo "cli bad-train-input checks: $fails failed"
+[ "$fails" -eq 0 ]
