@@ -114,9 +114,9 @@ def c10d_groups(group, pp, dp, timeout=0.0):
         if not dist.is_initialized():
             _init_default_group(dist, timeout)
         group = dist.group.WORLD
-    group = _host_group(dist, group)
     if dp == 1:
-        return group, None
+        return _host_group(dist, group), None
+    _refuse_subgroup_of_another_backend(dist, group)  # the subgroups below are Gloo's anyway
     world = dist.get_world_size(group)
     if world != pp * dp:
         raise ValueError(f"dp: {world} processes are not pp * dp = {pp} * {dp}")
@@ -184,12 +184,16 @@ def _host_group(dist, group):
     refused, for the same reason."""
     if group is dist.group.WORLD:
         return dist.new_group(group_ranks(dist, group), backend="gloo")
-    if dist.get_backend(group) != "gloo":
+    _refuse_subgroup_of_another_backend(dist, group)
+    return group
+
+
+def _refuse_subgroup_of_another_backend(dist, group):
+    if group is not dist.group.WORLD and dist.get_backend(group) != "gloo":
         # new_group needs every process of the job, and only this group's build the pipeline.
         raise ValueError(f"group: a {dist.get_backend(group)} group other than the default one; "
                          "the pipeline's messages are host bytes, which it sends over Gloo: pass "
                          "a Gloo group (torch.distributed.new_group(ranks, backend='gloo'))")
-    return group
 
 
 def refuse_data_parallel_wrappers(c, module):
