@@ -305,84 +305,10 @@ if dp == 1:
     structures("an LSTM's (output, (h, c))", test_pytree.lstm_lm, hint="bfw", split_backward="on")
     structures("a dict with an attention mask", test_pytree.masked, hint="bf")
 
-# Checkpoints across layouts: the processes (a process per stage, V = 2) train 3 steps of AdamW
-# and save; rank 0 loads the folder into one process with every chunk a stage of its own
-# (threads) and trains 3 more: bitwise the 6 uninterrupted steps of a plain loop. With dp > 1
-# replica 0 writes and every replica must hold the same values.
-import tempfile  # noqa: E402
+# Checkpoints across layouts, and a save that fails on one process (mp_checkpoint.py).
+import mp_checkpoint  # noqa: E402
 
-n = 2 * pp
-folder = os.path.join(tempfile.gettempdir(), f"rrfp-ckpt-{transport}-{dp}-{os.getppid()}")
-
-
-def adamw(modules):
-    return torch.optim.AdamW([p for c in modules for p in c.parameters()], lr=0.01)
-
-
-def train_steps(chunks, step_fn, opt, first, count, replica=0):
-    for s in range(first, first + count):
-        for c in chunks:
-            for p in c.parameters():
-                p.grad = None
-        xs, ys = lm.batches(m, seed=s * 100 + replica)
-        step_fn(xs, ys)
-        opt.step()
-
-
-ckpt = rrfp.Pipeline(lambda i: lm.chunks(n)[i], lm.loss_fn, pp=pp, vpp=2, microbatches=m,
-                     transport=transport, dp=dp, timeout=60)
-opt = adamw(ckpt.chunks.values())
-train_steps(list(ckpt.chunks.values()), ckpt.step, opt, 0, 3, ckpt.replica)
-ckpt.save(folder, opt, step=3)
-if ckpt.rank == 0:  # replica 0 wrote one part per stage
-    import json  # noqa: E402
-
-    with open(os.path.join(folder, "manifest.json")) as f:
-        token = json.load(f)["token"]
-    assert sorted(os.listdir(folder)) == sorted(
-        ["manifest.json"] + [rrfp.checkpoint.part_name(r, token) for r in range(pp)]), \
-        os.listdir(folder)
-# A save that fails on one process (rank 1's disk full as it writes its part) raises on every
-# process and leaves the folder's checkpoint of step 3 whole, which the threads below resume
-# from bitwise (the parts of two saves were left mixed and loaded silently).
-if pp > 1:
-    ckpt._core.all_gather([])  # rank 0 has listed the folder
-    before = sorted(os.listdir(folder))
-    write = rrfp.checkpoint._write_file
-    if ckpt.rank == 1:
-        import errno  # noqa: E402
-
-        def full(path, data):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        rrfp.checkpoint._write_file = full
-    try:
-        ckpt.save(folder, opt, step=4)
-    except (OSError, RuntimeError) as e:
-        assert ("No space left" if ckpt.rank == 1 else "could not write their part") in str(e), e
-    else:
-        raise AssertionError(f"rank {ckpt.rank}: a save that failed on rank 1 went on")
-    rrfp.checkpoint._write_file = write
-    ckpt._core.all_gather([])  # every process has cleaned up
-    if ckpt.rank == 0:
-        assert sorted(os.listdir(folder)) == before, os.listdir(folder)
-if ckpt.rank == 0 and dp == 1:
-    ref = lm.chunks(n)
-    ref_opt = adamw(ref)
-    train_steps(ref, lambda xs, ys: lm.reference_step(ref, xs, ys), ref_opt, 0, 6)
-    again = lm.chunks(n, seed=99)
-    threads = rrfp.Pipeline(again, lm.loss_fn, pp=n, microbatches=m, transport="inproc",
-                            timeout=60)
-    opt2 = adamw(again)
-    assert threads.load(folder, opt2) == {"step": 3}
-    train_steps(again, threads.step, opt2, 3, 3)
-    for c in range(n):
-        for (pn, p), q in zip(ref[c].named_parameters(), again[c].parameters()):
-            assert torch.equal(p, q), f"checkpoint: chunk {c} {pn} differs"
-    print(f"rank 0: saved by {pp} processes (V=2), resumed in {n} threads, bitwise", flush=True)
-if ckpt.rank == 0:
-    import shutil  # noqa: E402
-
-    shutil.rmtree(folder, ignore_errors=True)
+mp_checkpoint.run(pp, dp, m, transport)
 
 # Tied input/output embeddings under DP x PP: with placement "vshape" the first and the last
 # chunk share stage 0, so the tie stays in one process; each replica sums its uses' gradients,
