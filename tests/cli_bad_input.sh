@@ -273,6 +273,9 @@ for flags in "--policy fixed --hint 1f1b" "--hint bf --comm blocking"; do
   [ -n "$a" ] && [ "$a" = "$b" ] ||
     { echo "FAIL: ${tp[*]}: simulated $a, replayed $b"; fails=$((fails + 1)); }
 done
+# A flag given twice (after a shared set of flags, say) is named, in words (CLI11 said "At Most
+# 1 required but received 2").
+check "--pp: given 2 times; it takes one value, so give it once" simulate --pp 2 --pp 3
 # How to read a replayed trace, without one: taken and ignored, it is refused.
 check "--step requires --replay" simulate --pp 2 -m 4 --step 1
 check "--message-us requires --replay" simulate --pp 2 -m 4 --message-us 5

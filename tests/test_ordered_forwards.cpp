@@ -63,7 +63,9 @@ TEST(OrderedForwards, AListThatRunsForwardsOutOfOrderIsRefused) {
     validate_hint(h, m, "test");
     ADD_FAILURE() << "accepted";
   } catch (const HintError& e) {
-    EXPECT_NE(std::string(e.what()).find("waits at F c0 m1 for F c0 m0"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("waits at F c0 m1 for F c0 m0 (`ordered_forwards`: "
+                                         "each chunk's forwards in microbatch order)"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_NO_THROW(validate_hint(h, WorkModel(config(2, 3)), "test"));

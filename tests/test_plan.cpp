@@ -200,10 +200,10 @@ TEST(Plan, ExactRefusesWhatItCannotEnumerate) {
   WorkModel m(config(2, 2));
   const RealizedWork w2 = realize(workload_preset("language"), m, 2, 1);
   EXPECT_ERROR(exact_schedule(make_problem(m, w2, CommMode::Async, TpProtocol::Leader, 0, 0), {}),
-               InputError, "plan --exact: needs --tp 1");
+               InputError, "`exact`: needs `tp` 1");
   const RealizedWork w = realize(workload_preset("language"), m, 1, 1);
   EXPECT_ERROR(exact_schedule(make_problem(m, w, CommMode::Blocking, TpProtocol::Leader, 0, 0), {}),
-               InputError, "plan --exact: needs --comm async");
+               InputError, "`exact`: needs `comm` async");
   EXPECT_ERROR(make_problem(m, w, CommMode::Async, TpProtocol::Leader, -1, 0), InputError,
                "`limit`: must be at least 1, got -1");
 }

@@ -47,6 +47,15 @@ std::string not_converted(CLI::App& app, const std::string& what) {
          (sub == &app ? std::string() : sub->get_name() + " ") + "--help` gives its range)";
 }
 
+// CLI11's "--pp: At Most 1 required but received 2" for a flag given twice, in words.
+std::string given_twice(const std::string& what) {
+  const std::string says = ": At Most 1 required but received ";
+  const auto at = what.find(says);
+  if (at == std::string::npos) return what;
+  return what.substr(0, at) + ": given " + what.substr(at + says.size()) +
+         " times; it takes one value, so give it once";
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
@@ -75,8 +84,10 @@ int cli_main(int argc, char** argv) {
       print_line("rrfp: error: " + no_command(app, argc, argv));
       return 2;
     }
-    print_line("rrfp: error: " + (e.get_name() == "ConversionError" ? not_converted(app, e.what())
-                                                                    : std::string(e.what())));
+    const std::string name = e.get_name();
+    print_line("rrfp: error: " + (name == "ConversionError"    ? not_converted(app, e.what())
+                                  : name == "ArgumentMismatch" ? given_twice(e.what())
+                                                               : std::string(e.what())));
     return 2;
   } catch (const InputError& e) {
     print_input_error(e);

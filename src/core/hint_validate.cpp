@@ -77,7 +77,10 @@ void validate_hint(const ListHint& h, const WorkModel& m, const std::string& ori
     int n = m.deps(t, d);
     std::string wait;
     for (int i = 0; i < n; ++i)
-      if (!done[m.index(d[i].task)]) wait = to_string(d[i].task);
+      if (!done[m.index(d[i].task)])
+        wait =
+            to_string(d[i].task) +
+            (d[i].order ? " (`ordered_forwards`: each chunk's forwards in microbatch order)" : "");
     stuck += (stuck.empty() ? "" : "; ") + std::string("stage ") + std::to_string(s) +
              " waits at " + to_string(t) + " for " + wait;
     if (stuck.size() > 400) break;

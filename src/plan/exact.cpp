@@ -24,7 +24,7 @@ class BranchAndBound {
  public:
   BranchAndBound(const PlanProblem& p, const ExactOptions& opt)
       : p_(p), m_(p.m()), opt_(opt), g_(make_graph(p.m(), p.w())), t0_(Clock::now()) {
-    if (auto why = exact_unsupported(p); !why.empty()) throw InputError("plan --exact: " + why);
+    if (auto why = exact_unsupported(p); !why.empty()) throw InputError("`exact`: " + why);
     done_.assign(g_.n, 0);
     end_.assign(g_.n, 0);
     head_.assign(g_.n, 0);
@@ -210,8 +210,8 @@ class BranchAndBound {
 }  // namespace
 
 std::string exact_unsupported(const PlanProblem& p) {
-  if (p.w().tp != 1) return "needs --tp 1";
-  if (p.comm != CommMode::Async) return "needs --comm async";
+  if (p.w().tp != 1) return "needs `tp` 1";
+  if (p.comm != CommMode::Async) return "needs `comm` async";
   for (int j = 0; j < p.m().num_tasks(); ++j)
     if (p.w().compute(0, j) + p.w().collective_ns <= 0)
       return "task " + to_string(p.m().task(j)) +
