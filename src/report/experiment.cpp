@@ -82,7 +82,8 @@ void check_spec(const Scenario& sc, const RunSpec& spec) {
 
 RealizedWork realized_work(const Scenario& sc, const WorkModel& m) {
   if (sc.replay_path.empty()) return realize(sc.workload, m, sc.tp, sc.seed);
-  RealizedWork work = read_replay_file(sc.replay_path, m, sc.tp, sc.trace);
+  bool coordination_measured = false;
+  RealizedWork work = read_replay_file(sc.replay_path, m, sc.tp, sc.trace, &coordination_measured);
   // A jitter preset on top of a replay disturbs the measured durations (predictions for
   // `rrfp train --inject-jitter`).
   if (sc.workload.jitter.p > 0) apply_jitter(work, m, sc.workload.jitter, sc.seed);
@@ -90,7 +91,10 @@ RealizedWork realized_work(const Scenario& sc, const WorkModel& m) {
     // A trace of rrfp's own measured its collective (ImportedRun::collective_measured): kept.
     if (work.collective_ns == 0)
       work.collective_ns = static_cast<std::int64_t>(sc.workload.tp_collective_us * 1000);
-    work.coord_ns = static_cast<std::int64_t>(sc.workload.coord_latency_us * 1000);
+    // Likewise its coordination (ImportedRun::coordination_measured): a simulated step's
+    // replays with the latency it was simulated with, not the --workload preset's.
+    if (!coordination_measured)
+      work.coord_ns = static_cast<std::int64_t>(sc.workload.coord_latency_us * 1000);
   }
   return work;
 }

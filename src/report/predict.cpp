@@ -10,12 +10,14 @@ namespace rrfp {
 
 namespace {
 
-ReportRun simulate_run(const WorkModel& m, const Hint& hint, const RealizedWork& w, Policy policy,
+ReportRun simulate_run(const WorkModel& m, const Hint& hint, const ImportedRun& in, Policy policy,
                        int limit, const std::string& label, CommMode comm) {
+  const RealizedWork& w = in.work;
   SimOptions opt;
   opt.arbiter.policy = policy;
   opt.arbiter.limit = limit;
   opt.comm = comm;
+  opt.tp_protocol = in.tp_protocol;
   opt.record = true;
   ReportRun r;
   r.label = label;
@@ -91,7 +93,7 @@ Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
   p.neutral_limit = std::max(1, *std::max_element(peaks.begin(), peaks.end()));
   p.measured = measured_run(m, imported, recorded, o.recorded_comm);
   try {
-    p.replayed = simulate_run(m, recorded, imported.work, Policy::Fixed, 0, "recorded order (twin)",
+    p.replayed = simulate_run(m, recorded, imported, Policy::Fixed, 0, "recorded order (twin)",
                               o.recorded_comm);
   } catch (const DeadlockError&) {
     if (o.recorded_comm != CommMode::Blocking) throw;
@@ -113,7 +115,7 @@ Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
         if (limit == limits.front()) p.skipped.push_back(e.what());
         continue;
       }
-      p.runs.push_back(simulate_run(m, h, imported.work, Policy::Ready, limit,
+      p.runs.push_back(simulate_run(m, h, imported, Policy::Ready, limit,
                                     "ready " + name + " @" + std::to_string(limit),
                                     CommMode::Async));
     }

@@ -19,8 +19,11 @@ std::string replay_csv(const WorkModel& m, const std::vector<std::pair<int, Real
 RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int tp,
                               const std::string& origin, int step = -1);
 // A CSV, or a trace (sim/trace_import.hpp: .json, .json.gz or a directory) read with `trace`.
+// `coordination_measured`, when given: whether the file measured the TP coordination's latency
+// (work.coord_ns: rrfp's own traces; a CSV never does).
 RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int tp,
-                              const TraceOptions& trace = {});
+                              const TraceOptions& trace = {},
+                              bool* coordination_measured = nullptr);
 // The step a replay CSV of several steps replays by default, its last; -1: it holds one step.
 int replay_csv_last_step(const std::string& path);
 // Whether the replay at `path` was recorded with the split backward (it holds W tasks): what

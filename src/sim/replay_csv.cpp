@@ -241,8 +241,13 @@ std::string replay_csv(const WorkModel& m, const std::vector<std::pair<int, Real
 }
 
 RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int tp,
-                              const TraceOptions& trace) {
-  if (is_trace_path(path)) return import_trace(path, m, tp, trace).work;
+                              const TraceOptions& trace, bool* coordination_measured) {
+  if (coordination_measured) *coordination_measured = false;
+  if (is_trace_path(path)) {
+    ImportedRun run = import_trace(path, m, tp, trace);
+    if (coordination_measured) *coordination_measured = run.coordination_measured;
+    return std::move(run.work);
+  }
   return parse_replay_csv(read_input_file(path, kReplayFile), m, tp, path, trace.step);
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/hint.hpp"
+#include "core/modes.hpp"
 #include "core/record.hpp"
 #include "sim/workload.hpp"
 
@@ -38,6 +39,9 @@ struct Timeline {
   // False when each rank's clock starts on its own (the legacy PyTorch exporter): build_run
   // then aligns neighbouring stages by their messages.
   bool clocks_aligned = true;
+  // The shortest of its "blocked: tp coordination" spans (rrfp's own, agree: a rank's round of
+  // proposals), -1: none recorded.
+  double coordination_us = -1;
   std::vector<TimelineTask> tasks;
   std::vector<TimelineRecv> recvs;
 };
@@ -56,6 +60,13 @@ struct ImportedRun {
   // rank's compute end to its last rank's leaving the collective, the mean over tasks. False:
   // the trace does not say (TP = 1, no "blocked: collective" spans).
   bool collective_measured = false;
+  // The TP coordination's latency (work.coord_ns), measured: agree's shortest round, or the
+  // leader's choice, the least lag of a follower's start behind its leader's. False: the trace
+  // does not say (TP = 1, or ranks that start tasks before their leader: no coordination).
+  bool coordination_measured = false;
+  // How its TP groups coordinated: agree where the trace records rounds (agree's spans), else
+  // leader, the runtime's default.
+  TpProtocol tp_protocol = TpProtocol::Leader;
   bool has_w = false;  // that step recorded W tasks (a split backward)
 };
 

@@ -99,11 +99,18 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       if (!e.is_object() || e.value("ph", "") != "X") continue;
       const auto pid = e.find("pid");
       const auto args = e.find("args");
-      if (pid == e.end() || !pid->is_number_integer() || args == e.end() || !args->is_object() ||
-          !args->contains("kind"))
-        continue;  // blocked spans and other events
+      if (pid == e.end() || !pid->is_number_integer()) continue;
       auto at = where_of_pid.find(pid->get<long long>());
       if (at == where_of_pid.end()) continue;
+      if (e.value("name", "") == "blocked: tp coordination") {
+        const auto dur = e.find("dur");
+        double& c = runs[at->second.first].coordination_us;
+        if (dur != e.end() && dur->is_number() && dur->get<double>() >= 0)
+          c = c < 0 ? dur->get<double>() : std::min(c, dur->get<double>());
+        continue;
+      }
+      if (args == e.end() || !args->is_object() || !args->contains("kind"))
+        continue;  // other blocked spans and events
       const std::string where = d.origin + ": event " + std::to_string(n);
       const std::string k = args->value("kind", "");
       if (k != "F" && k != "B" && k != "W")
