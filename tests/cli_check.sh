@@ -5,18 +5,9 @@ rrfp=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
-# The training checks run where this build has LibTorch. The build says whether it has
-# (RRFP_TORCH, the second argument) and rrfp must agree: a build whose rrfp-train is missing
-# fails here instead of skipping those checks.
+# The training checks run where this build has LibTorch (train_gate.sh).
 torch=${2:-}
-# (Captured, not piped into grep: under pipefail rrfp's exit 2 would fail the pipeline.)
-said=$("$rrfp" train --steps 0 2>&1)
-case $said in *"no LibTorch"*) trains=OFF ;; *) trains=ON ;; esac
-if [ -n "$torch" ] && [ "$torch" != "$trains" ]; then
-  echo "FAIL: the build has RRFP_TORCH=$torch, but rrfp train says training is $trains:"
-  echo "$said"
-  exit 1
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/train_gate.sh"
 check() {  # check "expected substring" args...
   local want=$1; shift
   "$rrfp" "$@" >"$tmp/out" 2>"$tmp/err"

@@ -11,17 +11,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 fail() { echo "FAIL: $*"; exit 1; }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-# The training checks run where this build has LibTorch. The build says whether it has
-# (RRFP_TORCH, the second argument) and rrfp must agree: a build whose rrfp-train is missing
-# fails here instead of skipping those checks.
+# The training checks run where this build has LibTorch (train_gate.sh).
 torch=${2:-}
-# (Captured, not piped into grep: under pipefail rrfp's exit 2 would fail the pipeline.)
-said=$("$rrfp" train --steps 0 2>&1)
-case $said in *"no LibTorch"*) trains=OFF ;; *) trains=ON ;; esac
-if [ -n "$torch" ] && [ "$torch" != "$trains" ]; then
-  echo "$said"
-  fail "the build has RRFP_TORCH=$torch, but rrfp train says training is $trains"
-fi
+source "$here/train_gate.sh"
 marker="--seed 4242"  # tells this test's processes apart from anything else running
 
 # The rrfp process of MPI rank $1 (Open MPI puts the rank in each process's environment).
