@@ -18,6 +18,7 @@
 #include "runtime/runtime.hpp"
 #include "train/device.hpp"
 #include "train/trainer.hpp"
+#include "train_cases.hpp"
 #include "train_helpers.hpp"
 #ifdef RRFP_HAVE_GPU
 #include "gpu/notify.hpp"
@@ -34,14 +35,6 @@ namespace {
   if (!torch::cuda::is_available())                                                 \
   GTEST_SKIP() << "no CUDA here (this LibTorch has none, or this machine no GPU): " \
                   "scripts/gpu-check.sh runs this on a GPU"
-
-struct Case {
-  const char* name;
-  int pp, vpp;
-  std::string hint;
-  Policy policy;
-  bool split;
-};
 
 TrainOptions options(const Case& c, const std::string& dtype, std::uint64_t delay_seed,
                      const std::string& device = "cuda") {

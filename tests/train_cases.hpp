@@ -1,6 +1,7 @@
 #pragma once
-// The schedules the training tests run a small model under (test_train.cpp) and the options of
-// one (test_train.cpp, test_train_checkpoint.cpp): one hint, policy, P, V and split each.
+// The schedules the training tests run a small model under (test_train.cpp, on a GPU
+// test_train_cuda.cpp) and the options of one on the CPU (test_train.cpp,
+// test_train_checkpoint.cpp): one hint, policy, P, V and split each.
 #include <cstdint>
 #include <memory>
 #include <string>

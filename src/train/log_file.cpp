@@ -42,12 +42,11 @@ std::string row_of(const std::vector<std::string>& fields) {
 }  // namespace
 
 LogFile::LogFile(const std::string& path, const std::string& header, int resume_step,
-                 const RowFill& fill)
+                 const std::optional<std::string>& earlier, const RowFill& fill)
     : path_(path) {
-  std::error_code ec;
-  const bool continuing = resume_step >= 0 && std::filesystem::is_regular_file(path, ec);
+  const bool continuing = resume_step >= 0 && earlier;
   if (continuing) {
-    const std::string old = read_input_file(path, kLogInput);
+    const std::string& old = *earlier;
     std::string kept;
     std::size_t at = 0;
     for (bool first = true; at < old.size(); first = false) {
@@ -119,10 +118,11 @@ void plot_rows(const std::vector<std::string>& rows, PlotSeries& loss, PlotSerie
 namespace {
 
 // The fields of the log's row of `step` (its last, should there be several); none without the
-// file or the row.
-std::optional<std::vector<std::string>> row_of_step(const std::string& path, int step) {
-  if (!std::filesystem::is_regular_file(path)) return std::nullopt;
-  const std::string text = read_input_file(path, kLogInput);
+// log or the row.
+std::optional<std::vector<std::string>> row_of_step(const std::optional<std::string>& log,
+                                                    int step) {
+  if (!log) return std::nullopt;
+  const std::string& text = *log;
   const std::string prefix = std::to_string(step) + ",";
   std::optional<std::vector<std::string>> row;
   for (std::size_t at = 0; at < text.size();) {
@@ -136,14 +136,21 @@ std::optional<std::vector<std::string>> row_of_step(const std::string& path, int
 
 }  // namespace
 
-bool log_field_empty(const std::string& path, int step, int column) {
-  const auto row = row_of_step(path, step);
+std::optional<std::string> read_log(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
+  return read_input_file(path, kLogInput);
+}
+
+bool log_field_empty(const std::optional<std::string>& text, int step, int column) {
+  const auto row = row_of_step(text, step);
   return row && column < static_cast<int>(row->size()) && (*row)[column].empty();
 }
 
-void refuse_another_runs_log(const std::string& path, int step, double loss) {
-  if (!std::filesystem::is_regular_file(path)) return;
-  const auto row = row_of_step(path, step);
+void refuse_another_runs_log(const std::string& path, const std::optional<std::string>& text,
+                             int step, double loss) {
+  if (!text) return;
+  const auto row = row_of_step(text, step);
   const std::string want = fmt("%.5f", loss), got = row && row->size() > 1 ? (*row)[1] : "";
   if (got == want) return;
   throw InputError("`out`: '" + path + "' is another run's log: " +

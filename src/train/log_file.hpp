@@ -2,6 +2,7 @@
 // A log written a line at a time and flushed after each, so that a run that is stopped (a
 // signal, a crash, a full disk) keeps every line it finished: OUT/loss.csv.
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,13 +19,13 @@ struct RowFill {
 
 class LogFile {
  public:
-  // Starts `path` afresh with `header`; or, with `resume_step` >= 0 and the file there,
-  // continues it after dropping the rows of steps past `resume_step` (a run that died after
-  // its last checkpoint logged steps the resumed run does again). A row starts with its step.
-  // Throws Error naming the path when it cannot be written. `fill`: a kept row's empty field
-  // given its value (a validation a stop left out, done by the resumed run).
+  // Starts `path` afresh with `header`; or, with `resume_step` >= 0 and `earlier` the file's
+  // text (read_log), continues it after dropping the rows of steps past `resume_step` (a run
+  // that died after its last checkpoint logged steps the resumed run does again). A row starts
+  // with its step. Throws Error naming the path when it cannot be written. `fill`: a kept
+  // row's empty field given its value (a validation a stop left out, done by the resumed run).
   LogFile(const std::string& path, const std::string& header, int resume_step,
-          const RowFill& fill = {});
+          const std::optional<std::string>& earlier, const RowFill& fill = {});
   ~LogFile();
   LogFile(const LogFile&) = delete;
   LogFile& operator=(const LogFile&) = delete;
@@ -45,13 +46,18 @@ class LogFile {
 // loss.svg showed only the steps since the resume.
 void plot_rows(const std::vector<std::string>& rows, PlotSeries& loss, PlotSeries& val);
 
-// Whether the log at `path` has a row of `step` whose `column` (0-based) is empty.
-bool log_field_empty(const std::string& path, int step, int column);
+// The text of the log at `path` as a resume finds it, read once for what follows (nullopt: no
+// file there); bounded in size and line length.
+std::optional<std::string> read_log(const std::string& path);
 
-// A resumed run continues the log at `path` (if there is one): it must be the log of the
-// checkpoint's run, whose row for `step` holds the loss the checkpoint recorded (as "%.5f").
+// Whether the log's text has a row of `step` whose `column` (0-based) is empty.
+bool log_field_empty(const std::optional<std::string>& text, int step, int column);
+
+// A resumed run continues the log at `path` (`text`, if there is one): it must be the log of
+// the checkpoint's run, whose row for `step` holds the loss the checkpoint recorded (as "%.5f").
 // Throws InputError naming the file otherwise: another run's log was continued, its rows and
 // the resumed run's spliced into one file without a word.
-void refuse_another_runs_log(const std::string& path, int step, double loss);
+void refuse_another_runs_log(const std::string& path, const std::optional<std::string>& text,
+                             int step, double loss);
 
 }  // namespace rrfp::train

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <iostream>
 #include <numeric>
+#include <optional>
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
@@ -111,9 +112,11 @@ class Run {
     std::vector<std::string> differences;
     if (!o_.resume.empty()) differences = trainer_.resume(o_.resume);
     first_ = trainer_.steps_done();
-    on_root_agreed([&] {
-      if (const auto loss = trainer_.last_loss(); first_ > 0 && loss)
-        refuse_another_runs_log(dir() + "loss.csv", first_, *loss);
+    on_root_agreed([&] {  // a resume's log, read once for its checks and its continuation
+      if (first_ == 0) return;
+      old_log_ = read_log(dir() + "loss.csv");
+      if (const auto loss = trainer_.last_loss())
+        refuse_another_runs_log(dir() + "loss.csv", old_log_, first_, *loss);
     });
     // Refused in one line: the warnings below would only add to it.
     if (first_ >= t_.steps)
@@ -133,7 +136,8 @@ class Run {
           dir() + "loss.csv",
           "step,loss,val_loss,lr,grad_norm,tokens,step_ms,pipeline_ms,bubble,gap_us_median,"
           "cpu_ms,gap_us_p99,wait_us_median,wait_ms",
-          first_ > 0 ? first_ : -1, fill);
+          first_ > 0 ? first_ : -1, old_log_, fill);
+    old_log_.reset();
     if (log_) plot_rows(log_->earlier_rows(), train_curve_, val_curve_);
     t_start_ = now_ns();
     if (!o_.quiet && first_ > 0)
@@ -315,7 +319,7 @@ class Run {
   // on every process, as the run would have (the same model and held-out batches).
   RowFill validation_left_out() {
     if (first_ == 0 || o_.eval_every == 0 || first_ % o_.eval_every != 0) return {};
-    double empty = root_ && log_field_empty(dir() + "loss.csv", first_, 2) ? 1 : 0;
+    double empty = root_ && log_field_empty(old_log_, first_, 2) ? 1 : 0;
     if (t_.job) empty = max_over_job(*t_.job, empty);
     if (empty == 0) return {};
     const auto v = trainer_.validation_loss(o_.eval_batches, o_.stop);
@@ -396,6 +400,7 @@ class Run {
   double h0_ = 0;
   const bool tty_ = isatty(STDOUT_FILENO);
   std::unique_ptr<LogFile> log_;
+  std::optional<std::string> old_log_;  // rank 0, resumed: the log it continues, until then
   std::int64_t t_start_ = 0;
   // This run validated (its plot may hold an earlier run's points: loss.svg after a resume).
   bool validated_ = false;
