@@ -33,13 +33,19 @@ def _refuse_srun(env):
             "transport='inproc' to run every stage as a thread of each task")
 
 
+def _other_count(started, pp, dp):
+    """The refusal of a launcher that `started` another number of processes than pp * dp."""
+    return ValueError(f"transport: {started}, but pp={pp} x dp={dp} needs {pp * dp}; start "
+                      f"{pp * dp}, or pass transport='inproc' to run every stage as a thread of "
+                      "each process")
+
+
 def launched_transport(pp, dp, group):
     """The transport that matches how this process was started: "mpi" under mpirun (Open MPI
     or MPICH), "c10d" under torchrun, in torch.distributed's environment of several processes
     or with a torch.distributed group, else "inproc".
     Refuses a launcher whose process count is not pp * dp (each process would otherwise run a
     whole pipeline of its own), and srun with several tasks."""
-    import os
     env = os.environ
     if group is not None:
         return "c10d"
@@ -47,21 +53,15 @@ def launched_transport(pp, dp, group):
         if key in env:
             world = int(env.get(count, "1"))
             if world != pp * dp:
-                raise ValueError(
-                    f"transport: {launcher} started {world} process(es), but pp={pp} x dp={dp} "
-                    f"needs {pp * dp}; start {pp * dp}, or pass transport='inproc' to run every "
-                    "stage as a thread of each process")
+                raise _other_count(f"{launcher} started {world} process(es)", pp, dp)
             return name
     # torch.distributed's environment set by another launcher than torchrun (a cluster's, by
     # hand): each process ran the whole pipeline in threads, N trainings where one was meant.
     world = env.get("WORLD_SIZE", "")
     if "MASTER_ADDR" in env and "RANK" in env and world.isdigit() and int(world) > 1:
         if int(world) != pp * dp:
-            raise ValueError(
-                f"transport: torch.distributed's environment (RANK, WORLD_SIZE, MASTER_ADDR) "
-                f"names {world} processes, but pp={pp} x dp={dp} needs {pp * dp}; start "
-                f"{pp * dp}, or pass transport='inproc' to run every stage as a thread of each "
-                "process")
+            raise _other_count("torch.distributed's environment (RANK, WORLD_SIZE, MASTER_ADDR) "
+                               f"names {world} processes", pp, dp)
         return "c10d"
     _refuse_srun(env)
     return "inproc"
