@@ -33,6 +33,16 @@ replayed=$(field s.json "j['runs'][0]['makespan_ms']")
 [ "$planned" = "$replayed" ] || fail "plan made $planned ms, its hint replays to $replayed ms"
 echo "ok: trace -> plan -> simulate --policy fixed: $planned ms both"
 
+# The best line says "optimal" only where the exact search proved it, with the exact line's
+# makespan; the heuristic alone proves nothing.
+"$rrfp" plan --pp 2 -m 3 --max-evaluations 40 --exact on >e.txt
+grep -q "^exact: .*optimal (proven)" e.txt || fail "plan --pp 2 -m 3 --exact on: not proven"
+best=$(sed -n 's/^best: *\([0-9.]*\) ms, optimal (proven by the exact search);.*/\1/p' e.txt)
+[ -n "$best" ] && grep -q "^exact: *$best ms" e.txt || fail "best line: $(grep '^best' e.txt)"
+"$rrfp" plan --pp 2 -m 3 --max-evaluations 40 --exact off >h.txt
+grep "^best:" h.txt | grep -q optimal && fail "the heuristic alone said optimal: $(grep '^best' h.txt)"
+echo "ok: plan's best line says optimal where the exact search proved it ($best ms)"
+
 # A hint that runs the backward whole (1f1b) on that trace: each W adds to its B, the work
 # the trace recorded (its task time) unchanged.
 "$rrfp" simulate --pp 4 -m 8 --replay t.json --hint 1f1b --policy fixed --json f.json >/dev/null
