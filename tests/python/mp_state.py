@@ -1,0 +1,117 @@
+"""What a stage keeps besides its parameters, with a process per stage; run by
+multiprocess_pipeline.py under mpirun and torchrun: forwards ordered over the job for a batch
+norm, seeded dropout, and data-parallel replicas that keep replica 0's parameters and buffers.
+Each ends bitwise where a plain loop ends."""
+import torch
+
+import rrfp
+
+
+def mse(y, t):
+    return ((y - t) ** 2).mean()
+
+
+# Ordered forwards, agreed over the job: a batch norm in the first chunk only (stage 0's
+# process) orders forwards on every process alike, and stage 0's running statistics end where
+# a plain loop's do under the adaptive hint, which reorders forwards by microbatch size.
+def stat_chunk(i):
+    torch.manual_seed(100 + i)
+    layers = [torch.nn.Linear(8, 8)] + ([torch.nn.BatchNorm1d(8)] if i == 0 else [])
+    return torch.nn.Sequential(*layers)
+
+
+def ordered_forwards(pp, dp, transport, g):
+    sizes = [3, 9, 4, 12]
+    sx = [torch.randn(k, 8, generator=g) for k in sizes]
+    sy = [torch.randn(k, 8, generator=g) for k in sizes]
+    spipe = rrfp.Pipeline(stat_chunk, mse, pp=pp, microbatches=4, hint="adaptive",
+                          transport=transport, dp=dp, timeout=60)
+    assert spipe.ordered_forwards, spipe.rank
+    spipe.step(sx, sy)
+    if 0 in spipe.stages:
+        ref0 = stat_chunk(0)
+        for x in sx:
+            ref0(x)
+        assert all(torch.equal(a, b) for a, b in zip(ref0.buffers(), spipe.chunks[0].buffers())), \
+            spipe.rank
+    print(f"rank {spipe.rank}: ordered forwards agreed over the job", flush=True)
+
+
+# seed=: dropout draws what a plain loop seeded with rrfp.task_seed draws, in every process.
+def drop_chunk(i):
+    torch.manual_seed(200 + i)
+    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.4))
+
+
+def seeded_dropout(pp, dp, transport, g):
+    dpipe = rrfp.Pipeline(drop_chunk, mse, pp=pp, microbatches=4, hint="bf",
+                          transport=transport, dp=dp, timeout=60, seed=99)
+    dx = [torch.randn(3, 8, generator=g) for _ in range(4)]
+    dy = [torch.randn(3, 8, generator=g) for _ in range(4)]
+    dpipe.step(dx, dy)
+    # Replica r's microbatch mb draws as microbatch r * 4 + mb of one pipeline; the replicas'
+    # sums are added in replica order (every replica trains on the same data here).
+    want = None
+    for r in range(dp):
+        dref = [drop_chunk(i) for i in range(pp)]
+        for mb, (x, y) in enumerate(zip(dx, dy)):
+            h = x
+            for c, chunk in enumerate(dref):
+                torch.manual_seed(rrfp.task_seed(99, 0, c, r * 4 + mb))
+                h = chunk(h)
+            mse(h, y).backward()
+        got = [[p.grad for p in ch.parameters()] for ch in dref]
+        want = got if want is None else [[a + b for a, b in zip(w, g)] for w, g in zip(want, got)]
+    for c, module in dpipe.chunks.items():
+        assert all(torch.equal(p.grad, b) for p, b in zip(module.parameters(), want[c])), \
+            (dpipe.rank, c)
+    print(f"rank {dpipe.rank}: seeded dropout across processes, bitwise", flush=True)
+
+
+# Data-parallel replicas keep replica 0's state, as under DDP: chunks built apart (a seed per
+# process) start from replica 0's parameters and buffers, and after a step every replica holds
+# the running statistics of replica 0's microbatches. Replicas used to train apart, and their
+# batch norms to give other evaluations.
+def bn_chunk(i, rank):
+    torch.manual_seed(300 + i + 1000 * rank)
+    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8))
+
+
+def bn_batches(r):
+    g = torch.Generator().manual_seed(50 + r)
+    return ([torch.randn(k, 8, generator=g) for k in (3, 5, 4, 6)],
+            [torch.randn(k, 8, generator=g) for k in (3, 5, 4, 6)])
+
+
+def replicas_keep_replica_0(pp, dp, transport, job_rank):
+    bpipe = rrfp.Pipeline(lambda i: bn_chunk(i, job_rank), mse, pp=pp, microbatches=4, hint="bf",
+                          transport=transport, dp=dp, timeout=60)
+    for c, module in bpipe.chunks.items():  # replica 0's process of chunk c is rank c
+        first = bn_chunk(c, c)
+        assert all(torch.equal(a, b) for a, b in zip(module.state_dict().values(),
+                                                     first.state_dict().values())), bpipe.rank
+    bpipe.step(*bn_batches(bpipe.replica))
+    want, stats = None, None
+    for r in range(dp):  # a plain loop over each replica's microbatches from replica 0's state
+        bref = [bn_chunk(i, i) for i in range(pp)]
+        for x, y in zip(*bn_batches(r)):
+            h = x
+            for chunk in bref:
+                h = chunk(h)
+            mse(h, y).backward()
+        got = [[p.grad for p in ch.parameters()] for ch in bref]
+        want = got if want is None else [[a + b for a, b in zip(w, g)] for w, g in zip(want, got)]
+        stats = stats or [list(ch.buffers()) for ch in bref]  # replica 0's
+    for c, module in bpipe.chunks.items():
+        assert all(torch.equal(p.grad, b) for p, b in zip(module.parameters(), want[c])), \
+            (bpipe.rank, c)
+        assert all(torch.equal(a, b) for a, b in zip(module.buffers(), stats[c])), (bpipe.rank, c)
+    print(f"rank {bpipe.rank}: replicas keep replica 0's parameters and buffers", flush=True)
+
+
+def run(pp, dp, transport, job_rank):
+    g = torch.Generator().manual_seed(7)  # one generator: the draws follow each other
+    ordered_forwards(pp, dp, transport, g)
+    seeded_dropout(pp, dp, transport, g)
+    if dp > 1:
+        replicas_keep_replica_0(pp, dp, transport, job_rank)
