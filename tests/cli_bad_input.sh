@@ -154,6 +154,7 @@ check "--exact: expected auto, on or off" plan --exact maybe
 check "--exact on: enumerates every order" plan --pp 2 -m 2 --entry in-order --exact on
 check "--entry: expected free or in-order" plan --entry sorted
 check "--exact on: needs --tp 1" plan --pp 2 -m 2 --tp 2 --exact on
+check "--exact-nodes: must not be negative, got -1" plan --exact-nodes -1
 check "--limit: must be at least 1" plan --limit -2
 plan_flags=(--pp 3 -m 6 --workload multimodal --seed 4 --split-backward on)
 "$rrfp" plan "${plan_flags[@]}" --max-evaluations 400 --exact off --out "$tmp/plan.json" --json - \

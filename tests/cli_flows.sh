@@ -43,6 +43,17 @@ best=$(sed -n 's/^best: *\([0-9.]*\) ms, optimal (proven by the exact search);.*
 grep "^best:" h.txt | grep -q optimal && fail "the heuristic alone said optimal: $(grep '^best' h.txt)"
 echo "ok: plan's best line says optimal where the exact search proved it ($best ms)"
 
+# An exact search stopped early names what stopped it: its node cap (at exactly that node),
+# or its budget; it said "not proven within the budget" when the cap had stopped it.
+"$rrfp" plan --pp 4 -m 8 --max-evaluations 40 --exact on --exact-nodes 5000 --json c.json >c.txt
+grep -q "^exact: .*not proven: stopped at its cap of 5000 nodes (--exact-nodes); 5000 nodes" c.txt ||
+  fail "node cap: $(grep '^exact' c.txt)"
+[ "$(field c.json "j['plan']['exact']['stopped_by']")" = "node cap" ] || fail "node cap in JSON"
+"$rrfp" plan --pp 4 -m 8 --max-evaluations 40 --exact on --exact-nodes 0 --exact-budget 0.2 >b.txt
+grep -q "^exact: .*not proven: stopped when its 0.2 s were spent (--exact-budget)" b.txt ||
+  fail "budget: $(grep '^exact' b.txt)"
+echo "ok: an unproven exact search names its node cap or its budget"
+
 # A hint that runs the backward whole (1f1b) on that trace: each W adds to its B, the work
 # the trace recorded (its task time) unchanged.
 "$rrfp" simulate --pp 4 -m 8 --replay t.json --hint 1f1b --policy fixed --json f.json >/dev/null

@@ -208,5 +208,26 @@ TEST(Plan, ExactRefusesWhatItCannotEnumerate) {
                "`limit`: must be at least 1, got -1");
 }
 
+// An unfinished search says what stopped it: its node cap at exactly that node (the same
+// result on any machine), or its time budget; a finished one, nothing.
+TEST(Plan, ExactSaysWhatStoppedIt) {
+  Solved s = setup({4, 8, false, "multimodal", 0, 1});  // far beyond a few hundred nodes
+  ExactOptions eo;
+  eo.max_nodes = 300;
+  eo.budget_s = 600;
+  const ExactResult capped = exact_schedule(s.problem, eo);
+  EXPECT_FALSE(capped.proven);
+  EXPECT_EQ(capped.stopped_by, ExactStop::NodeCap);
+  EXPECT_EQ(capped.nodes, 300);
+  eo.max_nodes = 0;  // no cap: the budget ends it
+  eo.budget_s = 0.01;
+  const ExactResult timed = exact_schedule(s.problem, eo);
+  EXPECT_FALSE(timed.proven);
+  EXPECT_EQ(timed.stopped_by, ExactStop::Budget);
+  const ExactResult done = solve_exactly(setup({2, 2, false, "language", 0, 1}).problem);
+  EXPECT_TRUE(done.proven);
+  EXPECT_EQ(done.stopped_by, ExactStop::None);
+}
+
 }  // namespace
 }  // namespace rrfp::test

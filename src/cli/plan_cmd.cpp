@@ -27,6 +27,7 @@ struct PlanFlags {
   std::string exact = "auto", out, json;
   double budget_s = 10, exact_budget_s = 60;
   std::int64_t max_evaluations = 0;
+  std::int64_t exact_nodes = 20'000'000;
   std::uint64_t search_seed = 1;
   std::string entry = "free";
 };
@@ -95,6 +96,7 @@ Planned search_both(const PlanFlags& f, const PlanProblem& p, bool ran_exact) {
   if (!ran_exact) return out;
   ExactOptions eo;
   eo.budget_s = f.exact_budget_s;
+  eo.max_nodes = f.exact_nodes;
   eo.upper = out.search.makespan;
   eo.stop = &stop_flag();
   if (tty)
@@ -105,6 +107,38 @@ Planned search_both(const PlanFlags& f, const PlanProblem& p, bool ran_exact) {
   out.exact = exact_schedule(p, eo);
   if (tty) std::fprintf(stderr, "\r\033[K");
   return out;
+}
+
+// What the exact search proved, or what stopped it first: its node cap and its budget are
+// both limits the user set (or took by default), and the line names the one that ended it.
+std::string exact_outcome(const PlanFlags& f, const ExactResult& e) {
+  switch (e.stopped_by) {
+    case ExactStop::None:
+      return "optimal (proven)";
+    case ExactStop::NodeCap:
+      return "not proven: stopped at its cap of " + std::to_string(f.exact_nodes) +
+             " nodes (--exact-nodes)";
+    case ExactStop::Budget:
+      return "not proven: stopped when its " + fmt("%g", f.exact_budget_s) +
+             " s were spent (--exact-budget)";
+    case ExactStop::Signal:
+      return "not proven: stopped by a signal";
+  }
+  return {};
+}
+
+nlohmann::json exact_stop_name(ExactStop s) {
+  switch (s) {
+    case ExactStop::None:
+      return nullptr;
+    case ExactStop::NodeCap:
+      return "node cap";
+    case ExactStop::Budget:
+      return "budget";
+    case ExactStop::Signal:
+      return "signal";
+  }
+  return nullptr;
 }
 
 // The best order as a run of the report, checked against what the search said it makes.
@@ -145,10 +179,10 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
     human << line("search: the budget was spent before %d start hints could be tried\n",
                   s.starts_skipped);
   if (best.ran_exact)
-    human << line(
-        "exact:  %.3f ms, %s; %lld nodes in %.1f s (root bound %.3f ms)\n", ms(best.exact.makespan),
-        best.exact.proven ? "optimal (proven)" : "not proven within the budget",
-        static_cast<long long>(best.exact.nodes), best.exact.seconds, ms(best.exact.root_bound));
+    human << line("exact:  %.3f ms, %s; %lld nodes in %.1f s (root bound %.3f ms)\n",
+                  ms(best.exact.makespan), exact_outcome(f, best.exact).c_str(),
+                  static_cast<long long>(best.exact.nodes), best.exact.seconds,
+                  ms(best.exact.root_bound));
   const std::int64_t makespan = best.makespan();
   // Where the exact search proved its order optimal, the gap to the bound is the bound's slack,
   // not room left for a better order: the line says which.
@@ -161,8 +195,8 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
           << " --policy fixed` with the same shape, workload and --comm flags reproduces it\n";
 }
 
-nlohmann::json plan_json(const Scenario& sc, const PlanProblem& p, const ReportRun& run,
-                         const Planned& best, std::int64_t bound) {
+nlohmann::json plan_json(const PlanFlags& f, const Scenario& sc, const PlanProblem& p,
+                         const ReportRun& run, const Planned& best, std::int64_t bound) {
   const SearchResult& s = best.search;
   nlohmann::json j = to_json(header_of(sc), {run});
   j["plan"] = {{"makespan_ms", ms(best.makespan())},
@@ -181,6 +215,8 @@ nlohmann::json plan_json(const Scenario& sc, const PlanProblem& p, const ReportR
   if (best.ran_exact)
     j["plan"]["exact"] = {{"makespan_ms", ms(best.exact.makespan)},
                           {"proven", best.exact.proven},
+                          {"stopped_by", exact_stop_name(best.exact.stopped_by)},  // null: proven
+                          {"max_nodes", f.exact_nodes},
                           {"nodes", best.exact.nodes},
                           {"seconds", best.exact.seconds}};
   return j;
@@ -219,7 +255,7 @@ void run_plan(const PlanFlags& f) {
   }
   if (f.json != "-") print_plan(std::cout, f, sc, p, best, bound);
   if (!f.json.empty()) {
-    nlohmann::json j = plan_json(sc, p, run, best, bound);
+    nlohmann::json j = plan_json(f, sc, p, run, best, bound);
     if (const int sig = stop.load()) j["plan"]["stopped_by"] = signal_name(sig);  // budget unspent
     const std::string text = j.dump(2) + "\n";
     if (f.json == "-")
@@ -259,6 +295,11 @@ void setup_plan(CLI::App& app) {
                   "exact search: auto (P <= 4, M <= 8, TP 1, async), on or off")
       ->capture_default_str();
   sub->add_option("--exact-budget", f->exact_budget_s, "seconds for the exact search")
+      ->capture_default_str();
+  sub->add_option("--exact-nodes", f->exact_nodes,
+                  "nodes the exact search visits at most (0: no cap; a cap stops at the same "
+                  "node on every machine)")
+      ->check(not_negative())
       ->capture_default_str();
   sub->add_option("--out", f->out, "write the best order as a hint file (.json or text)");
   sub->add_option("--json", f->json, "write the report as JSON to FILE ('-': stdout)");

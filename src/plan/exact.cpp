@@ -138,10 +138,17 @@ class BranchAndBound {
 
   void dfs(std::int64_t last_start, int last_stage, int last_task, int remaining) {
     if (aborted_) return;
+    if (opt_.max_nodes > 0 && res_.nodes == opt_.max_nodes) {  // at the very node: reproducible
+      res_.stopped_by = ExactStop::NodeCap;
+      aborted_ = true;
+      return;
+    }
     if ((++res_.nodes & 4095) == 0) {
-      if (res_.nodes >= opt_.max_nodes ||
-          std::chrono::duration<double>(Clock::now() - t0_).count() >= opt_.budget_s ||
-          (opt_.stop != nullptr && opt_.stop->load(std::memory_order_relaxed) != 0)) {
+      if (opt_.stop != nullptr && opt_.stop->load(std::memory_order_relaxed) != 0)
+        res_.stopped_by = ExactStop::Signal;
+      else if (std::chrono::duration<double>(Clock::now() - t0_).count() >= opt_.budget_s)
+        res_.stopped_by = ExactStop::Budget;
+      if (res_.stopped_by != ExactStop::None) {
         aborted_ = true;
         return;
       }

@@ -17,6 +17,8 @@
 namespace rrfp {
 
 struct ExactOptions {
+  // Nodes visited at most (0: no cap). Unlike the budget, the cap stops at the same node on
+  // every machine, so a result it stops is reproducible.
   std::int64_t max_nodes = 20'000'000;
   double budget_s = 60;
   // A known feasible makespan (0: none): the search looks only for something strictly better.
@@ -26,8 +28,12 @@ struct ExactOptions {
   const std::atomic<int>* stop = nullptr;
 };
 
+// Why an exact search ended before it had visited every order (None: it finished).
+enum class ExactStop { None, NodeCap, Budget, Signal };
+
 struct ExactResult {
-  bool proven = false;        // the search finished: `makespan` is the optimum
+  bool proven = false;  // the search finished: `makespan` is the optimum
+  ExactStop stopped_by = ExactStop::None;
   std::int64_t makespan = 0;  // the best found (or `upper` when nothing better exists)
   bool found = false;         // `order` holds a schedule (false: `upper` was already optimal)
   ListHint order;
