@@ -151,6 +151,14 @@ def test_zero_replicas_or_w_cap_are_value_errors():
         rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, max_pending_w=0)
 
 
+def test_a_limit_under_the_fixed_policy_is_refused_not_ignored():
+    # The fixed policy runs its list: limit=1 under gpipe held 4 activations a stage, unsaid.
+    with pytest.raises(ValueError, match=r"limit: bounds the ready policy's activations; the "
+                       r"fixed policy runs the hint's order.*limit=1 with policy='fixed'"):
+        rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, hint="gpipe", policy="fixed", limit=1)
+    rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, hint="gpipe", policy="ready", limit=1)
+
+
 def test_a_tuple_batch_is_refused_not_read_as_microbatches():
     # (x, mask), as torch.distributed.pipelining's step takes a batch of several tensors: with
     # microbatches=2 it ran x as microbatch 0 and mask as microbatch 1, without a word.

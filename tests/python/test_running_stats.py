@@ -197,3 +197,40 @@ def test_an_embedding_with_a_max_norm_is_refused_or_renormalizes_as_in_a_plain_l
     pipe.step(xs, ys)
     assert same(model, ref, lambda m: list(m.parameters()))  # the renormalized rows
     assert same(model, ref, grads)
+
+
+class RunningScale(nn.Module):
+    """State changed in place and then computed with: autograd saves it for the backward."""
+
+    def __init__(self, d, copy):
+        super().__init__()
+        self.register_buffer("scale", torch.ones(d))
+        self.copy = copy
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.scale.mul_(0.9).add_(0.1 * x.abs().mean(0))
+        return x / (self.scale.clone() if self.copy else self.scale)
+
+
+def scale_chunks(copy):
+    torch.manual_seed(0)
+    return [nn.Sequential(nn.Linear(8, 8), RunningScale(8, copy)), nn.Linear(8, 4)]
+
+
+def test_state_changed_in_place_then_computed_with_is_explained_and_a_copy_trains():
+    xs, ys = data()
+    pipe = rrfp.Pipeline(scale_chunks(False), loss_fn, pp=2, microbatches=len(SIZES),
+                         ordered_forwards=True, timeout=60)
+    with pytest.raises(rrfp.StageError, match=r"chunk 0's backward needs a tensor its forward "
+                       r"saved, which was changed in place since.*x / scale.clone\(\).*"
+                       r"autograd: one of the variables needed"):
+        pipe.step(xs, ys)
+    # Computing with a copy: the plain loop's gradients and state, bitwise.
+    model, ref = scale_chunks(True), scale_chunks(True)
+    plain_step(ref, xs, ys)
+    rrfp.Pipeline(model, loss_fn, pp=2, microbatches=len(SIZES), hint="adaptive",
+                  ordered_forwards=True, timeout=60).step(xs, ys)
+    for a, b in zip(model, ref):
+        assert all(torch.equal(p.grad, q.grad) for p, q in zip(a.parameters(), b.parameters()))
+        assert all(torch.equal(p, q) for p, q in zip(a.buffers(), b.buffers()))

@@ -18,9 +18,9 @@ def _mix(x):
 
 def task_seed(seed, step, chunk, mb):
     """The seed of microbatch `mb`'s forward through chunk `chunk` in step `step` (counted
-    from 0 over this pipeline's steps and evaluation steps) of Pipeline(seed=seed): a plain
-    loop that calls torch.manual_seed(task_seed(...)) before each chunk's forward draws what
-    the pipeline draws. With dp > 1, replica r's microbatch mb is r * M + mb. Below 2**63."""
+    from 0 over this pipeline's steps and evaluation steps, failed ones included, refused ones
+    not) of Pipeline(seed=seed): a plain loop that calls torch.manual_seed(task_seed(...))
+    before each chunk's forward draws what the pipeline draws. With dp > 1, replica r's microbatch mb is r * M + mb. Below 2**63."""
     h = _mix(seed & _MASK)
     for v in (step, chunk, mb):
         h = _mix(h ^ (v & _MASK))

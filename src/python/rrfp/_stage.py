@@ -13,6 +13,9 @@ import torch
 
 from ._device import StageDevice, to_device
 from ._grads import grad as _grad
+from ._graph import module_backward_hooks as _module_backward_hooks, \
+    python_backward as _python_backward, refuse_foreign_leaves, \
+    stale_saved_tensor as _stale_saved_tensor
 from ._tree import pack as _pack, pack_grads as _pack_grads, unpack as _unpack, \
     unpack_grads as _unpack_grads, wants_grad as _wants_grad
 
@@ -34,6 +37,7 @@ class StepData:
         self.losses = {}
         self.sums = None  # GradSums of the step
         self.scaler = None  # rrfp.GradScaler: the backward starts from each loss times its scale
+        self.chunks = {}  # every chunk of this process by index: names parameters in messages
         # An evaluation step (Pipeline.eval_step): forwards under no_grad, the last chunk's
         # outputs kept by microbatch, and backward tasks that do nothing.
         self.eval = False
@@ -81,6 +85,7 @@ class StageRunner:
         # Chunks whose first operation changes their input in place get a copy of it (below).
         self.copy_input = {c: _begins_in_place(m) for c, m in modules.items()}
         self.work = {}
+        self.checked = set()
         # Tasks this stage has run, for the progress line: only the stage's thread writes it,
         # so no lock is taken per task.
         self.tasks_done = 0
@@ -101,6 +106,7 @@ class StageRunner:
 
     def begin_step(self, step):
         self.work = {}
+        self.checked = set()  # chunks whose backward graph was searched for foreign leaves
 
     def end_step(self, step):
         self.work = {}  # frees what a failed step left
@@ -136,7 +142,10 @@ class StageRunner:
             self.tasks_done += 1
             return out
         except BaseException as e:
-            self.data.record(self.stage, f"{kind} c{chunk} m{mb}", e)
+            why = _stale_saved_tensor(kind, chunk, e)
+            self.data.record(self.stage, f"{kind} c{chunk} m{mb}", why or e)
+            if why is not None:
+                raise why from e
             raise
 
     def _on_device(self, fn, chunk, mb, args):
@@ -249,6 +258,10 @@ class StageRunner:
         inputs = w.inp if w.tree_in else ([w.inp] if w.inp is not None else [])
         wanted = [t for t in inputs if t is not None]
         params = self.params[chunk]
+        if chunk not in self.checked:  # once a chunk and step: a graph walk costs per node
+            self.checked.add(chunk)
+            refuse_foreign_leaves(chunk, chunk == self.last_chunk, roots, wanted + params,
+                                  self.data)
         if not self.split:
             del self.work[(chunk, mb)]
             got = _grad(roots, wanted + params, None if last else grads, retain=False)
@@ -304,35 +317,6 @@ class StageRunner:
         pairs = [(r, d.to(r.device)) for r, d in zip(w.root, grads)
                  if d is not None and r.requires_grad]
         return [r for r, _ in pairs], [d for _, d in pairs]
-
-
-_PYTHON_NODE = torch.autograd.function.BackwardCFunction
-
-
-def _module_backward_hooks(module):
-    """Whether a backward hook of a module (its own, or every module's) runs in `module`'s
-    backward: a split backward would run it twice."""
-    if getattr(torch.nn.modules.module, "_global_backward_hooks", None):
-        return True
-    return any(m._backward_hooks for m in module.modules())
-
-
-def _python_backward(roots):
-    """Whether the backward graph of `roots` holds a node whose backward is Python of the
-    user's: a custom autograd.Function (module backward hooks are one, and so is reentrant
-    checkpointing). Walked once per microbatch of a split chunk until one is found: about half
-    a microsecond a node."""
-    todo = [r.grad_fn for r in roots]
-    seen = set()
-    while todo:
-        node = todo.pop()
-        if node is None or node in seen:
-            continue
-        if isinstance(node, _PYTHON_NODE):
-            return True
-        seen.add(node)
-        todo.extend(n for n, _ in node.next_functions)
-    return False
 
 
 def _begins_in_place(module):

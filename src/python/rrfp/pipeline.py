@@ -39,7 +39,8 @@ class Pipeline:
     split_backward: "auto" (on for hints that schedule W tasks: bfw, zb-*), "on" or "off".
         Split, B computes only the chunk's input gradient and keeps the graph; W computes the
         parameter gradients from it later.
-    limit: back-pressure on activations in flight per stage (None: the hint's own peak).
+    limit: back-pressure on activations in flight per stage under the ready policy (None: the
+        hint's own peak; with policy "fixed", whose list decides them, a ValueError).
     max_pending_w: split backward, the most W tasks a stage may defer (None: pp).
     timeout: seconds without progress before a step fails with TimeoutError (0: never).
     transport: "inproc" (every stage a thread of this process), "mpi" (one stage per process
@@ -113,6 +114,10 @@ class Pipeline:
                              f"{ordered_forwards!r}")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ValueError(f"limit: must be a whole number of at least 1 or None, got {limit!r}")
+        if limit is not None and policy == "fixed":  # it was taken and ignored
+            raise ValueError(f"limit: bounds the ready policy's activations; the fixed policy "
+                             f"runs the hint's order, which alone decides them (got limit={limit} "
+                             "with policy='fixed')")
         if max_pending_w is not None and (not isinstance(max_pending_w, int) or
                                           max_pending_w < 1):  # 0 meant the default, unsaid
             raise ValueError("max_pending_w: must be a whole number of at least 1 or None, got "
@@ -147,6 +152,7 @@ class Pipeline:
         self._data = StepData(loss_fn, delay_fn)
         self._runners = []
         self.chunks = {}  # chunk index -> module, the chunks this process runs
+        self._data.chunks = self.chunks
         agreed(self._core, lambda: self._build_stages(build, place),
                "chunks: process(es) {bad} could not build their chunks; their own errors say "
                "why")

@@ -1,0 +1,104 @@
+"""Walks of a chunk's backward graph, and what a backward task's failure means in the
+pipeline's terms: which graphs run Python of the user's (a split backward would run it
+twice), which reach tensors that want a gradient outside the chunk (refused: their gradient
+would be silently missing), and autograd's complaint about a saved tensor changed in place.
+"""
+import torch
+
+_PYTHON_NODE = torch.autograd.function.BackwardCFunction
+
+
+def module_backward_hooks(module):
+    """Whether a backward hook of a module (its own, or every module's) runs in `module`'s
+    backward: a split backward would run it twice."""
+    if getattr(torch.nn.modules.module, "_global_backward_hooks", None):
+        return True
+    return any(m._backward_hooks for m in module.modules())
+
+
+def python_backward(roots):
+    """Whether the backward graph of `roots` holds a node whose backward is Python of the
+    user's: a custom autograd.Function (module backward hooks are one, and so is reentrant
+    checkpointing). Walked once per microbatch of a split chunk until one is found: about half
+    a microsecond a node."""
+    todo = [r.grad_fn for r in roots]
+    seen = set()
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        if isinstance(node, _PYTHON_NODE):
+            return True
+        seen.add(node)
+        todo.extend(n for n, _ in node.next_functions)
+    return False
+
+
+def stale_saved_tensor(kind, chunk, e):
+    """autograd's "modified by an inplace operation" in a backward task, said in the
+    pipeline's terms (None for any other error): a plain loop runs each microbatch's backward
+    right after its forward, where the pipeline runs other microbatches' forwards between."""
+    if kind == "F" or not isinstance(e, RuntimeError) or \
+            "modified by an inplace operation" not in str(e):
+        return None
+    return RuntimeError(
+        f"chunk {chunk}'s backward needs a tensor its forward saved, which was changed in place "
+        "since: the pipeline runs other microbatches' forwards before this one's backward, so "
+        "state that a forward changes in place and then computes with (a running statistic it "
+        "divides by, say) has moved on by then; ordered_forwards orders the forwards only. "
+        "Compute with a copy (x / scale.clone()) or change the state out of place "
+        f"(autograd: {str(e).splitlines()[0]})")
+
+
+def foreign_leaves(roots, own):
+    """The leaves that want a gradient (autograd's AccumulateGrad nodes) in the backward graph
+    of `roots`, other than those whose id is in `own`; a root that is such a leaf itself too."""
+    out, seen, todo = [], set(), []
+    for r in roots:
+        if r.grad_fn is None:
+            if r.requires_grad and id(r) not in own:
+                out.append(r)
+        else:
+            todo.append(r.grad_fn)
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        leaf = getattr(node, "variable", None)
+        if leaf is not None:
+            if id(leaf) not in own:
+                out.append(leaf)
+            continue
+        todo.extend(n for n, _ in node.next_functions)
+    return out
+
+
+def refuse_foreign_leaves(chunk, last, roots, own, data):
+    """Raises ValueError naming the tensors that want a gradient in the backward graph of
+    `roots` (chunk `chunk`'s outputs; `last`: its loss) other than `own`, its parameters and
+    inputs: another chunk's parameter reached through a closure, a parameter of loss_fn, an L2
+    penalty over the whole model in loss_fn. They would get no gradient from this use, as the
+    chunk's backward asks for its own alone; a plain loop's backward reaches every leaf, so
+    the pipeline refuses rather than differ silently. `data`: the step's StepData."""
+    foreign = foreign_leaves(roots, {id(t) for t in own})
+    if not foreign:
+        return
+    names = {id(p): f"chunk {c}'s parameter '{n}'" for c, m in data.chunks.items()
+             for n, p in m.named_parameters()}
+    if isinstance(data.loss_fn, torch.nn.Module):
+        names.update((id(p), f"loss_fn's parameter '{n}'")
+                     for n, p in data.loss_fn.named_parameters())
+    said = [f"{names.get(id(t), 'a tensor')} of shape {tuple(t.shape)}" for t in foreign[:3]]
+    if len(foreign) > 3:
+        said.append(f"{len(foreign) - 3} more")
+    where = " (with loss_fn)" if last else ""
+    one = len(foreign) == 1
+    raise ValueError(
+        f"chunk {chunk}{where} uses {'; '.join(said)}, which {'wants' if one else 'want'} "
+        f"a gradient but {'is' if one else 'are'} not among the chunk's own parameters: the "
+        "pipeline computes the gradients of each chunk's own parameters, so this use's "
+        "would be silently missing. Make it a parameter of a module of the chunk (a module "
+        "registered in two chunks is tied: both uses add up); a term of loss_fn over other "
+        "chunks' parameters (an L2 penalty, say) belongs after step(), where its own "
+        "backward() adds its gradient as in a plain loop")

@@ -1,0 +1,114 @@
+"""Tensors that want a gradient but belong to no chunk that uses them: another chunk's parameter
+reached through a closure or a plain attribute, a parameter of loss_fn, an L2 penalty over the
+whole model inside loss_fn. A plain loop's backward gives each its gradient; a chunk's backward
+computes its own parameters' alone, so the step refuses them, naming them, where those
+gradients used to be silently missing or partial. Tied modules (registered in both chunks) stay
+accepted."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import rrfp
+
+SCHEDULES = [("bf", "ready"), ("bfw", "ready"), ("interleaved-1f1b", "fixed")]
+
+
+def mse(y, t):
+    return F.mse_loss(y, t)
+
+
+class Head(nn.Module):
+    """Reuses the first chunk's weight through a list, which registers nothing."""
+
+    def __init__(self, first):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self._first = [first]
+
+    def forward(self, h):
+        return F.linear(self.proj(h), self._first[0].weight)
+
+
+def model():
+    torch.manual_seed(0)
+    first = nn.Linear(8, 8)
+    return [first, nn.Tanh(), nn.Linear(8, 8), Head(first)]
+
+
+def data():
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g)
+
+
+def refused(pipe, chunks, match, x=None, y=None):
+    d = data()
+    with pytest.raises(rrfp.StageError, match=match) as e:
+        pipe.step(d[0] if x is None else x, d[1] if y is None else y)
+    assert isinstance(e.value.__cause__, ValueError), repr(e.value.__cause__)
+    assert all(p.grad is None for c in chunks for p in c.parameters())  # nothing was added
+
+
+@pytest.mark.parametrize("hint,policy", SCHEDULES)
+@pytest.mark.parametrize("pp", [2, 1])
+def test_another_chunks_parameter_through_a_closure_is_refused(hint, policy, pp):
+    chunks = model()
+    pipe = rrfp.Pipeline(chunks, mse, pp=pp, vpp=4 // pp, microbatches=4, hint=hint,
+                         policy=policy, timeout=60)
+    refused(pipe, chunks, r"chunk 3 \(with loss_fn\) uses chunk 0's parameter 'weight' of shape "
+            r"\(8, 8\), which wants a gradient but is not among the chunk's own parameters")
+
+
+def test_a_parameter_of_loss_fn_is_refused():
+    class ScaledLoss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.log_scale = nn.Parameter(torch.zeros(()))
+
+        def forward(self, y, t):
+            return F.mse_loss(y * self.log_scale.exp(), t)
+
+    chunks = [nn.Linear(8, 8), nn.Linear(8, 8)]
+    pipe = rrfp.Pipeline(chunks, ScaledLoss(), pp=2, microbatches=4, timeout=60)
+    refused(pipe, chunks, r"chunk 1 \(with loss_fn\) uses loss_fn's parameter 'log_scale' of "
+            r"shape \(\), which wants")
+
+
+def test_an_l2_penalty_over_the_whole_model_in_loss_fn_is_refused():
+    chunks = [nn.Linear(8, 8), nn.Linear(8, 8)]
+    params = [p for c in chunks for p in c.parameters()]
+
+    def penalised(y, t):
+        return mse(y, t) + 1e-2 * sum((p ** 2).sum() for p in params)
+
+    pipe = rrfp.Pipeline(chunks, penalised, pp=2, microbatches=4, timeout=60)
+    refused(pipe, chunks, r"uses chunk 0's parameter '(weight|bias)' of shape \(8(, 8)?,?\); "
+            r"chunk 0's parameter '(weight|bias)' .*which want a gradient but are not among")
+    # What the message advises: the penalty after the step, with its own backward, gives the
+    # plain loop's gradients (its M terms added once rather than a microbatch at a time).
+    clean = rrfp.Pipeline(chunks, mse, pp=2, microbatches=4, timeout=60)
+    x, y = data()
+    clean.step(x, y)
+    (4 * 1e-2 * sum((p ** 2).sum() for p in params)).backward()
+    torch.manual_seed(0)
+    ref = [nn.Linear(8, 8), nn.Linear(8, 8)]
+    for c, r in zip(chunks, ref):
+        r.load_state_dict(c.state_dict())
+    ref_params = [p for c in ref for p in c.parameters()]
+    for xi, yi in zip(x.chunk(4), y.chunk(4)):
+        (mse(ref[1](ref[0](xi)), yi) + 1e-2 * sum((p ** 2).sum() for p in ref_params)).backward()
+    for p, q in zip(params, ref_params):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("hint,policy", SCHEDULES)
+def test_a_module_registered_in_two_chunks_is_tied_not_refused(hint, policy):
+    torch.manual_seed(0)
+    shared = nn.Linear(8, 8)
+    chunks = [nn.Sequential(shared, nn.Tanh()), nn.Linear(8, 8), nn.Tanh(),
+              nn.Sequential(nn.Linear(8, 8), shared)]
+    pipe = rrfp.Pipeline(chunks, mse, pp=2, vpp=2, microbatches=4, hint=hint, policy=policy,
+                         timeout=60)
+    x, y = data()
+    pipe.step(x, y)
+    assert shared.weight.grad is not None
