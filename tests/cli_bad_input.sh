@@ -15,6 +15,10 @@ check "--ordered-forwards: maybe not in {on,off}" simulate --ordered-forwards ma
 check "--microbatches: must be at least 1" simulate --microbatches 0
 check "needs --vpp 1" simulate --vpp 2 --hint 1f1b
 check "--limit: must be at least 1" simulate --hint bf --limit -1
+# The fixed policy runs its list, which alone decides what a stage holds: a --limit there was
+# taken and ignored (gpipe held 4 a stage under --limit 1).
+check "--limit: bounds the ready policy's activations; --policy fixed runs the hint's order" simulate --hint gpipe --policy fixed --limit 1
+check "--limit: bounds the ready policy's activations" train --hint 1f1b --policy fixed --limit 2
 check "--pp: 'abc' is not a whole number (at most 2147483647)" simulate --pp abc
 # A value its option's type cannot hold is named with the type (CLI11 said "Could not convert").
 check "--pp: '1e3' is not a whole number (at most 2147483647) (\`rrfp simulate --help\` gives its range)" simulate --pp 1e3

@@ -97,6 +97,7 @@ std::vector<RunSpec> plan_runs(const ExperimentFlags& flags, const PipelineConfi
     return {{rule ? baseline_for(cfg) : f.hint, Policy::Fixed, comm, ""},
             {f.hint, Policy::Ready, comm, ""}};
   const Policy p = parse_policy(f.policy);
+  refuse_fixed_limit(f);
   return {{f.hint, p, comm, ""}};
 }
 

@@ -102,8 +102,8 @@ CLI::Option* add_dispatch_flags(CLI::App* app, DispatchFlags& f, const std::stri
 
 CLI::Option* add_execution_flags(CLI::App* app, DispatchFlags& f) {
   app->add_option("--limit", f.limit,
-                  "back-pressure limit on F done - B done (0: the hint's default; plan: a rule "
-                  "hint's)");
+                  "back-pressure limit on F done - B done under the ready policy (0: the hint's "
+                  "default; plan: a rule hint's)");
   app->add_option("--max-pending-w", f.max_pending_w, "cap on deferred W tasks (0: P)");
   auto* comm =
       app->add_option("--comm", f.comm, "async or blocking (rendezvous)")->capture_default_str();
@@ -180,7 +180,16 @@ PipelineConfig to_config(const ShapeFlags& f, const std::string& hint) {
   return c;
 }
 
+void refuse_fixed_limit(const DispatchFlags& f) {
+  if (f.limit > 0 && f.policy == "fixed")
+    throw InputError(
+        "--limit: bounds the ready policy's activations; --policy fixed runs the "
+        "hint's order, which alone decides them (got --limit " +
+        std::to_string(f.limit) + ")");
+}
+
 RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s) {
+  refuse_fixed_limit(f);
   RuntimeOptions o;
   o.arbiter.policy = parse_policy(f.policy);
   o.arbiter.limit = f.limit;
