@@ -66,6 +66,24 @@ void check_no_overlap(const Timeline& tl, const WorkModel& m, const std::string&
   }
 }
 
+// Where no receive bounds stage s+1's offset `d` from stage 0's (stage s on stage 0's clock
+// already), its tasks do: a consumer cannot start before its producer ended, so a forward's
+// consumer on s+1 bounds d from above and a backward's on s from below. Looser than receives by
+// each consumer's wait, alike on both sides where the tightest consumer of each direction sat
+// waiting for its input (the middle then holds, as with receives).
+void causal_bounds(const WorkModel& m, size_t base, int s, const std::vector<double>& start,
+                   const std::vector<double>& end, double& lo, double& hi) {
+  for (int stage : {s, s + 1})
+    for (const TaskId& c : m.stage_tasks(stage)) {
+      TaskId producer;
+      if (!cross_stage_producer(m, c, producer)) continue;
+      const double made = end[base + m.index(producer)], began = start[base + m.index(c)];
+      const int from = m.stage_of(producer);
+      if (from == s && stage == s + 1) hi = std::min(hi, began - made);
+      if (from == s + 1 && stage == s) lo = std::max(lo, made - began);
+    }
+}
+
 // Shifts each (stage, tp rank)'s clock onto stage 0's: see build_run.
 void align_clocks(const WorkModel& m, int tp, std::vector<double>& start, std::vector<double>& end,
                   std::vector<TimelineRecv>& recvs) {
@@ -84,6 +102,7 @@ void align_clocks(const WorkModel& m, int tp, std::vector<double>& start, std::v
         if (from == s && to == s + 1) hi = std::min(hi, rv.end_us - made);
         if (from == s + 1 && to == s) lo = std::max(lo, made - rv.end_us);
       }
+      if (!std::isfinite(lo) && !std::isfinite(hi)) causal_bounds(m, r * n, s, start, end, lo, hi);
       double d = 0;
       if (std::isfinite(lo) && std::isfinite(hi))
         d = (lo + hi) / 2;

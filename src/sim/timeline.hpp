@@ -84,7 +84,9 @@ Timeline timeline_of(const StepRecord& r);
 // and wake-up); the messages not seen so get the median of the seen ones. Unaligned clocks are
 // first aligned stage by stage: stage s+1's offset is the middle of what its receives allow (no
 // forward arrives before its producer ended there, no backward arrives here before it ended on
-// s+1), as NTP does with round trips; with messages one way only, the tightest one took no time.
+// s+1), as NTP does with round trips; with messages one way only, the tightest one took no time;
+// with no receive between two stages, their tasks bound it alike (no consumer starts before its
+// producer ended).
 // Throws InputError naming `origin`.
 ImportedRun build_run(const Timeline& t, const WorkModel& m, int tp, double message_us,
                       const std::string& origin);
