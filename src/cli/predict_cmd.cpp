@@ -67,6 +67,7 @@ void run_predict(PredictFlags f) {
                        "' is not a rule hint (bf, fb, b-priority, f-priority, bfw, adaptive)");
   o.large_limit = f.limit;
   o.recorded_comm = parse_comm(f.comm);
+  o.rules_split_as_they_run = f.split == "auto";
   // A step read already is not read twice.
   const Prediction p = whole_step ? predict(std::move(*whole_step), c, f.tp, o)
                                   : predict(f.path, c, f.tp, f.trace, o);

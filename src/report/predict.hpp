@@ -19,6 +19,10 @@ struct PredictOptions {
   // replayed async came out short: -11% on a simulated one); the predictions run async,
   // as rrfp does.
   CommMode recorded_comm = CommMode::Async;
+  // Each rule predicted as it runs by default (`split_backward` auto): on a step recorded with
+  // the split backward, those that run the backward whole (bf, fb, ...) replay it with each W's
+  // time added to its B's. False: every rule under the step's split (`split_backward` given).
+  bool rules_split_as_they_run = true;
 };
 
 struct Prediction {
