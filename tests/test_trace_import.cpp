@@ -134,6 +134,42 @@ TEST(TraceImport, RefusesTasksOfOneRankThatOverlap) {
   std::remove(path.c_str());
 }
 
+// Epoch clocks (about 1.7e15 us, what Kineto writes: every such trace was refused at 1e13) are
+// read, measured from the step's earliest event; a step spanning more than 1e13 us is not.
+TEST(TraceImport, ReadsEpochClocksButBoundsAStepsSpan) {
+  WorkModel m(config(2, 4));
+  const RealizedWork w = realize(workload_preset("language"), m, 1, 1);
+  ReportRun run = simulated(m, "1f1b", Policy::Fixed, w, CommMode::Async);
+  const std::int64_t epoch_ns = 1712667379482786000;  // 2024-04-09 in ns, a whole us
+  for (TaskRecord& t : run.result.tasks) {
+    t.start += epoch_ns;
+    t.compute_end += epoch_ns;
+    t.end += epoch_ns;
+  }
+  const std::string path = temp_path("epoch");
+  write_chrome_trace(path, {run});
+  const ImportedRun in = import_trace(path, m, 1);
+  // A double holds 1.7e15 us to 0.25 us: each start is within that of the recorded one.
+  EXPECT_NEAR(static_cast<double>(in.measured_ns), static_cast<double>(run.result.makespan), 250);
+  EXPECT_EQ(in.start_ns.front(), 0);
+  std::remove(path.c_str());
+
+  const std::string at =
+      "[{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, "
+      "\"args\": {\"name\": \"r / stage 0\"}},";
+  auto task = [](int mb, const char* ts) {
+    return std::string("{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": ") + ts +
+           ", \"dur\": 1, \"args\": {\"kind\": \"F\", \"chunk\": 0, \"microbatch\": " +
+           std::to_string(mb) + "}}";
+  };
+  EXPECT_ERROR(
+      parse_chrome_trace(at + task(0, "1.7e15") + "," + task(1, "1.72e15") + "]",
+                         WorkModel(config(1, 2)), 1, "t.json"),
+      InputError,
+      "t.json (run 'r'): its events span 2e+13 us (from ts 1700000000000000); at most 1e13 (us) "
+      "is read");
+}
+
 TEST(TraceImport, RefusesWhatIsNotAnRrfpTrace) {
   WorkModel m(config(2, 2));
   auto refused = [&](const std::string& text, const std::string& want) {
@@ -154,14 +190,19 @@ TEST(TraceImport, RefusesWhatIsNotAnRrfpTrace) {
       "{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"dur\": -1, \"args\": {\"kind\": \"F\", "
       "\"chunk\": 0, \"microbatch\": 0}}]",
       "field \"dur\" is negative");
-  // Times past 1e13 us (1e300 ended in a deadlock line of 758 characters), and tasks of one
-  // rank that overlap (all at ts 0 were accepted).
-  refused(
+  // Clock readings past 4e15 us (1e300 ended in a deadlock line of 758 characters), durations
+  // past 1e13 us, and tasks of one rank that overlap (all at ts 0 were accepted).
+  const std::string stage0 =
       "[{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, \"args\": {\"name\": \"r / stage "
-      "0\"}},"
-      "{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 1e300, \"dur\": 1, \"args\": {\"kind\": "
-      "\"F\", \"chunk\": 0, \"microbatch\": 0}}]",
-      "field \"ts\" is 1e+300; at most 1e13 (us) is read");
+      "0\"}},";
+  const std::string f0 = "\"args\": {\"kind\": \"F\", \"chunk\": 0, \"microbatch\": 0}}";
+  refused(stage0 + "{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 1e300, \"dur\": 1, " + f0 + "]",
+          "field \"ts\" is 1e+300; at most 4e15 (us since the epoch, the year 2096) is read");
+  refused(
+      stage0 + "{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 9.2e18, \"dur\": 1, " + f0 + "]",
+      "field \"ts\" is 9.2e+18; at most 4e15");
+  refused(stage0 + "{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 5, \"dur\": 2e13, " + f0 + "]",
+          "field \"dur\" is 20000000000000.0; at most 1e13 (us) is read");
   refused(
       "[{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, \"args\": {\"name\": \"r / stage "
       "0\"}},"

@@ -19,8 +19,20 @@ struct Doc {
 // The event array of a document: the document itself or its `traceEvents`.
 const nlohmann::json& events_of(const Doc& d);
 
-// A non-negative number at obj[key]; throws InputError "<where>: `key` ...".
+// The longest time a trace spans, in microseconds (1e13: four months), and the latest clock
+// reading it may hold: epoch microseconds (Kineto's ~1.7e15 in 2024) up to the year 2096. A
+// double holds such a reading to 0.5 us at most; rebase then measures from the step's earliest.
+constexpr double kMaxSpanUs = 1e13;
+constexpr double kMaxClockUs = 4e15;
+
+// A non-negative number at obj[key], at most kMaxSpanUs (a duration, or a count); throws
+// InputError "<where>: `key` ...".
 double number_at(const nlohmann::json& obj, const char* key, const std::string& where);
+// A clock reading (`ts`) at obj[key]: non-negative, at most kMaxClockUs.
+double clock_at(const nlohmann::json& obj, const char* key, const std::string& where);
+// Puts the step's earliest event at 0 and refuses a step whose events span more than
+// kMaxSpanUs, naming `origin` and the step.
+void rebase(Timeline& t, const std::string& origin);
 // A whole number in [0, 1e9] at obj[key].
 int whole_at(const nlohmann::json& obj, const char* key, const std::string& where);
 // The first of `keys` present in obj (nullptr: none).

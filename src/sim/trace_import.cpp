@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <limits>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
 #include "core/memory.hpp"
@@ -33,12 +35,49 @@ double number_at(const nlohmann::json& obj, const char* key, const std::string& 
     throw InputError(where + ": field \"" + key + "\" is missing or not a number");
   const double v = it->get<double>();
   if (!(v >= 0)) throw InputError(where + ": field \"" + key + "\" is negative: " + brief(*it));
-  // A trace's times are microseconds: 1e13 is four months (1e300 and 9.2e18 ended in a
+  // A trace's durations are microseconds: 1e13 is four months (1e300 and 9.2e18 ended in a
   // "deadlock" line of 758 characters).
-  if (v > 1e13)
+  if (v > kMaxSpanUs)
     throw InputError(where + ": field \"" + key + "\" is " + brief(*it) +
                      "; at most 1e13 (us) is read");
   return v;
+}
+
+double clock_at(const nlohmann::json& obj, const char* key, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number())
+    throw InputError(where + ": field \"" + key + "\" is missing or not a number");
+  const double v = it->get<double>();
+  if (!(v >= 0)) throw InputError(where + ": field \"" + key + "\" is negative: " + brief(*it));
+  if (v > kMaxClockUs)
+    throw InputError(where + ": field \"" + key + "\" is " + brief(*it) +
+                     "; at most 4e15 (us since the epoch, the year 2096) is read");
+  return v;
+}
+
+void rebase(Timeline& t, const std::string& origin) {
+  double first = std::numeric_limits<double>::infinity(), last = -first;
+  for (const TimelineTask& k : t.tasks) {
+    first = std::min(first, k.start_us);
+    last = std::max(last, k.start_us + k.dur_us);
+  }
+  for (const TimelineRecv& r : t.recvs) {
+    first = std::min(first, r.start_us);
+    last = std::max(last, r.end_us);
+  }
+  if (!(first <= last)) return;  // no events: the caller says so
+  // Each time's difference to the earliest is exact (both near one another), so durations and
+  // gaps keep the precision the file's numbers had.
+  if (last - first > kMaxSpanUs)
+    throw InputError(origin + (t.run.empty() ? "" : " (" + t.run + ")") + ": its events span " +
+                     fmt("%.4g", last - first) + " us (from ts " + fmt("%.17g", first) +
+                     "); at most 1e13 (us) is read");
+  for (TimelineTask& k : t.tasks)
+    k.start_us -= first;
+  for (TimelineRecv& r : t.recvs) {
+    r.start_us -= first;
+    r.end_us -= first;
+  }
 }
 
 int whole_at(const nlohmann::json& obj, const char* key, const std::string& where) {
@@ -184,6 +223,8 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
     throw InputError("`trace_format`: expected auto, rrfp, torch or megatron, got '" +
                      o.format.substr(0, 20) + "'");
   if (steps.empty()) throw InputError(origin + ": no " + format + " task events in this trace");
+  for (Timeline& t : steps)
+    trace::rebase(t, origin);
   if (o.step >= 0) {
     for (const Timeline& t : steps)
       if (t.step == o.step) return build_run(t, m, tp, o.message_us, origin);

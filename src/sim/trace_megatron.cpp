@@ -104,7 +104,7 @@ std::vector<Timeline> read_megatron(const std::vector<Doc>& docs, const WorkMode
         throw InputError(where + ": model chunk " + std::to_string(local) + " >= `vpp` " +
                          std::to_string(m.vpp()));
       const TaskId task{fwd ? Kind::F : Kind::B, m.chunk_at(pp, local), mb};
-      const double ts = number_at(e, "ts", where), dur = number_at(e, "dur", where);
+      const double ts = clock_at(e, "ts", where), dur = number_at(e, "dur", where);
       Timeline& t = steps[step];
       if (t.format.empty()) {
         t.format = "megatron";

@@ -130,7 +130,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
                          std::to_string(m.stage_of(t.task)) + ", not " + std::to_string(stage));
       t.tp_rank = e.contains("tid") ? whole_at(e, "tid", where) : 0;
       t.dur_us = number_at(e, "dur", where);
-      t.start_us = e.contains("ts") ? number_at(e, "ts", where) : 0;
+      t.start_us = e.contains("ts") ? clock_at(e, "ts", where) : 0;
       if (args->contains("send_us")) t.send_us = number_at(*args, "send_us", where);
       t.collective_us = wait_after(waits, pid->get<long long>(), t);
       runs[at->second.first].tasks.push_back(t);

@@ -115,13 +115,13 @@ std::vector<Process> processes_of(const std::vector<Doc>& docs) {
         size_t i = 13;
         int step = 0;
         if (digits_at(s, i, step) && i == s.size()) {
-          const double ts = number_at(e, "ts", where);
+          const double ts = clock_at(e, "ts", where);
           p.steps[step] = {ts, ts + number_at(e, "dur", where)};
         }
         continue;
       }
       if (!parse_label(s, 0)) continue;
-      p.spans.push_back({number_at(e, "ts", where), number_at(e, "dur", where), s,
+      p.spans.push_back({clock_at(e, "ts", where), number_at(e, "dur", where), s,
                          e.value("cat", "") == "gpu_user_annotation"});
     }
   }
