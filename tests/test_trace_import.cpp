@@ -209,10 +209,18 @@ TEST(TraceImport, RefusesWhatIsNotAnRrfpTrace) {
       "{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"dur\": 1, \"args\": {\"kind\": \"F\", "
       "\"chunk\": 1, \"microbatch\": 0}}]",
       "runs on stage 1, not 0");
+  // A task without ts was put at 0 (first in its stage's order: 136.46 ms replayed as 147.48);
+  // one without kind was skipped, and the step refused for lacking it.
+  refused(stage0 + "{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"dur\": 1, " + f0 + "]",
+          "t.json: event 2: field \"ts\" is missing or not a number");
+  refused(stage0 +
+              "{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 0, \"dur\": 1, \"args\": "
+              "{\"chunk\": 0, \"microbatch\": 0}}]",
+          "t.json: event 2: field \"kind\" is missing (F, B or W)");
   refused(
       "[{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, \"args\": {\"name\": \"r / stage "
       "0\"}},"
-      "{\"ph\": \"X\", \"pid\": 0, \"tid\": 3, \"dur\": 1, \"args\": {\"kind\": \"F\", "
+      "{\"ph\": \"X\", \"pid\": 0, \"tid\": 3, \"ts\": 0, \"dur\": 1, \"args\": {\"kind\": \"F\", "
       "\"chunk\": 0, \"microbatch\": 0}}]",
       "tp rank 3 >= `tp` 1");
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/json_input.hpp"
 #include "core/modes.hpp"
 #include "sim/trace_formats.hpp"
 
@@ -109,10 +110,16 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
           c = c < 0 ? dur->get<double>() : std::min(c, dur->get<double>());
         continue;
       }
-      if (args == e.end() || !args->is_object() || !args->contains("kind"))
+      // A task's args carry kind, chunk and microbatch; blocked spans carry none. An event with
+      // only some of them is a task with a field lost, not another event (one without kind was
+      // skipped, and the step was refused for lacking that task).
+      if (args == e.end() || !args->is_object() ||
+          !(args->contains("kind") || args->contains("chunk") || args->contains("microbatch")))
         continue;  // other blocked spans and events
       const std::string where = d.origin + ": event " + std::to_string(n);
-      const std::string k = args->value("kind", "");
+      const auto kind = args->find("kind");
+      if (kind == args->end()) throw InputError(where + ": field \"kind\" is missing (F, B or W)");
+      const std::string k = kind->is_string() ? kind->get<std::string>() : brief(*kind);
       if (k != "F" && k != "B" && k != "W")
         throw InputError(where + ": kind '" + k.substr(0, 10) + "' is not F, B or W");
       TimelineTask t;
@@ -130,7 +137,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
                          std::to_string(m.stage_of(t.task)) + ", not " + std::to_string(stage));
       t.tp_rank = e.contains("tid") ? whole_at(e, "tid", where) : 0;
       t.dur_us = number_at(e, "dur", where);
-      t.start_us = e.contains("ts") ? clock_at(e, "ts", where) : 0;
+      t.start_us = clock_at(e, "ts", where);  // without it the task was put at 0
       if (args->contains("send_us")) t.send_us = number_at(*args, "send_us", where);
       t.collective_us = wait_after(waits, pid->get<long long>(), t);
       runs[at->second.first].tasks.push_back(t);
