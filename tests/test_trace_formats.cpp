@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "core/task.hpp"
+#include "expect_error.hpp"
 #include "mutate.hpp"
 #include "report/predict.hpp"
 #include "report/report.hpp"
@@ -300,6 +301,32 @@ TEST(TraceFormats, ReplayCsvHoldsSeveralSteps) {
     EXPECT_NE(std::string(e.what()).find("has no step 7; its last is 4"), std::string::npos)
         << e.what();
   }
+}
+
+// A trace whose last rank is missing is not a shorter pipeline: a receive from the missing stage
+// (Kineto's RECV_B on rank 1) or a message to it (rrfp's send_us of the last F) is refused, where
+// it was skipped or counted ("40 of 32 messages timed", the step replayed 26% short).
+TEST(TraceFormats, RefusesMessagesOfAStageTheShapeLacks) {
+  WorkModel m(config(3, 6, 1, true));
+  RealizedWork w = realize(workload_preset("paper"), m, 1, 1);
+  const StepRecord r = simulated(m, "zb-h1", Policy::Fixed, w);
+  auto files = kineto_files(r, m);
+  files.erase(files.begin());  // rank2.json: the files come last rank first
+  EXPECT_ERROR(import_trace_texts(files, WorkModel(config(2, 6, 1, true)), 1), InputError,
+               "rank1.json.gz and 1 more (ProfilerStep#5): receive of B c1 m0: its input would "
+               "come from B c2 m0, no task of P=2 V=1: the trace records a stage the shape lacks "
+               "(a rank's file missing?)");
+  ReportRun run;
+  run.label = "r";
+  run.cfg = m.config();
+  run.result = r;
+  run.result.pp = 2;  // stage 2's process and tasks left out
+  std::erase_if(run.result.tasks, [](const TaskRecord& t) { return t.stage == 2; });
+  const std::string path = ::testing::TempDir() + "rrfp_two_of_three.json";
+  write_chrome_trace(path, {run});
+  EXPECT_ERROR(import_trace(path, WorkModel(config(2, 6, 1, true)), 1), InputError,
+               ": send_us says its output went to another stage, but no task of P=2 V=1 takes it");
+  std::remove(path.c_str());
 }
 
 TEST(TraceFormats, RefusesWhatItCannotMap) {

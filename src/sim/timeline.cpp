@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "core/error.hpp"
 #include "core/format.hpp"
@@ -166,6 +167,26 @@ int infer_latencies(const WorkModel& m, int tp, const std::vector<double>& start
   return count;
 }
 
+// The shape, for the errors of a trace recorded with other stages: "P=3 V=1".
+std::string shape_of(const WorkModel& m) {
+  return "P=" + std::to_string(m.pp()) + " V=" + std::to_string(m.vpp());
+}
+
+constexpr const char* kStageLacked =
+    ": the trace records a stage the shape lacks (a rank's file missing?)";
+
+// Whether a task that recorded a message (send_us) sends one to another stage here. One whose
+// output no task of the shape takes (the last chunk's F, chunk 0's B) was recorded with a stage
+// this shape lacks: it is refused (a trace missing its last rank was replayed as a shorter
+// pipeline, "40 of 32 messages timed"). One that hands its output to its own stage sends none.
+bool sends_across(const WorkModel& m, const TaskId& t, const std::string& where) {
+  const TaskId next{t.kind, t.kind == Kind::F ? t.chunk + 1 : t.chunk - 1, t.mb};
+  if (t.kind == Kind::W || !m.valid(next))
+    throw InputError(where + ": send_us says its output went to another stage, but no task of " +
+                     shape_of(m) + " takes it" + kStageLacked);
+  return m.stage_of(next) != m.stage_of(t);
+}
+
 // Where each task of the run ran, per (tp rank, task) slot, in the trace's microseconds.
 struct Spans {
   std::vector<double> start, end;
@@ -201,7 +222,7 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
     const std::string what = where + ": duration";
     into = duration_ns(e.dur_us, what.c_str());
     if (fold) continue;
-    if (e.send_us >= 0) {
+    if (e.send_us >= 0 && sends_across(m, e.task, where)) {
       const std::string send = where + ": send_us";
       r.message_ns[at] = duration_ns(e.send_us, send.c_str());
       sp.measured[at] = 1;
@@ -226,14 +247,24 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
 void read_receives(const std::vector<TimelineRecv>& recvs, const WorkModel& m, int tp,
                    const std::string& origin, Spans& sp, RealizedWork& r) {
   for (const TimelineRecv& rv : recvs) {
+    const std::string what = origin + ": receive of " + to_string(rv.consumer);
+    // A receive of a task or from a stage the shape lacks: the trace was recorded with more
+    // stages (it was skipped, and a rank's file alone replayed as a pipeline of one).
+    if (!m.valid(rv.consumer))
+      throw InputError(what + ": no such task in " + shape_of(m) + kStageLacked);
+    if (rv.tp_rank < 0 || rv.tp_rank >= tp)
+      throw InputError(what + ": tp rank " + std::to_string(rv.tp_rank) + " >= `tp` " +
+                       std::to_string(tp));
+    const std::optional<TaskId> from = data_producer(rv.consumer);
+    if (from && !m.valid(*from))
+      throw InputError(what + ": its input would come from " + to_string(*from) + ", no task of " +
+                       shape_of(m) + kStageLacked);
     TaskId producer;
-    if (!m.valid(rv.consumer) || rv.tp_rank < 0 || rv.tp_rank >= tp ||
-        !cross_stage_producer(m, rv.consumer, producer))
-      continue;  // a receive of nothing this shape moves across stages
+    if (!cross_stage_producer(m, rv.consumer, producer))
+      continue;  // its input is made on its own stage: no message
     const size_t at = static_cast<size_t>(rv.tp_rank) * r.num_tasks + m.index(producer);
     if (sp.measured[at]) continue;  // the trace said it directly
     const double us = std::max(0.0, rv.end_us - std::max(rv.start_us, sp.end[at]));
-    const std::string what = origin + ": receive of " + to_string(rv.consumer);
     r.message_ns[at] = duration_ns(us, what.c_str());
     sp.measured[at] = 1;
   }
