@@ -329,6 +329,42 @@ TEST(TraceFormats, RefusesMessagesOfAStageTheShapeLacks) {
   std::remove(path.c_str());
 }
 
+// The shape of a Megatron trace is probed from its largest ids: one out of range named a shape of
+// millions of tasks (model_chunk_id 1048575 in a 10 KB trace: 10 s, 3.4 GB, then a line listing
+// 16.7 million missing tasks). An id the others do not lead up to, and a shape needing more
+// events than the trace holds, are refused at once, the first naming its event.
+TEST(TraceFormats, MegatronShapeIsBoundedByWhatTheTraceHolds) {
+  WorkModel m(config(2, 4));
+  RealizedWork w = realize(workload_preset("language"), m, 1, 1);
+  const StepRecord r = simulated(m, "1f1b", Policy::Fixed, w);
+  json doc = json::parse(megatron_file(r, m, 1, 0, false));
+  const std::string path = ::testing::TempDir() + "rrfp_megatron_probe.json";
+  auto write = [&](const json& d) { std::ofstream(path) << d.dump(); };
+  write(doc);
+  EXPECT_EQ(infer_trace_config(path, 1).vpp, 1);
+  json& event = doc["traceEvents"][5];
+  event["args"]["model_chunk_id"] = 1048575;
+  write(doc);
+  EXPECT_ERROR(infer_trace_config(path, 1), InputError,
+               "rrfp_megatron_probe.json: event 6 (" + event["name"].get<std::string>() +
+                   "): model_chunk_id 1048575: a complete iteration needs all 1048576 of them, "
+                   "but the trace's events carry 2 (an id out of range?)");
+  // Every id leads up to the largest, yet 3 events cannot hold P=3 V=3 M=3's 54.
+  json few = json::array();
+  for (int i = 0; i < 3; ++i)
+    few.push_back({{"ph", "X"},
+                   {"name", "forward-compute"},
+                   {"tid", i},
+                   {"ts", i},
+                   {"dur", 1},
+                   {"args", {{"iteration", 0}, {"microbatch_id", i}, {"model_chunk_id", i}}}});
+  write(few);
+  EXPECT_ERROR(infer_trace_config(path, 1), InputError,
+               "its ids make a shape of P=3 V=3 M=3, whose iteration has 54 compute events, but "
+               "the trace holds 3");
+  std::remove(path.c_str());
+}
+
 TEST(TraceFormats, RefusesWhatItCannotMap) {
   WorkModel m(config(2, 2));
   auto refused = [&](const std::vector<std::pair<std::string, std::string>>& files,
