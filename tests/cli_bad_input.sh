@@ -179,6 +179,11 @@ check "1 rank(s) with task spans, but the shape has 2" \
   simulate --replay "$data/torch-pp2/rank0.json.gz" --pp 2 -m 4 --hint 1f1b
 printf '[{"ph": "X", "name": "aten::mm", "ts": 0, "dur": 1}]' >"$tmp/ops.json"
 check "no mapping recognizes this trace" predict "$tmp/ops.json"
+# A trace's fields are named as fields, not as flags ("args lack --iteration").
+printf '{"traceEvents": [{"ph": "X", "name": "forward-compute", "tid": 0, "ts": 0, "dur": 1, "args": {"microbatch_id": 0}}, {"ph": "X", "name": "backward-compute", "tid": 0, "ts": 1, "dur": 1, "args": {"iteration": 0, "microbatch_id": 0}}]}' >"$tmp/meg.json"
+check 'meg.json: event 1 (forward-compute): args lack "iteration" or "step"' predict "$tmp/meg.json"
+printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1\n0,0,0,B,1\n' >"$tmp/nostep.csv"
+check 'nostep.csv holds one step (no "step" column)' simulate --replay "$tmp/nostep.csv" --pp 1 -m 1 --step 1
 check "--message-us: Value -1 not in range" predict "$data/torch-pp2" --message-us -1
 mkdir -p "$tmp/empty"
 check "holds no .json or .json.gz trace file" predict "$tmp/empty"

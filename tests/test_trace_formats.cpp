@@ -387,7 +387,7 @@ TEST(TraceFormats, RefusesWhatItCannotMap) {
   refused({{"m.json",
             R"([{"ph": "X", "name": "forward-compute", "tid": 0, "ts": 0, "dur": 1,
                  "args": {"iteration": 1}}])"}},
-          "args lack `microbatch_id`");
+          "args lack \"microbatch_id\" or \"microbatch\"");
   refused({{"m.json",
             R"([{"ph": "X", "name": "forward-compute", "tid": 5, "ts": 0, "dur": 1,
                  "args": {"iteration": 1, "microbatch_id": 0}}])"}},

@@ -65,7 +65,7 @@ std::map<std::string, int> header_of(const std::vector<std::string>& cells,
 // Keeps the rows of the chosen step; a file without a `step` column holds one step.
 void keep_step(Table& t, const std::string& origin, int step) {
   if (!t.col.count("step")) {
-    if (step >= 0) throw InputError("`step`: " + origin + " holds one step (no `step` column)");
+    if (step >= 0) throw InputError("`step`: " + origin + " holds one step (no \"step\" column)");
     return;
   }
   const int at = t.col.at("step");

@@ -62,7 +62,13 @@ int arg_or(const nlohmann::json& args, std::initializer_list<const char*> keys, 
            const std::string& where, bool required) {
   const char* k = first_key(args, keys);
   if (!k) {
-    if (required) throw InputError(where + ": args lack `" + std::string(*keys.begin()) + "`");
+    // Quoted, not in backticks: a trace's field, not an option (the CLI printed "--iteration").
+    if (required) {
+      std::string names;
+      for (const char* key : keys)
+        names += std::string(names.empty() ? "\"" : " or \"") + key + "\"";
+      throw InputError(where + ": args lack " + names);
+    }
     return dflt;
   }
   return whole_at(args, k, where);
