@@ -359,7 +359,7 @@ RRFP_MEMORY_LIMIT=lots check "RRFP_MEMORY_LIMIT: 'lots' is not a size" simulate
 unset RRFP_MEMORY_LIMIT
 check "available: lower --pp, --microbatches or --tp" simulate --pp 4096 -m 3125 --tp 1024 --hint bf --policy ready
 "$rrfp" plan --pp 256 -m 256 --budget 0.05 --exact off >"$tmp/plan.txt" 2>&1 &&
-  grep -q "the budget was spent before" "$tmp/plan.txt" ||
+  grep -q -- "its --budget of 0.05 s was spent before" "$tmp/plan.txt" ||
   { echo "FAIL: plan --budget 0.05 at 256x256 kept no budget:"; cat "$tmp/plan.txt"; fails=$((fails + 1)); }
 # A machine that cannot start every compute thread (3 GB of address space, 1,600 threads for
 # --tp 200): the run fails in its last line, exit 1 (it aborted, "terminate called without an

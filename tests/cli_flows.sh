@@ -35,6 +35,11 @@ echo "ok: trace -> plan -> simulate --policy fixed: $planned ms both"
 
 # The best line says "optimal" only where the exact search proved it, with the exact line's
 # makespan; the heuristic alone proves nothing.
+# A cap smaller than the first feasible start: the line names the flag, and why it ran past it
+# (it said "the budget was spent", and 2 orders for a cap of 1).
+"$rrfp" plan --pp 4 -m 8 --workload language --max-evaluations 1 --exact off >m.txt
+grep -qF -- "search: --max-evaluations 1 was spent before 13 start hints could be tried; it evaluated 2 orders, past the cap: a plan needs a feasible order" m.txt ||
+  fail "plan --max-evaluations 1: $(grep search: m.txt)"
 "$rrfp" plan --pp 2 -m 3 --max-evaluations 40 --exact on >e.txt
 grep -q "^exact: .*optimal (proven)" e.txt || fail "plan --pp 2 -m 3 --exact on: not proven"
 best=$(sed -n 's/^best: *\([0-9.]*\) ms, optimal (proven by the exact search);.*/\1/p' e.txt)

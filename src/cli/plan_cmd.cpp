@@ -158,6 +158,24 @@ ReportRun plan_run(const PlanFlags& f, const Scenario& sc, const PlanProblem& p,
   return run;
 }
 
+// Which limit left start hints untried, by name ("the budget" named neither flag), and why the
+// orders may pass --max-evaluations: the starts go on until one of them is feasible (1 ran 2).
+std::string starts_skipped_line(const PlanFlags& f, const SearchResult& s) {
+  const bool capped = f.max_evaluations > 0 && s.evaluations >= f.max_evaluations;
+  const std::string limit =
+      capped                    ? "--max-evaluations " + std::to_string(f.max_evaluations) + " was"
+      : s.seconds >= f.budget_s ? "its --budget of " + fmt("%g", f.budget_s) + " s was"
+                                : "a signal";
+  std::string out = "search: " + limit +
+                    (capped || s.seconds >= f.budget_s ? " spent" : " stopped it") + " before " +
+                    std::to_string(s.starts_skipped) + " start hints could be tried";
+  if (f.max_evaluations > 0 && s.evaluations > f.max_evaluations)
+    out += "; it evaluated " + std::to_string(s.evaluations) +
+           " orders, past the cap: a plan needs a feasible order, and the starts go on until one "
+           "is";
+  return out + "\n";
+}
+
 void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, const PlanProblem& p,
                 const Planned& best, std::int64_t bound) {
   const WorkModel& m = p.m();
@@ -175,9 +193,7 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
           << "\n";
   human << line("\nsearch: %.3f ms, found by %s; %lld orders in %.1f s\n", ms(s.makespan),
                 s.found_by.c_str(), static_cast<long long>(s.evaluations), s.seconds);
-  if (s.starts_skipped > 0)
-    human << line("search: the budget was spent before %d start hints could be tried\n",
-                  s.starts_skipped);
+  if (s.starts_skipped > 0) human << starts_skipped_line(f, s);
   if (best.ran_exact)
     human << line("exact:  %.3f ms, %s; %lld nodes in %.1f s (root bound %.3f ms)\n",
                   ms(best.exact.makespan), exact_outcome(f, best.exact).c_str(),
