@@ -185,6 +185,14 @@ check 'meg.json: event 1 (forward-compute): args lack "iteration" or "step"' pre
 printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1\n0,0,0,B,1\n' >"$tmp/nostep.csv"
 check 'nostep.csv holds one step (no "step" column)' simulate --replay "$tmp/nostep.csv" --pp 1 -m 1 --step 1
 check "--message-us: Value -1 not in range" predict "$data/torch-pp2" --message-us -1
+# NaN passes a range check: it was blamed on the workload ("lower the workload's times").
+check "--message-us: must be in [0, 1e+09] us, got nan" predict "$data/torch-pp2" --message-us nan
+# A CSV holds no recorded order: predict said "invalid JSON".
+printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1\n' >"$tmp/durations.csv"
+check "'$tmp/durations.csv' is not a trace (.json, .json.gz or a directory of them): predict replays a step's recorded order, which a CSV of durations does not hold" predict "$tmp/durations.csv"
+# A header alone: "--step: ... has no step -1; its last is -1" without --step.
+printf 'step,stage,chunk,microbatch,kind,duration_us\n' >"$tmp/header.csv"
+check "header.csv: no rows after its header" simulate --replay "$tmp/header.csv" --pp 2 -m 4
 mkdir -p "$tmp/empty"
 check "holds no .json or .json.gz trace file" predict "$tmp/empty"
 "$rrfp" simulate --pp 3 -m 6 --workload language --hint 1f1b --policy fixed \

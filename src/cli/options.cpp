@@ -121,8 +121,8 @@ void add_trace_flags(CLI::App* app, TraceOptions& t) {
   app->add_option(
          "--step", t.step,
          "the trace's step to replay (ProfilerStep#N, iteration N, or rrfp's run N from "
-         "0, or a CSV's step column; default: a trace's first complete one, the same for every run "
-         "of the table; a CSV's last)")
+         "0; simulate --replay: also a CSV's step column; default: a trace's first complete one, "
+         "the same for every run of the table; a CSV's last)")
       ->check(not_negative());
   app->add_option("--message-us", t.message_us,
                   "the latency of every message the trace does not time (us; default: seen "

@@ -33,6 +33,12 @@ std::vector<std::string> split_list(const std::string& s) {
 
 void run_predict(PredictFlags f) {
   f.trace.option = "TRACE";
+  // A CSV holds durations, not the order a step ran in: it was parsed as JSON ("invalid JSON").
+  if (!is_trace_path(f.path))
+    throw InputError("`TRACE`: '" + f.path +
+                     "' is not a trace (.json, .json.gz or a directory of them): predict replays "
+                     "a step's recorded order, which a CSV of durations does not hold (simulate "
+                     "--replay reads one)");
   // The shape the trace records, with whatever the flags pin down; rrfp's own trace says its
   // TP size too (it needed --tp, "tp rank 1 >= --tp 1").
   checked_tp(f.tp);

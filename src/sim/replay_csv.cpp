@@ -107,6 +107,8 @@ Table read_table(const std::string& text, const std::string& origin, int step) {
     t.rows.emplace_back(line_no, std::move(cells));
   }
   if (!header) throw InputError(origin + ": empty replay file (no header)");
+  // A header alone: said so (it read "--step: ... has no step -1; its last is -1" without --step).
+  if (t.rows.empty()) throw InputError(origin + ": no rows after its header");
   keep_step(t, origin, step);
   return t;
 }

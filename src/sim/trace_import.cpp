@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 
@@ -13,6 +14,7 @@
 #include "core/json_input.hpp"
 #include "core/memory.hpp"
 #include "sim/trace_formats.hpp"
+#include "sim/workload.hpp"
 
 namespace rrfp {
 
@@ -211,6 +213,11 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
   const std::string origin =
       docs.size() == 1 ? docs.front().origin
                        : docs.front().origin + " and " + std::to_string(docs.size() - 1) + " more";
+  // NaN passes every range check: it was refused as a workload's time ("lower the workload's
+  // times or factors").
+  if (std::isnan(o.message_us) || o.message_us > kMaxTaskUs)
+    throw InputError("`message_us`: must be in [0, " + fmt("%g", kMaxTaskUs) +
+                     "] us, got " + fmt("%g", o.message_us));
   const std::string format = o.format == "auto" ? detect(docs) : o.format;
   std::vector<Timeline> steps;
   if (format == "rrfp")
