@@ -201,6 +201,12 @@ check "holds no .json or .json.gz trace file" predict "$tmp/empty"
   { echo "FAIL: predict"; cat "$tmp/predict.err"; fails=$((fails + 1)); }
 grep -q '"reproduction_error": 0.0' "$tmp/predict.json" ||
   { echo "FAIL: predict of rrfp's own trace:"; cat "$tmp/predict.json"; fails=$((fails + 1)); }
+# A --limit not above the recorded memory's (P=3 1F1B: 3) is left out with a note, not silently;
+# a hint given twice is refused (its rows printed twice).
+"$rrfp" predict "$tmp/own.json" --limit 2 >"$tmp/limit.txt" 2>&1 &&
+  grep -qF "(skipped: the rows at the larger limit 2: it is not above the memory-neutral limit 3" "$tmp/limit.txt" ||
+  { echo "FAIL: predict --limit 2:"; cat "$tmp/limit.txt"; fails=$((fails + 1)); }
+check "--hints: 'bf' is given twice" predict "$tmp/own.json" --hints bf,adaptive,bf
 # The same with TP and messages that cost nothing (the uniform workload): such a message is in
 # the trace as taking 0 us. Left out, it read as not timed and was inferred from its consumer's
 # start, which holds the TP ranks' skew: the replays came out 1.1-4% long.

@@ -1,5 +1,6 @@
 // `rrfp predict TRACE`: what readiness-first dispatch would make of a recorded step
 // (report/predict.hpp, docs/twin.md).
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -67,10 +68,15 @@ void run_predict(PredictFlags f) {
   o.hints = split_list(f.hints);
   if (o.hints.empty())
     throw InputError("--hints: expected a comma-separated list, e.g. bf,adaptive");
-  for (const std::string& h : o.hints)
+  for (size_t i = 0; i < o.hints.size(); ++i) {
+    const std::string& h = o.hints[i];
     if (!is_rule_hint_name(h))
       throw InputError("--hints: '" + h.substr(0, 30) +
                        "' is not a rule hint (bf, fb, b-priority, f-priority, bfw, adaptive)");
+    // Each row once (bf,bf printed every bf row twice).
+    if (std::find(o.hints.begin(), o.hints.begin() + i, h) != o.hints.begin() + i)
+      throw InputError("--hints: '" + h + "' is given twice");
+  }
   o.large_limit = f.limit;
   o.recorded_comm = parse_comm(f.comm);
   o.rules_split_as_they_run = f.split == "auto";
@@ -130,7 +136,8 @@ void setup_predict(CLI::App& app) {
   sub->add_option("--hints", f->hints, "rrfp rules to predict, comma-separated")
       ->capture_default_str();
   sub->add_option("--limit", f->limit,
-                  "the larger back-pressure limit to predict at, besides the recorded memory")
+                  "the larger back-pressure limit to predict at, besides the recorded memory "
+                  "(0: none; one not above the recorded memory's is left out, with a note)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   sub->add_option("--json", f->json, "write the prediction as JSON to FILE ('-': stdout)");

@@ -132,6 +132,11 @@ Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
   }
   std::vector<int> limits{p.neutral_limit};
   if (o.large_limit > p.neutral_limit) limits.push_back(o.large_limit);
+  // Said, not dropped without a word: a limit at or below the recorded memory's.
+  if (o.large_limit > 0 && o.large_limit <= p.neutral_limit)
+    p.skipped.push_back("the rows at the larger limit " + std::to_string(o.large_limit) +
+                        ": it is not above the memory-neutral limit " +
+                        std::to_string(p.neutral_limit) + " (the recorded order's peak D)");
   // BF on a step recorded under BFW runs its backward whole, as `--hint bf` does: its row was
   // BF with deferred W tasks, 8-9% faster than the BF a user would run.
   PipelineConfig whole_cfg = cfg;
