@@ -29,6 +29,7 @@ check "--policy fixed: needs a list hint" simulate --hint bf --policy fixed
 check "--tp: must be between 1 and 1024, got 0" simulate --tp 0
 check "--tp: must be between 1 and 1024, got 2147483647" simulate --tp 2147483647
 check "--tp: must be between 1 and 1024, got 1025" predict --tp 1025 x.json
+check "--comm: expected auto, async or blocking, got 'smoke'" predict --comm smoke x.json
 check "--tp: must be between 1 and 1024, got 2000" sweep --tp 2000
 check "--comm: unknown mode" simulate --comm smoke
 # Outputs are checked before the work (a mistyped folder used to cost every run first).

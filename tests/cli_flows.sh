@@ -188,4 +188,13 @@ rc=0
 "$rrfp" predict rb.json --comm blocking >/dev/null 2>err.txt || rc=$?
 [ "$rc" = 2 ] && grep -q "deadlocks with a rendezvous per message" err.txt ||
   fail "predict --comm blocking of a ready run: rc $rc, $(cat err.txt)"
-echo "ok: predict --comm blocking replays a fixed blocking step exactly"
+# Without --comm, rrfp's trace of a fixed blocking run says so: replayed blocking (async it came
+# out 10-16% short); a ready run's blocking order is replayed async, as no fixed order's
+# receives need follow it.
+"$rrfp" predict blk.json --json pa.json >/dev/null
+[ "$(field pa.json "j['recorded_comm']")" = blocking ] &&
+  [ "$(field pa.json "abs(j['reproduction_error']) < 1e-9")" = True ] ||
+  fail "predict of a fixed blocking run's trace: $(field pa.json "j['recorded_comm'], j['reproduction_error']")"
+"$rrfp" predict rb.json --json pr.json >/dev/null || fail "predict of a ready blocking run's trace"
+[ "$(field pr.json "j['recorded_comm']")" = async ] || fail "a ready blocking run replayed blocking"
+echo "ok: predict --comm blocking replays a fixed blocking step exactly, and auto takes it from the trace"

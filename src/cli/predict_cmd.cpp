@@ -19,7 +19,7 @@ struct PredictFlags {
   int pp = 0, vpp = 0, microbatches = 0, tp = 1, limit = 32;
   bool tp_given = false;  // else an rrfp trace's own TP size
   std::string placement, split = "auto", hints = "bf,bfw,adaptive", json, svg;
-  std::string comm = "async";
+  std::string comm = "auto";
   TraceOptions trace;
 };
 
@@ -34,6 +34,10 @@ std::vector<std::string> split_list(const std::string& s) {
 
 void run_predict(PredictFlags f) {
   f.trace.option = "TRACE";
+  if (f.comm != "auto" && f.comm != "async" && f.comm != "blocking")
+    throw InputError("--comm: expected auto, async or blocking, got '" + f.comm.substr(0, 30) +
+                     "'");
+
   // A CSV holds durations, not the order a step ran in: it was parsed as JSON ("invalid JSON").
   if (!is_trace_path(f.path))
     throw InputError("`TRACE`: '" + f.path +
@@ -78,7 +82,7 @@ void run_predict(PredictFlags f) {
       throw InputError("--hints: '" + h + "' is given twice");
   }
   o.large_limit = f.limit;
-  o.recorded_comm = parse_comm(f.comm);
+  if (f.comm != "auto") o.recorded_comm = parse_comm(f.comm);
   o.rules_split_as_they_run = f.split == "auto";
   // A step read already is not read twice.
   const Prediction p = whole_step ? predict(std::move(*whole_step), c, f.tp, o)
@@ -129,8 +133,9 @@ void setup_predict(CLI::App& app) {
   CLI::Option* tp = sub->add_option(
       "--tp", f->tp, "tensor-parallel ranks per stage T (default: an rrfp trace's, else 1)");
   sub->add_option("--comm", f->comm,
-                  "how the recorded step communicated: async, or blocking (a rendezvous per "
-                  "message); the twin replays it so, the predictions run async")
+                  "how the recorded step communicated: async, blocking (a rendezvous per "
+                  "message) or auto (blocking where an rrfp trace's run is a fixed blocking one, "
+                  "else async); the twin replays it so, the predictions run async")
       ->capture_default_str();
   add_trace_flags(sub, f->trace);
   sub->add_option("--hints", f->hints, "rrfp rules to predict, comma-separated")

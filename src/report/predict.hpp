@@ -2,6 +2,7 @@
 // The what-if report of `rrfp predict` (docs/twin.md): replay a recorded step in its own order
 // to show how well the twin reproduces it, then predict readiness-first dispatch on the same
 // durations at the recorded run's memory and at a larger limit.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,8 @@ struct PredictOptions {
   int large_limit = 32;  // besides the memory-neutral limit (0: that one only)
   // How the recorded step communicated: the twin replays its order so (a blocking step
   // replayed async came out short: -11% on a simulated one); the predictions run async,
-  // as rrfp does.
-  CommMode recorded_comm = CommMode::Async;
+  // as rrfp does. Unset: the trace's word (rrfp's run "fixed ... (blocking)"), else async.
+  std::optional<CommMode> recorded_comm;
   // Each rule predicted as it runs by default (`split_backward` auto): on a step recorded with
   // the split backward, those that run the backward whole (bf, fb, ...) replay it with each W's
   // time added to its B's. False: every rule under the step's split (`split_backward` given).
@@ -33,7 +34,9 @@ struct Prediction {
   ReportRun replayed;           // the twin's replay of the recorded order (fixed policy)
   std::vector<ReportRun> runs;  // ready dispatch, per hint and limit
   std::vector<std::string> skipped;
-  int neutral_limit = 0;  // the recorded order's largest D on any stage
+  int neutral_limit = 0;                     // the recorded order's largest D on any stage
+  CommMode recorded_comm = CommMode::Async;  // how the twin replayed the recorded order
+  bool comm_from_trace = false;              // the trace's run said so, not an option
 
   double reproduction_error() const;  // replayed / measured - 1
   const ReportRun& best() const;      // the fastest prediction at the memory-neutral limit

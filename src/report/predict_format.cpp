@@ -35,7 +35,12 @@ std::string format_prediction(const Prediction& p, const std::string& source) {
          std::to_string(in.messages_inferred) + " seen from their consumers' starts)\n";
   out += "twin, recorded order " + lpad(fmt("%.2f", ms(p.replayed.metrics.makespan)), 9) +
          " ms  (" + fmt("%+.1f%%", 100 * p.reproduction_error()) +
-         ": how well the twin reproduces the step)\n\n";
+         ": how well the twin reproduces the step" +
+         (p.recorded_comm == CommMode::Blocking
+              ? std::string("; a rendezvous per message") +
+                    (p.comm_from_trace ? ", as the trace's run says" : "")
+              : std::string()) +
+         ")\n\n";
   size_t lw = 24;
   for (const ReportRun& r : p.runs)
     lw = std::max(lw, r.label.size());
@@ -86,6 +91,7 @@ nlohmann::json prediction_json(const Prediction& p, const std::string& source) {
   j["measured_ms"] = ms(p.measured.metrics.makespan);
   j["replayed_ms"] = ms(p.replayed.metrics.makespan);
   j["reproduction_error"] = p.reproduction_error();
+  j["recorded_comm"] = to_string(p.recorded_comm);
   j["messages_timed"] = p.imported.messages_measured;
   j["messages_inferred"] = p.imported.messages_inferred;
   j["memory_neutral_limit"] = p.neutral_limit;
