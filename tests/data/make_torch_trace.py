@@ -1,8 +1,8 @@
 """Writes tests/data/torch-pp2/rank{0,1}.json.gz: PyTorch profiler traces of a real two-stage
 1F1B pipeline (2 processes, Gloo, 4 microbatches of a small MLP), labelled the way docs/twin.md
 asks: record_function("PP:<stage>F<mb>"), "PP:<stage>B<mb>" and the receives
-"PP:<stage>RECV_F<mb>" / "PP:<stage>RECV_B<mb>". Steps are ProfilerStep#N (2 and 3 are
-recorded). Run with Debian's python3 (it has torch): /usr/bin/python3 tests/data/make_torch_trace.py
+"PP:<stage>RECV_F<mb>" / "PP:<stage>RECV_B<mb>". Steps are ProfilerStep#N: the schedule's
+two active steps, which torch 1.13 names ProfilerStep#1 and #2. Run with Debian's python3 (it has torch): /usr/bin/python3 tests/data/make_torch_trace.py
 """
 import gzip
 import os
