@@ -208,6 +208,13 @@ grep -q '"reproduction_error": 0.0' "$tmp/predict.json" ||
   grep -qF "(skipped: the rows at the larger limit 2: it is not above the memory-neutral limit 3" "$tmp/limit.txt" ||
   { echo "FAIL: predict --limit 2:"; cat "$tmp/limit.txt"; fails=$((fails + 1)); }
 check "--hints: 'bf' is given twice" predict "$tmp/own.json" --hints bf,adaptive,bf
+# One task's chunk mistyped (9 in a 3-stage trace): the event is named, not only the flags.
+/usr/bin/python3 -c 'import json, sys
+j = json.load(open(sys.argv[1])); ev = j["traceEvents"] if isinstance(j, dict) else j
+i = next(k for k, e in enumerate(ev) if e.get("ph") == "X" and "chunk" in e.get("args", {}))
+ev[i]["args"]["chunk"] = 9; json.dump(j, open(sys.argv[2], "w")); print(i + 1)' \
+  "$tmp/own.json" "$tmp/oob.json" >"$tmp/oob.at"
+check "10 chunks on 3 stages (chunk 9 first at $tmp/oob.json: event $(cat "$tmp/oob.at")): give the shape (--pp, --vpp), or mend the trace" predict "$tmp/oob.json"
 # The same with TP and messages that cost nothing (the uniform workload): such a message is in
 # the trace as taking 0 us. Left out, it read as not timed and was inferred from its consumer's
 # start, which holds the TP ranks' skew: the replays came out 1.1-4% long.

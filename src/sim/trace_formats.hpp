@@ -44,6 +44,9 @@ struct Shape {
   int tp = 0;  // the TP ranks the trace records (rrfp's: task threads); 0: it does not say
   std::map<int, int> stage_of_chunk;  // where the trace says (rrfp's: the process of a chunk)
   bool split = false;
+  // Where the largest chunk first appeared ("FILE: event N"; empty where the format does not
+  // say): a shape that cannot hold it names that event, not only the flags.
+  std::string largest_chunk_at;
   void saw(int chunk, int mb, Kind k) {
     chunks = std::max(chunks, chunk + 1);
     microbatches = std::max(microbatches, mb + 1);

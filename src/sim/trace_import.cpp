@@ -216,8 +216,8 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
   // NaN passes every range check: it was refused as a workload's time ("lower the workload's
   // times or factors").
   if (std::isnan(o.message_us) || o.message_us > kMaxTaskUs)
-    throw InputError("`message_us`: must be in [0, " + fmt("%g", kMaxTaskUs) +
-                     "] us, got " + fmt("%g", o.message_us));
+    throw InputError("`message_us`: must be in [0, " + fmt("%g", kMaxTaskUs) + "] us, got " +
+                     fmt("%g", o.message_us));
   const std::string format = o.format == "auto" ? detect(docs) : o.format;
   std::vector<Timeline> steps;
   if (format == "rrfp")
@@ -352,7 +352,11 @@ PipelineConfig infer_trace_config(const std::string& path, int tp, const TraceOp
     throw InputError(path + ": the " + format + " trace holds no task to tell its shape by");
   if (s.chunks % s.pp != 0)
     throw InputError(path + ": " + std::to_string(s.chunks) + " chunks on " + std::to_string(s.pp) +
-                     " stages: give the shape (--pp, --vpp)");
+                     " stages" +
+                     (s.largest_chunk_at.empty() ? ""
+                                                 : " (chunk " + std::to_string(s.chunks - 1) +
+                                                       " first at " + s.largest_chunk_at + ")") +
+                     ": give the shape (--pp, --vpp), or mend the trace");
   if (tp_seen) *tp_seen = s.tp;
   PipelineConfig c;
   c.pp = s.pp;

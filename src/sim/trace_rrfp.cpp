@@ -163,7 +163,9 @@ Shape probe_rrfp(const std::vector<Doc>& docs) {
       if (const auto pid = e.find("pid"); pid != e.end() && pid->is_number_integer())
         stage_of_pid[pid->get<long long>()] = stage;
     }
+    std::size_t event = 0;
     for (const auto& e : events_of(d)) {
+      ++event;
       if (!e.is_object()) continue;
       const auto args = e.find("args");
       if (args == e.end() || !args->is_object()) continue;
@@ -171,6 +173,8 @@ Shape probe_rrfp(const std::vector<Doc>& docs) {
       if (e.value("ph", "") == "X" && c != args->end() && c->is_number_unsigned() &&
           mb != args->end() && mb->is_number_unsigned() && c->get<std::uint64_t>() < 1u << 20 &&
           mb->get<std::uint64_t>() < 1u << 24) {
+        if (c->get<int>() >= s.chunks)
+          s.largest_chunk_at = d.origin + ": event " + std::to_string(event);  // from 1, as read
         s.saw(c->get<int>(), mb->get<int>(), args->value("kind", "") == "W" ? Kind::W : Kind::F);
         const auto tid = e.find("tid");
         const int rank =
