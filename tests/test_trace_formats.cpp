@@ -4,23 +4,21 @@
 // take message latencies from receive spans, pick steps, and fail with a line naming the
 // problem.
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <cstdio>
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "core/error.hpp"
 #include "core/task.hpp"
 #include "expect_error.hpp"
-#include "mutate.hpp"
 #include "report/predict.hpp"
 #include "report/report.hpp"
 #include "sim/replay.hpp"
 #include "sim/trace_import.hpp"
 #include "sim_helpers.hpp"
+#include "trace_fixtures.hpp"
 
 #ifndef RRFP_TEST_DATA
 #error "RRFP_TEST_DATA must name tests/data"
@@ -28,104 +26,6 @@
 
 namespace rrfp::test {
 namespace {
-
-using nlohmann::json;
-
-std::string gzip(const std::string& text) {
-  z_stream z{};
-  EXPECT_EQ(deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&z, text.size()), '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  z.avail_in = static_cast<uInt>(text.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
-
-StepRecord simulated(const WorkModel& m, const std::string& hint, Policy p, RealizedWork& w) {
-  w.coord_ns = 0;  // a trace carries no coordination cost: the replay has none either
-  SimOptions opt;
-  opt.arbiter.policy = p;
-  opt.record = true;
-  return simulate(m, make_hint(hint, m), w, opt);
-}
-
-double us(std::int64_t ns) {
-  return static_cast<double>(ns) / 1e3;
-}
-
-// The end of each task on its rank, and the message its output took.
-const TaskRecord& record_of(const StepRecord& r, const TaskId& t, int rank) {
-  for (const TaskRecord& x : r.tasks)
-    if (x.task == t && x.rank == rank) return x;
-  ADD_FAILURE() << "no record of " << to_string(t);
-  return r.tasks.front();
-}
-
-// A receive span per cross-stage input: from the producer's end to its arrival.
-template <class Emit>
-void for_each_receive(const StepRecord& r, const WorkModel& m, Emit emit) {
-  for (const TaskRecord& t : r.tasks) {
-    const std::optional<TaskId> p = data_producer(t.task);
-    if (!p || !m.valid(*p) || m.stage_of(*p) == t.stage) continue;
-    const TaskRecord& prod = record_of(r, *p, t.rank);
-    emit(t, prod.compute_end, prod.compute_end + prod.send_ns);
-  }
-}
-
-// Kineto's layout (one object per rank: distributedInfo, traceEvents with user_annotation
-// spans, ProfilerStep#N, absolute microsecond clocks); CPU spans twice as long as the device's
-// gpu_user_annotation spans, which the importer must prefer.
-std::vector<std::pair<std::string, std::string>> kineto_files(const StepRecord& r,
-                                                              const WorkModel& m, bool zip = true) {
-  const double base = 1712667379482786;  // epoch microseconds, as a 2024 trace has them
-  std::vector<json> docs(m.pp());
-  for (int s = 0; s < m.pp(); ++s) {
-    docs[s] = {{"schemaVersion", 1},
-               {"distributedInfo", {{"backend", "nccl"}, {"rank", s}, {"world_size", m.pp()}}},
-               {"traceEvents", json::array()}};
-    docs[s]["traceEvents"].push_back({{"ph", "X"},
-                                      {"cat", "user_annotation"},
-                                      {"name", "ProfilerStep#5"},
-                                      {"pid", 100 + s},
-                                      {"tid", 100 + s},
-                                      {"ts", base - 50},
-                                      {"dur", us(r.makespan) + 100}});
-  }
-  for (const TaskRecord& t : r.tasks) {
-    const char k = t.task.kind == Kind::F ? 'F' : t.task.kind == Kind::W ? 'W' : 'I';
-    const std::string name = "PP:" + std::to_string(t.task.chunk) + k + std::to_string(t.task.mb);
-    const double dur = us(t.compute_end - t.start);
-    for (const char* cat : {"user_annotation", "gpu_user_annotation"})
-      docs[t.stage]["traceEvents"].push_back(
-          {{"ph", "X"},
-           {"cat", cat},
-           {"name", name},
-           {"pid", 100 + t.stage},
-           {"tid", std::string(cat) == "user_annotation" ? 100 + t.stage : 7},
-           {"ts", base + us(t.start)},
-           {"dur", std::string(cat) == "user_annotation" ? 2 * dur : dur}});
-  }
-  for_each_receive(r, m, [&](const TaskRecord& t, std::int64_t from, std::int64_t to) {
-    const std::string name = "PP:" + std::to_string(t.task.chunk) + "RECV_" +
-                             (t.task.kind == Kind::F ? "F" : "B") + std::to_string(t.task.mb);
-    docs[t.stage]["traceEvents"].push_back({{"ph", "X"},
-                                            {"cat", "gpu_user_annotation"},
-                                            {"name", name},
-                                            {"pid", 100 + t.stage},
-                                            {"tid", 7},
-                                            {"ts", base + us(from)},
-                                            {"dur", us(to - from)}});
-  });
-  std::vector<std::pair<std::string, std::string>> files;
-  for (int s = m.pp() - 1; s >= 0; --s)  // file order must not matter: distributedInfo says
-    files.emplace_back("rank" + std::to_string(s) + (zip ? ".json.gz" : ".json"),
-                       zip ? gzip(docs[s].dump()) : docs[s].dump());
-  return files;
-}
 
 TEST(TraceFormats, KinetoTraceReplaysItsRecordedOrderToTheStep) {
   for (std::uint64_t seed = 1; seed <= 3; ++seed)
@@ -146,44 +46,6 @@ TEST(TraceFormats, KinetoTraceReplaysItsRecordedOrderToTheStep) {
                   1000)
           << hint << " seed " << seed;
     }
-}
-
-// Megatron's timers: one thread per (pp, tp) rank named so, args iteration / microbatch_id /
-// model_chunk_id (interleaved, two chunks per rank), forward-recv / backward-recv spans.
-std::string megatron_file(const StepRecord& r, const WorkModel& m, int tp, int iteration,
-                          bool drop_last) {
-  json events = json::array();
-  for (int s = 0; s < m.pp(); ++s)
-    for (int t = 0; t < tp; ++t)
-      events.push_back({{"ph", "M"},
-                        {"name", "thread_name"},
-                        {"pid", 0},
-                        {"tid", 40 + s * tp + t},
-                        {"args",
-                         {{"name", "rank " + std::to_string(s * tp + t) + " (pp " +
-                                       std::to_string(s) + ", tp " + std::to_string(t) + ")"}}}});
-  auto span = [&](const char* name, const TaskRecord& t, double ts, double dur) {
-    events.push_back({{"ph", "X"},
-                      {"name", name},
-                      {"pid", 0},
-                      {"tid", 40 + t.stage * tp + t.rank},
-                      {"ts", ts},
-                      {"dur", dur},
-                      {"args",
-                       {{"iteration", iteration},
-                        {"microbatch_id", t.task.mb},
-                        {"model_chunk_id", m.local_chunk(t.task.chunk)}}}});
-  };
-  for (const TaskRecord& t : r.tasks) {
-    if (drop_last && t.task.mb == m.microbatches() - 1 && t.task.kind == Kind::B) continue;
-    span(t.task.kind == Kind::F ? "forward-compute" : "backward-compute", t, us(t.start),
-         us(t.compute_end - t.start));
-  }
-  for_each_receive(r, m, [&](const TaskRecord& t, std::int64_t from, std::int64_t to) {
-    span(t.task.kind == Kind::F ? "forward-recv" : "backward-recv", t, us(from) - 3,
-         us(to - from) + 3);  // posted before the producer finished: that part is not latency
-  });
-  return json{{"traceEvents", events}}.dump();
 }
 
 TEST(TraceFormats, MegatronTimersReplayTheirRecordedOrderToTheStep) {
@@ -246,59 +108,6 @@ TEST(TraceFormats, RealTorchProfilerTraceReplaysWithinTwoPercent) {
     ADD_FAILURE() << "a missing step was accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("has no step 9; it has 1, 2"), std::string::npos)
-        << e.what();
-  }
-}
-
-// A trace without message times (rrfp's own measured runs): a consumer idle until its
-// producer ended shows what the message took; the rest get the median of those seen.
-TEST(TraceFormats, MessagesAreSeenFromWhenConsumersStarted) {
-  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
-    WorkModel m(config(4, 8));
-    WorkloadParams wp = workload_preset("language");
-    wp.comm_latency_us = 300;  // every message 300 us: the median is exact too
-    wp.comm_bandwidth_gbps = 0;
-    wp.comm_sigma = 0;
-    RealizedWork w = realize(wp, m, 1, seed);
-    const StepRecord r = simulated(m, "1f1b", Policy::Fixed, w);
-    Timeline t = timeline_of(r);
-    for (TimelineTask& x : t.tasks)
-      x.send_us = -1;  // as a measured run records it
-    const ImportedRun in = build_run(t, m, 1, -1, "run");
-    EXPECT_GT(in.messages_inferred, in.messages / 2) << "1F1B waits for most messages";
-    for (int i = 0; i < w.num_tasks; ++i)
-      EXPECT_EQ(in.work.message(0, i), w.message(0, i)) << to_string(m.task(i));
-    const Prediction p = predict(in, m.config(), 1);
-    EXPECT_NEAR(static_cast<double>(p.replayed.metrics.makespan), static_cast<double>(r.makespan),
-                2);
-    // --message-us instead: every untimed message takes it, nothing is inferred.
-    const ImportedRun fixed = build_run(t, m, 1, 0, "run");
-    EXPECT_EQ(fixed.messages_inferred, 0);
-    EXPECT_LT(predict(fixed, m.config(), 1).replayed.metrics.makespan, r.makespan);
-  }
-}
-
-// durations.csv of several steps (rrfp train): each step reads back; the last by default.
-TEST(TraceFormats, ReplayCsvHoldsSeveralSteps) {
-  WorkModel m(config(2, 4));
-  const RealizedWork a = realize(workload_preset("language"), m, 1, 1);
-  const RealizedWork b = realize(workload_preset("language"), m, 1, 2);
-  const std::string text = replay_csv(m, {{3, a}, {4, b}});
-  auto near = [](const RealizedWork& x, const RealizedWork& y) {
-    for (size_t i = 0; i < x.compute_ns.size(); ++i)
-      if (std::abs(x.compute_ns[i] - y.compute_ns[i]) > 1 ||
-          std::abs(x.message_ns[i] - y.message_ns[i]) > 1)
-        return false;
-    return true;
-  };
-  EXPECT_TRUE(near(parse_replay_csv(text, m, 1, "d.csv", 3), a));
-  EXPECT_TRUE(near(parse_replay_csv(text, m, 1, "d.csv"), b));
-  EXPECT_FALSE(near(a, b));
-  try {
-    parse_replay_csv(text, m, 1, "d.csv", 7);
-    ADD_FAILURE() << "a missing step was accepted";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("has no step 7; its last is 4"), std::string::npos)
         << e.what();
   }
 }
@@ -399,48 +208,6 @@ TEST(TraceFormats, RefusesWhatItCannotMap) {
   refused({{"r0.json", one_rank}}, "no megatron task events", forced);
   forced.format = "nvtx";
   refused({{"r0.json", one_rank}}, "expected auto, rrfp, torch or megatron", forced);
-}
-
-// The trace importers and the stepped CSV under the suite's mutation fuzzer (mutate.hpp): rrfp's
-// own trace, Kineto's layout (one file of two mutated, or its gzip bytes), Megatron's timers and
-// a CSV of two steps, each edited at random, must be accepted or refused with an InputError,
-// never crash or throw anything else. RRFP_FUZZ_ITERS=N runs N inputs.
-TEST(Fuzz, TraceImportersSurviveMutatedTraces) {
-  WorkModel m(config(2, 4, 1, true));
-  RealizedWork w = realize(workload_preset("paper"), m, 1, 3);
-  const StepRecord r = simulated(m, "bfw", Policy::Ready, w);
-  ReportRun run;
-  run.label = "fuzz";
-  run.cfg = m.config();
-  run.result = r;
-  const std::string path = ::testing::TempDir() + "rrfp-fuzz-trace.json";
-  write_chrome_trace(path, {run});
-  std::ifstream in(path);
-  const std::string own((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::remove(path.c_str());
-  const auto kineto = kineto_files(r, m, false), kineto_gz = kineto_files(r, m);
-  const std::string megatron = megatron_file(r, m, 1, 2, false);
-  const std::string csv = replay_csv(m, {{0, w}, {1, w}});
-  FuzzTally tally;
-  const int n = fuzz_iterations(3000);
-  for (int i = 0; i < n; ++i) {
-    const std::string at = " input " + std::to_string(i);
-    tally.attempt("rrfp" + at, [&] { import_trace_texts({{"t.json", mutate(own, 91, i)}}, m, 1); });
-    tally.attempt("kineto" + at, [&] {
-      auto files = i % 4 == 0 ? kineto_gz : kineto;
-      files[i % 2].second = mutate(files[i % 2].second, 92, i);
-      import_trace_texts(files, m, 1);
-    });
-    tally.attempt("megatron" + at, [&] {
-      import_trace_texts({{"m.json", mutate(megatron, 93, i)}}, m, 1);
-    });
-    tally.attempt("csv" + at,
-                  [&] { parse_replay_csv(mutate(csv, 94, i), m, 1, "fuzz", i % 3 - 1); });
-  }
-  std::printf("fuzzed traces and CSVs: %d inputs, %d accepted, %d refused\n", 4 * n, tally.accepted,
-              tally.refused);
-  EXPECT_GT(tally.refused, n);  // most edits break something
-  EXPECT_GT(tally.accepted, 0);
 }
 
 }  // namespace

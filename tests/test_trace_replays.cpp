@@ -1,0 +1,117 @@
+// The trace importers' replays beyond one format: messages a trace does not time, seen from
+// when their consumers started; a CSV of several steps; and every importer under mutated input.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include "core/error.hpp"
+#include "mutate.hpp"
+#include "report/predict.hpp"
+#include "report/report.hpp"
+#include "sim/replay.hpp"
+#include "sim/timeline.hpp"
+#include "sim/trace_import.hpp"
+#include "trace_fixtures.hpp"
+
+namespace rrfp::test {
+namespace {
+
+// A trace without message times (rrfp's own measured runs): a consumer idle until its
+// producer ended shows what the message took; the rest get the median of those seen.
+TEST(TraceFormats, MessagesAreSeenFromWhenConsumersStarted) {
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    WorkModel m(config(4, 8));
+    WorkloadParams wp = workload_preset("language");
+    wp.comm_latency_us = 300;  // every message 300 us: the median is exact too
+    wp.comm_bandwidth_gbps = 0;
+    wp.comm_sigma = 0;
+    RealizedWork w = realize(wp, m, 1, seed);
+    const StepRecord r = simulated(m, "1f1b", Policy::Fixed, w);
+    Timeline t = timeline_of(r);
+    for (TimelineTask& x : t.tasks)
+      x.send_us = -1;  // as a measured run records it
+    const ImportedRun in = build_run(t, m, 1, -1, "run");
+    EXPECT_GT(in.messages_inferred, in.messages / 2) << "1F1B waits for most messages";
+    for (int i = 0; i < w.num_tasks; ++i)
+      EXPECT_EQ(in.work.message(0, i), w.message(0, i)) << to_string(m.task(i));
+    const Prediction p = predict(in, m.config(), 1);
+    EXPECT_NEAR(static_cast<double>(p.replayed.metrics.makespan), static_cast<double>(r.makespan),
+                2);
+    // --message-us instead: every untimed message takes it, nothing is inferred.
+    const ImportedRun fixed = build_run(t, m, 1, 0, "run");
+    EXPECT_EQ(fixed.messages_inferred, 0);
+    EXPECT_LT(predict(fixed, m.config(), 1).replayed.metrics.makespan, r.makespan);
+  }
+}
+
+// durations.csv of several steps (rrfp train): each step reads back; the last by default.
+TEST(TraceFormats, ReplayCsvHoldsSeveralSteps) {
+  WorkModel m(config(2, 4));
+  const RealizedWork a = realize(workload_preset("language"), m, 1, 1);
+  const RealizedWork b = realize(workload_preset("language"), m, 1, 2);
+  const std::string text = replay_csv(m, {{3, a}, {4, b}});
+  auto near = [](const RealizedWork& x, const RealizedWork& y) {
+    for (size_t i = 0; i < x.compute_ns.size(); ++i)
+      if (std::abs(x.compute_ns[i] - y.compute_ns[i]) > 1 ||
+          std::abs(x.message_ns[i] - y.message_ns[i]) > 1)
+        return false;
+    return true;
+  };
+  EXPECT_TRUE(near(parse_replay_csv(text, m, 1, "d.csv", 3), a));
+  EXPECT_TRUE(near(parse_replay_csv(text, m, 1, "d.csv"), b));
+  EXPECT_FALSE(near(a, b));
+  try {
+    parse_replay_csv(text, m, 1, "d.csv", 7);
+    ADD_FAILURE() << "a missing step was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("has no step 7; its last is 4"), std::string::npos)
+        << e.what();
+  }
+}
+
+// The trace importers and the stepped CSV under the suite's mutation fuzzer (mutate.hpp): rrfp's
+// own trace, Kineto's layout (one file of two mutated, or its gzip bytes), Megatron's timers and
+// a CSV of two steps, each edited at random, must be accepted or refused with an InputError,
+// never crash or throw anything else. RRFP_FUZZ_ITERS=N runs N inputs.
+TEST(Fuzz, TraceImportersSurviveMutatedTraces) {
+  WorkModel m(config(2, 4, 1, true));
+  RealizedWork w = realize(workload_preset("paper"), m, 1, 3);
+  const StepRecord r = simulated(m, "bfw", Policy::Ready, w);
+  ReportRun run;
+  run.label = "fuzz";
+  run.cfg = m.config();
+  run.result = r;
+  const std::string path = ::testing::TempDir() + "rrfp-fuzz-trace.json";
+  write_chrome_trace(path, {run});
+  std::ifstream in(path);
+  const std::string own((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  const auto kineto = kineto_files(r, m, false), kineto_gz = kineto_files(r, m);
+  const std::string megatron = megatron_file(r, m, 1, 2, false);
+  const std::string csv = replay_csv(m, {{0, w}, {1, w}});
+  FuzzTally tally;
+  const int n = fuzz_iterations(3000);
+  for (int i = 0; i < n; ++i) {
+    const std::string at = " input " + std::to_string(i);
+    tally.attempt("rrfp" + at, [&] { import_trace_texts({{"t.json", mutate(own, 91, i)}}, m, 1); });
+    tally.attempt("kineto" + at, [&] {
+      auto files = i % 4 == 0 ? kineto_gz : kineto;
+      files[i % 2].second = mutate(files[i % 2].second, 92, i);
+      import_trace_texts(files, m, 1);
+    });
+    tally.attempt("megatron" + at, [&] {
+      import_trace_texts({{"m.json", mutate(megatron, 93, i)}}, m, 1);
+    });
+    tally.attempt("csv" + at,
+                  [&] { parse_replay_csv(mutate(csv, 94, i), m, 1, "fuzz", i % 3 - 1); });
+  }
+  std::printf("fuzzed traces and CSVs: %d inputs, %d accepted, %d refused\n", 4 * n, tally.accepted,
+              tally.refused);
+  EXPECT_GT(tally.refused, n);  // most edits break something
+  EXPECT_GT(tally.accepted, 0);
+}
+
+}  // namespace
+}  // namespace rrfp::test
