@@ -31,30 +31,27 @@ const nlohmann::json& events_of(const Doc& d) {
   return d.json;
 }
 
-double number_at(const nlohmann::json& obj, const char* key, const std::string& where) {
+// A field that must be a number in [0, most]; `what` says what the bound is.
+double bounded_at(const nlohmann::json& obj, const char* key, const std::string& where, double most,
+                  const char* what) {
   auto it = obj.find(key);
   if (it == obj.end() || !it->is_number())
     throw InputError(where + ": field \"" + key + "\" is missing or not a number");
   const double v = it->get<double>();
   if (!(v >= 0)) throw InputError(where + ": field \"" + key + "\" is negative: " + brief(*it));
-  // A trace's durations are microseconds: 1e13 is four months (1e300 and 9.2e18 ended in a
-  // "deadlock" line of 758 characters).
-  if (v > kMaxSpanUs)
-    throw InputError(where + ": field \"" + key + "\" is " + brief(*it) +
-                     "; at most 1e13 (us) is read");
+  if (v > most) throw InputError(where + ": field \"" + key + "\" is " + brief(*it) + "; " + what);
   return v;
 }
 
+// A trace's durations are microseconds: 1e13 is four months (1e300 and 9.2e18 ended in a
+// "deadlock" line of 758 characters).
+double number_at(const nlohmann::json& obj, const char* key, const std::string& where) {
+  return bounded_at(obj, key, where, kMaxSpanUs, "at most 1e13 (us) is read");
+}
+
 double clock_at(const nlohmann::json& obj, const char* key, const std::string& where) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_number())
-    throw InputError(where + ": field \"" + key + "\" is missing or not a number");
-  const double v = it->get<double>();
-  if (!(v >= 0)) throw InputError(where + ": field \"" + key + "\" is negative: " + brief(*it));
-  if (v > kMaxClockUs)
-    throw InputError(where + ": field \"" + key + "\" is " + brief(*it) +
-                     "; at most 4e15 (us since the epoch, the year 2096) is read");
-  return v;
+  return bounded_at(obj, key, where, kMaxClockUs,
+                    "at most 4e15 (us since the epoch, the year 2096) is read");
 }
 
 void rebase(Timeline& t, const std::string& origin) {
