@@ -87,6 +87,31 @@ kill -TERM $pid
 wait $pid
 grep -q "validation not reached" "$tmp/v3.log" || fail "a resume stopped before validating: $(grep stopped "$tmp/v3.log")"
 
+# SIGTERM during the last step's validation: the run is not whole, so exit 143, and the resume
+# from its final checkpoint validates that step and fills its row (it exited 0, and the resume
+# was refused as already at the last step: the validation was lost for good). Then it is whole.
+"$rrfp" train --d-model 32 --layers 4 --steps 1 --eval-every 0 --eval-batches 100000 \
+  --save-every 1 --out "$tmp/l" >"$tmp/l.log" 2>&1 &
+pid=$!
+wait_rows "$tmp/l" 0 || fail "no loss.csv after 60 s (last-step run)"
+sleep 2  # the step (a few hundred ms) is done: it validates, its row waiting for that
+kill -TERM $pid
+wait $pid; rc=$?
+[ "$rc" -eq 143 ] && grep -q "stopped by signal 15 after step 1 of 1" "$tmp/l.log" ||
+  fail "SIGTERM in the last validation: exit $rc, $(grep -E '^(done|stopped)' "$tmp/l.log")"
+[ "$(sed -n 2p "$tmp/l/loss.csv" | cut -d, -f3)" = "" ] || fail "the last step validated before the stop"
+"$rrfp" train --d-model 32 --layers 4 --steps 1 --eval-every 0 --eval-batches 2 \
+  --resume "$tmp/l/checkpoint.bin" --out "$tmp/l" >"$tmp/l2.log" 2>&1 ||
+  fail "resume of the last step's validation: $(tail -1 "$tmp/l2.log")"
+grep -q "^done: step 1's validation, which a signal had cut short, is filled in" "$tmp/l2.log" &&
+  [ -n "$(sed -n 2p "$tmp/l/loss.csv" | cut -d, -f3)" ] ||
+  fail "the last step's validation was not filled in: $(cat "$tmp/l2.log" "$tmp/l/loss.csv")"
+"$rrfp" train --d-model 32 --layers 4 --steps 1 --eval-every 0 \
+  --resume "$tmp/l/checkpoint.bin" --out "$tmp/l" >"$tmp/l3.log" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "already at step 1 of --steps 1" "$tmp/l3.log" ||
+  fail "a whole run resumed again: exit $rc, $(tail -1 "$tmp/l3.log")"
+
 # A run killed outright after its checkpoint logged steps past it: the resume drops those rows
 # and logs them again, so every step has exactly one row.
 "$rrfp" train "${small[@]}" --steps 2000 --save-every 3 --out "$tmp/k" >"$tmp/k.log" 2>&1 &

@@ -118,8 +118,9 @@ class Run {
       if (const auto loss = trainer_.last_loss())
         refuse_another_runs_log(dir() + "loss.csv", old_log_, first_, *loss);
     });
-    // Refused in one line: the warnings below would only add to it.
-    if (first_ >= t_.steps)
+    // Refused in one line: the warnings below would only add to it. A checkpoint of the last
+    // step whose validation a signal cut short is taken: the resume validates it, and only that.
+    if (first_ >= t_.steps && !(first_ == t_.steps && last_row_unvalidated()))
       throw InputError("`resume`: the checkpoint is already at step " + std::to_string(first_) +
                        " of `steps` " + std::to_string(t_.steps));
     for (const std::string& d : differences)
@@ -145,6 +146,7 @@ class Run {
     done_ = t_.steps;
     for (int s = first_; s < t_.steps; ++s)
       if (!step(s)) break;
+    if (first_ == t_.steps && !validated_) stopped_by_ = agreed_signal();  // stopped again
     if (!o_.quiet && tty_) std::cout << "\n";
     if (!root_) return TrainSummary{.stopped_by = stopped_by_};
     return finish();
@@ -215,7 +217,9 @@ class Run {
         validated_ = true;
         val = fmt("%.4f", *v);
         val_curve_.points.push_back({s + 1.0, *v});
-      }  // else a signal asked to stop: the step stands without it, and the run stops after it
+      } else {  // a signal asked to stop: the step stands without it, and the run stops after
+        last_validation_cut_ = s + 1 == t_.steps;
+      }
     }
     train_curve_.points.push_back({s + 1.0, r.loss});
     if (log_)
@@ -300,12 +304,20 @@ class Run {
               << (tty_ && val.empty() ? "" : "\n") << std::flush;
   }
 
+  // The signal that asked to stop (0: none), the same on every process of a job.
+  int agreed_signal() const {
+    const int sig = o_.stop ? o_.stop->load() : 0;
+    return t_.job ? static_cast<int>(max_over_job(*t_.job, sig)) : sig;
+  }
+
   // A signal asked to stop: step s is done and logged; keep a checkpoint and leave. Every
-  // process of a job learns of it together, so none waits for another's next step.
+  // process of a job learns of it together, so none waits for another's next step. In the last
+  // step, the run is whole unless the signal cut its validation short: then it reports the stop
+  // (exit 128 + the signal), and a resume from its checkpoint validates that step (it exited 0,
+  // and the resume was refused as already at the last step: the validation was lost for good).
   bool stop_after(int s) {
-    stopped_by_ = o_.stop ? o_.stop->load() : 0;
-    if (t_.job) stopped_by_ = static_cast<int>(max_over_job(*t_.job, stopped_by_));
-    if (stopped_by_ && s + 1 < t_.steps) {
+    stopped_by_ = agreed_signal();
+    if (stopped_by_ && (s + 1 < t_.steps || last_validation_cut_)) {
       if (o_.save_every > 0 && (s + 1) % o_.save_every != 0) save(s + 1);
       done_ = s + 1;
       return true;
@@ -314,11 +326,19 @@ class Run {
     return false;
   }
 
+  // The checkpoint is at the last step and that step's row has no val_loss (agreed over a job).
+  bool last_row_unvalidated() const {
+    double empty = root_ && log_field_empty(old_log_, first_, 2) ? 1 : 0;
+    if (t_.job) empty = max_over_job(*t_.job, empty);
+    return empty > 0;
+  }
+
   // A stop during the validation of the step a checkpoint holds left that step's row without
   // its val_loss, which the resume never did again: a resumed run validates that step first,
   // on every process, as the run would have (the same model and held-out batches).
   RowFill validation_left_out() {
-    if (first_ == 0 || o_.eval_every == 0 || first_ % o_.eval_every != 0) return {};
+    const bool validates = first_ == t_.steps || (o_.eval_every > 0 && first_ % o_.eval_every == 0);
+    if (first_ == 0 || !validates) return {};
     double empty = root_ && log_field_empty(old_log_, first_, 2) ? 1 : 0;
     if (t_.job) empty = max_over_job(*t_.job, empty);
     if (empty == 0) return {};
@@ -333,6 +353,7 @@ class Run {
     sum_.stopped_by = stopped_by_;
     sum_.steps = done_ - first_;
     sum_.unigram_entropy = h0_;
+    if (sum_.steps == 0) return finish_validation();
     sum_.tokens_per_s = tokens_ / seconds_;
     sum_.mean_step_ms = seconds_ * 1e3 / sum_.steps;
     sum_.mean_bubble = bubble_ / sum_.steps;
@@ -344,11 +365,30 @@ class Run {
     return sum_;
   }
 
-  void write_outputs() const {
+  // A resume that only validated the last step (stop_after): the plot gains its point; the
+  // trace, timeline and durations of the steps run before stay as they were.
+  TrainSummary finish_validation() {
+    write_loss_plot();
+    if (o_.quiet) return sum_;
+    if (validated_)
+      std::cout << "done: step " << first_ << "'s validation, which a signal had cut short, is "
+                << "filled in: " << fmt("%.3f", sum_.val_loss) << " nats (byte-unigram entropy "
+                << fmt("%.3f", h0_) << " nats)\nwrote " << dir() << "loss.csv, loss.svg\n";
+    else
+      std::cout << "stopped by signal " << stopped_by_ << " before step " << first_
+                << "'s validation was filled in\n";
+    return sum_;
+  }
+
+  void write_loss_plot() const {
     write_text_file(dir() + "loss.svg",
                     svg_line_plot("rrfp train: loss (nats per byte)", "step",
                                   {train_curve_, val_curve_}, h0_, "byte-unigram entropy"),
                     "`out`");
+  }
+
+  void write_outputs() const {
+    write_loss_plot();
     ReportHeader h;
     h.workload = "train:" + (t_.task == "text" ? t_.data_dir : t_.task);
     h.seed = t_.data_seed;
@@ -390,6 +430,7 @@ class Run {
   const bool root_;
   Trainer trainer_;
   int first_ = 0, done_ = 0, stopped_by_ = 0;
+  bool last_validation_cut_ = false;
   int saved_ = 0;  // the step of the last checkpoint this run wrote (0: none)
   struct Fd {
     int fd = -1;
