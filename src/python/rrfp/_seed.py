@@ -27,24 +27,28 @@ def task_seed(seed, step, chunk, mb):
     return h >> 1
 
 
+# torch's generators belong to the process: every seeded task of every pipeline in it takes
+# this one lock, so that two pipelines stepping at once in threads do not draw from each
+# other's seeds (a lock per pipeline let them: gradients off by up to 2.0).
+_GENERATORS = threading.Lock()
+
+
 class Seeding:
     """Runs tasks under seeded generators. A forward gets torch.manual_seed(task_seed(...));
     every task runs inside torch.random.fork_rng, so what it draws, or restores (activation
     checkpointing's recomputation), never reaches another task. torch's generators belong to
-    the process, so with several stages in it their tasks take turns (`shared`)."""
+    the process, so seeded tasks in it take turns (_GENERATORS), whichever pipeline runs them;
+    a thread of the caller's that draws meanwhile draws from them too (see docs/python.md)."""
 
     def __init__(self, seed):
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed: a whole number of at least 0 or None, got {seed!r}")
         self.seed = seed
-        self._lock = None
         self._first_mb = 0
 
-    def place(self, shared, first_mb):
-        """`shared`: several stages of this process run tasks at once; `first_mb`: the index
-        of this replica's first microbatch in the job's batch (replica * M), so that replicas
-        draw as one pipeline of all their microbatches would."""
-        self._lock = threading.Lock() if shared else None
+    def place(self, first_mb):
+        """`first_mb`: the index of this replica's first microbatch in the job's batch
+        (replica * M), so that replicas draw as one pipeline of all their microbatches would."""
         self._first_mb = first_mb
 
     @contextlib.contextmanager
@@ -52,7 +56,7 @@ class Seeding:
         devices = []
         if device is not None and device.type == "cuda":
             devices = [device.index if device.index is not None else torch.cuda.current_device()]
-        with self._lock or contextlib.nullcontext():
+        with _GENERATORS:
             with torch.random.fork_rng(devices=devices):
                 if kind == "F":
                     s = task_seed(self.seed, step, chunk, self._first_mb + mb)

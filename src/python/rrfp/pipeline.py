@@ -163,7 +163,7 @@ class Pipeline:
                    "buffers; their own errors say why")
         decide_order(ordered_forwards, self.chunks, self._core)
         if seeding is not None:
-            seeding.place(len(self._runners) > 1, self.replica * self._core.microbatches)
+            seeding.place(self.replica * self._core.microbatches)
             self._data.seeding = seeding
         self._core.set_runners(self._runners)
         self._step = 0
