@@ -365,6 +365,24 @@ if pp - 1 in epipe.stages:
 else:
     assert outs is None, epipe.rank
 print(f"rank {epipe.rank}: eval_step across processes, bitwise", flush=True)
+# An evaluation's loss of any dtype and shape reaches every process of the replica: a count of
+# int64 (accuracy), a loss per sample. A gather of doubles took neither: the last chunk's
+# process failed and the others waited out the timeout.
+for name, fn in (("a count", lambda o, y: (o.argmax(-1) == y).sum()),
+                 ("per sample", lambda o, y: torch.nn.functional.cross_entropy(
+                     o.transpose(1, 2), y, reduction="none").mean(-1))):
+    cpipe = rrfp.Pipeline(lambda i: lm.chunks(pp)[i], fn, pp=pp, microbatches=m,
+                          transport=transport, dp=dp, timeout=60)
+    _, got = cpipe.eval_step(xs, ys)
+    with torch.no_grad():
+        want = None
+        for x, y in zip(xs, ys):
+            h = x
+            for c in chunks_n:
+                h = c(h)
+            want = fn(h, y) if want is None else want + fn(h, y)
+    assert got.dtype == want.dtype and torch.equal(got, want), (cpipe.rank, name, got, want)
+print(f"rank {epipe.rank}: eval_step's count and per-sample losses on every process", flush=True)
 
 # Ordered forwards, seeded dropout and replicas' state (mp_state.py).
 import mp_state  # noqa: E402

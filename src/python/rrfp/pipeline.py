@@ -5,7 +5,7 @@ import threading
 
 import torch
 
-from . import _rrfp, _saving, checkpoint
+from . import _rrfp, _saving, _wire, checkpoint
 from ._batch import check_before_step, refuse_grad_outside, refuse_split_against_list, \
     split as split_batch
 from ._caller import CallerState
@@ -13,7 +13,7 @@ from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._grads import GradSums, sum_over_replicas, trained_layout
 from ._replicas import from_first_replica
-from ._launch import (EXACT_IN_DOUBLE, agreed, c10d_groups, launched_transport,
+from ._launch import (agreed, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters)
 from ._order import decide_order, refuse_renormalizing_embeddings
 from ._progress import Progress
@@ -418,19 +418,16 @@ class Pipeline:
 
     def _replica_loss(self, total):
         """The step's loss on every process of the replica: the process running the last chunk
-        has it; one all-gather of (dtype, value, shape) carries it to the others, exactly (a
-        double holds every float32, float16 and bfloat16 value; a loss of shape (1,) stays so)."""
+        has it; one gather of its bytes over the replica's processes carries it to the others
+        exactly, whatever its dtype and shape (an evaluation's may be a count of int64 or a
+        loss per sample: a gather of doubles took float dtypes and one element alone, and
+        failed on the last chunk's process while the others waited out the timeout)."""
         if self._core.world == 1:
             return total
-        mine = [] if total is None else \
-            [float(EXACT_IN_DOUBLE.index(total.dtype)), float(total)] + [float(n) for n in
-                                                                         total.shape]
-        every = self._core.all_gather(mine)
+        every = self._core.replica_all_gather(_wire.pack([] if total is None else [(0, total)]))
         if total is not None:
             return total
         # The process of the stage that runs the last chunk (stage 0 under "vshape").
-        code, value, *shape = every[self.replica * self.pp +
-                                    self._core.stage_of(self._core.chunks - 1)]
-        return torch.tensor(value, dtype=EXACT_IN_DOUBLE[int(code)]).reshape(
-            [int(n) for n in shape])
+        [(_, loss)] = _wire.unpack(every[self._core.stage_of(self._core.chunks - 1)])
+        return loss.clone()  # a view of the gathered bytes: its own storage
 
