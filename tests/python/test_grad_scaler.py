@@ -234,6 +234,31 @@ def test_one_scaler_a_pipeline():
         rrfp.GradScaler(object())
 
 
+def test_torchs_setters_and_their_checks():
+    scaler = rrfp.GradScaler(growth_interval=2)
+    scaler.set_growth_factor(3.0)
+    scaler.set_backoff_factor(0.25)
+    scaler.set_growth_interval(5)
+    assert (scaler.get_growth_factor(), scaler.get_backoff_factor(),
+            scaler.get_growth_interval()) == (3.0, 0.25, 5)
+    for call, bad in ((scaler.set_growth_factor, 1.0), (scaler.set_backoff_factor, 1.5),
+                      (scaler.set_growth_interval, 0)):
+        with pytest.raises(ValueError, match="new_"):
+            call(bad)
+
+
+def test_a_sparse_gradient_is_unscaled_as_it_is():
+    # torch's scaler coalesces a sparse gradient only in float16 (refused here): a float32 one
+    # keeps its repeated rows, each unscaled, where coalescing added them first (other bits).
+    emb = nn.Embedding(4, 2, sparse=True)
+    emb(torch.tensor([1, 1, 2])).sum().backward()
+    assert not emb.weight.grad.is_coalesced()
+    before = emb.weight.grad._values().clone()
+    rrfp.GradScaler(init_scale=4.0).unscale_(torch.optim.SGD(emb.parameters(), lr=0.1))
+    assert not emb.weight.grad.is_coalesced()
+    assert torch.equal(emb.weight.grad._values(), before * 0.25)
+
+
 def test_update_to_a_new_scale():
     scaler = rrfp.GradScaler()
     scaler.update(torch.tensor([4.0]))

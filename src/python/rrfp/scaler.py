@@ -31,6 +31,12 @@ def _positive(name, value, low, high, interval):
     return value
 
 
+def _interval(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: a whole number of at least 1, got {value!r}")
+    return value
+
+
 def _as_float32(name, value):
     """The float32 value of a Python number: the scale is a float32, as torch's is."""
     f = float(torch.tensor(value, dtype=torch.float32))
@@ -65,11 +71,7 @@ class GradScaler:
         self._growth_factor = _positive("growth_factor", growth_factor, 1.0, math.inf,
                                         "(1, inf)")
         self._backoff_factor = _positive("backoff_factor", backoff_factor, 0.0, 1.0, "(0, 1)")
-        if isinstance(growth_interval, bool) or not isinstance(growth_interval, int) or \
-                growth_interval < 1:
-            raise ValueError(f"growth_interval: a whole number of at least 1, got "
-                             f"{growth_interval!r}")
-        self._growth_interval = growth_interval
+        self._growth_interval = _interval("growth_interval", growth_interval)
         self._growth_tracker = 0
         self._enabled = enabled
         self._optimizers = {}  # id(optimizer) -> [stage, found_inf]
@@ -100,6 +102,15 @@ class GradScaler:
 
     def get_growth_interval(self):
         return self._growth_interval
+
+    def set_growth_factor(self, new_factor):
+        self._growth_factor = _positive("new_factor", new_factor, 1.0, math.inf, "(1, inf)")
+
+    def set_backoff_factor(self, new_factor):
+        self._backoff_factor = _positive("new_factor", new_factor, 0.0, 1.0, "(0, 1)")
+
+    def set_growth_interval(self, new_interval):
+        self._growth_interval = _interval("new_interval", new_interval)
 
     def scale(self, outputs):
         """outputs (a tensor, or a list or tuple of them, nested) times the scale."""
@@ -160,9 +171,7 @@ class GradScaler:
         flags = {}  # device -> whether each gradient there holds an inf or a NaN
         for p in grads:
             g = p.grad
-            if g.is_sparse:
-                g = g.coalesce()
-                p.grad = g
+            if g.is_sparse:  # as torch's scaler: coalesced only in float16, refused above
                 g = g._values()
             # The check reads the gradient before it is unscaled, as torch's kernel does.
             flags.setdefault(g.device, []).append(torch.logical_not(torch.isfinite(g)).any())
