@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -204,6 +205,54 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
   // A crash mid-save leaves only PATH.tmp behind: the previous checkpoint still loads.
   write(good + ".tmp", bytes.substr(0, 100));
   EXPECT_EQ(refusal(good, o), "accepted");
+}
+
+// A resume compares the corpus it reads with the one the checkpoint's run read, not the path's
+// text: a file rewritten in place resumed without a word (and diverged), while the same folder
+// spelled `dir/`, `./dir` or absolute warned. A checkpoint from before the corpus was recorded
+// (its `data` the path) compares none.
+TEST(Checkpoint, AResumeComparesTheCorpusReadNotItsPath) {
+  namespace fs = std::filesystem;
+  const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
+  const fs::path dir = fs::path(::testing::TempDir()) / "rrfp-corpus";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto write_doc = [&](int shift) {
+    std::string text(2000, ' ');
+    for (size_t i = 0; i < text.size(); ++i)
+      text[i] = static_cast<char>('a' + (i * 7 + shift) % 26);
+    std::ofstream(dir / "a.txt", std::ios::binary | std::ios::trunc) << text;
+  };
+  write_doc(0);
+  TrainOptions o = options(c, 0);
+  o.data_dir = dir.string();
+  const std::string path = ::testing::TempDir() + "rrfp-ckpt-corpus.bin";
+  Trainer(o).save(path);
+  auto differences = [&](const std::string& data, const std::string& ckpt) {
+    TrainOptions r = o;
+    r.data_dir = data;
+    return Trainer(r).resume(ckpt);
+  };
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir.parent_path());
+  for (const std::string& same : {dir.string() + "/", std::string("./rrfp-corpus"),
+                                  std::string("rrfp-corpus/"), fs::canonical(dir).string()})
+    EXPECT_EQ(differences(same, path), std::vector<std::string>{}) << same;
+  fs::current_path(cwd);
+  write_doc(1);  // the same name and size, other bytes
+  const auto changed = differences(dir.string(), path);
+  ASSERT_EQ(changed.size(), 1u);
+  EXPECT_NE(changed[0].find("`data` holds 1 document"), std::string::npos) << changed[0];
+  EXPECT_NE(changed[0].find("; the checkpoint's run read 1 document"), std::string::npos)
+      << changed[0];
+  // The older record: the path alone, under `data`.
+  nlohmann::json header = nlohmann::json::parse(header_of(read_bytes(path)));
+  header["run"].erase("data_contents");
+  header["run"]["data"] = "/elsewhere";
+  const std::string old = ::testing::TempDir() + "rrfp-ckpt-old-run.bin";
+  std::ofstream(old, std::ios::binary) << with_header(read_bytes(path), header.dump());
+  EXPECT_EQ(differences(dir.string(), old), std::vector<std::string>{});
+  fs::remove_all(dir);
 }
 
 // The checkpoint header's parser under the suite's mutation fuzzer: headers edited at random

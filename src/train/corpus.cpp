@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <random>
+#include <string_view>
 
 #include "core/error.hpp"
 #include "core/format.hpp"
@@ -13,6 +15,19 @@
 namespace rrfp::train {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// FNV-1a, continued from `h` over `bytes`.
+std::uint64_t fnv1a(std::uint64_t h, std::string_view bytes) {
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace
 
 Corpus::Corpus(const std::string& dir, int max_len) {
   std::error_code ec;
@@ -33,6 +48,7 @@ Corpus::Corpus(const std::string& dir, int max_len) {
                      "' hold " + format_bytes(bytes) + "; the corpus is kept in memory and may " +
                      "hold at most " + format_bytes(kMaxCorpusBytes));
   std::sort(files.begin(), files.end());
+  hash_ = 1469598103934665603ULL;
   for (const auto& f : files) {
     Doc d{read_input_file(f.string(), InputKind{"data", kMaxCorpusBytes}), 0};
     d.split = d.text.size() * 9 / 10;
@@ -40,6 +56,9 @@ Corpus::Corpus(const std::string& dir, int max_len) {
     if (d.split < static_cast<std::size_t>(max_len) + 1 ||
         d.text.size() - d.split < static_cast<std::size_t>(max_len) + 1)
       continue;
+    // The name ends at its NUL, so no split of names and bytes hashes like another.
+    const std::string name = f.filename().string();
+    hash_ = fnv1a(fnv1a(hash_, std::string_view(name.c_str(), name.size() + 1)), d.text);
     total_ += d.text.size();
     docs_.push_back(std::move(d));
   }
@@ -74,7 +93,14 @@ StepBatch Corpus::batch(std::uint64_t seed, std::int64_t index, int microbatches
 }
 
 std::string Corpus::describe() const {
-  return std::to_string(docs_.size()) + " documents, " + std::to_string(total_) + " bytes";
+  return std::to_string(docs_.size()) + (docs_.size() == 1 ? " document, " : " documents, ") +
+         std::to_string(total_) + " bytes";
+}
+
+std::string Corpus::contents() const {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash_));
+  return describe() + ", hash " + hex;
 }
 
 double Corpus::unigram_entropy() const {

@@ -28,6 +28,9 @@ class Corpus final : public DataSource {
   // ignores context. A trained model must go well below it.
   double unigram_entropy() const override;
   std::string describe() const override;
+  // "N documents, B bytes, hash H": H is a 64-bit FNV-1a over each document read, in reading
+  // order, of its name within the directory and its bytes.
+  std::string contents() const override;
   std::size_t bytes() const { return total_; }
   std::size_t documents() const { return docs_.size(); }
 
@@ -38,6 +41,7 @@ class Corpus final : public DataSource {
   };
   std::vector<Doc> docs_;
   std::size_t total_ = 0;
+  std::uint64_t hash_ = 0;
 };
 
 }  // namespace rrfp::train

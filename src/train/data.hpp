@@ -39,6 +39,10 @@ class DataSource {
   // The loss of a model that predicts the text bytes' unigram distribution, in nats.
   virtual double unigram_entropy() const = 0;
   virtual std::string describe() const = 0;
+  // What was read, for a resume to compare with the checkpoint's run: the same text under
+  // another path spelling trains the same, a file rewritten in place does not. Empty for
+  // synthetic data, which its options define.
+  virtual std::string contents() const { return {}; }
 };
 
 }  // namespace rrfp::train

@@ -319,7 +319,10 @@ CheckpointState Trainer::checkpoint_state() const {
            {"warmup", o_.opt.warmup},
            {"weight_decay", o_.opt.weight_decay},
            {"clip", o_.opt.clip}};
-  if (o_.task == "text") s.run["data"] = o_.data_dir;
+  // The corpus as read, not its path: a path spelled otherwise reads the same bytes, and a file
+  // rewritten in place does not. (Older checkpoints recorded the path as `data`, which is no
+  // longer compared.)
+  if (o_.task == "text") s.run["data_contents"] = data_->contents();
   if (o_.task == "image-text") s.run["max_images"] = o_.max_images;
   return s;
 }
