@@ -11,6 +11,9 @@ fi
 mkdir -p "$tmp/empty"
 check "--data: '/nonexistent' is not a directory" train --data /nonexistent --out "$tmp/o"
 check "--data: '$tmp/empty' holds no document" train --data "$tmp/empty" --out "$tmp/o"
+mkdir -p "$tmp/t640" && head -c 640 /dev/zero >"$tmp/t640/a.txt"
+check "--data: '$tmp/t640' holds no document of at least 641 bytes" train --data "$tmp/t640" \
+  --max-len 64 --out "$tmp/o"
 check "fewer than the 8 pipeline chunks" train --vpp 2 --out "$tmp/o"
 check "--out: cannot write to directory '/proc/rrfp-out'" train --out /proc/rrfp-out
 check "--steps: must be at least 1" train --steps 0 --out "$tmp/o"

@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "expect_error.hpp"
 #include "sim/rng.hpp"
+#include "train/corpus.hpp"
 #include "train/run.hpp"
 #include "train/trainer.hpp"
 #include "train_cases.hpp"
@@ -140,6 +141,45 @@ TEST(TrainInput, TooFewLayersAndMissingDataAreInputErrors) {
   o = options(ok, 0);
   o.data_dir = "/nonexistent/dir";
   EXPECT_ERROR(Trainer{o}, InputError, "`data`: '/nonexistent/dir' is not a directory");
+}
+
+// The corpus says what it leaves out: 50 short files of a folder (39% of its text) were dropped
+// without a word, the refusal named 650 bytes where 641 are read at `max_len` 64, a folder
+// whose text sat in a subfolder was refused as if it held none, and the default corpus read
+// GPL-3, LGPL-3 and GFDL-1.3 twice through the links GPL, LGPL and GFDL.
+TEST(TrainInput, TheCorpusCountsWhatItSkips) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "rrfp-skips";
+  fs::remove_all(dir);
+  auto doc = [](const fs::path& p, size_t n) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << std::string(n, 'x');
+  };
+  doc(dir / "short" / "a.txt", 640);
+  EXPECT_ERROR(Corpus((dir / "short").string(), 64), InputError,
+               "holds no document of at least 641 bytes (");
+  doc(dir / "short" / "b.txt", 641);
+  const Corpus both((dir / "short").string(), 64);
+  EXPECT_EQ(both.documents(), 1u);
+  EXPECT_EQ(both.describe(),
+            "1 document, 641 bytes; skipped 1 document of 640 bytes shorter than 641 bytes");
+  doc(dir / "nested" / "sub" / "a.txt", 5000);
+  EXPECT_ERROR(Corpus((dir / "nested").string(), 64), InputError,
+               "bytes (the 90% of each that trains and the 10% held out need `max_len` + 1 bytes "
+               "each); subfolders are not read (1 here)");
+  doc(dir / "links" / "a.txt", 5000);
+  const std::string one = Corpus((dir / "links").string(), 64).contents();
+  fs::create_symlink("a.txt", dir / "links" / "0");  // before a.txt by name
+  fs::create_symlink("a.txt", dir / "links" / "b");
+  const Corpus linked((dir / "links").string(), 64);
+  EXPECT_EQ(linked.documents(), 1u);
+  EXPECT_EQ(linked.contents(), one);  // a.txt, under its own name
+  EXPECT_EQ(linked.describe(),
+            "1 document, 5000 bytes; skipped 2 links to a file read under its own name");
+  fs::create_directories(dir / "links" / "sub");
+  EXPECT_NE(Corpus((dir / "links").string(), 64).describe().find("; 1 subfolder not read"),
+            std::string::npos);
+  fs::remove_all(dir);
 }
 
 // A run that diverges stops with an error naming the step, its row logged, and its last

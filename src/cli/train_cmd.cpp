@@ -85,7 +85,10 @@ void setup_train(CLI::App& app) {
       ->capture_default_str();
   s->add_option("--max-images", t.max_images, "image-text: most images per sample")
       ->capture_default_str();
-  s->add_option("--data", t.data_dir, "directory of text files (one document each)")
+  s->add_option("--data", t.data_dir,
+                "directory of text files, one document each (each file once; subfolders are not "
+                "read; a file under about 10 x (--max-len + 1) bytes is skipped, as the banner "
+                "says)")
       ->capture_default_str();
   s->add_option("--min-len", t.window.min_len, "shortest microbatch, in bytes")
       ->capture_default_str();

@@ -1,6 +1,8 @@
 #pragma once
 // A byte-level corpus: every regular file of a directory is a document (by default the
-// licence texts every Debian machine has). The first 90% of each document trains, the last 10%
+// licence texts every Debian machine has), each file once however many names link to it;
+// subfolders are not read, and a document too short for a window in both its parts is skipped
+// (the banner counts both). The first 90% of each document trains, the last 10%
 // is held out. A batch draws, from a seeded stream, one window per microbatch at a random
 // position of a random document (weighted by length), of a random length: microbatches hold
 // genuinely different token counts and no padding.
@@ -18,7 +20,7 @@ inline constexpr std::uint64_t kMaxCorpusBytes = 1ull << 30;
 class Corpus final : public DataSource {
  public:
   // Throws InputError naming the directory if it is missing, unreadable or holds no document
-  // long enough for `max_len` + 1 bytes of training text.
+  // long enough for `max_len` + 1 bytes in both its trained and held-out parts.
   Corpus(const std::string& dir, int max_len);
 
   // Batch `index` of the training (or validation) stream for `seed`.
@@ -40,8 +42,12 @@ class Corpus final : public DataSource {
     std::size_t split;  // [0, split) trains, [split, size) is held out
   };
   std::vector<Doc> docs_;
+  std::string kept() const;
+
   std::size_t total_ = 0;
   std::uint64_t hash_ = 0;
+  std::size_t min_bytes_;  // the shortest document read
+  std::size_t short_docs_ = 0, short_bytes_ = 0, duplicates_ = 0, subfolders_ = 0;
 };
 
 }  // namespace rrfp::train
