@@ -54,6 +54,9 @@ check "--policy: unknown policy 'both'" train --policy both --out "$tmp/o"
 # Flags that would be taken and ignored: images in the text task, the GPU's deterministic
 # switch on the CPU (the other CUDA-only flags were refused already).
 check "--max-images: images are the image-text task's; --task is text" train --max-images 2 --out "$tmp/o"
+check "--data: the text task's corpus and its windows; --task is image-text" train --task image-text --data /nonexistent --out "$tmp/o"
+check "--min-len: the text task's corpus and its windows; --task is image-text" train --task image-text --min-len 60 --out "$tmp/o"
+check "--max-len: the text task's corpus and its windows; --task is image-text" train --task image-text --max-len 64 --out "$tmp/o"
 check "--deterministic: off trades a GPU's bitwise results for speed (--device cuda)" train --deterministic off --out "$tmp/o"
 # Training's own files in --out: a FIFO there ends the run (exit 1) in a line, at once; a second
 # run on a folder in use is refused (exit 2).

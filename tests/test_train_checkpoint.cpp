@@ -255,6 +255,25 @@ TEST(Checkpoint, AResumeComparesTheCorpusReadNotItsPath) {
   fs::remove_all(dir);
 }
 
+// The image-text task is held to its own options: `max_seq` 64 was refused over the text
+// task's default `max_len` 128, which it never reads, and a resume with another `min_len`
+// warned that the run would not continue as before.
+TEST(Checkpoint, AnImageTextRunIsHeldToItsOwnOptionsOnly) {
+  const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
+  TrainOptions images = options(c, 0);
+  images.task = "image-text";
+  images.window = WindowOptions{};  // 32..128 bytes, past `max_seq` 64
+  ASSERT_EQ(images.model.max_seq, 64);
+  const std::string path = ::testing::TempDir() + "rrfp-ckpt-image-options.bin";
+  Trainer(images).save(path);
+  TrainOptions other = images;
+  other.window = {60, 64};
+  EXPECT_EQ(Trainer(other).resume(path), std::vector<std::string>{});
+  other.max_images = 3;
+  EXPECT_EQ(Trainer(other).resume(path),
+            std::vector<std::string>{"`max_images` is 3; the checkpoint's run had 4"});
+}
+
 // The checkpoint header's parser under the suite's mutation fuzzer: headers edited at random
 // (mutate.hpp), re-sealed with a valid checksum, are each accepted or refused with an
 // InputError; never a crash, another exception or a hang.

@@ -143,6 +143,13 @@ void setup_train(CLI::App& app) {
     if (s->count("--max-images") && f->run.train.task != "image-text")
       throw InputError("--max-images: images are the image-text task's; --task is " +
                        f->run.train.task);
+    // The image-text task makes its samples: a corpus and its windows would be taken and
+    // ignored (--data /nonexistent ran without a word).
+    for (const char* flag : {"--data", "--min-len", "--max-len"})
+      if (s->count(flag) && f->run.train.task == "image-text")
+        throw InputError(std::string(flag) +
+                         ": the text task's corpus and its windows; --task is image-text, whose "
+                         "samples are synthetic (--max-images bounds them)");
     if (f->run.train.device != "cpu") gpu_defaults(*s, *f);
     if (!g_runner) exec_trainer();  // checked here, run by rrfp-train
     g_runner(*f);

@@ -21,6 +21,15 @@ void at_least(const char* name, double v, double lo) {
                      fmt("%g", lo) + ", got " + fmt("%g", v));
 }
 
+void validate(const WindowOptions& w, const GptConfig& m) {
+  if (w.min_len < 1 || w.min_len > w.max_len)
+    throw InputError("`min_len`: must be between 1 and `max_len` (" + std::to_string(w.max_len) +
+                     "), got " + std::to_string(w.min_len));
+  if (w.max_len > m.max_seq)
+    throw InputError("`max_len`: " + std::to_string(w.max_len) + " exceeds the model's `max_seq` " +
+                     std::to_string(m.max_seq));
+}
+
 }  // namespace
 
 double approx_parameters(const GptConfig& c) {
@@ -52,13 +61,9 @@ void validate(const TrainOptions& o) {
                      std::to_string(ImageText::longest_sample(o.max_images)) +
                      " tokens, more than `max_seq` " + std::to_string(o.model.max_seq) +
                      " holds; raise `max_seq` or lower `max_images`");
-  if (o.window.min_len < 1 || o.window.min_len > o.window.max_len)
-    throw InputError("`min_len`: must be between 1 and `max_len` (" +
-                     std::to_string(o.window.max_len) + "), got " +
-                     std::to_string(o.window.min_len));
-  if (o.window.max_len > o.model.max_seq)
-    throw InputError("`max_len`: " + std::to_string(o.window.max_len) +
-                     " exceeds the model's `max_seq` " + std::to_string(o.model.max_seq));
+  // The text task's windows only: the image-text task's bound is `max_images` (its samples
+  // ignore them), and `max_seq` 64 was refused there over the unused default `max_len` 128.
+  if (o.task == "text") validate(o.window, o.model);
   if (o.steps < 1) throw InputError("`steps`: must be at least 1, got " + std::to_string(o.steps));
   if (o.opt.warmup < 0)
     throw InputError("`warmup`: must not be negative, got " + std::to_string(o.opt.warmup));

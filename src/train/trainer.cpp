@@ -312,8 +312,6 @@ CheckpointState Trainer::checkpoint_state() const {
            {"task", o_.task},
            {"microbatches", m_.microbatches()},
            {"dp", o_.dp},
-           {"min_len", o_.window.min_len},
-           {"max_len", o_.window.max_len},
            {"steps", o_.steps},
            {"lr", o_.opt.lr},
            {"warmup", o_.opt.warmup},
@@ -322,7 +320,13 @@ CheckpointState Trainer::checkpoint_state() const {
   // The corpus as read, not its path: a path spelled otherwise reads the same bytes, and a file
   // rewritten in place does not. (Older checkpoints recorded the path as `data`, which is no
   // longer compared.)
-  if (o_.task == "text") s.run["data_contents"] = data_->contents();
+  // Each task's own options only: an image-text resume warned about `min_len`, which its
+  // synthetic samples never read.
+  if (o_.task == "text") {
+    s.run["data_contents"] = data_->contents();
+    s.run["min_len"] = o_.window.min_len;
+    s.run["max_len"] = o_.window.max_len;
+  }
   if (o_.task == "image-text") s.run["max_images"] = o_.max_images;
   return s;
 }
