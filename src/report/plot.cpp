@@ -7,6 +7,31 @@
 
 namespace rrfp {
 
+namespace {
+
+// Whether every x is a whole number (steps): its ticks are then whole too.
+bool whole_numbers(const std::vector<PlotSeries>& series) {
+  for (const auto& s : series)
+    for (const auto& p : s.points)
+      if (p.first != std::floor(p.first)) return false;
+  return true;
+}
+
+// 1, 2 or 5 times a power of ten, giving 2 to 5 intervals over `span`: a tick at a fraction
+// of a step was labelled rounded (2.5 as 2, 7.5 as 8 over 10 steps).
+double tick_spacing(double span, bool whole) {
+  const double raw = span / 5, pow10 = std::pow(10.0, std::floor(std::log10(raw)));
+  double d = 10 * pow10;
+  for (double m : {1.0, 2.0, 5.0})
+    if (m * pow10 >= raw) {
+      d = m * pow10;
+      break;
+    }
+  return whole ? std::max(1.0, d) : d;
+}
+
+}  // namespace
+
 std::string svg_line_plot(const std::string& title, const std::string& x_label,
                           const std::vector<PlotSeries>& series, double reference,
                           const std::string& reference_label) {
@@ -38,11 +63,15 @@ std::string svg_line_plot(const std::string& title, const std::string& x_label,
   o += "<rect x=\"" + fmt("%.0f", left) + "\" y=\"" + fmt("%.0f", top) + "\" width=\"" +
        fmt("%.0f", w) + "\" height=\"" + fmt("%.0f", h) + "\" fill=\"none\" stroke=\"#888\"/>\n";
   for (int i = 0; i <= 4; ++i) {
-    const double y = y0 + (y1 - y0) * i / 4, x = x0 + (x1 - x0) * i / 4;
+    const double y = y0 + (y1 - y0) * i / 4;
     o += "<text x=\"" + fmt("%.0f", left - 8) + "\" y=\"" + fmt("%.1f", py(y) + 4) +
          "\" text-anchor=\"end\">" + fmt("%.2f", y) + "</text>\n";
+  }
+  const double dx = tick_spacing(x1 - x0, whole_numbers(series));
+  for (int i = 0; x0 + i * dx <= x1 + dx * 1e-9; ++i) {
+    const double x = x0 + i * dx;
     o += "<text x=\"" + fmt("%.1f", px(x)) + "\" y=\"" + fmt("%.0f", top + h + 18) +
-         "\" text-anchor=\"middle\">" + fmt("%.0f", x) + "</text>\n";
+         "\" text-anchor=\"middle\">" + fmt("%g", x) + "</text>\n";
   }
   o += "<text x=\"" + fmt("%.0f", left + w / 2) + "\" y=\"" + fmt("%.0f", top + h + 38) +
        "\" text-anchor=\"middle\">" + x_label + "</text>\n";
