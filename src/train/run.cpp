@@ -297,11 +297,13 @@ class Run {
     const double elapsed = static_cast<double>(now_ns() - t_start_) / 1e9;
     const double eta = elapsed / (s + 1 - first_) * (steps - s - 1);
     const int bar = 24 * (s + 1) / steps;
-    std::cout << (tty_ ? "\r" : "") << "[" << std::string(bar, '#') << std::string(24 - bar, '.')
-              << "] step " << s + 1 << "/" << steps << "  loss " << fmt("%.3f", loss)
-              << (val.empty() ? "" : "  val " + val) << "  " << fmt("%.0f", tokens_ / seconds_)
-              << " tok/s  bubble " << fmt("%.1f%%", 100 * bubble) << "  ETA " << fmt("%.0fs", eta)
-              << (tty_ && val.empty() ? "" : "\n") << std::flush;
+    // On a terminal the line is redrawn in place and cleared first: a shorter one left the
+    // longer one's tail ("ETA 13ss").
+    std::cout << (tty_ ? "\r\033[K" : "") << "[" << std::string(bar, '#')
+              << std::string(24 - bar, '.') << "] step " << s + 1 << "/" << steps << "  loss "
+              << fmt("%.3f", loss) << (val.empty() ? "" : "  val " + val) << "  "
+              << fmt("%.0f", tokens_ / seconds_) << " tok/s  bubble " << fmt("%.1f%%", 100 * bubble)
+              << "  ETA " << fmt("%.0fs", eta) << (tty_ && val.empty() ? "" : "\n") << std::flush;
   }
 
   // The signal that asked to stop (0: none), the same on every process of a job.

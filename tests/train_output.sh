@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# What rrfp train prints: on a terminal (script(1) gives it one) the progress line is redrawn
+# in place and cleared first, never leaving a longer line's tail ("ETA 13ss"); into a file it
+# writes whole lines, no escape sequences. Usage: train_output.sh PATH/TO/rrfp
+set -u
+rrfp=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+small=(--d-model 16 --heads 2 --layers 4 --max-seq 32 --max-len 32 --min-len 8 --eval-every 0
+  --eval-batches 1)
+
+if command -v script >/dev/null; then
+  script -qec "$rrfp train ${small[*]} --steps 3 --out $tmp/tty" "$tmp/tty.log" >/dev/null ||
+    fail "on a terminal: exit $?"
+  redraws=$(grep -o $'\r' "$tmp/tty.log" | wc -l)
+  cleared=$(grep -o $'\r\e\\[K' "$tmp/tty.log" | wc -l)
+  # script(1) turns each newline into \r\n: only the redraws are \r followed by ESC [K.
+  [ "$cleared" -eq 3 ] || fail "on a terminal: $cleared of 3 progress redraws cleared the line"
+  [ "$redraws" -ge 3 ] || fail "on a terminal: $redraws carriage returns"
+else
+  echo "no script(1): the terminal check is skipped"
+fi
+"$rrfp" train "${small[@]}" --steps 3 --out "$tmp/file" >"$tmp/file.log" 2>&1 ||
+  fail "into a file: exit $?"
+! grep -q $'\e' "$tmp/file.log" || fail "into a file: an escape sequence in the output"
+echo "train output checks: $fails failed"
+[ "$fails" -eq 0 ]
