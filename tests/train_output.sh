@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What rrfp train prints: on a terminal (script(1) gives it one) the progress line is redrawn
 # in place and cleared first, never leaving a longer line's tail ("ETA 13ss"); into a file it
-# writes whole lines, no escape sequences. Usage: train_output.sh PATH/TO/rrfp
+# writes whole lines, no escape sequences; a schedule that never decays warns. Usage: train_output.sh PATH/TO/rrfp
 set -u
 rrfp=$1
 tmp=$(mktemp -d)
@@ -22,8 +22,15 @@ if command -v script >/dev/null; then
 else
   echo "no script(1): the terminal check is skipped"
 fi
-"$rrfp" train "${small[@]}" --steps 3 --out "$tmp/file" >"$tmp/file.log" 2>&1 ||
+"$rrfp" train "${small[@]}" --steps 3 --warmup 2 --out "$tmp/file" >"$tmp/file.log" 2>&1 ||
   fail "into a file: exit $?"
 ! grep -q $'\e' "$tmp/file.log" || fail "into a file: an escape sequence in the output"
+! grep -q warning "$tmp/file.log" || fail "--warmup 2 of 3 steps: $(grep warning "$tmp/file.log")"
+# A schedule that never decays says so in one line (--steps 20 under the default --warmup 60
+# peaked at a third of --lr without a word).
+"$rrfp" train "${small[@]}" --steps 3 --warmup 5 --out "$tmp/w" >/dev/null 2>"$tmp/w.err" ||
+  fail "--warmup 5: exit $?"
+want="rrfp train: warning: --warmup 5 is not below --steps 3: the learning rate only rises, to 0.0018 (--lr 0.003), and never decays towards its floor 0.0003"
+[ "$(cat "$tmp/w.err")" = "$want" ] || fail "--warmup 5 of 3 steps: '$(cat "$tmp/w.err")'"
 echo "train output checks: $fails failed"
 [ "$fails" -eq 0 ]

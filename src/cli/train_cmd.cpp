@@ -95,15 +95,18 @@ void setup_train(CLI::App& app) {
   s->add_option("--max-len", t.window.max_len, "longest microbatch, in bytes")
       ->capture_default_str();
   s->add_option("--steps", t.steps, "optimizer steps")->capture_default_str();
-  s->add_option("--warmup", t.opt.warmup, "warmup steps (then cosine decay)")
+  s->add_option("--warmup", t.opt.warmup,
+                "warmup steps, then a cosine decay towards 10% of --lr (none at or above --steps)")
       ->capture_default_str();
   s->add_option("--lr", t.opt.lr, "peak learning rate")->capture_default_str();
-  s->add_option("--weight-decay", t.opt.weight_decay, "AdamW weight decay")->capture_default_str();
+  s->add_option("--weight-decay", t.opt.weight_decay, "AdamW weight decay, on every parameter")
+      ->capture_default_str();
   s->add_option("--clip", t.opt.clip, "global gradient-norm clip (0: none)")->capture_default_str();
   s->add_option("--seed", f->seed, "seed of the weights and the data order")
       ->check(seed_value())
       ->capture_default_str();
-  s->add_option("--eval-every", r.eval_every, "validation every N steps (0: at the last step only)")
+  s->add_option("--eval-every", r.eval_every,
+                "validation every N steps and at the last (0: at the last step only)")
       ->capture_default_str();
   s->add_option("--eval-batches", r.eval_batches, "held-out batches per validation")
       ->capture_default_str();

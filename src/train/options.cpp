@@ -97,4 +97,14 @@ void validate(const TrainOptions& o) {
     throw InputError("`dp`: data-parallel replicas run as processes (`transport` mpi)");
 }
 
+// results-train.md's own `--steps 20` run (default warmup 60) peaked at a third of `lr`
+// without a word.
+std::string schedule_warning(const TrainOptions& o) {
+  if (o.opt.warmup < o.steps) return {};
+  return "`warmup` " + std::to_string(o.opt.warmup) + " is not below `steps` " +
+         std::to_string(o.steps) + ": the learning rate only rises, to " +
+         fmt("%g", o.opt.lr * o.steps / o.opt.warmup) + " (`lr` " + fmt("%g", o.opt.lr) +
+         "), and never decays towards its floor " + fmt("%g", o.opt.lr * o.opt.min_lr_ratio);
+}
+
 }  // namespace rrfp::train

@@ -37,6 +37,7 @@ struct WindowOptions {
 };
 
 struct OptimizerOptions {
+  // The cosine decays from lr towards min_lr_ratio * lr (the last step stops short of it).
   double lr = 3e-3, min_lr_ratio = 0.1;
   int warmup = 60;  // steps of linear warmup, then cosine decay
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
@@ -91,6 +92,10 @@ struct TrainOptions {
 
 // Every field, before any data is read: throws InputError naming the option.
 void validate(const TrainOptions& o);
+
+// The warning a run prints when its learning-rate schedule never decays (`warmup` at least
+// `steps`: the rate only rises, to `lr` * steps / warmup); empty when it does.
+std::string schedule_warning(const TrainOptions& o);
 
 // The model's parameter count, near enough to size memory by (blocks, embeddings and head; the
 // image encoder's few layers left out).

@@ -125,6 +125,7 @@ class Run {
                        " of `steps` " + std::to_string(t_.steps));
     for (const std::string& d : differences)
       if (root_ && o_.warn) o_.warn(d + ": the run will not continue as that one would have");
+    if (const std::string w = schedule_warning(t_); root_ && o_.warn && !w.empty()) o_.warn(w);
     h0_ = trainer_.data().unigram_entropy();
   }
 
