@@ -2,16 +2,13 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <iostream>
-#include <numeric>
 #include <optional>
 
 #include "core/clock.hpp"
@@ -24,82 +21,12 @@
 #include "sim/replay.hpp"
 #include "sim/timeline.hpp"
 #include "train/log_file.hpp"
+#include "train/run_parts.hpp"
 #include "train/trainer.hpp"
 
 namespace rrfp::train {
 
 namespace {
-
-// CPU time of every thread of this process (the host's cost of a step).
-std::int64_t process_cpu_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-// The output directory must exist (or be creatable) and be writable before training starts.
-void prepare_out(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir) || access(dir.c_str(), W_OK) != 0)
-    throw InputError("`out`: cannot write to directory '" + dir + "'" +
-                     (ec ? ": " + ec.message() : std::string()));
-}
-
-// The runtime's view of a measured step, for the trace and the timeline.
-ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainOptions& o) {
-  ReportRun out;
-  out.policy = to_string(o.runtime.arbiter.policy);
-  out.label = out.policy + " " + o.hint + " (measured training step)";
-  out.hint = o.hint;
-  out.comm = to_string(o.runtime.comm);
-  out.cfg = m.config();
-  out.result = r.run;
-  out.metrics = compute_metrics(r.run, lower_bound(m, measured_work(m, r.run)));
-  return out;
-}
-
-// Every option before anything is written: bad input leaves no trace. Every process checks
-// what bad input it could hit, so that all of them stop together: one that stopped alone
-// would leave the others waiting in a collective.
-void check_run(const TrainRun& o) {
-  validate(o.train);
-  if (o.eval_every < 0 || o.eval_batches < 1)
-    throw InputError("`eval_every` and `eval_batches`: must be at least 0 and 1, got " +
-                     std::to_string(o.eval_every) + " and " + std::to_string(o.eval_batches));
-  prepare_out(o.out);
-  // A fresh run writes new logs beside it: a later resume from it would go on from the earlier
-  // run and splice its steps into this one's log (and the earlier run's log is overwritten).
-  if (o.resume.empty() && std::filesystem::is_regular_file(o.out + "/checkpoint.bin"))
-    throw InputError("`out`: '" + o.out +
-                     "' holds checkpoint.bin of an earlier run; pass `resume` with it to go on "
-                     "from it, or move it away, or choose another `out`");
-  if (o.save_every < 0)
-    throw InputError("`save_every`: must not be negative, got " + std::to_string(o.save_every));
-  // The files the run writes at its end, checked before its steps (a directory at one of them
-  // failed the run once every step was done).
-  std::vector<std::string> names{"loss.csv", "loss.svg", "trace.json", "timeline.svg",
-                                 "durations.csv"};
-  if (o.save_every > 0) names.push_back("checkpoint.bin");
-  for (const std::string& name : names)
-    check_output_path(o.out + "/" + name, "`out`: '" + o.out + "/" + name + "'");
-}
-
-// durations.csv: the measured steps after the first two (start-up: allocator, first touches),
-// the last 100 at most, each with the messages seen from when their consumers started
-// (sim/timeline.hpp). Replaying every step predicts the run's mean; a mean of the durations
-// would not (it smooths away the variation that makes stages wait).
-constexpr int kSkipSteps = 2;
-constexpr size_t kKeptSteps = 100;
-
-// The q-quantile of durations in ns, in µs (sim/metrics.hpp's percentile); 0 for none.
-double quantile_us(const std::vector<std::int64_t>& ns, double q) {
-  return static_cast<double>(percentile(ns, q)) / 1e3;
-}
-
-double sum_ms(const std::vector<std::int64_t>& ns) {
-  return static_cast<double>(std::accumulate(ns.begin(), ns.end(), std::int64_t{0})) / 1e6;
-}
 
 // One training run from its first step to its outputs. Rank 0 of a multi-process run speaks
 // for the job (the log, the outputs, the progress); every process takes part in validation.

@@ -1,0 +1,78 @@
+#include "train/run_parts.hpp"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <numeric>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/output_file.hpp"
+#include "sim/metrics.hpp"
+
+namespace rrfp::train {
+
+namespace {
+
+// The output directory must exist (or be creatable) and be writable before training starts.
+void prepare_out(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir) || access(dir.c_str(), W_OK) != 0)
+    throw InputError("`out`: cannot write to directory '" + dir + "'" +
+                     (ec ? ": " + ec.message() : std::string()));
+}
+
+}  // namespace
+
+std::int64_t process_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainOptions& o) {
+  ReportRun out;
+  out.policy = to_string(o.runtime.arbiter.policy);
+  out.label = out.policy + " " + o.hint + " (measured training step)";
+  out.hint = o.hint;
+  out.comm = to_string(o.runtime.comm);
+  out.cfg = m.config();
+  out.result = r.run;
+  out.metrics = compute_metrics(r.run, lower_bound(m, measured_work(m, r.run)));
+  return out;
+}
+
+void check_run(const TrainRun& o) {
+  validate(o.train);
+  if (o.eval_every < 0 || o.eval_batches < 1)
+    throw InputError("`eval_every` and `eval_batches`: must be at least 0 and 1, got " +
+                     std::to_string(o.eval_every) + " and " + std::to_string(o.eval_batches));
+  prepare_out(o.out);
+  // A fresh run writes new logs beside it: a later resume from it would go on from the earlier
+  // run and splice its steps into this one's log (and the earlier run's log is overwritten).
+  if (o.resume.empty() && std::filesystem::is_regular_file(o.out + "/checkpoint.bin"))
+    throw InputError("`out`: '" + o.out +
+                     "' holds checkpoint.bin of an earlier run; pass `resume` with it to go on "
+                     "from it, or move it away, or choose another `out`");
+  if (o.save_every < 0)
+    throw InputError("`save_every`: must not be negative, got " + std::to_string(o.save_every));
+  // The files the run writes at its end, checked before its steps (a directory at one of them
+  // failed the run once every step was done).
+  std::vector<std::string> names{"loss.csv", "loss.svg", "trace.json", "timeline.svg",
+                                 "durations.csv"};
+  if (o.save_every > 0) names.push_back("checkpoint.bin");
+  for (const std::string& name : names)
+    check_output_path(o.out + "/" + name, "`out`: '" + o.out + "/" + name + "'");
+}
+
+double quantile_us(const std::vector<std::int64_t>& ns, double q) {
+  return static_cast<double>(percentile(ns, q)) / 1e3;
+}
+
+double sum_ms(const std::vector<std::int64_t>& ns) {
+  return static_cast<double>(std::accumulate(ns.begin(), ns.end(), std::int64_t{0})) / 1e6;
+}
+
+}  // namespace rrfp::train

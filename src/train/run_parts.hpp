@@ -1,0 +1,33 @@
+#pragma once
+// What a training run (train/run.cpp) needs besides the run itself: the checks before any
+// step, the step's record as a report run, and the small measures of its log. Internal to
+// rrfp_train.
+#include <cstdint>
+#include <vector>
+
+#include "report/report.hpp"
+#include "runtime/runtime.hpp"
+#include "train/run.hpp"
+
+namespace rrfp::train {
+
+// durations.csv: the measured steps after the first two (start-up: allocator, first touches),
+// the last 100 at most, each with the messages seen from when their consumers started
+// (sim/timeline.hpp). Replaying every step predicts the run's mean; a mean of the durations
+// would not (it smooths away the variation that makes stages wait).
+inline constexpr int kSkipSteps = 2;
+inline constexpr std::size_t kKeptSteps = 100;
+
+// CPU time of every thread of this process (the host's cost of a step).
+std::int64_t process_cpu_ns();
+// The runtime's view of a measured step, for the trace and the timeline.
+ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainOptions& o);
+// Every option before anything is written: bad input leaves no trace. Every process checks
+// what bad input it could hit, so that all of them stop together: one that stopped alone
+// would leave the others waiting in a collective.
+void check_run(const TrainRun& o);
+// The q-quantile of durations in ns, in µs (sim/metrics.hpp's percentile); 0 for none.
+double quantile_us(const std::vector<std::int64_t>& ns, double q);
+double sum_ms(const std::vector<std::int64_t>& ns);
+
+}  // namespace rrfp::train
