@@ -335,10 +335,11 @@ class Run {
     const bool stopped = stopped_by_ != 0;
     std::cout << (stopped ? "stopped by signal " + std::to_string(stopped_by_) + " after step " +
                                 std::to_string(done_) + " of " + std::to_string(t_.steps)
-                  : first_ > 0 ? "done: steps " + std::to_string(first_ + 1) + " to " +
-                                     std::to_string(t_.steps) + " of " +
-                                     std::to_string(t_.steps)  // the loss span's too
-                               : "done: " + std::to_string(t_.steps) + " steps")
+                  : first_ > 0
+                      ? "done: steps " + std::to_string(first_ + 1) + " to " +
+                            std::to_string(t_.steps) + " of " +
+                            std::to_string(t_.steps)  // the loss span's too
+                      : "done: " + std::to_string(t_.steps) + (t_.steps == 1 ? " step" : " steps"))
               << (stopped && o_.save_every > 0 ? " (checkpoint " + checkpoint() + ")" : "")
               << ", loss " << fmt("%.3f", sum_.first_loss) << " -> " << fmt("%.3f", sum_.last_loss)
               << ", validation "
