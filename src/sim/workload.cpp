@@ -287,12 +287,14 @@ bool sends_across_stages(const WorkModel& m, const TaskId& t) {
   return false;
 }
 
-// A task's compute before its TP split, noise and jitter: its forward by the microbatch's
-// tokens (and images), a backward drawn as a ratio of it and split by `weight_share`, the
-// compute noise and the straggler's windows.
+// A task's compute before its TP split and jitter: its forward by the microbatch's tokens (and
+// images), a backward drawn as a ratio of it, the compute noise and the straggler's windows.
+// A split backward's B and W are the whole backward's draws, in the shares `weight_share` sets
+// (task_share): B + W is the backward a run without the split computes. W drew noise of its own,
+// so BFW faced other work than 1F1B (1.137x at P=1 M=1, where nothing can be scheduled).
 double task_base_us(const WorkloadParams& w, const WorkModel& m, const TaskId& t, double tokens,
                     double images, std::uint64_t seed, int straggler) {
-  const int kind = static_cast<int>(t.kind), chunks = m.chunks();
+  const int kind = static_cast<int>(t.kind == Kind::W ? Kind::B : t.kind), chunks = m.chunks();
   const double q = w.quadratic_share;
   const double x = tokens / w.tokens_mean;
   double fwd = w.forward_us / m.vpp() * ((1 - q) * x + q * x * x);
@@ -302,11 +304,7 @@ double task_base_us(const WorkloadParams& w, const WorkModel& m, const TaskId& t
   double base = fwd;
   if (t.kind != Kind::F) {
     const double u = unit_open(hash_keys(seed, kRatio, t.chunk, t.mb));
-    const double back =
-        fwd * (w.backward_ratio_min + u * (w.backward_ratio_max - w.backward_ratio_min));
-    base = !m.split()          ? back
-           : t.kind == Kind::B ? back * (1 - w.weight_share)
-                               : back * w.weight_share;
+    base = fwd * (w.backward_ratio_min + u * (w.backward_ratio_max - w.backward_ratio_min));
   }
   if (w.compute_sigma > 0)
     base *= std::exp(w.compute_sigma * std_normal(hash_keys(seed, kNoise, kind, t.chunk, t.mb)));
@@ -315,6 +313,12 @@ double task_base_us(const WorkloadParams& w, const WorkModel& m, const TaskId& t
     if (u < w.straggler_prob) base *= w.straggler_factor;
   }
   return base;
+}
+
+// The share of the (whole) backward's draws a task computes: 1 but for a split B and W.
+double task_share(const WorkloadParams& w, const WorkModel& m, const TaskId& t) {
+  if (!m.split() || t.kind == Kind::F) return 1;
+  return t.kind == Kind::B ? 1 - w.weight_share : w.weight_share;
 }
 
 // The latency of the message task `idx` sends from TP rank `rank`, `bytes` split over the group.
@@ -364,6 +368,9 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
         for (int idx = begin; idx < end; ++idx) {
           const TaskId t = m.task(idx);
           const double base = task_base_us(w, m, t, tokens[t.mb], images[t.mb], seed, straggler);
+          const double share = task_share(w, m, t);
+          // A W draws as its B (a B's index is the same with the split and without).
+          const int drawn = t.kind == Kind::W ? m.index({Kind::B, t.chunk, t.mb}) : idx;
           // Message: activations forward, activation gradients backward, both tokens x hidden.
           const bool sends = sends_across_stages(m, t);
           const double bytes = tokens[t.mb] * w.bytes_per_token;
@@ -371,8 +378,10 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
           for (int rank = 0; rank < tp; ++rank) {
             double d = base / tp;
             if (tp > 1 && w.tp_sigma > 0)
-              d *= std::exp(w.tp_sigma * std_normal(hash_keys(seed, kTpNoise, idx, rank)));
-            d = jittered_us(w.jitter, d, seed, t, rank);
+              d *= std::exp(w.tp_sigma * std_normal(hash_keys(seed, kTpNoise, drawn, rank)));
+            // A split B takes the whole backward's stall, sized by the whole (W takes none).
+            d = share == 1 ? jittered_us(w.jitter, d, seed, t, rank)
+                           : d * share + (jittered_us(w.jitter, d, seed, t, rank) - d);
             const size_t at = static_cast<size_t>(rank) * r.num_tasks + idx;
             r.compute_ns[at] = duration_ns(d, "workload");
             if (sends)
