@@ -198,3 +198,12 @@ rc=0
 "$rrfp" predict rb.json --json pr.json >/dev/null || fail "predict of a ready blocking run's trace"
 [ "$(field pr.json "j['recorded_comm']")" = async ] || fail "a ready blocking run replayed blocking"
 echo "ok: predict --comm blocking replays a fixed blocking step exactly, and auto takes it from the trace"
+
+# rrfp run's lower bound is of the compute its tasks measured: tasks drawn at 20 us sleep longer,
+# and a bound of the drawn durations (0.44 ms) sat below one stage's own measured work (0.83 ms).
+echo '{"preset": "uniform", "forward_us": 20}' >tiny.json
+"$rrfp" run --pp 2 -m 4 --workload-file tiny.json --hint bf --json run.json >/dev/null 2>&1 ||
+  fail "rrfp run of 20 us tasks"
+[ "$(field run.json "all(r['lower_bound_ms'] >= max(s['busy_ms'] for s in r['stages']) - 1e-6 for r in j['runs'])")" = True ] ||
+  fail "rrfp run: a bound below a stage's measured work: $(field run.json "[(r['lower_bound_ms'], max(s['busy_ms'] for s in r['stages'])) for r in j['runs']]")"
+echo "ok: rrfp run's lower bound holds each stage's measured work"

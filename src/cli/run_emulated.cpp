@@ -208,7 +208,7 @@ class EmulatedRuns {
                                           std::to_string(f_.rounds) + ")"
                                     : std::string()) +
                      " ...");
-        ReportRun r = run_scenario(sc_, spec, runtime);
+        ReportRun r = run_scenario(sc_, spec, runtime, true);
         if (last_round_) runs_.push_back(std::move(r));
       }
     }

@@ -191,11 +191,13 @@ void simulate_shape(const Scenario& sc, const std::vector<RunSpec>& specs,
 
 }  // namespace
 
-ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec) {
+ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec,
+                       bool measured) {
   WorkModel m(config_for(sc, spec));
   Hint hint = make_hint(spec.hint, m);
-  const RealizedWork work = realized_work(sc, m);
+  RealizedWork work = realized_work(sc, m);
   ReportRun out = execute(sc, spec, m, hint, work, sim_options(sc, spec), exec);
+  if (measured) use_measured_compute(m, work, out.result);  // the messages stay the model's
   out.metrics = compute_metrics(
       out.result, lower_bound(m, work, bound_limit(spec, m, out.result.arbiter.limit)));
   return out;
