@@ -19,6 +19,12 @@ check "--limit: must be at least 1" simulate --hint bf --limit -1
 # taken and ignored (gpipe held 4 a stage under --limit 1).
 check "--limit: bounds the ready policy's activations; --policy fixed runs the hint's order" simulate --hint gpipe --policy fixed --limit 1
 check "--limit: bounds the ready policy's activations" train --hint 1f1b --policy fixed --limit 2
+check "--max-pending-w: caps the ready policy's deferred W tasks" simulate --hint zb-h1 --policy fixed --max-pending-w 2
+# A sweep's grid value given twice ran and counted its points twice; --tp-protocol none
+# diverged in the collectives and failed the grid with exit 1.
+check "--pp: 2 is given twice; each value is a dimension of the grid" sweep --pp 2,2
+check "--hints: bf is given twice" sweep --hints bf,bfw,bf
+check "--tp-protocol: expected leader or agree, got 'none'" sweep --tp-protocol none
 check "--pp: 'abc' is not a whole number (at most 2147483647)" simulate --pp abc
 # A value its option's type cannot hold is named with the type (CLI11 said "Could not convert").
 check "--pp: '1e3' is not a whole number (at most 2147483647) (\`rrfp simulate --help\` gives its range)" simulate --pp 1e3

@@ -181,11 +181,17 @@ PipelineConfig to_config(const ShapeFlags& f, const std::string& hint) {
 }
 
 void refuse_fixed_limit(const DispatchFlags& f) {
-  if (f.limit > 0 && f.policy == "fixed")
+  if (f.policy != "fixed") return;
+  if (f.limit > 0)
     throw InputError(
         "--limit: bounds the ready policy's activations; --policy fixed runs the "
         "hint's order, which alone decides them (got --limit " +
         std::to_string(f.limit) + ")");
+  if (f.max_pending_w > 0)
+    throw InputError(
+        "--max-pending-w: caps the ready policy's deferred W tasks; --policy fixed "
+        "runs the hint's order, which alone decides them (got --max-pending-w " +
+        std::to_string(f.max_pending_w) + ")");
 }
 
 RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s) {

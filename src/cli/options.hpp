@@ -87,8 +87,8 @@ void add_idle_spin_flag(CLI::App* app, int& us);
 PipelineConfig to_config(const ShapeFlags& f, const std::string& hint = "");
 // The runtime's options from the dispatch flags (a single policy) and --timeout.
 RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s);
-// --limit with --policy fixed: refused, as the fixed policy's list alone decides what a stage
-// holds (it was taken and ignored).
+// --limit or --max-pending-w with --policy fixed: refused, as the fixed policy's list alone
+// decides what a stage holds (they were taken and ignored).
 void refuse_fixed_limit(const DispatchFlags& f);
 WorkloadParams load_workload(const WorkloadFlags& f);
 

@@ -87,8 +87,32 @@ std::string markdown(const std::vector<Row>& rows, const SweepFlags& f) {
 }
 
 // Bad input fails before anything runs, each value named with its flag.
+// A grid value given twice would run its points twice and count them twice in the summary.
+template <class T>
+void refuse_twice(const std::vector<T>& values, const char* flag) {
+  for (std::size_t i = 0; i < values.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (values[i] == values[j]) {
+        std::ostringstream v;
+        v << values[i];
+        throw InputError(std::string(flag) + ": " + v.str().substr(0, 40) +
+                         " is given twice; each value is a dimension of the grid");
+      }
+}
+
 void check_sweep(const SweepFlags& f) {
   if (f.seeds < 1) throw InputError("--seeds: must be at least 1, got " + std::to_string(f.seeds));
+  refuse_twice(f.workloads, "--workloads");
+  refuse_twice(f.pps, "--pp");
+  refuse_twice(f.mb_factors, "--mb-factors");
+  refuse_twice(f.tps, "--tp");
+  refuse_twice(f.limits, "--limits");
+  refuse_twice(f.hints, "--hints");
+  // The sweep's TP groups choose together: `none` (each rank alone) diverged in the collectives
+  // and failed the grid with exit 1, where its help says leader or agree.
+  if (f.tp_protocol != "leader" && f.tp_protocol != "agree")
+    throw InputError("--tp-protocol: expected leader or agree, got '" +
+                     f.tp_protocol.substr(0, 30) + "'");
   for (int p : f.pps)
     if (p < 1) throw InputError("--pp: must be at least 1, got " + std::to_string(p));
   for (int m : f.mb_factors)

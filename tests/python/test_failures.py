@@ -153,9 +153,12 @@ def test_zero_replicas_or_w_cap_are_value_errors():
 
 def test_a_limit_under_the_fixed_policy_is_refused_not_ignored():
     # The fixed policy runs its list: limit=1 under gpipe held 4 activations a stage, unsaid.
-    with pytest.raises(ValueError, match=r"limit: bounds the ready policy's activations; the "
+    with pytest.raises(ValueError, match=r"limit: bounds what the ready policy holds; the "
                        r"fixed policy runs the hint's order.*limit=1 with policy='fixed'"):
         rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, hint="gpipe", policy="fixed", limit=1)
+    with pytest.raises(ValueError, match=r"max_pending_w: .*max_pending_w=2 with policy='fixed'"):
+        rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, hint="zb-h1", policy="fixed",
+                      max_pending_w=2)
     rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, hint="gpipe", policy="ready", limit=1)
 
 

@@ -114,10 +114,11 @@ class Pipeline:
                              f"{ordered_forwards!r}")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ValueError(f"limit: must be a whole number of at least 1 or None, got {limit!r}")
-        if limit is not None and policy == "fixed":  # it was taken and ignored
-            raise ValueError(f"limit: bounds the ready policy's activations; the fixed policy "
-                             f"runs the hint's order, which alone decides them (got limit={limit} "
-                             "with policy='fixed')")
+        for name, value in (("limit", limit), ("max_pending_w", max_pending_w)):
+            if value is not None and policy == "fixed":  # it was taken and ignored
+                raise ValueError(f"{name}: bounds what the ready policy holds; the fixed policy "
+                                 f"runs the hint's order, which alone decides it (got {name}="
+                                 f"{value} with policy='fixed')")
         if max_pending_w is not None and (not isinstance(max_pending_w, int) or
                                           max_pending_w < 1):  # 0 meant the default, unsaid
             raise ValueError("max_pending_w: must be a whole number of at least 1 or None, got "
