@@ -26,6 +26,9 @@ def run_json(cmd):
 
 
 def makespan(rrfp, flags, hint, policy, comm="async", split="off"):
+    if policy == "fixed":  # the fixed policy takes no --limit: its list decides what it holds
+        at = flags.index("--limit") if "--limit" in flags else -1
+        flags = flags[:at] + flags[at + 2:] if at >= 0 else flags
     j = run_json([rrfp, "simulate", *flags, "--hint", hint, "--policy", policy, "--comm", comm,
                   "--split-backward", split, "--json", "-"])
     return j["runs"][0]["makespan_ms"], j["runs"][0]
