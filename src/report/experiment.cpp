@@ -197,7 +197,10 @@ ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& 
   Hint hint = make_hint(spec.hint, m);
   RealizedWork work = realized_work(sc, m);
   ReportRun out = execute(sc, spec, m, hint, work, sim_options(sc, spec), exec);
-  if (measured) use_measured_compute(m, work, out.result);  // the messages stay the model's
+  // The messages stay the model's. Only a record of the whole step is used: under mpirun a
+  // process other than rank 0 holds its own stages' tasks alone (and reports nothing).
+  const auto all = static_cast<std::size_t>(work.tp) * static_cast<std::size_t>(work.num_tasks);
+  if (measured && out.result.tasks.size() == all) use_measured_compute(m, work, out.result);
   out.metrics = compute_metrics(
       out.result, lower_bound(m, work, bound_limit(spec, m, out.result.arbiter.limit)));
   return out;
