@@ -140,9 +140,11 @@ struct IdsSeen {
   std::set<int> ids;
   int top = 0;
   std::string at;
-  void saw(int v, const std::string& where) {
+  // `where()` names the event; it is asked only for a new largest id, not for every event.
+  template <class Where>
+  void saw(int v, const Where& where) {
     ids.insert(v);
-    if (v > top || at.empty()) top = v, at = where;
+    if (v > top || at.empty()) top = v, at = where();
   }
   // A complete iteration holds every id below the largest: one the events skip leaves none
   // complete. The shape is not probed from such an id (one model_chunk_id of 1048575 in a 10 KB
@@ -185,7 +187,9 @@ Shape probe_megatron(const std::vector<Doc>& docs, int tp) {
       int pp = static_cast<int>(tid) / std::max(1, tp);
       if (auto v = tagged(thread_of(names, e, tid), "pp")) pp = *v;
       if (args->contains("pp_rank")) pp = whole({"pp_rank"});
-      const std::string where = d.origin + ": event " + std::to_string(n) + " (" + name + ")";
+      const auto where = [&] {
+        return d.origin + ": event " + std::to_string(n) + " (" + name + ")";
+      };
       pp_ids.saw(pp, where);
       chunk_ids.saw(whole({"model_chunk_id", "model_chunk"}), where);
       mb_ids.saw(whole({"microbatch_id", "microbatch"}), where);
