@@ -6,6 +6,7 @@ std::string to_string(const MessageTag& t) {
   std::string what = t.ack ? " ack of " : t.offer ? " offer of " : t.pull ? " pull of " : " ";
   if (t.control == Control::Choice) what = " choice ";
   if (t.control == Control::Proposal) what = " proposal " + std::to_string(t.round) + " ";
+  if (t.control == Control::Abort) return "step " + std::to_string(t.step) + " abort";
   return "step " + std::to_string(t.step) + what + to_string(t.producer);
 }
 

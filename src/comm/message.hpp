@@ -11,8 +11,10 @@
 namespace rrfp {
 
 // Tensor-parallel coordination between ranks of one group that live in different processes
-// (design §4): the leader's choice, or a rank's proposal in an `agree` round.
-enum class Control : std::uint8_t { None = 0, Choice = 1, Proposal = 2 };
+// (design §4): the leader's choice, or a rank's proposal in an `agree` round. `Abort`: the
+// sender's step failed (its payload is the error's one line); the receiver fails that step too
+// instead of waiting for messages that will not come.
+enum class Control : std::uint8_t { None = 0, Choice = 1, Proposal = 2, Abort = 3 };
 
 struct MessageTag {
   std::int32_t step = 0;
@@ -35,8 +37,7 @@ struct MessageTag {
 };
 
 // "step 3 F c1 m7" ("step 3 ack of F c1 m7", "step 3 offer of F c1 m7", "step 3 pull of F c1
-// m7", "step 3 choice F c1 m7",
-// "step 3 proposal 5 F c1 m7")
+// m7", "step 3 choice F c1 m7", "step 3 proposal 5 F c1 m7", "step 3 abort")
 std::string to_string(const MessageTag& t);
 
 struct Message {

@@ -13,6 +13,7 @@
 #include "dist/c10d_world.hpp"
 #include "dist/replica_sum.hpp"
 #include "dist/step_merge.hpp"
+#include "dist/step_outcome.hpp"
 #include "python/py_program.hpp"
 #include "report/experiment.hpp"
 #include "sim/metrics.hpp"
@@ -321,6 +322,12 @@ StepRecordPy PipelineCore::run_step(int step, std::vector<std::int64_t> sizes) {
     }
     lk.unlock();
     worker.join();
+    if (error && !signal) {  // a peer's report of the same Ctrl-C may have ended the step first
+      pyb::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) signal.emplace();
+    }
+    // A step that failed on any process is dropped on all (Ctrl-C: this process is leaving).
+    if (job_ && !signal) agree_on_step(*job_, step, error);
     if (error || signal) rt_.reset();  // a failed runtime refuses further steps
   }
   if (signal) throw std::move(*signal);

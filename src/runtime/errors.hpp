@@ -10,6 +10,14 @@ class TaskError : public Error {
   using Error::Error;
 };
 
+// Another process's step failed, and it said so (Control::Abort): this process's part of the
+// step cannot finish. A TaskError, since the step failed in a task, only not here: a front end
+// reports it as it reports its own tasks' failures.
+class PeerFailure : public TaskError {
+ public:
+  using TaskError::TaskError;
+};
+
 // Nothing progressed for the watchdog timeout; the message lists, per stage, what it runs,
 // what is ready, the messages it still expects and the task it waits for.
 class StallError : public Error {

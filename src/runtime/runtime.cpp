@@ -67,7 +67,8 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
       opt_(std::move(opt)),
       endpoints_(std::move(hosting.transports)),
       local_(std::move(hosting.local)),
-      before_step_(std::move(hosting.before_step)) {
+      before_step_(std::move(hosting.before_step)),
+      peer_name_(hosting.peer_name) {
   validate(opt_);
   opt_.arbiter = resolve_options(opt_.arbiter, hint, m);
   const int p = m.pp(), t = opt_.tp;
@@ -124,7 +125,12 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
   for (size_t i = 0; i < local_.size(); ++i) {
     Stage* st = stages_[local_[i] / t].get();
     const int r = local_[i] % t;
-    endpoints_[i]->set_receiver([st, r](Message&& msg) { st->on_message(r, std::move(msg)); });
+    endpoints_[i]->set_receiver([this, st, r](Message&& msg) {
+      if (msg.tag.control == Control::Abort)
+        on_peer_abort(msg);  // about the whole step, whichever stage it reaches
+      else
+        st->on_message(r, std::move(msg));
+    });
   }
 }
 
@@ -150,7 +156,9 @@ StepResult Runtime::run_step(int step) {
     std::lock_guard lk(cancel_mu_);
     if (cancel_) failure_.fail(std::exchange(cancel_, nullptr));
   }
-  if (before_step_) before_step_();
+  // A failure known already (a cancel, a peer's abort) ends the step here, not after waiting
+  // on peers that may never come to the barrier.
+  if (before_step_ && !failure_.failed()) before_step_();
   const std::int64_t t0 = now_ns();
   for (auto& s : stages_)
     if (s) s->begin_step(step, t0);
@@ -175,10 +183,18 @@ StepResult Runtime::run_step(int step) {
       if (s) s->wake();
     for (auto& g : groups_)
       if (g) g->abort();
+    tell_peers(step, failure_.error());  // before the join: a running task may take long
   }
   for (auto& th : threads)
     th.join();
-  if (failure_.failed()) {
+  bool failed = false;
+  {
+    // A peer's abort coming now either fails this step or finds it completed, never both.
+    std::lock_guard lk(cancel_mu_);
+    failed = failure_.failed();
+    if (!failed) completed_step_ = step;
+  }
+  if (failed) {
     broken_ = true;
     if (delay_) delay_->clear();
     std::rethrow_exception(failure_.error());

@@ -4,9 +4,11 @@
 // returns the same record a simulated step does (StepRecord), with real timestamps, so every
 // report, trace and invariant check works on both.
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -93,7 +95,9 @@ class Runtime {
 
   // Runs one step to completion on every stage. Rethrows the first error (TaskError,
   // StallError, ProtocolError, CollectiveMismatchError) after every thread has been joined;
-  // a runtime whose step failed refuses further steps.
+  // a runtime whose step failed refuses further steps. A failure, unless it is a PeerFailure,
+  // is sent to the endpoints hosted elsewhere (Control::Abort), whose step then fails with a
+  // PeerFailure naming this process, at once instead of at their timeout.
   StepResult run_step(int step);
   // Ends the running step from another thread (a front end's Ctrl-C): every wait wakes, the
   // tasks see aborted(), and run_step rethrows `why` once its threads are joined. Any thread,
@@ -106,6 +110,10 @@ class Runtime {
  private:
   void watch(int workers);
   StepResult collect() const;
+  // peer_failure.cpp: the failure, told to the endpoints hosted elsewhere, and heard from them.
+  void tell_peers(int step, const std::exception_ptr& why);
+  void on_peer_abort(const Message& msg);
+  std::string peer_name(int endpoint) const;
 
   const WorkModel& m_;
   RuntimeOptions opt_;
@@ -116,6 +124,9 @@ class Runtime {
   std::vector<std::unique_ptr<Transport>> endpoints_;  // by position in local_
   std::vector<int> local_;
   std::function<void()> before_step_;
+  std::function<std::string(int endpoint)> peer_name_;
+  int completed_step_ = -1;  // under cancel_mu_: the last step run_step returned (a peer's
+                             // abort may come for it after it ended here)
   std::vector<std::unique_ptr<TpCollective>> groups_;  // by stage (nullptr: not hosted)
   std::vector<std::unique_ptr<Stage>> stages_;         // by stage (nullptr: not hosted)
   bool broken_ = false;

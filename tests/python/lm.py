@@ -56,17 +56,21 @@ def reference_step(model_chunks, xs, ys, loss_of=None):
     return total
 
 
-def run_reference(n_chunks, steps, m, *, replicas=1, lr=0.05, clip=None):
+def run_reference(n_chunks, steps, m, *, replicas=1, lr=0.05, clip=None, skip=()):
     """The plain loop the pipeline must match: SGD over `steps` steps of m microbatches (batch
     seed = step, or step * 100 + replica). With replicas > 1, each replica's gradients are
     summed in its loop, then the replicas' sums are added in replica order (data parallel).
-    clip: torch's clip_grad_norm_ over the model's parameters before each update.
+    clip: torch's clip_grad_norm_ over the model's parameters before each update. skip: steps
+    the loop leaves out (their batches drawn, nothing trained; their loss None).
     Returns the chunks after the last step and each step's loss (replica 0's)."""
     chunks_ = chunks(n_chunks)
     params = [p for c in chunks_ for p in c.parameters()]
     opt = torch.optim.SGD(params, lr=lr)
     losses = []
     for s in range(steps):
+        if s in skip:
+            losses.append(None)
+            continue
         total = [None] * len(params)
         for r in range(replicas):
             xs, ys = batches(m, seed=s if replicas == 1 else s * 100 + r)

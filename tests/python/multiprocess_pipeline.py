@@ -388,3 +388,9 @@ print(f"rank {epipe.rank}: eval_step's count and per-sample losses on every proc
 import mp_state  # noqa: E402
 
 mp_state.run(pp, dp, transport, job_rank())
+
+# A step that fails on one process is dropped on every one, and training goes on
+# (mp_failure.py).
+import mp_failure  # noqa: E402
+
+mp_failure.run(pp, dp, m, transport, job_rank())

@@ -1,0 +1,98 @@
+// How the processes of one pipeline tell each other that a step failed. Without it a failure
+// was the failing process's alone: its peers waited for messages that would never come until
+// their watchdog's timeout (two minutes by default), and then reported a stall that named the
+// wrong cause.
+#include <algorithm>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <span>
+
+#include "core/clock.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/runtime.hpp"
+
+namespace rrfp {
+
+namespace {
+
+// Far above any one-line error, far below what a header-inline message may carry.
+constexpr std::size_t kMaxAbortText = 1000;
+
+// Long enough for a message to leave over any live transport; short, because a peer that
+// has stopped answering would otherwise hold up this process's own report.
+constexpr std::int64_t kAbortSendDeadlineNs = 1'000'000'000;
+
+}  // namespace
+
+std::string Runtime::peer_name(int endpoint) const {
+  if (peer_name_) return peer_name_(endpoint);
+  return "stage " + std::to_string(endpoint / std::max(1, opt_.tp));
+}
+
+void Runtime::tell_peers(int step, const std::exception_ptr& why) {
+  std::vector<int> remote;
+  for (int e = 0; e < m_.pp() * std::max(1, opt_.tp); ++e)
+    if (std::find(local_.begin(), local_.end(), e) == local_.end()) remote.push_back(e);
+  if (remote.empty() || endpoints_.empty()) return;
+  std::string text = "unknown error";
+  try {
+    std::rethrow_exception(why);
+  } catch (const PeerFailure&) {
+    return;  // the peers heard it from where it began
+  } catch (const std::exception& e) {
+    text = e.what();
+  } catch (...) {
+  }
+  text.resize(std::min(text.size(), kMaxAbortText));
+  MessageTag tag;
+  tag.step = step;
+  tag.control = Control::Abort;
+  // Shared with the completions, which may come after this stops waiting.
+  struct Sent {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::size_t done = 0;
+  };
+  auto sent = std::make_shared<Sent>();
+  std::size_t posted = 0;
+  const Payload payload =
+      Payload::copy_of(std::as_bytes(std::span<const char>(text.data(), text.size())));
+  for (int dst : remote) {
+    try {
+      endpoints_[0]->send(dst, tag, payload, [sent](std::exception_ptr) {
+        std::lock_guard lk(sent->mu);
+        ++sent->done;
+        sent->cv.notify_all();
+      });
+      ++posted;
+    } catch (const std::exception&) {
+      // A transport already shut down: that peer learns from its own watchdog.
+    }
+  }
+  std::unique_lock lk(sent->mu);
+  sent->cv.wait_for(lk, std::chrono::nanoseconds(kAbortSendDeadlineNs),
+                    [&] { return sent->done >= posted; });
+}
+
+void Runtime::on_peer_abort(const Message& msg) {
+  std::string text(reinterpret_cast<const char*>(msg.payload.data()),
+                   std::min(msg.payload.size(), kMaxAbortText));
+  std::replace_if(
+      text.begin(), text.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+  const int step = msg.tag.step;
+  const std::string who = peer_name(msg.src);
+  std::lock_guard lk(cancel_mu_);  // run_step's commit of a completed step takes it too
+  std::string what = who + " failed step " + std::to_string(step);
+  if (step <= completed_step_)
+    what +=
+        ", which this process had completed: the processes no longer agree on that step "
+        "(its error: " +
+        text + ")";
+  else
+    what += ": " + text;
+  if (!cancel_) cancel_ = std::make_exception_ptr(PeerFailure(what));
+  failure_.fail(cancel_);
+}
+
+}  // namespace rrfp

@@ -1,0 +1,79 @@
+"""A step that fails on one process fails on every process of the job, and training goes on
+after it as a plain loop that skips a bad batch would; run by multiprocess_pipeline.py under
+mpirun and torchrun. In step 1 the last stage's forward raises: its pipeline's other processes
+hear of it at once (they used to wait out their timeout and raise TimeoutError). In step 2
+stage 0's last backward raises, after the other stages have done their whole part of the step:
+they drop the step too (they used to keep it, and the processes then held different weights).
+Only replica 0 fails; the other replicas drop both steps as well."""
+import torch
+
+import lm
+import rrfp
+
+BAD_FORWARD, BAD_BACKWARD, STEPS = 1, 2, 4
+
+
+class Failing(torch.nn.Module):
+    """`inner`, whose forward raises in step BAD_FORWARD (last=True), or whose last
+    microbatch's backward raises in step BAD_BACKWARD (last=False), when `armed`;
+    `clock["step"]` is the step running. Every replica wraps its chunks alike (they must build
+    the same chunks); only replica 0's are armed."""
+
+    def __init__(self, inner, last, m, clock, armed):
+        super().__init__()
+        self.inner, self.last, self.m, self.clock, self.armed = inner, last, m, clock, armed
+        self.at, self.calls = -1, 0  # the forwards of this step so far
+
+    def forward(self, x):
+        step = self.clock["step"] if self.armed else -1
+        if step != self.at:
+            self.at, self.calls = step, 0
+        self.calls += 1
+        if self.last and step == BAD_FORWARD:
+            raise ValueError("a bad batch")
+        out = self.inner(x)
+        if not self.last and step == BAD_BACKWARD and self.calls == self.m:
+            def fail(grad):
+                raise ValueError("a bad gradient")
+            out.register_hook(fail)
+        return out
+
+
+def run(pp, dp, m, transport, rank):
+    clock = {"step": 0}
+    failing_replica = rank // pp == 0
+
+    def build(i):
+        c = lm.chunks(pp)[i]  # pp >= 2: the first and last chunks are on other processes
+        return Failing(c, i == pp - 1, m, clock, failing_replica) if i in (0, pp - 1) else c
+
+    pipe = rrfp.Pipeline(build, lm.loss_fn, pp=pp, microbatches=m, hint="1f1b", policy="fixed",
+                         transport=transport, dp=dp, timeout=60)
+    ref_chunks, ref_losses = lm.run_reference(pp, STEPS, m, replicas=dp,
+                                              skip=(BAD_FORWARD, BAD_BACKWARD))
+    params = [p for c in pipe.chunks.values() for p in c.parameters()]
+    opt = torch.optim.SGD(params, lr=0.05)
+    for s in range(STEPS):
+        clock["step"] = s
+        xs, ys = lm.batches(m, seed=s if dp == 1 else s * 100 + pipe.replica)
+        opt.zero_grad(set_to_none=True)
+        try:
+            loss = pipe.step(xs, ys)
+        except rrfp.StageError as e:
+            assert s in (BAD_FORWARD, BAD_BACKWARD), (rank, s, str(e))
+            said = str(e)
+            # Its own task's error, a peer's told at once, or the outcome round's.
+            assert (f"failed step {s}: " in said or f"step {s} failed on job rank" in said
+                    or "a bad batch" in said or "a bad gradient" in said), (rank, s, said)
+            assert all(p.grad is None for p in params), (rank, s, "a failed step left a .grad")
+            continue
+        assert s not in (BAD_FORWARD, BAD_BACKWARD), (rank, s, "a failed step went on here")
+        if pipe.replica == 0:
+            assert torch.equal(loss, ref_losses[s]), (rank, s, loss, ref_losses[s])
+        opt.step()
+    for c, module in pipe.chunks.items():
+        inner = module.inner if isinstance(module, Failing) else module
+        for (pn, p), q in zip(ref_chunks[c].named_parameters(), inner.parameters()):
+            assert torch.equal(p, q), f"rank {rank} chunk {c} {pn} differs"
+    print(f"rank {rank}: steps failed on one process were dropped on all, training went on "
+          "bitwise", flush=True)

@@ -1,0 +1,211 @@
+// A step that fails in one process fails in every other one at once (Control::Abort): each
+// endpoint is a Runtime of its own, as the processes of an mpirun job have them, on threads
+// sharing in-process transports (dist/local_job.hpp). Had the failure not been told, the others
+// would end with the watchdog's StallError after a minute, which the tests refuse. Runs under
+// the sanitizers.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+
+#include "dist/job.hpp"
+#include "dist/local_job.hpp"
+#include "dist/step_outcome.hpp"
+#include "rank_threads.hpp"
+#include "runtime/errors.hpp"
+#include "runtime_helpers.hpp"
+
+namespace rrfp::test {
+namespace {
+
+// Throws from one task's backward; every other task as the emulated program runs it.
+class ThrowsIn final : public StageProgram {
+ public:
+  ThrowsIn(std::unique_ptr<StageProgram> inner, std::optional<TaskId> target,
+           std::function<void()> before)
+      : in_(std::move(inner)), target_(target), before_(std::move(before)) {}
+  Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
+    return in_->forward(c, chunk, mb, std::move(p));
+  }
+  Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
+    if (target_ && *target_ == TaskId{Kind::B, chunk, mb}) {
+      if (before_) before_();
+      throw std::runtime_error("boom: out of memory");
+    }
+    return in_->backward(c, chunk, mb, std::move(p));
+  }
+  std::optional<std::size_t> input_bytes(const TaskId& t) const override {
+    return in_->input_bytes(t);
+  }
+
+ private:
+  std::unique_ptr<StageProgram> in_;
+  std::optional<TaskId> target_;
+  std::function<void()> before_;
+};
+
+// Opened once every other endpoint has ended step 0 (`others` of them), so that a failure
+// waiting on it comes after they completed theirs: what the test is about, made certain.
+class Latch {
+ public:
+  explicit Latch(int others) : left_(others) {}
+  void arrive() {
+    std::lock_guard lk(mu_);
+    --left_;
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lk(mu_);
+    if (!cv_.wait_for(lk, std::chrono::seconds(30), [&] { return left_ <= 0; }))
+      throw std::runtime_error("the other endpoints did not end step 0 within 30 s");
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int left_;
+};
+
+struct Outcome {
+  std::string kind;  // "ok", "task" (its own task failed), "peer" (a PeerFailure) or "other"
+  std::string what;
+};
+
+Outcome outcome(const std::exception_ptr& error) {
+  if (!error) return {"ok", ""};
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerFailure& e) {
+    return {"peer", e.what()};
+  } catch (const TaskError& e) {
+    return {"task", e.what()};
+  } catch (const std::exception& e) {
+    return {"other", e.what()};
+  }
+}
+
+// Runs `steps` steps on every endpoint, each its own Runtime; stage `bad` throws in `task`
+// (once the others have ended step 0, with `after_others`). After each step every endpoint
+// meets the others: in the outcome round (dist/step_outcome.hpp) with `agree`. Returns each
+// endpoint's outcome of the last step it ran (it runs none after a failure).
+std::vector<Outcome> run_job(const WorkModel& m, CommMode comm, int bad, const TaskId& task,
+                             int steps, bool after_others = false, bool agree = false) {
+  const RealizedWork w = random_work(m, 1, 5, 200, 400);
+  RuntimeOptions o = runtime_options(m, w, Policy::Ready);
+  o.comm = comm;
+  o.timeout_ms = 60'000;  // an untold failure: a StallError after a minute, which fails the test
+  const int world = m.pp();
+  auto jobs = make_local_jobs(world);
+  const Hint h = make_hint("bf", m);
+  std::vector<Outcome> out(world);
+  Latch others(world - 1);
+  std::function<void()> before;
+  if (after_others) before = [&] { others.wait(); };
+  on_every_rank(world, [&](int i) {
+    jobs[i]->set_layout(JobLayout{m.pp(), 1, 1});
+    auto base = emulated_programs(m, w);
+    const ProgramFactory programs = [&](int s, int r) {
+      return std::make_unique<ThrowsIn>(base(s, r), s == bad ? std::optional(task) : std::nullopt,
+                                        before);
+    };
+    Runtime rt(m, h, programs, o, jobs[i]->hosting());
+    bool failed = false;
+    for (int step = 0; step < steps; ++step) {
+      if (failed) {
+        jobs[i]->all_gather({});  // the others' round: no endpoint goes while one may send
+        continue;
+      }
+      std::exception_ptr error;
+      try {
+        rt.run_step(step);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      if (step == 0 && i != bad) others.arrive();
+      if (agree)
+        agree_on_step(*jobs[i], step, error);
+      else
+        jobs[i]->all_gather({});
+      out[i] = outcome(error);
+      failed = error != nullptr;
+    }
+  });
+  return out;
+}
+
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST(PeerFailure, AFailedTaskFailsEveryOtherProcessStepAtOnceNamingIt) {
+  PipelineConfig cfg;
+  cfg.pp = 4;
+  cfg.microbatches = 8;
+  const WorkModel m(cfg);
+  for (CommMode comm : {CommMode::Async, CommMode::Blocking}) {
+    const std::vector<Outcome> got = run_job(m, comm, 1, TaskId{Kind::B, 1, 2}, 1);
+    SCOPED_TRACE(to_string(comm));
+    EXPECT_EQ(got[1].kind, "task") << got[1].what;
+    EXPECT_TRUE(has(got[1].what, "stage 1: task B c1 m2 failed: boom: out of memory"))
+        << got[1].what;
+    for (int e : {0, 2, 3}) {
+      EXPECT_EQ(got[e].kind, "peer") << "endpoint " << e << ": " << got[e].what;
+      EXPECT_TRUE(has(got[e].what, "stage 1 failed step 0: stage 1: task B c1 m2 failed: boom"))
+          << got[e].what;
+    }
+  }
+}
+
+// Stage 0's last backward fails after the other stage has finished its part of the step. That
+// stage learns of it in its next step, which fails at once saying that the processes no longer
+// agree on step 0, instead of training on.
+TEST(PeerFailure, AFailureAfterAPeerCompletedTheStepFailsThatPeersNextStep) {
+  PipelineConfig cfg;
+  cfg.pp = 2;
+  cfg.microbatches = 4;
+  const WorkModel m(cfg);
+  const std::vector<Outcome> got = run_job(m, CommMode::Async, 0, TaskId{Kind::B, 0, 3}, 2, true);
+  EXPECT_EQ(got[0].kind, "task") << got[0].what;
+  EXPECT_EQ(got[1].kind, "peer") << got[1].what;
+  EXPECT_TRUE(has(got[1].what, "stage 0 failed step 0, which this process had completed"))
+      << got[1].what;
+  EXPECT_TRUE(has(got[1].what, "task B c0 m3 failed: boom")) << got[1].what;
+}
+
+}  // namespace
+}  // namespace rrfp::test
+
+namespace rrfp::test {
+namespace {
+
+// With the outcome round after each step, the stage that completed step 0 learns in that
+// round that stage 0 failed it, and drops it too: both report step 0 failed.
+TEST(PeerFailure, TheOutcomeRoundDropsAStepEveryProcessCompletedButOne) {
+  PipelineConfig cfg;
+  cfg.pp = 2;
+  cfg.microbatches = 4;
+  const WorkModel m(cfg);
+  const std::vector<Outcome> got =
+      run_job(m, CommMode::Async, 0, TaskId{Kind::B, 0, 3}, 1, true, true);
+  EXPECT_EQ(got[0].kind, "task") << got[0].what;
+  EXPECT_EQ(got[1].kind, "peer") << got[1].what;
+  EXPECT_TRUE(has(got[1].what, "step 0 failed on job rank 0 after this process had done its part"))
+      << got[1].what;
+}
+
+// Every process completed: the round changes nothing.
+TEST(PeerFailure, TheOutcomeRoundKeepsAStepThatCompletedEverywhere) {
+  PipelineConfig cfg;
+  cfg.pp = 3;
+  cfg.microbatches = 3;
+  const WorkModel m(cfg);
+  const std::vector<Outcome> got = run_job(m, CommMode::Async, -1, TaskId{}, 2, false, true);
+  for (const Outcome& o : got)
+    EXPECT_EQ(o.kind, "ok") << o.what;
+}
+
+}  // namespace
+}  // namespace rrfp::test
