@@ -266,11 +266,6 @@ for field in 'comm_links 2 0' 'comm_two_slowdown 1.5 1' 'comm_serial_receive tru
   check "--workload-file: $1 must be $3 with --transport inproc" \
     run --pp 2 -m 2 --workload-file "$tmp/transport.json"
 done
-"$rrfp" calibrate --sizes 8,64K --seconds 0.2 --out "$tmp/cal.json" >/dev/null &&
-  grep -qE '"comm_links": [0-9.]+' "$tmp/cal.json" &&
-  grep -q '"comm_sigma": 0' "$tmp/cal.json" &&
-  "$rrfp" simulate --pp 2 -m 2 --workload-file "$tmp/cal.json" >/dev/null ||
-  { echo "FAIL: calibrate --out, then simulate --workload-file"; fails=$((fails + 1)); }
 printf '{"comm_links": true}' >"$tmp/links.json"
 check "field \"comm_links\": must be a number, got true" simulate --workload-file "$tmp/links.json"
 printf '{"comm_links": 5000}' >"$tmp/links.json"

@@ -25,10 +25,11 @@ namespace {
 
 constexpr std::size_t kBig = std::size_t{32} << 20;
 
-// 50 us for 8 bytes; 32 MiB at 5 GB/s on top of it alone; overlapped: `slowdown` times that.
+// 50 us for 8 bytes; the 32 MiB less those 8 at 5 GB/s on top of it alone; overlapped:
+// `slowdown` times that.
 Calibration measured(double slowdown) {
   Calibration c;
-  const double alone = 50 + static_cast<double>(kBig) / 5e3;
+  const double alone = 50 + static_cast<double>(kBig - 8) / 5e3;
   c.points = {{8, 50, 50}, {kBig, alone, alone * slowdown}};
   return c;
 }
@@ -54,8 +55,8 @@ TEST(CalibrationFit, FasterWithBothPairsFitsTheOverlappedTimesOnTwoLinks) {
   fit_message_model(c);
   EXPECT_DOUBLE_EQ(c.links, 2);
   EXPECT_TRUE(c.fitted_with_two_pairs());
-  const double overlapped = 0.8 * (50 + static_cast<double>(kBig) / 5e3);
-  EXPECT_NEAR(c.bandwidth_gbps, static_cast<double>(kBig) / (overlapped - 50) / 1e3, 1e-9)
+  const double overlapped = 0.8 * (50 + static_cast<double>(kBig - 8) / 5e3);
+  EXPECT_NEAR(c.bandwidth_gbps, static_cast<double>(kBig - 8) / (overlapped - 50) / 1e3, 1e-9)
       << "the overlapped column's slope";
   // Fitting twice gives the same model.
   const Calibration once = c;
@@ -130,6 +131,105 @@ TEST(CalibrationFit, TwoStreamsGiveTheTwoSlowdownUpToTheFours) {
   pairs.two_slowdown = 3;             // a fit starts afresh
   fit_message_model(pairs);
   EXPECT_EQ(pairs.two_slowdown, 1);
+}
+
+// Sizes that cannot show a bandwidth fit none, whatever their medians' differences: what
+// `--sizes 8,8` and `--sizes 8,16` fitted as 0.02 and 0.05 GB/s. The file then gives the
+// latency alone, so a preset it is laid over keeps its own bandwidth and links.
+TEST(CalibrationFit, SizesTooCloseFitNoBandwidthAndWriteLatencyOnly) {
+  struct Case {
+    std::vector<CalibrationPoint> points;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {{{8, 17.3, 17.3, 0.2}, {16, 17.7, 17.7, 0.2}}, "8 B to 16 B: the largest size must be"},
+      {{{8, 17.3, 17.3, 0.2}, {8, 18.3, 18.3, 0.2}}, "8 B to 8 B: the largest size must be"},
+      // 1 us over 17.3 across 120 bytes: within the drift floor (a quarter of the latency).
+      {{{8, 17.3, 17.3, 0.2}, {128, 18.3, 18.3, 0.2}}, "would show a bandwidth only below"},
+      // 64 KiB rising 20 us above a latency of 20 us, but its repetitions spread by 40.
+      {{{8, 20, 20, 0.5}, {64 << 10, 40, 40, 40}}, "over the times' noise of 40 us"},
+  };
+  for (const Case& k : cases) {
+    Calibration c;
+    c.points = k.points;
+    fit_message_model(c);
+    SCOPED_TRACE(k.why);
+    EXPECT_EQ(c.size_cost, SizeCost::Unresolved);
+    EXPECT_EQ(c.bandwidth_gbps, 0);
+    EXPECT_EQ(c.links, 0);
+    EXPECT_DOUBLE_EQ(c.latency_us, k.points[0].alone_us);
+    EXPECT_NE(c.size_note.find(k.why), std::string::npos) << c.size_note;
+    EXPECT_NE(format_calibration(c).find("the sizes span too little to fit a bandwidth"),
+              std::string::npos);
+    const std::string json = calibration_json(c);
+    EXPECT_EQ(json.find("comm_bandwidth_gbps"), std::string::npos) << json;
+    EXPECT_EQ(json.find("comm_links"), std::string::npos);
+    const WorkloadParams w = apply_workload_json(workload_preset("language"), json, "cal");
+    EXPECT_EQ(w.comm_bandwidth_gbps, workload_preset("language").comm_bandwidth_gbps);
+    EXPECT_DOUBLE_EQ(w.comm_latency_us, c.latency_us);
+  }
+}
+
+// The slope stands out of the noise: spread repetitions, a scatter about the line, the smallest
+// size well above zero. The bandwidth is the rise over the bytes beyond the smallest's.
+TEST(CalibrationFit, ABandwidthIsFittedWhereTheSizesShowOne) {
+  Calibration c;  // 1 MiB and 8 MiB at 4 GB/s past the smallest (the fit once read 4.6)
+  const double mib = 1 << 20;
+  c.points = {{1 << 20, 300, 0, 10}, {8 << 20, 300 + 7 * mib / 4e3, 0, 100}};
+  fit_message_model(c);
+  EXPECT_EQ(c.size_cost, SizeCost::Fitted);
+  EXPECT_NEAR(c.bandwidth_gbps, 4, 1e-9);
+  EXPECT_NE(calibration_json(c).find("comm_bandwidth_gbps"), std::string::npos);
+
+  // Five sizes whose 8 MiB median is 10 us off a flat line (a drift while it was measured, as
+  // inproc once read): the scatter swamps the slope, and 32 MiB over it is size costing nothing.
+  Calibration drift;
+  drift.points = {{8, 4.1, 0, 0.3},
+                  {64 << 10, 4.1, 0, 0.1},
+                  {1 << 20, 4.1, 0, 0.2},
+                  {8 << 20, 14.8, 0, 0.2},
+                  {32 << 20, 4.2, 0, 0.7}};
+  fit_message_model(drift);
+  EXPECT_EQ(drift.size_cost, SizeCost::Free);
+  EXPECT_EQ(drift.bandwidth_gbps, 0);
+  EXPECT_NE(format_calibration(drift).find("whatever the size"), std::string::npos);
+  EXPECT_NE(calibration_json(drift).find("\"comm_bandwidth_gbps\": 0"), std::string::npos);
+}
+
+// Two transfers at once faster than one alone is written as no slowdown, with a line saying so:
+// with no bandwidth (thread wake-ups, what inproc read as 0.38x), and with one, whose rate the
+// overlapped times then give.
+TEST(CalibrationFit, AnOverlapBelowOneIsTakenAsOne) {
+  Calibration pointers;
+  pointers.points = {{8, 20, 7.6}, {kBig, 20, 7.6}};
+  fit_message_model(pointers);
+  EXPECT_EQ(pointers.overlap_slowdown, 1);
+  EXPECT_DOUBLE_EQ(pointers.overlap_ratio, 0.38);
+  const std::string text = format_calibration(pointers);
+  EXPECT_NE(text.find("two transfers at once took 0.38x as long as one alone: faster together is "
+                      "no cost of sharing"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("take 0.38x"), std::string::npos);
+  EXPECT_NE(calibration_json(pointers).find("\"overlap_slowdown\": 1"), std::string::npos);
+
+  Calibration bw = measured(0.8);
+  fit_message_model(bw);
+  EXPECT_EQ(bw.overlap_slowdown, 1);
+  EXPECT_NE(format_calibration(bw).find("the bandwidth fitted to the times with both pairs"),
+            std::string::npos);
+}
+
+// A size given twice is refused by the option's name, before anything is measured.
+TEST(Calibrate, RefusesASizeGivenTwice) {
+  EXPECT_ERROR(check_sizes({8, 1 << 20, 8}), InputError,
+               "`sizes`: 8 bytes given twice (each size at most once)");
+  EXPECT_ERROR(check_sizes({}), InputError, "`sizes`: give at least one message size");
+  CalibrateOptions o;
+  o.sizes = {64, 64};
+  o.seconds = 0.2;
+  EXPECT_ERROR(calibrate_in_process(2, o), InputError,
+               "`sizes`: 64 bytes given twice (each size at most once)");
 }
 
 TEST(Calibrate, StreamsAreTimedOnlyWhenAskedAndFourAtOnceOnlyWithTwoPairs) {

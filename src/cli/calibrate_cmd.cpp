@@ -24,9 +24,11 @@ struct CalibrateFlags {
   int endpoints = 4;
 };
 
-// "64K" -> 65536; sizes from 1 byte to 1 GiB.
+// "64K" -> 65536; sizes from 1 byte to 1 GiB, each once (a size given twice was measured twice,
+// and the two medians' difference fitted as a bandwidth).
 std::vector<std::size_t> parse_sizes(const std::string& text) {
   std::vector<std::size_t> out;
+  std::vector<std::string> items;
   std::stringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -43,7 +45,13 @@ std::vector<std::size_t> parse_sizes(const std::string& text) {
     if (used == 0 || scale == 0 || !(bytes >= 1 && bytes <= double(1 << 30)))
       throw InputError("--sizes: '" + item.substr(0, 20) +
                        "' is not a size from 1 to 1024M (bytes, or with K or M)");
-    out.push_back(static_cast<std::size_t>(bytes));
+    const auto size = static_cast<std::size_t>(bytes);
+    for (std::size_t i = 0; i < out.size(); ++i)
+      if (out[i] == size)
+        throw InputError("--sizes: '" + items[i].substr(0, 20) + "' and '" + item.substr(0, 20) +
+                         "' are both " + std::to_string(size) + " bytes (each size at most once)");
+    out.push_back(size);
+    items.push_back(item);
   }
   if (out.empty() || out.size() > 32) throw InputError("--sizes: give 1 to 32 sizes");
   return out;
@@ -107,7 +115,7 @@ void setup_calibrate(CLI::App& app) {
       "two transfers at once) and write it as a workload file's message model");
   add_transport_flag(sub, f->transport, {TransportKind::Inproc, TransportKind::Mpi},
                      "inproc (threads) or mpi (under mpirun -np 2+)");
-  sub->add_option("--sizes", f->sizes, "message sizes, comma-separated (bytes, K or M)")
+  sub->add_option("--sizes", f->sizes, "message sizes, comma-separated (bytes, K or M), each once")
       ->capture_default_str();
   sub->add_option("--seconds", f->seconds, "the measurement's time budget")
       ->check(CLI::Range(0.1, 3600.0))

@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <barrier>
+#include <cmath>
 #include <exception>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "comm/ping_pong.hpp"
 #include "core/error.hpp"
-#include "core/format.hpp"
 #include "runtime/runtime.hpp"
 
 namespace rrfp {
@@ -38,77 +37,11 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-}  // namespace
-
-void fit_message_model(Calibration& c) {
-  if (c.points.empty()) throw InputError("calibration: no measured sizes to fit");
-  c.overlap_slowdown = 1;
-  c.links = 0;
-  c.two_slowdown = 1;
-  const bool overlap = std::all_of(c.points.begin(), c.points.end(),
-                                   [](const CalibrationPoint& p) { return p.overlap_us > 0; });
-  const auto smallest = std::min_element(c.points.begin(), c.points.end(),
-                                         [](auto& a, auto& b) { return a.bytes < b.bytes; });
-  const auto largest = std::max_element(c.points.begin(), c.points.end(),
-                                        [](auto& a, auto& b) { return a.bytes < b.bytes; });
-  auto fit = [&](double CalibrationPoint::*col) {
-    c.latency_us = (*smallest).*col;
-    // Bandwidth: the least-squares slope of (time - latency) over bytes, which the large sizes
-    // dominate, as they should. A transport that moves pointers (inproc) shows no slope: above
-    // 1 TB/s the fit says size costs nothing (bandwidth 0 in a workload file).
-    double num = 0, den = 0;
-    for (const CalibrationPoint& p : c.points) {
-      const double b = static_cast<double>(p.bytes);
-      num += b * (p.*col - c.latency_us);
-      den += b * b;
-    }
-    const double us_per_byte = den > 0 ? num / den : 0;
-    const double gbps = us_per_byte > 0 ? 1e-3 / us_per_byte : 0;
-    c.bandwidth_gbps = gbps > 0 && gbps < 1000 ? gbps : 0;
-  };
-  fit(&CalibrationPoint::alone_us);
-  if (overlap && largest->alone_us > 0)
-    c.overlap_slowdown = largest->overlap_us / largest->alone_us;
-  // The simulator shares its links as a fluid (sim/shared_links.hpp): two transfers at once
-  // each move at links / 2 of the rate of one alone, so the slowdown measured with both pairs
-  // transferring gives the capacity. A number, not a verdict: the slowdown of two 32 MiB
-  // copies at once moved across the 1.5x threshold once drawn between one link and two from
-  // one calibration to the next, and flipped the prediction with it (measured:
-  // docs/design-decisions.md, "Processes (Open MPI)"). A transport that moves pointers
-  // (inproc: no bandwidth) has no capacity to share; its slowdown is thread wake-ups.
-  c.four_slowdown = 0;
-  if (c.bandwidth_gbps > 0 && largest->stream_us > 0 && largest->stream_four_us > 0) {
-    // Four streams at once, every process copying, none waiting on a hand-over: what the
-    // messages of a step in flight together do. A step's message with one other in flight
-    // slowed far less than the two pairs' ping-pong: each of its legs waits for a thread to
-    // wake behind the other pair's copy, which a step's messages, sent while the stages
-    // compute, mostly do not. Four streams at once got about the two cores' worth of capacity
-    // (measured: docs/twin.md, "Calibrating to a transport").
-    c.four_slowdown = largest->stream_four_us / largest->stream_us;
-    c.links = std::clamp(4 / c.four_slowdown, 1.0, 4.0);
-    // Two at once, each in its own process with cores to spare, still slow each other (caches,
-    // memory bandwidth): links alone would charge them nothing, yet a step's message with one
-    // other in flight took clearly longer than alone, and two streams read a slowdown too
-    // (measured: docs/design-decisions.md, "Processes (Open MPI)"). Never more than four at
-    // once cost.
-    if (largest->stream_two_us > 0)
-      c.two_slowdown = std::clamp(largest->stream_two_us / largest->stream_us, 1.0,
-                                  std::max(1.0, c.four_slowdown));
-    return;
-  }
-  if (c.bandwidth_gbps > 0 && overlap) {
-    c.links = std::clamp(2 / c.overlap_slowdown, 1.0, 2.0);
-    // Faster with the other pair transferring than alone: waking waiters preempt the copying
-    // threads when processes outnumber cores (seen at 32 MiB through shared-memory fragments,
-    // before rrfp chose the single copy, where the median message of a P=4 step moved at the
-    // overlapped rate, not the lone one; measured: docs/data/twin-history.md, "The fixes, in
-    // order", item 5). In a pipeline step every process is busy, as in the overlapped round:
-    // its rate is the one to use.
-    if (c.overlap_slowdown < 1) fit(&CalibrationPoint::overlap_us);
-  }
+// The middle half's width: how far the repetitions of one size spread.
+double interquartile(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() * 3 / 4] - v[v.size() / 4];
 }
-
-namespace {
 
 // The median of 15 rounds, not the best: the twin predicts typical steps (rrfp run reports
 // the median one). Rounds of one calibration spread widely, and even a median of five moved
@@ -173,7 +106,9 @@ CalibrationPoint measure_size(PingPong& ping, const Pairing& pr, std::size_t byt
     p.stream_four_wake_us = pr.overlap ? median(four_wake) : 0;
   }
   p.alone_us = median(alone);
+  p.alone_spread_us = interquartile(alone);
   p.overlap_us = pr.overlap ? median(overlapped) : 0;
+  p.overlap_spread_us = pr.overlap ? interquartile(overlapped) : 0;
   return p;
 }
 
@@ -183,7 +118,7 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
                       const CalibrateOptions& o) {
   if (endpoints < 2)
     throw InputError("calibrate: needs 2 endpoints or more, got " + std::to_string(endpoints));
-  if (o.sizes.empty()) throw InputError("`sizes`: give at least one message size");
+  check_sizes(o.sizes);
   Pairing pr;
   pr.me = t.rank();
   pr.pair0 = pr.me < 2;
@@ -216,6 +151,17 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
   return c;
 }
 
+void check_sizes(const std::vector<std::size_t>& sizes) {
+  if (sizes.empty()) throw InputError("`sizes`: give at least one message size");
+  // A size given twice is measured twice, and its two medians' difference was fitted as a
+  // bandwidth (8 and 8 bytes read 0.02 GB/s).
+  std::vector<std::size_t> sorted = sizes;
+  std::sort(sorted.begin(), sorted.end());
+  if (const auto d = std::adjacent_find(sorted.begin(), sorted.end()); d != sorted.end())
+    throw InputError("`sizes`: " + std::to_string(*d) +
+                     " bytes given twice (each size at most once)");
+}
+
 double calibration_floor_s(const CalibrateOptions& o, int endpoints) {
   const bool overlap = endpoints >= 4;
   const int rounds = ((overlap ? 2 : 1) + (o.streams ? (overlap ? 3 : 1) : 0)) * kReps + 1;
@@ -246,79 +192,6 @@ Calibration calibrate_in_process(int endpoints, const CalibrateOptions& o) {
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
   return results[0];
-}
-
-std::string calibration_json(const Calibration& c) {
-  nlohmann::json j;
-  j["comm_latency_us"] = c.latency_us;
-  j["comm_bandwidth_gbps"] = c.bandwidth_gbps;
-  j["comm_links"] = c.links;
-  j["comm_two_slowdown"] = c.two_slowdown;
-  j["comm_serial_receive"] = c.serial_receive;
-  j["comm_offer_payload"] = c.offer_payload;
-  // What was measured has no modelled noise or slow mode: a preset's network model must not
-  // stay on top of it when the file is laid over that preset.
-  j["comm_sigma"] = 0;
-  j["comm_slow_prob"] = 0;
-  nlohmann::json m;
-  m["transport"] = c.transport;
-  m["endpoints"] = c.endpoints;
-  m["overlap_slowdown"] = c.overlap_slowdown;
-  m["fit_with_two_pairs"] = c.fitted_with_two_pairs();
-  if (c.four_slowdown > 0) m["four_slowdown"] = c.four_slowdown;
-  m["points"] = nlohmann::json::array();
-  for (const CalibrationPoint& p : c.points) {
-    nlohmann::json pj{{"bytes", p.bytes}, {"alone_us", p.alone_us}, {"overlap_us", p.overlap_us}};
-    if (c.streams) {
-      pj["stream_us"] = p.stream_us;
-      pj["stream_two_us"] = p.stream_two_us;
-      pj["stream_four_us"] = p.stream_four_us;
-      pj["stream_wake_us"] = p.stream_wake_us;
-      pj["stream_four_wake_us"] = p.stream_four_wake_us;
-    }
-    m["points"].push_back(pj);
-  }
-  j["calibration"] = m;
-  return j.dump(2) + "\n";
-}
-
-std::string format_calibration(const Calibration& c) {
-  const bool streams = c.streams;
-  const bool four = streams && c.endpoints >= 4;
-  std::string out = "rrfp calibrate: " + c.transport + ", " + std::to_string(c.endpoints) +
-                    " endpoints\n\n      bytes   one-way us     GB/s   overlapped us  slowdown" +
-                    (streams ? "  stream us" : "") + (four ? "  2 streams  4 streams" : "") +
-                    (streams ? "  wake us" : "") + (four ? "   4 streams' wake" : "") + "\n";
-  for (const CalibrationPoint& p : c.points) {
-    const double gbps = static_cast<double>(p.bytes) / p.alone_us / 1e3;
-    out += fmt("%11.0f", static_cast<double>(p.bytes)) + fmt("  %11.1f", p.alone_us) +
-           fmt("  %7.2f", gbps) +
-           (p.overlap_us > 0
-                ? fmt("  %14.1f", p.overlap_us) + fmt("  %7.2fx", p.overlap_us / p.alone_us)
-                : std::string("               -        -")) +
-           (streams ? fmt("  %9.1f", p.stream_us) : std::string()) +
-           (four ? fmt("  %9.1f", p.stream_two_us) + fmt("  %9.1f", p.stream_four_us)
-                 : std::string()) +
-           (streams ? fmt("  %7.1f", p.stream_wake_us) : std::string()) +
-           (four ? fmt("  %16.1f", p.stream_four_wake_us) : std::string()) + "\n";
-  }
-  out +=
-      std::string("\nfit") + (c.fitted_with_two_pairs() ? " (two pairs at once)" : "") +
-      ": latency " + fmt("%.1f", c.latency_us) + " us" +
-      (c.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", c.bandwidth_gbps) + " GB/s"
-                            : std::string(", whatever the size")) +
-      (c.overlap_slowdown != 1
-           ? "; two transfers at once take " + fmt("%.2fx", c.overlap_slowdown) + " as long"
-           : std::string()) +
-      (c.four_slowdown > 0 ? "; four streams at once, " + fmt("%.2fx", c.four_slowdown) + " as long"
-                           : std::string()) +
-      (c.two_slowdown > 1 ? ", two " + fmt("%.2fx", c.two_slowdown) : std::string()) +
-      (c.links > 0
-           ? ": links " + fmt("%.2f", c.links) + " (messages' worth of bandwidth shared by all)"
-           : std::string()) +
-      (c.serial_receive ? "; each process copies its arrivals one at a time" : "") +
-      (c.offer_payload ? "; a blocking run's payload travels with its offer" : "") + "\n";
-  return out;
 }
 
 }  // namespace rrfp

@@ -34,6 +34,10 @@ struct CalibrationPoint {
   std::size_t bytes = 0;
   double alone_us = 0;    // one way, the median of the repetitions
   double overlap_us = 0;  // the same while another pair transfers (0: no second pair)
+  // The repetitions' interquartile range behind each median (0: not known): the noise a
+  // bandwidth must stand out of (fit_message_model).
+  double alone_spread_us = 0;
+  double overlap_spread_us = 0;
   // With CalibrateOptions::streams (else 0): what a message adds to a one-way stream, alone,
   // while the other pair streams too, and with both pairs streaming both ways (0: no second
   // pair).
@@ -50,14 +54,27 @@ struct CalibrationPoint {
   double stream_four_wake_us = 0;
 };
 
+// What the fit read off the sizes' times.
+enum class SizeCost {
+  Fitted,      // a bandwidth: the times rise with the bytes clearly above their noise
+  Free,        // no rise the sizes could show below 1 TB/s: size costs nothing (inproc)
+  Unresolved,  // the sizes span too little to tell a bandwidth from noise: latency only
+};
+
 struct Calibration {
   std::string transport;
   int endpoints = 0;
   bool streams = false;  // the points' stream columns were measured
   std::vector<CalibrationPoint> points;
-  double latency_us = 0;        // the smallest size's one-way time
-  double bandwidth_gbps = 0;    // fitted over the sizes; 0: size costs nothing (inproc)
-  double overlap_slowdown = 1;  // overlapped / alone at the largest size (1: not measured)
+  double latency_us = 0;      // the smallest size's one-way time
+  double bandwidth_gbps = 0;  // fitted over the sizes; 0: size_cost says why
+  SizeCost size_cost = SizeCost::Free;
+  std::string size_note;  // Unresolved: why, in words
+  // Overlapped / alone at the largest size (0: not measured), and what the model takes of it:
+  // the same, at least 1. Two at once faster than one alone is no cost of sharing, and no
+  // speed-up either: the lone pair's threads waking behind the idle pair (see links).
+  double overlap_ratio = 0;
+  double overlap_slowdown = 1;
   // With four streams measured: a stream's message with both pairs streaming both ways over
   // one alone, at the largest size (0: not measured).
   double four_slowdown = 0;
@@ -79,9 +96,8 @@ struct Calibration {
   bool links_from_streams() const { return links > 0 && four_slowdown > 0; }
 
   // Whether the bandwidth was fitted to the overlapped column.
-  bool fitted_with_two_pairs() const {
-    return links > 0 && overlap_slowdown < 1 && four_slowdown == 0;
-  }
+  bool fit_two_pairs = false;
+  bool fitted_with_two_pairs() const { return fit_two_pairs; }
 };
 
 // Runs on every endpoint of a world of `endpoints` (2 or more; overlap needs 4): `t` is this
@@ -96,13 +112,19 @@ Calibration calibrate_in_process(int endpoints, const CalibrateOptions& o);
 // every round at its fewest round trips, at the planned 4 GB/s): a `seconds` below it cannot be
 // kept.
 double calibration_floor_s(const CalibrateOptions& o, int endpoints);
+// Throws InputError naming `sizes` for no size or one given twice; calibrate() calls it.
+void check_sizes(const std::vector<std::size_t>& sizes);
 
-// Fills latency, bandwidth, overlap_slowdown, links and two_slowdown from `c.points` (overlapped
-// times of 0: no second pair). calibrate() calls it on endpoint 0; exposed for tests.
+// Fills latency, bandwidth (or why none), overlap_slowdown, links and two_slowdown from
+// `c.points` (overlapped times of 0: no second pair). A bandwidth is fitted only where the
+// sizes show one: the largest at least 8 times the smallest, and the fitted transfer time of
+// the bytes between them above the times' noise (their spreads, the scatter about the fitted
+// line, and a quarter of the latency). calibrate() calls it on endpoint 0; exposed for tests.
 void fit_message_model(Calibration& c);
 
 // The fit as a workload file's overrides (comm_latency_us, comm_bandwidth_gbps,
-// comm_links, comm_two_slowdown, comm_serial_receive; no message noise or slow mode), with the
+// comm_links, comm_two_slowdown, comm_serial_receive; no message noise or slow mode; of a
+// SizeCost::Unresolved fit the latency alone, no bandwidth or links), with the
 // measured table alongside as "calibration" (workload files ignore no field: see
 // sim/workload_io.cpp, which skips that one key).
 std::string calibration_json(const Calibration& c);
