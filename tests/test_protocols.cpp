@@ -7,11 +7,14 @@
 #include <random>
 
 #include "core/error.hpp"
+#include "core/hint_io.hpp"
 #include "core/readiness.hpp"
 #include "core/rendezvous.hpp"
 #include "core/stuck_report.hpp"
 #include "core/tp_choice.hpp"
 #include "expect_error.hpp"
+#include "sim/hint_check.hpp"
+#include "sim/simulator.hpp"
 #include "sim_helpers.hpp"
 
 namespace rrfp::test {
@@ -287,7 +290,10 @@ TEST(StuckReport, NamesWhatTheRankWaitsForFromItsStateMachines) {
   EXPECT_NE(s.find("stage 1: ran 0/4"), std::string::npos) << s;
   EXPECT_NE(s.find("[tp rank 1]"), std::string::npos) << s;
   EXPECT_NE(s.find("held on 1 unacknowledged send(s)"), std::string::npos) << s;
-  EXPECT_NE(s.find("1 transfer(s) offered, not accepted"), std::string::npos) << s;
+  EXPECT_NE(s.find("1 transfer(s) offered, not accepted (B c1 m1; the receive posted in list "
+                   "order is F c1 m0)"),
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("waits for the leader's choice F c1 m0"), std::string::npos) << s;
   EXPECT_NE(s.find("expects messages: F c0 m0 from stage 0 (mpi rank 7), B c2 m0 from stage 2 "
                    "(mpi rank 7), F c0 m1 from stage 0 (mpi rank 7)"),
@@ -313,6 +319,49 @@ TEST(StuckReport, ListsTheMessageTheStageNeedsNextFirst) {
                    "stage 0, B c2 m2 from stage 2 and 6 more"),
             std::string::npos)
       << s;
+}
+
+// A list whose dependencies allow its order while the rendezvous does not: stage 1 lists F m1
+// before F m0, so its one posted receive is m1's, while stage 0, held on its send of m0 until
+// that is accepted, never runs F m1. Async runs it; blocking deadlocks, whatever the durations.
+TEST(FixedBlockingCheck, FindsAListThatDeadlocksOnlyUnderBlocking) {
+  WorkModel m(config(2, 2));
+  Hint h;
+  h.name = "file:swap.txt";
+  ListHint l = make_hint("1f1b", m).list();
+  l.stages[1] = {{Kind::F, 1, 1}, {Kind::F, 1, 0}, {Kind::B, 1, 0}, {Kind::B, 1, 1}};
+  validate_hint(l, m, "swap.txt");  // dependencies and list order: valid
+  h.body = l;
+  const std::string stuck = fixed_blocking_deadlock(m, h);
+  EXPECT_NE(stuck.find("stage 0: ran 1/4"), std::string::npos) << stuck;
+  EXPECT_NE(stuck.find("held on 1 unacknowledged send(s)"), std::string::npos) << stuck;
+  EXPECT_NE(stuck.find("(F c1 m0; the receive posted in list order is F c1 m1)"), std::string::npos)
+      << stuck;
+  EXPECT_EQ(stuck.find("deadlock at t="), std::string::npos) << "no unit run's time";
+  for (TpProtocol p : {TpProtocol::Leader, TpProtocol::Agree})
+    EXPECT_NE(fixed_blocking_deadlock(m, h, 2, p), "") << "groups of two";
+  // The verdict holds for drawn durations too, and async finishes under each.
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    const RealizedWork w = realize(workload_preset("language"), m, 1, seed);
+    SimOptions o;
+    o.arbiter.policy = Policy::Fixed;
+    EXPECT_NO_THROW(simulate(m, h, w, o)) << seed;
+    o.comm = CommMode::Blocking;
+    EXPECT_THROW(simulate(m, h, w, o), DeadlockError) << seed;
+  }
+}
+
+// The generated lists finish under blocking, on one rank a stage and on groups of two.
+TEST(FixedBlockingCheck, PassesTheGeneratedLists) {
+  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "bfs", "zb-h1", "zb-h2"}) {
+    const std::string n = name;
+    const int v = n == "interleaved-1f1b" || n == "bfs" ? 2 : 1;
+    const bool split = n.rfind("zb", 0) == 0;
+    WorkModel m(config(4, 8, v, split));
+    const Hint h = make_hint(name, m);
+    EXPECT_EQ(fixed_blocking_deadlock(m, h), "") << name;
+    EXPECT_EQ(fixed_blocking_deadlock(m, h, 2, TpProtocol::Agree), "") << name;
+  }
 }
 
 }  // namespace

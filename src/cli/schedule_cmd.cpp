@@ -1,5 +1,6 @@
 // `rrfp schedule show`: a hint as an ASCII pipeline diagram (unit costs, no communication).
-// `rrfp schedule check FILE`: validate a hint file against a pipeline shape.
+// `rrfp schedule check FILE`: validate a hint file against a pipeline shape, under async and
+// blocking transfers.
 #include <iostream>
 
 #include "cli/estimate.hpp"
@@ -7,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/hint_io.hpp"
+#include "sim/hint_check.hpp"
 #include "sim/simulator.hpp"
 
 namespace rrfp {
@@ -83,14 +85,23 @@ void show(const ScheduleFlags& f) {
 
 void check(const ScheduleFlags& f) {
   WorkModel m = model_for(f, f.file);  // auto: split as the file declares, as simulate reads it
-  ListHint h = read_hint_file(f.file, m);
-  const auto peaks = fixed_order_peaks(h, m);
+  Hint h;
+  h.name = "file:" + f.file;
+  h.body = read_hint_file(f.file, m);  // async: dependencies and list order
+  // Blocking: the rendezvous, which a valid order can still deadlock (sim/hint_check.hpp).
+  const std::string stuck = fixed_blocking_deadlock(m, h);
+  const auto peaks = fixed_order_peaks(h.list(), m);
   std::cout << "ok: " << f.file << " is a valid hint for P=" << m.pp() << " V=" << m.vpp()
-            << " M=" << m.microbatches() << (m.split() ? " (split backward)" : "") << "; "
-            << m.tasks_per_stage() << " tasks per stage; fixed-order peak D per stage:";
+            << " M=" << m.microbatches() << (m.split() ? " (split backward)" : "")
+            << (stuck.empty() ? " under async and blocking transfers" : " under async transfers")
+            << "; " << m.tasks_per_stage() << " tasks per stage; fixed-order peak D per stage:";
   for (int p : peaks)
     std::cout << " " << p;
   std::cout << "\n";
+  if (!stuck.empty())
+    std::cout << "deadlocks under --comm blocking with --policy fixed (receives posted one at a "
+                 "time in list order; simulate and run refuse it): "
+              << stuck << "\n";
 }
 
 }  // namespace

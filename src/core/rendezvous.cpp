@@ -27,6 +27,15 @@ const TaskId* Rendezvous::posted_receive() {
   return nullptr;
 }
 
+const TaskId* Rendezvous::posted() const {
+  if (!order_) return nullptr;
+  for (int i = recv_pos_; i < static_cast<int>(order_->size()); ++i) {
+    const InputState s = inputs_.input((*order_)[i]);
+    if (s != InputState::Local && s != InputState::Delivered) return &(*order_)[i];
+  }
+  return nullptr;
+}
+
 std::vector<Rendezvous::Offer> Rendezvous::take_acceptable() {
   std::vector<Offer> start;
   if (offers_.empty()) return start;

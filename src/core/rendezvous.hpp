@@ -44,6 +44,10 @@ class Rendezvous {
   std::vector<Offer> take_acceptable();
   bool has_offers() const { return !offers_.empty(); }
   int pending_offers() const { return static_cast<int>(offers_.size()); }
+  const std::vector<Offer>& offers() const { return offers_; }
+  // Fixed: the consumer whose receive is posted now, read without advancing (a stuck report);
+  // nullptr under `ready` or when every one is delivered.
+  const TaskId* posted() const;
 
  private:
   // The consumer whose receive is posted (fixed), or nullptr when every one is delivered.

@@ -8,9 +8,17 @@ std::string describe(const StuckRank& r, const std::function<std::string(int sta
   if (r.rendezvous) {
     if (r.rendezvous->held())
       out += "; held on " + std::to_string(r.rendezvous->held()) + " unacknowledged send(s)";
-    if (r.rendezvous->has_offers())
+    if (r.rendezvous->has_offers()) {
+      // Which, and what the rank takes first: under `fixed` the receive posted in list order,
+      // which the offers wait behind (a cycle when its own input waits behind them).
       out += "; " + std::to_string(r.rendezvous->pending_offers()) +
-             " transfer(s) offered, not accepted";
+             " transfer(s) offered, not accepted (" +
+             to_string(r.rendezvous->offers().front().consumer) +
+             (r.rendezvous->pending_offers() > 1 ? ", ..." : "");
+      if (const TaskId* p = r.rendezvous->posted())
+        out += "; the receive posted in list order is " + to_string(*p);
+      out += ")";
+    }
   }
   if (!r.running.empty())
     out += "; " + r.running;

@@ -1,0 +1,42 @@
+#include "sim/hint_check.hpp"
+
+#include "core/error.hpp"
+#include "sim/simulator.hpp"
+
+namespace rrfp {
+
+// One simulation with every task and message taking 1 ns tells every run, whatever its
+// durations. Under `fixed` with blocking transfers nothing is chosen: a rank runs its list in
+// order, posts its receives one at a time in that order, and each transfer has one sender and
+// one receiver. So every event (a task's start, an offer's acceptance, a sender's release)
+// waits for a fixed set of earlier events, all of them, never for one of several; a rank busy
+// computing only delays an acceptance it will make. The events that ever happen are then
+// exactly those that wait on no cycle of such waits, directly or through others: the same set
+// for any positive durations, which only move when each happens. (Under `agree` a failed round
+// retries once a ready set changes, which the same events cause.)
+std::string fixed_blocking_deadlock(const WorkModel& m, const Hint& hint, int tp,
+                                    TpProtocol protocol) {
+  if (!hint.is_list()) throw InputError("`hint` " + hint.name + ": a rule hint has no fixed order");
+  RealizedWork w;
+  w.tp = tp;
+  w.num_tasks = m.num_tasks();
+  const std::size_t n = static_cast<std::size_t>(tp) * static_cast<std::size_t>(m.num_tasks());
+  w.compute_ns.assign(n, 1);
+  w.message_ns.assign(n, 1);
+  w.message_bytes.assign(static_cast<std::size_t>(m.num_tasks()), 0);
+  SimOptions o;
+  o.arbiter.policy = Policy::Fixed;
+  o.comm = CommMode::Blocking;
+  o.tp_protocol = protocol;
+  o.record = false;
+  try {
+    simulate(m, hint, w, o);
+  } catch (const DeadlockError& e) {
+    const std::string what = e.what();
+    const std::size_t at = what.find(" ns: ");  // the time is the unit run's, not a real one
+    return at == std::string::npos ? what : what.substr(at + 5);
+  }
+  return "";
+}
+
+}  // namespace rrfp

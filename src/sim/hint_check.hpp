@@ -1,0 +1,20 @@
+#pragma once
+// Whether a list hint finishes under `fixed` with blocking transfers (semantics.md §3): its
+// dependencies may allow its order (core/hint_validate.cpp) while the rendezvous does not, as
+// when a stage lists F m1 before F m0, posts its receive for m1 first, and its sender waits for
+// the receive of m0 before it runs m1. The check is the simulator itself, whose every protocol
+// decision is the core's (RankDriver, Rendezvous): there is no second copy of the rules.
+#include <string>
+
+#include "core/hint.hpp"
+#include "core/modes.hpp"
+
+namespace rrfp {
+
+// Empty when `hint` (a list) finishes under the fixed policy with blocking transfers, with
+// groups of `tp` under `protocol`; else what the stuck ranks hold and wait for (the
+// simulator's deadlock report, one line).
+std::string fixed_blocking_deadlock(const WorkModel& m, const Hint& hint, int tp = 1,
+                                    TpProtocol protocol = TpProtocol::Leader);
+
+}  // namespace rrfp
