@@ -13,7 +13,7 @@
 
 #include "dist/job.hpp"
 #include "dist/local_job.hpp"
-#include "dist/step_outcome.hpp"
+#include "dist/step_merge.hpp"
 #include "rank_threads.hpp"
 #include "runtime/errors.hpp"
 #include "runtime_helpers.hpp"
@@ -72,6 +72,7 @@ class Latch {
 struct Outcome {
   std::string kind;  // "ok", "task" (its own task failed), "peer" (a PeerFailure) or "other"
   std::string what;
+  std::size_t tasks = 0;  // ok: the tasks in this endpoint's record of the step
 };
 
 Outcome outcome(const std::exception_ptr& error) {
@@ -89,8 +90,8 @@ Outcome outcome(const std::exception_ptr& error) {
 
 // Runs `steps` steps on every endpoint, each its own Runtime; stage `bad` throws in `task`
 // (once the others have ended step 0, with `after_others`). After each step every endpoint
-// meets the others: in the outcome round (dist/step_outcome.hpp) with `agree`. Returns each
-// endpoint's outcome of the last step it ran (it runs none after a failure).
+// meets the others: in the step's closing exchange (finish_step_over_job) with `agree`. Returns
+// each endpoint's outcome of the last step it ran (it runs none after a failure).
 std::vector<Outcome> run_job(const WorkModel& m, CommMode comm, int bad, const TaskId& task,
                              int steps, bool after_others = false, bool agree = false) {
   const RealizedWork w = random_work(m, 1, 5, 200, 400);
@@ -119,17 +120,19 @@ std::vector<Outcome> run_job(const WorkModel& m, CommMode comm, int bad, const T
         continue;
       }
       std::exception_ptr error;
+      StepResult result;
       try {
-        rt.run_step(step);
+        result = rt.run_step(step);
       } catch (...) {
         error = std::current_exception();
       }
       if (step == 0 && i != bad) others.arrive();
       if (agree)
-        agree_on_step(*jobs[i], step, error);
+        finish_step_over_job(*jobs[i], step, result, error);
       else
         jobs[i]->all_gather({});
       out[i] = outcome(error);
+      if (!error) out[i].tasks = result.run.tasks.size();
       failed = error != nullptr;
     }
   });
@@ -181,9 +184,9 @@ TEST(PeerFailure, AFailureAfterAPeerCompletedTheStepFailsThatPeersNextStep) {
 namespace rrfp::test {
 namespace {
 
-// With the outcome round after each step, the stage that completed step 0 learns in that
-// round that stage 0 failed it, and drops it too: both report step 0 failed.
-TEST(PeerFailure, TheOutcomeRoundDropsAStepEveryProcessCompletedButOne) {
+// With the closing exchange after each step, the stage that completed step 0 learns in it that
+// stage 0 failed it, and drops it too: both report step 0 failed.
+TEST(PeerFailure, TheClosingExchangeDropsAStepEveryProcessCompletedButOne) {
   PipelineConfig cfg;
   cfg.pp = 2;
   cfg.microbatches = 4;
@@ -196,15 +199,17 @@ TEST(PeerFailure, TheOutcomeRoundDropsAStepEveryProcessCompletedButOne) {
       << got[1].what;
 }
 
-// Every process completed: the round changes nothing.
-TEST(PeerFailure, TheOutcomeRoundKeepsAStepThatCompletedEverywhere) {
+// Every process completed: the step stands, and every process holds the whole step's record.
+TEST(PeerFailure, TheClosingExchangeKeepsAStepThatCompletedEverywhere) {
   PipelineConfig cfg;
   cfg.pp = 3;
   cfg.microbatches = 3;
   const WorkModel m(cfg);
   const std::vector<Outcome> got = run_job(m, CommMode::Async, -1, TaskId{}, 2, false, true);
-  for (const Outcome& o : got)
+  for (const Outcome& o : got) {
     EXPECT_EQ(o.kind, "ok") << o.what;
+    EXPECT_EQ(o.tasks, static_cast<std::size_t>(m.num_tasks()));
+  }
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "core/error.hpp"
+#include "runtime/errors.hpp"
 
 namespace rrfp {
 
@@ -182,14 +184,84 @@ std::vector<std::byte> as_bytes(const std::vector<double>& d) {
 
 }  // namespace
 
-void share_over_job(Job& job, StepResult& r) {
-  merge_over_job(job, r);
-  const auto all =
-      job.all_gather(job.rank() == 0 ? as_doubles(pack_step(r)) : std::vector<double>{});
-  if (job.rank() == 0) return;
-  StepResult merged = unpack_step(as_bytes(all.at(0)));
-  merged.run.arbiter = r.run.arbiter;  // what is not packed: the same everywhere
-  r = std::move(merged);
+namespace {
+
+enum Outcome : std::uint8_t { kCompleted = 0, kFailed = 1, kSilent = 2 };
+
+// A task's error (here or a peer's, told) and a protocol error leave every process able to
+// answer; a stall or a transport's error may mean that a process is gone.
+Outcome outcome_of(const std::exception_ptr& error) {
+  if (!error) return kCompleted;
+  try {
+    std::rethrow_exception(error);
+  } catch (const TaskError&) {
+    return kFailed;
+  } catch (const ProtocolError&) {
+    return kFailed;
+  } catch (...) {
+    return kSilent;
+  }
+}
+
+// Rank 0: whether every process completed (its reply then carries the merged record), or which
+// job ranks did not.
+std::vector<double> root_reply(StepResult& r, const std::vector<std::vector<std::byte>>& all) {
+  std::vector<double> failed;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (all[i].empty() || all[i][0] != std::byte{kCompleted})
+      failed.push_back(static_cast<double>(i));
+  if (!failed.empty()) {
+    failed.insert(failed.begin(), 1.0);
+    return failed;
+  }
+  for (size_t i = 1; i < all.size(); ++i)
+    if (all[i].size() > 1) merge_step(r, std::span(all[i]).subspan(1));
+  std::vector<double> reply = as_doubles(pack_step(r));
+  reply.insert(reply.begin(), 0.0);
+  return reply;
+}
+
+std::string failed_ranks(const std::vector<double>& reply) {
+  std::string where;
+  for (size_t i = 1; i < reply.size(); ++i)
+    where += (i > 1 ? ", " : "") + std::to_string(static_cast<long long>(reply[i]));
+  return (reply.size() > 2 ? "job ranks " : "job rank ") + where;
+}
+
+}  // namespace
+
+void finish_step_over_job(Job& job, int step, StepResult& r, std::exception_ptr& error) {
+  const Outcome mine = outcome_of(error);
+  if (mine == kSilent) return;
+  try {
+    // Each record's start goes on rank 0's clock first (a collective the first time, which
+    // every process therefore makes, whatever its outcome).
+    const std::int64_t offset = job.clock_offset().ns;
+    std::vector<std::byte> sent{std::byte{mine}};
+    if (mine == kCompleted && job.replica() == 0) {
+      r.origin_ns -= offset;
+      const std::vector<std::byte> packed = pack_step(r);
+      sent.insert(sent.end(), packed.begin(), packed.end());
+    }
+    const auto all = job.gather_to_root(sent);
+    const auto got = job.all_gather(job.rank() == 0 ? root_reply(r, all) : std::vector<double>{});
+    const std::vector<double>& reply = got.at(0);
+    if (reply.empty()) throw Error("step record: none came from rank 0");
+    if (reply[0] != 0) {
+      if (!error)
+        error = std::make_exception_ptr(PeerFailure(
+            "step " + std::to_string(step) + " failed on " + failed_ranks(reply) +
+            " after this process had done its part: every process of the job drops the step, "
+            "so that all keep the same weights"));
+      return;
+    }
+    if (job.rank() == 0) return;
+    StepResult merged = unpack_step(as_bytes(std::vector<double>(reply.begin() + 1, reply.end())));
+    merged.run.arbiter = r.run.arbiter;  // what is not packed: the same everywhere
+    r = std::move(merged);
+  } catch (...) {
+    if (!error) error = std::current_exception();
+  }
 }
 
 }  // namespace rrfp

@@ -5,6 +5,7 @@
 // milliseconds apart: merged, the records count from the earliest start on rank 0's clock
 // (Job::clock_offset), so a message's consumer never seems to start before its producer ended.
 #include <cstddef>
+#include <exception>
 #include <span>
 #include <vector>
 
@@ -23,8 +24,15 @@ void merge_step(StepResult& into, std::span<const std::byte> packed);
 // data-parallel replica runs the same tasks again: merged in, each task would appear once per
 // replica and the ranks' busy time would count twice.
 void merge_over_job(Job& job, StepResult& r);
-// The same, and then every process's `r` becomes rank 0's merged record (Python's pipelines
-// give the step's record on every process).
-void share_over_job(Job& job, StepResult& r);
+// After every step of Python's pipelines, on every process of `job` that can say how its step
+// ended (`error`: how it failed here, null if it completed): the processes agree on it, and
+// then `error` is null only when the step completed on every one of them, and otherwise a
+// PeerFailure naming the job ranks where it failed (a process that had done its part, or
+// another data-parallel replica, would otherwise train on from a step the others dropped). On
+// success every process's `r` becomes rank 0's merged record of replica 0. The outcome rides
+// on the two collectives that the record takes. A process whose step ended in a way that may
+// mean a lost peer (the watchdog's stall, a transport's error) takes no part, since the
+// collectives could not complete; the others then fail in them at the job's timeout.
+void finish_step_over_job(Job& job, int step, StepResult& r, std::exception_ptr& error);
 
 }  // namespace rrfp

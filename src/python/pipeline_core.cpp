@@ -13,7 +13,6 @@
 #include "dist/c10d_world.hpp"
 #include "dist/replica_sum.hpp"
 #include "dist/step_merge.hpp"
-#include "dist/step_outcome.hpp"
 #include "python/py_program.hpp"
 #include "report/experiment.hpp"
 #include "sim/metrics.hpp"
@@ -326,16 +325,13 @@ StepRecordPy PipelineCore::run_step(int step, std::vector<std::int64_t> sizes) {
       pyb::gil_scoped_acquire gil;
       if (PyErr_CheckSignals() != 0) signal.emplace();
     }
-    // A step that failed on any process is dropped on all (Ctrl-C: this process is leaving).
-    if (job_ && !signal) agree_on_step(*job_, step, error);
+    // A step that failed on any process is dropped on all (Ctrl-C: this process is leaving);
+    // on success every process gets the step's whole record of replica 0.
+    if (job_ && !signal) finish_step_over_job(*job_, step, result, error);
     if (error || signal) rt_.reset();  // a failed runtime refuses further steps
   }
   if (signal) throw std::move(*signal);
   if (error) std::rethrow_exception(error);
-  if (job_) {  // every process reports the whole step of replica 0
-    pyb::gil_scoped_release nogil;
-    share_over_job(*job_, result);
-  }
   StepRecordPy rec;
   rec.header.workload = "measured (python)";
   rec.header.source = "measured";
