@@ -93,24 +93,25 @@ Outcome outcome(const std::exception_ptr& error) {
 // meets the others: in the step's closing exchange (finish_step_over_job) with `agree`. Returns
 // each endpoint's outcome of the last step it ran (it runs none after a failure).
 std::vector<Outcome> run_job(const WorkModel& m, CommMode comm, int bad, const TaskId& task,
-                             int steps, bool after_others = false, bool agree = false) {
+                             int steps, bool after_others = false, bool agree = false, int dp = 1) {
   const RealizedWork w = random_work(m, 1, 5, 200, 400);
   RuntimeOptions o = runtime_options(m, w, Policy::Ready);
   o.comm = comm;
   o.timeout_ms = 60'000;  // an untold failure: a StallError after a minute, which fails the test
-  const int world = m.pp();
+  const int world = m.pp() * dp;
   auto jobs = make_local_jobs(world);
   const Hint h = make_hint("bf", m);
   std::vector<Outcome> out(world);
-  Latch others(world - 1);
+  Latch others(m.pp() - 1);  // the failing replica's other endpoints
   std::function<void()> before;
   if (after_others) before = [&] { others.wait(); };
   on_every_rank(world, [&](int i) {
-    jobs[i]->set_layout(JobLayout{m.pp(), 1, 1});
+    jobs[i]->set_layout(JobLayout{m.pp(), 1, dp});
+    const bool failing = jobs[i]->replica() == dp - 1;  // the last replica's stage `bad` fails
     auto base = emulated_programs(m, w);
     const ProgramFactory programs = [&](int s, int r) {
-      return std::make_unique<ThrowsIn>(base(s, r), s == bad ? std::optional(task) : std::nullopt,
-                                        before);
+      return std::make_unique<ThrowsIn>(
+          base(s, r), failing && s == bad ? std::optional(task) : std::nullopt, before);
     };
     Runtime rt(m, h, programs, o, jobs[i]->hosting());
     bool failed = false;
@@ -126,7 +127,7 @@ std::vector<Outcome> run_job(const WorkModel& m, CommMode comm, int bad, const T
       } catch (...) {
         error = std::current_exception();
       }
-      if (step == 0 && i != bad) others.arrive();
+      if (step == 0 && i / m.pp() == dp - 1 && i % m.pp() != bad) others.arrive();
       if (agree)
         finish_step_over_job(*jobs[i], step, result, error);
       else
@@ -197,6 +198,24 @@ TEST(PeerFailure, TheClosingExchangeDropsAStepEveryProcessCompletedButOne) {
   EXPECT_EQ(got[1].kind, "peer") << got[1].what;
   EXPECT_TRUE(has(got[1].what, "step 0 failed on job rank 0 after this process had done its part"))
       << got[1].what;
+}
+
+// With two replicas, the second fails step 0 (its stage 1's task); the first completes it, and
+// drops it too in the closing exchange, which names the second replica's job ranks.
+TEST(PeerFailure, TheClosingExchangeDropsAStepAnotherReplicaFailed) {
+  PipelineConfig cfg;
+  cfg.pp = 2;
+  cfg.microbatches = 4;
+  const WorkModel m(cfg);
+  const std::vector<Outcome> got =
+      run_job(m, CommMode::Async, 1, TaskId{Kind::B, 1, 1}, 1, false, true, 2);
+  EXPECT_EQ(got[3].kind, "task") << got[3].what;
+  EXPECT_EQ(got[2].kind, "peer") << got[2].what;
+  for (int e : {0, 1}) {
+    EXPECT_EQ(got[e].kind, "peer") << got[e].what;
+    EXPECT_TRUE(has(got[e].what, "step 0 failed on job ranks 2, 3 after this process"))
+        << got[e].what;
+  }
 }
 
 // Every process completed: the step stands, and every process holds the whole step's record.

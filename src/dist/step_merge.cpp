@@ -203,29 +203,27 @@ Outcome outcome_of(const std::exception_ptr& error) {
   }
 }
 
-// Rank 0: whether every process completed (its reply then carries the merged record), or which
-// job ranks did not.
-std::vector<double> root_reply(StepResult& r, const std::vector<std::vector<std::byte>>& all) {
-  std::vector<double> failed;
-  for (size_t i = 0; i < all.size(); ++i)
-    if (all[i].empty() || all[i][0] != std::byte{kCompleted})
-      failed.push_back(static_cast<double>(i));
-  if (!failed.empty()) {
-    failed.insert(failed.begin(), 1.0);
-    return failed;
-  }
+// Rank 0's part of the all-gather: its outcome, then, when every process of replica 0 completed
+// (`all`: what they sent to it), 1 and the replica's merged record; else 0.
+std::vector<double> root_part(Outcome mine, StepResult& r,
+                              const std::vector<std::vector<std::byte>>& all) {
+  for (const auto& sent : all)
+    if (sent.empty() || sent[0] != std::byte{kCompleted}) return {static_cast<double>(mine), 0.0};
   for (size_t i = 1; i < all.size(); ++i)
     if (all[i].size() > 1) merge_step(r, std::span(all[i]).subspan(1));
-  std::vector<double> reply = as_doubles(pack_step(r));
-  reply.insert(reply.begin(), 0.0);
-  return reply;
+  std::vector<double> part = as_doubles(pack_step(r));
+  part.insert(part.begin(), {static_cast<double>(mine), 1.0});
+  return part;
 }
 
-std::string failed_ranks(const std::vector<double>& reply) {
+// The job ranks whose step did not complete, by the all-gather's first value of each.
+std::string failed_ranks(const std::vector<std::vector<double>>& got) {
   std::string where;
-  for (size_t i = 1; i < reply.size(); ++i)
-    where += (i > 1 ? ", " : "") + std::to_string(static_cast<long long>(reply[i]));
-  return (reply.size() > 2 ? "job ranks " : "job rank ") + where;
+  int n = 0;
+  for (size_t r = 0; r < got.size(); ++r)
+    if (got[r].empty() || got[r][0] != kCompleted) where += (n++ ? ", " : "") + std::to_string(r);
+  if (n == 0) return "";
+  return (n > 1 ? "job ranks " : "job rank ") + where;
 }
 
 }  // namespace
@@ -243,20 +241,23 @@ void finish_step_over_job(Job& job, int step, StepResult& r, std::exception_ptr&
       const std::vector<std::byte> packed = pack_step(r);
       sent.insert(sent.end(), packed.begin(), packed.end());
     }
+    // Rank 0 merges replica 0's records (gather_to_root may reach that replica alone); every
+    // process's outcome then reaches every other in the all-gather, which spans the job.
     const auto all = job.gather_to_root(sent);
-    const auto got = job.all_gather(job.rank() == 0 ? root_reply(r, all) : std::vector<double>{});
-    const std::vector<double>& reply = got.at(0);
-    if (reply.empty()) throw Error("step record: none came from rank 0");
-    if (reply[0] != 0) {
+    const auto got = job.all_gather(
+        job.rank() == 0 ? root_part(mine, r, all) : std::vector<double>{static_cast<double>(mine)});
+    if (const std::string where = failed_ranks(got); !where.empty()) {
       if (!error)
-        error = std::make_exception_ptr(PeerFailure(
-            "step " + std::to_string(step) + " failed on " + failed_ranks(reply) +
-            " after this process had done its part: every process of the job drops the step, "
-            "so that all keep the same weights"));
+        error = std::make_exception_ptr(
+            PeerFailure("step " + std::to_string(step) + " failed on " + where +
+                        " after this process had done its part: every process of the job "
+                        "drops the step, so that all keep the same weights"));
       return;
     }
     if (job.rank() == 0) return;
-    StepResult merged = unpack_step(as_bytes(std::vector<double>(reply.begin() + 1, reply.end())));
+    const std::vector<double>& root = got.at(0);
+    if (root.size() < 2 || root[1] != 1.0) throw Error("step record: none came from rank 0");
+    StepResult merged = unpack_step(as_bytes(std::vector<double>(root.begin() + 2, root.end())));
     merged.run.arbiter = r.run.arbiter;  // what is not packed: the same everywhere
     r = std::move(merged);
   } catch (...) {

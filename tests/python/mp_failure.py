@@ -4,7 +4,8 @@ mpirun and torchrun. In step 1 the last stage's forward raises: its pipeline's o
 hear of it at once (they used to wait out their timeout and raise TimeoutError). In step 2
 stage 0's last backward raises, after the other stages have done their whole part of the step:
 they drop the step too (they used to keep it, and the processes then held different weights).
-Only replica 0 fails; the other replicas drop both steps as well."""
+Only the last replica fails; the other replicas (replica 0, whose rank 0 merges the records,
+among them) drop both steps as well."""
 import torch
 
 import lm
@@ -17,7 +18,7 @@ class Failing(torch.nn.Module):
     """`inner`, whose forward raises in step BAD_FORWARD (last=True), or whose last
     microbatch's backward raises in step BAD_BACKWARD (last=False), when `armed`;
     `clock["step"]` is the step running. Every replica wraps its chunks alike (they must build
-    the same chunks); only replica 0's are armed."""
+    the same chunks); only the last replica's are armed."""
 
     def __init__(self, inner, last, m, clock, armed):
         super().__init__()
@@ -41,7 +42,7 @@ class Failing(torch.nn.Module):
 
 def run(pp, dp, m, transport, rank):
     clock = {"step": 0}
-    failing_replica = rank // pp == 0
+    failing_replica = rank // pp == dp - 1
 
     def build(i):
         c = lm.chunks(pp)[i]  # pp >= 2: the first and last chunks are on other processes
