@@ -140,15 +140,19 @@ std::vector<Outcome> run_job(const WorkModel& m, CommMode comm, int bad, const T
   return out;
 }
 
+WorkModel model(int pp, int microbatches) {
+  PipelineConfig c;
+  c.pp = pp;
+  c.microbatches = microbatches;
+  return WorkModel(c);
+}
+
 bool has(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
 TEST(PeerFailure, AFailedTaskFailsEveryOtherProcessStepAtOnceNamingIt) {
-  PipelineConfig cfg;
-  cfg.pp = 4;
-  cfg.microbatches = 8;
-  const WorkModel m(cfg);
+  const WorkModel m = model(4, 8);
   for (CommMode comm : {CommMode::Async, CommMode::Blocking}) {
     const std::vector<Outcome> got = run_job(m, comm, 1, TaskId{Kind::B, 1, 2}, 1);
     SCOPED_TRACE(to_string(comm));
@@ -167,10 +171,7 @@ TEST(PeerFailure, AFailedTaskFailsEveryOtherProcessStepAtOnceNamingIt) {
 // stage learns of it in its next step, which fails at once saying that the processes no longer
 // agree on step 0, instead of training on.
 TEST(PeerFailure, AFailureAfterAPeerCompletedTheStepFailsThatPeersNextStep) {
-  PipelineConfig cfg;
-  cfg.pp = 2;
-  cfg.microbatches = 4;
-  const WorkModel m(cfg);
+  const WorkModel m = model(2, 4);
   const std::vector<Outcome> got = run_job(m, CommMode::Async, 0, TaskId{Kind::B, 0, 3}, 2, true);
   EXPECT_EQ(got[0].kind, "task") << got[0].what;
   EXPECT_EQ(got[1].kind, "peer") << got[1].what;
@@ -188,10 +189,7 @@ namespace {
 // With the closing exchange after each step, the stage that completed step 0 learns in it that
 // stage 0 failed it, and drops it too: both report step 0 failed.
 TEST(PeerFailure, TheClosingExchangeDropsAStepEveryProcessCompletedButOne) {
-  PipelineConfig cfg;
-  cfg.pp = 2;
-  cfg.microbatches = 4;
-  const WorkModel m(cfg);
+  const WorkModel m = model(2, 4);
   const std::vector<Outcome> got =
       run_job(m, CommMode::Async, 0, TaskId{Kind::B, 0, 3}, 1, true, true);
   EXPECT_EQ(got[0].kind, "task") << got[0].what;
@@ -203,10 +201,7 @@ TEST(PeerFailure, TheClosingExchangeDropsAStepEveryProcessCompletedButOne) {
 // With two replicas, the second fails step 0 (its stage 1's task); the first completes it, and
 // drops it too in the closing exchange, which names the second replica's job ranks.
 TEST(PeerFailure, TheClosingExchangeDropsAStepAnotherReplicaFailed) {
-  PipelineConfig cfg;
-  cfg.pp = 2;
-  cfg.microbatches = 4;
-  const WorkModel m(cfg);
+  const WorkModel m = model(2, 4);
   const std::vector<Outcome> got =
       run_job(m, CommMode::Async, 1, TaskId{Kind::B, 1, 1}, 1, false, true, 2);
   EXPECT_EQ(got[3].kind, "task") << got[3].what;
@@ -220,10 +215,7 @@ TEST(PeerFailure, TheClosingExchangeDropsAStepAnotherReplicaFailed) {
 
 // Every process completed: the step stands, and every process holds the whole step's record.
 TEST(PeerFailure, TheClosingExchangeKeepsAStepThatCompletedEverywhere) {
-  PipelineConfig cfg;
-  cfg.pp = 3;
-  cfg.microbatches = 3;
-  const WorkModel m(cfg);
+  const WorkModel m = model(3, 3);
   const std::vector<Outcome> got = run_job(m, CommMode::Async, -1, TaskId{}, 2, false, true);
   for (const Outcome& o : got) {
     EXPECT_EQ(o.kind, "ok") << o.what;
