@@ -21,20 +21,18 @@
 namespace rrfp::test {
 namespace {
 
-// Throws from one task's backward; every other task as the emulated program runs it.
+// Throws from one task; every other task as the emulated program runs it.
 class ThrowsIn final : public StageProgram {
  public:
   ThrowsIn(std::unique_ptr<StageProgram> inner, std::optional<TaskId> target,
            std::function<void()> before)
       : in_(std::move(inner)), target_(target), before_(std::move(before)) {}
   Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
+    fail_if({Kind::F, chunk, mb});
     return in_->forward(c, chunk, mb, std::move(p));
   }
   Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
-    if (target_ && *target_ == TaskId{Kind::B, chunk, mb}) {
-      if (before_) before_();
-      throw std::runtime_error("boom: out of memory");
-    }
+    fail_if({Kind::B, chunk, mb});
     return in_->backward(c, chunk, mb, std::move(p));
   }
   std::optional<std::size_t> input_bytes(const TaskId& t) const override {
@@ -42,6 +40,12 @@ class ThrowsIn final : public StageProgram {
   }
 
  private:
+  void fail_if(const TaskId& t) {
+    if (!target_ || *target_ != t) return;
+    if (before_) before_();
+    throw std::runtime_error("boom: out of memory");
+  }
+
   std::unique_ptr<StageProgram> in_;
   std::optional<TaskId> target_;
   std::function<void()> before_;
@@ -81,6 +85,10 @@ Outcome outcome(const std::exception_ptr& error) {
     std::rethrow_exception(error);
   } catch (const PeerFailure& e) {
     return {"peer", e.what()};
+  } catch (const PeerStall& e) {
+    return {"peer-stall", e.what()};
+  } catch (const StallError& e) {
+    return {"stall", e.what()};
   } catch (const TaskError& e) {
     return {"task", e.what()};
   } catch (const std::exception& e) {
@@ -88,15 +96,27 @@ Outcome outcome(const std::exception_ptr& error) {
   }
 }
 
-// Runs `steps` steps on every endpoint, each its own Runtime; stage `bad` throws in `task`
-// (once the others have ended step 0, with `after_others`). After each step every endpoint
-// meets the others: in the step's closing exchange (finish_step_over_job) with `agree`. Returns
-// each endpoint's outcome of the last step it ran (it runs none after a failure).
-std::vector<Outcome> run_job(const WorkModel& m, CommMode comm, int bad, const TaskId& task,
-                             int steps, bool after_others = false, bool agree = false, int dp = 1) {
+struct JobRun {
+  int bad = -1;  // the stage whose `task` throws, in the last replica (-1: none)
+  TaskId task;
+  CommMode comm = CommMode::Async;
+  int steps = 1;
+  bool after_others = false;  // the throw waits until the replica's other endpoints ended step 0
+  bool agree = false;         // each step ends in the closing exchange (finish_step_over_job)
+  int dp = 1;
+  std::int64_t endpoint0_timeout_ms = 0;  // endpoint 0's watchdog, if not the others' minute
+};
+
+// Runs the steps on every endpoint, each its own Runtime. After each step every endpoint meets
+// the others (in the closing exchange, with `agree`). Returns each endpoint's outcome of the
+// last step it ran (it runs none after a failure).
+std::vector<Outcome> run_job(const WorkModel& m, const JobRun& j) {
+  const int bad = j.bad, steps = j.steps, dp = j.dp;
+  const TaskId task = j.task;
+  const bool after_others = j.after_others, agree = j.agree;
   const RealizedWork w = random_work(m, 1, 5, 200, 400);
   RuntimeOptions o = runtime_options(m, w, Policy::Ready);
-  o.comm = comm;
+  o.comm = j.comm;
   o.timeout_ms = 60'000;  // an untold failure: a StallError after a minute, which fails the test
   const int world = m.pp() * dp;
   auto jobs = make_local_jobs(world);
@@ -113,7 +133,9 @@ std::vector<Outcome> run_job(const WorkModel& m, CommMode comm, int bad, const T
       return std::make_unique<ThrowsIn>(
           base(s, r), failing && s == bad ? std::optional(task) : std::nullopt, before);
     };
-    Runtime rt(m, h, programs, o, jobs[i]->hosting());
+    RuntimeOptions mine = o;
+    if (i == 0 && j.endpoint0_timeout_ms > 0) mine.timeout_ms = j.endpoint0_timeout_ms;
+    Runtime rt(m, h, programs, mine, jobs[i]->hosting());
     bool failed = false;
     for (int step = 0; step < steps; ++step) {
       if (failed) {
@@ -154,7 +176,7 @@ bool has(const std::string& s, const std::string& part) {
 TEST(PeerFailure, AFailedTaskFailsEveryOtherProcessStepAtOnceNamingIt) {
   const WorkModel m = model(4, 8);
   for (CommMode comm : {CommMode::Async, CommMode::Blocking}) {
-    const std::vector<Outcome> got = run_job(m, comm, 1, TaskId{Kind::B, 1, 2}, 1);
+    const std::vector<Outcome> got = run_job(m, {.bad = 1, .task = {Kind::B, 1, 2}, .comm = comm});
     SCOPED_TRACE(to_string(comm));
     EXPECT_EQ(got[1].kind, "task") << got[1].what;
     EXPECT_TRUE(has(got[1].what, "stage 1: task B c1 m2 failed: boom: out of memory"))
@@ -172,7 +194,8 @@ TEST(PeerFailure, AFailedTaskFailsEveryOtherProcessStepAtOnceNamingIt) {
 // agree on step 0, instead of training on.
 TEST(PeerFailure, AFailureAfterAPeerCompletedTheStepFailsThatPeersNextStep) {
   const WorkModel m = model(2, 4);
-  const std::vector<Outcome> got = run_job(m, CommMode::Async, 0, TaskId{Kind::B, 0, 3}, 2, true);
+  const std::vector<Outcome> got =
+      run_job(m, {.bad = 0, .task = {Kind::B, 0, 3}, .steps = 2, .after_others = true});
   EXPECT_EQ(got[0].kind, "task") << got[0].what;
   EXPECT_EQ(got[1].kind, "peer") << got[1].what;
   EXPECT_TRUE(has(got[1].what, "stage 0 failed step 0, which this process had completed"))
@@ -191,7 +214,7 @@ namespace {
 TEST(PeerFailure, TheClosingExchangeDropsAStepEveryProcessCompletedButOne) {
   const WorkModel m = model(2, 4);
   const std::vector<Outcome> got =
-      run_job(m, CommMode::Async, 0, TaskId{Kind::B, 0, 3}, 1, true, true);
+      run_job(m, {.bad = 0, .task = {Kind::B, 0, 3}, .after_others = true, .agree = true});
   EXPECT_EQ(got[0].kind, "task") << got[0].what;
   EXPECT_EQ(got[1].kind, "peer") << got[1].what;
   EXPECT_TRUE(has(got[1].what, "step 0 failed on job rank 0 after this process had done its part"))
@@ -203,7 +226,7 @@ TEST(PeerFailure, TheClosingExchangeDropsAStepEveryProcessCompletedButOne) {
 TEST(PeerFailure, TheClosingExchangeDropsAStepAnotherReplicaFailed) {
   const WorkModel m = model(2, 4);
   const std::vector<Outcome> got =
-      run_job(m, CommMode::Async, 1, TaskId{Kind::B, 1, 1}, 1, false, true, 2);
+      run_job(m, {.bad = 1, .task = {Kind::B, 1, 1}, .agree = true, .dp = 2});
   EXPECT_EQ(got[3].kind, "task") << got[3].what;
   EXPECT_EQ(got[2].kind, "peer") << got[2].what;
   for (int e : {0, 1}) {
@@ -213,10 +236,29 @@ TEST(PeerFailure, TheClosingExchangeDropsAStepAnotherReplicaFailed) {
   }
 }
 
+// Stage 1's forward of m1 waits until the others have ended their step, so that none can
+// complete it; endpoint 0's watchdog (300 ms) fires first and tells the others,
+// who report a stall too (PeerStall), not a failed task: a stall may mean a process is gone, so
+// none of them waits for the others in the closing exchange (a PeerFailure would have, and
+// waited for ever here, where the stalled endpoints take no part).
+TEST(PeerFailure, AStallIsToldAsAStallAndNobodyWaitsInTheClosingExchange) {
+  const WorkModel m = model(3, 3);
+  const auto got = run_job(m, {.bad = 1,
+                               .task = {Kind::F, 1, 1},
+                               .after_others = true,
+                               .agree = true,
+                               .endpoint0_timeout_ms = 300});
+  EXPECT_EQ(got[0].kind, "stall") << got[0].what;
+  for (int e : {1, 2}) {
+    EXPECT_EQ(got[e].kind, "peer-stall") << got[e].what;
+    EXPECT_TRUE(has(got[e].what, "stage 0 failed step 0: no progress for")) << got[e].what;
+  }
+}
+
 // Every process completed: the step stands, and every process holds the whole step's record.
 TEST(PeerFailure, TheClosingExchangeKeepsAStepThatCompletedEverywhere) {
   const WorkModel m = model(3, 3);
-  const std::vector<Outcome> got = run_job(m, CommMode::Async, -1, TaskId{}, 2, false, true);
+  const std::vector<Outcome> got = run_job(m, {.steps = 2, .agree = true});
   for (const Outcome& o : got) {
     EXPECT_EQ(o.kind, "ok") << o.what;
     EXPECT_EQ(o.tasks, static_cast<std::size_t>(m.num_tasks()));

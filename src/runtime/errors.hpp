@@ -10,19 +10,27 @@ class TaskError : public Error {
   using Error::Error;
 };
 
-// Another process's step failed, and it said so (Control::Abort): this process's part of the
-// step cannot finish. A TaskError, since the step failed in a task, only not here: a front end
-// reports it as it reports its own tasks' failures.
-class PeerFailure : public TaskError {
- public:
-  using TaskError::TaskError;
-};
-
 // Nothing progressed for the watchdog timeout; the message lists, per stage, what it runs,
 // what is ready, the messages it still expects and the task it waits for.
 class StallError : public Error {
  public:
   using Error::Error;
+};
+
+// Another process's step failed in a task (its own, or one a protocol refused), and it said so
+// (Control::Abort): this process's part of the step cannot finish. A TaskError, since the step
+// failed in a task, only not here: a front end reports it as it reports its own tasks' failures.
+class PeerFailure : public TaskError {
+ public:
+  using TaskError::TaskError;
+};
+
+// Another process's step ended in a stall or a transport's error, and it said so: the process
+// that one waited for may be gone. A StallError: a front end reports it as it reports its own
+// watchdog's.
+class PeerStall : public StallError {
+ public:
+  using StallError::StallError;
 };
 
 // Thrown inside a task whose step is being torn down because of another error; never

@@ -19,6 +19,11 @@ namespace {
 // Far above any one-line error, far below what a header-inline message may carry.
 constexpr std::size_t kMaxAbortText = 1000;
 
+// What an abort's `round` says of the failure: a task's (every peer is alive), or a stall or a
+// transport's error (the process waited for may be gone; its receivers report a stall, so that
+// none of them waits for a gone process in a later collective).
+constexpr std::int32_t kAbortInTask = 0, kAbortStalled = 1;
+
 // Long enough for a message to leave over any live transport; short, because a peer that
 // has stopped answering would otherwise hold up this process's own report.
 constexpr std::int64_t kAbortSendDeadlineNs = 1'000'000'000;
@@ -36,10 +41,19 @@ void Runtime::tell_peers(int step, const std::exception_ptr& why) {
     if (std::find(local_.begin(), local_.end(), e) == local_.end()) remote.push_back(e);
   if (remote.empty() || endpoints_.empty()) return;
   std::string text = "unknown error";
+  bool in_task = false;  // a task's failure (here, or a protocol's refusal): every peer is alive
   try {
     std::rethrow_exception(why);
   } catch (const PeerFailure&) {
     return;  // the peers heard it from where it began
+  } catch (const PeerStall&) {
+    return;
+  } catch (const TaskError& e) {
+    text = e.what();
+    in_task = true;
+  } catch (const ProtocolError& e) {
+    text = e.what();
+    in_task = true;
   } catch (const std::exception& e) {
     text = e.what();
   } catch (...) {
@@ -48,6 +62,7 @@ void Runtime::tell_peers(int step, const std::exception_ptr& why) {
   MessageTag tag;
   tag.step = step;
   tag.control = Control::Abort;
+  tag.round = in_task ? kAbortInTask : kAbortStalled;
   // Shared with the completions, which may come after this stops waiting.
   struct Sent {
     std::mutex mu;
@@ -91,7 +106,9 @@ void Runtime::on_peer_abort(const Message& msg) {
         text + ")";
   else
     what += ": " + text;
-  if (!cancel_) cancel_ = std::make_exception_ptr(PeerFailure(what));
+  if (!cancel_)
+    cancel_ = msg.tag.round == kAbortInTask ? std::make_exception_ptr(PeerFailure(what))
+                                            : std::make_exception_ptr(PeerStall(what));
   failure_.fail(cancel_);
 }
 
