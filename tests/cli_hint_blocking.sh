@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A hint file whose order its dependencies allow but the blocking rendezvous deadlocks: schedule
-# check says so, and simulate and run refuse it under --policy fixed --comm blocking (exit 2,
-# one line naming the file and the stuck ranks) instead of failing or stalling on it.
+# check says so, and simulate, run and train refuse it under --policy fixed --comm blocking (exit
+# 2, one line naming the file and the stuck ranks) instead of failing or stalling on it.
 # Usage: cli_hint_blocking.sh PATH/TO/rrfp
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/cli_check.sh"
@@ -19,6 +19,17 @@ printf '%s\nstage 0: F0:0 F0:1 B0:0 B0:1\nstage 1: F1:0 B1:0 F1:1 B1:1\n' "$head
 want="--hint $tmp/swap.txt: its order deadlocks under --comm blocking with --policy fixed"
 check "$want" simulate --pp 2 -m 2 --workload uniform --hint "$tmp/swap.txt" --policy fixed --comm blocking
 check "$want" run --pp 2 -m 2 --workload uniform --hint "$tmp/swap.txt" --policy fixed --comm blocking --timeout 5
+# rrfp train too, where this build trains (it trained until the watchdog stopped the first
+# step); the 1F1B file trains.
+if [ "$trains" = ON ]; then
+  check "$want" train --pp 2 -m 2 --hint "$tmp/swap.txt" --policy fixed --comm blocking \
+    --timeout 5 --out "$tmp/t"
+  small=(--d-model 16 --heads 2 --layers 2 --max-seq 32 --max-len 32 --min-len 8 --eval-every 0
+    --eval-batches 1 --steps 1)
+  "$rrfp" train --pp 2 -m 2 --hint "$tmp/1f1b.txt" --policy fixed --comm blocking --timeout 30 \
+    "${small[@]}" --out "$tmp/t1" >"$tmp/out" 2>&1 ||
+    { echo "FAIL: train the 1F1B file under blocking:"; tail -3 "$tmp/out"; fails=$((fails + 1)); }
+fi
 # Async runs it, and blocking runs the 1F1B file.
 "$rrfp" simulate --pp 2 -m 2 --workload uniform --hint "$tmp/swap.txt" --policy fixed --comm async >/dev/null ||
   { echo "FAIL: simulate the swapped list under async"; fails=$((fails + 1)); }

@@ -12,6 +12,7 @@
 
 #include "cli/train_flags.hpp"
 #include "core/error.hpp"
+#include "sim/hint_check.hpp"
 
 namespace rrfp {
 
@@ -50,6 +51,17 @@ void gpu_defaults(const CLI::App& s, TrainFlags& f) {
   if (unset("--min-len")) t.window.min_len = 512;
   if (unset("--microbatches")) f.shape.microbatches = 16;
   if (unset("--max-images") && t.task == "image-text") t.max_images = 16;
+}
+
+// A hint file whose order deadlocks the blocking rendezvous under --policy fixed, refused as
+// simulate and run refuse it: training stalled on it until the watchdog. Checked only then, so
+// every other command line meets its checks in the order rrfp-train makes them.
+void refuse_deadlocking_hint(const TrainFlags& f) {
+  if (f.dispatch.policy != "fixed" || f.dispatch.comm != "blocking") return;
+  const WorkModel m(to_config(f.shape, f.dispatch.hint));
+  const RuntimeOptions o = to_runtime(f.dispatch, f.timeout_s);
+  refuse_blocking_deadlock(m, make_hint(f.dispatch.hint, m), o.arbiter.policy, o.comm, o.tp,
+                           o.tp_protocol);
 }
 
 }  // namespace
@@ -154,6 +166,7 @@ void setup_train(CLI::App& app) {
                          ": the text task's corpus and its windows; --task is image-text, whose "
                          "samples are synthetic (--max-images bounds them)");
     if (f->run.train.device != "cpu") gpu_defaults(*s, *f);
+    refuse_deadlocking_hint(*f);
     if (!g_runner) exec_trainer();  // checked here, run by rrfp-train
     g_runner(*f);
   });

@@ -15,6 +15,7 @@
 #include "dist/step_merge.hpp"
 #include "python/py_program.hpp"
 #include "report/experiment.hpp"
+#include "sim/hint_check.hpp"
 #include "sim/metrics.hpp"
 #ifdef RRFP_HAVE_MPI
 #include "dist/mpi_world.hpp"
@@ -92,6 +93,9 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   runtime_.timeout_ms = timeout_ms_of(o.timeout_s);
   validate(runtime_);
   resolve_options(runtime_.arbiter, *hint_, *model_);  // a bad limit fails here, not mid-step
+  // A hint file whose order deadlocks the blocking rendezvous: refused here, where a step
+  // stalled on it until the watchdog.
+  refuse_blocking_deadlock(*model_, *hint_, runtime_.arbiter.policy, runtime_.comm);
   if (tr == TransportKind::Mpi) job_ = mpi_job(o, runtime_.timeout_ms);
   if (tr == TransportKind::C10d) {
     own_job_ = std::make_unique<C10dWorld>(

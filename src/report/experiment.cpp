@@ -79,17 +79,8 @@ void check_spec(const Scenario& sc, const RunSpec& spec) {
   a.limit = sc.limit;
   a.max_pending_w = sc.max_pending_w;
   resolve_options(a, hint, m);
-  // A file's order may deadlock the rendezvous where its dependencies allow it: refused here,
-  // before a simulation fails on it or a run stalls until its watchdog. The generated lists are
-  // the schedules blocking pipelines run, and a check would simulate each huge one twice.
-  if (spec.policy == Policy::Fixed && spec.comm == CommMode::Blocking && hint.is_list() &&
-      hint.name.rfind("file:", 0) == 0)
-    if (const std::string stuck = fixed_blocking_deadlock(m, hint, sc.tp, sc.tp_protocol);
-        !stuck.empty())
-      throw InputError("`hint` " + spec.hint +
-                       ": its order deadlocks under `comm` blocking with `policy` fixed "
-                       "(receives posted one at a time in list order): " +
-                       stuck);
+  // A file's order may deadlock the rendezvous where its dependencies allow it.
+  refuse_blocking_deadlock(m, hint, spec.policy, spec.comm, sc.tp, sc.tp_protocol);
 }
 
 RealizedWork realized_work(const Scenario& sc, const WorkModel& m) {

@@ -39,4 +39,18 @@ std::string fixed_blocking_deadlock(const WorkModel& m, const Hint& hint, int tp
   return "";
 }
 
+void refuse_blocking_deadlock(const WorkModel& m, const Hint& hint, Policy policy, CommMode comm,
+                              int tp, TpProtocol protocol) {
+  static const std::string file = "file:";
+  if (policy != Policy::Fixed || comm != CommMode::Blocking || !hint.is_list() ||
+      hint.name.rfind(file, 0) != 0)
+    return;
+  const std::string stuck = fixed_blocking_deadlock(m, hint, tp, protocol);
+  if (!stuck.empty())
+    throw InputError("`hint` " + hint.name.substr(file.size()) +
+                     ": its order deadlocks under `comm` blocking with `policy` fixed "
+                     "(receives posted one at a time in list order): " +
+                     stuck);
+}
+
 }  // namespace rrfp

@@ -6,6 +6,7 @@
 // decision is the core's (RankDriver, Rendezvous): there is no second copy of the rules.
 #include <string>
 
+#include "core/arbiter.hpp"
 #include "core/hint.hpp"
 #include "core/modes.hpp"
 
@@ -16,5 +17,13 @@ namespace rrfp {
 // simulator's deadlock report, one line).
 std::string fixed_blocking_deadlock(const WorkModel& m, const Hint& hint, int tp = 1,
                                     TpProtocol protocol = TpProtocol::Leader);
+
+// Refuses (InputError naming `hint`) a hint file whose order deadlocks under `policy` fixed
+// with `comm` blocking: before a simulation fails on it, or a run or a training step stalls
+// until its watchdog. Every other case passes unchecked: a rule has no fixed order, and the
+// generated lists are the schedules blocking pipelines run, which a check would simulate (each
+// huge one twice) for nothing. simulate and run (check_spec), train and Python's Pipeline call it.
+void refuse_blocking_deadlock(const WorkModel& m, const Hint& hint, Policy policy, CommMode comm,
+                              int tp = 1, TpProtocol protocol = TpProtocol::Leader);
 
 }  // namespace rrfp

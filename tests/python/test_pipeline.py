@@ -134,6 +134,23 @@ def test_gradients_are_added_in_microbatch_order_when_backward_runs_in_reverse(t
             assert torch.equal(p, q)
 
 
+def test_a_hint_file_that_deadlocks_the_blocking_rendezvous_is_refused(tmp_path):
+    # Stage 1 lists F m1 first: its one posted receive is m1's, while stage 0 sends m0 first.
+    # The step stalled until the watchdog; under async the order runs.
+    hint = tmp_path / "swap.txt"
+    hint.write_text("rrfp-hint 1 pp=2 vpp=1 microbatches=2 placement=loop split=0\n"
+                    "stage 0: F0:0 F0:1 B0:0 B0:1\n"
+                    "stage 1: F1:1 F1:0 B1:0 B1:1\n")
+    with pytest.raises(ValueError, match=r"^`hint` .*swap\.txt: its order deadlocks under "
+                       r"`comm` blocking with `policy` fixed .*F c1 m1"):
+        rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2, hint=str(hint),
+                      policy="fixed", comm="blocking", timeout=5)
+    pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2, hint=str(hint),
+                         policy="fixed", comm="async", timeout=30)
+    xs, ys = lm.batches(2)
+    pipe.step(xs, ys)
+
+
 def test_step_record_reports_and_the_simulator_tools(tmp_path):
     pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, hint="bf")
     xs, ys = lm.batches(4)
