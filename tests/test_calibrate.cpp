@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <barrier>
@@ -97,7 +98,8 @@ TEST(CalibrationFit, FourStreamsGiveTheLinksWhenMeasured) {
     fit_message_model(c);
     EXPECT_NEAR(c.bandwidth_gbps, 5, 1e-9);
     EXPECT_DOUBLE_EQ(c.overlap_slowdown, 1.6);
-    EXPECT_DOUBLE_EQ(c.four_slowdown, k.four_slowdown);
+    EXPECT_DOUBLE_EQ(c.four_ratio, k.four_slowdown);
+    EXPECT_DOUBLE_EQ(c.four_slowdown, std::max(1.0, k.four_slowdown));
     EXPECT_DOUBLE_EQ(c.links, k.links) << "four streams " << k.four_slowdown;
     EXPECT_TRUE(c.links_from_streams());
     EXPECT_NE(format_calibration(c).find("four streams at once"), std::string::npos);
@@ -218,6 +220,33 @@ TEST(CalibrationFit, AnOverlapBelowOneIsTakenAsOne) {
   EXPECT_EQ(bw.overlap_slowdown, 1);
   EXPECT_NE(format_calibration(bw).find("the bandwidth fitted to the times with both pairs"),
             std::string::npos);
+}
+
+// Four streams at once faster than one stream alone likewise: taken as 1 (it was printed as
+// "four streams at once, 0.80x as long" and written so), with a line saying so; the links are
+// the four, and two streams' slowdown is 1, as before.
+TEST(CalibrationFit, FourStreamsBelowOneAreTakenAsOne) {
+  Calibration c = measured(1.6);
+  c.streams = true;
+  c.endpoints = 4;
+  c.points.back().stream_us = 5000;
+  c.points.back().stream_two_us = 5000 * 0.9;
+  c.points.back().stream_four_us = 5000 * 0.8;
+  fit_message_model(c);
+  EXPECT_DOUBLE_EQ(c.four_ratio, 0.8);
+  EXPECT_EQ(c.four_slowdown, 1);
+  EXPECT_EQ(c.links, 4);
+  EXPECT_EQ(c.two_slowdown, 1);
+  const std::string text = format_calibration(c);
+  EXPECT_NE(text.find("four streams at once took 0.80x as long as one alone: faster together is "
+                      "no cost of sharing"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("four streams at once, "), std::string::npos) << text;
+  const std::string json = calibration_json(c);
+  EXPECT_NE(json.find("\"four_slowdown\": 1.0"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"stream_four_us\": 4000.0"), std::string::npos) << "what was measured";
+  EXPECT_EQ(apply_workload_json(WorkloadParams{}, json, "calibration").comm_links, 4);
 }
 
 // A size given twice is refused by the option's name, before anything is measured.

@@ -76,7 +76,10 @@ struct Calibration {
   double overlap_ratio = 0;
   double overlap_slowdown = 1;
   // With four streams measured: a stream's message with both pairs streaming both ways over
-  // one alone, at the largest size (0: not measured).
+  // one alone, at the largest size (0: not measured), and what the model takes of it: the
+  // same, at least 1, as overlap_slowdown is (four at once faster than one alone is the lone
+  // stream's threads waking, not a speed-up).
+  double four_ratio = 0;
   double four_slowdown = 0;
   // WorkloadParams::comm_links, the machine's capacity in messages' worth of bandwidth. From
   // four streams when measured: 4 / four_slowdown within [1, 4] (four copies at once each
