@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/error.hpp"
+#include "sim/fold_w.hpp"
 #include "sim/metrics.hpp"
 #include "sim/simulator.hpp"
 
@@ -77,17 +78,23 @@ ImportedRun folded(const ImportedRun& in, const WorkModel& split, const WorkMode
   f.compute_ns.assign(slots, 0);
   f.message_ns.assign(slots, 0);
   f.message_bytes.assign(f.num_tasks, 0);
+  FoldedW folded_w(slots);
   for (int i = 0; i < w.num_tasks; ++i) {
-    TaskId t = split.task(i);
-    const bool is_w = t.kind == Kind::W;
-    if (is_w) t.kind = Kind::B;  // a W sends nothing: its B's message stays
-    const int j = whole.index(t);
-    if (!is_w) f.message_bytes[j] = w.message_bytes[i];
+    const TaskId t = split.task(i);
+    const bool fold = folds_into_b(whole, t);
+    const int j = whole.index(fold ? TaskId{Kind::B, t.chunk, t.mb} : t);
+    if (!fold) f.message_bytes[j] = w.message_bytes[i];
     for (int r = 0; r < w.tp; ++r) {
-      f.compute_ns[static_cast<size_t>(r) * f.num_tasks + j] += w.compute(r, i);
-      if (!is_w) f.message_ns[static_cast<size_t>(r) * f.num_tasks + j] = w.message(r, i);
+      const size_t at = static_cast<size_t>(r) * f.num_tasks + j;
+      if (fold) {
+        folded_w[at] = w.compute(r, i);
+      } else {
+        f.compute_ns[at] = w.compute(r, i);
+        f.message_ns[at] = w.message(r, i);
+      }
     }
   }
+  folded_w.add_to(f.compute_ns);
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include "core/format.hpp"
 #include "core/input_file.hpp"
 #include "core/modes.hpp"
+#include "sim/fold_w.hpp"
 #include "sim/replay.hpp"
 #include "sim/trace_import.hpp"
 
@@ -143,8 +144,8 @@ Kind kind_at(const Table& t, const Row& row, const std::string& where) {
 }
 
 // Every task of every rank needs a duration; folded W durations join their B.
-void finish(RealizedWork& r, const std::vector<std::int64_t>& folded_w, const WorkModel& m,
-            const std::string& origin, bool saw_w) {
+void finish(RealizedWork& r, const FoldedW& folded_w, const WorkModel& m, const std::string& origin,
+            bool saw_w) {
   for (int rank = 0; rank < r.tp; ++rank)
     for (int i = 0; i < r.num_tasks; ++i) {
       const size_t at = static_cast<size_t>(rank) * r.num_tasks + i;
@@ -156,8 +157,8 @@ void finish(RealizedWork& r, const std::vector<std::int64_t>& folded_w, const Wo
                  ? " (the replay has no W tasks: it was recorded without the split backward; "
                    "replay it with `split_backward` off)"
                  : std::string()));
-      if (folded_w[at] >= 0) r.compute_ns[at] += folded_w[at];
     }
+  folded_w.add_to(r.compute_ns);
   check_total(r);
 }
 
@@ -172,8 +173,7 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
   r.compute_ns.assign(slots, -1);
   r.message_ns.assign(slots, 0);
   r.message_bytes.assign(r.num_tasks, 0);
-  // W durations of a split recording, folded into their B where this run does not split.
-  std::vector<std::int64_t> folded_w(slots, -1);
+  FoldedW folded_w(slots);
   bool saw_w = false;
   const Table table = read_table(text, origin, step);
   for (const Row& row : table.rows) {
@@ -186,8 +186,7 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
     t.chunk = static_cast<int>(num("chunk", true));
     t.mb = static_cast<int>(num("microbatch", true));
     saw_w = saw_w || t.kind == Kind::W;
-    // A recording with the split backward replayed without it: B then does W's work too.
-    const bool fold = t.kind == Kind::W && !m.split() && m.valid({Kind::B, t.chunk, t.mb});
+    const bool fold = folds_into_b(m, t);
     if (fold) t.kind = Kind::B;
     if (!m.valid(t))
       throw InputError(where + ": task " + to_string(t) + " does not exist in this run");

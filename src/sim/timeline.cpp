@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "sim/fold_w.hpp"
 #include "sim/metrics.hpp"
 
 namespace rrfp {
@@ -202,13 +203,13 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
   sp.start.assign(slots, 0);
   sp.end.assign(slots, 0);
   sp.measured.assign(slots, 0);
-  // W durations of a split recording, folded into their B where this run does not split (as a
-  // CSV's are); their B's end stays where it was, when the B sent its gradient.
-  std::vector<std::int64_t> folded_w(slots, -1);
+  // W times folded into their B (sim/fold_w.hpp): the B's end stays where it was, when the B
+  // sent its gradient.
+  FoldedW folded_w(slots);
   for (const TimelineTask& e : tl.tasks) {
     const std::string where = origin + ": task " + to_string(e.task);
     const TaskId b{Kind::B, e.task.chunk, e.task.mb};
-    const bool fold = e.task.kind == Kind::W && !m.split() && m.valid(b);
+    const bool fold = folds_into_b(m, e.task);
     if (!fold && !m.valid(e.task)) throw InputError(where + " does not exist in this run");
     if (e.tp_rank < 0 || e.tp_rank >= tp)
       throw InputError(where + ": tp rank " + std::to_string(e.tp_rank) + " >= `tp` " +
@@ -237,8 +238,7 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
     throw InputError(origin + ": the " + (tl.format.empty() ? "" : tl.format + " ") +
                      "timeline lacks tasks this shape needs: " + missing);
   check_no_overlap(tl, m, origin);
-  for (size_t i = 0; i < slots; ++i)
-    if (folded_w[i] >= 0) r.compute_ns[i] += folded_w[i];
+  folded_w.add_to(r.compute_ns);
   return sp;
 }
 

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "core/modes.hpp"
+#include "sim/fold_w.hpp"
 #include "sim/trace_formats.hpp"
 
 namespace rrfp::trace {
@@ -127,9 +128,8 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
                       : k == "B" ? Kind::B
                                  : Kind::W,
                       whole_at(*args, "chunk", where), whole_at(*args, "microbatch", where)};
-      // A W of a run without the split backward is folded into its B (timeline.hpp).
-      const TaskId b{Kind::B, t.task.chunk, t.task.mb};
-      if (!m.valid(t.task) && !(t.task.kind == Kind::W && m.valid(b)))
+      // A W of a run without the split backward is folded into its B (sim/fold_w.hpp).
+      if (!m.valid(t.task) && !folds_into_b(m, t.task))
         throw InputError(where + ": task " + to_string(t.task) + " does not exist in this run");
       const int stage = at->second.second;
       if (m.stage_of(t.task) != stage)
