@@ -11,18 +11,11 @@
 #include "core/format.hpp"
 #include "sim/fold_w.hpp"
 #include "sim/metrics.hpp"
+#include "sim/timeline_clocks.hpp"
 
 namespace rrfp {
 
 namespace {
-
-// The task whose output `t` receives from another stage, if any (semantics.md §1).
-bool cross_stage_producer(const WorkModel& m, const TaskId& t, TaskId& producer) {
-  const std::optional<TaskId> p = data_producer(t);
-  if (!p || !m.valid(*p)) return false;
-  producer = *p;
-  return m.stage_of(producer) != m.stage_of(t);
-}
 
 std::string missing_per_stage(const RealizedWork& r, const WorkModel& m, int tp) {
   std::string missing;
@@ -66,106 +59,6 @@ void check_no_overlap(const Timeline& tl, const WorkModel& m, const std::string&
                          " us); a rank runs one task at a time");
     }
   }
-}
-
-// Where no receive bounds stage s+1's offset `d` from stage 0's (stage s on stage 0's clock
-// already), its tasks do: a consumer cannot start before its producer ended, so a forward's
-// consumer on s+1 bounds d from above and a backward's on s from below. Looser than receives by
-// each consumer's wait, alike on both sides where the tightest consumer of each direction sat
-// waiting for its input (the middle then holds, as with receives).
-void causal_bounds(const WorkModel& m, size_t base, int s, const std::vector<double>& start,
-                   const std::vector<double>& end, double& lo, double& hi) {
-  for (int stage : {s, s + 1})
-    for (const TaskId& c : m.stage_tasks(stage)) {
-      TaskId producer;
-      if (!cross_stage_producer(m, c, producer)) continue;
-      const double made = end[base + m.index(producer)], began = start[base + m.index(c)];
-      const int from = m.stage_of(producer);
-      if (from == s && stage == s + 1) hi = std::min(hi, began - made);
-      if (from == s + 1 && stage == s) lo = std::max(lo, made - began);
-    }
-}
-
-// Shifts each (stage, tp rank)'s clock onto stage 0's: see build_run.
-void align_clocks(const WorkModel& m, int tp, std::vector<double>& start, std::vector<double>& end,
-                  std::vector<TimelineRecv>& recvs) {
-  const size_t n = static_cast<size_t>(m.num_tasks());
-  for (int r = 0; r < tp; ++r) {
-    for (int s = 0; s + 1 < m.pp(); ++s) {
-      double lo = -std::numeric_limits<double>::infinity(), hi = -lo;
-      for (const TimelineRecv& rv : recvs) {
-        TaskId producer;
-        if (rv.tp_rank != r || !m.valid(rv.consumer) ||
-            !cross_stage_producer(m, rv.consumer, producer))
-          continue;
-        const double made = end[r * n + m.index(producer)];
-        const int from = m.stage_of(producer), to = m.stage_of(rv.consumer);
-        // Stage s is on stage 0's clock by now: d is stage s+1's clock minus stage 0's.
-        if (from == s && to == s + 1) hi = std::min(hi, rv.end_us - made);
-        if (from == s + 1 && to == s) lo = std::max(lo, made - rv.end_us);
-      }
-      if (!std::isfinite(lo) && !std::isfinite(hi)) causal_bounds(m, r * n, s, start, end, lo, hi);
-      double d = 0;
-      if (std::isfinite(lo) && std::isfinite(hi))
-        d = (lo + hi) / 2;
-      else if (std::isfinite(hi))
-        d = hi;
-      else if (std::isfinite(lo))
-        d = lo;
-      for (const TaskId& t : m.stage_tasks(s + 1)) {
-        start[r * n + m.index(t)] -= d;
-        end[r * n + m.index(t)] -= d;
-      }
-      for (TimelineRecv& rv : recvs)
-        if (rv.tp_rank == r && m.valid(rv.consumer) && m.stage_of(rv.consumer) == s + 1) {
-          rv.start_us -= d;
-          rv.end_us -= d;
-        }
-    }
-  }
-}
-
-// Messages nothing timed, from when their consumers started: a consumer idle until its input's
-// producer ended waited for that message, so it took the consumer's start minus the producer's
-// end (delivery and wake-up, what the twin's latency stands for). Messages that arrived while
-// their consumer was busy cannot be seen; they get the median of the seen ones. Returns how
-// many were seen.
-int infer_latencies(const WorkModel& m, int tp, const std::vector<double>& start,
-                    const std::vector<double>& end, const std::vector<char>& measured,
-                    RealizedWork& r) {
-  const size_t n = static_cast<size_t>(m.num_tasks());
-  std::vector<std::int64_t> seen;
-  std::vector<char> done(measured);
-  for (int rank = 0; rank < tp; ++rank)
-    for (int s = 0; s < m.pp(); ++s) {
-      std::vector<TaskId> order = m.stage_tasks(s);
-      std::stable_sort(order.begin(), order.end(), [&](const TaskId& a, const TaskId& b) {
-        return start[rank * n + m.index(a)] < start[rank * n + m.index(b)];
-      });
-      double free_at = -std::numeric_limits<double>::infinity();
-      for (const TaskId& c : order) {
-        const double began = start[rank * n + m.index(c)];
-        TaskId producer;
-        if (cross_stage_producer(m, c, producer)) {
-          const size_t at = rank * n + m.index(producer);
-          if (!done[at] && end[at] >= free_at && began >= end[at]) {
-            r.message_ns[at] = static_cast<std::int64_t>((began - end[at]) * 1e3 + 0.5);
-            seen.push_back(r.message_ns[at]);
-            done[at] = 1;
-          }
-        }
-        free_at = end[rank * n + m.index(c)];
-      }
-    }
-  const int count = static_cast<int>(seen.size());
-  const std::int64_t median = percentile(std::move(seen), 0.5);
-  for (int rank = 0; rank < tp; ++rank)
-    for (int i = 0; i < m.num_tasks(); ++i) {
-      TaskId producer;
-      if (cross_stage_producer(m, m.task(i), producer) && !done[rank * n + m.index(producer)])
-        r.message_ns[rank * n + m.index(producer)] = median;
-    }
-  return count;
 }
 
 // The shape, for the errors of a trace recorded with other stages: "P=3 V=1".

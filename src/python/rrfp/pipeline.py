@@ -5,10 +5,7 @@ import threading
 
 import torch
 
-from . import _rrfp, _saving, _wire, checkpoint
-from ._batch import check_before_step, refuse_grad_outside, refuse_split_against_list, \
-    split as split_batch
-from ._caller import CallerState
+from . import _rrfp, _saving, checkpoint
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._grads import GradSums, sum_over_replicas, trained_layout
@@ -16,11 +13,10 @@ from ._replicas import from_first_replica
 from ._launch import (agreed, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters)
 from ._order import decide_order, refuse_renormalizing_embeddings
-from ._progress import Progress
 from ._seed import Seeding
 from ._stage import StageRunner, StepData
+from ._step import replica_loss, run_pass
 from ._ties import make_ties
-from ._tree import tensors_in
 from .record import StepRecord
 
 StageError = _rrfp.StageError
@@ -310,7 +306,7 @@ class Pipeline:
             self._refresh_ties()
             self._data.eval = True
             try:
-                rec, total = self._run(inputs, targets, None)
+                rec, total = run_pass(self, inputs, targets, None)
                 outputs = self._data.outputs
             finally:
                 self._data.eval = False
@@ -319,7 +315,7 @@ class Pipeline:
                 from_first_replica(self._core, self.chunks, False)
             self.last_step = StepRecord(rec)
             if targets is not None:
-                total = self._replica_loss(total)
+                total = replica_loss(self._core, total)
             if not outputs:
                 return None, total
             outs = [outputs[i] for i in range(self._core.microbatches)]
@@ -339,60 +335,6 @@ class Pipeline:
         finally:
             self._busy.release()
 
-    def _run(self, inputs, targets, sums, layout=None):
-        """One pass of the runtime over the batch: the step's record and the sum of the
-        microbatch losses (None where this process has none). layout: with dp > 1, the mark of
-        what this process trains (trained_layout), compared over the replicas first."""
-        m = self._core.microbatches
-        if isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor) and \
-                inputs.dim() > 0 and targets.dim() > 0 and inputs.shape[0] != targets.shape[0]:
-            raise ValueError(f"inputs and targets: {inputs.shape[0]} and {targets.shape[0]} "
-                             "rows; a batch needs one target row per input row")
-        self._data.inputs = split_batch(inputs, m, "inputs")
-        self._data.targets = None if targets is None else split_batch(targets, m, "targets")
-        refuse_split_against_list(inputs, targets, self._data.inputs, self._data.targets)
-        # Each microbatch's tensors, wherever they sit in it: looked for once.
-        found = ([tensors_in(x) for x in self._data.inputs],
-                 [tensors_in(y) for y in self._data.targets or []])
-        try:
-            if sums is not None:  # a training step
-                refuse_grad_outside(found[0], "inputs", "inside the first chunk")
-                refuse_grad_outside(found[1], "targets", "inside loss_fn")
-            if self._core.world > 1:
-                check_before_step(self, found, layout, sums is not None)
-            elif self._ties is not None:
-                self._ties.check([self._ties.flags], 0, sums is not None)
-        except BaseException:
-            self._data.inputs, self._data.targets = [], []  # a refused step keeps no batch
-            raise
-        self._data.losses = {}
-        caller = CallerState()
-        self._data.caller = caller if caller.applies() else None
-        self._data.error = None
-        self._data.sums = sums
-        try:
-            # Each microbatch's size, for the adaptive rule's entry order (docs/frontier.md).
-            sizes = [sum(t.numel() for t in ts) for ts in found[0]]
-            for r in self._runners:
-                r.device.follow()
-            with Progress(self, self._step):
-                rec = self._core.run_step(self._step, sizes)
-        except StageError as e:
-            err = self._data.error
-            if err is not None:
-                raise StageError(str(e)) from err[2]
-            raise
-        finally:
-            self._step += 1
-            self._data.seed_step += 1
-            self._data.inputs, self._data.targets = [], []
-        total = None
-        if self._data.losses:
-            total = self._data.losses[0]
-            for i in range(1, m):
-                total = total + self._data.losses[i]
-        return rec, total
-
     def _run_step(self, inputs, targets):
         for r in self._runners:
             r.refresh_params()
@@ -402,7 +344,7 @@ class Pipeline:
         sums = GradSums(chunk_params, from_grad=self._dp == 1,
                         fresh=ties.holders if ties else ())
         layout = trained_layout(self.chunks, chunk_params, self._dp) if self._dp > 1 else None
-        rec, total = self._run(inputs, targets, sums, layout)
+        rec, total = run_pass(self, inputs, targets, sums, layout)
         pairs = self._data.sums.pairs()
         self._data.sums = None
         if ties is not None:  # every holder of a tie gets the tie's sum
@@ -415,20 +357,4 @@ class Pipeline:
         if self._dp > 1:  # buffers the forwards updated (running statistics): replica 0's
             from_first_replica(self._core, self.chunks, False)
         self.last_step = StepRecord(rec)
-        return self._replica_loss(total)
-
-    def _replica_loss(self, total):
-        """The step's loss on every process of the replica: the process running the last chunk
-        has it; one gather of its bytes over the replica's processes carries it to the others
-        exactly, whatever its dtype and shape (an evaluation's may be a count of int64 or a
-        loss per sample: a gather of doubles took float dtypes and one element alone, and
-        failed on the last chunk's process while the others waited out the timeout)."""
-        if self._core.world == 1:
-            return total
-        every = self._core.replica_all_gather(_wire.pack([] if total is None else [(0, total)]))
-        if total is not None:
-            return total
-        # The process of the stage that runs the last chunk (stage 0 under "vshape").
-        [(_, loss)] = _wire.unpack(every[self._core.stage_of(self._core.chunks - 1)])
-        return loss.clone()  # a view of the gathered bytes: its own storage
-
+        return replica_loss(self._core, total)

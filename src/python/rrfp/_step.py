@@ -1,0 +1,85 @@
+"""One pass of a Pipeline's runtime over a batch, for step() and eval_step(): the batch split
+into microbatches and checked, the runtime's step run, and the microbatch losses added; and
+the loss handed to every process of the replica."""
+import torch
+
+from . import _rrfp, _wire
+from ._batch import check_before_step, refuse_grad_outside, refuse_split_against_list, \
+    split as split_batch
+from ._caller import CallerState
+from ._progress import Progress
+from ._tree import tensors_in
+
+StageError = _rrfp.StageError
+
+
+def run_pass(pipe, inputs, targets, sums, layout=None):
+    """One pass of the runtime over the batch for `pipe` (a Pipeline): the step's record and
+    the sum of the microbatch losses (None where this process has none). sums: the step's
+    GradSums, None for an evaluation step. layout: with dp > 1, the mark of what this process
+    trains (trained_layout), compared over the replicas first."""
+    m = pipe._core.microbatches
+    if isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor) and \
+            inputs.dim() > 0 and targets.dim() > 0 and inputs.shape[0] != targets.shape[0]:
+        raise ValueError(f"inputs and targets: {inputs.shape[0]} and {targets.shape[0]} "
+                         "rows; a batch needs one target row per input row")
+    pipe._data.inputs = split_batch(inputs, m, "inputs")
+    pipe._data.targets = None if targets is None else split_batch(targets, m, "targets")
+    refuse_split_against_list(inputs, targets, pipe._data.inputs, pipe._data.targets)
+    # Each microbatch's tensors, wherever they sit in it: looked for once.
+    found = ([tensors_in(x) for x in pipe._data.inputs],
+             [tensors_in(y) for y in pipe._data.targets or []])
+    try:
+        if sums is not None:  # a training step
+            refuse_grad_outside(found[0], "inputs", "inside the first chunk")
+            refuse_grad_outside(found[1], "targets", "inside loss_fn")
+        if pipe._core.world > 1:
+            check_before_step(pipe, found, layout, sums is not None)
+        elif pipe._ties is not None:
+            pipe._ties.check([pipe._ties.flags], 0, sums is not None)
+    except BaseException:
+        pipe._data.inputs, pipe._data.targets = [], []  # a refused step keeps no batch
+        raise
+    pipe._data.losses = {}
+    caller = CallerState()
+    pipe._data.caller = caller if caller.applies() else None
+    pipe._data.error = None
+    pipe._data.sums = sums
+    try:
+        # Each microbatch's size, for the adaptive rule's entry order (docs/frontier.md).
+        sizes = [sum(t.numel() for t in ts) for ts in found[0]]
+        for r in pipe._runners:
+            r.device.follow()
+        with Progress(pipe, pipe._step):
+            rec = pipe._core.run_step(pipe._step, sizes)
+    except StageError as e:
+        err = pipe._data.error
+        if err is not None:
+            raise StageError(str(e)) from err[2]
+        raise
+    finally:
+        pipe._step += 1
+        pipe._data.seed_step += 1
+        pipe._data.inputs, pipe._data.targets = [], []
+    total = None
+    if pipe._data.losses:
+        total = pipe._data.losses[0]
+        for i in range(1, m):
+            total = total + pipe._data.losses[i]
+    return rec, total
+
+
+def replica_loss(core, total):
+    """The step's loss on every process of the replica: the process running the last chunk
+    has it; one gather of its bytes over the replica's processes carries it to the others
+    exactly, whatever its dtype and shape (an evaluation's may be a count of int64 or a
+    loss per sample: a gather of doubles took float dtypes and one element alone, and
+    failed on the last chunk's process while the others waited out the timeout)."""
+    if core.world == 1:
+        return total
+    every = core.replica_all_gather(_wire.pack([] if total is None else [(0, total)]))
+    if total is not None:
+        return total
+    # The process of the stage that runs the last chunk (stage 0 under "vshape").
+    [(_, loss)] = _wire.unpack(every[core.stage_of(core.chunks - 1)])
+    return loss.clone()  # a view of the gathered bytes: its own storage

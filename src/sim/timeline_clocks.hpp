@@ -1,0 +1,28 @@
+#pragma once
+// What build_run (sim/timeline.hpp) takes from the tasks' times beyond their durations: stages'
+// clocks put onto stage 0's where each rank kept its own, and the latency of messages nothing
+// timed, seen from when their consumers started.
+#include <vector>
+
+#include "sim/timeline.hpp"
+
+namespace rrfp {
+
+// The task whose output `t` receives from another stage, if any (semantics.md §1).
+bool cross_stage_producer(const WorkModel& m, const TaskId& t, TaskId& producer);
+
+// Shifts each (stage, tp rank)'s clock onto stage 0's, the tasks' `start` and `end` (per
+// [rank * num_tasks + index] slot) and the receives alike: see build_run.
+void align_clocks(const WorkModel& m, int tp, std::vector<double>& start, std::vector<double>& end,
+                  std::vector<TimelineRecv>& recvs);
+
+// Messages nothing timed, from when their consumers started: a consumer idle until its input's
+// producer ended waited for that message, so it took the consumer's start minus the producer's
+// end (delivery and wake-up, what the twin's latency stands for). Messages that arrived while
+// their consumer was busy cannot be seen; they get the median of the seen ones. Returns how
+// many were seen.
+int infer_latencies(const WorkModel& m, int tp, const std::vector<double>& start,
+                    const std::vector<double>& end, const std::vector<char>& measured,
+                    RealizedWork& r);
+
+}  // namespace rrfp
