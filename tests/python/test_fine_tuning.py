@@ -1,6 +1,6 @@
 """What fine-tuning scripts do between and around steps, each checked against a plain loop:
 parameters frozen, unfrozen or replaced after the pipeline was built count as they are at the
-step; hooks on parameters (p.register_hook) run on each microbatch's gradient, all of a tied
+step, and one a forward freezes during the step gets no gradient; hooks on parameters (p.register_hook) run on each microbatch's gradient, all of a tied
 parameter's uses summed, before it is added, as a plain loop's backward runs them; and inputs or
 targets that require grad, whose gradient a step cannot carry out of the pipeline, are refused
 rather than silently left without it."""
@@ -279,3 +279,44 @@ def test_a_parameter_whose_gradient_comes_expanded_is_summed():
     pipe.step(x, y)
     plain_step(ref, x, y)
     assert_same_grads(ref, model)
+
+
+class FreezesItself(nn.Module):
+    """A module that freezes its own weight in its forward, after using it (a freezing schedule
+    kept inside the model): a plain loop's backward gives that weight no gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = torch.tanh(self.lin(x))
+        self.lin.weight.requires_grad_(False)
+        return y
+
+
+@pytest.mark.parametrize("hint,policy", SCHEDULES[:2] + [("1f1b", "fixed")])
+def test_a_weight_its_own_forward_freezes_gets_no_gradient_as_in_a_plain_loop(hint, policy):
+    # The parameters are taken as the step begins, when the weight still trained: autograd was
+    # asked for its gradient and refused the whole backward task ("One of the differentiated
+    # Tensors does not require grad").
+    def build():
+        torch.manual_seed(0)
+        return [nn.Sequential(nn.Linear(8, 8), nn.Tanh()), FreezesItself()]
+    ref, model = build(), build()
+    pipe = rrfp.Pipeline(model, loss_fn, pp=2, microbatches=4, hint=hint, policy=policy,
+                         timeout=60)
+    opts = [torch.optim.SGD([p for c in m for p in c.parameters()], lr=0.1) for m in (ref, model)]
+    for s in range(2):  # the second step begins with the weight frozen
+        for o in opts:
+            o.zero_grad()
+        x, y = data(s + 1)
+        pipe.step(x, y)
+        plain_step(ref, x, y)
+        assert_same_grads(ref, model)
+        assert model[1].lin.weight.grad is None and model[1].lin.bias.grad is not None
+        for o in opts:
+            o.step()
+    for a, b in zip(ref, model):
+        for p, q in zip(a.parameters(), b.parameters()):
+            assert torch.equal(p, q)

@@ -159,6 +159,13 @@ def grad(roots, targets, grads, retain):
     none; `grads`: the roots' gradients, or None for a one-element loss."""
     if not targets:
         return []
+    if not all(t.requires_grad for t in targets):
+        # A parameter frozen since the step began, by a forward that freezes its own module's
+        # weight: a plain loop's backward gives a leaf that no longer requires grad nothing,
+        # where autograd would refuse the whole call for it. It gets none here too.
+        live = [t for t in targets if t.requires_grad]
+        got = iter(grad(roots, live, grads, retain))
+        return [next(got) if t.requires_grad else None for t in targets]
     try:
         if _ENGINE is not None and _has_torch_function is not None:
             args = tuple(roots) + tuple(targets)
