@@ -38,7 +38,7 @@ class JobConformance : public ::testing::TestWithParam<std::pair<const char*, Jo
   // Runs gather(job, bytes_of_rank(r)) on every rank r, which must get `count` members' bytes,
   // member i's being those of rank from(r, i).
   using Gather = std::vector<std::vector<std::byte>> (*)(Job&, std::span<const std::byte>);
-  void expect_gathered(Gather gather, int count, int (*from)(int, int));
+  void expect_gathered(Gather gather, int count, int (*from)(int, int), std::size_t extra = 0);
 };
 
 // r + 1 bytes of value r: every rank's its own size.
@@ -46,13 +46,16 @@ inline std::vector<std::byte> bytes_of_rank(int r, std::size_t extra = 0) {
   return std::vector<std::byte>(static_cast<std::size_t>(r + 1) + extra, std::byte(r));
 }
 
-inline void JobConformance::expect_gathered(Gather gather, int count, int (*from)(int, int)) {
+// `extra` bytes more for each rank after the first (rank r: r * extra more).
+inline void JobConformance::expect_gathered(Gather gather, int count, int (*from)(int, int),
+                                            std::size_t extra) {
+  auto mine = [&](int r) { return bytes_of_rank(r, static_cast<std::size_t>(r) * extra); };
   std::vector<std::vector<std::vector<std::byte>>> got(kRanks);
-  on_every_rank([&](int r, Job& job) { got[r] = gather(job, bytes_of_rank(r)); });
+  on_every_rank([&](int r, Job& job) { got[r] = gather(job, mine(r)); });
   for (int r = 0; r < kRanks; ++r) {
     ASSERT_EQ(got[r].size(), static_cast<std::size_t>(count)) << r;
     for (int i = 0; i < count; ++i)
-      EXPECT_EQ(got[r][i], bytes_of_rank(from(r, i))) << "rank " << r << ", member " << i;
+      EXPECT_EQ(got[r][i], mine(from(r, i))) << "rank " << r << ", member " << i;
   }
 }
 
@@ -72,6 +75,13 @@ TEST_P(JobConformance, AllGatherGivesEveryRanksValuesByRank) {
 TEST_P(JobConformance, ReplicaAllGatherGivesItsOwnStagesBytesByStage) {
   expect_gathered([](Job& job, auto mine) { return job.replica_all_gather(mine); }, kP,
                   [](int r, int s) { return r / kP * kP + s; });
+}
+
+// Buffers from a few bytes to several KiB in one gather: a transport may carry short ones in a
+// first round and the rest in a second (c10d's), and every rank must take the same path.
+TEST_P(JobConformance, ReplicaAllGatherCarriesShortAndLongBuffersAlike) {
+  expect_gathered([](Job& job, auto mine) { return job.replica_all_gather(mine); }, kP,
+                  [](int r, int s) { return r / kP * kP + s; }, 1500);
 }
 
 TEST_P(JobConformance, DpAllGatherGivesItsStagesBytesInEveryReplica) {

@@ -80,29 +80,55 @@ void C10dWorld::wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what) 
                 std::to_string(timeout_.count()) + " ms");
 }
 
+namespace {
+
+// What rides in the first all-gather of gather_bytes, after its size: the step's outcome, a
+// loss, a batch's digest fit in one round; a longer buffer (a step record) takes a second.
+constexpr std::int64_t kFirstRoundBytes = 2048;
+
+}  // namespace
+
 std::vector<std::vector<std::byte>> C10dWorld::gather_bytes(c10d::ProcessGroup& pg,
                                                             std::span<const std::byte> mine) {
+  // Each collective costs this machine a millisecond of thread hand-offs in ProcessGroupGloo
+  // (measured in docs/results-python.md), and a job runs several between two steps: one round
+  // carries each rank's size with its first bytes, and only a longer buffer needs a second.
   const int n = pg.getSize();
   auto wait = [&](const c10::intrusive_ptr<c10d::Work>& w) { this->wait(w, "an all-gather"); };
-  std::vector<at::Tensor> n_in{at::full({1}, static_cast<std::int64_t>(mine.size()), at::kLong)};
-  std::vector<std::vector<at::Tensor>> n_out(1);
-  for (int r = 0; r < n; ++r)
-    n_out[0].push_back(at::empty({1}, at::kLong));
-  wait(pg.allgather(n_out, n_in));
-  std::int64_t most = 0;
-  for (const auto& t : n_out[0])
-    most = std::max(most, t.item<std::int64_t>());
-  std::vector<at::Tensor> in{at::zeros({std::max<std::int64_t>(most, 1)}, at::kByte)};
-  if (!mine.empty()) std::memcpy(in[0].data_ptr(), mine.data(), mine.size());
+  const auto size = static_cast<std::int64_t>(mine.size());
+  std::vector<at::Tensor> in{at::zeros({8 + kFirstRoundBytes}, at::kByte)};
+  auto* slot = static_cast<std::byte*>(in[0].data_ptr());
+  std::memcpy(slot, &size, 8);
+  if (size > 0)
+    std::memcpy(slot + 8, mine.data(), static_cast<std::size_t>(std::min(size, kFirstRoundBytes)));
   std::vector<std::vector<at::Tensor>> out(1);
   for (int r = 0; r < n; ++r)
     out[0].push_back(at::empty_like(in[0]));
   wait(pg.allgather(out, in));
-  std::vector<std::vector<std::byte>> all(n);
+  std::vector<std::int64_t> sizes(n);
+  std::int64_t most = 0;
   for (int r = 0; r < n; ++r) {
-    const auto n = static_cast<std::size_t>(n_out[0][r].item<std::int64_t>());
-    const auto* p = static_cast<const std::byte*>(out[0][r].data_ptr());
-    all[r].assign(p, p + n);
+    std::memcpy(&sizes[r], out[0][r].data_ptr(), 8);
+    if (sizes[r] < 0) throw Error("c10d: an all-gather brought a negative size");
+    most = std::max(most, sizes[r]);
+  }
+  std::vector<std::vector<std::byte>> all(n);
+  if (most <= kFirstRoundBytes) {
+    for (int r = 0; r < n; ++r) {
+      const auto* p = static_cast<const std::byte*>(out[0][r].data_ptr()) + 8;
+      all[r].assign(p, p + sizes[r]);
+    }
+    return all;
+  }
+  std::vector<at::Tensor> whole{at::zeros({most}, at::kByte)};
+  if (!mine.empty()) std::memcpy(whole[0].data_ptr(), mine.data(), mine.size());
+  std::vector<std::vector<at::Tensor>> got(1);
+  for (int r = 0; r < n; ++r)
+    got[0].push_back(at::empty_like(whole[0]));
+  wait(pg.allgather(got, whole));
+  for (int r = 0; r < n; ++r) {
+    const auto* p = static_cast<const std::byte*>(got[0][r].data_ptr());
+    all[r].assign(p, p + sizes[r]);
   }
   return all;
 }

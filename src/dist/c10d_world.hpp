@@ -42,7 +42,8 @@ class C10dWorld final : public Job {
   [[noreturn]] void abort(int code) override;
 
  private:
-  // Every rank's bytes of `pg`, by rank (an all-gather of sizes, then of padded buffers).
+  // Every rank's bytes of `pg`, by rank: one all-gather of each size with its first bytes, and
+  // a second of padded buffers only when one is longer.
   std::vector<std::vector<std::byte>> gather_bytes(c10d::ProcessGroup& pg,
                                                    std::span<const std::byte> mine);
   void barrier();
