@@ -25,8 +25,11 @@ namespace {
 class ThrowsIn final : public StageProgram {
  public:
   ThrowsIn(std::unique_ptr<StageProgram> inner, std::optional<TaskId> target,
-           std::function<void()> before)
-      : in_(std::move(inner)), target_(target), before_(std::move(before)) {}
+           std::function<void()> before, std::string message)
+      : in_(std::move(inner)),
+        target_(target),
+        before_(std::move(before)),
+        message_(std::move(message)) {}
   Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
     fail_if({Kind::F, chunk, mb});
     return in_->forward(c, chunk, mb, std::move(p));
@@ -43,12 +46,13 @@ class ThrowsIn final : public StageProgram {
   void fail_if(const TaskId& t) {
     if (!target_ || *target_ != t) return;
     if (before_) before_();
-    throw std::runtime_error("boom: out of memory");
+    throw std::runtime_error(message_);
   }
 
   std::unique_ptr<StageProgram> in_;
   std::optional<TaskId> target_;
   std::function<void()> before_;
+  std::string message_;
 };
 
 // Opened once every other endpoint has ended step 0 (`others` of them), so that a failure
@@ -104,7 +108,8 @@ struct JobRun {
   bool after_others = false;  // the throw waits until the replica's other endpoints ended step 0
   bool agree = false;         // each step ends in the closing exchange (finish_step_over_job)
   int dp = 1;
-  std::int64_t endpoint0_timeout_ms = 0;  // endpoint 0's watchdog, if not the others' minute
+  std::int64_t endpoint0_timeout_ms = 0;        // endpoint 0's watchdog, if not the others' minute
+  std::string message = "boom: out of memory";  // what the task throws
 };
 
 // Runs the steps on every endpoint, each its own Runtime. After each step every endpoint meets
@@ -131,7 +136,7 @@ std::vector<Outcome> run_job(const WorkModel& m, const JobRun& j) {
     auto base = emulated_programs(m, w);
     const ProgramFactory programs = [&](int s, int r) {
       return std::make_unique<ThrowsIn>(
-          base(s, r), failing && s == bad ? std::optional(task) : std::nullopt, before);
+          base(s, r), failing && s == bad ? std::optional(task) : std::nullopt, before, j.message);
     };
     RuntimeOptions mine = o;
     if (i == 0 && j.endpoint0_timeout_ms > 0) mine.timeout_ms = j.endpoint0_timeout_ms;
@@ -234,6 +239,36 @@ TEST(PeerFailure, TheClosingExchangeDropsAStepAnotherReplicaFailed) {
     EXPECT_TRUE(has(got[e].what, "step 0 failed on job ranks 2, 3 after this process"))
         << got[e].what;
   }
+}
+
+// Whether `s` is whole UTF-8: no character cut short.
+bool whole_utf8(const std::string& s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t len = c < 0x80         ? 1
+                            : (c >> 5) == 6  ? 2
+                            : (c >> 4) == 14 ? 3
+                            : (c >> 3) == 30 ? 4
+                                             : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    for (std::size_t k = 1; k < len; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += len;
+  }
+  return true;
+}
+
+// A long error is cut for the message that tells it, before a character, not inside one: Python
+// takes the peers' message only as UTF-8 (it raised UnicodeDecodeError instead of StageError).
+TEST(PeerFailure, ALongErrorIsCutBetweenCharacters) {
+  const WorkModel m = model(2, 2);
+  // "stage 1: task B c1 m0 failed: " (30 bytes), then the two bytes of "é" at 999 and 1000.
+  const std::string message = std::string(969, 'a') + "\xc3\xa9 and more";
+  const auto got = run_job(m, {.bad = 1, .task = {Kind::B, 1, 0}, .message = message});
+  EXPECT_EQ(got[1].kind, "task");
+  ASSERT_EQ(got[0].kind, "peer") << got[0].what;
+  EXPECT_TRUE(whole_utf8(got[0].what));
+  EXPECT_TRUE(has(got[0].what, std::string(969, 'a'))) << got[0].what;
 }
 
 // Stage 1's forward of m1 waits until the others have ended their step, so that none can

@@ -209,8 +209,14 @@ std::vector<double> root_part(Outcome mine, StepResult& r,
                               const std::vector<std::vector<std::byte>>& all) {
   for (const auto& sent : all)
     if (sent.empty() || sent[0] != std::byte{kCompleted}) return {static_cast<double>(mine), 0.0};
-  for (size_t i = 1; i < all.size(); ++i)
-    if (all[i].size() > 1) merge_step(r, std::span(all[i]).subspan(1));
+  try {
+    for (size_t i = 1; i < all.size(); ++i)
+      if (all[i].size() > 1) merge_step(r, std::span(all[i]).subspan(1));
+  } catch (const Error&) {
+    // A record that does not fit: every process drops the step, rather than rank 0 leaving the
+    // all-gather that the others wait in.
+    return {static_cast<double>(kFailed), 0.0};
+  }
   std::vector<double> part = as_doubles(pack_step(r));
   part.insert(part.begin(), {static_cast<double>(mine), 1.0});
   return part;

@@ -15,6 +15,7 @@
 #include "dist/step_merge.hpp"
 #include "python/py_program.hpp"
 #include "report/experiment.hpp"
+#include "runtime/errors.hpp"
 #include "sim/hint_check.hpp"
 #include "sim/metrics.hpp"
 #ifdef RRFP_HAVE_MPI
@@ -25,6 +26,16 @@ namespace rrfp::py {
 namespace pyb = pybind11;
 
 namespace {
+
+bool is_stall(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const StallError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 
 // A step cancelled from Python (a signal handler raised): the runtime rethrows this, and
 // run_step raises the Python exception instead.
@@ -325,7 +336,9 @@ StepRecordPy PipelineCore::run_step(int step, std::vector<std::int64_t> sizes) {
     }
     lk.unlock();
     worker.join();
-    if (error && !signal) {  // a peer's report of the same Ctrl-C may have ended the step first
+    // A peer's report of the same Ctrl-C (a PeerStall) may have ended the step first. Only
+    // then: a process with a task's failure must not skip the exchange its peers enter below.
+    if (error && !signal && is_stall(error)) {
       pyb::gil_scoped_acquire gil;
       if (PyErr_CheckSignals() != 0) signal.emplace();
     }

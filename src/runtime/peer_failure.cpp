@@ -28,6 +28,20 @@ constexpr std::int32_t kAbortInTask = 0, kAbortStalled = 1;
 // has stopped answering would otherwise hold up this process's own report.
 constexpr std::int64_t kAbortSendDeadlineNs = 1'000'000'000;
 
+// At most `n` bytes of `s`, cut before a character, not inside one (Python refuses a message
+// that is not UTF-8, and raised UnicodeDecodeError where the peer's StageError was due), on one
+// line.
+std::string utf8_prefix(std::string s, std::size_t n) {
+  if (s.size() > n) {
+    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80)
+      --n;  // s[n] continues a character that starts before it
+    s.resize(n);
+  }
+  std::replace_if(
+      s.begin(), s.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+  return s;
+}
+
 }  // namespace
 
 std::string Runtime::peer_name(int endpoint) const {
@@ -58,7 +72,7 @@ void Runtime::tell_peers(int step, const std::exception_ptr& why) {
     text = e.what();
   } catch (...) {
   }
-  text.resize(std::min(text.size(), kMaxAbortText));
+  text = utf8_prefix(text, kMaxAbortText);
   MessageTag tag;
   tag.step = step;
   tag.control = Control::Abort;
@@ -91,10 +105,9 @@ void Runtime::tell_peers(int step, const std::exception_ptr& why) {
 }
 
 void Runtime::on_peer_abort(const Message& msg) {
-  std::string text(reinterpret_cast<const char*>(msg.payload.data()),
-                   std::min(msg.payload.size(), kMaxAbortText));
-  std::replace_if(
-      text.begin(), text.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+  const std::string text = utf8_prefix(
+      std::string(reinterpret_cast<const char*>(msg.payload.data()), msg.payload.size()),
+      kMaxAbortText);
   const int step = msg.tag.step;
   const std::string who = peer_name(msg.src);
   std::lock_guard lk(cancel_mu_);  // run_step's commit of a completed step takes it too

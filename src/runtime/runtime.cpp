@@ -183,7 +183,12 @@ StepResult Runtime::run_step(int step) {
       if (s) s->wake();
     for (auto& g : groups_)
       if (g) g->abort();
-    tell_peers(step, failure_.error());  // before the join: a running task may take long
+    try {
+      tell_peers(step, failure_.error());  // before the join: a running task may take long
+    } catch (...) {
+      // Out of memory for the message: the peers learn from their own watchdogs. Nothing may
+      // leave here before the threads are joined.
+    }
   }
   for (auto& th : threads)
     th.join();
