@@ -51,8 +51,10 @@ Hosting C10dWorld::hosting() {
   Hosting h;
   h.local = {stage_};
   h.transports.push_back(std::make_unique<C10dTransport>(pg_, next_channel(pg_.get())));
-  h.peer_name = [](int e) {
-    return "stage " + std::to_string(e) + " (c10d rank " + std::to_string(e) + ")";
+  // The process's rank in the job (replica r's stage s is rank r * P + s), not its rank in the
+  // replica's own group, which another replica's processes share.
+  h.peer_name = [first = replica_ * stages_](int e) {
+    return "stage " + std::to_string(e) + " (c10d rank " + std::to_string(first + e) + ")";
   };
   h.before_step = [this] { barrier(); };
   return h;

@@ -63,9 +63,12 @@ def run(pp, dp, m, transport, rank):
         except rrfp.StageError as e:
             assert s in (BAD_FORWARD, BAD_BACKWARD), (rank, s, str(e))
             said = str(e)
-            # Its own task's error, a peer's told at once, or the outcome round's.
+            # Its own task's error, a peer's told at once, or the closing exchange's.
             assert (f"failed step {s}: " in said or f"step {s} failed on job rank" in said
                     or "a bad batch" in said or "a bad gradient" in said), (rank, s, said)
+            if f"failed step {s}: " in said:  # told by the failing process, named by job rank
+                failing = (dp - 1) * pp + (pp - 1 if s == BAD_FORWARD else 0)
+                assert f" rank {failing}) failed step {s}: " in said, (rank, s, said)
             assert all(p.grad is None for p in params), (rank, s, "a failed step left a .grad")
             continue
         assert s not in (BAD_FORWARD, BAD_BACKWARD), (rank, s, "a failed step went on here")
