@@ -47,7 +47,7 @@ TEST(CalibrationFit, LinksAreTwoOverTheSlowdownOfTwoTransfersAtOnce) {
     EXPECT_NEAR(c.bandwidth_gbps, 5, 1e-9) << "the times alone";
     EXPECT_DOUBLE_EQ(c.overlap_slowdown, k.slowdown);
     EXPECT_DOUBLE_EQ(c.links, k.links) << "slowdown " << k.slowdown;
-    EXPECT_FALSE(c.fitted_with_two_pairs());
+    EXPECT_FALSE(c.fitted_with_two_pairs);
   }
 }
 
@@ -55,7 +55,7 @@ TEST(CalibrationFit, FasterWithBothPairsFitsTheOverlappedTimesOnTwoLinks) {
   Calibration c = measured(0.8);
   fit_message_model(c);
   EXPECT_DOUBLE_EQ(c.links, 2);
-  EXPECT_TRUE(c.fitted_with_two_pairs());
+  EXPECT_TRUE(c.fitted_with_two_pairs);
   const double overlapped = 0.8 * (50 + static_cast<double>(kBig - 8) / 5e3);
   EXPECT_NEAR(c.bandwidth_gbps, static_cast<double>(kBig - 8) / (overlapped - 50) / 1e3, 1e-9)
       << "the overlapped column's slope";

@@ -99,8 +99,7 @@ struct Calibration {
   bool links_from_streams() const { return links > 0 && four_slowdown > 0; }
 
   // Whether the bandwidth was fitted to the overlapped column.
-  bool fit_two_pairs = false;
-  bool fitted_with_two_pairs() const { return fit_two_pairs; }
+  bool fitted_with_two_pairs = false;
 };
 
 // Runs on every endpoint of a world of `endpoints` (2 or more; overlap needs 4): `t` is this

@@ -92,6 +92,13 @@ SlopeFit fit_slope(const std::vector<CalibrationPoint>& pts, double CalibrationP
   return f;
 }
 
+// A ratio below 1 of `what` at once over one alone, and what the model takes of it.
+std::string faster_together(const std::string& what, double ratio) {
+  return what + " at once took " + fmt("%.2fx", ratio) +
+         " as long as one alone: faster together is no cost of sharing, nor a speed-up to model "
+         "(thread wake-ups); taken as 1x";
+}
+
 void take(Calibration& c, const SlopeFit& f) {
   c.latency_us = f.latency_us;
   c.bandwidth_gbps = f.gbps;
@@ -107,7 +114,7 @@ void fit_message_model(Calibration& c) {
   c.overlap_slowdown = 1;
   c.links = 0;
   c.two_slowdown = 1;
-  c.fit_two_pairs = false;
+  c.fitted_with_two_pairs = false;
   const bool overlap = std::all_of(c.points.begin(), c.points.end(),
                                    [](const CalibrationPoint& p) { return p.overlap_us > 0; });
   const auto largest = std::max_element(c.points.begin(), c.points.end(),
@@ -159,7 +166,7 @@ void fit_message_model(Calibration& c) {
           fit_slope(c.points, &CalibrationPoint::overlap_us, &CalibrationPoint::overlap_spread_us);
       if (two.cost == SizeCost::Fitted) {
         take(c, two);
-        c.fit_two_pairs = true;
+        c.fitted_with_two_pairs = true;
       }
     }
   }
@@ -188,7 +195,7 @@ std::string calibration_json(const Calibration& c) {
                    : c.size_cost == SizeCost::Free ? "free"
                                                    : "unresolved: " + c.size_note;
   m["overlap_slowdown"] = c.overlap_slowdown;  // at least 1: the points have what was measured
-  m["fit_with_two_pairs"] = c.fitted_with_two_pairs();
+  m["fit_with_two_pairs"] = c.fitted_with_two_pairs;
   if (c.four_slowdown > 0) m["four_slowdown"] = c.four_slowdown;  // likewise at least 1
   m["points"] = nlohmann::json::array();
   for (const CalibrationPoint& p : c.points) {
@@ -231,7 +238,7 @@ std::string format_calibration(const Calibration& c) {
            (four ? fmt("  %16.1f", p.stream_four_wake_us) : std::string()) + "\n";
   }
   out +=
-      std::string("\nfit") + (c.fitted_with_two_pairs() ? " (two pairs at once)" : "") +
+      std::string("\nfit") + (c.fitted_with_two_pairs ? " (two pairs at once)" : "") +
       ": latency " + fmt("%.1f", c.latency_us) + " us" +
       (c.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", c.bandwidth_gbps) + " GB/s"
        : c.size_cost == SizeCost::Unresolved ? std::string(" (no bandwidth: see below)")
@@ -251,16 +258,12 @@ std::string format_calibration(const Calibration& c) {
     out += "the sizes span too little to fit a bandwidth (" + c.size_note +
            "): latency only, the file gives no bandwidth or links\n";
   if (c.overlap_ratio > 0 && c.overlap_ratio < 1)
-    out += "two transfers at once took " + fmt("%.2fx", c.overlap_ratio) +
-           " as long as one alone: faster together is no cost of sharing, nor a speed-up to "
-           "model (thread wake-ups); taken as 1x" +
-           (c.fitted_with_two_pairs() ? ", the bandwidth fitted to the times with both pairs"
-                                      : std::string()) +
+    out += faster_together("two transfers", c.overlap_ratio) +
+           (c.fitted_with_two_pairs ? ", the bandwidth fitted to the times with both pairs"
+                                    : std::string()) +
            "\n";
   if (c.four_ratio > 0 && c.four_ratio < 1)
-    out += "four streams at once took " + fmt("%.2fx", c.four_ratio) +
-           " as long as one alone: faster together is no cost of sharing, nor a speed-up to "
-           "model (thread wake-ups); taken as 1x\n";
+    out += faster_together("four streams", c.four_ratio) + "\n";
   return out;
 }
 
