@@ -3,13 +3,7 @@
 # had is written (the best order so far, the grid points done), with one line saying so and
 # exit 143. Killed outright (the default action, what they did before) they wrote nothing.
 # Usage: cli_signals.sh PATH/TO/rrfp
-set -u
-rrfp=$1
-tmp=$(mktemp -d)
-pid=
-trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+source "$(dirname "$0")/run_script.sh"
 
 # Waits (at most 30 s) until process $1 catches SIGTERM (its handler is installed): the
 # signal then tests the command, not how fast it started.

@@ -2,7 +2,7 @@
 # What rrfp train prints: on a terminal (script(1) gives it one) the progress line is redrawn
 # in place and cleared first, never leaving a longer line's tail ("ETA 13ss"); into a file it
 # writes whole lines, no escape sequences; a schedule that never decays warns. Usage: train_output.sh PATH/TO/rrfp
-source "$(dirname "$0")/train_script.sh"
+source "$(dirname "$0")/run_script.sh"
 small=(--d-model 16 --heads 2 --layers 4 --max-seq 32 --max-len 32 --min-len 8 --eval-every 0
   --eval-batches 1)
 

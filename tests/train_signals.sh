@@ -3,7 +3,7 @@
 # exit 143, keeps every finished step's row in loss.csv and a checkpoint that resumes at the
 # last row; SIGINT twice exits at once with 130; a disk that fills up ends the run with one line
 # saying so, the previous checkpoint kept. Usage: train_signals.sh PATH/TO/rrfp
-source "$(dirname "$0")/train_script.sh"
+source "$(dirname "$0")/run_script.sh"
 small=(--d-model 32 --layers 4 --eval-every 0)
 
 # Waits (at most 60 s) until OUT/loss.csv holds at least N step rows.
