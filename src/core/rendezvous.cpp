@@ -17,23 +17,24 @@ void Rendezvous::on_offer(const TaskId& consumer, int handle) {
   offers_.push_back(Offer{consumer, handle});
 }
 
-const TaskId* Rendezvous::posted_receive() {
+int Rendezvous::first_posted(int from) const {
   const auto& order = *order_;
-  for (; recv_pos_ < static_cast<int>(order.size()); ++recv_pos_) {
-    const TaskId& t = order[recv_pos_];
-    const InputState s = inputs_.input(t);
-    if (s != InputState::Local && s != InputState::Delivered) return &t;
+  for (; from < static_cast<int>(order.size()); ++from) {
+    const InputState s = inputs_.input(order[from]);
+    if (s != InputState::Local && s != InputState::Delivered) break;
   }
-  return nullptr;
+  return from;
+}
+
+const TaskId* Rendezvous::posted_receive() {
+  recv_pos_ = first_posted(recv_pos_);  // a delivered input is never posted again
+  return recv_pos_ < static_cast<int>(order_->size()) ? &(*order_)[recv_pos_] : nullptr;
 }
 
 const TaskId* Rendezvous::posted() const {
   if (!order_) return nullptr;
-  for (int i = recv_pos_; i < static_cast<int>(order_->size()); ++i) {
-    const InputState s = inputs_.input((*order_)[i]);
-    if (s != InputState::Local && s != InputState::Delivered) return &(*order_)[i];
-  }
-  return nullptr;
+  const int at = first_posted(recv_pos_);
+  return at < static_cast<int>(order_->size()) ? &(*order_)[at] : nullptr;
 }
 
 std::vector<Rendezvous::Offer> Rendezvous::take_acceptable() {

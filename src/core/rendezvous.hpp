@@ -52,6 +52,9 @@ class Rendezvous {
  private:
   // The consumer whose receive is posted (fixed), or nullptr when every one is delivered.
   const TaskId* posted_receive();
+  // Fixed: the list position of the first input from `from` on not yet here (the list's size
+  // when none is left).
+  int first_posted(int from) const;
 
   const WorkModel& m_;
   const std::vector<TaskId>* order_;
