@@ -188,19 +188,9 @@ namespace {
 
 enum Outcome : std::uint8_t { kCompleted = 0, kFailed = 1, kSilent = 2 };
 
-// A task's error (here or a peer's, told) and a protocol error leave every process able to
-// answer; a stall or a transport's error may mean that a process is gone.
 Outcome outcome_of(const std::exception_ptr& error) {
   if (!error) return kCompleted;
-  try {
-    std::rethrow_exception(error);
-  } catch (const TaskError&) {
-    return kFailed;
-  } catch (const ProtocolError&) {
-    return kFailed;
-  } catch (...) {
-    return kSilent;
-  }
+  return failed_in_task(error) ? kFailed : kSilent;  // silent: a process may be gone
 }
 
 // Rank 0's part of the all-gather: its outcome, then, when every process of replica 0 completed

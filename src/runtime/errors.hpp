@@ -1,5 +1,7 @@
 #pragma once
 // Errors that end a runtime step. Each message is one line naming the stage, rank and task.
+#include <exception>
+
 #include "core/error.hpp"
 
 namespace rrfp {
@@ -32,6 +34,21 @@ class PeerStall : public StallError {
  public:
   using StallError::StallError;
 };
+
+// Whether a step's error is a task's (here, or a peer's told: PeerFailure) or a protocol's
+// refusal, which leave every process able to answer; a stall or a transport's error may mean a
+// process is gone.
+inline bool failed_in_task(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const TaskError&) {
+    return true;
+  } catch (const ProtocolError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 
 // Thrown inside a task whose step is being torn down because of another error; never
 // reported itself.

@@ -55,23 +55,17 @@ void Runtime::tell_peers(int step, const std::exception_ptr& why) {
     if (std::find(local_.begin(), local_.end(), e) == local_.end()) remote.push_back(e);
   if (remote.empty() || endpoints_.empty()) return;
   std::string text = "unknown error";
-  bool in_task = false;  // a task's failure (here, or a protocol's refusal): every peer is alive
   try {
     std::rethrow_exception(why);
   } catch (const PeerFailure&) {
     return;  // the peers heard it from where it began
   } catch (const PeerStall&) {
     return;
-  } catch (const TaskError& e) {
-    text = e.what();
-    in_task = true;
-  } catch (const ProtocolError& e) {
-    text = e.what();
-    in_task = true;
   } catch (const std::exception& e) {
     text = e.what();
   } catch (...) {
   }
+  const bool in_task = failed_in_task(why);  // then every peer is alive
   text = utf8_prefix(text, kMaxAbortText);
   MessageTag tag;
   tag.step = step;
