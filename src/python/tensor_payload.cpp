@@ -1,5 +1,7 @@
 #include "python/tensor_payload.hpp"
 
+#include <ATen/MemoryOverlap.h>
+
 #include <array>
 #include <cstring>
 #include <limits>
@@ -19,13 +21,23 @@ constexpr std::array<at::ScalarType, 10> kTypes = {
     at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kLong,
     at::kInt,   at::kShort,  at::kChar, at::kByte,     at::kBool};
 
-struct Header {
-  std::uint32_t magic;
-  std::uint8_t dtype, ndim, pad[2];
+// How the data bytes lie. A plain loop's consumer gets the producer's tensor itself, and
+// torch's kernels follow its strides (the order of a reduction's additions among them), so a
+// layout other than contiguous travels with the tensor: a transposed view, channels last.
+enum Layout : std::uint8_t {
+  kContiguous = 0,
+  kDense = 1,    // strides follow the shape; the bytes are the tensor's memory, in order
+  kScatter = 2,  // strides follow; the bytes are contiguous, written into those strides
 };
 
-std::size_t data_offset(int ndim) {
-  const std::size_t h = sizeof(Header) + sizeof(std::int64_t) * static_cast<std::size_t>(ndim);
+struct Header {
+  std::uint32_t magic;
+  std::uint8_t dtype, ndim, layout, pad;
+};
+
+std::size_t data_offset(int ndim, std::uint8_t layout) {
+  const std::size_t dims = static_cast<std::size_t>(ndim) * (layout == kContiguous ? 1 : 2);
+  const std::size_t h = sizeof(Header) + sizeof(std::int64_t) * dims;
   return (h + kAlign - 1) / kAlign * kAlign;
 }
 
@@ -33,13 +45,23 @@ std::size_t data_offset(int ndim) {
 
 namespace {
 
-// A tensor checked and made contiguous on the CPU, with where its bytes go in its encoding.
+// A tensor checked and brought to the CPU, with its layout and where its bytes go in its
+// encoding.
 struct Prepared {
-  at::Tensor c;
-  std::uint8_t code;
+  at::Tensor c;     // its sizes, and its strides unless contiguous, are the receiver's
+  at::Tensor data;  // the bytes sent: `c`'s memory (contiguous or dense), or a contiguous copy
+  std::uint8_t code, layout;
   std::size_t offset, bytes;
   std::size_t size() const { return offset + bytes; }
 };
+
+// An expanded tensor (elements sharing memory) goes contiguous: a tensor written into its
+// strides would overlap.
+std::uint8_t layout_of(const at::Tensor& c) {
+  if (c.is_contiguous()) return kContiguous;
+  if (at::has_internal_overlap(c) != at::MemOverlap::No) return kContiguous;
+  return c.is_non_overlapping_and_dense() ? kDense : kScatter;
+}
 
 Prepared prepare(const at::Tensor& t, const std::string& what) {
   std::size_t code = 0;
@@ -52,21 +74,29 @@ Prepared prepare(const at::Tensor& t, const std::string& what) {
     throw InputError(what + ": a tensor of " + std::to_string(t.dim()) +
                      " dimensions cannot be sent between stages (at most " +
                      std::to_string(kMaxDims) + ")");
-  Prepared p{t.detach().to(at::kCPU).contiguous(), static_cast<std::uint8_t>(code), 0, 0};
-  p.offset = data_offset(static_cast<int>(p.c.dim()));
+  Prepared p{t.detach().to(at::kCPU), {}, static_cast<std::uint8_t>(code), 0, 0, 0};
+  p.layout = layout_of(p.c);
+  if (p.layout == kContiguous) p.c = p.c.contiguous();
+  // A dense tensor's memory is its numel() elements from data_ptr(), whatever their order.
+  p.data = p.layout == kScatter ? p.c.contiguous() : p.c;
+  p.offset = data_offset(static_cast<int>(p.c.dim()), p.layout);
   p.bytes = static_cast<std::size_t>(p.c.numel()) * p.c.element_size();
   return p;
 }
 
 void write(std::byte* out, const Prepared& p) {
-  const Header h{kMagic, p.code, static_cast<std::uint8_t>(p.c.dim()), {}};
+  const int ndim = static_cast<int>(p.c.dim());
+  const Header h{kMagic, p.code, static_cast<std::uint8_t>(ndim), p.layout, 0};
   std::memset(out, 0, p.offset);
   std::memcpy(out, &h, sizeof h);
-  for (int d = 0; d < p.c.dim(); ++d) {
-    const std::int64_t n = p.c.size(d);
-    std::memcpy(out + sizeof h + sizeof n * static_cast<std::size_t>(d), &n, sizeof n);
+  auto* dims = out + sizeof h;
+  for (int d = 0; d < ndim; ++d) {
+    const std::int64_t n = p.c.size(d), stride = p.c.stride(d);
+    std::memcpy(dims + sizeof n * static_cast<std::size_t>(d), &n, sizeof n);
+    if (p.layout != kContiguous)
+      std::memcpy(dims + sizeof n * static_cast<std::size_t>(ndim + d), &stride, sizeof stride);
   }
-  if (p.bytes) std::memcpy(out + p.offset, p.c.data_ptr(), p.bytes);
+  if (p.bytes) std::memcpy(out + p.offset, p.data.data_ptr(), p.bytes);
 }
 
 constexpr std::uint32_t kTreeMagic = 0x53504652;  // "RFPS": a structure and its tensors
@@ -152,6 +182,35 @@ DecodedTree decode_tree(const Payload& p, const std::string& what) {
   return out;
 }
 
+namespace {
+
+// The strides a header carries after the shape (none for a contiguous tensor), checked: a dense
+// tensor's elements must lie within its numel(), a scattered one's within 2^40 of them.
+template <typename Bad>
+std::vector<std::int64_t> strides_of(const Payload& p, const Header& h,
+                                     const std::vector<std::int64_t>& shape, std::uint64_t numel,
+                                     const Bad& bad) {
+  if (h.layout == kContiguous) return {};
+  constexpr std::uint64_t kFarthest = std::uint64_t{1} << 40;
+  std::vector<std::int64_t> strides(h.ndim);
+  std::uint64_t last = 0;  // the farthest element's offset
+  for (int d = 0; d < h.ndim; ++d) {
+    std::memcpy(&strides[d], p.data() + sizeof h + sizeof(std::int64_t) * (h.ndim + d),
+                sizeof(std::int64_t));
+    if (strides[d] < 0 || static_cast<std::uint64_t>(strides[d]) > kFarthest)
+      throw bad("a stride out of range");
+    if (shape[d] <= 1 || strides[d] == 0) continue;
+    const auto steps = static_cast<std::uint64_t>(shape[d] - 1);
+    const auto stride = static_cast<std::uint64_t>(strides[d]);
+    if (steps > (kFarthest - last) / stride) throw bad("strides reaching too far");
+    last += steps * stride;
+  }
+  if (h.layout == kDense && numel > 0 && last >= numel) throw bad("strides outside the data");
+  return strides;
+}
+
+}  // namespace
+
 at::Tensor decode_tensor(const Payload& p, const std::string& what) {
   auto bad = [&](const std::string& why) {
     return ProtocolError(what + ": the message is not a tensor: " + why);
@@ -162,7 +221,8 @@ at::Tensor decode_tensor(const Payload& p, const std::string& what) {
   if (h.magic != kMagic) throw bad("wrong magic number");
   if (h.dtype >= kTypes.size()) throw bad("dtype code " + std::to_string(h.dtype));
   if (h.ndim > kMaxDims) throw bad(std::to_string(h.ndim) + " dimensions");
-  const std::size_t offset = data_offset(h.ndim);
+  if (h.layout > kScatter) throw bad("layout code " + std::to_string(h.layout));
+  const std::size_t offset = data_offset(h.ndim, h.layout);
   if (p.size() < offset) throw bad("a header of " + std::to_string(p.size()) + " bytes");
   std::vector<std::int64_t> shape(h.ndim);
   std::uint64_t numel = 1;
@@ -178,14 +238,20 @@ at::Tensor decode_tensor(const Payload& p, const std::string& what) {
   const std::uint64_t bytes = numel * c10::elementSize(type);
   if (p.size() - offset != bytes)
     throw bad(std::to_string(p.size() - offset) + " data bytes for " + std::to_string(bytes));
+  const std::vector<std::int64_t> strides = strides_of(p, h, shape, numel, bad);
   // The tensor owns a reference to the buffer: no copy, and the buffer lives as long as it.
   auto keep = std::make_unique<std::shared_ptr<const void>>(p.owner());
   auto* raw = keep.get();
-  at::Tensor t = at::from_blob(
-      const_cast<std::byte*>(p.data() + offset), shape, [raw](void*) { delete raw; },
-      at::TensorOptions().dtype(type));
+  auto* data = const_cast<std::byte*>(p.data() + offset);
+  auto deleter = [raw](void*) { delete raw; };
+  const auto options = at::TensorOptions().dtype(type);
+  at::Tensor t = h.layout == kDense ? at::from_blob(data, shape, strides, deleter, options)
+                                    : at::from_blob(data, shape, deleter, options);
   (void)keep.release();  // the tensor's deleter owns it now
-  return t;
+  if (h.layout != kScatter) return t;
+  at::Tensor out = at::empty_strided(shape, strides, at::TensorOptions().dtype(type));
+  out.copy_(t);
+  return out;
 }
 
 }  // namespace rrfp::py

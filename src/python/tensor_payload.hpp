@@ -1,8 +1,9 @@
 #pragma once
-// Tensors as payloads: a small header (dtype, shape) followed by the tensor's bytes, in one
-// contiguous buffer any transport can send. Activations of user modules change shape from one
-// microbatch to the next, so every message describes itself. Decoding wraps the received
-// buffer without a copy; the tensor keeps the buffer alive.
+// Tensors as payloads: a small header (dtype, shape, and the strides of a layout other than
+// contiguous) followed by the tensor's bytes, in one contiguous buffer any transport can send.
+// Activations of user modules change shape from one microbatch to the next, so every message
+// describes itself. Decoding wraps the received buffer without a copy (but for a view with gaps
+// between its elements, written into its strides); the tensor keeps the buffer alive.
 #include <ATen/ATen.h>
 
 #include <string>
@@ -13,7 +14,8 @@
 
 namespace rrfp::py {
 
-// Copies `t` (any device, any layout) to a contiguous CPU buffer behind a header. Throws
+// Copies `t` (any device, any layout) to a CPU buffer behind a header; the decoded tensor has
+// t's strides, but for an expanded tensor's (elements sharing memory), decoded contiguous. Throws
 // InputError naming `what` for a dtype no transport carries (complex, quantized) or more than
 // kMaxDims dimensions.
 Payload encode_tensor(const at::Tensor& t, const std::string& what);

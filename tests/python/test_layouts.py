@@ -1,0 +1,114 @@
+"""Tensors between chunks keep their layout: a plain loop's next chunk gets the tensor itself,
+and torch's kernels follow its strides (a reduction adds in another order over a transposed
+view than over a contiguous copy), so a message carries a transposed view, a slice with gaps
+and a channels-last tensor with their strides, each way: activations forward and their
+gradients back. Bitwise against a plain loop in several schedules."""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import rrfp
+
+
+class Transposing(nn.Module):
+    """Sends a transposed view, and keeps the strides of what it received."""
+
+    def __init__(self, width_in, width_out, last=False):
+        super().__init__()
+        self.lin = nn.Linear(width_in, width_out)
+        self.last = last
+        self.seen = []
+
+    def forward(self, x):
+        if x.shape[-1] != self.lin.in_features:  # a previous chunk's transposed output
+            self.seen.append(x.stride())
+            x = x.transpose(0, 1)
+        y = self.lin(x)
+        return y if self.last else y.transpose(0, 1)
+
+
+class Slicing(nn.Module):
+    """Sends a slice with gaps between its rows (half of each row)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(24, 48)
+
+    def forward(self, x):
+        return self.lin(x)[:, :24]
+
+
+class ChannelsLast(nn.Module):
+    def __init__(self, last=False):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.last = last
+
+    def forward(self, x):
+        y = self.conv(x)
+        return y.sum(dim=(1, 2, 3)) if self.last else y.contiguous(
+            memory_format=torch.channels_last)
+
+
+MODELS = {
+    "transposed": (lambda: [Transposing(24, 24), Transposing(24, 24),
+                            Transposing(24, 8, last=True)], (16, 24), (16, 8)),
+    "sliced": (lambda: [Slicing(), Slicing(), nn.Linear(24, 8)], (16, 24), (16, 8)),
+    "channels_last": (lambda: [ChannelsLast(), ChannelsLast(last=True)], (8, 4, 6, 6), (8,)),
+}
+
+
+def loss_fn(y, t):
+    return ((y - t) ** 2).sum()
+
+
+def plain(chunks, x, y, m):
+    for xi, yi in zip(x.chunk(m), y.chunk(m)):
+        h = xi
+        for c in chunks:
+            h = c(h)
+        loss_fn(h, yi).backward()
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("hint,split", [("bf", "off"), ("1f1b", "off"), ("bfw", "on")])
+def test_a_layout_other_than_contiguous_trains_bitwise(model, hint, split):
+    make, xshape, yshape = MODELS[model]
+    torch.manual_seed(0)
+    chunks = make()
+    ref = copy.deepcopy(chunks)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(xshape, generator=g) * 100, torch.randn(yshape, generator=g)
+    plain(ref, x, y, 4)
+    pipe = rrfp.Pipeline(chunks, loss_fn, pp=len(chunks), microbatches=4, hint=hint,
+                         split_backward=split, timeout=60)
+    pipe.step(x, y)
+    for c, r in zip(chunks, ref):
+        for (name, p), q in zip(c.named_parameters(), r.parameters()):
+            assert torch.equal(p.grad, q.grad), f"{model}: {name}"
+        if isinstance(c, Transposing):  # the next chunk got the strides a plain loop's gets
+            assert c.seen == r.seen
+
+
+def test_an_expanded_tensor_arrives_whole():
+    """Elements sharing memory (an expanded tensor) travel contiguous: written into the
+    sender's strides they would overlap."""
+    class Expanding(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 1)
+
+        def forward(self, x):
+            return self.lin(x).expand(-1, 8)
+
+    torch.manual_seed(0)
+    chunks = [Expanding(), nn.Linear(8, 8)]
+    ref = copy.deepcopy(chunks)
+    x, y = torch.randn(8, 8), torch.randn(8, 8)
+    plain(ref, x, y, 2)
+    rrfp.Pipeline(chunks, loss_fn, pp=2, microbatches=2, timeout=60).step(x, y)
+    for c, r in zip(chunks, ref):
+        for p, q in zip(c.parameters(), r.parameters()):
+            assert torch.equal(p.grad, q.grad)
