@@ -62,3 +62,34 @@ def test_a_non_finite_norm_is_refused_when_asked():
     with pytest.raises(RuntimeError, match="non-finite"):
         pipe.clip_grad_norm_(1.0, error_if_nonfinite=True)
     assert math.isinf(float(pipe.clip_grad_norm_(1.0)))
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf])
+def test_a_sparse_gradient_is_clipped_too(norm_type):
+    """An embedding with sparse=True: its gradient is a sparse tensor, whose norm is taken as
+    torch's clip takes it (torch.norm; the infinity norm, which torch 1.13 cannot take of one,
+    from its values), and which is scaled too (torch 1.13's clip scales a detached alias of it,
+    which leaves the gradient as it was)."""
+    def model():
+        torch.manual_seed(0)
+        return [nn.Embedding(50, 8, sparse=True), nn.Linear(8, 8)]
+    ref, cs = model(), model()
+    x, y = torch.randint(0, 50, (8,), generator=torch.Generator().manual_seed(2)), data()[1]
+    for xi, yi in zip(x.chunk(2), y.chunk(2)):
+        loss_fn(ref[1](ref[0](xi)), yi).backward()
+    pipe = rrfp.Pipeline(cs, loss_fn, pp=2, microbatches=2, timeout=60)
+    pipe.step(x, y)
+    got = pipe.clip_grad_norm_(0.1, norm_type)
+    grads = [p.grad for p in model_params(ref)]
+    if math.isinf(norm_type):
+        want = torch.max(torch.stack([g.to_dense().abs().max() for g in grads]))
+    else:  # torch 1.13's clip_grad_norm_, written out
+        want = torch.norm(torch.stack([torch.norm(g, norm_type) for g in grads]), norm_type)
+    coef = torch.clamp(0.1 / (want + 1e-6), max=1.0)
+    with torch.no_grad():
+        for g in grads:
+            g.mul_(coef)
+    assert torch.equal(got, want) and float(want) > 0.1  # it clipped
+    for p, q in zip(model_params(ref), model_params(cs)):
+        assert q.grad.is_sparse == p.grad.is_sparse
+        assert torch.equal(p.grad.to_dense(), q.grad.to_dense())

@@ -16,6 +16,11 @@ from ._launch import EXACT_IN_DOUBLE
 
 def _norm(g, norm_type):
     g = g.detach()
+    if g.is_sparse:  # an embedding's sparse=True gradient: linalg's norms take no sparse tensor
+        if not math.isinf(norm_type):
+            return torch.norm(g, norm_type)  # as torch 1.13's clip computes it
+        values = g.coalesce().values()
+        return values.abs().max() if values.numel() else torch.zeros((), dtype=g.dtype)
     # torch.norm (torch 1.13's clip) and linalg.vector_norm give the same bits.
     return g.abs().max() if math.isinf(norm_type) else torch.linalg.vector_norm(g, norm_type)
 
@@ -74,6 +79,9 @@ def clip_grad_norm(pipe, max_norm, norm_type=2.0, error_if_nonfinite=False):
                            "gradients is non-finite, so it cannot be clipped; pass "
                            "error_if_nonfinite=False to scale by it anyway")
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-    for _, _, p in scaled:
-        p.grad.detach().mul_(coef.to(p.grad.device))
+    with torch.no_grad():
+        for _, _, p in scaled:
+            # Not through detach(), as torch 1.13's clip does: a sparse gradient's detached
+            # alias takes the product, and the gradient stays as it was.
+            p.grad.mul_(coef.to(p.grad.device))
     return total
