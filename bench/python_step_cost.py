@@ -1,8 +1,9 @@
 """The whole step of a tiny pipeline from Python, one process per stage: what rrfp adds around a
-step (the barrier before it, the exchange that closes it, the loss and batch checks) when the
+step (the batch check before it, the exchange that closes it, carrying the loss) when the
 tasks themselves cost next to nothing. Prints rank 0's median over the steps after the first 50.
 
-    python3 -m torch.distributed.run --nproc_per_node 2 bench/python_step_cost.py c10d
+    python3 -m torch.distributed.run --nproc_per_node 2 --redirects 1 --tee 1 \
+        bench/python_step_cost.py c10d
     tests/mpirun.sh 2 python3 bench/python_step_cost.py mpi
     python3 bench/python_step_cost.py threads          # both stages in this process
 Set RRFP_PYTHONPATH to a build's python folder to time that build (docs/results-python.md).

@@ -81,7 +81,14 @@ struct Outcome {
   std::string kind;  // "ok", "task" (its own task failed), "peer" (a PeerFailure) or "other"
   std::string what;
   std::size_t tasks = 0;  // ok: the tasks in this endpoint's record of the step
+  // With `agree`: every job rank's bytes out of the closing exchange (rank r carries r + 1
+  // bytes of value r).
+  std::vector<std::vector<std::byte>> carried;
 };
+
+std::vector<std::byte> carried_by(int rank) {
+  return std::vector<std::byte>(static_cast<std::size_t>(rank) + 1, std::byte(rank));
+}
 
 Outcome outcome(const std::exception_ptr& error) {
   if (!error) return {"ok", ""};
@@ -155,11 +162,13 @@ std::vector<Outcome> run_job(const WorkModel& m, const JobRun& j) {
         error = std::current_exception();
       }
       if (step == 0 && i / m.pp() == dp - 1 && i % m.pp() != bad) others.arrive();
+      std::vector<std::vector<std::byte>> carried;
       if (agree)
-        finish_step_over_job(*jobs[i], step, result, error);
+        carried = finish_step_over_job(*jobs[i], step, result, error, carried_by(i));
       else
         jobs[i]->all_gather({});
       out[i] = outcome(error);
+      out[i].carried = std::move(carried);
       if (!error) out[i].tasks = result.run.tasks.size();
       failed = error != nullptr;
     }
@@ -224,6 +233,7 @@ TEST(PeerFailure, TheClosingExchangeDropsAStepEveryProcessCompletedButOne) {
   EXPECT_EQ(got[1].kind, "peer") << got[1].what;
   EXPECT_TRUE(has(got[1].what, "step 0 failed on job rank 0 after this process had done its part"))
       << got[1].what;
+  EXPECT_TRUE(got[1].carried.empty());  // nothing carried out of a dropped step
 }
 
 // With two replicas, the second fails step 0 (its stage 1's task); the first completes it, and
@@ -290,13 +300,19 @@ TEST(PeerFailure, AStallIsToldAsAStallAndNobodyWaitsInTheClosingExchange) {
   }
 }
 
-// Every process completed: the step stands, and every process holds the whole step's record.
+// Every process completed: the step stands, every process holds the whole step's record of
+// replica 0 (each task once: the other replica's are not merged in), and every job rank's
+// carried bytes.
 TEST(PeerFailure, TheClosingExchangeKeepsAStepThatCompletedEverywhere) {
   const WorkModel m = model(3, 3);
-  const std::vector<Outcome> got = run_job(m, {.steps = 2, .agree = true});
+  const std::vector<Outcome> got = run_job(m, {.steps = 2, .agree = true, .dp = 2});
+  std::vector<std::vector<std::byte>> every;
+  for (int r = 0; r < 6; ++r)
+    every.push_back(carried_by(r));
   for (const Outcome& o : got) {
     EXPECT_EQ(o.kind, "ok") << o.what;
     EXPECT_EQ(o.tasks, static_cast<std::size_t>(m.num_tasks()));
+    EXPECT_EQ(o.carried, every);
   }
 }
 

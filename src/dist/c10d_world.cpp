@@ -135,9 +135,9 @@ std::vector<std::vector<std::byte>> C10dWorld::gather_bytes(c10d::ProcessGroup& 
   return all;
 }
 
-std::vector<std::vector<double>> C10dWorld::all_gather(std::span<const double> mine) {
-  // Over the pipeline, then the replicas: every rank's values, by job rank.
-  std::vector<std::vector<std::byte>> mine_all = gather_bytes(*pg_, std::as_bytes(mine));
+std::vector<std::vector<std::byte>> C10dWorld::all_gather_bytes(std::span<const std::byte> mine) {
+  // Over the pipeline, then the replicas: every rank's bytes, by job rank.
+  std::vector<std::vector<std::byte>> mine_all = gather_bytes(*pg_, mine);
   std::vector<std::byte> packed;
   for (const auto& b : mine_all) {
     const std::uint64_t n = b.size();
@@ -157,7 +157,7 @@ std::vector<std::vector<double>> C10dWorld::all_gather(std::span<const double> m
                         rep.begin() + static_cast<std::ptrdiff_t>(at + n));
       at += n;
     }
-  return values_of<double>(flat);
+  return flat;
 }
 
 std::vector<std::vector<std::byte>> C10dWorld::exchange(std::span<const std::byte> mine,

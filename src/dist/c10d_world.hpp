@@ -26,7 +26,7 @@ class C10dWorld final : public Job {
   int replica() const override { return replica_; }
   int endpoint() const override { return stage_; }
   Hosting hosting() override;
-  std::vector<std::vector<double>> all_gather(std::span<const double> mine) override;
+  std::vector<std::vector<std::byte>> all_gather_bytes(std::span<const std::byte> mine) override;
   // Unlike the Job contract with DP: rank 0 gets the bytes of its replica's stages only (all a
   // step record needs; the replicas' own stages are not gathered across).
   std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) override;

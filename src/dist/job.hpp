@@ -32,6 +32,17 @@ struct ClockOffset {
   std::int64_t uncertainty_ns = 0;
 };
 
+// Each member's bytes of a byte all-gather read as values of T.
+template <typename T>
+std::vector<std::vector<T>> values_of(const std::vector<std::vector<std::byte>>& all) {
+  std::vector<std::vector<T>> out;
+  for (const auto& b : all) {
+    auto& v = out.emplace_back(b.size() / sizeof(T));
+    std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
+  }
+  return out;
+}
+
 class Job {
  public:
   virtual ~Job() = default;
@@ -43,8 +54,12 @@ class Job {
   virtual int endpoint() const = 0;  // stage * T + tp rank within its replica
   // Connects this process's endpoint to the rest of its replica's pipeline.
   virtual Hosting hosting() = 0;
+  // Every rank's bytes, by job rank (sizes may differ).
+  virtual std::vector<std::vector<std::byte>> all_gather_bytes(std::span<const std::byte> mine) = 0;
   // Every rank's values, by job rank (counts may differ).
-  virtual std::vector<std::vector<double>> all_gather(std::span<const double> mine) = 0;
+  std::vector<std::vector<double>> all_gather(std::span<const double> mine) {
+    return values_of<double>(all_gather_bytes(std::as_bytes(mine)));
+  }
   // Rank 0 gets every rank's bytes, by job rank; the others get an empty list.
   virtual std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) = 0;
   // The same endpoint's bytes in every replica, by replica (for the data-parallel sum).
@@ -80,17 +95,6 @@ std::vector<std::byte> this_clock_id();
 // time back; causality bounds the offset on both sides, and the bounds of 8 rounds are
 // intersected: the uncertainty is half the shortest round trip's, or so.
 ClockOffset measure_clock_offset(Job& job, std::span<const std::byte> clock_id);
-
-// Each member's bytes of a byte all-gather read as values of T.
-template <typename T>
-std::vector<std::vector<T>> values_of(const std::vector<std::vector<std::byte>>& all) {
-  std::vector<std::vector<T>> out;
-  for (const auto& b : all) {
-    auto& v = out.emplace_back(b.size() / sizeof(T));
-    std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
-  }
-  return out;
-}
 
 // Throws InputError unless `peers` ascend, lie in 0..endpoints-1 and hold `me`; returns the
 // place of `me` in them (Job::exchange's check).

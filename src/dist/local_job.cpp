@@ -70,7 +70,7 @@ struct Shared {
   std::vector<std::unique_ptr<Exchange<std::byte>>> replicas;  // by replica
   // Job::exchange's, by replica and peers.
   std::map<std::pair<int, std::vector<int>>, std::unique_ptr<Exchange<std::byte>>> among;
-  Exchange<double> everyone;
+  Exchange<std::byte> everyone;
   Exchange<std::byte> bytes;
 };
 
@@ -117,7 +117,7 @@ class LocalJob final : public Job {
     };
     return h;
   }
-  std::vector<std::vector<double>> all_gather(std::span<const double> mine) override {
+  std::vector<std::vector<std::byte>> all_gather_bytes(std::span<const std::byte> mine) override {
     return s_->everyone.all_gather(rank_, mine);
   }
   std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) override {

@@ -227,9 +227,9 @@ std::vector<std::vector<std::byte>> gather_bytes_all(std::span<const std::byte> 
 
 }  // namespace
 
-std::vector<std::vector<double>> MpiWorld::all_gather(std::span<const double> mine) {
+std::vector<std::vector<std::byte>> MpiWorld::all_gather_bytes(std::span<const std::byte> mine) {
   auto d = deadline("MPI_Allgather (between steps)");
-  return values_of<double>(gather_bytes_all(std::as_bytes(mine), MPI_COMM_WORLD));
+  return gather_bytes_all(mine, MPI_COMM_WORLD);
 }
 
 std::vector<std::vector<std::byte>> MpiWorld::dp_all_gather(std::span<const std::byte> mine) {

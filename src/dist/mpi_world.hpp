@@ -55,7 +55,7 @@ class MpiWorld final : public Job {
   Hosting hosting() override;
   // The collective of this process's tensor-parallel group.
   std::unique_ptr<TpCollective> make_tp_group(int stage);
-  std::vector<std::vector<double>> all_gather(std::span<const double> mine) override;
+  std::vector<std::vector<std::byte>> all_gather_bytes(std::span<const std::byte> mine) override;
   std::vector<std::vector<std::byte>> dp_all_gather(std::span<const std::byte> mine) override;
   std::vector<std::vector<std::byte>> replica_all_gather(std::span<const std::byte> mine) override;
   std::vector<std::vector<std::byte>> exchange(std::span<const std::byte> mine,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -159,33 +160,6 @@ void merge_over_job(Job& job, StepResult& r) {
 
 namespace {
 
-// Bytes as doubles, six to one (each an integer below 2^48, which a double holds exactly), after
-// their count: how a record rides on the job's all_gather of doubles.
-std::vector<double> as_doubles(const std::vector<std::byte>& b) {
-  std::vector<double> out{static_cast<double>(b.size())};
-  for (size_t i = 0; i < b.size(); i += 6) {
-    std::uint64_t v = 0;
-    for (size_t k = 0; k < 6 && i + k < b.size(); ++k)
-      v |= static_cast<std::uint64_t>(b[i + k]) << (8 * k);
-    out.push_back(static_cast<double>(v));
-  }
-  return out;
-}
-
-std::vector<std::byte> as_bytes(const std::vector<double>& d) {
-  if (d.empty()) throw Error("step record: none came from rank 0");
-  const auto n = static_cast<size_t>(d[0]);
-  if ((n + 5) / 6 != d.size() - 1) throw Error("step record: truncated");
-  std::vector<std::byte> out(n);
-  for (size_t i = 0; i < n; ++i)
-    out[i] = static_cast<std::byte>(static_cast<std::uint64_t>(d[1 + i / 6]) >> (8 * (i % 6)));
-  return out;
-}
-
-}  // namespace
-
-namespace {
-
 enum Outcome : std::uint8_t { kCompleted = 0, kFailed = 1, kSilent = 2 };
 
 Outcome outcome_of(const std::exception_ptr& error) {
@@ -193,71 +167,105 @@ Outcome outcome_of(const std::exception_ptr& error) {
   return failed_in_task(error) ? kFailed : kSilent;  // silent: a process may be gone
 }
 
-// Rank 0's part of the all-gather: its outcome, then, when every process of replica 0 completed
-// (`all`: what they sent to it), 1 and the replica's merged record; else 0.
-std::vector<double> root_part(Outcome mine, StepResult& r,
-                              const std::vector<std::vector<std::byte>>& all) {
-  for (const auto& sent : all)
-    if (sent.empty() || sent[0] != std::byte{kCompleted}) return {static_cast<double>(mine), 0.0};
-  try {
-    for (size_t i = 1; i < all.size(); ++i)
-      if (all[i].size() > 1) merge_step(r, std::span(all[i]).subspan(1));
-  } catch (const Error&) {
-    // A record that does not fit: every process drops the step, rather than rank 0 leaving the
-    // all-gather that the others wait in.
-    return {static_cast<double>(kFailed), 0.0};
+// A process's part of the closing all-gather: its outcome; when it completed, the size of what
+// it carries (8 bytes), those bytes, and in replica 0 its packed record.
+struct ClosingPart {
+  Outcome outcome = kFailed;
+  std::span<const std::byte> carried, record;
+};
+
+std::vector<std::byte> pack_part(Outcome mine, std::span<const std::byte> carried,
+                                 const StepResult* record) {
+  std::vector<std::byte> out{std::byte{mine}};
+  if (mine != kCompleted) return out;
+  const std::uint64_t n = carried.size();
+  const auto* p = reinterpret_cast<const std::byte*>(&n);
+  out.insert(out.end(), p, p + sizeof n);
+  out.insert(out.end(), carried.begin(), carried.end());
+  if (record) {
+    const std::vector<std::byte> packed = pack_step(*record);
+    out.insert(out.end(), packed.begin(), packed.end());
   }
-  std::vector<double> part = as_doubles(pack_step(r));
-  part.insert(part.begin(), {static_cast<double>(mine), 1.0});
+  return out;
+}
+
+ClosingPart unpack_part(std::span<const std::byte> b) {
+  ClosingPart part;
+  if (b.empty() || b[0] != std::byte{kCompleted}) return part;
+  std::uint64_t n = 0;
+  if (b.size() < 1 + sizeof n) throw Error("step record: truncated");
+  std::memcpy(&n, b.data() + 1, sizeof n);
+  if (n > b.size() - 1 - sizeof n) throw Error("step record: truncated");
+  part.outcome = kCompleted;
+  part.carried = b.subspan(1 + sizeof n, n);
+  part.record = b.subspan(1 + sizeof n + n);
   return part;
 }
 
-// The job ranks whose step did not complete, by the all-gather's first value of each.
-std::string failed_ranks(const std::vector<std::vector<double>>& got) {
+// The job ranks whose step did not complete.
+std::string failed_ranks(const std::vector<ClosingPart>& parts) {
   std::string where;
   int n = 0;
-  for (size_t r = 0; r < got.size(); ++r)
-    if (got[r].empty() || got[r][0] != kCompleted) where += (n++ ? ", " : "") + std::to_string(r);
+  for (size_t r = 0; r < parts.size(); ++r)
+    if (parts[r].outcome != kCompleted) where += (n++ ? ", " : "") + std::to_string(r);
   if (n == 0) return "";
   return (n > 1 ? "job ranks " : "job rank ") + where;
 }
 
+// Replica 0's record, merged alike on every process from the parts that hold one (replica 0's
+// processes, in job rank order: rank 0's first).
+StepResult merged_record(const std::vector<ClosingPart>& parts) {
+  std::optional<StepResult> merged;
+  for (const ClosingPart& part : parts) {
+    if (part.record.empty()) continue;
+    if (merged)
+      merge_step(*merged, part.record);
+    else
+      merged = unpack_step(part.record);
+  }
+  if (!merged) throw Error("step record: none came from replica 0");
+  return std::move(*merged);
+}
+
 }  // namespace
 
-void finish_step_over_job(Job& job, int step, StepResult& r, std::exception_ptr& error) {
+std::vector<std::vector<std::byte>> finish_step_over_job(Job& job, int step, StepResult& r,
+                                                         std::exception_ptr& error,
+                                                         std::span<const std::byte> carried) {
   const Outcome mine = outcome_of(error);
-  if (mine == kSilent) return;
+  if (mine == kSilent) return {};
   try {
     // Each record's start goes on rank 0's clock first (a collective the first time, which
     // every process therefore makes, whatever its outcome).
     const std::int64_t offset = job.clock_offset().ns;
-    std::vector<std::byte> sent{std::byte{mine}};
-    if (mine == kCompleted && job.replica() == 0) {
-      r.origin_ns -= offset;
-      const std::vector<std::byte> packed = pack_step(r);
-      sent.insert(sent.end(), packed.begin(), packed.end());
-    }
-    // Rank 0 merges replica 0's records (gather_to_root may reach that replica alone); every
-    // process's outcome then reaches every other in the all-gather, which spans the job.
-    const auto all = job.gather_to_root(sent);
-    const auto got = job.all_gather(
-        job.rank() == 0 ? root_part(mine, r, all) : std::vector<double>{static_cast<double>(mine)});
-    if (const std::string where = failed_ranks(got); !where.empty()) {
+    const bool records = mine == kCompleted && job.replica() == 0;
+    if (records) r.origin_ns -= offset;
+    // One all-gather over the job: every process learns every outcome, and merges replica 0's
+    // records itself (another replica runs the same tasks again: merged in, each task would
+    // appear once per replica).
+    const auto got = job.all_gather_bytes(pack_part(mine, carried, records ? &r : nullptr));
+    std::vector<ClosingPart> parts;
+    for (const auto& b : got)
+      parts.push_back(unpack_part(b));
+    if (const std::string where = failed_ranks(parts); !where.empty()) {
       if (!error)
         error = std::make_exception_ptr(
             PeerFailure("step " + std::to_string(step) + " failed on " + where +
                         " after this process had done its part: every process of the job "
                         "drops the step, so that all keep the same weights"));
-      return;
+      return {};
     }
-    if (job.rank() == 0) return;
-    const std::vector<double>& root = got.at(0);
-    if (root.size() < 2 || root[1] != 1.0) throw Error("step record: none came from rank 0");
-    StepResult merged = unpack_step(as_bytes(std::vector<double>(root.begin() + 2, root.end())));
+    StepResult merged = merged_record(parts);
     merged.run.arbiter = r.run.arbiter;  // what is not packed: the same everywhere
     r = std::move(merged);
+    std::vector<std::vector<std::byte>> every;
+    for (const ClosingPart& part : parts)
+      every.emplace_back(part.carried.begin(), part.carried.end());
+    return every;
   } catch (...) {
+    // A record that does not fit fails alike on every process, which all drop the step.
     if (!error) error = std::current_exception();
+    return {};
   }
 }
 

@@ -25,14 +25,17 @@ void merge_step(StepResult& into, std::span<const std::byte> packed);
 // replica and the ranks' busy time would count twice.
 void merge_over_job(Job& job, StepResult& r);
 // After every step of Python's pipelines, on every process of `job` that can say how its step
-// ended (`error`: how it failed here, null if it completed): the processes agree on it, and
-// then `error` is null only when the step completed on every one of them, and otherwise a
-// PeerFailure naming the job ranks where it failed (a process that had done its part, or
-// another data-parallel replica, would otherwise train on from a step the others dropped). On
-// success every process's `r` becomes rank 0's merged record of replica 0. The outcome rides
-// on the two collectives that the record takes. A process whose step ended in a way that may
-// mean a lost peer (the watchdog's stall, a transport's error) takes no part, since the
-// collectives could not complete; the others then fail in them at the job's timeout.
-void finish_step_over_job(Job& job, int step, StepResult& r, std::exception_ptr& error);
+// ended (`error`: how it failed here, null if it completed), in one all-gather over the job:
+// the processes agree on it, and then `error` is null only when the step completed on every one
+// of them, and otherwise a PeerFailure naming the job ranks where it failed (a process that had
+// done its part, or another data-parallel replica, would otherwise train on from a step the
+// others dropped). On success every process's `r` becomes replica 0's merged record, and the
+// result holds every job rank's `carried` bytes, by job rank (Python's loss: no collective of
+// its own); after a failure it is empty. A process whose step ended in a way that may mean a
+// lost peer (the watchdog's stall, a transport's error) takes no part, since the collective
+// could not complete; the others then fail in it at the job's timeout.
+std::vector<std::vector<std::byte>> finish_step_over_job(Job& job, int step, StepResult& r,
+                                                         std::exception_ptr& error,
+                                                         std::span<const std::byte> carried = {});
 
 }  // namespace rrfp

@@ -71,7 +71,7 @@ void bind_pipeline(pyb::module_& m) {
       .def("chunks_of", [](const PipelineCore& c, int stage) { return c.model().chunks_of(stage); })
       .def("set_runners", &PipelineCore::set_runners)
       .def("run_step", &PipelineCore::run_step, pyb::arg("step"),
-           pyb::arg("sizes") = std::vector<std::int64_t>{});
+           pyb::arg("sizes") = std::vector<std::int64_t>{}, pyb::arg("closing") = pyb::none());
   m.def("_shutdown", &shutdown_processes,
         "tears down every pipeline and the MPI world (registered with atexit)");
   m.def("_abort", &abort_processes, pyb::arg("code"),

@@ -289,13 +289,55 @@ void PipelineCore::build_runtime() {
     return std::make_unique<PyStageProgram>(runners_.at(static_cast<std::size_t>(at)), &sizes_);
   };
   pyb::gil_scoped_release nogil;
-  if (job_)
-    rt_ = std::make_unique<Runtime>(*model_, *hint_, programs, runtime_, job_->hosting());
-  else
+  if (job_) {
+    Hosting h = job_->hosting();
+    // The barrier before a step is for a runtime's first one, while peers may still be setting
+    // up their receivers. Each step then ends in the closing exchange, a collective over the job
+    // made after every thread of the step has joined: past it, the step is over everywhere (one
+    // that ends otherwise gets a new runtime). A collective each step less.
+    h.before_step = [barrier = std::move(h.before_step), first = true]() mutable {
+      if (std::exchange(first, false) && barrier) barrier();
+    };
+    rt_ = std::make_unique<Runtime>(*model_, *hint_, programs, runtime_, std::move(h));
+  } else
     rt_ = std::make_unique<Runtime>(*model_, *hint_, programs, runtime_);
 }
 
-StepRecordPy PipelineCore::run_step(int step, std::vector<std::int64_t> sizes) {
+namespace {
+
+// `closing()` (Python's, with the GIL): the bytes this process carries into the step's closing
+// exchange. Its failure fails this process's step as a task's would, so that every process
+// drops it.
+std::vector<std::byte> carried_bytes(const pyb::object& closing, std::exception_ptr& error) {
+  pyb::gil_scoped_acquire gil;
+  try {
+    const auto t = closing().cast<at::Tensor>();
+    if (t.scalar_type() != at::kByte || !t.is_contiguous() || !t.device().is_cpu() || t.dim() != 1)
+      throw Error("must return a contiguous one-dimensional uint8 CPU tensor");
+    const auto* p = static_cast<const std::byte*>(t.data_ptr());
+    return {p, p + t.numel()};
+  } catch (const std::exception& e) {
+    const std::string why = e.what();
+    error = std::make_exception_ptr(
+        TaskError("adding the step's microbatch losses: " + why.substr(0, why.find('\n'))));
+    return {};
+  }
+}
+
+std::vector<at::Tensor> as_tensors(std::vector<std::vector<std::byte>> all) {
+  std::vector<at::Tensor> out;
+  for (const auto& b : all) {
+    at::Tensor t = at::empty({static_cast<std::int64_t>(b.size())}, at::kByte);
+    if (!b.empty()) std::memcpy(t.data_ptr(), b.data(), b.size());
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::pair<StepRecordPy, std::vector<at::Tensor>> PipelineCore::run_step(
+    int step, std::vector<std::int64_t> sizes, const pyb::object& closing) {
   if (closed_) throw Error("rrfp: the pipeline was shut down");
   if (runners_.empty()) throw Error("rrfp: the pipeline has no stage runners");
   if (!sizes.empty() && static_cast<int>(sizes.size()) != model_->microbatches())
@@ -306,6 +348,7 @@ StepRecordPy PipelineCore::run_step(int step, std::vector<std::int64_t> sizes) {
   StepResult result;
   std::exception_ptr error;
   std::optional<pyb::error_already_set> signal;
+  std::vector<std::vector<std::byte>> carried;
   {
     pyb::gil_scoped_release nogil;
     std::mutex mu;
@@ -342,9 +385,14 @@ StepRecordPy PipelineCore::run_step(int step, std::vector<std::int64_t> sizes) {
       pyb::gil_scoped_acquire gil;
       if (PyErr_CheckSignals() != 0) signal.emplace();
     }
+    std::vector<std::byte> mine;
+    if (!error && !signal && !closing.is_none()) mine = carried_bytes(closing, error);
     // A step that failed on any process is dropped on all (Ctrl-C: this process is leaving);
-    // on success every process gets the step's whole record of replica 0.
-    if (job_ && !signal) finish_step_over_job(*job_, step, result, error);
+    // on success every process gets the step's whole record of replica 0, and everyone's bytes.
+    if (job_ && !signal)
+      carried = finish_step_over_job(*job_, step, result, error, mine);
+    else if (!error && !signal)
+      carried.push_back(std::move(mine));
     if (error || signal) rt_.reset();  // a failed runtime refuses further steps
   }
   if (signal) throw std::move(*signal);
@@ -361,7 +409,7 @@ StepRecordPy PipelineCore::run_step(int step, std::vector<std::int64_t> sizes) {
   rec.run.metrics =
       compute_metrics(rec.run.result, lower_bound(*model_, measured_work(*model_, rec.run.result)));
   rec.dispatch_gaps = std::move(result.dispatch_gaps);
-  return rec;
+  return {std::move(rec), as_tensors(std::move(carried))};
 }
 
 }  // namespace rrfp::py

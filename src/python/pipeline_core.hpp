@@ -12,8 +12,6 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-
 #include "core/hint.hpp"
 #include "dist/job.hpp"
 #include "python/step_record.hpp"
@@ -85,8 +83,14 @@ class PipelineCore {
   // One step, the GIL released while it runs. Ctrl-C (or any Python signal handler that
   // raises) cancels it: its exception is raised once every thread has stopped. A failed step
   // leaves nothing behind: the next one starts on a new runtime. `sizes`: each microbatch's
-  // size (its input's elements) for the adaptive rule's entry order, or empty.
-  StepRecordPy run_step(int step, std::vector<std::int64_t> sizes = {});
+  // size (its input's elements) for the adaptive rule's entry order, or empty. `closing`
+  // (None, or a callable returning a contiguous one-dimensional uint8 CPU tensor) is called
+  // once the step has completed here; what it returns rides on the step's closing exchange,
+  // which the processes make anyway (the step's loss: no collective of its own). Returns the
+  // step's record and every process's bytes, by job rank ([this process's] in one process).
+  std::pair<StepRecordPy, std::vector<at::Tensor>> run_step(
+      int step, std::vector<std::int64_t> sizes = {},
+      const pybind11::object& closing = pybind11::none());
 
  private:
   void build_runtime();

@@ -35,6 +35,7 @@ class StepData:
         self.inputs = []
         self.targets = []
         self.losses = {}
+        self.total = None  # their sum, once the step has completed (rrfp._step.closing)
         self.sums = None  # GradSums of the step
         self.scaler = None  # rrfp.GradScaler: the backward starts from each loss times its scale
         self.chunks = {}  # every chunk of this process by index: names parameters in messages

@@ -1,6 +1,6 @@
 """One pass of a Pipeline's runtime over a batch, for step() and eval_step(): the batch split
-into microbatches and checked, the runtime's step run, and the microbatch losses added; and
-the loss handed to every process of the replica."""
+into microbatches and checked, the runtime's step run, and the microbatch losses added, the sum
+riding on the step's closing exchange to every process of the replica."""
 import torch
 
 from . import _rrfp, _wire
@@ -15,7 +15,8 @@ StageError = _rrfp.StageError
 
 def run_pass(pipe, inputs, targets, sums, layout=None):
     """One pass of the runtime over the batch for `pipe` (a Pipeline): the step's record and
-    the sum of the microbatch losses (None where this process has none). sums: the step's
+    what replica_loss takes (the sum of the microbatch losses where this process has them, and
+    what every process carried out of the step). sums: the step's
     GradSums, None for an evaluation step. layout: with dp > 1, the mark of what this process
     trains (trained_layout), compared over the replicas first."""
     m = pipe._core.microbatches
@@ -51,7 +52,7 @@ def run_pass(pipe, inputs, targets, sums, layout=None):
         for r in pipe._runners:
             r.device.follow()
         with Progress(pipe, pipe._step):
-            rec = pipe._core.run_step(pipe._step, sizes)
+            rec, carried = pipe._core.run_step(pipe._step, sizes, lambda: closing(pipe, m))
     except StageError as e:
         err = pipe._data.error
         if err is not None:
@@ -61,25 +62,36 @@ def run_pass(pipe, inputs, targets, sums, layout=None):
         pipe._step += 1
         pipe._data.seed_step += 1
         pipe._data.inputs, pipe._data.targets = [], []
-    total = None
-    if pipe._data.losses:
+    return rec, (pipe._data.total, carried)
+
+
+def closing(pipe, m):
+    """Once the step has completed on this process: the sum of the microbatch losses it holds
+    (None without any), kept in pipe._data.total, packed as the bytes that ride on the step's
+    closing exchange. A sum that fails (losses of shapes that do not add) fails the step on
+    every process."""
+    pipe._data.total = None
+    if not pipe._data.losses:
+        return _wire.pack([])
+    try:
         total = pipe._data.losses[0]
         for i in range(1, m):
             total = total + pipe._data.losses[i]
-    return rec, total
+    except Exception as e:
+        pipe._data.error = (None, None, e)
+        raise
+    pipe._data.total = total
+    return _wire.pack([(0, total)])
 
 
-def replica_loss(core, total):
-    """The step's loss on every process of the replica: the process running the last chunk
-    has it; one gather of its bytes over the replica's processes carries it to the others
-    exactly, whatever its dtype and shape (an evaluation's may be a count of int64 or a
-    loss per sample: a gather of doubles took float dtypes and one element alone, and
-    failed on the last chunk's process while the others waited out the timeout)."""
-    if core.world == 1:
-        return total
-    every = core.replica_all_gather(_wire.pack([] if total is None else [(0, total)]))
-    if total is not None:
+def replica_loss(core, loss):
+    """The step's loss on every process of the replica, from run_pass's second value: the
+    process running the last chunk has it, and its bytes came to the others in the step's
+    closing exchange, exactly, whatever its dtype and shape (an evaluation's may be a count of
+    int64 or a loss per sample)."""
+    total, carried = loss
+    if total is not None or core.world == 1:
         return total
     # The process of the stage that runs the last chunk (stage 0 under "vshape").
-    [(_, loss)] = _wire.unpack(every[core.stage_of(core.chunks - 1)])
-    return loss.clone()  # a view of the gathered bytes: its own storage
+    found = _wire.unpack(carried[core.replica * core.pp + core.stage_of(core.chunks - 1)])
+    return found[0][1].clone() if found else None  # a view of the carried bytes: its own storage

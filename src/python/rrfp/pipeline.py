@@ -306,7 +306,7 @@ class Pipeline:
             self._refresh_ties()
             self._data.eval = True
             try:
-                rec, total = run_pass(self, inputs, targets, None)
+                rec, loss = run_pass(self, inputs, targets, None)
                 outputs = self._data.outputs
             finally:
                 self._data.eval = False
@@ -314,8 +314,7 @@ class Pipeline:
             if self._dp > 1:  # a module in training mode updates its statistics here too
                 from_first_replica(self._core, self.chunks, False)
             self.last_step = StepRecord(rec)
-            if targets is not None:
-                total = replica_loss(self._core, total)
+            total = replica_loss(self._core, loss) if targets is not None else None
             if not outputs:
                 return None, total
             outs = [outputs[i] for i in range(self._core.microbatches)]
@@ -344,7 +343,7 @@ class Pipeline:
         sums = GradSums(chunk_params, from_grad=self._dp == 1,
                         fresh=ties.holders if ties else ())
         layout = trained_layout(self.chunks, chunk_params, self._dp) if self._dp > 1 else None
-        rec, total = run_pass(self, inputs, targets, sums, layout)
+        rec, loss = run_pass(self, inputs, targets, sums, layout)
         pairs = self._data.sums.pairs()
         self._data.sums = None
         if ties is not None:  # every holder of a tie gets the tie's sum
@@ -357,4 +356,4 @@ class Pipeline:
         if self._dp > 1:  # buffers the forwards updated (running statistics): replica 0's
             from_first_replica(self._core, self.chunks, False)
         self.last_step = StepRecord(rec)
-        return replica_loss(self._core, total)
+        return replica_loss(self._core, loss)
