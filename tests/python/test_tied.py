@@ -3,6 +3,7 @@ non-adjacent chunks): every use's gradient reaches the parameter, bitwise as a p
 adds them, in every schedule, policy, split backward and interleaving. Before, the last chunk
 to finish set .grad to its own contribution alone."""
 import random
+import warnings
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 
 import lm
 import rrfp
+import rrfp._grads
 from transformer_lm import Block, Embed
 
 VOCAB, D = 64, 32
@@ -161,3 +163,105 @@ def test_tied_gradients_accumulate_onto_existing_grad():
                          split_backward="on", delay_fn=delays(3))
     train(chunks, 2, 4, pipe.step, zero=False)
     assert_same(ref, chunks)
+
+
+class Twice(nn.Module):
+    """tanh(shared(tanh(shared(x)))): the shared layer used twice in one chunk."""
+
+    def __init__(self, shared):
+        super().__init__()
+        self.shared = shared
+
+    def forward(self, x):
+        return torch.tanh(self.shared(torch.tanh(self.shared(x))))
+
+
+class Once(nn.Module):
+    def __init__(self, shared):
+        super().__init__()
+        self.shared = shared
+
+    def forward(self, x):
+        return torch.tanh(self.shared(x))
+
+
+def twice(n, once=()):
+    """n chunks sharing one Linear(D, D), each using it twice but those in `once`."""
+    torch.manual_seed(7)
+    shared = nn.Linear(D, D)
+    return [Once(shared) if i in once else Twice(shared) for i in range(n)]
+
+
+def squared(y, t):
+    return ((y - t) ** 2).sum()
+
+
+def plain_loop(chunks, xs, ys):
+    for x, y in zip(xs, ys):
+        for c in chunks:
+            x = c(x)
+        squared(x, y).backward()
+
+
+MULTI_USE = [  # (name, hint, policy, split, pp, vpp, users using the layer once)
+    ("bf", "bf", "ready", "off", 2, 1, ()),
+    ("1f1b", "1f1b", "fixed", "off", 2, 1, ()),
+    ("gpipe", "gpipe", "fixed", "off", 2, 1, ()),
+    ("bfw split", "bfw", "ready", "on", 2, 1, ()),
+    ("zb-h1 split", "zb-h1", "fixed", "on", 2, 1, ()),
+    ("bf pp=1 vpp=3", "bf", "ready", "off", 1, 3, ()),
+    ("bfw pp=1 vpp=3 split", "bfw", "ready", "on", 1, 3, ()),
+    ("interleaved-1f1b vpp=2", "interleaved-1f1b", "fixed", "off", 2, 2, ()),
+    ("bfw last chunk once", "bfw", "ready", "on", 2, 2, (3,)),
+    ("bfw middle chunk once", "bfw", "ready", "on", 2, 2, (1,)),
+]
+
+
+@pytest.mark.parametrize("name,hint,policy,split,pp,vpp,once", MULTI_USE,
+                         ids=[c[0] for c in MULTI_USE])
+def test_parameter_used_twice_in_a_chunk_gets_a_plain_loops_bits(name, hint, policy, split, pp,
+                                                                  vpp, once):
+    # A chunk's own autograd call sums its two uses (u2 + u1) before the later chunks' buffer B
+    # meets them, where a plain loop's one backward adds (B + u2) + u1: one ulp apart. The
+    # chunk's call now starts from B.
+    check_twice(name, hint, policy, split, pp, vpp, once)
+
+
+def test_parameter_used_twice_in_a_chunk_with_a_module_hook_split():
+    # A chunk with a module backward hook computes its whole backward in B (StageRunner.whole):
+    # its tied gradient is put there too, for the chunks before it to start from.
+    check_twice("hooked", "bfw", "ready", "on", 2, 2, (), hooked=1)
+
+
+def check_twice(name, hint, policy, split, pp, vpp, once, hooked=None):
+    n, m = pp * vpp, 8
+    torch.manual_seed(11)
+    x, y = torch.randn(4 * m, D), torch.randn(4 * m, D)
+    ref = twice(n, once)
+    plain_loop(ref, x.chunk(m), y.chunk(m))
+    chunks = twice(n, once)
+    if hooked is not None:
+        chunks[hooked].register_full_backward_hook(lambda mod, gin, gout: None)
+    pipe = rrfp.Pipeline(chunks, squared, pp=pp, vpp=vpp, microbatches=m, hint=hint,
+                         policy=policy, split_backward=split, delay_fn=delays(hash(name) % 89))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # exact: nothing to warn of
+        pipe.step(x, y)
+    for p, q in zip(ref[0].parameters(), chunks[0].parameters()):
+        assert torch.equal(p.grad, q.grad), f"{name}: {(p.grad - q.grad).abs().max()}"
+
+
+def test_parameter_used_twice_warns_where_its_uses_cannot_be_seeded(monkeypatch):
+    # A torch whose autograd.grad runs a parameter's hooks itself would run them on the later
+    # chunks' buffer again: that parameter's uses are summed on their own, and the pipeline
+    # says so, once, naming it and the chunks.
+    monkeypatch.setattr(rrfp._grads, "_ENGINE_RUNS_LEAF_HOOKS", True)
+    chunks = twice(2)
+    chunks[0].shared.weight.register_hook(lambda g: None)
+    pipe = rrfp.Pipeline(chunks, squared, pp=2, microbatches=4, hint="1f1b")
+    x, y = torch.randn(16, D), torch.randn(16, D)
+    with pytest.warns(UserWarning, match=r"'shared.weight'.*chunk\(s\) 0\b"):
+        pipe.step(x, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once a pipeline
+        pipe.step(x, y)

@@ -2,9 +2,12 @@
 process's chunks (GradSums), added in microbatch order as a plain loop adds them, with a
 parameter's hooks run where a plain loop's backward runs them."""
 import threading
+import warnings
 import zlib
 
 import torch
+
+from ._graph import leaf_uses
 
 
 class _OrderedSum:
@@ -39,30 +42,62 @@ class _OrderedSum:
 
 
 class _TiedSum:
-    """A parameter that several chunks use (tied weights): in a plain loop autograd adds the
-    uses' gradients of one microbatch into one buffer, the chunk nearest the loss first, then
-    adds that buffer to .grad. So each microbatch's contributions wait for every user chunk,
-    are added last chunk first, and then go into the running sum in microbatch order. The user
-    chunks may run on different stage threads: a lock keeps the bookkeeping whole."""
+    """A parameter that several chunks use (tied weights). In a plain loop autograd adds every
+    use's gradient of one microbatch into one buffer, in the order its backward reaches them
+    (every use in the chunk nearest the loss before any use in the chunk before it), then adds
+    that buffer to .grad. A chunk's own autograd call adds its uses in that same order, so a
+    call that starts from the later user chunks' buffer of the microbatch (seed(): the chunk's
+    gradient is then `seeded`) carries that buffer on bitwise. A gradient computed without it
+    (the later chunks' not known yet) is the sum of the chunk's own uses, added to theirs: the
+    same bits for one use (two terms commute), not for two or more, where the loop adds
+    (B + u2) + u1 and this B + (u2 + u1); such a microbatch is noted in `inexact`. Each
+    microbatch's buffer then goes into the running sum in microbatch order. The user chunks may
+    run on different stage threads: a lock keeps the bookkeeping whole."""
 
     def __init__(self, param, users, start):
         self.param = param
         self.users = sorted(users, reverse=True)
         self.sum = start(param)
         self.hooks = _leaf_hooks(param)
-        self.pending = {}  # mb -> {chunk: gradient or None}
+        # A torch whose autograd.grad runs the parameter's hooks would run them on the seed,
+        # which they have run on already.
+        self.seedable = not (_ENGINE_RUNS_LEAF_HOOKS and param._backward_hooks)
+        self.pending = {}  # mb -> {chunk: (gradient or None, seeded)}
+        self.uses = {}  # mb -> {chunk: how often its forward used the parameter}, where counted
+        self.inexact = set()  # chunks whose uses were summed on their own
         self.next = 0
         self.lock = threading.Lock()
 
-    def put(self, chunk, mb, g):
+    def count(self, chunk, mb, n):
         with self.lock:
-            self.pending.setdefault(mb, {})[chunk] = g
+            self.uses.setdefault(mb, {})[chunk] = n
+
+    def needs_seed(self, mb):
+        """Whether a user chunk other than the one nearest the loss used the parameter more
+        than once in microbatch mb (not counted: assumed so)."""
+        with self.lock:
+            uses = self.uses.get(mb, {})
+            return self.seedable and any(uses.get(c, 2) > 1 for c in self.users[1:])
+
+    def seed(self, chunk, mb):
+        """The buffer of microbatch mb over the user chunks after `chunk`, once every one of
+        them has put its gradient; None before that, or where none of them took one."""
+        if not self.seedable:
+            return None
+        with self.lock:
+            got = self.pending.get(mb, {})
+            later = [c for c in self.users if c > chunk]
+            if not all(c in got for c in later):
+                return None
+            return self._buffer(got, later, mb)[0]
+
+    def put(self, chunk, mb, g, seeded):
+        with self.lock:
+            self.pending.setdefault(mb, {})[chunk] = (g, seeded)
             while len(self.pending.get(self.next, ())) == len(self.users):
-                got = self.pending.pop(self.next)
-                buf, owned = None, False
-                for c in self.users:
-                    if got[c] is not None:
-                        buf, owned = (got[c], False) if buf is None else (buf + got[c], True)
+                buf, owned = self._buffer(self.pending.pop(self.next), self.users, self.next,
+                                          final=True)
+                self.uses.pop(self.next, None)
                 if buf is not None:
                     if self.hooks:
                         buf, owned = _run_hooks(self.hooks, buf), False
@@ -72,14 +107,31 @@ class _TiedSum:
                         self.sum.add_(buf)
                 self.next += 1
 
+    def _buffer(self, got, users, mb, final=False):
+        """The plain loop's buffer of microbatch mb from the gradients `got` of `users` (last
+        chunk first), and whether it is a tensor of its own: a seeded gradient is the buffer
+        so far with its chunk's uses added, another one is added to it."""
+        buf, owned = None, False
+        for c in users:
+            g, seeded = got[c]
+            if g is None:
+                continue
+            if seeded or buf is None:
+                buf, owned = g, False
+            else:
+                if final and self.uses.get(mb, {}).get(c, 1) > 1:
+                    self.inexact.add(c)
+                buf, owned = buf + g, True
+        return buf, owned
+
 
 class GradSums:
     """One step's parameter gradients over this process's chunks: each chunk's own parameters
     in an _OrderedSum, each parameter used by several chunks in one _TiedSum. from_grad: the
     sums start from each parameter's .grad, but for those in `fresh` (which start from nothing,
-    as every sum does without from_grad)."""
+    as every sum does without from_grad). split: the stages split their backward (early)."""
 
-    def __init__(self, chunk_params, from_grad, fresh=()):
+    def __init__(self, chunk_params, from_grad, fresh=(), split=False):
         def start(p):
             if not from_grad or p.grad is None or id(p) in fresh:
                 return None
@@ -104,12 +156,63 @@ class GradSums:
                         tied[id(p)] = _TiedSum(p, users[id(p)], start)
                     self._tied[c].append((i, tied[id(p)]))
         self._chunk_params = chunk_params
+        self._unique_tied = list(tied.values())
+        self._split = split
 
-    def put(self, chunk, mb, grads):
+    def put(self, chunk, mb, grads, seeded=(), skip=()):
+        """`grads`: the gradients of the chunk's parameters, in its list's order; `seeded`: the
+        indices of tied ones computed from their seeds(); `skip`: those of tied ones put
+        already (put_tied)."""
         own, ordered = self._own[chunk]
         ordered.put(mb, grads if own is None else [grads[i] for i in own])
         for i, t in self._tied[chunk]:
-            t.put(chunk, mb, grads[i])
+            if i not in skip:
+                t.put(chunk, mb, grads[i], i in seeded)
+
+    def put_tied(self, chunk, mb, got, seeded=()):
+        """`got`: {index in the chunk's list: gradient} for some of its tied parameters."""
+        for i, t in self._tied[chunk]:
+            if i in got:
+                t.put(chunk, mb, got[i], i in seeded)
+
+    def seeds(self, chunk, mb, which):
+        """[(index, seed)]: for the chunk's tied parameters among the indices `which`, the
+        later user chunks' buffer of microbatch mb where it is complete (_TiedSum.seed). The
+        chunk's autograd call starts each parameter's buffer from it."""
+        out = []
+        for i, t in self._tied[chunk]:
+            if i in which and t.param.requires_grad:  # frozen since the step began: no root
+                s = t.seed(chunk, mb)
+                if s is not None:
+                    out.append((i, s))
+        return out
+
+    def counts(self, chunk):
+        """Whether the chunk's forwards must count their uses of its tied parameters (count):
+        with a split backward (early), or where one of them takes no seed."""
+        return bool(self._tied[chunk]) and (self._split or any(
+            not t.seedable for _, t in self._tied[chunk]))
+
+    def count(self, chunk, mb, roots):
+        """Counts how often the forward of (chunk, mb), whose outputs are `roots`, used each of
+        the chunk's tied parameters."""
+        tied = self._tied[chunk]
+        uses = leaf_uses(roots, {id(t.param) for _, t in tied})
+        for _, t in tied:
+            t.count(chunk, mb, uses.get(id(t.param), 0))
+
+    def early(self, chunk, mb):
+        """Split backward: the indices of the chunk's tied parameters whose gradient its B
+        computes and puts, where W would put it too late. A chunk that uses one more than once,
+        other than the user nearest the loss, must start from every later user's gradient of
+        the microbatch (seeds), and W runs in any order across chunks, where B runs from the
+        last chunk to the first; so where any does, every user computes it in B."""
+        return [i for i, t in self._tied[chunk] if t.needs_seed(mb)]
+
+    def inexact(self):
+        """(parameter, chunks) for each tied parameter whose uses in some chunk were summed on
+        their own, not as a plain loop adds them (_TiedSum)."""
+        return [(t.param, sorted(t.inexact)) for t in self._unique_tied if t.inexact]
 
     def pairs(self):
         """(parameter, gradient or None), each parameter once: chunk order, then the chunk's."""
@@ -126,6 +229,23 @@ class GradSums:
                 else:
                     out.append((p, next(sums)))
         return out
+
+
+def warn_inexact(sums, chunks, said):
+    """Warns once a pipeline (`said`: the ids of the parameters warned of) of each tied
+    parameter whose gradient this step was not a plain loop's bits (GradSums.inexact)."""
+    for p, users in sums.inexact():
+        if id(p) in said:
+            continue
+        said.add(id(p))
+        name = next((f"'{n}'" for c in users for n, q in chunks[c].named_parameters()
+                     if q is p), "a tied parameter")
+        warnings.warn(
+            f"rrfp: {name}, which several chunks share, is used more than once by chunk(s) "
+            f"{', '.join(map(str, users))}, whose uses could not be added after the later "
+            "chunks' as a plain loop's backward adds them (torch's autograd.grad runs the "
+            "parameter's hooks, which a seeded buffer would run twice): its gradient may differ "
+            "from a plain loop's in the last bits", stacklevel=3)
 
 
 def _leaf_hooks(p):

@@ -34,6 +34,30 @@ def python_backward(roots):
     return False
 
 
+def leaf_uses(roots, ids):
+    """How many edges of the backward graph of `roots` lead into the AccumulateGrad node of
+    each leaf whose id is in `ids` (a leaf used twice, as `tanh(lin(tanh(lin(x))))` uses
+    lin.weight, has two): {id: count}, the leaves not reached left out."""
+    out, seen, todo = {}, set(), []
+    for r in roots:
+        if r.grad_fn is not None:
+            todo.append(r.grad_fn)
+        elif id(r) in ids:  # the leaf itself is a root: the chunk returns it
+            out[id(r)] = out.get(id(r), 0) + 1
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for n, _ in node.next_functions:
+            leaf = getattr(n, "variable", None)
+            if leaf is None:
+                todo.append(n)
+            elif id(leaf) in ids:
+                out[id(leaf)] = out.get(id(leaf), 0) + 1
+    return out
+
+
 def stale_saved_tensor(kind, chunk, e):
     """autograd's "modified by an inplace operation" in a backward task, said in the
     pipeline's terms (None for any other error): a plain loop runs each microbatch's backward

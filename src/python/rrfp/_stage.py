@@ -55,7 +55,7 @@ class StepData:
 class _Work:
     """One (chunk, microbatch) between its F and its last backward task."""
 
-    __slots__ = ("inp", "root", "grad", "weights", "tree_in", "tree_out")
+    __slots__ = ("inp", "root", "grad", "weights", "seeded", "early", "tree_in", "tree_out")
 
     def __init__(self, inp, root, tree_in=False, tree_out=False):
         # The chunk's input: a leaf that wants its gradient, or None; for a structure, a list of
@@ -67,6 +67,8 @@ class _Work:
         self.grad = None  # the gradient of root (split backward keeps it for W)
         # The weight gradients, where B computed them too (StageRunner.whole): W hands them over.
         self.weights = None
+        self.seeded = ()  # the indices of the weights computed from their seeds (GradSums)
+        self.early = ()  # the indices of tied parameters whose gradient B put (GradSums.early)
         self.tree_in = tree_in
         self.tree_out = tree_out
 
@@ -209,16 +211,25 @@ class StageRunner:
             self.data.losses[mb] = loss.detach()
             if self.data.scaler is not None:
                 loss = self.data.scaler.scale(loss)
+            self._count_uses(chunk, mb, [loss])
             self.work[(chunk, mb)] = _Work(inp, loss, tree_in)
             return None
         # One tensor travels on the one-tensor path and arrives wanting a gradient if it is a
         # float; one that wants none (a frozen chunk's output) goes as a structure, which says so.
         if isinstance(out, torch.Tensor) and (out.requires_grad or not out.is_floating_point()):
+            self._count_uses(chunk, mb, [out])
             self.work[(chunk, mb)] = _Work(inp, out, tree_in)
             return out
         structure, tensors = _pack(out, f"chunk {chunk}")
+        self._count_uses(chunk, mb, tensors)
         self.work[(chunk, mb)] = _Work(inp, tensors, tree_in, tree_out=True)
         return structure, tensors
+
+    def _count_uses(self, chunk, mb, roots):
+        # Before any chunk's backward of this microbatch: each user's B then knows whether the
+        # tied parameter's gradient must be computed in B (GradSums.early).
+        if self.data.sums.counts(chunk):
+            self.data.sums.count(chunk, mb, roots)
 
     def _eval_forward(self, chunk, mb, x):
         """The forward of an evaluation step: no graph, no leaves; the last chunk keeps its
@@ -254,6 +265,9 @@ class StageRunner:
             if not self.split:
                 del self.work[(chunk, mb)]
                 self._put(chunk, mb, [None] * len(self.params[chunk]))
+            else:
+                w.early = self.data.sums.early(chunk, mb)
+                self._put_tied(chunk, mb, dict.fromkeys(w.early), ())
             w.root = None  # W has nothing to add either
             return _pack_grads([None] * len(w.inp)) if w.tree_in else None
         inputs = w.inp if w.tree_in else ([w.inp] if w.inp is not None else [])
@@ -263,42 +277,82 @@ class StageRunner:
             self.checked.add(chunk)
             refuse_foreign_leaves(chunk, chunk == self.last_chunk, roots, wanted + params,
                                   self.data)
+        grads = None if last else grads
+        every = range(len(params))
         if not self.split:
             del self.work[(chunk, mb)]
-            got = _grad(roots, wanted + params, None if last else grads, retain=False)
-            self._put(chunk, mb, got[len(wanted):])
-            return _input_grads(w, got[:len(wanted)])
+            dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False)
+            self._put(chunk, mb, got, seeded)
+            return _input_grads(w, dx)
+        w.early = self.data.sums.early(chunk, mb)
         if self.whole[chunk] or _python_backward(roots):
             # Backward hooks and custom Functions on the way to both the input and the
             # parameters would run in B and again in W: B computes everything at once, and W
             # hands the weight gradients over, so they run once a microbatch as in a plain loop.
             self.whole[chunk] = True  # for the rest of the step: no more graphs to walk
-            got = _grad(roots, wanted + params, None if last else grads, retain=False)
-            w.root, w.weights = None, got[len(wanted):]
-            return _input_grads(w, got[:len(wanted)])
-        # Split: B is the input gradient only; the graph stays for W.
-        w.root, w.grad = roots, (None if last else grads)
-        if not wanted:
+            dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False)
+            self._put_tied(chunk, mb, {i: got[i] for i in w.early}, seeded)
+            w.root, w.weights, w.seeded = None, got, seeded
+            return _input_grads(w, dx)
+        # Split: B is the input gradient only (and the early tied parameters'); the graph
+        # stays for W.
+        w.root, w.grad = roots, grads
+        if not wanted and not w.early:
             return _input_grads(w, [])
-        return _input_grads(w, _grad(roots, wanted, w.grad, retain=True))
+        dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, w.early, retain=True)
+        self._put_tied(chunk, mb, dict(zip(w.early, got)), seeded)
+        return _input_grads(w, dx)
 
     def _weight(self, chunk, mb):
         if self.data.eval:
             return
         w = self.work.pop((chunk, mb))
+        n = len(self.params[chunk])
         if w.weights is not None:  # B computed them (self.whole)
-            self._put(chunk, mb, w.weights)
+            self._put(chunk, mb, w.weights, w.seeded, w.early)
             return
         if w.root is None:  # no gradient came (see _backward): nothing to add
-            self._put(chunk, mb, [None] * len(self.params[chunk]))
+            self._put(chunk, mb, [None] * n, (), w.early)
             return
-        self._put(chunk, mb, _grad(w.root, self.params[chunk], w.grad, retain=False))
+        if not w.early:
+            _, got, seeded = self._grads(chunk, mb, w.root, w.grad, [], range(n), retain=False)
+            self._put(chunk, mb, got, seeded)
+            return
+        rest = [i for i in range(n) if i not in w.early]
+        _, got, seeded = self._grads(chunk, mb, w.root, w.grad, [], rest, retain=False)
+        full = [None] * n
+        for i, g in zip(rest, got):
+            full[i] = g
+        self._put(chunk, mb, full, seeded, w.early)
 
-    def _put(self, chunk, mb, grads):
+    def _grads(self, chunk, mb, roots, grads, wanted, which, retain):
+        """The gradients of the inputs `wanted` and of the chunk's parameters at the indices
+        `which`, and the indices of those computed from a seed: each tied parameter whose later
+        user chunks' gradient of the microbatch is known is given it as the gradient of one
+        more root, the parameter itself. The engine adds the roots' gradients to their nodes'
+        buffers before it runs any node, so the chunk's uses are added after the later chunks'
+        as in a plain loop's backward (_TiedSum)."""
+        params = self.params[chunk]
+        seeds = self.data.sums.seeds(chunk, mb, which)
+        if seeds:
+            if grads is None:  # the loss: the engine would start it from ones
+                grads = [torch.ones_like(r, memory_format=torch.preserve_format) for r in roots]
+            roots = [params[i] for i, _ in seeds] + list(roots)
+            grads = [s for _, s in seeds] + list(grads)
+        targets = params if len(which) == len(params) else [params[i] for i in which]
+        got = _grad(roots, wanted + targets, grads, retain)
+        return got[:len(wanted)], got[len(wanted):], {i for i, _ in seeds}
+
+    def _put(self, chunk, mb, grads, seeded=(), skip=()):
         # A tied parameter's sum adds gradients of several stages: each stage's kernels must
         # have completed before another stage's stream reads what they wrote.
         self.device.settle()
-        self.data.sums.put(chunk, mb, grads)
+        self.data.sums.put(chunk, mb, grads, seeded, skip)
+
+    def _put_tied(self, chunk, mb, got, seeded):
+        if got:
+            self.device.settle()
+            self.data.sums.put_tied(chunk, mb, got, seeded)
 
     def _output_grads(self, chunk, w, g):
         """The outputs that take a gradient and their gradients, as lists: a tensor's from the

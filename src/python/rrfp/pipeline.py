@@ -8,7 +8,7 @@ import torch
 from . import _rrfp, _saving, checkpoint
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
-from ._grads import GradSums, sum_over_replicas, trained_layout
+from ._grads import GradSums, sum_over_replicas, trained_layout, warn_inexact
 from ._replicas import from_first_replica
 from ._launch import (agreed, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters)
@@ -147,6 +147,7 @@ class Pipeline:
             raise ValueError(f"progress: seconds (at least 0), \"auto\" or None, got {progress!r}")
         self._progress = progress
         self._data = StepData(loss_fn, delay_fn)
+        self._inexact_said = set()  # tied parameters warned of (warn_inexact)
         self._runners = []
         self.chunks = {}  # chunk index -> module, the chunks this process runs
         self._data.chunks = self.chunks
@@ -341,11 +342,13 @@ class Pipeline:
         ties = self._ties
         chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
         sums = GradSums(chunk_params, from_grad=self._dp == 1,
-                        fresh=ties.holders if ties else ())
+                        fresh=ties.holders if ties else (),
+                        split=any(r.split for r in self._runners))
         layout = trained_layout(self.chunks, chunk_params, self._dp) if self._dp > 1 else None
         rec, loss = run_pass(self, inputs, targets, sums, layout)
         pairs = self._data.sums.pairs()
         self._data.sums = None
+        warn_inexact(sums, self.chunks, self._inexact_said)
         if ties is not None:  # every holder of a tie gets the tie's sum
             pairs = ties.sum(pairs, add_previous=self._dp == 1)
         if self._dp > 1:  # every replica joins, training something or not
