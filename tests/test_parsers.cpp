@@ -261,6 +261,29 @@ TEST(HintFile, JsonIsBoundedAsADocumentWithUniqueKeysAndVersionOne) {
     j["version"] = nlohmann::json::parse(v);
     EXPECT_NE(refusal(j.dump()).find("unsupported hint version"), std::string::npos) << v;
   }
+  // A misspelt shape key skipped its check: refused, as the text format refuses an unknown field.
+  auto typo = nlohmann::json::parse(ok);
+  typo["microbatch"] = 16;
+  EXPECT_NE(refusal(typo.dump()).find("h.json: unknown key \"microbatch\" (the keys are format"),
+            std::string::npos)
+      << refusal(typo.dump());
+}
+
+// Whether a hint file declares a split backward, read as the parser reads its header: an
+// indented header, or one after a comment line, counts (missed, the run was said to have the
+// wrong split).
+TEST(HintFile, SplitIsReadFromTheHeaderAsTheParserReadsIt) {
+  WorkModel m(config(2, 4, 1, true));
+  const std::string text = write_hint_text(make_hint("zb-h1", m).list(), m);
+  const std::string path = ::testing::TempDir() + "rrfp-split-hint.txt";
+  for (const std::string& prefix : {std::string(), std::string("   "), std::string("# a zb\n  ")}) {
+    std::ofstream(path) << prefix << text;
+    EXPECT_TRUE(hint_file_declares_split(path)) << "'" << prefix << "'";
+  }
+  std::ofstream(path) << "# rrfp-hint split=1 (a comment)\n"
+                      << write_hint_text(make_hint("1f1b", WorkModel(config(2, 4))).list(),
+                                         WorkModel(config(2, 4)));
+  EXPECT_FALSE(hint_file_declares_split(path));
 }
 
 // Mutates valid inputs (mutate.hpp) and feeds them to every parser: each must either accept or
