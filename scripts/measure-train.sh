@@ -51,8 +51,8 @@ for j in none jitter:J2 jitter:J3; do
     set -- $spec
     total=0
     for seed in 1 2 3 4 5 6 7 8 9 10; do
-      w=$j; [ "$j" = none ] && w=uniform
-      ms=$("$rrfp" simulate --replay "/tmp/rrfp-clean-$3/durations.csv" --pp 4 -m 8 --workload "$w" \
+      jitter=(); [ "$j" = none ] || jitter=(--workload "$j")  # a replay takes jitter alone
+      ms=$("$rrfp" simulate --replay "/tmp/rrfp-clean-$3/durations.csv" --pp 4 -m 8 "${jitter[@]}" \
         --hint "$1" --policy "$2" --split-backward "$4" --seed "$seed" --json - |
         python3 -c "import json, sys; print(json.load(sys.stdin)['runs'][0]['makespan_ms'])")
       total=$(python3 -c "print($total + $ms)")

@@ -112,6 +112,18 @@ grep -q "replay it with --split-backward off" so.log || fail "no advice: $(tail 
   fail "the default comparison without the split: $(field so.json "[r['hint'] for r in j['runs']]")"
 [ "$(field so.json "j['workload']")" = "replay:steps.csv step 5" ] ||
   fail "a CSV of several steps: $(field so.json "j['workload']")"
+# Jitter on top of a replay is named with it (its makespans are not the measured ones); a preset
+# whose times the replay replaces is refused (it was taken and changed nothing).
+"$rrfp" simulate --pp 2 -m 2 --replay steps.csv --split-backward off --workload jitter:J3 \
+  --json sj.json >/dev/null || fail "a replay with jitter failed"
+[ "$(field sj.json "j['workload']")" = "replay:steps.csv step 5 + jitter:J3" ] ||
+  fail "a replay with jitter: $(field sj.json "j['workload']")"
+rc=0
+"$rrfp" simulate --pp 2 -m 2 --replay steps.csv --split-backward off --workload multimodal \
+  >so.log 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && [ "$(wc -l <so.log)" -eq 1 ] &&
+  grep -q "^rrfp: error: --workload: with --replay (and --tp 1) only a jitter preset" so.log ||
+  fail "a preset a replay ignores: $(cat so.log)"
 # A profiler trace without W tasks says the same (it named the missing W tasks only).
 "$rrfp" simulate --pp 2 -m 4 --replay "$data/torch-pp2" >so.log 2>&1 &&
   fail "a trace without W tasks replayed split by default"

@@ -306,6 +306,19 @@ TEST(Workload, DurationsArePureAndDependOnTheSeed) {
   }
 }
 
+// A straggler past the last stage would slow nothing, silently: refused once P is known.
+TEST(Workload, AStragglerStagePastThePipelineIsRefused) {
+  WorkModel m(config(4, 8));
+  WorkloadParams w = workload_preset("straggler");
+  w.straggler_prob = 1;
+  w.straggler_stage = 3;
+  EXPECT_NO_THROW(realize(w, m, 1, 1));
+  w.straggler_stage = 4;
+  EXPECT_ERROR(realize(w, m, 1, 1), InputError,
+               "workload straggler_stage: 4 for 4 stages; a stage between 0 and 3, -1 for none "
+               "or -2 for one drawn from the seed");
+}
+
 TEST(Workload, JitterHitsAboutPOfTasks) {
   WorkModel m(config(8, 64));
   for (int j = 1; j <= 3; ++j) {

@@ -57,6 +57,15 @@ Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
   sc.trace = load.trace;
   sc.seed = load.seed;
   sc.tp = checked_tp(dispatch.tp);
+  // A replay's measured durations replace every drawn one: a preset's times and spreads were
+  // taken and changed nothing. Its jitter applies on top, and with TP its collective's and
+  // coordination's latencies where the trace has none.
+  if (!load.replay.empty() && load.workload_given && sc.tp == 1 && sc.workload.jitter.p == 0 &&
+      load.workload.rfind("jitter", 0) != 0)
+    throw InputError(
+        "--workload: with --replay (and --tp 1) only a jitter preset applies "
+        "(jitter:J0..J3, on top of the measured durations); got '" +
+        load.workload + "'");
   sc.tp_protocol = parse_tp_protocol(dispatch.tp_protocol);
   sc.limit = dispatch.limit;
   sc.max_pending_w = dispatch.max_pending_w;

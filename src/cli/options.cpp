@@ -133,8 +133,10 @@ void add_trace_flags(CLI::App* app, TraceOptions& t) {
 void add_workload_flags(CLI::App* app, WorkloadFlags& f) {
   app->add_option(
          "--workload", f.workload,
-         "preset: uniform, language, multimodal, jitter:J0..J3, straggler, paper-comm, paper")
-      ->capture_default_str();
+         "preset: uniform, language, multimodal, jitter:J0..J3, straggler, paper-comm, paper "
+         "(with --replay: a jitter preset, on top of the measured durations)")
+      ->capture_default_str()
+      ->each([&f](const std::string&) { f.workload_given = true; });
   app->add_option("--workload-file", f.workload_file, "JSON overriding any workload parameter");
   auto* replay = app->add_option(
       "--replay", f.replay,

@@ -54,6 +54,9 @@ struct DispatchFlags {
 // What durations a simulated or emulated step sees: --workload --workload-file --replay --seed.
 struct WorkloadFlags {
   std::string workload = "multimodal";
+  // Given on the command line: with --replay and one TP rank only a jitter preset applies
+  // (make_scenario).
+  bool workload_given = false;
   std::string workload_file, replay;
   std::uint64_t seed = 1;
   TraceOptions trace;  // how --replay reads a trace: --trace-format --step --message-us

@@ -59,6 +59,8 @@ ReportHeader header_of(const Scenario& sc) {
   h.workload = sc.replay_path.empty() ? sc.workload_name : "replay:" + sc.replay_path;
   if (!sc.replay_path.empty() && sc.trace.step >= 0)
     h.workload += " step " + std::to_string(sc.trace.step);
+  // The jitter a replay takes on top (realized_work): its makespans are not the measured ones.
+  if (!sc.replay_path.empty() && sc.workload.jitter.p > 0) h.workload += " + " + sc.workload_name;
   h.seed = sc.seed;
   h.tp = sc.tp;
   h.tp_protocol = to_string(sc.tp_protocol);

@@ -78,11 +78,12 @@ void keep_step(Table& t, const std::string& origin, int step) {
                        st.substr(0, 30) + "' is not a whole number in [0, 999999999]");
     last = std::max(last, std::stoll(st));
   }
-  const std::string chosen = std::to_string(step >= 0 ? step : last);
-  const auto other = [&](const Row& r) { return r.second[at] != chosen; };
+  // By value, as `last` is: "02" is step 2 (a text match never found it, and dropped its rows).
+  const long long chosen = step >= 0 ? step : last;
+  const auto other = [&](const Row& r) { return std::stoll(r.second[at]) != chosen; };
   if (std::all_of(t.rows.begin(), t.rows.end(), other))
-    throw InputError("`step`: " + origin + " has no step " + chosen + "; its last is " +
-                     std::to_string(last));
+    throw InputError("`step`: " + origin + " has no step " + std::to_string(chosen) +
+                     "; its last is " + std::to_string(last));
   t.rows.erase(std::remove_if(t.rows.begin(), t.rows.end(), other), t.rows.end());
 }
 

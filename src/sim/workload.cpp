@@ -240,6 +240,12 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
     tokens[mb] = microbatch_tokens(w, seed, mb) + images[mb] * w.image_tokens;
   }
   int straggler = w.straggler_stage;
+  // validate() cannot know P; a stage past it would slow nothing, silently.
+  if (straggler >= m.pp())
+    throw InputError("workload straggler_stage: " + std::to_string(straggler) + " for " +
+                     std::to_string(m.pp()) + " stages; a stage between 0 and " +
+                     std::to_string(m.pp() - 1) +
+                     ", -1 for none or -2 for one drawn from the seed");
   if (straggler == -2) straggler = static_cast<int>(hash_keys(seed, kStragglerStage) % m.pp());
   // Every draw is a function of its keys alone, so ranges of tasks are drawn on threads of their
   // own (a quarter of a large simulation's time was these draws).
