@@ -49,7 +49,11 @@ def split(batch, m, name):
             raise ValueError(f"{name}: expected {m} microbatches, got {len(batch)}")
         return list(batch)
     if isinstance(batch, torch.Tensor):
-        rows = 0 if batch.dim() == 0 else batch.shape[0]
+        if batch.dim() == 0:  # said to hold 0 rows, which read as an empty batch
+            raise ValueError(f"{name}: a tensor of no dimensions (a scalar) has no dimension 0 "
+                             f"to split into {m} microbatches; give a batch with one row per "
+                             f"sample, or a list of {m} microbatches")
+        rows = batch.shape[0]
         if rows < m or rows % m:
             raise ValueError(f"{name}: a batch of {rows} rows does not split evenly into {m} "
                              f"microbatches; give a list of {m} microbatches to choose their "
