@@ -6,6 +6,8 @@ stage 0's last backward raises, after the other stages have done their whole par
 they drop the step too (they used to keep it, and the processes then held different weights).
 Only the last replica fails; the other replicas (replica 0, whose rank 0 merges the records,
 among them) drop both steps as well."""
+import time
+
 import torch
 
 import lm
@@ -75,9 +77,44 @@ def run(pp, dp, m, transport, rank):
         if pipe.replica == 0:
             assert torch.equal(loss, ref_losses[s]), (rank, s, loss, ref_losses[s])
         opt.step()
+    refusals(pipe, rank, pp * dp, m)
     for c, module in pipe.chunks.items():
         inner = module.inner if isinstance(module, Failing) else module
         for (pn, p), q in zip(ref_chunks[c].named_parameters(), inner.parameters()):
             assert torch.equal(p, q), f"rank {rank} chunk {c} {pn} differs"
     print(f"rank {rank}: steps failed on one process were dropped on all, training went on "
           "bitwise", flush=True)
+
+
+def refusals(pipe, rank, world, m):
+    """A batch refused on one process alone, and a call that differs between processes, raise on
+    every process at once (the others used to wait out the timeout in the step's collectives, and
+    a step paired with another process's eval_step() left stage 0 without gradients, silently);
+    the job then goes on."""
+    xs, ys = lm.batches(m, seed=99)
+    params = [p for c in pipe.chunks.values() for p in c.parameters()]
+    saved = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    last = rank == world - 1
+    start = time.monotonic()
+    try:
+        pipe.step(xs[:-1] if last else xs, ys)  # m - 1 microbatches: refused there alone
+        raise AssertionError(f"rank {rank}: a batch refused on job rank {world - 1} went on")
+    except ValueError as e:
+        assert last and f"expected {m} microbatches, got {m - 1}" in str(e), (rank, str(e))
+    except RuntimeError as e:
+        assert not last and f"job rank(s) [{world - 1}] refused the batch" in str(e), (rank, e)
+    try:
+        if rank == 0:
+            pipe.eval_step(xs, ys)
+        else:
+            pipe.step(xs, ys)
+        raise AssertionError(f"rank {rank}: step() went on beside eval_step()")
+    except RuntimeError as e:
+        assert "not making the same call (job rank 0 in eval_step() after" in str(e), (rank, e)
+    assert time.monotonic() - start < 20, (rank, "a refusal waited for the timeout")
+    assert all(p.grad is None for p in params), (rank, "a refused step left a .grad")
+    pipe.eval_step(xs, ys)  # every process in step again
+    for p, g in zip(params, saved):
+        p.grad = g

@@ -87,9 +87,12 @@ def test_bad_checkpoints_are_refused(tmp_path):
     for call in (pipe.save, pipe.load):
         with pytest.raises(TypeError, match="optimizer must be one optimizer .* got list"):
             call(str(tmp_path / "model-only"), [opt, opt])
+    foreign = torch.optim.SGD([torch.zeros(2, requires_grad=True)], lr=1)
     with pytest.raises(ValueError, match="not this pipeline"):
-        pipe.save(str(tmp_path / "x"), torch.optim.SGD([torch.zeros(2, requires_grad=True)],
-                                                       lr=1))
+        pipe.save(str(tmp_path / "x"), foreign)
+    pipe.save(str(tmp_path / "with-optimizer"), opt)
+    with pytest.raises(ValueError, match="not this pipeline"):  # was a KeyError of its id
+        pipe.load(str(tmp_path / "with-optimizer"), foreign)
 
 
 def _weights(pipe):

@@ -5,6 +5,8 @@ import zlib
 
 import torch
 
+from ._tree import tensors_in
+
 
 def digest(microbatches, found):
     """A CRC-32 over the microbatches' types and tensors (`found`: each one's, wherever they
@@ -80,36 +82,93 @@ def refuse_split_against_list(inputs, targets, input_mbs, target_mbs):
                      f"give the {whole} as a list of the same sizes")
 
 
-def check_before_step(pipe, found, layout, training):
+def take_batch(pipe, inputs, targets, m, training):
+    """Splits the step's batch into pipe._data's microbatches after checking what needs no other
+    process: each microbatch's tensors (found once), inputs first. Raises on what it refuses."""
+    if training and not torch.is_grad_enabled():
+        raise RuntimeError("step: called under torch.no_grad(), but a step trains (it runs the "
+                           "backward and adds to .grad); use eval_step for forwards only")
+    if isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor) and \
+            inputs.dim() > 0 and targets.dim() > 0 and inputs.shape[0] != targets.shape[0]:
+        raise ValueError(f"inputs and targets: {inputs.shape[0]} and {targets.shape[0]} "
+                         "rows; a batch needs one target row per input row")
+    pipe._data.inputs = split(inputs, m, "inputs")
+    pipe._data.targets = None if targets is None else split(targets, m, "targets")
+    refuse_split_against_list(inputs, targets, pipe._data.inputs, pipe._data.targets)
+    found = ([tensors_in(x) for x in pipe._data.inputs],
+             [tensors_in(y) for y in pipe._data.targets or []])
+    if training:
+        refuse_grad_outside(found[0], "inputs", "inside the first chunk")
+        refuse_grad_outside(found[1], "targets", "inside loss_fn")
+    return found
+
+
+# The calls whose all-gathers carry their name (gather_call), by code.
+_CALLS = {1.0: "step()", 2.0: "eval_step()", 3.0: "clip_grad_norm_()"}
+
+
+def gather_call(pipe, call, values):
+    """Every process's `values` (by job rank) in one all-gather over the job, once every process
+    is found making the same `call` (one of _CALLS) after as many steps. A process that skipped
+    a call or made another pairs its collectives with the wrong ones: one making step() while
+    another made eval_step() got no gradients on stage 0, silently, and one reading another
+    call's values (clip_grad_norm_ a batch check's) read them as its own."""
+    code = next(k for k, v in _CALLS.items() if v == call)
+    every = pipe._core.all_gather([code, float(pipe._step)] + values)
+    if len({tuple(v[:2]) for v in every}) > 1:
+        where = ", ".join(
+            f"job rank {r} in {_CALLS[v[0]]} after {int(v[1])} steps"
+            if len(v) >= 2 and v[0] in _CALLS else f"job rank {r} in another collective"
+            for r, v in enumerate(every))
+        raise RuntimeError(
+            f"{call}: the processes of the job are not making the same call ({where}); every "
+            "process must call step(), eval_step() and clip_grad_norm_() alike and in the same "
+            "order (one that skipped or added a call has its collectives paired with the wrong "
+            "ones from then on)")
+    return [v[2:] for v in every]
+
+
+def check_before_step(pipe, found, layout, training, refusal=None):
     """What every process of the job must agree on before a step runs, in one gather, each
     refused on every process (raised where it fails alone, the others would wait for it in
     the step's collectives until their timeout):
+    - Every process makes the same call, step() or eval_step() (gather_call).
+    - No process refused its batch (`refusal`: what take_batch raised here, then raised here;
+      the others raise RuntimeError naming its job rank).
     - The processes of a replica pass the same batch: the first stage takes the inputs and
       the last the targets, each from its own process's call, so inputs would be trained
       against another batch's targets. A digest of each process's batch is compared. (torch's
       generator starts from a different seed in every process: seed it alike.)
     - With dp > 1, every replica trains the same parameters of a stage (the layout marks).
     - The ties' copies agree (Ties.check)."""
-    mine = [float(digest(pipe._data.inputs, found[0])),
-            float(digest(pipe._data.targets or [], found[1])),
-            -1.0 if layout is None else float(layout)]
-    every = pipe._core.all_gather(mine + (pipe._ties.flags if pipe._ties else []))
+    call = "step()" if training else "eval_step()"
+    mine = [1.0, 0.0, 0.0] if refusal is not None else \
+        [0.0, float(digest(pipe._data.inputs, found[0])),
+         float(digest(pipe._data.targets or [], found[1]))]
+    every = gather_call(pipe, call, mine + [-1.0 if layout is None else float(layout)] +
+                        (pipe._ties.flags if pipe._ties else []))
+    if refusal is not None:
+        raise refusal
+    refused = [r for r, v in enumerate(every) if v[0]]
+    if refused:
+        raise RuntimeError(f"{call[:-2]}: job rank(s) {refused} refused the batch they were given "
+                           "(their own errors say why); no process ran the step")
     pp, dp = pipe.pp, pipe._dp
     for r in range(dp):
         peers = every[r * pp:(r + 1) * pp]
-        if any(p[:2] != peers[0][:2] for p in peers):
+        if any(p[1:3] != peers[0][1:3] for p in peers):
             raise ValueError(
                 "inputs, targets: the processes of a replica passed different batches to "
                 f"step(){f' (replica {r})' if dp > 1 else ''}; each must pass the same one "
                 "(seed torch's generator alike in every process, e.g. torch.manual_seed(0), "
                 "or load the same data)")
     for s in range(pp):
-        marks = [every[r * pp + s][2] for r in range(dp)]
+        marks = [every[r * pp + s][3] for r in range(dp)]
         bad = next((r for r, v in enumerate(marks) if v != marks[0]), None)
         if bad is not None:
             raise ValueError(
                 f"dp: the replicas train different parameters on stage {s} (replica 0 and "
                 f"replica {bad}); every replica must freeze and unfreeze alike")
     if pipe._ties is not None:
-        pipe._ties.check([[x for s in range(pp) for x in every[r * pp + s][3:]]
+        pipe._ties.check([[x for s in range(pp) for x in every[r * pp + s][4:]]
                           for r in range(dp)], pipe.replica, training)

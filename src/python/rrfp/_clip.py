@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from ._batch import gather_call
 from ._launch import EXACT_IN_DOUBLE
 
 
@@ -50,7 +51,7 @@ def _gathered(pipe, local, norms):
     flat = []
     for (c, i, _), n, v in zip(local, norms, values):
         flat += [float(c), float(i), float(EXACT_IN_DOUBLE.index(n.dtype)), v]
-    every = pipe._core.all_gather(flat)
+    every = gather_call(pipe, "clip_grad_norm_()", flat)
     replica = every[pipe.replica * pipe.pp:(pipe.replica + 1) * pipe.pp]
     entries = sorted((int(v[k]), int(v[k + 1]), int(v[k + 2]), v[k + 3])
                      for v in replica for k in range(0, len(v), 4))

@@ -4,11 +4,9 @@ riding on the step's closing exchange to every process of the replica."""
 import torch
 
 from . import _rrfp, _wire
-from ._batch import check_before_step, refuse_grad_outside, refuse_split_against_list, \
-    split as split_batch
+from ._batch import check_before_step, take_batch
 from ._caller import CallerState
 from ._progress import Progress
-from ._tree import tensors_in
 
 StageError = _rrfp.StageError
 
@@ -16,26 +14,23 @@ StageError = _rrfp.StageError
 def run_pass(pipe, inputs, targets, sums, layout=None):
     """One pass of the runtime over the batch for `pipe` (a Pipeline): the step's record and
     what replica_loss takes (the sum of the microbatch losses where this process has them, and
-    what every process carried out of the step). sums: the step's
-    GradSums, None for an evaluation step. layout: with dp > 1, the mark of what this process
-    trains (trained_layout), compared over the replicas first."""
+    what every process carried out of the step). sums: the step's GradSums, None for an
+    evaluation step. layout: with dp > 1, the mark of what this process trains
+    (trained_layout), compared over the replicas first. A batch refused here is refused on every
+    process of a job (check_before_step): raised on this one alone, the others waited for it in
+    the step's collectives until their timeout, and a loop that went on past it paired every
+    later collective with the wrong call."""
     m = pipe._core.microbatches
-    if isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor) and \
-            inputs.dim() > 0 and targets.dim() > 0 and inputs.shape[0] != targets.shape[0]:
-        raise ValueError(f"inputs and targets: {inputs.shape[0]} and {targets.shape[0]} "
-                         "rows; a batch needs one target row per input row")
-    pipe._data.inputs = split_batch(inputs, m, "inputs")
-    pipe._data.targets = None if targets is None else split_batch(targets, m, "targets")
-    refuse_split_against_list(inputs, targets, pipe._data.inputs, pipe._data.targets)
-    # Each microbatch's tensors, wherever they sit in it: looked for once.
-    found = ([tensors_in(x) for x in pipe._data.inputs],
-             [tensors_in(y) for y in pipe._data.targets or []])
+    found, refusal = None, None
     try:
-        if sums is not None:  # a training step
-            refuse_grad_outside(found[0], "inputs", "inside the first chunk")
-            refuse_grad_outside(found[1], "targets", "inside loss_fn")
+        found = take_batch(pipe, inputs, targets, m, sums is not None)
+    except Exception as e:  # noqa: BLE001 (raised below, once the job knows of it)
+        refusal = e
+    try:
         if pipe._core.world > 1:
-            check_before_step(pipe, found, layout, sums is not None)
+            check_before_step(pipe, found, layout, sums is not None, refusal)
+        elif refusal is not None:
+            raise refusal
         elif pipe._ties is not None:
             pipe._ties.check([pipe._ties.flags], 0, sums is not None)
     except BaseException:

@@ -67,11 +67,7 @@ def optimizer_state(chunks, optimizer, canonical):
     """The optimizer's state_dict with every parameter named instead of numbered."""
     names = _names(chunks, canonical)
     sd = optimizer.state_dict()
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    unknown = [i for i, p in enumerate(params) if id(p) not in names]
-    if unknown:
-        raise ValueError("optimizer: it holds parameters that are not this pipeline's chunks' "
-                         f"(positions {unknown[:5]})")
+    params = _own_params(optimizer, names)
     state = {names[id(params[i])]: s for i, s in sd["state"].items()}
     groups = []
     for g, saved in zip(optimizer.param_groups, sd["param_groups"]):
@@ -81,11 +77,23 @@ def optimizer_state(chunks, optimizer, canonical):
     return {"state": state, "param_groups": groups}
 
 
+def _own_params(optimizer, names):
+    """The optimizer's parameters in order, refused (ValueError) unless each is one of this
+    pipeline's chunks' (`names`: theirs by id)."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    unknown = [i for i, p in enumerate(params) if id(p) not in names]
+    if unknown:
+        raise ValueError("optimizer: it holds parameters that are not this pipeline's chunks' "
+                         f"(positions {unknown[:5]})")
+    return params
+
+
 def load_optimizer_state(chunks, optimizer, named, canonical):
     """Loads `named` (optimizer_state of any layout) into `optimizer`, whose parameters are
     this process's. Each group takes the hyper-parameters of the saved group that held the
     first of its parameters."""
     names = _names(chunks, canonical)
+    _own_params(optimizer, names)  # a foreign one raised a KeyError holding its id
     group_of = {}
     for g in named["param_groups"]:
         for n in g["params"]:

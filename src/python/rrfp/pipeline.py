@@ -284,11 +284,7 @@ class Pipeline:
         called while another of this pipeline runs (from another thread, or from a task's
         own code) raises RuntimeError at once.
         """
-        if not torch.is_grad_enabled():
-            raise RuntimeError("step: called under torch.no_grad(), but a step trains (it runs "
-                               "the backward and adds to .grad); use eval_step for forwards "
-                               "only")
-        with self._one_step("step"):
+        with self._one_step("step"):  # under no_grad: refused on every process (run_pass)
             return self._run_step(inputs, targets)
 
     def eval_step(self, inputs, targets=None):
