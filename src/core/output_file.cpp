@@ -5,11 +5,46 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.hpp"
 
 namespace rrfp {
+
+namespace {
+
+std::string folder_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// Writes `bytes` to `fd` and closes it, closing it also when the write fails.
+void write_and_close(int fd, const std::string& bytes, const std::string& what) {
+  try {
+    write_all(fd, bytes, what + ": writing failed");
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) throw Error(what + ": writing failed: " + std::strerror(errno));
+}
+
+// A new file beside `target` that no other writer has (O_EXCL), with `mode`; its name in `tmp`.
+// A short name of its own, not `target`'s plus a suffix, which could pass NAME_MAX. -1 and
+// errno when the folder takes none.
+int open_temporary(const std::string& target, mode_t mode, std::string& tmp) {
+  const std::string stem = folder_of(target) + "/.rrfp-" + std::to_string(::getpid()) + "-";
+  for (int n = 0; n < 100; ++n) {
+    tmp = stem + std::to_string(n) + ".tmp";
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;
+}
+
+}  // namespace
 
 int open_output(const std::string& path, const std::string& what, OutputMode mode) {
   auto refuse = [&](const std::string& why) {
@@ -52,15 +87,47 @@ void check_output_path(const std::string& path, const std::string& what) {
     return;
   }
   if (errno != ENOENT) throw InputError(what + " cannot be examined: " + std::strerror(errno));
-  const auto slash = path.find_last_of('/');
-  const std::string folder = slash == std::string::npos ? "."
-                             : slash == 0               ? "/"
-                                                        : path.substr(0, slash);
+  const std::string folder = folder_of(path);
   if (::stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw InputError(what + ": its folder '" + folder + "' does not exist");
   if (::access(folder.c_str(), W_OK | X_OK) != 0)
     throw InputError(what + ": its folder '" + folder +
                      "' takes no new file: " + std::strerror(errno));
+}
+
+void replace_file(const std::string& path, const std::string& bytes, const std::string& what) {
+  struct stat st {};
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (exists && !S_ISREG(st.st_mode)) return write_and_close(open_output(path, what), bytes, what);
+  // A file the user may not write stays refused, as an open for writing refused it: the
+  // rename needs only the folder's permission.
+  if (exists && ::access(path.c_str(), W_OK) != 0)
+    throw InputError(what + " cannot be written: " + std::strerror(errno));
+  std::string target = path;
+  if (exists) {  // through a symbolic link: the file it names is replaced, the link stays
+    if (char* real = ::realpath(path.c_str(), nullptr)) {
+      target = real;
+      std::free(real);
+    }
+  }
+  std::string tmp;
+  const int fd = open_temporary(target, exists ? st.st_mode & 07777 : 0644, tmp);
+  if (fd < 0) {
+    // A writable file in a folder that takes no new one is written in place, as it was.
+    if (exists && (errno == EACCES || errno == EPERM || errno == EROFS))
+      return write_and_close(open_output(path, what), bytes, what);
+    throw InputError(what + " cannot be written: " + std::strerror(errno));
+  }
+  try {
+    if (exists) ::fchmod(fd, st.st_mode & 07777);  // the umask took bits off the old mode
+    write_and_close(fd, bytes, what);
+    if (std::rename(tmp.c_str(), target.c_str()) != 0)
+      throw Error(what + ": cannot rename its temporary '" + tmp +
+                  "' over it: " + std::strerror(errno));
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
 }
 
 void write_all(int fd, const std::string& bytes, const std::string& what) {

@@ -28,6 +28,15 @@ int open_output(const std::string& path, const std::string& what, OutputMode mod
 // mistyped folder does not cost the work (an open FIFO, written later, passes).
 void check_output_path(const std::string& path, const std::string& what);
 
+// Writes `bytes` as the whole of `path`, an output the user named, so that a failed write
+// (a full disk, a file size limit) leaves what was there: into a temporary file in the same
+// folder (hidden, `.rrfp-PID-N.tmp`), renamed over `path` once complete and removed on failure;
+// an existing file keeps its mode, and a symbolic link its place (its target is replaced).
+// What is no regular file (a pipe with a reader, /dev/null, /dev/full) is written in place,
+// through open_output: there is nothing to keep, and a rename would replace the device. Throws
+// as open_output (InputError) and write_all (Error) do, starting with `what`.
+void replace_file(const std::string& path, const std::string& bytes, const std::string& what);
+
 // Writes all of `bytes` to `fd` (retrying short writes and interrupted calls); throws Error
 // starting with `what` and the system's reason ("No space left on device").
 void write_all(int fd, const std::string& bytes, const std::string& what);

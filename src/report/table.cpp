@@ -1,9 +1,5 @@
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 
 #include "core/error.hpp"
 #include "core/output_file.hpp"
@@ -28,15 +24,8 @@ std::string lpad(std::string s, size_t w) {
 }  // namespace
 
 void write_text_file(const std::string& path, const std::string& text, const char* flag) {
-  const std::string what = std::string(flag) + ": '" + path + "'";
-  const int fd = open_output(path, what);
-  try {
-    write_all(fd, text, what + ": writing failed");
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  if (::close(fd) != 0) throw Error(what + ": writing failed: " + std::strerror(errno));
+  // Whole or not at all: a failed write once left a cut file in place of the old one.
+  replace_file(path, text, std::string(flag) + ": '" + path + "'");
 }
 
 std::string peak_d_column(const std::vector<int>& peaks) {

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# What rrfp writes: an output is whole or not there, a failed write keeps what was there, and
+# every output flag takes '-' as simulate's do (stdout for --json, refused elsewhere).
+# Usage: cli_outputs.sh PATH/TO/rrfp
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/cli_check.sh"
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+cd "$tmp" || exit 1
+
+# A write that fails (here past a file size limit, as a full disk would) leaves the earlier
+# output as it was, and no temporary: it was truncated in place, leaving 4096 bytes of cut JSON.
+for flag in --json --svg; do
+  "$rrfp" simulate --pp 4 -m 8 $flag keep >/dev/null || fail "simulate $flag keep"
+  cp keep keep.before
+  (trap '' XFSZ; ulimit -f 4; "$rrfp" simulate --pp 4 -m 8 --workload uniform $flag keep \
+    >/dev/null 2>err)
+  rc=$?
+  [ "$rc" -eq 1 ] && grep -q "writing failed: File too large" err ||
+    fail "$flag past a size limit: exit $rc, $(cat err)"
+  cmp -s keep keep.before || fail "$flag: a failed write changed the earlier output"
+  ls -A | grep -q '^\.rrfp-' && fail "$flag: a failed write left its temporary"
+done
+# A written output replaces the file a link names (the link stays) and keeps its mode.
+"$rrfp" schedule show --out real.txt >/dev/null && chmod 600 real.txt && ln -s real.txt link.txt
+"$rrfp" schedule show --hint gpipe --out link.txt >/dev/null || fail "schedule show --out link"
+[ -L link.txt ] && grep -q "F" real.txt || fail "--out through a link replaced the link"
+[ "$(stat -c %a real.txt)" = 600 ] || fail "--out: mode $(stat -c %a real.txt), want 600"
+
+[ "$fails" -eq 0 ] && echo "cli_outputs: all passed"
+[ "$fails" -eq 0 ]
