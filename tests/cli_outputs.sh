@@ -26,5 +26,17 @@ done
 [ -L link.txt ] && grep -q "F" real.txt || fail "--out through a link replaced the link"
 [ "$(stat -c %a real.txt)" = 600 ] || fail "--out: mode $(stat -c %a real.txt), want 600"
 
+# '-' is stdout for --json alone, as simulate's --trace and --svg refuse it: these wrote a file
+# named "-" and exited 0.
+data=$here/data
+check "--svg: '-' (stdout) is for --json only; give a file" predict "$data/torch-pp2" --svg -
+check "--csv: '-' (stdout) is for --json only" sweep --pp 2 --mb-factors 1 --seeds 1 --csv -
+check "--md: '-' (stdout) is for --json only" sweep --pp 2 --mb-factors 1 --seeds 1 --md -
+check "--out: '-' (stdout) is for --json only" plan --pp 2 -m 4 --out -
+check "--out: '-' (stdout) is for --json only" calibrate --out -
+[ -e ./- ] && fail "an output flag wrote a file named '-'"
+"$rrfp" predict "$data/torch-pp2" --json - 2>/dev/null | head -c 1 | grep -q '{' ||
+  fail "predict --json - is not JSON on stdout"
+
 [ "$fails" -eq 0 ] && echo "cli_outputs: all passed"
 [ "$fails" -eq 0 ]

@@ -216,9 +216,14 @@ WorkloadParams load_workload(const WorkloadFlags& f) {
 }
 
 void check_outputs(std::initializer_list<std::pair<const std::string&, const char*>> outputs) {
-  for (const auto& [path, flag] : outputs)
+  for (const auto& [path, flag] : outputs) {
+    // Only a JSON report goes to stdout, where the human lines then leave it: another output
+    // given '-' wrote a file named "-" (predict --svg, sweep --csv, plan --out...).
+    if (path == "-" && std::string(flag) != "--json")
+      throw InputError(std::string(flag) + ": '-' (stdout) is for --json only; give a file");
     if (!path.empty() && path != "-")
       check_output_path(path, std::string(flag) + ": '" + path + "'");
+  }
 }
 
 }  // namespace rrfp

@@ -63,7 +63,7 @@ struct WorkloadFlags {
 };
 
 // Refuses (InputError) each named output that could not be written, before a command's work:
-// {path, flag} pairs; an empty path (not asked for) and "-" (stdout) pass.
+// {path, flag} pairs; an empty path (not asked for) passes, and "-" (stdout) for --json alone.
 void check_outputs(std::initializer_list<std::pair<const std::string&, const char*>> outputs);
 
 void add_shape_flags(CLI::App* app, ShapeFlags& f);
