@@ -34,6 +34,16 @@ check "--csv: '-' (stdout) is for --json only" sweep --pp 2 --mb-factors 1 --see
 check "--md: '-' (stdout) is for --json only" sweep --pp 2 --mb-factors 1 --seeds 1 --md -
 check "--out: '-' (stdout) is for --json only" plan --pp 2 -m 4 --out -
 check "--out: '-' (stdout) is for --json only" calibrate --out -
+check "--out: '-' (stdout) is for --json only" schedule show --out -
+# schedule show checks --out before its diagram, in the other commands' words: a missing folder
+# or a directory printed the whole diagram, then exited 2 ("cannot be written: No such file").
+check "--out: '$tmp/none/h.json': its folder '$tmp/none' does not exist" \
+  schedule show --out "$tmp/none/h.json"
+[ -s "$tmp/out" ] && fail "schedule show drew its diagram before refusing --out"
+check "--out: '$tmp' is a directory, not a file" schedule show --out "$tmp"
+[ -s "$tmp/out" ] && fail "schedule show drew its diagram before refusing a directory"
+check "--out: 'bf' is a rule hint, it has no task list" schedule show --hint bf --out h.txt
+[ -s "$tmp/out" ] && fail "schedule show drew its diagram before refusing a rule hint"
 [ -e ./- ] && fail "an output flag wrote a file named '-'"
 "$rrfp" predict "$data/torch-pp2" --json - 2>/dev/null | head -c 1 | grep -q '{' ||
   fail "predict --json - is not JSON on stdout"

@@ -66,16 +66,18 @@ WorkModel model_for(const ScheduleFlags& f, const std::string& hint) {
 }
 
 void show(const ScheduleFlags& f) {
+  // Before the diagram: a bad --out printed the whole diagram, then exited 2.
+  check_outputs({{f.out, "--out"}});
   WorkModel m = model_for(f, f.hint);
   check_fits("schedule show: " + fmt("%.1fM", m.num_tasks() / 1e6) + " tasks",
              static_cast<double>(m.num_tasks()), kScheduleCost, "--pp or --microbatches");
   Hint h = make_hint(f.hint, m);
+  if (!f.out.empty() && !h.is_list())
+    throw InputError("--out: '" + f.hint + "' is a rule hint, it has no task list");
   std::cout << "hint " << h.name << ": P=" << m.pp() << " V=" << m.vpp()
             << " M=" << m.microbatches() << (m.split() ? " split backward" : "") << "\n\n"
             << render(m, h);
   if (!f.out.empty()) {
-    if (!h.is_list())
-      throw InputError("--out: '" + f.hint + "' is a rule hint, it has no task list");
     const bool json = f.out.size() > 5 && f.out.substr(f.out.size() - 5) == ".json";
     write_text_file(f.out, json ? write_hint_json(h.list(), m) : write_hint_text(h.list(), m),
                     "--out");
