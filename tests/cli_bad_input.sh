@@ -366,6 +366,10 @@ check "simulate: 1 run of 0.5M tasks: about 184 MB of memory" simulate --pp 512 
 check "or leave out --trace and --svg" simulate --pp 512 -m 512 --hint bf --policy ready --svg "$tmp/t.svg"
 check "schedule show: 0.5M tasks: about 84 MB" schedule show --pp 512 -m 512
 check "plan: orders of 1.0M tasks" plan --pp 512 -m 512 --tp 2
+# sweep takes the same checks, at its largest point (it ran a point simulate refuses), and its
+# grid is counted before it is built (2e9 seeds ended "out of memory", exit 1).
+check "sweep: 1 grid point, runs of up to 12.6M tasks: about 780 MB of memory" sweep --pp 1024 --mb-factors 4 --seeds 1 --workloads uniform --hints bf
+check "--seeds: the grid has 16000000000 points (--workloads x --pp x --mb-factors x --tp x --limits x --seeds); at most 1000000" sweep --seeds 2000000000
 # JSON is bounded by what its parse takes, not by its size alone (255 MiB of `{}` took 8.4 GB;
 # three such files of a trace directory ended in an uncaught bad_alloc): a file, then a
 # directory whose files fit one by one but not together.
@@ -381,6 +385,8 @@ check "3 trace files: parsing the trace: about 87 MB" simulate --replay "$tmp/ob
 RRFP_MEMORY_LIMIT=lots check "RRFP_MEMORY_LIMIT: 'lots' is not a size" simulate
 unset RRFP_MEMORY_LIMIT
 check "available: lower --pp, --microbatches or --tp" simulate --pp 4096 -m 3125 --tp 1024 --hint bf --policy ready
+# The M x P^2 check leaves out TP: this grid point passed it and started.
+check "available: lower --pp, --mb-factors, --tp or --seeds" sweep --pp 4096 --mb-factors 2 --tp 1024 --seeds 1
 "$rrfp" plan --pp 256 -m 256 --budget 0.05 --exact off >"$tmp/plan.txt" 2>&1 &&
   grep -q -- "its --budget of 0.05 s was spent before" "$tmp/plan.txt" ||
   { echo "FAIL: plan --budget 0.05 at 256x256 kept no budget:"; cat "$tmp/plan.txt"; fails=$((fails + 1)); }

@@ -117,17 +117,22 @@ double extra_bytes(const RunSpec& r) {
   return b;
 }
 
-void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenario& sc,
-                    const std::vector<RunSpec>& runs) {
-  double most = 0, total = 0, most_bytes = 0;
+RunsSize runs_size(const Scenario& sc, const std::vector<RunSpec>& runs) {
+  RunsSize s;
   for (const RunSpec& r : runs) {
     const PipelineConfig c = config_for(sc, r);
     const double tasks =
         static_cast<double>(c.pp) * c.vpp * c.microbatches * (c.split_backward ? 3 : 2) * sc.tp;
-    most = std::max(most, tasks);
-    total += tasks;
-    most_bytes = std::max(most_bytes, tasks * (kSimulateCost.bytes + extra_bytes(r)));
+    s.most = std::max(s.most, tasks);
+    s.total += tasks;
+    s.most_bytes = std::max(s.most_bytes, tasks * (kSimulateCost.bytes + extra_bytes(r)));
   }
+  return s;
+}
+
+void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenario& sc,
+                    const std::vector<RunSpec>& runs) {
+  const auto [most, total, most_bytes] = runs_size(sc, runs);
   // The runs take turns, each freeing its work when done, unless a timeline keeps every run's
   // records to draw them.
   const bool timeline = draws_timeline(f);

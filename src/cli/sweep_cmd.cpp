@@ -4,10 +4,13 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
 
+#include "cli/estimate.hpp"
+#include "cli/experiment_cmd.hpp"
 #include "cli/options.hpp"
 #include "cli/stop_signal.hpp"
 #include "core/error.hpp"
@@ -186,10 +189,57 @@ std::string csv_line(const Row& r) {
          fmt("%.3f", r.vs_1f1b_async) + "," + fmt("%.3f", r.vs_zbh1) + "\n";
 }
 
-// Every grid point's scenario, in the CSV's order.
-std::vector<Scenario> grid(const SweepFlags& f) {
+// The grid's points, counted before one is built: --seeds 2000000000 built every scenario
+// at once and ended "out of memory" (exit 1). A million points at the least size (P = 1)
+// take about a minute and hold 2 GB of rows.
+constexpr double kMaxGridPoints = 1e6;
+// Bytes a run's results hold until the CSV is written: its Row and its CSV line.
+constexpr double kRowBytes = 400;
+
+double grid_points(const SweepFlags& f) {
+  return static_cast<double>(f.workloads.size()) * static_cast<double>(f.pps.size()) *
+         static_cast<double>(f.mb_factors.size()) * static_cast<double>(f.tps.size()) *
+         static_cast<double>(f.limits.size()) * f.seeds;
+}
+
+// simulate's checks (check_fits, runs_size) over the grid: the largest point's heaviest run
+// and every point's rows must fit in memory; the work of every run is announced on a terminal.
+// The M x P^2 check alone let --pp 4096 --mb-factors 2 --tp 1024 start: it left out TP.
+void check_sweep_fits(const SweepFlags& f, const std::vector<RunSpec>& specs) {
+  const double points = grid_points(f);
+  if (points > kMaxGridPoints)
+    throw InputError("--seeds: the grid has " + fmt("%.0f", points) +
+                     " points (--workloads x --pp x --mb-factors x --tp x --limits x --seeds); "
+                     "at most " +
+                     fmt("%.0f", kMaxGridPoints) + ": lower --seeds or shorten a list");
+  const double per_shape =
+      points / (static_cast<double>(f.pps.size()) * static_cast<double>(f.mb_factors.size()) *
+                static_cast<double>(f.tps.size()));
+  RunsSize worst;
+  double work = 0;
+  for (int p : f.pps)
+    for (int fac : f.mb_factors)
+      for (int tp : f.tps) {
+        Scenario sc;
+        sc.cfg.pp = p;
+        sc.cfg.microbatches = fac * p;  // checked by check_sweep in 64 bits
+        sc.tp = tp;
+        const RunsSize s = runs_size(sc, specs);
+        worst.most = std::max(worst.most, s.most);
+        worst.most_bytes = std::max(worst.most_bytes, s.most_bytes);
+        work += s.total * per_shape;
+      }
+  const double rows = points * static_cast<double>(specs.size()) * kRowBytes;
+  const TaskCost cost{(worst.most_bytes + rows) / worst.most, kSimulateCost.seconds};
+  check_fits("sweep: " + fmt("%.0f", points) + (points == 1 ? " grid point" : " grid points") +
+                 ", runs of up to " + fmt("%.1fM", worst.most / 1e6) + " tasks",
+             worst.most, cost, "--pp, --mb-factors, --tp or --seeds", work / worst.most);
+}
+
+// Visits every grid point's scenario in the CSV's order, one built at a time, until `visit`
+// returns false.
+void for_each_point(const SweepFlags& f, const std::function<bool(const Scenario&)>& visit) {
   const TpProtocol proto = parse_tp_protocol(f.tp_protocol);
-  std::vector<Scenario> points;
   for (const std::string& w : f.workloads) {
     const WorkloadParams load = workload_preset(w);
     for (int p : f.pps)
@@ -207,10 +257,9 @@ std::vector<Scenario> grid(const SweepFlags& f) {
               sc.seed = seed;
               sc.limit = lim;
               sc.record = false;
-              points.push_back(sc);
+              if (!visit(sc)) return;
             }
   }
-  return points;
 }
 
 void run_sweep(const SweepFlags& f) {
@@ -219,7 +268,8 @@ void run_sweep(const SweepFlags& f) {
   // done are written, then the process exits 128 + the signal.
   const std::atomic<int>& stop = stop_on_signals();
   const std::vector<RunSpec> specs = sweep_specs(f);
-  const std::vector<Scenario> points = grid(f);
+  check_sweep_fits(f, specs);
+  const auto points = static_cast<size_t>(grid_points(f));
   std::vector<Row> rows;
   size_t done = 0;
   // On a terminal only, as simulate's and run's progress (docs/reliability.md).
@@ -227,16 +277,19 @@ void run_sweep(const SweepFlags& f) {
   std::string csv =
       "workload,pp,microbatches,tp,limit_flag,limit,seed,run,makespan_ms,bubble_ratio,efficiency,"
       "lower_bound_ms,peak_d_max,speedup_vs_1f1b_blocking,speedup_vs_1f1b_async,speedup_vs_zb_h1\n";
-  for (const Scenario& sc : points) {
-    if (stop.load() != 0) break;
+  // A signal is heeded between points: a point's runs cannot stop midway (their lower bounds
+  // are reckoned on threads of their own), and check_sweep_fits bounds each point's work.
+  for_each_point(f, [&](const Scenario& sc) {
+    if (stop.load() != 0) return false;
     for (const Row& r : point_rows(sc, specs, sc.limit)) {
       csv += csv_line(r);
       rows.push_back(r);
     }
     ++done;
-    if (show && (done % 10 == 0 || done == points.size()))
-      std::cerr << "\rsweep: " << done << "/" << points.size() << " grid points" << std::flush;
-  }
+    if (show && (done % 10 == 0 || done == points))
+      std::cerr << "\rsweep: " << done << "/" << points << " grid points" << std::flush;
+    return true;
+  });
   if (show) std::cerr << "\n";
   write_text_file(f.csv, csv, "--csv");
   const std::string md = markdown(rows, f);
@@ -245,7 +298,7 @@ void run_sweep(const SweepFlags& f) {
   if (const int sig = stop.load()) {
     print_line("rrfp sweep: stopped by " + signal_name(sig) +
                "; the CSV and the summary hold the " + std::to_string(done) + " of " +
-               std::to_string(points.size()) + " grid points done before it");
+               std::to_string(points) + " grid points done before it");
     throw QuietExit{128 + sig};
   }
 }
