@@ -48,5 +48,13 @@ check "--out: 'bf' is a rule hint, it has no task list" schedule show --hint bf 
 "$rrfp" predict "$data/torch-pp2" --json - 2>/dev/null | head -c 1 | grep -q '{' ||
   fail "predict --json - is not JSON on stdout"
 
+# sweep's limit column is the ready policy's, "-" for the fixed runs as in simulate's table:
+# fixed 1F1B and ZB-H1 rows showed --limits 1 beside peak_d_max 4.
+"$rrfp" sweep --pp 4 --mb-factors 2 --seeds 1 --workloads uniform --limits 1 --csv lim.csv \
+  >/dev/null || fail "sweep --limits 1"
+limits=$(cut -d, -f6,8 lim.csv | tail -n +2 | tr '\n' ';')
+[ "$limits" = "-,fixed 1f1b (blocking);-,fixed 1f1b (async);-,fixed zb-h1 (async);1,rrfp bf (async);1,rrfp bfw (async);" ] ||
+  fail "sweep limit column: $limits"
+
 [ "$fails" -eq 0 ] && echo "cli_outputs: all passed"
 [ "$fails" -eq 0 ]

@@ -34,7 +34,8 @@ struct SweepFlags {
 
 struct Row {
   std::string workload, run;
-  int pp, mbs, tp, limit_flag, limit;
+  int pp, mbs, tp, limit_flag;
+  std::string limit;  // the ready policy's limit; "-" for a fixed run, as simulate's table
   std::uint64_t seed;
   double makespan_ms, bubble, efficiency, lb_ms;
   int peak_d;
@@ -157,13 +158,16 @@ std::vector<Row> point_rows(const Scenario& sc, const std::vector<RunSpec>& spec
   std::vector<Row> rows;
   for (const auto& r : runs) {
     const RunMetrics& mt = r.metrics;
+    // A fixed run holds what its list holds: the limit it was given bounds nothing (a fixed
+    // 1F1B row showed limit 1 beside peak_d_max 4).
+    const std::string limit = r.policy == "ready" ? std::to_string(mt.limit) : "-";
     Row row{sc.workload_name,
             r.label,
             sc.cfg.pp,
             sc.cfg.microbatches,
             sc.tp,
             limit_flag,
-            mt.limit,
+            limit,
             sc.seed,
             mt.makespan / 1e6,
             mt.bubble_ratio,
@@ -182,8 +186,8 @@ std::vector<Row> point_rows(const Scenario& sc, const std::vector<RunSpec>& spec
 
 std::string csv_line(const Row& r) {
   return r.workload + "," + std::to_string(r.pp) + "," + std::to_string(r.mbs) + "," +
-         std::to_string(r.tp) + "," + std::to_string(r.limit_flag) + "," + std::to_string(r.limit) +
-         "," + std::to_string(r.seed) + "," + r.run + "," + fmt("%.3f", r.makespan_ms) + "," +
+         std::to_string(r.tp) + "," + std::to_string(r.limit_flag) + "," + r.limit + "," +
+         std::to_string(r.seed) + "," + r.run + "," + fmt("%.3f", r.makespan_ms) + "," +
          fmt("%.3f", r.bubble) + "," + fmt("%.3f", r.efficiency) + "," + fmt("%.3f", r.lb_ms) +
          "," + std::to_string(r.peak_d) + "," + fmt("%.3f", r.vs_1f1b_blocking) + "," +
          fmt("%.3f", r.vs_1f1b_async) + "," + fmt("%.3f", r.vs_zbh1) + "\n";
