@@ -58,6 +58,11 @@ check "is not a number" simulate --replay "$tmp/bad.csv" --hint 1f1b
 printf 'stage 0: F0:0 B0:0 F0:1 B0:1\nstage 1: F1:1 B1:1 F1:0 B1:0\n' >"$tmp/cycle.txt"
 check "can never finish" schedule check --pp 2 --microbatches 2 "$tmp/cycle.txt"
 check "--comm: unknown mode" run --comm smoke
+# run sleeps its tasks' durations: its wall time is predicted from the simulated step and
+# refused above 10 minutes (50 s forwards slept for about 1000 s without a word).
+printf '{"preset": "uniform", "forward_us": 5e7}' >"$tmp/slow.json"
+check "run: about 1000 s of emulated steps (1 run of 500 s simulated, 2 steps each: --rounds x (--warmup + --repeat)); at most 600 s: shorten the durations of --workload-file '$tmp/slow.json' or lower --rounds, --repeat or --warmup" \
+  run --pp 2 -m 4 --hint 1f1b --policy fixed --workload-file "$tmp/slow.json"
 # The rendezvous baseline runs on the runtime too.
 "$rrfp" run --comm blocking --pp 2 -m 4 --workload uniform --hint 1f1b --policy fixed >/dev/null || { echo "FAIL: run --comm blocking"; fails=$((fails + 1)); }
 check "--timeout: must be between 0 and 86400 seconds, got -1" run --timeout -1

@@ -51,6 +51,16 @@ void check_emulable(const WorkloadParams& w) {
                        "mpi has it)");
 }
 
+// The most wall time the emulated steps may take, all runs, rounds and steps together.
+constexpr double kMaxEmulatedSeconds = 600;
+
+// What decides the steps' durations, for the line that refuses too long a run.
+std::string durations_source(const WorkloadFlags& w) {
+  if (!w.replay.empty()) return "--replay '" + w.replay + "'";
+  if (!w.workload_file.empty()) return "--workload-file '" + w.workload_file + "'";
+  return "--workload " + w.workload;
+}
+
 // The scenario, refused first where the threaded runtime in one process cannot emulate it.
 Scenario emulable_scenario(const ExperimentFlags& e, bool in_process) {
   Scenario sc = make_scenario(e);
@@ -80,12 +90,40 @@ class EmulatedRuns {
     check_runs_fit("run", f.exp, sc_, specs_);
     for (const RunSpec& spec : specs_)
       check_spec(sc_, spec);  // bad input fails before anything runs
+    check_wall_time();
     if (world && f.compare && !calibrate_each_round_) {
       const TransportModel tm = transport_model(f.calibration, to_string(f.transport),
                                                 f.rendezvous == "offer", sc_, *world);
       mm_ = tm.model;
       model_source_ = tm.source;
     }
+  }
+
+  // Every emulated task sleeps its duration: a workload of 50 s forwards slept for about
+  // 1000 s without a word. The wall time is predicted from each run's simulated makespan times
+  // the steps it takes (its warm-up and timed steps, each round; a --warmup-extra step only
+  // where one is needed, so not counted), refused above kMaxEmulatedSeconds, and told in a line
+  // above 10 s. Costs a simulation of each run, which check_runs_fit has sized.
+  void check_wall_time() const {
+    Scenario sc = sc_;
+    sc.record = false;
+    sc.progress = false;
+    double step_s = 0;
+    for (const ReportRun& r : run_scenarios(sc, specs_))
+      step_s += static_cast<double>(r.metrics.makespan) / 1e9;
+    const int steps = f_.rounds * (f_.warmup + f_.repeat);
+    const double wall = step_s * steps;
+    const std::string what =
+        fmt("about %.0f s of emulated steps (", wall) + std::to_string(specs_.size()) + " run" +
+        (specs_.size() == 1 ? "" : "s") + fmt(" of %.3g s simulated, ", step_s) +
+        std::to_string(steps) + " steps each: --rounds x (--warmup + --repeat))";
+    if (wall > kMaxEmulatedSeconds)
+      throw InputError("run: " + what +
+                       fmt("; at most %.0f s: shorten the durations of ", kMaxEmulatedSeconds) +
+                       durations_source(f_.exp.load) +
+                       " or lower --rounds, --repeat or --warmup (rrfp simulate predicts the "
+                       "step without sleeping)");
+    if (wall > 10 && root_) print_line("rrfp run: " + what);
   }
 
   void go() {
