@@ -2,6 +2,7 @@
 # `rrfp plan` and `rrfp sweep` under SIGTERM: the work stops at its next safe point and what it
 # had is written (the best order so far, the grid points done), with one line saying so and
 # exit 143. Killed outright (the default action, what they did before) they wrote nothing.
+# `simulate` and `run` stop at once with one line, exit 143 or 130, and write nothing.
 # Usage: cli_signals.sh PATH/TO/rrfp
 source "$(dirname "$0")/run_script.sh"
 
@@ -66,6 +67,37 @@ else
   [ "$rows" -eq $((done_points * 5)) ] || fail "sweep: $rows CSV rows for $done_points points"
   grep -q "^$rows runs; CSV: $tmp/sweep.csv" "$tmp/sweep.log" || fail "sweep: the summary line"
 fi
+
+# simulate and run keep nothing worth writing half done: a signal ends them at once with one
+# line and 128 + the signal, and no output (they died without a word).
+"$rrfp" simulate --pp 1024 -m 2048 --hint 1f1b --policy fixed --json "$tmp/sim.json" \
+  >"$tmp/simsig.log" 2>&1 &
+pid=$!
+stop_after $pid 0.3
+pid=
+[ "$rc" -eq 143 ] || fail "simulate: exit $rc, want 143"
+[ "$(cat "$tmp/simsig.log")" = "rrfp simulate: stopped by SIGTERM; nothing written" ] ||
+  fail "simulate: $(cat "$tmp/simsig.log")"
+[ -e "$tmp/sim.json" ] && fail "simulate: wrote --json after SIGTERM"
+# SIGINT to run's emulated step (1 s forwards), under job control: a background job of a
+# script ignores SIGINT otherwise.
+printf '{"preset": "uniform", "forward_us": 1e6}' >"$tmp/slow.json"
+set -m
+"$rrfp" run --pp 2 -m 4 --hint 1f1b --policy fixed --workload-file "$tmp/slow.json" \
+  --json "$tmp/run.json" >"$tmp/runsig.log" 2>&1 &
+pid=$!
+wait_handler $pid || fail "run never installed its handler"
+sleep 1
+kill -INT $pid
+wait $pid
+rc=$?
+set +m
+pid=
+[ "$rc" -eq 130 ] || fail "run: exit $rc, want 130"
+grep -qx "rrfp run: stopped by SIGINT; nothing written" "$tmp/runsig.log" ||
+  fail "run: $(tail -1 "$tmp/runsig.log")"
+[ -e "$tmp/run.json" ] && fail "run: wrote --json after SIGINT"
+ls -A "$tmp" | grep -q '^\.rrfp-' && fail "a temporary was left behind"
 
 [ $fails -eq 0 ] && echo "cli_signals: all passed"
 exit $((fails > 0))

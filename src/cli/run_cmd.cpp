@@ -4,6 +4,7 @@
 // durations (cli/compare.hpp), and prints how far apart they are.
 #include "cli/mpi_launch.hpp"
 #include "cli/run_flags.hpp"
+#include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 
 namespace rrfp {
@@ -72,6 +73,7 @@ void setup_run(CLI::App& app) {
       throw InputError(
           "--rendezvous pull: only with --transport mpi (in one process the emulated latency "
           "runs from the acceptance)");
+    exit_on_signals("run");
     if (mpi)
       run_as_mpi_process(timeout_ms_of(f->timeout_s), [&](Job& job) { run_emulated(*f, &job); });
     else

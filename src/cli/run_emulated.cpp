@@ -9,6 +9,7 @@
 
 #include "cli/compare.hpp"
 #include "cli/run_flags.hpp"
+#include "cli/stop_signal.hpp"
 #include "comm/buffer_pool.hpp"
 #include "core/error.hpp"
 #include "dist/step_merge.hpp"
@@ -129,7 +130,7 @@ class EmulatedRuns {
   void go() {
     measure_rounds();
     if (f_.compare && root_) simulate_and_replay();
-    if (root_) report();
+    if (root_) write_then_heed_signals([this] { report(); });
   }
 
  private:

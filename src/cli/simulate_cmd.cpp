@@ -1,6 +1,7 @@
 // `rrfp simulate`: one scenario under the requested hint and policies, or, with no --hint,
 // the comparison that motivates rrfp: fixed 1F1B against rrfp BF and BFW.
 #include "cli/experiment_cmd.hpp"
+#include "cli/stop_signal.hpp"
 
 namespace rrfp {
 
@@ -12,13 +13,15 @@ void setup_simulate(CLI::App& app) {
   CLI::Option* comm = add_experiment_flags(sub, *f);
   sub->callback([f, comm] {
     f->dispatch.comm_given = comm->count() > 0;
+    exit_on_signals("simulate");
     Scenario sc = make_scenario(*f);
     const std::vector<RunSpec> specs = plan_runs(*f, sc.cfg);
     sc = with_replay_step(std::move(sc), specs);
     check_runs_fit("simulate", *f, sc, specs);  // before check_spec builds the hints' orders
     for (const RunSpec& spec : specs)
       check_spec(sc, spec);
-    write_reports(*f, header_of(sc), run_scenarios(sc, specs));
+    const std::vector<ReportRun> runs = run_scenarios(sc, specs);
+    write_then_heed_signals([&] { write_reports(*f, header_of(sc), runs); });
   });
 }
 

@@ -4,6 +4,7 @@
 // writes what it has (a step's log row and checkpoint, the best order so far, the grid points
 // done) and exits 128 + the signal (130, 143); a second signal ends the process at once.
 #include <atomic>
+#include <functional>
 #include <string>
 
 namespace rrfp {
@@ -12,6 +13,15 @@ namespace rrfp {
 std::atomic<int>& stop_on_signals();
 // The first signal's number, 0 while none came.
 std::atomic<int>& stop_flag();
+
+// SIGINT and SIGTERM for `simulate` and `run`, whose work has no point to stop at and keeps
+// nothing worth writing half done: a signal ends the process at once, exit 128 + the signal,
+// with the line "rrfp COMMAND: stopped by SIGINT; nothing written" (they died without a word).
+void exit_on_signals(const std::string& command);
+// Runs `write` (the command's outputs) with exit_on_signals' signals held back, so that none is
+// left half written; one that came meanwhile is then heeded (QuietExit, 128 + the signal) with
+// a line saying the outputs were written. A second signal still ends the process at once.
+void write_then_heed_signals(const std::function<void()>& write);
 
 // "SIGINT", "SIGTERM" or "signal N", for the line that says why the work stopped short.
 std::string signal_name(int sig);
