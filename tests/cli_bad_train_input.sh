@@ -81,5 +81,21 @@ wait $first 2>/dev/null
 rm -rf "$tmp/od" && mkdir -p "$tmp/od/trace.json"
 check "--out: '$tmp/od/trace.json' is a directory, not a file" train "${small[@]}" --out "$tmp/od"
 [ ! -e "$tmp/od/loss.csv" ] || { echo "FAIL: a step ran before the refusal"; fails=$((fails + 1)); }
+# What no estimate foresees, an allocation LibTorch refuses (here under an address-space limit
+# below the 1 GB of one attention's scores), ends the run in one line: its C++ stack frames
+# followed it, 32 lines in all. (A machine with under 3 GB available refuses it up front.)
+mkdir -p "$tmp/long" && head -c 540000 /dev/zero | tr '\0' 'a' >"$tmp/long/doc.txt"
+if (ulimit -v 2000000 && "$rrfp" --help >/dev/null 2>&1); then
+  (ulimit -v 2000000 && timeout 120 "$rrfp" train --steps 1 --warmup 0 --max-len 4000 \
+    --min-len 4000 --max-seq 4000 --heads 16 --d-model 64 --layers 1 --pp 1 -m 1 \
+    --eval-every 0 --eval-batches 1 --data "$tmp/long" --out "$tmp/oom" >/dev/null 2>"$tmp/oom.err")
+  rc=$?
+  if ! { [ $rc -eq 1 ] && grep -q "you tried to allocate" "$tmp/oom.err" ||
+    { [ $rc -eq 2 ] && grep -q "of memory for the activations" "$tmp/oom.err"; }; } ||
+    [ "$(wc -l <"$tmp/oom.err")" -ne 1 ]; then
+    echo "FAIL: train under a 2 GB address limit -> rc=$rc: $(head -c 600 "$tmp/oom.err")"
+    fails=$((fails + 1))
+  fi
+fi
 echo "cli bad-train-input checks: $fails failed"
 [ "$fails" -eq 0 ]

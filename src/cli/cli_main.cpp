@@ -87,20 +87,20 @@ int cli_main(int argc, char** argv) {
     const std::string name = e.get_name();
     print_line("rrfp: error: " + (name == "ConversionError"    ? not_converted(app, e.what())
                                   : name == "ArgumentMismatch" ? given_twice(e.what())
-                                                               : std::string(e.what())));
+                                                               : first_line(e.what())));
     return 2;
   } catch (const InputError& e) {
     print_input_error(e);
     return 2;
   } catch (const Error& e) {
-    print_line("rrfp: run failed: " + as_flags(e.what()));
+    print_line("rrfp: run failed: " + as_flags(first_line(e.what())));
     return 1;
   } catch (const std::bad_alloc&) {
     // What no estimate foresaw: one line, not an abort.
     print_line("rrfp: run failed: out of memory (an allocation failed); lower the run's size");
     return 1;
   } catch (const std::exception& e) {
-    print_line(std::string("rrfp: internal error: ") + e.what());
+    print_line("rrfp: internal error: " + first_line(e.what()));
     return 1;
   }
   // What went to standard output must have got there: a report into a full disk or a closed

@@ -102,7 +102,7 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
     // One write: ranks failing together share mpirun's stderr, and a line written piece by
     // piece interleaves with theirs (a watchdog's report lost its rank prefix so, in CI).
     print_line("rrfp: run failed on mpi rank " + std::to_string(world.rank()) + ": " +
-               as_flags(e.what()));
+               as_flags(first_line(e.what())));
     world.abort(1);
   }
 #else
