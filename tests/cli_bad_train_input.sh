@@ -30,6 +30,23 @@ check "hold 2.0 GiB; the corpus is kept in memory and may hold at most 1.0 GiB" 
 check "--resume: '/dev/zero' is not a regular file" train --resume /dev/zero --out "$tmp/o"
 check "--max-seq: must be between 1 and 1048576, got 2147483647" train --max-seq 2147483647 --out "$tmp/o"
 check "for weights, gradients and optimizer state; this machine has" train --d-model 60000 --out "$tmp/o"
+# The memory a run may take is core/memory.hpp's (RRFP_MEMORY_LIMIT here), not the machine's
+# pages: the model, then its activations (a 16000-byte sequence over 16 heads asked LibTorch
+# for 16 GB at once, and its failure printed 32 lines).
+RRFP_MEMORY_LIMIT=64M check "--d-model 512 with --layers 4 (about 1.29e+07 parameters): about 207 MB of memory for weights, gradients and optimizer state; RRFP_MEMORY_LIMIT allows 67 MB: lower --d-model or --layers" \
+  train --steps 1 --d-model 512 --heads 8 --out "$tmp/o"
+long=(--steps 1 --max-len 16000 --min-len 16000 --max-seq 16000 --heads 16 --d-model 64 --layers 1
+  --pp 1 -m 1 --eval-batches 1 --out "$tmp/o")
+RRFP_MEMORY_LIMIT=8G check "--max-len 16000 with --heads 16 and --layers 1: about 49.6 GB of memory for the activations of up to 1 microbatch in flight a stage" \
+  train "${long[@]}"
+RRFP_MEMORY_LIMIT=8G check "--max-images 2000 (29999 tokens) with --heads 16 and --layers 4" \
+  train --task image-text --max-images 2000 --max-seq 30000 --heads 16 --steps 1 --out "$tmp/o"
+# Microbatches in flight count: 4 stages of 8 a stage under --limit 8 hold 32 of them.
+RRFP_MEMORY_LIMIT=1G check "for the activations of up to 8 microbatches in flight a stage" \
+  train --steps 1 --max-len 1024 --min-len 1024 --max-seq 1024 --heads 8 -m 8 --limit 8 --out "$tmp/o"
+RRFP_MEMORY_LIMIT=1G "$rrfp" train --steps 1 --pp 2 -m 2 --d-model 16 --layers 2 --heads 2 \
+  --eval-every 0 --eval-batches 1 --out "$tmp/fits" >/dev/null 2>"$tmp/err" ||
+  { echo "FAIL: a small run under RRFP_MEMORY_LIMIT=1G: $(cat "$tmp/err")"; fails=$((fails + 1)); }
 check "--max-images 60: a sample can have 899 tokens, more than --max-seq 128" train --task image-text --max-images 60 --out "$tmp/o"
 check "--seed: must not be negative" train --seed -3 --out "$tmp/o"
 truncate -s 1G "$tmp/ckpt.bin"

@@ -1,12 +1,12 @@
 #include "train/options.hpp"
 
+#include <algorithm>
 #include <cmath>
 
-#include <unistd.h>
-
+#include "core/arbiter.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
-#include "report/report.hpp"
+#include "core/memory.hpp"
 #include "train/device.hpp"
 #include "train/image_text.hpp"
 #include "train/model.hpp"
@@ -37,19 +37,22 @@ double approx_parameters(const GptConfig& c) {
   return c.layers * per_block + (2.0 * c.vocab + c.max_seq) * d;
 }
 
+// Parameters, their gradients and AdamW's two moments, float32 each.
+double model_bytes(const GptConfig& c) {
+  return approx_parameters(c) * 4 * 4;
+}
+
 void validate(const TrainOptions& o) {
   validate(o.model);
-  // Parameters, their gradients and AdamW's two moments, float32 each: a model that cannot fit
-  // in this machine's memory is refused here, in one line, instead of failing inside LibTorch.
-  const double params = approx_parameters(o.model);
-  const double need = params * 4 * 4;
-  const double have = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
-  if (have > 0 && need > have)
-    throw InputError("`d_model` " + std::to_string(o.model.d_model) + " with `layers` " +
-                     std::to_string(o.model.layers) + ": about " + fmt("%.3g", params) +
-                     " parameters need " + format_bytes(static_cast<std::uint64_t>(need)) +
-                     " for weights, gradients and optimizer state; this machine has " +
-                     format_bytes(static_cast<std::uint64_t>(have)));
+  // A model that cannot fit in the memory this process may take (core/memory.hpp: the least of
+  // MemAvailable, the cgroup's limit and RRFP_MEMORY_LIMIT) is refused here, in one line,
+  // instead of failing inside LibTorch (the machine's physical pages, counted before, let
+  // through what a cgroup or RRFP_MEMORY_LIMIT does not allow).
+  check_memory(model_bytes(o.model),
+               "`d_model` " + std::to_string(o.model.d_model) + " with `layers` " +
+                   std::to_string(o.model.layers) + " (about " +
+                   fmt("%.3g", approx_parameters(o.model)) + " parameters)",
+               " for weights, gradients and optimizer state", "`d_model` or `layers`");
   validate(o.runtime);
   if (o.task != "text" && o.task != "image-text")
     throw InputError("`task`: expected text or image-text, got '" + o.task + "'");
@@ -95,6 +98,55 @@ void validate(const TrainOptions& o) {
   if (o.dp < 1) throw InputError("`dp`: must be at least 1, got " + std::to_string(o.dp));
   if (o.dp > 1 && !o.job)
     throw InputError("`dp`: data-parallel replicas run as processes (`transport` mpi)");
+}
+
+namespace {
+
+// The longest sequence a microbatch has: the rows of its activations.
+std::int64_t longest_sequence(const TrainOptions& o) {
+  return o.task == "image-text" ? ImageText::longest_sample(o.max_images) : o.window.max_len;
+}
+
+// What the stages of this process hold at once, in bytes. Each chunk-microbatch between its
+// forward and its backward keeps, a block, its attention's softmax (heads x n^2 floats, a TP
+// rank its heads' share) and mask (n^2 bytes) and its linear layers' inputs and outputs (about
+// 4 + 12 / T rows of d_model floats a token); a stage has at most d_bound() of them (the
+// arbiter's bound on D: the order's peak under the fixed policy, the limit under the ready one),
+// and with a split backward up to max_pending_w more whose W tasks keep the linear layers' part.
+// The block that runs adds its scores before the softmax, twice heads x n^2 floats.
+double activation_bytes(const TrainOptions& o, const WorkModel& m, int in_flight, int pending_w) {
+  const double n = static_cast<double>(longest_sequence(o)), d = o.model.d_model;
+  const double t = o.runtime.tp, heads = o.model.heads / t;
+  const double blocks = static_cast<double>(o.model.layers) / m.chunks();  // a chunk's
+  const double linear = 4 * n * (4 * d + 12 * d / t);
+  const double held = blocks * (4 * heads * n * n + n * n + linear);
+  const double per_rank = in_flight * held + pending_w * blocks * linear + 8 * heads * n * n;
+  const double ranks = o.job ? 1 : static_cast<double>(m.pp()) * o.runtime.tp;
+  return ranks * per_rank;
+}
+
+}  // namespace
+
+void check_activations(const TrainOptions& o, const WorkModel& m, const Hint& hint) {
+  // On a GPU the activations take the device's memory, which this does not see.
+  if (parse_device(o.device, o.dtype, o.completion).gpu()) return;
+  const ArbiterOptions a = resolve_options(o.runtime.arbiter, hint, m);
+  const int most = m.vpp() * m.microbatches();  // a stage's chunk-microbatches, all of them
+  const int in_flight = std::min(d_bound(a, hint, m), most);
+  const int pending_w = m.split() ? std::min(a.max_pending_w, most) : 0;
+  const std::string length = o.task == "image-text"
+                                 ? "`max_images` " + std::to_string(o.max_images) + " (" +
+                                       std::to_string(longest_sequence(o)) + " tokens)"
+                                 : "`max_len` " + std::to_string(o.window.max_len);
+  check_memory(
+      activation_bytes(o, m, in_flight, pending_w) + model_bytes(o.model),
+      length + " with `heads` " + std::to_string(o.model.heads) + " and `layers` " +
+          std::to_string(o.model.layers),
+      " for the activations of up to " + std::to_string(in_flight) + " microbatch" +
+          (in_flight == 1 ? "" : "es") +
+          " in flight a stage (attention keeps `heads` x length^2 floats a block) and the model",
+      (o.task == "image-text" ? "`max_images`" : std::string("`max_len`")) +
+          ", `heads`, `layers` or the microbatches in flight (`limit`)");
 }
 
 // results-train.md's own `--steps 20` run (default warmup 60) peaked at a third of `lr`

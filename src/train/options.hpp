@@ -15,7 +15,8 @@
 
 namespace rrfp {
 class Job;
-}
+struct Hint;
+}  // namespace rrfp
 
 namespace rrfp::train {
 
@@ -92,6 +93,13 @@ struct TrainOptions {
 
 // Every field, before any data is read: throws InputError naming the option.
 void validate(const TrainOptions& o);
+
+// The model with the activations the stages of this process hold at once, from the longest
+// sequence and the microbatches the arbiter lets a stage hold (`m` and `hint` are the run's):
+// throws InputError naming the options when they exceed the memory this process may take
+// (core/memory.hpp). A sequence of 16000 bytes over 16 heads asked LibTorch for 16 GB in one
+// allocation and failed there. Not checked on a GPU, whose memory this does not see.
+void check_activations(const TrainOptions& o, const WorkModel& m, const Hint& hint);
 
 // The warning a run prints when its learning-rate schedule never decays (`warmup` at least
 // `steps`: the rate only rises, to `lr` * steps / warmup); empty when it does.

@@ -16,6 +16,7 @@ Trainer::Trainer(TrainOptions o)
       m_(o_.pipe),
       hint_(make_hint(o_.hint, m_)) {
   validate(o_);
+  check_activations(o_, m_, hint_);  // before the corpus is read
   make_deterministic(dev_, o_.deterministic);
   if (o_.sm_partitions) partitions_ = partition_source()(dev_.device, m_.pp());
   if (o_.task == "image-text") {
