@@ -259,6 +259,15 @@ check "--sizes: '12Q' is not a size from 1 to 1024M" calibrate --sizes 8,12Q
 check "--sizes: '0' is not a size" calibrate --sizes 0
 check "--transport: unknown transport 'tcp'" calibrate --transport tcp
 check "--endpoints: expected 2..64, got 1" calibrate --endpoints 1
+# Sizes are whole numbers in digits (0x10 measured 16 bytes, 1.9 one byte); --timeout is checked
+# in-process too (-5 and nan ran) and refused there, as --endpoints is under mpi: neither applies.
+check "--sizes: '0x10' is not a size from 1 to 1024M (a whole number of bytes" calibrate --sizes 0x10
+check "--sizes: '1.9' is not a size from 1 to 1024M" calibrate --sizes 8,1.9
+check "--sizes: '1.5K' is not a size" calibrate --sizes 1.5K
+check "--timeout: must be between 0 and 86400 seconds, got -5" calibrate --timeout -5 --seconds 0.1 --sizes 8
+check "--timeout: must be between 0 and 86400 seconds, got nan" calibrate --timeout nan --seconds 0.1 --sizes 8
+check "--timeout: bounds how long an MPI job's processes wait for each other (--transport mpi); in one process" calibrate --timeout 5 --seconds 0.1 --sizes 8
+check "--endpoints: the threads of an in-process calibration; under --transport mpi" calibrate --transport mpi --endpoints 4
 check "--calibration: only with --transport mpi" run --pp 2 -m 2 --calibration x.json
 check "--rendezvous: expected offer or pull, got 'eager'" run --pp 2 -m 2 --rendezvous eager
 check "--rendezvous pull: only with --transport mpi" run --pp 2 -m 2 --rendezvous pull

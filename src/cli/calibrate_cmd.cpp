@@ -1,5 +1,6 @@
 // `rrfp calibrate`: what the transport delivers on this machine (dist/calibrate.hpp), written as
 // a workload file's message model for the simulator (docs/twin.md).
+#include <charconv>
 #include <cmath>
 #include <iostream>
 #include <memory>
@@ -22,6 +23,7 @@ struct CalibrateFlags {
   double seconds = 8, timeout_s = 60;
   bool streams = false;
   int endpoints = 4;
+  bool endpoints_given = false, timeout_given = false;  // on the command line
 };
 
 // "64K" -> 65536; sizes from 1 byte to 1 GiB, each once (a size given twice was measured twice,
@@ -32,19 +34,15 @@ std::vector<std::size_t> parse_sizes(const std::string& text) {
   std::stringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
-    std::size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(item, &used);
-    } catch (...) {
-      used = 0;
-    }
-    const std::string unit = used ? item.substr(used) : "";
+    // Digits, then K or M: std::stod read 0x10 as 16 and 1.9 was truncated to 1 byte.
+    std::uint64_t n = 0;
+    const auto [end, err] = std::from_chars(item.data(), item.data() + item.size(), n);
+    const std::string unit = item.substr(static_cast<std::size_t>(end - item.data()));
     const double scale = unit.empty() ? 1 : unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : 0;
-    const double bytes = v * scale;
-    if (used == 0 || scale == 0 || !(bytes >= 1 && bytes <= double(1 << 30)))
+    const double bytes = err == std::errc() ? static_cast<double>(n) * scale : 0;
+    if (!(bytes >= 1 && bytes <= double(1 << 30)))
       throw InputError("--sizes: '" + item.substr(0, 20) +
-                       "' is not a size from 1 to 1024M (bytes, or with K or M)");
+                       "' is not a size from 1 to 1024M (a whole number of bytes, or of K or M)");
     const auto size = static_cast<std::size_t>(bytes);
     for (std::size_t i = 0; i < out.size(); ++i)
       if (out[i] == size)
@@ -73,7 +71,27 @@ void report(const CalibrateFlags& f, Calibration c) {
               << " simulates with it\n";
 }
 
+// --timeout is checked whatever the transport (-5 and nan ran in-process), and each flag is
+// refused where it does not apply, as --limit is under --policy fixed: one process's threads
+// wait for nothing a timeout could bound, and an MPI job's endpoints are its processes.
+void refuse_inapplicable(const CalibrateFlags& f) {
+  timeout_ms_of(f.timeout_s);
+  const bool mpi = f.transport == TransportKind::Mpi;
+  if (mpi && f.endpoints_given)
+    throw InputError(
+        "--endpoints: the threads of an in-process calibration; under --transport mpi the "
+        "job's processes (mpirun -np) are the endpoints (got --endpoints " +
+        std::to_string(f.endpoints) + ")");
+  if (!mpi && f.timeout_given)
+    throw InputError(
+        "--timeout: bounds how long an MPI job's processes wait for each other (--transport "
+        "mpi); in one process no thread can be lost, and --seconds bounds the measurement (got "
+        "--timeout " +
+        fmt("%g", f.timeout_s) + ")");
+}
+
 void run_calibrate(const CalibrateFlags& f) {
+  refuse_inapplicable(f);
   CalibrateOptions o;
   o.sizes = parse_sizes(f.sizes);
   o.seconds = f.seconds;
@@ -129,7 +147,9 @@ void setup_calibrate(CLI::App& app) {
   sub->add_option("--out", f->out, "write the workload fragment (JSON) to FILE");
   sub->add_option("--json", f->json, "write the same JSON to FILE ('-': stdout)");
   add_timeout_flag(sub, f->timeout_s);
-  sub->callback([f] {
+  sub->callback([f, sub] {
+    f->endpoints_given = sub->count("--endpoints") > 0;
+    f->timeout_given = sub->count("--timeout") > 0;
     check_outputs({{f->out, "--out"}, {f->json, "--json"}});  // before the measurements
     run_calibrate(*f);
   });
