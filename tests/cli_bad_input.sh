@@ -181,6 +181,18 @@ want=$(grep -m1 -o '"makespan_ms": [0-9.]*' "$tmp/plan.out")
 got=$(grep -m1 -o '"makespan_ms": [0-9.]*' "$tmp/replan.out")
 [ -n "$want" ] && [ "$want" = "$got" ] ||
   { echo "FAIL: plan makespan '$want', simulated again '$got'"; fails=$((fails + 1)); }
+# A start order that deadlocks has no makespan: null and "feasible": false (it read 0.0 ms, the
+# fastest of all), while the text said infeasible.
+"$rrfp" plan --pp 3 -m 6 --workload multimodal --exact off --max-evaluations 50 --json - \
+  >"$tmp/starts.json" 2>/dev/null &&
+  python3 - "$tmp/starts.json" <<'PY' || { echo "FAIL: plan --json's infeasible starts"; fails=$((fails + 1)); }
+import json, sys
+starts = json.load(open(sys.argv[1]))["plan"]["starts"]
+bad = [s for s in starts if not s["feasible"]]
+assert bad and all(s["makespan_ms"] is None for s in bad), starts
+assert all(s["makespan_ms"] > 0 for s in starts if s["feasible"]), starts
+assert any(s["name"] == "fixed gpipe" for s in bad), starts
+PY
 # rrfp predict and trace replays: one line for bad traces and flags; a trace written by
 # simulate predicts its own step back exactly (0.0% reproduction) and keeps the JSON on stdout.
 data=$(cd "$(dirname "$0")" && pwd)/data

@@ -226,8 +226,13 @@ nlohmann::json plan_json(const PlanFlags& f, const Scenario& sc, const PlanProbl
                {"d_bound", p.d_bound()},
                {"max_pending_w", p.max_pending_w}};
   j["plan"]["starts"] = nlohmann::json::array();
+  // An infeasible start has no makespan (0 in the search's record): null, said outright, where
+  // 0.0 read as the fastest order of all.
   for (const StartPoint& sp : s.starts)
-    j["plan"]["starts"].push_back({{"name", sp.name}, {"makespan_ms", ms(sp.makespan)}});
+    j["plan"]["starts"].push_back(
+        {{"name", sp.name},
+         {"feasible", sp.makespan > 0},
+         {"makespan_ms", sp.makespan > 0 ? nlohmann::json(ms(sp.makespan)) : nlohmann::json()}});
   if (best.ran_exact)
     j["plan"]["exact"] = {{"makespan_ms", ms(best.exact.makespan)},
                           {"proven", best.exact.proven},
