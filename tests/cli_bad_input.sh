@@ -172,6 +172,11 @@ check "--entry: expected free or in-order" plan --entry sorted
 check "--exact on: needs --tp 1" plan --pp 2 -m 2 --tp 2 --exact on
 check "--exact-nodes: must not be negative, got -1" plan --exact-nodes -1
 check "--limit: must be at least 1" plan --limit -2
+# Past 64 bits, or past what a day's search visits, numbers were clamped to their type's largest.
+check "--search-seed: must be a whole number from 0 to 18446744073709551615, got 18446744073709551616" plan --search-seed 18446744073709551616
+check "--search-seed: must be a whole number from 0 to 18446744073709551615, got 99999999999999999999999" plan --search-seed 99999999999999999999999
+check "--max-evaluations: must be a whole number from 0 to 1000000000000, got 99999999999999999999" plan --max-evaluations 99999999999999999999
+check "--exact-nodes: must be a whole number from 0 to 1000000000000, got 0x10" plan --exact-nodes 0x10
 plan_flags=(--pp 3 -m 6 --workload multimodal --seed 4 --split-backward on)
 "$rrfp" plan "${plan_flags[@]}" --max-evaluations 400 --exact off --out "$tmp/plan.json" --json - \
   >"$tmp/plan.out" 2>/dev/null || { echo "FAIL: plan"; fails=$((fails + 1)); }

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <iostream>
+#include <limits>
 
 #include "core/error.hpp"
 #include "core/output_file.hpp"
@@ -65,19 +66,23 @@ CLI::Validator not_negative() {
       "", "not negative");
 }
 
-// A seed: a whole number that fits 64 bits, written in digits. CLI11 alone turned 2^64 into
-// 2^64-1 without a word.
-CLI::Validator seed_value() {
+// Digits only, up to `max`: CLI11 alone turned 2^64 into 2^64-1 without a word, and read hex.
+CLI::Validator whole_number(std::uint64_t max, const std::string& name) {
   return CLI::Validator(
-      [](std::string& s) {
+      [max](std::string& s) {
         if (s.find('-') != std::string::npos) return "must not be negative, got " + s.substr(0, 30);
         std::uint64_t v = 0;
         const auto [end, err] = std::from_chars(s.data(), s.data() + s.size(), v);
-        if (s.empty() || err != std::errc() || end != s.data() + s.size())
-          return "must be a whole number from 0 to 18446744073709551615, got " + s.substr(0, 30);
+        if (s.empty() || err != std::errc() || end != s.data() + s.size() || v > max)
+          return "must be a whole number from 0 to " + std::to_string(max) + ", got " +
+                 s.substr(0, 30);
         return std::string();
       },
-      "", "a 64-bit seed");
+      "", name);
+}
+
+CLI::Validator seed_value() {
+  return whole_number(std::numeric_limits<std::uint64_t>::max(), "a 64-bit seed");
 }
 
 void add_shape_flags(CLI::App* app, ShapeFlags& f) {

@@ -1,6 +1,7 @@
 #pragma once
 // Flags shared by the subcommands, bound to CLI11 with their defaults.
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -26,15 +27,20 @@ std::string as_flags(const std::string& message);
 void print_line(const std::string& text);
 // Bad input's one line on stderr, "rrfp: error: ..." with flags named.
 void print_input_error(const std::exception& e);
-
 // An exception's text up to its first line break. LibTorch's errors (c10::Error) carry their C++
 // stack frames after the message, 30 lines and more, where the CLI promises one line; the
 // message comes first in them, and in every error of ours, which are one line already.
 std::string first_line(const char* what);
+
 // For unsigned flags: CLI11 would wrap "-1" around to 2^64 - 1.
 CLI::Validator not_negative();
 // --seed: digits only, at most 2^64 - 1 (CLI11 would clamp 2^64 to it silently).
 CLI::Validator seed_value();
+// A count written in digits from 0 to `max` (CLI11 clamped 10^20 to its type's largest and read
+// 0x10 as 16); `name` is its help's type.
+CLI::Validator whole_number(std::uint64_t max, const std::string& name = "a count");
+// The most orders or nodes a search may be told to visit: past what a day's budget visits.
+inline constexpr std::uint64_t kMaxCount = 1'000'000'000'000;
 
 // The pipeline's shape: --pp --vpp --placement --microbatches --split-backward
 // --ordered-forwards. The struct's values are the flags' defaults (each command sets its own

@@ -304,9 +304,9 @@ void setup_plan(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--max-evaluations", f->max_evaluations,
                   "stop the heuristic after N orders (0: budget only; N makes it reproducible)")
-      ->check(not_negative());
+      ->check(whole_number(kMaxCount));
   sub->add_option("--search-seed", f->search_seed, "seed of the search's perturbations")
-      ->check(not_negative())
+      ->check(seed_value())
       ->capture_default_str();
   sub->add_option("--entry", f->entry,
                   "first stage's forwards: free (any order) or in-order (microbatch order, as an "
@@ -320,7 +320,7 @@ void setup_plan(CLI::App& app) {
   sub->add_option("--exact-nodes", f->exact_nodes,
                   "nodes the exact search visits at most (0: no cap; a cap stops at the same "
                   "node on every machine)")
-      ->check(not_negative())
+      ->check(whole_number(kMaxCount))
       ->capture_default_str();
   sub->add_option("--out", f->out, "write the best order as a hint file (.json or text)");
   sub->add_option("--json", f->json, "write the report as JSON to FILE ('-': stdout)");
