@@ -20,6 +20,14 @@ check "--limit: must be at least 1" simulate --hint bf --limit -1
 check "--limit: bounds the ready policy's activations; --policy fixed runs the hint's order" simulate --hint gpipe --policy fixed --limit 1
 check "--limit: bounds the ready policy's activations" train --hint 1f1b --policy fixed --limit 2
 check "--max-pending-w: caps the ready policy's deferred W tasks" simulate --hint zb-h1 --policy fixed --max-pending-w 2
+# Nor is there a W task to cap where the backward is not split (it was taken and ignored); the
+# default comparison's BFW splits it under auto, so there the cap stands.
+check "--max-pending-w: caps the deferred W tasks of a split backward; --split-backward auto keeps the backward whole here (it splits it for zb-*" simulate --hint bf --max-pending-w 2
+check "--max-pending-w: caps the deferred W tasks of a split backward; --split-backward off keeps" run --pp 2 -m 2 --split-backward off --max-pending-w 2
+check "--split-backward auto keeps the backward whole here (it splits it for a --replay that recorded W tasks)" plan --pp 2 -m 2 --max-pending-w 2
+check "--hint zb-h1: needs --split-backward on" simulate --hint zb-h1 --split-backward off --max-pending-w 2
+"$rrfp" simulate --pp 2 -m 4 --max-pending-w 2 >/dev/null 2>"$tmp/err" ||
+  { echo "FAIL: simulate --max-pending-w 2 with BFW in the comparison: $(cat "$tmp/err")"; fails=$((fails + 1)); }
 # A sweep's grid value given twice ran and counted its points twice; --tp-protocol none
 # diverged in the collectives and failed the grid with exit 1.
 check "--pp: 2 is given twice; each value is a dimension of the grid" sweep --pp 2,2

@@ -68,6 +68,11 @@ check "--clip: must be a finite number of at least 0, got -1" train --clip -1 --
 check "--eval-every and --eval-batches: must be at least 0 and 1" train --eval-batches 0 --out "$tmp/o"
 check "--limit: must be at least 1, got -2" train --limit -2 --out "$tmp/o"
 check "--policy: unknown policy 'both'" train --policy both --out "$tmp/o"
+# No W tasks to cap where the backward is not split (it was taken and ignored); bfw, the
+# default hint, needs the split and says so first.
+check "--max-pending-w: caps the deferred W tasks of a split backward; --split-backward off" train --hint bf --split-backward off --max-pending-w 2 --out "$tmp/o"
+check "--hint bfw: needs --split-backward on" train --split-backward off --max-pending-w 2 --out "$tmp/o"
+check "--max-pending-w: caps the deferred W tasks of a split backward; --split-backward auto" train --hint bf --max-pending-w 2 --out "$tmp/o"
 # Flags that would be taken and ignored: images in the text task, the GPU's deterministic
 # switch on the CPU (the other CUDA-only flags were refused already).
 check "--max-images: images are the image-text task's; --task is text" train --max-images 2 --out "$tmp/o"

@@ -70,7 +70,9 @@ Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
   return sc;
 }
 
-std::vector<RunSpec> plan_runs(const ExperimentFlags& flags, const PipelineConfig& cfg) {
+namespace {
+
+std::vector<RunSpec> runs_of(const ExperimentFlags& flags, const PipelineConfig& cfg) {
   const DispatchFlags& f = flags.dispatch;
   const CommMode comm = parse_comm(f.comm);
   if (f.hint.empty()) {
@@ -105,6 +107,19 @@ std::vector<RunSpec> plan_runs(const ExperimentFlags& flags, const PipelineConfi
   const Policy p = parse_policy(f.policy);
   refuse_fixed_limit(f);
   return {{f.hint, p, comm, ""}};
+}
+
+}  // namespace
+
+std::vector<RunSpec> plan_runs(const ExperimentFlags& flags, const PipelineConfig& cfg) {
+  std::vector<RunSpec> runs = runs_of(flags, cfg);
+  // A W cap is refused only where no run splits the backward: the default comparison's BFW
+  // does under auto. A hint that needs the split is refused under off with its own message.
+  bool split = false;
+  for (const RunSpec& r : runs)
+    split = split || resolve_split(flags.shape.split, r.hint) || hint_wants_split(r.hint);
+  refuse_unsplit_w_cap(flags.dispatch, flags.shape, split);
+  return runs;
 }
 
 // Bytes a task of `r` holds at the peak beyond a rule hint's with async messages (kSimulateCost):

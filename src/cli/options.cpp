@@ -209,6 +209,16 @@ void refuse_fixed_limit(const DispatchFlags& f) {
         std::to_string(f.max_pending_w) + ")");
 }
 
+void refuse_unsplit_w_cap(const DispatchFlags& f, const ShapeFlags& shape, bool split,
+                          const std::string& auto_rule) {
+  if (f.max_pending_w <= 0 || split) return;
+  throw InputError(
+      "--max-pending-w: caps the deferred W tasks of a split backward; --split-backward " +
+      shape.split + " keeps the backward whole here" +
+      (shape.split == "auto" ? " (it splits it " + auto_rule + ")" : "") +
+      ", so there are none (got --max-pending-w " + std::to_string(f.max_pending_w) + ")");
+}
+
 RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s) {
   refuse_fixed_limit(f);
   RuntimeOptions o;

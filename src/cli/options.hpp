@@ -103,6 +103,12 @@ RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s);
 // --limit or --max-pending-w with --policy fixed: refused, as the fixed policy's list alone
 // decides what a stage holds (they were taken and ignored).
 void refuse_fixed_limit(const DispatchFlags& f);
+// --max-pending-w where the backward is not split (`split`: as resolved for every run of the
+// command): refused on the same principle, as there are no W tasks to cap.
+// `auto_rule`: when auto splits it, for the message.
+void refuse_unsplit_w_cap(
+    const DispatchFlags& f, const ShapeFlags& shape, bool split,
+    const std::string& auto_rule = "for zb-*, bfw, adaptive and a hint file written with it");
 WorkloadParams load_workload(const WorkloadFlags& f);
 
 void setup_simulate(CLI::App& app);

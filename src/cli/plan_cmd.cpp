@@ -254,6 +254,8 @@ void run_plan(const PlanFlags& f) {
   // apart in the plan), else it stays off.
   if (sc.split_mode == "auto" && !sc.replay_path.empty())
     sc.cfg.split_backward = replay_records_split(sc.replay_path, sc.tp, sc.trace);
+  refuse_unsplit_w_cap(f.dispatch, f.shape, sc.cfg.split_backward,
+                       "for a --replay that recorded W tasks");
   const WorkModel m(sc.cfg);
   check_fits("plan: orders of " + fmt("%.1fM", m.num_tasks() * sc.tp / 1e6) + " tasks",
              static_cast<double>(m.num_tasks()) * sc.tp, kPlanCost, "--pp, --microbatches or --tp");

@@ -12,6 +12,7 @@
 
 #include "cli/train_flags.hpp"
 #include "core/error.hpp"
+#include "core/hint.hpp"
 #include "sim/hint_check.hpp"
 
 namespace rrfp {
@@ -166,6 +167,11 @@ void setup_train(CLI::App& app) {
                          ": the text task's corpus and its windows; --task is image-text, whose "
                          "samples are synthetic (--max-images bounds them)");
     if (f->run.train.device != "cpu") gpu_defaults(*s, *f);
+    // A hint that needs the split (the default bfw) is refused under off with its own message.
+    const std::string& hint = f->dispatch.hint;
+    if (f->dispatch.max_pending_w > 0)
+      refuse_unsplit_w_cap(f->dispatch, f->shape,
+                           resolve_split(f->shape.split, hint) || hint_wants_split(hint));
     refuse_deadlocking_hint(*f);
     if (!g_runner) exec_trainer();  // checked here, run by rrfp-train
     g_runner(*f);
