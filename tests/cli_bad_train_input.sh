@@ -18,6 +18,7 @@ check "fewer than the 8 pipeline chunks" train --vpp 2 --out "$tmp/o"
 check "--out: cannot write to directory '/proc/rrfp-out'" train --out /proc/rrfp-out
 check "--steps: must be at least 1" train --steps 0 --out "$tmp/o"
 check "--inject-jitter: expected jitter:J1" train --inject-jitter nope --out "$tmp/o"
+check "--inject-jitter: unknown jitter level 'J2x'" train --inject-jitter jitter:J2x --out "$tmp/o"
 check "--completion: expected poll, spin or callback, got 'nope'" train --completion nope --out "$tmp/o"
 check "--completion: spin waits for a GPU's stream (--device cuda)" train --completion spin --out "$tmp/o"
 check "--window: more than 1 keeps a GPU's stream fed (--device cuda)" train --window 2 --out "$tmp/o"

@@ -245,7 +245,7 @@ void check_sweep_fits(const SweepFlags& f, const std::vector<RunSpec>& specs) {
 void for_each_point(const SweepFlags& f, const std::function<bool(const Scenario&)>& visit) {
   const TpProtocol proto = parse_tp_protocol(f.tp_protocol);
   for (const std::string& w : f.workloads) {
-    const WorkloadParams load = workload_preset(w);
+    const WorkloadParams load = workload_preset(w, "--workloads");
     for (int p : f.pps)
       for (int fac : f.mb_factors)
         for (int tp : f.tps)

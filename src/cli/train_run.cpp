@@ -40,7 +40,7 @@ train::TrainRun to_run(const TrainFlags& f) {
     if (f.inject_jitter.rfind("jitter:", 0) != 0)
       throw InputError("--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got '" +
                        f.inject_jitter + "'");
-    const JitterLevel j = workload_preset(f.inject_jitter).jitter;
+    const JitterLevel j = workload_preset(f.inject_jitter, "--inject-jitter").jitter;
     if (j.p <= 0)
       throw InputError("--inject-jitter: '" + f.inject_jitter +
                        "' injects no jitter (use jitter:J1..J3)");

@@ -103,7 +103,10 @@ struct WorkloadParams {
 
 // Preset names: uniform, language, multimodal, jitter[:J0..J3], straggler, paper-comm, paper.
 const std::vector<std::string>& workload_names();
-WorkloadParams workload_preset(const std::string& name);  // throws InputError
+// Throws InputError naming `what`, where the name came from: the option by default, a flag or a
+// file's field where the caller knows better (`rrfp train --inject-jitter` was told
+// "--workload: unknown jitter level").
+WorkloadParams workload_preset(const std::string& name, const std::string& what = "`workload`");
 // Applies a JSON object of overrides ({"preset": ..., "forward_us": ..., ...}).
 WorkloadParams apply_workload_json(WorkloadParams base, const std::string& text,
                                    const std::string& origin);

@@ -97,7 +97,7 @@ WorkloadParams apply_workload_json(WorkloadParams w, const std::string& text,
   if (!j.is_object()) throw InputError(origin + ": expected a JSON object of workload fields");
   if (j.contains("preset")) {
     if (!j["preset"].is_string()) throw InputError(origin + ": \"preset\" must be a string");
-    w = workload_preset(j["preset"].get<std::string>());
+    w = workload_preset(j["preset"].get<std::string>(), origin + ": field \"preset\"");
   }
   for (auto it = j.begin(); it != j.end(); ++it) {
     // "calibration": the measurements behind a fragment `rrfp calibrate` wrote; not a field.

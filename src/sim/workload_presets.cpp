@@ -82,7 +82,7 @@ const std::vector<std::string>& workload_names() {
   return n;
 }
 
-WorkloadParams workload_preset(const std::string& name) {
+WorkloadParams workload_preset(const std::string& name, const std::string& what) {
   if (name == "uniform") return WorkloadParams{};
   if (name == "language") return language();
   if (name == "multimodal") {
@@ -103,8 +103,7 @@ WorkloadParams workload_preset(const std::string& name) {
     w.compute_sigma = 0;
     const std::string lvl = name == "jitter" ? "J2" : name.substr(7);
     if (lvl.size() != 2 || (lvl[0] != 'J' && lvl[0] != 'j') || lvl[1] < '0' || lvl[1] > '3')
-      throw InputError("`workload`: unknown jitter level '" + lvl +
-                       "' (expected J0, J1, J2 or J3)");
+      throw InputError(what + ": unknown jitter level '" + lvl + "' (expected J0, J1, J2 or J3)");
     w.jitter = jitter_level(lvl[1] - '0');
     return w;
   }
@@ -128,7 +127,7 @@ WorkloadParams workload_preset(const std::string& name) {
     return w;
   }
   if (name == "paper") return paper();
-  throw InputError("`workload`: unknown preset '" + name + "' (expected one of " + known_presets() +
+  throw InputError(what + ": unknown preset '" + name + "' (expected one of " + known_presets() +
                    ")");
 }
 
