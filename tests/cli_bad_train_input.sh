@@ -62,8 +62,10 @@ check "--resume: the checkpoint is already at step 2 of --steps 1" train "${smal
 # a resume from it would splice the two runs' steps in one log.
 check "--out: '$tmp/ck2' holds checkpoint.bin of an earlier run; pass --resume" \
   train "${small[@]}" --steps 2 --out "$tmp/ck2"
-check "--lr: must be in (0, 1000], got nan" train --lr nan --out "$tmp/o"
-check "--lr: must be in (0, 1000], got 1e+300" train --lr 1e300 --out "$tmp/o"
+check "--lr: must be in [1e-30, 1000], got nan" train --lr nan --out "$tmp/o"
+check "--lr: must be in [1e-30, 1000], got 1e+300" train --lr 1e300 --out "$tmp/o"
+# 1e-300 is 0 as the optimizer's float: the run trained nothing without a word.
+check "--lr: must be in [1e-30, 1000], got 1e-300" train --lr 1e-300 --out "$tmp/o"
 check "--weight-decay: must be in [0, 1000], got 1e+300" train --weight-decay 1e300 --out "$tmp/o"
 check "--clip: must be a finite number of at least 0, got -1" train --clip -1 --out "$tmp/o"
 check "--eval-every and --eval-batches: must be at least 0 and 1" train --eval-batches 0 --out "$tmp/o"

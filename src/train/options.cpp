@@ -71,8 +71,10 @@ void validate(const TrainOptions& o) {
   if (o.opt.warmup < 0)
     throw InputError("`warmup`: must not be negative, got " + std::to_string(o.opt.warmup));
   // The optimizer keeps both as float; past these a step overflows or flips every parameter.
-  if (!(o.opt.lr > 0 && o.opt.lr <= 1000))
-    throw InputError("`lr`: must be in (0, 1000], got " + fmt("%g", o.opt.lr));
+  // Below 1e-30 the rate is lost to the float: 1e-300 became 0 and the run trained nothing
+  // without a word (1e-30 stays a normal float after warmup's and the floor's factors).
+  if (!(o.opt.lr >= 1e-30 && o.opt.lr <= 1000))
+    throw InputError("`lr`: must be in [1e-30, 1000], got " + fmt("%g", o.opt.lr));
   if (!(o.opt.weight_decay >= 0 && o.opt.weight_decay <= 1000))
     throw InputError("`weight_decay`: must be in [0, 1000], got " + fmt("%g", o.opt.weight_decay));
   at_least("clip", o.opt.clip, 0);
