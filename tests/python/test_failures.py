@@ -160,6 +160,12 @@ def test_a_limit_under_the_fixed_policy_is_refused_not_ignored():
         rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, hint="zb-h1", policy="fixed",
                       max_pending_w=2)
     rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, hint="gpipe", policy="ready", limit=1)
+    # Nor is there a W task to cap where the backward is not split.
+    with pytest.raises(ValueError, match=r"max_pending_w: caps the W tasks a split backward "
+                       r"defers; this pipeline's backward is whole \(split_backward='auto' with "
+                       r"hint='bf'"):
+        rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, hint="bf", max_pending_w=2)
+    rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, hint="bfw", max_pending_w=2)
 
 
 def test_a_tuple_batch_is_refused_not_read_as_microbatches():

@@ -129,6 +129,10 @@ class Pipeline:
             split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
             max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
             transport=transport, dp=dp, group=group, dp_group=dp_group)
+        if max_pending_w is not None and not self._core.split_backward:  # taken and ignored
+            raise ValueError(f"max_pending_w: caps the W tasks a split backward defers; this "
+                             f"pipeline's backward is whole (split_backward={split_backward!r} "
+                             f"with hint={hint!r}: give split_backward='on' to split it)")
         self._dp = dp
         n = self._core.chunks
         if callable(chunks) and not isinstance(chunks, torch.nn.Module):
