@@ -411,7 +411,10 @@ check "plan: orders of 1.0M tasks" plan --pp 512 -m 512 --tp 2
 # sweep takes the same checks, at its largest point (it ran a point simulate refuses), and its
 # grid is counted before it is built (2e9 seeds ended "out of memory", exit 1).
 check "sweep: 1 grid point, runs of up to 12.6M tasks: about 780 MB of memory" sweep --pp 1024 --mb-factors 4 --seeds 1 --workloads uniform --hints bf
-check "--seeds: the grid has 16000000000 points (--workloads x --pp x --mb-factors x --tp x --limits x --seeds); at most 1000000" sweep --seeds 2000000000
+check "sweep: the grid (--workloads x --pp x --mb-factors x --tp x --limits x --seeds) has 16000000000 points; at most 1000000" sweep --seeds 2000000000
+# A mistyped workload is named before any point runs (found when the loop reached it, the
+# points run before were lost).
+check "--workloads: unknown preset 'multimodl'" sweep --workloads language,multimodl --pp 2 --mb-factors 1 --seeds 1
 # JSON is bounded by what its parse takes, not by its size alone (255 MiB of `{}` took 8.4 GB;
 # three such files of a trace directory ended in an uncaught bad_alloc): a file, then a
 # directory whose files fit one by one but not together.

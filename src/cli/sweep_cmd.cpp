@@ -107,6 +107,10 @@ void refuse_twice(const std::vector<T>& values, const char* flag) {
 void check_sweep(const SweepFlags& f) {
   if (f.seeds < 1) throw InputError("--seeds: must be at least 1, got " + std::to_string(f.seeds));
   refuse_twice(f.workloads, "--workloads");
+  // Every name before any point runs: a typo found when the loop reached it lost the points
+  // already run (no CSV was written).
+  for (const std::string& w : f.workloads)
+    workload_preset(w, "--workloads");
   refuse_twice(f.pps, "--pp");
   refuse_twice(f.mb_factors, "--mb-factors");
   refuse_twice(f.tps, "--tp");
@@ -212,10 +216,11 @@ double grid_points(const SweepFlags& f) {
 void check_sweep_fits(const SweepFlags& f, const std::vector<RunSpec>& specs) {
   const double points = grid_points(f);
   if (points > kMaxGridPoints)
-    throw InputError("--seeds: the grid has " + fmt("%.0f", points) +
-                     " points (--workloads x --pp x --mb-factors x --tp x --limits x --seeds); "
-                     "at most " +
-                     fmt("%.0f", kMaxGridPoints) + ": lower --seeds or shorten a list");
+    throw InputError(
+        "sweep: the grid (--workloads x --pp x --mb-factors x --tp x --limits x "
+        "--seeds) has " +
+        fmt("%.0f", points) + " points; at most " + fmt("%.0f", kMaxGridPoints) +
+        ": lower --seeds or shorten a list");
   const double per_shape =
       points / (static_cast<double>(f.pps.size()) * static_cast<double>(f.mb_factors.size()) *
                 static_cast<double>(f.tps.size()));

@@ -121,9 +121,15 @@ void replace_file(const std::string& path, const std::string& bytes, const std::
   try {
     if (exists) ::fchmod(fd, st.st_mode & 07777);  // the umask took bits off the old mode
     write_and_close(fd, bytes, what);
-    if (std::rename(tmp.c_str(), target.c_str()) != 0)
+    if (std::rename(tmp.c_str(), target.c_str()) != 0) {
+      // Another user's writable file in a sticky folder (/tmp) takes no rename: in place.
+      if (exists && (errno == EPERM || errno == EACCES)) {
+        ::unlink(tmp.c_str());
+        return write_and_close(open_output(path, what), bytes, what);
+      }
       throw Error(what + ": cannot rename its temporary '" + tmp +
                   "' over it: " + std::strerror(errno));
+    }
   } catch (...) {
     ::unlink(tmp.c_str());
     throw;

@@ -1,8 +1,9 @@
 #pragma once
 // A step's record travels between processes: each process of a multi-process run measures the
-// ranks it hosts; rank 0 merges them into one record for the reports. Each process times its
-// step from its own start (StepResult::origin_ns), and processes leave the step's barrier up to
-// milliseconds apart: merged, the records count from the earliest start on rank 0's clock
+// ranks it hosts; they are merged into one record for the reports (on rank 0, or on every
+// process in Python's closing exchange). Each process times its step from its own start
+// (StepResult::origin_ns), and processes leave the collective before a step up to milliseconds
+// apart: merged, the records count from the earliest start on rank 0's clock
 // (Job::clock_offset), so a message's consumer never seems to start before its producer ended.
 #include <cstddef>
 #include <exception>

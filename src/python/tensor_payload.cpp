@@ -185,7 +185,8 @@ DecodedTree decode_tree(const Payload& p, const std::string& what) {
 namespace {
 
 // The strides a header carries after the shape (none for a contiguous tensor), checked: a dense
-// tensor's elements must lie within its numel(), a scattered one's within 2^40 of them.
+// tensor's elements must lie within its numel(), a scattered one's within 2^40 elements (its
+// receiver allocates the span they reach: a slice of a large tensor costs the whole span).
 template <typename Bad>
 std::vector<std::int64_t> strides_of(const Payload& p, const Header& h,
                                      const std::vector<std::int64_t>& shape, std::uint64_t numel,

@@ -62,7 +62,9 @@ struct Hosting {
   // The collective of `stage`'s group when some of its ranks are elsewhere.
   std::function<std::unique_ptr<TpCollective>(int stage)> make_group;
   std::function<std::string(int endpoint)> peer_name;  // for error messages
-  std::function<void()> before_step;  // e.g. a barrier, so all processes share a time origin
+  // E.g. a barrier, so that every process has its receivers set and the steps start together
+  // (a front end that closes each step with a collective of its own may enter it once).
+  std::function<void()> before_step;
 };
 
 // Every one of `world` endpoints in this process, over in-process transports.

@@ -21,7 +21,8 @@ def _norm(g, norm_type):
         if not math.isinf(norm_type):
             return torch.norm(g, norm_type)  # as torch 1.13's clip computes it
         values = g.coalesce().values()
-        return values.abs().max() if values.numel() else torch.zeros((), dtype=g.dtype)
+        return values.abs().max() if values.numel() else torch.zeros((), dtype=g.dtype,
+                                                                       device=g.device)
     # torch.norm (torch 1.13's clip) and linalg.vector_norm give the same bits.
     return g.abs().max() if math.isinf(norm_type) else torch.linalg.vector_norm(g, norm_type)
 
