@@ -1,8 +1,13 @@
 #include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
 
+#include <cstring>
+
+#include "core/error.hpp"
 #include "core/hint.hpp"
 #include "python/bindings.hpp"
 #include "python/step_record.hpp"
+#include "python/tensor_payload.hpp"
 #include "report/experiment.hpp"
 
 namespace rrfp::py {
@@ -61,9 +66,29 @@ std::vector<std::vector<pyb::tuple>> schedule(const std::string& hint, int pp, i
   return out;
 }
 
+// A tensor's message between stages as uint8 bytes, and back: for tests of the decoding's
+// refusals (a corrupt header is a ProtocolError, never a crash).
+at::Tensor payload_bytes(const at::Tensor& t) {
+  const Payload p = encode_tensor(t, "payload");
+  at::Tensor out = at::empty({static_cast<std::int64_t>(p.size())}, at::kByte);
+  if (p.size() > 0) std::memcpy(out.data_ptr(), p.data(), p.size());
+  return out;
+}
+
+at::Tensor payload_tensor(const at::Tensor& bytes) {
+  const at::Tensor b = bytes.contiguous();
+  if (b.scalar_type() != at::kByte || b.dim() != 1)
+    throw InputError("`bytes`: a one-dimensional uint8 tensor");
+  const auto* data = static_cast<const std::byte*>(b.data_ptr());
+  // The tensor holds the copy's buffer: its strides as decoded.
+  return decode_tensor(Payload::copy_of({data, static_cast<std::size_t>(b.numel())}), "payload");
+}
+
 }  // namespace
 
 void bind_tools(pyb::module_& m) {
+  m.def("_payload_bytes", &payload_bytes, pyb::arg("tensor"), "a tensor's message (tests)");
+  m.def("_payload_tensor", &payload_tensor, pyb::arg("bytes"), "a message's tensor (tests)");
   m.def("simulate", &simulate_one, pyb::kw_only(), pyb::arg("pp") = 4, pyb::arg("vpp") = 1,
         pyb::arg("microbatches") = 8, pyb::arg("placement") = "loop",
         pyb::arg("split_backward") = "auto", pyb::arg("workload") = "multimodal",

@@ -1,7 +1,6 @@
 #include "python/tensor_payload.hpp"
 
-#include <ATen/MemoryOverlap.h>
-
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <limits>
@@ -55,11 +54,26 @@ struct Prepared {
   std::size_t size() const { return offset + bytes; }
 };
 
+// Whether no two elements of `c` share memory: by increasing stride, each dimension steps past
+// all that the smaller ones reach. (at::has_internal_overlap answers "too hard" for a view with
+// gaps between its rows, which then went contiguous.)
+bool without_overlap(const at::Tensor& c) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (stride, size)
+  for (int d = 0; d < c.dim(); ++d)
+    if (c.size(d) > 1) dims.emplace_back(c.stride(d), c.size(d));
+  std::sort(dims.begin(), dims.end());
+  std::int64_t reach = 0;  // the farthest element of the dimensions so far
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) return false;
+    reach += (size - 1) * stride;
+  }
+  return true;
+}
+
 // An expanded tensor (elements sharing memory) goes contiguous: a tensor written into its
 // strides would overlap.
 std::uint8_t layout_of(const at::Tensor& c) {
-  if (c.is_contiguous()) return kContiguous;
-  if (at::has_internal_overlap(c) != at::MemOverlap::No) return kContiguous;
+  if (c.is_contiguous() || !without_overlap(c)) return kContiguous;
   return c.is_non_overlapping_and_dense() ? kDense : kScatter;
 }
 

@@ -112,3 +112,40 @@ def test_an_expanded_tensor_arrives_whole():
     for c, r in zip(chunks, ref):
         for p, q in zip(c.parameters(), r.parameters()):
             assert torch.equal(p.grad, q.grad)
+
+
+def _header(t):
+    """The message of `t`, whose header holds a magic number (4 bytes), dtype, ndim,
+    layout, pad, then ndim sizes and (for a layout other than contiguous) ndim strides."""
+    return rrfp._rrfp._payload_bytes(t).clone()
+
+
+def test_a_message_keeps_each_layout_through_encode_and_decode():
+    x = torch.arange(24.0).reshape(2, 3, 4)
+    for t in (x, x.transpose(0, 2), x[:, :, ::2], x.contiguous(memory_format=torch.contiguous_format),
+              x[:, :1].expand(2, 3, 4), torch.empty(0, 3)):
+        got = rrfp._rrfp._payload_tensor(_header(t))
+        assert torch.equal(got, t)
+        if not t.is_contiguous() and t.stride(1) != 0:
+            assert got.stride() == t.stride(), (got.stride(), t.stride())
+
+
+@pytest.mark.parametrize("what,edit", [
+    ("layout code 3", lambda b: b.__setitem__(6, 3)),
+    ("a stride out of range", lambda b: b[8 + 2 * 8:8 + 3 * 8].copy_(
+        torch.tensor([-1], dtype=torch.int64).view(torch.uint8))),
+    ("strides outside the data", lambda b: b[8 + 2 * 8:8 + 3 * 8].copy_(
+        torch.tensor([7], dtype=torch.int64).view(torch.uint8))),
+    ("strides reaching too far", lambda b: b[8 + 2 * 8:8 + 3 * 8].copy_(
+        torch.tensor([1 << 40], dtype=torch.int64).view(torch.uint8))),
+])
+def test_a_corrupt_layout_is_a_protocol_error(what, edit):
+    """A message whose strides are bad is refused naming why (the receiver would otherwise
+    read past its bytes, or allocate what they reach)."""
+    b = _header(torch.arange(12.0).reshape(3, 4).t())  # dense: layout 1, strides (1, 4)
+    assert int(b[6]) == 1
+    edit(b)
+    if what == "strides reaching too far":
+        b[6] = 2  # scattered: the span is allocated, bounded
+    with pytest.raises(rrfp.ProtocolError, match=what):
+        rrfp._rrfp._payload_tensor(b)

@@ -41,9 +41,11 @@ sys.excepthook = _excepthook
 
 schedule = _rrfp.schedule
 hint_names = _rrfp.hint_names
+# A message that fits no task, or one that is no message (docs/python.md names it rrfp's).
+ProtocolError = _rrfp.ProtocolError
 
-__all__ = ["Pipeline", "StageError", "GradScaler", "StepRecord", "simulate", "schedule",
-           "hint_names", "split"]
+__all__ = ["Pipeline", "StageError", "ProtocolError", "GradScaler", "StepRecord", "simulate",
+           "schedule", "hint_names", "split"]
 
 
 def split(model, points=None, *, chunks=None):
