@@ -11,10 +11,11 @@ namespace rrfp {
 namespace {
 
 std::atomic<int> g_stop{0};
-// exit_on_signals: whether the outputs are being written, and the lines its handler writes for
-// SIGINT and SIGTERM, built before it is installed (a handler may not allocate).
-std::atomic<bool> g_writing{false};
-std::string g_exit_lines[2];
+// exit_on_signals: where the outputs stand, and the lines its handler writes for SIGINT and
+// SIGTERM in each, built before it is installed (a handler may not allocate).
+enum Outputs : int { kNone = 0, kWriting = 1, kWritten = 2 };
+std::atomic<int> g_outputs{kNone};
+std::string g_exit_lines[2][2];  // [written][SIGTERM]
 std::string g_command;
 
 void on_stop_signal(int sig) {
@@ -22,8 +23,10 @@ void on_stop_signal(int sig) {
 }
 
 void on_exit_signal(int sig) {
-  if (g_writing.load() && g_stop.exchange(sig) == 0) return;  // heeded once they are written
-  const std::string& line = g_exit_lines[sig == SIGTERM ? 1 : 0];
+  const int outputs = g_outputs.load();
+  if (outputs == kWriting && g_stop.exchange(sig) == 0) return;  // heeded once they are written
+  // Past the writing, the line says the outputs are there (it said "nothing written").
+  const std::string& line = g_exit_lines[outputs == kWritten ? 1 : 0][sig == SIGTERM ? 1 : 0];
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
   ::_exit(128 + sig);
 }
@@ -49,21 +52,23 @@ std::atomic<int>& stop_on_signals() {
 
 void exit_on_signals(const std::string& command) {
   g_command = command;
-  for (int sig : {SIGINT, SIGTERM})
-    g_exit_lines[sig == SIGTERM ? 1 : 0] =
-        "rrfp " + command + ": stopped by " + signal_name(sig) + "; nothing written\n";
+  for (int sig : {SIGINT, SIGTERM}) {
+    const std::string stopped = "rrfp " + command + ": stopped by " + signal_name(sig);
+    g_exit_lines[0][sig == SIGTERM ? 1 : 0] = stopped + "; nothing written\n";
+    g_exit_lines[1][sig == SIGTERM ? 1 : 0] = stopped + " after its outputs were written\n";
+  }
   install(on_exit_signal);
 }
 
 void write_then_heed_signals(const std::function<void()>& write) {
-  g_writing.store(true);
+  g_outputs.store(kWriting);
   try {
     write();
   } catch (...) {
-    g_writing.store(false);
+    g_outputs.store(kNone);
     throw;
   }
-  g_writing.store(false);
+  g_outputs.store(kWritten);
   if (const int sig = g_stop.load()) {
     print_line("rrfp " + g_command + ": stopped by " + signal_name(sig) +
                " while its outputs were written; they are complete");
