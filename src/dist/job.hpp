@@ -38,7 +38,7 @@ std::vector<std::vector<T>> values_of(const std::vector<std::vector<std::byte>>&
   std::vector<std::vector<T>> out;
   for (const auto& b : all) {
     auto& v = out.emplace_back(b.size() / sizeof(T));
-    std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * sizeof(T));  // none: null data
   }
   return out;
 }
