@@ -11,6 +11,7 @@
 #include "cli/options.hpp"
 #include "cli/train_flags.hpp"
 #include "core/error.hpp"
+#include "core/format.hpp"
 
 namespace rrfp {
 

@@ -9,6 +9,7 @@
 
 #include "cli/options.hpp"
 #include "core/error.hpp"
+#include "core/format.hpp"
 #ifdef RRFP_HAVE_MPI
 #include "dist/mpi_world.hpp"
 #endif

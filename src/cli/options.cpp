@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/output_file.hpp"
 
 namespace rrfp {
@@ -47,14 +48,6 @@ void print_line(const std::string& text) {
 
 void print_input_error(const std::exception& e) {
   print_line("rrfp: error: " + as_flags(first_line(e.what())));
-}
-
-std::string first_line(const char* what) {
-  std::string s(what);
-  s = s.substr(0, s.find('\n'));
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
-    s.pop_back();
-  return s;
 }
 
 CLI::Validator not_negative() {

@@ -27,10 +27,6 @@ std::string as_flags(const std::string& message);
 void print_line(const std::string& text);
 // Bad input's one line on stderr, "rrfp: error: ..." with flags named.
 void print_input_error(const std::exception& e);
-// An exception's text up to its first line break. LibTorch's errors (c10::Error) carry their C++
-// stack frames after the message, 30 lines and more, where the CLI promises one line; the
-// message comes first in them, and in every error of ours, which are one line already.
-std::string first_line(const char* what);
 
 // For unsigned flags: CLI11 would wrap "-1" around to 2^64 - 1.
 CLI::Validator not_negative();

@@ -1,5 +1,6 @@
 #include "core/format.hpp"
 
+#include <cctype>
 #include <cstdio>
 
 namespace rrfp {
@@ -25,6 +26,13 @@ std::string format_bytes(std::uint64_t n) {
     std::snprintf(buf, sizeof buf, v < 10 ? "%.1f %s" : "%.0f %s", v, unit[u]);
   }
   return buf;
+}
+
+std::string first_line(const std::string& what) {
+  std::string s = what.substr(0, what.find('\n'));
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
+    s.pop_back();
+  return s;
 }
 
 }  // namespace rrfp

@@ -9,5 +9,10 @@ namespace rrfp {
 std::string fmt(const char* printf_format, double v);
 // "1.5 GiB", "12 KiB", "300 bytes": sizes in messages.
 std::string format_bytes(std::uint64_t n);
+// An error's text up to its first line break, without trailing blanks. LibTorch's errors
+// (c10::Error) and Gloo's carry their C++ stack frames after the message, 30 lines and more,
+// where a message is one line; the message comes first in them, and in every error of ours,
+// which are one line already.
+std::string first_line(const std::string& what);
 
 }  // namespace rrfp

@@ -7,6 +7,7 @@
 
 #include "comm/c10d_transport.hpp"
 #include "core/error.hpp"
+#include "core/format.hpp"
 
 namespace rrfp {
 
@@ -75,7 +76,7 @@ void C10dWorld::wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what) 
     throw Error("c10d: stage " + std::to_string(stage_) + " (rank " + std::to_string(rank()) +
                 " of the job): " + what +
                 " with the job's other processes failed (one exited or stopped answering?): " +
-                why.substr(0, why.find('\n')));
+                first_line(why));
   }
   if (!done)
     throw Error(std::string("c10d: ") + what + " did not finish within " +

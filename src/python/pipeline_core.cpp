@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "dist/c10d_world.hpp"
 #include "dist/replica_sum.hpp"
 #include "dist/step_merge.hpp"
@@ -176,22 +177,17 @@ std::vector<std::vector<double>> PipelineCore::all_gather(const std::vector<doub
 
 namespace {
 
-// `gather` (one of the job's byte all-gathers) over `mine`, a contiguous one-dimensional uint8
-// CPU tensor, the GIL released: each member's bytes as a uint8 tensor.
-std::vector<at::Tensor> gather_tensors(
-    const at::Tensor& mine,
-    const std::function<std::vector<std::vector<std::byte>>(std::span<const std::byte>)>& gather) {
-  if (mine.scalar_type() != at::kByte || !mine.is_contiguous() || !mine.device().is_cpu() ||
-      mine.dim() != 1)
-    throw InputError("`mine`: must be a contiguous one-dimensional uint8 CPU tensor");
-  std::vector<std::vector<std::byte>> all;
-  {
-    pyb::gil_scoped_release nogil;
-    const auto* p = static_cast<const std::byte*>(mine.data_ptr());
-    all = gather(std::span<const std::byte>(p, static_cast<std::size_t>(mine.numel())));
-  }
-  // Each member's bytes become a tensor's storage as they are, not copied once more (a tied
-  // embedding's gradient is 154 MB); the tensor frees them.
+// `t`'s bytes; InputError naming `what` unless it is a contiguous one-dimensional uint8 CPU
+// tensor.
+std::span<const std::byte> byte_span(const at::Tensor& t, const std::string& what) {
+  if (t.scalar_type() != at::kByte || !t.is_contiguous() || !t.device().is_cpu() || t.dim() != 1)
+    throw InputError(what + ": must be a contiguous one-dimensional uint8 CPU tensor");
+  return {static_cast<const std::byte*>(t.data_ptr()), static_cast<std::size_t>(t.numel())};
+}
+
+// Each member's bytes as a uint8 tensor, whose storage they become as they are, not copied once
+// more (a tied embedding's gradient is 154 MB); the tensor frees them.
+std::vector<at::Tensor> byte_tensors(std::vector<std::vector<std::byte>> all) {
   std::vector<at::Tensor> out;
   for (auto& b : all) {
     if (b.empty()) {
@@ -206,6 +202,20 @@ std::vector<at::Tensor> gather_tensors(
     held.release();  // the tensor owns it now
   }
   return out;
+}
+
+// `gather` (one of the job's byte all-gathers) over `mine`, a contiguous one-dimensional uint8
+// CPU tensor, the GIL released: each member's bytes as a uint8 tensor.
+std::vector<at::Tensor> gather_tensors(
+    const at::Tensor& mine,
+    const std::function<std::vector<std::vector<std::byte>>(std::span<const std::byte>)>& gather) {
+  const std::span<const std::byte> bytes = byte_span(mine, "`mine`");
+  std::vector<std::vector<std::byte>> all;
+  {
+    pyb::gil_scoped_release nogil;
+    all = gather(bytes);
+  }
+  return byte_tensors(std::move(all));
 }
 
 }  // namespace
@@ -312,26 +322,13 @@ std::vector<std::byte> carried_bytes(const pyb::object& closing, std::exception_
   pyb::gil_scoped_acquire gil;
   try {
     const auto t = closing().cast<at::Tensor>();
-    if (t.scalar_type() != at::kByte || !t.is_contiguous() || !t.device().is_cpu() || t.dim() != 1)
-      throw Error("must return a contiguous one-dimensional uint8 CPU tensor");
-    const auto* p = static_cast<const std::byte*>(t.data_ptr());
-    return {p, p + t.numel()};
+    const std::span<const std::byte> bytes = byte_span(t, "`closing()`'s result");
+    return {bytes.begin(), bytes.end()};
   } catch (const std::exception& e) {
-    const std::string why = e.what();
     error = std::make_exception_ptr(
-        TaskError("adding the step's microbatch losses: " + why.substr(0, why.find('\n'))));
+        TaskError("adding the step's microbatch losses: " + first_line(e.what())));
     return {};
   }
-}
-
-std::vector<at::Tensor> as_tensors(std::vector<std::vector<std::byte>> all) {
-  std::vector<at::Tensor> out;
-  for (const auto& b : all) {
-    at::Tensor t = at::empty({static_cast<std::int64_t>(b.size())}, at::kByte);
-    if (!b.empty()) std::memcpy(t.data_ptr(), b.data(), b.size());
-    out.push_back(std::move(t));
-  }
-  return out;
 }
 
 }  // namespace
@@ -409,7 +406,7 @@ std::pair<StepRecordPy, std::vector<at::Tensor>> PipelineCore::run_step(
   rec.run.metrics =
       compute_metrics(rec.run.result, lower_bound(*model_, measured_work(*model_, rec.run.result)));
   rec.dispatch_gaps = std::move(result.dispatch_gaps);
-  return {std::move(rec), as_tensors(std::move(carried))};
+  return {std::move(rec), byte_tensors(std::move(carried))};
 }
 
 }  // namespace rrfp::py

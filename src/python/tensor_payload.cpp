@@ -264,7 +264,7 @@ at::Tensor decode_tensor(const Payload& p, const std::string& what) {
                                     : at::from_blob(data, shape, deleter, options);
   (void)keep.release();  // the tensor's deleter owns it now
   if (h.layout != kScatter) return t;
-  at::Tensor out = at::empty_strided(shape, strides, at::TensorOptions().dtype(type));
+  at::Tensor out = at::empty_strided(shape, strides, options);
   out.copy_(t);
   return out;
 }
