@@ -2,6 +2,7 @@
 // PP x TP x DP layouts through the same Trainer code that runs over MPI.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -162,6 +163,46 @@ TEST(TrainJob, RunTrainingOverEveryLayoutKeepsEachStepOnce) {
       EXPECT_EQ(n, tasks * l.tp) << name << " step " << step;
     }
   }
+}
+
+// The processes of a job on one machine share its memory: their needs are summed, and every
+// process refuses alike. Each counted alone, a limit above one process's need let through a run
+// that needed twice the limit.
+TEST(TrainJob, ProcessesOnOneMachineAreCountedTogetherAgainstItsMemory) {
+  auto refusals = [](const std::string& limit) {
+    setenv("RRFP_MEMORY_LIMIT", limit.c_str(), 1);
+    auto jobs = make_local_jobs(2);
+    std::vector<std::string> said(2);
+    test::on_every_rank(2, [&](int r) {
+      TrainOptions o = base(2, 4);
+      o.model.max_seq = 512;
+      o.window = {512, 512};
+      o.job = jobs[r].get();
+      try {
+        Trainer t(o);
+      } catch (const InputError& e) {
+        said[r] = e.what();
+      }
+    });
+    unsetenv("RRFP_MEMORY_LIMIT");
+    return said;
+  };
+  const auto tiny = refusals("1K");
+  ASSERT_NE(tiny[0].find("summed over the 2 processes of the job on one machine; RRFP_MEMORY_"
+                         "LIMIT allows "),
+            std::string::npos)
+      << tiny[0];
+  EXPECT_NE(tiny[0].find(": lower `d_model`, `max_len`"), std::string::npos) << tiny[0];
+  EXPECT_EQ(tiny[1], tiny[0]);
+  // "about N MB of memory": both processes' needs.
+  const double both_mb = std::stod(tiny[0].substr(tiny[0].find("about ") + 6));
+  ASSERT_GE(both_mb, 8) << tiny[0];
+  const auto between = refusals(std::to_string(static_cast<int>(both_mb * 0.75)) + "M");
+  EXPECT_NE(between[0].find("summed over the 2 processes"), std::string::npos) << between[0];
+  EXPECT_EQ(between[1], between[0]);
+  const auto ample = refusals(std::to_string(static_cast<int>(both_mb * 2)) + "M");
+  EXPECT_EQ(ample[0], "");
+  EXPECT_EQ(ample[1], "");
 }
 
 }  // namespace

@@ -71,11 +71,15 @@ std::string gigabytes(double bytes) {
 
 void check_memory(double bytes, const std::string& what, const std::string& extra,
                   const std::string& lower) {
-  const std::int64_t have = available_memory();
+  check_memory(bytes, available_memory(), what, extra, lower);
+}
+
+void check_memory(double bytes, std::int64_t have, const std::string& what,
+                  const std::string& extra, const std::string& lower, const std::string& machine) {
   if (have <= 0 || bytes <= static_cast<double>(have)) return;
   const bool env = have == env_limit();
   throw InputError(what + ": about " + gigabytes(bytes) + " of memory" + extra + "; " +
-                   (env ? "RRFP_MEMORY_LIMIT allows " : "this machine has ") +
+                   (env ? "RRFP_MEMORY_LIMIT allows " : machine + " has ") +
                    gigabytes(static_cast<double>(have)) + (env ? "" : " available") + ": lower " +
                    lower);
 }

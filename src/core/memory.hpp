@@ -16,6 +16,11 @@ std::int64_t available_memory();
 // lower <lower>" when `bytes` exceed available_memory() (nothing when it is unknown).
 void check_memory(double bytes, const std::string& what, const std::string& extra,
                   const std::string& lower);
+// The same against `have` bytes, what a machine other than this one may have (0: unknown), said
+// of `machine` ("this machine has Y GB available").
+void check_memory(double bytes, std::int64_t have, const std::string& what,
+                  const std::string& extra, const std::string& lower,
+                  const std::string& machine = "this machine");
 
 std::string gigabytes(double bytes);  // "1.3 GB", or "870 MB" below 1 GB
 

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <map>
 
 #include "core/arbiter.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/memory.hpp"
+#include "dist/job.hpp"
 #include "train/device.hpp"
 #include "train/image_text.hpp"
 #include "train/model.hpp"
@@ -32,14 +35,27 @@ void validate(const WindowOptions& w, const GptConfig& m) {
 
 }  // namespace
 
-double approx_parameters(const GptConfig& c) {
-  const double d = c.d_model, per_block = 12 * d * d + 13 * d;
-  return c.layers * per_block + (2.0 * c.vocab + c.max_seq) * d;
+namespace {
+
+double block_parameters(const GptConfig& c) {
+  const double d = c.d_model;
+  return 12 * d * d + 13 * d;
 }
 
-// Parameters, their gradients and AdamW's two moments, float32 each.
+double edge_parameters(const GptConfig& c) {  // the embeddings and the head
+  return (2.0 * c.vocab + c.max_seq) * c.d_model;
+}
+
+constexpr double kBytesAParameter = 4 * 4;  // it, its gradient, AdamW's two moments: float32
+
+}  // namespace
+
+double approx_parameters(const GptConfig& c) {
+  return c.layers * block_parameters(c) + edge_parameters(c);
+}
+
 double model_bytes(const GptConfig& c) {
-  return approx_parameters(c) * 4 * 4;
+  return approx_parameters(c) * kBytesAParameter;
 }
 
 void validate(const TrainOptions& o) {
@@ -48,11 +64,13 @@ void validate(const TrainOptions& o) {
   // MemAvailable, the cgroup's limit and RRFP_MEMORY_LIMIT) is refused here, in one line,
   // instead of failing inside LibTorch (the machine's physical pages, counted before, let
   // through what a cgroup or RRFP_MEMORY_LIMIT does not allow).
-  check_memory(model_bytes(o.model),
-               "`d_model` " + std::to_string(o.model.d_model) + " with `layers` " +
-                   std::to_string(o.model.layers) + " (about " +
-                   fmt("%.3g", approx_parameters(o.model)) + " parameters)",
-               " for weights, gradients and optimizer state", "`d_model` or `layers`");
+  // A job's process holds its stage's part: check_activations sizes it with the activations.
+  if (!o.job)
+    check_memory(model_bytes(o.model),
+                 "`d_model` " + std::to_string(o.model.d_model) + " with `layers` " +
+                     std::to_string(o.model.layers) + " (about " +
+                     fmt("%.3g", approx_parameters(o.model)) + " parameters)",
+                 " for weights, gradients and optimizer state", "`d_model` or `layers`");
   validate(o.runtime);
   if (o.task != "text" && o.task != "image-text")
     throw InputError("`task`: expected text or image-text, got '" + o.task + "'");
@@ -127,6 +145,61 @@ double activation_bytes(const TrainOptions& o, const WorkModel& m, int in_flight
   return ranks * per_rank;
 }
 
+// What this process holds of the model: alone, all of it; in a job, its stage's blocks (its TP
+// rank's share of them) and the embeddings and the head, counted whole wherever they are.
+double model_bytes_here(const TrainOptions& o, const WorkModel& m) {
+  if (!o.job) return model_bytes(o.model);
+  const double blocks = std::ceil(static_cast<double>(o.model.layers) / m.pp());
+  return (blocks * block_parameters(o.model) / o.runtime.tp + edge_parameters(o.model)) *
+         kBytesAParameter;
+}
+
+// The processes of a job that run on one machine share its memory. Each process's need is
+// summed over the processes that read its clock (one boot, dist/job.hpp's this_clock_id) and
+// set against the least any of them may take. Every process decides on the same gathered
+// numbers, so all refuse alike: a refusal on some would leave the others waiting in the job's
+// first collective until its timeout. Checked alone, each of P processes on one machine let
+// through a run that needed P times what it counted.
+void check_job_memory(Job& job, double bytes, const std::string& what, const std::string& extra,
+                      const std::string& lower) {
+  struct Need {
+    double bytes;
+    std::int64_t have;
+  };
+  const Need mine{bytes, available_memory()};
+  std::vector<std::byte> sent(sizeof mine);
+  std::memcpy(sent.data(), &mine, sizeof mine);
+  const std::vector<std::byte> id = this_clock_id();
+  sent.insert(sent.end(), id.begin(), id.end());
+  struct Machine {
+    double bytes = 0;
+    std::int64_t have = 0;
+    int processes = 0;
+  };
+  std::map<std::vector<std::byte>, Machine> machines;
+  for (const auto& got : job.all_gather_bytes(sent)) {
+    if (got.size() < sizeof(Need)) throw Error("the job's memory check got a short record");
+    Need n{};
+    std::memcpy(&n, got.data(), sizeof n);
+    Machine& at = machines[std::vector<std::byte>(got.begin() + sizeof n, got.end())];
+    at.bytes += n.bytes;
+    ++at.processes;
+    if (n.have > 0) at.have = at.have > 0 ? std::min(at.have, n.have) : n.have;
+  }
+  const Machine* worst = nullptr;  // the machine furthest past what it has
+  for (const auto& [key, at] : machines)
+    if (at.have > 0 && at.bytes > static_cast<double>(at.have) &&
+        (!worst ||
+         at.bytes - static_cast<double>(at.have) > worst->bytes - static_cast<double>(worst->have)))
+      worst = &at;
+  if (!worst) return;
+  const std::string n = std::to_string(worst->processes);
+  check_memory(worst->bytes, worst->have, what,
+               extra + ", summed over the " + n + " process" + (n == "1" ? "" : "es") +
+                   " of the job on one machine",
+               lower + (n == "1" ? "" : ", or run fewer processes a machine"), "that machine");
+}
+
 }  // namespace
 
 void check_activations(const TrainOptions& o, const WorkModel& m, const Hint& hint) {
@@ -140,15 +213,17 @@ void check_activations(const TrainOptions& o, const WorkModel& m, const Hint& hi
                                  ? "`max_images` " + std::to_string(o.max_images) + " (" +
                                        std::to_string(longest_sequence(o)) + " tokens)"
                                  : "`max_len` " + std::to_string(o.window.max_len);
-  check_memory(
-      activation_bytes(o, m, in_flight, pending_w) + model_bytes(o.model),
-      length + " with `heads` " + std::to_string(o.model.heads) + " and `layers` " +
-          std::to_string(o.model.layers),
+  const double bytes = activation_bytes(o, m, in_flight, pending_w) + model_bytes_here(o, m);
+  const std::string what = length + " with `heads` " + std::to_string(o.model.heads) +
+                           " and `layers` " + std::to_string(o.model.layers);
+  const std::string extra =
       " for the activations of up to " + std::to_string(in_flight) + " microbatch" +
-          (in_flight == 1 ? "" : "es") +
-          " in flight a stage (attention keeps `heads` x length^2 floats a block) and the model",
-      (o.task == "image-text" ? "`max_images`" : std::string("`max_len`")) +
-          ", `heads`, `layers` or the microbatches in flight (`limit`)");
+      (in_flight == 1 ? "" : "es") +
+      " in flight a stage (attention keeps `heads` x length^2 floats a block) and the model";
+  const std::string lower = (o.task == "image-text" ? "`max_images`" : std::string("`max_len`")) +
+                            ", `heads`, `layers` or the microbatches in flight (`limit`)";
+  if (o.job) return check_job_memory(*o.job, bytes, what, extra, "`d_model`, " + lower);
+  check_memory(bytes, what, extra, lower);
 }
 
 // results-train.md's own `--steps 20` run (default warmup 60) peaked at a third of `lr`
