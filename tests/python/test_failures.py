@@ -268,6 +268,35 @@ def test_batches_that_do_not_split_evenly_or_match_are_refused():
     pipe.step([torch.randint(0, 64, (2, 8))] * 4, torch.randint(0, 64, (8, 8)))  # rows agree
 
 
+class Masked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+
+    def forward(self, t):
+        x, mask = t
+        return self.l(x) * mask
+
+
+def test_microbatches_of_tuples_against_one_batch_count_their_rows():
+    # The rows of (x, mask) were not counted: a loss taking means ran microbatch 0's 1 row
+    # against 2 rows of targets without a word.
+    def loss(out, y):
+        return ((out.mean(0) - y.mean(0)) ** 2).sum()
+
+    pipe = rrfp.Pipeline([Masked(), nn.Linear(4, 4)], loss, pp=2, microbatches=4)
+    listed = [(torch.randn(k, 4), torch.ones(k, 1)) for k in (1, 3, 2, 2)]
+    with pytest.raises(ValueError, match=r"targets: one batch, split evenly into microbatches "
+                                         r"of \[2, 2, 2, 2\] rows, but the inputs came as a "
+                                         r"list of microbatches of \[1, 3, 2, 2\] rows"):
+        pipe.step(listed, torch.randn(8, 4))
+    even = [(torch.randn(2, 4), torch.ones(2, 1)) for _ in range(4)]
+    pipe.step(even, torch.randn(8, 4))  # rows agree
+    # Tensors of a microbatch that disagree on their rows tell none: not refused.
+    odd = [(torch.randn(2, 4), torch.ones(1, 1)) for _ in range(4)]
+    pipe.step(odd, torch.randn(8, 4))
+
+
 def test_a_long_step_shows_its_progress_and_erases_it(capsys):
     chunks = lm.chunks(2)
     xs, ys = lm.batches(4, seed=0)

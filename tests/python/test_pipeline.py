@@ -4,6 +4,7 @@ import random
 
 import pytest
 import torch
+from torch import nn
 
 import lm
 import rrfp
@@ -240,3 +241,38 @@ class FromPair(torch.nn.Module):
 
     def forward(self, pair):
         return self.inner(pair[0]), pair[1]
+
+
+@pytest.mark.parametrize("hint", ["1f1b", "bfw"])
+def test_a_step_adds_into_the_grad_tensors_that_are_there(hint):
+    # A plain loop's backward adds into an existing .grad in place; the step set a new tensor,
+    # so a flat buffer whose views are the .grads (fused optimizers keep one) kept zeros.
+    def build():
+        torch.manual_seed(0)
+        chunks = [nn.Linear(8, 8), nn.Linear(8, 4)]
+        params = [p for c in chunks for p in c.parameters()]
+        flat = torch.zeros(sum(p.numel() for p in params))
+        at = 0
+        for p in params:
+            p.grad = flat[at:at + p.numel()].view_as(p)
+            at += p.numel()
+        return chunks, params, flat
+
+    def loss(out, y):
+        return ((out - y) ** 2).sum()
+
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(8, 8, generator=g), torch.randn(8, 4, generator=g)
+    ref, _, ref_flat = build()
+    for _ in range(2):  # the second step adds to the first's
+        for xi, yi in zip(x.tensor_split(2), y.tensor_split(2)):
+            loss(ref[1](ref[0](xi)), yi).backward()
+    chunks, params, flat = build()
+    held = [p.grad for p in params]
+    pipe = rrfp.Pipeline(chunks, loss, pp=2, microbatches=2, hint=hint,
+                         split_backward="on" if hint == "bfw" else "off")
+    for _ in range(2):
+        pipe.step(x, y)
+    assert all(p.grad is h for p, h in zip(params, held))
+    assert torch.equal(flat, ref_flat)
+    assert flat.abs().sum() > 0

@@ -71,8 +71,8 @@ def refuse_split_against_list(inputs, targets, input_mbs, target_mbs):
     which a loss that broadcasts takes without a word."""
     if targets is None or isinstance(inputs, torch.Tensor) == isinstance(targets, torch.Tensor):
         return
-    rows = {name: [x.shape[0] if isinstance(x, torch.Tensor) and x.dim() > 0 else None
-                   for x in mbs] for name, mbs in (("inputs", input_mbs), ("targets", target_mbs))}
+    rows = {name: [_rows(x) for x in mbs]
+            for name, mbs in (("inputs", input_mbs), ("targets", target_mbs))}
     if None in rows["inputs"] or None in rows["targets"] or rows["inputs"] == rows["targets"]:
         return
     whole, listed = ("inputs", "targets") if isinstance(inputs, torch.Tensor) else \
@@ -80,6 +80,15 @@ def refuse_split_against_list(inputs, targets, input_mbs, target_mbs):
     raise ValueError(f"{whole}: one batch, split evenly into microbatches of {rows[whole]} rows, "
                      f"but the {listed} came as a list of microbatches of {rows[listed]} rows; "
                      f"give the {whole} as a list of the same sizes")
+
+
+def _rows(mb):
+    """A microbatch's rows: a tensor's first dimension, or that of every tensor in a tuple or
+    a dict of them where they agree (the rows of (x, mask) were not counted, so such a list met
+    other rows' targets without a word); None where they cannot be told."""
+    tensors = [t for t in tensors_in(mb) if t.dim() > 0]
+    rows = {t.shape[0] for t in tensors}
+    return rows.pop() if len(rows) == 1 else None
 
 
 def take_batch(pipe, inputs, targets, m, training):

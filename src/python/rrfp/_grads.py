@@ -363,3 +363,18 @@ def sum_over_replicas(core, dp, pairs, layout):
     return [(p, None if not n else s.view_as(p) if p.grad is None else p.grad + s.view_as(p))
             for (p, _), s, n in zip(pairs, (next(parts[p.dtype]) for p, _ in pairs),
                                     meta[:-1].tolist())]
+
+
+def set_grad(p, g):
+    """The step's gradient `g` of `p` (the previous .grad included) as a plain loop's backward
+    leaves it: written into a dense .grad that was there, as autograd adds into it in place, so
+    that whatever holds that tensor (a flat buffer whose views are the .grads, a reference kept
+    across steps) sees the step; set where there was none, or of another kind."""
+    old = p.grad
+    if old is not None and old is not g and old.layout == torch.strided and \
+            g.layout == torch.strided and old.shape == g.shape and old.dtype == g.dtype and \
+            old.device == g.device:
+        with torch.no_grad():
+            old.copy_(g)
+    else:
+        p.grad = g

@@ -197,9 +197,11 @@ class StageRunner:
             raise RuntimeError(
                 f"chunk {chunk} changes the input it receives in place, which the pipeline "
                 "hands it as a leaf that wants its gradient, and autograd lets no such leaf "
-                "change in place; a chunk whose first module is in place (nn.ReLU(inplace="
-                "True), say) gets a copy, but this one changes it later: make that operation "
-                "out of place (inplace=False), or begin the chunk with it") from e
+                "change in place; a chunk that is an nn.Sequential whose first module is in "
+                "place (nn.ReLU(inplace=True), say) gets a copy, but this one changes it "
+                "otherwise (in its own forward, or after another operation): make that "
+                "operation out of place (inplace=False), or make the chunk an nn.Sequential "
+                "that begins with it") from e
         if chunk == self.last_chunk:
             targets = self.data.targets  # None: the step was given none
             loss = self.data.loss_fn(out, None if targets is None else

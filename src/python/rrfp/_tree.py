@@ -18,11 +18,19 @@ class _Pickler(pickle.Pickler):
     def __init__(self, file):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.tensors = []
+        self.places = {}  # id(tensor) -> its place in self.tensors
 
     def persistent_id(self, obj):
         if isinstance(obj, torch.Tensor):
-            self.tensors.append(obj)
-            return len(self.tensors) - 1
+            # One tensor met twice (returned as "hidden" and as "residual", say) travels once
+            # and arrives as one leaf, whose gradients then add in one buffer in the order the
+            # backward reaches its uses, as a plain loop's do. As two leaves, each with its own
+            # sum added at the sender, the bits differed from the loop's.
+            at = self.places.get(id(obj))
+            if at is None:
+                at = self.places[id(obj)] = len(self.tensors)
+                self.tensors.append(obj)
+            return at
         return None
 
 
@@ -36,7 +44,8 @@ class _Unpickler(pickle.Unpickler):
 
 
 def pack(obj, what):
-    """A structure as (bytes, tensors): the tensors in the order pickling meets them, the rest
+    """A structure as (bytes, tensors): the tensors in the order pickling first meets them (one
+    met again is the same entry), the rest
     (nesting, numbers, strings, None, objects) pickled, after which of the tensors want a
     gradient (wants_grad)."""
     file = io.BytesIO()

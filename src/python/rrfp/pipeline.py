@@ -8,7 +8,7 @@ import torch
 from . import _rrfp, _saving, checkpoint
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
-from ._grads import GradSums, sum_over_replicas, trained_layout, warn_inexact
+from ._grads import GradSums, set_grad, sum_over_replicas, trained_layout, warn_inexact
 from ._replicas import from_first_replica
 from ._launch import (agreed, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters)
@@ -355,7 +355,7 @@ class Pipeline:
             pairs = sum_over_replicas(self._core, self._dp, pairs, layout)
         for p, g in pairs:
             if g is not None:
-                p.grad = g
+                set_grad(p, g)
         if self._dp > 1:  # buffers the forwards updated (running statistics): replica 0's
             from_first_replica(self._core, self.chunks, False)
         self.last_step = StepRecord(rec)
