@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Time and peak memory of rrfp refusing hostile input: each case must end in well under a
-# second with exit 2, and peak memory must stay at the process's own baseline (about 160 MiB:
-# LibTorch's libraries), whatever the size of the input. Prints a Markdown table.
+# second with exit 2, and peak memory must stay at the process's own baseline, whatever the
+# size of the input: about 6-7 MiB for `rrfp` (no LibTorch), about 160 MiB for `train`, which
+# loads LibTorch in `rrfp-train` before it checks the values. Prints a Markdown table.
 # Usage: bench/bad_input_limits.sh path/to/rrfp
 set -uo pipefail
 rrfp=$1

@@ -1,9 +1,9 @@
 #pragma once
-// The transport over a c10d ProcessGroup (Gloo on CPU; the same calls take NCCL on GPUs), for
-// processes started by torchrun or holding a torch.distributed group: one endpoint per rank of
-// the group. Like the MPI transport, every message starts with a header, so arrivals come in
-// any order; a payload too large to ride inline follows its header. A header leaves at its own
-// size (up to 8 KiB).
+// The transport over a c10d ProcessGroup (Gloo: its messages are host bytes, which NCCL does
+// not take), for processes started by torchrun or holding a torch.distributed group: one
+// endpoint per rank of the group. Like the MPI transport, every message starts with a header, so
+// arrivals come in any order; a payload too large to ride inline follows its header. A header
+// leaves at its own size (up to 8 KiB).
 //
 // c10d's point-to-point work completes only inside a blocking wait() (Gloo does not progress
 // it otherwise), so threads wait: receivers (a header, then its payload, then the next
