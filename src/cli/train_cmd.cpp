@@ -173,7 +173,7 @@ void setup_train(CLI::App& app) {
       refuse_unsplit_w_cap(f->dispatch, f->shape,
                            resolve_split(f->shape.split, hint) || hint_wants_split(hint));
     refuse_deadlocking_hint(*f);
-    if (!g_runner) exec_trainer();  // checked here, run by rrfp-train
+    if (!g_runner) exec_trainer();  // values checked and run by rrfp-train
     g_runner(*f);
   });
 }

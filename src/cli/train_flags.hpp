@@ -1,8 +1,9 @@
 #pragma once
 // `rrfp train`'s flags, parsed by the `rrfp` program (which has no LibTorch) and run by the
-// `rrfp-train` program beside it (which has): `rrfp` checks the flags, then hands the same
-// command line to `rrfp-train` (exec, same process), so every other subcommand starts without
-// loading LibTorch (0.45 s and 160 MB for nothing, on every process of an MPI job).
+// `rrfp-train` program beside it (which has): `rrfp` parses the flags and refuses a few
+// combinations, then hands the same command line to `rrfp-train` (exec, same process), which
+// checks the values; so every other subcommand starts without loading LibTorch (0.45 s and
+// 160 MB for nothing, on every process of an MPI job).
 #include <cstdint>
 #include <functional>
 #include <string>
