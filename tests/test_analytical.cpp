@@ -126,5 +126,16 @@ TEST_P(ClosedForm, ReadyBfMatchesInterleaved1f1bOnUniformWorkWithinItsMemory) {
   }
 }
 
+// Work of no time: a step of no time meets its bound of no time (its efficiency read 0).
+TEST(ClosedFormEdge, AStepOfNoTimeIsAsEfficientAsItsBound) {
+  WorkModel m(config(4, 8));
+  RealizedWork work = unit_work(m);
+  std::fill(work.compute_ns.begin(), work.compute_ns.end(), 0);
+  SimRun r = run(m, "1f1b", Policy::Fixed, work);
+  EXPECT_EQ(r.result.makespan, 0);
+  EXPECT_EQ(r.metrics.bound.value, 0);
+  EXPECT_DOUBLE_EQ(r.metrics.efficiency, 1.0);
+}
+
 }  // namespace
 }  // namespace rrfp::test

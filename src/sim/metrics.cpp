@@ -237,6 +237,8 @@ RunMetrics compute_metrics(const StepRecord& r, const LowerBound& lb) {
   if (r.makespan > 0) {
     out.bubble_ratio = 1.0 - busy_total / (static_cast<double>(r.pp) * r.makespan);
     out.efficiency = static_cast<double>(lb.value) / r.makespan;
+  } else {
+    out.efficiency = 1;  // a step of no time meets its bound of no time (it read 0.000)
   }
   return out;
 }
