@@ -105,6 +105,12 @@ rc=$?
 [ "$(grep -c 'rrfp: error: mpirun -np 3: the layout --pp 2' "$log")" -eq 1 ] ||
   { cat "$log"; fail "bad layout: not exactly one line naming the layout"; }
 echo "bad layout: exit 2, one line"
+# A flag that does not parse: one line too (it came once per process).
+"$here/mpirun.sh" 3 "$rrfp" run --transport mpi --pp 2 --no-such-flag $marker >"$log" 2>&1
+rc=$?
+[ $rc -eq 2 ] && [ "$(grep -c 'rrfp: error: ' "$log")" -eq 1 ] ||
+  { cat "$log"; fail "an unknown flag under mpirun: exit $rc, not one line"; }
+echo "unknown flag: exit 2, one line"
 # Bad training input must stop every rank with one line: an unwritable --out (rank 0 writes
 # the outputs) and a checkpoint to resume that is not there (every rank reads it).
 if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
@@ -126,34 +132,72 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
   done
   # Ctrl-C or a batch system's SIGTERM reaches mpirun, which passes SIGTERM to every process:
   # each finishes the step it is in (they agree on the last one), writes its outputs and exits.
-  out=$(dirname "$log")/rrfp-mpi-stop
-  rm -rf "$out"
-  "$here/mpirun.sh" 2 "$rrfp" train --transport mpi --pp 2 --d-model 32 --layers 4 \
-    --eval-every 0 --steps 5000 --out "$out" $marker >"$log" 2>&1 &
-  job=$!
-  for _ in $(seq 600); do
-    [ -f "$out/loss.csv" ] && [ "$(wc -l <"$out/loss.csv")" -gt 4 ] && break
-    sleep 0.1
-  done
-  kill -TERM $job
-  start=$SECONDS
-  for _ in $(seq 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
-  kill -0 $job 2>/dev/null && { kill -9 $job; fail "SIGTERM to mpirun: still running 30 s later"; }
-  wait $job
-  rc=$?
-  rows=$(($(wc -l <"$out/loss.csv") - 1))
-  last=$(tail -n 1 "$out/loss.csv" | cut -d, -f1)
-  [ $rc -ne 0 ] || fail "SIGTERM to mpirun: exit 0"
-  [ "$rows" -ge 4 ] && [ "$rows" = "$last" ] ||
-    fail "SIGTERM to mpirun: loss.csv has $rows rows, last step $last"
-  grep -q "stopped by signal 15 after step $last of 5000" "$log" ||
-    { tail -c 600 "$log"; fail "SIGTERM to mpirun: no stop line naming step $last"; }
-  grep -q "wrote $out/loss.csv" "$log" || fail "SIGTERM to mpirun: outputs not written"
-  left=$(pgrep -f "rrfp train .*$marker" || true)
-  [ -z "$left" ] || { kill -9 $left; fail "SIGTERM to mpirun: processes left behind: $left"; }
-  echo "SIGTERM to mpirun: stopped after step $last in $((SECONDS - start)) s, $rows loss rows, mpirun exit $rc"
-  rm -rf "$out"
+  # Open MPI kills the processes a second after passing SIGTERM on (odls_base_sigkill_timeout),
+  # so these steps are short; SIGUSR1, which mpirun forwards as it is, waits for any step.
+  # signal_mpirun SIGNAL NUMBER
+  signal_mpirun() {
+    local sig=$1 num=$2
+    out=$(dirname "$log")/rrfp-mpi-stop
+    rm -rf "$out"
+    "$here/mpirun.sh" 2 "$rrfp" train --transport mpi --pp 2 --d-model 32 --layers 4 \
+      --eval-every 0 --steps 5000 --out "$out" $marker >"$log" 2>&1 &
+    job=$!
+    for _ in $(seq 600); do
+      [ -f "$out/loss.csv" ] && [ "$(wc -l <"$out/loss.csv")" -gt 4 ] && break
+      sleep 0.1
+    done
+    kill "-$sig" $job
+    start=$SECONDS
+    for _ in $(seq 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+    kill -0 $job 2>/dev/null && { kill -9 $job; fail "$sig to mpirun: still running 30 s later"; }
+    wait $job
+    rc=$?
+    rows=$(($(wc -l <"$out/loss.csv") - 1))
+    last=$(tail -n 1 "$out/loss.csv" | cut -d, -f1)
+    [ $rc -ne 0 ] || fail "$sig to mpirun: exit 0"
+    [ "$rows" -ge 4 ] && [ "$rows" = "$last" ] ||
+      fail "$sig to mpirun: loss.csv has $rows rows, last step $last"
+    grep -q "stopped by signal $num after step $last of 5000" "$log" ||
+      { tail -c 600 "$log"; fail "$sig to mpirun: no stop line naming step $last"; }
+    grep -q "wrote $out/loss.csv" "$log" || fail "$sig to mpirun: outputs not written"
+    left=$(pgrep -f "rrfp train .*$marker" || true)
+    [ -z "$left" ] || { kill -9 $left; fail "$sig to mpirun: processes left behind: $left"; }
+    echo "$sig to mpirun: stopped after step $last in $((SECONDS - start)) s, $rows loss rows, mpirun exit $rc"
+    rm -rf "$out"
+  }
+  signal_mpirun TERM 15
+  signal_mpirun USR1 10
 fi
+
+# A process stopped in a calibration's ping-pong (calibrate, run --compare): the job ends within
+# --timeout, naming the round trips (the ping-pong waited 60 s whatever --timeout said).
+cal=$(dirname "$log")/rrfp-mpi-cal-$$.json
+"$here/mpirun.sh" 2 "$rrfp" calibrate --transport mpi --timeout 3 --seconds 20 --out "$cal" \
+  >"$log" 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 100); do
+  for p in $(pgrep -f "rrfp calibrate .*$cal"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$p
+  done
+  [ -n "$victim" ] && break
+  sleep 0.1
+done
+[ -n "$victim" ] || { kill -9 $job; fail "calibrate: rank 1 never started"; }
+sleep 4  # into the 20 s of round trips
+kill -STOP "$victim"
+start=$SECONDS
+for _ in $(seq 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+kill -0 $job 2>/dev/null && { kill -9 $job; pkill -9 -f "rrfp calibrate .*$cal"; fail "calibrate: still running 30 s after rank 1 stopped"; }
+wait $job
+rc=$?
+left=$(pgrep -f "rrfp calibrate .*$cal" || true)
+[ -z "$left" ] || { kill -9 $left; fail "calibrate: processes left behind: $left"; }
+[ $rc -ne 0 ] || fail "calibrate with rank 1 stopped: exit 0"
+grep -qE "(round trips did not end|messages) within 3 s" "$log" ||
+  { tail -5 "$log"; fail "calibrate: no line naming the ping-pong's 3 s"; }
+echo "calibrate with rank 1 stopped: ended $((SECONDS - start)) s later, exit $rc"
+rm -f "$cal"
 
 # Processes with different command lines (mpirun's "prog args : -np 1 prog other args"): refused
 # on every process at start-up, rank 0 naming where they differ, exit 2. A different --lr trained

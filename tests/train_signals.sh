@@ -123,6 +123,14 @@ points=$(grep -o 'stroke="#4e79a7" stroke-width="1.5" points="[^"]*"' "$tmp/k/lo
   sed 's/.*points="//; s/"$//' | wc -w)
 [ "$points" -eq $((ckpt_step + 4)) ] ||
   fail "loss.svg after the resume plots $points steps of $((ckpt_step + 4))"
+# A log with stray bytes, a row written twice and a row cut short (a crash mid-write): the
+# resume keeps whole rows only, each step once (they were all kept and spliced in).
+{ printf 'garbage\001\n'; sed -n 2p "$tmp/k/loss.csv"; tail -n 1 "$tmp/k/loss.csv" | cut -c1-12; } \
+  >>"$tmp/k/loss.csv"
+"$rrfp" train "${small[@]}" --steps $((ckpt_step + 6)) --resume "$tmp/k/checkpoint.bin" \
+  --out "$tmp/k" >"$tmp/k3.log" 2>&1 || fail "resume of a log with junk failed: $(tail -1 "$tmp/k3.log")"
+[ "$(cut -d, -f1 "$tmp/k/loss.csv" | tail -n +2 | tr '\n' ' ')" = "$(seq -s ' ' 1 $((ckpt_step + 6))) " ] ||
+  fail "loss.csv after a resume of a log with junk: $(cut -d, -f1 "$tmp/k/loss.csv" | tr '\n' ' ')"
 
 # Two SIGINTs: the first asks for a stop after the current step (long here: a bigger model),
 # the second, while that step still runs, ends the process at once: exit 130, no outputs.

@@ -108,6 +108,7 @@ void run_calibrate(const CalibrateFlags& f) {
   if (f.transport == TransportKind::Mpi) {
     o.serial_receive = true;  // one progress thread per process copies what arrives
     o.offer_payload = true;   // the runtime's default rendezvous over a transport moving bytes
+    o.deadline_s = f.timeout_s;
     run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {
       job.set_layout(JobLayout{job.size(), 1, 1});
       Hosting h = job.hosting();

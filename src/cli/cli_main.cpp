@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <new>
@@ -16,6 +17,14 @@
 namespace rrfp {
 
 namespace {
+
+// A process of an mpirun job other than rank 0: every process parses the same command line
+// (a job whose lines differ is refused once they have started), so a parse error is said by
+// rank 0 alone, as the job's other refusals are (it came once per process).
+bool another_rank_of_mpirun() {
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  return rank != nullptr && std::strcmp(rank, "0") != 0;
+}
 
 // What CLI11 says of a mistyped or missing command ("A subcommand is required"), in words that
 // name it and the commands there are.
@@ -81,6 +90,7 @@ int cli_main(int argc, char** argv) {
   } catch (const QuietExit& e) {
     return e.code;
   } catch (const CLI::ParseError& e) {
+    if (another_rank_of_mpirun()) return 2;
     if (app.get_subcommands().empty() && e.get_name() == "RequiredError") {
       print_line("rrfp: error: " + no_command(app, argc, argv));
       return 2;

@@ -36,7 +36,8 @@ std::string error_cell(double measured, double model) {
 }  // namespace
 
 TransportModel transport_model(const std::string& calibration, const std::string& transport,
-                               bool offer_payload, const Scenario& sc, Job& world) {
+                               bool offer_payload, const Scenario& sc, Job& world,
+                               double timeout_s) {
   if (!calibration.empty() && calibration != "baseline") {
     const WorkloadParams w = read_workload_file(calibration, "uniform");
     return {{w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_links, w.comm_two_slowdown,
@@ -52,6 +53,7 @@ TransportModel transport_model(const std::string& calibration, const std::string
   o.streams = true;
   o.serial_receive = true;  // the mpi transport's one progress thread copies what arrives
   o.offer_payload = offer_payload;
+  o.deadline_s = timeout_s;
   Hosting h = world.hosting();
   Calibration c = calibrate(
       *h.transports.at(0), world.size(), [&] { world.all_gather({}); }, o);

@@ -25,9 +25,11 @@ struct TransportModel {
 // `calibration`: a file from rrfp calibrate --out, else (empty or "baseline") a short
 // calibration of `world`'s transport at the run's message sizes (every process takes part; rank
 // 0's counts). How a blocking run's bytes move is the run's rendezvous (`offer_payload`), not
-// a measurement, whatever a file says. `transport` names the transport in the printed table.
+// a measurement, whatever a file says. `transport` names the transport in the printed table;
+// `timeout_s` bounds each wait of the calibration for a peer (the run's --timeout).
 TransportModel transport_model(const std::string& calibration, const std::string& transport,
-                               bool offer_payload, const Scenario& sc, Job& world);
+                               bool offer_payload, const Scenario& sc, Job& world,
+                               double timeout_s);
 
 // --calibration baseline: the bandwidth at which `makespan_at` reproduces `measured`; outside
 // 0.01..1000 GB/s, the bound.

@@ -94,7 +94,7 @@ class EmulatedRuns {
     check_wall_time();
     if (world && f.compare && !calibrate_each_round_) {
       const TransportModel tm = transport_model(f.calibration, to_string(f.transport),
-                                                f.rendezvous == "offer", sc_, *world);
+                                                f.rendezvous == "offer", sc_, *world, f.timeout_s);
       mm_ = tm.model;
       model_source_ = tm.source;
     }
@@ -230,8 +230,9 @@ class EmulatedRuns {
     for (int round = 0; round < f_.rounds; ++round) {
       last_round_ = round + 1 == f_.rounds;
       if (calibrate_each_round_) {
-        const TransportModel tm = transport_model(f_.calibration, to_string(f_.transport),
-                                                  f_.rendezvous == "offer", sc_, *world_);
+        const TransportModel tm =
+            transport_model(f_.calibration, to_string(f_.transport), f_.rendezvous == "offer", sc_,
+                            *world_, f_.timeout_s);
         round_models_.push_back(tm.model);
         model_source_ =
             tm.source + (f_.rounds > 1 ? ", before each of the " + std::to_string(f_.rounds) +

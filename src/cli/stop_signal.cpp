@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <initializer_list>
 
 #include "cli/options.hpp"
 
@@ -31,12 +32,12 @@ void on_exit_signal(int sig) {
   ::_exit(128 + sig);
 }
 
-void install(void (*handler)(int)) {
+void install(void (*handler)(int), std::initializer_list<int> signals) {
   struct sigaction sa {};
   sa.sa_handler = handler;
   sa.sa_flags = SA_RESTART;  // a write interrupted by the signal goes on
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM}) {
+  for (int sig : signals) {
     struct sigaction old {};
     ::sigaction(sig, nullptr, &old);
     if (old.sa_handler != SIG_IGN) ::sigaction(sig, &sa, nullptr);  // a background job's stays
@@ -46,7 +47,10 @@ void install(void (*handler)(int)) {
 }  // namespace
 
 std::atomic<int>& stop_on_signals() {
-  install(on_stop_signal);
+  // SIGUSR1 too: mpirun forwards it to every process, where its own SIGINT and SIGTERM end the
+  // job with SIGKILL a second after passing SIGTERM on (Open MPI's odls_base_sigkill_timeout),
+  // which cuts a longer step short with nothing written.
+  install(on_stop_signal, {SIGINT, SIGTERM, SIGUSR1});
   return g_stop;
 }
 
@@ -57,7 +61,7 @@ void exit_on_signals(const std::string& command) {
     g_exit_lines[0][sig == SIGTERM ? 1 : 0] = stopped + "; nothing written\n";
     g_exit_lines[1][sig == SIGTERM ? 1 : 0] = stopped + " after its outputs were written\n";
   }
-  install(on_exit_signal);
+  install(on_exit_signal, {SIGINT, SIGTERM});
 }
 
 void write_then_heed_signals(const std::function<void()>& write) {
@@ -83,6 +87,7 @@ std::atomic<int>& stop_flag() {
 std::string signal_name(int sig) {
   if (sig == SIGINT) return "SIGINT";
   if (sig == SIGTERM) return "SIGTERM";
+  if (sig == SIGUSR1) return "SIGUSR1";
   return "signal " + std::to_string(sig);
 }
 

@@ -1,8 +1,9 @@
 #pragma once
-// SIGINT and SIGTERM for the commands whose work is long and worth keeping (`train`, `plan`,
-// `sweep`): the first signal asks the work to stop at its next safe point, where the command
-// writes what it has (a step's log row and checkpoint, the best order so far, the grid points
-// done) and exits 128 + the signal (130, 143); a second signal ends the process at once.
+// SIGINT, SIGTERM and SIGUSR1 for the commands whose work is long and worth keeping (`train`,
+// `plan`, `sweep`): the first signal asks the work to stop at its next safe point, where the
+// command writes what it has (a step's log row and checkpoint, the best order so far, the grid
+// points done) and exits 128 + the signal (130, 143, 138); a second signal ends the process at
+// once. SIGUSR1 is the one mpirun forwards to every process as it is.
 #include <atomic>
 #include <functional>
 #include <string>

@@ -152,8 +152,8 @@ double PingPong::stream(const PingPongOptions& o, std::chrono::steady_clock::tim
     const bool asleep = inbox_.empty();
     if (!cv_.wait_until(lk, deadline, [&] { return !inbox_.empty(); }))
       throw Error("stream from endpoint " + std::to_string(o.peer) + ": " + std::to_string(i) +
-                  " of " + std::to_string(o.iters) + " messages within " +
-                  std::to_string(static_cast<int>(o.deadline_s)) + " s");
+                  " of " + std::to_string(o.iters) + " messages within " + fmt("%g", o.deadline_s) +
+                  " s");
     const std::int64_t now = now_ns();
     if (asleep) {
       woken_ns += now - inbox_.front().at_ns;

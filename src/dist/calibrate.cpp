@@ -56,7 +56,8 @@ struct Pairing {
 
 // One message size: kReps repetitions of each round the options ask for, their medians.
 CalibrationPoint measure_size(PingPong& ping, const Pairing& pr, std::size_t bytes, int iters,
-                              bool streams, const std::function<void()>& barrier) {
+                              const CalibrateOptions& o, const std::function<void()>& barrier) {
+  const bool streams = o.streams;
   CalibrationPoint p;
   p.bytes = bytes;
   std::vector<double> alone, overlapped, streamed, two, four, wake, four_wake;
@@ -70,6 +71,7 @@ CalibrationPoint measure_size(PingPong& ping, const Pairing& pr, std::size_t byt
       pp.iters = stream ? 2 * iters : iters;  // as many messages as the round trips' legs
       pp.stream = stream;
       pp.both_ways = both_ways;
+      pp.deadline_s = o.deadline_s > 0 ? o.deadline_s : 1e9;  // 0: none (31 years)
       // A ping-pong's reply sends three buffers in turn rather than the one that just
       // arrived, which the copy left in the cache: a step's outputs are not that fresh. For a
       // size that fits in the cache, replies of what arrived read well above or well below a
@@ -144,8 +146,8 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
   c.serial_receive = o.serial_receive;
   c.offer_payload = o.offer_payload;
   for (std::size_t bytes : o.sizes)
-    c.points.push_back(measure_size(ping, pr, bytes, iterations(bytes, share(bytes) / rounds),
-                                    o.streams, barrier));
+    c.points.push_back(
+        measure_size(ping, pr, bytes, iterations(bytes, share(bytes) / rounds), o, barrier));
   if (pr.me != 0) return c;
   fit_message_model(c);
   return c;

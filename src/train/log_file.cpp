@@ -32,6 +32,16 @@ std::vector<std::string> fields_of(const std::string& row) {
   return out;
 }
 
+// The step of a log row: its first field, digits only, where the row has the header's columns;
+// -1 for anything else (a row cut short by a crash, stray bytes).
+long long step_of(const std::vector<std::string>& fields, std::size_t columns) {
+  const std::string& s = fields.front();
+  if (fields.size() != columns || s.empty() || s.size() > 9 ||
+      !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
+  return std::atoll(s.c_str());
+}
+
 std::string row_of(const std::vector<std::string>& fields) {
   std::string out;
   for (std::size_t i = 0; i < fields.size(); ++i)
@@ -48,21 +58,30 @@ LogFile::LogFile(const std::string& path, const std::string& header, int resume_
   if (continuing) {
     const std::string& old = *earlier;
     std::string kept;
-    std::size_t at = 0;
+    std::size_t at = 0, columns = 0;
+    long long last = -1;  // the last row kept: each step once, in order
     for (bool first = true; at < old.size(); first = false) {
       std::size_t end = old.find('\n', at);
       if (end == std::string::npos) end = old.size();
       std::string line = old.substr(at, end - at);
       at = end + 1;
-      if (!first && (line.empty() || std::atoll(line.c_str()) > resume_step)) continue;
-      if (!first && fill.step >= 0 && std::atoll(line.c_str()) == fill.step) {
-        std::vector<std::string> f = fields_of(line);
-        if (fill.column < static_cast<int>(f.size()) && f[fill.column].empty())
-          f[fill.column] = fill.value;
+      std::vector<std::string> f = fields_of(line);
+      if (first) {
+        columns = f.size();
+        kept += line + "\n";
+        continue;
+      }
+      // Only whole rows of steps up to the resumed one: a row cut short, stray bytes and a
+      // row written twice were kept and spliced into the continued log.
+      const long long step = step_of(f, columns);
+      if (step <= last || step > resume_step) continue;
+      last = step;
+      if (step == fill.step && fill.column < static_cast<int>(f.size()) && f[fill.column].empty()) {
+        f[fill.column] = fill.value;
         line = row_of(f);
       }
       kept += line + "\n";
-      if (!first) earlier_.push_back(line);
+      earlier_.push_back(line);
     }
     const std::string tmp = path + ".tmp";
     const int t = open_output(tmp, "'" + path + "': its temporary '" + tmp + "'",
