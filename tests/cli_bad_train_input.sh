@@ -15,7 +15,10 @@ mkdir -p "$tmp/t640" && head -c 640 /dev/zero >"$tmp/t640/a.txt"
 check "--data: '$tmp/t640' holds no document of at least 641 bytes" train --data "$tmp/t640" \
   --max-len 64 --out "$tmp/o"
 check "fewer than the 8 pipeline chunks" train --vpp 2 --out "$tmp/o"
-check "--out: cannot write to directory '/proc/rrfp-out'" train --out /proc/rrfp-out
+check "--out: cannot write to directory '/proc/rrfp-out': No such file or directory" train --out /proc/rrfp-out
+# A file where the folder should be: the reason said (it said none).
+touch "$tmp/a-file"
+check "--out: cannot write to directory '$tmp/a-file': Not a directory" train --out "$tmp/a-file"
 check "--steps: must be at least 1" train --steps 0 --out "$tmp/o"
 check "--inject-jitter: expected jitter:J1" train --inject-jitter nope --out "$tmp/o"
 check "--inject-jitter: unknown jitter level 'J2x'" train --inject-jitter jitter:J2x --out "$tmp/o"

@@ -3,6 +3,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <string>
@@ -19,9 +21,11 @@ namespace {
 void prepare_out(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir) || access(dir.c_str(), W_OK) != 0)
-    throw InputError("`out`: cannot write to directory '" + dir + "'" +
-                     (ec ? ": " + ec.message() : std::string()));
+  std::string why = ec ? ec.message() : std::string();
+  if (why.empty() && !std::filesystem::is_directory(dir)) why = "not a directory";
+  // The reason, where the folder exists but is not writable (it said nothing).
+  if (why.empty() && access(dir.c_str(), W_OK) != 0) why = std::strerror(errno);
+  if (!why.empty()) throw InputError("`out`: cannot write to directory '" + dir + "': " + why);
 }
 
 }  // namespace
