@@ -259,11 +259,32 @@ def _leaf_hooks(p):
 
 
 def _run_hooks(hooks, g):
+    """g through a parameter's hooks, each result checked as a plain loop's backward checks it:
+    another size went on to set_grad, which refused it after other .grads were written (or was
+    broadcast into the sum, silently). Raised in the task, it fails the step on every process
+    before any .grad changes."""
     for hook in hooks:
         out = hook(g)
         if out is not None:
+            _check_hook_result(hook, g, out)
             g = out
     return g
+
+
+def _check_hook_result(hook, g, out):
+    """Refuses, in its words, what autograd refuses of a hook's result (python_hook.cpp), and a
+    tensor on another device of the same kind, which .grad could not hold either."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"expected Variable, but hook returned '{type(out).__name__}'")
+    name = getattr(hook, "__name__", "<unknown>")
+    if out.dtype != g.dtype or out.layout != g.layout or out.device.type != g.device.type:
+        raise RuntimeError(f"hook '{name}' has changed the type of value (was {g.type()} got "
+                           f"{out.type()})")
+    if out.device != g.device:
+        raise RuntimeError(f"hook '{name}' has changed the device of value (was {g.device} "
+                           f"got {out.device})")
+    if out.shape != g.shape:
+        raise RuntimeError(f"hook '{name}' has changed the size of value")
 
 
 # torch.autograd.grad checks and normalises its arguments in Python before it calls the engine:

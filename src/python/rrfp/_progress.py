@@ -30,7 +30,9 @@ class Progress:
         return self
 
     def _show(self):
-        while not self.done.wait(0.5 if self.shown else max(self.after, 0.01)):
+        # A wait past TIMEOUT_MAX (progress=1e300, say) raises OverflowError in this thread.
+        first = min(max(self.after, 0.01), threading.TIMEOUT_MAX)
+        while not self.done.wait(0.5 if self.shown else first):
             elapsed = time.monotonic() - self.start
             if elapsed < self.after:
                 continue

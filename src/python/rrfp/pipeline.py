@@ -1,11 +1,11 @@
 """rrfp.Pipeline: the user's nn.Module chunks, pipelined by rrfp's C++ runtime."""
 import contextlib
-import sys
 import threading
 
 import torch
 
 from . import _rrfp, _saving, checkpoint
+from ._args import check_arguments, progress_after
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._grads import GradSums, set_grad, sum_over_replicas, trained_layout, warn_inexact
@@ -54,7 +54,7 @@ class Pipeline:
         that results do not depend on the order tasks run in.
     progress: a step that runs longer than this many seconds shows a line on stderr with the
         tasks this process has done, updated twice a second and erased at the end; "auto"
-        (the default): 2 seconds when stderr is a terminal, else never; None: never.
+        (the default): 2 seconds when stderr is a terminal, else never; None or inf: never.
     ordered_forwards: whether each chunk's forwards run in microbatch order, as a plain loop
         runs them. Batch norm's running statistics (and any state a forward updates) come out
         of a step bitwise as a plain loop leaves them only then; gradients are bitwise in any
@@ -94,31 +94,16 @@ class Pipeline:
                  split_backward="auto", comm="async", timeout=120.0, transport=None,
                  dp=1, group=None, delay_fn=None, progress="auto", device=None,
                  ordered_forwards=None, seed=None, tied=None):
-        if not callable(loss_fn):
-            raise TypeError("loss_fn must be callable")
-        if delay_fn is not None and not callable(delay_fn):
-            raise TypeError(f"delay_fn must be callable or None, got {type(delay_fn).__name__}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            raise TypeError(f"timeout: seconds as a number, got {type(timeout).__name__}")
-        for name, value in (("pp", pp), ("vpp", vpp), ("microbatches", microbatches), ("dp", dp)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name}: a whole number, got {type(value).__name__} {value!r}")
+        hint = check_arguments(
+            loss_fn=loss_fn, delay_fn=delay_fn, timeout=timeout,
+            counts=dict(pp=pp, vpp=vpp, microbatches=microbatches, dp=dp),
+            names=dict(placement=placement, policy=policy, split_backward=split_backward,
+                       comm=comm),
+            hint=hint, transport=transport, group=group, limit=limit,
+            max_pending_w=max_pending_w, ordered_forwards=ordered_forwards)
+        progress = progress_after(progress)
         place = parse_device(device)
         seeding = None if seed is None else Seeding(seed)  # a bad seed fails first
-        if ordered_forwards not in (None, True, False):
-            raise ValueError(f"ordered_forwards: True, False or None (auto), got "
-                             f"{ordered_forwards!r}")
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
-            raise ValueError(f"limit: must be a whole number of at least 1 or None, got {limit!r}")
-        for name, value in (("limit", limit), ("max_pending_w", max_pending_w)):
-            if value is not None and policy == "fixed":  # it was taken and ignored
-                raise ValueError(f"{name}: bounds what the ready policy holds; the fixed policy "
-                                 f"runs the hint's order, which alone decides it (got {name}="
-                                 f"{value} with policy='fixed')")
-        if max_pending_w is not None and (not isinstance(max_pending_w, int) or
-                                          max_pending_w < 1):  # 0 meant the default, unsaid
-            raise ValueError("max_pending_w: must be a whole number of at least 1 or None, got "
-                             f"{max_pending_w!r}")
         if transport is None:
             transport = launched_transport(pp, dp, group)
         dp_group = None
@@ -145,10 +130,6 @@ class Pipeline:
             for c, m in enumerate(chunks):
                 if not isinstance(m, torch.nn.Module):
                     raise TypeError(f"chunks: chunk {c} is a {type(m).__name__}, not an nn.Module")
-        if progress == "auto":
-            progress = 2.0 if sys.stderr.isatty() else None
-        if progress is not None and (not isinstance(progress, (int, float)) or progress < 0):
-            raise ValueError(f"progress: seconds (at least 0), \"auto\" or None, got {progress!r}")
         self._progress = progress
         self._data = StepData(loss_fn, delay_fn)
         self._inexact_said = set()  # tied parameters warned of (warn_inexact)
@@ -171,8 +152,10 @@ class Pipeline:
         self._step = 0
         self.last_step = None
         # One step at a time: a second, from another thread or from inside a task, would share
-        # the step's data and runtime with the first.
+        # the step's data and runtime with the first; and no load, save or clip during one
+        # (_one_call).
         self._busy = threading.Lock()
+        self._holder = None  # (thread id, call) holding _busy
 
     def _build_stages(self, build, place):
         """Builds this process's chunks and their stages' runners (a chunk refused here, or a
@@ -233,9 +216,10 @@ class Pipeline:
         entries. strict: a chunk of this process missing an entry of its own, or an entry of
         no chunk at all, raises KeyError. The copies of a tie (`tied`) all load the entry of
         the tie's first name that `state` holds."""
-        if self._ties is not None:
-            state = self._ties.same_in_state(state)
-        checkpoint.load_model_state(self.chunks, self._core.chunks, state, strict)
+        with self._one_call("load_state_dict", within="load"):  # load() loads through it
+            if self._ties is not None:
+                state = self._ties.same_in_state(state)
+            checkpoint.load_model_state(self.chunks, self._core.chunks, state, strict)
 
     def save(self, path, optimizer=None, **extra):
         """Writes a checkpoint into the folder `path`: this process's chunks
@@ -244,7 +228,8 @@ class Pipeline:
         replica 0 writes. Returns once the checkpoint is complete; a save that fails on any
         process (a full disk, a dead process, the manifest) raises on every one and leaves the
         folder's previous checkpoint whole."""
-        _saving.save(self, path, optimizer, extra)
+        with self._one_call("save"):
+            _saving.save(self, path, optimizer, extra)
 
     def load(self, path, optimizer=None):
         """Loads a checkpoint that save() wrote on any layout cutting the model into the same
@@ -253,7 +238,8 @@ class Pipeline:
         Training on from it is bitwise training on without the stop. Every process of a job
         calls it; one that cannot load (a missing folder, a missing entry) is told to every
         other, which raises too."""
-        return _saving.load(self, path, optimizer)
+        with self._one_call("load"):
+            return _saving.load(self, path, optimizer)
 
     def _canonical(self):
         return self._ties.canonical if self._ties else {}
@@ -270,8 +256,9 @@ class Pipeline:
         the same factor. Every process of a job calls it, after step() and before the
         optimizer's step. Returns the total norm; the same bits as torch's function over the
         parameters of the chunks in model order."""
-        self._refresh_ties()  # the norm counts a tie's first copy as it is now
-        return clip_grad_norm(self, max_norm, norm_type, error_if_nonfinite)
+        with self._one_call("clip_grad_norm_"):
+            self._refresh_ties()  # the norm counts a tie's first copy as it is now
+            return clip_grad_norm(self, max_norm, norm_type, error_if_nonfinite)
 
     def step(self, inputs, targets=None):
         """Runs forward and backward of every microbatch through the pipeline.
@@ -286,9 +273,10 @@ class Pipeline:
         (no progress for `timeout`), or KeyboardInterrupt; then no .grad has changed. A batch
         given whole must split evenly into M microbatches, inputs and targets alike. A step
         called while another of this pipeline runs (from another thread, or from a task's
-        own code) raises RuntimeError at once.
+        own code) raises RuntimeError at once, and so do eval_step, load, load_state_dict,
+        save and clip_grad_norm_.
         """
-        with self._one_step("step"):  # under no_grad: refused on every process (run_pass)
+        with self._one_call("step"):  # under no_grad: refused on every process (run_pass)
             return self._run_step(inputs, targets)
 
     def eval_step(self, inputs, targets=None):
@@ -303,7 +291,7 @@ class Pipeline:
         that run the last stage (None on the others); loss is the sum of the microbatch losses
         with targets (on every process of the replica), else None. Raises as step() does.
         """
-        with self._one_step("eval_step"):
+        with self._one_call("eval_step"):
             self._refresh_ties()
             self._data.eval = True
             try:
@@ -325,14 +313,29 @@ class Pipeline:
             return outs, total
 
     @contextlib.contextmanager
-    def _one_step(self, what):
+    def _one_call(self, what, within=None):
+        """Holds the pipeline for `what` (a call's name), or refuses it at once: a load during
+        a step gave the step's gradients weights they did not come from, a clip ran before its
+        gradients were there (and left them unclipped), a save wrote buffers its forwards were
+        updating. A call that this thread makes inside its own `within` call runs in it."""
+        if within is not None and self._holder == (threading.get_ident(), within):
+            yield
+            return
         if not self._busy.acquire(blocking=False):
-            raise RuntimeError(f"{what}: another step of this pipeline is running (in another "
-                               "thread, or this call comes from inside one of its tasks); "
-                               "a pipeline runs one step at a time")
+            holder = (self._holder or (None, None))[1]  # read unlocked: for the words alone
+            if holder in ("step", "eval_step"):
+                doing = "another step" if what in ("step", "eval_step") else "a step"
+            else:
+                doing = f"its {holder}()" if holder else "another call"
+            raise RuntimeError(f"{what}: {doing} of this pipeline is running (in another "
+                               "thread, or this call comes from inside one of its tasks); a "
+                               "pipeline runs one step, eval_step, load, load_state_dict, "
+                               "save or clip_grad_norm_ at a time")
+        self._holder = (threading.get_ident(), what)
         try:
             yield
         finally:
+            self._holder = None
             self._busy.release()
 
     def _run_step(self, inputs, targets):

@@ -1,0 +1,107 @@
+"""The checks of rrfp.Pipeline's arguments made before anything is built: a wrong type raises
+TypeError and a value out of range ValueError, each naming the argument and what it takes.
+The C++ core checks the values of its names (an unknown hint, placement, ...) in its own words;
+what it could not take at all (None for a name, a whole number past a C int) reached pybind,
+whose TypeError listed the constructor's signature and named no argument."""
+import math
+import os
+import sys
+
+import torch
+
+INT_MAX = 2**31 - 1  # the core's counts are C ints
+
+# The arguments the core takes as names, and the names each takes.
+_NAMES = (("placement", '"loop" or "vshape"'),
+          ("policy", '"ready" or "fixed"'),
+          ("split_backward", '"auto", "on" or "off"'),
+          ("comm", '"async" or "blocking"'))
+
+
+def _kind(value):
+    return f"{type(value).__name__} {value!r}"
+
+
+def check_arguments(*, loss_fn, delay_fn, timeout, counts, names, hint, transport, group,
+                    limit, max_pending_w, ordered_forwards):
+    """Refuses what Pipeline cannot take (counts: {"pp": pp, ...}, whole numbers; names:
+    {"placement": ..., ...}, as _NAMES). Returns the hint as the core takes it: a hint file
+    given as a path object (pathlib.Path) becomes its str."""
+    if not callable(loss_fn):
+        raise TypeError("loss_fn must be callable")
+    if delay_fn is not None and not callable(delay_fn):
+        raise TypeError(f"delay_fn must be callable or None, got {type(delay_fn).__name__}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout: seconds as a number, got {type(timeout).__name__}")
+    for name, value in counts.items():
+        # A bool is an int to Python, but True stages or replicas are a slip, not a count.
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name}: a whole number, got {_kind(value)}")
+        if not -INT_MAX - 1 <= value <= INT_MAX:  # within, the core says what it takes
+            raise ValueError(f"{name}: must be at least 1 and at most {INT_MAX}, got {value}")
+    for name, allowed in _NAMES:
+        if not isinstance(names[name], str):
+            raise TypeError(f"{name}: {allowed}, got {_kind(names[name])}")
+    if isinstance(hint, os.PathLike):
+        hint = os.fspath(hint)
+    if not isinstance(hint, str):
+        raise TypeError(f"hint: a schedule's name or rule (rrfp.hint_names()) or a hint file's "
+                        f"path, got {_kind(hint)}")
+    if transport is not None and not isinstance(transport, str):
+        raise TypeError(f'transport: "inproc", "mpi", "c10d" or None (as the process was '
+                        f"started), got {_kind(transport)}")
+    _check_group(group)
+    if ordered_forwards is not None and not isinstance(ordered_forwards, bool):
+        # 1 and 0 equal True and False, and passed the test `in (None, True, False)`.
+        raise TypeError(f"ordered_forwards: True, False or None (auto), got "
+                        f"{_kind(ordered_forwards)}")
+    _check_bounds(limit, max_pending_w, names["policy"])
+    return hint
+
+
+def _check_group(group):
+    """A group that is not a torch.distributed process group failed inside torch's own calls
+    (an empty AssertionError) or in pybind's cast."""
+    if group is None:
+        return
+    kind = getattr(torch.distributed, "ProcessGroup", None)  # None: torch without distributed
+    if kind is None or not isinstance(group, kind):
+        raise TypeError(f"group: a torch.distributed process group (torch.distributed.new_group"
+                        f"(...) or the default group) or None, got {type(group).__name__}")
+
+
+def _check_bounds(limit, max_pending_w, policy):
+    for name, value in (("limit", limit), ("max_pending_w", max_pending_w)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name}: a whole number or None, got {_kind(value)}")
+        if not 1 <= value <= INT_MAX:  # 0 meant the default, unsaid
+            raise ValueError(f"{name}: must be a whole number of at least 1 (and at most "
+                             f"{INT_MAX}) or None, got {value!r}")
+        if policy == "fixed":  # it was taken and ignored
+            raise ValueError(f"{name}: bounds what the ready policy holds; the fixed policy "
+                             f"runs the hint's order, which alone decides it (got {name}="
+                             f"{value} with policy='fixed')")
+
+
+def progress_after(progress):
+    """Pipeline's `progress` as the seconds after which a step shows its line, or None (never).
+    An infinity is never (its wait overflowed in the progress thread, every step); a NaN is
+    refused (every comparison with it is false: the line showed at once)."""
+    if isinstance(progress, str):
+        if progress != "auto":
+            raise ValueError(f'progress: seconds, "auto" or None, got {progress!r}')
+        return 2.0 if sys.stderr.isatty() else None
+    if progress is None:
+        return None
+    if isinstance(progress, bool) or not isinstance(progress, (int, float)):
+        raise TypeError(f'progress: seconds as a number, "auto" or None, got {_kind(progress)}')
+    try:
+        seconds = float(progress)
+    except OverflowError:  # a whole number past a double's range
+        seconds = math.inf if progress > 0 else -math.inf
+    if math.isnan(seconds) or seconds < 0:
+        raise ValueError(f'progress: seconds (at least 0; inf: never), "auto" or None, got '
+                         f"{progress!r}")
+    return None if math.isinf(seconds) else seconds

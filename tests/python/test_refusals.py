@@ -1,0 +1,205 @@
+"""What rrfp.Pipeline refuses, and how: a parameter hook whose result autograd would refuse
+fails the step as autograd refuses it, before any .grad changes; a load, save, clip or
+evaluation while a step runs raises RuntimeError at once; a constructor argument of the wrong
+type raises TypeError, one out of range ValueError, each naming the argument."""
+import math
+import pathlib
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import lm
+import rrfp
+
+
+def loss_fn(out, target):
+    return ((out - target) ** 2).sum()
+
+
+def batch():
+    torch.manual_seed(0)
+    return torch.randn(4, 8), torch.randn(4, 8)
+
+
+def linears(tied=False, seed=0):
+    """Two chunks of two Linear layers; tied: the first layer is one module in both."""
+    torch.manual_seed(seed)
+    first = nn.Linear(8, 8)
+    return [nn.Sequential(first, nn.Linear(8, 8)),
+            nn.Sequential(first if tied else nn.Linear(8, 8), nn.Linear(8, 8))]
+
+
+def grads(chunks):
+    return [None if p.grad is None else p.grad.clone() for c in chunks for p in c.parameters()]
+
+
+# Each hook's result is one autograd refuses; "<lambda>" is how autograd names a lambda.
+BAD_HOOKS = {
+    "a smaller size": lambda g: g[:2],
+    "a size that broadcasts": lambda g: g.sum(0, keepdim=True),  # was added in, silently
+    "another dtype": lambda g: g.double(),
+    "not a tensor": lambda g: 5,  # was added to the sum, silently
+}
+
+
+def plain_loop_error(hook, tied):
+    """What a plain loop's backward raises with the hook on the second chunk's last weight."""
+    chunks = linears(tied)
+    chunks[1][-1 if not tied else 0].weight.register_hook(hook)
+    x, y = batch()
+    with pytest.raises(Exception) as e:
+        loss_fn(chunks[1](chunks[0](x[:2])), y[:2]).backward()
+    return e.value
+
+
+@pytest.mark.parametrize("what", list(BAD_HOOKS))
+@pytest.mark.parametrize("tied,hint", [(False, "bf"), (False, "bfw"), (True, "bf")])
+def test_a_hook_result_autograd_refuses_fails_the_step_and_changes_no_grad(what, tied, hint):
+    # The step raised a bare RuntimeError from .grad's setter after the other parameters'
+    # .grad were written, or broadcast a (1, 8) result into every row of .grad.
+    hook = BAD_HOOKS[what]
+    expected = plain_loop_error(hook, tied)
+    chunks = linears(tied)
+    for c in chunks:  # a .grad there before the step, which it must keep
+        c[-1].weight.grad = torch.ones_like(c[-1].weight)
+    param = chunks[1][0 if tied else -1].weight
+    handle = param.register_hook(hook)
+    pipe = rrfp.Pipeline(chunks, loss_fn, pp=2, microbatches=2, hint=hint)
+    before = grads(chunks)
+    x, y = batch()
+    with pytest.raises(rrfp.StageError, match=r"stage \d: task [BW] c\d m0 failed") as e:
+        pipe.step(x, y)
+    assert type(e.value.__cause__) is type(expected)
+    assert str(e.value.__cause__) == str(expected)  # autograd's words, naming the hook
+    after = grads(chunks)
+    assert all((a is None and b is None) or torch.equal(a, b) for a, b in zip(before, after))
+    handle.remove()  # and the pipeline goes on, as a plain loop does
+    for c in chunks:
+        c.zero_grad(set_to_none=True)
+    pipe.step(x, y)
+    ref = linears(tied)
+    for xm, ym in zip(x.chunk(2), y.chunk(2)):
+        loss_fn(ref[1](ref[0](xm)), ym).backward()
+    assert all(torch.equal(p.grad, q.grad) for a, b in zip(chunks, ref)
+               for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_a_hook_named_by_its_function():
+    def halve_rows(g):
+        return g[:4]
+
+    chunks = linears()
+    chunks[0][0].weight.register_hook(halve_rows)
+    with pytest.raises(rrfp.StageError, match="hook 'halve_rows' has changed the size of value"):
+        rrfp.Pipeline(chunks, loss_fn, pp=2, microbatches=2).step(*batch())
+
+
+@pytest.mark.parametrize("call", ["load", "load_state_dict", "save", "clip_grad_norm_",
+                                  "eval_step"])
+def test_a_call_while_a_step_runs_is_refused_and_the_step_stays_right(call, tmp_path):
+    # A load during a step was accepted: the step's gradients then matched neither the old
+    # weights nor the loaded ones; a clip returned 0 and left the gradients unclipped.
+    saved = tmp_path / "ckpt"
+    rrfp.Pipeline(linears(seed=1), loss_fn, pp=2, microbatches=4).save(saved)
+    started, go = threading.Event(), threading.Event()
+
+    def hold(stage, kind, chunk, mb):  # the step waits in its first task until the call is made
+        if (stage, kind, mb) == (0, "F", 0):
+            started.set()
+            go.wait(30)
+        return 0.0
+
+    x, y = batch()
+    calls = {"load": lambda p: p.load(saved),
+             "load_state_dict": lambda p: p.load_state_dict(p.state_dict()),
+             "save": lambda p: p.save(tmp_path / "other"),
+             "clip_grad_norm_": lambda p: p.clip_grad_norm_(1e-3),
+             "eval_step": lambda p: p.eval_step(x, y)}
+    chunks = linears()
+    pipe = rrfp.Pipeline(chunks, loss_fn, pp=2, microbatches=4, delay_fn=hold)
+    step = threading.Thread(target=pipe.step, args=(x, y))
+    step.start()
+    try:
+        assert started.wait(30)
+        with pytest.raises(RuntimeError, match=rf"^{call}: (a|another) step of this "
+                           r"pipeline is running"):
+            calls[call](pipe)
+    finally:
+        go.set()
+        step.join(60)
+    assert not step.is_alive()
+    ref = linears()
+    for xm, ym in zip(x.chunk(4), y.chunk(4)):
+        loss_fn(ref[1](ref[0](xm)), ym).backward()
+    assert all(torch.equal(p.grad, q.grad) for a, b in zip(chunks, ref)
+               for p, q in zip(a.parameters(), b.parameters()))
+    calls[call](pipe)  # after the step, the call runs
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(hint=None), "hint: a schedule's name or rule .* got NoneType None"),
+    (dict(policy=None), 'policy: "ready" or "fixed", got NoneType None'),
+    (dict(placement=None), 'placement: "loop" or "vshape", got NoneType None'),
+    (dict(split_backward=True), 'split_backward: "auto", "on" or "off", got bool True'),
+    (dict(comm=1), 'comm: "async" or "blocking", got int 1'),
+    (dict(transport=3), 'transport: "inproc", "mpi", "c10d" or None .*got int 3'),
+    (dict(group=5), "group: a torch.distributed process group .* or None, got int"),
+    (dict(limit=True), "limit: a whole number or None, got bool True"),
+    (dict(limit=2.5), "limit: a whole number or None, got float 2.5"),
+    (dict(hint="bfw", max_pending_w=True), "max_pending_w: a whole number or None, got bool"),
+    (dict(ordered_forwards=1), r"ordered_forwards: True, False or None \(auto\), got int 1"),
+    (dict(ordered_forwards=0), r"ordered_forwards: True, False or None \(auto\), got int 0"),
+    (dict(ordered_forwards="yes"), "ordered_forwards: True, False or None"),
+    (dict(progress=True), 'progress: seconds as a number, "auto" or None, got bool True'),
+    (dict(progress=[1]), "progress: seconds as a number"),
+])
+def test_an_argument_of_the_wrong_type_is_a_type_error_naming_it(kwargs, match):
+    args = dict(pp=2, microbatches=2)
+    args.update(kwargs)
+    with pytest.raises(TypeError, match=match):
+        rrfp.Pipeline(linears(), loss_fn, **args)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(limit=10**12), r"limit: must be a whole number of at least 1 \(and at most "
+                         r"2147483647\) or None, got 1000000000000"),
+    (dict(hint="bfw", max_pending_w=10**12), r"max_pending_w: .*at most 2147483647"),
+    (dict(microbatches=10**12), "microbatches: must be at least 1 and at most 2147483647"),
+    (dict(dp=-10**12), "dp: must be at least 1"),
+    (dict(progress=math.nan), r"progress: seconds \(at least 0; inf: never\)"),
+    (dict(progress=-10**400), "progress: seconds"),
+    (dict(progress="soon"), "progress: seconds, \"auto\" or None, got 'soon'"),
+])
+def test_an_argument_out_of_range_is_a_value_error_naming_it(kwargs, match):
+    args = dict(pp=2, microbatches=2)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        rrfp.Pipeline(linears(), loss_fn, **args)
+
+
+@pytest.mark.parametrize("progress", [math.inf, 10**400, 1e300],
+                         ids=["inf", "10**400", "1e300"])
+def test_a_progress_of_no_end_shows_nothing(progress, capfd):
+    # inf raised OverflowError in the progress thread, a traceback on stderr every step.
+    failed, before = [], threading.excepthook
+    threading.excepthook = lambda args: failed.append(args.exc_value)
+    try:
+        pipe = rrfp.Pipeline(linears(), loss_fn, pp=2, microbatches=2, progress=progress)
+        pipe.step(*batch())
+    finally:
+        threading.excepthook = before
+    assert not failed
+    assert capfd.readouterr().err == ""
+
+
+def test_a_hint_file_given_as_a_path(tmp_path):
+    hint = tmp_path / "order.txt"
+    hint.write_text("rrfp-hint 1 pp=2 vpp=1 microbatches=2 placement=loop split=0\n"
+                    "stage 0: F0:0 F0:1 B0:0 B0:1\n"
+                    "stage 1: F1:0 F1:1 B1:0 B1:1\n")
+    xs, ys = lm.batches(2)
+    pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2,
+                         hint=pathlib.Path(hint), policy="fixed")
+    assert torch.equal(pipe.step(xs, ys), lm.reference_step(lm.chunks(2), xs, ys))
