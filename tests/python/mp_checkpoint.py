@@ -2,6 +2,8 @@
 and save; rank 0 loads the folder into one process with every chunk a stage of its own
 (threads) and trains 3 more: bitwise the 6 uninterrupted steps of a plain loop. With dp > 1
 replica 0 writes and every replica must hold the same values.
+A save to a folder of each process's own (a disk of each machine) and a load that fails on
+one process change nothing on any process.
 Run by multiprocess_pipeline.py under mpirun and torchrun."""
 import errno
 import json
@@ -65,6 +67,9 @@ def run(pp, dp, m, transport):
         ckpt._core.all_gather([])  # every process has cleaned up
         if ckpt.rank == 0:
             assert sorted(os.listdir(folder)) == before, os.listdir(folder)
+    if pp > 1:
+        unshared_save(ckpt, opt, folder)
+        failed_load(pp, dp, m, transport, folder)
     if ckpt.rank == 0 and dp == 1:
         ref = lm.chunks(n)
         ref_opt = adamw(ref)
@@ -81,3 +86,41 @@ def run(pp, dp, m, transport):
         print(f"rank 0: saved by {pp} processes (V=2), resumed in {n} threads, bitwise", flush=True)
     if ckpt.rank == 0:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def unshared_save(ckpt, opt, folder):
+    """Each process given a folder of its own, as on a disk of each machine: every process
+    raises, naming the parts process 0 does not see, and leaves nothing (a manifest naming
+    parts that no folder held was committed, and the previous parts removed)."""
+    own = f"{folder}-rank{ckpt.rank}"
+    try:
+        ckpt.save(own, opt, step=5)
+    except FileNotFoundError as e:
+        assert "part-1." in str(e) and "one folder that every process shares" in str(e), e
+    else:
+        raise AssertionError(f"rank {ckpt.rank}: a save to folders of each process's own "
+                             "returned")
+    assert not os.path.isdir(own) or os.listdir(own) == [], os.listdir(own)
+    ckpt._core.all_gather([])  # every process has looked before any folder goes
+    shutil.rmtree(own, ignore_errors=True)
+
+
+def failed_load(pp, dp, m, transport, folder):
+    """Rank 1's folder missing: every process raises, and none has loaded anything (rank 0
+    loaded its chunks and then raised, before)."""
+    n = 2 * pp
+    fresh = rrfp.Pipeline(lambda i: lm.chunks(n, seed=99)[i], lm.loss_fn, pp=pp, vpp=2,
+                          microbatches=m, transport=transport, dp=dp, timeout=60)
+    opt = adamw(fresh.chunks.values())
+    before = [p.detach().clone() for c in fresh.chunks.values() for p in c.parameters()]
+    try:
+        fresh.load(folder if fresh.rank != 1 else folder + "-on-another-disk", opt)
+    except (FileNotFoundError, RuntimeError) as e:
+        said = str(e)
+    else:
+        raise AssertionError(f"rank {fresh.rank}: a load that failed on rank 1 returned")
+    after = [p for c in fresh.chunks.values() for p in c.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(before, after)), \
+        f"rank {fresh.rank}: a failed load changed the chunks"
+    assert not opt.state, f"rank {fresh.rank}: a failed load changed the optimizer"
+    assert ("no part-" if fresh.rank == 1 else "nothing was loaded on any process") in said, said

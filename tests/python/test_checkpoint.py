@@ -75,7 +75,7 @@ def test_bad_checkpoints_are_refused(tmp_path):
     sd = pipe.state_dict()
     with pytest.raises(KeyError, match="names no chunk"):
         pipe.load_state_dict({**sd, "7.weight": torch.zeros(1)})
-    with pytest.raises(KeyError, match="chunk 1: missing"):
+    with pytest.raises(KeyError, match="chunk 1: missing .* no entry of chunk 1 .*chunks: 0,"):
         pipe.load_state_dict({k: v for k, v in sd.items() if not k.startswith("1.")})
     pipe.load_state_dict({k: v for k, v in sd.items() if not k.startswith("1.")}, strict=False)
     with pytest.raises(FileNotFoundError, match="no part"):
@@ -161,3 +161,150 @@ def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch, fail
     again = pipeline(lm.chunks(2, seed=99), pp=2)
     assert again.load(folder) == {"step": 1}
     assert all(torch.equal(p, q) for p, q in zip(_weights(again), saved))
+
+
+def _state(pipe, opt, scaler):
+    """Everything a load may change: weights, optimizer state, scale and seed step."""
+    return (_weights(pipe), repr(opt.state_dict()), scaler.state_dict(), pipe._data.seed_step)
+
+
+def _same(a, b):
+    return (len(a[0]) == len(b[0]) and all(torch.equal(p, q) for p, q in zip(a[0], b[0])) and
+            a[1:] == b[1:])
+
+
+@pytest.mark.parametrize("case", ["no-optimizer-state", "other-shape", "other-dtype",
+                                  "fewer-chunks", "bad-scaler-state"])
+def test_a_refused_load_changes_nothing(tmp_path, case):
+    # Refused after part of it was applied, a load left weights (chunk 0 of 2, or the 2 chunks
+    # of a 2-chunk checkpoint in a 4-chunk model), the seed step and the scale loaded.
+    folder = str(tmp_path / "ck")
+    saver = pipeline(lm.chunks(2, seed=1), pp=2, seed=7)
+    scaler = rrfp.GradScaler(saver, init_scale=8.0)
+    saver_opt = adamw(saver.chunks.values())
+    train(saver, saver_opt, 0, 2)
+    if case == "bad-scaler-state":
+        scaler._growth_tracker = -1  # a damaged state, found before anything is loaded
+    saver.save(folder, None if case == "no-optimizer-state" else saver_opt, step=2)
+    if case == "other-shape":
+        chunks = lm.chunks(2, d=16)
+    elif case == "fewer-chunks":
+        chunks = lm.chunks(4)
+    else:
+        chunks = lm.chunks(2)
+    pipe = pipeline(chunks, pp=2, vpp=len(chunks) // 2, seed=7)
+    opt = adamw(chunks)
+    train(pipe, opt, 0, 1)
+    if case == "other-dtype":
+        chunks[1].double()
+    mine = rrfp.GradScaler(pipe, init_scale=2.0)
+    before = _state(pipe, opt, mine)
+    error, words = {"no-optimizer-state": (KeyError, "no optimizer state"),
+                    "other-shape": (ValueError, "chunk 0: '0.*has shape"),
+                    "other-dtype": (ValueError, "float64, the chunk's torch.float32|torch.float32, "
+                                    "the chunk's torch.float64"),
+                    "fewer-chunks": (KeyError, "chunk 1: missing \\[\\], unexpected"),
+                    "bad-scaler-state": (ValueError, "GradScaler state")}[case]
+    with pytest.raises(error, match=words):
+        pipe.load(folder, opt)
+    assert _same(_state(pipe, opt, mine), before)
+
+
+def test_a_refused_state_dict_loads_nothing():
+    pipe = pipeline(lm.chunks(2), pp=2)
+    sd = {k: v.clone() for k, v in pipeline(lm.chunks(2, seed=3), pp=2).state_dict().items()}
+    before = _weights(pipe)
+    key = next(k for k in sd if k.startswith("1."))
+    sd[key] = torch.zeros(3)
+    with pytest.raises(ValueError, match=f"'{key}' has shape \\[3\\]"):
+        pipe.load_state_dict(sd)
+    assert all(torch.equal(p, q) for p, q in zip(before, _weights(pipe)))
+
+
+@pytest.mark.parametrize("parts,words", [
+    (1_000_000, "names 1000000 parts, not a whole number in 1..65536"),
+    (10**9, "names 1000000000 parts"), (True, "names True parts"), ("2", "names '2' parts"),
+    (0, "names 0 parts"), (None, "names None parts"),
+    (3, "names 3 parts, more than this model's 2 chunks")])
+def test_a_manifests_fields_are_checked_before_use(tmp_path, parts, words):
+    # A part count of 10**6 took seconds and a message of 28 MB, 10**9 minutes; true was 1.
+    import json
+    import time
+    folder = str(tmp_path / "ck")
+    pipe = pipeline(lm.chunks(2), pp=2)
+    pipe.save(folder)
+    m = _manifest(folder)
+    with open(f"{folder}/manifest.json", "w") as f:
+        json.dump(dict(m, parts=parts), f)
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=f"checkpoint '{folder}': manifest.json .*{words}"):
+        pipe.load(folder)
+    assert time.monotonic() - start < 5
+    for token in (True, "1", -1, 2**48, 1.0):
+        with open(f"{folder}/manifest.json", "w") as f:
+            json.dump(dict(m, token=token), f)
+        with pytest.raises(ValueError, match="its token is"):
+            pipe.load(folder)
+
+
+def test_missing_parts_are_named_briefly(tmp_path):
+    import json
+    folder = str(tmp_path / "ck")
+    pipe = pipeline(lm.chunks(8), pp=1, vpp=8)
+    pipe.save(folder)
+    m = _manifest(folder)
+    with open(f"{folder}/manifest.json", "w") as f:
+        json.dump(dict(m, parts=8), f)
+    with pytest.raises(FileNotFoundError) as e:
+        pipe.load(folder)
+    assert str(e.value).endswith(f"{rrfp.checkpoint.part_name(5, m['token'])} and 2 more of its "
+                                 "8 parts missing"), e.value
+
+
+def test_a_damaged_file_is_named(tmp_path):
+    # torch's, pickle's and json's own errors named neither the checkpoint nor the file.
+    import os
+    folder = str(tmp_path / "ck")
+    pipe = pipeline(lm.chunks(2), pp=2)
+    pipe.save(folder)
+    name = rrfp.checkpoint.part_name(0, _manifest(folder)["token"])
+    part = os.path.join(folder, name)
+    with open(part, "rb") as f:
+        data = f.read()
+    other = str(tmp_path / "tensor.pt")
+    torch.save(torch.zeros(2), other)
+    with open(other, "rb") as f:
+        a_tensor = f.read()
+    for content, words in ((data[:len(data) // 2], "could not be read as a part"),
+                           (b"", "could not be read"), (b"garbage", "could not be read"),
+                           (a_tensor, "is not a part of a checkpoint")):
+        with open(part, "wb") as f:
+            f.write(content)
+        with pytest.raises(ValueError, match=f"checkpoint '{folder}': {name} {words}") as e:
+            pipe.load(folder)
+        assert words == "is not a part of a checkpoint" or e.value.__cause__ is not None
+    os.remove(part)
+    with pytest.raises(FileNotFoundError, match=f"{name} of its 1 parts missing"):
+        pipe.load(folder)
+    for content in (b"", b'{"token": 1', b"\xff\xfe", b"[" * 70000):
+        with open(os.path.join(folder, "manifest.json"), "wb") as f:
+            f.write(content)
+        with pytest.raises(ValueError, match=f"checkpoint '{folder}': manifest.json is"):
+            pipe.load(folder)
+
+
+def test_save_and_load_arguments_are_checked(tmp_path):
+    import os
+    pipe = pipeline(lm.chunks(2), pp=2)
+    folder = str(tmp_path / "ck")
+    # The checkpoint's own entry took the place of the user's, silently.
+    with pytest.raises(ValueError, match="rrfp_seed_step: extra keys beginning with 'rrfp_'"):
+        pipe.save(folder, rrfp_seed_step=123)
+    assert not os.path.exists(folder)
+    for call in (pipe.save, pipe.load):
+        with pytest.raises(TypeError, match="path must be a folder's path .* got NoneType"):
+            call(None)
+        with pytest.raises(ValueError, match="path is empty"):
+            call("")
+    pipe.save(tmp_path / "as-a-path", step=1)  # os.PathLike
+    assert pipe.load(tmp_path / "as-a-path") == {"step": 1}

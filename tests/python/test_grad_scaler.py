@@ -162,6 +162,51 @@ def test_a_checkpoint_keeps_the_scale(tmp_path):
         assert torch.equal(p, q)
 
 
+def test_a_scaler_made_after_load_takes_the_saved_state(tmp_path):
+    # It was dropped: the scale started over from init_scale, silently.
+    _, _, _, (pipe, scaler, opt) = pipelined(steps=5)
+    saved = scaler.state_dict()
+    pipe.save(str(tmp_path / "ck"), opt, step=5)
+
+    def resumed(folder, **kw):
+        fresh = chunks()
+        p = rrfp.Pipeline(fresh, loss_fn, pp=4, microbatches=M, timeout=60)
+        o = torch.optim.SGD(params(fresh), lr=0.01, momentum=0.9)
+        assert p.load(folder, o) == {"step": 5}
+        return p, o
+    pipe2, opt2 = resumed(str(tmp_path / "ck"))
+    # Saved again before any scaler is made: the state goes on into the new checkpoint.
+    pipe2.save(str(tmp_path / "again"), opt2, step=5)
+    assert rrfp.GradScaler(pipe2, init_scale=3.0).state_dict() == saved
+    pipe3, _ = resumed(str(tmp_path / "again"))
+    assert rrfp.GradScaler(pipe3).state_dict() == saved
+    pipe4, _ = resumed(str(tmp_path / "ck"))
+    assert rrfp.GradScaler(pipe4, enabled=False).get_scale() == 1.0  # disabled: not scaling
+    # A later load of a checkpoint without a scaler's state leaves none to take.
+    pipe5, opt5 = resumed(str(tmp_path / "ck"))
+    scaler._enabled = False  # its pipeline saves no scaler state
+    pipe.save(str(tmp_path / "none"), opt, step=5)
+    pipe5.load(str(tmp_path / "none"), opt5)
+    assert rrfp.GradScaler(pipe5, init_scale=3.0).get_scale() == 3.0
+
+
+def test_a_refused_scaler_state_changes_nothing():
+    scaler = rrfp.GradScaler(init_scale=4.0, growth_interval=3)
+    before = scaler.state_dict()
+    good = dict(before, scale=8.0, _growth_tracker=1)
+    for key, bad, error in (("growth_interval", 2.5, TypeError),
+                            ("_growth_tracker", -1, ValueError),
+                            ("backoff_factor", 2.0, ValueError), ("scale", "8", TypeError),
+                            ("growth_factor", float("nan"), ValueError)):
+        with pytest.raises(error, match=key.lstrip("_")):
+            scaler.load_state_dict(dict(good, **{key: bad}))
+        assert scaler.state_dict() == before, key
+    with pytest.raises(TypeError, match="a dict"):
+        scaler.load_state_dict([("scale", 1.0)])
+    scaler.load_state_dict(dict(good, scale=torch.tensor(8.0), _growth_tracker=torch.tensor(1)))
+    assert scaler.state_dict() == good
+
+
 def test_disabled_passes_through():
     model = chunks()
     opt = torch.optim.SGD(params(model), lr=0.01)
@@ -217,7 +262,9 @@ def test_misuse_is_refused():
     (dict(backoff_factor=1.0), ValueError, "backoff_factor"),
     (dict(backoff_factor=0.0), ValueError, "backoff_factor"),
     (dict(growth_interval=0), ValueError, "growth_interval"),
-    (dict(growth_interval=2.0), ValueError, "growth_interval"),
+    (dict(growth_interval=2.0), TypeError, "growth_interval: a whole number .* float"),
+    (dict(growth_interval=True), TypeError, "growth_interval"),
+    (dict(growth_interval=2**63), ValueError, "growth_interval"),
     (dict(enabled=1), TypeError, "enabled"),
 ])
 def test_bad_settings_name_themselves(kw, error, words):
@@ -245,6 +292,8 @@ def test_torchs_setters_and_their_checks():
                       (scaler.set_growth_interval, 0)):
         with pytest.raises(ValueError, match="new_"):
             call(bad)
+    with pytest.raises(TypeError, match="new_interval"):  # as the constructor refuses it
+        scaler.set_growth_interval(5.0)
 
 
 def test_a_sparse_gradient_is_unscaled_as_it_is():

@@ -1,20 +1,49 @@
 """Pipeline.save and Pipeline.load across the processes of a job: every process writes its
 part under one token, rank 0 commits the save with the manifest, and a failure anywhere is
-told to every process (checkpoint.py holds the files' format)."""
-from . import checkpoint
-from ._launch import agreed
+told to every process (checkpoint.py holds the files' format). A load reads and checks
+everything on every process first, and changes nothing anywhere unless every process can load
+its part."""
+import os
+import time
+
+from . import checkpoint, scaler
+from ._launch import _agreed_with, agreed
 
 # How save() tells the other processes that rank 0 could not write the manifest.
 _NO_MANIFEST = "save: process 0 could not write the manifest of"
-_SEED_STEP = "rrfp_seed_step"  # in a checkpoint's extras: the steps run, for seed=
+_RESERVED = "rrfp_"  # the extras' keys the checkpoint keeps for itself:
+_SEED_STEP = "rrfp_seed_step"  # the steps run, for seed=
 _SCALER = "rrfp_grad_scaler"  # and the GradScaler's state, for a pipeline that has one
+# A pipeline's attribute: the GradScaler state its last load() read while it had no scaler,
+# for the scaler made after it (GradScaler._attach) and for its saves until then.
+_LOADED_SCALER = "_rrfp_loaded_scaler_state"
+# How long rank 0 looks again for a part it does not see before it calls the folder unshared
+# (a network file system may show another machine's new file a moment late).
+_PART_WAIT_S = 1.0
+
+
+def _check_path(what, path):
+    """The folder argument of save() and load(): a str or os.PathLike naming something."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{what}: path must be a folder's path (str or os.PathLike), got "
+                        f"{type(path).__name__}")
+    if not os.fspath(path):
+        raise ValueError(f"{what}: path is empty; name the checkpoint's folder")
+
+
+def _check_save(path, optimizer, extra):
+    _check_path("save", path)
+    checkpoint.refuse_not_optimizer("save", optimizer)
+    reserved = sorted(k for k in extra if k.startswith(_RESERVED))
+    if reserved:  # the checkpoint's own entry took the user's place, silently
+        raise ValueError(f"save: {', '.join(reserved)}: extra keys beginning with "
+                         f"'{_RESERVED}' are the checkpoint's own; name yours otherwise")
 
 
 def save(pipe, path, optimizer, extra):
     """Pipeline.save."""
-    checkpoint.refuse_not_optimizer("save", optimizer)
+    token = _save_token(pipe, lambda: _check_save(path, optimizer, extra))
     pipe._refresh_ties()  # a tie's replaced copy is named as the tie
-    token = _save_token(pipe)
     writes = pipe.replica == 0
 
     def write():
@@ -22,6 +51,8 @@ def save(pipe, path, optimizer, extra):
             kept = {_SEED_STEP: pipe._data.seed_step}
             if pipe._data.scaler is not None:
                 kept[_SCALER] = pipe._data.scaler.state_dict()
+            elif loaded_scaler_state(pipe) is not None:  # kept for a scaler not made yet
+                kept[_SCALER] = loaded_scaler_state(pipe)
             checkpoint.write_part(path, pipe.rank, pipe.chunks, optimizer,
                                   dict(extra, **kept), pipe._canonical(), token)
 
@@ -30,6 +61,7 @@ def save(pipe, path, optimizer, extra):
         # Every part is in place once this returns (its gather follows every write).
         agreed(pipe._core, write, f"save: process(es) {{bad}} could not write their part "
                f"of '{where}'; its previous checkpoint is kept")
+        _refuse_unshared(pipe, path, token)
     except BaseException:
         if writes:
             checkpoint.discard_part(path, pipe.rank, token)
@@ -57,37 +89,129 @@ def save(pipe, path, optimizer, extra):
         checkpoint.remove_other_parts(path, token)
 
 
-def _save_token(pipe):
-    """One token for the save on every process: rank 0's."""
-    token = checkpoint.new_token() if pipe.rank == 0 else 0
-    if pipe._core.world > 1:
-        token = int(pipe._core.all_gather([float(token)])[0][0])
-    return token
+def _save_token(pipe, check):
+    """One token for the save on every process (rank 0's), once every process has checked
+    its arguments (check()): one refused on any process is refused on every one, in the same
+    gather, where the others went on to wait in the next."""
+    def mine():
+        check()
+        return checkpoint.new_token() if pipe.rank == 0 else 0
+    _, every = _agreed_with(pipe._core, mine, "save: process(es) {bad} refused their "
+                            "arguments; their own errors say why", float)
+    return int(every[0])  # 48 bits: exact as a float
+
+
+def _refuse_unshared(pipe, path, token):
+    """Raises on every process unless rank 0 sees every part where it writes the manifest. A
+    `path` on each machine's own disk committed a manifest naming parts that no one folder
+    held, and removed each process's part of the previous checkpoint: neither loaded."""
+    parts = pipe._core.world // pipe._dp
+    missing = []
+    if pipe.rank == 0:
+        deadline = time.monotonic() + _PART_WAIT_S
+        missing = checkpoint.missing_parts(path, token, parts)
+        while missing and time.monotonic() < deadline:
+            time.sleep(0.1)
+            missing = checkpoint.missing_parts(path, token, parts)
+    if pipe._core.world > 1:  # rank 0's list, to every process
+        missing = [int(r) for r in pipe._core.all_gather([float(r) for r in missing])[0]]
+    if missing:
+        names = checkpoint._some(checkpoint.part_name(r, token) for r in missing)
+        raise FileNotFoundError(
+            f"save: process 0 does not see {names} ({len(missing)} of the {parts} parts) in "
+            f"'{path}', where their processes wrote them: the processes see different folders "
+            "(a disk of each machine?); path must be one folder that every process shares (a "
+            "shared file system). Nothing was committed; its previous checkpoint is kept")
 
 
 def load(pipe, path, optimizer):
-    """Pipeline.load."""
-    checkpoint.refuse_not_optimizer("load", optimizer)
+    """Pipeline.load: nothing changes on any process until every process has read and checked
+    what it loads (a failure on one process, or a bad chunk after good ones, left loaded
+    what came before it)."""
     pipe._refresh_ties()
-    extra = agreed(pipe._core, lambda: _load_here(pipe, path, optimizer),
-                   "load: process(es) {bad} could not load the checkpoint; their own errors "
-                   "say why")
+    plan = agreed(pipe._core, lambda: _prepare(pipe, path, optimizer),
+                  "load: process(es) {bad} could not load the checkpoint; their own errors "
+                  "say why; nothing was loaded on any process")
+    _apply_optimizer(pipe, optimizer, plan["optimizer"])
+    agreed(pipe._core, lambda: _apply_rest(pipe, plan),
+           "load: process(es) {bad} failed to apply a checkpoint they had checked; their own "
+           "errors say why; load it again")
     if pipe._ties is not None:  # each copy loaded its own entry: the first's values win
         pipe._ties.copy_first()
-    return extra
+    return plan["extra"]
 
 
-def _load_here(pipe, path, optimizer):
-    model, optim, extra = checkpoint.load_parts(path)
+def _prepare(pipe, path, optimizer):
+    """What this process loads, read and checked, with nothing changed yet."""
+    _check_path("load", path)
+    checkpoint.refuse_not_optimizer("load", optimizer)
+    model, optim, extra = checkpoint.load_parts(path, max_parts=pipe._core.chunks)
     extra = dict(extra or {})
-    if _SEED_STEP in extra:  # a seeded pipeline goes on drawing as it would have
-        pipe._data.seed_step = extra.pop(_SEED_STEP)
-    scaler_state = extra.pop(_SCALER, None)  # a pipeline without a scaler ignores it
-    if scaler_state and pipe._data.scaler is not None and pipe._data.scaler.is_enabled():
-        pipe._data.scaler.load_state_dict(scaler_state)
-    pipe.load_state_dict(model)
+    seed_step = extra.pop(_SEED_STEP, None)
+    if seed_step is not None and (isinstance(seed_step, bool) or not isinstance(
+            seed_step, int) or not 0 <= seed_step < 1 << 64):
+        raise ValueError(f"checkpoint '{path}': its {_SEED_STEP} is {repr(seed_step)[:40]}, "
+                         "not a step count")
+    scaler_state = extra.pop(_SCALER, None) or None  # {}: saved by a disabled scaler
+    if scaler_state is not None:
+        try:
+            scaler_state = scaler.checked_state(scaler_state)
+        except (TypeError, ValueError, KeyError, RuntimeError) as e:
+            raise ValueError(f"checkpoint '{path}': its GradScaler state is refused: {e}") \
+                from e
+    if pipe._ties is not None:
+        model = pipe._ties.same_in_state(model)
+    chunks = checkpoint.check_model_state(pipe.chunks, pipe._core.chunks, model, True)
+    optim_state = None
     if optimizer is not None:
         if optim is None:
-            raise KeyError(f"checkpoint '{path}': it holds no optimizer state")
-        checkpoint.load_optimizer_state(pipe.chunks, optimizer, optim, pipe._canonical())
-    return extra
+            raise KeyError(f"checkpoint '{path}': it holds no optimizer state (saved without "
+                           "an optimizer): load it without one")
+        optim_state = checkpoint.optimizer_load_state(pipe.chunks, optimizer, optim,
+                                                      pipe._canonical())
+    return {"chunks": chunks, "optimizer": optim_state, "seed_step": seed_step,
+            "scaler": scaler_state, "extra": extra}
+
+
+def _apply_optimizer(pipe, optimizer, state):
+    """Loads the optimizer's state on every process or on none: torch's load moves the state
+    to its parameters' device, which can run out of memory on one process; the others then
+    take their previous state back."""
+    previous = None
+
+    def here():
+        nonlocal previous
+        if optimizer is not None:
+            previous = (optimizer.state, optimizer.param_groups)  # load_state_dict replaces both
+            optimizer.load_state_dict(state)
+    try:
+        agreed(pipe._core, here, "load: process(es) {bad} could not load their optimizer's "
+               "state; nothing was loaded on any process")
+    except BaseException:
+        if previous is not None:
+            optimizer.state, optimizer.param_groups = previous
+        raise
+
+
+def _apply_rest(pipe, plan):
+    """The chunks, the scaler's state and the seed's step, checked by _prepare."""
+    checkpoint.apply_model_state(pipe.chunks, plan["chunks"])
+    loaded = plan["scaler"]
+    forget_scaler_state(pipe)
+    if pipe._data.scaler is None:
+        if loaded is not None:  # taken by the GradScaler made next, and saved until then
+            setattr(pipe, _LOADED_SCALER, loaded)
+    elif loaded is not None and pipe._data.scaler.is_enabled():
+        pipe._data.scaler.load_state_dict(loaded)
+    if plan["seed_step"] is not None:  # a seeded pipeline goes on drawing as it would have
+        pipe._data.seed_step = plan["seed_step"]
+
+
+def loaded_scaler_state(pipe):
+    """The GradScaler state pipe's last load() kept for a scaler made after it, or None."""
+    return getattr(pipe, _LOADED_SCALER, None)
+
+
+def forget_scaler_state(pipe):
+    if hasattr(pipe, _LOADED_SCALER):
+        delattr(pipe, _LOADED_SCALER)

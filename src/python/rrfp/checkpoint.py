@@ -11,7 +11,11 @@ A save is one checkpoint or none: each process writes its part under the save's 
 (the token, how many parts), written once every process has written its part, is the commit:
 a save that fails anywhere before it (a full disk, a process killed, the manifest itself)
 leaves the previous checkpoint whole. The earlier saves' parts (and an earlier layout's extra
-parts, which were merged silently) are removed after it."""
+parts, which were merged silently) are removed after it.
+
+A load reads every file and checks what it will load (check_model_state,
+optimizer_load_state) before anything is loaded: a refused one changes nothing. Every file's
+fields are checked before use, and a damaged one is refused naming it."""
 import copy
 import glob
 import io
@@ -32,24 +36,83 @@ def model_state(chunks):
     return out
 
 
-def load_model_state(chunks, n_chunks, state, strict):
-    """Loads what `state` holds for `chunks`; entries of chunks elsewhere are skipped. strict:
-    an entry of no chunk at all, or a chunk missing one of its own, raises KeyError."""
-    per_chunk = {}
+def _some(names, shown=5):
+    """The first `shown` of `names` and how many more: a message stays short whatever a
+    checkpoint holds."""
+    names = [str(n) for n in names]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _chunk_of(key, n_chunks):
+    """The chunk index `key` ("c.name") names, or None (no chunk of n_chunks)."""
+    if not isinstance(key, str):
+        return None
+    c = key.partition(".")[0]
+    # ASCII digits alone (isdigit() takes "\u00b2", which int() refuses), and few of them
+    # (int() refuses thousands of digits).
+    if not (0 < len(c) <= 9 and c.isascii() and c.isdigit()) or int(c) >= n_chunks:
+        return None
+    return int(c)
+
+
+def check_model_state(chunks, n_chunks, state, strict):
+    """What `state` holds for `chunks` ({index: module}), by chunk ({c: {name: value}}), checked
+    against them before any of it is loaded, so that a refused state changes nothing (loaded
+    chunk by chunk, a bad chunk was found after the ones before it had been overwritten).
+    Entries of chunks elsewhere are skipped. strict: an entry of no chunk at all, or a chunk
+    missing one of its own or holding one it has not, raises KeyError. An entry of another
+    shape or dtype than the chunk's, or not a tensor where the chunk has one, raises ValueError
+    (torch's copy would cast another dtype, silently: no longer the values saved)."""
+    per_chunk, stray = {}, []
     for key, value in state.items():
-        c, _, name = key.partition(".")
-        if not c.isdigit() or int(c) >= n_chunks:
-            if strict:
-                raise KeyError(f"state_dict: '{key}' names no chunk (expected 'c.name' with c "
-                               f"in 0..{n_chunks - 1})")
-            continue
-        per_chunk.setdefault(int(c), {})[name] = value
-    for c, module in chunks.items():
+        c = _chunk_of(key, n_chunks)
+        if c is None:
+            stray.append(repr(key))
+        else:
+            per_chunk.setdefault(c, {})[key.partition(".")[2]] = value
+    if strict and stray:
+        raise KeyError(f"state_dict: {_some(stray)} {'names' if len(stray) == 1 else 'name'} "
+                       f"no chunk (expected 'c.name' with c in 0..{n_chunks - 1})")
+    for c in sorted(chunks):
         got = per_chunk.get(c, {})
-        missing, unexpected = module.load_state_dict(got, strict=False)
+        own = chunks[c].state_dict(keep_vars=True)
+        missing = [k for k in own if k not in got]
+        unexpected = [k for k in got if k not in own]
         if strict and (missing or unexpected):
-            raise KeyError(f"state_dict: chunk {c}: missing {sorted(missing)}, "
-                           f"unexpected {sorted(unexpected)}")
+            held = "" if got else (
+                f"; it holds no entry of chunk {c} (its chunks: {_some(sorted(per_chunk))}, of "
+                f"this model's {n_chunks}): saved from a model cut into other chunks?")
+            raise KeyError(f"state_dict: chunk {c}: missing [{_some(missing)}], "
+                           f"unexpected [{_some(unexpected)}]{held}")
+        bad = []
+        for name, value in got.items():
+            mine = own.get(name)
+            if not isinstance(mine, torch.Tensor):
+                continue  # an unexpected entry (not strict: skipped, as torch skips it)
+            if not isinstance(value, torch.Tensor):
+                bad.append(f"'{c}.{name}' is a {type(value).__name__}, not a tensor")
+            elif value.shape != mine.shape:
+                bad.append(f"'{c}.{name}' has shape {list(value.shape)}, the chunk's "
+                           f"{list(mine.shape)}")
+            elif value.dtype != mine.dtype:
+                bad.append(f"'{c}.{name}' is {value.dtype}, the chunk's {mine.dtype} (convert "
+                           "the state or the model first if that is meant)")
+        if bad:
+            raise ValueError(f"state_dict: chunk {c}: {_some(bad, 3)}")
+    return {c: per_chunk.get(c, {}) for c in chunks}
+
+
+def apply_model_state(chunks, checked):
+    """Loads check_model_state's result into the chunks (whose checks it passed)."""
+    for c, got in checked.items():
+        chunks[c].load_state_dict(got, strict=False)
+
+
+def load_model_state(chunks, n_chunks, state, strict):
+    """Loads what `state` holds for `chunks`, or raises having loaded nothing
+    (check_model_state)."""
+    apply_model_state(chunks, check_model_state(chunks, n_chunks, state, strict))
 
 
 def _names(chunks, canonical):
@@ -88,10 +151,10 @@ def _own_params(optimizer, names):
     return params
 
 
-def load_optimizer_state(chunks, optimizer, named, canonical):
-    """Loads `named` (optimizer_state of any layout) into `optimizer`, whose parameters are
-    this process's. Each group takes the hyper-parameters of the saved group that held the
-    first of its parameters."""
+def optimizer_load_state(chunks, optimizer, named, canonical):
+    """What `optimizer` (over this process's parameters) loads of `named` (optimizer_state of
+    any layout), made and checked without changing it: its load_state_dict argument. Each group
+    takes the hyper-parameters of the saved group that held the first of its parameters."""
     names = _names(chunks, canonical)
     _own_params(optimizer, names)  # a foreign one raised a KeyError holding its id
     group_of = {}
@@ -114,7 +177,12 @@ def load_optimizer_state(chunks, optimizer, named, canonical):
                 state[index] = copy.deepcopy(named["state"][n])
             index += 1
         groups.append(entry)
-    optimizer.load_state_dict({"state": state, "param_groups": groups})
+    return {"state": state, "param_groups": groups}
+
+
+def load_optimizer_state(chunks, optimizer, named, canonical):
+    """Loads `named` into `optimizer` (optimizer_load_state)."""
+    optimizer.load_state_dict(optimizer_load_state(chunks, optimizer, named, canonical))
 
 
 def new_token():
@@ -189,45 +257,113 @@ def remove_other_parts(path, token):
             _remove(f)
 
 
-def _part_files(path):
+# A manifest is a line of JSON; one larger than this is no manifest, and is not read whole.
+_MANIFEST_BYTES = 1 << 16
+MAX_PARTS = 1 << 16  # the most parts a manifest may name (each one is a process's)
+_TOKEN_END = 1 << 48  # new_token's range
+
+
+def _read_manifest(path, max_parts):
+    """(token, parts) of the manifest in `path`, every field checked before it is used: a part
+    count from a damaged file sized the list of parts to look for (10**9 ran for minutes)."""
+    file = os.path.join(path, MANIFEST)
+    with open(file, "rb") as f:
+        data = f.read(_MANIFEST_BYTES + 1)
+    where = f"checkpoint '{path}': {MANIFEST}"
+    if len(data) > _MANIFEST_BYTES:
+        raise ValueError(f"{where} is over {_MANIFEST_BYTES} bytes: not a manifest")
+    try:
+        m = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError, JSONDecodeError
+        raise ValueError(f"{where} is not a manifest (damaged?): {e}") from e
+    token = m.get("token") if isinstance(m, dict) else None
+    parts = m.get("parts") if isinstance(m, dict) else None
+    if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < _TOKEN_END:
+        raise ValueError(f"{where} is not a manifest of parts: its token is "
+                         f"{repr(token)[:40]}, not a whole number in [0, 2**48)")
+    # bool is an int: true counted as 1 part.
+    if isinstance(parts, bool) or not isinstance(parts, int) or not 1 <= parts <= MAX_PARTS:
+        raise ValueError(f"{where} is not a manifest of parts: it names {repr(parts)[:40]} "
+                         f"parts, not a whole number in 1..{MAX_PARTS}")
+    if parts > max_parts:
+        raise ValueError(f"{where} names {parts} parts, more than this model's {max_parts} "
+                         "chunks (a part holds one or more): saved from a model cut into other "
+                         "chunks?")
+    return token, parts
+
+
+def missing_parts(path, token, parts):
+    """The ranks among 0..parts-1 whose part of the save `token` is not in `path`."""
+    return [r for r in range(parts) if not os.path.isfile(os.path.join(path,
+                                                                      part_name(r, token)))]
+
+
+def _part_files(path, max_parts):
     """The parts of the folder's checkpoint, with the token each must carry (None: a folder of
     an earlier version, without a manifest: every part-*.pt, as then)."""
-    manifest = os.path.join(path, MANIFEST)
-    if not os.path.isfile(manifest):
+    if not os.path.isfile(os.path.join(path, MANIFEST)):
         files = sorted(glob.glob(os.path.join(path, "part-*.pt")))
         if not files:
             raise FileNotFoundError(f"checkpoint '{path}': no part-*.pt in it")
         return files, None
-    with open(manifest) as f:
-        m = json.load(f)
-    if (not isinstance(m, dict) or not isinstance(m.get("parts"), int) or m["parts"] < 1 or
-            not isinstance(m.get("token"), int)):
-        raise ValueError(f"checkpoint '{path}': {MANIFEST} is not a manifest of parts")
-    files = [os.path.join(path, part_name(r, m["token"])) for r in range(m["parts"])]
-    missing = [os.path.basename(f) for f in files if not os.path.isfile(f)]
+    token, parts = _read_manifest(path, max_parts)
+    missing = missing_parts(path, token, parts)
     if missing:
-        raise FileNotFoundError(f"checkpoint '{path}': {', '.join(missing)} of its "
-                                f"{m['parts']} parts missing")
-    return files, m["token"]
+        raise FileNotFoundError(
+            f"checkpoint '{path}': {_some(part_name(r, token) for r in missing)} of its "
+            f"{parts} parts missing")
+    return [os.path.join(path, part_name(r, token)) for r in range(parts)], token
 
 
-def load_parts(path):
+def _read_part(path, file, token):
+    """The part in `file`, its contents checked: a damaged file raises ValueError naming it
+    (torch's and pickle's own errors named neither the file nor the checkpoint). A file that
+    cannot be opened keeps its OSError, which names it."""
+    name = os.path.basename(file)
+    with open(file, "rb") as f:  # its own OSError (not there, not allowed) names it
+        try:
+            part = torch.load(f, map_location="cpu")
+        except MemoryError:
+            raise
+        except Exception as e:  # noqa: BLE001 (zip, pickle, EOF, OSError(EINVAL), a class
+            # missing here: what the file holds, whatever torch raises for it)
+            raise ValueError(f"checkpoint '{path}': {name} could not be read as a part "
+                             f"(damaged, cut short?): {type(e).__name__}: {str(e)[:200]}") from e
+    optim = part.get("optimizer") if isinstance(part, dict) else None
+    if not (isinstance(part, dict) and isinstance(part.get("model"), dict) and
+            isinstance(part.get("extra"), (dict, type(None))) and
+            (optim is None or _is_optimizer_state(optim))):
+        raise ValueError(f"checkpoint '{path}': {name} is not a part of a checkpoint (its "
+                         "contents are not a model's and an optimizer's state)")
+    if token is not None and part.get("token") != token:
+        step = (part.get("extra") or {}).get("step")
+        raise ValueError(
+            f"checkpoint '{path}': {name} holds a part of another save than its {MANIFEST}" +
+            (f" (its step {repr(step)[:40]})" if step is not None else "") +
+            ": the folder's files were changed or copied since it was saved")
+    return part
+
+
+def _is_optimizer_state(optim):
+    """Whether `optim` is optimizer_state's shape: named state, groups naming parameters."""
+    return (isinstance(optim, dict) and isinstance(optim.get("state"), dict) and
+            isinstance(optim.get("param_groups"), list) and
+            all(isinstance(g, dict) and isinstance(g.get("params"), list) and
+                all(isinstance(n, str) for n in g["params"]) for g in optim["param_groups"]))
+
+
+def load_parts(path, max_parts=MAX_PARTS):
     """The parts of the checkpoint in the folder `path`, merged: (model state, optimizer state
-    or None, extra). A part of another save than the manifest's is refused, naming it."""
-    files, token = _part_files(path)
+    or None, extra). A part of another save than the manifest's is refused, naming it; so is a
+    manifest naming more than `max_parts` parts (a model of C chunks was saved in at most C)."""
+    files, token = _part_files(path, max_parts)
     model, state, groups, extra = {}, {}, [], None
     for f in files:
-        part = torch.load(f, map_location="cpu")
-        if token is not None and part.get("token") != token:
-            step = (part.get("extra") or {}).get("step")
-            raise ValueError(
-                f"checkpoint '{path}': {os.path.basename(f)} holds a part of another save "
-                f"than its {MANIFEST}" + (f" (its step {step})" if step is not None else "") +
-                ": the folder's files were changed or copied since it was saved")
+        part = _read_part(path, f, token)
         model.update(part["model"])
         if extra is None:
             extra = part.get("extra")
-        if "optimizer" in part:
+        if part.get("optimizer") is not None:
             state.update(part["optimizer"]["state"])
             groups.extend(part["optimizer"]["param_groups"])
     optim = {"state": state, "param_groups": groups} if groups else None

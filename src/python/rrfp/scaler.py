@@ -31,10 +31,58 @@ def _positive(name, value, low, high, interval):
     return value
 
 
-def _interval(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: a whole number of at least 1, got {value!r}")
+_INT64_MAX = (1 << 63) - 1  # torch's scaler keeps the interval and the count as int64
+
+
+def _whole(name, value, low):
+    """A whole number in low..2**63-1: TypeError for another type (2.0, True), as _positive
+    raises for what is no number, ValueError out of range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: a whole number (int), got {type(value).__name__} {value!r}")
+    if not low <= value <= _INT64_MAX:
+        raise ValueError(f"{name}: a whole number in {low}..2**63-1, got {value!r}")
     return value
+
+
+def _interval(name, value):
+    return _whole(name, value, 1)
+
+
+def _number(name, value):
+    """A one-element tensor's Python number (torch's state_dict may hold one), else `value`."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"load_state_dict: {name} must hold one element")
+        return value.item()
+    return value
+
+
+_STATE_KEYS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
+
+
+def checked_state(state):
+    """A GradScaler state_dict, every entry checked (each as the constructor checks it), as
+    plain numbers: a state refused here changes no scaler (one entry set before a bad one was
+    found left a scaler half loaded)."""
+    if not isinstance(state, dict):
+        raise TypeError(f"load_state_dict: a dict (a GradScaler's state_dict), got "
+                        f"{type(state).__name__}")
+    if not state:
+        raise RuntimeError("load_state_dict: the state is empty (saved from a disabled "
+                           "GradScaler?)")
+    missing = set(_STATE_KEYS) - set(state)
+    if missing:
+        raise KeyError(f"load_state_dict: the state lacks {sorted(missing)}")
+    scale = _positive("scale", _number("scale", state["scale"]), 0.0, math.inf, "(0, inf)")
+    return {"scale": _as_float32("scale", scale),
+            "growth_factor": _positive("growth_factor", _number("growth_factor",
+                                       state["growth_factor"]), 1.0, math.inf, "(1, inf)"),
+            "backoff_factor": _positive("backoff_factor", _number("backoff_factor",
+                                        state["backoff_factor"]), 0.0, 1.0, "(0, 1)"),
+            "growth_interval": _interval("growth_interval", _number(
+                "growth_interval", state["growth_interval"])),
+            "_growth_tracker": _whole("_growth_tracker", _number(
+                "_growth_tracker", state["_growth_tracker"]), 0)}
 
 
 def _as_float32(name, value):
@@ -78,14 +126,25 @@ class GradScaler:
         self._on_device = {}  # device -> the scale as a (1,) float32 tensor there
         self._pipe = None
         if pipe is not None:
-            from .pipeline import Pipeline
-            if not isinstance(pipe, Pipeline):
-                raise TypeError(f"pipe: an rrfp.Pipeline or None, got {type(pipe).__name__}")
-            if pipe._data.scaler is not None:
-                raise ValueError("pipe: this pipeline has a GradScaler already; a pipeline's "
-                                 "loss is scaled by one scaler")
-            pipe._data.scaler = self
-            self._pipe = pipe
+            self._attach(pipe)
+
+    def _attach(self, pipe):
+        """Becomes `pipe`'s scaler. A state its load() kept, loaded before any scaler was made,
+        is taken now: the scale goes on from the checkpoint's whichever comes first, the scaler
+        or the load (the state was dropped, silently: the scale started over)."""
+        from . import _saving
+        from .pipeline import Pipeline
+        if not isinstance(pipe, Pipeline):
+            raise TypeError(f"pipe: an rrfp.Pipeline or None, got {type(pipe).__name__}")
+        if pipe._data.scaler is not None:
+            raise ValueError("pipe: this pipeline has a GradScaler already; a pipeline's "
+                             "loss is scaled by one scaler")
+        loaded = _saving.loaded_scaler_state(pipe)  # checked by the load
+        if loaded is not None and self._enabled:
+            self._set_state(loaded)
+        pipe._data.scaler = self
+        _saving.forget_scaler_state(pipe)  # the scaler's own state is saved from now on
+        self._pipe = pipe
 
     def is_enabled(self):
         return self._enabled
@@ -241,22 +300,16 @@ class GradScaler:
                 "_growth_tracker": self._growth_tracker}
 
     def load_state_dict(self, state):
+        """Loads a state_dict (this scaler's or torch's), or raises having changed nothing."""
         if not self._enabled:
             raise RuntimeError("load_state_dict: this GradScaler is disabled")
-        if not state:
-            raise RuntimeError("load_state_dict: the state is empty (saved from a disabled "
-                               "GradScaler?)")
-        missing = {"scale", "growth_factor", "backoff_factor", "growth_interval",
-                   "_growth_tracker"} - set(state)
-        if missing:
-            raise KeyError(f"load_state_dict: the state lacks {sorted(missing)}")
-        scale = state["scale"]
-        self._scale = _as_float32("scale", float(scale) if isinstance(scale, torch.Tensor)
-                                  else scale)
-        self._growth_factor = float(state["growth_factor"])
-        self._backoff_factor = float(state["backoff_factor"])
-        self._growth_interval = int(state["growth_interval"])
-        tracker = state["_growth_tracker"]
-        self._growth_tracker = int(tracker.item() if isinstance(tracker, torch.Tensor)
-                                   else tracker)
+        self._set_state(checked_state(state))
+
+    def _set_state(self, checked):
+        """checked_state's result."""
+        self._scale = checked["scale"]
+        self._growth_factor = checked["growth_factor"]
+        self._backoff_factor = checked["backoff_factor"]
+        self._growth_interval = checked["growth_interval"]
+        self._growth_tracker = checked["_growth_tracker"]
         self._on_device = {}
