@@ -155,7 +155,7 @@ class Pipeline:
         # the step's data and runtime with the first; and no load, save or clip during one
         # (_one_call).
         self._busy = threading.Lock()
-        self._holder = None  # (thread id, call) holding _busy
+        self._holder = None  # the call holding _busy, for the refusal's words
 
     def _build_stages(self, build, place):
         """Builds this process's chunks and their stages' runners (a chunk refused here, or a
@@ -214,9 +214,10 @@ class Pipeline:
     def load_state_dict(self, state, strict=True):
         """Loads what `state` holds for this process's chunks, skipping the other chunks'
         entries. strict: a chunk of this process missing an entry of its own, or an entry of
-        no chunk at all, raises KeyError. The copies of a tie (`tied`) all load the entry of
-        the tie's first name that `state` holds."""
-        with self._one_call("load_state_dict", within="load"):  # load() loads through it
+        no chunk at all, raises KeyError; an entry of another shape or dtype, ValueError. Every
+        entry is checked before any is loaded, so one that raises loads nothing. The copies of
+        a tie (`tied`) all load the entry of the tie's first name that `state` holds."""
+        with self._one_call("load_state_dict"):
             if self._ties is not None:
                 state = self._ties.same_in_state(state)
             checkpoint.load_model_state(self.chunks, self._core.chunks, state, strict)
@@ -313,16 +314,13 @@ class Pipeline:
             return outs, total
 
     @contextlib.contextmanager
-    def _one_call(self, what, within=None):
+    def _one_call(self, what):
         """Holds the pipeline for `what` (a call's name), or refuses it at once: a load during
         a step gave the step's gradients weights they did not come from, a clip ran before its
         gradients were there (and left them unclipped), a save wrote buffers its forwards were
-        updating. A call that this thread makes inside its own `within` call runs in it."""
-        if within is not None and self._holder == (threading.get_ident(), within):
-            yield
-            return
+        updating."""
         if not self._busy.acquire(blocking=False):
-            holder = (self._holder or (None, None))[1]  # read unlocked: for the words alone
+            holder = self._holder  # read unlocked: for the words alone
             if holder in ("step", "eval_step"):
                 doing = "another step" if what in ("step", "eval_step") else "a step"
             else:
@@ -331,7 +329,7 @@ class Pipeline:
                                "thread, or this call comes from inside one of its tasks); a "
                                "pipeline runs one step, eval_step, load, load_state_dict, "
                                "save or clip_grad_norm_ at a time")
-        self._holder = (threading.get_ident(), what)
+        self._holder = what
         try:
             yield
         finally:
