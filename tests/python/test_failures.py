@@ -329,6 +329,11 @@ def test_a_chunk_wrapped_in_distributed_data_parallel_is_refused(tmp_path):
             with pytest.raises(ValueError, match=where + ".*dp=N"):
                 rrfp.Pipeline(chunks, lambda o, t: o.sum(), pp=2, microbatches=2,
                               transport="inproc")
+        # A group given to a pipeline that runs in threads was taken and ignored.
+        with pytest.raises(ValueError, match="group: the processes of a c10d pipeline; "
+                                             "transport='inproc' takes none"):
+            rrfp.Pipeline([nn.Linear(4, 4)] * 2, lambda o, t: o.sum(), pp=2, microbatches=2,
+                          transport="inproc", group=dist.group.WORLD)
     finally:
         dist.destroy_process_group()
 

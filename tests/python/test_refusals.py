@@ -97,7 +97,7 @@ def test_a_hook_named_by_its_function():
 
 
 @pytest.mark.parametrize("call", ["load", "load_state_dict", "save", "clip_grad_norm_",
-                                  "eval_step"])
+                                  "eval_step", "unscale_"])
 def test_a_call_while_a_step_runs_is_refused_and_the_step_stays_right(call, tmp_path):
     # A load during a step was accepted: the step's gradients then matched neither the old
     # weights nor the loaded ones; a clip returned 0 and left the gradients unclipped.
@@ -116,9 +116,13 @@ def test_a_call_while_a_step_runs_is_refused_and_the_step_stays_right(call, tmp_
              "load_state_dict": lambda p: p.load_state_dict(p.state_dict()),
              "save": lambda p: p.save(tmp_path / "other"),
              "clip_grad_norm_": lambda p: p.clip_grad_norm_(1e-3),
-             "eval_step": lambda p: p.eval_step(x, y)}
+             "eval_step": lambda p: p.eval_step(x, y),
+             # A scale of 1 leaves the step's gradients the plain loop's bits.
+             "unscale_": lambda p: scaler.unscale_(opt)}
     chunks = linears()
     pipe = rrfp.Pipeline(chunks, loss_fn, pp=2, microbatches=4, delay_fn=hold)
+    scaler = rrfp.GradScaler(pipe, init_scale=1.0) if call == "unscale_" else None
+    opt = torch.optim.SGD([p for c in chunks for p in c.parameters()], lr=0.1)
     step = threading.Thread(target=pipe.step, args=(x, y))
     step.start()
     try:

@@ -106,6 +106,9 @@ class Pipeline:
         seeding = None if seed is None else Seeding(seed)  # a bad seed fails first
         if transport is None:
             transport = launched_transport(pp, dp, group)
+        if group is not None and transport != "c10d":  # it was taken and ignored
+            raise ValueError(f"group: the processes of a c10d pipeline; transport={transport!r} "
+                             "takes none (leave group out, or give transport='c10d')")
         dp_group = None
         if transport == "c10d":
             group, dp_group = c10d_groups(group, pp, dp, float(timeout))

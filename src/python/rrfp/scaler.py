@@ -13,6 +13,7 @@ gradient checked for a non-finite value and multiplied by the scale's float32 re
 the scale backed off after a step that found one, or grown after `growth_interval` steps that
 found none. It runs in plain tensor operations, so it also works on the CPU (torch 1.13's has
 no CPU loss scaler) and in a plain loop (GradScaler() without a pipeline)."""
+import contextlib
 import math
 
 import torch
@@ -205,11 +206,16 @@ class GradScaler:
         if state[0] == _STEPPED:
             raise RuntimeError("unscale_: called after step(); call update() first")
         # Every process learns whether any found one; a process that failed is told to every
-        # other, which would otherwise wait in the next collective until its timeout.
-        found = agreed_any(self._pipe._core if self._pipe is not None else None,
-                           lambda: self._unscale_here(optimizer),
-                           "unscale_: process(es) {bad} could not unscale their gradients; "
-                           "their own errors say why")
+        # other, which would otherwise wait in the next collective until its timeout. Not
+        # while a step of the pipeline runs (it unscaled gradients the step was still adding
+        # to): refused as the pipeline's own calls are.
+        hold = (self._pipe._one_call("unscale_") if self._pipe is not None else
+                contextlib.nullcontext())
+        with hold:
+            found = agreed_any(self._pipe._core if self._pipe is not None else None,
+                               lambda: self._unscale_here(optimizer),
+                               "unscale_: process(es) {bad} could not unscale their gradients; "
+                               "their own errors say why")
         state[:] = [_UNSCALED, found]
 
     def _unscale_here(self, optimizer):
