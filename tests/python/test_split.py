@@ -49,6 +49,51 @@ def test_bad_cuts_are_refused(args, kw, match):
         rrfp.split(*args, **kw)
 
 
+class Residual(nn.Sequential):
+    def forward(self, x):
+        return x + super().forward(x)
+
+
+@pytest.mark.parametrize("args,kw,error,match", [
+    ((nn.Sequential(nn.ReLU(), nn.ReLU()), 2), {}, TypeError, "points must be a list"),
+    ((nn.Sequential(nn.ReLU(), nn.ReLU()), [True]), {}, TypeError, "whole numbers"),
+    ((nn.Sequential(nn.ReLU(), nn.ReLU()),), {"chunks": True}, TypeError, "whole number"),
+    ((nn.Sequential(nn.ReLU(), nn.ReLU()),), {"chunks": 2.0}, TypeError, "whole number"),
+])
+def test_cuts_of_the_wrong_type_are_type_errors(args, kw, error, match):
+    # split(m, 2) said "'int' object is not iterable"; True passed as a count and as a cut.
+    with pytest.raises(error, match=match):
+        rrfp.split(*args, **kw)
+
+
+def test_what_no_cut_keeps_is_refused():
+    # A Sequential with a forward of its own: each chunk applied the residual to itself (the
+    # output 1.2 off the model's). Hooks on the whole model ran on no chunk.
+    with pytest.raises(TypeError, match="Residual is an nn.Sequential with a forward of its own"):
+        rrfp.split(Residual(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4)), chunks=2)
+    hooked = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    hooked.register_forward_pre_hook(lambda m, inp: (inp[0] * 10,))
+    with pytest.raises(ValueError, match="hooks of its own"):
+        rrfp.split(hooked, chunks=2)
+
+
+class Mlp(nn.Sequential):
+    """A subclass whose __init__ takes other arguments (as torchvision's MLP): its slices
+    could not be built (model[a:b] calls the class with a dict)."""
+
+    def __init__(self, width, depth):
+        super().__init__(*[nn.Linear(width, width) for _ in range(depth)])
+
+
+def test_a_sequential_subclass_without_a_forward_of_its_own_is_cut():
+    torch.manual_seed(0)
+    m = Mlp(4, 4)
+    parts = rrfp.split(m, chunks=2)
+    assert [type(p) for p in parts] == [nn.Sequential] * 2 and parts[1][0] is m[2]
+    x = torch.randn(3, 4)
+    assert torch.equal(parts[1](parts[0](x)), m(x))
+
+
 def vgg_like():
     """A VGG-style nn.Sequential: each convolution followed by an in-place ReLU, so cuts after
     a convolution give chunks that begin by changing their input in place."""

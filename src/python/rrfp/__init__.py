@@ -56,16 +56,32 @@ def split(model, points=None, *, chunks=None):
         ones take the remainder). The chunks share the model's modules and parameters, so
         training them trains the model. A model that is not an nn.Sequential has a forward of
         its own that no cut can follow: write its chunks as modules (docs/python.md)."""
+    from collections import OrderedDict
     from torch import nn
 
     if not isinstance(model, nn.Sequential):
         raise TypeError(f"split: expected an nn.Sequential, got {type(model).__name__}; write "
                         "the chunks of another model as modules of their own")
+    # A subclass with a forward of its own (a residual around the sequence, say) or hooks on the
+    # whole model do what no cut keeps: each chunk applied the residual to itself, and the hooks
+    # were dropped, silently.
+    if type(model).forward is not nn.Sequential.forward:
+        raise TypeError(f"split: {type(model).__name__} is an nn.Sequential with a forward of "
+                        "its own, which no cut by position can follow; write its chunks as "
+                        "modules of their own")
+    hooks = [name for name in ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks")
+             if getattr(model, name, None)]
+    if hooks:
+        raise ValueError(f"split: the model has hooks of its own ({', '.join(hooks)}), which "
+                         "would run on no chunk; register them on the chunks instead")
     n = len(model)
     if (points is None) == (chunks is None):
         raise ValueError("split: give the cut points or the number of chunks, one of them")
     if chunks is not None:
-        if not isinstance(chunks, int) or not 1 <= chunks <= n:
+        if isinstance(chunks, bool) or not isinstance(chunks, int):
+            raise TypeError(f"split: chunks must be a whole number, got "
+                            f"{type(chunks).__name__} {chunks!r}")
+        if not 1 <= chunks <= n:
             raise ValueError(f"split: chunks must be a whole number in 1..{n} (the model's "
                              f"length), got {chunks!r}")
         base, extra = divmod(n, chunks)
@@ -73,9 +89,16 @@ def split(model, points=None, *, chunks=None):
         for i in range(chunks - 1):
             at += base + (1 if i < extra else 0)
             points.append(at)
+    if isinstance(points, int) or not hasattr(points, "__iter__"):
+        raise TypeError(f"split: points must be a list of indices (or give chunks=N), got "
+                        f"{type(points).__name__} {points!r}")
     points = list(points)
-    if not all(isinstance(p, int) and 0 < p < n for p in points) or \
-            any(a >= b for a, b in zip(points, points[1:])):
+    if any(isinstance(p, bool) or not isinstance(p, int) for p in points):
+        raise TypeError(f"split: points must be whole numbers, got {points!r}")
+    if not all(0 < p < n for p in points) or any(a >= b for a, b in zip(points, points[1:])):
         raise ValueError(f"split: points must be increasing indices in 1..{n - 1}, got {points}")
     bounds = [0] + points + [n]
-    return [model[a:b] for a, b in zip(bounds, bounds[1:])]
+    # Plain nn.Sequential chunks: model[a:b] builds its own class, whose __init__ may take
+    # other arguments (torchvision's MLP failed there); its forward is Sequential's, checked.
+    items = list(model._modules.items())
+    return [nn.Sequential(OrderedDict(items[a:b])) for a, b in zip(bounds, bounds[1:])]
