@@ -276,3 +276,29 @@ def test_a_step_adds_into_the_grad_tensors_that_are_there(hint):
     assert all(p.grad is h for p, h in zip(params, held))
     assert torch.equal(flat, ref_flat)
     assert flat.abs().sum() > 0
+
+
+def test_a_first_gradient_takes_the_parameters_strides():
+    # A convolution fed channels-last inputs: autograd's weight gradient is channels-last, which
+    # a plain loop's first accumulation copies into the parameter's strides. The step kept it
+    # channels-last: .view(-1) failed and a per-parameter norm (LARS) came out in other bits.
+    def build():
+        torch.manual_seed(0)
+        return [nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU()),
+                nn.Sequential(nn.Conv2d(16, 8, 3), nn.Flatten(), nn.Linear(8 * 4 * 4, 4))]
+
+    def loss(out, y):
+        return ((out - y) ** 2).sum()
+
+    g = torch.Generator().manual_seed(1)
+    xs = [torch.randn(2, 3, 8, 8, generator=g).contiguous(memory_format=torch.channels_last)
+          for _ in range(4)]
+    ys = [torch.randn(2, 4, generator=g) for _ in range(4)]
+    ref, chunks = build(), build()
+    for x, y in zip(xs, ys):
+        loss(ref[1](ref[0](x)), y).backward()
+    rrfp.Pipeline(chunks, loss, pp=2, microbatches=4).step(xs, ys)
+    for a, b in zip(ref, chunks):
+        for (n, p), q in zip(a.named_parameters(), b.parameters()):
+            assert q.grad.stride() == p.grad.stride(), (n, q.grad.stride(), p.grad.stride())
+            assert torch.equal(q.grad, p.grad) and torch.equal(q.grad.norm(), p.grad.norm()), n

@@ -398,4 +398,15 @@ def set_grad(p, g):
         with torch.no_grad():
             old.copy_(g)
     else:
-        p.grad = g
+        p.grad = _as_autograd_stores(p, g)
+
+
+def _as_autograd_stores(p, g):
+    """A first gradient as autograd stores it (its layout contract): with the parameter's
+    strides where the parameter is dense, else contiguous. The sum kept the strides autograd's
+    kernels gave it: a conv's weight fed channels-last inputs got a channels-last .grad, which
+    .view(-1) refused and whose norm came out in another order than a plain loop's."""
+    if g.layout != torch.strided or p.layout != torch.strided:
+        return g
+    want = torch.empty_like(p, dtype=g.dtype, device=g.device)  # p's strides where p is dense
+    return g if g.stride() == want.stride() else want.copy_(g)
