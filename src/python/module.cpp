@@ -31,4 +31,5 @@ PYBIND11_MODULE(_rrfp, m) {
   rrfp::py::bind_records(m);
   rrfp::py::bind_pipeline(m);
   rrfp::py::bind_tools(m);
+  rrfp::py::bind_graph(m);
 }

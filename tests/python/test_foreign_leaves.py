@@ -112,3 +112,33 @@ def test_a_module_registered_in_two_chunks_is_tied_not_refused(hint, policy):
     x, y = data()
     pipe.step(x, y)
     assert shared.weight.grad is not None
+
+
+@pytest.mark.parametrize("hint", ["1f1b", "bfw"])
+def test_a_use_some_microbatches_make_is_refused(hint):
+    # Another chunk's parameter used only for a microbatch of 3 rows: only each chunk's first
+    # backward of a step was searched, so where that microbatch came second its gradient was
+    # silently missing (chunk 0's bias: [-0.31, -1.45, 10.2, -10.0] for the loop's
+    # [-1.33, 7.91, 12.3, -12.7]).
+    torch.manual_seed(0)
+    first = nn.Linear(4, 4)
+
+    class Second(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+            self.other = [first]  # a closure's reference, not a submodule
+
+        def forward(self, x):
+            y = self.l(x)
+            return y + self.other[0].bias if x.shape[0] == 3 else y
+
+    g = torch.Generator().manual_seed(1)
+    xs = [torch.randn(n, 4, generator=g) for n in (2, 3)]
+    ys = [torch.randn(n, 4, generator=g) for n in (2, 3)]
+    pipe = rrfp.Pipeline([first, Second()], lambda y, t: ((y - t) ** 2).sum(), pp=2,
+                         microbatches=2, hint=hint)
+    with pytest.raises(rrfp.StageError, match="chunk 1 \\(with loss_fn\\) uses chunk 0's "
+                                              "parameter 'bias'"):
+        pipe.step(xs, ys)
+    assert first.bias.grad is None

@@ -5,6 +5,8 @@ would be silently missing), and autograd's complaint about a saved tensor change
 """
 import torch
 
+from . import _rrfp
+
 _PYTHON_NODE = torch.autograd.function.BackwardCFunction
 
 
@@ -74,30 +76,6 @@ def stale_saved_tensor(kind, chunk, e):
         f"(autograd: {str(e).splitlines()[0]})")
 
 
-def foreign_leaves(roots, own):
-    """The leaves that want a gradient (autograd's AccumulateGrad nodes) in the backward graph
-    of `roots`, other than those whose id is in `own`; a root that is such a leaf itself too."""
-    out, seen, todo = [], set(), []
-    for r in roots:
-        if r.grad_fn is None:
-            if r.requires_grad and id(r) not in own:
-                out.append(r)
-        else:
-            todo.append(r.grad_fn)
-    while todo:
-        node = todo.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        leaf = getattr(node, "variable", None)
-        if leaf is not None:
-            if id(leaf) not in own:
-                out.append(leaf)
-            continue
-        todo.extend(n for n, _ in node.next_functions)
-    return out
-
-
 def refuse_foreign_leaves(chunk, last, roots, own, data):
     """Raises ValueError naming the tensors that want a gradient in the backward graph of
     `roots` (chunk `chunk`'s outputs; `last`: its loss) other than `own`, its parameters and
@@ -105,7 +83,7 @@ def refuse_foreign_leaves(chunk, last, roots, own, data):
     penalty over the whole model in loss_fn. They would get no gradient from this use, as the
     chunk's backward asks for its own alone; a plain loop's backward reaches every leaf, so
     the pipeline refuses rather than differ silently. `data`: the step's StepData."""
-    foreign = foreign_leaves(roots, {id(t) for t in own})
+    foreign = _rrfp._foreign_leaves(roots, own)  # a walk of the graph in C++
     if not foreign:
         return
     names = {id(p): f"chunk {c}'s parameter '{n}'" for c, m in data.chunks.items()
