@@ -8,10 +8,12 @@ error, under a lock.
 import contextlib
 import threading
 import time
+import warnings
 
 import torch
 
 from ._device import StageDevice, to_device
+from ._order import stateful_modules as _stateful_modules
 from ._grads import grad as _grad
 from ._graph import module_backward_hooks as _module_backward_hooks, \
     python_backward as _python_backward, refuse_foreign_leaves, \
@@ -91,6 +93,8 @@ class StageRunner:
         # Tasks this stage has run, for the progress line: only the stage's thread writes it,
         # so no lock is taken per task.
         self.tasks_done = 0
+        self.watch = {}  # chunk -> the state buffers its backward tasks are watched for
+        self.said = set()  # chunks warned of state their backward changed
 
     def refresh_params(self):
         """The parameters each chunk trains, as the step starts: a parameter frozen, unfrozen
@@ -108,18 +112,45 @@ class StageRunner:
 
     def begin_step(self, step):
         self.work = {}
+        # A runtime's first step watches the state buffers (running statistics) of each chunk
+        # during its backward tasks: a forward recomputed there (activation checkpointing)
+        # updates them again, in the order the schedule runs backwards, which no ordering of
+        # forwards makes a plain loop's; that is said once, rather than left unsaid.
+        self.watch = {} if step != 0 else {
+            c: bufs for c, m in self.modules.items() if c not in self.said
+            for bufs in [[b for s, _ in _stateful_modules({c: m}).values()
+                          for b in s.buffers(recurse=False)]] if bufs}
 
     def end_step(self, step):
         self.work = {}  # frees what a failed step left
+        self.watch = {}
 
     def forward(self, chunk, mb, x):
         return self._run("F", chunk, mb, self._forward, x)
 
     def backward(self, chunk, mb, g):
-        return self._run("B", chunk, mb, self._backward, g)
+        return self._watched(chunk, lambda: self._run("B", chunk, mb, self._backward, g))
 
     def weight(self, chunk, mb):
-        return self._run("W", chunk, mb, self._weight)
+        return self._watched(chunk, lambda: self._run("W", chunk, mb, self._weight))
+
+    def _watched(self, chunk, task):
+        bufs = self.watch.get(chunk)
+        if bufs is None:
+            return task()
+        before = [b._version for b in bufs]
+        out = task()
+        if [b._version for b in bufs] != before:
+            del self.watch[chunk]
+            self.said.add(chunk)
+            warnings.warn(
+                f"chunk {chunk}'s backward updates its running statistics (BatchNorm's, say): "
+                "a forward recomputed there (activation checkpointing) runs again in the order "
+                "the schedule runs backwards, where a plain loop recomputes right after each "
+                "forward, so these buffers may differ from a plain loop's (the gradients do "
+                "not); keep such modules out of checkpointed regions for its bits",
+                RuntimeWarning)
+        return out
 
     # -- the work -------------------------------------------------------------------------
 
