@@ -52,6 +52,10 @@ struct Processes {
   std::unique_ptr<MpiWorld> world;
 #endif
   std::vector<PipelineCore*> live;
+  // The pipelines alive over the MPI world, and its layout: the world's communicators follow
+  // one layout at a time, which a pipeline of another layout would re-split under them.
+  std::vector<const PipelineCore*> on_mpi;
+  JobLayout mpi_layout;
   bool shut = false;
 };
 
@@ -71,7 +75,20 @@ Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms) {
     pybind11::gil_scoped_release nogil;  // MPI start-up waits for every process
     p.world = std::make_unique<MpiWorld>(MpiWorldOptions{.timeout_ms = timeout_ms});
   }
-  p.world->set_layout(JobLayout{o.pp, 1, o.dp});
+  const JobLayout want{o.pp, 1, o.dp};
+  if (!p.on_mpi.empty()) {
+    // Every process makes the same pipelines in the same order, so all refuse alike. A second
+    // pipeline of another layout re-split the communicators the first one's replica sums and
+    // gathers use: its next step read another stage's chunks (a segfault).
+    if (want.pp != p.mpi_layout.pp || want.dp != p.mpi_layout.dp)
+      throw InputError("`pp` and `dp`: " + std::to_string(p.on_mpi.size()) + " pipeline(s) of pp=" +
+                       std::to_string(p.mpi_layout.pp) + ", dp=" + std::to_string(p.mpi_layout.dp) +
+                       " are alive over this MPI job, whose processes take one layout at a "
+                       "time: give this one the same pp and dp, or delete the others first");
+    return p.world.get();  // the same layout: the communicators stay as they are
+  }
+  p.world->set_layout(want);
+  p.mpi_layout = want;
   return p.world.get();
 #else
   (void)o;
@@ -119,6 +136,7 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   Processes& p = processes();
   std::lock_guard lk(p.mu);
   p.live.push_back(this);
+  if (tr == TransportKind::Mpi) p.on_mpi.push_back(this);
 }
 
 void PipelineCore::order_forwards() {
@@ -263,6 +281,7 @@ PipelineCore::~PipelineCore() {
     Processes& p = processes();
     std::lock_guard lk(p.mu);
     std::erase(p.live, this);
+    std::erase(p.on_mpi, this);
   }
   // The runtime's threads are idle between steps; its programs drop their Python references
   // under the GIL, which this thread must not hold meanwhile.

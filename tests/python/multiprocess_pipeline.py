@@ -246,6 +246,18 @@ refused(lambda: rrfp.Pipeline(lambda i: lm.chunks(2 * pp)[i], lm.loss_fn, pp=2 *
         [f"started {world} process(es), but pp={2 * pp} x dp={dp} needs {2 * pp * dp}"])
 print(f"rank {auto.rank}: the launcher's transport detected, the loss on every rank", flush=True)
 
+# Over MPI the processes share one world, whose communicators take one layout at a time: a
+# second pipeline of another layout, while one is alive, re-split them under it (its next step
+# read another stage's chunks: a segfault). Refused on every process; the first trains on.
+if transport == "mpi" and world % (2 * pp) == 0 and 2 * pp <= world:
+    refused(lambda: rrfp.Pipeline(lambda i: lm.chunks(2 * pp)[i], lm.loss_fn, pp=2 * pp,
+                                  dp=world // (2 * pp), microbatches=m, transport="mpi"),
+            "a second layout over MPI", ["alive over this MPI job"])
+    loss = auto.step(*lm.batches(m, seed=0 if dp == 1 else auto.replica))
+    if auto.replica == 0:
+        assert torch.equal(loss, ref_losses[0].reshape(1)), (loss, ref_losses[0])
+    print(f"rank {auto.rank}: a second layout over MPI refused, the first trains on", flush=True)
+
 # A job whose default group is not Gloo (a GPU job's NCCL, pretended here: NCCL takes CUDA
 # tensors alone, and the pipeline's messages are host bytes): the pipeline makes Gloo groups
 # over the same ranks for itself, every process alike, and trains as over the Gloo default.
