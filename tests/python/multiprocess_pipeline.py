@@ -156,6 +156,21 @@ if dp > 1:
     refused(lambda: dp_step(frozen_attention), "replicas training different sizes",
             [f"the replicas train different parameters on stage {pp - 1}", "replica 1"])
 
+    # ... and a parameter replaced, after the pipeline was built, by one of another shape in one
+    # replica (that broadcasts alike): the replicas' sum failed on that stage's processes
+    # alone, the others' step went on with its gradients set. Refused on every process before
+    # the step runs.
+    rpipe = rrfp.Pipeline(lambda i: lm.chunks(pp)[i], lm.loss_fn, pp=pp, microbatches=m,
+                          transport=transport, dp=dp, timeout=60)
+    if rpipe.replica == 1 and 0 in rpipe.chunks:
+        block = next(b for b in rpipe.chunks[0] if hasattr(b, "proj"))
+        block.proj.bias = torch.nn.Parameter(torch.zeros(1))
+    refused(lambda: rpipe.step(*lm.batches(m, seed=rpipe.replica)),
+            "replicas training other shapes",
+            ["the replicas train different parameters on stage 0", "replica 1", "shapes"])
+    assert all(p.grad is None for c in rpipe.chunks.values() for p in c.parameters())
+    print(f"rank {job_rank()}: replicas training parameters of other shapes refused", flush=True)
+
     # Gradients of another dtype than float32 (a bfloat16 or float64 model) are summed in
     # their own dtype, the replicas' sums added in replica order; they failed as not float32.
     for dtype in (torch.bfloat16, torch.float64):
@@ -294,6 +309,37 @@ refused(lambda: auto.step(xs, ys), "different batches on the processes of a repl
 refused(lambda: auto.step([(x, {"n": 1}) for x in xs], lm.batches(m, seed=0)[1]),
         "different tuple batches on the processes of a replica", ["passed different batches"])
 print(f"rank {auto.rank}: different batches in one replica refused", flush=True)
+
+# A stateful module shared by two chunks of one process (stage 0 holds chunks 0 and P at V=2):
+# that process refuses it and the others are told at once (they waited until their timeout in
+# the gather it skipped, naming nobody). And a KeyboardInterrupt inside one process's save is
+# told to the others at once (it left them in the save's gather until their timeout).
+if dp == 1:
+    bn = torch.nn.BatchNorm1d(4)
+
+    def shared_bn(i):
+        return torch.nn.Sequential(torch.nn.Linear(4, 4), bn) if i in (0, pp) else \
+            torch.nn.Linear(4, 4)
+
+    holder = job_rank() % pp == 0
+    refused(lambda: rrfp.Pipeline(shared_bn, lambda o, t: o.sum(), pp=pp, vpp=2,
+                                  microbatches=2, transport=transport, timeout=60),
+            "a stateful module shared by two chunks",
+            ["share a BatchNorm1d"] if holder else ["refused their chunks' stateful modules"],
+            (ValueError, RuntimeError))
+
+    class CtrlC:
+        def __reduce__(self):
+            if job_rank() == 1:
+                raise KeyboardInterrupt
+            return (CtrlC, ())
+
+    import tempfile  # noqa: E402
+    where = os.path.join(tempfile.gettempdir(), f"rrfp-mp-kbi-{os.getppid()}")
+    refused(lambda: auto.save(where, note=CtrlC()), "an interrupted save",
+            [] if job_rank() == 1 else ["[1]"], (KeyboardInterrupt, RuntimeError))
+    print(f"rank {job_rank()}: a refusal and an interrupt at one process told to the others",
+          flush=True)
 
 # Structures between processes, one replica: an LSTM whose chunks hand on (output, (h, c)) (its
 # state's gradient crossing back between processes too), and a dict with a boolean attention

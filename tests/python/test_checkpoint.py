@@ -3,6 +3,7 @@ by one layout loads into another that cuts the model into the same chunks; train
 save is bitwise training on without the stop, model and AdamW state alike."""
 import pytest
 import torch
+from torch import nn
 
 import lm
 import rrfp
@@ -308,3 +309,15 @@ def test_save_and_load_arguments_are_checked(tmp_path):
             call("")
     pipe.save(tmp_path / "as-a-path", step=1)  # os.PathLike
     assert pipe.load(tmp_path / "as-a-path") == {"step": 1}
+
+
+def test_a_state_without_num_batches_tracked_loads_as_torch_loads_it():
+    # torch's load_state_dict fills a norm layer's num_batches_tracked where a dict built by
+    # hand lacks it; the check before loading counted it missing and refused the state.
+    chunks = [nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), nn.Linear(4, 4)]
+    pipe = rrfp.Pipeline(chunks, lambda o, t: o.sum(), pp=2, microbatches=2)
+    chunks[0][1].num_batches_tracked.fill_(5)
+    state = {k: v.clone() for k, v in pipe.state_dict().items()
+             if not k.endswith("num_batches_tracked")}
+    pipe.load_state_dict(state)
+    assert int(chunks[0][1].num_batches_tracked) == 0  # as torch starts it

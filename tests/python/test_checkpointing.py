@@ -72,8 +72,9 @@ class NormedBlock(nn.Module):
         return checkpoint(self.body, x, use_reentrant=False) if self.checkpointed else self.body(x)
 
 
-@pytest.mark.parametrize("checkpointed", [True, False])
-def test_running_statistics_a_recompute_updates_are_said(checkpointed, recwarn):
+@pytest.mark.parametrize("checkpointed,eval_first", [(True, False), (True, True),
+                                                     (False, False)])
+def test_running_statistics_a_recompute_updates_are_said(checkpointed, eval_first, recwarn):
     # The backward's recompute updates a BatchNorm's running statistics again, in the order the
     # schedule runs backwards: chunk 0's running mean came out 1e-3 off a plain loop's, silently.
     torch.manual_seed(0)
@@ -83,12 +84,14 @@ def test_running_statistics_a_recompute_updates_are_said(checkpointed, recwarn):
     ys = [torch.randn(2, 3, 8, 8, generator=g) for _ in range(4)]
     pipe = rrfp.Pipeline(chunks, lambda y, t: ((y - t) ** 2).sum(), pp=2, microbatches=4,
                          hint="1f1b", policy="fixed")
+    if eval_first:  # a validation before training: the step after it is still watched
+        pipe.eval_step(xs, ys)
     pipe.step(xs, ys)
     said = [str(w.message) for w in recwarn if issubclass(w.category, RuntimeWarning)]
     if checkpointed:
         assert any("chunk 0's backward updates its running statistics" in s for s in said), said
     else:
         assert not any("running statistics" in s for s in said), said
-    pipe.step(xs, ys)  # said once: the first step alone is watched
+    pipe.step(xs, ys)  # said once: watched until a step that ran the backward
     again = [str(w.message) for w in recwarn if issubclass(w.category, RuntimeWarning)]
     assert len(again) == len(said)

@@ -177,7 +177,8 @@ def check_before_step(pipe, found, layout, training, refusal=None):
         if bad is not None:
             raise ValueError(
                 f"dp: the replicas train different parameters on stage {s} (replica 0 and "
-                f"replica {bad}); every replica must freeze and unfreeze alike")
+                f"replica {bad}), or parameters of other shapes or dtypes; every replica must "
+                "freeze, unfreeze and replace alike")
     if pipe._ties is not None:
         pipe._ties.check([[x for s in range(pp) for x in every[r * pp + s][4:]]
                           for r in range(dp)], pipe.replica, training)

@@ -344,12 +344,15 @@ _ENGINE_RUNS_LEAF_HOOKS = _engine_runs_leaf_hooks()
 
 def trained_layout(chunks, chunk_params, dp):
     """A mark of which parameters this process trains (each chunk's trainable ones, by their
-    place in its parameters()): below 2**24 / dp, so that the dp replicas' marks add exactly (in
-    the float64 that sum_over_replicas carries them in, with room to spare)."""
+    place in its parameters(), with their shapes and dtypes: a parameter replaced by one of
+    another shape in one replica failed the replicas' sum on its stage alone, whose processes
+    raised while the others' step went on): below 2**24 / dp, so that the dp replicas' marks
+    add exactly (in the float64 that sum_over_replicas carries them in, with room to spare)."""
     crc = 0
     for c in sorted(chunk_params):
         place = {id(p): i for i, p in enumerate(chunks[c].parameters())}
-        crc = zlib.crc32(",".join(f"{c}.{place[id(p)]}" for p in chunk_params[c]).encode(), crc)
+        crc = zlib.crc32(",".join(f"{c}.{place[id(p)]}:{tuple(p.shape)}:{p.dtype}"
+                                  for p in chunk_params[c]).encode(), crc)
     return crc % ((1 << 24) // dp)
 
 

@@ -89,8 +89,8 @@ def _agreed_with(core, fn, message, value):
     failed, out = None, None
     try:
         out = fn()
-    except Exception as e:  # noqa: BLE001 (re-raised below, after the job agrees)
-        failed = e
+    except BaseException as e:  # noqa: BLE001 (re-raised below, after the job agrees)
+        failed = e  # KeyboardInterrupt too: the others are told, not left in the gather
     mine = -1.0 if failed is not None else value(out)
     every = [mine]
     if core is not None and core.world > 1:

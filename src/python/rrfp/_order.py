@@ -4,6 +4,8 @@ import re
 
 import torch
 
+from ._launch import agreed_any
+
 
 def _torch_class(module, name):
     """torch's class `name` in `module` (a dotted path), or None where this torch lacks it."""
@@ -113,20 +115,24 @@ def decide_order(ordered_forwards, chunks, core):
     """Orders the core's forwards when asked, or for ordered_forwards=None when the chunks of
     some process of the job hold a stateful module (agreed over the job: a hint is checked
     against the flag on every process alike); refuses a stateful module that several chunks
-    share, whose state two stages would update at once."""
-    found = stateful_modules(chunks)
-    if ordered_forwards is not False:
-        for m, users in found.values():
-            if len(users) > 1:
-                raise ValueError(
-                    f"chunks {users[0]} and {users[1]} share a {type(m).__name__}, whose forward "
-                    "updates its state: a plain loop updates it chunk by chunk within each "
-                    "microbatch, which stages running at once cannot; give each chunk its own, "
-                    "or pass ordered_forwards=False to accept another order")
+    share, whose state two stages would update at once. Every process of a job enters the one
+    gather, its refusal included: a process that refused before it left the others waiting in
+    it until their timeout, naming nobody."""
+    def found_here():
+        found = stateful_modules(chunks)
+        if ordered_forwards is not False:
+            for m, users in found.values():
+                if len(users) > 1:
+                    raise ValueError(
+                        f"chunks {users[0]} and {users[1]} share a {type(m).__name__}, whose "
+                        "forward updates its state: a plain loop updates it chunk by chunk "
+                        "within each microbatch, which stages running at once cannot; give each "
+                        "chunk its own, or pass ordered_forwards=False to accept another order")
+        return bool(found)
+
+    found = agreed_any(core, found_here, "Pipeline: process(es) {bad} refused their chunks' "
+                                         "stateful modules; their own errors say why")
     if ordered_forwards is None:
-        mine = 1.0 if found else 0.0
-        if core.world > 1:
-            mine = max(v for vs in core.all_gather([mine]) for v in vs)
-        ordered_forwards = mine > 0
+        ordered_forwards = found
     if ordered_forwards:
         core.order_forwards()

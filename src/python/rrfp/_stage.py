@@ -93,8 +93,15 @@ class StageRunner:
         # Tasks this stage has run, for the progress line: only the stage's thread writes it,
         # so no lock is taken per task.
         self.tasks_done = 0
-        self.watch = {}  # chunk -> the state buffers its backward tasks are watched for
-        self.said = set()  # chunks warned of state their backward changed
+        # Chunk -> the state buffers (running statistics) its backward tasks are watched for,
+        # until a step in which it ran one ends: a forward recomputed in a backward (activation
+        # checkpointing) updates them again, in the order the schedule runs backwards, which no
+        # order of forwards makes a plain loop's. Said once, rather than left unsaid.
+        self.watch = {
+            c: bufs for c, m in modules.items()
+            for bufs in [[b for s, _ in _stateful_modules({c: m}).values()
+                          for b in s.buffers(recurse=False)]] if bufs}
+        self.backed = set()  # chunks that ran a backward task this step
 
     def refresh_params(self):
         """The parameters each chunk trains, as the step starts: a parameter frozen, unfrozen
@@ -112,18 +119,12 @@ class StageRunner:
 
     def begin_step(self, step):
         self.work = {}
-        # A runtime's first step watches the state buffers (running statistics) of each chunk
-        # during its backward tasks: a forward recomputed there (activation checkpointing)
-        # updates them again, in the order the schedule runs backwards, which no ordering of
-        # forwards makes a plain loop's; that is said once, rather than left unsaid.
-        self.watch = {} if step != 0 else {
-            c: bufs for c, m in self.modules.items() if c not in self.said
-            for bufs in [[b for s, _ in _stateful_modules({c: m}).values()
-                          for b in s.buffers(recurse=False)]] if bufs}
+        self.backed = set()
 
     def end_step(self, step):
         self.work = {}  # frees what a failed step left
-        self.watch = {}
+        for c in self.backed:  # watched through a step's backward tasks: enough
+            self.watch.pop(c, None)
 
     def forward(self, chunk, mb, x):
         return self._run("F", chunk, mb, self._forward, x)
@@ -136,13 +137,13 @@ class StageRunner:
 
     def _watched(self, chunk, task):
         bufs = self.watch.get(chunk)
-        if bufs is None:
+        if bufs is None or self.data.eval:  # an evaluation's backward tasks do nothing
             return task()
+        self.backed.add(chunk)
         before = [b._version for b in bufs]
         out = task()
         if [b._version for b in bufs] != before:
             del self.watch[chunk]
-            self.said.add(chunk)
             warnings.warn(
                 f"chunk {chunk}'s backward updates its running statistics (BatchNorm's, say): "
                 "a forward recomputed there (activation checkpointing) runs again in the order "

@@ -77,7 +77,7 @@ def check_model_state(chunks, n_chunks, state, strict):
     for c in sorted(chunks):
         got = per_chunk.get(c, {})
         own = chunks[c].state_dict(keep_vars=True)
-        missing = [k for k in own if k not in got]
+        missing = [k for k in own if k not in got and not _filled_by_torch(chunks[c], k, state)]
         unexpected = [k for k in got if k not in own]
         if strict and (missing or unexpected):
             held = "" if got else (
@@ -101,6 +101,17 @@ def check_model_state(chunks, n_chunks, state, strict):
         if bad:
             raise ValueError(f"state_dict: chunk {c}: {_some(bad, 3)}")
     return {c: per_chunk.get(c, {}) for c in chunks}
+
+
+def _filled_by_torch(chunk, key, state):
+    """Whether torch's load_state_dict fills entry `key` of `chunk` itself where `state` lacks
+    it: a norm layer's num_batches_tracked, in a state without torch's version metadata (a dict
+    built by hand), which it starts from 0. Counted as missing, such a state was refused."""
+    module_name, _, name = key.rpartition(".")
+    if name != "num_batches_tracked" or getattr(state, "_metadata", None) is not None:
+        return False
+    module = chunk.get_submodule(module_name) if module_name else chunk
+    return isinstance(module, torch.nn.modules.batchnorm._NormBase)
 
 
 def apply_model_state(chunks, checked):
