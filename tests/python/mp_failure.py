@@ -5,7 +5,10 @@ hear of it at once (they used to wait out their timeout and raise TimeoutError).
 stage 0's last backward raises, after the other stages have done their whole part of the step:
 they drop the step too (they used to keep it, and the processes then held different weights).
 Only the last replica fails; the other replicas (replica 0, whose rank 0 merges the records,
-among them) drop both steps as well."""
+among them) drop both steps as well. Then a step whose set-up fails on one process
+(set_up_failure), and, with dp > 1, replicas whose buffers came out of the step apart
+(buffers_apart), are refused on every process at once, no .grad changed."""
+import sys
 import time
 
 import torch
@@ -78,6 +81,9 @@ def run(pp, dp, m, transport, rank):
             assert torch.equal(loss, ref_losses[s]), (rank, s, loss, ref_losses[s])
         opt.step()
     refusals(pipe, rank, pp * dp, m)
+    set_up_failure(pp, dp, m, transport, rank)
+    if dp > 1:
+        buffers_apart(pp, dp, transport, rank)
     for c, module in pipe.chunks.items():
         inner = module.inner if isinstance(module, Failing) else module
         for (pn, p), q in zip(ref_chunks[c].named_parameters(), inner.parameters()):
@@ -118,3 +124,109 @@ def refusals(pipe, rank, world, m):
     pipe.eval_step(xs, ys)  # every process in step again
     for p, g in zip(params, saved):
         p.grad = g
+
+
+def _grads(pipe):
+    return [None if p.grad is None else p.grad.clone()
+            for c in sorted(pipe.chunks) for p in pipe.chunks[c].parameters()]
+
+
+def _same(a, b):
+    return len(a) == len(b) and all(
+        (x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
+        for x, y in zip(a, b))
+
+
+def set_up_failure(pp, dp, m, transport, rank):
+    """A step whose set-up fails on one process alone (here the last job rank's GradSums, the
+    copy of each .grad a step starts from, runs out of memory) is refused on every process at
+    once: that process raises its own MemoryError, the others RuntimeError naming its job rank,
+    and no .grad changes anywhere (gradient accumulation: each .grad holds the step before).
+    Before, the failure came before the step's first gather: the others waited in it until
+    their timeout. The job then steps on alike."""
+    world = pp * dp
+    pipe = rrfp.Pipeline(lambda i: lm.chunks(pp)[i], lm.loss_fn, pp=pp, microbatches=m,
+                         transport=transport, dp=dp, timeout=10)
+    xs, ys = lm.batches(m, seed=pipe.replica)
+    pipe.step(xs, ys)  # every .grad set: the next step accumulates into it
+    before = _grads(pipe)
+    module = sys.modules[type(pipe).__module__]
+    real = module.GradSums
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("set-up ran out of memory (a test's)")
+
+    if rank == world - 1:
+        module.GradSums = out_of_memory
+    start = time.monotonic()
+    try:
+        pipe.step(xs, ys)
+        raise AssertionError(f"rank {rank}: a step whose set-up failed on job rank "
+                             f"{world - 1} went on")
+    except MemoryError as e:
+        assert rank == world - 1 and "a test's" in str(e), (rank, str(e))
+    except RuntimeError as e:
+        assert rank != world - 1 and f"job rank(s) [{world - 1}]" in str(e), (rank, str(e))
+    finally:
+        module.GradSums = real
+    assert time.monotonic() - start < 5, (rank, "a set-up failure waited for the timeout")
+    assert _same(_grads(pipe), before), (rank, "a refused step changed a .grad")
+    pipe.step(xs, ys)  # the job steps on alike
+    assert not _same(_grads(pipe), before), (rank, "the step after added nothing")
+    print(f"rank {rank}: a set-up failure on one process refused on every process", flush=True)
+
+
+class _Cache(torch.nn.Module):
+    """A linear map over each position plus a buffer as long as the longest sequence seen, as
+    a rotary embedding's cache grows (`grows`), or of a fixed length."""
+
+    def __init__(self, grows):
+        super().__init__()
+        self.lin, self.grows = torch.nn.Linear(1, 1), grows
+        self.register_buffer("cache", torch.arange(4, dtype=torch.float32), persistent=False)
+
+    def forward(self, x):  # x: (rows, length)
+        out = self.lin(x.unsqueeze(-1)).squeeze(-1)
+        if not self.grows:
+            return out + self.cache.sum()
+        if x.shape[1] > self.cache.numel():
+            self.cache = torch.arange(x.shape[1], dtype=torch.float32)
+        return out + self.cache[:x.shape[1]]
+
+
+def buffers_apart(pp, dp, transport, rank):
+    """Replica 0's buffers are copied into the other replicas after every step; a buffer the
+    step left in another shape in some replica (the last chunk's cache, grown by that
+    replica's longer sequences) cannot be. Refused on every process of the job, whatever its
+    replica or stage, before any .grad is written or any buffer copied, the same ValueError
+    naming the chunk, the buffer and both shapes, in step() and eval_step() alike. Before, only
+    the other replica's process of that chunk's stage raised, after its .grad was written, while
+    replica 0's returned: the replicas trained apart, silently. With the same lengths everywhere
+    the job then steps on, every replica holding replica 0's buffers."""
+    torch.manual_seed(0)
+    pipe = rrfp.Pipeline(lambda i: _Cache(i == pp - 1), lambda o, t: o.sum(), pp=pp,
+                         microbatches=2, transport=transport, dp=dp, timeout=10)
+    x = torch.ones(4, 4)
+    pipe.step(x)  # every .grad set, every cache of length 4
+    before = _grads(pipe)
+    longer = torch.ones(4, 6 if pipe.replica == 1 else 4)
+    words = [f"chunk {pp - 1}'s buffer 'cache' is torch.float32 (6,) in replica 1 but "
+             "torch.float32 (4,) in replica 0", "before any .grad was written"]
+    start = time.monotonic()
+    for call, name in ((pipe.step, "step()"), (lambda b: pipe.eval_step(b), "eval_step()")):
+        try:
+            call(longer)
+            raise AssertionError(f"rank {rank}: {name} went on with buffers apart")
+        except ValueError as e:
+            assert f"dp: after {name}, " in str(e) and all(w in str(e) for w in words), \
+                (rank, str(e))
+    assert time.monotonic() - start < 5, (rank, "a refusal waited for the timeout")
+    assert _same(_grads(pipe), before), (rank, "a refused step changed a .grad")
+    mine = pipe.chunks[rank % pp].cache
+    assert mine.numel() == (6 if pipe.replica == 1 and rank % pp == pp - 1 else 4), \
+        (rank, "a refused step copied a buffer")
+    pipe.chunks[rank % pp].cache = torch.arange(4, dtype=torch.float32) * (1 + pipe.replica)
+    pipe.step(x)  # the job steps on, and every replica takes replica 0's buffers
+    assert torch.equal(pipe.chunks[rank % pp].cache, torch.arange(4, dtype=torch.float32)), \
+        (rank, pipe.chunks[rank % pp].cache)
+    print(f"rank {rank}: replicas' buffers apart refused on every process", flush=True)

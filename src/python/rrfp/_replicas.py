@@ -19,10 +19,54 @@ def _entries(chunks, params):
     return out
 
 
+def buffer_signature(chunks):
+    """What the replicas must agree on before replica 0's buffers are copied into the others:
+    each buffer of this process's chunks as ((chunk, name), dtype, shape), picklable."""
+    return [(key, str(b.dtype), tuple(b.shape)) for key, b in _entries(chunks, False)
+            if b is not None]
+
+
+def refuse_other_buffers(every, pp, call):
+    """Refuses, on every process alike, buffers that replica 0's could not be copied into:
+    `every` is every job rank's buffer_signature (job rank r is replica r // pp, stage r % pp),
+    learnt in the step's closing exchange, which every process makes. Checked before any .grad
+    is written and any buffer copied (from_first_replica), the step is then dropped everywhere.
+    Before, only the other replicas' processes of the chunk's stage compared shapes, after
+    their .grad was written and some buffers copied, while replica 0's processes returned: the
+    replicas went on training apart, silently."""
+    for r in range(pp, len(every)):
+        first, mine = _keyed(every[r % pp]), _keyed(every[r])
+        key = next((k for k in sorted(first.keys() | mine.keys())
+                    if first.get(k) != mine.get(k)), None)
+        if key is None:
+            continue
+        c, name = key
+        replica = r // pp
+        if key not in first or key not in mine:
+            what = (f"is missing in replica {replica}" if (c, name) in first else
+                    f"is in replica {replica} but missing in replica 0")
+        else:
+            what = (f"is {mine[(c, name)][0]} {mine[(c, name)][1]} in replica {replica} but "
+                    f"{first[(c, name)][0]} {first[(c, name)][1]} in replica 0")
+        raise ValueError(
+            f"dp: after {call}, chunk {c}'s buffer '{name}' {what}; every replica takes replica "
+            "0's buffers after each step, so the replicas' buffers must keep the same names, "
+            "shapes and dtypes (a buffer sized by the batch differs where the replicas' "
+            "batches do); refused on every process before any .grad was written or buffer copied")
+
+
+def _keyed(signature):
+    """A buffer_signature as {(chunk, name): (dtype, shape)}."""
+    return {key: (dtype, shape) for key, dtype, shape in signature}
+
+
 def from_first_replica(core, chunks, params):
     """Copies the first replica's buffers (and parameters, with `params`) of this process's
     chunks into every other replica's, bit for bit. A collective over each stage's replicas:
-    every process of the job calls it alike. Nothing to do with one replica."""
+    every process of the job calls it alike. Nothing to do with one replica. After a step the
+    replicas' buffers were checked already on every process (refuse_other_buffers); the check
+    here is for the parameters at construction, which the caller tells every process
+    (agreed). Every entry is checked before any is copied, so a refusal copies nothing."""
     if core.world == 1:
         return
     entries = _entries(chunks, params)
@@ -39,14 +83,15 @@ def from_first_replica(core, chunks, params):
         raise ValueError(f"replica {core.replica}: chunk {c}'s '{name}' is "
                          + ("missing here" if (c, name) in theirs else "missing in replica 0")
                          + "; every replica must build the same chunks")
+    pairs = [(t, theirs[key]) for key, t in mine.items()
+             if t is not None and theirs[key] is not None]
+    for key, t in mine.items():
+        src = theirs[key]
+        if src is not None and t is not None and (src.shape != t.shape or src.dtype != t.dtype):
+            raise ValueError(f"replica {core.replica}: chunk {key[0]}'s '{key[1]}' is "
+                             f"{t.dtype} {tuple(t.shape)} here but {src.dtype} "
+                             f"{tuple(src.shape)} in replica 0; every replica must build "
+                             "the same chunks")
     with torch.no_grad():
-        for key, t in mine.items():
-            src = theirs[key]
-            if src is None or t is None:
-                continue
-            if src.shape != t.shape or src.dtype != t.dtype:
-                raise ValueError(f"replica {core.replica}: chunk {key[0]}'s '{key[1]}' is "
-                                 f"{t.dtype} {tuple(t.shape)} here but {src.dtype} "
-                                 f"{tuple(src.shape)} in replica 0; every replica must build "
-                                 "the same chunks")
+        for t, src in pairs:
             t.copy_(src)

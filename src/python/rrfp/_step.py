@@ -7,32 +7,38 @@ from . import _rrfp, _wire
 from ._batch import check_before_step, take_batch
 from ._caller import CallerState
 from ._progress import Progress
+from ._replicas import buffer_signature, refuse_other_buffers
 
 StageError = _rrfp.StageError
 
 
-def run_pass(pipe, inputs, targets, sums, layout=None):
-    """One pass of the runtime over the batch for `pipe` (a Pipeline): the step's record and
-    what replica_loss takes (the sum of the microbatch losses where this process has them, and
-    what every process carried out of the step). sums: the step's GradSums, None for an
-    evaluation step. layout: with dp > 1, the mark of what this process trains
-    (trained_layout), compared over the replicas first. A batch refused here is refused on every
-    process of a job (check_before_step): raised on this one alone, the others waited for it in
-    the step's collectives until their timeout, and a loop that went on past it paired every
-    later collective with the wrong call."""
+def run_pass(pipe, inputs, targets, training, prepare):
+    """One pass of the runtime over the batch for `pipe` (a Pipeline): the step's record, what
+    replica_loss takes (the sum of the microbatch losses where this process has them, and what
+    every process carried out of the step), and what prepare() returned.
+    training: a step() (else an eval_step()). prepare() -> (sums, layout): the call's set-up,
+    run once the batch is taken: sums, the step's GradSums (None for an evaluation); layout,
+    with dp > 1, the mark of what this process trains (trained_layout), compared over the
+    replicas first.
+    A batch refused here, or a set-up that raised (memory running out in GradSums' copy of
+    each .grad, say), is refused on every process of a job (check_before_step): raised on this
+    one alone, the others waited for it in the step's collectives until their timeout, and a
+    loop that went on past it paired every later collective with the wrong call."""
     m = pipe._core.microbatches
-    found, refusal = None, None
+    found, refusal, prepared = None, None, (None, None)
     try:
-        found = take_batch(pipe, inputs, targets, m, sums is not None)
+        found = take_batch(pipe, inputs, targets, m, training)
+        prepared = prepare()
     except Exception as e:  # noqa: BLE001 (raised below, once the job knows of it)
         refusal = e
+    sums, layout = prepared
     try:
         if pipe._core.world > 1:
-            check_before_step(pipe, found, layout, sums is not None, refusal)
+            check_before_step(pipe, found, layout, training, refusal)
         elif refusal is not None:
             raise refusal
         elif pipe._ties is not None:
-            pipe._ties.check([pipe._ties.flags], 0, sums is not None)
+            pipe._ties.check([pipe._ties.flags], 0, training)
     except BaseException:
         pipe._data.inputs, pipe._data.targets = [], []  # a refused step keeps no batch
         raise
@@ -57,17 +63,29 @@ def run_pass(pipe, inputs, targets, sums, layout=None):
         pipe._step += 1
         pipe._data.seed_step += 1
         pipe._data.inputs, pipe._data.targets = [], []
-    return rec, (pipe._data.total, carried)
+    if pipe._dp > 1:  # before the caller writes any .grad or copies any buffer
+        refuse_other_buffers([_buffers_in(b) for b in carried], pipe.pp,
+                             "step()" if training else "eval_step()")
+    return rec, (pipe._data.total, carried), prepared
+
+
+# The labels of what closing() packs.
+_LOSS, _BUFFERS = "loss", "buffers"
 
 
 def closing(pipe, m):
-    """Once the step has completed on this process: the sum of the microbatch losses it holds
-    (None without any), kept in pipe._data.total, packed as the bytes that ride on the step's
-    closing exchange. A sum that fails (losses of shapes that do not add) fails the step on
-    every process."""
+    """Once the step has completed on this process: what it carries into the step's closing
+    exchange, a gather over the job that every process makes, packed as bytes: the sum of the
+    microbatch losses it holds (kept in pipe._data.total too; None without any), and with
+    dp > 1 the names, dtypes and shapes of its chunks' buffers, which every process then
+    compares over the replicas (refuse_other_buffers). A sum that fails (losses of shapes that
+    do not add) fails the step on every process."""
     pipe._data.total = None
+    entries = []
+    if pipe._dp > 1:
+        entries.append(((_BUFFERS, buffer_signature(pipe.chunks)), None))
     if not pipe._data.losses:
-        return _wire.pack([])
+        return _wire.pack(entries)
     try:
         total = pipe._data.losses[0]
         for i in range(1, m):
@@ -76,7 +94,13 @@ def closing(pipe, m):
         pipe._data.error = (None, None, e)
         raise
     pipe._data.total = total
-    return _wire.pack([(0, total)])
+    return _wire.pack(entries + [(_LOSS, total)])
+
+
+def _buffers_in(carried):
+    """The buffer_signature a process carried out of the step (closing)."""
+    return next((label[1] for label, _ in _wire.unpack(carried)
+                 if isinstance(label, tuple) and label[0] == _BUFFERS), [])
 
 
 def replica_loss(core, loss):
@@ -89,4 +113,5 @@ def replica_loss(core, loss):
         return total
     # The process of the stage that runs the last chunk (stage 0 under "vshape").
     found = _wire.unpack(carried[core.replica * core.pp + core.stage_of(core.chunks - 1)])
-    return found[0][1].clone() if found else None  # a view of the carried bytes: its own storage
+    # A view of the carried bytes: its own storage.
+    return next((t.clone() for label, t in found if label == _LOSS), None)

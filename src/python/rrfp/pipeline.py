@@ -296,15 +296,17 @@ class Pipeline:
         with targets (on every process of the replica), else None. Raises as step() does.
         """
         with self._one_call("eval_step"):
-            self._refresh_ties()
             self._data.eval = True
             try:
-                rec, loss = run_pass(self, inputs, targets, None)
+                # Its set-up (the ties' copies as the chunks hold them) fails as step()'s does:
+                # on every process at once (run_pass).
+                rec, loss, _ = run_pass(self, inputs, targets, False, self._set_up_eval)
                 outputs = self._data.outputs
             finally:
                 self._data.eval = False
                 self._data.outputs = {}
             if self._dp > 1:  # a module in training mode updates its statistics here too
+                # (the replicas' buffers agree: run_pass refused the step on every process else)
                 from_first_replica(self._core, self.chunks, False)
             self.last_step = StepRecord(rec)
             total = replica_loss(self._core, loss) if targets is not None else None
@@ -340,6 +342,34 @@ class Pipeline:
             self._busy.release()
 
     def _run_step(self, inputs, targets):
+        ties = self._ties
+        # The set-up runs inside run_pass, where a failure here (memory running out in
+        # GradSums' copy of each .grad, say) rides on the step's first gather and every other
+        # process raises at once, naming this one; raised before it, the others waited in that
+        # gather until their timeout.
+        try:
+            rec, loss, (sums, layout) = run_pass(self, inputs, targets, True, self._set_up_step)
+        finally:
+            self._data.sums = None  # a copy of every gradient: not kept past a failed step
+        pairs = sums.pairs()
+        warn_inexact(sums, self.chunks, self._inexact_said)
+        if ties is not None:  # every holder of a tie gets the tie's sum
+            pairs = ties.sum(pairs, add_previous=self._dp == 1)
+        if self._dp > 1:  # every replica joins, training something or not
+            pairs = sum_over_replicas(self._core, self._dp, pairs, layout)
+            # Buffers the forwards updated (running statistics): replica 0's. Checked over the
+            # job in run_pass, so nothing here refuses them; copied before any .grad is written
+            # all the same, so that .grad is the last thing a step changes.
+            from_first_replica(self._core, self.chunks, False)
+        for p, g in pairs:
+            if g is not None:
+                set_grad(p, g)
+        self.last_step = StepRecord(rec)
+        return replica_loss(self._core, loss)
+
+    def _set_up_step(self):
+        """(GradSums, trained_layout's mark or None) for a step: the parameters each chunk
+        trains now, and the ties' copies as the chunks hold them (run_pass runs it)."""
         for r in self._runners:
             r.refresh_params()
         self._refresh_ties()
@@ -349,18 +379,9 @@ class Pipeline:
                         fresh=ties.holders if ties else (),
                         split=any(r.split for r in self._runners))
         layout = trained_layout(self.chunks, chunk_params, self._dp) if self._dp > 1 else None
-        rec, loss = run_pass(self, inputs, targets, sums, layout)
-        pairs = self._data.sums.pairs()
-        self._data.sums = None
-        warn_inexact(sums, self.chunks, self._inexact_said)
-        if ties is not None:  # every holder of a tie gets the tie's sum
-            pairs = ties.sum(pairs, add_previous=self._dp == 1)
-        if self._dp > 1:  # every replica joins, training something or not
-            pairs = sum_over_replicas(self._core, self._dp, pairs, layout)
-        for p, g in pairs:
-            if g is not None:
-                set_grad(p, g)
-        if self._dp > 1:  # buffers the forwards updated (running statistics): replica 0's
-            from_first_replica(self._core, self.chunks, False)
-        self.last_step = StepRecord(rec)
-        return replica_loss(self._core, loss)
+        return sums, layout
+
+    def _set_up_eval(self):
+        """eval_step's set-up: the ties' copies as the chunks hold them (run_pass runs it)."""
+        self._refresh_ties()
+        return None, None
