@@ -123,14 +123,20 @@ points=$(grep -o 'stroke="#4e79a7" stroke-width="1.5" points="[^"]*"' "$tmp/k/lo
   sed 's/.*points="//; s/"$//' | wc -w)
 [ "$points" -eq $((ckpt_step + 4)) ] ||
   fail "loss.svg after the resume plots $points steps of $((ckpt_step + 4))"
-# A log with stray bytes, a row written twice and a row cut short (a crash mid-write): the
-# resume keeps whole rows only, each step once (they were all kept and spliced in).
-{ printf 'garbage\001\n'; sed -n 2p "$tmp/k/loss.csv"; tail -n 1 "$tmp/k/loss.csv" | cut -c1-12; } \
-  >>"$tmp/k/loss.csv"
+# A log with stray bytes, rows written twice and a row cut short (a crash mid-write): the
+# resume keeps whole rows only, each step once (they were all kept and spliced in); of a step
+# written twice, the last row, which the resume's check reads too (it kept the first: a bogus
+# row before the checkpoint's step's real one passed the check and stayed).
+real=$(tail -n 1 "$tmp/k/loss.csv")
+{ awk -F, -v OFS=, 'NR == 1 { print; next } { r = $0; $2 = "9.99999"; print; print r }' \
+    "$tmp/k/loss.csv"
+  printf 'garbage\001\n'; echo "$real" | cut -c1-12; } >"$tmp/k/junk.csv"
+mv "$tmp/k/junk.csv" "$tmp/k/loss.csv"
 "$rrfp" train "${small[@]}" --steps $((ckpt_step + 6)) --resume "$tmp/k/checkpoint.bin" \
   --out "$tmp/k" >"$tmp/k3.log" 2>&1 || fail "resume of a log with junk failed: $(tail -1 "$tmp/k3.log")"
 [ "$(cut -d, -f1 "$tmp/k/loss.csv" | tail -n +2 | tr '\n' ' ')" = "$(seq -s ' ' 1 $((ckpt_step + 6))) " ] ||
   fail "loss.csv after a resume of a log with junk: $(cut -d, -f1 "$tmp/k/loss.csv" | tr '\n' ' ')"
+! grep -q ",9.99999," "$tmp/k/loss.csv" || fail "steps written twice: the resumed log kept bogus rows"
 
 # Two SIGINTs: the first asks for a stop after the current step (long here: a bigger model),
 # the second, while that step still runs, ends the process at once: exit 130, no outputs.

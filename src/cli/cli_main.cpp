@@ -18,12 +18,15 @@ namespace rrfp {
 
 namespace {
 
-// A process of an mpirun job other than rank 0: every process parses the same command line
-// (a job whose lines differ is refused once they have started), so a parse error is said by
-// rank 0 alone, as the job's other refusals are (it came once per process).
+// A process of an mpirun job other than rank 0 that runs rank 0's command line (the same
+// program context: mpirun's `a : b` form gives each its own): its parse error is rank 0's,
+// which rank 0 says alone, as the job's other refusals are (it came once per process). A
+// process of another context says its own.
 bool another_rank_of_mpirun() {
   const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  return rank != nullptr && std::strcmp(rank, "0") != 0;
+  const char* context = std::getenv("OMPI_MCA_orte_app_num");
+  return rank != nullptr && std::strcmp(rank, "0") != 0 &&
+         (context == nullptr || std::strcmp(context, "0") == 0);
 }
 
 // What CLI11 says of a mistyped or missing command ("A subcommand is required"), in words that

@@ -38,7 +38,9 @@ struct PingPongOptions {
   // starts, so that a copy reads memory the last one did not just write (what a pipeline step's
   // outputs are: the cache holds at most one 32 MiB message).
   int sources = 0;
-  double deadline_s = 60;  // a lost message fails the measurement instead of hanging it
+  // The longest wait for the next message: a lost one fails the measurement instead of hanging
+  // it (a handler's replies: the longest wait for the round's end).
+  double deadline_s = 60;
   // The calling thread, waiting for a message, spins this long before it parks (SpinPark),
   // polling the transport meanwhile (Transport::progress): 0 parks at once. 0 to 10,000.
   int spin_us = 0;
@@ -63,8 +65,7 @@ class PingPong {
   void on_message(Message&& m);
   void reply(Message&& m);
   Payload next_source(Payload arrived);  // o_.sources: the next buffer to send, else `arrived`
-  double stream(const PingPongOptions& o, std::chrono::steady_clock::time_point deadline,
-                Payload sent);
+  double stream(const PingPongOptions& o, std::chrono::steady_clock::duration wait, Payload sent);
 
   Transport& t_;
   std::mutex mu_;

@@ -28,9 +28,9 @@ struct CalibrateOptions {
   // rrfp's runtime sends a blocking run's payload with its offer over this transport (it moves
   // bytes; RuntimeOptions::rendezvous_pull off): passed on as Calibration::offer_payload.
   bool offer_payload = false;
-  // How long a round waits for a peer's message before it fails, naming the round trips: over
-  // a job, its --timeout (a stopped process held a calibration 60 s whatever that said); 0: no
-  // deadline, as --timeout 0 has none.
+  // How long a round waits for a peer's next message before it fails: over a job, its --timeout
+  // (a stopped process held a calibration 60 s whatever that said); 0: no deadline, as
+  // --timeout 0 has none.
   double deadline_s = 60;
 };
 

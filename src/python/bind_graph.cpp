@@ -1,8 +1,8 @@
 // The walk of a chunk's backward graph for leaves it does not own (rrfp/_graph.py's
 // refuse_foreign_leaves), in C++: every backward task walks its graph, since a use that
 // depends on the data (a branch some microbatches take) is in some graphs only. Python's walk
-// cost about 0.4 us a node, 28 us for a transformer block's 63; this one a few hundredths of
-// that.
+// cost about 0.4 us a node, 28 us for a transformer block's 63; this one 3.4 us (an eighth),
+// most of it the conversion of its arguments.
 #include <pybind11/stl.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/utils/pybind.h>

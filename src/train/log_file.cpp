@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "core/error.hpp"
@@ -42,6 +43,33 @@ long long step_of(const std::vector<std::string>& fields, std::size_t columns) {
   return std::atoll(s.c_str());
 }
 
+// A log's header and its whole rows by step, the last of a step written twice: stray bytes and
+// rows cut short (a crash mid-write) are left out. The resume's check and the continued log
+// read the same rows (the check read a step's last line, the log kept its first).
+struct LogRows {
+  std::string header;
+  std::map<long long, std::string> rows;
+};
+
+LogRows whole_rows(const std::string& text) {
+  LogRows out;
+  std::size_t at = 0, columns = 0;
+  for (bool first = true; at < text.size(); first = false) {
+    std::size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(at, end - at);
+    at = end + 1;
+    const std::vector<std::string> f = fields_of(line);
+    if (first) {
+      columns = f.size();
+      out.header = std::move(line);
+    } else if (const long long step = step_of(f, columns); step >= 0) {
+      out.rows[step] = std::move(line);
+    }
+  }
+  return out;
+}
+
 std::string row_of(const std::vector<std::string>& fields) {
   std::string out;
   for (std::size_t i = 0; i < fields.size(); ++i)
@@ -56,26 +84,13 @@ LogFile::LogFile(const std::string& path, const std::string& header, int resume_
     : path_(path) {
   const bool continuing = resume_step >= 0 && earlier;
   if (continuing) {
-    const std::string& old = *earlier;
-    std::string kept;
-    std::size_t at = 0, columns = 0;
-    long long last = -1;  // the last row kept: each step once, in order
-    for (bool first = true; at < old.size(); first = false) {
-      std::size_t end = old.find('\n', at);
-      if (end == std::string::npos) end = old.size();
-      std::string line = old.substr(at, end - at);
-      at = end + 1;
+    // Whole rows of the steps up to the resumed one, each once and in order: a row cut short,
+    // stray bytes and a row written twice were kept and spliced into the continued log.
+    LogRows old = whole_rows(*earlier);
+    std::string kept = old.header + "\n";
+    for (auto& [step, line] : old.rows) {
+      if (step > resume_step) break;
       std::vector<std::string> f = fields_of(line);
-      if (first) {
-        columns = f.size();
-        kept += line + "\n";
-        continue;
-      }
-      // Only whole rows of steps up to the resumed one: a row cut short, stray bytes and a
-      // row written twice were kept and spliced into the continued log.
-      const long long step = step_of(f, columns);
-      if (step <= last || step > resume_step) continue;
-      last = step;
       if (step == fill.step && fill.column < static_cast<int>(f.size()) && f[fill.column].empty()) {
         f[fill.column] = fill.value;
         line = row_of(f);
@@ -141,16 +156,10 @@ namespace {
 std::optional<std::vector<std::string>> row_of_step(const std::optional<std::string>& log,
                                                     int step) {
   if (!log) return std::nullopt;
-  const std::string& text = *log;
-  const std::string prefix = std::to_string(step) + ",";
-  std::optional<std::vector<std::string>> row;
-  for (std::size_t at = 0; at < text.size();) {
-    std::size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    if (text.compare(at, prefix.size(), prefix) == 0) row = fields_of(text.substr(at, end - at));
-    at = end + 1;
-  }
-  return row;
+  const LogRows rows = whole_rows(*log);
+  const auto it = rows.rows.find(step);
+  if (it == rows.rows.end()) return std::nullopt;
+  return fields_of(it->second);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 
 #include "core/arbiter.hpp"
@@ -32,10 +34,6 @@ void validate(const WindowOptions& w, const GptConfig& m) {
     throw InputError("`max_len`: " + std::to_string(w.max_len) + " exceeds the model's `max_seq` " +
                      std::to_string(m.max_seq));
 }
-
-}  // namespace
-
-namespace {
 
 double block_parameters(const GptConfig& c) {
   const double d = c.d_model;
@@ -146,7 +144,8 @@ double activation_bytes(const TrainOptions& o, const WorkModel& m, int in_flight
 }
 
 // What this process holds of the model: alone, all of it; in a job, its stage's blocks (its TP
-// rank's share of them) and the embeddings and the head, counted whole wherever they are.
+// rank's share of them) and the embeddings and the head, charged to every process though only
+// the first and last stages hold them (the estimate errs high, by little at byte vocabularies).
 double model_bytes_here(const TrainOptions& o, const WorkModel& m) {
   if (!o.job) return model_bytes(o.model);
   const double blocks = std::ceil(static_cast<double>(o.model.layers) / m.pp());
@@ -155,11 +154,12 @@ double model_bytes_here(const TrainOptions& o, const WorkModel& m) {
 }
 
 // The processes of a job that run on one machine share its memory. Each process's need is
-// summed over the processes that read its clock (one boot, dist/job.hpp's this_clock_id) and
-// set against the least any of them may take. Every process decides on the same gathered
-// numbers, so all refuse alike: a refusal on some would leave the others waiting in the job's
-// first collective until its timeout. Checked alone, each of P processes on one machine let
-// through a run that needed P times what it counted.
+// summed over the processes that read its clock (one boot, dist/job.hpp's this_clock_id) in
+// its control group (containers on one host each have their own limit, which summing them all
+// against the least of them refused) and set against the least any of them may take. Every process
+// decides on the same gathered numbers, so all refuse alike: a refusal on some would leave the
+// others waiting in the job's first collective until its timeout. Checked alone, each of P
+// processes on one machine let through a run that needed P times what it counted.
 void check_job_memory(Job& job, double bytes, const std::string& what, const std::string& extra,
                       const std::string& lower) {
   struct Need {
@@ -171,6 +171,11 @@ void check_job_memory(Job& job, double bytes, const std::string& what, const std
   std::memcpy(sent.data(), &mine, sizeof mine);
   const std::vector<std::byte> id = this_clock_id();
   sent.insert(sent.end(), id.begin(), id.end());
+  std::ifstream cgroup("/proc/self/cgroup");
+  const std::string group((std::istreambuf_iterator<char>(cgroup)),
+                          std::istreambuf_iterator<char>());
+  for (char c : group.substr(0, 4096))
+    sent.push_back(static_cast<std::byte>(c));
   struct Machine {
     double bytes = 0;
     std::int64_t have = 0;

@@ -99,8 +99,10 @@ void validate(const TrainOptions& o);
 // throws InputError naming the options when they exceed the memory this process may take
 // (core/memory.hpp). A sequence of 16000 bytes over 16 heads asked LibTorch for 16 GB in one
 // allocation and failed there. In a job (`job`) each process counts its own stage's part of
-// the model, and the processes on one machine are counted together, on every process alike (a
-// collective over the job). Not checked on a GPU, whose memory this does not see.
+// the model, and the processes on one machine (one boot and control group) are counted
+// together against the least any of them may take (RRFP_MEMORY_LIMIT then bounds them all),
+// on every process alike (a collective over the job). Not checked on a GPU, whose memory this does
+// not see.
 void check_activations(const TrainOptions& o, const WorkModel& m, const Hint& hint);
 
 // The warning a run prints when its learning-rate schedule never decays (`warmup` at least

@@ -302,3 +302,33 @@ def test_a_first_gradient_takes_the_parameters_strides():
         for (n, p), q in zip(a.named_parameters(), b.parameters()):
             assert q.grad.stride() == p.grad.stride(), (n, q.grad.stride(), p.grad.stride())
             assert torch.equal(q.grad, p.grad) and torch.equal(q.grad.norm(), p.grad.norm()), n
+
+
+def test_a_first_gradient_of_a_parameter_with_gaps_is_contiguous():
+    # Autograd stores a gradient of a parameter that is not dense contiguous; empty_like kept
+    # its channels-last order ((48, 1, 12, 3) where autograd gives (48, 16, 4, 1)).
+    def build():
+        torch.manual_seed(0)
+        lin = nn.Linear(4, 4)
+        sparse_weight = torch.randn(2, 3, 4, 8).contiguous(memory_format=torch.channels_last)
+        lin.extra = nn.Parameter(sparse_weight[..., ::2])
+        return lin
+
+    class UsesExtra(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = build()
+
+        def forward(self, x):
+            return self.inner(x) + self.inner.extra.sum()
+
+    def loss(out, y):
+        return ((out - y) ** 2).sum()
+
+    ref, mine = UsesExtra(), UsesExtra()
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    for xm, ym in zip(x.chunk(2), y.chunk(2)):
+        loss(ref(xm), ym).backward()
+    rrfp.Pipeline([mine], loss, pp=1, microbatches=2).step(x, y)
+    a, b = ref.inner.extra.grad, mine.inner.extra.grad
+    assert b.stride() == a.stride() and torch.equal(a, b), (a.stride(), b.stride())

@@ -75,6 +75,10 @@ def test_what_no_cut_keeps_is_refused():
     hooked.register_forward_pre_hook(lambda m, inp: (inp[0] * 10,))
     with pytest.raises(ValueError, match="hooks of its own"):
         rrfp.split(hooked, chunks=2)
+    patched = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    patched.forward = lambda x: x
+    with pytest.raises(TypeError, match="forward of its own \\(set on it\\)"):
+        rrfp.split(patched, chunks=2)
 
 
 class Mlp(nn.Sequential):

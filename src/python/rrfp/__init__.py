@@ -69,8 +69,11 @@ def split(model, points=None, *, chunks=None):
         raise TypeError(f"split: {type(model).__name__} is an nn.Sequential with a forward of "
                         "its own, which no cut by position can follow; write its chunks as "
                         "modules of their own")
-    hooks = [name for name in ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks")
-             if getattr(model, name, None)]
+    if "forward" in vars(model):  # a forward set on the instance
+        raise TypeError("split: the model has a forward of its own (set on it), which no cut by "
+                        "position can follow; write its chunks as modules of their own")
+    hooks = [name for name in ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks",
+                               "_backward_pre_hooks") if getattr(model, name, None)]
     if hooks:
         raise ValueError(f"split: the model has hooks of its own ({', '.join(hooks)}), which "
                          "would run on no chunk; register them on the chunks instead")

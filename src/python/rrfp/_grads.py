@@ -411,5 +411,25 @@ def _as_autograd_stores(p, g):
     .view(-1) refused and whose norm came out in another order than a plain loop's."""
     if g.layout != torch.strided or p.layout != torch.strided:
         return g
-    want = torch.empty_like(p, dtype=g.dtype, device=g.device)  # p's strides where p is dense
-    return g if g.stride() == want.stride() else want.copy_(g)
+    if _dense(p):  # p's strides (empty_like keeps those of a dense tensor)
+        want = torch.empty_like(p, dtype=g.dtype, device=g.device)
+    else:
+        want = torch.empty(p.shape, dtype=g.dtype, device=g.device)
+    return g if _same_strides(g, want) else want.copy_(g)
+
+
+def _dense(t):
+    """Whether t's elements fill its storage span without gaps or overlap, in some order of
+    its dimensions (what autograd's layout contract calls non-overlapping and dense)."""
+    expected = 1
+    for stride, size in sorted((st, s) for s, st in zip(t.shape, t.stride()) if s != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _same_strides(a, b):
+    """Strides equal on every dimension of more than one element (a stride of a dimension of
+    one says nothing of the layout, and autograd ignores it)."""
+    return all(x == y for n, x, y in zip(a.shape, a.stride(), b.stride()) if n != 1)

@@ -307,7 +307,8 @@ class StageRunner:
         params = self.params[chunk]
         # Every microbatch's graph: a use that depends on the data (a branch taken for some
         # microbatches) missed its gradient silently when only each chunk's first backward of
-        # a step was walked. The walk costs about 0.4 us a node (a block of 63: 28 us).
+        # a step was walked. The walk is C++ (3.4 us for a transformer block's 63 nodes, where
+        # Python's took 28 us).
         refuse_foreign_leaves(chunk, chunk == self.last_chunk, roots, wanted + params, self.data)
         grads = None if last else grads
         every = range(len(params))

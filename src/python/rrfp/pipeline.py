@@ -333,7 +333,7 @@ class Pipeline:
             raise RuntimeError(f"{what}: {doing} of this pipeline is running (in another "
                                "thread, or this call comes from inside one of its tasks); a "
                                "pipeline runs one step, eval_step, load, load_state_dict, "
-                               "save or clip_grad_norm_ at a time")
+                               "save, clip_grad_norm_ or its GradScaler's unscale_ at a time")
         self._holder = what
         try:
             yield
