@@ -1,6 +1,7 @@
 """Which forwards must keep microbatch order: modules whose forward updates their own buffers
 (docs/python.md, "Batch norm and other state a forward updates")."""
 import re
+import warnings
 
 import torch
 
@@ -136,3 +137,43 @@ def decide_order(ordered_forwards, chunks, core):
         ordered_forwards = found
     if ordered_forwards:
         core.order_forwards()
+
+
+class StateWatch:
+    """A stage's chunks' state buffers (running statistics), watched during each chunk's
+    backward tasks until a step in which it ran one ends: a forward recomputed in a backward
+    (activation checkpointing) updates them again, in the order the schedule runs backwards,
+    which no order of forwards makes a plain loop's. Said once (a RuntimeWarning), rather than
+    left unsaid."""
+
+    def __init__(self, modules):
+        self.watch = {c: bufs for c, m in modules.items()
+                      for bufs in [[b for s, _ in stateful_modules({c: m}).values()
+                                    for b in s.buffers(recurse=False)]] if bufs}
+        self.backed = set()  # chunks that ran a watched backward task this step
+
+    def begin_step(self):
+        self.backed = set()
+
+    def end_step(self):
+        for c in self.backed:  # watched through a step's backward tasks: enough
+            self.watch.pop(c, None)
+
+    def around(self, chunk, counts, task):
+        """task() (a backward task of `chunk`), watched where `counts` and still watched."""
+        bufs = self.watch.get(chunk) if counts else None
+        if bufs is None:
+            return task()
+        self.backed.add(chunk)
+        before = [b._version for b in bufs]
+        out = task()
+        if [b._version for b in bufs] != before:
+            del self.watch[chunk]
+            warnings.warn(
+                f"chunk {chunk}'s backward updates its running statistics (BatchNorm's, say): "
+                "a forward recomputed there (activation checkpointing) runs again in the order "
+                "the schedule runs backwards, where a plain loop recomputes right after each "
+                "forward, so these buffers may differ from a plain loop's (the gradients do "
+                "not); keep such modules out of checkpointed regions for its bits",
+                RuntimeWarning)
+        return out

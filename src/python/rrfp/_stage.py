@@ -8,12 +8,11 @@ error, under a lock.
 import contextlib
 import threading
 import time
-import warnings
 
 import torch
 
 from ._device import StageDevice, to_device
-from ._order import stateful_modules as _stateful_modules
+from ._order import StateWatch as _StateWatch
 from ._grads import grad as _grad
 from ._graph import module_backward_hooks as _module_backward_hooks, \
     python_backward as _python_backward, refuse_foreign_leaves, \
@@ -93,15 +92,7 @@ class StageRunner:
         # Tasks this stage has run, for the progress line: only the stage's thread writes it,
         # so no lock is taken per task.
         self.tasks_done = 0
-        # Chunk -> the state buffers (running statistics) its backward tasks are watched for,
-        # until a step in which it ran one ends: a forward recomputed in a backward (activation
-        # checkpointing) updates them again, in the order the schedule runs backwards, which no
-        # order of forwards makes a plain loop's. Said once, rather than left unsaid.
-        self.watch = {
-            c: bufs for c, m in modules.items()
-            for bufs in [[b for s, _ in _stateful_modules({c: m}).values()
-                          for b in s.buffers(recurse=False)]] if bufs}
-        self.backed = set()  # chunks that ran a backward task this step
+        self.state = _StateWatch(modules)  # running statistics a backward updates: said
 
     def refresh_params(self):
         """The parameters each chunk trains, as the step starts: a parameter frozen, unfrozen
@@ -119,39 +110,22 @@ class StageRunner:
 
     def begin_step(self, step):
         self.work = {}
-        self.backed = set()
+        self.state.begin_step()
 
     def end_step(self, step):
         self.work = {}  # frees what a failed step left
-        for c in self.backed:  # watched through a step's backward tasks: enough
-            self.watch.pop(c, None)
+        self.state.end_step()
 
     def forward(self, chunk, mb, x):
         return self._run("F", chunk, mb, self._forward, x)
 
     def backward(self, chunk, mb, g):
-        return self._watched(chunk, lambda: self._run("B", chunk, mb, self._backward, g))
+        # An evaluation's backward tasks do nothing: not watched.
+        return self.state.around(chunk, not self.data.eval,
+                                 lambda: self._run("B", chunk, mb, self._backward, g))
 
     def weight(self, chunk, mb):
-        return self._watched(chunk, lambda: self._run("W", chunk, mb, self._weight))
-
-    def _watched(self, chunk, task):
-        bufs = self.watch.get(chunk)
-        if bufs is None or self.data.eval:  # an evaluation's backward tasks do nothing
-            return task()
-        self.backed.add(chunk)
-        before = [b._version for b in bufs]
-        out = task()
-        if [b._version for b in bufs] != before:
-            del self.watch[chunk]
-            warnings.warn(
-                f"chunk {chunk}'s backward updates its running statistics (BatchNorm's, say): "
-                "a forward recomputed there (activation checkpointing) runs again in the order "
-                "the schedule runs backwards, where a plain loop recomputes right after each "
-                "forward, so these buffers may differ from a plain loop's (the gradients do "
-                "not); keep such modules out of checkpointed regions for its bits",
-                RuntimeWarning)
-        return out
+        return self.state.around(chunk, True, lambda: self._run("W", chunk, mb, self._weight))
 
     # -- the work -------------------------------------------------------------------------
 

@@ -8,7 +8,8 @@ from . import _rrfp, _saving, checkpoint
 from ._args import check_arguments, progress_after
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
-from ._grads import GradSums, set_grad, sum_over_replicas, trained_layout, warn_inexact
+from ._grad_layout import set_grad
+from ._grads import GradSums, sum_over_replicas, trained_layout, warn_inexact
 from ._replicas import from_first_replica
 from ._launch import (agreed, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters)
