@@ -161,7 +161,8 @@ def check_before_step(pipe, found, layout, training, refusal=None):
     refused = [r for r, v in enumerate(every) if v[0]]
     if refused:
         raise RuntimeError(f"{call[:-2]}: job rank(s) {refused} refused the batch they were given "
-                           "(their own errors say why); no process ran the step")
+                           "or failed to set the step up (their own errors say why); no "
+                           "process ran the step")
     pp, dp = pipe.pp, pipe._dp
     for r in range(dp):
         peers = every[r * pp:(r + 1) * pp]
