@@ -65,14 +65,15 @@ def split(batch, m, name):
                     f"got {type(batch).__name__}")
 
 
-def refuse_split_against_list(inputs, targets, input_mbs, target_mbs):
+def refuse_split_against_list(inputs, targets, found):
     """One side given as a list of microbatches of chosen sizes and the other as one batch,
     split evenly: where the rows differ, microbatch k's inputs would meet other rows' targets,
-    which a loss that broadcasts takes without a word."""
+    which a loss that broadcasts takes without a word. `found`: each side's microbatches'
+    tensors (take_batch's)."""
     if targets is None or isinstance(inputs, torch.Tensor) == isinstance(targets, torch.Tensor):
         return
-    rows = {name: [_rows(x) for x in mbs]
-            for name, mbs in (("inputs", input_mbs), ("targets", target_mbs))}
+    rows = {name: [_rows(tensors) for tensors in side]
+            for name, side in (("inputs", found[0]), ("targets", found[1]))}
     if None in rows["inputs"] or None in rows["targets"] or rows["inputs"] == rows["targets"]:
         return
     whole, listed = ("inputs", "targets") if isinstance(inputs, torch.Tensor) else \
@@ -82,12 +83,12 @@ def refuse_split_against_list(inputs, targets, input_mbs, target_mbs):
                      f"give the {whole} as a list of the same sizes")
 
 
-def _rows(mb):
-    """A microbatch's rows: a tensor's first dimension, or that of every tensor in a tuple or
-    a dict of them where they agree (the rows of (x, mask) were not counted, so such a list met
-    other rows' targets without a word); None where they cannot be told."""
-    tensors = [t for t in tensors_in(mb) if t.dim() > 0]
-    rows = {t.shape[0] for t in tensors}
+def _rows(tensors):
+    """A microbatch's rows, from its tensors: a tensor's first dimension, or that of every
+    tensor in a tuple or a dict of them where they agree (the rows of (x, mask) were not
+    counted, so such a list met other rows' targets without a word); None where they cannot be
+    told."""
+    rows = {t.shape[0] for t in tensors if t.dim() > 0}
     return rows.pop() if len(rows) == 1 else None
 
 
@@ -103,9 +104,9 @@ def take_batch(pipe, inputs, targets, m, training):
                          "rows; a batch needs one target row per input row")
     pipe._data.inputs = split(inputs, m, "inputs")
     pipe._data.targets = None if targets is None else split(targets, m, "targets")
-    refuse_split_against_list(inputs, targets, pipe._data.inputs, pipe._data.targets)
     found = ([tensors_in(x) for x in pipe._data.inputs],
              [tensors_in(y) for y in pipe._data.targets or []])
+    refuse_split_against_list(inputs, targets, found)
     if training:
         refuse_grad_outside(found[0], "inputs", "inside the first chunk")
         refuse_grad_outside(found[1], "targets", "inside loss_fn")
