@@ -59,6 +59,8 @@ def split(model, points=None, *, chunks=None):
     from collections import OrderedDict
     from torch import nn
 
+    from ._args import is_whole
+
     if not isinstance(model, nn.Sequential):
         raise TypeError(f"split: expected an nn.Sequential, got {type(model).__name__}; write "
                         "the chunks of another model as modules of their own")
@@ -81,7 +83,7 @@ def split(model, points=None, *, chunks=None):
     if (points is None) == (chunks is None):
         raise ValueError("split: give the cut points or the number of chunks, one of them")
     if chunks is not None:
-        if isinstance(chunks, bool) or not isinstance(chunks, int):
+        if not is_whole(chunks):
             raise TypeError(f"split: chunks must be a whole number, got "
                             f"{type(chunks).__name__} {chunks!r}")
         if not 1 <= chunks <= n:
@@ -96,7 +98,7 @@ def split(model, points=None, *, chunks=None):
         raise TypeError(f"split: points must be a list of indices (or give chunks=N), got "
                         f"{type(points).__name__} {points!r}")
     points = list(points)
-    if any(isinstance(p, bool) or not isinstance(p, int) for p in points):
+    if not all(is_whole(p) for p in points):
         raise TypeError(f"split: points must be whole numbers, got {points!r}")
     if not all(0 < p < n for p in points) or any(a >= b for a, b in zip(points, points[1:])):
         raise ValueError(f"split: points must be increasing indices in 1..{n - 1}, got {points}")

@@ -18,6 +18,17 @@ _NAMES = (("placement", '"loop" or "vshape"'),
           ("comm", '"async" or "blocking"'))
 
 
+def is_whole(value):
+    """Whether `value` is a whole number: an int, and not a bool (an int to Python, but True
+    stages, parts or steps are a slip, not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value):
+    """Whether `value` is an int or a float, and not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _kind(value):
     return f"{type(value).__name__} {value!r}"
 
@@ -31,11 +42,10 @@ def check_arguments(*, loss_fn, delay_fn, timeout, counts, names, hint, transpor
         raise TypeError("loss_fn must be callable")
     if delay_fn is not None and not callable(delay_fn):
         raise TypeError(f"delay_fn must be callable or None, got {type(delay_fn).__name__}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+    if not is_number(timeout):
         raise TypeError(f"timeout: seconds as a number, got {type(timeout).__name__}")
     for name, value in counts.items():
-        # A bool is an int to Python, but True stages or replicas are a slip, not a count.
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_whole(value):
             raise TypeError(f"{name}: a whole number, got {_kind(value)}")
         if not -INT_MAX - 1 <= value <= INT_MAX:  # within, the core says what it takes
             raise ValueError(f"{name}: must be at least 1 and at most {INT_MAX}, got {value}")
@@ -74,7 +84,7 @@ def _check_bounds(limit, max_pending_w, policy):
     for name, value in (("limit", limit), ("max_pending_w", max_pending_w)):
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_whole(value):
             raise TypeError(f"{name}: a whole number or None, got {_kind(value)}")
         if not 1 <= value <= INT_MAX:  # 0 meant the default, unsaid
             raise ValueError(f"{name}: must be a whole number of at least 1 (and at most "
@@ -95,7 +105,7 @@ def progress_after(progress):
         return 2.0 if sys.stderr.isatty() else None
     if progress is None:
         return None
-    if isinstance(progress, bool) or not isinstance(progress, (int, float)):
+    if not is_number(progress):
         raise TypeError(f'progress: seconds as a number, "auto" or None, got {_kind(progress)}')
     try:
         seconds = float(progress)

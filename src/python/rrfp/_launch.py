@@ -72,18 +72,18 @@ def agreed(core, fn, message):
     other, which raises RuntimeError(message, with {bad} the failed processes' ranks): the
     others would otherwise go on into the next collective and wait there until their
     timeout."""
-    return _agreed_with(core, fn, message, lambda out: 0.0)[0]
+    return agreed_values(core, fn, message, lambda out: 0.0)[0]
 
 
 def agreed_any(core, fn, message):
     """Whether fn() returned something true on any process of the job (core None: this
     process alone), failures told to every process as agreed() tells them, in the same
     gather."""
-    _, every = _agreed_with(core, fn, message, lambda out: 1.0 if out else 0.0)
+    _, every = agreed_values(core, fn, message, lambda out: 1.0 if out else 0.0)
     return any(v > 0 for v in every)
 
 
-def _agreed_with(core, fn, message, value):
+def agreed_values(core, fn, message, value):
     """(fn()'s result, every process's value(result)), a failure counting as -1 and raised on
     every process (agreed)."""
     failed, out = None, None

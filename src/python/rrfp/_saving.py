@@ -7,7 +7,8 @@ import os
 import time
 
 from . import checkpoint, scaler
-from ._launch import _agreed_with, agreed
+from ._args import is_whole
+from ._launch import agreed_values, agreed
 
 # How save() tells the other processes that rank 0 could not write the manifest.
 _NO_MANIFEST = "save: process 0 could not write the manifest of"
@@ -96,7 +97,7 @@ def _save_token(pipe, check):
     def mine():
         check()
         return checkpoint.new_token() if pipe.rank == 0 else 0
-    _, every = _agreed_with(pipe._core, mine, "save: process(es) {bad} refused their "
+    _, every = agreed_values(pipe._core, mine, "save: process(es) {bad} refused their "
                             "arguments; their own errors say why", float)
     return int(every[0])  # 48 bits: exact as a float
 
@@ -116,7 +117,7 @@ def _refuse_unshared(pipe, path, token):
     if pipe._core.world > 1:  # rank 0's list, to every process
         missing = [int(r) for r in pipe._core.all_gather([float(r) for r in missing])[0]]
     if missing:
-        names = checkpoint._some(checkpoint.part_name(r, token) for r in missing)
+        names = checkpoint.some_of(checkpoint.part_name(r, token) for r in missing)
         raise FileNotFoundError(
             f"save: process 0 does not see {names} ({len(missing)} of the {parts} parts) in "
             f"'{path}', where their processes wrote them: the processes see different folders "
@@ -148,8 +149,7 @@ def _prepare(pipe, path, optimizer):
     model, optim, extra = checkpoint.load_parts(path, max_parts=pipe._core.chunks)
     extra = dict(extra or {})
     seed_step = extra.pop(_SEED_STEP, None)
-    if seed_step is not None and (isinstance(seed_step, bool) or not isinstance(
-            seed_step, int) or not 0 <= seed_step < 1 << 64):
+    if seed_step is not None and not (is_whole(seed_step) and 0 <= seed_step < 1 << 64):
         raise ValueError(f"checkpoint '{path}': its {_SEED_STEP} is {repr(seed_step)[:40]}, "
                          "not a step count")
     scaler_state = extra.pop(_SCALER, None) or None  # {}: saved by a disabled scaler

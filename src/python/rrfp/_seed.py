@@ -6,6 +6,8 @@ import threading
 
 import torch
 
+from ._args import is_whole
+
 _MASK = (1 << 64) - 1
 
 
@@ -41,7 +43,7 @@ class Seeding:
     a thread of the caller's that draws meanwhile draws from them too (see docs/python.md)."""
 
     def __init__(self, seed):
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        if not is_whole(seed) or seed < 0:
             raise ValueError(f"seed: a whole number of at least 0 or None, got {seed!r}")
         self.seed = seed
         self._first_mb = 0

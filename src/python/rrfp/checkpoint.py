@@ -24,6 +24,8 @@ import os
 
 import torch
 
+from ._args import is_whole
+
 MANIFEST = "manifest.json"
 
 
@@ -36,7 +38,7 @@ def model_state(chunks):
     return out
 
 
-def _some(names, shown=5):
+def some_of(names, shown=5):
     """The first `shown` of `names` and how many more: a message stays short whatever a
     checkpoint holds."""
     names = [str(n) for n in names]
@@ -72,7 +74,7 @@ def check_model_state(chunks, n_chunks, state, strict):
         else:
             per_chunk.setdefault(c, {})[key.partition(".")[2]] = value
     if strict and stray:
-        raise KeyError(f"state_dict: {_some(stray)} {'names' if len(stray) == 1 else 'name'} "
+        raise KeyError(f"state_dict: {some_of(stray)} {'names' if len(stray) == 1 else 'name'} "
                        f"no chunk (expected 'c.name' with c in 0..{n_chunks - 1})")
     for c in sorted(chunks):
         got = per_chunk.get(c, {})
@@ -81,10 +83,10 @@ def check_model_state(chunks, n_chunks, state, strict):
         unexpected = [k for k in got if k not in own]
         if strict and (missing or unexpected):
             held = "" if got else (
-                f"; it holds no entry of chunk {c} (its chunks: {_some(sorted(per_chunk))}, of "
+                f"; it holds no entry of chunk {c} (its chunks: {some_of(sorted(per_chunk))}, of "
                 f"this model's {n_chunks}): saved from a model cut into other chunks?")
-            raise KeyError(f"state_dict: chunk {c}: missing [{_some(missing)}], "
-                           f"unexpected [{_some(unexpected)}]{held}")
+            raise KeyError(f"state_dict: chunk {c}: missing [{some_of(missing)}], "
+                           f"unexpected [{some_of(unexpected)}]{held}")
         bad = []
         for name, value in got.items():
             mine = own.get(name)
@@ -99,7 +101,7 @@ def check_model_state(chunks, n_chunks, state, strict):
                 bad.append(f"'{c}.{name}' is {value.dtype}, the chunk's {mine.dtype} (convert "
                            "the state or the model first if that is meant)")
         if bad:
-            raise ValueError(f"state_dict: chunk {c}: {_some(bad, 3)}")
+            raise ValueError(f"state_dict: chunk {c}: {some_of(bad, 3)}")
     return {c: per_chunk.get(c, {}) for c in chunks}
 
 
@@ -189,11 +191,6 @@ def optimizer_load_state(chunks, optimizer, named, canonical):
             index += 1
         groups.append(entry)
     return {"state": state, "param_groups": groups}
-
-
-def load_optimizer_state(chunks, optimizer, named, canonical):
-    """Loads `named` into `optimizer` (optimizer_load_state)."""
-    optimizer.load_state_dict(optimizer_load_state(chunks, optimizer, named, canonical))
 
 
 def new_token():
@@ -289,11 +286,10 @@ def _read_manifest(path, max_parts):
         raise ValueError(f"{where} is not a manifest (damaged?): {e}") from e
     token = m.get("token") if isinstance(m, dict) else None
     parts = m.get("parts") if isinstance(m, dict) else None
-    if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < _TOKEN_END:
+    if not (is_whole(token) and 0 <= token < _TOKEN_END):
         raise ValueError(f"{where} is not a manifest of parts: its token is "
                          f"{repr(token)[:40]}, not a whole number in [0, 2**48)")
-    # bool is an int: true counted as 1 part.
-    if isinstance(parts, bool) or not isinstance(parts, int) or not 1 <= parts <= MAX_PARTS:
+    if not (is_whole(parts) and 1 <= parts <= MAX_PARTS):  # true counted as 1 part
         raise ValueError(f"{where} is not a manifest of parts: it names {repr(parts)[:40]} "
                          f"parts, not a whole number in 1..{MAX_PARTS}")
     if parts > max_parts:
@@ -321,7 +317,7 @@ def _part_files(path, max_parts):
     missing = missing_parts(path, token, parts)
     if missing:
         raise FileNotFoundError(
-            f"checkpoint '{path}': {_some(part_name(r, token) for r in missing)} of its "
+            f"checkpoint '{path}': {some_of(part_name(r, token) for r in missing)} of its "
             f"{parts} parts missing")
     return [os.path.join(path, part_name(r, token)) for r in range(parts)], token
 

@@ -18,13 +18,14 @@ import math
 
 import torch
 
+from ._args import is_number, is_whole
 from ._launch import agreed_any
 
 _READY, _UNSCALED, _STEPPED = 0, 1, 2
 
 
 def _positive(name, value, low, high, interval):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise TypeError(f"{name}: a number, got {type(value).__name__}")
     value = float(value)
     if not (math.isfinite(value) and low < value < high):
@@ -38,7 +39,7 @@ _INT64_MAX = (1 << 63) - 1  # torch's scaler keeps the interval and the count as
 def _whole(name, value, low):
     """A whole number in low..2**63-1: TypeError for another type (2.0, True), as _positive
     raises for what is no number, ValueError out of range."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_whole(value):
         raise TypeError(f"{name}: a whole number (int), got {type(value).__name__} {value!r}")
     if not low <= value <= _INT64_MAX:
         raise ValueError(f"{name}: a whole number in {low}..2**63-1, got {value!r}")
