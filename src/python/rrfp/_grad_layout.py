@@ -26,11 +26,10 @@ def _as_autograd_stores(p, g):
     .view(-1) refused and whose norm came out in another order than a plain loop's."""
     if g.layout != torch.strided or p.layout != torch.strided:
         return g
-    if _dense(p):  # p's strides (empty_like keeps those of a dense tensor)
-        want = torch.empty_like(p, dtype=g.dtype, device=g.device)
-    else:
-        want = torch.empty(p.shape, dtype=g.dtype, device=g.device)
-    return g if _same_strides(g, want) else want.copy_(g)
+    want = p.stride() if _dense(p) else _contiguous_strides(p.shape)
+    if _same_strides(g, want):  # nearly always: nothing allocated to find it out
+        return g
+    return torch.empty_strided(p.shape, want, dtype=g.dtype, device=g.device).copy_(g)
 
 
 def _dense(t):
@@ -44,7 +43,15 @@ def _dense(t):
     return True
 
 
-def _same_strides(a, b):
-    """Strides equal on every dimension of more than one element (a stride of a dimension of
-    one says nothing of the layout, and autograd ignores it)."""
-    return all(x == y for n, x, y in zip(a.shape, a.stride(), b.stride()) if n != 1)
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _same_strides(t, strides):
+    """t's strides equal `strides` on every dimension of more than one element (a stride of a
+    dimension of one says nothing of the layout, and autograd ignores it)."""
+    return all(x == y for n, x, y in zip(t.shape, t.stride(), strides) if n != 1)
