@@ -1,6 +1,9 @@
 #include "train/options.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -153,13 +156,25 @@ double model_bytes_here(const TrainOptions& o, const WorkModel& m) {
          kBytesAParameter;
 }
 
+// This process's control group: its cgroup namespace (containers with their own one all read
+// "0::/" in /proc/self/cgroup) and its groups there.
+std::string control_group() {
+  std::array<char, 256> ns{};
+  const ssize_t n = ::readlink("/proc/self/ns/cgroup", ns.data(), ns.size() - 1);
+  std::ifstream in("/proc/self/cgroup");
+  std::string groups((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  groups.resize(std::min<std::size_t>(groups.size(), 4096));
+  return std::string(ns.data(), n > 0 ? static_cast<std::size_t>(n) : 0) + "\n" + groups;
+}
+
 // The processes of a job that run on one machine share its memory. Each process's need is
 // summed over the processes that read its clock (one boot, dist/job.hpp's this_clock_id) in
-// its control group (containers on one host each have their own limit, which summing them all
-// against the least of them refused) and set against the least any of them may take. Every process
-// decides on the same gathered numbers, so all refuse alike: a refusal on some would leave the
-// others waiting in the job's first collective until its timeout. Checked alone, each of P
-// processes on one machine let through a run that needed P times what it counted.
+// its control group (containers on one host each have their own limit, which summing them
+// all against the least of them refused) and set against the least any of them may take.
+// Every process decides on the same gathered numbers, so all refuse alike: a refusal on some
+// would leave the others waiting in the job's first collective until its timeout. Checked
+// alone, each of P processes on one machine let through a run that needed P times what it
+// counted.
 void check_job_memory(Job& job, double bytes, const std::string& what, const std::string& extra,
                       const std::string& lower) {
   struct Need {
@@ -171,10 +186,7 @@ void check_job_memory(Job& job, double bytes, const std::string& what, const std
   std::memcpy(sent.data(), &mine, sizeof mine);
   const std::vector<std::byte> id = this_clock_id();
   sent.insert(sent.end(), id.begin(), id.end());
-  std::ifstream cgroup("/proc/self/cgroup");
-  const std::string group((std::istreambuf_iterator<char>(cgroup)),
-                          std::istreambuf_iterator<char>());
-  for (char c : group.substr(0, 4096))
+  for (char c : control_group())
     sent.push_back(static_cast<std::byte>(c));
   struct Machine {
     double bytes = 0;
