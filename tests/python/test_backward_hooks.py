@@ -127,3 +127,73 @@ def test_chunks_without_such_python_keep_their_split():
                          split_backward="on")
     pipe.step(xs, ys)
     assert all(w for r in pipe._runners for w in r.whole.values())
+
+
+class Reversed(nn.Module):
+    """Registers hooks on the tensor it receives (a gradient reversal, as domain-adversarial
+    training puts between an encoder and a domain head, then a clip) and keeps it with
+    retain_grad() to read its gradient after the step (Grad-CAM). With `as_dict` it receives a
+    dict holding that tensor and a mask."""
+
+    def __init__(self, as_dict):
+        super().__init__()
+        self.l, self.as_dict, self.seen = nn.Linear(6, 6), as_dict, {}
+
+    def forward(self, got):
+        h = got["h"] if self.as_dict else got
+        h.register_hook(lambda g: -0.5 * g)
+        h.register_hook(lambda g: g.clamp(-0.02, 0.02))
+        h.retain_grad()  # after the hooks: its .grad is what they return, in any torch
+        self.seen[h.shape[0]] = h  # microbatches of different sizes: found by their rows
+        return self.l(h)
+
+
+class Encoder(nn.Module):
+    def __init__(self, as_dict):
+        super().__init__()
+        self.l, self.as_dict = nn.Linear(6, 6), as_dict
+
+    def forward(self, x):
+        h = torch.tanh(self.l(x))
+        return {"h": h, "mask": x > 0} if self.as_dict else h
+
+
+def reversed_model(as_dict):
+    torch.manual_seed(0)
+    return [Encoder(as_dict), Reversed(as_dict), nn.Linear(6, 3)]
+
+
+@pytest.mark.parametrize("as_dict", [False, True])
+@pytest.mark.parametrize("hint,policy,split", SCHEDULES[:3])
+def test_hooks_on_the_received_tensor_run_as_in_a_plain_loop(as_dict, hint, policy, split):
+    # The received tensor is a leaf, whose hooks torch 1.13's autograd.grad does not run: the
+    # encoder's gradients came out unreversed (twice the loop's, with the opposite sign), and
+    # the retained .grad stayed None.
+    g = torch.Generator().manual_seed(1)
+    xs = [torch.randn(n, 6, generator=g) for n in (2, 3, 4, 5)]
+    ys = [torch.randint(0, 3, (n,), generator=g) for n in (2, 3, 4, 5)]
+    ref = reversed_model(as_dict)
+    for x, y in zip(xs, ys):
+        F.cross_entropy(ref[2](ref[1](ref[0](x))), y).backward()
+    m = reversed_model(as_dict)
+    pipe = rrfp.Pipeline(m, F.cross_entropy, pp=3, microbatches=4, hint=hint, policy=policy,
+                         split_backward=split, timeout=60)
+    pipe.step(xs, ys)
+    for a, b in zip(m, ref):
+        for p, q in zip(a.parameters(), b.parameters()):
+            assert torch.equal(p.grad, q.grad)
+    assert sorted(m[1].seen) == sorted(ref[1].seen)
+    for n, h in ref[1].seen.items():
+        assert torch.equal(m[1].seen[n].grad, h.grad)
+
+
+def test_a_hook_on_the_received_tensor_returning_another_size_fails_the_step():
+    class Bad(nn.Module):
+        def forward(self, h):
+            h.register_hook(lambda g: g[:1])
+            return h * 2
+
+    pipe = rrfp.Pipeline([nn.Linear(6, 6), Bad()], lambda y, t: y.sum(), pp=2, microbatches=2)
+    with pytest.raises(rrfp.StageError) as e:
+        pipe.step(torch.randn(4, 6))
+    assert "has changed the size of value" in str(e.value.__cause__)

@@ -17,7 +17,7 @@ class _OrderedSum:
 
     def __init__(self, params, start):
         self.sums = [start(p) for p in params]
-        hooks = [_leaf_hooks(p) for p in params]
+        hooks = [leaf_hooks(p) for p in params]
         self.hooks = hooks if any(hooks) else None  # None: no parameter has one (the usual)
         self.pending = {}
         self.next = 0
@@ -29,7 +29,7 @@ class _OrderedSum:
                 if g is None:
                     continue
                 if self.hooks is not None and self.hooks[i]:
-                    g = _run_hooks(self.hooks[i], g)
+                    g = run_hooks(self.hooks[i], g)
                 if self.sums[i] is None:
                     # The running sum is added to in place, so it must own its storage: one
                     # autograd call returns the same tensor for two parameters whose gradients
@@ -58,7 +58,7 @@ class _TiedSum:
         self.param = param
         self.users = sorted(users, reverse=True)
         self.sum = start(param)
-        self.hooks = _leaf_hooks(param)
+        self.hooks = leaf_hooks(param)
         # A torch whose autograd.grad runs the parameter's hooks would run them on the seed,
         # which they have run on already.
         self.seedable = not (_ENGINE_RUNS_LEAF_HOOKS and param._backward_hooks)
@@ -100,7 +100,7 @@ class _TiedSum:
                 self.uses.pop(self.next, None)
                 if buf is not None:
                     if self.hooks:
-                        buf, owned = _run_hooks(self.hooks, buf), False
+                        buf, owned = run_hooks(self.hooks, buf), False
                     if self.sum is None:  # owns its storage, as _OrderedSum's sums do
                         self.sum = buf if owned else buf.clone()
                     else:
@@ -248,18 +248,19 @@ def warn_inexact(sums, chunks, said):
             "from a plain loop's in the last bits", stacklevel=3)
 
 
-def _leaf_hooks(p):
-    """The hooks registered on parameter p (p.register_hook), where this torch's engine does not
-    run them itself: a plain loop's backward runs them on each microbatch's gradient of p, all
-    of its uses summed, before adding it to .grad; torch 1.13's autograd.grad, which computes a
-    stage's gradients, leaves them out (newer torch runs them)."""
+def leaf_hooks(p):
+    """The hooks registered on leaf p (p.register_hook: a parameter, a chunk's received input,
+    a leaf its forward made), where this torch's engine does not run them itself: a plain
+    loop's backward runs them on each microbatch's gradient of p, all of its uses summed,
+    before adding it to .grad; torch 1.13's autograd.grad, which computes a stage's gradients,
+    leaves them out (newer torch runs them)."""
     if _ENGINE_RUNS_LEAF_HOOKS or not p._backward_hooks:
         return []
     return list(p._backward_hooks.values())
 
 
-def _run_hooks(hooks, g):
-    """g through a parameter's hooks, each result checked as a plain loop's backward checks it:
+def run_hooks(hooks, g):
+    """g through a leaf's hooks, each result checked as a plain loop's backward checks it:
     another size went on to set_grad, which refused it after other .grads were written (or was
     broadcast into the sum, silently). Raised in the task, it fails the step on every process
     before any .grad changes."""

@@ -14,6 +14,8 @@ import torch
 from ._device import StageDevice, to_device
 from ._order import StateWatch as _StateWatch
 from ._grads import grad as _grad
+from ._leaves import begins_in_place as _begins_in_place, input_grads as _sent_back, \
+    input_leaf as _input_leaf
 from ._graph import module_backward_hooks as _module_backward_hooks, \
     python_backward as _python_backward, refuse_foreign_leaves, \
     stale_saved_tensor as _stale_saved_tensor
@@ -290,7 +292,7 @@ class StageRunner:
             del self.work[(chunk, mb)]
             dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False)
             self._put(chunk, mb, got, seeded)
-            return _input_grads(w, dx)
+            return _sent_back(w.tree_in, w.inp, dx)
         w.early = self.data.sums.early(chunk, mb)
         if self.whole[chunk] or _python_backward(roots):
             # Backward hooks and custom Functions on the way to both the input and the
@@ -300,15 +302,15 @@ class StageRunner:
             dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False)
             self._put_tied(chunk, mb, {i: got[i] for i in w.early}, seeded)
             w.root, w.weights, w.seeded = None, got, seeded
-            return _input_grads(w, dx)
+            return _sent_back(w.tree_in, w.inp, dx)
         # Split: B is the input gradient only (and the early tied parameters'); the graph
         # stays for W.
         w.root, w.grad = roots, grads
         if not wanted and not w.early:
-            return _input_grads(w, [])
+            return _sent_back(w.tree_in, w.inp, [])
         dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, w.early, retain=True)
         self._put_tied(chunk, mb, dict(zip(w.early, got)), seeded)
-        return _input_grads(w, dx)
+        return _sent_back(w.tree_in, w.inp, dx)
 
     def _weight(self, chunk, mb):
         if self.data.eval:
@@ -380,37 +382,3 @@ class StageRunner:
                  if d is not None and r.requires_grad]
         return [r for r, _ in pairs], [d for _, d in pairs]
 
-
-def _begins_in_place(module):
-    """Whether a chunk's first module changes its input in place (nn.ReLU(inplace=True), say:
-    rrfp.split cuts torchvision's VGG so that most chunks begin with one), through nested
-    nn.Sequential."""
-    while isinstance(module, torch.nn.Sequential) and len(module) > 0:
-        module = module[0]
-    return getattr(module, "inplace", False) is True
-
-
-def _input_leaf(t, dev):
-    """A received floating-point tensor as a leaf that wants its gradient; None for the rest
-    (integer ids, masks), which take none."""
-    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-        return None
-    if dev is not None:
-        t = t.to(dev)
-    return t.detach().requires_grad_(True)
-
-
-def _input_grads(w, got):
-    """What B sends back: for a tensor input its gradient, or None where none reached it (the
-    chunk's output does not depend on it): the chunks before then get none either, as in a
-    plain loop, where zeros gave their parameters gradients of zeros, which an optimizer
-    applies (weight decay, momentum); for a structure, one entry per tensor it carried, None
-    where no gradient goes."""
-    if not w.tree_in:
-        return _input_grad(got[0] if got else None, w.inp)
-    it = iter(got)
-    return _pack_grads([None if leaf is None else next(it) for leaf in w.inp])
-
-
-def _input_grad(dx, inp):
-    return None if inp is None else dx

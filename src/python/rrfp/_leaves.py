@@ -1,0 +1,61 @@
+"""The leaves of a chunk's backward other than its parameters: the tensor it receives, which
+the pipeline hands it as a leaf that wants its gradient, and leaves its forward makes itself (a
+PINN's coordinates, WGAN-GP's interpolates: x.detach().requires_grad_()). A plain loop's
+backward runs their hooks and fills their .grad; torch 1.13's autograd.grad, which computes a
+stage's gradients, does neither for the tensors it differentiates with respect to, so a
+stage's backward does it here."""
+import torch
+
+from ._grads import leaf_hooks, run_hooks
+from ._tree import pack_grads
+
+
+def begins_in_place(module):
+    """Whether a chunk's first module changes its input in place (nn.ReLU(inplace=True), say:
+    rrfp.split cuts torchvision's VGG so that most chunks begin with one), through nested
+    nn.Sequential."""
+    while isinstance(module, torch.nn.Sequential) and len(module) > 0:
+        module = module[0]
+    return getattr(module, "inplace", False) is True
+
+
+def input_leaf(t, dev):
+    """A received floating-point tensor as a leaf that wants its gradient; None for the rest
+    (integer ids, masks), which take none."""
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        return None
+    if dev is not None:
+        t = t.to(dev)
+    return t.detach().requires_grad_(True)
+
+
+def input_grads(tree_in, inp, got):
+    """What B sends back: for a tensor input (`inp` its leaf) its gradient, or None where none
+    reached it (the chunk's output does not depend on it): the chunks before then get none
+    either, as in a plain loop, where zeros gave their parameters gradients of zeros, which an
+    optimizer applies (weight decay, momentum); for a structure (`inp` a list of leaves), one
+    entry per tensor it carried, None where no gradient goes. `got`: the gradients of the
+    leaves that are not None, in order."""
+    if not tree_in:
+        return _input_grad(got[0] if got else None, inp)
+    it = iter(got)
+    return pack_grads([None if leaf is None else _input_grad(next(it), leaf) for leaf in inp])
+
+
+def _input_grad(dx, leaf):
+    """The gradient sent back for one received tensor. In a plain loop that tensor is the
+    previous chunk's output itself: the hooks this chunk registers on it (a gradient reversal,
+    a clip of what flows back) run on its gradient, in registration order, before the earlier
+    chunks get it, and its retain_grad() fills its .grad. On the leaf they would do neither:
+    the hooks run here, each result checked as autograd checks it, and .grad holds what is sent
+    (retain_grad on a leaf does nothing, so it cannot be told; a plain loop's .grad is the
+    gradient after the hooks registered before retain_grad, and torch 2 runs retain_grad last)."""
+    if leaf is None or dx is None:
+        return None
+    if leaf._backward_hooks:  # the usual: none, one attribute read
+        hooks = leaf_hooks(leaf)
+        if hooks:
+            dx = run_hooks(hooks, dx)
+    leaf.grad = dx
+    return dx
+
