@@ -3,7 +3,7 @@ reached through a closure or a plain attribute, a parameter of loss_fn, an L2 pe
 whole model inside loss_fn. A plain loop's backward gives each its gradient; a chunk's backward
 computes its own parameters' alone, so the step refuses them, naming them, where those
 gradients used to be silently missing or partial. Tied modules (registered in both chunks) stay
-accepted."""
+accepted, and a leaf the forward makes itself (a PINN's coordinates) trains as in a plain loop."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -57,6 +57,12 @@ def test_another_chunks_parameter_through_a_closure_is_refused(hint, policy, pp)
                          policy=policy, timeout=60)
     refused(pipe, chunks, r"chunk 3 \(with loss_fn\) uses chunk 0's parameter 'weight' of shape "
             r"\(8, 8\), which wants a gradient but is not among the chunk's own parameters")
+
+
+def test_another_chunks_parameter_is_refused_with_chunks_from_a_function():
+    chunks = model()
+    pipe = rrfp.Pipeline(chunks.__getitem__, mse, pp=2, vpp=2, microbatches=4, timeout=60)
+    refused(pipe, chunks, r"chunk 3 \(with loss_fn\) uses chunk 0's parameter 'weight'")
 
 
 def test_a_parameter_of_loss_fn_is_refused():
@@ -142,3 +148,61 @@ def test_a_use_some_microbatches_make_is_refused(hint):
                                               "parameter 'bias'"):
         pipe.step(xs, ys)
     assert first.bias.grad is None
+
+
+class Derivative(nn.Module):
+    """Differentiates its output with respect to a leaf it makes of its input itself (a PINN's
+    derivative term; WGAN-GP's gradient penalty does the same to its interpolates)."""
+
+    def __init__(self):
+        super().__init__()
+        self.l, self.made = nn.Linear(4, 4), {}
+
+    def forward(self, h):
+        x = h.detach().requires_grad_(True)
+        u = torch.tanh(self.l(x))
+        du, = torch.autograd.grad(u.sum(), x, create_graph=True)
+        self.made[x.shape[0]] = x  # microbatches of different sizes: found by their rows
+        return u + du * du + 0.5 * h
+
+
+def derivative_model():
+    torch.manual_seed(0)
+    return [nn.Linear(4, 4), Derivative(), nn.Linear(4, 4)]
+
+
+@pytest.mark.parametrize("hint,policy,split", [("1f1b", "fixed", "off"), ("bf", "ready", "off"),
+                                               ("bfw", "ready", "on")])
+def test_a_leaf_the_forward_makes_trains_as_in_a_plain_loop(hint, policy, split):
+    # Every step was refused ("uses a tensor of shape (2, 4), which wants a gradient but is
+    # not among the chunk's own parameters").
+    g = torch.Generator().manual_seed(1)
+    xs = [torch.randn(n, 4, generator=g) for n in (2, 3, 4)]
+    ys = [torch.randn(n, 4, generator=g) for n in (2, 3, 4)]
+    ref = derivative_model()
+    for x, y in zip(xs, ys):
+        mse(ref[2](ref[1](ref[0](x))), y).backward()
+    m = derivative_model()
+    pipe = rrfp.Pipeline(m, mse, pp=3, microbatches=3, hint=hint, policy=policy,
+                         split_backward=split, timeout=60)
+    pipe.step(xs, ys)
+    for a, b in zip(m, ref):
+        for p, q in zip(a.parameters(), b.parameters()):
+            assert torch.equal(p.grad, q.grad)
+    for n, x in ref[1].made.items():  # the leaf's own .grad, as the loop's backward fills it
+        assert torch.equal(m[1].made[n].grad, x.grad)
+
+
+def test_a_tensor_attribute_of_the_model_is_refused():
+    class Scaled(nn.Linear):
+        def __init__(self):
+            super().__init__(8, 8)
+            self.scale = torch.ones(8, requires_grad=True)  # not registered: no parameter
+
+        def forward(self, x):
+            return super().forward(x) * self.scale
+
+    chunks = [nn.Linear(8, 8), Scaled()]
+    pipe = rrfp.Pipeline(chunks, mse, pp=2, microbatches=4, timeout=60)
+    refused(pipe, chunks, r"chunk 1 \(with loss_fn\) uses chunk 1's tensor attribute 'scale' "
+            r"of shape \(8,\), which wants a gradient but is not among")

@@ -1,7 +1,8 @@
 """Walks of a chunk's backward graph, and what a backward task's failure means in the
 pipeline's terms: which graphs run Python of the user's (a split backward would run it
-twice), which reach tensors that want a gradient outside the chunk (refused: their gradient
-would be silently missing), and autograd's complaint about a saved tensor changed in place.
+twice), which reach tensors that want a gradient outside the chunk (the model's are
+refused: their gradient would be silently missing), and autograd's complaint about a saved
+tensor changed in place.
 """
 import torch
 
@@ -76,26 +77,31 @@ def stale_saved_tensor(kind, chunk, e):
         f"(autograd: {str(e).splitlines()[0]})")
 
 
-def refuse_foreign_leaves(chunk, last, roots, own, data):
-    """Raises ValueError naming the tensors that want a gradient in the backward graph of
-    `roots` (chunk `chunk`'s outputs; `last`: its loss) other than `own`, its parameters and
-    inputs: another chunk's parameter reached through a closure, a parameter of loss_fn, an L2
-    penalty over the whole model in loss_fn. They would get no gradient from this use, as the
-    chunk's backward asks for its own alone; a plain loop's backward reaches every leaf, so
-    the pipeline refuses rather than differ silently. `data`: the step's StepData."""
+def foreign_leaves(chunk, last, roots, own, data):
+    """The leaves that want a gradient in the backward graph of `roots` (chunk `chunk`'s
+    outputs; `last`: its loss) other than `own`, its parameters and inputs, that belong to no
+    module the pipeline knows: leaves the forward made itself (x.detach().requires_grad_(), a
+    PINN's coordinates, WGAN-GP's interpolates), which the caller differentiates too and whose
+    gradients it adds to their .grad, as a plain loop's backward does.
+
+    Raises ValueError naming those that do belong to one (_known): another chunk's parameter
+    reached through a closure, a parameter of loss_fn, an L2 penalty over the whole model in
+    loss_fn, a tensor set as a plain attribute of a module. Their gradient is the model's,
+    summed over microbatches, chunks and replicas where the parameters' are: this chunk's
+    backward alone would leave it silently missing or partial, so the step refuses them rather
+    than differ from a plain loop. `data`: the step's StepData."""
     foreign = _rrfp._foreign_leaves(roots, own)  # a walk of the graph in C++
     if not foreign:
-        return
-    names = {id(p): f"chunk {c}'s parameter '{n}'" for c, m in data.chunks.items()
-             for n, p in m.named_parameters()}
-    if isinstance(data.loss_fn, torch.nn.Module):
-        names.update((id(p), f"loss_fn's parameter '{n}'")
-                     for n, p in data.loss_fn.named_parameters())
-    said = [f"{names.get(id(t), 'a tensor')} of shape {tuple(t.shape)}" for t in foreign[:3]]
-    if len(foreign) > 3:
-        said.append(f"{len(foreign) - 3} more")
+        return foreign
+    names = _known(data)
+    known = [t for t in foreign if id(t) in names]
+    if not known:
+        return foreign
+    said = [f"{names[id(t)]} of shape {tuple(t.shape)}" for t in known[:3]]
+    if len(known) > 3:
+        said.append(f"{len(known) - 3} more")
     where = " (with loss_fn)" if last else ""
-    one = len(foreign) == 1
+    one = len(known) == 1
     raise ValueError(
         f"chunk {chunk}{where} uses {'; '.join(said)}, which {'wants' if one else 'want'} "
         f"a gradient but {'is' if one else 'are'} not among the chunk's own parameters: the "
@@ -104,3 +110,25 @@ def refuse_foreign_leaves(chunk, last, roots, own, data):
         "registered in two chunks is tied: both uses add up); a term of loss_fn over other "
         "chunks' parameters (an L2 penalty, say) belongs after step(), where its own "
         "backward() adds its gradient as in a plain loop")
+
+
+def _known(data):
+    """{id: name} of every parameter, buffer and tensor attribute of the modules the pipeline
+    knows (the chunks, and loss_fn where it is one), made once a step, by the first backward
+    that meets a leaf outside its chunk (data.known)."""
+    names = data.known
+    if names is not None:
+        return names
+    names = {}
+    model = data.chunks if data.model is None else data.model
+    owners = [(f"chunk {c}'s", m) for c, m in model.items()]
+    if isinstance(data.loss_fn, torch.nn.Module):
+        owners.append(("loss_fn's", data.loss_fn))
+    for owner, module in owners:
+        for prefix, m in module.named_modules():
+            names.update((id(v), f"{owner} tensor attribute '{prefix}{'.' if prefix else ''}{k}'")
+                         for k, v in vars(m).items() if isinstance(v, torch.Tensor))
+        names.update((id(b), f"{owner} buffer '{n}'") for n, b in module.named_buffers())
+        names.update((id(p), f"{owner} parameter '{n}'") for n, p in module.named_parameters())
+    data.known = names
+    return names

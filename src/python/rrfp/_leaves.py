@@ -59,3 +59,24 @@ def _input_grad(dx, leaf):
     leaf.grad = dx
     return dx
 
+
+
+def add_to_grads(leaves, grads, lock):
+    """Adds each of `grads` into its leaf's .grad (leaves the forward made, which are no tensor
+    of the model: rrfp._graph.foreign_leaves) as a plain loop's backward adds it (torch's
+    AccumulateGrad): through the leaf's hooks first, then set where .grad is None, else added
+    in place. Set, it is a copy: autograd may hand the same tensor to a parameter, whose
+    gradient waits in the step's sums, and the next addition here would change it (torch
+    copies a gradient referenced elsewhere too). `lock`: the step's, since chunks on other
+    stage threads may add to the same leaf."""
+    with lock:
+        for leaf, g in zip(leaves, grads):
+            if g is None:
+                continue
+            hooks = leaf_hooks(leaf)
+            if hooks:
+                g = run_hooks(hooks, g)
+            if leaf.grad is None:
+                leaf.grad = g.clone()
+            else:
+                leaf.grad.add_(g)

@@ -14,11 +14,11 @@ import torch
 from ._device import StageDevice, to_device
 from ._order import StateWatch as _StateWatch
 from ._grads import grad as _grad
-from ._leaves import begins_in_place as _begins_in_place, input_grads as _sent_back, \
-    input_leaf as _input_leaf
-from ._graph import module_backward_hooks as _module_backward_hooks, \
-    python_backward as _python_backward, refuse_foreign_leaves, \
+from ._graph import foreign_leaves as _foreign_leaves, \
+    module_backward_hooks as _module_backward_hooks, python_backward as _python_backward, \
     stale_saved_tensor as _stale_saved_tensor
+from ._leaves import add_to_grads as _add_to_grads, begins_in_place as _begins_in_place, \
+    input_grads as _sent_back, input_leaf as _input_leaf
 from ._tree import pack as _pack, pack_grads as _pack_grads, unpack as _unpack, \
     unpack_grads as _unpack_grads, wants_grad as _wants_grad
 
@@ -42,6 +42,13 @@ class StepData:
         self.sums = None  # GradSums of the step
         self.scaler = None  # rrfp.GradScaler: the backward starts from each loss times its scale
         self.chunks = {}  # every chunk of this process by index: names parameters in messages
+        # Every chunk the Pipeline was given by index where it was given a list (other
+        # processes' too; None: `chunks`, built by a chunk_fn), and loss_fn: the owners of the
+        # tensors a chunk may not use for a gradient (rrfp._graph.foreign_leaves), {id: name}
+        # once a step found one (known).
+        self.model = None
+        self.known = None
+        self.leaf_lock = threading.Lock()  # the .grad of leaves a forward made (add_to_grads)
         # An evaluation step (Pipeline.eval_step): forwards under no_grad, the last chunk's
         # outputs kept by microbatch, and backward tasks that do nothing.
         self.eval = False
@@ -284,15 +291,18 @@ class StageRunner:
         # Every microbatch's graph: a use that depends on the data (a branch taken for some
         # microbatches) missed its gradient silently when only each chunk's first backward of
         # a step was walked. The walk is C++ (3.4 us for a transformer block's 63 nodes, where
-        # Python's took 28 us).
-        refuse_foreign_leaves(chunk, chunk == self.last_chunk, roots, wanted + params, self.data)
+        # Python's took 28 us). Leaves the forward made itself are differentiated with the
+        # input, and their gradients go to their .grad (_sent).
+        made = _foreign_leaves(chunk, last, roots, wanted + params, self.data)
+        if made:
+            wanted = wanted + made
         grads = None if last else grads
         every = range(len(params))
         if not self.split:
             del self.work[(chunk, mb)]
             dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False)
             self._put(chunk, mb, got, seeded)
-            return _sent_back(w.tree_in, w.inp, dx)
+            return self._sent(w, dx, made)
         w.early = self.data.sums.early(chunk, mb)
         if self.whole[chunk] or _python_backward(roots):
             # Backward hooks and custom Functions on the way to both the input and the
@@ -302,7 +312,7 @@ class StageRunner:
             dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False)
             self._put_tied(chunk, mb, {i: got[i] for i in w.early}, seeded)
             w.root, w.weights, w.seeded = None, got, seeded
-            return _sent_back(w.tree_in, w.inp, dx)
+            return self._sent(w, dx, made)
         # Split: B is the input gradient only (and the early tied parameters'); the graph
         # stays for W.
         w.root, w.grad = roots, grads
@@ -310,6 +320,15 @@ class StageRunner:
             return _sent_back(w.tree_in, w.inp, [])
         dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, w.early, retain=True)
         self._put_tied(chunk, mb, dict(zip(w.early, got)), seeded)
+        return self._sent(w, dx, made)
+
+    def _sent(self, w, dx, made):
+        """What B sends back (input_grads), once the leaves the forward made have their
+        gradients, the last of `dx`, added to their .grad as a plain loop's backward adds them."""
+        if made:
+            n = len(dx) - len(made)
+            _add_to_grads(made, dx[n:], self.data.leaf_lock)
+            dx = dx[:n]
         return _sent_back(w.tree_in, w.inp, dx)
 
     def _weight(self, chunk, mb):

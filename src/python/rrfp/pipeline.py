@@ -140,6 +140,8 @@ class Pipeline:
         self._runners = []
         self.chunks = {}  # chunk index -> module, the chunks this process runs
         self._data.chunks = self.chunks
+        if chunks is not None:  # every chunk, built: another process's is known too
+            self._data.model = dict(enumerate(chunks))
         agreed(self._core, lambda: self._build_stages(build, place),
                "chunks: process(es) {bad} could not build their chunks; their own errors say "
                "why")
@@ -373,6 +375,7 @@ class Pipeline:
         trains now, and the ties' copies as the chunks hold them (run_pass runs it)."""
         for r in self._runners:
             r.refresh_params()
+        self._data.known = None  # the model's tensors as they are now (foreign_leaves)
         self._refresh_ties()
         ties = self._ties
         chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
