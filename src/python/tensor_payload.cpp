@@ -89,6 +89,10 @@ Prepared prepare(const at::Tensor& t, const std::string& what) {
                      " dimensions cannot be sent between stages (at most " +
                      std::to_string(kMaxDims) + ")");
   Prepared p{t.detach().to(at::kCPU), {}, static_cast<std::uint8_t>(code), 0, 0, 0};
+  // A lazy negation (the imaginary part of a conjugate view, z.conj().imag) is a flag beside
+  // the memory, which is what travels: unresolved, its sign was dropped. (A lazy conjugation
+  // lives on complex tensors only, refused above.)
+  if (p.c.is_neg()) p.c = p.c.resolve_neg();
   p.layout = layout_of(p.c);
   if (p.layout == kContiguous) p.c = p.c.contiguous();
   // A dense tensor's memory is its numel() elements from data_ptr(), whatever their order.

@@ -149,3 +149,38 @@ def test_a_corrupt_layout_is_a_protocol_error(what, edit):
         b[6] = 2  # scattered: the span is allocated, bounded
     with pytest.raises(rrfp.ProtocolError, match=what):
         rrfp._rrfp._payload_tensor(b)
+
+
+def test_a_lazily_negated_tensor_arrives_negated():
+    """The imaginary part of a conjugate view (z.conj().imag, as a spectral layer takes it) is
+    a tensor whose negation is a flag beside its memory (is_neg()): its message carried the
+    memory alone, and the next chunk got it with the sign dropped (a loss of 4.3 for the
+    loop's 0.006)."""
+    z = torch.fft.fft(torch.arange(12.0).reshape(3, 4))
+    r = torch.arange(12.0).reshape(3, 4)
+    # Contiguous, dense (a transposed view: its memory as it lies) and scattered.
+    for t in (z.conj().imag[:, 1:2], torch._neg_view(r), torch._neg_view(r.t()),
+              z.conj().imag[:, ::2]):
+        assert t.is_neg()
+        got = rrfp._rrfp._payload_tensor(_header(t))
+        assert torch.equal(got, t) and not got.is_neg()
+
+    class Spectral(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return torch.fft.fft(self.lin(x)).conj().imag[:, 1:2]
+
+    torch.manual_seed(0)
+    chunks = [Spectral(), nn.Linear(1, 4)]
+    ref = copy.deepcopy(chunks)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(4, 4, generator=g), torch.randn(4, 4, generator=g)
+    plain(ref, x, y, 4)  # a column of one-row microbatches: contiguous, and negated
+    pipe = rrfp.Pipeline(chunks, loss_fn, pp=2, microbatches=4, timeout=60)
+    pipe.step(x, y)
+    for c, r in zip(chunks, ref):
+        for p, q in zip(c.parameters(), r.parameters()):
+            assert torch.equal(p.grad, q.grad)
