@@ -77,7 +77,34 @@ std::uint8_t layout_of(const at::Tensor& c) {
   return c.is_non_overlapping_and_dense() ? kDense : kScatter;
 }
 
+// torch's Python name of a layout other than strided, for the refusal.
+std::string layout_name(at::Layout layout) {
+  switch (layout) {
+    case at::kSparse:
+      return "torch.sparse_coo";
+    case at::kSparseCsr:
+      return "torch.sparse_csr";
+    case at::kSparseCsc:
+      return "torch.sparse_csc";
+    case at::kSparseBsr:
+      return "torch.sparse_bsr";
+    case at::kSparseBsc:
+      return "torch.sparse_bsc";
+    case at::kMkldnn:
+      return "torch._mkldnn";
+    default:
+      return "code " + std::to_string(static_cast<int>(layout));
+  }
+}
+
 Prepared prepare(const at::Tensor& t, const std::string& what) {
+  // Only a strided tensor's memory is its values: a sparse one (a graph's adjacency) has none
+  // to take, and failed in data_ptr() with c10's own error and stack.
+  if (t.layout() != at::kStrided)
+    throw InputError(what + ": tensors of layout " + layout_name(t.layout()) +
+                     " cannot be sent between stages (only strided ones travel): send its "
+                     "indices() and values() and rebuild it in the next chunk, or hold it in "
+                     "each chunk that needs it");
   std::size_t code = 0;
   while (code < kTypes.size() && kTypes[code] != t.scalar_type())
     ++code;

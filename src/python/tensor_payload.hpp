@@ -14,10 +14,10 @@
 
 namespace rrfp::py {
 
-// Copies `t` (any device, any layout) to a CPU buffer behind a header; the decoded tensor has
-// t's strides, but for an expanded tensor's (elements sharing memory), decoded contiguous. Throws
-// InputError naming `what` for a dtype no transport carries (complex, quantized) or more than
-// kMaxDims dimensions.
+// Copies `t` (any device, any strides, a lazy negation resolved) to a CPU buffer behind a header;
+// the decoded tensor has t's strides, but for an expanded tensor's (elements sharing memory),
+// decoded contiguous. Throws InputError naming `what` for a dtype no transport carries (complex,
+// quantized), a layout other than strided (sparse) or more than kMaxDims dimensions.
 Payload encode_tensor(const at::Tensor& t, const std::string& what);
 // The tensor a payload carries. Throws ProtocolError naming `what` when the bytes are not an
 // encoded tensor (bad magic, dtype, rank, or a size that does not match the shape).

@@ -220,6 +220,26 @@ def test_unpicklable_constants_are_named():
         pipe.step(*lm.batches(2))
 
 
+def test_a_sparse_tensor_between_chunks_is_refused_naming_its_layout():
+    # A graph's adjacency passed along with the node features (x, adj): the message took a
+    # sparse tensor's memory, which it has none of, and failed with c10's raw error and stack.
+    class Graph(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, got):
+            x, adj = got
+            return torch.tanh(torch.sparse.mm(adj, self.lin(x))), adj
+
+    adj = torch.sparse_coo_tensor(torch.tensor([[0, 1, 2], [1, 2, 0]]), torch.ones(3), (3, 3))
+    pipe = rrfp.Pipeline([Graph(), Graph()], lambda y, t: y[0].sum(), pp=2, microbatches=1)
+    with pytest.raises(rrfp.StageError, match=r"F c0 m0: tensors of layout torch.sparse_coo "
+                                              r"cannot be sent between stages") as e:
+        pipe.step([(torch.randn(3, 4), adj.coalesce())])
+    assert "Exception raised from" not in str(e.value)  # c10's stack, no longer
+
+
 class WithBias(nn.Module):
     """Token ids -> {"h", "bias"}: a floating-point tensor made without a graph (from a buffer),
     as an attention bias or a table of positions is."""
