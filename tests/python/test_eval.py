@@ -63,6 +63,28 @@ def test_a_whole_batch_comes_back_whole_and_no_targets_no_loss():
     assert torch.equal(outs, torch.cat(want_mb))
 
 
+def test_outputs_that_differ_past_dimension_0_come_back_as_a_list():
+    # Each microbatch trimmed to its longest row: torch.cat raised on the second dimension, and
+    # the step's outputs were lost.
+    class Trim(nn.Module):
+        def forward(self, ids):
+            return ids[:, :int((ids != 0).sum(1).max())].float()
+
+    ids = torch.tensor([[1, 2, 0, 0], [3, 0, 0, 0], [1, 2, 3, 4], [5, 6, 7, 0]])
+    pipe = rrfp.Pipeline([Trim(), nn.Identity()], lambda y, t: y.sum(), pp=2, microbatches=2)
+    outs, _ = pipe.eval_step(ids)
+    assert isinstance(outs, list) and [o.shape for o in outs] == [(2, 2), (2, 4)]
+    assert torch.equal(outs[1], ids[2:].float())
+    # Of other dtypes, they are not promoted into one either.
+    class Widen(nn.Module):
+        def forward(self, x):
+            return x.double() if x.sum() > 20 else x  # the second microbatch
+
+    pipe = rrfp.Pipeline([nn.Identity(), Widen()], lambda y, t: y.sum(), pp=2, microbatches=2)
+    outs, _ = pipe.eval_step(ids.float())
+    assert isinstance(outs, list) and [o.dtype for o in outs] == [torch.float32, torch.float64]
+
+
 def test_grads_are_left_as_they_were_and_training_goes_on_after():
     chunks = lm.chunks(2)
     ref = lm.chunks(2)

@@ -294,9 +294,10 @@ class Pipeline:
 
         inputs, targets: as for step(); targets may be None (no loss). Returns (outputs, loss):
         outputs are the last chunk's outputs in microbatch order, concatenated along dimension
-        0 when inputs came as one batch and they are tensors, else a list, on the processes
-        that run the last stage (None on the others); loss is the sum of the microbatch losses
-        with targets (on every process of the replica), else None. Raises as step() does.
+        0 when inputs came as one batch and they are tensors of at least one dimension that
+        agree in every other dimension, dtype and device, else a list, on the processes that
+        run the last stage (None on the others); loss is the sum of the microbatch losses with
+        targets (on every process of the replica), else None. Raises as step() does.
         """
         with self._one_call("eval_step"):
             self._data.eval = True
@@ -316,10 +317,8 @@ class Pipeline:
             if not outputs:
                 return None, total
             outs = [outputs[i] for i in range(self._core.microbatches)]
-            if isinstance(inputs, torch.Tensor) and \
-                    all(isinstance(o, torch.Tensor) and o.dim() > 0 for o in outs):
-                outs = torch.cat(outs)
-            return outs, total
+            return (torch.cat(outs) if isinstance(inputs, torch.Tensor) and _joinable(outs)
+                    else outs), total
 
     @contextlib.contextmanager
     def _one_call(self, what):
@@ -389,3 +388,14 @@ class Pipeline:
         """eval_step's set-up: the ties' copies as the chunks hold them (run_pass runs it)."""
         self._refresh_ties()
         return None, None
+
+
+def _joinable(outs):
+    """Whether eval_step's outputs concatenate along dimension 0 as they are: tensors that
+    agree past it, in dtype and in device. Outputs trimmed to each microbatch's longest row
+    differ in their second dimension, where torch.cat raised and the step's outputs were lost;
+    and it would promote dtypes, or fail across devices."""
+    first = outs[0]
+    return all(isinstance(o, torch.Tensor) and o.dim() > 0 for o in outs) and all(
+        o.shape[1:] == first.shape[1:] and o.dtype == first.dtype and o.device == first.device
+        for o in outs)
