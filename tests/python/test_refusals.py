@@ -166,6 +166,21 @@ def test_an_argument_of_the_wrong_type_is_a_type_error_naming_it(kwargs, match):
         rrfp.Pipeline(linears(), loss_fn, **args)
 
 
+def test_chunks_that_are_no_list_or_function_and_a_simulated_count_of_true_are_named():
+    # "'NoneType' object is not iterable", naming no argument; simulate(pp=True) ran pp=1,
+    # where Pipeline(pp=True) raised TypeError.
+    with pytest.raises(TypeError, match="chunks: a list of nn.Module or a function chunk_fn"):
+        rrfp.Pipeline(None, loss_fn, pp=2, microbatches=2)
+    for kwargs, match in ((dict(pp=True), "pp: a whole number .* got bool True"),
+                          (dict(microbatches=2.0), "microbatches: a whole number"),
+                          (dict(seed="1"), "seed: a whole number in 0..2\\*\\*64-1")):
+        with pytest.raises(TypeError, match=match):
+            rrfp.simulate(**kwargs)
+    for kwargs, match in ((dict(tp=2**40), "tp: a whole number in"), (dict(seed=-1), "seed:")):
+        with pytest.raises(ValueError, match=match):
+            rrfp.simulate(**kwargs)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(limit=10**12), r"limit: must be a whole number of at least 1 \(and at most "
                          r"2147483647\) or None, got 1000000000000"),

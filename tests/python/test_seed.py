@@ -133,10 +133,26 @@ def test_a_checkpoint_keeps_the_step_count(tmp_path):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, "7", True])
-def test_a_bad_seed_is_refused(bad):
-    with pytest.raises(ValueError, match="seed"):
+@pytest.mark.parametrize("bad,error", [(-1, ValueError), (1.5, TypeError), ("7", TypeError),
+                                       (True, TypeError)])
+def test_a_bad_seed_is_refused(bad, error):
+    # "7" and True were ValueErrors: a wrong type is a TypeError, as for every argument.
+    with pytest.raises(error, match=r"seed: a whole number of at least 0 or None, got"):
         rrfp.Pipeline(chunks(), loss_fn, pp=4, microbatches=8, seed=bad)
+
+
+@pytest.mark.parametrize("args,error,match", [
+    ((-1, 0, 0, 0), ValueError, "task_seed: seed: a whole number of at least 0, got -1"),
+    (("a", 0, 0, 0), TypeError, "task_seed: seed: a whole number of at least 0, got str 'a'"),
+    ((1, True, 0, 0), TypeError, "task_seed: step: .* got bool True"),
+    ((1, 0, -2, 0), ValueError, "task_seed: chunk: .* got -2"),
+    ((1, 0, 0, 0.5), TypeError, "task_seed: mb: .* got float 0.5"),
+])
+def test_task_seed_refuses_what_the_pipeline_would(args, error, match):
+    # task_seed(-1, ...) gave a seed no pipeline draws from (seed=-1 is refused), and
+    # task_seed("a", ...) failed on its "&", naming no argument.
+    with pytest.raises(error, match=match):
+        rrfp.task_seed(*args)
 
 
 def test_task_seeds_differ_and_fit_in_63_bits():

@@ -1,5 +1,6 @@
 """rrfp.split: an nn.Sequential cut into chunks that share its modules; a pipeline over them
 trains the model bitwise as a plain loop over the whole model does."""
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -22,6 +23,10 @@ def test_points_and_counts():
     assert [len(c) for c in rrfp.split(m, chunks=8)] == [1] * 8
     parts = rrfp.split(m, chunks=4)
     assert parts[0][0] is m[0]  # the same modules, so the same parameters
+    # Cuts of any integer type: NumPy's were refused ("points must be whole numbers, got
+    # array([2, 5])"), a count too.
+    assert [len(c) for c in rrfp.split(m, np.array([2, 5]))] == [2, 3, 3]
+    assert [len(c) for c in rrfp.split(m, chunks=np.int64(3))] == [3, 3, 2]
 
 
 def test_a_pipeline_over_the_parts_trains_the_model_bitwise():
@@ -59,6 +64,8 @@ class Residual(nn.Sequential):
     ((nn.Sequential(nn.ReLU(), nn.ReLU()), [True]), {}, TypeError, "whole numbers"),
     ((nn.Sequential(nn.ReLU(), nn.ReLU()),), {"chunks": True}, TypeError, "whole number"),
     ((nn.Sequential(nn.ReLU(), nn.ReLU()),), {"chunks": 2.0}, TypeError, "whole number"),
+    ((nn.Sequential(nn.ReLU(), nn.ReLU()), np.array([True])), {}, TypeError, "whole numbers"),
+    ((nn.Sequential(nn.ReLU(), nn.ReLU()), [1.0]), {}, TypeError, "got float 1.0 in"),
 ])
 def test_cuts_of_the_wrong_type_are_type_errors(args, kw, error, match):
     # split(m, 2) said "'int' object is not iterable"; True passed as a count and as a cut.

@@ -21,7 +21,18 @@ from .scaler import GradScaler
 def simulate(**kwargs):
     """Simulates one step as `rrfp simulate` does (same arguments, as keywords) and returns its
     StepRecord: pp, vpp, microbatches, placement, split_backward, workload, workload_file,
-    replay, hint, policy, limit, max_pending_w, comm, seed, tp, tp_protocol, ordered_forwards."""
+    replay, hint, policy, limit, max_pending_w, comm, seed, tp, tp_protocol, ordered_forwards.
+    A count that is no whole number raises TypeError (True included: pybind took it as 1),
+    one past what the core takes ValueError, each naming the argument."""
+    from ._args import INT_MAX, check_whole
+
+    for name in ("pp", "vpp", "microbatches", "limit", "max_pending_w", "tp"):
+        if name in kwargs:
+            check_whole(name, kwargs[name], f"a whole number in {-INT_MAX - 1}..{INT_MAX}",
+                        low=-INT_MAX - 1, high=INT_MAX)
+    if "seed" in kwargs:
+        check_whole("seed", kwargs["seed"], "a whole number in 0..2**64-1", low=0,
+                    high=2**64 - 1)
     return StepRecord(_rrfp.simulate(**kwargs))
 
 
@@ -59,7 +70,7 @@ def split(model, points=None, *, chunks=None):
     from collections import OrderedDict
     from torch import nn
 
-    from ._args import is_whole
+    from ._args import whole_index
 
     if not isinstance(model, nn.Sequential):
         raise TypeError(f"split: expected an nn.Sequential, got {type(model).__name__}; write "
@@ -83,9 +94,10 @@ def split(model, points=None, *, chunks=None):
     if (points is None) == (chunks is None):
         raise ValueError("split: give the cut points or the number of chunks, one of them")
     if chunks is not None:
-        if not is_whole(chunks):
+        if whole_index(chunks) is None:
             raise TypeError(f"split: chunks must be a whole number, got "
                             f"{type(chunks).__name__} {chunks!r}")
+        chunks = whole_index(chunks)
         if not 1 <= chunks <= n:
             raise ValueError(f"split: chunks must be a whole number in 1..{n} (the model's "
                              f"length), got {chunks!r}")
@@ -98,8 +110,13 @@ def split(model, points=None, *, chunks=None):
         raise TypeError(f"split: points must be a list of indices (or give chunks=N), got "
                         f"{type(points).__name__} {points!r}")
     points = list(points)
-    if not all(is_whole(p) for p in points):
-        raise TypeError(f"split: points must be whole numbers, got {points!r}")
+    # Any integer type: cut points computed with NumPy (np.cumsum of layer counts) are NumPy's.
+    idx = [whole_index(p) for p in points]
+    if None in idx:
+        bad = points[idx.index(None)]
+        raise TypeError(f"split: points must be whole numbers, got {type(bad).__name__} "
+                        f"{bad!r} in {points!r}")
+    points = idx
     if not all(0 < p < n for p in points) or any(a >= b for a, b in zip(points, points[1:])):
         raise ValueError(f"split: points must be increasing indices in 1..{n - 1}, got {points}")
     bounds = [0] + points + [n]

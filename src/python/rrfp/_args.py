@@ -4,6 +4,7 @@ The C++ core checks the values of its names (an unknown hint, placement, ...) in
 what it could not take at all (None for a name, a whole number past a C int) reached pybind,
 whose TypeError listed the constructor's signature and named no argument."""
 import math
+import operator
 import os
 import sys
 
@@ -24,6 +25,17 @@ def is_whole(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def whole_index(value):
+    """The int of a whole number of any integer type (an int, a NumPy integer: whatever has
+    __index__), or None for anything else, a bool of any kind included (True is no index)."""
+    if isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def is_number(value):
     """Whether `value` is an int or a float, and not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -31,6 +43,15 @@ def is_number(value):
 
 def _kind(value):
     return f"{type(value).__name__} {value!r}"
+
+
+def check_whole(name, value, takes, low=None, high=None):
+    """Refuses `value` of the argument `name` unless it is a whole number (else TypeError) in
+    low..high (else ValueError), `takes` saying what it takes in either message."""
+    if not is_whole(value):
+        raise TypeError(f"{name}: {takes}, got {_kind(value)}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ValueError(f"{name}: {takes}, got {value!r}")
 
 
 def check_arguments(*, loss_fn, delay_fn, timeout, counts, names, hint, transport, group,

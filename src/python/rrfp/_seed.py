@@ -6,7 +6,7 @@ import threading
 
 import torch
 
-from ._args import is_whole
+from ._args import check_whole
 
 _MASK = (1 << 64) - 1
 
@@ -22,7 +22,16 @@ def task_seed(seed, step, chunk, mb):
     """The seed of microbatch `mb`'s forward through chunk `chunk` in step `step` (counted
     from 0 over this pipeline's steps and evaluation steps, failed ones included, refused ones
     not) of Pipeline(seed=seed): a plain loop that calls torch.manual_seed(task_seed(...))
-    before each chunk's forward draws what the pipeline draws. With dp > 1, replica r's microbatch mb is r * M + mb. Below 2**63."""
+    before each chunk's forward draws what the pipeline draws. With dp > 1, replica r's
+    microbatch mb is r * M + mb. Below 2**63. Each argument is a whole number of at least 0
+    (else TypeError or ValueError, as Pipeline's seed)."""
+    for name, value in (("seed", seed), ("step", step), ("chunk", chunk), ("mb", mb)):
+        check_whole(f"task_seed: {name}", value, "a whole number of at least 0", low=0)
+    return _task_seed(seed, step, chunk, mb)
+
+
+def _task_seed(seed, step, chunk, mb):
+    """task_seed without its checks: a seeded forward's, whose arguments are the pipeline's."""
     h = _mix(seed & _MASK)
     for v in (step, chunk, mb):
         h = _mix(h ^ (v & _MASK))
@@ -43,8 +52,7 @@ class Seeding:
     a thread of the caller's that draws meanwhile draws from them too (see docs/python.md)."""
 
     def __init__(self, seed):
-        if not is_whole(seed) or seed < 0:
-            raise ValueError(f"seed: a whole number of at least 0 or None, got {seed!r}")
+        check_whole("seed", seed, "a whole number of at least 0 or None", low=0)
         self.seed = seed
         self._first_mb = 0
 
@@ -61,6 +69,6 @@ class Seeding:
         with _GENERATORS:
             with torch.random.fork_rng(devices=devices):
                 if kind == "F":
-                    s = task_seed(self.seed, step, chunk, self._first_mb + mb)
+                    s = _task_seed(self.seed, step, chunk, self._first_mb + mb)
                     torch.manual_seed(s)
                 yield

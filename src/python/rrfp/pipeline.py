@@ -127,7 +127,11 @@ class Pipeline:
         if callable(chunks) and not isinstance(chunks, torch.nn.Module):
             build, chunks = chunks, None  # this process's chunks only
         else:
-            chunks = list(chunks)
+            try:
+                chunks = list(chunks)
+            except TypeError:  # "'NoneType' object is not iterable", naming no argument
+                raise TypeError(f"chunks: a list of nn.Module or a function chunk_fn(i) -> "
+                                f"nn.Module, got {type(chunks).__name__}") from None
             if len(chunks) != n:
                 raise ValueError(f"chunks: expected pp * vpp = {n} modules, got {len(chunks)}")
             build = chunks.__getitem__
