@@ -206,3 +206,45 @@ def test_a_tensor_attribute_of_the_model_is_refused():
     pipe = rrfp.Pipeline(chunks, mse, pp=2, microbatches=4, timeout=60)
     refused(pipe, chunks, r"chunk 1 \(with loss_fn\) uses chunk 1's tensor attribute 'scale' "
             r"of shape \(8,\), which wants a gradient but is not among")
+
+
+class ScaledBy(nn.Module):
+    """Multiplies by a tensor held outside the model (no parameter, buffer or attribute), which
+    every microbatch uses: a plain loop's backward adds each microbatch's share to its .grad."""
+
+    def __init__(self, scale, fail_rows=None):
+        super().__init__()
+        self.l, self.scale, self.fail_rows = nn.Linear(4, 4), [scale], fail_rows
+
+    def forward(self, h):
+        if h.shape[0] == self.fail_rows:
+            raise RuntimeError("planted")
+        return self.l(h) * self.scale[0]
+
+
+@pytest.mark.parametrize("hint,policy,split", [("1f1b", "fixed", "off"), ("bfw", "ready", "on")])
+def test_a_tensor_outside_the_model_gets_its_gradient_at_the_steps_end(hint, policy, split):
+    # Its gradients went to .grad in each backward task, in the order the tasks ran, and a
+    # failed step kept those of the microbatches that had run: a step sets .grad last.
+    g = torch.Generator().manual_seed(2)
+    xs = [torch.randn(n, 4, generator=g) for n in (2, 3, 4)]
+    ys = [torch.randn(n, 4, generator=g) for n in (2, 3, 4)]
+    torch.manual_seed(0)
+    ref_scale = torch.full((4,), 1.5, requires_grad=True)
+    ref = [nn.Linear(4, 4), ScaledBy(ref_scale)]
+    for x, y in zip(xs, ys):
+        mse(ref[1](ref[0](x)), y).backward()
+    torch.manual_seed(0)
+    scale = torch.full((4,), 1.5, requires_grad=True)
+    m = [nn.Linear(4, 4), ScaledBy(scale, fail_rows=4)]
+    pipe = rrfp.Pipeline(m, mse, pp=2, microbatches=3, hint=hint, policy=policy,
+                         split_backward=split, timeout=60)
+    with pytest.raises(rrfp.StageError, match="planted"):
+        pipe.step(xs, ys)
+    assert scale.grad is None and all(p.grad is None for c in m for p in c.parameters())
+    m[1].fail_rows = None
+    pipe.step(xs, ys)
+    assert torch.equal(scale.grad, ref_scale.grad)
+    for a, b in zip(m, ref):
+        for p, q in zip(a.parameters(), b.parameters()):
+            assert torch.equal(p.grad, q.grad)

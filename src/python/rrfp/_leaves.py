@@ -4,6 +4,8 @@ PINN's coordinates, WGAN-GP's interpolates: x.detach().requires_grad_()). A plai
 backward runs their hooks and fills their .grad; torch 1.13's autograd.grad, which computes a
 stage's gradients, does neither for the tensors it differentiates with respect to, so a
 stage's backward does it here."""
+import threading
+
 import torch
 
 from ._grads import leaf_hooks, run_hooks
@@ -60,23 +62,41 @@ def _input_grad(dx, leaf):
     return dx
 
 
+class MadeGrads:
+    """One step's gradients of the leaves its forwards made (no tensor of the model:
+    rrfp._graph.foreign_leaves), kept by microbatch and added to their .grad once the step's
+    tasks are done, in microbatch order, as a plain loop's backward adds them (one call per
+    microbatch): the same bits whatever order the backward tasks ran in. Within a microbatch,
+    the uses of one leaf by several chunks are summed from the last chunk to the first, the
+    order a plain loop's backward meets them, and its hooks run once on that sum, as on the
+    gradient torch's AccumulateGrad receives."""
 
-def add_to_grads(leaves, grads, lock):
-    """Adds each of `grads` into its leaf's .grad (leaves the forward made, which are no tensor
-    of the model: rrfp._graph.foreign_leaves) as a plain loop's backward adds it (torch's
-    AccumulateGrad): through the leaf's hooks first, then set where .grad is None, else added
-    in place. Set, it is a copy: autograd may hand the same tensor to a parameter, whose
-    gradient waits in the step's sums, and the next addition here would change it (torch
-    copies a gradient referenced elsewhere too). `lock`: the step's, since chunks on other
-    stage threads may add to the same leaf."""
-    with lock:
-        for leaf, g in zip(leaves, grads):
-            if g is None:
-                continue
-            hooks = leaf_hooks(leaf)
-            if hooks:
-                g = run_hooks(hooks, g)
-            if leaf.grad is None:
-                leaf.grad = g.clone()
-            else:
-                leaf.grad.add_(g)
+    def __init__(self):
+        self._lock = threading.Lock()  # stage threads put
+        self._by_mb = {}  # mb -> {id(leaf): (leaf, {chunk: gradient})}
+
+    def put(self, chunk, mb, leaves, grads):
+        with self._lock:
+            uses = self._by_mb.setdefault(mb, {})
+            for leaf, g in zip(leaves, grads):
+                if g is not None:
+                    uses.setdefault(id(leaf), (leaf, {}))[1][chunk] = g
+
+    def add_to_grads(self):
+        """Adds what the step's tasks put into the leaves' .grad (on the caller's thread,
+        after them). Set, a gradient is a copy: autograd may hand the same tensor to a
+        parameter, whose .grad the step sets too, and the next addition would change it (torch
+        copies a gradient referenced elsewhere too)."""
+        by_mb, self._by_mb = self._by_mb, {}
+        for mb in sorted(by_mb):
+            for leaf, by_chunk in by_mb[mb].values():
+                g = None
+                for c in sorted(by_chunk, reverse=True):
+                    g = by_chunk[c] if g is None else g + by_chunk[c]
+                hooks = leaf_hooks(leaf)
+                if hooks:
+                    g = run_hooks(hooks, g)
+                if leaf.grad is None:
+                    leaf.grad = g.clone()
+                else:
+                    leaf.grad.add_(g)

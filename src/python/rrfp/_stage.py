@@ -17,7 +17,7 @@ from ._grads import grad as _grad
 from ._graph import foreign_leaves as _foreign_leaves, \
     module_backward_hooks as _module_backward_hooks, python_backward as _python_backward, \
     stale_saved_tensor as _stale_saved_tensor
-from ._leaves import add_to_grads as _add_to_grads, begins_in_place as _begins_in_place, \
+from ._leaves import MadeGrads, begins_in_place as _begins_in_place, \
     input_grads as _sent_back, input_leaf as _input_leaf
 from ._tree import pack as _pack, pack_grads as _pack_grads, unpack as _unpack, \
     unpack_grads as _unpack_grads, wants_grad as _wants_grad
@@ -48,7 +48,7 @@ class StepData:
         # once a step found one (known).
         self.model = None
         self.known = None
-        self.leaf_lock = threading.Lock()  # the .grad of leaves a forward made (add_to_grads)
+        self.made = MadeGrads()  # the gradients of leaves a forward made, by microbatch
         # An evaluation step (Pipeline.eval_step): forwards under no_grad, the last chunk's
         # outputs kept by microbatch, and backward tasks that do nothing.
         self.eval = False
@@ -302,7 +302,7 @@ class StageRunner:
             del self.work[(chunk, mb)]
             dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False)
             self._put(chunk, mb, got, seeded)
-            return self._sent(w, dx, made)
+            return self._sent(chunk, mb, w, dx, made)
         w.early = self.data.sums.early(chunk, mb)
         if self.whole[chunk] or _python_backward(roots):
             # Backward hooks and custom Functions on the way to both the input and the
@@ -312,7 +312,7 @@ class StageRunner:
             dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False)
             self._put_tied(chunk, mb, {i: got[i] for i in w.early}, seeded)
             w.root, w.weights, w.seeded = None, got, seeded
-            return self._sent(w, dx, made)
+            return self._sent(chunk, mb, w, dx, made)
         # Split: B is the input gradient only (and the early tied parameters'); the graph
         # stays for W.
         w.root, w.grad = roots, grads
@@ -320,14 +320,15 @@ class StageRunner:
             return _sent_back(w.tree_in, w.inp, [])
         dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, w.early, retain=True)
         self._put_tied(chunk, mb, dict(zip(w.early, got)), seeded)
-        return self._sent(w, dx, made)
+        return self._sent(chunk, mb, w, dx, made)
 
-    def _sent(self, w, dx, made):
-        """What B sends back (input_grads), once the leaves the forward made have their
-        gradients, the last of `dx`, added to their .grad as a plain loop's backward adds them."""
+    def _sent(self, chunk, mb, w, dx, made):
+        """What B sends back (input_grads); the gradients of the leaves the forward made, the
+        last of `dx`, wait for the step's end (MadeGrads), where they go to their .grad as a
+        plain loop's backward adds them."""
         if made:
             n = len(dx) - len(made)
-            _add_to_grads(made, dx[n:], self.data.leaf_lock)
+            self.data.made.put(chunk, mb, made, dx[n:])
             dx = dx[:n]
         return _sent_back(w.tree_in, w.inp, dx)
 

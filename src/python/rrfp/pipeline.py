@@ -10,6 +10,7 @@ from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._grad_layout import set_grad
 from ._grads import GradSums, sum_over_replicas, trained_layout, warn_inexact
+from ._leaves import MadeGrads
 from ._replicas import from_first_replica
 from ._launch import (agreed, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters)
@@ -370,6 +371,7 @@ class Pipeline:
         for p, g in pairs:
             if g is not None:
                 set_grad(p, g)
+        self._data.made.add_to_grads()
         self.last_step = StepRecord(rec)
         return replica_loss(self._core, loss)
 
@@ -379,6 +381,7 @@ class Pipeline:
         for r in self._runners:
             r.refresh_params()
         self._data.known = None  # the model's tensors as they are now (foreign_leaves)
+        self._data.made = MadeGrads()  # nothing from a step that failed
         self._refresh_ties()
         ties = self._ties
         chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
