@@ -302,7 +302,8 @@ check "--rendezvous pull: only with --transport mpi" run --pp 2 -m 2 --rendezvou
 # What only a real transport does, the threaded runtime cannot emulate: each such field is refused
 # by name with its allowed value, and the run starts nothing.
 for field in 'comm_links 2 0' 'comm_two_slowdown 1.5 1' 'comm_serial_receive true false' \
-  'comm_offer_payload true false' 'comm_wake_us 30 0' 'comm_wake_per_copy_us 100 0'; do
+  'comm_offer_payload true false' 'comm_wake_us 30 0' 'comm_wake_per_copy_us 100 0' \
+  'coord_latency_us 2000 10'; do
   set -- $field
   printf '{"%s": %s}' "$1" "$2" >"$tmp/transport.json"
   check "--workload-file: $1 must be $3 with --transport inproc" \

@@ -30,10 +30,12 @@ std::uint64_t address_space_limit() {
 
 // In one process the runtime emulates each message's modelled time on its own, from its send
 // (async) or its acceptance (blocking). What a real transport adds (links shared by all, copies
-// one at a time, a payload on its offer, threads waking behind copies) it does not emulate:
+// one at a time, a payload on its offer, threads waking behind copies, a TP leader's choice
+// crossing to its followers) it does not emulate:
 // running a workload that sets it would put unlike steps side by side (--compare) or silently
 // drop what the file asks.
 void check_emulable(const WorkloadParams& w) {
+  static const double kDefaultCoordUs = WorkloadParams{}.coord_latency_us;
   struct Field {
     const char* name;
     bool set;
@@ -44,7 +46,9 @@ void check_emulable(const WorkloadParams& w) {
                          Field{"comm_serial_receive", w.comm_serial_receive, "false"},
                          Field{"comm_offer_payload", w.comm_offer_payload, "false"},
                          Field{"comm_wake_us", w.comm_wake_us > 0, "0"},
-                         Field{"comm_wake_per_copy_us", w.comm_wake_per_copy_us > 0, "0"}})
+                         Field{"comm_wake_per_copy_us", w.comm_wake_per_copy_us > 0, "0"},
+                         // The ranks of a TP group hand their choices over in memory, at once.
+                         Field{"coord_latency_us", w.coord_latency_us != kDefaultCoordUs, "10"}})
     if (f.set)
       throw InputError("--workload-file: " + std::string(f.name) + " must be " + f.fallback +
                        " with --transport inproc: it is a real transport's behaviour, which the "
