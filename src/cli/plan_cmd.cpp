@@ -186,7 +186,14 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
         << "  workload=" << header_of(sc).workload << "  seed=" << sc.seed << "  limit=" << p.limit
         << " (D <= " << p.d_bound() << ")  W cap=" << p.max_pending_w
         << "  comm=" << f.dispatch.comm
-        << "\n\nstart points (each order under the fixed policy):\n";
+        << "\n\nstart points (each order under the fixed policy"
+        // A ready run's order replayed posts its receives in list order, where the ready run
+        // accepted offers as they came: a "ready" row need not read what simulate makes of it.
+        << (f.dispatch.comm == "blocking"
+                ? "; blocking, it posts its receives in that order, so a ready row may be slower "
+                  "than the ready run itself"
+                : "")
+        << "):\n";
   for (const StartPoint& sp : s.starts)
     human << line("  %-28s ", sp.name.c_str())
           << (sp.makespan ? line("%10.3f ms", ms(sp.makespan)) : std::string("  infeasible"))
