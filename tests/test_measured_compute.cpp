@@ -90,5 +90,28 @@ TEST(MeasuredCompute, RefusesARecordShortOfATaskOrWithAStrangeRank) {
                "measured step: task F c0 m0 on TP rank 1 is outside the run's 1 ranks");
 }
 
+// measured_work over another process's record: a pipeline whose processes split the backward
+// differently merged W tasks into a model without them, written past its vectors (a heap
+// overflow found only at teardown). Every task outside the model is refused before any write.
+TEST(MeasuredWork, RefusesATaskTheModelDoesNotHave) {
+  const WorkModel m(config(2, 2));  // no split backward: no W tasks
+  StepRecord r;
+  for (int i = 0; i < m.num_tasks(); ++i) {
+    TaskRecord t;
+    t.task = m.task(i);
+    t.compute_end = 5;
+    r.tasks.push_back(t);
+  }
+  EXPECT_EQ(measured_work(m, r).compute_ns, std::vector<std::int64_t>(m.num_tasks(), 5));
+  for (const TaskId odd : {TaskId{Kind::W, 1, 1}, TaskId{Kind::F, 2, 0}, TaskId{Kind::B, 0, 2}}) {
+    StepRecord bad = r;
+    TaskRecord t;
+    t.task = odd;
+    bad.tasks.push_back(t);
+    EXPECT_ERROR(measured_work(m, bad), Error,
+                 "internal: measured step: task " + to_string(odd) + " is not a task of the model");
+  }
+}
+
 }  // namespace
 }  // namespace rrfp::test

@@ -249,8 +249,16 @@ RealizedWork measured_work(const WorkModel& m, const StepRecord& r) {
   w.compute_ns.assign(w.num_tasks, 0);
   w.message_ns.assign(w.num_tasks, 0);
   w.message_bytes.assign(w.num_tasks, 0);
-  for (const TaskRecord& t : r.tasks)
+  for (const TaskRecord& t : r.tasks) {
+    // A record of another configuration (a W task where this model has none, a chunk or
+    // microbatch past its counts) would index past the vectors: refused, never written.
+    if (!m.valid(t.task))
+      throw Error("internal: measured step: task " + to_string(t.task) +
+                  " is not a task of the model (" + std::to_string(m.chunks()) + " chunks, " +
+                  std::to_string(m.microbatches()) + " microbatches, split backward " +
+                  (m.split() ? "on" : "off") + ")");
     w.compute_ns[m.index(t.task)] = t.compute_end - t.start;
+  }
   return w;
 }
 
