@@ -55,6 +55,7 @@ void bind_pipeline(pyb::module_& m) {
       .def("dp_sum", &PipelineCore::dp_sum, pyb::arg("parts"))
       .def("exchange", &PipelineCore::exchange, pyb::arg("mine"), pyb::arg("peers"))
       .def("all_gather", &PipelineCore::all_gather, pyb::arg("mine"))
+      .def("all_gather_bytes", &PipelineCore::all_gather_bytes, pyb::arg("mine"))
       .def("replica_all_gather", &PipelineCore::replica_all_gather, pyb::arg("mine"))
       .def("dp_all_gather", &PipelineCore::dp_all_gather, pyb::arg("mine"))
       .def("close", &PipelineCore::close)

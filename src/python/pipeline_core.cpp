@@ -238,6 +238,11 @@ std::vector<at::Tensor> gather_tensors(
 
 }  // namespace
 
+std::vector<at::Tensor> PipelineCore::all_gather_bytes(const at::Tensor& mine) {
+  if (!job_) return {mine};
+  return gather_tensors(mine, [&](auto bytes) { return job_->all_gather_bytes(bytes); });
+}
+
 std::vector<at::Tensor> PipelineCore::replica_all_gather(const at::Tensor& mine) {
   if (!job_) return {mine};
   return gather_tensors(mine, [&](auto bytes) { return job_->replica_all_gather(bytes); });

@@ -55,6 +55,10 @@ class PipelineCore {
   // Every process's `mine`, by job rank (just `mine` in one process): for what every rank must
   // learn from one, such as its replica's loss from the last stage. A collective.
   std::vector<std::vector<double>> all_gather(const std::vector<double>& mine);
+  // Every process's bytes (`mine`: a contiguous uint8 CPU tensor, of any length), by job rank,
+  // as uint8 tensors ([mine] in one process): for what is not a few numbers, such as the
+  // options each process was given. A collective over the job.
+  std::vector<at::Tensor> all_gather_bytes(const at::Tensor& mine);
   // Every stage of this replica's bytes (`mine`: a contiguous uint8 CPU tensor), by stage, as
   // uint8 tensors ([mine] in one process): for parameters that several stages share. A
   // collective over the replica.

@@ -447,6 +447,11 @@ import mp_state  # noqa: E402
 
 mp_state.run(pp, dp, transport, job_rank())
 
+# Options that differ between the processes, refused on every one (mp_options.py).
+import mp_options  # noqa: E402
+
+mp_options.run(pp, dp, transport, job_rank())
+
 # A step that fails on one process is dropped on every one, and training goes on
 # (mp_failure.py).
 import mp_failure  # noqa: E402

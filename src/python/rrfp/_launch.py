@@ -1,6 +1,8 @@
 """How a pipeline's processes were started and how they connect: the launcher's transport,
 torch.distributed's groups, what every process must agree on, and what a pipeline's chunks
 cannot hold (a data-parallel wrapper, a lazy parameter not initialized yet)."""
+import hashlib
+import json
 import os
 
 import torch
@@ -101,6 +103,43 @@ def agreed_values(core, fn, message, value):
     if failed is not None:
         raise failed
     return out, every
+
+
+def agree_options(core, options):
+    """Refuses, on every process of the job alike (ValueError), options that differ between its
+    processes: {name: value as given}. Each process runs its own schedule from them, and
+    processes of different schedules broke mid-step or after it: another split backward sent W
+    tasks the others' step records had no room for (a heap overflow), another comm or hint
+    broke the protocol or deadlocked until the timeout, other microbatch counts were taken
+    for different batches, another seed drew other dropout silently. A hint file is compared
+    by its contents, as each process reads its own copy."""
+    if core is None or core.world <= 1:
+        return
+    mine = {name: _compared(name, value) for name, value in options.items()}
+    raw = json.dumps(mine).encode()
+    every = [json.loads(t.numpy().tobytes().decode())
+             for t in core.all_gather_bytes(torch.frombuffer(bytearray(raw), dtype=torch.uint8))]
+    said, missing = [], [None, "nothing"]
+    for name in options:
+        first = every[0].get(name, missing)
+        other = next((r for r, theirs in enumerate(every)
+                      if theirs.get(name, missing)[0] != first[0]), None)
+        if other is not None:
+            theirs = every[other].get(name, missing)
+            said.append(f"{name}: process 0 gave {first[1]}, process {other} gave {theirs[1]}")
+    if said:
+        raise ValueError("; ".join(said) + " (every process of a job must build its Pipeline "
+                         "with the same options, as each runs its own copy of the schedule)")
+
+
+def _compared(name, value):
+    """(what is compared, what a refusal shows) of an option's value."""
+    if name == "hint" and os.path.isfile(value) and ("/" in value or value.endswith(
+            (".txt", ".json"))):  # a hint file, as the core tells one from a name
+        with open(value, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        return f"file {digest}", f"{value!r} (a hint file, sha256 {digest[:12]})"
+    return repr(value), repr(value)
 
 
 def c10d_groups(group, pp, dp, timeout=0.0):

@@ -12,7 +12,7 @@ from ._grad_layout import set_grad
 from ._grads import GradSums, sum_over_replicas, trained_layout, warn_inexact
 from ._leaves import MadeGrads
 from ._replicas import from_first_replica
-from ._launch import (agreed, c10d_groups, launched_transport,
+from ._launch import (agree_options, agreed, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters)
 from ._order import decide_order, refuse_renormalizing_embeddings
 from ._seed import Seeding
@@ -48,7 +48,10 @@ class Pipeline:
         pipeline talks through Gloo groups of the same ranks). None (the default) picks by how
         the process was started: "mpi" under mpirun, "c10d" under torchrun, "inproc"
         otherwise; a launcher whose process count is not pp * dp is refused. With a process
-        per stage, chunk_fn builds only the chunks of this process.
+        per stage, chunk_fn builds only the chunks of this process, and every process must give
+        the same schedule's options (pp, vpp, dp, placement, microbatches, hint, policy,
+        split_backward, comm, limit, max_pending_w, seed, ordered_forwards): any that differ
+        are refused on every process (ValueError naming them).
     dp: data-parallel replicas (transport "mpi" or "c10d"): each replica runs its own
         microbatches; the gradients of the replicas are summed in replica order, the same bits
         on every replica. Process r is replica r // pp, stage r % pp.
@@ -119,6 +122,10 @@ class Pipeline:
             split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
             max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
             transport=transport, dp=dp, group=group, dp_group=dp_group)
+        agree_options(self._core, dict(
+            pp=pp, vpp=vpp, dp=dp, placement=placement, microbatches=microbatches, hint=hint,
+            policy=policy, split_backward=split_backward, comm=comm, limit=limit,
+            max_pending_w=max_pending_w, seed=seed, ordered_forwards=ordered_forwards))
         if max_pending_w is not None and not self._core.split_backward:  # taken and ignored
             raise ValueError(f"max_pending_w: caps the W tasks a split backward defers; this "
                              f"pipeline's backward is whole (split_backward={split_backward!r} "

@@ -1,0 +1,95 @@
+"""Options that differ between the processes of a job are refused at construction, on every
+process alike, naming the option and both values; run by multiprocess_pipeline.py under mpirun
+and torchrun. Each process runs its own copy of the schedule from them: another split backward
+overflowed the other processes' step records with its W tasks (a crash at teardown), another
+comm broke the protocol, another hint deadlocked until the timeout, another microbatch count
+was taken for different batches and another seed drew other dropout, silently. Only the
+constructor runs: without the agreement each case is accepted, and the test fails at once."""
+import os
+import tempfile
+
+import torch
+
+import lm
+import rrfp
+
+# (name, what the job's last process passes instead, what each refusal must say): process 0
+# keeps the defaults below.
+BASE = dict(microbatches=4, hint="bf", policy="ready", split_backward="auto", comm="async",
+            limit=None, max_pending_w=None, seed=None, vpp=1, ordered_forwards=None)
+CASES = [
+    ("split_backward", dict(hint="bfw", split_backward="on"),
+     ["split_backward: process 0 gave 'auto', process {last} gave 'on'",
+      "hint: process 0 gave 'bf', process {last} gave 'bfw'"]),
+    ("comm", dict(comm="blocking"), ["comm: process 0 gave 'async', process {last} gave "
+                                     "'blocking'"]),
+    ("hint and policy", dict(hint="gpipe", policy="fixed"),
+     ["hint: process 0 gave 'bf', process {last} gave 'gpipe'",
+      "policy: process 0 gave 'ready', process {last} gave 'fixed'"]),
+    ("microbatches", dict(microbatches=8), ["microbatches: process 0 gave 4, process {last} "
+                                            "gave 8"]),
+    ("seed", dict(seed=5), ["seed: process 0 gave None, process {last} gave 5"]),
+    ("limit", dict(limit=1), ["limit: process 0 gave None, process {last} gave 1"]),
+    ("vpp", dict(vpp=2), ["vpp: process 0 gave 1, process {last} gave 2"]),
+    ("ordered_forwards", dict(ordered_forwards=False),
+     ["ordered_forwards: process 0 gave None, process {last} gave False"]),
+]
+
+
+def refuse_other_options(pp, dp, transport, job_rank):
+    last = pp * dp - 1
+    for name, other, words in CASES:
+        kw = dict(BASE, **(other if job_rank == last else {}))
+        vpp = kw.pop("vpp")
+        try:
+            rrfp.Pipeline(lambda i: lm.chunks(pp * vpp)[i], lm.loss_fn, pp=pp, vpp=vpp, dp=dp,
+                          transport=transport, timeout=30, **kw)
+        except ValueError as e:
+            said = [w.format(last=last) for w in words]
+            assert all(w in str(e) for w in said), (job_rank, name, str(e))
+        else:
+            raise AssertionError(f"rank {job_rank}: a different {name} on process {last} was "
+                                 "accepted")
+    # The same options everywhere still build and train.
+    pipe = rrfp.Pipeline(lambda i: lm.chunks(pp)[i], lm.loss_fn, pp=pp, dp=dp,
+                         transport=transport, timeout=30, **BASE)
+    assert pipe.step(*lm.batches(4, seed=pipe.replica)) is not None
+    print(f"rank {job_rank}: options that differ between processes refused on every process",
+          flush=True)
+
+
+def hint_file(pp, job_rank, backwards):
+    """A hint file of this process's own (its own path, as on a machine of its own) running
+    each stage's backwards in `backwards` order."""
+    lines = ["rrfp-hint 1 pp=%d vpp=1 microbatches=4 placement=loop split=0" % pp]
+    for s in range(pp):
+        lines.append(f"stage {s}: " + " ".join([f"F{s}:{mb}" for mb in range(4)] +
+                                               [f"B{s}:{mb}" for mb in backwards]))
+    path = os.path.join(tempfile.gettempdir(), f"rrfp-mp-hint-{os.getppid()}-{job_rank}.txt")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def compare_hint_files(pp, dp, transport, job_rank):
+    """Hint files are compared by their contents: the same order at other paths builds, another
+    order is refused, naming the file and its digest."""
+    last = pp * dp - 1
+    for other in (False, True):
+        order = [0, 1, 2, 3] if other and job_rank == last else [3, 2, 1, 0]
+        path = hint_file(pp, job_rank, order)
+        try:
+            rrfp.Pipeline(lambda i: lm.chunks(pp)[i], lm.loss_fn, pp=pp, dp=dp, microbatches=4,
+                          hint=path, policy="fixed", transport=transport, timeout=30)
+        except ValueError as e:
+            assert other and "hint: process 0 gave '" in str(e) and \
+                f"process {last} gave '" in str(e) and "(a hint file, sha256 " in str(e), e
+        else:
+            assert not other, f"rank {job_rank}: another hint file's order was accepted"
+        os.remove(path)
+
+
+def run(pp, dp, transport, job_rank):
+    torch.manual_seed(0)
+    refuse_other_options(pp, dp, transport, job_rank)
+    compare_hint_files(pp, dp, transport, job_rank)
