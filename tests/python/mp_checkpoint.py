@@ -3,7 +3,7 @@ and save; rank 0 loads the folder into one process with every chunk a stage of i
 (threads) and trains 3 more: bitwise the 6 uninterrupted steps of a plain loop. With dp > 1
 replica 0 writes and every replica must hold the same values.
 A save to a folder of each process's own (a disk of each machine) and a load that fails on
-one process change nothing on any process.
+one process change nothing on any process. Each process gets back its own extra.
 Run by multiprocess_pipeline.py under mpirun and torchrun."""
 import errno
 import json
@@ -67,6 +67,7 @@ def run(pp, dp, m, transport):
         ckpt._core.all_gather([])  # every process has cleaned up
         if ckpt.rank == 0:
             assert sorted(os.listdir(folder)) == before, os.listdir(folder)
+    own_extras(ckpt, n, m, folder + "-extras")
     if pp > 1:
         unshared_save(ckpt, opt, folder)
         failed_load(pp, dp, m, transport, folder)
@@ -86,6 +87,30 @@ def run(pp, dp, m, transport):
         print(f"rank 0: saved by {pp} processes (V=2), resumed in {n} threads, bitwise", flush=True)
     if ckpt.rank == 0:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def own_extras(ckpt, n, m, folder):
+    """Every process gets back the extra it saved (a sampler's position), every replica's
+    too: load() gave each process rank 0's, and replica 1's were never written. Loaded by
+    another layout (threads, on every process), extras that differ between the processes that
+    saved them are refused, naming why; no process there saved any of them."""
+    position = 100 * ckpt.replica + ckpt.rank
+    ckpt.save(folder, None, step=3, position=position)
+    got = ckpt.load(folder)
+    assert got == {"step": 3, "position": position}, (ckpt.rank, got)
+    threads = rrfp.Pipeline(lm.chunks(n), lm.loss_fn, pp=n, microbatches=m, transport="inproc",
+                            timeout=60)
+    try:
+        threads.load(folder)
+    except ValueError as e:
+        assert "saved different extras (process 0's and process 1's differ)" in str(e), e
+        assert f"{ckpt._core.world} process(es) with dp={ckpt._dp}" in str(e), e
+    else:
+        raise AssertionError(f"rank {ckpt.rank}: extras of each process loaded by another layout")
+    ckpt._core.all_gather([])  # every process has loaded before the folder goes
+    if ckpt.rank == 0:
+        shutil.rmtree(folder, ignore_errors=True)
+    print(f"rank {ckpt.rank}: each process's own extra back from load()", flush=True)
 
 
 def unshared_save(ckpt, opt, folder):

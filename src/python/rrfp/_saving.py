@@ -6,7 +6,7 @@ its part."""
 import os
 import time
 
-from . import checkpoint, scaler
+from . import _extras, checkpoint, scaler
 from ._args import is_whole
 from ._launch import agreed_values, agreed
 
@@ -43,7 +43,14 @@ def _check_save(path, optimizer, extra):
 
 def save(pipe, path, optimizer, extra):
     """Pipeline.save."""
-    token = _save_token(pipe, lambda: _check_save(path, optimizer, extra))
+    mine = []
+
+    def check():  # an extra that cannot be serialized is refused with the arguments
+        _check_save(path, optimizer, extra)
+        mine.append(_extras.serialized(extra))
+    token = _save_token(pipe, check)
+    extras = {_extras.EXTRAS: _extras.stage_extras(pipe, mine[0]),
+              _extras.LAYOUT: _extras.layout(pipe)}
     pipe._refresh_ties()  # a tie's replaced copy is named as the tie
     writes = pipe.replica == 0
 
@@ -55,7 +62,7 @@ def save(pipe, path, optimizer, extra):
             elif loaded_scaler_state(pipe) is not None:  # kept for a scaler not made yet
                 kept[_SCALER] = loaded_scaler_state(pipe)
             checkpoint.write_part(path, pipe.rank, pipe.chunks, optimizer,
-                                  dict(extra, **kept), pipe._canonical(), token)
+                                  dict(extra, **kept), pipe._canonical(), token, extras)
 
     where = str(path).replace("{", "{{").replace("}", "}}")
     try:
@@ -146,8 +153,9 @@ def _prepare(pipe, path, optimizer):
     """What this process loads, read and checked, with nothing changed yet."""
     _check_path("load", path)
     checkpoint.refuse_not_optimizer("load", optimizer)
-    model, optim, extra = checkpoint.load_parts(path, max_parts=pipe._core.chunks)
-    extra = dict(extra or {})
+    model, optim, extra, (saved, layouts) = checkpoint.load_parts(path,
+                                                                   max_parts=pipe._core.chunks)
+    extra = dict(extra or {})  # the first part's: the checkpoint's entries are the same in all
     seed_step = extra.pop(_SEED_STEP, None)
     if seed_step is not None and not (is_whole(seed_step) and 0 <= seed_step < 1 << 64):
         raise ValueError(f"checkpoint '{path}': its {_SEED_STEP} is {repr(seed_step)[:40]}, "
@@ -159,6 +167,7 @@ def _prepare(pipe, path, optimizer):
         except (TypeError, ValueError, KeyError, RuntimeError) as e:
             raise ValueError(f"checkpoint '{path}': its GradScaler state is refused: {e}") \
                 from e
+    extra = _extras.own_extra(path, saved, layouts, pipe.rank, _extras.layout(pipe), extra)
     if pipe._ties is not None:
         model = pipe._ties.same_in_state(model)
     chunks = checkpoint.check_model_state(pipe.chunks, pipe._core.chunks, model, True)

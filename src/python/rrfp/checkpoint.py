@@ -24,6 +24,7 @@ import os
 
 import torch
 
+from . import _extras
 from ._args import is_whole
 
 MANIFEST = "manifest.json"
@@ -218,11 +219,12 @@ def _remove(file):
         pass
 
 
-def write_part(path, rank, chunks, optimizer, extra, canonical, token):
+def write_part(path, rank, chunks, optimizer, extra, canonical, token, extras=None):
     """Writes this process's part of the save `token` (part-RANK.TOKEN.pt) beside the folder's
-    checkpoint, which it leaves as it is. A failure removes what it wrote."""
+    checkpoint, which it leaves as it is (`extras`: its stage's replicas' own, _extras.py). A
+    failure removes what it wrote."""
     os.makedirs(path, exist_ok=True)
-    part = {"model": model_state(chunks), "extra": extra, "token": token}
+    part = dict(extras or {}, model=model_state(chunks), extra=extra, token=token)
     if optimizer is not None:
         part["optimizer"] = optimizer_state(chunks, optimizer, canonical)
     # Serialized first: a full disk is then an OSError from the write, where torch.save's own
@@ -338,7 +340,7 @@ def _read_part(path, file, token):
                              f"(damaged, cut short?): {type(e).__name__}: {str(e)[:200]}") from e
     optim = part.get("optimizer") if isinstance(part, dict) else None
     if not (isinstance(part, dict) and isinstance(part.get("model"), dict) and
-            isinstance(part.get("extra"), (dict, type(None))) and
+            isinstance(part.get("extra"), (dict, type(None))) and _extras.checked(part) and
             (optim is None or _is_optimizer_state(optim))):
         raise ValueError(f"checkpoint '{path}': {name} is not a part of a checkpoint (its "
                          "contents are not a model's and an optimizer's state)")
@@ -361,20 +363,25 @@ def _is_optimizer_state(optim):
 
 def load_parts(path, max_parts=MAX_PARTS):
     """The parts of the checkpoint in the folder `path`, merged: (model state, optimizer state
-    or None, extra). A part of another save than the manifest's is refused, naming it; so is a
-    manifest naming more than `max_parts` parts (a model of C chunks was saved in at most C)."""
+    or None, the first part's extra, every process's saved extras and the layouts that saved
+    them (_extras.own_extra)). A part of another save than the manifest's is refused, naming
+    it; so is a manifest naming more than `max_parts` parts (a model of C chunks was saved in
+    at most C)."""
     files, token = _part_files(path, max_parts)
-    model, state, groups, extra = {}, {}, [], None
+    model, state, groups, extra, saved, layouts = {}, {}, [], None, {}, []
     for f in files:
         part = _read_part(path, f, token)
         model.update(part["model"])
         if extra is None:
             extra = part.get("extra")
+        saved.update(part.get(_extras.EXTRAS) or {})
+        if part.get(_extras.LAYOUT) is not None and part[_extras.LAYOUT] not in layouts:
+            layouts.append(part[_extras.LAYOUT])
         if part.get("optimizer") is not None:
             state.update(part["optimizer"]["state"])
             groups.extend(part["optimizer"]["param_groups"])
     optim = {"state": state, "param_groups": groups} if groups else None
-    return model, optim, extra
+    return model, optim, extra, (saved, layouts)
 
 
 def refuse_not_optimizer(what, optimizer):
