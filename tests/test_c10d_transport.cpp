@@ -1,12 +1,14 @@
 // The transport conformance suite (transport_conformance.hpp) for the c10d transport, ranks as
 // threads: one Gloo process group per thread, met through an in-process store, over loopback;
-// and the c10d job's exchange among some stages beside a live transport.
+// the c10d job's exchange among some stages beside a live transport; and Gloo's failure of a
+// send, named.
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <algorithm>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 
 #include "comm/c10d_transport.hpp"
@@ -129,6 +131,75 @@ TEST(C10dJob, ExchangeAmongSomeStagesBesideATransport) {
     }
   }
   EXPECT_NE(errors[1].find("must include this endpoint"), std::string::npos) << errors[1];
+}
+
+// What Gloo says when the peer of a send is gone, mid-step (a killed process).
+constexpr const char* kGlooReset =
+    "[../gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:40000: Connection reset by peer";
+
+// A send's work that fails as Gloo's does once its peer is gone.
+class ResetWork final : public c10d::Work {
+ public:
+  bool wait(std::chrono::milliseconds) override { throw std::runtime_error(kGlooReset); }
+  bool isCompleted() override { return true; }
+  void abort() override {}
+};
+
+// Rank 0 of 2, whose peer is gone: each send fails when waited on, or at once (`at_once`: a
+// pair Gloo already knows closed). It receives nothing (no receiver is set, so no receive is
+// posted).
+class PeerGoneGroup final : public c10d::ProcessGroup {
+ public:
+  explicit PeerGoneGroup(bool at_once) : c10d::ProcessGroup(0, 2), at_once_(at_once) {}
+  const std::string getBackendName() const override { return "peer-gone"; }
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>&, int, int) override {
+    if (at_once_) throw std::runtime_error(kGlooReset);
+    return c10::make_intrusive<ResetWork>();
+  }
+
+ private:
+  bool at_once_;
+};
+
+// The error a send completes with, as the runtime's stage takes it (a throw is a completion).
+std::string send_error(Transport& t, const MessageTag& tag) {
+  std::promise<std::string> got;
+  auto done = [&](std::exception_ptr e) {
+    try {
+      if (e) std::rethrow_exception(e);
+      got.set_value("no error");
+    } catch (const Error& x) {
+      got.set_value(x.what());
+    } catch (const std::exception& x) {
+      got.set_value(std::string("not an rrfp Error: ") + x.what());
+    }
+  };
+  try {
+    t.send(1, tag, Payload::allocate(8), done);
+  } catch (...) {
+    done(std::current_exception());
+  }
+  auto f = got.get_future();
+  if (f.wait_for(std::chrono::seconds(10)) != std::future_status::ready) return "no completion";
+  return f.get();
+}
+
+// A Gloo failure of a send reached the step as Gloo's bare line ("RuntimeError: [...] Read
+// error ...: Connection reset by peer"), naming no stage, peer or message: it names all three,
+// Gloo's line kept, whether Gloo fails the send when waited on (named as the c10d job names
+// its stages) or at once.
+TEST(C10dTransportFailure, AGlooSendFailureNamesThisStageThePeerAndTheMessage) {
+  const std::string tail =
+      " failed (Gloo's send; the peer exited or stopped answering?): " + std::string(kGlooReset);
+  C10dWorld job(c10::make_intrusive<PeerGoneGroup>(false), {}, std::chrono::seconds(30));
+  Hosting h = job.hosting();
+  EXPECT_EQ(send_error(*h.transports[0], MessageTag{3, TaskId{Kind::F, 0, 2}}),
+            "c10d transport: stage 0 (c10d rank 0): sending step 3 F c0 m2 to stage 1 (c10d "
+            "rank 1)" +
+                tail);
+  C10dTransport at_once(c10::make_intrusive<PeerGoneGroup>(true));
+  EXPECT_EQ(send_error(at_once, MessageTag{4, TaskId{Kind::B, 1, 0}}),
+            "c10d transport: rank 0: sending step 4 B c1 m0 to rank 1" + tail);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "comm/buffer_pool.hpp"
 #include "comm/wire.hpp"
 #include "core/error.hpp"
+#include "core/format.hpp"
 
 namespace rrfp {
 namespace {
@@ -41,13 +42,33 @@ struct C10dTransport::Impl {
   std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>();
   Receiver receiver;
   std::atomic<bool> closed{false};
+  std::function<std::string(int)> name;  // a rank of the group, as errors say it
 
   struct Send {
     std::vector<std::byte> header;
     Payload payload;  // kept until its data message completes
     c10::intrusive_ptr<c10d::Work> header_work, data_work;
     SendDone done;
+    int dst = 0;
+    MessageTag tag;  // for the error, should Gloo fail it
   };
+
+  std::string who(int r) const { return name ? name(r) : "rank " + std::to_string(r); }
+
+  // Gloo's own failure of a send ("[../gloo/transport/tcp/pair.cc:589] Read error ...:
+  // Connection reset by peer") named neither this process, the peer nor the message: said
+  // here with all three, Gloo's first line kept. Rethrows the current exception so.
+  [[noreturn]] void rethrow_send_failure(int dst, const MessageTag& tag) const {
+    std::string why = "unknown error";
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      why = first_line(e.what());
+    } catch (...) {
+    }
+    throw Error("c10d transport: " + who(rank) + ": sending " + to_string(tag) + " to " + who(dst) +
+                " failed (Gloo's send; the peer exited or stopped answering?): " + why);
+  }
 
   // A receiving loop: one takes headers from any source, and each source that has sent here
   // gets one of its own. A receive posted for one source lets Gloo move the message as soon as
@@ -199,8 +220,12 @@ struct C10dTransport::Impl {
       }
       std::exception_ptr err;
       try {
-        if (!wait(s->header_work, tx_wait)) return;
-        if (s->data_work && !wait(s->data_work, tx_wait)) return;
+        try {
+          if (!wait(s->header_work, tx_wait)) return;
+          if (s->data_work && !wait(s->data_work, tx_wait)) return;
+        } catch (...) {
+          rethrow_send_failure(s->dst, s->tag);
+        }
       } catch (...) {
         err = std::current_exception();
       }
@@ -215,7 +240,8 @@ struct C10dTransport::Impl {
   }
 };
 
-C10dTransport::C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, int channel)
+C10dTransport::C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, int channel,
+                             std::function<std::string(int rank)> name)
     : impl_(std::make_unique<Impl>()) {
   if (channel < 0 || channel > 126)
     throw InputError("c10d transport: channel must be between 0 and 126, got " +
@@ -223,6 +249,7 @@ C10dTransport::C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, int c
   Impl& d = *impl_;
   d.header_tag = channel << kTagBits;
   d.pg = std::move(group);
+  d.name = std::move(name);
   d.rank = d.pg->getRank();
   d.size = d.pg->getSize();
   d.own_rx.assign(d.size, false);
@@ -273,6 +300,8 @@ void C10dTransport::send(int dst, const MessageTag& tag, Payload payload, SendDo
   if (!follows && !payload.empty())
     std::memcpy(s->header.data() + sizeof w, payload.data(), payload.size());
   s->done = std::move(done);
+  s->dst = dst;
+  s->tag = tag;
   std::lock_guard lk(d.mu);  // the header and its data leave in the order of the queue
   if (d.stop) {
     done = std::move(s->done);
@@ -295,10 +324,14 @@ void C10dTransport::send(int dst, const MessageTag& tag, Payload payload, SendDo
   std::memcpy(s->header.data(), &w, sizeof w);
   s->payload = std::move(payload);
   std::vector<at::Tensor> h{bytes_tensor(s->header.data(), s->header.size())};
-  s->header_work = d.pg->send(h, dst, d.header_tag + (first ? kFirst : kHeader));
-  if (follows) {
-    std::vector<at::Tensor> t{bytes_tensor(s->payload.data(), s->payload.size())};
-    s->data_work = d.pg->send(t, dst, w.data_tag);
+  try {  // Gloo may refuse at once (a pair it already knows closed)
+    s->header_work = d.pg->send(h, dst, d.header_tag + (first ? kFirst : kHeader));
+    if (follows) {
+      std::vector<at::Tensor> t{bytes_tensor(s->payload.data(), s->payload.size())};
+      s->data_work = d.pg->send(t, dst, w.data_tag);
+    }
+  } catch (...) {
+    d.rethrow_send_failure(dst, tag);
   }
   d.sends.push_back(std::move(s));
   d.cv.notify_all();

@@ -15,13 +15,16 @@
 // payload posted ahead (up to kAheadBytes, buffers from a pool), and the sender sends a payload
 // of up to that size under the tag that receive waits on; a larger one, or one that comes with
 // a sender's first message, goes under a tag of its own, received once its header has named
-// it. shutdown() aborts the waits.
+// it. shutdown() aborts the waits. A send that Gloo fails (a peer gone: "Connection reset by
+// peer") completes with an Error naming this rank, the peer and the message, Gloo's line kept.
 //
 // The header includes LibTorch's c10d (only transports include c10d); the rest of rrfp sees
 // the Transport interface.
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "comm/transport.hpp"
 
@@ -31,8 +34,10 @@ class C10dTransport final : public Transport {
  public:
   // `channel` (0..126) separates transports sharing one group (each pipeline, each runtime of a
   // pipeline, has its own): its messages use tags channel << 24 and up. Every rank must give
-  // its transports the same channels.
-  explicit C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, int channel = 0);
+  // its transports the same channels. `name(rank)` says who a rank of the group is in errors
+  // ("stage 1 (c10d rank 3)"; by default "rank 1").
+  explicit C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, int channel = 0,
+                         std::function<std::string(int rank)> name = {});
   ~C10dTransport() override;  // shutdown()
 
   int rank() const override;

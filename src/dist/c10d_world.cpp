@@ -51,12 +51,13 @@ int next_channel(const c10d::ProcessGroup* pg) {
 Hosting C10dWorld::hosting() {
   Hosting h;
   h.local = {stage_};
-  h.transports.push_back(std::make_unique<C10dTransport>(pg_, next_channel(pg_.get())));
   // The process's rank in the job (replica r's stage s is rank r * P + s), not its rank in the
   // replica's own group, which another replica's processes share.
   h.peer_name = [first = replica_ * stages_](int e) {
     return "stage " + std::to_string(e) + " (c10d rank " + std::to_string(first + e) + ")";
   };
+  h.transports.push_back(
+      std::make_unique<C10dTransport>(pg_, next_channel(pg_.get()), h.peer_name));
   h.before_step = [this] { barrier(); };
   return h;
 }
