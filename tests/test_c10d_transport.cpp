@@ -7,9 +7,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include "comm/c10d_transport.hpp"
 #include "core/error.hpp"
@@ -162,7 +166,7 @@ class PeerGoneGroup final : public c10d::ProcessGroup {
 };
 
 // The error a send completes with, as the runtime's stage takes it (a throw is a completion).
-std::string send_error(Transport& t, const MessageTag& tag) {
+std::string send_error(Transport& t, const MessageTag& tag, Payload p = Payload::allocate(8)) {
   std::promise<std::string> got;
   auto done = [&](std::exception_ptr e) {
     try {
@@ -175,7 +179,7 @@ std::string send_error(Transport& t, const MessageTag& tag) {
     }
   };
   try {
-    t.send(1, tag, Payload::allocate(8), done);
+    t.send(1, tag, std::move(p), done);
   } catch (...) {
     done(std::current_exception());
   }
@@ -200,6 +204,56 @@ TEST(C10dTransportFailure, AGlooSendFailureNamesThisStageThePeerAndTheMessage) {
   C10dTransport at_once(c10::make_intrusive<PeerGoneGroup>(true));
   EXPECT_EQ(send_error(at_once, MessageTag{4, TaskId{Kind::B, 1, 0}}),
             "c10d transport: rank 0: sending step 4 B c1 m0 to rank 1" + tail);
+}
+
+// A header's send, posted, that reads its buffer when it ends, as Gloo's pair writes it out.
+class HeldHeader final : public c10d::Work {
+ public:
+  HeldHeader(const std::byte* at, std::vector<std::byte> sent, std::atomic<int>* read)
+      : at_(at), sent_(std::move(sent)), read_(read) {}
+  bool wait(std::chrono::milliseconds) override {
+    read_->store(std::memcmp(at_, sent_.data(), sent_.size()) == 0 ? 1 : 2);
+    return true;
+  }
+  bool isCompleted() override { return read_->load() != 0; }
+  void abort() override {}
+
+ private:
+  const std::byte* at_;
+  std::vector<std::byte> sent_;
+  std::atomic<int>* read_;
+};
+
+// Posts a header, then refuses the payload that follows it at once.
+class PayloadRefusedGroup final : public c10d::ProcessGroup {
+ public:
+  explicit PayloadRefusedGroup(std::atomic<int>* read) : c10d::ProcessGroup(0, 2), read_(read) {}
+  const std::string getBackendName() const override { return "payload-refused"; }
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& t, int, int) override {
+    if (posted_++ > 0) throw std::runtime_error(kGlooReset);
+    const auto* at = static_cast<const std::byte*>(t[0].data_ptr());
+    return c10::make_intrusive<HeldHeader>(
+        at, std::vector<std::byte>(at, at + t[0].numel() * t[0].element_size()), read_);
+  }
+
+ private:
+  std::atomic<int>* read_;
+  int posted_ = 0;
+};
+
+// A payload Gloo refused once its header had been posted freed the header's buffer with the
+// failed send, while Gloo still held it: the buffer lives until the header's send has ended,
+// read intact then.
+TEST(C10dTransportFailure, AHeaderPostedBeforeItsPayloadFailedOutlivesItsSend) {
+  std::atomic<int> read{0};
+  C10dTransport t(c10::make_intrusive<PayloadRefusedGroup>(&read));
+  const std::string err = send_error(t, MessageTag{1, TaskId{Kind::F, 0, 0}},
+                                     Payload::allocate(C10dTransport::kInlineBytes + 1));
+  EXPECT_NE(err.find("sending step 1 F c0 m0 to rank 1 failed"), std::string::npos) << err;
+  for (int i = 0; i < 1000 && read.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(read.load(), 1) << "0: the header's send was never waited for; 2: read changed";
+  t.shutdown();
 }
 
 }  // namespace

@@ -331,6 +331,14 @@ void C10dTransport::send(int dst, const MessageTag& tag, Payload payload, SendDo
       s->data_work = d.pg->send(t, dst, w.data_tag);
     }
   } catch (...) {
+    // The payload refused after its header was posted: Gloo holds the header's buffer until
+    // that send ends, so the send loop keeps it till then (freed here, Gloo would write from
+    // freed memory), with no one to tell: the failure is raised here.
+    if (s->header_work) {
+      s->done = nullptr;
+      d.sends.push_back(std::move(s));
+      d.cv.notify_all();
+    }
     d.rethrow_send_failure(dst, tag);
   }
   d.sends.push_back(std::move(s));
