@@ -108,9 +108,17 @@ void check_sweep(const SweepFlags& f) {
   if (f.seeds < 1) throw InputError("--seeds: must be at least 1, got " + std::to_string(f.seeds));
   refuse_twice(f.workloads, "--workloads");
   // Every name before any point runs: a typo found when the loop reached it lost the points
-  // already run (no CSV was written).
-  for (const std::string& w : f.workloads)
-    workload_preset(w, "--workloads");
+  // already run (no CSV was written). Two spellings of one preset ("jitter", "jitter:J2",
+  // "jitter:j2") ran it twice as well.
+  std::vector<std::string> presets;
+  for (const std::string& w : f.workloads) {
+    presets.push_back(workload_preset(w, "--workloads").preset);
+    for (std::size_t i = 0; i + 1 < presets.size(); ++i)
+      if (presets[i] == presets.back())
+        throw InputError("--workloads: '" + w.substr(0, 40) + "' and '" +
+                         f.workloads[i].substr(0, 40) + "' are one preset (" + presets.back() +
+                         "); each value is a dimension of the grid");
+  }
   refuse_twice(f.pps, "--pp");
   refuse_twice(f.mb_factors, "--mb-factors");
   refuse_twice(f.tps, "--tp");

@@ -27,19 +27,21 @@ struct Table {
   std::vector<Row> rows;
 };
 
+// The line's cells, each without the blanks at its ends. Blanks inside stay, for the cell's
+// reader to refuse: "10 00" was read as 1000.
 std::vector<std::string> cells_of(const std::string& s) {
   std::vector<std::string> out;
-  std::string cur;
-  for (char c : s) {
-    if (c == ',') {
-      out.push_back(cur);
-      cur.clear();
-    } else if (c != '\r' && c != ' ' && c != '\t') {
-      cur += c;
-    }
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = std::min(s.find(',', start), s.size());
+    const std::size_t first = s.find_first_not_of(" \t\r", start);
+    const std::size_t last = s.find_last_not_of(" \t\r", comma == 0 ? 0 : comma - 1);
+    out.push_back(first < comma && last != std::string::npos && last >= first
+                      ? s.substr(first, last - first + 1)
+                      : std::string());
+    if (comma == s.size()) return out;
+    start = comma + 1;
   }
-  out.push_back(cur);
-  return out;
 }
 
 std::map<std::string, int> header_of(const std::vector<std::string>& cells,

@@ -85,6 +85,8 @@ bool sends_across(const WorkModel& m, const TaskId& t, const std::string& where)
 struct Spans {
   std::vector<double> start, end;
   std::vector<char> measured;  // the message's latency came from the trace
+  // The end of the W folded into the slot's B (NaN: none), on the B's clock: the step spans it.
+  std::vector<double> folded_end;
   double first = std::numeric_limits<double>::infinity(), last = -first;
 };
 
@@ -96,6 +98,7 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
   sp.start.assign(slots, 0);
   sp.end.assign(slots, 0);
   sp.measured.assign(slots, 0);
+  sp.folded_end.assign(slots, std::numeric_limits<double>::quiet_NaN());
   // W times folded into their B (sim/fold_w.hpp): the B's end stays where it was, when the B
   // sent its gradient.
   FoldedW folded_w(slots);
@@ -115,7 +118,14 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
                        " (a trace of several steps needs --step)");
     const std::string what = where + ": duration";
     into = duration_ns(e.dur_us, what.c_str());
-    if (fold) continue;
+    // A folded W still ran within the step: the measured step spans it (a zb trace ends on W
+    // tasks, and the step read without them was shorter than the one recorded).
+    sp.first = std::min(sp.first, e.start_us);
+    sp.last = std::max(sp.last, e.start_us + e.dur_us);
+    if (fold) {
+      sp.folded_end[at] = e.start_us + e.dur_us;
+      continue;
+    }
     if (e.send_us >= 0 && sends_across(m, e.task, where)) {
       const std::string send = where + ": send_us";
       r.message_ns[at] = duration_ns(e.send_us, send.c_str());
@@ -123,8 +133,6 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
     }
     sp.start[at] = e.start_us;
     sp.end[at] = e.start_us + e.dur_us;
-    sp.first = std::min(sp.first, e.start_us);
-    sp.last = std::max(sp.last, sp.end[at]);
   }
   const std::string missing = missing_per_stage(r, m, tp);
   if (!missing.empty())
@@ -249,9 +257,14 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   Spans sp = read_tasks(tl, m, tp, in_run, r);
   std::vector<TimelineRecv> recvs = tl.recvs;
   if (!tl.clocks_aligned) {
+    const std::vector<double> unaligned = sp.start;
     align_clocks(m, tp, sp.start, sp.end, recvs);
     sp.first = *std::min_element(sp.start.begin(), sp.start.end());
     sp.last = *std::max_element(sp.end.begin(), sp.end.end());
+    // A folded W ran on its B's rank: its end moves by the B's shift.
+    for (size_t i = 0; i < slots; ++i)
+      if (!std::isnan(sp.folded_end[i]))
+        sp.last = std::max(sp.last, sp.folded_end[i] + sp.start[i] - unaligned[i]);
   }
   read_receives(recvs, m, tp, in_run, sp, r);
   for (char c : sp.measured)

@@ -193,7 +193,7 @@ double task_base_us(const WorkloadParams& w, const WorkModel& m, const TaskId& t
   double fwd = w.forward_us / m.vpp() * ((1 - q) * x + q * x * x);
   if (t.chunk == chunks - 1) fwd *= w.head_factor;
   if (w.vision_chunks > 0 && t.chunk < w.vision_chunks)
-    fwd += images * w.image_us / std::min(w.vision_chunks, chunks);
+    fwd += images * w.image_us / w.vision_chunks;
   double base = fwd;
   if (t.kind != Kind::F) {
     const double u = unit_open(hash_keys(seed, kRatio, t.chunk, t.mb));
@@ -226,10 +226,26 @@ double message_us(const WorkloadParams& w, double bytes, int tp, std::uint64_t s
   return lat;
 }
 
+// The fields whose range depends on the shape, which validate() cannot know.
+void check_against_shape(const WorkloadParams& w, const WorkModel& m) {
+  // A stage past P would slow nothing, silently.
+  if (w.straggler_stage >= m.pp())
+    throw InputError("workload straggler_stage: " + std::to_string(w.straggler_stage) + " for " +
+                     std::to_string(m.pp()) + " stages; a stage between 0 and " +
+                     std::to_string(m.pp() - 1) +
+                     ", -1 for none or -2 for one drawn from the seed");
+  // More vision chunks than the model has were capped to them, silently.
+  if (w.vision_chunks > m.chunks())
+    throw InputError("workload vision_chunks: " + std::to_string(w.vision_chunks) + " for " +
+                     std::to_string(m.chunks()) + " chunks (P x V); a count from 0 to " +
+                     std::to_string(m.chunks()));
+}
+
 }  // namespace
 
 RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed) {
   validate(w);
+  check_against_shape(w, m);
   RealizedWork r;
   r.tp = checked_tp(tp);
   r.num_tasks = m.num_tasks();
@@ -253,12 +269,6 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
     tokens[mb] = microbatch_tokens(w, seed, mb) + images[mb] * w.image_tokens;
   }
   int straggler = w.straggler_stage;
-  // validate() cannot know P; a stage past it would slow nothing, silently.
-  if (straggler >= m.pp())
-    throw InputError("workload straggler_stage: " + std::to_string(straggler) + " for " +
-                     std::to_string(m.pp()) + " stages; a stage between 0 and " +
-                     std::to_string(m.pp() - 1) +
-                     ", -1 for none or -2 for one drawn from the seed");
   if (straggler == -2) straggler = static_cast<int>(hash_keys(seed, kStragglerStage) % m.pp());
   // Every draw is a function of its keys alone, so ranges of tasks are drawn on threads of their
   // own (a quarter of a large simulation's time was these draws).

@@ -1,4 +1,5 @@
 // Workload files: JSON overrides of WorkloadParams.
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -22,12 +23,26 @@ Setter number(double WorkloadParams::*field) {
     w.*field = v.get<double>();
   };
 }
-Setter integer(int WorkloadParams::*field) {
-  return [field](WorkloadParams& w, const nlohmann::json& v, const std::string& where) {
-    if (!v.is_number_integer()) throw InputError(where + ": must be an integer, got " + brief(v));
-    const auto x = v.get<long long>();
-    if (x < -1000000 || x > 1000000) throw InputError(where + ": out of range");
-    w.*field = static_cast<int>(x);
+// The most any integer field takes (validate() checks the same ranges).
+constexpr int kMaxCountField = 1000000;
+
+// An integer field in [lo, hi] (validate()'s range for it), compared as the JSON holds it: an
+// unsigned value past INT64_MAX read as a signed one wrapped (2^64 - 1 became -1,
+// straggler_stage's "none").
+Setter integer(int WorkloadParams::*field, int lo, int hi) {
+  return [field, lo, hi](WorkloadParams& w, const nlohmann::json& v, const std::string& where) {
+    bool in_range = false;
+    if (v.is_number_unsigned()) {
+      const auto x = v.get<std::uint64_t>();
+      in_range = x <= static_cast<std::uint64_t>(hi) && static_cast<std::int64_t>(x) >= lo;
+    } else if (v.is_number_integer()) {
+      const auto x = v.get<std::int64_t>();
+      in_range = x >= lo && x <= hi;
+    }
+    if (!in_range)
+      throw InputError(where + ": must be an integer from " + std::to_string(lo) + " to " +
+                       std::to_string(hi) + ", got " + brief(v));
+    w.*field = static_cast<int>(v.get<std::int64_t>());
   };
 }
 Setter boolean(bool WorkloadParams::*field) {
@@ -59,16 +74,16 @@ const std::map<std::string, Setter>& setters() {
       {"quadratic_share", number(&W::quadratic_share)},
       {"images_scale", number(&W::images_scale)},
       {"images_alpha", number(&W::images_alpha)},
-      {"images_max", integer(&W::images_max)},
+      {"images_max", integer(&W::images_max, 0, kMaxCountField)},
       {"image_us", number(&W::image_us)},
       {"image_tokens", number(&W::image_tokens)},
-      {"vision_chunks", integer(&W::vision_chunks)},
+      {"vision_chunks", integer(&W::vision_chunks, 0, kMaxCountField)},
       {"jitter_p", jitter(&JitterLevel::p)},
       {"jitter_floor_us", jitter(&JitterLevel::floor_us)},
       {"jitter_alpha", jitter(&JitterLevel::alpha)},
-      {"straggler_stage", integer(&W::straggler_stage)},
+      {"straggler_stage", integer(&W::straggler_stage, -2, kMaxCountField)},
       {"straggler_factor", number(&W::straggler_factor)},
-      {"straggler_window", integer(&W::straggler_window)},
+      {"straggler_window", integer(&W::straggler_window, 1, kMaxCountField)},
       {"straggler_prob", number(&W::straggler_prob)},
       {"comm_latency_us", number(&W::comm_latency_us)},
       {"comm_bandwidth_gbps", number(&W::comm_bandwidth_gbps)},

@@ -98,13 +98,15 @@ WorkloadParams workload_preset(const std::string& name, const std::string& what)
   }
   if (name == "jitter" || name.rfind("jitter:", 0) == 0) {
     WorkloadParams w = language();
-    w.preset = name == "jitter" ? "jitter:J2" : name;
     w.tokens_sigma = 0;  // fixed inputs: the injected jitter is the only variability
     w.compute_sigma = 0;
     const std::string lvl = name == "jitter" ? "J2" : name.substr(7);
     if (lvl.size() != 2 || (lvl[0] != 'J' && lvl[0] != 'j') || lvl[1] < '0' || lvl[1] > '3')
       throw InputError(what + ": unknown jitter level '" + lvl + "' (expected J0, J1, J2 or J3)");
     w.jitter = jitter_level(lvl[1] - '0');
+    // One name per level, whatever the spelling ("jitter", "jitter:j2"): a sweep tells the
+    // same preset given twice by it.
+    w.preset = std::string("jitter:J") + lvl[1];
     return w;
   }
   if (name == "straggler") {

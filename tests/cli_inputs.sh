@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Inputs read as written, or refused in one line (docs/reliability.md): each check says what was
+# misread, taken and ignored, clobbered, hung or read before its size was checked.
+# Usage: cli_inputs.sh PATH/TO/rrfp [ON|OFF: whether the build has LibTorch]
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/cli_check.sh"
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+cd "$tmp" || exit 1
+header() { "$rrfp" "$@" 2>&1 | head -1; }
+"$rrfp" simulate --pp 3 -m 6 --hint zb-h1 --policy fixed --workload uniform --trace zb.json \
+  >/dev/null || fail "simulate --trace zb.json"
+echo '{"preset":"uniform","forward_us":5000}' >wf.json
+
+# A zb trace ends on W tasks: with the backward whole they fold into their B, and the measured
+# step still ends at the last W (it read 12.00 ms of a 14.00 ms step).
+auto=$("$rrfp" predict zb.json | grep '^measured step')
+off=$("$rrfp" predict zb.json --split-backward off | grep '^measured step')
+[ -n "$auto" ] && [ "$auto" = "$off" ] || fail "predict --split-backward off: '$off', auto: '$auto'"
+
+# Workload integers are read as the JSON holds them: 2^64 - 1 wrapped to -1 (no straggler).
+printf '{"preset":"uniform","straggler_stage":18446744073709551615}' >w.json
+check 'w.json: field "straggler_stage": must be an integer from -2 to 1000000, got 18446744073709551615' \
+  simulate --pp 4 -m 8 --workload-file w.json
+printf '{"preset":"uniform","straggler_window":0}' >w0.json
+check 'field "straggler_window": must be an integer from 1 to 1000000, got 0' \
+  simulate --pp 4 -m 8 --workload-file w0.json
+# More vision chunks than P x V were capped to them.
+printf '{"preset":"multimodal","vision_chunks":5}' >v.json
+check "workload vision_chunks: 5 for 4 chunks (P x V); a count from 0 to 4" \
+  simulate --pp 2 --vpp 2 -m 4 --workload-file v.json --hint bf
+# A replay CSV keeps its cells' inner blanks: "10 00" was read as 1000.
+printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F, 10 00\n0,0,0,B,1000 \n' >sp.csv
+check "sp.csv:2: column duration_us: '10 00' is not a number" \
+  simulate --replay sp.csv --pp 1 -m 1 --hint 1f1b --policy fixed --split-backward off
+# One preset under two names ran twice in a sweep.
+check "--workloads: 'jitter:j2' and 'jitter' are one preset (jitter:J2)" \
+  sweep --pp 2 --mb-factors 1 --seeds 1 --workloads jitter,jitter:j2
+
+echo "cli inputs checks: $fails failed"
+[ "$fails" -eq 0 ]
