@@ -36,5 +36,25 @@ check "sp.csv:2: column duration_us: '10 00' is not a number" \
 check "--workloads: 'jitter:j2' and 'jitter' are one preset (jitter:J2)" \
   sweep --pp 2 --mb-factors 1 --seeds 1 --workloads jitter,jitter:j2
 
+# A FIFO as --hint hung in open() (and train ignored the first SIGTERM there): refused at once.
+mkfifo fifo.txt
+for c in "simulate --pp 2 -m 2 --hint fifo.txt" "schedule show --hint fifo.txt" \
+         "schedule check fifo.txt" "run --pp 2 -m 2 --hint fifo.txt"; do
+  # shellcheck disable=SC2086
+  timeout -k 5 10 "$rrfp" $c >/dev/null 2>e.txt; rc=$?
+  [ "$rc" -eq 2 ] && grep -q "'fifo.txt' is not a regular file" e.txt || fail "rrfp $c: rc=$rc $(cat e.txt)"
+done
+if [ "$trains" = ON ]; then
+  timeout -k 5 10 "$rrfp" train --hint fifo.txt --steps 1 --out t >/dev/null 2>e.txt; rc=$?
+  [ "$rc" -eq 2 ] && grep -q "'fifo.txt' is not a regular file" e.txt || fail "train --hint FIFO: rc=$rc"
+fi
+# The split a hint declares is found wherever it is: after 64 KiB of comments it was not, and
+# the hint was refused for a split the user never chose.
+"$rrfp" schedule show --pp 2 -m 3 --hint zb-h1 --out z.txt >/dev/null || fail "schedule show z.txt"
+{ for i in $(seq 1 1300); do echo "# comment line $i padding padding padding padding padding"; done
+  cat z.txt; } >late.txt
+"$rrfp" schedule check --pp 2 -m 3 late.txt 2>&1 | grep -q "(split backward)" ||
+  fail "a split header after 64 KiB of comments: $("$rrfp" schedule check --pp 2 -m 3 late.txt 2>&1)"
+
 echo "cli inputs checks: $fails failed"
 [ "$fails" -eq 0 ]

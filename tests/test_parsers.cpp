@@ -286,6 +286,34 @@ TEST(HintFile, SplitIsReadFromTheHeaderAsTheParserReadsIt) {
   EXPECT_FALSE(hint_file_declares_split(path));
 }
 
+// ...wherever in the file it is: past 64 KiB of comments, or a JSON "split_backward" after a
+// long "stages", was not read, and the hint was refused for a split the user never chose. A
+// "split_backward" inside the stages is no key; a FIFO declares nothing, and is not waited on
+// (its open hung).
+TEST(HintFile, SplitIsReadFromTheWholeFile) {
+  WorkModel m(config(2, 4, 1, true));
+  const std::string path = ::testing::TempDir() + "rrfp-split-late.txt";
+  std::ofstream(path) << std::string(70000, '#') << "\n"
+                      << write_hint_text(make_hint("zb-h1", m).list(), m);
+  EXPECT_TRUE(hint_file_declares_split(path));
+  nlohmann::json j = nlohmann::json::parse(write_hint_json(make_hint("zb-h1", m).list(), m));
+  const bool split = j["split_backward"];
+  j.erase("split_backward");
+  std::string late = j.dump();
+  late.insert(late.size() - 1,
+              std::string(70000, ' ') + ",\"split_backward\": " + (split ? "true" : "false"));
+  std::ofstream(path, std::ios::trunc) << late;
+  EXPECT_TRUE(hint_file_declares_split(path));
+  std::ofstream(path, std::ios::trunc)
+      << R"({"stages": [["split_backward", {"split_backward": true}]], "split_backward": false})";
+  EXPECT_FALSE(hint_file_declares_split(path));
+  const std::string fifo = ::testing::TempDir() + "rrfp-split-fifo.txt";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_FALSE(hint_file_declares_split(fifo));
+  ::unlink(fifo.c_str());
+}
+
 // Mutates valid inputs (mutate.hpp) and feeds them to every parser: each must either accept or
 // throw InputError, never crash or throw anything else.
 TEST(Fuzz, ParsersSurviveThousandsOfMutatedInputs) {

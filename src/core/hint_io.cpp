@@ -1,6 +1,5 @@
 #include "core/hint_io.hpp"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -228,29 +227,115 @@ ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string
   return parse_hint_text(text, m, origin);
 }
 
+namespace {
+
+// The split a hint file declares, found as the parsers read it, from its pieces in order: the
+// file is scanned whole (its header need not come first: 64 KiB of comments, or a JSON
+// "stages" before "split_backward", hid it) without being held. JSON: the top-level key
+// "split_backward" and its value; text: the first header line's split field.
+class SplitScan {
+ public:
+  // Takes the next piece; false once the answer is known.
+  bool take(std::string_view piece) {
+    for (const char c : piece)
+      if (!(format_ == Format::Json ? json_char(c) : text_char(c))) return false;
+    return true;
+  }
+  // The answer, after the last piece.
+  bool declared() {
+    if (format_ == Format::Text && !done_) text_char('\n');  // a last line without its newline
+    return declared_;
+  }
+
+ private:
+  static bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+  // JSON: strings are skipped but at depth 1, where a key followed by ':' is read.
+  bool json_char(char c) {
+    if (in_string_) {
+      if (escaped_)
+        escaped_ = false;
+      else if (c == '\\')
+        escaped_ = true;
+      else if (c == '"') {
+        in_string_ = false;
+        key_next_ = depth_ == 1 && string_ == "split_backward";
+        return true;
+      }
+      if (string_.size() <= 16) string_ += c;
+      return true;
+    }
+    if (blank(c)) return true;
+    if (value_next_) {
+      declared_ = c == 't';  // true; a value of another type the parser refuses
+      done_ = true;
+      return false;
+    }
+    if (key_next_ && c == ':') {
+      value_next_ = true;
+      return true;
+    }
+    key_next_ = false;
+    if (c == '"') {
+      in_string_ = true;
+      string_.clear();
+    } else if (c == '{' || c == '[') {
+      ++depth_;
+    } else if (c == '}' || c == ']') {
+      --depth_;
+    }
+    return true;
+  }
+
+  // Text: a line is kept only while it may be a header ("rrfp-hint" after its blanks).
+  bool text_char(char c) {
+    if (format_ == Format::Unknown) {
+      if (blank(c)) return true;
+      format_ = c == '{' ? Format::Json : Format::Text;
+      if (format_ == Format::Json) return json_char(c);
+    }
+    if (c != '\n') {
+      if (skipping_ || (line_.empty() && blank(c))) return true;
+      line_ += c;
+      static constexpr std::string_view kHeader = "rrfp-hint";
+      if (line_.size() <= kHeader.size() && line_.back() != kHeader[line_.size() - 1])
+        skipping_ = true;
+      return true;
+    }
+    const bool header = !skipping_ && content_of(line_).substr(0, 9) == "rrfp-hint";
+    if (header) {
+      std::istringstream fields{std::string(content_of(line_))};
+      for (std::string f; fields >> f;)
+        declared_ = declared_ || f == "split=1";
+      done_ = true;
+      return false;
+    }
+    line_.clear();
+    skipping_ = false;
+    return true;
+  }
+
+  enum class Format { Unknown, Json, Text } format_ = Format::Unknown;
+  bool done_ = false, declared_ = false;
+  int depth_ = 0;
+  bool in_string_ = false, escaped_ = false, key_next_ = false, value_next_ = false;
+  std::string string_;  // the string being read (its first 17 bytes)
+  std::string line_;
+  bool skipping_ = false;
+};
+
+}  // namespace
+
 bool hint_file_declares_split(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string head(64 << 10, '\0');
-  in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  head.resize(static_cast<size_t>(in.gcount()));
-  const size_t first = head.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) return false;
-  if (head[first] == '{') {
-    const size_t key = head.find("\"split_backward\"");
-    if (key == std::string::npos) return false;
-    const size_t value = head.find_first_not_of(" \t\r\n:", key + 16);
-    return value != std::string::npos && head.compare(value, 4, "true") == 0;
+  // The largest hint of any shape: read_hint_file's bound where tasks are most (W split).
+  constexpr InputKind kHintScan{"hint", 3 * 24 * kMaxChunkMicrobatches + (1u << 20), 0};
+  SplitScan scan;
+  try {
+    scan_input_file(path, kHintScan, [&](std::string_view piece) { return scan.take(piece); });
+  } catch (const InputError&) {
+    return false;  // reading the hint refuses it, in the same words
   }
-  std::istringstream lines(head);
-  for (std::string line; std::getline(lines, line);) {
-    const std::string_view content = content_of(line);
-    if (content.substr(0, 9) != "rrfp-hint") continue;
-    std::istringstream fields{std::string(content)};
-    for (std::string f; fields >> f;)
-      if (f == "split=1") return true;
-    return false;
-  }
-  return false;
+  return scan.declared();
 }
 
 ListHint read_hint_file(const std::string& path, const WorkModel& m) {

@@ -25,9 +25,11 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
 ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string& origin);
 ListHint read_hint_file(const std::string& path, const WorkModel& m);
 // Whether the hint file at `path` says it was written for the split backward: its text header's
-// `split=1`, or JSON's "split_backward": true, read from its first 64 KiB (where rrfp writes
-// them). False when it says nothing there; reading the hint checks the header in full.
-// `split_backward` auto follows it, so a plan's file replays as it was written.
+// `split=1`, or JSON's top-level "split_backward": true, wherever in the file. False when it
+// says nothing; reading the hint checks the header in full. `split_backward` auto follows it,
+// so a plan's file replays as it was written. The file is read through the checked reader
+// (core/input_file.hpp): one it refuses (missing, a FIFO or a device, never waited on)
+// declares nothing, and reading the hint refuses it.
 bool hint_file_declares_split(const std::string& path);
 
 // Rejects a hint that cannot run to completion under the fixed policy: a task missing,

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -23,13 +24,13 @@ struct Fd {
   }
 };
 
-}  // namespace
-
-std::string read_input_file(const std::string& path, const InputKind& kind) {
-  const std::string what = std::string("`") + kind.option + "`: '" + path + "'";
+// Opens `path` as read_input_file does and checks what it is: a regular file of at most the
+// kind's bytes. Returns its size.
+std::uint64_t open_checked(const std::string& path, const InputKind& kind, const std::string& what,
+                           Fd& f) {
   const std::uint64_t cap = kind.max_bytes;
   // O_NONBLOCK: opening a FIFO must not wait for a writer; the type check below refuses it.
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (f.fd < 0)
     throw InputError(what + (errno == ENOENT ? " does not exist" : " cannot be read: ") +
                      (errno == ENOENT ? "" : std::strerror(errno)));
@@ -42,18 +43,55 @@ std::string read_input_file(const std::string& path, const InputKind& kind) {
   if (size > cap)
     throw InputError(what + " has " + format_bytes(size) + "; at most " + format_bytes(cap) +
                      " is read for `" + kind.option + "`");
+  return size;
+}
+
+// Up to `n` bytes into `at`; 0 at the end of the file.
+std::size_t read_some(const Fd& f, char* at, std::size_t n, const std::string& what) {
+  for (;;) {
+    const ssize_t got = ::read(f.fd, at, n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw InputError(what + " cannot be read: " + std::strerror(errno));
+    return static_cast<std::size_t>(got);
+  }
+}
+
+std::string what_of(const std::string& path, const InputKind& kind) {
+  return std::string("`") + kind.option + "`: '" + path + "'";
+}
+
+}  // namespace
+
+std::string read_input_file(const std::string& path, const InputKind& kind) {
+  const std::string what = what_of(path, kind);
+  Fd f{-1};
+  const std::uint64_t size = open_checked(path, kind, what, f);
   std::string out(size, '\0');
   std::size_t got = 0;
   while (got < size) {
-    const ssize_t n = ::read(f.fd, out.data() + got, size - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw InputError(what + " cannot be read: " + std::strerror(errno));
+    const std::size_t n = read_some(f, out.data() + got, size - got, what);
     if (n == 0) break;  // shrank meanwhile: take what is there
-    got += static_cast<std::size_t>(n);
+    got += n;
   }
   out.resize(got);
   check_line_lengths(out, kind, path);
   return out;
+}
+
+void scan_input_file(const std::string& path, const InputKind& kind,
+                     const std::function<bool(std::string_view)>& take) {
+  const std::string what = what_of(path, kind);
+  Fd f{-1};
+  std::uint64_t left = open_checked(path, kind, what, f);
+  std::string piece(std::min<std::uint64_t>(left, kScanPiece), '\0');
+  while (left > 0) {
+    const std::size_t n =
+        read_some(f, piece.data(),
+                  static_cast<std::size_t>(std::min<std::uint64_t>(left, piece.size())), what);
+    if (n == 0) return;  // shrank meanwhile
+    left -= n;
+    if (!take(std::string_view(piece.data(), n))) return;
+  }
 }
 
 void check_line_lengths(std::string_view text, const InputKind& kind, const std::string& path) {

@@ -3,6 +3,7 @@
 // it is, so that no input is read without a size and type bound (docs/reliability.md).
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -26,6 +27,16 @@ inline constexpr InputKind kReplayTrace{"replay", 256ull << 20, 0};  // JSON: on
 // a line longer than the kind allows. Kinds whose size depends on the run (hints, checkpoints)
 // are built by their readers from it.
 std::string read_input_file(const std::string& path, const InputKind& kind);
+
+// The pieces a scan hands on at a time: what it holds of the file.
+inline constexpr std::size_t kScanPiece = 64u << 10;
+
+// The file as read_input_file checks it (missing, not a regular file, larger than the kind
+// allows: the same InputError, and a FIFO never opened in a way that blocks), handed to `take`
+// in pieces of at most kScanPiece bytes in order, for a reader that needs only a little of a
+// large file but must see all of it. Stops when `take` returns false. Lines are not checked.
+void scan_input_file(const std::string& path, const InputKind& kind,
+                     const std::function<bool(std::string_view)>& take);
 
 // The line check of read_input_file alone (a reader that learns the format from the text):
 // throws the same InputError when a line of `text` is longer than `kind.max_line` (0: none).
