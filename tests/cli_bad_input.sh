@@ -187,7 +187,7 @@ check "--limit: must be at least 1" plan --limit -2
 check "--search-seed: must be a whole number from 0 to 18446744073709551615, got 18446744073709551616" plan --search-seed 18446744073709551616
 check "--search-seed: must be a whole number from 0 to 18446744073709551615, got 99999999999999999999999" plan --search-seed 99999999999999999999999
 check "--max-evaluations: must be a whole number from 0 to 1000000000000, got 99999999999999999999" plan --max-evaluations 99999999999999999999
-check "--exact-nodes: must be a whole number from 0 to 1000000000000, got 0x10" plan --exact-nodes 0x10
+check "--exact-nodes: '0x10' is not a whole number in decimal digits (hexadecimal is not read" plan --exact-nodes 0x10
 plan_flags=(--pp 3 -m 6 --workload multimodal --seed 4 --split-backward on)
 "$rrfp" plan "${plan_flags[@]}" --max-evaluations 400 --exact off --out "$tmp/plan.json" --json - \
   >"$tmp/plan.out" 2>/dev/null || { echo "FAIL: plan"; fails=$((fails + 1)); }

@@ -29,7 +29,8 @@ for i in $(seq 1 40); do
 done
 # Flags fuzzed: random flags of simulate, schedule show and train with hostile values (huge,
 # negative, non-finite, empty, binary). Every run ends by itself with 0 or 2 within its time
-# limit, never with a signal or a hang. Seeded: the same 90 runs every time.
+# limit, never with a signal or a hang; one given 0x10 with 2, as no flag reads hexadecimal
+# (an integer flag read it as 16, and a leading 0 as octal). Seeded: the same 90 runs every time.
 values=(-1 0 1 3 -0 1e308 -1e308 nan inf -inf 2147483648 -2147483649 99999999999999999999999 ""
         abc 0x10 1.5 " " "$(printf '\x01\xff')" "$(head -c 300 /dev/zero | tr '\0' 9)")
 sim_flags=(--pp --vpp -m --limit --max-pending-w --tp --seed --workload --hint --policy --comm
@@ -37,7 +38,7 @@ sim_flags=(--pp --vpp -m --limit --max-pending-w --tp --seed --workload --hint -
 train_flags=(--lr --clip --weight-decay --warmup --steps --d-model --heads --layers --max-seq
              --min-len --max-len --max-images --eval-every --eval-batches --timeout --seed --dp)
 RANDOM=7
-fuzzed=0
+fuzzed=0 hexed=0
 for i in $(seq 1 90); do
   case $((i % 3)) in
     0) args=(simulate --pp 2 -m 4) flags=("${sim_flags[@]}") ;;
@@ -53,9 +54,12 @@ for i in $(seq 1 90); do
     echo "FAIL: rrfp ${args[*]} -> rc=$rc: $(head -c 300 "$tmp/fz.err")"; fails=$((fails + 1))
   elif [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/fz.err")" -ne 1 ]; then
     echo "FAIL: rrfp ${args[*]} -> $(wc -l <"$tmp/fz.err") stderr lines"; fails=$((fails + 1))
+  elif [ "$rc" -eq 0 ] && [[ " ${args[*]} " == *" 0x10 "* ]]; then
+    echo "FAIL: rrfp ${args[*]} -> exit 0: a flag read 0x10"; fails=$((fails + 1))
   fi
+  [[ " ${args[*]} " == *" 0x10 "* ]] && hexed=$((hexed + 1))
 done
-echo "fuzzed flags: $fuzzed runs"
+echo "fuzzed flags: $fuzzed runs, $hexed given 0x10"
 # Output paths fuzzed: every option that writes a file, given hostile paths (a FIFO with no
 # reader, a directory, a full device, a missing folder, a name over NAME_MAX, a newline, an
 # empty name, a path through a file, /proc). Every run ends by itself within 20 s with 0, 1 or

@@ -11,6 +11,18 @@ header() { "$rrfp" "$@" 2>&1 | head -1; }
   >/dev/null || fail "simulate --trace zb.json"
 echo '{"preset":"uniform","forward_us":5000}' >wf.json
 
+# Number flags are decimal: a leading 0 read octal (-m 010 ran M=8, 08 was refused), 0x hex.
+[[ "$(header simulate --pp 2 -m 010 --hint 1f1b --policy fixed)" == *" M=10 "* ]] ||
+  fail "-m 010 is not M=10"
+[[ "$(header simulate --pp 2 -m 08 --hint 1f1b --policy fixed)" == *" M=8 "* ]] ||
+  fail "-m 08 is not M=8"
+check "--microbatches: '0x10' is not a whole number in decimal digits (hexadecimal is not read; \`rrfp simulate --help\` gives its range)" \
+  simulate --pp 2 -m 0x10
+check "--pp: '0X2' is not a whole number in decimal digits" schedule show --pp 0X2
+check "--seed: '0x10' is not a whole number in decimal digits" simulate --seed 0x10
+check "--budget: '0x10' is not a number in decimal digits" plan --budget 0x10
+check "--step: zb.json has no step 10" predict zb.json --step 010
+
 # A zb trace ends on W tasks: with the backward whole they fold into their B, and the measured
 # step still ends at the last W (it read 12.00 ms of a 14.00 ms step).
 auto=$("$rrfp" predict zb.json | grep '^measured step')

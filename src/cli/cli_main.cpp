@@ -84,6 +84,7 @@ int cli_main(int argc, char** argv) {
   setup_plan(app);
   setup_predict(app);
   setup_calibrate(app);
+  read_numbers_in_decimal(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

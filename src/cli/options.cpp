@@ -74,6 +74,53 @@ CLI::Validator whole_number(std::uint64_t max, const std::string& name) {
       "", name);
 }
 
+namespace {
+
+// A number option's value as decimal: CLI11 converts integers with base 0, so a leading 0 read
+// octal ("-m 010" ran M = 8, "08" was refused) and 0x hexadecimal, as its float conversion
+// does too ("--budget 0x10" was 16 s). Digits lose their leading zeros (and the blanks before
+// them, which the conversion skipped); a hexadecimal value is refused as not `noun` ("a whole
+// number"); anything else is left to the conversion and the checks, which refuse it in their
+// words. `command` ("rrfp simulate") names the help that gives the option's range.
+CLI::Validator decimal_digits(const std::string& command, const std::string& noun) {
+  return CLI::Validator(
+      [command, noun](std::string& s) {
+        const std::size_t begin = std::min(s.find_first_not_of(" \t\n\v\f\r"), s.size());
+        const std::size_t digits =
+            begin < s.size() && (s[begin] == '+' || s[begin] == '-') ? begin + 1 : begin;
+        const std::string_view rest = std::string_view(s).substr(digits);
+        if (rest.size() >= 2 && rest[0] == '0' && (rest[1] == 'x' || rest[1] == 'X'))
+          return "'" + s.substr(0, 30) + "' is not " + noun +
+                 " in decimal digits (hexadecimal is not read; `" + command +
+                 " --help` gives its range)";
+        if (rest.empty() || rest.find_first_not_of("0123456789") != std::string_view::npos)
+          return std::string();
+        const std::size_t zeros = std::min(rest.find_first_not_of('0'), rest.size() - 1);
+        s = (s[begin] == '-' ? "-" : "") + std::string(rest.substr(zeros));
+        return std::string();
+      },
+      "", "decimal");
+}
+
+void read_in_decimal(CLI::App& app, const std::string& command) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    const std::string base = type.substr(0, type.find(':'));
+    if (base == "INT" || base == "UINT")
+      opt->transform(decimal_digits(command, "a whole number"));
+    else if (base == "FLOAT")
+      opt->transform(decimal_digits(command, "a number"));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    read_in_decimal(*sub, command + " " + sub->get_name());
+}
+
+}  // namespace
+
+void read_numbers_in_decimal(CLI::App& app) {
+  read_in_decimal(app, "rrfp");
+}
+
 CLI::Validator seed_value() {
   return whole_number(std::numeric_limits<std::uint64_t>::max(), "a 64-bit seed");
 }
