@@ -48,6 +48,24 @@ check "sp.csv:2: column duration_us: '10 00' is not a number" \
 check "--workloads: 'jitter:j2' and 'jitter' are one preset (jitter:J2)" \
   sweep --pp 2 --mb-factors 1 --seeds 1 --workloads jitter,jitter:j2
 
+# One file given to two outputs, or an output that is an input: all were reported written and
+# only the last was there (predict t.json --json t.json replaced the trace).
+check "--trace: 'o.json' is also given to --json; give each output a file of its own" \
+  simulate --pp 2 -m 4 --json o.json --trace o.json
+check "--svg: './o.json' is also given to --json" simulate --pp 2 -m 4 --json o.json --svg ./o.json
+check "--json: 'p.json' is also given to --out" plan --pp 2 -m 3 --max-evaluations 5 --out p.json --json p.json
+check "--md: 's' is also given to --csv" sweep --pp 2 --mb-factors 1 --seeds 1 --csv s --md s
+[ -e o.json ] || [ -e p.json ] || [ -e s ] && fail "a refused output was written"
+cp zb.json zb.keep && ln zb.json zb-link.json
+check "--json: 'zb.json' is also the input TRACE" predict zb.json --json zb.json
+check "--json: 'zb-link.json' is also the input TRACE" predict zb.json --json zb-link.json
+cmp -s zb.json zb.keep || fail "predict replaced its input trace"
+"$rrfp" schedule show --pp 2 -m 3 --out h.txt >/dev/null || fail "schedule show --out h.txt"
+check "--trace: 'h.txt' is also the input --hint" simulate --pp 2 -m 3 --hint h.txt --trace h.txt
+check "--json: 'wf.json' is also the input --workload-file" simulate --pp 2 -m 3 --workload-file wf.json --json wf.json
+"$rrfp" simulate --pp 2 -m 4 --json /dev/null --trace /dev/null >/dev/null ||
+  fail "two outputs to /dev/null (a device, no file) were refused"
+
 # A FIFO as --hint hung in open() (and train ignored the first SIGTERM there): refused at once.
 mkfifo fifo.txt
 for c in "simulate --pp 2 -m 2 --hint fifo.txt" "schedule show --hint fifo.txt" \
@@ -67,6 +85,15 @@ fi
   cat z.txt; } >late.txt
 "$rrfp" schedule check --pp 2 -m 3 late.txt 2>&1 | grep -q "(split backward)" ||
   fail "a split header after 64 KiB of comments: $("$rrfp" schedule check --pp 2 -m 3 late.txt 2>&1)"
+
+# A path that is not UTF-8 reaches the JSON reports: they are written (nlohmann's strict dump
+# threw "internal error" after all the work).
+h=$(printf 'h\xff.txt')
+cp h.txt "$h"
+"$rrfp" simulate --pp 2 -m 3 --hint "./$h" --policy fixed --trace x.json --json x2.json >/dev/null ||
+  fail "simulate with a non-UTF-8 hint path and --trace/--json"
+/usr/bin/python3 -c 'import json, sys; [json.load(open(p)) for p in sys.argv[1:]]' x.json x2.json ||
+  fail "the reports of a non-UTF-8 path are not JSON"
 
 echo "cli inputs checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -34,9 +34,17 @@ CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f) {
   return comm;
 }
 
+void check_experiment_files(const ExperimentFlags& f, const std::string& calibration) {
+  check_outputs({{f.json, "--json"}, {f.trace, "--trace"}, {f.svg, "--svg"}},
+                {{hint_file(f.dispatch.hint), "--hint"},
+                 {f.load.workload_file, "--workload-file"},
+                 {f.load.replay, "--replay"},
+                 {calibration, "--calibration"}});
+}
+
 Scenario make_scenario(const ExperimentFlags& f) {
   // Before the work: a mistyped folder used to cost every run, and then the table too.
-  check_outputs({{f.json, "--json"}, {f.trace, "--trace"}, {f.svg, "--svg"}});
+  check_experiment_files(f);
   Scenario sc = make_scenario(f.shape, f.load, f.dispatch);
   // Only a timeline reads the tasks and spans: the tables come from each rank's totals.
   sc.record = draws_timeline(f);
@@ -170,11 +178,7 @@ void write_reports(const ExperimentFlags& f, const ReportHeader& h,
   if (!f.json.empty()) {
     nlohmann::json j = to_json(h, runs);
     if (extra.is_object()) j.update(extra);
-    const std::string text = j.dump(2) + "\n";
-    if (f.json == "-")
-      std::cout << text;
-    else
-      write_text_file(f.json, text, "--json");
+    write_json_report(f.json, j);
   }
   // When stdout carries the JSON, every line for people goes to stderr.
   std::ostream& human = f.json == "-" ? std::cerr : std::cout;

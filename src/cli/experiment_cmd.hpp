@@ -24,6 +24,10 @@ CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f);
 inline bool draws_timeline(const ExperimentFlags& f) {
   return !f.trace.empty() || !f.svg.empty();
 }
+// Refuses (InputError) outputs that cannot be written, two given one file, and one that is an
+// input (the hint file, the workload file, the replay, run's --calibration `calibration`).
+void check_experiment_files(const ExperimentFlags& f, const std::string& calibration = "");
+// The scenario of the flags, after check_experiment_files.
 Scenario make_scenario(const ExperimentFlags& f);
 // The scenario of a shape, a workload and the execution flags (`plan` has no other flags).
 Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,

@@ -4,11 +4,13 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "core/hint.hpp"
 #include "core/output_file.hpp"
 
 namespace rrfp {
@@ -278,7 +280,42 @@ WorkloadParams load_workload(const WorkloadFlags& f) {
   return workload_preset(f.workload);
 }
 
-void check_outputs(std::initializer_list<std::pair<const std::string&, const char*>> outputs) {
+namespace {
+
+// Whether `a` and `b` name one file: the same inode where both exist (a hard link, a symbolic
+// link, another spelling), else the same path once made absolute and normal. A character
+// device (/dev/null) is no file two outputs could clobber.
+bool same_output(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status sa = fs::status(a, ec), sb = fs::status(b, ec);
+  if (fs::is_character_file(sa) || fs::is_character_file(sb)) return false;
+  if (fs::exists(sa) && fs::exists(sb)) return fs::equivalent(a, b, ec) && !ec;
+  // Absolute first: of a relative path none of whose parts exists, weakly_canonical keeps it
+  // relative ("out" stayed "out", "./out" became the folder's "out").
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a, ec), ec);
+  if (ec) return a == b;
+  const fs::path cb = fs::weakly_canonical(fs::absolute(b, ec), ec);
+  return ec ? a == b : ca == cb;
+}
+
+// Whether output `out` is the existing file `in`: writing it would replace the input (an input
+// that does not exist is refused by its reader before anything is written).
+bool overwrites_input(const std::string& out, const std::string& in) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  return fs::is_regular_file(in, ec) && fs::exists(out, ec) && fs::equivalent(out, in, ec) && !ec;
+}
+
+}  // namespace
+
+const std::string& hint_file(const std::string& hint) {
+  static const std::string none;
+  const auto& names = hint_names();
+  return std::find(names.begin(), names.end(), hint) != names.end() ? none : hint;
+}
+
+void check_outputs(NamedPaths outputs, NamedPaths inputs) {
   for (const auto& [path, flag] : outputs) {
     // Only a JSON report goes to stdout, where the human lines then leave it: another output
     // given '-' wrote a file named "-" (predict --svg, sweep --csv, plan --out...).
@@ -286,6 +323,19 @@ void check_outputs(std::initializer_list<std::pair<const std::string&, const cha
       throw InputError(std::string(flag) + ": '-' (stdout) is for --json only; give a file");
     if (!path.empty() && path != "-")
       check_output_path(path, std::string(flag) + ": '" + path + "'");
+  }
+  // Each output its own file: two given one were both reported written, and only the last
+  // was there. Nor an input's: `predict t.json --json t.json` replaced the trace it read.
+  for (auto a = outputs.begin(); a != outputs.end(); ++a) {
+    if (a->first.empty() || a->first == "-") continue;
+    for (auto b = outputs.begin(); b != a; ++b)
+      if (!b->first.empty() && b->first != "-" && same_output(a->first, b->first))
+        throw InputError(std::string(a->second) + ": '" + a->first + "' is also given to " +
+                         b->second + "; give each output a file of its own");
+    for (const auto& [in, flag] : inputs)
+      if (!in.empty() && overwrites_input(a->first, in))
+        throw InputError(std::string(a->second) + ": '" + a->first + "' is also the input " + flag +
+                         "; writing it would replace what is read, give another file");
   }
 }
 

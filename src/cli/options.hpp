@@ -72,9 +72,16 @@ struct WorkloadFlags {
   TraceOptions trace;  // how --replay reads a trace: --trace-format --step --message-us
 };
 
+// {path, flag} pairs: files a command writes or reads, each with the flag that names it.
+using NamedPaths = std::initializer_list<std::pair<const std::string&, const char*>>;
 // Refuses (InputError) each named output that could not be written, before a command's work:
-// {path, flag} pairs; an empty path (not asked for) passes, and "-" (stdout) for --json alone.
-void check_outputs(std::initializer_list<std::pair<const std::string&, const char*>> outputs);
+// an empty path (not asked for) passes, and "-" (stdout) for --json alone. Also refused: two
+// outputs naming one file, and an output naming one of the command's `inputs` (a file that
+// exists; an empty path passes).
+void check_outputs(NamedPaths outputs, NamedPaths inputs = {});
+// `hint` where it names a file, else (a built-in hint's name) an empty string: an input for
+// check_outputs.
+const std::string& hint_file(const std::string& hint);
 
 void add_shape_flags(CLI::App* app, ShapeFlags& f);
 // `policies`: the help of --policy (train takes fixed or ready; simulate and run also both).

@@ -287,11 +287,7 @@ void run_plan(const PlanFlags& f) {
   if (!f.json.empty()) {
     nlohmann::json j = plan_json(f, sc, p, run, best, bound);
     if (const int sig = stop.load()) j["plan"]["stopped_by"] = signal_name(sig);  // budget unspent
-    const std::string text = j.dump(2) + "\n";
-    if (f.json == "-")
-      std::cout << text;
-    else
-      write_text_file(f.json, text, "--json");
+    write_json_report(f.json, j);
   }
   if (const int sig = stop.load()) {
     print_line("rrfp plan: stopped by " + signal_name(sig) +
@@ -334,7 +330,8 @@ void setup_plan(CLI::App& app) {
   sub->add_option("--out", f->out, "write the best order as a hint file (.json or text)");
   sub->add_option("--json", f->json, "write the report as JSON to FILE ('-': stdout)");
   sub->callback([f] {
-    check_outputs({{f->out, "--out"}, {f->json, "--json"}});  // before the search
+    check_outputs({{f->out, "--out"}, {f->json, "--json"}},  // before the search
+                  {{f->load.replay, "--replay"}, {f->load.workload_file, "--workload-file"}});
     run_plan(*f);
   });
 }

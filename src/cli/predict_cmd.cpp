@@ -94,13 +94,7 @@ void run_predict(PredictFlags f) {
     h.source = "measured vs predicted";
     write_svg(f.svg, h, {p.measured, p.replayed, p.best()});
   }
-  if (!f.json.empty()) {
-    const std::string text = prediction_json(p, f.path).dump(2) + "\n";
-    if (f.json == "-")
-      std::cout << text;
-    else
-      write_text_file(f.json, text, "--json");
-  }
+  if (!f.json.empty()) write_json_report(f.json, prediction_json(p, f.path));
   std::ostream& human = f.json == "-" ? std::cerr : std::cout;
   if (f.json != "-") human << format_prediction(p, f.path);
   if (!f.svg.empty()) human << "timeline (measured, twin, best): " << f.svg << "\n";
@@ -149,7 +143,7 @@ void setup_predict(CLI::App& app) {
   sub->add_option("--svg", f->svg, "write measured, twin and best predicted timelines to FILE");
   sub->callback([f, tp] {
     f->tp_given = tp->count() > 0;
-    check_outputs({{f->json, "--json"}, {f->svg, "--svg"}});
+    check_outputs({{f->json, "--json"}, {f->svg, "--svg"}}, {{f->path, "TRACE"}});
     run_predict(*f);
   });
 }

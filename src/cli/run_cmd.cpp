@@ -67,6 +67,7 @@ void setup_run(CLI::App& app) {
       throw InputError(
           "--calibration: only with --transport mpi (in one process messages "
           "follow the workload's model)");
+    check_experiment_files(f->exp, f->calibration == "baseline" ? "" : f->calibration);
     if (f->rendezvous != "offer" && f->rendezvous != "pull")
       throw InputError("--rendezvous: expected offer or pull, got '" + f->rendezvous + "'");
     if (f->rendezvous == "pull" && !mpi)

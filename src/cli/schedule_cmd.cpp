@@ -67,7 +67,7 @@ WorkModel model_for(const ScheduleFlags& f, const std::string& hint) {
 
 void show(const ScheduleFlags& f) {
   // Before the diagram: a bad --out printed the whole diagram, then exited 2.
-  check_outputs({{f.out, "--out"}});
+  check_outputs({{f.out, "--out"}}, {{hint_file(f.hint), "--hint"}});
   WorkModel m = model_for(f, f.hint);
   check_fits("schedule show: " + fmt("%.1fM", m.num_tasks() / 1e6) + " tasks",
              static_cast<double>(m.num_tasks()), kScheduleCost, "--pp or --microbatches");

@@ -71,6 +71,10 @@ nlohmann::json parse_scanned_json(std::string_view text, const std::string& orig
   }
 }
 
+std::string json_text(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string brief(const nlohmann::json& v) {
   if (v.is_array()) return "an array of " + std::to_string(v.size());
   if (v.is_object()) return "an object of " + std::to_string(v.size()) + " fields";

@@ -1,6 +1,6 @@
 #pragma once
 // JSON from users (workload files, JSON hints, checkpoint headers): bounded before it is parsed,
-// and never dumped whole into a message.
+// and never dumped whole into a message; and the text of the JSON rrfp writes for them.
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -21,6 +21,12 @@ nlohmann::json parse_json(std::string_view text, const std::string& origin);
 // parses a text json_parse_bytes accepted, refusing syntax errors and repeated keys.
 double json_parse_bytes(std::string_view text, const std::string& origin);
 nlohmann::json parse_scanned_json(std::string_view text, const std::string& origin);
+
+// The text of a report or trace rrfp writes (`indent` as nlohmann's dump; -1: one line). A
+// string that is not UTF-8, such as a path with another encoding's byte (legal on Linux), is
+// written with U+FFFD in its place: the strict dump threw after all the work, and nothing was
+// written.
+std::string json_text(const nlohmann::json& j, int indent = -1);
 
 // A value as a message may show it: scalars as themselves (strings cut at 40 characters),
 // arrays and objects by their size only.

@@ -41,6 +41,9 @@ void write_svg(const std::string& path, const ReportHeader& h, const std::vector
 std::string svg_timeline(const ReportHeader& h, const std::vector<ReportRun>& runs);
 
 void write_text_file(const std::string& path, const std::string& text, const char* flag);
+// A JSON report to --json's `path`, "-" for stdout, as json_text writes it (indented by 2): one
+// place, so that every report takes a path that is not UTF-8 (core/json_input.hpp).
+void write_json_report(const std::string& path, const nlohmann::json& j);
 
 struct PlotSeries {
   std::string name, colour;

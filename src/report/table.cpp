@@ -1,7 +1,9 @@
 #include <algorithm>
 #include <cstdio>
+#include <iostream>
 
 #include "core/error.hpp"
+#include "core/json_input.hpp"
 #include "core/output_file.hpp"
 #include "report/report.hpp"
 
@@ -26,6 +28,14 @@ std::string lpad(std::string s, size_t w) {
 void write_text_file(const std::string& path, const std::string& text, const char* flag) {
   // Whole or not at all: a failed write once left a cut file in place of the old one.
   replace_file(path, text, std::string(flag) + ": '" + path + "'");
+}
+
+void write_json_report(const std::string& path, const nlohmann::json& j) {
+  const std::string text = json_text(j, 2) + "\n";
+  if (path == "-")
+    std::cout << text;
+  else
+    write_text_file(path, text, "--json");
 }
 
 std::string peak_d_column(const std::vector<int>& peaks) {

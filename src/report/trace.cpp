@@ -1,4 +1,5 @@
 // Chrome trace (JSON array format): one process per run and stage, one thread per TP rank.
+#include "core/json_input.hpp"
 #include "report/report.hpp"
 
 namespace rrfp {
@@ -26,7 +27,7 @@ void write_chrome_trace(const std::string& path, const std::vector<ReportRun>& r
   auto add = [&](const nlohmann::json& event) {
     if (!first) text += ',';
     first = false;
-    text += event.dump();
+    text += json_text(event);
   };
   for (size_t i = 0; i < runs.size(); ++i) {
     const auto& r = runs[i];
