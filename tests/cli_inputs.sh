@@ -40,6 +40,9 @@ check 'field "straggler_window": must be an integer from 1 to 1000000, got 0' \
 printf '{"preset":"multimodal","vision_chunks":5}' >v.json
 check "workload vision_chunks: 5 for 4 chunks (P x V); a count from 0 to 4" \
   simulate --pp 2 --vpp 2 -m 4 --workload-file v.json --hint bf
+# A --workload-file with --replay was taken and ignored, where --workload was refused.
+check "--workload-file: with --replay (and --tp 1) only jitter applies" \
+  simulate --pp 3 -m 6 --replay zb.json --hint zb-h1 --policy fixed --workload-file wf.json
 # A replay CSV keeps its cells' inner blanks: "10 00" was read as 1000.
 printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F, 10 00\n0,0,0,B,1000 \n' >sp.csv
 check "sp.csv:2: column duration_us: '10 00' is not a number" \

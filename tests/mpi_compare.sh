@@ -58,6 +58,15 @@ timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --rendezvous p
 grep -qE "^fixed 1f1b \(blocking\) +[0-9.]+ " "$out" || fail "no row for the pulling run"
 grep -q "^simulating .*: 30.0 us + bytes / 5.00 GB/s$" "$out" ||
   fail "the pulling run is not simulated with the file's model and its bytes after the acceptance"
+# A calibration measured on another transport is refused before the run, naming both: one of
+# inproc (which moves pointers) was taken as the model of mpi's messages.
+echo '{"comm_latency_us": 30, "calibration": {"transport": "inproc"}}' >"$cal"
+timeout -k 10 60 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --calibration "$cal" \
+  --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed >"$out" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "^rrfp: error: --calibration: '$cal' was measured on the \"inproc\" transport, this run's is mpi" "$out" ||
+  fail "a calibration of inproc for a run over mpi: exit $rc"
 echo "mpi compare: the baseline fit reproduces its step; ranges printed; a calibration per" \
   "round, their mean simulated, payloads on the offers; a pulling run with spinning idle" \
-  "ranks completes, simulated with its bytes after the acceptance"
+  "ranks completes, simulated with its bytes after the acceptance; another transport's" \
+  "calibration is refused"

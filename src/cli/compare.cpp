@@ -4,7 +4,10 @@
 #include <cmath>
 
 #include "cli/options.hpp"
+#include "core/error.hpp"
 #include "core/format.hpp"
+#include "core/input_file.hpp"
+#include "core/json_input.hpp"
 #include "dist/calibrate.hpp"
 
 namespace rrfp {
@@ -28,6 +31,28 @@ std::vector<std::size_t> calibration_sizes(const Scenario& sc) {
   return sizes;
 }
 
+// A file from rrfp calibrate --out, read as a workload file but named as --calibration.
+constexpr InputKind kCalibrationFile{"calibration", kWorkloadFile.max_bytes,
+                                     kWorkloadFile.max_line};
+
+// A calibration measured on another transport models other messages (inproc moves pointers):
+// refused, where it was taken as the run's. A fragment without the record (written by hand)
+// says nothing to compare.
+void check_measured_on(const std::string& transport, const nlohmann::json& j,
+                       const std::string& path) {
+  if (!j.is_object() || !j.contains("calibration") || !j["calibration"].is_object()) return;
+  const nlohmann::json& c = j["calibration"];
+  if (!c.contains("transport")) return;
+  if (!c["transport"].is_string())
+    throw InputError("--calibration: '" + path + "': calibration.transport must be a string, got " +
+                     brief(c["transport"]));
+  const std::string measured = c["transport"].get<std::string>();
+  if (measured != transport)
+    throw InputError("--calibration: '" + path + "' was measured on the " + brief(c["transport"]) +
+                     " transport, this run's is " + transport + "; give a calibration of " +
+                     transport + " (rrfp calibrate --transport " + transport + ")");
+}
+
 std::string error_cell(double measured, double model) {
   if (!(model > 0)) return "      -";  // a modelled step of no time: no relative error
   return fmt("  %+5.1f%%", 100 * (measured - model) / model);
@@ -39,7 +64,9 @@ TransportModel transport_model(const std::string& calibration, const std::string
                                bool offer_payload, const Scenario& sc, Job& world,
                                double timeout_s) {
   if (!calibration.empty() && calibration != "baseline") {
-    const WorkloadParams w = read_workload_file(calibration, "uniform");
+    const std::string text = read_input_file(calibration, kCalibrationFile);
+    check_measured_on(transport, parse_json(text, calibration), calibration);
+    const WorkloadParams w = apply_workload_json(workload_preset("uniform"), text, calibration);
     return {{w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_links, w.comm_two_slowdown,
              w.comm_serial_receive, offer_payload, w.comm_wake_us, w.comm_wake_per_copy_us},
             calibration};
