@@ -98,5 +98,19 @@ cp h.txt "$h"
 /usr/bin/python3 -c 'import json, sys; [json.load(open(p)) for p in sys.argv[1:]]' x.json x2.json ||
   fail "the reports of a non-UTF-8 path are not JSON"
 
+# A size is checked before a trace is read at it: --replay without --step read the trace at the
+# flags' shape first (868 MB under a 300 MB limit), and predict had no estimate at all.
+(
+  export RRFP_MEMORY_LIMIT=300M
+  ulimit -v 600000  # past it the read came first: out of memory, exit 1
+  fails=0
+  check "simulate: 3 runs of 18.0M tasks: about 1.7 GB of memory" \
+    simulate --pp 3000 -m 3000 --split-backward off --replay zb.json
+  check "run: 2 runs of 18.0M tasks" run --pp 3000 -m 3000 --split-backward off --hint bf --replay zb.json
+  check "predict: 49.2M tasks at P=4096 V=1 M=6000 TP=1: about 19.7 GB of memory" \
+    predict zb.json --pp 4096 -m 6000 --split-backward off
+  exit "$fails"
+) || fails=$((fails + $?))
+
 echo "cli inputs checks: $fails failed"
 [ "$fails" -eq 0 ]

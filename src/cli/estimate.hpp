@@ -22,6 +22,10 @@ inline constexpr TaskCost kSvgCost{320, 3e-6};         // ... its records drawn 
 inline constexpr TaskCost kTraceCost{350, 8e-6};       // ... and as a Chrome trace
 inline constexpr TaskCost kScheduleCost{160, 0.8e-6};  // `schedule show`: the order and its diagram
 inline constexpr TaskCost kPlanCost{190, 1.5e-6};      // `plan`: graph, orders, per evaluation
+// `predict`, its step imported and its predictions kept (the default three hints), beside what
+// parsing the trace takes (checked as it is parsed): 332 bytes a task held after the predictions
+// between 65K and 262K tasks, with room for a simulation's own; the time between them.
+inline constexpr TaskCost kPredictCost{400, 1.2e-4};
 
 // `what` ("simulate: 4 runs of 99.9M tasks") needs `tasks` tasks at `cost`, `evaluations`
 // times over for the time. Throws InputError naming `what`, the estimate, the available memory

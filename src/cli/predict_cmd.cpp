@@ -6,8 +6,10 @@
 #include <optional>
 #include <sstream>
 
+#include "cli/estimate.hpp"
 #include "cli/options.hpp"
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "report/predict.hpp"
 
 namespace rrfp {
@@ -30,6 +32,17 @@ std::vector<std::string> split_list(const std::string& s) {
   while (std::getline(in, item, ','))
     if (!item.empty()) out.push_back(item);
   return out;
+}
+
+// Before the trace is read at the shape: `--pp 4096 -m 6000` on a trace of a few tasks took
+// 2.7 GB to find the tasks it lacked, with no estimate at all.
+void check_predict_fits(const PipelineConfig& c, int tp) {
+  const double tasks =
+      static_cast<double>(c.pp) * c.vpp * c.microbatches * (c.split_backward ? 3 : 2) * tp;
+  check_fits("predict: " + fmt("%.1fM", tasks / 1e6) + " tasks at P=" + std::to_string(c.pp) +
+                 " V=" + std::to_string(c.vpp) + " M=" + std::to_string(c.microbatches) +
+                 " TP=" + std::to_string(tp),
+             tasks, kPredictCost, "--pp, --vpp, --microbatches or --tp (the trace's by default)");
 }
 
 void run_predict(PredictFlags f) {
@@ -58,6 +71,7 @@ void run_predict(PredictFlags f) {
   if (f.pp > 0 || f.vpp > 0) c.placement = Placement::Loop;
   if (!f.placement.empty()) c.placement = parse_placement(f.placement);
   validate(c);
+  check_predict_fits(c, f.tp);
   std::optional<ImportedRun> whole_step;  // the step read with a whole backward, if it stays so
   if (f.split == "auto" && c.split_backward) {
     // W tasks somewhere in the file: the step replayed decides (the first complete, or

@@ -71,6 +71,8 @@ Scenario emulable_scenario(const ExperimentFlags& e, bool in_process) {
   Scenario sc = make_scenario(e);
   if (in_process) check_emulable(sc.workload);
   const std::vector<RunSpec> specs = plan_runs(e, sc.cfg);
+  // Before a --replay without --step is read at the flags' shape to find its step.
+  check_runs_fit("run", e, sc, specs);
   return with_replay_step(std::move(sc), specs);
 }
 
@@ -92,7 +94,6 @@ class EmulatedRuns {
         calibrate_each_round_(world && f.compare &&
                               (f.calibration.empty() || f.calibration == "baseline")),
         steps_of_(specs_.size()) {
-    check_runs_fit("run", f.exp, sc_, specs_);
     for (const RunSpec& spec : specs_)
       check_spec(sc_, spec);  // bad input fails before anything runs
     check_wall_time();

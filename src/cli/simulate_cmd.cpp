@@ -16,8 +16,10 @@ void setup_simulate(CLI::App& app) {
     exit_on_signals("simulate");
     Scenario sc = make_scenario(*f);
     const std::vector<RunSpec> specs = plan_runs(*f, sc.cfg);
+    // Before check_spec builds the hints' orders, and before a --replay without --step is
+    // read at the flags' shape to find its step (868 MB were taken before a refusal).
+    check_runs_fit("simulate", *f, sc, specs);
     sc = with_replay_step(std::move(sc), specs);
-    check_runs_fit("simulate", *f, sc, specs);  // before check_spec builds the hints' orders
     for (const RunSpec& spec : specs)
       check_spec(sc, spec);
     const std::vector<ReportRun> runs = run_scenarios(sc, specs);
