@@ -30,9 +30,10 @@ std::string format_prediction(const Prediction& p, const std::string& source) {
   std::string out =
       "rrfp predict: " + source + " (" + in.format + ", " + in.run + "): " + shape_of(p) + "\n\n";
   out += "measured step        " + lpad(fmt("%.2f", ms(p.measured.metrics.makespan)), 9) +
-         " ms  (first task's start to last task's end; " + std::to_string(in.messages_measured) +
-         " of " + std::to_string(in.messages) + " messages timed by the trace, " +
-         std::to_string(in.messages_inferred) + " seen from their consumers' starts)\n";
+         " ms  (the first start recorded, a task's or a wait's, to the last task's end; " +
+         std::to_string(in.messages_measured) + " of " + std::to_string(in.messages) +
+         " messages timed by the trace, " + std::to_string(in.messages_inferred) +
+         " seen from their consumers' starts)\n";
   out += "twin, recorded order " + lpad(fmt("%.2f", ms(p.replayed.metrics.makespan)), 9) +
          " ms  (" + fmt("%+.1f%%", 100 * p.reproduction_error()) +
          ": how well the twin reproduces the step" +

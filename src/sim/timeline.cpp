@@ -266,6 +266,10 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
       if (!std::isnan(sp.folded_end[i]))
         sp.last = std::max(sp.last, sp.folded_end[i] + sp.start[i] - unaligned[i]);
   }
+  // The step began at its first recorded wait where that came before every task: agree's
+  // first round, which the twin replays (the measured step left it out, and an exact replay
+  // read +3.6%). Waits are rrfp's own spans, on one clock.
+  if (tl.clocks_aligned) sp.first = std::min(sp.first, tl.first_wait_us);
   read_receives(recvs, m, tp, in_run, sp, r);
   for (char c : sp.measured)
     out.messages_measured += c;

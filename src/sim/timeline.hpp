@@ -4,6 +4,7 @@
 // and the step's measured length. The trace importers (sim/trace_import.hpp) fill a Timeline;
 // build_run checks it against the run's shape.
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -42,15 +43,21 @@ struct Timeline {
   // The shortest of its "blocked: tp coordination" spans (rrfp's own, agree: a rank's round of
   // proposals), -1: none recorded.
   double coordination_us = -1;
+  // The earliest start of its recorded waits (rrfp's own "blocked: ..." spans: coordination,
+  // send, collective), +inf: none. Agree's first round runs before any task starts: the step
+  // began there, and the twin replays it.
+  double first_wait_us = std::numeric_limits<double>::infinity();
   std::vector<TimelineTask> tasks;
   std::vector<TimelineRecv> recvs;
 };
 
 struct ImportedRun {
   RealizedWork work;
-  ListHint order;                      // each stage's tasks as tp rank 0 started them
-  std::int64_t measured_ns = 0;        // first task's start to last task's end
-  std::vector<std::int64_t> start_ns;  // [rank * num_tasks + index], from the first start
+  ListHint order;  // each stage's tasks as tp rank 0 started them
+  // The step as recorded: from its first start, a task's or a recorded wait's (agree's first
+  // round comes before any task), to its last task's end, a folded W's included.
+  std::int64_t measured_ns = 0;
+  std::vector<std::int64_t> start_ns;  // [rank * num_tasks + index], from the step's start
   int messages = 0;                    // cross-stage messages of the step (per TP rank, summed)
   int messages_measured = 0;           // of those, the ones whose latency the timeline gave
   int messages_inferred = 0;           // and those seen from when their consumers started

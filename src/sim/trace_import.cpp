@@ -55,7 +55,7 @@ double clock_at(const nlohmann::json& obj, const char* key, const std::string& w
 }
 
 void rebase(Timeline& t, const std::string& origin) {
-  double first = std::numeric_limits<double>::infinity(), last = -first;
+  double first = t.first_wait_us, last = -std::numeric_limits<double>::infinity();
   for (const TimelineTask& k : t.tasks) {
     first = std::min(first, k.start_us);
     last = std::max(last, k.start_us + k.dur_us);
@@ -73,6 +73,7 @@ void rebase(Timeline& t, const std::string& origin) {
                      "); at most 1e13 (us) is read");
   for (TimelineTask& k : t.tasks)
     k.start_us -= first;
+  t.first_wait_us -= first;  // +inf stays so
   for (TimelineRecv& r : t.recvs) {
     r.start_us -= first;
     r.end_us -= first;

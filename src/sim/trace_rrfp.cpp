@@ -1,7 +1,8 @@
 // The mapping for rrfp's own --trace (docs/twin.md): a process "LABEL / stage S" is stage S of
 // run LABEL; its thread id is the TP rank; a complete event whose args carry kind, chunk and
 // microbatch is that task, `dur` its duration and args `send_us` the message its output sent;
-// a "blocked: collective" span starting where a task ended is its rank's wait in the collective.
+// a "blocked: collective" span starting where a task ended is its rank's wait in the collective;
+// the step starts at its first task or "blocked: ..." wait, whichever came first.
 #include <algorithm>
 #include <map>
 #include <utility>
@@ -63,6 +64,17 @@ double wait_after(const Waits& waits, long long pid, const TimelineTask& t) {
   return w != it->second.end() && w->first <= end + slack ? w->second : -1;
 }
 
+// A recorded wait ("blocked: ..." on a rank): where the step's first one started (agree's first
+// round comes before any task), and agree's shortest round.
+void read_wait(const nlohmann::json& e, const std::string& where, Timeline& t) {
+  if (e.contains("ts")) t.first_wait_us = std::min(t.first_wait_us, clock_at(e, "ts", where));
+  if (e.value("name", "") != "blocked: tp coordination") return;
+  const auto dur = e.find("dur");
+  if (dur != e.end() && dur->is_number() && dur->get<double>() >= 0)
+    t.coordination_us = t.coordination_us < 0 ? dur->get<double>()
+                                              : std::min(t.coordination_us, dur->get<double>());
+}
+
 }  // namespace
 
 std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m) {
@@ -104,11 +116,9 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       if (pid == e.end() || !pid->is_number_integer()) continue;
       auto at = where_of_pid.find(pid->get<long long>());
       if (at == where_of_pid.end()) continue;
-      if (e.value("name", "") == "blocked: tp coordination") {
-        const auto dur = e.find("dur");
-        double& c = runs[at->second.first].coordination_us;
-        if (dur != e.end() && dur->is_number() && dur->get<double>() >= 0)
-          c = c < 0 ? dur->get<double>() : std::min(c, dur->get<double>());
+      const std::string where = d.origin + ": event " + std::to_string(n);
+      if (e.value("name", "").rfind("blocked", 0) == 0) {
+        read_wait(e, where, runs[at->second.first]);
         continue;
       }
       // A task's args carry kind, chunk and microbatch; blocked spans carry none. An event with
@@ -116,8 +126,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       // skipped, and the step was refused for lacking that task).
       if (args == e.end() || !args->is_object() ||
           !(args->contains("kind") || args->contains("chunk") || args->contains("microbatch")))
-        continue;  // other blocked spans and events
-      const std::string where = d.origin + ": event " + std::to_string(n);
+        continue;  // other events
       const auto kind = args->find("kind");
       if (kind == args->end()) throw InputError(where + ": field \"kind\" is missing (F, B or W)");
       const std::string k = kind->is_string() ? kind->get<std::string>() : brief(*kind);
