@@ -11,7 +11,9 @@ check "unknown command 'simulat' (commands: train, simulate, run," simulat --pp 
 check "a command is required (commands: train, simulate,"
 check "unknown preset 'nope'" simulate --workload nope
 check "--pp: must be at least 1" simulate --pp 0
-check "--ordered-forwards: maybe not in {on,off}" simulate --ordered-forwards maybe
+check "--ordered-forwards: maybe not in {auto,on,off}" simulate --ordered-forwards maybe
+check "--ordered-forwards: maybe not in {on,off}" schedule show --ordered-forwards maybe
+check "--ordered-forwards: maybe not in {auto,on,off}" predict --ordered-forwards maybe x.json
 check "--microbatches: must be at least 1" simulate --microbatches 0
 check "needs --vpp 1" simulate --vpp 2 --hint 1f1b
 check "--limit: must be at least 1" simulate --hint bf --limit -1

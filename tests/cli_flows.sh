@@ -211,6 +211,30 @@ rc=0
 [ "$(field pr.json "j['recorded_comm']")" = async ] || fail "a ready blocking run replayed blocking"
 echo "ok: predict --comm blocking replays a fixed blocking step exactly, and auto takes it from the trace"
 
+# A step recorded with ordered forwards (batch norm) is predicted and replayed with them, as
+# rrfp's trace records: predict showed adaptive 1.052x at the recorded memory where rrfp, held
+# to the ordering, runs it as BFW, and simulate --replay dropped the ordering too.
+"$rrfp" simulate --pp 4 -m 8 --workload multimodal --seed 3 --ordered-forwards on --hint bfw \
+  --policy ready --trace of.json >/dev/null
+"$rrfp" predict of.json --hints adaptive --limit 0 --json po.json >po.log ||
+  fail "predict of a step with ordered forwards"
+grep -q "split backward, ordered forwards (as the trace's run had them)" po.log ||
+  fail "predict's header on ordered forwards: $(head -1 po.log)"
+[ "$(field po.json "(j['ordered_forwards'], j['ordered_forwards_from'], j['predictions'][0]['speedup_vs_recorded'])")" = "(True, 'trace', 1.0)" ] ||
+  fail "predict of a step with ordered forwards: $(field po.json "(j['ordered_forwards_from'], j['predictions'][0]['speedup_vs_recorded'])")"
+"$rrfp" predict of.json --hints adaptive --limit 0 --ordered-forwards off --json pu.json >/dev/null
+[ "$(field pu.json "(j['ordered_forwards'], j['predictions'][0]['speedup_vs_recorded'] > 1.04)")" = "(False, True)" ] ||
+  fail "predict --ordered-forwards off: $(field pu.json "j['predictions'][0]['speedup_vs_recorded']")"
+"$rrfp" simulate --pp 4 -m 8 --replay of.json --hint adaptive --policy ready --limit 4 \
+  --json so.json >so.log
+grep -q "M=8 (ordered forwards)" so.log || fail "simulate --replay of ordered forwards: $(head -1 so.log)"
+"$rrfp" simulate --pp 4 -m 8 --replay of.json --hint adaptive --policy ready --limit 4 \
+  --ordered-forwards off --json su.json >/dev/null
+[ "$(field so.json "j['runs'][0].get('ordered_forwards', False)")" = True ] &&
+  [ "$(field su.json "j['runs'][0].get('ordered_forwards', False)")" = False ] ||
+  fail "simulate --replay did not take the trace's ordered forwards, or --ordered-forwards off"
+echo "ok: a step recorded with ordered forwards is predicted and replayed with them"
+
 # rrfp run's lower bound is of the compute its tasks measured: tasks drawn at 20 us sleep longer,
 # and a bound of the drawn durations (0.44 ms) sat below one stage's own measured work (0.83 ms).
 echo '{"preset": "uniform", "forward_us": 20}' >tiny.json

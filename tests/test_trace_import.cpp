@@ -223,6 +223,17 @@ TEST(TraceImport, RefusesWhatIsNotAnRrfpTrace) {
       "{\"ph\": \"X\", \"pid\": 0, \"tid\": 3, \"ts\": 0, \"dur\": 1, \"args\": {\"kind\": \"F\", "
       "\"chunk\": 0, \"microbatch\": 0}}]",
       "tp rank 3 >= `tp` 1");
+  // A run's ordering of forwards: true or false, the same on every stage.
+  auto stage = [](int s, const std::string& ordered) {
+    return "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " + std::to_string(s) +
+           ", \"args\": {\"name\": \"r / stage " + std::to_string(s) +
+           "\", \"ordered_forwards\": " + ordered + "}}";
+  };
+  refused("[" + stage(0, "1") + "]",
+          "t.json: event 1: field \"ordered_forwards\" is not true or false: 1");
+  refused("[" + stage(0, "true") + "," + stage(1, "false") + "]",
+          "t.json: event 2: field \"ordered_forwards\" is false, but another stage of run 'r' "
+          "says true");
 }
 
 }  // namespace

@@ -41,6 +41,7 @@ void refuse_replaced_workload(const WorkloadFlags& load, const Scenario& sc) {
 }  // namespace
 
 CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f) {
+  f.shape.ordered = "auto";  // a replayed trace's step says (with_replay_step)
   add_shape_flags(sub, f.shape);
   add_workload_flags(sub, f.load);
   CLI::Option* comm =
@@ -72,7 +73,8 @@ Scenario make_scenario(const ExperimentFlags& f) {
 Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
                        const DispatchFlags& dispatch) {
   Scenario sc;
-  sc.cfg = to_config(shape);
+  sc.cfg = to_config(shape);  // auto: off, unless the replay says otherwise
+  sc.ordered_from_replay = shape.ordered == "auto";
   sc.split_mode = shape.split;
   sc.workload = load_workload(load);
   sc.workload_name = load.workload_file.empty() ? load.workload : load.workload_file;

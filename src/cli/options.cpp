@@ -139,10 +139,17 @@ void add_shape_flags(CLI::App* app, ShapeFlags& f) {
                   "adaptive and a hint file written with it; `plan` follows its --replay), on, "
                   "off (a replay's W then adds to its B)")
       ->capture_default_str();
-  app->add_option("--ordered-forwards", f.ordered,
+  add_ordered_forwards_flag(app, f.ordered,
+                            "a --replay of rrfp's own trace takes its step's, else off");
+}
+
+void add_ordered_forwards_flag(CLI::App* app, std::string& ordered, const std::string& auto_help) {
+  const bool with_auto = ordered == "auto";
+  app->add_option("--ordered-forwards", ordered,
                   "on: each chunk's forwards run in microbatch order, as for a model whose "
-                  "forward updates state (batch norm's running statistics); off")
-      ->check(CLI::IsMember({"on", "off"}))
+                  "forward updates state (batch norm's running statistics); off" +
+                      (with_auto ? "; auto: " + auto_help : std::string()))
+      ->check(with_auto ? CLI::IsMember({"auto", "on", "off"}) : CLI::IsMember({"on", "off"}))
       ->capture_default_str();
 }
 

@@ -49,6 +49,8 @@ struct ShapeFlags {
   int pp = 8, vpp = 1, microbatches = 32;
   std::string placement = "loop";
   std::string split = "auto";
+  // on or off; "auto" where a command replays a recorded step (simulate, run): the step's
+  // own, off where it does not say.
   std::string ordered = "off";
 };
 
@@ -84,6 +86,9 @@ void check_outputs(NamedPaths outputs, NamedPaths inputs = {});
 const std::string& hint_file(const std::string& hint);
 
 void add_shape_flags(CLI::App* app, ShapeFlags& f);
+// --ordered-forwards into `ordered`: on or off, and auto where `ordered` is "auto" when bound;
+// `auto_help` says what auto takes.
+void add_ordered_forwards_flag(CLI::App* app, std::string& ordered, const std::string& auto_help);
 // `policies`: the help of --policy (train takes fixed or ready; simulate and run also both).
 // Returns --comm, so the caller can tell whether it was given.
 CLI::Option* add_dispatch_flags(CLI::App* app, DispatchFlags& f, const std::string& policies);

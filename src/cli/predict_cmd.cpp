@@ -22,6 +22,7 @@ struct PredictFlags {
   bool tp_given = false;  // else an rrfp trace's own TP size
   std::string placement, split = "auto", hints = "bf,bfw,adaptive", json, svg;
   std::string comm = "auto";
+  std::string ordered = "auto";  // the trace's step's, off where it does not say
   TraceOptions trace;
 };
 
@@ -97,6 +98,7 @@ void run_predict(PredictFlags f) {
   }
   o.large_limit = f.limit;
   if (f.comm != "auto") o.recorded_comm = parse_comm(f.comm);
+  if (f.ordered != "auto") o.ordered_forwards = f.ordered == "on";
   o.rules_split_as_they_run = f.split == "auto";
   // A step read already is not read twice.
   const Prediction p = whole_step ? predict(std::move(*whole_step), c, f.tp, o)
@@ -145,6 +147,9 @@ void setup_predict(CLI::App& app) {
                   "message) or auto (blocking where an rrfp trace's run is a fixed blocking one, "
                   "else async); the twin replays it so, the predictions run async")
       ->capture_default_str();
+  add_ordered_forwards_flag(sub, f->ordered,
+                            "as the trace's run had them (rrfp's trace records it), else off; "
+                            "the twin and every prediction run so");
   add_trace_flags(sub, f->trace);
   sub->add_option("--hints", f->hints, "rrfp rules to predict, comma-separated")
       ->capture_default_str();

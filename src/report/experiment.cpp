@@ -38,10 +38,11 @@ std::string default_label(const RunSpec& r) {
 }
 
 Scenario with_replay_step(Scenario sc, const std::vector<RunSpec>& specs) {
-  if (sc.replay_path.empty() || sc.trace.step >= 0 || specs.empty()) return sc;
+  const bool find_step = sc.trace.step < 0;
+  if (sc.replay_path.empty() || specs.empty() || (!find_step && !sc.ordered_from_replay)) return sc;
   if (!is_trace_path(sc.replay_path)) {  // a CSV: its last step, whatever the shape
-    sc.trace.step = replay_csv_last_step(sc.replay_path);
-    return sc;
+    if (find_step) sc.trace.step = replay_csv_last_step(sc.replay_path);
+    return sc;  // and no word on the ordering: off
   }
   const RunSpec* shape = &specs.front();
   for (const RunSpec& s : specs)
@@ -49,8 +50,10 @@ Scenario with_replay_step(Scenario sc, const std::vector<RunSpec>& specs) {
       shape = &s;
       break;
     }
-  sc.trace.step =
-      import_trace(sc.replay_path, WorkModel(config_for(sc, *shape)), sc.tp, sc.trace).step;
+  const ImportedRun in =
+      import_trace(sc.replay_path, WorkModel(config_for(sc, *shape)), sc.tp, sc.trace);
+  sc.trace.step = in.step;
+  if (sc.ordered_from_replay) sc.cfg.ordered_forwards = in.ordered_forwards.value_or(false);
   return sc;
 }
 

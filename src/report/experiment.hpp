@@ -28,6 +28,9 @@ struct Scenario {
   WorkloadParams workload;
   std::string replay_path;  // non-empty: durations come from this CSV or trace
   TraceOptions trace;       // how a trace is read
+  // `ordered_forwards` auto: a replayed trace's step decides (with_replay_step), off where it
+  // does not say (a CSV, another tool's trace, an older rrfp one). False: cfg's, as given.
+  bool ordered_from_replay = false;
   std::uint64_t seed = 1;
   int limit = 0, max_pending_w = 0;
   bool record = true;
@@ -65,6 +68,7 @@ ReportHeader header_of(const Scenario& sc);
 // first run that splits the backward (the others fold each W into its B), else of the first
 // run. Each run used to take the first step complete under its own shape: the rows of one
 // table replayed different steps. A CSV of several steps: its last, named in the header.
+// Under `ordered_from_replay`, cfg's ordered_forwards is that step's.
 Scenario with_replay_step(Scenario sc, const std::vector<RunSpec>& specs);
 // Throws the InputError a run would hit (hint, shape, policy, limits) without running it.
 void check_spec(const Scenario& sc, const RunSpec& spec);

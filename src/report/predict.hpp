@@ -24,6 +24,11 @@ struct PredictOptions {
   // the split backward, those that run the backward whole (bf, fb, ...) replay it with each W's
   // time added to its B's. False: every rule under the step's split (`split_backward` given).
   bool rules_split_as_they_run = true;
+  // Whether each chunk's forwards run in microbatch order (PipelineConfig::ordered_forwards),
+  // in the twin and every prediction. Unset: the step's own where its trace says (rrfp's), else
+  // off. A step that had them ordered (batch norm), predicted without, showed gains its model
+  // could not have.
+  std::optional<bool> ordered_forwards;
 };
 
 struct Prediction {
@@ -37,11 +42,15 @@ struct Prediction {
   int neutral_limit = 0;                     // the recorded order's largest D on any stage
   CommMode recorded_comm = CommMode::Async;  // how the twin replayed the recorded order
   bool comm_from_trace = false;              // the trace's run said so, not an option
+  // Where cfg.ordered_forwards came from: "option", "trace" (its run said), or "default" (off:
+  // the trace does not say).
+  std::string ordered_from = "default";
 
   double reproduction_error() const;  // replayed / measured - 1
   const ReportRun& best() const;      // the fastest prediction at the memory-neutral limit
 };
 
+// `cfg`'s ordered_forwards is replaced by the step's (PredictOptions::ordered_forwards).
 Prediction predict(const std::string& trace_path, const PipelineConfig& cfg, int tp,
                    const TraceOptions& trace, const PredictOptions& o = {});
 // The same on a step already imported (tests, Python).

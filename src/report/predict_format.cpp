@@ -16,11 +16,20 @@ std::string lpad(std::string s, size_t w) {
   return s.size() < w ? std::string(w - s.size(), ' ') + s : s;
 }
 
+// Where the ordering of forwards came from: what the header says beside it.
+std::string ordered_source(const Prediction& p) {
+  if (p.ordered_from == "option") return "as given";
+  if (p.ordered_from == "trace") return "as the trace's run had them";
+  return "the trace does not say";
+}
+
 std::string shape_of(const Prediction& p) {
   return "P=" + std::to_string(p.cfg.pp) + " V=" + std::to_string(p.cfg.vpp) +
          (p.cfg.vpp > 1 ? " (" + to_string(p.cfg.placement) + ")" : std::string()) +
          " M=" + std::to_string(p.cfg.microbatches) + " TP=" + std::to_string(p.tp) + ", " +
-         (p.cfg.split_backward ? "split" : "whole") + " backward";
+         (p.cfg.split_backward ? "split" : "whole") + " backward, " +
+         (p.cfg.ordered_forwards ? "ordered" : "unordered") + " forwards (" + ordered_source(p) +
+         ")";
 }
 
 }  // namespace
@@ -88,6 +97,8 @@ nlohmann::json prediction_json(const Prediction& p, const std::string& source) {
   j["vpp"] = p.cfg.vpp;
   j["microbatches"] = p.cfg.microbatches;
   j["split_backward"] = p.cfg.split_backward;
+  j["ordered_forwards"] = p.cfg.ordered_forwards;
+  j["ordered_forwards_from"] = p.ordered_from;  // option, trace or default (off)
   j["tp"] = p.tp;
   j["measured_ms"] = ms(p.measured.metrics.makespan);
   j["replayed_ms"] = ms(p.replayed.metrics.makespan);

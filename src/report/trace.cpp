@@ -33,10 +33,15 @@ void write_chrome_trace(const std::string& path, const std::vector<ReportRun>& r
     const auto& r = runs[i];
     const int pid_base = static_cast<int>(i) * 1000;
     for (int s = 0; s < r.result.pp; ++s) {
+      // The run's ordering of forwards goes with it: a step that had them ordered (batch norm)
+      // replayed without the ordering predicted gains the run could not have. Viewers show a
+      // process by args.name and ignore the rest.
       add({{"name", "process_name"},
            {"ph", "M"},
            {"pid", pid_base + s},
-           {"args", {{"name", r.label + " / stage " + std::to_string(s)}}}});
+           {"args",
+            {{"name", r.label + " / stage " + std::to_string(s)},
+             {"ordered_forwards", r.cfg.ordered_forwards}}}});
       add({{"name", "process_sort_index"},
            {"ph", "M"},
            {"pid", pid_base + s},

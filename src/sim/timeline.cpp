@@ -244,6 +244,7 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   out.format = tl.format;
   out.run = tl.run;
   out.step = tl.step;
+  out.ordered_forwards = tl.ordered_forwards;
   out.has_w = std::any_of(tl.tasks.begin(), tl.tasks.end(),
                           [](const TimelineTask& t) { return t.task.kind == Kind::W; });
   RealizedWork& r = out.work;

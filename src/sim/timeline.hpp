@@ -5,6 +5,7 @@
 // build_run checks it against the run's shape.
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ struct Timeline {
   // send, collective), +inf: none. Agree's first round runs before any task starts: the step
   // began there, and the twin replays it.
   double first_wait_us = std::numeric_limits<double>::infinity();
+  // Whether the run ran each chunk's forwards in microbatch order (PipelineConfig::
+  // ordered_forwards), where the trace says (rrfp's own since it records it); unset: it does not.
+  std::optional<bool> ordered_forwards;
   std::vector<TimelineTask> tasks;
   std::vector<TimelineRecv> recvs;
 };
@@ -74,7 +78,8 @@ struct ImportedRun {
   // How its TP groups coordinated: agree where the trace records rounds (agree's spans), else
   // leader, the runtime's default.
   TpProtocol tp_protocol = TpProtocol::Leader;
-  bool has_w = false;  // that step recorded W tasks (a split backward)
+  bool has_w = false;                    // that step recorded W tasks (a split backward)
+  std::optional<bool> ordered_forwards;  // Timeline::ordered_forwards of that step
 };
 
 // A step record (simulated or measured) as a timeline: each task at its start, for its compute

@@ -75,6 +75,20 @@ void read_wait(const nlohmann::json& e, const std::string& where, Timeline& t) {
                                               : std::min(t.coordination_us, dur->get<double>());
 }
 
+// A process's word on its run's ordering of forwards (args `ordered_forwards`, which older
+// traces lack): every stage of a run says the same.
+void read_ordering(const nlohmann::json& args, const std::string& where, Timeline& t) {
+  const auto it = args.find("ordered_forwards");
+  if (it == args.end()) return;
+  if (!it->is_boolean())
+    throw InputError(where + ": field \"ordered_forwards\" is not true or false: " + brief(*it));
+  if (t.ordered_forwards && *t.ordered_forwards != it->get<bool>())
+    throw InputError(where + ": field \"ordered_forwards\" is " + brief(*it) +
+                     ", but another stage of " + t.run + " says " +
+                     (*t.ordered_forwards ? "true" : "false"));
+  t.ordered_forwards = it->get<bool>();
+}
+
 }  // namespace
 
 std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m) {
@@ -83,7 +97,9 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
   for (const Doc& d : docs) {
     const nlohmann::json& events = events_of(d);
     std::map<long long, std::pair<size_t, int>> where_of_pid;  // pid -> (run, stage)
+    size_t event = 0;
     for (const auto& e : events) {
+      ++event;
       if (!e.is_object() || e.value("ph", "") != "M" || e.value("name", "") != "process_name")
         continue;
       const auto args = e.find("args");
@@ -105,6 +121,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
         runs.push_back(std::move(t));
       }
       where_of_pid[pid->get<long long>()] = {it->second, stage};
+      read_ordering(*args, d.origin + ": event " + std::to_string(event), runs[it->second]);
     }
     const Waits waits = collective_waits(events);
     size_t n = 0;
