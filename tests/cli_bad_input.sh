@@ -308,9 +308,14 @@ for field in 'comm_links 2 0' 'comm_two_slowdown 1.5 1' 'comm_serial_receive tru
   'coord_latency_us 2000 10'; do
   set -- $field
   printf '{"%s": %s}' "$1" "$2" >"$tmp/transport.json"
+  tp=1
+  [ "$1" = coord_latency_us ] && tp=2  # a TP group's hop: of no use to one rank, nor refused
   check "--workload-file: $1 must be $3 with --transport inproc" \
-    run --pp 2 -m 2 --workload-file "$tmp/transport.json"
+    run --pp 2 -m 2 --tp $tp --workload-file "$tmp/transport.json"
 done
+printf '{"coord_latency_us": 2000}' >"$tmp/transport.json"
+"$rrfp" run --pp 2 -m 2 --workload-file "$tmp/transport.json" >/dev/null 2>"$tmp/err" ||
+  { echo "FAIL: run at --tp 1 refused a coord_latency_us it never uses: $(cat "$tmp/err")"; fails=$((fails + 1)); }
 printf '{"comm_links": true}' >"$tmp/links.json"
 check "field \"comm_links\": must be a number, got true" simulate --workload-file "$tmp/links.json"
 printf '{"comm_links": 5000}' >"$tmp/links.json"

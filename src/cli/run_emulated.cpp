@@ -34,21 +34,23 @@ std::uint64_t address_space_limit() {
 // crossing to its followers) it does not emulate:
 // running a workload that sets it would put unlike steps side by side (--compare) or silently
 // drop what the file asks.
-void check_emulable(const WorkloadParams& w) {
+void check_emulable(const WorkloadParams& w, int tp) {
   static const double kDefaultCoordUs = WorkloadParams{}.coord_latency_us;
   struct Field {
     const char* name;
     bool set;
     const char* fallback;
   };
-  for (const Field& f : {Field{"comm_links", w.comm_links > 0, "0"},
-                         Field{"comm_two_slowdown", w.comm_two_slowdown > 1, "1"},
-                         Field{"comm_serial_receive", w.comm_serial_receive, "false"},
-                         Field{"comm_offer_payload", w.comm_offer_payload, "false"},
-                         Field{"comm_wake_us", w.comm_wake_us > 0, "0"},
-                         Field{"comm_wake_per_copy_us", w.comm_wake_per_copy_us > 0, "0"},
-                         // The ranks of a TP group hand their choices over in memory, at once.
-                         Field{"coord_latency_us", w.coord_latency_us != kDefaultCoordUs, "10"}})
+  for (const Field& f :
+       {Field{"comm_links", w.comm_links > 0, "0"},
+        Field{"comm_two_slowdown", w.comm_two_slowdown > 1, "1"},
+        Field{"comm_serial_receive", w.comm_serial_receive, "false"},
+        Field{"comm_offer_payload", w.comm_offer_payload, "false"},
+        Field{"comm_wake_us", w.comm_wake_us > 0, "0"},
+        Field{"comm_wake_per_copy_us", w.comm_wake_per_copy_us > 0, "0"},
+        // The ranks of a TP group hand their choices over in memory, at once
+        // (one rank has none to hand over).
+        Field{"coord_latency_us", tp > 1 && w.coord_latency_us != kDefaultCoordUs, "10"}})
     if (f.set)
       throw InputError("--workload-file: " + std::string(f.name) + " must be " + f.fallback +
                        " with --transport inproc: it is a real transport's behaviour, which the "
@@ -69,7 +71,7 @@ std::string durations_source(const WorkloadFlags& w) {
 // The scenario, refused first where the threaded runtime in one process cannot emulate it.
 Scenario emulable_scenario(const ExperimentFlags& e, bool in_process) {
   Scenario sc = make_scenario(e);
-  if (in_process) check_emulable(sc.workload);
+  if (in_process) check_emulable(sc.workload, sc.tp);
   const std::vector<RunSpec> specs = plan_runs(e, sc.cfg);
   // Before a --replay without --step is read at the flags' shape to find its step.
   check_runs_fit("run", e, sc, specs);
