@@ -60,12 +60,20 @@ check "--json: 'p.json' is also given to --out" plan --pp 2 -m 3 --max-evaluatio
 check "--md: 's' is also given to --csv" sweep --pp 2 --mb-factors 1 --seeds 1 --csv s --md s
 [ -e o.json ] || [ -e p.json ] || [ -e s ] && fail "a refused output was written"
 cp zb.json zb.keep && ln zb.json zb-link.json
-check "--json: 'zb.json' is also the input TRACE" predict zb.json --json zb.json
-check "--json: 'zb-link.json' is also the input TRACE" predict zb.json --json zb-link.json
+check "--json: 'zb.json' is the input TRACE or inside it" predict zb.json --json zb.json
+check "--json: 'zb-link.json' is the input TRACE or inside it" predict zb.json --json zb-link.json
 cmp -s zb.json zb.keep || fail "predict replaced its input trace"
 "$rrfp" schedule show --pp 2 -m 3 --out h.txt >/dev/null || fail "schedule show --out h.txt"
-check "--trace: 'h.txt' is also the input --hint" simulate --pp 2 -m 3 --hint h.txt --trace h.txt
-check "--json: 'wf.json' is also the input --workload-file" simulate --pp 2 -m 3 --workload-file wf.json --json wf.json
+check "--trace: 'h.txt' is the input --hint or inside it" simulate --pp 2 -m 3 --hint h.txt --trace h.txt
+check "--json: 'wf.json' is the input --workload-file or inside it" simulate --pp 2 -m 3 --workload-file wf.json --json wf.json
+# A trace folder (one file per rank) is read whole: an output inside it replaced a rank's file.
+mkdir tdir && cp zb.json tdir/t.json
+check "--json: 'tdir/t.json' is the input TRACE or inside it" predict tdir --json tdir/t.json
+check "--json: 'tdir/new.json' is the input TRACE or inside it" predict tdir --json tdir/new.json
+cmp -s tdir/t.json zb.keep && [ ! -e tdir/new.json ] || fail "predict wrote inside its input folder"
+# A link whose target is not there yet lands where the other output does.
+ln -s o2.json lnk
+check "--trace: 'o2.json' is also given to --json" simulate --pp 2 -m 4 --json lnk --trace o2.json
 "$rrfp" simulate --pp 2 -m 4 --json /dev/null --trace /dev/null >/dev/null ||
   fail "two outputs to /dev/null (a device, no file) were refused"
 

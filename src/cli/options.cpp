@@ -289,28 +289,47 @@ WorkloadParams load_workload(const WorkloadFlags& f) {
 
 namespace {
 
+// Where writing `path` lands, absolute and normal: a final symbolic link is followed first,
+// since weakly_canonical leaves one whose target does not exist yet as it is.
+std::filesystem::path landing(const std::string& path, std::error_code& ec) {
+  namespace fs = std::filesystem;
+  fs::path p = fs::absolute(path, ec);
+  std::error_code link;
+  for (int hops = 0; !ec && hops < 40 && fs::is_symlink(fs::symlink_status(p, link)); ++hops) {
+    const fs::path to = fs::read_symlink(p, link);
+    if (link) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return ec ? fs::path() : fs::weakly_canonical(p, ec);
+}
+
 // Whether `a` and `b` name one file: the same inode where both exist (a hard link, a symbolic
-// link, another spelling), else the same path once made absolute and normal. A character
-// device (/dev/null) is no file two outputs could clobber.
+// link, another spelling), else the same place to land. A character device (/dev/null) is no
+// file two outputs could clobber.
 bool same_output(const std::string& a, const std::string& b) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status sa = fs::status(a, ec), sb = fs::status(b, ec);
   if (fs::is_character_file(sa) || fs::is_character_file(sb)) return false;
   if (fs::exists(sa) && fs::exists(sb)) return fs::equivalent(a, b, ec) && !ec;
-  // Absolute first: of a relative path none of whose parts exists, weakly_canonical keeps it
-  // relative ("out" stayed "out", "./out" became the folder's "out").
-  const fs::path ca = fs::weakly_canonical(fs::absolute(a, ec), ec);
+  const fs::path ca = landing(a, ec);
   if (ec) return a == b;
-  const fs::path cb = fs::weakly_canonical(fs::absolute(b, ec), ec);
+  const fs::path cb = landing(b, ec);
   return ec ? a == b : ca == cb;
 }
 
-// Whether output `out` is the existing file `in`: writing it would replace the input (an input
-// that does not exist is refused by its reader before anything is written).
+// Whether writing output `out` replaces input `in`: the existing file itself, or a file inside
+// an input folder (a trace of one file per rank, read whole). An input that does not exist is
+// refused by its reader before anything is written.
 bool overwrites_input(const std::string& out, const std::string& in) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (fs::is_directory(in, ec)) {
+    const fs::path dir = fs::canonical(in, ec);
+    if (ec) return false;
+    const fs::path to = landing(out, ec);
+    return !ec && std::mismatch(dir.begin(), dir.end(), to.begin(), to.end()).first == dir.end();
+  }
   return fs::is_regular_file(in, ec) && fs::exists(out, ec) && fs::equivalent(out, in, ec) && !ec;
 }
 
@@ -341,8 +360,9 @@ void check_outputs(NamedPaths outputs, NamedPaths inputs) {
                          b->second + "; give each output a file of its own");
     for (const auto& [in, flag] : inputs)
       if (!in.empty() && overwrites_input(a->first, in))
-        throw InputError(std::string(a->second) + ": '" + a->first + "' is also the input " + flag +
-                         "; writing it would replace what is read, give another file");
+        throw InputError(std::string(a->second) + ": '" + a->first + "' is the input " + flag +
+                         " or inside it; writing it would replace what is read, give another "
+                         "file");
   }
 }
 
