@@ -181,6 +181,17 @@ def test_chunks_that_are_no_list_or_function_and_a_simulated_count_of_true_are_n
             rrfp.simulate(**kwargs)
 
 
+def test_simulate_takes_numpy_integers_as_split_does():
+    # A count computed with NumPy (np.int64) was a TypeError, where rrfp.split takes one.
+    import numpy as np
+    got = rrfp.simulate(pp=np.int64(2), microbatches=np.int32(4), seed=np.uint64(7),
+                        hint="bf", policy="ready")
+    want = rrfp.simulate(pp=2, microbatches=4, seed=7, hint="bf", policy="ready")
+    assert got.table() == want.table()
+    with pytest.raises(TypeError, match="pp: a whole number .* got bool_ True"):
+        rrfp.simulate(pp=np.bool_(True))
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(limit=10**12), r"limit: must be a whole number of at least 1 \(and at most "
                          r"2147483647\) or None, got 1000000000000"),

@@ -155,6 +155,14 @@ def test_task_seed_refuses_what_the_pipeline_would(args, error, match):
         rrfp.task_seed(*args)
 
 
+def test_task_seed_takes_numpy_integers():
+    # The step or microbatch of a NumPy loop counter was a TypeError.
+    import numpy as np
+    want = rrfp.task_seed(SEED, 3, 1, 5)
+    assert rrfp.task_seed(np.uint64(SEED), np.int64(3), np.int32(1), np.int8(5)) == want
+    assert type(rrfp.task_seed(SEED, np.int64(3), 1, 5)) is int
+
+
 def test_task_seeds_differ_and_fit_in_63_bits():
     seen = {rrfp.task_seed(SEED, s, c, mb) for s in range(4) for c in range(4) for mb in range(8)}
     assert len(seen) == 128

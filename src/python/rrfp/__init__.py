@@ -22,17 +22,19 @@ def simulate(**kwargs):
     """Simulates one step as `rrfp simulate` does (same arguments, as keywords) and returns its
     StepRecord: pp, vpp, microbatches, placement, split_backward, workload, workload_file,
     replay, hint, policy, limit, max_pending_w, comm, seed, tp, tp_protocol, ordered_forwards.
-    A count that is no whole number raises TypeError (True included: pybind took it as 1),
-    one past what the core takes ValueError, each naming the argument."""
+    A count that is no whole number (an int or a NumPy integer) raises TypeError (True
+    included: pybind took it as 1), one past what the core takes ValueError, each naming the
+    argument."""
     from ._args import INT_MAX, check_whole
 
     for name in ("pp", "vpp", "microbatches", "limit", "max_pending_w", "tp"):
         if name in kwargs:
-            check_whole(name, kwargs[name], f"a whole number in {-INT_MAX - 1}..{INT_MAX}",
-                        low=-INT_MAX - 1, high=INT_MAX)
+            kwargs[name] = check_whole(name, kwargs[name],
+                                       f"a whole number in {-INT_MAX - 1}..{INT_MAX}",
+                                       low=-INT_MAX - 1, high=INT_MAX)
     if "seed" in kwargs:
-        check_whole("seed", kwargs["seed"], "a whole number in 0..2**64-1", low=0,
-                    high=2**64 - 1)
+        kwargs["seed"] = check_whole("seed", kwargs["seed"], "a whole number in 0..2**64-1",
+                                     low=0, high=2**64 - 1)
     return StepRecord(_rrfp.simulate(**kwargs))
 
 

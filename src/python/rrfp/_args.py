@@ -46,12 +46,15 @@ def _kind(value):
 
 
 def check_whole(name, value, takes, low=None, high=None):
-    """Refuses `value` of the argument `name` unless it is a whole number (else TypeError) in
-    low..high (else ValueError), `takes` saying what it takes in either message."""
-    if not is_whole(value):
+    """The int of `value`, the argument `name`: a whole number of any integer type (a NumPy
+    integer too, as rrfp.split takes: a count computed with NumPy is one), else TypeError, in
+    low..high, else ValueError, `takes` saying what it takes in either message."""
+    whole = whole_index(value)
+    if whole is None:
         raise TypeError(f"{name}: {takes}, got {_kind(value)}")
-    if (low is not None and value < low) or (high is not None and value > high):
+    if (low is not None and whole < low) or (high is not None and whole > high):
         raise ValueError(f"{name}: {takes}, got {value!r}")
+    return whole
 
 
 def check_arguments(*, loss_fn, delay_fn, timeout, counts, names, hint, transport, group,

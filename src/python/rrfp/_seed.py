@@ -25,8 +25,9 @@ def task_seed(seed, step, chunk, mb):
     before each chunk's forward draws what the pipeline draws. With dp > 1, replica r's
     microbatch mb is r * M + mb. Below 2**63. Each argument is a whole number of at least 0
     (else TypeError or ValueError, as Pipeline's seed)."""
-    for name, value in (("seed", seed), ("step", step), ("chunk", chunk), ("mb", mb)):
+    seed, step, chunk, mb = (
         check_whole(f"task_seed: {name}", value, "a whole number of at least 0", low=0)
+        for name, value in (("seed", seed), ("step", step), ("chunk", chunk), ("mb", mb)))
     return _task_seed(seed, step, chunk, mb)
 
 
@@ -52,8 +53,7 @@ class Seeding:
     a thread of the caller's that draws meanwhile draws from them too (see docs/python.md)."""
 
     def __init__(self, seed):
-        check_whole("seed", seed, "a whole number of at least 0 or None", low=0)
-        self.seed = seed
+        self.seed = check_whole("seed", seed, "a whole number of at least 0 or None", low=0)
         self._first_mb = 0
 
     def place(self, first_mb):
