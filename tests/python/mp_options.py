@@ -89,7 +89,27 @@ def compare_hint_files(pp, dp, transport, job_rank):
         os.remove(path)
 
 
+def refuse_other_layout(pp, dp, transport, job_rank):
+    """A pp and dp of the same product that differ between processes: under torchrun each
+    process made the subgroups of its own layout, and new_group waited for ever, before the
+    options were compared (no timeout applies there)."""
+    world, last = pp * dp, pp * dp - 1
+    mine = (1, world) if job_rank == last else (pp, dp)
+    try:
+        rrfp.Pipeline(lambda i: lm.chunks(mine[0])[i], lm.loss_fn, pp=mine[0], dp=mine[1],
+                      microbatches=4, transport=transport, timeout=30)
+    except ValueError as e:
+        said = [f"pp: process 0 gave {pp}, process {last} gave 1",
+                f"dp: process 0 gave {dp}, process {last} gave {world}"]
+        assert all(w in str(e) for w in said), (job_rank, str(e))
+    else:
+        raise AssertionError(f"rank {job_rank}: pp={mine[0]}, dp={mine[1]} on process {last} "
+                             "was accepted")
+
+
 def run(pp, dp, transport, job_rank):
     torch.manual_seed(0)
+    if transport == "c10d":  # an MPI job takes one layout while pipelines of it are alive
+        refuse_other_layout(pp, dp, transport, job_rank)
     refuse_other_options(pp, dp, transport, job_rank)
     compare_hint_files(pp, dp, transport, job_rank)

@@ -119,8 +119,15 @@ def agree_options(core, options):
     raw = json.dumps(mine).encode()
     every = [json.loads(t.numpy().tobytes().decode())
              for t in core.all_gather_bytes(torch.frombuffer(bytearray(raw), dtype=torch.uint8))]
+    _refuse_differences(options, every)
+
+
+def _refuse_differences(names, every):
+    """The ValueError of agree_options where the processes' {name: [compared, shown]}
+    (`every`, by rank) differ in any of `names`; the same on every process, which each raises
+    from the same gathered values."""
     said, missing = [], [None, "nothing"]
-    for name in options:
+    for name in names:
         first = every[0].get(name, missing)
         other = next((r for r, theirs in enumerate(every)
                       if theirs.get(name, missing)[0] != first[0]), None)
@@ -153,9 +160,18 @@ def c10d_groups(group, pp, dp, timeout=0.0):
         if not dist.is_initialized():
             _init_default_group(dist, timeout)
         group = dist.group.WORLD
-    if dp == 1:
-        return _host_group(dist, group), None
     _refuse_subgroup_of_another_backend(dist, group)  # the subgroups below are Gloo's anyway
+    host = None
+    if dist.get_backend(group) == "gloo":
+        _agree_layout(dist, group, pp, dp)
+    else:
+        # The default group of NCCL, say, carries CUDA tensors alone: compared over the Gloo
+        # group of its ranks that dp=1 keeps as its own (every process makes it first, whatever
+        # its pp and dp; with dp > 1 it is left unused).
+        host = dist.new_group(group_ranks(dist, group), backend="gloo")
+        _agree_layout(dist, host, pp, dp)
+    if dp == 1:
+        return host or _host_group(dist, group), None
     world = dist.get_world_size(group)
     if world != pp * dp:
         raise ValueError(f"dp: {world} processes are not pp * dp = {pp} * {dp}")
@@ -166,6 +182,18 @@ def c10d_groups(group, pp, dp, timeout=0.0):
     stages = [dist.new_group([ranks[r * pp + s] for r in range(dp)], backend="gloo")
               for s in range(pp)]
     return pipes[me // pp], stages[me % pp]
+
+
+def _agree_layout(dist, group, pp, dp):
+    """Refuses, on every process of `group` alike, a pp or dp that differs between them (as
+    agree_options words it), before the subgroups they lay out are made: each process makes
+    the subgroups of its own pp and dp, and new_group waits until every process makes the same,
+    so processes of pp=2, dp=1 and of pp=1, dp=2 waited in it for ever (no timeout applies
+    there), before the options were compared."""
+    mine = {name: [repr(value), repr(value)] for name, value in (("pp", pp), ("dp", dp))}
+    every = [None] * dist.get_world_size(group)
+    dist.all_gather_object(every, mine, group=group)
+    _refuse_differences(mine, every)
 
 
 def _init_default_group(dist, timeout):
