@@ -4,6 +4,8 @@ twice), which reach tensors that want a gradient outside the chunk (the model's 
 refused: their gradient would be silently missing), and autograd's complaint about a saved
 tensor changed in place.
 """
+import threading
+
 import torch
 
 from . import _rrfp
@@ -84,24 +86,27 @@ def foreign_leaves(chunk, last, roots, own, data):
     PINN's coordinates, WGAN-GP's interpolates), which the caller differentiates too and whose
     gradients it adds to their .grad, as a plain loop's backward does.
 
-    Raises ValueError naming those that do belong to one (_known): another chunk's parameter
-    reached through a closure, a parameter of loss_fn, an L2 penalty over the whole model in
-    loss_fn, a tensor set as a plain attribute of a module. Their gradient is the model's,
-    summed over microbatches, chunks and replicas where the parameters' are: this chunk's
-    backward alone would leave it silently missing or partial, so the step refuses them rather
-    than differ from a plain loop. `data`: the step's StepData."""
+    Raises ValueError naming those that do belong to one (data.known, the model's tensors as
+    the step began): another chunk's parameter reached through a closure, a parameter of
+    loss_fn, an L2 penalty over the whole model in loss_fn, a tensor set as a plain attribute
+    of a module. Their gradient is the model's, summed over microbatches, chunks and replicas
+    where the parameters' are: this chunk's backward alone would leave it silently missing or
+    partial, so the step refuses them rather than differ from a plain loop. `data`: the step's
+    StepData."""
     foreign = _rrfp._foreign_leaves(roots, own)  # a walk of the graph in C++
     if not foreign:
         return foreign
-    names = _known(data)
-    known = [t for t in foreign if id(t) in names]
-    if not known:
+    known = data.known if data.known is not None else ModelTensors(data)
+    named = []
+    for t in foreign:
+        entry = known.find(t)
+        if entry is not None:
+            named.append(f"{_named(*entry)} of shape {tuple(t.shape)}")
+    if not named:
         return foreign
-    said = [f"{names[id(t)]} of shape {tuple(t.shape)}" for t in known[:3]]
-    if len(known) > 3:
-        said.append(f"{len(known) - 3} more")
+    said = named[:3] + ([f"{len(named) - 3} more"] if len(named) > 3 else [])
     where = " (with loss_fn)" if last else ""
-    one = len(known) == 1
+    one = len(named) == 1
     raise ValueError(
         f"chunk {chunk}{where} uses {'; '.join(said)}, which {'wants' if one else 'want'} "
         f"a gradient but {'is' if one else 'are'} not among the chunk's own parameters: the "
@@ -112,23 +117,56 @@ def foreign_leaves(chunk, last, roots, own, data):
         "backward() adds its gradient as in a plain loop")
 
 
-def _known(data):
-    """{id: name} of every parameter, buffer and tensor attribute of the modules the pipeline
-    knows (the chunks, and loss_fn where it is one), made once a step, by the first backward
-    that meets a leaf outside its chunk (data.known)."""
-    names = data.known
-    if names is not None:
-        return names
-    names = {}
-    model = data.chunks if data.model is None else data.model
-    owners = [(f"chunk {c}'s", m) for c, m in model.items()]
-    if isinstance(data.loss_fn, torch.nn.Module):
-        owners.append(("loss_fn's", data.loss_fn))
-    for owner, module in owners:
-        for prefix, m in module.named_modules():
-            names.update((id(v), f"{owner} tensor attribute '{prefix}{'.' if prefix else ''}{k}'")
-                         for k, v in vars(m).items() if isinstance(v, torch.Tensor))
-        names.update((id(b), f"{owner} buffer '{n}'") for n, b in module.named_buffers())
-        names.update((id(p), f"{owner} parameter '{n}'") for n, p in module.named_parameters())
-    data.known = names
-    return names
+def _named(owner, kind, prefix, name):
+    return f"{owner} {kind} '{prefix}{'.' if prefix else ''}{name}'"
+
+
+class ModelTensors:
+    """Every parameter, buffer and tensor attribute of the modules the pipeline knows (the
+    chunks, and loss_fn where it is one), as they were when the step was set up, before its
+    forwards (data.known). Taken later, a forward had replaced a tensor attribute (a cache) by
+    then, and a leaf it made could get the freed tensor's address and be refused as that
+    attribute; and a leaf a forward keeps as an attribute (self.x = x) was refused as the
+    model's. The set-up copies each module's attributes and buffers (dict copies, made in C:
+    0.24 ms a step for 300 modules, where finding the tensors among them in Python took 0.53),
+    which hold the tensors, so no id in them is reused during the step; the tensors are found
+    in them, and names made, only when a backward meets a leaf outside its chunk."""
+
+    def __init__(self, data):
+        model = data.chunks if data.model is None else data.model
+        owners = [(f"chunk {c}'s", m) for c, m in model.items()]
+        if isinstance(data.loss_fn, torch.nn.Module):
+            owners.append(("loss_fn's", data.loss_fn))
+        # Parameters are the model's lasting objects (a forward replaces none): their table is
+        # read as it is. Attributes and buffers are what a forward replaces (a cache).
+        self._tables = [(owner, [(prefix, dict(vars(m)), dict(m._buffers) if m._buffers else {},
+                                  m._parameters) for prefix, m in module.named_modules()])
+                        for owner, module in owners]
+        self._lock = threading.Lock()  # stage threads look up at once
+        self._by_id = None
+
+    def find(self, t):
+        """(owner, kind, module prefix, name) of `t` if it is one of them, else None."""
+        with self._lock:
+            if self._by_id is None:
+                self._by_id = self._index()
+        entry = self._by_id.get(id(t))
+        return entry[1:] if entry is not None and entry[0] is t else None
+
+    def _index(self):
+        found = {}
+        for owner, modules in self._tables:
+            for prefix, attrs, _, _ in modules:
+                found.update((id(v), (v, owner, "tensor attribute", prefix, k))
+                             for k, v in attrs.items() if isinstance(v, torch.Tensor))
+            # A parameter's or buffer's name overrides an attribute's, and its first name (as
+            # named_parameters gives it) a shared one's later names.
+            for kind, table in (("buffer", 2), ("parameter", 3)):
+                named = {}
+                for module in modules:
+                    prefix = module[0]
+                    for k, v in module[table].items():
+                        if v is not None and id(v) not in named:
+                            named[id(v)] = (v, owner, kind, prefix, k)
+                found.update(named)
+        return found

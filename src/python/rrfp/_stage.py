@@ -44,8 +44,8 @@ class StepData:
         self.chunks = {}  # every chunk of this process by index: names parameters in messages
         # Every chunk the Pipeline was given by index where it was given a list (other
         # processes' too; None: `chunks`, built by a chunk_fn), and loss_fn: the owners of the
-        # tensors a chunk may not use for a gradient (rrfp._graph.foreign_leaves), {id: name}
-        # once a step found one (known).
+        # tensors a chunk may not use for a gradient (rrfp._graph.foreign_leaves): known,
+        # rrfp._graph.ModelTensors, taken as each step is set up, before its forwards.
         self.model = None
         self.known = None
         self.made = MadeGrads()  # the gradients of leaves a forward made, by microbatch

@@ -9,6 +9,7 @@ from ._args import check_arguments, progress_after
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._grad_layout import set_grad
+from ._graph import ModelTensors
 from ._grads import GradSums, sum_over_replicas, trained_layout, warn_inexact
 from ._leaves import MadeGrads
 from ._replicas import from_first_replica
@@ -365,6 +366,7 @@ class Pipeline:
             rec, loss, (sums, layout) = run_pass(self, inputs, targets, True, self._set_up_step)
         finally:
             self._data.sums = None  # a copy of every gradient: not kept past a failed step
+            self._data.known = None  # nor the model's tensors of the step (a cache replaced)
         pairs = sums.pairs()
         warn_inexact(sums, self.chunks, self._inexact_said)
         if ties is not None:  # every holder of a tie gets the tie's sum
@@ -387,7 +389,8 @@ class Pipeline:
         trains now, and the ties' copies as the chunks hold them (run_pass runs it)."""
         for r in self._runners:
             r.refresh_params()
-        self._data.known = None  # the model's tensors as they are now (foreign_leaves)
+        # The model's tensors before the forwards replace any attribute (foreign_leaves).
+        self._data.known = ModelTensors(self._data)
         self._data.made = MadeGrads()  # nothing from a step that failed
         self._refresh_ties()
         ties = self._ties
