@@ -82,6 +82,7 @@ def run(pp, dp, m, transport, rank):
         opt.step()
     refusals(pipe, rank, pp * dp, m)
     set_up_failure(pp, dp, m, transport, rank)
+    penalty_over_the_whole_model(pp, dp, m, transport, rank)
     if dp > 1:
         buffers_apart(pp, dp, transport, rank)
     for c, module in pipe.chunks.items():
@@ -174,6 +175,32 @@ def set_up_failure(pp, dp, m, transport, rank):
     pipe.step(xs, ys)  # the job steps on alike
     assert not _same(_grads(pipe), before), (rank, "the step after added nothing")
     print(f"rank {rank}: a set-up failure on one process refused on every process", flush=True)
+
+
+def penalty_over_the_whole_model(pp, dp, m, transport, rank):
+    """An L2 penalty over the whole model inside loss_fn, with chunk_fn: every process builds
+    the whole model and returns its piece, so the last stage's loss_fn reaches this process's
+    copies of the other chunks' parameters, chunks it does not run. Refused on every process,
+    no .grad written anywhere, as with a list of chunks; before, each copy was taken for a leaf
+    the forward made and its gradient went to the copy's .grad, which nothing reads: the chunks
+    that train them never got it, silently."""
+    model = lm.chunks(pp)
+    params = [p for c in model for p in c.parameters()]
+
+    def penalised(y, t):
+        return lm.loss_fn(y, t) + 1e-2 * sum((p ** 2).sum() for p in params)
+
+    pipe = rrfp.Pipeline(lambda i: model[i], penalised, pp=pp, microbatches=m,
+                         transport=transport, dp=dp, timeout=30)
+    try:
+        pipe.step(*lm.batches(m, seed=pipe.replica))
+        raise AssertionError(f"rank {rank}: a penalty over other processes' chunks went on")
+    except rrfp.StageError as e:
+        if rank % pp == pp - 1:  # the stage that raised says what it found
+            assert f"chunk {pp - 1} (with loss_fn) uses " in str(e) and "parameters of no " \
+                "chunk of this process (other processes' copies" in str(e), (rank, str(e))
+    assert all(p.grad is None for p in params), (rank, "a refused step left a .grad")
+    print(f"rank {rank}: a penalty over other processes' chunks refused", flush=True)
 
 
 class _Cache(torch.nn.Module):

@@ -4,6 +4,8 @@ whole model inside loss_fn. A plain loop's backward gives each its gradient; a c
 computes its own parameters' alone, so the step refuses them, naming them, where those
 gradients used to be silently missing or partial. Tied modules (registered in both chunks) stay
 accepted, and a leaf the forward makes itself (a PINN's coordinates) trains as in a plain loop."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -105,6 +107,36 @@ def test_an_l2_penalty_over_the_whole_model_in_loss_fn_is_refused():
         (mse(ref[1](ref[0](xi)), yi) + 1e-2 * sum((p ** 2).sum() for p in ref_params)).backward()
     for p, q in zip(params, ref_params):
         assert torch.allclose(p.grad, q.grad, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("by_function", [False, True])
+def test_a_parameter_of_no_chunk_the_pipeline_runs_is_refused(by_function):
+    # A penalty in loss_fn over a copy of the model: each chunk_fn(i) builds the whole model
+    # and returns its piece, as under torchrun, where a process holds the other processes'
+    # chunks as copies it does not run. The copies' parameters were taken for leaves the
+    # forward made: their .grad took the gradient, which the chunks that train never got.
+    copy = model()
+    params = [p for c in copy for p in c.parameters()]
+
+    def penalised(y, t):
+        return mse(y, t) + 1e-2 * sum((p ** 2).sum() for p in params)
+
+    chunks = [nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8), nn.Linear(8, 8)]
+    given = (lambda i: chunks[i]) if by_function else chunks
+    pipe = rrfp.Pipeline(given, penalised, pp=2, vpp=2, microbatches=4, timeout=60)
+    where = ("6 parameters of no chunk of this process (other processes' copies, or modules "
+             "the pipeline was not given)" if by_function else
+             "6 parameters of no module the pipeline was given")
+    refused(pipe, chunks, r"chunk 3 \(with loss_fn\) uses " + re.escape(where) +
+            re.escape(" of shapes (8,), (8, 8), (8,), ..., which want a gradient"))
+    one = nn.Parameter(torch.ones(8))
+    pipe = rrfp.Pipeline(given, lambda y, t: mse(y * one, t), pp=2, vpp=2, microbatches=4)
+    refused(pipe, chunks, r"chunk 3 \(with loss_fn\) uses a parameter of no " +
+            (re.escape("chunk of this process (another process's copy, or a module the "
+                       "pipeline was not given)") if by_function else
+             "module the pipeline was given") + r" of shape \(8,\), which wants a gradient")
+    assert one.grad is None
+    assert all(p.grad is None for p in params)
 
 
 @pytest.mark.parametrize("hint,policy", SCHEDULES)

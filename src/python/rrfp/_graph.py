@@ -91,22 +91,28 @@ def foreign_leaves(chunk, last, roots, own, data):
     loss_fn, an L2 penalty over the whole model in loss_fn, a tensor set as a plain attribute
     of a module. Their gradient is the model's, summed over microbatches, chunks and replicas
     where the parameters' are: this chunk's backward alone would leave it silently missing or
-    partial, so the step refuses them rather than differ from a plain loop. `data`: the step's
-    StepData."""
+    partial, so the step refuses them rather than differ from a plain loop. An nn.Parameter is
+    refused wherever it comes from: no forward makes one, and with chunk_fn under torchrun it
+    is this process's copy of another process's chunk (the whole model, built in every
+    process), whose .grad nothing reads. `data`: the step's StepData."""
     foreign = _rrfp._foreign_leaves(roots, own)  # a walk of the graph in C++
     if not foreign:
         return foreign
     known = data.known if data.known is not None else ModelTensors(data)
-    named = []
+    named, strays = [], []
     for t in foreign:
         entry = known.find(t)
         if entry is not None:
             named.append(f"{_named(*entry)} of shape {tuple(t.shape)}")
-    if not named:
+        elif isinstance(t, torch.nn.Parameter):
+            strays.append(t)
+    if not named and not strays:
         return foreign
     said = named[:3] + ([f"{len(named) - 3} more"] if len(named) > 3 else [])
+    if strays:
+        said.append(_strays(data, strays))
     where = " (with loss_fn)" if last else ""
-    one = len(named) == 1
+    one = len(named) + len(strays) == 1
     raise ValueError(
         f"chunk {chunk}{where} uses {'; '.join(said)}, which {'wants' if one else 'want'} "
         f"a gradient but {'is' if one else 'are'} not among the chunk's own parameters: the "
@@ -119,6 +125,22 @@ def foreign_leaves(chunk, last, roots, own, data):
 
 def _named(owner, kind, prefix, name):
     return f"{owner} {kind} '{prefix}{'.' if prefix else ''}{name}'"
+
+
+def _strays(data, strays):
+    """Parameters of no module the pipeline knows, said at once (an L2 penalty reaches many)."""
+    shapes = ", ".join(str(tuple(t.shape)) for t in strays[:3])
+    if len(strays) > 3:
+        shapes += ", ..."
+    if len(strays) == 1:
+        what, where = "a parameter", "another process's copy, or a module"
+    else:
+        what, where = f"{len(strays)} parameters", "other processes' copies, or modules"
+    if data.model is None:  # chunk_fn: the other processes' chunks are not known here
+        what += f" of no chunk of this process ({where} the pipeline was not given)"
+    else:
+        what += " of no module the pipeline was given"
+    return f"{what} of shape{'s' if len(strays) > 1 else ''} {shapes}"
 
 
 class ModelTensors:
