@@ -28,16 +28,8 @@ class _OrderedSum:
             for i, g in enumerate(self.pending.pop(self.next)):
                 if g is None:
                     continue
-                if self.hooks is not None and self.hooks[i]:
-                    g = run_hooks(self.hooks[i], g)
-                if self.sums[i] is None:
-                    # The running sum is added to in place, so it must own its storage: one
-                    # autograd call returns the same tensor for two parameters whose gradients
-                    # are equal (both terms of `base + delta`), and a hook may return one kept
-                    # elsewhere. (torch's accumulation copies a gradient referenced elsewhere.)
-                    self.sums[i] = g.clone()
-                else:
-                    self.sums[i] += g
+                hooks = self.hooks[i] if self.hooks is not None else None
+                self.sums[i] = accumulate(self.sums[i], g, hooks)
             self.next += 1
 
 
@@ -257,6 +249,21 @@ def leaf_hooks(p):
     if _ENGINE_RUNS_LEAF_HOOKS or not p._backward_hooks:
         return []
     return list(p._backward_hooks.values())
+
+
+def accumulate(total, g, hooks=None):
+    """`total` with g added as a plain loop's backward adds a leaf's gradient (torch's
+    AccumulateGrad): through the leaf's `hooks` first, then a copy of it where there is no total
+    yet, else added in place. The total is added to in place, so it must own its storage: one
+    autograd call returns the same tensor for two leaves whose gradients are equal (both terms
+    of `base + delta`), and a hook may return one kept elsewhere (torch copies a gradient
+    referenced elsewhere too)."""
+    if hooks:
+        g = run_hooks(hooks, g)
+    if total is None:
+        return g.clone()
+    total += g
+    return total
 
 
 def run_hooks(hooks, g):

@@ -190,7 +190,7 @@ def _agree_layout(dist, group, pp, dp):
     the subgroups of its own pp and dp, and new_group waits until every process makes the same,
     so processes of pp=2, dp=1 and of pp=1, dp=2 waited in it for ever (no timeout applies
     there), before the options were compared."""
-    mine = {name: [repr(value), repr(value)] for name, value in (("pp", pp), ("dp", dp))}
+    mine = {name: _compared(name, value) for name, value in (("pp", pp), ("dp", dp))}
     every = [None] * dist.get_world_size(group)
     dist.all_gather_object(every, mine, group=group)
     _refuse_differences(mine, every)

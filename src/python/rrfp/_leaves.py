@@ -8,7 +8,7 @@ import threading
 
 import torch
 
-from ._grads import leaf_hooks, run_hooks
+from ._grads import accumulate, leaf_hooks, run_hooks
 from ._tree import pack_grads
 
 
@@ -84,19 +84,11 @@ class MadeGrads:
 
     def add_to_grads(self):
         """Adds what the step's tasks put into the leaves' .grad (on the caller's thread,
-        after them). Set, a gradient is a copy: autograd may hand the same tensor to a
-        parameter, whose .grad the step sets too, and the next addition would change it (torch
-        copies a gradient referenced elsewhere too)."""
+        after them), as the parameters' sums are added (accumulate)."""
         by_mb, self._by_mb = self._by_mb, {}
         for mb in sorted(by_mb):
             for leaf, by_chunk in by_mb[mb].values():
                 g = None
                 for c in sorted(by_chunk, reverse=True):
                     g = by_chunk[c] if g is None else g + by_chunk[c]
-                hooks = leaf_hooks(leaf)
-                if hooks:
-                    g = run_hooks(hooks, g)
-                if leaf.grad is None:
-                    leaf.grad = g.clone()
-                else:
-                    leaf.grad.add_(g)
+                leaf.grad = accumulate(leaf.grad, g, leaf_hooks(leaf))
