@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/work_model.hpp"
+
 namespace rrfp {
 
 // Bytes and seconds per task of each command, measured on the reference VM (2-core AMD EPYC,
@@ -26,6 +28,12 @@ inline constexpr TaskCost kPlanCost{190, 1.5e-6};      // `plan`: graph, orders,
 // parsing the trace takes (checked as it is parsed): 332 bytes a task held after the predictions
 // between 65K and 262K tasks, with room for a simulation's own; the time between them.
 inline constexpr TaskCost kPredictCost{400, 1.2e-4};
+
+// The tasks of one step of shape `c` over `tp` ranks, in a double: a shape too large for a
+// WorkModel is estimated (and refused) before one is built.
+inline double tasks_of(const PipelineConfig& c, int tp) {
+  return static_cast<double>(c.pp) * c.vpp * c.microbatches * (c.split_backward ? 3 : 2) * tp;
+}
 
 // `what` ("simulate: 4 runs of 99.9M tasks") needs `tasks` tasks at `cost`, `evaluations`
 // times over for the time. Throws InputError naming `what`, the estimate, the available memory

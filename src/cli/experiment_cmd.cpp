@@ -156,8 +156,7 @@ RunsSize runs_size(const Scenario& sc, const std::vector<RunSpec>& runs) {
   RunsSize s;
   for (const RunSpec& r : runs) {
     const PipelineConfig c = config_for(sc, r);
-    const double tasks =
-        static_cast<double>(c.pp) * c.vpp * c.microbatches * (c.split_backward ? 3 : 2) * sc.tp;
+    const double tasks = tasks_of(c, sc.tp);
     s.most = std::max(s.most, tasks);
     s.total += tasks;
     s.most_bytes = std::max(s.most_bytes, tasks * (kSimulateCost.bytes + extra_bytes(r)));

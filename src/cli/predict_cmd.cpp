@@ -38,8 +38,7 @@ std::vector<std::string> split_list(const std::string& s) {
 // Before the trace is read at the shape: `--pp 4096 -m 6000` on a trace of a few tasks took
 // 2.7 GB to find the tasks it lacked, with no estimate at all.
 void check_predict_fits(const PipelineConfig& c, int tp) {
-  const double tasks =
-      static_cast<double>(c.pp) * c.vpp * c.microbatches * (c.split_backward ? 3 : 2) * tp;
+  const double tasks = tasks_of(c, tp);
   check_fits("predict: " + fmt("%.1fM", tasks / 1e6) + " tasks at P=" + std::to_string(c.pp) +
                  " V=" + std::to_string(c.vpp) + " M=" + std::to_string(c.microbatches) +
                  " TP=" + std::to_string(tp),
