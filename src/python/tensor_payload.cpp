@@ -1,5 +1,8 @@
 #include "python/tensor_payload.hpp"
 
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Layout.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -77,24 +80,9 @@ std::uint8_t layout_of(const at::Tensor& c) {
   return c.is_non_overlapping_and_dense() ? kDense : kScatter;
 }
 
-// torch's Python name of a layout other than strided, for the refusal.
+// torch's Python name of a layout ("torch.sparse_coo"), from torch's own table, for the refusal.
 std::string layout_name(at::Layout layout) {
-  switch (layout) {
-    case at::kSparse:
-      return "torch.sparse_coo";
-    case at::kSparseCsr:
-      return "torch.sparse_csr";
-    case at::kSparseCsc:
-      return "torch.sparse_csc";
-    case at::kSparseBsr:
-      return "torch.sparse_bsr";
-    case at::kSparseBsc:
-      return "torch.sparse_bsc";
-    case at::kMkldnn:
-      return "torch._mkldnn";
-    default:
-      return "code " + std::to_string(static_cast<int>(layout));
-  }
+  return torch::getTHPLayout(layout)->name;
 }
 
 Prepared prepare(const at::Tensor& t, const std::string& what) {
