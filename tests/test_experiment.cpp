@@ -2,6 +2,8 @@
 // reckoned beside the simulations) they must give what each gives run alone, in order.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "core/error.hpp"
 #include "report/experiment.hpp"
 #include "report/report.hpp"
@@ -112,6 +114,40 @@ TEST(Experiment, ARunThatCannotRunThrowsTheOptionsError) {
     FAIL() << "a fixed policy over a rule hint ran";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("`policy` fixed"), std::string::npos) << e.what();
+  }
+}
+
+// A replayed trace is read once where with_replay_step read it for its step: runs of that shape
+// take that read (they still run with the file gone), and give what a second read gives; runs
+// of the other shape read the file for theirs.
+TEST(Experiment, AReplayedTraceIsReadOnceForItsStepAndItsRuns) {
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    Scenario rec = scenario(seed, 1);
+    rec.cfg.split_backward = true;
+    rec.split_mode = "on";
+    const std::string path = ::testing::TempDir() + "rrfp_read_once.json";
+    write_chrome_trace(path, {run_scenario(rec, {"bfw", Policy::Ready, CommMode::Async, ""})});
+    Scenario sc = scenario(seed, 1);
+    sc.split_mode = "auto";
+    sc.replay_path = path;
+    sc.ordered_from_replay = true;
+    const std::vector<RunSpec> sp = specs();
+    const Scenario read = with_replay_step(sc, sp);
+    ASSERT_TRUE(read.replay_read) << "with_replay_step kept no read";
+    EXPECT_TRUE(read.replay_read_for.split_backward);
+    Scenario again = read;
+    again.replay_read.reset();
+    const std::vector<RunSpec> split = {sp[1], sp[3]}, whole = {sp[0], sp[4]};
+    const std::vector<ReportRun> fresh = run_scenarios(again, sp);
+    const std::vector<ReportRun> kept = run_scenarios(read, sp);
+    for (std::size_t i = 0; i < sp.size(); ++i)
+      expect_same(kept[i], fresh[i], "seed " + std::to_string(seed) + ", run " + std::to_string(i));
+    std::remove(path.c_str());
+    const std::vector<ReportRun> gone = run_scenarios(read, split);
+    expect_same(gone[0], fresh[1], "zb-h1 with the file gone");
+    expect_same(gone[1], fresh[3], "bfw with the file gone");
+    EXPECT_THROW(run_scenarios(read, whole), InputError) << "the whole shape's runs took the "
+                                                            "split shape's read";
   }
 }
 

@@ -50,10 +50,12 @@ Scenario with_replay_step(Scenario sc, const std::vector<RunSpec>& specs) {
       shape = &s;
       break;
     }
-  const ImportedRun in =
-      import_trace(sc.replay_path, WorkModel(config_for(sc, *shape)), sc.tp, sc.trace);
+  sc.replay_read_for = config_for(sc, *shape);
+  ImportedRun in = import_trace(sc.replay_path, WorkModel(sc.replay_read_for), sc.tp, sc.trace);
   sc.trace.step = in.step;
   if (sc.ordered_from_replay) sc.cfg.ordered_forwards = in.ordered_forwards.value_or(false);
+  sc.replay_read = std::make_shared<const RealizedWork>(std::move(in.work));
+  sc.replay_read_coordination = in.coordination_measured;
   return sc;
 }
 
@@ -88,10 +90,27 @@ void check_spec(const Scenario& sc, const RunSpec& spec) {
   refuse_blocking_deadlock(m, hint, spec.policy, spec.comm, sc.tp, sc.tp_protocol);
 }
 
+namespace {
+
+// Whether a trace imported for `a` holds the durations of `b`'s tasks: the import reads tasks
+// by their index, which the ordering of forwards leaves as it is.
+bool same_shape(const PipelineConfig& a, const PipelineConfig& b) {
+  return a.pp == b.pp && a.vpp == b.vpp && a.microbatches == b.microbatches &&
+         a.placement == b.placement && a.split_backward == b.split_backward;
+}
+
+}  // namespace
+
 RealizedWork realized_work(const Scenario& sc, const WorkModel& m) {
   if (sc.replay_path.empty()) return realize(sc.workload, m, sc.tp, sc.seed);
   bool coordination_measured = false;
-  RealizedWork work = read_replay_file(sc.replay_path, m, sc.tp, sc.trace, &coordination_measured);
+  RealizedWork work;
+  if (sc.replay_read && same_shape(sc.replay_read_for, m.config())) {
+    work = *sc.replay_read;
+    coordination_measured = sc.replay_read_coordination;
+  } else {
+    work = read_replay_file(sc.replay_path, m, sc.tp, sc.trace, &coordination_measured);
+  }
   // A jitter preset on top of a replay disturbs the measured durations (predictions for
   // `rrfp train --inject-jitter`).
   if (sc.workload.jitter.p > 0) apply_jitter(work, m, sc.workload.jitter, sc.seed);

@@ -2,6 +2,7 @@
 // One scenario (pipeline shape, workload, seed) run under several (hint, policy, comm)
 // combinations with identical realized durations: the unit of `simulate` and `sweep`.
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,12 @@ struct Scenario {
   // `ordered_forwards` auto: a replayed trace's step decides (with_replay_step), off where it
   // does not say (a CSV, another tool's trace, an older rrfp one). False: cfg's, as given.
   bool ordered_from_replay = false;
+  // The replay as with_replay_step read it (a trace), for the shape `replay_read_for`:
+  // realized_work takes it rather than reading the file again, which for a large trace was
+  // most of a replay's time.
+  std::shared_ptr<const RealizedWork> replay_read;
+  PipelineConfig replay_read_for;
+  bool replay_read_coordination = false;  // ImportedRun::coordination_measured
   std::uint64_t seed = 1;
   int limit = 0, max_pending_w = 0;
   bool record = true;
