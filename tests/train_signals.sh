@@ -139,7 +139,8 @@ mv "$tmp/k/junk.csv" "$tmp/k/loss.csv"
 ! grep -q ",9.99999," "$tmp/k/loss.csv" || fail "steps written twice: the resumed log kept bogus rows"
 
 # Two SIGINTs: the first asks for a stop after the current step (long here: a bigger model),
-# the second, while that step still runs, ends the process at once: exit 130, no outputs.
+# the second, while that step still runs, ends the process at once: exit 130, no outputs. The
+# second comes a second after the first: within a quarter second it is the first's echo.
 # Job control on: a background job of a script would otherwise ignore SIGINT (and rrfp keeps
 # an inherited SIG_IGN, as a background job should).
 set -m
@@ -149,12 +150,28 @@ wait_rows "$tmp/b" 1 || fail "no loss rows after 60 s (second run)"
 kill -INT $pid
 sleep 0.2
 kill -0 $pid 2>/dev/null || fail "the first SIGINT did not let the step finish"
+sleep 0.8
+kill -0 $pid 2>/dev/null || fail "the step ended within a second: too short for this test"
 kill -INT $pid
 wait $pid; rc=$?
 set +m
 [ "$rc" -eq 130 ] || fail "SIGINT twice: exit $rc, want 130"
 [ ! -e "$tmp/b/loss.svg" ] && ! grep -q "stopped by signal" "$tmp/b.log" ||
   fail "the second SIGINT did not exit at once (outputs written)"
+# A SIGINT sent twice at once is one request: GNU timeout sends its signal to the process,
+# then to its process group, the process again (taken as a second request, that echo ended
+# `timeout -s INT 20 rrfp train` at once, without its checkpoint, in a quarter of the runs).
+set -m
+"$rrfp" train --d-model 512 --heads 8 --layers 8 --eval-every 0 --steps 50 --out "$tmp/e" >"$tmp/e.log" 2>&1 &
+pid=$!
+wait_rows "$tmp/e" 1 || fail "no loss rows after 60 s (echo run)"
+kill -INT $pid
+sleep 0.02
+kill -INT $pid 2>/dev/null
+wait $pid; rc=$?
+set +m
+[ "$rc" -eq 130 ] && [ -e "$tmp/e/loss.svg" ] && grep -q "stopped by signal" "$tmp/e.log" ||
+  fail "SIGINT twice at once: exit $rc, $(tail -1 "$tmp/e.log")"
 # A full disk (writes fail with ENOSPC: the file is made a link to /dev/full, which refuses every
 # write that way): the checkpoint of step 2 fails, the one of step 1 stays, no partial file.
 mkdir -p "$tmp/full"

@@ -3,7 +3,9 @@
 // `plan`, `sweep`): the first signal asks the work to stop at its next safe point, where the
 // command writes what it has (a step's log row and checkpoint, the best order so far, the grid
 // points done) and exits 128 + the signal (130, 143, 138); a second signal ends the process at
-// once. SIGUSR1 is the one mpirun forwards to every process as it is.
+// once, unless it is the first one again within a quarter second (its echo: GNU timeout sends
+// it to the process and then to its group). SIGUSR1 is the one mpirun forwards to every process
+// as it is.
 #include <atomic>
 #include <functional>
 #include <string>
@@ -21,7 +23,8 @@ std::atomic<int>& stop_flag();
 void exit_on_signals(const std::string& command);
 // Runs `write` (the command's outputs) with exit_on_signals' signals held back, so that none is
 // left half written; one that came meanwhile is then heeded (QuietExit, 128 + the signal) with
-// a line saying the outputs were written. A second signal still ends the process at once.
+// a line saying the outputs were written. A second signal still ends the process at once (but
+// for the first's echo, as above).
 void write_then_heed_signals(const std::function<void()>& write);
 
 // "SIGINT", "SIGTERM" or "signal N", for the line that says why the work stopped short.
