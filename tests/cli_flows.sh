@@ -243,3 +243,16 @@ echo '{"preset": "uniform", "forward_us": 20}' >tiny.json
 [ "$(field run.json "all(r['lower_bound_ms'] >= max(s['busy_ms'] for s in r['stages']) - 1e-6 for r in j['runs'])")" = True ] ||
   fail "rrfp run: a bound below a stage's measured work: $(field run.json "[(r['lower_bound_ms'], max(s['busy_ms'] for s in r['stages'])) for r in j['runs']]")"
 echo "ok: rrfp run's lower bound holds each stage's measured work"
+
+# `run --tp-protocol none` runs its steps: each rank picks alone, and where the ranks' picks
+# diverge the runtime's collective says so, naming both ranks ("all-reduce of ..."). The run's
+# wall-time estimate simulated it first, and the simulator's divergence ("entered the collective
+# of F c2 m4 while rank(s) of its group ...") ended it before any step ran.
+set +e
+"$rrfp" run --tp 2 --tp-protocol none --hint bfw --policy ready --pp 4 -m 16 --seed 1 >n.txt 2>&1
+rc=$?
+set -e
+grep -q "entered the collective of" n.txt && fail "run --tp-protocol none: the simulator's divergence: $(tail -1 n.txt)"
+[ "$rc" -eq 0 ] || grep -q "entered the all-reduce of .* while rank .* collective order diverged" n.txt ||
+  fail "run --tp-protocol none: exit $rc, $(tail -1 n.txt)"
+echo "ok: run --tp-protocol none runs, its divergence (if any) told by the runtime's collective"

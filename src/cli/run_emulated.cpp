@@ -116,6 +116,10 @@ class EmulatedRuns {
     Scenario sc = sc_;
     sc.record = false;
     sc.progress = false;
+    // Without coordination the simulated step fails where the ranks' collectives diverge, and
+    // that error, raised here, stood in for the runtime's own (CollectiveMismatchError, which
+    // names both ranks): the run is sized as the step would take had its ranks agreed.
+    if (sc.tp_protocol == TpProtocol::None) sc.tp_protocol = TpProtocol::Leader;
     double step_s = 0;
     for (const ReportRun& r : run_scenarios(sc, specs_))
       step_s += static_cast<double>(r.metrics.makespan) / 1e9;
