@@ -90,7 +90,7 @@ check "--policy fixed: needs a list hint" run --hint bf --policy fixed
 mkfifo "$tmp/fifo"
 check "--workload-file: '/dev/zero' is not a regular file" simulate --workload-file /dev/zero
 check "--replay: '/dev/urandom' is not a regular file" simulate --replay /dev/urandom --hint 1f1b
-check "--hint: '/dev/zero' is not a regular file" schedule check /dev/zero
+check "FILE: '/dev/zero' is not a regular file" schedule check /dev/zero
 check "--workload-file: '$tmp/fifo' is not a regular file" simulate --workload-file "$tmp/fifo"
 check "--workload-file: '$tmp' is a directory" simulate --workload-file "$tmp"
 check "--replay: '$tmp/nope.csv' does not exist" simulate --replay "$tmp/nope.csv" --hint 1f1b
@@ -215,6 +215,16 @@ PY
 # simulate predicts its own step back exactly (0.0% reproduction) and keeps the JSON on stdout.
 data=$(cd "$(dirname "$0")" && pwd)/data
 check "--trace-format: nvtx not in" predict "$data/torch-pp2" --trace-format nvtx
+# A format that finds no task names the trace (it named no file, and an id out of range).
+check "torch-pp2: the megatron trace holds no task to tell its shape by" predict "$data/torch-pp2" --trace-format megatron
+# A positional is named as the help names it, and a missing one as missing, whatever its name.
+check "TRACE: '$tmp/none' does not exist" predict "$tmp/none"
+check "FILE: '$tmp/none' does not exist" schedule check "$tmp/none"
+check "--tp-protocol: unknown protocol 'nope' (expected leader, agree or none)" simulate --tp 2 --tp-protocol nope
+# A trace of more stages than the shape names the stages the shape has ("has a stage 4, but
+# --pp is 4" read as if stage 4 were one of four).
+"$rrfp" simulate --pp 4 -m 4 --hint bf --policy ready --trace "$tmp/p4.json" >/dev/null
+check "records stage 2, which --pp 2 (stages 0 to 1) lacks: give the shape the trace was recorded with" simulate --replay "$tmp/p4.json" --pp 2 -m 4 --hint bf --policy ready
 check "--hints: 'nope' is not a rule hint" predict "$data/torch-pp2" --hints bf,nope
 check "has no step 9; it has 1, 2" predict "$data/torch-pp2" --step 9
 check "1 rank(s) with task spans, but the shape has 2" \

@@ -67,8 +67,12 @@ void report(const CalibrateFlags& f, Calibration c) {
   std::cout << format_calibration(c);
   if (!f.out.empty())
     std::cout << "wrote " << f.out << ": rrfp simulate --workload-file " << f.out
-              << " models messages so; rrfp run --transport mpi --compare --calibration " << f.out
-              << " simulates with it\n";
+              << " models messages so"
+              << (f.transport == TransportKind::Mpi
+                      ? "; rrfp run --transport mpi --compare --calibration " + f.out +
+                            " simulates with it"
+                      : std::string())
+              << "\n";
 }
 
 // --timeout is checked whatever the transport (-5 and nan ran in-process), and each flag is

@@ -25,6 +25,14 @@ std::string as_flags(const std::string& message) {
       continue;
     }
     std::string name = message.substr(i + 1, close - i - 1);
+    // A command's argument (`TRACE`, `FILE`) is named as its help names it, bare.
+    if (!name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+          return std::isupper(static_cast<unsigned char>(c)) || c == '_';
+        })) {
+      out += name;
+      i = close;
+      continue;
+    }
     // Only an option's name: a backtick in quoted user input stays as it is.
     const bool option = !name.empty() && std::islower(static_cast<unsigned char>(name[0])) &&
                         std::all_of(name.begin(), name.end(), [](char c) {

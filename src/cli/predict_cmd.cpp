@@ -1,6 +1,7 @@
 // `rrfp predict TRACE`: what readiness-first dispatch would make of a recorded step
 // (report/predict.hpp, docs/twin.md).
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -51,6 +52,10 @@ void run_predict(PredictFlags f) {
     throw InputError("--comm: expected auto, async or blocking, got '" + f.comm.substr(0, 30) +
                      "'");
 
+  checked_tp(f.tp);  // the flags before the file
+  std::error_code ec;
+  if (!std::filesystem::exists(f.path, ec))
+    throw InputError("`TRACE`: '" + f.path + "' does not exist");
   // A CSV holds durations, not the order a step ran in: it was parsed as JSON ("invalid JSON").
   if (!is_trace_path(f.path))
     throw InputError("`TRACE`: '" + f.path +
@@ -59,7 +64,6 @@ void run_predict(PredictFlags f) {
                      "--replay reads one)");
   // The shape the trace records, with whatever the flags pin down; rrfp's own trace says its
   // TP size too (it needed --tp, "tp rank 1 >= --tp 1").
-  checked_tp(f.tp);
   int tp_seen = 0;
   PipelineConfig c = infer_trace_config(f.path, f.tp, f.trace, &tp_seen);
   if (!f.tp_given && tp_seen > 1) f.tp = tp_seen;
@@ -123,7 +127,7 @@ void setup_predict(CLI::App& app) {
       "predict",
       "what readiness-first dispatch would make of a recorded step: replay a trace in its own "
       "order, then predict rrfp's rules at the same memory and at --limit");
-  sub->add_option("trace", f->path,
+  sub->add_option("TRACE", f->path,
                   "a Chrome trace (.json, .json.gz, or a directory of one per rank) from rrfp's "
                   "--trace, the PyTorch profiler or Megatron-LM's timers (docs/twin.md)")
       ->required();

@@ -89,7 +89,7 @@ void check(const ScheduleFlags& f) {
   WorkModel m = model_for(f, f.file);  // auto: split as the file declares, as simulate reads it
   Hint h;
   h.name = "file:" + f.file;
-  h.body = read_hint_file(f.file, m);  // async: dependencies and list order
+  h.body = read_hint_file(f.file, m, "FILE");  // async: dependencies and list order
   // Blocking: the rendezvous, which a valid order can still deadlock (sim/hint_check.hpp).
   const std::string stuck = fixed_blocking_deadlock(m, h);
   const auto peaks = fixed_order_peaks(h.list(), m);
@@ -128,7 +128,7 @@ void setup_schedule(CLI::App& app) {
   g->shape.microbatches = 8;
   CLI::App* ck = sch->add_subcommand("check", "validate a hint file (text or JSON)");
   add_shape_flags(ck, g->shape);
-  ck->add_option("file", g->file, "hint file")->required();
+  ck->add_option("FILE", g->file, "hint file")->required();
   ck->callback([g] { check(*g); });
 }
 

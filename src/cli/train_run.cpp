@@ -37,10 +37,17 @@ train::TrainRun to_run(const TrainFlags& f) {
   run.stop = &stop_flag();  // the first signal stops after the step; a second, at once
   run.warn = [](const std::string& m) { print_line("rrfp train: warning: " + as_flags(m)); };
   if (!f.inject_jitter.empty()) {
-    if (f.inject_jitter.rfind("jitter:", 0) != 0)
-      throw InputError("--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got '" +
-                       f.inject_jitter + "'");
-    const JitterLevel j = workload_preset(f.inject_jitter, "--inject-jitter").jitter;
+    // One list of what is allowed, J0 left out (it injects nothing; the preset's own error
+    // offered it).
+    const InputError allowed("--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got '" +
+                             f.inject_jitter.substr(0, 30) + "'");
+    if (f.inject_jitter.rfind("jitter:", 0) != 0) throw allowed;
+    JitterLevel j;
+    try {
+      j = workload_preset(f.inject_jitter, "--inject-jitter").jitter;
+    } catch (const InputError&) {
+      throw allowed;
+    }
     if (j.p <= 0)
       throw InputError("--inject-jitter: '" + f.inject_jitter +
                        "' injects no jitter (use jitter:J1..J3)");

@@ -338,18 +338,18 @@ bool hint_file_declares_split(const std::string& path) {
   return scan.declared();
 }
 
-ListHint read_hint_file(const std::string& path, const WorkModel& m) {
+ListHint read_hint_file(const std::string& path, const WorkModel& m, const char* option) {
   // As large as a hint of this run can be: each task a token of at most ~24 bytes (JSON, with
   // its indentation), a stage's tasks on one line, plus room for a header.
   // The document is bounded; the text format's lines are too (JSON may be one line, as
   // json.dump writes it: the document bound is its bound).
   const std::uint64_t doc = static_cast<std::uint64_t>(m.num_tasks()) * 24 + (1u << 20);
-  const std::string text = read_input_file(path, InputKind{"hint", doc, 0});
+  const std::string text = read_input_file(path, InputKind{option, doc, 0});
   const auto first = text.find_first_not_of(" \t\r\n");
   if (first == std::string::npos || text[first] != '{')
     check_line_lengths(
         text,
-        InputKind{"hint", doc, static_cast<std::size_t>(m.tasks_per_stage()) * 24 + (1u << 16)},
+        InputKind{option, doc, static_cast<std::size_t>(m.tasks_per_stage()) * 24 + (1u << 16)},
         path);
   return parse_hint(text, m, path);
 }

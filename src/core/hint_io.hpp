@@ -23,7 +23,8 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
 ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::string& origin);
 // Picks the format from the content (JSON when the first non-blank byte is '{'), validates.
 ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string& origin);
-ListHint read_hint_file(const std::string& path, const WorkModel& m);
+// `option` names the file in errors (the CLI's `schedule check` takes it as its FILE).
+ListHint read_hint_file(const std::string& path, const WorkModel& m, const char* option = "hint");
 // Whether the hint file at `path` says it was written for the split backward: its text header's
 // `split=1`, or JSON's top-level "split_backward": true, wherever in the file. False when it
 // says nothing; reading the hint checks the header in full. `split_backward` auto follows it,

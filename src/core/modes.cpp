@@ -22,7 +22,7 @@ TpProtocol parse_tp_protocol(const std::string& s) {
   if (s == "leader") return TpProtocol::Leader;
   if (s == "agree") return TpProtocol::Agree;
   if (s == "none") return TpProtocol::None;
-  throw InputError("`tp_protocol`: unknown protocol '" + s + "' (expected leader or agree)");
+  throw InputError("`tp_protocol`: unknown protocol '" + s + "' (expected leader, agree or none)");
 }
 
 std::string to_string(TransportKind t) {

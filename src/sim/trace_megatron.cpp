@@ -136,6 +136,7 @@ namespace {
 // The ids of one field the events carry: the largest, the event carrying it, and how many
 // distinct ones there are.
 struct IdsSeen {
+  explicit IdsSeen(const char* f) : field(f) {}
   const char* field;
   std::set<int> ids;
   int top = 0;
@@ -196,6 +197,7 @@ Shape probe_megatron(const std::vector<Doc>& docs, int tp) {
       ++events;
     }
   }
+  if (events == 0) return s;  // the caller says the trace holds no task (the ids know no file)
   for (const IdsSeen* ids : {&pp_ids, &chunk_ids, &mb_ids})
     ids->check();
   s.pp = pp_ids.ids.empty() ? 0 : pp_ids.top + 1;

@@ -110,8 +110,10 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       int stage = 0;
       if (!split_process_name(args->value("name", ""), label, stage)) continue;
       if (stage >= m.pp())
-        throw InputError(d.origin + ": run '" + label.substr(0, 60) + "' has a stage " +
-                         std::to_string(stage) + ", but `pp` is " + std::to_string(m.pp()));
+        throw InputError(d.origin + ": run '" + label.substr(0, 60) + "' records stage " +
+                         std::to_string(stage) + ", which `pp` " + std::to_string(m.pp()) +
+                         " (stages 0 to " + std::to_string(m.pp() - 1) +
+                         ") lacks: give the shape the trace was recorded with");
       auto [it, fresh] = run_of_label.emplace(label, runs.size());
       if (fresh) {
         Timeline t;
