@@ -133,24 +133,37 @@ def test_a_checkpoint_keeps_the_step_count(tmp_path):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("bad,error", [(-1, ValueError), (1.5, TypeError), ("7", TypeError),
-                                       (True, TypeError)])
+@pytest.mark.parametrize("bad,error", [(-1, ValueError), (2**64, ValueError),
+                                       (2**64 + 5, ValueError), (1.5, TypeError),
+                                       ("7", TypeError), (True, TypeError)])
 def test_a_bad_seed_is_refused(bad, error):
-    # "7" and True were ValueErrors: a wrong type is a TypeError, as for every argument.
-    with pytest.raises(error, match=r"seed: a whole number of at least 0 or None, got"):
+    # "7" and True were ValueErrors: a wrong type is a TypeError, as for every argument. A seed
+    # of 2**64 or more was taken modulo 2**64: seed=2**64 drew what seed=0 draws.
+    with pytest.raises(error, match=r"seed: a whole number in 0\.\.2\*\*64-1 or None, got"):
         rrfp.Pipeline(chunks(), loss_fn, pp=4, microbatches=8, seed=bad)
 
 
+def test_the_largest_seed_is_taken():
+    pipe = rrfp.Pipeline(chunks(), loss_fn, pp=4, microbatches=8, seed=2**64 - 1)
+    pipe.step(*data(0))
+    assert rrfp.task_seed(2**64 - 1, 0, 0, 0) != rrfp.task_seed(0, 0, 0, 0)
+
+
 @pytest.mark.parametrize("args,error,match", [
-    ((-1, 0, 0, 0), ValueError, "task_seed: seed: a whole number of at least 0, got -1"),
-    (("a", 0, 0, 0), TypeError, "task_seed: seed: a whole number of at least 0, got str 'a'"),
+    ((-1, 0, 0, 0), ValueError, r"task_seed: seed: a whole number in 0\.\.2\*\*64-1, got -1"),
+    (("a", 0, 0, 0), TypeError, r"task_seed: seed: a whole number in 0\.\.2\*\*64-1, got str"),
+    ((2**64, 0, 0, 0), ValueError, "task_seed: seed: .* got 18446744073709551616"),
+    ((1, 2**64 + 3, 0, 0), ValueError, "task_seed: step: .* got 18446744073709551619"),
     ((1, True, 0, 0), TypeError, "task_seed: step: .* got bool True"),
     ((1, 0, -2, 0), ValueError, "task_seed: chunk: .* got -2"),
+    ((1, 0, 2**64, 0), ValueError, "task_seed: chunk: .* got 18446744073709551616"),
     ((1, 0, 0, 0.5), TypeError, "task_seed: mb: .* got float 0.5"),
+    ((1, 0, 0, 2**65), ValueError, "task_seed: mb: .* got 36893488147419103232"),
 ])
 def test_task_seed_refuses_what_the_pipeline_would(args, error, match):
     # task_seed(-1, ...) gave a seed no pipeline draws from (seed=-1 is refused), and
-    # task_seed("a", ...) failed on its "&", naming no argument.
+    # task_seed("a", ...) failed on its "&", naming no argument. Past 2**64-1 an argument was
+    # masked down: task_seed(2**64, 0, 0, 0) was task_seed(0, 0, 0, 0).
     with pytest.raises(error, match=match):
         rrfp.task_seed(*args)
 

@@ -9,6 +9,9 @@ import torch
 from ._args import check_whole
 
 _MASK = (1 << 64) - 1
+# What a seed and task_seed's arguments take: the 64 bits the mixing keeps (a value past them
+# was masked down, so seed=2**64 drew exactly what seed=0 draws).
+_TAKES = "a whole number in 0..2**64-1"
 
 
 def _mix(x):
@@ -23,10 +26,10 @@ def task_seed(seed, step, chunk, mb):
     from 0 over this pipeline's steps and evaluation steps, failed ones included, refused ones
     not) of Pipeline(seed=seed): a plain loop that calls torch.manual_seed(task_seed(...))
     before each chunk's forward draws what the pipeline draws. With dp > 1, replica r's
-    microbatch mb is r * M + mb. Below 2**63. Each argument is a whole number of at least 0
+    microbatch mb is r * M + mb. Below 2**63. Each argument is a whole number in 0..2**64-1
     (else TypeError or ValueError, as Pipeline's seed)."""
     seed, step, chunk, mb = (
-        check_whole(f"task_seed: {name}", value, "a whole number of at least 0", low=0)
+        check_whole(f"task_seed: {name}", value, _TAKES, low=0, high=_MASK)
         for name, value in (("seed", seed), ("step", step), ("chunk", chunk), ("mb", mb)))
     return _task_seed(seed, step, chunk, mb)
 
@@ -53,7 +56,7 @@ class Seeding:
     a thread of the caller's that draws meanwhile draws from them too (see docs/python.md)."""
 
     def __init__(self, seed):
-        self.seed = check_whole("seed", seed, "a whole number of at least 0 or None", low=0)
+        self.seed = check_whole("seed", seed, f"{_TAKES} or None", low=0, high=_MASK)
         self._first_mb = 0
 
     def place(self, first_mb):

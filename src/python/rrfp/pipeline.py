@@ -74,10 +74,10 @@ class Pipeline:
         two chunks (unless False).
     seed: None (the default): chunks draw random numbers (dropout) from torch's generators in
         the order tasks run, which differs from a plain loop's and, with stages as threads,
-        from run to run. A whole number: before each forward, torch's generators are seeded
-        with rrfp.task_seed(seed, step, chunk, mb), so every schedule and run draws the same;
-        with several stages in this process their tasks then take turns. save() and load()
-        keep the step count.
+        from run to run. A whole number in 0..2**64-1: before each forward, torch's generators
+        are seeded with rrfp.task_seed(seed, step, chunk, mb), so every schedule and run draws
+        the same; with several stages in this process their tasks then take turns. save() and
+        load() keep the step count.
     device: "cpu", "cuda", "cuda:N" or a torch.device: the chunks of this process are moved
         there (Module.to, so an optimizer built before keeps its parameters), and so are each
         microbatch's inputs and targets. None (the default): each chunk runs where its
