@@ -1,6 +1,7 @@
 """Pipeline.clip_grad_norm_: torch.nn.utils.clip_grad_norm_ over the whole model, bitwise, in
 threads here (a process per stage: multiprocess_pipeline.py), with a tied parameter counted
-once, a frozen one left out, and every norm type torch takes."""
+once, a frozen one left out, and every norm type torch takes (-inf, 0 and negative ones
+too)."""
 import math
 
 import pytest
@@ -34,8 +35,12 @@ def data():
     return torch.randn(8, 8, generator=g) * 3, torch.randn(8, 8, generator=g)
 
 
-@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, math.inf])
-def test_clipping_is_torchs_over_the_whole_model(norm_type):
+# (norm type, a max_norm below the model's norm of that type, so that it clips). -inf is the
+# smallest |value|, which torch takes as a p-norm: it was taken as +inf, the largest.
+@pytest.mark.parametrize("norm_type,max_norm", [
+    (2.0, 0.5), (1.0, 0.5), (3.0, 0.5), (math.inf, 0.5), (-math.inf, 1e-5), (0.0, 0.5),
+    (0.5, 0.5), (-1.0, 1e-5), (-2.0, 1e-5)])
+def test_clipping_is_torchs_over_the_whole_model(norm_type, max_norm):
     x, y = data()
     ref, model = chunks(), chunks()
     for xi, yi in zip(x.chunk(4), y.chunk(4)):
@@ -45,9 +50,9 @@ def test_clipping_is_torchs_over_the_whole_model(norm_type):
         loss_fn(h, yi).backward()
     pipe = rrfp.Pipeline(model, loss_fn, pp=2, vpp=2, microbatches=4, hint="bf", timeout=60)
     pipe.step(x, y)
-    want = torch.nn.utils.clip_grad_norm_(model_params(ref), 0.5, norm_type)
-    got = pipe.clip_grad_norm_(0.5, norm_type)
-    assert torch.equal(got, want) and float(want) > 0.5  # it clipped
+    want = torch.nn.utils.clip_grad_norm_(model_params(ref), max_norm, norm_type)
+    got = pipe.clip_grad_norm_(max_norm, norm_type)
+    assert torch.equal(got, want) and float(want) > max_norm  # it clipped
     for p, q in zip(model_params(ref), model_params(model)):
         assert (p.grad is None) == (q.grad is None)
         if p.grad is not None:
@@ -64,7 +69,7 @@ def test_a_non_finite_norm_is_refused_when_asked():
     assert math.isinf(float(pipe.clip_grad_norm_(1.0)))
 
 
-@pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf])
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf, -math.inf])
 def test_a_sparse_gradient_is_clipped_too(norm_type):
     """An embedding with sparse=True: its gradient is a sparse tensor, whose norm is taken as
     torch's clip takes it (torch.norm; the infinity norm, which torch 1.13 cannot take of one,
@@ -79,17 +84,18 @@ def test_a_sparse_gradient_is_clipped_too(norm_type):
         loss_fn(ref[1](ref[0](xi)), yi).backward()
     pipe = rrfp.Pipeline(cs, loss_fn, pp=2, microbatches=2, timeout=60)
     pipe.step(x, y)
-    got = pipe.clip_grad_norm_(0.1, norm_type)
+    max_norm = 0.1 if norm_type > 0 else 1e-4
+    got = pipe.clip_grad_norm_(max_norm, norm_type)
     grads = [p.grad for p in model_params(ref)]
-    if math.isinf(norm_type):
+    if norm_type == math.inf:
         want = torch.max(torch.stack([g.to_dense().abs().max() for g in grads]))
     else:  # torch 1.13's clip_grad_norm_, written out
         want = torch.norm(torch.stack([torch.norm(g, norm_type) for g in grads]), norm_type)
-    coef = torch.clamp(0.1 / (want + 1e-6), max=1.0)
+    coef = torch.clamp(max_norm / (want + 1e-6), max=1.0)
     with torch.no_grad():
         for g in grads:
             g.mul_(coef)
-    assert torch.equal(got, want) and float(want) > 0.1  # it clipped
+    assert torch.equal(got, want) and float(want) > max_norm  # it clipped
     for p, q in zip(model_params(ref), model_params(cs)):
         assert q.grad.is_sparse == p.grad.is_sparse
         assert torch.equal(p.grad.to_dense(), q.grad.to_dense())

@@ -16,15 +16,18 @@ from ._launch import EXACT_IN_DOUBLE
 
 
 def _norm(g, norm_type):
+    """A gradient's norm as torch 1.13's clip takes it: for +inf alone the largest |value|; any
+    other order a p-norm, -inf (the smallest |value|) included, which was taken for +inf and
+    clipped by the largest."""
     g = g.detach()
     if g.is_sparse:  # an embedding's sparse=True gradient: linalg's norms take no sparse tensor
-        if not math.isinf(norm_type):
+        if norm_type != math.inf:
             return torch.norm(g, norm_type)  # as torch 1.13's clip computes it
         values = g.coalesce().values()
         return values.abs().max() if values.numel() else torch.zeros((), dtype=g.dtype,
                                                                        device=g.device)
     # torch.norm (torch 1.13's clip) and linalg.vector_norm give the same bits.
-    return g.abs().max() if math.isinf(norm_type) else torch.linalg.vector_norm(g, norm_type)
+    return g.abs().max() if norm_type == math.inf else torch.linalg.vector_norm(g, norm_type)
 
 
 def _local(chunks):
@@ -72,7 +75,7 @@ def clip_grad_norm(pipe, max_norm, norm_type=2.0, error_if_nonfinite=False):
         norms = _gathered(pipe, local, norms)
     if not norms:
         return torch.tensor(0.0)
-    if math.isinf(norm_type):
+    if norm_type == math.inf:  # torch's special case; -inf is a p-norm like any other
         total = norms[0] if len(norms) == 1 else torch.max(torch.stack(norms))
     else:
         total = torch.linalg.vector_norm(torch.stack(norms), norm_type)
