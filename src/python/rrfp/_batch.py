@@ -10,18 +10,66 @@ from ._tree import tensors_in
 
 def digest(microbatches, found):
     """A CRC-32 over the microbatches' types and tensors (`found`: each one's, wherever they
-    sit in it; their shapes, dtypes and bytes), the same in every process that holds the same
-    batch."""
+    sit in it; their layouts, shapes, dtypes and values), the same in every process that holds
+    the same batch."""
     crc = 0
     for mb, tensors in zip(microbatches, found):
         crc = zlib.crc32(repr(type(mb)).encode(), crc)
         for x in tensors:  # a tuple's or a dict's tensors too, not only a tensor's
-            crc = zlib.crc32(f"{tuple(x.shape)}{x.dtype}".encode(), crc)
-            crc = zlib.crc32(x.detach().cpu().contiguous().numpy().tobytes()
-                             if x.dtype != torch.bfloat16 else
-                             x.detach().cpu().contiguous().view(torch.int16).numpy().tobytes(),
-                             crc)
+            crc = _tensor_crc(x.detach(), crc)
     return crc
+
+
+# The compressed sparse layouts' index tensors: (compressed, plain).
+_COMPRESSED = {torch.sparse_csr: ("crow_indices", "col_indices"),
+               torch.sparse_bsr: ("crow_indices", "col_indices"),
+               torch.sparse_csc: ("ccol_indices", "row_indices"),
+               torch.sparse_bsc: ("ccol_indices", "row_indices")}
+
+
+def _tensor_crc(x, crc):
+    """`crc` carried over tensor `x`: what it holds, whatever its layout. A sparse or nested
+    tensor has no bytes of its own to read (NumPy refused it, so a first chunk that takes a
+    sparse batch failed in every process before its step), so its parts are read: a sparse
+    one's indices and values, coalesced (the same tensor whether or not its duplicates were
+    summed yet), a compressed one's index tensors and values, a nested one's tensors."""
+    if x.is_nested:  # no shape of its own: its tensors have theirs
+        crc = zlib.crc32(f"nested {x.size(0)} {x.dtype}".encode(), crc)
+        for part in x.unbind():
+            crc = _tensor_crc(part, crc)
+        return crc
+    crc = zlib.crc32(f"{x.layout} {tuple(x.shape)} {x.dtype}".encode(), crc)
+    if x.layout == torch.sparse_coo:
+        x = x.coalesce()
+        parts = [x.indices(), x.values()]
+    elif x.layout in _COMPRESSED:
+        parts = [getattr(x, name)() for name in _COMPRESSED[x.layout]] + [x.values()]
+    elif x.layout != torch.strided:  # mkldnn
+        parts = [x.to_dense()]
+    elif x.is_quantized:
+        parts = [x.int_repr()] + _quantization(x)
+    else:
+        parts = [x]
+    for part in parts:
+        crc = zlib.crc32(_bytes(part), crc)
+    return crc
+
+
+def _quantization(x):
+    """What maps a quantized tensor's integers to its values."""
+    if x.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        return [torch.tensor([x.q_scale(), float(x.q_zero_point())], dtype=torch.float64)]
+    return [x.q_per_channel_scales(), x.q_per_channel_zero_points(),
+            torch.tensor([x.q_per_channel_axis()])]
+
+
+def _bytes(x):
+    """A strided tensor's values as bytes, of any dtype (NumPy takes no bfloat16 and no
+    complex32, and no tensor whose conjugate or negative bit is set); a meta tensor has none."""
+    if x.is_meta:
+        return b""
+    x = x.cpu().resolve_conj().resolve_neg().contiguous()
+    return x.reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
 def refuse_grad_outside(found, name, instead):
@@ -51,6 +99,12 @@ def split(batch, m, name):
             raise ValueError(f"{name}: expected {m} microbatches, got {len(batch)}")
         return list(batch)
     if isinstance(batch, torch.Tensor):
+        if batch.is_nested or batch.layout != torch.strided:
+            # torch.tensor_split takes strided tensors alone: it failed on them with c10's
+            # NotImplementedError (as_strided on a sparse tensor) and its C++ stack.
+            kind = "nested" if batch.is_nested else str(batch.layout)
+            raise TypeError(f"{name}: a {kind} tensor cannot be split into {m} microbatches "
+                            f"(only a strided one can); give a list of {m} microbatches")
         if batch.dim() == 0:  # said to hold 0 rows, which read as an empty batch
             raise ValueError(f"{name}: a tensor of no dimensions (a scalar) has no dimension 0 "
                              f"to split into {m} microbatches; give a batch with one row per "
@@ -88,7 +142,7 @@ def _rows(tensors):
     tensor in a tuple or a dict of them where they agree (the rows of (x, mask) were not
     counted, so such a list met other rows' targets without a word); None where they cannot be
     told."""
-    rows = {t.shape[0] for t in tensors if t.dim() > 0}
+    rows = {t.size(0) for t in tensors if t.dim() > 0}  # a nested tensor has no shape
     return rows.pop() if len(rows) == 1 else None
 
 
@@ -98,9 +152,10 @@ def take_batch(pipe, inputs, targets, m, training):
     if training and not torch.is_grad_enabled():
         raise RuntimeError("step: called under torch.no_grad(), but a step trains (it runs the "
                            "backward and adds to .grad); use eval_step for forwards only")
+    # size(0), not shape[0]: a nested tensor has no shape, and reaches split()'s refusal.
     if isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor) and \
-            inputs.dim() > 0 and targets.dim() > 0 and inputs.shape[0] != targets.shape[0]:
-        raise ValueError(f"inputs and targets: {inputs.shape[0]} and {targets.shape[0]} "
+            inputs.dim() > 0 and targets.dim() > 0 and inputs.size(0) != targets.size(0):
+        raise ValueError(f"inputs and targets: {inputs.size(0)} and {targets.size(0)} "
                          "rows; a batch needs one target row per input row")
     pipe._data.inputs = split(inputs, m, "inputs")
     pipe._data.targets = None if targets is None else split(targets, m, "targets")
