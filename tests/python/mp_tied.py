@@ -116,6 +116,22 @@ def run(pp, dp, m, transport):
     assert (tie3 in opt3.state) == holds, f"rank {pipe.rank}: loaded momentum of the tie"
     if holds:
         same_momentum(opt3, ref_opt, tie3, ref_tie, f"tied momentum, rank {pipe.rank}")
+    # A state whose entries of the tie differ loads its first name's entry in every layout:
+    # each process's copy here, and the one object in threads (which took the last chunk's).
+    state = {f"{c}.{k}": v.clone() for c, module in enumerate(test_tied.tied_gpt(pp))
+             for k, v in module.state_dict().items()}
+    state[f"{pp - 1}.1.embed.weight"] += 1.0
+    want = state["0.0.tok.weight"]
+    pipe3.load_state_dict(state)
+    for c, copy_of_tie in ((0, lambda ch: ch[0].tok), (pp - 1, lambda ch: ch[-1].embed)):
+        if c in pipe3.chunks:
+            assert torch.equal(copy_of_tie(pipe3.chunks[c]).weight, want), \
+                f"rank {pipe.rank}: chunk {c}'s copy of the tie"
+    if pipe.rank == 0:
+        again = test_tied.tied_gpt(pp)
+        rrfp.Pipeline(again, lm.loss_fn, pp=pp, microbatches=m,
+                      transport="inproc").load_state_dict(state)
+        assert torch.equal(again[0][0].tok.weight, want), "the tie in threads"
     # A load that fails on one process alone (rank 0's folder is missing) is told to every
     # process, where the others waited in the copies' exchange.
     try:

@@ -98,28 +98,41 @@ def test_a_tie_frozen_in_one_copy_is_refused():
     assert all(p.grad is None for c in pipe.chunks.values() for p in c.parameters())
 
 
-def test_load_makes_the_copies_equal_again(tmp_path):
+def layout(kind):
+    """A pipeline of the tied GPT whose tie is two copies declared with `tied=` ("copies") or
+    one parameter that the first and last chunks share ("one object")."""
+    if kind == "copies":
+        return pipeline()
+    return rrfp.Pipeline(test_tied.tied_gpt(PP), lm.loss_fn, pp=PP, microbatches=M)
+
+
+@pytest.mark.parametrize("kind", ["copies", "one object"])
+def test_load_makes_the_copies_equal_again(tmp_path, kind):
     # A checkpoint whose copies differ (here, one changed after construction) loads with the
-    # first copy's values in every copy, as construction gives them.
+    # first copy's values in every copy, as construction gives them, in either layout (one
+    # object took the last chunk's entry, loaded after the first's).
     pipe = pipeline()
     first, last = pipe.chunks[0][0].tok.weight, pipe.chunks[PP - 1][-1].embed.weight
     with torch.no_grad():
         last.add_(1.0)
     pipe.save(tmp_path)
-    again = pipeline(shift=3.0)
+    again = layout(kind)
     assert again.load(tmp_path) == {}
     got_first, got_last = again.chunks[0][0].tok.weight, again.chunks[PP - 1][-1].embed.weight
     assert torch.equal(got_first, first) and torch.equal(got_last, first)
 
 
+@pytest.mark.parametrize("kind", ["copies", "one object"])
 @pytest.mark.parametrize("entries", ["both", "second only"])
-def test_load_state_dict_gives_the_copies_one_value(entries):
+def test_load_state_dict_gives_the_copies_one_value(entries, kind):
     # A state_dict whose copies differ, or that holds one name of the tie: every copy loads the
     # first name it holds. Each copy loading its own entry left them apart for good (stepped
-    # alike, never made equal again).
-    pipe = pipeline()
+    # alike, never made equal again). One object loaded the last chunk's entry, and refused a
+    # state naming the tie once (KeyError), which copies loaded.
+    pipe = layout(kind)
     first, last = pipe.chunks[0][0].tok.weight, pipe.chunks[PP - 1][-1].embed.weight
-    state = pipe.state_dict()
+    # Clones: the state's entries are views of the parameters, which the load overwrites.
+    state = {k: v.clone() for k, v in pipe.state_dict().items()}
     head = f"{PP - 1}.1.embed.weight"
     want = state[head] + 5.0
     if entries == "both":

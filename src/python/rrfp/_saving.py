@@ -9,6 +9,7 @@ import time
 from . import _extras, checkpoint, scaler
 from ._args import is_whole
 from ._launch import agreed_values, agreed
+from ._ties import one_value_per_tie
 
 # How save() tells the other processes that rank 0 could not write the manifest.
 _NO_MANIFEST = "save: process 0 could not write the manifest of"
@@ -168,8 +169,7 @@ def _prepare(pipe, path, optimizer):
             raise ValueError(f"checkpoint '{path}': its GradScaler state is refused: {e}") \
                 from e
     extra = _extras.own_extra(path, saved, layouts, pipe.rank, _extras.layout(pipe), extra)
-    if pipe._ties is not None:
-        model = pipe._ties.same_in_state(model)
+    model = one_value_per_tie(pipe._ties, pipe.chunks, model)
     chunks = checkpoint.check_model_state(pipe.chunks, pipe._core.chunks, model, True)
     optim_state = None
     if optimizer is not None:

@@ -14,6 +14,7 @@ the next microbatch's: that would send one gradient per microbatch instead of on
 The same holds for a tie declared between distinct parameters of one process (`tied=` with a
 `chunk_fn` that builds them apart). A parameter that several chunks of one process use as one
 object needs none of this: GradSums adds its uses as a plain loop does."""
+import collections
 import zlib
 
 import torch
@@ -206,17 +207,7 @@ class Ties:
         the tie were one parameter, where loading each copy's own entry would leave copies
         that differ in `state` (or one of them absent) apart for good: they are stepped alike
         and never made equal again."""
-        out = None
-        for members in self.groups:
-            names = [_name(m) for m in members]
-            first = next((n for n in names if n in state), None)
-            if first is None:
-                continue
-            for n in names:
-                if n != first and state.get(n) is not state[first]:
-                    out = dict(state) if out is None else out
-                    out[n] = state[first]
-        return state if out is None else out
+        return _first_everywhere(state, [[_name(m) for m in members] for members in self.groups])
 
     def _gather(self, entries):
         """Every stage's entries (group, holder, info) of this replica, as (stage, *entry)."""
@@ -262,6 +253,43 @@ class Ties:
                         g = p.grad + g
             out.append((p, g))
         return out
+
+
+def one_value_per_tie(ties, chunks, state):
+    """`state` (by "c.name") as a load takes it into `chunks` ({index: module}, this process's):
+    every name of a tied parameter given the entry of its first name that `state` holds, for
+    the copies of a tie (`ties`, or None) and for a parameter that chunks of this process hold
+    as one object alike, so that every layout loads the same value. torch's load_state_dict
+    copies each chunk's entry into the one object in turn: the last chunk's entry won where
+    copies took the first's, and a state naming the tie once was refused (KeyError: the other
+    chunk's name missing) where copies loaded it."""
+    if ties is not None:
+        state = ties.same_in_state(state)
+    names = {}  # id(parameter) -> its names, by chunk, then in the chunk's state_dict order
+    for c in sorted(chunks):
+        for name, value in chunks[c].state_dict(keep_vars=True).items():
+            if isinstance(value, torch.nn.Parameter):
+                names.setdefault(id(value), []).append(f"{c}.{name}")
+    return _first_everywhere(state, [n for n in names.values() if len(n) > 1])
+
+
+def _first_everywhere(state, groups):
+    """`state` with every name of each group (a list of names) given the entry of the group's
+    first name that `state` holds; a copy where any changes, with torch's version metadata
+    kept (checkpoint._filled_by_torch reads it)."""
+    out = None
+    for names in groups:
+        first = next((n for n in names if n in state), None)
+        if first is None:
+            continue
+        for n in names:
+            if n != first and state.get(n) is not state[first]:
+                if out is None:
+                    out = collections.OrderedDict(state)
+                    if getattr(state, "_metadata", None) is not None:
+                        out._metadata = state._metadata
+                out[n] = state[first]
+    return state if out is None else out
 
 
 def _added(ts):

@@ -19,7 +19,7 @@ from ._order import decide_order, refuse_renormalizing_embeddings
 from ._seed import Seeding
 from ._stage import StageRunner, StepData
 from ._step import replica_loss, run_pass
-from ._ties import make_ties
+from ._ties import make_ties, one_value_per_tie
 from .record import StepRecord
 
 StageError = _rrfp.StageError
@@ -237,8 +237,7 @@ class Pipeline:
         entry is checked before any is loaded, so one that raises loads nothing. The copies of
         a tie (`tied`) all load the entry of the tie's first name that `state` holds."""
         with self._one_call("load_state_dict"):
-            if self._ties is not None:
-                state = self._ties.same_in_state(state)
+            state = one_value_per_tie(self._ties, self.chunks, state)
             checkpoint.load_model_state(self.chunks, self._core.chunks, state, strict)
 
     def save(self, path, optimizer=None, **extra):
