@@ -209,6 +209,16 @@ rc=0
   fail "predict of a fixed blocking run's trace: $(field pa.json "j['recorded_comm'], j['reproduction_error']")"
 "$rrfp" predict rb.json --json pr.json >/dev/null || fail "predict of a ready blocking run's trace"
 [ "$(field pr.json "j['recorded_comm']")" = async ] || fail "a ready blocking run replayed blocking"
+# So too where the run's label is long (a hint file's long path): the label a trace shows is cut
+# to 60 characters, which cut off its " (blocking)", and the step was replayed async (-9.3%).
+long=hint-file-with-a-name-long-enough-to-push-the-label-past-sixty-characters.txt
+"$rrfp" schedule show --pp 2 --vpp 2 -m 4 --hint interleaved-1f1b --out "$long" >/dev/null
+"$rrfp" simulate --pp 2 --vpp 2 -m 4 --hint "$long" --policy fixed --comm blocking \
+  --trace blkl.json >/dev/null
+"$rrfp" predict blkl.json --json pl.json >/dev/null
+[ "$(field pl.json "j['recorded_comm']")" = blocking ] &&
+  [ "$(field pl.json "abs(j['reproduction_error']) < 1e-9")" = True ] ||
+  fail "predict of a fixed blocking run with a long label: $(field pl.json "j['recorded_comm'], j['reproduction_error']")"
 echo "ok: predict --comm blocking replays a fixed blocking step exactly, and auto takes it from the trace"
 
 # A step recorded with ordered forwards (batch norm) is predicted and replayed with them, as

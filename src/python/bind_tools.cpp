@@ -21,10 +21,18 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
                           const std::string& workload_file, const std::string& replay,
                           const std::string& hint, const std::string& policy, int limit,
                           int max_pending_w, const std::string& comm, std::uint64_t seed, int tp,
-                          const std::string& tp_protocol, bool ordered_forwards) {
+                          const std::string& tp_protocol, const std::string& ordered_forwards,
+                          int step) {
   Scenario sc;
   sc.cfg = make_config(pp, vpp, microbatches, placement, "off", hint);  // split: per run
-  sc.cfg.ordered_forwards = ordered_forwards;
+  if (ordered_forwards != "auto" && ordered_forwards != "on" && ordered_forwards != "off")
+    throw InputError("`ordered_forwards`: expected auto, on or off, got '" +
+                     ordered_forwards.substr(0, 20) + "'");
+  // auto: a replayed trace's step decides, as `rrfp simulate --replay` does (it was off, and a
+  // step recorded with ordered forwards was predicted faster than rrfp could run it).
+  sc.cfg.ordered_forwards = ordered_forwards == "on";
+  sc.ordered_from_replay = ordered_forwards == "auto";
+  sc.trace.step = step;
   sc.split_mode = split_backward;
   sc.tp = tp;
   sc.tp_protocol = parse_tp_protocol(tp_protocol);
@@ -39,6 +47,7 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
   spec.hint = hint;
   spec.policy = parse_policy(policy);
   spec.comm = parse_comm(comm);
+  sc = with_replay_step(std::move(sc), {spec});
   check_spec(sc, spec);
   StepRecordPy r;
   {
@@ -95,7 +104,8 @@ void bind_tools(pyb::module_& m) {
         pyb::arg("workload_file") = "", pyb::arg("replay") = "", pyb::arg("hint") = "bf",
         pyb::arg("policy") = "ready", pyb::arg("limit") = 0, pyb::arg("max_pending_w") = 0,
         pyb::arg("comm") = "async", pyb::arg("seed") = 1, pyb::arg("tp") = 1,
-        pyb::arg("tp_protocol") = "leader", pyb::arg("ordered_forwards") = false,
+        pyb::arg("tp_protocol") = "leader", pyb::arg("ordered_forwards") = "auto",
+        pyb::arg("step") = -1,
         "Simulates one step (as `rrfp simulate`) and returns its StepRecord.");
   m.def("schedule", &schedule, pyb::kw_only(), pyb::arg("hint") = "1f1b", pyb::arg("pp") = 4,
         pyb::arg("vpp") = 1, pyb::arg("microbatches") = 8, pyb::arg("placement") = "loop",

@@ -155,9 +155,7 @@ Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
   // rrfp's own trace names a fixed blocking run "fixed 1f1b (blocking)": replayed async, such a
   // step came out 10-19% short unless `comm` said blocking. A ready run's blocking order is
   // replayed async unless asked: a fixed order's receives may not follow it.
-  const std::string& run = imported.run;  // "run 'fixed 1f1b (blocking)'"
-  const bool says_blocking = imported.format == "rrfp" && run.rfind("run 'fixed ", 0) == 0 &&
-                             run.ends_with(" (blocking)'");
+  const bool says_blocking = imported.format == "rrfp" && imported.fixed_blocking;
   p.comm_from_trace = !o.recorded_comm && says_blocking;
   p.recorded_comm =
       o.recorded_comm ? *o.recorded_comm : (says_blocking ? CommMode::Blocking : CommMode::Async);

@@ -245,6 +245,7 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   out.run = tl.run;
   out.step = tl.step;
   out.ordered_forwards = tl.ordered_forwards;
+  out.fixed_blocking = tl.fixed_blocking;
   out.has_w = std::any_of(tl.tasks.begin(), tl.tasks.end(),
                           [](const TimelineTask& t) { return t.task.kind == Kind::W; });
   RealizedWork& r = out.work;

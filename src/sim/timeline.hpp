@@ -51,6 +51,10 @@ struct Timeline {
   // Whether the run ran each chunk's forwards in microbatch order (PipelineConfig::
   // ordered_forwards), where the trace says (rrfp's own since it records it); unset: it does not.
   std::optional<bool> ordered_forwards;
+  // rrfp's own trace of a fixed order with a rendezvous per message (its run's label "fixed
+  // HINT (blocking)"), read from the whole label: `run` shows it cut to 60 characters, and a
+  // hint file's long path cut off its " (blocking)".
+  bool fixed_blocking = false;
   std::vector<TimelineTask> tasks;
   std::vector<TimelineRecv> recvs;
 };
@@ -80,6 +84,7 @@ struct ImportedRun {
   TpProtocol tp_protocol = TpProtocol::Leader;
   bool has_w = false;                    // that step recorded W tasks (a split backward)
   std::optional<bool> ordered_forwards;  // Timeline::ordered_forwards of that step
+  bool fixed_blocking = false;           // Timeline::fixed_blocking of that step
 };
 
 // A step record (simulated or measured) as a timeline: each task at its start, for its compute

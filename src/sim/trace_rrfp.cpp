@@ -119,6 +119,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
         Timeline t;
         t.format = "rrfp";
         t.run = "run '" + label.substr(0, 60) + "'";
+        t.fixed_blocking = label.starts_with("fixed ") && label.ends_with(" (blocking)");
         t.step = static_cast<int>(runs.size());
         runs.push_back(std::move(t));
       }

@@ -21,21 +21,66 @@ from .scaler import GradScaler
 def simulate(**kwargs):
     """Simulates one step as `rrfp simulate` does (same arguments, as keywords) and returns its
     StepRecord: pp, vpp, microbatches, placement, split_backward, workload, workload_file,
-    replay, hint, policy, limit, max_pending_w, comm, seed, tp, tp_protocol, ordered_forwards.
-    A count that is no whole number (an int or a NumPy integer) raises TypeError (True
-    included: pybind took it as 1), one past what the core takes ValueError, each naming the
-    argument."""
+    replay, hint, policy, limit, max_pending_w, comm, seed, tp, tp_protocol, ordered_forwards,
+    step. `ordered_forwards`: None (the default: a replayed trace's step says, as
+    `rrfp simulate --replay` takes it, else off), True or False. `step`: the replayed trace's
+    step (None: its first complete one). A count that is no whole number (an int or a NumPy
+    integer) raises TypeError (True included: pybind took it as 1), one past what the core
+    takes ValueError, each naming the argument; so do names and paths of another type (a path
+    object is taken as its str)."""
     from ._args import INT_MAX, check_whole
 
-    for name in ("pp", "vpp", "microbatches", "limit", "max_pending_w", "tp"):
+    _check_counts(kwargs, ("pp", "vpp", "microbatches", "limit", "max_pending_w", "tp"))
+    if "seed" in kwargs:
+        kwargs["seed"] = check_whole("seed", kwargs["seed"], "a whole number in 0..2**64-1",
+                                     low=0, high=2**64 - 1)
+    _check_names(kwargs, ("placement", "split_backward", "workload", "policy", "comm",
+                          "tp_protocol"))
+    _check_paths(kwargs, (("hint", None), ("replay", "a trace's or a CSV's path"),
+                          ("workload_file", "a workload JSON file's path")))
+    ordered = kwargs.get("ordered_forwards")
+    if ordered is not None and not isinstance(ordered, bool):
+        raise TypeError(f"ordered_forwards: True, False or None (a replayed trace's step says, "
+                        f"else off), got {type(ordered).__name__} {ordered!r}")
+    kwargs["ordered_forwards"] = "auto" if ordered is None else "on" if ordered else "off"
+    step = kwargs.get("step")
+    kwargs["step"] = -1 if step is None else check_whole(
+        "step", step, "None (the trace's first complete step) or a whole number in "
+        f"0..{INT_MAX}", low=0, high=INT_MAX)
+    return StepRecord(_rrfp.simulate(**kwargs))
+
+
+def schedule(**kwargs):
+    """Each stage's tasks, ('F'|'B'|'W', chunk, microbatch), in the order the hint runs them at
+    unit cost (`rrfp schedule show`): hint, pp, vpp, microbatches, placement, split_backward,
+    checked as rrfp.simulate checks them."""
+    _check_counts(kwargs, ("pp", "vpp", "microbatches"))
+    _check_names(kwargs, ("placement", "split_backward"))
+    _check_paths(kwargs, (("hint", None),))
+    return _rrfp.schedule(**kwargs)
+
+
+def _check_counts(kwargs, names):
+    from ._args import INT_MAX, check_whole
+    for name in names:
         if name in kwargs:
             kwargs[name] = check_whole(name, kwargs[name],
                                        f"a whole number in {-INT_MAX - 1}..{INT_MAX}",
                                        low=-INT_MAX - 1, high=INT_MAX)
-    if "seed" in kwargs:
-        kwargs["seed"] = check_whole("seed", kwargs["seed"], "a whole number in 0..2**64-1",
-                                     low=0, high=2**64 - 1)
-    return StepRecord(_rrfp.simulate(**kwargs))
+
+
+def _check_names(kwargs, names):
+    for name in names:
+        if name in kwargs and not isinstance(kwargs[name], str):
+            value = kwargs[name]
+            raise TypeError(f"{name}: a name (str), got {type(value).__name__} {value!r}")
+
+
+def _check_paths(kwargs, names):
+    from ._args import HINT_TAKES, path_or_name
+    for name, takes in names:
+        if name in kwargs:
+            kwargs[name] = path_or_name(name, kwargs[name], takes or HINT_TAKES)
 
 
 # Multi-process runs end their runtimes and MPI before the interpreter goes.
@@ -52,7 +97,6 @@ def _excepthook(kind, value, tb, _previous=sys.excepthook):
 
 sys.excepthook = _excepthook
 
-schedule = _rrfp.schedule
 hint_names = _rrfp.hint_names
 # A message that fits no task, or one that is no message (docs/python.md names it rrfp's).
 ProtocolError = _rrfp.ProtocolError

@@ -57,6 +57,28 @@ def check_whole(name, value, takes, low=None, high=None):
     return whole
 
 
+HINT_TAKES = "a schedule's name or rule (rrfp.hint_names()) or a hint file's path"
+
+
+def path_or_name(name, value, takes):
+    """`value`, the argument `name` (a name, or a file's path: `takes` says which), as the core
+    takes a string: a path object becomes its str, and a str that UTF-8 cannot encode (a file
+    name of other bytes, which os.listdir gives with surrogate escapes) the bytes it stands
+    for, which the core opens as they are; anything else raises TypeError. pybind refused both
+    with its signature, naming no argument."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, bytes):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: {takes}, got {_kind(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(value)
+    return value
+
+
 def check_arguments(*, loss_fn, delay_fn, timeout, counts, names, hint, transport, group,
                     limit, max_pending_w, ordered_forwards):
     """Refuses what Pipeline cannot take (counts: {"pp": pp, ...}, whole numbers; names:
@@ -76,11 +98,7 @@ def check_arguments(*, loss_fn, delay_fn, timeout, counts, names, hint, transpor
     for name, allowed in _NAMES:
         if not isinstance(names[name], str):
             raise TypeError(f"{name}: {allowed}, got {_kind(names[name])}")
-    if isinstance(hint, os.PathLike):
-        hint = os.fspath(hint)
-    if not isinstance(hint, str):
-        raise TypeError(f"hint: a schedule's name or rule (rrfp.hint_names()) or a hint file's "
-                        f"path, got {_kind(hint)}")
+    hint = path_or_name("hint", hint, HINT_TAKES)
     if transport is not None and not isinstance(transport, str):
         raise TypeError(f'transport: "inproc", "mpi", "c10d" or None (as the process was '
                         f"started), got {_kind(transport)}")

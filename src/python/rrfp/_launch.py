@@ -141,7 +141,8 @@ def _refuse_differences(names, every):
 
 def _compared(name, value):
     """(what is compared, what a refusal shows) of an option's value."""
-    if name == "hint" and os.path.isfile(value) and ("/" in value or value.endswith(
+    shown = os.fsdecode(value) if isinstance(value, bytes) else value  # a file name of bytes
+    if name == "hint" and os.path.isfile(value) and ("/" in shown or shown.endswith(
             (".txt", ".json"))):  # a hint file, as the core tells one from a name
         with open(value, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()

@@ -1,6 +1,11 @@
 """rrfp.StepRecord: what a step did (simulated or measured)."""
 import json
 
+from ._args import path_or_name
+
+# str(path) made None a file named "None" in the working folder.
+_PATH = "a file's path (str or a path object)"
+
 
 class StepRecord:
     """One step: makespan, bubble, per-stage busy/blocked/idle, peak D, dispatch gap.
@@ -33,10 +38,10 @@ class StepRecord:
         return json.loads(self._core.json())
 
     def save_trace(self, path):
-        self._core.save_trace(str(path))
+        self._core.save_trace(path_or_name("path", path, _PATH))
 
     def save_svg(self, path):
-        self._core.save_svg(str(path))
+        self._core.save_svg(path_or_name("path", path, _PATH))
 
     def __repr__(self):
         return repr(self._core)

@@ -1,0 +1,79 @@
+"""rrfp.simulate and rrfp.schedule, `rrfp simulate` and `rrfp schedule show` as functions: a
+replayed trace's ordering and step as the command takes them, and their arguments checked as
+Pipeline's are (a wrong type is a TypeError naming the argument, never pybind's signature)."""
+import pathlib
+
+import pytest
+
+import rrfp
+
+SHAPE = dict(pp=4, microbatches=16)
+
+
+def recorded_with_ordered_forwards(tmp_path):
+    """A step recorded with ordered forwards (a batch-norm model's), whose replay under the
+    adaptive rule, which reorders forwards, differs with them and without."""
+    rec = rrfp.simulate(**SHAPE, hint="bfw", policy="ready", ordered_forwards=True,
+                        workload="multimodal", seed=2)
+    path = tmp_path / "ordered.json"
+    rec.save_trace(path)
+    return path
+
+
+def adaptive(**kwargs):
+    return rrfp.simulate(**SHAPE, hint="adaptive", policy="ready", **kwargs).makespan
+
+
+def test_a_replay_takes_the_ordering_its_trace_recorded_as_the_command_does(tmp_path):
+    # rrfp.simulate replayed it with the forwards free, as `rrfp simulate --replay` no longer
+    # does: a gain rrfp, held to the recorded ordering, could not reach.
+    path = recorded_with_ordered_forwards(tmp_path)
+    held, free = adaptive(replay=str(path), ordered_forwards=True), \
+        adaptive(replay=str(path), ordered_forwards=False)
+    assert held != free, "the shape no longer tells the orderings apart"
+    assert adaptive(replay=str(path)) == held
+    assert adaptive(replay=path, step=0) == held  # a path object, and the step by number
+
+
+def test_a_step_the_trace_lacks_is_named(tmp_path):
+    path = recorded_with_ordered_forwards(tmp_path)
+    with pytest.raises(ValueError, match="has no step 3; it has 0"):
+        adaptive(replay=path, step=3)
+    with pytest.raises(ValueError, match="step: None .* or a whole number"):
+        adaptive(replay=path, step=-2)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: rrfp.simulate(ordered_forwards="yes"), "ordered_forwards: True, False or None"),
+    (lambda: rrfp.simulate(replay=3), "replay: a trace's or a CSV's path, got int 3"),
+    (lambda: rrfp.simulate(policy=None), r"policy: a name \(str\), got NoneType"),
+    (lambda: rrfp.schedule(pp=True), "pp: a whole number .* got bool True"),
+    (lambda: rrfp.schedule(microbatches=True), "microbatches: a whole number .* got bool True"),
+    (lambda: rrfp.schedule(hint=None), "hint: a schedule's name or rule"),
+])
+def test_arguments_of_the_wrong_type_are_named(call, match):
+    # pp=True was taken as 1; a path object or None fell to pybind's signature dump.
+    with pytest.raises(TypeError, match=match):
+        call()
+
+
+def test_schedule_takes_a_hint_file_as_a_path_object(tmp_path):
+    path = tmp_path / "h.txt"
+    stages = rrfp.schedule(hint="1f1b", pp=2, microbatches=4)
+    path.write_text("".join(f"stage {s}: " + " ".join(f"{k}{c}:{mb}" for k, c, mb in tasks) + "\n"
+                            for s, tasks in enumerate(stages)))
+    assert rrfp.schedule(hint=path, pp=2, microbatches=4) == stages
+
+
+@pytest.mark.parametrize("bad", [None, 3, 2.5])
+def test_a_record_is_saved_to_a_path_or_refused(tmp_path, monkeypatch, bad):
+    # str(path) wrote a file named "None" (or "3") in the working folder.
+    monkeypatch.chdir(tmp_path)
+    rec = rrfp.simulate(pp=2, microbatches=2)
+    for save in (rec.save_trace, rec.save_svg):
+        with pytest.raises(TypeError, match=r"path: a file's path \(str or a path object\)"):
+            save(bad)
+    assert list(pathlib.Path(tmp_path).iterdir()) == []
+    rec.save_trace(pathlib.Path("t.json"))
+    rec.save_svg(b"t.svg")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "t.svg"]
