@@ -2,8 +2,11 @@
 // and the errors a trace that does not fit the run gets.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "expect_error.hpp"
@@ -110,6 +113,53 @@ TEST(TraceImport, NamesWhatIsMissingPerStage) {
       read_replay_file(path, bigger, 1), InputError,
       "the rrfp timeline lacks tasks this shape needs: stage 1: 1 (B c1 m3); stage 2: 8 (F c2 m0");
   std::remove(path.c_str());
+}
+
+// A folder of a run's traces: files of different stages make one step (a trace per process of a
+// job); a file that gives a stage the step already has starts its next step (every process of
+// a Python pipeline records the whole step; steps saved a file each), which --step picks. Such
+// a folder was refused, every task seen twice, and --step 1 found no step 1.
+TEST(TraceImport, AFolderMakesAStepOfItsStagesAndAnotherOfAStageGivenAgain) {
+  namespace fs = std::filesystem;
+  WorkModel m(config(4, 8));
+  const RealizedWork w = realize(workload_preset("multimodal"), m, 1, 2);
+  const ReportRun run = simulated(m, "bf", Policy::Ready, w, CommMode::Async);
+  const std::string whole = temp_path("folder-whole");
+  write_chrome_trace(whole, {run});
+  nlohmann::json doc;
+  std::ifstream(whole) >> doc;
+  const fs::path dir = ::testing::TempDir() + "rrfp_trace_folder";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "stages");
+  fs::create_directories(dir / "copies");
+  for (int half = 0; half < 2; ++half) {  // stages 0-1 in a.json, 2-3 in b.json
+    nlohmann::json part = doc;
+    auto& ev = part["traceEvents"];
+    ev.erase(std::remove_if(ev.begin(), ev.end(),
+                            [&](const nlohmann::json& e) {
+                              return e.contains("pid") && e["pid"].get<int>() / 2 != half;
+                            }),
+             ev.end());
+    std::ofstream(dir / "stages" / (half ? "b.json" : "a.json")) << part.dump();
+    fs::copy_file(whole, dir / "copies" / (half ? "rank1.json" : "rank0.json"));
+  }
+  const ImportedRun one = import_trace(whole, m, 1);
+  const ImportedRun merged = import_trace((dir / "stages").string(), m, 1);
+  EXPECT_EQ(merged.work.compute_ns, one.work.compute_ns);
+  EXPECT_EQ(merged.measured_ns, one.measured_ns);
+  TraceOptions second;
+  second.step = 1;
+  EXPECT_ERROR(import_trace((dir / "stages").string(), m, 1, second), InputError,
+               "has no step 1; it has 0");
+  for (const int step : {-1, 0, 1}) {
+    TraceOptions o;
+    o.step = step;
+    const ImportedRun copy = import_trace((dir / "copies").string(), m, 1, o);
+    EXPECT_EQ(copy.work.compute_ns, one.work.compute_ns) << "step " << step;
+    EXPECT_EQ(copy.step, step < 0 ? 0 : step);
+  }
+  fs::remove_all(dir);
+  std::remove(whole.c_str());
 }
 
 // A run's own trace with every task of stage 0 moved to ts 0: they overlap on one rank.

@@ -89,12 +89,48 @@ void read_ordering(const nlohmann::json& args, const std::string& where, Timelin
   t.ordered_forwards = it->get<bool>();
 }
 
+// The steps the runs' processes make, in the order files name them. Files of one run's stages
+// make one step; a stage an earlier file gave that run starts another step of it: a Python
+// pipeline's every process records the whole step, and steps saved a file each repeat their
+// label (a folder of them was refused, a task seen twice, and no --step could pick one).
+class StepsOfRuns {
+ public:
+  explicit StepsOfRuns(std::vector<Timeline>& runs) : runs_(runs) {}
+
+  // The step that file `file`'s process of `stage` in the run `label` belongs to.
+  size_t of(const std::string& label, int stage, size_t file) {
+    auto it = latest_.find(label);
+    if (it != latest_.end()) {
+      const auto named = file_of_stage_[it->second].find(stage);
+      if (named != file_of_stage_[it->second].end() && named->second != file) it = latest_.end();
+    }
+    if (it == latest_.end()) {
+      Timeline t;
+      t.format = "rrfp";
+      t.run = "run '" + label.substr(0, 60) + "'";
+      t.fixed_blocking = label.starts_with("fixed ") && label.ends_with(" (blocking)");
+      t.step = static_cast<int>(runs_.size());
+      it = latest_.insert_or_assign(label, runs_.size()).first;
+      runs_.push_back(std::move(t));
+      file_of_stage_.emplace_back();
+    }
+    file_of_stage_[it->second].emplace(stage, file);
+    return it->second;
+  }
+
+ private:
+  std::vector<Timeline>& runs_;
+  std::map<std::string, size_t> latest_;              // label -> its latest step
+  std::vector<std::map<int, size_t>> file_of_stage_;  // by step: stage -> the file naming it
+};
+
 }  // namespace
 
 std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m) {
   std::vector<Timeline> runs;
-  std::map<std::string, size_t> run_of_label;  // runs in the order the files name them
-  for (const Doc& d : docs) {
+  StepsOfRuns steps(runs);
+  for (size_t file = 0; file < docs.size(); ++file) {
+    const Doc& d = docs[file];
     const nlohmann::json& events = events_of(d);
     std::map<long long, std::pair<size_t, int>> where_of_pid;  // pid -> (run, stage)
     size_t event = 0;
@@ -114,17 +150,9 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
                          std::to_string(stage) + ", which `pp` " + std::to_string(m.pp()) +
                          " (stages 0 to " + std::to_string(m.pp() - 1) +
                          ") lacks: give the shape the trace was recorded with");
-      auto [it, fresh] = run_of_label.emplace(label, runs.size());
-      if (fresh) {
-        Timeline t;
-        t.format = "rrfp";
-        t.run = "run '" + label.substr(0, 60) + "'";
-        t.fixed_blocking = label.starts_with("fixed ") && label.ends_with(" (blocking)");
-        t.step = static_cast<int>(runs.size());
-        runs.push_back(std::move(t));
-      }
-      where_of_pid[pid->get<long long>()] = {it->second, stage};
-      read_ordering(*args, d.origin + ": event " + std::to_string(event), runs[it->second]);
+      const size_t run = steps.of(label, stage, file);
+      where_of_pid[pid->get<long long>()] = {run, stage};
+      read_ordering(*args, d.origin + ": event " + std::to_string(event), runs[run]);
     }
     const Waits waits = collective_waits(events);
     size_t n = 0;
