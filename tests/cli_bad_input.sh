@@ -221,6 +221,7 @@ check "torch-pp2: the megatron trace holds no task to tell its shape by" predict
 check "TRACE: '$tmp/none' does not exist" predict "$tmp/none"
 check "FILE: '$tmp/none' does not exist" schedule check "$tmp/none"
 check "--tp-protocol: unknown protocol 'nope' (expected leader, agree or none)" simulate --tp 2 --tp-protocol nope
+check "--compare: simulates each run, and a simulation under --tp-protocol none fails" run --tp 2 --tp-protocol none --compare
 # A trace of more stages than the shape names the stages the shape has ("has a stage 4, but
 # --pp is 4" read as if stage 4 were one of four).
 "$rrfp" simulate --pp 4 -m 4 --hint bf --policy ready --trace "$tmp/p4.json" >/dev/null

@@ -158,6 +158,38 @@ TEST(TraceImport, AFolderMakesAStepOfItsStagesAndAnotherOfAStageGivenAgain) {
     EXPECT_EQ(copy.work.compute_ns, one.work.compute_ns) << "step " << step;
     EXPECT_EQ(copy.step, step < 0 ? 0 : step);
   }
+  // Two steps of two processes each, named process first: each file joins the earliest step
+  // that lacks its stages, whatever the names' order (a file joined the latest step, which
+  // made step 1 of one step's first stages and the other's last: a mix, replayed silently).
+  const RealizedWork w2 = realize(workload_preset("multimodal"), m, 1, 7);
+  const std::string other = temp_path("folder-other");
+  write_chrome_trace(other, {simulated(m, "bf", Policy::Ready, w2, CommMode::Async)});
+  fs::create_directories(dir / "steps");
+  for (const char* file : {"a.json", "b.json"}) {
+    const std::string name = file;
+    fs::copy_file(dir / "stages" / name,
+                  dir / "steps" / ("rank" + name.substr(0, 1) + "-step0.json"));
+    nlohmann::json part;
+    std::ifstream(dir / "stages" / name) >> part;
+    nlohmann::json second;
+    std::ifstream(other) >> second;
+    auto& ev = second["traceEvents"];
+    const int half = name == "b.json";
+    ev.erase(std::remove_if(ev.begin(), ev.end(),
+                            [&](const nlohmann::json& e) {
+                              return e.contains("pid") && e["pid"].get<int>() / 2 != half;
+                            }),
+             ev.end());
+    std::ofstream(dir / "steps" / ("rank" + name.substr(0, 1) + "-step1.json")) << second.dump();
+  }
+  const ImportedRun two = import_trace(other, m, 1);
+  for (const int step : {0, 1}) {
+    TraceOptions o;
+    o.step = step;
+    const ImportedRun got = import_trace((dir / "steps").string(), m, 1, o);
+    EXPECT_EQ(got.work.compute_ns, (step == 0 ? one : two).work.compute_ns) << "step " << step;
+  }
+  std::remove(other.c_str());
   fs::remove_all(dir);
   std::remove(whole.c_str());
 }

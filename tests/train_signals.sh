@@ -162,7 +162,7 @@ set +m
 # then to its process group, the process again (taken as a second request, that echo ended
 # `timeout -s INT 20 rrfp train` at once, without its checkpoint, in a quarter of the runs).
 set -m
-"$rrfp" train --d-model 512 --heads 8 --layers 8 --eval-every 0 --steps 50 --out "$tmp/e" >"$tmp/e.log" 2>&1 &
+"$rrfp" train --d-model 256 --heads 4 --layers 4 --eval-every 0 --steps 50 --out "$tmp/e" >"$tmp/e.log" 2>&1 &
 pid=$!
 wait_rows "$tmp/e" 1 || fail "no loss rows after 60 s (echo run)"
 kill -INT $pid

@@ -25,7 +25,8 @@ std::string as_flags(const std::string& message) {
       continue;
     }
     std::string name = message.substr(i + 1, close - i - 1);
-    // A command's argument (`TRACE`, `FILE`) is named as its help names it, bare.
+    // Backticks name an option (lowercase: `pp` is --pp) or a command's argument (uppercase:
+    // `TRACE`, as the help names it, bare); anything else in them stays as it is.
     if (!name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
           return std::isupper(static_cast<unsigned char>(c)) || c == '_';
         })) {
@@ -33,7 +34,6 @@ std::string as_flags(const std::string& message) {
       i = close;
       continue;
     }
-    // Only an option's name: a backtick in quoted user input stays as it is.
     const bool option = !name.empty() && std::islower(static_cast<unsigned char>(name[0])) &&
                         std::all_of(name.begin(), name.end(), [](char c) {
                           return std::islower(static_cast<unsigned char>(c)) ||
@@ -190,8 +190,9 @@ void add_trace_flags(CLI::App* app, TraceOptions& t) {
       ->capture_default_str();
   app->add_option(
          "--step", t.step,
-         "the trace's step to replay (ProfilerStep#N, iteration N, or rrfp's run N from "
-         "0; simulate --replay: also a CSV's step column; default: a trace's first complete one, "
+         "the trace's step to replay (ProfilerStep#N, iteration N, or rrfp's step N from 0: "
+         "its runs in order, and in a folder each run's steps as its files make them; "
+         "simulate --replay: also a CSV's step column; default: a trace's first complete one, "
          "the same for every run of the table; a CSV's last)")
       ->check(not_negative());
   app->add_option("--message-us", t.message_us,

@@ -67,6 +67,13 @@ void setup_run(CLI::App& app) {
       throw InputError(
           "--calibration: only with --transport mpi (in one process messages "
           "follow the workload's model)");
+    // Ranks that pick alone diverge in the simulator, deterministically, where the runtime
+    // may run every step: the steps ran, then the comparison failed with nothing reported.
+    if (f->compare && f->exp.dispatch.tp_protocol == "none")
+      throw InputError(
+          "--compare: simulates each run, and a simulation under --tp-protocol none fails "
+          "where its ranks' collectives diverge; leave out --compare, or coordinate (leader, "
+          "agree)");
     check_experiment_files(f->exp, f->calibration == "baseline" ? "" : f->calibration);
     if (f->rendezvous != "offer" && f->rendezvous != "pull")
       throw InputError("--rendezvous: expected offer or pull, got '" + f->rendezvous + "'");

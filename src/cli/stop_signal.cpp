@@ -24,6 +24,7 @@ std::string g_command;
 
 // When the first signal was taken (CLOCK_MONOTONIC ns); the largest value until it is known.
 std::atomic<std::int64_t> g_first_ns{std::numeric_limits<std::int64_t>::max()};
+static_assert(std::atomic<std::int64_t>::is_always_lock_free, "read in a signal handler");
 // A second signal within this of the first is the first's echo: GNU timeout (without
 // --foreground) sends its signal to the process, then to the process group it is in, the
 // process again. Taken as a second request, it ended `timeout -s INT 20 rrfp train` at once,

@@ -5,6 +5,7 @@
 // the step starts at its first task or "blocked: ..." wait, whichever came first.
 #include <algorithm>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -89,70 +90,94 @@ void read_ordering(const nlohmann::json& args, const std::string& where, Timelin
   t.ordered_forwards = it->get<bool>();
 }
 
-// The steps the runs' processes make, in the order files name them. Files of one run's stages
-// make one step; a stage an earlier file gave that run starts another step of it: a Python
-// pipeline's every process records the whole step, and steps saved a file each repeat their
-// label (a folder of them was refused, a task seen twice, and no --step could pick one).
+// The steps the files' runs make. A file's processes of one run (its label) join, as a whole,
+// the run's earliest step that has none of their stages, else start its next step: the files
+// of one step's stages (a trace per process of a job) make one step whatever their names'
+// order, and a file that gives a stage again another step (every process of a Python pipeline
+// records the whole step; steps saved a file each). A folder of such files was refused, every
+// task seen twice, and no --step could pick one.
 class StepsOfRuns {
  public:
   explicit StepsOfRuns(std::vector<Timeline>& runs) : runs_(runs) {}
 
-  // The step that file `file`'s process of `stage` in the run `label` belongs to.
-  size_t of(const std::string& label, int stage, size_t file) {
-    auto it = latest_.find(label);
-    if (it != latest_.end()) {
-      const auto named = file_of_stage_[it->second].find(stage);
-      if (named != file_of_stage_[it->second].end() && named->second != file) it = latest_.end();
-    }
-    if (it == latest_.end()) {
-      Timeline t;
-      t.format = "rrfp";
-      t.run = "run '" + label.substr(0, 60) + "'";
-      t.fixed_blocking = label.starts_with("fixed ") && label.ends_with(" (blocking)");
-      t.step = static_cast<int>(runs_.size());
-      it = latest_.insert_or_assign(label, runs_.size()).first;
-      runs_.push_back(std::move(t));
-      file_of_stage_.emplace_back();
-    }
-    file_of_stage_[it->second].emplace(stage, file);
-    return it->second;
+  // The step of run `label` that a file's processes of `stages` belong to.
+  size_t place(const std::string& label, const std::set<int>& stages) {
+    std::vector<size_t>& mine = steps_of_[label];
+    for (const size_t step : mine)
+      if (std::none_of(stages.begin(), stages.end(),
+                       [&](int s) { return stages_[step].count(s) > 0; })) {
+        stages_[step].insert(stages.begin(), stages.end());
+        return step;
+      }
+    Timeline t;
+    t.format = "rrfp";
+    t.run = "run '" + label.substr(0, 60) + "'";
+    t.fixed_blocking = label.starts_with("fixed ") && label.ends_with(" (blocking)");
+    t.step = static_cast<int>(runs_.size());
+    mine.push_back(runs_.size());
+    runs_.push_back(std::move(t));
+    stages_.push_back(stages);
+    return mine.back();
   }
 
  private:
   std::vector<Timeline>& runs_;
-  std::map<std::string, size_t> latest_;              // label -> its latest step
-  std::vector<std::map<int, size_t>> file_of_stage_;  // by step: stage -> the file naming it
+  std::map<std::string, std::vector<size_t>> steps_of_;  // label -> its steps, in order
+  std::vector<std::set<int>> stages_;                    // by step: the stages it has
 };
+
+// A process of a file: its pid, run label, stage and args (`event`: its index, from 1).
+struct Process {
+  long long pid;
+  std::string label;
+  int stage;
+  const nlohmann::json* args;
+  size_t event;
+};
+
+// The processes a file names (process_name events of rrfp's "LABEL / stage N").
+std::vector<Process> processes_of(const Doc& d, const WorkModel& m) {
+  std::vector<Process> out;
+  size_t event = 0;
+  for (const auto& e : events_of(d)) {
+    ++event;
+    if (!e.is_object() || e.value("ph", "") != "M" || e.value("name", "") != "process_name")
+      continue;
+    const auto args = e.find("args");
+    const auto pid = e.find("pid");
+    if (args == e.end() || !args->is_object() || pid == e.end() || !pid->is_number_integer())
+      continue;
+    Process p{pid->get<long long>(), "", 0, &*args, event};
+    if (!split_process_name(args->value("name", ""), p.label, p.stage)) continue;
+    if (p.stage >= m.pp())
+      throw InputError(d.origin + ": run '" + p.label.substr(0, 60) + "' records stage " +
+                       std::to_string(p.stage) + ", which `pp` " + std::to_string(m.pp()) +
+                       " (stages 0 to " + std::to_string(m.pp() - 1) +
+                       ") lacks: give the shape the trace was recorded with");
+    out.push_back(std::move(p));
+  }
+  return out;
+}
 
 }  // namespace
 
 std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m) {
   std::vector<Timeline> runs;
   StepsOfRuns steps(runs);
-  for (size_t file = 0; file < docs.size(); ++file) {
-    const Doc& d = docs[file];
+  for (const Doc& d : docs) {
     const nlohmann::json& events = events_of(d);
+    const std::vector<Process> procs = processes_of(d, m);
+    std::map<std::string, std::set<int>> stages;  // label -> the stages this file gives
+    for (const Process& p : procs)
+      stages[p.label].insert(p.stage);
+    std::map<std::string, size_t> step_of;
+    for (const auto& [label, of] : stages)
+      step_of[label] = steps.place(label, of);
     std::map<long long, std::pair<size_t, int>> where_of_pid;  // pid -> (run, stage)
-    size_t event = 0;
-    for (const auto& e : events) {
-      ++event;
-      if (!e.is_object() || e.value("ph", "") != "M" || e.value("name", "") != "process_name")
-        continue;
-      const auto args = e.find("args");
-      const auto pid = e.find("pid");
-      if (args == e.end() || !args->is_object() || pid == e.end() || !pid->is_number_integer())
-        continue;
-      std::string label;
-      int stage = 0;
-      if (!split_process_name(args->value("name", ""), label, stage)) continue;
-      if (stage >= m.pp())
-        throw InputError(d.origin + ": run '" + label.substr(0, 60) + "' records stage " +
-                         std::to_string(stage) + ", which `pp` " + std::to_string(m.pp()) +
-                         " (stages 0 to " + std::to_string(m.pp() - 1) +
-                         ") lacks: give the shape the trace was recorded with");
-      const size_t run = steps.of(label, stage, file);
-      where_of_pid[pid->get<long long>()] = {run, stage};
-      read_ordering(*args, d.origin + ": event " + std::to_string(event), runs[run]);
+    for (const Process& p : procs) {
+      const size_t run = step_of.at(p.label);
+      where_of_pid[p.pid] = {run, p.stage};
+      read_ordering(*p.args, d.origin + ": event " + std::to_string(p.event), runs[run]);
     }
     const Waits waits = collective_waits(events);
     size_t n = 0;

@@ -41,6 +41,8 @@ def test_a_step_the_trace_lacks_is_named(tmp_path):
         adaptive(replay=path, step=3)
     with pytest.raises(ValueError, match="step: None .* or a whole number"):
         adaptive(replay=path, step=-2)
+    with pytest.raises(ValueError, match="step: picks the step of a replayed trace"):
+        adaptive(step=0)
 
 
 @pytest.mark.parametrize("call,match", [

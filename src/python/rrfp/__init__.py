@@ -44,6 +44,8 @@ def simulate(**kwargs):
                         f"else off), got {type(ordered).__name__} {ordered!r}")
     kwargs["ordered_forwards"] = "auto" if ordered is None else "on" if ordered else "off"
     step = kwargs.get("step")
+    if step is not None and not kwargs.get("replay"):  # taken and ignored, where the CLI refuses
+        raise ValueError("step: picks the step of a replayed trace; give replay= too")
     kwargs["step"] = -1 if step is None else check_whole(
         "step", step, "None (the trace's first complete step) or a whole number in "
         f"0..{INT_MAX}", low=0, high=INT_MAX)
