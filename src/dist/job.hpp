@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -81,8 +82,47 @@ class Job {
   // over the replica's processes (see measure_clock_offset), and kept.
   const ClockOffset& clock_offset();
 
+  // While the returned guard lives, every wait of this process for the others outside a step
+  // may take `ms` longer than the job's deadline, for `why` (the deadline's message names it):
+  // the others wait for rank 0 while it writes a checkpoint, which a deadline sized for a step
+  // cut short. One at a time. Only MpiWorld keeps deadlines of its own; the other jobs ignore it.
+  class LongerWaits {
+   public:
+    explicit LongerWaits(Job* job) : job_(job) {}
+    LongerWaits(LongerWaits&& o) noexcept : job_(o.job_) { o.job_ = nullptr; }
+    LongerWaits(const LongerWaits&) = delete;
+    LongerWaits& operator=(const LongerWaits&) = delete;
+    LongerWaits& operator=(LongerWaits&&) = delete;
+    ~LongerWaits() {
+      if (job_) job_->set_allowance(0, {});
+    }
+
+   private:
+    Job* job_;
+  };
+  [[nodiscard]] LongerWaits allow_longer_waits(std::int64_t ms, std::string why) {
+    set_allowance(ms, std::move(why));
+    return LongerWaits(this);
+  }
+
+ protected:
+  // The allowance in force: milliseconds and why (0 and "" when none).
+  std::pair<std::int64_t, std::string> allowance() const {
+    std::lock_guard lock(allowance_mu_);
+    return {allowance_ms_, allowance_why_};
+  }
+
  private:
+  void set_allowance(std::int64_t ms, std::string why) {
+    std::lock_guard lock(allowance_mu_);
+    allowance_ms_ = ms;
+    allowance_why_ = std::move(why);
+  }
+
   std::optional<ClockOffset> clock_offset_;
+  mutable std::mutex allowance_mu_;  // collectives may wait on other threads than the setter's
+  std::int64_t allowance_ms_ = 0;
+  std::string allowance_why_;
 };
 
 // What names the steady clock this process reads: the kernel's boot id (every process of one

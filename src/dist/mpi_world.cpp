@@ -89,7 +89,12 @@ MpiWorld::~MpiWorld() {
 DeadlineGuard::Phase MpiWorld::deadline(const char* call, bool startup) {
   std::int64_t ms = opt_.timeout_ms;
   if (ms > 0 && startup) ms = std::max(ms, MpiWorldOptions::kMinStartupMs);
-  return guard_.arm(call, ms);
+  std::string phase = call;
+  if (const auto [extra, why] = allowance(); ms > 0 && !startup && extra > 0) {
+    ms += extra;
+    phase += ", " + why;
+  }
+  return guard_.arm(phase, ms);
 }
 
 void MpiWorld::expired(const std::string& call, std::int64_t ms) {

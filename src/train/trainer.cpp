@@ -5,8 +5,6 @@
 
 #include "core/error.hpp"
 #include "dist/replica_sum.hpp"
-#include "train/checkpoint.hpp"
-#include "train/checkpoint_parts.hpp"
 
 namespace rrfp::train {
 
@@ -292,110 +290,6 @@ std::optional<double> Trainer::validation_loss(int batches, const std::atomic<in
         sum += l;
   }
   return sum / (static_cast<double>(batches) * mbs * o_.dp);
-}
-
-}  // namespace rrfp::train
-
-namespace rrfp::train {
-
-// What a checkpoint holds of this trainer; the tensors share this trainer's storage.
-CheckpointState Trainer::checkpoint_state() const {
-  CheckpointState s;
-  s.model = o_.model;
-  s.step = step_;
-  s.names = parameter_names();
-  s.params = parameters();
-  s.exp_avg = exp_avg_;
-  s.exp_avg_sq = exp_avg_sq_;
-  s.loss = last_loss_;
-  // The options besides the model that decide the numbers: a resume under others diverges.
-  s.run = {{"seed", o_.data_seed},
-           {"task", o_.task},
-           {"microbatches", m_.microbatches()},
-           {"dp", o_.dp},
-           {"steps", o_.steps},
-           {"lr", o_.opt.lr},
-           {"warmup", o_.opt.warmup},
-           {"weight_decay", o_.opt.weight_decay},
-           {"clip", o_.opt.clip}};
-  // The corpus as read, not its path: a path spelled otherwise reads the same bytes, and a file
-  // rewritten in place does not. (Older checkpoints recorded the path as `data`, which is no
-  // longer compared.)
-  // Each task's own options only: an image-text resume warned about `min_len`, which its
-  // synthetic samples never read.
-  if (o_.task == "text") {
-    s.run["data_contents"] = data_->contents();
-    s.run["min_len"] = o_.window.min_len;
-    s.run["max_len"] = o_.window.max_len;
-  }
-  if (o_.task == "image-text") s.run["max_images"] = o_.max_images;
-  return s;
-}
-
-// This process's chunks with their AdamW moments (which follow parameters()' order).
-std::vector<ChunkTensors> Trainer::local_chunks() const {
-  std::vector<ChunkTensors> out;
-  const int t = o_.runtime.tp;
-  size_t k = 0;
-  for (int c = 0; c < m_.chunks(); ++c)
-    for (int r = 0; r < t; ++r) {
-      Chunk* ch = chunk(r, c);
-      if (!ch) continue;
-      ChunkTensors e;
-      e.chunk = c;
-      e.tp_rank = r;
-      for (size_t i = 0; i < ch->params().size(); ++i, ++k) {
-        e.names.push_back(t > 1 ? ch->names()[i] + "@tp" + std::to_string(r) : ch->names()[i]);
-        e.params.push_back(ch->params()[i]);
-        e.exp_avg.push_back(exp_avg_[k]);
-        e.exp_avg_sq.push_back(exp_avg_sq_[k]);
-      }
-      out.push_back(std::move(e));
-    }
-  return out;
-}
-
-// One process writes the whole model; in a multi-process run replica 0's processes send their
-// chunks to rank 0, which writes the file a one-process run would, and every process returns
-// once it is written (or throws what stopped rank 0).
-void Trainer::save(const std::string& path) const {
-  if (!o_.job) return save_checkpoint(path, checkpoint_state());
-  Job& job = *o_.job;
-  const std::string mine = job.replica() == 0 ? pack_chunks(local_chunks()) : std::string();
-  const auto packs = job.gather_to_root(std::as_bytes(std::span(mine.data(), mine.size())));
-  std::exception_ptr failed;
-  if (job.rank() == 0) {
-    try {
-      CheckpointState s = checkpoint_state();
-      unpack_chunks(packs, m_.chunks(), o_.runtime.tp, s);
-      save_checkpoint(path, s);
-    } catch (...) {
-      failed = std::current_exception();
-    }
-  }
-  const double flag = failed ? 1 : 0;
-  if (job.all_gather(std::span(&flag, 1))[0].at(0) == 0) return;
-  if (failed) std::rethrow_exception(failed);
-  throw Error("checkpoint '" + path + "': rank 0 could not write it (its error says why)");
-}
-
-std::vector<std::string> Trainer::resume(const std::string& path) {
-  CheckpointState s = checkpoint_state();
-  std::vector<std::string> differences;
-  if (o_.job) {
-    // Every process reads the file and takes its own tensors by name. The whole model's
-    // tensors (with every TP rank's copies of replicated ones) bound what is read.
-    // The estimate validate() sizes memory by, with room for the image encoder's layers.
-    const double d = o_.model.d_model, t = o_.runtime.tp;
-    const double params = approx_parameters(o_.model) + 8 * d * d + 64 * d;
-    differences = load_checkpoint_part(path, s, static_cast<std::uint64_t>(3 * 4 * t * params));
-  } else {
-    differences = load_checkpoint(path, s);  // fills the tensors in place
-  }
-  step_ = s.step;
-  last_loss_ = s.loss;
-  runs_ = std::max(runs_, step_);  // a resumed run numbers its runtime steps from its own
-  return differences;
 }
 
 }  // namespace rrfp::train

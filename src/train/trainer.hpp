@@ -35,6 +35,9 @@ struct StepReport {
 
 class Trainer {
  public:
+  // The slowest write of a checkpoint a job's deadline allows for (save()).
+  static constexpr double kSaveBytesPerSecond = 10e6;
+
   explicit Trainer(TrainOptions o);
   ~Trainer();
 
@@ -72,6 +75,7 @@ class Trainer {
   StepBatch replica_batch(int index, bool validation, std::int64_t* tokens = nullptr) const;
   StepResult run_pass(StepBatch batch, bool eval, std::vector<std::int64_t>* waits);
   CheckpointState checkpoint_state() const;
+  double checkpoint_bytes() const;
   std::vector<ChunkTensors> local_chunks() const;
   void apply(double clip_coef, double lr);
   StageLink& link(int stage, int tp_rank) const { return *links_[stage * o_.runtime.tp + tp_rank]; }
