@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `rrfp train --transport mpi` where one process meets what the others do not: a checkpoint that
-# rank 0 writes while the others wait for it (under a short --timeout). Each ends as one process
-# would: the run completes, or every process exits with the refusing one's line, in seconds.
-# Usage: mpi_train_faults.sh path/to/rrfp
+# rank 0 writes while the others wait for it (under a short --timeout), and an input missing on
+# one node only (--data, --resume). Each ends as one process would: the run completes, or every
+# process exits with the refusing one's line, in seconds. Usage: mpi_train_faults.sh path/to/rrfp
 set -uo pipefail
 rrfp=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")  # absolute: ranks start elsewhere
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,5 +24,32 @@ rc=$?
 [ $rc -eq 0 ] && [ -s "$out/save/checkpoint.bin" ] ||
   { tail -5 "$out/save.log"; fail "checkpoints under --timeout 1: mpirun exited $rc"; }
 echo "two 306 MB checkpoints under --timeout 1: written in a run of $((SECONDS - start)) s"
+
+# refused WANT DIR_OF_RANK_0 DIR_OF_RANK_1 ARGS...: the two ranks in their own working folders
+# (as on two nodes); exit 2 in seconds with exactly one error line, containing WANT.
+refused() {
+  local want=$1 a=$2 b=$3
+  shift 3
+  local start=$SECONDS
+  timeout 120 "${mpi[@]}" 1 -wdir "$a" "$rrfp" train --transport mpi "$@" : \
+    -np 1 -wdir "$b" "$rrfp" train --transport mpi "$@" >"$out/r.log" 2>&1
+  local rc=$? took=$((SECONDS - start))
+  [ $rc -eq 2 ] && [ $took -lt 30 ] && [ "$(grep -c "^rrfp: error" "$out/r.log")" -eq 1 ] &&
+    grep -qF -- "rrfp: error: $want" "$out/r.log" ||
+    { grep rrfp "$out/r.log"; fail "want '$want': mpirun exited $rc after $took s"; }
+  echo "refused in $took s: $want"
+}
+mkdir -p "$out/n0/corp" "$out/n1"
+cp /usr/share/common-licenses/GPL-3 "$out/n0/corp/"
+# --data where rank 1's node has no such folder: its refusal was never printed, and rank 0
+# waited in the job's next collective until --timeout.
+refused "mpi rank 1: --data: 'corp' is not a directory" "$out/n0" "$out/n1" "${tiny[@]}" \
+  --data corp --steps 2 --out "$out/d"
+# --resume where rank 1's node has no checkpoint at that path.
+mkdir -p "$out/n1/corp" && cp "$out/n0/corp/GPL-3" "$out/n1/corp/"
+(cd "$out/n0" && timeout 120 "$rrfp" train "${tiny[@]}" --data corp --steps 2 --save-every 2 \
+  --out ck >/dev/null 2>&1) || fail "the run whose checkpoint is resumed"
+refused "mpi rank 1: --resume: 'ck/checkpoint.bin' does not exist" "$out/n0" "$out/n1" \
+  "${tiny[@]}" --data corp --steps 4 --resume ck/checkpoint.bin --out "$out/r"
 
 echo "PASS"

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "dist/job.hpp"
 #include "expect_error.hpp"
 #include "train/run.hpp"
 #include "train_helpers.hpp"
@@ -203,6 +204,47 @@ TEST(TrainJob, ProcessesOnOneMachineAreCountedTogetherAgainstItsMemory) {
   const auto ample = refusals(std::to_string(static_cast<int>(both_mb * 2)) + "M");
   EXPECT_EQ(ample[0], "");
   EXPECT_EQ(ample[1], "");
+}
+
+// A refusal that one process of a job makes alone (a path its node lacks) is every process's:
+// the first refusing rank's carries its line, and the others point to it. Without it, the
+// refusing process left and the others waited in their next collective until --timeout.
+TEST(TrainJob, ARefusalOnOneProcessIsAgreedByAll) {
+  auto jobs = make_local_jobs(3);
+  std::vector<std::string> said(3);
+  std::vector<int> speaks(3, -1);
+  test::on_every_rank(3, [&](int r) {
+    try {
+      agree_on_input(jobs[r].get(), [&] {
+        if (r > 0)
+          throw InputError("`data`: 'corp' is not a directory (rank " + std::to_string(r) + ")");
+      });
+    } catch (const JobInputError& e) {
+      said[r] = e.what();
+      speaks[r] = e.speaks() ? 1 : 0;
+    }
+  });
+  EXPECT_EQ(said[1], "mpi rank 1: `data`: 'corp' is not a directory (rank 1)");
+  EXPECT_EQ(speaks, (std::vector<int>{0, 1, 0}));
+  EXPECT_EQ(said[0], "mpi rank 1 refused its input (its line says why)");
+  EXPECT_EQ(said[2], said[0]);
+  // None refuses: nothing is thrown, on any process.
+  test::on_every_rank(3, [&](int r) { agree_on_input(jobs[r].get(), [] {}); });
+  // A Trainer whose corpus is missing on rank 1 only: both processes refuse, together.
+  auto pair = make_local_jobs(2);
+  test::on_every_rank(2, [&](int r) {
+    TrainOptions o = base(2, 4);
+    o.job = pair[r].get();
+    if (r == 1) o.data_dir = "/nonexistent";
+    try {
+      Trainer t(o);
+      said[r] = "";
+    } catch (const JobInputError& e) {
+      said[r] = e.what();
+    }
+  });
+  EXPECT_EQ(said[1], "mpi rank 1: `data`: '/nonexistent' is not a directory");
+  EXPECT_EQ(said[0], "mpi rank 1 refused its input (its line says why)");
 }
 
 }  // namespace

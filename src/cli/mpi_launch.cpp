@@ -93,6 +93,11 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
   try {
     refuse_other_command_lines(world);
     body(world);
+  } catch (const JobInputError& e) {
+    // A refusal agreed over the job (dist/job.hpp): its first refusing rank says it, here too,
+    // before the shutdown barrier.
+    if (e.speaks()) print_input_error(e);
+    throw QuietExit{2};
   } catch (const InputError& e) {
     // Rank 0 says it here, before the shutdown barrier lets any process leave: once one exits
     // non-zero, mpirun ends the others, and a line rank 0 wrote after the world was gone was

@@ -1,6 +1,7 @@
 #include "dist/job.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.hpp"
 #include "core/modes.hpp"
@@ -36,6 +37,29 @@ double max_over_job(Job& job, double mine) {
   for (const auto& v : job.all_gather(std::span<const double>(&mine, 1)))
     most = std::max(most, v.at(0));
   return most;
+}
+
+void agree_on_input(Job* job, const std::function<void()>& check) {
+  if (!job) return check();
+  std::optional<std::string> refused;
+  try {
+    check();
+  } catch (const JobInputError&) {
+    throw;  // agreed already, by a collective every process reached
+  } catch (const InputError& e) {
+    refused = e.what();
+  }
+  const double mine = refused ? 1 : 0;
+  const auto every = job->all_gather(std::span<const double>(&mine, 1));
+  int first = -1;
+  for (int r = 0; r < static_cast<int>(every.size()) && first < 0; ++r)
+    if (!every[r].empty() && every[r][0] != 0) first = r;
+  if (first < 0) return;
+  if (first == job->rank())
+    throw JobInputError((first == 0 ? "" : "mpi rank " + std::to_string(first) + ": ") + *refused,
+                        true);
+  throw JobInputError(
+      "mpi rank " + std::to_string(first) + " refused its input (its line says why)", false);
 }
 
 }  // namespace rrfp

@@ -7,12 +7,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "runtime/runtime.hpp"
 
 namespace rrfp {
@@ -124,6 +126,26 @@ class Job {
   std::int64_t allowance_ms_ = 0;
   std::string allowance_why_;
 };
+
+// A refusal of bad input that some processes of a job made and others may not have (a file
+// only one node lacks): every process throws one, so all exit 2 together. The one that
+// `speaks` (the lowest refusing rank) carries the refusal and prints it; the others point to it.
+class JobInputError : public InputError {
+ public:
+  JobInputError(const std::string& what, bool speaks) : InputError(what), speaks_(speaks) {}
+  bool speaks() const { return speaks_; }
+
+ private:
+  bool speaks_;
+};
+
+// Runs `check` on this process and agrees on its refusals over `job` (a collective; `check`
+// must call none): an InputError it throws on any process becomes a JobInputError on every
+// process, the lowest refusing rank's carrying its message ("mpi rank R: " ahead on ranks
+// other than 0). Without it the others waited in their next collective until --timeout, and
+// the refusing process's line was never printed. Other exceptions pass as they are (they end
+// the job at once). Without a job, runs `check`.
+void agree_on_input(Job* job, const std::function<void()>& check);
 
 // What names the steady clock this process reads: the kernel's boot id (every process of one
 // boot reads one monotonic clock, containers included), else the host's name.

@@ -1,13 +1,9 @@
 #include "train/run.hpp"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <iostream>
 #include <optional>
 
@@ -32,15 +28,22 @@ namespace {
 // for the job (the log, the outputs, the progress); every process takes part in validation.
 class Run {
  public:
+  // Every process checks its own folder and files: a refusal on any is every process's
+  // (agree_on_input), and rank 0's checks of the lock and the log are so too.
   explicit Run(const TrainRun& in)
-      : o_(in), t_(o_.train), root_(!t_.job || t_.job->rank() == 0), trainer_((check_run(in), t_)) {
-    on_root_agreed([&] { lock_out(); });
+      : o_(in),
+        t_(o_.train),
+        root_(!t_.job || t_.job->rank() == 0),
+        trainer_((agree_on_input(in.train.job, [&] { check_run(in); }), t_)) {
+    agree_on_input(t_.job, [&] {
+      if (root_) lock_.lock(o_.out);
+    });
     o_.quiet = in.quiet || !root_;
     std::vector<std::string> differences;
     if (!o_.resume.empty()) differences = trainer_.resume(o_.resume);
     first_ = trainer_.steps_done();
-    on_root_agreed([&] {  // a resume's log, read once for its checks and its continuation
-      if (first_ == 0) return;
+    agree_on_input(t_.job, [&] {  // a resume's log, read once for its checks and continuation
+      if (!root_ || first_ == 0) return;
       old_log_ = read_log(dir() + "loss.csv");
       if (const auto loss = trainer_.last_loss())
         refuse_another_runs_log(dir() + "loss.csv", old_log_, first_, *loss);
@@ -81,35 +84,6 @@ class Run {
   }
 
  private:
-  // A check only rank 0 makes (the lock, the log), whose refusal is every process's: the others
-  // waited for rank 0 in their first collective until the timeout, then exited 1 where rank 0
-  // exited 2.
-  template <class Check>
-  void on_root_agreed(const Check& check) {
-    std::exception_ptr failed;
-    if (root_) try {
-        check();
-      } catch (...) {
-        failed = std::current_exception();
-      }
-    if (t_.job && max_over_job(*t_.job, failed ? 1.0 : 0.0) > 0 && !failed)
-      throw InputError("`out`: rank 0 refused '" + o_.out + "' (its line says why)");
-    if (failed) std::rethrow_exception(failed);
-  }
-
-  // One run per output folder: a second one would interleave its rows with the first's in
-  // loss.csv (a resume then accepted the mix) and overwrite its checkpoint. The lock is the
-  // kernel's (flock), so it goes with the process however it ends.
-  void lock_out() {
-    const std::string path = dir() + ".rrfp-lock";
-    lock_.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock_.fd < 0)
-      throw InputError("`out`: cannot create '" + path + "': " + std::strerror(errno));
-    if (::flock(lock_.fd, LOCK_EX | LOCK_NB) != 0)
-      throw InputError("`out`: '" + o_.out +
-                       "' is in use by another rrfp train; give each run its own `out`");
-  }
-
   std::string dir() const { return o_.out + "/"; }
   std::string checkpoint() const { return o_.out + "/checkpoint.bin"; }
 
@@ -363,12 +337,7 @@ class Run {
   int first_ = 0, done_ = 0, stopped_by_ = 0;
   bool last_validation_cut_ = false;
   int saved_ = 0;  // the step of the last checkpoint this run wrote (0: none)
-  struct Fd {
-    int fd = -1;
-    ~Fd() {
-      if (fd >= 0) ::close(fd);
-    }
-  } lock_;
+  OutLock lock_;
   double h0_ = 0;
   const bool tty_ = isatty(STDOUT_FILENO);
   std::unique_ptr<LogFile> log_;

@@ -1,5 +1,7 @@
 #include "train/run_parts.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +31,19 @@ void prepare_out(const std::string& dir) {
 }
 
 }  // namespace
+
+OutLock::~OutLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void OutLock::lock(const std::string& out) {
+  const std::string path = out + "/.rrfp-lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw InputError("`out`: cannot create '" + path + "': " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0)
+    throw InputError("`out`: '" + out +
+                     "' is in use by another rrfp train; give each run its own `out`");
+}
 
 std::int64_t process_cpu_ns() {
   timespec ts{};

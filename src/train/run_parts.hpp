@@ -3,6 +3,7 @@
 // step, the step's record as a report run, and the small measures of its log. Internal to
 // rrfp_train.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "report/report.hpp"
@@ -17,6 +18,22 @@ namespace rrfp::train {
 // would not (it smooths away the variation that makes stages wait).
 inline constexpr int kSkipSteps = 2;
 inline constexpr std::size_t kKeptSteps = 100;
+
+// One run per output folder: a second one would interleave its rows with the first's in
+// loss.csv (a resume then accepted the mix) and overwrite its checkpoint. The lock is the
+// kernel's (flock on OUT/.rrfp-lock), so it goes with the process however it ends.
+class OutLock {
+ public:
+  OutLock() = default;
+  OutLock(const OutLock&) = delete;
+  OutLock& operator=(const OutLock&) = delete;
+  ~OutLock();
+  // Throws InputError naming `out` when another run holds it, or the lock cannot be made.
+  void lock(const std::string& out);
+
+ private:
+  int fd_ = -1;
+};
 
 // CPU time of every thread of this process (the host's cost of a step).
 std::int64_t process_cpu_ns();

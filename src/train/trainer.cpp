@@ -8,12 +8,16 @@
 
 namespace rrfp::train {
 
-Trainer::Trainer(TrainOptions o)
-    : o_(std::move(o)),
-      dev_(parse_device(o_.device, o_.dtype, o_.completion)),
-      m_(o_.pipe),
-      hint_(make_hint(o_.hint, m_)) {
-  validate(o_);
+// In a job, what this process's own machine decides (its devices, the hint file, the corpus)
+// is agreed on (agree_on_input): a refusal on one process alone left the others waiting in
+// their next collective until --timeout, and its line unsaid. The memory checks are
+// collectives, agreed by themselves.
+Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe) {
+  agree_on_input(o_.job, [&] { validate(o_); });
+  agree_on_input(o_.job, [&] {
+    dev_ = parse_device(o_.device, o_.dtype, o_.completion);
+    hint_ = make_hint(o_.hint, m_);
+  });
   check_activations(o_, m_, hint_);  // before the corpus is read
   make_deterministic(dev_, o_.deterministic);
   if (o_.sm_partitions) partitions_ = partition_source()(dev_.device, m_.pp());
@@ -22,7 +26,8 @@ Trainer::Trainer(TrainOptions o)
     o_.model.patch_dim = ImageText::kPatchDim;
     data_ = std::make_unique<ImageText>(o_.max_images);
   } else {
-    data_ = std::make_unique<Corpus>(o_.data_dir, o_.window.max_len);
+    agree_on_input(o_.job,
+                   [&] { data_ = std::make_unique<Corpus>(o_.data_dir, o_.window.max_len); });
   }
   const int t = o_.runtime.tp;
   Hosting hosting;

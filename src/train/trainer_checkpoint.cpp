@@ -112,8 +112,11 @@ std::vector<std::string> Trainer::resume(const std::string& path) {
   std::vector<std::string> differences;
   if (o_.job) {
     // Every process reads the file and takes its own tensors by name. The whole model's
-    // tensors (with every TP rank's copies of replicated ones) bound what is read.
-    differences = load_checkpoint_part(path, s, static_cast<std::uint64_t>(checkpoint_bytes()));
+    // tensors (with every TP rank's copies of replicated ones) bound what is read. The file
+    // is this process's to read (a relative path, a node's own disk): its refusal is agreed.
+    agree_on_input(o_.job, [&] {
+      differences = load_checkpoint_part(path, s, static_cast<std::uint64_t>(checkpoint_bytes()));
+    });
   } else {
     differences = load_checkpoint(path, s);  // fills the tensors in place
   }
