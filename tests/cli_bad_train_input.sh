@@ -49,6 +49,14 @@ RRFP_MEMORY_LIMIT=8G check "--max-images 2000 (29999 tokens) with --heads 16 and
 # Microbatches in flight count: 4 stages of 8 a stage under --limit 8 hold 32 of them.
 RRFP_MEMORY_LIMIT=1G check "for the activations of up to 8 microbatches in flight a stage" \
   train --steps 1 --max-len 1024 --min-len 1024 --max-seq 1024 --heads 8 -m 8 --limit 8 --out "$tmp/o"
+# The step's batch and its tasks' records count: -m 20000000 (under the 50M cap) grew past 20 GB
+# before its first task, or died of SIGSEGV (exit 139) in LibTorch under an address limit.
+(ulimit -v 4000000 && exec timeout 120 "$rrfp" train --pp 2 -m 20000000 --steps 1 \
+  --out "$tmp/o") >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+  grep -q "^rrfp: error: --microbatches 20000000: about .* of memory for the tokens and targets of a step's microbatches.*: lower --microbatches$" "$tmp/err" ||
+  { echo "FAIL: train -m 20000000 -> rc=$rc: $(head -c 400 "$tmp/err")"; fails=$((fails + 1)); }
 RRFP_MEMORY_LIMIT=1G "$rrfp" train --steps 1 --pp 2 -m 2 --d-model 16 --layers 2 --heads 2 \
   --eval-every 0 --eval-batches 1 --out "$tmp/fits" >/dev/null 2>"$tmp/err" ||
   { echo "FAIL: a small run under RRFP_MEMORY_LIMIT=1G: $(cat "$tmp/err")"; fails=$((fails + 1)); }

@@ -156,6 +156,29 @@ double model_bytes_here(const TrainOptions& o, const WorkModel& m) {
          kBytesAParameter;
 }
 
+// A small tensor's own objects and allocation, beside its elements (measured: 20K to 80K
+// microbatches of 16 bytes took 0.5 KB a tensor more than their elements).
+constexpr double kTensorBytes = 512;
+// The runtime's records of a chunk-microbatch's tasks, kept for the step's trace and timeline
+// and drawn into them at the end (measured: 1.6 KB between P=2 and P=4 at 40K microbatches).
+constexpr double kChunkMicrobatchBytes = 2048;
+
+// What a step keeps for each of its microbatches beside their activations: the tokens and
+// targets of the training batch and of the held-out batch the last validation builds beside
+// it (a job's process builds its replica's batch from the job's, DP x M microbatches), and
+// the records of its chunk-microbatches' tasks (rank 0 of a job merges replica 0's). M in
+// the millions took 5.8 KB a microbatch at P=2 and grew past 20 GB before the first task ran.
+double microbatch_bytes(const TrainOptions& o, const WorkModel& m) {
+  const double mbs = m.microbatches(), longest = static_cast<double>(longest_sequence(o));
+  const double batch = 2 * (kTensorBytes + 8 * longest);  // tokens and targets, int64
+  const double images =
+      o.task == "image-text"
+          ? kTensorBytes + 4.0 * o.max_images * ImageText::kPatches * ImageText::kPatchDim
+          : 0;
+  const double chunk_mbs = (o.job && o.job->rank() != 0 ? 1.0 : m.pp()) * m.vpp() * mbs;
+  return 2 * o.dp * mbs * (batch + images) + chunk_mbs * kChunkMicrobatchBytes;
+}
+
 // This process's control group: its cgroup namespace (containers with their own one all read
 // "0::/" in /proc/self/cgroup) and its groups there.
 std::string control_group() {
@@ -226,21 +249,30 @@ void check_activations(const TrainOptions& o, const WorkModel& m, const Hint& hi
   const int most = m.vpp() * m.microbatches();  // a stage's chunk-microbatches, all of them
   const int in_flight = std::min(d_bound(a, hint, m), most);
   const int pending_w = m.split() ? std::min(a.max_pending_w, most) : 0;
-  const std::string length = o.task == "image-text"
-                                 ? "`max_images` " + std::to_string(o.max_images) + " (" +
-                                       std::to_string(longest_sequence(o)) + " tokens)"
-                                 : "`max_len` " + std::to_string(o.window.max_len);
-  const double bytes = activation_bytes(o, m, in_flight, pending_w) + model_bytes_here(o, m);
-  const std::string what = length + " with `heads` " + std::to_string(o.model.heads) +
-                           " and `layers` " + std::to_string(o.model.layers);
-  const std::string extra =
-      " for the activations of up to " + std::to_string(in_flight) + " microbatch" +
-      (in_flight == 1 ? "" : "es") +
-      " in flight a stage (attention keeps `heads` x length^2 floats a block) and the model";
-  const std::string lower = (o.task == "image-text" ? "`max_images`" : std::string("`max_len`")) +
-                            ", `heads`, `layers` or the microbatches in flight (`limit`)";
-  if (o.job) return check_job_memory(*o.job, bytes, what, extra, "`d_model`, " + lower);
-  check_memory(bytes, what, extra, lower);
+  const double held = activation_bytes(o, m, in_flight, pending_w) + model_bytes_here(o, m);
+  const double batch = microbatch_bytes(o, m);
+  std::string what, extra, lower;
+  if (batch > held) {  // most of it grows with M, whatever the model and its activations
+    what = "`microbatches` " + std::to_string(m.microbatches());
+    extra =
+        " for the tokens and targets of a step's microbatches and the records of their tasks, "
+        "with the model and its activations";
+    lower = "`microbatches`";
+  } else {
+    what = (o.task == "image-text" ? "`max_images` " + std::to_string(o.max_images) + " (" +
+                                         std::to_string(longest_sequence(o)) + " tokens)"
+                                   : "`max_len` " + std::to_string(o.window.max_len)) +
+           " with `heads` " + std::to_string(o.model.heads) + " and `layers` " +
+           std::to_string(o.model.layers);
+    extra = " for the activations of up to " + std::to_string(in_flight) + " microbatch" +
+            (in_flight == 1 ? "" : "es") +
+            " in flight a stage (attention keeps `heads` x length^2 floats a block) and the model";
+    lower = (o.task == "image-text" ? "`max_images`" : std::string("`max_len`")) +
+            ", `heads`, `layers` or the microbatches in flight (`limit`)";
+    if (o.job) lower = "`d_model`, " + lower;
+  }
+  if (o.job) return check_job_memory(*o.job, held + batch, what, extra, lower);
+  check_memory(held + batch, what, extra, lower);
 }
 
 // results-train.md's own `--steps 20` run (default warmup 60) peaked at a third of `lr`

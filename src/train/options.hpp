@@ -102,7 +102,9 @@ void validate(const TrainOptions& o);
 // the model, and the processes on one machine (one boot and control group) are counted
 // together against the least any of them may take (RRFP_MEMORY_LIMIT then bounds them all),
 // on every process alike (a collective over the job). Not checked on a GPU, whose memory this does
-// not see.
+// not see. The step's batch and its tasks' records count too, and where they are most of it the
+// refusal names `microbatches`: `-m 20000000` grew past 20 GB, or died of SIGSEGV in LibTorch's
+// out-of-memory path under `ulimit -v`.
 void check_activations(const TrainOptions& o, const WorkModel& m, const Hint& hint);
 
 // The warning a run prints when its learning-rate schedule never decays (`warmup` at least
