@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `rrfp train --transport mpi` where one process meets what the others do not: a checkpoint that
-# rank 0 writes while the others wait for it (under a short --timeout), and an input missing on
-# one node only (--data, --resume). Each ends as one process would: the run completes, or every
-# process exits with the refusing one's line, in seconds. Usage: mpi_train_faults.sh path/to/rrfp
+# rank 0 writes while the others wait for it (under a short --timeout), an input missing on one
+# node only (--data, --resume), and an output taken by a directory during the run. Each ends as
+# one process would: the run completes, or every process exits with the refusing one's line, in
+# seconds. Usage: mpi_train_faults.sh path/to/rrfp
 set -uo pipefail
 rrfp=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")  # absolute: ranks start elsewhere
 here=$(cd "$(dirname "$0")" && pwd)
@@ -52,4 +53,18 @@ mkdir -p "$out/n1/corp" && cp "$out/n0/corp/GPL-3" "$out/n1/corp/"
 refused "mpi rank 1: --resume: 'ck/checkpoint.bin' does not exist" "$out/n0" "$out/n1" \
   "${tiny[@]}" --data corp --steps 4 --resume ck/checkpoint.bin --out "$out/r"
 
+# trace.json taken by a directory during the run: rank 0's failure ends the job at once, exit 1
+# (rank 0 exited 2 naming --trace, and rank 1 waited for it until --timeout).
+start=$SECONDS
+timeout 300 "${mpi[@]}" 2 "$rrfp" train --transport mpi "${tiny[@]}" --steps 40 \
+  --out "$out/o" >"$out/o.log" 2>&1 &
+job=$!
+for _ in $(seq 300); do [ -s "$out/o/loss.csv" ] && break; sleep 0.1; done
+mkdir "$out/o/trace.json"
+wait $job
+rc=$?
+[ $rc -eq 1 ] && [ $((SECONDS - start)) -lt 50 ] &&
+  grep -q "rrfp: run failed on mpi rank 0: --out: '$out/o/trace.json' is a directory" "$out/o.log" ||
+  { grep rrfp "$out/o.log"; fail "trace.json a directory under mpirun: exit $rc after $((SECONDS - start)) s"; }
+echo "trace.json a directory: the job failed in $((SECONDS - start)) s"
 echo "PASS"

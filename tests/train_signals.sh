@@ -206,6 +206,19 @@ rc=$?
 [ "$rc" -eq 1 ] || fail "checkpoint path a directory: exit $rc, want 1"
 [ "$(grep -c "cannot rename .* over it" "$tmp/dirck.log")" -eq 1 ] ||
   fail "checkpoint path a directory: no one line saying so: $(tail -2 "$tmp/dirck.log")"
+# A file written at the run's end taken by a directory during the run: the run's failure
+# (exit 1), in one line naming --out and the file (it exited 2 naming --trace, a flag `train`
+# does not have).
+rm -rf "$tmp/dirtr" && mkdir "$tmp/dirtr"
+"$rrfp" train "${small[@]}" --steps 40 --out "$tmp/dirtr" >"$tmp/dirtr.log" 2>&1 &
+pid=$!
+wait_rows "$tmp/dirtr" 1 || fail "no loss rows after 60 s (trace path run)"
+mkdir "$tmp/dirtr/trace.json"
+wait $pid
+rc=$?
+[ "$rc" -eq 1 ] && [ "$(grep -c "^rrfp: " "$tmp/dirtr.log")" -eq 1 ] &&
+  grep -q "^rrfp: run failed: --out: '$tmp/dirtr/trace.json' is a directory, not a file" "$tmp/dirtr.log" ||
+  fail "trace.json a directory: exit $rc, $(grep "^rrfp: " "$tmp/dirtr.log")"
 # loss.csv on a full disk: the first row fails, and says so.
 rm -rf "$tmp/full2" && mkdir "$tmp/full2" && ln -s /dev/full "$tmp/full2/loss.csv"
 "$rrfp" train "${small[@]}" --steps 2 --out "$tmp/full2" >"$tmp/full2.log" 2>&1

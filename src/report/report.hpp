@@ -37,6 +37,8 @@ std::string peak_d_column(const std::vector<int>& peaks);
 nlohmann::json to_json(const ReportHeader& h, const std::vector<ReportRun>& runs);
 // Both throw InputError when the file cannot be written.
 void write_chrome_trace(const std::string& path, const std::vector<ReportRun>& runs);
+std::string chrome_trace(
+    const std::vector<ReportRun>& runs);  // the document write_chrome_trace writes
 void write_svg(const std::string& path, const ReportHeader& h, const std::vector<ReportRun>& runs);
 std::string svg_timeline(const ReportHeader& h, const std::vector<ReportRun>& runs);
 

@@ -285,10 +285,21 @@ class Run {
   }
 
   void write_loss_plot() const {
-    write_text_file(dir() + "loss.svg",
-                    svg_line_plot("rrfp train: loss (nats per byte)", "step",
-                                  {train_curve_, val_curve_}, h0_, "byte-unigram entropy"),
-                    "`out`");
+    write_out_file("loss.svg",
+                   svg_line_plot("rrfp train: loss (nats per byte)", "step",
+                                 {train_curve_, val_curve_}, h0_, "byte-unigram entropy"));
+  }
+
+  // A file of `out`, written whole. Checked before the first step, so a refusal now (a
+  // directory put in its place during the run) is the run's failure, exit 1, as a checkpoint's
+  // is: it was bad input, exit 2, naming `trace` or `svg`, flags `train` does not have.
+  void write_out_file(const std::string& name, const std::string& text) const {
+    const std::string path = dir() + name;
+    try {
+      replace_file(path, text, "`out`: '" + path + "'");
+    } catch (const InputError& e) {
+      throw Error(e.what());
+    }
   }
 
   void write_outputs() const {
@@ -298,11 +309,11 @@ class Run {
     h.seed = t_.data_seed;
     h.source = "measured";
     const std::vector<ReportRun> runs{report_of(last_, trainer_.model(), t_)};
-    write_chrome_trace(dir() + "trace.json", runs);
+    write_out_file("trace.json", chrome_trace(runs));
     // The measured durations, replayable: rrfp simulate --replay DIR/durations.csv.
     if (!measured_.empty())
-      write_text_file(dir() + "durations.csv", replay_csv(trainer_.model(), measured_), "`out`");
-    write_svg(dir() + "timeline.svg", h, runs);
+      write_out_file("durations.csv", replay_csv(trainer_.model(), measured_));
+    write_out_file("timeline.svg", svg_timeline(h, runs));
   }
 
   void print_summary() const {
