@@ -67,6 +67,21 @@ wait $pid; rc=$?
 [ "$rc" -eq 143 ] || fail "SIGTERM during validation: exit $rc, want 143"
 # The resume validates that step first and fills its row's val_loss (left empty for good).
 [ "$(sed -n 2p "$tmp/v/loss.csv" | cut -d, -f3)" = "" ] || fail "step 1 validated before the stop"
+# A resume stopped in that fill-in validation trains no step: the checkpoint and the row stay
+# for the next resume (it trained step 2 and checkpointed past the row, left empty for good).
+cp "$tmp/v/checkpoint.bin" "$tmp/v1.bin"
+"$rrfp" train --d-model 32 --layers 4 --steps 3 --eval-every 1 --eval-batches 100000 \
+  --save-every 1 --resume "$tmp/v/checkpoint.bin" --out "$tmp/v" >"$tmp/vf.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do grep -q "warning: --warmup" "$tmp/vf.log" && break; sleep 0.1; done
+sleep 1  # the resume is validating step 1 (or about to: a stop first is the same stop)
+kill -TERM $pid
+wait $pid; rc=$?
+[ "$rc" -eq 143 ] && grep -q "^stopped by signal 15 before step 1's validation was filled in" "$tmp/vf.log" ||
+  fail "SIGTERM in the fill-in validation: exit $rc, $(grep -E '^(done|stopped)' "$tmp/vf.log")"
+[ "$(wc -l <"$tmp/v/loss.csv")" -eq 2 ] && [ "$(sed -n 2p "$tmp/v/loss.csv" | cut -d, -f3)" = "" ] &&
+  cmp -s "$tmp/v/checkpoint.bin" "$tmp/v1.bin" ||
+  fail "SIGTERM in the fill-in validation: a step was trained: $(cut -d, -f1-3 "$tmp/v/loss.csv" | tr '\n' ' ')"
 "$rrfp" train --d-model 32 --layers 4 --steps 2 --eval-every 1 --eval-batches 2 \
   --save-every 1 --resume "$tmp/v/checkpoint.bin" --out "$tmp/v" >"$tmp/v2.log" 2>&1 ||
   fail "resume after a stopped validation: $(tail -1 "$tmp/v2.log")"

@@ -74,10 +74,12 @@ class Run {
     t_start_ = now_ns();
     if (!o_.quiet && first_ > 0)
       std::cout << "resumed from " << o_.resume << " at step " << first_ << "\n";
-    done_ = t_.steps;
-    for (int s = first_; s < t_.steps; ++s)
+    // Stopped in the fill-in validation: no step is trained, so the checkpoint and the row
+    // stay for the next resume to fill (a step trained after it checkpointed past that row).
+    done_ = fill_cut_ ? first_ : t_.steps;
+    for (int s = first_; s < done_; ++s)
       if (!step(s)) break;
-    if (first_ == t_.steps && !validated_) stopped_by_ = agreed_signal();  // stopped again
+    if (fill_cut_) stopped_by_ = agreed_signal();
     if (!o_.quiet && tty_) std::cout << "\n";
     if (!root_) return TrainSummary{.stopped_by = stopped_by_};
     return finish();
@@ -247,6 +249,7 @@ class Run {
     if (t_.job) empty = max_over_job(*t_.job, empty);
     if (empty == 0) return {};
     const auto v = trainer_.validation_loss(o_.eval_batches, o_.stop);
+    fill_cut_ = !v;
     if (!v) return {};  // stopped again: the row stays as it was
     sum_.val_loss = *v;
     validated_ = true;
@@ -347,7 +350,8 @@ class Run {
   Trainer trainer_;
   int first_ = 0, done_ = 0, stopped_by_ = 0;
   bool last_validation_cut_ = false;
-  int saved_ = 0;  // the step of the last checkpoint this run wrote (0: none)
+  bool fill_cut_ = false;  // a signal stopped the validation this resume fills in
+  int saved_ = 0;          // the step of the last checkpoint this run wrote (0: none)
   OutLock lock_;
   double h0_ = 0;
   const bool tty_ = isatty(STDOUT_FILENO);
