@@ -28,6 +28,16 @@ last=$(tail -n 1 "$tmp/a/loss.csv" | cut -d, -f1)
 [ "$rows" = "$last" ] || fail "loss.csv has $rows rows but its last step is $last"
 grep -q "stopped by signal 15 after step $last of 2000 (checkpoint" "$tmp/a.log" ||
   { fail "no stop line naming step $last"; tail -3 "$tmp/a.log"; }
+# That checkpoint, resumed with --steps at its step, is whole: refused, the log untouched (no
+# validation was due at a mid-run step under --eval-every 0; it was taken, validated the step
+# and said "a signal had cut short" a validation that never began).
+cp "$tmp/a/loss.csv" "$tmp/a.csv"
+"$rrfp" train "${small[@]}" --steps "$last" --resume "$tmp/a/checkpoint.bin" --out "$tmp/a" \
+  >"$tmp/at.log" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "already at step $last of --steps $last" "$tmp/at.log" &&
+  cmp -s "$tmp/a/loss.csv" "$tmp/a.csv" ||
+  fail "a mid-run checkpoint resumed at its step: exit $rc, $(tail -1 "$tmp/at.log")"
 # The checkpoint is the last finished step's: a resume starts right after the last row.
 "$rrfp" train "${small[@]}" --steps $((last + 1)) --resume "$tmp/a/checkpoint.bin" \
   --out "$tmp/a" >"$tmp/r.log" 2>&1 || fail "resume failed: $(tail -1 "$tmp/r.log")"

@@ -30,6 +30,9 @@ struct CheckpointState {
   // Its last step's training loss, as loss.csv logged it (absent in older checkpoints): a
   // resume checks that the log it continues is this run's.
   std::optional<double> loss;
+  // Loaded: the `steps` of the run that wrote it (absent in older checkpoints), by which a
+  // resume tells whether the checkpoint's step had a validation due.
+  std::optional<long long> run_steps;
 };
 
 void save_checkpoint(const std::string& path, const CheckpointState& s);

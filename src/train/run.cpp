@@ -49,8 +49,9 @@ class Run {
         refuse_another_runs_log(dir() + "loss.csv", old_log_, first_, *loss);
     });
     // Refused in one line: the warnings below would only add to it. A checkpoint of the last
-    // step whose validation a signal cut short is taken: the resume validates it, and only that.
-    if (first_ >= t_.steps && !(first_ == t_.steps && last_row_unvalidated()))
+    // step is taken only where a signal cut that step's due validation short: the resume
+    // validates it, and only that.
+    if (first_ >= t_.steps && !(first_ == t_.steps && validation_cut_short()))
       throw InputError("`resume`: the checkpoint is already at step " + std::to_string(first_) +
                        " of `steps` " + std::to_string(t_.steps));
     for (const std::string& d : differences)
@@ -232,9 +233,15 @@ class Run {
     return false;
   }
 
-  // The checkpoint is at the last step and that step's row has no val_loss (agreed over a job).
-  bool last_row_unvalidated() const {
-    double empty = root_ && log_field_empty(old_log_, first_, 2) ? 1 : 0;
+  // The checkpoint's step had a validation due in the run that wrote it (its last step, or one
+  // `eval_every` falls on) and its row has no val_loss (agreed over a job). Any empty row was
+  // taken: a mid-run checkpoint of an `eval_every` 0 run resumed at its step "filled in" a
+  // validation no signal had cut short, where it is already at `steps`.
+  bool validation_cut_short() const {
+    const auto wrote = trainer_.checkpoint_steps();  // absent in older checkpoints
+    const bool due =
+        !wrote || *wrote == first_ || (o_.eval_every > 0 && first_ % o_.eval_every == 0);
+    double empty = due && root_ && log_field_empty(old_log_, first_, 2) ? 1 : 0;
     if (t_.job) empty = max_over_job(*t_.job, empty);
     return empty > 0;
   }

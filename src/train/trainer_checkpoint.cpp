@@ -122,6 +122,7 @@ std::vector<std::string> Trainer::resume(const std::string& path) {
   }
   step_ = s.step;
   last_loss_ = s.loss;
+  checkpoint_steps_ = s.run_steps;
   runs_ = std::max(runs_, step_);  // a resumed run numbers its runtime steps from its own
   return differences;
 }
