@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `rrfp train --transport mpi` where one process meets what the others do not: a checkpoint that
 # rank 0 writes while the others wait for it (under a short --timeout), an input missing on one
-# node only (--data, --resume), and an output taken by a directory during the run. Each ends as
-# one process would: the run completes, or every process exits with the refusing one's line, in
-# seconds. Usage: mpi_train_faults.sh path/to/rrfp
+# node only (--data, --resume), a checkpoint of another task, and an output taken by a directory
+# during the run. Each ends as one process would: the run completes, or every process exits
+# with the refusing one's line, in seconds. Usage: mpi_train_faults.sh path/to/rrfp
 set -uo pipefail
 rrfp=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")  # absolute: ranks start elsewhere
 here=$(cd "$(dirname "$0")" && pwd)
@@ -52,6 +52,20 @@ mkdir -p "$out/n1/corp" && cp "$out/n0/corp/GPL-3" "$out/n1/corp/"
   --out ck >/dev/null 2>&1) || fail "the run whose checkpoint is resumed"
 refused "mpi rank 1: --resume: 'ck/checkpoint.bin' does not exist" "$out/n0" "$out/n1" \
   "${tiny[@]}" --data corp --steps 4 --resume ck/checkpoint.bin --out "$out/r"
+
+# An image-text checkpoint resumed by a text run: refused as one process refuses it (each
+# process checked only its own tensors, and the job trained on without the image encoder).
+tiny_it=(--pp 2 -m 4 --d-model 16 --heads 2 --layers 4 --max-seq 32 --eval-every 0
+  --eval-batches 1 --timeout 60)
+timeout 120 "$rrfp" train "${tiny_it[@]}" --task image-text --max-images 2 --steps 2 \
+  --save-every 2 --out "$out/it" >"$out/it.log" 2>&1 || { cat "$out/it.log"; fail "image-text run"; }
+start=$SECONDS
+timeout 120 "${mpi[@]}" 2 "$rrfp" train --transport mpi "${tiny[@]}" --steps 4 \
+  --resume "$out/it/checkpoint.bin" --out "$out/t" >"$out/t.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "holds tensor 'vision\..*', which this run's model does not have" "$out/t.log" ||
+  { grep rrfp "$out/t.log"; fail "an image-text checkpoint resumed by a text job: mpirun exited $rc"; }
+echo "an image-text checkpoint refused by a text job in $((SECONDS - start)) s"
 
 # trace.json taken by a directory during the run: rank 0's failure ends the job at once, exit 1
 # (rank 0 exited 2 naming --trace, and rank 1 waited for it until --timeout).

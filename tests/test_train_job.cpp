@@ -247,5 +247,32 @@ TEST(TrainJob, ARefusalOnOneProcessIsAgreedByAll) {
   EXPECT_EQ(said[0], "mpi rank 1 refused its input (its line says why)");
 }
 
+// A checkpoint of the image-text task resumed by a text job: refused by its processes as by one
+// process ("holds tensor 'vision...'"); each checked only its own tensors, and the job trained
+// on without the encoder, with a warning about `task`.
+TEST(TrainJob, AJobRefusesACheckpointOfAnotherTask) {
+  const std::string path = ::testing::TempDir() + "rrfp-job-image-text.ckpt";
+  TrainOptions it = base(2, 4);
+  it.task = "image-text";
+  it.max_images = 2;
+  Trainer(it).save(path);
+  auto jobs = make_local_jobs(2);
+  std::vector<std::string> said(2);
+  test::on_every_rank(2, [&](int r) {
+    TrainOptions o = base(2, 4);
+    o.job = jobs[r].get();
+    Trainer t(o);
+    try {
+      t.resume(path);
+    } catch (const InputError& e) {
+      said[r] = e.what();
+    }
+  });
+  EXPECT_NE(said[0].find("holds tensor 'vision."), std::string::npos) << said[0];
+  EXPECT_NE(said[0].find("which this run's model does not have"), std::string::npos) << said[0];
+  EXPECT_NE(said[1], "");
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace rrfp::train

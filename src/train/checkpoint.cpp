@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 
 #include "core/error.hpp"
 #include "core/input_file.hpp"
@@ -213,10 +214,12 @@ std::uint64_t bytes_of(const CheckpointState& s) {
 
 namespace {
 
-// `whole`: `expect` is the whole model, so a tensor of the file it lacks is refused (another
-// task's encoder was dropped with only a warning); a process's part lacks the others' alone.
+// `model`: every tensor name of the whole model, of which `expect` may hold a part. A tensor of
+// the file the model lacks is refused (another task's encoder was dropped with only a
+// warning, and a job's processes, each checking its part alone, dropped it so).
 std::vector<std::string> load_by_name(const std::string& path, CheckpointState& expect,
-                                      std::uint64_t max_bytes, bool whole) {
+                                      std::uint64_t max_bytes,
+                                      const std::vector<std::string>& model) {
   const std::string bytes = read_input_file(path, InputKind{"resume", max_bytes + (16u << 20)});
   const Parsed p = parse(bytes, path, expect.model);
   auto bad = [&](const std::string& why) { return InputError("`resume`: '" + path + "' " + why); };
@@ -246,11 +249,11 @@ std::vector<std::string> load_by_name(const std::string& path, CheckpointState& 
                 "' of this run's shape (another task, or another tensor-parallel size, whose "
                 "shards are named otherwise?)");
   }
-  if (whole && where.size() > expect.names.size())  // the names are distinct: some are not ours
-    for (const auto& [name, _] : where)
-      if (std::find(expect.names.begin(), expect.names.end(), name) == expect.names.end())
-        throw bad("holds tensor '" + name.substr(0, 80) +
-                  "', which this run's model does not have (another task?)");
+  const std::set<std::string> known(model.begin(), model.end());
+  for (const auto& [name, _] : where)
+    if (!known.contains(name))
+      throw bad("holds tensor '" + name.substr(0, 80) +
+                "', which this run's model does not have (another task?)");
   torch::NoGradGuard no_grad;
   const auto gs = groups(expect);
   for (size_t i = 0; i < expect.params.size(); ++i) {
@@ -275,12 +278,13 @@ std::vector<std::string> load_by_name(const std::string& path, CheckpointState& 
 // otherwise, and resuming under it was refused ("parameter 14 is embed.tokens@tp1"), as was
 // another TP size, counted in tensors where the shard missing is named now.
 std::vector<std::string> load_checkpoint(const std::string& path, CheckpointState& expect) {
-  return load_by_name(path, expect, bytes_of(expect), true);
+  return load_by_name(path, expect, bytes_of(expect), expect.names);
 }
 
 std::vector<std::string> load_checkpoint_part(const std::string& path, CheckpointState& expect,
-                                              std::uint64_t max_bytes) {
-  return load_by_name(path, expect, max_bytes, false);
+                                              std::uint64_t max_bytes,
+                                              const std::vector<std::string>& model) {
+  return load_by_name(path, expect, max_bytes, model);
 }
 
 }  // namespace rrfp::train

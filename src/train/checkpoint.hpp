@@ -45,9 +45,12 @@ std::uint64_t checkpoint_checksum(std::string_view bytes);
 // naming it ("`seed` is 2; the checkpoint's run had 1").
 std::vector<std::string> load_checkpoint(const std::string& path, CheckpointState& expect);
 // The same for a process holding part of the model (a multi-process run): `expect` names only
-// its own tensors, each found in the checkpoint by name, whatever layout wrote it. A file over
-// `max_bytes` (the whole model's tensors; the header comes on top) is refused unread.
+// its own tensors, each found in the checkpoint by name, whatever layout wrote it; `model`
+// names every tensor of the whole model, and one in the file that it lacks is refused as
+// load_checkpoint refuses it. A file over `max_bytes` (the whole model's tensors; the header
+// comes on top) is refused unread.
 std::vector<std::string> load_checkpoint_part(const std::string& path, CheckpointState& expect,
-                                              std::uint64_t max_bytes);
+                                              std::uint64_t max_bytes,
+                                              const std::vector<std::string>& model);
 
 }  // namespace rrfp::train

@@ -78,6 +78,7 @@ class Trainer {
   StepResult run_pass(StepBatch batch, bool eval, std::vector<std::int64_t>* waits);
   CheckpointState checkpoint_state() const;
   double checkpoint_bytes() const;
+  std::vector<std::string> job_parameter_names() const;
   std::vector<ChunkTensors> local_chunks() const;
   void apply(double clip_coef, double lr);
   StageLink& link(int stage, int tp_rank) const { return *links_[stage * o_.runtime.tp + tp_rank]; }

@@ -3,6 +3,7 @@
 #include "train/trainer.hpp"
 
 #include <cmath>
+#include <set>
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
@@ -107,6 +108,21 @@ void Trainer::save(const std::string& path) const {
   throw Error("checkpoint '" + path + "': rank 0 could not write it (its error says why)");
 }
 
+// Every process's parameter names, each once (a collective over the job).
+std::vector<std::string> Trainer::job_parameter_names() const {
+  std::string mine;
+  for (const std::string& n : parameter_names())
+    mine += n + '\n';
+  std::set<std::string> all;
+  for (const auto& got :
+       o_.job->all_gather_bytes(std::as_bytes(std::span(mine.data(), mine.size())))) {
+    const std::string text(reinterpret_cast<const char*>(got.data()), got.size());
+    for (std::size_t at = 0, end; (end = text.find('\n', at)) != std::string::npos; at = end + 1)
+      all.insert(text.substr(at, end - at));
+  }
+  return {all.begin(), all.end()};
+}
+
 std::vector<std::string> Trainer::resume(const std::string& path) {
   CheckpointState s = checkpoint_state();
   std::vector<std::string> differences;
@@ -114,8 +130,10 @@ std::vector<std::string> Trainer::resume(const std::string& path) {
     // Every process reads the file and takes its own tensors by name. The whole model's
     // tensors (with every TP rank's copies of replicated ones) bound what is read. The file
     // is this process's to read (a relative path, a node's own disk): its refusal is agreed.
+    const std::vector<std::string> model = job_parameter_names();
     agree_on_input(o_.job, [&] {
-      differences = load_checkpoint_part(path, s, static_cast<std::uint64_t>(checkpoint_bytes()));
+      differences =
+          load_checkpoint_part(path, s, static_cast<std::uint64_t>(checkpoint_bytes()), model);
     });
   } else {
     differences = load_checkpoint(path, s);  // fills the tensors in place
