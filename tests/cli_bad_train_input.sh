@@ -33,6 +33,8 @@ check "--transport: unknown transport 'tcp'" train --transport tcp --out "$tmp/o
 mkdir -p "$tmp/huge" && truncate -s 2G "$tmp/huge/a.txt"
 check "hold 2.0 GiB; the corpus is kept in memory and may hold at most 1.0 GiB" train --data "$tmp/huge" --out "$tmp/o"
 check "--resume: '/dev/zero' is not a regular file" train --resume /dev/zero --out "$tmp/o"
+# An empty path was taken as no resume: the run started afresh without a word.
+check "--resume: expected a checkpoint file (OUT/checkpoint.bin), got ''" train --resume "" --out "$tmp/o"
 check "--max-seq: must be between 1 and 1048576, got 2147483647" train --max-seq 2147483647 --out "$tmp/o"
 check "for weights, gradients and optimizer state; this machine has" train --d-model 60000 --out "$tmp/o"
 # The memory a run may take is core/memory.hpp's (RRFP_MEMORY_LIMIT here), not the machine's
