@@ -166,12 +166,19 @@ mv "$tmp/k/junk.csv" "$tmp/k/loss.csv"
 # Two SIGINTs: the first asks for a stop after the current step (long here: a bigger model),
 # the second, while that step still runs, ends the process at once: exit 130, no outputs. The
 # second comes a second after the first: within a quarter second it is the first's echo.
-# Job control on: a background job of a script would otherwise ignore SIGINT (and rrfp keeps
-# an inherited SIG_IGN, as a background job should).
-set -m
-"$rrfp" train --d-model 512 --heads 8 --layers 8 --eval-every 0 --steps 50 --out "$tmp/b" >"$tmp/b.log" 2>&1 &
-pid=$!
-wait_rows "$tmp/b" 1 || fail "no loss rows after 60 s (second run)"
+# Starts `rrfp train ARGS --out DIR` (its log DIR.log) as a job with job control on, which
+# `set +m` ends after its wait: a background job of a script would otherwise ignore SIGINT (and
+# rrfp keeps an inherited SIG_IGN, as a background job should). Waits for its first loss row;
+# its pid in $pid.
+start_for_signals() {  # DIR WHAT ARGS...
+  local dir=$1 what=$2
+  shift 2
+  set -m
+  "$rrfp" train "$@" --out "$dir" >"$dir.log" 2>&1 &
+  pid=$!
+  wait_rows "$dir" 1 || fail "no loss rows after 60 s ($what)"
+}
+start_for_signals "$tmp/b" "second run" --d-model 512 --heads 8 --layers 8 --eval-every 0 --steps 50
 kill -INT $pid
 sleep 0.2
 kill -0 $pid 2>/dev/null || fail "the first SIGINT did not let the step finish"
@@ -186,10 +193,7 @@ set +m
 # A SIGINT sent twice at once is one request: GNU timeout sends its signal to the process,
 # then to its process group, the process again (taken as a second request, that echo ended
 # `timeout -s INT 20 rrfp train` at once, without its checkpoint, in a quarter of the runs).
-set -m
-"$rrfp" train --d-model 256 --heads 4 --layers 4 --eval-every 0 --steps 50 --out "$tmp/e" >"$tmp/e.log" 2>&1 &
-pid=$!
-wait_rows "$tmp/e" 1 || fail "no loss rows after 60 s (echo run)"
+start_for_signals "$tmp/e" "echo run" --d-model 256 --heads 4 --layers 4 --eval-every 0 --steps 50
 kill -INT $pid
 sleep 0.02
 kill -INT $pid 2>/dev/null
