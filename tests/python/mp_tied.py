@@ -199,3 +199,40 @@ def run_three(pp, transport, dp):
         if c in users:
             assert torch.equal(module.mix.weight.grad, want), f"rank {pipe.rank}: chunk {c}"
     print(f"rank {pipe.rank}: a weight tied across three stages, bitwise", flush=True)
+
+
+def run_shared_buffer(pp, transport, dp):
+    """A buffer that every chunk shares as one object: each process holds its own copy, which
+    loads the buffer's first name's entry, as the one object does in threads (each copy loaded
+    its own chunk's entry)."""
+    shared = rrfp.Pipeline(shared_buffer_chunks(pp),
+                           lambda y, t: ((y - t) ** 2).sum(), pp=pp, microbatches=4,
+                           transport=transport, dp=dp, timeout=60)
+    state = {f"{c}.{k}": v.clone() for c, m in enumerate(shared_buffer_chunks(pp))
+             for k, v in m.state_dict().items()}
+    for c in range(pp):
+        state[f"{c}.1.table"] += float(c + 1)
+    shared.load_state_dict(state)
+    for c, module in shared.chunks.items():
+        assert torch.equal(module[1].table, torch.arange(8.0) + 1.0), \
+            f"rank {shared.rank}: chunk {c}'s shared buffer"
+    print(f"rank {shared.rank}: a buffer shared by every chunk loads its first name's entry",
+          flush=True)
+
+
+class Shift(torch.nn.Module):
+    """Adds a buffer it only reads (a positional table): one object that chunks may share."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.arange(8.0))
+
+    def forward(self, x):
+        return x + self.table
+
+
+def shared_buffer_chunks(pp):
+    """pp chunks of Linear(8, 8) each followed by the one Shift that every chunk shares."""
+    torch.manual_seed(0)
+    shift = Shift()
+    return [torch.nn.Sequential(torch.nn.Linear(8, 8), shift) for _ in range(pp)]

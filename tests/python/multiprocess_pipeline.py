@@ -214,6 +214,7 @@ if pp > 1:
     mp_tied.run(pp, dp, m, transport)
     if pp >= 3:
         mp_tied.run_three(pp, transport, dp)
+    mp_tied.run_shared_buffer(pp, transport, dp)
 
 # Loss scaling: a step whose gradients overflow on one stage alone is skipped by every stage.
 import mp_scaler  # noqa: E402

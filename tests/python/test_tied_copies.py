@@ -247,3 +247,18 @@ def test_copies_made_one_object_count_once():
         ref[c].load_state_dict(pipe.chunks[c].state_dict(), strict=False)
     lm.reference_step(ref, xs, ys)
     assert torch.equal(first.grad, ref[0][0].tok.weight.grad)
+
+
+def test_a_shared_buffer_loads_its_first_names_entry():
+    # A buffer that chunks share as one object loads the entry of its first name, as a tied
+    # parameter does (threads loaded the last chunk's, a process per stage each its own).
+    pipe = rrfp.Pipeline(mp_tied.shared_buffer_chunks(PP), lambda y, t: (y - t).pow(2).mean(),
+                         pp=PP, microbatches=M)
+    state = {k: v.clone() for k, v in pipe.state_dict().items()}
+    for c in range(PP):
+        state[f"{c}.1.table"] += float(c + 1)
+    pipe.load_state_dict(state)
+    assert torch.equal(pipe.chunks[0][1].table, torch.arange(8.0) + 1.0)
+    del state["0.1.table"]  # the first name it holds: chunk 1's
+    pipe.load_state_dict(state, strict=False)
+    assert torch.equal(pipe.chunks[PP - 1][1].table, torch.arange(8.0) + 2.0)

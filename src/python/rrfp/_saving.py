@@ -169,7 +169,7 @@ def _prepare(pipe, path, optimizer):
             raise ValueError(f"checkpoint '{path}': its GradScaler state is refused: {e}") \
                 from e
     extra = _extras.own_extra(path, saved, layouts, pipe.rank, _extras.layout(pipe), extra)
-    model = one_value_per_tie(pipe._ties, pipe.chunks, model)
+    model = one_value_per_tie(pipe._ties, pipe.chunks, model, pipe._data.model)
     chunks = checkpoint.check_model_state(pipe.chunks, pipe._core.chunks, model, True)
     optim_state = None
     if optimizer is not None:

@@ -255,22 +255,32 @@ class Ties:
         return out
 
 
-def one_value_per_tie(ties, chunks, state):
+def one_value_per_tie(ties, chunks, state, model=None):
     """`state` (by "c.name") as a load takes it into `chunks` ({index: module}, this process's):
     every name of a tied parameter given the entry of its first name that `state` holds, for
-    the copies of a tie (`ties`, or None) and for a parameter that chunks of this process hold
-    as one object alike, so that every layout loads the same value. torch's load_state_dict
-    copies each chunk's entry into the one object in turn: the last chunk's entry won where
-    copies took the first's, and a state naming the tie once was refused (KeyError: the other
-    chunk's name missing) where copies loaded it."""
+    the copies of a tie (`ties`, or None) and for a tensor (parameter or buffer) that chunks
+    hold as one object alike, so that every layout loads the same value. torch's
+    load_state_dict copies each chunk's entry into the one object in turn: the last chunk's
+    entry won where copies took the first's, and a state naming the tie once was refused
+    (KeyError: the other chunk's name missing) where copies loaded it. `model` (every chunk,
+    where the pipeline was given them all) tells which of this process's buffers other
+    processes' chunks share: with a process per stage each holds its own copy, which loads
+    the shared buffer's first name's entry as the one object does in threads."""
     if ties is not None:
         state = ties.same_in_state(state)
-    names = {}  # id(parameter) -> its names, by chunk, then in the chunk's state_dict order
+    groups = [] if model is None else _shared(model)
+    return _first_everywhere(state, groups + _shared(chunks))
+
+
+def _shared(chunks):
+    """Names ("c.name": by chunk, then in the chunk's state_dict order) of each tensor that
+    several entries of `chunks` ({index: module}) hold as one object."""
+    names = {}
     for c in sorted(chunks):
         for name, value in chunks[c].state_dict(keep_vars=True).items():
-            if isinstance(value, torch.nn.Parameter):
+            if isinstance(value, torch.Tensor):
                 names.setdefault(id(value), []).append(f"{c}.{name}")
-    return _first_everywhere(state, [n for n in names.values() if len(n) > 1])
+    return [n for n in names.values() if len(n) > 1]
 
 
 def _first_everywhere(state, groups):

@@ -237,7 +237,7 @@ class Pipeline:
         entry is checked before any is loaded, so one that raises loads nothing. The copies of
         a tie (`tied`) all load the entry of the tie's first name that `state` holds."""
         with self._one_call("load_state_dict"):
-            state = one_value_per_tie(self._ties, self.chunks, state)
+            state = one_value_per_tie(self._ties, self.chunks, state, self._data.model)
             checkpoint.load_model_state(self.chunks, self._core.chunks, state, strict)
 
     def save(self, path, optimizer=None, **extra):
