@@ -320,3 +320,27 @@ def test_a_weight_its_own_forward_freezes_gets_no_gradient_as_in_a_plain_loop(hi
     for a, b in zip(ref, model):
         for p, q in zip(a.parameters(), b.parameters()):
             assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("hint,policy", SCHEDULES)
+def test_a_model_frozen_everywhere_is_refused_as_a_plain_loop_refuses_it(hint, policy):
+    # A plain loop's backward raises where the loss wants no gradient; the pipeline returned
+    # the loss and trained nothing. Frozen up to the last chunk alone, it trains that one.
+    model = chunks()
+    pipe = pipeline(model, hint, policy)
+    x, y = data()
+    for c in range(4):
+        set_trainable(model, c, False)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        plain_step(model, x, y)
+    with pytest.raises(rrfp.StageError, match="loss of microbatch . does not require grad"):
+        pipe.step(x, y)
+    assert all(p.grad is None for c in model for p in c.parameters())
+    assert pipe.eval_step(x, y)[1] is not None  # an evaluation wants no gradient
+    set_trainable(model, 3, True)
+    ref = chunks()
+    for c in range(3):
+        set_trainable(ref, c, False)
+    pipe.step(x, y)
+    plain_step(ref, x, y)
+    assert_same_grads(ref, model)

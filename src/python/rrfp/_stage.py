@@ -223,6 +223,12 @@ class StageRunner:
                 raise TypeError("loss_fn must return a tensor with one element, got "
                                 + (f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
                                    else type(loss).__name__))
+            if not loss.requires_grad:  # else the step trained nothing, silently
+                raise RuntimeError(
+                    f"step: the loss of microbatch {mb} does not require grad: no parameter it "
+                    f"came through (chunks 0 to {chunk}) requires grad and a step's inputs may "
+                    "not, so its backward would compute nothing (a plain loop's backward "
+                    "raises); unfreeze a parameter, or call eval_step() for the losses alone")
             self.data.losses[mb] = loss.detach()
             if self.data.scaler is not None:
                 loss = self.data.scaler.scale(loss)
