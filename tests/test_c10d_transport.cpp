@@ -244,15 +244,79 @@ class PayloadRefusedGroup final : public c10d::ProcessGroup {
 // A payload Gloo refused once its header had been posted freed the header's buffer with the
 // failed send, while Gloo still held it: the buffer lives until the header's send has ended,
 // read intact then.
+// Posted by the sender (a payload up to kPostBytes) or by the transport's poster (larger).
 TEST(C10dTransportFailure, AHeaderPostedBeforeItsPayloadFailedOutlivesItsSend) {
-  std::atomic<int> read{0};
-  C10dTransport t(c10::make_intrusive<PayloadRefusedGroup>(&read));
-  const std::string err = send_error(t, MessageTag{1, TaskId{Kind::F, 0, 0}},
-                                     Payload::allocate(C10dTransport::kInlineBytes + 1));
-  EXPECT_NE(err.find("sending step 1 F c0 m0 to rank 1 failed"), std::string::npos) << err;
-  for (int i = 0; i < 1000 && read.load() == 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(read.load(), 1) << "0: the header's send was never waited for; 2: read changed";
+  for (std::size_t n : {C10dTransport::kInlineBytes + 1, C10dTransport::kPostBytes + 1}) {
+    std::atomic<int> read{0};
+    C10dTransport t(c10::make_intrusive<PayloadRefusedGroup>(&read));
+    const std::string err =
+        send_error(t, MessageTag{1, TaskId{Kind::F, 0, 0}}, Payload::allocate(n));
+    EXPECT_NE(err.find("sending step 1 F c0 m0 to rank 1 failed"), std::string::npos) << err;
+    for (int i = 0; i < 1000 && read.load() == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(read.load(), 1) << n << " B: 0: the header's send was never waited for; 2: read "
+                              << "changed";
+    t.shutdown();
+  }
+}
+
+// A send Gloo refuses at once, made by the poster thread: its completion names the message.
+TEST(C10dTransportFailure, ALargePayloadRefusedByGlooNamesItsMessage) {
+  C10dTransport t(c10::make_intrusive<PeerGoneGroup>(true));
+  EXPECT_EQ(send_error(t, MessageTag{2, TaskId{Kind::F, 1, 3}},
+                       Payload::allocate(C10dTransport::kPostBytes + 1)),
+            "c10d transport: rank 0: sending step 2 F c1 m3 to rank 1 failed (Gloo's send; the "
+            "peer exited or stopped answering?): " +
+                std::string(kGlooReset));
+}
+
+// A send's work that has completed.
+class DoneWork final : public c10d::Work {
+ public:
+  bool wait(std::chrono::milliseconds) override { return true; }
+  bool isCompleted() override { return true; }
+  void abort() override {}
+};
+
+// Records the size of every message posted, in order; the first post waits for `open`.
+class GatedGroup final : public c10d::ProcessGroup {
+ public:
+  GatedGroup() : c10d::ProcessGroup(0, 2) {}
+  const std::string getBackendName() const override { return "gated"; }
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& t, int, int) override {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return open; });
+    sizes.push_back(static_cast<std::size_t>(t[0].numel()));
+    cv.notify_all();
+    return c10::make_intrusive<DoneWork>();
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  std::vector<std::size_t> sizes;
+};
+
+// Gloo copies a message into the socket in the thread that posts it: a large payload held the
+// sending stage for its whole copy (4 MiB: about 1.2 ms). The poster posts it, so the send
+// returns while Gloo has not taken it, and a small message sent after it waits its turn
+// rather than overtaking it.
+TEST(C10dTransport, ALargePayloadIsPostedByThePosterAndNothingOvertakesIt) {
+  auto group = c10::make_intrusive<GatedGroup>();
+  C10dTransport t(group);
+  const std::size_t big = C10dTransport::kPostBytes + 1;
+  t.send(1, MessageTag{1, TaskId{Kind::F, 0, 0}}, Payload::allocate(big));
+  t.send(1, MessageTag{1, TaskId{Kind::F, 0, 1}}, Payload::allocate(8));  // returns: queued
+  std::unique_lock lk(group->mu);
+  EXPECT_TRUE(group->sizes.empty());
+  group->open = true;
+  group->cv.notify_all();
+  ASSERT_TRUE(
+      group->cv.wait_for(lk, std::chrono::seconds(30), [&] { return group->sizes.size() == 3; }));
+  EXPECT_LT(group->sizes[0], C10dTransport::kInlineBytes);  // the large one's header
+  EXPECT_EQ(group->sizes[1], big);                          // its payload
+  EXPECT_GT(group->sizes[2], 8u);                           // the small one, inline
+  EXPECT_LT(group->sizes[2], C10dTransport::kInlineBytes);
+  lk.unlock();
   t.shutdown();
 }
 

@@ -15,8 +15,13 @@
 // payload posted ahead (up to kAheadBytes, buffers from a pool), and the sender sends a payload
 // of up to that size under the tag that receive waits on; a larger one, or one that comes with
 // a sender's first message, goes under a tag of its own, received once its header has named
-// it. shutdown() aborts the waits. A send that Gloo fails (a peer gone: "Connection reset by
-// peer") completes with an Error naming this rank, the peer and the message, Gloo's line kept.
+// it. Gloo writes a message into the socket in the thread that posts it, once the receive is
+// posted: a payload over kPostBytes is posted by a thread of the transport's (the poster),
+// after which every message waits its turn there until the poster's queue is empty, so that
+// messages leave in the order they were sent; the sending stage goes back to its tasks (a 4 MiB
+// payload held it for about 1.2 ms). shutdown() aborts the waits. A send that Gloo fails (a peer
+// gone: "Connection reset by peer") completes with an Error naming this rank, the peer and the
+// message, Gloo's line kept.
 //
 // The header includes LibTorch's c10d (only transports include c10d); the rest of rrfp sees
 // the Transport interface.
@@ -51,6 +56,10 @@ class C10dTransport final : public Transport {
   // Payloads up to this many bytes are received into a receive posted ahead of their header
   // (one such buffer per source that has sent here).
   static constexpr std::size_t kAheadBytes = std::size_t{4} << 20;
+  // A larger payload is posted by the transport's poster thread, not the sender's: Gloo copies
+  // it into the socket in the thread that posts it. Smaller ones are posted at once, where the
+  // hand-off to another thread would cost more than the copy.
+  static constexpr std::size_t kPostBytes = std::size_t{64} << 10;
 
  private:
   struct Impl;
