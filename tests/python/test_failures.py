@@ -375,17 +375,23 @@ def test_a_process_group_that_never_forms_fails_within_the_timeout():
         done.stderr, done.stderr[-2000:]
 
 
-def test_a_pause_between_steps_longer_than_the_timeout_is_no_failure():
+def test_a_pause_between_steps_longer_than_the_timeout_is_no_failure(tmp_path):
     # Two processes in torch.distributed's environment, timeout 2 s, 4 s between their steps
     # (an evaluation, a checkpoint): the timeout bounds the joining and a stalled step, not
-    # the group's operations, whose messages wait between steps (the next step failed).
+    # the group's operations, whose messages wait between steps (the next step failed). Both
+    # have imported torch before either builds its Pipeline (a file each in tmp_path), so a
+    # loaded machine's slow import does not spend the 2 s of the joining.
     import socket
     import subprocess
     import sys
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    code = ("import time, rrfp, lm\n"
+    code = ("import os, time, rrfp, lm\n"
+            f"open(os.path.join({str(tmp_path)!r}, os.environ['RANK']), 'w').close()\n"
+            "end = time.monotonic() + 60\n"
+            f"while len(os.listdir({str(tmp_path)!r})) < 2 and time.monotonic() < end:\n"
+            "    time.sleep(0.01)\n"
             "pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2, timeout=2)\n"
             "x, y = lm.batches(2, seed=0)\n"
             "pipe.step(x, y)\n"
