@@ -213,4 +213,43 @@ rc=$?
 grep -q "rrfp: error: mpirun: every process must run the same command line; rank(s) 1 differ from rank 0's at argument 7: '16' where rank 0 has '8'" "$log" ||
   { tail -5 "$log"; fail "different command lines: no line naming the argument"; }
 echo "different command lines: refused in $((SECONDS - start)) s"
+
+# `rrfp run` where the processes, each in a working folder of its own (as on two nodes), read
+# different files or run under different limits. Every check of the inputs is agreed over the
+# job: every process exits 2 in seconds, the first refusing rank's line said once. A refusal
+# on rank 1 alone was never printed, and rank 0 waited in MPI_Comm_split until --timeout.
+rabs=$(cd "$(dirname "$rrfp")" && pwd)/$(basename "$rrfp")  # absolute: ranks start elsewhere
+nodes=$(mktemp -d)
+trap 'rm -f "$log"; rm -rf "$nodes"' EXIT
+mkdir -p "$nodes/a" "$nodes/c" "$nodes/d"
+(cd "$nodes/a" && "$rabs" schedule show --pp 2 -m 4 --hint gpipe --out h.txt >/dev/null) ||
+  fail "the hint file"
+echo "garbage hint" >"$nodes/c/h.txt"
+two_ranks=(--pp 2 -m 4 --policy fixed --timeout 30)
+# on_nodes DIR_OF_RANK_0 DIR_OF_RANK_1 ENV_OF_RANK_1 ARGS...: one rrfp run per folder.
+on_nodes() {
+  local a=$1 b=$2 e=$3
+  shift 3
+  # shellcheck disable=SC2086
+  timeout -k 5 90 "$here/mpirun.sh" 1 -wdir "$a" "$rabs" run --transport mpi "$@" $marker : \
+    -np 1 -wdir "$b" env $e "$rabs" run --transport mpi "$@" $marker >"$log" 2>&1
+}
+# run_refused WANT DIR_OF_RANK_0 DIR_OF_RANK_1 ENV_OF_RANK_1 ARGS...: exit 2 within 15 s (the
+# --timeout is 30), exactly one error line, saying WANT, and no run started.
+run_refused() {
+  local want=$1 start=$SECONDS
+  shift
+  on_nodes "$@"
+  local rc=$? took=$((SECONDS - start))
+  [ $rc -eq 2 ] && [ $took -lt 15 ] && [ "$(grep -c "^rrfp: error" "$log")" -eq 1 ] &&
+    grep -qF -- "rrfp: error: $want" "$log" && ! grep -q "^running" "$log" ||
+    { grep -E "rrfp|running" "$log" | head -5; fail "want '$want': mpirun exited $rc after $took s"; }
+  echo "refused in $took s: $want"
+}
+run_refused "mpi rank 1: h.txt:1: expected 'stage N: TASK ...', got 'garbage hint'" "$nodes/a" "$nodes/c" "" "${two_ranks[@]}" \
+  --workload uniform --hint h.txt
+run_refused "mpi rank 1: --hint: 'h.txt' does not exist" "$nodes/a" "$nodes/d" "" \
+  "${two_ranks[@]}" --workload uniform --hint h.txt
+run_refused "mpi rank 1: run: 1 run of" "$nodes/a" "$nodes/a" RRFP_MEMORY_LIMIT=1 \
+  "${two_ranks[@]}" --workload uniform --hint 1f1b
 echo "ok"

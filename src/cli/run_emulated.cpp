@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
 
 #include "cli/compare.hpp"
 #include "cli/run_flags.hpp"
@@ -28,36 +29,6 @@ std::uint64_t address_space_limit() {
   return r.rlim_cur;
 }
 
-// In one process the runtime emulates each message's modelled time on its own, from its send
-// (async) or its acceptance (blocking). What a real transport adds (links shared by all, copies
-// one at a time, a payload on its offer, threads waking behind copies, a TP leader's choice
-// crossing to its followers) it does not emulate:
-// running a workload that sets it would put unlike steps side by side (--compare) or silently
-// drop what the file asks.
-void check_emulable(const WorkloadParams& w, int tp) {
-  static const double kDefaultCoordUs = WorkloadParams{}.coord_latency_us;
-  struct Field {
-    const char* name;
-    bool set;
-    const char* fallback;
-  };
-  for (const Field& f :
-       {Field{"comm_links", w.comm_links > 0, "0"},
-        Field{"comm_two_slowdown", w.comm_two_slowdown > 1, "1"},
-        Field{"comm_serial_receive", w.comm_serial_receive, "false"},
-        Field{"comm_offer_payload", w.comm_offer_payload, "false"},
-        Field{"comm_wake_us", w.comm_wake_us > 0, "0"},
-        Field{"comm_wake_per_copy_us", w.comm_wake_per_copy_us > 0, "0"},
-        // The ranks of a TP group hand their choices over in memory, at once
-        // (one rank has none to hand over).
-        Field{"coord_latency_us", tp > 1 && w.coord_latency_us != kDefaultCoordUs, "10"}})
-    if (f.set)
-      throw InputError("--workload-file: " + std::string(f.name) + " must be " + f.fallback +
-                       " with --transport inproc: it is a real transport's behaviour, which the "
-                       "threaded runtime does not emulate (rrfp simulate models it; --transport "
-                       "mpi has it)");
-}
-
 // The most wall time the emulated steps may take, all runs, rounds and steps together.
 constexpr double kMaxEmulatedSeconds = 600;
 
@@ -68,23 +39,13 @@ std::string durations_source(const WorkloadFlags& w) {
   return "--workload " + w.workload;
 }
 
-// The scenario, refused first where the threaded runtime in one process cannot emulate it.
-Scenario emulable_scenario(const ExperimentFlags& e, bool in_process) {
-  Scenario sc = make_scenario(e);
-  if (in_process) check_emulable(sc.workload, sc.tp);
-  const std::vector<RunSpec> specs = plan_runs(e, sc.cfg);
-  // Before a --replay without --step is read at the flags' shape to find its step.
-  check_runs_fit("run", e, sc, specs);
-  return with_replay_step(std::move(sc), specs);
-}
-
 class EmulatedRuns {
  public:
   EmulatedRuns(const RunFlags& f, Job* world)
       : f_(f),
         world_(world),
         timeout_ms_(timeout_ms_of(f.timeout_s)),
-        sc_(emulable_scenario(f.exp, !world)),
+        sc_(emulable_scenario(f, world)),
         specs_(plan_runs(f.exp, sc_.cfg)),
         root_(!world || world->rank() == 0),
         // Over MPI, --compare simulates messages as the transport delivers them: a file, or a
@@ -378,7 +339,13 @@ class EmulatedRuns {
 }  // namespace
 
 void run_emulated(const RunFlags& f, Job* world) {
-  EmulatedRuns(f, world).go();
+  if (!world) return EmulatedRuns(f, nullptr).go();
+  // Every check of the inputs (their files as this process reads them, its memory limit) is
+  // agreed over the job: a process that refused alone left without a word, and the others
+  // waited in their first collective until --timeout.
+  std::optional<EmulatedRuns> runs;
+  agree_on_input(world, [&] { runs.emplace(f, world); });
+  runs->go();
 }
 
 }  // namespace rrfp

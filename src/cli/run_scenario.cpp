@@ -1,0 +1,54 @@
+// `rrfp run`'s scenario from its flags, checked before anything runs (cli/run_flags.hpp).
+#include "cli/run_flags.hpp"
+#include "core/error.hpp"
+
+namespace rrfp {
+
+namespace {
+
+// In one process the runtime emulates each message's modelled time on its own, from its send
+// (async) or its acceptance (blocking). What a real transport adds (links shared by all, copies
+// one at a time, a payload on its offer, threads waking behind copies, a TP leader's choice
+// crossing to its followers) it does not emulate:
+// running a workload that sets it would put unlike steps side by side (--compare) or silently
+// drop what the file asks.
+void check_emulable(const WorkloadParams& w, int tp) {
+  static const double kDefaultCoordUs = WorkloadParams{}.coord_latency_us;
+  struct Field {
+    const char* name;
+    bool set;
+    const char* fallback;
+  };
+  for (const Field& f :
+       {Field{"comm_links", w.comm_links > 0, "0"},
+        Field{"comm_two_slowdown", w.comm_two_slowdown > 1, "1"},
+        Field{"comm_serial_receive", w.comm_serial_receive, "false"},
+        Field{"comm_offer_payload", w.comm_offer_payload, "false"},
+        Field{"comm_wake_us", w.comm_wake_us > 0, "0"},
+        Field{"comm_wake_per_copy_us", w.comm_wake_per_copy_us > 0, "0"},
+        // The ranks of a TP group hand their choices over in memory, at once
+        // (one rank has none to hand over).
+        Field{"coord_latency_us", tp > 1 && w.coord_latency_us != kDefaultCoordUs, "10"}})
+    if (f.set)
+      throw InputError("--workload-file: " + std::string(f.name) + " must be " + f.fallback +
+                       " with --transport inproc: it is a real transport's behaviour, which the "
+                       "threaded runtime does not emulate (rrfp simulate models it; --transport "
+                       "mpi has it)");
+}
+
+}  // namespace
+
+Scenario emulable_scenario(const RunFlags& f, Job* world) {
+  const ExperimentFlags& e = f.exp;
+  check_experiment_files(e, f.calibration == "baseline" ? "" : f.calibration);
+  Scenario sc = make_scenario(e.shape, e.load, e.dispatch);
+  // Only a timeline reads the tasks and spans: the tables come from each rank's totals.
+  sc.record = draws_timeline(e);
+  if (!world) check_emulable(sc.workload, sc.tp);
+  const std::vector<RunSpec> specs = plan_runs(e, sc.cfg);
+  // Before a --replay without --step is read at the flags' shape to find its step.
+  check_runs_fit("run", e, sc, specs);
+  return with_replay_step(std::move(sc), specs);
+}
+
+}  // namespace rrfp
