@@ -221,10 +221,13 @@ echo "different command lines: refused in $((SECONDS - start)) s"
 rabs=$(cd "$(dirname "$rrfp")" && pwd)/$(basename "$rrfp")  # absolute: ranks start elsewhere
 nodes=$(mktemp -d)
 trap 'rm -f "$log"; rm -rf "$nodes"' EXIT
-mkdir -p "$nodes/a" "$nodes/c" "$nodes/d"
-(cd "$nodes/a" && "$rabs" schedule show --pp 2 -m 4 --hint gpipe --out h.txt >/dev/null) ||
-  fail "the hint file"
+mkdir -p "$nodes/a" "$nodes/b" "$nodes/c" "$nodes/d" "$nodes/w1" "$nodes/w2"
+(cd "$nodes/a" && "$rabs" schedule show --pp 2 -m 4 --hint gpipe --out h.txt >/dev/null) &&
+  (cd "$nodes/b" && "$rabs" schedule show --pp 2 -m 4 --hint 1f1b --out h.txt >/dev/null) ||
+  fail "the hint files"
 echo "garbage hint" >"$nodes/c/h.txt"
+echo '{"forward_us": 1000}' >"$nodes/w1/w.json"
+echo '{"forward_us": 20000}' >"$nodes/w2/w.json"
 two_ranks=(--pp 2 -m 4 --policy fixed --timeout 30)
 # on_nodes DIR_OF_RANK_0 DIR_OF_RANK_1 ENV_OF_RANK_1 ARGS...: one rrfp run per folder.
 on_nodes() {
@@ -252,4 +255,10 @@ run_refused "mpi rank 1: --hint: 'h.txt' does not exist" "$nodes/a" "$nodes/d" "
   "${two_ranks[@]}" --workload uniform --hint h.txt
 run_refused "mpi rank 1: run: 1 run of" "$nodes/a" "$nodes/a" RRFP_MEMORY_LIMIT=1 \
   "${two_ranks[@]}" --workload uniform --hint 1f1b
+# Files that parse on every rank but differ: each process ran its own schedule (or durations),
+# and the mixed run was reported as one, exit 0.
+run_refused "mpirun: every process must read the same --hint; 'h.txt' holds other bytes on rank(s) 1 than on rank 0" \
+  "$nodes/a" "$nodes/b" "" "${two_ranks[@]}" --workload uniform --hint h.txt
+run_refused "mpirun: every process must read the same --workload-file; 'w.json' holds other bytes on rank(s) 1 than on rank 0" \
+  "$nodes/w1" "$nodes/w2" "" "${two_ranks[@]}" --workload-file w.json --hint 1f1b --per-stage
 echo "ok"

@@ -52,6 +52,13 @@ mkdir -p "$out/n1/corp" && cp "$out/n0/corp/GPL-3" "$out/n1/corp/"
   --out ck >/dev/null 2>&1) || fail "the run whose checkpoint is resumed"
 refused "mpi rank 1: --resume: 'ck/checkpoint.bin' does not exist" "$out/n0" "$out/n1" \
   "${tiny[@]}" --data corp --steps 4 --resume ck/checkpoint.bin --out "$out/r"
+# Hint files that parse on both nodes but differ: each process ordered its stage's tasks by its
+# own copy, and the job trained on with a mixed trace.
+(cd "$out/n0" && "$rrfp" schedule show --pp 2 -m 4 --hint gpipe --out h.txt >/dev/null) &&
+  (cd "$out/n1" && "$rrfp" schedule show --pp 2 -m 4 --hint 1f1b --out h.txt >/dev/null) ||
+  fail "the hint files"
+refused "mpirun: every process must read the same --hint; 'h.txt' holds other bytes on rank(s) 1 than on rank 0" \
+  "$out/n0" "$out/n1" "${tiny[@]}" --data corp --steps 2 --hint h.txt --out "$out/h"
 
 # An image-text checkpoint resumed by a text run: refused as one process refuses it (each
 # process checked only its own tensors, and the job trained on without the image encoder).

@@ -1,6 +1,7 @@
 #include "cli/mpi_launch.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -38,13 +39,64 @@ std::vector<std::string> own_arguments() {
   return args;
 }
 
-// FNV-1a over the arguments, in 52 bits: exact in the double the job's gather carries.
-double fingerprint(const std::vector<std::string>& args) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (const std::string& a : args)
-    for (const unsigned char c : a + '\0')
-      h = (h ^ c) * 1099511628211ull;
+constexpr std::uint64_t kFnvOffset = 1469598103934665603ull;
+
+// FNV-1a, one byte at a time.
+void fnv(std::uint64_t& h, std::string_view bytes) {
+  for (const unsigned char c : bytes)
+    h = (h ^ c) * 1099511628211ull;
+}
+
+// A hash in 52 bits: exact in the double the job's gather carries.
+double as_double(std::uint64_t h) {
   return static_cast<double>(h >> 12);
+}
+
+// FNV-1a over the arguments.
+double fingerprint(const std::vector<std::string>& args) {
+  std::uint64_t h = kFnvOffset;
+  for (const std::string& a : args)
+    fnv(h, std::string_view(a.c_str(), a.size() + 1));
+  return as_double(h);
+}
+
+// Adds the bytes of the file at `path` to `h`; false where it cannot be read.
+bool hash_file(std::uint64_t& h, const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::vector<char> buf(1 << 16);
+  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0)
+    fnv(h, std::string_view(buf.data(), static_cast<std::size_t>(in.gcount())));
+  return !in.bad();
+}
+
+// A digest of the bytes at `path`: a file's, or a folder's files' (a trace of one file per
+// rank), each with its name, in name order; -1 where it cannot be read, which its reader
+// refuses in its own words (under the job's input agreement).
+double content_digest(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::uint64_t h = kFnvOffset;
+  if (!fs::is_directory(path, ec)) return hash_file(h, path) ? as_double(h) : -1;
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(path, ec))
+    if (entry.is_regular_file(ec)) files.push_back(entry.path());
+  if (ec) return -1;
+  std::sort(files.begin(), files.end());
+  for (const fs::path& p : files) {
+    const std::string name = p.filename().string();
+    fnv(h, std::string_view(name.c_str(), name.size() + 1));
+    if (!hash_file(h, p)) return -1;
+  }
+  return as_double(h);
+}
+
+// Up to 8 ranks, comma-separated.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t k = 0; k < ranks.size() && k < 8; ++k)
+    out += (k ? ", " : "") + std::to_string(ranks[k]);
+  return out + (ranks.size() > 8 ? ", ..." : "");
 }
 
 // Every process of the job must run the same command line: one with another --lr or --steps
@@ -74,16 +126,35 @@ void refuse_other_command_lines(Job& job) {
   auto at = [](const std::vector<std::string>& v, std::size_t k) {
     return k < v.size() ? "'" + v[k].substr(0, 60) + "'" : std::string("nothing");
   };
-  std::string ranks;
-  for (std::size_t k = 0; k < other.size() && k < 8; ++k)
-    ranks += (k ? ", " : "") + std::to_string(other[k]);
-  throw InputError("mpirun: every process must run the same command line; rank(s) " + ranks +
-                   (other.size() > 8 ? ", ..." : "") + " differ from rank 0's at argument " +
-                   std::to_string(i + 1) + ": " + at(theirs, i) + " where rank 0 has " +
-                   at(first, i));
+  throw InputError("mpirun: every process must run the same command line; rank(s) " +
+                   rank_list(other) + " differ from rank 0's at argument " + std::to_string(i + 1) +
+                   ": " + at(theirs, i) + " where rank 0 has " + at(first, i));
 }
 
 }  // namespace
+
+void refuse_other_input_files(Job& job, const InputFiles& files) {
+  std::vector<double> mine;
+  for (const InputFile& f : files)
+    mine.push_back(f.path.empty() ? 0 : content_digest(f.path));
+  const auto every = job.all_gather(std::span<const double>(mine));
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    auto digest = [&](int r) { return i < every[r].size() ? every[r][i] : -1.0; };
+    int first = -1;  // the first rank that read the file: the others are held to it
+    std::vector<int> other;
+    for (int r = 0; r < static_cast<int>(every.size()); ++r) {
+      if (digest(r) < 0) continue;
+      if (first < 0) first = r;
+      if (digest(r) != digest(first)) other.push_back(r);
+    }
+    // Every process sees every digest: all refuse alike, and rank 0 says it.
+    if (!other.empty())
+      throw InputError("mpirun: every process must read the same " + files[i].flag + "; '" +
+                       files[i].path.substr(0, 100) + "' holds other bytes on rank(s) " +
+                       rank_list(other) + " than on rank " + std::to_string(first) +
+                       " (each process reads its own copy, from its working folder on its node)");
+  }
+}
 
 void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>& body) {
 #ifdef RRFP_HAVE_MPI

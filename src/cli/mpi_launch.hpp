@@ -7,11 +7,26 @@
 // gathers and shutdown (MpiWorldOptions).
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "dist/job.hpp"
 
 namespace rrfp {
 
 void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>& body);
+
+// An input file that every process reads for itself: its flag and path ("": not given).
+struct InputFile {
+  std::string flag, path;
+};
+using InputFiles = std::vector<InputFile>;
+
+// The command lines are compared, not the files they name: processes that read different bytes
+// under one path (another hint file in each working folder, on each node) ran different
+// schedules or durations, and the run was reported as one. A collective: throws InputError on
+// every process where any file's bytes differ between them, naming its flag and the ranks. A
+// file a process cannot read is left to its reader, which refuses it in its own words.
+void refuse_other_input_files(Job& job, const InputFiles& files);
 
 }  // namespace rrfp

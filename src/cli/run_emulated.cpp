@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "cli/compare.hpp"
+#include "cli/mpi_launch.hpp"
 #include "cli/run_flags.hpp"
 #include "cli/stop_signal.hpp"
 #include "comm/buffer_pool.hpp"
@@ -345,6 +346,10 @@ void run_emulated(const RunFlags& f, Job* world) {
   // waited in their first collective until --timeout.
   std::optional<EmulatedRuns> runs;
   agree_on_input(world, [&] { runs.emplace(f, world); });
+  const WorkloadFlags& load = f.exp.load;
+  refuse_other_input_files(*world, {{"--hint", hint_file(f.exp.dispatch.hint)},
+                                    {"--workload-file", load.workload_file},
+                                    {"--replay", load.replay}});
   runs->go();
 }
 

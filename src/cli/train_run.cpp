@@ -65,6 +65,8 @@ void run(const TrainFlags& f) {
   if (f.transport == TransportKind::Mpi) {
     train::TrainSummary sum;
     run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {
+      // Each process orders its stage's tasks by its own copy of a hint file.
+      refuse_other_input_files(job, {{"--hint", hint_file(f.dispatch.hint)}});
       train::TrainRun run = to_run(f);
       run.train.job = &job;
       sum = train::run_training(run);
