@@ -98,12 +98,15 @@ stop_case() {
 }
 stop_case startup "MPI_Init_thread (start-up)"
 stop_case shutdown "MPI_Barrier (shutdown)"
-# Bad input under mpirun: one line from rank 0, every process exits 2.
-"$here/mpirun.sh" 3 "$rrfp" run --transport mpi --pp 2 -m 4 $marker >"$log" 2>&1
+# Bad input under mpirun: one line from rank 0, every process exits 2. The layout is refused
+# before any run starts, in run's own flags (its line named --dp, which run does not have,
+# after "running fixed 1f1b (blocking) over 3 mpi ranks ...").
+timeout -k 5 60 "$here/mpirun.sh" 3 "$rrfp" run --transport mpi --pp 2 -m 4 $marker >"$log" 2>&1
 rc=$?
 [ $rc -eq 2 ] || { cat "$log"; fail "bad layout: mpirun exited $rc, not 2"; }
-[ "$(grep -c 'rrfp: error: mpirun -np 3: the layout --pp 2' "$log")" -eq 1 ] ||
+[ "$(grep -c 'rrfp: error: mpirun -np 3: the layout --pp 2 x --tp 1 needs 2 ranks' "$log")" -eq 1 ] ||
   { cat "$log"; fail "bad layout: not exactly one line naming the layout"; }
+! grep -qE "^running|--dp" "$log" || { cat "$log"; fail "bad layout: a run started, or --dp named"; }
 echo "bad layout: exit 2, one line"
 # A flag that does not parse: one line too (it came once per process).
 "$here/mpirun.sh" 3 "$rrfp" run --transport mpi --pp 2 --no-such-flag $marker >"$log" 2>&1

@@ -36,6 +36,16 @@ void check_emulable(const WorkloadParams& w, int tp) {
                        "mpi has it)");
 }
 
+// Over MPI each process hosts one stage and TP rank: checked before any run starts (the first
+// run's line was printed, then the layout refused in the flags of `rrfp train`).
+void check_job_size(const Scenario& sc, int ranks) {
+  if (sc.cfg.pp * sc.tp != ranks)
+    throw InputError("mpirun -np " + std::to_string(ranks) + ": the layout --pp " +
+                     std::to_string(sc.cfg.pp) + " x --tp " + std::to_string(sc.tp) + " needs " +
+                     std::to_string(sc.cfg.pp * sc.tp) +
+                     " ranks (rrfp run: one process per stage and TP rank)");
+}
+
 }  // namespace
 
 Scenario emulable_scenario(const RunFlags& f, Job* world) {
@@ -44,7 +54,10 @@ Scenario emulable_scenario(const RunFlags& f, Job* world) {
   Scenario sc = make_scenario(e.shape, e.load, e.dispatch);
   // Only a timeline reads the tasks and spans: the tables come from each rank's totals.
   sc.record = draws_timeline(e);
-  if (!world) check_emulable(sc.workload, sc.tp);
+  if (world)
+    check_job_size(sc, world->size());
+  else
+    check_emulable(sc.workload, sc.tp);
   const std::vector<RunSpec> specs = plan_runs(e, sc.cfg);
   // Before a --replay without --step is read at the flags' shape to find its step.
   check_runs_fit("run", e, sc, specs);
