@@ -224,7 +224,7 @@ echo "different command lines: refused in $((SECONDS - start)) s"
 rabs=$(cd "$(dirname "$rrfp")" && pwd)/$(basename "$rrfp")  # absolute: ranks start elsewhere
 nodes=$(mktemp -d)
 trap 'rm -f "$log"; rm -rf "$nodes"' EXIT
-mkdir -p "$nodes/a" "$nodes/b" "$nodes/c" "$nodes/d" "$nodes/w1" "$nodes/w2"
+mkdir -p "$nodes/a/sub" "$nodes/b" "$nodes/c" "$nodes/d" "$nodes/w1" "$nodes/w2"
 (cd "$nodes/a" && "$rabs" schedule show --pp 2 -m 4 --hint gpipe --out h.txt >/dev/null) &&
   (cd "$nodes/b" && "$rabs" schedule show --pp 2 -m 4 --hint 1f1b --out h.txt >/dev/null) ||
   fail "the hint files"
@@ -264,4 +264,11 @@ run_refused "mpirun: every process must read the same --hint; 'h.txt' holds othe
   "$nodes/a" "$nodes/b" "" "${two_ranks[@]}" --workload uniform --hint h.txt
 run_refused "mpirun: every process must read the same --workload-file; 'w.json' holds other bytes on rank(s) 1 than on rank 0" \
   "$nodes/w1" "$nodes/w2" "" "${two_ranks[@]}" --workload-file w.json --hint 1f1b --per-stage
+# Rank 0 writes every report: a folder for --json that only its node has is enough.
+on_nodes "$nodes/a" "$nodes/b" "" "${two_ranks[@]}" --workload uniform --hint 1f1b \
+  --json sub/o.json --trace sub/t.json
+rc=$?
+[ $rc -eq 0 ] && [ -s "$nodes/a/sub/o.json" ] && [ -s "$nodes/a/sub/t.json" ] ||
+  { grep -E "rrfp|running" "$log" | head -5; fail "--json in a folder only rank 0 has: exit $rc"; }
+echo "--json and --trace in a folder only rank 0 has: written"
 echo "ok"

@@ -74,7 +74,8 @@ void setup_run(CLI::App& app) {
           "--compare: simulates each run, and a simulation under --tp-protocol none fails "
           "where its ranks' collectives diverge; leave out --compare, or coordinate (leader, "
           "agree)");
-    check_experiment_files(f->exp, f->calibration == "baseline" ? "" : f->calibration);
+    // Over MPI, rank 0 checks them, agreed over the job (run_emulated): it alone writes them.
+    if (!mpi) check_experiment_files(f->exp, f->calibration == "baseline" ? "" : f->calibration);
     if (f->rendezvous != "offer" && f->rendezvous != "pull")
       throw InputError("--rendezvous: expected offer or pull, got '" + f->rendezvous + "'");
     if (f->rendezvous == "pull" && !mpi)

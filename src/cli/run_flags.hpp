@@ -18,9 +18,9 @@ struct RunFlags {
   std::string calibration, rendezvous = "offer";
 };
 
-// The scenario of the flags, checked before anything runs: the outputs, the workload, the
-// job's size or, in one process, what the threaded runtime can emulate, and the memory the runs
-// take. `world`: as for run_emulated.
+// The scenario of the flags, checked before anything runs: the outputs where they are written
+// (rank 0 of a job writes every report), the workload, the job's size or, in one process, what
+// the threaded runtime can emulate, and the memory the runs take. `world`: as for run_emulated.
 Scenario emulable_scenario(const RunFlags& f, Job* world);
 
 // Runs the experiments on the threaded runtime with emulated compute and reports them.

@@ -50,7 +50,10 @@ void check_job_size(const Scenario& sc, int ranks) {
 
 Scenario emulable_scenario(const RunFlags& f, Job* world) {
   const ExperimentFlags& e = f.exp;
-  check_experiment_files(e, f.calibration == "baseline" ? "" : f.calibration);
+  // Rank 0 writes every report: a folder for them that only its node has was refused by the
+  // others.
+  if (!world || world->rank() == 0)
+    check_experiment_files(e, f.calibration == "baseline" ? "" : f.calibration);
   Scenario sc = make_scenario(e.shape, e.load, e.dispatch);
   // Only a timeline reads the tasks and spans: the tables come from each rank's totals.
   sc.record = draws_timeline(e);
