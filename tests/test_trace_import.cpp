@@ -91,6 +91,29 @@ TEST(TraceImport, RoundTripGivesTheSameMakespanExactly) {
     }
 }
 
+// A trace's runs are its steps in the order it records them (its runs in the report's order):
+// they were numbered by their labels' order, so a table's "fixed 1f1b (async)" was step 0 and
+// its "(blocking)", recorded first, step 1, and --step replayed another run than it said.
+TEST(TraceImport, ATracesRunsAreStepsInTheOrderItRecordsThem) {
+  WorkModel m(config(2, 4, 1, false));
+  std::vector<ReportRun> runs;
+  for (const char* label : {"zeta", "alpha", "mid"}) {
+    runs.push_back(simulated(m, "1f1b", Policy::Fixed,
+                             realize(workload_preset("language"), m, 1, runs.size() + 1),
+                             CommMode::Async));
+    runs.back().label = label;
+  }
+  const std::string path = temp_path("order");
+  write_chrome_trace(path, runs);
+  for (int step = 0; step < 3; ++step) {
+    TraceOptions o;
+    o.step = step;
+    EXPECT_EQ(import_trace(path, m, 1, o).measured_ns, runs[step].result.makespan) << step;
+  }
+  EXPECT_EQ(import_trace(path, m, 1).measured_ns, runs[0].result.makespan) << "the default";
+  std::remove(path.c_str());
+}
+
 TEST(TraceImport, NamesWhatIsMissingPerStage) {
   WorkModel m(config(2, 4));
   const RealizedWork w = realize(workload_preset("language"), m, 1, 1);

@@ -168,11 +168,15 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
     const nlohmann::json& events = events_of(d);
     const std::vector<Process> procs = processes_of(d, m);
     std::map<std::string, std::set<int>> stages;  // label -> the stages this file gives
-    for (const Process& p : procs)
-      stages[p.label].insert(p.stage);
+    std::vector<std::string> labels;              // in the file's order: its runs' steps so
+    for (const Process& p : procs) {
+      const auto [at, added] = stages.try_emplace(p.label);
+      if (added) labels.push_back(p.label);
+      at->second.insert(p.stage);
+    }
     std::map<std::string, size_t> step_of;
-    for (const auto& [label, of] : stages)
-      step_of[label] = steps.place(label, of);
+    for (const std::string& label : labels)  // (by name, "(async)" came before "(blocking)")
+      step_of[label] = steps.place(label, stages.at(label));
     std::map<long long, std::pair<size_t, int>> where_of_pid;  // pid -> (run, stage)
     for (const Process& p : procs) {
       const size_t run = step_of.at(p.label);
