@@ -64,6 +64,29 @@ TEST(OfferPayload, BytesMoveWhileTheReceiverComputes) {
 // with the offer) and posts F2's receive: F2's offer is accepted in the same instant, before
 // stage 1 starts B0, and stage 0 is released at 22 ms, not when B0 ends (23 ms). With the bytes
 // after the acceptance it is the same step.
+// 1F1B at P=2, M=1, blocking, every task 1 ms, every message 2 ms with the payload on the
+// offer: stage 1's B ends at 5 ms and holds it until its acknowledgement lands at 9, after the
+// step ended (stage 0's B: 7-8 ms). Its wait is cut at the end: blocked 3 ms (5-8), idle 3 ms
+// (0-3), where the wait past the end was counted and taken from its idle time (4 and 2). With
+// records off the stages count the same.
+TEST(OfferPayload, AWaitPastTheStepsEndIsCutThere) {
+  WorkModel m(config(2, 1));
+  RealizedWork w = unit_work(m);
+  set_message_model(m, w, {.latency_us = 2000, .offer_payload = true});
+  for (const bool record : {true, false}) {
+    SimOptions o;
+    o.comm = CommMode::Blocking;
+    o.record = record;
+    const StepRecord r = run(m, "1f1b", Policy::Fixed, w, o).result;
+    ASSERT_EQ(r.makespan, 8 * kMs);
+    EXPECT_EQ(r.ranks[1].blocked, 3 * kMs) << "record " << record;
+    EXPECT_EQ(r.ranks[0].blocked, 4 * kMs) << "record " << record;  // 1-5: within the step
+    if (!record) continue;
+    for (const BlockedSpan& b : r.blocked)
+      EXPECT_LE(b.end, r.makespan) << "stage " << b.stage;
+  }
+}
+
 TEST(OfferPayload, AcceptingAnInputPostsTheNextReceiveBeforeTheRankComputes) {
   WorkModel m(config(3, 3));
   for (const bool offer : {false, true}) {

@@ -13,7 +13,7 @@ namespace rrfp {
 // Why a rank that is not computing cannot start its next task either.
 enum class BlockReason : std::uint8_t {
   Send,          // rendezvous: held until the receiver has taken its output
-  Collective,    // waiting in a task's collective for the slowest rank of its group
+  Collective,    // in a task's collective: its own time and the wait for the slowest rank
   Coordination,  // agree: waiting for the group's proposals
 };
 

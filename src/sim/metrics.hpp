@@ -52,7 +52,8 @@ struct RunMetrics {
   // Time a rank spent blocked in TP coordination (agree rounds, waiting for the leader's
   // choice), averaged over all P*T ranks.
   std::int64_t coordination_per_rank = 0;
-  // Time a rank spent inside its tasks' collectives waiting for the rest of its group.
+  // Time a rank spent inside its tasks' collectives: the collective's own time and the wait
+  // for the rest of its group (with tp_sigma 0 and no wait, still the collective's time).
   std::int64_t collective_per_rank = 0;
   std::vector<StageMetrics> stages;
 };

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/rank_driver.hpp"
+#include "core/record.hpp"
 
 namespace rrfp::sim_state {
 
@@ -58,6 +59,9 @@ struct Rank {
   // WorkloadParams::comm_wake_us: no task the rank launches starts before it (an input woke it;
   // Simulation::size_wakes).
   std::int64_t awake_at = 0;
+  // Its latest wait (Simulation::block): one past the step's end is cut there (end_waits).
+  std::int64_t wait_from = 0, wait_to = 0;
+  BlockReason wait_why = BlockReason::Send;
 };
 
 // The collective of a stage's group, and its agree round in flight.

@@ -39,6 +39,7 @@ class Simulation {
   int queue_of(int s, int r) const { return s * t_ + r; }
 
   // simulator.cpp
+  void end_waits();
   void block(int s, int r, std::int64_t from, std::int64_t to, BlockReason why);
   void launch(int s, int r, const TaskId& task);
   void handle(const Event& e);
