@@ -59,6 +59,37 @@ grep -q "^exact: .*not proven: stopped when its 0.2 s were spent (--exact-budget
   fail "budget: $(grep '^exact' b.txt)"
 echo "ok: an unproven exact search names its node cap or its budget"
 
+# Messages the exact search cannot time (shared links, one copy at a time, a slowdown while two
+# move, an idle rank's wake-up; what `rrfp calibrate --transport mpi` writes): --exact auto
+# leaves the step to the heuristic and says why, --exact on is refused naming the field, and the
+# plan's makespan is what its hint simulates to. The exact search timed each message alone and
+# plan failed (exit 1) on a best order that simulated slower than it had found.
+for spec in 'comm_links 3 {"comm_links":1,"comm_latency_us":500,"comm_bandwidth_gbps":1}' \
+  'comm_serial_receive 3 {"comm_serial_receive":true,"comm_latency_us":500,"comm_bandwidth_gbps":1}' \
+  'comm_two_slowdown 3 {"comm_two_slowdown":3,"comm_latency_us":500,"comm_bandwidth_gbps":1}' \
+  'comm_wake_us 2 {"comm_wake_us":300,"comm_latency_us":500}'; do
+  read -r name pp load <<<"$spec"
+  echo "$load" >msg.json
+  shape=(--pp "$pp" -m 4 --workload-file msg.json)
+  "$rrfp" plan "${shape[@]}" --max-evaluations 200 --out msg.txt --json msg_plan.json >msg.out ||
+    fail "plan with $name: exit $?"
+  grep -q "^exact:  not run: the workload's $name is" msg.out ||
+    fail "plan with $name: no word of the exact search: $(grep '^exact' msg.out)"
+  [ "$(field msg_plan.json "'$name' in j['plan']['exact_skipped']")" = True ] ||
+    fail "plan --json with $name: no exact_skipped"
+  "$rrfp" simulate "${shape[@]}" --hint msg.txt --policy fixed --json msg_sim.json >/dev/null
+  planned=$(field msg_plan.json "j['plan']['makespan_ms']")
+  simulated=$(field msg_sim.json "j['runs'][0]['makespan_ms']")
+  [ "$planned" = "$simulated" ] || fail "plan with $name made $planned ms, its hint simulates to $simulated ms"
+  set +e
+  "$rrfp" plan "${shape[@]}" --max-evaluations 20 --exact on >msg.out 2>msg.err
+  rc=$?
+  set -e
+  [ "$rc" = 2 ] && grep -q "^rrfp: error: --exact on: the workload's $name is" msg.err ||
+    fail "plan --exact on with $name: exit $rc, $(cat msg.err)"
+done
+echo "ok: plan leaves links, serial receives, slowdowns and wake-ups to the search, and it reproduces"
+
 # A hint that runs the backward whole (1f1b) on that trace: each W adds to its B, the work
 # the trace recorded (its task time) unchanged.
 "$rrfp" simulate --pp 4 -m 8 --replay t.json --hint 1f1b --policy fixed --json f.json >/dev/null

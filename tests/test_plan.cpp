@@ -206,6 +206,22 @@ TEST(Plan, ExactRefusesWhatItCannotEnumerate) {
                InputError, "`exact`: needs `comm` async");
   EXPECT_ERROR(make_problem(m, w, CommMode::Async, TpProtocol::Leader, -1, 0), InputError,
                "`limit`: must be at least 1, got -1");
+  // Messages whose time depends on what else moves or idles then: the search times each alone.
+  auto refused = [&](RealizedWork x, const char* field) {
+    const PlanProblem p = make_problem(m, x, CommMode::Async, TpProtocol::Leader, 0, 0);
+    EXPECT_NE(exact_unsupported(p).find(std::string("the workload's ") + field), std::string::npos)
+        << field << ": " << exact_unsupported(p);
+  };
+  RealizedWork links = w, serial = w, slow = w, wake = w;
+  links.links = 1;
+  serial.serial_receive = true;
+  slow.two_slowdown = 3;
+  wake.wake_ns = 300'000;
+  refused(links, "comm_links is 1");
+  refused(serial, "comm_serial_receive");
+  refused(slow, "comm_two_slowdown is 3");
+  refused(wake, "comm_wake_us is 300");
+  EXPECT_EQ(exact_unsupported(make_problem(m, w, CommMode::Async, TpProtocol::Leader, 0, 0)), "");
 }
 
 // An unfinished search says what stopped it: its node cap at exactly that node (the same

@@ -43,19 +43,27 @@ std::string line(const char* format, Args... args) {
   return buf;
 }
 
+// Whether the exact search runs, and why not where --exact auto would have run it on this
+// shape: the report says so, where a workload the search cannot model left it off unseen.
+struct ExactChoice {
+  bool run = false;
+  std::string skipped;  // empty: ran, or off, or the shape is past auto's
+};
+
 // The exact search runs by default where it finishes quickly enough to be worth waiting for.
-bool want_exact(const PlanFlags& f, const PlanProblem& p) {
+ExactChoice want_exact(const PlanFlags& f, const PlanProblem& p) {
   if (f.exact != "auto" && f.exact != "on" && f.exact != "off")
     throw InputError("`exact`: expected auto, on or off, got '" + f.exact + "'");
-  if (f.exact == "off") return false;
+  if (f.exact == "off") return {};
   std::string why = exact_unsupported(p);
   if (why.empty() && f.entry == "in-order")
     why = "enumerates every order, so it cannot keep `entry` in-order";
   if (f.exact == "on") {
     if (!why.empty()) throw InputError("`exact` on: " + why);
-    return true;
+    return {true, {}};
   }
-  return p.m().pp() <= 4 && p.m().microbatches() <= 8 && why.empty();
+  if (p.m().pp() > 4 || p.m().microbatches() > 8) return {};
+  return {why.empty(), why};
 }
 
 // A budget in seconds, refused unless in (0, 86400] (NaN included).
@@ -71,12 +79,13 @@ struct Planned {
   SearchResult search;
   ExactResult exact;
   bool ran_exact = false;
+  std::string exact_skipped;  // why --exact auto left it off (ExactChoice)
   bool exact_better() const { return ran_exact && exact.found && exact.makespan < search.makespan; }
   const ListHint& order() const { return exact_better() ? exact.order : search.order; }
   std::int64_t makespan() const { return exact_better() ? exact.makespan : search.makespan; }
 };
 
-Planned search_both(const PlanFlags& f, const PlanProblem& p, bool ran_exact) {
+Planned search_both(const PlanFlags& f, const PlanProblem& p, const ExactChoice& exact) {
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   Planned out;
   SearchOptions so;
@@ -92,8 +101,9 @@ Planned search_both(const PlanFlags& f, const PlanProblem& p, bool ran_exact) {
     };
   out.search = search_schedule(p, so);
   if (tty) std::fprintf(stderr, "\r\033[K");
-  out.ran_exact = ran_exact;
-  if (!ran_exact) return out;
+  out.ran_exact = exact.run;
+  out.exact_skipped = exact.skipped;
+  if (!exact.run) return out;
   ExactOptions eo;
   eo.budget_s = f.exact_budget_s;
   eo.max_nodes = f.exact_nodes;
@@ -206,6 +216,9 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
                   ms(best.exact.makespan), exact_outcome(f, best.exact).c_str(),
                   static_cast<long long>(best.exact.nodes), best.exact.seconds,
                   ms(best.exact.root_bound));
+  if (!best.exact_skipped.empty())
+    human << "exact:  not run: " << as_flags(best.exact_skipped)
+          << " (--exact auto leaves such a step to the search)\n";
   const std::int64_t makespan = best.makespan();
   // Where the exact search proved its order optimal, the gap to the bound is the bound's slack,
   // not room left for a better order: the line says which.
@@ -247,6 +260,7 @@ nlohmann::json plan_json(const PlanFlags& f, const Scenario& sc, const PlanProbl
                           {"max_nodes", f.exact_nodes},
                           {"nodes", best.exact.nodes},
                           {"seconds", best.exact.seconds}};
+  if (!best.exact_skipped.empty()) j["plan"]["exact_skipped"] = as_flags(best.exact_skipped);
   return j;
 }
 
@@ -317,8 +331,9 @@ void setup_plan(CLI::App& app) {
                   "first stage's forwards: free (any order) or in-order (microbatch order, as an "
                   "online runtime must)")
       ->capture_default_str();
-  sub->add_option("--exact", f->exact,
-                  "exact search: auto (P <= 4, M <= 8, TP 1, async), on or off")
+  sub->add_option(
+         "--exact", f->exact,
+         "exact search: auto (P <= 4, M <= 8, TP 1, async, no link sharing or wake-up), on or off")
       ->capture_default_str();
   sub->add_option("--exact-budget", f->exact_budget_s, "seconds for the exact search")
       ->capture_default_str();

@@ -5,8 +5,9 @@
 // branch is cut when a lower bound (one-machine bounds per stage with heads and tails, and
 // every task's head + duration + tail) reaches the best makespan known.
 //
-// Needs TP = 1, async messages and positive durations (the enumeration's order breaks ties by
-// time); throws InputError otherwise.
+// Needs TP = 1, async messages, each message costing its own latency alone (no comm_links,
+// comm_serial_receive, comm_two_slowdown or comm_wake_us) and positive durations (the
+// enumeration's order breaks ties by time); throws InputError otherwise.
 #include <atomic>
 #include <cstdint>
 #include <functional>
