@@ -48,6 +48,31 @@ check "--out: 'bf' is a rule hint, it has no task list" schedule show --hint bf 
 "$rrfp" predict "$data/torch-pp2" --json - 2>/dev/null | head -c 1 | grep -q '{' ||
   fail "predict --json - is not JSON on stdout"
 
+# A hint file written under any name is read back by --hint, as plan's report says: best.plan
+# and my.hint were "unknown hint", and best.JSON was written as text (its JSON test took case).
+"$rrfp" plan --pp 2 -m 4 --max-evaluations 20 --exact off --out best.plan --json plan.json \
+  >plan.txt || fail "plan --out best.plan"
+grep -q "^wrote best.plan: .rrfp simulate --hint best.plan" plan.txt || fail "plan: $(tail -1 plan.txt)"
+"$rrfp" simulate --pp 2 -m 4 --hint best.plan --policy fixed --json sim.json >/dev/null ||
+  fail "simulate --hint best.plan"
+want=$(grep -o '"makespan_ms": [0-9.]*' plan.json | head -1)
+got=$(grep -o '"makespan_ms": [0-9.]*' sim.json | head -1)
+[ "$want" = "$got" ] || fail "best.plan: plan made '$want', simulate '$got'"
+"$rrfp" plan --pp 2 -m 4 --max-evaluations 20 --exact off --out best.JSON >/dev/null ||
+  fail "plan --out best.JSON"
+head -c 1 best.JSON | grep -q '{' || fail "plan --out best.JSON wrote text"
+"$rrfp" simulate --pp 2 -m 4 --hint best.JSON --policy fixed >/dev/null || fail "--hint best.JSON"
+"$rrfp" schedule show --hint zb-h1 --out my.hint >/dev/null || fail "schedule show --out my.hint"
+"$rrfp" simulate --pp 4 -m 8 --hint my.hint --policy fixed >/dev/null || fail "--hint my.hint"
+"$rrfp" schedule show --out Sched.Json >/dev/null && head -c 1 Sched.Json | grep -q '{' ||
+  fail "schedule show --out Sched.Json wrote text"
+# A built-in hint's name runs that hint, never the file: refused as an output name.
+check "--out: '1f1b' is a built-in hint's name, which --hint runs instead of the file" \
+  plan --pp 2 -m 4 --out 1f1b
+check "--out: 'gpipe' is a built-in hint's name" schedule show --out gpipe
+[ -e 1f1b ] || [ -e gpipe ] && fail "a refused --out wrote its file"
+check "unknown hint 'best.plan2' (expected one of" simulate --hint best.plan2
+
 # sweep's limit column is the ready policy's, "-" for the fixed runs as in simulate's table:
 # fixed 1F1B and ZB-H1 rows showed --limits 1 beside peak_d_max 4.
 "$rrfp" sweep --pp 4 --mb-factors 2 --seeds 1 --workloads uniform --limits 1 --csv lim.csv \

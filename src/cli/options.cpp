@@ -350,6 +350,13 @@ const std::string& hint_file(const std::string& hint) {
   return std::find(names.begin(), names.end(), hint) != names.end() ? none : hint;
 }
 
+void refuse_hint_name_out(const std::string& out) {
+  if (out.empty() || !hint_file(out).empty()) return;
+  throw InputError("--out: '" + out + "' is a built-in hint's name, which --hint runs instead of " +
+                   "the file; give another name (./" + out + ", " + out + ".txt or " + out +
+                   ".json)");
+}
+
 void check_outputs(NamedPaths outputs, NamedPaths inputs) {
   for (const auto& [path, flag] : outputs) {
     // Only a JSON report goes to stdout, where the human lines then leave it: another output

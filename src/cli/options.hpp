@@ -84,6 +84,9 @@ void check_outputs(NamedPaths outputs, NamedPaths inputs = {});
 // `hint` where it names a file, else (a built-in hint's name) an empty string: an input for
 // check_outputs.
 const std::string& hint_file(const std::string& hint);
+// Refuses (InputError) a hint file's output `--out` that --hint would not read back: a built-in
+// hint's name (`1f1b` runs that hint, not the file). Any other name is read as a file.
+void refuse_hint_name_out(const std::string& out);
 
 void add_shape_flags(CLI::App* app, ShapeFlags& f);
 // --ordered-forwards into `ordered`: on or off, and auto where `ordered` is "auto" when bound;

@@ -293,7 +293,7 @@ void run_plan(const PlanFlags& f) {
   std::int64_t bound = std::max(lb.value, lb.memory);
   if (best.ran_exact) bound = std::max(bound, best.exact.root_bound);
   if (!f.out.empty()) {
-    const bool json = f.out.size() >= 5 && f.out.compare(f.out.size() - 5, 5, ".json") == 0;
+    const bool json = hint_path_is_json(f.out);
     write_text_file(
         f.out, json ? write_hint_json(best.order(), m) : write_hint_text(best.order(), m), "--out");
   }
@@ -342,9 +342,11 @@ void setup_plan(CLI::App& app) {
                   "node on every machine)")
       ->check(whole_number(kMaxCount))
       ->capture_default_str();
-  sub->add_option("--out", f->out, "write the best order as a hint file (.json or text)");
+  sub->add_option("--out", f->out,
+                  "write the best order as a hint file (JSON for a name ending .json, else text)");
   sub->add_option("--json", f->json, "write the report as JSON to FILE ('-': stdout)");
   sub->callback([f] {
+    refuse_hint_name_out(f->out);
     check_outputs({{f->out, "--out"}, {f->json, "--json"}},  // before the search
                   {{f->load.replay, "--replay"}, {f->load.workload_file, "--workload-file"}});
     run_plan(*f);

@@ -67,6 +67,7 @@ WorkModel model_for(const ScheduleFlags& f, const std::string& hint) {
 
 void show(const ScheduleFlags& f) {
   // Before the diagram: a bad --out printed the whole diagram, then exited 2.
+  refuse_hint_name_out(f.out);
   check_outputs({{f.out, "--out"}}, {{hint_file(f.hint), "--hint"}});
   WorkModel m = model_for(f, f.hint);
   check_fits("schedule show: " + fmt("%.1fM", m.num_tasks() / 1e6) + " tasks",
@@ -78,7 +79,7 @@ void show(const ScheduleFlags& f) {
             << " M=" << m.microbatches() << (m.split() ? " split backward" : "") << "\n\n"
             << render(m, h);
   if (!f.out.empty()) {
-    const bool json = f.out.size() > 5 && f.out.substr(f.out.size() - 5) == ".json";
+    const bool json = hint_path_is_json(f.out);
     write_text_file(f.out, json ? write_hint_json(h.list(), m) : write_hint_text(h.list(), m),
                     "--out");
     std::cout << "wrote " << f.out << "\n";
@@ -120,7 +121,8 @@ void setup_schedule(CLI::App& app) {
   CLI::App* sh = sch->add_subcommand("show", "draw a hint as a pipeline diagram");
   add_shape_flags(sh, f->shape);
   sh->add_option("--hint", f->hint, "one of: " + names + "; or a hint file")->capture_default_str();
-  sh->add_option("--out", f->out, "also write the hint's task list (FILE.txt or FILE.json)");
+  sh->add_option("--out", f->out,
+                 "also write the hint's task list (JSON for a name ending .json, else text)");
   sh->callback([f] { show(*f); });
 
   auto g = std::make_shared<ScheduleFlags>();

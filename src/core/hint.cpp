@@ -1,6 +1,8 @@
 #include "core/hint.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <map>
 
 #include "core/error.hpp"
@@ -20,12 +22,20 @@ const std::map<std::string, Rule>& rule_table() {
   return t;
 }
 
+bool ends_with_ci(const std::string& s, std::string_view suffix) {
+  if (s.size() < suffix.size()) return false;
+  for (std::size_t i = 0; i < suffix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(s[s.size() - suffix.size() + i])) != suffix[i])
+      return false;
+  return true;
+}
+
+// A name that is no hint's own is a file when it looks like one or is there: a plan written
+// to best.plan is read back by --hint best.plan (it was "unknown hint").
 bool looks_like_path(const std::string& s) {
-  auto ends = [&](const char* suf) {
-    std::string x(suf);
-    return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
-  };
-  return s.find('/') != std::string::npos || ends(".txt") || ends(".json");
+  std::error_code ec;
+  return s.find('/') != std::string::npos || ends_with_ci(s, ".txt") || ends_with_ci(s, ".json") ||
+         (!s.empty() && std::filesystem::exists(s, ec));
 }
 
 std::string known_names() {
@@ -42,6 +52,10 @@ const std::vector<std::string>& hint_names() {
       "gpipe", "1f1b", "interleaved-1f1b", "bfs",        "zb-h1", "zb-h2",   "zb-v",
       "bf",    "fb",   "b-priority",       "f-priority", "bfw",   "adaptive"};
   return names;
+}
+
+bool hint_path_is_json(const std::string& path) {
+  return ends_with_ci(path, ".json");
 }
 
 bool is_rule_hint_name(const std::string& name) {
@@ -82,7 +96,7 @@ Hint make_hint(const std::string& name, const WorkModel& m) {
     h.body = read_hint_file(name, m);
   } else {
     throw InputError("`hint`: unknown hint '" + name + "' (expected one of " + known_names() +
-                     ", or a .txt/.json hint file)");
+                     ", or a hint file: no file is there)");
   }
   return h;
 }

@@ -28,12 +28,17 @@ struct Hint {
 // Every generator and rule name `make_hint` accepts, in documentation order.
 const std::vector<std::string>& hint_names();
 bool is_rule_hint_name(const std::string& name);
+// Whether a hint file written to `path` is JSON: its name ends in .json in any case (best.JSON
+// was written as text). Reading picks the format from the content.
+bool hint_path_is_json(const std::string& path);
 // Whether the hint needs (or, for the ZB family and BFW, implies) a split backward; for a hint
 // file, whether it was written for one.
 bool hint_wants_split(const std::string& name);
 
-// Builds a named hint for the model, or reads a hint file when `name_or_path` names one
-// (a path containing '/' or ending in .txt/.json). Throws InputError/HintError.
+// Builds a named hint for the model, or reads a hint file when `name_or_path` names one (a
+// path containing '/', ending in .txt or .json in any case, or any file that exists: what
+// `plan --out` and `schedule show --out` wrote is read back whatever its name, unless the name
+// is a hint's own). Throws InputError/HintError.
 Hint make_hint(const std::string& name_or_path, const WorkModel& model);
 
 // The largest `F done - B done` any stage reaches when the list runs in fixed order.
