@@ -32,6 +32,10 @@ data=$here/data
 check "--svg: '-' (stdout) is for --json only; give a file" predict "$data/torch-pp2" --svg -
 check "--csv: '-' (stdout) is for --json only" sweep --pp 2 --mb-factors 1 --seeds 1 --csv -
 check "--md: '-' (stdout) is for --json only" sweep --pp 2 --mb-factors 1 --seeds 1 --md -
+# The CSV is always written: an empty name ran the whole grid, then failed (exit 1) to rename
+# its temporary over ''. An empty --md is no summary file, as an empty --json is no report.
+check "--csv: '' is no file name; give a file (default sweep.csv)" sweep --pp 2 --mb-factors 1 --seeds 1 --csv ''
+[ -s "$tmp/out" ] && fail "sweep --csv '' ran its grid before refusing it"
 check "--out: '-' (stdout) is for --json only" plan --pp 2 -m 4 --out -
 check "--out: '-' (stdout) is for --json only" calibrate --out -
 check "--out: '-' (stdout) is for --json only" schedule show --out -
