@@ -38,6 +38,11 @@ check "--pp: 2 is given twice; each value is a dimension of the grid" sweep --pp
 check "--workloads: unknown preset '' (expected one of" sweep --workloads ''
 check "--hints: bf is given twice" sweep --hints bf,bfw,bf
 check "--tp-protocol: expected leader or agree, got 'none'" sweep --tp-protocol none
+# sweep runs one chunk per stage and has no --vpp: the interleaved hints failed the first point
+# with "needs --vpp 2 or more", naming a flag sweep does not take.
+check "--hints: interleaved-1f1b needs 2 or more model chunks per stage, and sweep runs one (V = 1, it has no --vpp); use 1f1b" sweep --hints bf,interleaved-1f1b
+check "--hints: bfs needs 2 or more model chunks per stage" sweep --hints bfs
+check "--hints: zb-v needs 2 or more model chunks per stage" sweep --hints zb-v
 check "--pp: 'abc' is not a whole number (at most 2147483647)" simulate --pp abc
 # A value its option's type cannot hold is named with the type (CLI11 said "Could not convert").
 check "--pp: '1e3' is not a whole number (at most 2147483647) (\`rrfp simulate --help\` gives its range)" simulate --pp 1e3

@@ -149,6 +149,16 @@ void check_sweep(const SweepFlags& f) {
     if (!is_rule_hint_name(h) &&
         std::find(hint_names().begin(), hint_names().end(), h) == hint_names().end())
       throw InputError("--hints: unknown hint '" + h + "'");
+  // Each point has one chunk per stage (V = 1; sweep has no --vpp): these failed the grid's
+  // first point with "needs --vpp 2 or more", a flag sweep does not take.
+  static const std::map<std::string, std::string> interleaved = {
+      {"interleaved-1f1b", "1f1b"}, {"bfs", "gpipe"}, {"zb-v", "zb-h1"}};
+  for (const auto& h : f.hints)
+    if (auto it = interleaved.find(h); it != interleaved.end())
+      throw InputError("--hints: " + h +
+                       " needs 2 or more model chunks per stage, and sweep runs one (V = 1, "
+                       "it has no --vpp); use " +
+                       it->second);
 }
 
 // The fixed baselines, then every requested rrfp hint under the ready policy.
