@@ -90,6 +90,16 @@ for spec in 'comm_links 3 {"comm_links":1,"comm_latency_us":500,"comm_bandwidth_
 done
 echo "ok: plan leaves links, serial receives, slowdowns and wake-ups to the search, and it reproduces"
 
+# A step of zero-duration tasks (simulate takes it, in 0 ms) is planned too: a makespan of 0
+# stood for "infeasible" and plan said "no feasible starting order".
+echo '{"forward_us": 0}' >zero.json
+"$rrfp" plan --pp 2 -m 4 --workload uniform --workload-file zero.json --max-evaluations 20 \
+  --json zero_plan.json >zero.out || fail "plan of zero durations: exit $?"
+grep -q "^best:   0.000 ms; lower bound 0.000 ms (gap 0.0%)" zero.out || fail "zero: $(grep '^best' zero.out)"
+[ "$(field zero_plan.json "[s['makespan_ms'] for s in j['plan']['starts'] if s['name'] == 'ready bf']")" = "[0.0]" ] ||
+  fail "plan of zero durations: ready bf said infeasible"
+echo "ok: a step of zero-duration tasks is planned (0 ms)"
+
 # A hint that runs the backward whole (1f1b) on that trace: each W adds to its B, the work
 # the trace recorded (its task time) unchanged.
 "$rrfp" simulate --pp 4 -m 8 --replay t.json --hint 1f1b --policy fixed --json f.json >/dev/null

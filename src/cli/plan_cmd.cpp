@@ -206,7 +206,7 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
         << "):\n";
   for (const StartPoint& sp : s.starts)
     human << line("  %-28s ", sp.name.c_str())
-          << (sp.makespan ? line("%10.3f ms", ms(sp.makespan)) : std::string("  infeasible"))
+          << (sp.feasible ? line("%10.3f ms", ms(sp.makespan)) : std::string("  infeasible"))
           << "\n";
   human << line("\nsearch: %.3f ms, found by %s; %lld orders in %.1f s\n", ms(s.makespan),
                 s.found_by.c_str(), static_cast<long long>(s.evaluations), s.seconds);
@@ -225,7 +225,10 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
   const bool proven = best.ran_exact && best.exact.proven;
   human << line("best:   %.3f ms%s; lower bound %.3f ms (gap %.1f%%)\n", ms(makespan),
                 proven ? ", optimal (proven by the exact search)" : "", ms(bound),
-                100.0 * static_cast<double>(makespan - bound) / static_cast<double>(makespan));
+                // A step of zero-duration tasks takes 0 ns, as its bound does: no gap, not NaN.
+                makespan > 0
+                    ? 100.0 * static_cast<double>(makespan - bound) / static_cast<double>(makespan)
+                    : 0.0);
   if (!f.out.empty())
     human << "wrote " << f.out << ": `rrfp simulate --hint " << f.out
           << " --policy fixed` with the same shape, workload and --comm flags reproduces it\n";
@@ -251,8 +254,8 @@ nlohmann::json plan_json(const PlanFlags& f, const Scenario& sc, const PlanProbl
   for (const StartPoint& sp : s.starts)
     j["plan"]["starts"].push_back(
         {{"name", sp.name},
-         {"feasible", sp.makespan > 0},
-         {"makespan_ms", sp.makespan > 0 ? nlohmann::json(ms(sp.makespan)) : nlohmann::json()}});
+         {"feasible", sp.feasible},
+         {"makespan_ms", sp.feasible ? nlohmann::json(ms(sp.makespan)) : nlohmann::json()}});
   if (best.ran_exact)
     j["plan"]["exact"] = {{"makespan_ms", ms(best.exact.makespan)},
                           {"proven", best.exact.proven},

@@ -52,7 +52,7 @@ class Searcher {
 
   SearchResult run() {
     starts();
-    if (res_.makespan == 0) throw InputError("plan: no feasible starting order");
+    if (!res_.found) throw InputError("plan: no feasible starting order");
     improve();
     res_.seconds = seconds();
     return std::move(res_);
@@ -98,7 +98,8 @@ class Searcher {
   }
 
   void offer(const ListHint& o, std::int64_t makespan, const std::string& by) {
-    if (res_.makespan == 0 || makespan < res_.makespan) {
+    if (!res_.found || makespan < res_.makespan) {
+      res_.found = true;
       res_.order = o;
       res_.makespan = makespan;
       res_.found_by = by;
@@ -107,7 +108,7 @@ class Searcher {
 
   void start(const std::string& name, const ListHint& o) {
     const auto ms = eval(o);
-    res_.starts.push_back(StartPoint{name, ms.value_or(0)});
+    res_.starts.push_back(StartPoint{name, ms.has_value(), ms.value_or(0)});
     if (ms) offer(o, *ms, name);
   }
 
@@ -118,7 +119,7 @@ class Searcher {
 
   // Past the budget with a feasible order in hand: the rest of the starts are skipped.
   bool starts_spent(int left) {
-    if (!spent() || res_.makespan == 0) return false;
+    if (!spent() || !res_.found) return false;
     res_.starts_skipped += left;
     return true;
   }

@@ -36,11 +36,15 @@ struct SearchOptions {
 
 struct StartPoint {
   std::string name;           // "ready bf", "fixed 1f1b", "list critical-path", ...
-  std::int64_t makespan = 0;  // of its realized order under the fixed policy (0: infeasible)
+  bool feasible = false;      // its order keeps the limits and runs to the end
+  std::int64_t makespan = 0;  // of its realized order under the fixed policy (0 if infeasible)
 };
 
 struct SearchResult {
   ListHint order;
+  // A feasible order was found. Not `makespan > 0`: a step of zero-duration tasks takes 0 ns
+  // (a plan of it was "no feasible starting order").
+  bool found = false;
   std::int64_t makespan = 0;
   std::string found_by;  // the start it came from, "+ local search" when the search improved it
   std::vector<StartPoint> starts;
