@@ -97,6 +97,20 @@ fi
 "$rrfp" schedule check --pp 2 -m 3 late.txt 2>&1 | grep -q "(split backward)" ||
   fail "a split header after 64 KiB of comments: $("$rrfp" schedule check --pp 2 -m 3 late.txt 2>&1)"
 
+# A hint file's leading byte order mark is skipped, as --workload-file's is: a text hint was
+# refused echoing it unseen, and a JSON one went to the text parser. Bytes echoed from a hint
+# are visible: a NUL cut the message there. A file of fewer stages than the run's names --pp.
+"$rrfp" schedule show --pp 2 -m 3 --hint zb-h1 --out zj.json >/dev/null || fail "schedule show zj.json"
+for f in z.txt zj.json; do
+  { printf '\xef\xbb\xbf'; cat "$f"; } >"bom-$f"
+  "$rrfp" schedule check --pp 2 -m 3 "bom-$f" 2>&1 | grep -q "^ok: .*(split backward)" ||
+    fail "a hint with a byte order mark: $("$rrfp" schedule check --pp 2 -m 3 "bom-$f" 2>&1)"
+done
+printf 'stage 0: F0:0 F0:1 F0:2 B0:0 B0:1\0 B0:2\nstage 1: F1:0 B1:0 F1:1 B1:1 F1:2 B1:2\n' >nul.txt
+check "nul.txt:1: bad task token 'B0:1\\x00'" schedule check --pp 2 -m 3 --split-backward off nul.txt
+grep -v '^rrfp-hint' h.txt >two.txt
+check "two.txt: stage 2 has no line (the run has --pp 4 stages, 0..3)" schedule check -m 3 two.txt
+
 # A path that is not UTF-8 reaches the JSON reports: they are written (nlohmann's strict dump
 # threw "internal error" after all the work).
 h=$(printf 'h\xff.txt')

@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/hint_io.hpp"
+#include "core/printable.hpp"
 
 namespace rrfp {
 
@@ -95,8 +96,8 @@ Hint make_hint(const std::string& name, const WorkModel& m) {
     h.name = "file:" + name;
     h.body = read_hint_file(name, m);
   } else {
-    throw InputError("`hint`: unknown hint '" + name + "' (expected one of " + known_names() +
-                     ", or a hint file: no file is there)");
+    throw InputError("`hint`: unknown hint '" + printable(name, 200) + "' (expected one of " +
+                     known_names() + ", or a hint file: no file is there)");
   }
   return h;
 }

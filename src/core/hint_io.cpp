@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
+#include "core/printable.hpp"
 
 namespace rrfp {
 
@@ -32,11 +33,13 @@ void check_header(std::string_view line, const WorkModel& m, const std::string& 
   std::istringstream in{std::string(line)};
   std::string word;
   in >> word >> word;  // "rrfp-hint", version
-  if (word != "1") throw HintError(where + ": unsupported hint format version '" + word + "'");
+  if (word != "1")
+    throw HintError(where + ": unsupported hint format version '" + printable(word) + "'");
   const auto& c = m.config();
   while (in >> word) {
     auto eq = word.find('=');
-    if (eq == std::string::npos) throw HintError(where + ": bad header field '" + word + "'");
+    if (eq == std::string::npos)
+      throw HintError(where + ": bad header field '" + printable(word) + "'");
     std::string key = word.substr(0, eq), val = word.substr(eq + 1);
     std::string want;
     if (key == "pp")
@@ -50,10 +53,10 @@ void check_header(std::string_view line, const WorkModel& m, const std::string& 
     else if (key == "split")
       want = c.split_backward ? "1" : "0";
     else
-      throw HintError(where + ": unknown header field '" + key + "'");
+      throw HintError(where + ": unknown header field '" + printable(key) + "'");
     if (val != want)
-      throw HintError(where + ": hint was written for " + key + "=" + val + " but the run has " +
-                      key + "=" + want);
+      throw HintError(where + ": hint was written for " + key + "=" + printable(val) +
+                      " but the run has " + key + "=" + want);
   }
 }
 
@@ -122,8 +125,7 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
       continue;
     }
     if (line.substr(0, 6) != "stage ")
-      throw HintError(where + ": expected 'stage N: TASK ...', got '" +
-                      std::string(line.substr(0, 40)) + "'");
+      throw HintError(where + ": expected 'stage N: TASK ...', got '" + printable(line) + "'");
     auto colon = line.find(':');
     if (colon == std::string_view::npos)
       throw HintError(where + ": missing ':' after stage number");
@@ -136,8 +138,9 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
     } catch (...) {
     }
     if (s < 0 || s >= m.pp())
-      throw HintError(where + ": stage '" + num + "' out of range 0.." +
-                      std::to_string(m.pp() - 1));
+      throw HintError(where + ": stage '" + printable(num) + "' out of range 0.." +
+                      std::to_string(m.pp() - 1) + " (the run has `pp` " + std::to_string(m.pp()) +
+                      ")");
     if (seen[s]) throw HintError(where + ": stage " + std::to_string(s) + " listed twice");
     seen[s] = 1;
     std::istringstream in{std::string(line.substr(colon + 1))};
@@ -151,7 +154,9 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
     }
   }
   for (int s = 0; s < m.pp(); ++s)
-    if (!seen[s]) throw HintError(origin + ": stage " + std::to_string(s) + " has no line");
+    if (!seen[s])
+      throw HintError(origin + ": stage " + std::to_string(s) + " has no line (the run has `pp` " +
+                      std::to_string(m.pp()) + " stages, 0.." + std::to_string(m.pp() - 1) + ")");
   validate_hint(h, m, origin);
   return h;
 }
@@ -177,7 +182,7 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
         "format", "version", "pp", "vpp", "microbatches", "placement", "split_backward", "stages"};
     for (const auto& [key, value] : j.items())
       if (!keys.count(key))
-        throw HintError(origin + ": unknown key \"" + key.substr(0, 40) +
+        throw HintError(origin + ": unknown key \"" + printable(key) +
                         "\" (the keys are format, version, pp, vpp, microbatches, placement, "
                         "split_backward, stages)");
     const auto& c = m.config();
@@ -219,6 +224,7 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
 }
 
 ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string& origin) {
+  text = skip_bom(text);  // as the JSON reader does, and --workload-file's
   size_t i = 0;
   while (i < text.size() &&
          (text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r'))
@@ -290,6 +296,13 @@ class SplitScan {
   // Text: a line is kept only while it may be a header ("rrfp-hint" after its blanks).
   bool text_char(char c) {
     if (format_ == Format::Unknown) {
+      // A leading byte order mark, skipped as the parsers skip it (a JSON hint was taken for
+      // text, and its split was missed).
+      if (bom_ < 3 && c == "\xEF\xBB\xBF"[bom_]) {
+        ++bom_;
+        return true;
+      }
+      bom_ = 3;
       if (blank(c)) return true;
       format_ = c == '{' ? Format::Json : Format::Text;
       if (format_ == Format::Json) return json_char(c);
@@ -322,6 +335,7 @@ class SplitScan {
   std::string string_;  // the string being read (its first 17 bytes)
   std::string line_;
   bool skipping_ = false;
+  std::size_t bom_ = 0;  // the bytes of a leading byte order mark seen
 };
 
 }  // namespace
@@ -345,8 +359,9 @@ ListHint read_hint_file(const std::string& path, const WorkModel& m, const char*
   // json.dump writes it: the document bound is its bound).
   const std::uint64_t doc = static_cast<std::uint64_t>(m.num_tasks()) * 24 + (1u << 20);
   const std::string text = read_input_file(path, InputKind{option, doc, 0});
-  const auto first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos || text[first] != '{')
+  const std::string_view body = skip_bom(text);
+  const auto first = body.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos || body[first] != '{')
     check_line_lengths(
         text,
         InputKind{option, doc, static_cast<std::size_t>(m.tasks_per_stage()) * 24 + (1u << 16)},

@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "core/error.hpp"
+#include "core/printable.hpp"
 
 namespace rrfp {
 
@@ -37,7 +38,7 @@ bool parse_int(std::string_view s, std::int32_t& out) {
 
 TaskId parse_token(std::string_view token) {
   auto bad = [&] {
-    return InputError("bad task token '" + std::string(token.substr(0, 40)) +
+    return InputError("bad task token '" + printable(token) +
                       "' (expected KIND CHUNK:MB such as F3:12, kind one of F B W)");
   };
   if (token.size() < 4) throw bad();

@@ -1,0 +1,64 @@
+#include "core/printable.hpp"
+
+#include <cstdio>
+
+namespace rrfp {
+
+namespace {
+
+// The length of the well-formed UTF-8 character at the start of `s` (2 to 4 bytes), or 0.
+std::size_t utf8_length(std::string_view s) {
+  const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char c = b(0);
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range (overlong and surrogates out)
+  if (c >= 0xc2 && c <= 0xdf) {
+    n = 2;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 3;
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;
+  }
+  if (n == 0 || s.size() < n || b(1) < lo || b(1) > hi) return 0;
+  for (std::size_t i = 2; i < n; ++i)
+    if (b(i) < 0x80 || b(i) > 0xbf) return 0;
+  return n;
+}
+
+}  // namespace
+
+std::string printable(std::string_view s, std::size_t max) {
+  s = s.substr(0, max);
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += s[i++];
+      continue;
+    }
+    // A byte order mark is well formed, and invisible: escaped too.
+    const bool bom = s.substr(i, 3) == "\xEF\xBB\xBF";
+    if (const std::size_t n = c >= 0x80 && !bom ? utf8_length(s.substr(i)) : 0; n > 0) {
+      out += s.substr(i, n);
+      i += n;
+      continue;
+    }
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "\\x%02x", c);
+    out += hex;
+    ++i;
+  }
+  return out;
+}
+
+std::string_view skip_bom(std::string_view text) {
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
+  return text;
+}
+
+}  // namespace rrfp

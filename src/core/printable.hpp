@@ -1,0 +1,20 @@
+#pragma once
+// Input echoed in a message, made visible: an error quotes a file's token or line, and the
+// bytes it holds may be anything. A NUL cut the whole line short (a message is printed as a C
+// string), and a byte order mark or a control byte printed nothing that could be seen.
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace rrfp {
+
+// `s`'s first `max` bytes, each control byte (below 0x20, and 0x7f) and each byte that is not
+// part of a well-formed UTF-8 character (or is a byte order mark's) written as \xNN; the rest as
+// it is.
+std::string printable(std::string_view s, std::size_t max = 40);
+
+// `text` without a leading UTF-8 byte order mark (EF BB BF), which some editors write first:
+// the JSON reader skips it, and the hint formats skip it as well.
+std::string_view skip_bom(std::string_view text);
+
+}  // namespace rrfp
