@@ -40,6 +40,19 @@ echo "ok: trace -> plan -> simulate --policy fixed: $planned ms both"
 "$rrfp" plan --pp 4 -m 8 --workload language --max-evaluations 1 --exact off >m.txt
 grep -qF -- "search: --max-evaluations 1 was spent before 13 start hints could be tried; it evaluated 2 orders, past the cap: a plan needs a feasible order" m.txt ||
   fail "plan --max-evaluations 1: $(grep search: m.txt)"
+# --max-evaluations makes a plan the same on any machine only if the budget does not run out
+# first: the report and the JSON say which stopped the search (a different plan came silently).
+"$rrfp" plan --pp 4 -m 8 --max-evaluations 1000000 --budget 0.3 --exact off --json bud.json >bud.txt
+grep -q "^search: its --budget of 0.3 s was spent after [0-9]* orders, before --max-evaluations 1000000: the result depends on this machine's speed" bud.txt ||
+  fail "budget before the cap: $(grep '^search' bud.txt)"
+[ "$(field bud.json "j['plan']['search_stopped_by']")" = budget ] || fail "budget before the cap in JSON"
+# A cap that stops the annealing is passed by the one evaluation that keeps its best: said, with
+# the count (it read "201 orders" for --max-evaluations 200 and no word why).
+"$rrfp" plan --pp 4 -m 8 --max-evaluations 200 --exact off --json cap.json >cap.txt
+[ "$(field cap.json "j['plan']['search_stopped_by']")" = max_evaluations ] || fail "cap in JSON"
+evaluated=$(field cap.json "j['plan']['evaluations']")
+[ "$evaluated" = 200 ] || grep -qF "search: --max-evaluations 200 stopped its annealing, and the best order found there was evaluated once more to be kept ($evaluated orders)" cap.txt ||
+  fail "$evaluated orders for a cap of 200: $(grep '^search' cap.txt)"
 "$rrfp" plan --pp 2 -m 3 --max-evaluations 40 --exact on >e.txt
 grep -q "^exact: .*optimal (proven)" e.txt || fail "plan --pp 2 -m 3 --exact on: not proven"
 best=$(sed -n 's/^best: *\([0-9.]*\) ms, optimal (proven by the exact search);.*/\1/p' e.txt)

@@ -171,19 +171,49 @@ ReportRun plan_run(const PlanFlags& f, const Scenario& sc, const PlanProblem& p,
 // Which limit left start hints untried, by name ("the budget" named neither flag), and why the
 // orders may pass --max-evaluations: the starts go on until one of them is feasible (1 ran 2).
 std::string starts_skipped_line(const PlanFlags& f, const SearchResult& s) {
-  const bool capped = f.max_evaluations > 0 && s.evaluations >= f.max_evaluations;
   const std::string limit =
-      capped                    ? "--max-evaluations " + std::to_string(f.max_evaluations) + " was"
-      : s.seconds >= f.budget_s ? "its --budget of " + fmt("%g", f.budget_s) + " s was"
-                                : "a signal";
-  std::string out = "search: " + limit +
-                    (capped || s.seconds >= f.budget_s ? " spent" : " stopped it") + " before " +
-                    std::to_string(s.starts_skipped) + " start hints could be tried";
+      s.stopped_by == SearchStop::Evaluations
+          ? "--max-evaluations " + std::to_string(f.max_evaluations) + " was spent"
+      : s.stopped_by == SearchStop::Budget
+          ? "its --budget of " + fmt("%g", f.budget_s) + " s was spent"
+          : "a signal stopped it";
+  std::string out = "search: " + limit + " before " + std::to_string(s.starts_skipped) +
+                    " start hints could be tried";
   if (f.max_evaluations > 0 && s.evaluations > f.max_evaluations)
     out += "; it evaluated " + std::to_string(s.evaluations) +
            " orders, past the cap: a plan needs a feasible order, and the starts go on until one "
            "is";
   return out + "\n";
+}
+
+// What --max-evaluations did, where the search line's count alone misleads: a budget spent
+// first made the result depend on the machine (the cap is what makes it the same anywhere),
+// and a cap that stopped the annealing is passed by the one evaluation that keeps its best.
+std::string evaluation_cap_lines(const PlanFlags& f, const SearchResult& s) {
+  if (f.max_evaluations <= 0) return {};
+  const std::string cap = "--max-evaluations " + std::to_string(f.max_evaluations);
+  if (s.stopped_by == SearchStop::Budget)
+    return "search: its --budget of " + fmt("%g", f.budget_s) + " s was spent after " +
+           std::to_string(s.evaluations) + " orders, before " + cap +
+           ": the result depends on this machine's speed (a larger --budget lets the cap "
+           "decide)\n";
+  if (s.stopped_by == SearchStop::Evaluations && s.starts_skipped == 0 &&
+      s.evaluations > f.max_evaluations)
+    return "search: " + cap + " stopped its annealing, and the best order found there was " +
+           "evaluated once more to be kept (" + std::to_string(s.evaluations) + " orders)\n";
+  return {};
+}
+
+const char* search_stop_name(SearchStop s) {
+  switch (s) {
+    case SearchStop::Budget:
+      return "budget";
+    case SearchStop::Evaluations:
+      return "max_evaluations";
+    case SearchStop::Signal:
+      return "signal";
+  }
+  return "";
 }
 
 void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, const PlanProblem& p,
@@ -211,6 +241,7 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
   human << line("\nsearch: %.3f ms, found by %s; %lld orders in %.1f s\n", ms(s.makespan),
                 s.found_by.c_str(), static_cast<long long>(s.evaluations), s.seconds);
   if (s.starts_skipped > 0) human << starts_skipped_line(f, s);
+  human << evaluation_cap_lines(f, s);
   if (best.ran_exact)
     human << line("exact:  %.3f ms, %s; %lld nodes in %.1f s (root bound %.3f ms)\n",
                   ms(best.exact.makespan), exact_outcome(f, best.exact).c_str(),
@@ -244,6 +275,7 @@ nlohmann::json plan_json(const PlanFlags& f, const Scenario& sc, const PlanProbl
                {"search_found_by", s.found_by},
                {"starts_skipped", s.starts_skipped},
                {"evaluations", s.evaluations},
+               {"search_stopped_by", search_stop_name(s.stopped_by)},
                {"search_seconds", s.seconds},
                {"limit", p.limit},
                {"d_bound", p.d_bound()},

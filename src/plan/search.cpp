@@ -60,10 +60,19 @@ class Searcher {
 
  private:
   double seconds() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
-  bool spent() const {
-    return (opt_.max_evaluations > 0 && res_.evaluations >= opt_.max_evaluations) ||
-           seconds() >= opt_.budget_s ||
-           (opt_.stop != nullptr && opt_.stop->load(std::memory_order_relaxed) != 0);
+  // Once a limit is reached it stays reached (evaluations and time only grow, a signal's flag
+  // stays set): the first one is kept, to say what stopped the search.
+  bool spent() {
+    if (spent_) return true;
+    if (opt_.max_evaluations > 0 && res_.evaluations >= opt_.max_evaluations)
+      res_.stopped_by = SearchStop::Evaluations;
+    else if (seconds() >= opt_.budget_s)
+      res_.stopped_by = SearchStop::Budget;
+    else if (opt_.stop != nullptr && opt_.stop->load(std::memory_order_relaxed) != 0)
+      res_.stopped_by = SearchStop::Signal;
+    else
+      return false;
+    return spent_ = true;
   }
   double uniform() { return unit_open(rng_ = mix64(rng_)); }
 
@@ -315,6 +324,7 @@ class Searcher {
   std::uint64_t rng_;
   Clock::time_point t0_;
   double next_progress_ = 0.25;
+  bool spent_ = false;
   SearchResult res_;
   std::vector<std::vector<int>> by_stage_;  // task indices of each stage
 };

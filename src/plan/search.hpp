@@ -40,6 +40,9 @@ struct StartPoint {
   std::int64_t makespan = 0;  // of its realized order under the fixed policy (0 if infeasible)
 };
 
+// What ended the improvement phase, the first of the limits to be reached.
+enum class SearchStop { Budget, Evaluations, Signal };
+
 struct SearchResult {
   ListHint order;
   // A feasible order was found. Not `makespan > 0`: a step of zero-duration tasks takes 0 ns
@@ -52,7 +55,12 @@ struct SearchResult {
   // max_evaluations) left untried: the starts stop once it is spent and one is feasible, so a
   // budget smaller than the shape's first evaluations is kept.
   int starts_skipped = 0;
+  // Orders evaluated. Where max_evaluations stops the annealing, the best order it found is
+  // evaluated once more to be kept: one past the cap (reproducibly so).
   std::int64_t evaluations = 0;
+  // Budget where a cap was set but the budget ran out first: the result then depends on the
+  // machine's speed.
+  SearchStop stopped_by = SearchStop::Budget;
   double seconds = 0;
 };
 
