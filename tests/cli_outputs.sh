@@ -76,6 +76,15 @@ check "--out: '1f1b' is a built-in hint's name, which --hint runs instead of the
 check "--out: 'gpipe' is a built-in hint's name" schedule show --out gpipe
 [ -e 1f1b ] || [ -e gpipe ] && fail "a refused --out wrote its file"
 check "unknown hint 'best.plan2' (expected one of" simulate --hint best.plan2
+# ... whatever the working folder holds: a folder named adaptive took the hint's split backward
+# away (its split was read from the folder, silently), and one named bfw failed the default
+# table.
+before=$("$rrfp" simulate --pp 2 -m 4 --hint adaptive | grep '^ready adaptive')
+mkdir -p adaptive bfw
+after=$("$rrfp" simulate --pp 2 -m 4 --hint adaptive | grep '^ready adaptive')
+[ -n "$before" ] && [ "$before" = "$after" ] || fail "a folder adaptive: '$after', not '$before'"
+"$rrfp" simulate --pp 2 -m 4 >/dev/null || fail "the default table beside a folder bfw"
+rmdir adaptive bfw
 
 # sweep's limit column is the ready policy's, "-" for the fixed runs as in simulate's table:
 # fixed 1F1B and ZB-H1 rows showed --limits 1 beside peak_d_max 4.

@@ -32,8 +32,11 @@ bool ends_with_ci(const std::string& s, std::string_view suffix) {
 }
 
 // A name that is no hint's own is a file when it looks like one or is there: a plan written
-// to best.plan is read back by --hint best.plan (it was "unknown hint").
+// to best.plan is read back by --hint best.plan (it was "unknown hint"). A hint's own name is
+// never a file, whatever the working folder holds (a folder named `adaptive` took the hint's
+// split backward away, silently).
 bool looks_like_path(const std::string& s) {
+  if (std::find(hint_names().begin(), hint_names().end(), s) != hint_names().end()) return false;
   std::error_code ec;
   return s.find('/') != std::string::npos || ends_with_ci(s, ".txt") || ends_with_ci(s, ".json") ||
          (!s.empty() && std::filesystem::exists(s, ec));
