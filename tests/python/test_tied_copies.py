@@ -262,3 +262,31 @@ def test_a_shared_buffer_loads_its_first_names_entry():
     del state["0.1.table"]  # the first name it holds: chunk 1's
     pipe.load_state_dict(state, strict=False)
     assert torch.equal(pipe.chunks[PP - 1][1].table, torch.arange(8.0) + 2.0)
+
+
+class Scaled(torch.nn.Module):
+    """Saves a tensor it makes in each state_dict call, as a quantized Linear saves its scale."""
+
+    def __init__(self, s):
+        super().__init__()
+        self.lin, self.s = torch.nn.Linear(8, 8), float(s)
+
+    def forward(self, x):
+        return self.lin(x) * self.s
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        destination[prefix + "s"] = torch.tensor(self.s)
+
+    def _load_from_state_dict(self, state, prefix, *args):
+        self.s = float(state.pop(prefix + "s"))
+        super()._load_from_state_dict(state, prefix, *args)
+
+
+def test_tensors_made_by_each_state_dict_call_are_not_shared():
+    # Each chunk's state_dict was dropped before the next was read, so a tensor made in the
+    # call could take a freed one's id: unrelated entries were loaded with one value (1.0).
+    pipe = rrfp.Pipeline([Scaled(c + 1) for c in range(PP)], lambda y, t: (y - t).pow(2).mean(),
+                         pp=PP, microbatches=M)
+    pipe.load_state_dict(pipe.state_dict())
+    assert [pipe.chunks[c].s for c in range(PP)] == [1.0, 2.0, 3.0, 4.0]

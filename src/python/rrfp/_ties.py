@@ -274,10 +274,14 @@ def one_value_per_tie(ties, chunks, state, model=None):
 
 def _shared(chunks):
     """Names ("c.name": by chunk, then in the chunk's state_dict order) of each tensor that
-    several entries of `chunks` ({index: module}) hold as one object."""
+    several entries of `chunks` ({index: module}) hold as one object. Every state_dict is kept
+    until the end: a module that saves a tensor it makes in the call (a quantized Linear's
+    scale) frees it with its dict, and the next chunk's new tensor could take its id, two
+    unrelated entries then loading one value."""
+    states = [(c, chunks[c].state_dict(keep_vars=True)) for c in sorted(chunks)]
     names = {}
-    for c in sorted(chunks):
-        for name, value in chunks[c].state_dict(keep_vars=True).items():
+    for c, state in states:
+        for name, value in state.items():
             if isinstance(value, torch.Tensor):
                 names.setdefault(id(value), []).append(f"{c}.{name}")
     return [n for n in names.values() if len(n) > 1]
