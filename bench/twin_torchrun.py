@@ -47,10 +47,13 @@ def main():
         worker = os.path.join(d, "worker.py")
         with open(worker, "w") as f:
             f.write(WORKER)
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                        "--master_port", str(a.port), "--redirects", "1", "--tee", "1", worker,
-                        str(a.steps), str(a.width), str(a.rows), d],
-                       check=True, capture_output=True, text=True, timeout=600)
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
+                               "2", "--master_port", str(a.port), "--redirects", "1", "--tee",
+                               "1", worker, str(a.steps), str(a.width), str(a.rows), d],
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            sys.exit(f"torchrun failed (exit {done.returncode}):\n{done.stdout[-3000:]}"
+                     f"{done.stderr[-3000:]}")
         errors = []
         print(f"message {a.rows * a.width * 4 / 2**20:.2f} MiB; step, measured ms, twin ms, "
               "twin/measured - 1")

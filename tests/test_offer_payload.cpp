@@ -87,6 +87,26 @@ TEST(OfferPayload, AWaitPastTheStepsEndIsCutThere) {
   }
 }
 
+// The runtime's record, whole or merged over processes, is cut the same way: a span past the
+// end is cut at it or, wholly past it, dropped; its rank's blocked time with it.
+TEST(OfferPayload, ARecordsWaitsPastItsEndAreCutThere) {
+  StepRecord r;
+  r.pp = 2;
+  r.makespan = 8;
+  r.ranks.resize(2);
+  r.blocked = {{0, 0, 1, 5, BlockReason::Send},
+               {1, 0, 5, 9, BlockReason::Send},
+               {1, 0, 9, 10, BlockReason::Collective}};
+  for (const BlockedSpan& b : r.blocked)
+    r.ranks[b.stage].add_blocked(b.reason, b.end - b.start);
+  cut_waits_at_end(r);
+  ASSERT_EQ(r.blocked.size(), 2u);
+  EXPECT_EQ(r.blocked[1].end, 8);
+  EXPECT_EQ(r.ranks[0].blocked, 4);
+  EXPECT_EQ(r.ranks[1].blocked, 3);
+  EXPECT_EQ(r.ranks[1].collective, 0);
+}
+
 TEST(OfferPayload, AcceptingAnInputPostsTheNextReceiveBeforeTheRankComputes) {
   WorkModel m(config(3, 3));
   for (const bool offer : {false, true}) {

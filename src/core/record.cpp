@@ -40,4 +40,15 @@ void send_times_from_arrivals(StepRecord& r) {
   }
 }
 
+void cut_waits_at_end(StepRecord& r) {
+  std::erase_if(r.blocked, [&r](BlockedSpan& b) {
+    if (b.end <= r.makespan) return false;
+    const std::int64_t end = std::max(b.start, r.makespan);
+    const size_t at = static_cast<size_t>(b.stage) * r.tp + b.rank;
+    if (at < r.ranks.size()) r.ranks[at].add_blocked(b.reason, end - b.end);
+    b.end = end;
+    return b.end <= b.start;
+  });
+}
+
 }  // namespace rrfp

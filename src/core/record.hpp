@@ -85,4 +85,10 @@ struct StepRecord {
 // measured, and a message shorter than its error comes out as 0.
 void send_times_from_arrivals(StepRecord& r);
 
+// Cuts at the makespan every blocked span that reaches past it (a rendezvous whose
+// acknowledgement lands after the step's last task), and its rank's blocked time with it: that
+// wait is no part of the step, and counted, it was taken from the stage's idle time. For a
+// record of every stage (merged ones: a process's own stages end sooner than the step).
+void cut_waits_at_end(StepRecord& r);
+
 }  // namespace rrfp

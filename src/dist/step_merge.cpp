@@ -156,6 +156,7 @@ void merge_over_job(Job& job, StepResult& r) {
   const auto all = job.gather_to_root(job.replica() == 0 ? pack_step(r) : std::vector<std::byte>{});
   for (size_t i = 1; i < all.size(); ++i)
     if (!all[i].empty()) merge_step(r, all[i]);
+  if (all.size() > 1) cut_waits_at_end(r.run);  // the root's record, of every stage now
 }
 
 namespace {

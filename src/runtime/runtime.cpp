@@ -266,6 +266,13 @@ StepResult Runtime::collect() const {
         r.makespan = std::max(r.makespan, rec.end);
     }
   send_times_from_arrivals(r);
+  // Every stage here: the step's end is known (else merge_over_job cuts the merged record).
+  if (std::all_of(stages_.begin(), stages_.end(), [t](const auto& s) {
+        for (int k = 0; k < t; ++k)
+          if (!s || !s->local(k)) return false;
+        return true;
+      }))
+    cut_waits_at_end(r);
   return out;
 }
 
