@@ -38,6 +38,7 @@ class StepData:
         self.inputs = []
         self.targets = []
         self.losses = {}
+        self.gradless = 0  # this step's microbatches whose loss wants no gradient
         self.total = None  # their sum, once the step has completed (rrfp._step.closing)
         self.sums = None  # GradSums of the step
         self.scaler = None  # rrfp.GradScaler: the backward starts from each loss times its scale
@@ -223,12 +224,15 @@ class StageRunner:
                 raise TypeError("loss_fn must return a tensor with one element, got "
                                 + (f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
                                    else type(loss).__name__))
-            if not loss.requires_grad:  # else the step trained nothing, silently
+            # A loss that wants no gradient (a constant for an all-padding microbatch) has no
+            # backward; one in no microbatch is a step that trains nothing, silently.
+            self.data.gradless += not loss.requires_grad
+            if self.data.gradless == len(self.data.inputs):
                 raise RuntimeError(
-                    f"step: the loss of microbatch {mb} does not require grad: no parameter it "
-                    f"came through (chunks 0 to {chunk}) requires grad and a step's inputs may "
-                    "not, so its backward would compute nothing (a plain loop's backward "
-                    "raises); unfreeze a parameter, or call eval_step() for the losses alone")
+                    "step: no microbatch's loss requires grad: no parameter it came through "
+                    f"(chunks 0 to {chunk}) requires grad and a step's inputs may not, so the "
+                    "step's backward would compute nothing (a plain loop's backward raises); "
+                    "unfreeze a parameter, or call eval_step() for the losses alone")
             self.data.losses[mb] = loss.detach()
             if self.data.scaler is not None:
                 loss = self.data.scaler.scale(loss)
@@ -279,10 +283,12 @@ class StageRunner:
             return None  # an evaluation step: nothing flows back
         w = self.work[(chunk, mb)]
         last = chunk == self.last_chunk
-        roots, grads = ([w.root], [None]) if last else self._output_grads(chunk, w, g)
+        roots, grads = (([w.root] if w.root.requires_grad else []), [None]) if last else \
+            self._output_grads(chunk, w, g)
         if not roots:
-            # No output took a gradient (integer ids, say): nothing flows back from here, and
-            # the parameters before it get none, as in a plain loop.
+            # No output took a gradient (integer ids, say), or the loss wants none (a constant
+            # for all padding): nothing flows back from here, and the parameters before it get
+            # none, as in a plain loop.
             if not self.split:
                 del self.work[(chunk, mb)]
                 self._put(chunk, mb, [None] * len(self.params[chunk]))

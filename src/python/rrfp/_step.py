@@ -43,6 +43,7 @@ def run_pass(pipe, inputs, targets, training, prepare):
         pipe._data.inputs, pipe._data.targets = [], []  # a refused step keeps no batch
         raise
     pipe._data.losses = {}
+    pipe._data.gradless = 0
     caller = CallerState()
     pipe._data.caller = caller if caller.applies() else None
     pipe._data.error = None
