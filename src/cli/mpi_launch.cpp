@@ -78,9 +78,19 @@ double content_digest(const std::string& path) {
   std::error_code ec;
   std::uint64_t h = kFnvOffset;
   if (!fs::is_directory(path, ec)) return hash_file(h, path) ? as_double(h) : -1;
+  // The files a folder of traces is read from (.json, .json.gz): another file beside them on
+  // one node is no difference of input.
+  auto is_trace = [](const std::string& n) {
+    return n.ends_with(".json") || n.ends_with(".json.gz");
+  };
   std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(path, ec))
-    if (entry.is_regular_file(ec)) files.push_back(entry.path());
+  try {
+    for (const auto& entry : fs::directory_iterator(path, ec))
+      if (entry.is_regular_file(ec) && is_trace(entry.path().filename().string()))
+        files.push_back(entry.path());
+  } catch (const fs::filesystem_error&) {
+    return -1;  // unreadable here: its reader refuses it in its own words
+  }
   if (ec) return -1;
   std::sort(files.begin(), files.end());
   for (const fs::path& p : files) {
