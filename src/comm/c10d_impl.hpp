@@ -1,0 +1,128 @@
+#pragma once
+// The c10d transport's state, shared by its two source files: c10d_transport.cpp (the endpoint
+// and the sending side: the poster and the completions of sends) and c10d_receive.cpp (the
+// receiving loops). Private to comm/ (c10d_transport.hpp is the interface).
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "comm/buffer_pool.hpp"
+#include "comm/c10d_transport.hpp"
+#include "comm/wire.hpp"
+
+namespace rrfp {
+namespace c10d_detail {
+
+// A channel's tags start at channel << 24: the headers of later messages (kHeader, received
+// per source), the header of each sender's first message to a rank (kFirst, received from any
+// source), the payloads received into a receive posted ahead (kAhead), then one tag for each
+// other payload.
+inline constexpr int kTagBits = 24;
+inline constexpr int kHeader = 0, kFirst = 1, kAhead = 2, kTagsBefore = 3;
+inline constexpr std::size_t kSlotBytes = sizeof(Wire) + C10dTransport::kInlineBytes;  // 8 KiB
+// A payload received ahead of its header and smaller than this is copied out, so that the
+// receive's buffer (kAheadBytes) is held only by a payload of at least a quarter of its size.
+inline constexpr std::size_t kCopyOutBytes = C10dTransport::kAheadBytes / 4;
+
+// A uint8 tensor over `n` bytes at `p`; the caller keeps the memory until the work that uses
+// it has completed.
+inline at::Tensor bytes_tensor(const std::byte* p, std::size_t n) {
+  return at::from_blob(const_cast<std::byte*>(p), {static_cast<std::int64_t>(n)},
+                       at::TensorOptions().dtype(at::kByte));
+}
+
+}  // namespace c10d_detail
+
+struct C10dTransport::Impl {
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  int rank = 0, size = 1;
+  int header_tag = 0;                      // channel << kTagBits
+  std::atomic<std::uint32_t> next_tag{0};  // data tags follow kTagsBefore
+  std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>();
+  Receiver receiver;
+  std::atomic<bool> closed{false};
+  std::function<std::string(int)> name;  // a rank of the group, as errors say it
+
+  struct Send {
+    std::vector<std::byte> header;
+    Payload payload;  // kept until its data message completes
+    c10::intrusive_ptr<c10d::Work> header_work, data_work;
+    SendDone done;
+    int dst = 0;
+    MessageTag tag;      // for the error, should Gloo fail it
+    bool first = false;  // the first message to dst: to its receive from any source
+  };
+
+  std::string who(int r) const { return name ? name(r) : "rank " + std::to_string(r); }
+
+  // Gloo's own failure of a send ("[../gloo/transport/tcp/pair.cc:589] Read error ...:
+  // Connection reset by peer") named neither this process, the peer nor the message: said
+  // here with all three, Gloo's first line kept. Rethrows the current exception so.
+  [[noreturn]] void rethrow_send_failure(int dst, const MessageTag& tag) const;
+
+  // A receiving loop: one takes headers from any source, and each source that has sent here
+  // gets one of its own. A receive posted for one source lets Gloo move the message as soon as
+  // it is sent; one from any source first waits for the sender's notice, then answers it (a
+  // round trip more per message).
+  struct Rx {
+    // Reused for every header. c10d may still hold it after an aborted receive: it lives as
+    // long as Impl.
+    std::vector<std::byte> header = std::vector<std::byte>(c10d_detail::kSlotBytes);
+    c10::intrusive_ptr<c10d::Work> current;  // being waited on, for abort
+    // A source's own loop keeps a receive posted on kAhead, so a payload that follows its
+    // header finds it there without the round trip of a receive posted once the header is in.
+    Payload ahead;
+    c10::intrusive_ptr<c10d::Work> ahead_work;  // under mu; aborted at shutdown
+    std::thread thread;
+  };
+
+  // Everything below is guarded by mu.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false, receiving = false;
+  c10::intrusive_ptr<c10d::Work> tx_wait;   // the send being waited on, for abort
+  std::deque<std::unique_ptr<Send>> sends;  // in flight, in the order they were made
+  // Made, to be posted by the poster thread, in order: a payload over kPostBytes, and every
+  // send made while one is waiting or being posted (posting), so that none overtakes another.
+  std::deque<std::unique_ptr<Send>> to_post;
+  bool posting = false;
+  std::deque<Rx> rx;          // [0]: any source; then one per source seen
+  std::vector<bool> own_rx;   // by source: has a loop of its own
+  std::vector<bool> sent_to;  // by destination: a message went there before
+  std::thread tx, poster;
+
+  // Waits for `w` (made current under mu so shutdown can abort it); false once stopping.
+  bool wait(c10::intrusive_ptr<c10d::Work> w, c10::intrusive_ptr<c10d::Work>& current);
+
+  // The receiving side (c10d_receive.cpp).
+  // Starts the loop of headers from any source (src < 0) or from `src` alone; under mu.
+  void start_rx(int src);
+  // Posts r's receive ahead (its own source's loop): into a fresh buffer from the pool, the
+  // last one having gone with its payload. False once stopping.
+  bool post_ahead(Rx& r, int src);
+  // The payload that follows header `w` from `from`: received into the receive posted ahead
+  // (kAhead), or into a receive posted now for its own tag. Empty with `ok` false once stopping.
+  Payload take_payload(Rx& r, int src, int from, const Wire& w, bool& ok);
+  void receive_loop(Rx& r, int src);
+
+  // Posts s's header and its payload to Gloo, which writes them into the socket in the calling
+  // thread where the receive is posted (up to the socket's buffer, sized to the message): a
+  // copy of the whole payload. Throws what Gloo throws.
+  void post(Send& s);
+
+  // s, whose post threw: Gloo holds the header's buffer until that send ends once the header
+  // was posted, so the send loop keeps s till then (freed here, Gloo would write from freed
+  // memory), with no one to tell. Under mu.
+  void keep_failed(std::unique_ptr<Send> s);
+
+  // Posts what send() queued, in order. A large payload's copy into the socket then takes this
+  // thread's time, not the sending stage's (4 MiB: about 1.2 ms, measured).
+  void post_loop();
+
+  void send_loop();
+};
+
+}  // namespace rrfp
