@@ -221,6 +221,11 @@ def test_disabled_passes_through():
     assert scaler.get_scale() == 1.0 and scaler.state_dict() == {}
     x = torch.ones(2)
     assert scaler.scale(x) is x
+    # A disabled scaler loads nothing, as torch's does (a resume with AMP off raised).
+    scaler.load_state_dict({})
+    scaler.load_state_dict({"scale": 1024.0, "growth_factor": 2.0, "backoff_factor": 0.5,
+                            "growth_interval": 2000, "_growth_tracker": 0})
+    assert scaler.get_scale() == 1.0 and scaler.state_dict() == {}
 
 
 def test_misuse_is_refused():

@@ -307,9 +307,11 @@ class GradScaler:
                 "_growth_tracker": self._growth_tracker}
 
     def load_state_dict(self, state):
-        """Loads a state_dict (this scaler's or torch's), or raises having changed nothing."""
+        """Loads a state_dict (this scaler's or torch's), or raises having changed nothing. A
+        disabled scaler loads nothing, as torch's does, so that a script resuming with AMP off
+        (`GradScaler(enabled=use_amp)`) runs (it raised RuntimeError)."""
         if not self._enabled:
-            raise RuntimeError("load_state_dict: this GradScaler is disabled")
+            return
         self._set_state(checked_state(state))
 
     def _set_state(self, checked):
