@@ -7,6 +7,8 @@ import os
 
 import torch
 
+from . import _rrfp
+
 # The dtypes whose every value a double holds exactly: a loss or a norm sent between processes
 # as a double (the job's all-gather carries doubles) with its dtype's index here comes back bit
 # for bit.
@@ -142,8 +144,9 @@ def _refuse_differences(names, every):
 def _compared(name, value):
     """(what is compared, what a refusal shows) of an option's value."""
     shown = os.fsdecode(value) if isinstance(value, bytes) else value  # a file name of bytes
-    if name == "hint" and os.path.isfile(value) and ("/" in shown or shown.endswith(
-            (".txt", ".json"))):  # a hint file, as the core tells one from a name
+    # A hint file as the core tells one from a name: any file there but a hint's own name (a
+    # plan written to best.plan, whose bytes went uncompared).
+    if name == "hint" and shown not in _rrfp.hint_names() and os.path.isfile(value):
         with open(value, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
         return f"file {digest}", f"{value!r} (a hint file, sha256 {digest[:12]})"
