@@ -81,24 +81,15 @@ void Simulation::block(int s, int r, std::int64_t from, std::int64_t to, BlockRe
 
 // A rendezvous whose acknowledgement lands after the step's last task ended (its payload rode
 // on the offer) held its sender past the makespan: that part of the wait is no part of the
-// step, and counted, it was taken from the stage's idle time. Only a rank's latest wait can
-// reach past the end: every wait follows a task of its rank, and the next task follows it.
+// step (cut_waits_at_end). Without records, each rank's latest wait is the one that can reach
+// past the end: every wait follows a task of its rank, and the next task follows it.
 void Simulation::end_waits() {
+  if (opt_.record) return cut_waits_at_end(res_);
   for (int s = 0; s < p_; ++s)
     for (int r = 0; r < t_; ++r) {
       const Rank& rk = rank(s, r);
-      if (rk.wait_to <= last_end_) continue;
-      const std::int64_t end = std::max(rk.wait_from, last_end_);
-      stats(s, r).add_blocked(rk.wait_why, end - rk.wait_to);
-      if (!opt_.record) continue;
-      for (auto b = res_.blocked.rbegin(); b != res_.blocked.rend(); ++b)
-        if (b->stage == s && b->rank == r && b->start == rk.wait_from) {
-          if (end > b->start)
-            b->end = end;
-          else
-            res_.blocked.erase(std::next(b).base());
-          break;
-        }
+      if (rk.wait_to > last_end_)
+        stats(s, r).add_blocked(rk.wait_why, std::max(rk.wait_from, last_end_) - rk.wait_to);
     }
 }
 
