@@ -64,6 +64,10 @@ void check_experiment_files(const ExperimentFlags& f, const std::string& calibra
 Scenario make_scenario(const ExperimentFlags& f) {
   // Before the work: a mistyped folder used to cost every run, and then the table too.
   check_experiment_files(f);
+  return scenario_of(f);
+}
+
+Scenario scenario_of(const ExperimentFlags& f) {
   Scenario sc = make_scenario(f.shape, f.load, f.dispatch);
   // Only a timeline reads the tasks and spans: the tables come from each rank's totals.
   sc.record = draws_timeline(f);

@@ -29,6 +29,9 @@ inline bool draws_timeline(const ExperimentFlags& f) {
 void check_experiment_files(const ExperimentFlags& f, const std::string& calibration = "");
 // The scenario of the flags, after check_experiment_files.
 Scenario make_scenario(const ExperimentFlags& f);
+// The same without checking the files (a caller that checks them its own way: `run` over MPI,
+// whose rank 0 alone writes the outputs).
+Scenario scenario_of(const ExperimentFlags& f);
 // The scenario of a shape, a workload and the execution flags (`plan` has no other flags).
 Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
                        const DispatchFlags& dispatch);

@@ -54,9 +54,7 @@ Scenario emulable_scenario(const RunFlags& f, Job* world) {
   // others.
   if (!world || world->rank() == 0)
     check_experiment_files(e, f.calibration == "baseline" ? "" : f.calibration);
-  Scenario sc = make_scenario(e.shape, e.load, e.dispatch);
-  // Only a timeline reads the tasks and spans: the tables come from each rank's totals.
-  sc.record = draws_timeline(e);
+  Scenario sc = scenario_of(e);
   if (world)
     check_job_size(sc, world->size());
   else
