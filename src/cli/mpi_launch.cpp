@@ -10,6 +10,7 @@
 
 #include "cli/options.hpp"
 #include "core/error.hpp"
+#include "core/fnv.hpp"
 #include "core/format.hpp"
 #ifdef RRFP_HAVE_MPI
 #include "dist/mpi_world.hpp"
@@ -39,14 +40,6 @@ std::vector<std::string> own_arguments() {
   return args;
 }
 
-constexpr std::uint64_t kFnvOffset = 1469598103934665603ull;
-
-// FNV-1a, one byte at a time.
-void fnv(std::uint64_t& h, std::string_view bytes) {
-  for (const unsigned char c : bytes)
-    h = (h ^ c) * 1099511628211ull;
-}
-
 // A hash in 52 bits: exact in the double the job's gather carries.
 double as_double(std::uint64_t h) {
   return static_cast<double>(h >> 12);
@@ -54,9 +47,9 @@ double as_double(std::uint64_t h) {
 
 // FNV-1a over the arguments.
 double fingerprint(const std::vector<std::string>& args) {
-  std::uint64_t h = kFnvOffset;
+  std::uint64_t h = kFnv1aOffset;
   for (const std::string& a : args)
-    fnv(h, std::string_view(a.c_str(), a.size() + 1));
+    h = fnv1a(h, std::string_view(a.c_str(), a.size() + 1));
   return as_double(h);
 }
 
@@ -66,7 +59,7 @@ bool hash_file(std::uint64_t& h, const std::filesystem::path& path) {
   if (!in) return false;
   std::vector<char> buf(1 << 16);
   while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0)
-    fnv(h, std::string_view(buf.data(), static_cast<std::size_t>(in.gcount())));
+    h = fnv1a(h, std::string_view(buf.data(), static_cast<std::size_t>(in.gcount())));
   return !in.bad();
 }
 
@@ -76,7 +69,7 @@ bool hash_file(std::uint64_t& h, const std::filesystem::path& path) {
 double content_digest(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  std::uint64_t h = kFnvOffset;
+  std::uint64_t h = kFnv1aOffset;
   if (!fs::is_directory(path, ec)) return hash_file(h, path) ? as_double(h) : -1;
   // The files a folder of traces is read from (.json, .json.gz): another file beside them on
   // one node is no difference of input.
@@ -95,7 +88,7 @@ double content_digest(const std::string& path) {
   std::sort(files.begin(), files.end());
   for (const fs::path& p : files) {
     const std::string name = p.filename().string();
-    fnv(h, std::string_view(name.c_str(), name.size() + 1));
+    h = fnv1a(h, std::string_view(name.c_str(), name.size() + 1));
     if (!hash_file(h, p)) return -1;
   }
   return as_double(h);

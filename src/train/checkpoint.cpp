@@ -14,6 +14,7 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "core/fnv.hpp"
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
 #include "core/output_file.hpp"
@@ -45,12 +46,7 @@ std::vector<const std::vector<torch::Tensor>*> groups(const CheckpointState& s) 
 }  // namespace
 
 std::uint64_t checkpoint_checksum(std::string_view bytes) {
-  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
+  return fnv1a(kFnv1aOffset, bytes);
 }
 
 void save_checkpoint(const std::string& path, const CheckpointState& s) {

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "core/error.hpp"
+#include "core/fnv.hpp"
 #include "core/format.hpp"
 #include "core/input_file.hpp"
 #include "sim/rng.hpp"
@@ -20,15 +21,6 @@ namespace rrfp::train {
 namespace fs = std::filesystem;
 
 namespace {
-
-// FNV-1a, continued from `h` over `bytes`.
-std::uint64_t fnv1a(std::uint64_t h, std::string_view bytes) {
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
 
 std::string count(std::size_t n, const char* what) {
   return std::to_string(n) + (*what ? std::string(" ") + what + (n == 1 ? "" : "s") : "");
@@ -106,7 +98,7 @@ Corpus::Corpus(const std::string& dir, int max_len) : min_bytes_(min_document_by
     throw InputError("`data`: the " + std::to_string(listed.files.size()) + " files in '" + dir +
                      "' hold " + format_bytes(listed.bytes) + "; the corpus is kept in memory " +
                      "and may hold at most " + format_bytes(kMaxCorpusBytes));
-  hash_ = 1469598103934665603ULL;
+  hash_ = kFnv1aOffset;
   for (const auto& f : listed.files) {
     Doc d{read_input_file(f.string(), InputKind{"data", kMaxCorpusBytes}), 0};
     if (d.text.size() < min_bytes_) {
