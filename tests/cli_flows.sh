@@ -46,6 +46,10 @@ grep -qF -- "search: --max-evaluations 1 was spent before 13 start hints could b
 grep -q "^search: its --budget of 0.3 s was spent after [0-9]* orders, before --max-evaluations 1000000: the result depends on this machine's speed" bud.txt ||
   fail "budget before the cap: $(grep '^search' bud.txt)"
 [ "$(field bud.json "j['plan']['search_stopped_by']")" = budget ] || fail "budget before the cap in JSON"
+# A budget spent before the start hints were tried says so in one line, not two.
+"$rrfp" plan --pp 8 -m 32 --max-evaluations 1000000 --budget 0.001 --exact off >bud2.txt
+[ "$(grep -c "^search: its --budget of 0.001 s was spent" bud2.txt)" = 1 ] ||
+  fail "budget spent with starts skipped: $(grep '^search' bud2.txt)"
 # A cap that stops the annealing is passed by the one evaluation that keeps its best: said, with
 # the count (it read "201 orders" for --max-evaluations 200 and no word why).
 "$rrfp" plan --pp 4 -m 8 --max-evaluations 200 --exact off --json cap.json >cap.txt

@@ -168,6 +168,9 @@ ReportRun plan_run(const PlanFlags& f, const Scenario& sc, const PlanProblem& p,
   return run;
 }
 
+constexpr const char* machine_dependent =
+    ": the result depends on this machine's speed (a larger --budget lets the cap decide)";
+
 // Which limit left start hints untried, by name ("the budget" named neither flag), and why the
 // orders may pass --max-evaluations: the starts go on until one of them is feasible (1 ran 2).
 std::string starts_skipped_line(const PlanFlags& f, const SearchResult& s) {
@@ -183,6 +186,10 @@ std::string starts_skipped_line(const PlanFlags& f, const SearchResult& s) {
     out += "; it evaluated " + std::to_string(s.evaluations) +
            " orders, past the cap: a plan needs a feasible order, and the starts go on until one "
            "is";
+  // The budget's one line: evaluation_cap_lines says the rest of it only where none was skipped.
+  if (f.max_evaluations > 0 && s.stopped_by == SearchStop::Budget)
+    out += ", after " + std::to_string(s.evaluations) + " orders, before --max-evaluations " +
+           std::to_string(f.max_evaluations) + machine_dependent;
   return out + "\n";
 }
 
@@ -192,11 +199,9 @@ std::string starts_skipped_line(const PlanFlags& f, const SearchResult& s) {
 std::string evaluation_cap_lines(const PlanFlags& f, const SearchResult& s) {
   if (f.max_evaluations <= 0) return {};
   const std::string cap = "--max-evaluations " + std::to_string(f.max_evaluations);
-  if (s.stopped_by == SearchStop::Budget)
+  if (s.stopped_by == SearchStop::Budget && s.starts_skipped == 0)
     return "search: its --budget of " + fmt("%g", f.budget_s) + " s was spent after " +
-           std::to_string(s.evaluations) + " orders, before " + cap +
-           ": the result depends on this machine's speed (a larger --budget lets the cap "
-           "decide)\n";
+           std::to_string(s.evaluations) + " orders, before " + cap + machine_dependent + "\n";
   if (s.stopped_by == SearchStop::Evaluations && s.starts_skipped == 0 &&
       s.evaluations > f.max_evaluations)
     return "search: " + cap + " stopped its annealing, and the best order found there was " +
