@@ -321,6 +321,25 @@ def test_update_to_a_new_scale():
         scaler.update(-1.0)
 
 
+def test_the_scale_as_given_until_first_used():
+    """torch's get_scale() and state_dict() give init_scale (or a loaded scale) as the number
+    given until the scale tensor exists, then its float32 value; ours gave the float32 at once
+    (0.10000000149011612 for 0.1)."""
+    f32 = float(torch.tensor(0.1, dtype=torch.float32))
+    scaler = rrfp.GradScaler(init_scale=0.1)
+    assert scaler.get_scale() == 0.1 and scaler.state_dict()["scale"] == 0.1
+    fresh = rrfp.GradScaler()
+    fresh.load_state_dict(scaler.state_dict())
+    assert fresh.get_scale() == 0.1
+    scaler.scale(torch.ones(1))
+    assert scaler.get_scale() == f32 and scaler.state_dict()["scale"] == f32
+    scaler.load_state_dict({**scaler.state_dict(), "scale": 0.3})  # used: loads its float32
+    assert scaler.get_scale() == float(torch.tensor(0.3, dtype=torch.float32))
+    for make in [make for _, make in _torchs_scalers()]:  # where torch's runs, the same
+        theirs = make(init_scale=0.1)
+        assert theirs.get_scale() == 0.1
+
+
 def _torchs_scalers():
     """(device, torch's GradScaler for it) where this torch has one that runs: CUDA's where a
     GPU is seen, the CPU's from torch 2.3 (torch.amp.GradScaler("cpu"))."""

@@ -76,7 +76,8 @@ def checked_state(state):
     if missing:
         raise KeyError(f"load_state_dict: the state lacks {sorted(missing)}")
     scale = _positive("scale", _number("scale", state["scale"]), 0.0, math.inf, "(0, inf)")
-    return {"scale": _as_float32("scale", scale),
+    _as_float32("scale", scale)  # refused here if its float32 is 0 or inf
+    return {"scale": float(scale),
             "growth_factor": _positive("growth_factor", _number("growth_factor",
                                        state["growth_factor"]), 1.0, math.inf, "(1, inf)"),
             "backoff_factor": _positive("backoff_factor", _number("backoff_factor",
@@ -116,8 +117,11 @@ class GradScaler:
                  growth_interval=2000, enabled=True):
         if not isinstance(enabled, bool):
             raise TypeError(f"enabled: True or False, got {type(enabled).__name__}")
-        self._scale = _as_float32("init_scale", _positive("init_scale", init_scale, 0.0,
-                                                          math.inf, "(0, inf)"))
+        given = _positive("init_scale", init_scale, 0.0, math.inf, "(0, inf)")
+        self._scale = _as_float32("init_scale", given)
+        # The scale as given, until it is first used: what torch's get_scale() and state_dict()
+        # report before its scale tensor exists (0.1, where the float32 reads 0.10000000149...).
+        self._given = float(given)
         self._growth_factor = _positive("growth_factor", growth_factor, 1.0, math.inf,
                                         "(1, inf)")
         self._backoff_factor = _positive("backoff_factor", backoff_factor, 0.0, 1.0, "(0, 1)")
@@ -153,7 +157,9 @@ class GradScaler:
 
     def get_scale(self):
         """The scale, a Python float (1.0 when disabled)."""
-        return self._scale if self._enabled else 1.0
+        if not self._enabled:
+            return 1.0
+        return self._scale if self._given is None else self._given
 
     def get_growth_factor(self):
         return self._growth_factor
@@ -187,6 +193,7 @@ class GradScaler:
     def _tensor(self, device):
         t = self._on_device.get(device)
         if t is None:
+            self._given = None
             t = torch.full((1,), self._scale, dtype=torch.float32, device=device)
             self._on_device[device] = t
         return t
@@ -232,6 +239,7 @@ class GradScaler:
                         "scaling keeps; keep the parameters in float32 and compute in float16 "
                         "under torch.autocast")
                 grads.append(p)
+        self._given = None
         inv = torch.tensor([self._scale], dtype=torch.float64).reciprocal().float()
         invs = {inv.device: inv}
         flags = {}  # device -> whether each gradient there holds an inf or a NaN
@@ -270,6 +278,7 @@ class GradScaler:
         growth_factor) every growth_interval good steps. new_scale: set it instead."""
         if not self._enabled:
             return
+        self._given = None
         if new_scale is not None:
             if isinstance(new_scale, torch.Tensor):
                 if new_scale.numel() != 1:
@@ -301,7 +310,7 @@ class GradScaler:
         _growth_tracker ({} when disabled)."""
         if not self._enabled:
             return {}
-        return {"scale": self._scale, "growth_factor": self._growth_factor,
+        return {"scale": self.get_scale(), "growth_factor": self._growth_factor,
                 "backoff_factor": self._backoff_factor,
                 "growth_interval": self._growth_interval,
                 "_growth_tracker": self._growth_tracker}
@@ -316,7 +325,9 @@ class GradScaler:
 
     def _set_state(self, checked):
         """checked_state's result."""
-        self._scale = checked["scale"]
+        self._scale = _as_float32("scale", checked["scale"])
+        if self._given is not None:  # still unused: the loaded number as given, as torch's
+            self._given = checked["scale"]
         self._growth_factor = checked["growth_factor"]
         self._backoff_factor = checked["backoff_factor"]
         self._growth_interval = checked["growth_interval"]
