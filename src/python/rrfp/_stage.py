@@ -2,11 +2,10 @@
 
 The runtime calls forward, backward and weight from the stage's compute thread, one task at a
 time, in the order its arbiter picks. Everything here is per stage; the only state shared
-with other stages is the step's data (StepData), read-only during a step, and the first
+with other stages is the step's data (rrfp._step_data.StepData), read-only during a step, and the first
 error, under a lock.
 """
 import contextlib
-import threading
 import time
 
 import torch
@@ -17,50 +16,13 @@ from ._grads import grad as _grad
 from ._graph import foreign_leaves as _foreign_leaves, \
     module_backward_hooks as _module_backward_hooks, python_backward as _python_backward, \
     stale_saved_tensor as _stale_saved_tensor
-from ._leaves import MadeGrads, begins_in_place as _begins_in_place, \
-    input_grads as _sent_back, input_leaf as _input_leaf
+from ._leaves import begins_in_place as _begins_in_place, input_grads as _sent_back, \
+    input_leaf as _input_leaf
 from ._tree import pack as _pack, pack_grads as _pack_grads, unpack as _unpack, \
     unpack_grads as _unpack_grads, wants_grad as _wants_grad
 
 
 _NO_CONTEXT = contextlib.nullcontext()
-
-
-class StepData:
-    """The step's microbatches, targets and loss function, and what the stages report back."""
-
-    def __init__(self, loss_fn, delay_fn):
-        self.loss_fn = loss_fn
-        self.delay_fn = delay_fn
-        self.seeding = None  # rrfp._seed.Seeding (seed=), or None: tasks draw as they run
-        self.seed_step = 0  # the step of the seeds: steps and evaluation steps run so far
-        self.caller = None  # the caller's thread-local settings (rrfp._caller), or None
-        self.inputs = []
-        self.targets = []
-        self.losses = {}
-        self.gradless = 0  # this step's microbatches whose loss wants no gradient
-        self.total = None  # their sum, once the step has completed (rrfp._step.closing)
-        self.sums = None  # GradSums of the step
-        self.scaler = None  # rrfp.GradScaler: the backward starts from each loss times its scale
-        self.chunks = {}  # every chunk of this process by index: names parameters in messages
-        # Every chunk the Pipeline was given by index where it was given a list (other
-        # processes' too; None: `chunks`, built by a chunk_fn), and loss_fn: the owners of the
-        # tensors a chunk may not use for a gradient (rrfp._graph.foreign_leaves): known,
-        # rrfp._graph.ModelTensors, taken as each step is set up, before its forwards.
-        self.model = None
-        self.known = None
-        self.made = MadeGrads()  # the gradients of leaves a forward made, by microbatch
-        # An evaluation step (Pipeline.eval_step): forwards under no_grad, the last chunk's
-        # outputs kept by microbatch, and backward tasks that do nothing.
-        self.eval = False
-        self.outputs = {}
-        self._lock = threading.Lock()
-        self.error = None  # (stage, task, exception): the first task that raised
-
-    def record(self, stage, task, exc):
-        with self._lock:
-            if self.error is None:
-                self.error = (stage, task, exc)
 
 
 class _Work:

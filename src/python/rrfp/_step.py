@@ -116,3 +116,21 @@ def replica_loss(core, loss):
     found = _wire.unpack(carried[core.replica * core.pp + core.stage_of(core.chunks - 1)])
     # A view of the carried bytes: its own storage.
     return next((t.clone() for label, t in found if label == _LOSS), None)
+
+
+def eval_outputs(outputs, inputs, m):
+    """eval_step's outputs from the last chunk's by microbatch: concatenated along dimension 0
+    when the inputs came as one batch and they can be (_joinable), else a list."""
+    outs = [outputs[i] for i in range(m)]
+    return torch.cat(outs) if isinstance(inputs, torch.Tensor) and _joinable(outs) else outs
+
+
+def _joinable(outs):
+    """Whether eval_step's outputs concatenate along dimension 0 as they are: tensors that
+    agree past it, in dtype and in device. Outputs trimmed to each microbatch's longest row
+    differ in their second dimension, where torch.cat raised and the step's outputs were lost;
+    and it would promote dtypes, or fail across devices."""
+    first = outs[0]
+    return all(isinstance(o, torch.Tensor) and o.dim() > 0 for o in outs) and all(
+        o.shape[1:] == first.shape[1:] and o.dtype == first.dtype and o.device == first.device
+        for o in outs)

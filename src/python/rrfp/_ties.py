@@ -174,7 +174,7 @@ class Ties:
                 replaced = replaced or (r == mine and any(e[3] for e in got))
         for gi, es in trains.items():
             if training and len({e[2] for _, e in es}) > 1:
-                where = f" in replica {{}}" if len(replicas) > 1 else ""
+                where = " in replica {}" if len(replicas) > 1 else ""
                 frozen = sorted({_name(self.groups[gi][int(e[1])]) + where.format(r)
                                  for r, e in es if not e[2]})
                 raise ValueError(

@@ -17,8 +17,9 @@ from ._launch import (agree_options, agreed, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters)
 from ._order import decide_order, refuse_renormalizing_embeddings
 from ._seed import Seeding
-from ._stage import StageRunner, StepData
-from ._step import replica_loss, run_pass
+from ._stage import StageRunner
+from ._step_data import StepData
+from ._step import eval_outputs, replica_loss, run_pass
 from ._ties import make_ties, one_value_per_tie
 from .record import StepRecord
 
@@ -328,9 +329,7 @@ class Pipeline:
             total = replica_loss(self._core, loss) if targets is not None else None
             if not outputs:
                 return None, total
-            outs = [outputs[i] for i in range(self._core.microbatches)]
-            return (torch.cat(outs) if isinstance(inputs, torch.Tensor) and _joinable(outs)
-                    else outs), total
+            return eval_outputs(outputs, inputs, self._core.microbatches), total
 
     @contextlib.contextmanager
     def _one_call(self, what):
@@ -405,13 +404,3 @@ class Pipeline:
         self._refresh_ties()
         return None, None
 
-
-def _joinable(outs):
-    """Whether eval_step's outputs concatenate along dimension 0 as they are: tensors that
-    agree past it, in dtype and in device. Outputs trimmed to each microbatch's longest row
-    differ in their second dimension, where torch.cat raised and the step's outputs were lost;
-    and it would promote dtypes, or fail across devices."""
-    first = outs[0]
-    return all(isinstance(o, torch.Tensor) and o.dim() > 0 for o in outs) and all(
-        o.shape[1:] == first.shape[1:] and o.dtype == first.dtype and o.device == first.device
-        for o in outs)

@@ -1,0 +1,42 @@
+"""The step's data: what a Pipeline shares with its stages' runners (rrfp._stage) for one
+step, and what they report back (the first error under a lock, the losses, the outputs)."""
+import threading
+
+from ._leaves import MadeGrads
+
+
+class StepData:
+    """The step's microbatches, targets and loss function, and what the stages report back."""
+
+    def __init__(self, loss_fn, delay_fn):
+        self.loss_fn = loss_fn
+        self.delay_fn = delay_fn
+        self.seeding = None  # rrfp._seed.Seeding (seed=), or None: tasks draw as they run
+        self.seed_step = 0  # the step of the seeds: steps and evaluation steps run so far
+        self.caller = None  # the caller's thread-local settings (rrfp._caller), or None
+        self.inputs = []
+        self.targets = []
+        self.losses = {}
+        self.gradless = 0  # this step's microbatches whose loss wants no gradient
+        self.total = None  # their sum, once the step has completed (rrfp._step.closing)
+        self.sums = None  # GradSums of the step
+        self.scaler = None  # rrfp.GradScaler: the backward starts from each loss times its scale
+        self.chunks = {}  # every chunk of this process by index: names parameters in messages
+        # Every chunk the Pipeline was given by index where it was given a list (other
+        # processes' too; None: `chunks`, built by a chunk_fn), and loss_fn: the owners of the
+        # tensors a chunk may not use for a gradient (rrfp._graph.foreign_leaves): known,
+        # rrfp._graph.ModelTensors, taken as each step is set up, before its forwards.
+        self.model = None
+        self.known = None
+        self.made = MadeGrads()  # the gradients of leaves a forward made, by microbatch
+        # An evaluation step (Pipeline.eval_step): forwards under no_grad, the last chunk's
+        # outputs kept by microbatch, and backward tasks that do nothing.
+        self.eval = False
+        self.outputs = {}
+        self._lock = threading.Lock()
+        self.error = None  # (stage, task, exception): the first task that raised
+
+    def record(self, stage, task, exc):
+        with self._lock:
+            if self.error is None:
+                self.error = (stage, task, exc)
