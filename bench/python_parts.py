@@ -20,7 +20,9 @@ import torch
 from torch import nn
 
 import rrfp
-from rrfp._stage import GradSums, StageRunner, StepData
+from rrfp._grads import GradSums
+from rrfp._stage import StageRunner
+from rrfp._step_data import StepData
 
 M, STEPS = 64, 20
 
