@@ -216,82 +216,8 @@ assert bad and all(s["makespan_ms"] is None for s in bad), starts
 assert all(s["makespan_ms"] > 0 for s in starts if s["feasible"]), starts
 assert any(s["name"] == "fixed gpipe" for s in bad), starts
 PY
-# rrfp predict and trace replays: one line for bad traces and flags; a trace written by
-# simulate predicts its own step back exactly (0.0% reproduction) and keeps the JSON on stdout.
-data=$(cd "$(dirname "$0")" && pwd)/data
-check "--trace-format: nvtx not in" predict "$data/torch-pp2" --trace-format nvtx
-# A format that finds no task names the trace (it named no file, and an id out of range).
-check "torch-pp2: the megatron trace holds no task to tell its shape by" predict "$data/torch-pp2" --trace-format megatron
-# A positional is named as the help names it, and a missing one as missing, whatever its name.
-check "TRACE: '$tmp/none' does not exist" predict "$tmp/none"
-check "FILE: '$tmp/none' does not exist" schedule check "$tmp/none"
 check "--tp-protocol: unknown protocol 'nope' (expected leader, agree or none)" simulate --tp 2 --tp-protocol nope
 check "--compare: simulates each run, and a simulation under --tp-protocol none fails" run --tp 2 --tp-protocol none --compare
-# A trace of more stages than the shape names the stages the shape has ("has a stage 4, but
-# --pp is 4" read as if stage 4 were one of four).
-"$rrfp" simulate --pp 4 -m 4 --hint bf --policy ready --trace "$tmp/p4.json" >/dev/null
-check "records stage 2, which --pp 2 (stages 0 to 1) lacks: give the shape the trace was recorded with" simulate --replay "$tmp/p4.json" --pp 2 -m 4 --hint bf --policy ready
-check "--hints: 'nope' is not a rule hint" predict "$data/torch-pp2" --hints bf,nope
-check "has no step 9; it has 1, 2" predict "$data/torch-pp2" --step 9
-check "1 rank(s) with task spans, but the shape has 2" \
-  simulate --replay "$data/torch-pp2/rank0.json.gz" --pp 2 -m 4 --hint 1f1b
-printf '[{"ph": "X", "name": "aten::mm", "ts": 0, "dur": 1}]' >"$tmp/ops.json"
-check "no mapping recognizes this trace" predict "$tmp/ops.json"
-# A trace's fields are named as fields, not as flags ("args lack --iteration").
-printf '{"traceEvents": [{"ph": "X", "name": "forward-compute", "tid": 0, "ts": 0, "dur": 1, "args": {"microbatch_id": 0}}, {"ph": "X", "name": "backward-compute", "tid": 0, "ts": 1, "dur": 1, "args": {"iteration": 0, "microbatch_id": 0}}]}' >"$tmp/meg.json"
-check 'meg.json: event 1 (forward-compute): args lack "iteration" or "step"' predict "$tmp/meg.json"
-printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1\n0,0,0,B,1\n' >"$tmp/nostep.csv"
-check 'nostep.csv holds one step (no "step" column)' simulate --replay "$tmp/nostep.csv" --pp 1 -m 1 --step 1
-check "--message-us: Value -1 not in range" predict "$data/torch-pp2" --message-us -1
-# NaN passes a range check: it was blamed on the workload ("lower the workload's times").
-check "--message-us: must be in [0, 1e+09] us, got nan" predict "$data/torch-pp2" --message-us nan
-# A CSV holds no recorded order: predict said "invalid JSON".
-printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1\n' >"$tmp/durations.csv"
-check "'$tmp/durations.csv' is not a trace (.json, .json.gz or a directory of them): predict replays a step's recorded order, which a CSV of durations does not hold" predict "$tmp/durations.csv"
-# A header alone: "--step: ... has no step -1; its last is -1" without --step.
-printf 'step,stage,chunk,microbatch,kind,duration_us\n' >"$tmp/header.csv"
-check "header.csv: no rows after its header" simulate --replay "$tmp/header.csv" --pp 2 -m 4
-mkdir -p "$tmp/empty"
-check "holds no .json or .json.gz trace file" predict "$tmp/empty"
-"$rrfp" simulate --pp 3 -m 6 --workload language --hint 1f1b --policy fixed \
-  --trace "$tmp/own.json" >/dev/null || { echo "FAIL: simulate --trace"; fails=$((fails + 1)); }
-"$rrfp" predict "$tmp/own.json" --json - >"$tmp/predict.json" 2>"$tmp/predict.err" ||
-  { echo "FAIL: predict"; cat "$tmp/predict.err"; fails=$((fails + 1)); }
-grep -q '"reproduction_error": 0.0' "$tmp/predict.json" ||
-  { echo "FAIL: predict of rrfp's own trace:"; cat "$tmp/predict.json"; fails=$((fails + 1)); }
-# A --limit not above the recorded memory's (P=3 1F1B: 3) is left out with a note, not silently;
-# a hint given twice is refused (its rows printed twice).
-"$rrfp" predict "$tmp/own.json" --limit 2 >"$tmp/limit.txt" 2>&1 &&
-  grep -qF "(skipped: the rows at the larger limit 2: it is not above the memory-neutral limit 3" "$tmp/limit.txt" ||
-  { echo "FAIL: predict --limit 2:"; cat "$tmp/limit.txt"; fails=$((fails + 1)); }
-check "--hints: 'bf' is given twice" predict "$tmp/own.json" --hints bf,adaptive,bf
-# One task's chunk mistyped (9 in a 3-stage trace): the event is named, not only the flags.
-/usr/bin/python3 -c 'import json, sys
-j = json.load(open(sys.argv[1])); ev = j["traceEvents"] if isinstance(j, dict) else j
-i = next(k for k, e in enumerate(ev) if e.get("ph") == "X" and "chunk" in e.get("args", {}))
-ev[i]["args"]["chunk"] = 9; json.dump(j, open(sys.argv[2], "w")); print(i + 1)' \
-  "$tmp/own.json" "$tmp/oob.json" >"$tmp/oob.at"
-check "10 chunks on 3 stages (chunk 9 first at $tmp/oob.json: event $(cat "$tmp/oob.at")): give the shape (--pp, --vpp), or mend the trace" predict "$tmp/oob.json"
-# The same with TP and messages that cost nothing (the uniform workload): such a message is in
-# the trace as taking 0 us. Left out, it read as not timed and was inferred from its consumer's
-# start, which holds the TP ranks' skew: the replays came out 1.1-4% long.
-for flags in "--policy fixed --hint 1f1b" "--hint bf --comm blocking"; do
-  tp=(--pp 4 -m 4 --tp 2 --workload uniform --seed 3 $flags)
-  "$rrfp" simulate "${tp[@]}" --trace "$tmp/tp.json" --json "$tmp/tp-sim.json" >/dev/null &&
-    "$rrfp" simulate "${tp[@]}" --replay "$tmp/tp.json" --json "$tmp/tp-replay.json" >/dev/null ||
-    { echo "FAIL: simulate ${tp[*]} and its replay"; fails=$((fails + 1)); }
-  a=$(grep -m1 '"makespan_ms"' "$tmp/tp-sim.json") b=$(grep -m1 '"makespan_ms"' "$tmp/tp-replay.json")
-  [ -n "$a" ] && [ "$a" = "$b" ] ||
-    { echo "FAIL: ${tp[*]}: simulated $a, replayed $b"; fails=$((fails + 1)); }
-done
-# predict takes the TP coordination's latency from the trace too (a follower's least lag behind
-# its leader), where it took none: the same trace predicted its step -1.3% short.
-"$rrfp" simulate --pp 4 -m 4 --tp 2 --workload uniform --seed 3 --policy fixed --hint 1f1b \
-  --trace "$tmp/tp.json" >/dev/null &&
-  "$rrfp" predict "$tmp/tp.json" --json - >"$tmp/tp-predict.json" 2>"$tmp/predict.err" ||
-  { echo "FAIL: predict of a TP trace"; cat "$tmp/predict.err"; fails=$((fails + 1)); }
-grep -q '"reproduction_error": 0.0' "$tmp/tp-predict.json" ||
-  { echo "FAIL: predict of a TP trace:"; grep reproduction "$tmp/tp-predict.json"; fails=$((fails + 1)); }
 # A flag given twice (after a shared set of flags, say) is named, in words (CLI11 said "At Most
 # 1 required but received 2").
 check "--pp: given 2 times; it takes one value, so give it once" simulate --pp 2 --pp 3
