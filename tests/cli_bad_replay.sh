@@ -78,5 +78,21 @@ done
   { echo "FAIL: predict of a TP trace"; cat "$tmp/predict.err"; fails=$((fails + 1)); }
 grep -q '"reproduction_error": 0.0' "$tmp/tp-predict.json" ||
   { echo "FAIL: predict of a TP trace:"; grep reproduction "$tmp/tp-predict.json"; fails=$((fails + 1)); }
+# A CSV without send_us times no message: --message-us times them (it was taken and ignored, every
+# message free: 9.00 ms either way); with the column it has none to time, and is refused. A send_us
+# on a task whose output no task of the shape takes came from a stage the shape lacks (the CSV of
+# an 8-stage step cut to 4 stages replayed as a 4-stage pipeline, 27% short), as in a trace.
+printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1000\n0,0,1,F,1000\n1,1,0,F,1000\n1,1,1,F,1000\n1,1,0,B,2000\n1,1,1,B,2000\n0,0,0,B,2000\n0,0,1,B,2000\n' >"$tmp/untimed.csv"
+msg=(simulate --pp 2 -m 2 --replay "$tmp/untimed.csv" --hint 1f1b --policy fixed --split-backward off)
+for us in 0:9.00 2000:13.00; do
+  "$rrfp" "${msg[@]}" --message-us "${us%%:*}" | grep -q "^fixed 1f1b (async) *${us#*:} " ||
+    { echo "FAIL: a CSV replay with --message-us ${us%%:*}: not ${us#*:} ms"; fails=$((fails + 1)); }
+done
+sed '1s/$/,send_us/; 2,$s/$/,0/' "$tmp/untimed.csv" >"$tmp/timed.csv"
+check "timed.csv: its send_us column times every message, so --message-us has none to time" simulate --pp 2 -m 2 --replay "$tmp/timed.csv" --split-backward off --message-us 5
+sed '5s/,0$/,7/' "$tmp/timed.csv" >"$tmp/lacked.csv"  # the last chunk's F c1 m1
+check "lacked.csv:5: send_us says its output went to another stage, but no task of P=2 V=1 takes it" simulate --pp 2 -m 2 --replay "$tmp/lacked.csv" --split-backward off
+"$rrfp" simulate --pp 2 -m 2 --replay "$tmp/timed.csv" --split-backward off >/dev/null ||
+  { echo "FAIL: a CSV whose send_us is 0 where no task takes the output"; fails=$((fails + 1)); }
 echo "cli bad-replay checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -104,9 +104,11 @@ TEST(Replay, ReadsMeasuredDurationsAndRejectsBadRows) {
   for (int c = 0; c < 2; ++c)
     for (int mb = 0; mb < 2; ++mb)
       for (const char* k : {"F", "B"})
+        // A message where the output goes to the other stage (chunk 0's F, chunk 1's B).
         csv += std::to_string(c) + "," + std::to_string(c) + "," + std::to_string(mb) + "," + k +
-               ",1500,20\n";
+               ",1500," + ((k[0] == 'F') == (c == 0) ? "20" : "0") + "\n";
   RealizedWork w = parse_replay_csv(csv, m, 1, "r.csv");
+  EXPECT_EQ(w.message(0, m.index({Kind::F, 0, 1})), 20'000);
   EXPECT_EQ(w.compute(0, m.index({Kind::B, 1, 1})), 1'500'000);
   auto err = [&](const std::string& text) {
     try {
@@ -116,6 +118,13 @@ TEST(Replay, ReadsMeasuredDurationsAndRejectsBadRows) {
     }
     return std::string("accepted");
   };
+  // A message from a task whose output no task takes: recorded with a stage the shape lacks.
+  std::string lacked = csv;
+  lacked.replace(lacked.find("1,1,0,F,1500,0"), 14, "1,1,0,F,1500,20");
+  EXPECT_NE(err(lacked).find("r.csv:6: send_us says its output went to another stage, but no "
+                             "task of P=2 V=1 takes it"),
+            std::string::npos)
+      << err(lacked);
   EXPECT_NE(err(csv + "0,0,0,F,-5,0\n").find("r.csv:10: column duration_us: negative value"),
             std::string::npos);
   EXPECT_NE(err(csv + "0,0,0,F,abc,0\n").find("'abc' is not a number"), std::string::npos);
@@ -173,7 +182,8 @@ TEST(Replay, SplitRecordingsFoldIntoBWhereTheRunDoesNotSplit) {
     for (int mb = 0; mb < 2; ++mb) {
       const std::string at =
           std::to_string(c) + "," + std::to_string(c) + "," + std::to_string(mb) + ",";
-      csv += at + "F,100,5\n" + at + "B,60,7\n" + at + "W,40,0\n";
+      csv += at + "F,100," + (c == 0 ? "5" : "0") + "\n" + at + "B,60," + (c == 1 ? "7" : "0") +
+             "\n" + at + "W,40,0\n";
     }
   const RealizedWork s = parse_replay_csv(csv, split, 1, "r.csv");
   EXPECT_EQ(s.compute(0, split.index({Kind::B, 1, 0})), 60'000);

@@ -197,7 +197,7 @@ void add_trace_flags(CLI::App* app, TraceOptions& t) {
       ->check(not_negative());
   app->add_option("--message-us", t.message_us,
                   "the latency of every message the trace does not time (us; default: seen "
-                  "from when the consumers started)")
+                  "from when the consumers started; a CSV without send_us: 0)")
       ->check(CLI::Range(0.0, kMaxTaskUs));
 }
 

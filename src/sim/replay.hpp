@@ -15,9 +15,11 @@ namespace rrfp {
 // step number >= 0 is given): parse_replay_csv reads each back.
 std::string replay_csv(const WorkModel& m, const std::vector<std::pair<int, RealizedWork>>& steps);
 
-// With a `step` column the file holds several steps: `step` picks one (-1: the last).
+// With a `step` column the file holds several steps: `step` picks one (-1: the last). A CSV
+// without a send_us column times no message: each takes `message_us` (>= 0), else nothing. With
+// the column every message is timed there, and a `message_us` >= 0 is refused (InputError).
 RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int tp,
-                              const std::string& origin, int step = -1);
+                              const std::string& origin, int step = -1, double message_us = -1);
 // A CSV, or a trace (sim/trace_import.hpp: .json, .json.gz or a directory) read with `trace`.
 // `coordination_measured`, when given: whether the file measured the TP coordination's latency
 // (work.coord_ns: rrfp's own traces; a CSV never does).

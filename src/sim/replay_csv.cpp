@@ -12,6 +12,7 @@
 #include "core/modes.hpp"
 #include "sim/fold_w.hpp"
 #include "sim/replay.hpp"
+#include "sim/timeline.hpp"
 #include "sim/trace_import.hpp"
 
 namespace rrfp {
@@ -168,7 +169,7 @@ void finish(RealizedWork& r, const FoldedW& folded_w, const WorkModel& m, const 
 }  // namespace
 
 RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int tp,
-                              const std::string& origin, int step) {
+                              const std::string& origin, int step, double message_us) {
   RealizedWork r;
   r.tp = checked_tp(tp);
   r.num_tasks = m.num_tasks();
@@ -179,6 +180,13 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
   FoldedW folded_w(slots);
   bool saw_w = false;
   const Table table = read_table(text, origin, step);
+  const bool timed = table.col.count("send_us") > 0;
+  if (timed && message_us >= 0)
+    throw InputError(origin +
+                     ": its send_us column times every message, so `message_us` has "
+                     "none to time; leave it out, or the column");
+  // Untimed, a message takes message_us: it was taken and ignored (every message free).
+  const std::int64_t untimed = message_us >= 0 ? duration_ns(message_us, "`message_us`") : 0;
   for (const Row& row : table.rows) {
     const std::string where = origin + ":" + std::to_string(row.first);
     auto num = [&](const char* name, bool integer) {
@@ -198,8 +206,12 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
                        std::to_string(m.stage_of(t)) + ", not " + std::to_string(stage));
     const std::string at_dur = where + ": column duration_us", at_send = where + ": column send_us";
     const auto dur = duration_ns(num("duration_us", false), at_dur.c_str());
-    const auto send =
-        table.col.count("send_us") ? duration_ns(num("send_us", false), at_send.c_str()) : 0;
+    const auto send = timed ? duration_ns(num("send_us", false), at_send.c_str()) : untimed;
+    // A message no task of this shape takes came from a stage it lacks (as a trace's: refused).
+    if (timed && send > 0)
+      sends_across(m, fold ? TaskId{Kind::W, t.chunk, t.mb} : t, where,
+                   ": the rows come from a run of other stages (where a task sends nothing, give "
+                   "0)");
     int lo = 0, hi = tp;
     if (table.col.count("tp_rank")) {
       lo = static_cast<int>(num("tp_rank", true));
@@ -252,7 +264,8 @@ RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int t
     if (coordination_measured) *coordination_measured = run.coordination_measured;
     return std::move(run.work);
   }
-  return parse_replay_csv(read_input_file(path, kReplayFile), m, tp, path, trace.step);
+  return parse_replay_csv(read_input_file(path, kReplayFile), m, tp, path, trace.step,
+                          trace.message_us);
 }
 
 int replay_csv_last_step(const std::string& path) {

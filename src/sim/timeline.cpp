@@ -69,18 +69,6 @@ std::string shape_of(const WorkModel& m) {
 constexpr const char* kStageLacked =
     ": the trace records a stage the shape lacks (a rank's file missing?)";
 
-// Whether a task that recorded a message (send_us) sends one to another stage here. One whose
-// output no task of the shape takes (the last chunk's F, chunk 0's B) was recorded with a stage
-// this shape lacks: it is refused (a trace missing its last rank was replayed as a shorter
-// pipeline, "40 of 32 messages timed"). One that hands its output to its own stage sends none.
-bool sends_across(const WorkModel& m, const TaskId& t, const std::string& where) {
-  const TaskId next{t.kind, t.kind == Kind::F ? t.chunk + 1 : t.chunk - 1, t.mb};
-  if (t.kind == Kind::W || !m.valid(next))
-    throw InputError(where + ": send_us says its output went to another stage, but no task of " +
-                     shape_of(m) + " takes it" + kStageLacked);
-  return m.stage_of(next) != m.stage_of(t);
-}
-
 // Where each task of the run ran, per (tp rank, task) slot, in the trace's microseconds.
 struct Spans {
   std::vector<double> start, end;
@@ -237,6 +225,15 @@ std::int64_t measured_coordination(const Timeline& tl, const WorkModel& m, int t
 }
 
 }  // namespace
+
+bool sends_across(const WorkModel& m, const TaskId& t, const std::string& where,
+                  const char* lacked) {
+  const TaskId next{t.kind, t.kind == Kind::F ? t.chunk + 1 : t.chunk - 1, t.mb};
+  if (t.kind == Kind::W || !m.valid(next))
+    throw InputError(where + ": send_us says its output went to another stage, but no task of " +
+                     shape_of(m) + " takes it" + (lacked ? lacked : kStageLacked));
+  return m.stage_of(next) != m.stage_of(t);
+}
 
 ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double message_us,
                       const std::string& origin) {

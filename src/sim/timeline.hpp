@@ -91,6 +91,15 @@ struct ImportedRun {
 // time, with the message its output took when the record knows it (the simulator's).
 Timeline timeline_of(const StepRecord& r);
 
+// Whether a task that recorded a message (send_us) sends one to another stage here. One whose
+// output no task of the shape takes (the last chunk's F, chunk 0's B, a W) was recorded with a
+// stage this shape lacks: InputError naming `where` (a trace missing its last rank was replayed
+// as a shorter pipeline, "40 of 32 messages timed"). One that hands its output to its own stage
+// sends none.
+// `lacked`: the error's end (nullptr: a trace's).
+bool sends_across(const WorkModel& m, const TaskId& t, const std::string& where,
+                  const char* lacked = nullptr);
+
 // Checks `t` against the shape (task exists, on the right stage, tp rank < tp, none twice, none
 // missing: named per stage) and derives the run. A W task of a run without the split backward
 // adds its duration to its B's (a recording with W apart, replayed without). A message's latency
