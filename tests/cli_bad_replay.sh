@@ -78,6 +78,18 @@ done
   { echo "FAIL: predict of a TP trace"; cat "$tmp/predict.err"; fails=$((fails + 1)); }
 grep -q '"reproduction_error": 0.0' "$tmp/tp-predict.json" ||
   { echo "FAIL: predict of a TP trace:"; grep reproduction "$tmp/tp-predict.json"; fails=$((fails + 1)); }
+# A ready run's blocking step replays with its rendezvous (replayed async, the simulator's own
+# trace read 5.8% short): within 1% here; where its order deadlocks so (interleaved), async, and
+# the report says why.
+"$rrfp" simulate --pp 4 -m 8 --workload language --comm blocking --trace "$tmp/rb.json" >/dev/null
+"$rrfp" predict "$tmp/rb.json" --step 1 --json - >"$tmp/rb-predict.json" &&
+  /usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1]))
+assert j['recorded_comm'] == 'blocking' and abs(j['reproduction_error']) < 0.01, j" "$tmp/rb-predict.json" ||
+  { echo "FAIL: predict of a ready blocking step"; fails=$((fails + 1)); }
+"$rrfp" simulate --pp 4 -m 8 --vpp 2 --comm blocking --trace "$tmp/rbv.json" >/dev/null
+"$rrfp" predict "$tmp/rbv.json" --step 1 >"$tmp/rbv.txt" &&
+  grep -q "^twin, recorded order .*the run had a rendezvous per message, but its order deadlocks so replayed as a fixed one" "$tmp/rbv.txt" ||
+  { echo "FAIL: predict of a ready blocking step that deadlocks as a fixed order:"; cat "$tmp/rbv.txt"; fails=$((fails + 1)); }
 # A CSV without send_us times no message: --message-us times them (it was taken and ignored, every
 # message free: 9.00 ms either way); with the column it has none to time, and is refused. A send_us
 # on a task whose output no task of the shape takes came from a stage the shape lacks (the CSV of

@@ -152,25 +152,35 @@ Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
   check_recorded_ordering(m, imported.order, p.ordered_from == "trace");
   const std::vector<int> peaks = fixed_order_peaks(imported.order, m);
   p.neutral_limit = std::max(1, *std::max_element(peaks.begin(), peaks.end()));
-  // rrfp's own trace names a fixed blocking run "fixed 1f1b (blocking)": replayed async, such a
-  // step came out 10-19% short unless `comm` said blocking. A ready run's blocking order is
-  // replayed async unless asked: a fixed order's receives may not follow it.
-  const bool says_blocking = imported.format == "rrfp" && imported.fixed_blocking;
+  // rrfp's own trace names a blocking run "fixed 1f1b (blocking)" or "ready bf (blocking)":
+  // replayed async, a fixed one came out 10-19% short unless `comm` said blocking, a ready one
+  // 6-13% short (4-7% long as a fixed order's rendezvous). A ready run accepted its offers as
+  // they came, which a fixed order's receives may not follow: where that deadlocks, it is
+  // replayed async, and the report says so.
+  const bool rrfp = imported.format == "rrfp";
+  const bool says_blocking = rrfp && (imported.fixed_blocking || imported.ready_blocking);
   p.comm_from_trace = !o.recorded_comm && says_blocking;
   p.recorded_comm =
       o.recorded_comm ? *o.recorded_comm : (says_blocking ? CommMode::Blocking : CommMode::Async);
-  p.measured = measured_run(m, imported, recorded, p.recorded_comm);
-  try {
+  auto replay = [&] {
+    p.measured = measured_run(m, imported, recorded, p.recorded_comm);
     p.replayed = simulate_run(m, recorded, imported, Policy::Fixed, 0, "recorded order (twin)",
                               p.recorded_comm);
+  };
+  try {
+    replay();
   } catch (const DeadlockError&) {
     if (p.recorded_comm != CommMode::Blocking) throw;
     // A fixed order posts its receives in its own order; a ready run under blocking accepted
     // its offers as they came, in an order the fixed one may never post.
-    throw InputError(
-        "`comm` blocking: the recorded order deadlocks with a rendezvous per message when "
-        "replayed as a fixed order (a step recorded under the ready policy accepted its offers "
-        "as they came); replay it async, or give the step of a fixed order");
+    if (!p.comm_from_trace || !imported.ready_blocking)
+      throw InputError(
+          "`comm` blocking: the recorded order deadlocks with a rendezvous per message when "
+          "replayed as a fixed order (a step recorded under the ready policy accepted its "
+          "offers as they came); replay it async, or give the step of a fixed order");
+    p.recorded_comm = CommMode::Async;
+    p.blocking_deadlocked = true;
+    replay();
   }
   std::vector<int> limits{p.neutral_limit};
   if (o.large_limit > p.neutral_limit) limits.push_back(o.large_limit);

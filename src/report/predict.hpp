@@ -42,6 +42,9 @@ struct Prediction {
   int neutral_limit = 0;                     // the recorded order's largest D on any stage
   CommMode recorded_comm = CommMode::Async;  // how the twin replayed the recorded order
   bool comm_from_trace = false;              // the trace's run said so, not an option
+  // The trace's ready run had a rendezvous per message, which deadlocked replayed as a fixed
+  // order: replayed async instead (recorded_comm), its error holding the rendezvous' waits.
+  bool blocking_deadlocked = false;
   // Where cfg.ordered_forwards came from: "option", "trace" (its run said), or "default" (off:
   // the trace does not say).
   std::string ordered_from = "default";

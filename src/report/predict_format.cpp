@@ -49,6 +49,10 @@ std::string format_prediction(const Prediction& p, const std::string& source) {
          (p.recorded_comm == CommMode::Blocking
               ? std::string("; a rendezvous per message") +
                     (p.comm_from_trace ? ", as the trace's run says" : "")
+          : p.blocking_deadlocked
+              ? std::string("; the run had a rendezvous per message, but its order deadlocks "
+                            "so replayed as a fixed one: replayed with messages that overlap, "
+                            "without the rendezvous' waits")
               : std::string()) +
          ")\n\n";
   size_t lw = 24;
@@ -104,6 +108,7 @@ nlohmann::json prediction_json(const Prediction& p, const std::string& source) {
   j["replayed_ms"] = ms(p.replayed.metrics.makespan);
   j["reproduction_error"] = p.reproduction_error();
   j["recorded_comm"] = to_string(p.recorded_comm);
+  if (p.blocking_deadlocked) j["recorded_comm_note"] = "blocking run deadlocks as a fixed order";
   j["messages_timed"] = p.imported.messages_measured;
   j["messages_inferred"] = p.imported.messages_inferred;
   j["memory_neutral_limit"] = p.neutral_limit;

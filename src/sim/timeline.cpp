@@ -243,6 +243,7 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   out.step = tl.step;
   out.ordered_forwards = tl.ordered_forwards;
   out.fixed_blocking = tl.fixed_blocking;
+  out.ready_blocking = tl.ready_blocking;
   out.has_w = std::any_of(tl.tasks.begin(), tl.tasks.end(),
                           [](const TimelineTask& t) { return t.task.kind == Kind::W; });
   RealizedWork& r = out.work;

@@ -55,6 +55,8 @@ struct Timeline {
   // HINT (blocking)"), read from the whole label: `run` shows it cut to 60 characters, and a
   // hint file's long path cut off its " (blocking)".
   bool fixed_blocking = false;
+  // The same of a ready run ("ready HINT (blocking)"): its receives accepted offers as they came.
+  bool ready_blocking = false;
   std::vector<TimelineTask> tasks;
   std::vector<TimelineRecv> recvs;
 };
@@ -85,6 +87,7 @@ struct ImportedRun {
   bool has_w = false;                    // that step recorded W tasks (a split backward)
   std::optional<bool> ordered_forwards;  // Timeline::ordered_forwards of that step
   bool fixed_blocking = false;           // Timeline::fixed_blocking of that step
+  bool ready_blocking = false;           // Timeline::ready_blocking of that step
 };
 
 // A step record (simulated or measured) as a timeline: each task at its start, for its compute

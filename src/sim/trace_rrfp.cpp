@@ -113,6 +113,7 @@ class StepsOfRuns {
     t.format = "rrfp";
     t.run = "run '" + label.substr(0, 60) + "'";
     t.fixed_blocking = label.starts_with("fixed ") && label.ends_with(" (blocking)");
+    t.ready_blocking = label.starts_with("ready ") && label.ends_with(" (blocking)");
     t.step = static_cast<int>(runs_.size());
     mine.push_back(runs_.size());
     runs_.push_back(std::move(t));
