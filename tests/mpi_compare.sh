@@ -66,7 +66,15 @@ timeout -k 10 60 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --cal
 rc=$?
 [ "$rc" -eq 2 ] && grep -q "^rrfp: error: --calibration: '$cal' was measured on the \"inproc\" transport, this run's is mpi" "$out" ||
   fail "a calibration of inproc for a run over mpi: exit $rc"
+# A calibration without a bandwidth (its sizes could not tell one from noise) is refused: over
+# the preset's 0, every message's size was simulated as free.
+echo '{"comm_latency_us": 30, "calibration": {"transport": "mpi"}}' >"$cal"
+timeout -k 10 60 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --calibration "$cal" \
+  --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed >"$out" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "^rrfp: error: --calibration: '$cal' gives no comm_bandwidth_gbps" "$out" ||
+  fail "a calibration without a bandwidth: exit $rc"
 echo "mpi compare: the baseline fit reproduces its step; ranges printed; a calibration per" \
   "round, their mean simulated, payloads on the offers; a pulling run with spinning idle" \
   "ranks completes, simulated with its bytes after the acceptance; another transport's" \
-  "calibration is refused"
+  "calibration, and one without a bandwidth, are refused"

@@ -65,7 +65,16 @@ TransportModel transport_model(const std::string& calibration, const std::string
                                double timeout_s) {
   if (!calibration.empty() && calibration != "baseline") {
     const std::string text = read_input_file(calibration, kCalibrationFile);
-    check_measured_on(transport, parse_json(text, calibration), calibration);
+    const nlohmann::json j = parse_json(text, calibration);
+    check_measured_on(transport, j, calibration);
+    // A calibration whose sizes could not tell a bandwidth from noise leaves it out (and says
+    // so): over the preset's 0 every message's size would be free, without a word.
+    if (!j.is_object() || !j.contains("comm_bandwidth_gbps"))
+      throw InputError("--calibration: '" + calibration +
+                       "' gives no comm_bandwidth_gbps (a calibration whose sizes could not "
+                       "tell one from noise leaves it out), and without one every message's "
+                       "size would be free; calibrate with larger --sizes (up to 32M), or add "
+                       "the field");
     const WorkloadParams w = apply_workload_json(workload_preset("uniform"), text, calibration);
     return {{w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_links, w.comm_two_slowdown,
              w.comm_serial_receive, offer_payload, w.comm_wake_us, w.comm_wake_per_copy_us},
