@@ -187,6 +187,11 @@ rc=0
   fail "a trace without W tasks replayed split by default"
 grep -q "the trace has no W tasks.*replay it with --split-backward off" so.log ||
   fail "no advice for a trace: $(tail -1 so.log)"
+# With --step too (that path returned before the advice).
+"$rrfp" simulate --pp 2 -m 4 --replay "$data/torch-pp2" --step 1 >so.log 2>&1 &&
+  fail "a trace's step without W tasks replayed split by default"
+grep -q "the trace has no W tasks.*replay it with --split-backward off" so.log ||
+  fail "no advice for a trace's step: $(tail -1 so.log)"
 echo "ok: a CSV of several steps without W: its last step, and --split-backward off compares"
 
 # The default comparison under one --comm: the baseline once (its blocking and async rows were

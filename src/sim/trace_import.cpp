@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <span>
 
 #include "core/error.hpp"
 #include "core/format.hpp"
@@ -206,6 +207,17 @@ std::string detect(const std::vector<Doc>& docs) {
                    "'backward-compute' (docs/twin.md)");
 }
 
+// A split shape against a recording without W tasks: how to replay it (as a CSV says).
+constexpr const char* kLacksW =
+    " (the trace has no W tasks: it was recorded without the split backward; replay it with "
+    "`split_backward` off)";
+bool lacks_w(const WorkModel& m, std::span<const Timeline> steps) {
+  return m.split() && std::none_of(steps.begin(), steps.end(), [](const Timeline& t) {
+           return std::any_of(t.tasks.begin(), t.tasks.end(),
+                              [](const TimelineTask& k) { return k.task.kind == Kind::W; });
+         });
+}
+
 ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp,
                         const TraceOptions& o) {
   const std::string origin =
@@ -232,7 +244,14 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
     trace::rebase(t, origin);
   if (o.step >= 0) {
     for (const Timeline& t : steps)
-      if (t.step == o.step) return build_run(t, m, tp, o.message_us, origin);
+      if (t.step == o.step) {
+        try {
+          return build_run(t, m, tp, o.message_us, origin);
+        } catch (const InputError& e) {
+          if (!lacks_w(m, {&t, 1})) throw;
+          throw InputError(e.what() + std::string(kLacksW));
+        }
+      }
     std::string have;
     for (size_t i = 0; i < steps.size() && i < 8; ++i)
       have += (i ? ", " : "") + std::to_string(steps[i].step);
@@ -248,15 +267,7 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
       if (first_error.empty()) first_error = e.what();
     }
   }
-  // A split shape against a recording without W tasks: say how to replay it (as a CSV does).
-  const bool has_w = std::any_of(steps.begin(), steps.end(), [](const Timeline& t) {
-    return std::any_of(t.tasks.begin(), t.tasks.end(),
-                       [](const TimelineTask& k) { return k.task.kind == Kind::W; });
-  });
-  const std::string why = m.split() && !has_w
-                              ? " (the trace has no W tasks: it was recorded without the split "
-                                "backward; replay it with `split_backward` off)"
-                              : "";
+  const std::string why = lacks_w(m, steps) ? kLacksW : "";
   throw InputError((steps.size() == 1 ? first_error
                                       : "no complete step among " + std::to_string(steps.size()) +
                                             "; the first: " + first_error) +
