@@ -95,11 +95,12 @@ void validate(const WorkloadParams& w) {
   in("coord_latency_us", w.coord_latency_us, 0, kUs);
 }
 
-std::int64_t duration_ns(double us, const char* what) {
+std::int64_t duration_ns(double us, const char* what, const char* remedy) {
+  // %.10g: 1000000001 us read "1e+09 us; the most one may take is 1e+09 us".
   if (!(us >= 0 && us <= kMaxTaskUs))
-    throw InputError(std::string(what) + ": a task or message of " + fmt("%g", us) +
-                     " us; the most one may take is " + fmt("%g", kMaxTaskUs) +
-                     " us (1000 s): lower the workload's times or factors");
+    throw InputError(std::string(what) + ": a task or message of " + fmt("%.10g", us) +
+                     " us; the most one may take is " + fmt("%g", kMaxTaskUs) + " us (1000 s)" +
+                     (remedy ? std::string(": ") + remedy : std::string()));
   return std::llround(us * 1000);
 }
 
@@ -143,12 +144,14 @@ void apply_jitter(RealizedWork& w, const WorkModel& m, const JitterLevel& j, std
           m.split() && t.kind == Kind::B ? row[idx] + row[m.index({Kind::W, t.chunk, t.mb})] : 0;
       auto& ns = w.compute_ns[static_cast<size_t>(rank) * w.num_tasks + idx];
       if (whole == 0) {
-        ns = duration_ns(jittered_us(j, static_cast<double>(ns) / 1000, seed, t, rank), "jitter");
+        ns = duration_ns(jittered_us(j, static_cast<double>(ns) / 1000, seed, t, rank), "jitter",
+                         "lower the workload's times or the jitter");
         continue;
       }
       const double d = static_cast<double>(whole) / 1000;
       const double stall = jittered_us(j, d, seed, t, rank) - d;
-      ns = duration_ns(static_cast<double>(ns) / 1000 + stall, "jitter");
+      ns = duration_ns(static_cast<double>(ns) / 1000 + stall, "jitter",
+                       "lower the workload's times or the jitter");
     }
   }
   check_total(w);
@@ -292,9 +295,11 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
             d = share == 1 ? jittered_us(w.jitter, d, seed, t, rank)
                            : d * share + (jittered_us(w.jitter, d, seed, t, rank) - d);
             const size_t at = static_cast<size_t>(rank) * r.num_tasks + idx;
-            r.compute_ns[at] = duration_ns(d, "workload");
+            r.compute_ns[at] = duration_ns(d, "workload", "lower the workload's times or factors");
             if (sends)
-              r.message_ns[at] = duration_ns(message_us(w, bytes, tp, seed, idx, rank), "workload");
+              r.message_ns[at] = duration_ns(
+                  message_us(w, bytes, tp, seed, idx, rank), "workload",
+                  "raise comm_bandwidth_gbps, or lower comm_latency_us or bytes_per_token");
           }
         }
       });

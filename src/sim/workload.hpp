@@ -115,8 +115,9 @@ void validate(const WorkloadParams& w);  // throws InputError naming the field a
 
 // The longest task or message a workload or replay may hold: 1000 s.
 inline constexpr double kMaxTaskUs = 1e9;
-// `us` in integer nanoseconds; throws InputError naming `what` unless 0 <= us <= kMaxTaskUs.
-std::int64_t duration_ns(double us, const char* what);
+// `us` in integer nanoseconds; throws InputError naming `what` unless 0 <= us <= kMaxTaskUs,
+// with `remedy` (what to change, in words) when given.
+std::int64_t duration_ns(double us, const char* what, const char* remedy = nullptr);
 
 // Realized work of one run: every duration the simulator (or emulated runtime) will use.
 struct RealizedWork {
