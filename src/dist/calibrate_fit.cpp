@@ -92,6 +92,19 @@ SlopeFit fit_slope(const std::vector<CalibrationPoint>& pts, double CalibrationP
   return f;
 }
 
+// The fit line's words on two transfers at once: what was measured, and whether the model
+// takes it (links share a bandwidth; with none, "take 1.62x as long" claimed a cost the file
+// leaves out). Nothing where it rounds to 1.00x.
+std::string overlap_words(const Calibration& c) {
+  const std::string x = fmt("%.2fx", c.overlap_slowdown);
+  if (c.overlap_slowdown == 1 || x == "1.00x") return {};
+  if (c.links > 0) return "; two transfers at once take " + x + " as long";
+  return "; two transfers at once took " + x + " as long, not modelled (" +
+         (c.size_cost == SizeCost::Free ? "size costs nothing here, so no bandwidth is shared"
+                                        : "no bandwidth to share") +
+         ")";
+}
+
 // A ratio below 1 of `what` at once over one alone, and what the model takes of it.
 std::string faster_together(const std::string& what, double ratio) {
   return what + " at once took " + fmt("%.2fx", ratio) +
@@ -243,9 +256,7 @@ std::string format_calibration(const Calibration& c) {
       (c.bandwidth_gbps > 0 ? " + bytes / " + fmt("%.2f", c.bandwidth_gbps) + " GB/s"
        : c.size_cost == SizeCost::Unresolved ? std::string(" (no bandwidth: see below)")
                                              : std::string(", whatever the size")) +
-      (c.overlap_slowdown != 1
-           ? "; two transfers at once take " + fmt("%.2fx", c.overlap_slowdown) + " as long"
-           : std::string()) +
+      overlap_words(c) +
       (c.four_slowdown > 1 ? "; four streams at once, " + fmt("%.2fx", c.four_slowdown) + " as long"
                            : std::string()) +
       (c.two_slowdown > 1 ? ", two " + fmt("%.2fx", c.two_slowdown) : std::string()) +
@@ -257,12 +268,13 @@ std::string format_calibration(const Calibration& c) {
   if (c.size_cost == SizeCost::Unresolved)
     out += "the sizes span too little to fit a bandwidth (" + c.size_note +
            "): latency only, the file gives no bandwidth or links\n";
-  if (c.overlap_ratio > 0 && c.overlap_ratio < 1)
+  // A ratio that rounds to 1.00x is no news ("took 1.00x as long: faster together").
+  if (c.overlap_ratio > 0 && c.overlap_ratio < 0.995)
     out += faster_together("two transfers", c.overlap_ratio) +
            (c.fitted_with_two_pairs ? ", the bandwidth fitted to the times with both pairs"
                                     : std::string()) +
            "\n";
-  if (c.four_ratio > 0 && c.four_ratio < 1)
+  if (c.four_ratio > 0 && c.four_ratio < 0.995)
     out += faster_together("four streams", c.four_ratio) + "\n";
   return out;
 }

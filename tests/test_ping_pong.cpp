@@ -1,0 +1,144 @@
+// The ping-pong that calibrate times (comm/ping_pong.hpp): whose buffers the replies send, and
+// the deadline of a round that does not end.
+#include "comm/ping_pong.hpp"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <barrier>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/error.hpp"
+#include "expect_error.hpp"
+#include "runtime_helpers.hpp"
+
+namespace rrfp {
+namespace {
+
+// One round on endpoints 0 (the initiator) and 1, each on a thread of its own, with the options
+// `set` gives both; each endpoint's error, empty where its round ended.
+std::array<std::string, 2> round_on_both(std::vector<std::unique_ptr<Transport>>& eps,
+                                         const std::function<void(PingPongOptions&)>& set) {
+  std::barrier sync(2);
+  std::array<std::string, 2> err;
+  std::vector<std::thread> threads;
+  for (int e = 0; e < 2; ++e)
+    threads.emplace_back([&, e] {
+      PingPong ping(*eps[e]);
+      PingPongOptions o;
+      o.peer = 1 - e;
+      o.initiator = e == 0;
+      set(o);
+      try {
+        ping.round(o, [&] { sync.arrive_and_wait(); });
+      } catch (const Error& x) {
+        err[e] = x.what();
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  return err;
+}
+
+// With sources, each side sends its own buffers in turn instead of the one that arrived: over
+// threads (payloads move by reference) every message endpoint 0 sends points into one of its
+// two buffers, and endpoint 1 sends only its own.
+TEST(PingPongSources, RepliesTakeTheSidesOwnBuffersInTurn) {
+  std::mutex mu;
+  std::map<int, std::set<const std::byte*>> sent;  // by sender
+  std::map<int, int> count;
+  auto eps = test::faulty_transports(2, [&](int src, int&, MessageTag&, Payload& p) {
+    std::lock_guard lk(mu);
+    sent[src].insert(p.data());
+    ++count[src];
+    return true;
+  });
+  for (bool stream : {false, true}) {
+    sent.clear();
+    count.clear();
+    const auto err = round_on_both(eps, [&](PingPongOptions& o) {
+      o.bytes = 4096;
+      o.iters = 6;
+      o.stream = stream;
+      o.sources = 2;
+    });
+    SCOPED_TRACE(stream ? "stream" : "ping-pong");
+    EXPECT_EQ(err[0], "");
+    EXPECT_EQ(err[1], "");
+    const int sender = stream ? 1 : 0;  // a stream's peer sends
+    EXPECT_EQ(count[sender], 6);
+    EXPECT_EQ(sent[sender].size(), 2u) << "two buffers, in turn";
+    if (!stream) {
+      EXPECT_EQ(sent[1].size(), 2u);
+      for (const std::byte* p : sent[1])
+        EXPECT_FALSE(sent[0].count(p)) << "never sends back what arrived";
+    }
+  }
+}
+
+// The deadline bounds the wait for the next message: when it passes, the error says how many
+// messages came, which tells a lost message (here: endpoint 1's third reply and after) from a
+// slow machine.
+TEST(PingPongDeadline, SaysHowManyMessagesCameWhenTheRoundDoesNotEnd) {
+  std::atomic<int> replies{0};
+  auto eps = test::faulty_transports(2, [&](int src, int&, MessageTag&, Payload&) {
+    return src != 1 || ++replies <= 2;  // endpoint 1's later replies are lost
+  });
+  const auto err = round_on_both(eps, [](PingPongOptions& o) {
+    o.iters = 5;
+    o.deadline_s = 0.3;
+  });
+  EXPECT_EQ(err[0],
+            "ping-pong with endpoint 1: no message within 0.3 s (2 of the 5 messages due here "
+            "arrived)");
+  EXPECT_EQ(err[1],
+            "ping-pong with endpoint 0: no message within 0.3 s (3 of the 5 messages due here "
+            "arrived)");
+}
+
+// ...not the round: a round longer than the deadline whose messages keep coming ends well (a
+// calibration under --timeout 2 failed a round of 444 round trips that took longer).
+TEST(PingPongDeadline, ARoundLongerThanTheDeadlineEndsWhileMessagesCome) {
+  auto eps = test::faulty_transports(2, [&](int, int&, MessageTag&, Payload&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));  // each send late
+    return true;
+  });
+  const auto err = round_on_both(eps, [](PingPongOptions& o) {
+    o.iters = 8;  // 16 sends of 60 ms: about 1 s, against a deadline of 0.4 s
+    o.deadline_s = 0.4;
+  });
+  EXPECT_EQ(err[0], "");
+  EXPECT_EQ(err[1], "");
+}
+
+TEST(PingPongSources, RefusesMoreThanSixteenOrFewerThanNone) {
+  Hosting h = in_process_hosting(2);
+  PingPong ping(*h.transports[0]);
+  PingPongOptions o;
+  for (int n : {-1, 17}) {
+    o.sources = n;
+    EXPECT_ERROR(ping.round(o, [] {}), InputError,
+                 "ping-pong: sources must be 0 to 16, got " + std::to_string(n))
+        << n;
+  }
+}
+
+TEST(PingPongStream, RefusesAReplyingHandlerAndFewerThanTwoMessages) {
+  Hosting h = in_process_hosting(2);
+  PingPong ping(*h.transports[0]);
+  PingPongOptions o;
+  o.stream = true;
+  o.reply_in_handler = true;
+  EXPECT_ERROR(ping.round(o, [] {}), InputError,
+               "ping-pong: a stream hands its messages to the calling thread");
+  o.reply_in_handler = false;
+  o.iters = 1;
+  EXPECT_ERROR(ping.round(o, [] {}), InputError, "ping-pong: a stream needs 2 messages or more");
+}
+
+}  // namespace
+}  // namespace rrfp
