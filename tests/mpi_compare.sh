@@ -18,22 +18,28 @@ fail() { echo "FAIL: $*"; cat "$out"; exit 1; }
 timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --calibration baseline \
   --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed --repeat 3 --json "$js" >"$out" 2>&1 ||
   fail "the run exited $?"
-# --json: the fitted model and the fitted run's error (0 within the bisection's precision).
-/usr/bin/python3 -c '
+# On a loaded machine the calibration's latency alone may make the step longer than it measured:
+# then no bandwidth fits, and the run says so (it said "fitted" with the row 2.8% off).
+if grep -q "^not fitted to fixed 1f1b (async)'s measured step: at 1000 GB/s, the bound, its simulated step is still +[0-9.]*% off (the calibration's latency [0-9.]* us explains more than the step took)" "$out"; then
+  echo "mpi compare: the calibration's latency exceeds the step here (a loaded machine?): no fit"
+else
+  # --json: the fitted model and the fitted run's error (0 within the bisection's precision).
+  /usr/bin/python3 -c '
 import json, sys
 c = json.load(open(sys.argv[1]))["compare"]
 assert " GB/s" in c["message_model"] and len(c["runs"][0]["measured_steps_ms"]) == 3, c
 assert abs(c["runs"][0]["error"]) < 1e-4, c' "$js" || fail "the JSON lacks the comparison"
-grep -q "^fitted to fixed 1f1b (async)'s measured step" "$out" || fail "no line naming the fit"
-# The fidelity table's first row: measured = simulated, error +0.0%, a replay with the run's own
-# task durations beside it, and a range of 3 steps.
-# found: without the header there is no row to check, and awk would exit 0 at the end.
-awk '/measured_range_ms/ { found = 1; getline
-       ok = $(NF - 6) ~ /^[+-]0\.0%$/ && $(NF - 5) ~ /^[0-9]+\.[0-9][0-9]$/ &&
-            $(NF - 4) ~ /^[+-][0-9.]+%$/ && $NF ~ /^[0-9.]+-[0-9.]+$/
-       exit }
-     END { exit !(found && ok) }' \
-  "$out" || fail "no fidelity table, or the fitted row does not reproduce its step"
+  grep -q "^fitted to fixed 1f1b (async)'s measured step" "$out" || fail "no line naming the fit"
+  # The fidelity table's first row: measured = simulated, error +0.0%, a replay with the run's own
+  # task durations beside it, and a range of 3 steps.
+  # found: without the header there is no row to check, and awk would exit 0 at the end.
+  awk '/measured_range_ms/ { found = 1; getline
+         ok = $(NF - 6) ~ /^[+-]0\.0%$/ && $(NF - 5) ~ /^[0-9]+\.[0-9][0-9]$/ &&
+              $(NF - 4) ~ /^[+-][0-9.]+%$/ && $NF ~ /^[0-9.]+-[0-9.]+$/
+         exit }
+       END { exit !(found && ok) }' \
+    "$out" || fail "no fidelity table, or the fitted row does not reproduce its step"
+fi
 # The default model: a calibration before each round (two tables, two fits), simulated with
 # each field's median, of two their mean: the bandwidth printed is the mean of the two fits'.
 timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --rounds 2 \
