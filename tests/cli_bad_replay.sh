@@ -106,5 +106,12 @@ sed '5s/,0$/,7/' "$tmp/timed.csv" >"$tmp/lacked.csv"  # the last chunk's F c1 m1
 check "lacked.csv:5: send_us says its output went to another stage, but no task of P=2 V=1 takes it" simulate --pp 2 -m 2 --replay "$tmp/lacked.csv" --split-backward off
 "$rrfp" simulate --pp 2 -m 2 --replay "$tmp/timed.csv" --split-backward off >/dev/null ||
   { echo "FAIL: a CSV whose send_us is 0 where no task takes the output"; fails=$((fails + 1)); }
+# A trace named in capitals is a trace (t.JSON was read as a CSV: "line 1 has 54 KiB"); a
+# gzipped CSV is named as such (its first bytes were "unknown column '\x1f\x8b...'").
+cp "$tmp/rb.json" "$tmp/RB.JSON"
+"$rrfp" predict "$tmp/RB.JSON" --step 1 >/dev/null ||
+  { echo "FAIL: a trace named .JSON"; fails=$((fails + 1)); }
+gzip -c "$tmp/untimed.csv" >"$tmp/untimed.csv.gz"
+check "untimed.csv.gz: a gzip file: a replay CSV is read as text (gunzip it first)" simulate --pp 2 -m 2 --replay "$tmp/untimed.csv.gz" --split-backward off
 echo "cli bad-replay checks: $fails failed"
 [ "$fails" -eq 0 ]

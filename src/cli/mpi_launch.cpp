@@ -15,6 +15,7 @@
 #ifdef RRFP_HAVE_MPI
 #include "dist/mpi_world.hpp"
 #endif
+#include "sim/trace_import.hpp"
 
 namespace rrfp {
 
@@ -73,13 +74,10 @@ double content_digest(const std::string& path) {
   if (!fs::is_directory(path, ec)) return hash_file(h, path) ? as_double(h) : -1;
   // The files a folder of traces is read from (.json, .json.gz): another file beside them on
   // one node is no difference of input.
-  auto is_trace = [](const std::string& n) {
-    return n.ends_with(".json") || n.ends_with(".json.gz");
-  };
   std::vector<fs::path> files;
   try {
     for (const auto& entry : fs::directory_iterator(path, ec))
-      if (entry.is_regular_file(ec) && is_trace(entry.path().filename().string()))
+      if (entry.is_regular_file(ec) && trace_file_name(entry.path().filename().string()))
         files.push_back(entry.path());
   } catch (const fs::filesystem_error&) {
     return -1;  // unreadable here: its reader refuses it in its own words

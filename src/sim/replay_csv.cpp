@@ -91,6 +91,11 @@ void keep_step(Table& t, const std::string& origin, int step) {
 }
 
 Table read_table(const std::string& text, const std::string& origin, int step) {
+  // Compressed, its first bytes were named as an unknown column.
+  if (text.starts_with("\x1f\x8b"))
+    throw InputError(origin +
+                     ": a gzip file: a replay CSV is read as text (gunzip it first); "
+                     "only traces (.json.gz) are read compressed");
   Table t;
   std::istringstream in(text);
   std::string line;

@@ -174,10 +174,6 @@ bool natural_less(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
-bool trace_file_name(const std::string& p) {
-  return ends_with(p, ".json") || ends_with(p, ".json.gz");
-}
-
 // The mapping that recognizes the files (auto), by what only that tool writes.
 std::string detect(const std::vector<Doc>& docs) {
   bool megatron = false, torch = false;
@@ -279,6 +275,14 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
 const std::vector<std::string>& trace_formats() {
   static const std::vector<std::string> names{"auto", "rrfp", "torch", "megatron"};
   return names;
+}
+
+bool trace_file_name(const std::string& p) {
+  // In any case: "t.JSON" was read as a CSV ("line 1 has 54 KiB").
+  std::string tail = p.substr(p.size() - std::min<size_t>(p.size(), 8));
+  std::transform(tail.begin(), tail.end(), tail.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return ends_with(tail, ".json") || ends_with(tail, ".json.gz");
 }
 
 bool is_trace_path(const std::string& path) {

@@ -21,8 +21,11 @@ struct TraceOptions {
 
 const std::vector<std::string>& trace_formats();  // auto, rrfp, torch, megatron
 
-// True for what import_trace reads: a .json or .json.gz file, or a directory.
+// True for what import_trace reads: a .json or .json.gz file (in any case), or a directory.
 bool is_trace_path(const std::string& path);
+// Whether a file's name is a trace's: .json or .json.gz, in any case (what a directory's trace
+// is read from).
+bool trace_file_name(const std::string& path);
 
 // Reads the trace at `path` (a file, or every .json / .json.gz file of a directory in name
 // order) and builds the selected step (sim/timeline.hpp). Throws InputError naming the file and
