@@ -64,22 +64,22 @@ timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --rendezvous p
 grep -qE "^fixed 1f1b \(blocking\) +[0-9.]+ " "$out" || fail "no row for the pulling run"
 grep -q "^simulating .*: 30.0 us + bytes / 5.00 GB/s$" "$out" ||
   fail "the pulling run is not simulated with the file's model and its bytes after the acceptance"
+# refused JSON ERROR WHAT: a run given the calibration file JSON exits 2 with ERROR.
+refused() {
+  echo "$1" >"$cal"
+  timeout -k 10 60 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --calibration "$cal" \
+    --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed >"$out" 2>&1
+  local rc=$?
+  [ "$rc" -eq 2 ] && grep -qF "rrfp: error: --calibration: '$cal' $2" "$out" || fail "$3: exit $rc"
+}
 # A calibration measured on another transport is refused before the run, naming both: one of
 # inproc (which moves pointers) was taken as the model of mpi's messages.
-echo '{"comm_latency_us": 30, "calibration": {"transport": "inproc"}}' >"$cal"
-timeout -k 10 60 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --calibration "$cal" \
-  --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed >"$out" 2>&1
-rc=$?
-[ "$rc" -eq 2 ] && grep -q "^rrfp: error: --calibration: '$cal' was measured on the \"inproc\" transport, this run's is mpi" "$out" ||
-  fail "a calibration of inproc for a run over mpi: exit $rc"
-# A calibration without a bandwidth (its sizes could not tell one from noise) is refused: over
-# the preset's 0, every message's size was simulated as free.
-echo '{"comm_latency_us": 30, "calibration": {"transport": "mpi"}}' >"$cal"
-timeout -k 10 60 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --calibration "$cal" \
-  --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed >"$out" 2>&1
-rc=$?
-[ "$rc" -eq 2 ] && grep -q "^rrfp: error: --calibration: '$cal' gives no comm_bandwidth_gbps" "$out" ||
-  fail "a calibration without a bandwidth: exit $rc"
+refused '{"comm_latency_us": 30, "calibration": {"transport": "inproc"}}' \
+  'was measured on the "inproc" transport, this run'"'"'s is mpi' "a calibration of inproc"
+# One without a bandwidth (its sizes could not tell one from noise) too: over the preset's 0,
+# every message's size was simulated as free.
+refused '{"comm_latency_us": 30, "calibration": {"transport": "mpi"}}' \
+  "gives no comm_bandwidth_gbps" "a calibration without a bandwidth"
 echo "mpi compare: the baseline fit reproduces its step; ranges printed; a calibration per" \
   "round, their mean simulated, payloads on the offers; a pulling run with spinning idle" \
   "ranks completes, simulated with its bytes after the acceptance; another transport's" \
