@@ -236,3 +236,37 @@ def shared_buffer_chunks(pp):
     torch.manual_seed(0)
     shift = Shift()
     return [torch.nn.Sequential(torch.nn.Linear(8, 8), shift) for _ in range(pp)]
+
+
+def run_vshape(pp, dp, m, transport):
+    """Tied input/output embeddings under DP x PP: with placement "vshape" the first and the last
+    chunk share stage 0, so the tie stays in one process; each replica sums its uses' gradients,
+    then the replicas' sums are added in replica order. Bitwise the plain loop's."""
+    n = 2 * pp
+    ref = test_tied.tied_gpt(n)
+    ref_params = test_tied.unique_params(ref)
+    ref_opt = torch.optim.SGD(ref_params, lr=0.05)
+    tied = test_tied.tied_gpt(n)
+    tpipe = rrfp.Pipeline(tied, lm.loss_fn, pp=pp, vpp=2, placement="vshape", microbatches=m,
+                          transport=transport, dp=dp, timeout=60, hint="bf")
+    mine = test_tied.unique_params([tied[c] for c in sorted(tpipe.chunks)])
+    opt = torch.optim.SGD(mine, lr=0.05)
+    for s in range(2):
+        total = [None] * len(ref_params)
+        for r in range(dp):
+            for p in ref_params:
+                p.grad = None
+            xs, ys = lm.batches(m, seed=s * 100 + r)
+            lm.reference_step(ref, xs, ys)
+            total = [p.grad if t is None else t + p.grad for t, p in zip(total, ref_params)]
+        for p, g in zip(ref_params, total):
+            p.grad = g
+        ref_opt.step()
+        opt.zero_grad()
+        tpipe.step(*lm.batches(m, seed=s * 100 + tpipe.replica))
+        opt.step()
+    for c in tpipe.chunks:
+        for (pn, p), q in zip(ref[c].named_parameters(), tied[c].parameters()):
+            assert torch.equal(p, q), f"tied: rank {tpipe.rank} chunk {c} {pn} differs"
+    print(f"rank {tpipe.rank}: tied embeddings under pp={pp} x dp={dp} (V-shape), bitwise",
+          flush=True)

@@ -369,79 +369,15 @@ import mp_checkpoint  # noqa: E402
 
 mp_checkpoint.run(pp, dp, m, transport)
 
-# Tied input/output embeddings under DP x PP: with placement "vshape" the first and the last
-# chunk share stage 0, so the tie stays in one process; each replica sums its uses' gradients,
-# then the replicas' sums are added in replica order. Bitwise the plain loop's.
-import test_tied  # noqa: E402
+# Tied input/output embeddings under DP x PP, V-shape (mp_tied.py).
+import mp_tied  # noqa: E402
 
-n = 2 * pp
-ref = test_tied.tied_gpt(n)
-ref_params = test_tied.unique_params(ref)
-ref_opt = torch.optim.SGD(ref_params, lr=0.05)
-tied = test_tied.tied_gpt(n)
-tpipe = rrfp.Pipeline(tied, lm.loss_fn, pp=pp, vpp=2, placement="vshape", microbatches=m,
-                      transport=transport, dp=dp, timeout=60, hint="bf")
-mine = test_tied.unique_params([tied[c] for c in sorted(tpipe.chunks)])
-opt = torch.optim.SGD(mine, lr=0.05)
-for s in range(2):
-    total = [None] * len(ref_params)
-    for r in range(dp):
-        for p in ref_params:
-            p.grad = None
-        xs, ys = lm.batches(m, seed=s * 100 + r)
-        lm.reference_step(ref, xs, ys)
-        total = [p.grad if t is None else t + p.grad for t, p in zip(total, ref_params)]
-    for p, g in zip(ref_params, total):
-        p.grad = g
-    ref_opt.step()
-    opt.zero_grad()
-    tpipe.step(*lm.batches(m, seed=s * 100 + tpipe.replica))
-    opt.step()
-for c in tpipe.chunks:
-    for (pn, p), q in zip(ref[c].named_parameters(), tied[c].parameters()):
-        assert torch.equal(p, q), f"tied: rank {tpipe.rank} chunk {c} {pn} differs"
-print(f"rank {tpipe.rank}: tied embeddings under pp={pp} x dp={dp} (V-shape), bitwise", flush=True)
+mp_tied.run_vshape(pp, dp, m, transport)
 
-# Evaluation with a process per stage: the last stage's processes get the outputs, every
-# process of a replica the loss; bitwise the plain forward's.
-chunks_n = lm.chunks(pp)
-epipe = rrfp.Pipeline(lambda i: lm.chunks(pp)[i], lm.loss_fn, pp=pp, microbatches=m,
-                      transport=transport, dp=dp, timeout=60)
-xs, ys = lm.batches(m, seed=7 + epipe.replica)
-outs, loss = epipe.eval_step(xs, ys)
-want_loss = None
-with torch.no_grad():
-    want = []
-    for x, y in zip(xs, ys):
-        h = x
-        for c in chunks_n:
-            h = c(h)
-        want.append(h)
-        want_loss = lm.loss_fn(h, y) if want_loss is None else want_loss + lm.loss_fn(h, y)
-assert torch.equal(loss, want_loss), (epipe.rank, loss, want_loss)
-if pp - 1 in epipe.stages:
-    assert all(torch.equal(o, w) for o, w in zip(outs, want)), epipe.rank
-else:
-    assert outs is None, epipe.rank
-print(f"rank {epipe.rank}: eval_step across processes, bitwise", flush=True)
-# An evaluation's loss of any dtype and shape reaches every process of the replica: a count of
-# int64 (accuracy), a loss per sample. A gather of doubles took neither: the last chunk's
-# process failed and the others waited out the timeout.
-for name, fn in (("a count", lambda o, y: (o.argmax(-1) == y).sum()),
-                 ("per sample", lambda o, y: torch.nn.functional.cross_entropy(
-                     o.transpose(1, 2), y, reduction="none").mean(-1))):
-    cpipe = rrfp.Pipeline(lambda i: lm.chunks(pp)[i], fn, pp=pp, microbatches=m,
-                          transport=transport, dp=dp, timeout=60)
-    _, got = cpipe.eval_step(xs, ys)
-    with torch.no_grad():
-        want = None
-        for x, y in zip(xs, ys):
-            h = x
-            for c in chunks_n:
-                h = c(h)
-            want = fn(h, y) if want is None else want + fn(h, y)
-    assert got.dtype == want.dtype and torch.equal(got, want), (cpipe.rank, name, got, want)
-print(f"rank {epipe.rank}: eval_step's count and per-sample losses on every process", flush=True)
+# Evaluation with a process per stage (mp_eval.py).
+import mp_eval  # noqa: E402
+
+mp_eval.run(pp, dp, m, transport)
 
 # Ordered forwards, seeded dropout and replicas' state (mp_state.py).
 import mp_state  # noqa: E402
