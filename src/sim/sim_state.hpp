@@ -16,7 +16,7 @@ enum class Ev : std::uint8_t {
   Arrive,
   SendLanded,
   AckLanded,
-  CoordDone,
+  Proposal,
   Choice,
   LinkJoin,
   LinkEnd
@@ -62,15 +62,21 @@ struct Rank {
   // Its latest wait (Simulation::block): one past the step's end is cut there (end_waits).
   std::int64_t wait_from = 0, wait_to = 0;
   BlockReason wait_why = BlockReason::Send;
+  // `agree`: in a round since proposed_at, waiting in the all-gather for its peers' proposals.
+  bool proposing = false;
+  std::int64_t proposed_at = 0;
 };
 
-// The collective of a stage's group, and its agree round in flight.
+// `agree`: a proposal on its way to the group's other ranks (Ev::Proposal's index).
+struct SentProposal {
+  int from, round, task;  // task: index
+};
+
+// The collective of a stage's group.
 struct Group {
   int launched = 0;
   TaskId task{};
   std::int64_t end = 0;
-  bool round = false;
-  std::int64_t round_start = 0;
 };
 
 }  // namespace rrfp::sim_state

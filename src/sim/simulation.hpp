@@ -25,7 +25,7 @@ class Simulation {
   RankStats& stats(int s, int r) { return res_.ranks[static_cast<size_t>(s) * t_ + r]; }
   bool free(int s, int r) const {
     const Rank& rk = rank(s, r);
-    return !rk.computing && !rk.driver.held();
+    return !rk.computing && !rk.driver.held() && !rk.proposing;
   }
   void push(std::int64_t time, Ev type, int stage, int r, int a) {
     events_.push(time, Event{type, stage, r, a});
@@ -57,8 +57,9 @@ class Simulation {
   void dispatch_dirty();
   void dispatch(int s);
   void try_dispatch(int s);
-  void start_round(int s);
-  void coord_done(int s);
+  void propose(int s);
+  void proposal_landed(int s, int r, int id);
+  void end_round(int s, int r);
   void check_finished();
 
   // sim_messages.cpp
@@ -86,6 +87,7 @@ class Simulation {
   std::vector<Rank> ranks_;
   std::vector<Group> groups_;
   std::vector<Send> sends_;
+  std::vector<SentProposal> proposals_;     // agree: by Ev::Proposal's index
   std::optional<SharedLinks> links_;        // WorkloadParams::comm_links; none: each on its own
   std::vector<Transfer> transfers_;         // on the links, by token
   std::uint64_t links_version_ = 0;         // the links' version the last LinkEnd was pushed for

@@ -60,12 +60,17 @@ StepRecord Simulation::run() {
   end_waits();
   res_.peak_d.resize(p_);
   res_.peak_pending_w.resize(p_);
-  for (int s = 0; s < p_; ++s)
+  for (int s = 0; s < p_; ++s) {
     for (int r = 0; r < t_; ++r) {
       const StageArbiter& arb = rank(s, r).driver.arbiter();
       res_.peak_d[s] = std::max(res_.peak_d[s], arb.peak_outstanding());
       res_.peak_pending_w[s] = std::max(res_.peak_pending_w[s], arb.peak_pending_w());
     }
+    if (const AgreeRound* a = rank(s, 0).driver.agree()) {  // the group's rounds, as the runtime
+      res_.coordination_rounds += a->rounds();              // counts them: its rank 0's
+      res_.failed_rounds += a->failed_rounds();
+    }
+  }
   return std::move(res_);
 }
 
@@ -146,8 +151,8 @@ void Simulation::handle(const Event& e) {
     case Ev::AckLanded:
       ack_landed(e.a);
       break;
-    case Ev::CoordDone:
-      coord_done(e.stage);
+    case Ev::Proposal:
+      proposal_landed(e.stage, e.rank, e.a);
       break;
     case Ev::Choice:
       rank(e.stage, e.rank).driver.on_choice(0, m_.task(e.a));
@@ -190,10 +195,10 @@ void Simulation::arrive(int s, int r, int consumer) {
 
 // An input reaching a rank with nothing to do wakes its sleeping thread, which then waits for a
 // core behind the copies under way (WorkloadParams::comm_wake_us). A rank freed in this very
-// instant is awake already, and so are ranks in an agree round (inside the all-gather).
+// instant is awake already, and so is a rank in an agree round (inside the all-gather: not
+// free).
 void Simulation::wake(int s, int r) {
   if (!free(s, r) || rank(s, r).free_since == now_) return;
-  if (coordinated_ && groups_[s].round) return;
   waking_.push_back(queue_of(s, r));  // twice in one instant sizes it twice alike
 }
 
@@ -245,7 +250,7 @@ void Simulation::dispatch(int s) {
 }
 
 void Simulation::try_dispatch(int s) {
-  if (coordinated_ && opt_.tp_protocol == TpProtocol::Agree) return start_round(s);
+  if (coordinated_ && opt_.tp_protocol == TpProtocol::Agree) return propose(s);
   for (int r = 0; r < t_; ++r) {
     if (!free(s, r)) continue;
     const auto task = rank(s, r).driver.next();
@@ -257,48 +262,48 @@ void Simulation::try_dispatch(int s) {
   }
 }
 
-// agree: the group's ranks propose together once all are free with something to propose and
-// one of them may open a round; the scalar all-gather takes coord_ns.
-void Simulation::start_round(int s) {
-  Group& g = groups_[s];
-  if (g.round) return;
-  int opener = -1;
+// agree, as the runtime's ranks run it: a free rank with something to propose (and leave to:
+// RankDriver::propose) proposes at once and waits in the all-gather, booked as blocked
+// (coordination) until its round holds every proposal; each proposal reaches the other ranks
+// coord_ns later. A rank whose peer has nothing ready yet waits for it in the round, as in the
+// runtime (the simulator used to open a round only once every rank had a candidate, which
+// booked that wait as idle and proposed later, from fuller ready sets).
+void Simulation::propose(int s) {
   for (int r = 0; r < t_; ++r) {
-    RankDriver& d = rank(s, r).driver;
-    if (!free(s, r) || !d.peek()) return;  // a rank with nothing to propose waits for its inputs
-    if (opener < 0 && d.may_propose()) opener = r;
-  }
-  if (opener < 0) return;  // the last round failed and nothing has changed since
-  for (int k = 0; k < t_; ++k) {
-    const int r = (opener + k) % t_;  // the opener first: the others join its round
-    const auto p = rank(s, r).driver.propose();
-    if (!p)
-      throw Error("stage " + std::to_string(s) + ": tp rank " + std::to_string(r) +
-                  " could not join the agree round it was free to join");
+    if (!free(s, r)) continue;
+    Rank& rk = rank(s, r);
+    const auto p = rk.driver.propose();
+    if (!p) continue;
+    rk.proposing = true;
+    rk.proposed_at = now_;
+    const int id = static_cast<int>(proposals_.size());
+    proposals_.push_back(SentProposal{r, p->round, m_.index(p->task)});
     for (int o = 0; o < t_; ++o)
-      if (o != r) rank(s, o).driver.on_proposal(r, p->round, p->task);
+      if (o != r) push(now_ + w_.coord_ns, Ev::Proposal, s, o, id);
+    if (rk.driver.round_complete()) end_round(s, r);  // the last to propose: its peers' are in
   }
-  g.round = true;
-  g.round_start = now_;
-  ++res_.coordination_rounds;
-  push(now_ + w_.coord_ns, Ev::CoordDone, s, 0, 0);
 }
 
-void Simulation::coord_done(int s) {
-  Group& g = groups_[s];
-  g.round = false;
-  std::optional<TaskId> agreed;
-  for (int r = 0; r < t_; ++r) {
-    block(s, r, g.round_start, now_, BlockReason::Coordination);
-    agreed = rank(s, r).driver.decide();  // every rank holds the same proposals
-  }
-  if (agreed) {
-    for (int r = 0; r < t_; ++r)
-      launch(s, r, *agreed);
-    return;
-  }
-  ++res_.failed_rounds;
-  mark_dirty(s);  // a new round opens only if some rank's ready set has changed
+void Simulation::proposal_landed(int s, int r, int id) {
+  const SentProposal& p = proposals_[id];
+  Rank& rk = rank(s, r);
+  rk.driver.on_proposal(p.from, p.round, m_.task(p.task));
+  if (rk.proposing && rk.driver.round_complete())
+    end_round(s, r);
+  else
+    mark_dirty(s);  // a peer opened a round this rank may join
+}
+
+// Every proposal of r's round is in: the agreed task runs; without agreement the rank proposes
+// again once its ready set has grown or a peer opens the next round.
+void Simulation::end_round(int s, int r) {
+  Rank& rk = rank(s, r);
+  rk.proposing = false;
+  block(s, r, rk.proposed_at, now_, BlockReason::Coordination);
+  if (const auto t = rk.driver.decide())
+    launch(s, r, *t);
+  else
+    mark_dirty(s);
 }
 
 void Simulation::check_finished() {

@@ -41,8 +41,8 @@ struct Timeline {
   // False when each rank's clock starts on its own (the legacy PyTorch exporter): build_run
   // then aligns neighbouring stages by their messages.
   bool clocks_aligned = true;
-  // The shortest of its "blocked: tp coordination" spans (rrfp's own, agree: a rank's round of
-  // proposals), -1: none recorded.
+  // Agree's latency as its "blocked: tp coordination" spans tell it (rrfp's own: a rank's round
+  // of proposals; sim/trace_rrfp.cpp), -1: none recorded.
   double coordination_us = -1;
   // The earliest start of its recorded waits (rrfp's own "blocked: ..." spans: coordination,
   // send, collective), +inf: none. Agree's first round runs before any task starts: the step
