@@ -305,10 +305,18 @@ if transport == "c10d":
 # trained against another batch's targets.
 xs, ys = lm.batches(m, seed=1000 + auto.rank)
 refused(lambda: auto.step(xs, ys), "different batches on the processes of a replica",
-        ["passed different batches"])
+        ["passed different inputs and targets to step()"])
 # Each microbatch a tuple: the tensors inside count, not only the tuple's type.
 refused(lambda: auto.step([(x, {"n": 1}) for x in xs], lm.batches(m, seed=0)[1]),
-        "different tuple batches on the processes of a replica", ["passed different batches"])
+        "different tuple batches on the processes of a replica",
+        ["passed different inputs to step()"])
+# eval_step's own name, and targets None on one process only (its stage reads none): named as
+# the targets (it said "different batches to step()", and to seed the generator).
+if pp > 1:
+    refused(lambda: auto.eval_step(lm.batches(m, seed=0)[0],
+                                   None if job_rank() % pp == 0 else lm.batches(m, seed=0)[1]),
+            "targets on one process only",
+            ["targets: ", "passed different targets to eval_step()"])
 print(f"rank {auto.rank}: different batches in one replica refused", flush=True)
 
 # A stateful module shared by two chunks of one process (stage 0 holds chunks 0 and P at V=2):

@@ -134,11 +134,12 @@ for c, m in pipe.chunks.items():
     assert all(torch.equal(p.grad, q.grad) for p, q in zip(m.parameters(), ref[c].parameters()))
 assert torch.equal(pipe.eval_step(xs, ys)[1], want)
 mine = [t.sparse_rows(2, 100 * int(os.environ["RANK"]) + s) for s in range(4)]
-for call in (lambda: pipe.step(mine, ys), lambda: pipe.eval_step(mine, ys)):
+for name, call in (("step()", lambda: pipe.step(mine, ys)),
+                   ("eval_step()", lambda: pipe.eval_step(mine, ys))):
     try:
         call()
     except ValueError as e:
-        assert "passed different batches" in str(e), e
+        assert f"passed different inputs to {name}" in str(e), e
     else:
         raise AssertionError("different sparse batches were taken")
 print("sparse batches ok", flush=True)

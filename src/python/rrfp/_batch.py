@@ -222,12 +222,18 @@ def check_before_step(pipe, found, layout, training, refusal=None):
     pp, dp = pipe.pp, pipe._dp
     for r in range(dp):
         peers = every[r * pp:(r + 1) * pp]
-        if any(p[1:3] != peers[0][1:3] for p in peers):
+        # Which differ, by name: targets=None on a stage that reads none is no seeding matter.
+        which = [name for i, name in ((1, "inputs"), (2, "targets"))
+                 if any(p[i] != peers[0][i] for p in peers)]
+        if which:
+            ranks = [r * pp + k for k, p in enumerate(peers) if p[1:3] != peers[0][1:3]]
             raise ValueError(
-                "inputs, targets: the processes of a replica passed different batches to "
-                f"step(){f' (replica {r})' if dp > 1 else ''}; each must pass the same one "
-                "(seed torch's generator alike in every process, e.g. torch.manual_seed(0), "
-                "or load the same data)")
+                f"{', '.join(which)}: the processes of a replica passed different "
+                f"{' and '.join(which)} to {call}{f' (replica {r})' if dp > 1 else ''}: job "
+                f"rank(s) {ranks} differ from rank {r * pp}; each must pass the same batch, "
+                "targets included (None on one and a tensor on another differ; seed torch's "
+                "generator alike in every process, e.g. torch.manual_seed(0), or load the same "
+                "data)")
     for s in range(pp):
         marks = [every[r * pp + s][3] for r in range(dp)]
         bad = next((r for r, v in enumerate(marks) if v != marks[0]), None)
