@@ -90,6 +90,23 @@ assert j['recorded_comm'] == 'blocking' and abs(j['reproduction_error']) < 0.01,
 "$rrfp" predict "$tmp/rbv.json" --step 1 >"$tmp/rbv.txt" &&
   grep -q "^twin, recorded order .*the run had a rendezvous per message, but its order deadlocks so replayed as a fixed one" "$tmp/rbv.txt" ||
   { echo "FAIL: predict of a ready blocking step that deadlocks as a fixed order:"; cat "$tmp/rbv.txt"; fails=$((fails + 1)); }
+# The ranks of a TP group run one order: a trace whose ranks ran two (stage 1's rank 1 with
+# two forwards swapped) is refused, naming where they part (replayed in rank 0's order).
+"$rrfp" simulate --pp 2 -m 4 --tp 2 --workload uniform --hint gpipe --policy fixed \
+  --trace "$tmp/tp2.json" >/dev/null
+/usr/bin/python3 - "$tmp/tp2.json" "$tmp/tp2-swapped.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+ev = t["traceEvents"] if isinstance(t, dict) else t
+pids = {e["pid"] for e in ev if e.get("ph") == "M" and e.get("name") == "process_name"
+        and e["args"]["name"].endswith(" / stage 1") and e["args"]["name"].startswith("fixed gpipe (async)")}
+mine = [e for e in ev if e.get("ph") == "X" and e.get("pid") in pids and e.get("tid") == 1
+        and e.get("args", {}).get("kind") == "F" and e["args"].get("microbatch") in (1, 2)]
+assert len(mine) == 2, mine
+mine[0]["ts"], mine[1]["ts"] = mine[1]["ts"], mine[0]["ts"]
+json.dump(t, open(sys.argv[2], "w"))
+PY
+check "stage 1: tp rank 1 ran F c1 m2 where tp rank 0 ran F c1 m1 (its task 2); the ranks of a tensor-parallel group run one order" predict "$tmp/tp2-swapped.json"
 # A CSV without send_us times no message: --message-us times them (it was taken and ignored, every
 # message free: 9.00 ms either way); with the column it has none to time, and is refused. A send_us
 # on a task whose output no task of the shape takes came from a stage the shape lacks (the CSV of

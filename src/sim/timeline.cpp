@@ -161,15 +161,36 @@ void read_receives(const std::vector<TimelineRecv>& recvs, const WorkModel& m, i
 
 // The recorded order: each stage's tasks by start time on tp rank 0 (ties: the model's order,
 // so zero-length tasks keep their dependencies).
-ListHint recorded_order(const WorkModel& m, const std::vector<double>& start) {
+// Stage s's tasks in the order TP rank r started them.
+std::vector<TaskId> rank_order(const WorkModel& m, const std::vector<double>& start, int s, int r) {
+  std::vector<TaskId> o = m.stage_tasks(s);
+  const size_t at = static_cast<size_t>(r) * m.num_tasks();
+  std::stable_sort(o.begin(), o.end(), [&](const TaskId& a, const TaskId& b) {
+    return start[at + m.index(a)] < start[at + m.index(b)];
+  });
+  return o;
+}
+
+// Rank 0's order per stage. Every rank of a TP group runs one order (their collectives meet in
+// it): a trace whose ranks did not is refused, naming where they part (it was replayed in rank
+// 0's order without a word: a run that diverged, or a trace read with the wrong `tp`).
+ListHint recorded_order(const WorkModel& m, int tp, const std::vector<double>& start,
+                        const std::string& origin) {
   ListHint order;
   order.stages.assign(m.pp(), {});
   for (int s = 0; s < m.pp(); ++s) {
-    auto& o = order.stages[s];
-    o = m.stage_tasks(s);
-    std::stable_sort(o.begin(), o.end(), [&](const TaskId& a, const TaskId& b) {
-      return start[m.index(a)] < start[m.index(b)];
-    });
+    order.stages[s] = rank_order(m, start, s, 0);
+    for (int r = 1; r < tp; ++r) {
+      const std::vector<TaskId> mine = rank_order(m, start, s, r);
+      const auto [a, b] =
+          std::mismatch(order.stages[s].begin(), order.stages[s].end(), mine.begin());
+      if (a == order.stages[s].end()) continue;
+      throw InputError(origin + ": stage " + std::to_string(s) + ": tp rank " + std::to_string(r) +
+                       " ran " + to_string(*b) + " where tp rank 0 ran " + to_string(*a) +
+                       " (its task " + std::to_string(a - order.stages[s].begin() + 1) +
+                       "); the ranks of a tensor-parallel group run one order (a run whose "
+                       "ranks diverged, or a trace read with the wrong `tp`?)");
+    }
   }
   return order;
 }
@@ -284,7 +305,7 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
     out.start_ns[i] = static_cast<std::int64_t>((sp.start[i] - sp.first) * 1e3 + 0.5);
   if (!tl.tasks.empty())
     out.measured_ns = static_cast<std::int64_t>((sp.last - sp.first) * 1e3 + 0.5);
-  out.order = recorded_order(m, sp.start);
+  out.order = recorded_order(m, tp, sp.start, in_run);
   if (const std::int64_t c = measured_collective(tl, m, tp); c >= 0) {
     r.collective_ns = c;
     out.collective_measured = true;
