@@ -107,6 +107,9 @@ mine[0]["ts"], mine[1]["ts"] = mine[1]["ts"], mine[0]["ts"]
 json.dump(t, open(sys.argv[2], "w"))
 PY
 check "stage 1: tp rank 1 ran F c1 m2 where tp rank 0 ran F c1 m1 (its task 2); the ranks of a tensor-parallel group run one order" predict "$tmp/tp2-swapped.json"
+# A profiler trace whose ranks --tp does not divide into stages says so (it said the trace
+# "holds no task to tell its shape by").
+check "2 rank(s) with task spans, which --tp 3 does not divide into stages" predict "$data/torch-pp2" --tp 3
 # A CSV without send_us times no message: --message-us times them (it was taken and ignored, every
 # message free: 9.00 ms either way); with the column it has none to time, and is refused. A send_us
 # on a task whose output no task of the shape takes came from a stage the shape lacks (the CSV of

@@ -187,6 +187,13 @@ std::vector<Timeline> read_torch(const std::vector<Doc>& docs, const WorkModel& 
 
 Shape probe_torch(const std::vector<Doc>& docs, int tp) {
   const std::vector<Process> procs = processes_of(docs);
+  // Each stage is `tp` ranks in file order: 2 ranks at --tp 3 made no stage, and the error
+  // said the trace "holds no task to tell its shape by".
+  if (tp > 1 && procs.size() % static_cast<size_t>(tp) != 0)
+    throw InputError(docs.front().origin + (docs.size() > 1 ? " and the other files" : "") +
+                     ": " + std::to_string(procs.size()) +
+                     " rank(s) with task spans, which `tp` " + std::to_string(tp) +
+                     " does not divide into stages (each stage is tp ranks, in file order)");
   Shape s;
   s.pp = static_cast<int>(procs.size()) / std::max(1, tp);
   for (size_t k = 0; k < procs.size(); ++k)
