@@ -130,6 +130,11 @@ TEST(TensorParallel, NoCoordinationIsCaughtAsAMismatch) {
     } catch (const CollectiveMismatchError& e) {
       ++caught;
       EXPECT_NE(std::string(e.what()).find("collective order diverged"), std::string::npos);
+      // Both ranks named, as the runtime's error names them (it said "rank(s) of its group").
+      const std::string what = e.what();
+      const bool named = what.find("while rank(s) 0 of its group") != std::string::npos ||
+                         what.find("while rank(s) 1 of its group") != std::string::npos;
+      EXPECT_TRUE(named) << what;
     }
   }
   EXPECT_GT(caught, 0);

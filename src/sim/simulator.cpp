@@ -98,20 +98,26 @@ void Simulation::end_waits() {
     }
 }
 
-// Out of line, so that launch() does not pay for the message's frame on every task.
+// Out of line, so that launch() does not pay for the message's frame on every task. `in`: the
+// ranks already in the group's collective, named as the runtime's error names them.
 [[noreturn, gnu::cold, gnu::noinline]] static void diverged(int s, int r, const TaskId& task,
-                                                            const TaskId& group_task) {
+                                                            const TaskId& group_task,
+                                                            const std::string& in) {
   throw CollectiveMismatchError("stage " + std::to_string(s) + ": tensor-parallel rank " +
                                 std::to_string(r) + " entered the collective of " +
-                                to_string(task) + " while rank(s) of its group are in " +
+                                to_string(task) + " while rank(s) " + in + " of its group are in " +
                                 to_string(group_task) + " (collective order diverged)");
 }
 
 void Simulation::launch(int s, int r, const TaskId& task) {
   Rank& rk = rank(s, r);
   Group& g = groups_[s];
-  if (g.launched > 0 && !(g.task == task)) [[unlikely]]
-    diverged(s, r, task, g.task);
+  if (g.launched > 0 && !(g.task == task)) [[unlikely]] {
+    std::string in;
+    for (int o = 0; o < t_; ++o)
+      if (rank(s, o).computing) in += (in.empty() ? "" : ", ") + std::to_string(o);
+    diverged(s, r, task, g.task, in);
+  }
   const std::int64_t d = w_.compute(r, m_.index(task));
   // An input woke the idle rank: its thread starts the task once awake (a follower's choice or
   // an agree round may come later than that).
