@@ -70,6 +70,10 @@ check "is read for --resume" train --resume "$tmp/ckpt.bin" --out "$tmp/o"
 # came first and made it two).
 small=(--d-model 16 --heads 2 --layers 4 --max-seq 32 --max-len 32 --min-len 8 --eval-every 0)
 "$rrfp" train "${small[@]}" --steps 2 --save-every 2 --out "$tmp/ck2" >/dev/null 2>&1
+# The banner states the tensor-parallel size and protocol (a TP=2 run's read as a TP=1 run's).
+"$rrfp" train "${small[@]}" --steps 1 --warmup 0 --tp 2 --tp-protocol agree --out "$tmp/tp2" \
+  2>/dev/null | grep -q "^rrfp train: P=4 V=1 M=8 TP=2 (agree) ready bfw" ||
+  { echo "FAIL: the banner of a TP=2 run"; fails=$((fails + 1)); }
 check "--resume: the checkpoint is already at step 2 of --steps 1" train "${small[@]}" \
   --steps 1 --resume "$tmp/ck2/checkpoint.bin" --out "$tmp/ck2"
 # A fresh run into that folder would write its logs beside the earlier run's checkpoint, and

@@ -93,8 +93,13 @@ class Run {
   void print_banner() const {
     if (o_.quiet) return;
     std::cout << "rrfp train: P=" << t_.pipe.pp << " V=" << t_.pipe.vpp
-              << " M=" << t_.pipe.microbatches << " " << to_string(t_.runtime.arbiter.policy) << " "
-              << t_.hint << (t_.pipe.split_backward ? " (split backward)" : "")
+              << " M=" << t_.pipe.microbatches
+              << (t_.runtime.tp > 1 ? " TP=" + std::to_string(t_.runtime.tp) + " (" +
+                                          to_string(t_.runtime.tp_protocol) + ")"
+                                    : std::string())
+              << (t_.dp > 1 ? " DP=" + std::to_string(t_.dp) : std::string()) << " "
+              << to_string(t_.runtime.arbiter.policy) << " " << t_.hint
+              << (t_.pipe.split_backward ? " (split backward)" : "")
               << ", GPT d=" << t_.model.d_model << " layers=" << t_.model.layers
               << " heads=" << t_.model.heads << ", data "
               << (t_.task == "text" ? t_.data_dir : t_.task) << " (" << trainer_.data().describe()
