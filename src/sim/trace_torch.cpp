@@ -190,9 +190,9 @@ Shape probe_torch(const std::vector<Doc>& docs, int tp) {
   // Each stage is `tp` ranks in file order: 2 ranks at --tp 3 made no stage, and the error
   // said the trace "holds no task to tell its shape by".
   if (tp > 1 && procs.size() % static_cast<size_t>(tp) != 0)
-    throw InputError(docs.front().origin + (docs.size() > 1 ? " and the other files" : "") +
-                     ": " + std::to_string(procs.size()) +
-                     " rank(s) with task spans, which `tp` " + std::to_string(tp) +
+    throw InputError(docs.front().origin + (docs.size() > 1 ? " and the other files" : "") + ": " +
+                     std::to_string(procs.size()) + " rank(s) with task spans, which `tp` " +
+                     std::to_string(tp) +
                      " does not divide into stages (each stage is tp ranks, in file order)");
   Shape s;
   s.pp = static_cast<int>(procs.size()) / std::max(1, tp);
