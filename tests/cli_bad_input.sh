@@ -116,7 +116,7 @@ printf '{"forward_us": 1e8, "head_factor": 100, "backward_ratio_max": 100}' >"$t
 check "the most one may take is 1e+09 us (1000 s)" simulate --workload-file "$tmp/w3.json"
 # A bandwidth too low for the messages names what to raise (it said to lower the times).
 printf '{"comm_bandwidth_gbps": 0.00001}' >"$tmp/w5.json"
-check "(1000 s): raise comm_bandwidth_gbps, or lower comm_latency_us or bytes_per_token" simulate --workload-file "$tmp/w5.json"
+check "(1000 s): raise comm_bandwidth_gbps, or lower comm_latency_us, comm_sigma, comm_slow_us or bytes_per_token" simulate --workload-file "$tmp/w5.json"
 printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1e13\n' >"$tmp/huge.csv"
 check "column duration_us: a task or message of 1e+13 us" simulate --replay "$tmp/huge.csv" --hint 1f1b --pp 1 -m 1
 check "--seed: must not be negative, got -1" simulate --seed -1

@@ -106,7 +106,7 @@ TransportModel transport_model(const std::string& calibration, const std::string
 // The step takes longer the slower messages are, so a bisection on a log scale finds it.
 double fit_bandwidth(const std::function<std::int64_t(double)>& makespan_at,
                      std::int64_t measured) {
-  double lo = 0.01, hi = 1000;
+  double lo = kFitLowGbps, hi = kFitHighGbps;
   if (makespan_at(hi) >= measured) return hi;  // the step is slower than messages explain
   if (makespan_at(lo) <= measured) return lo;
   for (int i = 0; i < 40; ++i) {

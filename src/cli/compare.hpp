@@ -32,7 +32,8 @@ TransportModel transport_model(const std::string& calibration, const std::string
                                double timeout_s);
 
 // --calibration baseline: the bandwidth at which `makespan_at` reproduces `measured`; outside
-// 0.01..1000 GB/s, the bound.
+// kFitLowGbps..kFitHighGbps, the bound.
+inline constexpr double kFitLowGbps = 0.01, kFitHighGbps = 1000;
 double fit_bandwidth(const std::function<std::int64_t(double)>& makespan_at, std::int64_t measured);
 
 // Each field's median over the rounds' calibrations (of two, their mean).

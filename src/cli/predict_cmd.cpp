@@ -147,8 +147,9 @@ void setup_predict(CLI::App& app) {
       "--tp", f->tp, "tensor-parallel ranks per stage T (default: an rrfp trace's, else 1)");
   sub->add_option("--comm", f->comm,
                   "how the recorded step communicated: async, blocking (a rendezvous per "
-                  "message) or auto (blocking where an rrfp trace's run is a fixed blocking one, "
-                  "else async); the twin replays it so, the predictions run async")
+                  "message) or auto (blocking where an rrfp trace's run is a blocking one, fixed "
+                  "or ready, unless a ready one's order deadlocks so; else async); the twin "
+                  "replays it so, the predictions run async")
       ->capture_default_str();
   add_ordered_forwards_flag(sub, f->ordered,
                             "as the trace's run had them (rrfp's trace records it), else off; "

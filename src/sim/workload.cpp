@@ -297,9 +297,10 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
             const size_t at = static_cast<size_t>(rank) * r.num_tasks + idx;
             r.compute_ns[at] = duration_ns(d, "workload", "lower the workload's times or factors");
             if (sends)
-              r.message_ns[at] = duration_ns(
-                  message_us(w, bytes, tp, seed, idx, rank), "workload",
-                  "raise comm_bandwidth_gbps, or lower comm_latency_us or bytes_per_token");
+              r.message_ns[at] = duration_ns(message_us(w, bytes, tp, seed, idx, rank), "workload",
+                                             "raise comm_bandwidth_gbps, or lower comm_latency_us, "
+                                             "comm_sigma, comm_slow_us or "
+                                             "bytes_per_token");
           }
         }
       });

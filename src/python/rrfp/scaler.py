@@ -278,18 +278,19 @@ class GradScaler:
         growth_factor) every growth_interval good steps. new_scale: set it instead."""
         if not self._enabled:
             return
-        self._given = None
         if new_scale is not None:
             if isinstance(new_scale, torch.Tensor):
                 if new_scale.numel() != 1:
                     raise ValueError("update: new_scale must hold one element")
                 new_scale = float(new_scale)
             self._scale = _as_float32("new_scale", new_scale)
+            self._given = None  # set only once accepted: a refused update changes nothing
         else:
             checked = [s[1] for s in self._optimizers.values() if s[0] != _READY]
             if not checked:
                 raise RuntimeError("update: no optimizer was unscaled or stepped since the "
                                    "last update()")
+            self._given = None
             if any(checked):
                 self._scale = float(torch.tensor(self._scale * self._backoff_factor,
                                                  dtype=torch.float32))
