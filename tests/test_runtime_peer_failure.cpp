@@ -237,7 +237,8 @@ TEST(PeerFailure, TheClosingExchangeDropsAStepEveryProcessCompletedButOne) {
 }
 
 // With two replicas, the second fails step 0 (its stage 1's task); the first completes it, and
-// drops it too in the closing exchange, which names the second replica's job ranks.
+// drops it too in the closing exchange, which names the job rank that failed and the one it
+// told (it read "job ranks 2, 3", as if both had failed).
 TEST(PeerFailure, TheClosingExchangeDropsAStepAnotherReplicaFailed) {
   const WorkModel m = model(2, 4);
   const std::vector<Outcome> got =
@@ -246,7 +247,9 @@ TEST(PeerFailure, TheClosingExchangeDropsAStepAnotherReplicaFailed) {
   EXPECT_EQ(got[2].kind, "peer") << got[2].what;
   for (int e : {0, 1}) {
     EXPECT_EQ(got[e].kind, "peer") << got[e].what;
-    EXPECT_TRUE(has(got[e].what, "step 0 failed on job ranks 2, 3 after this process"))
+    EXPECT_TRUE(has(got[e].what,
+                    "step 0 failed on job rank 3 (told to job rank 2) after this "
+                    "process"))
         << got[e].what;
   }
 }

@@ -161,11 +161,24 @@ void merge_over_job(Job& job, StepResult& r) {
 
 namespace {
 
-enum Outcome : std::uint8_t { kCompleted = 0, kFailed = 1, kSilent = 2 };
+// kRelayed: failed because a peer's task failed and told it (PeerFailure), so that the notice
+// names the process that failed apart from those that passed it on.
+enum Outcome : std::uint8_t { kCompleted = 0, kFailed = 1, kSilent = 2, kRelayed = 3 };
+
+bool told_by_peer(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerFailure&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 
 Outcome outcome_of(const std::exception_ptr& error) {
   if (!error) return kCompleted;
-  return failed_in_task(error) ? kFailed : kSilent;  // silent: a process may be gone
+  if (!failed_in_task(error)) return kSilent;  // silent: a process may be gone
+  return told_by_peer(error) ? kRelayed : kFailed;
 }
 
 // A process's part of the closing all-gather: its outcome; when it completed, the size of what
@@ -192,6 +205,7 @@ std::vector<std::byte> pack_part(Outcome mine, std::span<const std::byte> carrie
 
 ClosingPart unpack_part(std::span<const std::byte> b) {
   ClosingPart part;
+  if (!b.empty() && b[0] == std::byte{kRelayed}) part.outcome = kRelayed;
   if (b.empty() || b[0] != std::byte{kCompleted}) return part;
   std::uint64_t n = 0;
   if (b.size() < 1 + sizeof n) throw Error("step record: truncated");
@@ -203,14 +217,22 @@ ClosingPart unpack_part(std::span<const std::byte> b) {
   return part;
 }
 
-// The job ranks whose step did not complete.
+// The job ranks whose step did not complete: those whose own task failed, then those a peer
+// told ("job ranks 2, 3" read as if both had failed where one raised and one passed it on).
 std::string failed_ranks(const std::vector<ClosingPart>& parts) {
-  std::string where;
-  int n = 0;
-  for (size_t r = 0; r < parts.size(); ++r)
-    if (parts[r].outcome != kCompleted) where += (n++ ? ", " : "") + std::to_string(r);
-  if (n == 0) return "";
-  return (n > 1 ? "job ranks " : "job rank ") + where;
+  auto ranks = [&](bool relayed, int& n) {
+    std::string where;
+    for (size_t r = 0; r < parts.size(); ++r)
+      if (parts[r].outcome != kCompleted && (parts[r].outcome == kRelayed) == relayed)
+        where += (n++ ? ", " : "") + std::to_string(r);
+    return where;
+  };
+  int own = 0, told = 0;
+  const std::string failed = ranks(false, own), relayed = ranks(true, told);
+  if (own == 0 && told == 0) return "";
+  if (own == 0) return (told > 1 ? "job ranks " : "job rank ") + relayed;
+  return (own > 1 ? "job ranks " : "job rank ") + failed +
+         (told ? " (told to job rank" + std::string(told > 1 ? "s " : " ") + relayed + ")" : "");
 }
 
 // Replica 0's record, merged alike on every process from the parts that hold one (replica 0's
