@@ -159,9 +159,8 @@ void read_receives(const std::vector<TimelineRecv>& recvs, const WorkModel& m, i
   }
 }
 
-// The recorded order: each stage's tasks by start time on tp rank 0 (ties: the model's order,
-// so zero-length tasks keep their dependencies).
-// Stage s's tasks in the order TP rank r started them.
+// Stage s's tasks in the order TP rank r started them (ties: the model's order, so zero-length
+// tasks keep their dependencies).
 std::vector<TaskId> rank_order(const WorkModel& m, const std::vector<double>& start, int s, int r) {
   std::vector<TaskId> o = m.stage_tasks(s);
   const size_t at = static_cast<size_t>(r) * m.num_tasks();
@@ -171,9 +170,10 @@ std::vector<TaskId> rank_order(const WorkModel& m, const std::vector<double>& st
   return o;
 }
 
-// Rank 0's order per stage. Every rank of a TP group runs one order (their collectives meet in
-// it): a trace whose ranks did not is refused, naming where they part (it was replayed in rank
-// 0's order without a word: a run that diverged, or a trace read with the wrong `tp`).
+// The recorded order: rank 0's per stage. Every rank of a TP group runs one order (their
+// collectives meet in it): a trace whose ranks did not is refused, naming where they part (it was
+// replayed in rank 0's order without a word: a run that diverged, or a trace read with the wrong
+// `tp`).
 ListHint recorded_order(const WorkModel& m, int tp, const std::vector<double>& start,
                         const std::string& origin) {
   ListHint order;
