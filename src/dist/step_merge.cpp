@@ -165,20 +165,10 @@ namespace {
 // names the process that failed apart from those that passed it on.
 enum Outcome : std::uint8_t { kCompleted = 0, kFailed = 1, kSilent = 2, kRelayed = 3 };
 
-bool told_by_peer(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const PeerFailure&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
 Outcome outcome_of(const std::exception_ptr& error) {
   if (!error) return kCompleted;
   if (!failed_in_task(error)) return kSilent;  // silent: a process may be gone
-  return told_by_peer(error) ? kRelayed : kFailed;
+  return holds<PeerFailure>(error) ? kRelayed : kFailed;
 }
 
 // A process's part of the closing all-gather: its outcome; when it completed, the size of what

@@ -28,16 +28,6 @@ namespace pyb = pybind11;
 
 namespace {
 
-bool is_stall(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const StallError&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
 // A step cancelled from Python (a signal handler raised): the runtime rethrows this, and
 // run_step raises the Python exception instead.
 struct Interrupted : Error {
@@ -308,7 +298,7 @@ std::pair<StepRecordPy, std::vector<at::Tensor>> PipelineCore::run_step(
     worker.join();
     // A peer's report of the same Ctrl-C (a PeerStall) may have ended the step first. Only
     // then: a process with a task's failure must not skip the exchange its peers enter below.
-    if (error && !signal && is_stall(error)) {
+    if (error && !signal && holds<StallError>(error)) {
       pyb::gil_scoped_acquire gil;
       if (PyErr_CheckSignals() != 0) signal.emplace();
     }

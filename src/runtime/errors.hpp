@@ -35,19 +35,23 @@ class PeerStall : public StallError {
   using StallError::StallError;
 };
 
-// Whether a step's error is a task's (here, or a peer's told: PeerFailure) or a protocol's
-// refusal, which leave every process able to answer; a stall or a transport's error may mean a
-// process is gone.
-inline bool failed_in_task(const std::exception_ptr& e) {
+// Whether `e` holds an E (or a class derived from it).
+template <class E>
+bool holds(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
-  } catch (const TaskError&) {
-    return true;
-  } catch (const ProtocolError&) {
+  } catch (const E&) {
     return true;
   } catch (...) {
     return false;
   }
+}
+
+// Whether a step's error is a task's (here, or a peer's told: PeerFailure) or a protocol's
+// refusal, which leave every process able to answer; a stall or a transport's error may mean a
+// process is gone.
+inline bool failed_in_task(const std::exception_ptr& e) {
+  return holds<TaskError>(e) || holds<ProtocolError>(e);
 }
 
 // Thrown inside a task whose step is being torn down because of another error; never
