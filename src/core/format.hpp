@@ -2,6 +2,7 @@
 // Numbers in messages and reports, formatted one way for every layer.
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace rrfp {
 
@@ -14,5 +15,7 @@ std::string format_bytes(std::uint64_t n);
 // where a message is one line; the message comes first in them, and in every error of ours,
 // which are one line already.
 std::string first_line(const std::string& what);
+// Whether `s` ends with `suffix` (lowercase) in any case: "best.JSON" ends with ".json".
+bool ends_with_ci(std::string_view s, std::string_view suffix);
 
 }  // namespace rrfp

@@ -1,11 +1,11 @@
 #include "core/hint.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <filesystem>
 #include <map>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/hint_io.hpp"
 #include "core/printable.hpp"
 
@@ -21,14 +21,6 @@ const std::map<std::string, Rule>& rule_table() {
                                                 {"bfw", Rule::BFW},
                                                 {"adaptive", Rule::Adaptive}};
   return t;
-}
-
-bool ends_with_ci(const std::string& s, std::string_view suffix) {
-  if (s.size() < suffix.size()) return false;
-  for (std::size_t i = 0; i < suffix.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(s[s.size() - suffix.size() + i])) != suffix[i])
-      return false;
-  return true;
 }
 
 // A name that is no hint's own is a file when it looks like one or is there: a plan written

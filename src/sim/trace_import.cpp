@@ -279,10 +279,7 @@ const std::vector<std::string>& trace_formats() {
 
 bool trace_file_name(const std::string& p) {
   // In any case: "t.JSON" was read as a CSV ("line 1 has 54 KiB").
-  std::string tail = p.substr(p.size() - std::min<size_t>(p.size(), 8));
-  std::transform(tail.begin(), tail.end(), tail.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return ends_with(tail, ".json") || ends_with(tail, ".json.gz");
+  return ends_with_ci(p, ".json") || ends_with_ci(p, ".json.gz");
 }
 
 bool is_trace_path(const std::string& path) {
