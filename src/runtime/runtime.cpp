@@ -248,9 +248,11 @@ StepResult Runtime::collect() const {
   r.ranks.resize(static_cast<size_t>(p) * t);
   r.peak_d.assign(p, 0);
   r.peak_pending_w.assign(p, 0);
+  int hosted = 0;  // the ranks this runtime hosts
   for (int s = 0; s < p; ++s)
     for (int k = 0; k < t; ++k) {
       if (!stages_[s] || !stages_[s]->local(k)) continue;
+      ++hosted;
       const RankResult& rr = stages_[s]->result(k);
       r.ranks[static_cast<size_t>(s) * t + k] = rr.stats;
       r.peak_d[s] = std::max(r.peak_d[s], rr.peak_d);
@@ -266,13 +268,8 @@ StepResult Runtime::collect() const {
         r.makespan = std::max(r.makespan, rec.end);
     }
   send_times_from_arrivals(r);
-  // Every stage here: the step's end is known (else merge_over_job cuts the merged record).
-  if (std::all_of(stages_.begin(), stages_.end(), [t](const auto& s) {
-        for (int k = 0; k < t; ++k)
-          if (!s || !s->local(k)) return false;
-        return true;
-      }))
-    cut_waits_at_end(r);
+  // Every rank here: the step's end is known (else merge_over_job cuts the merged record).
+  if (hosted == p * t) cut_waits_at_end(r);
   return out;
 }
 
