@@ -72,16 +72,18 @@ using RoundSpans = std::map<std::tuple<long long, long long, long long>, int>;
 
 // A recorded wait ("blocked: ..." on a rank): where the step's first one started (agree's first
 // round comes before any task), and agree's rounds.
-void read_wait(const nlohmann::json& e, const std::string& where, Timeline& t, RoundSpans& rounds) {
-  if (e.contains("ts")) t.first_wait_us = std::min(t.first_wait_us, clock_at(e, "ts", where));
+// `pid`: the event's process (a stage of its run).
+void read_wait(const nlohmann::json& e, long long pid, const std::string& where, Timeline& t,
+               RoundSpans& rounds) {
+  const bool timed = e.contains("ts");
+  const double ts = timed ? clock_at(e, "ts", where) : 0;
+  if (timed) t.first_wait_us = std::min(t.first_wait_us, ts);
   if (e.value("name", "") != "blocked: tp coordination") return;
   const auto dur = e.find("dur");
   if (dur == e.end() || !dur->is_number() || dur->get<double>() < 0) return;
   const double d = dur->get<double>();
   t.coordination_us = t.coordination_us < 0 ? d : std::min(t.coordination_us, d);
-  if (!e.contains("ts") || !e.contains("pid") || !e["pid"].is_number_integer()) return;
-  const double ts = clock_at(e, "ts", where);
-  ++rounds[{e["pid"].get<long long>(), std::llround(ts * 1e3), std::llround((ts + d) * 1e3)}];
+  if (timed) ++rounds[{pid, std::llround(ts * 1e3), std::llround((ts + d) * 1e3)}];
 }
 
 // Agree's latency: a rank waits in its round from its proposal until every peer's has reached
@@ -219,7 +221,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       if (at == where_of_pid.end()) continue;
       const std::string where = d.origin + ": event " + std::to_string(n);
       if (e.value("name", "").rfind("blocked", 0) == 0) {
-        read_wait(e, where, runs[at->second.first], rounds[at->second.first]);
+        read_wait(e, at->first, where, runs[at->second.first], rounds[at->second.first]);
         continue;
       }
       // A task's args carry kind, chunk and microbatch; blocked spans carry none. An event with
