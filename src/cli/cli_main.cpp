@@ -2,12 +2,14 @@
 // (deadlock, collective mismatch, internal error), 2 bad input (one line on stderr).
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <new>
 #include <string>
+#include <thread>
 
 #include "cli/options.hpp"
 #include "cli/train_flags.hpp"
@@ -94,7 +96,14 @@ int cli_main(int argc, char** argv) {
   } catch (const QuietExit& e) {
     return e.code;
   } catch (const CLI::ParseError& e) {
-    if (another_rank_of_mpirun()) return 2;
+    if (another_rank_of_mpirun()) {
+      // mpirun aborts the job when its first process exits non-zero: had this one left at
+      // once, rank 0 could be killed before its line was out, and the job said nothing. Rank
+      // 0's exit ends this wait (mpirun stops the others); the bound covers a rank 0 that
+      // is slow to start.
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      return 2;
+    }
     if (app.get_subcommands().empty() && e.get_name() == "RequiredError") {
       print_line("rrfp: error: " + no_command(app, argc, argv));
       return 2;
