@@ -91,25 +91,25 @@ std::vector<std::byte> carried_by(int rank) {
 }
 
 Outcome outcome(const std::exception_ptr& error) {
-  if (!error) return {"ok", ""};
+  if (!error) return {"ok", "", 0, {}};
   try {
     std::rethrow_exception(error);
   } catch (const PeerFailure& e) {
-    return {"peer", e.what()};
+    return {"peer", e.what(), 0, {}};
   } catch (const PeerStall& e) {
-    return {"peer-stall", e.what()};
+    return {"peer-stall", e.what(), 0, {}};
   } catch (const StallError& e) {
-    return {"stall", e.what()};
+    return {"stall", e.what(), 0, {}};
   } catch (const TaskError& e) {
-    return {"task", e.what()};
+    return {"task", e.what(), 0, {}};
   } catch (const std::exception& e) {
-    return {"other", e.what()};
+    return {"other", e.what(), 0, {}};
   }
 }
 
 struct JobRun {
   int bad = -1;  // the stage whose `task` throws, in the last replica (-1: none)
-  TaskId task;
+  TaskId task{};
   CommMode comm = CommMode::Async;
   int steps = 1;
   bool after_others = false;  // the throw waits until the replica's other endpoints ended step 0
