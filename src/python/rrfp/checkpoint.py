@@ -16,6 +16,7 @@ parts, which were merged silently) are removed after it.
 A load reads every file and checks what it will load (check_model_state,
 optimizer_load_state) before anything is loaded: a refused one changes nothing. Every file's
 fields are checked before use, and a damaged one is refused naming it."""
+import collections
 import copy
 import glob
 import io
@@ -29,13 +30,47 @@ from ._args import is_whole
 
 MANIFEST = "manifest.json"
 
+try:
+    from torch.ao.quantization import FakeQuantizeBase as _FakeQuantizeBase
+    from torch.ao.quantization import ObserverBase as _ObserverBase
+    _RESIZED_ON_LOAD = (_ObserverBase, _FakeQuantizeBase)
+except ImportError:  # a torch without them: nothing to resize
+    _RESIZED_ON_LOAD = ()
+
 
 def model_state(chunks):
-    """{"c.name": tensor} over `chunks` ({index: module}): parameters and buffers."""
-    out = {}
+    """{"c.name": tensor} over `chunks` ({index: module}): parameters and buffers, with torch's
+    version metadata of each module (its _metadata, by "c.prefix"), as a module's state_dict
+    carries it: some modules load by it (an observer saved without it loaded as an old
+    version, its eps replaced by the default, silently)."""
+    out, meta = collections.OrderedDict(), {}
     for c in sorted(chunks):
-        for name, value in chunks[c].state_dict().items():
+        state = chunks[c].state_dict()
+        for name, value in state.items():
             out[f"{c}.{name}"] = value
+        for prefix, entry in (getattr(state, "_metadata", None) or {}).items():
+            meta[f"{c}.{prefix}" if prefix else str(c)] = entry
+    out._metadata = meta
+    return out
+
+
+def metadata_of(state):
+    """The version metadata `state` carries (model_state), or None: a dict of dicts by module
+    prefix, anything else (a file's damaged or foreign field) left out."""
+    meta = getattr(state, "_metadata", None)
+    if not isinstance(meta, dict):
+        return None
+    return {k: v for k, v in meta.items() if isinstance(k, str) and isinstance(v, dict)}
+
+
+def _chunk_metadata(meta, c):
+    """Chunk c's share of model_state's metadata, by the chunk's own prefixes."""
+    head, out = str(c), {}
+    for key, entry in meta.items():
+        if key == head:
+            out[""] = entry
+        elif key.startswith(head + "."):
+            out[key[len(head) + 1:]] = entry
     return out
 
 
@@ -95,7 +130,7 @@ def check_model_state(chunks, n_chunks, state, strict):
                 continue  # an unexpected entry (not strict: skipped, as torch skips it)
             if not isinstance(value, torch.Tensor):
                 bad.append(f"'{c}.{name}' is a {type(value).__name__}, not a tensor")
-            elif value.shape != mine.shape:
+            elif value.shape != mine.shape and not _resized_by_torch(chunks[c], name):
                 bad.append(f"'{c}.{name}' has shape {list(value.shape)}, the chunk's "
                            f"{list(mine.shape)}")
             elif value.dtype != mine.dtype:
@@ -103,7 +138,23 @@ def check_model_state(chunks, n_chunks, state, strict):
                            "the state or the model first if that is meant)")
         if bad:
             raise ValueError(f"state_dict: chunk {c}: {some_of(bad, 3)}")
-    return {c: per_chunk.get(c, {}) for c in chunks}
+    meta = metadata_of(state)
+    out = {}
+    for c in chunks:
+        out[c] = collections.OrderedDict(per_chunk.get(c, {}))
+        if meta is not None:  # torch's load_state_dict reads each module's version from it
+            out[c]._metadata = _chunk_metadata(meta, c)
+    return out
+
+
+def _resized_by_torch(chunk, key):
+    """Whether torch's load_state_dict gives entry `key` of `chunk` the saved entry's shape:
+    quantization observers and fake quantization start with one-element statistics and take
+    a per-channel checkpoint's (their own _load_from_state_dict resizes them), which a shape
+    check refused."""
+    module_name = key.rpartition(".")[0]
+    module = chunk.get_submodule(module_name) if module_name else chunk
+    return isinstance(module, _RESIZED_ON_LOAD)
 
 
 def _filled_by_torch(chunk, key, state):
@@ -368,10 +419,13 @@ def load_parts(path, max_parts=MAX_PARTS):
     it; so is a manifest naming more than `max_parts` parts (a model of C chunks was saved in
     at most C)."""
     files, token = _part_files(path, max_parts)
-    model, state, groups, extra, saved, layouts = {}, {}, [], None, {}, []
+    model, state, groups, extra, saved, layouts = collections.OrderedDict(), {}, [], None, {}, []
+    meta = None  # parts saved before the metadata was kept have none
     for f in files:
         part = _read_part(path, f, token)
         model.update(part["model"])
+        if metadata_of(part["model"]) is not None:
+            meta = dict(meta or {}, **metadata_of(part["model"]))
         if extra is None:
             extra = part.get("extra")
         saved.update(part.get(_extras.EXTRAS) or {})
@@ -381,6 +435,8 @@ def load_parts(path, max_parts=MAX_PARTS):
             state.update(part["optimizer"]["state"])
             groups.extend(part["optimizer"]["param_groups"])
     optim = {"state": state, "param_groups": groups} if groups else None
+    if meta is not None:
+        model._metadata = meta
     return model, optim, extra, (saved, layouts)
 
 

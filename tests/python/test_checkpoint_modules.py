@@ -1,0 +1,118 @@
+"""Checkpoints of modules whose loading is their own: a module's state_dict carries torch's
+version of each module, which some read when they load, and quantization's observers take a
+saved statistic's shape. A pipeline's state_dict, save and load keep both, as torch's own
+round trip does."""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import rrfp
+
+quantization = pytest.importorskip("torch.ao.quantization")
+
+
+def loss_fn(y, t):
+    return F.mse_loss(y, t)
+
+
+def data():
+    g = torch.Generator().manual_seed(3)
+    return torch.randn(8, 4, generator=g), torch.randn(8, 4, generator=g)
+
+
+class Observed(nn.Module):
+    """A linear layer whose input an observer watches: the observer's eps is saved under its
+    module's version 3, and an observer loaded as an older version resets it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.obs = quantization.MinMaxObserver(eps=0.25)
+
+    def forward(self, x):
+        self.obs(x.detach())
+        return self.lin(x)
+
+
+class PerChannel(nn.Module):
+    """A linear layer whose weight goes through per-channel fake quantization, whose scale
+    starts with one element and takes a channel each once observed."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.fq = quantization.FakeQuantize(
+            observer=quantization.MovingAveragePerChannelMinMaxObserver, quant_min=-128,
+            quant_max=127, dtype=torch.qint8, qscheme=torch.per_channel_symmetric, ch_axis=0)
+
+    def forward(self, x):
+        return F.linear(x, self.fq(self.lin.weight), self.lin.bias)
+
+
+def trained(make):
+    torch.manual_seed(0)
+    chunks = [make(), make()]
+    pipe = rrfp.Pipeline(chunks, loss_fn, pp=2, microbatches=2, timeout=60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the observers' own warnings
+        pipe.step(*data())
+    return chunks, pipe
+
+
+def fresh(make):
+    torch.manual_seed(1)
+    chunks = [make(), make()]
+    return chunks, rrfp.Pipeline(chunks, loss_fn, pp=2, microbatches=2, timeout=60)
+
+
+def states(chunks):
+    return [{k: v.clone() for k, v in c.state_dict().items()} for c in chunks]
+
+
+def same_states(a, b):
+    return len(a) == len(b) and all(
+        x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("how", ["state_dict", "save"])
+def test_a_module_loads_by_the_version_it_was_saved_under(tmp_path, how):
+    chunks, pipe = trained(Observed)
+    assert chunks[0].obs.eps.item() == 0.25
+    want = states(chunks)
+    qparams = chunks[0].obs.calculate_qparams()
+    got, again = fresh(Observed)
+    if how == "save":
+        pipe.save(tmp_path / "ck")
+        again.load(tmp_path / "ck")
+    else:
+        again.load_state_dict(pipe.state_dict())
+    # Loaded without its version, the observer took eps back to float32's (1.19e-07) and its
+    # quantization parameters with it.
+    assert same_states(states(got), want)
+    assert all(torch.equal(a, b) for a, b in zip(got[0].obs.calculate_qparams(), qparams))
+
+
+@pytest.mark.parametrize("how", ["state_dict", "save"])
+def test_per_channel_statistics_load_into_a_model_not_yet_observed(tmp_path, how):
+    chunks, pipe = trained(PerChannel)
+    assert chunks[0].fq.scale.shape == (4,)
+    got, again = fresh(PerChannel)
+    assert got[0].fq.scale.shape == (1,)  # was refused: "has shape [4], the chunk's [1]"
+    if how == "save":
+        pipe.save(tmp_path / "ck")
+        again.load(tmp_path / "ck")
+    else:
+        again.load_state_dict(pipe.state_dict())
+    assert same_states(states(got), states(chunks))
+
+
+def test_another_shape_is_still_refused_where_torch_would_not_take_it():
+    _, pipe = trained(Observed)
+    state = pipe.state_dict()
+    state["0.lin.weight"] = torch.zeros(4, 5)
+    _, again = fresh(Observed)
+    with pytest.raises(ValueError, match=r"'0.lin.weight' has shape \[4, 5\], the chunk's \[4, 4\]"):
+        again.load_state_dict(state)
