@@ -203,7 +203,9 @@ void PipelineCore::set_runners(const std::vector<pyb::object>& runners) {
     throw InputError("`runners`: expected " + std::to_string(local_stages().size()) + ", got " +
                      std::to_string(runners.size()));
   if (closed_) throw Error("rrfp: the pipeline was shut down");
-  runners_ = runners;
+  runners_.clear();
+  for (const pyb::object& r : runners)
+    runners_.emplace_back(r);
   {
     pyb::gil_scoped_release nogil;
     rt_.reset();
@@ -216,7 +218,9 @@ void PipelineCore::build_runtime() {
   ProgramFactory programs = [this, local](int stage, int) -> std::unique_ptr<StageProgram> {
     const auto at = std::find(local.begin(), local.end(), stage) - local.begin();
     pyb::gil_scoped_acquire gil;
-    return std::make_unique<PyStageProgram>(runners_.at(static_cast<std::size_t>(at)), &sizes_);
+    pyb::object runner = runners_.at(static_cast<std::size_t>(at))();
+    if (runner.is_none()) throw Error("rrfp: the pipeline's stage runners are gone");
+    return std::make_unique<PyStageProgram>(std::move(runner), &sizes_);
   };
   pyb::gil_scoped_release nogil;
   if (job_) {

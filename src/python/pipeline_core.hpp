@@ -105,8 +105,9 @@ class PipelineCore {
   RuntimeOptions runtime_;
   Job* job_ = nullptr;            // the MPI world (owned by the process), the c10d job, or none
   std::unique_ptr<Job> own_job_;  // the c10d job
-  std::vector<pybind11::object> runners_;  // by local stage
-  std::vector<std::int64_t> sizes_;        // this step's microbatch sizes; the programs read them
+  // By local stage, held weakly as the programs hold them (PyStageProgram).
+  std::vector<pybind11::weakref> runners_;
+  std::vector<std::int64_t> sizes_;  // this step's microbatch sizes; the programs read them
   std::unique_ptr<Runtime> rt_;
   bool closed_ = false;
 };

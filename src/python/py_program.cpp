@@ -60,9 +60,18 @@ void keep_thread_state() {
 }  // namespace
 
 PyStageProgram::PyStageProgram(pyb::object runner, const std::vector<std::int64_t>* sizes)
-    : py_(std::make_unique<Methods>(
-          Methods{runner, runner.attr("forward"), runner.attr("backward"), runner.attr("weight")})),
-      sizes_(sizes) {}
+    : sizes_(sizes) {
+  const pyb::handle type = pyb::type::handle_of(runner);
+  py_ = std::make_unique<Methods>(Methods{pyb::weakref(runner), type.attr("forward"),
+                                          type.attr("backward"), type.attr("weight")});
+}
+
+pyb::object PyStageProgram::runner() const {
+  pyb::object r = py_->runner();
+  if (r.is_none())
+    throw Error("rrfp: the pipeline this stage ran for is gone (its Python object was freed)");
+  return r;
+}
 
 std::optional<std::int64_t> PyStageProgram::microbatch_size(int mb) const {
   if (!sizes_ || mb < 0 || mb >= static_cast<int>(sizes_->size())) return std::nullopt;
@@ -82,13 +91,15 @@ void PyStageProgram::begin_step(int step) {
   at::init_num_threads();
   keep_thread_state();
   pyb::gil_scoped_acquire gil;
-  pyb::object begin = py_->runner.attr("begin_step");
+  pyb::object begin = runner().attr("begin_step");
   call(begin, step);
 }
 
 void PyStageProgram::end_step(int step) {
   pyb::gil_scoped_acquire gil;
-  pyb::object end = py_->runner.attr("end_step");
+  pyb::object r = py_->runner();
+  if (r.is_none()) return;  // nothing of the step to free
+  pyb::object end = r.attr("end_step");
   call(end, step);
 }
 
@@ -115,7 +126,7 @@ Payload PyStageProgram::tensor_task(pyb::object& method, char kind, int chunk, i
         tree ? pyb::object(pyb::make_tuple(pyb::bytes(tree->structure), pyb::cast(tree->leaves)))
         : x.defined() ? pyb::cast(x)
                       : pyb::none();
-    pyb::object out = call(method, chunk, mb, arg);
+    pyb::object out = call(method, runner(), chunk, mb, arg);
     if (pyb::isinstance<pyb::tuple>(out)) {
       const auto packed = out.cast<pyb::tuple>();
       structure = packed[0].cast<std::string>();
@@ -139,7 +150,7 @@ Payload PyStageProgram::backward(TaskContext&, int chunk, int mb, Payload grad) 
 void PyStageProgram::weight_grad(TaskContext&, int chunk, int mb) {
   keep_thread_state();
   pyb::gil_scoped_acquire gil;
-  call(py_->weight, chunk, mb);
+  call(py_->weight, runner(), chunk, mb);
 }
 
 }  // namespace rrfp::py

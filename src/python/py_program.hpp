@@ -17,7 +17,10 @@ namespace rrfp::py {
 
 class PyStageProgram final : public StageProgram {
  public:
-  // Takes a reference to `runner`; call with the GIL held. `sizes` (the pipeline's, set before
+  // Refers to `runner` weakly (the Python pipeline holds it): a strong reference from here
+  // closed a cycle Python's collector cannot see into (the runner's step data holds the user's
+  // loss_fn or GradScaler, which may hold the pipeline, which holds this), and every such
+  // pipeline stayed alive for good. Call with the GIL held. `sizes` (the pipeline's, set before
   // each step): the step's microbatch sizes, or empty.
   PyStageProgram(pybind11::object runner, const std::vector<std::int64_t>* sizes);
   ~PyStageProgram() override;  // drops the reference under the GIL
@@ -31,11 +34,14 @@ class PyStageProgram final : public StageProgram {
 
  private:
   Payload tensor_task(pybind11::object& method, char kind, int chunk, int mb, const Payload& in);
+  // The runner, held for the call; throws where it is gone. Call with the GIL held.
+  pybind11::object runner() const;
 
-  // The runner's task methods, bound once: looking a method up by name made a string and a
-  // bound method per task.
+  // The runner and its class's task functions, looked up once: looking a method up by name
+  // made a string and a bound method per task (a bound method would hold the runner, too).
   struct Methods {
-    pybind11::object runner, forward, backward, weight;
+    pybind11::weakref runner;
+    pybind11::object forward, backward, weight;
   };
   std::unique_ptr<Methods> py_;
   const std::vector<std::int64_t>* sizes_;
