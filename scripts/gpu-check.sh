@@ -9,6 +9,8 @@
 # Prints a short table last; writes OUT/summary.md and everything else into OUT/gpu-check.tgz.
 # Usage: scripts/gpu-check.sh OUT [build dir]
 #   GPU_CHECK_SECONDS  time budget (default 420): runs that would start after it are skipped
+#   GPU_CHECK_HARD     hard limit (default 540): every wait ends by then, and the summary and
+#                      archive are written on any exit (give the caller's own limit 30 s more)
 #   GPU_CHECK_ARGS     the device flags (default: --device cuda --dtype bf16)
 #   GPU_CHECK_STEPS    steps per run (default 22)
 #   GPU_CHECK_NO_BUILD set: use the rrfp already in the build dir
@@ -17,17 +19,54 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu-check.sh OUT [build dir]}
+if [ -z "${GPU_CHECK_NO_BUILD:-}" ] && [ ! -d .gpu-deps ]; then
+  echo "gpu-check: .gpu-deps is missing: make it with scripts/gpu-deps.sh on a Debian machine" \
+    "and carry it to this one" >&2
+  exit 2
+fi
 build=${2:-build-gpu}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 start=$(date +%s)
 budget=${GPU_CHECK_SECONDS:-420}
+hard=${GPU_CHECK_HARD:-540}
+failed=0  # set by a part that failed: the exit status, once the summary is written
 steps=${GPU_CHECK_STEPS:-22}
 read -r -a dev <<<"${GPU_CHECK_ARGS:---device cuda --dtype bf16}"
 runs=$out/runs
 mkdir -p "$runs"
 elapsed() { echo $(($(date +%s) - start)); }
 log() { echo "[gpu-check $(elapsed)s] $*"; }
+# A part's timeout: its own, or what is left before the hard limit if less (at least 1 s).
+cap() {
+  local left=$((hard - $(elapsed)))
+  [ "$left" -lt 1 ] && left=1
+  echo $(($1 < left ? $1 : left))
+}
+
+# The summary, then everything but the console and the summary in one archive (at most a few
+# files come back from a GPU machine): on any exit, a part that failed or a limit reached too.
+finished=
+finish() {
+  [ -n "$finished" ] && return
+  finished=1
+  log "summary"
+  python3 scripts/gpu_table.py "$out" | tee "$out/summary.md"
+  if [ -s "$out/pipeline.md" ]; then
+    echo
+    echo "rrfp.Pipeline (bench/pipeline_gpu.py):"
+    cat "$out/pipeline.md"
+  fi
+  local tgz
+  tgz=$(mktemp /tmp/gpu-check.XXXXXX)
+  if tar czf "$tgz" -C "$out" --exclude=./console.log --exclude=./summary.md .; then
+    find "$out" -mindepth 1 -maxdepth 1 ! -name console.log ! -name summary.md -exec rm -rf {} +
+    mv "$tgz" "$out/gpu-check.tgz"
+  fi
+  log "done (exit $failed)"
+}
+trap finish EXIT
+trap 'failed=1; exit 1' TERM INT
 
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
@@ -42,21 +81,27 @@ cat "$out/versions.txt"
 
 if [ -z "${GPU_CHECK_NO_BUILD:-}" ]; then
   log "build"
-  if ! scripts/build-gpu.sh "$build" >"$out/build.log" 2>&1; then
+  if ! timeout "$(cap 330)" scripts/build-gpu.sh "$build" >"$out/build.log" 2>&1; then
     grep -E "error" "$out/build.log" | head -20
     log "build failed; again without SM partitions"
-    if ! RRFP_CMAKE_ARGS=-DRRFP_SM_PARTITIONS=OFF scripts/build-gpu.sh "$build" \
-      >>"$out/build.log" 2>&1; then
+    if ! RRFP_CMAKE_ARGS=-DRRFP_SM_PARTITIONS=OFF timeout "$(cap 330)" scripts/build-gpu.sh \
+      "$build" >>"$out/build.log" 2>&1; then
       tail -30 "$out/build.log"
       exit 1
     fi
+  fi
+  if ! ls "$build"/python/rrfp/_rrfp*.so >/dev/null 2>&1; then
+    log "the Python extension did not build:"
+    grep -m20 -E "error" "$out/build.log"
   fi
 fi
 rrfp=$build/rrfp
 
 log "CUDA tests"
-timeout 300 "$build/tests/test_train_cuda" >"$out/tests.log" 2>&1
-echo "tests exit $?" >>"$out/tests.log"
+timeout "$(cap 180)" "$build/tests/test_train_cuda" >"$out/tests.log" 2>&1
+rc=$?
+echo "tests exit $rc" >>"$out/tests.log"
+[ $rc -eq 0 ] || failed=1
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|tests exit|Failure|Expected|Which is" "$out/tests.log" | head -30
 
 # rrfp.Pipeline(device="cuda"), where the extension was built: its table (bench/pipeline_gpu.py:
@@ -66,25 +111,36 @@ grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|tests exit|Failure|Expected|Which is" "$ou
 py_table() {
   if ! ls "$build"/python/rrfp/_rrfp*.so >/dev/null 2>&1; then
     log "no Python extension in $build: the Python device tests and table are skipped"
+    failed=1
+    return
+  fi
+  if [ "$(elapsed)" -gt "$budget" ]; then
+    log "skip the rrfp.Pipeline table and tests (past the ${budget}s budget)"
     return
   fi
   local pypath
   pypath=$(cd "$build/python" && pwd)
   log "rrfp.Pipeline table"
-  PYTHONUNBUFFERED=1 PYTHONPATH=$pypath timeout 240 python3 bench/pipeline_gpu.py \
+  PYTHONUNBUFFERED=1 PYTHONPATH=$pypath timeout "$(cap 200)" python3 bench/pipeline_gpu.py \
     --data .gpu-deps/corpus --out "$out/pipeline.csv" --budget-s "${GPU_CHECK_PY_SECONDS:-100}" \
     --runs "${GPU_CHECK_PY_RUNS:-J0:fixed-1f1b,J0:ready-bfw,J0:ready-bf,J2:fixed-1f1b,J2:ready-bfw}" \
     >"$out/pipeline.md" 2>"$out/pipeline.log"
-  echo "pipeline table exit $?" >>"$out/pipeline.log"
+  rc=$?
+  echo "pipeline table exit $rc" >>"$out/pipeline.log"
+  [ $rc -eq 0 ] || failed=1
   tail -3 "$out/pipeline.log"
   log "Python device tests"
-  RRFP_PYTHONPATH=$pypath timeout 120 python3 -m pytest -q -p no:cacheprovider \
-    tests/python/test_device.py tests/python/test_caller_settings.py \
+  # Their CUDA cases alone: the CPU ones ran here, and a TorchScript one starts a process of
+  # its own that may take minutes.
+  RRFP_PYTHONPATH=$pypath timeout "$(cap 120)" python3 -m pytest -q -p no:cacheprovider \
+    -k cuda tests/python/test_device.py tests/python/test_caller_settings.py \
     tests/python/test_grad_scaler.py >"$out/python-tests.log" 2>&1
-  echo "python tests exit $?" >>"$out/python-tests.log"
+  rc=$?
+  echo "python tests exit $rc" >>"$out/python-tests.log"
+  [ $rc -eq 0 ] || failed=1
   tail -5 "$out/python-tests.log"
   log "rrfp.Pipeline under torchrun with an NCCL default group"
-  PYTHONPATH=$pypath timeout 90 python3 -m torch.distributed.run --nproc_per_node 1 \
+  PYTHONPATH=$pypath timeout "$(cap 90)" python3 -m torch.distributed.run --nproc_per_node 1 \
     --master_port 29640 --redirects 1 --tee 1 tests/python/nccl_group.py >"$out/nccl.log" 2>&1
   echo "nccl group exit $?" >>"$out/nccl.log"
   grep -E "nccl_group.py|Error|exit" "$out/nccl.log" | tail -3
@@ -95,15 +151,15 @@ py_table() {
 train() {
   local name=$1
   shift
-  if [ "$(elapsed)" -gt "$budget" ]; then
+  if [ "$(elapsed)" -gt "$budget" ] || [ "$(cap 30)" -lt 30 ]; then
     log "skip $name (past the ${budget}s budget)"
     return
   fi
   log "run $name"
   local TIMEFORMAT='%U %S'
-  { time timeout 150 "$rrfp" train "${dev[@]}" --steps "${STEPS:-$steps}" --warmup 5 --eval-every 0 \
-    --eval-batches 1 --data .gpu-deps/corpus --out "$runs/$name" "$@" >"$runs/$name.log" 2>&1; } \
-    2>"$runs/$name.cpu"
+  { time timeout "$(cap 150)" "$rrfp" train "${dev[@]}" --steps "${STEPS:-$steps}" --warmup 5 \
+    --eval-every 0 --eval-batches 1 --timeout 60 --data .gpu-deps/corpus --out "$runs/$name" \
+    "$@" >"$runs/$name.log" 2>&1; } 2>"$runs/$name.cpu"
   grep -E "^done|error" "$runs/$name.log" | cut -c1-240
 }
 
@@ -158,7 +214,7 @@ if [ -f "$runs/twin-fixed-1f1b-split/durations.csv" ]; then
   for s in $(tail -n +2 "$runs/twin-fixed-1f1b-split/durations.csv" | cut -d, -f1 | sort -un); do
     for spec in "bf off" "bfw on"; do
       set -- $spec
-      ms=$("$rrfp" simulate --replay "$runs/twin-fixed-1f1b-split/durations.csv" --step "$s" \
+      ms=$(timeout "$(cap 30)" "$rrfp" simulate --replay "$runs/twin-fixed-1f1b-split/durations.csv" --step "$s" \
         --pp "$pp" -m "$m" --hint "$1" --policy ready --split-backward "$2" --json - |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["runs"][0]["makespan_ms"])')
       echo "$s,$1,$ms" >>"$out/twin.csv"
@@ -166,18 +222,4 @@ if [ -f "$runs/twin-fixed-1f1b-split/durations.csv" ]; then
   done
 fi
 
-log "summary"
-python3 scripts/gpu_table.py "$out" | tee "$out/summary.md"
-if [ -s "$out/pipeline.md" ]; then
-  echo
-  echo "rrfp.Pipeline (bench/pipeline_gpu.py):"
-  cat "$out/pipeline.md"
-fi
-# At most a few files come back from a GPU machine: everything but the console and the
-# summary goes into one archive.
-tgz=$(mktemp /tmp/gpu-check.XXXXXX)
-if tar czf "$tgz" -C "$out" --exclude=./console.log --exclude=./summary.md .; then
-  find "$out" -mindepth 1 -maxdepth 1 ! -name console.log ! -name summary.md -exec rm -rf {} +
-  mv "$tgz" "$out/gpu-check.tgz"
-fi
-log "done"
+exit $failed  # the summary and the archive: finish, on the way out

@@ -86,7 +86,9 @@ class _TiedSum:
     def put(self, chunk, mb, g, seeded):
         with self.lock:
             self.pending.setdefault(mb, {})[chunk] = (g, seeded)
+            added = False
             while len(self.pending.get(self.next, ())) == len(self.users):
+                added = True
                 buf, owned = self._buffer(self.pending.pop(self.next), self.users, self.next,
                                           final=True)
                 self.uses.pop(self.next, None)
@@ -98,6 +100,11 @@ class _TiedSum:
                     else:
                         self.sum.add_(buf)
                 self.next += 1
+            if added and self.sum is not None and self.sum.is_cuda:
+                # The adds were queued on this stage's stream; the lock only ordered their
+                # queueing. Another stage's next add, on its own stream, could run before them
+                # (and read gradients of this one's stream): done here before the lock goes.
+                torch.cuda.current_stream(self.sum.device).synchronize()
 
     def _buffer(self, got, users, mb, final=False):
         """The plain loop's buffer of microbatch mb from the gradients `got` of `users` (last
