@@ -46,7 +46,7 @@ def run_pass(pipe, inputs, targets, training, prepare):
     pipe._data.gradless = 0
     caller = CallerState()
     pipe._data.caller = caller if caller.applies() else None
-    pipe._data.error = None
+    pipe._data.errors = []
     pipe._data.sums = sums
     try:
         # Each microbatch's size, for the adaptive rule's entry order (docs/frontier.md).
@@ -56,9 +56,9 @@ def run_pass(pipe, inputs, targets, training, prepare):
         with Progress(pipe, pipe._step):
             rec, carried = pipe._core.run_step(pipe._step, sizes, lambda: closing(pipe, m))
     except StageError as e:
-        err = pipe._data.error
-        if err is not None:
-            raise StageError(str(e)) from err[2]
+        cause = pipe._data.error_named_by(str(e))
+        if cause is not None:
+            raise StageError(str(e)) from cause
         raise
     finally:
         pipe._step += 1
@@ -92,7 +92,7 @@ def closing(pipe, m):
         for i in range(1, m):
             total = total + pipe._data.losses[i]
     except Exception as e:
-        pipe._data.error = (None, None, e)
+        pipe._data.record(None, None, e)
         raise
     pipe._data.total = total
     return _wire.pack(entries + [(_LOSS, total)])

@@ -34,9 +34,19 @@ class StepData:
         self.eval = False
         self.outputs = {}
         self._lock = threading.Lock()
-        self.error = None  # (stage, task, exception): the first task that raised
+        # (stage, task, exception) of each task that raised, in the order they did: the step's
+        # error names the one the runtime saw first, which need not be the first recorded here.
+        self.errors = []
 
     def record(self, stage, task, exc):
         with self._lock:
-            if self.error is None:
-                self.error = (stage, task, exc)
+            self.errors.append((stage, task, exc))
+
+    def error_named_by(self, message):
+        """The exception of the task `message` (the step's StageError) names, else the first
+        recorded; None where no task raised."""
+        with self._lock:
+            for stage, task, exc in self.errors:
+                if stage is not None and message.startswith(f"stage {stage}: task {task} failed"):
+                    return exc
+            return self.errors[0][2] if self.errors else None

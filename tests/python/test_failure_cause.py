@@ -1,0 +1,45 @@
+"""A step that fails in two stages at once raises the StageError of the task the runtime saw
+fail first, with that task's own exception as its cause: the cause was the first one Python
+recorded, which could be the other stage's (8 of 60 steps named one task and chained another's
+exception)."""
+import time
+
+import torch
+from torch import nn
+
+import rrfp
+from rrfp._step_data import StepData
+
+
+def test_the_cause_is_the_task_the_message_names():
+    data = StepData(loss_fn=None, delay_fn=None)
+    first, second = ValueError("stage 0's"), ValueError("stage 1's")
+    data.record(0, "F c0 m1", first)
+    data.record(1, "F c1 m0", second)
+    assert data.error_named_by("stage 1: task F c1 m0 failed: ValueError: stage 1's") is second
+    assert data.error_named_by("stage 0: task F c0 m1 failed: ValueError: stage 0's") is first
+    # A message naming no task recorded here (a peer's): the first recorded.
+    assert data.error_named_by("stage 3 (job rank 3) failed step 0: ...") is first
+
+
+def test_two_stages_failing_at_once_give_one_task_in_message_and_cause():
+    for i in range(12):
+        torch.manual_seed(0)
+        chunks = [nn.Linear(4, 4), nn.Linear(4, 4)]
+
+        def delay(stage, kind, chunk, mb, i=i):
+            if kind == "F" and (stage, mb) in ((0, 1), (1, 0)):
+                time.sleep(0.001 * (i % 3))
+                raise ValueError(f"from stage {stage} F m{mb}")
+            return 0
+
+        pipe = rrfp.Pipeline(chunks, lambda y, t: ((y - t) ** 2).mean(), pp=2, microbatches=4,
+                             delay_fn=delay, timeout=60)
+        g = torch.Generator().manual_seed(i)
+        try:
+            pipe.step(torch.randn(8, 4, generator=g), torch.randn(8, 4, generator=g))
+        except rrfp.StageError as e:
+            cause = str(e.__cause__)
+            assert cause.startswith("from stage ") and cause in str(e), (str(e), cause)
+        else:
+            raise AssertionError("the step did not fail")
