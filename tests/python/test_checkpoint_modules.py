@@ -114,5 +114,6 @@ def test_another_shape_is_still_refused_where_torch_would_not_take_it():
     state = pipe.state_dict()
     state["0.lin.weight"] = torch.zeros(4, 5)
     _, again = fresh(Observed)
-    with pytest.raises(ValueError, match=r"'0.lin.weight' has shape \[4, 5\], the chunk's \[4, 4\]"):
+    with pytest.raises(ValueError,
+                       match=r"'0.lin.weight' has shape \[4, 5\], the chunk's \[4, 4\]"):
         again.load_state_dict(state)

@@ -19,7 +19,7 @@ from ._order import decide_order, refuse_renormalizing_embeddings
 from ._seed import Seeding
 from ._stage import StageRunner
 from ._step_data import StepData
-from ._step import eval_outputs, replica_loss, run_pass
+from ._step import eval_outputs, interrupt_held, replica_loss, run_pass
 from ._ties import make_ties, one_value_per_tie
 from .record import StepRecord
 
@@ -290,7 +290,8 @@ class Pipeline:
         sum of the microbatch losses, added in order (with a process per stage, every process
         of a replica gets it from the process that runs the last chunk).
         Raises StageError (the task's own exception chained), TimeoutError
-        (no progress for `timeout`), or KeyboardInterrupt; then no .grad has changed. A batch
+        (no progress for `timeout`), or KeyboardInterrupt; then no .grad has changed (but for a
+        Ctrl-C while .grad is written, raised once all is: the step completed). A batch
         given whole must split evenly into M microbatches, inputs and targets alike. A step
         called while another of this pipeline runs (from another thread, or from a task's
         own code) raises RuntimeError at once, and so do eval_step, load, load_state_dict,
@@ -375,10 +376,11 @@ class Pipeline:
             # job in run_pass, so nothing here refuses them; copied before any .grad is written
             # all the same, so that .grad is the last thing a step changes.
             from_first_replica(self._core, self.chunks, False)
-        for p, g in pairs:
-            if g is not None:
-                set_grad(p, g)
-        self._data.made.add_to_grads()
+        with interrupt_held():  # every .grad or none: Ctrl-C here is raised after the writes
+            for p, g in pairs:
+                if g is not None:
+                    set_grad(p, g)
+            self._data.made.add_to_grads()
         self.last_step = StepRecord(rec)
         return replica_loss(self._core, loss)
 

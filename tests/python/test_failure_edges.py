@@ -1,0 +1,79 @@
+"""Failures at a step's edges. A step that fails in two stages at once raises the StageError
+of the task the runtime saw fail first, with that task's own exception as its cause (it chained
+the first one Python recorded, another stage's in 8 of 60 such steps). A Ctrl-C while the step
+writes .grad is raised once every .grad is written (it left some written and the rest not)."""
+import os
+import signal
+import time
+
+import torch
+from torch import nn
+
+import rrfp
+import rrfp.pipeline as pipeline
+from rrfp._step_data import StepData
+
+
+def test_the_cause_is_the_task_the_message_names():
+    data = StepData(loss_fn=None, delay_fn=None)
+    first, second = ValueError("stage 0's"), ValueError("stage 1's")
+    data.record(0, "F c0 m1", first)
+    data.record(1, "F c1 m0", second)
+    assert data.error_named_by("stage 1: task F c1 m0 failed: ValueError: stage 1's") is second
+    assert data.error_named_by("stage 0: task F c0 m1 failed: ValueError: stage 0's") is first
+    # A message naming no task recorded here (a peer's): the first recorded.
+    assert data.error_named_by("stage 3 (job rank 3) failed step 0: ...") is first
+
+
+def test_two_stages_failing_at_once_give_one_task_in_message_and_cause():
+    for i in range(12):
+        torch.manual_seed(0)
+        chunks = [nn.Linear(4, 4), nn.Linear(4, 4)]
+
+        def delay(stage, kind, chunk, mb, i=i):
+            if kind == "F" and (stage, mb) in ((0, 1), (1, 0)):
+                time.sleep(0.001 * (i % 3))
+                raise ValueError(f"from stage {stage} F m{mb}")
+            return 0
+
+        pipe = rrfp.Pipeline(chunks, lambda y, t: ((y - t) ** 2).mean(), pp=2, microbatches=4,
+                             delay_fn=delay, timeout=60)
+        g = torch.Generator().manual_seed(i)
+        try:
+            pipe.step(torch.randn(8, 4, generator=g), torch.randn(8, 4, generator=g))
+        except rrfp.StageError as e:
+            cause = str(e.__cause__)
+            assert cause.startswith("from stage ") and cause in str(e), (str(e), cause)
+        else:
+            raise AssertionError("the step did not fail")
+
+
+def test_ctrl_c_while_the_gradients_are_written_is_raised_once_all_are(monkeypatch):
+    torch.manual_seed(0)
+    chunks = [nn.Sequential(*[nn.Linear(4, 4) for _ in range(4)]), nn.Linear(4, 4)]
+    ref = [nn.Sequential(*[nn.Linear(4, 4) for _ in range(4)]), nn.Linear(4, 4)]
+    for a, b in zip(ref, chunks):
+        a.load_state_dict(b.state_dict())
+    g = torch.Generator().manual_seed(5)
+    x, t = torch.randn(8, 4, generator=g), torch.randn(8, 4, generator=g)
+    for xm, tm in zip(x.tensor_split(4), t.tensor_split(4)):
+        ((ref[1](ref[0](xm)) - tm) ** 2).mean().backward()
+    written, set_grad = [], pipeline.set_grad
+
+    def interrupted(p, grad):  # Ctrl-C as the third of ten gradients is written
+        set_grad(p, grad)
+        written.append(p)
+        if len(written) == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+    monkeypatch.setattr(pipeline, "set_grad", interrupted)
+    pipe = rrfp.Pipeline(chunks, lambda y, t: ((y - t) ** 2).mean(), pp=2, microbatches=4,
+                         timeout=60)
+    try:
+        pipe.step(x, t)
+    except KeyboardInterrupt as e:
+        assert "the step had completed" in str(e)
+    else:
+        raise AssertionError("no KeyboardInterrupt")
+    assert len(written) == 10
+    for a, b in zip(ref, chunks):
+        assert all(torch.equal(p.grad, q.grad) for p, q in zip(a.parameters(), b.parameters()))
