@@ -320,3 +320,26 @@ def test_a_tensor_outside_the_model_gets_its_gradient_at_the_steps_end(hint, pol
     for a, b in zip(m, ref):
         for p, q in zip(a.parameters(), b.parameters()):
             assert torch.equal(p.grad, q.grad)
+
+
+def test_a_hook_of_a_tensor_outside_the_model_that_raises_changes_no_grad():
+    # Its hooks run at the step's end, on the caller's thread: one that raised did so after
+    # every parameter's .grad and the first microbatches' share of its own were written.
+    g = torch.Generator().manual_seed(2)
+    xs = [torch.randn(n, 4, generator=g) for n in (2, 3, 4)]
+    ys = [torch.randn(n, 4, generator=g) for n in (2, 3, 4)]
+    scale = torch.full((4,), 1.5, requires_grad=True)
+    calls = []
+
+    def hook(grad):
+        calls.append(grad)
+        if len(calls) == 2:
+            raise ValueError("refused microbatch 1")
+    scale.register_hook(hook)
+    m = [nn.Linear(4, 4), ScaledBy(scale)]
+    pipe = rrfp.Pipeline(m, mse, pp=2, microbatches=3, timeout=60)
+    with pytest.raises(rrfp.StageError, match=r"a hook of a tensor that microbatch 1's forward "
+                       r"used, which is no tensor of the model \(shape \(4,\)\), raised: "
+                       r"ValueError: refused microbatch 1"):
+        pipe.step(xs, ys)
+    assert scale.grad is None and all(p.grad is None for c in m for p in c.parameters())

@@ -8,6 +8,7 @@ import threading
 
 import torch
 
+from . import _rrfp
 from ._grads import accumulate, leaf_hooks, run_hooks
 from ._tree import pack_grads
 
@@ -82,13 +83,31 @@ class MadeGrads:
                 if g is not None:
                     uses.setdefault(id(leaf), (leaf, {}))[1][chunk] = g
 
-    def add_to_grads(self):
-        """Adds what the step's tasks put into the leaves' .grad (on the caller's thread,
-        after them), as the parameters' sums are added (accumulate)."""
+    def hooked(self):
+        """What the step's tasks put, through the leaves' hooks: [(leaf, gradient)] in
+        microbatch order, for add_to_grads once the step's other gradients are written too.
+        Called on the caller's thread before any .grad is written: a hook that raises fails
+        the step (StageError) with no .grad changed, where it raised bare after every
+        parameter's .grad had been written and part of the leaf's."""
         by_mb, self._by_mb = self._by_mb, {}
+        out = []
         for mb in sorted(by_mb):
             for leaf, by_chunk in by_mb[mb].values():
                 g = None
                 for c in sorted(by_chunk, reverse=True):
                     g = by_chunk[c] if g is None else g + by_chunk[c]
-                leaf.grad = accumulate(leaf.grad, g, leaf_hooks(leaf))
+                try:
+                    out.append((leaf, run_hooks(leaf_hooks(leaf), g)))
+                except Exception as e:
+                    raise _rrfp.StageError(
+                        f"a hook of a tensor that microbatch {mb}'s forward used, which is no "
+                        f"tensor of the model (shape {tuple(leaf.shape)}), raised: "
+                        f"{type(e).__name__}: {e}") from e
+        return out
+
+    @staticmethod
+    def add_to_grads(hooked):
+        """Adds hooked()'s gradients into the leaves' .grad, as the parameters' sums are added
+        (accumulate)."""
+        for leaf, g in hooked:
+            leaf.grad = accumulate(leaf.grad, g)

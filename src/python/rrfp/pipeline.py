@@ -376,11 +376,14 @@ class Pipeline:
             # job in run_pass, so nothing here refuses them; copied before any .grad is written
             # all the same, so that .grad is the last thing a step changes.
             from_first_replica(self._core, self.chunks, False)
+        # A hook that raises fails the step here, before any .grad is written, and after the
+        # job's collectives (raised before them, the other processes waited there).
+        made = self._data.made.hooked()
         with interrupt_held():  # every .grad or none: Ctrl-C here is raised after the writes
             for p, g in pairs:
                 if g is not None:
                     set_grad(p, g)
-            self._data.made.add_to_grads()
+            MadeGrads.add_to_grads(made)
         self.last_step = StepRecord(rec)
         return replica_loss(self._core, loss)
 
