@@ -2,6 +2,7 @@
 version of each module, which some read when they load, and quantization's observers take a
 saved statistic's shape. A pipeline's state_dict, save and load keep both, as torch's own
 round trip does."""
+import copy
 import warnings
 
 import pytest
@@ -69,12 +70,17 @@ def fresh(make):
 
 
 def states(chunks):
-    return [{k: v.clone() for k, v in c.state_dict().items()} for c in chunks]
+    return [{k: v.clone() if torch.is_tensor(v) else copy.deepcopy(v)
+             for k, v in c.state_dict().items()} for c in chunks]
+
+
+def same(x, y):
+    return torch.equal(x, y) if torch.is_tensor(x) else x == y
 
 
 def same_states(a, b):
     return len(a) == len(b) and all(
-        x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x) for x, y in zip(a, b))
+        x.keys() == y.keys() and all(same(x[k], y[k]) for k in x) for x, y in zip(a, b))
 
 
 @pytest.mark.parametrize("how", ["state_dict", "save"])
@@ -117,3 +123,50 @@ def test_another_shape_is_still_refused_where_torch_would_not_take_it():
     with pytest.raises(ValueError,
                        match=r"'0.lin.weight' has shape \[4, 5\], the chunk's \[4, 4\]"):
         again.load_state_dict(state)
+
+
+class Configured(nn.Module):
+    """Saves its configuration as extra state and refuses another one on load: code of the
+    user's that runs inside the load, where no check before it can tell."""
+
+    def __init__(self, tag):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.tag = tag
+
+    def forward(self, x):
+        return self.lin(x)
+
+    def get_extra_state(self):
+        return {"tag": self.tag}
+
+    def set_extra_state(self, state):
+        if state["tag"] != self.tag:
+            raise ValueError(f"saved with {state['tag']}, this model has {self.tag}")
+
+
+@pytest.mark.parametrize("how", ["state_dict", "save"])
+def test_a_load_that_a_modules_own_code_refuses_changes_nothing(tmp_path, how):
+    def made(tag, seed):
+        torch.manual_seed(seed)
+        chunks = [nn.Linear(4, 4), Configured(tag)]
+        opt = torch.optim.SGD([p for c in chunks for p in c.parameters()], lr=0.1, momentum=0.9)
+        return chunks, rrfp.Pipeline(chunks, loss_fn, pp=2, microbatches=2, timeout=60), opt
+
+    chunks, pipe, opt = made("a", 0)
+    pipe.step(*data())
+    opt.step()
+    got, again, opt2 = made("b", 1)
+    again.step(*data())
+    opt2.step()
+    before, momentum = states(got), [s["momentum_buffer"].clone() for s in opt2.state.values()]
+    # Chunk 0 and the optimizer were loaded before chunk 1's set_extra_state raised.
+    with pytest.raises(ValueError, match="saved with a, this model has b"):
+        if how == "save":
+            pipe.save(tmp_path / "ck", opt)
+            again.load(tmp_path / "ck", opt2)
+        else:
+            again.load_state_dict(pipe.state_dict())
+    assert same_states(states(got), before)
+    assert all(torch.equal(s["momentum_buffer"], m)
+               for s, m in zip(opt2.state.values(), momentum))

@@ -141,10 +141,16 @@ def load(pipe, path, optimizer):
     plan = agreed(pipe._core, lambda: _prepare(pipe, path, optimizer),
                   "load: process(es) {bad} could not load the checkpoint; their own errors "
                   "say why; nothing was loaded on any process")
-    _apply_optimizer(pipe, optimizer, plan["optimizer"])
-    agreed(pipe._core, lambda: _apply_rest(pipe, plan),
-           "load: process(es) {bad} failed to apply a checkpoint they had checked; their own "
-           "errors say why; load it again")
+    previous = _apply_optimizer(pipe, optimizer, plan["optimizer"])
+    try:
+        agreed(pipe._core, lambda: _apply_rest(pipe, plan),
+               "load: process(es) {bad} failed to apply a checkpoint they had checked; their "
+               "own errors say why; load it again")
+    except BaseException:
+        # This process's chunks are as they were (apply_model_state); so is its optimizer.
+        if previous is not None:
+            optimizer.state, optimizer.param_groups = previous
+        raise
     if pipe._ties is not None:  # each copy loaded its own entry: the first's values win
         pipe._ties.copy_first()
     return plan["extra"]
@@ -185,7 +191,8 @@ def _prepare(pipe, path, optimizer):
 def _apply_optimizer(pipe, optimizer, state):
     """Loads the optimizer's state on every process or on none: torch's load moves the state
     to its parameters' device, which can run out of memory on one process; the others then
-    take their previous state back."""
+    take their previous state back. Returns that previous state (None without an
+    optimizer)."""
     previous = None
 
     def here():
@@ -200,6 +207,7 @@ def _apply_optimizer(pipe, optimizer, state):
         if previous is not None:
             optimizer.state, optimizer.param_groups = previous
         raise
+    return previous  # to take back should the rest of the load fail
 
 
 def _apply_rest(pipe, plan):

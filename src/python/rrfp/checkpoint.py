@@ -169,9 +169,50 @@ def _filled_by_torch(chunk, key, state):
 
 
 def apply_model_state(chunks, checked):
-    """Loads check_model_state's result into the chunks (whose checks it passed)."""
+    """Loads check_model_state's result into the chunks (whose checks it passed). A chunk
+    whose loading runs code of the user's (_own_loading) may raise where the checks could not
+    tell (a configuration its extra state refuses): such chunks load first, each from a copy of
+    its state taken just before, and one that raises puts them back, so that the load changes
+    nothing (the chunks before it had been loaded, the ones after it not)."""
+    own = [c for c in checked if _own_loading(chunks[c])]
+    kept = {}
+    try:
+        for c in own:
+            kept[c] = _copy_state(chunks[c])
+            chunks[c].load_state_dict(checked[c], strict=False)
+    except BaseException:
+        for c, state in kept.items():
+            chunks[c].load_state_dict(state, strict=False)
+        raise
     for c, got in checked.items():
-        chunks[c].load_state_dict(got, strict=False)
+        if c not in kept:
+            chunks[c].load_state_dict(got, strict=False)
+
+
+def _own_loading(chunk):
+    """Whether loading `chunk` runs code of the user's: a module's set_extra_state or
+    _load_from_state_dict defined outside torch, or a load_state_dict hook."""
+    base = torch.nn.Module
+    for m in chunk.modules():
+        t = type(m)
+        if t.set_extra_state is not base.set_extra_state or m._load_state_dict_pre_hooks or \
+                getattr(m, "_load_state_dict_post_hooks", None):
+            return True
+        loader = t._load_from_state_dict
+        if loader is not base._load_from_state_dict and \
+                not getattr(loader, "__module__", "").startswith("torch."):
+            return True
+    return False
+
+
+def _copy_state(chunk):
+    """A copy of `chunk`'s state_dict to load back, its metadata kept."""
+    state = chunk.state_dict()
+    out = collections.OrderedDict(
+        (k, v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v))
+        for k, v in state.items())
+    out._metadata = getattr(state, "_metadata", {})
+    return out
 
 
 def load_model_state(chunks, n_chunks, state, strict):
