@@ -1,0 +1,197 @@
+"""A pipeline's model state by chunk: model_state names each entry "c.name" after the chunk
+it belongs to (with torch's version metadata of each module), check_model_state checks a state
+against the chunks before anything is loaded, and apply_model_state loads it, all or nothing."""
+import collections
+import copy
+
+import torch
+
+try:
+    from torch.ao.quantization import FakeQuantizeBase as _FakeQuantizeBase
+    from torch.ao.quantization import ObserverBase as _ObserverBase
+    _RESIZED_ON_LOAD = (_ObserverBase, _FakeQuantizeBase)
+except ImportError:  # a torch without them: nothing to resize
+    _RESIZED_ON_LOAD = ()
+
+
+def model_state(chunks):
+    """{"c.name": tensor} over `chunks` ({index: module}): parameters and buffers, with torch's
+    version metadata of each module (its _metadata, by "c.prefix"), as a module's state_dict
+    carries it: some modules load by it (an observer saved without it loaded as an old
+    version, its eps replaced by the default, silently)."""
+    out, meta = collections.OrderedDict(), {}
+    for c in sorted(chunks):
+        state = chunks[c].state_dict()
+        for name, value in state.items():
+            out[f"{c}.{name}"] = value
+        for prefix, entry in (getattr(state, "_metadata", None) or {}).items():
+            meta[f"{c}.{prefix}" if prefix else str(c)] = entry
+    out._metadata = meta
+    return out
+
+
+def metadata_of(state):
+    """The version metadata `state` carries (model_state), or None: a dict of dicts by module
+    prefix, anything else (a file's damaged or foreign field) left out."""
+    meta = getattr(state, "_metadata", None)
+    if not isinstance(meta, dict):
+        return None
+    return {k: v for k, v in meta.items() if isinstance(k, str) and isinstance(v, dict)}
+
+
+def _chunk_metadata(meta, c):
+    """Chunk c's share of model_state's metadata, by the chunk's own prefixes."""
+    head, out = str(c), {}
+    for key, entry in meta.items():
+        if key == head:
+            out[""] = entry
+        elif key.startswith(head + "."):
+            out[key[len(head) + 1:]] = entry
+    return out
+
+
+def some_of(names, shown=5):
+    """The first `shown` of `names` and how many more: a message stays short whatever a
+    checkpoint holds."""
+    names = [str(n) for n in names]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _chunk_of(key, n_chunks):
+    """The chunk index `key` ("c.name") names, or None (no chunk of n_chunks)."""
+    if not isinstance(key, str):
+        return None
+    c = key.partition(".")[0]
+    # ASCII digits alone (isdigit() takes "\u00b2", which int() refuses), and few of them
+    # (int() refuses thousands of digits).
+    if not (0 < len(c) <= 9 and c.isascii() and c.isdigit()) or int(c) >= n_chunks:
+        return None
+    return int(c)
+
+
+def check_model_state(chunks, n_chunks, state, strict):
+    """What `state` holds for `chunks` ({index: module}), by chunk ({c: {name: value}}), checked
+    against them before any of it is loaded, so that a refused state changes nothing (loaded
+    chunk by chunk, a bad chunk was found after the ones before it had been overwritten).
+    Entries of chunks elsewhere are skipped. strict: an entry of no chunk at all, or a chunk
+    missing one of its own or holding one it has not, raises KeyError. An entry of another
+    shape or dtype than the chunk's, or not a tensor where the chunk has one, raises ValueError
+    (torch's copy would cast another dtype, silently: no longer the values saved)."""
+    per_chunk, stray = {}, []
+    for key, value in state.items():
+        c = _chunk_of(key, n_chunks)
+        if c is None:
+            stray.append(repr(key))
+        else:
+            per_chunk.setdefault(c, {})[key.partition(".")[2]] = value
+    if strict and stray:
+        raise KeyError(f"state_dict: {some_of(stray)} {'names' if len(stray) == 1 else 'name'} "
+                       f"no chunk (expected 'c.name' with c in 0..{n_chunks - 1})")
+    for c in sorted(chunks):
+        got = per_chunk.get(c, {})
+        own = chunks[c].state_dict(keep_vars=True)
+        missing = [k for k in own if k not in got and not _filled_by_torch(chunks[c], k, state)]
+        unexpected = [k for k in got if k not in own]
+        if strict and (missing or unexpected):
+            held = "" if got else (
+                f"; it holds no entry of chunk {c} (its chunks: {some_of(sorted(per_chunk))}, of "
+                f"this model's {n_chunks}): saved from a model cut into other chunks?")
+            raise KeyError(f"state_dict: chunk {c}: missing [{some_of(missing)}], "
+                           f"unexpected [{some_of(unexpected)}]{held}")
+        bad = []
+        for name, value in got.items():
+            mine = own.get(name)
+            if not isinstance(mine, torch.Tensor):
+                continue  # an unexpected entry (not strict: skipped, as torch skips it)
+            if not isinstance(value, torch.Tensor):
+                bad.append(f"'{c}.{name}' is a {type(value).__name__}, not a tensor")
+            elif value.shape != mine.shape and not _resized_by_torch(chunks[c], name):
+                bad.append(f"'{c}.{name}' has shape {list(value.shape)}, the chunk's "
+                           f"{list(mine.shape)}")
+            elif value.dtype != mine.dtype:
+                bad.append(f"'{c}.{name}' is {value.dtype}, the chunk's {mine.dtype} (convert "
+                           "the state or the model first if that is meant)")
+        if bad:
+            raise ValueError(f"state_dict: chunk {c}: {some_of(bad, 3)}")
+    meta = metadata_of(state)
+    out = {}
+    for c in chunks:
+        out[c] = collections.OrderedDict(per_chunk.get(c, {}))
+        if meta is not None:  # torch's load_state_dict reads each module's version from it
+            out[c]._metadata = _chunk_metadata(meta, c)
+    return out
+
+
+def _resized_by_torch(chunk, key):
+    """Whether torch's load_state_dict gives entry `key` of `chunk` the saved entry's shape:
+    quantization observers and fake quantization start with one-element statistics and take
+    a per-channel checkpoint's (their own _load_from_state_dict resizes them), which a shape
+    check refused."""
+    module_name = key.rpartition(".")[0]
+    module = chunk.get_submodule(module_name) if module_name else chunk
+    return isinstance(module, _RESIZED_ON_LOAD)
+
+
+def _filled_by_torch(chunk, key, state):
+    """Whether torch's load_state_dict fills entry `key` of `chunk` itself where `state` lacks
+    it: a norm layer's num_batches_tracked, in a state without torch's version metadata (a dict
+    built by hand), which it starts from 0. Counted as missing, such a state was refused."""
+    module_name, _, name = key.rpartition(".")
+    if name != "num_batches_tracked" or getattr(state, "_metadata", None) is not None:
+        return False
+    module = chunk.get_submodule(module_name) if module_name else chunk
+    return isinstance(module, torch.nn.modules.batchnorm._NormBase)
+
+
+def apply_model_state(chunks, checked):
+    """Loads check_model_state's result into the chunks (whose checks it passed). A chunk
+    whose loading runs code of the user's (_own_loading) may raise where the checks could not
+    tell (a configuration its extra state refuses): such chunks load first, each from a copy of
+    its state taken just before, and one that raises puts them back, so that the load changes
+    nothing (the chunks before it had been loaded, the ones after it not)."""
+    own = [c for c in checked if _own_loading(chunks[c])]
+    kept = {}
+    try:
+        for c in own:
+            kept[c] = _copy_state(chunks[c])
+            chunks[c].load_state_dict(checked[c], strict=False)
+    except BaseException:
+        for c, state in kept.items():
+            chunks[c].load_state_dict(state, strict=False)
+        raise
+    for c, got in checked.items():
+        if c not in kept:
+            chunks[c].load_state_dict(got, strict=False)
+
+
+def _own_loading(chunk):
+    """Whether loading `chunk` runs code of the user's: a module's set_extra_state or
+    _load_from_state_dict defined outside torch, or a load_state_dict hook."""
+    base = torch.nn.Module
+    for m in chunk.modules():
+        t = type(m)
+        if t.set_extra_state is not base.set_extra_state or m._load_state_dict_pre_hooks or \
+                getattr(m, "_load_state_dict_post_hooks", None):
+            return True
+        loader = t._load_from_state_dict
+        if loader is not base._load_from_state_dict and \
+                not getattr(loader, "__module__", "").startswith("torch."):
+            return True
+    return False
+
+
+def _copy_state(chunk):
+    """A copy of `chunk`'s state_dict to load back, its metadata kept."""
+    state = chunk.state_dict()
+    out = collections.OrderedDict(
+        (k, v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v))
+        for k, v in state.items())
+    out._metadata = getattr(state, "_metadata", {})
+    return out
+
+
+def load_model_state(chunks, n_chunks, state, strict):
+    """Loads what `state` holds for `chunks`, or raises having loaded nothing
+    (check_model_state)."""
+    apply_model_state(chunks, check_model_state(chunks, n_chunks, state, strict))
