@@ -8,6 +8,7 @@
 #include <barrier>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -102,17 +103,29 @@ TEST(PingPongDeadline, SaysHowManyMessagesCameWhenTheRoundDoesNotEnd) {
 
 // ...not the round: a round longer than the deadline whose messages keep coming ends well (a
 // calibration under --timeout 2 failed a round of 444 round trips that took longer).
+// Each wait covers this side's own late send, the peer's wake-up, its late send and this
+// side's wake-up: with 60 ms sends and 0.4 s, a loaded machine took the 280 ms left.
 TEST(PingPongDeadline, ARoundLongerThanTheDeadlineEndsWhileMessagesCome) {
   auto eps = test::faulty_transports(2, [&](int, int&, MessageTag&, Payload&) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));  // each send late
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // each send late
     return true;
   });
   const auto err = round_on_both(eps, [](PingPongOptions& o) {
-    o.iters = 8;  // 16 sends of 60 ms: about 1 s, against a deadline of 0.4 s
-    o.deadline_s = 0.4;
+    o.iters = 8;  // 16 sends of 150 ms: about 2.4 s, against a deadline of 1 s
+    o.deadline_s = 1.0;
   });
   EXPECT_EQ(err[0], "");
   EXPECT_EQ(err[1], "");
+}
+
+// A round that failed its deadline can leave the peer's late sends in flight: the freed
+// PingPong's receiver took them (a segfault on a loaded machine; a use after free under ASan).
+TEST(PingPongLifetime, AMessageAfterThePingPongIsGoneIsDropped) {
+  Hosting h = in_process_hosting(2);
+  auto gone = std::make_unique<PingPong>(*h.transports[1]);
+  gone.reset();
+  h.transports[0]->send(1, MessageTag{}, Payload::allocate(8));  // delivered on this thread
+  SUCCEED();
 }
 
 TEST(PingPongSources, RefusesMoreThanSixteenOrFewerThanNone) {

@@ -88,14 +88,16 @@ TEST(TrainTp, ShardsAreCutFromTheWholeInitialization) {
                "`tp`: 3 does not divide `heads` 4");  // 4 heads
 }
 
-// Stage 1's TP rank 1 holds each B's output back 15 ms, so stage 0's rank 1 gets every
-// gradient later than rank 0 while F tasks (5 ms each) are still ready: under bf, rank 0 turns
-// to the B, rank 1 to the next F, and their collectives differ.
+// Stage 1's TP rank 1 holds each B's output back 100 ms, so stage 0's rank 1 gets every
+// gradient later than rank 0 while F tasks (5 ms each, 16 of them) are still ready: under bf,
+// rank 0 turns to the first B at about 15 ms, rank 1 to the next F, and their collectives
+// differ. Rank 0 would have to fall 100 ms behind for both to choose alike: with a 15 ms hold
+// and 8 forwards, 10 ms behind did, in about one run in twenty on a loaded machine.
 TEST(TrainTp, WithoutCoordinationTheDivergenceIsReported) {
   TrainOptions o = options(2, TpProtocol::None, "bf", false);
-  o.pipe.microbatches = 8;
-  o.runtime.arbiter.limit = 8;
-  delay(o, 1, 5'000, 15'000, 1);
+  o.pipe.microbatches = 16;
+  o.runtime.arbiter.limit = 16;
+  delay(o, 1, 5'000, 100'000, 1);
   Trainer tp(o);
   try {
     tp.step();

@@ -20,8 +20,32 @@ Payload written(std::size_t bytes) {
 
 }  // namespace
 
-PingPong::PingPong(Transport& t) : t_(t) {
-  t_.set_receiver([this](Message&& m) { on_message(std::move(m)); });
+PingPong::PingPong(Transport& t) : t_(t), link_(std::make_shared<Link>()) {
+  link_->owner = this;
+  t_.set_receiver([link = link_](Message&& m) { deliver(*link, std::move(m)); });
+}
+
+PingPong::~PingPong() {
+  std::unique_lock lk(link_->mu);
+  link_->owner = nullptr;
+  link_->idle.wait(lk, [&] { return link_->inside == 0; });  // a handler under way
+}
+
+void PingPong::deliver(Link& link, Message&& m) {
+  PingPong* owner;
+  {
+    std::lock_guard lk(link.mu);
+    if (!(owner = link.owner)) return;  // freed: a late message of a failed round
+    ++link.inside;
+  }
+  struct Leave {
+    Link& link;
+    ~Leave() {
+      std::lock_guard lk(link.mu);
+      if (--link.inside == 0) link.idle.notify_all();
+    }
+  } leave{link};
+  owner->on_message(std::move(m));
 }
 
 // The last round trip carries tag.round == iters - 1 on both sides.

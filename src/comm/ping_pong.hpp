@@ -4,10 +4,12 @@
 // way). `barrier` lines the endpoints up before and after each round (every endpoint of the world
 // calls it).
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -51,6 +53,11 @@ struct PingPongOptions {
 class PingPong {
  public:
   explicit PingPong(Transport& t);
+  // Messages that arrive later are dropped: a round that failed (its deadline passed) can leave
+  // the peer's late sends in flight, which the receiver delivered into the freed object.
+  ~PingPong();
+  PingPong(const PingPong&) = delete;
+  PingPong& operator=(const PingPong&) = delete;
   // Seconds per round trip (stream: per message received) on the initiator, 0 on the peer
   // (both ways: on both). Throws Error past the deadline, InputError on bad options.
   double round(const PingPongOptions& o, const std::function<void()>& barrier);
@@ -67,7 +74,18 @@ class PingPong {
   Payload next_source(Payload arrived);  // o_.sources: the next buffer to send, else `arrived`
   double stream(const PingPongOptions& o, std::chrono::steady_clock::duration wait, Payload sent);
 
+  // What the transport's receiver holds: this object while it lives, and how many handlers
+  // are inside it (the destructor waits for them; a lock held through a handler would deadlock
+  // two handlers replying to each other over a transport that delivers on the sending thread).
+  struct Link {
+    std::mutex mu;
+    std::condition_variable idle;
+    PingPong* owner = nullptr;
+    int inside = 0;
+  };
+  static void deliver(Link& link, Message&& m);
   Transport& t_;
+  std::shared_ptr<Link> link_;
   std::mutex mu_;
   SpinPark cv_;  // the waiting thread's; spins o_.spin_us
   PingPongOptions o_;
