@@ -194,9 +194,8 @@ set +m
 # then to its process group, the process again (taken as a second request, that echo ended
 # `timeout -s INT 20 rrfp train` at once, without its checkpoint, in a quarter of the runs).
 start_for_signals "$tmp/e" "echo run" --d-model 256 --heads 4 --layers 4 --eval-every 0 --steps 50
-kill -INT $pid
-sleep 0.02
-kill -INT $pid 2>/dev/null
+kill -INT $pid  # back to back, as timeout sends them (a sleep between, slow to start under
+kill -INT $pid 2>/dev/null  # load, could part them by more than the echo's window)
 wait $pid; rc=$?
 set +m
 [ "$rc" -eq 130 ] && [ -e "$tmp/e/loss.svg" ] && grep -q "stopped by signal" "$tmp/e.log" ||

@@ -376,11 +376,12 @@ def test_a_process_group_that_never_forms_fails_within_the_timeout():
 
 
 def test_a_pause_between_steps_longer_than_the_timeout_is_no_failure(tmp_path):
-    # Two processes in torch.distributed's environment, timeout 2 s, 4 s between their steps
+    # Two processes in torch.distributed's environment, timeout 6 s, 8 s between their steps
     # (an evaluation, a checkpoint): the timeout bounds the joining and a stalled step, not
     # the group's operations, whose messages wait between steps (the next step failed). Both
     # have imported torch before either builds its Pipeline (a file each in tmp_path), so a
-    # loaded machine's slow import does not spend the 2 s of the joining.
+    # loaded machine's slow import does not spend the timeout of the joining; 6 s, not 2: a
+    # process starved for 2 s on a loaded machine (ctest runs others beside it) failed there.
     import socket
     import subprocess
     import sys
@@ -392,10 +393,10 @@ def test_a_pause_between_steps_longer_than_the_timeout_is_no_failure(tmp_path):
             "end = time.monotonic() + 60\n"
             f"while len(os.listdir({str(tmp_path)!r})) < 2 and time.monotonic() < end:\n"
             "    time.sleep(0.01)\n"
-            "pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2, timeout=2)\n"
+            "pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2, timeout=6)\n"
             "x, y = lm.batches(2, seed=0)\n"
             "pipe.step(x, y)\n"
-            "time.sleep(4)\n"
+            "time.sleep(8)\n"
             "pipe.step(x, y)\n"
             "print('both steps', flush=True)\n")
     procs = []
