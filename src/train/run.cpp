@@ -149,14 +149,28 @@ class Run {
     stop_if_diverged(s, r.loss, r.grad_norm);
     if (o_.save_every > 0 && ((s + 1) % o_.save_every == 0 || s + 1 == t_.steps)) save(s + 1);
     print_progress(s, r.loss, val, met.bubble_ratio);
-    if (root_ && s - first_ >= std::min(kSkipSteps, t_.steps - first_ - 1)) {
-      if (measured_.size() == kKeptSteps) measured_.erase(measured_.begin());
-      measured_.emplace_back(
-          s + 1,
-          build_run(timeline_of(r.run.run), trainer_.model(), r.run.run.tp, -1, "step").work);
-    }
+    if (root_ && s - first_ >= std::min(kSkipSteps, t_.steps - first_ - 1)) keep_measured(s, r);
     last_ = std::move(r.run);
     return !stop_after(s);
+  }
+
+  // The step's measured durations, for durations.csv (the twin's replay). Without
+  // coordination (`tp_protocol` none) a stage's TP ranks may run different orders, which no
+  // replay can take: said once, and such steps are left out, where the run ended there with
+  // an error about a trace read with the wrong `tp` (its steps had trained as they should).
+  void keep_measured(int s, const StepReport& r) {
+    RealizedWork work;
+    try {
+      work = build_run(timeline_of(r.run.run), trainer_.model(), r.run.run.tp, -1, "step").work;
+    } catch (const InputError& e) {
+      if (!diverged_said_ && o_.warn)
+        o_.warn("step " + std::to_string(s + 1) + ": the tensor-parallel ranks ran different " +
+                "orders (`tp_protocol` none), so durations.csv keeps no such step: " + e.what());
+      diverged_said_ = true;
+      return;
+    }
+    if (measured_.size() == kKeptSteps) measured_.erase(measured_.begin());
+    measured_.emplace_back(s + 1, std::move(work));
   }
 
   // The checkpoint of `step`, never of parameters that are not finite (a step that overflowed
@@ -377,6 +391,7 @@ class Run {
   TrainSummary sum_;
   StepResult last_;
   std::vector<std::pair<int, RealizedWork>> measured_;
+  bool diverged_said_ = false;  // keep_measured's note, once
   double tokens_ = 0, seconds_ = 0, pipeline_s_ = 0, bubble_ = 0, gaps_ns_ = 0, busy_ns_ = 0;
 };
 
