@@ -16,7 +16,7 @@ check "--ordered-forwards: maybe not in {on,off}" schedule show --ordered-forwar
 check "--ordered-forwards: maybe not in {auto,on,off}" predict --ordered-forwards maybe x.json
 check "--microbatches: must be at least 1" simulate --microbatches 0
 check "needs --vpp 1" simulate --vpp 2 --hint 1f1b
-check "--limit: must be at least 1" simulate --hint bf --limit -1
+check "--limit: must be 0 (default) or at least 1, got -1" simulate --hint bf --limit -1
 # The fixed policy runs its list, which alone decides what a stage holds: a --limit there was
 # taken and ignored (gpipe held 4 a stage under --limit 1).
 check "--limit: bounds the ready policy's activations; --policy fixed runs the hint's order" simulate --hint gpipe --policy fixed --limit 1
@@ -192,7 +192,7 @@ check "--exact on: enumerates every order" plan --pp 2 -m 2 --entry in-order --e
 check "--entry: expected free or in-order" plan --entry sorted
 check "--exact on: needs --tp 1" plan --pp 2 -m 2 --tp 2 --exact on
 check "--exact-nodes: must not be negative, got -1" plan --exact-nodes -1
-check "--limit: must be at least 1" plan --limit -2
+check "--limit: must be 0 (default) or at least 1, got -2" plan --limit -2
 # Past 64 bits, or past what a day's search visits, numbers were clamped to their type's largest.
 check "--search-seed: must be a whole number from 0 to 18446744073709551615, got 18446744073709551616" plan --search-seed 18446744073709551616
 check "--search-seed: must be a whole number from 0 to 18446744073709551615, got 99999999999999999999999" plan --search-seed 99999999999999999999999

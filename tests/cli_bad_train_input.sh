@@ -42,6 +42,13 @@ check "for weights, gradients and optimizer state; this machine has" train --d-m
 # for 16 GB at once, and its failure printed 32 lines).
 RRFP_MEMORY_LIMIT=64M check "--d-model 512 with --layers 4 (about 1.29e+07 parameters): about 207 MB of memory for weights, gradients and optimizer state; RRFP_MEMORY_LIMIT allows 67 MB: lower --d-model or --layers" \
   train --steps 1 --d-model 512 --heads 8 --out "$tmp/o"
+# More chunks than blocks is said as such, before any memory check (--pp 50000 was refused as
+# the activations' memory, naming every flag but --pp); a position table that is most of the
+# model names --max-seq (it named --d-model and --layers alone).
+check "--layers: the model has 4 blocks, fewer than the 50000 pipeline chunks" \
+  train --steps 1 --d-model 32 --layers 4 --pp 50000 --out "$tmp/o"
+RRFP_MEMORY_LIMIT=1G check "--d-model 2048 with --layers 1 and --max-seq 1048576 (about 2.2e+09 parameters): about 35.2 GB of memory for weights, gradients and optimizer state; RRFP_MEMORY_LIMIT allows 1.1 GB: lower --max-seq, --d-model or --layers" \
+  train --steps 1 --pp 1 -m 1 --layers 1 --d-model 2048 --heads 4 --max-seq 1048576 --out "$tmp/o"
 long=(--steps 1 --max-len 16000 --min-len 16000 --max-seq 16000 --heads 16 --d-model 64 --layers 1
   --pp 1 -m 1 --eval-batches 1 --out "$tmp/o")
 RRFP_MEMORY_LIMIT=8G check "--max-len 16000 with --heads 16 and --layers 1: about 49.6 GB of memory for the activations of up to 1 microbatch in flight a stage" \
@@ -80,14 +87,19 @@ check "--resume: the checkpoint is already at step 2 of --steps 1" train "${smal
 # a resume from it would splice the two runs' steps in one log.
 check "--out: '$tmp/ck2' holds checkpoint.bin of an earlier run; pass --resume" \
   train "${small[@]}" --steps 2 --out "$tmp/ck2"
+check "--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got ''" train --inject-jitter "" --out "$tmp/o"
 check "--lr: must be in [1e-30, 1000], got nan" train --lr nan --out "$tmp/o"
 check "--lr: must be in [1e-30, 1000], got 1e+300" train --lr 1e300 --out "$tmp/o"
 # 1e-300 is 0 as the optimizer's float: the run trained nothing without a word.
 check "--lr: must be in [1e-30, 1000], got 1e-300" train --lr 1e-300 --out "$tmp/o"
 check "--weight-decay: must be in [0, 1000], got 1e+300" train --weight-decay 1e300 --out "$tmp/o"
+# A value just past a bound is said with the digits that show it (%g said "got 1000").
+check "--lr: must be in [1e-30, 1000], got 1000.0001" train --lr 1000.0001 --out "$tmp/o"
+check "--timeout: must be between 0 and 86400 seconds, got 86400.0001" train --timeout 86400.0001 --out "$tmp/o"
 check "--clip: must be a finite number of at least 0, got -1" train --clip -1 --out "$tmp/o"
 check "--eval-every and --eval-batches: must be at least 0 and 1" train --eval-batches 0 --out "$tmp/o"
-check "--limit: must be at least 1, got -2" train --limit -2 --out "$tmp/o"
+check "--limit: must be 0 (default) or at least 1, got -2" train --limit -2 --out "$tmp/o"
+check "--max-pending-w: must be 0 (default) or at least 1, got -1" train --max-pending-w -1 --out "$tmp/o"
 check "--policy: unknown policy 'both'" train --policy both --out "$tmp/o"
 # No W tasks to cap where the backward is not split (it was taken and ignored); bfw, the
 # default hint, needs the split and says so first.

@@ -328,7 +328,7 @@ TEST(Arbiter, RejectsMisuse) {
   EXPECT_ERROR(resolve_options({Policy::Fixed, 0, 0}, make_hint("bf", s.m), s.m), InputError,
                "`policy` fixed: needs a list hint");
   EXPECT_ERROR(resolve_options({Policy::Ready, -1, 0}, make_hint("bf", s.m), s.m), InputError,
-               "`limit`: must be at least 1, got -1");
+               "`limit`: must be 0 (default) or at least 1, got -1");
 }
 
 TEST(Simulator, DeadlockIsReportedWithEachStagesState) {

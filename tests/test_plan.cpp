@@ -227,7 +227,7 @@ TEST(Plan, ExactRefusesWhatItCannotEnumerate) {
   EXPECT_ERROR(exact_schedule(make_problem(m, w, CommMode::Blocking, TpProtocol::Leader, 0, 0), {}),
                InputError, "`exact`: needs `comm` async");
   EXPECT_ERROR(make_problem(m, w, CommMode::Async, TpProtocol::Leader, -1, 0), InputError,
-               "`limit`: must be at least 1, got -1");
+               "`limit`: must be 0 (default) or at least 1, got -1");
   // Messages whose time depends on what else moves or idles then: the search times each alone.
   auto refused = [&](RealizedWork x, const char* field) {
     const PlanProblem p = make_problem(m, x, CommMode::Async, TpProtocol::Leader, 0, 0);

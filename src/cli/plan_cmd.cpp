@@ -70,7 +70,7 @@ ExactChoice want_exact(const PlanFlags& f, const PlanProblem& p) {
 void check_budget(double s, const char* name) {
   if (!(s > 0 && s <= 86400))
     throw InputError(std::string("`") + name + "`: must be in (0, 86400] seconds, got " +
-                     fmt("%g", s));
+                     fmt_given(s));
 }
 
 // What the searches found: the heuristic search's best, the exact search's if it ran, and the

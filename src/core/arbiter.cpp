@@ -22,10 +22,11 @@ ArbiterOptions resolve_options(ArbiterOptions opt, const Hint& hint, const WorkM
     throw InputError("`policy` fixed: needs a list hint (gpipe, 1f1b, ...); '" + hint.name +
                      "' is a rule over the ready set");
   if (opt.limit < 0)
-    throw InputError("`limit`: must be at least 1, got " + std::to_string(opt.limit));
+    throw InputError("`limit`: must be 0 (default) or at least 1, got " +
+                     std::to_string(opt.limit));
   if (opt.limit == 0) opt.limit = default_limit(hint, m);
   if (opt.max_pending_w < 0)
-    throw InputError("`max_pending_w`: must be at least 1, got " +
+    throw InputError("`max_pending_w`: must be 0 (default) or at least 1, got " +
                      std::to_string(opt.max_pending_w));
   if (opt.max_pending_w == 0) opt.max_pending_w = m.pp();
   return opt;

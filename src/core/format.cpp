@@ -2,12 +2,23 @@
 
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 
 namespace rrfp {
 
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string fmt_given(double v) {
+  char buf[64];
+  for (int digits = 6; digits < 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) return buf;  // NaN never equals: 17 digits below
+  }
+  std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
 }
 

@@ -8,6 +8,9 @@ namespace rrfp {
 
 // printf-formats one number: fmt("%.2f", x), fmt("%g", x).
 std::string fmt(const char* printf_format, double v);
+// A value a message refuses, in as few digits as tell it apart from every other double (at
+// least %g's six): "1000.0001", where %g's "1000" read as inside a range that ends at 1000.
+std::string fmt_given(double v);
 // "1.5 GiB", "12 KiB", "300 bytes": sizes in messages.
 std::string format_bytes(std::uint64_t n);
 // An error's text up to its first line break, without trailing blanks. LibTorch's errors

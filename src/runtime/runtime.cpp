@@ -46,7 +46,7 @@ void validate(const RuntimeOptions& o) {
 std::int64_t timeout_ms_of(double seconds) {
   // A day is far past any step; far beyond it the conversion to ns would overflow.
   if (!(seconds >= 0 && seconds <= 86'400))
-    throw InputError("`timeout`: must be between 0 and 86400 seconds, got " + fmt("%g", seconds));
+    throw InputError("`timeout`: must be between 0 and 86400 seconds, got " + fmt_given(seconds));
   // Only 0 means never: a positive timeout under half a millisecond rounded to 0 and turned the
   // watchdog off (a job with a stopped rank then hung).
   return seconds > 0 ? std::max<std::int64_t>(1, std::llround(seconds * 1000)) : 0;

@@ -223,7 +223,7 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
   // times or factors").
   if (std::isnan(o.message_us) || o.message_us > kMaxTaskUs)
     throw InputError("`message_us`: must be in [0, " + fmt("%g", kMaxTaskUs) + "] us, got " +
-                     fmt("%g", o.message_us));
+                     fmt_given(o.message_us));
   const std::string format = o.format == "auto" ? detect(docs) : o.format;
   std::vector<Timeline> steps;
   if (format == "rrfp")

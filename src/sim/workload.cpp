@@ -33,7 +33,7 @@ enum Stream : std::uint64_t {
 void check_in(const std::string& what, double v, double lo, double hi) {
   if (!(v >= lo && v <= hi))
     throw InputError(what + ": must be a finite number in [" + fmt("%g", lo) + ", " +
-                     fmt("%g", hi) + "], got " + fmt("%g", v));
+                     fmt("%g", hi) + "], got " + fmt_given(v));
 }
 
 // comm_links: 0 (each message on its own) or a capacity of at least one message's worth, at
@@ -43,7 +43,7 @@ void check_links(double links, const std::string& what) {
     throw InputError(what +
                      ": must be 0 (each message on its own) or in [1, 4096] (messages' worth of "
                      "bandwidth), got " +
-                     fmt("%g", links));
+                     fmt_given(links));
 }
 
 }  // namespace

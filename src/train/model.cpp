@@ -8,6 +8,13 @@
 
 namespace rrfp::train {
 
+void check_blocks(const GptConfig& c, int chunks) {
+  if (c.layers < chunks)
+    throw InputError("`layers`: the model has " + std::to_string(c.layers) +
+                     " blocks, fewer than the " + std::to_string(chunks) +
+                     " pipeline chunks (P*V); give it at least one block per chunk");
+}
+
 void validate(const GptConfig& c) {
   // Ranges that keep every size computed from them (parameter counts, window lengths) in range.
   auto within = [](const char* name, int v, int hi) {
@@ -36,10 +43,7 @@ Chunk::Chunk(const GptConfig& cfg, int chunk, int chunks, int tp_rank, int tp_si
   if (tp_size < 1 || cfg.heads % tp_size != 0)
     throw InputError("`tp`: " + std::to_string(tp_size) + " does not divide `heads` " +
                      std::to_string(cfg.heads) + " (each rank takes whole attention heads)");
-  if (cfg.layers < chunks)
-    throw InputError("`layers`: the model has " + std::to_string(cfg.layers) +
-                     " blocks, fewer than the " + std::to_string(chunks) +
-                     " pipeline chunks (P*V); give it at least one block per chunk");
+  check_blocks(cfg, chunks);
   // An even split of the blocks; the first chunks take the remainder.
   const int base = cfg.layers / chunks, extra = cfg.layers % chunks;
   const int lo = chunk * base + std::min(chunk, extra);

@@ -26,6 +26,8 @@
 namespace rrfp::train {
 
 void validate(const GptConfig& c);  // throws InputError naming the field
+// Throws InputError unless the model has a block for each of `chunks` pipeline chunks (P*V).
+void check_blocks(const GptConfig& c, int chunks);
 
 // How a parameter is split over the TP ranks; `groups` splits the rows into that many blocks
 // cut alike (qkv: q, k and v).

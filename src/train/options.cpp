@@ -26,7 +26,7 @@ namespace {
 void at_least(const char* name, double v, double lo) {
   if (!std::isfinite(v) || v < lo)
     throw InputError(std::string("`") + name + "`: must be a finite number of at least " +
-                     fmt("%g", lo) + ", got " + fmt("%g", v));
+                     fmt("%g", lo) + ", got " + fmt_given(v));
 }
 
 void validate(const WindowOptions& w, const GptConfig& m) {
@@ -66,12 +66,19 @@ void validate(const TrainOptions& o) {
   // instead of failing inside LibTorch (the machine's physical pages, counted before, let
   // through what a cgroup or RRFP_MEMORY_LIMIT does not allow).
   // A job's process holds its stage's part: check_activations sizes it with the activations.
-  if (!o.job)
+  if (!o.job) {
+    // The position table (`max_seq` x `d_model`) can be most of a model: said where it is
+    // (a `max_seq` of 2^20 was refused naming `d_model` and `layers` alone).
+    const bool positions = static_cast<double>(o.model.max_seq) * o.model.d_model >
+                           o.model.layers * block_parameters(o.model);
     check_memory(model_bytes(o.model),
                  "`d_model` " + std::to_string(o.model.d_model) + " with `layers` " +
-                     std::to_string(o.model.layers) + " (about " +
-                     fmt("%.3g", approx_parameters(o.model)) + " parameters)",
-                 " for weights, gradients and optimizer state", "`d_model` or `layers`");
+                     std::to_string(o.model.layers) +
+                     (positions ? " and `max_seq` " + std::to_string(o.model.max_seq) : "") +
+                     " (about " + fmt("%.3g", approx_parameters(o.model)) + " parameters)",
+                 " for weights, gradients and optimizer state",
+                 positions ? "`max_seq`, `d_model` or `layers`" : "`d_model` or `layers`");
+  }
   validate(o.runtime);
   if (o.task != "text" && o.task != "image-text")
     throw InputError("`task`: expected text or image-text, got '" + o.task + "'");
@@ -93,9 +100,9 @@ void validate(const TrainOptions& o) {
   // Below 1e-30 the rate is lost to the float: 1e-300 became 0 and the run trained nothing
   // without a word (1e-30 stays a normal float after warmup's and the floor's factors).
   if (!(o.opt.lr >= 1e-30 && o.opt.lr <= 1000))
-    throw InputError("`lr`: must be in [1e-30, 1000], got " + fmt("%g", o.opt.lr));
+    throw InputError("`lr`: must be in [1e-30, 1000], got " + fmt_given(o.opt.lr));
   if (!(o.opt.weight_decay >= 0 && o.opt.weight_decay <= 1000))
-    throw InputError("`weight_decay`: must be in [0, 1000], got " + fmt("%g", o.opt.weight_decay));
+    throw InputError("`weight_decay`: must be in [0, 1000], got " + fmt_given(o.opt.weight_decay));
   at_least("clip", o.opt.clip, 0);
   const bool gpu = parse_device(o.device, o.dtype, o.completion).gpu();
   if (o.runtime.window > 1 && !gpu)

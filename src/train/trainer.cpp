@@ -13,7 +13,12 @@ namespace rrfp::train {
 // their next collective until --timeout, and its line unsaid. The memory checks are
 // collectives, agreed by themselves.
 Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe) {
-  agree_on_input(o_.job, [&] { validate(o_); });
+  agree_on_input(o_.job, [&] {
+    validate(o_);
+    // Before the memory checks: more chunks than blocks was refused as memory the pipeline's
+    // many stages' activations would take, naming every flag but --pp.
+    check_blocks(o_.model, m_.chunks());
+  });
   agree_on_input(o_.job, [&] {
     dev_ = parse_device(o_.device, o_.dtype, o_.completion);
     hint_ = make_hint(o_.hint, m_);
