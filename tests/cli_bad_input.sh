@@ -130,6 +130,15 @@ check "tasks add up to 317.098 years; a step may hold at most 146" simulate --wo
 # --split-backward auto, the default, takes the split the file declares, as simulate does (check
 # took auto for off, and refused the zero-bubble hint show had just written).
 "$rrfp" schedule check "$tmp/zb.json" >/dev/null || { echo "FAIL: check of a written split hint, auto"; fails=$((fails + 1)); }
+# The shape the file was written for stands for each shape flag not given (a file written at
+# --pp 2 -m 5 was checked against the defaults, 4 and 8, and refused); one given still rules.
+for ext in txt json; do
+  "$rrfp" schedule show --pp 3 --vpp 2 --placement vshape -m 5 --hint zb-v --out "$tmp/v.$ext" \
+    >/dev/null && "$rrfp" schedule check "$tmp/v.$ext" >"$tmp/v.out" 2>&1 &&
+    grep -q "is a valid hint for P=3 V=2 M=5 (split backward)" "$tmp/v.out" ||
+    { echo "FAIL: the $ext file's own shape: $(cat "$tmp/v.out")"; fails=$((fails + 1)); }
+  check "hint was written for pp=3 but the run has pp=4" schedule check --pp 4 "$tmp/v.$ext"
+done
 # A large hint rrfp wrote reads back: the caps grow with the run (a stage's line is 400 KB here).
 for ext in txt json; do
   "$rrfp" schedule show --pp 8 -m 20000 --hint 1f1b --out "$tmp/big.$ext" >/dev/null &&

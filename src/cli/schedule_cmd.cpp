@@ -1,19 +1,31 @@
 // `rrfp schedule show`: a hint as an ASCII pipeline diagram (unit costs, no communication).
 // `rrfp schedule check FILE`: validate a hint file against a pipeline shape, under async and
 // blocking transfers.
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
 #include <iostream>
+#include <sstream>
+#include <utility>
 
 #include "cli/estimate.hpp"
 #include "cli/options.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/hint_io.hpp"
+#include "core/input_file.hpp"
 #include "sim/hint_check.hpp"
 #include "sim/simulator.hpp"
 
 namespace rrfp {
 
 namespace {
+
+// The shape flags a hint file's header may answer, and its keys for them.
+const std::pair<const char*, std::string> kShapeKeys[] = {{"--pp", "pp"},
+                                                          {"--vpp", "vpp"},
+                                                          {"--microbatches", "microbatches"},
+                                                          {"--placement", "placement"}};
 
 struct ScheduleFlags {
   ShapeFlags shape;
@@ -86,6 +98,45 @@ void show(const ScheduleFlags& f) {
   }
 }
 
+// The shape a hint file says it was written for (its text header's pp= vpp= microbatches=
+// placement=, or JSON's keys), taken for each shape flag not given: `schedule check zb.json`
+// of a file written at --pp 2 was refused as "written for pp=2 but the run has pp=4", the
+// defaults. A value out of range is left to the file's own check, which names the file.
+void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& shape) {
+  std::string text;
+  try {
+    text = read_input_file(path, InputKind{"FILE", 3 * 24 * kMaxChunkMicrobatches + (1u << 20), 0});
+  } catch (const InputError&) {
+    return;  // reading the hint refuses it, in the same words
+  }
+  auto take = [&](const char* flag, const std::string& key, const std::string& value) {
+    if (app.count(flag)) return;
+    if (key == "placement" && (value == "loop" || value == "vshape")) shape.placement = value;
+    if (key != "pp" && key != "vpp" && key != "microbatches") return;
+    char* end = nullptr;
+    const long v = std::strtol(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || v < 1 || v > kMaxChunkMicrobatches) return;
+    (key == "pp" ? shape.pp : key == "vpp" ? shape.vpp : shape.microbatches) = static_cast<int>(v);
+  };
+  const auto first = text.find_first_not_of(" \t\r\n\xEF\xBB\xBF");
+  if (first != std::string::npos && text[first] == '{') {
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (!j.is_object()) return;
+    for (const auto& [flag, key] : kShapeKeys)
+      if (j.contains(key))
+        take(flag, key, j[key].is_string() ? j[key].get<std::string>() : j[key].dump());
+    return;
+  }
+  const auto line_end = text.find('\n', first == std::string::npos ? 0 : first);
+  std::istringstream header(text.substr(first == std::string::npos ? 0 : first, line_end));
+  std::string word;
+  if (!(header >> word) || word != "rrfp-hint") return;
+  while (header >> word)
+    if (const auto eq = word.find('='); eq != std::string::npos)
+      for (const auto& [flag, key] : kShapeKeys)
+        if (word.compare(0, eq, key) == 0 && eq == key.size()) take(flag, key, word.substr(eq + 1));
+}
+
 void check(const ScheduleFlags& f) {
   WorkModel m = model_for(f, f.file);  // auto: split as the file declares, as simulate reads it
   Hint h;
@@ -130,8 +181,13 @@ void setup_schedule(CLI::App& app) {
   g->shape.microbatches = 8;
   CLI::App* ck = sch->add_subcommand("check", "validate a hint file (text or JSON)");
   add_shape_flags(ck, g->shape);
-  ck->add_option("FILE", g->file, "hint file")->required();
-  ck->callback([g] { check(*g); });
+  ck->add_option("FILE", g->file,
+                 "hint file; the shape it was written for stands for any shape flag not given")
+      ->required();
+  ck->callback([g, ck] {
+    take_file_shape(*ck, g->file, g->shape);
+    check(*g);
+  });
 }
 
 }  // namespace rrfp
