@@ -170,3 +170,16 @@ def test_a_load_that_a_modules_own_code_refuses_changes_nothing(tmp_path, how):
     assert same_states(states(got), before)
     assert all(torch.equal(s["momentum_buffer"], m)
                for s, m in zip(opt2.state.values(), momentum))
+
+
+def test_an_observer_entry_torch_does_not_resize_keeps_its_shape_check():
+    # Only the statistics, scale and zero point take the saved shape: another shape for the
+    # observer's eps raised in torch's load, after the chunks before it had been loaded.
+    chunks, pipe = trained(Observed)
+    state = pipe.state_dict()
+    state["0.lin.weight"] = state["0.lin.weight"] + 1
+    state["1.obs.eps"] = torch.ones(3)
+    before = states(chunks)
+    with pytest.raises(ValueError, match=r"'1.obs.eps' has shape \[3\], the chunk's \[1\]"):
+        pipe.load_state_dict(state)
+    assert same_states(states(chunks), before)

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import rrfp
-import rrfp.pipeline as pipeline
+import rrfp._step as step_module
 from rrfp._step_data import StepData
 
 
@@ -58,14 +58,14 @@ def test_ctrl_c_while_the_gradients_are_written_is_raised_once_all_are(monkeypat
     x, t = torch.randn(8, 4, generator=g), torch.randn(8, 4, generator=g)
     for xm, tm in zip(x.tensor_split(4), t.tensor_split(4)):
         ((ref[1](ref[0](xm)) - tm) ** 2).mean().backward()
-    written, set_grad = [], pipeline.set_grad
+    written, set_grad = [], step_module.set_grad
 
     def interrupted(p, grad):  # Ctrl-C as the third of ten gradients is written
         set_grad(p, grad)
         written.append(p)
         if len(written) == 3:
             os.kill(os.getpid(), signal.SIGINT)
-    monkeypatch.setattr(pipeline, "set_grad", interrupted)
+    monkeypatch.setattr(step_module, "set_grad", interrupted)
     pipe = rrfp.Pipeline(chunks, lambda y, t: ((y - t) ** 2).mean(), pp=2, microbatches=4,
                          timeout=60)
     try:

@@ -343,3 +343,29 @@ def test_a_hook_of_a_tensor_outside_the_model_that_raises_changes_no_grad():
                        r"ValueError: refused microbatch 1"):
         pipe.step(xs, ys)
     assert scale.grad is None and all(p.grad is None for c in m for p in c.parameters())
+
+
+def test_a_hook_that_returns_a_tensor_it_keeps_adds_each_microbatch_once():
+    # The hooks of every microbatch run before any .grad is written: a hook that returns one
+    # buffer it writes again at each call left every microbatch's entry that buffer, and .grad
+    # three times the last microbatch's gradient.
+    def run(pipelined):
+        torch.manual_seed(0)
+        scale = torch.full((4,), 1.5, requires_grad=True)
+        kept = torch.zeros(4)
+
+        def hook(grad):
+            kept.copy_(grad)
+            return kept
+        scale.register_hook(hook)
+        m = [nn.Linear(4, 4), ScaledBy(scale)]
+        g = torch.Generator().manual_seed(2)
+        xs = [torch.randn(n, 4, generator=g) for n in (2, 3, 4)]
+        ys = [torch.randn(n, 4, generator=g) for n in (2, 3, 4)]
+        if pipelined:
+            rrfp.Pipeline(m, mse, pp=2, microbatches=3, timeout=60).step(xs, ys)
+        else:
+            for x, y in zip(xs, ys):
+                mse(m[1](m[0](x)), y).backward()
+        return scale.grad
+    assert torch.equal(run(True), run(False))

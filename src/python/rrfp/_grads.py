@@ -101,9 +101,7 @@ class _TiedSum:
                         self.sum.add_(buf)
                 self.next += 1
             if added and self.sum is not None and self.sum.is_cuda:
-                # The adds were queued on this stage's stream; the lock only ordered their
-                # queueing. Another stage's next add, on its own stream, could run before them
-                # (and read gradients of this one's stream): done here before the lock goes.
+                # Queued on this stage's stream: done before another stage's stream adds.
                 torch.cuda.current_stream(self.sum.device).synchronize()
 
     def _buffer(self, got, users, mb, final=False):

@@ -97,7 +97,10 @@ class MadeGrads:
                 for c in sorted(by_chunk, reverse=True):
                     g = by_chunk[c] if g is None else g + by_chunk[c]
                 try:
-                    out.append((leaf, run_hooks(leaf_hooks(leaf), g)))
+                    hooked = run_hooks(leaf_hooks(leaf), g)
+                    # A hook may return a tensor it keeps and writes again at its next call:
+                    # held here until every hook has run, it needs a copy of its own.
+                    out.append((leaf, hooked if hooked is g else hooked.clone()))
                 except Exception as e:
                     raise _rrfp.StageError(
                         f"a hook of a tensor that microbatch {mb}'s forward used, which is no "

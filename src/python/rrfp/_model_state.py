@@ -123,14 +123,19 @@ def check_model_state(chunks, n_chunks, state, strict):
     return out
 
 
+# The entries their own _load_from_state_dict gives the saved entry's shape.
+_RESIZED_NAMES = (("min_val", "max_val"), ("scale", "zero_point"))
+
+
 def _resized_by_torch(chunk, key):
     """Whether torch's load_state_dict gives entry `key` of `chunk` the saved entry's shape:
-    quantization observers and fake quantization start with one-element statistics and take
-    a per-channel checkpoint's (their own _load_from_state_dict resizes them), which a shape
-    check refused."""
-    module_name = key.rpartition(".")[0]
+    a quantization observer's statistics and fake quantization's scale and zero point start
+    with one element and take a per-channel checkpoint's, which a shape check refused. Their
+    other entries keep the check: torch raises for them, partway through a load."""
+    module_name, _, name = key.rpartition(".")
     module = chunk.get_submodule(module_name) if module_name else chunk
-    return isinstance(module, _RESIZED_ON_LOAD)
+    return any(isinstance(module, cls) and name in names
+               for cls, names in zip(_RESIZED_ON_LOAD, _RESIZED_NAMES))
 
 
 def _filled_by_torch(chunk, key, state):
@@ -156,9 +161,16 @@ def apply_model_state(chunks, checked):
         for c in own:
             kept[c] = _copy_state(chunks[c])
             chunks[c].load_state_dict(checked[c], strict=False)
-    except BaseException:
+    except BaseException as e:
         for c, state in kept.items():
-            chunks[c].load_state_dict(state, strict=False)
+            try:
+                if state is not None:
+                    chunks[c].load_state_dict(state, strict=False)
+                else:
+                    e.add_note(f"rrfp: chunk {c} could not be copied first; it may be loaded in "
+                               "part")
+            except Exception as again:  # noqa: BLE001 (the load's own error is the one raised)
+                e.add_note(f"rrfp: chunk {c} could not be put back: {again}")
         raise
     for c, got in checked.items():
         if c not in kept:
@@ -166,11 +178,14 @@ def apply_model_state(chunks, checked):
 
 
 def _own_loading(chunk):
-    """Whether loading `chunk` runs code of the user's: a module's set_extra_state or
-    _load_from_state_dict defined outside torch, or a load_state_dict hook."""
+    """Whether loading `chunk` runs code that may raise where the checks passed: a module's
+    set_extra_state or _load_from_state_dict defined outside torch, a load_state_dict hook, or
+    quantization's modules, whose loading resizes and checks entries of its own."""
     base = torch.nn.Module
     for m in chunk.modules():
         t = type(m)
+        if isinstance(m, _RESIZED_ON_LOAD):
+            return True
         if t.set_extra_state is not base.set_extra_state or m._load_state_dict_pre_hooks or \
                 getattr(m, "_load_state_dict_post_hooks", None):
             return True
@@ -182,11 +197,15 @@ def _own_loading(chunk):
 
 
 def _copy_state(chunk):
-    """A copy of `chunk`'s state_dict to load back, its metadata kept."""
+    """A copy of `chunk`'s state_dict to load back, its metadata kept, in host memory (a GPU
+    has none to spare for a second model); None where its extra state cannot be copied."""
     state = chunk.state_dict()
-    out = collections.OrderedDict(
-        (k, v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v))
-        for k, v in state.items())
+    try:
+        out = collections.OrderedDict(
+            (k, v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor)
+             else copy.deepcopy(v)) for k, v in state.items())
+    except Exception:  # noqa: BLE001 (an object deepcopy refuses: loaded without a copy)
+        return None
     out._metadata = getattr(state, "_metadata", {})
     return out
 

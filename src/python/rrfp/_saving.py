@@ -142,13 +142,22 @@ def load(pipe, path, optimizer):
                   "load: process(es) {bad} could not load the checkpoint; their own errors "
                   "say why; nothing was loaded on any process")
     previous = _apply_optimizer(pipe, optimizer, plan["optimizer"])
+    refused_here = []
+
+    def apply_rest():
+        try:
+            _apply_rest(pipe, plan)
+        except BaseException:
+            refused_here.append(True)
+            raise
     try:
-        agreed(pipe._core, lambda: _apply_rest(pipe, plan),
+        agreed(pipe._core, apply_rest,
                "load: process(es) {bad} failed to apply a checkpoint they had checked; their "
                "own errors say why; load it again")
     except BaseException:
-        # This process's chunks are as they were (apply_model_state); so is its optimizer.
-        if previous is not None:
+        # Where this process's own chunks refused (apply_model_state put them back), its
+        # optimizer goes back too; a process whose chunks loaded keeps both new.
+        if refused_here and previous is not None:
             optimizer.state, optimizer.param_groups = previous
         raise
     if pipe._ties is not None:  # each copy loaded its own entry: the first's values win

@@ -10,6 +10,8 @@ import torch
 from . import _rrfp, _wire
 from ._batch import check_before_step, take_batch
 from ._caller import CallerState
+from ._grad_layout import set_grad
+from ._leaves import MadeGrads
 from ._progress import Progress
 from ._replicas import buffer_signature, refuse_other_buffers
 
@@ -138,6 +140,20 @@ def _joinable(outs):
     return all(isinstance(o, torch.Tensor) and o.dim() > 0 for o in outs) and all(
         o.shape[1:] == first.shape[1:] and o.dtype == first.dtype and o.device == first.device
         for o in outs)
+
+
+def write_grads(data, pairs):
+    """A completed step's gradients into .grad: `pairs` (parameter, its sum or None) and the
+    sums of the leaves its forwards made (data.made). Their hooks run first, so that one that
+    raises fails the step with no .grad written; called after the job's collectives, where a
+    process that raised before them left the others waiting there. Every .grad or none: a
+    Ctrl-C while they are written is raised once they all are."""
+    made = data.made.hooked()
+    with interrupt_held():
+        for p, g in pairs:
+            if g is not None:
+                set_grad(p, g)
+        MadeGrads.add_to_grads(made)
 
 
 @contextlib.contextmanager

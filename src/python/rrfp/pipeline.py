@@ -8,7 +8,6 @@ from . import _rrfp, _saving, checkpoint
 from ._args import check_arguments, progress_after
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
-from ._grad_layout import set_grad
 from ._graph import ModelTensors
 from ._grads import GradSums, sum_over_replicas, trained_layout, warn_inexact
 from ._leaves import MadeGrads
@@ -19,7 +18,7 @@ from ._order import decide_order, refuse_renormalizing_embeddings
 from ._seed import Seeding
 from ._stage import StageRunner
 from ._step_data import StepData
-from ._step import eval_outputs, interrupt_held, replica_loss, run_pass
+from ._step import eval_outputs, replica_loss, run_pass, write_grads
 from ._ties import make_ties, one_value_per_tie
 from .record import StepRecord
 
@@ -376,14 +375,7 @@ class Pipeline:
             # job in run_pass, so nothing here refuses them; copied before any .grad is written
             # all the same, so that .grad is the last thing a step changes.
             from_first_replica(self._core, self.chunks, False)
-        # A hook that raises fails the step here, before any .grad is written, and after the
-        # job's collectives (raised before them, the other processes waited there).
-        made = self._data.made.hooked()
-        with interrupt_held():  # every .grad or none: Ctrl-C here is raised after the writes
-            for p, g in pairs:
-                if g is not None:
-                    set_grad(p, g)
-            MadeGrads.add_to_grads(made)
+        write_grads(self._data, pairs)  # after the job's collectives
         self.last_step = StepRecord(rec)
         return replica_loss(self._core, loss)
 
