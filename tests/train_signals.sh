@@ -194,8 +194,15 @@ set +m
 # then to its process group, the process again (taken as a second request, that echo ended
 # `timeout -s INT 20 rrfp train` at once, without its checkpoint, in a quarter of the runs).
 start_for_signals "$tmp/e" "echo run" --d-model 256 --heads 4 --layers 4 --eval-every 0 --steps 50
-kill -INT $pid  # back to back, as timeout sends them (a sleep between, slow to start under
-kill -INT $pid 2>/dev/null  # load, could part them by more than the echo's window)
+# 50 ms apart, without starting a process between them (a sleep, slow to start under load,
+# could part them by more than the echo's window; back to back, the two could merge into one
+# pending signal and the echo go untested): a read that times out on a FIFO nobody writes.
+mkfifo "$tmp/never"
+exec 9<>"$tmp/never"
+kill -INT $pid
+read -r -t 0.05 -u 9 || true
+kill -INT $pid 2>/dev/null
+exec 9>&-
 wait $pid; rc=$?
 set +m
 [ "$rc" -eq 130 ] && [ -e "$tmp/e/loss.svg" ] && grep -q "stopped by signal" "$tmp/e.log" ||

@@ -3,10 +3,13 @@
 // blocking transfers.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <iterator>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "cli/estimate.hpp"
 #include "cli/options.hpp"
@@ -98,43 +101,89 @@ void show(const ScheduleFlags& f) {
   }
 }
 
-// The shape a hint file says it was written for (its text header's pp= vpp= microbatches=
-// placement=, or JSON's keys), taken for each shape flag not given: `schedule check zb.json`
-// of a file written at --pp 2 was refused as "written for pp=2 but the run has pp=4", the
-// defaults. A value out of range is left to the file's own check, which names the file.
-void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& shape) {
+// A JSON document's top-level scalars, as text, until it ends or breaks off (a prefix).
+class TopLevelScalars : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  std::vector<std::pair<std::string, std::string>> fields;
+  bool null() override { return value("null"); }
+  bool boolean(bool b) override { return value(b ? "true" : "false"); }
+  bool number_integer(number_integer_t v) override { return value(std::to_string(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return value(std::to_string(v)); }
+  bool number_float(number_float_t, const string_t& s) override { return value(s); }
+  bool string(string_t& s) override { return value(s); }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth_, true; }
+  bool end_object() override { return --depth_, true; }
+  bool start_array(std::size_t) override { return ++depth_, true; }
+  bool end_array() override { return --depth_, true; }
+  bool key(string_t& k) override { return key_ = k, true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;  // the prefix ends here: what came before stands
+  }
+
+ private:
+  bool value(const std::string& v) {
+    if (depth_ == 1) fields.emplace_back(key_, v);
+    return true;
+  }
+  int depth_ = 0;
+  std::string key_;
+};
+
+// The key=value fields a hint file's first MiB declares: its text header's (`rrfp-hint 1
+// pp=2 ...`) or its JSON object's top-level scalars. Only a prefix: the largest hint is GBs,
+// and a key past it (JSON's "vpp" after "stages") is then not declared.
+std::vector<std::pair<std::string, std::string>> declared_fields(const std::string& path) {
+  constexpr std::size_t kPrefix = 1u << 20;
   std::string text;
   try {
-    text = read_input_file(path, InputKind{"FILE", 3 * 24 * kMaxChunkMicrobatches + (1u << 20), 0});
+    scan_input_file(path, InputKind{"FILE", 3 * 24 * kMaxChunkMicrobatches + kPrefix, 0},
+                    [&](std::string_view piece) {
+                      text.append(piece.substr(0, kPrefix - text.size()));
+                      return text.size() < kPrefix;
+                    });
   } catch (const InputError&) {
-    return;  // reading the hint refuses it, in the same words
+    return {};  // reading the hint refuses it, in the same words
   }
-  auto take = [&](const char* flag, const std::string& key, const std::string& value) {
-    if (app.count(flag)) return;
-    if (key == "placement" && (value == "loop" || value == "vshape")) shape.placement = value;
-    if (key != "pp" && key != "vpp" && key != "microbatches") return;
-    char* end = nullptr;
-    const long v = std::strtol(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0' || v < 1 || v > kMaxChunkMicrobatches) return;
-    (key == "pp" ? shape.pp : key == "vpp" ? shape.vpp : shape.microbatches) = static_cast<int>(v);
-  };
-  const auto first = text.find_first_not_of(" \t\r\n\xEF\xBB\xBF");
-  if (first != std::string::npos && text[first] == '{') {
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    if (!j.is_object()) return;
-    for (const auto& [flag, key] : kShapeKeys)
-      if (j.contains(key))
-        take(flag, key, j[key].is_string() ? j[key].get<std::string>() : j[key].dump());
-    return;
+  std::size_t first = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;  // a BOM
+  first = std::min(text.size(), text.find_first_not_of(" \t\r\n", first));
+  if (first < text.size() && text[first] == '{') {
+    TopLevelScalars sax;
+    nlohmann::json::sax_parse(text.begin() + static_cast<std::ptrdiff_t>(first), text.end(), &sax);
+    return sax.fields;
   }
-  const auto line_end = text.find('\n', first == std::string::npos ? 0 : first);
-  std::istringstream header(text.substr(first == std::string::npos ? 0 : first, line_end));
+  std::istringstream header(text.substr(first, text.find('\n', first) - first));
+  std::vector<std::pair<std::string, std::string>> fields;
   std::string word;
-  if (!(header >> word) || word != "rrfp-hint") return;
+  if (!(header >> word) || word != "rrfp-hint") return fields;
   while (header >> word)
     if (const auto eq = word.find('='); eq != std::string::npos)
-      for (const auto& [flag, key] : kShapeKeys)
-        if (word.compare(0, eq, key) == 0 && eq == key.size()) take(flag, key, word.substr(eq + 1));
+      fields.emplace_back(word.substr(0, eq), word.substr(eq + 1));
+  return fields;
+}
+
+// The shape a hint file says it was written for, taken for each shape flag not given:
+// `schedule check zb.json` of a file written at --pp 2 was refused as "written for pp=2 but
+// the run has pp=4", the defaults. A value out of range is left to the file's own check,
+// which names the file.
+void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& shape) {
+  if (std::all_of(std::begin(kShapeKeys), std::end(kShapeKeys),
+                  [&](const auto& f) { return app.count(f.first) > 0; }))
+    return;
+  for (const auto& [key, value] : declared_fields(path))
+    for (const auto& [flag, name] : kShapeKeys) {
+      if (key != name || app.count(flag)) continue;
+      if (key == "placement") {
+        if (value == "loop" || value == "vshape") shape.placement = value;
+        continue;
+      }
+      char* end = nullptr;
+      const long v = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || v < 1 || v > kMaxChunkMicrobatches) continue;
+      (key == "pp"    ? shape.pp
+       : key == "vpp" ? shape.vpp
+                      : shape.microbatches) = static_cast<int>(v);
+    }
 }
 
 void check(const ScheduleFlags& f) {

@@ -163,6 +163,7 @@ class Run {
     try {
       work = build_run(timeline_of(r.run.run), trainer_.model(), r.run.run.tp, -1, "step").work;
     } catch (const InputError& e) {
+      if (t_.runtime.tp < 2 || t_.runtime.tp_protocol != TpProtocol::None) throw;
       if (!diverged_said_ && o_.warn)
         o_.warn("step " + std::to_string(s + 1) + ": the tensor-parallel ranks ran different " +
                 "orders (`tp_protocol` none), so durations.csv keeps no such step: " + e.what());
