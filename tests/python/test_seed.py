@@ -1,6 +1,8 @@
 """Pipeline(seed=S): dropout draws the same in every schedule and run, and what a plain loop
 draws when it seeds each chunk's forward with rrfp.task_seed; checkpoints keep the step
 count, so training on after load() draws as training on without the stop."""
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -180,3 +182,20 @@ def test_task_seeds_differ_and_fit_in_63_bits():
     seen = {rrfp.task_seed(SEED, s, c, mb) for s in range(4) for c in range(4) for mb in range(8)}
     assert len(seen) == 128
     assert all(0 <= v < 2 ** 63 for v in seen)
+
+
+def test_a_checkpoint_loaded_under_another_seed_says_so(tmp_path):
+    # The seed is saved with the step count: a resume under another seed= (or none) draws
+    # other dropout than the run it continues, which it did without a word.
+    pipe = rrfp.Pipeline(chunks(), loss_fn, pp=4, microbatches=8, seed=SEED, timeout=60)
+    pipe.step(*data(0))
+    pipe.save(str(tmp_path / "ck"))
+    for other in (SEED + 1, None):
+        again = rrfp.Pipeline(chunks(), loss_fn, pp=4, microbatches=8, seed=other, timeout=60)
+        with pytest.warns(RuntimeWarning, match=rf"saved by a pipeline with seed={SEED}, this "
+                          rf"one has seed={other}: the dropout it draws"):
+            again.load(str(tmp_path / "ck"))
+    same = rrfp.Pipeline(chunks(), loss_fn, pp=4, microbatches=8, seed=SEED, timeout=60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same.load(str(tmp_path / "ck"))

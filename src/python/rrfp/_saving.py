@@ -5,6 +5,7 @@ everything on every process first, and changes nothing anywhere unless every pro
 its part."""
 import os
 import time
+import warnings
 
 from . import _extras, checkpoint, scaler
 from ._args import is_whole
@@ -15,6 +16,7 @@ from ._ties import one_value_per_tie
 _NO_MANIFEST = "save: process 0 could not write the manifest of"
 _RESERVED = "rrfp_"  # the extras' keys the checkpoint keeps for itself:
 _SEED_STEP = "rrfp_seed_step"  # the steps run, for seed=
+_SEED = "rrfp_seed"  # the seed itself: a load by a pipeline of another seed says so
 _SCALER = "rrfp_grad_scaler"  # and the GradScaler's state, for a pipeline that has one
 # A pipeline's attribute: the GradScaler state its last load() read while it had no scaler,
 # for the scaler made after it (GradScaler._attach) and for its saves until then.
@@ -58,6 +60,8 @@ def save(pipe, path, optimizer, extra):
     def write():
         if writes:
             kept = {_SEED_STEP: pipe._data.seed_step}
+            if pipe._data.seeding is not None:
+                kept[_SEED] = pipe._data.seeding.seed
             if pipe._data.scaler is not None:
                 kept[_SCALER] = pipe._data.scaler.state_dict()
             elif loaded_scaler_state(pipe) is not None:  # kept for a scaler not made yet
@@ -176,6 +180,7 @@ def _prepare(pipe, path, optimizer):
     if seed_step is not None and not (is_whole(seed_step) and 0 <= seed_step < 1 << 64):
         raise ValueError(f"checkpoint '{path}': its {_SEED_STEP} is {repr(seed_step)[:40]}, "
                          "not a step count")
+    _say_other_seed(pipe, path, extra.pop(_SEED, None))
     scaler_state = extra.pop(_SCALER, None) or None  # {}: saved by a disabled scaler
     if scaler_state is not None:
         try:
@@ -195,6 +200,21 @@ def _prepare(pipe, path, optimizer):
                                                       pipe._canonical())
     return {"chunks": chunks, "optimizer": optim_state, "seed_step": seed_step,
             "scaler": scaler_state, "extra": extra}
+
+
+def _say_other_seed(pipe, path, saved):
+    """Warns where the checkpoint's run drew by another seed than this pipeline's: its dropout
+    from here on is not the run's it continues (a resume with another seed= drew otherwise
+    without a word). A checkpoint of an unseeded run, or of an earlier version, says nothing."""
+    if saved is None:
+        return
+    if not (is_whole(saved) and 0 <= saved < 1 << 64):
+        raise ValueError(f"checkpoint '{path}': its {_SEED} is {repr(saved)[:40]}, not a seed")
+    mine = None if pipe._data.seeding is None else pipe._data.seeding.seed
+    if mine != saved:
+        warnings.warn(f"load: checkpoint '{path}' was saved by a pipeline with seed={saved}, "
+                      f"this one has seed={mine}: the dropout it draws from here on is not what "
+                      "the run it continues would have drawn", RuntimeWarning, stacklevel=4)
 
 
 def _apply_optimizer(pipe, optimizer, state):
