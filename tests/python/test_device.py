@@ -13,6 +13,7 @@ import torch  # noqa: E402
 
 import lm  # noqa: E402
 import rrfp  # noqa: E402
+from rrfp._device import parse_device  # noqa: E402
 from test_tied import delays, tied_gpt, unique_params, VOCAB  # noqa: E402
 
 CUDA = torch.cuda.is_available()
@@ -72,8 +73,11 @@ def check_bitwise(build, device, hint, policy, split, vpp):
     pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=pp, vpp=vpp, microbatches=m, hint=hint,
                          policy=policy, split_backward=split, delay_fn=delays(7), device=device)
     losses = train(chunks, steps, m, pipe.step)
+    # The device as the pipeline places it: "cuda" is this process's GPU, cuda:N (a
+    # torch.device("cuda") equals no parameter's device, whose index is always set).
+    want = parse_device(device)
     for c in pipe.chunks.values():
-        assert all(p.device == torch.device(device) for p in c.parameters())
+        assert all(p.device == want for p in c.parameters())
     assert [float(x) for x in losses] == [float(x) for x in ref_losses]
     for i, (a, b) in enumerate(zip(ref, chunks)):
         for (name, p), q in zip(a.named_parameters(), b.parameters()):
