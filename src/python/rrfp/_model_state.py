@@ -127,13 +127,19 @@ def check_model_state(chunks, n_chunks, state, strict):
 _RESIZED_NAMES = (("min_val", "max_val"), ("scale", "zero_point"))
 
 
+def _owner(chunk, key):
+    """The module of `chunk` that holds entry `key` ("sub.module.name"), and the entry's own
+    name."""
+    module_name, _, name = key.rpartition(".")
+    return (chunk.get_submodule(module_name) if module_name else chunk), name
+
+
 def _resized_by_torch(chunk, key):
     """Whether torch's load_state_dict gives entry `key` of `chunk` the saved entry's shape:
     a quantization observer's statistics and fake quantization's scale and zero point start
     with one element and take a per-channel checkpoint's, which a shape check refused. Their
     other entries keep the check: torch raises for them, partway through a load."""
-    module_name, _, name = key.rpartition(".")
-    module = chunk.get_submodule(module_name) if module_name else chunk
+    module, name = _owner(chunk, key)
     return any(isinstance(module, cls) and name in names
                for cls, names in zip(_RESIZED_ON_LOAD, _RESIZED_NAMES))
 
@@ -142,11 +148,11 @@ def _filled_by_torch(chunk, key, state):
     """Whether torch's load_state_dict fills entry `key` of `chunk` itself where `state` lacks
     it: a norm layer's num_batches_tracked, in a state without torch's version metadata (a dict
     built by hand), which it starts from 0. Counted as missing, such a state was refused."""
-    module_name, _, name = key.rpartition(".")
-    if name != "num_batches_tracked" or getattr(state, "_metadata", None) is not None:
+    if getattr(state, "_metadata", None) is not None:
         return False
-    module = chunk.get_submodule(module_name) if module_name else chunk
-    return isinstance(module, torch.nn.modules.batchnorm._NormBase)
+    module, name = _owner(chunk, key)
+    return name == "num_batches_tracked" and \
+        isinstance(module, torch.nn.modules.batchnorm._NormBase)
 
 
 def apply_model_state(chunks, checked):
