@@ -1,6 +1,7 @@
 # Finds what the Python extension builds with; sets RRFP_PYTHON (ON/OFF), RRFP_PYTHON_WHY (why
 # not, or which interpreter), RRFP_PYTHON_EXECUTABLE and TORCH_PYTHON_LIBRARY. The interpreter's
 # torch must be the LibTorch we link (same major.minor): another one would load two libtorch.
+# Also sets RRFP_TORCH_PYBIND11_DEFINES and RRFP_TORCH_PYBIND11_INCLUDE (below).
 set(RRFP_PYTHON_WHY "")
 set(_candidates ${RRFP_PYTHON_EXECUTABLE})
 find_program(_path_python python3 NO_CACHE)
@@ -26,6 +27,38 @@ endif()
 set(RRFP_PYTHON_EXECUTABLE "${_found}" CACHE FILEPATH "Python interpreter with torch" FORCE)
 set(Python_EXECUTABLE "${_found}")
 set(PYTHON_EXECUTABLE "${_found}")  # pybind11's classic search (-DPYBIND11_FINDPYTHON=OFF)
+# A torch object (a ProcessGroup) crosses into the extension only if both were built with one
+# pybind11 ABI: the same pybind11 internals and the same compiler, standard-library and C++ ABI
+# tags. Otherwise the cast fails at run time (torch 2.11's wheel against a pip pybind11 did). So
+# the extension takes torch's tags, and torch's own pybind11 headers where torch ships them (its
+# wheels do; Debian's torch does not and is built with Debian's pybind11), as torch's extension
+# builder does.
+execute_process(
+  COMMAND "${_found}" -c "import os, torch, torch._C as c
+for n in ('COMPILER_TYPE', 'STDLIB', 'BUILD_ABI'):
+    v = getattr(c, '_PYBIND11_' + n, None)
+    if v: print('PYBIND11_%s=\"%s\"' % (n, v))
+inc = os.path.join(os.path.dirname(torch.__file__), 'include')
+if os.path.exists(os.path.join(inc, 'pybind11', 'pybind11.h')): print('include=' + inc)"
+  RESULT_VARIABLE _rc OUTPUT_VARIABLE _abi ERROR_QUIET TIMEOUT 120)
+set(RRFP_TORCH_PYBIND11_DEFINES "")
+set(RRFP_TORCH_PYBIND11_INCLUDE "")
+if(_rc EQUAL 0)
+  string(REPLACE "\n" ";" _abi "${_abi}")
+  foreach(_line IN LISTS _abi)
+    if(_line MATCHES "^include=(.+)$")
+      set(RRFP_TORCH_PYBIND11_INCLUDE "${CMAKE_MATCH_1}")
+    elseif(_line MATCHES "^PYBIND11_")
+      list(APPEND RRFP_TORCH_PYBIND11_DEFINES "${_line}")
+    endif()
+  endforeach()
+endif()
+set(_headers "pybind11's own headers")
+if(RRFP_TORCH_PYBIND11_INCLUDE)
+  set(_headers "torch's pybind11 headers (${RRFP_TORCH_PYBIND11_INCLUDE})")
+endif()
+message(STATUS "rrfp: the Python extension takes torch's pybind11 ABI tags "
+               "(${RRFP_TORCH_PYBIND11_DEFINES}) and ${_headers}")
 if(NOT DEFINED PYBIND11_FINDPYTHON)
   set(PYBIND11_FINDPYTHON ON)
 endif()

@@ -7,6 +7,30 @@
 
 namespace rrfp::py {
 namespace pyb = pybind11;
+namespace {
+
+using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
+
+// A ProcessGroup that does not cast means this extension and torch were built with two pybind11
+// ABIs (torch 2.11's wheel against a pip pybind11 did), which no change of input can mend.
+Group to_group(const pyb::object& group, const char* option) {
+  try {
+    return group.cast<Group>();
+  } catch (const pyb::cast_error&) {
+    auto torch = pyb::module_::import("torch");
+    auto kind = torch.attr("distributed").attr("ProcessGroup");
+    if (!pyb::isinstance(group, kind))
+      throw pyb::type_error(std::string(option) + ": a torch.distributed ProcessGroup, got " +
+                            pyb::str(pyb::type::of(group).attr("__name__")).cast<std::string>());
+    throw pyb::type_error(
+        std::string(option) + ": this rrfp extension cannot take torch " +
+        pyb::str(torch.attr("__version__")).cast<std::string>() +
+        "'s ProcessGroup: the two were built against different pybind11 ABIs (rebuild rrfp "
+        "against this torch: its CMake takes torch's pybind11 headers and ABI tags)");
+  }
+}
+
+}  // namespace
 
 void bind_pipeline(pyb::module_& m) {
   pyb::class_<PipelineCore>(m, "PipelineCore",
@@ -29,9 +53,8 @@ void bind_pipeline(pyb::module_& m) {
              o.timeout_s = timeout;
              o.transport = std::move(transport);
              o.dp = dp;
-             using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
-             if (!group.is_none()) o.group = group.cast<Group>();
-             if (!dp_group.is_none()) o.dp_group = dp_group.cast<Group>();
+             if (!group.is_none()) o.group = to_group(group, "group");
+             if (!dp_group.is_none()) o.dp_group = to_group(dp_group, "dp_group");
              return std::make_unique<PipelineCore>(o);
            }),
            pyb::kw_only(), pyb::arg("pp"), pyb::arg("vpp"), pyb::arg("microbatches"),

@@ -166,6 +166,18 @@ def test_an_argument_of_the_wrong_type_is_a_type_error_naming_it(kwargs, match):
         rrfp.Pipeline(linears(), loss_fn, **args)
 
 
+@pytest.mark.parametrize("option", ["group", "dp_group"])
+def test_the_cxx_half_names_a_group_it_cannot_take(option):
+    # rrfp.Pipeline checks the type first; the C++ half checks again, because a torch
+    # ProcessGroup that does not cast there means a build against another pybind11 ABI, and
+    # anything else must not be reported as that.
+    args = dict(pp=2, vpp=1, microbatches=2, placement="loop", split_backward="off", hint="1f1b",
+                policy="ready", limit=0, max_pending_w=0, comm="async", timeout=10.0,
+                transport="inproc")
+    with pytest.raises(TypeError, match=f"^{option}: a torch.distributed ProcessGroup, got list$"):
+        rrfp._rrfp.PipelineCore(**args, **{option: []})
+
+
 def test_chunks_that_are_no_list_or_function_and_a_simulated_count_of_true_are_named():
     # "'NoneType' object is not iterable", naming no argument; simulate(pp=True) ran pp=1,
     # where Pipeline(pp=True) raised TypeError.
