@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "core/error.hpp"
+#include "python/shared_payload.hpp"
 #include "python/tensor_payload.hpp"
 
 namespace rrfp::py {
@@ -59,8 +60,9 @@ void keep_thread_state() {
 
 }  // namespace
 
-PyStageProgram::PyStageProgram(pyb::object runner, const std::vector<std::int64_t>* sizes)
-    : sizes_(sizes) {
+PyStageProgram::PyStageProgram(pyb::object runner, const std::vector<std::int64_t>* sizes,
+                               bool share)
+    : sizes_(sizes), share_(share) {
   const pyb::handle type = pyb::type::handle_of(runner);
   py_ = std::make_unique<Methods>(Methods{pyb::weakref(runner), type.attr("forward"),
                                           type.attr("backward"), type.attr("weight")});
@@ -110,10 +112,16 @@ Payload PyStageProgram::tensor_task(pyb::object& method, char kind, int chunk, i
   const std::string task = where(chunk, mb, kind);
   at::Tensor x;
   std::optional<DecodedTree> tree;
-  if (!in.empty() && is_tree(in))
+  if (const SharedTensors* held = shared_of(in)) {
+    if (held->structure)
+      tree = DecodedTree{*held->structure, held->tensors};
+    else
+      x = held->tensors.at(0);
+  } else if (!in.empty() && is_tree(in)) {
     tree = decode_tree(in, task);
-  else if (!in.empty())
+  } else if (!in.empty()) {
     x = decode_tensor(in, task);
+  }
   at::Tensor y;
   std::optional<std::string> structure;  // set when the output is a structure
   std::vector<at::Tensor> leaves;
@@ -135,6 +143,8 @@ Payload PyStageProgram::tensor_task(pyb::object& method, char kind, int chunk, i
       y = out.cast<at::Tensor>();
     }
   }
+  if (share_ && (structure || y.defined()))
+    return share_tensors(structure, structure ? leaves : std::vector<at::Tensor>{y}, task);
   if (structure) return encode_tree(*structure, leaves, task);
   return y.defined() ? encode_tensor(y, task) : Payload();
 }

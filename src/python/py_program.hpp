@@ -3,7 +3,8 @@
 // forward(chunk, mb, x), backward(chunk, mb, g), weight(chunk, mb), begin_step(step),
 // end_step(step). The runtime calls it from the stage's compute thread; the thread holds the
 // GIL only while it is in Python, so stages overlap wherever torch releases the GIL (inside its
-// kernels and autograd). Tensors cross stages as encoded payloads (tensor_payload.hpp).
+// kernels and autograd). Tensors cross stages as encoded payloads (tensor_payload.hpp), or, where
+// every stage is in this process, as the tensors themselves (shared_payload.hpp).
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
@@ -21,8 +22,9 @@ class PyStageProgram final : public StageProgram {
   // closed a cycle Python's collector cannot see into (the runner's step data holds the user's
   // loss_fn or GradScaler, which may hold the pipeline, which holds this), and every such
   // pipeline stayed alive for good. Call with the GIL held. `sizes` (the pipeline's, set before
-  // each step): the step's microbatch sizes, or empty.
-  PyStageProgram(pybind11::object runner, const std::vector<std::int64_t>* sizes);
+  // each step): the step's microbatch sizes, or empty. `share`: every consumer of this stage's
+  // outputs is in this process, so they travel as tensors, not bytes.
+  PyStageProgram(pybind11::object runner, const std::vector<std::int64_t>* sizes, bool share);
   ~PyStageProgram() override;  // drops the reference under the GIL
 
   void begin_step(int step) override;
@@ -45,6 +47,7 @@ class PyStageProgram final : public StageProgram {
   };
   std::unique_ptr<Methods> py_;
   const std::vector<std::int64_t>* sizes_;
+  bool share_;
 };
 
 }  // namespace rrfp::py

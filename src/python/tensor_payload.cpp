@@ -85,7 +85,9 @@ std::string layout_name(at::Layout layout) {
   return torch::getTHPLayout(layout)->name;
 }
 
-Prepared prepare(const at::Tensor& t, const std::string& what) {
+}  // namespace
+
+void check_sendable(const at::Tensor& t, const std::string& what) {
   // Only a strided tensor's memory is its values: a sparse one (a graph's adjacency) has none
   // to take, and failed in data_ptr() with c10's own error and stack.
   if (t.layout() != at::kStrided)
@@ -93,16 +95,22 @@ Prepared prepare(const at::Tensor& t, const std::string& what) {
                      " cannot be sent between stages (only strided ones travel): send its "
                      "indices() and values() and rebuild it in the next chunk, or hold it in "
                      "each chunk that needs it");
-  std::size_t code = 0;
-  while (code < kTypes.size() && kTypes[code] != t.scalar_type())
-    ++code;
-  if (code == kTypes.size())
+  if (std::find(kTypes.begin(), kTypes.end(), t.scalar_type()) == kTypes.end())
     throw InputError(what + ": tensors of dtype " + std::string(c10::toString(t.scalar_type())) +
                      " cannot be sent between stages");
   if (t.dim() > kMaxDims)
     throw InputError(what + ": a tensor of " + std::to_string(t.dim()) +
                      " dimensions cannot be sent between stages (at most " +
                      std::to_string(kMaxDims) + ")");
+}
+
+namespace {
+
+Prepared prepare(const at::Tensor& t, const std::string& what) {
+  check_sendable(t, what);
+  std::size_t code = 0;
+  while (kTypes[code] != t.scalar_type())
+    ++code;
   Prepared p{t.detach().to(at::kCPU), {}, static_cast<std::uint8_t>(code), 0, 0, 0};
   // A lazy negation (the imaginary part of a conjugate view, z.conj().imag) is a flag beside
   // the memory, which is what travels: unresolved, its sign was dropped. (A lazy conjugation

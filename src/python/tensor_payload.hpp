@@ -19,6 +19,9 @@ namespace rrfp::py {
 // decoded contiguous. Throws InputError naming `what` for a dtype no transport carries (complex,
 // quantized), a layout other than strided (sparse) or more than kMaxDims dimensions.
 Payload encode_tensor(const at::Tensor& t, const std::string& what);
+// The refusals of encode_tensor, without the copy: for a payload that carries the tensor itself
+// (shared_payload.hpp), so that one process and many refuse alike.
+void check_sendable(const at::Tensor& t, const std::string& what);
 // The tensor a payload carries. Throws ProtocolError naming `what` when the bytes are not an
 // encoded tensor (bad magic, dtype, rank, or a size that does not match the shape).
 at::Tensor decode_tensor(const Payload& p, const std::string& what);

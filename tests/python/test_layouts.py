@@ -114,6 +114,51 @@ def test_an_expanded_tensor_arrives_whole():
             assert torch.equal(p.grad, q.grad)
 
 
+def test_in_one_process_the_next_chunk_gets_the_tensor_itself():
+    """With every stage a thread of one process, the next chunk's input is the previous chunk's
+    output, its memory and strides (an expanded tensor stays expanded), as in a plain loop: no
+    copy on the way, and on a GPU no trip through host memory. Across processes the bytes
+    travel (the multi-process tests)."""
+    class Sending(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 1)
+            self.sent = []
+
+        def forward(self, x):
+            y = self.lin(x).expand(-1, 8)
+            self.sent.append((y.data_ptr(), y.stride()))
+            return y
+
+    class Receiving(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+            self.got = []
+
+        def forward(self, x):
+            self.got.append((x.data_ptr(), x.stride()))
+            return self.lin(x)
+
+    torch.manual_seed(0)
+    chunks = [Sending(), Receiving()]
+    ref = copy.deepcopy(chunks)
+    x, y = torch.randn(8, 8), torch.randn(8, 8)
+    plain(ref, x, y, 4)
+    for hint, split in (("1f1b", "off"), ("bfw", "on")):
+        chunks[0].sent.clear()
+        chunks[1].got.clear()
+        for p in (q for c in chunks for q in c.parameters()):
+            p.grad = None
+        rrfp.Pipeline(chunks, loss_fn, pp=2, microbatches=4, hint=hint, split_backward=split,
+                      timeout=60).step(x, y)
+        assert sorted(chunks[0].sent) == sorted(chunks[1].got), hint
+        assert all(stride == (1, 0) for _, stride in chunks[1].got)
+        for c, r in zip(chunks, ref):
+            for p, q in zip(c.parameters(), r.parameters()):
+                assert torch.equal(p.grad, q.grad), hint
+
+
 def _header(t):
     """The message of `t`, whose header holds a magic number (4 bytes), dtype, ndim,
     layout, pad, then ndim sizes and (for a layout other than contiguous) ndim strides."""

@@ -4,8 +4,10 @@ On a GPU each stage gets a CUDA stream of its own, so that two stages of one pro
 kernels side by side rather than one after the other on the device's default stream. A task
 counts as done, for the runtime's arbiter and for the gradient sums, only when an event
 recorded after its kernels has completed: readiness is the GPU's, not the moment the host
-finished enqueueing. Payloads between stages go through host memory (the runtime's messages
-are bytes); each arrives on the consumer's stream by its own copy.
+finished enqueueing. Between stages of one process a payload is the producer's tensor itself,
+still in device memory (its kernels complete, so the consumer's stream need not wait for
+them); across processes it goes through host memory (the job's messages are bytes) and arrives
+on the consumer's stream by its own copy.
 """
 import contextlib
 
@@ -96,6 +98,19 @@ class StageDevice:
         if self.stream is None:
             return contextlib.nullcontext()
         return torch.cuda.stream(self.stream)
+
+    def adopt(self, received):
+        """Called as a task starts with what it received: a tensor, (structure, tensors) or
+        None. A tensor another stage's stream allocated is used on this stream now: torch's
+        caching allocator is told (record_stream), or, should this stage hold the last
+        reference, it would hand the memory to the other stream while this stream's kernels
+        still read it (a W task reads its forward's input after the producer's B let go)."""
+        if self.stream is None or received is None:
+            return
+        tensors = received[1] if isinstance(received, tuple) else (received,)
+        for t in tensors:
+            if t.is_cuda and t.device == self.stream.device:
+                t.record_stream(self.stream)
 
     def follow(self):
         """Called on the caller's thread as a step starts: the stage's stream waits for what the

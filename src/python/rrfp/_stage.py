@@ -130,6 +130,8 @@ class StageRunner:
     def _on_device(self, fn, chunk, mb, args):
         if self.device.stream is None:  # no stream to enter and none to wait for
             return fn(chunk, mb, *args)
+        if args:
+            self.device.adopt(args[0])
         with self.device.scope():
             out = fn(chunk, mb, *args)
         self.device.settle()  # done when the GPU is, not when the host enqueued it
