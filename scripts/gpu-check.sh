@@ -183,37 +183,36 @@ callback=(--completion callback)
 window=(--window 2)
 # Four times the width and twice the sequence: the GPU's share of each task grows.
 big=(--d-model 2048 --heads 16 --max-seq 2048 --max-len 2048 --min-len 1024)
-# Most wanted first: a run past the budget is skipped. The C++ side's schedules with the
-# dispatch gap's p99 and the device waits, on the default model and the wide one, each with a
-# window of 2 tasks per stream (w), then the ways of learning of completion (poll, the default;
-# spin, s; a host callback, c).
+# Most wanted first: a run past the budget is skipped. What no sitting has yet measured in one
+# (docs/results-gpu.md): the four schedules side by side under J0, the twin's source, rrfp.Pipeline
+# with its payloads on the device, J2 and J3 and the image-text task with ready BF beside BFW,
+# and SM partitions for each schedule. Then the wide model, a window of 2 tasks per stream (w)
+# and the ways of learning of completion (poll, the default; spin, s; a host callback, c), which
+# the fourth sitting measured.
 train j0-fixed-1f1b "${fixed[@]}"
-train j0-ready-bfw "${bfw[@]}"
-STEPS=12 train big-fixed-1f1b "${fixed[@]}" "${big[@]}"
-STEPS=12 train big-ready-bfw "${bfw[@]}" "${big[@]}"
-STEPS=12 train bigw-fixed-1f1b "${fixed[@]}" "${big[@]}" "${window[@]}"
-STEPS=12 train bigw-ready-bfw "${bfw[@]}" "${big[@]}" "${window[@]}"
-train j0w-ready-bfw "${bfw[@]}" "${window[@]}"
-train j0w-fixed-1f1b "${fixed[@]}" "${window[@]}"
-py_table
 train j0-ready-bf "${bf[@]}"
-train j0c-ready-bfw "${bfw[@]}" "${callback[@]}"
-train j0s-ready-bfw "${bfw[@]}" "${spin[@]}"
-train j0c-fixed-1f1b "${fixed[@]}" "${callback[@]}"
-STEPS=12 train bigc-ready-bfw "${bfw[@]}" "${big[@]}" "${callback[@]}"
-STEPS=12 train bigs-ready-bfw "${bfw[@]}" "${big[@]}" "${spin[@]}"
-# What earlier sittings measured (docs/results-gpu.md), if the budget allows.
-train j0p-ready-bfw "${bfw[@]}" "${part[@]}"
+train j0-ready-bfw "${bfw[@]}"
 train j0-fixed-1f1b-blocking "${fixed_blocking[@]}"
 # The twin's source: fixed 1F1B with W apart, so that both BF and BFW replay from it.
 train twin-fixed-1f1b-split --hint 1f1b --policy fixed --split-backward on
+py_table
 for j in J2 J3; do
   jj=$(echo "$j" | tr 'J' 'j')
   train "$jj-fixed-1f1b" "${fixed[@]}" --inject-jitter "jitter:$j"
+  train "$jj-ready-bf" "${bf[@]}" --inject-jitter "jitter:$j"
   train "$jj-ready-bfw" "${bfw[@]}" --inject-jitter "jitter:$j"
 done
 train img-fixed-1f1b "${fixed[@]}" --task image-text
+train img-ready-bf "${bf[@]}" --task image-text
 train img-ready-bfw "${bfw[@]}" --task image-text
+train j0p-fixed-1f1b "${fixed[@]}" "${part[@]}"
+train j0p-ready-bf "${bf[@]}" "${part[@]}"
+train j0p-ready-bfw "${bfw[@]}" "${part[@]}"
+STEPS=12 train big-fixed-1f1b "${fixed[@]}" "${big[@]}"
+STEPS=12 train big-ready-bfw "${bfw[@]}" "${big[@]}"
+train j0w-ready-bfw "${bfw[@]}" "${window[@]}"
+train j0c-ready-bfw "${bfw[@]}" "${callback[@]}"
+train j0s-ready-bfw "${bfw[@]}" "${spin[@]}"
 
 # The twin: every measured step of the source replayed under ready BF and BFW.
 if [ -f "$runs/twin-fixed-1f1b-split/durations.csv" ]; then
