@@ -324,6 +324,36 @@ TEST(HintFile, SplitIsReadFromTheWholeFile) {
   ::unlink(fifo.c_str());
 }
 
+// What a file says of itself, read by the scanner that reads its split: JSON's top-level scalar
+// members wherever they are (a "vpp" after the stages counts, a key inside them does not), the
+// text header's fields; `schedule check` takes its shape from them.
+TEST(HintFile, FieldsAreTheTopLevelScalarsOrTheHeaders) {
+  const std::string path = ::testing::TempDir() + "rrfp-fields.json";
+  std::ofstream(path) << R"( {"format": "rrfp-hint", "note": "a \"quoted\" }, word",)"
+                      << R"( "stages": [["F0:0"], {"pp": 9}], "pp" :2, "split_backward": true,)"
+                      << R"( "x": null, "vpp": 2 }  trailing)";
+  HintFields f = hint_file_fields(path);
+  EXPECT_TRUE(f.json);
+  std::vector<std::string> got;
+  for (const HintField& h : f.fields)
+    got.push_back(h.key + "=" + h.value + (h.string ? " (string)" : ""));
+  EXPECT_EQ(got, (std::vector<std::string>{"format=rrfp-hint (string)",
+                                           "note=a \\\"quoted\\\" }, word (string)", "pp=2",
+                                           "split_backward=true", "x=null", "vpp=2"}));
+  EXPECT_TRUE(hint_file_declares_split(path));
+  std::ofstream(path, std::ios::trunc) << R"({"split_backward": "true"})";  // a string: no
+  EXPECT_FALSE(hint_file_declares_split(path));
+  std::ofstream(path, std::ios::trunc) << "# a comment\n  rrfp-hint 1 pp=3 vpp=2 split=1 # c\n"
+                                       << "stage 0: F0:0 pp=7\n";
+  f = hint_file_fields(path);
+  EXPECT_FALSE(f.json);
+  got.clear();
+  for (const HintField& h : f.fields)
+    got.push_back(h.key + "=" + h.value);
+  EXPECT_EQ(got, (std::vector<std::string>{"pp=3", "vpp=2", "split=1"}));
+  EXPECT_TRUE(hint_file_fields(::testing::TempDir() + "rrfp-no-such-file").fields.empty());
+}
+
 // Mutates valid inputs (mutate.hpp) and feeds them to every parser: each must either accept or
 // throw InputError, never crash or throw anything else.
 TEST(Fuzz, ParsersSurviveThousandsOfMutatedInputs) {

@@ -1,13 +1,11 @@
 // `rrfp schedule show`: a hint as an ASCII pipeline diagram (unit costs, no communication).
 // `rrfp schedule check FILE`: validate a hint file against a pipeline shape, under async and
 // blocking transfers.
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <iterator>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -16,7 +14,6 @@
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/hint_io.hpp"
-#include "core/input_file.hpp"
 #include "sim/hint_check.hpp"
 #include "sim/simulator.hpp"
 
@@ -101,67 +98,6 @@ void show(const ScheduleFlags& f) {
   }
 }
 
-// A JSON document's top-level scalars, as text, until it ends or breaks off (a prefix).
-class TopLevelScalars : public nlohmann::json_sax<nlohmann::json> {
- public:
-  std::vector<std::pair<std::string, std::string>> fields;
-  bool null() override { return value("null"); }
-  bool boolean(bool b) override { return value(b ? "true" : "false"); }
-  bool number_integer(number_integer_t v) override { return value(std::to_string(v)); }
-  bool number_unsigned(number_unsigned_t v) override { return value(std::to_string(v)); }
-  bool number_float(number_float_t, const string_t& s) override { return value(s); }
-  bool string(string_t& s) override { return value(s); }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return ++depth_, true; }
-  bool end_object() override { return --depth_, true; }
-  bool start_array(std::size_t) override { return ++depth_, true; }
-  bool end_array() override { return --depth_, true; }
-  bool key(string_t& k) override { return key_ = k, true; }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
-    return false;  // the prefix ends here: what came before stands
-  }
-
- private:
-  bool value(const std::string& v) {
-    if (depth_ == 1) fields.emplace_back(key_, v);
-    return true;
-  }
-  int depth_ = 0;
-  std::string key_;
-};
-
-// The key=value fields a hint file's first MiB declares: its text header's (`rrfp-hint 1
-// pp=2 ...`) or its JSON object's top-level scalars. Only a prefix: the largest hint is GBs,
-// and a key past it (JSON's "vpp" after "stages") is then not declared.
-std::vector<std::pair<std::string, std::string>> declared_fields(const std::string& path) {
-  constexpr std::size_t kPrefix = 1u << 20;
-  std::string text;
-  try {
-    scan_input_file(path, InputKind{"FILE", 3 * 24 * kMaxChunkMicrobatches + kPrefix, 0},
-                    [&](std::string_view piece) {
-                      text.append(piece.substr(0, kPrefix - text.size()));
-                      return text.size() < kPrefix;
-                    });
-  } catch (const InputError&) {
-    return {};  // reading the hint refuses it, in the same words
-  }
-  std::size_t first = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;  // a BOM
-  first = std::min(text.size(), text.find_first_not_of(" \t\r\n", first));
-  if (first < text.size() && text[first] == '{') {
-    TopLevelScalars sax;
-    nlohmann::json::sax_parse(text.begin() + static_cast<std::ptrdiff_t>(first), text.end(), &sax);
-    return sax.fields;
-  }
-  std::istringstream header(text.substr(first, text.find('\n', first) - first));
-  std::vector<std::pair<std::string, std::string>> fields;
-  std::string word;
-  if (!(header >> word) || word != "rrfp-hint") return fields;
-  while (header >> word)
-    if (const auto eq = word.find('='); eq != std::string::npos)
-      fields.emplace_back(word.substr(0, eq), word.substr(eq + 1));
-  return fields;
-}
-
 // The shape a hint file says it was written for, taken for each shape flag not given:
 // `schedule check zb.json` of a file written at --pp 2 was refused as "written for pp=2 but
 // the run has pp=4", the defaults. A value out of range is left to the file's own check,
@@ -170,8 +106,10 @@ void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& s
   if (std::all_of(std::begin(kShapeKeys), std::end(kShapeKeys),
                   [&](const auto& f) { return app.count(f.first) > 0; }))
     return;
-  for (const auto& [key, value] : declared_fields(path))
+  for (const HintField& field : hint_file_fields(path).fields)
     for (const auto& [flag, name] : kShapeKeys) {
+      const std::string& key = field.key;
+      const std::string& value = field.value;
       if (key != name || app.count(flag)) continue;
       if (key == "placement") {
         if (value == "loop" || value == "vshape") shape.placement = value;

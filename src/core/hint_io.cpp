@@ -94,17 +94,10 @@ std::string write_hint_json(const ListHint& h, const WorkModel& m) {
   return j.dump(1) + "\n";
 }
 
-namespace {
-
-// A line of the text format without its comment and its surrounding blanks: as the parser reads
-// it, and so the split detection (which missed an indented header, and then blamed the run's
-// split for the hint's).
-std::string_view content_of(std::string_view line) {
+std::string_view hint_line_content(std::string_view line) {
   if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
   return trim(line);
 }
-
-}  // namespace
 
 ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::string& origin) {
   ListHint h;
@@ -118,7 +111,7 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
     pos = nl == std::string_view::npos ? text.size() + 1 : nl + 1;
     ++line_no;
     const std::string where = origin + ":" + std::to_string(line_no);
-    line = content_of(line);
+    line = hint_line_content(line);
     if (line.empty()) continue;
     if (line.substr(0, 9) == "rrfp-hint") {
       check_header(line, m, where);
@@ -231,125 +224,6 @@ ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string
     ++i;
   if (i < text.size() && text[i] == '{') return parse_hint_json(text, m, origin);
   return parse_hint_text(text, m, origin);
-}
-
-namespace {
-
-// The split a hint file declares, found as the parsers read it, from its pieces in order: the
-// file is scanned whole (its header need not come first: 64 KiB of comments, or a JSON
-// "stages" before "split_backward", hid it) without being held. JSON: the top-level key
-// "split_backward" and its value; text: the first header line's split field.
-class SplitScan {
- public:
-  // Takes the next piece; false once the answer is known.
-  bool take(std::string_view piece) {
-    for (const char c : piece)
-      if (!(format_ == Format::Json ? json_char(c) : text_char(c))) return false;
-    return true;
-  }
-  // The answer, after the last piece.
-  bool declared() {
-    if (format_ == Format::Text && !done_) text_char('\n');  // a last line without its newline
-    return declared_;
-  }
-
- private:
-  static bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-
-  // JSON: strings are skipped but at depth 1, where a key followed by ':' is read.
-  bool json_char(char c) {
-    if (in_string_) {
-      if (escaped_)
-        escaped_ = false;
-      else if (c == '\\')
-        escaped_ = true;
-      else if (c == '"') {
-        in_string_ = false;
-        key_next_ = depth_ == 1 && string_ == "split_backward";
-        return true;
-      }
-      if (string_.size() <= 16) string_ += c;
-      return true;
-    }
-    if (blank(c)) return true;
-    if (value_next_) {
-      declared_ = c == 't';  // true; a value of another type the parser refuses
-      done_ = true;
-      return false;
-    }
-    if (key_next_ && c == ':') {
-      value_next_ = true;
-      return true;
-    }
-    key_next_ = false;
-    if (c == '"') {
-      in_string_ = true;
-      string_.clear();
-    } else if (c == '{' || c == '[') {
-      ++depth_;
-    } else if (c == '}' || c == ']') {
-      --depth_;
-    }
-    return true;
-  }
-
-  // Text: a line is kept only while it may be a header ("rrfp-hint" after its blanks).
-  bool text_char(char c) {
-    if (format_ == Format::Unknown) {
-      // A leading byte order mark, skipped as the parsers skip it (a JSON hint was taken for
-      // text, and its split was missed).
-      if (bom_ < 3 && c == "\xEF\xBB\xBF"[bom_]) {
-        ++bom_;
-        return true;
-      }
-      bom_ = 3;
-      if (blank(c)) return true;
-      format_ = c == '{' ? Format::Json : Format::Text;
-      if (format_ == Format::Json) return json_char(c);
-    }
-    if (c != '\n') {
-      if (skipping_ || (line_.empty() && blank(c))) return true;
-      line_ += c;
-      static constexpr std::string_view kHeader = "rrfp-hint";
-      if (line_.size() <= kHeader.size() && line_.back() != kHeader[line_.size() - 1])
-        skipping_ = true;
-      return true;
-    }
-    const bool header = !skipping_ && content_of(line_).substr(0, 9) == "rrfp-hint";
-    if (header) {
-      std::istringstream fields{std::string(content_of(line_))};
-      for (std::string f; fields >> f;)
-        declared_ = declared_ || f == "split=1";
-      done_ = true;
-      return false;
-    }
-    line_.clear();
-    skipping_ = false;
-    return true;
-  }
-
-  enum class Format { Unknown, Json, Text } format_ = Format::Unknown;
-  bool done_ = false, declared_ = false;
-  int depth_ = 0;
-  bool in_string_ = false, escaped_ = false, key_next_ = false, value_next_ = false;
-  std::string string_;  // the string being read (its first 17 bytes)
-  std::string line_;
-  bool skipping_ = false;
-  std::size_t bom_ = 0;  // the bytes of a leading byte order mark seen
-};
-
-}  // namespace
-
-bool hint_file_declares_split(const std::string& path) {
-  // The largest hint of any shape: read_hint_file's bound where tasks are most (W split).
-  constexpr InputKind kHintScan{"hint", 3 * 24 * kMaxChunkMicrobatches + (1u << 20), 0};
-  SplitScan scan;
-  try {
-    scan_input_file(path, kHintScan, [&](std::string_view piece) { return scan.take(piece); });
-  } catch (const InputError&) {
-    return false;  // reading the hint refuses it, in the same words
-  }
-  return scan.declared();
 }
 
 ListHint read_hint_file(const std::string& path, const WorkModel& m, const char* option) {

@@ -10,6 +10,7 @@
 // Tokens are KIND CHUNK:MB (see task.hpp). A header that disagrees with the model is an error.
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/hint.hpp"
 
@@ -32,6 +33,23 @@ ListHint read_hint_file(const std::string& path, const WorkModel& m, const char*
 // (core/input_file.hpp): one it refuses (missing, a FIFO or a device, never waited on)
 // declares nothing, and reading the hint refuses it.
 bool hint_file_declares_split(const std::string& path);
+// What a hint file says of itself: JSON's top-level members whose values are scalars (a string
+// unquoted, but for its escapes; a number or a literal as written), or the text header's
+// key=value fields, wherever in the file they are; read as hint_file_declares_split reads it
+// (core/hint_fields.cpp), each key and value cut at 64 bytes, at most 64 fields. Empty where the
+// checked reader refuses the file.
+struct HintField {
+  std::string key, value;
+  bool string = false;  // a JSON string
+};
+struct HintFields {
+  bool json = false;
+  std::vector<HintField> fields;
+};
+HintFields hint_file_fields(const std::string& path);
+// A line of the text format without its comment and its surrounding blanks, as the parser reads
+// it (and so the header scan, which missed an indented header).
+std::string_view hint_line_content(std::string_view line);
 
 // Rejects a hint that cannot run to completion under the fixed policy: a task missing,
 // duplicated, unknown or on the wrong stage; a stage order that breaks a local dependency;
