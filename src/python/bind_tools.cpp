@@ -98,6 +98,8 @@ at::Tensor payload_tensor(const at::Tensor& bytes) {
 void bind_tools(pyb::module_& m) {
   m.def("_payload_bytes", &payload_bytes, pyb::arg("tensor"), "a tensor's message (tests)");
   m.def("_payload_tensor", &payload_tensor, pyb::arg("bytes"), "a message's tensor (tests)");
+  m.def("_message_copy", &copy_keeping_layout, pyb::arg("tensor"),
+        "the copy a message between stages of one process carries (rrfp/_device.py)");
   m.def("simulate", &simulate_one, pyb::kw_only(), pyb::arg("pp") = 4, pyb::arg("vpp") = 1,
         pyb::arg("microbatches") = 8, pyb::arg("placement") = "loop",
         pyb::arg("split_backward") = "auto", pyb::arg("workload") = "multimodal",

@@ -215,14 +215,14 @@ void PipelineCore::set_runners(const std::vector<pyb::object>& runners) {
 
 void PipelineCore::build_runtime() {
   const std::vector<int> local = local_stages();  // runners_[i] runs stage local[i]
-  // Without a job every stage is a thread of this process: payloads carry the tensors.
-  const bool share = job_ == nullptr;
-  ProgramFactory programs = [this, local, share](int stage, int) -> std::unique_ptr<StageProgram> {
+  // Without a job every stage is a thread of this process: payloads hold the tensors.
+  const bool hold = job_ == nullptr;
+  ProgramFactory programs = [this, local, hold](int stage, int) -> std::unique_ptr<StageProgram> {
     const auto at = std::find(local.begin(), local.end(), stage) - local.begin();
     pyb::gil_scoped_acquire gil;
     pyb::object runner = runners_.at(static_cast<std::size_t>(at))();
     if (runner.is_none()) throw Error("rrfp: the pipeline's stage runners are gone");
-    return std::make_unique<PyStageProgram>(std::move(runner), &sizes_, share);
+    return std::make_unique<PyStageProgram>(std::move(runner), &sizes_, hold);
   };
   pyb::gil_scoped_release nogil;
   if (job_) {

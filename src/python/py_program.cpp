@@ -6,7 +6,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "core/error.hpp"
-#include "python/shared_payload.hpp"
+#include "python/held_payload.hpp"
 #include "python/tensor_payload.hpp"
 
 namespace rrfp::py {
@@ -61,8 +61,8 @@ void keep_thread_state() {
 }  // namespace
 
 PyStageProgram::PyStageProgram(pyb::object runner, const std::vector<std::int64_t>* sizes,
-                               bool share)
-    : sizes_(sizes), share_(share) {
+                               bool hold)
+    : sizes_(sizes), hold_(hold) {
   const pyb::handle type = pyb::type::handle_of(runner);
   py_ = std::make_unique<Methods>(Methods{pyb::weakref(runner), type.attr("forward"),
                                           type.attr("backward"), type.attr("weight")});
@@ -112,7 +112,7 @@ Payload PyStageProgram::tensor_task(pyb::object& method, char kind, int chunk, i
   const std::string task = where(chunk, mb, kind);
   at::Tensor x;
   std::optional<DecodedTree> tree;
-  if (const SharedTensors* held = shared_of(in)) {
+  if (const HeldTensors* held = held_of(in)) {
     if (held->structure)
       tree = DecodedTree{*held->structure, held->tensors};
     else
@@ -143,8 +143,8 @@ Payload PyStageProgram::tensor_task(pyb::object& method, char kind, int chunk, i
       y = out.cast<at::Tensor>();
     }
   }
-  if (share_ && (structure || y.defined()))
-    return share_tensors(structure, structure ? leaves : std::vector<at::Tensor>{y}, task);
+  if (hold_ && (structure || y.defined()))
+    return hold_tensors(structure, structure ? leaves : std::vector<at::Tensor>{y}, task);
   if (structure) return encode_tree(*structure, leaves, task);
   return y.defined() ? encode_tensor(y, task) : Payload();
 }

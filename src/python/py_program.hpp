@@ -4,7 +4,7 @@
 // end_step(step). The runtime calls it from the stage's compute thread; the thread holds the
 // GIL only while it is in Python, so stages overlap wherever torch releases the GIL (inside its
 // kernels and autograd). Tensors cross stages as encoded payloads (tensor_payload.hpp), or, where
-// every stage is in this process, as the tensors themselves (shared_payload.hpp).
+// every stage is in this process, as payloads that hold copies of them (held_payload.hpp).
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
@@ -22,9 +22,9 @@ class PyStageProgram final : public StageProgram {
   // closed a cycle Python's collector cannot see into (the runner's step data holds the user's
   // loss_fn or GradScaler, which may hold the pipeline, which holds this), and every such
   // pipeline stayed alive for good. Call with the GIL held. `sizes` (the pipeline's, set before
-  // each step): the step's microbatch sizes, or empty. `share`: every consumer of this stage's
+  // each step): the step's microbatch sizes, or empty. `hold`: every consumer of this stage's
   // outputs is in this process, so they travel as tensors, not bytes.
-  PyStageProgram(pybind11::object runner, const std::vector<std::int64_t>* sizes, bool share);
+  PyStageProgram(pybind11::object runner, const std::vector<std::int64_t>* sizes, bool hold);
   ~PyStageProgram() override;  // drops the reference under the GIL
 
   void begin_step(int step) override;
@@ -47,7 +47,7 @@ class PyStageProgram final : public StageProgram {
   };
   std::unique_ptr<Methods> py_;
   const std::vector<std::int64_t>* sizes_;
-  bool share_;
+  bool hold_;
 };
 
 }  // namespace rrfp::py

@@ -104,6 +104,16 @@ void check_sendable(const at::Tensor& t, const std::string& what) {
                      std::to_string(kMaxDims) + ")");
 }
 
+at::Tensor copy_keeping_layout(const at::Tensor& t) {
+  at::Tensor c = t.detach();
+  if (c.is_neg()) return c.resolve_neg();  // a copy, as the message's values
+  if (layout_of(c) == kContiguous) return c.clone(at::MemoryFormat::Contiguous);
+  // Dense or with gaps: the same strides, over the span they reach (as a decoded message).
+  at::Tensor out = at::empty_strided(c.sizes(), c.strides(), c.options());
+  out.copy_(c);
+  return out;
+}
+
 namespace {
 
 Prepared prepare(const at::Tensor& t, const std::string& what) {

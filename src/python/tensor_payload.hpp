@@ -22,6 +22,9 @@ Payload encode_tensor(const at::Tensor& t, const std::string& what);
 // The refusals of encode_tensor, without the copy: for a payload that carries the tensor itself
 // (shared_payload.hpp), so that one process and many refuse alike.
 void check_sendable(const at::Tensor& t, const std::string& what);
+// A copy of `t` as a decoded message of it would be (its strides unless elements share memory,
+// a lazy negation resolved), on t's device and, on a GPU, on the current stream.
+at::Tensor copy_keeping_layout(const at::Tensor& t);
 // The tensor a payload carries. Throws ProtocolError naming `what` when the bytes are not an
 // encoded tensor (bad magic, dtype, rank, or a size that does not match the shape).
 at::Tensor decode_tensor(const Payload& p, const std::string& what);

@@ -4,16 +4,17 @@ On a GPU each stage gets a CUDA stream of its own, so that two stages of one pro
 kernels side by side rather than one after the other on the device's default stream. A task
 counts as done, for the runtime's arbiter and for the gradient sums, only when an event
 recorded after its kernels has completed: readiness is the GPU's, not the moment the host
-finished enqueueing. Between stages of one process a payload is the producer's tensor itself,
-still in device memory (its kernels complete, so the consumer's stream need not wait for
-them); across processes it goes through host memory (the job's messages are bytes) and arrives
-on the consumer's stream by its own copy.
+finished enqueueing. Between stages of one process a payload is a copy of the producer's
+tensor in device memory, made on the producer's stream before the task counts as done (so the
+consumer's stream need not wait for it); across processes it goes through host memory (the
+job's messages are bytes) and arrives on the consumer's stream by its own copy.
 """
 import contextlib
 
 import torch
 from torch.utils import _pytree as pytree
 
+from . import _rrfp
 from ._tree import pack, unpack
 
 
@@ -101,16 +102,37 @@ class StageDevice:
 
     def adopt(self, received):
         """Called as a task starts with what it received: a tensor, (structure, tensors) or
-        None. A tensor another stage's stream allocated is used on this stream now: torch's
-        caching allocator is told (record_stream), or, should this stage hold the last
-        reference, it would hand the memory to the other stream while this stream's kernels
-        still read it (a W task reads its forward's input after the producer's B let go)."""
-        if self.stream is None or received is None:
-            return
-        tensors = received[1] if isinstance(received, tuple) else (received,)
-        for t in tensors:
-            if t.is_cuda and t.device == self.stream.device:
-                t.record_stream(self.stream)
+        None. A tensor another stage's stream allocated is used on this stage's stream (or,
+        without one, the current stream) now: torch's caching allocator is told
+        (record_stream), or, should this stage hold the last reference, it would hand the
+        memory to the other stream while this stream's kernels still read it (a W task reads
+        its forward's input after the producer has let go of its copy)."""
+        if received is None or not torch.cuda.is_initialized():
+            return  # no tensor can be on a GPU
+        for t in received[1] if isinstance(received, tuple) else (received,):
+            if t.is_cuda:
+                stream = self.stream
+                if stream is None or stream.device != t.device:
+                    stream = torch.cuda.current_stream(t.device)
+                t.record_stream(stream)
+
+    def hand_off(self, out):
+        """What a task sends (a tensor, (structure, tensors) or None), its tensors on a GPU
+        copied on the current stream: the stage's, inside scope(). A message between stages of
+        one process holds tensors, not bytes, and the consumer must not see the producer's
+        memory: a producer may write its next output into the same memory (a static buffer, a
+        CUDA graph's output), and a hook that changes a received gradient in place would change
+        the producer's tensors. The C++ side copies tensors on the CPU (held_payload.hpp).
+        Without a stream of its own the stage waits here for the copies, which the next
+        stage's stream would not wait for."""
+        if out is None or not torch.cuda.is_initialized():
+            return out
+        structure, tensors = out if isinstance(out, tuple) else (None, [out])
+        copies = [_rrfp._message_copy(t) if t.is_cuda else t for t in tensors]
+        if self.stream is None:
+            for d in {t.device for t in copies if t.is_cuda}:
+                torch.cuda.current_stream(d).synchronize()
+        return copies[0] if structure is None else (structure, copies)
 
     def follow(self):
         """Called on the caller's thread as a step starts: the stage's stream waits for what the

@@ -128,12 +128,12 @@ class StageRunner:
             raise
 
     def _on_device(self, fn, chunk, mb, args):
-        if self.device.stream is None:  # no stream to enter and none to wait for
-            return fn(chunk, mb, *args)
         if args:
             self.device.adopt(args[0])
+        if self.device.stream is None:  # no stream to enter and none to wait for
+            return self.device.hand_off(fn(chunk, mb, *args))
         with self.device.scope():
-            out = fn(chunk, mb, *args)
+            out = self.device.hand_off(fn(chunk, mb, *args))
         self.device.settle()  # done when the GPU is, not when the host enqueued it
         return out
 
