@@ -197,3 +197,45 @@ def test_a_hook_on_the_received_tensor_returning_another_size_fails_the_step():
     with pytest.raises(rrfp.StageError) as e:
         pipe.step(torch.randn(4, 6))
     assert "has changed the size of value" in str(e.value.__cause__)
+
+
+class InPlaceHooks(nn.Module):
+    """Doubles in place, from tensor hooks, the gradient of the tensor it receives and of its
+    output; `x + b` passes the output's gradient through to the input as the same tensor."""
+
+    def __init__(self, calls):
+        super().__init__()
+        self.b, self.calls = nn.Parameter(torch.randn(2, 6)), calls
+
+    def forward(self, x):
+        def double(g):
+            self.calls.append(1)
+            return g.mul_(2)
+
+        x.register_hook(double)
+        y = x + self.b
+        y.register_hook(double)
+        return y
+
+
+@pytest.mark.parametrize("hint,policy,split", SCHEDULES)
+def test_hooks_that_change_a_gradient_in_place_run_once_and_as_in_a_plain_loop(hint, policy,
+                                                                                 split):
+    # With a split backward, the output's hook ran in B and again in W (the weights' gradients
+    # doubled twice), and the input's changed the output gradient W kept (the same tensor).
+    def make(calls):
+        torch.manual_seed(0)
+        return [nn.Linear(6, 6), InPlaceHooks(calls), nn.Linear(6, 3)]
+
+    xs, ys = data()
+    ref_calls, calls = [], []
+    ref = make(ref_calls)
+    for x, y in zip(xs, ys):
+        F.cross_entropy(ref[2](ref[1](ref[0](x))), y).backward()
+    m = make(calls)
+    rrfp.Pipeline(m, F.cross_entropy, pp=3, microbatches=4, hint=hint, policy=policy,
+                  split_backward=split, timeout=60).step(xs, ys)
+    assert len(calls) == len(ref_calls) == 8
+    for a, b in zip(m, ref):
+        for p, q in zip(a.parameters(), b.parameters()):
+            assert torch.equal(p.grad, q.grad)

@@ -58,7 +58,10 @@ def _input_grad(dx, leaf):
     if leaf._backward_hooks:  # the usual: none, one attribute read
         hooks = leaf_hooks(leaf)
         if hooks:
-            dx = run_hooks(hooks, dx)
+            # On a copy: dx can be the very tensor of a parameter's gradient (x + b passes it
+            # through), which a hook changing its argument in place (torch asks hooks not to)
+            # changed too, where a plain loop's parameter has taken its gradient before.
+            dx = run_hooks(hooks, dx.clone())
     leaf.grad = dx
     return dx
 

@@ -280,10 +280,13 @@ class StageRunner:
             self._put(chunk, mb, got, seeded)
             return self._sent(chunk, mb, w, dx, made)
         w.early = self.data.sums.early(chunk, mb)
-        if self.whole[chunk] or _python_backward(roots):
+        if self.whole[chunk] or any(r._backward_hooks for r in roots) or \
+                _python_backward(roots):
             # Backward hooks and custom Functions on the way to both the input and the
             # parameters would run in B and again in W: B computes everything at once, and W
             # hands the weight gradients over, so they run once a microbatch as in a plain loop.
+            # A hook on the chunk's output is one too (one that doubled its gradient in place
+            # doubled the weights' twice).
             self.whole[chunk] = True  # for the rest of the step: no more graphs to walk
             dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False)
             self._put_tied(chunk, mb, {i: got[i] for i in w.early}, seeded)
@@ -294,6 +297,13 @@ class StageRunner:
         w.root, w.grad = roots, grads
         if not wanted and not w.early:
             return _sent_back(w.tree_in, w.inp, [])
+        if grads is not None and any(t._backward_hooks for t in wanted):
+            # A hook on the input may change the gradient it gets in place, and that can be the
+            # output's gradient itself (y = x + b passes it through): W, which reads it later,
+            # saw the change, where a plain loop's parameters take theirs before the hook runs.
+            # (torch 2's engine runs the input's hooks inside B; torch 1.13's, rrfp after it, on
+            # a copy: _leaves.py.)
+            grads = [g if g is None else g.clone() for g in grads]
         dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, w.early, retain=True)
         self._put_tied(chunk, mb, dict(zip(w.early, got)), seeded)
         return self._sent(chunk, mb, w, dx, made)
