@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "python/held_payload.hpp"
 #include "python/tensor_payload.hpp"
 
@@ -143,10 +144,16 @@ Payload PyStageProgram::tensor_task(pyb::object& method, char kind, int chunk, i
       y = out.cast<at::Tensor>();
     }
   }
-  if (hold_ && (structure || y.defined()))
-    return hold_tensors(structure, structure ? leaves : std::vector<at::Tensor>{y}, task);
-  if (structure) return encode_tree(*structure, leaves, task);
-  return y.defined() ? encode_tensor(y, task) : Payload();
+  try {
+    if (hold_ && (structure || y.defined()))
+      return hold_tensors(structure, structure ? leaves : std::vector<at::Tensor>{y}, task);
+    if (structure) return encode_tree(*structure, leaves, task);
+    return y.defined() ? encode_tensor(y, task) : Payload();
+  } catch (const c10::Error& e) {
+    // A copy LibTorch refuses (out of a meta tensor): its message, without the C++ frames
+    // LibTorch appends, which the step's error repeated.
+    throw Error(first_line(e.what()));
+  }
 }
 
 Payload PyStageProgram::forward(TaskContext&, int chunk, int mb, Payload input) {

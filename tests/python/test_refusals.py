@@ -245,3 +245,17 @@ def test_a_hint_file_given_as_a_path(tmp_path):
     pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2,
                          hint=pathlib.Path(hint), policy="fixed")
     assert torch.equal(pipe.step(xs, ys), lm.reference_step(lm.chunks(2), xs, ys))
+
+
+def test_a_tensor_with_no_data_between_chunks_fails_its_producers_task_in_one_line():
+    # LibTorch's refusal carried its C++ stack frames, 30 lines, into the step's error.
+    class Meta(nn.Module):
+        def forward(self, x):
+            return torch.empty(x.shape, device="meta")
+
+    pipe = rrfp.Pipeline([Meta(), nn.Linear(8, 8)], loss_fn, pp=2, microbatches=2)
+    for run in (lambda: pipe.step(*batch()), lambda: pipe.eval_step(batch()[0])):
+        with pytest.raises(rrfp.StageError,
+                           match=r"^stage 0: task F c0 m0 failed: Cannot copy out of meta tensor; "
+                                 r"no data!$"):
+            run()
