@@ -56,6 +56,43 @@ def test_a_module_that_raises_names_stage_and_task_and_chains_the_original():
     assert threads() == base
 
 
+@pytest.mark.parametrize("fails_in", ["loss", "timeout"])
+def test_a_failed_step_lets_go_of_its_activations_at_once(fails_in):
+    # They stayed alive, with each task's exception, until the next step: 144 MiB for a
+    # model of 64 MiB, which a caller that catches the error (out of memory) wants back.
+    import gc
+    import weakref
+
+    class Kept(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.outputs = nn.Linear(8, 8), []
+
+        def forward(self, x):
+            y = self.lin(x)
+            self.outputs.append(weakref.ref(y))
+            return y
+
+    def loss(y, t):
+        if fails_in == "loss" and y.shape[0] == 3:  # the last microbatch
+            raise ValueError("bad microbatch")
+        return ((y - t) ** 2).sum()
+
+    def delay(stage, kind, chunk, mb):
+        return 1.0 if fails_in == "timeout" and (kind, mb) == ("B", 3) else 0.0
+
+    chunks = [Kept(), Kept(), nn.Linear(8, 8)]
+    pipe = rrfp.Pipeline(chunks, loss, pp=3, microbatches=4, hint="gpipe", policy="fixed",
+                         timeout=0.3, delay_fn=delay)
+    rows = (4, 4, 4, 3)  # the last microbatch is told by its 3 rows
+    xs, ts = [torch.randn(n, 8) for n in rows], [torch.randn(n, 8) for n in rows]
+    with pytest.raises((rrfp.StageError, TimeoutError)):
+        pipe.step(xs, ts)
+    gc.collect()
+    alive = [r for c in chunks[:2] for r in c.outputs if r() is not None]
+    assert len(chunks[0].outputs) >= 3 and not alive, f"{len(alive)} activations alive"
+
+
 def test_a_stalled_stage_is_a_timeout_naming_the_running_task():
     chunks = lm.chunks(2)
 

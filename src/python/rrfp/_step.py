@@ -54,6 +54,7 @@ def run_pass(pipe, inputs, targets, training, prepare):
     pipe._data.caller = caller if caller.applies() else None
     pipe._data.errors = []
     pipe._data.sums = sums
+    done = False
     try:
         # Each microbatch's size, for the adaptive rule's entry order (docs/frontier.md).
         sizes = [sum(t.numel() for t in ts) for ts in found[0]]
@@ -61,6 +62,7 @@ def run_pass(pipe, inputs, targets, training, prepare):
             r.device.follow()
         with Progress(pipe, pipe._step):
             rec, carried = pipe._core.run_step(pipe._step, sizes, lambda: closing(pipe, m))
+        done = True
     except StageError as e:
         cause = pipe._data.error_named_by(str(e))
         if cause is not None:
@@ -70,10 +72,23 @@ def run_pass(pipe, inputs, targets, training, prepare):
         pipe._step += 1
         pipe._data.seed_step += 1
         pipe._data.inputs, pipe._data.targets = [], []
+        if not done:
+            forget_failed_step(pipe)
     if pipe._dp > 1:  # before the caller writes any .grad or copies any buffer
         refuse_other_buffers([_buffers_in(b) for b in carried], pipe.pp,
                              "step()" if training else "eval_step()")
     return rec, (pipe._data.total, carried), prepared
+
+
+def forget_failed_step(pipe):
+    """What a step that failed holds, let go now rather than at the next step: every stage's
+    activations and graphs, the tasks' exceptions (whose frames hold more), the losses, sums and
+    outputs. A caller that catches the error (out of memory on a GPU) has the memory back
+    before it retries or saves; it waited until the next step (144 MiB of 64 MiB's model)."""
+    for r in pipe._runners:
+        r.work = {}
+    d = pipe._data
+    d.errors, d.losses, d.outputs, d.sums, d.made = [], {}, {}, None, MadeGrads()
 
 
 # The labels of what closing() packs.
