@@ -30,9 +30,10 @@ set(PYTHON_EXECUTABLE "${_found}")  # pybind11's classic search (-DPYBIND11_FIND
 # A torch object (a ProcessGroup) crosses into the extension only if both were built with one
 # pybind11 ABI: the same pybind11 internals and the same compiler, standard-library and C++ ABI
 # tags. Otherwise the cast fails at run time (torch 2.11's wheel against a pip pybind11 did). So
-# the extension takes torch's tags, and torch's own pybind11 headers where torch ships them (its
-# wheels do; Debian's torch does not and is built with Debian's pybind11), as torch's extension
-# builder does.
+# the extension takes torch's own pybind11 headers where torch ships them (its wheels do;
+# Debian's torch does not and is built with Debian's pybind11) and the tags torch._C states
+# (torch before 2.9 states them, as its extension builder passes them; from 2.9, on pybind11 3,
+# it states none, and the headers alone decide).
 execute_process(
   COMMAND "${_found}" -c "import os, torch, torch._C as c
 for n in ('COMPILER_TYPE', 'STDLIB', 'BUILD_ABI'):

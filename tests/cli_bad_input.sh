@@ -139,6 +139,13 @@ for ext in txt json; do
     { echo "FAIL: the $ext file's own shape: $(cat "$tmp/v.out")"; fails=$((fails + 1)); }
   check "hint was written for pp=3 but the run has pp=4" schedule check --pp 4 "$tmp/v.$ext"
 done
+# The JSON as its parser reads it: escaped keys and values ("v\u0070p") and a whole number
+# written 3.0 or 3e0 are the shape too (they were not, and the file was refused against the
+# defaults).
+sed -e 's/"vpp"/"v\\u0070p"/; s/"vshape"/"v\\u0073hape"/; s/"pp": *3/"pp": 3e0/' "$tmp/v.json" \
+  >"$tmp/v-escaped.json"
+"$rrfp" schedule check "$tmp/v-escaped.json" 2>&1 | grep -q "is a valid hint for P=3 V=2 M=5" ||
+  { echo "FAIL: escapes and 3e0: $("$rrfp" schedule check "$tmp/v-escaped.json" 2>&1)"; fails=$((fails + 1)); }
 # A large hint rrfp wrote reads back: the caps grow with the run (a stage's line is 400 KB here).
 for ext in txt json; do
   "$rrfp" schedule show --pp 8 -m 20000 --hint 1f1b --out "$tmp/big.$ext" >/dev/null &&

@@ -3,6 +3,7 @@
 // blocking transfers.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <iterator>
@@ -106,22 +107,24 @@ void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& s
   if (std::all_of(std::begin(kShapeKeys), std::end(kShapeKeys),
                   [&](const auto& f) { return app.count(f.first) > 0; }))
     return;
-  for (const HintField& field : hint_file_fields(path).fields)
-    for (const auto& [flag, name] : kShapeKeys) {
-      const std::string& key = field.key;
-      const std::string& value = field.value;
-      if (key != name || app.count(flag)) continue;
-      if (key == "placement") {
-        if (value == "loop" || value == "vshape") shape.placement = value;
-        continue;
-      }
-      char* end = nullptr;
-      const long v = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || v < 1 || v > kMaxChunkMicrobatches) continue;
-      (key == "pp"    ? shape.pp
-       : key == "vpp" ? shape.vpp
-                      : shape.microbatches) = static_cast<int>(v);
+  const HintFields declared = hint_file_fields(path);
+  for (const auto& [key, value, string] : declared.fields) {
+    const auto known = std::find_if(std::begin(kShapeKeys), std::end(kShapeKeys),
+                                    [&](const auto& f) { return f.second == key; });
+    if (known == std::end(kShapeKeys) || app.count(known->first)) continue;
+    if (key == "placement") {
+      if (value == "loop" || value == "vshape") shape.placement = value;
+      continue;
     }
+    // JSON's parser takes a whole number however written (2, 2.0, 2e0); a string is none.
+    char* end = nullptr;
+    const double v = declared.json ? std::strtod(value.c_str(), &end)
+                                   : static_cast<double>(std::strtol(value.c_str(), &end, 10));
+    if (value.empty() || *end != '\0' || string || v != std::floor(v) || v < 1 ||
+        v > kMaxChunkMicrobatches)
+      continue;
+    (key == "pp" ? shape.pp : key == "vpp" ? shape.vpp : shape.microbatches) = static_cast<int>(v);
+  }
 }
 
 void check(const ScheduleFlags& f) {

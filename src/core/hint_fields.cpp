@@ -1,6 +1,8 @@
 // What a hint file declares about itself, read as it streams past: the split (which picks the
 // run's model before the hint is read) and the shape (which `schedule check` takes for each
-// flag not given). One scanner for both, so that they cannot read a file differently.
+// flag not given). One scanner for both, reading keys and values as the parsers do (JSON's
+// escapes decoded, a text header's repeated field taking its last value).
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -9,18 +11,78 @@
 #include "core/error.hpp"
 #include "core/hint_io.hpp"
 #include "core/input_file.hpp"
-#include "core/task.hpp"
+#include "core/work_model.hpp"
 
 namespace rrfp {
 namespace {
 
+// Keys and values longer than this are no field a hint has; kept no longer. A raw JSON string
+// is kept up to six times as long, the most its escapes can take for that many characters.
+constexpr std::size_t kLongest = 64;
+constexpr std::size_t kLongestRaw = 6 * kLongest;
+constexpr std::size_t kMostFields = 64;  // distinct keys: a hint has 8
+
+void append_utf8(std::string& out, std::uint32_t c) {
+  if (c < 0x80) {
+    out += static_cast<char>(c);
+  } else if (c < 0x800) {
+    out += static_cast<char>(0xC0 | (c >> 6));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    out += static_cast<char>(0xE0 | (c >> 12));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  }
+}
+
+// A JSON string's content with its escapes decoded ("v\u0070p" is "vpp" to the parser); an
+// escape the parser refuses is kept as written (the parse then refuses the file).
+std::string decode_json_string(std::string_view raw) {
+  std::string out;
+  for (std::size_t i = 0; i < raw.size() && out.size() < kLongest; ++i) {
+    if (raw[i] != '\\' || i + 1 >= raw.size()) {
+      out += raw[i];
+      continue;
+    }
+    const char e = raw[++i];
+    static constexpr std::string_view kFrom = "\"\\/bfnrt", kTo = "\"\\/\b\f\n\r\t";
+    if (const auto k = kFrom.find(e); k != std::string_view::npos) {
+      out += kTo[k];
+    } else if (e == 'u' && i + 4 < raw.size()) {
+      std::uint32_t c = 0;
+      bool hex = true;
+      for (std::size_t j = i + 1; j <= i + 4; ++j) {
+        const char h = raw[j];
+        const int v = h >= '0' && h <= '9'   ? h - '0'
+                      : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                      : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                             : -1;
+        hex = hex && v >= 0;
+        c = c * 16 + static_cast<std::uint32_t>(v < 0 ? 0 : v);
+      }
+      if (!hex) {
+        out += '\\';
+        out += e;
+        continue;
+      }
+      append_utf8(out, c);  // a surrogate half stays one: no key of a hint has one
+      i += 4;
+    } else {
+      out += '\\';
+      out += e;
+    }
+  }
+  return out.substr(0, kLongest);
+}
+
 // The fields of a hint file, from its pieces in order: the file is scanned whole (its header
 // need not come first: 64 KiB of comments, or a JSON "stages" before "split_backward", hid it)
-// without being held. JSON: the top-level members whose values are scalars; text: the first
-// header line's key=value fields.
+// without being held, or until the field `enough` is read. JSON: the top-level members whose
+// values are scalars; text: the first header line's key=value fields.
 class FieldScan {
  public:
-  // Takes the next piece; false once every field is known.
+  explicit FieldScan(std::string_view enough) : enough_(enough) {}
+  // Takes the next piece; false once every field wanted is known.
   bool take(std::string_view piece) {
     for (const char c : piece)
       if (!(format_ == Format::Json ? json_char(c) : text_char(c))) return false;
@@ -29,60 +91,43 @@ class FieldScan {
   // The answer, after the last piece.
   HintFields fields() {
     if (format_ == Format::Text && !done_) text_char('\n');  // a last line without its newline
-    if (format_ == Format::Json && in_value_) end_value();   // a document that broke off
+    if (format_ == Format::Json && in_value_ && !value_string_)
+      end_value(std::move(value_));  // a document that broke off after a number
     return std::move(out_);
   }
 
  private:
   static bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-  // Keys and values longer than this are no field a hint has; kept no longer.
-  static constexpr std::size_t kLongest = 64;
-  static constexpr std::size_t kMostFields = 64;
 
-  void end_value() {
-    in_value_ = false;
+  // A repeated key takes its last value, as the text parser reads it (JSON's refuses it).
+  bool add(std::string key, std::string value, bool string) {
+    const bool last = !enough_.empty() && key == enough_;
+    for (HintField& f : out_.fields)
+      if (f.key == key) {
+        f.value = std::move(value), f.string = string;
+        return !last;
+      }
     if (out_.fields.size() < kMostFields)
-      out_.fields.push_back({key_, std::move(value_), value_string_});
+      out_.fields.push_back({std::move(key), std::move(value), string});
+    return !last;
+  }
+  bool end_value(std::string value) {
+    in_value_ = false;
+    done_ = !add(key_, std::move(value), value_string_);
     value_.clear();
+    return !done_;
   }
 
-  // A scalar value at depth 1 (after its key's ':'): a string up to its closing quote, anything
-  // else up to a delimiter.
-  bool value_char(char c) {
-    if (value_string_) {
-      if (escaped_)
-        escaped_ = false;
-      else if (c == '\\')
-        escaped_ = true;
-      else if (c == '"')
-        return end_value(), true;
-      if (value_.size() < kLongest) value_ += c;
-      return true;
-    }
-    if (blank(c) || c == ',' || c == '}') {
-      end_value();
-      return c == ',' || c == '}' ? structure_char(c) : true;
-    }
-    if (value_.size() < kLongest) value_ += c;
-    return true;
-  }
-
-  // JSON: strings are skipped but at depth 1, where a key followed by ':' is read.
+  // JSON: strings are read at depth 1 only (keys, and values after a key's ':'); a value that
+  // is no string runs up to a delimiter.
   bool json_char(char c) {
-    if (in_value_) return value_char(c);
-    if (in_string_) {
-      if (escaped_)
-        escaped_ = false;
-      else if (c == '\\')
-        escaped_ = true;
-      else if (c == '"') {
-        in_string_ = false;
-        key_next_ = depth_ == 1;
-        if (key_next_) key_ = string_;
+    if (in_string_) return string_char(c);
+    if (in_value_) {  // a number or a literal
+      if (!blank(c) && c != ',' && c != '}') {
+        if (value_.size() < kLongest) value_ += c;
         return true;
       }
-      if (string_.size() < kLongest) string_ += c;
-      return true;
+      if (!end_value(std::move(value_))) return false;
     }
     if (blank(c)) return true;
     if (colon_seen_) {
@@ -90,7 +135,10 @@ class FieldScan {
       if (c != '{' && c != '[') {  // a scalar: read it
         in_value_ = true;
         value_string_ = c == '"';
-        return value_string_ || value_char(c);
+        if (!value_string_) return json_char(c);
+        in_string_ = true;
+        raw_.clear();
+        return true;
       }
     }
     if (key_next_ && c == ':') {
@@ -99,22 +147,36 @@ class FieldScan {
       return true;
     }
     key_next_ = false;
-    return structure_char(c);
-  }
-
-  bool structure_char(char c) {
     if (c == '"') {
       in_string_ = true;
-      string_.clear();
+      raw_.clear();
     } else if (c == '{' || c == '[') {
       ++depth_;
-    } else if (c == '}' || c == ']') {
-      if (--depth_ == 0) return done_ = true, false;  // the document's end
+    } else if ((c == '}' || c == ']') && --depth_ == 0) {
+      done_ = true;  // the document's end
+      return false;
     }
     return true;
   }
 
-  // Text: a line is kept only while it may be a header ("rrfp-hint" after its blanks).
+  bool string_char(char c) {
+    if (escaped_) {
+      escaped_ = false;
+    } else if (c == '\\') {
+      escaped_ = true;
+    } else if (c == '"') {
+      in_string_ = false;
+      if (in_value_) return end_value(decode_json_string(raw_));
+      key_next_ = depth_ == 1;
+      if (key_next_) key_ = decode_json_string(raw_);
+      return true;
+    }
+    if (raw_.size() < kLongestRaw) raw_ += c;
+    return true;
+  }
+
+  // Text: a line is kept only while it may be a header ("rrfp-hint" after its blanks). The
+  // file's first byte decides its format.
   bool text_char(char c) {
     if (format_ == Format::Unknown) {
       // A leading byte order mark, skipped as the parsers skip it (a JSON hint was taken for
@@ -140,9 +202,8 @@ class FieldScan {
     if (!skipping_ && hint_line_content(line_).substr(0, 9) == "rrfp-hint") {
       std::istringstream words{std::string(hint_line_content(line_))};
       for (std::string w; words >> w;)
-        if (const auto eq = w.find('=');
-            eq != std::string::npos && out_.fields.size() < kMostFields)
-          out_.fields.push_back({w.substr(0, eq), w.substr(eq + 1), false});
+        if (const auto eq = w.find('='); eq != std::string::npos)
+          add(w.substr(0, std::min(eq, kLongest)), w.substr(eq + 1, kLongest), false);
       done_ = true;
       return false;
     }
@@ -152,12 +213,13 @@ class FieldScan {
   }
 
   enum class Format { Unknown, Json, Text } format_ = Format::Unknown;
+  std::string enough_;
   HintFields out_;
   bool done_ = false;
   int depth_ = 0;
   bool in_string_ = false, escaped_ = false, key_next_ = false, colon_seen_ = false;
   bool in_value_ = false, value_string_ = false;
-  std::string string_, key_, value_;  // the string being read, the last key, a value
+  std::string raw_, key_, value_;  // the string being read as written, the last key, a value
   std::string line_;
   bool skipping_ = false;
   std::size_t bom_ = 0;  // the bytes of a leading byte order mark seen
@@ -165,10 +227,10 @@ class FieldScan {
 
 }  // namespace
 
-HintFields hint_file_fields(const std::string& path) {
+HintFields hint_file_fields(const std::string& path, std::string_view enough) {
   // The largest hint of any shape: read_hint_file's bound where tasks are most (W split).
   constexpr InputKind kHintScan{"hint", 3 * 24 * kMaxChunkMicrobatches + (1u << 20), 0};
-  FieldScan scan;
+  FieldScan scan(enough);
   try {
     scan_input_file(path, kHintScan, [&](std::string_view piece) { return scan.take(piece); });
   } catch (const InputError&) {
@@ -178,10 +240,11 @@ HintFields hint_file_fields(const std::string& path) {
 }
 
 bool hint_file_declares_split(const std::string& path) {
-  const HintFields h = hint_file_fields(path);
-  for (const HintField& f : h.fields)
-    if (h.json ? f.key == "split_backward" && !f.string && f.value == "true"
-               : f.key == "split" && f.value == "1")
+  // Written files declare their split before their stages: the scan stops there.
+  const HintFields jf = hint_file_fields(path, "split_backward");
+  for (const HintField& f : jf.fields)
+    if (jf.json ? f.key == "split_backward" && !f.string && f.value == "true"
+                : f.key == "split" && f.value == "1")
       return true;
   return false;
 }

@@ -34,10 +34,11 @@ ListHint read_hint_file(const std::string& path, const WorkModel& m, const char*
 // declares nothing, and reading the hint refuses it.
 bool hint_file_declares_split(const std::string& path);
 // What a hint file says of itself: JSON's top-level members whose values are scalars (a string
-// unquoted, but for its escapes; a number or a literal as written), or the text header's
-// key=value fields, wherever in the file they are; read as hint_file_declares_split reads it
-// (core/hint_fields.cpp), each key and value cut at 64 bytes, at most 64 fields. Empty where the
-// checked reader refuses the file.
+// without its quotes, its escapes decoded; a number or a literal as written), or the text
+// header's key=value fields (a repeated one: its last value), wherever in the file they are,
+// or up to the field named `enough`; read as hint_file_declares_split reads it
+// (core/hint_fields.cpp). Each key and value is cut at 64 bytes, at most 64 distinct keys are
+// kept. Empty where the checked reader refuses the file.
 struct HintField {
   std::string key, value;
   bool string = false;  // a JSON string
@@ -46,7 +47,7 @@ struct HintFields {
   bool json = false;
   std::vector<HintField> fields;
 };
-HintFields hint_file_fields(const std::string& path);
+HintFields hint_file_fields(const std::string& path, std::string_view enough = {});
 // A line of the text format without its comment and its surrounding blanks, as the parser reads
 // it (and so the header scan, which missed an indented header).
 std::string_view hint_line_content(std::string_view line);

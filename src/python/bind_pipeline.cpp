@@ -18,8 +18,8 @@ Group to_group(const pyb::object& group, const char* option) {
     return group.cast<Group>();
   } catch (const pyb::cast_error&) {
     auto torch = pyb::module_::import("torch");
-    auto kind = torch.attr("distributed").attr("ProcessGroup");
-    if (!pyb::isinstance(group, kind))
+    const pyb::object dist = torch.attr("distributed");
+    if (!pyb::hasattr(dist, "ProcessGroup") || !pyb::isinstance(group, dist.attr("ProcessGroup")))
       throw pyb::type_error(std::string(option) + ": a torch.distributed ProcessGroup, got " +
                             pyb::str(pyb::type::of(group).attr("__name__")).cast<std::string>());
     throw pyb::type_error(
@@ -73,6 +73,7 @@ void bind_pipeline(pyb::module_& m) {
           "ordered_forwards",
           [](const PipelineCore& c) { return c.model().config().ordered_forwards; })
       .def_property_readonly("rank", &PipelineCore::rank)
+      .def_property_readonly("holds_messages", &PipelineCore::holds_messages)
       .def_property_readonly("world", &PipelineCore::world)
       .def_property_readonly("replica", &PipelineCore::replica)
       .def("dp_sum", &PipelineCore::dp_sum, pyb::arg("parts"))

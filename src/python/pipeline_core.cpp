@@ -215,8 +215,7 @@ void PipelineCore::set_runners(const std::vector<pyb::object>& runners) {
 
 void PipelineCore::build_runtime() {
   const std::vector<int> local = local_stages();  // runners_[i] runs stage local[i]
-  // Without a job every stage is a thread of this process: payloads hold the tensors.
-  const bool hold = job_ == nullptr;
+  const bool hold = holds_messages();
   ProgramFactory programs = [this, local, hold](int stage, int) -> std::unique_ptr<StageProgram> {
     const auto at = std::find(local.begin(), local.end(), stage) - local.begin();
     pyb::gil_scoped_acquire gil;

@@ -50,6 +50,9 @@ class PipelineCore {
   // The stages this process runs (all of them in-process).
   std::vector<int> local_stages() const;
   int rank() const { return job_ ? job_->rank() : 0; }
+  // Whether messages between stages hold tensors rather than bytes: without a job every stage
+  // is a thread of this process (held_payload.hpp).
+  bool holds_messages() const { return job_ == nullptr; }
   int world() const { return job_ ? job_->size() : 1; }
   int replica() const { return job_ ? job_->replica() : 0; }
   // Every process's `mine`, by job rank (just `mine` in one process): for what every rank must

@@ -113,7 +113,7 @@ Payload PyStageProgram::tensor_task(pyb::object& method, char kind, int chunk, i
   const std::string task = where(chunk, mb, kind);
   at::Tensor x;
   std::optional<DecodedTree> tree;
-  if (const HeldTensors* held = held_of(in)) {
+  if (const HeldTensors* held = hold_ ? held_of(in) : nullptr) {
     if (held->structure)
       tree = DecodedTree{*held->structure, held->tensors};
     else

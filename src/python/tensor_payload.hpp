@@ -19,8 +19,8 @@ namespace rrfp::py {
 // decoded contiguous. Throws InputError naming `what` for a dtype no transport carries (complex,
 // quantized), a layout other than strided (sparse) or more than kMaxDims dimensions.
 Payload encode_tensor(const at::Tensor& t, const std::string& what);
-// The refusals of encode_tensor, without the copy: for a payload that carries the tensor itself
-// (shared_payload.hpp), so that one process and many refuse alike.
+// The refusals of encode_tensor, without the encoding: for a payload that holds the tensor
+// (held_payload.hpp), so that one process and many refuse alike.
 void check_sendable(const at::Tensor& t, const std::string& what);
 // A copy of `t` as a decoded message of it would be (its strides unless elements share memory,
 // a lazy negation resolved), on t's device and, on a GPU, on the current stream.

@@ -89,10 +89,11 @@ def module_device(modules):
 class StageDevice:
     """One stage's device and, on a GPU, its stream (see the module's docstring)."""
 
-    def __init__(self, device):
+    def __init__(self, device, held=True):
         self.device = device
         cuda = device is not None and device.type == "cuda"
         self.stream = torch.cuda.Stream(device=device) if cuda else None
+        self.held = held  # messages hold tensors (stages of one process), else bytes
 
     def scope(self):
         """The context a task of this stage runs in: its stream current on a GPU."""
@@ -125,10 +126,12 @@ class StageDevice:
         the producer's tensors. The C++ side copies tensors on the CPU (held_payload.hpp).
         Without a stream of its own the stage waits here for the copies, which the next
         stage's stream would not wait for."""
-        if out is None or not torch.cuda.is_initialized():
-            return out
+        if out is None or not self.held or not torch.cuda.is_initialized():
+            return out  # across processes the message is bytes: the encoding copies
         structure, tensors = out if isinstance(out, tuple) else (None, [out])
-        copies = [_rrfp._message_copy(t) if t.is_cuda else t for t in tensors]
+        # A sparse tensor has no copy of this kind: the C++ side refuses it, naming the task.
+        copies = [_rrfp._message_copy(t) if t.is_cuda and t.layout == torch.strided else t
+                  for t in tensors]
         if self.stream is None:
             for d in {t.device for t in copies if t.is_cuda}:
                 torch.cuda.current_stream(d).synchronize()

@@ -191,7 +191,8 @@ class Pipeline:
                 refuse_renormalizing_embeddings(c, m)
                 modules[c] = m if place is None else m.to(place)
                 self.chunks[c] = modules[c]
-            where = StageDevice(place or module_device(modules.values()))
+            where = StageDevice(place or module_device(modules.values()),
+                                held=self._core.holds_messages)
             self._runners.append(StageRunner(stage, modules, self._core.chunks - 1,
                                              self._core.split_backward, self._data, place,
                                              where))
