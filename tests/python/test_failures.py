@@ -262,6 +262,54 @@ def test_a_second_step_while_one_runs_is_refused_not_a_crash():
     pipe.step(xs, ys)  # and the pipeline goes on
 
 
+def test_pipelines_sharing_parameters_do_not_step_at_once():
+    # Each step writes .grad whole as it ends: of two overlapping steps over the same modules,
+    # the later write dropped the other's gradients, silently. The second is refused, changing
+    # nothing; one after the other they add as two plain loops do.
+    chunks = lm.chunks(2)
+    started = threading.Event()
+
+    def slow(stage, kind, chunk, mb):
+        started.set()
+        return 0.05 if (kind, mb) == ("F", 0) else 0.0
+
+    first = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4, delay_fn=slow)
+    second = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4)
+    xs, ys = lm.batches(4)
+    worker = threading.Thread(target=lambda: first.step(xs, ys))
+    worker.start()
+    assert started.wait(10)
+    with pytest.raises(RuntimeError, match=r"step: parameter '.*' of chunk 0 is trained by a "
+                                           r"step of another rrfp.Pipeline running now"):
+        second.step(xs, ys)
+    worker.join(30)
+    assert not worker.is_alive()
+    second.step(xs, ys)
+    ref = lm.chunks(2)
+    lm.reference_step(ref, xs, ys)
+    lm.reference_step(ref, xs, ys)
+    assert same(grads(chunks), grads(ref))
+
+
+def test_a_seeded_pipeline_called_from_a_seeded_task_is_refused_not_a_hang():
+    # A distillation's loss_fn asking a seeded teacher: the teacher's tasks waited for torch's
+    # generators, held by the calling task until it ended, which it never did; both timeouts
+    # and Ctrl-C went unheard.
+    teacher = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2, seed=1, timeout=5)
+    xs, _ = lm.batches(2)
+
+    def distill(out, target):
+        teacher.eval_step(xs)
+        return lm.loss_fn(out, target)
+
+    student = rrfp.Pipeline(lm.chunks(2), distill, pp=2, microbatches=2, seed=2, timeout=5)
+    with pytest.raises(rrfp.StageError, match="eval_step\\(\\): called from inside a task of a "
+                                              "pipeline with a seed"):
+        student.step(*lm.batches(2))
+    unseeded = rrfp.Pipeline(lm.chunks(2), distill, pp=2, microbatches=2, timeout=5)
+    unseeded.step(*lm.batches(2))  # one of the two without a seed: allowed
+
+
 def test_a_step_from_inside_a_task_fails_that_task_at_once():
     # A delay_fn that calls step() again: that task fails (RuntimeError chained), well within
     # the timeout, where it hung for over 100 s.

@@ -388,3 +388,30 @@ def test_the_same_bits_as_torchs_grad_scaler(which):
     assert got_scales == want_scales
     for p, q in zip(want, got):
         assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("call", ["make", "update"])
+def test_a_scaler_made_or_changed_while_a_step_runs_is_refused(call):
+    # Made (or its scale set) from inside a task, or from another thread, during a step, the
+    # scaler was taken at once: the later microbatches' losses alone were scaled, and no factor
+    # recovered the gradients. Now it is refused, as a load or clip is.
+    cs, ref = chunks(), chunks()
+    errors, scaler = [], None
+
+    def loss_and_call(y, t):
+        try:
+            rrfp.GradScaler(pipe) if call == "make" else scaler.update(new_scale=2.0)
+        except RuntimeError as e:
+            errors.append(str(e).split(":")[0])
+        return loss_fn(y, t)
+
+    pipe = rrfp.Pipeline(cs, loss_and_call, pp=4, microbatches=M)
+    if call == "update":
+        scaler = rrfp.GradScaler(pipe, init_scale=4.0)  # between steps: taken
+    x, y = data(0)
+    pipe.step(x, y)
+    assert errors == [{"make": "GradScaler", "update": "update"}[call]] * M
+    scale = 4.0 if call == "update" else 1.0
+    for xm, ym in zip(x.chunk(M), y.chunk(M)):
+        (loss_fn(nn.Sequential(*ref)(xm), ym) * scale).backward()
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(params(cs), params(ref)))

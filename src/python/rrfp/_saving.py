@@ -248,7 +248,7 @@ def _apply_rest(pipe, plan):
         if loaded is not None:  # taken by the GradScaler made next, and saved until then
             setattr(pipe, _LOADED_SCALER, loaded)
     elif loaded is not None and pipe._data.scaler.is_enabled():
-        pipe._data.scaler.load_state_dict(loaded)
+        pipe._data.scaler._set_state(loaded)  # checked; the load holds the pipeline already
     if plan["seed_step"] is not None:  # a seeded pipeline goes on drawing as it would have
         pipe._data.seed_step = plan["seed_step"]
 

@@ -46,6 +46,20 @@ def _task_seed(seed, step, chunk, mb):
 # this one lock, so that two pipelines stepping at once in threads do not draw from each
 # other's seeds (a lock per pipeline let them: gradients off by up to 2.0).
 _GENERATORS = threading.Lock()
+_HOLDS = threading.local()  # .generators: this thread runs a seeded task (holds _GENERATORS)
+
+
+def refuse_nested_seeding(what):
+    """Refuses a seeded pipeline's step or eval_step called from inside a seeded task (a
+    distillation's loss_fn asking a seeded teacher): its tasks wait for the generators the
+    calling task holds until that task ends, which it never does; both pipelines hung, their
+    timeouts and Ctrl-C unheard."""
+    if getattr(_HOLDS, "generators", False):
+        raise RuntimeError(
+            f"{what}: called from inside a task of a pipeline with a seed, and this pipeline "
+            "has one too: its tasks would wait for torch's generators, which the calling task "
+            "holds until it ends; give one of the two pipelines no seed, or call this one "
+            "outside the other's tasks")
 
 
 class Seeding:
@@ -70,8 +84,12 @@ class Seeding:
         if device is not None and device.type == "cuda":
             devices = [device.index if device.index is not None else torch.cuda.current_device()]
         with _GENERATORS:
-            with torch.random.fork_rng(devices=devices):
-                if kind == "F":
-                    s = _task_seed(self.seed, step, chunk, self._first_mb + mb)
-                    torch.manual_seed(s)
-                yield
+            _HOLDS.generators = True
+            try:
+                with torch.random.fork_rng(devices=devices):
+                    if kind == "F":
+                        s = _task_seed(self.seed, step, chunk, self._first_mb + mb)
+                        torch.manual_seed(s)
+                    yield
+            finally:
+                _HOLDS.generators = False

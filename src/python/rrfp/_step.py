@@ -14,6 +14,7 @@ from ._grad_layout import set_grad
 from ._leaves import MadeGrads
 from ._progress import Progress
 from ._replicas import buffer_signature, refuse_other_buffers
+from ._seed import refuse_nested_seeding
 
 StageError = _rrfp.StageError
 
@@ -33,6 +34,8 @@ def run_pass(pipe, inputs, targets, training, prepare):
     m = pipe._core.microbatches
     found, refusal, prepared = None, None, (None, None)
     try:
+        if pipe._data.seeding is not None:
+            refuse_nested_seeding("step()" if training else "eval_step()")
         found = take_batch(pipe, inputs, targets, m, training)
         prepared = prepare()
     except Exception as e:  # noqa: BLE001 (raised below, once the job knows of it)

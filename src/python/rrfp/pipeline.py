@@ -16,6 +16,7 @@ from ._launch import (agree_options, agreed, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters)
 from ._order import decide_order, refuse_renormalizing_embeddings
 from ._seed import Seeding
+from ._sharing import claim_parameters, release_parameters
 from ._stage import StageRunner
 from ._step_data import StepData
 from ._step import eval_outputs, replica_loss, run_pass, write_grads
@@ -175,6 +176,7 @@ class Pipeline:
         # (_one_call).
         self._busy = threading.Lock()
         self._holder = None  # the call holding _busy, for the refusal's words
+        self._claim = []  # the parameters a step of this pipeline trains now (rrfp._sharing)
 
     def _build_stages(self, build, place):
         """Builds this process's chunks and their stages' runners (a chunk refused here, or a
@@ -347,7 +349,8 @@ class Pipeline:
             raise RuntimeError(f"{what}: {doing} of this pipeline is running (in another "
                                "thread, or this call comes from inside one of its tasks); a "
                                "pipeline runs one step, eval_step, load, load_state_dict, "
-                               "save, clip_grad_norm_ or its GradScaler's unscale_ at a time")
+                               "save, clip_grad_norm_, or a call of its GradScaler that "
+                               "changes the scale, at a time")
         self._holder = what
         try:
             yield
@@ -361,6 +364,13 @@ class Pipeline:
         # GradSums' copy of each .grad, say) rides on the step's first gather and every other
         # process raises at once, naming this one; raised before it, the others waited in that
         # gather until their timeout.
+        try:
+            return self._train_pass(inputs, targets, ties)
+        finally:
+            release_parameters(self._claim)  # taken by _set_up_step, held to the last write
+            self._claim = []
+
+    def _train_pass(self, inputs, targets, ties):
         try:
             rec, loss, (sums, layout) = run_pass(self, inputs, targets, True, self._set_up_step)
         finally:
@@ -383,6 +393,7 @@ class Pipeline:
     def _set_up_step(self):
         """(GradSums, trained_layout's mark or None) for a step: the parameters each chunk
         trains now, and the ties' copies as the chunks hold them (run_pass runs it)."""
+        self._claim = claim_parameters(self)  # refused while another pipeline trains one
         for r in self._runners:
             r.refresh_params()
         # The model's tensors before the forwards replace any attribute (foreign_leaves).

@@ -145,12 +145,14 @@ class GradScaler:
         if pipe._data.scaler is not None:
             raise ValueError("pipe: this pipeline has a GradScaler already; a pipeline's "
                              "loss is scaled by one scaler")
-        loaded = _saving.loaded_scaler_state(pipe)  # checked by the load
-        if loaded is not None and self._enabled:
-            self._set_state(loaded)
-        pipe._data.scaler = self
-        _saving.forget_scaler_state(pipe)  # the scaler's own state is saved from now on
-        self._pipe = pipe
+        # Not while a step runs: its later microbatches' losses alone were scaled.
+        with pipe._one_call("GradScaler"):
+            loaded = _saving.loaded_scaler_state(pipe)  # checked by the load
+            if loaded is not None and self._enabled:
+                self._set_state(loaded)
+            pipe._data.scaler = self
+            _saving.forget_scaler_state(pipe)  # the scaler's own state is saved from now on
+            self._pipe = pipe
 
     def is_enabled(self):
         return self._enabled
@@ -217,9 +219,7 @@ class GradScaler:
         # other, which would otherwise wait in the next collective until its timeout. Not
         # while a step of the pipeline runs (it unscaled gradients the step was still adding
         # to): refused as the pipeline's own calls are.
-        hold = (self._pipe._one_call("unscale_") if self._pipe is not None else
-                contextlib.nullcontext())
-        with hold:
+        with self._holding("unscale_"):
             found = agreed_any(self._pipe._core if self._pipe is not None else None,
                                lambda: self._unscale_here(optimizer),
                                "unscale_: process(es) {bad} could not unscale their gradients; "
@@ -278,6 +278,16 @@ class GradScaler:
         growth_factor) every growth_interval good steps. new_scale: set it instead."""
         if not self._enabled:
             return
+        with self._holding("update"):
+            self._update(new_scale)
+
+    def _holding(self, what):
+        """Holds the pipeline for a change of the scale: one while a step runs scaled its
+        microbatches' losses by two scales."""
+        return (self._pipe._one_call(what) if self._pipe is not None else
+                contextlib.nullcontext())
+
+    def _update(self, new_scale):
         if new_scale is not None:
             if isinstance(new_scale, torch.Tensor):
                 if new_scale.numel() != 1:
@@ -322,7 +332,8 @@ class GradScaler:
         (`GradScaler(enabled=use_amp)`) runs (it raised RuntimeError)."""
         if not self._enabled:
             return
-        self._set_state(checked_state(state))
+        with self._holding("load_state_dict"):
+            self._set_state(checked_state(state))
 
     def _set_state(self, checked):
         """checked_state's result."""
