@@ -17,7 +17,8 @@ namespace rrfp {
 namespace {
 
 // Keys and values longer than this are no field a hint has; kept no longer. A raw JSON string
-// is kept up to six times as long, the most its escapes can take for that many characters.
+// is kept up to six times as long, the most its escapes can take for that many characters, and
+// so is a number, whose digits past 64 can still make it a whole one.
 constexpr std::size_t kLongest = 64;
 constexpr std::size_t kLongestRaw = 6 * kLongest;
 constexpr std::size_t kMostFields = 64;  // distinct keys: a hint has 8
@@ -90,9 +91,9 @@ class FieldScan {
   }
   // The answer, after the last piece.
   HintFields fields() {
-    if (format_ == Format::Text && !done_) text_char('\n');  // a last line without its newline
-    if (format_ == Format::Json && in_value_ && !value_string_)
-      end_value(std::move(value_));  // a document that broke off after a number
+    if (format_ == Format::Text && !done_) text_char('\n');      // a last line without its newline
+    if (format_ == Format::Json && in_value_ && !value_string_)  // broke off after a number
+      end_value(value_.size() > kLongestRaw ? std::string() : std::move(value_));
     return std::move(out_);
   }
 
@@ -124,9 +125,12 @@ class FieldScan {
     if (in_string_) return string_char(c);
     if (in_value_) {  // a number or a literal
       if (!blank(c) && c != ',' && c != '}') {
-        if (value_.size() < kLongest) value_ += c;
+        // Kept whole up to a raw string's length ("2.000...0e-64" is the parser's 2); a
+        // longer one is cut, and read as no number.
+        if (value_.size() <= kLongestRaw) value_ += c;
         return true;
       }
+      if (value_.size() > kLongestRaw) value_.clear();
       if (!end_value(std::move(value_))) return false;
     }
     if (blank(c)) return true;

@@ -3,6 +3,7 @@
 import os
 import signal
 import threading
+import time
 
 import pytest
 import torch
@@ -308,6 +309,59 @@ def test_a_seeded_pipeline_called_from_a_seeded_task_is_refused_not_a_hang():
         student.step(*lm.batches(2))
     unseeded = rrfp.Pipeline(lm.chunks(2), distill, pp=2, microbatches=2, timeout=5)
     unseeded.step(*lm.batches(2))  # one of the two without a seed: allowed
+
+
+def test_pipelines_sharing_only_frozen_parameters_step_at_once():
+    # A frozen backbone shared by two tasks' pipelines: a step writes no .grad for it, so the
+    # two may overlap (refused as a conflict at first).
+    backbone = nn.Linear(8, 8)
+    backbone.requires_grad_(False)
+    started = threading.Event()
+
+    def slow(stage, kind, chunk, mb):
+        started.set()
+        return 0.05 if (kind, mb) == ("F", 0) else 0.0
+
+    heads = [nn.Linear(8, 4), nn.Linear(8, 4)]
+    def mse(y, t):
+        return ((y - t) ** 2).sum()
+
+    first = rrfp.Pipeline([backbone, heads[0]], mse, pp=2, microbatches=2, delay_fn=slow)
+    second = rrfp.Pipeline([backbone, heads[1]], mse, pp=2, microbatches=2)
+    x, t = torch.randn(4, 8), torch.randn(4, 4)
+    worker = threading.Thread(target=lambda: first.step(x, t))
+    worker.start()
+    assert started.wait(10)
+    second.step(x, t)
+    worker.join(30)
+    assert backbone.weight.grad is None and all(h.weight.grad is not None for h in heads)
+
+
+def test_a_seeded_pipeline_reached_through_a_thread_of_a_seeded_task_times_out():
+    # The refusal sees the task's own thread only; through a thread the task starts, the
+    # teacher's tasks waited for the generators for good, deaf to both timeouts.
+    teacher = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2, seed=1, timeout=1)
+    xs, _ = lm.batches(2)
+
+    failed = []
+
+    def ask_teacher():
+        try:
+            teacher.eval_step(xs)
+        except (TimeoutError, rrfp.StageError) as e:
+            failed.append(e)
+
+    def distill(out, target):
+        worker = threading.Thread(target=ask_teacher, daemon=True)
+        worker.start()
+        worker.join(20)
+        return lm.loss_fn(out, target)
+
+    student = rrfp.Pipeline(lm.chunks(2), distill, pp=2, microbatches=2, seed=2, timeout=1)
+    began = time.monotonic()
+    with pytest.raises((TimeoutError, rrfp.StageError)):
+        student.step(*lm.batches(2))
+    assert time.monotonic() - began < 15 and failed
 
 
 def test_a_step_from_inside_a_task_fails_that_task_at_once():

@@ -415,3 +415,18 @@ def test_a_scaler_made_or_changed_while_a_step_runs_is_refused(call):
     for xm, ym in zip(x.chunk(M), y.chunk(M)):
         (loss_fn(nn.Sequential(*ref)(xm), ym) * scale).backward()
     assert all(torch.equal(p.grad, q.grad) for p, q in zip(params(cs), params(ref)))
+
+
+def test_a_loss_fn_that_scales_its_own_loss_is_refused():
+    # As a plain loop's `scaler.scale(loss).backward()` would: the pipeline scales each loss
+    # itself, and trained on the scale squared (16x the gradients at a scale of 4).
+    scaler = None
+
+    def scaled(y, t):
+        return scaler.scale(loss_fn(y, t))
+
+    pipe = rrfp.Pipeline(chunks(), scaled, pp=4, microbatches=M)
+    scaler = rrfp.GradScaler(pipe, init_scale=4.0)
+    with pytest.raises(rrfp.StageError, match="scale: the pipeline scales each microbatch's "
+                                              "loss itself while its step runs"):
+        pipe.step(*data(0))

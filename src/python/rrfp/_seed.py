@@ -46,7 +46,7 @@ def _task_seed(seed, step, chunk, mb):
 # this one lock, so that two pipelines stepping at once in threads do not draw from each
 # other's seeds (a lock per pipeline let them: gradients off by up to 2.0).
 _GENERATORS = threading.Lock()
-_HOLDS = threading.local()  # .generators: this thread runs a seeded task (holds _GENERATORS)
+_IN_SEEDED_TASK = threading.local()  # .active: this thread runs a seeded task
 
 
 def refuse_nested_seeding(what):
@@ -54,7 +54,7 @@ def refuse_nested_seeding(what):
     distillation's loss_fn asking a seeded teacher): its tasks wait for the generators the
     calling task holds until that task ends, which it never does; both pipelines hung, their
     timeouts and Ctrl-C unheard."""
-    if getattr(_HOLDS, "generators", False):
+    if getattr(_IN_SEEDED_TASK, "active", False):
         raise RuntimeError(
             f"{what}: called from inside a task of a pipeline with a seed, and this pipeline "
             "has one too: its tasks would wait for torch's generators, which the calling task "
@@ -69,9 +69,13 @@ class Seeding:
     the process, so seeded tasks in it take turns (_GENERATORS), whichever pipeline runs them;
     a thread of the caller's that draws meanwhile draws from them too (see docs/python.md)."""
 
-    def __init__(self, seed):
+    def __init__(self, seed, timeout=0):
         self.seed = check_whole("seed", seed, f"{_TAKES} or None", low=0, high=_MASK)
         self._first_mb = 0
+        # How long a task waits for the generators (the pipeline's timeout; 0: no bound). The
+        # refusal above sees a nesting on the task's own thread only: one through a thread the
+        # task starts, or through an unseeded pipeline between, waited for good.
+        self._wait_s = float(timeout) if timeout else -1
 
     def place(self, first_mb):
         """`first_mb`: the index of this replica's first microbatch in the job's batch
@@ -83,13 +87,19 @@ class Seeding:
         devices = []
         if device is not None and device.type == "cuda":
             devices = [device.index if device.index is not None else torch.cuda.current_device()]
-        with _GENERATORS:
-            _HOLDS.generators = True
-            try:
-                with torch.random.fork_rng(devices=devices):
-                    if kind == "F":
-                        s = _task_seed(self.seed, step, chunk, self._first_mb + mb)
-                        torch.manual_seed(s)
-                    yield
-            finally:
-                _HOLDS.generators = False
+        if not _GENERATORS.acquire(timeout=self._wait_s):
+            raise TimeoutError(
+                f"seed: torch's generators were held by another seeded task for over "
+                f"{self._wait_s:g} s (the pipeline's timeout): a pipeline with a seed called, "
+                "through a thread or another pipeline, from inside a task of one with a seed "
+                "waits for a task that waits for it; give one of the two no seed")
+        _IN_SEEDED_TASK.active = True  # the lock is not reentrant: reset, not restored, below
+        try:
+            with torch.random.fork_rng(devices=devices):
+                if kind == "F":
+                    s = _task_seed(self.seed, step, chunk, self._first_mb + mb)
+                    torch.manual_seed(s)
+                yield
+        finally:
+            _IN_SEEDED_TASK.active = False
+            _GENERATORS.release()

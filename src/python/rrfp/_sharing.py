@@ -2,25 +2,24 @@
 steps must not overlap. A step copies each .grad as it begins and writes it back whole as it
 ends (rrfp._grads), so of two overlapping steps the later write dropped the other's gradients,
 silently, where two plain loops in two threads both add theirs. Stepped one after the other,
-or interleaved, they train as plain loops do."""
+or interleaved, they train as plain loops do. (A plain backward or zero_grad on such a
+parameter in another thread during a step is undone the same way; nothing here sees it.)"""
 import threading
 
 _LOCK = threading.Lock()
-_STEPPING = {}  # id(parameter) -> the step's owner (a Pipeline) whose step trains it now
+_STEPPING = {}  # id(parameter) -> the Pipeline whose step trains it now
 
 
 def claim_parameters(pipe):
-    """Claims the parameters of this process's chunks of `pipe` for its step, or raises
-    RuntimeError when another pipeline's step running now trains one of them. Returns the
-    claim, for release_parameters."""
-    mine = {}
-    for c, module in pipe.chunks.items():
-        for name, p in module.named_parameters():
-            mine.setdefault(id(p), (c, name))
+    """Claims the parameters a step of `pipe` trains (its runners' params: frozen ones get no
+    .grad and are no conflict), or raises RuntimeError when another pipeline's step running now
+    trains one of them."""
+    mine = {id(p): c for r in pipe._runners for c, ps in r.params.items() for p in ps}
     with _LOCK:
-        for key, (c, name) in mine.items():
+        for key, c in mine.items():
             other = _STEPPING.get(key)
             if other is not None and other is not pipe:
+                name = next(n for n, p in pipe.chunks[c].named_parameters() if id(p) == key)
                 raise RuntimeError(
                     f"step: parameter {name!r} of chunk {c} is trained by a step of another "
                     "rrfp.Pipeline running now (the two are built over the same modules); "
@@ -28,10 +27,11 @@ def claim_parameters(pipe):
                     "gradients: step the two pipelines one after the other")
         for key in mine:
             _STEPPING[key] = pipe
-    return list(mine)
 
 
-def release_parameters(claim):
+def release_parameters(pipe):
+    """Lets go of every parameter `pipe` claimed: by owner, so that a claim an interrupt cut
+    short is let go of too."""
     with _LOCK:
-        for key in claim:
-            _STEPPING.pop(key, None)
+        for key in [k for k, owner in _STEPPING.items() if owner is pipe]:
+            del _STEPPING[key]

@@ -199,7 +199,7 @@ class StageRunner:
                     "unfreeze a parameter, or call eval_step() for the losses alone")
             self.data.losses[mb] = loss.detach()
             if self.data.scaler is not None:
-                loss = self.data.scaler.scale(loss)
+                loss = self.data.scaler._scaled(loss)
             self._count_uses(chunk, mb, [loss])
             self.work[(chunk, mb)] = _Work(inp, loss, tree_in)
             return None

@@ -110,7 +110,7 @@ class Pipeline:
             max_pending_w=max_pending_w, ordered_forwards=ordered_forwards)
         progress = progress_after(progress)
         place = parse_device(device)
-        seeding = None if seed is None else Seeding(seed)  # a bad seed fails first
+        seeding = None if seed is None else Seeding(seed, timeout)  # a bad seed fails first
         if transport is None:
             transport = launched_transport(pp, dp, group)
         if group is not None and transport != "c10d":  # it was taken and ignored
@@ -176,7 +176,6 @@ class Pipeline:
         # (_one_call).
         self._busy = threading.Lock()
         self._holder = None  # the call holding _busy, for the refusal's words
-        self._claim = []  # the parameters a step of this pipeline trains now (rrfp._sharing)
 
     def _build_stages(self, build, place):
         """Builds this process's chunks and their stages' runners (a chunk refused here, or a
@@ -297,7 +296,8 @@ class Pipeline:
         given whole must split evenly into M microbatches, inputs and targets alike. A step
         called while another of this pipeline runs (from another thread, or from a task's
         own code) raises RuntimeError at once, and so do eval_step, load, load_state_dict,
-        save and clip_grad_norm_.
+        save and clip_grad_norm_; so does a step while another pipeline's step trains one of
+        the same parameters (two pipelines over the same modules).
         """
         with self._one_call("step"):  # under no_grad: refused on every process (run_pass)
             return self._run_step(inputs, targets)
@@ -349,8 +349,8 @@ class Pipeline:
             raise RuntimeError(f"{what}: {doing} of this pipeline is running (in another "
                                "thread, or this call comes from inside one of its tasks); a "
                                "pipeline runs one step, eval_step, load, load_state_dict, "
-                               "save, clip_grad_norm_, or a call of its GradScaler that "
-                               "changes the scale, at a time")
+                               "save, clip_grad_norm_, or a change of its GradScaler (making "
+                               "it, update, load_state_dict, unscale_), at a time")
         self._holder = what
         try:
             yield
@@ -367,8 +367,7 @@ class Pipeline:
         try:
             return self._train_pass(inputs, targets, ties)
         finally:
-            release_parameters(self._claim)  # taken by _set_up_step, held to the last write
-            self._claim = []
+            release_parameters(self)  # claimed by _set_up_step, held to the last .grad write
 
     def _train_pass(self, inputs, targets, ties):
         try:
@@ -393,9 +392,9 @@ class Pipeline:
     def _set_up_step(self):
         """(GradSums, trained_layout's mark or None) for a step: the parameters each chunk
         trains now, and the ties' copies as the chunks hold them (run_pass runs it)."""
-        self._claim = claim_parameters(self)  # refused while another pipeline trains one
         for r in self._runners:
             r.refresh_params()
+        claim_parameters(self)  # refused while another pipeline's step trains one
         # The model's tensors before the forwards replace any attribute (foreign_leaves).
         self._data.known = ModelTensors(self._data)
         self._data.made = MadeGrads()  # nothing from a step that failed

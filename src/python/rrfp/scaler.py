@@ -142,11 +142,11 @@ class GradScaler:
         from .pipeline import Pipeline
         if not isinstance(pipe, Pipeline):
             raise TypeError(f"pipe: an rrfp.Pipeline or None, got {type(pipe).__name__}")
-        if pipe._data.scaler is not None:
-            raise ValueError("pipe: this pipeline has a GradScaler already; a pipeline's "
-                             "loss is scaled by one scaler")
         # Not while a step runs: its later microbatches' losses alone were scaled.
         with pipe._one_call("GradScaler"):
+            if pipe._data.scaler is not None:  # checked under the hold: two threads both passed
+                raise ValueError("pipe: this pipeline has a GradScaler already; a pipeline's "
+                                 "loss is scaled by one scaler")
             loaded = _saving.loaded_scaler_state(pipe)  # checked by the load
             if loaded is not None and self._enabled:
                 self._set_state(loaded)
@@ -182,13 +182,23 @@ class GradScaler:
         self._growth_interval = _interval("new_interval", new_interval)
 
     def scale(self, outputs):
-        """outputs (a tensor, or a list or tuple of them, nested) times the scale."""
+        """outputs (a tensor, or a list or tuple of them, nested) times the scale. Refused
+        while the pipeline's step runs: it scales each microbatch's loss itself, and a loss_fn
+        that returned scaler.scale(loss), as a plain loop's backward takes it, trained on the
+        scale squared."""
+        if self._pipe is not None and self._pipe._holder == "step":
+            raise RuntimeError("scale: the pipeline scales each microbatch's loss itself while "
+                               "its step runs; return the loss unscaled from loss_fn")
+        return self._scaled(outputs)
+
+    def _scaled(self, outputs):
+        """scale() without its check: the pipeline's own scaling of a loss (rrfp/_stage.py)."""
         if not self._enabled:
             return outputs
         if isinstance(outputs, torch.Tensor):
             return outputs * self._tensor(outputs.device)
         if isinstance(outputs, (list, tuple)):
-            return type(outputs)(self.scale(o) for o in outputs)
+            return type(outputs)(self._scaled(o) for o in outputs)
         raise TypeError(f"scale: expected a tensor or a list or tuple of them, got "
                         f"{type(outputs).__name__}")
 
@@ -282,8 +292,9 @@ class GradScaler:
             self._update(new_scale)
 
     def _holding(self, what):
-        """Holds the pipeline for a change of the scale: one while a step runs scaled its
-        microbatches' losses by two scales."""
+        """Holds the pipeline for `what` (update, load_state_dict, unscale_), refused while a
+        step runs: a new scale then scaled its microbatches' losses by two scales, and
+        unscale_ divided gradients the step was still adding to."""
         return (self._pipe._one_call(what) if self._pipe is not None else
                 contextlib.nullcontext())
 
