@@ -239,16 +239,23 @@ def test_ctrl_c_stops_a_step_cleanly():
     pipe.step(xs, ys)
 
 
-def test_a_second_step_while_one_runs_is_refused_not_a_crash():
-    # From another thread: the second call raises RuntimeError at once; the first finishes and
-    # is right. (Both ran into one runtime before and crashed the interpreter.)
-    chunks = lm.chunks(2)
+def slow_first_forward():
+    """(an Event set once a step's tasks have begun, a delay_fn that holds the step there a
+    while): for a call made while a step runs in another thread."""
     started = threading.Event()
 
     def slow(stage, kind, chunk, mb):
         started.set()
         return 0.05 if (kind, mb) == ("F", 0) else 0.0
 
+    return started, slow
+
+
+def test_a_second_step_while_one_runs_is_refused_not_a_crash():
+    # From another thread: the second call raises RuntimeError at once; the first finishes and
+    # is right. (Both ran into one runtime before and crashed the interpreter.)
+    chunks = lm.chunks(2)
+    started, slow = slow_first_forward()
     pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4, delay_fn=slow)
     xs, ys = lm.batches(4)
     out = {}
@@ -268,12 +275,7 @@ def test_pipelines_sharing_parameters_do_not_step_at_once():
     # the later write dropped the other's gradients, silently. The second is refused, changing
     # nothing; one after the other they add as two plain loops do.
     chunks = lm.chunks(2)
-    started = threading.Event()
-
-    def slow(stage, kind, chunk, mb):
-        started.set()
-        return 0.05 if (kind, mb) == ("F", 0) else 0.0
-
+    started, slow = slow_first_forward()
     first = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4, delay_fn=slow)
     second = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4)
     xs, ys = lm.batches(4)
@@ -316,12 +318,7 @@ def test_pipelines_sharing_only_frozen_parameters_step_at_once():
     # two may overlap (refused as a conflict at first).
     backbone = nn.Linear(8, 8)
     backbone.requires_grad_(False)
-    started = threading.Event()
-
-    def slow(stage, kind, chunk, mb):
-        started.set()
-        return 0.05 if (kind, mb) == ("F", 0) else 0.0
-
+    started, slow = slow_first_forward()
     heads = [nn.Linear(8, 4), nn.Linear(8, 4)]
     def mse(y, t):
         return ((y - t) ** 2).sum()
