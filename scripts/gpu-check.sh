@@ -145,11 +145,16 @@ py_table() {
   echo "python tests exit $rc" >>"$out/python-tests.log"
   [ $rc -eq 0 ] || failed=1
   tail -5 "$out/python-tests.log"
-  log "rrfp.Pipeline under torchrun with an NCCL default group"
-  PYTHONPATH=$pypath timeout "$(cap 90)" python3 -m torch.distributed.run --nproc_per_node 1 \
-    --master_port 29640 --redirects 1 --tee 1 tests/python/nccl_group.py >"$out/nccl.log" 2>&1
-  echo "nccl group exit $?" >>"$out/nccl.log"
-  grep -E "nccl_group.py|Error|exit" "$out/nccl.log" | tail -3
+  # A Gloo group first: whether torch's ProcessGroup crosses into the extension at all (the
+  # fourth sitting's failure), apart from anything NCCL does.
+  for backend in gloo nccl; do
+    log "rrfp.Pipeline under torchrun with a $backend default group"
+    PYTHONPATH=$pypath timeout "$(cap 90)" python3 -m torch.distributed.run --nproc_per_node 1 \
+      --master_port 29640 --redirects 1 --tee 1 tests/python/nccl_group.py --backend "$backend" \
+      >"$out/$backend-group.log" 2>&1
+    echo "$backend group exit $?" >>"$out/$backend-group.log"
+    grep -E "nccl_group.py|Error|exit" "$out/$backend-group.log" | tail -3
+  done
 }
 
 # One training run: NAME ARGS... -> runs/NAME (its outputs), runs/NAME.log, runs/NAME.cpu

@@ -87,7 +87,7 @@ def forget_failed_step(pipe):
     """What a step that failed holds, let go now rather than at the next step: every stage's
     activations and graphs, the tasks' exceptions (whose frames hold more), the losses, sums and
     outputs. A caller that catches the error (out of memory on a GPU) has the memory back
-    before it retries or saves; it waited until the next step (144 MiB of 64 MiB's model)."""
+    before it retries or saves; it waited until the next step (144 MiB for a model of 64 MiB)."""
     for r in pipe._runners:
         r.work = {}
     d = pipe._data
