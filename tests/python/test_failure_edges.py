@@ -77,3 +77,29 @@ def test_ctrl_c_while_the_gradients_are_written_is_raised_once_all_are(monkeypat
     assert len(written) == 10
     for a, b in zip(ref, chunks):
         assert all(torch.equal(p.grad, q.grad) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_ctrl_c_while_a_failing_write_runs_is_still_raised(monkeypatch):
+    # A Ctrl-C held during the write of .grad, then the write failing: the interrupt was
+    # dropped, and the program went on past it with the write's error alone.
+    calls = []
+    set_grad = step_module.set_grad
+
+    def failing(p, grad):
+        calls.append(p)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        if len(calls) == 3:
+            raise MemoryError("out of memory writing .grad")
+        set_grad(p, grad)
+    monkeypatch.setattr(step_module, "set_grad", failing)
+    torch.manual_seed(0)
+    pipe = rrfp.Pipeline([nn.Linear(4, 4), nn.Linear(4, 4)], lambda y, t: ((y - t) ** 2).mean(),
+                         pp=2, microbatches=2, timeout=60)
+    try:
+        pipe.step(torch.randn(4, 4), torch.randn(4, 4))
+    except KeyboardInterrupt as e:
+        assert "could not all be written" in str(e)
+        assert isinstance(e.__cause__, MemoryError)
+    else:
+        raise AssertionError("no KeyboardInterrupt")

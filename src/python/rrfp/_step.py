@@ -192,6 +192,16 @@ def interrupt_held():
     signal.signal(signal.SIGINT, lambda sig, frame: came.append(frame))
     try:
         yield
+    except BaseException as e:
+        # The block failed too: the held Ctrl-C still stops the caller (it was dropped, and
+        # the program went on past the user's interrupt), the failure chained to it.
+        signal.signal(signal.SIGINT, previous)
+        if came and previous is signal.default_int_handler:
+            raise KeyboardInterrupt("the step's gradients could not all be written (the error "
+                                    "above)") from e
+        if came:
+            previous(signal.SIGINT, came[0])
+        raise
     finally:
         signal.signal(signal.SIGINT, previous)
     if came:
