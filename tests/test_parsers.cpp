@@ -338,10 +338,9 @@ TEST(HintFile, FieldsAreTheTopLevelScalarsOrTheHeaders) {
   for (const HintField& h : f.fields)
     got.push_back(h.key + "=" + h.value + (h.string ? " (string)" : ""));
   // Escapes decoded, as the parser decodes them: read as written, "v\u0070p" was no vpp.
-  EXPECT_EQ(got, (std::vector<std::string>{"format=rrfp-hint (string)",
-                                           "note=a \"quoted\" }, word (string)", "pp=2",
-                                           "split_backward=true", "x=null", "vpp=2",
-                                           "placement=vshape (string)"}));
+  EXPECT_EQ(got, (std::vector<std::string>{
+                     "format=rrfp-hint (string)", "note=a \"quoted\" }, word (string)", "pp=2",
+                     "split_backward=true", "x=null", "vpp=2", "placement=vshape (string)"}));
   EXPECT_TRUE(hint_file_declares_split(path));
   std::ofstream(path, std::ios::trunc) << R"({"split_backward": "true"})";  // a string: no
   EXPECT_FALSE(hint_file_declares_split(path));
