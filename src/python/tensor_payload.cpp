@@ -87,6 +87,16 @@ std::string layout_name(at::Layout layout) {
 
 }  // namespace
 
+namespace {
+
+// The dtype's code in kTypes, or kTypes.size() for one no message carries.
+std::size_t dtype_code(const at::Tensor& t) {
+  return static_cast<std::size_t>(std::find(kTypes.begin(), kTypes.end(), t.scalar_type()) -
+                                  kTypes.begin());
+}
+
+}  // namespace
+
 void check_sendable(const at::Tensor& t, const std::string& what) {
   // Only a strided tensor's memory is its values: a sparse one (a graph's adjacency) has none
   // to take, and failed in data_ptr() with c10's own error and stack.
@@ -95,7 +105,7 @@ void check_sendable(const at::Tensor& t, const std::string& what) {
                      " cannot be sent between stages (only strided ones travel): send its "
                      "indices() and values() and rebuild it in the next chunk, or hold it in "
                      "each chunk that needs it");
-  if (std::find(kTypes.begin(), kTypes.end(), t.scalar_type()) == kTypes.end())
+  if (dtype_code(t) == kTypes.size())
     throw InputError(what + ": tensors of dtype " + std::string(c10::toString(t.scalar_type())) +
                      " cannot be sent between stages");
   if (t.dim() > kMaxDims)
@@ -118,10 +128,7 @@ namespace {
 
 Prepared prepare(const at::Tensor& t, const std::string& what) {
   check_sendable(t, what);
-  std::size_t code = 0;
-  while (kTypes[code] != t.scalar_type())
-    ++code;
-  Prepared p{t.detach().to(at::kCPU), {}, static_cast<std::uint8_t>(code), 0, 0, 0};
+  Prepared p{t.detach().to(at::kCPU), {}, static_cast<std::uint8_t>(dtype_code(t)), 0, 0, 0};
   // A lazy negation (the imaginary part of a conjugate view, z.conj().imag) is a flag beside
   // the memory, which is what travels: unresolved, its sign was dropped. (A lazy conjugation
   // lives on complex tensors only, refused above.)

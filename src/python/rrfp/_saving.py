@@ -176,11 +176,8 @@ def _prepare(pipe, path, optimizer):
     model, optim, extra, (saved, layouts) = checkpoint.load_parts(path,
                                                                    max_parts=pipe._core.chunks)
     extra = dict(extra or {})  # the first part's: the checkpoint's entries are the same in all
-    seed_step = extra.pop(_SEED_STEP, None)
-    if seed_step is not None and not (is_whole(seed_step) and 0 <= seed_step < 1 << 64):
-        raise ValueError(f"checkpoint '{path}': its {_SEED_STEP} is {repr(seed_step)[:40]}, "
-                         "not a step count")
-    _say_other_seed(pipe, path, extra.pop(_SEED, None))
+    seed_step = _kept_count(path, extra, _SEED_STEP, "a step count")
+    _say_other_seed(pipe, path, _kept_count(path, extra, _SEED, "a seed"))
     scaler_state = extra.pop(_SCALER, None) or None  # {}: saved by a disabled scaler
     if scaler_state is not None:
         try:
@@ -202,14 +199,21 @@ def _prepare(pipe, path, optimizer):
             "scaler": scaler_state, "extra": extra}
 
 
+def _kept_count(path, extra, key, what):
+    """Entry `key` the checkpoint keeps for itself, taken out of `extra`: None, or a whole
+    number under 2**64 (`what` it is, for the refusal)."""
+    value = extra.pop(key, None)
+    if value is not None and not (is_whole(value) and 0 <= value < 1 << 64):
+        raise ValueError(f"checkpoint '{path}': its {key} is {repr(value)[:40]}, not {what}")
+    return value
+
+
 def _say_other_seed(pipe, path, saved):
     """Warns where the checkpoint's run drew by another seed than this pipeline's: its dropout
     from here on is not the run's it continues (a resume with another seed= drew otherwise
     without a word). A checkpoint of an unseeded run, or of an earlier version, says nothing."""
     if saved is None:
         return
-    if not (is_whole(saved) and 0 <= saved < 1 << 64):
-        raise ValueError(f"checkpoint '{path}': its {_SEED} is {repr(saved)[:40]}, not a seed")
     mine = None if pipe._data.seeding is None else pipe._data.seeding.seed
     if mine != saved:
         warnings.warn(f"load: checkpoint '{path}' was saved by a pipeline with seed={saved}, "

@@ -85,13 +85,13 @@ def run_pass(pipe, inputs, targets, training, prepare):
 
 def forget_failed_step(pipe):
     """What a step that failed holds, let go now rather than at the next step: every stage's
-    activations and graphs, the tasks' exceptions (whose frames hold more), the losses, sums and
+    activations and graphs, the tasks' exceptions (whose frames hold more), the losses and
     outputs. A caller that catches the error (out of memory on a GPU) has the memory back
     before it retries or saves; it waited until the next step (144 MiB for a model of 64 MiB)."""
     for r in pipe._runners:
         r.work = {}
     d = pipe._data
-    d.errors, d.losses, d.outputs, d.sums, d.made = [], {}, {}, None, MadeGrads()
+    d.errors, d.losses, d.outputs, d.made = [], {}, {}, MadeGrads()  # sums: _run_step's
 
 
 # The labels of what closing() packs.
