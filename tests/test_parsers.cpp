@@ -11,6 +11,7 @@
 #include "core/hint_io.hpp"
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
+#include "core/printable.hpp"
 #include "mutate.hpp"
 #include "sim/replay.hpp"
 #include "sim/rng.hpp"
@@ -359,6 +360,39 @@ TEST(HintFile, FieldsAreTheTopLevelScalarsOrTheHeaders) {
   EXPECT_EQ(got, (std::vector<std::string>{"pp=2", "vpp=2", "split=1"}));
   EXPECT_TRUE(hint_file_declares_split(path));
   EXPECT_TRUE(hint_file_fields(::testing::TempDir() + "rrfp-no-such-file").fields.empty());
+}
+
+// One way of telling a JSON hint from a text one, for the parsers, the line bounds and the field
+// scan: a byte order mark and blanks skipped, '{' is JSON. Byte by byte it is undecided until
+// the first other byte; a broken mark is text, as its first byte is.
+TEST(HintFile, FormatIsToldOneWayByEveryReader) {
+  const std::string bom = "\xEF\xBB\xBF";
+  const std::vector<std::pair<std::string, HintFormat>> cases{{"{", HintFormat::Json},
+                                                              {" \r\n\t{}", HintFormat::Json},
+                                                              {bom + "\n {", HintFormat::Json},
+                                                              {bom + bom + "{", HintFormat::Text},
+                                                              {"\xEF\xBB{", HintFormat::Text},
+                                                              {"\n[{}]", HintFormat::Text},
+                                                              {"stage 0: F0:0", HintFormat::Text},
+                                                              {"  # {\n", HintFormat::Text},
+                                                              {bom + "  ", HintFormat::Text},
+                                                              {"", HintFormat::Text}};
+  for (const auto& [text, want] : cases) {
+    EXPECT_EQ(hint_format(text), want) << printable(text);
+    HintFormatProbe probe;
+    for (const char c : text)
+      probe.take(c);
+    const bool only_blanks = text.find_first_not_of(bom + " \r\n\t") == std::string::npos &&
+                             (text.size() < 3 || text.substr(0, 3) == bom);
+    EXPECT_EQ(probe.format(), only_blanks ? HintFormat::Unknown : want) << printable(text);
+  }
+  // The scan reads a JSON hint behind a mark and blanks as JSON, as the parser does.
+  WorkModel m(config(2, 4, 1, true));
+  const std::string path = ::testing::TempDir() + "rrfp-format.json";
+  std::ofstream(path) << bom << "\n  " << write_hint_json(make_hint("zb-h1", m).list(), m);
+  EXPECT_TRUE(hint_file_fields(path).json);
+  EXPECT_TRUE(hint_file_declares_split(path));
+  EXPECT_NO_THROW(read_hint_file(path, m));
 }
 
 // Mutates valid inputs (mutate.hpp) and feeds them to every parser: each must either accept or

@@ -86,13 +86,13 @@ class FieldScan {
   // Takes the next piece; false once every field wanted is known.
   bool take(std::string_view piece) {
     for (const char c : piece)
-      if (!(format_ == Format::Json ? json_char(c) : text_char(c))) return false;
+      if (!(format() == HintFormat::Json ? json_char(c) : text_char(c))) return false;
     return true;
   }
   // The answer, after the last piece.
   HintFields fields() {
-    if (format_ == Format::Text && !done_) text_char('\n');      // a last line without its newline
-    if (format_ == Format::Json && in_value_ && !value_string_)  // broke off after a number
+    if (format() == HintFormat::Text && !done_) text_char('\n');  // a last line without its newline
+    if (format() == HintFormat::Json && in_value_ && !value_string_)  // broke off after a number
       end_value(value_.size() > kLongestRaw ? std::string() : std::move(value_));
     return std::move(out_);
   }
@@ -180,20 +180,14 @@ class FieldScan {
   }
 
   // Text: a line is kept only while it may be a header ("rrfp-hint" after its blanks). The
-  // file's first byte decides its format.
+  // file's first bytes decide its format.
   bool text_char(char c) {
-    if (format_ == Format::Unknown) {
-      // A leading byte order mark, skipped as the parsers skip it (a JSON hint was taken for
+    if (format() == HintFormat::Unknown) {
+      // Decided as the parsers decide it (a JSON hint behind a byte order mark was taken for
       // text, and its split was missed).
-      if (bom_ < 3 && c == "\xEF\xBB\xBF"[bom_]) {
-        ++bom_;
-        return true;
-      }
-      bom_ = 3;
-      if (blank(c)) return true;
-      format_ = c == '{' ? Format::Json : Format::Text;
-      out_.json = format_ == Format::Json;
-      if (format_ == Format::Json) return json_char(c);
+      if (probe_.take(c) == HintFormat::Unknown) return true;
+      out_.json = format() == HintFormat::Json;
+      if (out_.json) return json_char(c);
     }
     if (c != '\n') {
       if (skipping_ || (line_.empty() && blank(c))) return true;
@@ -216,7 +210,9 @@ class FieldScan {
     return true;
   }
 
-  enum class Format { Unknown, Json, Text } format_ = Format::Unknown;
+  HintFormat format() const { return probe_.format(); }
+
+  HintFormatProbe probe_;
   std::string enough_;
   HintFields out_;
   bool done_ = false;
@@ -226,7 +222,6 @@ class FieldScan {
   std::string raw_, key_, value_;  // the string being read as written, the last key, a value
   std::string line_;
   bool skipping_ = false;
-  std::size_t bom_ = 0;  // the bytes of a leading byte order mark seen
 };
 
 }  // namespace

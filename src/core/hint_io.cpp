@@ -216,13 +216,32 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
   }
 }
 
+HintFormat HintFormatProbe::take(char c) {
+  if (format_ != HintFormat::Unknown) return format_;
+  if (!past_bom_) {
+    static constexpr std::string_view kBom = "\xEF\xBB\xBF";
+    if (c == kBom[bom_]) {
+      past_bom_ = ++bom_ == kBom.size();
+      return format_;
+    }
+    if (bom_ > 0) return format_ = HintFormat::Text;
+    past_bom_ = true;
+  }
+  if (c == ' ' || c == '\t' || c == '\r' || c == '\n') return format_;
+  return format_ = c == '{' ? HintFormat::Json : HintFormat::Text;
+}
+
+HintFormat hint_format(std::string_view text) {
+  HintFormatProbe probe;
+  for (const char c : text)
+    if (probe.take(c) != HintFormat::Unknown) return probe.format();
+  return HintFormat::Text;
+}
+
 ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string& origin) {
+  const HintFormat format = hint_format(text);
   text = skip_bom(text);  // as the JSON reader does, and --workload-file's
-  size_t i = 0;
-  while (i < text.size() &&
-         (text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r'))
-    ++i;
-  if (i < text.size() && text[i] == '{') return parse_hint_json(text, m, origin);
+  if (format == HintFormat::Json) return parse_hint_json(text, m, origin);
   return parse_hint_text(text, m, origin);
 }
 
@@ -233,9 +252,7 @@ ListHint read_hint_file(const std::string& path, const WorkModel& m, const char*
   // json.dump writes it: the document bound is its bound).
   const std::uint64_t doc = static_cast<std::uint64_t>(m.num_tasks()) * 24 + (1u << 20);
   const std::string text = read_input_file(path, InputKind{option, doc, 0});
-  const std::string_view body = skip_bom(text);
-  const auto first = body.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos || body[first] != '{')
+  if (hint_format(text) == HintFormat::Text)
     check_line_lengths(
         text,
         InputKind{option, doc, static_cast<std::size_t>(m.tasks_per_stage()) * 24 + (1u << 16)},

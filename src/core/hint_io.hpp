@@ -22,7 +22,24 @@ std::string write_hint_json(const ListHint& h, const WorkModel& m);
 // `origin` names the source in error messages ("FILE:LINE: ...").
 ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::string& origin);
 ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::string& origin);
-// Picks the format from the content (JSON when the first non-blank byte is '{'), validates.
+// Which format a hint is written in, as every reader of one tells it (the parsers, the file's
+// line bounds, the field scan below): after a leading byte order mark and blanks, JSON begins
+// with '{' and anything else is text. Fed a file's bytes in order, it knows at the first byte
+// that is neither; a broken mark is text (its first byte is).
+enum class HintFormat { Unknown, Text, Json };
+class HintFormatProbe {
+ public:
+  HintFormat take(char c);
+  HintFormat format() const { return format_; }
+
+ private:
+  HintFormat format_ = HintFormat::Unknown;
+  std::size_t bom_ = 0;  // the bytes of a leading byte order mark seen
+  bool past_bom_ = false;
+};
+// A whole text's format: text where it holds nothing but a mark and blanks.
+HintFormat hint_format(std::string_view text);
+// Picks the format by hint_format, validates.
 ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string& origin);
 // `option` names the file in errors (the CLI's `schedule check` takes it as its FILE).
 ListHint read_hint_file(const std::string& path, const WorkModel& m, const char* option = "hint");
@@ -49,7 +66,7 @@ struct HintFields {
 };
 HintFields hint_file_fields(const std::string& path, std::string_view enough = {});
 // A line of the text format without its comment and its surrounding blanks, as the parser reads
-// it (and so the header scan, which missed an indented header).
+// it; the header scan reads it so too (it missed an indented header).
 std::string_view hint_line_content(std::string_view line);
 
 // Rejects a hint that cannot run to completion under the fixed policy: a task missing,
