@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.hpp"
 #include "core/hint_io.hpp"
@@ -194,6 +195,21 @@ TEST(Plan, TheLimitIsKept) {
   EXPECT_EQ(r.makespan, 4 * 3 * 2 * 1'000'000);
   ListHint gpipe = gen_gpipe(m);
   EXPECT_NE(order_violation(p, gpipe).find("D reaches 2"), std::string::npos);
+}
+
+// A limit that binds nothing, up to the largest int: D's bound stays the largest int. With V = 2
+// the bound (limit + V) wrapped negative, and no order was feasible.
+TEST(Plan, ALimitNearTheLargestIntBindsNothing) {
+  WorkModel m(config(2, 4, 2));
+  const RealizedWork w = unit_work(m);
+  for (const int limit : {std::numeric_limits<int>::max(), std::numeric_limits<int>::max() - 1}) {
+    const PlanProblem p = make_problem(m, w, CommMode::Async, TpProtocol::Leader, limit, 0);
+    EXPECT_EQ(p.d_bound(), std::numeric_limits<int>::max());
+    SearchOptions so;
+    so.max_evaluations = 50;
+    EXPECT_GT(search_schedule(p, so).makespan, 0);
+  }
+  EXPECT_EQ(ready_d_bound(5, m), 7);
 }
 
 // A step of zero-duration tasks takes 0 ns whatever the order: a plan of it is found, not "no

@@ -13,6 +13,7 @@
 // microbatch, measured there and carried with the message); and note_entry_sizes(): how large
 // each microbatch is, as its data loader knows it before the step. Without either it is BFW.
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,9 +35,13 @@ struct ArbiterOptions {
 };
 
 // The largest D = F done - B done a ready-policy stage may reach under limit L: L, plus V where
-// draining a microbatch through its V >= 2 chunks may pass L (semantics.md §2, Cor. C.2).
+// draining a microbatch through its V >= 2 chunks may pass L (semantics.md §2, Cor. C.2). A
+// limit near the largest int, which binds nothing, stays the largest (the sum wrapped negative:
+// no order was feasible, and an activation estimate passed any memory).
 inline int ready_d_bound(int limit, const WorkModel& m) {
-  return limit + (m.vpp() > 1 ? m.vpp() : 0);
+  const int drain = m.vpp() > 1 ? m.vpp() : 0;
+  return limit > std::numeric_limits<int>::max() - drain ? std::numeric_limits<int>::max()
+                                                         : limit + drain;
 }
 
 // The largest D any stage reaches under resolved options: the order's peak under the fixed
