@@ -15,6 +15,7 @@
 #include "cli/stop_signal.hpp"
 #include "comm/buffer_pool.hpp"
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "dist/step_merge.hpp"
 #include "emulate/emulated.hpp"
 #include "runtime/runtime.hpp"
@@ -146,11 +147,26 @@ class EmulatedRuns {
     }
   }
 
+  // Over a transport a process writes its outputs and receives its inputs in buffers of a
+  // message's size: messages larger than the memory there is failed a task with std::bad_alloc
+  // mid-run. (In one process outputs pass by reference, unwritten: address space only.)
+  static void check_message_buffers(const RealizedWork& w) {
+    std::int64_t largest = 0;
+    for (const std::int64_t b : w.message_bytes)
+      largest = std::max(largest, b);
+    check_memory(2.0 * static_cast<double>(largest), "run",
+                 " for a process's output and input buffers (the largest message: " +
+                     gigabytes(static_cast<double>(largest)) +
+                     ", a microbatch's tokens x the workload's bytes_per_token)",
+                 "the workload's bytes_per_token");
+  }
+
   // The runtime as the scenario's executor: a fresh runtime for the current run, its steps,
   // and the step of median makespan over the rounds so far (the report keeps the last
   // round's).
   StepRecord execute(const WorkModel& m, const Hint& h, const RealizedWork& w,
                      const SimOptions& o) {
+    if (world_) check_message_buffers(w);
     const RuntimeOptions ro = runtime_options(m, w, o);
     EmulationOptions eo;
     eo.spin = f_.spin;

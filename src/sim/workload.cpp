@@ -90,6 +90,16 @@ void validate(const WorkloadParams& w) {
   in("comm_wake_us", w.comm_wake_us, 0, 1e6);
   in("comm_wake_per_copy_us", w.comm_wake_per_copy_us, 0, 1e6);
   in("bytes_per_token", w.bytes_per_token, 0, 1e9);
+  // The largest message, a microbatch's most tokens (its images' included) times
+  // bytes_per_token: each range alone let it pass 2^63 bytes, and a message's size wrapped
+  // negative (the adaptive rule's entry order changed with it, silently).
+  const double most_tokens =
+      w.tokens_max + (w.images_scale > 0 ? w.images_max * w.image_tokens : 0);
+  if (most_tokens * w.bytes_per_token > kMaxMessageBytes)
+    throw InputError("workload bytes_per_token: the largest message would be " +
+                     fmt("%.4g", most_tokens * w.bytes_per_token) +
+                     " bytes ((tokens_max + images_max x image_tokens) x bytes_per_token); at "
+                     "most 2^40 (1 TiB): lower bytes_per_token, tokens_max or image_tokens");
   in("tp_sigma", w.tp_sigma, 0, 10);
   in("tp_collective_us", w.tp_collective_us, 0, kUs);
   in("coord_latency_us", w.coord_latency_us, 0, kUs);

@@ -113,6 +113,8 @@ WorkloadParams apply_workload_json(WorkloadParams base, const std::string& text,
 WorkloadParams read_workload_file(const std::string& path, const std::string& preset);
 void validate(const WorkloadParams& w);  // throws InputError naming the field and its range
 
+// The most bytes one message may carry: 1 TiB, far above any microbatch's activations.
+inline constexpr double kMaxMessageBytes = 1099511627776.0;
 // The longest task or message a workload or replay may hold: 1000 s.
 inline constexpr double kMaxTaskUs = 1e9;
 // `us` in integer nanoseconds; throws InputError naming `what` unless 0 <= us <= kMaxTaskUs,
