@@ -112,23 +112,30 @@ def stateful_modules(chunks):
     return found
 
 
-def decide_order(ordered_forwards, chunks, core):
+def decide_order(ordered_forwards, chunks, core, loss_fn=None):
     """Orders the core's forwards when asked, or for ordered_forwards=None when the chunks of
-    some process of the job hold a stateful module (agreed over the job: a hint is checked
-    against the flag on every process alike); refuses a stateful module that several chunks
-    share, whose state two stages would update at once. Every process of a job enters the one
-    gather, its refusal included: a process that refused before it left the others waiting in
-    it until their timeout, naming nobody."""
+    some process of the job, or a loss_fn that is a module, hold a stateful module (agreed over
+    the job: a hint is checked against the flag on every process alike); refuses a stateful
+    module that several chunks share, whose state two stages would update at once. Every
+    process of a job enters the one gather, its refusal included: a process that refused before
+    it left the others waiting in it until their timeout, naming nobody."""
     def found_here():
-        found = stateful_modules(chunks)
+        # The loss runs in the last chunk's forward task, microbatch by microbatch: a batch
+        # norm in it updated its statistics in the schedule's order (looking at the chunks
+        # alone missed it).
+        owners = dict(chunks)
+        if isinstance(loss_fn, torch.nn.Module):
+            owners["loss_fn"] = loss_fn
+        found = stateful_modules(owners)
         if ordered_forwards is not False:
             for m, users in found.values():
                 if len(users) > 1:
+                    a, b = (u if u == "loss_fn" else f"chunk {u}" for u in users[:2])
                     raise ValueError(
-                        f"chunks {users[0]} and {users[1]} share a {type(m).__name__}, whose "
-                        "forward updates its state: a plain loop updates it chunk by chunk "
-                        "within each microbatch, which stages running at once cannot; give each "
-                        "chunk its own, or pass ordered_forwards=False to accept another order")
+                        f"{a} and {b} share a {type(m).__name__}, whose forward updates its "
+                        "state: a plain loop updates it chunk by chunk within each microbatch, "
+                        "which stages running at once cannot; give each chunk its own, or pass "
+                        "ordered_forwards=False to accept another order")
         return bool(found)
 
     found = agreed_any(core, found_here, "Pipeline: process(es) {bad} refused their chunks' "

@@ -164,7 +164,7 @@ class Pipeline:
             agreed(self._core, lambda: from_first_replica(self._core, self.chunks, True),
                    "chunks: process(es) {bad} could not take replica 0's parameters and "
                    "buffers; their own errors say why")
-        decide_order(ordered_forwards, self.chunks, self._core)
+        decide_order(ordered_forwards, self.chunks, self._core, loss_fn)
         if seeding is not None:
             seeding.place(self.replica * self._core.microbatches)
             self._data.seeding = seeding
