@@ -4,8 +4,10 @@ the first one Python recorded, another stage's in 8 of 60 such steps). A Ctrl-C 
 writes .grad is raised once every .grad is written (it left some written and the rest not)."""
 import os
 import signal
+import sys
 import time
 
+import pytest
 import torch
 from torch import nn
 
@@ -103,3 +105,53 @@ def test_ctrl_c_while_a_failing_write_runs_is_still_raised(monkeypatch):
         assert isinstance(e.__cause__, MemoryError)
     else:
         raise AssertionError("no KeyboardInterrupt")
+
+
+class Exits(nn.Module):
+    """A chunk whose forward ends the program on its third microbatch."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.calls = nn.Linear(4, 4), 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == 3:
+            sys.exit("stop requested")
+        return self.lin(x)
+
+
+def test_sys_exit_in_a_task_leaves_the_step_as_systemexit():
+    # As in a plain loop: it came as a StageError (a RuntimeError), and a training loop that
+    # catches those went on past the exit.
+    torch.manual_seed(0)
+    pipe = rrfp.Pipeline([nn.Linear(4, 4), Exits()], lambda y, t: y.sum(), pp=2, microbatches=4,
+                         timeout=60, progress=None)
+    before = [p.grad for p in pipe.chunks[1].parameters()]
+    with pytest.raises(SystemExit) as e:
+        pipe.step([torch.randn(2, 4) for _ in range(4)])
+    assert e.value.code == "stop requested"
+    assert not isinstance(e.value, RuntimeError)
+    assert "stage 1: task F c1 m2 failed" in "".join(getattr(e.value, "__notes__", []))
+    assert [p.grad for p in pipe.chunks[1].parameters()] == before  # no gradient written
+
+
+def test_eval_step_refuses_a_loss_that_is_no_tensor():
+    # It failed as "AttributeError: 'float' object has no attribute 'detach'".
+    torch.manual_seed(0)
+    pipe = rrfp.Pipeline([nn.Linear(4, 4), nn.Linear(4, 4)],
+                         lambda y, t: float(((y - t) ** 2).mean()), pp=2, microbatches=2,
+                         timeout=60, progress=None)
+    xs = [torch.randn(2, 4) for _ in range(2)]
+    with pytest.raises(rrfp.StageError) as e:
+        pipe.eval_step(xs, xs)
+    assert isinstance(e.value.__cause__, TypeError)
+    assert "loss_fn must return a tensor, got float" in str(e.value.__cause__)
+    # A step's loss must have one element; an evaluation's may have any shape.
+    pipe = rrfp.Pipeline([nn.Linear(4, 4), nn.Linear(4, 4)], lambda y, t: (y - t) ** 2, pp=2,
+                         microbatches=2, timeout=60, progress=None)
+    assert pipe.eval_step(xs, xs) is not None
+    with pytest.raises(rrfp.StageError) as e:
+        pipe.step(xs, xs)
+    assert "loss_fn must return a tensor with one element, got shape (2, 4)" in str(
+        e.value.__cause__)

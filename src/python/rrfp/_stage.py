@@ -25,6 +25,16 @@ from ._tree import pack as _pack, pack_grads as _pack_grads, unpack as _unpack, 
 _NO_CONTEXT = contextlib.nullcontext()
 
 
+def _checked_loss(loss, one_element):
+    """What loss_fn returned, refused unless it is a tensor (of one element, for a step's
+    backward); an evaluation step's failed on a float as an AttributeError of .detach()."""
+    if not isinstance(loss, torch.Tensor) or (one_element and loss.numel() != 1):
+        raise TypeError(f"loss_fn must return a tensor{' with one element' if one_element else ''}"
+                        ", got " + (f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
+                                    else type(loss).__name__))
+    return loss
+
+
 class _Work:
     """One (chunk, microbatch) between its F and its last backward task."""
 
@@ -182,12 +192,8 @@ class StageRunner:
                 "that begins with it") from e
         if chunk == self.last_chunk:
             targets = self.data.targets  # None: the step was given none
-            loss = self.data.loss_fn(out, None if targets is None else
-                                     to_device(targets[mb], self.place))
-            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-                raise TypeError("loss_fn must return a tensor with one element, got "
-                                + (f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
-                                   else type(loss).__name__))
+            loss = _checked_loss(self.data.loss_fn(out, None if targets is None else
+                                                   to_device(targets[mb], self.place)), True)
             # A loss that wants no gradient (a constant for an all-padding microbatch) has no
             # backward; one in no microbatch is a step that trains nothing, silently.
             self.data.gradless += not loss.requires_grad
@@ -236,7 +242,7 @@ class StageRunner:
                 self.data.outputs[mb] = out
                 if self.data.targets is not None:
                     loss = self.data.loss_fn(out, to_device(self.data.targets[mb], self.place))
-                    self.data.losses[mb] = loss.detach()
+                    self.data.losses[mb] = _checked_loss(loss, False).detach()
                 return None
         if isinstance(out, torch.Tensor):
             return out

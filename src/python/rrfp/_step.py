@@ -68,6 +68,11 @@ def run_pass(pipe, inputs, targets, training, prepare):
         done = True
     except StageError as e:
         cause = pipe._data.error_named_by(str(e))
+        if isinstance(cause, (SystemExit, KeyboardInterrupt)):
+            # A task's sys.exit() (or interrupt) leaves the program, as in a plain loop: as a
+            # StageError, a RuntimeError, a loop catching those went on past it.
+            cause.add_note(str(e))
+            raise cause
         if cause is not None:
             raise StageError(str(e)) from cause
         raise

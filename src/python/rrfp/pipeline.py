@@ -290,7 +290,8 @@ class Pipeline:
         microbatch order, as a loop calling loss.backward() per microbatch would. Returns the
         sum of the microbatch losses, added in order (with a process per stage, every process
         of a replica gets it from the process that runs the last chunk).
-        Raises StageError (the task's own exception chained), TimeoutError
+        Raises StageError (the task's own exception chained; a task's SystemExit or
+        KeyboardInterrupt as it is), TimeoutError
         (no progress for `timeout`), or KeyboardInterrupt; then no .grad has changed (but for a
         Ctrl-C while .grad is written, raised once all is: the step completed). A batch
         given whole must split evenly into M microbatches, inputs and targets alike. A step
