@@ -220,6 +220,41 @@ def test_unpicklable_constants_are_named():
         pipe.step(*lm.batches(2))
 
 
+class Halving(torch.Tensor):
+    """A subclass whose sums are halved: it arrived on the next chunk as a plain tensor, which
+    summed twice as much, silently."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        return out * 0.5 if func is torch.Tensor.sum else out
+
+
+@pytest.mark.parametrize("wrap", [lambda t: t, lambda t: (t, 3), lambda t: {"h": [t]}])
+def test_a_tensor_subclass_between_chunks_is_refused_by_name(wrap):
+    class Makes(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return wrap(self.lin(x).as_subclass(Halving))
+
+    pipe = rrfp.Pipeline([Makes(), nn.Identity()], lambda y, t: torch.tensor(0.0), pp=2,
+                         microbatches=1, progress=None)
+    xs = [torch.randn(2, 4)]
+    for call in (pipe.step, pipe.eval_step):
+        with pytest.raises(rrfp.StageError, match="F c0 m0 failed") as e:
+            call(xs)
+        assert isinstance(e.value.__cause__, TypeError)
+        assert "chunk 0 returned a Halving, a subclass of torch.Tensor" in str(e.value.__cause__)
+    # A parameter is a subclass that means nothing more: it goes, as a plain tensor would.
+    pipe = rrfp.Pipeline([nn.Linear(4, 4), nn.Identity()], lambda y, t: y.sum(), pp=2,
+                         microbatches=1, progress=None)
+    pipe.chunks[0].forward = lambda x: pipe.chunks[0].weight
+    pipe.step(xs)
+
+
 def test_a_sparse_tensor_between_chunks_is_refused_naming_its_layout():
     # A graph's adjacency passed along with the node features (x, adj): the message took a
     # sparse tensor's memory, which it has none of, and failed with c10's raw error and stack.

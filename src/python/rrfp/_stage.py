@@ -18,8 +18,9 @@ from ._graph import foreign_leaves as _foreign_leaves, \
     stale_saved_tensor as _stale_saved_tensor
 from ._leaves import begins_in_place as _begins_in_place, input_grads as _sent_back, \
     input_leaf as _input_leaf
-from ._tree import pack as _pack, pack_grads as _pack_grads, unpack as _unpack, \
-    unpack_grads as _unpack_grads, wants_grad as _wants_grad
+from ._tree import pack as _pack, pack_grads as _pack_grads, \
+    refuse_subclass as _refuse_subclass, unpack as _unpack, unpack_grads as _unpack_grads, \
+    wants_grad as _wants_grad
 
 
 _NO_CONTEXT = contextlib.nullcontext()
@@ -212,6 +213,7 @@ class StageRunner:
         # One tensor travels on the one-tensor path and arrives wanting a gradient if it is a
         # float; one that wants none (a frozen chunk's output) goes as a structure, which says so.
         if isinstance(out, torch.Tensor) and (out.requires_grad or not out.is_floating_point()):
+            _refuse_subclass(out, f"chunk {chunk}")
             self._count_uses(chunk, mb, [out])
             self.work[(chunk, mb)] = _Work(inp, out, tree_in)
             return out
@@ -245,6 +247,7 @@ class StageRunner:
                     self.data.losses[mb] = _checked_loss(loss, False).detach()
                 return None
         if isinstance(out, torch.Tensor):
+            _refuse_subclass(out, f"chunk {chunk}")
             return out
         return _pack(out, f"chunk {chunk}")
 

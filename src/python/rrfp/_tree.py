@@ -14,9 +14,29 @@ import pickle
 import torch
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+class SubclassRefused(TypeError):
+    pass
+
+
+def refuse_subclass(t, what):
+    """A tensor of a subclass of torch.Tensor arrives as a plain tensor (its __torch_function__
+    and attributes left behind: a subclass that halves its sums summed twice as much on the next
+    chunk, silently): refused by name."""
+    if type(t) not in _PLAIN:
+        raise SubclassRefused(
+            f"{what} returned a {type(t).__name__}, a subclass of torch.Tensor, which would reach "
+            "the next chunk as a plain tensor, without its class's behaviour; return a plain "
+            "tensor (t.as_subclass(torch.Tensor)), or keep the class's work in the chunk that "
+            "makes it")
+
+
 class _Pickler(pickle.Pickler):
-    def __init__(self, file):
+    def __init__(self, file, what):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.what = what
         self.tensors = []
         self.places = {}  # id(tensor) -> its place in self.tensors
 
@@ -28,6 +48,8 @@ class _Pickler(pickle.Pickler):
             # sum added at the sender, the bits differed from the loop's.
             at = self.places.get(id(obj))
             if at is None:
+                if self.what is not None:  # a message, not a search (tensors_in)
+                    refuse_subclass(obj, self.what)
                 at = self.places[id(obj)] = len(self.tensors)
                 self.tensors.append(obj)
             return at
@@ -47,11 +69,14 @@ def pack(obj, what):
     """A structure as (bytes, tensors): the tensors in the order pickling first meets them (one
     met again is the same entry), the rest
     (nesting, numbers, strings, None, objects) pickled, after which of the tensors want a
-    gradient (wants_grad)."""
+    gradient (wants_grad). `what` names the sender in errors; None: a search for the tensors
+    alone, which takes subclasses too."""
     file = io.BytesIO()
-    pickler = _Pickler(file)
+    pickler = _Pickler(file, what)
     try:
         pickler.dump(obj)
+    except SubclassRefused:
+        raise
     except Exception as e:
         raise TypeError(f"{what} returned a {type(obj).__name__} whose non-tensor parts cannot "
                         f"be sent to the next chunk: {e}") from e
@@ -78,7 +103,7 @@ def tensors_in(obj):
     if isinstance(obj, torch.Tensor):
         return [obj]
     try:
-        return pack(obj, "")[1]
+        return pack(obj, None)[1]
     except TypeError:  # pack's refusal of what cannot be pickled
         return []
 
