@@ -155,3 +155,53 @@ def test_eval_step_refuses_a_loss_that_is_no_tensor():
         pipe.step(xs, xs)
     assert "loss_fn must return a tensor with one element, got shape (2, 4)" in str(
         e.value.__cause__)
+
+
+class Probed(nn.Module):
+    """A chunk whose forward trains a probe of its own with backward() on a detached input, and
+    may, wrongly for a pipeline, also backward() through its own layer."""
+
+    def __init__(self, through=False):
+        super().__init__()
+        self.lin, self.probe, self.through = nn.Linear(4, 4), nn.Linear(4, 1), through
+
+    def forward(self, x):
+        h = self.lin(x)
+        self.probe((h if self.through else h.detach())).pow(2).sum().backward(
+            retain_graph=self.through)
+        return h
+
+
+def test_a_backward_in_a_forward_keeps_what_it_wrote_where_the_step_adds_nothing():
+    # The step wrote back each .grad's value at its start where its backward added nothing:
+    # from the second step on (a .grad then there), the probe never trained.
+    def train(pipelined):
+        torch.manual_seed(0)
+        chunks = [Probed(), nn.Linear(4, 4)]
+        pipe = rrfp.Pipeline(chunks, lambda y, t: y.sum(), pp=2, microbatches=2, timeout=60,
+                             progress=None)
+        xs = [torch.randn(2, 4, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+        for _ in range(2):
+            for c in chunks:
+                c.zero_grad(set_to_none=False)
+            if pipelined:
+                pipe.step(xs)
+            else:
+                for x in xs:
+                    chunks[1](chunks[0](x)).sum().backward()
+        return [p.grad for c in chunks for p in c.parameters()]
+
+    assert all(torch.equal(a, b) for a, b in zip(train(True), train(False)))
+
+
+def test_a_backward_in_a_forward_through_what_the_step_trains_is_refused():
+    # Its gradients were overwritten by the step's, silently.
+    torch.manual_seed(0)
+    chunks = [Probed(through=True), nn.Linear(4, 4)]
+    pipe = rrfp.Pipeline(chunks, lambda y, t: y.sum(), pp=2, microbatches=2, timeout=60,
+                         progress=None)
+    xs = [torch.randn(2, 4) for _ in range(2)]
+    with pytest.raises(rrfp.StageError) as e:
+        pipe.step(xs)
+    assert "chunk 0's 'lin.weight': its .grad changed during the step" in str(e.value.__cause__)
+    assert chunks[1].weight.grad is None  # the step wrote nothing

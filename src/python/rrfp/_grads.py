@@ -17,6 +17,7 @@ class _OrderedSum:
 
     def __init__(self, params, start):
         self.sums = [start(p) for p in params]
+        self.touched = [False] * len(params)  # whether the step's backward reached each
         hooks = [leaf_hooks(p) for p in params]
         self.hooks = hooks if any(hooks) else None  # None: no parameter has one (the usual)
         self.pending = {}
@@ -30,6 +31,7 @@ class _OrderedSum:
                     continue
                 hooks = self.hooks[i] if self.hooks is not None else None
                 self.sums[i] = accumulate(self.sums[i], g, hooks)
+                self.touched[i] = True
             self.next += 1
 
 
@@ -50,6 +52,7 @@ class _TiedSum:
         self.param = param
         self.users = sorted(users, reverse=True)
         self.sum = start(param)
+        self.touched = False  # whether the step's backward reached it
         self.hooks = leaf_hooks(param)
         # A torch whose autograd.grad runs the parameter's hooks would run them on the seed,
         # which they have run on already.
@@ -93,6 +96,7 @@ class _TiedSum:
                                           final=True)
                 self.uses.pop(self.next, None)
                 if buf is not None:
+                    self.touched = True
                     if self.hooks:
                         buf, owned = run_hooks(self.hooks, buf), False
                     if self.sum is None:  # owns its storage, as _OrderedSum's sums do
@@ -133,6 +137,8 @@ class GradSums:
             if not from_grad or p.grad is None or id(p) in fresh:
                 return None
             return p.grad.detach().clone()
+
+        self._marks = {}  # mark()
 
         users = {}  # id(param) -> chunks using it
         for c in sorted(chunk_params):
@@ -211,21 +217,46 @@ class GradSums:
         their own, not as a plain loop adds them (_TiedSum)."""
         return [(t.param, sorted(t.inexact)) for t in self._unique_tied if t.inexact]
 
-    def pairs(self):
-        """(parameter, gradient or None), each parameter once: chunk order, then the chunk's."""
-        out, seen = [], set()
+    def _each(self):
+        """(parameter, its sum or None, whether the step's backward reached it), each
+        parameter once: chunk order, then the chunk's."""
+        seen = set()
         for c in sorted(self._chunk_params):
             own, ordered = self._own[c]
-            sums = iter(ordered.sums)
+            sums = iter(zip(ordered.sums, ordered.touched))
             tied = dict(self._tied[c])
             for i, p in enumerate(self._chunk_params[c]):
-                if i in tied:
-                    if id(p) not in seen:
-                        seen.add(id(p))
-                        out.append((p, tied[i].sum))
-                else:
-                    out.append((p, next(sums)))
-        return out
+                if i not in tied:
+                    yield (p, *next(sums))
+                elif id(p) not in seen:
+                    seen.add(id(p))
+                    yield p, tied[i].sum, tied[i].touched
+
+    def pairs(self):
+        """(parameter, gradient or None), each parameter once: chunk order, then the chunk's.
+        None where the step's backward did not reach the parameter: its .grad stays as it is,
+        where writing back its value at the start undid a backward() that a chunk's forward
+        ran on it."""
+        return [(p, g if touched else None) for p, g, touched in self._each()]
+
+    def mark(self):
+        """Notes each .grad as the step's tasks find it (after the set-up's own writes: a
+        replaced tie copy takes its first copy's), to tell one written during the step (a
+        backward() in a chunk's forward) by rewritten()."""
+        self._marks = {id(p): _grad_mark(p) for ps in self._chunk_params.values() for p in ps}
+
+    def rewritten(self):
+        """The parameters the step's backward reached whose .grad changed during the step (a
+        backward() in a chunk's forward): their sums would overwrite what was written, and
+        cannot be added to it in a plain loop's order."""
+        return [p for p, _, touched in self._each()
+                if touched and _grad_mark(p) != self._marks.get(id(p), _grad_mark(p))]
+
+
+def _grad_mark(p):
+    """What tells a .grad written to: the tensor, and its version (in-place additions)."""
+    g = p.grad
+    return None if g is None else (id(g), g._version)
 
 
 def warn_inexact(sums, chunks, said):

@@ -51,6 +51,8 @@ def run_pass(pipe, inputs, targets, training, prepare):
     except BaseException:
         pipe._data.inputs, pipe._data.targets = [], []  # a refused step keeps no batch
         raise
+    if sums is not None:
+        sums.mark()
     pipe._data.losses = {}
     pipe._data.gradless = 0
     caller = CallerState()
@@ -111,6 +113,7 @@ def closing(pipe, m):
     compares over the replicas (refuse_other_buffers). A sum that fails (losses of shapes that
     do not add) fails the step on every process."""
     pipe._data.total = None
+    refuse_rewritten(pipe)
     entries = []
     if pipe._dp > 1:
         entries.append(((_BUFFERS, buffer_signature(pipe.chunks)), None))
@@ -125,6 +128,25 @@ def closing(pipe, m):
         raise
     pipe._data.total = total
     return _wire.pack(entries + [(_LOSS, total)])
+
+
+def refuse_rewritten(pipe):
+    """Fails the step, on every process (closing's exchange carries the failure), where a
+    .grad that the step's backward reaches changed during the step (GradSums.rewritten)."""
+    sums = pipe._data.sums
+    bad = sums.rewritten() if sums is not None else []
+    if not bad:
+        return
+    name = next((f"chunk {c}'s '{n}'" for c, m in pipe.chunks.items()
+                 for n, p in m.named_parameters() if p is bad[0]), "a parameter")
+    e = RuntimeError(
+        f"{name}: its .grad changed during the step (a backward() in a chunk's forward, or in "
+        "another thread), and the step's backward reaches it too: the step adds its gradients "
+        "to .grad as it ends, and cannot add them to what was written meanwhile in a plain "
+        "loop's order; add that loss to the chunk's output instead, or detach what it computes "
+        "from these parameters")
+    pipe._data.record(None, None, e)
+    raise e
 
 
 def _buffers_in(carried):
