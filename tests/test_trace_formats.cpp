@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -156,7 +157,7 @@ TEST(TraceFormats, MegatronShapeIsBoundedByWhatTheTraceHolds) {
   write(doc);
   EXPECT_ERROR(infer_trace_config(path, 1), InputError,
                "rrfp_megatron_probe.json: event 6 (" + event["name"].get<std::string>() +
-                   "): model_chunk_id 1048575: a complete iteration needs all 1048576 of them, "
+                   "): model_chunk_id 1048575: a complete step needs all 1048576 of them, "
                    "but the trace's events carry 2 (an id out of range?)");
   // Every id leads up to the largest, yet 3 events cannot hold P=3 V=3 M=3's 54.
   json few = json::array();
@@ -208,6 +209,117 @@ TEST(TraceFormats, RefusesWhatItCannotMap) {
   refused({{"r0.json", one_rank}}, "no megatron task events", forced);
   forced.format = "nvtx";
   refused({{"r0.json", one_rank}}, "expected auto, rrfp, torch or megatron", forced);
+}
+
+// A minimal profiler trace of one rank (P=1 M=1): a forward and a backward, and `more` events.
+std::string torch_one_rank(const std::string& more = "", const std::string& head = "") {
+  return "{" + head +
+         R"("traceEvents": [{"ph": "X", "name": "Forward 0", "ts": 0, "dur": 10, "pid": 1, "tid": 1},
+         {"ph": "X", "name": "Backward 0", "ts": 20, "dur": 10, "pid": 1, "tid": 1})" +
+         more + "]}";
+}
+
+// A field of the wrong JSON type ("cat": 5) ended in nlohmann's type_error, printed as an
+// "internal error": it is refused naming the file, the event and the field.
+TEST(TraceFormats, RefusesAFieldOfTheWrongTypeNamingIt) {
+  WorkModel m(config(1, 1));
+  std::string cat = torch_one_rank();
+  cat.insert(cat.find("\"dur\""), "\"cat\": 5, ");
+  EXPECT_ERROR(import_trace_texts({{"t.json", cat}}, m, 1), InputError,
+               "t.json: event 1: field \"cat\" must be a string (or absent), got 5");
+  EXPECT_ERROR(
+      import_trace_texts({{"t.json", torch_one_rank(R"(, {"ph": 1, "name": "x"})")}}, m, 1),
+      InputError, "t.json: event 3: field \"ph\" must be a string (or absent), got 1");
+  const std::string megatron =
+      R"([{"ph": "M", "name": "thread_name", "tid": 0, "args": {"name": 7}},
+          {"ph": "X", "name": "forward-compute", "tid": 0, "ts": 0, "dur": 1,
+           "args": {"iteration": 0, "microbatch_id": 0}}])";
+  EXPECT_ERROR(import_trace_texts({{"m.json", megatron}}, m, 1), InputError,
+               "m.json: event 1: field \"args.name\" must be a string (or absent), got 7");
+}
+
+// `cat a.gz b.gz` and bgzip write several gzip members: each is read (the first alone was, and
+// the rest of the trace dropped silently).
+TEST(TraceFormats, ReadsEveryMemberOfAGzipFile) {
+  WorkModel m(config(3, 6, 1, true));
+  RealizedWork w = realize(workload_preset("paper"), m, 1, 1);
+  const StepRecord r = simulated(m, "zb-h1", Policy::Fixed, w);
+  auto files = kineto_files(r, m, false);
+  const ImportedRun plain = import_trace_texts(files, m, 1);
+  for (auto& [name, text] : files) {
+    const size_t half = text.size() / 2;
+    text = gzip(text.substr(0, half)) + gzip(text.substr(half));
+    name += ".gz";
+  }
+  const ImportedRun members = import_trace_texts(files, m, 1);
+  EXPECT_EQ(members.work.compute_ns, plain.work.compute_ns);
+  EXPECT_EQ(members.measured_ns, plain.measured_ns);
+}
+
+// A folder's gzip files were all decompressed before their memory was counted (20 files of
+// 240 KB, each 250 MB unzipped, took 5.4 GB): the running total is refused at the file where it
+// passes what there is.
+TEST(TraceFormats, BoundsTheMemoryAFoldersGzipFilesTakeTogether) {
+  const std::string big = gzip("[" + std::string(8u << 20, ' ') + "]");  // 8 MiB unzipped
+  std::vector<std::pair<std::string, std::string>> files;
+  for (int i = 0; i < 4; ++i)
+    files.emplace_back("a" + std::to_string(i) + ".json.gz", big);
+  setenv("RRFP_MEMORY_LIMIT", "20M", 1);
+  EXPECT_ERROR(import_trace_texts(files, WorkModel(config(1, 1)), 1), InputError,
+               "a2.json.gz: decompressing and parsing 3 of 4 trace files: about");
+  unsetenv("RRFP_MEMORY_LIMIT");
+}
+
+// Two files of one rank were replayed as a pipeline of two stages, and a step's second span
+// replaced its first: both are refused, naming the files or the step.
+TEST(TraceFormats, RefusesARankOrAStepGivenTwice) {
+  const std::string rank0 = torch_one_rank("", R"("distributedInfo": {"rank": 0}, )");
+  EXPECT_ERROR(
+      import_trace_texts({{"a.json", rank0}, {"b.json", rank0}}, WorkModel(config(2, 1)), 1),
+      InputError, "a.json and b.json both give distributedInfo.rank 0");
+  const std::string step =
+      R"(, {"ph": "X", "name": "ProfilerStep#1", "ts": 0, "dur": 40, "pid": 1, "tid": 1})";
+  EXPECT_ERROR(
+      import_trace_texts({{"t.json", torch_one_rank(step + step)}}, WorkModel(config(1, 1)), 1),
+      InputError, "t.json: event 4: ProfilerStep#1 appears twice in one rank's trace");
+}
+
+// "appears twice" said "(a trace of several steps needs --step)" whether --step was given or the
+// trace had steps at all; and --step on a trace without step spans answered "it has -1".
+TEST(TraceFormats, ATaskSeenTwiceSaysWhatTheTraceLacks) {
+  WorkModel m(config(1, 1));
+  const std::string again =
+      R"(, {"ph": "X", "name": "Forward 0", "ts": 40, "dur": 10, "pid": 1, "tid": 1})";
+  EXPECT_ERROR(import_trace_texts({{"t.json", torch_one_rank(again)}}, m, 1), InputError,
+               "t.json (the whole trace): task F c0 m0 appears twice (a trace of several steps "
+               "needs step spans, ProfilerStep#N, to replay one)");
+  TraceOptions o;
+  o.step = 0;
+  EXPECT_ERROR(import_trace_texts({{"t.json", torch_one_rank()}}, m, 1, o), InputError,
+               "`step`: t.json has no step spans (ProfilerStep#N): leave out --step to replay the "
+               "whole trace");
+  const std::string step =
+      R"(, {"ph": "X", "name": "ProfilerStep#0", "ts": 0, "dur": 60, "pid": 1, "tid": 1})";
+  EXPECT_ERROR(import_trace_texts({{"t.json", torch_one_rank(again + step)}}, m, 1, o), InputError,
+               "t.json (ProfilerStep#0): task F c0 m0 appears twice in one step");
+  // Megatron: the same rank's file twice.
+  WorkModel two(config(2, 4));
+  RealizedWork w = realize(workload_preset("language"), two, 1, 1);
+  const std::string it = megatron_file(simulated(two, "1f1b", Policy::Fixed, w), two, 1, 0, false);
+  EXPECT_ERROR(import_trace_texts({{"r0.json", it}, {"r1.json", it}}, two, 1), InputError,
+               "appears twice in one step (two files for one rank?)");
+}
+
+// One stray microbatch id (99999999) made a shape of 100 million microbatches, and the error
+// blamed --pp, --vpp and --microbatches, flags never given: it names the event.
+TEST(TraceFormats, TorchShapeIsBoundedByTheIdsItHolds) {
+  const std::string path = ::testing::TempDir() + "rrfp_torch_probe.json";
+  std::ofstream(path) << torch_one_rank(
+      R"(, {"ph": "X", "name": "Forward 99999999", "ts": 40, "dur": 10, "pid": 1, "tid": 1})");
+  EXPECT_ERROR(infer_trace_config(path, 1), InputError,
+               "rrfp_torch_probe.json: event 3: microbatch 99999999: a complete step needs all "
+               "100000000 of them, but the trace's events carry 2 (an id out of range?)");
+  std::remove(path.c_str());
 }
 
 }  // namespace

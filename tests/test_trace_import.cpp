@@ -341,5 +341,40 @@ TEST(TraceImport, RefusesWhatIsNotAnRrfpTrace) {
           "says true");
 }
 
+// One stray microbatch id in rrfp's own trace made a shape of millions of microbatches, and the
+// error blamed --pp, --vpp and --microbatches, flags never given: it names the event.
+TEST(TraceImport, ShapeIsBoundedByTheIdsTheTraceHolds) {
+  WorkModel m(config(2, 2));
+  const ReportRun run = simulated(m, "1f1b", Policy::Fixed,
+                                  realize(workload_preset("language"), m, 1, 1), CommMode::Async);
+  const std::string path = temp_path("stray-id");
+  write_chrome_trace(path, {run});
+  nlohmann::json doc;
+  std::ifstream(path) >> doc;
+  auto& events = doc["traceEvents"];
+  size_t at = 0;
+  while (!events[at].contains("args") || !events[at]["args"].contains("microbatch"))
+    ++at;
+  events[at]["args"]["microbatch"] = 5000000;
+  std::ofstream(path) << doc.dump();
+  EXPECT_ERROR(infer_trace_config(path, 1), InputError,
+               "rrfp_trace_stray-id.json: event " + std::to_string(at + 1) +
+                   ": microbatch 5000000: a complete step needs all 5000001 of them, but the "
+                   "trace's events carry 3 (an id out of range?)");
+  // A field of the wrong JSON type ended in nlohmann's type_error ("internal error").
+  events[at]["args"]["microbatch"] = 0;
+  events[at]["args"]["kind"] = 3;
+  std::ofstream(path) << doc.dump();
+  EXPECT_ERROR(infer_trace_config(path, 1), InputError,
+               "rrfp_trace_stray-id.json: event " + std::to_string(at + 1) +
+                   ": field \"args.kind\" must be a string (or absent), got 3");
+  events[at]["ph"] = 88;
+  std::ofstream(path) << doc.dump();
+  EXPECT_ERROR(import_trace(path, m, 1), InputError,
+               "rrfp_trace_stray-id.json: event " + std::to_string(at + 1) +
+                   ": field \"ph\" must be a string (or absent), got 88");
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace rrfp::test

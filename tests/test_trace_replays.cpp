@@ -111,6 +111,28 @@ TEST(TraceFormats, ReplayCsvHoldsSeveralSteps) {
   ASSERT_NE(padded, text + "\n");
   EXPECT_TRUE(near(parse_replay_csv(padded, m, 1, "d.csv", 4), b));
   EXPECT_TRUE(near(parse_replay_csv(padded, m, 1, "d.csv"), b));
+  // An editor's byte order mark first: it was named as part of the first column ("unknown
+  // column '\xEF\xBB\xBFstep'").
+  EXPECT_TRUE(near(parse_replay_csv("\xEF\xBB\xBF" + text, m, 1, "d.csv"), b));
+}
+
+// A step whose recorded durations are all zero: predict printed "-nanx" speedups and a twin
+// error of -100.0%; it shows "-", as `simulate` does, and JSON null.
+TEST(TraceReplays, AStepOfNoTimePredictsNoRatios) {
+  const std::string zero =
+      R"({"traceEvents": [{"ph": "X", "name": "Forward 0", "ts": 0, "dur": 0, "pid": 1, "tid": 1},
+          {"ph": "X", "name": "Backward 0", "ts": 20, "dur": 0, "pid": 1, "tid": 1}]})";
+  const PipelineConfig c = config(1, 1);
+  const Prediction p = predict(import_trace_texts({{"z.json", zero}}, WorkModel(c), 1), c, 1);
+  const std::string text = format_prediction(p, "z.json");
+  EXPECT_EQ(text.find("nan"), std::string::npos) << text;
+  EXPECT_EQ(text.find("-100.0%"), std::string::npos) << text;
+  EXPECT_NE(text.find("ms  (-: how well the twin reproduces the step)"), std::string::npos) << text;
+  const nlohmann::json j = prediction_json(p, "z.json");
+  EXPECT_TRUE(j["reproduction_error"].is_null()) << j.dump();
+  ASSERT_FALSE(j["predictions"].empty());
+  for (const auto& r : j["predictions"])
+    EXPECT_TRUE(r["speedup_vs_recorded"].is_null()) << r.dump();
 }
 
 // The trace importers and the stepped CSV under the suite's mutation fuzzer (mutate.hpp): rrfp's

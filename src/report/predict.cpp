@@ -1,6 +1,7 @@
 #include "report/predict.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include "core/error.hpp"
@@ -123,9 +124,13 @@ void check_recorded_ordering(const WorkModel& m, const ListHint& order, bool fro
 
 }  // namespace
 
+// NaN when either step took no time (durations all zero): no error to tell, where -100% was
+// printed (the report says "-", its JSON null).
 double Prediction::reproduction_error() const {
+  if (replayed.metrics.makespan <= 0 || measured.metrics.makespan <= 0)
+    return std::numeric_limits<double>::quiet_NaN();
   return static_cast<double>(replayed.metrics.makespan) /
-             static_cast<double>(std::max<std::int64_t>(1, measured.metrics.makespan)) -
+             static_cast<double>(measured.metrics.makespan) -
          1;
 }
 

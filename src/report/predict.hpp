@@ -49,7 +49,7 @@ struct Prediction {
   // the trace does not say).
   std::string ordered_from = "default";
 
-  double reproduction_error() const;  // replayed / measured - 1
+  double reproduction_error() const;  // replayed / measured - 1; NaN where either took no time
   const ReportRun& best() const;      // the fastest prediction at the memory-neutral limit
 };
 

@@ -1,5 +1,6 @@
 // The one-screen answer of `rrfp predict`, as text and as JSON.
 #include <algorithm>
+#include <cmath>
 
 #include "core/format.hpp"
 #include "report/predict.hpp"
@@ -10,6 +11,21 @@ namespace {
 
 double ms(std::int64_t ns) {
   return static_cast<double>(ns) / 1e6;
+}
+
+// `base` over `ns`; NaN when either took no time (durations all zero: "-nanx" was printed).
+double ratio(std::int64_t base, std::int64_t ns) {
+  return base > 0 && ns > 0 ? static_cast<double>(base) / static_cast<double>(ns) : std::nan("");
+}
+
+// A number as the report shows it, "-" for NaN (as `simulate`'s table does).
+std::string shown(const char* format, double v) {
+  return std::isnan(v) ? "-" : fmt(format, v);
+}
+
+// NaN as JSON's null.
+nlohmann::json number_or_null(double v) {
+  return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v);
 }
 
 std::string lpad(std::string s, size_t w) {
@@ -44,7 +60,7 @@ std::string format_prediction(const Prediction& p, const std::string& source) {
          " messages timed by the trace, " + std::to_string(in.messages_inferred) +
          " seen from their consumers' starts)\n";
   out += "twin, recorded order " + lpad(fmt("%.2f", ms(p.replayed.metrics.makespan)), 9) +
-         " ms  (" + fmt("%+.1f%%", 100 * p.reproduction_error()) +
+         " ms  (" + shown("%+.1f%%", 100 * p.reproduction_error()) +
          ": how well the twin reproduces the step" +
          (p.recorded_comm == CommMode::Blocking
               ? std::string("; a rendezvous per message") +
@@ -59,12 +75,11 @@ std::string format_prediction(const Prediction& p, const std::string& source) {
   for (const ReportRun& r : p.runs)
     lw = std::max(lw, r.label.size());
   auto row = [&](const ReportRun& r, const std::string& limit) {
-    const double base = static_cast<double>(p.replayed.metrics.makespan);
     std::string label = r.label;
     label.resize(lw, ' ');
     return label + "  " + lpad(limit, 5) + "  " + lpad(fmt("%.2f", ms(r.metrics.makespan)), 11) +
-           "  " + lpad(fmt("%.3fx", base / static_cast<double>(r.metrics.makespan)), 7) + "  " +
-           lpad(fmt("%.1f%%", 100 * r.metrics.bubble_ratio), 6) + "  " +
+           "  " + lpad(shown("%.3fx", ratio(p.replayed.metrics.makespan, r.metrics.makespan)), 7) +
+           "  " + lpad(fmt("%.1f%%", 100 * r.metrics.bubble_ratio), 6) + "  " +
            peak_d_column(r.result.peak_d) + "\n";
   };
   std::string head = "run";
@@ -86,8 +101,7 @@ std::string format_prediction(const Prediction& p, const std::string& source) {
     out += "At that memory no readiness-first rule beats the recorded order on this step.\n";
   else
     out += "Best at that memory: " + b.label + ", " +
-           fmt("%.3fx", static_cast<double>(p.replayed.metrics.makespan) /
-                            static_cast<double>(b.metrics.makespan)) +
+           shown("%.3fx", ratio(p.replayed.metrics.makespan, b.metrics.makespan)) +
            " the recorded order: " + fmt("%.1f%%", 100 * gain) + " of the step saved.\n";
   return out;
 }
@@ -106,7 +120,7 @@ nlohmann::json prediction_json(const Prediction& p, const std::string& source) {
   j["tp"] = p.tp;
   j["measured_ms"] = ms(p.measured.metrics.makespan);
   j["replayed_ms"] = ms(p.replayed.metrics.makespan);
-  j["reproduction_error"] = p.reproduction_error();
+  j["reproduction_error"] = number_or_null(p.reproduction_error());
   j["recorded_comm"] = to_string(p.recorded_comm);
   if (p.blocking_deadlocked) j["recorded_comm_note"] = "blocking run deadlocks as a fixed order";
   j["messages_timed"] = p.imported.messages_measured;
@@ -119,8 +133,8 @@ nlohmann::json prediction_json(const Prediction& p, const std::string& source) {
          {"hint", r.hint},
          {"limit", r.metrics.limit},
          {"makespan_ms", ms(r.metrics.makespan)},
-         {"speedup_vs_recorded", static_cast<double>(p.replayed.metrics.makespan) /
-                                     static_cast<double>(r.metrics.makespan)},
+         {"speedup_vs_recorded",
+          number_or_null(ratio(p.replayed.metrics.makespan, r.metrics.makespan))},
          {"bubble_ratio", r.metrics.bubble_ratio}});
   j["skipped"] = p.skipped;
   j["best"] = p.best().label;

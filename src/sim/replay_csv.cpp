@@ -10,6 +10,7 @@
 #include "core/format.hpp"
 #include "core/input_file.hpp"
 #include "core/modes.hpp"
+#include "core/printable.hpp"
 #include "sim/fold_w.hpp"
 #include "sim/replay.hpp"
 #include "sim/timeline.hpp"
@@ -97,7 +98,9 @@ Table read_table(const std::string& text, const std::string& origin, int step) {
                      ": a gzip file: a replay CSV is read as text (gunzip it first); "
                      "only traces (.json.gz) are read compressed");
   Table t;
-  std::istringstream in(text);
+  // An editor's byte order mark was read into the first column's name ("unknown column
+  // '\xEF\xBB\xBFstage'").
+  std::istringstream in(std::string(skip_bom(text)));
   std::string line;
   int line_no = 0;
   bool header = false;

@@ -78,6 +78,16 @@ struct Spans {
   double first = std::numeric_limits<double>::infinity(), last = -first;
 };
 
+// What a task seen twice says of the timeline. A whole trace (no step spans) holds several steps;
+// else the task ran twice in one step, and a Megatron step's rank is likely in two files. Each
+// such error said "a trace of several steps needs --step", given --step or not.
+std::string twice(const Timeline& tl) {
+  if (tl.step < 0 && tl.format == "torch")
+    return " (a trace of several steps needs step spans, ProfilerStep#N, to replay one)";
+  if (tl.format == "megatron") return " in one step (two files for one rank?)";
+  return " in one step";
+}
+
 // The tasks' durations into `r` (and send_us where given), checked against the shape.
 Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::string& origin,
                  RealizedWork& r) {
@@ -103,7 +113,7 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
     if (into >= 0)
       throw InputError(where + " appears twice" +
                        (tp > 1 ? " on tp rank " + std::to_string(e.tp_rank) : std::string()) +
-                       " (a trace of several steps needs --step)");
+                       twice(tl));
     const std::string what = where + ": duration";
     into = duration_ns(e.dur_us, what.c_str());
     // A folded W still ran within the step: the measured step spans it (a zb trace ends on W

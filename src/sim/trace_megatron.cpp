@@ -9,7 +9,6 @@
 #include <cctype>
 #include <map>
 #include <optional>
-#include <set>
 
 #include "core/error.hpp"
 #include "core/format.hpp"
@@ -43,13 +42,17 @@ std::string pid_of(const nlohmann::json& e) {
 }
 
 // (pid, tid) -> the thread's name, from the trace's metadata.
-ThreadNames thread_names(const nlohmann::json& events) {
+ThreadNames thread_names(const Doc& d) {
   ThreadNames names;
-  for (const auto& e : events)
-    if (e.is_object() && e.value("ph", "") == "M" && e.value("name", "") == "thread_name" &&
-        e.contains("tid") && e.at("tid").is_number_integer() && e.contains("args") &&
-        e.at("args").is_object())
-      names[{pid_of(e), e.at("tid").get<long long>()}] = e.at("args").value("name", "");
+  size_t n = 0;
+  for (const auto& e : events_of(d)) {
+    ++n;
+    if (e.is_object() && string_at(e, "ph", d.origin, n) == "M" &&
+        string_at(e, "name", d.origin, n) == "thread_name" && e.contains("tid") &&
+        e.at("tid").is_number_integer() && e.contains("args") && e.at("args").is_object())
+      names[{pid_of(e), e.at("tid").get<long long>()}] =
+          string_at(e.at("args"), "name", d.origin, n, "args");
+  }
   return names;
 }
 
@@ -80,12 +83,12 @@ std::vector<Timeline> read_megatron(const std::vector<Doc>& docs, const WorkMode
   std::map<int, Timeline> steps;
   for (const Doc& d : docs) {
     const nlohmann::json& events = events_of(d);
-    const ThreadNames names = thread_names(events);
+    const ThreadNames names = thread_names(d);
     size_t n = 0;
     for (const auto& e : events) {
       ++n;
-      if (!e.is_object() || e.value("ph", "") != "X") continue;
-      const std::string name = e.value("name", "");
+      if (!e.is_object() || string_at(e, "ph", d.origin, n) != "X") continue;
+      const std::string& name = string_at(e, "name", d.origin, n);
       const bool fwd = name == "forward-compute" || name == "forward-recv";
       const bool bwd = name == "backward-compute" || name == "backward-recv";
       if (!fwd && !bwd) continue;
@@ -131,47 +134,17 @@ std::vector<Timeline> read_megatron(const std::vector<Doc>& docs, const WorkMode
   return out;
 }
 
-namespace {
-
-// The ids of one field the events carry: the largest, the event carrying it, and how many
-// distinct ones there are.
-struct IdsSeen {
-  explicit IdsSeen(const char* f) : field(f) {}
-  const char* field;
-  std::set<int> ids;
-  int top = 0;
-  std::string at;
-  // `where()` names the event; it is asked only for a new largest id, not for every event.
-  template <class Where>
-  void saw(int v, const Where& where) {
-    ids.insert(v);
-    if (v > top || at.empty()) top = v, at = where();
-  }
-  // A complete iteration holds every id below the largest: one the events skip leaves none
-  // complete. The shape is not probed from such an id (one model_chunk_id of 1048575 in a 10 KB
-  // trace made a shape of 33.5 million tasks: 10 s, 3.4 GB, then a line naming 16.7 million).
-  void check() const {
-    if (top >= static_cast<int>(ids.size()))
-      throw InputError(at + ": " + field + " " + std::to_string(top) +
-                       ": a complete iteration needs all " + std::to_string(top + 1) +
-                       " of them, but the trace's events carry " + std::to_string(ids.size()) +
-                       " (an id out of range?)");
-  }
-};
-
-}  // namespace
-
 Shape probe_megatron(const std::vector<Doc>& docs, int tp) {
   Shape s;
   IdsSeen pp_ids{"pp rank"}, chunk_ids{"model_chunk_id"}, mb_ids{"microbatch_id"};
   double events = 0;
   for (const Doc& d : docs) {
-    const ThreadNames names = thread_names(events_of(d));
+    const ThreadNames names = thread_names(d);
     size_t n = 0;
     for (const auto& e : events_of(d)) {
       ++n;
-      if (!e.is_object() || e.value("ph", "") != "X") continue;
-      const std::string name = e.value("name", "");
+      if (!e.is_object() || string_at(e, "ph", d.origin, n) != "X") continue;
+      const std::string& name = string_at(e, "name", d.origin, n);
       if (name != "forward-compute" && name != "backward-compute") continue;
       const auto args = e.find("args");
       if (args == e.end() || !args->is_object()) continue;

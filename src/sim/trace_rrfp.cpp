@@ -38,10 +38,13 @@ bool split_process_name(const std::string& name, std::string& label, int& stage)
 // as (start, duration) in start order.
 using Waits = std::map<std::pair<long long, long long>, std::vector<std::pair<double, double>>>;
 
-Waits collective_waits(const nlohmann::json& events) {
+Waits collective_waits(const Doc& d) {
   Waits out;
-  for (const auto& e : events) {
-    if (!e.is_object() || e.value("ph", "") != "X" || e.value("name", "") != "blocked: collective")
+  size_t n = 0;
+  for (const auto& e : events_of(d)) {
+    ++n;
+    if (!e.is_object() || string_at(e, "ph", d.origin, n) != "X" ||
+        string_at(e, "name", d.origin, n) != "blocked: collective")
       continue;
     const auto pid = e.find("pid"), ts = e.find("ts"), dur = e.find("dur");
     if (pid == e.end() || !pid->is_number_integer() || ts == e.end() || !ts->is_number() ||
@@ -72,13 +75,13 @@ using RoundSpans = std::map<std::tuple<long long, long long, long long>, int>;
 
 // A recorded wait ("blocked: ..." on a rank): where the step's first one started (agree's first
 // round comes before any task), and agree's rounds.
-// `pid`: the event's process (a stage of its run).
-void read_wait(const nlohmann::json& e, long long pid, const std::string& where, Timeline& t,
-               RoundSpans& rounds) {
+// `pid`: the event's process (a stage of its run); `name`: the event's.
+void read_wait(const nlohmann::json& e, long long pid, const std::string& name,
+               const std::string& where, Timeline& t, RoundSpans& rounds) {
   const bool timed = e.contains("ts");
   const double ts = timed ? clock_at(e, "ts", where) : 0;
   if (timed) t.first_wait_us = std::min(t.first_wait_us, ts);
-  if (e.value("name", "") != "blocked: tp coordination") return;
+  if (name != "blocked: tp coordination") return;
   const auto dur = e.find("dur");
   if (dur == e.end() || !dur->is_number() || dur->get<double>() < 0) return;
   const double d = dur->get<double>();
@@ -166,14 +169,16 @@ std::vector<Process> processes_of(const Doc& d, const WorkModel& m) {
   size_t event = 0;
   for (const auto& e : events_of(d)) {
     ++event;
-    if (!e.is_object() || e.value("ph", "") != "M" || e.value("name", "") != "process_name")
+    if (!e.is_object() || string_at(e, "ph", d.origin, event) != "M" ||
+        string_at(e, "name", d.origin, event) != "process_name")
       continue;
     const auto args = e.find("args");
     const auto pid = e.find("pid");
     if (args == e.end() || !args->is_object() || pid == e.end() || !pid->is_number_integer())
       continue;
     Process p{pid->get<long long>(), "", 0, &*args, event};
-    if (!split_process_name(args->value("name", ""), p.label, p.stage)) continue;
+    if (!split_process_name(string_at(*args, "name", d.origin, event, "args"), p.label, p.stage))
+      continue;
     if (p.stage >= m.pp())
       throw InputError(d.origin + ": run '" + p.label.substr(0, 60) + "' records stage " +
                        std::to_string(p.stage) + ", which `pp` " + std::to_string(m.pp()) +
@@ -209,19 +214,20 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       where_of_pid[p.pid] = {run, p.stage};
       read_ordering(*p.args, d.origin + ": event " + std::to_string(p.event), runs[run]);
     }
-    const Waits waits = collective_waits(events);
+    const Waits waits = collective_waits(d);
     size_t n = 0;
     for (const auto& e : events) {
       ++n;
-      if (!e.is_object() || e.value("ph", "") != "X") continue;
+      if (!e.is_object() || string_at(e, "ph", d.origin, n) != "X") continue;
       const auto pid = e.find("pid");
       const auto args = e.find("args");
       if (pid == e.end() || !pid->is_number_integer()) continue;
       auto at = where_of_pid.find(pid->get<long long>());
       if (at == where_of_pid.end()) continue;
       const std::string where = d.origin + ": event " + std::to_string(n);
-      if (e.value("name", "").rfind("blocked", 0) == 0) {
-        read_wait(e, at->first, where, runs[at->second.first], rounds[at->second.first]);
+      if (const std::string& name = string_at(e, "name", d.origin, n);
+          name.starts_with("blocked")) {
+        read_wait(e, at->first, name, where, runs[at->second.first], rounds[at->second.first]);
         continue;
       }
       // A task's args carry kind, chunk and microbatch; blocked spans carry none. An event with
@@ -262,34 +268,40 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
 
 Shape probe_rrfp(const std::vector<Doc>& docs) {
   Shape s;
+  IdsSeen chunk_ids{"chunk"}, mb_ids{"microbatch"};
   for (const Doc& d : docs) {
     // The processes first: a task may come before the event that names its process.
     std::map<long long, int> stage_of_pid;
+    std::size_t event = 0;
     for (const auto& e : events_of(d)) {
+      ++event;
       const auto args = e.is_object() ? e.find("args") : e.end();
       std::string label;
       int stage = 0;
-      if (args == e.end() || !args->is_object() || e.value("ph", "") != "M" ||
-          e.value("name", "") != "process_name" ||
-          !split_process_name(args->value("name", ""), label, stage))
+      if (args == e.end() || !args->is_object() || string_at(e, "ph", d.origin, event) != "M" ||
+          string_at(e, "name", d.origin, event) != "process_name" ||
+          !split_process_name(string_at(*args, "name", d.origin, event, "args"), label, stage))
         continue;
       s.pp = std::max(s.pp, stage + 1);
       if (const auto pid = e.find("pid"); pid != e.end() && pid->is_number_integer())
         stage_of_pid[pid->get<long long>()] = stage;
     }
-    std::size_t event = 0;
+    event = 0;
     for (const auto& e : events_of(d)) {
       ++event;
       if (!e.is_object()) continue;
       const auto args = e.find("args");
       if (args == e.end() || !args->is_object()) continue;
       const auto c = args->find("chunk"), mb = args->find("microbatch");
-      if (e.value("ph", "") == "X" && c != args->end() && c->is_number_unsigned() &&
-          mb != args->end() && mb->is_number_unsigned() && c->get<std::uint64_t>() < 1u << 20 &&
-          mb->get<std::uint64_t>() < 1u << 24) {
-        if (c->get<int>() >= s.chunks)
-          s.largest_chunk_at = d.origin + ": event " + std::to_string(event);  // from 1, as read
-        s.saw(c->get<int>(), mb->get<int>(), args->value("kind", "") == "W" ? Kind::W : Kind::F);
+      if (string_at(e, "ph", d.origin, event) == "X" && c != args->end() &&
+          c->is_number_unsigned() && mb != args->end() && mb->is_number_unsigned() &&
+          c->get<std::uint64_t>() < 1u << 20 && mb->get<std::uint64_t>() < 1u << 24) {
+        // Events from 1, as read.
+        const auto where = [&] { return d.origin + ": event " + std::to_string(event); };
+        chunk_ids.saw(c->get<int>(), where);
+        mb_ids.saw(mb->get<int>(), where);
+        const bool w = string_at(*args, "kind", d.origin, event, "args") == "W";
+        s.saw(c->get<int>(), mb->get<int>(), w ? Kind::W : Kind::F);
         const auto tid = e.find("tid");
         const int rank =
             tid != e.end() && tid->is_number_unsigned() && tid->get<std::uint64_t>() < kMaxTp
@@ -303,6 +315,12 @@ Shape probe_rrfp(const std::vector<Doc>& docs) {
       }
     }
   }
+  if (chunk_ids.ids.empty()) return s;  // the caller says the trace holds no task
+  // A stray id named a huge shape and blamed the flags. Chunks that no stage count divides are
+  // named by the caller, with their event.
+  if (s.pp < 1 || s.chunks % s.pp == 0) chunk_ids.check();
+  mb_ids.check();
+  s.largest_chunk_at = chunk_ids.at;
   return s;
 }
 

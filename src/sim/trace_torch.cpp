@@ -11,8 +11,10 @@
 #include <cctype>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "sim/trace_formats.hpp"
 
 namespace rrfp::trace {
@@ -69,14 +71,18 @@ struct Span {
   double ts = 0, dur = 0;
   std::string name;
   bool gpu = false;
+  size_t event = 0;  // its index in its file, from 1
 };
 
 struct Process {
-  double rank = 0;  // distributedInfo.rank, else the file's position
+  double rank = 0;      // distributedInfo.rank, else the file's position
+  bool ranked = false;  // the rank is distributedInfo's
+  size_t file = 0;
   size_t order = 0;
   bool legacy = false;
   std::vector<Span> spans;
   std::map<int, std::pair<double, double>> steps;  // N -> [start, end]
+  std::set<std::pair<int, bool>> step_spans;       // (N, a device span) seen
   std::string origin;
 };
 
@@ -85,17 +91,18 @@ std::vector<Process> processes_of(const std::vector<Doc>& docs) {
   for (size_t f = 0; f < docs.size(); ++f) {
     const Doc& d = docs[f];
     double rank = static_cast<double>(f);
+    bool ranked = false;
     if (d.json.is_object()) {
       const auto info = d.json.find("distributedInfo");
-      if (info != d.json.end() && info->is_object() && info->contains("rank") &&
-          info->at("rank").is_number())
-        rank = info->at("rank").get<double>();
+      ranked = info != d.json.end() && info->is_object() && info->contains("rank") &&
+               info->at("rank").is_number();
+      if (ranked) rank = info->at("rank").get<double>();
     }
     std::map<std::string, size_t> by_pid;
     size_t n = 0;
     for (const auto& e : events_of(d)) {
       ++n;
-      if (!e.is_object() || e.value("ph", "") != "X") continue;
+      if (!e.is_object() || string_at(e, "ph", d.origin, n) != "X") continue;
       const auto name = e.find("name");
       if (name == e.end() || !name->is_string()) continue;
       const std::string where = d.origin + ": event " + std::to_string(n);
@@ -104,6 +111,8 @@ std::vector<Process> processes_of(const std::vector<Doc>& docs) {
       if (fresh) {
         Process p;
         p.rank = rank;
+        p.ranked = ranked;
+        p.file = f;
         p.order = out.size();
         p.legacy = e.contains("pid") && e.at("pid").is_string();
         p.origin = d.origin;
@@ -115,6 +124,11 @@ std::vector<Process> processes_of(const std::vector<Doc>& docs) {
         size_t i = 13;
         int step = 0;
         if (digits_at(s, i, step) && i == s.size()) {
+          // The later span of a step replaced the earlier silently (a device's copy aside).
+          const bool gpu = string_at(e, "cat", d.origin, n) == "gpu_user_annotation";
+          if (!p.step_spans.insert({step, gpu}).second)
+            throw InputError(where + ": " + s +
+                             " appears twice in one rank's trace; a step is one span there");
           const double ts = clock_at(e, "ts", where);
           p.steps[step] = {ts, ts + number_at(e, "dur", where)};
         }
@@ -122,7 +136,7 @@ std::vector<Process> processes_of(const std::vector<Doc>& docs) {
       }
       if (!parse_label(s, 0)) continue;
       p.spans.push_back({clock_at(e, "ts", where), number_at(e, "dur", where), s,
-                         e.value("cat", "") == "gpu_user_annotation"});
+                         string_at(e, "cat", d.origin, n) == "gpu_user_annotation", n});
     }
   }
   std::stable_sort(out.begin(), out.end(), [](const Process& a, const Process& b) {
@@ -130,6 +144,14 @@ std::vector<Process> processes_of(const std::vector<Doc>& docs) {
   });
   // A process without task spans (a data loader, a merged file's other tools) is no rank.
   std::erase_if(out, [](const Process& p) { return p.spans.empty(); });
+  // Two files of one rank replayed as a pipeline of two stages (a merged file's processes share
+  // its rank and keep their order).
+  for (size_t k = 1; k < out.size(); ++k) {
+    const Process &a = out[k - 1], &b = out[k];
+    if (a.ranked && b.ranked && a.rank == b.rank && a.file != b.file)
+      throw InputError(a.origin + " and " + b.origin + " both give distributedInfo.rank " +
+                       fmt("%.15g", a.rank) + "; give each rank's file once");
+  }
   return out;
 }
 
@@ -196,12 +218,22 @@ Shape probe_torch(const std::vector<Doc>& docs, int tp) {
                      " does not divide into stages (each stage is tp ranks, in file order)");
   Shape s;
   s.pp = static_cast<int>(procs.size()) / std::max(1, tp);
+  IdsSeen chunk_ids{"chunk"}, mb_ids{"microbatch"};
   for (size_t k = 0; k < procs.size(); ++k)
     for (const Span& sp : procs[k].spans) {
       const Label l = *parse_label(sp.name, static_cast<int>(k) / std::max(1, tp));
+      const auto where = [&] { return procs[k].origin + ": event " + std::to_string(sp.event); };
+      chunk_ids.saw(l.task.chunk, where);
+      mb_ids.saw(l.task.mb, where);
       s.saw(l.task.chunk, l.task.mb, l.task.kind);
       s.split = s.split || l.input_half;
     }
+  if (procs.empty()) return s;  // the caller says the trace holds no task
+  // A stray id named a huge shape and blamed the flags. Chunks that no stage count divides are
+  // named by the caller, with their event.
+  if (s.pp < 1 || s.chunks % s.pp == 0) chunk_ids.check();
+  mb_ids.check();
+  s.largest_chunk_at = chunk_ids.at;
   return s;
 }
 
