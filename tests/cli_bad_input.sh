@@ -367,19 +367,23 @@ done
 # and the memory (RRFP_MEMORY_LIMIT stands in for a small machine); one that fits runs. A
 # budget is kept: a plan whose first start order outlasts it stops there, saying so.
 export RRFP_MEMORY_LIMIT=64M
-check "simulate: 4 runs of 2.4M tasks: about 195 MB of memory" simulate --pp 1024 -m 1024
+check "simulate: 4 runs of 2.4M tasks: about 197 MB of memory" simulate --pp 1024 -m 1024
 # A run's estimate follows what it holds: a list hint's order and blocking messages' rendezvous.
-check "simulate: 1 run of 2.1M tasks: about 94 MB" simulate --pp 1024 -m 1024 --hint bf --policy ready
-check "simulate: 1 run of 2.1M tasks: about 195 MB" simulate --pp 1024 -m 1024 --hint 1f1b --policy fixed --comm blocking
+check "simulate: 1 run of 2.1M tasks: about 96 MB" simulate --pp 1024 -m 1024 --hint bf --policy ready
+check "simulate: 1 run of 2.1M tasks: about 197 MB" simulate --pp 1024 -m 1024 --hint 1f1b --policy fixed --comm blocking
 check "RRFP_MEMORY_LIMIT allows 67 MB: lower --pp, --microbatches or --tp" run --pp 1024 -m 1024 --hint bf
 # A timeline keeps every task's record and draws it: a shape that fits without one may not.
 check "simulate: 1 run of 0.5M tasks: about 184 MB of memory" simulate --pp 512 -m 512 --hint bf --policy ready --trace "$tmp/t.json"
 check "or leave out --trace and --svg" simulate --pp 512 -m 512 --hint bf --policy ready --svg "$tmp/t.svg"
-check "schedule show: 0.5M tasks: about 84 MB" schedule show --pp 512 -m 512
+check "schedule show: 0.5M tasks and 1.0M diagram cells: about 126 MB" schedule show --pp 512 -m 512
 check "plan: orders of 1.0M tasks" plan --pp 512 -m 512 --tp 2
+# Each stage's own state counts beside its tasks (at M=1 it is most of a run), and a diagram's
+# cells beside the tasks it shows; `schedule check` is sized before it builds its model.
+check "simulate: 1 run of 0.2M tasks: about 159 MB" simulate --pp 100000 -m 1 --hint bf --policy ready
+check "schedule check: 2.0M tasks: about 1.8 GB" schedule check "$tmp/none.txt" --pp 1000000 -m 1
 # sweep takes the same checks, at its largest point (it ran a point simulate refuses), and its
 # grid is counted before it is built (2e9 seeds ended "out of memory", exit 1).
-check "sweep: 1 grid point, runs of up to 12.6M tasks: about 780 MB of memory" sweep --pp 1024 --mb-factors 4 --seeds 1 --workloads uniform --hints bf
+check "sweep: 1 grid point, runs of up to 12.6M tasks: about 782 MB of memory" sweep --pp 1024 --mb-factors 4 --seeds 1 --workloads uniform --hints bf
 check "sweep: the grid (--workloads x --pp x --mb-factors x --tp x --limits x --seeds) has 16000000000 points; at most 1000000" sweep --seeds 2000000000
 # A mistyped workload is named before any point runs (found when the loop reached it, the
 # points run before were lost).

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <iostream>
 
-#include "cli/estimate.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "report/estimate.hpp"
 
 namespace rrfp {
 
@@ -163,7 +163,8 @@ RunsSize runs_size(const Scenario& sc, const std::vector<RunSpec>& runs) {
     const double tasks = tasks_of(c, sc.tp);
     s.most = std::max(s.most, tasks);
     s.total += tasks;
-    s.most_bytes = std::max(s.most_bytes, tasks * (kSimulateCost.bytes + extra_bytes(r)));
+    s.most_bytes =
+        std::max(s.most_bytes, simulated_bytes(c, sc.tp, kSimulateCost.bytes + extra_bytes(r)));
   }
   return s;
 }

@@ -38,13 +38,13 @@ Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
 // With no --hint, the comparison that motivates rrfp; otherwise the hint under --policy.
 std::vector<RunSpec> plan_runs(const ExperimentFlags& f, const PipelineConfig& cfg);
 // The tasks of `runs` on `sc`, over its TP ranks: the largest run's, all of them, and the bytes
-// the heaviest run holds at its peak when no records are kept (cli/estimate.hpp).
+// the heaviest run holds at its peak when no records are kept (report/estimate.hpp).
 struct RunsSize {
   double most = 0, total = 0, most_bytes = 0;
 };
 RunsSize runs_size(const Scenario& sc, const std::vector<RunSpec>& runs);
 // Refuses (InputError) runs whose estimated memory exceeds what this machine has available;
-// announces a large one on stderr (cli/estimate.hpp). `command`: "simulate", "run".
+// announces a large one on stderr (report/estimate.hpp). `command`: "simulate", "run".
 void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenario& sc,
                     const std::vector<RunSpec>& runs);
 // Table on stdout (unless --json -), and the JSON, trace and SVG files asked for; an `extra`

@@ -6,13 +6,13 @@
 #include <cstdio>
 #include <iostream>
 
-#include "cli/estimate.hpp"
 #include "cli/experiment_cmd.hpp"
 #include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 #include "core/hint_io.hpp"
 #include "plan/exact.hpp"
 #include "plan/search.hpp"
+#include "report/estimate.hpp"
 #include "report/experiment.hpp"
 #include "sim/replay.hpp"
 

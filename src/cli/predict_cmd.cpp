@@ -7,10 +7,10 @@
 #include <optional>
 #include <sstream>
 
-#include "cli/estimate.hpp"
 #include "cli/options.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "report/estimate.hpp"
 #include "report/predict.hpp"
 
 namespace rrfp {

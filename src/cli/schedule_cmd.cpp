@@ -10,11 +10,11 @@
 #include <utility>
 #include <vector>
 
-#include "cli/estimate.hpp"
 #include "cli/options.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/hint_io.hpp"
+#include "report/estimate.hpp"
 #include "sim/hint_check.hpp"
 #include "sim/simulator.hpp"
 
@@ -83,8 +83,14 @@ void show(const ScheduleFlags& f) {
   refuse_hint_name_out(f.out);
   check_outputs({{f.out, "--out"}}, {{hint_file(f.hint), "--hint"}});
   WorkModel m = model_for(f, f.hint);
-  check_fits("schedule show: " + fmt("%.1fM", m.num_tasks() / 1e6) + " tasks",
-             static_cast<double>(m.num_tasks()), kScheduleCost, "--pp or --microbatches");
+  // The diagram holds a cell a stage and time unit: at least each stage's tasks and the
+  // pipeline's fill and drain, 2(P - 1) units, wide; a cell about 40 bytes, its string and its
+  // text (--pp 20000 -m 1, 40K tasks, took all memory on its 800M cells).
+  const double cells = static_cast<double>(m.pp()) * (m.tasks_per_stage() + 2.0 * (m.pp() - 1));
+  check_fits("schedule show: " + fmt("%.1fM", m.num_tasks() / 1e6) + " tasks and " +
+                 fmt("%.1fM", cells / 1e6) + " diagram cells",
+             static_cast<double>(m.num_tasks()) + cells / 4, kScheduleCost,
+             "--pp or --microbatches");
   Hint h = make_hint(f.hint, m);
   if (!f.out.empty() && !h.is_list())
     throw InputError("--out: '" + f.hint + "' is a rule hint, it has no task list");
@@ -128,7 +134,13 @@ void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& s
 }
 
 void check(const ScheduleFlags& f) {
-  WorkModel m = model_for(f, f.file);  // auto: split as the file declares, as simulate reads it
+  // Before the model is built, as `show` does (a header's or a flag's --pp 50000000 built 50M
+  // stages first: 4.4 GB, then the header's mismatch).
+  const PipelineConfig c = to_config(f.shape, f.file);
+  check_fits("schedule check: " + fmt("%.1fM", tasks_of(c, 1) / 1e6) + " tasks",
+             tasks_of(c, 1) + static_cast<double>(c.pp) * kStageBytes / kScheduleCost.bytes,
+             kScheduleCost, "--pp or --microbatches");
+  WorkModel m(c);  // auto: split as the file declares, as simulate reads it
   Hint h;
   h.name = "file:" + f.file;
   h.body = read_hint_file(f.file, m, "FILE");  // async: dependencies and list order

@@ -9,11 +9,11 @@
 #include <map>
 #include <sstream>
 
-#include "cli/estimate.hpp"
 #include "cli/experiment_cmd.hpp"
 #include "cli/options.hpp"
 #include "cli/stop_signal.hpp"
 #include "core/error.hpp"
+#include "report/estimate.hpp"
 
 namespace rrfp {
 

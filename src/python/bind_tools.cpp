@@ -8,12 +8,26 @@
 #include "python/bindings.hpp"
 #include "python/step_record.hpp"
 #include "python/tensor_payload.hpp"
+#include "report/estimate.hpp"
 #include "report/experiment.hpp"
 
 namespace rrfp::py {
 namespace pyb = pybind11;
 
 namespace {
+
+// A run too large for this machine, refused before it starts with MemoryError, as the CLI
+// refuses it (rrfp.simulate(pp=4096, microbatches=12200) ran for half a minute, then raised
+// std::bad_alloc; smaller ones took memory past RRFP_MEMORY_LIMIT).
+void check_fits_here(const std::string& what, double tasks, TaskCost cost, double bytes) {
+  if (tasks > 0) cost.bytes = bytes / tasks;
+  try {
+    check_fits(what, tasks, cost, "`pp`, `microbatches` or `tp`");
+  } catch (const InputError& e) {
+    PyErr_SetString(PyExc_MemoryError, e.what());
+    throw pyb::error_already_set();
+  }
+}
 
 // One simulated step: rrfp simulate's scenario runner with one run.
 StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& placement,
@@ -49,6 +63,9 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
   spec.comm = parse_comm(comm);
   sc = with_replay_step(std::move(sc), {spec});
   check_spec(sc, spec);
+  const PipelineConfig c = config_for(sc, spec);
+  check_fits_here("simulate: " + std::to_string(static_cast<long long>(tasks_of(c, tp))) + " tasks",
+                  tasks_of(c, tp), kSimulateCost, simulated_bytes(c, tp, kSimulateCost.bytes));
   StepRecordPy r;
   {
     pyb::gil_scoped_release nogil;
@@ -63,7 +80,11 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
 std::vector<std::vector<pyb::tuple>> schedule(const std::string& hint, int pp, int vpp,
                                               int microbatches, const std::string& placement,
                                               const std::string& split_backward) {
-  const WorkModel m(make_config(pp, vpp, microbatches, placement, split_backward, hint));
+  const PipelineConfig c = make_config(pp, vpp, microbatches, placement, split_backward, hint);
+  // Its tasks' records are kept, with a tuple each for Python.
+  check_fits_here("schedule: " + std::to_string(static_cast<long long>(tasks_of(c, 1))) + " tasks",
+                  tasks_of(c, 1), kScheduleCost, simulated_bytes(c, 1, kScheduleCost.bytes));
+  const WorkModel m(c);
   const Hint h = make_hint(hint, m);
   SimOptions opt;
   opt.arbiter.policy = h.is_list() ? Policy::Fixed : Policy::Ready;

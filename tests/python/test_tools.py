@@ -79,3 +79,15 @@ def test_a_record_is_saved_to_a_path_or_refused(tmp_path, monkeypatch, bad):
     rec.save_trace(pathlib.Path("t.json"))
     rec.save_svg(b"t.svg")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "t.svg"]
+
+
+def test_a_run_too_large_for_the_memory_is_refused_before_it_starts(monkeypatch):
+    # As the CLI refuses it: rrfp.simulate ran such a run until std::bad_alloc, or past the
+    # memory RRFP_MEMORY_LIMIT allows; each stage's own state counts beside its tasks.
+    monkeypatch.setenv("RRFP_MEMORY_LIMIT", "64M")
+    with pytest.raises(MemoryError, match="simulate: 200000 tasks: about 159 MB of memory"):
+        rrfp.simulate(pp=100000, microbatches=1, hint="bf")
+    with pytest.raises(MemoryError, match="schedule: 2097152 tasks: .* lower `pp`, "
+                                          "`microbatches` or `tp`"):
+        rrfp.schedule(hint="1f1b", pp=1024, microbatches=1024)
+    assert rrfp.simulate(pp=4, microbatches=8, hint="bf") is not None

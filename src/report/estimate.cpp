@@ -1,4 +1,4 @@
-#include "cli/estimate.hpp"
+#include "report/estimate.hpp"
 
 #include <unistd.h>
 

@@ -35,6 +35,18 @@ inline double tasks_of(const PipelineConfig& c, int tp) {
   return static_cast<double>(c.pp) * c.vpp * c.microbatches * (c.split_backward ? 3 : 2) * tp;
 }
 
+// What a stage and TP rank of a simulated run holds beside its tasks (its rank driver, arbiter
+// and readiness counters, the work model's row): 1.47 KB measured at M=1 (`rrfp simulate
+// --hint bf` at P=100K against 200K), rounded up. Estimated at its tasks alone, a run of many
+// stages and few microbatches passed the check and ran out of memory (P=50M, M=1: 4.5 GB
+// estimated, about 70 GB needed).
+inline constexpr double kStageBytes = 1500;
+
+// Bytes a simulated run of shape `c` over `tp` ranks holds at `per_task` bytes a task.
+inline double simulated_bytes(const PipelineConfig& c, int tp, double per_task) {
+  return tasks_of(c, tp) * per_task + static_cast<double>(c.pp) * tp * kStageBytes;
+}
+
 // `what` ("simulate: 4 runs of 99.9M tasks") needs `tasks` tasks at `cost`, `evaluations`
 // times over for the time. Throws InputError naming `what`, the estimate, the available memory
 // (core/memory.hpp) and `lower` (the flags that shrink it) when it does not fit; prints the
