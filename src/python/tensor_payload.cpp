@@ -30,6 +30,10 @@ enum Layout : std::uint8_t {
   kContiguous = 0,
   kDense = 1,    // strides follow the shape; the bytes are the tensor's memory, in order
   kScatter = 2,  // strides follow; the bytes are contiguous, written into those strides
+  // Strides follow, and elements share memory (an expanded or unfolded tensor): the bytes are
+  // the memory the strides reach from the first element, viewed with them. It went contiguous,
+  // and a reduction over it added in another order than over the producer's tensor.
+  kSpan = 3,
 };
 
 struct Header {
@@ -73,11 +77,24 @@ bool without_overlap(const at::Tensor& c) {
   return true;
 }
 
-// An expanded tensor (elements sharing memory) goes contiguous: a tensor written into its
-// strides would overlap.
 std::uint8_t layout_of(const at::Tensor& c) {
-  if (c.is_contiguous() || !without_overlap(c)) return kContiguous;
+  if (c.is_contiguous()) return kContiguous;
+  if (!without_overlap(c)) return kSpan;
   return c.is_non_overlapping_and_dense() ? kDense : kScatter;
+}
+
+// The elements from a tensor's first to the farthest its strides reach (0 when it has none).
+std::int64_t span_of(const at::Tensor& c) {
+  if (c.numel() == 0) return 0;
+  std::int64_t last = 0;
+  for (int d = 0; d < c.dim(); ++d)
+    last += (c.size(d) - 1) * c.stride(d);
+  return last + 1;
+}
+
+// That memory as a one-dimensional tensor (a view: the bytes a kSpan message carries).
+at::Tensor span_view(const at::Tensor& c) {
+  return c.as_strided({span_of(c)}, {1}, c.storage_offset());
 }
 
 // torch's Python name of a layout ("torch.sparse_coo"), from torch's own table, for the refusal.
@@ -117,7 +134,10 @@ void check_sendable(const at::Tensor& t, const std::string& what) {
 at::Tensor copy_keeping_layout(const at::Tensor& t) {
   at::Tensor c = t.detach();
   if (c.is_neg()) return c.resolve_neg();  // a copy, as the message's values
-  if (layout_of(c) == kContiguous) return c.clone(at::MemoryFormat::Contiguous);
+  const std::uint8_t layout = layout_of(c);
+  if (layout == kContiguous) return c.clone(at::MemoryFormat::Contiguous);
+  // Sharing memory: a copy of the memory, viewed with the same strides (as a decoded message).
+  if (layout == kSpan) return span_view(c).clone().as_strided(c.sizes(), c.strides(), 0);
   // Dense or with gaps: the same strides, over the span they reach (as a decoded message).
   at::Tensor out = at::empty_strided(c.sizes(), c.strides(), c.options());
   out.copy_(c);
@@ -136,9 +156,9 @@ Prepared prepare(const at::Tensor& t, const std::string& what) {
   p.layout = layout_of(p.c);
   if (p.layout == kContiguous) p.c = p.c.contiguous();
   // A dense tensor's memory is its numel() elements from data_ptr(), whatever their order.
-  p.data = p.layout == kScatter ? p.c.contiguous() : p.c;
+  p.data = p.layout == kScatter ? p.c.contiguous() : p.layout == kSpan ? span_view(p.c) : p.c;
   p.offset = data_offset(static_cast<int>(p.c.dim()), p.layout);
-  p.bytes = static_cast<std::size_t>(p.c.numel()) * p.c.element_size();
+  p.bytes = static_cast<std::size_t>(p.data.numel()) * p.c.element_size();
   return p;
 }
 
@@ -243,12 +263,14 @@ DecodedTree decode_tree(const Payload& p, const std::string& what) {
 namespace {
 
 // The strides a header carries after the shape (none for a contiguous tensor), checked: a dense
-// tensor's elements must lie within its numel(), a scattered one's within 2^40 elements (its
-// receiver allocates the span they reach: a slice of a large tensor costs the whole span).
+// tensor's elements must lie within its numel(), a scattered or shared one's within 2^40
+// elements (its receiver allocates the span they reach: a slice of a large tensor costs the
+// whole span). `span`: the elements from the first to the farthest (0 for none).
 template <typename Bad>
 std::vector<std::int64_t> strides_of(const Payload& p, const Header& h,
                                      const std::vector<std::int64_t>& shape, std::uint64_t numel,
-                                     const Bad& bad) {
+                                     std::uint64_t& span, const Bad& bad) {
+  span = numel;
   if (h.layout == kContiguous) return {};
   constexpr std::uint64_t kFarthest = std::uint64_t{1} << 40;
   std::vector<std::int64_t> strides(h.ndim);
@@ -265,6 +287,7 @@ std::vector<std::int64_t> strides_of(const Payload& p, const Header& h,
     last += steps * stride;
   }
   if (h.layout == kDense && numel > 0 && last >= numel) throw bad("strides outside the data");
+  if (h.layout == kSpan) span = numel > 0 ? last + 1 : 0;
   return strides;
 }
 
@@ -280,7 +303,7 @@ at::Tensor decode_tensor(const Payload& p, const std::string& what) {
   if (h.magic != kMagic) throw bad("wrong magic number");
   if (h.dtype >= kTypes.size()) throw bad("dtype code " + std::to_string(h.dtype));
   if (h.ndim > kMaxDims) throw bad(std::to_string(h.ndim) + " dimensions");
-  if (h.layout > kScatter) throw bad("layout code " + std::to_string(h.layout));
+  if (h.layout > kSpan) throw bad("layout code " + std::to_string(h.layout));
   const std::size_t offset = data_offset(h.ndim, h.layout);
   if (p.size() < offset) throw bad("a header of " + std::to_string(p.size()) + " bytes");
   std::vector<std::int64_t> shape(h.ndim);
@@ -294,18 +317,20 @@ at::Tensor decode_tensor(const Payload& p, const std::string& what) {
     numel *= n;
   }
   const at::ScalarType type = kTypes[h.dtype];
-  const std::uint64_t bytes = numel * c10::elementSize(type);
+  std::uint64_t span = numel;  // the elements the data bytes hold
+  const std::vector<std::int64_t> strides = strides_of(p, h, shape, numel, span, bad);
+  const std::uint64_t bytes = span * c10::elementSize(type);
   if (p.size() - offset != bytes)
     throw bad(std::to_string(p.size() - offset) + " data bytes for " + std::to_string(bytes));
-  const std::vector<std::int64_t> strides = strides_of(p, h, shape, numel, bad);
   // The tensor owns a reference to the buffer: no copy, and the buffer lives as long as it.
   auto keep = std::make_unique<std::shared_ptr<const void>>(p.owner());
   auto* raw = keep.get();
   auto* data = const_cast<std::byte*>(p.data() + offset);
   auto deleter = [raw](void*) { delete raw; };
   const auto options = at::TensorOptions().dtype(type);
-  at::Tensor t = h.layout == kDense ? at::from_blob(data, shape, strides, deleter, options)
-                                    : at::from_blob(data, shape, deleter, options);
+  at::Tensor t = h.layout == kDense || h.layout == kSpan
+                     ? at::from_blob(data, shape, strides, deleter, options)
+                     : at::from_blob(data, shape, deleter, options);
   (void)keep.release();  // the tensor's deleter owns it now
   if (h.layout != kScatter) return t;
   at::Tensor out = at::empty_strided(shape, strides, options);

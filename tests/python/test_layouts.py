@@ -65,11 +65,16 @@ def loss_fn(y, t):
 
 
 def plain(chunks, x, y, m):
+    """A plain loop's step; returns its losses' sum, added in order."""
+    total = None
     for xi, yi in zip(x.chunk(m), y.chunk(m)):
         h = xi
         for c in chunks:
             h = c(h)
-        loss_fn(h, yi).backward()
+        loss = loss_fn(h, yi)
+        loss.backward()
+        total = loss.detach() if total is None else total + loss.detach()
+    return total
 
 
 @pytest.mark.parametrize("model", list(MODELS))
@@ -92,23 +97,39 @@ def test_a_layout_other_than_contiguous_trains_bitwise(model, hint, split):
             assert c.seen == r.seen
 
 
-def test_an_expanded_tensor_arrives_whole():
-    """Elements sharing memory (an expanded tensor) travel contiguous: written into the
-    sender's strides they would overlap."""
-    class Expanding(nn.Module):
+class Summing(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(1))
+
+    def forward(self, x):  # over every dimension but the first
+        return x.sum(tuple(range(1, x.dim()))).unsqueeze(-1) * self.w
+
+
+@pytest.mark.parametrize("share", ["expand", "unfold"])
+def test_a_tensor_whose_elements_share_memory_keeps_its_strides(share):
+    """Elements sharing memory (an expanded tensor, unfold's windows) travel with the memory
+    their strides reach and arrive viewed with the same strides (between processes too:
+    test_a_message_keeps_each_layout_through_encode_and_decode). They went contiguous, and a
+    sum over them added in another order than over the producer's tensor: another loss and
+    other gradients than a plain loop's."""
+    class Sharing(nn.Module):
         def __init__(self):
             super().__init__()
-            self.lin = nn.Linear(8, 1)
+            self.lin = nn.Linear(8, 1 if share == "expand" else 1010)
 
         def forward(self, x):
-            return self.lin(x).expand(-1, 8)
+            h = self.lin(x)
+            return h.expand(-1, 1000) if share == "expand" else h.unfold(1, 1000, 2)
 
     torch.manual_seed(0)
-    chunks = [Expanding(), nn.Linear(8, 8)]
+    chunks = [Sharing(), Summing()]
     ref = copy.deepcopy(chunks)
-    x, y = torch.randn(8, 8), torch.randn(8, 8)
-    plain(ref, x, y, 2)
-    rrfp.Pipeline(chunks, loss_fn, pp=2, microbatches=2, timeout=60).step(x, y)
+    x, y = torch.randn(8, 8) * 3, torch.randn(8, 1)
+    want = plain(ref, x, y, 2)
+    got = rrfp.Pipeline(chunks, loss_fn, pp=2, microbatches=2, timeout=60,
+                        progress=None).step(x, y)
+    assert torch.equal(got, want)
     for c, r in zip(chunks, ref):
         for p, q in zip(c.parameters(), r.parameters()):
             assert torch.equal(p.grad, q.grad)
@@ -193,10 +214,11 @@ def _header(t):
 def test_a_message_keeps_each_layout_through_encode_and_decode():
     x = torch.arange(24.0).reshape(2, 3, 4)
     for t in (x, x.transpose(0, 2), x[:, :, ::2], x.contiguous(memory_format=torch.contiguous_format),
-              x[:, :1].expand(2, 3, 4), torch.empty(0, 3)):
+              x[:, :1].expand(2, 3, 4), x.reshape(24)[3:].unfold(0, 4, 2), torch.empty(0, 3),
+              torch.empty(0, 3).expand(2, 0, 3)):
         got = rrfp._rrfp._payload_tensor(_header(t))
         assert torch.equal(got, t)
-        if not t.is_contiguous() and t.stride(1) != 0:
+        if not t.is_contiguous():
             assert got.stride() == t.stride(), (got.stride(), t.stride())
 
 
@@ -207,7 +229,7 @@ def test_a_held_copy_is_what_a_message_of_bytes_decodes_to():
     x = torch.arange(24.0).reshape(2, 3, 4)
     image = torch.arange(48.0).reshape(1, 3, 4, 4).contiguous(memory_format=torch.channels_last)
     for t in (x, x.transpose(0, 2), x[:, :, ::2], image, x[:, :1].expand(2, 3, 4),
-              torch.empty(0, 3), torch._neg_view(x)):
+              x.reshape(24)[3:].unfold(0, 4, 2), torch.empty(0, 3), torch._neg_view(x)):
         held = rrfp._rrfp._message_copy(t)
         decoded = rrfp._rrfp._payload_tensor(_header(t))
         assert torch.equal(held, t) and not held.is_neg()
@@ -217,7 +239,10 @@ def test_a_held_copy_is_what_a_message_of_bytes_decodes_to():
 
 
 @pytest.mark.parametrize("what,edit", [
-    ("layout code 3", lambda b: b.__setitem__(6, 3)),
+    ("layout code 4", lambda b: b.__setitem__(6, 4)),
+    # Shared memory: its bytes must be the span its strides reach.
+    ("48 data bytes for 120", lambda b: (b.__setitem__(6, 3), b[8 + 2 * 8:8 + 3 * 8].copy_(
+        torch.tensor([7], dtype=torch.int64).view(torch.uint8)))),
     ("a stride out of range", lambda b: b[8 + 2 * 8:8 + 3 * 8].copy_(
         torch.tensor([-1], dtype=torch.int64).view(torch.uint8))),
     ("strides outside the data", lambda b: b[8 + 2 * 8:8 + 3 * 8].copy_(
