@@ -372,6 +372,9 @@ check "simulate: 4 runs of 2.4M tasks: about 197 MB of memory" simulate --pp 102
 check "simulate: 1 run of 2.1M tasks: about 96 MB" simulate --pp 1024 -m 1024 --hint bf --policy ready
 check "simulate: 1 run of 2.1M tasks: about 197 MB" simulate --pp 1024 -m 1024 --hint 1f1b --policy fixed --comm blocking
 check "RRFP_MEMORY_LIMIT allows 67 MB: lower --pp, --microbatches or --tp" run --pp 1024 -m 1024 --hint bf
+# `run` holds its runtime's state and every run's timed records beside a simulation's bytes: a
+# shape a simulation of which fits may not.
+check "run: 2 runs of 1.2M tasks, 1 timed step each: about 720 MB of memory" run --pp 2 -m 300000 --hint bf
 # A timeline keeps every task's record and draws it: a shape that fits without one may not.
 check "simulate: 1 run of 0.5M tasks: about 184 MB of memory" simulate --pp 512 -m 512 --hint bf --policy ready --trace "$tmp/t.json"
 check "or leave out --trace and --svg" simulate --pp 512 -m 512 --hint bf --policy ready --svg "$tmp/t.svg"
