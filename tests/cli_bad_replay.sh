@@ -31,6 +31,17 @@ check 'nostep.csv holds one step (no "step" column)' simulate --replay "$tmp/nos
 check "--message-us: Value -1 not in range" predict "$data/torch-pp2" --message-us -1
 # NaN passes a range check: it was blamed on the workload ("lower the workload's times").
 check "--message-us: must be in [0, 1e+09] us, got nan" predict "$data/torch-pp2" --message-us nan
+# A stalled step's gaps, days long, inferred as its messages' latencies add up past what a step
+# holds: the trace is named, and the remedy (it said "workload: ... lower the times").
+{
+  printf '['
+  for m in $(seq 0 599); do printf '{"ph":"X","name":"PP:0F%d","ts":%d,"dur":1,"pid":0,"tid":1},' $m $m; done
+  for m in $(seq 0 599); do printf '{"ph":"X","name":"PP:1F%d","ts":%d,"dur":1,"pid":1,"tid":1},{"ph":"X","name":"PP:1B%d","ts":%d,"dur":1,"pid":1,"tid":1},' $m $((5000000000000 + 4 * m)) $m $((5000000000000 + 4 * m + 2)); done
+  for m in $(seq 0 598); do printf '{"ph":"X","name":"PP:0B%d","ts":%d,"dur":1,"pid":0,"tid":1},' $m $((9000000000000 + 2 * m)); done
+  printf '{"ph":"X","name":"PP:0B599","ts":9000000001198,"dur":1,"pid":0,"tid":1}]'
+} >"$tmp/stalled.json"
+check "stalled.json: the step: its 2400 tasks add up to" predict "$tmp/stalled.json"
+check "its messages' latencies were inferred from the gaps between tasks; give them (--message-us)" predict "$tmp/stalled.json"
 # A CSV holds no recorded order: predict said "invalid JSON".
 printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1\n' >"$tmp/durations.csv"
 check "'$tmp/durations.csv' is not a trace (.json, .json.gz or a directory of them): predict replays a step's recorded order, which a CSV of durations does not hold" predict "$tmp/durations.csv"

@@ -171,7 +171,7 @@ void finish(RealizedWork& r, const FoldedW& folded_w, const WorkModel& m, const 
                  : std::string()));
     }
   folded_w.add_to(r.compute_ns);
-  check_total(r);
+  check_total(r, origin, "lower its durations");
 }
 
 }  // namespace

@@ -325,7 +325,13 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
     out.coordination_measured = true;
   }
   if (tl.coordination_us >= 0) out.tp_protocol = TpProtocol::Agree;
-  check_total(r);
+  // A trace's step, named as such: it said "workload", and not that latencies it inferred from
+  // gaps between tasks (days long in a trace of a stalled step) could be what adds up.
+  check_total(r, origin + ": the step",
+              out.messages_inferred > 0
+                  ? "its messages' latencies were inferred from the gaps between tasks; give "
+                    "them (--message-us), or take another step (--step)"
+                  : "take another step (--step)");
   return out;
 }
 

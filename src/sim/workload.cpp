@@ -167,7 +167,7 @@ void apply_jitter(RealizedWork& w, const WorkModel& m, const JitterLevel& j, std
   check_total(w);
 }
 
-void check_total(const RealizedWork& w) {
+void check_total(const RealizedWork& w, const std::string& what, const std::string& remedy) {
   double total =
       static_cast<double>(w.num_tasks) * static_cast<double>(w.collective_ns + w.coord_ns);
   for (int idx = 0; idx < w.num_tasks; ++idx) {
@@ -177,9 +177,9 @@ void check_total(const RealizedWork& w) {
     total += most;
   }
   if (total > 4.6e18)
-    throw InputError("workload: its " + std::to_string(w.num_tasks) + " tasks add up to " +
+    throw InputError(what + ": its " + std::to_string(w.num_tasks) + " tasks add up to " +
                      fmt("%g", total / 1e9 / 86400 / 365) +
-                     " years; a step may hold at most 146: lower the times or the shape");
+                     " years; a step may hold at most 146: " + remedy);
 }
 
 namespace {

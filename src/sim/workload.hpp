@@ -167,7 +167,9 @@ RealizedWork unit_cost_work(const WorkModel& m);
 // Throws InputError when every task and message of `w` added up could pass 2^62 ns (146 years):
 // makespans, bounds and sums of a step then never overflow int64. realize, replays and
 // apply_jitter check it.
-void check_total(const RealizedWork& w);
+// `what` names the source in the error, `remedy` says what to change.
+void check_total(const RealizedWork& w, const std::string& what = "workload",
+                 const std::string& remedy = "lower the times or the shape");
 
 // The paper's jitter on one F or B duration: with probability p, + alpha * max(floor, d) *
 // (0.5 + U), drawn from (seed, kind, chunk, microbatch, rank); a W is never disturbed.
