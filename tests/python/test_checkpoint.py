@@ -78,7 +78,12 @@ def test_bad_checkpoints_are_refused(tmp_path):
         pipe.load_state_dict({**sd, "7.weight": torch.zeros(1)})
     with pytest.raises(KeyError, match="chunk 1: missing .* no entry of chunk 1 .*chunks: 0,"):
         pipe.load_state_dict({k: v for k, v in sd.items() if not k.startswith("1.")})
-    pipe.load_state_dict({k: v for k, v in sd.items() if not k.startswith("1.")}, strict=False)
+    # Not strict: what was skipped comes back, as torch's load_state_dict returns it (None).
+    skipped = pipe.load_state_dict({**{k: v for k, v in sd.items() if not k.startswith("1.")},
+                                    "7.weight": torch.zeros(1)}, strict=False)
+    assert skipped.missing_keys == [k for k in sd if k.startswith("1.")]
+    assert skipped.unexpected_keys == ["7.weight"]
+    assert pipe.load_state_dict(sd) == ([], [])
     with pytest.raises(FileNotFoundError, match="no part"):
         pipe.load(str(tmp_path / "nothing"))
     pipe.save(str(tmp_path / "model-only"))

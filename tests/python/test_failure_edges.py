@@ -205,3 +205,68 @@ def test_a_backward_in_a_forward_through_what_the_step_trains_is_refused():
         pipe.step(xs)
     assert "chunk 0's 'lin.weight': its .grad changed during the step" in str(e.value.__cause__)
     assert chunks[1].weight.grad is None  # the step wrote nothing
+
+
+def test_a_parameter_hook_registered_during_a_step_is_refused():
+    # The step ran the hooks each parameter had as it began: a hook registered in a forward ran
+    # on no microbatch of that step, and a hook removing itself as it ran went on running.
+    class Hooking(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            box = []
+            box.append(self.lin.weight.register_hook(lambda g: (box[0].remove(), g * 0.5)[1]))
+            return self.lin(x)
+
+    torch.manual_seed(0)
+    chunks = [Hooking(), nn.Linear(4, 4)]
+    pipe = rrfp.Pipeline(chunks, lambda y, t: y.sum(), pp=2, microbatches=2, timeout=60,
+                         progress=None)
+    with pytest.raises(rrfp.StageError) as e:
+        pipe.step([torch.randn(2, 4) for _ in range(2)])
+    assert "chunk 0's 'lin.weight': its hooks changed during the step" in str(e.value.__cause__)
+    assert chunks[1].weight.grad is None  # the step wrote nothing
+    # Hooks registered between steps run as a plain loop runs them.
+    def run(pipelined):
+        torch.manual_seed(0)
+        chunks = [nn.Linear(4, 4), nn.Linear(4, 4)]
+        pipe = rrfp.Pipeline(chunks, lambda y, t: y.sum(), pp=2, microbatches=2, timeout=60,
+                             progress=None)
+        xs = [torch.randn(2, 4, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+        for halve in (True, False):
+            handle = chunks[0].weight.register_hook(lambda g: g * 0.5) if halve else None
+            if pipelined:
+                pipe.step(xs)
+            else:
+                for x in xs:
+                    chunks[1](chunks[0](x)).sum().backward()
+            if handle is not None:
+                handle.remove()
+        return [p.grad for c in chunks for p in c.parameters()]
+
+    assert all(torch.equal(a, b) for a, b in zip(run(True), run(False)))
+
+
+def test_an_in_place_module_put_first_between_steps_gets_a_copy_of_its_input():
+    # Whether a chunk begins in place was found once, as the pipeline was built: one put first
+    # later failed as a chunk that changes its input otherwise (it is an nn.Sequential that
+    # begins with it), where a plain loop runs it.
+    def run(pipelined):
+        torch.manual_seed(0)
+        chunks = [nn.Sequential(nn.Linear(4, 4)), nn.Sequential(nn.Linear(4, 4))]
+        pipe = rrfp.Pipeline(chunks, lambda y, t: y.sum(), pp=2, microbatches=2, timeout=60,
+                             progress=None)
+        xs = [torch.randn(2, 4, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+        for step in range(2):
+            if step == 1:
+                chunks[1].insert(0, nn.LeakyReLU(0.1, inplace=True))
+            if pipelined:
+                pipe.step(xs)
+            else:
+                for x in xs:
+                    chunks[1](chunks[0](x)).sum().backward()
+        return [p.grad for c in chunks for p in c.parameters()]
+
+    assert all(torch.equal(a, b) for a, b in zip(run(True), run(False)))

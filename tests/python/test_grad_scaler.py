@@ -4,6 +4,7 @@ process per stage: mp_scaler.py, run by multiprocess_pipeline.py).
 A pipeline with a scaler trains bitwise as a plain loop with one: the scale starts so high
 that the first steps overflow and are skipped, backs off, then grows after growth_interval
 good steps; the losses come back unscaled; the state survives a checkpoint."""
+import gc
 import math
 
 import pytest
@@ -279,11 +280,34 @@ def test_bad_settings_name_themselves(kw, error, words):
 
 def test_one_scaler_a_pipeline():
     pipe = rrfp.Pipeline(chunks(), loss_fn, pp=2, vpp=2, microbatches=M, timeout=60)
-    rrfp.GradScaler(pipe)
-    with pytest.raises(ValueError, match="GradScaler already"):
+    first = rrfp.GradScaler(pipe)
+    with pytest.raises(ValueError, match="GradScaler already.*detach"):
         rrfp.GradScaler(pipe)
     with pytest.raises(TypeError, match="pipe"):
         rrfp.GradScaler(object())
+    first.detach()
+    rrfp.GradScaler(pipe, enabled=False)
+
+
+def test_a_scaler_detached_or_let_go_scales_no_more():
+    # The pipeline kept its scaler for good: dropped, it still scaled every loss (gradients
+    # 65,536x a plain loop's), and no other could be made.
+    x, y = data(0)
+    for drop in ("detach", "del"):
+        model, ref = chunks(), chunks()
+        pipe = rrfp.Pipeline(model, loss_fn, pp=2, vpp=2, microbatches=M, timeout=60)
+        scaler = rrfp.GradScaler(pipe)
+        pipe.step(x, y)
+        for c in model:
+            c.zero_grad(set_to_none=True)
+        if drop == "detach":
+            scaler.detach()
+        del scaler
+        gc.collect()
+        pipe.step(x, y)
+        scaled_backward(ref, x, y, M, rrfp.GradScaler(enabled=False))
+        assert all(torch.equal(p.grad, q.grad) for c, r in zip(model, ref)
+                   for p, q in zip(c.parameters(), r.parameters())), drop
 
 
 def test_torchs_setters_and_their_checks():

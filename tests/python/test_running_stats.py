@@ -2,6 +2,8 @@
 forwards run in microbatch order, so after a step the statistics are bitwise those of a plain
 loop, under every hint, the adaptive rule (which reorders forwards) included; gradients are
 bitwise in any order. ordered_forwards=False shows what happens otherwise."""
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -275,3 +277,40 @@ def test_state_changed_in_place_then_computed_with_is_explained_and_a_copy_train
     for a, b in zip(model, ref):
         assert all(torch.equal(p.grad, q.grad) for p, q in zip(a.parameters(), b.parameters()))
         assert all(torch.equal(p, q) for p, q in zip(a.buffers(), b.buffers()))
+
+
+def test_a_stateful_module_added_after_the_pipeline_was_built_is_refused():
+    # Stateful modules were looked for once, as the pipeline was built: a batch norm added
+    # later left the forwards unordered (adaptive's statistics another order's), and one shared
+    # by two chunks then was updated by two stages at once.
+    def stateless(seed=5):
+        torch.manual_seed(seed)
+        return [nn.Sequential(nn.Linear(8, 16)), nn.Sequential(nn.Linear(16, 16)),
+                nn.Sequential(nn.Linear(16, 16)), nn.Sequential(nn.Linear(16, 4))]
+
+    xs, ys = data()
+    for shared in (False, True):
+        model = stateless()
+        pipe = rrfp.Pipeline(model, loss_fn, pp=4, microbatches=8, hint="adaptive",
+                             progress=None)
+        assert not pipe.ordered_forwards
+        pipe.step(xs, ys)
+        bn = nn.BatchNorm1d(16)
+        model[1].append(bn)
+        if shared:
+            model[2].append(bn)
+        want = ("chunk 1 and chunk 2 share a BatchNorm1d" if shared else
+                "chunk 1 holds a BatchNorm1d, whose forward updates its state, added after the "
+                "pipeline was built")
+        for call in (pipe.step, pipe.eval_step):
+            with pytest.raises(ValueError, match=want):
+                call(xs, ys)
+    # Built with it, or told to order, it trains as a plain loop does.
+    model = stateless()
+    pipe = rrfp.Pipeline(model, loss_fn, pp=4, microbatches=8, hint="adaptive", progress=None,
+                         ordered_forwards=True)
+    model[1].append(nn.BatchNorm1d(16))
+    ref = copy.deepcopy(model)
+    pipe.step(xs, ys)
+    plain_step(ref, xs, ys)
+    assert same(model, ref, buffers)

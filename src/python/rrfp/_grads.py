@@ -244,6 +244,7 @@ class GradSums:
         replaced tie copy takes its first copy's), to tell one written during the step (a
         backward() in a chunk's forward) by rewritten()."""
         self._marks = {id(p): _grad_mark(p) for ps in self._chunk_params.values() for p in ps}
+        self._hooks = {id(p): _hook_mark(p) for ps in self._chunk_params.values() for p in ps}
 
     def rewritten(self):
         """The parameters the step's backward reached whose .grad changed during the step (a
@@ -251,6 +252,18 @@ class GradSums:
         cannot be added to it in a plain loop's order."""
         return [p for p, _, touched in self._each()
                 if touched and _grad_mark(p) != self._marks.get(id(p), _grad_mark(p))]
+
+
+    def rehooked(self):
+        """The parameters whose hooks changed during the step (one registered in a forward, or
+        removing itself as it runs): the step runs the hooks each parameter had as it began,
+        where a plain loop's backward runs those there at each microbatch's backward."""
+        return [p for ps in self._chunk_params.values() for p in ps
+                if id(p) in self._hooks and _hook_mark(p) != self._hooks[id(p)]]
+
+
+def _hook_mark(p):
+    return tuple(p._backward_hooks) if p._backward_hooks else ()
 
 
 def _grad_mark(p):

@@ -70,29 +70,35 @@ def _chunk_of(key, n_chunks):
     return int(c)
 
 
-def check_model_state(chunks, n_chunks, state, strict):
+def check_model_state(chunks, n_chunks, state, strict, keys=None):
     """What `state` holds for `chunks` ({index: module}), by chunk ({c: {name: value}}), checked
     against them before any of it is loaded, so that a refused state changes nothing (loaded
     chunk by chunk, a bad chunk was found after the ones before it had been overwritten).
     Entries of chunks elsewhere are skipped. strict: an entry of no chunk at all, or a chunk
     missing one of its own or holding one it has not, raises KeyError. An entry of another
     shape or dtype than the chunk's, or not a tensor where the chunk has one, raises ValueError
-    (torch's copy would cast another dtype, silently: no longer the values saved)."""
+    (torch's copy would cast another dtype, silently: no longer the values saved). `keys`, a
+    dict: its "missing" and "unexpected" get this process's missing and unexpected entries by
+    their full names ("c.name"), as torch's load_state_dict returns them."""
     per_chunk, stray = {}, []
     for key, value in state.items():
         c = _chunk_of(key, n_chunks)
         if c is None:
-            stray.append(repr(key))
+            stray.append(key)
         else:
             per_chunk.setdefault(c, {})[key.partition(".")[2]] = value
     if strict and stray:
-        raise KeyError(f"state_dict: {some_of(stray)} {'names' if len(stray) == 1 else 'name'} "
+        raise KeyError(f"state_dict: {some_of([repr(k) for k in stray])} "
+                       f"{'names' if len(stray) == 1 else 'name'} "
                        f"no chunk (expected 'c.name' with c in 0..{n_chunks - 1})")
     for c in sorted(chunks):
         got = per_chunk.get(c, {})
         own = chunks[c].state_dict(keep_vars=True)
         missing = [k for k in own if k not in got and not _filled_by_torch(chunks[c], k, state)]
         unexpected = [k for k in got if k not in own]
+        if keys is not None:
+            keys.setdefault("missing", []).extend(f"{c}.{k}" for k in missing)
+            keys.setdefault("unexpected", []).extend(f"{c}.{k}" for k in unexpected)
         if strict and (missing or unexpected):
             held = "" if got else (
                 f"; it holds no entry of chunk {c} (its chunks: {some_of(sorted(per_chunk))}, of "
@@ -114,6 +120,8 @@ def check_model_state(chunks, n_chunks, state, strict):
                            "the state or the model first if that is meant)")
         if bad:
             raise ValueError(f"state_dict: chunk {c}: {some_of(bad, 3)}")
+    if keys is not None:
+        keys.setdefault("unexpected", []).extend(stray)
     meta = metadata_of(state)
     out = {}
     for c in chunks:
@@ -218,5 +226,10 @@ def _copy_state(chunk):
 
 def load_model_state(chunks, n_chunks, state, strict):
     """Loads what `state` holds for `chunks`, or raises having loaded nothing
-    (check_model_state)."""
-    apply_model_state(chunks, check_model_state(chunks, n_chunks, state, strict))
+    (check_model_state). Returns torch's (missing_keys, unexpected_keys) of this process's
+    chunks, by their full names, as torch's load_state_dict does (it returned None, and a load
+    with strict=False could not tell what it skipped)."""
+    keys = {}
+    apply_model_state(chunks, check_model_state(chunks, n_chunks, state, strict, keys))
+    return torch.nn.modules.module._IncompatibleKeys(keys.get("missing", []),
+                                                     keys.get("unexpected", []))

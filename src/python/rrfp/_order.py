@@ -2,6 +2,7 @@
 (docs/python.md, "Batch norm and other state a forward updates")."""
 import re
 import warnings
+import weakref
 
 import torch
 
@@ -36,13 +37,19 @@ def _stateful(m):
     """Whether a forward of module `m` itself (not its children) updates its buffers (or, an
     embedding with max_norm, renormalizes the rows of its weight that it looks up, in place)."""
     if isinstance(m, torch.jit.ScriptModule):
-        return _script_stateful(m)
+        found = _SCRIPT_STATEFUL.get(m)
+        if found is None:  # its compiled graph is read once: each step asks again
+            found = _SCRIPT_STATEFUL[m] = _script_stateful(m)
+        return found
     if isinstance(m, torch.nn.modules.batchnorm._NormBase):
         return m.track_running_stats
     if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
         return _renormalizes(m)
     return isinstance(m, _STATEFUL) or (_SPECTRAL_HOOK is not None and any(
         isinstance(h, _SPECTRAL_HOOK) for h in m._forward_pre_hooks.values()))
+
+
+_SCRIPT_STATEFUL = weakref.WeakKeyDictionary()  # scripted module -> _script_stateful's answer
 
 
 def _script_stateful(m):
@@ -112,6 +119,31 @@ def stateful_modules(chunks):
     return found
 
 
+def _found_state(ordered_forwards, chunks, loss_fn):
+    """stateful_modules of the chunks and of a loss_fn that is a module (the loss runs in the
+    last chunk's forward task, microbatch by microbatch: a batch norm in it updated its
+    statistics in the schedule's order, looking at the chunks alone missed it); refuses one
+    that several share unless ordered_forwards is False."""
+    owners = dict(chunks)
+    if isinstance(loss_fn, torch.nn.Module):
+        owners["loss_fn"] = loss_fn
+    found = stateful_modules(owners)
+    if ordered_forwards is not False:
+        for m, users in found.values():
+            if len(users) > 1:
+                a, b = (_owner_name(u) for u in users[:2])
+                raise ValueError(
+                    f"{a} and {b} share a {type(m).__name__}, whose forward updates its "
+                    "state: a plain loop updates it chunk by chunk within each microbatch, "
+                    "which stages running at once cannot; give each chunk its own, or pass "
+                    "ordered_forwards=False to accept another order")
+    return found
+
+
+def _owner_name(owner):
+    return owner if owner == "loss_fn" else f"chunk {owner}"
+
+
 def decide_order(ordered_forwards, chunks, core, loss_fn=None):
     """Orders the core's forwards when asked, or for ordered_forwards=None when the chunks of
     some process of the job, or a loss_fn that is a module, hold a stateful module (agreed over
@@ -119,31 +151,30 @@ def decide_order(ordered_forwards, chunks, core, loss_fn=None):
     module that several chunks share, whose state two stages would update at once. Every
     process of a job enters the one gather, its refusal included: a process that refused before
     it left the others waiting in it until their timeout, naming nobody."""
-    def found_here():
-        # The loss runs in the last chunk's forward task, microbatch by microbatch: a batch
-        # norm in it updated its statistics in the schedule's order (looking at the chunks
-        # alone missed it).
-        owners = dict(chunks)
-        if isinstance(loss_fn, torch.nn.Module):
-            owners["loss_fn"] = loss_fn
-        found = stateful_modules(owners)
-        if ordered_forwards is not False:
-            for m, users in found.values():
-                if len(users) > 1:
-                    a, b = (u if u == "loss_fn" else f"chunk {u}" for u in users[:2])
-                    raise ValueError(
-                        f"{a} and {b} share a {type(m).__name__}, whose forward updates its "
-                        "state: a plain loop updates it chunk by chunk within each microbatch, "
-                        "which stages running at once cannot; give each chunk its own, or pass "
-                        "ordered_forwards=False to accept another order")
-        return bool(found)
-
-    found = agreed_any(core, found_here, "Pipeline: process(es) {bad} refused their chunks' "
-                                         "stateful modules; their own errors say why")
+    found = agreed_any(core, lambda: bool(_found_state(ordered_forwards, chunks, loss_fn)),
+                       "Pipeline: process(es) {bad} refused their chunks' stateful modules; "
+                       "their own errors say why")
     if ordered_forwards is None:
         ordered_forwards = found
     if ordered_forwards:
         core.order_forwards()
+
+
+def check_state_kept(ordered_forwards, chunks, core, loss_fn):
+    """Each step, as it is set up: a stateful module added since the pipeline was built, which
+    then found none and ordered no forwards, is refused (its statistics came out in the
+    schedule's order, silently), and so is one that several chunks share now (two stages
+    updated it at once)."""
+    if ordered_forwards is False:
+        return
+    found = _found_state(ordered_forwards, chunks, loss_fn)
+    if found and not core.ordered_forwards:
+        m, users = next(iter(found.values()))
+        raise ValueError(
+            f"{_owner_name(users[0])} holds a {type(m).__name__}, whose forward updates its "
+            "state, added after the pipeline was built, which found none and so keeps no "
+            "order of forwards: its statistics would come out in the schedule's order, not a "
+            "plain loop's; build the pipeline after adding it, or pass ordered_forwards=True")
 
 
 class StateWatch:

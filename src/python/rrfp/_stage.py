@@ -68,9 +68,7 @@ class StageRunner:
         self.last_chunk = last_chunk
         self.split = split
         self.data = data
-        self.refresh_params()  # sets self.params
-        # Chunks whose first operation changes their input in place get a copy of it (below).
-        self.copy_input = {c: _begins_in_place(m) for c, m in modules.items()}
+        self.refresh_params()  # sets self.params and self.copy_input
         self.work = {}
         # Tasks this stage has run, for the progress line: only the stage's thread writes it,
         # so no lock is taken per task.
@@ -88,6 +86,10 @@ class StageRunner:
         # again each step.
         self.whole = {c: self.split and _module_backward_hooks(m)
                       for c, m in self.modules.items()}
+        # Chunks whose first operation changes their input in place get a copy of it
+        # (_forward); found again each step too (an in-place module put first between steps
+        # failed as one changing its input otherwise).
+        self.copy_input = {c: _begins_in_place(m) for c, m in self.modules.items()}
 
     # -- called by the runtime --------------------------------------------------------------
 
@@ -205,8 +207,9 @@ class StageRunner:
                     "step's backward would compute nothing (a plain loop's backward raises); "
                     "unfreeze a parameter, or call eval_step() for the losses alone")
             self.data.losses[mb] = loss.detach()
-            if self.data.scaler is not None:
-                loss = self.data.scaler._scaled(loss)
+            scaler = self.data.scaler
+            if scaler is not None:
+                loss = scaler._scaled(loss)
             self._count_uses(chunk, mb, [loss])
             self.work[(chunk, mb)] = _Work(inp, loss, tree_in)
             return None

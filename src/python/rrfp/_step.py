@@ -132,19 +132,29 @@ def closing(pipe, m):
 
 def refuse_rewritten(pipe):
     """Fails the step, on every process (closing's exchange carries the failure), where a
-    .grad that the step's backward reaches changed during the step (GradSums.rewritten)."""
+    .grad that the step's backward reaches changed during the step (GradSums.rewritten), or a
+    parameter's hooks did (GradSums.rehooked): each left another gradient than a plain loop's,
+    silently."""
     sums = pipe._data.sums
-    bad = sums.rewritten() if sums is not None else []
+    if sums is None:
+        return
+    bad, why = sums.rewritten(), (
+        "its .grad changed during the step (a backward() in a chunk's forward, or in another "
+        "thread), and the step's backward reaches it too: the step adds its gradients to .grad "
+        "as it ends, and cannot add them to what was written meanwhile in a plain loop's "
+        "order; add that loss to the chunk's output instead, or detach what it computes from "
+        "these parameters")
+    if not bad:
+        bad, why = sums.rehooked(), (
+            "its hooks changed during the step (one registered in a forward, or removed as it "
+            "ran): the step runs the hooks a parameter had as it began, on every microbatch, "
+            "where a plain loop runs those there at each microbatch's backward, so its gradient "
+            "would be another; register and remove parameter hooks between steps")
     if not bad:
         return
     name = next((f"chunk {c}'s '{n}'" for c, m in pipe.chunks.items()
                  for n, p in m.named_parameters() if p is bad[0]), "a parameter")
-    e = RuntimeError(
-        f"{name}: its .grad changed during the step (a backward() in a chunk's forward, or in "
-        "another thread), and the step's backward reaches it too: the step adds its gradients "
-        "to .grad as it ends, and cannot add them to what was written meanwhile in a plain "
-        "loop's order; add that loss to the chunk's output instead, or detach what it computes "
-        "from these parameters")
+    e = RuntimeError(f"{name}: {why}")
     pipe._data.record(None, None, e)
     raise e
 

@@ -1,6 +1,7 @@
 """The step's data: what a Pipeline shares with its stages' runners (rrfp._stage) for one
 step, and what they report back (the first error under a lock, the losses, the outputs)."""
 import threading
+import weakref
 
 from ._leaves import MadeGrads
 
@@ -20,7 +21,7 @@ class StepData:
         self.gradless = 0  # this step's microbatches whose loss wants no gradient
         self.total = None  # their sum, once the step has completed (rrfp._step.closing)
         self.sums = None  # GradSums of the step
-        self.scaler = None  # rrfp.GradScaler: the backward starts from each loss times its scale
+        self._scaler = None  # a weak reference to the rrfp.GradScaler (the scaler property)
         self.chunks = {}  # every chunk of this process by index: names parameters in messages
         # Every chunk the Pipeline was given by index where it was given a list (other
         # processes' too; None: `chunks`, built by a chunk_fn), and loss_fn: the owners of the
@@ -37,6 +38,17 @@ class StepData:
         # (stage, task, exception) of each task that raised, in the order they did: the step's
         # error names the one the runtime saw first, which need not be the first recorded here.
         self.errors = []
+
+    @property
+    def scaler(self):
+        """The rrfp.GradScaler whose scale multiplies each loss before the backward, or None.
+        Held weakly: a scaler let go of scales no more (its pipeline kept it, and with it every
+        later loss's scale, with no way to stop)."""
+        return None if self._scaler is None else self._scaler()
+
+    @scaler.setter
+    def scaler(self, scaler):
+        self._scaler = None if scaler is None else weakref.ref(scaler)
 
     def record(self, stage, task, exc):
         with self._lock:

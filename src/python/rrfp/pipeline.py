@@ -14,7 +14,7 @@ from ._leaves import MadeGrads
 from ._replicas import from_first_replica
 from ._launch import (agree_options, agreed, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters)
-from ._order import decide_order, refuse_renormalizing_embeddings
+from ._order import check_state_kept, decide_order, refuse_renormalizing_embeddings
 from ._seed import Seeding
 from ._sharing import claim_parameters, release_parameters
 from ._stage import StageRunner
@@ -165,6 +165,7 @@ class Pipeline:
                    "chunks: process(es) {bad} could not take replica 0's parameters and "
                    "buffers; their own errors say why")
         decide_order(ordered_forwards, self.chunks, self._core, loss_fn)
+        self._ordered_arg = ordered_forwards  # check_state_kept's, each step
         if seeding is not None:
             seeding.place(self.replica * self._core.microbatches)
             self._data.seeding = seeding
@@ -237,10 +238,11 @@ class Pipeline:
         entries. strict: a chunk of this process missing an entry of its own, or an entry of
         no chunk at all, raises KeyError; an entry of another shape or dtype, ValueError. Every
         entry is checked before any is loaded, so one that raises loads nothing. The copies of
-        a tie (`tied`) all load the entry of the tie's first name that `state` holds."""
+        a tie (`tied`) all load the entry of the tie's first name that `state` holds. Returns
+        torch's (missing_keys, unexpected_keys) of this process's chunks."""
         with self._one_call("load_state_dict"):
             state = one_value_per_tie(self._ties, self.chunks, state, self._data.model)
-            checkpoint.load_model_state(self.chunks, self._core.chunks, state, strict)
+            return checkpoint.load_model_state(self.chunks, self._core.chunks, state, strict)
 
     def save(self, path, optimizer=None, **extra):
         """Writes a checkpoint into the folder `path`: this process's chunks
@@ -395,6 +397,7 @@ class Pipeline:
         trains now, and the ties' copies as the chunks hold them (run_pass runs it)."""
         for r in self._runners:
             r.refresh_params()
+        check_state_kept(self._ordered_arg, self.chunks, self._core, self._data.loss_fn)
         claim_parameters(self)  # refused while another pipeline's step trains one
         # The model's tensors before the forwards replace any attribute (foreign_leaves).
         self._data.known = ModelTensors(self._data)
@@ -410,6 +413,7 @@ class Pipeline:
 
     def _set_up_eval(self):
         """eval_step's set-up: the ties' copies as the chunks hold them (run_pass runs it)."""
+        check_state_kept(self._ordered_arg, self.chunks, self._core, self._data.loss_fn)
         self._refresh_ties()
         return None, None
 

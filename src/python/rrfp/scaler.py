@@ -146,13 +146,26 @@ class GradScaler:
         with pipe._one_call("GradScaler"):
             if pipe._data.scaler is not None:  # checked under the hold: two threads both passed
                 raise ValueError("pipe: this pipeline has a GradScaler already; a pipeline's "
-                                 "loss is scaled by one scaler")
+                                 "loss is scaled by one scaler (detach() that one, or let it "
+                                 "go, first)")
             loaded = _saving.loaded_scaler_state(pipe)  # checked by the load
             if loaded is not None and self._enabled:
                 self._set_state(loaded)
             pipe._data.scaler = self
             _saving.forget_scaler_state(pipe)  # the scaler's own state is saved from now on
             self._pipe = pipe
+
+    def detach(self):
+        """Stops scaling its pipeline's losses: the pipeline's later steps train unscaled, as
+        they do once the scaler is let go of, and another GradScaler may be made for it. Not
+        while a step runs (RuntimeError)."""
+        pipe = self._pipe
+        if pipe is None:
+            return
+        with pipe._one_call("GradScaler.detach"):
+            if pipe._data.scaler is self:
+                pipe._data.scaler = None
+            self._pipe = None
 
     def is_enabled(self):
         return self._enabled
