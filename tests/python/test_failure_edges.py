@@ -157,6 +157,30 @@ def test_eval_step_refuses_a_loss_that_is_no_tensor():
         e.value.__cause__)
 
 
+def same_as_a_plain_loop(make, between=None):
+    """Whether two steps of a two-stage pipeline over make()'s chunks leave the gradients two
+    plain loops leave; between(chunks, step) runs before each step, and what it returns (a
+    function, or None) after it."""
+    def run(pipelined):
+        torch.manual_seed(0)
+        chunks = make()
+        pipe = rrfp.Pipeline(chunks, lambda y, t: y.sum(), pp=2, microbatches=2, timeout=60,
+                             progress=None)
+        xs = [torch.randn(2, 4, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+        for step in range(2):
+            after = between(chunks, step) if between is not None else None
+            if pipelined:
+                pipe.step(xs)
+            else:
+                for x in xs:
+                    chunks[1](chunks[0](x)).sum().backward()
+            if after is not None:
+                after()
+        return [p.grad for c in chunks for p in c.parameters()]
+
+    return all(torch.equal(a, b) for a, b in zip(run(True), run(False)))
+
+
 class Probed(nn.Module):
     """A chunk whose forward trains a probe of its own with backward() on a detached input, and
     may, wrongly for a pipeline, also backward() through its own layer."""
@@ -175,23 +199,11 @@ class Probed(nn.Module):
 def test_a_backward_in_a_forward_keeps_what_it_wrote_where_the_step_adds_nothing():
     # The step wrote back each .grad's value at its start where its backward added nothing:
     # from the second step on (a .grad then there), the probe never trained.
-    def train(pipelined):
-        torch.manual_seed(0)
-        chunks = [Probed(), nn.Linear(4, 4)]
-        pipe = rrfp.Pipeline(chunks, lambda y, t: y.sum(), pp=2, microbatches=2, timeout=60,
-                             progress=None)
-        xs = [torch.randn(2, 4, generator=torch.Generator().manual_seed(i)) for i in range(2)]
-        for _ in range(2):
-            for c in chunks:
-                c.zero_grad(set_to_none=False)
-            if pipelined:
-                pipe.step(xs)
-            else:
-                for x in xs:
-                    chunks[1](chunks[0](x)).sum().backward()
-        return [p.grad for c in chunks for p in c.parameters()]
+    def zero(chunks, step):
+        for c in chunks:
+            c.zero_grad(set_to_none=False)
 
-    assert all(torch.equal(a, b) for a, b in zip(train(True), train(False)))
+    assert same_as_a_plain_loop(lambda: [Probed(), nn.Linear(4, 4)], zero)
 
 
 def test_a_backward_in_a_forward_through_what_the_step_trains_is_refused():
@@ -229,44 +241,19 @@ def test_a_parameter_hook_registered_during_a_step_is_refused():
     assert "chunk 0's 'lin.weight': its hooks changed during the step" in str(e.value.__cause__)
     assert chunks[1].weight.grad is None  # the step wrote nothing
     # Hooks registered between steps run as a plain loop runs them.
-    def run(pipelined):
-        torch.manual_seed(0)
-        chunks = [nn.Linear(4, 4), nn.Linear(4, 4)]
-        pipe = rrfp.Pipeline(chunks, lambda y, t: y.sum(), pp=2, microbatches=2, timeout=60,
-                             progress=None)
-        xs = [torch.randn(2, 4, generator=torch.Generator().manual_seed(i)) for i in range(2)]
-        for halve in (True, False):
-            handle = chunks[0].weight.register_hook(lambda g: g * 0.5) if halve else None
-            if pipelined:
-                pipe.step(xs)
-            else:
-                for x in xs:
-                    chunks[1](chunks[0](x)).sum().backward()
-            if handle is not None:
-                handle.remove()
-        return [p.grad for c in chunks for p in c.parameters()]
+    def halve_first_step(chunks, step):
+        return chunks[0].weight.register_hook(lambda g: g * 0.5).remove if step == 0 else None
 
-    assert all(torch.equal(a, b) for a, b in zip(run(True), run(False)))
+    assert same_as_a_plain_loop(lambda: [nn.Linear(4, 4), nn.Linear(4, 4)], halve_first_step)
 
 
 def test_an_in_place_module_put_first_between_steps_gets_a_copy_of_its_input():
     # Whether a chunk begins in place was found once, as the pipeline was built: one put first
     # later failed as a chunk that changes its input otherwise (it is an nn.Sequential that
     # begins with it), where a plain loop runs it.
-    def run(pipelined):
-        torch.manual_seed(0)
-        chunks = [nn.Sequential(nn.Linear(4, 4)), nn.Sequential(nn.Linear(4, 4))]
-        pipe = rrfp.Pipeline(chunks, lambda y, t: y.sum(), pp=2, microbatches=2, timeout=60,
-                             progress=None)
-        xs = [torch.randn(2, 4, generator=torch.Generator().manual_seed(i)) for i in range(2)]
-        for step in range(2):
-            if step == 1:
-                chunks[1].insert(0, nn.LeakyReLU(0.1, inplace=True))
-            if pipelined:
-                pipe.step(xs)
-            else:
-                for x in xs:
-                    chunks[1](chunks[0](x)).sum().backward()
-        return [p.grad for c in chunks for p in c.parameters()]
+    def put_first(chunks, step):
+        if step == 1:
+            chunks[1].insert(0, nn.LeakyReLU(0.1, inplace=True))
 
-    assert all(torch.equal(a, b) for a, b in zip(run(True), run(False)))
+    assert same_as_a_plain_loop(
+        lambda: [nn.Sequential(nn.Linear(4, 4)), nn.Sequential(nn.Linear(4, 4))], put_first)
