@@ -97,6 +97,33 @@ pid=
 grep -qx "rrfp run: stopped by SIGINT; nothing written" "$tmp/runsig.log" ||
   fail "run: $(tail -1 "$tmp/runsig.log")"
 [ -e "$tmp/run.json" ] && fail "run: wrote --json after SIGINT"
+# A closed terminal (SIGHUP) stops sweep as SIGTERM does (it was killed with nothing written).
+"$rrfp" sweep --pp 64,128 --seeds 10 --csv "$tmp/hup.csv" >"$tmp/hup.log" 2>&1 &
+pid=$!
+wait_handler $pid || fail "sweep never installed its handler"
+sleep 1
+kill -HUP $pid
+wait $pid
+rc=$?
+pid=
+[ "$rc" -eq 129 ] || fail "sweep: exit $rc after SIGHUP, want 129"
+grep -q "rrfp sweep: stopped by SIGHUP" "$tmp/hup.log" || fail "sweep: $(tail -1 "$tmp/hup.log")"
+[ -s "$tmp/hup.csv" ] || fail "sweep: no CSV after SIGHUP"
+# The watchdog does not take a suspended process for a stalled one: stopped (Ctrl-Z) for longer
+# than --timeout and continued, a run goes on (it failed: "no progress for 4001 ms").
+printf '{"preset": "uniform", "forward_us": 2e5}' >"$tmp/paced.json"
+"$rrfp" run --pp 2 -m 4 --hint 1f1b --policy fixed --workload-file "$tmp/paced.json" \
+  --timeout 2 >"$tmp/stop.log" 2>&1 &
+pid=$!
+wait_handler $pid || fail "run never installed its handler"
+sleep 1
+kill -STOP $pid
+sleep 4
+kill -CONT $pid
+wait $pid
+rc=$?
+pid=
+[ "$rc" -eq 0 ] || fail "run stopped for 4 s under --timeout 2: exit $rc: $(tail -1 "$tmp/stop.log")"
 ls -A "$tmp" | grep -q '^\.rrfp-' && fail "a temporary was left behind"
 
 [ $fails -eq 0 ] && echo "cli_signals: all passed"

@@ -261,5 +261,15 @@ rc=$?
 [ "$rc" -eq 1 ] && grep -q "writing '$tmp/full2/loss.csv' failed: No space left on device" "$tmp/full2.log" ||
   fail "full disk (loss.csv): exit $rc: $(tail -1 "$tmp/full2.log")"
 
+# Its standard output's reader gone (`| head -1`, a `| tee` that a Ctrl-C ended first): the
+# run stops at its next step as under SIGTERM, with its checkpoint and files, exit 141 (it died
+# at its next line, without the checkpoint).
+"$rrfp" train "${small[@]}" --steps 2000 --save-every 3 --out "$tmp/p" 2>"$tmp/p.err" |
+  head -1 >/dev/null
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 141 ] || fail "train | head -1: exit $rc, want 141: $(tail -1 "$tmp/p.err")"
+[ -s "$tmp/p/checkpoint.bin" ] && [ -s "$tmp/p/trace.json" ] ||
+  fail "train | head -1: no checkpoint or trace: $(ls "$tmp/p")"
+
 echo "train signal and full-disk checks: $fails failed"
 [ "$fails" -eq 0 ]

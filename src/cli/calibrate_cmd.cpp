@@ -8,6 +8,7 @@
 
 #include "cli/mpi_launch.hpp"
 #include "cli/options.hpp"
+#include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "dist/calibrate.hpp"
@@ -58,12 +59,14 @@ std::vector<std::size_t> parse_sizes(const std::string& text) {
 void report(const CalibrateFlags& f, Calibration c) {
   c.transport = to_string(f.transport);
   const std::string text = calibration_json(c);
-  if (!f.out.empty()) write_text_file(f.out, text, "--out");
+  write_then_heed_signals([&] {
+    if (!f.out.empty()) write_text_file(f.out, text, "--out");
+    if (!f.json.empty() && f.json != "-") write_text_file(f.json, text, "--json");
+  });
   if (f.json == "-") {
     std::cout << text;
     return;
   }
-  if (!f.json.empty()) write_text_file(f.json, text, "--json");
   std::cout << format_calibration(c);
   if (!f.out.empty())
     std::cout << "wrote " << f.out << ": rrfp simulate --workload-file " << f.out
@@ -95,6 +98,7 @@ void refuse_inapplicable(const CalibrateFlags& f) {
 }
 
 void run_calibrate(const CalibrateFlags& f) {
+  exit_on_signals("calibrate");  // it died without a word, a file possibly half written
   refuse_inapplicable(f);
   CalibrateOptions o;
   o.sizes = parse_sizes(f.sizes);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/options.hpp"
+#include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "report/estimate.hpp"
@@ -47,6 +48,7 @@ void check_predict_fits(const PipelineConfig& c, int tp) {
 }
 
 void run_predict(PredictFlags f) {
+  exit_on_signals("predict");  // a signal while a file was written left it half written
   f.trace.option = "TRACE";
   if (f.comm != "auto" && f.comm != "async" && f.comm != "blocking")
     throw InputError("--comm: expected auto, async or blocking, got '" + f.comm.substr(0, 30) +
@@ -106,14 +108,16 @@ void run_predict(PredictFlags f) {
   // A step read already is not read twice.
   const Prediction p = whole_step ? predict(std::move(*whole_step), c, f.tp, o)
                                   : predict(f.path, c, f.tp, f.trace, o);
-  if (!f.svg.empty()) {
-    ReportHeader h;
-    h.workload = "trace:" + f.path;
-    h.tp = f.tp;
-    h.source = "measured vs predicted";
-    write_svg(f.svg, h, {p.measured, p.replayed, p.best()});
-  }
-  if (!f.json.empty()) write_json_report(f.json, prediction_json(p, f.path));
+  write_then_heed_signals([&] {
+    if (!f.svg.empty()) {
+      ReportHeader h;
+      h.workload = "trace:" + f.path;
+      h.tp = f.tp;
+      h.source = "measured vs predicted";
+      write_svg(f.svg, h, {p.measured, p.replayed, p.best()});
+    }
+    if (!f.json.empty()) write_json_report(f.json, prediction_json(p, f.path));
+  });
   std::ostream& human = f.json == "-" ? std::cerr : std::cout;
   if (f.json != "-") human << format_prediction(p, f.path);
   if (!f.svg.empty()) human << "timeline (measured, twin, best): " << f.svg << "\n";

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/options.hpp"
+#include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/hint_io.hpp"
@@ -79,6 +80,7 @@ WorkModel model_for(const ScheduleFlags& f, const std::string& hint) {
 }
 
 void show(const ScheduleFlags& f) {
+  exit_on_signals("schedule show");  // a signal while --out was written left it half written
   // Before the diagram: a bad --out printed the whole diagram, then exited 2.
   refuse_hint_name_out(f.out);
   check_outputs({{f.out, "--out"}}, {{hint_file(f.hint), "--hint"}});
@@ -99,8 +101,10 @@ void show(const ScheduleFlags& f) {
             << render(m, h);
   if (!f.out.empty()) {
     const bool json = hint_path_is_json(f.out);
-    write_text_file(f.out, json ? write_hint_json(h.list(), m) : write_hint_text(h.list(), m),
-                    "--out");
+    write_then_heed_signals([&] {
+      write_text_file(f.out, json ? write_hint_json(h.list(), m) : write_hint_text(h.list(), m),
+                      "--out");
+    });
     std::cout << "wrote " << f.out << "\n";
   }
 }

@@ -19,7 +19,7 @@ std::atomic<int> g_stop{0};
 // SIGTERM in each, built before it is installed (a handler may not allocate).
 enum Outputs : int { kNone = 0, kWriting = 1, kWritten = 2 };
 std::atomic<int> g_outputs{kNone};
-std::string g_exit_lines[2][2];  // [written][SIGTERM]
+std::string g_exit_lines[2][3];  // [written][exit_index: SIGINT, SIGTERM, SIGHUP]
 std::string g_command;
 
 // When the first signal was taken (CLOCK_MONOTONIC ns); the largest value until it is known.
@@ -50,7 +50,20 @@ bool first_request(int sig) {
   return expected == sig && now - g_first_ns.load() < kEchoNs;
 }
 
+// The row of g_exit_lines for each signal exit_on_signals takes.
+int exit_index(int sig) {
+  return sig == SIGTERM ? 1 : sig == SIGHUP ? 2 : 0;
+}
+
 void on_stop_signal(int sig) {
+  if (sig == SIGPIPE) {
+    // A reader of stdout gone (`| head`, a `| tee` the Ctrl-C ended first): a request to stop,
+    // never a second one, as each later write raises it again. It ended `train` at once,
+    // before its stop checkpoint, without a word.
+    int none = 0;
+    if (g_stop.compare_exchange_strong(none, sig)) g_first_ns.store(now_ns());
+    return;
+  }
   if (!first_request(sig)) ::_exit(128 + sig);  // async-signal-safe
 }
 
@@ -58,7 +71,7 @@ void on_exit_signal(int sig) {
   const int outputs = g_outputs.load();
   if (outputs == kWriting && first_request(sig)) return;  // heeded once they are written
   // Past the writing, the line says the outputs are there (it said "nothing written").
-  const std::string& line = g_exit_lines[outputs == kWritten ? 1 : 0][sig == SIGTERM ? 1 : 0];
+  const std::string& line = g_exit_lines[outputs == kWritten ? 1 : 0][exit_index(sig)];
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
   ::_exit(128 + sig);
 }
@@ -81,18 +94,20 @@ std::atomic<int>& stop_on_signals() {
   // SIGUSR1 too: mpirun forwards it to every process, where its own SIGINT and SIGTERM end the
   // job with SIGKILL a second after passing SIGTERM on (Open MPI's odls_base_sigkill_timeout),
   // which cuts a longer step short with nothing written.
-  install(on_stop_signal, {SIGINT, SIGTERM, SIGUSR1});
+  // SIGHUP too (a closed terminal or ssh session ended the work with nothing written), and
+  // SIGPIPE (on_stop_signal).
+  install(on_stop_signal, {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGPIPE});
   return g_stop;
 }
 
 void exit_on_signals(const std::string& command) {
   g_command = command;
-  for (int sig : {SIGINT, SIGTERM}) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     const std::string stopped = "rrfp " + command + ": stopped by " + signal_name(sig);
-    g_exit_lines[0][sig == SIGTERM ? 1 : 0] = stopped + "; nothing written\n";
-    g_exit_lines[1][sig == SIGTERM ? 1 : 0] = stopped + " after its outputs were written\n";
+    g_exit_lines[0][exit_index(sig)] = stopped + "; nothing written\n";
+    g_exit_lines[1][exit_index(sig)] = stopped + " after its outputs were written\n";
   }
-  install(on_exit_signal, {SIGINT, SIGTERM});
+  install(on_exit_signal, {SIGINT, SIGTERM, SIGHUP});
 }
 
 void write_then_heed_signals(const std::function<void()>& write) {
@@ -119,6 +134,8 @@ std::string signal_name(int sig) {
   if (sig == SIGINT) return "SIGINT";
   if (sig == SIGTERM) return "SIGTERM";
   if (sig == SIGUSR1) return "SIGUSR1";
+  if (sig == SIGHUP) return "SIGHUP";
+  if (sig == SIGPIPE) return "SIGPIPE (its standard output closed)";
   return "signal " + std::to_string(sig);
 }
 

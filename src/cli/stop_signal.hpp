@@ -1,11 +1,12 @@
 #pragma once
-// SIGINT, SIGTERM and SIGUSR1 for the commands whose work is long and worth keeping (`train`,
-// `plan`, `sweep`): the first signal asks the work to stop at its next safe point, where the
-// command writes what it has (a step's log row and checkpoint, the best order so far, the grid
-// points done) and exits 128 + the signal (130, 143, 138); a second signal ends the process at
-// once, unless it is the first one again within a quarter second (its echo: GNU timeout sends
-// it to the process and then to its group). SIGUSR1 is the one mpirun forwards to every process
-// as it is.
+// SIGINT, SIGTERM, SIGUSR1 and SIGHUP for the commands whose work is long and worth keeping
+// (`train`, `plan`, `sweep`): the first signal asks the work to stop at its next safe point,
+// where the command writes what it has (a step's log row and checkpoint, the best order so far,
+// the grid points done) and exits 128 + the signal (130, 143, 138, 129); a second signal ends
+// the process at once, unless it is the first one again within a quarter second (its echo: GNU
+// timeout sends it to the process and then to its group). SIGUSR1 is the one mpirun forwards to
+// every process as it is. SIGPIPE (stdout's reader gone) asks to stop too, and is never a
+// second request: every later write to stdout raises it again, and fails.
 #include <atomic>
 #include <functional>
 #include <string>
@@ -17,9 +18,10 @@ std::atomic<int>& stop_on_signals();
 // The first signal's number, 0 while none came.
 std::atomic<int>& stop_flag();
 
-// SIGINT and SIGTERM for `simulate` and `run`, whose work has no point to stop at and keeps
-// nothing worth writing half done: a signal ends the process at once, exit 128 + the signal,
-// with the line "rrfp COMMAND: stopped by SIGINT; nothing written" (they died without a word).
+// SIGINT, SIGTERM and SIGHUP for `simulate`, `run`, `predict`, `schedule show` and `calibrate`,
+// whose work has no point to stop at and keeps nothing worth writing half done: a signal ends the
+// process at once, exit 128 + the signal, with the line "rrfp COMMAND: stopped by SIGINT; nothing
+// written" (they died without a word).
 void exit_on_signals(const std::string& command);
 // Runs `write` (the command's outputs) with exit_on_signals' signals held back, so that none is
 // left half written; one that came meanwhile is then heeded (QuietExit, 128 + the signal) with

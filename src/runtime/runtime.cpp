@@ -214,16 +214,24 @@ StepResult Runtime::run_step(int step) {
 
 // The caller's thread is the watchdog: it sleeps until every worker is done or one failed,
 // waking now and then to see whether anything has progressed.
+constexpr std::int64_t kSuspendedNs = 1'000'000'000;
+
 void Runtime::watch(int workers) {
   const std::int64_t timeout = opt_.timeout_ms * 1'000'000;
   const std::int64_t poll =
       timeout > 0 ? std::clamp<std::int64_t>(timeout / 10, 1'000'000, 50'000'000) : 50'000'000;
-  const std::int64_t start = now_ns();
+  std::int64_t start = now_ns(), woke = start;
   std::int64_t wait = poll;
   while (!failure_.wait(workers, wait)) {
+    const std::int64_t asked = wait;
     wait = poll;
     if (timeout == 0) continue;
     const std::int64_t now = now_ns();
+    // Woken a second or more after it asked: the process was stopped (Ctrl-Z, SIGSTOP) or not
+    // run, and its tasks with it, so that time is nobody's stall: the deadline starts again (a
+    // suspend longer than the timeout failed the step as a stall once resumed).
+    if (now - woke > asked + kSuspendedNs) start = now;
+    woke = now;
     const std::int64_t last_change = std::max(start, failure_.last_progress_ns());
     if (now - last_change < timeout) {
       wait = std::min(poll, last_change + timeout - now);  // wake at the deadline itself
