@@ -18,15 +18,16 @@ wait_handler() {
   return 1
 }
 
-# Stops process $1 with SIGTERM after $2 s; its exit status in $rc, at most 30 s later.
+# Stops process $1 with SIGTERM (or signal $3) after $2 s; its exit status in $rc, at most
+# 30 s later.
 stop_after() {
   wait_handler "$1" || fail "process $1 never installed its SIGTERM handler"
   sleep "$2"
-  kill -TERM "$1"
+  kill -"${3:-TERM}" "$1"
   local start=$SECONDS
   wait "$1"
   rc=$?
-  [ $((SECONDS - start)) -le 30 ] || fail "took $((SECONDS - start)) s to stop after SIGTERM"
+  [ $((SECONDS - start)) -le 30 ] || fail "took $((SECONDS - start)) s to stop after its signal"
 }
 
 # plan: a 10-minute budget stopped after a second reports and writes the best order so far,
@@ -100,11 +101,7 @@ grep -qx "rrfp run: stopped by SIGINT; nothing written" "$tmp/runsig.log" ||
 # A closed terminal (SIGHUP) stops sweep as SIGTERM does (it was killed with nothing written).
 "$rrfp" sweep --pp 64,128 --seeds 10 --csv "$tmp/hup.csv" >"$tmp/hup.log" 2>&1 &
 pid=$!
-wait_handler $pid || fail "sweep never installed its handler"
-sleep 1
-kill -HUP $pid
-wait $pid
-rc=$?
+stop_after $pid 1 HUP
 pid=
 [ "$rc" -eq 129 ] || fail "sweep: exit $rc after SIGHUP, want 129"
 grep -q "rrfp sweep: stopped by SIGHUP" "$tmp/hup.log" || fail "sweep: $(tail -1 "$tmp/hup.log")"
