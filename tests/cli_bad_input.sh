@@ -378,7 +378,7 @@ check "run: 2 runs of 1.2M tasks, 1 timed step each: about 720 MB of memory" run
 # A timeline keeps every task's record and draws it: a shape that fits without one may not.
 check "simulate: 1 run of 0.5M tasks: about 184 MB of memory" simulate --pp 512 -m 512 --hint bf --policy ready --trace "$tmp/t.json"
 check "or leave out --trace and --svg" simulate --pp 512 -m 512 --hint bf --policy ready --svg "$tmp/t.svg"
-check "schedule show: 0.5M tasks and 1.0M diagram cells: about 126 MB" schedule show --pp 512 -m 512
+check "schedule show: 0.5M tasks and 1.0M diagram cells: about 127 MB" schedule show --pp 512 -m 512
 check "plan: orders of 1.0M tasks" plan --pp 512 -m 512 --tp 2
 # Each stage's own state counts beside its tasks (at M=1 it is most of a run), and a diagram's
 # cells beside the tasks it shows; `schedule check` is sized before it builds its model.

@@ -319,6 +319,23 @@ TEST(Workload, AStragglerStagePastThePipelineIsRefused) {
                "or -2 for one drawn from the seed");
 }
 
+// Each field within its range, a microbatch's message past 2^63 bytes: refused by name, where
+// its size wrapped negative (and the adaptive rule's entry order with it). A clamp raised
+// (tokens_max) with messages of ordinary size is no such message.
+TEST(Workload, AMessagePastOneTebibyteIsRefused) {
+  WorkModel m(config(2, 4));
+  WorkloadParams w = workload_preset("multimodal");
+  w.tokens_max = 2e8;
+  EXPECT_NO_THROW(realize(w, m, 1, 1));
+  w.images_scale = 1e6;
+  w.images_max = 1000000;
+  w.image_tokens = 1e6;
+  w.bytes_per_token = 2;
+  EXPECT_ERROR(realize(w, m, 1, 1), InputError,
+               "workload bytes_per_token: microbatch 2's message would be 2e+12 bytes");
+  EXPECT_ERROR(realize(w, m, 1, 1), InputError, "at most 2^40 (1 TiB)");
+}
+
 TEST(Workload, JitterHitsAboutPOfTasks) {
   WorkModel m(config(8, 64));
   for (int j = 1; j <= 3; ++j) {

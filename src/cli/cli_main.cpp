@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -131,6 +132,9 @@ int cli_main(int argc, char** argv) {
   // pipe is a failed run, not a success with the output lost.
   errno = 0;
   std::cout.flush();
+  // A reader gone (`| head`) ends the command as SIGPIPE's default action does, quietly, where
+  // SIGPIPE is taken as a stop request (train).
+  if ((!std::cout || std::ferror(stdout)) && errno == EPIPE) return 128 + SIGPIPE;
   if (!std::cout || std::ferror(stdout)) {
     print_line(std::string("rrfp: run failed: writing standard output failed") +
                (errno ? std::string(": ") + std::strerror(errno) : std::string()));

@@ -74,25 +74,22 @@ std::string render(const WorkModel& m, const Hint& hint) {
   return out + "\n";
 }
 
-WorkModel model_for(const ScheduleFlags& f, const std::string& hint) {
-  PipelineConfig c = to_config(f.shape, hint);
-  return WorkModel(c);
-}
-
 void show(const ScheduleFlags& f) {
   exit_on_signals("schedule show");  // a signal while --out was written left it half written
   // Before the diagram: a bad --out printed the whole diagram, then exited 2.
   refuse_hint_name_out(f.out);
   check_outputs({{f.out, "--out"}}, {{hint_file(f.hint), "--hint"}});
-  WorkModel m = model_for(f, f.hint);
-  // The diagram holds a cell a stage and time unit: at least each stage's tasks and the
-  // pipeline's fill and drain, 2(P - 1) units, wide; a cell about 40 bytes, its string and its
-  // text (--pp 20000 -m 1, 40K tasks, took all memory on its 800M cells).
-  const double cells = static_cast<double>(m.pp()) * (m.tasks_per_stage() + 2.0 * (m.pp() - 1));
-  check_fits("schedule show: " + fmt("%.1fM", m.num_tasks() / 1e6) + " tasks and " +
+  // Sized before the model is built. The diagram holds a cell a stage and time unit: at least
+  // each stage's tasks and the pipeline's fill and drain, 2(P - 1) units, wide; a cell about
+  // 40 bytes, its string and its text (--pp 20000 -m 1, 40K tasks, took all memory on its 800M
+  // cells).
+  const PipelineConfig c = to_config(f.shape, f.hint);
+  const double tasks = tasks_of(c, 1), cells = c.pp * (tasks / c.pp + 2.0 * (c.pp - 1));
+  check_fits("schedule show: " + fmt("%.1fM", tasks / 1e6) + " tasks and " +
                  fmt("%.1fM", cells / 1e6) + " diagram cells",
-             static_cast<double>(m.num_tasks()) + cells / 4, kScheduleCost,
+             tasks + cells / 4 + c.pp * kStageBytes / kScheduleCost.bytes, kScheduleCost,
              "--pp or --microbatches");
+  WorkModel m(c);
   Hint h = make_hint(f.hint, m);
   if (!f.out.empty() && !h.is_list())
     throw InputError("--out: '" + f.hint + "' is a rule hint, it has no task list");
@@ -138,8 +135,8 @@ void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& s
 }
 
 void check(const ScheduleFlags& f) {
-  // Before the model is built, as `show` does (a header's or a flag's --pp 50000000 built 50M
-  // stages first: 4.4 GB, then the header's mismatch).
+  // Before the model is built (a header's or a flag's --pp 50000000 built 50M stages first:
+  // 4.4 GB, then the header's mismatch).
   const PipelineConfig c = to_config(f.shape, f.file);
   check_fits("schedule check: " + fmt("%.1fM", tasks_of(c, 1) / 1e6) + " tasks",
              tasks_of(c, 1) + static_cast<double>(c.pp) * kStageBytes / kScheduleCost.bytes,

@@ -90,13 +90,14 @@ void install(void (*handler)(int), std::initializer_list<int> signals) {
 
 }  // namespace
 
-std::atomic<int>& stop_on_signals() {
+std::atomic<int>& stop_on_signals(bool pipe) {
   // SIGUSR1 too: mpirun forwards it to every process, where its own SIGINT and SIGTERM end the
   // job with SIGKILL a second after passing SIGTERM on (Open MPI's odls_base_sigkill_timeout),
   // which cuts a longer step short with nothing written.
   // SIGHUP too (a closed terminal or ssh session ended the work with nothing written), and
-  // SIGPIPE (on_stop_signal).
-  install(on_stop_signal, {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGPIPE});
+  // where asked SIGPIPE (on_stop_signal).
+  install(on_stop_signal, {SIGINT, SIGTERM, SIGUSR1, SIGHUP});
+  if (pipe) install(on_stop_signal, {SIGPIPE});
   return g_stop;
 }
 
@@ -135,7 +136,7 @@ std::string signal_name(int sig) {
   if (sig == SIGTERM) return "SIGTERM";
   if (sig == SIGUSR1) return "SIGUSR1";
   if (sig == SIGHUP) return "SIGHUP";
-  if (sig == SIGPIPE) return "SIGPIPE (its standard output closed)";
+  if (sig == SIGPIPE) return "SIGPIPE (a pipe it wrote to closed)";
   return "signal " + std::to_string(sig);
 }
 

@@ -5,8 +5,10 @@
 // the grid points done) and exits 128 + the signal (130, 143, 138, 129); a second signal ends
 // the process at once, unless it is the first one again within a quarter second (its echo: GNU
 // timeout sends it to the process and then to its group). SIGUSR1 is the one mpirun forwards to
-// every process as it is. SIGPIPE (stdout's reader gone) asks to stop too, and is never a
-// second request: every later write to stdout raises it again, and fails.
+// every process as it is. With `pipe` (train, whose steps print as they end), SIGPIPE (stdout's
+// reader gone) asks to stop too, and is never a second request: every later write to stdout
+// raises it again, and fails. Elsewhere it keeps its default action (exit 141): plan and sweep
+// print at the end, when their files are written.
 #include <atomic>
 #include <functional>
 #include <string>
@@ -14,7 +16,7 @@
 namespace rrfp {
 
 // Installs the handlers (again: the same ones) and returns stop_flag().
-std::atomic<int>& stop_on_signals();
+std::atomic<int>& stop_on_signals(bool pipe = false);
 // The first signal's number, 0 while none came.
 std::atomic<int>& stop_flag();
 

@@ -61,7 +61,7 @@ train::TrainRun to_run(const TrainFlags& f) {
 }
 
 void run(const TrainFlags& f) {
-  stop_on_signals();
+  stop_on_signals(true);
   if (f.transport == TransportKind::Mpi) {
     train::TrainSummary sum;
     run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {

@@ -64,8 +64,10 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
   sc = with_replay_step(std::move(sc), {spec});
   check_spec(sc, spec);
   const PipelineConfig c = config_for(sc, spec);
+  // Its StepRecord keeps every task's record, beside the simulation's own.
   check_fits_here("simulate: " + std::to_string(static_cast<long long>(tasks_of(c, tp))) + " tasks",
-                  tasks_of(c, tp), kSimulateCost, simulated_bytes(c, tp, kSimulateCost.bytes));
+                  tasks_of(c, tp), kSimulateCost,
+                  simulated_bytes(c, tp, kSimulateCost.bytes + kRecordBytes));
   StepRecordPy r;
   {
     pyb::gil_scoped_release nogil;

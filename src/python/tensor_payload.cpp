@@ -77,12 +77,6 @@ bool without_overlap(const at::Tensor& c) {
   return true;
 }
 
-std::uint8_t layout_of(const at::Tensor& c) {
-  if (c.is_contiguous()) return kContiguous;
-  if (!without_overlap(c)) return kSpan;
-  return c.is_non_overlapping_and_dense() ? kDense : kScatter;
-}
-
 // The elements from a tensor's first to the farthest its strides reach (0 when it has none).
 std::int64_t span_of(const at::Tensor& c) {
   if (c.numel() == 0) return 0;
@@ -90,6 +84,20 @@ std::int64_t span_of(const at::Tensor& c) {
   for (int d = 0; d < c.dim(); ++d)
     last += (c.size(d) - 1) * c.stride(d);
   return last + 1;
+}
+
+// A tensor sharing memory travels as the span it reaches while that is at most this many times
+// its elements (an unfold's windows, a broadcast row); past it, contiguous, its reductions then
+// adding in another order than the producer's tensor: a slice of a large activation, expanded
+// (h[:, :1].expand(...)), reached 96x its elements.
+constexpr std::int64_t kMostSpanPerElement = 4;
+
+std::uint8_t layout_of(const at::Tensor& c) {
+  if (c.is_contiguous()) return kContiguous;
+  if (!without_overlap(c))
+    return span_of(c) <= kMostSpanPerElement * std::max<std::int64_t>(1, c.numel()) ? kSpan
+                                                                                    : kContiguous;
+  return c.is_non_overlapping_and_dense() ? kDense : kScatter;
 }
 
 // That memory as a one-dimensional tensor (a view: the bytes a kSpan message carries).
@@ -148,15 +156,21 @@ namespace {
 
 Prepared prepare(const at::Tensor& t, const std::string& what) {
   check_sendable(t, what);
-  Prepared p{t.detach().to(at::kCPU), {}, static_cast<std::uint8_t>(dtype_code(t)), 0, 0, 0};
+  Prepared p{t.detach(), {}, static_cast<std::uint8_t>(dtype_code(t)), 0, 0, 0};
   // A lazy negation (the imaginary part of a conjugate view, z.conj().imag) is a flag beside
   // the memory, which is what travels: unresolved, its sign was dropped. (A lazy conjugation
   // lives on complex tensors only, refused above.)
   if (p.c.is_neg()) p.c = p.c.resolve_neg();
+  // The layout is the tensor's where it is: brought to the CPU first, a GPU's tensor sharing
+  // memory or with gaps went contiguous (to() keeps only a dense one's strides).
   p.layout = layout_of(p.c);
   if (p.layout == kContiguous) p.c = p.c.contiguous();
-  // A dense tensor's memory is its numel() elements from data_ptr(), whatever their order.
-  p.data = p.layout == kScatter ? p.c.contiguous() : p.layout == kSpan ? span_view(p.c) : p.c;
+  // A dense tensor's memory is its numel() elements from data_ptr(), whatever their order
+  // (to() keeps it so).
+  p.data = (p.layout == kScatter ? p.c.contiguous()
+            : p.layout == kSpan  ? span_view(p.c)
+                                 : p.c)
+               .to(at::kCPU);
   p.offset = data_offset(static_cast<int>(p.c.dim()), p.layout);
   p.bytes = static_cast<std::size_t>(p.data.numel()) * p.c.element_size();
   return p;

@@ -42,6 +42,10 @@ inline double tasks_of(const PipelineConfig& c, int tp) {
 // estimated, about 70 GB needed).
 inline constexpr double kStageBytes = 1500;
 
+// A task's record (TaskRecord), kept where a run's records are (Python's rrfp.simulate: about
+// 100 bytes a task in all, measured at P=4, M=100K).
+inline constexpr double kRecordBytes = 64;
+
 // Bytes a simulated run of shape `c` over `tp` ranks holds at `per_task` bytes a task.
 inline double simulated_bytes(const PipelineConfig& c, int tp, double per_task) {
   return tasks_of(c, tp) * per_task + static_cast<double>(c.pp) * tp * kStageBytes;

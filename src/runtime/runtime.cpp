@@ -228,9 +228,10 @@ void Runtime::watch(int workers) {
     if (timeout == 0) continue;
     const std::int64_t now = now_ns();
     // Woken a second or more after it asked: the process was stopped (Ctrl-Z, SIGSTOP) or not
-    // run, and its tasks with it, so that time is nobody's stall: the deadline starts again (a
-    // suspend longer than the timeout failed the step as a stall once resumed).
-    if (now - woke > asked + kSuspendedNs) start = now;
+    // run, and its tasks with it, so that time is nobody's stall: the deadline moves on by it
+    // (a suspend longer than the timeout failed the step as a stall once resumed).
+    if (const std::int64_t late = now - woke - asked; late > kSuspendedNs)
+      start = std::max(start, failure_.last_progress_ns()) + late;
     woke = now;
     const std::int64_t last_change = std::max(start, failure_.last_progress_ns());
     if (now - last_change < timeout) {

@@ -82,7 +82,7 @@ struct Process {
   bool legacy = false;
   std::vector<Span> spans;
   std::map<int, std::pair<double, double>> steps;  // N -> [start, end]
-  std::set<std::pair<int, bool>> step_spans;       // (N, a device span) seen
+  std::set<int> cpu_steps;                         // the N of each ProfilerStep#N seen on the CPU
   std::string origin;
 };
 
@@ -124,9 +124,11 @@ std::vector<Process> processes_of(const std::vector<Doc>& docs) {
         size_t i = 13;
         int step = 0;
         if (digits_at(s, i, step) && i == s.size()) {
-          // The later span of a step replaced the earlier silently (a device's copy aside).
+          // A step's CPU span given twice: the later replaced the earlier silently. A device
+          // has a copy of it on each stream its kernels ran on (Kineto's
+          // gpu_user_annotation), which take their place as before.
           const bool gpu = string_at(e, "cat", d.origin, n) == "gpu_user_annotation";
-          if (!p.step_spans.insert({step, gpu}).second)
+          if (!gpu && !p.cpu_steps.insert(step).second)
             throw InputError(where + ": " + s +
                              " appears twice in one rank's trace; a step is one span there");
           const double ts = clock_at(e, "ts", where);

@@ -90,16 +90,6 @@ void validate(const WorkloadParams& w) {
   in("comm_wake_us", w.comm_wake_us, 0, 1e6);
   in("comm_wake_per_copy_us", w.comm_wake_per_copy_us, 0, 1e6);
   in("bytes_per_token", w.bytes_per_token, 0, 1e9);
-  // The largest message, a microbatch's most tokens (its images' included) times
-  // bytes_per_token: each range alone let it pass 2^63 bytes, and a message's size wrapped
-  // negative (the adaptive rule's entry order changed with it, silently).
-  const double most_tokens =
-      w.tokens_max + (w.images_scale > 0 ? w.images_max * w.image_tokens : 0);
-  if (most_tokens * w.bytes_per_token > kMaxMessageBytes)
-    throw InputError("workload bytes_per_token: the largest message would be " +
-                     fmt("%.4g", most_tokens * w.bytes_per_token) +
-                     " bytes ((tokens_max + images_max x image_tokens) x bytes_per_token); at "
-                     "most 2^40 (1 TiB): lower bytes_per_token, tokens_max or image_tokens");
   in("tp_sigma", w.tp_sigma, 0, 10);
   in("tp_collective_us", w.tp_collective_us, 0, kUs);
   in("coord_latency_us", w.coord_latency_us, 0, kUs);
@@ -280,6 +270,14 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
   for (int mb = 0; mb < mbs; ++mb) {
     images[mb] = microbatch_images(w, seed, mb);
     tokens[mb] = microbatch_tokens(w, seed, mb) + images[mb] * w.image_tokens;
+    // Each field in its range let a message pass 2^63 bytes, and its size wrapped negative
+    // (the adaptive rule's entry order changed with it, silently).
+    if (tokens[mb] * w.bytes_per_token > kMaxMessageBytes)
+      throw InputError("workload bytes_per_token: microbatch " + std::to_string(mb) +
+                       "'s message would be " + fmt("%.4g", tokens[mb] * w.bytes_per_token) +
+                       " bytes (its " + fmt("%.4g", tokens[mb]) +
+                       " tokens, images' included, x bytes_per_token); at most 2^40 (1 TiB): "
+                       "lower bytes_per_token, the tokens or image_tokens");
   }
   int straggler = w.straggler_stage;
   if (straggler == -2) straggler = static_cast<int>(hash_keys(seed, kStragglerStage) % m.pp());

@@ -301,9 +301,10 @@ def test_a_scaler_detached_or_let_go_scales_no_more():
         for c in model:
             c.zero_grad(set_to_none=True)
         if drop == "detach":
-            scaler.detach()
-        del scaler
-        gc.collect()
+            scaler.detach()  # and kept: detached, not let go of
+        else:
+            del scaler
+            gc.collect()
         pipe.step(x, y)
         scaled_backward(ref, x, y, M, rrfp.GradScaler(enabled=False))
         assert all(torch.equal(p.grad, q.grad) for c, r in zip(model, ref)

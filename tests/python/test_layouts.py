@@ -222,6 +222,19 @@ def test_a_message_keeps_each_layout_through_encode_and_decode():
             assert got.stride() == t.stride(), (got.stride(), t.stride())
 
 
+def test_a_shared_tensor_spanning_far_more_than_its_elements_goes_contiguous():
+    """A broadcast slice of a large activation (h[:, :1].expand(...)) reaches 96 times its
+    elements: it travels contiguous, at its own size, and arrives with its values."""
+    h = torch.randn(4, 1024, 256)
+    t = h[:, 0:1].expand(-1, 8, -1)
+    message = _header(t)
+    assert message.numel() < 2 * t.numel() * t.element_size()
+    got = rrfp._rrfp._payload_tensor(message)
+    assert torch.equal(got, t) and got.is_contiguous()
+    held = rrfp._rrfp._message_copy(t)
+    assert torch.equal(held, t) and held.storage().size() == t.numel()
+
+
 def test_a_held_copy_is_what_a_message_of_bytes_decodes_to():
     """Between stages of one process a message holds a copy (rrfp/_device.py hands a GPU's over
     through the same function): its values, strides and memory span are a decoded message's, so

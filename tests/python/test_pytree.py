@@ -360,3 +360,17 @@ def test_a_tensor_returned_twice_arrives_as_one(hint, policy):
     for a, b in zip(ref, chunks):
         for (n, p), q in zip(a.named_parameters(), b.parameters()):
             assert torch.equal(p.grad, q.grad), n
+
+
+@dataclasses.dataclass
+class Batch:
+    x: torch.Tensor
+
+
+def test_inputs_holding_a_tensor_subclass_still_reach_the_device():
+    # The subclass refusal is for messages between chunks: inputs moved to a device went through
+    # it too, and fell back to pytree, which opens no dataclass (their tensors stayed behind).
+    from rrfp._device import to_device
+
+    moved = to_device(Batch(torch.ones(2).as_subclass(Halving)), torch.device("meta"))
+    assert isinstance(moved, Batch) and moved.x.device.type == "meta"

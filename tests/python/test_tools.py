@@ -85,7 +85,7 @@ def test_a_run_too_large_for_the_memory_is_refused_before_it_starts(monkeypatch)
     # As the CLI refuses it: rrfp.simulate ran such a run until std::bad_alloc, or past the
     # memory RRFP_MEMORY_LIMIT allows; each stage's own state counts beside its tasks.
     monkeypatch.setenv("RRFP_MEMORY_LIMIT", "64M")
-    with pytest.raises(MemoryError, match="simulate: 200000 tasks: about 159 MB of memory"):
+    with pytest.raises(MemoryError, match="simulate: 200000 tasks: about 172 MB of memory"):
         rrfp.simulate(pp=100000, microbatches=1, hint="bf")
     with pytest.raises(MemoryError, match="schedule: 2097152 tasks: .* lower `pp`, "
                                           "`microbatches` or `tp`"):

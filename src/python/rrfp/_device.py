@@ -70,7 +70,7 @@ def to_device(obj, device):
     if isinstance(obj, torch.Tensor):
         return obj.to(device)
     try:
-        structure, tensors = pack(obj, "inputs")
+        structure, tensors = pack(obj, "inputs", plain_only=False)
     except TypeError:  # not picklable: what pytree opens
         return pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, obj)
     return unpack(structure, [t.to(device) for t in tensors])

@@ -138,7 +138,7 @@ class GradSums:
                 return None
             return p.grad.detach().clone()
 
-        self._marks = {}  # mark()
+        self._marks = []  # mark(): (parameter, its .grad's mark, its hooks' mark)
 
         users = {}  # id(param) -> chunks using it
         for c in sorted(chunk_params):
@@ -240,26 +240,31 @@ class GradSums:
         return [(p, g if touched else None) for p, g, touched in self._each()]
 
     def mark(self):
-        """Notes each .grad as the step's tasks find it (after the set-up's own writes: a
-        replaced tie copy takes its first copy's), to tell one written during the step (a
-        backward() in a chunk's forward) by rewritten()."""
-        self._marks = {id(p): _grad_mark(p) for ps in self._chunk_params.values() for p in ps}
-        self._hooks = {id(p): _hook_mark(p) for ps in self._chunk_params.values() for p in ps}
+        """Notes each .grad and each parameter's hooks as the step's tasks find them (after the
+        set-up's own writes: a replaced tie copy takes its first copy's .grad), to tell those
+        changed during the step (a backward() or a hook registered in a chunk's forward):
+        rewritten(), rehooked()."""
+        self._marks = [(p, _grad_mark(p), _hook_mark(p)) for ps in self._chunk_params.values()
+                       for p in ps]
 
     def rewritten(self):
         """The parameters the step's backward reached whose .grad changed during the step (a
         backward() in a chunk's forward): their sums would overwrite what was written, and
         cannot be added to it in a plain loop's order."""
-        return [p for p, _, touched in self._each()
-                if touched and _grad_mark(p) != self._marks.get(id(p), _grad_mark(p))]
+        changed = {id(p) for p, grad, _ in self._marks if _grad_mark(p) != grad}
+        if not changed:  # the usual: one pass over the parameters, nothing else
+            return []
+        return [p for p, _, touched in self._each() if touched and id(p) in changed]
 
 
     def rehooked(self):
         """The parameters whose hooks changed during the step (one registered in a forward, or
         removing itself as it runs): the step runs the hooks each parameter had as it began,
-        where a plain loop's backward runs those there at each microbatch's backward."""
-        return [p for ps in self._chunk_params.values() for p in ps
-                if id(p) in self._hooks and _hook_mark(p) != self._hooks[id(p)]]
+        where a plain loop's backward runs those there at each microbatch's backward. (A torch
+        whose autograd.grad runs them itself runs those there at each backward task.)"""
+        if _ENGINE_RUNS_LEAF_HOOKS:
+            return []
+        return [p for p, _, hooks in self._marks if _hook_mark(p) != hooks]
 
 
 def _hook_mark(p):

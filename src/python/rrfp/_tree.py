@@ -34,9 +34,9 @@ def refuse_subclass(t, what):
 
 
 class _Pickler(pickle.Pickler):
-    def __init__(self, file, what):
+    def __init__(self, file, what, plain_only):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.what = what
+        self.what, self.plain_only = what, plain_only
         self.tensors = []
         self.places = {}  # id(tensor) -> its place in self.tensors
 
@@ -48,7 +48,7 @@ class _Pickler(pickle.Pickler):
             # sum added at the sender, the bits differed from the loop's.
             at = self.places.get(id(obj))
             if at is None:
-                if self.what is not None:  # a message, not a search (tensors_in)
+                if self.plain_only:
                     refuse_subclass(obj, self.what)
                 at = self.places[id(obj)] = len(self.tensors)
                 self.tensors.append(obj)
@@ -65,14 +65,15 @@ class _Unpickler(pickle.Unpickler):
         return self.tensors[pid]
 
 
-def pack(obj, what):
+def pack(obj, what, plain_only=True):
     """A structure as (bytes, tensors): the tensors in the order pickling first meets them (one
     met again is the same entry), the rest
     (nesting, numbers, strings, None, objects) pickled, after which of the tensors want a
-    gradient (wants_grad). `what` names the sender in errors; None: a search for the tensors
-    alone, which takes subclasses too."""
+    gradient (wants_grad). `what` names the sender in errors; plain_only: a tensor subclass is
+    refused (refuse_subclass), as a message between chunks must (a search for the tensors, or
+    inputs moved to a device, take them)."""
     file = io.BytesIO()
-    pickler = _Pickler(file, what)
+    pickler = _Pickler(file, what, plain_only)
     try:
         pickler.dump(obj)
     except SubclassRefused:
@@ -103,7 +104,7 @@ def tensors_in(obj):
     if isinstance(obj, torch.Tensor):
         return [obj]
     try:
-        return pack(obj, None)[1]
+        return pack(obj, "", plain_only=False)[1]
     except TypeError:  # pack's refusal of what cannot be pickled
         return []
 
