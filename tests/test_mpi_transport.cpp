@@ -185,8 +185,11 @@ TEST(MpiTransport, ALentThreadTakesArrivalsItself) {
       tr->progress();
     }
   });
-  // The progress thread's naps double from 5 us: after 200 ms idle it naps for tens of ms.
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The progress thread's naps double from 5 us up to a second: after 1.5 s idle it naps for
+  // half a second or more, which the spinning lent thread outlasts even on a loaded machine
+  // (after 200 ms, naps of tens of ms: under a parallel build the progress thread took every
+  // arrival once).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   w.barrier();
   for (int round = 0; round < 4; ++round)
     for (int dst = 0; dst < w.size(); ++dst)
