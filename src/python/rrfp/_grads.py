@@ -277,6 +277,16 @@ def _grad_mark(p):
     return None if g is None else (id(g), g._version)
 
 
+def parameter_name(chunks, p, among=None):
+    """(chunk, name) of parameter p in `chunks` ({index: module}), looking in the chunks `among`
+    (default: all of them), or (None, None) where none holds it: for messages."""
+    for c in (sorted(chunks) if among is None else among):
+        for n, q in chunks[c].named_parameters():
+            if q is p:
+                return c, n
+    return None, None
+
+
 def warn_inexact(sums, chunks, said):
     """Warns once a pipeline (`said`: the ids of the parameters warned of) of each tied
     parameter whose gradient this step was not a plain loop's bits (GradSums.inexact)."""
@@ -284,8 +294,8 @@ def warn_inexact(sums, chunks, said):
         if id(p) in said:
             continue
         said.add(id(p))
-        name = next((f"'{n}'" for c in users for n, q in chunks[c].named_parameters()
-                     if q is p), "a tied parameter")
+        _, n = parameter_name(chunks, p, users)
+        name = "a tied parameter" if n is None else f"'{n}'"
         warnings.warn(
             f"rrfp: {name}, which several chunks share, is used more than once by chunk(s) "
             f"{', '.join(map(str, users))}, whose uses could not be added after the later "

@@ -3,8 +3,11 @@ steps must not overlap. A step copies each .grad as it begins and writes it back
 ends (rrfp._grads), so of two overlapping steps the later write dropped the other's gradients,
 silently, where two plain loops in two threads both add theirs. Stepped one after the other,
 or interleaved, they train as plain loops do. (A plain backward or zero_grad on such a
-parameter in another thread during a step is undone the same way; nothing here sees it.)"""
+parameter in another thread during a step is refused as the step ends: rrfp._step's
+refuse_rewritten.)"""
 import threading
+
+from ._grads import parameter_name
 
 _LOCK = threading.Lock()
 _STEPPING = {}  # id(parameter) -> the Pipeline whose step trains it now
@@ -14,12 +17,12 @@ def claim_parameters(pipe):
     """Claims the parameters a step of `pipe` trains (its runners' params: frozen ones get no
     .grad and are no conflict), or raises RuntimeError when another pipeline's step running now
     trains one of them."""
-    mine = {id(p): c for r in pipe._runners for c, ps in r.params.items() for p in ps}
+    mine = {id(p): (c, p) for r in pipe._runners for c, ps in r.params.items() for p in ps}
     with _LOCK:
-        for key, c in mine.items():
+        for key, (c, p) in mine.items():
             other = _STEPPING.get(key)
             if other is not None and other is not pipe:
-                name = next(n for n, p in pipe.chunks[c].named_parameters() if id(p) == key)
+                _, name = parameter_name(pipe.chunks, p, [c])
                 raise RuntimeError(
                     f"step: parameter {name!r} of chunk {c} is trained by a step of another "
                     "rrfp.Pipeline running now (the two are built over the same modules); "

@@ -11,6 +11,7 @@ from . import _rrfp, _wire
 from ._batch import check_before_step, take_batch
 from ._caller import CallerState
 from ._grad_layout import set_grad
+from ._grads import parameter_name
 from ._leaves import MadeGrads
 from ._progress import Progress
 from ._replicas import buffer_signature, refuse_other_buffers
@@ -152,8 +153,8 @@ def refuse_rewritten(pipe):
             "would be another; register and remove parameter hooks between steps")
     if not bad:
         return
-    name = next((f"chunk {c}'s '{n}'" for c, m in pipe.chunks.items()
-                 for n, p in m.named_parameters() if p is bad[0]), "a parameter")
+    c, n = parameter_name(pipe.chunks, bad[0])
+    name = "a parameter" if n is None else f"chunk {c}'s '{n}'"
     e = RuntimeError(f"{name}: {why}")
     pipe._data.record(None, None, e)
     raise e
