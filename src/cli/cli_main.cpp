@@ -132,10 +132,10 @@ int cli_main(int argc, char** argv) {
   // pipe is a failed run, not a success with the output lost.
   errno = 0;
   std::cout.flush();
-  // A reader gone (`| head`) ends the command as SIGPIPE's default action does, quietly, where
-  // SIGPIPE is taken as a stop request (train).
-  if ((!std::cout || std::ferror(stdout)) && errno == EPIPE) return 128 + SIGPIPE;
   if (!std::cout || std::ferror(stdout)) {
+    // A reader gone (`| head`) ends the command as SIGPIPE's default action does, quietly,
+    // where SIGPIPE is taken as a stop request (train).
+    if (errno == EPIPE) return 128 + SIGPIPE;
     print_line(std::string("rrfp: run failed: writing standard output failed") +
                (errno ? std::string(": ") + std::strerror(errno) : std::string()));
     return 1;

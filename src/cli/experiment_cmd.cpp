@@ -169,6 +169,11 @@ RunsSize runs_size(const Scenario& sc, const std::vector<RunSpec>& runs) {
   return s;
 }
 
+std::string runs_of_tasks(std::size_t runs, double total) {
+  return std::to_string(runs) + " run" + (runs == 1 ? "" : "s") + " of " +
+         fmt("%.1fM", total / 1e6 / static_cast<double>(runs)) + " tasks";
+}
+
 void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenario& sc,
                     const std::vector<RunSpec>& runs) {
   const auto [most, total, most_bytes] = runs_size(sc, runs);
@@ -178,10 +183,7 @@ void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenari
   TaskCost cost = !f.trace.empty() ? kTraceCost : !f.svg.empty() ? kSvgCost : kSimulateCost;
   if (!timeline && most > 0) cost.bytes = most_bytes / most;  // what the heaviest run holds
   const double held = timeline ? total : most;
-  check_fits(std::string(command) + ": " + std::to_string(runs.size()) + " run" +
-                 (runs.size() == 1 ? "" : "s") + " of " +
-                 fmt("%.1fM", total / 1e6 / static_cast<double>(runs.size())) + " tasks",
-             held, cost,
+  check_fits(std::string(command) + ": " + runs_of_tasks(runs.size(), total), held, cost,
              std::string("--pp, --microbatches or --tp") +
                  (timeline ? ", or leave out --trace and --svg" : ""),
              total / held);

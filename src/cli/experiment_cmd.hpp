@@ -43,6 +43,8 @@ struct RunsSize {
   double most = 0, total = 0, most_bytes = 0;
 };
 RunsSize runs_size(const Scenario& sc, const std::vector<RunSpec>& runs);
+// "4 runs of 2.1M tasks" for `runs` runs of `total` tasks in all, as the estimates name them.
+std::string runs_of_tasks(std::size_t runs, double total);
 // Refuses (InputError) runs whose estimated memory exceeds what this machine has available;
 // announces a large one on stderr (report/estimate.hpp). `command`: "simulate", "run".
 void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenario& sc,

@@ -1,7 +1,6 @@
 // `rrfp run`'s scenario from its flags, checked before anything runs (cli/run_flags.hpp).
 #include "cli/run_flags.hpp"
 #include "core/error.hpp"
-#include "core/format.hpp"
 #include "core/memory.hpp"
 
 namespace rrfp {
@@ -56,9 +55,8 @@ void check_run_fits(const RunFlags& f, const Scenario& sc, const std::vector<Run
   const RunsSize s = runs_size(sc, specs);
   const double bytes = s.most * 220 + s.total * (110.0 * f.rounds * f.repeat + 80);
   check_memory(bytes,
-               "run: " + std::to_string(specs.size()) + " run" + (specs.size() == 1 ? "" : "s") +
-                   fmt(" of %.1fM tasks", s.total / 1e6 / static_cast<double>(specs.size())) +
-                   ", " + std::to_string(f.rounds * f.repeat) + " timed step" +
+               "run: " + runs_of_tasks(specs.size(), s.total) + ", " +
+                   std::to_string(f.rounds * f.repeat) + " timed step" +
                    (f.rounds * f.repeat == 1 ? "" : "s") + " each",
                "", "--pp, --microbatches, --tp, --repeat or --rounds");
 }

@@ -74,6 +74,12 @@ std::string render(const WorkModel& m, const Hint& hint) {
   return out + "\n";
 }
 
+// What a model of shape `c` and its run at unit cost hold, in tasks of kScheduleCost: its tasks,
+// and each stage's own state as so many tasks.
+double held_tasks(const PipelineConfig& c) {
+  return simulated_bytes(c, 1, kScheduleCost.bytes) / kScheduleCost.bytes;
+}
+
 void show(const ScheduleFlags& f) {
   exit_on_signals("schedule show");  // a signal while --out was written left it half written
   // Before the diagram: a bad --out printed the whole diagram, then exited 2.
@@ -87,8 +93,7 @@ void show(const ScheduleFlags& f) {
   const double tasks = tasks_of(c, 1), cells = c.pp * (tasks / c.pp + 2.0 * (c.pp - 1));
   check_fits("schedule show: " + fmt("%.1fM", tasks / 1e6) + " tasks and " +
                  fmt("%.1fM", cells / 1e6) + " diagram cells",
-             tasks + cells / 4 + c.pp * kStageBytes / kScheduleCost.bytes, kScheduleCost,
-             "--pp or --microbatches");
+             held_tasks(c) + cells / 4, kScheduleCost, "--pp or --microbatches");
   WorkModel m(c);
   Hint h = make_hint(f.hint, m);
   if (!f.out.empty() && !h.is_list())
@@ -138,8 +143,7 @@ void check(const ScheduleFlags& f) {
   // Before the model is built (a header's or a flag's --pp 50000000 built 50M stages first:
   // 4.4 GB, then the header's mismatch).
   const PipelineConfig c = to_config(f.shape, f.file);
-  check_fits("schedule check: " + fmt("%.1fM", tasks_of(c, 1) / 1e6) + " tasks",
-             tasks_of(c, 1) + static_cast<double>(c.pp) * kStageBytes / kScheduleCost.bytes,
+  check_fits("schedule check: " + fmt("%.1fM", tasks_of(c, 1) / 1e6) + " tasks", held_tasks(c),
              kScheduleCost, "--pp or --microbatches");
   WorkModel m(c);  // auto: split as the file declares, as simulate reads it
   Hint h;
