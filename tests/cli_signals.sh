@@ -57,6 +57,8 @@ pid=$!
 stop_after $pid 1
 pid=
 [ "$rc" -eq 143 ] || fail "sweep: exit $rc, want 143"
+grep -qx "rrfp sweep: SIGTERM taken: stopping after the current grid point; a second signal stops it at once" \
+  "$tmp/sweep.log" || fail "sweep: SIGTERM not acknowledged as it came"
 line=$(grep "rrfp sweep: stopped by SIGTERM" "$tmp/sweep.log")
 done_points=$(echo "$line" | sed -n 's/.*hold the \([0-9]*\) of 80 grid points.*/\1/p')
 if [ -z "$done_points" ] || [ ! -s "$tmp/sweep.csv" ] || [ ! -s "$tmp/sweep.md" ]; then
@@ -80,6 +82,27 @@ pid=
 [ "$(cat "$tmp/simsig.log")" = "rrfp simulate: stopped by SIGTERM; nothing written" ] ||
   fail "simulate: $(cat "$tmp/simsig.log")"
 [ -e "$tmp/sim.json" ] && fail "simulate: wrote --json after SIGTERM"
+# A second signal while the outputs are written ends simulate there, and its line says they may
+# be incomplete (it said "nothing written"). The trace goes into a pipe whose reader never
+# reads, so the writing waits in it: the first SIGTERM is held, the second ends the process.
+mkfifo "$tmp/trace.fifo"
+(exec 3<"$tmp/trace.fifo" && sleep 30) &
+reader=$!
+"$rrfp" simulate --pp 8 -m 64 --hint bf --policy ready --trace "$tmp/trace.fifo" \
+  >"$tmp/simsig2.log" 2>&1 &
+pid=$!
+wait_handler $pid || fail "simulate never installed its handler"
+sleep 2
+kill -TERM $pid
+sleep 0.5
+kill -TERM $pid
+wait $pid
+rc=$?
+pid=
+kill $reader 2>/dev/null
+[ "$rc" -eq 143 ] || fail "simulate, a second signal while writing: exit $rc, want 143"
+grep -qx "rrfp simulate: stopped by SIGTERM again while its outputs were written; some may be missing or incomplete" \
+  "$tmp/simsig2.log" || fail "simulate, a second signal while writing: $(cat "$tmp/simsig2.log")"
 # SIGINT to run's emulated step (1 s forwards), under job control: a background job of a
 # script ignores SIGINT otherwise.
 printf '{"preset": "uniform", "forward_us": 1e6}' >"$tmp/slow.json"

@@ -28,6 +28,9 @@ last=$(tail -n 1 "$tmp/a/loss.csv" | cut -d, -f1)
 [ "$rows" = "$last" ] || fail "loss.csv has $rows rows but its last step is $last"
 grep -q "stopped by signal 15 after step $last of 2000 (checkpoint" "$tmp/a.log" ||
   { fail "no stop line naming step $last"; tail -3 "$tmp/a.log"; }
+# The signal was acknowledged as it came, once (a step may be long, and nothing was said).
+[ "$(grep -c "^rrfp train: SIGTERM taken: stopping after the current step; a second signal stops it at once$" "$tmp/a.log")" = 1 ] ||
+  fail "no acknowledgement of SIGTERM, or more than one"
 # That checkpoint, resumed with --steps at its step, is whole: refused, the log untouched (no
 # validation was due at a mid-run step under --eval-every 0; it was taken, validated the step
 # and said "a signal had cut short" a validation that never began).

@@ -19,8 +19,12 @@ std::atomic<int> g_stop{0};
 // SIGTERM in each, built before it is installed (a handler may not allocate).
 enum Outputs : int { kNone = 0, kWriting = 1, kWritten = 2 };
 std::atomic<int> g_outputs{kNone};
-std::string g_exit_lines[2][3];  // [written][exit_index: SIGINT, SIGTERM, SIGHUP]
+std::string g_exit_lines[3][3];  // [Outputs][exit_index: SIGINT, SIGTERM, SIGHUP]
 std::string g_command;
+// stop_on_signals: the line its handler writes as it takes the first request, for SIGINT,
+// SIGTERM, SIGUSR1 and SIGHUP, built before g_acknowledge is set (a handler may not allocate).
+std::string g_ack_lines[4];
+std::atomic<bool> g_acknowledge{false};
 
 // When the first signal was taken (CLOCK_MONOTONIC ns); the largest value until it is known.
 std::atomic<std::int64_t> g_first_ns{std::numeric_limits<std::int64_t>::max()};
@@ -55,6 +59,11 @@ int exit_index(int sig) {
   return sig == SIGTERM ? 1 : sig == SIGHUP ? 2 : 0;
 }
 
+// The row of g_ack_lines for each signal stop_on_signals takes but SIGPIPE.
+int ack_index(int sig) {
+  return sig == SIGTERM ? 1 : sig == SIGUSR1 ? 2 : sig == SIGHUP ? 3 : 0;
+}
+
 void on_stop_signal(int sig) {
   if (sig == SIGPIPE) {
     // A reader of stdout gone (`| head`, a `| tee` the Ctrl-C ended first): a request to stop,
@@ -64,14 +73,20 @@ void on_stop_signal(int sig) {
     if (g_stop.compare_exchange_strong(none, sig)) g_first_ns.store(now_ns());
     return;
   }
+  const bool fresh = g_stop.load() == 0;
   if (!first_request(sig)) ::_exit(128 + sig);  // async-signal-safe
+  if (fresh && g_acknowledge.load()) {
+    const std::string& line = g_ack_lines[ack_index(sig)];
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+  }
 }
 
 void on_exit_signal(int sig) {
   const int outputs = g_outputs.load();
   if (outputs == kWriting && first_request(sig)) return;  // heeded once they are written
-  // Past the writing, the line says the outputs are there (it said "nothing written").
-  const std::string& line = g_exit_lines[outputs == kWritten ? 1 : 0][exit_index(sig)];
+  // The line says where the outputs stand: a second signal while they are written cuts that
+  // short (it said "nothing written", with some outputs written), and past it they are there.
+  const std::string& line = g_exit_lines[outputs][exit_index(sig)];
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
   ::_exit(128 + sig);
 }
@@ -101,12 +116,22 @@ std::atomic<int>& stop_on_signals(bool pipe) {
   return g_stop;
 }
 
+void acknowledge_stop_signals(const std::string& command, const std::string& until) {
+  g_acknowledge.store(false);  // not read while the lines change
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP})
+    g_ack_lines[ack_index(sig)] = "rrfp " + command + ": " + signal_name(sig) + " taken: " + until +
+                                  "; a second signal stops it at once\n";
+  g_acknowledge.store(true);
+}
+
 void exit_on_signals(const std::string& command) {
   g_command = command;
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     const std::string stopped = "rrfp " + command + ": stopped by " + signal_name(sig);
-    g_exit_lines[0][exit_index(sig)] = stopped + "; nothing written\n";
-    g_exit_lines[1][exit_index(sig)] = stopped + " after its outputs were written\n";
+    g_exit_lines[kNone][exit_index(sig)] = stopped + "; nothing written\n";
+    g_exit_lines[kWriting][exit_index(sig)] =
+        stopped + " again while its outputs were written; some may be missing or incomplete\n";
+    g_exit_lines[kWritten][exit_index(sig)] = stopped + " after its outputs were written\n";
   }
   install(on_exit_signal, {SIGINT, SIGTERM, SIGHUP});
 }

@@ -17,6 +17,11 @@ namespace rrfp {
 
 // Installs the handlers (again: the same ones) and returns stop_flag().
 std::atomic<int>& stop_on_signals(bool pipe = false);
+// Has the first request acknowledged at once on stderr, where the work's safe point may be far
+// (a long step, a large grid point: a user pressing Ctrl-C saw nothing, and pressed it again):
+// "rrfp COMMAND: SIGINT taken: UNTIL; a second signal stops it at once". Under mpirun, the
+// process of rank 0 only, as each process takes the signal.
+void acknowledge_stop_signals(const std::string& command, const std::string& until);
 // The first signal's number, 0 while none came.
 std::atomic<int>& stop_flag();
 

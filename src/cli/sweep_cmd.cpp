@@ -294,6 +294,7 @@ void run_sweep(const SweepFlags& f) {
   // A signal stops the grid after its current point: the CSV and the summary of the points
   // done are written, then the process exits 128 + the signal.
   const std::atomic<int>& stop = stop_on_signals();
+  acknowledge_stop_signals("sweep", "stopping after the current grid point");
   const std::vector<RunSpec> specs = sweep_specs(f);
   check_sweep_fits(f, specs);
   const auto points = static_cast<size_t>(grid_points(f));

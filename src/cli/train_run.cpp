@@ -62,9 +62,11 @@ train::TrainRun to_run(const TrainFlags& f) {
 
 void run(const TrainFlags& f) {
   stop_on_signals(true);
+  const char* const until = "stopping after the current step";
   if (f.transport == TransportKind::Mpi) {
     train::TrainSummary sum;
     run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {
+      if (job.rank() == 0) acknowledge_stop_signals("train", until);
       // Each process orders its stage's tasks by its own copy of a hint file.
       refuse_other_input_files(job, {{"--hint", hint_file(f.dispatch.hint)}});
       train::TrainRun run = to_run(f);
@@ -74,6 +76,7 @@ void run(const TrainFlags& f) {
     });
     exit_if_stopped(sum);
   } else {
+    acknowledge_stop_signals("train", until);
     exit_if_stopped(train::run_training(to_run(f)));
   }
 }
