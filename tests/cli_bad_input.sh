@@ -35,7 +35,7 @@ check "--hint zb-h1: needs --split-backward on" simulate --hint zb-h1 --split-ba
 # A sweep's grid value given twice ran and counted its points twice; --tp-protocol none
 # diverged in the collectives and failed the grid with exit 1.
 check "--pp: 2 is given twice; each value is a dimension of the grid" sweep --pp 2,2
-check "--workloads: unknown preset '' (expected one of" sweep --workloads ''
+check "--workloads: '' names nothing; give a value" sweep --workloads ''
 check "--hints: bf is given twice" sweep --hints bf,bfw,bf
 check "--tp-protocol: expected leader or agree, got 'none'" sweep --tp-protocol none
 # sweep runs one chunk per stage and has no --vpp: the interleaved hints failed the first point

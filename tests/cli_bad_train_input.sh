@@ -34,7 +34,7 @@ mkdir -p "$tmp/huge" && truncate -s 2G "$tmp/huge/a.txt"
 check "hold 2.0 GiB; the corpus is kept in memory and may hold at most 1.0 GiB" train --data "$tmp/huge" --out "$tmp/o"
 check "--resume: '/dev/zero' is not a regular file" train --resume /dev/zero --out "$tmp/o"
 # An empty path was taken as no resume: the run started afresh without a word.
-check "--resume: expected a checkpoint file (OUT/checkpoint.bin), got ''" train --resume "" --out "$tmp/o"
+check "--resume: '' names nothing; give a value (\`rrfp train --help\`" train --resume "" --out "$tmp/o"
 check "--max-seq: must be between 1 and 1048576, got 2147483647" train --max-seq 2147483647 --out "$tmp/o"
 check "for weights, gradients and optimizer state; this machine has" train --d-model 60000 --out "$tmp/o"
 # The memory a run may take is core/memory.hpp's (RRFP_MEMORY_LIMIT here), not the machine's
@@ -87,7 +87,7 @@ check "--resume: the checkpoint is already at step 2 of --steps 1" train "${smal
 # a resume from it would splice the two runs' steps in one log.
 check "--out: '$tmp/ck2' holds checkpoint.bin of an earlier run; pass --resume" \
   train "${small[@]}" --steps 2 --out "$tmp/ck2"
-check "--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got ''" train --inject-jitter "" --out "$tmp/o"
+check "--inject-jitter: '' names nothing; give a value" train --inject-jitter "" --out "$tmp/o"
 check "--lr: must be in [1e-30, 1000], got nan" train --lr nan --out "$tmp/o"
 check "--lr: must be in [1e-30, 1000], got 1e+300" train --lr 1e300 --out "$tmp/o"
 # 1e-300 is 0 as the optimizer's float: the run trained nothing without a word.

@@ -112,6 +112,19 @@ CLI::Validator decimal_digits(const std::string& command, const std::string& nou
       "", "decimal");
 }
 
+// A text option given '' names nothing: every one is a file, a folder or a name from a list.
+// Taken as not given, `--replay "$TRACE"` with the variable unset simulated the default
+// workload, and `--json ""` wrote nothing, both exit 0.
+CLI::Validator not_empty(const std::string& command) {
+  return CLI::Validator(
+      [command](std::string& s) {
+        return s.empty() ? "'' names nothing; give a value (`" + command +
+                               " --help` says what it takes; an unset shell variable?)"
+                         : std::string();
+      },
+      "", "not empty");
+}
+
 void read_in_decimal(CLI::App& app, const std::string& command) {
   for (CLI::Option* opt : app.get_options()) {
     const std::string type = opt->get_type_name();
@@ -120,6 +133,8 @@ void read_in_decimal(CLI::App& app, const std::string& command) {
       opt->transform(decimal_digits(command, "a whole number"));
     else if (base == "FLOAT")
       opt->transform(decimal_digits(command, "a number"));
+    else if (base == "TEXT")
+      opt->check(not_empty(command));
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     read_in_decimal(*sub, command + " " + sub->get_name());

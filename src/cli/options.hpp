@@ -31,8 +31,8 @@ void print_input_error(const std::exception& e);
 // For unsigned flags: CLI11 would wrap "-1" around to 2^64 - 1.
 CLI::Validator not_negative();
 // Every integer and float option of `app` and its subcommands, read as decimal digits: a
-// leading 0 is not octal, and hexadecimal (0x10) is refused naming the flag. Called once all
-// are bound.
+// leading 0 is not octal, and hexadecimal (0x10) is refused naming the flag; every text option
+// refuses '' (it was taken as not given). Called once all are bound.
 void read_numbers_in_decimal(CLI::App& app);
 // --seed: digits only, at most 2^64 - 1 (CLI11 would clamp 2^64 to it silently).
 CLI::Validator seed_value();

@@ -156,11 +156,6 @@ void setup_train(CLI::App& app) {
   add_transport_flag(s, f->transport, {TransportKind::Inproc, TransportKind::Mpi},
                      "inproc (threads) or mpi (one process per rank: mpirun -np P*TP*DP)");
   s->callback([f, s] {
-    // An empty path would be taken as no resume: the run started afresh without a word.
-    if (s->count("--resume") && f->run.resume.empty())
-      throw InputError("--resume: expected a checkpoint file (OUT/checkpoint.bin), got ''");
-    if (s->count("--inject-jitter") && f->inject_jitter.empty())  // was taken as none
-      throw InputError("--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got ''");
     if (s->count("--max-images") && f->run.train.task != "image-text")
       throw InputError("--max-images: images are the image-text task's; --task is " +
                        f->run.train.task);
