@@ -326,3 +326,124 @@ def test_a_state_without_num_batches_tracked_loads_as_torch_loads_it():
              if not k.endswith("num_batches_tracked")}
     pipe.load_state_dict(state)
     assert int(chunks[0][1].num_batches_tracked) == 0  # as torch starts it
+
+
+def test_a_part_with_bytes_overwritten_is_refused_by_its_checksum(tmp_path):
+    # 64 bytes of an AdamW moment overwritten loaded without a word, NaNs in the optimizer's
+    # state. A part still reads with torch.load (the checksum is the archive's comment), and a
+    # part without one (an earlier version's) loads as then.
+    import os
+    folder = str(tmp_path / "ck")
+    pipe = pipeline(lm.chunks(2), pp=2)
+    opt = adamw(pipe.chunks.values())
+    train(pipe, opt, 0, 1)
+    pipe.save(folder, opt, step=1)
+    part = os.path.join(folder, rrfp.checkpoint.part_name(0, _manifest(folder)["token"]))
+    with open(part, "rb") as f:
+        data = f.read()
+    assert torch.load(part)["extra"]["step"] == 1
+    moment = max((s["exp_avg"] for s in opt.state.values()), key=lambda t: t.numel())
+    at = data.find(moment.numpy().tobytes())
+    assert at > 0 and moment.numel() * 4 >= 64
+    with open(part, "r+b") as f:
+        f.seek(at)
+        f.write(b"\xff" * 64)
+    name = os.path.basename(part)
+    with pytest.raises(ValueError, match=f"checkpoint '{folder}': {name} is damaged"):
+        pipe.load(folder, opt)
+    digit = data.rindex(b"rrfp-sha256:") + len(b"rrfp-sha256:")  # the checksum itself
+    with open(part, "wb") as f:
+        f.write(data[:digit] + (b"1" if data[digit:digit + 1] != b"1" else b"2") +
+                data[digit + 1:])
+    with pytest.raises(ValueError, match=f"{name} is damaged"):
+        pipe.load(folder, opt)
+    torch.save(torch.load(part), part)  # as an earlier version wrote it: no checksum
+    assert pipe.load(folder, opt) == {"step": 1}
+
+
+class _Unblocking:
+    """Opens the named pipe `fifo` for writing whenever a reader waits on it, so that a load
+    blocked in its open() (as before) goes on and fails, rather than hang the suite."""
+
+    def __init__(self, fifo):
+        import threading
+        self.fifo, self.done = fifo, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        import os
+        while not self.done.wait(0.01):
+            try:  # refused (ENXIO) while no reader has it open
+                os.close(os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+
+    def __enter__(self):
+        self.thread.start()
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()
+
+
+@pytest.mark.parametrize("manifest", [False, True], ids=["no-manifest", "named-by-manifest"])
+def test_a_named_pipe_for_a_part_is_refused_not_waited_on(tmp_path, manifest):
+    # A folder without a manifest whose part-0.pt was a named pipe: open() waited for a writer
+    # for ever. Named by a manifest, it was called missing.
+    import os
+    import time
+    folder = str(tmp_path / "ck")
+    pipe = pipeline(lm.chunks(2), pp=2)
+    if manifest:
+        pipe.save(folder, step=1)
+        name = rrfp.checkpoint.part_name(0, _manifest(folder)["token"])
+        os.remove(os.path.join(folder, name))
+    else:
+        os.makedirs(folder)
+        name = "part-0.pt"
+    os.mkfifo(os.path.join(folder, name))
+    start = time.monotonic()
+    with _Unblocking(os.path.join(folder, name)):
+        with pytest.raises(ValueError, match=f"checkpoint '{folder}': {name} is a named pipe, "
+                                             "not a file"):
+            pipe.load(folder)
+    assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("kind", ["folder", "named-pipe", "link-to-nothing"])
+def test_a_manifest_that_is_no_file_is_refused(tmp_path, kind):
+    # Taken for no manifest, every part-*.pt was read: with the committed part of step 1 and
+    # a later save's uncommitted part, the load returned step 2's.
+    import os
+    import shutil
+    folder, later = str(tmp_path / "ck"), str(tmp_path / "later")
+    pipe = pipeline(lm.chunks(2), pp=2)
+    pipe.save(folder, step=1)
+    pipe.save(later, step=2)
+    uncommitted = rrfp.checkpoint.part_name(0, _manifest(later)["token"])
+    shutil.copy(os.path.join(later, uncommitted), os.path.join(folder, uncommitted))
+    manifest = os.path.join(folder, "manifest.json")
+    os.remove(manifest)
+    {"folder": os.mkdir, "named-pipe": os.mkfifo,
+     "link-to-nothing": lambda m: os.symlink(m + ".gone", m)}[kind](manifest)
+    words = {"folder": "a folder", "named-pipe": "a named pipe",
+             "link-to-nothing": "a symbolic link to nothing"}[kind]
+    with pytest.raises(ValueError, match=f"checkpoint '{folder}': manifest.json is {words}, "
+                                         "not a file"):
+        pipe.load(folder)
+
+
+def test_a_file_for_the_folder_is_refused(tmp_path):
+    # save() said "File exists", and load() "no part-*.pt in it", of a file named as the folder.
+    file = str(tmp_path / "file")
+    with open(file, "wb") as f:
+        f.write(b"mine")
+    pipe = pipeline(lm.chunks(2), pp=2)
+    with pytest.raises(NotADirectoryError, match=f"save: '{file}' is a file, not a folder: a "
+                                                 "checkpoint is a folder"):
+        pipe.save(file, step=1)
+    with pytest.raises(NotADirectoryError, match=f"checkpoint '{file}' is a file, not a folder: "
+                                                 "a checkpoint is a folder"):
+        pipe.load(file)
+    with open(file, "rb") as f:
+        assert f.read() == b"mine"

@@ -15,13 +15,18 @@ parts, which were merged silently) are removed after it.
 
 A load reads every file and checks what it will load (check_model_state,
 optimizer_load_state) before anything is loaded: a refused one changes nothing. Every file's
-fields are checked before use, and a damaged one is refused naming it."""
+fields are checked before use, and a damaged one is refused naming it: a part carries the
+SHA-256 of its bytes (the zip archive's comment, so that torch.load still reads it), checked
+before it is read (a part of an earlier version, without one, loads as then). Only regular
+files are opened (a named pipe blocked the load for ever)."""
 import collections
 import copy
 import glob
+import hashlib
 import io
 import json
 import os
+import stat
 
 import torch
 
@@ -124,11 +129,49 @@ def _remove(file):
         pass
 
 
+def _kind(file):
+    """What `file` is, for a refusal: "a folder", "a named pipe", ..."""
+    try:
+        mode = os.stat(file).st_mode
+    except OSError:
+        return "a symbolic link to nothing" if os.path.islink(file) else "not there"
+    for test, kind in ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a device"
+
+
+# A part's checksum: the SHA-256 of every byte before it, in hex, as the zip archive's comment
+# (its last bytes): torch.load reads the part as any archive, and hex holds no byte of the
+# end-of-archive record's signature, which a zip reader looks for from the end.
+_SUM = b"rrfp-sha256:"
+_SUM_BYTES = len(_SUM) + 64
+
+
+def _seal(buf):
+    """Appends the checksum to the archive torch.save wrote into `buf`. An archive that does
+    not end as torch's do (no comment) is left without one, as parts were before."""
+    with buf.getbuffer() as data:
+        # The end-of-archive record: 22 bytes, its comment's length last.
+        if len(data) < 22 or data[-22:-18] != b"PK\x05\x06" or data[-2:] != b"\0\0":
+            return
+        data[-2:] = _SUM_BYTES.to_bytes(2, "little")  # the comment's length
+        digest = hashlib.sha256(data).hexdigest().encode()
+    buf.seek(0, io.SEEK_END)
+    buf.write(_SUM + digest)
+
+
 def write_part(path, rank, chunks, optimizer, extra, canonical, token, extras=None):
     """Writes this process's part of the save `token` (part-RANK.TOKEN.pt) beside the folder's
     checkpoint, which it leaves as it is (`extras`: its stage's replicas' own, _extras.py). A
     failure removes what it wrote."""
-    os.makedirs(path, exist_ok=True)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:  # "File exists", about a file the user named as the folder
+        raise NotADirectoryError(
+            f"save: '{path}' is {_kind(path)}, not a folder: a checkpoint is a folder (its "
+            f"{MANIFEST} and part-*.pt files); name a new folder or a checkpoint's") from None
     part = dict(extras or {}, model=model_state(chunks), extra=extra, token=token)
     if optimizer is not None:
         part["optimizer"] = optimizer_state(chunks, optimizer, canonical)
@@ -136,6 +179,7 @@ def write_part(path, rank, chunks, optimizer, extra, canonical, token, extras=No
     # writer aborted the process (c10::Error thrown past its destructor).
     buf = io.BytesIO()
     torch.save(part, buf)
+    _seal(buf)
     target = os.path.join(path, part_name(rank, token))
     try:
         _write_file(target + ".tmp", buf.getbuffer())
@@ -181,8 +225,7 @@ _TOKEN_END = 1 << 48  # new_token's range
 def _read_manifest(path, max_parts):
     """(token, parts) of the manifest in `path`, every field checked before it is used: a part
     count from a damaged file sized the list of parts to look for (10**9 ran for minutes)."""
-    file = os.path.join(path, MANIFEST)
-    with open(file, "rb") as f:
+    with _open_file(path, MANIFEST) as f:
         data = f.read(_MANIFEST_BYTES + 1)
     where = f"checkpoint '{path}': {MANIFEST}"
     if len(data) > _MANIFEST_BYTES:
@@ -212,16 +255,47 @@ def missing_parts(path, token, parts):
                                                                       part_name(r, token)))]
 
 
+def _open_file(path, name):
+    """The file `name` in the folder `path`, opened to read, refused (ValueError naming it)
+    unless it is a regular file: open() of a named pipe waited for a writer for ever, and a
+    device may never end. Opened first, without waiting, then looked at: what is read is what
+    was looked at. A file that cannot be opened keeps its OSError, which names it."""
+    file = os.path.join(path, name)
+    try:
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) |
+                     getattr(os, "O_BINARY", 0))
+    except OSError:
+        if os.path.isfile(file) or not os.path.lexists(file):
+            raise
+        fd = None  # a symbolic link to nothing, a folder where folders are not opened
+    if fd is None or not stat.S_ISREG(os.fstat(fd).st_mode):
+        kind = _kind(file)
+        if fd is not None:
+            os.close(fd)
+        raise ValueError(f"checkpoint '{path}': {name} is {kind}, not a file: refused (a "
+                         "checkpoint's files are regular files)")
+    return os.fdopen(fd, "rb")  # O_NONBLOCK changes nothing for a regular file
+
+
 def _part_files(path, max_parts):
     """The parts of the folder's checkpoint, with the token each must carry (None: a folder of
     an earlier version, without a manifest: every part-*.pt, as then)."""
-    if not os.path.isfile(os.path.join(path, MANIFEST)):
+    if os.path.lexists(path) and not os.path.isdir(path):  # found no part-*.pt "in it"
+        raise NotADirectoryError(
+            f"checkpoint '{path}' is {_kind(path)}, not a folder: a checkpoint is a folder (its "
+            f"{MANIFEST} and part-*.pt files); name the folder save() wrote")
+    # A manifest that is there but no file (a folder, a named pipe, a link to nothing) is
+    # refused by _read_manifest: taken for none, every part-*.pt was read, a later save's
+    # uncommitted part among them.
+    if not os.path.lexists(os.path.join(path, MANIFEST)):
         files = sorted(glob.glob(os.path.join(path, "part-*.pt")))
         if not files:
             raise FileNotFoundError(f"checkpoint '{path}': no part-*.pt in it")
         return files, None
     token, parts = _read_manifest(path, max_parts)
-    missing = missing_parts(path, token, parts)
+    # A part there but no file is refused as it is opened, rather than called missing.
+    missing = [r for r in range(parts)
+               if not os.path.lexists(os.path.join(path, part_name(r, token)))]
     if missing:
         raise FileNotFoundError(
             f"checkpoint '{path}': {some_of(part_name(r, token) for r in missing)} of its "
@@ -229,12 +303,36 @@ def _part_files(path, max_parts):
     return [os.path.join(path, part_name(r, token)) for r in range(parts)], token
 
 
+def _check_sum(path, name, f):
+    """Refuses (ValueError) the part open in `f` unless its bytes are those its checksum was
+    taken of (_seal): torch.load read a part with bytes overwritten without a word, NaNs in
+    its tensors. One without a checksum (an earlier version's) passes, as torch.load decides."""
+    size = os.fstat(f.fileno()).st_size
+    f.seek(max(size - _SUM_BYTES, 0))
+    end = f.read(_SUM_BYTES)
+    f.seek(0)  # for torch.load, after this
+    if len(end) < _SUM_BYTES or not end.startswith(_SUM):
+        return
+    digest, left = hashlib.sha256(), size - _SUM_BYTES
+    while left > 0:  # the size looked at, in pieces: bounded, whatever the file holds
+        data = f.read(min(left, 1 << 22))
+        if not data:  # cut short meanwhile
+            break
+        digest.update(data)
+        left -= len(data)
+    if left or digest.hexdigest().encode() != end[len(_SUM):]:
+        raise ValueError(f"checkpoint '{path}': {name} is damaged: its bytes are not those "
+                         "it was saved with (their SHA-256 differs from the one saved in it)")
+    f.seek(0)
+
+
 def _read_part(path, file, token):
     """The part in `file`, its contents checked: a damaged file raises ValueError naming it
     (torch's and pickle's own errors named neither the file nor the checkpoint). A file that
     cannot be opened keeps its OSError, which names it."""
     name = os.path.basename(file)
-    with open(file, "rb") as f:  # its own OSError (not there, not allowed) names it
+    with _open_file(path, name) as f:  # its own OSError (not there, not allowed) names it
+        _check_sum(path, name, f)
         try:
             part = torch.load(f, map_location="cpu")
         except MemoryError:
