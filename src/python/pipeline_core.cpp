@@ -9,6 +9,8 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "dist/c10d_world.hpp"
@@ -141,10 +143,52 @@ void PipelineCore::order_forwards() {
   hint_ = std::move(hint);
 }
 
+namespace {
+
+// How long close() waits for a step on another thread to end once cancelled: its running task
+// ends first (Python's tasks are not cut short).
+constexpr auto kCloseWait = std::chrono::seconds(30);
+
+// Why a closed pipeline refuses a step: close() runs from rrfp's exit handler only.
+constexpr const char* kShutDown =
+    "rrfp: the pipeline was shut down as the interpreter exits (rrfp's exit handler ran): no "
+    "step runs after it";
+
+}  // namespace
+
+bool PipelineCore::runtime_is_ours() const {
+  return !stepping_.load() || step_pid_.load() == static_cast<int>(::getpid());
+}
+
+void PipelineCore::drop_runtime() {
+  std::unique_ptr<Runtime> dead;
+  {
+    std::lock_guard lk(step_mu_);
+    dead = std::move(rt_);
+  }
+}
+
 void PipelineCore::close() {
-  pyb::gil_scoped_release nogil;
-  rt_.reset();
+  pyb::gil_scoped_release nogil;  // a step on another thread takes it to end
+  std::unique_lock lk(step_mu_);
   closed_ = true;
+  if (!runtime_is_ours()) {
+    (void)rt_.release();  // the parent's threads would be waited for: left as it is
+    return;
+  }
+  if (stepping_.load()) {
+    if (rt_) rt_->cancel(std::make_exception_ptr(Error(kShutDown)));
+    if (!step_cv_.wait_for(lk, kCloseWait, [&] { return !stepping_.load(); })) {
+      std::fprintf(stderr,
+                   "rrfp: a step still running %lld s after its pipeline was shut "
+                   "down is left as it is\n",
+                   static_cast<long long>(kCloseWait.count()));
+      (void)rt_.release();  // freed under its threads, it crashed the process
+      return;
+    }
+  }
+  std::unique_ptr<Runtime> dead = std::move(rt_);
+  lk.unlock();
 }
 
 void shutdown_processes() {
@@ -187,6 +231,7 @@ PipelineCore::~PipelineCore() {
   // The runtime's threads are idle between steps; its programs drop their Python references
   // under the GIL, which this thread must not hold meanwhile.
   pyb::gil_scoped_release nogil;
+  if (!runtime_is_ours()) (void)rt_.release();  // see close()
   rt_.reset();
 }
 
@@ -202,7 +247,7 @@ void PipelineCore::set_runners(const std::vector<pyb::object>& runners) {
   if (runners.size() != local_stages().size())
     throw InputError("`runners`: expected " + std::to_string(local_stages().size()) + ", got " +
                      std::to_string(runners.size()));
-  if (closed_) throw Error("rrfp: the pipeline was shut down");
+  if (closed_) throw Error(kShutDown);
   runners_.clear();
   for (const pyb::object& r : runners)
     runners_.emplace_back(r);
@@ -224,6 +269,7 @@ void PipelineCore::build_runtime() {
     return std::make_unique<PyStageProgram>(std::move(runner), &sizes_, hold);
   };
   pyb::gil_scoped_release nogil;
+  std::unique_ptr<Runtime> rt;
   if (job_) {
     Hosting h = job_->hosting();
     // The barrier before a step is for a runtime's first one, while peers may still be setting
@@ -233,9 +279,11 @@ void PipelineCore::build_runtime() {
     h.before_step = [barrier = std::move(h.before_step), first = true]() mutable {
       if (std::exchange(first, false) && barrier) barrier();
     };
-    rt_ = std::make_unique<Runtime>(*model_, *hint_, programs, runtime_, std::move(h));
+    rt = std::make_unique<Runtime>(*model_, *hint_, programs, runtime_, std::move(h));
   } else
-    rt_ = std::make_unique<Runtime>(*model_, *hint_, programs, runtime_);
+    rt = std::make_unique<Runtime>(*model_, *hint_, programs, runtime_);
+  std::lock_guard lk(step_mu_);  // close() may look at it meanwhile
+  rt_ = std::move(rt);
 }
 
 namespace {
@@ -243,12 +291,25 @@ namespace {
 // `closing()` (Python's, with the GIL): the bytes this process carries into the step's closing
 // exchange. Its failure fails this process's step as a task's would, so that every process
 // drops it.
-std::vector<std::byte> carried_bytes(const pyb::object& closing, std::exception_ptr& error) {
+// `closing()` is the first Python the main thread runs once the step's tasks are done, so a
+// signal's handler that came late runs in it: its KeyboardInterrupt (or a handler's SystemExit)
+// is `signal`, raised as it is. Made a failed step, it came out as a StageError, which loops
+// that skip a failed batch went past: Ctrl-C did not stop them.
+std::vector<std::byte> carried_bytes(const pyb::object& closing, std::exception_ptr& error,
+                                     std::optional<pyb::error_already_set>& signal) {
   pyb::gil_scoped_acquire gil;
   try {
     const auto t = closing().cast<at::Tensor>();
     const std::span<const std::byte> bytes = byte_span(t, "`closing()`'s result");
     return {bytes.begin(), bytes.end()};
+  } catch (pyb::error_already_set& e) {
+    if (!e.matches(PyExc_Exception)) {
+      signal.emplace(std::move(e));
+      return {};
+    }
+    error = std::make_exception_ptr(
+        TaskError("adding the step's microbatch losses: " + first_line(e.what())));
+    return {};
   } catch (const std::exception& e) {
     error = std::make_exception_ptr(
         TaskError("adding the step's microbatch losses: " + first_line(e.what())));
@@ -260,13 +321,30 @@ std::vector<std::byte> carried_bytes(const pyb::object& closing, std::exception_
 
 std::pair<StepRecordPy, std::vector<at::Tensor>> PipelineCore::run_step(
     int step, std::vector<std::int64_t> sizes, const pyb::object& closing) {
-  if (closed_) throw Error("rrfp: the pipeline was shut down");
+  if (closed_) throw Error(kShutDown);
   if (runners_.empty()) throw Error("rrfp: the pipeline has no stage runners");
   if (!sizes.empty() && static_cast<int>(sizes.size()) != model_->microbatches())
     throw InputError("rrfp: " + std::to_string(sizes.size()) + " microbatch sizes for " +
                      std::to_string(model_->microbatches()) + " microbatches");
+  // close() from another thread (the interpreter exiting while a daemon thread steps) cancels
+  // the step and waits for this to end.
+  struct Stepping {
+    PipelineCore& c;
+    explicit Stepping(PipelineCore& core) : c(core) {
+      std::lock_guard lk(c.step_mu_);
+      c.step_pid_ = static_cast<int>(::getpid());
+      c.stepping_ = true;
+    }
+    ~Stepping() {
+      std::lock_guard lk(c.step_mu_);
+      c.stepping_ = false;
+      c.step_cv_.notify_all();
+    }
+  } stepping(*this);
   sizes_ = std::move(sizes);  // read by the programs once the step's thread has started
   if (!rt_) build_runtime();
+  if (closed_) throw Error(kShutDown);  // while the runtime was built
+  Runtime* const rt = rt_.get();        // close() may let go of rt_ past its wait: see there
   StepResult result;
   std::exception_ptr error;
   std::optional<pyb::error_already_set> signal;
@@ -278,7 +356,7 @@ std::pair<StepRecordPy, std::vector<at::Tensor>> PipelineCore::run_step(
     bool done = false;
     std::thread worker([&] {
       try {
-        result = rt_->run_step(step);
+        result = rt->run_step(step);
       } catch (...) {
         error = std::current_exception();
       }
@@ -296,7 +374,7 @@ std::pair<StepRecordPy, std::vector<at::Tensor>> PipelineCore::run_step(
         pyb::gil_scoped_acquire gil;
         if (PyErr_CheckSignals() != 0) signal.emplace();
       }
-      if (signal) rt_->cancel(std::make_exception_ptr(Interrupted()));
+      if (signal) rt->cancel(std::make_exception_ptr(Interrupted()));
       lk.lock();
     }
     lk.unlock();
@@ -308,14 +386,17 @@ std::pair<StepRecordPy, std::vector<at::Tensor>> PipelineCore::run_step(
       if (PyErr_CheckSignals() != 0) signal.emplace();
     }
     std::vector<std::byte> mine;
-    if (!error && !signal && !closing.is_none()) mine = carried_bytes(closing, error);
+    std::optional<pyb::error_already_set> late;  // a signal's, raised in closing()
+    if (!error && !signal && !closing.is_none()) mine = carried_bytes(closing, error, late);
+    if (late) error = std::make_exception_ptr(Interrupted());  // dropped on every process too
     // A step that failed on any process is dropped on all (Ctrl-C: this process is leaving);
     // on success every process gets the step's whole record of replica 0, and everyone's bytes.
     if (job_ && !signal)
       carried = finish_step_over_job(*job_, step, result, error, mine);
     else if (!error && !signal)
       carried.push_back(std::move(mine));
-    if (error || signal) rt_.reset();  // a failed runtime refuses further steps
+    if (late) signal = std::move(late);
+    if (error || signal) drop_runtime();  // a failed runtime refuses further steps
   }
   if (signal) throw std::move(*signal);
   if (error) std::rethrow_exception(error);

@@ -5,7 +5,10 @@
 #include <ATen/ATen.h>
 #include <pybind11/pybind11.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -78,7 +81,11 @@ class PipelineCore {
   // Point to point among `peers`, stages of this replica this one among them (Job::exchange):
   // each peer's bytes in the order of `peers` ([mine] in one process).
   std::vector<at::Tensor> exchange(const at::Tensor& mine, const std::vector<int>& peers);
-  // Tears the runtime down (shutdown_processes); the pipeline refuses further steps.
+  // Tears the runtime down (shutdown_processes); the pipeline refuses further steps. A step
+  // running meanwhile on another thread (a daemon thread's, as the interpreter exits) is
+  // cancelled and waited for, at most kCloseWait: freed under it, its threads crashed the
+  // process. A process forked while a step ran leaves its runtime alone (its threads are the
+  // parent's: destroying it waited for them for ever).
   void close();
   // Makes each chunk's forwards run in microbatch order from now on (PipelineConfig::
   // ordered_forwards): asked for, or needed by the chunks, which exist only after the core
@@ -111,8 +118,19 @@ class PipelineCore {
   // By local stage, held weakly as the programs hold them (PyStageProgram).
   std::vector<pybind11::weakref> runners_;
   std::vector<std::int64_t> sizes_;  // this step's microbatch sizes; the programs read them
+  // Whether the runtime is still the one a step runs on (no step runs, or close() can touch
+  // it): false in a process forked while a step ran.
+  bool runtime_is_ours() const;
+  // Takes the runtime out under step_mu_ (a close() may cancel it meanwhile) and destroys it.
+  void drop_runtime();
+
   std::unique_ptr<Runtime> rt_;
-  bool closed_ = false;
+  std::atomic<bool> closed_{false};
+  // A step in flight, and the process it began in (getpid()); set and cleared by run_step.
+  std::mutex step_mu_;
+  std::condition_variable step_cv_;
+  std::atomic<bool> stepping_{false};
+  std::atomic<int> step_pid_{0};
 };
 
 }  // namespace rrfp::py

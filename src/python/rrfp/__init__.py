@@ -12,6 +12,7 @@ import sys
 import torch  # noqa: F401  (loads LibTorch's Python bindings before the extension)
 
 from . import _rrfp
+from . import pipeline as _pipeline
 from ._seed import task_seed
 from .pipeline import Pipeline, StageError
 from .record import StepRecord
@@ -85,8 +86,15 @@ def _check_paths(kwargs, names):
             kwargs[name] = path_or_name(name, kwargs[name], takes or HINT_TAKES)
 
 
-# Multi-process runs end their runtimes and MPI before the interpreter goes.
-atexit.register(_rrfp._shutdown)
+def _shutdown():
+    # Multi-process runs end their runtimes and MPI before the interpreter goes; a step running
+    # on a daemon thread is cancelled (freed under it, its runtime crashed the process), and its
+    # Python half given a moment to leave.
+    _rrfp._shutdown()
+    _pipeline.wait_for_steps(10)
+
+
+atexit.register(_shutdown)
 
 
 def _excepthook(kind, value, tb, _previous=sys.excepthook):

@@ -137,6 +137,15 @@ def _check_bounds(limit, max_pending_w, policy):
                              f"{value} with policy='fixed')")
 
 
+def stderr_is_terminal():
+    """Whether sys.stderr is a terminal; no stderr (closed, pythonw: None) or one without
+    isatty (a logger's tee) is none: Pipeline() raised AttributeError, for a line it shows."""
+    try:
+        return bool(sys.stderr.isatty())
+    except (AttributeError, OSError, ValueError):  # ValueError: a closed file
+        return False
+
+
 def progress_after(progress):
     """Pipeline's `progress` as the seconds after which a step shows its line, or None (never).
     An infinity is never (its wait overflowed in the progress thread, every step); a NaN is
@@ -144,7 +153,7 @@ def progress_after(progress):
     if isinstance(progress, str):
         if progress != "auto":
             raise ValueError(f'progress: seconds, "auto" or None, got {progress!r}')
-        return 2.0 if sys.stderr.isatty() else None
+        return 2.0 if stderr_is_terminal() else None
     if progress is None:
         return None
     if not is_number(progress):

@@ -4,6 +4,17 @@ import threading
 import time
 
 
+def _write(text):
+    """Writes `text` to stderr, True if it could: the line is for people, and a stderr that is
+    gone (None, closed) or a stream without flush must not fail the step or its thread."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        return True
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 class Progress:
     """A line on stderr for a step that runs past `pipe._progress` seconds: the tasks this
     process has done of its own, and the time so far; erased when the step ends."""
@@ -36,15 +47,12 @@ class Progress:
             elapsed = time.monotonic() - self.start
             if elapsed < self.after:
                 continue
-            sys.stderr.write(f"\rrrfp: step {self.step}: {self.done_tasks()}/{self.total} "
-                             f"tasks, {elapsed:.0f} s ")
-            sys.stderr.flush()
-            self.shown = True
+            self.shown = _write(f"\rrrfp: step {self.step}: {self.done_tasks()}/{self.total} "
+                                f"tasks, {elapsed:.0f} s ") or self.shown
 
     def __exit__(self, *exc):
         if self.after is not None:
             self.done.set()
             self.thread.join()
             if self.shown:
-                sys.stderr.write("\r" + " " * 60 + "\r")
-                sys.stderr.flush()
+                _write("\r" + " " * 60 + "\r")

@@ -1,6 +1,8 @@
 """rrfp.Pipeline: the user's nn.Module chunks, pipelined by rrfp's C++ runtime."""
 import contextlib
+import os
 import threading
+import weakref
 
 import torch
 
@@ -24,6 +26,23 @@ from ._ties import make_ties, one_value_per_tie
 from .record import StepRecord
 
 StageError = _rrfp.StageError
+
+
+# The pipelines alive, for the exit handler (wait_for_steps).
+LIVE = weakref.WeakSet()
+
+
+def wait_for_steps(seconds):
+    """Waits, at most `seconds` in all, until no pipeline is inside a call (a step that the
+    exit handler cancelled on a daemon thread leaves it): the interpreter then ends, and a
+    daemon thread caught inside torch's own calls as it does aborts the process."""
+    import time
+    deadline = time.monotonic() + seconds
+    for pipe in list(LIVE):
+        if pipe._holder_pid != os.getpid():  # held in the process this one was forked from
+            continue
+        if pipe._busy.acquire(timeout=max(deadline - time.monotonic(), 0)):
+            pipe._busy.release()
 
 
 class Pipeline:
@@ -177,6 +196,8 @@ class Pipeline:
         # (_one_call).
         self._busy = threading.Lock()
         self._holder = None  # the call holding _busy, for the refusal's words
+        self._holder_pid = None  # the process it runs in: wait_for_steps'
+        LIVE.add(self)
 
     def _build_stages(self, build, place):
         """Builds this process's chunks and their stages' runners (a chunk refused here, or a
@@ -354,7 +375,7 @@ class Pipeline:
                                "pipeline runs one step, eval_step, load, load_state_dict, "
                                "save, clip_grad_norm_, or a change of its GradScaler (making "
                                "it, update, load_state_dict, unscale_), at a time")
-        self._holder = what
+        self._holder, self._holder_pid = what, os.getpid()
         try:
             yield
         finally:
