@@ -19,7 +19,7 @@ check "--out: cannot write to directory '/proc/rrfp-out': No such file or direct
 # A file where the folder should be: the reason said (it said none).
 touch "$tmp/a-file"
 check "--out: cannot write to directory '$tmp/a-file': Not a directory" train --out "$tmp/a-file"
-check "--steps: must be at least 1" train --steps 0 --out "$tmp/o"
+check "--steps: must be between 1 and 1000000000, got 0" train --steps 0 --out "$tmp/o"
 check "--inject-jitter: expected jitter:J1" train --inject-jitter nope --out "$tmp/o"
 check "--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got 'jitter:J2x'" train --inject-jitter jitter:J2x --out "$tmp/o"
 check "--inject-jitter: 'jitter:J0' injects no jitter" train --inject-jitter jitter:J0 --out "$tmp/o"
@@ -88,6 +88,9 @@ check "--resume: the checkpoint is already at step 2 of --steps 1" train "${smal
 check "--out: '$tmp/ck2' holds checkpoint.bin of an earlier run; pass --resume" \
   train "${small[@]}" --steps 2 --out "$tmp/ck2"
 check "--inject-jitter: '' names nothing; give a value" train --inject-jitter "" --out "$tmp/o"
+# A number flag given '' was 0: --save-every "" saved nothing, --timeout "" had no watchdog.
+check "--save-every: '' is not a whole number (\`rrfp train --help\` gives its range)" train --save-every "" --out "$tmp/o"
+check "--timeout: '' is not a number" train --timeout "" --out "$tmp/o"
 check "--lr: must be in [1e-30, 1000], got nan" train --lr nan --out "$tmp/o"
 check "--lr: must be in [1e-30, 1000], got 1e+300" train --lr 1e300 --out "$tmp/o"
 # 1e-300 is 0 as the optimizer's float: the run trained nothing without a word.

@@ -42,5 +42,34 @@ for i in 1 2 3; do
     grep -q "ranks ran different orders (--tp-protocol none), so durations.csv keeps no such" \
       "$tmp/none$i.log" || fail "--tp-protocol none: $(grep warning "$tmp/none$i.log")"
 done
+# Far into a long run the progress line is still drawn: its bar's width wrapped in int past
+# step 89,478,485 and the run ended in "internal error" with nothing saved. A checkpoint of
+# step 1 is given step 89,478,490 of 10^9 (its checksum made again), then resumed for 20 steps.
+"$rrfp" train "${small[@]}" --steps 1 --save-every 1 --out "$tmp/far" >/dev/null 2>&1 ||
+  fail "far: the first step: exit $?"
+/usr/bin/python3 - "$tmp/far/checkpoint.bin" <<'PY' || fail "far: could not rewrite the checkpoint"
+import json, struct, sys
+path = sys.argv[1]
+b = open(path, "rb").read()
+n = struct.unpack("<Q", b[12:20])[0]
+h = json.loads(b[20:20 + n])
+h["step"] = 89478490
+h["run"]["steps"] = 1000000000
+head = json.dumps(h, separators=(",", ":")).encode()
+body = b[:12] + struct.pack("<Q", len(head)) + head + b[20 + n:-8]
+x = 1469598103934665603
+for c in body:
+    x = ((x ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+open(path, "wb").write(body + struct.pack("<Q", x))
+PY
+rm -f "$tmp/far/loss.csv"
+"$rrfp" train "${small[@]}" --steps 89478510 --resume "$tmp/far/checkpoint.bin" \
+  --out "$tmp/far2" >"$tmp/far.log" 2>&1 || fail "far: the resume: exit $?: $(tail -1 "$tmp/far.log")"
+grep -q "^\[#######################.\] step 89478510/89478510 " "$tmp/far.log" ||
+  fail "far: no progress line for the last step: $(tail -2 "$tmp/far.log")"
+# The step count stops where a checkpoint's may go: a run past it saved what it could not resume.
+"$rrfp" train "${small[@]}" --steps 1000000001 --out "$tmp/past" >"$tmp/past.log" 2>&1
+[ $? -eq 2 ] && grep -q "^rrfp: error: --steps: must be between 1 and 1000000000, got 1000000001$" \
+  "$tmp/past.log" || fail "--steps 1000000001: $(cat "$tmp/past.log")"
 echo "train output checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -96,6 +96,10 @@ CLI::Validator decimal_digits(const std::string& command, const std::string& nou
   return CLI::Validator(
       [command, noun](std::string& s) {
         const std::size_t begin = std::min(s.find_first_not_of(" \t\n\v\f\r"), s.size());
+        // CLI11 converts '' to 0: `--save-every ""` saved nothing, `--timeout ""` turned the
+        // watchdog off, both exit 0.
+        if (begin == s.size())
+          return "'" + s + "' is not " + noun + " (`" + command + " --help` gives its range)";
         const std::size_t digits =
             begin < s.size() && (s[begin] == '+' || s[begin] == '-') ? begin + 1 : begin;
         const std::string_view rest = std::string_view(s).substr(digits);

@@ -18,6 +18,7 @@
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
 #include "core/output_file.hpp"
+#include "train/options.hpp"
 
 namespace rrfp::train {
 
@@ -143,8 +144,7 @@ Parsed parse(const std::string& bytes, const std::string& path, const GptConfig&
     if (!h.is_object() || !h.contains(name))
       throw bad(std::string("has no header field \"") + name + "\"");
   const auto& step = h["step"];
-  if (!step.is_number_integer() || step.get<long long>() < 0 ||
-      step.get<long long>() > 1'000'000'000)
+  if (!step.is_number_integer() || step.get<long long>() < 0 || step.get<long long>() > kMaxSteps)
     throw bad("header field \"step\" must be a whole number in [0, 1e9], got " + brief(step));
   if (h["model"] != model_json(model))
     throw bad("holds a different model (" + h["model"].dump().substr(0, 200) + ", this run has " +

@@ -37,7 +37,7 @@ std::vector<std::string> fields_of(const std::string& row) {
 // -1 for anything else (a row cut short by a crash, stray bytes).
 long long step_of(const std::vector<std::string>& fields, std::size_t columns) {
   const std::string& s = fields.front();
-  if (fields.size() != columns || s.empty() || s.size() > 9 ||
+  if (fields.size() != columns || s.empty() || s.size() > 10 ||  // kMaxSteps has 10 digits
       !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return -1;
   return std::atoll(s.c_str());

@@ -93,7 +93,9 @@ void validate(const TrainOptions& o) {
   // The text task's windows only: the image-text task's bound is `max_images` (its samples
   // ignore them), and `max_seq` 64 was refused there over the unused default `max_len` 128.
   if (o.task == "text") validate(o.window, o.model);
-  if (o.steps < 1) throw InputError("`steps`: must be at least 1, got " + std::to_string(o.steps));
+  // At most what a checkpoint's step may hold (checkpoint.cpp), so that every step saved resumes.
+  if (o.steps < 1 || o.steps > kMaxSteps)
+    throw InputError("`steps`: must be between 1 and 1000000000, got " + std::to_string(o.steps));
   if (o.opt.warmup < 0)
     throw InputError("`warmup`: must not be negative, got " + std::to_string(o.opt.warmup));
   // The optimizer keeps both as float; past these a step overflows or flips every parameter.

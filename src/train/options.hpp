@@ -48,6 +48,9 @@ struct OptimizerOptions {
 using ProgramWrap = std::function<std::unique_ptr<StageProgram>(std::unique_ptr<StageProgram>,
                                                                 int stage, int tp_rank)>;
 
+// The most steps a run may take: what a checkpoint's step and a log row's hold.
+inline constexpr int kMaxSteps = 1'000'000'000;
+
 // The defaults are `rrfp train`'s (the CLI binds its flags to these fields).
 struct TrainOptions {
   GptConfig model;

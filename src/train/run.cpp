@@ -221,7 +221,7 @@ class Run {
     if (o_.quiet || !(tty_ || (s + 1) % 25 == 0 || s + 1 == steps || !val.empty())) return;
     const double elapsed = static_cast<double>(now_ns() - t_start_) / 1e9;
     const double eta = elapsed / (s + 1 - first_) * (steps - s - 1);
-    const int bar = 24 * (s + 1) / steps;
+    const int bar = static_cast<int>(24LL * (s + 1) / steps);  // in int, past 89M steps wrapped
     // On a terminal the line is redrawn in place and cleared first: a shorter one left the
     // longer one's tail ("ETA 13ss").
     std::cout << (tty_ ? "\r\033[K" : "") << "[" << std::string(bar, '#')
