@@ -53,8 +53,12 @@ def _this_process_gpu(count):
     started yet, the current device is not asked for: asking starts CUDA on GPU 0, a context
     there in every process."""
     import os
-    local = next((int(os.environ[k]) for k in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
-                  if os.environ.get(k, "").isdigit()), None)
+    from ._launch import env_int
+    # Read as the launchers' other variables are: LOCAL_RANK=" 3" was skipped (every process
+    # on GPU 0), garbage refused naming the variable.
+    local = next((env_int(os.environ, k, "a local rank (a whole number)", "the launcher")
+                  for k in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK") if k in os.environ),
+                 None)
     if local is not None and (not torch.cuda.is_initialized() or
                               torch.cuda.current_device() == 0):
         return local % count

@@ -22,14 +22,39 @@ _LAUNCHERS = (("mpi", "mpirun", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"),
               ("mpi", "mpirun", "PMI_SIZE", "PMI_SIZE"),
               ("c10d", "torchrun", "TORCHELASTIC_RUN_ID", "WORLD_SIZE"))
 
+# The largest count a launcher's variable may hold: a C int's, as MPI's ranks and sizes are.
+_ENV_INT_MAX = 2**31 - 1
+
+
+def env_int(env, name, what, by, least=0, absent=None):
+    """The whole number the environment variable `name` holds (`absent` where it is unset):
+    decimal digits, blanks around them ignored, from `least` to 2**31 - 1. Anything else is
+    refused, naming the variable and `what` it should be, set `by` whom (ValueError). Every
+    launcher's variable is read so: int() alone named the value but not the variable and took
+    '+4' or '1_000', and a test of str.isdigit() refused ' 4', which int() took, so a refusal
+    behind it was skipped silently."""
+    if name not in env:
+        return absent
+    raw = env[name]
+    text = raw.strip()
+    # The length first: int() refuses over 4300 digits with a message of its own.
+    if text.isascii() and text.isdigit() and len(text) <= len(str(_ENV_INT_MAX)):
+        value = int(text)
+        if least <= value <= _ENV_INT_MAX:
+            return value
+    shown = raw if len(raw) <= 30 else raw[:30] + "..."
+    raise ValueError(f"environment variable {name}: {shown!r} is not {what} (decimal digits, "
+                     f"{least} to {_ENV_INT_MAX}); it is set by {by}")
+
 
 def _refuse_srun(env):
     """Slurm's srun starting several tasks of this script: the MPI transport's processes come
     from mpirun, so each task would have run the whole pipeline in threads, N trainings where
     one was meant (writing the same checkpoints). A step of one task (an interactive srun on a
     node) runs stages as threads, as without srun."""
-    tasks = env.get("SLURM_STEP_NUM_TASKS", "")
-    if tasks.isdigit() and int(tasks) > 1:
+    tasks = env_int(env, "SLURM_STEP_NUM_TASKS", "a whole number of tasks",
+                    "the launcher (srun)", least=1, absent=1)
+    if tasks > 1:
         raise ValueError(
             f"transport: srun started {tasks} tasks of this script, which rrfp cannot join into "
             "one job; inside the allocation start one process per stage with mpirun (mpirun "
@@ -55,15 +80,23 @@ def launched_transport(pp, dp, group):
         return "c10d"
     for name, launcher, key, count in _LAUNCHERS:
         if key in env:
-            world = int(env.get(count, "1"))
+            world = env_int(env, count, "a whole number of processes",
+                            f"the launcher ({launcher})", least=1, absent=1)
             if world != pp * dp:
                 raise _other_count(f"{launcher} started {world} process(es)", pp, dp)
             return name
     # torch.distributed's environment set by another launcher than torchrun (a cluster's, by
     # hand): each process ran the whole pipeline in threads, N trainings where one was meant.
-    world = env.get("WORLD_SIZE", "")
-    if "MASTER_ADDR" in env and "RANK" in env and world.isdigit() and int(world) > 1:
-        if int(world) != pp * dp:
+    # WORLD_SIZE unset (or MASTER_ADDR, RANK) names no job of several processes.
+    said = "the launcher (torchrun, mpirun, srun) or by hand, as torch.distributed's environment"
+    world = 1
+    if "MASTER_ADDR" in env and "RANK" in env:
+        world = env_int(env, "WORLD_SIZE", "a whole number of processes", said, least=1,
+                        absent=1)
+    if world > 1:
+        # Refused here as WORLD_SIZE is: torch's own int() names the value alone.
+        env_int(env, "RANK", "a rank (a whole number)", said)
+        if world != pp * dp:
             raise _other_count("torch.distributed's environment (RANK, WORLD_SIZE, MASTER_ADDR) "
                                f"names {world} processes", pp, dp)
         return "c10d"
