@@ -9,6 +9,8 @@ check "unknown hint 'nope'" simulate --hint nope
 # subcommand is required").
 check "unknown command 'simulat' (commands: train, simulate, run," simulat --pp 4
 check "a command is required (commands: train, simulate,"
+# A rank left in the environment without mpirun hid every parse error behind a silent 10 s wait.
+OMPI_COMM_WORLD_RANK=1 check "--pp: must be at least 1" simulate --pp 0
 check "unknown preset 'nope'" simulate --workload nope
 check "--pp: must be at least 1" simulate --pp 0
 check "--ordered-forwards: maybe not in {auto,on,off}" simulate --ordered-forwards maybe
@@ -404,6 +406,14 @@ check "3 trace files: parsing the trace: about 87 MB" simulate --replay "$tmp/ob
 "$rrfp" simulate --pp 64 -m 64 --hint bf --policy ready >/dev/null ||
   { echo "FAIL: a run within RRFP_MEMORY_LIMIT"; fails=$((fails + 1)); }
 RRFP_MEMORY_LIMIT=lots check "RRFP_MEMORY_LIMIT: 'lots' is not a size" simulate
+# Decimal only, at least a byte, blanks ignored on both sides: 0x10 was 16 bytes, 0.5 was 0
+# (no limit at all) and "1G " no size.
+for v in 0x10 0.5 1e9 1.5.K; do
+  RRFP_MEMORY_LIMIT=$v check "RRFP_MEMORY_LIMIT: '$v' is not a size (decimal bytes, or a number with K, M or G; from 1 byte to 10^18)" simulate
+done
+RRFP_MEMORY_LIMIT="8G " "$rrfp" simulate --pp 4 -m 4 >/dev/null 2>&1 ||
+  { echo "FAIL: RRFP_MEMORY_LIMIT='8G ' refused"; fails=$((fails + 1)); }
+RRFP_MEMORY_LIMIT=1.5K check "RRFP_MEMORY_LIMIT allows 1536 bytes" simulate --pp 4 -m 4
 unset RRFP_MEMORY_LIMIT
 check "available: lower --pp, --microbatches or --tp" simulate --pp 4096 -m 3125 --tp 1024 --hint bf --policy ready
 # The M x P^2 check leaves out TP: this grid point passed it and started.

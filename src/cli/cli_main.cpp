@@ -24,12 +24,13 @@ namespace {
 // A process of an mpirun job other than rank 0 that runs rank 0's command line (the same
 // program context: mpirun's `a : b` form gives each its own): its parse error is rank 0's,
 // which rank 0 says alone, as the job's other refusals are (it came once per process). A
-// process of another context says its own.
+// process of another context says its own. Only under mpirun, which sets the job's size too: a
+// rank left in the environment otherwise hid every parse error behind a silent 10 s wait.
 bool another_rank_of_mpirun() {
   const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
   const char* context = std::getenv("OMPI_MCA_orte_app_num");
-  return rank != nullptr && std::strcmp(rank, "0") != 0 &&
-         (context == nullptr || std::strcmp(context, "0") == 0);
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr && rank != nullptr &&
+         std::strcmp(rank, "0") != 0 && (context == nullptr || std::strcmp(context, "0") == 0);
 }
 
 // What CLI11 says of a mistyped or missing command ("A subcommand is required"), in words that

@@ -32,28 +32,40 @@ std::int64_t cgroup_limit() {
   }
 }
 
-// RRFP_MEMORY_LIMIT: bytes, or with a K, M or G suffix (powers of 1024); 0 when unset.
+// RRFP_MEMORY_LIMIT: bytes, or with a K, M or G suffix (powers of 1024); 0 when unset. Decimal
+// digits with an optional fraction, blanks around them ignored, at least one byte: strtod read
+// 0x10 as 16 bytes and took "1G " as no size, and 0.5 truncated to 0, which is "unset".
 std::int64_t env_limit() {
   const char* v = std::getenv("RRFP_MEMORY_LIMIT");
   if (!v || !*v) return 0;
-  const std::string s(v);
-  size_t used = 0;
-  double n = -1;
-  try {
-    n = std::stod(s, &used);
-  } catch (...) {
-    used = 0;
+  const std::string raw(v);
+  const std::size_t first = raw.find_first_not_of(" \t");
+  const std::string s =
+      first == std::string::npos ? "" : raw.substr(first, raw.find_last_not_of(" \t") + 1 - first);
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  std::size_t at = 0;
+  while (at < s.size() && digit(s[at]))
+    ++at;
+  bool ok = at > 0;
+  if (ok && at < s.size() && s[at] == '.') {
+    const std::size_t fraction = ++at;
+    while (at < s.size() && digit(s[at]))
+      ++at;
+    ok = at > fraction;
   }
   double unit = 1;
-  if (used > 0 && used + 1 == s.size()) {
+  if (ok && at + 1 == s.size()) {
     const char u = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
     unit = u == 'K' ? 1024.0 : u == 'M' ? 1024.0 * 1024 : u == 'G' ? 1024.0 * 1024 * 1024 : 0;
-    if (unit > 0) ++used;
+    ++at;
   }
-  if (used == 0 || used != s.size() || !(n > 0) || n * unit > 1e18)
-    throw InputError("RRFP_MEMORY_LIMIT: '" + s.substr(0, 30) +
-                     "' is not a size (bytes, or a number with K, M or G, above 0)");
-  return static_cast<std::int64_t>(n * unit);
+  const double bytes =
+      ok && unit > 0 && at == s.size() && at <= 40 ? std::strtod(s.c_str(), nullptr) * unit : -1;
+  if (!(bytes >= 1) || bytes > 1e18)
+    throw InputError("RRFP_MEMORY_LIMIT: '" + raw.substr(0, 30) +
+                     "' is not a size (decimal bytes, or a number with K, M or G; from 1 byte "
+                     "to 10^18)");
+  return static_cast<std::int64_t>(bytes);
 }
 
 }  // namespace
@@ -66,7 +78,10 @@ std::int64_t available_memory() {
 }
 
 std::string gigabytes(double bytes) {
-  return bytes < 1e9 ? fmt("%.0f MB", bytes / 1e6) : fmt("%.1f GB", bytes / 1e9);
+  // Below a megabyte in its own unit: a limit of 1536 bytes read "allows 0 MB".
+  return bytes < 1e6   ? fmt("%.0f bytes", bytes)
+         : bytes < 1e9 ? fmt("%.0f MB", bytes / 1e6)
+                       : fmt("%.1f GB", bytes / 1e9);
 }
 
 void check_memory(double bytes, const std::string& what, const std::string& extra,

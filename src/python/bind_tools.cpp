@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "core/hint.hpp"
+#include "core/memory.hpp"
 #include "python/bindings.hpp"
 #include "python/step_record.hpp"
 #include "python/tensor_payload.hpp"
@@ -21,6 +22,7 @@ namespace {
 // std::bad_alloc; smaller ones took memory past RRFP_MEMORY_LIMIT).
 void check_fits_here(const std::string& what, double tasks, TaskCost cost, double bytes) {
   if (tasks > 0) cost.bytes = bytes / tasks;
+  available_memory();  // a bad RRFP_MEMORY_LIMIT is a ValueError, not the run's MemoryError
   try {
     check_fits(what, tasks, cost, "`pp`, `microbatches` or `tp`");
   } catch (const InputError& e) {

@@ -91,3 +91,7 @@ def test_a_run_too_large_for_the_memory_is_refused_before_it_starts(monkeypatch)
                                           "`microbatches` or `tp`"):
         rrfp.schedule(hint="1f1b", pp=1024, microbatches=1024)
     assert rrfp.simulate(pp=4, microbatches=8, hint="bf") is not None
+    # A limit that is no size is a ValueError (it came as the run's MemoryError).
+    monkeypatch.setenv("RRFP_MEMORY_LIMIT", "abc")
+    with pytest.raises(ValueError, match="RRFP_MEMORY_LIMIT: 'abc' is not a size"):
+        rrfp.simulate(pp=4, microbatches=8, hint="bf")
