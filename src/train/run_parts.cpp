@@ -63,18 +63,44 @@ ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainOptions&
   return out;
 }
 
+namespace {
+
+// `path` made absolute and normal, links resolved as far as it exists ("" if that fails).
+std::string resolved(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+  return ec ? std::string() : p.string();
+}
+
+// The run's outputs are none of its inputs: a hint file named as one of them was replaced by
+// it, and an `out` inside the corpus folder put the run's files into the next run's corpus.
+void refuse_outputs_over_inputs(const TrainRun& o, const std::vector<std::string>& names) {
+  const std::string out = resolved(o.out);
+  if (out.empty()) return;
+  const TrainOptions& t = o.train;
+  if (t.task == "text") {
+    const std::string data = resolved(t.data_dir);
+    if (!data.empty() && (out == data || out.rfind(data + "/", 0) == 0))
+      throw InputError("`out`: '" + o.out + "' is the corpus folder `data` ('" + t.data_dir +
+                       "') or inside it: the run's files would join the corpus that later "
+                       "runs read; choose another `out`");
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(t.hint, ec)) return;  // a built-in hint's name
+  const std::string hint = resolved(t.hint);
+  for (const std::string& name : names)
+    if (resolved(o.out + "/" + name) == hint)
+      throw InputError("`out`: '" + o.out + "/" + name + "' is the hint file `hint` the run " +
+                       "reads; writing it would replace the hint, choose another `out`");
+}
+
+}  // namespace
+
 void check_run(const TrainRun& o) {
   validate(o.train);
   if (o.eval_every < 0 || o.eval_batches < 1)
     throw InputError("`eval_every` and `eval_batches`: must be at least 0 and 1, got " +
                      std::to_string(o.eval_every) + " and " + std::to_string(o.eval_batches));
-  prepare_out(o.out);
-  // A fresh run writes new logs beside it: a later resume from it would go on from the earlier
-  // run and splice its steps into this one's log (and the earlier run's log is overwritten).
-  if (o.resume.empty() && std::filesystem::is_regular_file(o.out + "/checkpoint.bin"))
-    throw InputError("`out`: '" + o.out +
-                     "' holds checkpoint.bin of an earlier run; pass `resume` with it to go on "
-                     "from it, or move it away, or choose another `out`");
   if (o.save_every < 0)
     throw InputError("`save_every`: must not be negative, got " + std::to_string(o.save_every));
   // The files the run writes at its end, checked before its steps (a directory at one of them
@@ -82,6 +108,14 @@ void check_run(const TrainRun& o) {
   std::vector<std::string> names{"loss.csv", "loss.svg", "trace.json", "timeline.svg",
                                  "durations.csv"};
   if (o.save_every > 0) names.push_back("checkpoint.bin");
+  refuse_outputs_over_inputs(o, names);  // before `out` is made
+  prepare_out(o.out);
+  // A fresh run writes new logs beside it: a later resume from it would go on from the earlier
+  // run and splice its steps into this one's log (and the earlier run's log is overwritten).
+  if (o.resume.empty() && std::filesystem::is_regular_file(o.out + "/checkpoint.bin"))
+    throw InputError("`out`: '" + o.out +
+                     "' holds checkpoint.bin of an earlier run; pass `resume` with it to go on "
+                     "from it, or move it away, or choose another `out`");
   for (const std::string& name : names)
     check_output_path(o.out + "/" + name, "`out`: '" + o.out + "/" + name + "'");
 }
