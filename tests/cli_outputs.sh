@@ -20,6 +20,26 @@ for flag in --json --svg; do
   cmp -s keep keep.before || fail "$flag: a failed write changed the earlier output"
   ls -A | grep -q '^\.rrfp-' && fail "$flag: a failed write left its temporary"
 done
+# A file whose folder takes no new file is written in place; past a size limit (as on a full
+# disk) it is left as it was: it was truncated first and left cut short. As root, the folder's
+# permissions hold for another user only, whom setpriv makes.
+as_user=()
+[ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null &&
+  as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+if [ "$(id -u)" -ne 0 ] || [ ${#as_user[@]} -gt 0 ]; then
+  shut=$(mktemp -d) && chmod 755 "$shut"
+  "$rrfp" simulate --pp 4 -m 8 --json "$shut/keep.json" >/dev/null || fail "simulate --json keep"
+  chmod 666 "$shut/keep.json" && cp "$shut/keep.json" keep.before && chmod 555 "$shut"
+  ("${as_user[@]}" bash -c "trap '' XFSZ; ulimit -f 4; exec \"\$0\" \"\$@\"" "$rrfp" simulate \
+    --pp 4 -m 8 --workload uniform --json "$shut/keep.json" >/dev/null 2>err)
+  rc=$?
+  [ "$rc" -eq 1 ] && grep -q "writing failed: File too large (nothing written)" err ||
+    fail "in place past a size limit: exit $rc, $(cat err)"
+  cmp -s "$shut/keep.json" keep.before || fail "in place: a failed write changed the output"
+  chmod 755 "$shut" && rm -rf "$shut"
+else
+  echo "root without setpriv: the in-place write is not checked"
+fi
 # A written output replaces the file a link names (the link stays) and keeps its mode.
 "$rrfp" schedule show --out real.txt >/dev/null && chmod 600 real.txt && ln -s real.txt link.txt
 "$rrfp" schedule show --hint gpipe --out link.txt >/dev/null || fail "schedule show --out link"

@@ -1,6 +1,7 @@
 #include "core/output_file.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,6 +43,32 @@ int open_temporary(const std::string& target, mode_t mode, std::string& tmp) {
     if (fd >= 0 || errno != EEXIST) return fd;
   }
   return -1;
+}
+
+// Writes `bytes` over the regular file `path` in place, for a file whose folder takes no new
+// one or no rename. Its size limit is checked and its blocks reserved before a byte changes, so
+// that `ulimit -f` or a full disk fails with the file as it was: truncated first, it was left
+// cut short, the earlier output lost.
+void write_in_place(const std::string& path, const std::string& bytes, const std::string& what) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+      bytes.size() > lim.rlim_cur)
+    throw Error(what + ": writing failed: " + std::strerror(EFBIG) + " (nothing written)");
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw InputError(what + " cannot be written: " + std::strerror(errno));
+  try {
+    if (!bytes.empty() &&
+        ::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes.size())) != 0 &&
+        errno != EOPNOTSUPP && errno != ENOSYS)
+      throw Error(what + ": writing failed: " + std::strerror(errno) + " (nothing written)");
+    write_all(fd, bytes, what + ": writing failed");
+    if (::ftruncate(fd, static_cast<off_t>(bytes.size())) != 0)
+      throw Error(what + ": writing failed: " + std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) throw Error(what + ": writing failed: " + std::strerror(errno));
 }
 
 }  // namespace
@@ -115,7 +142,7 @@ void replace_file(const std::string& path, const std::string& bytes, const std::
   if (fd < 0) {
     // A writable file in a folder that takes no new one is written in place, as it was.
     if (exists && (errno == EACCES || errno == EPERM || errno == EROFS))
-      return write_and_close(open_output(path, what), bytes, what);
+      return write_in_place(path, bytes, what);
     throw InputError(what + " cannot be written: " + std::strerror(errno));
   }
   try {
@@ -125,7 +152,7 @@ void replace_file(const std::string& path, const std::string& bytes, const std::
       // Another user's writable file in a sticky folder (/tmp) takes no rename: in place.
       if (exists && (errno == EPERM || errno == EACCES)) {
         ::unlink(tmp.c_str());
-        return write_and_close(open_output(path, what), bytes, what);
+        return write_in_place(path, bytes, what);
       }
       throw Error(what + ": cannot rename its temporary '" + tmp +
                   "' over it: " + std::strerror(errno));
