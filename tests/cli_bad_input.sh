@@ -403,6 +403,11 @@ for i in 0 1 2; do
 done
 check "objs.json: parsing the trace: about 81 MB of memory; RRFP_MEMORY_LIMIT allows 67 MB" simulate --replay "$tmp/objs.json" --pp 2 -m 2
 check "3 trace files: parsing the trace: about 87 MB" simulate --replay "$tmp/objdir" --pp 2 -m 2
+# The files of a folder are held together: their sizes are costed before the first is read
+# (12 sparse files of 250 MB took 3 GB before any check).
+mkdir -p "$tmp/sparse" && for i in 0 1 2; do truncate -s 200M "$tmp/sparse/r$i.json"; done
+check "/sparse: reading its 3 trace files: about 629 MB of memory; RRFP_MEMORY_LIMIT allows 67 MB" predict "$tmp/sparse"
+rm -rf "$tmp/sparse"
 "$rrfp" simulate --pp 64 -m 64 --hint bf --policy ready >/dev/null ||
   { echo "FAIL: a run within RRFP_MEMORY_LIMIT"; fails=$((fails + 1)); }
 RRFP_MEMORY_LIMIT=lots check "RRFP_MEMORY_LIMIT: 'lots' is not a size" simulate
