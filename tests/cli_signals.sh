@@ -50,6 +50,25 @@ else
   fail "plan: wrote no order or report after SIGTERM"
 fi
 
+# Before its search, plan has nothing to keep: a signal in its set-up (the model of a large
+# run, seconds here) ends it at once (it went on, deaf to SIGTERM, for minutes at scale).
+"$rrfp" plan --pp 256 -m 8192 --budget 600 --exact off --json "$tmp/big.json" \
+  >"$tmp/bigplan.log" 2>&1 &
+pid=$!
+wait_handler $pid || fail "plan never installed its SIGTERM handler"
+sleep 0.2
+kill -TERM $pid
+start=$(date +%s%N)
+wait $pid
+rc=$?
+pid=
+took_ms=$((($(date +%s%N) - start) / 1000000))
+[ "$rc" -eq 143 ] && [ "$took_ms" -lt 500 ] ||
+  fail "plan in its set-up: exit $rc after $took_ms ms, want 143 at once"
+grep -qx "rrfp plan: stopped by SIGTERM; nothing written" "$tmp/bigplan.log" ||
+  fail "plan in its set-up: $(tail -1 "$tmp/bigplan.log")"
+[ -e "$tmp/big.json" ] && fail "plan in its set-up wrote --json"
+
 # sweep: stopped mid-grid, the CSV and the summary hold the points done, and say how many.
 "$rrfp" sweep --pp 64,128 --seeds 10 --csv "$tmp/sweep.csv" --md "$tmp/sweep.md" \
   >"$tmp/sweep.log" 2>&1 &

@@ -308,6 +308,7 @@ void run_plan(const PlanFlags& f) {
   // A signal ends the search early: the best order so far is reported and written, then the
   // process exits 128 + the signal.
   const std::atomic<int>& stop = stop_on_signals();
+  stop_at_once_until_work("plan");
   check_budget(f.budget_s, "budget");
   check_budget(f.exact_budget_s, "exact_budget");
   Scenario sc = make_scenario(f.shape, f.load, f.dispatch);
@@ -325,6 +326,7 @@ void run_plan(const PlanFlags& f) {
                                      sc.max_pending_w);
   if (f.entry != "free" && f.entry != "in-order")
     throw InputError("`entry`: expected free or in-order, got '" + f.entry + "'");
+  work_begins();  // from here a signal ends the search, and the best order found is written
   const Planned best = search_both(f, p, want_exact(f, p));
   const LowerBound lb = lower_bound(m, work, p.d_bound());
   const ReportRun run = plan_run(f, sc, p, best, lb);

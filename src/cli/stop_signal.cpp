@@ -19,12 +19,14 @@ std::atomic<int> g_stop{0};
 // SIGTERM in each, built before it is installed (a handler may not allocate).
 enum Outputs : int { kNone = 0, kWriting = 1, kWritten = 2 };
 std::atomic<int> g_outputs{kNone};
-std::string g_exit_lines[3][3];  // [Outputs][exit_index: SIGINT, SIGTERM, SIGHUP]
+std::string g_exit_lines[3][4];  // [Outputs][signal_index: SIGINT, SIGTERM, SIGUSR1, SIGHUP]
 std::string g_command;
 // stop_on_signals: the line its handler writes as it takes the first request, for SIGINT,
 // SIGTERM, SIGUSR1 and SIGHUP, built before g_acknowledge is set (a handler may not allocate).
 std::string g_ack_lines[4];
 std::atomic<bool> g_acknowledge{false};
+// stop_at_once_until_work: the first request ends the process as exit_on_signals' do.
+std::atomic<bool> g_at_once{false};
 
 // When the first signal was taken (CLOCK_MONOTONIC ns); the largest value until it is known.
 std::atomic<std::int64_t> g_first_ns{std::numeric_limits<std::int64_t>::max()};
@@ -54,14 +56,25 @@ bool first_request(int sig) {
   return expected == sig && now - g_first_ns.load() < kEchoNs;
 }
 
-// The row of g_exit_lines for each signal exit_on_signals takes.
-int exit_index(int sig) {
-  return sig == SIGTERM ? 1 : sig == SIGHUP ? 2 : 0;
+// The column of g_exit_lines and g_ack_lines for each signal the handlers take but SIGPIPE.
+int signal_index(int sig) {
+  return sig == SIGTERM ? 1 : sig == SIGUSR1 ? 2 : sig == SIGHUP ? 3 : 0;
 }
 
-// The row of g_ack_lines for each signal stop_on_signals takes but SIGPIPE.
-int ack_index(int sig) {
-  return sig == SIGTERM ? 1 : sig == SIGUSR1 ? 2 : sig == SIGHUP ? 3 : 0;
+// The lines of exit_on_signals' handler (and stop_on_signals' before the work), for `command`.
+void build_exit_lines(const std::string& command) {
+  g_command = command;
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) {
+    const std::string stopped = "rrfp " + command + ": stopped by " + signal_name(sig);
+    g_exit_lines[kNone][signal_index(sig)] = stopped + "; nothing written\n";
+    g_exit_lines[kWriting][signal_index(sig)] =
+        stopped + " again while its outputs were written; some may be missing or incomplete\n";
+    g_exit_lines[kWritten][signal_index(sig)] = stopped + " after its outputs were written\n";
+  }
+}
+
+void write_line(const std::string& line) {
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
 }
 
 void on_stop_signal(int sig) {
@@ -73,12 +86,13 @@ void on_stop_signal(int sig) {
     if (g_stop.compare_exchange_strong(none, sig)) g_first_ns.store(now_ns());
     return;
   }
+  if (g_at_once.load()) {
+    write_line(g_exit_lines[kNone][signal_index(sig)]);
+    ::_exit(128 + sig);
+  }
   const bool fresh = g_stop.load() == 0;
   if (!first_request(sig)) ::_exit(128 + sig);  // async-signal-safe
-  if (fresh && g_acknowledge.load()) {
-    const std::string& line = g_ack_lines[ack_index(sig)];
-    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
-  }
+  if (fresh && g_acknowledge.load()) write_line(g_ack_lines[signal_index(sig)]);
 }
 
 void on_exit_signal(int sig) {
@@ -86,8 +100,7 @@ void on_exit_signal(int sig) {
   if (outputs == kWriting && first_request(sig)) return;  // heeded once they are written
   // The line says where the outputs stand: a second signal while they are written cuts that
   // short (it said "nothing written", with some outputs written), and past it they are there.
-  const std::string& line = g_exit_lines[outputs][exit_index(sig)];
-  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+  write_line(g_exit_lines[outputs][signal_index(sig)]);
   ::_exit(128 + sig);
 }
 
@@ -119,21 +132,24 @@ std::atomic<int>& stop_on_signals(bool pipe) {
 void acknowledge_stop_signals(const std::string& command, const std::string& until) {
   g_acknowledge.store(false);  // not read while the lines change
   for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP})
-    g_ack_lines[ack_index(sig)] = "rrfp " + command + ": " + signal_name(sig) + " taken: " + until +
-                                  "; a second signal stops it at once\n";
+    g_ack_lines[signal_index(sig)] = "rrfp " + command + ": " + signal_name(sig) +
+                                     " taken: " + until + "; a second signal stops it at once\n";
   g_acknowledge.store(true);
 }
 
 void exit_on_signals(const std::string& command) {
-  g_command = command;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
-    const std::string stopped = "rrfp " + command + ": stopped by " + signal_name(sig);
-    g_exit_lines[kNone][exit_index(sig)] = stopped + "; nothing written\n";
-    g_exit_lines[kWriting][exit_index(sig)] =
-        stopped + " again while its outputs were written; some may be missing or incomplete\n";
-    g_exit_lines[kWritten][exit_index(sig)] = stopped + " after its outputs were written\n";
-  }
+  build_exit_lines(command);
   install(on_exit_signal, {SIGINT, SIGTERM, SIGHUP});
+}
+
+void stop_at_once_until_work(const std::string& command) {
+  g_at_once.store(false);  // not read while the lines change
+  build_exit_lines(command);
+  g_at_once.store(true);
+}
+
+void work_begins() {
+  g_at_once.store(false);
 }
 
 void write_then_heed_signals(const std::function<void()>& write) {

@@ -22,6 +22,12 @@ std::atomic<int>& stop_on_signals(bool pipe = false);
 // "rrfp COMMAND: SIGINT taken: UNTIL; a second signal stops it at once". Under mpirun, the
 // process of rank 0 only, as each process takes the signal.
 void acknowledge_stop_signals(const std::string& command, const std::string& until);
+// Until work_begins(), a stop_on_signals() signal ends the process at once, as exit_on_signals'
+// do ("rrfp COMMAND: stopped by SIGTERM; nothing written"): the set-up before the work has
+// nothing to keep and no point to stop at (plan's model of a large run took minutes, deaf to
+// SIGTERM; a sweep's first grid point likewise).
+void stop_at_once_until_work(const std::string& command);
+void work_begins();
 // The first signal's number, 0 while none came.
 std::atomic<int>& stop_flag();
 

@@ -295,6 +295,7 @@ void run_sweep(const SweepFlags& f) {
   // done are written, then the process exits 128 + the signal.
   const std::atomic<int>& stop = stop_on_signals();
   acknowledge_stop_signals("sweep", "stopping after the current grid point");
+  stop_at_once_until_work("sweep");  // until its first point is done
   const std::vector<RunSpec> specs = sweep_specs(f);
   check_sweep_fits(f, specs);
   const auto points = static_cast<size_t>(grid_points(f));
@@ -314,6 +315,7 @@ void run_sweep(const SweepFlags& f) {
       rows.push_back(r);
     }
     ++done;
+    work_begins();
     if (show && (done % 10 == 0 || done == points))
       std::cerr << "\rsweep: " << done << "/" << points << " grid points" << std::flush;
     return true;
