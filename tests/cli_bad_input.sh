@@ -103,6 +103,9 @@ check "--workload-file: '$tmp' is a directory" simulate --workload-file "$tmp"
 check "--replay: '$tmp/nope.csv' does not exist" simulate --replay "$tmp/nope.csv" --hint 1f1b
 truncate -s 3M "$tmp/big.json"
 check "has 3.0 MiB; at most 1.0 MiB is read for --workload-file" simulate --workload-file "$tmp/big.json"
+# Just past the cap, in bytes: "has 1.0 MiB; at most 1.0 MiB" said nothing.
+truncate -s 1048600 "$tmp/big.json"
+check "has 1048600 bytes; at most 1048576 bytes is read for --workload-file" simulate --workload-file "$tmp/big.json"
 head -c 60000 /dev/zero | tr '\0' '[' >"$tmp/deep.json"
 check "nested deeper than 64 levels" simulate --workload-file "$tmp/deep.json"
 { printf '{"format": "rrfp-hint", "stages": '; head -c 100000 /dev/zero | tr '\0' '[' | fold -w 1000; } >"$tmp/deep-hint.json"

@@ -40,9 +40,15 @@ std::uint64_t open_checked(const std::string& path, const InputKind& kind, const
   if (!S_ISREG(st.st_mode))
     throw InputError(what + " is not a regular file (a device, FIFO or socket); give a file");
   const auto size = static_cast<std::uint64_t>(st.st_size);
-  if (size > cap)
-    throw InputError(what + " has " + format_bytes(size) + "; at most " + format_bytes(cap) +
-                     " is read for `" + kind.option + "`");
+  if (size > cap) {
+    // In bytes where the rounded sizes read alike ("has 1.0 GiB; at most 1.0 GiB").
+    const bool alike = format_bytes(size) == format_bytes(cap);
+    auto shown = [&](std::uint64_t n) {
+      return alike ? std::to_string(n) + " bytes" : format_bytes(n);
+    };
+    throw InputError(what + " has " + shown(size) + "; at most " + shown(cap) + " is read for `" +
+                     kind.option + "`");
+  }
   return size;
 }
 
