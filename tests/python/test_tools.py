@@ -95,3 +95,13 @@ def test_a_run_too_large_for_the_memory_is_refused_before_it_starts(monkeypatch)
     monkeypatch.setenv("RRFP_MEMORY_LIMIT", "abc")
     with pytest.raises(ValueError, match="RRFP_MEMORY_LIMIT: 'abc' is not a size"):
         rrfp.simulate(pp=4, microbatches=8, hint="bf")
+
+
+def test_a_record_refuses_pickling_naming_to_dict():
+    import copy
+    import pickle
+    rec = rrfp.simulate(pp=2, microbatches=4, hint="bf")
+    for copy_it in (pickle.dumps, copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match=r"keep record.to_dict\(\)"):
+            copy_it(rec)
+    assert pickle.loads(pickle.dumps(rec.to_dict())) == rec.to_dict()
