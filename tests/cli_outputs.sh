@@ -53,15 +53,16 @@ check "--svg: '-' (stdout) is for --json only; give a file" predict "$data/torch
 check "--csv: '-' (stdout) is for --json only" sweep --pp 2 --mb-factors 1 --seeds 1 --csv -
 check "--md: '-' (stdout) is for --json only" sweep --pp 2 --mb-factors 1 --seeds 1 --md -
 # The CSV is always written: an empty name ran the whole grid, then failed (exit 1) to rename
-# its temporary over ''. An empty --md is no summary file, as an empty --json is no report.
+# its temporary over ''.
 check "--csv: '' names nothing; give a value" sweep --pp 2 --mb-factors 1 --seeds 1 --csv ''
+[ -s "$tmp/out" ] && fail "sweep --csv '' ran its grid before refusing it"
 # So every text option: each was taken as not given (\`--replay ""\` simulated the default
-# workload, \`--json ""\` wrote nothing, both exit 0).
+# workload, \`--json ""\` or \`--md ""\` wrote nothing, all exit 0).
 check "--replay: '' names nothing; give a value (\`rrfp simulate --help\` says what it takes; an unset shell variable?)" simulate --pp 2 -m 4 --replay ''
 check "--json: '' names nothing; give a value" simulate --pp 2 -m 4 --json ''
+check "--md: '' names nothing; give a value" sweep --pp 2 --mb-factors 1 --seeds 1 --md ''
 check "TRACE: '' names nothing; give a value" predict ''
 check "--out: '' names nothing; give a value" plan --pp 2 -m 4 --out ''
-[ -s "$tmp/out" ] && fail "sweep --csv '' ran its grid before refusing it"
 check "--out: '-' (stdout) is for --json only" plan --pp 2 -m 4 --out -
 check "--out: '-' (stdout) is for --json only" calibrate --out -
 check "--out: '-' (stdout) is for --json only" schedule show --out -

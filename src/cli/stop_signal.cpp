@@ -73,8 +73,16 @@ void build_exit_lines(const std::string& command) {
   }
 }
 
+// Writes `line` to stderr from a handler. SIGPIPE is ignored meanwhile: a stderr whose reader
+// is gone (`2>&1 | tee` that the Ctrl-C ended too) killed a sweep with its points done unwritten.
 void write_line(const std::string& line) {
+  struct sigaction ignore {
+  }, old{};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGPIPE, &ignore, &old);  // async-signal-safe, as write is
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+  ::sigaction(SIGPIPE, &old, nullptr);
 }
 
 void on_stop_signal(int sig) {

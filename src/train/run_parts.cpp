@@ -73,17 +73,18 @@ std::string resolved(const std::string& path) {
 }
 
 // The run's outputs are none of its inputs: a hint file named as one of them was replaced by
-// it, and an `out` inside the corpus folder put the run's files into the next run's corpus.
+// it, and an `out` that is the corpus folder put the run's files into the next run's corpus
+// (one inside it does not: the corpus is read without its subfolders).
 void refuse_outputs_over_inputs(const TrainRun& o, const std::vector<std::string>& names) {
   const std::string out = resolved(o.out);
   if (out.empty()) return;
   const TrainOptions& t = o.train;
   if (t.task == "text") {
     const std::string data = resolved(t.data_dir);
-    if (!data.empty() && (out == data || out.rfind(data + "/", 0) == 0))
+    if (!data.empty() && out == data)
       throw InputError("`out`: '" + o.out + "' is the corpus folder `data` ('" + t.data_dir +
-                       "') or inside it: the run's files would join the corpus that later "
-                       "runs read; choose another `out`");
+                       "'): the run's files would join the corpus that later runs read; choose "
+                       "another `out` (a subfolder is not read)");
   }
   std::error_code ec;
   if (!std::filesystem::is_regular_file(t.hint, ec)) return;  // a built-in hint's name

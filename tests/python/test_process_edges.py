@@ -99,8 +99,8 @@ def test_a_child_forked_while_a_step_runs_exits():
         while time.monotonic() < deadline:
             got, status = os.waitpid(pid, os.WNOHANG)
             if got:
-                print("child", os.waitstatus_to_exitcode(status))
-                print(time.monotonic() - start, file=sys.stderr)
+                print("child", os.waitstatus_to_exitcode(status),
+                      round(time.monotonic() - start) < 5)  # within seconds
                 break
             time.sleep(0.05)
         else:
@@ -110,8 +110,7 @@ def test_a_child_forked_while_a_step_runs_exits():
         t.join()
     """
     done = run_script(code)
-    assert done.stdout == "child 0\n", (done.stdout, done.stderr[-2000:])
-    assert float(done.stderr) < 5, done.stderr[-2000:]  # seconds the child took to exit
+    assert done.stdout == "child 0 True\n", (done.stdout, done.stderr[-2000:])
 
 
 @pytest.mark.parametrize("stderr", ["None", "write-only"])

@@ -90,8 +90,9 @@ def _shutdown():
     # Multi-process runs end their runtimes and MPI before the interpreter goes; a step running
     # on a daemon thread is cancelled (freed under it, its runtime crashed the process), and its
     # Python half given a moment to leave.
+    live = list(_pipeline.LIVE)  # held: a daemon thread's pipeline must outlive the wait
     _rrfp._shutdown()
-    _pipeline.wait_for_steps(10)
+    _pipeline.wait_for_steps(live, 10)
 
 
 atexit.register(_shutdown)

@@ -2,6 +2,7 @@
 import contextlib
 import os
 import threading
+import time
 import weakref
 
 import torch
@@ -32,13 +33,12 @@ StageError = _rrfp.StageError
 LIVE = weakref.WeakSet()
 
 
-def wait_for_steps(seconds):
-    """Waits, at most `seconds` in all, until no pipeline is inside a call (a step that the
+def wait_for_steps(pipes, seconds):
+    """Waits, at most `seconds` in all, until none of `pipes` is inside a call (a step that the
     exit handler cancelled on a daemon thread leaves it): the interpreter then ends, and a
     daemon thread caught inside torch's own calls as it does aborts the process."""
-    import time
     deadline = time.monotonic() + seconds
-    for pipe in list(LIVE):
+    for pipe in pipes:
         if pipe._holder_pid != os.getpid():  # held in the process this one was forked from
             continue
         if pipe._busy.acquire(timeout=max(deadline - time.monotonic(), 0)):

@@ -34,10 +34,14 @@ class StepRecord:
     def table(self):
         return self._core.table()
 
+    def __copy__(self):
+        return StepRecord(self._core)  # read-only: a copy may share it
+
     def __reduce__(self):
-        # pickle, copy and torch.save said "cannot pickle 'rrfp._rrfp.StepRecord' object".
-        raise TypeError("a StepRecord cannot be pickled or copied (it holds the step's record in "
-                        "C++); keep record.to_dict(), plain values, or write save_trace()")
+        # pickle, deepcopy and torch.save said "cannot pickle 'rrfp._rrfp.StepRecord' object".
+        raise TypeError("a StepRecord cannot be pickled or deep-copied (it holds the step's "
+                        "record in C++); keep record.to_dict(), plain values, or write "
+                        "save_trace()")
 
     def to_dict(self):
         return json.loads(self._core.json())
