@@ -134,5 +134,16 @@ cp h.txt "$h"
   exit "$fails"
 ) || fails=$((fails + $?))
 
+# A folder's traces in one order whatever the order it lists them in: names alike but for
+# leading zeros (r1, r01) compared equal and kept it, so the step replayed depended on which
+# file was made first.
+"$rrfp" simulate --pp 3 -m 6 --hint bf --policy ready --seed 2 --trace zb2.json >/dev/null ||
+  fail "simulate --trace zb2.json"
+# The tie goes to byte order, r01 first: its step is the one replayed.
+measured() { "$rrfp" predict "$1" | grep '^measured step'; }
+mkdir ab ba && cp zb.json ab/r1.json && cp zb2.json ab/r01.json &&
+  cp zb2.json ba/r01.json && cp zb.json ba/r1.json
+[ "$(measured ab)" = "$(measured zb2.json)" ] && [ "$(measured ba)" = "$(measured zb2.json)" ] ||
+  fail "predict of one folder's files made in two orders: $(measured ab) / $(measured ba)"
 echo "cli inputs checks: $fails failed"
 [ "$fails" -eq 0 ]

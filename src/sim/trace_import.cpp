@@ -158,8 +158,8 @@ std::string gunzip(const std::string& in, const std::string& origin) {
   return out;
 }
 
-// Name order with digit runs compared as numbers: rank2 before rank10.
-bool natural_less(const std::string& a, const std::string& b) {
+// natural_less without its tie-break: <0, 0 or >0.
+int natural_order(const std::string& a, const std::string& b) {
   size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
     if (std::isdigit(static_cast<unsigned char>(a[i])) &&
@@ -173,17 +173,27 @@ bool natural_less(const std::string& a, const std::string& b) {
       const std::string_view y = std::string_view(b).substr(j, ej - j);
       const size_t zx = std::min(x.find_first_not_of('0'), x.size());
       const size_t zy = std::min(y.find_first_not_of('0'), y.size());
-      if (x.size() - zx != y.size() - zy) return x.size() - zx < y.size() - zy;
-      if (x.substr(zx) != y.substr(zy)) return x.substr(zx) < y.substr(zy);
+      if (x.size() - zx != y.size() - zy) return x.size() - zx < y.size() - zy ? -1 : 1;
+      if (const int c = x.substr(zx).compare(y.substr(zy)); c != 0) return c;
       i = ei;
       j = ej;
     } else {
-      if (a[i] != b[j]) return a[i] < b[j];
+      if (a[i] != b[j])
+        return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]) ? -1 : 1;
       ++i;
       ++j;
     }
   }
-  return a.size() - i < b.size() - j;
+  const size_t ra = a.size() - i, rb = b.size() - j;
+  return ra < rb ? -1 : ra > rb ? 1 : 0;
+}
+
+// Name order with digit runs compared as numbers: rank2 before rank10. Names alike but for
+// leading zeros (r1, r01) fall back to byte order: equal, they kept the folder's listing order,
+// which decides the steps a folder's traces number.
+bool natural_less(const std::string& a, const std::string& b) {
+  const int c = natural_order(a, b);
+  return c != 0 ? c < 0 : a < b;
 }
 
 // The mapping that recognizes the files (auto), by what only that tool writes.
