@@ -1,18 +1,38 @@
 #include "core/format.hpp"
 
+#include <locale.h>
+
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
 
 namespace rrfp {
 
+namespace {
+
+locale_t classic_locale() {
+  static const locale_t c = ::newlocale(LC_ALL_MASK, "C", nullptr);
+  return c;
+}
+
+}  // namespace
+
+// uselocale(0) changes nothing, should newlocale have failed.
+ClassicNumbers::ClassicNumbers() : previous_(::uselocale(classic_locale())) {}
+
+ClassicNumbers::~ClassicNumbers() {
+  ::uselocale(static_cast<locale_t>(previous_));
+}
+
 std::string fmt(const char* f, double v) {
+  const ClassicNumbers classic;
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
 }
 
 std::string fmt_given(double v) {
+  const ClassicNumbers classic;
   char buf[64];
   for (int digits = 6; digits < 17; ++digits) {
     std::snprintf(buf, sizeof buf, "%.*g", digits, v);
@@ -23,6 +43,7 @@ std::string fmt_given(double v) {
 }
 
 std::string format_bytes(std::uint64_t n) {
+  const ClassicNumbers classic;
   char buf[48];
   if (n < 1024) {
     std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));

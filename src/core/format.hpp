@@ -6,7 +6,22 @@
 
 namespace rrfp {
 
-// printf-formats one number: fmt("%.2f", x), fmt("%g", x).
+// While it lives, the C library reads and writes numbers on this thread in the "C" locale's
+// form ("1.5", never "1,5"), whatever locale the process set: a Python user's
+// locale.setlocale(LC_ALL, "de_DE.UTF-8") made the extension's SVG `width="1200,00"` and
+// refused a replay CSV's "100.75". Cheap (a thread-local switch).
+class ClassicNumbers {
+ public:
+  ClassicNumbers();
+  ~ClassicNumbers();
+  ClassicNumbers(const ClassicNumbers&) = delete;
+  ClassicNumbers& operator=(const ClassicNumbers&) = delete;
+
+ private:
+  void* previous_;  // the thread's locale_t before
+};
+
+// printf-formats one number: fmt("%.2f", x), fmt("%g", x), in the "C" locale's form.
 std::string fmt(const char* printf_format, double v);
 // A value a message refuses, in as few digits as tell it apart from every other double (at
 // least %g's six): "1000.0001", where %g's "1000" read as inside a range that ends at 1000.

@@ -59,6 +59,7 @@ std::int64_t env_limit() {
     unit = u == 'K' ? 1024.0 : u == 'M' ? 1024.0 * 1024 : u == 'G' ? 1024.0 * 1024 * 1024 : 0;
     ++at;
   }
+  const ClassicNumbers classic;  // the '.' whatever locale the process set
   const double bytes =
       ok && unit > 0 && at == s.size() && at <= 40 ? std::strtod(s.c_str(), nullptr) * unit : -1;
   if (!(bytes >= 1) || bytes > 1e18)

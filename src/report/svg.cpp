@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/format.hpp"
 #include "report/report.hpp"
 
 namespace rrfp {
@@ -22,9 +23,7 @@ const char* colour(Kind k) {
 }
 
 std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", v);
-  return buf;
+  return fmt("%.2f", v);  // in the "C" locale's form, whatever the process's
 }
 
 std::string escape(const std::string& s) {

@@ -133,7 +133,9 @@ double number_at(const Table& t, const Row& row, const std::string& where, const
   double v = 0;
   size_t used = 0;
   try {
-    // Decimal only: stod also reads hexadecimal ("0x10" as 16), inf and nan.
+    // Decimal only: stod also reads hexadecimal ("0x10" as 16), inf and nan. With a '.', in
+    // whatever locale the process set.
+    const ClassicNumbers classic;
     if (s.find_first_not_of("0123456789.eE+-") == std::string::npos) v = std::stod(s, &used);
   } catch (...) {
     used = 0;
