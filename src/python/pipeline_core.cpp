@@ -7,20 +7,14 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
-#include <thread>
 
 #include <unistd.h>
 
 #include "core/error.hpp"
-#include "core/format.hpp"
 #include "dist/c10d_world.hpp"
-#include "dist/step_merge.hpp"
-#include "python/byte_tensors.hpp"
 #include "python/py_program.hpp"
 #include "report/experiment.hpp"
-#include "runtime/errors.hpp"
 #include "sim/hint_check.hpp"
-#include "sim/metrics.hpp"
 #ifdef RRFP_HAVE_MPI
 #include "dist/mpi_world.hpp"
 #endif
@@ -29,12 +23,6 @@ namespace rrfp::py {
 namespace pyb = pybind11;
 
 namespace {
-
-// A step cancelled from Python (a signal handler raised): the runtime rethrows this, and
-// run_step raises the Python exception instead.
-struct Interrupted : Error {
-  Interrupted() : Error("interrupted") {}
-};
 
 // Multi-process state of this process: the MPI world (MPI starts once per process) and the
 // pipelines alive, so that shutdown_processes can tear their runtimes down first.
@@ -148,11 +136,6 @@ namespace {
 // How long close() waits for a step on another thread to end once cancelled: its running task
 // ends first (Python's tasks are not cut short).
 constexpr auto kCloseWait = std::chrono::seconds(30);
-
-// Why a closed pipeline refuses a step: close() runs from rrfp's exit handler only.
-constexpr const char* kShutDown =
-    "rrfp: the pipeline was shut down as the interpreter exits (rrfp's exit handler ran): no "
-    "step runs after it";
 
 }  // namespace
 
@@ -284,135 +267,6 @@ void PipelineCore::build_runtime() {
     rt = std::make_unique<Runtime>(*model_, *hint_, programs, runtime_);
   std::lock_guard lk(step_mu_);  // close() may look at it meanwhile
   rt_ = std::move(rt);
-}
-
-namespace {
-
-// `closing()` (Python's, with the GIL): the bytes this process carries into the step's closing
-// exchange. Its failure fails this process's step as a task's would, so that every process
-// drops it.
-// `closing()` is the first Python the main thread runs once the step's tasks are done, so a
-// signal's handler that came late runs in it: its KeyboardInterrupt (or a handler's SystemExit)
-// is `signal`, raised as it is. Made a failed step, it came out as a StageError, which loops
-// that skip a failed batch went past: Ctrl-C did not stop them.
-std::vector<std::byte> carried_bytes(const pyb::object& closing, std::exception_ptr& error,
-                                     std::optional<pyb::error_already_set>& signal) {
-  pyb::gil_scoped_acquire gil;
-  try {
-    const auto t = closing().cast<at::Tensor>();
-    const std::span<const std::byte> bytes = byte_span(t, "`closing()`'s result");
-    return {bytes.begin(), bytes.end()};
-  } catch (pyb::error_already_set& e) {
-    if (!e.matches(PyExc_Exception)) {
-      signal.emplace(std::move(e));
-      return {};
-    }
-    error = std::make_exception_ptr(
-        TaskError("adding the step's microbatch losses: " + first_line(e.what())));
-    return {};
-  } catch (const std::exception& e) {
-    error = std::make_exception_ptr(
-        TaskError("adding the step's microbatch losses: " + first_line(e.what())));
-    return {};
-  }
-}
-
-}  // namespace
-
-std::pair<StepRecordPy, std::vector<at::Tensor>> PipelineCore::run_step(
-    int step, std::vector<std::int64_t> sizes, const pyb::object& closing) {
-  if (closed_) throw Error(kShutDown);
-  if (runners_.empty()) throw Error("rrfp: the pipeline has no stage runners");
-  if (!sizes.empty() && static_cast<int>(sizes.size()) != model_->microbatches())
-    throw InputError("rrfp: " + std::to_string(sizes.size()) + " microbatch sizes for " +
-                     std::to_string(model_->microbatches()) + " microbatches");
-  // close() from another thread (the interpreter exiting while a daemon thread steps) cancels
-  // the step and waits for this to end.
-  struct Stepping {
-    PipelineCore& c;
-    explicit Stepping(PipelineCore& core) : c(core) {
-      std::lock_guard lk(c.step_mu_);
-      c.step_pid_ = static_cast<int>(::getpid());
-      c.stepping_ = true;
-    }
-    ~Stepping() {
-      std::lock_guard lk(c.step_mu_);
-      c.stepping_ = false;
-      c.step_cv_.notify_all();
-    }
-  } stepping(*this);
-  sizes_ = std::move(sizes);  // read by the programs once the step's thread has started
-  if (!rt_) build_runtime();
-  if (closed_) throw Error(kShutDown);  // while the runtime was built
-  Runtime* const rt = rt_.get();        // close() may let go of rt_ past its wait: see there
-  StepResult result;
-  std::exception_ptr error;
-  std::optional<pyb::error_already_set> signal;
-  std::vector<std::vector<std::byte>> carried;
-  {
-    pyb::gil_scoped_release nogil;
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    std::thread worker([&] {
-      try {
-        result = rt->run_step(step);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      std::lock_guard lk(mu);
-      done = true;
-      cv.notify_all();
-    });
-    // Python runs its signal handlers only on the main thread, between bytecodes: look every
-    // 50 ms, so Ctrl-C ends a step in about that time plus the running task's.
-    std::unique_lock lk(mu);
-    while (!cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return done; })) {
-      if (signal) continue;
-      lk.unlock();
-      {
-        pyb::gil_scoped_acquire gil;
-        if (PyErr_CheckSignals() != 0) signal.emplace();
-      }
-      if (signal) rt->cancel(std::make_exception_ptr(Interrupted()));
-      lk.lock();
-    }
-    lk.unlock();
-    worker.join();
-    // A peer's report of the same Ctrl-C (a PeerStall) may have ended the step first. Only
-    // then: a process with a task's failure must not skip the exchange its peers enter below.
-    if (error && !signal && holds<StallError>(error)) {
-      pyb::gil_scoped_acquire gil;
-      if (PyErr_CheckSignals() != 0) signal.emplace();
-    }
-    std::vector<std::byte> mine;
-    std::optional<pyb::error_already_set> late;  // a signal's, raised in closing()
-    if (!error && !signal && !closing.is_none()) mine = carried_bytes(closing, error, late);
-    if (late) error = std::make_exception_ptr(Interrupted());  // dropped on every process too
-    // A step that failed on any process is dropped on all (Ctrl-C: this process is leaving);
-    // on success every process gets the step's whole record of replica 0, and everyone's bytes.
-    if (job_ && !signal)
-      carried = finish_step_over_job(*job_, step, result, error, mine);
-    else if (!error && !signal)
-      carried.push_back(std::move(mine));
-    if (late) signal = std::move(late);
-    if (error || signal) drop_runtime();  // a failed runtime refuses further steps
-  }
-  if (signal) throw std::move(*signal);
-  if (error) std::rethrow_exception(error);
-  StepRecordPy rec;
-  rec.header.workload = "measured (python)";
-  rec.header.source = "measured";
-  rec.run.policy = to_string(runtime_.arbiter.policy);
-  rec.run.hint = opt_.hint;
-  rec.run.comm = to_string(runtime_.comm);
-  rec.run.label = rec.run.policy + " " + opt_.hint + " (" + rec.run.comm + ")";
-  rec.run.cfg = model_->config();
-  rec.run.result = std::move(result.run);
-  rec.run.metrics =
-      compute_metrics(rec.run.result, lower_bound(*model_, measured_work(*model_, rec.run.result)));
-  rec.dispatch_gaps = std::move(result.dispatch_gaps);
-  return {std::move(rec), byte_tensors(std::move(carried))};
 }
 
 }  // namespace rrfp::py

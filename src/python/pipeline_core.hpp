@@ -44,6 +44,11 @@ void shutdown_processes();
 // would wait for it until their timeout). Returns when MPI is not in use.
 void abort_processes(int code);
 
+// Why a closed pipeline refuses a step: close() runs from rrfp's exit handler only.
+inline constexpr const char* kShutDown =
+    "rrfp: the pipeline was shut down as the interpreter exits (rrfp's exit handler ran): no "
+    "step runs after it";
+
 class PipelineCore {
  public:
   explicit PipelineCore(const CoreOptions& o);
