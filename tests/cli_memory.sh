@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Work bigger than the memory rrfp may take is refused before it starts, naming its estimate,
+# the memory and what to lower (RRFP_MEMORY_LIMIT stands in for a small machine), and a budget
+# or a thread limit the work cannot keep is said in one line (docs/reliability.md).
+# Usage: cli_memory.sh PATH/TO/rrfp [ON|OFF: whether the build has LibTorch]
+source "$(dirname "$0")/cli_check.sh"
+# Runs bigger than the memory rrfp may take are refused before they start, with the estimate
+# and the memory (RRFP_MEMORY_LIMIT stands in for a small machine); one that fits runs. A
+# budget is kept: a plan whose first start order outlasts it stops there, saying so.
+export RRFP_MEMORY_LIMIT=64M
+check "simulate: 4 runs of 2.4M tasks: about 197 MB of memory" simulate --pp 1024 -m 1024
+# A run's estimate follows what it holds: a list hint's order and blocking messages' rendezvous.
+check "simulate: 1 run of 2.1M tasks: about 96 MB" simulate --pp 1024 -m 1024 --hint bf --policy ready
+check "simulate: 1 run of 2.1M tasks: about 197 MB" simulate --pp 1024 -m 1024 --hint 1f1b --policy fixed --comm blocking
+check "RRFP_MEMORY_LIMIT allows 67 MB: lower --pp, --microbatches or --tp" run --pp 1024 -m 1024 --hint bf
+# `run` holds its runtime's state and every run's timed records beside a simulation's bytes: a
+# shape a simulation of which fits may not.
+check "run: 2 runs of 1.2M tasks, 1 timed step each: about 720 MB of memory" run --pp 2 -m 300000 --hint bf
+# A timeline keeps every task's record and draws it: a shape that fits without one may not.
+check "simulate: 1 run of 0.5M tasks: about 184 MB of memory" simulate --pp 512 -m 512 --hint bf --policy ready --trace "$tmp/t.json"
+check "or leave out --trace and --svg" simulate --pp 512 -m 512 --hint bf --policy ready --svg "$tmp/t.svg"
+check "schedule show: 0.5M tasks and 1.0M diagram cells: about 127 MB" schedule show --pp 512 -m 512
+check "plan: orders of 1.0M tasks" plan --pp 512 -m 512 --tp 2
+# Each stage's own state counts beside its tasks (at M=1 it is most of a run), and a diagram's
+# cells beside the tasks it shows; `schedule check` is sized before it builds its model.
+check "simulate: 1 run of 0.2M tasks: about 159 MB" simulate --pp 100000 -m 1 --hint bf --policy ready
+check "schedule check: 2.0M tasks: about 1.8 GB" schedule check "$tmp/none.txt" --pp 1000000 -m 1
+# sweep takes the same checks, at its largest point (it ran a point simulate refuses), and its
+# grid is counted before it is built (2e9 seeds ended "out of memory", exit 1).
+check "sweep: 1 grid point, runs of up to 12.6M tasks: about 782 MB of memory" sweep --pp 1024 --mb-factors 4 --seeds 1 --workloads uniform --hints bf
+check "sweep: the grid (--workloads x --pp x --mb-factors x --tp x --limits x --seeds) has 16000000000 points; at most 1000000" sweep --seeds 2000000000
+# A mistyped workload is named before any point runs (found when the loop reached it, the
+# points run before were lost).
+check "--workloads: unknown preset 'multimodl'" sweep --workloads language,multimodl --pp 2 --mb-factors 1 --seeds 1
+# JSON is bounded by what its parse takes, not by its size alone (255 MiB of `{}` took 8.4 GB;
+# three such files of a trace directory ended in an uncaught bad_alloc): a file, then a
+# directory whose files fit one by one but not together.
+/usr/bin/python3 -c "open('$tmp/objs.json', 'w').write('[' + ','.join(['{}'] * 700000) + ']')"
+mkdir -p "$tmp/objdir"
+for i in 0 1 2; do
+  /usr/bin/python3 -c "open('$tmp/objdir/r$i.json', 'w').write('[' + ','.join(['{}'] * 250000) + ']')"
+done
+check "objs.json: parsing the trace: about 81 MB of memory; RRFP_MEMORY_LIMIT allows 67 MB" simulate --replay "$tmp/objs.json" --pp 2 -m 2
+check "3 trace files: parsing the trace: about 87 MB" simulate --replay "$tmp/objdir" --pp 2 -m 2
+# The files of a folder are held together: their sizes are costed before the first is read
+# (12 sparse files of 250 MB took 3 GB before any check).
+mkdir -p "$tmp/sparse" && for i in 0 1 2; do truncate -s 200M "$tmp/sparse/r$i.json"; done
+check "/sparse: reading its 3 trace files: about 629 MB of memory; RRFP_MEMORY_LIMIT allows 67 MB" predict "$tmp/sparse"
+rm -rf "$tmp/sparse"
+"$rrfp" simulate --pp 64 -m 64 --hint bf --policy ready >/dev/null ||
+  { echo "FAIL: a run within RRFP_MEMORY_LIMIT"; fails=$((fails + 1)); }
+RRFP_MEMORY_LIMIT=lots check "RRFP_MEMORY_LIMIT: 'lots' is not a size" simulate
+# Decimal only, at least a byte, blanks ignored on both sides: 0x10 was 16 bytes, 0.5 was 0
+# (no limit at all) and "1G " no size.
+for v in 0x10 0.5 1e9 1.5.K; do
+  RRFP_MEMORY_LIMIT=$v check "RRFP_MEMORY_LIMIT: '$v' is not a size (decimal bytes, or a number with K, M or G; from 1 byte to 10^18)" simulate
+done
+RRFP_MEMORY_LIMIT="8G " "$rrfp" simulate --pp 4 -m 4 >/dev/null 2>&1 ||
+  { echo "FAIL: RRFP_MEMORY_LIMIT='8G ' refused"; fails=$((fails + 1)); }
+RRFP_MEMORY_LIMIT=1.5K check "RRFP_MEMORY_LIMIT allows 1536 bytes" simulate --pp 4 -m 4
+unset RRFP_MEMORY_LIMIT
+check "available: lower --pp, --microbatches or --tp" simulate --pp 4096 -m 3125 --tp 1024 --hint bf --policy ready
+# The M x P^2 check leaves out TP: this grid point passed it and started.
+check "available: lower --pp, --mb-factors, --tp or --seeds" sweep --pp 4096 --mb-factors 2 --tp 1024 --seeds 1
+"$rrfp" plan --pp 256 -m 256 --budget 0.05 --exact off >"$tmp/plan.txt" 2>&1 &&
+  grep -q -- "its --budget of 0.05 s was spent before" "$tmp/plan.txt" ||
+  { echo "FAIL: plan --budget 0.05 at 256x256 kept no budget:"; cat "$tmp/plan.txt"; fails=$((fails + 1)); }
+# A machine that cannot start every compute thread (3 GB of address space, 1,600 threads for
+# --tp 200): the run fails in its last line, exit 1 (it aborted, "terminate called without an
+# active exception").
+# Sanitized builds do not start under such a limit at all: the probe skips them.
+if (ulimit -v 3000000 && "$rrfp" --help >/dev/null 2>&1); then
+  (ulimit -v 3000000 && timeout 60 "$rrfp" run --tp 200 >/dev/null 2>"$tmp/thr.err"); rc=$?
+  if [ "$rc" -ne 1 ] ||
+    ! tail -1 "$tmp/thr.err" | grep -q "run failed: runtime: could not start compute thread .* lower --tp or --pp"; then
+    echo "FAIL: run --tp 200 under a 3 GB address limit -> rc=$rc: $(head -c 300 "$tmp/thr.err")"
+    fails=$((fails + 1))
+  fi
+  # Output buffers that would take more than a quarter of the limit are not mapped ahead (4
+  # stages, at most 4 outputs of each kind out at once, 32 MiB each: 1 GiB), and the run says so.
+  (ulimit -v 3000000 && timeout 60 "$rrfp" run --pp 4 -m 8 --workload uniform --hint 1f1b \
+    --policy fixed >"$tmp/ahead.txt" 2>&1); rc=$?
+  if [ "$rc" -ne 0 ] || ! grep -q "output buffers not mapped ahead: 1024 MiB would take more \
+than a quarter of the address-space limit (ulimit -v)" "$tmp/ahead.txt"; then
+    echo "FAIL: run under a 3 GB address limit -> rc=$rc: $(tail -c 400 "$tmp/ahead.txt")"
+    fails=$((fails + 1))
+  fi
+fi
+# A calibration budget its sizes cannot keep is refused at once (it took 10-23 s for 0.1 s).
+check "--seconds: 0.1 s cannot hold a calibration of these --sizes, which takes about 67 s" calibrate --sizes 1024M --seconds 0.1
+echo "cli memory checks: $fails failed"
+[ "$fails" -eq 0 ]
