@@ -40,6 +40,8 @@ pid=
 [ "$rc" -eq 143 ] || fail "plan: exit $rc, want 143"
 grep -q "rrfp plan: stopped by SIGTERM before its budget was spent" "$tmp/plan.log" ||
   fail "plan: no line saying it stopped: $(tail -2 "$tmp/plan.log")"
+grep -qx "rrfp plan: SIGTERM taken: stopping after the order it is evaluating; a second signal stops it at once" \
+  "$tmp/plan.log" || fail "plan: SIGTERM not acknowledged as it came"
 grep -q '"stopped_by": "SIGTERM"' "$tmp/plan.json" || fail "plan: its JSON does not say it stopped"
 if [ -s "$tmp/best.json" ] && [ -s "$tmp/plan.json" ]; then
   want=$(/usr/bin/python3 -c 'import json,sys; print("%.2f" % json.load(open(sys.argv[1]))["plan"]["makespan_ms"])' "$tmp/plan.json")

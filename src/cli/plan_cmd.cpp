@@ -309,6 +309,8 @@ void run_plan(const PlanFlags& f) {
   // process exits 128 + the signal.
   const std::atomic<int>& stop = stop_on_signals();
   stop_at_once_until_work("plan");
+  // An order of a large run takes seconds to evaluate.
+  acknowledge_stop_signals("plan", "stopping after the order it is evaluating");
   check_budget(f.budget_s, "budget");
   check_budget(f.exact_budget_s, "exact_budget");
   Scenario sc = make_scenario(f.shape, f.load, f.dispatch);
