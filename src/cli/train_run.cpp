@@ -1,10 +1,6 @@
 // `rrfp train` run: the part of the command that needs LibTorch, linked only into the
 // `rrfp-train` program (cli/train_flags.hpp says why two programs). Signals, the flags turned
 // into training options, and the run in threads or as one MPI process.
-#include <ATen/Parallel.h>
-
-#include <cstdlib>
-
 #include "cli/mpi_launch.hpp"
 #include "cli/stop_signal.hpp"
 #include "cli/train_flags.hpp"
@@ -65,11 +61,7 @@ train::TrainRun to_run(const TrainFlags& f) {
 }
 
 void run(const TrainFlags& f) {
-  // One intra-op thread a stage thread, as on a 2-core machine: the stage threads are the
-  // parallelism, and torch's default (half the cores) oversubscribed larger machines and made
-  // the losses differ in their last bits from one machine to another. OMP_NUM_THREADS, where
-  // set, still decides.
-  if (std::getenv("OMP_NUM_THREADS") == nullptr) at::set_num_threads(1);
+  train::use_one_intra_op_thread();
   stop_on_signals(true);
   const char* const until = "stopping after the current step";
   if (f.transport == TransportKind::Mpi) {

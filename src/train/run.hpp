@@ -19,4 +19,10 @@ struct TrainSummary {
 // trace.json and timeline.svg. Throws InputError for bad options, data or output directory.
 TrainSummary run_training(const TrainRun& o);
 
+// One intra-op thread a stage thread for the process's runs, unless OMP_NUM_THREADS sets
+// another count (`rrfp train` calls it; a library caller keeps torch's count): the stage threads
+// are the parallelism, and torch's default (half the cores) oversubscribed larger machines and
+// made the weights differ in their last bits from one machine to another.
+void use_one_intra_op_thread();
+
 }  // namespace rrfp::train
