@@ -357,6 +357,14 @@ def test_a_part_with_bytes_overwritten_is_refused_by_its_checksum(tmp_path):
                 data[digit + 1:])
     with pytest.raises(ValueError, match=f"{name} is damaged"):
         pipe.load(folder, opt)
+    # A damaged marker is damage too (it was taken for an earlier version's part, unchecked).
+    damaged = bytearray(data)
+    damaged[at:at + 64] = b"\xff" * 64
+    damaged[data.rindex(b"rrfp-sha256:")] = ord("x")
+    with open(part, "wb") as f:
+        f.write(damaged)
+    with pytest.raises(ValueError, match=f"{name} is damaged: the SHA-256 saved in it cannot"):
+        pipe.load(folder, opt)
     torch.save(torch.load(part), part)  # as an earlier version wrote it: no checksum
     assert pipe.load(folder, opt) == {"step": 1}
 

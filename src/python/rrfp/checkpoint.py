@@ -308,10 +308,18 @@ def _check_sum(path, name, f):
     taken of (_seal): torch.load read a part with bytes overwritten without a word, NaNs in
     its tensors. One without a checksum (an earlier version's) passes, as torch.load decides."""
     size = os.fstat(f.fileno()).st_size
-    f.seek(max(size - _SUM_BYTES, 0))
-    end = f.read(_SUM_BYTES)
+    f.seek(max(size - _SUM_BYTES - 22, 0))
+    tail = f.read(_SUM_BYTES + 22)
     f.seek(0)  # for torch.load, after this
-    if len(end) < _SUM_BYTES or not end.startswith(_SUM):
+    # Sealed, the end-of-archive record gives a comment of _SUM_BYTES: a damaged marker then is
+    # damage (taken for an earlier version's part, it went unchecked), not an unsealed part.
+    sealed = (len(tail) == _SUM_BYTES + 22 and tail[:4] == b"PK\x05\x06"
+              and tail[20:22] == _SUM_BYTES.to_bytes(2, "little"))
+    end = tail[22:]
+    if not sealed or not end.startswith(_SUM):
+        if sealed:
+            raise ValueError(f"checkpoint '{path}': {name} is damaged: the SHA-256 saved in it "
+                             "cannot be read")
         return
     digest, left = hashlib.sha256(), size - _SUM_BYTES
     while left > 0:  # the size looked at, in pieces: bounded, whatever the file holds
