@@ -33,6 +33,8 @@ std::string format_bytes(std::uint64_t n);
 // where a message is one line; the message comes first in them, and in every error of ours,
 // which are one line already.
 std::string first_line(const std::string& what);
+// `s` without the blanks around it (spaces, tabs and carriage returns).
+std::string_view trim(std::string_view s);
 // Whether `s` ends with `suffix` (lowercase) in any case: "best.JSON" ends with ".json".
 bool ends_with_ci(std::string_view s, std::string_view suffix);
 

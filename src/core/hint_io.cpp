@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
 #include "core/printable.hpp"
@@ -18,14 +19,6 @@ std::string header_line(const WorkModel& m) {
   return "rrfp-hint 1 pp=" + std::to_string(c.pp) + " vpp=" + std::to_string(c.vpp) +
          " microbatches=" + std::to_string(c.microbatches) +
          " placement=" + to_string(c.placement) + " split=" + (c.split_backward ? "1" : "0");
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
-    s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
 }
 
 // Checks "key=value" header fields against the model.

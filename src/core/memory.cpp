@@ -39,9 +39,7 @@ std::int64_t env_limit() {
   const char* v = std::getenv("RRFP_MEMORY_LIMIT");
   if (!v || !*v) return 0;
   const std::string raw(v);
-  const std::size_t first = raw.find_first_not_of(" \t");
-  const std::string s =
-      first == std::string::npos ? "" : raw.substr(first, raw.find_last_not_of(" \t") + 1 - first);
+  const std::string s(trim(raw));
   auto digit = [](char c) { return c >= '0' && c <= '9'; };
   std::size_t at = 0;
   while (at < s.size() && digit(s[at]))

@@ -56,19 +56,16 @@ void write_in_place(const std::string& path, const std::string& bytes, const std
     throw Error(what + ": writing failed: " + std::strerror(EFBIG) + " (nothing written)");
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw InputError(what + " cannot be written: " + std::strerror(errno));
-  try {
-    if (!bytes.empty() &&
-        ::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes.size())) != 0 &&
-        errno != EOPNOTSUPP && errno != ENOSYS)
-      throw Error(what + ": writing failed: " + std::strerror(errno) + " (nothing written)");
-    write_all(fd, bytes, what + ": writing failed");
-    if (::ftruncate(fd, static_cast<off_t>(bytes.size())) != 0)
-      throw Error(what + ": writing failed: " + std::strerror(errno));
-  } catch (...) {
+  // Reserved, then cut to the new size: the write then needs no block it has not got.
+  const auto size = static_cast<off_t>(bytes.size());
+  const bool reserved = bytes.empty() || ::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, size) == 0 ||
+                        errno == EOPNOTSUPP || errno == ENOSYS;
+  if (!reserved || ::ftruncate(fd, size) != 0) {
+    const int err = errno;
     ::close(fd);
-    throw;
+    throw Error(what + ": writing failed: " + std::strerror(err) + " (nothing written)");
   }
-  if (::close(fd) != 0) throw Error(what + ": writing failed: " + std::strerror(errno));
+  write_and_close(fd, bytes, what);
 }
 
 }  // namespace

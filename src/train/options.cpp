@@ -95,7 +95,8 @@ void validate(const TrainOptions& o) {
   if (o.task == "text") validate(o.window, o.model);
   // At most what a checkpoint's step may hold (checkpoint.cpp), so that every step saved resumes.
   if (o.steps < 1 || o.steps > kMaxSteps)
-    throw InputError("`steps`: must be between 1 and 1000000000, got " + std::to_string(o.steps));
+    throw InputError("`steps`: must be between 1 and " + std::to_string(kMaxSteps) + ", got " +
+                     std::to_string(o.steps));
   if (o.opt.warmup < 0)
     throw InputError("`warmup`: must not be negative, got " + std::to_string(o.opt.warmup));
   // The optimizer keeps both as float; past these a step overflows or flips every parameter.
