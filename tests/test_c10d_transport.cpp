@@ -206,6 +206,55 @@ TEST(C10dTransportFailure, AGlooSendFailureNamesThisStageThePeerAndTheMessage) {
             "c10d transport: rank 0: sending step 4 B c1 m0 to rank 1" + tail);
 }
 
+// Rank 1 of 2, whose peer is gone: its receive from any source fails as Gloo's does.
+class ReceiveGoneGroup final : public c10d::ProcessGroup {
+ public:
+  ReceiveGoneGroup() : c10d::ProcessGroup(1, 2) {}
+  const std::string getBackendName() const override { return "receive-gone"; }
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
+    return c10::make_intrusive<ResetWork>();
+  }
+};
+
+// A receive Gloo failed ended the receiving loop without a word: the step waited for its
+// watchdog, whose report named what was missing but not why. The broken handler hears it, once,
+// naming this rank and Gloo's line; a shutdown's aborted receives are no failure.
+TEST(C10dTransportFailure, AFailedReceiveIsReportedOnceNamingItsRankAndGloosLine) {
+  std::promise<std::string> heard;
+  std::atomic<int> calls{0};
+  C10dTransport t(c10::make_intrusive<ReceiveGoneGroup>());
+  t.set_broken_handler([&](std::exception_ptr e) {
+    if (calls++ > 0) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& x) {
+      heard.set_value(x.what());
+    } catch (const std::exception& x) {
+      heard.set_value(std::string("not an rrfp Error: ") + x.what());
+    }
+  });
+  t.set_receiver([](Message&&) {});
+  auto f = heard.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(f.get(),
+            "c10d transport: rank 1: receiving from any rank failed (Gloo's receive; a peer "
+            "exited or stopped answering?): " +
+                std::string(kGlooReset));
+  EXPECT_THROW(t.set_broken_handler({}), Error);  // only before the receiver
+  t.shutdown();
+  EXPECT_EQ(calls.load(), 1);
+
+  std::atomic<int> at_shutdown{0};
+  auto live = make_c10d_transports(2);
+  for (auto& e : live) {
+    e->set_broken_handler([&](std::exception_ptr) { ++at_shutdown; });
+    e->set_receiver([](Message&&) {});
+  }
+  for (auto& e : live)
+    e->shutdown();
+  EXPECT_EQ(at_shutdown.load(), 0);
+}
+
 // A header's send, posted, that reads its buffer when it ends, as Gloo's pair writes it out.
 class HeldHeader final : public c10d::Work {
  public:

@@ -43,6 +43,8 @@ struct C10dTransport::Impl {
   std::atomic<std::uint32_t> next_tag{0};  // data tags follow kTagsBefore
   std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>();
   Receiver receiver;
+  Broken broken;  // set before `receiving`, under mu; called at most once (broken_once)
+  std::once_flag broken_once;
   std::atomic<bool> closed{false};
   std::function<std::string(int)> name;  // a rank of the group, as errors say it
 
@@ -107,6 +109,8 @@ struct C10dTransport::Impl {
   // (kAhead), or into a receive posted now for its own tag. Empty with `ok` false once stopping.
   Payload take_payload(Rx& r, int src, int from, const Wire& w, bool& ok);
   void receive_loop(Rx& r, int src);
+  // A receiving loop ended by an error, not by shutdown: the runtime hears why, once.
+  void report_broken(int src) noexcept;
 
   // Posts s's header and its payload to Gloo, which writes them into the socket in the calling
   // thread where the receive is posted (up to the socket's buffer, sized to the message): a

@@ -2,6 +2,7 @@
 // one per source that has sent here, each with a receive posted ahead for its next payload.
 #include "comm/c10d_impl.hpp"
 #include "core/error.hpp"
+#include "core/format.hpp"
 
 namespace rrfp {
 
@@ -85,8 +86,31 @@ void C10dTransport::Impl::receive_loop(Rx& r, int src) {
         start_rx(from);  // its later messages: a receive posted for it alone
       }
     }
-  } catch (const std::exception&) {
-    // A broken group: nothing more arrives; the runtime's watchdog names what is missing.
+  } catch (...) {
+    report_broken(src);
+  }
+}
+
+void C10dTransport::Impl::report_broken(int src) noexcept {
+  if (closed.load()) return;  // a shutdown's aborted receive, not a failure
+  try {
+    std::string text;
+    try {
+      throw;
+    } catch (const Error& e) {
+      text = e.what();  // ours, naming the rank already
+    } catch (const std::exception& e) {
+      text =
+          "c10d transport: " + who(rank) + ": receiving from " +
+          (src < 0 ? std::string("any rank") : who(src)) +
+          " failed (Gloo's receive; a peer exited or stopped answering?): " + first_line(e.what());
+    }
+    std::call_once(broken_once, [&] {
+      if (broken) broken(std::make_exception_ptr(Error(text)));
+    });
+  } catch (...) {
+    // Not an exception of ours or the standard's, or no memory for the message: the runtime's
+    // watchdog still names what is missing.
   }
 }
 

@@ -169,6 +169,13 @@ void C10dTransport::set_receiver(Receiver r) {
   d.cv.notify_all();
 }
 
+void C10dTransport::set_broken_handler(Broken b) {
+  Impl& d = *impl_;
+  std::lock_guard lk(d.mu);
+  if (d.receiving) throw Error("c10d transport: set the broken handler before the receiver");
+  d.broken = std::move(b);
+}
+
 void C10dTransport::send(int dst, const MessageTag& tag, Payload payload, SendDone done) {
   Impl& d = *impl_;
   if (dst < 0 || dst >= d.size)

@@ -47,6 +47,7 @@ struct MpiTransport::Impl {
   int rank = 0, size = 0;
   MpiPollOptions poll;
   Receiver receiver;
+  Broken broken;  // set before `receiving`; read by the progress thread once it is
   std::atomic<bool> receiving{false}, stop{false}, closed{false};
   std::mutex send_mu;                                // guards posted and next_seq
   std::vector<std::unique_ptr<PendingSend>> posted;  // by send(), for the progress thread
@@ -219,10 +220,15 @@ struct MpiTransport::Impl {
           } catch (const Error& e) {
             // Sends in flight fail now; the peers' and this rank's watchdogs report what then
             // never arrives. Say why here, where it is known.
-            const std::string line = "rrfp: mpi transport rank " + std::to_string(rank) +
-                                     ": progress stopped: " + e.what() + "\n";
+            const std::string what =
+                "mpi transport rank " + std::to_string(rank) + ": progress stopped: " + e.what();
+            const std::string line = "rrfp: " + what + "\n";
             std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));  // one write
             fail_pending(std::current_exception());
+            // Nothing more arrives here either: the runtime fails its step now rather than at
+            // its watchdog's timeout.
+            if (receiving.load(std::memory_order_acquire) && broken && !closed.load())
+              broken(std::make_exception_ptr(Error(what)));
             return;
           }
           busy = in_flight();
@@ -315,6 +321,12 @@ void MpiTransport::set_receiver(Receiver r) {
   d.receiver = std::move(r);
   d.receiving.store(true, std::memory_order_release);
   d.kick();
+}
+
+void MpiTransport::set_broken_handler(Broken b) {
+  Impl& d = *impl_;
+  if (d.receiving.load()) throw Error("mpi transport: set the broken handler before the receiver");
+  d.broken = std::move(b);
 }
 
 void MpiTransport::send(int dst, const MessageTag& tag, Payload payload, SendDone done) {

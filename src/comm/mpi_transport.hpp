@@ -42,6 +42,7 @@ class MpiTransport final : public Transport {
   int rank() const override;
   int size() const override;
   void set_receiver(Receiver r) override;
+  void set_broken_handler(Broken b) override;  // before set_receiver
   void send(int dst, const MessageTag& tag, Payload payload, SendDone done = {}) override;
   void shutdown() override;
   bool progress() override;  // one poll under the poll lock, if it is free

@@ -21,12 +21,20 @@ class Transport {
   using Receiver = std::function<void(Message&&)>;
   // Runs once the payload has been handed over (nullptr) or the send failed.
   using SendDone = std::function<void(std::exception_ptr)>;
+  // Runs at most once, on the transport's thread, when this endpoint can receive nothing more
+  // (its group broke: a peer exited, a connection failed), with the transport's error naming
+  // both ends; never after shutdown(). Must not block for long and must not throw.
+  using Broken = std::function<void(std::exception_ptr)>;
 
   virtual ~Transport() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // Set before any peer sends to this endpoint.
   virtual void set_receiver(Receiver r) = 0;
+  // Set with the receiver. Without it a broken endpoint was silent: the step waited for its
+  // watchdog, which then named the messages missing but not why. Default: a transport that
+  // cannot break so (in-process) never calls it.
+  virtual void set_broken_handler(Broken) {}
   // Never blocks on the receiver. Throws InputError for a destination out of range.
   virtual void send(int dst, const MessageTag& tag, Payload payload, SendDone done = {}) = 0;
   // Stops delivery to and from this endpoint; later sends complete with an error. Idempotent.

@@ -119,4 +119,25 @@ void Runtime::on_peer_abort(const Message& msg) {
   failure_.fail(cancel_);
 }
 
+void Runtime::on_transport_broken(std::exception_ptr why) {
+  std::lock_guard lk(cancel_mu_);
+  if (!transport_broken_) transport_broken_ = std::move(why);
+}
+
+std::string Runtime::transport_broken_text() {
+  std::exception_ptr b;
+  {
+    std::lock_guard lk(cancel_mu_);
+    b = transport_broken_;
+  }
+  if (!b) return {};
+  try {
+    std::rethrow_exception(b);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "a transport broke";
+  }
+}
+
 }  // namespace rrfp

@@ -125,6 +125,8 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
   for (size_t i = 0; i < local_.size(); ++i) {
     Stage* st = stages_[local_[i] / t].get();
     const int r = local_[i] % t;
+    endpoints_[i]->set_broken_handler(
+        [this](std::exception_ptr why) { on_transport_broken(std::move(why)); });
     endpoints_[i]->set_receiver([this, st, r](Message&& msg) {
       if (msg.tag.control == Control::Abort)
         on_peer_abort(msg);  // about the whole step, whichever stage it reaches
@@ -155,6 +157,8 @@ StepResult Runtime::run_step(int step) {
   {
     std::lock_guard lk(cancel_mu_);
     if (cancel_) failure_.fail(std::exchange(cancel_, nullptr));
+    // Every step needs every endpoint's arrivals.
+    if (transport_broken_) failure_.fail(transport_broken_);
   }
   // A failure known already (a cancel, a peer's abort) ends the step here, not after waiting
   // on peers that may never come to the barrier.
@@ -243,6 +247,7 @@ void Runtime::watch(int workers) {
                          fmt("%g", static_cast<double>(opt_.timeout_ms) / 1000) + " s):";
     for (auto& s : stages_)
       if (s) report += " [" + s->describe(now) + "]";
+    if (const std::string b = transport_broken_text(); !b.empty()) report += "; earlier, " + b;
     failure_.fail(std::make_exception_ptr(StallError(report)));
   }
 }

@@ -117,12 +117,19 @@ class Runtime {
   void tell_peers(int step, const std::exception_ptr& why);
   void on_peer_abort(const Message& msg);
   std::string peer_name(int endpoint) const;
+  // An endpoint can receive nothing more (its transport's error): kept, not failing the step
+  // running, which may need nothing more from it (a peer that ended its part of the last step
+  // and exited breaks its connections); a later step fails at once with it, and a stall names
+  // it as its likely cause.
+  void on_transport_broken(std::exception_ptr why);
+  std::string transport_broken_text();
 
   const WorkModel& m_;
   RuntimeOptions opt_;
   FailureState failure_;
   std::mutex cancel_mu_;
-  std::exception_ptr cancel_;  // a cancel() that run_step's reset must not forget
+  std::exception_ptr cancel_;            // a cancel() that run_step's reset must not forget
+  std::exception_ptr transport_broken_;  // under cancel_mu_: the first endpoint's break
   std::unique_ptr<DelayLine> delay_;
   std::vector<std::unique_ptr<Transport>> endpoints_;  // by position in local_
   std::vector<int> local_;

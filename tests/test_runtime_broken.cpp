@@ -1,0 +1,127 @@
+// An endpoint whose transport breaks (a peer process exited, a connection failed) and can
+// receive nothing more: the runtime keeps the transport's reason. A step then running is not
+// failed by it (a peer that ended its part of the last step and exited breaks its connections
+// while this process may still finish its own), a later step fails at once with it, and a
+// stall names it. Before, the transport's reason was dropped: the step waited for its watchdog,
+// whose report named the messages missing but not why.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+
+#include "runtime/errors.hpp"
+#include "runtime_helpers.hpp"
+
+namespace rrfp::test {
+namespace {
+
+constexpr const char* kWhy = "c10d transport: rank 1: receiving from rank 0 failed (test)";
+
+// An inproc endpoint that a test breaks: from then on nothing reaches its receiver, and its
+// broken handler hears kWhy once, as a real transport's would.
+class BreakableTransport final : public Transport {
+ public:
+  explicit BreakableTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  void set_broken_handler(Broken b) override { broken_handler_ = std::move(b); }
+  void set_receiver(Receiver r) override {
+    inner_->set_receiver([this, r = std::move(r)](Message&& m) {
+      if (!broken_.load()) r(std::move(m));
+    });
+  }
+  void send(int dst, const MessageTag& tag, Payload payload, SendDone done) override {
+    inner_->send(dst, tag, std::move(payload), std::move(done));
+  }
+  void shutdown() override { inner_->shutdown(); }
+  void break_now() {
+    if (!broken_.exchange(true)) broken_handler_(std::make_exception_ptr(Error(kWhy)));
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  Broken broken_handler_;
+  std::atomic<bool> broken_{false};
+};
+
+// Runs `hook` before stage `stage`'s task `task`, every step; otherwise the emulated program.
+class HookBefore final : public StageProgram {
+ public:
+  HookBefore(std::unique_ptr<StageProgram> inner, TaskId task, std::function<void()> hook)
+      : in_(std::move(inner)), task_(task), hook_(std::move(hook)) {}
+  Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
+    at({Kind::F, chunk, mb});
+    return in_->forward(c, chunk, mb, std::move(p));
+  }
+  Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
+    at({Kind::B, chunk, mb});
+    return in_->backward(c, chunk, mb, std::move(p));
+  }
+  std::optional<std::size_t> input_bytes(const TaskId& t) const override {
+    return in_->input_bytes(t);
+  }
+
+ private:
+  void at(const TaskId& t) {
+    if (t == task_ && hook_) hook_();
+  }
+  std::unique_ptr<StageProgram> in_;
+  TaskId task_;
+  std::function<void()> hook_;
+};
+
+struct BrokenRun {
+  WorkModel m = WorkModel(shape(2, 4));
+  Hint hint = make_hint("bf", m);  // the runtime keeps a reference
+  RealizedWork w = random_work(m, 1, 7, 50, 20);
+  BreakableTransport* last = nullptr;  // stage 1's endpoint
+  std::unique_ptr<Runtime> rt;
+
+  // Breaks stage 1's endpoint before stage 0's task `task`.
+  BrokenRun(TaskId task, std::int64_t timeout_ms) {
+    std::vector<std::unique_ptr<Transport>> eps;
+    for (auto& t : make_inproc_transports(2))
+      eps.push_back(std::make_unique<BreakableTransport>(std::move(t)));
+    last = static_cast<BreakableTransport*>(eps[1].get());
+    RuntimeOptions o = runtime_options(m, w, Policy::Ready);
+    o.timeout_ms = timeout_ms;
+    auto base = emulated_programs(m, w);
+    ProgramFactory programs = [this, base, task](int s, int r) -> std::unique_ptr<StageProgram> {
+      if (s != 0) return base(s, r);
+      return std::make_unique<HookBefore>(base(s, r), task, [this] { last->break_now(); });
+    };
+    rt = std::make_unique<Runtime>(m, hint, programs, o, std::move(eps));
+  }
+};
+
+std::string step_error(Runtime& rt, int step) {
+  try {
+    rt.run_step(step);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// Stage 0's last backward needs nothing more from stage 1: the step ends well; the next one
+// fails at once with the reason, where it waited for its watchdog (here a minute) before.
+TEST(TransportBroken, AStepThatNeedsNothingMoreEndsAndTheNextFailsAtOnceNamingWhy) {
+  BrokenRun b(TaskId{Kind::B, 0, 3}, 60'000);
+  EXPECT_EQ(step_error(*b.rt, 0), "no error");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(step_error(*b.rt, 1), kWhy);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+// Broken before stage 1 received its first input: the step stalls, and the watchdog's report
+// ends with the reason.
+TEST(TransportBroken, AStallAfterABreakNamesIt) {
+  BrokenRun b(TaskId{Kind::F, 0, 0}, 300);
+  const std::string err = step_error(*b.rt, 0);
+  EXPECT_NE(err.find("no progress for"), std::string::npos) << err;
+  EXPECT_NE(err.find(std::string("; earlier, ") + kWhy), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace rrfp::test
