@@ -3,28 +3,56 @@
 # torch must be the LibTorch we link (same major.minor): another one would load two libtorch.
 # Also sets RRFP_TORCH_PYBIND11_DEFINES and RRFP_TORCH_PYBIND11_INCLUDE (below).
 set(RRFP_PYTHON_WHY "")
-set(_candidates ${RRFP_PYTHON_EXECUTABLE})
-find_program(_path_python python3 NO_CACHE)
-list(APPEND _candidates ${_path_python} /usr/bin/python3)
+# RRFP_PYTHON_EXECUTABLE, where given (setup.py gives the interpreter running pip), is the one:
+# the module is built for it and named for its version, so another interpreter's (the one with
+# torch found below) would be copied under its name. It is used or the configure stops, saying
+# why. Only where none is given are `python3` on PATH and /usr/bin/python3 tried (Debian's
+# python3-torch is in the latter's dist-packages; the PATH's may be a venv or pyenv's, without).
+string(REGEX MATCH "^[0-9]+\\.[0-9]+" _libver "${Torch_VERSION}")
+if(RRFP_PYTHON_EXECUTABLE)
+  set(_candidates "${RRFP_PYTHON_EXECUTABLE}")
+else()
+  find_program(_path_python python3 NO_CACHE)
+  set(_candidates ${_path_python} /usr/bin/python3)
+endif()
 set(_found "")
 foreach(_py IN LISTS _candidates)
   if(EXISTS "${_py}")
     execute_process(COMMAND "${_py}" -c "import torch; print(torch.__version__)"
-                    RESULT_VARIABLE _rc OUTPUT_VARIABLE _ver ERROR_QUIET TIMEOUT 120)
+                    RESULT_VARIABLE _rc OUTPUT_VARIABLE _ver ERROR_VARIABLE _err TIMEOUT 120)
     string(REGEX MATCH "^[0-9]+\\.[0-9]+" _ver "${_ver}")
-    string(REGEX MATCH "^[0-9]+\\.[0-9]+" _libver "${Torch_VERSION}")
     if(_rc EQUAL 0 AND _ver STREQUAL _libver)
       set(_found "${_py}")
       break()
     endif()
   endif()
 endforeach()
+if(RRFP_PYTHON_EXECUTABLE AND NOT _found)
+  if(NOT EXISTS "${RRFP_PYTHON_EXECUTABLE}")
+    set(_why "there is no such file")
+  elseif(NOT _rc EQUAL 0)
+    string(REGEX MATCH "[^\n]*Error[^\n]*" _err "${_err}")  # the exception's line
+    if(NOT _err)
+      set(_err "${_rc}")
+    endif()
+    set(_why "it cannot import torch (${_err}): give one whose torch is LibTorch's, such as \
+/usr/bin/python3 with Debian's python3-torch or a venv made from it with \
+--system-site-packages")
+  else()
+    set(_why "its torch is ${_ver}, not the LibTorch found (${Torch_VERSION} in \
+${TORCH_INSTALL_PREFIX}), and the extension would load both")
+  endif()
+  message(FATAL_ERROR "rrfp: RRFP_PYTHON_EXECUTABLE=${RRFP_PYTHON_EXECUTABLE} cannot build the "
+                      "Python extension: ${_why}")
+endif()
 if(NOT _found)
   set(RRFP_PYTHON_WHY "(no interpreter among ${_candidates} imports torch ${Torch_VERSION}: \
 scripts/install-deps.sh installs python3-torch)")
   return()
 endif()
-set(RRFP_PYTHON_EXECUTABLE "${_found}" CACHE FILEPATH "Python interpreter with torch" FORCE)
+# The one found, for this configure and the tests (not the cache, where it would read as given
+# next time).
+set(RRFP_PYTHON_EXECUTABLE "${_found}")
 set(Python_EXECUTABLE "${_found}")
 set(PYTHON_EXECUTABLE "${_found}")  # pybind11's classic search (-DPYBIND11_FINDPYTHON=OFF)
 # A torch object (a ProcessGroup) crosses into the extension only if both were built with one

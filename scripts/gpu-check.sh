@@ -16,17 +16,45 @@
 #   GPU_CHECK_NO_BUILD set: use the rrfp already in the build dir
 #   GPU_CHECK_PY_SECONDS, GPU_CHECK_PY_RUNS  bench/pipeline_gpu.py's budget (100) and runs
 # Needs .gpu-deps (scripts/gpu-deps.sh, on a Debian machine) beside the source.
+# OUT must be a fresh empty folder (or not yet made) outside the source tree: the archive takes
+# what the script writes, and that alone is deleted once archived. A console.log there (the
+# caller's own copy of the console) is left as it is.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-out=${1:?usage: scripts/gpu-check.sh OUT [build dir]}
+# OUT as given, resolved before the `cd` below: a relative one (`.`) named the repository root.
+dest=${1:?usage: scripts/gpu-check.sh OUT [build dir]}
+dest=$(realpath -m -- "$dest")
+cd "$(dirname "$0")/.." || exit 2
+root=$(pwd -P)
+refuse() {
+  echo "gpu-check: OUT $dest $*: give a fresh empty folder outside the source tree" >&2
+  exit 2
+}
+d=${dest%/}/ r=$root/  # with one trailing slash each, "/" included
+if [ "$d" = "$r" ]; then
+  refuse "is the repository"
+elif [[ $r == "$d"* ]]; then
+  refuse "contains the repository $root"
+elif [[ $d == "$r"* ]]; then
+  # Inside the repository only where git ignores it (build*/, rrfp-out/), not in the tracked
+  # tree; without git to ask, not at all.
+  git check-ignore -q -- "${d#"$r"}" 2>/dev/null ||
+    refuse "lies inside the repository $root, in no folder git ignores"
+fi
+if [ -e "$dest" ] && [ ! -d "$dest" ]; then
+  refuse "is not a folder"
+elif [ -n "$(find "$dest" -mindepth 1 -maxdepth 1 ! -name console.log -print -quit 2>/dev/null)" ]; then
+  refuse "is not empty"
+fi
 if [ -z "${GPU_CHECK_NO_BUILD:-}" ] && [ ! -d .gpu-deps ]; then
   echo "gpu-check: .gpu-deps is missing: make it with scripts/gpu-deps.sh on a Debian machine" \
     "and carry it to this one" >&2
   exit 2
 fi
 build=${2:-build-gpu}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+# Everything but the summary is written under OUT/gpu-check, which the script makes and, once
+# archived, deletes: nothing else in OUT is touched.
+out=$dest/gpu-check
+mkdir -p "$out" || exit 2
 start=$(date +%s)
 budget=${GPU_CHECK_SECONDS:-420}
 hard=${GPU_CHECK_HARD:-540}
@@ -51,7 +79,7 @@ finish() {
   [ -n "$finished" ] && return
   finished=1
   log "summary"
-  python3 scripts/gpu_table.py "$out" | tee "$out/summary.md"
+  python3 scripts/gpu_table.py "$out" | tee "$dest/summary.md"
   if [ -s "$out/pipeline.md" ]; then
     echo
     echo "rrfp.Pipeline (bench/pipeline_gpu.py):"
@@ -59,9 +87,9 @@ finish() {
   fi
   local tgz
   tgz=$(mktemp /tmp/gpu-check.XXXXXX)
-  if tar czf "$tgz" -C "$out" --exclude=./console.log --exclude=./summary.md .; then
-    find "$out" -mindepth 1 -maxdepth 1 ! -name console.log ! -name summary.md -exec rm -rf {} +
-    mv "$tgz" "$out/gpu-check.tgz"
+  if tar czf "$tgz" -C "$out" .; then
+    rm -rf "$out"
+    mv "$tgz" "$dest/gpu-check.tgz"
   fi
   log "done (exit $failed)"
 }

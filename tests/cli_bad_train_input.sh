@@ -8,6 +8,13 @@ if [ "$trains" != ON ]; then
   echo "cli bad-train-input checks: this build has no LibTorch"
   exit 0
 fi
+# `rrfp` copied away from its `rrfp-train`: the folder it looked in (it said the build had no
+# LibTorch, and to install libtorch-dev).
+mkdir -p "$tmp/alone" && cp "$rrfp" "$tmp/alone/rrfp"
+built=$rrfp rrfp=$(cd "$tmp/alone" && pwd -P)/rrfp
+check "rrfp train: rrfp-train must sit beside rrfp, and ${rrfp%rrfp} has none" train --steps 1 \
+  --out "$tmp/o"
+rrfp=$built
 mkdir -p "$tmp/empty"
 check "--data: '/nonexistent' is not a directory" train --data /nonexistent --out "$tmp/o"
 check "--data: '$tmp/empty' holds no document" train --data "$tmp/empty" --out "$tmp/o"

@@ -23,16 +23,27 @@ TrainRunner g_runner;
 std::vector<char*> g_argv;
 
 // Replaces this process with `rrfp-train` from this program's directory, same arguments. Only
-// returns by throwing: no such program (a build without LibTorch), or the exec failed.
+// returns by throwing: no such program (a build without LibTorch, or `rrfp` copied away from
+// the `rrfp-train` its build made), or the exec failed.
 [[noreturn]] void exec_trainer() {
   char self[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) throw Error("rrfp train: cannot find this program's directory (/proc/self/exe)");
   std::string path(self, static_cast<std::size_t>(n));
-  path = path.substr(0, path.rfind('/') + 1) + "rrfp-train";
-  if (::access(path.c_str(), X_OK) != 0)
+  const std::string dir = path.substr(0, path.rfind('/') + 1);
+  path = dir + "rrfp-train";
+  if (::access(path.c_str(), X_OK) != 0) {
+#ifdef RRFP_HAVE_TORCH
+    // The build has LibTorch: it made rrfp-train beside rrfp, and this rrfp was run elsewhere
+    // (it said the build had no LibTorch, pointing at a reinstall that changed nothing).
+    throw InputError("rrfp train: rrfp-train must sit beside rrfp, and " + dir +
+                     " has none (this build has LibTorch: run the rrfp in its build folder, or "
+                     "copy rrfp-train next to this one)");
+#else
     throw InputError("rrfp train: this build has no LibTorch (no " + path +
                      "; install libtorch-dev and rebuild)");
+#endif
+  }
   std::vector<char*> argv = g_argv;
   argv.at(0) = path.data();
   ::execv(path.c_str(), argv.data());
