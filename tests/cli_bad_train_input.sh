@@ -155,6 +155,13 @@ wait $first 2>/dev/null
 rm -rf "$tmp/od" && mkdir -p "$tmp/od/trace.json"
 check "--out: '$tmp/od/trace.json' is a directory, not a file" train "${small[@]}" --out "$tmp/od"
 [ ! -e "$tmp/od/loss.csv" ] || { echo "FAIL: a step ran before the refusal"; fails=$((fails + 1)); }
+# A refused input leaves no `out` behind (a bad --hint, --data or --resume made an empty one).
+for bad in "--hint $tmp/no-hint.txt" "--data $tmp/no-data" "--resume $tmp/no-checkpoint.bin"; do
+  # shellcheck disable=SC2086  # the flag and its value, split
+  "$rrfp" train $bad --out "$tmp/never" >/dev/null 2>&1
+  [ $? -eq 2 ] && [ ! -e "$tmp/never" ] || { echo "FAIL: train $bad made --out"; fails=$((fails + 1)); }
+done
+check "--resume: '$tmp/no-checkpoint.bin' does not exist" train --resume "$tmp/no-checkpoint.bin" --out "$tmp/o"
 # What no estimate foresees, an allocation LibTorch refuses (here under an address-space limit
 # below the 1 GB of one attention's scores), ends the run in one line: its C++ stack frames
 # followed it, 32 lines in all. (A machine with under 3 GB available refuses it up front.)

@@ -39,6 +39,7 @@ class Run {
         root_(!t_.job || t_.job->rank() == 0),
         trainer_((agree_on_input(in.train.job, [&] { check_run(in); }), t_)) {
     agree_on_input(t_.job, [&] {
+      prepare_run_out(in);
       if (root_) lock_.lock(o_.out);
     });
     o_.quiet = in.quiet || !root_;

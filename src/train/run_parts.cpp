@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -95,6 +96,15 @@ void refuse_outputs_over_inputs(const TrainRun& o, const std::vector<std::string
                        "reads; writing it would replace the hint, choose another `out`");
 }
 
+// The files the run writes at its end, checked before its steps (a directory at one of them
+// failed the run once every step was done).
+std::vector<std::string> output_names(const TrainRun& o) {
+  std::vector<std::string> names{"loss.csv", "loss.svg", "trace.json", "timeline.svg",
+                                 "durations.csv"};
+  if (o.save_every > 0) names.push_back("checkpoint.bin");
+  return names;
+}
+
 }  // namespace
 
 void check_run(const TrainRun& o) {
@@ -104,12 +114,15 @@ void check_run(const TrainRun& o) {
                      std::to_string(o.eval_every) + " and " + std::to_string(o.eval_batches));
   if (o.save_every < 0)
     throw InputError("`save_every`: must not be negative, got " + std::to_string(o.save_every));
-  // The files the run writes at its end, checked before its steps (a directory at one of them
-  // failed the run once every step was done).
-  std::vector<std::string> names{"loss.csv", "loss.svg", "trace.json", "timeline.svg",
-                                 "durations.csv"};
-  if (o.save_every > 0) names.push_back("checkpoint.bin");
-  refuse_outputs_over_inputs(o, names);  // before `out` is made
+  refuse_outputs_over_inputs(o, output_names(o));
+  // A missing checkpoint, refused before `out` is made (the checkpoint is read once `out` is
+  // locked); what else is wrong with it, its reader says.
+  struct stat st {};
+  if (!o.resume.empty() && ::stat(o.resume.c_str(), &st) != 0 && errno == ENOENT)
+    throw InputError("`resume`: '" + o.resume + "' does not exist");
+}
+
+void prepare_run_out(const TrainRun& o) {
   prepare_out(o.out);
   // A fresh run writes new logs beside it: a later resume from it would go on from the earlier
   // run and splice its steps into this one's log (and the earlier run's log is overwritten).
@@ -117,7 +130,7 @@ void check_run(const TrainRun& o) {
     throw InputError("`out`: '" + o.out +
                      "' holds checkpoint.bin of an earlier run; pass `resume` with it to go on "
                      "from it, or move it away, or choose another `out`");
-  for (const std::string& name : names)
+  for (const std::string& name : output_names(o))
     check_output_path(o.out + "/" + name, "`out`: '" + o.out + "/" + name + "'");
 }
 

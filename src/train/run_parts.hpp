@@ -42,7 +42,12 @@ ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainOptions&
 // Every option before anything is written: bad input leaves no trace. Every process checks
 // what bad input it could hit, so that all of them stop together: one that stopped alone
 // would leave the others waiting in a collective.
+// Makes nothing: `out` is made by prepare_run_out, once the trainer has read its inputs (a
+// bad `hint`, `data` or `resume` left an empty `out` behind).
 void check_run(const TrainRun& o);
+// Makes `out` and checks that every file the run writes there can be written; refuses an `out`
+// that holds an earlier run's checkpoint unless it is resumed.
+void prepare_run_out(const TrainRun& o);
 // The q-quantile of durations in ns, in µs (sim/metrics.hpp's percentile); 0 for none.
 double quantile_us(const std::vector<std::int64_t>& ns, double q);
 double sum_ms(const std::vector<std::int64_t>& ns);
