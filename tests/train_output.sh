@@ -47,13 +47,15 @@ done
 # step 1 is given step 89,478,490 of 10^9 (its checksum made again), then resumed for 20 steps.
 "$rrfp" train "${small[@]}" --steps 1 --save-every 1 --out "$tmp/far" >/dev/null 2>&1 ||
   fail "far: the first step: exit $?"
-/usr/bin/python3 - "$tmp/far/checkpoint.bin" <<'PY' || fail "far: could not rewrite the checkpoint"
+# A checkpoint given step $2 of a run of 10^9 steps (its checksum made again); prints its loss.
+at_step() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
 import json, struct, sys
 path = sys.argv[1]
 b = open(path, "rb").read()
 n = struct.unpack("<Q", b[12:20])[0]
 h = json.loads(b[20:20 + n])
-h["step"] = 89478490
+h["step"] = int(sys.argv[2])
 h["run"]["steps"] = 1000000000
 head = json.dumps(h, separators=(",", ":")).encode()
 body = b[:12] + struct.pack("<Q", len(head)) + head + b[20 + n:-8]
@@ -61,12 +63,33 @@ x = 1469598103934665603
 for c in body:
     x = ((x ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
 open(path, "wb").write(body + struct.pack("<Q", x))
+print("%.5f" % h["loss"])
 PY
+}
+at_step "$tmp/far/checkpoint.bin" 89478490 >/dev/null || fail "far: could not rewrite the checkpoint"
 rm -f "$tmp/far/loss.csv"
 "$rrfp" train "${small[@]}" --steps 89478510 --resume "$tmp/far/checkpoint.bin" \
   --out "$tmp/far2" >"$tmp/far.log" 2>&1 || fail "far: the resume: exit $?: $(tail -1 "$tmp/far.log")"
 grep -q "^\[#######################.\] step 89478510/89478510 " "$tmp/far.log" ||
   fail "far: no progress line for the last step: $(tail -2 "$tmp/far.log")"
+# A long run's log, resumed: its rows are indexed, not held (13.5M rows took 7.1 GB), and
+# loss.svg draws at most 2 x 5,000 points of a curve (it drew every step: 148 MB at 13.5M).
+"$rrfp" train "${small[@]}" --steps 1 --save-every 1 --out "$tmp/long" >/dev/null 2>&1 ||
+  fail "long: the first step: exit $?"
+loss=$(at_step "$tmp/long/checkpoint.bin" 30000) || fail "long: could not rewrite the checkpoint"
+awk -v loss="$loss" 'BEGIN {
+  print "step,loss,val_loss,lr,grad_norm,tokens,step_ms,pipeline_ms,bubble,gap_us_median,cpu_ms,gap_us_p99,wait_us_median,wait_ms"
+  for (s = 1; s <= 30000; s++)
+    printf "%d,%s,,0.0003,1.0,100,1.00,1.00,0.1000,1.0,1.00,1.0,1.0,0.100\n", s, s == 30000 ? loss : "3.00000"
+}' >"$tmp/long/loss.csv"
+cp "$tmp/long/loss.csv" "$tmp/long.csv"
+"$rrfp" train "${small[@]}" --steps 30001 --resume "$tmp/long/checkpoint.bin" --out "$tmp/long" \
+  >"$tmp/long.log" 2>&1 || fail "long: the resume: exit $?: $(tail -1 "$tmp/long.log")"
+head -n 30001 "$tmp/long/loss.csv" | cmp -s - "$tmp/long.csv" || fail "long: the kept rows changed"
+[ "$(wc -l <"$tmp/long/loss.csv")" -eq 30002 ] || fail "long: not one row more"
+points=$(grep -o 'stroke="#4e79a7" stroke-width="1.5" points="[^"]*"' "$tmp/long/loss.svg" |
+  tr -cd ',' | wc -c)
+[ "$points" -ge 5000 ] && [ "$points" -lt 10000 ] || fail "long: loss.svg draws $points points"
 # The step count stops where a checkpoint's may go: a run past it saved what it could not resume.
 "$rrfp" train "${small[@]}" --steps 1000000001 --out "$tmp/past" >"$tmp/past.log" 2>&1
 [ $? -eq 2 ] && grep -q "^rrfp: error: --steps: must be between 1 and 1000000000, got 1000000001$" \

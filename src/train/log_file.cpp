@@ -1,5 +1,6 @@
 #include "train/log_file.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,8 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <optional>
+#include <string_view>
+#include <utility>
 
 #include "core/error.hpp"
 #include "core/format.hpp"
@@ -19,8 +21,9 @@ namespace rrfp::train {
 
 namespace {
 
-// A log's size and line caps when it is read back (a resume continues it).
-const InputKind kLogInput{"out", 1ull << 30, 1u << 20};
+// A log's size and line caps when it is read back (a resume continues it): 16 GiB, some 150M
+// rows, whose index takes 16 bytes each.
+const InputKind kLogInput{"out", 16ull << 30, 1u << 20};
 
 // The fields of a CSV row without quoting (the log's own rows).
 std::vector<std::string> fields_of(const std::string& row) {
@@ -43,33 +46,6 @@ long long step_of(const std::vector<std::string>& fields, std::size_t columns) {
   return std::atoll(s.c_str());
 }
 
-// A log's header and its whole rows by step, the last of a step written twice: stray bytes and
-// rows cut short (a crash mid-write) are left out. The resume's check and the continued log
-// read the same rows (the check read a step's last line, the log kept its first).
-struct LogRows {
-  std::string header;
-  std::map<long long, std::string> rows;
-};
-
-LogRows whole_rows(const std::string& text) {
-  LogRows out;
-  std::size_t at = 0, columns = 0;
-  for (bool first = true; at < text.size(); first = false) {
-    std::size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(at, end - at);
-    at = end + 1;
-    const std::vector<std::string> f = fields_of(line);
-    if (first) {
-      columns = f.size();
-      out.header = std::move(line);
-    } else if (const long long step = step_of(f, columns); step >= 0) {
-      out.rows[step] = std::move(line);
-    }
-  }
-  return out;
-}
-
 std::string row_of(const std::vector<std::string>& fields) {
   std::string out;
   for (std::size_t i = 0; i < fields.size(); ++i)
@@ -77,32 +53,84 @@ std::string row_of(const std::vector<std::string>& fields) {
   return out;
 }
 
+// Reads the rows a continued log keeps, in the order of their steps, through a window of the
+// file (they lie mostly in order: one read a window, not one a row).
+class RowReader {
+ public:
+  explicit RowReader(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd_ < 0) throw Error("cannot reread '" + path + "': " + std::strerror(errno));
+  }
+  ~RowReader() { ::close(fd_); }
+  RowReader(const RowReader&) = delete;
+  RowReader& operator=(const RowReader&) = delete;
+
+  std::string row(const EarlierLog::Row& r) {
+    if (r.at < at_ || r.at + r.size > at_ + buf_.size()) fill(r);
+    return buf_.substr(static_cast<std::size_t>(r.at - at_), r.size);
+  }
+
+ private:
+  void fill(const EarlierLog::Row& r) {
+    buf_.resize(std::max<std::size_t>(kWindow, r.size));
+    std::size_t got = 0;
+    while (got < buf_.size()) {
+      const ssize_t n =
+          ::pread(fd_, buf_.data() + got, buf_.size() - got, static_cast<off_t>(r.at + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw Error("cannot reread '" + path_ + "': " + std::strerror(errno));
+      if (n == 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+    buf_.resize(got);
+    at_ = r.at;
+    if (got < r.size) throw Error("cannot reread '" + path_ + "': it shrank while read");
+  }
+
+  static constexpr std::size_t kWindow = 1u << 20;
+  std::string path_, buf_;
+  std::uint64_t at_ = 0;
+  int fd_ = -1;
+};
+
+// Rows up to the resumed step, in order, with the fill applied, to `out` (a file being
+// written) and each to `kept`.
+void copy_kept_rows(const EarlierLog& old, int resume_step, const RowFill& fill, int out,
+                    const std::function<void(const std::string&)>& kept, const std::string& what) {
+  RowReader in(old.path);
+  std::string pending = old.header + "\n";
+  for (const EarlierLog::Row& r : old.rows) {
+    if (r.step > resume_step) break;
+    std::string line = in.row(r);
+    if (r.step == fill.step) {
+      std::vector<std::string> f = fields_of(line);
+      if (fill.column < static_cast<int>(f.size()) && f[fill.column].empty()) {
+        f[fill.column] = fill.value;
+        line = row_of(f);
+      }
+    }
+    if (kept) kept(line);
+    pending += line + "\n";
+    if (pending.size() >= (1u << 20)) write_all(out, std::exchange(pending, {}), what);
+  }
+  write_all(out, pending, what);
+}
+
 }  // namespace
 
 LogFile::LogFile(const std::string& path, const std::string& header, int resume_step,
-                 const std::optional<std::string>& earlier, const RowFill& fill)
+                 const std::optional<EarlierLog>& earlier, const RowFill& fill,
+                 const std::function<void(const std::string&)>& kept)
     : path_(path) {
   const bool continuing = resume_step >= 0 && earlier;
   if (continuing) {
     // Whole rows of the steps up to the resumed one, each once and in order: a row cut short,
     // stray bytes and a row written twice were kept and spliced into the continued log.
-    LogRows old = whole_rows(*earlier);
-    std::string kept = old.header + "\n";
-    for (auto& [step, line] : old.rows) {
-      if (step > resume_step) break;
-      std::vector<std::string> f = fields_of(line);
-      if (step == fill.step && fill.column < static_cast<int>(f.size()) && f[fill.column].empty()) {
-        f[fill.column] = fill.value;
-        line = row_of(f);
-      }
-      kept += line + "\n";
-      earlier_.push_back(line);
-    }
     const std::string tmp = path + ".tmp";
     const int t = open_output(tmp, "'" + path + "': its temporary '" + tmp + "'",
                               OutputMode{.named_by_user = false});
     try {
-      write_all(t, kept, "cannot rewrite '" + path + "'");
+      copy_kept_rows(*earlier, resume_step, fill, t, kept, "cannot rewrite '" + path + "'");
     } catch (...) {
       ::close(t);
       std::remove(tmp.c_str());
@@ -134,51 +162,116 @@ void LogFile::add(const std::string& line) {
                 "' failed: " + (errno ? std::strerror(errno) : "short write"));
 }
 
-void plot_rows(const std::vector<std::string>& rows, PlotSeries& loss, PlotSeries& val) {
-  for (const std::string& row : rows) {
-    char* end = nullptr;
-    const double step = std::strtod(row.c_str(), &end);
-    if (*end != ',') continue;
-    const char* l = end + 1;
-    const double lv = std::strtod(l, &end);
-    if (end == l || *end != ',') continue;
-    loss.points.push_back({step, lv});
-    const char* v = end + 1;
-    const double vv = std::strtod(v, &end);
-    if (end != v) val.points.push_back({step, vv});
-  }
+void Curve::add(double x, double y) {
+  if (seen_++ % stride_ != 0) return;
+  s_.points.emplace_back(x, y);
+  if (s_.points.size() < 2 * kMaxPoints) return;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < s_.points.size(); i += 2)
+    s_.points[kept++] = s_.points[i];
+  s_.points.resize(kept);
+  stride_ *= 2;
+}
+
+void plot_row(const std::string& row, Curve& loss, Curve& val) {
+  char* end = nullptr;
+  const double step = std::strtod(row.c_str(), &end);
+  if (*end != ',') return;
+  const char* l = end + 1;
+  const double lv = std::strtod(l, &end);
+  if (end == l || *end != ',') return;
+  loss.add(step, lv);
+  const char* v = end + 1;
+  const double vv = std::strtod(v, &end);
+  if (end != v) val.add(step, vv);
 }
 
 namespace {
 
-// The fields of the log's row of `step` (its last, should there be several); none without the
-// log or the row.
-std::optional<std::vector<std::string>> row_of_step(const std::optional<std::string>& log,
-                                                    int step) {
-  if (!log) return std::nullopt;
-  const LogRows rows = whole_rows(*log);
-  const auto it = rows.rows.find(step);
-  if (it == rows.rows.end()) return std::nullopt;
-  return fields_of(it->second);
-}
+// Indexes a log's lines as they come in pieces: the header, then each whole row of a step up
+// to the resumed one (where it lies, not its text).
+class LogIndexer {
+ public:
+  LogIndexer(EarlierLog& log, int resume_step) : log_(log), resume_(resume_step) {}
+
+  void take(std::string_view piece) {
+    for (std::size_t i = 0; i < piece.size();) {
+      const std::size_t nl = piece.find('\n', i);
+      const std::size_t end = nl == std::string_view::npos ? piece.size() : nl;
+      if (line_.size() + (end - i) > kLogInput.max_line)
+        throw InputError("`out`: '" + log_.path + "': line " + std::to_string(lines_ + 1) +
+                         " has more than " + format_bytes(kLogInput.max_line) +
+                         "; lines may have at most " + format_bytes(kLogInput.max_line));
+      line_.append(piece.substr(i, end - i));
+      if (nl == std::string_view::npos) break;
+      end_line();
+      i = nl + 1;
+    }
+  }
+
+  // The last line, should the file not end in a newline.
+  void finish() {
+    if (!line_.empty()) end_line();
+    // Rows in order of their steps, a step's last row kept (stable: file order within a step).
+    auto& rows = log_.rows;
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const auto& a, const auto& b) { return a.step < b.step; });
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      if (i + 1 == rows.size() || rows[i + 1].step != rows[i].step) rows[kept++] = rows[i];
+    rows.resize(kept);
+    rows.shrink_to_fit();
+  }
+
+ private:
+  void end_line() {
+    const std::uint64_t at = offset_;
+    offset_ += line_.size() + 1;
+    std::vector<std::string> f = fields_of(line_);
+    if (lines_++ == 0) {
+      columns_ = f.size();
+      log_.header = std::move(line_);
+    } else if (const long long step = step_of(f, columns_); step >= 0 && step <= resume_) {
+      log_.rows.push_back(EarlierLog::Row{static_cast<std::int32_t>(step),
+                                          static_cast<std::uint32_t>(line_.size()), at});
+      if (step == resume_) log_.resumed_row = std::move(f);
+    }
+    line_.clear();
+  }
+
+  EarlierLog& log_;
+  long long resume_;
+  std::string line_;
+  std::uint64_t offset_ = 0;
+  std::size_t lines_ = 0, columns_ = 0;
+};
 
 }  // namespace
 
-std::optional<std::string> read_log(const std::string& path) {
+std::optional<EarlierLog> read_log(const std::string& path, int resume_step) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
-  return read_input_file(path, kLogInput);
+  EarlierLog log;
+  log.path = path;
+  LogIndexer index(log, resume_step);
+  scan_input_file(path, kLogInput, [&](std::string_view piece) {
+    index.take(piece);
+    return true;
+  });
+  index.finish();
+  return log;
 }
 
-bool log_field_empty(const std::optional<std::string>& text, int step, int column) {
-  const auto row = row_of_step(text, step);
-  return row && column < static_cast<int>(row->size()) && (*row)[column].empty();
+bool log_field_empty(const std::optional<EarlierLog>& log, int column) {
+  if (!log || !log->resumed_row) return false;
+  const std::vector<std::string>& row = *log->resumed_row;
+  return column < static_cast<int>(row.size()) && row[column].empty();
 }
 
-void refuse_another_runs_log(const std::string& path, const std::optional<std::string>& text,
+void refuse_another_runs_log(const std::string& path, const std::optional<EarlierLog>& log,
                              int step, double loss) {
-  if (!text) return;
-  const auto row = row_of_step(text, step);
+  if (!log) return;
+  const auto& row = log->resumed_row;
   const std::string want = fmt("%.5f", loss), got = row && row->size() > 1 ? (*row)[1] : "";
   if (got == want) return;
   throw InputError("`out`: '" + path + "' is another run's log: " +

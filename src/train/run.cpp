@@ -48,7 +48,7 @@ class Run {
     first_ = trainer_.steps_done();
     agree_on_input(t_.job, [&] {  // a resume's log, read once for its checks and continuation
       if (!root_ || first_ == 0) return;
-      old_log_ = read_log(dir() + "loss.csv");
+      old_log_ = read_log(dir() + "loss.csv", first_);
       if (const auto loss = trainer_.last_loss())
         refuse_another_runs_log(dir() + "loss.csv", old_log_, first_, *loss);
     });
@@ -73,9 +73,9 @@ class Run {
           dir() + "loss.csv",
           "step,loss,val_loss,lr,grad_norm,tokens,step_ms,pipeline_ms,bubble,gap_us_median,"
           "cpu_ms,gap_us_p99,wait_us_median,wait_ms",
-          first_ > 0 ? first_ : -1, old_log_, fill);
+          first_ > 0 ? first_ : -1, old_log_, fill,
+          [&](const std::string& row) { plot_row(row, train_curve_, val_curve_); });
     old_log_.reset();
-    if (log_) plot_rows(log_->earlier_rows(), train_curve_, val_curve_);
     t_start_ = now_ns();
     if (!o_.quiet && first_ > 0)
       std::cout << "resumed from " << o_.resume << " at step " << first_ << "\n";
@@ -130,12 +130,12 @@ class Run {
         sum_.val_loss = *v;
         validated_ = true;
         val = fmt("%.4f", *v);
-        val_curve_.points.push_back({s + 1.0, *v});
+        val_curve_.add(s + 1.0, *v);
       } else {  // a signal asked to stop: the step stands without it, and the run stops after
         last_validation_cut_ = s + 1 == t_.steps;
       }
     }
-    train_curve_.points.push_back({s + 1.0, r.loss});
+    train_curve_.add(s + 1.0, r.loss);
     if (log_)
       log_->add(std::to_string(s + 1) + "," + fmt("%.5f", r.loss) + "," + val + "," +
                 fmt("%.6g", r.lr) + "," + fmt("%.4f", r.grad_norm) + "," +
@@ -265,7 +265,7 @@ class Run {
     const auto wrote = trainer_.checkpoint_steps();  // absent in older checkpoints
     const bool due =
         !wrote || *wrote == first_ || (o_.eval_every > 0 && first_ % o_.eval_every == 0);
-    double empty = due && root_ && log_field_empty(old_log_, first_, 2) ? 1 : 0;
+    double empty = due && root_ && log_field_empty(old_log_, 2) ? 1 : 0;
     if (t_.job) empty = max_over_job(*t_.job, empty);
     return empty > 0;
   }
@@ -276,7 +276,7 @@ class Run {
   RowFill validation_left_out() {
     const bool validates = first_ == t_.steps || (o_.eval_every > 0 && first_ % o_.eval_every == 0);
     if (first_ == 0 || !validates) return {};
-    double empty = root_ && log_field_empty(old_log_, first_, 2) ? 1 : 0;
+    double empty = root_ && log_field_empty(old_log_, 2) ? 1 : 0;
     if (t_.job) empty = max_over_job(*t_.job, empty);
     if (empty == 0) return {};
     const auto v = trainer_.validation_loss(o_.eval_batches, o_.stop);
@@ -319,9 +319,9 @@ class Run {
   }
 
   void write_loss_plot() const {
-    write_out_file("loss.svg",
-                   svg_line_plot("rrfp train: loss (nats per byte)", "step",
-                                 {train_curve_, val_curve_}, h0_, "byte-unigram entropy"));
+    write_out_file("loss.svg", svg_line_plot("rrfp train: loss (nats per byte)", "step",
+                                             {train_curve_.series(), val_curve_.series()}, h0_,
+                                             "byte-unigram entropy"));
   }
 
   // A file of `out`, written whole. Checked before the first step, so a refusal now (a
@@ -387,12 +387,11 @@ class Run {
   double h0_ = 0;
   const bool tty_ = isatty(STDOUT_FILENO);
   std::unique_ptr<LogFile> log_;
-  std::optional<std::string> old_log_;  // rank 0, resumed: the log it continues, until then
+  std::optional<EarlierLog> old_log_;  // rank 0, resumed: the log it continues, until then
   std::int64_t t_start_ = 0;
   // This run validated (its plot may hold an earlier run's points: loss.svg after a resume).
   bool validated_ = false;
-  PlotSeries train_curve_{"train loss", "#4e79a7", {}},
-      val_curve_{"validation loss", "#e15759", {}};
+  Curve train_curve_{"train loss", "#4e79a7"}, val_curve_{"validation loss", "#e15759"};
   TrainSummary sum_;
   StepResult last_;
   std::vector<std::pair<int, RealizedWork>> measured_;
