@@ -114,6 +114,18 @@ int fixed_order_peak(const ListHint& hint, const WorkModel& m) {
   return *std::max_element(p.begin(), p.end());
 }
 
+int fixed_order_pending_w_peak(const ListHint& hint, const WorkModel& m) {
+  int peak = 0;
+  for (int s = 0; s < m.pp() && s < static_cast<int>(hint.stages.size()); ++s) {
+    int w = 0;
+    for (const TaskId& t : hint.stages[s]) {
+      w += t.kind == Kind::B && m.split() ? 1 : t.kind == Kind::W ? -1 : 0;
+      peak = std::max(peak, w);
+    }
+  }
+  return peak;
+}
+
 int default_limit(const Hint& hint, const WorkModel& m) {
   if (hint.is_list()) return std::max(1, fixed_order_peak(hint.list(), m));
   // Rule hints: 1F1B's stage-0 peak, or interleaved 1F1B's (Megatron's warm-up + 1).

@@ -44,6 +44,10 @@ Hint make_hint(const std::string& name_or_path, const WorkModel& model);
 // The largest `F done - B done` any stage reaches when the list runs in fixed order.
 int fixed_order_peak(const ListHint& hint, const WorkModel& model);
 std::vector<int> fixed_order_peaks(const ListHint& hint, const WorkModel& model);
+// The largest `B done - W done` any stage reaches when the list runs in fixed order: the
+// weight gradients it defers, whose inputs it holds meanwhile (a zero-bubble list defers most
+// of a stage's to its end; the ready policy's cap, `max_pending_w`, does not bound them).
+int fixed_order_pending_w_peak(const ListHint& hint, const WorkModel& model);
 
 // Default back-pressure limit (semantics.md §2): the hint's own fixed-order peak on its most
 // loaded stage; rule hints use 1F1B's (V = 1) or interleaved 1F1B's (V >= 2).

@@ -258,7 +258,13 @@ void check_activations(const TrainOptions& o, const WorkModel& m, const Hint& hi
   const ArbiterOptions a = resolve_options(o.runtime.arbiter, hint, m);
   const int most = m.vpp() * m.microbatches();  // a stage's chunk-microbatches, all of them
   const int in_flight = std::min(d_bound(a, hint, m), most);
-  const int pending_w = m.split() ? std::min(a.max_pending_w, most) : 0;
+  // The fixed policy follows the list's order: its own deferred weight gradients, which
+  // `max_pending_w` does not cap (a zero-bubble list passed the check and then took 1.5 GB of
+  // a 1 GB limit, counted at the cap's P).
+  const bool fixed = a.policy == Policy::Fixed && hint.is_list();
+  const int pending_w = !m.split() ? 0
+                        : fixed    ? std::min(fixed_order_pending_w_peak(hint.list(), m), most)
+                                   : std::min(a.max_pending_w, most);
   const double held = activation_bytes(o, m, in_flight, pending_w) + model_bytes_here(o, m);
   const double batch = microbatch_bytes(o, m);
   std::string what, extra, lower;
@@ -275,10 +281,18 @@ void check_activations(const TrainOptions& o, const WorkModel& m, const Hint& hi
            " with `heads` " + std::to_string(o.model.heads) + " and `layers` " +
            std::to_string(o.model.layers);
     extra = " for the activations of up to " + std::to_string(in_flight) + " microbatch" +
-            (in_flight == 1 ? "" : "es") +
-            " in flight a stage (attention keeps `heads` x length^2 floats a block) and the model";
+            (in_flight == 1 ? "" : "es") + " in flight a stage" +
+            (pending_w > 0 ? " and " + std::to_string(pending_w) + " deferred weight gradient" +
+                                 (pending_w == 1 ? "" : "s")
+                           : std::string()) +
+            " (attention keeps `heads` x length^2 floats a block) and the model";
+    // `limit` bounds the ready policy alone (the fixed one refuses it).
     lower = (o.task == "image-text" ? "`max_images`" : std::string("`max_len`")) +
-            ", `heads`, `layers` or the microbatches in flight (`limit`)";
+            ", `heads`, `layers` or the microbatches in flight (" +
+            (fixed ? "under `policy` ready, a `limit` below the fixed order's " +
+                         std::to_string(in_flight)
+                   : std::string("`limit`")) +
+            ")";
     if (o.job) lower = "`d_model`, " + lower;
   }
   if (o.job) return check_job_memory(*o.job, held + batch, what, extra, lower);
