@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "core/hint.hpp"
 #include "core/memory.hpp"
+#include "core/modes.hpp"
 #include "python/bindings.hpp"
 #include "python/step_record.hpp"
 #include "python/tensor_payload.hpp"
@@ -63,6 +64,18 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
   spec.hint = hint;
   spec.policy = parse_policy(policy);
   spec.comm = parse_comm(comm);
+  // A W cap where the backward stays whole: refused, as `rrfp simulate --split-backward off
+  // --max-pending-w` is (there are no W tasks to cap: it was taken and ignored). Only here is
+  // auto resolved, a hint file's own split included.
+  if (max_pending_w > 0 && !resolve_split(split_backward, hint))
+    throw InputError(
+        "`max_pending_w`: caps the W tasks a split backward defers; `split_backward` " +
+        split_backward + " keeps the backward whole here" +
+        (split_backward == "auto"
+             ? " (it splits it for zb-*, bfw, adaptive and a hint file written with it)"
+             : "") +
+        ", so there are none (got " + std::to_string(max_pending_w) +
+        "; give `split_backward` on to split it)");
   sc = with_replay_step(std::move(sc), {spec});
   check_spec(sc, spec);
   const PipelineConfig c = config_for(sc, spec);
@@ -140,6 +153,7 @@ void bind_tools(pyb::module_& m) {
         "Each stage's tasks, ('F'|'B'|'W', chunk, microbatch), in the order the hint runs "
         "them at unit cost.");
   m.def("hint_names", &hint_names, "every hint name a Pipeline or simulate accepts");
+  m.attr("_max_tp") = kMaxTp;  // the largest `tp` simulate takes, for its argument checks
 }
 
 }  // namespace rrfp::py

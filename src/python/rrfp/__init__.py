@@ -28,8 +28,10 @@ def simulate(**kwargs):
     step (None: its first complete one). A count that is no whole number (an int or a NumPy
     integer) raises TypeError (True included: pybind took it as 1), one past what the core
     takes ValueError, each naming the argument; so do names and paths of another type (a path
-    object is taken as its str)."""
-    from ._args import INT_MAX, check_whole
+    object is taken as its str). `limit` and `max_pending_w` (0: the default) bound the ready
+    policy: given with policy="fixed", or `max_pending_w` where the backward is not split, they
+    raise ValueError, as the command refuses them and Pipeline does."""
+    from ._args import INT_MAX, check_whole, refuse_fixed_bound
 
     _check_counts(kwargs, ("pp", "vpp", "microbatches", "limit", "max_pending_w", "tp"))
     if "seed" in kwargs:
@@ -37,6 +39,10 @@ def simulate(**kwargs):
                                      low=0, high=2**64 - 1)
     _check_names(kwargs, ("placement", "split_backward", "workload", "policy", "comm",
                           "tp_protocol"))
+    # Taken and ignored, where the command and Pipeline refuse them. A W cap where the backward
+    # is whole _rrfp.simulate refuses: it resolves split_backward auto (a hint file's own too).
+    for name in ("limit", "max_pending_w"):
+        refuse_fixed_bound(name, kwargs.get(name), kwargs.get("policy", "ready"))
     _check_paths(kwargs, (("hint", None), ("replay", "a trace's or a CSV's path"),
                           ("workload_file", "a workload JSON file's path")))
     ordered = kwargs.get("ordered_forwards")
@@ -65,11 +71,15 @@ def schedule(**kwargs):
 
 def _check_counts(kwargs, names):
     from ._args import INT_MAX, check_whole
+    # The range the core takes of each, so that the message gives it (it gave a C int's,
+    # -2147483648.., where a limit below 0 or a pp below 1 was refused next).
+    lowest = {"limit": 0, "max_pending_w": 0}  # 0: the default
+    highest = {"tp": _rrfp._max_tp}
     for name in names:
         if name in kwargs:
-            kwargs[name] = check_whole(name, kwargs[name],
-                                       f"a whole number in {-INT_MAX - 1}..{INT_MAX}",
-                                       low=-INT_MAX - 1, high=INT_MAX)
+            low, high = lowest.get(name, 1), highest.get(name, INT_MAX)
+            takes = f"a whole number in {low}..{high}" + (" (0: the default)" if low == 0 else "")
+            kwargs[name] = check_whole(name, kwargs[name], takes, low=low, high=high)
 
 
 def _check_names(kwargs, names):

@@ -126,15 +126,26 @@ def _check_bounds(limit, max_pending_w, policy):
     for name, value in (("limit", limit), ("max_pending_w", max_pending_w)):
         if value is None:
             continue
-        if not is_whole(value):
+        # Any integer type, as rrfp.simulate takes them: a bound computed with NumPy is one
+        # (np.int64 was a TypeError here, and taken there).
+        whole = whole_index(value)
+        if whole is None:
             raise TypeError(f"{name}: a whole number or None, got {_kind(value)}")
-        if not 1 <= value <= INT_MAX:  # 0 meant the default, unsaid
+        if not 1 <= whole <= INT_MAX:  # 0 meant the default, unsaid
             raise ValueError(f"{name}: must be a whole number of at least 1 (and at most "
                              f"{INT_MAX}) or None, got {value!r}")
-        if policy == "fixed":  # it was taken and ignored
-            raise ValueError(f"{name}: bounds what the ready policy holds; the fixed policy "
-                             f"runs the hint's order, which alone decides it (got {name}="
-                             f"{value} with policy='fixed')")
+        refuse_fixed_bound(name, whole, policy)
+
+
+def refuse_fixed_bound(name, value, policy):
+    """`limit` or `max_pending_w` (`name`; its `value` a whole number, None or 0 when not
+    given) under `policy` "fixed": ValueError, for Pipeline and rrfp.simulate alike, as `rrfp
+    simulate --policy fixed --limit` is refused. The fixed policy runs the hint's order, which
+    alone decides what a stage holds: the bound was taken and ignored."""
+    if value and policy == "fixed":
+        raise ValueError(f"{name}: bounds what the ready policy holds; the fixed policy "
+                         f"runs the hint's order, which alone decides it (got {name}="
+                         f"{value} with policy='fixed')")
 
 
 def stderr_is_terminal():
