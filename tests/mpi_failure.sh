@@ -140,9 +140,9 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
   # so these steps are short; SIGUSR1, which mpirun forwards as it is, waits for any step. A
   # loaded machine took up to 1.9 s from SIGTERM to the outputs: TERM runs with 5 s of grace
   # (docs/mpi.md says how).
-  # signal_mpirun SIGNAL NUMBER
+  # signal_mpirun SIGNAL (its name without SIG)
   signal_mpirun() {
-    local sig=$1 num=$2
+    local sig=$1
     out=$(dirname "$log")/rrfp-mpi-stop
     rm -rf "$out"
     OMPI_MCA_odls_base_sigkill_timeout=5 "$here/mpirun.sh" 2 "$rrfp" train --transport mpi --pp 2 --d-model 32 --layers 4 \
@@ -163,7 +163,7 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
     [ $rc -ne 0 ] || fail "$sig to mpirun: exit 0"
     [ "$rows" -ge 4 ] && [ "$rows" = "$last" ] ||
       fail "$sig to mpirun: loss.csv has $rows rows, last step $last"
-    grep -q "stopped by signal $num after step $last of 5000" "$log" ||
+    grep -q "stopped by SIG$sig after step $last of 5000" "$log" ||
       { tail -c 600 "$log"; fail "$sig to mpirun: no stop line naming step $last"; }
     grep -q "wrote $out/loss.csv" "$log" || fail "$sig to mpirun: outputs not written"
     left=$(pgrep -f "rrfp train .*$marker" || true)
@@ -171,8 +171,8 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
     echo "$sig to mpirun: stopped after step $last in $((SECONDS - start)) s, $rows loss rows, mpirun exit $rc"
     rm -rf "$out"
   }
-  signal_mpirun TERM 15
-  signal_mpirun USR1 10
+  signal_mpirun TERM
+  signal_mpirun USR1
 fi
 
 # A process stopped in a calibration's ping-pong (calibrate, run --compare): the job ends within

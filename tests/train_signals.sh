@@ -26,7 +26,7 @@ wait $pid; rc=$?
 rows=$(($(wc -l <"$tmp/a/loss.csv") - 1))
 last=$(tail -n 1 "$tmp/a/loss.csv" | cut -d, -f1)
 [ "$rows" = "$last" ] || fail "loss.csv has $rows rows but its last step is $last"
-grep -q "stopped by signal 15 after step $last of 2000 (checkpoint" "$tmp/a.log" ||
+grep -q "stopped by SIGTERM after step $last of 2000 (checkpoint" "$tmp/a.log" ||
   { fail "no stop line naming step $last"; tail -3 "$tmp/a.log"; }
 # The signal was acknowledged as it came, once (a step may be long, and nothing was said).
 [ "$(grep -c "^rrfp train: SIGTERM taken: stopping after the current step; a second signal stops it at once$" "$tmp/a.log")" = 1 ] ||
@@ -90,7 +90,7 @@ for _ in $(seq 1 600); do grep -q "warning: --warmup" "$tmp/vf.log" && break; sl
 sleep 1  # the resume is validating step 1 (or about to: a stop first is the same stop)
 kill -TERM $pid
 wait $pid; rc=$?
-[ "$rc" -eq 143 ] && grep -q "^stopped by signal 15 before step 1's validation was filled in" "$tmp/vf.log" ||
+[ "$rc" -eq 143 ] && grep -q "^stopped by SIGTERM before step 1's validation was filled in" "$tmp/vf.log" ||
   fail "SIGTERM in the fill-in validation: exit $rc, $(grep -E '^(done|stopped)' "$tmp/vf.log")"
 [ "$(wc -l <"$tmp/v/loss.csv")" -eq 2 ] && [ "$(sed -n 2p "$tmp/v/loss.csv" | cut -d, -f3)" = "" ] &&
   cmp -s "$tmp/v/checkpoint.bin" "$tmp/v1.bin" ||
@@ -120,7 +120,7 @@ wait_rows "$tmp/l" 0 || fail "no loss.csv after 60 s (last-step run)"
 sleep 2  # the step (a few hundred ms) is done: it validates, its row waiting for that
 kill -TERM $pid
 wait $pid; rc=$?
-[ "$rc" -eq 143 ] && grep -q "stopped by signal 15 after step 1 of 1" "$tmp/l.log" ||
+[ "$rc" -eq 143 ] && grep -q "stopped by SIGTERM after step 1 of 1" "$tmp/l.log" ||
   fail "SIGTERM in the last validation: exit $rc, $(grep -E '^(done|stopped)' "$tmp/l.log")"
 [ "$(sed -n 2p "$tmp/l/loss.csv" | cut -d, -f3)" = "" ] || fail "the last step validated before the stop"
 "$rrfp" train --d-model 32 --layers 4 --steps 1 --eval-every 0 --eval-batches 2 \
@@ -191,7 +191,7 @@ kill -INT $pid
 wait $pid; rc=$?
 set +m
 [ "$rc" -eq 130 ] || fail "SIGINT twice: exit $rc, want 130"
-[ ! -e "$tmp/b/loss.svg" ] && ! grep -q "stopped by signal" "$tmp/b.log" ||
+[ ! -e "$tmp/b/loss.svg" ] && ! grep -q "stopped by SIG" "$tmp/b.log" ||
   fail "the second SIGINT did not exit at once (outputs written)"
 # A SIGINT sent twice at once is one request: GNU timeout sends its signal to the process,
 # then to its process group, the process again (taken as a second request, that echo ended
@@ -208,7 +208,7 @@ kill -INT $pid 2>/dev/null
 exec 9>&-
 wait $pid; rc=$?
 set +m
-[ "$rc" -eq 130 ] && [ -e "$tmp/e/loss.svg" ] && grep -q "stopped by signal" "$tmp/e.log" ||
+[ "$rc" -eq 130 ] && [ -e "$tmp/e/loss.svg" ] && grep -q "stopped by SIGINT" "$tmp/e.log" ||
   fail "SIGINT twice at once: exit $rc, $(tail -1 "$tmp/e.log")"
 # A full disk (writes fail with ENOSPC: the file is made a link to /dev/full, which refuses every
 # write that way): the checkpoint of step 2 fails, the one of step 1 stays, no partial file.
