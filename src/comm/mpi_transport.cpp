@@ -225,8 +225,8 @@ struct MpiTransport::Impl {
             const std::string line = "rrfp: " + what + "\n";
             std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));  // one write
             fail_pending(std::current_exception());
-            // Nothing more arrives here either: the runtime fails its step now rather than at
-            // its watchdog's timeout.
+            // Nothing more arrives here either: the runtime hears why (a later step fails at
+            // once with it, and a stall's report names it).
             if (receiving.load(std::memory_order_acquire) && broken && !closed.load())
               broken(std::make_exception_ptr(Error(what)));
             return;

@@ -31,7 +31,7 @@ class Transport {
   virtual int size() const = 0;
   // Set before any peer sends to this endpoint.
   virtual void set_receiver(Receiver r) = 0;
-  // Set with the receiver. Without it a broken endpoint was silent: the step waited for its
+  // Set before the receiver. Without it a broken endpoint was silent: the step waited for its
   // watchdog, which then named the messages missing but not why. Default: a transport that
   // cannot break so (in-process) never calls it.
   virtual void set_broken_handler(Broken) {}
