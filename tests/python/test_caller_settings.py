@@ -92,6 +92,62 @@ def test_an_evaluation_step_inside_autocast_gives_the_plain_outputs():
     assert out.dtype == torch.float32
 
 
+class Shares(nn.Module):
+    """A chunk that applies a Linear which another chunk applies too (tied)."""
+
+    def __init__(self, shared):
+        super().__init__()
+        self.lin, self.shared = nn.Linear(16, 16), shared
+
+    def forward(self, x):
+        return torch.tanh(self.shared(torch.tanh(self.lin(x))))
+
+
+class Twice(nn.Module):
+    """A chunk that applies its own Linear twice: one cast serves both uses, as in the loop."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.lin(torch.tanh(self.lin(x)))
+
+
+def sharing():
+    torch.manual_seed(0)
+    shared = nn.Linear(16, 16)
+    return [Shares(shared), Twice(), Shares(shared), nn.Sequential(nn.Linear(16, 16), nn.GELU())]
+
+
+@pytest.mark.parametrize("hint,policy", SCHEDULES)
+def test_a_weight_two_chunks_share_under_autocast_sums_their_casts_in_float32(hint, policy):
+    # A plain loop inside one autocast region casts the shared weight to bf16 once (autocast's
+    # cache) for both chunks, so their gradients add in bf16 before the cast's backward takes
+    # them to float32; each forward task has a region, and a cache, of its own, so each chunk
+    # casts it and the chunks' gradients add in float32, as in a loop with cache_enabled=False
+    # where each chunk uses it once. A chunk's own parameters keep the cached loop's bits, a
+    # Linear it applies twice included (one cast for both uses, which the uncached loop casts
+    # twice); and a step inside a region without the cache is that loop's.
+    x, y = data()
+    cached, uncached, model, told = sharing(), sharing(), sharing(), sharing()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        plain(cached, x, y)
+        pipeline(model, hint, policy).step(x, y)
+    with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+        plain(uncached, x, y)
+        pipeline(told, hint, policy).step(x, y)
+    assert_same(uncached, told)
+    shared = {id(p) for p in model[0].shared.parameters()}
+    for p, a, b in zip([p for c in model for p in c.parameters()], grads(cached),
+                       grads(uncached)):
+        assert torch.equal(p.grad, b if id(p) in shared else a)
+    # Both cases are there: the cache changes the shared weight's bits, and the twice-used one's.
+    for c in (0, 1):
+        assert any(not torch.equal(a.grad, b.grad)
+                   for a, b in zip(cached[c].parameters(), uncached[c].parameters()))
+
+
 def assert_same(a, b):
     for p, q in zip(grads(a), grads(b)):
         assert torch.equal(p, q)

@@ -1,9 +1,10 @@
 """What fine-tuning scripts do between and around steps, each checked against a plain loop:
 parameters frozen, unfrozen or replaced after the pipeline was built count as they are at the
-step, and one a forward freezes during the step gets no gradient; hooks on parameters (p.register_hook) run on each microbatch's gradient, all of a tied
-parameter's uses summed, before it is added, as a plain loop's backward runs them; and inputs or
-targets that require grad, whose gradient a step cannot carry out of the pipeline, are refused
-rather than silently left without it."""
+step, and one a forward freezes or unfreezes during the step fails it; hooks on parameters
+(p.register_hook) run on each microbatch's gradient, all of a tied parameter's uses summed,
+before it is added, as a plain loop's backward runs them; and inputs or targets that require
+grad, whose gradient a step cannot carry out of the pipeline, are refused rather than silently
+left without it."""
 import pytest
 import torch
 from torch import nn
@@ -281,45 +282,79 @@ def test_a_parameter_whose_gradient_comes_expanded_is_summed():
     assert_same_grads(ref, model)
 
 
-class FreezesItself(nn.Module):
-    """A module that freezes its own weight in its forward, after using it (a freezing schedule
-    kept inside the model): a plain loop's backward gives that weight no gradient."""
+class Toggles(nn.Module):
+    """A module that changes its own weight's requires_grad in its forward at its `at`-th call
+    (a freezing schedule kept inside the model), after using it, or before with `first`."""
 
-    def __init__(self):
+    def __init__(self, at, on=False, first=False):
         super().__init__()
         self.lin = nn.Linear(8, 8)
+        self.at, self.on, self.first, self.calls = at, on, first, 0
+        if on:
+            self.lin.weight.requires_grad_(False)
 
     def forward(self, x):
+        self.calls += 1
+        if self.first and self.calls == self.at:
+            self.lin.weight.requires_grad_(self.on)
         y = torch.tanh(self.lin(x))
-        self.lin.weight.requires_grad_(False)
+        if not self.first and self.calls == self.at:
+            self.lin.weight.requires_grad_(self.on)
         return y
 
 
-@pytest.mark.parametrize("hint,policy", SCHEDULES[:2] + [("1f1b", "fixed")])
-def test_a_weight_its_own_forward_freezes_gets_no_gradient_as_in_a_plain_loop(hint, policy):
-    # The parameters are taken as the step begins, when the weight still trained: autograd was
-    # asked for its gradient and refused the whole backward task ("One of the differentiated
-    # Tensors does not require grad").
-    def build():
-        torch.manual_seed(0)
-        return [nn.Sequential(nn.Linear(8, 8), nn.Tanh()), FreezesItself()]
-    ref, model = build(), build()
+def toggling(at, **kw):
+    torch.manual_seed(0)
+    return [nn.Sequential(nn.Linear(8, 8), nn.Tanh()), Toggles(at, **kw)]
+
+
+@pytest.mark.parametrize("hint,policy,split", [("1f1b", "fixed", "off"), ("gpipe", "fixed", "off"),
+                                               ("bf", "ready", "off"), ("bfw", "ready", "on"),
+                                               ("zb-h1", "fixed", "on")])
+@pytest.mark.parametrize("at", [1, 2, 4])
+def test_a_weight_its_own_forward_freezes_fails_the_step_then_trains_frozen(hint, policy, split,
+                                                                            at):
+    # A plain loop gives a weight frozen at microbatch k's forward the gradients of the
+    # microbatches before k: 1F1B and BF ran those backward tasks before the freeze as the loop
+    # does, GPipe, BFW and ZB-H1 ran none, and the weight's .grad came out None, silently. At
+    # the first microbatch every order agreed, but the step cannot tell that case from the
+    # others.
+    model = toggling(at)
     pipe = rrfp.Pipeline(model, loss_fn, pp=2, microbatches=4, hint=hint, policy=policy,
-                         timeout=60)
-    opts = [torch.optim.SGD([p for c in m for p in c.parameters()], lr=0.1) for m in (ref, model)]
-    for s in range(2):  # the second step begins with the weight frozen
-        for o in opts:
-            o.zero_grad()
-        x, y = data(s + 1)
+                         split_backward=split, timeout=60)
+    x, y = data()
+    with pytest.raises(rrfp.StageError) as e:
+        pipe.step(x, y)
+    assert isinstance(e.value.__cause__, RuntimeError)
+    assert "chunk 1's 'lin.weight': its requires_grad changed during the step (frozen" in \
+        str(e.value.__cause__)
+    assert all(p.grad is None for c in model for p in c.parameters())  # the step wrote nothing
+    # The next step begins with the weight frozen, and trains as a plain loop from there.
+    ref = toggling(at)
+    ref[1].lin.weight.requires_grad_(False)
+    for s in range(2):
+        x, y = data(s + 2)
         pipe.step(x, y)
         plain_step(ref, x, y)
         assert_same_grads(ref, model)
         assert model[1].lin.weight.grad is None and model[1].lin.bias.grad is not None
-        for o in opts:
-            o.step()
-    for a, b in zip(ref, model):
-        for p, q in zip(a.parameters(), b.parameters()):
-            assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_weight_its_own_forward_unfreezes_fails_the_step(first):
+    # Unfrozen before its use, the weight reached the backward as a tensor outside the chunk's
+    # parameters (refused as another chunk's would be, in misleading words); after its last use,
+    # nothing told.
+    model = toggling(4, on=True, first=first)
+    pipe = rrfp.Pipeline(model, loss_fn, pp=2, microbatches=4, hint="1f1b", policy="fixed",
+                         timeout=60)
+    with pytest.raises(rrfp.StageError) as e:
+        pipe.step(*data())
+    assert "chunk 1's 'lin.weight': its requires_grad changed during the step (unfrozen" in \
+        str(e.value.__cause__)
+    assert all(p.grad is None for c in model for p in c.parameters())
+    pipe.step(*data(2))  # unfrozen as this step begins: trained
+    assert model[1].lin.weight.grad is not None
 
 
 @pytest.mark.parametrize("hint,policy", SCHEDULES)

@@ -369,3 +369,52 @@ def test_a_hook_that_returns_a_tensor_it_keeps_adds_each_microbatch_once():
                 mse(m[1](m[0](x)), y).backward()
         return scale.grad
     assert torch.equal(run(True), run(False))
+
+
+class UsesTimes(nn.Module):
+    """Applies a tensor held outside the model `k` times, one after the other."""
+
+    def __init__(self, w, k):
+        super().__init__()
+        self.l, self.w, self.k = nn.Linear(8, 8), [w], k
+
+    def forward(self, h):
+        h = self.l(h)
+        for j in range(self.k):
+            h = torch.tanh(h * self.w[0] + 0.1 * j)
+        return h
+
+
+USES = {2: [(2, 1), (2, 2), (1, 1), (2, 0), (0, 2), (1, 2), (3, 1)],
+        3: [(2, 1, 1), (2, 2, 2), (1, 0, 2), (2, 0, 1), (0, 2, 1), (3, 1, 0), (2, 1, 3)]}
+
+
+@pytest.mark.parametrize("hint,policy,split", [("1f1b", "fixed", "off"), ("bf", "ready", "off"),
+                                               ("bfw", "ready", "on"), ("zb-h1", "fixed", "on")])
+@pytest.mark.parametrize("pp", [2, 3])
+def test_a_tensor_outside_the_model_that_chunks_use_often_sums_as_a_plain_loop(hint, policy,
+                                                                                split, pp):
+    # A plain loop's backward adds a microbatch's uses into one buffer, the later chunk's first:
+    # (g + u2) + u1 for two uses in the first chunk and one in the second. Each chunk's own sum
+    # added to the later chunks' gave g + (u2 + u1), one ulp apart in every seed.
+    for uses in USES[pp]:
+        for seed in range(3):
+            torch.manual_seed(seed)
+            w_ref = torch.randn(8, requires_grad=True)
+            ref = [UsesTimes(w_ref, k) for k in uses]
+            w = w_ref.detach().clone().requires_grad_()
+            m = [UsesTimes(w, k) for k in uses]
+            for a, b in zip(ref, m):
+                b.load_state_dict(a.state_dict())
+            x, y = torch.randn(8, 8), torch.randn(8, 8)
+            for xi, yi in zip(x.chunk(4), y.chunk(4)):
+                h = xi
+                for c in ref:
+                    h = c(h)
+                mse(h, yi).backward()
+            rrfp.Pipeline(m, mse, pp=pp, microbatches=4, hint=hint, policy=policy,
+                          split_backward=split, timeout=60).step(x, y)
+            assert torch.equal(w.grad, w_ref.grad), (uses, seed)
+            for a, b in zip(ref, m):
+                for p, q in zip(a.parameters(), b.parameters()):
+                    assert torch.equal(p.grad, q.grad), (uses, seed)

@@ -130,9 +130,10 @@ class GradSums:
     """One step's parameter gradients over this process's chunks: each chunk's own parameters
     in an _OrderedSum, each parameter used by several chunks in one _TiedSum. from_grad: the
     sums start from each parameter's .grad, but for those in `fresh` (which start from nothing,
-    as every sum does without from_grad). split: the stages split their backward (early)."""
+    as every sum does without from_grad). split: the stages split their backward (early).
+    frozen: {chunk: its parameters that do not require grad as the step begins} (toggled)."""
 
-    def __init__(self, chunk_params, from_grad, fresh=(), split=False):
+    def __init__(self, chunk_params, from_grad, fresh=(), split=False, frozen=None):
         def start(p):
             if not from_grad or p.grad is None or id(p) in fresh:
                 return None
@@ -159,6 +160,7 @@ class GradSums:
                         tied[id(p)] = _TiedSum(p, users[id(p)], start)
                     self._tied[c].append((i, tied[id(p)]))
         self._chunk_params = chunk_params
+        self._frozen = frozen or {}
         self._unique_tied = list(tied.values())
         self._split = split
 
@@ -184,7 +186,7 @@ class GradSums:
         chunk's autograd call starts each parameter's buffer from it."""
         out = []
         for i, t in self._tied[chunk]:
-            if i in which and t.param.requires_grad:  # frozen since the step began: no root
+            if i in which and t.param.requires_grad:  # frozen during the step: grad() fails
                 s = t.seed(chunk, mb)
                 if s is not None:
                     out.append((i, s))
@@ -265,6 +267,44 @@ class GradSums:
         if _ENGINE_RUNS_LEAF_HOOKS:
             return []
         return [p for p, _, hooks in self._marks if _hook_mark(p) != hooks]
+
+    def toggled(self):
+        """The parameters whose requires_grad differs from what it was as the step began (one
+        frozen or unfrozen by a forward): RequiresGradChanged. Once a step, where it ends."""
+        out = [p for ps in self._chunk_params.values() for p in ps if not p.requires_grad]
+        return out + [p for ps in self._frozen.values() for p in ps if p.requires_grad]
+
+    def was_frozen(self, t):
+        """Whether `t` is a parameter of a chunk here that did not require grad as the step
+        began."""
+        return any(p is t for ps in self._frozen.values() for p in ps)
+
+
+class RequiresGradChanged(RuntimeError):
+    """A parameter frozen or unfrozen during a step (by a forward, a hook, another thread). A
+    step trains the parameters that require grad as it begins; a plain loop's gradient of one
+    that a forward changes holds the microbatches whose backward ran before the change, and the
+    schedule orders those otherwise (1F1B gave a weight frozen at the second microbatch the
+    first's gradient, as the loop does, GPipe none, silently). So the step fails, naming it,
+    before any .grad changes."""
+
+    def __init__(self, name, p):
+        how = "unfrozen" if p.requires_grad else "frozen"
+        super().__init__(
+            f"{name}: its requires_grad changed during the step ({how} in a forward or a hook, "
+            "or in another thread): a step trains the parameters that require grad as it "
+            "begins, and which microbatches' gradients a plain loop gives one changed in a "
+            "forward depends on the order of forwards and backwards, which the schedule "
+            "decides; freeze and unfreeze parameters between steps")
+
+
+class FrozenTarget(Exception):
+    """grad() was asked for the gradient of a parameter that no longer requires grad; the
+    caller names it (RequiresGradChanged)."""
+
+    def __init__(self, param):
+        super().__init__("a parameter no longer requires grad")
+        self.param = param
 
 
 def _hook_mark(p):
@@ -373,12 +413,10 @@ def grad(roots, targets, grads, retain):
     if not targets:
         return []
     if not all(t.requires_grad for t in targets):
-        # A parameter frozen since the step began, by a forward that freezes its own module's
-        # weight: a plain loop's backward gives a leaf that no longer requires grad nothing,
-        # where autograd would refuse the whole call for it. It gets none here too.
-        live = [t for t in targets if t.requires_grad]
-        got = iter(grad(roots, live, grads, retain))
-        return [next(got) if t.requires_grad else None for t in targets]
+        # A parameter frozen since the step began (a forward that freezes its own module's
+        # weight): the caller fails the task naming it (RequiresGradChanged), where autograd's
+        # refusal names no parameter.
+        raise FrozenTarget(next(t for t in targets if not t.requires_grad))
     try:
         if _ENGINE is not None and _has_torch_function is not None:
             args = tuple(roots) + tuple(targets)

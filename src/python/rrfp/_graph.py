@@ -94,7 +94,9 @@ def foreign_leaves(chunk, last, roots, own, data):
     partial, so the step refuses them rather than differ from a plain loop. An nn.Parameter is
     refused wherever it comes from: no forward makes one, and with chunk_fn under torchrun it
     is this process's copy of another process's chunk (the whole model, built in every
-    process), whose .grad nothing reads. `data`: the step's StepData."""
+    process), whose .grad nothing reads. A parameter of this process's chunks that was frozen as
+    the step began raises RequiresGradChanged instead: a forward unfroze it. `data`: the step's
+    StepData."""
     foreign = _rrfp._foreign_leaves(roots, own)  # a walk of the graph in C++
     if not foreign:
         return foreign
@@ -102,6 +104,12 @@ def foreign_leaves(chunk, last, roots, own, data):
     named, strays = [], []
     for t in foreign:
         entry = known.find(t)
+        if entry is not None and data.sums is not None and data.sums.was_frozen(t):
+            # A parameter of the chunks that a forward unfroze: that, not where it is, is why
+            # the step has no sum for it.
+            from ._grads import RequiresGradChanged  # _grads imports this module
+            owner, _, prefix, name = entry
+            raise RequiresGradChanged(f"{owner} '{prefix}{'.' if prefix else ''}{name}'", t)
         if entry is not None:
             named.append(f"{_named(*entry)} of shape {tuple(t.shape)}")
         elif isinstance(t, torch.nn.Parameter):

@@ -9,7 +9,7 @@ import threading
 import torch
 
 from . import _rrfp
-from ._grads import accumulate, leaf_hooks, run_hooks
+from ._grads import _ENGINE_RUNS_LEAF_HOOKS, accumulate, leaf_hooks, run_hooks
 from ._tree import pack_grads
 
 
@@ -70,21 +70,47 @@ class MadeGrads:
     """One step's gradients of the leaves its forwards made (no tensor of the model:
     rrfp._graph.foreign_leaves), kept by microbatch and added to their .grad once the step's
     tasks are done, in microbatch order, as a plain loop's backward adds them (one call per
-    microbatch): the same bits whatever order the backward tasks ran in. Within a microbatch,
-    the uses of one leaf by several chunks are summed from the last chunk to the first, the
-    order a plain loop's backward meets them, and its hooks run once on that sum, as on the
-    gradient torch's AccumulateGrad receives."""
+    microbatch): the same bits whatever order the backward tasks ran in. Within a microbatch a
+    plain loop's backward adds every use of one leaf into one buffer, those of the chunk nearest
+    the loss first, and its hooks run once on that buffer, as on the gradient torch's
+    AccumulateGrad receives. A chunk's backward starts the leaf's buffer from the later chunks'
+    (seeds(): the leaf is one more root of its autograd call, as a tied parameter is, _TiedSum),
+    so that its own uses are added after theirs, one by one: summing each chunk's uses on its own
+    gave `g + (u2 + u1)` where the loop adds `(g + u2) + u1`. A microbatch's backward tasks run
+    from the last chunk to the first (each needs the next chunk's gradient), so the later
+    chunks' gradients are all there when a chunk's task asks for them."""
 
     def __init__(self):
         self._lock = threading.Lock()  # stage threads put
-        self._by_mb = {}  # mb -> {id(leaf): (leaf, {chunk: gradient})}
+        self._by_mb = {}  # mb -> {id(leaf): (leaf, {chunk: (gradient, seeded)})}
 
-    def put(self, chunk, mb, leaves, grads):
+    def seeds(self, chunk, mb, leaves):
+        """[(index, leaf, buffer)]: for those of `leaves` (the leaves the backward of (chunk, mb)
+        differentiates) that later chunks of microbatch mb used, the buffer of their gradients.
+        Left out for a leaf with hooks where this torch's autograd.grad runs them: they would
+        run on the buffer twice."""
+        with self._lock:
+            uses = self._by_mb.get(mb)
+            if not uses:
+                return []
+            out = []
+            for i, leaf in enumerate(leaves):
+                entry = uses.get(id(leaf))
+                if entry is None or (_ENGINE_RUNS_LEAF_HOOKS and leaf._backward_hooks):
+                    continue
+                buf = _buffer({c: e for c, e in entry[1].items() if c > chunk})
+                if buf is not None:
+                    out.append((i, leaf, buf))
+            return out
+
+    def put(self, chunk, mb, leaves, grads, seeded=()):
+        """`seeded`: the indices of the gradients computed from their seeds(), which hold the
+        later chunks' buffer already."""
         with self._lock:
             uses = self._by_mb.setdefault(mb, {})
-            for leaf, g in zip(leaves, grads):
+            for i, (leaf, g) in enumerate(zip(leaves, grads)):
                 if g is not None:
-                    uses.setdefault(id(leaf), (leaf, {}))[1][chunk] = g
+                    uses.setdefault(id(leaf), (leaf, {}))[1][chunk] = (g, i in seeded)
 
     def hooked(self):
         """What the step's tasks put, through the leaves' hooks: [(leaf, gradient)] in
@@ -96,9 +122,7 @@ class MadeGrads:
         out = []
         for mb in sorted(by_mb):
             for leaf, by_chunk in by_mb[mb].values():
-                g = None
-                for c in sorted(by_chunk, reverse=True):
-                    g = by_chunk[c] if g is None else g + by_chunk[c]
+                g = _buffer(by_chunk)
                 try:
                     hooked = run_hooks(leaf_hooks(leaf), g)
                     # A hook may return a tensor it keeps and writes again at its next call:
@@ -117,3 +141,14 @@ class MadeGrads:
         (accumulate)."""
         for leaf, g in hooked:
             leaf.grad = accumulate(leaf.grad, g)
+
+
+def _buffer(by_chunk):
+    """A leaf's buffer of one microbatch from its chunks' gradients ({chunk: (gradient,
+    seeded)}), the last chunk first: a seeded gradient is the buffer so far with its chunk's
+    uses added, another one is added to it."""
+    buf = None
+    for c in sorted(by_chunk, reverse=True):
+        g, seeded = by_chunk[c]
+        buf = g if seeded or buf is None else buf + g
+    return buf

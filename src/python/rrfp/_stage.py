@@ -12,7 +12,8 @@ import torch
 
 from ._device import StageDevice, to_device
 from ._order import StateWatch as _StateWatch
-from ._grads import grad as _grad
+from ._grads import FrozenTarget as _FrozenTarget, RequiresGradChanged as _RequiresGradChanged, \
+    grad as _grad, parameter_name as _parameter_name
 from ._graph import foreign_leaves as _foreign_leaves, \
     module_backward_hooks as _module_backward_hooks, python_backward as _python_backward, \
     stale_saved_tensor as _stale_saved_tensor
@@ -79,8 +80,12 @@ class StageRunner:
         """The parameters each chunk trains, as the step starts: a parameter frozen, unfrozen
         or replaced since the last step (fine-tuning schedules do all three) counts as it is
         now, as it would in a plain loop."""
-        self.params = {c: [p for p in m.parameters() if p.requires_grad]
-                       for c, m in self.modules.items()}
+        # And those frozen: one a forward unfreezes fails the step (GradSums.toggled).
+        self.params, self.frozen = {}, {}
+        for c, m in self.modules.items():
+            ps = list(m.parameters())
+            self.params[c] = [p for p in ps if p.requires_grad]
+            self.frozen[c] = [p for p in ps if not p.requires_grad]
         # Split backward: chunks whose backward runs Python of the user's (hooks, custom
         # Functions), which a split would run twice: B computes their whole backward. Found
         # again each step.
@@ -286,11 +291,14 @@ class StageRunner:
             wanted = wanted + made
         grads = None if last else grads
         every = range(len(params))
+        # The leaves' buffers of the later chunks of the microbatch, whose backward has run.
+        leaf_seeds = self.data.made.seeds(chunk, mb, made) if made else ()
         if not self.split:
             del self.work[(chunk, mb)]
-            dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False)
+            dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False,
+                                          leaf_seeds=leaf_seeds)
             self._put(chunk, mb, got, seeded)
-            return self._sent(chunk, mb, w, dx, made)
+            return self._sent(chunk, mb, w, dx, made, leaf_seeds)
         w.early = self.data.sums.early(chunk, mb)
         if self.whole[chunk] or any(r._backward_hooks for r in roots) or \
                 _python_backward(roots):
@@ -300,10 +308,11 @@ class StageRunner:
             # A hook on the chunk's output is one too (one that doubled its gradient in place
             # doubled the weights' twice).
             self.whole[chunk] = True  # for the rest of the step: no more graphs to walk
-            dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False)
+            dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False,
+                                          leaf_seeds=leaf_seeds)
             self._put_tied(chunk, mb, {i: got[i] for i in w.early}, seeded)
             w.root, w.weights, w.seeded = None, got, seeded
-            return self._sent(chunk, mb, w, dx, made)
+            return self._sent(chunk, mb, w, dx, made, leaf_seeds)
         # Split: B is the input gradient only (and the early tied parameters'); the graph
         # stays for W.
         w.root, w.grad = roots, grads
@@ -316,17 +325,18 @@ class StageRunner:
             # (torch 2's engine runs the input's hooks inside B; torch 1.13's, rrfp after it, on
             # a copy: _leaves.py.)
             grads = [g if g is None else g.clone() for g in grads]
-        dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, w.early, retain=True)
+        dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, w.early, retain=True,
+                                      leaf_seeds=leaf_seeds)
         self._put_tied(chunk, mb, dict(zip(w.early, got)), seeded)
-        return self._sent(chunk, mb, w, dx, made)
+        return self._sent(chunk, mb, w, dx, made, leaf_seeds)
 
-    def _sent(self, chunk, mb, w, dx, made):
+    def _sent(self, chunk, mb, w, dx, made, leaf_seeds=()):
         """What B sends back (input_grads); the gradients of the leaves the forward made, the
         last of `dx`, wait for the step's end (MadeGrads), where they go to their .grad as a
-        plain loop's backward adds them."""
+        plain loop's backward adds them (`leaf_seeds`: those computed from a seed)."""
         if made:
             n = len(dx) - len(made)
-            self.data.made.put(chunk, mb, made, dx[n:])
+            self.data.made.put(chunk, mb, made, dx[n:], {i for i, _, _ in leaf_seeds})
             dx = dx[:n]
         return _sent_back(w.tree_in, w.inp, dx)
 
@@ -352,22 +362,28 @@ class StageRunner:
             full[i] = g
         self._put(chunk, mb, full, seeded, w.early)
 
-    def _grads(self, chunk, mb, roots, grads, wanted, which, retain):
+    def _grads(self, chunk, mb, roots, grads, wanted, which, retain, leaf_seeds=()):
         """The gradients of the inputs `wanted` and of the chunk's parameters at the indices
         `which`, and the indices of those computed from a seed: each tied parameter whose later
         user chunks' gradient of the microbatch is known is given it as the gradient of one
         more root, the parameter itself. The engine adds the roots' gradients to their nodes'
         buffers before it runs any node, so the chunk's uses are added after the later chunks'
-        as in a plain loop's backward (_TiedSum)."""
+        as in a plain loop's backward (_TiedSum). `leaf_seeds`: MadeGrads.seeds() of the leaves
+        the forward made, among `wanted`, given alike."""
         params = self.params[chunk]
         seeds = self.data.sums.seeds(chunk, mb, which)
-        if seeds:
+        if seeds or leaf_seeds:
             if grads is None:  # the loss: the engine would start it from ones
                 grads = [torch.ones_like(r, memory_format=torch.preserve_format) for r in roots]
-            roots = [params[i] for i, _ in seeds] + list(roots)
-            grads = [s for _, s in seeds] + list(grads)
+            roots = [params[i] for i, _ in seeds] + [leaf for _, leaf, _ in leaf_seeds] + \
+                list(roots)
+            grads = [s for _, s in seeds] + [s for _, _, s in leaf_seeds] + list(grads)
         targets = params if len(which) == len(params) else [params[i] for i in which]
-        got = _grad(roots, wanted + targets, grads, retain)
+        try:
+            got = _grad(roots, wanted + targets, grads, retain)
+        except _FrozenTarget as e:
+            c, n = _parameter_name(self.modules, e.param, [chunk])
+            raise _RequiresGradChanged(f"chunk {c}'s '{n}'", e.param) from None
         return got[:len(wanted)], got[len(wanted):], {i for i, _ in seeds}
 
     def _put(self, chunk, mb, grads, seeded=(), skip=()):

@@ -11,7 +11,7 @@ from . import _rrfp, _wire
 from ._batch import check_before_step, take_batch
 from ._caller import CallerState
 from ._grad_layout import set_grad
-from ._grads import parameter_name
+from ._grads import RequiresGradChanged, parameter_name
 from ._leaves import MadeGrads
 from ._progress import Progress
 from ._replicas import buffer_signature, refuse_other_buffers
@@ -133,12 +133,20 @@ def closing(pipe, m):
 
 def refuse_rewritten(pipe):
     """Fails the step, on every process (closing's exchange carries the failure), where a
-    .grad that the step's backward reaches changed during the step (GradSums.rewritten), or a
-    parameter's hooks did (GradSums.rehooked): each left another gradient than a plain loop's,
-    silently."""
+    parameter's requires_grad changed during the step (GradSums.toggled: one frozen after its
+    chunk's last backward task, which found none), a .grad that the step's backward reaches
+    did (GradSums.rewritten), or a parameter's hooks did (GradSums.rehooked): each left another
+    gradient than a plain loop's, silently."""
     sums = pipe._data.sums
     if sums is None:
         return
+    toggled = sums.toggled()
+    if toggled:
+        c, n = parameter_name(pipe.chunks, toggled[0])
+        e = RequiresGradChanged("a parameter" if n is None else f"chunk {c}'s '{n}'",
+                                toggled[0])
+        pipe._data.record(None, None, e)
+        raise e
     bad, why = sums.rewritten(), (
         "its .grad changed during the step (a backward() in a chunk's forward, or in another "
         "thread), and the step's backward reaches it too: the step adds its gradients to .grad "

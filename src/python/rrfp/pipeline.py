@@ -428,7 +428,8 @@ class Pipeline:
         chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
         sums = GradSums(chunk_params, from_grad=self._dp == 1,
                         fresh=ties.holders if ties else (),
-                        split=any(r.split for r in self._runners))
+                        split=any(r.split for r in self._runners),
+                        frozen={c: ps for r in self._runners for c, ps in r.frozen.items()})
         layout = trained_layout(self.chunks, chunk_params, self._dp) if self._dp > 1 else None
         return sums, layout
 
