@@ -121,5 +121,23 @@ limits=$(cut -d, -f6,8 lim.csv | tail -n +2 | tr '\n' ';')
 [ "$limits" = "-,fixed 1f1b (blocking);-,fixed 1f1b (async);-,fixed zb-h1 (async);1,rrfp bf (async);1,rrfp bfw (async);" ] ||
   fail "sweep limit column: $limits"
 
+# A hint file named in Latin-1 (and so every label that names it): the timeline SVG holds
+# U+FFFD where the JSON and the trace do, and opens as XML (its raw byte made it a document no
+# XML reader takes).
+latin1=$(printf 'lat\xe9.txt')
+"$rrfp" schedule show --pp 2 -m 3 --hint 1f1b --out "$latin1" >/dev/null &&
+  "$rrfp" simulate --pp 2 -m 3 --hint "$latin1" --policy fixed --svg latin1.svg >/dev/null ||
+  fail "simulate with a Latin-1 hint file name"
+/usr/bin/python3 -c 'import sys, xml.etree.ElementTree as e; e.parse(sys.argv[1])' latin1.svg ||
+  fail "the timeline SVG of a Latin-1 hint file name is no XML"
+grep -q $'fixed lat\xef\xbf\xbd.txt' latin1.svg || fail "the SVG does not name the hint with U+FFFD"
+
+# Two runs of 1001 stages in one trace: each stage its own process id (run 1's stage 0 took
+# run 0's stage 1000's), so the trace reads back.
+"$rrfp" simulate --pp 1001 -m 1 --hint 1f1b --policy both --workload uniform --trace wide.json \
+  >/dev/null || fail "simulate --pp 1001 --policy both --trace"
+"$rrfp" simulate --replay wide.json --pp 1001 -m 1 --hint 1f1b --policy fixed >/dev/null 2>wide.err ||
+  fail "a trace of 1001 stages and two runs does not read back: $(cat wide.err)"
+
 [ "$fails" -eq 0 ] && echo "cli_outputs: all passed"
 [ "$fails" -eq 0 ]

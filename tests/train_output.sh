@@ -90,6 +90,12 @@ head -n 30001 "$tmp/long/loss.csv" | cmp -s - "$tmp/long.csv" || fail "long: the
 points=$(grep -o 'stroke="#4e79a7" stroke-width="1.5" points="[^"]*"' "$tmp/long/loss.svg" |
   tr -cd ',' | wc -c)
 [ "$points" -ge 5000 ] && [ "$points" -lt 10000 ] || fail "long: loss.svg draws $points points"
+# A blocking run's trace says so, as the other commands' do: predict replayed it as async (its
+# label ended "(measured training step)", and the twin's error doubled).
+"$rrfp" train "${small[@]}" --pp 2 -m 2 --steps 2 --comm blocking --out "$tmp/blk" >/dev/null 2>&1 ||
+  fail "--comm blocking: exit $?"
+"$rrfp" predict "$tmp/blk/trace.json" 2>&1 | grep -q "a rendezvous per message, as the trace's run says" ||
+  fail "predict took train --comm blocking's trace for an async run"
 # The step count stops where a checkpoint's may go: a run past it saved what it could not resume.
 "$rrfp" train "${small[@]}" --steps 1000000001 --out "$tmp/past" >"$tmp/past.log" 2>&1
 [ $? -eq 2 ] && grep -q "^rrfp: error: --steps: must be between 1 and 1000000000, got 1000000001$" \

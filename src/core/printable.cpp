@@ -56,6 +56,34 @@ std::string printable(std::string_view s, std::size_t max) {
   return out;
 }
 
+std::string xml_text(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const std::size_t n = utf8_length(s.substr(i));
+      out += n > 0 ? s.substr(i, n) : std::string_view("\xEF\xBF\xBD");
+      i += n > 0 ? n : 1;
+      continue;
+    }
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else if (c < 0x20 && c != '\t' && c != '\n' && c != '\r')
+      out += "\xEF\xBF\xBD";
+    else
+      out += s[i];
+    ++i;
+  }
+  return out;
+}
+
 std::string_view skip_bom(std::string_view text) {
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
   return text;

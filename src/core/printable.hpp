@@ -13,6 +13,12 @@ namespace rrfp {
 // it is.
 std::string printable(std::string_view s, std::size_t max = 40);
 
+// `s` as text an XML (SVG) document may hold: each byte that is not part of a well-formed UTF-8
+// character, and each control byte XML 1.0 refuses (below 0x20 but tab, newline and carriage
+// return), as U+FFFD, as the JSON outputs write them; '<', '>', '&' and '"' as entities. (A
+// hint file named in Latin-1 made the timeline SVG a document no XML reader opens.)
+std::string xml_text(std::string_view s);
+
 // `text` without a leading UTF-8 byte order mark (EF BB BF), which some editors write first:
 // the JSON reader skips it, and the hint formats skip it as well.
 std::string_view skip_bom(std::string_view text);

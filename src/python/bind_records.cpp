@@ -55,7 +55,8 @@ void bind_records(pyb::module_& m) {
                                          static_cast<double>(t.compute_end) / 1e9));
             return out;
           },
-          "(stage, task, start, end) of every task, in seconds from the step's start")
+          "(stage, task, start, end) of every task, in seconds from the step's start; with "
+          "tp > 1, once for each TP rank of its stage")
       .def("table", &StepRecordPy::table)
       .def("json", &StepRecordPy::json)
       .def("save_trace", &StepRecordPy::save_trace, pyb::arg("path"),

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/format.hpp"
+#include "core/printable.hpp"
 #include "report/report.hpp"
 
 namespace rrfp {
@@ -24,21 +25,6 @@ const char* colour(Kind k) {
 
 std::string num(double v) {
   return fmt("%.2f", v);  // in the "C" locale's form, whatever the process's
-}
-
-std::string escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<')
-      o += "&lt;";
-    else if (c == '>')
-      o += "&gt;";
-    else if (c == '&')
-      o += "&amp;";
-    else
-      o += c;
-  }
-  return o;
 }
 
 // The legend and the time axis, at height y.
@@ -87,15 +73,15 @@ std::string svg_timeline(const ReportHeader& h, const std::vector<ReportRun>& ru
        "stroke-width=\"3\"/></pattern></defs>\n";
   o += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   o += "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">" +
-       escape("rrfp timeline — workload " + h.workload + ", seed " + std::to_string(h.seed) + " (" +
-              h.source + ")") +
+       xml_text("rrfp timeline — workload " + h.workload + ", seed " + std::to_string(h.seed) +
+                " (" + h.source + ")") +
        "</text>\n";
   double y = 40;
   for (const auto& r : runs) {
     const auto& m = r.metrics;
     o += "<text x=\"10\" y=\"" + num(y + 20) + "\" font-size=\"12\">" +
-         escape(r.label + ": makespan " + num(m.makespan / 1e6) + " ms, bubble " +
-                num(100 * m.bubble_ratio) + "%, efficiency " + num(m.efficiency)) +
+         xml_text(r.label + ": makespan " + num(m.makespan / 1e6) + " ms, bubble " +
+                  num(100 * m.bubble_ratio) + "%, efficiency " + num(m.efficiency)) +
          "</text>\n";
     y += title;
     for (int s = 0; s < r.result.pp; ++s) {

@@ -29,9 +29,17 @@ std::string chrome_trace(const std::vector<ReportRun>& runs) {
     first = false;
     text += json_text(event);
   };
+  // Each run's stages take the pids from its index x `stride`: 1000 (run 1's stage 0 is pid
+  // 1000) unless a run has more stages, then the next power of ten, so that no two runs' stages
+  // share a pid (at P 1001, run 0's stage 1000 was run 1's stage 0, and the trace could not be
+  // read back).
+  std::int64_t stride = 1000;
+  for (const auto& r : runs)
+    while (stride < r.result.pp)
+      stride *= 10;
   for (size_t i = 0; i < runs.size(); ++i) {
     const auto& r = runs[i];
-    const int pid_base = static_cast<int>(i) * 1000;
+    const std::int64_t pid_base = static_cast<std::int64_t>(i) * stride;
     for (int s = 0; s < r.result.pp; ++s) {
       // The run's ordering of forwards goes with it: a step that had them ordered (batch norm)
       // replayed without the ordering predicted gains the run could not have. Viewers show a
