@@ -12,6 +12,7 @@
 #include "expect_error.hpp"
 #include "sim/rng.hpp"
 #include "train/corpus.hpp"
+#include "train/log_file.hpp"
 #include "train/run.hpp"
 #include "train/trainer.hpp"
 #include "train_cases.hpp"
@@ -240,6 +241,27 @@ TEST(TrainDefault, LossFallsOnTheHeldOutSplit) {
   // Untrained, the loss is about ln(256) = 5.5 nats; after 60 steps it must be far lower.
   EXPECT_LT(s.last_loss, s.first_loss - 1.5);
   EXPECT_LT(s.val_loss, std::log(256.0) - 1.5) << "validation loss " << s.val_loss;
+}
+
+// loss.svg's curve of a long run: at most 2 x kMaxPoints points, thinned evenly, and ending at
+// the last point added whatever the stride (thinning dropped it: a run of exactly 10,000 steps
+// was drawn to step 9,999, and a final validation could be left out).
+TEST(LossCurve, ALongCurveIsThinnedAndEndsAtItsLastPoint) {
+  for (const int n : {1, 9'999, 10'000, 10'001, 30'001, 100'000}) {
+    Curve c("loss", "#000");
+    for (int i = 1; i <= n; ++i)
+      c.add(i, 1.0 / i);
+    const PlotSeries series = c.series();  // a copy: the last point added ends it
+    const auto& pts = series.points;
+    ASSERT_FALSE(pts.empty());
+    EXPECT_LE(pts.size(), 2 * Curve::kMaxPoints) << n;
+    EXPECT_GE(pts.size(), std::min<std::size_t>(n, Curve::kMaxPoints)) << n;
+    EXPECT_EQ(pts.front().first, 1) << n;
+    EXPECT_EQ(pts.back().first, n) << n;
+    EXPECT_EQ(pts.back().second, 1.0 / n) << n;
+    for (std::size_t i = 1; i < pts.size(); ++i)
+      ASSERT_LT(pts[i - 1].first, pts[i].first) << n;
+  }
 }
 
 }  // namespace

@@ -180,13 +180,4 @@ std::atomic<int>& stop_flag() {
   return g_stop;
 }
 
-std::string signal_name(int sig) {
-  if (sig == SIGINT) return "SIGINT";
-  if (sig == SIGTERM) return "SIGTERM";
-  if (sig == SIGUSR1) return "SIGUSR1";
-  if (sig == SIGHUP) return "SIGHUP";
-  if (sig == SIGPIPE) return "SIGPIPE (a pipe it wrote to closed)";
-  return "signal " + std::to_string(sig);
-}
-
 }  // namespace rrfp

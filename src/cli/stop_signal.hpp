@@ -42,7 +42,4 @@ void exit_on_signals(const std::string& command);
 // for the first's echo, as above).
 void write_then_heed_signals(const std::function<void()>& write);
 
-// "SIGINT", "SIGTERM" or "signal N", for the line that says why the work stopped short.
-std::string signal_name(int sig);
-
 }  // namespace rrfp

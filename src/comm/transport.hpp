@@ -23,7 +23,8 @@ class Transport {
   using SendDone = std::function<void(std::exception_ptr)>;
   // Runs at most once, on the transport's thread, when this endpoint can receive nothing more
   // (its group broke: a peer exited, a connection failed), with the transport's error naming
-  // both ends; never after shutdown(). Must not block for long and must not throw.
+  // this rank (and the peer, where known); never after shutdown(). Must not block for long and
+  // must not throw.
   using Broken = std::function<void(std::exception_ptr)>;
 
   virtual ~Transport() = default;

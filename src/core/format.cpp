@@ -3,6 +3,7 @@
 #include <locale.h>
 
 #include <cctype>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 
@@ -81,6 +82,15 @@ bool ends_with_ci(std::string_view s, std::string_view suffix) {
     if (std::tolower(static_cast<unsigned char>(s[s.size() - suffix.size() + i])) != suffix[i])
       return false;
   return true;
+}
+
+std::string signal_name(int sig) {
+  if (sig == SIGINT) return "SIGINT";
+  if (sig == SIGTERM) return "SIGTERM";
+  if (sig == SIGUSR1) return "SIGUSR1";
+  if (sig == SIGHUP) return "SIGHUP";
+  if (sig == SIGPIPE) return "SIGPIPE (a pipe it wrote to closed)";
+  return "signal " + std::to_string(sig);
 }
 
 }  // namespace rrfp

@@ -35,6 +35,10 @@ std::string format_bytes(std::uint64_t n);
 std::string first_line(const std::string& what);
 // `s` without the blanks around it (spaces, tabs and carriage returns).
 std::string_view trim(std::string_view s);
+
+// "SIGINT", "SIGTERM", ... or "signal N", for the line that says why the work stopped short;
+// every command (train too) says a signal alike.
+std::string signal_name(int sig);
 // Whether `s` ends with `suffix` (lowercase) in any case: "best.JSON" ends with ".json".
 bool ends_with_ci(std::string_view s, std::string_view suffix);
 

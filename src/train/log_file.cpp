@@ -163,6 +163,7 @@ void LogFile::add(const std::string& line) {
 }
 
 void Curve::add(double x, double y) {
+  last_ = {x, y};
   if (seen_++ % stride_ != 0) return;
   s_.points.emplace_back(x, y);
   if (s_.points.size() < 2 * kMaxPoints) return;
@@ -171,6 +172,12 @@ void Curve::add(double x, double y) {
     s_.points[kept++] = s_.points[i];
   s_.points.resize(kept);
   stride_ *= 2;
+}
+
+PlotSeries Curve::series() const {
+  PlotSeries out = s_;
+  if (seen_ > 0 && (out.points.empty() || out.points.back() != last_)) out.points.push_back(last_);
+  return out;
 }
 
 void plot_row(const std::string& row, Curve& loss, Curve& val) {
@@ -214,8 +221,11 @@ class LogIndexer {
     if (!line_.empty()) end_line();
     // Rows in order of their steps, a step's last row kept (stable: file order within a step).
     auto& rows = log_.rows;
-    std::stable_sort(rows.begin(), rows.end(),
-                     [](const auto& a, const auto& b) { return a.step < b.step; });
+    const auto by_step = [](const auto& a, const auto& b) { return a.step < b.step; };
+    // A log is in order as a rule (a resume drops the rows past its step): then no sort, and
+    // no sort's buffer of half the index.
+    if (!std::is_sorted(rows.begin(), rows.end(), by_step))
+      std::stable_sort(rows.begin(), rows.end(), by_step);
     std::size_t kept = 0;
     for (std::size_t i = 0; i < rows.size(); ++i)
       if (i + 1 == rows.size() || rows[i + 1].step != rows[i].step) rows[kept++] = rows[i];

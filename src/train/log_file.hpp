@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "report/report.hpp"
@@ -64,16 +65,18 @@ class LogFile {
 
 // A curve for loss.svg that stays small however long the run: past 2 x kMaxPoints points every
 // other one is dropped and only every stride-th point from then on is kept (a run of millions
-// of steps drew every one, and its loss.svg took 148 MB). loss.csv keeps every step.
+// of steps drew every one, and its loss.svg took 148 MB), and the last point added always ends
+// it (the run's last step and its final validation). loss.csv keeps every step.
 class Curve {
  public:
   static constexpr std::size_t kMaxPoints = 5000;
   Curve(std::string name, std::string colour) : s_{std::move(name), std::move(colour), {}} {}
   void add(double x, double y);
-  const PlotSeries& series() const { return s_; }
+  PlotSeries series() const;
 
  private:
   PlotSeries s_;
+  std::pair<double, double> last_{};
   std::int64_t stride_ = 1, seen_ = 0;
 };
 

@@ -12,6 +12,7 @@
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/output_file.hpp"
 #include "dist/job.hpp"
 #include "dist/step_merge.hpp"
@@ -313,7 +314,7 @@ class Run {
                 << "filled in: " << fmt("%.3f", sum_.val_loss) << " nats (byte-unigram entropy "
                 << fmt("%.3f", h0_) << " nats)\nwrote " << dir() << "loss.csv, loss.svg\n";
     else
-      std::cout << "stopped by " << signal_text(stopped_by_) << " before step " << first_
+      std::cout << "stopped by " << signal_name(stopped_by_) << " before step " << first_
                 << "'s validation was filled in\n";
     return sum_;
   }
@@ -352,7 +353,7 @@ class Run {
 
   void print_summary() const {
     const bool stopped = stopped_by_ != 0;
-    std::cout << (stopped ? "stopped by " + signal_text(stopped_by_) + " after step " +
+    std::cout << (stopped ? "stopped by " + signal_name(stopped_by_) + " after step " +
                                 std::to_string(done_) + " of " + std::to_string(t_.steps)
                   : first_ > 0
                       ? "done: steps " + std::to_string(first_ + 1) + " to " +

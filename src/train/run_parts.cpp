@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -45,11 +44,6 @@ void OutLock::lock(const std::string& out) {
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0)
     throw InputError("`out`: '" + out +
                      "' is in use by another rrfp train; give each run its own `out`");
-}
-
-std::string signal_text(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  return abbrev ? "SIG" + std::string(abbrev) : "signal " + std::to_string(sig);
 }
 
 std::int64_t process_cpu_ns() {

@@ -37,8 +37,6 @@ class OutLock {
 
 // CPU time of every thread of this process (the host's cost of a step).
 std::int64_t process_cpu_ns();
-// A signal as the other commands say it: SIGTERM (the run said "signal 15").
-std::string signal_text(int sig);
 // The runtime's view of a measured step, for the trace and the timeline.
 ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainOptions& o);
 // Every option before anything is written: bad input leaves no trace. Every process checks

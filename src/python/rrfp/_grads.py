@@ -7,6 +7,8 @@ import zlib
 
 import torch
 
+from ._frozen import FrozenTarget
+
 from ._graph import leaf_uses
 
 
@@ -280,33 +282,6 @@ class GradSums:
         return any(p is t for ps in self._frozen.values() for p in ps)
 
 
-class RequiresGradChanged(RuntimeError):
-    """A parameter frozen or unfrozen during a step (by a forward, a hook, another thread). A
-    step trains the parameters that require grad as it begins; a plain loop's gradient of one
-    that a forward changes holds the microbatches whose backward ran before the change, and the
-    schedule orders those otherwise (1F1B gave a weight frozen at the second microbatch the
-    first's gradient, as the loop does, GPipe none, silently). So the step fails, naming it,
-    before any .grad changes."""
-
-    def __init__(self, name, p):
-        how = "unfrozen" if p.requires_grad else "frozen"
-        super().__init__(
-            f"{name}: its requires_grad changed during the step ({how} in a forward or a hook, "
-            "or in another thread): a step trains the parameters that require grad as it "
-            "begins, and which microbatches' gradients a plain loop gives one changed in a "
-            "forward depends on the order of forwards and backwards, which the schedule "
-            "decides; freeze and unfreeze parameters between steps")
-
-
-class FrozenTarget(Exception):
-    """grad() was asked for the gradient of a parameter that no longer requires grad; the
-    caller names it (RequiresGradChanged)."""
-
-    def __init__(self, param):
-        super().__init__("a parameter no longer requires grad")
-        self.param = param
-
-
 def _hook_mark(p):
     return tuple(p._backward_hooks) if p._backward_hooks else ()
 
@@ -415,8 +390,15 @@ def grad(roots, targets, grads, retain):
     if not all(t.requires_grad for t in targets):
         # A parameter frozen since the step began (a forward that freezes its own module's
         # weight): the caller fails the task naming it (RequiresGradChanged), where autograd's
-        # refusal names no parameter.
-        raise FrozenTarget(next(t for t in targets if not t.requires_grad))
+        # refusal names no parameter. Another tensor that no longer requires grad (a leaf the
+        # forward made, then detached in place) gets none, as a plain loop's backward gives it.
+        frozen = next((t for t in targets
+                       if not t.requires_grad and isinstance(t, torch.nn.Parameter)), None)
+        if frozen is not None:
+            raise FrozenTarget(frozen)
+        live = [t for t in targets if t.requires_grad]
+        got = iter(grad(roots, live, grads, retain))
+        return [next(got) if t.requires_grad else None for t in targets]
     try:
         if _ENGINE is not None and _has_torch_function is not None:
             args = tuple(roots) + tuple(targets)

@@ -9,6 +9,7 @@ import threading
 import torch
 
 from . import _rrfp
+from ._frozen import RequiresGradChanged
 
 _PYTHON_NODE = torch.autograd.function.BackwardCFunction
 
@@ -107,9 +108,8 @@ def foreign_leaves(chunk, last, roots, own, data):
         if entry is not None and data.sums is not None and data.sums.was_frozen(t):
             # A parameter of the chunks that a forward unfroze: that, not where it is, is why
             # the step has no sum for it.
-            from ._grads import RequiresGradChanged  # _grads imports this module
             owner, _, prefix, name = entry
-            raise RequiresGradChanged(f"{owner} '{prefix}{'.' if prefix else ''}{name}'", t)
+            raise RequiresGradChanged(f"{owner} '{_dotted(prefix, name)}'", t)
         if entry is not None:
             named.append(f"{_named(*entry)} of shape {tuple(t.shape)}")
         elif isinstance(t, torch.nn.Parameter):
@@ -131,8 +131,12 @@ def foreign_leaves(chunk, last, roots, own, data):
         "backward() adds its gradient as in a plain loop")
 
 
+def _dotted(prefix, name):
+    return f"{prefix}{'.' if prefix else ''}{name}"
+
+
 def _named(owner, kind, prefix, name):
-    return f"{owner} {kind} '{prefix}{'.' if prefix else ''}{name}'"
+    return f"{owner} {kind} '{_dotted(prefix, name)}'"
 
 
 def _strays(data, strays):

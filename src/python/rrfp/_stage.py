@@ -12,8 +12,8 @@ import torch
 
 from ._device import StageDevice, to_device
 from ._order import StateWatch as _StateWatch
-from ._grads import FrozenTarget as _FrozenTarget, RequiresGradChanged as _RequiresGradChanged, \
-    grad as _grad, parameter_name as _parameter_name
+from ._frozen import FrozenTarget as _FrozenTarget, RequiresGradChanged as _RequiresGradChanged
+from ._grads import grad as _grad, parameter_name as _parameter_name
 from ._graph import foreign_leaves as _foreign_leaves, \
     module_backward_hooks as _module_backward_hooks, python_backward as _python_backward, \
     stale_saved_tensor as _stale_saved_tensor

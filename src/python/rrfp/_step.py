@@ -11,7 +11,8 @@ from . import _rrfp, _wire
 from ._batch import check_before_step, take_batch
 from ._caller import CallerState
 from ._grad_layout import set_grad
-from ._grads import RequiresGradChanged, parameter_name
+from ._frozen import RequiresGradChanged
+from ._grads import parameter_name
 from ._leaves import MadeGrads
 from ._progress import Progress
 from ._replicas import buffer_signature, refuse_other_buffers
