@@ -97,33 +97,44 @@ Hint make_hint(const std::string& name, const WorkModel& m) {
   return h;
 }
 
-std::vector<int> fixed_order_peaks(const ListHint& hint, const WorkModel& m) {
+namespace {
+
+// Each stage's largest running sum of `count` over its order's prefixes: what the stage holds
+// at its fullest when the list runs in fixed order.
+template <class Count>
+std::vector<int> order_peaks(const ListHint& hint, const WorkModel& m, Count count) {
   std::vector<int> peaks(m.pp(), 0);
   for (int s = 0; s < m.pp() && s < static_cast<int>(hint.stages.size()); ++s) {
-    int d = 0;
+    int held = 0;
     for (const TaskId& t : hint.stages[s]) {
-      d += t.kind == Kind::F ? 1 : t.kind == Kind::B ? -1 : 0;
-      peaks[s] = std::max(peaks[s], d);
+      held += count(t);
+      peaks[s] = std::max(peaks[s], held);
     }
   }
   return peaks;
 }
 
+int largest(const std::vector<int>& v) {
+  return *std::max_element(v.begin(), v.end());
+}
+
+}  // namespace
+
+std::vector<int> fixed_order_peaks(const ListHint& hint, const WorkModel& m) {
+  return order_peaks(hint, m, [](const TaskId& t) {
+    return t.kind == Kind::F ? 1 : t.kind == Kind::B ? -1 : 0;
+  });
+}
+
 int fixed_order_peak(const ListHint& hint, const WorkModel& m) {
-  auto p = fixed_order_peaks(hint, m);
-  return *std::max_element(p.begin(), p.end());
+  return largest(fixed_order_peaks(hint, m));
 }
 
 int fixed_order_pending_w_peak(const ListHint& hint, const WorkModel& m) {
-  int peak = 0;
-  for (int s = 0; s < m.pp() && s < static_cast<int>(hint.stages.size()); ++s) {
-    int w = 0;
-    for (const TaskId& t : hint.stages[s]) {
-      w += t.kind == Kind::B && m.split() ? 1 : t.kind == Kind::W ? -1 : 0;
-      peak = std::max(peak, w);
-    }
-  }
-  return peak;
+  if (!m.split()) return 0;
+  return largest(order_peaks(hint, m, [](const TaskId& t) {
+    return t.kind == Kind::B ? 1 : t.kind == Kind::W ? -1 : 0;
+  }));
 }
 
 int default_limit(const Hint& hint, const WorkModel& m) {
