@@ -90,6 +90,13 @@ head -n 30001 "$tmp/long/loss.csv" | cmp -s - "$tmp/long.csv" || fail "long: the
 points=$(grep -o 'stroke="#4e79a7" stroke-width="1.5" points="[^"]*"' "$tmp/long/loss.svg" |
   tr -cd ',' | wc -c)
 [ "$points" -ge 5000 ] && [ "$points" -le 10000 ] || fail "long: loss.svg draws $points points"
+# A line too long to be a row is refused with its size (the reader said "has more than 1.0
+# MiB", where the other readers give the size), before the run starts.
+{ head -n 2 "$tmp/long.csv"; head -c 2097152 /dev/zero | tr '\0' 7; echo; } >"$tmp/long/loss.csv"
+"$rrfp" train "${small[@]}" --steps 30001 --resume "$tmp/long/checkpoint.bin" --out "$tmp/long" \
+  >"$tmp/longline.log" 2>&1
+[ $? -eq 2 ] && grep -q "line 3 has 2.0 MiB; lines may have at most 1.0 MiB$" "$tmp/longline.log" ||
+  fail "long line: $(tail -c 300 "$tmp/longline.log")"
 # A blocking run's trace says so, as the other commands' do: predict replayed it as async (its
 # label ended "(measured training step)", and the twin's error doubled).
 "$rrfp" train "${small[@]}" --pp 2 -m 2 --steps 2 --comm blocking --out "$tmp/blk" >/dev/null 2>&1 ||

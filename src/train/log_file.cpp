@@ -37,13 +37,19 @@ std::vector<std::string> fields_of(const std::string& row) {
 }
 
 // The step of a log row: its first field, digits only, where the row has the header's columns;
-// -1 for anything else (a row cut short by a crash, stray bytes).
-long long step_of(const std::vector<std::string>& fields, std::size_t columns) {
-  const std::string& s = fields.front();
-  if (fields.size() != columns || s.empty() || s.size() > 10 ||  // kMaxSteps has 10 digits
+// -1 for anything else (a row cut short by a crash, stray bytes). Counts the commas rather than
+// splitting the row: a resume indexes every row of the log.
+long long step_of(std::string_view row, std::size_t columns) {
+  const std::size_t first = row.find(',');
+  const std::string_view s = row.substr(0, first);
+  if (static_cast<std::size_t>(std::count(row.begin(), row.end(), ',')) + 1 != columns ||
+      s.empty() || s.size() > 10 ||  // kMaxSteps has 10 digits
       !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return -1;
-  return std::atoll(s.c_str());
+  long long step = 0;
+  for (char c : s)
+    step = step * 10 + (c - '0');
+  return step;
 }
 
 std::string row_of(const std::vector<std::string>& fields) {
@@ -205,11 +211,9 @@ class LogIndexer {
     for (std::size_t i = 0; i < piece.size();) {
       const std::size_t nl = piece.find('\n', i);
       const std::size_t end = nl == std::string_view::npos ? piece.size() : nl;
-      if (line_.size() + (end - i) > kLogInput.max_line)
-        throw InputError("`out`: '" + log_.path + "': line " + std::to_string(lines_ + 1) +
-                         " has more than " + format_bytes(kLogInput.max_line) +
-                         "; lines may have at most " + format_bytes(kLogInput.max_line));
-      line_.append(piece.substr(i, end - i));
+      // An over-long line is measured to its end, not kept, so that the error gives its size.
+      length_ += end - i;
+      if (length_ <= kLogInput.max_line) line_.append(piece.substr(i, end - i));
       if (nl == std::string_view::npos) break;
       end_line();
       i = nl + 1;
@@ -235,24 +239,28 @@ class LogIndexer {
 
  private:
   void end_line() {
+    if (length_ > kLogInput.max_line)
+      throw InputError("`out`: '" + log_.path + "': line " + std::to_string(lines_ + 1) + " has " +
+                       format_bytes(length_) + "; lines may have at most " +
+                       format_bytes(kLogInput.max_line));
     const std::uint64_t at = offset_;
     offset_ += line_.size() + 1;
-    std::vector<std::string> f = fields_of(line_);
     if (lines_++ == 0) {
-      columns_ = f.size();
+      columns_ = fields_of(line_).size();
       log_.header = std::move(line_);
-    } else if (const long long step = step_of(f, columns_); step >= 0 && step <= resume_) {
+    } else if (const long long step = step_of(line_, columns_); step >= 0 && step <= resume_) {
       log_.rows.push_back(EarlierLog::Row{static_cast<std::int32_t>(step),
                                           static_cast<std::uint32_t>(line_.size()), at});
-      if (step == resume_) log_.resumed_row = std::move(f);
+      if (step == resume_) log_.resumed_row = fields_of(line_);
     }
     line_.clear();
+    length_ = 0;
   }
 
   EarlierLog& log_;
   long long resume_;
   std::string line_;
-  std::uint64_t offset_ = 0;
+  std::uint64_t offset_ = 0, length_ = 0;
   std::size_t lines_ = 0, columns_ = 0;
 };
 

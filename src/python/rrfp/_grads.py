@@ -163,6 +163,9 @@ class GradSums:
                     self._tied[c].append((i, tied[id(p)]))
         self._chunk_params = chunk_params
         self._frozen = frozen or {}
+        # Asked once per foreign leaf of a backward (was_frozen): a set, not a scan. The
+        # parameters stay alive in _frozen, so their ids stay theirs.
+        self._frozen_ids = {id(p) for ps in self._frozen.values() for p in ps}
         self._unique_tied = list(tied.values())
         self._split = split
 
@@ -260,7 +263,6 @@ class GradSums:
             return []
         return [p for p, _, touched in self._each() if touched and id(p) in changed]
 
-
     def rehooked(self):
         """The parameters whose hooks changed during the step (one registered in a forward, or
         removing itself as it runs): the step runs the hooks each parameter had as it began,
@@ -279,7 +281,7 @@ class GradSums:
     def was_frozen(self, t):
         """Whether `t` is a parameter of a chunk here that did not require grad as the step
         began."""
-        return any(p is t for ps in self._frozen.values() for p in ps)
+        return id(t) in self._frozen_ids
 
 
 def _hook_mark(p):
