@@ -1,9 +1,11 @@
-"""What data-parallel replicas keep equal besides their summed gradients: the first replica's
-parameters when the pipeline is built, and its buffers after every step, as
-DistributedDataParallel broadcasts them from rank 0. Without it, replicas whose chunks were
+"""What data-parallel replicas keep equal: their gradients, summed in replica order
+(sum_over_replicas), the first replica's parameters when the pipeline is built, and its
+buffers after every step, as DistributedDataParallel broadcasts them from rank 0. Without it, replicas whose chunks were
 initialised apart (a script that seeds by rank, or not at all) trained apart silently, and
 batch norm's running statistics, which each replica updates from its own microbatches,
 differed from replica to replica: the same evaluation gave other outputs on each."""
+import zlib
+
 import torch
 
 from . import _wire
@@ -95,3 +97,50 @@ def from_first_replica(core, chunks, params):
     with torch.no_grad():
         for t, src in pairs:
             t.copy_(src)
+
+
+def trained_layout(chunks, chunk_params, dp):
+    """A mark of which parameters this process trains (each chunk's trainable ones, by their
+    place in its parameters(), with their shapes and dtypes: a parameter replaced by one of
+    another shape in one replica failed the replicas' sum on its stage alone, whose processes
+    raised while the others' step went on): below 2**24 / dp, so that the dp replicas' marks
+    add exactly (in the float64 that sum_over_replicas carries them in, with room to spare)."""
+    crc = 0
+    for c in sorted(chunk_params):
+        place = {id(p): i for i, p in enumerate(chunks[c].parameters())}
+        crc = zlib.crc32(",".join(f"{c}.{place[id(p)]}:{tuple(p.shape)}:{p.dtype}"
+                                  for p in chunk_params[c]).encode(), crc)
+    return crc % ((1 << 24) // dp)
+
+
+def sum_over_replicas(core, dp, pairs, layout):
+    """This replica's (parameter, gradient sum) pairs summed with every replica's, in replica
+    order and in each gradient's own dtype (the arithmetic of a loop adding the replicas' sums):
+    one collective (the job's replica sum, which the C++ trainer's gradients take too) over the
+    gradients flattened, one flat tensor a dtype, with a count per parameter of the replicas
+    that gave it one and the replicas' marks of what they train (trained_layout).
+
+    A parameter no replica's loss reached keeps its .grad (None, say), as a plain loop over
+    every replica's microbatches leaves it, rather than a gradient of zeros, which an optimizer
+    would apply (weight decay, moments). A sparse gradient (nn.Embedding(sparse=True)) is summed,
+    and comes back, dense: refused on its own process alone, the others would wait for it.
+    Replicas that train other parameters are refused on each of them: other sizes or dtypes by
+    the sum itself, the same ones by the marks."""
+    device = pairs[0][0].device if pairs else torch.device("cpu")
+    dtypes = list(dict.fromkeys(p.dtype for p, _ in pairs))
+    # torch.cat makes tensors of their own, which the sum may overwrite.
+    flats = [torch.cat([(torch.zeros_like(p) if g is None else g.to_dense() if g.is_sparse
+                         else g).reshape(-1) for p, g in pairs if p.dtype == dt]).cpu()
+             for dt in dtypes]
+    meta = torch.tensor([float(g is not None) for _, g in pairs] + [float(layout)],
+                        dtype=torch.float64)
+    core.dp_sum(flats + [meta])
+    if meta[-1].item() != dp * layout:
+        raise ValueError("dp: the replicas train different parameters (the same number of "
+                         "values, but not the same ones); every replica must freeze and unfreeze "
+                         "alike")
+    parts = {dt: iter(f.to(device).split([p.numel() for p, _ in pairs if p.dtype == dt]))
+             for dt, f in zip(dtypes, flats)}
+    return [(p, None if not n else s.view_as(p) if p.grad is None else p.grad + s.view_as(p))
+            for (p, _), s, n in zip(pairs, (next(parts[p.dtype]) for p, _ in pairs),
+                                    meta[:-1].tolist())]

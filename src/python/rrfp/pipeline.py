@@ -12,9 +12,9 @@ from ._args import check_arguments, progress_after
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._graph import ModelTensors
-from ._grads import GradSums, sum_over_replicas, trained_layout, warn_inexact
+from ._grads import GradSums, warn_inexact
 from ._leaves import MadeGrads
-from ._replicas import from_first_replica
+from ._replicas import from_first_replica, sum_over_replicas, trained_layout
 from ._launch import (agree_options, agreed, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters)
 from ._order import check_state_kept, decide_order, refuse_renormalizing_embeddings
