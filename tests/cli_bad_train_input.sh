@@ -121,6 +121,10 @@ check "--lr: must be in [1e-30, 1000], got 1e-300" train --lr 1e-300 --out "$tmp
 check "--weight-decay: must be in [0, 1000], got 1e+300" train --weight-decay 1e300 --out "$tmp/o"
 # A value just past a bound is said with the digits that show it (%g said "got 1000").
 check "--lr: must be in [1e-30, 1000], got 1000.0001" train --lr 1000.0001 --out "$tmp/o"
+# Each step multiplies every weight by 1 - lr x weight decay: from 1 on it flipped them all, and
+# the run diverged a few steps later.
+check "--lr x --weight-decay: must be below 1 (each step multiplies every weight by 1 minus their product), got 20 x 0.05" \
+  train --lr 20 --weight-decay 0.05 --out "$tmp/o"
 check "--timeout: must be between 0 and 86400 seconds, got 86400.0001" train --timeout 86400.0001 --out "$tmp/o"
 check "--clip: must be a finite number of at least 0, got -1" train --clip -1 --out "$tmp/o"
 check "--eval-every and --eval-batches: must be at least 0 and 1" train --eval-batches 0 --out "$tmp/o"

@@ -4,6 +4,7 @@
 // different dispatch orders.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -11,6 +12,7 @@
 #include "core/error.hpp"
 #include "expect_error.hpp"
 #include "sim/rng.hpp"
+#include "train/checkpoint.hpp"
 #include "train/corpus.hpp"
 #include "train/log_file.hpp"
 #include "train/run.hpp"
@@ -183,21 +185,54 @@ TEST(TrainInput, TheCorpusCountsWhatItSkips) {
   fs::remove_all(dir);
 }
 
+// A run of `o` for one step, checkpointed, whose checkpoint then holds AdamW first moments of
+// 1e30 and second moments of 0: the next update moves every weight by about 1e31, finite, and
+// the forward after it is not a number. (A large `lr` with weight decay flipped every weight
+// until `lr` x `weight_decay` had to stay below 1; Adam alone moves a weight by about `lr`.)
+std::string run_to_a_blow_up(TrainRun o) {
+  o.train.steps = 1;
+  o.save_every = 1;
+  o.quiet = true;
+  run_training(o);
+  const std::string ck = o.out + "/checkpoint.bin";
+  std::string bytes;
+  {
+    std::ifstream in(ck, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::uint64_t header = 0;
+  std::memcpy(&header, bytes.data() + 12, sizeof header);
+  std::size_t floats = 0;
+  for (const auto& p : Trainer(o.train).parameters())
+    floats += static_cast<std::size_t>(p.numel());
+  const std::size_t moments = 20 + header + 4 * floats;  // after the parameters
+  EXPECT_EQ(bytes.size(), moments + 8 * floats + 8);
+  const float big = 1e30f, zero = 0;
+  for (std::size_t i = 0; i < floats; ++i) {
+    std::memcpy(bytes.data() + moments + 4 * i, &big, 4);
+    std::memcpy(bytes.data() + moments + 4 * (floats + i), &zero, 4);
+  }
+  const std::uint64_t sum =
+      checkpoint_checksum(std::string_view(bytes).substr(0, bytes.size() - 8));
+  std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
+  std::ofstream(ck, std::ios::binary | std::ios::trunc) << bytes;
+  return ck;
+}
+
 // A run that diverges stops with an error naming the step, its row logged, and its last
 // checkpoint is the last one with finite parameters (it trained on to "loss -nan" and printed
-// "done" before; its checkpoint then held NaN). Resuming that checkpoint diverges the same way.
+// "done" before; its checkpoint then held NaN). Resuming that checkpoint diverges the same way,
+// and says which checkpoint it resumed from (it said "no checkpoint was written").
 TEST(TrainDiverged, ANonFiniteStepStopsTheRunAndKeepsTheLastGoodCheckpoint) {
   TrainRun o;
   o.train = small_run(2, 4, 2, 3);
-  o.train.steps = 30;
-  o.train.opt.lr = 1000;  // AdamW moves every weight by about lr: it overflows in a few steps
-  o.train.opt.warmup = 0;
-  o.train.opt.clip = 0;
   o.eval_every = 0;
-  o.save_every = 1;
-  o.quiet = true;
   o.out = ::testing::TempDir() + "rrfp-diverged";
   std::filesystem::remove_all(o.out);
+  o.resume = run_to_a_blow_up(o);
+  o.train.steps = 30;
+  o.save_every = 1;
+  o.quiet = true;
   std::string what;
   try {
     run_training(o);
@@ -206,12 +241,18 @@ TEST(TrainDiverged, ANonFiniteStepStopsTheRunAndKeepsTheLastGoodCheckpoint) {
   }
   ASSERT_NE(what.find(" is not a number; training stops"), std::string::npos) << what;
   const int failed = std::stoi(what.substr(what.find("step ") + 5));
+  EXPECT_EQ(failed, 3) << what;  // step 2 made the weights huge, step 3 is not a number
   EXPECT_NE(what.find("keeps step " + std::to_string(failed - 1)), std::string::npos) << what;
   std::ifstream log(o.out + "/loss.csv");
   std::string row, last;
   while (std::getline(log, row))
     last = row;
   EXPECT_EQ(std::stoi(last), failed);  // the failing step's row is there
+  // The plot leaves that step out: "nan" is no SVG coordinate.
+  std::ifstream svg(o.out + "/loss.svg");
+  const std::string plot{std::istreambuf_iterator<char>(svg), {}};
+  EXPECT_NE(plot.find("<svg"), std::string::npos);
+  EXPECT_EQ(plot.find("nan"), std::string::npos);
   Trainer t(o.train);
   t.resume(o.out + "/checkpoint.bin");
   EXPECT_EQ(t.steps_done(), failed - 1);
@@ -224,9 +265,36 @@ TEST(TrainDiverged, ANonFiniteStepStopsTheRunAndKeepsTheLastGoodCheckpoint) {
   // an Error too: only the message tells it from the divergence).
   std::filesystem::remove_all(again.out);
   // The same divergence: the same step, the same reason.
-  EXPECT_ERROR(run_training(again), Error, what.substr(0, what.find("; training stops")));
+  EXPECT_ERROR(run_training(again), Error,
+               what.substr(0, what.find("; training stops")) +
+                   "; training stops (this run wrote no checkpoint; it resumed from " +
+                   again.resume + " at step " + std::to_string(failed - 1) + ")");
   std::filesystem::remove_all(o.out);
   std::filesystem::remove_all(again.out);
+}
+
+// A step whose update leaves the parameters finite but so large that the held-out loss is not
+// a number diverged as well: the run ended "done" (exit 0) with "validation -nan", and a
+// checkpoint of that step replaced the last good one. Its own loss and gradient norm, taken
+// before the update, are finite.
+TEST(TrainDiverged, ANonFiniteValidationLossStopsTheRunBeforeItsCheckpoint) {
+  TrainRun o;
+  o.train = small_run(2, 4, 2, 3);
+  o.eval_every = 0;
+  o.out = ::testing::TempDir() + "rrfp-val-nan";
+  std::filesystem::remove_all(o.out);
+  const std::string ck = run_to_a_blow_up(o);
+  const auto before = std::filesystem::last_write_time(ck);
+  o.train.steps = 2;  // its last step validates
+  o.save_every = 1;
+  o.quiet = true;
+  o.resume = ck;
+  EXPECT_ERROR(run_training(o), Error,
+               "step 2: the validation loss is not a number; training stops (this run wrote no "
+               "checkpoint; it resumed from " +
+                   ck + " at step 1)");
+  EXPECT_EQ(std::filesystem::last_write_time(ck), before);  // the step-1 checkpoint stays
+  std::filesystem::remove_all(o.out);
 }
 
 TEST(TrainDefault, LossFallsOnTheHeldOutSplit) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -169,6 +170,7 @@ void LogFile::add(const std::string& line) {
 }
 
 void Curve::add(double x, double y) {
+  if (!std::isfinite(y)) return;  // no point of an SVG may be "nan" (a diverged step's row)
   last_ = {x, y};
   if (seen_++ % stride_ != 0) return;
   s_.points.emplace_back(x, y);

@@ -99,13 +99,20 @@ void validate(const TrainOptions& o) {
                      std::to_string(o.steps));
   if (o.opt.warmup < 0)
     throw InputError("`warmup`: must not be negative, got " + std::to_string(o.opt.warmup));
-  // The optimizer keeps both as float; past these a step overflows or flips every parameter.
+  // The optimizer keeps both as float; past these a step overflows.
   // Below 1e-30 the rate is lost to the float: 1e-300 became 0 and the run trained nothing
   // without a word (1e-30 stays a normal float after warmup's and the floor's factors).
   if (!(o.opt.lr >= 1e-30 && o.opt.lr <= 1000))
     throw InputError("`lr`: must be in [1e-30, 1000], got " + fmt_given(o.opt.lr));
   if (!(o.opt.weight_decay >= 0 && o.opt.weight_decay <= 1000))
     throw InputError("`weight_decay`: must be in [0, 1000], got " + fmt_given(o.opt.weight_decay));
+  // A step multiplies every weight by 1 - lr x weight_decay (decoupled decay, as AdamW's): from
+  // 1 on, that zeroes or flips every parameter, and the run diverged a few steps later.
+  if (o.opt.lr * o.opt.weight_decay >= 1)
+    throw InputError(
+        "`lr` x `weight_decay`: must be below 1 (each step multiplies every weight "
+        "by 1 minus their product), got " +
+        fmt_given(o.opt.lr) + " x " + fmt_given(o.opt.weight_decay));
   at_least("clip", o.opt.clip, 0);
   const bool gpu = parse_device(o.device, o.dtype, o.completion).gpu();
   if (o.runtime.window > 1 && !gpu)

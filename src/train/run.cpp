@@ -126,9 +126,10 @@ class Run {
     if (s == first_) sum_.first_loss = r.loss;
     sum_.last_loss = r.loss;
     std::string val;
+    double val_loss = 0;  // finite where the step validates not
     if ((o_.eval_every > 0 && (s + 1) % o_.eval_every == 0) || s + 1 == t_.steps) {
       if (const auto v = trainer_.validation_loss(o_.eval_batches, o_.stop)) {
-        sum_.val_loss = *v;
+        sum_.val_loss = val_loss = *v;
         validated_ = true;
         val = fmt("%.4f", *v);
         val_curve_.add(s + 1.0, *v);
@@ -151,7 +152,7 @@ class Run {
     // must not leave a checkpoint past the log, whose resume would never write that row
     // (tests/train_signals.sh saw "1 2 3 4 5 7" after a kill -9). Killed after the row, the
     // resume from the checkpoint before drops the rows past it and logs them again.
-    stop_if_diverged(s, r.loss, r.grad_norm);
+    stop_if_diverged(s, r.loss, r.grad_norm, val_loss);
     if (o_.save_every > 0 && ((s + 1) % o_.save_every == 0 || s + 1 == t_.steps)) save(s + 1);
     print_progress(s, r.loss, val, met.bubble_ratio);
     if (root_ && s - first_ >= std::min(kSkipSteps, t_.steps - first_ - 1)) keep_measured(s, r);
@@ -191,23 +192,30 @@ class Run {
     saved_ = step;
   }
 
-  // A loss or gradient norm that is not finite ends the run with an error, the step's row
-  // logged, before a checkpoint could take the parameters its update made. Every process of a
-  // job knows both (they are reduced over the job), so all stop together.
-  void stop_if_diverged(int s, double loss, double grad_norm) const {
-    if (!std::isfinite(loss))
-      throw diverged(
-          s + 1, std::string("the loss is ") + (std::isnan(loss) ? "not a number" : "infinite"));
-    if (!std::isfinite(grad_norm))
-      throw diverged(s + 1, std::string("the gradient norm is ") +
-                                (std::isnan(grad_norm) ? "not a number" : "infinite"));
+  // A loss, gradient norm or validation loss that is not finite ends the run with an error,
+  // the step's row logged, before a checkpoint could take the parameters its update made (a
+  // validation loss of NaN from finite but huge parameters was checkpointed over the last good
+  // one, and the run ended "done"). Every process of a job knows all three (they are reduced
+  // over the job), so all stop together.
+  void stop_if_diverged(int s, double loss, double grad_norm, double val_loss) const {
+    const auto bad = [&](double v, const char* what) {
+      if (!std::isfinite(v))
+        throw diverged(s + 1, std::string(what) + (std::isnan(v) ? "not a number" : "infinite"));
+    };
+    bad(loss, "the loss is ");
+    bad(grad_norm, "the gradient norm is ");
+    bad(val_loss, "the validation loss is ");
   }
 
+  // Names the checkpoint to go back to: this run's last, else the one it resumed from (which
+  // "no checkpoint was written" hid).
   Error diverged(int step, const std::string& what) const {
-    return Error("step " + std::to_string(step) + ": " + what + "; training stops" +
-                 (saved_ > 0 ? " (" + checkpoint() + " keeps step " + std::to_string(saved_) + ")"
-                             : std::string(" (no checkpoint was written)")) +
-                 ": lower `lr`, or check the data or the checkpoint resumed from");
+    const std::string kept = saved_ > 0   ? checkpoint() + " keeps step " + std::to_string(saved_)
+                             : first_ > 0 ? "this run wrote no checkpoint; it resumed from " +
+                                                o_.resume + " at step " + std::to_string(first_)
+                                          : "no checkpoint was written";
+    return Error("step " + std::to_string(step) + ": " + what + "; training stops (" + kept +
+                 "): lower `lr`, or check the data or the checkpoint resumed from");
   }
 
   void add_up(const StepReport& r, double step_s, const RunMetrics& met) {
