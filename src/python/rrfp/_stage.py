@@ -6,7 +6,6 @@ with other stages is the step's data (rrfp._step_data.StepData), read-only durin
 error, under a lock.
 """
 import contextlib
-import time
 
 import torch
 
@@ -19,22 +18,13 @@ from ._graph import foreign_leaves as _foreign_leaves, \
     stale_saved_tensor as _stale_saved_tensor
 from ._leaves import begins_in_place as _begins_in_place, input_grads as _sent_back, \
     input_leaf as _input_leaf
+from ._returned import checked_loss as _checked_loss, gradless as _gradless, wait as _wait
 from ._tree import pack as _pack, pack_grads as _pack_grads, \
     refuse_subclass as _refuse_subclass, unpack as _unpack, unpack_grads as _unpack_grads, \
     wants_grad as _wants_grad
 
 
 _NO_CONTEXT = contextlib.nullcontext()
-
-
-def _checked_loss(loss, one_element):
-    """What loss_fn returned, refused unless it is a tensor (of one element, for a step's
-    backward); an evaluation step's failed on a float as an AttributeError of .detach()."""
-    if not isinstance(loss, torch.Tensor) or (one_element and loss.numel() != 1):
-        raise TypeError(f"loss_fn must return a tensor{' with one element' if one_element else ''}"
-                        ", got " + (f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
-                                    else type(loss).__name__))
-    return loss
 
 
 class _Work:
@@ -122,9 +112,7 @@ class StageRunner:
     def _run(self, kind, chunk, mb, fn, *args):
         try:
             if self.data.delay_fn is not None:
-                d = self.data.delay_fn(self.stage, kind, chunk, mb)
-                if d:
-                    time.sleep(d)  # releases the GIL, as a slow kernel would
+                _wait(self.data.delay_fn, self.stage, kind, chunk, mb)
             seeding, caller = self.data.seeding, self.data.caller
             if seeding is None and caller is None:  # the common path: no context to enter
                 out = self._on_device(fn, chunk, mb, args)
@@ -206,11 +194,7 @@ class StageRunner:
             # backward; one in no microbatch is a step that trains nothing, silently.
             self.data.gradless += not loss.requires_grad
             if self.data.gradless == len(self.data.inputs):
-                raise RuntimeError(
-                    "step: no microbatch's loss requires grad: no parameter it came through "
-                    f"(chunks 0 to {chunk}) requires grad and a step's inputs may not, so the "
-                    "step's backward would compute nothing (a plain loop's backward raises); "
-                    "unfreeze a parameter, or call eval_step() for the losses alone")
+                raise _gradless(chunk, out, loss)
             self.data.losses[mb] = loss.detach()
             scaler = self.data.scaler
             if scaler is not None:

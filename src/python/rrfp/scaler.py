@@ -9,12 +9,17 @@ Here every process's finding is gathered over the job before any optimizer steps
 them skip or step together and their scales stay equal.
 
 The arithmetic is torch's: the loss times the scale (a float32 tensor of one element), each
-gradient checked for a non-finite value and multiplied by the scale's float32 reciprocal, and
+gradient multiplied by the scale's float32 reciprocal and checked for a non-finite value, and
 the scale backed off after a step that found one, or grown after `growth_interval` steps that
-found none. It runs in plain tensor operations, so it also works on the CPU (torch 1.13's has
-no CPU loss scaler) and in a plain loop (GradScaler() without a pipeline)."""
+found none. Two differences keep a run alive where torch's steps on inf or NaN: the check reads
+the unscaled gradient (torch's reads it before the multiply, so a finite one that overflows once
+unscaled reaches the optimizer as inf), and the back-off stops at 2**-126, the smallest normal
+float32 (torch's reaches 0.0, whose reciprocal makes every gradient inf or NaN). It runs in
+plain tensor operations, so it also works on the CPU (torch 1.13's has no CPU loss scaler) and
+in a plain loop (GradScaler() without a pipeline)."""
 import contextlib
 import math
+import warnings
 
 import torch
 
@@ -59,6 +64,27 @@ def _number(name, value):
     return value
 
 
+# The smallest scale: the smallest normal float32. Below it the scale is subnormal, from 2**-128
+# down its reciprocal overflows float32, and at 0.0 every unscaled gradient is inf or NaN.
+MIN_SCALE = 2.0**-126
+
+
+def _loaded_scale(value):
+    """A saved scale as this scaler keeps it. One under MIN_SCALE (0.0 or a subnormal, where
+    torch's back-off, and rrfp's before it stopped at MIN_SCALE, led after some 150 overflowing
+    steps in a row) loads as MIN_SCALE: such a state was refused, and its run could not resume."""
+    value = _number("scale", value)
+    if not is_number(value):
+        raise TypeError(f"scale: a number, got {type(value).__name__}")
+    value = float(value)
+    if not (math.isfinite(value) and value >= 0.0):
+        raise ValueError(f"scale: must be in [0, inf), got {value!r}")
+    if float(torch.tensor(value, dtype=torch.float32)) < MIN_SCALE:
+        return MIN_SCALE
+    _as_float32("scale", value)  # refused here if its float32 is inf
+    return value
+
+
 _STATE_KEYS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
 
 
@@ -75,9 +101,7 @@ def checked_state(state):
     missing = set(_STATE_KEYS) - set(state)
     if missing:
         raise KeyError(f"load_state_dict: the state lacks {sorted(missing)}")
-    scale = _positive("scale", _number("scale", state["scale"]), 0.0, math.inf, "(0, inf)")
-    _as_float32("scale", scale)  # refused here if its float32 is 0 or inf
-    return {"scale": float(scale),
+    return {"scale": _loaded_scale(state["scale"]),
             "growth_factor": _positive("growth_factor", _number("growth_factor",
                                        state["growth_factor"]), 1.0, math.inf, "(1, inf)"),
             "backoff_factor": _positive("backoff_factor", _number("backoff_factor",
@@ -89,11 +113,38 @@ def checked_state(state):
 
 
 def _as_float32(name, value):
-    """The float32 value of a Python number: the scale is a float32, as torch's is."""
+    """The float32 value of a Python number: the scale is a float32, as torch's is, and at
+    least MIN_SCALE (a smaller one's reciprocal is inf or loses bits)."""
     f = float(torch.tensor(value, dtype=torch.float32))
-    if not (math.isfinite(f) and f > 0):
-        raise ValueError(f"{name}: a positive finite float32, got {value!r}")
+    if not (math.isfinite(f) and f >= MIN_SCALE):
+        raise ValueError(f"{name}: a finite float32 of at least 2**-126 (the smallest normal "
+                         f"float32), got {value!r}")
     return f
+
+
+def _unscalable(optimizer):
+    """The gradients of `optimizer`'s parameters that unscale_ multiplies in place (a sparse
+    one's values), each checked first: one refused after others were divided left those
+    divided, and a retry divided them twice."""
+    grads = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.dtype == torch.float16:
+                raise ValueError(
+                    "unscale_: a parameter's gradient is float16, which loses what loss "
+                    "scaling keeps; keep the parameters in float32 and compute in float16 "
+                    "under torch.autocast")
+            # As torch's scaler: a sparse one is coalesced only in float16, refused above.
+            g = p.grad._values() if p.grad.is_sparse else p.grad
+            if any(st == 0 and n > 1 for n, st in zip(g.shape, g.stride())):
+                raise ValueError(
+                    "unscale_: a parameter's gradient has elements that share memory (an "
+                    f"expanded tensor, strides {g.stride()}), which cannot be unscaled in "
+                    "place; assign it a copy (p.grad = p.grad.clone())")
+            grads.append(g)
+    return grads
 
 
 class GradScaler:
@@ -127,6 +178,10 @@ class GradScaler:
         self._backoff_factor = _positive("backoff_factor", backoff_factor, 0.0, 1.0, "(0, 1)")
         self._growth_interval = _interval("growth_interval", growth_interval)
         self._growth_tracker = 0
+        self._updates = 0  # update() calls so far: the steps the floor's warning counts
+        # The step that began the present run of overflowing steps (None: the last was good),
+        # and whether the floor's warning was given in that run.
+        self._overflowing_since, self._floor_said = None, False
         self._enabled = enabled
         self._optimizers = {}  # id(optimizer) -> [stage, found_inf]
         self._on_device = {}  # device -> the scale as a (1,) float32 tensor there
@@ -250,31 +305,23 @@ class GradScaler:
         state[:] = [_UNSCALED, found]
 
     def _unscale_here(self, optimizer):
-        """This process's part of unscale_: whether any of its gradients was inf or NaN."""
-        grads = []
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.dtype == torch.float16:  # refused before any gradient changes
-                    raise ValueError(
-                        "unscale_: a parameter's gradient is float16, which loses what loss "
-                        "scaling keeps; keep the parameters in float32 and compute in float16 "
-                        "under torch.autocast")
-                grads.append(p)
+        """This process's part of unscale_: whether any of its gradients, unscaled, is inf or
+        NaN."""
+        grads = _unscalable(optimizer)  # every one checked before the first changes
         self._given = None
-        inv = torch.tensor([self._scale], dtype=torch.float64).reciprocal().float()
+        # 0-dim, so that it broadcasts to every gradient, a 0-dim parameter's too: a (1,) one
+        # failed there, with the gradients before it divided already.
+        inv = torch.tensor(self._scale, dtype=torch.float64).reciprocal().float()
         invs = {inv.device: inv}
         flags = {}  # device -> whether each gradient there holds an inf or a NaN
-        for p in grads:
-            g = p.grad
-            if g.is_sparse:  # as torch's scaler: coalesced only in float16, refused above
-                g = g._values()
-            # The check reads the gradient before it is unscaled, as torch's kernel does.
-            flags.setdefault(g.device, []).append(torch.logical_not(torch.isfinite(g)).any())
+        for g in grads:
             if g.device not in invs:
                 invs[g.device] = inv.to(g.device)
             g.mul_(invs[g.device])
+            # The check reads the unscaled gradient: one finite while scaled may overflow once
+            # divided by a scale under 1, and the optimizer must not step on it (torch's kernel
+            # reads it before the multiply, and stepped).
+            flags.setdefault(g.device, []).append(torch.logical_not(torch.isfinite(g)).any())
         # One wait for each device, not one for each gradient.
         return any(bool(torch.stack(fs).any()) for fs in flags.values())
 
@@ -313,32 +360,62 @@ class GradScaler:
 
     def _update(self, new_scale):
         if new_scale is not None:
-            if isinstance(new_scale, torch.Tensor):
-                if new_scale.numel() != 1:
-                    raise ValueError("update: new_scale must hold one element")
-                new_scale = float(new_scale)
-            self._scale = _as_float32("new_scale", new_scale)
-            self._given = None  # set only once accepted: a refused update changes nothing
+            self._set_new_scale(new_scale)
         else:
-            checked = [s[1] for s in self._optimizers.values() if s[0] != _READY]
-            if not checked:
-                raise RuntimeError("update: no optimizer was unscaled or stepped since the "
-                                   "last update()")
-            self._given = None
-            if any(checked):
-                self._scale = float(torch.tensor(self._scale * self._backoff_factor,
-                                                 dtype=torch.float32))
-                self._growth_tracker = 0
-            elif self._growth_tracker + 1 == self._growth_interval:
-                grown = float(torch.tensor(self._scale * self._growth_factor,
-                                           dtype=torch.float32))
-                if math.isfinite(grown):
-                    self._scale = grown
-                self._growth_tracker = 0
-            else:
-                self._growth_tracker += 1
+            self._follow_steps()
+        self._updates += 1
         self._optimizers = {}
         self._on_device = {}
+
+    def _set_new_scale(self, new_scale):
+        if isinstance(new_scale, torch.Tensor):
+            if new_scale.numel() != 1:
+                raise ValueError("update: new_scale must hold one element")
+            new_scale = float(new_scale)
+        self._scale = _as_float32("new_scale", new_scale)
+        self._given = None  # set only once accepted: a refused update changes nothing
+
+    def _follow_steps(self):
+        """Backs off after a step that found an inf or NaN, else grows the scale every
+        growth_interval steps that found none."""
+        checked = [s[1] for s in self._optimizers.values() if s[0] != _READY]
+        if not checked:
+            raise RuntimeError("update: no optimizer was unscaled or stepped since the last "
+                               "update()")
+        self._given = None
+        if any(checked):
+            if self._overflowing_since is None:
+                self._overflowing_since = self._updates
+            self._scale = self._backed_off()
+            self._growth_tracker = 0
+            return
+        self._overflowing_since, self._floor_said = None, False
+        if self._growth_tracker + 1 == self._growth_interval:
+            grown = float(torch.tensor(self._scale * self._growth_factor, dtype=torch.float32))
+            if math.isfinite(grown):
+                self._scale = grown
+            self._growth_tracker = 0
+        else:
+            self._growth_tracker += 1
+
+    def _backed_off(self):
+        """The scale times backoff_factor, in float32, but not under MIN_SCALE. Reaching it
+        says so, once for each run of overflowing steps: a gradient non-finite at every scale
+        comes from the model or the data, not from float16's range."""
+        backed = float(torch.tensor(self._scale * self._backoff_factor, dtype=torch.float32))
+        if backed >= MIN_SCALE:
+            return backed
+        if not self._floor_said:
+            self._floor_said = True
+            since = self._overflowing_since
+            warnings.warn(
+                f"GradScaler: every step since step {since} (counting update() calls from 0), "
+                f"{self._updates - since + 1} in a row, found an inf or NaN gradient and was "
+                "skipped; the scale stops at 2**-126, the smallest normal float32, and the "
+                "steps go on being skipped until one finds none. Gradients non-finite at any "
+                "scale come from the model or the data (an inf or NaN in a weight, an input or "
+                "the loss), not from float16's range", RuntimeWarning, stacklevel=5)
+        return MIN_SCALE
 
     def state_dict(self):
         """torch's GradScaler's entries: scale, growth_factor, backoff_factor, growth_interval,
