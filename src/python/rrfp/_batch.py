@@ -150,7 +150,9 @@ def take_batch(pipe, inputs, targets, m, training):
     """Splits the step's batch into pipe._data's microbatches after checking what needs no other
     process: each microbatch's tensors (found once), inputs first. Raises on what it refuses."""
     if training and not torch.is_grad_enabled():
-        raise RuntimeError("step: called under torch.no_grad(), but a step trains (it runs the "
+        # Named as the caller wrote it: inference_mode was said to be no_grad.
+        mode = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
+        raise RuntimeError(f"step: called under torch.{mode}(), but a step trains (it runs the "
                            "backward and adds to .grad); use eval_step for forwards only")
     # size(0), not shape[0]: a nested tensor has no shape, and reaches split()'s refusal.
     if isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor) and \

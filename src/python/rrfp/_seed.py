@@ -1,8 +1,13 @@
 """Random numbers a chunk draws (dropout), made independent of the order tasks run in:
-Pipeline(seed=S) seeds torch's generators before each forward from (S, step, chunk,
-microbatch), docs/python.md "Dropout and other random numbers"."""
+Pipeline(seed=S) seeds torch's generators before each task from (S, step, chunk, microbatch)
+and the task's kind, docs/python.md "Dropout and other random numbers". Without a seed, the
+first training step looks for chunks that draw (DrawWatch), where stages share the generator."""
 import contextlib
+import os
+import sys
 import threading
+import warnings
+import weakref
 
 import torch
 
@@ -34,11 +39,20 @@ def task_seed(seed, step, chunk, mb):
     return _task_seed(seed, step, chunk, mb)
 
 
-def _task_seed(seed, step, chunk, mb):
-    """task_seed without its checks: a seeded forward's, whose arguments are the pipeline's."""
+# What a backward task's seed mixes in after the forward's arguments: the forward mixes in
+# nothing more, so every backward task draws apart from every forward, and B apart from W.
+_KIND = {"B": 0x42, "W": 0x57}
+
+
+def _task_seed(seed, step, chunk, mb, kind="F"):
+    """task_seed without its checks: a seeded task's, whose arguments are the pipeline's. A
+    forward's is task_seed's; a backward task's ("B", "W") is its own, mixed from the same
+    arguments and its kind."""
     h = _mix(seed & _MASK)
     for v in (step, chunk, mb):
         h = _mix(h ^ (v & _MASK))
+    if kind != "F":
+        h = _mix(h ^ _KIND[kind])
     return h >> 1
 
 
@@ -63,11 +77,15 @@ def refuse_nested_seeding(what):
 
 
 class Seeding:
-    """Runs tasks under seeded generators. A forward gets torch.manual_seed(task_seed(...));
-    every task runs inside torch.random.fork_rng, so what it draws, or restores (activation
-    checkpointing's recomputation), never reaches another task. torch's generators belong to
-    the process, so seeded tasks in it take turns (_GENERATORS), whichever pipeline runs them;
-    a thread of the caller's that draws meanwhile draws from them too (see docs/python.md)."""
+    """Runs tasks under seeded generators. A forward gets torch.manual_seed(task_seed(...)), a
+    backward task a seed of its own (_task_seed with its kind): unseeded, each started from the
+    caller's generator as it was, and every backward drew the same numbers (gradient noise in a
+    custom Function's backward, 24 draws of 1 value). Every task runs inside
+    torch.random.fork_rng, so what it draws, or restores (activation checkpointing's
+    recomputation, which sets the forward's own state), never reaches another task. torch's
+    generators belong to the process, so seeded tasks in it take turns (_GENERATORS), whichever
+    pipeline runs them; a thread of the caller's that draws meanwhile draws from them too (see
+    docs/python.md)."""
 
     def __init__(self, seed, timeout=0):
         self.seed = check_whole("seed", seed, f"{_TAKES} or None", low=0, high=_MASK)
@@ -84,9 +102,8 @@ class Seeding:
 
     @contextlib.contextmanager
     def task(self, kind, step, chunk, mb, device):
-        devices = []
-        if device is not None and device.type == "cuda":
-            devices = [device.index if device.index is not None else torch.cuda.current_device()]
+        gpu = _gpu(device)
+        devices = [] if gpu is None else [gpu]
         if not _GENERATORS.acquire(timeout=self._wait_s):
             raise TimeoutError(
                 f"seed: torch's generators were held by another seeded task for over "
@@ -96,10 +113,91 @@ class Seeding:
         _IN_SEEDED_TASK.active = True  # the lock is not reentrant: reset, not restored, below
         try:
             with torch.random.fork_rng(devices=devices):
-                if kind == "F":
-                    s = _task_seed(self.seed, step, chunk, self._first_mb + mb)
-                    torch.manual_seed(s)
+                torch.manual_seed(_task_seed(self.seed, step, chunk, self._first_mb + mb, kind))
                 yield
         finally:
             _IN_SEEDED_TASK.active = False
             _GENERATORS.release()
+
+
+def _gpu(device):
+    """The index of the GPU a task runs on, or None for the CPU."""
+    if device is None or device.type != "cuda":
+        return None
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _states(gpu):
+    """The states of the generators a task on `gpu` draws from: the CPU's, and the GPU's."""
+    cpu = torch.default_generator.get_state()
+    return (cpu,) if gpu is None else (cpu, torch.cuda.get_rng_state(gpu))
+
+
+# The step data (StepData) of the unseeded pipelines whose first training step was watched:
+# each is watched once, so its later steps pay nothing.
+_WATCHED = weakref.WeakSet()
+
+
+def watch_draws(data, training, stages):
+    """A DrawWatch for this step where it is the first training step to run of an unseeded
+    pipeline whose process runs `stages` > 1 stages (threads that share torch's generators);
+    else None."""
+    if not training or data.seeding is not None or stages < 2 or data in _WATCHED:
+        return None
+    return DrawWatch(data)
+
+
+class DrawWatch:
+    """Stands in for Seeding (StepData.seeding) during an unseeded pipeline's first training
+    step: runs its tasks one at a time, as seeded tasks run, and notes each chunk whose forward
+    changed torch's default generator (its GPU's too): the stages, threads of one process, draw
+    from it in whatever order they run, and activation checkpointing's recompute, which sets it
+    back to the state its forward began in, then draws another mask than that forward did,
+    since other stages drew in between (up to 147 of 192 masks at pp=4): gradients of no loss
+    that was computed. One at a time, a change is the task's own, not another stage's."""
+
+    def __init__(self, data):
+        self._data = data
+        self._turn = threading.Lock()
+        self.drew = set()
+
+    @contextlib.contextmanager
+    def task(self, kind, step, chunk, mb, device):
+        with self._turn:
+            if kind != "F":
+                yield
+                return
+            gpu = _gpu(device)
+            before = _states(gpu)
+            yield
+            if not all(torch.equal(a, b) for a, b in zip(before, _states(gpu))):
+                self.drew.add(chunk)
+
+    def done(self):
+        """Once the step has completed: no more watching, and a warning, at the line that
+        called step(), naming the chunks that drew."""
+        _WATCHED.add(self._data)
+        if not self.drew:
+            return
+        drew = sorted(self.drew)
+        which = f"chunk {drew[0]}" if len(drew) == 1 else \
+            "chunks " + ", ".join(map(str, drew))
+        warnings.warn(
+            f"{which} of a pipeline without a seed drew random numbers (dropout) in a forward "
+            "from torch's generator, which the stages of this process share: what it draws "
+            "depends on the order their tasks run in, and activation checkpointing's recompute "
+            "may draw another mask than its forward did (gradients of no loss computed); pass "
+            "seed= to Pipeline (docs/python.md, \"Dropout and other random numbers\")",
+            RuntimeWarning, stacklevel=_caller_level())
+
+
+def _caller_level():
+    """warnings.warn's stacklevel for the function calling this one that names the first
+    frame outside the package: the line that called step(), however deep inside it the
+    warning is made."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and \
+            os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == here:
+        frame, level = frame.f_back, level + 1
+    return level

@@ -1,6 +1,7 @@
 """One pass of a Pipeline's runtime over a batch, for step() and eval_step(): the batch split
-into microbatches and checked, the runtime's step run, and the microbatch losses added, the sum
-riding on the step's closing exchange to every process of the replica."""
+into microbatches and checked, the runtime's step run, and the microbatch losses added (an
+evaluation's per sample concatenated), the result riding on the step's closing exchange to
+every process of the replica."""
 import contextlib
 import signal
 import threading
@@ -16,14 +17,14 @@ from ._grads import parameter_name
 from ._leaves import MadeGrads
 from ._progress import Progress
 from ._replicas import buffer_signature, refuse_other_buffers
-from ._seed import refuse_nested_seeding
+from ._seed import refuse_nested_seeding, watch_draws
 
 StageError = _rrfp.StageError
 
 
 def run_pass(pipe, inputs, targets, training, prepare):
     """One pass of the runtime over the batch for `pipe` (a Pipeline): the step's record, what
-    replica_loss takes (the sum of the microbatch losses where this process has them, and what
+    replica_loss takes (the step's loss, step_loss, where this process has the losses, and what
     every process carried out of the step), and what prepare() returned.
     training: a step() (else an eval_step()). prepare() -> (sums, layout): the call's set-up,
     run once the batch is taken: sums, the step's GradSums (None for an evaluation); layout,
@@ -62,11 +63,15 @@ def run_pass(pipe, inputs, targets, training, prepare):
     pipe._data.errors = []
     pipe._data.sums = sums
     done = False
+    # An unseeded pipeline's first training step looks for chunks that draw (rrfp._seed).
+    watch = watch_draws(pipe._data, training, len(pipe._runners))
     try:
         # Each microbatch's size, for the adaptive rule's entry order (docs/frontier.md).
         sizes = [sum(t.numel() for t in ts) for ts in found[0]]
         for r in pipe._runners:
             r.device.follow()
+        if watch is not None:
+            pipe._data.seeding = watch
         with Progress(pipe, pipe._step):
             rec, carried = pipe._core.run_step(pipe._step, sizes, lambda: closing(pipe, m))
         done = True
@@ -81,11 +86,15 @@ def run_pass(pipe, inputs, targets, training, prepare):
             raise StageError(str(e)) from cause
         raise
     finally:
+        if watch is not None:
+            pipe._data.seeding = None
         pipe._step += 1
         pipe._data.seed_step += 1
         pipe._data.inputs, pipe._data.targets = [], []
         if not done:
             forget_failed_step(pipe)
+    if watch is not None:
+        watch.done()
     if pipe._dp > 1:  # before the caller writes any .grad or copies any buffer
         refuse_other_buffers([_buffers_in(b) for b in carried], pipe.pp,
                              "step()" if training else "eval_step()")
@@ -109,11 +118,11 @@ _LOSS, _BUFFERS = "loss", "buffers"
 
 def closing(pipe, m):
     """Once the step has completed on this process: what it carries into the step's closing
-    exchange, a gather over the job that every process makes, packed as bytes: the sum of the
-    microbatch losses it holds (kept in pipe._data.total too; None without any), and with
-    dp > 1 the names, dtypes and shapes of its chunks' buffers, which every process then
-    compares over the replicas (refuse_other_buffers). A sum that fails (losses of shapes that
-    do not add) fails the step on every process."""
+    exchange, a gather over the job that every process makes, packed as bytes: the step's
+    loss from the microbatch losses it holds (step_loss; kept in pipe._data.total too; None
+    without any), and with dp > 1 the names, dtypes and shapes of its chunks' buffers, which
+    every process then compares over the replicas (refuse_other_buffers). Losses that cannot be
+    joined (per-sample losses of other sizes past dimension 0) fail the step on every process."""
     pipe._data.total = None
     refuse_rewritten(pipe)
     entries = []
@@ -122,14 +131,32 @@ def closing(pipe, m):
     if not pipe._data.losses:
         return _wire.pack(entries)
     try:
-        total = pipe._data.losses[0]
-        for i in range(1, m):
-            total = total + pipe._data.losses[i]
+        total = step_loss([pipe._data.losses[i] for i in range(m)])
     except Exception as e:
         pipe._data.record(None, None, e)
         raise
     pipe._data.total = total
     return _wire.pack(entries + [(_LOSS, total)])
+
+
+def step_loss(losses):
+    """The step's loss from its microbatches' in microbatch order: losses of one element each
+    (a step's always) added; else, an evaluation's loss per sample, concatenated along dimension
+    0, as a plain loop's torch.cat of them. Added, their samples were summed across the
+    microbatches (8 rows in 4 microbatches gave 2 values), or failed to broadcast."""
+    if all(loss.numel() == 1 for loss in losses):
+        total = losses[0]
+        for loss in losses[1:]:
+            total = total + loss
+        return total
+    first = losses[0]
+    if any(loss.dim() == 0 or loss.shape[1:] != first.shape[1:] for loss in losses):
+        raise ValueError(
+            "loss_fn: eval_step concatenates losses of more than one element (a loss per "
+            "sample) along dimension 0 over the microbatches, which needs each to have it and "
+            "the same sizes past it; got shapes "
+            + ", ".join(str(tuple(loss.shape)) for loss in losses))
+    return torch.cat(losses)
 
 
 def refuse_rewritten(pipe):

@@ -337,7 +337,9 @@ class Pipeline:
         0 when inputs came as one batch and they are tensors of at least one dimension that
         agree in every other dimension, dtype and device, else a list, on the processes that
         run the last stage (None on the others); loss is the sum of the microbatch losses with
-        targets (on every process of the replica), else None. Raises as step() does.
+        targets, or where they have more than one element (a loss per sample) their
+        concatenation along dimension 0 (on every process of the replica), else None. Raises
+        as step() does.
         """
         with self._one_call("eval_step"):
             self._data.eval = True
