@@ -56,6 +56,42 @@ check "holds no .json or .json.gz trace file" predict "$tmp/empty"
   { echo "FAIL: predict"; cat "$tmp/predict.err"; fails=$((fails + 1)); }
 grep -q '"reproduction_error": 0.0' "$tmp/predict.json" ||
   { echo "FAIL: predict of rrfp's own trace:"; cat "$tmp/predict.json"; fails=$((fails + 1)); }
+# TP=2: the measured step ends with the step's last collective, at 3 ms (F 0-0.5, collective
+# 0.5-1.5, B 1.5-2, collective 2-3): it ended at the last compute, 2 ms, and the exact replay read
+# +50%.
+printf '{"tp_sigma": 0, "tp_collective_us": 1000, "coord_latency_us": 0}' >"$tmp/col.json"
+"$rrfp" simulate --pp 1 -m 1 --tp 2 --workload uniform --workload-file "$tmp/col.json" \
+  --hint 1f1b --policy fixed --split-backward off --trace "$tmp/col-trace.json" >/dev/null &&
+  "$rrfp" predict "$tmp/col-trace.json" --json - >"$tmp/col-predict.json" 2>&1 &&
+  grep -q '"measured_ms": 3.0,' "$tmp/col-predict.json" &&
+  grep -q '"reproduction_error": 0.0' "$tmp/col-predict.json" ||
+  { echo "FAIL: predict of a TP=2 trace:"; cat "$tmp/col-predict.json"; fails=$((fails + 1)); }
+# A duration past the limit by less than %.10g shows read "1000000000 us".
+printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1000000000.0004\n0,0,0,B,1\n' >"$tmp/over.csv"
+check "over.csv:2: column duration_us: a task or message of 1000000000.0004 us; the most one may take is 1e+09 us" \
+  simulate --replay "$tmp/over.csv" --pp 1 -m 1 --split-backward off
+# A task of a rank at the boundary of back-to-back profiler steps is the later step's: each of
+# three steps of 6 ms replays to itself (the earlier step took it: "appears twice in one step",
+# and the later one deadlocked).
+mkdir -p "$tmp/b2b"
+for rank in 0 1; do
+  /usr/bin/python3 - "$rank" >"$tmp/b2b/rank$rank.json" <<'PY'
+import json, sys
+r = int(sys.argv[1])
+names = [["PP:0F0", "PP:0F1", "PP:0B0", "PP:0B1"], ["PP:1F0", "PP:1B0", "PP:1F1", "PP:1B1"]][r]
+at = [[0, 1, 3, 5], [1, 2, 3, 4]][r]
+ev = []
+for step in range(3):
+    ev.append({"ph": "X", "name": f"ProfilerStep#{step}", "ts": 6000 * step, "dur": 6000, "pid": 1, "tid": 1})
+    ev += [{"ph": "X", "name": n, "ts": 6000 * step + 1000 * a, "dur": 1000, "pid": 1, "tid": 1} for n, a in zip(names, at)]
+print(json.dumps({"traceEvents": ev, "distributedInfo": {"rank": r}}))
+PY
+done
+for step in 0 1 2; do
+  "$rrfp" predict "$tmp/b2b" --step $step --json - >"$tmp/b2b.out" 2>&1 &&
+    grep -q '"measured_ms": 6.0,' "$tmp/b2b.out" && grep -q '"replayed_ms": 6.0,' "$tmp/b2b.out" ||
+    { echo "FAIL: predict of back-to-back step $step:"; cat "$tmp/b2b.out"; fails=$((fails + 1)); }
+done
 # A --limit not above the recorded memory's (P=3 1F1B: 3) is left out with a note, not silently;
 # a hint given twice is refused (its rows printed twice).
 "$rrfp" predict "$tmp/own.json" --limit 2 >"$tmp/limit.txt" 2>&1 &&

@@ -13,6 +13,13 @@ double ms(std::int64_t ns) {
   return static_cast<double>(ns) / 1e6;
 }
 
+// A time of a step in ms as the text tables print it: to 0.01 ms, but in a step shorter than
+// 1 ms to the nanosecond (steps of microseconds all read 0.00). Keyed by the step's makespan
+// (`step_ns`), so that every value of a step of 1 ms or more prints as it did.
+std::string ms_text(std::int64_t ns, std::int64_t step_ns) {
+  return fmt(step_ns > 0 && step_ns < 1000000 ? "%.6f" : "%.2f", ms(ns));
+}
+
 // `base` over `ns`; NaN when either took no time (durations all zero: "-nanx" was printed).
 double ratio(std::int64_t base, std::int64_t ns) {
   return base > 0 && ns > 0 ? static_cast<double>(base) / static_cast<double>(ns) : std::nan("");
@@ -54,13 +61,16 @@ std::string format_prediction(const Prediction& p, const std::string& source) {
   const ImportedRun& in = p.imported;
   std::string out =
       "rrfp predict: " + source + " (" + in.format + ", " + in.run + "): " + shape_of(p) + "\n\n";
-  out += "measured step        " + lpad(fmt("%.2f", ms(p.measured.metrics.makespan)), 9) +
-         " ms  (the first start recorded, a task's or a wait's, to the last task's end; " +
+  out += "measured step        " +
+         lpad(ms_text(p.measured.metrics.makespan, p.measured.metrics.makespan), 9) +
+         " ms  (the first start recorded, a task's or a wait's, to the last task's end or its "
+         "collective's; " +
          std::to_string(in.messages_measured) + " of " + std::to_string(in.messages) +
          " messages timed by the trace, " + std::to_string(in.messages_inferred) +
          " seen from their consumers' starts)\n";
-  out += "twin, recorded order " + lpad(fmt("%.2f", ms(p.replayed.metrics.makespan)), 9) +
-         " ms  (" + shown("%+.1f%%", 100 * p.reproduction_error()) +
+  out += "twin, recorded order " +
+         lpad(ms_text(p.replayed.metrics.makespan, p.replayed.metrics.makespan), 9) + " ms  (" +
+         shown("%+.1f%%", 100 * p.reproduction_error()) +
          ": how well the twin reproduces the step" +
          (p.recorded_comm == CommMode::Blocking
               ? std::string("; a rendezvous per message") +
@@ -77,9 +87,10 @@ std::string format_prediction(const Prediction& p, const std::string& source) {
   auto row = [&](const ReportRun& r, const std::string& limit) {
     std::string label = r.label;
     label.resize(lw, ' ');
-    return label + "  " + lpad(limit, 5) + "  " + lpad(fmt("%.2f", ms(r.metrics.makespan)), 11) +
-           "  " + lpad(shown("%.3fx", ratio(p.replayed.metrics.makespan, r.metrics.makespan)), 7) +
-           "  " + lpad(fmt("%.1f%%", 100 * r.metrics.bubble_ratio), 6) + "  " +
+    return label + "  " + lpad(limit, 5) + "  " +
+           lpad(ms_text(r.metrics.makespan, r.metrics.makespan), 11) + "  " +
+           lpad(shown("%.3fx", ratio(p.replayed.metrics.makespan, r.metrics.makespan)), 7) + "  " +
+           lpad(fmt("%.1f%%", 100 * r.metrics.bubble_ratio), 6) + "  " +
            peak_d_column(r.result.peak_d) + "\n";
   };
   std::string head = "run";

@@ -14,6 +14,13 @@ double ms(std::int64_t ns) {
   return static_cast<double>(ns) / 1e6;
 }
 
+// A time of a step in ms as the text tables print it: to 0.01 ms, but in a step shorter than
+// 1 ms to the nanosecond (steps of microseconds all read 0.00). Keyed by the step's makespan
+// (`step_ns`), so that every value of a step of 1 ms or more prints as it did.
+std::string ms_text(std::int64_t ns, std::int64_t step_ns) {
+  return fmt(step_ns > 0 && step_ns < 1000000 ? "%.6f" : "%.2f", ms(ns));
+}
+
 std::string pad(std::string s, size_t w) {
   if (s.size() < w) s += std::string(w - s.size(), ' ');
   return s;
@@ -75,31 +82,32 @@ std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& ru
     for (const auto& s : m.stages)
       stage_peaks.push_back(s.peak_d);
     const std::string peaks = peak_d_column(stage_peaks);
-    out += pad(r.label, lw) + "  " + lpad(fmt("%.2f", ms(m.makespan)), 11) + "  " +
+    out += pad(r.label, lw) + "  " + lpad(ms_text(m.makespan, m.makespan), 11) + "  " +
            // A step of no time (tasks of 0 us) is no faster or slower than another.
            lpad(m.makespan > 0 && base > 0 ? fmt("%.3fx", base / static_cast<double>(m.makespan))
                                            : "-",
                 7) +
            "  " + lpad(fmt("%.1f%%", 100 * m.bubble_ratio), 6) + "  " +
-           lpad(fmt("%.3f", m.efficiency), 10) + "  " + lpad(fmt("%.2f", ms(m.bound.value)), 14) +
-           "  " + lpad(r.policy == "ready" ? std::to_string(m.limit) : "-", 5) + "  " + peaks +
-           "\n";
+           lpad(fmt("%.3f", m.efficiency), 10) + "  " +
+           lpad(ms_text(m.bound.value, m.makespan), 14) + "  " +
+           lpad(r.policy == "ready" ? std::to_string(m.limit) : "-", 5) + "  " + peaks + "\n";
   }
   if (per_stage) {
     for (const auto& r : runs) {
+      const std::int64_t span = r.metrics.makespan;
       out +=
           "\n" + r.label + " per stage:\n  stage  busy_ms  blocked_ms  idle_ms  peak_D  peak_W\n";
       for (size_t s = 0; s < r.metrics.stages.size(); ++s) {
         const auto& st = r.metrics.stages[s];
-        out += "  " + lpad(std::to_string(s), 5) + "  " + lpad(fmt("%.2f", ms(st.busy)), 7) + "  " +
-               lpad(fmt("%.2f", ms(st.blocked)), 10) + "  " + lpad(fmt("%.2f", ms(st.idle)), 7) +
-               "  " + lpad(std::to_string(st.peak_d), 6) + "  " +
+        out += "  " + lpad(std::to_string(s), 5) + "  " + lpad(ms_text(st.busy, span), 7) + "  " +
+               lpad(ms_text(st.blocked, span), 10) + "  " + lpad(ms_text(st.idle, span), 7) + "  " +
+               lpad(std::to_string(st.peak_d), 6) + "  " +
                lpad(std::to_string(st.peak_pending_w), 6) + "\n";
       }
       if (r.metrics.coordination_rounds > 0)
         out += "  tp coordination: " + std::to_string(r.metrics.coordination_rounds) + " rounds, " +
                std::to_string(r.metrics.failed_rounds) + " disagreed, " +
-               fmt("%.2f", ms(r.metrics.coordination_per_rank)) + " ms blocked per rank\n";
+               ms_text(r.metrics.coordination_per_rank, span) + " ms blocked per rank\n";
     }
   }
   out +=

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 
 namespace rrfp {
 
@@ -60,8 +61,16 @@ std::optional<std::int64_t> SharedLinks::next_end() const {
   double least = std::numeric_limits<double>::infinity();
   for (const Flow& f : flows_)
     if (f.moving) least = std::min(least, f.left_ns);
-  // Up to the nanosecond: a transfer never ends before its work is done.
-  return at_ + static_cast<std::int64_t>(std::ceil(std::max(0.0, least) / rate()));
+  // Up to the nanosecond: a transfer never ends before its work is done. An end past 2^63 ns
+  // wrapped negative, and the step's clock went back and looped forever: refused instead.
+  const double after = std::ceil(std::max(0.0, least) / rate());
+  constexpr double kLimit = 9.2e18;  // below 2^63, and exact as a double
+  if (!(after <= kLimit - static_cast<double>(at_)))
+    throw InputError("shared links: a transfer would end " + fmt("%.4g", after) + " ns after " +
+                     std::to_string(at_) +
+                     " ns, past the simulation's clock (2^63 ns, 292 years): lower " +
+                     "the messages' sizes, comm_two_slowdown or the microbatches");
+  return at_ + static_cast<std::int64_t>(after);
 }
 
 std::vector<int> SharedLinks::finish(std::int64_t now) {

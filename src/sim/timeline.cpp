@@ -37,25 +37,36 @@ std::string missing_per_stage(const RealizedWork& r, const WorkModel& m, int tp)
   return missing;
 }
 
+// How far task `b` may start before the earlier task `a` of its rank ends and still be read as
+// after it: the clocks' jitter and rounding (a legacy exporter's whole microseconds: 1 us, and 1%
+// of the earlier task), but never half the shorter task or more, which no rounding makes of
+// tasks that ran one after the other (two 0.5 us tasks at one ts were accepted); and 1 ns, the
+// finest any format prints, for the rounding of a start plus a duration.
+double overlap_tolerance_us(const TimelineTask& a, const TimelineTask& b) {
+  return std::min(1.0 + 0.01 * a.dur_us, 0.5 * std::min(a.dur_us, b.dur_us)) + 1e-3;
+}
+
 // A rank runs one task at a time: two tasks of one (stage, TP rank) that overlap by more than
-// the trace's rounding (1 us, and 1% of the earlier task) are refused, naming both.
+// overlap_tolerance_us are refused, naming both.
 void check_no_overlap(const Timeline& tl, const WorkModel& m, const std::string& where) {
   std::map<std::pair<int, int>, std::vector<const TimelineTask*>> by_rank;
   for (const TimelineTask& e : tl.tasks)
     by_rank[{m.stage_of(e.task), e.tp_rank}].push_back(&e);
   for (auto& [rank, tasks] : by_rank) {
+    // Of tasks that start together the shorter first: a task of no time before the one it
+    // started with, as a rank runs them.
     std::sort(tasks.begin(), tasks.end(), [](const TimelineTask* a, const TimelineTask* b) {
-      return a->start_us < b->start_us;
+      return a->start_us != b->start_us ? a->start_us < b->start_us : a->dur_us < b->dur_us;
     });
     for (size_t i = 1; i < tasks.size(); ++i) {
       const TimelineTask& a = *tasks[i - 1];
       const TimelineTask& b = *tasks[i];
-      if (b.start_us < a.start_us + a.dur_us - 1.0 - 0.01 * a.dur_us)
+      if (b.start_us < a.start_us + a.dur_us - overlap_tolerance_us(a, b))
         throw InputError(where + ": tasks " + to_string(a.task) + " and " + to_string(b.task) +
                          " overlap on stage " + std::to_string(rank.first) +
                          (rank.second > 0 ? " tp rank " + std::to_string(rank.second) : "") + " (" +
-                         fmt("%.1f", b.start_us) + " us is before " +
-                         fmt("%.1f", a.start_us + a.dur_us) +
+                         fmt("%.3f", b.start_us) + " us is before " +
+                         fmt("%.3f", a.start_us + a.dur_us) +
                          " us); a rank runs one task at a time");
     }
   }
@@ -117,9 +128,12 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
     const std::string what = where + ": duration";
     into = duration_ns(e.dur_us, what.c_str());
     // A folded W still ran within the step: the measured step spans it (a zb trace ends on W
-    // tasks, and the step read without them was shorter than the one recorded).
+    // tasks, and the step read without them was shorter than the one recorded). So does the TP
+    // collective after a task, where the trace records its ranks' waits in it: a group's task
+    // ends there, and a step read to its last compute's end left its last collective out (1F1B
+    // at P=1 M=1 TP=2 with 1 ms tasks and collectives measured 2 ms of its 3).
     sp.first = std::min(sp.first, e.start_us);
-    sp.last = std::max(sp.last, e.start_us + e.dur_us);
+    sp.last = std::max(sp.last, e.start_us + e.dur_us + std::max(e.collective_us, 0.0));
     if (fold) {
       sp.folded_end[at] = e.start_us + e.dur_us;
       continue;
@@ -287,6 +301,8 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   const std::string in_run = origin + (tl.run.empty() ? "" : " (" + tl.run + ")");
   Spans sp = read_tasks(tl, m, tp, in_run, r);
   std::vector<TimelineRecv> recvs = tl.recvs;
+  // Only the legacy PyTorch exporter's clocks are unaligned, and it records no collective waits:
+  // the ends of the compute are the step's.
   if (!tl.clocks_aligned) {
     const std::vector<double> unaligned = sp.start;
     align_clocks(m, tp, sp.start, sp.end, recvs);

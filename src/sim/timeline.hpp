@@ -65,7 +65,8 @@ struct ImportedRun {
   RealizedWork work;
   ListHint order;  // each stage's tasks as tp rank 0 started them
   // The step as recorded: from its first start, a task's or a recorded wait's (agree's first
-  // round comes before any task), to its last task's end, a folded W's included.
+  // round comes before any task), to its last task's end, a folded W's and a TP collective's
+  // (TimelineTask::collective_us) included.
   std::int64_t measured_ns = 0;
   std::vector<std::int64_t> start_ns;  // [rank * num_tasks + index], from the step's start
   int messages = 0;                    // cross-stage messages of the step (per TP rank, summed)

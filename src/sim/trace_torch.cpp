@@ -157,6 +157,20 @@ std::vector<Process> processes_of(const std::vector<Doc>& docs) {
   return out;
 }
 
+// The step a span starting at `ts` belongs to: the one whose [start, end) holds it, so that of
+// back-to-back steps a task at their boundary is the later one's (closed at both ends, the
+// earlier step took it, which then held that task twice and the later lacked it). A task at the
+// end of a step that no other step starts at is still that step's (a zero-length one, last).
+std::map<int, std::pair<double, double>>::const_iterator step_of(
+    const std::map<int, std::pair<double, double>>& steps, double ts) {
+  const auto in = std::find_if(steps.begin(), steps.end(), [&](const auto& st) {
+    return ts >= st.second.first && ts < st.second.second;
+  });
+  if (in != steps.end()) return in;
+  return std::find_if(steps.begin(), steps.end(),
+                      [&](const auto& st) { return ts == st.second.second; });
+}
+
 }  // namespace
 
 std::vector<Timeline> read_torch(const std::vector<Doc>& docs, const WorkModel& m, int tp) {
@@ -177,9 +191,7 @@ std::vector<Timeline> read_torch(const std::vector<Doc>& docs, const WorkModel& 
       int step = -1;
       double zero = 0;
       if (!p.steps.empty()) {
-        auto in = std::find_if(p.steps.begin(), p.steps.end(), [&](const auto& st) {
-          return s.ts >= st.second.first && s.ts <= st.second.second;
-        });
+        const auto in = step_of(p.steps, s.ts);
         if (in == p.steps.end()) continue;  // between steps
         step = in->first;
         if (p.legacy) zero = in->second.first;  // a rough start; build_run aligns the ranks

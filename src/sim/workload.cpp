@@ -96,9 +96,10 @@ void validate(const WorkloadParams& w) {
 }
 
 std::int64_t duration_ns(double us, const char* what, const char* remedy) {
-  // %.10g: 1000000001 us read "1e+09 us; the most one may take is 1e+09 us".
+  // In as many digits as tell it from the limit: %g read 1000000001 us as "1e+09 us; the most
+  // one may take is 1e+09 us", and %.10g 1000000000.0004 us as "1000000000 us".
   if (!(us >= 0 && us <= kMaxTaskUs))
-    throw InputError(std::string(what) + ": a task or message of " + fmt("%.10g", us) +
+    throw InputError(std::string(what) + ": a task or message of " + fmt_given(us) +
                      " us; the most one may take is " + fmt("%g", kMaxTaskUs) + " us (1000 s)" +
                      (remedy ? std::string(": ") + remedy : std::string()));
   return std::llround(us * 1000);
@@ -158,18 +159,28 @@ void apply_jitter(RealizedWork& w, const WorkModel& m, const JitterLevel& j, std
 }
 
 void check_total(const RealizedWork& w, const std::string& what, const std::string& remedy) {
+  // A message sharing the links takes up to two_slowdown times its time alone (SharedLinks: each
+  // of n moving ones at min(1, links / n, 1 / two_slowdown) of its rate, so the links move at
+  // least one message's worth per two_slowdown). Counted alone, 144000 microbatches of 1000 s
+  // messages at 64x passed 2^63 ns, and the simulation's clock wrapped and never ended.
+  const double slowdown = std::max(1.0, w.two_slowdown);
   double total =
       static_cast<double>(w.num_tasks) * static_cast<double>(w.collective_ns + w.coord_ns);
   for (int idx = 0; idx < w.num_tasks; ++idx) {
     double most = 0;  // the slowest rank's task and message
     for (int rank = 0; rank < w.tp; ++rank)
-      most = std::max(most, static_cast<double>(w.compute(rank, idx) + w.message(rank, idx)));
+      most = std::max(most, static_cast<double>(w.compute(rank, idx)) +
+                                slowdown * static_cast<double>(w.message(rank, idx)));
     total += most;
   }
   if (total > 4.6e18)
     throw InputError(what + ": its " + std::to_string(w.num_tasks) + " tasks add up to " +
-                     fmt("%g", total / 1e9 / 86400 / 365) +
-                     " years; a step may hold at most 146: " + remedy);
+                     fmt("%g", total / 1e9 / 86400 / 365) + " years" +
+                     (slowdown > 1 ? " (messages at comm_two_slowdown " + fmt_given(slowdown) +
+                                         " times their time alone, as sharing the links may "
+                                         "make them)"
+                                   : std::string()) +
+                     "; a step may hold at most 146: " + remedy);
 }
 
 namespace {
@@ -186,8 +197,8 @@ bool sends_across_stages(const WorkModel& m, const TaskId& t) {
 // A task's compute before its TP split and jitter: its forward by the microbatch's tokens (and
 // images), a backward drawn as a ratio of it, the compute noise and the straggler's windows.
 // A split backward's B and W are the whole backward's draws, in the shares `weight_share` sets
-// (task_share): B + W is the backward a run without the split computes. W drew noise of its own,
-// so BFW faced other work than 1F1B (1.137x at P=1 M=1, where nothing can be scheduled).
+// (rank_compute_ns): B + W is the backward a run without the split computes. W drew noise of its
+// own, so BFW faced other work than 1F1B (1.137x at P=1 M=1, where nothing can be scheduled).
 double task_base_us(const WorkloadParams& w, const WorkModel& m, const TaskId& t, double tokens,
                     double images, std::uint64_t seed, int straggler) {
   const int kind = static_cast<int>(t.kind == Kind::W ? Kind::B : t.kind), chunks = m.chunks();
@@ -211,10 +222,25 @@ double task_base_us(const WorkloadParams& w, const WorkModel& m, const TaskId& t
   return base;
 }
 
-// The share of the (whole) backward's draws a task computes: 1 but for a split B and W.
-double task_share(const WorkloadParams& w, const WorkModel& m, const TaskId& t) {
-  if (!m.split() || t.kind == Kind::F) return 1;
-  return t.kind == Kind::B ? 1 - w.weight_share : w.weight_share;
+// Task `t`'s compute on TP rank `rank`, in ns, from its draws before the TP split (`base`) and
+// its TP noise (keyed by `drawn`). A split B and W are shares of the whole backward, which takes
+// the stall (W none, as jittered_us says): W is rounded, and B is the whole less W, so that B + W
+// is, to the nanosecond, the backward a run without the split computes, and W the same with
+// jitter or without. Each rounded on its own, they were up to 1 ns over it (tasks of 1 ns: BFW
+// took 7 ns at P=2 M=2 where 1F1B took 6).
+std::int64_t rank_compute_ns(const WorkloadParams& w, const WorkModel& m, const TaskId& t,
+                             double base, int tp, int drawn, int rank, std::uint64_t seed) {
+  double d = base / tp;
+  if (tp > 1 && w.tp_sigma > 0)
+    d *= std::exp(w.tp_sigma * std_normal(hash_keys(seed, kTpNoise, drawn, rank)));
+  const char* remedy = "lower the workload's times or factors";
+  if (!m.split() || t.kind == Kind::F)
+    return duration_ns(jittered_us(w.jitter, d, seed, t, rank), "workload", remedy);
+  const double whole = jittered_us(w.jitter, d, seed, {Kind::B, t.chunk, t.mb}, rank);
+  const std::int64_t whole_ns = duration_ns(whole, "workload", remedy);
+  // The min: a W of the whole backward (weight_share 1) is never 1 ns over it by rounding.
+  const std::int64_t w_ns = std::min(whole_ns, duration_ns(d * w.weight_share, "workload", remedy));
+  return t.kind == Kind::W ? w_ns : whole_ns - w_ns;
 }
 
 // The latency of the message task `idx` sends from TP rank `rank`, `bytes` split over the group.
@@ -288,7 +314,6 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
         for (int idx = begin; idx < end; ++idx) {
           const TaskId t = m.task(idx);
           const double base = task_base_us(w, m, t, tokens[t.mb], images[t.mb], seed, straggler);
-          const double share = task_share(w, m, t);
           // A W draws as its B (a B's index is the same with the split and without).
           const int drawn = t.kind == Kind::W ? m.index({Kind::B, t.chunk, t.mb}) : idx;
           // Message: activations forward, activation gradients backward, both tokens x hidden.
@@ -296,14 +321,8 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
           const double bytes = tokens[t.mb] * w.bytes_per_token;
           if (t.kind != Kind::W) r.message_bytes[idx] = std::llround(bytes / tp);
           for (int rank = 0; rank < tp; ++rank) {
-            double d = base / tp;
-            if (tp > 1 && w.tp_sigma > 0)
-              d *= std::exp(w.tp_sigma * std_normal(hash_keys(seed, kTpNoise, drawn, rank)));
-            // A split B takes the whole backward's stall, sized by the whole (W takes none).
-            d = share == 1 ? jittered_us(w.jitter, d, seed, t, rank)
-                           : d * share + (jittered_us(w.jitter, d, seed, t, rank) - d);
             const size_t at = static_cast<size_t>(rank) * r.num_tasks + idx;
-            r.compute_ns[at] = duration_ns(d, "workload", "lower the workload's times or factors");
+            r.compute_ns[at] = rank_compute_ns(w, m, t, base, tp, drawn, rank, seed);
             if (sends)
               r.message_ns[at] = duration_ns(message_us(w, bytes, tp, seed, idx, rank), "workload",
                                              "raise comm_bandwidth_gbps, or lower comm_latency_us, "
