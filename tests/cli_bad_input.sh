@@ -9,6 +9,9 @@ check "unknown hint 'nope'" simulate --hint nope
 # subcommand is required").
 check "unknown command 'simulat' (commands: train, simulate, run," simulat --pp 4
 check "a command is required (commands: train, simulate,"
+# So under `schedule`, whose show and check were "A subcommand is required" too.
+check "unknown command 'schedule shwo' (commands: schedule show, schedule check)" schedule shwo
+check "a command is required (commands: schedule show, schedule check; rrfp schedule --help)" schedule
 # A rank left in the environment without mpirun hid every parse error behind a silent 10 s wait.
 OMPI_COMM_WORLD_RANK=1 check "--pp: must be at least 1" simulate --pp 0
 check "unknown preset 'nope'" simulate --workload nope
@@ -263,7 +266,7 @@ check "--sizes: '1.5K' is not a size" calibrate --sizes 1.5K
 check "--timeout: must be between 0 and 86400 seconds, got -5" calibrate --timeout -5 --seconds 0.1 --sizes 8
 check "--timeout: must be between 0 and 86400 seconds, got nan" calibrate --timeout nan --seconds 0.1 --sizes 8
 check "--timeout: bounds how long an MPI job's processes wait for each other (--transport mpi); in one process" calibrate --timeout 5 --seconds 0.1 --sizes 8
-check "--endpoints: the threads of an in-process calibration; under --transport mpi" calibrate --transport mpi --endpoints 4
+check "--endpoints: the threads of an in-process calibration; under --transport mpi" calibrate --transport mpi --endpoints 8
 check "--calibration: only with --transport mpi" run --pp 2 -m 2 --calibration x.json
 check "--rendezvous: expected offer or pull, got 'eager'" run --pp 2 -m 2 --rendezvous eager
 check "--rendezvous pull: only with --transport mpi" run --pp 2 -m 2 --rendezvous pull

@@ -26,5 +26,12 @@ fi
   grep -q '"comm_sigma": 0' "$tmp/cal.json" &&
   "$rrfp" simulate --pp 2 -m 2 --workload-file "$tmp/cal.json" >/dev/null ||
   { echo "FAIL: calibrate --out, then simulate --workload-file"; fails=$((fails + 1)); }
+# --timeout bounds an MPI job's waits, as its help says; in one process its default is taken as
+# the nothing it is (--timeout 60, offered by the help, was refused), another value refused
+# (cli_bad_input.sh).
+"$rrfp" calibrate --help | grep -q -- "--timeout FLOAT=60 *--transport mpi: seconds" ||
+  { echo "FAIL: calibrate --help does not say --timeout is --transport mpi's"; fails=$((fails + 1)); }
+"$rrfp" calibrate --timeout 60 --seconds 0.2 --sizes 8,64K >/dev/null 2>"$tmp/err" ||
+  { echo "FAIL: calibrate --timeout 60 (its default): $(cat "$tmp/err")"; fails=$((fails + 1)); }
 echo "cli calibrate checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -177,5 +177,21 @@ pid=
 [ "$rc" -eq 0 ] || fail "run stopped for 4 s under --timeout 2: exit $rc: $(tail -1 "$tmp/stop.log")"
 ls -A "$tmp" | grep -q '^\.rrfp-' && fail "a temporary was left behind"
 
+# SIGPIPE ignored (`trap '' PIPE`, as service managers and CI runners start commands): a reader
+# gone ends the command as the signal would, exit 141 and no line. Past stdio's 4 KiB buffer
+# the failed write came before the last flush, whose errno was asked: "rrfp: run failed:
+# writing standard output failed", exit 1.
+(
+  trap '' PIPE
+  "$rrfp" schedule show --pp 64 -m 512 2>"$tmp/pipe1.err" | head -1 >/dev/null
+  echo "${PIPESTATUS[0]}" >"$tmp/pipe1.rc"
+  "$rrfp" simulate --pp 2 -m 4 --json - 2>"$tmp/pipe2.err" | (exec 0<&-; sleep 1)
+  echo "${PIPESTATUS[0]}" >"$tmp/pipe2.rc"
+)
+for n in 1 2; do
+  [ "$(cat "$tmp/pipe$n.rc")" = 141 ] && [ ! -s "$tmp/pipe$n.err" ] ||
+    fail "SIGPIPE ignored, a closed pipe ($n): exit $(cat "$tmp/pipe$n.rc"), $(cat "$tmp/pipe$n.err")"
+done
+
 [ $fails -eq 0 ] && echo "cli_signals: all passed"
 exit $((fails > 0))

@@ -24,7 +24,6 @@ struct CalibrateFlags {
   double seconds = 8, timeout_s = 60;
   bool streams = false;
   int endpoints = 4;
-  bool endpoints_given = false, timeout_given = false;  // on the command line
 };
 
 // "64K" -> 65536; sizes from 1 byte to 1 GiB, each once (a size given twice was measured twice,
@@ -84,12 +83,15 @@ void report(const CalibrateFlags& f, Calibration c) {
 void refuse_inapplicable(const CalibrateFlags& f) {
   timeout_ms_of(f.timeout_s);
   const bool mpi = f.transport == TransportKind::Mpi;
-  if (mpi && f.endpoints_given)
+  // Refused where they would change nothing only at another value than the default, which a
+  // script passing every flag gives as it is (`--timeout 60` in one process was refused).
+  const CalibrateFlags defaults;
+  if (mpi && f.endpoints != defaults.endpoints)
     throw InputError(
         "--endpoints: the threads of an in-process calibration; under --transport mpi the "
         "job's processes (mpirun -np) are the endpoints (got --endpoints " +
         std::to_string(f.endpoints) + ")");
-  if (!mpi && f.timeout_given)
+  if (!mpi && f.timeout_s != defaults.timeout_s)
     throw InputError(
         "--timeout: bounds how long an MPI job's processes wait for each other (--transport "
         "mpi); in one process no thread can be lost, and --seconds bounds the measurement (got "
@@ -148,17 +150,19 @@ void setup_calibrate(CLI::App& app) {
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   sub->add_option("--endpoints", f->endpoints,
-                  "inproc: endpoints (threads); 4 measures two transfers at once")
+                  "inproc: endpoints (threads); 4 measures two transfers at once (mpi takes only "
+                  "the default: its endpoints are the job's processes)")
       ->capture_default_str();
   sub->add_flag("--streams", f->streams,
                 "also time one-way streams: one pair, two pairs, and both pairs both ways (four "
                 "transfers at once), which then give the links");
   sub->add_option("--out", f->out, "write the workload fragment (JSON) to FILE");
   sub->add_option("--json", f->json, "write the same JSON to FILE ('-': stdout)");
-  add_timeout_flag(sub, f->timeout_s);
-  sub->callback([f, sub] {
-    f->endpoints_given = sub->count("--endpoints") > 0;
-    f->timeout_given = sub->count("--timeout") > 0;
+  sub->add_option("--timeout", f->timeout_s,
+                  "--transport mpi: seconds a process waits for the others before the job fails "
+                  "(inproc takes only the default)")
+      ->capture_default_str();
+  sub->callback([f] {
     check_outputs({{f->out, "--out"}, {f->json, "--json"}});  // before the measurements
     run_calibrate(*f);
   });

@@ -1,6 +1,7 @@
 // rrfp: readiness-first pipeline-parallel runtime. Exit codes: 0 ok, 1 a run failed
 // (deadlock, collective mismatch, internal error), 2 bad input (one line on stderr).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "cli/options.hpp"
+#include "cli/stdout_stream.hpp"
 #include "cli/train_flags.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
@@ -33,16 +35,31 @@ bool another_rank_of_mpirun() {
          std::strcmp(rank, "0") != 0 && (context == nullptr || std::strcmp(context, "0") == 0);
 }
 
+// The command the command line reached that still wants one of its own: `rrfp`, or `rrfp
+// schedule` (show or check); null when every command given has what it needs.
+CLI::App* wanting_command(CLI::App& app) {
+  CLI::App* at = &app;
+  while (!at->get_subcommands().empty())
+    at = at->get_subcommands().back();
+  return at->get_require_subcommand_min() > 0 ? at : nullptr;
+}
+
 // What CLI11 says of a mistyped or missing command ("A subcommand is required"), in words that
-// name it and the commands there are.
-std::string no_command(CLI::App& app, int argc, char** argv) {
+// name it and the commands there are: `at` is the app or the command that wants one.
+std::string no_command(CLI::App& app, CLI::App& at, int argc, char** argv) {
+  const std::string path = &at == &app ? "" : at.get_name() + " ";
   std::string names;
-  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
-    names += (names.empty() ? "" : ", ") + sub->get_name();
-  const std::string given = argc > 1 ? argv[1] : "";
+  for (const CLI::App* sub : at.get_subcommands([](CLI::App*) { return true; }))
+    names += (names.empty() ? "" : ", ") + path + sub->get_name();
+  // The word after the command's own name (the program's, for the app): the mistyped command.
+  char** const end = argv + argc;
+  char** const own = &at == &app ? argv : std::find_if(argv + 1, end, [&](const char* word) {
+    return at.get_name() == word;
+  });
+  const std::string given = own != end && own + 1 != end ? own[1] : "";
   if (!given.empty() && given.front() != '-')
-    return "unknown command '" + given.substr(0, 40) + "' (commands: " + names + ")";
-  return "a command is required (commands: " + names + "; rrfp --help)";
+    return "unknown command '" + path + given.substr(0, 40) + "' (commands: " + names + ")";
+  return "a command is required (commands: " + names + "; rrfp " + path + "--help)";
 }
 
 // CLI11's "Could not convert: --pp = 1e3" as the option, the value and the type it takes (an
@@ -73,9 +90,32 @@ std::string given_twice(const std::string& what) {
          " times; it takes one value, so give it once";
 }
 
+// `code`, once what went to standard output got there: a report into a full disk or a closed
+// pipe is a failed run (exit 1, `failed` and the reason the first failed write gave), not a
+// success with the output lost; so is help that could not be written (it exited 0).
+int stdout_written(int code, const std::string& failed) {
+  std::cout.flush();
+  if (!stdout_failed() && std::cout && !std::ferror(stdout)) return code;
+  const int err = stdout_errno();
+  // A reader gone (`| head`) ends the command as SIGPIPE's default action does, quietly: the
+  // signal is ignored (`trap '' PIPE`, a service manager) or taken as a stop request (train).
+  if (err == EPIPE) return 128 + SIGPIPE;
+  print_line("rrfp: " + failed + (err ? std::string(": ") + std::strerror(err) : std::string()));
+  return 1;
+}
+
+// Set up once for either program, before any work: a write past a file size limit (`ulimit -f`)
+// fails with EFBIG, which every writer reports and cleans up after, where SIGXFSZ's default
+// action killed the process without a word and left its temporary file.
+void set_up_process() {
+  std::signal(SIGXFSZ, SIG_IGN);
+  watch_stdout();
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
+  set_up_process();
   set_command_line(argc, argv);
   CLI::App app{"rrfp: pipeline-parallel training that treats the schedule as a hint"};
   app.require_subcommand(1);
@@ -92,9 +132,9 @@ int cli_main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return stdout_written(app.exit(e), "writing the help to standard output failed");
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return stdout_written(app.exit(e), "writing the help to standard output failed");
   } catch (const QuietExit& e) {
     return e.code;
   } catch (const CLI::ParseError& e) {
@@ -106,8 +146,8 @@ int cli_main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::seconds(10));
       return 2;
     }
-    if (app.get_subcommands().empty() && e.get_name() == "RequiredError") {
-      print_line("rrfp: error: " + no_command(app, argc, argv));
+    if (CLI::App* at = wanting_command(app); at && e.get_name() == "RequiredError") {
+      print_line("rrfp: error: " + no_command(app, *at, argc, argv));
       return 2;
     }
     const std::string name = e.get_name();
@@ -129,19 +169,7 @@ int cli_main(int argc, char** argv) {
     print_line("rrfp: internal error: " + first_line(e.what()));
     return 1;
   }
-  // What went to standard output must have got there: a report into a full disk or a closed
-  // pipe is a failed run, not a success with the output lost.
-  errno = 0;
-  std::cout.flush();
-  if (!std::cout || std::ferror(stdout)) {
-    // A reader gone (`| head`) ends the command as SIGPIPE's default action does, quietly,
-    // where SIGPIPE is taken as a stop request (train).
-    if (errno == EPIPE) return 128 + SIGPIPE;
-    print_line(std::string("rrfp: run failed: writing standard output failed") +
-               (errno ? std::string(": ") + std::strerror(errno) : std::string()));
-    return 1;
-  }
-  return 0;
+  return stdout_written(0, "run failed: writing standard output failed");
 }
 
 }  // namespace rrfp

@@ -4,14 +4,12 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
-#include <filesystem>
 #include <iostream>
 #include <limits>
 
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/hint.hpp"
-#include "core/output_file.hpp"
 
 namespace rrfp {
 
@@ -315,54 +313,6 @@ WorkloadParams load_workload(const WorkloadFlags& f) {
   return workload_preset(f.workload);
 }
 
-namespace {
-
-// Where writing `path` lands, absolute and normal: a final symbolic link is followed first,
-// since weakly_canonical leaves one whose target does not exist yet as it is.
-std::filesystem::path landing(const std::string& path, std::error_code& ec) {
-  namespace fs = std::filesystem;
-  fs::path p = fs::absolute(path, ec);
-  std::error_code link;
-  for (int hops = 0; !ec && hops < 40 && fs::is_symlink(fs::symlink_status(p, link)); ++hops) {
-    const fs::path to = fs::read_symlink(p, link);
-    if (link) break;
-    p = to.is_absolute() ? to : p.parent_path() / to;
-  }
-  return ec ? fs::path() : fs::weakly_canonical(p, ec);
-}
-
-// Whether `a` and `b` name one file: the same inode where both exist (a hard link, a symbolic
-// link, another spelling), else the same place to land. A character device (/dev/null) is no
-// file two outputs could clobber.
-bool same_output(const std::string& a, const std::string& b) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status sa = fs::status(a, ec), sb = fs::status(b, ec);
-  if (fs::is_character_file(sa) || fs::is_character_file(sb)) return false;
-  if (fs::exists(sa) && fs::exists(sb)) return fs::equivalent(a, b, ec) && !ec;
-  const fs::path ca = landing(a, ec);
-  if (ec) return a == b;
-  const fs::path cb = landing(b, ec);
-  return ec ? a == b : ca == cb;
-}
-
-// Whether writing output `out` replaces input `in`: the existing file itself, or a file inside
-// an input folder (a trace of one file per rank, read whole). An input that does not exist is
-// refused by its reader before anything is written.
-bool overwrites_input(const std::string& out, const std::string& in) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_directory(in, ec)) {
-    const fs::path dir = fs::canonical(in, ec);
-    if (ec) return false;
-    const fs::path to = landing(out, ec);
-    return !ec && std::mismatch(dir.begin(), dir.end(), to.begin(), to.end()).first == dir.end();
-  }
-  return fs::is_regular_file(in, ec) && fs::exists(out, ec) && fs::equivalent(out, in, ec) && !ec;
-}
-
-}  // namespace
-
 const std::string& hint_file(const std::string& hint) {
   static const std::string none;
   const auto& names = hint_names();
@@ -374,31 +324,6 @@ void refuse_hint_name_out(const std::string& out) {
   throw InputError("--out: '" + out + "' is a built-in hint's name, which --hint runs instead of " +
                    "the file; give another name (./" + out + ", " + out + ".txt or " + out +
                    ".json)");
-}
-
-void check_outputs(NamedPaths outputs, NamedPaths inputs) {
-  for (const auto& [path, flag] : outputs) {
-    // Only a JSON report goes to stdout, where the human lines then leave it: another output
-    // given '-' wrote a file named "-" (predict --svg, sweep --csv, plan --out...).
-    if (path == "-" && std::string(flag) != "--json")
-      throw InputError(std::string(flag) + ": '-' (stdout) is for --json only; give a file");
-    if (!path.empty() && path != "-")
-      check_output_path(path, std::string(flag) + ": '" + path + "'");
-  }
-  // Each output its own file: two given one were both reported written, and only the last
-  // was there. Nor an input's: `predict t.json --json t.json` replaced the trace it read.
-  for (auto a = outputs.begin(); a != outputs.end(); ++a) {
-    if (a->first.empty() || a->first == "-") continue;
-    for (auto b = outputs.begin(); b != a; ++b)
-      if (!b->first.empty() && b->first != "-" && same_output(a->first, b->first))
-        throw InputError(std::string(a->second) + ": '" + a->first + "' is also given to " +
-                         b->second + "; give each output a file of its own");
-    for (const auto& [in, flag] : inputs)
-      if (!in.empty() && overwrites_input(a->first, in))
-        throw InputError(std::string(a->second) + ": '" + a->first + "' is the input " + flag +
-                         " or inside it; writing it would replace what is read, give another "
-                         "file");
-  }
 }
 
 }  // namespace rrfp

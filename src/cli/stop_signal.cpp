@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdint>
 #include <ctime>
@@ -9,6 +10,7 @@
 #include <limits>
 
 #include "cli/options.hpp"
+#include "cli/stdout_stream.hpp"
 
 namespace rrfp {
 
@@ -133,7 +135,14 @@ std::atomic<int>& stop_on_signals(bool pipe) {
   // SIGHUP too (a closed terminal or ssh session ended the work with nothing written), and
   // where asked SIGPIPE (on_stop_signal).
   install(on_stop_signal, {SIGINT, SIGTERM, SIGUSR1, SIGHUP});
-  if (pipe) install(on_stop_signal, {SIGPIPE});
+  if (pipe) {
+    install(on_stop_signal, {SIGPIPE});
+    // SIGPIPE ignored (`trap '' PIPE`, a service manager), the failed write is all there is to
+    // tell the reader is gone: it asks to stop the same way (train ran every step, then exit 1).
+    on_stdout_failure([](int err) {
+      if (err == EPIPE) on_stop_signal(SIGPIPE);
+    });
+  }
   return g_stop;
 }
 

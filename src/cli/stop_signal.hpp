@@ -7,7 +7,8 @@
 // timeout sends it to the process and then to its group). SIGUSR1 is the one mpirun forwards to
 // every process as it is. With `pipe` (train, whose steps print as they end), SIGPIPE (stdout's
 // reader gone) asks to stop too, and is never a second request: every later write to stdout
-// raises it again, and fails. Elsewhere it keeps its default action (exit 141): plan and sweep
+// raises it again, and fails; where SIGPIPE is ignored, a write to stdout failing with EPIPE
+// asks the same. Elsewhere it keeps its default action (exit 141): plan and sweep
 // print at the end, when their files are written.
 #include <atomic>
 #include <functional>

@@ -177,6 +177,12 @@ void setup_train(CLI::App& app) {
         throw InputError(std::string(flag) +
                          ": the text task's corpus and its windows; --task is image-text, whose "
                          "samples are synthetic (--max-images bounds them)");
+    // A folder of several files, never stdout: '-' made a folder named "-", where every
+    // other output flag refuses it.
+    if (f->run.out == "-")
+      throw InputError(
+          "--out: '-' (stdout) is not taken: train writes its files (loss.csv, trace.json, ...) "
+          "into this folder; give a folder");
     if (f->run.train.device != "cpu") gpu_defaults(*s, *f);
     // A hint that needs the split (the default bfw) is refused under off with its own message.
     const std::string& hint = f->dispatch.hint;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 
 #include "core/error.hpp"
 
@@ -68,6 +69,40 @@ void write_in_place(const std::string& path, const std::string& bytes, const std
   write_and_close(fd, bytes, what);
 }
 
+// The descriptor of this process open for writing that `path` names, or -1: /dev/stdout,
+// /dev/stderr, /dev/fd/N, /proc/self/fd/N, or the very file standard output or error was sent
+// to (`--json all.txt >>all.txt`). Such a path is written through that descriptor, as the
+// shell set it up (appending, or at its offset): opened anew, it was truncated, and a
+// temporary renamed over it replaced the file the shell had redirected to, earlier runs' output
+// lost. `st` is the path's stat.
+int descriptor_named(const std::string& path, const struct stat& st) {
+  int numbered = -1;  // the N of /dev/fd/N or /proc/self/fd/N
+  const std::string own = "/proc/" + std::to_string(::getpid()) + "/fd/";
+  for (const std::string& prefix : {std::string("/dev/fd/"), std::string("/proc/self/fd/"), own}) {
+    if (path.rfind(prefix, 0) != 0) continue;
+    const std::string digits = path.substr(prefix.size());
+    if (!digits.empty() && digits.size() <= 9 &&
+        digits.find_first_not_of("0123456789") == std::string::npos)
+      numbered = std::stoi(digits);
+  }
+  for (const int fd : {numbered, STDOUT_FILENO, STDERR_FILENO}) {
+    struct stat held {};
+    const int flags = fd < 0 ? -1 : ::fcntl(fd, F_GETFL);
+    if (flags != -1 && (flags & O_ACCMODE) != O_RDONLY && ::fstat(fd, &held) == 0 &&
+        held.st_dev == st.st_dev && held.st_ino == st.st_ino)
+      return fd;
+  }
+  return -1;
+}
+
+// Writes `bytes` through `fd`, a descriptor the process had open (descriptor_named), after what
+// std::cout and std::cerr hold, so that the output lands where it was written in the run.
+void write_through(int fd, const std::string& bytes, const std::string& what) {
+  std::cout.flush();
+  std::cerr.flush();
+  write_all(fd, bytes, what + ": writing failed");
+}
+
 }  // namespace
 
 int open_output(const std::string& path, const std::string& what, OutputMode mode) {
@@ -122,6 +157,8 @@ void check_output_path(const std::string& path, const std::string& what) {
 void replace_file(const std::string& path, const std::string& bytes, const std::string& what) {
   struct stat st {};
   const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (const int fd = exists ? descriptor_named(path, st) : -1; fd >= 0)
+    return write_through(fd, bytes, what);
   if (exists && !S_ISREG(st.st_mode)) return write_and_close(open_output(path, what), bytes, what);
   // A file the user may not write stays refused, as an open for writing refused it: the
   // rename needs only the folder's permission.

@@ -1,0 +1,114 @@
+// The checks of the files a command writes, before its work (check_outputs, cli/options.hpp):
+// each output its own file, none of them an input, stdout for --json alone.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+
+#include "cli/options.hpp"
+#include "core/error.hpp"
+#include "core/output_file.hpp"
+
+namespace rrfp {
+
+namespace {
+
+// Where writing `path` lands, absolute and normal: a final symbolic link is followed first,
+// since weakly_canonical leaves one whose target does not exist yet as it is.
+std::filesystem::path landing(const std::string& path, std::error_code& ec) {
+  namespace fs = std::filesystem;
+  fs::path p = fs::absolute(path, ec);
+  std::error_code link;
+  for (int hops = 0; !ec && hops < 40 && fs::is_symlink(fs::symlink_status(p, link)); ++hops) {
+    const fs::path to = fs::read_symlink(p, link);
+    if (link) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return ec ? fs::path() : fs::weakly_canonical(p, ec);
+}
+
+// Whether `path` is standard output: '-', or what descriptor 1 has open (/dev/stdout,
+// /dev/fd/1, the file stdout was sent to). A character device there (a terminal, /dev/null) is
+// stdout only as such a spelling: /dev/null named beside `>/dev/null` clobbers nothing.
+bool is_stdout(const std::string& path) {
+  if (path == "-") return true;
+  struct stat named {
+  }, held{};
+  if (::stat(path.c_str(), &named) != 0 || ::fstat(STDOUT_FILENO, &held) != 0 ||
+      named.st_dev != held.st_dev || named.st_ino != held.st_ino)
+    return false;
+  return !S_ISCHR(named.st_mode) || path == "/dev/stdout" || path == "/dev/fd/1" ||
+         path == "/proc/self/fd/1";
+}
+
+// Whether `a` and `b` name one file: the same inode where both exist (a hard link, a symbolic
+// link, another spelling), else the same place to land; standard output however given ('-',
+// /dev/stdout: both were written there, the JSON report cut by the trace). A character device
+// (/dev/null) is no file two outputs could clobber.
+bool same_output(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  if (is_stdout(a) || is_stdout(b)) return is_stdout(a) && is_stdout(b);
+  std::error_code ec;
+  const fs::file_status sa = fs::status(a, ec), sb = fs::status(b, ec);
+  if (fs::is_character_file(sa) || fs::is_character_file(sb)) return false;
+  if (fs::exists(sa) && fs::exists(sb)) return fs::equivalent(a, b, ec) && !ec;
+  const fs::path ca = landing(a, ec);
+  if (ec) return a == b;
+  const fs::path cb = landing(b, ec);
+  return ec ? a == b : ca == cb;
+}
+
+// Whether writing output `out` replaces input `in`: the existing file itself, or a file inside
+// an input folder (a trace of one file per rank, read whole). An input that does not exist is
+// refused by its reader before anything is written.
+bool overwrites_input(const std::string& out, const std::string& in) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(in, ec)) {
+    const fs::path dir = fs::canonical(in, ec);
+    if (ec) return false;
+    const fs::path to = landing(out, ec);
+    return !ec && std::mismatch(dir.begin(), dir.end(), to.begin(), to.end()).first == dir.end();
+  }
+  return fs::is_regular_file(in, ec) && fs::exists(out, ec) && fs::equivalent(out, in, ec) && !ec;
+}
+
+}  // namespace
+
+void check_outputs(NamedPaths outputs, NamedPaths inputs) {
+  const bool json = std::any_of(outputs.begin(), outputs.end(),
+                                [](const auto& o) { return std::string(o.second) == "--json"; });
+  for (const auto& [path, flag] : outputs) {
+    // Only a JSON report goes to stdout, where the human lines then leave it: another output
+    // given '-' wrote a file named "-" (predict --svg, sweep --csv, plan --out...). A command
+    // without --json (sweep, schedule show) prints only its own lines there.
+    if (path == "-" && std::string(flag) != "--json")
+      throw InputError(std::string(flag) + ": '-' (stdout) is " +
+                       (json ? "for --json only"
+                             : "not taken (this command has no --json; stdout carries its "
+                               "own lines)") +
+                       "; give a file");
+    if (!path.empty() && path != "-")
+      check_output_path(path, std::string(flag) + ": '" + path + "'");
+  }
+  // Each output its own file: two given one were both reported written, and only the last
+  // was there. Nor an input's: `predict t.json --json t.json` replaced the trace it read.
+  for (auto a = outputs.begin(); a != outputs.end(); ++a) {
+    if (a->first.empty()) continue;
+    for (auto b = outputs.begin(); b != a; ++b)
+      if (!b->first.empty() && same_output(a->first, b->first))
+        throw InputError(std::string(a->second) + ": '" + a->first + "' is also given to " +
+                         b->second + (b->first == a->first ? "" : " (as '" + b->first + "')") +
+                         "; give each output a file of its own");
+    if (a->first == "-") continue;
+    for (const auto& [in, flag] : inputs)
+      if (!in.empty() && overwrites_input(a->first, in))
+        throw InputError(std::string(a->second) + ": '" + a->first + "' is the input " + flag +
+                         " or inside it; writing it would replace what is read, give another "
+                         "file");
+  }
+}
+
+}  // namespace rrfp
