@@ -41,7 +41,7 @@ if [ "$(id -u)" -ne 0 ] || [ ${#as_user[@]} -gt 0 ]; then
 else
   echo "root without setpriv: the in-place write is not checked"
 fi
-# The reviewer's case: a trace of 2.2 MB under a 100 KB limit (killed, its temporary left).
+# A trace of 2.2 MB under a 100 KB limit (SIGXFSZ killed the process, its temporary left).
 (ulimit -f 100; "$rrfp" simulate --pp 64 -m 512 --trace big.json >/dev/null 2>err)
 rc=$?
 [ "$rc" -eq 1 ] && grep -q "^rrfp: run failed: --trace: 'big.json': writing failed: File too large" err ||
@@ -64,10 +64,27 @@ echo earlier >fd5.txt
 "$rrfp" simulate --pp 2 -m 4 --trace /dev/fd/5 >/dev/null 5>>fd5.txt || fail "--trace /dev/fd/5"
 [ "$(head -1 fd5.txt)" = earlier ] && grep -q traceEvents fd5.txt ||
   fail "--trace /dev/fd/5 5>>fd5.txt: $(head -c 80 fd5.txt)"
-# The file stdout was sent to, named as such: the table and the report both land in it, in order
-# (the report was renamed over it, and the table went to the file unlinked).
+# The file stdout was sent to, named as such, is stdout: the report alone lands in it, as with
+# `--json -` (the report was renamed over it, and the table went to the file unlinked; then
+# both landed in it, no longer JSON).
 "$rrfp" simulate --pp 2 -m 4 --json same.txt >same.txt || fail "--json same.txt >same.txt"
-grep -q '^{' same.txt && grep -q '^ready ' same.txt || fail "--json same.txt >same.txt: $(head -c 80 same.txt)"
+/usr/bin/python3 -m json.tool same.txt >/dev/null || fail "--json same.txt >same.txt: $(tail -c 80 same.txt)"
+"$rrfp" simulate --pp 2 -m 4 --json /dev/stdout 2>/dev/null | /usr/bin/python3 -m json.tool >/dev/null ||
+  fail "--json /dev/stdout: stdout is not the JSON alone"
+# A descriptor opened read-write at the file's start (`3<>f`) is no place to append: the report
+# is written as over any file (it landed at byte 0, the old tail after it).
+head -c 9000 /dev/zero | tr '\0' x >rw.txt
+"$rrfp" simulate --pp 2 -m 4 --json /dev/fd/3 3<>rw.txt >/dev/null || fail "--json /dev/fd/3 3<>rw.txt"
+/usr/bin/python3 -m json.tool rw.txt >/dev/null || fail "--json /dev/fd/3 3<>rw.txt: $(tail -c 40 rw.txt)"
+# Standard output by name, its reader gone under an ignored SIGPIPE, ends as `--json -` does:
+# quietly, 141 (it failed the run, exit 1, "Broken pipe").
+(
+  trap '' PIPE
+  "$rrfp" simulate --pp 64 -m 64 --json /dev/stdout 2>pipe.err | (exec 0<&-; sleep 1)
+  exit "${PIPESTATUS[0]}"
+)
+rc=$?
+[ "$rc" -eq 141 ] && [ ! -s pipe.err ] || fail "--json /dev/stdout into a closed pipe: exit $rc, $(cat pipe.err)"
 # Standard output however named is one output: these wrote both reports into one stream.
 check "--trace: '/dev/stdout' is also given to --json (as '-'); give each output a file of its own" \
   simulate --pp 2 -m 4 --json - --trace /dev/stdout

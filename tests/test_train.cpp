@@ -297,6 +297,50 @@ TEST(TrainDiverged, ANonFiniteValidationLossStopsTheRunBeforeItsCheckpoint) {
   std::filesystem::remove_all(o.out);
 }
 
+// A resume that validates the step its checkpoint holds (a signal had cut that validation
+// short, its row's val_loss left empty) stops as a step does where that loss is not a number:
+// it filled in "nan" and went on. The checkpoint's weights are made 1e30, finite.
+TEST(TrainDiverged, AFilledInValidationThatIsNotANumberStopsTheResume) {
+  TrainRun o;
+  o.train = small_run(2, 4, 2, 3);
+  o.train.steps = 1;
+  o.eval_every = 1;
+  o.save_every = 1;
+  o.quiet = true;
+  o.out = ::testing::TempDir() + "rrfp-fill-nan";
+  std::filesystem::remove_all(o.out);
+  run_training(o);
+  const std::string ck = o.out + "/checkpoint.bin", log = o.out + "/loss.csv";
+  std::string bytes;
+  {
+    std::ifstream in(ck, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::uint64_t header = 0;
+  std::memcpy(&header, bytes.data() + 12, sizeof header);
+  const float big = 1e30f;
+  for (std::size_t at = 20 + header; at + 8 < bytes.size(); at += 4)
+    std::memcpy(bytes.data() + at, &big, 4);  // every tensor: parameters and moments
+  const std::uint64_t sum =
+      checkpoint_checksum(std::string_view(bytes).substr(0, bytes.size() - 8));
+  std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
+  std::ofstream(ck, std::ios::binary | std::ios::trunc) << bytes;
+  std::ifstream in(log);
+  std::string head, row;
+  std::getline(in, head);
+  std::getline(in, row);
+  in.close();
+  // val_loss, the third field, emptied: "1,5.5,5.4,..." -> "1,5.5,,...".
+  const std::size_t from = row.find(',', row.find(',') + 1) + 1, to = row.find(',', from);
+  ASSERT_LT(from, to) << row;
+  row.erase(from, to - from);
+  std::ofstream(log, std::ios::trunc) << head << "\n" << row << "\n";
+  o.train.steps = 2;
+  o.resume = ck;
+  EXPECT_ERROR(run_training(o), Error, "step 1: the validation loss is not a number");
+  std::filesystem::remove_all(o.out);
+}
+
 TEST(TrainDefault, LossFallsOnTheHeldOutSplit) {
   // The default configuration of `rrfp train`, shortened: 60 steps, seeded.
   TrainRun o;

@@ -199,8 +199,8 @@ void write_reports(const ExperimentFlags& f, const ReportHeader& h,
     write_json_report(f.json, j);
   }
   // When stdout carries the JSON, every line for people goes to stderr.
-  std::ostream& human = f.json == "-" ? std::cerr : std::cout;
-  if (f.json != "-") human << format_table(h, runs, f.per_stage);
+  std::ostream& human = is_stdout(f.json) ? std::cerr : std::cout;
+  if (!is_stdout(f.json)) human << format_table(h, runs, f.per_stage);
   if (!f.trace.empty()) human << "trace: " << f.trace << " (open in https://ui.perfetto.dev)\n";
   if (!f.svg.empty()) human << "timeline: " << f.svg << "\n";
 }

@@ -81,6 +81,10 @@ using NamedPaths = std::initializer_list<std::pair<const std::string&, const cha
 // outputs naming one file, and an output naming one of the command's `inputs` (a file that
 // exists; an empty path passes).
 void check_outputs(NamedPaths outputs, NamedPaths inputs = {});
+// Whether `path` is standard output: '-', or what descriptor 1 has open (/dev/stdout,
+// /dev/fd/1, the file stdout was sent to). A command whose --json is stdout prints its human
+// lines to stderr, so that stdout is the JSON alone.
+bool is_stdout(const std::string& path);
 // `hint` where it names a file, else (a built-in hint's name) an empty string: an input for
 // check_outputs.
 const std::string& hint_file(const std::string& hint);

@@ -29,20 +29,6 @@ std::filesystem::path landing(const std::string& path, std::error_code& ec) {
   return ec ? fs::path() : fs::weakly_canonical(p, ec);
 }
 
-// Whether `path` is standard output: '-', or what descriptor 1 has open (/dev/stdout,
-// /dev/fd/1, the file stdout was sent to). A character device there (a terminal, /dev/null) is
-// stdout only as such a spelling: /dev/null named beside `>/dev/null` clobbers nothing.
-bool is_stdout(const std::string& path) {
-  if (path == "-") return true;
-  struct stat named {
-  }, held{};
-  if (::stat(path.c_str(), &named) != 0 || ::fstat(STDOUT_FILENO, &held) != 0 ||
-      named.st_dev != held.st_dev || named.st_ino != held.st_ino)
-    return false;
-  return !S_ISCHR(named.st_mode) || path == "/dev/stdout" || path == "/dev/fd/1" ||
-         path == "/proc/self/fd/1";
-}
-
 // Whether `a` and `b` name one file: the same inode where both exist (a hard link, a symbolic
 // link, another spelling), else the same place to land; standard output however given ('-',
 // /dev/stdout: both were written there, the JSON report cut by the trace). A character device
@@ -76,6 +62,20 @@ bool overwrites_input(const std::string& out, const std::string& in) {
 }
 
 }  // namespace
+
+// Whether `path` is standard output: '-', or what descriptor 1 has open (/dev/stdout,
+// /dev/fd/1, the file stdout was sent to). A character device there (a terminal, /dev/null) is
+// stdout only as such a spelling: /dev/null named beside `>/dev/null` clobbers nothing.
+bool is_stdout(const std::string& path) {
+  if (path == "-") return true;
+  struct stat named {
+  }, held{};
+  if (::stat(path.c_str(), &named) != 0 || ::fstat(STDOUT_FILENO, &held) != 0 ||
+      named.st_dev != held.st_dev || named.st_ino != held.st_ino)
+    return false;
+  return !S_ISCHR(named.st_mode) || path == "/dev/stdout" || path == "/dev/fd/1" ||
+         path == "/proc/self/fd/1";
+}
 
 void check_outputs(NamedPaths outputs, NamedPaths inputs) {
   const bool json = std::any_of(outputs.begin(), outputs.end(),

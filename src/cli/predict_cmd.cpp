@@ -118,8 +118,8 @@ void run_predict(PredictFlags f) {
     }
     if (!f.json.empty()) write_json_report(f.json, prediction_json(p, f.path));
   });
-  std::ostream& human = f.json == "-" ? std::cerr : std::cout;
-  if (f.json != "-") human << format_prediction(p, f.path);
+  std::ostream& human = is_stdout(f.json) ? std::cerr : std::cout;
+  if (!is_stdout(f.json)) human << format_prediction(p, f.path);
   if (!f.svg.empty()) human << "timeline (measured, twin, best): " << f.svg << "\n";
 }
 

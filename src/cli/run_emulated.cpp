@@ -328,7 +328,7 @@ class EmulatedRuns {
         f_.compare
             ? nlohmann::json{{"compare", fidelity_json(fidelity, world_ ? describe(mm_) : "")}}
             : nlohmann::json{});
-    std::ostream& human = f_.exp.json == "-" ? std::cerr : std::cout;  // stdout: the JSON alone
+    std::ostream& human = is_stdout(f_.exp.json) ? std::cerr : std::cout;  // stdout: the JSON alone
     human << "runtime overhead: dispatch gap (task end to the next already-ready task's start) "
           << "median " << fmt("%.1f", percentile(gaps_, 0.5) / 1e3) << " us, p99 "
           << fmt("%.1f", percentile(gaps_, 0.99) / 1e3) << " us over " << gaps_.size()

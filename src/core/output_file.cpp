@@ -88,18 +88,31 @@ int descriptor_named(const std::string& path, const struct stat& st) {
   for (const int fd : {numbered, STDOUT_FILENO, STDERR_FILENO}) {
     struct stat held {};
     const int flags = fd < 0 ? -1 : ::fcntl(fd, F_GETFL);
-    if (flags != -1 && (flags & O_ACCMODE) != O_RDONLY && ::fstat(fd, &held) == 0 &&
-        held.st_dev == st.st_dev && held.st_ino == st.st_ino)
+    if (flags == -1 || (flags & O_ACCMODE) == O_RDONLY || ::fstat(fd, &held) != 0 ||
+        held.st_dev != st.st_dev || held.st_ino != st.st_ino)
+      continue;
+    // A regular file is written through only where what is written lands after what it holds
+    // (appended, or at its end): a descriptor opened read-write at its start (`3<>f`) kept the
+    // old tail after the report. Such a file is replaced, as any other.
+    if (!S_ISREG(held.st_mode) || (flags & O_APPEND) != 0 ||
+        ::lseek(fd, 0, SEEK_CUR) == held.st_size)
       return fd;
+    return -1;
   }
   return -1;
 }
 
 // Writes `bytes` through `fd`, a descriptor the process had open (descriptor_named), after what
 // std::cout and std::cerr hold, so that the output lands where it was written in the run.
+// Standard output's through std::cout: a failed write there ends the command as any of its
+// (a closed pipe quietly, with 141), where one through the descriptor failed the run.
 void write_through(int fd, const std::string& bytes, const std::string& what) {
-  std::cout.flush();
   std::cerr.flush();
+  if (fd == STDOUT_FILENO) {
+    std::cout << bytes << std::flush;
+    return;
+  }
+  std::cout.flush();
   write_all(fd, bytes, what + ": writing failed");
 }
 

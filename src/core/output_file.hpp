@@ -36,8 +36,9 @@ void check_output_path(const std::string& path, const std::string& what);
 // through open_output: there is nothing to keep, and a rename would replace the device. A path
 // that names a descriptor the process has open for writing (/dev/stdout, /dev/stderr,
 // /dev/fd/N, or the file stdout or stderr was redirected to) is written through it, after
-// std::cout's and std::cerr's pending output, appending where the shell opened it so: replaced,
-// the file behind `>>all.txt` lost every earlier run's output. Throws
+// std::cout's and std::cerr's pending output, appending where the shell opened it so (a regular
+// file opened read-write at its start, `3<>f`, is replaced instead): replaced, the file behind
+// `>>all.txt` lost every earlier run's output. Throws
 // as open_output (InputError) and write_all (Error) do, starting with `what`.
 void replace_file(const std::string& path, const std::string& bytes, const std::string& what);
 

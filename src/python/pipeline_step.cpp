@@ -44,11 +44,11 @@ std::vector<std::byte> carried_bytes(const pyb::object& closing, std::exception_
       return {};
     }
     error = std::make_exception_ptr(
-        TaskError("adding the step's microbatch losses: " + first_line(e.what())));
+        TaskError("joining the step's microbatch losses: " + first_line(e.what())));
     return {};
   } catch (const std::exception& e) {
     error = std::make_exception_ptr(
-        TaskError("adding the step's microbatch losses: " + first_line(e.what())));
+        TaskError("joining the step's microbatch losses: " + first_line(e.what())));
     return {};
   }
 }

@@ -13,13 +13,6 @@ double ms(std::int64_t ns) {
   return static_cast<double>(ns) / 1e6;
 }
 
-// A time of a step in ms as the text tables print it: to 0.01 ms, but in a step shorter than
-// 1 ms to the nanosecond (steps of microseconds all read 0.00). Keyed by the step's makespan
-// (`step_ns`), so that every value of a step of 1 ms or more prints as it did.
-std::string ms_text(std::int64_t ns, std::int64_t step_ns) {
-  return fmt(step_ns > 0 && step_ns < 1000000 ? "%.6f" : "%.2f", ms(ns));
-}
-
 // `base` over `ns`; NaN when either took no time (durations all zero: "-nanx" was printed).
 double ratio(std::int64_t base, std::int64_t ns) {
   return base > 0 && ns > 0 ? static_cast<double>(base) / static_cast<double>(ns) : std::nan("");

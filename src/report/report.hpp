@@ -28,6 +28,10 @@ struct ReportHeader {
 };
 
 // Speedups are relative to runs[0].
+// A time of a step in ms as the text tables print it: to 0.01 ms, but in a step shorter than
+// 1 ms to the nanosecond (steps of microseconds all read 0.00). Keyed by the step's makespan
+// (`step_ns`), so that every value of a step of 1 ms or more prints as it did.
+std::string ms_text(std::int64_t ns, std::int64_t step_ns);
 std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& runs, bool per_stage);
 // A run's peak D per stage on one line: every stage's up to kPeaksListed stages; past that the
 // largest and the smallest with their stages, since a thousand numbers make no column (the

@@ -14,13 +14,6 @@ double ms(std::int64_t ns) {
   return static_cast<double>(ns) / 1e6;
 }
 
-// A time of a step in ms as the text tables print it: to 0.01 ms, but in a step shorter than
-// 1 ms to the nanosecond (steps of microseconds all read 0.00). Keyed by the step's makespan
-// (`step_ns`), so that every value of a step of 1 ms or more prints as it did.
-std::string ms_text(std::int64_t ns, std::int64_t step_ns) {
-  return fmt(step_ns > 0 && step_ns < 1000000 ? "%.6f" : "%.2f", ms(ns));
-}
-
 std::string pad(std::string s, size_t w) {
   if (s.size() < w) s += std::string(w - s.size(), ' ');
   return s;
@@ -31,6 +24,10 @@ std::string lpad(std::string s, size_t w) {
 }
 
 }  // namespace
+
+std::string ms_text(std::int64_t ns, std::int64_t step_ns) {
+  return fmt(step_ns > 0 && step_ns < 1000000 ? "%.6f" : "%.2f", ms(ns));
+}
 
 void write_text_file(const std::string& path, const std::string& text, const char* flag) {
   // Whole or not at all: a failed write once left a cut file in place of the old one.

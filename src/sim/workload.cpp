@@ -161,7 +161,7 @@ void apply_jitter(RealizedWork& w, const WorkModel& m, const JitterLevel& j, std
 void check_total(const RealizedWork& w, const std::string& what, const std::string& remedy) {
   // A message sharing the links takes up to two_slowdown times its time alone (SharedLinks: each
   // of n moving ones at min(1, links / n, 1 / two_slowdown) of its rate, so the links move at
-  // least one message's worth per two_slowdown). Counted alone, 144000 microbatches of 1000 s
+  // least one message's worth per two_slowdown). Counted alone, 145,000 microbatches of 1000 s
   // messages at 64x passed 2^63 ns, and the simulation's clock wrapped and never ended.
   const double slowdown = std::max(1.0, w.two_slowdown);
   double total =

@@ -290,7 +290,8 @@ class Run {
     if (empty == 0) return {};
     const auto v = trainer_.validation_loss(o_.eval_batches, o_.stop);
     fill_cut_ = !v;
-    if (!v) return {};  // stopped again: the row stays as it was
+    if (!v) return {};                       // stopped again: the row stays as it was
+    stop_if_diverged(first_ - 1, 0, 0, *v);  // as in a step: "nan" was filled in, and "done"
     sum_.val_loss = *v;
     validated_ = true;
     return {first_, 2, fmt("%.4f", *v)};

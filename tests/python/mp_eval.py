@@ -45,7 +45,7 @@ def run(pp, dp, m, transport):
                     h = c(h)
                 each.append(fn(h, y))
             # A count adds over the microbatches; losses per sample join, as a loop's torch.cat.
-            want = sum(each[1:], each[0]) if each[0].numel() == 1 else torch.cat(each)
+            want = sum(each[1:], each[0]) if each[0].dim() == 0 else torch.cat(each)
         assert got.dtype == want.dtype and torch.equal(got, want), (cpipe.rank, name, got, want)
     print(f"rank {epipe.rank}: eval_step's count and per-sample losses on every process",
           flush=True)

@@ -1,4 +1,4 @@
-"""eval_step's loss: losses of one element added in microbatch order; a loss per sample
+"""eval_step's loss: 0-dim losses added in microbatch order; a loss per sample
 (reduction="none") concatenated along dimension 0 in microbatch order, as a plain loop's
 torch.cat of them. And step() under torch.inference_mode() says so."""
 import pytest
@@ -48,6 +48,16 @@ def test_a_loss_per_sample_comes_back_per_sample_in_microbatch_order(rows):
     if rows == [2, 2, 2, 2]:  # one batch, split evenly
         _, whole = pipe.eval_step(torch.cat(xs), torch.cat(ys))
         assert torch.equal(whole, loss)
+
+
+def test_a_loss_per_sample_of_one_row_microbatches_is_joined_too():
+    # Told by its elements, a loss per sample of microbatches of one row each was added: the
+    # same loss_fn gave 8 values for 8 rows in 4 microbatches and 1 for 4 rows.
+    chunks = model()
+    xs, ys = microbatches([1, 1, 1, 1])
+    pipe = rrfp.Pipeline(chunks, per_sample, pp=2, microbatches=4, timeout=60, progress=None)
+    _, loss = pipe.eval_step(xs, ys)
+    assert loss.shape == (4,) and torch.equal(loss, torch.cat(plain(chunks, per_sample, xs, ys)))
 
 
 def test_losses_of_one_element_are_still_added_in_microbatch_order():

@@ -131,7 +131,7 @@ def closing(pipe, m):
     if not pipe._data.losses:
         return _wire.pack(entries)
     try:
-        total = step_loss([pipe._data.losses[i] for i in range(m)])
+        total = step_loss([pipe._data.losses[i] for i in range(m)], pipe._data.eval)
     except Exception as e:
         pipe._data.record(None, None, e)
         raise
@@ -139,12 +139,15 @@ def closing(pipe, m):
     return _wire.pack(entries + [(_LOSS, total)])
 
 
-def step_loss(losses):
-    """The step's loss from its microbatches' in microbatch order: losses of one element each
-    (a step's always) added; else, an evaluation's loss per sample, concatenated along dimension
-    0, as a plain loop's torch.cat of them. Added, their samples were summed across the
-    microbatches (8 rows in 4 microbatches gave 2 values), or failed to broadcast."""
-    if all(loss.numel() == 1 for loss in losses):
+def step_loss(losses, evaluation):
+    """The step's loss from its microbatches' in microbatch order: a step's (one element each)
+    added, and an evaluation's 0-dim ones; an evaluation's of one dimension or more (a loss per
+    sample) concatenated along dimension 0, as a plain loop's torch.cat of them. Added, their
+    samples were summed across the microbatches (8 rows in 4 microbatches gave 2 values), or
+    failed to broadcast. Told by the dimensions, not the elements: a loss per sample of
+    microbatches of one row each, of one element, was added, so the same loss_fn's result
+    changed its shape with the batch."""
+    if not evaluation or all(loss.dim() == 0 for loss in losses):
         total = losses[0]
         for loss in losses[1:]:
             total = total + loss
@@ -152,7 +155,7 @@ def step_loss(losses):
     first = losses[0]
     if any(loss.dim() == 0 or loss.shape[1:] != first.shape[1:] for loss in losses):
         raise ValueError(
-            "loss_fn: eval_step concatenates losses of more than one element (a loss per "
+            "loss_fn: eval_step concatenates losses of one dimension or more (a loss per "
             "sample) along dimension 0 over the microbatches, which needs each to have it and "
             "the same sizes past it; got shapes "
             + ", ".join(str(tuple(loss.shape)) for loss in losses))

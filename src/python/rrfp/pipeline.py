@@ -337,7 +337,7 @@ class Pipeline:
         0 when inputs came as one batch and they are tensors of at least one dimension that
         agree in every other dimension, dtype and device, else a list, on the processes that
         run the last stage (None on the others); loss is the sum of the microbatch losses with
-        targets, or where they have more than one element (a loss per sample) their
+        targets where they are 0-dim, or where they have a dimension (a loss per sample) their
         concatenation along dimension 0 (on every process of the replica), else None. Raises
         as step() does.
         """
