@@ -28,12 +28,17 @@
 namespace rrfp::test {
 namespace {
 
+// Also with the device spans on the device's pid, as Kineto writes them: each rank's file was
+// read as two ranks (its process and its device), "2 chunks on 4 stages".
 TEST(TraceFormats, KinetoTraceReplaysItsRecordedOrderToTheStep) {
   for (std::uint64_t seed = 1; seed <= 3; ++seed)
     for (const char* hint : {"zb-h1", "bfw"}) {
       WorkModel m(config(3, 6, 1, true));
       RealizedWork w = realize(workload_preset("paper"), m, 1, seed);
       const StepRecord r = simulated(m, hint, hint[0] == 'z' ? Policy::Fixed : Policy::Ready, w);
+      EXPECT_EQ(import_trace_texts(kineto_files(r, m, true, true), m, 1).work.compute_ns,
+                w.compute_ns)
+          << "the device's spans on its own pid";
       const ImportedRun in = import_trace_texts(kineto_files(r, m), m, 1);
       EXPECT_EQ(in.format, "torch");
       EXPECT_EQ(in.run, "ProfilerStep#5");

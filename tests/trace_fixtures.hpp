@@ -66,10 +66,15 @@ void for_each_receive(const StepRecord& r, const WorkModel& m, Emit emit) {
 
 // Kineto's layout (one object per rank: distributedInfo, traceEvents with user_annotation
 // spans, ProfilerStep#N, absolute microsecond clocks); CPU spans twice as long as the device's
-// gpu_user_annotation spans, which the importer must prefer.
+// gpu_user_annotation spans, which the importer must prefer. `device_pid`: those spans on the
+// device's pid (0), as Kineto writes them, not on the rank's process's.
 inline std::vector<std::pair<std::string, std::string>> kineto_files(const StepRecord& r,
                                                                      const WorkModel& m,
-                                                                     bool zip = true) {
+                                                                     bool zip = true,
+                                                                     bool device_pid = false) {
+  const auto pid_of = [&](const std::string& cat, int stage) {
+    return device_pid && cat == "gpu_user_annotation" ? 0 : 100 + stage;
+  };
   const double base = 1712667379482786;  // epoch microseconds, as a 2024 trace has them
   std::vector<json> docs(m.pp());
   for (int s = 0; s < m.pp(); ++s) {
@@ -93,7 +98,7 @@ inline std::vector<std::pair<std::string, std::string>> kineto_files(const StepR
           {{"ph", "X"},
            {"cat", cat},
            {"name", name},
-           {"pid", 100 + t.stage},
+           {"pid", pid_of(cat, t.stage)},
            {"tid", std::string(cat) == "user_annotation" ? 100 + t.stage : 7},
            {"ts", base + us(t.start)},
            {"dur", std::string(cat) == "user_annotation" ? 2 * dur : dur}});
@@ -104,7 +109,7 @@ inline std::vector<std::pair<std::string, std::string>> kineto_files(const StepR
     docs[t.stage]["traceEvents"].push_back({{"ph", "X"},
                                             {"cat", "gpu_user_annotation"},
                                             {"name", name},
-                                            {"pid", 100 + t.stage},
+                                            {"pid", pid_of("gpu_user_annotation", t.stage)},
                                             {"tid", 7},
                                             {"ts", base + us(from)},
                                             {"dur", us(to - from)}});

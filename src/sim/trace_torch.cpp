@@ -86,6 +86,29 @@ struct Process {
   std::string origin;
 };
 
+// The key of a ranked file's device spans, which no JSON pid dumps to.
+const std::string kDevice = "device";
+
+// A ranked file's device process (`dev`, at or after `first`) joined to the file's one process
+// with spans on the CPU: its spans added, its copies of the steps taking the CPU's place (the
+// device's time, as where one pid holds both). Its rank was split in two: 2 stages read from a
+// rank's file, and a pipeline of 2 chunks "on 4 stages". Kept on its own where the file has no
+// such process, or several (a merged file, whose device spans could be any one's).
+void merge_device(std::vector<Process>& out, size_t first, size_t dev) {
+  std::vector<size_t> cpu;
+  for (size_t k = first; k < out.size(); ++k)
+    if (k != dev && !out[k].spans.empty()) cpu.push_back(k);
+  if (cpu.size() != 1) return;
+  Process& p = out[cpu.front()];
+  Process& d = out[dev];
+  p.spans.insert(p.spans.end(), d.spans.begin(), d.spans.end());
+  for (const auto& [step, span] : d.steps)
+    p.steps[step] = span;
+  out.erase(out.begin() + static_cast<std::ptrdiff_t>(dev));
+  for (size_t k = dev; k < out.size(); ++k)
+    out[k].order = k;
+}
+
 std::vector<Process> processes_of(const std::vector<Doc>& docs) {
   std::vector<Process> out;
   for (size_t f = 0; f < docs.size(); ++f) {
@@ -99,6 +122,7 @@ std::vector<Process> processes_of(const std::vector<Doc>& docs) {
       if (ranked) rank = info->at("rank").get<double>();
     }
     std::map<std::string, size_t> by_pid;
+    const size_t first = out.size();  // this file's processes: from here on
     size_t n = 0;
     for (const auto& e : events_of(d)) {
       ++n;
@@ -106,7 +130,10 @@ std::vector<Process> processes_of(const std::vector<Doc>& docs) {
       const auto name = e.find("name");
       if (name == e.end() || !name->is_string()) continue;
       const std::string where = d.origin + ": event " + std::to_string(n);
-      const std::string pid = e.contains("pid") ? e.at("pid").dump() : "";
+      // Kineto gives a rank's device spans the device's pid (0 for cuda:0), not its process's:
+      // in a file of one rank (distributedInfo) they are that rank's (kDevice, merged below).
+      const bool device = ranked && string_at(e, "cat", d.origin, n) == "gpu_user_annotation";
+      const std::string pid = device ? kDevice : e.contains("pid") ? e.at("pid").dump() : "";
       auto [it, fresh] = by_pid.emplace(pid, out.size());
       if (fresh) {
         Process p;
@@ -140,6 +167,8 @@ std::vector<Process> processes_of(const std::vector<Doc>& docs) {
       p.spans.push_back({clock_at(e, "ts", where), number_at(e, "dur", where), s,
                          string_at(e, "cat", d.origin, n) == "gpu_user_annotation", n});
     }
+    if (const auto dev = by_pid.find(kDevice); dev != by_pid.end())
+      merge_device(out, first, dev->second);
   }
   std::stable_sort(out.begin(), out.end(), [](const Process& a, const Process& b) {
     return a.rank != b.rank ? a.rank < b.rank : a.order < b.order;
