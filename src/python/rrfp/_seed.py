@@ -113,11 +113,22 @@ class Seeding:
         _IN_SEEDED_TASK.active = True  # the lock is not reentrant: reset, not restored, below
         try:
             with torch.random.fork_rng(devices=devices):
-                torch.manual_seed(_task_seed(self.seed, step, chunk, self._first_mb + mb, kind))
+                _seed_task(_task_seed(self.seed, step, chunk, self._first_mb + mb, kind), gpu)
                 yield
         finally:
             _IN_SEEDED_TASK.active = False
             _GENERATORS.release()
+
+
+def _seed_task(s, gpu):
+    """Seeds the generators a task on `gpu` (None: the CPU) draws from, and no others:
+    torch.manual_seed seeds every GPU's, of which fork_rng restores the task's alone, so a task
+    left the caller's generators on the other GPUs seeded anew. A plain loop's
+    torch.manual_seed gives those the task draws from the same seed."""
+    torch.default_generator.manual_seed(s)
+    if gpu is not None:
+        with torch.cuda.device(gpu):
+            torch.cuda.manual_seed(s)
 
 
 def _gpu(device):
