@@ -4,10 +4,13 @@
 // different dispatch orders.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
+#include <vector>
 
 #include "core/error.hpp"
 #include "expect_error.hpp"
@@ -185,6 +188,29 @@ TEST(TrainInput, TheCorpusCountsWhatItSkips) {
   fs::remove_all(dir);
 }
 
+// Rewrites the tensors of checkpoint `ck` in place (`edit` gets them as one array of floats:
+// the parameters, then AdamW's first and second moments, each in the model's order) and seals
+// it again with its checksum.
+void edit_tensors(const std::string& ck, const std::function<void(float*, std::size_t)>& edit) {
+  std::string bytes;
+  {
+    std::ifstream in(ck, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::uint64_t header = 0;
+  std::memcpy(&header, bytes.data() + 12, sizeof header);
+  const std::size_t at = 20 + header, n = (bytes.size() - 8 - at) / 4;
+  EXPECT_EQ(at + 4 * n + 8, bytes.size());  // whole floats between the header and the checksum
+  std::vector<float> t(n);
+  std::memcpy(t.data(), bytes.data() + at, 4 * n);
+  edit(t.data(), n);
+  std::memcpy(bytes.data() + at, t.data(), 4 * n);
+  const std::uint64_t sum =
+      checkpoint_checksum(std::string_view(bytes).substr(0, bytes.size() - 8));
+  std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
+  std::ofstream(ck, std::ios::binary | std::ios::trunc) << bytes;
+}
+
 // A run of `o` for one step, checkpointed, whose checkpoint then holds AdamW first moments of
 // 1e30 and second moments of 0: the next update moves every weight by about 1e31, finite, and
 // the forward after it is not a number. (A large `lr` with weight decay flipped every weight
@@ -195,27 +221,14 @@ std::string run_to_a_blow_up(TrainRun o) {
   o.quiet = true;
   run_training(o);
   const std::string ck = o.out + "/checkpoint.bin";
-  std::string bytes;
-  {
-    std::ifstream in(ck, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
-  std::uint64_t header = 0;
-  std::memcpy(&header, bytes.data() + 12, sizeof header);
   std::size_t floats = 0;
   for (const auto& p : Trainer(o.train).parameters())
     floats += static_cast<std::size_t>(p.numel());
-  const std::size_t moments = 20 + header + 4 * floats;  // after the parameters
-  EXPECT_EQ(bytes.size(), moments + 8 * floats + 8);
-  const float big = 1e30f, zero = 0;
-  for (std::size_t i = 0; i < floats; ++i) {
-    std::memcpy(bytes.data() + moments + 4 * i, &big, 4);
-    std::memcpy(bytes.data() + moments + 4 * (floats + i), &zero, 4);
-  }
-  const std::uint64_t sum =
-      checkpoint_checksum(std::string_view(bytes).substr(0, bytes.size() - 8));
-  std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
-  std::ofstream(ck, std::ios::binary | std::ios::trunc) << bytes;
+  edit_tensors(ck, [&](float* t, std::size_t n) {
+    EXPECT_EQ(n, 3 * floats);
+    std::fill(t + floats, t + 2 * floats, 1e30f);  // the first moments
+    std::fill(t + 2 * floats, t + n, 0.0f);        // the second
+  });
   return ck;
 }
 
@@ -311,20 +324,8 @@ TEST(TrainDiverged, AFilledInValidationThatIsNotANumberStopsTheResume) {
   std::filesystem::remove_all(o.out);
   run_training(o);
   const std::string ck = o.out + "/checkpoint.bin", log = o.out + "/loss.csv";
-  std::string bytes;
-  {
-    std::ifstream in(ck, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
-  std::uint64_t header = 0;
-  std::memcpy(&header, bytes.data() + 12, sizeof header);
-  const float big = 1e30f;
-  for (std::size_t at = 20 + header; at + 8 < bytes.size(); at += 4)
-    std::memcpy(bytes.data() + at, &big, 4);  // every tensor: parameters and moments
-  const std::uint64_t sum =
-      checkpoint_checksum(std::string_view(bytes).substr(0, bytes.size() - 8));
-  std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
-  std::ofstream(ck, std::ios::binary | std::ios::trunc) << bytes;
+  // Every tensor, parameters and moments.
+  edit_tensors(ck, [](float* t, std::size_t n) { std::fill(t, t + n, 1e30f); });
   std::ifstream in(log);
   std::string head, row;
   std::getline(in, head);
