@@ -7,6 +7,7 @@
 set -euo pipefail
 src=$1
 py=$2
+here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$py" -m venv --system-site-packages "$tmp/venv"
@@ -32,7 +33,6 @@ loss = pipe.step(torch.randn(4, 4), torch.randn(4, 4))
 assert "site-packages" in rrfp.__file__, rrfp.__file__
 print("rank", pipe.rank, "of a torchrun job from the venv, loss", float(loss))
 PY
-ran=$("$tmp/venv/bin/python" -m torch.distributed.run --nproc_per_node 2 --master_port 29571 \
-  --redirects 1 --tee 1 "$tmp/two.py" 2>&1) || { echo "$ran"; exit 1; }
+ran=$(bash "$here/torchrun.sh" "$tmp/venv/bin/python" 2 "$tmp/two.py" 2>&1) || { echo "$ran"; exit 1; }
 echo "$ran" | grep "of a torchrun job from the venv" | sort
 [ "$(echo "$ran" | grep -c "of a torchrun job from the venv")" -eq 2 ]

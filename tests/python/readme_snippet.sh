@@ -40,8 +40,7 @@ run threads 1 "$python" "$tmp/snippet.py"
 if command -v mpirun >/dev/null; then
   run mpirun 4 "$here/../mpirun.sh" 4 "$python" "$tmp/snippet.py"
 fi
-run torchrun 4 "$python" -m torch.distributed.run --nproc_per_node 4 --master_port 29580 \
-  --redirects 1 --tee 1 "$tmp/snippet.py"
+run torchrun 4 "$here/torchrun.sh" "$python" 4 "$tmp/snippet.py"
 if [ ${#losses[@]} -gt 1 ] && [ "$(printf '%s\n' "${losses[@]}" | sort -u | wc -l)" -ne 1 ]; then
   echo "FAIL: the launchers' last losses differ: ${losses[*]}"
   fails=$((fails + 1))
