@@ -195,10 +195,12 @@ class DrawWatch:
             "chunks " + ", ".join(map(str, drew))
         warnings.warn(
             f"{which} of a pipeline without a seed drew random numbers (dropout) in a forward "
-            "from torch's generator, which the stages of this process share: what it draws "
-            "depends on the order their tasks run in, and activation checkpointing's recompute "
-            "may draw another mask than its forward did (gradients of no loss computed); pass "
-            "seed= to Pipeline (docs/python.md, \"Dropout and other random numbers\")",
+            "from torch's generator (or another thread of this process drew from it meanwhile: "
+            "a data loader's, another pipeline's), which the stages of this process share: what "
+            "it draws depends on the order their tasks run in, and activation checkpointing's "
+            "recompute may draw another mask than its forward did (gradients of no loss "
+            "computed); pass seed= to Pipeline (docs/python.md, \"Dropout and other random "
+            "numbers\")",
             RuntimeWarning, stacklevel=_caller_level())
 
 
