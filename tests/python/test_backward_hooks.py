@@ -4,6 +4,7 @@ run again the part of the graph that leads to both the input and the parameters,
 that holds such Python computes its whole backward in B and W hands its gradients over."""
 import pytest
 import torch
+import torch.utils.checkpoint
 from torch import nn
 import torch.nn.functional as F
 
@@ -35,6 +36,7 @@ class Block(nn.Module):
         super().__init__()
         self.a, self.b = nn.Linear(6, 6), nn.Linear(6, 6)
         self.log, self.name, self.hook_kind = log, name, hook_kind
+        self.kept = {}  # "retain": the tensors kept, by their values' sum (one per microbatch)
         record = (lambda m, gi, go: log.append((name, float(go[0].sum()))))
         if hook_kind == "full":
             self.b.register_full_backward_hook(record)
@@ -42,10 +44,34 @@ class Block(nn.Module):
             self.b.register_backward_hook(record)
 
     def forward(self, x):
+        if self.hook_kind == "saved":
+            return self.saved_once(x)
         h = torch.tanh(self.a(x))
         if self.hook_kind == "function":
             h = Counted.apply(h, self.log)
+        elif self.hook_kind == "tensor":  # a hook on a tensor of the forward's own
+            h.register_hook(lambda g: self.log.append(("tensor " + self.name, float(g.sum()))))
+        elif self.hook_kind == "retain":
+            h.retain_grad()
+            self.kept[float(h.sum())] = h
         return self.b(h)
+
+    def saved_once(self, x):
+        """Saved-tensor hooks that hand each tensor back once and let it go, as an offloader
+        that frees its copy does."""
+        store = []
+
+        def pack(t):
+            store.append(t.clone())
+            return len(store) - 1
+
+        def unpack(i):
+            t, store[i] = store[i], None
+            self.log.append(("unpack " + self.name, float(t.sum())))
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            return self.b(torch.tanh(self.a(x)))
 
 
 def model(log, hook_kind):
@@ -82,9 +108,12 @@ def plain(hook_kind):
 
 
 @pytest.mark.filterwarnings("ignore:Using a non-full backward hook")
-@pytest.mark.parametrize("hook_kind", ["full", "old", "function"])
+@pytest.mark.parametrize("hook_kind", ["full", "old", "function", "tensor", "saved"])
 @pytest.mark.parametrize("hint,policy,split", SCHEDULES)
 def test_backward_python_runs_once_a_microbatch(hook_kind, hint, policy, split):
+    # A hook on a tensor inside the forward, and saved-tensor hooks, live on autograd's nodes,
+    # where torch 1.13 shows them to no one: with a split backward the first ran in B and in W,
+    # the second failed in W (its tensor handed back already), until rrfp watched the forward.
     ref, ref_log = plain(hook_kind)
     log = []
     m = model(log, hook_kind)
@@ -127,6 +156,41 @@ def test_chunks_without_such_python_keep_their_split():
                          split_backward="on")
     pipe.step(xs, ys)
     assert all(w for r in pipe._runners for w in r.whole.values())
+
+
+@pytest.mark.parametrize("hint,policy,split", SCHEDULES)
+def test_retain_grad_inside_a_forward_reads_a_plain_loops_gradient(hint, policy, split):
+    # With a split backward, B and W each added the tensor's gradient to its .grad: twice it.
+    ref, _ = plain("retain")
+    m = model([], "retain")
+    xs, ys = data()
+    rrfp.Pipeline(m, F.cross_entropy, pp=3, microbatches=4, hint=hint, policy=policy,
+                  split_backward=split, timeout=60).step(xs, ys)
+    blocks = [m[0], m[1], m[2][0]], [ref[0], ref[1], ref[2][0]]
+    for got, want in zip(*blocks):
+        assert got.kept.keys() == want.kept.keys()
+        for k, h in want.kept.items():
+            assert torch.equal(got.kept[k].grad, h.grad)
+
+
+def test_torchs_own_saved_tensor_hooks_keep_the_split():
+    # Non-reentrant checkpointing's hooks recompute what is asked for as often as asked: a
+    # chunk that uses them keeps its split backward (W recomputes its forward, as documented).
+    class Checkpointed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(6, 6)
+
+        def forward(self, x):
+            return torch.utils.checkpoint.checkpoint(self.l, x, use_reentrant=False)
+
+    torch.manual_seed(0)
+    m = [Checkpointed(), Checkpointed(), nn.Linear(6, 3)]
+    xs, ys = data()
+    pipe = rrfp.Pipeline(m, F.cross_entropy, pp=3, microbatches=4, hint="bfw",
+                         split_backward="on")
+    pipe.step(xs, ys)
+    assert not any(w for r in pipe._runners for w in r.whole.values())
 
 
 class Reversed(nn.Module):

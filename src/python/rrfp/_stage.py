@@ -9,6 +9,7 @@ import contextlib
 
 import torch
 
+from . import _hook_watch
 from ._device import StageDevice, to_device
 from ._order import StateWatch as _StateWatch
 from ._frozen import FrozenTarget as _FrozenTarget, RequiresGradChanged as _RequiresGradChanged
@@ -97,7 +98,15 @@ class StageRunner:
         self.state.end_step()
 
     def forward(self, chunk, mb, x):
-        return self._run("F", chunk, mb, self._forward, x)
+        if not self.split or self.whole[chunk] or self.data.eval:
+            return self._run("F", chunk, mb, self._forward, x)
+        # A hook the forward puts on a tensor of its own would run in B and again in W.
+        outer = _hook_watch.watch()
+        try:
+            return self._run("F", chunk, mb, self._forward, x)
+        finally:
+            if _hook_watch.seen(outer):
+                self.whole[chunk] = True  # for the rest of the step, as a module hook makes it
 
     def backward(self, chunk, mb, g):
         # An evaluation's backward tasks do nothing: not watched.
