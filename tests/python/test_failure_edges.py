@@ -257,3 +257,28 @@ def test_an_in_place_module_put_first_between_steps_gets_a_copy_of_its_input():
 
     assert same_as_a_plain_loop(
         lambda: [nn.Sequential(nn.Linear(4, 4)), nn.Sequential(nn.Linear(4, 4))], put_first)
+
+
+class Unwanting(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+
+    def forward(self, x):
+        x.requires_grad_(False)  # a plain loop refuses: x is the previous chunk's output there
+        return self.l(x)
+
+
+@pytest.mark.parametrize("hint", ["bf", "bfw"])
+def test_a_chunk_turning_off_its_inputs_requires_grad_is_refused_as_in_a_plain_loop(hint):
+    # The chunk receives a leaf, which takes requires_grad_(False): the earlier chunks got no
+    # gradient through it, silently.
+    x = torch.randn(4, 4)
+    with pytest.raises(RuntimeError, match="only change requires_grad flags of leaf variables"):
+        Unwanting()(nn.Linear(4, 4)(x))
+    chunks = [nn.Linear(4, 4), Unwanting()]
+    pipe = rrfp.Pipeline(chunks, lambda o, y: o.sum(), pp=2, microbatches=2, hint=hint)
+    with pytest.raises(rrfp.StageError, match="chunk 1 set requires_grad=False on a tensor it "
+                                              r"receives \(x.requires_grad_\(False\)\)"):
+        pipe.step(x)
+    assert chunks[0].weight.grad is None

@@ -32,6 +32,21 @@ def input_leaf(t, dev):
     return t.detach().requires_grad_(True)
 
 
+def check_still_wanted(chunk, inp):
+    """Raises RuntimeError where chunk `chunk`'s forward turned off requires_grad of a leaf it
+    received (`x.requires_grad_(False)`): in a plain loop that tensor is the previous chunk's
+    output, no leaf, and torch refuses the call; here it was taken, and the earlier chunks got
+    no gradient from this one, silently."""
+    for t in inp if isinstance(inp, list) else (inp,):
+        if t is not None and not t.requires_grad:
+            raise RuntimeError(
+                f"chunk {chunk} set requires_grad=False on a tensor it receives "
+                "(x.requires_grad_(False)), which a plain loop refuses (that tensor is the "
+                "previous chunk's output there, and \"you can only change requires_grad flags "
+                "of leaf variables\"): the earlier chunks would get no gradient through it; "
+                "use x.detach() to compute without one")
+
+
 def input_grads(tree_in, inp, got):
     """What B sends back: for a tensor input (`inp` its leaf) its gradient, or None where none
     reached it (the chunk's output does not depend on it): the chunks before then get none

@@ -17,7 +17,8 @@ from ._grads import grad as _grad, parameter_name as _parameter_name
 from ._graph import foreign_leaves as _foreign_leaves, \
     module_backward_hooks as _module_backward_hooks, python_backward as _python_backward, \
     stale_saved_tensor as _stale_saved_tensor
-from ._leaves import begins_in_place as _begins_in_place, input_grads as _sent_back, \
+from ._leaves import begins_in_place as _begins_in_place, \
+    check_still_wanted as _check_still_wanted, input_grads as _sent_back, \
     input_leaf as _input_leaf
 from ._returned import checked_loss as _checked_loss, gradless as _gradless, wait as _wait
 from ._tree import pack as _pack, pack_grads as _pack_grads, \
@@ -195,6 +196,7 @@ class StageRunner:
                 "otherwise (in its own forward, or after another operation): make that "
                 "operation out of place (inplace=False), or make the chunk an nn.Sequential "
                 "that begins with it") from e
+        _check_still_wanted(chunk, inp)
         if chunk == self.last_chunk:
             targets = self.data.targets  # None: the step was given none
             loss = _checked_loss(self.data.loss_fn(out, None if targets is None else
