@@ -1,6 +1,7 @@
 """Numbers at their edges: a GradScaler whose steps overflow for a long time, a gradient that is
-non-finite only once unscaled, a 0-dim parameter, a loss without gradient history, and the
-seconds a delay_fn returns. Each case here failed before its fix (see the comments)."""
+non-finite only once unscaled, one stage's overflow under one optimizer per stage, a 0-dim
+parameter, a loss without gradient history, and the seconds a delay_fn returns. Each case here
+failed before its fix (see the comments)."""
 import math
 import warnings
 
@@ -154,6 +155,93 @@ def test_a_gradient_that_cannot_change_in_place_is_refused_before_any_changes():
     scaler.unscale_(opt)
     assert torch.equal(a.grad, torch.tensor([1.0, 2.0]))
     assert torch.equal(b.grad, torch.full((3,), 0.25))
+
+
+class Boosted(nn.Module):
+    """A last chunk whose parameter p's gradient is `boost` times the loss's: at 1e38 it
+    overflows float32 while scaled by 2**16, or only once unscaled from 2**-20."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+        self.p = nn.Parameter(torch.zeros(2))
+        self.boost = 1e38
+
+    def forward(self, h):
+        return self.lin(h) + self.p * self.boost
+
+
+def summed(y, t):  # t is ones: each output's gradient is 1
+    return (y * t).sum()
+
+
+def boosted():
+    torch.manual_seed(0)
+    model = [nn.Linear(4, 4), Boosted()]
+    return model, rrfp.Pipeline(model, summed, pp=2, microbatches=2, transport="inproc",
+                                progress=None)
+
+
+def boosted_run(boosts, per_stage, **settings):
+    """Trains [Linear, Boosted] in threads, one SGD per stage or one over everything; returns
+    the parameters after each step and the scales."""
+    model, pipe = boosted()
+    groups = [list(c.parameters()) for c in model] if per_stage else [
+        [p for c in model for p in c.parameters()]]
+    opts = [torch.optim.SGD(g, lr=0.01, momentum=0.9) for g in groups]
+    scaler = rrfp.GradScaler(pipe, **settings)
+    params, scales = [], []
+    for step, boost in enumerate(boosts):
+        model[1].boost = boost
+        for o in opts:
+            o.zero_grad()
+        pipe.step(torch.randn(4, 4, generator=torch.Generator().manual_seed(step)),
+                  torch.ones(4, 2))
+        for o in opts:
+            scaler.step(o)
+        scaler.update()
+        params.append([p.detach().clone() for c in model for p in c.parameters()])
+        scales.append(scaler.get_scale())
+    return params, scales
+
+
+@pytest.mark.parametrize("scale", [2.0**16, 2.0**-20], ids=["overflow-scaled",
+                                                            "overflow-unscaled"])
+@pytest.mark.parametrize("stage_1", ["own-optimizer", "no-optimizer"])
+def test_one_stage_overflowing_skips_every_stages_optimizer(scale, stage_1):
+    # With one optimizer per stage in threads, step(stage 0's) found its own gradients finite
+    # and stepped, though stage 1's had overflowed: a process per stage skips both.
+    model, pipe = boosted()
+    opts = [torch.optim.SGD(model[s].parameters(), lr=0.1) for s in pipe.stages]
+    if stage_1 == "no-optimizer":  # its gradients are read, and left scaled
+        opts = opts[:1]
+    scaler = rrfp.GradScaler(pipe, init_scale=scale)
+    before = [p.detach().clone() for c in model for p in c.parameters()]
+    pipe.step(torch.randn(4, 4), torch.ones(4, 2))
+    scaled = model[1].lin.weight.grad.clone()
+    for o in opts:
+        scaler.step(o)
+    scaler.update()
+    assert all(torch.equal(b, p) for b, p in zip(before, [p for c in model
+                                                           for p in c.parameters()]))
+    assert scaler.get_scale() == scale / 2
+    inv = torch.tensor(scale, dtype=torch.float64).reciprocal().float()
+    # Divided once, at its own optimizer's call, or not at all without one.
+    expected = scaled * inv if stage_1 == "own-optimizer" else scaled
+    assert torch.equal(model[1].lin.weight.grad, expected)
+
+
+def test_one_optimizer_per_stage_trains_as_one_over_everything():
+    # Step 0 overflows in stage 1 alone: every optimizer skips and the scale halves; the later
+    # steps overflow nowhere and every stage steps. Stage 0 stepped on step 0.
+    boosts = [1e38, 1.0, 1.0, 1.0]
+    per_stage, scales = boosted_run(boosts, True, growth_interval=2)
+    whole, whole_scales = boosted_run(boosts, False, growth_interval=2)
+    assert scales == whole_scales == [2.0**15, 2.0**15, 2.0**16, 2.0**16]
+    for a, b in zip(per_stage, whole):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+    for earlier, later in zip(per_stage, per_stage[1:]):  # every parameter moves
+        assert not any(torch.equal(x, y) for x, y in zip(earlier, later))
 
 
 @pytest.mark.parametrize("loss_fn", [

@@ -20,7 +20,6 @@ SHA-256 of its bytes (the zip archive's comment, so that torch.load still reads 
 before it is read (a part of an earlier version, without one, loads as then). Only regular
 files are opened (a named pipe blocked the load for ever)."""
 import collections
-import copy
 import glob
 import hashlib
 import io
@@ -35,73 +34,10 @@ from ._args import is_whole
 # The model's state by chunk, in a module of its own; named here too, where they always were.
 from ._model_state import (  # noqa: F401 (names of this module)
     apply_model_state, check_model_state, load_model_state, metadata_of, model_state, some_of)
+# The optimizer's state likewise.
+from ._optimizer_state import optimizer_load_state, optimizer_state  # noqa: F401
 
 MANIFEST = "manifest.json"
-
-
-def _names(chunks, canonical):
-    """id(parameter) -> its name; a parameter that several chunks share, by its first, and one
-    tied across processes by its tie's first (`canonical`), which every copy shares, so that
-    each layout finds its optimizer state."""
-    names = {}
-    for c in sorted(chunks):
-        for name, p in chunks[c].named_parameters():
-            names.setdefault(id(p), canonical.get(id(p), f"{c}.{name}"))
-    return names
-
-
-def optimizer_state(chunks, optimizer, canonical):
-    """The optimizer's state_dict with every parameter named instead of numbered."""
-    names = _names(chunks, canonical)
-    sd = optimizer.state_dict()
-    params = _own_params(optimizer, names)
-    state = {names[id(params[i])]: s for i, s in sd["state"].items()}
-    groups = []
-    for g, saved in zip(optimizer.param_groups, sd["param_groups"]):
-        entry = {k: v for k, v in saved.items() if k != "params"}
-        entry["params"] = [names[id(p)] for p in g["params"]]
-        groups.append(entry)
-    return {"state": state, "param_groups": groups}
-
-
-def _own_params(optimizer, names):
-    """The optimizer's parameters in order, refused (ValueError) unless each is one of this
-    pipeline's chunks' (`names`: theirs by id)."""
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    unknown = [i for i, p in enumerate(params) if id(p) not in names]
-    if unknown:
-        raise ValueError("optimizer: it holds parameters that are not this pipeline's chunks' "
-                         f"(positions {unknown[:5]})")
-    return params
-
-
-def optimizer_load_state(chunks, optimizer, named, canonical):
-    """What `optimizer` (over this process's parameters) loads of `named` (optimizer_state of
-    any layout), made and checked without changing it: its load_state_dict argument. Each group
-    takes the hyper-parameters of the saved group that held the first of its parameters."""
-    names = _names(chunks, canonical)
-    _own_params(optimizer, names)  # a foreign one raised a KeyError holding its id
-    group_of = {}
-    for g in named["param_groups"]:
-        for n in g["params"]:
-            group_of[n] = g
-    state, groups, index = {}, [], 0
-    for g in optimizer.param_groups:
-        first = names.get(id(g["params"][0])) if g["params"] else None
-        saved = group_of.get(first)
-        if first is not None and saved is None:
-            raise KeyError(f"optimizer: the checkpoint has no state for parameter '{first}'")
-        entry = {k: v for k, v in (saved or g).items() if k != "params"}
-        entry["params"] = list(range(index, index + len(g["params"])))
-        for p in g["params"]:
-            n = names[id(p)]
-            if n in named["state"]:
-                # Its own copy: two copies of a tie in one process share a name, and one state
-                # stepped for both would move them apart.
-                state[index] = copy.deepcopy(named["state"][n])
-            index += 1
-        groups.append(entry)
-    return {"state": state, "param_groups": groups}
 
 
 def new_token():

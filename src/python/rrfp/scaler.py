@@ -23,103 +23,11 @@ import warnings
 
 import torch
 
-from ._args import is_number, is_whole
 from ._launch import agreed_any
+from ._scaler_state import MIN_SCALE, as_float32 as _as_float32, checked_state, \
+    interval as _interval, positive as _positive
 
 _READY, _UNSCALED, _STEPPED = 0, 1, 2
-
-
-def _positive(name, value, low, high, interval):
-    if not is_number(value):
-        raise TypeError(f"{name}: a number, got {type(value).__name__}")
-    value = float(value)
-    if not (math.isfinite(value) and low < value < high):
-        raise ValueError(f"{name}: must be in {interval}, got {value!r}")
-    return value
-
-
-_INT64_MAX = (1 << 63) - 1  # torch's scaler keeps the interval and the count as int64
-
-
-def _whole(name, value, low):
-    """A whole number in low..2**63-1: TypeError for another type (2.0, True), as _positive
-    raises for what is no number, ValueError out of range."""
-    if not is_whole(value):
-        raise TypeError(f"{name}: a whole number (int), got {type(value).__name__} {value!r}")
-    if not low <= value <= _INT64_MAX:
-        raise ValueError(f"{name}: a whole number in {low}..2**63-1, got {value!r}")
-    return value
-
-
-def _interval(name, value):
-    return _whole(name, value, 1)
-
-
-def _number(name, value):
-    """A one-element tensor's Python number (torch's state_dict may hold one), else `value`."""
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"load_state_dict: {name} must hold one element")
-        return value.item()
-    return value
-
-
-# The smallest scale: the smallest normal float32. Below it the scale is subnormal, from 2**-128
-# down its reciprocal overflows float32, and at 0.0 every unscaled gradient is inf or NaN.
-MIN_SCALE = 2.0**-126
-
-
-def _loaded_scale(value):
-    """A saved scale as this scaler keeps it. One under MIN_SCALE (0.0 or a subnormal, where
-    torch's back-off, and rrfp's before it stopped at MIN_SCALE, led after some 150 overflowing
-    steps in a row) loads as MIN_SCALE: such a state was refused, and its run could not resume."""
-    value = _number("scale", value)
-    if not is_number(value):
-        raise TypeError(f"scale: a number, got {type(value).__name__}")
-    value = float(value)
-    if not (math.isfinite(value) and value >= 0.0):
-        raise ValueError(f"scale: must be in [0, inf), got {value!r}")
-    if float(torch.tensor(value, dtype=torch.float32)) < MIN_SCALE:
-        return MIN_SCALE
-    _as_float32("scale", value)  # refused here if its float32 is inf
-    return value
-
-
-_STATE_KEYS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
-
-
-def checked_state(state):
-    """A GradScaler state_dict, every entry checked (each as the constructor checks it), as
-    plain numbers: a state refused here changes no scaler (one entry set before a bad one was
-    found left a scaler half loaded)."""
-    if not isinstance(state, dict):
-        raise TypeError(f"load_state_dict: a dict (a GradScaler's state_dict), got "
-                        f"{type(state).__name__}")
-    if not state:
-        raise RuntimeError("load_state_dict: the state is empty (saved from a disabled "
-                           "GradScaler?)")
-    missing = set(_STATE_KEYS) - set(state)
-    if missing:
-        raise KeyError(f"load_state_dict: the state lacks {sorted(missing)}")
-    return {"scale": _loaded_scale(state["scale"]),
-            "growth_factor": _positive("growth_factor", _number("growth_factor",
-                                       state["growth_factor"]), 1.0, math.inf, "(1, inf)"),
-            "backoff_factor": _positive("backoff_factor", _number("backoff_factor",
-                                        state["backoff_factor"]), 0.0, 1.0, "(0, 1)"),
-            "growth_interval": _interval("growth_interval", _number(
-                "growth_interval", state["growth_interval"])),
-            "_growth_tracker": _whole("_growth_tracker", _number(
-                "_growth_tracker", state["_growth_tracker"]), 0)}
-
-
-def _as_float32(name, value):
-    """The float32 value of a Python number: the scale is a float32, as torch's is, and at
-    least MIN_SCALE (a smaller one's reciprocal is inf or loses bits)."""
-    f = float(torch.tensor(value, dtype=torch.float32))
-    if not (math.isfinite(f) and f >= MIN_SCALE):
-        raise ValueError(f"{name}: a finite float32 of at least 2**-126 (the smallest normal "
-                         f"float32), got {value!r}")
-    return f
 
 
 def _unscalable(optimizer):
@@ -144,6 +52,20 @@ def _unscalable(optimizer):
                     f"expanded tensor, strides {g.stride()}), which cannot be unscaled in "
                     "place; assign it a copy (p.grad = p.grad.clone())")
             grads.append(g)
+    return grads
+
+
+def _left_out(pipe, optimizer):
+    """The gradients of the pipeline's parameters in this process that `optimizer` does not
+    hold (another optimizer's, or no optimizer's), each once (a sparse one's values)."""
+    seen = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    grads = []
+    for c in sorted(pipe.chunks):
+        for p in pipe.chunks[c].parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                if p.grad is not None:
+                    grads.append(p.grad._values() if p.grad.is_sparse else p.grad)
     return grads
 
 
@@ -184,6 +106,9 @@ class GradScaler:
         self._overflowing_since, self._floor_said = None, False
         self._enabled = enabled
         self._optimizers = {}  # id(optimizer) -> [stage, found_inf]
+        # Whether the first unscale_ since the last update() found an inf or NaN in any of the
+        # pipeline's gradients (None: none has run yet): every later optimizer skips with it.
+        self._found_first = None
         self._on_device = {}  # device -> the scale as a (1,) float32 tensor there
         self._pipe = None
         if pipe is not None:
@@ -283,8 +208,10 @@ class GradScaler:
 
     def unscale_(self, optimizer):
         """Divides the gradients of `optimizer`'s parameters by the scale, in place, and learns
-        (over the pipeline's job) whether any was inf or NaN. Call it before clipping; step()
-        calls it if you have not."""
+        (over the pipeline's job) whether any was inf or NaN. With a pipeline, the first call
+        since the last update() also reads (without changing) its other gradients in this
+        process, and every optimizer skips if any was. Call it before clipping; step() calls it
+        if you have not."""
         if not self._enabled:
             return
         state = self._state(optimizer)
@@ -297,17 +224,24 @@ class GradScaler:
         # other, which would otherwise wait in the next collective until its timeout. Not
         # while a step of the pipeline runs (it unscaled gradients the step was still adding
         # to): refused as the pipeline's own calls are.
+        # The first call decides for every optimizer: with one optimizer per stage as threads,
+        # step(opt0) came before opt1 was unscaled, and stage 0 stepped though stage 1 had
+        # overflowed. Still one gather for each call, which every process makes alike.
+        first = self._pipe is not None and self._found_first is None
         with self._holding("unscale_"):
             found = agreed_any(self._pipe._core if self._pipe is not None else None,
-                               lambda: self._unscale_here(optimizer),
+                               lambda: self._unscale_here(optimizer, first),
                                "unscale_: process(es) {bad} could not unscale their gradients; "
                                "their own errors say why")
-        state[:] = [_UNSCALED, found]
+        if first:
+            self._found_first = found
+        state[:] = [_UNSCALED, found or bool(self._found_first)]
 
-    def _unscale_here(self, optimizer):
+    def _unscale_here(self, optimizer, first):
         """This process's part of unscale_: whether any of its gradients, unscaled, is inf or
-        NaN."""
+        NaN (`first`: the pipeline's that `optimizer` does not hold too)."""
         grads = _unscalable(optimizer)  # every one checked before the first changes
+        others = _left_out(self._pipe, optimizer) if first else []
         self._given = None
         # 0-dim, so that it broadcasts to every gradient, a 0-dim parameter's too: a (1,) one
         # failed there, with the gradients before it divided already.
@@ -322,12 +256,23 @@ class GradScaler:
             # divided by a scale under 1, and the optimizer must not step on it (torch's kernel
             # reads it before the multiply, and stepped).
             flags.setdefault(g.device, []).append(torch.logical_not(torch.isfinite(g)).any())
+        for g in others:
+            # Read, not divided: another optimizer's are divided at its own call, and one of
+            # no optimizer's stays as torch leaves it. At a scale of 1 or more the reciprocal
+            # is at most 1, so the product is finite exactly where the gradient is, and no
+            # copy is made; under 1 the product is taken, as the check reads it unscaled.
+            if self._scale < 1.0:
+                if g.device not in invs:
+                    invs[g.device] = inv.to(g.device)
+                g = g * invs[g.device]
+            flags.setdefault(g.device, []).append(torch.logical_not(torch.isfinite(g)).any())
         # One wait for each device, not one for each gradient.
         return any(bool(torch.stack(fs).any()) for fs in flags.values())
 
     def step(self, optimizer, *args, **kwargs):
-        """optimizer.step(*args, **kwargs) unless some process's gradient of this optimizer was
-        inf or NaN (then nothing, and None). Unscales first if unscale_ was not called."""
+        """optimizer.step(*args, **kwargs) unless some process's gradient of this optimizer (with
+        a pipeline: of any of its parameters, since the last update()) was inf or NaN (then
+        nothing, and None). Unscales first if unscale_ was not called."""
         if not self._enabled:
             return optimizer.step(*args, **kwargs)
         if "closure" in kwargs:
@@ -365,6 +310,7 @@ class GradScaler:
             self._follow_steps()
         self._updates += 1
         self._optimizers = {}
+        self._found_first = None
         self._on_device = {}
 
     def _set_new_scale(self, new_scale):
