@@ -249,7 +249,7 @@ void PipelineCore::build_runtime() {
     pyb::gil_scoped_acquire gil;
     pyb::object runner = runners_.at(static_cast<std::size_t>(at))();
     if (runner.is_none()) throw Error("rrfp: the pipeline's stage runners are gone");
-    return std::make_unique<PyStageProgram>(std::move(runner), &sizes_, hold);
+    return std::make_unique<PyStageProgram>(std::move(runner), &sizes_, &caller_, hold);
   };
   pyb::gil_scoped_release nogil;
   std::unique_ptr<Runtime> rt;

@@ -3,6 +3,7 @@
 // live (threads of this process, or one stage per process under mpirun). The Python half
 // (rrfp/pipeline.py) owns the modules and the autograd; this half dispatches their tasks.
 #include <ATen/ATen.h>
+#include <ATen/ThreadLocalState.h>
 #include <pybind11/pybind11.h>
 
 #include <atomic>
@@ -123,6 +124,9 @@ class PipelineCore {
   // By local stage, held weakly as the programs hold them (PyStageProgram).
   std::vector<pybind11::weakref> runners_;
   std::vector<std::int64_t> sizes_;  // this step's microbatch sizes; the programs read them
+  // torch's thread-local state of the thread that called this step (PyStageProgram::begin_step
+  // gives it each stage's thread); none between steps, so that it holds no Python object.
+  std::optional<at::ThreadLocalState> caller_;
   // Whether the runtime is still the one a step runs on (no step runs, or close() can touch
   // it): false in a process forked while a step ran.
   bool runtime_is_ours() const;

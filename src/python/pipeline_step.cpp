@@ -132,6 +132,12 @@ std::pair<StepRecordPy, std::vector<at::Tensor>> PipelineCore::run_step(
     }
   } stepping(*this);
   sizes_ = std::move(sizes);  // read by the programs once the step's thread has started
+  // The caller's torch state, for the stages' threads, let go of as the step ends.
+  caller_.emplace();
+  struct Forget {
+    std::optional<at::ThreadLocalState>& s;
+    ~Forget() { s.reset(); }
+  } forget{caller_};
   if (!rt_) build_runtime();
   if (closed_) throw Error(kShutDown);  // while the runtime was built
   Runtime* const rt = rt_.get();        // close() may let go of rt_ past its wait: see there

@@ -59,11 +59,17 @@ void keep_thread_state() {
   thread_local ThreadStateKeeper keeper;
 }
 
+// A stage's thread's own torch state, while it has the caller's (begin_step to end_step).
+std::optional<at::ThreadLocalState>& own_state() {
+  thread_local std::optional<at::ThreadLocalState> own;
+  return own;
+}
+
 }  // namespace
 
 PyStageProgram::PyStageProgram(pyb::object runner, const std::vector<std::int64_t>* sizes,
-                               bool hold)
-    : sizes_(sizes), hold_(hold) {
+                               const std::optional<at::ThreadLocalState>* caller, bool hold)
+    : sizes_(sizes), caller_(caller), hold_(hold) {
   const pyb::handle type = pyb::type::handle_of(runner);
   py_ = std::make_unique<Methods>(Methods{pyb::weakref(runner), type.attr("forward"),
                                           type.attr("backward"), type.attr("weight")});
@@ -92,6 +98,15 @@ void PyStageProgram::begin_step(int step) {
   // whose reductions split by thread count (a convolution's weight gradient) round otherwise
   // than a plain loop there. torch's own worker threads start the same way.
   at::init_num_threads();
+  // And with the caller's thread-local state, as torch's autograd engine hands its worker
+  // threads the state of the thread that called backward(): a profiler, torch function and
+  // dispatch modes, saved-tensor hooks and autocast's keys around step() apply to the tasks as
+  // to a plain loop's operations; each was ignored here, silently (a profile held none of the
+  // stages' operations). rrfp/_caller.py keeps autocast to the forwards.
+  if (caller_ && *caller_) {
+    own_state().emplace();
+    at::ThreadLocalState::setThreadLocalState(**caller_);
+  }
   keep_thread_state();
   pyb::gil_scoped_acquire gil;
   pyb::object begin = runner().attr("begin_step");
@@ -99,6 +114,12 @@ void PyStageProgram::begin_step(int step) {
 }
 
 void PyStageProgram::end_step(int step) {
+  // The thread's own state back, on the thread that took the caller's: the step's references
+  // to the caller's modes and hooks end with it.
+  if (std::optional<at::ThreadLocalState>& own = own_state()) {
+    at::ThreadLocalState::setThreadLocalState(*own);
+    own.reset();
+  }
   pyb::gil_scoped_acquire gil;
   pyb::object r = py_->runner();
   if (r.is_none()) return;  // nothing of the step to free

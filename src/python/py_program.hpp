@@ -5,6 +5,7 @@
 // GIL only while it is in Python, so stages overlap wherever torch releases the GIL (inside its
 // kernels and autograd). Tensors cross stages as encoded payloads (tensor_payload.hpp), or, where
 // every stage is in this process, as payloads that hold copies of them (held_payload.hpp).
+#include <ATen/ThreadLocalState.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
@@ -24,7 +25,10 @@ class PyStageProgram final : public StageProgram {
   // pipeline stayed alive for good. Call with the GIL held. `sizes` (the pipeline's, set before
   // each step): the step's microbatch sizes, or empty. `hold`: every consumer of this stage's
   // outputs is in this process, so they travel as tensors, not bytes.
-  PyStageProgram(pybind11::object runner, const std::vector<std::int64_t>* sizes, bool hold);
+  // `caller` (the pipeline's, set as each step starts): torch's thread-local state of the
+  // thread that called the step, which each step's thread takes (begin_step).
+  PyStageProgram(pybind11::object runner, const std::vector<std::int64_t>* sizes,
+                 const std::optional<at::ThreadLocalState>* caller, bool hold);
   ~PyStageProgram() override;  // drops the reference under the GIL
 
   void begin_step(int step) override;
@@ -47,6 +51,7 @@ class PyStageProgram final : public StageProgram {
   };
   std::unique_ptr<Methods> py_;
   const std::vector<std::int64_t>* sizes_;
+  const std::optional<at::ThreadLocalState>* caller_;
   bool hold_;
 };
 

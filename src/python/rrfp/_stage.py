@@ -101,6 +101,10 @@ class StageRunner:
     def forward(self, chunk, mb, x):
         if not self.split or self.whole[chunk] or self.data.eval:
             return self._run("F", chunk, mb, self._forward, x)
+        caller = self.data.caller
+        if caller is not None and caller.saved_hooks:  # the caller's, which W would unpack again
+            self.whole[chunk] = True
+            return self._run("F", chunk, mb, self._forward, x)
         # A hook the forward puts on a tensor of its own would run in B and again in W.
         outer = _hook_watch.watch()
         try:
@@ -126,14 +130,11 @@ class StageRunner:
             seeding, caller = self.data.seeding, self.data.caller
             if seeding is None and caller is None:  # the common path: no context to enter
                 out = self._on_device(fn, chunk, mb, args)
-            else:
-                with caller.around(kind) if caller is not None else _NO_CONTEXT:
-                    if seeding is None:
-                        out = self._on_device(fn, chunk, mb, args)
-                    else:
-                        with seeding.task(kind, self.data.seed_step, chunk, mb,
-                                          self._device(chunk)):
-                            out = self._on_device(fn, chunk, mb, args)
+            elif caller is None:
+                out = self._under(None, seeding, kind, fn, chunk, mb, args)
+            else:  # in the caller's contextvars context, which runs it
+                out = caller.run(self.stage, self._under, caller, seeding, kind, fn, chunk, mb,
+                                 args)
             self.tasks_done += 1
             return out
         except BaseException as e:
@@ -142,6 +143,13 @@ class StageRunner:
             if why is not None:
                 raise why from e
             raise
+
+    def _under(self, caller, seeding, kind, fn, chunk, mb, args):
+        with caller.around(kind) if caller is not None else _NO_CONTEXT:
+            if seeding is None:
+                return self._on_device(fn, chunk, mb, args)
+            with seeding.task(kind, self.data.seed_step, chunk, mb, self._device(chunk)):
+                return self._on_device(fn, chunk, mb, args)
 
     def _on_device(self, fn, chunk, mb, args):
         if args:
