@@ -53,10 +53,39 @@ std::vector<std::byte> carried_bytes(const pyb::object& closing, std::exception_
   }
 }
 
+// How long a failed step waits for its running tasks before saying so.
+constexpr auto kSayStuckAfter = std::chrono::seconds(5);
+
+// Says, on Python's sys.stderr, that the failed step `step` waits for a task still running:
+// Python code cannot be interrupted, so a timeout or Ctrl-C ends the step only when that task
+// returns, and one that never does (a forward waiting for a lock the caller holds) hung without
+// a word, its timeout's report never shown.
+void say_stuck(int step, const std::exception_ptr& why) {
+  std::string what = "interrupted";
+  try {
+    std::rethrow_exception(why);
+  } catch (const std::exception& e) {
+    what = first_line(e.what());
+  } catch (...) {
+  }
+  pyb::gil_scoped_acquire gil;
+  try {
+    pyb::object err = pyb::module_::import("sys").attr("stderr");
+    err.attr("write")("rrfp: step " + std::to_string(step) + " failed (" + what +
+                      ") and waits for a task still running: Python code cannot be interrupted, "
+                      "so the step ends when that task returns (a chunk waiting for something "
+                      "the calling thread holds never does)\n");
+    err.attr("flush")();
+  } catch (pyb::error_already_set&) {
+    // No stderr to write to (closed, or replaced by an object without write): nothing to say.
+  }
+}
+
 // Runs `step` on a thread of its own while this one, without the GIL, looks for Python's
 // signals: Python runs its handlers only on the main thread, between bytecodes, so it looks
 // every 50 ms, and Ctrl-C ends a step in about that time plus the running task's. A handler's
-// exception is `signal`, the step cancelled; the step's own failure is `error`.
+// exception is `signal`, the step cancelled; the step's own failure is `error`. A step that
+// failed and still waits after kSayStuckAfter says so (say_stuck).
 StepResult run_watching_signals(Runtime& rt, int step, std::exception_ptr& error,
                                 std::optional<pyb::error_already_set>& signal) {
   StepResult result;
@@ -74,7 +103,19 @@ StepResult run_watching_signals(Runtime& rt, int step, std::exception_ptr& error
     cv.notify_all();
   });
   std::unique_lock lk(mu);
+  std::optional<std::chrono::steady_clock::time_point> failed_at;
+  bool said = false;
   while (!cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return done; })) {
+    if (!said) {
+      if (!failed_at && rt.failure()) failed_at = std::chrono::steady_clock::now();
+      if (failed_at && std::chrono::steady_clock::now() - *failed_at > kSayStuckAfter) {
+        said = true;
+        lk.unlock();
+        say_stuck(step, rt.failure());
+        lk.lock();
+        continue;
+      }
+    }
     if (signal) continue;
     lk.unlock();
     {

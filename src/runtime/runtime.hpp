@@ -106,6 +106,9 @@ class Runtime {
   // tasks see aborted(), and run_step rethrows `why` once its threads are joined. Any thread,
   // any time: called before a step starts, that step fails at once.
   void cancel(std::exception_ptr why);
+  // The running step's failure, once it has one (a task's error, the watchdog's, a cancel),
+  // while its threads may still be ending; null before. Any thread, any time.
+  std::exception_ptr failure() const { return failure_.error(); }
   // Endpoint ids hosted by this runtime.
   const std::vector<int>& local() const { return local_; }
   const ArbiterOptions& arbiter() const { return opt_.arbiter; }

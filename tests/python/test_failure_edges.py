@@ -5,6 +5,7 @@ writes .grad is raised once every .grad is written (it left some written and the
 import os
 import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -282,3 +283,33 @@ def test_a_chunk_turning_off_its_inputs_requires_grad_is_refused_as_in_a_plain_l
                                               r"receives \(x.requires_grad_\(False\)\)"):
         pipe.step(x)
     assert chunks[0].weight.grad is None
+
+
+def test_a_failed_step_waiting_for_a_running_task_says_so(capsys):
+    # Python code cannot be interrupted: a step whose timeout passed waits for its running task,
+    # and one that never returned (a forward waiting for a lock the caller holds) hung without
+    # a word, the timeout's report never shown. After 5 s of waiting the step says why.
+    release = threading.Event()
+
+    class Waiting(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+
+        def forward(self, x):
+            release.wait(60)
+            return self.l(x)
+
+    pipe = rrfp.Pipeline([nn.Linear(4, 4), Waiting()], lambda o, y: o.sum(), pp=2,
+                         microbatches=2, timeout=1)
+    timer = threading.Timer(8, release.set)
+    timer.start()
+    try:
+        with pytest.raises(TimeoutError, match="no progress for 1000 ms"):
+            pipe.step(torch.randn(4, 4))
+    finally:
+        release.set()
+        timer.cancel()
+    err = capsys.readouterr().err
+    assert "rrfp: step 0 failed (no progress for 1000 ms" in err
+    assert "waits for a task still running: Python code cannot be interrupted" in err
