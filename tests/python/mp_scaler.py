@@ -74,20 +74,26 @@ def reference(pp, dp, m):
     return model, scales, losses
 
 
-def run(pp, dp, m, transport):
+def train(pp, dp, m, transport, per_parameter):
+    """The pipeline against the plain loop; `per_parameter`: the first stage's processes hold
+    an optimizer per parameter, the others one: processes with different numbers of
+    optimizers, where a gather at every unscale_ met another process's next collective."""
     ref, ref_scales, ref_losses = reference(pp, dp, m)
     model = chunks(pp)
     pipe = rrfp.Pipeline(model, test_grad_scaler.loss_fn, pp=pp, microbatches=m,
                          transport=transport, dp=dp, timeout=60, hint="bf")
     mine = [p for c in sorted(pipe.chunks) for p in model[c].parameters()]
-    opt = torch.optim.SGD(mine, lr=0.01, momentum=0.9)
+    groups = [[p] for p in mine] if per_parameter and 0 in pipe.chunks else [mine]
+    opts = [torch.optim.SGD(g, lr=0.01, momentum=0.9) for g in groups]
     scaler = rrfp.GradScaler(pipe, **SETTINGS)
     for s in range(STEPS):
         MaybeAmplify.step[0] = s
-        opt.zero_grad(set_to_none=True)
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
         loss = pipe.step(*batch(s, pipe.replica, m))
         assert torch.equal(loss, ref_losses[s][pipe.replica]), f"rank {pipe.rank}: step {s} loss"
-        scaler.step(opt)
+        for opt in opts:
+            scaler.step(opt)
         scaler.update()
         assert scaler.get_scale() == ref_scales[s], \
             f"rank {pipe.rank}: step {s}: scale {scaler.get_scale()}, want {ref_scales[s]}"
@@ -96,7 +102,13 @@ def run(pp, dp, m, transport):
             assert torch.equal(p, q), f"rank {pipe.rank}: chunk {c} differs from the plain loop"
     assert ref_scales[BAD_STEP] < ref_scales[BAD_STEP - 1]  # the bad step backed off
     print(f"rank {pipe.rank}: loss scaling skips the step every stage's gradients overflowed "
-          f"in or not (pp={pp} x dp={dp}), bitwise", flush=True)
+          f"in or not (pp={pp} x dp={dp}, {len(opts)} optimizer(s) here), bitwise", flush=True)
+    return pipe, model, opts[0], scaler
+
+
+def run(pp, dp, m, transport):
+    train(pp, dp, m, transport, per_parameter=True)
+    pipe, model, opt, scaler = train(pp, dp, m, transport, per_parameter=False)
 
     # A process that cannot unscale (a float16 gradient, on the first process alone) is told to
     # every other, which raises too, where it used to wait in the gather until its timeout.

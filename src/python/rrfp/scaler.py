@@ -210,8 +210,8 @@ class GradScaler:
         """Divides the gradients of `optimizer`'s parameters by the scale, in place, and learns
         (over the pipeline's job) whether any was inf or NaN. With a pipeline, the first call
         since the last update() also reads (without changing) its other gradients in this
-        process, and every optimizer skips if any was. Call it before clipping; step() calls it
-        if you have not."""
+        process and decides over the job, and every optimizer skips if any was. Call it before
+        clipping; step() calls it if you have not."""
         if not self._enabled:
             return
         state = self._state(optimizer)
@@ -226,13 +226,19 @@ class GradScaler:
         # to): refused as the pipeline's own calls are.
         # The first call decides for every optimizer: with one optimizer per stage as threads,
         # step(opt0) came before opt1 was unscaled, and stage 0 stepped though stage 1 had
-        # overflowed. Still one gather for each call, which every process makes alike.
+        # overflowed. So it alone gathers over the job: a gather for each call paired one
+        # process's second optimizer's with another's next collective where processes hold
+        # different numbers of optimizers (two on stage 0, one on stage 1), and a scale backed
+        # off on one process alone.
         first = self._pipe is not None and self._found_first is None
         with self._holding("unscale_"):
-            found = agreed_any(self._pipe._core if self._pipe is not None else None,
-                               lambda: self._unscale_here(optimizer, first),
-                               "unscale_: process(es) {bad} could not unscale their gradients; "
-                               "their own errors say why")
+            if self._pipe is not None and not first:  # decided over the job at the first call
+                found = self._unscale_here(optimizer, False)
+            else:
+                found = agreed_any(self._pipe._core if self._pipe is not None else None,
+                                   lambda: self._unscale_here(optimizer, first),
+                                   "unscale_: process(es) {bad} could not unscale their "
+                                   "gradients; their own errors say why")
         if first:
             self._found_first = found
         state[:] = [_UNSCALED, found or bool(self._found_first)]
