@@ -270,3 +270,33 @@ def run_vshape(pp, dp, m, transport):
             assert torch.equal(p, q), f"tied: rank {tpipe.rank} chunk {c} {pn} differs"
     print(f"rank {tpipe.rank}: tied embeddings under pp={pp} x dp={dp} (V-shape), bitwise",
           flush=True)
+
+
+def run_held_tensor(pp, transport, dp):
+    """A tensor held outside the model that every chunk uses: each process holds its own copy,
+    whose .grad has its chunks' share alone, and the step says so once (each copy held a part,
+    silently, where threads give the one tensor a plain loop's gradient)."""
+    import warnings
+
+    scale = torch.full((8,), 0.5, requires_grad=True)
+
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.tanh(self.lin(x) * scale)
+
+    torch.manual_seed(0)
+    pipe = rrfp.Pipeline([Scaled() for _ in range(pp)], lambda y, t: ((y - t) ** 2).sum(),
+                         pp=pp, microbatches=4, transport=transport, dp=dp, timeout=60)
+    for step in range(2):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            pipe.step(torch.randn(8, 8), torch.randn(8, 8))
+        said = [w for w in seen if "no part of the model (shape (8,))" in str(w.message)]
+        assert len(said) == (1 if step == 0 else 0), \
+            f"rank {pipe.rank}: step {step}: {[str(w.message) for w in seen]}"
+    print(f"rank {pipe.rank}: a tensor outside the model that every process's chunks use is "
+          "said to hold each process's share", flush=True)

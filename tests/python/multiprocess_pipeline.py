@@ -215,6 +215,7 @@ if pp > 1:
     if pp >= 3:
         mp_tied.run_three(pp, transport, dp)
     mp_tied.run_shared_buffer(pp, transport, dp)
+    mp_tied.run_held_tensor(pp, transport, dp)
 
 # Loss scaling: a step whose gradients overflow on one stage alone is skipped by every stage.
 import mp_scaler  # noqa: E402

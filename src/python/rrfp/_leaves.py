@@ -4,6 +4,7 @@ PINN's coordinates, WGAN-GP's interpolates: x.detach().requires_grad_()). A plai
 backward runs their hooks and fills their .grad; torch 1.13's autograd.grad, which computes a
 stage's gradients, does neither for the tensors it differentiates with respect to, so a
 stage's backward does it here."""
+import collections
 import threading
 
 import torch
@@ -98,6 +99,7 @@ class MadeGrads:
     def __init__(self):
         self._lock = threading.Lock()  # stage threads put
         self._by_mb = {}  # mb -> {id(leaf): (leaf, {chunk: (gradient, seeded)})}
+        self.held = []  # hooked(): the leaves that several microbatches used
 
     def seeds(self, chunk, mb, leaves):
         """[(index, leaf, buffer)]: for those of `leaves` (the leaves the backward of (chunk, mb)
@@ -135,6 +137,11 @@ class MadeGrads:
         parameter's .grad had been written and part of the leaf's."""
         by_mb, self._by_mb = self._by_mb, {}
         out = []
+        # Leaves of more than one microbatch: tensors held outside the model (a forward makes
+        # its own leaves afresh each time), of which a process per stage has a copy each.
+        seen = collections.Counter(i for uses in by_mb.values() for i in uses)
+        self.held = [leaf for uses in by_mb.values() for i, (leaf, _) in uses.items()
+                     if seen.pop(i, 0) > 1]
         for mb in sorted(by_mb):
             for leaf, by_chunk in by_mb[mb].values():
                 g = _buffer(by_chunk)

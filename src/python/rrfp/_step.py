@@ -5,6 +5,7 @@ every process of the replica."""
 import contextlib
 import signal
 import threading
+import warnings
 
 import torch
 
@@ -17,7 +18,7 @@ from ._grads import parameter_name
 from ._leaves import MadeGrads
 from ._progress import Progress
 from ._replicas import buffer_signature, refuse_other_buffers
-from ._seed import refuse_nested_seeding, watch_draws
+from ._seed import _caller_level, refuse_nested_seeding, watch_draws
 
 StageError = _rrfp.StageError
 
@@ -249,6 +250,28 @@ def write_grads(data, pairs):
             if g is not None:
                 set_grad(p, g)
         MadeGrads.add_to_grads(made)
+
+
+def warn_held_leaves(pipe):
+    """Warns once, where this process runs only some of the stages or one replica of several,
+    of a tensor held outside the model that the step differentiated (one that several
+    microbatches used; rrfp._leaves.MadeGrads): its .grad holds this process's chunks' share,
+    and another process's chunks that use it add to that process's copy. In threads the chunks
+    share the one tensor, and its .grad is a plain loop's; with a process per stage each copy
+    held a part, silently."""
+    held = pipe._data.made.held
+    if not held or pipe._held_said or (len(pipe.stages) == pipe.pp and pipe._dp == 1):
+        return
+    pipe._held_said = True
+    shapes = ", ".join(str(tuple(t.shape)) for t in held[:3])
+    warnings.warn(
+        f"the chunks of this process used a tensor that is no part of the model (shape "
+        f"{shapes}) and trains: its .grad holds the gradient of this process's chunks alone. "
+        "Each process has its own copy, so where chunks of other processes (or other "
+        "replicas) use it too, each copy holds a part: add them over the job "
+        "(torch.distributed.all_reduce of .grad) before the optimizer steps, or make it a "
+        "parameter of a chunk (docs/python.md, \"Shared parameters\")",
+        RuntimeWarning, stacklevel=_caller_level())
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from ._seed import Seeding
 from ._sharing import claim_parameters, release_parameters
 from ._stage import StageRunner
 from ._step_data import StepData
-from ._step import eval_outputs, replica_loss, run_pass, write_grads
+from ._step import eval_outputs, replica_loss, run_pass, warn_held_leaves, write_grads
 from ._ties import make_ties, one_value_per_tie
 from .record import StepRecord
 
@@ -170,6 +170,7 @@ class Pipeline:
         self._progress = progress
         self._data = StepData(loss_fn, delay_fn)
         self._inexact_said = set()  # tied parameters warned of (warn_inexact)
+        self._held_said = False  # a tensor outside the model warned of (warn_held_leaves)
         self._runners = []
         self.chunks = {}  # chunk index -> module, the chunks this process runs
         self._data.chunks = self.chunks
@@ -412,6 +413,7 @@ class Pipeline:
             # all the same, so that .grad is the last thing a step changes.
             from_first_replica(self._core, self.chunks, False)
         write_grads(self._data, pairs)  # after the job's collectives
+        warn_held_leaves(self)
         self.last_step = StepRecord(rec)
         return replica_loss(self._core, loss)
 
