@@ -233,6 +233,10 @@ TEST(PeerFailure, TheClosingExchangeDropsAStepEveryProcessCompletedButOne) {
   EXPECT_EQ(got[1].kind, "peer") << got[1].what;
   EXPECT_TRUE(has(got[1].what, "step 0 failed on job rank 0 after this process had done its part"))
       << got[1].what;
+  // And why, which it did not say (a Python loss that could not be joined read as a bare
+  // failure on the other process).
+  EXPECT_TRUE(has(got[1].what, "(job rank 0: ")) << got[1].what;
+  EXPECT_TRUE(has(got[1].what, "task B c0 m3 failed: boom")) << got[1].what;
   EXPECT_TRUE(got[1].carried.empty());  // nothing carried out of a dropped step
 }
 

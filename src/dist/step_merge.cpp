@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "runtime/errors.hpp"
 
 namespace rrfp {
@@ -173,14 +174,34 @@ Outcome outcome_of(const std::exception_ptr& error) {
 
 // A process's part of the closing all-gather: its outcome; when it completed, the size of what
 // it carries (8 bytes), those bytes, and in replica 0 its packed record.
+// A failed process's part carries its error's first line (at most kWhyBytes), so that the
+// others say why: "joining the step's microbatch losses: ValueError: ..." reached the other
+// processes as a bare "failed on job rank 1".
 struct ClosingPart {
   Outcome outcome = kFailed;
   std::span<const std::byte> carried, record;
+  std::string why;  // a failed part's
 };
 
+constexpr std::size_t kWhyBytes = 400;
+
+std::string why_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return first_line(e.what()).substr(0, kWhyBytes);
+  } catch (...) {
+    return "";
+  }
+}
+
 std::vector<std::byte> pack_part(Outcome mine, std::span<const std::byte> carried,
-                                 const StepResult* record) {
+                                 const StepResult* record, const std::string& why) {
   std::vector<std::byte> out{std::byte{mine}};
+  if (mine == kFailed) {
+    const auto* w = reinterpret_cast<const std::byte*>(why.data());
+    out.insert(out.end(), w, w + why.size());
+  }
   if (mine != kCompleted) return out;
   const std::uint64_t n = carried.size();
   const auto* p = reinterpret_cast<const std::byte*>(&n);
@@ -196,6 +217,8 @@ std::vector<std::byte> pack_part(Outcome mine, std::span<const std::byte> carrie
 ClosingPart unpack_part(std::span<const std::byte> b) {
   ClosingPart part;
   if (!b.empty() && b[0] == std::byte{kRelayed}) part.outcome = kRelayed;
+  if (!b.empty() && b[0] == std::byte{kFailed})
+    part.why.assign(reinterpret_cast<const char*>(b.data()) + 1, std::min(b.size() - 1, kWhyBytes));
   if (b.empty() || b[0] != std::byte{kCompleted}) return part;
   std::uint64_t n = 0;
   if (b.size() < 1 + sizeof n) throw Error("step record: truncated");
@@ -223,6 +246,14 @@ std::string failed_ranks(const std::vector<ClosingPart>& parts) {
   if (own == 0) return (told > 1 ? "job ranks " : "job rank ") + relayed;
   return (own > 1 ? "job ranks " : "job rank ") + failed +
          (told ? " (told to job rank" + std::string(told > 1 ? "s " : " ") + relayed + ")" : "");
+}
+
+// " (job rank 1: why)" for the first failed part that said why; "" where none did.
+std::string first_why(const std::vector<ClosingPart>& parts) {
+  for (size_t r = 0; r < parts.size(); ++r)
+    if (parts[r].outcome == kFailed && !parts[r].why.empty())
+      return " (job rank " + std::to_string(r) + ": " + parts[r].why + ")";
+  return "";
 }
 
 // Replica 0's record, merged alike on every process from the parts that hold one (replica 0's
@@ -256,7 +287,8 @@ std::vector<std::vector<std::byte>> finish_step_over_job(Job& job, int step, Ste
     // One all-gather over the job: every process learns every outcome, and merges replica 0's
     // records itself (another replica runs the same tasks again: merged in, each task would
     // appear once per replica).
-    const auto got = job.all_gather_bytes(pack_part(mine, carried, records ? &r : nullptr));
+    const auto got = job.all_gather_bytes(
+        pack_part(mine, carried, records ? &r : nullptr, mine == kFailed ? why_of(error) : ""));
     std::vector<ClosingPart> parts;
     for (const auto& b : got)
       parts.push_back(unpack_part(b));
@@ -264,8 +296,9 @@ std::vector<std::vector<std::byte>> finish_step_over_job(Job& job, int step, Ste
       if (!error)
         error = std::make_exception_ptr(
             PeerFailure("step " + std::to_string(step) + " failed on " + where +
-                        " after this process had done its part: every process of the job "
-                        "drops the step, so that all keep the same weights"));
+                        " after this process had done its part" + first_why(parts) +
+                        ": every process of the job drops the step, so that all keep the "
+                        "same weights"));
       return {};
     }
     StepResult merged = merged_record(parts);
