@@ -4,6 +4,7 @@
 // would end with the watchdog's StallError after a minute, which the tests refuse. Runs under
 // the sanitizers.
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <chrono>
 #include <condition_variable>
@@ -238,6 +239,29 @@ TEST(PeerFailure, TheClosingExchangeDropsAStepEveryProcessCompletedButOne) {
   EXPECT_TRUE(has(got[1].what, "(job rank 0: ")) << got[1].what;
   EXPECT_TRUE(has(got[1].what, "task B c0 m3 failed: boom")) << got[1].what;
   EXPECT_TRUE(got[1].carried.empty());  // nothing carried out of a dropped step
+}
+
+// A reason longer than the closing part takes is cut at a character's start: cut inside a
+// two-byte character, the message could not be decoded where Python raised it.
+TEST(PeerFailure, TheClosingExchangeCutsALongReasonBetweenCharacters) {
+  const WorkModel m = model(2, 4);
+  std::string e_acute_500 = "x";
+  for (int i = 0; i < 500; ++i)
+    e_acute_500 += "\xC3\xA9";
+  const std::vector<Outcome> got = run_job(m, {.bad = 0,
+                                               .task = {Kind::B, 0, 3},
+                                               .after_others = true,
+                                               .agree = true,
+                                               .message = e_acute_500});
+  ASSERT_EQ(got[1].kind, "peer") << got[1].what;
+  const std::string& what = got[1].what;
+  const auto from = what.find("(job rank 0: "), to = what.find("): every process");
+  ASSERT_NE(from, std::string::npos) << what;
+  ASSERT_NE(to, std::string::npos) << what;
+  const std::string why = what.substr(from, to - from);
+  EXPECT_LE(why.size(), 400u + 13u);
+  EXPECT_GT(why.size(), 300u);
+  EXPECT_EQ(std::count(why.begin(), why.end(), '\xC3'), std::count(why.begin(), why.end(), '\xA9'));
 }
 
 // With two replicas, the second fails step 0 (its stage 1's task); the first completes it, and

@@ -185,11 +185,22 @@ struct ClosingPart {
 
 constexpr std::size_t kWhyBytes = 400;
 
+// `s` cut to at most kWhyBytes, at a UTF-8 character's start: a character cut in two made the
+// whole message undecodable where Python raised it (an exception with no text).
+std::string cut_whole(std::string s) {
+  if (s.size() <= kWhyBytes) return s;
+  std::size_t n = kWhyBytes;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80)
+    --n;  // s[n] continues a character: cut before the character it belongs to
+  s.resize(n);
+  return s;
+}
+
 std::string why_of(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
   } catch (const std::exception& e) {
-    return first_line(e.what()).substr(0, kWhyBytes);
+    return cut_whole(first_line(e.what()));
   } catch (...) {
     return "";
   }
@@ -218,7 +229,7 @@ ClosingPart unpack_part(std::span<const std::byte> b) {
   ClosingPart part;
   if (!b.empty() && b[0] == std::byte{kRelayed}) part.outcome = kRelayed;
   if (!b.empty() && b[0] == std::byte{kFailed})
-    part.why.assign(reinterpret_cast<const char*>(b.data()) + 1, std::min(b.size() - 1, kWhyBytes));
+    part.why = cut_whole(std::string(reinterpret_cast<const char*>(b.data()) + 1, b.size() - 1));
   if (b.empty() || b[0] != std::byte{kCompleted}) return part;
   std::uint64_t n = 0;
   if (b.size() < 1 + sizeof n) throw Error("step record: truncated");

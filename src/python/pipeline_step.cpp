@@ -56,10 +56,10 @@ std::vector<std::byte> carried_bytes(const pyb::object& closing, std::exception_
 // How long a failed step waits for its running tasks before saying so.
 constexpr auto kSayStuckAfter = std::chrono::seconds(5);
 
-// Says, on Python's sys.stderr, that the failed step `step` waits for a task still running:
-// Python code cannot be interrupted, so a timeout or Ctrl-C ends the step only when that task
-// returns, and one that never does (a forward waiting for a lock the caller holds) hung without
-// a word, its timeout's report never shown.
+// Says, on Python's sys.stderr, that the failed step `step` waits for its threads, most likely
+// for a task still running: Python code cannot be interrupted, so a timeout or Ctrl-C ends the
+// step only when that task returns, and one that never does (a forward waiting for a lock the
+// caller holds) hung without a word, its timeout's report never shown.
 void say_stuck(int step, const std::exception_ptr& why) {
   std::string what = "interrupted";
   try {
@@ -72,9 +72,9 @@ void say_stuck(int step, const std::exception_ptr& why) {
   try {
     pyb::object err = pyb::module_::import("sys").attr("stderr");
     err.attr("write")("rrfp: step " + std::to_string(step) + " failed (" + what +
-                      ") and waits for a task still running: Python code cannot be interrupted, "
-                      "so the step ends when that task returns (a chunk waiting for something "
-                      "the calling thread holds never does)\n");
+                      ") and waits for its threads to end, a task still running? Python code "
+                      "cannot be interrupted, so the step ends when that task returns (a chunk "
+                      "waiting for something the calling thread holds never does)\n");
     err.attr("flush")();
   } catch (pyb::error_already_set&) {
     // No stderr to write to (closed, or replaced by an object without write): nothing to say.

@@ -3,6 +3,7 @@ of the task the runtime saw fail first, with that task's own exception as its ca
 the first one Python recorded, another stage's in 8 of 60 such steps). A Ctrl-C while the step
 writes .grad is raised once every .grad is written (it left some written and the rest not)."""
 import os
+import re
 import signal
 import sys
 import threading
@@ -280,7 +281,8 @@ def test_a_chunk_turning_off_its_inputs_requires_grad_is_refused_as_in_a_plain_l
     chunks = [nn.Linear(4, 4), Unwanting()]
     pipe = rrfp.Pipeline(chunks, lambda o, y: o.sum(), pp=2, microbatches=2, hint=hint)
     with pytest.raises(rrfp.StageError, match="chunk 1 set requires_grad=False on a tensor it "
-                                              r"receives \(x.requires_grad_\(False\)\)"):
+                                              r"receives \(x.requires_grad_\(False\), or "
+                                              r"x.detach_\(\)\)"):
         pipe.step(x)
     assert chunks[0].weight.grad is None
 
@@ -305,11 +307,12 @@ def test_a_failed_step_waiting_for_a_running_task_says_so(capsys):
     timer = threading.Timer(8, release.set)
     timer.start()
     try:
-        with pytest.raises(TimeoutError, match="no progress for 1000 ms"):
+        with pytest.raises(TimeoutError, match=r"no progress for \d+ ms"):
             pipe.step(torch.randn(4, 4))
     finally:
         release.set()
         timer.cancel()
     err = capsys.readouterr().err
-    assert "rrfp: step 0 failed (no progress for 1000 ms" in err
-    assert "waits for a task still running: Python code cannot be interrupted" in err
+    assert re.search(r"rrfp: step 0 failed \(no progress for \d+ ms", err), err
+    assert "waits for its threads to end, a task still running? Python code cannot be " \
+        "interrupted" in err

@@ -42,10 +42,10 @@ def check_still_wanted(chunk, inp):
         if t is not None and not t.requires_grad:
             raise RuntimeError(
                 f"chunk {chunk} set requires_grad=False on a tensor it receives "
-                "(x.requires_grad_(False)), which a plain loop refuses (that tensor is the "
-                "previous chunk's output there, and \"you can only change requires_grad flags "
-                "of leaf variables\"): the earlier chunks would get no gradient through it; "
-                "use x.detach() to compute without one")
+                "(x.requires_grad_(False), or x.detach_()): the earlier chunks would get no "
+                "gradient through it (in a plain loop that tensor is the previous chunk's "
+                "output, whose requires_grad_(False) torch refuses); use y = x.detach() to "
+                "compute without one")
 
 
 def input_grads(tree_in, inp, got):

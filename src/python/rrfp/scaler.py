@@ -79,12 +79,14 @@ class GradScaler:
             scaler.step(optimizer)       # unscales; steps unless some gradient is inf/NaN
             scaler.update()              # backs off or grows the scale
 
-    With a process per stage (or replica), every process calls unscale_()/step() for each of
-    its optimizers and then update(), in the same order: each unscale_ gathers, over every
-    process of the pipeline's job, whether any gradient was non-finite, and every process
-    skips or steps alike. Without a pipeline (GradScaler()), scale(loss).backward() in a
-    plain loop gives the same bits as the pipeline. A pipeline has one scaler; save() and
-    load() keep its state."""
+    With a pipeline, the first unscale_()/step() after update() decides for every optimizer
+    (all skip if any of the pipeline's gradients was non-finite, where torch's scaler decides
+    for each optimizer alone); with a process per stage (or replica) it and update() gather
+    over every process of the pipeline's job, so every process skips or steps alike and every
+    scale moves alike: each process calls unscale_()/step() at least once, then update().
+    Without a pipeline (GradScaler()), scale(loss).backward() in a plain loop gives the same
+    bits as a pipeline with one optimizer. A pipeline has one scaler; save() and load() keep
+    its state."""
 
     def __init__(self, pipe=None, *, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
                  growth_interval=2000, enabled=True):
@@ -327,15 +329,24 @@ class GradScaler:
         self._scale = _as_float32("new_scale", new_scale)
         self._given = None  # set only once accepted: a refused update changes nothing
 
-    def _follow_steps(self):
-        """Backs off after a step that found an inf or NaN, else grows the scale every
-        growth_interval steps that found none."""
+    def _found(self):
+        """Whether any optimizer unscaled since the last update() found an inf or NaN."""
         checked = [s[1] for s in self._optimizers.values() if s[0] != _READY]
         if not checked:
             raise RuntimeError("update: no optimizer was unscaled or stepped since the last "
                                "update()")
+        return any(checked)
+
+    def _follow_steps(self):
+        """Backs off after a step that found an inf or NaN, else grows the scale every
+        growth_interval steps that found none. Over the job: the first unscale_ decided for
+        the pipeline's gradients, but a later call's parameters outside the pipeline were
+        checked in their process alone, and every process's scale must move alike."""
+        found = agreed_any(self._pipe._core if self._pipe is not None else None, self._found,
+                           "update: process(es) {bad} could not update their scale; their "
+                           "own errors say why")
         self._given = None
-        if any(checked):
+        if found:
             if self._overflowing_since is None:
                 self._overflowing_since = self._updates
             self._scale = self._backed_off()
