@@ -135,10 +135,10 @@ at::Tensor payload_tensor(const at::Tensor& bytes) {
 }  // namespace
 
 void bind_tools(pyb::module_& m) {
-  // Whether this thread is inside saved-tensor hooks (torch.autograd.graph.saved_tensors_hooks):
-  // a step's tasks run under its caller's, which a split backward would unpack twice.
-  m.def("_saved_tensor_hooks_active",
-        [] { return !at::SavedTensorDefaultHooks::get_tls_state().stack.empty(); });
+  // How many saved-tensor hooks (torch.autograd.graph.saved_tensors_hooks) this thread is
+  // inside: a step's tasks run under its caller's, which a split backward would unpack twice.
+  m.def("_saved_tensor_hooks_depth",
+        [] { return at::SavedTensorDefaultHooks::get_tls_state().stack.size(); });
   m.def("_payload_bytes", &payload_bytes, pyb::arg("tensor"), "a tensor's message (tests)");
   m.def("_payload_tensor", &payload_tensor, pyb::arg("bytes"), "a message's tensor (tests)");
   m.def("_message_copy", &copy_keeping_layout, pyb::arg("tensor"),

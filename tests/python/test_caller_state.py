@@ -183,3 +183,20 @@ def test_backward_tasks_run_with_autocast_off(hint):
     for loss in losses:  # after the region, as torch recommends
         loss.backward()
     assert same_grads(m, ref)
+
+
+def test_torchs_own_saved_tensor_hooks_around_a_step_keep_the_split():
+    # save_on_cpu() hands each tensor back as often as asked: split chunks keep their split
+    # (every split chunk computed its whole backward in B under it), where the user's hooks
+    # make them compute it whole.
+    x, y = data()
+    ref, m = model(), model()
+    plain(ref, x, y)
+    pipe = rrfp.Pipeline(m, loss_fn, pp=2, vpp=2, microbatches=4, hint="bfw", timeout=60)
+    with torch.autograd.graph.save_on_cpu():
+        pipe.step(x, y)
+    assert same_grads(m, ref)
+    assert not any(w for r in pipe._runners for w in r.whole.values())
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        pipe.step(x, y)
+    assert all(w for r in pipe._runners for w in r.whole.values())

@@ -12,15 +12,15 @@ and each task runs under the same:
 * whether TorchScript's executor optimizes: around every task;
 * the caller's `contextvars` context (a config a forward reads with `ContextVar.get()`): each
   stage's tasks run in a copy of it;
-* saved-tensor hooks around step(): the split chunks compute their whole backward in B (W would
-  unpack the saved tensors a second time; rrfp._hook_watch).
+* the user's saved-tensor hooks around step(): the split chunks compute their whole backward in
+  B (W would unpack the saved tensors a second time; rrfp._hook_watch).
 """
 import contextlib
 import contextvars
 
 import torch
 
-from . import _rrfp
+from . import _hook_watch, _rrfp
 
 _DEVICES = ("cpu", "cuda")
 
@@ -54,7 +54,12 @@ class CallerState:
         context = contextvars.copy_context()
         self.context = context if len(context) else None
         self._contexts = {}  # stage -> its copy (a context runs on one thread at a time)
-        self.saved_hooks = _rrfp._saved_tensor_hooks_active()
+        # The user's saved-tensor hooks around the step, which a split backward would unpack
+        # twice; torch's own (save_on_cpu) hand a tensor back as often as asked. Hooks pushed
+        # past the wrapper (more on the stack than it saw entered) count as the user's.
+        stack = _rrfp._saved_tensor_hooks_depth()
+        entered, users = _hook_watch.entered()
+        self.saved_hooks = users > 0 or stack > entered
 
     def applies(self):
         return bool(self.autocast) or self.optimize is not None or self.context is not None \

@@ -37,6 +37,13 @@ def _note(t):
         _local.seen = True  # a leaf's hooks run where its gradient is accumulated: in W alone
 
 
+def entered():
+    """(saved-tensor hooks this thread entered through saved_tensors_hooks and has not left,
+    those of them that are the user's): a step compares the first with the thread's whole
+    stack (hooks pushed past the wrapper count as the user's)."""
+    return getattr(_local, "entered", 0), getattr(_local, "users", 0)
+
+
 def _from_torch(fn):
     # torch's own saved-tensor hooks (non-reentrant checkpointing's, save_on_cpu's) hand their
     # tensor back as often as asked, so a split backward stays bitwise a whole one with them.
@@ -47,7 +54,8 @@ def _install():
     tensor, hooks = torch.Tensor, torch.autograd.graph.saved_tensors_hooks
     if getattr(tensor.register_hook, "_rrfp_watched", False):
         return
-    register_hook, retain_grad, enter = tensor.register_hook, tensor.retain_grad, hooks.__enter__
+    register_hook, retain_grad = tensor.register_hook, tensor.retain_grad
+    enter, leave = hooks.__enter__, hooks.__exit__
 
     @functools.wraps(register_hook)
     def watched_register_hook(self, hook):
@@ -61,15 +69,27 @@ def _install():
 
     @functools.wraps(enter)
     def watched_enter(self):
-        if getattr(_local, "seen", None) is False and not _from_torch(self.pack_hook):
+        users = not _from_torch(self.pack_hook)
+        if getattr(_local, "seen", None) is False and users:
             _local.seen = True
-        return enter(self)
+        out = enter(self)
+        _local.entered = getattr(_local, "entered", 0) + 1
+        _local.users = getattr(_local, "users", 0) + users
+        return out
 
-    for f in (watched_register_hook, watched_retain_grad, watched_enter):
+    @functools.wraps(leave)
+    def watched_exit(self, *args):
+        out = leave(self, *args)
+        _local.entered = max(0, getattr(_local, "entered", 0) - 1)
+        _local.users = max(0, getattr(_local, "users", 0) - (not _from_torch(self.pack_hook)))
+        return out
+
+    for f in (watched_register_hook, watched_retain_grad, watched_enter, watched_exit):
         f._rrfp_watched = True
     tensor.register_hook = watched_register_hook
     tensor.retain_grad = watched_retain_grad
     hooks.__enter__ = watched_enter
+    hooks.__exit__ = watched_exit
 
 
 _install()
