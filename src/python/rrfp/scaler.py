@@ -45,7 +45,7 @@ def _unscalable(optimizer):
                     "scaling keeps; keep the parameters in float32 and compute in float16 "
                     "under torch.autocast")
             # As torch's scaler: a sparse one is coalesced only in float16, refused above.
-            g = p.grad._values() if p.grad.is_sparse else p.grad
+            g = _values(p.grad)
             if any(st == 0 and n > 1 for n, st in zip(g.shape, g.stride())):
                 raise ValueError(
                     "unscale_: a parameter's gradient has elements that share memory (an "
@@ -53,6 +53,11 @@ def _unscalable(optimizer):
                     "place; assign it a copy (p.grad = p.grad.clone())")
             grads.append(g)
     return grads
+
+
+def _values(grad):
+    """What unscale_ reads and divides of a gradient: a sparse one's values."""
+    return grad._values() if grad.is_sparse else grad
 
 
 def _left_out(pipe, optimizer):
@@ -65,7 +70,7 @@ def _left_out(pipe, optimizer):
             if id(p) not in seen:
                 seen.add(id(p))
                 if p.grad is not None:
-                    grads.append(p.grad._values() if p.grad.is_sparse else p.grad)
+                    grads.append(_values(p.grad))
     return grads
 
 
@@ -205,6 +210,10 @@ class GradScaler:
             self._on_device[device] = t
         return t
 
+    def _core(self):
+        """The pipeline's core, whose job the gathers go over; None without a pipeline."""
+        return self._pipe._core if self._pipe is not None else None
+
     def _state(self, optimizer):
         return self._optimizers.setdefault(id(optimizer), [_READY, False])
 
@@ -237,8 +246,7 @@ class GradScaler:
             if self._pipe is not None and not first:  # decided over the job at the first call
                 found = self._unscale_here(optimizer, False)
             else:
-                found = agreed_any(self._pipe._core if self._pipe is not None else None,
-                                   lambda: self._unscale_here(optimizer, first),
+                found = agreed_any(self._core(), lambda: self._unscale_here(optimizer, first),
                                    "unscale_: process(es) {bad} could not unscale their "
                                    "gradients; their own errors say why")
         if first:
@@ -255,11 +263,15 @@ class GradScaler:
         # failed there, with the gradients before it divided already.
         inv = torch.tensor(self._scale, dtype=torch.float64).reciprocal().float()
         invs = {inv.device: inv}
+
+        def inv_on(device):
+            if device not in invs:
+                invs[device] = inv.to(device)
+            return invs[device]
+
         flags = {}  # device -> whether each gradient there holds an inf or a NaN
         for g in grads:
-            if g.device not in invs:
-                invs[g.device] = inv.to(g.device)
-            g.mul_(invs[g.device])
+            g.mul_(inv_on(g.device))
             # The check reads the unscaled gradient: one finite while scaled may overflow once
             # divided by a scale under 1, and the optimizer must not step on it (torch's kernel
             # reads it before the multiply, and stepped).
@@ -270,9 +282,7 @@ class GradScaler:
             # is at most 1, so the product is finite exactly where the gradient is, and no
             # copy is made; under 1 the product is taken, as the check reads it unscaled.
             if self._scale < 1.0:
-                if g.device not in invs:
-                    invs[g.device] = inv.to(g.device)
-                g = g * invs[g.device]
+                g = g * inv_on(g.device)
             flags.setdefault(g.device, []).append(torch.logical_not(torch.isfinite(g)).any())
         # One wait for each device, not one for each gradient.
         return any(bool(torch.stack(fs).any()) for fs in flags.values())
@@ -342,7 +352,7 @@ class GradScaler:
         growth_interval steps that found none. Over the job: the first unscale_ decided for
         the pipeline's gradients, but a later call's parameters outside the pipeline were
         checked in their process alone, and every process's scale must move alike."""
-        found = agreed_any(self._pipe._core if self._pipe is not None else None, self._found,
+        found = agreed_any(self._core(), self._found,
                            "update: process(es) {bad} could not update their scale; their "
                            "own errors say why")
         self._given = None
