@@ -32,9 +32,14 @@ def seen(outer):
     return put
 
 
+def _mark():
+    if getattr(_local, "seen", None) is False:  # inside a watched forward
+        _local.seen = True
+
+
 def _note(t):
-    if getattr(_local, "seen", None) is False and t.grad_fn is not None:
-        _local.seen = True  # a leaf's hooks run where its gradient is accumulated: in W alone
+    if t.grad_fn is not None:  # a leaf's hooks run where its gradient is accumulated: in W alone
+        _mark()
 
 
 def entered():
@@ -69,19 +74,19 @@ def _install():
 
     @functools.wraps(enter)
     def watched_enter(self):
-        users = not _from_torch(self.pack_hook)
-        if getattr(_local, "seen", None) is False and users:
-            _local.seen = True
+        self._rrfp_users = not _from_torch(self.pack_hook)  # what the exit takes back
+        if self._rrfp_users:
+            _mark()
         out = enter(self)
         _local.entered = getattr(_local, "entered", 0) + 1
-        _local.users = getattr(_local, "users", 0) + users
+        _local.users = getattr(_local, "users", 0) + self._rrfp_users
         return out
 
     @functools.wraps(leave)
     def watched_exit(self, *args):
         out = leave(self, *args)
         _local.entered = max(0, getattr(_local, "entered", 0) - 1)
-        _local.users = max(0, getattr(_local, "users", 0) - (not _from_torch(self.pack_hook)))
+        _local.users = max(0, getattr(_local, "users", 0) - getattr(self, "_rrfp_users", False))
         return out
 
     for f in (watched_register_hook, watched_retain_grad, watched_enter, watched_exit):
