@@ -58,8 +58,9 @@ INSTANTIATE_TEST_SUITE_P(Transports, Conformance,
                          [](const auto& info) { return std::string(info.param.first); });
 
 // The job conformance suite (job_conformance.hpp) on the c10d job: each rank a thread with a
-// Gloo group of its replica's stages and one of its stage's replicas, as torch.distributed's
-// new_group makes them for a pipeline with dp > 1.
+// Gloo group of its replica's stages and one of its stage's replicas, each twice (the
+// transport's and the collectives'), as rrfp.Pipeline makes them with torch.distributed's
+// new_group for dp > 1.
 std::vector<std::unique_ptr<Job>> make_c10d_jobs(int pp, int dp) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   auto group = [&](const std::string& name, int rank, int size) {
@@ -70,9 +71,12 @@ std::vector<std::unique_ptr<Job>> make_c10d_jobs(int pp, int dp) {
   for (int r = 0; r < pp * dp; ++r)
     th.emplace_back([&, r] {  // every group's constructor waits for its other members
       const int replica = r / pp, stage = r % pp;
-      auto pipeline = group("pipe" + std::to_string(replica), stage, pp);
-      auto replicas = group("dp" + std::to_string(stage), replica, dp);
-      out[r] = std::make_unique<C10dWorld>(pipeline, replicas, std::chrono::seconds(30));
+      C10dGroups g;
+      g.pipeline = group("pipe" + std::to_string(replica), stage, pp);
+      g.replicas = group("dp" + std::to_string(stage), replica, dp);
+      g.pipeline_collectives = group("cpipe" + std::to_string(replica), stage, pp);
+      g.replica_collectives = group("cdp" + std::to_string(stage), replica, dp);
+      out[r] = std::make_unique<C10dWorld>(std::move(g), std::chrono::seconds(30));
       out[r]->set_layout(JobLayout{pp, 1, dp});
     });
   for (auto& t : th)
@@ -97,7 +101,7 @@ TEST(C10dJob, ExchangeAmongSomeStagesBesideATransport) {
   std::vector<std::thread> th;
   for (int r = 0; r < 4; ++r)
     th.emplace_back([&, r] {
-      C10dWorld job(groups[r], {}, std::chrono::seconds(30));
+      C10dWorld job({groups[r]}, std::chrono::seconds(30));
       C10dTransport transport(groups[r]);
       transport.set_receiver([&](Message&& m) {
         std::lock_guard lk(mu);
@@ -195,7 +199,7 @@ std::string send_error(Transport& t, const MessageTag& tag, Payload p = Payload:
 TEST(C10dTransportFailure, AGlooSendFailureNamesThisStageThePeerAndTheMessage) {
   const std::string tail =
       " failed (Gloo's send; the peer exited or stopped answering?): " + std::string(kGlooReset);
-  C10dWorld job(c10::make_intrusive<PeerGoneGroup>(false), {}, std::chrono::seconds(30));
+  C10dWorld job({c10::make_intrusive<PeerGoneGroup>(false)}, std::chrono::seconds(30));
   Hosting h = job.hosting();
   EXPECT_EQ(send_error(*h.transports[0], MessageTag{3, TaskId{Kind::F, 0, 2}}),
             "c10d transport: stage 0 (c10d rank 0): sending step 3 F c0 m2 to stage 1 (c10d "

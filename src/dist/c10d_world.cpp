@@ -11,16 +11,26 @@
 
 namespace rrfp {
 
-C10dWorld::C10dWorld(c10::intrusive_ptr<c10d::ProcessGroup> pipeline,
-                     c10::intrusive_ptr<c10d::ProcessGroup> replicas,
-                     std::chrono::milliseconds timeout)
-    : pg_(std::move(pipeline)),
-      dp_(std::move(replicas)),
+C10dWorld::C10dWorld(C10dGroups g, std::chrono::milliseconds timeout)
+    : pg_(std::move(g.pipeline)),
+      coll_(g.pipeline_collectives ? std::move(g.pipeline_collectives) : pg_),
+      dp_(g.replica_collectives ? std::move(g.replica_collectives) : std::move(g.replicas)),
       timeout_(timeout),
       stage_(pg_->getRank()),
       stages_(pg_->getSize()),
       replica_(dp_ ? dp_->getRank() : 0),
-      replicas_(dp_ ? dp_->getSize() : 1) {}
+      replicas_(dp_ ? dp_->getSize() : 1) {
+  // Ranks by the transport's group: the collectives' must number the processes alike.
+  if (coll_->getRank() != stage_ || coll_->getSize() != stages_)
+    throw InputError("`collectives`: rank " + std::to_string(coll_->getRank()) + " of " +
+                     std::to_string(coll_->getSize()) + ", where the pipeline's group has rank " +
+                     std::to_string(stage_) + " of " + std::to_string(stages_));
+  if (g.replicas && (g.replicas->getRank() != replica_ || g.replicas->getSize() != replicas_))
+    throw InputError("`dp_collectives`: rank " + std::to_string(replica_) + " of " +
+                     std::to_string(replicas_) + ", where the replicas' group has rank " +
+                     std::to_string(g.replicas->getRank()) + " of " +
+                     std::to_string(g.replicas->getSize()));
+}
 
 void C10dWorld::set_layout(const JobLayout& l) {
   validate(l, size(), "the process groups of " + std::to_string(size()));
@@ -63,7 +73,7 @@ Hosting C10dWorld::hosting() {
 }
 
 void C10dWorld::barrier() {
-  wait(pg_->barrier(), "the barrier before a step");
+  wait(coll_->barrier(), "the barrier before a step");
 }
 
 // Gloo's own failures ("Operation timed out!", "Connection closed by peer") named neither the
@@ -139,7 +149,7 @@ std::vector<std::vector<std::byte>> C10dWorld::gather_bytes(c10d::ProcessGroup& 
 
 std::vector<std::vector<std::byte>> C10dWorld::all_gather_bytes(std::span<const std::byte> mine) {
   // Over the pipeline, then the replicas: every rank's bytes, by job rank.
-  std::vector<std::vector<std::byte>> mine_all = gather_bytes(*pg_, mine);
+  std::vector<std::vector<std::byte>> mine_all = gather_bytes(*coll_, mine);
   std::vector<std::byte> packed;
   for (const auto& b : mine_all) {
     const std::uint64_t n = b.size();
@@ -174,8 +184,8 @@ std::vector<std::vector<std::byte>> C10dWorld::exchange(std::span<const std::byt
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   for (std::size_t i = 0; i < peers.size(); ++i)
     if (i != me) {
-      works.push_back(pg_->recv(sizes[i], peers[i], kSizeTag));
-      works.push_back(pg_->send(size, peers[i], kSizeTag));
+      works.push_back(coll_->recv(sizes[i], peers[i], kSizeTag));
+      works.push_back(coll_->send(size, peers[i], kSizeTag));
     }
   for (const auto& w : works)
     wait(w, "an exchange of sizes between stages");
@@ -188,8 +198,8 @@ std::vector<std::vector<std::byte>> C10dWorld::exchange(std::span<const std::byt
     if (i == me) continue;
     const std::int64_t n = sizes[i][0].item<std::int64_t>();
     got[i] = {at::empty({n}, at::kByte)};
-    if (n > 0) works.push_back(pg_->recv(got[i], peers[i], kDataTag));
-    if (!mine.empty()) works.push_back(pg_->send(data, peers[i], kDataTag));
+    if (n > 0) works.push_back(coll_->recv(got[i], peers[i], kDataTag));
+    if (!mine.empty()) works.push_back(coll_->send(data, peers[i], kDataTag));
   }
   for (const auto& w : works)
     wait(w, "an exchange between stages");
@@ -207,7 +217,7 @@ std::vector<std::vector<std::byte>> C10dWorld::exchange(std::span<const std::byt
 
 std::vector<std::vector<std::byte>> C10dWorld::gather_to_root(std::span<const std::byte> mine) {
   // Within the replica: its first stage gets its stages' bytes (all a step record needs).
-  auto all = gather_bytes(*pg_, mine);
+  auto all = gather_bytes(*coll_, mine);
   if (rank() != 0) all.clear();
   return all;
 }

@@ -12,13 +12,23 @@
 
 namespace rrfp {
 
+// The groups a job's process talks over.
+struct C10dGroups {
+  using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
+  Group pipeline;  // this replica's stages: the transport's messages
+  Group replicas;  // this stage across the replicas, or null with one replica
+  // Over the same ranks, for the barrier before a step, the gathers and the exchanges, made
+  // with the job's timeout as their own (null: `pipeline`, `replicas`). Gloo ends a collective
+  // only at its group's timeout, whatever a wait on it asked: one left running after a failed
+  // step kept the process from exiting until then (torch's default, 30 minutes). The
+  // transport's group keeps a longer one: its receives wait between steps.
+  Group pipeline_collectives, replica_collectives;
+};
+
 class C10dWorld final : public Job {
  public:
-  // `pipeline`: the group of this replica's stages; `replicas`: this stage's group across the
-  // replicas, or null with one replica. `timeout`: the deadline of the barrier before each
-  // step and of the gathers.
-  C10dWorld(c10::intrusive_ptr<c10d::ProcessGroup> pipeline,
-            c10::intrusive_ptr<c10d::ProcessGroup> replicas, std::chrono::milliseconds timeout);
+  // `timeout`: the deadline of the barrier before each step and of the gathers.
+  C10dWorld(C10dGroups groups, std::chrono::milliseconds timeout);
 
   int rank() const override { return replica_ * stages_ + stage_; }
   int size() const override { return stages_ * replicas_; }
@@ -32,9 +42,10 @@ class C10dWorld final : public Job {
   std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) override;
   std::vector<std::vector<std::byte>> dp_all_gather(std::span<const std::byte> mine) override;
   std::vector<std::vector<std::byte>> replica_all_gather(std::span<const std::byte> mine) override {
-    return gather_bytes(*pg_, mine);
+    return gather_bytes(*coll_, mine);
   }
-  // Sends and receives on the pipeline group with tags above every transport channel's.
+  // Sends and receives on the pipeline's collectives group, with tags above every transport
+  // channel's (the group may be the transport's own).
   std::vector<std::vector<std::byte>> exchange(std::span<const std::byte> mine,
                                                std::span<const int> peers) override;
   // c10d cannot end the other processes: this one exits, and the launcher (torchrun) ends
@@ -49,7 +60,8 @@ class C10dWorld final : public Job {
   void barrier();
   void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what);
 
-  c10::intrusive_ptr<c10d::ProcessGroup> pg_, dp_;
+  // pg_ carries the transport; coll_ and dp_ the collectives (see C10dGroups).
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_, coll_, dp_;
   std::chrono::milliseconds timeout_;
   int stage_ = 0, stages_ = 1, replica_ = 0, replicas_ = 1;
 };

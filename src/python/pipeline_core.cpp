@@ -82,7 +82,7 @@ Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms) {
 PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   const TransportKind tr = parse_transport(
       o.transport, {TransportKind::Inproc, TransportKind::Mpi, TransportKind::C10d});
-  if (tr == TransportKind::C10d && !o.group)
+  if (tr == TransportKind::C10d && !o.groups.pipeline)
     throw InputError("`group`: transport c10d needs a torch.distributed process group");
   if (o.dp < 1)
     throw InputError("`dp`: must be at least 1 (one replica: no data parallelism), got " +
@@ -90,7 +90,7 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   if (o.dp > 1 && tr == TransportKind::Inproc)
     throw InputError("`dp`: data-parallel replicas need `transport` mpi or c10d (got dp " +
                      std::to_string(o.dp) + ")");
-  if (tr == TransportKind::C10d && (o.dp > 1) != static_cast<bool>(o.dp_group))
+  if (tr == TransportKind::C10d && (o.dp > 1) != static_cast<bool>(o.groups.replicas))
     throw InputError("`dp_group`: give the replicas' group exactly when dp > 1");
   model_ = std::make_unique<WorkModel>(
       make_config(o.pp, o.vpp, o.microbatches, o.placement, o.split_backward, o.hint));
@@ -108,8 +108,7 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   if (tr == TransportKind::Mpi) job_ = mpi_job(o, runtime_.timeout_ms);
   if (tr == TransportKind::C10d) {
     own_job_ = std::make_unique<C10dWorld>(
-        o.group, o.dp_group,
-        std::chrono::milliseconds(runtime_.timeout_ms ? runtime_.timeout_ms : 1'800'000));
+        o.groups, std::chrono::milliseconds(runtime_.timeout_ms ? runtime_.timeout_ms : 1'800'000));
     own_job_->set_layout(JobLayout{o.pp, 1, o.dp});
     job_ = own_job_.get();
   }

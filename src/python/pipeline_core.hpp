@@ -14,9 +14,8 @@
 #include <string>
 #include <vector>
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-
 #include "core/hint.hpp"
+#include "dist/c10d_world.hpp"
 #include "dist/job.hpp"
 #include "python/step_record.hpp"
 #include "runtime/runtime.hpp"
@@ -32,10 +31,9 @@ struct CoreOptions {
   double timeout_s = 120;
   std::string transport = "inproc";  // inproc: every stage a thread here; mpi: one per process
   int dp = 1;                        // mpi: data-parallel replicas (mpirun -np pp * dp)
-  // c10d: the torch.distributed ProcessGroup the stages talk over (one stage per rank).
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
-  // c10d with dp > 1: this stage's group across the replicas (then `group` is this replica's).
-  c10::intrusive_ptr<c10d::ProcessGroup> dp_group;
+  // c10d: the torch.distributed ProcessGroups the stages talk over (one stage per rank;
+  // `groups.pipeline` is this replica's) and, with dp > 1, this stage's across the replicas.
+  C10dGroups groups;
 };
 
 // Ends multi-process use before the interpreter exits (rrfp registers it with atexit): every

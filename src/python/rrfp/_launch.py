@@ -187,11 +187,15 @@ def _compared(name, value):
 
 
 def c10d_groups(group, pp, dp, timeout=0.0):
-    """This process's pipeline group and, with dp > 1, its stage's group across the replicas:
-    Gloo groups over `group`'s ranks (default: the default group, made from torchrun's
-    environment, within `timeout` seconds, 0: torch's own 30 minutes), rank r of which is
-    replica r // pp, stage r % pp. Every process makes every subgroup, in the same order
-    (torch.distributed.new_group requires it)."""
+    """The PipelineCore's groups of this process (its keyword arguments): `group`, its
+    pipeline's, and with dp > 1 `dp_group`, its stage's across the replicas: Gloo groups over
+    `group`'s ranks (default: the default group, made from torchrun's environment, within
+    `timeout` seconds, 0: torch's own 30 minutes), rank r of which is replica r // pp, stage
+    r % pp. Every process makes every subgroup, in the same order (torch.distributed.new_group
+    requires it). Where this makes them, `collectives` and `dp_collectives` are groups over the
+    same ranks whose own timeout is `timeout`, for the barrier and the gathers: Gloo ends a collective only at its group's timeout, whatever a wait on it asks, and
+    one left running after a step failed on a timeout kept the process from exiting for torch's
+    30 minutes. The pipeline's messages keep torch's timeout (they wait between steps)."""
     import torch.distributed as dist
     if group is None:
         if not dist.is_initialized():
@@ -208,17 +212,32 @@ def c10d_groups(group, pp, dp, timeout=0.0):
         host = dist.new_group(group_ranks(dist, group), backend="gloo")
         _agree_layout(dist, host, pp, dp)
     if dp == 1:
-        return host or _host_group(dist, group), None
+        pipe = host or _host_group(dist, group)
+        if pipe is group:  # the caller's subgroup: the processes outside it make no other
+            return dict(group=pipe)
+        return dict(group=pipe, collectives=_bounded(dist, group_ranks(dist, group), timeout))
     world = dist.get_world_size(group)
     if world != pp * dp:
         raise ValueError(f"dp: {world} processes are not pp * dp = {pp} * {dp}")
     ranks = group_ranks(dist, group)
     me = dist.get_rank(group)
-    pipes = [dist.new_group([ranks[r * pp + s] for s in range(pp)], backend="gloo")
-             for r in range(dp)]
-    stages = [dist.new_group([ranks[r * pp + s] for r in range(dp)], backend="gloo")
-              for s in range(pp)]
-    return pipes[me // pp], stages[me % pp]
+    pipes = [[ranks[r * pp + s] for s in range(pp)] for r in range(dp)]
+    stages = [[ranks[r * pp + s] for r in range(dp)] for s in range(pp)]
+    made = [[dist.new_group(g, backend="gloo") for g in pipes],
+            [dist.new_group(g, backend="gloo") for g in stages],
+            [_bounded(dist, g, timeout) for g in pipes], [_bounded(dist, g, timeout) for g in stages]]
+    return dict(group=made[0][me // pp], dp_group=made[1][me % pp],
+                collectives=made[2][me // pp], dp_collectives=made[3][me % pp])
+
+
+def _bounded(dist, ranks, timeout):
+    """A Gloo group over `ranks` whose operations end within `timeout` seconds (0: torch's
+    own timeout; made all the same, so that every process makes the same groups whatever its
+    `timeout`, which the processes need not agree on)."""
+    if timeout <= 0:
+        return dist.new_group(ranks, backend="gloo")
+    import datetime
+    return dist.new_group(ranks, timeout=datetime.timedelta(seconds=timeout), backend="gloo")
 
 
 def _agree_layout(dist, group, pp, dp):

@@ -135,14 +135,12 @@ class Pipeline:
         if group is not None and transport != "c10d":  # it was taken and ignored
             raise ValueError(f"group: the processes of a c10d pipeline; transport={transport!r} "
                              "takes none (leave group out, or give transport='c10d')")
-        dp_group = None
-        if transport == "c10d":
-            group, dp_group = c10d_groups(group, pp, dp, float(timeout))
+        groups = c10d_groups(group, pp, dp, float(timeout)) if transport == "c10d" else {}
         self._core = _rrfp.PipelineCore(
             pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
             split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
             max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
-            transport=transport, dp=dp, group=group, dp_group=dp_group)
+            transport=transport, dp=dp, **groups)
         agree_options(self._core, dict(
             pp=pp, vpp=vpp, dp=dp, placement=placement, microbatches=microbatches, hint=hint,
             policy=policy, split_backward=split_backward, comm=comm, limit=limit,

@@ -1,0 +1,122 @@
+// The c10d job's groups: the barrier before a step, the gathers and the exchanges run on the
+// collectives' groups, made with the job's timeout as their own, and never on the transport's
+// (Gloo ends a collective only at its group's timeout: one left running on a group of torch's
+// 30 minutes held the process's exit that long); without them, on the transport's group. Ranks
+// as one-process fakes that record which group each call reached.
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "dist/c10d_world.hpp"
+
+namespace rrfp::test {
+namespace {
+
+class DoneWork final : public c10d::Work {
+ public:
+  bool wait(std::chrono::milliseconds) override { return true; }
+  bool isCompleted() override { return true; }
+  void abort() override {}
+};
+
+// A group of one rank (or rank 0 of `size`, for the layout checks) that logs each call as
+// "<name> <call>" and gathers its own input.
+class RecordingGroup final : public c10d::ProcessGroup {
+ public:
+  RecordingGroup(std::string name, std::vector<std::string>& log, int size = 1)
+      : c10d::ProcessGroup(0, size), name_(std::move(name)), log_(log) {}
+  const std::string getBackendName() const override { return "recording"; }
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    return done("barrier");
+  }
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& out,
+                                           std::vector<at::Tensor>& in,
+                                           const c10d::AllgatherOptions&) override {
+    out[0][0].copy_(in[0]);
+    return done("allgather");
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> done(const char* call) {
+    log_.push_back(name_ + " " + call);
+    return c10::make_intrusive<DoneWork>();
+  }
+  std::string name_;
+  std::vector<std::string>& log_;
+};
+
+std::vector<std::byte> bytes(std::size_t n) {
+  std::vector<std::byte> b(n);
+  for (std::size_t i = 0; i < n; ++i)
+    b[i] = std::byte(i * 7 + 1);
+  return b;
+}
+
+C10dGroups recording(std::vector<std::string>& log, bool collectives) {
+  auto g = [&](const char* name) { return c10::make_intrusive<RecordingGroup>(name, log); };
+  C10dGroups out{g("pipeline"), g("replicas")};
+  if (collectives) {
+    out.pipeline_collectives = g("pipeline collectives");
+    out.replica_collectives = g("replica collectives");
+  }
+  return out;
+}
+
+TEST(C10dJobGroups, CollectivesRunOnTheirOwnGroupsNeverOnTheTransports) {
+  std::vector<std::string> log;
+  C10dWorld job(recording(log, true), std::chrono::seconds(5));
+  job.set_layout(JobLayout{1, 1, 1});
+  Hosting h = job.hosting();
+  h.before_step();
+  const auto mine = bytes(5000);  // past the first round: two all-gathers
+  EXPECT_EQ(job.all_gather_bytes(mine), std::vector<std::vector<std::byte>>{mine});
+  EXPECT_EQ(job.dp_all_gather(bytes(3)), std::vector<std::vector<std::byte>>{bytes(3)});
+  EXPECT_EQ(job.replica_all_gather(bytes(4)), std::vector<std::vector<std::byte>>{bytes(4)});
+  EXPECT_EQ(job.gather_to_root(bytes(2)), std::vector<std::vector<std::byte>>{bytes(2)});
+  const std::vector<int> alone = {0};
+  EXPECT_EQ(job.exchange(bytes(6), alone), std::vector<std::vector<std::byte>>{bytes(6)});
+  const std::vector<std::string> want = {
+      "pipeline collectives barrier",   "pipeline collectives allgather",
+      "pipeline collectives allgather", "replica collectives allgather",
+      "replica collectives allgather",  "replica collectives allgather",
+      "pipeline collectives allgather", "pipeline collectives allgather"};
+  EXPECT_EQ(log, want);
+}
+
+TEST(C10dJobGroups, WithoutCollectivesGroupsTheTransportsGroupsCarryThem) {
+  std::vector<std::string> log;
+  C10dWorld job(recording(log, false), std::chrono::seconds(5));
+  job.hosting().before_step();
+  job.dp_all_gather(bytes(3));
+  EXPECT_EQ(log, (std::vector<std::string>{"pipeline barrier", "replicas allgather"}));
+}
+
+TEST(C10dJobGroups, ACollectivesGroupNumberingTheProcessesOtherwiseIsRefused) {
+  std::vector<std::string> log;
+  C10dGroups g = recording(log, true);
+  g.pipeline_collectives = c10::make_intrusive<RecordingGroup>("wide", log, 2);
+  try {
+    C10dWorld job(g, std::chrono::seconds(5));
+    FAIL() << "a collectives group of 2 ranks beside a pipeline of 1 was taken";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(),
+                 "`collectives`: rank 0 of 2, where the pipeline's group has rank 0 of 1");
+  }
+  g = recording(log, true);
+  g.replica_collectives = c10::make_intrusive<RecordingGroup>("wide", log, 3);
+  try {
+    C10dWorld job(g, std::chrono::seconds(5));
+    FAIL() << "a replicas' collectives group of 3 ranks beside replicas of 1 was taken";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(),
+                 "`dp_collectives`: rank 0 of 3, where the replicas' group has rank 0 of 1");
+  }
+}
+
+}  // namespace
+}  // namespace rrfp::test
