@@ -1,8 +1,7 @@
-// The c10d job's groups: the barrier before a step, the gathers and the exchanges run on the
-// collectives' groups, made with the job's timeout as their own, and never on the transport's
-// (Gloo ends a collective only at its group's timeout: one left running on a group of torch's
-// 30 minutes held the process's exit that long); without them, on the transport's group. Ranks
-// as one-process fakes that record which group each call reached.
+// The c10d job's groups: the barrier before a step, the gathers and the exchanges among stages
+// run on the collectives' group, made with the job's timeout as its own, and never on the
+// transport's (C10dGroups says why); without one, on the transport's group. Ranks as
+// one-process fakes that record which group each call reached.
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <gtest/gtest.h>
@@ -60,10 +59,7 @@ std::vector<std::byte> bytes(std::size_t n) {
 C10dGroups recording(std::vector<std::string>& log, bool collectives) {
   auto g = [&](const char* name) { return c10::make_intrusive<RecordingGroup>(name, log); };
   C10dGroups out{g("pipeline"), g("replicas")};
-  if (collectives) {
-    out.pipeline_collectives = g("pipeline collectives");
-    out.replica_collectives = g("replica collectives");
-  }
+  if (collectives) out.collectives = g("collectives");
   return out;
 }
 
@@ -80,11 +76,10 @@ TEST(C10dJobGroups, CollectivesRunOnTheirOwnGroupsNeverOnTheTransports) {
   EXPECT_EQ(job.gather_to_root(bytes(2)), std::vector<std::vector<std::byte>>{bytes(2)});
   const std::vector<int> alone = {0};
   EXPECT_EQ(job.exchange(bytes(6), alone), std::vector<std::vector<std::byte>>{bytes(6)});
-  const std::vector<std::string> want = {
-      "pipeline collectives barrier",   "pipeline collectives allgather",
-      "pipeline collectives allgather", "replica collectives allgather",
-      "replica collectives allgather",  "replica collectives allgather",
-      "pipeline collectives allgather", "pipeline collectives allgather"};
+  const std::vector<std::string> want = {"collectives barrier",   "collectives allgather",
+                                         "collectives allgather", "replicas allgather",
+                                         "replicas allgather",    "replicas allgather",
+                                         "collectives allgather", "collectives allgather"};
   EXPECT_EQ(log, want);
 }
 
@@ -99,22 +94,13 @@ TEST(C10dJobGroups, WithoutCollectivesGroupsTheTransportsGroupsCarryThem) {
 TEST(C10dJobGroups, ACollectivesGroupNumberingTheProcessesOtherwiseIsRefused) {
   std::vector<std::string> log;
   C10dGroups g = recording(log, true);
-  g.pipeline_collectives = c10::make_intrusive<RecordingGroup>("wide", log, 2);
+  g.collectives = c10::make_intrusive<RecordingGroup>("wide", log, 2);
   try {
     C10dWorld job(g, std::chrono::seconds(5));
     FAIL() << "a collectives group of 2 ranks beside a pipeline of 1 was taken";
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(),
                  "`collectives`: rank 0 of 2, where the pipeline's group has rank 0 of 1");
-  }
-  g = recording(log, true);
-  g.replica_collectives = c10::make_intrusive<RecordingGroup>("wide", log, 3);
-  try {
-    C10dWorld job(g, std::chrono::seconds(5));
-    FAIL() << "a replicas' collectives group of 3 ranks beside replicas of 1 was taken";
-  } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(),
-                 "`dp_collectives`: rank 0 of 3, where the replicas' group has rank 0 of 1");
   }
 }
 

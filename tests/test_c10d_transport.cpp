@@ -58,9 +58,8 @@ INSTANTIATE_TEST_SUITE_P(Transports, Conformance,
                          [](const auto& info) { return std::string(info.param.first); });
 
 // The job conformance suite (job_conformance.hpp) on the c10d job: each rank a thread with a
-// Gloo group of its replica's stages and one of its stage's replicas, each twice (the
-// transport's and the collectives'), as rrfp.Pipeline makes them with torch.distributed's
-// new_group for dp > 1.
+// Gloo group of its replica's stages for the transport, one for the collectives and one of its
+// stage's replicas, as rrfp.Pipeline makes them with torch.distributed's new_group for dp > 1.
 std::vector<std::unique_ptr<Job>> make_c10d_jobs(int pp, int dp) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   auto group = [&](const std::string& name, int rank, int size) {
@@ -74,8 +73,7 @@ std::vector<std::unique_ptr<Job>> make_c10d_jobs(int pp, int dp) {
       C10dGroups g;
       g.pipeline = group("pipe" + std::to_string(replica), stage, pp);
       g.replicas = group("dp" + std::to_string(stage), replica, dp);
-      g.pipeline_collectives = group("cpipe" + std::to_string(replica), stage, pp);
-      g.replica_collectives = group("cdp" + std::to_string(stage), replica, dp);
+      g.collectives = group("cpipe" + std::to_string(replica), stage, pp);
       out[r] = std::make_unique<C10dWorld>(std::move(g), std::chrono::seconds(30));
       out[r]->set_layout(JobLayout{pp, 1, dp});
     });

@@ -13,8 +13,8 @@ namespace rrfp {
 
 C10dWorld::C10dWorld(C10dGroups g, std::chrono::milliseconds timeout)
     : pg_(std::move(g.pipeline)),
-      coll_(g.pipeline_collectives ? std::move(g.pipeline_collectives) : pg_),
-      dp_(g.replica_collectives ? std::move(g.replica_collectives) : std::move(g.replicas)),
+      coll_(g.collectives ? std::move(g.collectives) : pg_),
+      dp_(std::move(g.replicas)),
       timeout_(timeout),
       stage_(pg_->getRank()),
       stages_(pg_->getSize()),
@@ -25,11 +25,6 @@ C10dWorld::C10dWorld(C10dGroups g, std::chrono::milliseconds timeout)
     throw InputError("`collectives`: rank " + std::to_string(coll_->getRank()) + " of " +
                      std::to_string(coll_->getSize()) + ", where the pipeline's group has rank " +
                      std::to_string(stage_) + " of " + std::to_string(stages_));
-  if (g.replicas && (g.replicas->getRank() != replica_ || g.replicas->getSize() != replicas_))
-    throw InputError("`dp_collectives`: rank " + std::to_string(replica_) + " of " +
-                     std::to_string(replicas_) + ", where the replicas' group has rank " +
-                     std::to_string(g.replicas->getRank()) + " of " +
-                     std::to_string(g.replicas->getSize()));
 }
 
 void C10dWorld::set_layout(const JobLayout& l) {

@@ -16,13 +16,15 @@ namespace rrfp {
 struct C10dGroups {
   using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
   Group pipeline;  // this replica's stages: the transport's messages
-  Group replicas;  // this stage across the replicas, or null with one replica
-  // Over the same ranks, for the barrier before a step, the gathers and the exchanges, made
-  // with the job's timeout as their own (null: `pipeline`, `replicas`). Gloo ends a collective
-  // only at its group's timeout, whatever a wait on it asked: one left running after a failed
-  // step kept the process from exiting until then (torch's default, 30 minutes). The
-  // transport's group keeps a longer one: its receives wait between steps.
-  Group pipeline_collectives, replica_collectives;
+  // This stage across the replicas (the replicas' gathers), or null with one replica.
+  Group replicas;
+  // Over the pipeline's ranks, for the barrier before a step, the gathers and the exchanges
+  // (null: `pipeline`). Gloo ends a collective only at its group's timeout, whatever a wait on
+  // it asks, and closes every connection of the group then: these run on a group whose timeout
+  // is the job's (a collective left running after a failed step held the process's exit for
+  // torch's 30 minutes), the transport's receives, which stay posted between steps, on one
+  // whose timeout outlasts any pause between steps.
+  Group collectives;
 };
 
 class C10dWorld final : public Job {
@@ -60,7 +62,7 @@ class C10dWorld final : public Job {
   void barrier();
   void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what);
 
-  // pg_ carries the transport; coll_ and dp_ the collectives (see C10dGroups).
+  // pg_ carries the transport; coll_ and dp_ the collectives (C10dGroups).
   c10::intrusive_ptr<c10d::ProcessGroup> pg_, coll_, dp_;
   std::chrono::milliseconds timeout_;
   int stage_ = 0, stages_ = 1, replica_ = 0, replicas_ = 1;

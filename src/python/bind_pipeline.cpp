@@ -38,8 +38,7 @@ void bind_pipeline(pyb::module_& m) {
       .def(pyb::init([](int pp, int vpp, int microbatches, std::string placement,
                         std::string split_backward, std::string hint, std::string policy, int limit,
                         int max_pending_w, std::string comm, double timeout, std::string transport,
-                        int dp, pyb::object group, pyb::object dp_group, pyb::object collectives,
-                        pyb::object dp_collectives) {
+                        int dp, pyb::object group, pyb::object dp_group, pyb::object collectives) {
              CoreOptions o;
              o.pp = pp;
              o.vpp = vpp;
@@ -57,18 +56,14 @@ void bind_pipeline(pyb::module_& m) {
              C10dGroups& g = o.groups;
              if (!group.is_none()) g.pipeline = to_group(group, "group");
              if (!dp_group.is_none()) g.replicas = to_group(dp_group, "dp_group");
-             if (!collectives.is_none())
-               g.pipeline_collectives = to_group(collectives, "collectives");
-             if (!dp_collectives.is_none())
-               g.replica_collectives = to_group(dp_collectives, "dp_collectives");
+             if (!collectives.is_none()) g.collectives = to_group(collectives, "collectives");
              return std::make_unique<PipelineCore>(o);
            }),
            pyb::kw_only(), pyb::arg("pp"), pyb::arg("vpp"), pyb::arg("microbatches"),
            pyb::arg("placement"), pyb::arg("split_backward"), pyb::arg("hint"), pyb::arg("policy"),
            pyb::arg("limit"), pyb::arg("max_pending_w"), pyb::arg("comm"), pyb::arg("timeout"),
            pyb::arg("transport"), pyb::arg("dp") = 1, pyb::arg("group") = pyb::none(),
-           pyb::arg("dp_group") = pyb::none(), pyb::arg("collectives") = pyb::none(),
-           pyb::arg("dp_collectives") = pyb::none())
+           pyb::arg("dp_group") = pyb::none(), pyb::arg("collectives") = pyb::none())
       .def_property_readonly("pp", [](const PipelineCore& c) { return c.model().pp(); })
       .def_property_readonly("vpp", [](const PipelineCore& c) { return c.model().vpp(); })
       .def_property_readonly("chunks", [](const PipelineCore& c) { return c.model().chunks(); })

@@ -188,33 +188,40 @@ def _compared(name, value):
 
 def c10d_groups(group, pp, dp, timeout=0.0):
     """The PipelineCore's groups of this process (its keyword arguments): `group`, its
-    pipeline's, and with dp > 1 `dp_group`, its stage's across the replicas: Gloo groups over
-    `group`'s ranks (default: the default group, made from torchrun's environment, within
-    `timeout` seconds, 0: torch's own 30 minutes), rank r of which is replica r // pp, stage
-    r % pp. Every process makes every subgroup, in the same order (torch.distributed.new_group
-    requires it). Where this makes them, `collectives` and `dp_collectives` are groups over the
-    same ranks whose own timeout is `timeout`, for the barrier and the gathers: Gloo ends a collective only at its group's timeout, whatever a wait on it asks, and
-    one left running after a step failed on a timeout kept the process from exiting for torch's
-    30 minutes. The pipeline's messages keep torch's timeout (they wait between steps)."""
+    pipeline's, `collectives` beside it, and with dp > 1 `dp_group`, its stage's across the
+    replicas: Gloo groups over `group`'s ranks (default: the default group, made from torchrun's
+    environment, within `timeout` seconds, 0: torch's own 30 minutes), rank r of which is
+    replica r // pp, stage r % pp. Every process makes every subgroup, in the same order
+    (torch.distributed.new_group requires it).
+
+    Gloo ends a wait only at its group's timeout, and closes every connection of the group then.
+    The barrier, gathers and exchanges run on groups whose timeout is `timeout`: a collective
+    left running after a failed step held the process's exit for torch's 30 minutes. The
+    pipeline's messages run on groups whose timeout outlasts any pause between steps
+    (_messages_group): their receives stay posted between steps. A Gloo subgroup of the
+    caller's is used for all as it is: the processes outside it would make no other."""
     import torch.distributed as dist
     if group is None:
         if not dist.is_initialized():
             _init_default_group(dist, timeout)
         group = dist.group.WORLD
     _refuse_subgroup_of_another_backend(dist, group)  # the subgroups below are Gloo's anyway
-    host = None
     if dist.get_backend(group) == "gloo":
         _agree_layout(dist, group, pp, dp)
+        host = None
     else:
         # The default group of NCCL, say, carries CUDA tensors alone: compared over the Gloo
         # group of its ranks that dp=1 keeps as its own (every process makes it first, whatever
         # its pp and dp; with dp > 1 it is left unused).
-        host = dist.new_group(group_ranks(dist, group), backend="gloo")
+        host = _messages_group(dist, group_ranks(dist, group))
         _agree_layout(dist, host, pp, dp)
     if dp == 1:
-        pipe = host or _host_group(dist, group)
-        if pipe is group:  # the caller's subgroup: the processes outside it make no other
-            return dict(group=pipe)
+        if group is not dist.group.WORLD:  # a Gloo subgroup (the docs ask for one of its own)
+            return dict(group=group)
+        # The default group gets groups of the pipeline's own over its ranks: the pipeline's
+        # receives, posted between steps, took the caller's own point-to-point messages of the
+        # default group (a dist.recv then waited for ever), and NCCL carries no host memory.
+        pipe = host if host is not None else _messages_group(dist, group_ranks(dist, group))
         return dict(group=pipe, collectives=_bounded(dist, group_ranks(dist, group), timeout))
     world = dist.get_world_size(group)
     if world != pp * dp:
@@ -223,11 +230,26 @@ def c10d_groups(group, pp, dp, timeout=0.0):
     me = dist.get_rank(group)
     pipes = [[ranks[r * pp + s] for s in range(pp)] for r in range(dp)]
     stages = [[ranks[r * pp + s] for r in range(dp)] for s in range(pp)]
-    made = [[dist.new_group(g, backend="gloo") for g in pipes],
-            [dist.new_group(g, backend="gloo") for g in stages],
-            [_bounded(dist, g, timeout) for g in pipes], [_bounded(dist, g, timeout) for g in stages]]
-    return dict(group=made[0][me // pp], dp_group=made[1][me % pp],
-                collectives=made[2][me // pp], dp_collectives=made[3][me % pp])
+    made = ([_messages_group(dist, g) for g in pipes], [_bounded(dist, g, timeout) for g in pipes],
+            [_bounded(dist, g, timeout) for g in stages])
+    return dict(group=made[0][me // pp], collectives=made[1][me // pp],
+                dp_group=made[2][me % pp])
+
+
+# A year: longer than any pause between two steps of a job (an evaluation, a checkpoint's
+# upload), shorter than what Gloo's deadlines (steady clock plus timeout, in nanoseconds) hold.
+_MESSAGES_TIMEOUT_DAYS = 365
+
+
+def _messages_group(dist, ranks):
+    """A Gloo group over `ranks` for the pipeline's messages. Its receives stay posted between
+    steps, and Gloo fails a wait at its group's timeout and closes every connection of the
+    group: under torch's 30 minutes, a pause between steps longer than that failed every later
+    step ("Application timeout caused pair closure"). A step that stops making progress is the
+    pipeline's `timeout` to catch, not this group's."""
+    import datetime
+    return dist.new_group(ranks, timeout=datetime.timedelta(days=_MESSAGES_TIMEOUT_DAYS),
+                          backend="gloo")
 
 
 def _bounded(dist, ranks, timeout):
@@ -294,21 +316,6 @@ def group_ranks(dist, group):
     if table:
         return [g for g, _ in sorted(table.items(), key=lambda kv: kv[1])]
     return list(range(dist.get_world_size(group)))
-
-
-def _host_group(dist, group):
-    """The pipeline's own group over `group`'s ranks. The default group gets a new Gloo group
-    over the same ranks, which every process makes (as new_group requires): the pipeline's
-    messages keep receives posted on its group between steps, which took the caller's own
-    point-to-point messages of the default group (a dist.recv then waited for ever), and its
-    messages move host memory, which Gloo carries and NCCL does not (it takes CUDA tensors
-    alone). A Gloo subgroup is used as it is: the processes outside it would not make a new
-    one (the docs ask for a group of the pipeline's own). A subgroup of another backend is
-    refused, for the same reason."""
-    if group is dist.group.WORLD:
-        return dist.new_group(group_ranks(dist, group), backend="gloo")
-    _refuse_subgroup_of_another_backend(dist, group)
-    return group
 
 
 def _refuse_subgroup_of_another_backend(dist, group):

@@ -1,0 +1,76 @@
+"""Under torchrun (2 processes, P=2), the pipeline's timeouts and Gloo's.
+
+First, pauses between steps longer than the pipeline's timeout (a script that evaluates or
+saves between steps): the steps go on. The pipeline's receives stay posted between steps, and
+Gloo fails a wait at its group's timeout and closes every connection of the group: the
+messages' groups have a timeout outlasting any pause (test_c10d_groups.py checks what each group
+is made with; a pause past torch's 30 minutes failed every later step).
+
+Then a script that catches a step's TimeoutError and goes on, then ends. Stage 1's first
+forward outlasts the pipeline's timeout, so each process leaves that step on its own
+TimeoutError at its own time, and the later steps fail (their gathers are out of step;
+documented). The test is the process's end: a gather left running in Gloo ended only at its
+group's own timeout (torch's 30 minutes), and the interpreter's exit waited for it; now the
+gathers run on groups whose timeout is the pipeline's, and the job ends within seconds (the
+test's own timeout, far below 30 minutes, fails it otherwise)."""
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import conftest  # noqa: F401,E402  (the package path)
+import lm  # noqa: E402
+import rrfp  # noqa: E402
+
+TIMEOUT_S, PAUSE_S, STALL_S, STEPS = 2, 3, 5, 3
+
+
+class Stalled(torch.nn.Module):
+    """`inner`, whose forward sleeps STALL_S seconds first when `armed`."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.armed = inner, False
+
+    def forward(self, x):
+        if self.armed:
+            self.armed = False
+            time.sleep(STALL_S)
+        return self.inner(x)
+
+
+def main():
+    rank = int(os.environ["RANK"])
+    stalled = {}
+
+    def build(i):
+        chunk = lm.chunks(2)[i]
+        if i == 1:
+            stalled["chunk"] = chunk = Stalled(chunk)
+        return chunk
+    pipe = rrfp.Pipeline(build, lm.loss_fn, pp=2, microbatches=2, hint="1f1b", policy="fixed",
+                         timeout=TIMEOUT_S)
+    for s in range(STEPS):
+        xs, ys = lm.batches(2, seed=s)
+        assert float(pipe.step(xs, ys)) > 0
+        time.sleep(PAUSE_S)
+    print(f"rank {rank}: {STEPS} steps with pauses of {PAUSE_S} s", flush=True)
+    if rank == 1:
+        stalled["chunk"].armed = True
+    failed = []
+    for s in range(STEPS):
+        xs, ys = lm.batches(2, seed=s)
+        try:
+            pipe.step(xs, ys)
+        except (TimeoutError, RuntimeError) as e:
+            failed.append((s, type(e).__name__))
+    # The stalled step times out on both (stage 0 waits for stage 1's output, stage 1 runs its
+    # stalled forward past the timeout); what the later ones raise depends on when each left.
+    assert failed and failed[0] == (0, "TimeoutError"), (rank, failed)
+    print(f"rank {rank}: steps failed {failed}; leaving", flush=True)
+
+
+if __name__ == "__main__":
+    main()

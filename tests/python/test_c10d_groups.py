@@ -1,0 +1,72 @@
+"""The groups a c10d pipeline makes (rrfp._launch.c10d_groups), against a torch.distributed
+whose calls are recorded: the pipeline's messages on groups whose timeout outlasts any pause
+between steps (under torch's 30 minutes, Gloo closed every connection of the group when a
+receive posted between steps timed out, and every later step failed), the barrier and the
+gathers on groups with the pipeline's timeout (one left running after a failed step held the
+process's exit for torch's 30 minutes); a Gloo subgroup of the caller's taken as it is."""
+import datetime
+
+import pytest
+
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():
+    pytest.skip("torch.distributed is not built in", allow_module_level=True)
+
+from rrfp import _launch  # noqa: E402
+
+YEAR = datetime.timedelta(days=365)
+
+
+def recorded(monkeypatch, world, rank, backend="gloo"):
+    """A default group of `world` processes of `backend`, this one `rank`: returns it and the
+    list new_group appends (ranks, timeout, backend) to, each group made being its index."""
+    default, made = object(), []
+    monkeypatch.setattr(dist.group, "WORLD", default)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_backend", lambda g=None: backend if g is default else "gloo")
+    monkeypatch.setattr(dist, "all_gather_object",
+                        lambda out, obj, group=None: out.__setitem__(slice(None), [obj] * len(out)))
+    monkeypatch.setattr(dist, "get_world_size", lambda g=None: world)
+    monkeypatch.setattr(dist, "get_rank", lambda g=None: rank)
+    monkeypatch.setattr(dist, "get_process_group_ranks", lambda g: list(range(world)),
+                        raising=False)
+
+    def new_group(ranks, timeout=None, backend=None):
+        made.append((list(ranks), timeout, backend))
+        return len(made) - 1
+    monkeypatch.setattr(dist, "new_group", new_group)
+    return default, made
+
+
+def test_one_replica_messages_outlast_pauses_and_collectives_take_the_timeout(monkeypatch):
+    _, made = recorded(monkeypatch, 2, 1)
+    got = _launch.c10d_groups(None, 2, 1, 7.0)
+    assert made == [([0, 1], YEAR, "gloo"), ([0, 1], datetime.timedelta(seconds=7), "gloo")]
+    assert got == dict(group=0, collectives=1)
+
+
+def test_replicas_each_group_by_its_use(monkeypatch):
+    _, made = recorded(monkeypatch, 4, 3)  # replica 1, stage 1
+    got = _launch.c10d_groups(None, 2, 2, 5.0)
+    five = datetime.timedelta(seconds=5)
+    assert made == [([0, 1], YEAR, "gloo"), ([2, 3], YEAR, "gloo"),  # the pipelines' messages
+                    ([0, 1], five, "gloo"), ([2, 3], five, "gloo"),  # their collectives
+                    ([0, 2], five, "gloo"), ([1, 3], five, "gloo")]  # the stages' replicas
+    assert got == dict(group=1, collectives=3, dp_group=5)
+
+
+def test_a_default_group_of_another_backend_is_compared_over_the_messages_group(monkeypatch):
+    _, made = recorded(monkeypatch, 2, 0, backend="nccl")
+    got = _launch.c10d_groups(None, 2, 1, 3.0)
+    assert made == [([0, 1], YEAR, "gloo"), ([0, 1], datetime.timedelta(seconds=3), "gloo")]
+    assert got == dict(group=0, collectives=1)
+
+
+def test_no_timeout_leaves_the_collectives_torchs_and_a_callers_subgroup_is_taken(monkeypatch):
+    _, made = recorded(monkeypatch, 2, 0)
+    assert _launch.c10d_groups(None, 2, 1, 0.0) == dict(group=0, collectives=1)
+    assert made[1] == ([0, 1], None, "gloo")
+    mine = object()  # a Gloo subgroup of the caller's: the processes outside it make no other
+    made.clear()
+    assert _launch.c10d_groups(mine, 2, 1, 4.0) == dict(group=mine)
+    assert made == []
