@@ -11,7 +11,7 @@ import torch
 from . import _rrfp
 from ._frozen import RequiresGradChanged
 
-_PYTHON_NODE = torch.autograd.function.BackwardCFunction
+_WHOLE_NODES = (torch.autograd.function.BackwardCFunction, torch._C._functions.CopySlices)
 
 
 def module_backward_hooks(module):
@@ -22,18 +22,23 @@ def module_backward_hooks(module):
     return any(m._backward_hooks for m in module.modules())
 
 
-def python_backward(roots):
-    """Whether the backward graph of `roots` holds a node whose backward is Python of the
-    user's: a custom autograd.Function (module backward hooks are one, and so is reentrant
-    checkpointing). Walked once per microbatch of a split chunk until one is found: about half
-    a microsecond a node."""
+def whole_backward(roots):
+    """Whether the backward graph of `roots` must run whole, in B, rather than split into the
+    input's gradient (B) and the parameters' (W): it holds a node whose backward is Python of
+    the user's, a custom autograd.Function (module backward hooks are one, and so is reentrant
+    checkpointing), which a split backward would run twice; or an in-place change of a view
+    (CopySlices: `t += h` on the output of a Linear over a 3-D input, which is a view), over
+    which torch 1.13's autograd computes the parameters' gradients alone only sometimes ("could
+    not compute gradients for some functions" in W, every split schedule failing where a plain
+    loop trains). Walked once per microbatch of a split chunk until one is found: about half a
+    microsecond a node."""
     todo = [r.grad_fn for r in roots]
     seen = set()
     while todo:
         node = todo.pop()
         if node is None or node in seen:
             continue
-        if isinstance(node, _PYTHON_NODE):
+        if isinstance(node, _WHOLE_NODES):
             return True
         seen.add(node)
         todo.extend(n for n, _ in node.next_functions)
@@ -64,20 +69,30 @@ def leaf_uses(roots, ids):
     return out
 
 
-def stale_saved_tensor(kind, chunk, e):
-    """autograd's "modified by an inplace operation" in a backward task, said in the
-    pipeline's terms (None for any other error): a plain loop runs each microbatch's backward
-    right after its forward, where the pipeline runs other microbatches' forwards between."""
-    if kind == "F" or not isinstance(e, RuntimeError) or \
-            "modified by an inplace operation" not in str(e):
+def backward_failure(kind, chunk, e):
+    """autograd's complaints in a backward task said in the pipeline's terms, None for any
+    other error: a saved tensor "modified by an inplace operation" (a plain loop runs each
+    microbatch's backward right after its forward, where the pipeline runs other microbatches'
+    forwards between), and W's "could not compute gradients for some functions", for a graph
+    whole_backward did not tell apart."""
+    if kind == "F" or not isinstance(e, RuntimeError):
         return None
-    return RuntimeError(
-        f"chunk {chunk}'s backward needs a tensor its forward saved, which was changed in place "
-        "since: the pipeline runs other microbatches' forwards before this one's backward, so "
-        "state that a forward changes in place and then computes with (a running statistic it "
-        "divides by, say) has moved on by then; ordered_forwards orders the forwards only. "
-        "Compute with a copy (x / scale.clone()) or change the state out of place "
-        f"(autograd: {str(e).splitlines()[0]})")
+    whole = str(e)
+    said = whole.splitlines()[0] if whole else ""
+    if "modified by an inplace operation" in whole:
+        return RuntimeError(
+            f"chunk {chunk}'s backward needs a tensor its forward saved, which was changed in "
+            "place since: the pipeline runs other microbatches' forwards before this one's "
+            "backward, so state that a forward changes in place and then computes with (a "
+            "running statistic it divides by, say) has moved on by then; ordered_forwards "
+            "orders the forwards only. Compute with a copy (x / scale.clone()) or change the "
+            f"state out of place (autograd: {said})")
+    if kind == "W" and "could not compute gradients for some functions" in whole:
+        return RuntimeError(
+            f"chunk {chunk}'s weight gradients could not be computed apart from its input's "
+            "gradient (the split backward's W task): torch's autograd refuses that part of this "
+            "chunk's graph; give split_backward='off' (autograd: " + said + ")")
+    return None
 
 
 def foreign_leaves(chunk, last, roots, own, data):

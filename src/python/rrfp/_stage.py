@@ -15,8 +15,8 @@ from ._order import StateWatch as _StateWatch
 from ._frozen import FrozenTarget as _FrozenTarget, RequiresGradChanged as _RequiresGradChanged
 from ._grads import grad as _grad, parameter_name as _parameter_name
 from ._graph import foreign_leaves as _foreign_leaves, \
-    module_backward_hooks as _module_backward_hooks, python_backward as _python_backward, \
-    stale_saved_tensor as _stale_saved_tensor
+    module_backward_hooks as _module_backward_hooks, whole_backward as _whole_backward, \
+    backward_failure as _backward_failure
 from ._leaves import begins_in_place as _begins_in_place, \
     check_still_wanted as _check_still_wanted, input_grads as _sent_back, \
     input_leaf as _input_leaf
@@ -138,7 +138,7 @@ class StageRunner:
             self.tasks_done += 1
             return out
         except BaseException as e:
-            why = _stale_saved_tensor(kind, chunk, e)
+            why = _backward_failure(kind, chunk, e)
             self.data.record(self.stage, f"{kind} c{chunk} m{mb}", why or e)
             if why is not None:
                 raise why from e
@@ -304,12 +304,12 @@ class StageRunner:
             return self._sent(chunk, mb, w, dx, made, leaf_seeds)
         w.early = self.data.sums.early(chunk, mb)
         if self.whole[chunk] or any(r._backward_hooks for r in roots) or \
-                _python_backward(roots):
+                _whole_backward(roots):
             # Backward hooks and custom Functions on the way to both the input and the
             # parameters would run in B and again in W: B computes everything at once, and W
             # hands the weight gradients over, so they run once a microbatch as in a plain loop.
             # A hook on the chunk's output is one too (one that doubled its gradient in place
-            # doubled the weights' twice).
+            # doubled the weights' twice); so is a view changed in place (_whole_backward).
             self.whole[chunk] = True  # for the rest of the step: no more graphs to walk
             dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False,
                                           leaf_seeds=leaf_seeds)
