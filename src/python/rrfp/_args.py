@@ -111,6 +111,25 @@ def check_arguments(*, loss_fn, delay_fn, timeout, counts, names, hint, transpor
     return hint
 
 
+def chunk_builder(chunks, n):
+    """(build, chunks) of the `chunks` argument of a pipeline of `n` chunks: build(i) gives
+    chunk i; `chunks` is the list of every chunk, or None for a function that builds this
+    process's chunks only."""
+    if callable(chunks) and not isinstance(chunks, torch.nn.Module):
+        return chunks, None
+    try:
+        chunks = list(chunks)
+    except TypeError:  # "'NoneType' object is not iterable", naming no argument
+        raise TypeError(f"chunks: a list of nn.Module or a function chunk_fn(i) -> nn.Module, "
+                        f"got {type(chunks).__name__}") from None
+    if len(chunks) != n:
+        raise ValueError(f"chunks: expected pp * vpp = {n} modules, got {len(chunks)}")
+    for c, m in enumerate(chunks):
+        if not isinstance(m, torch.nn.Module):
+            raise TypeError(f"chunks: chunk {c} is a {type(m).__name__}, not an nn.Module")
+    return chunks.__getitem__, chunks
+
+
 def _check_group(group):
     """A group that is not a torch.distributed process group failed inside torch's own calls
     (an empty AssertionError) or in pybind's cast."""

@@ -8,7 +8,7 @@ import weakref
 import torch
 
 from . import _rrfp, _saving, checkpoint
-from ._args import check_arguments, progress_after
+from ._args import check_arguments, chunk_builder, progress_after
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._graph import ModelTensors
@@ -150,21 +150,7 @@ class Pipeline:
                              f"pipeline's backward is whole (split_backward={split_backward!r} "
                              f"with hint={hint!r}: give split_backward='on' to split it)")
         self._dp = dp
-        n = self._core.chunks
-        if callable(chunks) and not isinstance(chunks, torch.nn.Module):
-            build, chunks = chunks, None  # this process's chunks only
-        else:
-            try:
-                chunks = list(chunks)
-            except TypeError:  # "'NoneType' object is not iterable", naming no argument
-                raise TypeError(f"chunks: a list of nn.Module or a function chunk_fn(i) -> "
-                                f"nn.Module, got {type(chunks).__name__}") from None
-            if len(chunks) != n:
-                raise ValueError(f"chunks: expected pp * vpp = {n} modules, got {len(chunks)}")
-            build = chunks.__getitem__
-            for c, m in enumerate(chunks):
-                if not isinstance(m, torch.nn.Module):
-                    raise TypeError(f"chunks: chunk {c} is a {type(m).__name__}, not an nn.Module")
+        build, chunks = chunk_builder(chunks, self._core.chunks)
         self._progress = progress
         self._data = StepData(loss_fn, delay_fn)
         self._inexact_said = set()  # tied parameters warned of (warn_inexact)
