@@ -357,6 +357,11 @@ check "--svg: '$tmp/fifo' is a FIFO with no reader" simulate --pp 2 -m 4 --svg "
 check "--trace: '$tmp/fifo' is a FIFO with no reader" simulate --pp 2 -m 4 --trace "$tmp/fifo"
 check "--out: '$tmp/fifo' is a FIFO with no reader" plan --pp 2 -m 2 --max-evaluations 5 --out "$tmp/fifo"
 check "--json: '$tmp' is a directory, not a file" simulate --pp 2 -m 4 --json "$tmp"
+# Before the work, in one line: run emulated its steps first (its progress lines on stderr),
+# and plan spent its whole budget, before the open found no reader; /proc took the check's
+# access() as root, then no file at the end.
+check "--json: '$tmp/fifo' is a FIFO with no reader" run --pp 2 -m 4 --workload uniform --json "$tmp/fifo"
+check "--json: '/proc/rrfp-report.json': its folder '/proc' takes no new file" simulate --pp 2 -m 4 --json /proc/rrfp-report.json
 "$rrfp" simulate --pp 2 -m 4 --json >(cat >"$tmp/piped.json") >/dev/null 2>&1 ||
   { echo "FAIL: --json into a pipe with a reader"; fails=$((fails + 1)); }
 wait $!  # the reader: what it got is all in its file once it has ended

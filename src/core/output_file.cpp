@@ -6,10 +6,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <map>
+#include <mutex>
+#include <thread>
 
 #include "core/error.hpp"
 
@@ -116,9 +120,58 @@ void write_through(int fd, const std::string& bytes, const std::string& what) {
   write_all(fd, bytes, what + ": writing failed");
 }
 
+// FIFOs check_output_path opened, by path, for open_output to take.
+std::mutex held_mu;
+std::map<std::string, int> held_fifos;
+
+int take_held_fifo(const std::string& path) {
+  std::lock_guard lk(held_mu);
+  const auto it = held_fifos.find(path);
+  if (it == held_fifos.end()) return -1;
+  const int fd = it->second;
+  held_fifos.erase(it);
+  return fd;
+}
+
+// A reader started beside the command (`rrfp ... --json f & jq . <f`) may open the FIFO a little
+// after the command looks: it is given kFifoGraceMs to.
+constexpr int kFifoGraceMs = 1000;
+
+void hold_fifo(const std::string& path, const std::string& what) {
+  std::lock_guard lk(held_mu);
+  if (held_fifos.count(path) > 0) return;
+  for (int waited = 0;; waited += 10) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd >= 0) {
+      held_fifos[path] = fd;
+      return;
+    }
+    const int err = errno;
+    if (err != ENXIO) throw InputError(what + " cannot be written: " + std::strerror(err));
+    if (waited >= kFifoGraceMs)
+      throw InputError(what + " is a FIFO with no reader (none came within " +
+                       std::to_string(kFifoGraceMs / 1000) + " s); give a file");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// 0 where the folder of `target` takes a new file (one made and removed at once), else errno.
+int folder_refuses(const std::string& target) {
+  std::string tmp;
+  const int fd = open_temporary(target, 0600, tmp);
+  if (fd < 0) return errno == 0 ? EEXIST : errno;
+  ::close(fd);
+  ::unlink(tmp.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int open_output(const std::string& path, const std::string& what, OutputMode mode) {
+  if (const int held = take_held_fifo(path); held >= 0) {
+    ::fcntl(held, F_SETFL, ::fcntl(held, F_GETFL) & ~O_NONBLOCK);
+    return held;
+  }
   auto refuse = [&](const std::string& why) {
     if (mode.named_by_user) throw InputError(what + " " + why);
     throw Error(what + " " + why);
@@ -149,22 +202,36 @@ int open_output(const std::string& path, const std::string& what, OutputMode mod
   return fd;
 }
 
-void check_output_path(const std::string& path, const std::string& what) {
+void check_output_path(const std::string& path, const std::string& what, OutputMode mode) {
   if (path.empty()) throw InputError(what + " is empty; give a file");
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) throw InputError(what + " is a directory, not a file");
+    if (descriptor_named(path, st) >= 0) return;  // written through the process's own
+    if (S_ISSOCK(st.st_mode)) throw InputError(what + " is a socket, not a file");
+    if (S_ISFIFO(st.st_mode) && !mode.named_by_user) throw Error(what + " is a FIFO, not a file");
+    if (S_ISFIFO(st.st_mode)) return hold_fifo(path, what);
     if (::access(path.c_str(), W_OK) != 0)
       throw InputError(what + " cannot be written: " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) return;  // a device: written in place
+    // replace_file writes a temporary beside the file it names and renames it over, or, where
+    // the folder takes none for want of permission, writes in place.
+    char* real = ::realpath(path.c_str(), nullptr);
+    const std::string target = real ? real : path;
+    std::free(real);
+    const int err = folder_refuses(target);
+    if (err != 0 && err != EACCES && err != EPERM && err != EROFS)
+      throw InputError(what + " cannot be written: its folder '" + folder_of(target) +
+                       "' takes no new file: " + std::strerror(err));
     return;
   }
   if (errno != ENOENT) throw InputError(what + " cannot be examined: " + std::strerror(errno));
   const std::string folder = folder_of(path);
   if (::stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw InputError(what + ": its folder '" + folder + "' does not exist");
-  if (::access(folder.c_str(), W_OK | X_OK) != 0)
+  if (const int err = ::access(folder.c_str(), W_OK | X_OK) != 0 ? errno : folder_refuses(path))
     throw InputError(what + ": its folder '" + folder +
-                     "' takes no new file: " + std::strerror(errno));
+                     "' takes no new file: " + std::strerror(err));
 }
 
 void replace_file(const std::string& path, const std::string& bytes, const std::string& what) {

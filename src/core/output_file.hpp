@@ -23,10 +23,15 @@ struct OutputMode {
 int open_output(const std::string& path, const std::string& what, OutputMode mode = {});
 
 // Throws InputError starting with `what` unless `path` (an output the user named) could be
-// opened for writing now: its folder exists and takes files, and an existing entry is no
-// directory and writable. Creates nothing: a command checks its outputs before its work, so a
-// mistyped folder does not cost the work (an open FIFO, written later, passes).
-void check_output_path(const std::string& path, const std::string& what);
+// written now: its folder exists and takes files (a file is made there and removed at once:
+// access() says yes to root where the file system says no, /proc), and an existing entry is no
+// directory or socket and writable. A FIFO must have its reader now (or within a second: one
+// started beside the command): it is opened here and held for open_output (opened and closed
+// to look, it would tell a reader waiting in its open that the output had ended). A command checks
+// its outputs before its work, so that a mistyped folder, a FIFO nobody reads or /proc does not
+// cost the work first.
+// A file rrfp places itself (mode.named_by_user false) refuses every FIFO here (Error).
+void check_output_path(const std::string& path, const std::string& what, OutputMode mode = {});
 
 // Writes `bytes` as the whole of `path`, an output the user named, so that a failed write
 // (a full disk, a file size limit) leaves what was there: into a temporary file in the same

@@ -133,8 +133,9 @@ void prepare_run_out(const TrainRun& o) {
     throw InputError("`out`: '" + o.out +
                      "' holds checkpoint.bin of an earlier run; pass `resume` with it to go on "
                      "from it, or move it away, or choose another `out`");
-  for (const std::string& name : output_names(o))
-    check_output_path(o.out + "/" + name, "`out`: '" + o.out + "/" + name + "'");
+  for (const std::string& name : output_names(o))  // files it places itself: no FIFO
+    check_output_path(o.out + "/" + name, "`out`: '" + o.out + "/" + name + "'",
+                      OutputMode{false, false});
 }
 
 double quantile_us(const std::vector<std::int64_t>& ns, double q) {
