@@ -56,6 +56,16 @@ check "holds no .json or .json.gz trace file" predict "$tmp/empty"
   { echo "FAIL: predict"; cat "$tmp/predict.err"; fails=$((fails + 1)); }
 grep -q '"reproduction_error": 0.0' "$tmp/predict.json" ||
   { echo "FAIL: predict of rrfp's own trace:"; cat "$tmp/predict.json"; fails=$((fails + 1)); }
+# A recorded order no step can have run (a backward moved before its forward): the trace's
+# fault, named; its replay deadlocked and predict said "run failed", exit 1.
+/usr/bin/python3 - "$tmp/own.json" "$tmp/impossible.json" <<'PY'
+import json, sys
+trace = json.load(open(sys.argv[1]))
+events = trace["traceEvents"] if isinstance(trace, dict) else trace
+next(e for e in events if e.get("name") == "B c2 m5")["ts"] = 0
+json.dump(trace, open(sys.argv[2], "w"))
+PY
+check "the trace's recorded order: stage 2: task B c2 m5 comes before F c2 m5, which it depends on" predict "$tmp/impossible.json"
 # TP=2: the measured step ends with the step's last collective, at 3 ms (F 0-0.5, collective
 # 0.5-1.5, B 1.5-2, collective 2-3): it ended at the last compute, 2 ms, and the exact replay read
 # +50%.
