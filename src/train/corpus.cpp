@@ -39,8 +39,8 @@ std::size_t min_document_bytes(int max_len) {
 }
 
 struct Listing {
-  std::vector<fs::path> files;  // by name
-  std::size_t duplicates = 0, subfolders = 0;
+  std::vector<fs::path> files;                             // by name
+  std::size_t duplicates = 0, subfolders = 0, others = 0;  // others: no file, no folder
   std::uint64_t bytes = 0;
 };
 
@@ -61,8 +61,14 @@ Listing list_documents(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::error_code fe;
     struct stat st {};
-    if (e.is_directory(fe)) ++out.subfolders;
-    if (!e.is_regular_file(fe) || ::stat(e.path().c_str(), &st) != 0) continue;
+    if (e.is_directory(fe)) {
+      ++out.subfolders;
+      continue;
+    }
+    if (!e.is_regular_file(fe) || ::stat(e.path().c_str(), &st) != 0) {
+      ++out.others;  // a device, a FIFO, a socket, a broken link: never opened
+      continue;
+    }
     entries.push_back({e.path(),
                        e.is_symlink(fe),
                        {st.st_dev, st.st_ino},
@@ -94,6 +100,7 @@ Corpus::Corpus(const std::string& dir, int max_len) : min_bytes_(min_document_by
   const Listing listed = list_documents(dir);
   duplicates_ = listed.duplicates;
   subfolders_ = listed.subfolders;
+  others_ = listed.others;
   if (listed.bytes > kMaxCorpusBytes)
     throw InputError("`data`: the " + std::to_string(listed.files.size()) + " files in '" + dir +
                      "' hold " + format_bytes(listed.bytes) + "; the corpus is kept in memory " +
@@ -161,6 +168,10 @@ std::string Corpus::describe() const {
   if (duplicates_ > 0)
     out += "; skipped " + count(duplicates_, "link") + " to a file read under its own name";
   if (subfolders_ > 0) out += "; " + count(subfolders_, "subfolder") + " not read";
+  if (others_ > 0)
+    out += "; skipped " + std::to_string(others_) +
+           (others_ == 1 ? " entry that is no file" : " entries that are no files") +
+           " (devices, FIFOs, sockets, broken links)";
   return out;
 }
 

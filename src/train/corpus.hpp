@@ -47,7 +47,7 @@ class Corpus final : public DataSource {
   std::size_t total_ = 0;
   std::uint64_t hash_ = 0;
   std::size_t min_bytes_;  // the shortest document read
-  std::size_t short_docs_ = 0, short_bytes_ = 0, duplicates_ = 0, subfolders_ = 0;
+  std::size_t short_docs_ = 0, short_bytes_ = 0, duplicates_ = 0, subfolders_ = 0, others_ = 0;
 };
 
 }  // namespace rrfp::train
