@@ -92,8 +92,22 @@ std::int64_t span_of(const at::Tensor& c) {
 // (h[:, :1].expand(...)), reached 96x its elements.
 constexpr std::int64_t kMostSpanPerElement = 4;
 
+// Whether `c`'s strides are the ones a contiguous tensor of its shape is made with. torch calls
+// a tensor contiguous whatever the strides of its size-1 dimensions: a one-channel image whose
+// strides say channels-last, (H*W, 1, W, 1), is both, and the next convolution follows those
+// strides (its output channels-last). Sent as contiguous, it arrived (H*W, H*W, W, 1): the
+// convolution's output came out NCHW, and every reduction after it added in another order.
+bool default_strides(const at::Tensor& c) {
+  std::int64_t expected = 1;
+  for (auto d = c.dim() - 1; d >= 0; --d) {
+    if (c.stride(d) != expected) return false;
+    expected *= std::max<std::int64_t>(c.size(d), 1);
+  }
+  return true;
+}
+
 std::uint8_t layout_of(const at::Tensor& c) {
-  if (c.is_contiguous()) return kContiguous;
+  if (c.is_contiguous() && default_strides(c)) return kContiguous;
   if (!without_overlap(c))
     return span_of(c) <= kMostSpanPerElement * std::max<std::int64_t>(1, c.numel()) ? kSpan
                                                                                     : kContiguous;
