@@ -308,8 +308,8 @@ std::vector<std::vector<std::byte>> finish_step_over_job(Job& job, int step, Ste
         error = std::make_exception_ptr(
             PeerFailure("step " + std::to_string(step) + " failed on " + where +
                         " after this process had done its part" + first_why(parts) +
-                        ": every process of the job drops the step, so that all keep the "
-                        "same weights"));
+                        ": every process of the job drops the step alike (none keeps a part "
+                        "of it)"));
       return {};
     }
     StepResult merged = merged_record(parts);
