@@ -155,11 +155,11 @@ Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
   Hint recorded;
   recorded.name = "recorded";
   recorded.body = imported.order;
+  check_recorded_ordering(m, imported.order, p.ordered_from == "trace");
   // An order no step can have run (a task before one it depends on, on its stage or through
   // another's: a trace edited or cut) is the input's fault: its replay deadlocked, "run
   // failed", exit 1.
   validate_hint(imported.order, m, "the trace's recorded order");
-  check_recorded_ordering(m, imported.order, p.ordered_from == "trace");
   const std::vector<int> peaks = fixed_order_peaks(imported.order, m);
   p.neutral_limit = std::max(1, *std::max_element(peaks.begin(), peaks.end()));
   // rrfp's own trace names a blocking run "fixed 1f1b (blocking)" or "ready bf (blocking)":
