@@ -52,3 +52,32 @@ def test_optimizer_groups_are_matched_by_every_parameter(tmp_path, head_first):
     opt = torch.optim.Adam(both, lr=5e-2)
     pipe.load(alike, opt)
     assert opt.param_groups[0]["lr"] == 1e-3 and len(opt.state) == 4
+
+
+@pytest.mark.parametrize("saved_as,loaded_as", [("SGD", "Adam"), ("Adam", "SGD"),
+                                                ("AdamW", "Adam")])
+def test_another_optimizer_type_is_refused_naming_both(tmp_path, saved_as, loaded_as):
+    # SGD's state into an Adam failed in torch with a bare KeyError: 'step'; Adam's into an SGD
+    # loaded and failed at the first step; AdamW's into an Adam took its weight_decay as L2.
+    torch.manual_seed(0)
+    chunks = [nn.Linear(8, 8), nn.Linear(8, 4)]
+    pipe = rrfp.Pipeline(chunks, nn.functional.mse_loss, pp=2, microbatches=2,
+                         transport="inproc", progress=None)
+    params = [p for c in chunks for p in c.parameters()]
+    pipe.step(torch.randn(4, 8), torch.randn(4, 4))
+    make = {"SGD": lambda: torch.optim.SGD(params, lr=0.1, momentum=0.9),
+            "Adam": lambda: torch.optim.Adam(params, lr=0.1),
+            "AdamW": lambda: torch.optim.AdamW(params, lr=0.1, weight_decay=0.5)}
+    opt = make[saved_as]()
+    opt.step()
+    pipe.save(str(tmp_path / "ck"), opt)
+    other = make[loaded_as]()
+    before = [dict(g) for g in other.param_groups]
+    with pytest.raises(ValueError, match=f"optimizer: the checkpoint holds the state of a "
+                                         f"torch.optim.*{saved_as}, this optimizer is a "
+                                         f"torch.optim.*{loaded_as}: load it into a {saved_as}"):
+        pipe.load(str(tmp_path / "ck"), other)
+    assert not other.state and [dict(g) for g in other.param_groups] == before
+    same = make[saved_as]()
+    pipe.load(str(tmp_path / "ck"), same)
+    assert len(same.state) == len(params)

@@ -30,7 +30,25 @@ def optimizer_state(chunks, optimizer, canonical):
         entry = {k: v for k, v in saved.items() if k != "params"}
         entry["params"] = [names[id(p)] for p in g["params"]]
         groups.append(entry)
-    return {"state": state, "param_groups": groups}
+    return {"state": state, "param_groups": groups, "type": optimizer_type(optimizer)}
+
+
+def optimizer_type(optimizer):
+    """The optimizer's class, as a checkpoint names it ("torch.optim.adam.Adam")."""
+    kind = type(optimizer)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _refuse_other_type(named, optimizer):
+    """Each optimizer type keeps its own state and hyper-parameters: an SGD's state loaded into
+    an Adam failed in torch with a bare KeyError ('step'), an Adam's into an SGD loaded and
+    failed at the first step (no 'momentum'), and an AdamW's into an Adam took its
+    weight_decay as L2, silently. A checkpoint saved before types were kept names none."""
+    saved, mine = named.get("type"), optimizer_type(optimizer)
+    if saved is not None and saved != mine:
+        raise ValueError(f"optimizer: the checkpoint holds the state of a {saved}, this "
+                         f"optimizer is a {mine}: load it into a {saved.rsplit('.', 1)[-1]}, or "
+                         "load without an optimizer")
 
 
 def _own_params(optimizer, names):
@@ -50,6 +68,7 @@ def optimizer_load_state(chunks, optimizer, named, canonical):
     takes the hyper-parameters of the saved group(s) that held its parameters (_saved_group)."""
     names = _names(chunks, canonical)
     _own_params(optimizer, names)  # a foreign one raised a KeyError holding its id
+    _refuse_other_type(named, optimizer)
     group_of = {}
     for g in named["param_groups"]:
         for n in g["params"]:
