@@ -1,6 +1,9 @@
 #pragma once
-// Checkpoints of a training run: the step, every parameter and the AdamW state, in the model's
-// global order, so a checkpoint does not depend on the pipeline layout it was written from.
+// Checkpoints of a training run: the step, every parameter and the AdamW state, read by name,
+// so any pipeline layout of the same TP size resumes from it. At TP=1 the tensors are in the
+// model's global order, and the bytes do not depend on the layout they were written from; at
+// TP > 1 the shards follow the chunks, then the TP ranks within each, so another layout writes
+// the same tensors in another order.
 //
 // Format (version 1): "RRFPCKPT", u32 version, u64 header length, a JSON header (model config,
 // step, and each tensor's name and shape), the tensors' raw float32 bytes in header order, and
