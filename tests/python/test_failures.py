@@ -135,6 +135,10 @@ def test_wrong_outputs_are_stage_errors():
     (dict(policy="sometimes"), "policy"),
     (dict(limit=0), "limit"),
     (dict(timeout=-1), "timeout"),
+    # Before any group is made with it (under torchrun, inf raised an OverflowError and NaN
+    # "cannot convert float NaN to integer", naming no argument).
+    (dict(timeout=float("nan")), "timeout: must be between 0 and 86400 seconds, got nan"),
+    (dict(timeout=float("inf"), transport="c10d"), "timeout: must be between 0 and 86400"),
     (dict(hint="bfw", split_backward="off"), "bfw: needs `split_backward` on"),
     (dict(transport="carrier-pigeon"), "transport"),
 ])

@@ -19,6 +19,9 @@ _NAMES = (("placement", '"loop" or "vshape"'),
           ("comm", '"async" or "blocking"'))
 
 
+MAX_TIMEOUT_S = 86400  # a day, as the core takes it
+
+
 def is_whole(value):
     """Whether `value` is a whole number: an int, and not a bool (an int to Python, but True
     stages, parts or steps are a slip, not a count)."""
@@ -90,6 +93,9 @@ def check_arguments(*, loss_fn, delay_fn, timeout, counts, names, hint, transpor
         raise TypeError(f"delay_fn must be callable or None, got {type(delay_fn).__name__}")
     if not is_number(timeout):
         raise TypeError(f"timeout: seconds as a number, got {type(timeout).__name__}")
+    if not 0 <= timeout <= MAX_TIMEOUT_S:  # NaN too; before c10d's groups are made with it
+        raise ValueError(f"timeout: must be between 0 and {MAX_TIMEOUT_S} seconds, "
+                         f"got {timeout!r}")
     for name, value in counts.items():
         if not is_whole(value):
             raise TypeError(f"{name}: a whole number, got {_kind(value)}")
