@@ -39,6 +39,14 @@ class RecordingGroup final : public c10d::ProcessGroup {
     out[0][0].copy_(in[0]);
     return done("allgather");
   }
+  // The peer sends nothing: a size of 0, and no bytes.
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& t, int, int) override {
+    t[0].zero_();
+    return done("recv");
+  }
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>&, int, int) override {
+    return done("send");
+  }
 
  private:
   c10::intrusive_ptr<c10d::Work> done(const char* call) {
@@ -74,13 +82,24 @@ TEST(C10dJobGroups, CollectivesRunOnTheirOwnGroupsNeverOnTheTransports) {
   EXPECT_EQ(job.dp_all_gather(bytes(3)), std::vector<std::vector<std::byte>>{bytes(3)});
   EXPECT_EQ(job.replica_all_gather(bytes(4)), std::vector<std::vector<std::byte>>{bytes(4)});
   EXPECT_EQ(job.gather_to_root(bytes(2)), std::vector<std::vector<std::byte>>{bytes(2)});
-  const std::vector<int> alone = {0};
-  EXPECT_EQ(job.exchange(bytes(6), alone), std::vector<std::vector<std::byte>>{bytes(6)});
   const std::vector<std::string> want = {"collectives barrier",   "collectives allgather",
                                          "collectives allgather", "replicas allgather",
                                          "replicas allgather",    "replicas allgather",
                                          "collectives allgather", "collectives allgather"};
   EXPECT_EQ(log, want);
+}
+
+TEST(C10dJobGroups, AnExchangeAmongStagesRunsOnTheCollectivesGroup) {
+  std::vector<std::string> log;
+  C10dGroups g{c10::make_intrusive<RecordingGroup>("pipeline", log, 2),
+               {},
+               c10::make_intrusive<RecordingGroup>("collectives", log, 2)};
+  C10dWorld job(g, std::chrono::seconds(5));
+  const std::vector<int> both = {0, 1};
+  EXPECT_EQ(job.exchange(bytes(6), both), (std::vector<std::vector<std::byte>>{bytes(6), {}}));
+  // Stage 1's size, this stage's size, then this stage's bytes (stage 1 sent none).
+  EXPECT_EQ(log,
+            (std::vector<std::string>{"collectives recv", "collectives send", "collectives send"}));
 }
 
 TEST(C10dJobGroups, WithoutCollectivesGroupsTheTransportsGroupsCarryThem) {

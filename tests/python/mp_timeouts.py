@@ -1,10 +1,11 @@
 """Under torchrun (2 processes, P=2), the pipeline's timeouts and Gloo's.
 
 First, pauses between steps longer than the pipeline's timeout (a script that evaluates or
-saves between steps): the steps go on. The pipeline's receives stay posted between steps, and
-Gloo fails a wait at its group's timeout and closes every connection of the group: the
-messages' groups have a timeout outlasting any pause (test_c10d_groups.py checks what each group
-is made with; a pause past torch's 30 minutes failed every later step).
+saves between steps): the steps go on, so no group whose waits outlast a step was made with
+the pipeline's timeout. (The pipeline's receives stay posted between steps, and Gloo fails a
+wait at its group's timeout and closes every connection of the group: a pause past torch's 30
+minutes failed every later step; test_c10d_groups.py checks that the messages' groups are made
+with a timeout outlasting any pause.)
 
 Then a script that catches a step's TimeoutError and goes on, then ends. Stage 1's first
 forward outlasts the pipeline's timeout, so each process leaves that step on its own

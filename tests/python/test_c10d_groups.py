@@ -70,3 +70,15 @@ def test_no_timeout_leaves_the_collectives_torchs_and_a_callers_subgroup_is_take
     made.clear()
     assert _launch.c10d_groups(mine, 2, 1, 4.0) == dict(group=mine)
     assert made == []
+
+
+def test_a_callers_subgroup_with_replicas_is_refused_not_a_hang(monkeypatch):
+    # new_group takes every process of the job, and the processes outside the caller's subgroup
+    # never call it: each replica's group was waited for forever.
+    _, made = recorded(monkeypatch, 4, 0)
+    monkeypatch.setattr(dist, "get_world_size", lambda g=None: 8 if g is None else 4)
+    with pytest.raises(ValueError, match=r"group: with dp=2 the pipeline makes its replicas' "
+                                         r"groups, .* this group holds 4 of 8"):
+        _launch.c10d_groups(object(), 2, 2, 5.0)
+    assert made == []
+

@@ -226,6 +226,12 @@ def c10d_groups(group, pp, dp, timeout=0.0):
     world = dist.get_world_size(group)
     if world != pp * dp:
         raise ValueError(f"dp: {world} processes are not pp * dp = {pp} * {dp}")
+    if group is not dist.group.WORLD and world != dist.get_world_size():
+        # The replicas' groups are made by new_group, which every process of the job must call:
+        # the processes outside the caller's subgroup never would.
+        raise ValueError(f"group: with dp={dp} the pipeline makes its replicas' groups, which "
+                         "takes every process of the job; this group holds "
+                         f"{world} of {dist.get_world_size()} (pass the default group)")
     ranks = group_ranks(dist, group)
     me = dist.get_rank(group)
     pipes = [[ranks[r * pp + s] for s in range(pp)] for r in range(dp)]
@@ -259,7 +265,9 @@ def _bounded(dist, ranks, timeout):
     if timeout <= 0:
         return dist.new_group(ranks, backend="gloo")
     import datetime
-    return dist.new_group(ranks, timeout=datetime.timedelta(seconds=timeout), backend="gloo")
+    # At least a millisecond, as the core rounds the pipeline's up to (torch would take 0).
+    return dist.new_group(ranks, timeout=datetime.timedelta(seconds=max(timeout, 1e-3)),
+                          backend="gloo")
 
 
 def _agree_layout(dist, group, pp, dp):
@@ -277,9 +285,9 @@ def _agree_layout(dist, group, pp, dp):
 def _init_default_group(dist, timeout):
     """The default group from torchrun's environment (RANK, WORLD_SIZE, ...), every process
     joining within the pipeline's timeout (a process that never built its Pipeline kept the
-    others waiting torch's default of 30 minutes). Only the joining is bounded so: the group's
-    own operations keep torch's timeout (the pipeline's messages wait on it between steps, and
-    a pause longer than `timeout` there broke the next step)."""
+    others waiting torch's default of 30 minutes). Only the joining is bounded so: the group
+    stays the caller's, with torch's timeout (the pipeline runs on groups of its own,
+    c10d_groups)."""
     if timeout <= 0:
         dist.init_process_group("gloo")
         return
