@@ -39,15 +39,21 @@ def optimizer_type(optimizer):
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def _refuse_other_type(named, optimizer):
+def _refuse_other_type(named, optimizer, mine_named):
     """Each optimizer type keeps its own state and hyper-parameters: an SGD's state loaded into
     an Adam failed in torch with a bare KeyError ('step'), an Adam's into an SGD loaded and
     failed at the first step (no 'momentum'), and an AdamW's into an Adam took its
-    weight_decay as L2, silently. A checkpoint saved before types were kept names none."""
-    saved, mine = named.get("type"), optimizer_type(optimizer)
-    if saved is not None and saved != mine:
-        raise ValueError(f"optimizer: the checkpoint holds the state of a {saved}, this "
-                         f"optimizer is a {mine}: load it into a {saved.rsplit('.', 1)[-1]}, or "
+    weight_decay as L2, silently. Compared for the parameters `optimizer` holds (their names),
+    each by the optimizer that saved it (a process per stage saves its own: "types"), or by
+    the one of an optimizer_state ("type"); a checkpoint saved before types were kept names
+    none."""
+    mine = optimizer_type(optimizer)
+    types = named.get("types") or {}
+    saved = {types.get(n, named.get("type")) for n in mine_named} - {None, mine}
+    if saved:
+        other = sorted(saved)[0]
+        raise ValueError(f"optimizer: the checkpoint holds the state of a {other}, this "
+                         f"optimizer is a {mine}: load it into a {other.rsplit('.', 1)[-1]}, or "
                          "load without an optimizer")
 
 
@@ -67,8 +73,8 @@ def optimizer_load_state(chunks, optimizer, named, canonical):
     any layout), made and checked without changing it: its load_state_dict argument. Each group
     takes the hyper-parameters of the saved group(s) that held its parameters (_saved_group)."""
     names = _names(chunks, canonical)
-    _own_params(optimizer, names)  # a foreign one raised a KeyError holding its id
-    _refuse_other_type(named, optimizer)
+    params = _own_params(optimizer, names)  # a foreign one raised a KeyError holding its id
+    _refuse_other_type(named, optimizer, [names[id(p)] for p in params])
     group_of = {}
     for g in named["param_groups"]:
         for n in g["params"]:

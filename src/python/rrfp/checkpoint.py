@@ -303,7 +303,8 @@ def _read_part(path, file, token):
 def _is_optimizer_state(optim):
     """Whether `optim` is optimizer_state's shape: named state, groups naming parameters."""
     return (isinstance(optim, dict) and isinstance(optim.get("state"), dict) and
-            isinstance(optim.get("type", ""), str) and isinstance(optim.get("param_groups"), list) and
+            isinstance(optim.get("type", ""), str) and
+            isinstance(optim.get("param_groups"), list) and
             all(isinstance(g, dict) and isinstance(g.get("params"), list) and
                 all(isinstance(n, str) for n in g["params"]) for g in optim["param_groups"]))
 
@@ -317,7 +318,7 @@ def load_parts(path, max_parts=MAX_PARTS):
     files, token = _part_files(path, max_parts)
     model, state, groups, extra, saved, layouts = collections.OrderedDict(), {}, [], None, {}, []
     meta = None  # parts saved before the metadata was kept have none
-    kind = None  # the optimizer's type; parts saved before it was kept have none
+    types = {}  # parameter name -> its optimizer's type (parts saved before it was kept: none)
     for f in files:
         part = _read_part(path, f, token)
         model.update(part["model"])
@@ -331,8 +332,10 @@ def load_parts(path, max_parts=MAX_PARTS):
         if part.get("optimizer") is not None:
             state.update(part["optimizer"]["state"])
             groups.extend(part["optimizer"]["param_groups"])
-            kind = part["optimizer"].get("type", kind)
-    optim = {"state": state, "param_groups": groups, "type": kind} if groups else None
+            kind = part["optimizer"].get("type")  # each process saves its own optimizer
+            types.update({n: kind for g in part["optimizer"]["param_groups"] for n in g["params"]
+                          if kind is not None})
+    optim = {"state": state, "param_groups": groups, "types": types} if groups else None
     if meta is not None:
         model._metadata = meta
     return model, optim, extra, (saved, layouts)
