@@ -155,6 +155,20 @@ void hold_fifo(const std::string& path, const std::string& what) {
   }
 }
 
+// The file `path` names, through symbolic links: the one replace_file replaces (the link stays).
+std::string resolved(const std::string& path) {
+  char* real = ::realpath(path.c_str(), nullptr);
+  const std::string target = real ? real : path;
+  std::free(real);
+  return target;
+}
+
+// Whether a folder's refusal of a new file (errno `err`) is for want of permission, where a
+// writable file in it is written in place instead.
+bool in_place_instead(int err) {
+  return err == EACCES || err == EPERM || err == EROFS;
+}
+
 // 0 where the folder of `target` takes a new file (one made and removed at once), else errno.
 int folder_refuses(const std::string& target) {
   std::string tmp;
@@ -216,11 +230,9 @@ void check_output_path(const std::string& path, const std::string& what, OutputM
     if (!S_ISREG(st.st_mode)) return;  // a device: written in place
     // replace_file writes a temporary beside the file it names and renames it over, or, where
     // the folder takes none for want of permission, writes in place.
-    char* real = ::realpath(path.c_str(), nullptr);
-    const std::string target = real ? real : path;
-    std::free(real);
+    const std::string target = resolved(path);
     const int err = folder_refuses(target);
-    if (err != 0 && err != EACCES && err != EPERM && err != EROFS)
+    if (err != 0 && !in_place_instead(err))
       throw InputError(what + " cannot be written: its folder '" + folder_of(target) +
                        "' takes no new file: " + std::strerror(err));
     return;
@@ -244,19 +256,12 @@ void replace_file(const std::string& path, const std::string& bytes, const std::
   // rename needs only the folder's permission.
   if (exists && ::access(path.c_str(), W_OK) != 0)
     throw InputError(what + " cannot be written: " + std::strerror(errno));
-  std::string target = path;
-  if (exists) {  // through a symbolic link: the file it names is replaced, the link stays
-    if (char* real = ::realpath(path.c_str(), nullptr)) {
-      target = real;
-      std::free(real);
-    }
-  }
+  const std::string target = exists ? resolved(path) : path;
   std::string tmp;
   const int fd = open_temporary(target, exists ? st.st_mode & 07777 : 0644, tmp);
   if (fd < 0) {
     // A writable file in a folder that takes no new one is written in place, as it was.
-    if (exists && (errno == EACCES || errno == EPERM || errno == EROFS))
-      return write_in_place(path, bytes, what);
+    if (exists && in_place_instead(errno)) return write_in_place(path, bytes, what);
     throw InputError(what + " cannot be written: " + std::strerror(errno));
   }
   try {

@@ -1,5 +1,6 @@
 #include "python/tensor_payload.hpp"
 
+#include <c10/util/strides.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Layout.h>
 
@@ -98,12 +99,7 @@ constexpr std::int64_t kMostSpanPerElement = 4;
 // strides (its output channels-last). Sent as contiguous, it arrived (H*W, H*W, W, 1): the
 // convolution's output came out NCHW, and every reduction after it added in another order.
 bool default_strides(const at::Tensor& c) {
-  std::int64_t expected = 1;
-  for (auto d = c.dim() - 1; d >= 0; --d) {
-    if (c.stride(d) != expected) return false;
-    expected *= std::max<std::int64_t>(c.size(d), 1);
-  }
-  return true;
+  return c.strides() == c10::IntArrayRef(c10::contiguous_strides(c.sizes()));
 }
 
 std::uint8_t layout_of(const at::Tensor& c) {
