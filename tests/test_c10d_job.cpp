@@ -12,16 +12,10 @@
 
 #include "core/error.hpp"
 #include "dist/c10d_world.hpp"
+#include "done_work.hpp"
 
 namespace rrfp::test {
 namespace {
-
-class DoneWork final : public c10d::Work {
- public:
-  bool wait(std::chrono::milliseconds) override { return true; }
-  bool isCompleted() override { return true; }
-  void abort() override {}
-};
 
 // A group of one rank (or rank 0 of `size`, for the layout checks) that logs each call as
 // "<name> <call>" and gathers its own input.

@@ -18,6 +18,7 @@
 #include "comm/c10d_transport.hpp"
 #include "core/error.hpp"
 #include "dist/c10d_world.hpp"
+#include "done_work.hpp"
 #include "job_conformance.hpp"
 #include "transport_conformance.hpp"
 
@@ -320,14 +321,6 @@ TEST(C10dTransportFailure, ALargePayloadRefusedByGlooNamesItsMessage) {
             "peer exited or stopped answering?): " +
                 std::string(kGlooReset));
 }
-
-// A send's work that has completed.
-class DoneWork final : public c10d::Work {
- public:
-  bool wait(std::chrono::milliseconds) override { return true; }
-  bool isCompleted() override { return true; }
-  void abort() override {}
-};
 
 // Records the size of every message posted, in order; the first post waits for `open`.
 class GatedGroup final : public c10d::ProcessGroup {

@@ -42,6 +42,17 @@ def batches(m, *, seed=0, vocab=64, rows=2, lengths=(8, 24)):
     return xs, ys
 
 
+def grads(chunks):
+    """A copy of every parameter's .grad of `chunks`, in order (None where there is none)."""
+    return [None if p.grad is None else p.grad.clone() for c in chunks for p in c.parameters()]
+
+
+def same_grads(a, b):
+    """Whether two grads() are bitwise equal, None where the other is None."""
+    return all((x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
+               for x, y in zip(a, b))
+
+
 def reference_step(model_chunks, xs, ys, loss_of=None):
     """A plain loop: each microbatch through every chunk, loss.backward() per microbatch
     (`loss_of`: the loss function, this model's by default)."""

@@ -14,15 +14,6 @@ import lm
 import rrfp
 
 
-def grads(chunks):
-    return [None if p.grad is None else p.grad.clone() for c in chunks for p in c.parameters()]
-
-
-def same(a, b):
-    return all((x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
-               for x, y in zip(a, b))
-
-
 def slow_first_forward():
     """(an Event set once a step's tasks have begun, a delay_fn that holds the step there a
     while): for a call made while a step runs in another thread."""
@@ -75,7 +66,7 @@ def test_pipelines_sharing_parameters_do_not_step_at_once():
     ref = lm.chunks(2)
     lm.reference_step(ref, xs, ys)
     lm.reference_step(ref, xs, ys)
-    assert same(grads(chunks), grads(ref))
+    assert lm.same_grads(lm.grads(chunks), lm.grads(ref))
 
 
 def test_a_seeded_pipeline_called_from_a_seeded_task_is_refused_not_a_hang():

@@ -30,15 +30,6 @@ class Raises(nn.Module):
         return self.inner(x)
 
 
-def grads(chunks):
-    return [None if p.grad is None else p.grad.clone() for c in chunks for p in c.parameters()]
-
-
-def same(a, b):
-    return all((x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
-               for x, y in zip(a, b))
-
-
 def test_a_module_that_raises_names_stage_and_task_and_chains_the_original():
     base = threads()
     chunks = lm.chunks(2)
@@ -46,11 +37,11 @@ def test_a_module_that_raises_names_stage_and_task_and_chains_the_original():
     pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4)
     xs, ys = lm.batches(4)
     pipe.step(xs, ys)  # calls 1..4 pass
-    before = grads(chunks)
+    before = lm.grads(chunks)
     with pytest.raises(rrfp.StageError, match=r"stage 1: task F c1 m\d failed: .*bad microbatch") as e:
         pipe.step(xs, ys)
     assert isinstance(e.value.__cause__, ValueError)
-    assert same(before, grads(chunks)), "a failed step changed .grad"
+    assert lm.same_grads(before, lm.grads(chunks)), "a failed step changed .grad"
     pipe.step(xs, ys)  # the pipeline recovers
     del pipe
     assert threads() == base
@@ -231,14 +222,14 @@ def test_ctrl_c_stops_a_step_cleanly():
 
     pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=8, delay_fn=delay)
     xs, ys = lm.batches(8)
-    before = grads(chunks)
+    before = lm.grads(chunks)
     threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
     with pytest.raises(KeyboardInterrupt):
         pipe.step(xs, ys)
     # The step stopped: of its 32 tasks (2 stages x 8 microbatches x F and B, 0.2 s each, ~3.2 s
     # in all) not all started. A Ctrl-C seen only once the step ended would let all 32 start.
     assert len(started) < 32, started
-    assert same(before, grads(chunks))
+    assert lm.same_grads(before, lm.grads(chunks))
     pipe.step(xs, ys)
 
 

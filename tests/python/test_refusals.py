@@ -31,10 +31,6 @@ def linears(tied=False, seed=0):
             nn.Sequential(first if tied else nn.Linear(8, 8), nn.Linear(8, 8))]
 
 
-def grads(chunks):
-    return [None if p.grad is None else p.grad.clone() for c in chunks for p in c.parameters()]
-
-
 # Each hook's result is one autograd refuses; "<lambda>" is how autograd names a lambda.
 BAD_HOOKS = {
     "a smaller size": lambda g: g[:2],
@@ -67,13 +63,13 @@ def test_a_hook_result_autograd_refuses_fails_the_step_and_changes_no_grad(what,
     param = chunks[1][0 if tied else -1].weight
     handle = param.register_hook(hook)
     pipe = rrfp.Pipeline(chunks, loss_fn, pp=2, microbatches=2, hint=hint)
-    before = grads(chunks)
+    before = lm.grads(chunks)
     x, y = batch()
     with pytest.raises(rrfp.StageError, match=r"stage \d: task [BW] c\d m0 failed") as e:
         pipe.step(x, y)
     assert type(e.value.__cause__) is type(expected)
     assert str(e.value.__cause__) == str(expected)  # autograd's words, naming the hook
-    after = grads(chunks)
+    after = lm.grads(chunks)
     assert all((a is None and b is None) or torch.equal(a, b) for a, b in zip(before, after))
     handle.remove()  # and the pipeline goes on, as a plain loop does
     for c in chunks:
