@@ -124,13 +124,21 @@ void write_through(int fd, const std::string& bytes, const std::string& what) {
 std::mutex held_mu;
 std::map<std::string, int> held_fifos;
 
+// The FIFO held for `path`, or -1. One that `path` no longer names (the FIFO replaced by a
+// file between the check and the write) is let go, and the path opened afresh.
 int take_held_fifo(const std::string& path) {
   std::lock_guard lk(held_mu);
   const auto it = held_fifos.find(path);
   if (it == held_fifos.end()) return -1;
   const int fd = it->second;
   held_fifos.erase(it);
-  return fd;
+  struct stat held {
+  }, now{};
+  if (::fstat(fd, &held) == 0 && ::stat(path.c_str(), &now) == 0 && held.st_dev == now.st_dev &&
+      held.st_ino == now.st_ino)
+    return fd;
+  ::close(fd);
+  return -1;
 }
 
 // A reader started beside the command (`rrfp ... --json f & jq . <f`) may open the FIFO a little

@@ -1,0 +1,82 @@
+// The output side of core's file handling: a FIFO the check holds open for the write, and what
+// happens when the path stops naming it between the two.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/output_file.hpp"
+
+namespace rrfp {
+namespace {
+
+std::string fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("rrfp-output-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+std::string contents(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(OutputFiles, AFifoWithItsReaderIsHeldFromTheCheckToTheWrite) {
+  const std::string fifo = fresh_dir("held") + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  check_output_path(fifo, "`json`: 'fifo'");
+  const int fd = open_output(fifo, "`json`: 'fifo'");
+  write_all(fd, "report", "`json`");
+  ::close(fd);
+  char buf[16] = {};
+  EXPECT_EQ(::read(reader, buf, sizeof buf), 6);
+  EXPECT_EQ(std::string(buf, 6), "report");
+  ::close(reader);
+}
+
+TEST(OutputFiles, AFifoWithNoReaderIsRefusedByTheCheck) {
+  const std::string fifo = fresh_dir("lonely") + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    check_output_path(fifo, "`json`: 'fifo'");
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("`json`: 'fifo' is a FIFO with no reader"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The FIFO checked was replaced by a file before the write: the write goes to the file the path
+// now names (it went into the held FIFO, and the file stayed empty).
+TEST(OutputFiles, AFifoReplacedAfterTheCheckIsLetGo) {
+  const std::string fifo = fresh_dir("replaced") + "/out";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  check_output_path(fifo, "`json`: 'out'");
+  ASSERT_EQ(::unlink(fifo.c_str()), 0);
+  std::ofstream(fifo) << "old";
+  const int fd = open_output(fifo, "`json`: 'out'");
+  write_all(fd, "new", "`json`");
+  ::close(fd);
+  EXPECT_EQ(contents(fifo), "new");
+  char buf[8] = {};
+  EXPECT_LE(::read(reader, buf, sizeof buf), 0);  // nothing went into the FIFO
+  ::close(reader);
+}
+
+}  // namespace
+}  // namespace rrfp
