@@ -134,6 +134,30 @@ TEST(TrainBitwise, ParametersActuallyChange) {
   EXPECT_EQ(changed, static_cast<int>(before.size()));
 }
 
+// Without weight decay a parameter moves only by its gradient: every one must move in one step.
+// The image-text task's patch embedding did not (its input asks for no gradient, so autograd
+// skipped its node: a zero gradient, silently), in every schedule alike, which the comparison
+// with the single-stage reference above cannot see.
+TEST(TrainBitwise, EveryParameterGetsAGradient) {
+  for (const std::string task : {"text", "image-text"})
+    for (const bool split : {false, true}) {
+      const Case c{"ready bfw", 2, 1, split ? "bfw" : "bf", Policy::Ready, split};
+      TrainOptions o = options(c, 0);
+      o.task = task;
+      o.opt.weight_decay = 0;
+      Trainer t(o);
+      std::vector<torch::Tensor> before;
+      for (const auto& p : t.parameters())
+        before.push_back(p.detach().clone());
+      t.step();
+      const auto after = t.parameters();
+      const auto names = t.parameter_names();
+      for (size_t i = 0; i < before.size(); ++i)
+        EXPECT_FALSE(bitwise_equal(before[i], after[i]))
+            << task << (split ? " split" : "") << ": " << names[i] << " did not move";
+    }
+}
+
 TEST(TrainInput, TooFewLayersAndMissingDataAreInputErrors) {
   Case c{"x", 4, 2, "bf", Policy::Ready, false};
   TrainOptions o = options(c, 0);

@@ -126,8 +126,11 @@ Payload TrainStageProgram::forward(TaskContext& ctx, int c, int mb, Payload inpu
     w.sink.grads = &w.grads;
     w.sink.queue = m_.split() ? &w.queue : nullptr;
     w.input = ch.first() ? x : x.set_requires_grad(true);
+    // The images are a leaf the backward asks for: else no tensor it asks for lies below the
+    // patch embedding, whose node autograd then skips, and with it that layer's gradients.
+    if (images.defined()) w.images = images.detach().requires_grad_(true);
     torch::AutoGradMode grad_on(true);
-    y = w.output = ch.forward(w.input, targets, &w.sink, images);
+    y = w.output = ch.forward(w.input, targets, &w.sink, w.images);
   }
   Payload out;
   if (ch.last())
@@ -157,6 +160,10 @@ Payload TrainStageProgram::backward(TaskContext& ctx, int c, int mb, Payload gra
     inputs.push_back(w.input);
     which.push_back(-1);
   }
+  if (w.images.defined()) {
+    inputs.push_back(w.images);
+    which.push_back(-2);  // asked for to run the patch embedding's node; its gradient unused
+  }
   for (int i = 0; i < static_cast<int>(ch.params().size()); ++i)
     if (!ch.is_linear(i)) {
       inputs.push_back(ch.params()[i]);
@@ -166,12 +173,13 @@ Payload TrainStageProgram::backward(TaskContext& ctx, int c, int mb, Payload gra
                                    /*create_graph=*/false, /*allow_unused=*/true);
   Payload result;
   for (size_t k = 0; k < out.size(); ++k) {
-    if (which[k] < 0)
+    if (which[k] == -1)
       result = to_payload(out[k]);
-    else
+    else if (which[k] >= 0)
       w.grads[which[k]] = out[k];
   }
   w.input = torch::Tensor();
+  w.images = torch::Tensor();
   w.output = torch::Tensor();
   if (!m_.split()) finish(c, mb);
   settle(ctx);

@@ -99,7 +99,7 @@ class TrainStageProgram final : public StageProgram {
 
  private:
   struct Work {  // one (chunk, microbatch) between its F and its last backward task
-    torch::Tensor input, output;
+    torch::Tensor input, output, images;
     std::vector<torch::Tensor> grads;
     GradSink sink;
     WeightGradQueue queue;
