@@ -97,9 +97,12 @@ double ImageText::unigram_entropy() const {
   ByteHistogram h;
   for (int i = 0; i < 64; ++i) {
     const StepBatch b = batch(12345, i, 8, {}, false);
-    for (const auto& t : b.tokens)
+    // The bytes the loss predicts: each caption's targets (its inputs would count the first
+    // byte, never predicted, instead of the last).
+    for (const auto& t : b.targets)
       for (std::int64_t j = 0; j < t.size(0); ++j)
-        h.add(static_cast<unsigned char>(t[j].item<std::int64_t>()));
+        if (const auto byte = t[j].item<std::int64_t>(); byte >= 0)
+          h.add(static_cast<unsigned char>(byte));
   }
   return h.entropy();
 }
