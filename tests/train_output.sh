@@ -21,6 +21,17 @@ fi
   fail "into a file: exit $?"
 ! grep -q $'\e' "$tmp/file.log" || fail "into a file: an escape sequence in the output"
 ! grep -q warning "$tmp/file.log" || fail "--warmup 2 of 3 steps: $(grep warning "$tmp/file.log")"
+# Standard input and output closed: the run fails as a closed stdout does, and nothing it would
+# have printed lands in its own files (loss.csv had taken descriptor 1 and got the banner and the
+# progress lines after its rows; with stdout alone closed, the lock file got them).
+"$rrfp" train "${small[@]}" --steps 2 --warmup 1 --save-every 1 --out "$tmp/closed" <&- >&- \
+  2>"$tmp/closed.err" && fail "stdout closed: exit 0"
+grep -q "writing standard output failed: Bad file descriptor" "$tmp/closed.err" ||
+  fail "stdout closed: '$(cat "$tmp/closed.err")'"
+[ "$(wc -l <"$tmp/closed/loss.csv")" -eq 3 ] ||
+  fail "stdout closed: loss.csv: $(cat "$tmp/closed/loss.csv")"
+[ ! -s "$tmp/closed/.rrfp-lock" ] ||
+  fail "stdout closed: the lock file holds $(cat "$tmp/closed/.rrfp-lock")"
 # A schedule that never decays says so in one line (--steps 20 under the default --warmup 60
 # peaked at a third of --lr without a word).
 "$rrfp" train "${small[@]}" --steps 3 --warmup 5 --out "$tmp/w" >/dev/null 2>"$tmp/w.err" ||

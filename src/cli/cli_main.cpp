@@ -1,5 +1,6 @@
 // rrfp: readiness-first pipeline-parallel runtime. Exit codes: 0 ok, 1 a run failed
 // (deadlock, collective mismatch, internal error), 2 bad input (one line on stderr).
+#include <fcntl.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
@@ -107,7 +108,17 @@ int stdout_written(int code, const std::string& failed) {
 // Set up once for either program, before any work: a write past a file size limit (`ulimit -f`)
 // fails with EFBIG, which every writer reports and cleans up after, where SIGXFSZ's default
 // action killed the process without a word and left its temporary file.
+//
+// A standard stream the caller closed (`>&-`) is held by /dev/null opened the other way, so that
+// it fails as a closed one does (EBADF) while no file the command opens takes its number: `train`
+// with stdout closed wrote its progress lines into `loss.csv`, which had taken descriptor 1.
 void set_up_process() {
+  for (int fd = 0; fd <= 2; ++fd)
+    if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+      // The lowest free number, fd, unless /dev/null cannot be opened (nothing to do then).
+      const int held = ::open("/dev/null", (fd == 0 ? O_WRONLY : O_RDONLY) | O_CLOEXEC);
+      if (held >= 0 && held != fd) ::close(held);
+    }
   std::signal(SIGXFSZ, SIG_IGN);
   watch_stdout();
 }
