@@ -86,6 +86,21 @@ than a quarter of the address-space limit (ulimit -v)" "$tmp/ahead.txt"; then
     fails=$((fails + 1))
   fi
 fi
+# calibrate, whose endpoints are threads: one that cannot be started (30 MB of address space)
+# fails the command in a line (it aborted, "terminate called without an active exception"),
+# and an endpoint out of memory stops the others (150 MB and 32 MiB messages: they went on,
+# each round waiting out its 60 s deadline for the missing peer, past 118 s).
+if (ulimit -v 30000 && "$rrfp" --help >/dev/null 2>&1); then
+  for limit in 30000 150000; do
+    (ulimit -v $limit && timeout 30 "$rrfp" calibrate --seconds 4 --sizes 8,32M >/dev/null \
+      2>"$tmp/cal.err"); rc=$?
+    if [ "$rc" -ne 1 ] || ! tail -1 "$tmp/cal.err" |
+      grep -Eq "run failed: (calibrate: could not start the thread of endpoint|out of memory)"; then
+      echo "FAIL: calibrate under ulimit -v $limit -> rc=$rc: $(head -c 300 "$tmp/cal.err")"
+      fails=$((fails + 1))
+    fi
+  done
+fi
 # A calibration budget its sizes cannot keep is refused at once (it took 10-23 s for 0.1 s).
 check "--seconds: 0.1 s cannot hold a calibration of these --sizes, which takes about 67 s" calibrate --sizes 1024M --seconds 0.1
 echo "cli memory checks: $fails failed"

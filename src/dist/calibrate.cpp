@@ -1,9 +1,11 @@
 #include "dist/calibrate.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <exception>
+#include <system_error>
 #include <thread>
 
 #include "comm/ping_pong.hpp"
@@ -173,26 +175,53 @@ double calibration_floor_s(const CalibrateOptions& o, int endpoints) {
   return s;
 }
 
+// Each endpoint a thread. The threads start together once all could be made (one that could
+// not, at a thread or memory limit, left the others waiting at the barrier, and the process
+// ended in std::terminate). An endpoint that fails drops out of the barrier and the others stop
+// at their next one: they went on, each round waiting out its deadline for the missing peer.
+// The first failure is the one reported.
 Calibration calibrate_in_process(int endpoints, const CalibrateOptions& o) {
   Hosting h = in_process_hosting(endpoints);
   std::barrier sync(endpoints);
   std::vector<Calibration> results(endpoints);
   std::vector<std::exception_ptr> errors(endpoints);
+  std::atomic<int> first_failed{-1};
+  std::atomic<bool> go{false}, abandoned{false};
+  auto barrier = [&] {
+    sync.arrive_and_wait();
+    if (first_failed.load() >= 0) throw Error("calibrate: another endpoint failed");
+  };
   std::vector<std::thread> threads;
-  for (int e = 0; e < endpoints; ++e)
-    threads.emplace_back([&, e] {
-      try {
-        results[e] = calibrate(
-            *h.transports[e], endpoints, [&] { sync.arrive_and_wait(); }, o);
-      } catch (...) {
-        errors[e] = std::current_exception();
-        sync.arrive_and_drop();
-      }
-    });
-  for (auto& t : threads)
-    t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  auto join_all = [&] {
+    go.store(true);
+    go.notify_all();
+    for (auto& t : threads)
+      t.join();
+  };
+  for (int e = 0; e < endpoints; ++e) {
+    try {
+      threads.emplace_back([&, e] {
+        go.wait(false);
+        if (abandoned.load()) return;
+        try {
+          results[e] = calibrate(*h.transports[e], endpoints, barrier, o);
+        } catch (...) {
+          errors[e] = std::current_exception();
+          int none = -1;
+          first_failed.compare_exchange_strong(none, e);
+          sync.arrive_and_drop();
+        }
+      });
+    } catch (const std::system_error& err) {
+      abandoned.store(true);
+      join_all();
+      throw Error("calibrate: could not start the thread of endpoint " + std::to_string(e + 1) +
+                  " of " + std::to_string(endpoints) + " (" + err.code().message() +
+                  "): this machine's thread or memory limit");
+    }
+  }
+  join_all();
+  if (const int f = first_failed.load(); f >= 0) std::rethrow_exception(errors[f]);
   return results[0];
 }
 
