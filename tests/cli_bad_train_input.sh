@@ -190,5 +190,25 @@ if (ulimit -v 2000000 && "$rrfp" --help >/dev/null 2>&1); then
     fails=$((fails + 1))
   fi
 fi
+# OMP_NUM_THREADS past any machine: named (OpenMP failed the run mid-step in its own words).
+OMP_NUM_THREADS=99999999 check "OMP_NUM_THREADS: '99999999' is no thread count (1 to 4096)" \
+  train --steps 1 --out "$tmp/o"
+# No thread can be started (ulimit -u 1, as a user it binds: root it does not): the run fails
+# in a line naming the limit (it sat silent in LibTorch's thread pool for ever).
+as_user=()
+[ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null &&
+  as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+if [ "$(id -u)" -ne 0 ] || [ ${#as_user[@]} -gt 0 ]; then
+  free=$(mktemp -d) && chmod 777 "$free"
+  timeout 60 "${as_user[@]}" bash -c 'ulimit -u 1; exec "$0" "$@"' "$rrfp" train --steps 1 \
+    --out "$free/o" >/dev/null 2>"$tmp/threads.err"
+  rc=$?
+  if [ $rc -ne 1 ] || ! tail -1 "$tmp/threads.err" | grep -q "run failed: could not start \
+LibTorch's [0-9]* pool threads (.*): this machine's thread or memory limit"; then
+    echo "FAIL: train under ulimit -u 1 -> rc=$rc: $(head -c 400 "$tmp/threads.err")"
+    fails=$((fails + 1))
+  fi
+  rm -rf "$free"
+fi
 echo "cli bad-train-input checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -413,10 +411,6 @@ class Run {
 
 TrainSummary run_training(const TrainRun& in) {
   return Run(in).go();
-}
-
-void use_one_intra_op_thread() {
-  if (std::getenv("OMP_NUM_THREADS") == nullptr) at::set_num_threads(1);
 }
 
 }  // namespace rrfp::train

@@ -23,6 +23,9 @@ TrainSummary run_training(const TrainRun& o);
 // another count (`rrfp train` calls it; a library caller keeps torch's count): the stage threads
 // are the parallelism, and torch's default (half the cores) oversubscribed larger machines and
 // made the weights differ in their last bits from one machine to another.
+// Throws InputError for an OMP_NUM_THREADS that is no count of 1 to kMaxOmpThreads (an empty
+// one counts as unset), and Error where the threads of LibTorch's pool cannot be started.
+constexpr long kMaxOmpThreads = 4096;
 void use_one_intra_op_thread();
 
 }  // namespace rrfp::train
