@@ -81,8 +81,19 @@ if (ulimit -v 3000000 && "$rrfp" --help >/dev/null 2>&1); then
   (ulimit -v 3000000 && timeout 60 "$rrfp" run --pp 4 -m 8 --workload uniform --hint 1f1b \
     --policy fixed >"$tmp/ahead.txt" 2>&1); rc=$?
   if [ "$rc" -ne 0 ] || ! grep -q "output buffers not mapped ahead: 1024 MiB would take more \
-than a quarter of the address-space limit (ulimit -v)" "$tmp/ahead.txt"; then
+than a quarter of the address-space limit (ulimit -v or -d)" "$tmp/ahead.txt"; then
     echo "FAIL: run under a 3 GB address limit -> rc=$rc: $(tail -c 400 "$tmp/ahead.txt")"
+    fails=$((fails + 1))
+  fi
+fi
+# The same under a limit on data alone (ulimit -d, which counts private mappings): the buffers
+# mapped ahead took the compute threads' stacks' room, and the run blamed --pp or --tp.
+if (ulimit -d 3000000 && "$rrfp" --help >/dev/null 2>&1); then
+  (ulimit -d 3000000 && timeout 60 "$rrfp" run --pp 4 -m 8 --workload uniform --hint 1f1b \
+    --policy fixed >"$tmp/ahead-d.txt" 2>&1); rc=$?
+  if [ "$rc" -ne 0 ] || ! grep -q "output buffers not mapped ahead: 1024 MiB would take more \
+than a quarter of the address-space limit (ulimit -v or -d)" "$tmp/ahead-d.txt"; then
+    echo "FAIL: run under a 3 GB data limit -> rc=$rc: $(tail -c 400 "$tmp/ahead-d.txt")"
     fails=$((fails + 1))
   fi
 fi

@@ -26,11 +26,17 @@ namespace rrfp {
 
 namespace {
 
-// The process's address-space limit (ulimit -v) in bytes, or 0 when it has none.
+// The process's limit on address space (ulimit -v) or on its data, which counts private
+// mappings too (ulimit -d), the lower, in bytes; 0 when it has none. (Under -d alone, the
+// buffers mapped ahead took what the compute threads' stacks needed, and the run blamed --pp.)
 std::uint64_t address_space_limit() {
-  rlimit r{};
-  if (getrlimit(RLIMIT_AS, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return 0;
-  return r.rlim_cur;
+  std::uint64_t limit = 0;
+  for (const int resource : {RLIMIT_AS, RLIMIT_DATA}) {
+    rlimit r{};
+    if (getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+      limit = limit == 0 ? r.rlim_cur : std::min<std::uint64_t>(limit, r.rlim_cur);
+  }
+  return limit;
 }
 
 // The most wall time the emulated steps may take, all runs, rounds and steps together.
@@ -342,7 +348,7 @@ class EmulatedRuns {
     auto mib = [](std::uint64_t b) { return fmt("%.0f", static_cast<double>(b) / (1 << 20)); };
     if (ahead_skipped_ > 0)
       return "; output buffers not mapped ahead: " + mib(ahead_skipped_) +
-             " MiB would take more than a quarter of the address-space limit (ulimit -v)";
+             " MiB would take more than a quarter of the address-space limit (ulimit -v or -d)";
     if (ahead_bytes_ == 0) return "";
     return "; output buffers mapped ahead (address space, never written in one process): " +
            mib(ahead_bytes_) + " MiB, the largest run's";
