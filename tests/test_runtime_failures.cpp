@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <new>
 #include <thread>
 
 #include "core/clock.hpp"
@@ -52,11 +53,13 @@ class Failures : public ::testing::Test {
 
 class Thrower final : public StageProgram {
  public:
-  Thrower(std::unique_ptr<StageProgram> inner, int stage) : in_(std::move(inner)), stage_(stage) {}
+  Thrower(std::unique_ptr<StageProgram> inner, int stage, bool bad_alloc = false)
+      : in_(std::move(inner)), stage_(stage), bad_alloc_(bad_alloc) {}
   Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
     return in_->forward(c, chunk, mb, std::move(p));
   }
   Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
+    if (stage_ == 1 && mb == 2 && bad_alloc_) throw std::bad_alloc();
     if (stage_ == 1 && mb == 2) throw std::runtime_error("boom: out of memory");
     return in_->backward(c, chunk, mb, std::move(p));
   }
@@ -67,6 +70,7 @@ class Thrower final : public StageProgram {
  private:
   std::unique_ptr<StageProgram> in_;
   int stage_;
+  bool bad_alloc_;
 };
 
 TEST_F(Failures, AThrowingTaskEndsTheStepNamingStageTaskAndMessage) {
@@ -75,6 +79,16 @@ TEST_F(Failures, AThrowingTaskEndsTheStepNamingStageTaskAndMessage) {
       fails_with<TaskError>([&](int s, int r) { return std::make_unique<Thrower>(base(s, r), s); });
   // A TaskError, not the watchdog's StallError: the task's error ended the step.
   EXPECT_NE(msg.find("stage 1: task B c1 m2 failed: boom: out of memory"), std::string::npos)
+      << msg;
+}
+
+// A refused allocation is said in words ("failed: std::bad_alloc" before).
+TEST_F(Failures, AnAllocationRefusedInATaskIsSaidToBeOutOfMemory) {
+  auto base = emulated_programs(m_, work_);
+  const std::string msg = fails_with<TaskError>(
+      [&](int s, int r) { return std::make_unique<Thrower>(base(s, r), s, true); });
+  EXPECT_NE(msg.find("stage 1: task B c1 m2 failed: out of memory (an allocation failed"),
+            std::string::npos)
       << msg;
 }
 
