@@ -112,6 +112,16 @@ if (ulimit -v 30000 && "$rrfp" --help >/dev/null 2>&1); then
     fi
   done
 fi
+# run under 16 MB: the first thread it starts (the messages' delay line) cannot be; the line
+# says why (it said "internal error: Resource temporarily unavailable").
+if (ulimit -v 16000 && "$rrfp" --help >/dev/null 2>&1); then
+  (ulimit -v 16000 && timeout 30 "$rrfp" run --pp 4 -m 8 >/dev/null 2>"$tmp/delay.err"); rc=$?
+  if [ "$rc" -ne 1 ] || ! tail -1 "$tmp/delay.err" |
+    grep -Eq "run failed: runtime: could not start .*: this machine's thread or memory limit"; then
+    echo "FAIL: run under ulimit -v 16000 -> rc=$rc: $(head -c 300 "$tmp/delay.err")"
+    fails=$((fails + 1))
+  fi
+fi
 # A calibration budget its sizes cannot keep is refused at once (it took 10-23 s for 0.1 s).
 check "--seconds: 0.1 s cannot hold a calibration of these --sizes, which takes about 67 s" calibrate --sizes 1024M --seconds 0.1
 echo "cli memory checks: $fails failed"

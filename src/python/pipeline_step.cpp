@@ -3,6 +3,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "core/error.hpp"
@@ -92,16 +93,22 @@ StepResult run_watching_signals(Runtime& rt, int step, std::exception_ptr& error
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  std::thread worker([&] {
-    try {
-      result = rt.run_step(step);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    std::lock_guard lk(mu);
-    done = true;
-    cv.notify_all();
-  });
+  std::thread worker;
+  try {
+    worker = std::thread([&] {
+      try {
+        result = rt.run_step(step);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::lock_guard lk(mu);
+      done = true;
+      cv.notify_all();
+    });
+  } catch (const std::system_error& e) {  // it said "Resource temporarily unavailable" alone
+    throw Error("could not start the step's thread (" + e.code().message() +
+                "): this machine's thread or memory limit");
+  }
   std::unique_lock lk(mu);
   std::optional<std::chrono::steady_clock::time_point> failed_at;
   bool said = false;

@@ -1,8 +1,11 @@
 #include "python/step_record.hpp"
 
+#include <pybind11/pybind11.h>
+
 #include <algorithm>
 #include <vector>
 
+#include "core/error.hpp"
 #include "sim/metrics.hpp"
 
 namespace rrfp::py {
@@ -27,12 +30,28 @@ std::string StepRecordPy::json() const {
   return to_json(header, {run}).dump();
 }
 
+namespace {
+
+// A file that could not be written raises OSError, as Python's own writes do (a full disk
+// raised RuntimeError, a missing folder ValueError, which `except OSError` let through).
+template <class Write>
+void writing_file(Write&& write) {
+  try {
+    write();
+  } catch (const Error& e) {
+    PyErr_SetString(PyExc_OSError, e.what());
+    throw pybind11::error_already_set();
+  }
+}
+
+}  // namespace
+
 void StepRecordPy::save_trace(const std::string& path) const {
-  write_chrome_trace(path, {run});
+  writing_file([&] { write_chrome_trace(path, {run}); });
 }
 
 void StepRecordPy::save_svg(const std::string& path) const {
-  write_svg(path, header, {run});
+  writing_file([&] { write_svg(path, header, {run}); });
 }
 
 }  // namespace rrfp::py

@@ -83,7 +83,14 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
                   std::to_string(p * t) + ") or listed twice");
     slot[e] = static_cast<int>(i);
   }
-  if (opt_.latency) delay_ = std::make_unique<DelayLine>();
+  if (opt_.latency) {
+    try {
+      delay_ = std::make_unique<DelayLine>();
+    } catch (const std::system_error& e) {  // "internal error: Resource temporarily unavailable"
+      throw Error("runtime: could not start the messages' delay thread (" + e.code().message() +
+                  "): this machine's thread or memory limit");
+    }
+  }
   StageEnv env;
   env.model = &m;
   env.hint = &hint;

@@ -1,5 +1,6 @@
 """rrfp.Pipeline on user-written modules: bitwise the result of a plain PyTorch loop, whatever
 the schedule, policy, split backward, interleaving or injected delays."""
+import os
 import random
 
 import pytest
@@ -166,8 +167,13 @@ def test_step_record_reports_and_the_simulator_tools(tmp_path):
     assert rec.peak_d[0] >= 1 and rec.lower_bound <= rec.makespan + 1e-9
     run = rec.to_dict()["runs"][0]
     assert run["label"] == "ready bf (async)" and abs(run["makespan_ms"] - 1e3 * rec.makespan) < 0.01
-    with pytest.raises(ValueError, match="t.svg. cannot be written: No such file or directory"):
+    # A file that cannot be written raises OSError, as Python's own writes do (ValueError for a
+    # missing folder, RuntimeError for a full disk, before).
+    with pytest.raises(OSError, match="t.svg. cannot be written: No such file or directory"):
         rec.save_svg(tmp_path / "missing-dir" / "t.svg")
+    if os.path.exists("/dev/full"):
+        with pytest.raises(OSError, match="No space left on device"):
+            rec.save_trace("/dev/full")
     sim = rrfp.simulate(pp=4, microbatches=8, workload="uniform", hint="1f1b", policy="fixed")
     assert sim.makespan > 0 and sim.peak_d == [4, 3, 2, 1]  # 1F1B's warm-up depths
     order = rrfp.schedule(hint="1f1b", pp=2, microbatches=3)
