@@ -160,6 +160,21 @@ pid=
 [ "$rc" -eq 129 ] || fail "sweep: exit $rc after SIGHUP, want 129"
 grep -q "rrfp sweep: stopped by SIGHUP" "$tmp/hup.log" || fail "sweep: $(tail -1 "$tmp/hup.log")"
 [ -s "$tmp/hup.csv" ] || fail "sweep: no CSV after SIGHUP"
+# The soft CPU time limit (SIGXCPU, repeated each second past it) stops sweep as SIGTERM does,
+# its repeats no second request (its default action ended the work without a word, nothing
+# written); here sent three times, as the kernel would.
+"$rrfp" sweep --pp 64,128 --seeds 10 --csv "$tmp/xcpu.csv" >"$tmp/xcpu.log" 2>&1 &
+pid=$!
+wait_handler $pid || fail "sweep never installed its handler"
+sleep 2
+kill -XCPU $pid && sleep 0.5 && kill -XCPU $pid 2>/dev/null && sleep 0.5 && kill -XCPU $pid 2>/dev/null
+wait $pid
+rc=$?
+pid=
+[ "$rc" -eq 152 ] || fail "sweep: exit $rc after SIGXCPU, want 152"
+grep -q "rrfp sweep: stopped by SIGXCPU (its CPU time limit)" "$tmp/xcpu.log" ||
+  fail "sweep: $(tail -1 "$tmp/xcpu.log")"
+[ -s "$tmp/xcpu.csv" ] || fail "sweep: no CSV after SIGXCPU"
 # The watchdog does not take a suspended process for a stalled one: stopped (Ctrl-Z) for longer
 # than --timeout and continued, a run goes on (it failed: "no progress for 4001 ms").
 printf '{"preset": "uniform", "forward_us": 2e5}' >"$tmp/paced.json"

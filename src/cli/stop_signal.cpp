@@ -21,11 +21,12 @@ std::atomic<int> g_stop{0};
 // SIGTERM in each, built before it is installed (a handler may not allocate).
 enum Outputs : int { kNone = 0, kWriting = 1, kWritten = 2 };
 std::atomic<int> g_outputs{kNone};
-std::string g_exit_lines[3][4];  // [Outputs][signal_index: SIGINT, SIGTERM, SIGUSR1, SIGHUP]
+std::string g_exit_lines[3][5];  // [Outputs][signal_index: SIGINT, SIGTERM, SIGUSR1, SIGHUP,
+                                 // SIGXCPU]
 std::string g_command;
 // stop_on_signals: the line its handler writes as it takes the first request, for SIGINT,
 // SIGTERM, SIGUSR1 and SIGHUP, built before g_acknowledge is set (a handler may not allocate).
-std::string g_ack_lines[4];
+std::string g_ack_lines[5];
 std::atomic<bool> g_acknowledge{false};
 // stop_at_once_until_work: the first request ends the process as exit_on_signals' do.
 std::atomic<bool> g_at_once{false};
@@ -60,13 +61,13 @@ bool first_request(int sig) {
 
 // The column of g_exit_lines and g_ack_lines for each signal the handlers take but SIGPIPE.
 int signal_index(int sig) {
-  return sig == SIGTERM ? 1 : sig == SIGUSR1 ? 2 : sig == SIGHUP ? 3 : 0;
+  return sig == SIGTERM ? 1 : sig == SIGUSR1 ? 2 : sig == SIGHUP ? 3 : sig == SIGXCPU ? 4 : 0;
 }
 
 // The lines of exit_on_signals' handler (and stop_on_signals' before the work), for `command`.
 void build_exit_lines(const std::string& command) {
   g_command = command;
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) {
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU}) {
     const std::string stopped = "rrfp " + command + ": stopped by " + signal_name(sig);
     g_exit_lines[kNone][signal_index(sig)] = stopped + "; nothing written\n";
     g_exit_lines[kWriting][signal_index(sig)] =
@@ -100,6 +101,9 @@ void on_stop_signal(int sig) {
     write_line(g_exit_lines[kNone][signal_index(sig)]);
     ::_exit(128 + sig);
   }
+  // The kernel repeats SIGXCPU every second of CPU past the soft limit: never a second request
+  // (the hard limit's SIGKILL ends what does not stop in time).
+  if (sig == SIGXCPU && g_stop.load() != 0) return;
   const bool fresh = g_stop.load() == 0;
   if (!first_request(sig)) ::_exit(128 + sig);  // async-signal-safe
   if (fresh && g_acknowledge.load()) write_line(g_ack_lines[signal_index(sig)]);
@@ -108,6 +112,7 @@ void on_stop_signal(int sig) {
 void on_exit_signal(int sig) {
   const int outputs = g_outputs.load();
   if (outputs == kWriting && first_request(sig)) return;  // heeded once they are written
+  if (outputs == kWriting && sig == SIGXCPU) return;      // its repeats alike (on_stop_signal)
   // The line says where the outputs stand: a second signal while they are written cuts that
   // short (it said "nothing written", with some outputs written), and past it they are there.
   write_line(g_exit_lines[outputs][signal_index(sig)]);
@@ -132,9 +137,10 @@ std::atomic<int>& stop_on_signals(bool pipe) {
   // SIGUSR1 too: mpirun forwards it to every process, where its own SIGINT and SIGTERM end the
   // job with SIGKILL a second after passing SIGTERM on (Open MPI's odls_base_sigkill_timeout),
   // which cuts a longer step short with nothing written.
-  // SIGHUP too (a closed terminal or ssh session ended the work with nothing written), and
-  // where asked SIGPIPE (on_stop_signal).
-  install(on_stop_signal, {SIGINT, SIGTERM, SIGUSR1, SIGHUP});
+  // SIGHUP too (a closed terminal or ssh session ended the work with nothing written), SIGXCPU
+  // (the soft CPU time limit, `ulimit -t`, whose default action ended it without a word, before
+  // the hard limit's SIGKILL), and where asked SIGPIPE (on_stop_signal).
+  install(on_stop_signal, {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU});
   if (pipe) {
     install(on_stop_signal, {SIGPIPE});
     // SIGPIPE ignored (`trap '' PIPE`, a service manager), the failed write is all there is to
@@ -148,7 +154,7 @@ std::atomic<int>& stop_on_signals(bool pipe) {
 
 void acknowledge_stop_signals(const std::string& command, const std::string& until) {
   g_acknowledge.store(false);  // not read while the lines change
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP})
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU})
     g_ack_lines[signal_index(sig)] = "rrfp " + command + ": " + signal_name(sig) +
                                      " taken: " + until + "; a second signal stops it at once\n";
   g_acknowledge.store(true);
@@ -156,7 +162,7 @@ void acknowledge_stop_signals(const std::string& command, const std::string& unt
 
 void exit_on_signals(const std::string& command) {
   build_exit_lines(command);
-  install(on_exit_signal, {SIGINT, SIGTERM, SIGHUP});
+  install(on_exit_signal, {SIGINT, SIGTERM, SIGHUP, SIGXCPU});
 }
 
 void stop_at_once_until_work(const std::string& command) {

@@ -9,7 +9,8 @@
 // reader gone) asks to stop too, and is never a second request: every later write to stdout
 // raises it again, and fails; where SIGPIPE is ignored, a write to stdout failing with EPIPE
 // asks the same. Elsewhere it keeps its default action (exit 141): plan and sweep
-// print at the end, when their files are written.
+// print at the end, when their files are written. SIGXCPU (the soft CPU time limit) is taken as
+// the others are, its repeats (one a second past the limit) never a second request.
 #include <atomic>
 #include <functional>
 #include <string>
@@ -32,10 +33,10 @@ void work_begins();
 // The first signal's number, 0 while none came.
 std::atomic<int>& stop_flag();
 
-// SIGINT, SIGTERM and SIGHUP for `simulate`, `run`, `predict`, `schedule show` and `calibrate`,
-// whose work has no point to stop at and keeps nothing worth writing half done: a signal ends the
-// process at once, exit 128 + the signal, with the line "rrfp COMMAND: stopped by SIGINT; nothing
-// written" (they died without a word).
+// SIGINT, SIGTERM, SIGHUP and SIGXCPU for `simulate`, `run`, `predict`, `schedule show` and
+// `calibrate`, whose work has no point to stop at and keeps nothing worth writing half done: a
+// signal ends the process at once, exit 128 + the signal, with the line "rrfp COMMAND: stopped by
+// SIGINT; nothing written" (they died without a word).
 void exit_on_signals(const std::string& command);
 // Runs `write` (the command's outputs) with exit_on_signals' signals held back, so that none is
 // left half written; one that came meanwhile is then heeded (QuietExit, 128 + the signal) with

@@ -89,6 +89,7 @@ std::string signal_name(int sig) {
   if (sig == SIGTERM) return "SIGTERM";
   if (sig == SIGUSR1) return "SIGUSR1";
   if (sig == SIGHUP) return "SIGHUP";
+  if (sig == SIGXCPU) return "SIGXCPU (its CPU time limit)";
   if (sig == SIGPIPE) return "SIGPIPE (a pipe it wrote to closed)";
   return "signal " + std::to_string(sig);
 }
