@@ -32,6 +32,15 @@ grep -q "writing standard output failed: Bad file descriptor" "$tmp/closed.err" 
   fail "stdout closed: loss.csv: $(cat "$tmp/closed/loss.csv")"
 [ ! -s "$tmp/closed/.rrfp-lock" ] ||
   fail "stdout closed: the lock file holds $(cat "$tmp/closed/.rrfp-lock")"
+# A file size limit (ulimit -f 1: 1 KiB) met by loss.csv: the run fails in a line, and the rows
+# it kept are whole (the row that crossed the limit was left cut mid-row).
+(ulimit -f 1 && exec "$rrfp" train "${small[@]}" --steps 20 --warmup 1 --out "$tmp/fsize" \
+  >/dev/null 2>"$tmp/fsize.err") && fail "ulimit -f 1: exit 0"
+grep -q "writing '$tmp/fsize/loss.csv' failed: File too large" "$tmp/fsize.err" ||
+  fail "ulimit -f 1: '$(tail -1 "$tmp/fsize.err")'"
+[ "$(tail -c 1 "$tmp/fsize/loss.csv" | od -An -c | tr -d ' ')" = '\n' ] &&
+  awk -F, 'NR == 1 { n = NF } NF != n { exit 1 }' "$tmp/fsize/loss.csv" ||
+  fail "ulimit -f 1: a row cut short: $(tail -c 80 "$tmp/fsize/loss.csv")"
 # A schedule that never decays says so in one line (--steps 20 under the default --warmup 60
 # peaked at a third of --lr without a word).
 "$rrfp" train "${small[@]}" --steps 3 --warmup 5 --out "$tmp/w" >/dev/null 2>"$tmp/w.err" ||

@@ -148,25 +148,27 @@ LogFile::LogFile(const std::string& path, const std::string& header, int resume_
       throw Error("cannot rewrite '" + path + "': " + std::strerror(errno));
     }
   }
-  const int fd =
+  fd_ =
       open_output(path, "'" + path + "'", OutputMode{.append = continuing, .named_by_user = false});
-  f_ = ::fdopen(fd, continuing ? "a" : "w");
-  if (!f_) {
-    ::close(fd);
-    throw Error("cannot write '" + path + "': " + std::strerror(errno));
-  }
   if (!continuing) add(header);
 }
 
 LogFile::~LogFile() {
-  if (f_) std::fclose(f_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
+// A row that reached the file in part (a full disk, a file size limit) is taken back, so that
+// every row there is whole: it was left cut mid-row.
 void LogFile::add(const std::string& line) {
-  errno = 0;
-  if (std::fputs(line.c_str(), f_) < 0 || std::fputc('\n', f_) == EOF || std::fflush(f_) != 0)
-    throw Error("writing '" + path_ +
-                "' failed: " + (errno ? std::strerror(errno) : "short write"));
+  const off_t before = ::lseek(fd_, 0, SEEK_END);
+  try {
+    write_all(fd_, line + "\n", "writing '" + path_ + "' failed");
+  } catch (...) {
+    if (before >= 0) {
+      [[maybe_unused]] const int r = ::ftruncate(fd_, before);  // else nothing more to do
+    }
+    throw;
+  }
 }
 
 void Curve::add(double x, double y) {

@@ -60,7 +60,7 @@ class LogFile {
 
  private:
   std::string path_;
-  std::FILE* f_ = nullptr;
+  int fd_ = -1;
 };
 
 // A curve for loss.svg that stays small however long the run: past 2 x kMaxPoints points every
