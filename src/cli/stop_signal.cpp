@@ -25,7 +25,8 @@ std::string g_exit_lines[3][5];  // [Outputs][signal_index: SIGINT, SIGTERM, SIG
                                  // SIGXCPU]
 std::string g_command;
 // stop_on_signals: the line its handler writes as it takes the first request, for SIGINT,
-// SIGTERM, SIGUSR1 and SIGHUP, built before g_acknowledge is set (a handler may not allocate).
+// SIGTERM, SIGUSR1, SIGHUP and SIGXCPU, built before g_acknowledge is set (a handler may not
+// allocate).
 std::string g_ack_lines[5];
 std::atomic<bool> g_acknowledge{false};
 // stop_at_once_until_work: the first request ends the process as exit_on_signals' do.
