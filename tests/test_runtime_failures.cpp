@@ -7,11 +7,16 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <new>
+#include <string>
 #include <thread>
 
 #include "core/clock.hpp"
+#include "core/error.hpp"
 #include "expect_error.hpp"
+#include "runtime/delay_line.hpp"
 #include "runtime/errors.hpp"
 #include "runtime_helpers.hpp"
 
@@ -90,6 +95,32 @@ TEST_F(Failures, AnAllocationRefusedInATaskIsSaidToBeOutOfMemory) {
   EXPECT_NE(msg.find("stage 1: task B c1 m2 failed: out of memory (an allocation failed"),
             std::string::npos)
       << msg;
+}
+
+// An action of the latency emulation that throws fails the step through its handler, and the
+// line serves the next one: it ended the process (std::terminate).
+TEST(DelayLines, AThrowingActionIsHandedOnAndTheLineGoesOn) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string error;
+  bool after = false;
+  DelayLine line([&](std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      std::lock_guard lk(mu);
+      error = ex.what();
+    }
+  });
+  line.post(now_ns(), [] { throw ProtocolError("an input arriving twice"); });
+  line.post(now_ns(), [&] {
+    std::lock_guard lk(mu);
+    after = true;
+    cv.notify_all();
+  });
+  std::unique_lock lk(mu);
+  ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(10), [&] { return after; }));
+  EXPECT_EQ(error, "an input arriving twice");
 }
 
 TEST_F(Failures, AThrowingTaskReleasesItsGroupWaitingInTheCollective) {

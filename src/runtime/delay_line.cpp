@@ -1,10 +1,13 @@
 #include "runtime/delay_line.hpp"
 
+#include <utility>
+
 #include "core/clock.hpp"
 
 namespace rrfp {
 
-DelayLine::DelayLine() : thread_([this] { loop(); }) {}
+DelayLine::DelayLine(std::function<void(std::exception_ptr)> on_error)
+    : on_error_(std::move(on_error)), thread_([this] { loop(); }) {}
 
 DelayLine::~DelayLine() {
   {
@@ -45,7 +48,11 @@ void DelayLine::loop() {
     std::function<void()> fn = std::move(const_cast<Item&>(queue_.top()).fn);
     queue_.pop();
     lk.unlock();
-    fn();
+    try {
+      fn();
+    } catch (...) {
+      if (on_error_) on_error_(std::current_exception());
+    }
     lk.lock();
   }
 }

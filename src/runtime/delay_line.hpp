@@ -3,6 +3,7 @@
 // when the modelled transfer would have ended) without ever holding the compute thread.
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <queue>
@@ -13,7 +14,9 @@ namespace rrfp {
 
 class DelayLine {
  public:
-  DelayLine();
+  // An action that throws hands its exception to `on_error` (the runtime fails its step with
+  // it) and the line goes on; without one it would have ended the process (std::terminate).
+  explicit DelayLine(std::function<void(std::exception_ptr)> on_error = {});
   ~DelayLine();  // drops what is still pending and joins
   DelayLine(const DelayLine&) = delete;
   DelayLine& operator=(const DelayLine&) = delete;
@@ -42,7 +45,8 @@ class DelayLine {
   std::priority_queue<Item, std::vector<Item>, Later> queue_;
   std::uint64_t seq_ = 0;
   bool stop_ = false;
-  std::thread thread_;
+  std::function<void(std::exception_ptr)> on_error_;
+  std::thread thread_;  // last: started once the rest is set
 };
 
 }  // namespace rrfp

@@ -85,7 +85,7 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
   }
   if (opt_.latency) {
     try {
-      delay_ = std::make_unique<DelayLine>();
+      delay_ = std::make_unique<DelayLine>([this](std::exception_ptr e) { failure_.fail(e); });
     } catch (const std::system_error& e) {  // "internal error: Resource temporarily unavailable"
       throw Error("runtime: could not start the messages' delay thread (" + e.code().message() +
                   "): this machine's thread or memory limit");
