@@ -205,5 +205,17 @@ grep -q $'fixed lat\xef\xbf\xbd.txt' latin1.svg || fail "the SVG does not name t
 "$rrfp" simulate --replay wide.json --pp 1001 -m 1 --hint 1f1b --policy fixed >/dev/null 2>wide.err ||
   fail "a trace of 1001 stages and two runs does not read back: $(cat wide.err)"
 
+# An output naming standard output, which the caller closed: refused, exit 2 (it wrote the
+# report into /dev/null, which holds the closed stream's number, and exited 0); `-` still fails
+# as a closed stdout does.
+"$rrfp" simulate --pp 2 -m 2 --workload uniform --json /dev/stdout >&- 2>closed.err
+rc=$?
+[ $rc -eq 2 ] && grep -q "'/dev/stdout' names standard output, which is closed" closed.err ||
+  fail "--json /dev/stdout with stdout closed: exit $rc: $(cat closed.err)"
+"$rrfp" simulate --pp 2 -m 2 --workload uniform --json - >&- 2>closed.err
+rc=$?
+[ $rc -eq 1 ] && grep -q "writing standard output failed: Bad file descriptor" closed.err ||
+  fail "--json - with stdout closed: exit $rc: $(cat closed.err)"
+
 [ "$fails" -eq 0 ] && echo "cli_outputs: all passed"
 [ "$fails" -eq 0 ]

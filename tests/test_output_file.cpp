@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/output_file.hpp"
@@ -16,13 +17,25 @@
 namespace rrfp {
 namespace {
 
-std::string fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("rrfp-output-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
+// A folder of its own under the test's temporary folder, removed when the test ends.
+class OutputFiles : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (const auto& d : dirs_)
+      std::filesystem::remove_all(d);
+  }
+  std::string fresh_dir(const std::string& name) {
+    const auto dir = std::filesystem::path(::testing::TempDir()) /
+                     ("rrfp-output-" + name + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    dirs_.push_back(dir);
+    return dir.string();
+  }
+
+ private:
+  std::vector<std::filesystem::path> dirs_;
+};
 
 std::string contents(const std::string& path) {
   std::ifstream in(path);
@@ -31,7 +44,7 @@ std::string contents(const std::string& path) {
   return s.str();
 }
 
-TEST(OutputFiles, AFifoWithItsReaderIsHeldFromTheCheckToTheWrite) {
+TEST_F(OutputFiles, AFifoWithItsReaderIsHeldFromTheCheckToTheWrite) {
   const std::string fifo = fresh_dir("held") + "/fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
@@ -46,7 +59,7 @@ TEST(OutputFiles, AFifoWithItsReaderIsHeldFromTheCheckToTheWrite) {
   ::close(reader);
 }
 
-TEST(OutputFiles, AFifoWithNoReaderIsRefusedByTheCheck) {
+TEST_F(OutputFiles, AFifoWithNoReaderIsRefusedByTheCheck) {
   const std::string fifo = fresh_dir("lonely") + "/fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   try {
@@ -61,7 +74,7 @@ TEST(OutputFiles, AFifoWithNoReaderIsRefusedByTheCheck) {
 
 // The FIFO checked was replaced by a file before the write: the write goes to the file the path
 // now names (it went into the held FIFO, and the file stayed empty).
-TEST(OutputFiles, AFifoReplacedAfterTheCheckIsLetGo) {
+TEST_F(OutputFiles, AFifoReplacedAfterTheCheckIsLetGo) {
   const std::string fifo = fresh_dir("replaced") + "/out";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);

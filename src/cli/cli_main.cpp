@@ -1,6 +1,5 @@
 // rrfp: readiness-first pipeline-parallel runtime. Exit codes: 0 ok, 1 a run failed
 // (deadlock, collective mismatch, internal error), 2 bad input (one line on stderr).
-#include <fcntl.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
@@ -19,6 +18,7 @@
 #include "cli/train_flags.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "core/output_file.hpp"
 
 namespace rrfp {
 
@@ -105,20 +105,12 @@ int stdout_written(int code, const std::string& failed) {
   return 1;
 }
 
-// Set up once for either program, before any work: a write past a file size limit (`ulimit -f`)
-// fails with EFBIG, which every writer reports and cleans up after, where SIGXFSZ's default
-// action killed the process without a word and left its temporary file.
-//
-// A standard stream the caller closed (`>&-`) is held by /dev/null opened the other way, so that
-// it fails as a closed one does (EBADF) while no file the command opens takes its number: `train`
-// with stdout closed wrote its progress lines into `loss.csv`, which had taken descriptor 1.
+// Set up once for either program, before any work: standard streams the caller closed held
+// (core/output_file.hpp); a write past a file size limit (`ulimit -f`) fails with EFBIG, which
+// every writer reports and cleans up after, where SIGXFSZ's default action killed the process
+// without a word and left its temporary file.
 void set_up_process() {
-  for (int fd = 0; fd <= 2; ++fd)
-    if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
-      // The lowest free number, fd, unless /dev/null cannot be opened (nothing to do then).
-      const int held = ::open("/dev/null", (fd == 0 ? O_WRONLY : O_RDONLY) | O_CLOEXEC);
-      if (held >= 0 && held != fd) ::close(held);
-    }
+  hold_closed_standard_streams();
   std::signal(SIGXFSZ, SIG_IGN);
   watch_stdout();
 }

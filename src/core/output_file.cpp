@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -106,6 +107,31 @@ int descriptor_named(const std::string& path, const struct stat& st) {
   return -1;
 }
 
+// Which of 0..2 hold_closed_standard_streams() found closed (and holds with /dev/null).
+std::atomic<bool> g_closed[3];
+
+// The standard stream `path` names (/dev/stdout, /dev/fd/1, /proc/self/fd/1...), or -1.
+int standard_stream_named(const std::string& path) {
+  if (path == "/dev/stdin") return 0;
+  if (path == "/dev/stdout") return 1;
+  if (path == "/dev/stderr") return 2;
+  const std::string own = "/proc/" + std::to_string(::getpid()) + "/fd/";
+  for (const std::string& prefix : {std::string("/dev/fd/"), std::string("/proc/self/fd/"), own})
+    if (path.size() == prefix.size() + 1 && path.rfind(prefix, 0) == 0 && path.back() >= '0' &&
+        path.back() <= '2')
+      return path.back() - '0';
+  return -1;
+}
+
+// A path naming a standard stream the caller closed is refused: /dev/null holds its number,
+// and opened anew the path wrote the report there, lost, with exit 0.
+void refuse_closed_stream(const std::string& path, const std::string& what) {
+  const int fd = standard_stream_named(path);
+  if (fd < 0 || !g_closed[fd].load()) return;
+  static const char* const names[] = {"standard input", "standard output", "standard error"};
+  throw InputError(what + " names " + names[fd] + ", which is closed");
+}
+
 // Writes `bytes` through `fd`, a descriptor the process had open (descriptor_named), after what
 // std::cout and std::cerr hold, so that the output lands where it was written in the run.
 // Standard output's through std::cout: a failed write there ends the command as any of its
@@ -190,6 +216,7 @@ int folder_refuses(const std::string& target) {
 }  // namespace
 
 int open_output(const std::string& path, const std::string& what, OutputMode mode) {
+  refuse_closed_stream(path, what);
   if (const int held = take_held_fifo(path); held >= 0) {
     ::fcntl(held, F_SETFL, ::fcntl(held, F_GETFL) & ~O_NONBLOCK);
     return held;
@@ -225,6 +252,7 @@ int open_output(const std::string& path, const std::string& what, OutputMode mod
 }
 
 void check_output_path(const std::string& path, const std::string& what, OutputMode mode) {
+  refuse_closed_stream(path, what);
   if (path.empty()) throw InputError(what + " is empty; give a file");
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
@@ -255,6 +283,7 @@ void check_output_path(const std::string& path, const std::string& what, OutputM
 }
 
 void replace_file(const std::string& path, const std::string& bytes, const std::string& what) {
+  refuse_closed_stream(path, what);
   struct stat st {};
   const bool exists = ::stat(path.c_str(), &st) == 0;
   if (const int fd = exists ? descriptor_named(path, st) : -1; fd >= 0)
@@ -288,6 +317,16 @@ void replace_file(const std::string& path, const std::string& bytes, const std::
     ::unlink(tmp.c_str());
     throw;
   }
+}
+
+void hold_closed_standard_streams() {
+  for (int fd = 0; fd <= 2; ++fd)
+    if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+      // The lowest free number, fd, unless /dev/null cannot be opened (nothing to do then).
+      const int held = ::open("/dev/null", (fd == 0 ? O_WRONLY : O_RDONLY) | O_CLOEXEC);
+      if (held == fd) g_closed[fd].store(true);
+      if (held >= 0 && held != fd) ::close(held);
+    }
 }
 
 void write_all(int fd, const std::string& bytes, const std::string& what) {

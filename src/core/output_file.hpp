@@ -47,6 +47,13 @@ void check_output_path(const std::string& path, const std::string& what, OutputM
 // as open_output (InputError) and write_all (Error) do, starting with `what`.
 void replace_file(const std::string& path, const std::string& bytes, const std::string& what);
 
+// Holds each standard stream the caller closed (`>&-`) with /dev/null opened the other way, so
+// that it still fails as a closed one (EBADF) while no file opened later takes its number
+// (`train` with stdout closed wrote its progress lines into loss.csv, which had taken 1). A
+// path naming one (`--json /dev/stdout`) is refused by the functions above, InputError: opened
+// anew it named /dev/null. Call first thing in main().
+void hold_closed_standard_streams();
+
 // Writes all of `bytes` to `fd` (retrying short writes and interrupted calls); throws Error
 // starting with `what` and the system's reason ("No space left on device").
 void write_all(int fd, const std::string& bytes, const std::string& what);
