@@ -191,8 +191,10 @@ if (ulimit -v 2000000 && "$rrfp" --help >/dev/null 2>&1); then
   fi
 fi
 # OMP_NUM_THREADS past any machine: named (OpenMP failed the run mid-step in its own words).
-OMP_NUM_THREADS=99999999 check "OMP_NUM_THREADS: '99999999' is no thread count (1 to 4096)" \
+OMP_NUM_THREADS=99999999 check "OMP_NUM_THREADS: '99999999' is no thread count (1 to 4096" \
   train --steps 1 --out "$tmp/o"
+OMP_NUM_THREADS=4,99999999 check "OMP_NUM_THREADS: '4,99999999' is no thread count" train --steps 1 \
+  --out "$tmp/o"
 # No thread can be started (ulimit -u 1, as a user it binds: root it does not): the run fails
 # in a line naming the limit (it sat silent in LibTorch's thread pool for ever).
 as_user=()

@@ -81,7 +81,7 @@ if (ulimit -v 3000000 && "$rrfp" --help >/dev/null 2>&1); then
   (ulimit -v 3000000 && timeout 60 "$rrfp" run --pp 4 -m 8 --workload uniform --hint 1f1b \
     --policy fixed >"$tmp/ahead.txt" 2>&1); rc=$?
   if [ "$rc" -ne 0 ] || ! grep -q "output buffers not mapped ahead: 1024 MiB would take more \
-than a quarter of the address-space limit (ulimit -v or -d)" "$tmp/ahead.txt"; then
+than a quarter of the memory limit (ulimit -v or -d)" "$tmp/ahead.txt"; then
     echo "FAIL: run under a 3 GB address limit -> rc=$rc: $(tail -c 400 "$tmp/ahead.txt")"
     fails=$((fails + 1))
   fi
@@ -92,7 +92,7 @@ if (ulimit -d 3000000 && "$rrfp" --help >/dev/null 2>&1); then
   (ulimit -d 3000000 && timeout 60 "$rrfp" run --pp 4 -m 8 --workload uniform --hint 1f1b \
     --policy fixed >"$tmp/ahead-d.txt" 2>&1); rc=$?
   if [ "$rc" -ne 0 ] || ! grep -q "output buffers not mapped ahead: 1024 MiB would take more \
-than a quarter of the address-space limit (ulimit -v or -d)" "$tmp/ahead-d.txt"; then
+than a quarter of the memory limit (ulimit -v or -d)" "$tmp/ahead-d.txt"; then
     echo "FAIL: run under a 3 GB data limit -> rc=$rc: $(tail -c 400 "$tmp/ahead-d.txt")"
     fails=$((fails + 1))
   fi
@@ -102,11 +102,12 @@ fi
 # and an endpoint out of memory stops the others (150 MB and 32 MiB messages: they went on,
 # each round waiting out its 60 s deadline for the missing peer, past 118 s).
 if (ulimit -v 30000 && "$rrfp" --help >/dev/null 2>&1); then
-  for limit in 30000 150000; do
+  for case in "30000:could not start the calibration's thread of endpoint" \
+    "150000:out of memory"; do
+    limit=${case%%:*}
     (ulimit -v $limit && timeout 30 "$rrfp" calibrate --seconds 4 --sizes 8,32M >/dev/null \
       2>"$tmp/cal.err"); rc=$?
-    if [ "$rc" -ne 1 ] || ! tail -1 "$tmp/cal.err" |
-      grep -Eq "run failed: (calibrate: could not start the thread of endpoint|out of memory)"; then
+    if [ "$rc" -ne 1 ] || ! tail -1 "$tmp/cal.err" | grep -q "run failed: ${case#*:}"; then
       echo "FAIL: calibrate under ulimit -v $limit -> rc=$rc: $(head -c 300 "$tmp/cal.err")"
       fails=$((fails + 1))
     fi
@@ -117,7 +118,8 @@ fi
 if (ulimit -v 16000 && "$rrfp" --help >/dev/null 2>&1); then
   (ulimit -v 16000 && timeout 30 "$rrfp" run --pp 4 -m 8 >/dev/null 2>"$tmp/delay.err"); rc=$?
   if [ "$rc" -ne 1 ] || ! tail -1 "$tmp/delay.err" |
-    grep -Eq "run failed: runtime: could not start .*: this machine's thread or memory limit"; then
+    grep -q "run failed: could not start the runtime's message delay thread (.*): this \
+machine's thread or memory limit"; then
     echo "FAIL: run under ulimit -v 16000 -> rc=$rc: $(head -c 300 "$tmp/delay.err")"
     fails=$((fails + 1))
   fi

@@ -46,4 +46,12 @@ class CollectiveMismatchError : public Error {
   using Error::Error;
 };
 
+// A thread the machine would not give (a thread or memory limit: std::system_error, or
+// std::bad_alloc for its state), in one wording wherever it happens: "could not start WHICH
+// (WHY): this machine's thread or memory limit".
+inline Error thread_refused(const std::string& which, const std::string& why) {
+  return Error("could not start " + which + " (" + why +
+               "): this machine's thread or memory limit");
+}
+
 }  // namespace rrfp

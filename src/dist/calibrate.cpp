@@ -5,7 +5,6 @@
 #include <barrier>
 #include <cmath>
 #include <exception>
-#include <system_error>
 #include <thread>
 
 #include "comm/ping_pong.hpp"
@@ -192,6 +191,7 @@ Calibration calibrate_in_process(int endpoints, const CalibrateOptions& o) {
     if (first_failed.load() >= 0) throw Error("calibrate: another endpoint failed");
   };
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(endpoints));
   auto join_all = [&] {
     go.store(true);
     go.notify_all();
@@ -212,12 +212,12 @@ Calibration calibrate_in_process(int endpoints, const CalibrateOptions& o) {
           sync.arrive_and_drop();
         }
       });
-    } catch (const std::system_error& err) {
+    } catch (const std::exception& err) {  // std::system_error, or std::bad_alloc
       abandoned.store(true);
       join_all();
-      throw Error("calibrate: could not start the thread of endpoint " + std::to_string(e + 1) +
-                  " of " + std::to_string(endpoints) + " (" + err.code().message() +
-                  "): this machine's thread or memory limit");
+      throw thread_refused("the calibration's thread of endpoint " + std::to_string(e + 1) +
+                               " of " + std::to_string(endpoints),
+                           err.what());
     }
   }
   join_all();

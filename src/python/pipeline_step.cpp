@@ -106,8 +106,7 @@ StepResult run_watching_signals(Runtime& rt, int step, std::exception_ptr& error
       cv.notify_all();
     });
   } catch (const std::system_error& e) {  // it said "Resource temporarily unavailable" alone
-    throw Error("could not start the step's thread (" + e.code().message() +
-                "): this machine's thread or memory limit");
+    throw thread_refused("the step's thread", e.what());
   }
   std::unique_lock lk(mu);
   std::optional<std::chrono::steady_clock::time_point> failed_at;

@@ -87,8 +87,7 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
     try {
       delay_ = std::make_unique<DelayLine>([this](std::exception_ptr e) { failure_.fail(e); });
     } catch (const std::system_error& e) {  // "internal error: Resource temporarily unavailable"
-      throw Error("runtime: could not start the messages' delay thread (" + e.code().message() +
-                  "): this machine's thread or memory limit");
+      throw thread_refused("the runtime's message delay thread", e.what());
     }
   }
   StageEnv env;

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <string>
-#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -24,12 +23,13 @@ void check_threads_can_start() {
   const unsigned n = std::max(1u, std::thread::hardware_concurrency());
   std::atomic<bool> go{false};
   std::vector<std::thread> threads;
+  threads.reserve(n);
   std::string failed;
   for (unsigned i = 0; i < n && failed.empty(); ++i) {
     try {
       threads.emplace_back([&go] { go.wait(false); });
-    } catch (const std::system_error& e) {
-      failed = e.code().message();
+    } catch (const std::exception& e) {  // std::system_error, or std::bad_alloc
+      failed = e.what();
     }
   }
   go.store(true);
@@ -37,8 +37,23 @@ void check_threads_can_start() {
   for (auto& t : threads)
     t.join();
   if (!failed.empty())
-    throw Error("could not start LibTorch's " + std::to_string(n) + " pool threads (" + failed +
-                "): this machine's thread or memory limit");
+    throw thread_refused("LibTorch's " + std::to_string(n) + " pool threads", failed);
+}
+
+// Whether `list` is OpenMP's thread counts, one per nesting level: "4" or "4,2", each 1 to
+// kMaxOmpThreads in digits alone.
+bool thread_counts(const std::string& list) {
+  std::size_t at = 0;
+  for (;;) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    const std::string count = list.substr(at, comma - at);
+    if (count.empty() || count.size() > 9 ||
+        count.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    if (const long n = std::stol(count); n < 1 || n > kMaxOmpThreads) return false;
+    if (comma == list.size()) return true;
+    at = comma + 1;
+  }
 }
 
 }  // namespace
@@ -47,14 +62,15 @@ void use_one_intra_op_thread() {
   const char* omp = std::getenv("OMP_NUM_THREADS");
   if (omp != nullptr && *omp != '\0') {
     // A count past the machine's reach ended the run mid-step in OpenMP's own words.
-    char* end = nullptr;
-    const long n = std::strtol(omp, &end, 10);
-    if (end == omp || (*end != '\0' && *end != ',') || n < 1 || n > kMaxOmpThreads)
+    if (!thread_counts(omp))
       throw InputError("OMP_NUM_THREADS: '" + std::string(omp).substr(0, 40) +
-                       "' is no thread count (1 to " + std::to_string(kMaxOmpThreads) + ")");
+                       "' is no thread count (1 to " + std::to_string(kMaxOmpThreads) +
+                       ", or a comma-separated list of them)");
+    return;  // torch's pool takes that count; LibTorch makes it as it needs
   }
+  // LibTorch's pool, made here, waits for workers that never started.
   check_threads_can_start();
-  if (omp == nullptr || *omp == '\0') at::set_num_threads(1);
+  at::set_num_threads(1);
 }
 
 }  // namespace rrfp::train
