@@ -29,7 +29,7 @@ namespace {
 // The process's limit on address space (ulimit -v) or on its data, which counts private
 // mappings too (ulimit -d), the lower, in bytes; 0 when it has none. (Under -d alone, the
 // buffers mapped ahead took what the compute threads' stacks needed, and the run blamed --pp.)
-std::uint64_t address_space_limit() {
+std::uint64_t memory_limit() {
   std::uint64_t limit = 0;
   for (const int resource : {RLIMIT_AS, RLIMIT_DATA}) {
     rlimit r{};
@@ -198,9 +198,9 @@ class EmulatedRuns {
       for (int stage = 0; stage < m.pp(); ++stage)
         for (const auto& [cap, count] : buffers_ahead(m, w, stage, eo))
           ahead += cap * static_cast<std::size_t>(count) * static_cast<std::size_t>(w.tp);
-      // Under an address-space limit (ulimit -v) a reservation that takes much of it would
+      // Under a memory limit (ulimit -v or -d) a reservation that takes much of it would
       // leave the run's threads and records none: then the warm-up fills the pools.
-      const std::uint64_t limit = address_space_limit();
+      const std::uint64_t limit = memory_limit();
       if (limit > 0 && ahead > limit / 4) {
         eo.outputs_in_flight = 0;
         ahead_skipped_ = std::max(ahead_skipped_, ahead);
@@ -348,7 +348,7 @@ class EmulatedRuns {
     auto mib = [](std::uint64_t b) { return fmt("%.0f", static_cast<double>(b) / (1 << 20)); };
     if (ahead_skipped_ > 0)
       return "; output buffers not mapped ahead: " + mib(ahead_skipped_) +
-             " MiB would take more than a quarter of the address-space limit (ulimit -v or -d)";
+             " MiB would take more than a quarter of the memory limit (ulimit -v or -d)";
     if (ahead_bytes_ == 0) return "";
     return "; output buffers mapped ahead (address space, never written in one process): " +
            mib(ahead_bytes_) + " MiB, the largest run's";

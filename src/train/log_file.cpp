@@ -150,7 +150,12 @@ LogFile::LogFile(const std::string& path, const std::string& header, int resume_
   }
   fd_ =
       open_output(path, "'" + path + "'", OutputMode{.append = continuing, .named_by_user = false});
-  if (!continuing) add(header);
+  try {
+    if (!continuing) add(header);
+  } catch (...) {
+    ::close(fd_);  // no destructor runs for a constructor that throws
+    throw;
+  }
 }
 
 LogFile::~LogFile() {

@@ -54,8 +54,8 @@ class LogFile {
   LogFile(const LogFile&) = delete;
   LogFile& operator=(const LogFile&) = delete;
 
-  // Writes and flushes one line (with its newline). Throws Error ("no space left on device")
-  // when the bytes do not reach the file.
+  // Writes one line (with its newline) to the file at once. Throws Error ("no space left on
+  // device") when the bytes do not reach the file, having cut back what of the line did.
   void add(const std::string& line);
 
  private:
