@@ -139,8 +139,9 @@ std::atomic<int>& stop_on_signals(bool pipe) {
   // job with SIGKILL a second after passing SIGTERM on (Open MPI's odls_base_sigkill_timeout),
   // which cuts a longer step short with nothing written.
   // SIGHUP too (a closed terminal or ssh session ended the work with nothing written), SIGXCPU
-  // (the soft CPU time limit, `ulimit -t`, whose default action ended it without a word, before
-  // the hard limit's SIGKILL), and where asked SIGPIPE (on_stop_signal).
+  // (a soft CPU time limit below the hard one, `ulimit -S -t`, as batch schedulers set: its
+  // default action ended the work without a word, before the hard limit's SIGKILL), and where
+  // asked SIGPIPE (on_stop_signal).
   install(on_stop_signal, {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU});
   if (pipe) {
     install(on_stop_signal, {SIGPIPE});
@@ -156,8 +157,10 @@ std::atomic<int>& stop_on_signals(bool pipe) {
 void acknowledge_stop_signals(const std::string& command, const std::string& until) {
   g_acknowledge.store(false);  // not read while the lines change
   for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU})
-    g_ack_lines[signal_index(sig)] = "rrfp " + command + ": " + signal_name(sig) +
-                                     " taken: " + until + "; a second signal stops it at once\n";
+    g_ack_lines[signal_index(sig)] =
+        "rrfp " + command + ": " + signal_name(sig) + " taken: " + until +
+        (sig == SIGXCPU ? "; another signal stops it at once\n"  // its repeats do not
+                        : "; a second signal stops it at once\n");
   g_acknowledge.store(true);
 }
 
