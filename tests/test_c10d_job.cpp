@@ -60,7 +60,7 @@ std::vector<std::byte> bytes(std::size_t n) {
 
 C10dGroups recording(std::vector<std::string>& log, bool collectives) {
   auto g = [&](const char* name) { return c10::make_intrusive<RecordingGroup>(name, log); };
-  C10dGroups out{g("pipeline"), g("replicas")};
+  C10dGroups out{g("pipeline"), g("replicas"), {}};
   if (collectives) out.collectives = g("collectives");
   return out;
 }

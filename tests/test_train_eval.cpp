@@ -1,11 +1,14 @@
 // Validation as evaluation passes through the pipeline: the held-out loss is bitwise that of
 // one thread running every chunk, on any pipeline layout and schedule; it leaves the training
 // step's gradients alone; tensor-parallel ranks and the processes of a job (threads standing
-// in for them) take part and agree.
+// in for them) take part and agree. The reference line the losses are drawn against is the
+// entropy of the bytes they predict.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "train/data.hpp"
+#include "train/image_text.hpp"
 #include "train/trainer.hpp"
 #include "train_helpers.hpp"
 #include "train_job.hpp"
@@ -151,6 +154,26 @@ TEST(TrainEval, EveryProcessOfAJobGetsTheLoss) {
       EXPECT_EQ(got[r], got[0]) << "world " << l.world << " rank " << r;
     }
   }
+}
+
+// The reference line of the image-text task is the entropy of the bytes its loss predicts: the
+// captions' targets. It was measured on their inputs (the first byte in, the last out): 2.727
+// nats where the targets' is 2.681, at the default 4 images.
+TEST(ImageTextData, TheUnigramEntropyIsThatOfTheTargets) {
+  const ImageText data;
+  ByteHistogram targets, inputs;
+  for (int i = 0; i < 64; ++i) {
+    const StepBatch b = data.batch(12345, i, 8, {}, false);
+    for (size_t mb = 0; mb < b.targets.size(); ++mb) {
+      for (std::int64_t j = 0; j < b.targets[mb].size(0); ++j)
+        if (const auto t = b.targets[mb][j].item<std::int64_t>(); t >= 0)
+          targets.add(static_cast<unsigned char>(t));
+      for (std::int64_t j = 0; j < b.tokens[mb].size(0); ++j)
+        inputs.add(static_cast<unsigned char>(b.tokens[mb][j].item<std::int64_t>()));
+    }
+  }
+  EXPECT_EQ(data.unigram_entropy(), targets.entropy());
+  EXPECT_GT(std::abs(inputs.entropy() - targets.entropy()), 0.01);
 }
 
 }  // namespace

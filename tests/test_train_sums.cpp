@@ -1,15 +1,21 @@
 // The stage's gradient sums (train/stage_program.hpp, ReorderBuffer): microbatch order
 // whatever order they arrive in, and sums that own their storage whatever autograd hands over.
 // The replicas' sum (dist/replica_sum.hpp), which adds without LibTorch: each dtype's addition
-// as torch's CPU kernels add, bit for bit.
+// as torch's CPU kernels add, bit for bit. And every parameter's gradient reaches them.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
+
+#include <string>
+#include <vector>
 
 #include "dist/local_job.hpp"
 #include "dist/replica_sum.hpp"
 #include "rank_threads.hpp"
 #include "train/stage_program.hpp"
+#include "train/trainer.hpp"
+#include "train_cases.hpp"
+#include "train_helpers.hpp"
 
 namespace rrfp::train {
 namespace {
@@ -126,6 +132,31 @@ TEST(ReplicaSum, ReplicasOfOtherKindsAreRefusedOnEvery) {
     EXPECT_NE(e.find("replica 0: 2 float32 values; replica 1: 4 bfloat16 values"),
               std::string::npos)
         << e;
+}
+
+// Without weight decay a parameter moves only by its gradient: every one must move in one step.
+// The image-text task's patch embedding did not (its input asks for no gradient, so autograd
+// skipped its node: a zero gradient, silently), in every schedule alike, which the comparison
+// with the single-stage reference (test_train.cpp) cannot see.
+TEST(TrainBitwise, EveryParameterGetsAGradient) {
+  for (const std::string task : {"text", "image-text"})
+    for (const bool split : {false, true}) {
+      const Case c{
+          split ? "ready bfw" : "ready bf", 2, 1, split ? "bfw" : "bf", Policy::Ready, split};
+      TrainOptions o = options(c, 0);
+      o.task = task;
+      o.opt.weight_decay = 0;
+      Trainer t(o);
+      std::vector<torch::Tensor> before;
+      for (const auto& p : t.parameters())
+        before.push_back(p.detach().clone());
+      t.step();
+      const auto after = t.parameters();
+      const auto names = t.parameter_names();
+      for (size_t i = 0; i < before.size(); ++i)
+        EXPECT_FALSE(bitwise_equal(before[i], after[i]))
+            << task << (split ? " split" : "") << ": " << names[i] << " did not move";
+    }
 }
 
 }  // namespace
