@@ -5,10 +5,10 @@
 #include <barrier>
 #include <cmath>
 #include <exception>
-#include <thread>
 
 #include "comm/ping_pong.hpp"
 #include "core/error.hpp"
+#include "core/threads.hpp"
 #include "runtime/runtime.hpp"
 
 namespace rrfp {
@@ -174,35 +174,23 @@ double calibration_floor_s(const CalibrateOptions& o, int endpoints) {
   return s;
 }
 
-// Each endpoint a thread. The threads start together once all could be made (one that could
-// not, at a thread or memory limit, left the others waiting at the barrier, and the process
-// ended in std::terminate). An endpoint that fails drops out of the barrier and the others stop
-// at their next one: they went on, each round waiting out its deadline for the missing peer.
-// The first failure is the one reported.
+// Each endpoint a thread, started together once all could be made (core/threads.hpp). An
+// endpoint that fails drops out of the barrier and the others stop at their next one: they went
+// on, each round waiting out its deadline for the missing peer. The first failure is the one
+// reported.
 Calibration calibrate_in_process(int endpoints, const CalibrateOptions& o) {
   Hosting h = in_process_hosting(endpoints);
   std::barrier sync(endpoints);
   std::vector<Calibration> results(endpoints);
   std::vector<std::exception_ptr> errors(endpoints);
   std::atomic<int> first_failed{-1};
-  std::atomic<bool> go{false}, abandoned{false};
   auto barrier = [&] {
     sync.arrive_and_wait();
     if (first_failed.load() >= 0) throw Error("calibrate: another endpoint failed");
   };
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<std::size_t>(endpoints));
-  auto join_all = [&] {
-    go.store(true);
-    go.notify_all();
-    for (auto& t : threads)
-      t.join();
-  };
-  for (int e = 0; e < endpoints; ++e) {
-    try {
-      threads.emplace_back([&, e] {
-        go.wait(false);
-        if (abandoned.load()) return;
+  run_together(
+      endpoints,
+      [&](int e) {
         try {
           results[e] = calibrate(*h.transports[e], endpoints, barrier, o);
         } catch (...) {
@@ -211,16 +199,11 @@ Calibration calibrate_in_process(int endpoints, const CalibrateOptions& o) {
           first_failed.compare_exchange_strong(none, e);
           sync.arrive_and_drop();
         }
+      },
+      [&](int e) {
+        return "the calibration's thread of endpoint " + std::to_string(e + 1) + " of " +
+               std::to_string(endpoints);
       });
-    } catch (const std::exception& err) {  // std::system_error, or std::bad_alloc
-      abandoned.store(true);
-      join_all();
-      throw thread_refused("the calibration's thread of endpoint " + std::to_string(e + 1) +
-                               " of " + std::to_string(endpoints),
-                           err.what());
-    }
-  }
-  join_all();
   if (const int f = first_failed.load(); f >= 0) std::rethrow_exception(errors[f]);
   return results[0];
 }

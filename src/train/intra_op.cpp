@@ -3,13 +3,12 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "core/error.hpp"
+#include "core/threads.hpp"
 #include "train/run.hpp"
 
 namespace rrfp::train {
@@ -20,24 +19,9 @@ namespace {
 // That pool waits for workers that never started: where no thread could be made (a thread or
 // memory limit), `rrfp train` sat silent in at::set_num_threads for ever.
 void check_threads_can_start() {
-  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
-  std::atomic<bool> go{false};
-  std::vector<std::thread> threads;
-  threads.reserve(n);
-  std::string failed;
-  for (unsigned i = 0; i < n && failed.empty(); ++i) {
-    try {
-      threads.emplace_back([&go] { go.wait(false); });
-    } catch (const std::exception& e) {  // std::system_error, or std::bad_alloc
-      failed = e.what();
-    }
-  }
-  go.store(true);
-  go.notify_all();
-  for (auto& t : threads)
-    t.join();
-  if (!failed.empty())
-    throw thread_refused("LibTorch's " + std::to_string(n) + " pool threads", failed);
+  const int n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  run_together(
+      n, [](int) {}, [n](int) { return "LibTorch's " + std::to_string(n) + " pool threads"; });
 }
 
 // Whether `list` is OpenMP's thread counts, one per nesting level: "4" or "4,2", each 1 to
