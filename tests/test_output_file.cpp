@@ -17,12 +17,23 @@
 namespace rrfp {
 namespace {
 
-// A folder of its own under the test's temporary folder, removed when the test ends.
+// A folder of its own under the test's temporary folder, and the readers of FIFOs there, let
+// go when the test ends.
 class OutputFiles : public ::testing::Test {
  protected:
   void TearDown() override {
+    for (const int r : readers_)
+      ::close(r);
     for (const auto& d : dirs_)
       std::filesystem::remove_all(d);
+  }
+  // A FIFO `file` in a folder of its own, with a reader open on it (`reader`: -1 if none).
+  std::string fifo_with_reader(const std::string& name, const std::string& file, int& reader) {
+    const std::string fifo = fresh_dir(name) + "/" + file;
+    EXPECT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+    if (reader >= 0) readers_.push_back(reader);
+    return fifo;
   }
   std::string fresh_dir(const std::string& name) {
     const auto dir = std::filesystem::path(::testing::TempDir()) /
@@ -35,6 +46,7 @@ class OutputFiles : public ::testing::Test {
 
  private:
   std::vector<std::filesystem::path> dirs_;
+  std::vector<int> readers_;
 };
 
 std::string contents(const std::string& path) {
@@ -45,9 +57,8 @@ std::string contents(const std::string& path) {
 }
 
 TEST_F(OutputFiles, AFifoWithItsReaderIsHeldFromTheCheckToTheWrite) {
-  const std::string fifo = fresh_dir("held") + "/fifo";
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  int reader = -1;
+  const std::string fifo = fifo_with_reader("held", "fifo", reader);
   ASSERT_GE(reader, 0);
   check_output_path(fifo, "`json`: 'fifo'");
   const int fd = open_output(fifo, "`json`: 'fifo'");
@@ -56,7 +67,6 @@ TEST_F(OutputFiles, AFifoWithItsReaderIsHeldFromTheCheckToTheWrite) {
   char buf[16] = {};
   EXPECT_EQ(::read(reader, buf, sizeof buf), 6);
   EXPECT_EQ(std::string(buf, 6), "report");
-  ::close(reader);
 }
 
 TEST_F(OutputFiles, AFifoWithNoReaderIsRefusedByTheCheck) {
@@ -75,9 +85,8 @@ TEST_F(OutputFiles, AFifoWithNoReaderIsRefusedByTheCheck) {
 // The FIFO checked was replaced by a file before the write: the write goes to the file the path
 // now names (it went into the held FIFO, and the file stayed empty).
 TEST_F(OutputFiles, AFifoReplacedAfterTheCheckIsLetGo) {
-  const std::string fifo = fresh_dir("replaced") + "/out";
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  int reader = -1;
+  const std::string fifo = fifo_with_reader("replaced", "out", reader);
   ASSERT_GE(reader, 0);
   check_output_path(fifo, "`json`: 'out'");
   ASSERT_EQ(::unlink(fifo.c_str()), 0);
@@ -88,7 +97,6 @@ TEST_F(OutputFiles, AFifoReplacedAfterTheCheckIsLetGo) {
   EXPECT_EQ(contents(fifo), "new");
   char buf[8] = {};
   EXPECT_LE(::read(reader, buf, sizeof buf), 0);  // nothing went into the FIFO
-  ::close(reader);
 }
 
 }  // namespace

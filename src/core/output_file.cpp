@@ -74,6 +74,19 @@ void write_in_place(const std::string& path, const std::string& bytes, const std
   write_and_close(fd, bytes, what);
 }
 
+// The N of /dev/fd/N, /proc/self/fd/N or /proc/PID/fd/N of this process, or -1.
+int numbered_descriptor(const std::string& path) {
+  const std::string own = "/proc/" + std::to_string(::getpid()) + "/fd/";
+  for (const std::string& prefix : {std::string("/dev/fd/"), std::string("/proc/self/fd/"), own}) {
+    if (path.rfind(prefix, 0) != 0) continue;
+    const std::string digits = path.substr(prefix.size());
+    if (!digits.empty() && digits.size() <= 9 &&
+        digits.find_first_not_of("0123456789") == std::string::npos)
+      return std::stoi(digits);
+  }
+  return -1;
+}
+
 // The descriptor of this process open for writing that `path` names, or -1: /dev/stdout,
 // /dev/stderr, /dev/fd/N, /proc/self/fd/N, or the very file standard output or error was sent
 // to (`--json all.txt >>all.txt`). Such a path is written through that descriptor, as the
@@ -81,16 +94,7 @@ void write_in_place(const std::string& path, const std::string& bytes, const std
 // temporary renamed over it replaced the file the shell had redirected to, earlier runs' output
 // lost. `st` is the path's stat.
 int descriptor_named(const std::string& path, const struct stat& st) {
-  int numbered = -1;  // the N of /dev/fd/N or /proc/self/fd/N
-  const std::string own = "/proc/" + std::to_string(::getpid()) + "/fd/";
-  for (const std::string& prefix : {std::string("/dev/fd/"), std::string("/proc/self/fd/"), own}) {
-    if (path.rfind(prefix, 0) != 0) continue;
-    const std::string digits = path.substr(prefix.size());
-    if (!digits.empty() && digits.size() <= 9 &&
-        digits.find_first_not_of("0123456789") == std::string::npos)
-      numbered = std::stoi(digits);
-  }
-  for (const int fd : {numbered, STDOUT_FILENO, STDERR_FILENO}) {
+  for (const int fd : {numbered_descriptor(path), STDOUT_FILENO, STDERR_FILENO}) {
     struct stat held {};
     const int flags = fd < 0 ? -1 : ::fcntl(fd, F_GETFL);
     if (flags == -1 || (flags & O_ACCMODE) == O_RDONLY || ::fstat(fd, &held) != 0 ||
@@ -115,12 +119,8 @@ int standard_stream_named(const std::string& path) {
   if (path == "/dev/stdin") return 0;
   if (path == "/dev/stdout") return 1;
   if (path == "/dev/stderr") return 2;
-  const std::string own = "/proc/" + std::to_string(::getpid()) + "/fd/";
-  for (const std::string& prefix : {std::string("/dev/fd/"), std::string("/proc/self/fd/"), own})
-    if (path.size() == prefix.size() + 1 && path.rfind(prefix, 0) == 0 && path.back() >= '0' &&
-        path.back() <= '2')
-      return path.back() - '0';
-  return -1;
+  const int n = numbered_descriptor(path);
+  return n <= 2 ? n : -1;
 }
 
 // A path naming a standard stream the caller closed is refused: /dev/null holds its number,
