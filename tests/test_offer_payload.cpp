@@ -188,6 +188,75 @@ TEST(OfferPayload, PropertyInputsAndReleasesWaitForTheBytes) {
   EXPECT_EQ(runs, 300);
 }
 
+// Blocking with T = 2, GPipe at P=2, M=2, every task 1 ms, messages of no time, bare offers:
+// stage 1's rank 1 computes F m0 for 10 ms (1-11 ms), its rank 0 for 1 ms. Stage 0 offers F m1
+// at 2 ms: rank 0, its share of F m0 done and waiting in the collective for rank 1, accepts it
+// then, and releases its sender; rank 1 accepts at 11 ms, once it ends.
+TEST(OfferPayload, TensorParallelARankWaitingInTheCollectiveAccepts) {
+  WorkModel m(config(2, 2));
+  RealizedWork w;
+  w.tp = 2;
+  w.num_tasks = m.num_tasks();
+  w.compute_ns.assign(2 * static_cast<std::size_t>(w.num_tasks), kMs);
+  w.message_ns.assign(2 * static_cast<std::size_t>(w.num_tasks), 0);
+  w.message_bytes.assign(static_cast<std::size_t>(w.num_tasks), 8);
+  w.compute_ns[w.num_tasks + m.index({Kind::F, 1, 0})] = 10 * kMs;
+  SimOptions o;
+  o.comm = CommMode::Blocking;
+  o.record = true;
+  const SimRun r = run(m, "gpipe", Policy::Fixed, w, o);
+  std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> held;  // stage 0, by rank
+  for (const BlockedSpan& b : r.result.blocked)
+    if (b.stage == 0 && b.reason == BlockReason::Send) held[b.rank].emplace_back(b.start, b.end);
+  EXPECT_TRUE(held[0].empty());
+  EXPECT_EQ(held[1], (std::vector<std::pair<std::int64_t, std::int64_t>>{{2 * kMs, 11 * kMs}}));
+}
+
+// The deadlock semantics.md §4 described before ranks waiting in their collective accepted
+// offers (tensor parallelism, blocking, payload on the offer, `ready`): these shapes stopped
+// with each stage holding a rank in a task waiting for a peer held by a send the other stage's
+// waiting rank would take. And a property over random shapes, policies and protocols.
+TEST(OfferPayload, TensorParallelBlockingRunsEnd) {
+  struct Found {
+    int p, v, m, t;
+    std::uint64_t seed;
+  };
+  auto one = [](const PipelineConfig& cfg, const char* hint_name, int t, std::uint64_t seed,
+                Policy policy, TpProtocol protocol, bool offer, const std::string& preset) {
+    WorkModel m(cfg);
+    RealizedWork w = realize(workload_preset(preset), m, t, seed);
+    w.offer_payload = offer;
+    SimOptions o;
+    o.comm = CommMode::Blocking;
+    o.arbiter.policy = policy;
+    o.tp_protocol = protocol;
+    o.record = true;
+    const StepRecord r = simulate(m, make_hint(hint_name, m), w, o);
+    CheckOptions co;
+    co.policy = policy;
+    co.limit = r.arbiter.limit;
+    co.max_pending_w = m.split() ? r.arbiter.max_pending_w : 0;
+    return check_run(m, t, r.tasks, co);
+  };
+  for (const Found& f : {Found{2, 2, 5, 3, 127}, Found{4, 2, 7, 4, 680}}) {
+    const auto bad = one(config(f.p, f.m, f.v, true), "bfw", f.t, f.seed, Policy::Ready,
+                         TpProtocol::Leader, true, "multimodal");
+    EXPECT_TRUE(bad.empty()) << "seed " << f.seed << ": " << bad.front();
+  }
+  int runs = 0;
+  for (int seed = 0; seed < 240; ++seed) {
+    const char* hint_name = seed % 3 == 0 ? "bfw" : seed % 3 == 1 ? "bf" : "1f1b";
+    const Policy policy = seed % 3 == 2 ? Policy::Fixed : Policy::Ready;
+    Shape sh = random_shape(hint_name, seed);
+    const auto bad = one(sh.cfg, hint_name, 2 + seed % 3, static_cast<std::uint64_t>(seed), policy,
+                         seed % 4 == 0 ? TpProtocol::Agree : TpProtocol::Leader, seed % 5 != 0,
+                         workload_names()[seed % workload_names().size()]);
+    ASSERT_TRUE(bad.empty()) << hint_name << " seed " << seed << ": " << bad.front();
+    ++runs;
+  }
+  EXPECT_EQ(runs, 240);
+}
+
 TEST(OfferPayload, ReadFromTheWorkloadFile) {
   EXPECT_TRUE(apply_workload_json(WorkloadParams{}, R"({"comm_offer_payload": true})", "w.json")
                   .comm_offer_payload);

@@ -1,7 +1,12 @@
 // Tensor-parallel coordination in the runtime (semantics.md §4): `leader` and `agree` keep every
 // group's collective order identical under random per-rank delays; with no coordination the
-// divergence is reported as a CollectiveMismatchError, not a hang.
+// divergence is reported as a CollectiveMismatchError, not a hang. Under blocking transfers a
+// rank waiting in its group's collective accepts offers.
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "expect_error.hpp"
 #include "runtime/errors.hpp"
@@ -80,6 +85,64 @@ TEST(RuntimeTp, NoCoordinationIsDetectedAndReported) {
     ro.tp_protocol = p;
     Runtime ok(m, h, emulated_programs(m, w), ro);
     EXPECT_NO_THROW(ok.run_step(0)) << to_string(p);
+  }
+}
+
+// Every task meets its group in one all-reduce; stage 1's rank 1 enters F m0's only once stage
+// 1's rank 0 has acknowledged F c0 m1's offer, which that rank, waiting in F m0's collective
+// for rank 1, can only do from inside the collective (semantics.md §4). Waiting for the
+// acknowledgement has a 10 s deadline: a runtime that took no offer there fails the step.
+class AcceptInCollective final : public StageProgram {
+ public:
+  AcceptInCollective(int stage, int rank, const std::atomic<bool>& acked)
+      : stage_(stage), rank_(rank), acked_(acked) {}
+  Payload forward(TaskContext& ctx, int, int mb, Payload) override {
+    if (stage_ == 1 && rank_ == 1 && mb == 0) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!acked_.load()) {
+        if (std::chrono::steady_clock::now() > deadline)
+          throw std::runtime_error("F c0 m1's offer was not accepted by the waiting rank");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    return meet(ctx);
+  }
+  Payload backward(TaskContext& ctx, int, int, Payload) override { return meet(ctx); }
+
+ private:
+  static Payload meet(TaskContext& ctx) {
+    std::array<float, 1> x{1};
+    ctx.all_reduce(x);
+    return Payload::allocate(8);
+  }
+  int stage_, rank_;
+  const std::atomic<bool>& acked_;
+};
+
+TEST(RuntimeTp, BlockingARankWaitingForItsGroupAcceptsOffers) {
+  for (const bool pull : {false, true}) {
+    const WorkModel m(shape(2, 2));
+    const Hint h = make_hint("1f1b", m);
+    RealizedWork w = random_work(m, 2, 1);
+    RuntimeOptions ro = runtime_options(m, w, Policy::Fixed);
+    ro.comm = CommMode::Blocking;
+    ro.latency = {};
+    ro.rendezvous_pull = pull;
+    std::atomic<bool> acked{false};
+    // Endpoint stage * T + rank: stage 1's rank 0 (2) acknowledges to stage 0's rank 0 (0).
+    auto eps = faulty_transports(4, [&](int src, int& dst, MessageTag& t, Payload&) {
+      if (src == 2 && dst == 0 && t.ack && t.producer == TaskId{Kind::F, 0, 1}) acked = true;
+      return true;
+    });
+    Runtime rt(
+        m, h,
+        [&](int stage, int rank) {
+          return std::make_unique<AcceptInCollective>(stage, rank, acked);
+        },
+        ro, std::move(eps));
+    const StepResult r = rt.run_step(0);
+    EXPECT_EQ(r.run.tasks.size(), static_cast<std::size_t>(2 * m.num_tasks())) << pull;
+    EXPECT_TRUE(acked.load()) << pull;
   }
 }
 

@@ -49,9 +49,11 @@ class SharedGroup final : public TpCollective {
  public:
   explicit SharedGroup(std::shared_ptr<TpGroup> g) : g_(std::move(g)) {}
   int size() const override { return g_->size(); }
-  void all_reduce(int rank, const TaskId& task, std::span<float> data) override {
-    g_->all_reduce(rank, task, data);
+  void all_reduce(int rank, const TaskId& task, std::span<float> data,
+                  CollectiveIdle* idle) override {
+    g_->all_reduce(rank, task, data, idle);
   }
+  void poke(int rank) override { g_->poke(rank); }
   void abort() override { g_->abort(); }
 
  private:

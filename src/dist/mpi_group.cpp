@@ -26,7 +26,7 @@ MpiTpGroup::~MpiTpGroup() {
   if (!aborted_.load()) MPI_Comm_free(&c);
 }
 
-void MpiTpGroup::wait(void* request) {
+void MpiTpGroup::wait(void* request, CollectiveIdle* idle) {
   auto* req = static_cast<MPI_Request*>(request);
   int sleep_us = 0;
   for (int spins = 0;; ++spins) {
@@ -35,6 +35,10 @@ void MpiTpGroup::wait(void* request) {
     if (flag) return;
     // The request is abandoned, not cancelled: the process ends after an abort.
     if (aborted_.load()) throw Aborted();
+    if (idle && poked_.exchange(false)) {
+      idle->serve();
+      continue;
+    }
     if (spins < 200) {
       std::this_thread::yield();
       continue;
@@ -44,7 +48,8 @@ void MpiTpGroup::wait(void* request) {
   }
 }
 
-void MpiTpGroup::all_reduce(int rank, const TaskId& task, std::span<float> data) {
+void MpiTpGroup::all_reduce(int rank, const TaskId& task, std::span<float> data,
+                            CollectiveIdle* idle) {
   if (aborted_.load()) throw Aborted();
   auto comm = static_cast<MPI_Comm>(comm_);
   const std::array<std::int32_t, 4> mine{static_cast<std::int32_t>(task.kind), task.chunk, task.mb,
@@ -53,7 +58,7 @@ void MpiTpGroup::all_reduce(int rank, const TaskId& task, std::span<float> data)
   MPI_Request req;
   mpi_check(MPI_Iallgather(mine.data(), 4, MPI_INT32_T, all.data(), 4, MPI_INT32_T, comm, &req),
             "MPI_Iallgather");
-  wait(&req);
+  wait(&req, idle);  // the peers entering: the rank may serve meanwhile
   for (int o = 0; o < size_; ++o) {
     const std::int32_t* h = &all[4 * static_cast<std::size_t>(o)];
     const TaskId theirs{static_cast<Kind>(h[0]), h[1], h[2]};
@@ -68,7 +73,7 @@ void MpiTpGroup::all_reduce(int rank, const TaskId& task, std::span<float> data)
   mpi_check(MPI_Iallgather(data.data(), static_cast<int>(data.size()), MPI_FLOAT, gathered.data(),
                            static_cast<int>(data.size()), MPI_FLOAT, comm, &req),
             "MPI_Iallgather");
-  wait(&req);
+  wait(&req, nullptr);
   // Rank order on every rank: the same sum, bit for bit, everywhere.
   std::copy(gathered.begin(), gathered.begin() + static_cast<std::ptrdiff_t>(data.size()),
             data.begin());

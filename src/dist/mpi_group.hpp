@@ -17,15 +17,19 @@ class MpiTpGroup final : public TpCollective {
   ~MpiTpGroup() override;
 
   int size() const override { return size_; }
-  void all_reduce(int rank, const TaskId& task, std::span<float> data) override;
+  void all_reduce(int rank, const TaskId& task, std::span<float> data,
+                  CollectiveIdle* idle) override;
+  void poke(int) override { poked_.store(true); }  // this process hosts one rank of the group
   void abort() override { aborted_.store(true); }
 
  private:
-  void wait(void* request);
+  // Until `request` completes; runs `idle` (may be null) when poked meanwhile.
+  void wait(void* request, CollectiveIdle* idle);
 
   void* comm_;
   int stage_, size_ = 1, rank_ = 0;
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> poked_{false};
 };
 
 }  // namespace rrfp

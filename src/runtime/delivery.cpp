@@ -99,6 +99,7 @@ class RendezvousDelivery final : public Delivery {
     pr.offered.push_back(std::move(msg));
     pr.offered_at.push_back(now_ns());
     c_.notify(lk);  // accepted by the rank's own thread when it is idle
+    poke(r);        // or waiting in its group's collective
   }
 
   void on_pull(Locked&, int r, const Message& msg, std::vector<Outgoing>& replies) override {
@@ -197,10 +198,16 @@ class RendezvousDelivery final : public Delivery {
     rk.arrived[c_.m().local_index(consumer)] = now_ns();
     rk.driver->delivered(consumer, msg.tag.cost_ns);
     c_.notify(lk);  // the next posted receive may now be another offer's
+    poke(r);
     MessageTag ack = msg.tag;
     ack.ack = true;
     ack.offer = false;
     return Outgoing{msg.src, ack, {}};
+  }
+
+  // A rank waiting inside a task for its group's collective accepts too (Stage::Acceptor).
+  void poke(int r) {
+    if (c_.tp() > 1 && c_.group() != nullptr) c_.group()->poke(r);
   }
 
   void complete(int r, const TaskId& consumer, Message msg) {

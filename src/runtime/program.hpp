@@ -17,6 +17,7 @@
 namespace rrfp {
 
 class TpCollective;
+class CollectiveIdle;
 class FailureState;
 class TaskContext;
 
@@ -53,6 +54,9 @@ class TaskContext {
   // the group must call it the same number of times per task. `emulated_ns` holds the
   // collective that much longer once the group has met (an emulated network all-reduce).
   void all_reduce(std::span<float> data, std::int64_t emulated_ns = 0);
+  // What the rank does while it waits for its peers inside a collective (the runtime's
+  // choice: blocking transfers' acceptances), or null.
+  void set_idle(CollectiveIdle* idle) { idle_ = idle; }
   // Time this task spent waiting for the rest of its group inside collectives.
   std::int64_t collective_wait_ns() const { return wait_ns_; }
   // The step failed elsewhere (an error, the watchdog): a long task should stop.
@@ -74,6 +78,7 @@ class TaskContext {
   TaskId task_;
   TpCollective* group_;
   const FailureState* failure_;
+  CollectiveIdle* idle_ = nullptr;
   std::int64_t wait_ns_ = 0;
   int window_ = 1;
   std::unique_ptr<PendingWork> pending_;

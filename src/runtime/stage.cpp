@@ -19,6 +19,14 @@ Stage::Stage(const StageEnv& env, int stage, std::vector<std::unique_ptr<StagePr
     core_.adopt(r, std::move(programs[r]), endpoints[r]);
   delivery_ = make_delivery(core_);
   coordinator_ = make_coordinator(core_, *delivery_);
+  if (env.dispatch.comm == CommMode::Blocking && tp > 1)
+    for (int r = 0; r < tp; ++r)
+      acceptors_.emplace_back(*this, r);
+}
+
+void Stage::Acceptor::serve() {
+  Locked lk = s_.core_.lock();
+  if (!s_.core_.failure().failed()) s_.delivery_->idle(lk, r_);
 }
 
 void Stage::begin_step(int step, std::int64_t t0) {

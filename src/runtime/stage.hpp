@@ -79,9 +79,22 @@ class Stage {
   Payload call_program(int r, TaskContext& ctx, const TaskId& t, Payload in);
   void post_sends(int r, std::vector<Outgoing>& sends);
 
+  // Blocking transfers with T > 1: rank r, waiting inside a task for its group's collective,
+  // accepts what an idle rank would (CollectiveIdle).
+  class Acceptor final : public CollectiveIdle {
+   public:
+    Acceptor(Stage& s, int r) : s_(s), r_(r) {}
+    void serve() override;
+
+   private:
+    Stage& s_;
+    int r_;
+  };
+
   StageCore core_;
   std::unique_ptr<Delivery> delivery_;
   std::unique_ptr<Coordinator> coordinator_;
+  std::deque<Acceptor> acceptors_;  // by rank; empty unless blocking with T > 1
 };
 
 }  // namespace rrfp

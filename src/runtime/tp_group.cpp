@@ -10,7 +10,8 @@
 
 namespace rrfp {
 
-void TpGroup::all_reduce(int rank, const TaskId& task, std::span<float> data) {
+void TpGroup::all_reduce(int rank, const TaskId& task, std::span<float> data,
+                         CollectiveIdle* idle) {
   std::unique_lock lk(mu_);
   if (aborted_) throw Aborted();
   if (arrived_ == 0) {
@@ -41,10 +42,23 @@ void TpGroup::all_reduce(int rank, const TaskId& task, std::span<float> data) {
     cv_.notify_all();
   } else {
     const std::uint64_t gen = generation_;
-    cv_.wait(lk, [&] { return aborted_ || generation_ != gen; });
-    if (generation_ == gen) throw Aborted();
+    for (;;) {
+      cv_.wait(lk, [&] { return aborted_ || generation_ != gen || (idle && poked_[rank]); });
+      if (generation_ != gen) break;
+      if (aborted_) throw Aborted();
+      poked_[rank] = 0;
+      lk.unlock();  // its idle work takes the stage's lock, under which poke() takes this one
+      idle->serve();
+      lk.lock();
+    }
   }
   std::copy(result_.begin(), result_.end(), data.begin());
+}
+
+void TpGroup::poke(int rank) {
+  std::lock_guard lk(mu_);
+  poked_[rank] = 1;
+  cv_.notify_all();
 }
 
 void TpGroup::abort() {
@@ -87,7 +101,7 @@ int TaskContext::tp_size() const {
 void TaskContext::all_reduce(std::span<float> data, std::int64_t emulated_ns) {
   if (!group_) return;
   const std::int64_t since = now_ns();
-  group_->all_reduce(tp_rank_, task_, data);
+  group_->all_reduce(tp_rank_, task_, data, idle_);
   if (emulated_ns > 0) sleep_until_ns(now_ns() + emulated_ns);
   wait_ns_ += now_ns() - since;
 }

@@ -12,10 +12,12 @@ namespace rrfp {
 
 class TpGroup final : public TpCollective {
  public:
-  TpGroup(int stage, int size) : stage_(stage), size_(size), in_(size) {}
+  TpGroup(int stage, int size) : stage_(stage), size_(size), in_(size), poked_(size) {}
 
   int size() const override { return size_; }
-  void all_reduce(int rank, const TaskId& task, std::span<float> data) override;
+  void all_reduce(int rank, const TaskId& task, std::span<float> data,
+                  CollectiveIdle* idle) override;
+  void poke(int rank) override;
   void abort() override;
 
  private:
@@ -28,6 +30,7 @@ class TpGroup final : public TpCollective {
   int first_rank_ = 0;
   std::vector<std::vector<float>> in_;  // by rank: this collective's contributions
   std::vector<float> result_;
+  std::vector<char> poked_;  // by rank: poke() since its idle work last ran
   bool aborted_ = false;
 };
 

@@ -10,7 +10,8 @@ namespace rrfp {
 // order, posts its receives one at a time in that order, and each transfer has one sender and
 // one receiver. So every event (a task's start, an offer's acceptance, a sender's release)
 // waits for a fixed set of earlier events, all of them, never for one of several; a rank busy
-// computing only delays an acceptance it will make. The events that ever happen are then
+// computing only delays an acceptance it will make (one waiting in its group's collective
+// accepts: semantics.md §4). The events that ever happen are then
 // exactly those that wait on no cycle of such waits, directly or through others: the same set
 // for any positive durations, which only move when each happens. (Under `agree` a failed round
 // retries once a ready set changes, which the same events cause.)

@@ -137,14 +137,14 @@ void Simulation::link_end() {
   watch_links();
 }
 
-// Blocking mode: a rank that is not computing accepts what its rendezvous lets it. An offer
-// that brought its payload delivers its input at once, which may post the next receive (under
-// `fixed`): that one's offer is accepted too, before the rank computes, as the runtime's idle
-// rank does.
+// Blocking mode: a rank that is not computing, or that waits in its group's collective,
+// accepts what its rendezvous lets it. An offer that brought its payload delivers its input at
+// once, which may post the next receive (under `fixed`): that one's offer is accepted too,
+// before the rank computes, as the runtime's idle rank does.
 void Simulation::accept_sends(int s) {
   for (int r = 0; r < t_; ++r) {
     Rank& rk = rank(s, r);
-    if (rk.computing) continue;
+    if (rk.computing && !(accepts_in_collective_ && in_collective(s, r))) continue;
     while (rk.driver.has_offers()) {
       const std::vector<Rendezvous::Offer> offers = rk.driver.accept();
       if (offers.empty()) break;

@@ -13,6 +13,7 @@ namespace rrfp::sim_state {
 
 enum class Ev : std::uint8_t {
   GroupEnd,
+  ShareDone,  // a rank's own share of its group's task is done (Simulation::in_collective)
   Arrive,
   SendLanded,
   AckLanded,

@@ -37,6 +37,14 @@ class Simulation {
     }
   }
   int queue_of(int s, int r) const { return s * t_ + r; }
+  // Blocking mode with T > 1: a rank whose own share of its group's task is done, waiting in the
+  // collective for a peer that has not entered it or is still computing, accepts offers as an
+  // idle rank does (a peer may be held by a send that only this stage can take: semantics.md §4).
+  bool in_collective(int s, int r) const {
+    const Rank& rk = rank(s, r);
+    const Group& g = groups_[s];
+    return rk.computing && now_ >= rk.compute_end && (g.launched < t_ || now_ < g.end);
+  }
 
   // simulator.cpp
   void end_waits();
@@ -80,7 +88,8 @@ class Simulation {
   const RealizedWork& w_;
   SimOptions opt_;
   int p_, t_;
-  bool coordinated_ = false;  // T > 1 with a protocol
+  bool coordinated_ = false;            // T > 1 with a protocol
+  bool accepts_in_collective_ = false;  // blocking with T > 1 (in_collective)
   // Whether the ranks' arbiters read their producers' costs; the same hint and options make it
   // one answer for all, asked once rather than per message from a rank far away in memory.
   bool reads_costs_ = false;

@@ -18,6 +18,7 @@ Simulation::Simulation(const WorkModel& m, const Hint& hint, const RealizedWork&
   if (w.num_tasks != m.num_tasks()) throw Error("realized work does not match the work model");
   opt_.arbiter = resolve_options(opt.arbiter, hint, m);
   coordinated_ = opt_.coordinated(t_);
+  accepts_in_collective_ = opt_.comm == CommMode::Blocking && t_ > 1;
   std::vector<std::int64_t> sizes(m.microbatches());
   for (int mb = 0; mb < m.microbatches(); ++mb)
     sizes[mb] = microbatch_size(m, w, mb);
@@ -134,6 +135,7 @@ void Simulation::launch(int s, int r, const TaskId& task) {
     g.end = 0;
   }
   g.end = std::max(g.end, rk.compute_end);
+  if (accepts_in_collective_) push(rk.compute_end, Ev::ShareDone, s, r, 0);
   if (++g.launched == t_) push(g.end + w_.collective_ns, Ev::GroupEnd, s, 0, m_.index(task));
 }
 
@@ -141,6 +143,10 @@ void Simulation::handle(const Event& e) {
   switch (e.type) {
     case Ev::GroupEnd:
       group_end(e.stage, e.a);
+      break;
+    case Ev::ShareDone:  // offers that came while it computed are taken now
+      if (in_collective(e.stage, e.rank) && rank(e.stage, e.rank).driver.has_offers())
+        mark_dirty(e.stage);
       break;
     case Ev::Arrive:
       arrive(e.stage, e.rank, e.a);
