@@ -11,6 +11,7 @@
 #include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "core/printable.hpp"
 #include "dist/calibrate.hpp"
 #include "dist/job.hpp"
 
@@ -41,12 +42,12 @@ std::vector<std::size_t> parse_sizes(const std::string& text) {
     const double scale = unit.empty() ? 1 : unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : 0;
     const double bytes = err == std::errc() ? static_cast<double>(n) * scale : 0;
     if (!(bytes >= 1 && bytes <= double(1 << 30)))
-      throw InputError("--sizes: '" + item.substr(0, 20) +
+      throw InputError("--sizes: '" + printable(item, 20) +
                        "' is not a size from 1 to 1024M (a whole number of bytes, or of K or M)");
     const auto size = static_cast<std::size_t>(bytes);
     for (std::size_t i = 0; i < out.size(); ++i)
       if (out[i] == size)
-        throw InputError("--sizes: '" + items[i].substr(0, 20) + "' and '" + item.substr(0, 20) +
+        throw InputError("--sizes: '" + printable(items[i], 20) + "' and '" + printable(item, 20) +
                          "' are both " + std::to_string(size) + " bytes (each size at most once)");
     out.push_back(size);
     items.push_back(item);

@@ -19,6 +19,7 @@
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/output_file.hpp"
+#include "core/printable.hpp"
 
 namespace rrfp {
 
@@ -59,7 +60,7 @@ std::string no_command(CLI::App& app, CLI::App& at, int argc, char** argv) {
   });
   const std::string given = own != end && own + 1 != end ? own[1] : "";
   if (!given.empty() && given.front() != '-')
-    return "unknown command '" + path + given.substr(0, 40) + "' (commands: " + names + ")";
+    return "unknown command '" + path + printable(given, 40) + "' (commands: " + names + ")";
   return "a command is required (commands: " + names + "; rrfp " + path + "--help)";
 }
 
@@ -78,7 +79,7 @@ std::string not_converted(CLI::App& app, const std::string& what) {
                             : type == "UINT"  ? "a whole number from 0 (at most 4294967295)"
                             : type == "FLOAT" ? "a number"
                                               : "a value of its type";
-  return name + ": '" + value.substr(0, 40) + "' is not " + wants + " (`rrfp " +
+  return name + ": '" + printable(value, 40) + "' is not " + wants + " (`rrfp " +
          (sub == &app ? std::string() : sub->get_name() + " ") + "--help` gives its range)";
 }
 
@@ -156,20 +157,20 @@ int cli_main(int argc, char** argv) {
     const std::string name = e.get_name();
     print_line("rrfp: error: " + (name == "ConversionError"    ? not_converted(app, e.what())
                                   : name == "ArgumentMismatch" ? given_twice(e.what())
-                                                               : first_line(e.what())));
+                                                               : one_line(e.what())));
     return 2;
   } catch (const InputError& e) {
     print_input_error(e);
     return 2;
   } catch (const Error& e) {
-    print_line("rrfp: run failed: " + as_flags(first_line(e.what())));
+    print_line("rrfp: run failed: " + as_flags(one_line(first_line(e.what()))));
     return 1;
   } catch (const std::bad_alloc&) {
     // What no estimate foresaw: one line, not an abort.
     print_line("rrfp: run failed: out of memory (an allocation failed); lower the run's size");
     return 1;
   } catch (const std::exception& e) {
-    print_line("rrfp: internal error: " + first_line(e.what()));
+    print_line("rrfp: internal error: " + one_line(first_line(e.what())));
     return 1;
   }
   return stdout_written(0, "run failed: writing standard output failed");

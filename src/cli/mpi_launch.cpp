@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/fnv.hpp"
 #include "core/format.hpp"
+#include "core/printable.hpp"
 #ifdef RRFP_HAVE_MPI
 #include "dist/mpi_world.hpp"
 #endif
@@ -180,7 +181,7 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
     // One write: ranks failing together share mpirun's stderr, and a line written piece by
     // piece interleaves with theirs (a watchdog's report lost its rank prefix so, in CI).
     print_line("rrfp: run failed on mpi rank " + std::to_string(world.rank()) + ": " +
-               as_flags(first_line(e.what())));
+               as_flags(one_line(first_line(e.what()))));
     world.abort(1);
   }
 #else

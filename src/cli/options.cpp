@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/hint.hpp"
+#include "core/printable.hpp"
 
 namespace rrfp {
 
@@ -55,13 +56,13 @@ void print_line(const std::string& text) {
 }
 
 void print_input_error(const std::exception& e) {
-  print_line("rrfp: error: " + as_flags(first_line(e.what())));
+  print_line("rrfp: error: " + as_flags(one_line(e.what())));
 }
 
 CLI::Validator not_negative() {
   return CLI::Validator(
       [](std::string& s) {
-        return s.find('-') != std::string::npos ? "must not be negative, got " + s.substr(0, 30)
+        return s.find('-') != std::string::npos ? "must not be negative, got " + printable(s, 30)
                                                 : std::string();
       },
       "", "not negative");
@@ -71,12 +72,13 @@ CLI::Validator not_negative() {
 CLI::Validator whole_number(std::uint64_t max, const std::string& name) {
   return CLI::Validator(
       [max](std::string& s) {
-        if (s.find('-') != std::string::npos) return "must not be negative, got " + s.substr(0, 30);
+        if (s.find('-') != std::string::npos)
+          return "must not be negative, got " + printable(s, 30);
         std::uint64_t v = 0;
         const auto [end, err] = std::from_chars(s.data(), s.data() + s.size(), v);
         if (s.empty() || err != std::errc() || end != s.data() + s.size() || v > max)
           return "must be a whole number from 0 to " + std::to_string(max) + ", got " +
-                 s.substr(0, 30);
+                 printable(s, 30);
         return std::string();
       },
       "", name);
@@ -102,7 +104,7 @@ CLI::Validator decimal_digits(const std::string& command, const std::string& nou
             begin < s.size() && (s[begin] == '+' || s[begin] == '-') ? begin + 1 : begin;
         const std::string_view rest = std::string_view(s).substr(digits);
         if (rest.size() >= 2 && rest[0] == '0' && (rest[1] == 'x' || rest[1] == 'X'))
-          return "'" + s.substr(0, 30) + "' is not " + noun +
+          return "'" + printable(s, 30) + "' is not " + noun +
                  " in decimal digits (hexadecimal is not read; `" + command +
                  " --help` gives its range)";
         if (rest.empty() || rest.find_first_not_of("0123456789") != std::string_view::npos)

@@ -3,13 +3,17 @@
 // shapes, and write it as a hint file that `rrfp simulate --policy fixed` reproduces.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "cli/experiment_cmd.hpp"
 #include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 #include "core/hint_io.hpp"
+#include "core/printable.hpp"
 #include "plan/exact.hpp"
 #include "plan/search.hpp"
 #include "report/estimate.hpp"
@@ -41,6 +45,20 @@ std::string line(const char* format, Args... args) {
   char buf[512];
   std::snprintf(buf, sizeof buf, format, args...);
   return buf;
+}
+
+// `path` as one word a shell reads back: as it is when it holds only characters no shell
+// treats specially, else in single quotes (`plan --out 'my plan.txt'` printed a command that
+// named two files). Control bytes are shown escaped: such a name is not pasted, but seen.
+std::string shell_word(const std::string& path) {
+  const bool plain = !path.empty() && std::all_of(path.begin(), path.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_./:=+,@%-", c) != nullptr;
+  });
+  if (plain) return path;
+  std::string quoted = "'";
+  for (const char c : path)
+    quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return printable(quoted + "'", quoted.size() + 1);
 }
 
 // Whether the exact search runs, and why not where --exact auto would have run it on this
@@ -266,7 +284,8 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
                     ? 100.0 * static_cast<double>(makespan - bound) / static_cast<double>(makespan)
                     : 0.0);
   if (!f.out.empty())
-    human << "wrote " << f.out << ": `rrfp simulate --hint " << f.out
+    human << "wrote " << printable(f.out, f.out.size()) << ": `rrfp simulate --hint "
+          << shell_word(f.out)
           << " --policy fixed` with the same shape, workload and --comm flags reproduces it\n";
 }
 

@@ -11,6 +11,7 @@
 #include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "core/printable.hpp"
 #include "report/estimate.hpp"
 #include "report/predict.hpp"
 
@@ -95,7 +96,7 @@ void run_predict(PredictFlags f) {
   for (size_t i = 0; i < o.hints.size(); ++i) {
     const std::string& h = o.hints[i];
     if (!is_rule_hint_name(h))
-      throw InputError("--hints: '" + h.substr(0, 30) +
+      throw InputError("--hints: '" + printable(h, 30) +
                        "' is not a rule hint (bf, fb, b-priority, f-priority, bfw, adaptive)");
     // Each row once (bf,bf printed every bf row twice).
     if (std::find(o.hints.begin(), o.hints.begin() + i, h) != o.hints.begin() + i)

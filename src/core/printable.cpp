@@ -1,5 +1,7 @@
 #include "core/printable.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 
 namespace rrfp {
@@ -32,10 +34,9 @@ std::size_t utf8_length(std::string_view s) {
 }  // namespace
 
 std::string printable(std::string_view s, std::size_t max) {
-  s = s.substr(0, max);
   std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size();) {
+  out.reserve(std::min(s.size(), max));
+  for (std::size_t i = 0; i < s.size() && i < max;) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c >= 0x20 && c < 0x7f) {
       out += s[i++];
@@ -54,6 +55,12 @@ std::string printable(std::string_view s, std::size_t max) {
     ++i;
   }
   return out;
+}
+
+std::string one_line(std::string_view what) {
+  while (!what.empty() && std::isspace(static_cast<unsigned char>(what.back())))
+    what.remove_suffix(1);
+  return printable(what, what.size());
 }
 
 std::string xml_text(std::string_view s) {

@@ -8,10 +8,15 @@
 
 namespace rrfp {
 
-// `s`'s first `max` bytes, each control byte (below 0x20, and 0x7f) and each byte that is not
-// part of a well-formed UTF-8 character (or is a byte order mark's) written as \xNN; the rest as
-// it is.
+// `s`'s first `max` bytes (a character that starts before them is kept whole), each control
+// byte (below 0x20, and 0x7f) and each byte that is not part of a well-formed UTF-8 character
+// (or is a byte order mark's) written as \xNN; the rest as it is.
 std::string printable(std::string_view s, std::size_t max = 40);
+
+// A message as one visible line: trailing white space dropped, the rest printable() whole. A
+// message naming a user's file or value may hold any byte of it: cut at its first newline, "no
+// such file" lost its reason; printed raw, an escape sequence reached the terminal.
+std::string one_line(std::string_view what);
 
 // `s` as text an XML (SVG) document may hold: each byte that is not part of a well-formed UTF-8
 // character, and each control byte XML 1.0 refuses (below 0x20 but tab, newline and carriage

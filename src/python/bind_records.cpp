@@ -28,7 +28,7 @@ void bind_records(pyb::module_& m) {
             return us;
           },
           "every dispatch gap of the step (µs), in no particular order")
-      .def_property_readonly("label", [](const StepRecordPy& r) { return r.run.label; })
+      .def_property_readonly("label", [](const StepRecordPy& r) { return text(r.run.label); })
       .def_property_readonly(
           "stages",
           [](const StepRecordPy& r) {
@@ -57,14 +57,15 @@ void bind_records(pyb::module_& m) {
           },
           "(stage, task, start, end) of every task, in seconds from the step's start; with "
           "tp > 1, once for each TP rank of its stage")
-      .def("table", &StepRecordPy::table)
+      .def("table", [](const StepRecordPy& r) { return text(r.table()); })
       .def("json", &StepRecordPy::json)
       .def("save_trace", &StepRecordPy::save_trace, pyb::arg("path"),
            "a Chrome trace (chrome://tracing, Perfetto)")
       .def("save_svg", &StepRecordPy::save_svg, pyb::arg("path"), "an SVG timeline")
       .def("__repr__", [](const StepRecordPy& r) {
-        return "<rrfp.StepRecord " + r.run.label + ": makespan " + fmt("%.3f", r.makespan() * 1e3) +
-               " ms, bubble " + fmt("%.1f", 100 * r.run.metrics.bubble_ratio) + "%>";
+        return text("<rrfp.StepRecord " + r.run.label + ": makespan " +
+                    fmt("%.3f", r.makespan() * 1e3) + " ms, bubble " +
+                    fmt("%.1f", 100 * r.run.metrics.bubble_ratio) + "%>");
       });
 }
 

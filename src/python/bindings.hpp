@@ -2,11 +2,22 @@
 // The pieces of the extension module, one file each.
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 namespace rrfp::py {
 
 void bind_records(pybind11::module_& m);   // StepRecord (bind_records.cpp)
 void bind_pipeline(pybind11::module_& m);  // PipelineCore (bind_pipeline.cpp)
 void bind_tools(pybind11::module_& m);     // simulate, schedule, hint names (bind_tools.cpp)
 void bind_graph(pybind11::module_& m);     // a backward graph's foreign leaves (bind_graph.cpp)
+
+// `s` as a Python str, each byte that is not well-formed UTF-8 as U+FFFD, as the JSON outputs
+// write it: a hint file named in Latin-1 put its bytes in a record's label, and pybind11's
+// strict decoding made its repr, label and table raise UnicodeDecodeError.
+pybind11::str text(const std::string& s);
+
+// Raises `type` with `what`, decoded as text() does: PyErr_SetString lost a message naming such
+// a file whole (a bare ValueError).
+void set_error(PyObject* type, const char* what);
 
 }  // namespace rrfp::py

@@ -5,11 +5,30 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <cstring>
+
 #include "core/error.hpp"
 #include "python/bindings.hpp"
 #include "runtime/errors.hpp"
 
 namespace pyb = pybind11;
+
+namespace rrfp::py {
+
+pybind11::str text(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+  if (o == nullptr) throw pybind11::error_already_set();
+  return pybind11::reinterpret_steal<pybind11::str>(o);
+}
+
+void set_error(PyObject* type, const char* what) {
+  PyObject* msg = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "replace");
+  if (msg == nullptr) return;  // the decoding's own error is raised instead
+  PyErr_SetObject(type, msg);
+  Py_DECREF(msg);
+}
+
+}  // namespace rrfp::py
 
 PYBIND11_MODULE(_rrfp, m) {
   m.doc() = "rrfp: readiness-first pipeline-parallel runtime (C++ core)";
@@ -19,13 +38,13 @@ PYBIND11_MODULE(_rrfp, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const rrfp::InputError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      rrfp::py::set_error(PyExc_ValueError, e.what());
     } catch (const rrfp::StallError& e) {
-      PyErr_SetString(PyExc_TimeoutError, e.what());
+      rrfp::py::set_error(PyExc_TimeoutError, e.what());
     } catch (const rrfp::TaskError& e) {
-      stage_error(e.what());
+      rrfp::py::set_error(stage_error.ptr(), e.what());
     } catch (const rrfp::ProtocolError& e) {
-      protocol_error(e.what());
+      rrfp::py::set_error(protocol_error.ptr(), e.what());
     }
   });
   rrfp::py::bind_records(m);

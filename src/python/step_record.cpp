@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/json_input.hpp"
+#include "python/bindings.hpp"
 #include "sim/metrics.hpp"
 
 namespace rrfp::py {
@@ -27,7 +29,7 @@ std::string StepRecordPy::table() const {
 }
 
 std::string StepRecordPy::json() const {
-  return to_json(header, {run}).dump();
+  return json_text(to_json(header, {run}));
 }
 
 namespace {
@@ -39,7 +41,7 @@ void writing_file(Write&& write) {
   try {
     write();
   } catch (const Error& e) {
-    PyErr_SetString(PyExc_OSError, e.what());
+    set_error(PyExc_OSError, e.what());
     throw pybind11::error_already_set();
   }
 }

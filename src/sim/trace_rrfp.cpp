@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "core/modes.hpp"
+#include "core/printable.hpp"
 #include "sim/fold_w.hpp"
 #include "sim/trace_formats.hpp"
 
@@ -138,7 +139,7 @@ class StepsOfRuns {
       }
     Timeline t;
     t.format = "rrfp";
-    t.run = "run '" + label.substr(0, 60) + "'";
+    t.run = "run '" + printable(label, 60) + "'";
     t.fixed_blocking = label.starts_with("fixed ") && label.ends_with(" (blocking)");
     t.ready_blocking = label.starts_with("ready ") && label.ends_with(" (blocking)");
     t.step = static_cast<int>(runs_.size());
@@ -180,7 +181,7 @@ std::vector<Process> processes_of(const Doc& d, const WorkModel& m) {
     if (!split_process_name(string_at(*args, "name", d.origin, event, "args"), p.label, p.stage))
       continue;
     if (p.stage >= m.pp())
-      throw InputError(d.origin + ": run '" + p.label.substr(0, 60) + "' records stage " +
+      throw InputError(d.origin + ": run '" + printable(p.label, 60) + "' records stage " +
                        std::to_string(p.stage) + ", which `pp` " + std::to_string(m.pp()) +
                        " (stages 0 to " + std::to_string(m.pp() - 1) +
                        ") lacks: give the shape the trace was recorded with");

@@ -1,6 +1,8 @@
 """rrfp.simulate and rrfp.schedule, `rrfp simulate` and `rrfp schedule show` as functions: a
 replayed trace's ordering and step as the command takes them, and their arguments checked as
 Pipeline's are (a wrong type is a TypeError naming the argument, never pybind's signature)."""
+import json
+import os
 import pathlib
 
 import pytest
@@ -106,3 +108,22 @@ def test_a_record_refuses_pickling_naming_to_dict():
             copy_it(rec)
     assert copy.copy(rec).makespan == rec.makespan
     assert pickle.loads(pickle.dumps(rec.to_dict())) == rec.to_dict()
+
+
+def test_a_file_named_in_other_bytes_than_utf8_is_shown_with_replacements(tmp_path):
+    # A hint file named in Latin-1 put its bytes in the record's label: repr, label and table
+    # raised UnicodeDecodeError and to_dict a RuntimeError; errors naming such a file came back
+    # with no message at all.
+    folder = os.fsencode(tmp_path)
+    hint = folder + b"/plan\xff.txt"
+    with open(hint, "w") as f:
+        f.write("stage 0: F0:0 F0:1 F0:2 F0:3 B0:0 B0:1 B0:2 B0:3\n"
+                "stage 1: F1:0 B1:0 F1:1 B1:1 F1:2 B1:2 F1:3 B1:3\n")
+    rec = rrfp.simulate(pp=2, microbatches=4, hint=hint, policy="fixed")
+    assert "plan\ufffd.txt" in rec.label
+    assert "plan\ufffd.txt" in repr(rec) and "plan\ufffd.txt" in rec.table()
+    assert "plan\ufffd.txt" in json.dumps(rec.to_dict(), ensure_ascii=False)
+    with pytest.raises(ValueError, match="nothing\ufffd.txt. does not exist"):
+        rrfp.simulate(pp=2, microbatches=4, hint=folder + b"/nothing\xff.txt")
+    with pytest.raises(OSError, match="cannot be written: No such file or directory"):
+        rec.save_trace(folder + b"/none\xff/t.json")

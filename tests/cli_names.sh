@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# A user's name or value echoed back (a path, an option's value, a workload field, a trace's
+# run label) is shown as one visible line: control bytes and bytes that are not UTF-8 as \xNN,
+# a character never cut in half. A message cut at a newline in a path lost its reason ("does
+# not exist"), one printed raw split in two or sent an escape sequence to the terminal.
+# Usage: cli_names.sh PATH/TO/rrfp
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/cli_check.sh"
+
+nl=$'\n'
+check "--workload-file: '$tmp/no\\x0asuch.json' does not exist" \
+  simulate --pp 2 -m 4 --workload-file "$tmp/no${nl}such.json"
+check "--json: '$tmp/no\\x0adir/a.json': its folder '$tmp/no\\x0adir' does not exist" \
+  simulate --pp 2 -m 4 --json "$tmp/no${nl}dir/a.json"
+check "--pp: '1\\x0a2' is not a whole number" simulate --pp "1${nl}2"
+check "unknown command 'sim\\x0aulate'" "sim${nl}ulate"
+printf '{"compute_sigma": "\\u001b]0;x\\u0007"}' >"$tmp/esc.json"
+check 'field "compute_sigma": must be a number, got "\x1b]0;x\x07"' \
+  simulate --workload-file "$tmp/esc.json"
+printf '{"a\\nb": 1}' >"$tmp/key.json"
+check 'field "a\x0ab" is not a workload parameter' simulate --workload-file "$tmp/key.json"
+e20=$(printf 'é%.0s' $(seq 20))
+check "--pp: 'x$e20' is not a whole number" simulate --pp "x$e20$e20"
+"$rrfp" simulate --pp 2 -m 4 --trace "$tmp/t.json" >/dev/null
+check "--hints: '${e20:0:15}' is not a rule hint" predict --hints "$e20$e20" "$tmp/t.json"
+
+# plan --out names its file in a command that a shell reads back as one word.
+"$rrfp" plan --pp 2 -m 4 --max-evaluations 20 --out "$tmp/my plan.txt" >"$tmp/plan.out" 2>&1
+grep -qF -- "--hint '$tmp/my plan.txt' --policy fixed" "$tmp/plan.out" ||
+  { echo "FAIL: plan --out with a blank:"; cat "$tmp/plan.out"; fails=$((fails + 1)); }
+
+echo "cli name checks: $fails failed"
+[ "$fails" -eq 0 ]
