@@ -24,6 +24,12 @@ check "--pp: 'x$e20' is not a whole number" simulate --pp "x$e20$e20"
 "$rrfp" simulate --pp 2 -m 4 --trace "$tmp/t.json" >/dev/null
 check "--hints: '${e20:0:15}' is not a rule hint" predict --hints "$e20$e20" "$tmp/t.json"
 
+# A hint file's name in the report's rows: one row, escaped.
+printf 'stage 0: F0:0 F0:1 B0:0 B0:1\nstage 1: F1:0 B1:0 F1:1 B1:1\n' >"$tmp/h${nl}x.txt"
+"$rrfp" simulate --pp 2 -m 2 --hint "$tmp/h${nl}x.txt" --policy fixed --per-stage >"$tmp/sim.out"
+[ "$(grep -cF 'h\x0ax.txt (async)' "$tmp/sim.out")" -eq 2 ] ||
+  { echo "FAIL: a hint file's name in the table:"; cat "$tmp/sim.out"; fails=$((fails + 1)); }
+
 # plan --out names its file in a command that a shell reads back as one word.
 "$rrfp" plan --pp 2 -m 4 --max-evaluations 20 --out "$tmp/my plan.txt" >"$tmp/plan.out" 2>&1
 grep -qF -- "--hint '$tmp/my plan.txt' --policy fixed" "$tmp/plan.out" ||

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "core/output_file.hpp"
+#include "core/printable.hpp"
 #include "report/report.hpp"
 
 namespace rrfp {
@@ -67,9 +68,11 @@ std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& ru
          (c.ordered_forwards ? " (ordered forwards)" : "") + " TP=" + std::to_string(h.tp) +
          (h.tp > 1 ? " (" + h.tp_protocol + ")" : "") + "  workload=" + h.workload +
          "  seed=" + std::to_string(h.seed) + "  [" + h.source + "]\n\n";
+  // A label may name a hint file, whose name may hold any byte: one visible row each.
+  const auto shown = [](const ReportRun& r) { return printable(r.label, r.label.size()); };
   size_t lw = 5;
   for (const auto& r : runs)
-    lw = std::max(lw, r.label.size());
+    lw = std::max(lw, shown(r).size());
   out += pad("run", lw) +
          "  makespan_ms  speedup  bubble  efficiency  lower_bound_ms  limit  peak_D/stage\n";
   const double base = static_cast<double>(runs[0].metrics.makespan);
@@ -79,7 +82,7 @@ std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& ru
     for (const auto& s : m.stages)
       stage_peaks.push_back(s.peak_d);
     const std::string peaks = peak_d_column(stage_peaks);
-    out += pad(r.label, lw) + "  " + lpad(ms_text(m.makespan, m.makespan), 11) + "  " +
+    out += pad(shown(r), lw) + "  " + lpad(ms_text(m.makespan, m.makespan), 11) + "  " +
            // A step of no time (tasks of 0 us) is no faster or slower than another.
            lpad(m.makespan > 0 && base > 0 ? fmt("%.3fx", base / static_cast<double>(m.makespan))
                                            : "-",
@@ -93,7 +96,7 @@ std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& ru
     for (const auto& r : runs) {
       const std::int64_t span = r.metrics.makespan;
       out +=
-          "\n" + r.label + " per stage:\n  stage  busy_ms  blocked_ms  idle_ms  peak_D  peak_W\n";
+          "\n" + shown(r) + " per stage:\n  stage  busy_ms  blocked_ms  idle_ms  peak_D  peak_W\n";
       for (size_t s = 0; s < r.metrics.stages.size(); ++s) {
         const auto& st = r.metrics.stages[s];
         out += "  " + lpad(std::to_string(s), 5) + "  " + lpad(ms_text(st.busy, span), 7) + "  " +
