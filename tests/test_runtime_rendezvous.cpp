@@ -5,10 +5,16 @@
 // protocol's refusals.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <tuple>
 
+#include "expect_error.hpp"
 #include "runtime/errors.hpp"
 #include "runtime_helpers.hpp"
 
@@ -98,6 +104,54 @@ TEST(Rendezvous, PullingRefusesEmulatedLatency) {
               std::string::npos)
         << e.what();
   }
+}
+
+// Instant tasks but stage 2's F m0, which runs until the step fails. Stage 1 (GPipe) is held on
+// F m1's send to stage 2 when F m2's offer comes (sent 300 ms late); it accepts it, and while
+// its acknowledgement leaves (the stage's lock let go) the step is cancelled and the watchdog
+// wakes every stage. Held, the rank found nothing to do and slept, with no wake-up left to
+// come: the step never ended. It must end with the cancel's error.
+class UntilAborted final : public StageProgram {
+ public:
+  explicit UntilAborted(int stage) : stage_(stage) {}
+  Payload forward(TaskContext& ctx, int, int mb, Payload) override {
+    if (stage_ == 2 && mb == 0) ctx.wait_until(now_ns() + 60'000'000'000);
+    return Payload::allocate(8);
+  }
+  Payload backward(TaskContext&, int, int, Payload) override { return Payload::allocate(8); }
+
+ private:
+  int stage_;
+};
+
+TEST(Rendezvous, AHeldRankThatAcceptedAsTheStepFailedEndsWithIt) {
+  const WorkModel m(shape(3, 3));
+  const RealizedWork w = random_work(m, 1, 1);
+  RuntimeOptions ro = runtime_options(m, w, Policy::Fixed);
+  ro.comm = CommMode::Blocking;
+  ro.latency = {};
+  const Hint h = make_hint("gpipe", m);
+  Runtime* rt = nullptr;
+  const TaskId f2{Kind::F, 0, 2};
+  auto eps = faulty_transports(3, [&](int src, int& dst, MessageTag& t, Payload&) {
+    if (src == 0 && dst == 1 && !t.ack && t.producer == f2)
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (src == 1 && dst == 0 && t.ack && t.producer == f2) {
+      rt->cancel(std::make_exception_ptr(Error("cancelled by the test")));
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the wake-ups pass
+    }
+    return true;
+  });
+  Runtime runtime(
+      m, h, [](int stage, int) { return std::make_unique<UntilAborted>(stage); }, ro,
+      std::move(eps));
+  rt = &runtime;
+  auto step = std::async(std::launch::async, [&] { runtime.run_step(0); });
+  if (step.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    std::fprintf(stderr, "the step did not end 30 s after it was cancelled\n");
+    std::_Exit(1);  // a thread sleeps for ever: the process cannot end otherwise
+  }
+  EXPECT_ERROR(step.get(), Error, "cancelled by the test");
 }
 
 class RendezvousRefusals : public ::testing::Test {

@@ -217,7 +217,7 @@ struct MpiTransport::Impl {
           try {
             if (failed) std::rethrow_exception(failed);
             did = poll_once();
-          } catch (const Error& e) {
+          } catch (const std::exception& e) {  // an Error, or an allocation refused
             // Sends in flight fail now; the peers' and this rank's watchdogs report what then
             // never arrives. Say why here, where it is known.
             const std::string what =
@@ -416,7 +416,7 @@ bool MpiTransport::progress() {
   if (!lk.owns_lock() || d.stop.load(std::memory_order_acquire) || d.failed) return false;
   try {
     return d.poll_once();
-  } catch (const Error&) {
+  } catch (const std::exception&) {
     d.failed = std::current_exception();  // the progress thread says why and fails what is pending
     return false;
   }

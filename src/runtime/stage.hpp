@@ -59,6 +59,8 @@ class Stage {
     size_t size() const { return tasks.size(); }
     bool empty() const { return tasks.empty(); }
   };
+  // Rank r's dispatch loop for the step, until it is done; false when the step failed.
+  bool dispatch_loop(int r);
   // Runs task t; false when the step failed. A task that leaves work pending joins `flight`.
   bool execute(Locked& lk, int r, const TaskId& t, std::int64_t& prev_end, Flight& flight);
   // Completes the tasks of `flight` whose work is ready, in order; with `block`, waits for the

@@ -48,49 +48,68 @@ void Stage::run_rank(int r) {
     }
   };
   if (hook(true)) {
-    Locked lk = core_.lock();
-    std::int64_t prev_end = -1;
-    // With rendezvous sends a rank stays until its last send is acknowledged (the receiver
-    // may be waiting to accept one of them after its own last task).
-    RankDriver& driver = core_.driver(lk, r);
-    const size_t window = static_cast<size_t>(core_.env().window);
-    Flight flight;
-    // done(): nothing left to start or release; the tasks in flight still end after it.
-    while (!failure.failed() && (!driver.done() || !flight.empty())) {
-      if (!retire(lk, r, flight, false, prev_end)) break;
-      delivery_->idle(lk, r);
-      // Nothing to start (held, finished, the window full): the oldest task in flight is
-      // what can change that; with none, sleep until a message or a wake-up.
-      const bool may_start = !driver.held() && !driver.finished() && flight.size() < window;
-      std::optional<TaskId> t;
-      if (may_start) {
-        t = coordinator_->choose(lk, r);
-        if (!t && failure.failed()) break;
-        // choose() may have released the lock (an agree round): an offer that came meanwhile
-        // has already had its wake-up.
-        if (!t && delivery_->idle(lk, r)) continue;
-      }
-      if (t) {
-        if (!execute(lk, r, *t, prev_end, flight)) break;
-      } else if (!flight.empty()) {
-        if (!retire(lk, r, flight, true, prev_end)) break;
-      } else if (!driver.done()) {  // (done once the first retire ended the last in flight)
-        core_.sleep(lk);
-        prev_end = -1;  // the next dispatch waited for an input: not a dispatch gap
-      }
+    bool ok = false;
+    // What the loop's protocol machines throw (an allocation refused, a broken invariant) fails
+    // the step, named by the rank, as a task's error does; out of the thread, it ended the
+    // process in std::terminate.
+    try {
+      ok = dispatch_loop(r);
+    } catch (const std::exception& e) {
+      failure.fail(std::make_exception_ptr(TaskError(core_.name(r) + ": " + reason(e))));
+    } catch (...) {
+      failure.fail(std::make_exception_ptr(
+          TaskError(core_.name(r) + ": failed with a non-standard exception")));
     }
-    RankResult& res = core_.rank(lk, r).result;
-    res.peak_d = driver.arbiter().peak_outstanding();
-    res.peak_pending_w = driver.arbiter().peak_pending_w();
-    if (const AgreeRound* a = driver.agree()) {
-      res.rounds = a->rounds();
-      res.failed_rounds = a->failed_rounds();
-    }
-    const bool ok = !failure.failed();
-    lk.unlock();
     if (ok) hook(false);
   }
   failure.worker_done();
+}
+
+bool Stage::dispatch_loop(int r) {
+  FailureState& failure = core_.failure();
+  Locked lk = core_.lock();
+  std::int64_t prev_end = -1;
+  // With rendezvous sends a rank stays until its last send is acknowledged (the receiver
+  // may be waiting to accept one of them after its own last task).
+  RankDriver& driver = core_.driver(lk, r);
+  const size_t window = static_cast<size_t>(core_.env().window);
+  Flight flight;
+  // done(): nothing left to start or release; the tasks in flight still end after it.
+  while (!failure.failed() && (!driver.done() || !flight.empty())) {
+    if (!retire(lk, r, flight, false, prev_end)) break;
+    delivery_->idle(lk, r);
+    // Nothing to start (held, finished, the window full): the oldest task in flight is
+    // what can change that; with none, sleep until a message or a wake-up.
+    const bool may_start = !driver.held() && !driver.finished() && flight.size() < window;
+    std::optional<TaskId> t;
+    if (may_start) {
+      t = coordinator_->choose(lk, r);
+      if (!t && failure.failed()) break;
+      // choose() may have released the lock (an agree round): an offer that came meanwhile
+      // has already had its wake-up.
+      if (!t && delivery_->idle(lk, r)) continue;
+    }
+    if (t) {
+      if (!execute(lk, r, *t, prev_end, flight)) break;
+    } else if (!flight.empty()) {
+      if (!retire(lk, r, flight, true, prev_end)) break;
+    } else if (!driver.done() && !failure.failed()) {
+      // (done once the first retire ended the last in flight.) The step may have failed while
+      // the lock was let go above (an acceptance completing inline, a retire's sends), and the
+      // watchdog's one wake-up may have come then: asked under the lock held into the sleep,
+      // a failure is seen here or its wake-up comes after (the rank slept for ever so).
+      core_.sleep(lk);
+      prev_end = -1;  // the next dispatch waited for an input: not a dispatch gap
+    }
+  }
+  RankResult& res = core_.rank(lk, r).result;
+  res.peak_d = driver.arbiter().peak_outstanding();
+  res.peak_pending_w = driver.arbiter().peak_pending_w();
+  if (const AgreeRound* a = driver.agree()) {
+    res.rounds = a->rounds();
+    res.failed_rounds = a->failed_rounds();
+  }
+  return !failure.failed();
 }
 
 Payload Stage::call_program(int r, TaskContext& ctx, const TaskId& t, Payload in) {
