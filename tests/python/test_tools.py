@@ -121,7 +121,8 @@ def test_a_file_named_in_other_bytes_than_utf8_is_shown_with_replacements(tmp_pa
                 "stage 1: F1:0 B1:0 F1:1 B1:1 F1:2 B1:2 F1:3 B1:3\n")
     rec = rrfp.simulate(pp=2, microbatches=4, hint=hint, policy="fixed")
     assert "plan\ufffd.txt" in rec.label
-    assert "plan\ufffd.txt" in repr(rec) and "plan\ufffd.txt" in rec.table()
+    assert "plan\ufffd.txt" in repr(rec)
+    assert "plan\\xff.txt" in rec.table()  # the table's rows show it as the CLI's do
     assert "plan\ufffd.txt" in json.dumps(rec.to_dict(), ensure_ascii=False)
     with pytest.raises(ValueError, match="nothing\ufffd.txt. does not exist"):
         rrfp.simulate(pp=2, microbatches=4, hint=folder + b"/nothing\xff.txt")
