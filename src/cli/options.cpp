@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <limits>
 
@@ -53,6 +54,20 @@ void print_line(const std::string& text) {
   const std::string line = text + "\n";
   std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
   std::cerr.flush();
+}
+
+// `path` as one word a shell reads back: as it is when it holds only characters no shell
+// treats specially, else in single quotes (`plan --out 'my plan.txt'` printed a command that
+// named two files). Control bytes are shown escaped: such a name is not pasted, but seen.
+std::string shell_word(const std::string& path) {
+  const bool plain = !path.empty() && std::all_of(path.begin(), path.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_./:=+,@%-", c) != nullptr;
+  });
+  if (plain) return path;
+  std::string quoted = "'";
+  for (const char c : path)
+    quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return printable(quoted + "'", quoted.size() + 1);
 }
 
 void print_input_error(const std::exception& e) {

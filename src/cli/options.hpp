@@ -27,6 +27,9 @@ std::string as_flags(const std::string& message);
 void print_line(const std::string& text);
 // Bad input's one line on stderr, "rrfp: error: ..." with flags named.
 void print_input_error(const std::exception& e);
+// `path` as one word a shell reads back (quoted where it needs it), for a command printed to be
+// pasted.
+std::string shell_word(const std::string& path);
 
 // For unsigned flags: CLI11 would wrap "-1" around to 2^64 - 1.
 CLI::Validator not_negative();

@@ -3,13 +3,11 @@
 // shapes, and write it as a hint file that `rrfp simulate --policy fixed` reproduces.
 #include <unistd.h>
 
-#include <algorithm>
-#include <cctype>
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 
 #include "cli/experiment_cmd.hpp"
+#include "cli/options.hpp"
 #include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 #include "core/hint_io.hpp"
@@ -45,20 +43,6 @@ std::string line(const char* format, Args... args) {
   char buf[512];
   std::snprintf(buf, sizeof buf, format, args...);
   return buf;
-}
-
-// `path` as one word a shell reads back: as it is when it holds only characters no shell
-// treats specially, else in single quotes (`plan --out 'my plan.txt'` printed a command that
-// named two files). Control bytes are shown escaped: such a name is not pasted, but seen.
-std::string shell_word(const std::string& path) {
-  const bool plain = !path.empty() && std::all_of(path.begin(), path.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_./:=+,@%-", c) != nullptr;
-  });
-  if (plain) return path;
-  std::string quoted = "'";
-  for (const char c : path)
-    quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return printable(quoted + "'", quoted.size() + 1);
 }
 
 // Whether the exact search runs, and why not where --exact auto would have run it on this
