@@ -28,7 +28,7 @@ void check_fits_here(const std::string& what, double tasks, TaskCost cost, doubl
   try {
     check_fits(what, tasks, cost, "`pp`, `microbatches` or `tp`");
   } catch (const InputError& e) {
-    PyErr_SetString(PyExc_MemoryError, e.what());
+    set_error(PyExc_MemoryError, e.what());
     throw pyb::error_already_set();
   }
 }

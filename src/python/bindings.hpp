@@ -16,8 +16,8 @@ void bind_graph(pybind11::module_& m);     // a backward graph's foreign leaves 
 // strict decoding made its repr, label and table raise UnicodeDecodeError.
 pybind11::str text(const std::string& s);
 
-// Raises `type` with `what`, decoded as text() does: PyErr_SetString lost a message naming such
-// a file whole (a bare ValueError).
+// Raises `type` with `what`, decoded as text() does; every error the extension raises itself
+// goes through it (PyErr_SetString lost a message naming such a file whole: a bare ValueError).
 void set_error(PyObject* type, const char* what);
 
 }  // namespace rrfp::py
