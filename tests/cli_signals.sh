@@ -57,8 +57,9 @@ fi
 "$rrfp" plan --pp 256 -m 8192 --budget 600 --exact off --json "$tmp/big.json" \
   >"$tmp/bigplan.log" 2>&1 &
 pid=$!
-# Signalled as soon as its handler is in: its set-up takes seconds here, and a tenth of that
-# on a machine many times faster.
+# Signalled as soon as its handler is in: its set-up takes seconds here (6 s on 2 cores), and a
+# tenth of that on a machine many times faster. Within 2 s: the exit frees 0.7 GB, slower on a
+# machine busy with other tests.
 wait_handler $pid || fail "plan never installed its SIGTERM handler"
 kill -TERM $pid
 start=$(date +%s%N)
@@ -66,7 +67,7 @@ wait $pid
 rc=$?
 pid=
 took_ms=$((($(date +%s%N) - start) / 1000000))
-[ "$rc" -eq 143 ] && [ "$took_ms" -lt 1000 ] ||
+[ "$rc" -eq 143 ] && [ "$took_ms" -lt 2000 ] ||
   fail "plan in its set-up: exit $rc after $took_ms ms, want 143 at once"
 grep -qx "rrfp plan: stopped by SIGTERM; nothing written" "$tmp/bigplan.log" ||
   fail "plan in its set-up: $(tail -1 "$tmp/bigplan.log")"

@@ -97,3 +97,21 @@ def run_reference(n_chunks, steps, m, *, replicas=1, lr=0.05, clip=None, skip=()
             torch.nn.utils.clip_grad_norm_(params, clip)
         opt.step()
     return chunks_, losses
+
+
+def thread_ids():
+    """This process's threads, by id: the set a test compares with what it started."""
+    return set(os.listdir("/proc/self/task"))
+
+
+def threads_started_since(before, seconds=5.0):
+    """The threads alive now that were not in `before` (thread_ids()), waited for up to
+    `seconds` to end. A count compared with a count missed a thread left behind when another
+    one (a test's timer) ended meanwhile, and failed when that one was ending at the start."""
+    import time
+    deadline = time.monotonic() + seconds
+    while True:
+        left = thread_ids() - before
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.01)

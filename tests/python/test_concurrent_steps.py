@@ -15,30 +15,36 @@ import rrfp
 
 
 def slow_first_forward():
-    """(an Event set once a step's tasks have begun, a delay_fn that holds the step there a
-    while): for a call made while a step runs in another thread."""
-    started = threading.Event()
+    """(an Event set once a step's tasks have begun, an Event that lets them go on, a delay_fn
+    that holds the step at its first forward until then): for a call made while a step runs in
+    another thread. A hold of 50 ms let a loaded machine finish the step before the call."""
+    started, go = threading.Event(), threading.Event()
 
     def slow(stage, kind, chunk, mb):
-        started.set()
-        return 0.05 if (kind, mb) == ("F", 0) else 0.0
+        if (kind, mb) == ("F", 0):
+            started.set()
+            go.wait(30)
+        return 0.0
 
-    return started, slow
+    return started, go, slow
 
 
 def test_a_second_step_while_one_runs_is_refused_not_a_crash():
     # From another thread: the second call raises RuntimeError at once; the first finishes and
     # is right. (Both ran into one runtime before and crashed the interpreter.)
     chunks = lm.chunks(2)
-    started, slow = slow_first_forward()
+    started, go, slow = slow_first_forward()
     pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4, delay_fn=slow)
     xs, ys = lm.batches(4)
     out = {}
     first = threading.Thread(target=lambda: out.setdefault("loss", pipe.step(xs, ys)))
     first.start()
-    assert started.wait(10)
-    with pytest.raises(RuntimeError, match="another step of this pipeline is running"):
-        pipe.step(xs, ys)
+    try:
+        assert started.wait(10)
+        with pytest.raises(RuntimeError, match="another step of this pipeline is running"):
+            pipe.step(xs, ys)
+    finally:
+        go.set()
     first.join(30)
     assert not first.is_alive()
     assert torch.equal(out["loss"], lm.reference_step(lm.chunks(2), xs, ys))
@@ -50,16 +56,19 @@ def test_pipelines_sharing_parameters_do_not_step_at_once():
     # the later write dropped the other's gradients, silently. The second is refused, changing
     # nothing; one after the other they add as two plain loops do.
     chunks = lm.chunks(2)
-    started, slow = slow_first_forward()
+    started, go, slow = slow_first_forward()
     first = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4, delay_fn=slow)
     second = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4)
     xs, ys = lm.batches(4)
     worker = threading.Thread(target=lambda: first.step(xs, ys))
     worker.start()
-    assert started.wait(10)
-    with pytest.raises(RuntimeError, match=r"step: parameter '.*' of chunk 0 is trained by a "
-                                           r"step of another rrfp.Pipeline running now"):
-        second.step(xs, ys)
+    try:
+        assert started.wait(10)
+        with pytest.raises(RuntimeError, match=r"step: parameter '.*' of chunk 0 is trained by "
+                                               r"a step of another rrfp.Pipeline running now"):
+            second.step(xs, ys)
+    finally:
+        go.set()
     worker.join(30)
     assert not worker.is_alive()
     second.step(xs, ys)
@@ -93,7 +102,7 @@ def test_pipelines_sharing_only_frozen_parameters_step_at_once():
     # two may overlap (refused as a conflict at first).
     backbone = nn.Linear(8, 8)
     backbone.requires_grad_(False)
-    started, slow = slow_first_forward()
+    started, go, slow = slow_first_forward()
     heads = [nn.Linear(8, 4), nn.Linear(8, 4)]
     def mse(y, t):
         return ((y - t) ** 2).sum()
@@ -103,8 +112,11 @@ def test_pipelines_sharing_only_frozen_parameters_step_at_once():
     x, t = torch.randn(4, 8), torch.randn(4, 4)
     worker = threading.Thread(target=lambda: first.step(x, t))
     worker.start()
-    assert started.wait(10)
-    second.step(x, t)
+    try:
+        assert started.wait(10)
+        second.step(x, t)  # while the first is held at its first forward
+    finally:
+        go.set()
     worker.join(30)
     assert backbone.weight.grad is None and all(h.weight.grad is not None for h in heads)
 

@@ -304,7 +304,7 @@ def test_a_failed_step_waiting_for_a_running_task_says_so(capsys):
 
     pipe = rrfp.Pipeline([nn.Linear(4, 4), Waiting()], lambda o, y: o.sum(), pp=2,
                          microbatches=2, timeout=1)
-    timer = threading.Timer(8, release.set)
+    timer = threading.Timer(12, release.set)  # the report comes after ~6 s (1 + 5)
     timer.start()
     try:
         with pytest.raises(TimeoutError, match=r"no progress for \d+ ms"):
@@ -312,6 +312,7 @@ def test_a_failed_step_waiting_for_a_running_task_says_so(capsys):
     finally:
         release.set()
         timer.cancel()
+        timer.join()  # a timer still ending counted as the next test's thread (its base)
     err = capsys.readouterr().err
     assert re.search(r"rrfp: step 0 failed \(no progress for \d+ ms", err), err
     assert "waits for its threads to end, a task still running? Python code cannot be " \

@@ -12,10 +12,6 @@ import lm
 import rrfp
 
 
-def threads():
-    return len(os.listdir("/proc/self/task"))
-
-
 class Raises(nn.Module):
     def __init__(self, inner, when):
         super().__init__()
@@ -31,7 +27,7 @@ class Raises(nn.Module):
 
 
 def test_a_module_that_raises_names_stage_and_task_and_chains_the_original():
-    base = threads()
+    base = lm.thread_ids()
     chunks = lm.chunks(2)
     chunks[1] = Raises(chunks[1], lambda n: n == 6)  # the second step's second microbatch
     pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4)
@@ -44,7 +40,7 @@ def test_a_module_that_raises_names_stage_and_task_and_chains_the_original():
     assert lm.same_grads(before, lm.grads(chunks)), "a failed step changed .grad"
     pipe.step(xs, ys)  # the pipeline recovers
     del pipe
-    assert threads() == base
+    assert not lm.threads_started_since(base)
 
 
 @pytest.mark.parametrize("fails_in", ["loss", "timeout"])
@@ -70,11 +66,13 @@ def test_a_failed_step_lets_go_of_its_activations_at_once(fails_in):
         return ((y - t) ** 2).sum()
 
     def delay(stage, kind, chunk, mb):
-        return 1.0 if fails_in == "timeout" and (kind, mb) == ("B", 3) else 0.0
+        return 3.0 if fails_in == "timeout" and (kind, mb) == ("B", 3) else 0.0
 
     chunks = [Kept(), Kept(), nn.Linear(8, 8)]
+    # `timeout` 1 s: at 0.3 s a machine busy elsewhere could stall the step before its third
+    # forward (the timeout it allows, but not the count of outputs below).
     pipe = rrfp.Pipeline(chunks, loss, pp=3, microbatches=4, hint="gpipe", policy="fixed",
-                         timeout=0.3, delay_fn=delay)
+                         timeout=1, delay_fn=delay)
     rows = (4, 4, 4, 3)  # the last microbatch is told by its 3 rows
     xs, ts = [torch.randn(n, 8) for n in rows], [torch.randn(n, 8) for n in rows]
     with pytest.raises((rrfp.StageError, TimeoutError)):
@@ -88,13 +86,14 @@ def test_a_stalled_stage_is_a_timeout_naming_the_running_task():
     chunks = lm.chunks(2)
 
     def delay(stage, kind, chunk, mb):
-        return 2.0 if (stage, kind, mb) == (1, "F", 1) else 0.0
+        return 3.0 if (stage, kind, mb) == (1, "F", 1) else 0.0
 
-    pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4, timeout=0.3, delay_fn=delay)
+    # `timeout` 1 s, not 0.3: a stall of the machine's own must not be the one named.
+    pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=4, timeout=1, delay_fn=delay)
     xs, ys = lm.batches(4)
     # The watchdog's TimeoutError, naming the task, shows what ended the step. (Python code
     # cannot be interrupted: the step ends when the running task returns.)
-    with pytest.raises(TimeoutError, match=r"no progress .*\(`timeout` 0.3 s\).*running F c1 m1"):
+    with pytest.raises(TimeoutError, match=r"no progress .*\(`timeout` 1 s\).*running F c1 m1"):
         pipe.step(xs, ys)
 
 
@@ -223,9 +222,14 @@ def test_ctrl_c_stops_a_step_cleanly():
     pipe = rrfp.Pipeline(chunks, lm.loss_fn, pp=2, microbatches=8, delay_fn=delay)
     xs, ys = lm.batches(8)
     before = lm.grads(chunks)
-    threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
-    with pytest.raises(KeyboardInterrupt):
-        pipe.step(xs, ys)
+    ctrl_c = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    ctrl_c.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pipe.step(xs, ys)
+    finally:  # a step failing early must not leave the Ctrl-C to the next test
+        ctrl_c.cancel()
+        ctrl_c.join()
     # The step stopped: of its 32 tasks (2 stages x 8 microbatches x F and B, 0.2 s each, ~3.2 s
     # in all) not all started. A Ctrl-C seen only once the step ended would let all 32 start.
     assert len(started) < 32, started
