@@ -97,6 +97,39 @@ TEST_F(Failures, AnAllocationRefusedInATaskIsSaidToBeOutOfMemory) {
       << msg;
 }
 
+// Aborted out of a task whose step had not failed: a tensor-parallel group shared with another
+// runtime (the ranks of one process standing for a job's processes) that the other's failure
+// tore down. Thrown in the step's last task (stage 0's last backward), it ended that rank
+// quietly and the step was reported complete.
+class AbortedFromOutside final : public StageProgram {
+ public:
+  AbortedFromOutside(std::unique_ptr<StageProgram> inner, int stage)
+      : in_(std::move(inner)), stage_(stage) {}
+  Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
+    return in_->forward(c, chunk, mb, std::move(p));
+  }
+  Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
+    if (stage_ == 0 && mb == 7) throw Aborted();
+    return in_->backward(c, chunk, mb, std::move(p));
+  }
+  std::optional<std::size_t> input_bytes(const TaskId& t) const override {
+    return in_->input_bytes(t);
+  }
+
+ private:
+  std::unique_ptr<StageProgram> in_;
+  int stage_;
+};
+
+TEST_F(Failures, ATaskAbortedByAnotherRuntimesFailureFailsTheStep) {
+  auto base = emulated_programs(m_, work_);
+  const std::string msg = fails_with<TaskError>(
+      [&](int s, int r) { return std::make_unique<AbortedFromOutside>(base(s, r), s); });
+  EXPECT_EQ(msg,
+            "stage 0: task B c0 m7 was aborted: its tensor-parallel group ended with another "
+            "rank's failure");
+}
+
 // An action of the latency emulation that throws fails the step through its handler, and the
 // line serves the next one: it ended the process (std::terminate).
 TEST(DelayLines, AThrowingActionIsHandedOnAndTheLineGoesOn) {

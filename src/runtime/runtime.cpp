@@ -187,7 +187,13 @@ StepResult Runtime::run_step(int step) {
               " of " + std::to_string(local_.size()) + " (" + ex.what() +
               "): this machine's thread or memory limit; lower `tp` or `pp`")));
   }
-  watch(static_cast<int>(threads.size()));
+  try {
+    watch(static_cast<int>(threads.size()));
+  } catch (...) {
+    // Its report refused memory: the step fails with that, and the threads are joined below
+    // (leaving here would destroy them joinable: std::terminate).
+    failure_.fail(std::current_exception());
+  }
   if (failure_.failed()) {
     for (auto& s : stages_)
       if (s) s->wake();

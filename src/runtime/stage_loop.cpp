@@ -133,6 +133,13 @@ bool Stage::guarded(int r, const TaskId& t, Fn&& fn) {
     fn();
     return true;
   } catch (const Aborted&) {
+    // This step's own failure (already recorded) tore the task down; or a group shared with
+    // another runtime (ranks of one process as a job's processes) was aborted by that one's:
+    // then this step ends failed too, never as if its tasks had run.
+    if (!failure.failed())
+      failure.fail(std::make_exception_ptr(
+          TaskError(core_.name(r) + ": task " + to_string(t) +
+                    " was aborted: its tensor-parallel group ended with another rank's failure")));
   } catch (const CollectiveMismatchError&) {
     failure.fail(std::current_exception());  // names the stage, ranks and tasks already
   } catch (const std::exception& e) {
