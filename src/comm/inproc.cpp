@@ -3,6 +3,7 @@
 #include <atomic>
 #include <mutex>
 #include <shared_mutex>
+#include <utility>
 
 #include "core/error.hpp"
 
@@ -40,7 +41,12 @@ class InprocTransport final : public Transport {
                        " out of range [0, " + std::to_string(size()) + ")");
     std::exception_ptr err;
     {
-      std::shared_lock lk(fabric_->mu);
+      // A receiver runs under the shared lock and may send in turn (an acknowledgement): that
+      // send goes on under the lock its thread holds already. Taking a shared_mutex twice on
+      // one thread is undefined, and deadlocks where a waiting writer shuts out new readers.
+      std::shared_lock<std::shared_mutex> lk;
+      if (held_ != fabric_.get()) lk = std::shared_lock(fabric_->mu);
+      const Holding holding(fabric_.get());
       const Receiver& r = fabric_->receivers[dst];
       if (!fabric_->open[rank_] || !fabric_->open[dst] || !r)
         err = std::make_exception_ptr(Error("inproc transport: rank " + std::to_string(rank_) +
@@ -59,9 +65,21 @@ class InprocTransport final : public Transport {
   }
 
  private:
+  // Marks this thread as holding a fabric's lock for a scope, however the receiver leaves it.
+  struct Holding {
+    explicit Holding(const Fabric* f) : outer(std::exchange(held_, f)) {}
+    ~Holding() { held_ = outer; }
+    Holding(const Holding&) = delete;
+    Holding& operator=(const Holding&) = delete;
+    const Fabric* outer;
+  };
+
+  static thread_local const Fabric* held_;  // the fabric whose lock this thread holds
   std::shared_ptr<Fabric> fabric_;
   int rank_;
 };
+
+thread_local const Fabric* InprocTransport::held_ = nullptr;
 
 }  // namespace
 
