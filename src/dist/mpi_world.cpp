@@ -29,11 +29,18 @@ namespace {
 
 // Test hook (tests/mpi_failure.sh): RRFP_FAULT_STOP=<phase>:<world rank> makes that process
 // stop itself with SIGSTOP, as a suspended or hung node would, when it reaches <phase>
-// (startup: before MPI_Init; shutdown: before the closing barrier).
+// (startup: before MPI_Init; shutdown: before the closing barrier). Continued, it stays hung
+// until a signal ends it: mpirun, ending the job, continues a stopped process before its
+// SIGTERM, and one that went on into MPI_Init as the job was torn down once left mpirun
+// hanging ("PMIX ERROR: UNREACHABLE"). Two minutes at most, so that none is left for good.
 void stop_if_asked(const std::string& phase) {
   const char* spec = std::getenv("RRFP_FAULT_STOP");
   const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (spec && rank && spec == phase + ":" + rank) std::raise(SIGSTOP);
+  if (!spec || !rank || spec != phase + ":" + rank) return;
+  std::raise(SIGSTOP);
+  for (int s = 0; s < 120; ++s)
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  std::_Exit(3);
 }
 
 }  // namespace

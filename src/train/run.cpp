@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <sstream>
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
@@ -358,29 +359,30 @@ class Run {
     write_out_file("timeline.svg", svg_timeline(h, runs));
   }
 
+  // One write: under mpirun the other processes' lines share the stream (a "SIGTERM taken"
+  // line once landed inside this one, written piece by piece).
   void print_summary() const {
     const bool stopped = stopped_by_ != 0;
-    std::cout << (stopped ? "stopped by " + signal_name(stopped_by_) + " after step " +
-                                std::to_string(done_) + " of " + std::to_string(t_.steps)
-                  : first_ > 0
-                      ? "done: steps " + std::to_string(first_ + 1) + " to " +
-                            std::to_string(t_.steps) + " of " +
-                            std::to_string(t_.steps)  // the loss span's too
-                      : "done: " + std::to_string(t_.steps) + (t_.steps == 1 ? " step" : " steps"))
-              << (stopped && o_.save_every > 0 ? " (checkpoint " + checkpoint() + ")" : "")
-              << ", loss " << fmt("%.3f", sum_.first_loss) << " -> " << fmt("%.3f", sum_.last_loss)
-              << ", validation "
-              << (validated_ ? fmt("%.3f", sum_.val_loss) + " nats" : std::string("not reached"))
-              << " (byte-unigram entropy " << fmt("%.3f", h0_) << " nats), "
-              << fmt("%.0f", sum_.tokens_per_s) << " tok/s, " << fmt("%.1f", sum_.mean_step_ms)
-              << " ms/step, bubble " << fmt("%.1f%%", 100 * sum_.mean_bubble)
-              << ", runtime overhead " << fmt("%.2f%%", 100 * sum_.overhead_share)
-              << ", outside the pipeline (optimizer, data) "
-              << fmt("%.1f%%", 100 * sum_.outside_pipeline_share) << "\n"
-              << "wrote " << dir()
-              << "loss.csv, loss.svg, trace.json, timeline.svg"
-              // durations.csv holds the steps after the first two: a run stopped before has none
-              << (measured_.empty() ? "" : ", durations.csv") << "\n";
+    std::ostringstream os;
+    os << (stopped ? "stopped by " + signal_name(stopped_by_) + " after step " +
+                         std::to_string(done_) + " of " + std::to_string(t_.steps)
+           : first_ > 0
+               ? "done: steps " + std::to_string(first_ + 1) + " to " + std::to_string(t_.steps) +
+                     " of " + std::to_string(t_.steps)  // the loss span's too
+               : "done: " + std::to_string(t_.steps) + (t_.steps == 1 ? " step" : " steps"))
+       << (stopped && o_.save_every > 0 ? " (checkpoint " + checkpoint() + ")" : "") << ", loss "
+       << fmt("%.3f", sum_.first_loss) << " -> " << fmt("%.3f", sum_.last_loss) << ", validation "
+       << (validated_ ? fmt("%.3f", sum_.val_loss) + " nats" : std::string("not reached"))
+       << " (byte-unigram entropy " << fmt("%.3f", h0_) << " nats), "
+       << fmt("%.0f", sum_.tokens_per_s) << " tok/s, " << fmt("%.1f", sum_.mean_step_ms)
+       << " ms/step, bubble " << fmt("%.1f%%", 100 * sum_.mean_bubble) << ", runtime overhead "
+       << fmt("%.2f%%", 100 * sum_.overhead_share) << ", outside the pipeline (optimizer, data) "
+       << fmt("%.1f%%", 100 * sum_.outside_pipeline_share) << "\n"
+       << "wrote " << dir()
+       << "loss.csv, loss.svg, trace.json, timeline.svg"
+       // durations.csv holds the steps after the first two: a run stopped before has none
+       << (measured_.empty() ? "" : ", durations.csv") << "\n";
+    std::cout << os.str() << std::flush;
   }
 
   TrainRun o_;
