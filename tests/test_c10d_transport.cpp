@@ -19,32 +19,12 @@
 #include "core/error.hpp"
 #include "dist/c10d_world.hpp"
 #include "done_work.hpp"
+#include "gloo_groups.hpp"
 #include "job_conformance.hpp"
 #include "transport_conformance.hpp"
 
 namespace rrfp::test {
 namespace {
-
-// Rank `rank` of a Gloo group of `size` over loopback, met through `store` (its constructor
-// waits for the group's other members).
-c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(c10::intrusive_ptr<c10d::Store> store, int rank,
-                                                  int size) {
-  auto opt = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
-  opt->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(std::move(store), rank, size, opt);
-}
-
-// n Gloo groups, one a rank, met through an in-process store.
-std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> make_groups(int n) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> out(n);
-  std::vector<std::thread> th;
-  for (int r = 0; r < n; ++r)
-    th.emplace_back([&, r] { out[r] = gloo_group(store, r, n); });
-  for (auto& t : th)
-    t.join();
-  return out;
-}
 
 std::vector<std::unique_ptr<Transport>> make_c10d_transports(int n) {
   std::vector<std::unique_ptr<Transport>> out;

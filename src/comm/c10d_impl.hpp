@@ -85,13 +85,21 @@ struct C10dTransport::Impl {
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false, receiving = false;
-  c10::intrusive_ptr<c10d::Work> tx_wait;   // the send being waited on, for abort
-  std::deque<std::unique_ptr<Send>> sends;  // in flight, in the order they were made
+  c10::intrusive_ptr<c10d::Work> tx_wait;        // the send being waited on, for abort
+  std::deque<std::unique_ptr<Send>> sends;       // in flight, in the order they were made
+  std::deque<std::unique_ptr<Send>> unfinished;  // at shutdown: kept (see `aborted`)
   // Made, to be posted by the poster thread, in order: a payload over kPostBytes, and every
   // send made while one is waiting or being posted (posting), so that none overtakes another.
   std::deque<std::unique_ptr<Send>> to_post;
   bool posting = false;
-  std::deque<Rx> rx;          // [0]: any source; then one per source seen
+  std::deque<Rx> rx;  // [0]: any source; then one per source seen
+  // What Gloo may still write into or read from once this transport is shut down: a receive it
+  // cannot cancel (abort only ends the wait; the receive stays posted, and a peer's late send
+  // of a failed step matched it into freed memory, after which a later transport's messages
+  // from that peer were lost), the buffer of a payload being received, the unfinished sends.
+  // Kept with the Impl for the life of the process (retire()).
+  std::vector<c10::intrusive_ptr<c10d::Work>> aborted;
+  std::vector<Payload> receiving_into;
   std::vector<bool> own_rx;   // by source: has a loop of its own
   std::vector<bool> sent_to;  // by destination: a message went there before
   std::thread tx, poster;

@@ -24,6 +24,7 @@ bool C10dTransport::Impl::post_ahead(Rx& r, int src) {
   std::lock_guard lk(mu);
   if (stop) {
     w->abort();
+    aborted.push_back(std::move(w));  // into r.ahead, kept with the Impl
     return false;
   }
   r.ahead_work = std::move(w);
@@ -53,6 +54,11 @@ Payload C10dTransport::Impl::take_payload(Rx& r, int src, int from, const Wire& 
   Payload p = Payload::allocate(w.size);
   std::vector<at::Tensor> dt{bytes_tensor(p.data(), p.size())};
   ok = wait(pg->recv(dt, from, w.data_tag), r.current);
+  if (!ok) {  // the receive stays posted into p
+    std::lock_guard lk(mu);
+    receiving_into.push_back(std::move(p));
+    return {};
+  }
   return p;
 }
 

@@ -26,6 +26,7 @@ bool C10dTransport::Impl::wait(c10::intrusive_ptr<c10d::Work> w,
     std::lock_guard lk(mu);
     if (stop) {
       w->abort();
+      aborted.push_back(std::move(w));
       return false;
     }
     current = w;
@@ -38,6 +39,7 @@ bool C10dTransport::Impl::wait(c10::intrusive_ptr<c10d::Work> w,
     err = std::current_exception();
   }
   std::lock_guard lk(mu);
+  if (stop) aborted.push_back(std::move(current));
   current.reset();
   if (stop) return false;
   if (err) std::rethrow_exception(err);
@@ -149,8 +151,19 @@ C10dTransport::C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, int c
   d.poster = std::thread([&d] { d.post_loop(); });
 }
 
+// At most 127 transports on a process group (its channels), each keeping its receive buffers
+// (8 KiB of header and 4 MiB posted ahead per peer that sent to it) and its unfinished sends.
+void C10dTransport::retire(std::unique_ptr<Impl> impl) {
+  impl->pool.reset();  // its free buffers: no receive is posted into one (receiving_into)
+  static auto* const mu = new std::mutex;  // never destroyed: a transport may die at exit
+  static auto* const kept = new std::vector<std::unique_ptr<Impl>>;
+  std::lock_guard lk(*mu);
+  kept->push_back(std::move(impl));
+}
+
 C10dTransport::~C10dTransport() {
   shutdown();
+  retire(std::move(impl_));
 }
 
 int C10dTransport::rank() const {
@@ -265,7 +278,11 @@ void C10dTransport::shutdown() {
     if (s->done)
       s->done(std::make_exception_ptr(Error("c10d transport: rank " + std::to_string(d.rank) +
                                             " shut down with sends in flight")));
+    s->done = nullptr;
   }
+  std::lock_guard lk(d.mu);
+  for (auto& s : left)
+    d.unfinished.push_back(std::move(s));  // Gloo may still read their buffers
 }
 
 }  // namespace rrfp

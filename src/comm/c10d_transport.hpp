@@ -64,6 +64,9 @@ class C10dTransport final : public Transport {
 
  private:
   struct Impl;
+  // Keeps a shut-down transport's state for the life of the process: Gloo cannot cancel a
+  // posted receive, and may still write into its buffer (Impl::aborted says more).
+  static void retire(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
