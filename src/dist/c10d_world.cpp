@@ -79,10 +79,13 @@ void C10dWorld::wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what) 
     done = w->wait(timeout_);
   } catch (const std::exception& e) {
     const std::string why = e.what();
-    throw Error("c10d: stage " + std::to_string(stage_) + " (rank " + std::to_string(rank()) +
-                " of the job): " + what +
-                " with the job's other processes failed (one exited or stopped answering?): " +
-                first_line(why));
+    throw Error(
+        "c10d: stage " + std::to_string(stage_) + " (rank " + std::to_string(rank()) +
+        " of the job): " + what +
+        " with the job's other processes failed (one exited, stopped answering, or came "
+        "later than `timeout`, as one pausing alone between steps may; Gloo then closes the "
+        "groups for good): " +
+        first_line(why));
   }
   if (!done)
     throw Error(std::string("c10d: ") + what + " did not finish within " +
