@@ -56,16 +56,22 @@ class Failures : public ::testing::Test {
   RealizedWork work_;
 };
 
+// What Thrower throws in stage 1's backward of microbatch 2; Aborted, in stage 0's last
+// backward (below).
+enum class Throws { Error, BadAlloc, Aborted };
+
 class Thrower final : public StageProgram {
  public:
-  Thrower(std::unique_ptr<StageProgram> inner, int stage, bool bad_alloc = false)
-      : in_(std::move(inner)), stage_(stage), bad_alloc_(bad_alloc) {}
+  Thrower(std::unique_ptr<StageProgram> inner, int stage, Throws what = Throws::Error)
+      : in_(std::move(inner)), stage_(stage), what_(what) {}
   Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
     return in_->forward(c, chunk, mb, std::move(p));
   }
   Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
-    if (stage_ == 1 && mb == 2 && bad_alloc_) throw std::bad_alloc();
-    if (stage_ == 1 && mb == 2) throw std::runtime_error("boom: out of memory");
+    if (what_ == Throws::Aborted && stage_ == 0 && mb == 7) throw Aborted();
+    if (what_ == Throws::BadAlloc && stage_ == 1 && mb == 2) throw std::bad_alloc();
+    if (what_ == Throws::Error && stage_ == 1 && mb == 2)
+      throw std::runtime_error("boom: out of memory");
     return in_->backward(c, chunk, mb, std::move(p));
   }
   std::optional<std::size_t> input_bytes(const TaskId& t) const override {
@@ -75,7 +81,7 @@ class Thrower final : public StageProgram {
  private:
   std::unique_ptr<StageProgram> in_;
   int stage_;
-  bool bad_alloc_;
+  Throws what_;
 };
 
 TEST_F(Failures, AThrowingTaskEndsTheStepNamingStageTaskAndMessage) {
@@ -91,7 +97,7 @@ TEST_F(Failures, AThrowingTaskEndsTheStepNamingStageTaskAndMessage) {
 TEST_F(Failures, AnAllocationRefusedInATaskIsSaidToBeOutOfMemory) {
   auto base = emulated_programs(m_, work_);
   const std::string msg = fails_with<TaskError>(
-      [&](int s, int r) { return std::make_unique<Thrower>(base(s, r), s, true); });
+      [&](int s, int r) { return std::make_unique<Thrower>(base(s, r), s, Throws::BadAlloc); });
   EXPECT_NE(msg.find("stage 1: task B c1 m2 failed: out of memory (an allocation failed"),
             std::string::npos)
       << msg;
@@ -101,30 +107,10 @@ TEST_F(Failures, AnAllocationRefusedInATaskIsSaidToBeOutOfMemory) {
 // runtime (the ranks of one process standing for a job's processes) that the other's failure
 // tore down. Thrown in the step's last task (stage 0's last backward), it ended that rank
 // quietly and the step was reported complete.
-class AbortedFromOutside final : public StageProgram {
- public:
-  AbortedFromOutside(std::unique_ptr<StageProgram> inner, int stage)
-      : in_(std::move(inner)), stage_(stage) {}
-  Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
-    return in_->forward(c, chunk, mb, std::move(p));
-  }
-  Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
-    if (stage_ == 0 && mb == 7) throw Aborted();
-    return in_->backward(c, chunk, mb, std::move(p));
-  }
-  std::optional<std::size_t> input_bytes(const TaskId& t) const override {
-    return in_->input_bytes(t);
-  }
-
- private:
-  std::unique_ptr<StageProgram> in_;
-  int stage_;
-};
-
 TEST_F(Failures, ATaskAbortedByAnotherRuntimesFailureFailsTheStep) {
   auto base = emulated_programs(m_, work_);
   const std::string msg = fails_with<TaskError>(
-      [&](int s, int r) { return std::make_unique<AbortedFromOutside>(base(s, r), s); });
+      [&](int s, int r) { return std::make_unique<Thrower>(base(s, r), s, Throws::Aborted); });
   EXPECT_EQ(msg,
             "stage 0: task B c0 m7 was aborted: its tensor-parallel group ended with another "
             "rank's failure");
