@@ -13,7 +13,7 @@ namespace rrfp {
 void TpGroup::all_reduce(int rank, const TaskId& task, std::span<float> data,
                          CollectiveIdle* idle) {
   std::unique_lock lk(mu_);
-  if (aborted_) throw Aborted();
+  if (aborted_) throw_aborted();
   if (arrived_ == 0) {
     task_ = task;
     first_rank_ = rank;
@@ -24,9 +24,12 @@ void TpGroup::all_reduce(int rank, const TaskId& task, std::span<float> data,
         " floats) while rank " + std::to_string(first_rank_) + " is in the all-reduce of " +
         to_string(*task_) + " (" + std::to_string(in_[first_rank_].size()) +
         " floats): collective order diverged";
+    // The ranks waiting here learn why, rather than as torn down: woken before this thread has
+    // failed the step, an Aborted without a failure would fail it first, naming no divergence.
+    diverged_ = std::make_exception_ptr(CollectiveMismatchError(what));
     aborted_ = true;
     cv_.notify_all();
-    throw CollectiveMismatchError(what);
+    std::rethrow_exception(diverged_);
   }
   in_[rank].assign(data.begin(), data.end());
   if (++arrived_ == size_) {
@@ -45,7 +48,7 @@ void TpGroup::all_reduce(int rank, const TaskId& task, std::span<float> data,
     for (;;) {
       cv_.wait(lk, [&] { return aborted_ || generation_ != gen || (idle && poked_[rank]); });
       if (generation_ != gen) break;
-      if (aborted_) throw Aborted();
+      if (aborted_) throw_aborted();
       poked_[rank] = 0;
       lk.unlock();  // its idle work takes the stage's lock, under which poke() takes this one
       idle->serve();
@@ -53,6 +56,11 @@ void TpGroup::all_reduce(int rank, const TaskId& task, std::span<float> data,
     }
   }
   std::copy(result_.begin(), result_.end(), data.begin());
+}
+
+void TpGroup::throw_aborted() const {
+  if (diverged_) std::rethrow_exception(diverged_);
+  throw Aborted();
 }
 
 void TpGroup::poke(int rank) {

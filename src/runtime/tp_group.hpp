@@ -2,6 +2,7 @@
 // The tensor-parallel collective of one stage whose T ranks are threads of this process.
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -21,6 +22,9 @@ class TpGroup final : public TpCollective {
   void abort() override;
 
  private:
+  // Aborted, or the divergence that ended the group (under mu_).
+  [[noreturn]] void throw_aborted() const;
+
   int stage_, size_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -32,6 +36,7 @@ class TpGroup final : public TpCollective {
   std::vector<float> result_;
   std::vector<char> poked_;  // by rank: poke() since its idle work last ran
   bool aborted_ = false;
+  std::exception_ptr diverged_;  // the CollectiveMismatchError that aborted it, if one did
 };
 
 }  // namespace rrfp
