@@ -39,9 +39,11 @@ bool C10dTransport::Impl::wait(c10::intrusive_ptr<c10d::Work> w,
     err = std::current_exception();
   }
   std::lock_guard lk(mu);
-  if (stop) aborted.push_back(std::move(current));
+  if (stop) {
+    aborted.push_back(std::move(current));
+    return false;
+  }
   current.reset();
-  if (stop) return false;
   if (err) std::rethrow_exception(err);
   return ok;
 }
