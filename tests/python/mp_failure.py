@@ -8,7 +8,9 @@ Only the last replica fails; the other replicas (replica 0, whose rank 0 merges 
 among them) drop both steps as well. Then a step whose set-up fails on one process
 (set_up_failure), and, with dp > 1, replicas whose buffers came out of the step apart
 (buffers_apart), are refused on every process at once, no .grad changed."""
+import os
 import sys
+import tempfile
 import time
 
 import torch
@@ -94,10 +96,10 @@ def run(pp, dp, m, transport, rank):
 
 
 def refusals(pipe, rank, world, m):
-    """A batch refused on one process alone, and a call that differs between processes, raise on
-    every process at once (the others used to wait out the timeout in the step's collectives, and
-    a step paired with another process's eval_step() left stage 0 without gradients, silently);
-    the job then goes on."""
+    """A batch refused on one process alone, and a call that differs between processes (step()
+    beside eval_step(), save() or load()), raise on every process at once (the others used to
+    wait out the timeout in the step's collectives, and a step paired with another process's
+    eval_step() left stage 0 without gradients, silently); the job then goes on."""
     xs, ys = lm.batches(m, seed=99)
     params = [p for c in pipe.chunks.values() for p in c.parameters()]
     saved = [p.grad for p in params]
@@ -112,14 +114,19 @@ def refusals(pipe, rank, world, m):
         assert last and f"expected {m} microbatches, got {m - 1}" in str(e), (rank, str(e))
     except RuntimeError as e:
         assert not last and f"job rank(s) [{world - 1}] refused the batch" in str(e), (rank, e)
-    try:
-        if rank == 0:
-            pipe.eval_step(xs, ys)
-        else:
-            pipe.step(xs, ys)
-        raise AssertionError(f"rank {rank}: step() went on beside eval_step()")
-    except RuntimeError as e:
-        assert "not making the same call (job rank 0 in eval_step() after" in str(e), (rank, e)
+    folder = tempfile.mkdtemp()  # this process's own: rank 0's save and load stop before it
+    for call, other in (("eval_step()", lambda: pipe.eval_step(xs, ys)),
+                        ("save()", lambda: pipe.save(folder)),
+                        ("load()", lambda: pipe.load(os.path.join(folder, "none")))):
+        try:
+            other() if rank == 0 else pipe.step(xs, ys)
+            raise AssertionError(f"rank {rank}: step() went on beside {call}")
+        except RuntimeError as e:
+            assert f"not making the same call (job rank 0 in {call} after" in str(e), (rank, e)
+            # load() found no checkpoint there, told with the difference
+            assert (rank == 0 and call == "load()") == isinstance(e.__cause__,
+                                                                  FileNotFoundError), (rank, e)
+    os.rmdir(folder)
     assert time.monotonic() - start < 20, (rank, "a refusal waited for the timeout")
     assert all(p.grad is None for p in params), (rank, "a refused step left a .grad")
     pipe.eval_step(xs, ys)  # every process in step again

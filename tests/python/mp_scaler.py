@@ -127,3 +127,18 @@ def run(pp, dp, m, transport):
         raise AssertionError(f"rank {pipe.rank}: unscale_ went on after rank 0 failed")
     print(f"rank {pipe.rank}: an unscale_ that fails on one process raises on every one",
           flush=True)
+
+    # A process that calls update() where the others unscale (through step()) is told so on
+    # every process, in the one gather: its update() used to pair with their unscale_.
+    if pipe.rank == 0:
+        opt.param_groups.pop()  # the float16 parameter
+    opt.zero_grad(set_to_none=True)
+    pipe.step(*batch(STEPS, pipe.replica, m))
+    try:
+        scaler.update() if pipe.rank == 0 else scaler.step(opt)
+    except RuntimeError as e:
+        assert "not making the same call (job rank 0 in GradScaler.update() after" in str(e), e
+    else:
+        raise AssertionError(f"rank {pipe.rank}: went on beside another process's update()")
+    print(f"rank {pipe.rank}: update() beside another process's unscale_ raises on every one",
+          flush=True)

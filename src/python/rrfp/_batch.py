@@ -5,6 +5,7 @@ import zlib
 
 import torch
 
+from ._calls import gather
 from ._tree import tensors_in
 
 
@@ -170,29 +171,10 @@ def take_batch(pipe, inputs, targets, m, training):
     return found
 
 
-# The calls whose all-gathers carry their name (gather_call), by code.
-_CALLS = {1.0: "step()", 2.0: "eval_step()", 3.0: "clip_grad_norm_()"}
-
-
 def gather_call(pipe, call, values):
     """Every process's `values` (by job rank) in one all-gather over the job, once every process
-    is found making the same `call` (one of _CALLS) after as many steps. A process that skipped
-    a call or made another pairs its collectives with the wrong ones: one making step() while
-    another made eval_step() got no gradients on stage 0, silently, and one reading another
-    call's values (clip_grad_norm_ a batch check's) read them as its own."""
-    code = next(k for k, v in _CALLS.items() if v == call)
-    every = pipe._core.all_gather([code, float(pipe._step)] + values)
-    if len({tuple(v[:2]) for v in every}) > 1:
-        where = ", ".join(
-            f"job rank {r} in {_CALLS[v[0]]} after {int(v[1])} steps"
-            if len(v) >= 2 and v[0] in _CALLS else f"job rank {r} in another collective"
-            for r, v in enumerate(every))
-        raise RuntimeError(
-            f"{call}: the processes of the job are not making the same call ({where}); every "
-            "process must call step(), eval_step() and clip_grad_norm_() alike and in the same "
-            "order (one that skipped or added a call has its collectives paired with the wrong "
-            "ones from then on)")
-    return [v[2:] for v in every]
+    is found making the same `call` after as many steps (_calls.gather)."""
+    return gather(pipe._core, (call, pipe._step), values)
 
 
 def check_before_step(pipe, found, layout, training, refusal=None):

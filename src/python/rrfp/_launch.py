@@ -8,6 +8,7 @@ import os
 import torch
 
 from . import _rrfp
+from ._calls import BUILDING, gather
 
 # The dtypes whose every value a double holds exactly: a loss or a norm sent between processes
 # as a double (the job's all-gather carries doubles) with its dtype's index here comes back bit
@@ -104,25 +105,26 @@ def launched_transport(pp, dp, group):
     return "inproc"
 
 
-def agreed(core, fn, message):
+def agreed(core, fn, message, call=BUILDING):
     """fn()'s result. With a process per stage, what fn raises on one process is told to every
     other, which raises RuntimeError(message, with {bad} the failed processes' ranks): the
     others would otherwise go on into the next collective and wait there until their
-    timeout."""
-    return agreed_values(core, fn, message, lambda out: 0.0)[0]
+    timeout. `call`: the call it is part of and the steps before it (_calls.gather)."""
+    return agreed_values(core, fn, message, lambda out: 0.0, call)[0]
 
 
-def agreed_any(core, fn, message):
+def agreed_any(core, fn, message, call=BUILDING):
     """Whether fn() returned something true on any process of the job (core None: this
     process alone), failures told to every process as agreed() tells them, in the same
     gather."""
-    _, every = agreed_values(core, fn, message, lambda out: 1.0 if out else 0.0)
+    _, every = agreed_values(core, fn, message, lambda out: 1.0 if out else 0.0, call)
     return any(v > 0 for v in every)
 
 
-def agreed_values(core, fn, message, value):
+def agreed_values(core, fn, message, value, call=BUILDING):
     """(fn()'s result, every process's value(result)), a failure counting as -1 and raised on
-    every process (agreed)."""
+    every process (agreed). Processes making different calls raise that instead, on every
+    process alike, this one's own failure chained."""
     failed, out = None, None
     try:
         out = fn()
@@ -131,7 +133,12 @@ def agreed_values(core, fn, message, value):
     mine = -1.0 if failed is not None else value(out)
     every = [mine]
     if core is not None and core.world > 1:
-        every = [v[0] if v else 0.0 for v in core.all_gather([mine])]
+        try:
+            every = [v[0] if v else 0.0 for v in gather(core, call, [mine])]
+        except RuntimeError as e:
+            if failed is None:
+                raise
+            raise e from failed
         bad = [r for r, v in enumerate(every) if v < 0]
         if bad and failed is None:
             raise RuntimeError(message.format(bad=bad))

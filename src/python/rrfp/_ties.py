@@ -20,6 +20,7 @@ import zlib
 import torch
 
 from . import _wire
+from ._calls import BUILDING, gather
 from ._launch import agreed
 
 
@@ -366,7 +367,7 @@ def make_ties(tied, chunk_list, chunks, core):
                     "tied: process(es) {bad} refused the ties; their own errors say why")
     if core.world > 1:
         crc = float(zlib.crc32(repr(groups).encode()))
-        if len({v[0] for v in core.all_gather([crc])}) > 1:
+        if len({v[0] for v in gather(core, BUILDING, [crc])}) > 1:
             raise ValueError("tied: the processes found different ties (pass the same `tied` "
                              "and build the same chunks on every process)")
     if not groups:

@@ -214,6 +214,10 @@ class GradScaler:
         """The pipeline's core, whose job the gathers go over; None without a pipeline."""
         return self._pipe._core if self._pipe is not None else None
 
+    def _call(self, name):
+        """The tag of a gather of `name` (_calls.gather): with the pipeline's steps."""
+        return (name, self._pipe._step if self._pipe is not None else 0)
+
     def _state(self, optimizer):
         return self._optimizers.setdefault(id(optimizer), [_READY, False])
 
@@ -248,7 +252,8 @@ class GradScaler:
             else:
                 found = agreed_any(self._core(), lambda: self._unscale_here(optimizer, first),
                                    "unscale_: process(es) {bad} could not unscale their "
-                                   "gradients; their own errors say why")
+                                   "gradients; their own errors say why",
+                                   self._call("GradScaler.unscale_()"))
         if first:
             self._found_first = found
         state[:] = [_UNSCALED, found or bool(self._found_first)]
@@ -354,7 +359,7 @@ class GradScaler:
         checked in their process alone, and every process's scale must move alike."""
         found = agreed_any(self._core(), self._found,
                            "update: process(es) {bad} could not update their scale; their "
-                           "own errors say why")
+                           "own errors say why", self._call("GradScaler.update()"))
         self._given = None
         if found:
             if self._overflowing_since is None:

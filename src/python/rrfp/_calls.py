@@ -1,0 +1,42 @@
+"""The job's gathers of doubles, each opening with the call that makes it. With a process per
+stage, every process makes the pipeline's calls alike; one that skipped a call or made another
+pairs its gathers with the wrong ones. Where each gather says its call and the steps made
+before it, the processes all find the difference in the same gather and all raise: untold, one
+making step() while another made eval_step() got no gradients on stage 0, silently, and one
+making save() while the others made step() read their values as its own and went on to wait in
+its next gather until the timeout."""
+
+# The calls a gather can come from, by the code it carries. The GradScaler's unscale_ is
+# unscale_() or its step(), which unscales when unscale_() was not called: one call for both.
+_CALLS = {1.0: "step()", 2.0: "eval_step()", 3.0: "clip_grad_norm_()", 4.0: "save()",
+          5.0: "load()", 6.0: "GradScaler.unscale_()", 7.0: "GradScaler.update()",
+          8.0: "Pipeline()"}
+
+# The construction's tag: no step is made before it.
+BUILDING = ("Pipeline()", 0)
+
+
+def gather(core, call, values):
+    """Every process's `values` (by job rank) from the job's all-gather of doubles, once every
+    process is found making the same `call` ((one of _CALLS, steps made before it)). Raises
+    RuntimeError on every process alike where they differ."""
+    name, steps = call
+    code = next(k for k, v in _CALLS.items() if v == name)
+    every = core.all_gather([code, float(steps)] + list(values))
+    if len({tuple(v[:2]) for v in every}) > 1:
+        raise RuntimeError(mismatch(name, every))
+    return [v[2:] for v in every]
+
+
+def mismatch(name, every):
+    """The words of gather's refusal in `name` (this process's call), from what every process
+    sent."""
+    where = ", ".join(
+        f"job rank {r} in {_CALLS[v[0]]} after {int(v[1])} steps"
+        if len(v) >= 2 and v[0] in _CALLS else f"job rank {r} in another collective"
+        for r, v in enumerate(every))
+    return (f"{name}: the processes of the job are not making the same call ({where}); every "
+            "process must make the pipeline's calls (step(), eval_step(), clip_grad_norm_(), "
+            "save(), load(), and its GradScaler's unscale_() or step(), and update()) alike and "
+            "in the same order (one that skipped or added a call has its collectives paired with "
+            "the wrong ones from then on)")
