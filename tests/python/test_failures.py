@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import lm
+import ports
 import rrfp
 
 
@@ -350,10 +351,7 @@ def test_a_process_group_that_never_forms_fails_within_the_timeout():
     # is reported within the pipeline's timeout (torch's default kept it waiting 30 minutes).
     import subprocess
     import sys
-    import socket
-    with socket.socket() as s:  # a port nothing listens on (a taken one fails otherwise)
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = ports.free_port()  # a port nothing listens on (a taken one fails otherwise)
     env = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(port),
                PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
@@ -375,12 +373,9 @@ def test_a_pause_between_steps_longer_than_the_timeout_is_no_failure(tmp_path):
     # have imported torch before either builds its Pipeline (a file each in tmp_path), so a
     # loaded machine's slow import does not spend the timeout of the joining; 6 s, not 2: a
     # process starved for 2 s on a loaded machine (ctest runs others beside it) failed there.
-    import socket
     import subprocess
     import sys
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = ports.free_port()
     code = ("import os, time, rrfp, lm\n"
             f"open(os.path.join({str(tmp_path)!r}, os.environ['RANK']), 'w').close()\n"
             "end = time.monotonic() + 60\n"

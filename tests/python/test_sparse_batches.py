@@ -4,7 +4,6 @@ check that the processes of a replica were given the same one, and NumPy reads n
 tensor: the step failed in every process); one sparse tensor for the whole batch, which
 torch.tensor_split cannot split, is refused naming the list to give instead."""
 import os
-import socket
 import subprocess
 import sys
 import warnings
@@ -13,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+import ports
 import rrfp
 from rrfp._batch import digest
 
@@ -147,9 +147,7 @@ print("sparse batches ok", flush=True)
 
 
 def test_sparse_microbatches_into_the_first_chunk_with_a_process_per_stage():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = ports.free_port()
     here = os.path.dirname(os.path.abspath(__file__))
     procs = []
     for rank in range(2):
