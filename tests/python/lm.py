@@ -115,3 +115,19 @@ def threads_started_since(before, seconds=5.0):
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.01)
+
+
+def in_fresh_interpreter(call, said, timeout=240):
+    """Runs `call` ("module.function", of this folder) in a new Python of the package in use, and
+    asserts that it printed `said`. For what a shared test process cannot hold: torch 1.13's
+    profiling executor switched off once modules were scripted there crashed it."""
+    import subprocess
+    import rrfp
+    module, function = call.rsplit(".", 1)
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [here, os.path.dirname(os.path.dirname(rrfp.__file__))]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {module} as t; t.{function}(); print({said!r})"],
+        env=env, capture_output=True, text=True, timeout=timeout, cwd=here)
+    assert done.returncode == 0 and said in done.stdout, done.stderr[-2000:]

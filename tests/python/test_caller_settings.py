@@ -4,8 +4,6 @@ to compute in full precision on the stages' threads) and TorchScript's optimized
 And TorchScript chunks, bitwise where torch's profiling executor is off. The CUDA case skips,
 saying so, where torch sees no GPU; scripts/gpu-check.sh runs it on one."""
 import os
-import subprocess
-import sys
 
 # Deterministic cuBLAS needs its workspace fixed before CUDA starts; harmless without a GPU.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -14,6 +12,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+import lm  # noqa: E402
 import rrfp  # noqa: E402
 
 
@@ -185,14 +184,7 @@ def test_torchscript_chunks_are_bitwise_without_the_profiling_executor():
     # and optimizes after the first calls; which calls those are depends on the timing of
     # stages that run at once, so gradients come within rounding of a plain loop's. Without
     # it they are the plain loop's.
-    code = ("import test_caller_settings as t; t.scripted_chunks_match_a_plain_loop(); "
-            "print('bitwise')")
-    here = os.path.dirname(os.path.abspath(__file__))
-    paths = [here, os.path.dirname(os.path.dirname(rrfp.__file__))]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=240)
-    assert done.returncode == 0 and "bitwise" in done.stdout, done.stderr[-2000:]
+    lm.in_fresh_interpreter("test_caller_settings.scripted_chunks_match_a_plain_loop", "bitwise")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(),

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+import lm
 import rrfp
 
 SIZES = [3, 9, 4, 12, 5, 7, 10, 6]  # rows per microbatch: the adaptive rule reorders them
@@ -105,39 +106,38 @@ def test_other_state_a_forward_updates_is_seen_too():
         assert pipe.ordered_forwards, type(stateful).__name__
 
 
-@pytest.fixture
-def no_profiling_executor():
-    """Scripted chunks run bitwise a plain loop's without the profiling executor (python.md)."""
-    before = torch._C._jit_set_profiling_executor(False)
-    yield
-    torch._C._jit_set_profiling_executor(before)
+def compiled_batch_norms_match_a_plain_loop():
+    """Run in a fresh interpreter (lm.in_fresh_interpreter): without the profiling executor,
+    scripted chunks run bitwise a plain loop's (python.md), and it is switched off before
+    anything is scripted."""
+    torch._C._jit_set_profiling_executor(False)
+    for compile_with in ("script", "trace"):
+        def compiled(model):
+            if compile_with == "script":
+                return [torch.jit.script(c) for c in model]
+            return [torch.jit.trace(c, torch.randn(4, 8 if i == 0 else 16))
+                    for i, c in enumerate(model)]
+
+        xs, ys = data()
+        ref = compiled(chunks())
+        plain_step(ref, xs, ys)
+        model = compiled(chunks())
+        pipe = rrfp.Pipeline(model, loss_fn, pp=4, microbatches=8, hint="adaptive", timeout=60,
+                             delay_fn=lambda s, k, c, mb: 0.0005 * ((mb * 7 + s) % 3))
+        assert pipe.ordered_forwards, compile_with
+        pipe.step(xs, ys)
+        assert same(model, ref, buffers), compile_with
+        assert same(model, ref, grads), compile_with
 
 
-@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
-@pytest.mark.parametrize("compile_with", ["script", "trace"])
-def test_scripted_and_traced_batch_norms_order_forwards_too(no_profiling_executor, compile_with):
+def test_scripted_and_traced_batch_norms_order_forwards_too():
     # A scripted BatchNorm1d is no BatchNorm1d to isinstance: its graph tells instead. The
     # pipeline used to leave the order free here, and the statistics differed from the loop's.
-    def compiled(model):
-        if compile_with == "script":
-            return [torch.jit.script(c) for c in model]
-        return [torch.jit.trace(c, torch.randn(4, 8 if i == 0 else 16))
-                for i, c in enumerate(model)]
-
-    xs, ys = data()
-    ref = compiled(chunks())
-    plain_step(ref, xs, ys)
-    model = compiled(chunks())
-    pipe = rrfp.Pipeline(model, loss_fn, pp=4, microbatches=8, hint="adaptive", timeout=60,
-                         delay_fn=lambda s, k, c, mb: 0.0005 * ((mb * 7 + s) % 3))
-    assert pipe.ordered_forwards
-    pipe.step(xs, ys)
-    assert same(model, ref, buffers)
-    assert same(model, ref, grads)
+    lm.in_fresh_interpreter("test_running_stats.compiled_batch_norms_match_a_plain_loop",
+                            "bitwise")
 
 
-def test_a_scripted_module_whose_forward_only_reads_its_buffers_leaves_the_order_free(
-        no_profiling_executor):
+def test_a_scripted_module_whose_forward_only_reads_its_buffers_leaves_the_order_free():
     class Offset(nn.Module):  # a constant buffer, as a positional encoding is
         def __init__(self):
             super().__init__()
