@@ -1,7 +1,8 @@
 // The c10d job's groups: the barrier before a step, the gathers and the exchanges among stages
 // run on the collectives' group, made with the job's timeout as its own, and never on the
-// transport's (C10dGroups says why); without one, on the transport's group. Ranks as
-// one-process fakes that record which group each call reached.
+// transport's (C10dGroups says why); without one, on the transport's group. The gathers where
+// the processes meet at a call run on the arrival groups. Ranks as one-process fakes that
+// record which group each call reached.
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <gtest/gtest.h>
@@ -102,6 +103,52 @@ TEST(C10dJobGroups, WithoutCollectivesGroupsTheTransportsGroupsCarryThem) {
   job.hosting().before_step();
   job.dp_all_gather(bytes(3));
   EXPECT_EQ(log, (std::vector<std::string>{"pipeline barrier", "replicas allgather"}));
+}
+
+// The gathers where the processes meet at a call wait up to the arrival's limit, on groups made
+// with it as their timeout (Gloo ends a collective only at its group's): never the step's.
+TEST(C10dJobGroups, ArrivalGathersRunOnTheArrivalGroups) {
+  std::vector<std::string> log;
+  C10dGroups g = recording(log, true);
+  g.arrivals = c10::make_intrusive<RecordingGroup>("arrivals", log);
+  g.arrival_replicas = c10::make_intrusive<RecordingGroup>("arrival-replicas", log);
+  C10dWorld job(g, std::chrono::seconds(5));
+  EXPECT_EQ(job.arrival_gather_bytes(bytes(7), 60'000),
+            std::vector<std::vector<std::byte>>{bytes(7)});
+  EXPECT_EQ(job.all_gather_bytes(bytes(7)), std::vector<std::vector<std::byte>>{bytes(7)});
+  EXPECT_EQ(job.arrival_gather(std::vector<double>{1.5, 2}, 0),
+            (std::vector<std::vector<double>>{{1.5, 2}}));
+  EXPECT_EQ(log, (std::vector<std::string>{"arrivals allgather", "arrival-replicas allgather",
+                                           "collectives allgather", "replicas allgather",
+                                           "arrivals allgather", "arrival-replicas allgather"}));
+}
+
+TEST(C10dJobGroups, WithoutArrivalGroupsTheCollectivesGroupsCarryTheArrivals) {
+  std::vector<std::string> log;
+  C10dWorld job(recording(log, true), std::chrono::seconds(5));
+  job.arrival_gather_bytes(bytes(3), 60'000);
+  EXPECT_EQ(log, (std::vector<std::string>{"collectives allgather", "replicas allgather"}));
+}
+
+TEST(C10dJobGroups, AnArrivalGroupNumberingTheProcessesOtherwiseIsRefused) {
+  std::vector<std::string> log;
+  C10dGroups g = recording(log, true);
+  g.arrivals = c10::make_intrusive<RecordingGroup>("wide", log, 2);
+  EXPECT_THROW(
+      {
+        try {
+          C10dWorld job(g, std::chrono::seconds(5));
+        } catch (const InputError& e) {
+          EXPECT_STREQ(e.what(),
+                       "`arrivals`: rank 0 of 2, where the pipeline's group has rank 0 of 1");
+          throw;
+        }
+      },
+      InputError);
+  g.arrivals = {};
+  g.replicas = {};  // one replica, but an arrival group of the replicas
+  g.arrival_replicas = c10::make_intrusive<RecordingGroup>("replicas", log);
+  EXPECT_THROW(C10dWorld(g, std::chrono::seconds(5)), InputError);
 }
 
 TEST(C10dJobGroups, ACollectivesGroupNumberingTheProcessesOtherwiseIsRefused) {

@@ -15,16 +15,23 @@ C10dWorld::C10dWorld(C10dGroups g, std::chrono::milliseconds timeout)
     : pg_(std::move(g.pipeline)),
       coll_(g.collectives ? std::move(g.collectives) : pg_),
       dp_(std::move(g.replicas)),
+      arr_(g.arrivals ? std::move(g.arrivals) : coll_),
+      arr_dp_(g.arrival_replicas ? std::move(g.arrival_replicas) : dp_),
       timeout_(timeout),
       stage_(pg_->getRank()),
       stages_(pg_->getSize()),
       replica_(dp_ ? dp_->getRank() : 0),
       replicas_(dp_ ? dp_->getSize() : 1) {
   // Ranks by the transport's group: the collectives' must number the processes alike.
-  if (coll_->getRank() != stage_ || coll_->getSize() != stages_)
-    throw InputError("`collectives`: rank " + std::to_string(coll_->getRank()) + " of " +
-                     std::to_string(coll_->getSize()) + ", where the pipeline's group has rank " +
-                     std::to_string(stage_) + " of " + std::to_string(stages_));
+  for (const auto& [pg, name] :
+       {std::pair{coll_.get(), "`collectives`"}, {arr_.get(), "`arrivals`"}})
+    if (pg->getRank() != stage_ || pg->getSize() != stages_)
+      throw InputError(std::string(name) + ": rank " + std::to_string(pg->getRank()) + " of " +
+                       std::to_string(pg->getSize()) + ", where the pipeline's group has rank " +
+                       std::to_string(stage_) + " of " + std::to_string(stages_));
+  if ((arr_dp_ != nullptr) != (dp_ != nullptr) ||
+      (dp_ && (arr_dp_->getRank() != replica_ || arr_dp_->getSize() != replicas_)))
+    throw InputError("`arrival_replicas`: must number the replicas as `replicas` does");
 }
 
 void C10dWorld::set_layout(const JobLayout& l) {
@@ -73,23 +80,22 @@ void C10dWorld::barrier() {
 
 // Gloo's own failures ("Operation timed out!", "Connection closed by peer") named neither the
 // call nor this process: said here with both, Gloo's first line kept.
-void C10dWorld::wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what) {
+void C10dWorld::wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what, Limit limit) {
   bool done = false;
   try {
-    done = w->wait(timeout_);
+    done = w->wait(limit.ms);
   } catch (const std::exception& e) {
     const std::string why = e.what();
-    throw Error(
-        "c10d: stage " + std::to_string(stage_) + " (rank " + std::to_string(rank()) +
-        " of the job): " + what +
-        " with the job's other processes failed (one exited, stopped answering, or came "
-        "later than `timeout`, as one pausing alone between steps may; Gloo then closes the "
-        "groups for good): " +
-        first_line(why));
+    throw Error("c10d: stage " + std::to_string(stage_) + " (rank " + std::to_string(rank()) +
+                " of the job): " + what +
+                " with the job's other processes failed (one exited, stopped answering, or " +
+                (limit.arrival ? "came to the call later than `arrival_timeout`"
+                               : "took longer than `timeout`") +
+                "; Gloo then closes the groups for good): " + first_line(why));
   }
   if (!done)
     throw Error(std::string("c10d: ") + what + " did not finish within " +
-                std::to_string(timeout_.count()) + " ms");
+                std::to_string(limit.ms.count()) + " ms");
 }
 
 namespace {
@@ -101,12 +107,15 @@ constexpr std::int64_t kFirstRoundBytes = 2048;
 }  // namespace
 
 std::vector<std::vector<std::byte>> C10dWorld::gather_bytes(c10d::ProcessGroup& pg,
-                                                            std::span<const std::byte> mine) {
+                                                            std::span<const std::byte> mine,
+                                                            Limit limit) {
   // Each collective costs this machine a millisecond of thread hand-offs in ProcessGroupGloo
   // (measured in docs/results-python.md), and a job runs several between two steps: one round
   // carries each rank's size with its first bytes, and only a longer buffer needs a second.
   const int n = pg.getSize();
-  auto wait = [&](const c10::intrusive_ptr<c10d::Work>& w) { this->wait(w, "an all-gather"); };
+  auto wait = [&](const c10::intrusive_ptr<c10d::Work>& w) {
+    this->wait(w, "an all-gather", limit);
+  };
   const auto size = static_cast<std::int64_t>(mine.size());
   std::vector<at::Tensor> in{at::zeros({8 + kFirstRoundBytes}, at::kByte)};
   auto* slot = static_cast<std::byte*>(in[0].data_ptr());
@@ -146,8 +155,20 @@ std::vector<std::vector<std::byte>> C10dWorld::gather_bytes(c10d::ProcessGroup& 
 }
 
 std::vector<std::vector<std::byte>> C10dWorld::all_gather_bytes(std::span<const std::byte> mine) {
+  return gather_job(*coll_, dp_.get(), mine, step_limit());
+}
+
+std::vector<std::vector<std::byte>> C10dWorld::arrival_gather_bytes(std::span<const std::byte> mine,
+                                                                    std::int64_t within_ms) {
+  return gather_job(*arr_, arr_dp_.get(), mine, Limit{std::chrono::milliseconds(within_ms), true});
+}
+
+std::vector<std::vector<std::byte>> C10dWorld::gather_job(c10d::ProcessGroup& pipe,
+                                                          c10d::ProcessGroup* reps,
+                                                          std::span<const std::byte> mine,
+                                                          Limit limit) {
   // Over the pipeline, then the replicas: every rank's bytes, by job rank.
-  std::vector<std::vector<std::byte>> mine_all = gather_bytes(*coll_, mine);
+  std::vector<std::vector<std::byte>> mine_all = gather_bytes(pipe, mine, limit);
   std::vector<std::byte> packed;
   for (const auto& b : mine_all) {
     const std::uint64_t n = b.size();
@@ -156,7 +177,7 @@ std::vector<std::vector<std::byte>> C10dWorld::all_gather_bytes(std::span<const 
     packed.insert(packed.end(), b.begin(), b.end());
   }
   std::vector<std::vector<std::byte>> by_replica =
-      dp_ ? gather_bytes(*dp_, packed) : std::vector<std::vector<std::byte>>{packed};
+      reps ? gather_bytes(*reps, packed, limit) : std::vector<std::vector<std::byte>>{packed};
   std::vector<std::vector<std::byte>> flat;
   for (const auto& rep : by_replica)
     for (std::size_t at = 0; at < rep.size();) {
@@ -215,14 +236,14 @@ std::vector<std::vector<std::byte>> C10dWorld::exchange(std::span<const std::byt
 
 std::vector<std::vector<std::byte>> C10dWorld::gather_to_root(std::span<const std::byte> mine) {
   // Within the replica: its first stage gets its stages' bytes (all a step record needs).
-  auto all = gather_bytes(*coll_, mine);
+  auto all = gather_bytes(*coll_, mine, step_limit());
   if (rank() != 0) all.clear();
   return all;
 }
 
 std::vector<std::vector<std::byte>> C10dWorld::dp_all_gather(std::span<const std::byte> mine) {
   if (!dp_) return {std::vector<std::byte>(mine.begin(), mine.end())};
-  return gather_bytes(*dp_, mine);
+  return gather_bytes(*dp_, mine, step_limit());
 }
 
 void C10dWorld::abort(int code) {

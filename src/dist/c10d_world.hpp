@@ -25,6 +25,10 @@ struct C10dGroups {
   // torch's 30 minutes), the transport's receives, which stay posted between steps, on one
   // whose timeout outlasts any pause between steps.
   Group collectives;
+  // Over the same ranks as `collectives` and `replicas`, for the gathers where the processes
+  // meet after what each did alone between calls (arrival_gather_bytes), with the arrival's
+  // longer timeout (null: `collectives` and `replicas`).
+  Group arrivals, arrival_replicas;
 };
 
 class C10dWorld final : public Job {
@@ -39,12 +43,16 @@ class C10dWorld final : public Job {
   int endpoint() const override { return stage_; }
   Hosting hosting() override;
   std::vector<std::vector<std::byte>> all_gather_bytes(std::span<const std::byte> mine) override;
+  // Over the arrival groups, waiting `within_ms` (0: no limit; the groups' own timeouts must be
+  // as long, as Gloo ends a collective only at its group's timeout).
+  std::vector<std::vector<std::byte>> arrival_gather_bytes(std::span<const std::byte> mine,
+                                                           std::int64_t within_ms) override;
   // Unlike the Job contract with DP: rank 0 gets the bytes of its replica's stages only (all a
   // step record needs; the replicas' own stages are not gathered across).
   std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) override;
   std::vector<std::vector<std::byte>> dp_all_gather(std::span<const std::byte> mine) override;
   std::vector<std::vector<std::byte>> replica_all_gather(std::span<const std::byte> mine) override {
-    return gather_bytes(*coll_, mine);
+    return gather_bytes(*coll_, mine, step_limit());
   }
   // Sends and receives on the pipeline's collectives group, with tags above every transport
   // channel's (the group may be the transport's own).
@@ -55,15 +63,28 @@ class C10dWorld final : public Job {
   [[noreturn]] void abort(int code) override;
 
  private:
+  // How long a wait may take, and what the caller calls that limit (for the message).
+  struct Limit {
+    std::chrono::milliseconds ms;  // 0: none
+    bool arrival;                  // `arrival_timeout`, else `timeout`
+  };
+  Limit step_limit() const { return {timeout_, false}; }
   // Every rank's bytes of `pg`, by rank: one all-gather of each size with its first bytes, and
   // a second of padded buffers only when one is longer.
   std::vector<std::vector<std::byte>> gather_bytes(c10d::ProcessGroup& pg,
-                                                   std::span<const std::byte> mine);
+                                                   std::span<const std::byte> mine, Limit limit);
+  // Over the pipeline's group `pipe`, then the replicas' `reps` (null: one replica).
+  std::vector<std::vector<std::byte>> gather_job(c10d::ProcessGroup& pipe, c10d::ProcessGroup* reps,
+                                                 std::span<const std::byte> mine, Limit limit);
   void barrier();
-  void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what);
+  void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what, Limit limit);
+  void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what) {
+    wait(w, what, step_limit());
+  }
 
-  // pg_ carries the transport; coll_ and dp_ the collectives (C10dGroups).
-  c10::intrusive_ptr<c10d::ProcessGroup> pg_, coll_, dp_;
+  // pg_ carries the transport; coll_ and dp_ the collectives, arr_ and arr_dp_ the arrival
+  // gathers (C10dGroups).
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_, coll_, dp_, arr_, arr_dp_;
   std::chrono::milliseconds timeout_;
   int stage_ = 0, stages_ = 1, replica_ = 0, replicas_ = 1;
 };

@@ -63,6 +63,19 @@ class Job {
   std::vector<std::vector<double>> all_gather(std::span<const double> mine) {
     return values_of<double>(all_gather_bytes(std::as_bytes(mine)));
   }
+  // An all-gather where the processes meet after what each did alone between calls (the
+  // Python pipeline's calls: rank 0 evaluating or saving a checkpoint meanwhile): one may come
+  // up to `within_ms` later than the others (0: no limit), where all_gather_bytes allows a
+  // step's deadline. A job without deadlines of its own gathers as all_gather_bytes does.
+  virtual std::vector<std::vector<std::byte>> arrival_gather_bytes(std::span<const std::byte> mine,
+                                                                   std::int64_t within_ms) {
+    (void)within_ms;
+    return all_gather_bytes(mine);
+  }
+  std::vector<std::vector<double>> arrival_gather(std::span<const double> mine,
+                                                  std::int64_t within_ms) {
+    return values_of<double>(arrival_gather_bytes(std::as_bytes(mine), within_ms));
+  }
   // Rank 0 gets every rank's bytes, by job rank; the others get an empty list.
   virtual std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) = 0;
   // The same endpoint's bytes in every replica, by replica (for the data-parallel sum).

@@ -96,6 +96,7 @@ MpiWorld::~MpiWorld() {
 DeadlineGuard::Phase MpiWorld::deadline(const char* call, bool startup) {
   std::int64_t ms = opt_.timeout_ms;
   if (ms > 0 && startup) ms = std::max(ms, MpiWorldOptions::kMinStartupMs);
+  if (startup && opt_.arrival_ms >= 0) ms = opt_.arrival_ms > 0 ? std::max(ms, opt_.arrival_ms) : 0;
   std::string phase = call;
   if (const auto [extra, why] = allowance(); ms > 0 && !startup && extra > 0) {
     ms += extra;
@@ -104,11 +105,23 @@ DeadlineGuard::Phase MpiWorld::deadline(const char* call, bool startup) {
   return guard_.arm(phase, ms);
 }
 
+namespace {
+
+// The phase of an arrival gather, whose limit is the caller's own (arrival_gather_bytes).
+constexpr const char* kArrival = "MPI_Allgather (the processes coming to a call)";
+
+}  // namespace
+
 void MpiWorld::expired(const std::string& call, std::int64_t ms) {
+  // Start-up and shutdown take the arrival's limit where one was given (deadline()).
+  const bool at_ends = call.ends_with("(start-up)") || call.ends_with("(shutdown)");
+  const std::string limit =
+      call == kArrival || (at_ends && opt_.arrival_ms >= 0) ? "`arrival_timeout`" : opt_.limit_name;
   std::fprintf(stderr,
                "rrfp: error: mpi rank %d: %s did not finish within %s s: a process of the job "
-               "is stopped, gone or far behind (the limit is --timeout)\n",
-               rank_, call.c_str(), fmt("%g", static_cast<double>(ms) / 1000).c_str());
+               "is stopped, gone or far behind (the limit is %s)\n",
+               rank_, call.c_str(), fmt("%g", static_cast<double>(ms) / 1000).c_str(),
+               limit.c_str());
   std::fflush(stderr);
   // MPI_Abort ends every process of the job; before MPI is up or while it finalises it is not
   // safe, and exiting non-zero makes mpirun end the others.
@@ -241,6 +254,12 @@ std::vector<std::vector<std::byte>> gather_bytes_all(std::span<const std::byte> 
 
 std::vector<std::vector<std::byte>> MpiWorld::all_gather_bytes(std::span<const std::byte> mine) {
   auto d = deadline("MPI_Allgather (between steps)");
+  return gather_bytes_all(mine, MPI_COMM_WORLD);
+}
+
+std::vector<std::vector<std::byte>> MpiWorld::arrival_gather_bytes(std::span<const std::byte> mine,
+                                                                   std::int64_t within_ms) {
+  auto d = guard_.arm(kArrival, within_ms);
   return gather_bytes_all(mine, MPI_COMM_WORLD);
 }
 

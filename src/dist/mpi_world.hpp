@@ -26,6 +26,13 @@ struct MpiWorldOptions {
   // and shutdown get at least kMinStartupMs. 0 disables every deadline.
   std::int64_t timeout_ms = 120'000;
   static constexpr std::int64_t kMinStartupMs = 10'000;
+  // What the expiry's message calls the limit: the CLI's flag, the Python option.
+  std::string limit_name = "--timeout";
+  // The Python pipeline's `arrival_timeout` (-1: none): how much later than the others a
+  // process may come to start-up and to shutdown (0: no limit), as to its calls' gathers
+  // (arrival_gather_bytes): a process may prepare data before it builds its Pipeline, or
+  // evaluate after its last step.
+  std::int64_t arrival_ms = -1;
 };
 
 class MpiWorld final : public Job {
@@ -56,6 +63,8 @@ class MpiWorld final : public Job {
   // The collective of this process's tensor-parallel group.
   std::unique_ptr<TpCollective> make_tp_group(int stage);
   std::vector<std::vector<std::byte>> all_gather_bytes(std::span<const std::byte> mine) override;
+  std::vector<std::vector<std::byte>> arrival_gather_bytes(std::span<const std::byte> mine,
+                                                           std::int64_t within_ms) override;
   std::vector<std::vector<std::byte>> dp_all_gather(std::span<const std::byte> mine) override;
   std::vector<std::vector<std::byte>> replica_all_gather(std::span<const std::byte> mine) override;
   std::vector<std::vector<std::byte>> exchange(std::span<const std::byte> mine,

@@ -37,8 +37,10 @@ void bind_pipeline(pyb::module_& m) {
                             "the C++ half of rrfp.Pipeline (use rrfp.Pipeline instead)")
       .def(pyb::init([](int pp, int vpp, int microbatches, std::string placement,
                         std::string split_backward, std::string hint, std::string policy, int limit,
-                        int max_pending_w, std::string comm, double timeout, std::string transport,
-                        int dp, pyb::object group, pyb::object dp_group, pyb::object collectives) {
+                        int max_pending_w, std::string comm, double timeout, double arrival_timeout,
+                        std::string transport, int dp, pyb::object group, pyb::object dp_group,
+                        pyb::object collectives, pyb::object arrivals,
+                        pyb::object arrival_replicas) {
              CoreOptions o;
              o.pp = pp;
              o.vpp = vpp;
@@ -51,19 +53,25 @@ void bind_pipeline(pyb::module_& m) {
              o.max_pending_w = max_pending_w;
              o.comm = std::move(comm);
              o.timeout_s = timeout;
+             o.arrival_timeout_s = arrival_timeout;
              o.transport = std::move(transport);
              o.dp = dp;
              C10dGroups& g = o.groups;
              if (!group.is_none()) g.pipeline = to_group(group, "group");
              if (!dp_group.is_none()) g.replicas = to_group(dp_group, "dp_group");
              if (!collectives.is_none()) g.collectives = to_group(collectives, "collectives");
+             if (!arrivals.is_none()) g.arrivals = to_group(arrivals, "arrivals");
+             if (!arrival_replicas.is_none())
+               g.arrival_replicas = to_group(arrival_replicas, "arrival_replicas");
              return std::make_unique<PipelineCore>(o);
            }),
            pyb::kw_only(), pyb::arg("pp"), pyb::arg("vpp"), pyb::arg("microbatches"),
            pyb::arg("placement"), pyb::arg("split_backward"), pyb::arg("hint"), pyb::arg("policy"),
            pyb::arg("limit"), pyb::arg("max_pending_w"), pyb::arg("comm"), pyb::arg("timeout"),
-           pyb::arg("transport"), pyb::arg("dp") = 1, pyb::arg("group") = pyb::none(),
-           pyb::arg("dp_group") = pyb::none(), pyb::arg("collectives") = pyb::none())
+           pyb::arg("arrival_timeout"), pyb::arg("transport"), pyb::arg("dp") = 1,
+           pyb::arg("group") = pyb::none(), pyb::arg("dp_group") = pyb::none(),
+           pyb::arg("collectives") = pyb::none(), pyb::arg("arrivals") = pyb::none(),
+           pyb::arg("arrival_replicas") = pyb::none())
       .def_property_readonly("pp", [](const PipelineCore& c) { return c.model().pp(); })
       .def_property_readonly("vpp", [](const PipelineCore& c) { return c.model().vpp(); })
       .def_property_readonly("chunks", [](const PipelineCore& c) { return c.model().chunks(); })
@@ -80,7 +88,7 @@ void bind_pipeline(pyb::module_& m) {
       .def_property_readonly("replica", &PipelineCore::replica)
       .def("dp_sum", &PipelineCore::dp_sum, pyb::arg("parts"))
       .def("exchange", &PipelineCore::exchange, pyb::arg("mine"), pyb::arg("peers"))
-      .def("all_gather", &PipelineCore::all_gather, pyb::arg("mine"))
+      .def("all_gather", &PipelineCore::all_gather, pyb::arg("mine"), pyb::arg("arrival") = false)
       .def("all_gather_bytes", &PipelineCore::all_gather_bytes, pyb::arg("mine"))
       .def("replica_all_gather", &PipelineCore::replica_all_gather, pyb::arg("mine"))
       .def("dp_all_gather", &PipelineCore::dp_all_gather, pyb::arg("mine"))

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "dist/c10d_world.hpp"
 #include "python/py_program.hpp"
 #include "report/experiment.hpp"
@@ -44,7 +46,7 @@ Processes& processes() {
   return p;
 }
 
-Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms) {
+Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms, std::int64_t arrival_ms) {
 #ifdef RRFP_HAVE_MPI
   if (!launched_by_mpirun())
     throw InputError("`transport` mpi: start the script under mpirun (see docs/python.md)");
@@ -53,7 +55,8 @@ Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms) {
   if (p.shut) throw Error("rrfp: MPI has been shut down in this process");
   if (!p.world) {
     pybind11::gil_scoped_release nogil;  // MPI start-up waits for every process
-    p.world = std::make_unique<MpiWorld>(MpiWorldOptions{.timeout_ms = timeout_ms});
+    p.world = std::make_unique<MpiWorld>(MpiWorldOptions{
+        .timeout_ms = timeout_ms, .limit_name = "`timeout`", .arrival_ms = arrival_ms});
   }
   const JobLayout want{o.pp, 1, o.dp};
   if (!p.on_mpi.empty()) {
@@ -73,8 +76,18 @@ Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms) {
 #else
   (void)o;
   (void)timeout_ms;
+  (void)arrival_ms;
   throw InputError("`transport` mpi: this rrfp was built without Open MPI");
 #endif
+}
+
+// arrival_timeout_s in milliseconds, never shorter than a step's `timeout_ms` (0: none).
+std::int64_t arrival_ms_of(double seconds, std::int64_t timeout_ms) {
+  if (!(seconds >= 0 && seconds <= 86'400))
+    throw InputError("`arrival_timeout`: must be between 0 and 86400 seconds, got " +
+                     fmt_given(seconds));
+  if (seconds == 0) return 0;
+  return std::max(timeout_ms, std::max<std::int64_t>(1, std::llround(seconds * 1000)));
 }
 
 }  // namespace
@@ -100,12 +113,13 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   runtime_.arbiter.max_pending_w = o.max_pending_w;
   runtime_.comm = parse_comm(o.comm);
   runtime_.timeout_ms = timeout_ms_of(o.timeout_s);
+  arrival_ms_ = arrival_ms_of(o.arrival_timeout_s, runtime_.timeout_ms);
   validate(runtime_);
   resolve_options(runtime_.arbiter, *hint_, *model_);  // a bad limit fails here, not mid-step
   // A hint file whose order deadlocks the blocking rendezvous: refused here, where a step
   // stalled on it until the watchdog.
   refuse_blocking_deadlock(*model_, *hint_, runtime_.arbiter.policy, runtime_.comm);
-  if (tr == TransportKind::Mpi) job_ = mpi_job(o, runtime_.timeout_ms);
+  if (tr == TransportKind::Mpi) job_ = mpi_job(o, runtime_.timeout_ms, arrival_ms_);
   if (tr == TransportKind::C10d) {
     own_job_ = std::make_unique<C10dWorld>(
         o.groups, std::chrono::milliseconds(runtime_.timeout_ms ? runtime_.timeout_ms : 1'800'000));

@@ -29,6 +29,10 @@ struct CoreOptions {
   std::string hint = "bfw", policy = "ready", comm = "async";
   int limit = 0, max_pending_w = 0;
   double timeout_s = 120;
+  // How much later than the others a process may come to a call's gathers (all_gather with
+  // `arrival`), to MPI's start-up and to its shutdown: 0 never ends the wait. Never shorter than
+  // timeout_s.
+  double arrival_timeout_s = 1800;
   std::string transport = "inproc";  // inproc: every stage a thread here; mpi: one per process
   int dp = 1;                        // mpi: data-parallel replicas (mpirun -np pp * dp)
   // c10d: the torch.distributed ProcessGroups the stages talk over (one stage per rank;
@@ -64,7 +68,9 @@ class PipelineCore {
   int replica() const { return job_ ? job_->replica() : 0; }
   // Every process's `mine`, by job rank (just `mine` in one process): for what every rank must
   // learn from one, such as its replica's loss from the last stage. A collective.
-  std::vector<std::vector<double>> all_gather(const std::vector<double>& mine);
+  // `arrival`: where the processes meet after what each did alone between calls, waiting up to
+  // the options' arrival_timeout_s rather than a step's timeout_s.
+  std::vector<std::vector<double>> all_gather(const std::vector<double>& mine, bool arrival);
   // Every process's bytes (`mine`: a contiguous uint8 CPU tensor, of any length), by job rank,
   // as uint8 tensors ([mine] in one process): for what is not a few numbers, such as the
   // options each process was given. A collective over the job.
@@ -117,6 +123,7 @@ class PipelineCore {
   std::unique_ptr<WorkModel> model_;
   std::unique_ptr<Hint> hint_;
   RuntimeOptions runtime_;
+  std::int64_t arrival_ms_ = 0;   // arrival_timeout_s, at least runtime_.timeout_ms (0: none)
   Job* job_ = nullptr;            // the MPI world (owned by the process), the c10d job, or none
   std::unique_ptr<Job> own_job_;  // the c10d job
   // By local stage, held weakly as the programs hold them (PyStageProgram).

@@ -14,10 +14,11 @@
 namespace rrfp::py {
 namespace pyb = pybind11;
 
-std::vector<std::vector<double>> PipelineCore::all_gather(const std::vector<double>& mine) {
+std::vector<std::vector<double>> PipelineCore::all_gather(const std::vector<double>& mine,
+                                                          bool arrival) {
   if (!job_) return {mine};
   pyb::gil_scoped_release nogil;
-  return job_->all_gather(mine);
+  return arrival ? job_->arrival_gather(mine, arrival_ms_) : job_->all_gather(mine);
 }
 
 std::span<const std::byte> byte_span(const at::Tensor& t, const std::string& what) {

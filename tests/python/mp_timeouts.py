@@ -1,8 +1,12 @@
 """Under torchrun (2 processes, P=2), the pipeline's timeouts and Gloo's.
 
-First, pauses between steps longer than the pipeline's timeout (a script that evaluates or
-saves between steps): the steps go on, so no group whose waits outlast a step was made with
-the pipeline's timeout. (The pipeline's receives stay posted between steps, and Gloo fails a
+First, a process that comes to a step later than the pipeline's arrival_timeout: the other
+raises within it, naming it (late_to_a_call).
+
+Then pauses between steps longer than the pipeline's timeout (a script that evaluates or saves
+between steps), on both processes and on one alone: the steps go on, so no group whose waits
+outlast a step was made with the pipeline's timeout, and the processes wait for each other at a
+call up to arrival_timeout (one pausing alone used to fail the other's next step). (The pipeline's receives stay posted between steps, and Gloo fails a
 wait at its group's timeout and closes every connection of the group: a pause past torch's 30
 minutes failed every later step; test_c10d_groups.py checks that the messages' groups are made
 with a timeout outlasting any pause.)
@@ -26,6 +30,7 @@ import lm  # noqa: E402
 import rrfp  # noqa: E402
 
 TIMEOUT_S, PAUSE_S, STALL_S, STEPS = 2, 3, 5, 3
+ARRIVAL_S, LATE_S = 2, 5  # late_to_a_call's
 
 
 class Stalled(torch.nn.Module):
@@ -42,8 +47,29 @@ class Stalled(torch.nn.Module):
         return self.inner(x)
 
 
+def late_to_a_call(rank):
+    pipe = rrfp.Pipeline(lambda i: lm.chunks(2)[i], lm.loss_fn, pp=2, microbatches=2, timeout=1,
+                         arrival_timeout=ARRIVAL_S)
+    xs, ys = lm.batches(2, seed=0)
+    if rank == 1:
+        time.sleep(LATE_S)
+    start = time.monotonic()
+    try:
+        pipe.step(xs, ys)
+    except RuntimeError as e:
+        took = time.monotonic() - start
+        if rank == 0:
+            assert "came to the call later than `arrival_timeout`" in str(e), e
+            assert took < LATE_S - 1, f"rank 0 waited {took:.1f} s for rank 1"
+    else:
+        raise AssertionError(f"rank {rank}: a step went on with a process {LATE_S} s late")
+    print(f"rank {rank}: a process {LATE_S} s late to a step with arrival_timeout={ARRIVAL_S} "
+          "fails it", flush=True)
+
+
 def main():
     rank = int(os.environ["RANK"])
+    late_to_a_call(rank)
     stalled = {}
 
     def build(i):
@@ -58,6 +84,10 @@ def main():
         assert float(pipe.step(xs, ys)) > 0
         time.sleep(PAUSE_S)
     print(f"rank {rank}: {STEPS} steps with pauses of {PAUSE_S} s", flush=True)
+    if rank == 0:  # alone: the other waits for it at the step's first gather
+        time.sleep(PAUSE_S)
+    assert float(pipe.step(*lm.batches(2, seed=STEPS))) > 0
+    print(f"rank {rank}: a step after rank 0 paused {PAUSE_S} s alone", flush=True)
     if rank == 1:
         stalled["chunk"].armed = True
     failed = []

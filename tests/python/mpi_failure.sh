@@ -2,6 +2,7 @@
 # rrfp.Pipeline under mpirun when one process fails: a module that raises on rank 1 ends the
 # whole job at once (the uncaught exception calls MPI_Abort), long before the others' timeout,
 # with the StageError on stderr; mpirun exits non-zero and no python process is left behind.
+# Then a process later to a step than arrival_timeout ends the job at the others' deadline.
 # Usage: mpi_failure.sh TESTS_DIR PYTHON
 set -uo pipefail
 here=$1
@@ -58,3 +59,31 @@ sleep 1
 left=$(pgrep -f "$tmp/fails.py" || true)
 [ -z "$left" ] || { kill -9 $left; fail "processes left behind: $left"; }
 echo "a module raising on rank 1: mpirun exited $rc after $took s, no process left"
+
+# A process later to a step than arrival_timeout (rank 1 sleeps 8 s, the limit is 2 s): the
+# job ends at rank 0's deadline, the line naming the gather and the option.
+cat >"$tmp/late.py" <<'PY'
+import sys
+import time
+sys.path.insert(0, sys.argv[1])
+import conftest  # noqa: F401  (the package path)
+import lm
+import rrfp
+
+pipe = rrfp.Pipeline(lambda i: lm.chunks(2)[i], lm.loss_fn, pp=2, microbatches=2,
+                     transport="mpi", timeout=1, arrival_timeout=2)
+if pipe.rank == 1:
+    time.sleep(8)
+pipe.step(*lm.batches(2, seed=0))
+PY
+start=$SECONDS
+timeout 120 "$here/../mpirun.sh" 2 "$py" "$tmp/late.py" "$here" >"$tmp/log" 2>&1
+rc=$?
+took=$((SECONDS - start))
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "mpirun exited $rc"
+grep -q "mpi rank 0: MPI_Allgather (the processes coming to a call) did not finish within 2 s: .*(the limit is \`arrival_timeout\`)" "$tmp/log" ||
+  fail "no line naming the arrival's gather and arrival_timeout"
+sleep 1
+left=$(pgrep -f "$tmp/late.py" || true)
+[ -z "$left" ] || { kill -9 $left; fail "processes left behind: $left"; }
+echo "a process 8 s late to a step under arrival_timeout=2: mpirun exited $rc after $took s"

@@ -3,7 +3,9 @@ whose calls are recorded: the pipeline's messages on groups whose timeout outlas
 between steps (under torch's 30 minutes, Gloo closed every connection of the group when a
 receive posted between steps timed out, and every later step failed), the barrier and the
 gathers on groups with the pipeline's timeout (one left running after a failed step held the
-process's exit for torch's 30 minutes); a Gloo subgroup of the caller's taken as it is."""
+process's exit for torch's 30 minutes), the gathers where the processes meet at a call on groups
+with the arrival's timeout (a process pausing alone between steps longer than the pipeline's
+timeout failed the others' next step); a Gloo subgroup of the caller's taken as it is."""
 import datetime
 
 import pytest
@@ -40,35 +42,40 @@ def recorded(monkeypatch, world, rank, backend="gloo"):
 
 def test_one_replica_messages_outlast_pauses_and_collectives_take_the_timeout(monkeypatch):
     _, made = recorded(monkeypatch, 2, 1)
-    got = _launch.c10d_groups(None, 2, 1, 7.0)
-    assert made == [([0, 1], YEAR, "gloo"), ([0, 1], datetime.timedelta(seconds=7), "gloo")]
-    assert got == dict(group=0, collectives=1)
+    got = _launch.c10d_groups(None, 2, 1, 7.0, 60.0)
+    assert made == [([0, 1], YEAR, "gloo"), ([0, 1], datetime.timedelta(seconds=7), "gloo"),
+                    ([0, 1], datetime.timedelta(seconds=60), "gloo")]
+    assert got == dict(group=0, collectives=1, arrivals=2)
 
 
 def test_replicas_each_group_by_its_use(monkeypatch):
     _, made = recorded(monkeypatch, 4, 3)  # replica 1, stage 1
-    got = _launch.c10d_groups(None, 2, 2, 5.0)
-    five = datetime.timedelta(seconds=5)
+    got = _launch.c10d_groups(None, 2, 2, 5.0, 9.0)
+    five, nine = datetime.timedelta(seconds=5), datetime.timedelta(seconds=9)
     assert made == [([0, 1], YEAR, "gloo"), ([2, 3], YEAR, "gloo"),  # the pipelines' messages
                     ([0, 1], five, "gloo"), ([2, 3], five, "gloo"),  # their collectives
-                    ([0, 2], five, "gloo"), ([1, 3], five, "gloo")]  # the stages' replicas
-    assert got == dict(group=1, collectives=3, dp_group=5)
+                    ([0, 2], five, "gloo"), ([1, 3], five, "gloo"),  # the stages' replicas
+                    ([0, 1], nine, "gloo"), ([2, 3], nine, "gloo"),  # the arrivals: pipelines
+                    ([0, 2], nine, "gloo"), ([1, 3], nine, "gloo")]  # and replicas
+    assert got == dict(group=1, collectives=3, dp_group=5, arrivals=7, arrival_replicas=9)
 
 
 def test_a_default_group_of_another_backend_is_compared_over_the_messages_group(monkeypatch):
     _, made = recorded(monkeypatch, 2, 0, backend="nccl")
-    got = _launch.c10d_groups(None, 2, 1, 3.0)
-    assert made == [([0, 1], YEAR, "gloo"), ([0, 1], datetime.timedelta(seconds=3), "gloo")]
-    assert got == dict(group=0, collectives=1)
+    got = _launch.c10d_groups(None, 2, 1, 3.0, 3.0)
+    three = datetime.timedelta(seconds=3)
+    assert made == [([0, 1], YEAR, "gloo"), ([0, 1], three, "gloo"), ([0, 1], three, "gloo")]
+    assert got == dict(group=0, collectives=1, arrivals=2)
 
 
 def test_no_timeout_leaves_the_collectives_torchs_and_a_callers_subgroup_is_taken(monkeypatch):
     _, made = recorded(monkeypatch, 2, 0)
-    assert _launch.c10d_groups(None, 2, 1, 0.0) == dict(group=0, collectives=1)
+    assert _launch.c10d_groups(None, 2, 1, 0.0, 0.0) == dict(group=0, collectives=1, arrivals=2)
     assert made[1] == ([0, 1], None, "gloo")
+    assert made[2] == ([0, 1], YEAR, "gloo")  # no arrival limit: as long as the messages wait
     mine = object()  # a Gloo subgroup of the caller's: the processes outside it make no other
     made.clear()
-    assert _launch.c10d_groups(mine, 2, 1, 4.0) == dict(group=mine)
+    assert _launch.c10d_groups(mine, 2, 1, 4.0, 60.0) == dict(group=mine)
     assert made == []
 
 
@@ -79,6 +86,6 @@ def test_a_callers_subgroup_with_replicas_is_refused_not_a_hang(monkeypatch):
     monkeypatch.setattr(dist, "get_world_size", lambda g=None: 8 if g is None else 4)
     with pytest.raises(ValueError, match=r"group: with dp=2 the pipeline makes its replicas' "
                                          r"groups, .* this group holds 4 of 8"):
-        _launch.c10d_groups(object(), 2, 2, 5.0)
+        _launch.c10d_groups(object(), 2, 2, 5.0, 60.0)
     assert made == []
 

@@ -130,6 +130,8 @@ def test_wrong_outputs_are_stage_errors():
     # "cannot convert float NaN to integer", naming no argument).
     (dict(timeout=float("nan")), "timeout: must be between 0 and 86400 seconds, got nan"),
     (dict(timeout=float("inf"), transport="c10d"), "timeout: must be between 0 and 86400"),
+    (dict(arrival_timeout=-1), "arrival_timeout: must be between 0 and 86400 seconds, got -1"),
+    (dict(arrival_timeout=float("nan"), transport="c10d"), "arrival_timeout: must be between"),
     (dict(hint="bfw", split_backward="off"), "bfw: needs `split_backward` on"),
     (dict(transport="carrier-pigeon"), "transport"),
 ])
@@ -144,6 +146,7 @@ def test_bad_arguments_are_value_errors(kwargs, match):
 @pytest.mark.parametrize("kwargs,match", [
     (dict(delay_fn=3), "delay_fn must be callable or None, got int"),
     (dict(timeout="a"), "timeout: seconds as a number, got str"),
+    (dict(arrival_timeout=None), "arrival_timeout: seconds as a number, got NoneType"),
     (dict(loss_fn=None), "loss_fn must be callable"),
     (dict(microbatches=2.5), "microbatches: a whole number, got float 2.5"),
     (dict(pp=True), "pp: a whole number, got bool"),
@@ -348,7 +351,8 @@ def test_lazy_parameters_not_initialized_yet_are_refused():
 def test_a_process_group_that_never_forms_fails_within_the_timeout():
     # torch.distributed's environment of 2 processes, set by hand (no torchrun): the c10d
     # transport (each process ran the whole pipeline in threads), and the peer that never comes
-    # is reported within the pipeline's timeout (torch's default kept it waiting 30 minutes).
+    # is reported within the pipeline's arrival_timeout (torch's default kept it waiting 30
+    # minutes).
     import subprocess
     import sys
     port = ports.free_port()  # a port nothing listens on (a taken one fails otherwise)
@@ -357,12 +361,14 @@ def test_a_process_group_that_never_forms_fails_within_the_timeout():
                PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
     env.pop("TORCHELASTIC_RUN_ID", None)
     code = ("import rrfp, lm\n"
-            "rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, timeout=2)\n")
+            "rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, timeout=1,\n"
+            "              arrival_timeout=2)\n")
     # subprocess.run's timeout bounds a hang; the message shows the 2 s join timeout ended it.
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=120, cwd=os.path.dirname(os.path.abspath(__file__)))
     assert done.returncode != 0
-    assert "transport c10d: the 2 processes of the job did not all join within 2 s" in \
+    assert "transport c10d: the 2 processes of the job did not all join within 2 s " \
+        "(arrival_timeout)" in \
         done.stderr, done.stderr[-2000:]
 
 

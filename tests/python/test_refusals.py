@@ -162,14 +162,15 @@ def test_an_argument_of_the_wrong_type_is_a_type_error_naming_it(kwargs, match):
         rrfp.Pipeline(linears(), loss_fn, **args)
 
 
-@pytest.mark.parametrize("option", ["group", "dp_group"])
+@pytest.mark.parametrize("option", ["group", "dp_group", "collectives", "arrivals",
+                                    "arrival_replicas"])
 def test_the_cxx_half_names_a_group_it_cannot_take(option):
     # rrfp.Pipeline checks the type first; the C++ half checks again, because a torch
     # ProcessGroup that does not cast there means a build against another pybind11 ABI, and
     # anything else must not be reported as that.
     args = dict(pp=2, vpp=1, microbatches=2, placement="loop", split_backward="off", hint="1f1b",
                 policy="ready", limit=0, max_pending_w=0, comm="async", timeout=10.0,
-                transport="inproc")
+                arrival_timeout=10.0, transport="inproc")
     with pytest.raises(TypeError, match=f"^{option}: a torch.distributed ProcessGroup, got list$"):
         rrfp._rrfp.PipelineCore(**args, **{option: []})
 

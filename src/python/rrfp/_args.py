@@ -82,8 +82,14 @@ def path_or_name(name, value, takes):
     return value
 
 
-def check_arguments(*, loss_fn, delay_fn, timeout, counts, names, hint, transport, group,
-                    limit, max_pending_w, ordered_forwards):
+def arrival_after(timeout, arrival_timeout):
+    """The arrival's wait in seconds, as the core takes it: never shorter than a step's
+    `timeout`, 0 for none."""
+    return 0.0 if arrival_timeout == 0 else float(max(arrival_timeout, timeout))
+
+
+def check_arguments(*, loss_fn, delay_fn, timeout, arrival_timeout, counts, names, hint,
+                    transport, group, limit, max_pending_w, ordered_forwards):
     """Refuses what Pipeline cannot take (counts: {"pp": pp, ...}, whole numbers; names:
     {"placement": ..., ...}, as _NAMES). Returns the hint as the core takes it: a hint file
     given as a path object (pathlib.Path) becomes its str."""
@@ -91,11 +97,12 @@ def check_arguments(*, loss_fn, delay_fn, timeout, counts, names, hint, transpor
         raise TypeError("loss_fn must be callable")
     if delay_fn is not None and not callable(delay_fn):
         raise TypeError(f"delay_fn must be callable or None, got {type(delay_fn).__name__}")
-    if not is_number(timeout):
-        raise TypeError(f"timeout: seconds as a number, got {type(timeout).__name__}")
-    if not 0 <= timeout <= MAX_TIMEOUT_S:  # NaN too; before c10d's groups are made with it
-        raise ValueError(f"timeout: must be between 0 and {MAX_TIMEOUT_S} seconds, "
-                         f"got {timeout!r}")
+    for name, value in (("timeout", timeout), ("arrival_timeout", arrival_timeout)):
+        if not is_number(value):
+            raise TypeError(f"{name}: seconds as a number, got {type(value).__name__}")
+        if not 0 <= value <= MAX_TIMEOUT_S:  # NaN too; before c10d's groups are made with it
+            raise ValueError(f"{name}: must be between 0 and {MAX_TIMEOUT_S} seconds, "
+                             f"got {value!r}")
     for name, value in counts.items():
         if not is_whole(value):
             raise TypeError(f"{name}: a whole number, got {_kind(value)}")

@@ -22,7 +22,7 @@ def gather(core, call, values):
     RuntimeError on every process alike where they differ."""
     name, steps = call
     code = next(k for k, v in _CALLS.items() if v == name)
-    every = core.all_gather([code, float(steps)] + list(values))
+    every = core.all_gather([code, float(steps)] + list(values), arrival=True)
     if len({tuple(v[:2]) for v in every}) > 1:
         raise RuntimeError(mismatch(name, every))
     return [v[2:] for v in every]

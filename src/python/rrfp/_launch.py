@@ -193,24 +193,28 @@ def _compared(name, value):
     return repr(value), repr(value)
 
 
-def c10d_groups(group, pp, dp, timeout=0.0):
+def c10d_groups(group, pp, dp, timeout=0.0, arrival=0.0):
     """The PipelineCore's groups of this process (its keyword arguments): `group`, its
-    pipeline's, `collectives` beside it, and with dp > 1 `dp_group`, its stage's across the
-    replicas: Gloo groups over `group`'s ranks (default: the default group, made from torchrun's
-    environment, within `timeout` seconds, 0: torch's own 30 minutes), rank r of which is
-    replica r // pp, stage r % pp. Every process makes every subgroup, in the same order
-    (torch.distributed.new_group requires it).
+    pipeline's, `collectives` and `arrivals` beside it, and with dp > 1 `dp_group` and
+    `arrival_replicas`, its stage's across the replicas: Gloo groups over `group`'s ranks
+    (default: the default group, made from torchrun's environment, every process joining
+    within `arrival` seconds, 0: no limit), rank r of which is replica r // pp, stage r % pp.
+    Every process makes every subgroup, in the same order (torch.distributed.new_group
+    requires it).
 
     Gloo ends a wait only at its group's timeout, and closes every connection of the group then.
     The barrier, gathers and exchanges run on groups whose timeout is `timeout`: a collective
     left running after a failed step held the process's exit for torch's 30 minutes. The
+    gathers where the processes meet at a call (_calls.gather), after what each did alone
+    between calls, run on groups whose timeout is `arrival`: one pausing alone between steps
+    for longer than `timeout` failed the others' next step, and Gloo closed the groups. The
     pipeline's messages run on groups whose timeout outlasts any pause between steps
     (_messages_group): their receives stay posted between steps. A Gloo subgroup of the
     caller's is used for all as it is: the processes outside it would make no other."""
     import torch.distributed as dist
     if group is None:
         if not dist.is_initialized():
-            _init_default_group(dist, timeout)
+            _init_default_group(dist, arrival)
         group = dist.group.WORLD
     _refuse_subgroup_of_another_backend(dist, group)  # the subgroups below are Gloo's anyway
     if dist.get_backend(group) == "gloo":
@@ -228,8 +232,10 @@ def c10d_groups(group, pp, dp, timeout=0.0):
         # The default group gets groups of the pipeline's own over its ranks: the pipeline's
         # receives, posted between steps, took the caller's own point-to-point messages of the
         # default group (a dist.recv then waited for ever), and NCCL carries no host memory.
-        pipe = host if host is not None else _messages_group(dist, group_ranks(dist, group))
-        return dict(group=pipe, collectives=_bounded(dist, group_ranks(dist, group), timeout))
+        ranks = group_ranks(dist, group)
+        pipe = host if host is not None else _messages_group(dist, ranks)
+        return dict(group=pipe, collectives=_bounded(dist, ranks, timeout),
+                    arrivals=_arrivals(dist, ranks, arrival))
     world = dist.get_world_size(group)
     if world != pp * dp:
         raise ValueError(f"dp: {world} processes are not pp * dp = {pp} * {dp}")
@@ -244,9 +250,12 @@ def c10d_groups(group, pp, dp, timeout=0.0):
     pipes = [[ranks[r * pp + s] for s in range(pp)] for r in range(dp)]
     stages = [[ranks[r * pp + s] for r in range(dp)] for s in range(pp)]
     made = ([_messages_group(dist, g) for g in pipes], [_bounded(dist, g, timeout) for g in pipes],
-            [_bounded(dist, g, timeout) for g in stages])
+            [_bounded(dist, g, timeout) for g in stages],
+            [_arrivals(dist, g, arrival) for g in pipes],
+            [_arrivals(dist, g, arrival) for g in stages])
     return dict(group=made[0][me // pp], collectives=made[1][me // pp],
-                dp_group=made[2][me % pp])
+                dp_group=made[2][me % pp], arrivals=made[3][me // pp],
+                arrival_replicas=made[4][me % pp])
 
 
 # A year: longer than any pause between two steps of a job (an evaluation, a checkpoint's
@@ -277,6 +286,12 @@ def _bounded(dist, ranks, timeout):
                           backend="gloo")
 
 
+def _arrivals(dist, ranks, arrival):
+    """A Gloo group over `ranks` for the gathers where the processes meet at a call, whose
+    operations end within `arrival` seconds (0: no limit, as the messages' groups)."""
+    return _bounded(dist, ranks, arrival) if arrival > 0 else _messages_group(dist, ranks)
+
+
 def _agree_layout(dist, group, pp, dp):
     """Refuses, on every process of `group` alike, a pp or dp that differs between them (as
     agree_options words it), before the subgroups they lay out are made: each process makes
@@ -291,10 +306,9 @@ def _agree_layout(dist, group, pp, dp):
 
 def _init_default_group(dist, timeout):
     """The default group from torchrun's environment (RANK, WORLD_SIZE, ...), every process
-    joining within the pipeline's timeout (a process that never built its Pipeline kept the
-    others waiting torch's default of 30 minutes). Only the joining is bounded so: the group
-    stays the caller's, with torch's timeout (the pipeline runs on groups of its own,
-    c10d_groups)."""
+    joining within the pipeline's arrival_timeout (`timeout` here; 0: torch's own 30 minutes).
+    Only the joining is bounded so: the group stays the caller's, with torch's timeout (the
+    pipeline runs on groups of its own, c10d_groups)."""
     if timeout <= 0:
         dist.init_process_group("gloo")
         return
@@ -316,7 +330,8 @@ def _init_default_group(dist, timeout):
         if isinstance(e, TimeoutError) or "timeout" in said.lower() or "timed out" in said:
             raise RuntimeError(
                 f"transport c10d: the {world} processes of the job did not all join within "
-                f"{timeout:g} s (timeout): each must build its Pipeline; torch says: {said}") \
+                f"{timeout:g} s (arrival_timeout): each must build its Pipeline; torch says: "
+                f"{said}") \
                 from e
         raise RuntimeError(f"transport c10d: the process group could not form: {said}") from e
     store.set_timeout(datetime.timedelta(minutes=30))  # torch's default, for what follows

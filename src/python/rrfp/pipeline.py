@@ -8,7 +8,7 @@ import weakref
 import torch
 
 from . import _rrfp, _saving, checkpoint
-from ._args import check_arguments, chunk_builder, progress_after
+from ._args import arrival_after, check_arguments, chunk_builder, progress_after
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._graph import ModelTensors
@@ -62,6 +62,10 @@ class Pipeline:
         hint's own peak; with policy "fixed", whose list decides them, a ValueError).
     max_pending_w: split backward, the most W tasks a stage may defer (None: pp).
     timeout: seconds without progress before a step fails with TimeoutError (0: never).
+    arrival_timeout: with a process per stage, seconds a process waits for the others to come
+        to the same call (construction, step(), save(), ...): one may pause alone between calls
+        this long (rank 0 evaluating or saving). At least `timeout`; 0: no limit; the default
+        is torch.distributed's 30 minutes.
     transport: "inproc" (every stage a thread of this process), "mpi" (one stage per process
         of an `mpirun -np pp*dp python script.py` job) or "c10d" (one stage per rank of a
         torch.distributed group: `group`, or the default group, initialised with Gloo from
@@ -119,9 +123,9 @@ class Pipeline:
                  hint="bf", policy="ready", limit=None, max_pending_w=None,
                  split_backward="auto", comm="async", timeout=120.0, transport=None,
                  dp=1, group=None, delay_fn=None, progress="auto", device=None,
-                 ordered_forwards=None, seed=None, tied=None):
+                 ordered_forwards=None, seed=None, tied=None, arrival_timeout=1800.0):
         hint = check_arguments(
-            loss_fn=loss_fn, delay_fn=delay_fn, timeout=timeout,
+            loss_fn=loss_fn, delay_fn=delay_fn, timeout=timeout, arrival_timeout=arrival_timeout,
             counts=dict(pp=pp, vpp=vpp, microbatches=microbatches, dp=dp),
             names=dict(placement=placement, policy=policy, split_backward=split_backward,
                        comm=comm),
@@ -135,12 +139,13 @@ class Pipeline:
         if group is not None and transport != "c10d":  # it was taken and ignored
             raise ValueError(f"group: the processes of a c10d pipeline; transport={transport!r} "
                              "takes none (leave group out, or give transport='c10d')")
-        groups = c10d_groups(group, pp, dp, float(timeout)) if transport == "c10d" else {}
+        arrival = arrival_after(timeout, arrival_timeout)
+        groups = c10d_groups(group, pp, dp, float(timeout), arrival) if transport == "c10d" else {}
         self._core = _rrfp.PipelineCore(
             pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
             split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
             max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
-            transport=transport, dp=dp, **groups)
+            arrival_timeout=arrival, transport=transport, dp=dp, **groups)
         agree_options(self._core, dict(
             pp=pp, vpp=vpp, dp=dp, placement=placement, microbatches=microbatches, hint=hint,
             policy=policy, split_backward=split_backward, comm=comm, limit=limit,

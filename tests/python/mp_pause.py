@@ -1,0 +1,28 @@
+"""One process pausing alone between calls for longer than the pipeline's timeout (rank 0
+evaluating, logging or writing a checkpoint while the others go on to the next step): the others
+wait for it at the call's first gather, up to arrival_timeout, and training goes on. Under
+mpirun that pause ended the whole job (the gather's deadline was the timeout, and MPI_Abort);
+under torchrun it failed the others' next step, and Gloo closed the groups for good. Run by
+multiprocess_pipeline.py under mpirun and torchrun."""
+import time
+
+import lm
+import rrfp
+
+TIMEOUT_S, PAUSE_S = 2, 3.5
+
+
+def run(pp, dp, m, transport, rank):
+    pipe = rrfp.Pipeline(lambda i: lm.chunks(pp)[i], lm.loss_fn, pp=pp, microbatches=m,
+                         transport=transport, dp=dp, timeout=TIMEOUT_S)
+    xs, ys = lm.batches(m, seed=7)
+    first = pipe.step(xs, ys)
+    if rank == 0:
+        time.sleep(PAUSE_S)
+    again = pipe.step(xs, ys)
+    assert (first is None) == (again is None), rank
+    if rank == 0:  # and before an evaluation, whose first gather is a call's too
+        time.sleep(PAUSE_S)
+    pipe.eval_step(xs, ys)
+    print(f"rank {rank}: steps went on after rank 0 paused alone {PAUSE_S} s (timeout "
+          f"{TIMEOUT_S} s)", flush=True)
