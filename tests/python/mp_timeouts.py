@@ -30,7 +30,7 @@ import lm  # noqa: E402
 import rrfp  # noqa: E402
 
 TIMEOUT_S, PAUSE_S, STALL_S, STEPS = 2, 3, 5, 3
-ARRIVAL_S, LATE_S = 2, 5  # late_to_a_call's
+ARRIVAL_S, LATE_S = 1.5, 3.5  # late_to_a_call's
 
 
 class Stalled(torch.nn.Module):
