@@ -64,7 +64,7 @@ MpiWorld::MpiWorld(MpiWorldOptions o)
   choose_single_copy();
   int provided = 0;
   {
-    auto d = deadline("MPI_Init_thread (start-up)", true);
+    auto d = deadline("MPI_Init_thread (start-up)", Wait::kEnds);
     mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
   }
   if (provided < MPI_THREAD_MULTIPLE) {
@@ -83,40 +83,50 @@ MpiWorld::MpiWorld(MpiWorldOptions o)
 MpiWorld::~MpiWorld() {
   stop_if_asked("shutdown");
   {
-    auto d = deadline("MPI_Barrier (shutdown)", true);
+    auto d = deadline("MPI_Barrier (shutdown)", Wait::kEnds);
     MPI_Barrier(MPI_COMM_WORLD);
   }
   for (MPI_Comm* c : {&comms_->pipe, &comms_->tp, &comms_->dp})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   live_ = false;
-  auto d = deadline("MPI_Finalize (shutdown)", true);
+  auto d = deadline("MPI_Finalize (shutdown)", Wait::kEnds);
   MPI_Finalize();
-}
-
-DeadlineGuard::Phase MpiWorld::deadline(const char* call, bool startup) {
-  std::int64_t ms = opt_.timeout_ms;
-  if (ms > 0 && startup) ms = std::max(ms, MpiWorldOptions::kMinStartupMs);
-  if (startup && opt_.arrival_ms >= 0) ms = opt_.arrival_ms > 0 ? std::max(ms, opt_.arrival_ms) : 0;
-  std::string phase = call;
-  if (const auto [extra, why] = allowance(); ms > 0 && !startup && extra > 0) {
-    ms += extra;
-    phase += ", " + why;
-  }
-  return guard_.arm(phase, ms);
 }
 
 namespace {
 
-// The phase of an arrival gather, whose limit is the caller's own (arrival_gather_bytes).
-constexpr const char* kArrival = "MPI_Allgather (the processes coming to a call)";
+// Between the call and its limit's name in an armed phase: the guard keeps one string.
+constexpr char kLimitSep = '\x1f';
+constexpr const char* kArrivalName = "`arrival_timeout`";
 
 }  // namespace
 
-void MpiWorld::expired(const std::string& call, std::int64_t ms) {
-  // Start-up and shutdown take the arrival's limit where one was given (deadline()).
-  const bool at_ends = call.ends_with("(start-up)") || call.ends_with("(shutdown)");
-  const std::string limit =
-      call == kArrival || (at_ends && opt_.arrival_ms >= 0) ? "`arrival_timeout`" : opt_.limit_name;
+DeadlineGuard::Phase MpiWorld::deadline(const char* call, Wait wait, std::int64_t arrival_ms) {
+  std::int64_t ms = opt_.timeout_ms;
+  std::string phase = call, limit = opt_.limit_name;
+  if (wait == Wait::kArrival) {
+    ms = arrival_ms;
+    limit = kArrivalName;
+  } else if (wait == Wait::kEnds) {
+    if (opt_.arrival_ms >= 0) {  // the Python pipeline's: a process may come this late
+      ms = opt_.arrival_ms;
+      limit = kArrivalName;
+    }
+    if (ms > 0 && ms < MpiWorldOptions::kMinStartupMs) {
+      ms = MpiWorldOptions::kMinStartupMs;
+      limit += ", at least 10 s here";
+    }
+  } else if (const auto [extra, why] = allowance(); ms > 0 && extra > 0) {
+    ms += extra;
+    phase += ", " + why;
+  }
+  return guard_.arm(phase + kLimitSep + limit, ms);
+}
+
+void MpiWorld::expired(const std::string& phase, std::int64_t ms) {
+  const std::size_t sep = phase.rfind(kLimitSep);
+  const std::string call = phase.substr(0, sep);
+  const std::string limit = sep == std::string::npos ? "" : phase.substr(sep + 1);
   std::fprintf(stderr,
                "rrfp: error: mpi rank %d: %s did not finish within %s s: a process of the job "
                "is stopped, gone or far behind (the limit is %s)\n",
@@ -132,7 +142,9 @@ void MpiWorld::expired(const std::string& call, std::int64_t ms) {
 void MpiWorld::set_layout(const JobLayout& l) {
   validate(l, size_, "mpirun -np " + std::to_string(size_));
   layout_ = l;
-  auto d = deadline("MPI_Comm_split");
+  // Where the processes meet for a pipeline of a new layout (the first, or one after the
+  // others were deleted): a process may come as late as to start-up.
+  auto d = deadline("MPI_Comm_split", Wait::kEnds);
   for (MPI_Comm* c : {&comms_->pipe, &comms_->tp, &comms_->dp})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   mpi_check(MPI_Comm_split(MPI_COMM_WORLD, replica(), endpoint(), &comms_->pipe), "MPI_Comm_split");
@@ -259,7 +271,7 @@ std::vector<std::vector<std::byte>> MpiWorld::all_gather_bytes(std::span<const s
 
 std::vector<std::vector<std::byte>> MpiWorld::arrival_gather_bytes(std::span<const std::byte> mine,
                                                                    std::int64_t within_ms) {
-  auto d = guard_.arm(kArrival, within_ms);
+  auto d = deadline("MPI_Allgather (the processes coming to a call)", Wait::kArrival, within_ms);
   return gather_bytes_all(mine, MPI_COMM_WORLD);
 }
 

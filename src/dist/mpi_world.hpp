@@ -29,9 +29,9 @@ struct MpiWorldOptions {
   // What the expiry's message calls the limit: the CLI's flag, the Python option.
   std::string limit_name = "--timeout";
   // The Python pipeline's `arrival_timeout` (-1: none): how much later than the others a
-  // process may come to start-up and to shutdown (0: no limit), as to its calls' gathers
-  // (arrival_gather_bytes): a process may prepare data before it builds its Pipeline, or
-  // evaluate after its last step.
+  // process may come to start-up, to a new layout's splits and to shutdown (0: no limit; at
+  // least kMinStartupMs), as to its calls' gathers (arrival_gather_bytes): a process may
+  // prepare data before it builds its Pipeline, or evaluate after its last step.
   std::int64_t arrival_ms = -1;
 };
 
@@ -77,9 +77,16 @@ class MpiWorld final : public Job {
 
  private:
   struct Comms;
-  // Arms the guard for a call that waits for other processes; `startup` for init and shutdown.
-  DeadlineGuard::Phase deadline(const char* call, bool startup = false);
-  [[noreturn]] void expired(const std::string& call, std::int64_t ms);
+  // What a wait for the other processes is: one of a step or between steps (timeout_ms, with
+  // any allowance); one where the processes meet at start-up, at a new layout's splits or at
+  // shutdown (at least kMinStartupMs; arrival_ms where given); or a Python call's arrival
+  // gather (its own limit).
+  enum class Wait { kStep, kEnds, kArrival };
+  // Arms the guard for `call`; `arrival_ms` is the limit of a kArrival wait.
+  DeadlineGuard::Phase deadline(const char* call, Wait wait = Wait::kStep,
+                                std::int64_t arrival_ms = 0);
+  // `phase`: the call and the name of its limit, as deadline() armed them.
+  [[noreturn]] void expired(const std::string& phase, std::int64_t ms);
 
   MpiWorldOptions opt_;
   int rank_ = 0, size_ = 1;

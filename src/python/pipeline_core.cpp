@@ -81,13 +81,12 @@ Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms, std::int64_t arrival
 #endif
 }
 
-// arrival_timeout_s in milliseconds, never shorter than a step's `timeout_ms` (0: none).
-std::int64_t arrival_ms_of(double seconds, std::int64_t timeout_ms) {
+// arrival_timeout_s in milliseconds (0: none), as timeout_ms_of converts a step's.
+std::int64_t arrival_ms_of(double seconds) {
   if (!(seconds >= 0 && seconds <= 86'400))
     throw InputError("`arrival_timeout`: must be between 0 and 86400 seconds, got " +
                      fmt_given(seconds));
-  if (seconds == 0) return 0;
-  return std::max(timeout_ms, std::max<std::int64_t>(1, std::llround(seconds * 1000)));
+  return seconds > 0 ? std::max<std::int64_t>(1, std::llround(seconds * 1000)) : 0;
 }
 
 }  // namespace
@@ -113,7 +112,7 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   runtime_.arbiter.max_pending_w = o.max_pending_w;
   runtime_.comm = parse_comm(o.comm);
   runtime_.timeout_ms = timeout_ms_of(o.timeout_s);
-  arrival_ms_ = arrival_ms_of(o.arrival_timeout_s, runtime_.timeout_ms);
+  arrival_ms_ = arrival_ms_of(o.arrival_timeout_s);
   validate(runtime_);
   resolve_options(runtime_.arbiter, *hint_, *model_);  // a bad limit fails here, not mid-step
   // A hint file whose order deadlocks the blocking rendezvous: refused here, where a step

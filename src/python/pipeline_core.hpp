@@ -30,8 +30,8 @@ struct CoreOptions {
   int limit = 0, max_pending_w = 0;
   double timeout_s = 120;
   // How much later than the others a process may come to a call's gathers (all_gather with
-  // `arrival`), to MPI's start-up and to its shutdown: 0 never ends the wait. Never shorter than
-  // timeout_s.
+  // `arrival`), to MPI's start-up, a new layout's splits and its shutdown: 0 never ends the
+  // wait. rrfp.Pipeline makes it at least timeout_s (0 with it).
   double arrival_timeout_s = 1800;
   std::string transport = "inproc";  // inproc: every stage a thread here; mpi: one per process
   int dp = 1;                        // mpi: data-parallel replicas (mpirun -np pp * dp)
@@ -123,7 +123,7 @@ class PipelineCore {
   std::unique_ptr<WorkModel> model_;
   std::unique_ptr<Hint> hint_;
   RuntimeOptions runtime_;
-  std::int64_t arrival_ms_ = 0;   // arrival_timeout_s, at least runtime_.timeout_ms (0: none)
+  std::int64_t arrival_ms_ = 0;   // arrival_timeout_s (0: none)
   Job* job_ = nullptr;            // the MPI world (owned by the process), the c10d job, or none
   std::unique_ptr<Job> own_job_;  // the c10d job
   // By local stage, held weakly as the programs hold them (PyStageProgram).

@@ -89,3 +89,11 @@ def test_a_callers_subgroup_with_replicas_is_refused_not_a_hang(monkeypatch):
         _launch.c10d_groups(object(), 2, 2, 5.0, 60.0)
     assert made == []
 
+
+
+def test_the_arrivals_wait_is_at_least_the_timeout_and_none_where_either_is_zero():
+    from rrfp._args import arrival_after
+    assert arrival_after(120.0, 1800.0) == 1800.0
+    assert arrival_after(120.0, 10.0) == 120.0  # a call's gather never waits less than a step
+    assert arrival_after(120.0, 0) == 0.0
+    assert arrival_after(0, 1800.0) == 0.0  # timeout 0 turns every deadline off, as before

@@ -84,8 +84,10 @@ def path_or_name(name, value, takes):
 
 def arrival_after(timeout, arrival_timeout):
     """The arrival's wait in seconds, as the core takes it: never shorter than a step's
-    `timeout`, 0 for none."""
-    return 0.0 if arrival_timeout == 0 else float(max(arrival_timeout, timeout))
+    `timeout`, 0 for none (as for a `timeout` of 0, never)."""
+    if arrival_timeout == 0 or timeout == 0:
+        return 0.0
+    return float(max(arrival_timeout, timeout))
 
 
 def check_arguments(*, loss_fn, delay_fn, timeout, arrival_timeout, counts, names, hint,

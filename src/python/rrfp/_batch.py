@@ -5,7 +5,7 @@ import zlib
 
 import torch
 
-from ._calls import gather
+from ._calls import call_of, gather
 from ._tree import tensors_in
 
 
@@ -174,7 +174,7 @@ def take_batch(pipe, inputs, targets, m, training):
 def gather_call(pipe, call, values):
     """Every process's `values` (by job rank) in one all-gather over the job, once every process
     is found making the same `call` after as many steps (_calls.gather)."""
-    return gather(pipe._core, (call, pipe._step), values)
+    return gather(pipe._core, call_of(pipe, call), values)
 
 
 def check_before_step(pipe, found, layout, training, refusal=None):

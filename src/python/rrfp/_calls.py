@@ -16,10 +16,17 @@ _CALLS = {1.0: "step()", 2.0: "eval_step()", 3.0: "clip_grad_norm_()", 4.0: "sav
 BUILDING = ("Pipeline()", 0)
 
 
+def call_of(pipe, name):
+    """The tag of a gather of `name` made by `pipe` (a Pipeline): with the steps it made."""
+    return (name, pipe._step)
+
+
 def gather(core, call, values):
     """Every process's `values` (by job rank) from the job's all-gather of doubles, once every
-    process is found making the same `call` ((one of _CALLS, steps made before it)). Raises
-    RuntimeError on every process alike where they differ."""
+    process is found making the same `call` (a name of _CALLS, the steps made before it): an
+    arrival gather (Job::arrival_gather_bytes), where a process may come up to the pipeline's
+    arrival_timeout after the others. Raises RuntimeError on every process alike where the
+    calls differ."""
     name, steps = call
     code = next(k for k, v in _CALLS.items() if v == name)
     every = core.all_gather([code, float(steps)] + list(values), arrival=True)
@@ -35,7 +42,8 @@ def mismatch(name, every):
         f"job rank {r} in {_CALLS[v[0]]} after {int(v[1])} steps"
         if len(v) >= 2 and v[0] in _CALLS else f"job rank {r} in another collective"
         for r, v in enumerate(every))
-    return (f"{name}: the processes of the job are not making the same call ({where}); every "
+    return (f"{name}: the processes of the job are not making the same call ({where}; steps "
+            "count step() and eval_step() calls); every "
             "process must make the pipeline's calls (step(), eval_step(), clip_grad_norm_(), "
             "save(), load(), and its GradScaler's unscale_() or step(), and update()) alike and "
             "in the same order (one that skipped or added a call has its collectives paired with "

@@ -8,7 +8,7 @@ import os
 import torch
 
 from . import _rrfp
-from ._calls import BUILDING, gather
+from ._calls import gather
 
 # The dtypes whose every value a double holds exactly: a loss or a norm sent between processes
 # as a double (the job's all-gather carries doubles) with its dtype's index here comes back bit
@@ -105,7 +105,7 @@ def launched_transport(pp, dp, group):
     return "inproc"
 
 
-def agreed(core, fn, message, call=BUILDING):
+def agreed(core, fn, message, call):
     """fn()'s result. With a process per stage, what fn raises on one process is told to every
     other, which raises RuntimeError(message, with {bad} the failed processes' ranks): the
     others would otherwise go on into the next collective and wait there until their
@@ -113,7 +113,7 @@ def agreed(core, fn, message, call=BUILDING):
     return agreed_values(core, fn, message, lambda out: 0.0, call)[0]
 
 
-def agreed_any(core, fn, message, call=BUILDING):
+def agreed_any(core, fn, message, call):
     """Whether fn() returned something true on any process of the job (core None: this
     process alone), failures told to every process as agreed() tells them, in the same
     gather."""
@@ -121,7 +121,7 @@ def agreed_any(core, fn, message, call=BUILDING):
     return any(v > 0 for v in every)
 
 
-def agreed_values(core, fn, message, value, call=BUILDING):
+def agreed_values(core, fn, message, value, call):
     """(fn()'s result, every process's value(result)), a failure counting as -1 and raised on
     every process (agreed). Processes making different calls raise that instead, on every
     process alike, this one's own failure chained."""
@@ -198,7 +198,8 @@ def c10d_groups(group, pp, dp, timeout=0.0, arrival=0.0):
     pipeline's, `collectives` and `arrivals` beside it, and with dp > 1 `dp_group` and
     `arrival_replicas`, its stage's across the replicas: Gloo groups over `group`'s ranks
     (default: the default group, made from torchrun's environment, every process joining
-    within `arrival` seconds, 0: no limit), rank r of which is replica r // pp, stage r % pp.
+    within `arrival` seconds, 0: torch's 30 minutes), rank r of which is replica r // pp,
+    stage r % pp.
     Every process makes every subgroup, in the same order (torch.distributed.new_group
     requires it).
 

@@ -6,6 +6,7 @@ import weakref
 
 import torch
 
+from ._calls import BUILDING
 from ._launch import agreed_any
 
 
@@ -153,7 +154,7 @@ def decide_order(ordered_forwards, chunks, core, loss_fn=None):
     it left the others waiting in it until their timeout, naming nobody."""
     found = agreed_any(core, lambda: bool(_found_state(ordered_forwards, chunks, loss_fn)),
                        "Pipeline: process(es) {bad} refused their chunks' stateful modules; "
-                       "their own errors say why")
+                       "their own errors say why", BUILDING)
     if ordered_forwards is None:
         ordered_forwards = found
     if ordered_forwards:

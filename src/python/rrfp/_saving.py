@@ -9,7 +9,7 @@ import warnings
 
 from . import _extras, checkpoint, scaler
 from ._args import is_whole
-from ._calls import gather
+from ._calls import call_of, gather
 from ._launch import agreed_values, agreed
 from ._ties import one_value_per_tie
 
@@ -74,7 +74,7 @@ def save(pipe, path, optimizer, extra):
     try:
         # Every part is in place once this returns (its gather follows every write).
         agreed(pipe._core, write, f"save: process(es) {{bad}} could not write their part "
-               f"of '{where}'; its previous checkpoint is kept", _call(pipe, "save()"))
+               f"of '{where}'; its previous checkpoint is kept", call_of(pipe, "save()"))
         _refuse_unshared(pipe, path, token)
     except BaseException:
         if writes:
@@ -91,7 +91,7 @@ def save(pipe, path, optimizer, extra):
                 raise
     try:  # the commit, told to every process: none returns before the manifest is there
         agreed(pipe._core, commit, _NO_MANIFEST + f" '{where}'; its previous checkpoint is "
-               "kept", _call(pipe, "save()"))
+               "kept", call_of(pipe, "save()"))
     except BaseException as e:
         # Known unwritten (rank 0's own failure, told to the others): this save's parts go.
         # A process lost in the gather may be lost after rank 0 wrote it: they stay, as the
@@ -111,7 +111,8 @@ def _save_token(pipe, check):
         check()
         return checkpoint.new_token() if pipe.rank == 0 else 0
     _, every = agreed_values(pipe._core, mine, "save: process(es) {bad} refused their "
-                            "arguments; their own errors say why", float, _call(pipe, "save()"))
+                            "arguments; their own errors say why", float,
+                            call_of(pipe, "save()"))
     return int(every[0])  # 48 bits: exact as a float
 
 
@@ -128,7 +129,7 @@ def _refuse_unshared(pipe, path, token):
             time.sleep(0.1)
             missing = checkpoint.missing_parts(path, token, parts)
     if pipe._core.world > 1:  # rank 0's list, to every process
-        missing = [int(r) for r in gather(pipe._core, _call(pipe, "save()"),
+        missing = [int(r) for r in gather(pipe._core, call_of(pipe, "save()"),
                                           [float(r) for r in missing])[0]]
     if missing:
         names = checkpoint.some_of(checkpoint.part_name(r, token) for r in missing)
@@ -146,7 +147,7 @@ def load(pipe, path, optimizer):
     pipe._refresh_ties()
     plan = agreed(pipe._core, lambda: _prepare(pipe, path, optimizer),
                   "load: process(es) {bad} could not load the checkpoint; their own errors "
-                  "say why; nothing was loaded on any process", _call(pipe, "load()"))
+                  "say why; nothing was loaded on any process", call_of(pipe, "load()"))
     previous = _apply_optimizer(pipe, optimizer, plan["optimizer"])
     refused_here = []
 
@@ -159,7 +160,7 @@ def load(pipe, path, optimizer):
     try:
         agreed(pipe._core, apply_rest,
                "load: process(es) {bad} failed to apply a checkpoint they had checked; their "
-               "own errors say why; load it again", _call(pipe, "load()"))
+               "own errors say why; load it again", call_of(pipe, "load()"))
     except BaseException:
         # Where this process's own chunks refused (apply_model_state put them back), its
         # optimizer goes back too; a process whose chunks loaded keeps both new.
@@ -237,7 +238,7 @@ def _apply_optimizer(pipe, optimizer, state):
             optimizer.load_state_dict(state)
     try:
         agreed(pipe._core, here, "load: process(es) {bad} could not load their optimizer's "
-               "state; nothing was loaded on any process", _call(pipe, "load()"))
+               "state; nothing was loaded on any process", call_of(pipe, "load()"))
     except BaseException:
         if previous is not None:
             optimizer.state, optimizer.param_groups = previous
@@ -267,8 +268,3 @@ def loaded_scaler_state(pipe):
 def forget_scaler_state(pipe):
     if hasattr(pipe, _LOADED_SCALER):
         delattr(pipe, _LOADED_SCALER)
-
-
-def _call(pipe, name):
-    """The tag of a gather of `name` (_calls.gather)."""
-    return (name, pipe._step)

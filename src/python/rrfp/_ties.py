@@ -95,11 +95,12 @@ class Ties:
         local = []  # (group, holder, parameter): this process's holders
         agreed(core, lambda: _resolve(groups, chunks, local),
                "tied: process(es) {bad} could not find their parameters of a tie; their own "
-               "errors say why")
+               "errors say why", BUILDING)
         # Every stage's holders, their shapes and dtypes: which stages hold which tie.
         every = self._gather([(g, h, (tuple(p.shape), str(p.dtype))) for g, h, p in local])
         keep = agreed(core, lambda: _kept(groups, every),
-                      "tied: the copies of a tie differ in another replica; its processes say how")
+                      "tied: the copies of a tie differ in another replica; its processes say how",
+                      BUILDING)
         self.groups = [groups[gi] for gi in keep]
         self.local = [(keep.index(g), h, p) for g, h, p in local if g in keep]
         stages = {}  # tie -> the stages holding it
@@ -364,7 +365,7 @@ def make_ties(tied, chunk_list, chunks, core):
     """The pipeline's Ties, or None where no tie needs more than GradSums (none declared and,
     with a process per stage, none across processes)."""
     groups = agreed(core, lambda: _groups(tied, chunk_list, core),
-                    "tied: process(es) {bad} refused the ties; their own errors say why")
+                    "tied: process(es) {bad} refused the ties; their own errors say why", BUILDING)
     if core.world > 1:
         crc = float(zlib.crc32(repr(groups).encode()))
         if len({v[0] for v in gather(core, BUILDING, [crc])}) > 1:

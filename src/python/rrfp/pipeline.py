@@ -9,6 +9,7 @@ import torch
 
 from . import _rrfp, _saving, checkpoint
 from ._args import arrival_after, check_arguments, chunk_builder, progress_after
+from ._calls import BUILDING, gather
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._graph import ModelTensors
@@ -146,6 +147,9 @@ class Pipeline:
             split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
             max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
             arrival_timeout=arrival, transport=transport, dp=dp, **groups)
+        # Where the processes meet: one may build its Pipeline up to arrival_timeout late (a
+        # second pipeline of a layout alive under mpirun meets nowhere before).
+        gather(self._core, BUILDING, [])
         agree_options(self._core, dict(
             pp=pp, vpp=vpp, dp=dp, placement=placement, microbatches=microbatches, hint=hint,
             policy=policy, split_backward=split_backward, comm=comm, limit=limit,
@@ -167,12 +171,12 @@ class Pipeline:
             self._data.model = dict(enumerate(chunks))
         agreed(self._core, lambda: self._build_stages(build, place),
                "chunks: process(es) {bad} could not build their chunks; their own errors say "
-               "why")
+               "why", BUILDING)
         self._ties = make_ties(tied, chunks, self.chunks, self._core)
         if dp > 1:  # replicas start from the first one's parameters and buffers, as under DDP
             agreed(self._core, lambda: from_first_replica(self._core, self.chunks, True),
                    "chunks: process(es) {bad} could not take replica 0's parameters and "
-                   "buffers; their own errors say why")
+                   "buffers; their own errors say why", BUILDING)
         decide_order(ordered_forwards, self.chunks, self._core, loss_fn)
         self._ordered_arg = ordered_forwards  # check_state_kept's, each step
         if seeding is not None:

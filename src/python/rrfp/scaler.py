@@ -23,6 +23,7 @@ import warnings
 
 import torch
 
+from ._calls import call_of
 from ._launch import agreed_any
 from ._scaler_state import MIN_SCALE, as_float32 as _as_float32, checked_state, \
     interval as _interval, positive as _positive
@@ -215,8 +216,8 @@ class GradScaler:
         return self._pipe._core if self._pipe is not None else None
 
     def _call(self, name):
-        """The tag of a gather of `name` (_calls.gather): with the pipeline's steps."""
-        return (name, self._pipe._step if self._pipe is not None else 0)
+        """The tag of a gather of `name` (_calls.gather); without a pipeline none is made."""
+        return call_of(self._pipe, name) if self._pipe is not None else None
 
     def _state(self, optimizer):
         return self._optimizers.setdefault(id(optimizer), [_READY, False])
