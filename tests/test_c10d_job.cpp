@@ -61,7 +61,7 @@ std::vector<std::byte> bytes(std::size_t n) {
 
 C10dGroups recording(std::vector<std::string>& log, bool collectives) {
   auto g = [&](const char* name) { return c10::make_intrusive<RecordingGroup>(name, log); };
-  C10dGroups out{g("pipeline"), g("replicas"), {}};
+  C10dGroups out{g("pipeline"), g("replicas"), {}, {}, {}};
   if (collectives) out.collectives = g("collectives");
   return out;
 }
@@ -88,7 +88,9 @@ TEST(C10dJobGroups, AnExchangeAmongStagesRunsOnTheCollectivesGroup) {
   std::vector<std::string> log;
   C10dGroups g{c10::make_intrusive<RecordingGroup>("pipeline", log, 2),
                {},
-               c10::make_intrusive<RecordingGroup>("collectives", log, 2)};
+               c10::make_intrusive<RecordingGroup>("collectives", log, 2),
+               {},
+               {}};
   C10dWorld job(g, std::chrono::seconds(5));
   const std::vector<int> both = {0, 1};
   EXPECT_EQ(job.exchange(bytes(6), both), (std::vector<std::vector<std::byte>>{bytes(6), {}}));

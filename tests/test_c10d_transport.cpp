@@ -80,7 +80,7 @@ TEST(C10dJob, ExchangeAmongSomeStagesBesideATransport) {
   std::vector<std::thread> th;
   for (int r = 0; r < 4; ++r)
     th.emplace_back([&, r] {
-      C10dWorld job({groups[r], {}, {}}, std::chrono::seconds(30));
+      C10dWorld job({groups[r], {}, {}, {}, {}}, std::chrono::seconds(30));
       C10dTransport transport(groups[r]);
       transport.set_receiver([&](Message&& m) {
         std::lock_guard lk(mu);
@@ -178,7 +178,8 @@ std::string send_error(Transport& t, const MessageTag& tag, Payload p = Payload:
 TEST(C10dTransportFailure, AGlooSendFailureNamesThisStageThePeerAndTheMessage) {
   const std::string tail =
       " failed (Gloo's send; the peer exited or stopped answering?): " + std::string(kGlooReset);
-  C10dWorld job({c10::make_intrusive<PeerGoneGroup>(false), {}, {}}, std::chrono::seconds(30));
+  C10dWorld job({c10::make_intrusive<PeerGoneGroup>(false), {}, {}, {}, {}},
+                std::chrono::seconds(30));
   Hosting h = job.hosting();
   EXPECT_EQ(send_error(*h.transports[0], MessageTag{3, TaskId{Kind::F, 0, 2}}),
             "c10d transport: stage 0 (c10d rank 0): sending step 3 F c0 m2 to stage 1 (c10d "

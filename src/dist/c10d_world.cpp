@@ -17,6 +17,7 @@ C10dWorld::C10dWorld(C10dGroups g, std::chrono::milliseconds timeout)
       dp_(std::move(g.replicas)),
       arr_(g.arrivals ? std::move(g.arrivals) : coll_),
       arr_dp_(g.arrival_replicas ? std::move(g.arrival_replicas) : dp_),
+      own_arrivals_(static_cast<bool>(arr_) && arr_ != coll_),
       timeout_(timeout),
       stage_(pg_->getRank()),
       stages_(pg_->getSize()),
@@ -89,9 +90,7 @@ void C10dWorld::wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what, 
     throw Error("c10d: stage " + std::to_string(stage_) + " (rank " + std::to_string(rank()) +
                 " of the job): " + what +
                 " with the job's other processes failed (one exited, stopped answering, or " +
-                (limit.arrival ? "came to the call later than `arrival_timeout`"
-                               : "took longer than `timeout`") +
-                "; Gloo then closes the groups for good): " + first_line(why));
+                limit.late + "; Gloo then closes the groups for good): " + first_line(why));
   }
   if (!done)
     throw Error(std::string("c10d: ") + what + " did not finish within " +
@@ -160,7 +159,11 @@ std::vector<std::vector<std::byte>> C10dWorld::all_gather_bytes(std::span<const 
 
 std::vector<std::vector<std::byte>> C10dWorld::arrival_gather_bytes(std::span<const std::byte> mine,
                                                                     std::int64_t within_ms) {
-  return gather_job(*arr_, arr_dp_.get(), mine, Limit{std::chrono::milliseconds(within_ms), true});
+  const Limit limit = own_arrivals_ ? Limit{std::chrono::milliseconds(within_ms),
+                                            "came to the call later than `arrival_timeout`"}
+                                    : Limit{std::chrono::milliseconds(0),
+                                            "came to the call later than the group's own timeout"};
+  return gather_job(*arr_, arr_dp_.get(), mine, limit);
 }
 
 std::vector<std::vector<std::byte>> C10dWorld::gather_job(c10d::ProcessGroup& pipe,

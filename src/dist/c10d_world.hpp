@@ -66,9 +66,9 @@ class C10dWorld final : public Job {
   // How long a wait may take, and what the caller calls that limit (for the message).
   struct Limit {
     std::chrono::milliseconds ms;  // 0: none
-    bool arrival;                  // `arrival_timeout`, else `timeout`
+    const char* late;              // what a failure says of the late process
   };
-  Limit step_limit() const { return {timeout_, false}; }
+  Limit step_limit() const { return {timeout_, "took longer than `timeout`"}; }
   // Every rank's bytes of `pg`, by rank: one all-gather of each size with its first bytes, and
   // a second of padded buffers only when one is longer.
   std::vector<std::vector<std::byte>> gather_bytes(c10d::ProcessGroup& pg,
@@ -85,6 +85,10 @@ class C10dWorld final : public Job {
   // pg_ carries the transport; coll_ and dp_ the collectives, arr_ and arr_dp_ the arrival
   // gathers (C10dGroups).
   c10::intrusive_ptr<c10d::ProcessGroup> pg_, coll_, dp_, arr_, arr_dp_;
+  // Whether arr_ was made for the arrivals: else it is the collectives' group, the caller's
+  // own, whose timeout ends an arrival's wait (a wait given up before leaves Gloo's gather
+  // posted, for a late process to pair with and run a step alone).
+  bool own_arrivals_ = false;
   std::chrono::milliseconds timeout_;
   int stage_ = 0, stages_ = 1, replica_ = 0, replicas_ = 1;
 };

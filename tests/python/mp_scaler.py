@@ -142,3 +142,27 @@ def run(pp, dp, m, transport):
         raise AssertionError(f"rank {pipe.rank}: went on beside another process's update()")
     print(f"rank {pipe.rank}: update() beside another process's unscale_ raises on every one",
           flush=True)
+
+    # Scales that differ between the processes: the last stage scaled the loss by its own and
+    # every stage unscaled by its own, stage 0's gradients off by their ratio, silently. A
+    # new_scale given differently, then a state loaded on one process alone, are refused on
+    # every process.
+    try:
+        scaler.update(new_scale=1024.0 * (1 + pipe.rank))
+    except ValueError as e:
+        assert "update: the processes pass different new_scale (job rank 0: 1024" in str(e), e
+    else:
+        raise AssertionError(f"rank {pipe.rank}: new_scale differing between processes taken")
+    state = dict(scaler.state_dict(), scale=8.0 if pipe.rank == 0 else 16.0)
+    scaler.load_state_dict(state)
+    opt.zero_grad(set_to_none=True)
+    pipe.step(*batch(STEPS, pipe.replica, m))
+    try:
+        scaler.unscale_(opt)
+    except ValueError as e:
+        assert "GradScaler.unscale_(): the processes' GradScalers hold different scales (job " \
+            "rank 0: 8, job rank 1: 16" in str(e), e
+    else:
+        raise AssertionError(f"rank {pipe.rank}: scales differing between processes taken")
+    print(f"rank {pipe.rank}: scales differing between processes refused on every one",
+          flush=True)

@@ -43,36 +43,70 @@ def _local(chunks):
     return out
 
 
-def _gathered(pipe, local, norms):
-    """Every norm of the replica, in model order, as tensors on `local`'s first device (the
-    values are exact: a double holds every float32, float16 and bfloat16)."""
+def _check_dtypes(norms):
     for n in norms:
         if n.dtype not in EXACT_IN_DOUBLE:
             raise TypeError(f"clip_grad_norm_: gradients of dtype {n.dtype} are not supported "
                             f"(float32, float64, float16, bfloat16)")
-    # One copy to the host for all of them (a GPU's norms would each wait for the device).
-    values = torch.stack([n.double() for n in norms]).cpu().tolist() if norms else []
-    flat = []
-    for (c, i, _), n, v in zip(local, norms, values):
-        flat += [float(c), float(i), float(EXACT_IN_DOUBLE.index(n.dtype)), v]
+
+
+# What every process of a job must pass alike: each clipped by a total of its own, silently.
+_SETTINGS = ("max_norm", "norm_type", "error_if_nonfinite")
+
+
+def _gathered(pipe, local, norms, settings, refusal):
+    """Every norm of the replica, in model order, as tensors on `local`'s first device (the
+    values are exact: a double holds every float32, float16 and bfloat16), once every process
+    is found to pass the same `settings` (max_norm, norm_type, error_if_nonfinite) and none
+    refused its arguments or gradients (`refusal`, raised here; the others raise RuntimeError
+    in the same gather, where they waited for it until their timeout)."""
+    flat = [1.0 if refusal is not None else 0.0] + list(settings)
+    if refusal is None:
+        # One copy to the host for all of them (a GPU's norms would each wait for the device).
+        values = torch.stack([n.double() for n in norms]).cpu().tolist() if norms else []
+        for (c, i, _), n, v in zip(local, norms, values):
+            flat += [float(c), float(i), float(EXACT_IN_DOUBLE.index(n.dtype)), v]
     every = gather_call(pipe, "clip_grad_norm_()", flat)
+    bad = [r for r, v in enumerate(every) if v[0]]
+    if refusal is not None:
+        raise refusal
+    if bad:
+        raise RuntimeError(f"clip_grad_norm_: process(es) {bad} refused their arguments or "
+                           "gradients; their own errors say why; nothing was clipped")
+    if len({tuple(x.hex() for x in v[1:4]) for v in every}) > 1:  # NaN equal to NaN
+        said = ", ".join(f"job rank {r}: " + ", ".join(f"{n}={v[1 + k]:g}"
+                                                       for k, n in enumerate(_SETTINGS))
+                         for r, v in enumerate(every))
+        raise ValueError(f"clip_grad_norm_: the processes of the job pass different arguments "
+                         f"({said}); each would clip by another total: pass the same on "
+                         "every process; nothing was clipped")
     replica = every[pipe.replica * pipe.pp:(pipe.replica + 1) * pipe.pp]
     entries = sorted((int(v[k]), int(v[k + 1]), int(v[k + 2]), v[k + 3])
-                     for v in replica for k in range(0, len(v), 4))
+                     for v in replica for k in range(4, len(v), 4))
     device = local[0][2].device if local else torch.device("cpu")
     return [torch.tensor(value, dtype=EXACT_IN_DOUBLE[code], device=device)
             for _, _, code, value in entries]
 
 
 def clip_grad_norm(pipe, max_norm, norm_type=2.0, error_if_nonfinite=False):
-    max_norm, norm_type = float(max_norm), float(norm_type)
-    scaled = _local(pipe.chunks)
-    # A parameter tied across processes counts once, at its first copy; every copy is scaled.
-    elsewhere = pipe._ties.secondary if pipe._ties else ()
-    local = [e for e in scaled if id(e[2]) not in elsewhere]
-    norms = [_norm(p.grad, norm_type) for _, _, p in local]
+    refusal, settings, scaled, local, norms = None, [math.nan] * 3, [], [], []
+    try:
+        max_norm, norm_type = float(max_norm), float(norm_type)
+        settings = [max_norm, norm_type, float(bool(error_if_nonfinite))]
+        scaled = _local(pipe.chunks)
+        # A parameter tied across processes counts once, at its first copy; every copy is
+        # scaled.
+        elsewhere = pipe._ties.secondary if pipe._ties else ()
+        local = [e for e in scaled if id(e[2]) not in elsewhere]
+        norms = [_norm(p.grad, norm_type) for _, _, p in local]
+        if pipe._core.world > 1:  # the gather's doubles hold these exactly
+            _check_dtypes(norms)
+    except (TypeError, ValueError, RuntimeError) as e:
+        if pipe._core.world <= 1:
+            raise
+        refusal = e  # told to every process in the gather below
     if pipe._core.world > 1:
-        norms = _gathered(pipe, local, norms)
+        norms = _gathered(pipe, local, norms, settings, refusal)
     if not norms:
         return torch.tensor(0.0)
     if norm_type == math.inf:  # torch's special case; -inf is a p-norm like any other

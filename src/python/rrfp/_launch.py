@@ -125,26 +125,33 @@ def agreed_values(core, fn, message, value, call):
     """(fn()'s result, every process's value(result)), a failure counting as -1 and raised on
     every process (agreed). Processes making different calls raise that instead, on every
     process alike, this one's own failure chained."""
+    out, rows = agreed_rows(core, fn, message, lambda out: [value(out)], call)
+    return out, [v[0] if v else 0.0 for v in rows]
+
+
+def agreed_rows(core, fn, message, values, call):
+    """agreed_values with several values a process: values(result), a list whose first is not
+    negative; a failure's row is [-1]."""
     failed, out = None, None
     try:
         out = fn()
     except BaseException as e:  # noqa: BLE001 (re-raised below, after the job agrees)
         failed = e  # KeyboardInterrupt too: the others are told, not left in the gather
-    mine = -1.0 if failed is not None else value(out)
-    every = [mine]
+    mine = [-1.0] if failed is not None else [float(v) for v in values(out)]
+    rows = [mine]
     if core is not None and core.world > 1:
         try:
-            every = [v[0] if v else 0.0 for v in gather(core, call, [mine])]
+            rows = gather(core, call, mine)
         except RuntimeError as e:
             if failed is None:
                 raise
             raise e from failed
-        bad = [r for r, v in enumerate(every) if v < 0]
+        bad = [r for r, v in enumerate(rows) if not v or v[0] < 0]
         if bad and failed is None:
             raise RuntimeError(message.format(bad=bad))
     if failed is not None:
         raise failed
-    return out, every
+    return out, rows
 
 
 def agree_options(core, options):

@@ -24,7 +24,7 @@ import warnings
 import torch
 
 from ._calls import call_of
-from ._launch import agreed_any
+from ._scaler_job import agreed_found, agreed_update
 from ._scaler_state import MIN_SCALE, as_float32 as _as_float32, checked_state, \
     interval as _interval, positive as _positive
 
@@ -251,10 +251,10 @@ class GradScaler:
             if self._pipe is not None and not first:  # decided over the job at the first call
                 found = self._unscale_here(optimizer, False)
             else:
-                found = agreed_any(self._core(), lambda: self._unscale_here(optimizer, first),
-                                   "unscale_: process(es) {bad} could not unscale their "
-                                   "gradients; their own errors say why",
-                                   self._call("GradScaler.unscale_()"))
+                found = agreed_found(self, lambda: self._unscale_here(optimizer, first),
+                                     "unscale_: process(es) {bad} could not unscale their "
+                                     "gradients; their own errors say why",
+                                     "GradScaler.unscale_()")
         if first:
             self._found_first = found
         state[:] = [_UNSCALED, found or bool(self._found_first)]
@@ -328,22 +328,24 @@ class GradScaler:
                 contextlib.nullcontext())
 
     def _update(self, new_scale):
-        if new_scale is not None:
-            self._set_new_scale(new_scale)
+        found, given = agreed_update(self, new_scale, self._found, self._checked_new_scale)
+        self._given = None  # set only once accepted: a refused update changes nothing
+        if given is not None:
+            self._scale = given
         else:
-            self._follow_steps()
+            self._follow_steps(found)
         self._updates += 1
         self._optimizers = {}
         self._found_first = None
         self._on_device = {}
 
-    def _set_new_scale(self, new_scale):
+    @staticmethod
+    def _checked_new_scale(new_scale):
         if isinstance(new_scale, torch.Tensor):
             if new_scale.numel() != 1:
                 raise ValueError("update: new_scale must hold one element")
             new_scale = float(new_scale)
-        self._scale = _as_float32("new_scale", new_scale)
-        self._given = None  # set only once accepted: a refused update changes nothing
+        return _as_float32("new_scale", new_scale)
 
     def _found(self):
         """Whether any optimizer unscaled since the last update() found an inf or NaN."""
@@ -353,15 +355,11 @@ class GradScaler:
                                "update()")
         return any(checked)
 
-    def _follow_steps(self):
-        """Backs off after a step that found an inf or NaN, else grows the scale every
-        growth_interval steps that found none. Over the job: the first unscale_ decided for
-        the pipeline's gradients, but a later call's parameters outside the pipeline were
-        checked in their process alone, and every process's scale must move alike."""
-        found = agreed_any(self._core(), self._found,
-                           "update: process(es) {bad} could not update their scale; their "
-                           "own errors say why", self._call("GradScaler.update()"))
-        self._given = None
+    def _follow_steps(self, found):
+        """Backs off after a step that found an inf or NaN (`found`, over the job: the first
+        unscale_ decided for the pipeline's gradients, but a later call's parameters outside
+        the pipeline were checked in their process alone, and every process's scale must move
+        alike), else grows the scale every growth_interval steps that found none."""
         if found:
             if self._overflowing_since is None:
                 self._overflowing_since = self._updates
