@@ -46,6 +46,13 @@ PYTHONNODEBUGRANGES=1 timeout 120 "$here/../mpirun.sh" 2 "$py" "$tmp/fails.py" "
 rc=$?
 took=$((SECONDS - start))
 fail() { cat "$tmp/log"; echo "FAIL: $*"; exit 1; }
+# none_left SCRIPT: no process of SCRIPT is left a second after mpirun ended.
+none_left() {
+  sleep 1
+  local left
+  left=$(pgrep -f "$1" || true)
+  [ -z "$left" ] || { kill -9 $left; fail "processes left behind: $left"; }
+}
 [ $rc -ne 0 ] || fail "mpirun exited 0"
 [ $rc -ne 124 ] || fail "the job was still running after 120 s"
 [ $took -lt 30 ] || fail "the job took $took s to end (timeout 60 s: the abort did not happen)"
@@ -55,9 +62,7 @@ grep -q "StageError" "$tmp/log" &&
 # Our own line, printed just before MPI_Abort (Open MPI's notice of it is sometimes lost).
 grep -q "rrfp: mpi rank 1: an uncaught exception ends the job (MPI_Abort)" "$tmp/log" ||
   fail "the job was not aborted"
-sleep 1
-left=$(pgrep -f "$tmp/fails.py" || true)
-[ -z "$left" ] || { kill -9 $left; fail "processes left behind: $left"; }
+none_left "$tmp/fails.py"
 echo "a module raising on rank 1: mpirun exited $rc after $took s, no process left"
 
 # A process later to a step than arrival_timeout (rank 1 sleeps 8 s, the limit is 2 s): the
@@ -83,7 +88,5 @@ took=$((SECONDS - start))
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "mpirun exited $rc"
 grep -q "mpi rank 0: MPI_Allgather (the processes coming to a call) did not finish within 2 s: .*(the limit is \`arrival_timeout\`)" "$tmp/log" ||
   fail "no line naming the arrival's gather and arrival_timeout"
-sleep 1
-left=$(pgrep -f "$tmp/late.py" || true)
-[ -z "$left" ] || { kill -9 $left; fail "processes left behind: $left"; }
+none_left "$tmp/late.py"
 echo "a process 8 s late to a step under arrival_timeout=2: mpirun exited $rc after $took s"
