@@ -153,15 +153,24 @@ def run(pp, dp, m, transport):
         assert "update: the processes pass different new_scale (job rank 0: 1024" in str(e), e
     else:
         raise AssertionError(f"rank {pipe.rank}: new_scale differing between processes taken")
-    state = dict(scaler.state_dict(), scale=8.0 if pipe.rank == 0 else 16.0)
-    scaler.load_state_dict(state)
+    apart = dict(scaler.state_dict(), scale=8.0 if pipe.rank == 0 else 16.0)
+    scaler.load_state_dict(apart)
     opt.zero_grad(set_to_none=True)
+    try:  # refused before the step runs: its last stage would scale by its own
+        pipe.step(*batch(STEPS, pipe.replica, m))
+    except ValueError as e:
+        assert "step: the processes scale the loss differently (job rank 0: 8.0, job rank 1: " \
+            "16.0" in str(e), e
+    else:
+        raise AssertionError(f"rank {pipe.rank}: a step ran with scales differing")
+    scaler.load_state_dict(dict(apart, scale=8.0))
     pipe.step(*batch(STEPS, pipe.replica, m))
+    scaler.load_state_dict(apart)  # apart after the step: refused where the gradients unscale
     try:
         scaler.unscale_(opt)
     except ValueError as e:
         assert "GradScaler.unscale_(): the processes' GradScalers hold different scales (job " \
-            "rank 0: 8, job rank 1: 16" in str(e), e
+            "rank 0: 8.0, job rank 1: 16.0" in str(e), e
     else:
         raise AssertionError(f"rank {pipe.rank}: scales differing between processes taken")
     print(f"rank {pipe.rank}: scales differing between processes refused on every one",

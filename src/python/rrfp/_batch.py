@@ -189,12 +189,14 @@ def check_before_step(pipe, found, layout, training, refusal=None):
       against another batch's targets. A digest of each process's batch is compared. (torch's
       generator starts from a different seed in every process: seed it alike.)
     - With dp > 1, every replica trains the same parameters of a stage (the layout marks).
+    - Every process scales the loss alike (_refuse_other_scales).
     - The ties' copies agree (Ties.check)."""
     call = "step()" if training else "eval_step()"
     mine = [1.0, 0.0, 0.0] if refusal is not None else \
         [0.0, float(digest(pipe._data.inputs, found[0])),
          float(digest(pipe._data.targets or [], found[1]))]
-    every = gather_call(pipe, call, mine + [-1.0 if layout is None else float(layout)] +
+    every = gather_call(pipe, call, mine + [_loss_scale(pipe),
+                                            -1.0 if layout is None else float(layout)] +
                         (pipe._ties.flags if pipe._ties else []))
     if refusal is not None:
         raise refusal
@@ -218,8 +220,10 @@ def check_before_step(pipe, found, layout, training, refusal=None):
                 "targets included (None on one and a tensor on another differ; seed torch's "
                 "generator alike in every process, e.g. torch.manual_seed(0), or load the same "
                 "data)")
+    if training:
+        _refuse_other_scales(call, [v[3] for v in every])
     for s in range(pp):
-        marks = [every[r * pp + s][3] for r in range(dp)]
+        marks = [every[r * pp + s][4] for r in range(dp)]
         bad = next((r for r, v in enumerate(marks) if v != marks[0]), None)
         if bad is not None:
             raise ValueError(
@@ -227,5 +231,24 @@ def check_before_step(pipe, found, layout, training, refusal=None):
                 f"replica {bad}), or parameters of other shapes or dtypes; every replica must "
                 "freeze, unfreeze and replace alike")
     if pipe._ties is not None:
-        pipe._ties.check([[x for s in range(pp) for x in every[r * pp + s][4:]]
+        pipe._ties.check([[x for s in range(pp) for x in every[r * pp + s][5:]]
                           for r in range(dp)], pipe.replica, training)
+
+
+def _loss_scale(pipe):
+    """The factor this process's GradScaler scales a step's losses by (1: none, or disabled)."""
+    scaler = pipe._data.scaler
+    return float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
+
+
+def _refuse_other_scales(call, scales):
+    """The last stage scales each loss by its process's GradScaler and every stage unscales by
+    its own: a scaler disabled, left out or of another scale on some process stepped stage 0
+    with gradients 65536 times too large, silently."""
+    if len(set(scales)) > 1:
+        said = ", ".join(f"job rank {r}: {s!r}" + (" (no GradScaler, or a disabled one)"
+                                                    if s == 1.0 else "")
+                         for r, s in enumerate(scales))
+        raise ValueError(f"{call[:-2]}: the processes scale the loss differently ({said}); make "
+                         "a GradScaler alike on every process (enabled, init_scale, growth and "
+                         "backoff settings, the same loaded state); no process ran the step")

@@ -5,9 +5,6 @@ before it, the processes all find the difference in the same gather and all rais
 making step() while another made eval_step() got no gradients on stage 0, silently, and one
 making save() while the others made step() read their values as its own and went on to wait in
 its next gather until the timeout."""
-import itertools
-import weakref
-
 # The calls a gather can come from, by the code it carries. The GradScaler's unscale_ is
 # unscale_() or its step(), which unscales when unscale_() was not called: one call for both.
 _CALLS = {1.0: "step()", 2.0: "eval_step()", 3.0: "clip_grad_norm_()", 4.0: "save()",
@@ -16,18 +13,6 @@ _CALLS = {1.0: "step()", 2.0: "eval_step()", 3.0: "clip_grad_norm_()", 4.0: "sav
 
 # The construction's tag: no step is made before it.
 BUILDING = ("Pipeline()", 0)
-
-# Each multi-process pipeline's place among those this process built (every process builds
-# them in the same order): under mpirun the pipelines share one MPI world, and two processes
-# stepping two different pipelines met in one gather with the same call.
-_SERIALS = weakref.WeakKeyDictionary()
-_built = itertools.count()
-
-
-def register(core):
-    """Numbers the core of a pipeline of several processes, as it is built."""
-    if core.world > 1:
-        _SERIALS[core] = next(_built)
 
 
 def call_of(pipe, name):
@@ -43,23 +28,19 @@ def gather(core, call, values):
     calls differ."""
     name, steps = call
     code = next(k for k, v in _CALLS.items() if v == name)
-    serial = float(_SERIALS.get(core, -1))
-    every = core.all_gather([code, float(steps), serial] + list(values), arrival=True)
-    if len({tuple(v[:3]) for v in every}) > 1:
+    every = core.all_gather([code, float(steps)] + list(values), arrival=True)
+    if len({tuple(v[:2]) for v in every}) > 1:
         raise RuntimeError(mismatch(name, every))
-    return [v[3:] for v in every]
+    return [v[2:] for v in every]
 
 
 def mismatch(name, every):
     """The words of gather's refusal in `name` (this process's call), from what every process
     sent."""
-    tagged = [len(v) >= 3 and v[0] in _CALLS for v in every]
-    pipelines = len({v[2] for v, t in zip(every, tagged) if t}) > 1
     where = ", ".join(
-        f"job rank {r} in {_CALLS[v[0]]}"
-        + (f" of its pipeline {int(v[2])} (by construction)" if pipelines else "")
-        + f" after {int(v[1])} steps" if t else f"job rank {r} in another collective"
-        for r, (v, t) in enumerate(zip(every, tagged)))
+        f"job rank {r} in {_CALLS[v[0]]} after {int(v[1])} steps"
+        if len(v) >= 2 and v[0] in _CALLS else f"job rank {r} in another collective"
+        for r, v in enumerate(every))
     return (f"{name}: the processes of the job are not making the same call ({where}; steps "
             "count step() and eval_step() calls); every "
             "process must make the pipeline's calls (step(), eval_step(), clip_grad_norm_(), "

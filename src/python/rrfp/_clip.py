@@ -74,7 +74,7 @@ def _gathered(pipe, local, norms, settings, refusal):
         raise RuntimeError(f"clip_grad_norm_: process(es) {bad} refused their arguments or "
                            "gradients; their own errors say why; nothing was clipped")
     if len({tuple(x.hex() for x in v[1:4]) for v in every}) > 1:  # NaN equal to NaN
-        said = ", ".join(f"job rank {r}: " + ", ".join(f"{n}={v[1 + k]:g}"
+        said = ", ".join(f"job rank {r}: " + ", ".join(f"{n}={v[1 + k]!r}"
                                                        for k, n in enumerate(_SETTINGS))
                          for r, v in enumerate(every))
         raise ValueError(f"clip_grad_norm_: the processes of the job pass different arguments "

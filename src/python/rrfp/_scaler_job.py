@@ -33,7 +33,7 @@ def agreed_update(scaler, new_scale, found, checked):
                             scaler._call("GradScaler.update()"))
     _refuse_other_scales(rows, "update")
     if len({(r[2], r[3]) for r in rows}) > 1:
-        said = ", ".join(f"job rank {r}: " + (f"{v[3]:g}" if v[2] else "none")
+        said = ", ".join(f"job rank {r}: " + (f"{v[3]!r}" if v[2] else "none")
                          for r, v in enumerate(rows))
         raise ValueError(f"update: the processes pass different new_scale ({said}); pass the "
                          "same on every process; no scale changed")
@@ -43,9 +43,9 @@ def agreed_update(scaler, new_scale, found, checked):
 def _refuse_other_scales(rows, what):
     scales = [r[1] for r in rows]
     if len(set(scales)) > 1:
-        said = ", ".join(f"job rank {r}: {s:g}" for r, s in enumerate(scales))
+        said = ", ".join(f"job rank {r}: {s!r}" for r, s in enumerate(scales))
         raise ValueError(
             f"{what}: the processes' GradScalers hold different scales ({said}): the last stage "
             "scaled the loss by its own and every stage unscales by its own, so the gradients "
-            "are off by their ratio; give every process the same init_scale, new_scale and "
-            "checkpoint")
+            "are off by their ratio; give every process the same init_scale, growth and backoff "
+            "settings, new_scale and checkpoint")

@@ -9,7 +9,7 @@ import torch
 
 from . import _rrfp, _saving, checkpoint
 from ._args import arrival_after, check_arguments, chunk_builder, progress_after
-from ._calls import BUILDING, gather, register
+from ._calls import BUILDING, gather
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._graph import ModelTensors
@@ -149,7 +149,6 @@ class Pipeline:
             arrival_timeout=arrival, transport=transport, dp=dp, **groups)
         # Where the processes meet: one may build its Pipeline up to arrival_timeout late (a
         # second pipeline of a layout alive under mpirun meets nowhere before).
-        register(self._core)
         gather(self._core, BUILDING, [])
         agree_options(self._core, dict(
             pp=pp, vpp=vpp, dp=dp, placement=placement, microbatches=microbatches, hint=hint,
