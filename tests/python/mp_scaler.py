@@ -115,6 +115,7 @@ def run(pp, dp, m, transport):
     MaybeAmplify.step[0] = STEPS
     opt.zero_grad(set_to_none=True)
     pipe.step(*batch(STEPS, pipe.replica, m))
+    raw = [p.grad.clone() for g in opt.param_groups for p in g["params"] if p.grad is not None]
     if pipe.rank == 0:
         half = nn.Parameter(torch.ones(2, dtype=torch.float16))
         half.grad = torch.ones(2, dtype=torch.float16)
@@ -127,11 +128,20 @@ def run(pp, dp, m, transport):
         raise AssertionError(f"rank {pipe.rank}: unscale_ went on after rank 0 failed")
     print(f"rank {pipe.rank}: an unscale_ that fails on one process raises on every one",
           flush=True)
+    # Retried on the same gradients, the float16 parameter gone: those the refused call divided
+    # (every process's but rank 0's) are not divided again.
+    if pipe.rank == 0:
+        opt.param_groups.pop()
+    scaler.unscale_(opt)
+    inv = torch.tensor(scaler.get_scale(), dtype=torch.float64).reciprocal().float()
+    now = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+    assert all(torch.equal(g, r.mul(inv)) for g, r in zip(now, raw)) and len(now) == len(raw), \
+        f"rank {pipe.rank}: a retried unscale_ divided the gradients again"
+    scaler.step(opt)
+    scaler.update()
 
     # A process that calls update() where the others unscale (through step()) is told so on
     # every process, in the one gather: its update() used to pair with their unscale_.
-    if pipe.rank == 0:
-        opt.param_groups.pop()  # the float16 parameter
     opt.zero_grad(set_to_none=True)
     pipe.step(*batch(STEPS, pipe.replica, m))
     try:

@@ -61,6 +61,11 @@ def _values(grad):
     return grad._values() if grad.is_sparse else grad
 
 
+def _key(g):
+    """What tells a gradient (a sparse one's values come as a new object each time)."""
+    return (g.data_ptr(), tuple(g.shape), g.device)
+
+
 def _left_out(pipe, optimizer):
     """The gradients of the pipeline's parameters in this process that `optimizer` does not
     hold (another optimizer's, or no optimizer's), each once (a sparse one's values)."""
@@ -117,6 +122,11 @@ class GradScaler:
         # Whether the first unscale_ since the last update() found an inf or NaN in any of the
         # pipeline's gradients (None: none has run yet): every later optimizer skips with it.
         self._found_first = None
+        # The gradients a refused unscale_ divided here, by _key, with their versions then (held,
+        # so that none is freed and its memory taken by a new one): a retry on them divided
+        # twice.
+        self._divided = {}
+        self._last_divided = []  # the gradients the running unscale_ divided here
         self._on_device = {}  # device -> the scale as a (1,) float32 tensor there
         self._pipe = None
         if pipe is not None:
@@ -251,12 +261,20 @@ class GradScaler:
             if self._pipe is not None and not first:  # decided over the job at the first call
                 found = self._unscale_here(optimizer, False)
             else:
-                found = agreed_found(self, lambda: self._unscale_here(optimizer, first),
-                                     "unscale_: process(es) {bad} could not unscale their "
-                                     "gradients; their own errors say why",
-                                     "GradScaler.unscale_()")
+                self._last_divided = []
+                try:
+                    found = agreed_found(self, lambda: self._unscale_here(optimizer, first),
+                                         "unscale_: process(es) {bad} could not unscale their "
+                                         "gradients; their own errors say why",
+                                         "GradScaler.unscale_()")
+                except BaseException:  # refused by the job: a retry must not divide them again
+                    self._divided.update((_key(g), (g, g._version)) for g in self._last_divided)
+                    raise
         if first:
             self._found_first = found
+        if self._divided:  # taken: the state below refuses another unscale_ of them
+            for g in _unscalable(optimizer):
+                self._divided.pop(_key(g), None)
         state[:] = [_UNSCALED, found or bool(self._found_first)]
 
     def _unscale_here(self, optimizer, first):
@@ -276,12 +294,17 @@ class GradScaler:
             return invs[device]
 
         flags = {}  # device -> whether each gradient there holds an inf or a NaN
-        for g in grads:
-            g.mul_(inv_on(g.device))
+        # Decided before any is divided: gradients that are views of one buffer (replicas')
+        # share its version, which each division moves.
+        done = [self._divided_before(g) for g in grads] if self._divided else [False] * len(grads)
+        for g, before in zip(grads, done):
+            if not before:
+                g.mul_(inv_on(g.device))
             # The check reads the unscaled gradient: one finite while scaled may overflow once
             # divided by a scale under 1, and the optimizer must not step on it (torch's kernel
             # reads it before the multiply, and stepped).
             flags.setdefault(g.device, []).append(torch.logical_not(torch.isfinite(g)).any())
+        self._last_divided = grads  # every one divided now (unscale_ notes them if refused)
         for g in others:
             # Read, not divided: another optimizer's are divided at its own call, and one of
             # no optimizer's stays as torch leaves it. At a scale of 1 or more the reciprocal
@@ -292,6 +315,12 @@ class GradScaler:
             flags.setdefault(g.device, []).append(torch.logical_not(torch.isfinite(g)).any())
         # One wait for each device, not one for each gradient.
         return any(bool(torch.stack(fs).any()) for fs in flags.values())
+
+    def _divided_before(self, g):
+        """Whether a refused unscale_ divided `g` (a gradient or a sparse one's values) and it
+        has not changed since."""
+        held = self._divided.get(_key(g))
+        return held is not None and held[1] == g._version
 
     def step(self, optimizer, *args, **kwargs):
         """optimizer.step(*args, **kwargs) unless some process's gradient of this optimizer (with
@@ -337,6 +366,7 @@ class GradScaler:
         self._updates += 1
         self._optimizers = {}
         self._found_first = None
+        self._divided = {}
         self._on_device = {}
 
     @staticmethod
