@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -12,7 +11,6 @@
 #include <unistd.h>
 
 #include "core/error.hpp"
-#include "core/format.hpp"
 #include "dist/c10d_world.hpp"
 #include "python/py_program.hpp"
 #include "report/experiment.hpp"
@@ -81,14 +79,6 @@ Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms, std::int64_t arrival
 #endif
 }
 
-// arrival_timeout_s in milliseconds (0: none), as timeout_ms_of converts a step's.
-std::int64_t arrival_ms_of(double seconds) {
-  if (!(seconds >= 0 && seconds <= 86'400))
-    throw InputError("`arrival_timeout`: must be between 0 and 86400 seconds, got " +
-                     fmt_given(seconds));
-  return seconds > 0 ? std::max<std::int64_t>(1, std::llround(seconds * 1000)) : 0;
-}
-
 }  // namespace
 
 PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
@@ -112,7 +102,7 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   runtime_.arbiter.max_pending_w = o.max_pending_w;
   runtime_.comm = parse_comm(o.comm);
   runtime_.timeout_ms = timeout_ms_of(o.timeout_s);
-  arrival_ms_ = arrival_ms_of(o.arrival_timeout_s);
+  arrival_ms_ = timeout_ms_of(o.arrival_timeout_s, "`arrival_timeout`");
   validate(runtime_);
   resolve_options(runtime_.arbiter, *hint_, *model_);  // a bad limit fails here, not mid-step
   // A hint file whose order deadlocks the blocking rendezvous: refused here, where a step

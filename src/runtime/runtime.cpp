@@ -43,10 +43,11 @@ void validate(const RuntimeOptions& o) {
         "`rendezvous_pull`: only without emulated latency (a transport that moves the bytes)");
 }
 
-std::int64_t timeout_ms_of(double seconds) {
+std::int64_t timeout_ms_of(double seconds, const char* name) {
   // A day is far past any step; far beyond it the conversion to ns would overflow.
   if (!(seconds >= 0 && seconds <= 86'400))
-    throw InputError("`timeout`: must be between 0 and 86400 seconds, got " + fmt_given(seconds));
+    throw InputError(std::string(name) + ": must be between 0 and 86400 seconds, got " +
+                     fmt_given(seconds));
   // Only 0 means never: a positive timeout under half a millisecond rounded to 0 and turned the
   // watchdog off (a job with a stopped rank then hung).
   return seconds > 0 ? std::max<std::int64_t>(1, std::llround(seconds * 1000)) : 0;

@@ -50,8 +50,9 @@ struct RuntimeOptions : DispatchOptions {
 // against the hint when a Runtime is made (resolve_options).
 void validate(const RuntimeOptions& o);
 // A watchdog timeout given in seconds (a flag, a Python argument) as `timeout_ms`; throws
-// InputError naming `timeout` unless 0 <= seconds <= a day.
-std::int64_t timeout_ms_of(double seconds);
+// InputError naming `name` (`timeout`, or another limit given alike) unless 0 <= seconds <= a
+// day.
+std::int64_t timeout_ms_of(double seconds, const char* name = "`timeout`");
 
 // Where the endpoints of a runtime live when they are not all threads of this process: the
 // endpoint ids (stage * T + tp rank) hosted here, their transports, and the tensor-parallel
