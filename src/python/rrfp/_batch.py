@@ -6,6 +6,7 @@ import zlib
 import torch
 
 from ._calls import call_of, gather
+from ._scaler_job import scales_apart
 from ._tree import tensors_in
 
 
@@ -245,10 +246,8 @@ def _refuse_other_scales(call, scales):
     """The last stage scales each loss by its process's GradScaler and every stage unscales by
     its own: a scaler disabled, left out or of another scale on some process stepped stage 0
     with gradients 65536 times too large, silently."""
-    if len(set(scales)) > 1:
-        said = ", ".join(f"job rank {r}: {s!r}" + (" (no GradScaler, or a disabled one)"
-                                                    if s == 1.0 else "")
-                         for r, s in enumerate(scales))
+    said = scales_apart(scales, " (no GradScaler, or a disabled one)")
+    if said is not None:
         raise ValueError(f"{call[:-2]}: the processes scale the loss differently ({said}); make "
                          "a GradScaler alike on every process (enabled, init_scale, growth and "
                          "backoff settings, the same loaded state); no process ran the step")

@@ -40,10 +40,18 @@ def agreed_update(scaler, new_scale, found, checked):
     return any(r[0] > 0 for r in rows), out[1]
 
 
+def scales_apart(scales, none_said=""):
+    """Every process's scale by job rank, said ("job rank 0: 8.0, ..."; `none_said` after a
+    scale of 1, where that means no scaler), or None where they are one."""
+    if len(set(scales)) <= 1:
+        return None
+    return ", ".join(f"job rank {r}: {s!r}" + (none_said if s == 1.0 else "")
+                     for r, s in enumerate(scales))
+
+
 def _refuse_other_scales(rows, what):
-    scales = [r[1] for r in rows]
-    if len(set(scales)) > 1:
-        said = ", ".join(f"job rank {r}: {s!r}" for r, s in enumerate(scales))
+    said = scales_apart([r[1] for r in rows])
+    if said is not None:
         raise ValueError(
             f"{what}: the processes' GradScalers hold different scales ({said}): the last stage "
             "scaled the loss by its own and every stage unscales by its own, so the gradients "

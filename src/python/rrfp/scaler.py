@@ -126,7 +126,6 @@ class GradScaler:
         # so that none is freed and its memory taken by a new one): a retry on them divided
         # twice.
         self._divided = {}
-        self._last_divided = []  # the gradients the running unscale_ divided here
         self._on_device = {}  # device -> the scale as a (1,) float32 tensor there
         self._pipe = None
         if pipe is not None:
@@ -261,14 +260,14 @@ class GradScaler:
             if self._pipe is not None and not first:  # decided over the job at the first call
                 found = self._unscale_here(optimizer, False)
             else:
-                self._last_divided = []
+                divided = []  # what this process's part divides, for a refusal to note
                 try:
-                    found = agreed_found(self, lambda: self._unscale_here(optimizer, first),
-                                         "unscale_: process(es) {bad} could not unscale their "
-                                         "gradients; their own errors say why",
-                                         "GradScaler.unscale_()")
+                    found = agreed_found(
+                        self, lambda: self._unscale_here(optimizer, first, divided),
+                        "unscale_: process(es) {bad} could not unscale their gradients; their "
+                        "own errors say why", "GradScaler.unscale_()")
                 except BaseException:  # refused by the job: a retry must not divide them again
-                    self._divided.update((_key(g), (g, g._version)) for g in self._last_divided)
+                    self._divided.update((_key(g), (g, g._version)) for g in divided)
                     raise
         if first:
             self._found_first = found
@@ -277,9 +276,10 @@ class GradScaler:
                 self._divided.pop(_key(g), None)
         state[:] = [_UNSCALED, found or bool(self._found_first)]
 
-    def _unscale_here(self, optimizer, first):
+    def _unscale_here(self, optimizer, first, divided=None):
         """This process's part of unscale_: whether any of its gradients, unscaled, is inf or
-        NaN (`first`: the pipeline's that `optimizer` does not hold too)."""
+        NaN (`first`: the pipeline's that `optimizer` does not hold too). The gradients it
+        divides are appended to `divided` (a list) once all are."""
         grads = _unscalable(optimizer)  # every one checked before the first changes
         others = _left_out(self._pipe, optimizer) if first else []
         self._given = None
@@ -304,7 +304,8 @@ class GradScaler:
             # divided by a scale under 1, and the optimizer must not step on it (torch's kernel
             # reads it before the multiply, and stepped).
             flags.setdefault(g.device, []).append(torch.logical_not(torch.isfinite(g)).any())
-        self._last_divided = grads  # every one divided now (unscale_ notes them if refused)
+        if divided is not None:
+            divided.extend(grads)
         for g in others:
             # Read, not divided: another optimizer's are divided at its own call, and one of
             # no optimizer's stays as torch leaves it. At a scale of 1 or more the reciprocal
