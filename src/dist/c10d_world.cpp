@@ -159,10 +159,12 @@ std::vector<std::vector<std::byte>> C10dWorld::all_gather_bytes(std::span<const 
 
 std::vector<std::vector<std::byte>> C10dWorld::arrival_gather_bytes(std::span<const std::byte> mine,
                                                                     std::int64_t within_ms) {
-  const Limit limit = own_arrivals_ ? Limit{std::chrono::milliseconds(within_ms),
-                                            "came to the call later than `arrival_timeout`"}
-                                    : Limit{std::chrono::milliseconds(0),
-                                            "came to the call later than the group's own timeout"};
+  const Limit limit =
+      own_arrivals_
+          ? Limit{std::chrono::milliseconds(within_ms),
+                  "came to the call later than `arrival_timeout` (or `timeout` where longer)"}
+          : Limit{std::chrono::milliseconds(0),
+                  "came to the call later than the group's own timeout"};
   return gather_job(*arr_, arr_dp_.get(), mine, limit);
 }
 

@@ -97,7 +97,8 @@ namespace {
 
 // Between the call and its limit's name in an armed phase: the guard keeps one string.
 constexpr char kLimitSep = '\x1f';
-constexpr const char* kArrivalName = "`arrival_timeout`";
+// The pipeline raises it to its `timeout` where that is longer, and passes only the larger.
+constexpr const char* kArrivalName = "`arrival_timeout`, or `timeout` where longer";
 
 }  // namespace
 
