@@ -25,59 +25,11 @@ import torch
 
 from ._calls import call_of
 from ._scaler_job import agreed_found, agreed_update
+from ._unscale import divide_and_check, key, left_out, unscalable
 from ._scaler_state import MIN_SCALE, as_float32 as _as_float32, checked_state, \
     interval as _interval, positive as _positive
 
 _READY, _UNSCALED, _STEPPED = 0, 1, 2
-
-
-def _unscalable(optimizer):
-    """The gradients of `optimizer`'s parameters that unscale_ multiplies in place (a sparse
-    one's values), each checked first: one refused after others were divided left those
-    divided, and a retry divided them twice."""
-    grads = []
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            if p.grad.dtype == torch.float16:
-                raise ValueError(
-                    "unscale_: a parameter's gradient is float16, which loses what loss "
-                    "scaling keeps; keep the parameters in float32 and compute in float16 "
-                    "under torch.autocast")
-            # As torch's scaler: a sparse one is coalesced only in float16, refused above.
-            g = _values(p.grad)
-            if any(st == 0 and n > 1 for n, st in zip(g.shape, g.stride())):
-                raise ValueError(
-                    "unscale_: a parameter's gradient has elements that share memory (an "
-                    f"expanded tensor, strides {g.stride()}), which cannot be unscaled in "
-                    "place; assign it a copy (p.grad = p.grad.clone())")
-            grads.append(g)
-    return grads
-
-
-def _values(grad):
-    """What unscale_ reads and divides of a gradient: a sparse one's values."""
-    return grad._values() if grad.is_sparse else grad
-
-
-def _key(g):
-    """What tells a gradient (a sparse one's values come as a new object each time)."""
-    return (g.data_ptr(), tuple(g.shape), g.device)
-
-
-def _left_out(pipe, optimizer):
-    """The gradients of the pipeline's parameters in this process that `optimizer` does not
-    hold (another optimizer's, or no optimizer's), each once (a sparse one's values)."""
-    seen = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    grads = []
-    for c in sorted(pipe.chunks):
-        for p in pipe.chunks[c].parameters():
-            if id(p) not in seen:
-                seen.add(id(p))
-                if p.grad is not None:
-                    grads.append(_values(p.grad))
-    return grads
 
 
 class GradScaler:
@@ -122,7 +74,7 @@ class GradScaler:
         # Whether the first unscale_ since the last update() found an inf or NaN in any of the
         # pipeline's gradients (None: none has run yet): every later optimizer skips with it.
         self._found_first = None
-        # The gradients a refused unscale_ divided here, by _key, with their versions then (held,
+        # The gradients a refused unscale_ divided here, by key(), with their versions then (held,
         # so that none is freed and its memory taken by a new one): a retry on them divided
         # twice.
         self._divided = {}
@@ -267,60 +219,31 @@ class GradScaler:
                         "unscale_: process(es) {bad} could not unscale their gradients; their "
                         "own errors say why", "GradScaler.unscale_()")
                 except BaseException:  # refused by the job: a retry must not divide them again
-                    self._divided.update((_key(g), (g, g._version)) for g in divided)
+                    self._divided.update((key(g), (g, g._version)) for g in divided)
                     raise
         if first:
             self._found_first = found
         if self._divided:  # taken: the state below refuses another unscale_ of them
-            for g in _unscalable(optimizer):
-                self._divided.pop(_key(g), None)
+            for g in unscalable(optimizer):
+                self._divided.pop(key(g), None)
         state[:] = [_UNSCALED, found or bool(self._found_first)]
 
     def _unscale_here(self, optimizer, first, divided=None):
         """This process's part of unscale_: whether any of its gradients, unscaled, is inf or
         NaN (`first`: the pipeline's that `optimizer` does not hold too). The gradients it
         divides are appended to `divided` (a list) once all are."""
-        grads = _unscalable(optimizer)  # every one checked before the first changes
-        others = _left_out(self._pipe, optimizer) if first else []
+        grads = unscalable(optimizer)  # every one checked before the first changes
+        others = left_out(self._pipe, optimizer) if first else []
         self._given = None
-        # 0-dim, so that it broadcasts to every gradient, a 0-dim parameter's too: a (1,) one
-        # failed there, with the gradients before it divided already.
-        inv = torch.tensor(self._scale, dtype=torch.float64).reciprocal().float()
-        invs = {inv.device: inv}
-
-        def inv_on(device):
-            if device not in invs:
-                invs[device] = inv.to(device)
-            return invs[device]
-
-        flags = {}  # device -> whether each gradient there holds an inf or a NaN
         # Decided before any is divided: gradients that are views of one buffer (replicas')
         # share its version, which each division moves.
         done = [self._divided_before(g) for g in grads] if self._divided else [False] * len(grads)
-        for g, before in zip(grads, done):
-            if not before:
-                g.mul_(inv_on(g.device))
-            # The check reads the unscaled gradient: one finite while scaled may overflow once
-            # divided by a scale under 1, and the optimizer must not step on it (torch's kernel
-            # reads it before the multiply, and stepped).
-            flags.setdefault(g.device, []).append(torch.logical_not(torch.isfinite(g)).any())
-        if divided is not None:
-            divided.extend(grads)
-        for g in others:
-            # Read, not divided: another optimizer's are divided at its own call, and one of
-            # no optimizer's stays as torch leaves it. At a scale of 1 or more the reciprocal
-            # is at most 1, so the product is finite exactly where the gradient is, and no
-            # copy is made; under 1 the product is taken, as the check reads it unscaled.
-            if self._scale < 1.0:
-                g = g * inv_on(g.device)
-            flags.setdefault(g.device, []).append(torch.logical_not(torch.isfinite(g)).any())
-        # One wait for each device, not one for each gradient.
-        return any(bool(torch.stack(fs).any()) for fs in flags.values())
+        return divide_and_check(self._scale, grads, done, others, divided)
 
     def _divided_before(self, g):
         """Whether a refused unscale_ divided `g` (a gradient or a sparse one's values) and it
         has not changed since."""
-        held = self._divided.get(_key(g))
+        held = self._divided.get(key(g))
         return held is not None and held[1] == g._version
 
     def step(self, optimizer, *args, **kwargs):
