@@ -1,12 +1,12 @@
 """A stage's backward calls autograd's engine directly where torch.autograd.grad's argument
-handling has nothing to do (rrfp/_grads.py, grad). These check that it computes the same bits
+handling has nothing to do (rrfp/_autograd.py, grad). These check that it computes the same bits
 as torch.autograd.grad, raises what it raises, and leaves tensors with __torch_function__ to
 torch.autograd.grad."""
 import pytest
 import torch
 from torch import nn
 
-from rrfp import _grads
+from rrfp import _autograd
 
 
 def _graph(seed):
@@ -31,7 +31,7 @@ def test_a_scalar_loss_gives_torch_autograd_grad_bits(seed):
     targets = [x, *c.parameters(), unused]
     loss = c(x).square().mean()
     want = torch.autograd.grad(loss, targets, retain_graph=True, allow_unused=True)
-    got = _grads.grad([loss], targets, None, retain=False)
+    got = _autograd.grad([loss], targets, None, retain=False)
     _same(got, want)
 
 
@@ -45,17 +45,17 @@ def test_given_output_gradients_and_a_kept_graph_give_the_same_bits(seed):
     want_p = torch.autograd.grad([out], params + [unused], [g], retain_graph=True,
                                  allow_unused=True)
     # B then W, as a split backward runs them: the first keeps the graph for the second.
-    _same(_grads.grad([out], [x], [g], retain=True), want_x)
-    _same(_grads.grad([out], params + [unused], [g], retain=False), want_p)
+    _same(_autograd.grad([out], [x], [g], retain=True), want_x)
+    _same(_autograd.grad([out], params + [unused], [g], retain=False), want_p)
     with pytest.raises(RuntimeError, match="backward through the graph a second time"):
-        _grads.grad([out], [x], [g], retain=False)
+        _autograd.grad([out], [x], [g], retain=False)
 
 
 def test_a_root_without_a_graph_raises_as_autograd_does():
     x = torch.randn(3, requires_grad=True)
     loss = (x.detach() * 2).sum()
     with pytest.raises(RuntimeError, match="does not require grad"):
-        _grads.grad([loss], [x], None, retain=False)
+        _autograd.grad([loss], [x], None, retain=False)
 
 
 class Logged(torch.Tensor):
@@ -72,6 +72,6 @@ def test_a_tensor_with_torch_function_goes_through_torch_autograd_grad():
     x = torch.randn(4, requires_grad=True).as_subclass(Logged)
     loss = (x * 3).sum()
     Logged.calls.clear()
-    (got,) = _grads.grad([loss], [x], None, retain=False)
+    (got,) = _autograd.grad([loss], [x], None, retain=False)
     assert "grad" in Logged.calls  # dispatched by torch.autograd.grad, not the engine call
     assert torch.equal(got.as_subclass(torch.Tensor), torch.full((4,), 3.0))

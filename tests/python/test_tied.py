@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import lm
 import rrfp
-import rrfp._grads
+import rrfp._autograd
 from transformer_lm import Block, Embed
 
 VOCAB, D = 64, 32
@@ -256,7 +256,7 @@ def test_parameter_used_twice_warns_where_its_uses_cannot_be_seeded(monkeypatch)
     # A torch whose autograd.grad runs a parameter's hooks itself would run them on the later
     # chunks' buffer again: that parameter's uses are summed on their own, and the pipeline
     # says so, once, naming it and the chunks.
-    monkeypatch.setattr(rrfp._grads, "_ENGINE_RUNS_LEAF_HOOKS", True)
+    monkeypatch.setattr(rrfp._autograd, "ENGINE_RUNS_LEAF_HOOKS", True)
     chunks = twice(2)
     chunks[0].shared.weight.register_hook(lambda g: None)
     pipe = rrfp.Pipeline(chunks, squared, pp=2, microbatches=4, hint="1f1b")

@@ -1,13 +1,13 @@
-"""A stage's gradients: autograd called for them (grad), and the step's sums over this
-process's chunks (GradSums), added in microbatch order as a plain loop adds them, with a
-parameter's hooks run where a plain loop's backward runs them."""
+"""A stage's gradients summed over the step for this process's chunks (GradSums), added in
+microbatch order as a plain loop adds them, with a parameter's hooks run where a plain loop's
+backward runs them (autograd itself is called in _autograd.py)."""
 import threading
 import warnings
 
 import torch
 
-from ._frozen import FrozenTarget
-
+from . import _autograd
+from ._autograd import accumulate, leaf_hooks, run_hooks
 from ._graph import leaf_uses
 
 
@@ -57,7 +57,7 @@ class _TiedSum:
         self.hooks = leaf_hooks(param)
         # A torch whose autograd.grad runs the parameter's hooks would run them on the seed,
         # which they have run on already.
-        self.seedable = not (_ENGINE_RUNS_LEAF_HOOKS and param._backward_hooks)
+        self.seedable = not (_autograd.ENGINE_RUNS_LEAF_HOOKS and param._backward_hooks)
         self.pending = {}  # mb -> {chunk: (gradient or None, seeded)}
         self.uses = {}  # mb -> {chunk: how often its forward used the parameter}, where counted
         self.inexact = set()  # chunks whose uses were summed on their own
@@ -267,7 +267,7 @@ class GradSums:
         removing itself as it runs): the step runs the hooks each parameter had as it began,
         where a plain loop's backward runs those there at each microbatch's backward. (A torch
         whose autograd.grad runs them itself runs those there at each backward task.)"""
-        if _ENGINE_RUNS_LEAF_HOOKS:
+        if _autograd.ENGINE_RUNS_LEAF_HOOKS:
             return []
         return [p for p, _, hooks in self._marks if _hook_mark(p) != hooks]
 
@@ -318,118 +318,3 @@ def warn_inexact(sums, chunks, said):
             "chunks' as a plain loop's backward adds them (torch's autograd.grad runs the "
             "parameter's hooks, which a seeded buffer would run twice): its gradient may differ "
             "from a plain loop's in the last bits", stacklevel=3)
-
-
-def leaf_hooks(p):
-    """The hooks registered on leaf p (p.register_hook: a parameter, a chunk's received input,
-    a leaf its forward made), where this torch's engine does not run them itself: a plain
-    loop's backward runs them on each microbatch's gradient of p, all of its uses summed,
-    before adding it to .grad; torch 1.13's autograd.grad, which computes a stage's gradients,
-    leaves them out (newer torch runs them)."""
-    if _ENGINE_RUNS_LEAF_HOOKS or not p._backward_hooks:
-        return []
-    return list(p._backward_hooks.values())
-
-
-def accumulate(total, g, hooks=None):
-    """`total` with g added as a plain loop's backward adds a leaf's gradient (torch's
-    AccumulateGrad): through the leaf's `hooks` first, then a copy of it where there is no total
-    yet, else added in place. The total is added to in place, so it must own its storage: one
-    autograd call returns the same tensor for two leaves whose gradients are equal (both terms
-    of `base + delta`), and a hook may return one kept elsewhere (torch copies a gradient
-    referenced elsewhere too)."""
-    if hooks:
-        g = run_hooks(hooks, g)
-    if total is None:
-        return g.clone()
-    total += g
-    return total
-
-
-def run_hooks(hooks, g):
-    """g through a leaf's hooks, each result checked as a plain loop's backward checks it:
-    another size went on to set_grad, which refused it after other .grads were written (or was
-    broadcast into the sum, silently). Raised in the task, it fails the step on every process
-    before any .grad changes."""
-    for hook in hooks:
-        out = hook(g)
-        if out is not None:
-            _check_hook_result(hook, g, out)
-            g = out
-    return g
-
-
-def _check_hook_result(hook, g, out):
-    """Refuses, in its words, what autograd refuses of a hook's result (python_hook.cpp), and a
-    tensor on another device of the same kind, which .grad could not hold either."""
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"expected Variable, but hook returned '{type(out).__name__}'")
-    name = getattr(hook, "__name__", "<unknown>")
-    if out.dtype != g.dtype or out.layout != g.layout or out.device.type != g.device.type:
-        raise RuntimeError(f"hook '{name}' has changed the type of value (was {g.type()} got "
-                           f"{out.type()})")
-    if out.device != g.device:
-        raise RuntimeError(f"hook '{name}' has changed the device of value (was {g.device} "
-                           f"got {out.device})")
-    if out.shape != g.shape:
-        raise RuntimeError(f"hook '{name}' has changed the size of value")
-
-
-# torch.autograd.grad checks and normalises its arguments in Python before it calls the engine:
-# about a tenth of a small task's time. grad() calls the engine itself where those checks have
-# nothing to do: plain tensors (no __torch_function__ to dispatch), a gradient given for every
-# root but a scalar loss, and shapes the caller checked (the engine checks them again).
-_ENGINE = getattr(torch.autograd.Variable, "_execution_engine", None)
-_has_torch_function = getattr(torch._C, "_has_torch_function", None)
-
-
-def grad(roots, targets, grads, retain):
-    """The gradients of `roots` (a list) with respect to `targets`, None where a target took
-    none; `grads`: the roots' gradients, or None for a one-element loss."""
-    if not targets:
-        return []
-    if not all(t.requires_grad for t in targets):
-        # A parameter frozen since the step began (a forward that freezes its own module's
-        # weight): the caller fails the task naming it (RequiresGradChanged), where autograd's
-        # refusal names no parameter. Another tensor that no longer requires grad (a leaf the
-        # forward made, then detached in place) gets none, as a plain loop's backward gives it.
-        frozen = next((t for t in targets
-                       if not t.requires_grad and isinstance(t, torch.nn.Parameter)), None)
-        if frozen is not None:
-            raise FrozenTarget(frozen)
-        live = [t for t in targets if t.requires_grad]
-        got = iter(grad(roots, live, grads, retain))
-        return [next(got) if t.requires_grad else None for t in targets]
-    try:
-        if _ENGINE is not None and _has_torch_function is not None:
-            args = tuple(roots) + tuple(targets)
-            if not _has_torch_function(args):
-                if grads is None:
-                    grads = [torch.ones_like(r, memory_format=torch.preserve_format)
-                             for r in roots]
-                return list(_ENGINE.run_backward(tuple(roots), tuple(grads), retain, False,
-                                                 tuple(targets), True, False))
-        return list(torch.autograd.grad(roots, targets, grad_outputs=grads, retain_graph=retain,
-                                        allow_unused=True))
-    except RuntimeError as e:
-        if "Checkpointing is not compatible with .grad()" in str(e):
-            # Reentrant checkpointing runs its own backward, which adds to .grad: a stage's
-            # gradients could then not be summed in microbatch order.
-            raise RuntimeError(
-                "the chunk uses reentrant activation checkpointing (torch.utils.checkpoint "
-                "with use_reentrant=True, the default where it is not given), which cannot "
-                "give the per-microbatch gradients a pipeline adds in microbatch order; pass "
-                "use_reentrant=False") from e
-        raise
-
-
-def _engine_runs_leaf_hooks():
-    """Whether grad() runs the hooks of the leaves it differentiates with respect to."""
-    t = torch.zeros(1, requires_grad=True)
-    ran = []
-    t.register_hook(lambda g: ran.append(True))
-    grad([(t * 2).sum()], [t], None, retain=False)
-    return bool(ran)
-
-
-_ENGINE_RUNS_LEAF_HOOKS = _engine_runs_leaf_hooks()

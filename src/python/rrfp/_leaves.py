@@ -9,8 +9,8 @@ import threading
 
 import torch
 
-from . import _rrfp
-from ._grads import _ENGINE_RUNS_LEAF_HOOKS, accumulate, leaf_hooks, run_hooks
+from . import _autograd, _rrfp
+from ._autograd import accumulate, leaf_hooks, run_hooks
 from ._tree import pack_grads
 
 
@@ -113,7 +113,7 @@ class MadeGrads:
             out = []
             for i, leaf in enumerate(leaves):
                 entry = uses.get(id(leaf))
-                if entry is None or (_ENGINE_RUNS_LEAF_HOOKS and leaf._backward_hooks):
+                if entry is None or (_autograd.ENGINE_RUNS_LEAF_HOOKS and leaf._backward_hooks):
                     continue
                 buf = _buffer({c: e for c, e in entry[1].items() if c > chunk})
                 if buf is not None:

@@ -13,7 +13,8 @@ from . import _hook_watch
 from ._device import StageDevice, to_device
 from ._order import StateWatch as _StateWatch
 from ._frozen import FrozenTarget as _FrozenTarget, RequiresGradChanged as _RequiresGradChanged
-from ._grads import grad as _grad, parameter_name as _parameter_name
+from ._autograd import grad as _grad
+from ._grads import parameter_name as _parameter_name
 from ._graph import foreign_leaves as _foreign_leaves, \
     module_backward_hooks as _module_backward_hooks, whole_backward as _whole_backward, \
     backward_failure as _backward_failure
