@@ -1,6 +1,8 @@
 """Pipeline(seed=S): dropout draws the same in every schedule and run, and what a plain loop
 draws when it seeds each chunk's forward with rrfp.task_seed; checkpoints keep the step
 count, so training on after load() draws as training on without the stop."""
+import threading
+import time
 import warnings
 
 import pytest
@@ -199,3 +201,36 @@ def test_a_checkpoint_loaded_under_another_seed_says_so(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         same.load(str(tmp_path / "ck"))
+
+
+def test_a_seeded_task_waits_while_the_generators_change_hands():
+    # The wait's limit counts from the last change of hands: tasks holding them in turn for
+    # 0.3 s each while this one waits 1.2 s with a limit of 0.9 s is progress, not a hang (a
+    # limit on the whole wait failed steps of pp=4 whose tasks each took a third of the
+    # timeout). One task holding them past the limit is a hang, reported. Other tasks' turns are
+    # counted as take_generators counts them (_TAKEN), by the thread that holds the lock.
+    from rrfp import _seed
+    taken = threading.Event()
+
+    def hold(turns, seconds):
+        assert _seed.take_generators(30)
+        taken.set()
+        for _ in range(turns):
+            time.sleep(seconds)
+            _seed._TAKEN[0] += 1  # as the next task's take would count it
+        time.sleep(seconds)
+        _seed._GENERATORS.release()
+
+    for turns, hold_s, limit, gets in ((3, 0.3, 0.9, True), (0, 1.8, 0.9, False)):
+        taken.clear()
+        holder = threading.Thread(target=hold, args=(turns, hold_s))
+        holder.start()
+        assert taken.wait(10)
+        start = time.monotonic()
+        got = _seed.take_generators(limit)
+        waited = time.monotonic() - start
+        if got:
+            _seed._GENERATORS.release()
+        holder.join(30)
+        assert got == gets, (turns, waited)
+        assert waited >= (1.0 if gets else limit), (turns, waited)

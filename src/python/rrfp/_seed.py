@@ -60,6 +60,7 @@ def _task_seed(seed, step, chunk, mb, kind="F"):
 # this one lock, so that two pipelines stepping at once in threads do not draw from each
 # other's seeds (a lock per pipeline let them: gradients off by up to 2.0).
 _GENERATORS = threading.Lock()
+_TAKEN = [0]  # times _GENERATORS was taken: a waiter's limit counts from its last change of hands
 _IN_SEEDED_TASK = threading.local()  # .active: this thread runs a seeded task
 
 
@@ -74,6 +75,21 @@ def refuse_nested_seeding(what):
             "has one too: its tasks would wait for torch's generators, which the calling task "
             "holds until it ends; give one of the two pipelines no seed, or call this one "
             "outside the other's tasks")
+
+
+def take_generators(wait_s):
+    """Takes _GENERATORS, or returns False where one task held them for over `wait_s` seconds
+    (-1: no bound). Other tasks taking their turns meanwhile is progress, not a hang: a limit on
+    the whole wait failed a step of four stages whose tasks each took under a third of it."""
+    if wait_s < 0:
+        return _GENERATORS.acquire()
+    seen = _TAKEN[0]
+    while not _GENERATORS.acquire(timeout=wait_s):
+        if _TAKEN[0] == seen:
+            return False
+        seen = _TAKEN[0]
+    _TAKEN[0] += 1
+    return True
 
 
 class Seeding:
@@ -104,9 +120,9 @@ class Seeding:
     def task(self, kind, step, chunk, mb, device):
         gpu = _gpu(device)
         devices = [] if gpu is None else [gpu]
-        if not _GENERATORS.acquire(timeout=self._wait_s):
+        if not take_generators(self._wait_s):
             raise TimeoutError(
-                f"seed: torch's generators were held by another seeded task for over "
+                f"seed: torch's generators were held by one other seeded task for over "
                 f"{self._wait_s:g} s (the pipeline's timeout): a pipeline with a seed called, "
                 "through a thread or another pipeline, from inside a task of one with a seed "
                 "waits for a task that waits for it; give one of the two no seed")
