@@ -346,6 +346,11 @@ def test_lazy_parameters_not_initialized_yet_are_refused():
     pipe = rrfp.Pipeline(chunks, lambda o, t: o.sum(), pp=2, microbatches=2)
     pipe.step(torch.randn(4, 3), torch.zeros(4))
     assert chunks[0][0].weight.grad is not None
+    # A lazy buffer alone draws nothing, but load() could not fill it before its first forward.
+    chunks = [nn.Sequential(nn.Linear(3, 4), nn.LazyBatchNorm1d(affine=False)), nn.Linear(4, 4)]
+    with pytest.raises(ValueError, match="chunk 0 has a buffer not initialized yet "
+                                         "\\('1.running_mean'"):
+        rrfp.Pipeline(chunks, lambda o, t: o.sum(), pp=2, microbatches=2)
 
 
 def test_a_process_group_that_never_forms_fails_within_the_timeout():

@@ -388,12 +388,17 @@ def refuse_lazy_parameters(c, module):
     """A lazy module (nn.LazyLinear, say) draws its initial weights from torch's generator at its
     first forward, in the order chunks first run: a pipeline's stages do not run them in a plain
     loop's order (as threads, not even in one order from run to run), so the model would start
-    from other weights, silently. Refused: initialize it with one forward first."""
-    from torch.nn.parameter import UninitializedParameter
-    for name, p in module.named_parameters():
-        if isinstance(p, UninitializedParameter):
-            raise ValueError(
-                f"chunks: chunk {c} has a parameter not initialized yet ('{name}', a lazy "
-                "module's), which would draw its initial values at the chunk's first forward, in "
-                "an order a plain loop does not share; run the model (or the chunk) once on a "
-                "sample batch before building the pipeline")
+    from other weights, silently. Refused: initialize it with one forward first. A lazy buffer
+    alone (nn.LazyBatchNorm1d(affine=False)) draws nothing, but load() and load_state_dict()
+    could not fill it before that forward (torch's error on its shape): refused alike."""
+    from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
+    lazy = [(n, "parameter") for n, p in module.named_parameters()
+            if isinstance(p, UninitializedParameter)]
+    lazy += [(n, "buffer") for n, b in module.named_buffers() if isinstance(b, UninitializedBuffer)]
+    if lazy:
+        name, what = lazy[0]
+        raise ValueError(
+            f"chunks: chunk {c} has a {what} not initialized yet ('{name}', a lazy module's), "
+            "which takes its shape (and a parameter its initial values) at the chunk's first "
+            "forward, in an order a plain loop does not share; run the model (or the chunk) "
+            "once on a sample batch before building the pipeline")
