@@ -38,3 +38,42 @@ def release_parameters(pipe):
     with _LOCK:
         for key in [k for k, owner in _STEPPING.items() if owner is pipe]:
             del _STEPPING[key]
+
+
+def _hook_class(module, name):
+    try:
+        return getattr(__import__(module, fromlist=[name]), name)
+    except (ImportError, AttributeError):
+        return None
+
+
+# torch's hooks that set a module's weight as an attribute before each forward (weight_norm's
+# and the older spectral_norm's): module.weight = the weight computed from its parameters.
+_SETS_WEIGHT = tuple(c for c in (_hook_class("torch.nn.utils.weight_norm", "WeightNorm"),
+                                 _hook_class("torch.nn.utils.spectral_norm", "SpectralNorm"))
+                     if c is not None)
+
+
+def refuse_weight_set_across_stages(stages):
+    """Refuses a module that chunks of two stages of this process share (stages: {stage:
+    {chunk: module}}) whose forward hook sets its weight as an attribute: the stages run as
+    threads at once, and one's forward took the weight the other's hook had just set, whose
+    graph both backwards then went through (the second failed, "Trying to backward through the
+    graph a second time", after some steps, at random). Chunks of one stage run one at a time."""
+    seen = {}  # id(module) -> (stage, chunk) of its first user
+    for stage, modules in stages.items():
+        for c, chunk in modules.items():
+            for name, m in chunk.named_modules():
+                if not any(isinstance(h, _SETS_WEIGHT) for h in m._forward_pre_hooks.values()):
+                    continue
+                first = seen.setdefault(id(m), (stage, c))
+                if first[0] != stage:
+                    hook = next(type(h).__name__ for h in m._forward_pre_hooks.values()
+                                if isinstance(h, _SETS_WEIGHT))
+                    raise ValueError(
+                        f"chunks: chunks {first[1]} and {c} share '{name}', whose {hook} hook "
+                        "sets its weight as an attribute at each forward; their stages run at "
+                        "once in this process, and one stage's forward would take the weight "
+                        "the other's just set (a later backward failed); give each chunk its "
+                        "own module, or compute the weight as a parametrization "
+                        "(torch.nn.utils.parametrize), which computes it at each use")

@@ -20,7 +20,7 @@ from ._launch import (agree_options, agreed, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters)
 from ._order import check_state_kept, decide_order, refuse_renormalizing_embeddings
 from ._seed import Seeding
-from ._sharing import claim_parameters, release_parameters
+from ._sharing import claim_parameters, refuse_weight_set_across_stages, release_parameters
 from ._stage import StageRunner
 from ._step_data import StepData
 from ._step import eval_outputs, replica_loss, run_pass, warn_held_leaves, write_grads
@@ -196,8 +196,9 @@ class Pipeline:
     def _build_stages(self, build, place):
         """Builds this process's chunks and their stages' runners (a chunk refused here, or a
         chunk_fn that raised, is told to every process: the caller runs this under agreed)."""
+        stages = {}
         for stage in self._core.local_stages():
-            modules = {}
+            modules = stages[stage] = {}
             for c in self._core.chunks_of(stage):
                 m = build(c)
                 if not isinstance(m, torch.nn.Module):
@@ -213,6 +214,7 @@ class Pipeline:
             self._runners.append(StageRunner(stage, modules, self._core.chunks - 1,
                                              self._core.split_backward, self._data, place,
                                              where))
+        refuse_weight_set_across_stages(stages)
 
     @property
     def pp(self):
