@@ -23,12 +23,13 @@ timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --ca
 if grep -q "^not fitted to fixed 1f1b (async)'s measured step: at 1000 GB/s, the bound, its simulated step is still +[0-9.]*% off (the calibration's latency [0-9.]* us explains more than the step took)" "$out"; then
   echo "mpi compare: the calibration's latency exceeds the step here (a loaded machine?): no fit"
 else
-  # --json: the fitted model and the fitted run's error (0 within the bisection's precision).
+  # --json: the fitted model and the fitted run's error, within what the run calls fitted (0.1%:
+  # at the bandwidth's bound on a loaded machine a fit may land 0.04% off, and says "fitted").
   /usr/bin/python3 -c '
 import json, sys
 c = json.load(open(sys.argv[1]))["compare"]
 assert " GB/s" in c["message_model"] and len(c["runs"][0]["measured_steps_ms"]) == 3, c
-assert abs(c["runs"][0]["error"]) < 1e-4, c' "$js" || fail "the JSON lacks the comparison"
+assert abs(c["runs"][0]["error"]) < 1e-3, c' "$js" || fail "the JSON lacks the comparison"
   grep -q "^fitted to fixed 1f1b (async)'s measured step" "$out" || fail "no line naming the fit"
   # The fidelity table's first row: measured = simulated, error +0.0%, a replay with the run's own
   # task durations beside it, and a range of 3 steps.
