@@ -11,8 +11,7 @@ import sys
 
 import torch  # noqa: F401  (loads LibTorch's Python bindings before the extension)
 
-from . import _rrfp
-from . import pipeline as _pipeline
+from . import _live, _rrfp
 from ._seed import task_seed
 from .pipeline import Pipeline, StageError
 from .record import StepRecord
@@ -100,9 +99,9 @@ def _shutdown():
     # Multi-process runs end their runtimes and MPI before the interpreter goes; a step running
     # on a daemon thread is cancelled (freed under it, its runtime crashed the process), and its
     # Python half given a moment to leave.
-    live = list(_pipeline.LIVE)  # held: a daemon thread's pipeline must outlive the wait
+    live = list(_live.LIVE)  # held: a daemon thread's pipeline must outlive the wait
     _rrfp._shutdown()
-    _pipeline.wait_for_steps(live, 10)
+    _live.wait_for_steps(live, 10)
 
 
 atexit.register(_shutdown)

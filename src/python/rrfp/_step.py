@@ -14,13 +14,37 @@ from ._batch import check_before_step, take_batch
 from ._caller import CallerState
 from ._grad_layout import set_grad
 from ._frozen import RequiresGradChanged
-from ._grads import parameter_name
+from ._graph import ModelTensors
+from ._grads import GradSums, parameter_name
 from ._leaves import MadeGrads
 from ._progress import Progress
-from ._replicas import buffer_signature, refuse_other_buffers
+from ._order import check_state_kept
+from ._replicas import buffer_signature, refuse_other_buffers, trained_layout
 from ._seed import _caller_level, refuse_nested_seeding, watch_draws
+from ._sharing import claim_parameters
 
 StageError = _rrfp.StageError
+
+
+def set_up_step(pipe):
+    """(GradSums, trained_layout's mark or None) for a step of `pipe` (a Pipeline): the
+    parameters each chunk trains now, and the ties' copies as the chunks hold them."""
+    for r in pipe._runners:
+        r.refresh_params()
+    check_state_kept(pipe._ordered_arg, pipe.chunks, pipe._core, pipe._data.loss_fn)
+    claim_parameters(pipe)  # refused while another pipeline's step trains one
+    # The model's tensors before the forwards replace any attribute (foreign_leaves).
+    pipe._data.known = ModelTensors(pipe._data)
+    pipe._data.made = MadeGrads()  # nothing from a step that failed
+    pipe._refresh_ties()
+    ties = pipe._ties
+    chunk_params = {c: ps for r in pipe._runners for c, ps in r.params.items()}
+    sums = GradSums(chunk_params, from_grad=pipe._dp == 1,
+                    fresh=ties.holders if ties else (),
+                    split=any(r.split for r in pipe._runners),
+                    frozen={c: ps for r in pipe._runners for c, ps in r.frozen.items()})
+    layout = trained_layout(pipe.chunks, chunk_params, pipe._dp) if pipe._dp > 1 else None
+    return sums, layout
 
 
 def run_pass(pipe, inputs, targets, training, prepare):

@@ -2,8 +2,6 @@
 import contextlib
 import os
 import threading
-import time
-import weakref
 
 import torch
 
@@ -12,38 +10,22 @@ from ._args import arrival_after, check_arguments, chunk_builder, progress_after
 from ._calls import BUILDING, gather
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
-from ._graph import ModelTensors
-from ._grads import GradSums, warn_inexact
-from ._leaves import MadeGrads
-from ._replicas import from_first_replica, sum_over_replicas, trained_layout
+from ._grads import warn_inexact
+from ._replicas import from_first_replica, sum_over_replicas
+from ._live import LIVE
 from ._launch import (agree_options, agreed, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters)
 from ._order import check_state_kept, decide_order, refuse_renormalizing_embeddings
 from ._seed import Seeding
-from ._sharing import claim_parameters, refuse_weight_set_across_stages, release_parameters
+from ._sharing import refuse_weight_set_across_stages, release_parameters
 from ._stage import StageRunner
 from ._step_data import StepData
-from ._step import eval_outputs, replica_loss, run_pass, warn_held_leaves, write_grads
+from ._step import eval_outputs, replica_loss, run_pass, set_up_step, warn_held_leaves, \
+    write_grads
 from ._ties import make_ties, one_value_per_tie
 from .record import StepRecord
 
 StageError = _rrfp.StageError
-
-
-# The pipelines alive, for the exit handler (wait_for_steps).
-LIVE = weakref.WeakSet()
-
-
-def wait_for_steps(pipes, seconds):
-    """Waits, at most `seconds` in all, until none of `pipes` is inside a call (a step that the
-    exit handler cancelled on a daemon thread leaves it): the interpreter then ends, and a
-    daemon thread caught inside torch's own calls as it does aborts the process."""
-    deadline = time.monotonic() + seconds
-    for pipe in pipes:
-        if pipe._holder_pid != os.getpid():  # held in the process this one was forked from
-            continue
-        if pipe._busy.acquire(timeout=max(deadline - time.monotonic(), 0)):
-            pipe._busy.release()
 
 
 class Pipeline:
@@ -413,24 +395,8 @@ class Pipeline:
         return replica_loss(self._core, loss)
 
     def _set_up_step(self):
-        """(GradSums, trained_layout's mark or None) for a step: the parameters each chunk
-        trains now, and the ties' copies as the chunks hold them (run_pass runs it)."""
-        for r in self._runners:
-            r.refresh_params()
-        check_state_kept(self._ordered_arg, self.chunks, self._core, self._data.loss_fn)
-        claim_parameters(self)  # refused while another pipeline's step trains one
-        # The model's tensors before the forwards replace any attribute (foreign_leaves).
-        self._data.known = ModelTensors(self._data)
-        self._data.made = MadeGrads()  # nothing from a step that failed
-        self._refresh_ties()
-        ties = self._ties
-        chunk_params = {c: ps for r in self._runners for c, ps in r.params.items()}
-        sums = GradSums(chunk_params, from_grad=self._dp == 1,
-                        fresh=ties.holders if ties else (),
-                        split=any(r.split for r in self._runners),
-                        frozen={c: ps for r in self._runners for c, ps in r.frozen.items()})
-        layout = trained_layout(self.chunks, chunk_params, self._dp) if self._dp > 1 else None
-        return sums, layout
+        """(GradSums, trained_layout's mark or None) for a step (run_pass runs it)."""
+        return set_up_step(self)
 
     def _set_up_eval(self):
         """eval_step's set-up: the ties' copies as the chunks hold them (run_pass runs it)."""
