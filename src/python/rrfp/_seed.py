@@ -78,11 +78,14 @@ def refuse_nested_seeding(what):
 
 
 def take_generators(wait_s):
-    """Takes _GENERATORS, or returns False where one task held them for over `wait_s` seconds
-    (-1: no bound). Other tasks taking their turns meanwhile is progress, not a hang: a limit on
-    the whole wait failed a step of four stages whose tasks each took under a third of it."""
+    """Takes _GENERATORS, or returns False where nobody took them for `wait_s` seconds (-1: no
+    bound): one task held them that long. Other tasks taking their turns meanwhile is progress,
+    not a hang: a limit on the whole wait failed a step of four stages whose tasks each took
+    under a third of it. Every take is counted, a pipeline's without a bound too."""
     if wait_s < 0:
-        return _GENERATORS.acquire()
+        _GENERATORS.acquire()
+        _TAKEN[0] += 1
+        return True
     seen = _TAKEN[0]
     while not _GENERATORS.acquire(timeout=wait_s):
         if _TAKEN[0] == seen:
