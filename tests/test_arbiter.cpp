@@ -331,6 +331,42 @@ TEST(Arbiter, RejectsMisuse) {
                "`limit`: must be 0 (default) or at least 1, got -1");
 }
 
+TEST(Arbiter, RefusesAListThatDoesNotHoldItsStagesTasksOnce) {
+  // A list edited by whoever builds it (an embedder's): each wrote out of bounds, ran a task
+  // twice, or read past the list's end, where the stage's arbiter now refuses it by name.
+  WorkModel m(config(2, 4));
+  const ArbiterOptions fixed = {Policy::Fixed, 4, 2};
+  const auto refused = [&](auto edit, const std::string& text) {
+    Hint h = make_hint("1f1b", m);
+    auto& stages = std::get<ListHint>(h.body).stages;
+    edit(stages);
+    return throws_error<HintError>([&] { StageArbiter(m, 0, h, fixed); }, text);
+  };
+  using Stages = std::vector<std::vector<TaskId>>;
+  EXPECT_TRUE(refused([](Stages& s) { s[0][1] = s[0][0]; },
+                      "hint '1f1b': stage 0: task F c0 m0 listed twice"));
+  EXPECT_TRUE(refused(
+      [](Stages& s) {
+        s[0].push_back({Kind::F, 0, 100});
+      },
+      "hint '1f1b': stage 0: task F c0 m100 does not exist in this run"));
+  EXPECT_TRUE(refused(
+      [](Stages& s) {
+        s[0].push_back({Kind::W, 0, 0});
+      },
+      "task W c0 m0 does not exist in this run (W needs `split_backward`)"));
+  EXPECT_TRUE(refused(
+      [](Stages& s) {
+        s[0].push_back({Kind::F, 1, 0});
+      },
+      "stage 0: task F c1 m0 belongs to stage 1"));
+  EXPECT_TRUE(refused([](Stages& s) { s[0].pop_back(); }, "stage 0: task B c0 m3 is missing"));
+  EXPECT_TRUE(
+      refused([](Stages& s) { s.clear(); }, "hint '1f1b': hint has 0 stages, the run has 2"));
+  Hint whole = make_hint("1f1b", m);
+  EXPECT_NO_THROW(StageArbiter(m, 1, whole, fixed));
+}
+
 TEST(Simulator, DeadlockIsReportedWithEachStagesState) {
   // A fixed order that waits on itself across stages cannot finish: the error names the waits.
   WorkModel m(config(2, 2));

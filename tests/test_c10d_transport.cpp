@@ -19,6 +19,7 @@
 #include "core/error.hpp"
 #include "dist/c10d_world.hpp"
 #include "done_work.hpp"
+#include "expect_error.hpp"
 #include "gloo_groups.hpp"
 #include "job_conformance.hpp"
 #include "transport_conformance.hpp"
@@ -301,6 +302,13 @@ TEST(C10dTransportFailure, ALargePayloadRefusedByGlooNamesItsMessage) {
             "c10d transport: rank 0: sending step 2 F c1 m3 to rank 1 failed (Gloo's send; the "
             "peer exited or stopped answering?): " +
                 std::string(kGlooReset));
+}
+
+// Gloo has no pair to a rank's own self: a send there crashed inside Gloo. Refused, naming it.
+TEST(C10dTransport, ASendToItsOwnRankIsRefused) {
+  C10dTransport t(c10::make_intrusive<PeerGoneGroup>(true));
+  EXPECT_ERROR(t.send(0, MessageTag{}, Payload::allocate(16)), InputError,
+               "c10d transport: destination 0 is this rank itself, which Gloo cannot send to");
 }
 
 // Records the size of every message posted, in order; the first post waits for `open`.

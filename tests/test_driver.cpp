@@ -7,7 +7,9 @@
 
 #include <queue>
 
+#include "core/error.hpp"
 #include "core/rank_driver.hpp"
+#include "expect_error.hpp"
 #include "sim_helpers.hpp"
 
 namespace rrfp {
@@ -129,6 +131,34 @@ TEST(Driver, CostsReachTheArbiterExceptUnderAgree) {
   EXPECT_TRUE(o.note_costs(1));  // a group of one agrees with itself
   o.tp_protocol = TpProtocol::None;
   EXPECT_TRUE(o.note_costs(2));
+}
+
+// An executor's misreport is refused: an end reported twice satisfied the consumer again, which
+// then ran without its input from another stage (and the step counted as done); an end of a
+// task never taken or of another stage's, or an input for another stage, read out of bounds.
+TEST(Driver, RefusesEndsAndArrivalsItDidNotHandOut) {
+  WorkModel m(test::config(2, 1));
+  const Hint h = make_hint("1f1b", m);
+  DispatchOptions o;
+  o.arbiter = resolve_options({}, h, m);
+  RankDriver d(m, h, o, 1, 0, 0);
+  d.begin_step();
+  const TaskId f = *d.next();
+  ASSERT_EQ(f, (TaskId{Kind::F, 0, 0}));
+  EXPECT_ERROR(d.task_ended({Kind::B, 0, 0}, 1), ProtocolError,
+               "stage 0 rank 0: task B c0 m0 ended, but was never taken");
+  d.task_ended(f, 100);
+  EXPECT_ERROR(d.task_ended(f, 100), ProtocolError, "stage 0 rank 0: task F c0 m0 ended twice");
+  EXPECT_FALSE(d.next()) << "B c0 m0 waits for its gradient from stage 1";
+  EXPECT_ERROR(d.task_ended({Kind::F, 1, 0}, 1), ProtocolError,
+               "task F c1 m0 ended, which is not this stage's");
+  EXPECT_ERROR(d.task_ended({Kind::F, 0, 9}, 1), ProtocolError,
+               "task F c0 m9 ended, which does not exist in this run");
+  EXPECT_ERROR(d.offered({Kind::B, 1, 0}, 0), ProtocolError,
+               "stage 0: an input of task B c1 m0 arrived, which is not this stage's");
+  EXPECT_ERROR(d.arrived({Kind::B, 1, 0}, 1), ProtocolError,
+               "stage 0: an input of task B c1 m0 arrived, which is not this stage's");
+  EXPECT_TRUE(d.arrived({Kind::B, 0, 0}, 1));
 }
 
 }  // namespace

@@ -243,6 +243,39 @@ TEST(MpiTransport, BadDestinationThrowsAndShutdownFailsSends) {
   w.barrier();
 }
 
+// shutdown() from inside the receiver, on the transport's progress thread, waited to join that
+// thread itself: the error was swallowed, and std::terminate ended the process when the
+// transport went. Refused there; after the receiver returns it shuts down as ever.
+TEST(MpiTransport, ShutdownFromInsideTheReceiverIsRefused) {
+  MpiWorld& w = *g_world;
+  auto tr = w.make_transport();
+  Transport* self = tr.get();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string said;
+  tr->set_receiver([&](Message&&) {
+    std::string what = "nothing thrown";
+    try {
+      self->shutdown();
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    std::lock_guard lk(mu);
+    said = what;
+    cv.notify_all();
+  });
+  tr->send(w.rank(), MessageTag{}, make_payload(0, 0, 4));  // to itself
+  {
+    std::unique_lock lk(mu);
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(30), [&] { return !said.empty(); }));
+  }
+  EXPECT_EQ(said,
+            "mpi transport: shutdown() called from inside its receiver; call it after the "
+            "receiver returns");
+  tr->shutdown();
+  w.barrier();
+}
+
 TEST(MpiTpGroup, SumsInRankOrderAndDetectsMismatch) {
   MpiWorld& w = *g_world;
   w.set_layout(JobLayout{1, w.size(), 1});

@@ -7,6 +7,7 @@
 #include <array>
 #include <barrier>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -151,6 +152,27 @@ TEST(PingPongStream, RefusesAReplyingHandlerAndFewerThanTwoMessages) {
   o.reply_in_handler = false;
   o.iters = 1;
   EXPECT_ERROR(ping.round(o, [] {}), InputError, "ping-pong: a stream needs 2 messages or more");
+}
+
+// No message is the last of a round of none, and each arrival renewed the deadline: it waited
+// for good. A deadline past about 292 years overflowed the wait's nanoseconds, and an infinite,
+// NaN or negative one failed the round at once as a lost message.
+TEST(PingPongOptionsRefused, NoMessagesOrADeadlineOutOfRange) {
+  Hosting h = in_process_hosting(2);
+  PingPong ping(*h.transports[0]);
+  PingPongOptions o;
+  for (int n : {0, -3}) {
+    o.iters = n;
+    EXPECT_ERROR(ping.round(o, [] {}), InputError,
+                 "ping-pong: iters must be at least 1, got " + std::to_string(n));
+  }
+  o.iters = 2;
+  for (double s : {0.0, -1.0, 1e10, std::numeric_limits<double>::infinity(),
+                   std::numeric_limits<double>::quiet_NaN()}) {
+    o.deadline_s = s;
+    EXPECT_ERROR(ping.round(o, [] {}), InputError,
+                 "ping-pong: deadline_s must be above 0 and at most 1e9 (31 years), got");
+  }
 }
 
 }  // namespace

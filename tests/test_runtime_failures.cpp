@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <new>
 #include <string>
@@ -18,6 +19,7 @@
 #include "expect_error.hpp"
 #include "runtime/delay_line.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/tp_group.hpp"
 #include "runtime_helpers.hpp"
 
 namespace rrfp::test {
@@ -328,6 +330,51 @@ TEST_F(Failures, AHookThatThrowsEndsTheStep) {
   const std::string msg =
       fails_with<TaskError>([](int, int) { return std::make_unique<BadHook>(); });
   EXPECT_NE(msg.find("begin_step failed: no data"), std::string::npos) << msg;
+  struct OddHook final : StageProgram {  // what is no std::exception ended the process
+    void end_step(int) override { throw 42; }
+    Payload forward(TaskContext&, int, int, Payload) override { return {}; }
+    Payload backward(TaskContext&, int, int, Payload) override { return {}; }
+  };
+  const std::string odd =
+      fails_with<TaskError>([](int, int) { return std::make_unique<OddHook>(); });
+  EXPECT_NE(odd.find("end_step failed with a non-standard exception"), std::string::npos) << odd;
+}
+
+// A stage split over processes takes its collective from `make_group`: none ran the group's
+// all-reduces as no-ops and one of another size told the programs another tp_size, and the
+// step went on with partial sums. A timeout past a day overflowed the watchdog's nanoseconds,
+// which then failed the step at its first look.
+TEST(RuntimeOptionsRefused, AGroupNoneOrOfAnotherSizeABrokenListAndATimeoutPastADay) {
+  PipelineConfig c;
+  c.pp = 1;
+  c.microbatches = 2;
+  const WorkModel m(c);
+  const Hint h = make_hint("1f1b", m);
+  const RealizedWork w = realize(WorkloadParams{}, m, 2, 1);
+  RuntimeOptions o;
+  o.tp = 2;
+  const auto built = [&](std::function<std::unique_ptr<TpCollective>(int)> group) {
+    Hosting host;
+    host.local = {0};  // tp rank 0 of stage 0; rank 1 lives elsewhere
+    host.transports.push_back(std::move(make_inproc_transports(2)[0]));
+    host.make_group = std::move(group);
+    Runtime rt(m, h, emulated_programs(m, w), o, std::move(host));
+  };
+  EXPECT_ERROR(built([](int) { return std::unique_ptr<TpCollective>(); }), Error,
+               "runtime: `make_group` gave stage 0 no group; its `tp` is 2");
+  EXPECT_ERROR(built([](int s) { return std::make_unique<TpGroup>(s, 1); }), Error,
+               "runtime: `make_group` gave stage 0 a group of 1 ranks; its `tp` is 2");
+  o.tp = 1;
+  // A list hint not holding a stage's tasks once: refused as the runtime is built, not at its
+  // first step's arbiters, after the barrier between processes.
+  Hint edited = make_hint("1f1b", m);
+  std::get<ListHint>(edited.body).stages[0].pop_back();
+  const RealizedWork one = realize(WorkloadParams{}, m, 1, 1);
+  EXPECT_ERROR(Runtime(m, edited, emulated_programs(m, one), o), HintError,
+               "hint '1f1b': stage 0: task B c0 m1 is missing");
+  o.timeout_ms = 10'000'000'000'000;
+  EXPECT_ERROR(Runtime(m, h, emulated_programs(m, one), o), InputError,
+               "`timeout`: must be between 0 and 86400000 ms (a day), got");
 }
 
 }  // namespace

@@ -140,6 +140,23 @@ INSTANTIATE_TEST_SUITE_P(Jobs, JobConformance,
 
 namespace rrfp::test {
 
+// A local job's ranks share exchanges built for the first layout: a second, other layout read
+// them (a gather over 2 replicas returned 1 value, then wrote past an exchange's slots). And a
+// layout's product checked for overflow: 641 x 6700417 is 2^32 + 1, which an int read as 1 rank,
+// and 1718039348 x 5 x 2147418113 is 2^64 + 4.
+TEST(LocalJob, TakesOneLayoutAndCountsItsRanksWithoutOverflow) {
+  auto jobs = make_local_jobs(2);
+  jobs[0]->set_layout({2, 1, 1});
+  jobs[1]->set_layout({2, 1, 1});  // the same again: as before
+  EXPECT_ERROR(jobs[0]->set_layout({1, 1, 2}), InputError,
+               "a local job takes one layout: its ranks were laid out as `pp` 2 x `tp` 1 x `dp` 1");
+  EXPECT_ERROR(validate(JobLayout{641, 1, 6'700'417}, 1, "a job of 1 rank"), InputError,
+               "a job of 1 rank: the layout `pp` 641 x `tp` 1 x `dp` 6700417 needs 4294967297 "
+               "ranks");
+  EXPECT_ERROR(validate(JobLayout{1'718'039'348, 5, 2'147'418'113}, 4, "a job of 4 ranks"),
+               InputError, "`dp` 2147418113 needs more than 2^63 ranks");
+}
+
 // The deadline of MPI's blocking calls (start-up, barriers, shutdown): a phase that outlives
 // its deadline is reported once, by name; phases disarmed in time and phases without a
 // deadline never are, however long the guard lives.
@@ -156,6 +173,8 @@ TEST(DeadlineGuard, ReportsOnlyAPhaseThatOutlivesItsDeadline) {
     auto never = g.arm("no deadline", 0);
     auto slow = g.arm("slow", 20);
     auto later = g.arm("later", 10'000);  // still armed when the guard goes
+    // Past 31 years none: 1e13 ms overflowed the clock's nanoseconds and expired at once.
+    auto huge = g.arm("past the clock", 10'000'000'000'000);
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < until) {
       {

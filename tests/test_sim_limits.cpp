@@ -86,13 +86,18 @@ TEST(SimLimits, ALinksEndPastTheClockIsRefused) {
                "simulation's clock (2^63 ns, 292 years)");
 }
 
-// The same through a whole simulation, with work no check bounded: it ends with the error.
-TEST(SimLimits, ASimulationPastTheClockEndsWithAnError) {
+// The same through a whole simulation, with work edited after realize() bounded it: the
+// simulator checks the work's total itself before it starts (it ended with the links' error
+// above, mid-run, before the simulator checked the work it is given).
+TEST(SimLimits, AStepPastTheClockIsRefusedBeforeItRuns) {
   const WorkModel m(config(2, 2));
   RealizedWork w = realize(slow_links(), m, 1, 1);
   for (std::int64_t& ns : w.message_ns)
     if (ns > 0) ns = 200'000'000'000'000'000;
-  EXPECT_ERROR(run(m, "1f1b", Policy::Fixed, w), InputError, "past the simulation's clock");
+  EXPECT_ERROR(run(m, "1f1b", Policy::Fixed, w), InputError,
+               "workload: its 8 tasks add up to 1623.54 years (messages at comm_two_slowdown 64 "
+               "times their time alone, as sharing the links may make them); a step may hold at "
+               "most 146");
 }
 
 // A split W is rounded and B is the whole backward less it: B + W is the backward of the run
@@ -155,6 +160,61 @@ TEST(SimLimits, ATableShowsAStepUnderAMillisecondToTheNanosecond) {
   EXPECT_NE(text.find("0.000004"), std::string::npos) << text;
   EXPECT_NE(text.find("long          1.00"), std::string::npos) << text;
   EXPECT_NE(text.find("   0.00      -"), std::string::npos) << text;  // its bound of 5 ns
+}
+
+// A first step of no time has no speedup against it: the table shows "-", and the JSON null
+// where it read 0.0 (as if each run were infinitely slower).
+TEST(SimLimits, NoSpeedupAgainstAStepOfNoTime) {
+  std::vector<ReportRun> runs(2);
+  runs[0].metrics.makespan = 0;
+  runs[1].metrics.makespan = 1000;
+  const nlohmann::json j = to_json(ReportHeader{}, runs);
+  EXPECT_TRUE(j["runs"][0]["speedup_vs_first"].is_null());
+  EXPECT_TRUE(j["runs"][1]["speedup_vs_first"].is_null());
+  runs[0].metrics.makespan = 2000;
+  EXPECT_DOUBLE_EQ(to_json(ReportHeader{}, runs)["runs"][1]["speedup_vs_first"].get<double>(), 2.0);
+}
+
+// A RealizedWork edited by its caller: the simulator indexes it by task and rank unchecked,
+// so tp 0 crashed, tp 2 over one rank's vectors read past their end (a makespan of 2.1e14 ns),
+// and negative times ran to makespans of 0. Each is refused, naming the field.
+TEST(SimLimits, RealizedWorkThatDoesNotFitTheModelIsRefused) {
+  const WorkModel m(config(2, 4));
+  const Hint h = make_hint("1f1b", m);
+  const auto refused = [&](auto edit, const std::string& text) {
+    RealizedWork w = unit_work(m);
+    edit(w);
+    return throws_error<InputError>([&] { simulate(m, h, w, SimOptions{}); }, text);
+  };
+  EXPECT_TRUE(refused([](RealizedWork& w) { w.tp = 0; }, "`tp`"));
+  EXPECT_TRUE(refused([](RealizedWork& w) { w.tp = 2; },
+                      "realized work: `compute_ns` holds 16 entries, not 32"));
+  EXPECT_TRUE(refused([](RealizedWork& w) { w.num_tasks = 8; },
+                      "realized work: `num_tasks` is 8, the work model has 16"));
+  EXPECT_TRUE(refused([](RealizedWork& w) { w.compute_ns[3] = -5; },
+                      "realized work: `compute_ns`[3] is -5: must be at least 0"));
+  EXPECT_TRUE(refused([](RealizedWork& w) { w.message_ns.assign(w.message_ns.size(), -1); },
+                      "realized work: `message_ns`[0] is -1"));
+  EXPECT_TRUE(refused([](RealizedWork& w) { w.message_bytes.clear(); },
+                      "`message_bytes` holds 0 entries, not 16"));
+  EXPECT_TRUE(refused([](RealizedWork& w) { w.coord_ns = -1; }, "`coord_ns` is -1"));
+  EXPECT_NO_THROW(simulate(m, h, unit_work(m), SimOptions{}));
+}
+
+// A record put together by its caller, read by stage and rank: fewer ranks than pp x tp, or
+// peaks for fewer stages, read past the vectors' ends (a crash).
+TEST(SimLimits, MetricsOfARecordShortOfItsRanksAreRefused) {
+  StepRecord r;
+  r.pp = 2;
+  r.makespan = 1000;
+  EXPECT_ERROR(compute_metrics(r, {}), InputError,
+               "step record: `ranks` holds 0 entries, not `pp` 2 x `tp` 1");
+  r.ranks.resize(2);
+  r.peak_d = {3};
+  EXPECT_ERROR(compute_metrics(r, {}), InputError,
+               "step record: `peak_d` holds 1 entries, not `pp` 2 (or none)");
+  r.peak_d = {3, 1};
+  EXPECT_EQ(compute_metrics(r, {}).stages.size(), 2u);
 }
 
 }  // namespace

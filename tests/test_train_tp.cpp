@@ -86,6 +86,12 @@ TEST(TrainTp, ShardsAreCutFromTheWholeInitialization) {
   EXPECT_EQ(max_diff(tp, ref, 2), 0.0);
   EXPECT_ERROR(Trainer(options(3, TpProtocol::Leader, "1f1b", false)), InputError,
                "`tp`: 3 does not divide `heads` 4");  // 4 heads
+  // The data's tokens are bytes: a smaller vocabulary failed the first forward in LibTorch's
+  // words ("index out of range in self").
+  TrainOptions small = options(1, TpProtocol::Leader, "1f1b", false);
+  small.model.vocab = 100;
+  EXPECT_ERROR(Trainer{small}, InputError,
+               "`vocab`: must be between 256 (the data's tokens are bytes) and 1048576, got 100");
 }
 
 // Stage 1's TP rank 1 holds each B's output back 100 ms, so stage 0's rank 1 gets every

@@ -1,5 +1,8 @@
 // The transport conformance suite (transport_conformance.hpp) for inproc, and what only
 // inproc promises: a hand-off without a copy, and sends to a shut-down peer that fail at once.
+#include <limits>
+#include <new>
+
 #include "comm/buffer_pool.hpp"
 #include "comm/inproc.hpp"
 #include "comm/wire.hpp"
@@ -147,6 +150,27 @@ TEST(Inproc, SendsToAShutDownPeerFail) {
   ASSERT_NE(err, nullptr);
   EXPECT_ERROR(std::rethrow_exception(err), Error,
                "inproc transport: rank 0 cannot send step 0 F c0 m0 to rank 1: endpoint shut down");
+}
+
+// A receiver runs under the fabric's shared lock: shutdown() or set_receiver() called from one
+// took the lock exclusively on the same thread and waited for itself for good. Refused; the
+// error reaches the sending call, whose thread ran the receiver.
+TEST(Inproc, ShutdownFromInsideAReceiverIsRefusedNotAHang) {
+  auto eps = make_inproc_transports(2);
+  Transport* mine = eps[1].get();
+  eps[1]->set_receiver([&](Message&&) { mine->shutdown(); });
+  EXPECT_ERROR(eps[0]->send(1, MessageTag{}, bytes_of(1)), Error,
+               "inproc transport: shutdown() called from inside a receiver of its transports");
+  eps[1]->shutdown();  // after the receiver returned: as before
+}
+
+// A size no power of two above holds: bit_ceil's result was undefined, and the payload of
+// SIZE_MAX bytes came on a buffer of 64 KiB.
+TEST(BufferPool, ASizeNoBufferCanHoldIsRefused) {
+  auto pool = std::make_shared<BufferPool>();
+  EXPECT_THROW(pool->get(std::numeric_limits<std::size_t>::max()), std::bad_alloc);
+  EXPECT_THROW(BufferPool::capacity_of((std::size_t{1} << 63) + 1), std::bad_alloc);
+  EXPECT_EQ(BufferPool::capacity_of(std::size_t{1} << 63), std::size_t{1} << 63);
 }
 
 }  // namespace

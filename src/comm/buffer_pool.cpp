@@ -4,6 +4,7 @@
 #include <atomic>
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <new>
 
 namespace rrfp {
@@ -18,6 +19,9 @@ std::uint64_t BufferPool::fresh_total() {
 }
 
 std::size_t BufferPool::capacity_of(std::size_t n) {
+  // No power of two above 2^63 fits: bit_ceil's result there is undefined (it read 0, and a
+  // payload of that size came on a buffer of 64 KiB). No allocation of that size succeeds.
+  if (n > (std::numeric_limits<std::size_t>::max() >> 1) + 1) throw std::bad_alloc();
   return std::max<std::size_t>(std::bit_ceil(n), 64 * 1024);
 }
 

@@ -196,6 +196,11 @@ void C10dTransport::send(int dst, const MessageTag& tag, Payload payload, SendDo
   if (dst < 0 || dst >= d.size)
     throw InputError("c10d transport: destination " + std::to_string(dst) +
                      " is not a rank of the group (0.." + std::to_string(d.size - 1) + ")");
+  // Gloo has no pair to a rank's own self (it crashed inside Gloo); the runtime never sends to
+  // its own endpoint, whose inputs it hands over in memory.
+  if (dst == d.rank)
+    throw InputError("c10d transport: destination " + std::to_string(dst) +
+                     " is this rank itself, which Gloo cannot send to");
   auto fail = [&] {
     if (done)
       done(std::make_exception_ptr(

@@ -31,6 +31,7 @@ class InprocTransport final : public Transport {
   int size() const override { return static_cast<int>(fabric_->receivers.size()); }
 
   void set_receiver(Receiver r) override {
+    refuse_inside_receiver("set_receiver");
     std::unique_lock lk(fabric_->mu);
     fabric_->receivers[rank_] = std::move(r);
   }
@@ -59,12 +60,22 @@ class InprocTransport final : public Transport {
   }
 
   void shutdown() override {
+    refuse_inside_receiver("shutdown");
     std::unique_lock lk(fabric_->mu);
     fabric_->open[rank_] = false;
     fabric_->receivers[rank_] = nullptr;
   }
 
  private:
+  // A receiver runs under the fabric's shared lock, which these take exclusively: called from
+  // one, the thread waited for itself for good.
+  void refuse_inside_receiver(const char* call) const {
+    if (held_ == fabric_.get())
+      throw Error(std::string("inproc transport: ") + call + "() called from inside a receiver " +
+                  "of its transports, which runs under the lock it takes; call it after the " +
+                  "receiver returns");
+  }
+
   // Marks this thread as holding a fabric's lock for a scope, however the receiver leaves it.
   struct Holding {
     explicit Holding(const Fabric* f) : outer(std::exchange(held_, f)) {}

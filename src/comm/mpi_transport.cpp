@@ -10,6 +10,7 @@
 #include <limits>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "comm/buffer_pool.hpp"
@@ -76,12 +77,21 @@ struct MpiTransport::Impl {
   }
 
   void deliver(int src, const MessageTag& tag, Payload p) {
+    const Impl* const outer = std::exchange(delivering, this);
     try {
       receiver(Message{src, tag, std::move(p)});
+    } catch (const std::exception& e) {
+      // The receiver's contract is not to throw; a bug there must not kill the progress thread,
+      // but it is said (a shutdown() refused there went unseen).
+      const std::string line = "rrfp: mpi transport rank " + std::to_string(rank) +
+                               ": the receiver threw, which it must not: " + e.what() + "\n";
+      std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
     } catch (...) {
-      // The receiver's contract is not to throw; a bug there must not kill the progress thread.
     }
+    delivering = outer;
   }
+  // The transport whose receiver this thread runs now (its progress thread, or a lent one).
+  static thread_local const Impl* delivering;
 
   // Posts (again) the header receive of ring slot i, into a fresh buffer: the old one now
   // backs a delivered payload.
@@ -290,6 +300,8 @@ struct MpiTransport::Impl {
   }
 };
 
+thread_local const MpiTransport::Impl* MpiTransport::Impl::delivering = nullptr;
+
 MpiTransport::MpiTransport(void* comm, MpiPollOptions poll) : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
   mpi_check(MPI_Comm_dup(static_cast<MPI_Comm>(comm), &d.comm), "MPI_Comm_dup");
@@ -382,6 +394,12 @@ void MpiTransport::send(int dst, const MessageTag& tag, Payload payload, SendDon
 
 void MpiTransport::shutdown() {
   Impl& d = *impl_;
+  // From inside the receiver, on the progress thread, it waited to join its own thread (an
+  // error swallowed, then std::terminate when the transport went).
+  if (Impl::delivering == &d)
+    throw Error(
+        "mpi transport: shutdown() called from inside its receiver; call it after the "
+        "receiver returns");
   if (d.closed.exchange(true)) return;
   d.stop.store(true);
   {

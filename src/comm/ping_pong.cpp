@@ -88,6 +88,14 @@ double PingPong::round(const PingPongOptions& o, const std::function<void()>& ba
   if (o.stream && o.reply_in_handler)
     throw InputError("ping-pong: a stream hands its messages to the calling thread");
   if (o.stream && o.iters < 2) throw InputError("ping-pong: a stream needs 2 messages or more");
+  // None: no message is the last, and the round waited for good (each arrival renewed its
+  // deadline).
+  if (o.iters < 1)
+    throw InputError("ping-pong: iters must be at least 1, got " + std::to_string(o.iters));
+  // Past about 292 years the wait's nanoseconds overflowed, and the round failed at once.
+  if (!(o.deadline_s > 0 && o.deadline_s <= 1e9))
+    throw InputError("ping-pong: deadline_s must be above 0 and at most 1e9 (31 years), got " +
+                     fmt_given(o.deadline_s));
   if (o.sources < 0 || o.sources > 16)
     throw InputError("ping-pong: sources must be 0 to 16, got " + std::to_string(o.sources));
   if (o.spin_us < 0 || o.spin_us > 10'000)

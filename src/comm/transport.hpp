@@ -17,7 +17,8 @@ namespace rrfp {
 class Transport {
  public:
   // Runs on the transport's progress context (inproc: the sending thread). Must not block
-  // for long and must not throw.
+  // for long and must not throw, and must not call its transport's set_receiver() or
+  // shutdown() (the inproc and MPI transports refuse them there with Error) nor destroy it.
   using Receiver = std::function<void(Message&&)>;
   // Runs once the payload has been handed over (nullptr) or the send failed.
   using SendDone = std::function<void(std::exception_ptr)>;

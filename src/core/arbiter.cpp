@@ -4,6 +4,7 @@
 #include <bit>
 
 #include "core/error.hpp"
+#include "core/hint_io.hpp"
 
 namespace rrfp {
 
@@ -54,12 +55,11 @@ StageArbiter::StageArbiter(const WorkModel& m, int stage, const Hint& hint,
   if (v_ > 1) progress_.assign(mbs_, 0);  // only a stage of several chunks drains in order
   chunks_ = m.chunks_of(stage_);
   if (list_) {
-    const auto& order = hint_.list().stages.at(stage_);
-    rank_.assign(state_.size(), -1);
-    for (int i = 0; i < static_cast<int>(order.size()); ++i)
-      rank_[local_index(order[i])] = i;
+    // Checked here, whoever built the list: a task unknown, listed twice or missing wrote out
+    // of bounds, ran twice, or read past the list's end.
+    rank_ = stage_positions(hint_.list(), m, stage_, "hint '" + hint_.name + "'");
     for (auto& q : queue_)
-      q.reset(static_cast<int>(order.size()));
+      q.reset(static_cast<int>(rank_.size()));
   } else {
     rule_ = hint_.rule();
     next_backward_ = rule_ != Rule::FB;

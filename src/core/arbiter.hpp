@@ -76,6 +76,8 @@ class StageArbiter {
   std::optional<TaskId> take();
 
   bool is_ready(const TaskId& t) const { return state_[local_index(t)] == kReady; }
+  // Whether `t` was committed (taken to run) this step.
+  bool taken(const TaskId& t) const { return state_[local_index(t)] == kDone; }
   bool finished() const { return committed_ == total_; }
   int committed() const { return committed_; }
   int outstanding() const { return d_; }  // D = F done - B done

@@ -69,6 +69,12 @@ HintFields hint_file_fields(const std::string& path, std::string_view enough = {
 // it; the header scan reads it so too (it missed an indented header).
 std::string_view hint_line_content(std::string_view line);
 
+// The position of each of stage `s`'s tasks in the list, by WorkModel::local_index: refuses
+// (HintError, naming stage and task) a stage the hint lacks, or a task unknown, of another
+// stage, listed twice or missing. Linear in the stage's tasks: every arbiter of a list hint
+// runs it (an embedder's edited list wrote out of bounds, or ran a task twice).
+std::vector<int> stage_positions(const ListHint& h, const WorkModel& m, int s,
+                                 const std::string& origin);
 // Rejects a hint that cannot run to completion under the fixed policy: a task missing,
 // duplicated, unknown or on the wrong stage; a stage order that breaks a local dependency;
 // or a cross-stage combination that deadlocks. Throws HintError naming stage and task.

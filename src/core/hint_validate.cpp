@@ -5,28 +5,42 @@
 
 namespace rrfp {
 
+std::vector<int> stage_positions(const ListHint& h, const WorkModel& m, int s,
+                                 const std::string& origin) {
+  const std::string pre = origin.empty() ? "" : origin + ": ";
+  if (s >= static_cast<int>(h.stages.size()))
+    throw HintError(pre + "hint has " + std::to_string(h.stages.size()) + " stages, the run has " +
+                    std::to_string(m.pp()));
+  const std::string where = pre + "stage " + std::to_string(s);
+  const auto& order = h.stages[s];
+  std::vector<int> pos(m.local_slots(), -1);
+  for (int i = 0; i < static_cast<int>(order.size()); ++i) {
+    const TaskId& t = order[i];
+    if (!m.valid(t))
+      throw HintError(where + ": task " + to_string(t) + " does not exist in this run" +
+                      (t.kind == Kind::W ? " (W needs `split_backward`)" : ""));
+    if (m.stage_of(t) != s)
+      throw HintError(where + ": task " + to_string(t) + " belongs to stage " +
+                      std::to_string(m.stage_of(t)));
+    int& p = pos[m.local_index(t)];
+    if (p >= 0) throw HintError(where + ": task " + to_string(t) + " listed twice");
+    p = i;
+  }
+  if (order.size() != pos.size())
+    for (const TaskId& t : m.stage_tasks(s))
+      if (pos[m.local_index(t)] < 0)
+        throw HintError(where + ": task " + to_string(t) + " is missing");
+  return pos;
+}
+
 void validate_hint(const ListHint& h, const WorkModel& m, const std::string& origin) {
   const std::string pre = origin.empty() ? "" : origin + ": ";
   if (static_cast<int>(h.stages.size()) != m.pp())
     throw HintError(pre + "hint has " + std::to_string(h.stages.size()) + " stages, the run has " +
                     std::to_string(m.pp()));
-  std::vector<int> pos(m.num_tasks(), -1);
   for (int s = 0; s < m.pp(); ++s) {
     const std::string where = pre + "stage " + std::to_string(s);
-    for (int i = 0; i < static_cast<int>(h.stages[s].size()); ++i) {
-      const TaskId& t = h.stages[s][i];
-      if (!m.valid(t))
-        throw HintError(where + ": task " + to_string(t) + " does not exist in this run" +
-                        (t.kind == Kind::W ? " (W needs `split_backward`)" : ""));
-      if (m.stage_of(t) != s)
-        throw HintError(where + ": task " + to_string(t) + " belongs to stage " +
-                        std::to_string(m.stage_of(t)));
-      int& p = pos[m.index(t)];
-      if (p >= 0) throw HintError(where + ": task " + to_string(t) + " listed twice");
-      p = i;
-    }
-    for (const TaskId& t : m.stage_tasks(s))
-      if (pos[m.index(t)] < 0) throw HintError(where + ": task " + to_string(t) + " is missing");
+    const std::vector<int> pos = stage_positions(h, m, s, origin);
     // Local order per microbatch: the stage would wait forever for a task it runs later.
     for (int mb = 0; mb < m.microbatches(); ++mb) {
       int last_pos = -1;
@@ -34,7 +48,7 @@ void validate_hint(const ListHint& h, const WorkModel& m, const std::string& ori
       for (int r = 0; r < 2 * m.vpp(); ++r) {
         const int lc = r < m.vpp() ? r : 2 * m.vpp() - 1 - r;
         TaskId t{r < m.vpp() ? Kind::F : Kind::B, m.chunk_at(s, lc), mb};
-        const int p = pos[m.index(t)];
+        const int p = pos[m.local_index(t)];
         if (p < last_pos)
           throw HintError(where + ": task " + to_string(t) + " comes before " + to_string(last) +
                           ", which it depends on");
@@ -42,7 +56,7 @@ void validate_hint(const ListHint& h, const WorkModel& m, const std::string& ori
         last = t;
         if (m.split() && t.kind == Kind::B) {
           TaskId w{Kind::W, t.chunk, mb};
-          if (pos[m.index(w)] < p)
+          if (pos[m.local_index(w)] < p)
             throw HintError(where + ": task " + to_string(w) + " comes before " + to_string(t) +
                             ", which it depends on");
         }

@@ -1,5 +1,7 @@
 #include "core/rank_driver.hpp"
 
+#include "core/error.hpp"
+
 namespace rrfp {
 
 RankDriver::RankDriver(const WorkModel& m, const Hint& hint, const DispatchOptions& opt, int tp,
@@ -10,6 +12,7 @@ void RankDriver::begin_step(const std::vector<std::int64_t>& entry_sizes) {
   // The readiness marks ready what waits for nothing, so the arbiter comes first, with the
   // sizes that order the first forwards.
   arb_ = std::make_unique<StageArbiter>(m_, stage_, hint_, opt_.arbiter);
+  ended_.assign(m_.local_slots(), 0);
   if (static_cast<int>(entry_sizes.size()) == m_.microbatches())
     arb_->note_entry_sizes(entry_sizes);
   costs_ = opt_.note_costs(tp_) && arb_->reads_costs();
@@ -29,6 +32,7 @@ void RankDriver::begin_step(const std::vector<std::int64_t>& entry_sizes) {
 }
 
 bool RankDriver::delivered(const TaskId& consumer, std::int64_t cost_ns) {
+  if (!m_.valid(consumer) || m_.stage_of(consumer) != stage_) refuse_arrival(consumer);
   if (costs_) arb_->note_cost(consumer, cost_ns);
   return inputs_->deliver(consumer);
 }
@@ -38,6 +42,23 @@ std::optional<RankDriver::Proposal> RankDriver::propose() {
   const auto task = arb_->peek();
   if (!task) return std::nullopt;
   return Proposal{agree_->propose(*task, inputs_->version()), *task};
+}
+
+void RankDriver::refuse_end(const TaskId& t) const {
+  const std::string rank = "stage " + std::to_string(stage_) + " rank " + std::to_string(tp_rank_);
+  if (!m_.valid(t))
+    throw ProtocolError(rank + ": task " + to_string(t) +
+                        " ended, which does not exist in this run");
+  if (m_.stage_of(t) != stage_)
+    throw ProtocolError(rank + ": task " + to_string(t) + " ended, which is not this stage's");
+  throw ProtocolError(rank + ": task " + to_string(t) +
+                      (ended_[m_.local_index(t)] ? " ended twice" : " ended, but was never taken"));
+}
+
+void RankDriver::refuse_arrival(const TaskId& t) const {
+  throw ProtocolError("stage " + std::to_string(stage_) + ": an input of task " + to_string(t) +
+                      " arrived, which " +
+                      (m_.valid(t) ? "is not this stage's" : "does not exist in this run"));
 }
 
 StuckRank RankDriver::stuck(std::string running) const {

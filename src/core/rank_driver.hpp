@@ -70,7 +70,15 @@ class RankDriver {
 
   // --- What happened ---
   // Task `t` ran for `cost_ns` and ended: its consumers on this stage are satisfied.
+  // Throws ProtocolError for a task this rank did not take or has ended already: its
+  // consumers would be satisfied again, and one ran without its input from another stage.
   Consumers task_ended(const TaskId& t, std::int64_t cost_ns) {  // inline: the hottest call
+    if (!m_.valid(t) || m_.stage_of(t) != stage_) [[unlikely]]
+      refuse_end(t);
+    std::uint8_t& ended = ended_[m_.local_index(t)];
+    if (ended || !arb_->taken(t)) [[unlikely]]
+      refuse_end(t);
+    ended = 1;
     Consumers c;
     c.n = m_.consumers(t, c.deps);
     for (const Dep& d : c) {
@@ -83,6 +91,8 @@ class RankDriver {
   // Async: `consumer`'s input from another stage arrived, its producer having taken
   // `cost_ns`. True when it made the task ready; throws ProtocolError on a second arrival.
   bool arrived(const TaskId& consumer, std::int64_t cost_ns) {  // inline: one per message
+    if (!m_.valid(consumer) || m_.stage_of(consumer) != stage_) [[unlikely]]
+      refuse_arrival(consumer);
     if (costs_) arb_->note_cost(consumer, cost_ns);
     return inputs_->arrive(consumer);
   }
@@ -91,7 +101,11 @@ class RankDriver {
   bool reads_costs() const { return costs_; }
   // Blocking, receiving side: an offer of `consumer`'s input (`handle`: the executor's name for
   // it); the offers to start now (Offered -> Accepted), the rest wait; the bytes are here.
-  void offered(const TaskId& consumer, int handle) { rendezvous_->on_offer(consumer, handle); }
+  void offered(const TaskId& consumer, int handle) {
+    if (!m_.valid(consumer) || m_.stage_of(consumer) != stage_) [[unlikely]]
+      refuse_arrival(consumer);
+    rendezvous_->on_offer(consumer, handle);
+  }
   std::vector<Rendezvous::Offer> accept() { return rendezvous_->take_acceptable(); }
   bool has_offers() const { return rendezvous_ && rendezvous_->has_offers(); }
   bool delivered(const TaskId& consumer, std::int64_t cost_ns);
@@ -148,6 +162,10 @@ class RankDriver {
   std::unique_ptr<Rendezvous> rendezvous_;  // blocking mode, per step, on inputs_
   std::optional<LeaderFollower> follower_;  // `leader`, tp ranks > 0
   std::optional<AgreeRound> agree_;         // `agree`
+  std::vector<std::uint8_t> ended_;         // per step, by local index: task_ended() seen
+
+  [[noreturn]] void refuse_end(const TaskId& t) const;  // out of line: the message's frame
+  [[noreturn]] void refuse_arrival(const TaskId& t) const;
 };
 
 }  // namespace rrfp

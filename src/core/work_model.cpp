@@ -25,8 +25,9 @@ void validate(const PipelineConfig& cfg) {
     throw InputError("`placement` vshape: needs `vpp` 2, got `vpp` " + std::to_string(cfg.vpp));
 }
 
-WorkModel::WorkModel(const PipelineConfig& cfg) : cfg_(cfg), chunks_(cfg.pp * cfg.vpp) {
-  validate(cfg_);
+// Validated before the product is taken: pp = vpp = 65536 overflowed an int first.
+WorkModel::WorkModel(const PipelineConfig& cfg)
+    : cfg_((validate(cfg), cfg)), chunks_(cfg.pp * cfg.vpp) {
   by_mbs_ = FastDivisor(cfg_.microbatches);
   by_chunks_ = FastDivisor(chunks_);
   stage_of_chunk_.resize(chunks_);

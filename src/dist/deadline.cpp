@@ -21,7 +21,9 @@ DeadlineGuard::Phase::~Phase() {
 }
 
 DeadlineGuard::Phase DeadlineGuard::arm(std::string phase, std::int64_t deadline_ms) {
-  if (deadline_ms <= 0) return Phase(nullptr, 0);
+  // Past 31 years, none: the steady clock's nanoseconds overflowed far beyond (about 292
+  // years), and the phase expired at once.
+  if (deadline_ms <= 0 || deadline_ms > 1'000'000'000'000) return Phase(nullptr, 0);
   std::uint64_t id = 0;
   {
     std::lock_guard lk(mu_);

@@ -37,7 +37,8 @@ class DeadlineGuard {
     DeadlineGuard* guard_;
     std::uint64_t id_;
   };
-  // Arms `phase` for `deadline_ms` from now; 0 means no deadline (nothing is armed).
+  // Arms `phase` for `deadline_ms` from now; 0, or over 1e12 ms (31 years), means no deadline
+  // (nothing is armed).
   [[nodiscard]] Phase arm(std::string phase, std::int64_t deadline_ms);
 
  private:

@@ -12,10 +12,15 @@ void validate(const JobLayout& l, int ranks, const std::string& where) {
   if (l.pp < 1) throw InputError("`pp`: must be at least 1, got " + std::to_string(l.pp));
   checked_tp(l.tp);
   if (l.dp < 1) throw InputError("`dp`: must be at least 1, got " + std::to_string(l.dp));
-  if (l.world() != ranks)
+  // Checked for overflow: an int product wrapped (641 x 6700417 read 1) and passed for a job of
+  // 1 rank, and so may a 64-bit one.
+  long long needs = 0;
+  const bool past = __builtin_mul_overflow(static_cast<long long>(l.pp), l.tp, &needs) ||
+                    __builtin_mul_overflow(needs, static_cast<long long>(l.dp), &needs);
+  if (past || needs != ranks)
     throw InputError(where + ": the layout `pp` " + std::to_string(l.pp) + " x `tp` " +
                      std::to_string(l.tp) + " x `dp` " + std::to_string(l.dp) + " needs " +
-                     std::to_string(l.world()) + " ranks");
+                     (past ? std::string("more than 2^63") : std::to_string(needs)) + " ranks");
 }
 
 std::size_t place_among(std::span<const int> peers, int me, int endpoints) {

@@ -21,7 +21,6 @@ namespace rrfp {
 
 struct JobLayout {
   int pp = 1, tp = 1, dp = 1;
-  int world() const { return pp * tp * dp; }
 };
 
 // Throws InputError naming the option unless every dimension is at least 1 and the layout

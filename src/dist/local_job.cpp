@@ -85,8 +85,18 @@ class LocalJob final : public Job {
   void set_layout(const JobLayout& l) override {
     validate(l, s_->world, "a local job of " + std::to_string(s_->world) + " ranks");
     std::lock_guard lk(s_->mu);
+    if (s_->laid_out) {  // the first rank built what the ranks share, for one layout
+      const JobLayout& was = s_->layout;
+      // Another layout read the exchanges built for the first one: a gather of 2 replicas
+      // returned 1 value, then wrote past an exchange's slots.
+      if (l.pp != was.pp || l.tp != was.tp || l.dp != was.dp)
+        throw InputError("a local job takes one layout: its ranks were laid out as `pp` " +
+                         std::to_string(was.pp) + " x `tp` " + std::to_string(was.tp) + " x `dp` " +
+                         std::to_string(was.dp) + "; make new jobs (make_local_jobs) for another");
+      layout_ = l;
+      return;
+    }
     layout_ = l;
-    if (s_->laid_out) return;  // the first rank builds what the ranks share
     s_->layout = l;
     s_->laid_out = true;
     const int per = l.pp * l.tp;

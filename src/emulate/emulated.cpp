@@ -6,6 +6,7 @@
 
 #include "comm/buffer_pool.hpp"
 #include "core/clock.hpp"
+#include "core/error.hpp"
 
 namespace rrfp {
 
@@ -16,6 +17,10 @@ class EmulatedProgram final : public StageProgram {
   EmulatedProgram(const WorkModel& m, const RealizedWork& w, int stage, int rank,
                   EmulationOptions opt)
       : m_(m), w_(w), rank_(rank), opt_(opt) {
+    if (rank < 0 || rank >= w.tp)  // a runtime of more TP ranks than the work was drawn for
+      throw InputError("realized work: drawn for tp " + std::to_string(w.tp) +
+                       ", which has no rank " + std::to_string(rank) + " (stage " +
+                       std::to_string(stage) + "); realize it with the runtime's `tp`");
     for (const auto& [cap, count] : buffers_ahead(m, w, stage, opt))
       pool_->reserve(cap, count, opt.touch_outputs);
   }
@@ -66,6 +71,7 @@ class EmulatedProgram final : public StageProgram {
 }  // namespace
 
 ProgramFactory emulated_programs(const WorkModel& m, const RealizedWork& w, EmulationOptions opt) {
+  check_work(w, m);  // each task reads its rank's row without a check
   return [&m, &w, opt](int stage, int rank) -> std::unique_ptr<StageProgram> {
     return std::make_unique<EmulatedProgram>(m, w, stage, rank, opt);
   };

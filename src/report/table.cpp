@@ -139,7 +139,12 @@ nlohmann::json to_json(const ReportHeader& h, const std::vector<ReportRun>& runs
     jr["split_backward"] = r.cfg.split_backward;
     if (r.cfg.ordered_forwards) jr["ordered_forwards"] = true;  // absent: the default, off
     jr["makespan_ms"] = ms(m.makespan);
-    jr["speedup_vs_first"] = base / static_cast<double>(m.makespan);
+    // null where the table shows "-": no speedup against or of a step of no time (the first of
+    // none read 0.0, as if it were infinitely slower).
+    if (m.makespan > 0 && base > 0)
+      jr["speedup_vs_first"] = base / static_cast<double>(m.makespan);
+    else
+      jr["speedup_vs_first"] = nullptr;
     jr["bubble_ratio"] = m.bubble_ratio;
     jr["lower_bound_ms"] = ms(m.bound.value);
     jr["lower_bound_stage_ms"] = ms(m.bound.stage_bound);

@@ -9,6 +9,7 @@
 #include "comm/inproc.hpp"
 #include "core/clock.hpp"
 #include "core/format.hpp"
+#include "core/hint_io.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/tp_group.hpp"
 
@@ -28,9 +29,11 @@ Hosting all_local(int world, std::vector<std::unique_ptr<Transport>> endpoints) 
 
 void validate(const RuntimeOptions& o) {
   checked_tp(o.tp);
-  if (o.timeout_ms < 0)
-    throw InputError("`timeout`: must not be negative, got " + std::to_string(o.timeout_ms) +
-                     " ms");
+  // A day at most, as timeout_ms_of takes it: far beyond, the watchdog's nanoseconds overflowed
+  // and every step failed at its first look.
+  if (o.timeout_ms < 0 || o.timeout_ms > 86'400'000)
+    throw InputError("`timeout`: must be between 0 and 86400000 ms (a day), got " +
+                     std::to_string(o.timeout_ms) + " ms");
   if (o.window < 1 || o.window > 64)
     throw InputError("`window`: must be between 1 and 64, got " + std::to_string(o.window));
   if (o.window > 1 && o.tp > 1)
@@ -73,6 +76,12 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
   validate(opt_);
   opt_.arbiter = resolve_options(opt_.arbiter, hint, m);
   const int p = m.pp(), t = opt_.tp;
+  // Here, not first at a step's arbiters: a list that does not hold each stage's tasks once
+  // failed the step after the barrier between processes, and the peers waited for their
+  // watchdogs.
+  if (hint.is_list())
+    for (int s = 0; s < p; ++s)
+      (void)stage_positions(hint.list(), m, s, "hint '" + hint.name + "'");
   if (endpoints_.size() != local_.size())
     throw Error("runtime: need one transport per local endpoint: " + std::to_string(local_.size()) +
                 " endpoints, " + std::to_string(endpoints_.size()) + " transports");
@@ -121,9 +130,16 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
     if (here == 0) continue;
     if (here == t)
       groups_[s] = std::make_unique<TpGroup>(s, t);
-    else if (hosting.make_group)
+    else if (hosting.make_group) {
       groups_[s] = hosting.make_group(s);
-    else
+      // Checked: none ran the stage's all-reduces as no-ops, one of another size told its
+      // programs another tp_size, and the step went on with partial sums.
+      if (!groups_[s] || groups_[s]->size() != t)
+        throw Error("runtime: `make_group` gave stage " + std::to_string(s) + " " +
+                    (groups_[s] ? "a group of " + std::to_string(groups_[s]->size()) + " ranks"
+                                : std::string("no group")) +
+                    "; its `tp` is " + std::to_string(t));
+    } else
       throw Error("runtime: stage " + std::to_string(s) +
                   " is split over processes but no cross-process collective was given");
     stages_[s] =

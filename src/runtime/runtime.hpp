@@ -92,6 +92,14 @@ class Runtime {
   // result holds the records of the local ranks.
   Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& programs, RuntimeOptions opt,
           Hosting hosting);
+  // The model and the hint are kept by reference: a temporary would be gone before the first
+  // step read it, so none compiles.
+  Runtime(WorkModel&&, const Hint&, const ProgramFactory&, RuntimeOptions,
+          std::vector<std::unique_ptr<Transport>> = {}) = delete;
+  Runtime(const WorkModel&, Hint&&, const ProgramFactory&, RuntimeOptions,
+          std::vector<std::unique_ptr<Transport>> = {}) = delete;
+  Runtime(WorkModel&&, const Hint&, const ProgramFactory&, RuntimeOptions, Hosting) = delete;
+  Runtime(const WorkModel&, Hint&&, const ProgramFactory&, RuntimeOptions, Hosting) = delete;
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;

@@ -44,8 +44,12 @@ void Stage::run_rank(int r) {
     } catch (const std::exception& e) {
       failure.fail(std::make_exception_ptr(TaskError(
           core_.name(r) + ": " + (begin ? "begin_step" : "end_step") + " failed: " + reason(e))));
-      return false;
+    } catch (...) {  // out of the thread, it ended the process in std::terminate
+      failure.fail(std::make_exception_ptr(TaskError(core_.name(r) + ": " +
+                                                     (begin ? "begin_step" : "end_step") +
+                                                     " failed with a non-standard exception")));
     }
+    return false;
   };
   if (hook(true)) {
     bool ok = false;

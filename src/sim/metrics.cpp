@@ -212,6 +212,20 @@ LowerBound lower_bound(const WorkModel& m, const RealizedWork& w, int limit, int
 }
 
 RunMetrics compute_metrics(const StepRecord& r, const LowerBound& lb) {
+  // Read by stage and rank below: a record put together by its caller with fewer read past the
+  // end of its vectors.
+  const auto ranks = static_cast<long long>(r.pp) * r.tp;
+  const auto per_stage = [&](std::size_t n, const char* name) {
+    if (n != 0 && n != static_cast<std::size_t>(r.pp))
+      throw InputError("step record: `" + std::string(name) + "` holds " + std::to_string(n) +
+                       " entries, not `pp` " + std::to_string(r.pp) + " (or none)");
+  };
+  if (r.pp < 0 || r.tp < 1 || static_cast<long long>(r.ranks.size()) != ranks)
+    throw InputError("step record: `ranks` holds " + std::to_string(r.ranks.size()) +
+                     " entries, not `pp` " + std::to_string(r.pp) + " x `tp` " +
+                     std::to_string(r.tp));
+  per_stage(r.peak_d.size(), "peak_d");
+  per_stage(r.peak_pending_w.size(), "peak_pending_w");
   RunMetrics out;
   out.makespan = r.makespan;
   out.bound = lb;

@@ -15,7 +15,7 @@ namespace sim_state {
 Simulation::Simulation(const WorkModel& m, const Hint& hint, const RealizedWork& w,
                        const SimOptions& opt)
     : m_(m), w_(w), opt_(opt), p_(m.pp()), t_(w.tp) {
-  if (w.num_tasks != m.num_tasks()) throw Error("realized work does not match the work model");
+  check_work(w, m);  // indexed by task and rank below without a check
   opt_.arbiter = resolve_options(opt.arbiter, hint, m);
   coordinated_ = opt_.coordinated(t_);
   accepts_in_collective_ = opt_.comm == CommMode::Blocking && t_ > 1;

@@ -158,6 +158,39 @@ void apply_jitter(RealizedWork& w, const WorkModel& m, const JitterLevel& j, std
   check_total(w);
 }
 
+void check_work(const RealizedWork& w, const WorkModel& m) {
+  const std::string pre = "realized work: ";
+  checked_tp(w.tp);
+  if (w.num_tasks != m.num_tasks())
+    throw InputError(pre + "`num_tasks` is " + std::to_string(w.num_tasks) +
+                     ", the work model has " + std::to_string(m.num_tasks()));
+  const auto per_rank = static_cast<std::size_t>(w.tp) * static_cast<std::size_t>(w.num_tasks);
+  const auto sized = [&](const std::vector<std::int64_t>& v, const char* name, std::size_t n) {
+    if (v.size() != n)
+      throw InputError(pre + "`" + name + "` holds " + std::to_string(v.size()) + " entries, not " +
+                       std::to_string(n) + " (tp " + std::to_string(w.tp) + " x " +
+                       std::to_string(w.num_tasks) + " tasks, or one a task)");
+    for (std::size_t i = 0; i < n; ++i)
+      if (v[i] < 0)
+        throw InputError(pre + "`" + name + "`[" + std::to_string(i) + "] is " +
+                         std::to_string(v[i]) + ": must be at least 0");
+  };
+  sized(w.compute_ns, "compute_ns", per_rank);
+  sized(w.message_ns, "message_ns", per_rank);
+  sized(w.message_bytes, "message_bytes", static_cast<std::size_t>(w.num_tasks));
+  const std::pair<const char*, std::int64_t> times[] = {{"collective_ns", w.collective_ns},
+                                                        {"coord_ns", w.coord_ns},
+                                                        {"link_latency_ns", w.link_latency_ns},
+                                                        {"wake_ns", w.wake_ns},
+                                                        {"wake_per_copy_ns", w.wake_per_copy_ns}};
+  for (const auto& [name, ns] : times)
+    if (ns < 0)
+      throw InputError(pre + "`" + name + "` is " + std::to_string(ns) + ": must be at least 0");
+  check_links(w.links, "realized work: links");
+  check_in("realized work: two_slowdown", w.two_slowdown, 1, 64);
+  check_total(w);
+}
+
 void check_total(const RealizedWork& w, const std::string& what, const std::string& remedy) {
   // A message sharing the links takes up to two_slowdown times its time alone (SharedLinks: each
   // of n moving ones at min(1, links / n, 1 / two_slowdown) of its rate, so the links move at

@@ -171,6 +171,12 @@ RealizedWork unit_cost_work(const WorkModel& m);
 void check_total(const RealizedWork& w, const std::string& what = "workload",
                  const std::string& remedy = "lower the times or the shape");
 
+// Throws InputError unless `w` fits `m` (tp in range, every vector of tp * num_tasks entries
+// or num_tasks for message_bytes, no negative time or size) and check_total passes: the
+// simulator and the emulated programs index it by task and rank without checking, so a work
+// edited by its caller read past its end or ran with times below zero.
+void check_work(const RealizedWork& w, const WorkModel& m);
+
 // The paper's jitter on one F or B duration: with probability p, + alpha * max(floor, d) *
 // (0.5 + U), drawn from (seed, kind, chunk, microbatch, rank); a W is never disturbed.
 double jittered_us(const JitterLevel& j, double d_us, std::uint64_t seed, const TaskId& t,

@@ -22,6 +22,11 @@ void validate(const GptConfig& c) {
       throw InputError(std::string(name) + ": must be between 1 and " + std::to_string(hi) +
                        ", got " + std::to_string(v));
   };
+  // The data's tokens are bytes: a smaller vocabulary failed the first forward in LibTorch's
+  // words ("index out of range in self").
+  if (c.vocab < 256 || c.vocab > (1 << 20))
+    throw InputError("`vocab`: must be between 256 (the data's tokens are bytes) and " +
+                     std::to_string(1 << 20) + ", got " + std::to_string(c.vocab));
   within("`d_model`", c.d_model, 1 << 16);
   within("`heads`", c.heads, 1 << 12);
   within("`layers`", c.layers, 1 << 12);
