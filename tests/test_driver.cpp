@@ -105,15 +105,31 @@ TEST(Driver, AMiniExecutorStartsEveryTaskWhenTheSimulatorDoes) {
   EXPECT_EQ(compared, (4 * 2 + 3) * 8);
 }
 
+// One rank of a pipeline of `p` stages and `mbs` microbatches under 1F1B, its step begun.
+struct OneRank {
+  WorkModel m;
+  Hint h;
+  DispatchOptions o;
+  RankDriver d;
+  OneRank(int p, int mbs, int stage)
+      : m(test::config(p, mbs)),
+        h(make_hint("1f1b", m)),
+        o(resolved(h, m)),
+        d(m, h, o, 1, stage, 0) {
+    d.begin_step();
+  }
+  static DispatchOptions resolved(const Hint& h, const WorkModel& m) {
+    DispatchOptions o;
+    o.arbiter = resolve_options({}, h, m);
+    return o;
+  }
+};
+
 // A step whose inputs never come: the driver's stuck view names what the rank waits for, the
 // same words the simulator's deadlock and the runtime's watchdog print.
 TEST(Driver, StuckViewNamesTheMissingInput) {
-  WorkModel m(test::config(2, 2));
-  const Hint h = make_hint("1f1b", m);
-  DispatchOptions o;
-  o.arbiter = resolve_options({}, h, m);
-  RankDriver d(m, h, o, 1, 1, 0);
-  d.begin_step();
+  OneRank rank(2, 2, 1);
+  RankDriver& d = rank.d;
   EXPECT_FALSE(d.next());
   EXPECT_FALSE(d.done());
   const std::string s = describe(d.stuck());
@@ -137,12 +153,8 @@ TEST(Driver, CostsReachTheArbiterExceptUnderAgree) {
 // then ran without its input from another stage (and the step counted as done); an end of a
 // task never taken or of another stage's, or an input for another stage, read out of bounds.
 TEST(Driver, RefusesEndsAndArrivalsItDidNotHandOut) {
-  WorkModel m(test::config(2, 1));
-  const Hint h = make_hint("1f1b", m);
-  DispatchOptions o;
-  o.arbiter = resolve_options({}, h, m);
-  RankDriver d(m, h, o, 1, 0, 0);
-  d.begin_step();
+  OneRank rank(2, 1, 0);
+  RankDriver& d = rank.d;
   const TaskId f = *d.next();
   ASSERT_EQ(f, (TaskId{Kind::F, 0, 0}));
   EXPECT_ERROR(d.task_ended({Kind::B, 0, 0}, 1), ProtocolError,
