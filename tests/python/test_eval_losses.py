@@ -1,6 +1,8 @@
 """eval_step's loss: 0-dim losses added in microbatch order; a loss per sample
 (reduction="none") concatenated along dimension 0 in microbatch order, as a plain loop's
 torch.cat of them. And step() under torch.inference_mode() says so."""
+import contextlib
+
 import pytest
 import torch
 from torch import nn
@@ -90,10 +92,20 @@ def test_losses_that_cannot_be_joined_fail_naming_loss_fn_and_the_shapes(loss_fn
     assert loss.shape == joined
 
 
+def inference_with_grad():
+    """inference_mode with enable_grad() inside: grad mode on, inference mode still on."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.inference_mode())
+    stack.enter_context(torch.enable_grad())
+    return stack
+
+
 @pytest.mark.parametrize("mode,name", [(torch.inference_mode, "inference_mode"),
-                                       (torch.no_grad, "no_grad")])
+                                       (torch.no_grad, "no_grad"),
+                                       (inference_with_grad, "inference_mode")])
 def test_a_step_under_a_mode_without_gradients_names_that_mode(mode, name):
-    # Under inference_mode the refusal said torch.no_grad(), which the caller never called.
+    # Under inference_mode the refusal said torch.no_grad(), which the caller never called; with
+    # enable_grad() inside it, every forward ran and the step said no parameter required grad.
     chunks = model()
     xs, ys = microbatches([2, 2, 2, 2])
     pipe = rrfp.Pipeline(chunks, mean, pp=2, microbatches=4, timeout=60, progress=None)

@@ -151,7 +151,9 @@ def _rows(tensors):
 def take_batch(pipe, inputs, targets, m, training):
     """Splits the step's batch into pipe._data's microbatches after checking what needs no other
     process: each microbatch's tensors (found once), inputs first. Raises on what it refuses."""
-    if training and not torch.is_grad_enabled():
+    # Inference mode with enable_grad() inside it too: every forward ran, then the step said no
+    # parameter required grad, naming none of the two.
+    if training and (not torch.is_grad_enabled() or torch.is_inference_mode_enabled()):
         # Named as the caller wrote it: inference_mode was said to be no_grad.
         mode = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
         raise RuntimeError(f"step: called under torch.{mode}(), but a step trains (it runs the "
