@@ -158,7 +158,7 @@ void StageArbiter::note_entry_sizes(const std::vector<std::int64_t>& sizes) {
   for (int mb = 0; mb < mbs_; ++mb) {
     const TaskId t{Kind::F, 0, mb};
     const int i = local_index(t);
-    if (state_[i] == kDone) continue;
+    if (state_[i] >= kDone) continue;
     const bool queued = state_[i] == kReady && opt_.policy == Policy::Ready;
     if (queued) forwards_[0].erase(mb);
     cost_[i] = -rank[mb];
@@ -278,7 +278,7 @@ void StageArbiter::commit(const TaskId& t) {
   const std::uint8_t st = state_[local_index(t)];
   if (st != kReady)
     throw Error("stage " + std::to_string(stage_) + ": cannot run " + to_string(t) +
-                (st == kDone ? ", it already ran" : ", its inputs are not all present"));
+                (st >= kDone ? ", it already ran" : ", its inputs are not all present"));
   if (opt_.policy == Policy::Fixed) {
     const TaskId& h = hint_.list().stages[stage_][head_];
     if (!(h == t))

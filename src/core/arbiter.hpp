@@ -76,8 +76,16 @@ class StageArbiter {
   std::optional<TaskId> take();
 
   bool is_ready(const TaskId& t) const { return state_[local_index(t)] == kReady; }
-  // Whether `t` was committed (taken to run) this step.
-  bool taken(const TaskId& t) const { return state_[local_index(t)] == kDone; }
+  // `t`, taken to run this step, has ended: false (nothing marked) where it was not taken or
+  // has ended already. Kept in the task's state byte: a vector of its own cost the simulator 1
+  // byte a task (31 -> 32 at P=M=1024).
+  bool end(const TaskId& t) {
+    std::uint8_t& st = state_[local_index(t)];
+    if (st != kDone) return false;
+    st = kEnded;
+    return true;
+  }
+  bool ended(const TaskId& t) const { return state_[local_index(t)] == kEnded; }
   bool finished() const { return committed_ == total_; }
   int committed() const { return committed_; }
   int outstanding() const { return d_; }  // D = F done - B done
@@ -92,7 +100,8 @@ class StageArbiter {
   std::string describe() const;
 
  private:
-  enum : std::uint8_t { kWaiting = 0, kReady = 1, kDone = 2 };
+  // kDone: taken to run; kEnded: its end reported (RankDriver::task_ended).
+  enum : std::uint8_t { kWaiting = 0, kReady = 1, kDone = 2, kEnded = 3 };
 
   int local_index(const TaskId& t) const { return m_.local_index(t); }
   int key_of(const TaskId& t) const;

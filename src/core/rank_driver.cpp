@@ -12,7 +12,6 @@ void RankDriver::begin_step(const std::vector<std::int64_t>& entry_sizes) {
   // The readiness marks ready what waits for nothing, so the arbiter comes first, with the
   // sizes that order the first forwards.
   arb_ = std::make_unique<StageArbiter>(m_, stage_, hint_, opt_.arbiter);
-  ended_.assign(m_.local_slots(), 0);
   if (static_cast<int>(entry_sizes.size()) == m_.microbatches())
     arb_->note_entry_sizes(entry_sizes);
   costs_ = opt_.note_costs(tp_) && arb_->reads_costs();
@@ -52,7 +51,7 @@ void RankDriver::refuse_end(const TaskId& t) const {
   if (m_.stage_of(t) != stage_)
     throw ProtocolError(rank + ": task " + to_string(t) + " ended, which is not this stage's");
   throw ProtocolError(rank + ": task " + to_string(t) +
-                      (ended_[m_.local_index(t)] ? " ended twice" : " ended, but was never taken"));
+                      (arb_->ended(t) ? " ended twice" : " ended, but was never taken"));
 }
 
 void RankDriver::refuse_arrival(const TaskId& t) const {

@@ -73,12 +73,8 @@ class RankDriver {
   // Throws ProtocolError for a task this rank did not take or has ended already: its
   // consumers would be satisfied again, and one ran without its input from another stage.
   Consumers task_ended(const TaskId& t, std::int64_t cost_ns) {  // inline: the hottest call
-    if (!m_.valid(t) || m_.stage_of(t) != stage_) [[unlikely]]
+    if (!m_.valid(t) || m_.stage_of(t) != stage_ || !arb_->end(t)) [[unlikely]]
       refuse_end(t);
-    std::uint8_t& ended = ended_[m_.local_index(t)];
-    if (ended || !arb_->taken(t)) [[unlikely]]
-      refuse_end(t);
-    ended = 1;
     Consumers c;
     c.n = m_.consumers(t, c.deps);
     for (const Dep& d : c) {
@@ -162,7 +158,6 @@ class RankDriver {
   std::unique_ptr<Rendezvous> rendezvous_;  // blocking mode, per step, on inputs_
   std::optional<LeaderFollower> follower_;  // `leader`, tp ranks > 0
   std::optional<AgreeRound> agree_;         // `agree`
-  std::vector<std::uint8_t> ended_;         // per step, by local index: task_ended() seen
 
   [[noreturn]] void refuse_end(const TaskId& t) const;  // out of line: the message's frame
   [[noreturn]] void refuse_arrival(const TaskId& t) const;
