@@ -10,7 +10,7 @@ from ._calls import BUILDING
 from ._launch import agreed_any
 
 
-def _torch_class(module, name):
+def torch_class(module, name):
     """torch's class `name` in `module` (a dotted path), or None where this torch lacks it."""
     try:
         return getattr(__import__(module, fromlist=[name]), name)
@@ -23,10 +23,10 @@ def _torch_class(module, name):
 # observers and fake quantization. Batch and instance norm count when they track running
 # statistics, embeddings when they renormalize to a max_norm.
 _STATEFUL = tuple(c for c in (
-    _torch_class("torch.nn.utils.parametrizations", "_SpectralNorm"),
-    _torch_class("torch.ao.quantization", "ObserverBase"),
-    _torch_class("torch.ao.quantization", "FakeQuantizeBase")) if c is not None)
-_SPECTRAL_HOOK = _torch_class("torch.nn.utils.spectral_norm", "SpectralNorm")
+    torch_class("torch.nn.utils.parametrizations", "_SpectralNorm"),
+    torch_class("torch.ao.quantization", "ObserverBase"),
+    torch_class("torch.ao.quantization", "FakeQuantizeBase")) if c is not None)
+_SPECTRAL_HOOK = torch_class("torch.nn.utils.spectral_norm", "SpectralNorm")
 
 
 # What a compiled forward's graph shows when it changes state: an attribute set, a norm that

@@ -8,6 +8,7 @@ refuse_rewritten.)"""
 import threading
 
 from ._grads import parameter_name
+from ._order import _SPECTRAL_HOOK, torch_class
 
 _LOCK = threading.Lock()
 _STEPPING = {}  # id(parameter) -> the Pipeline whose step trains it now
@@ -40,18 +41,10 @@ def release_parameters(pipe):
             del _STEPPING[key]
 
 
-def _hook_class(module, name):
-    try:
-        return getattr(__import__(module, fromlist=[name]), name)
-    except (ImportError, AttributeError):
-        return None
-
-
 # torch's hooks that set a module's weight as an attribute before each forward (weight_norm's
 # and the older spectral_norm's): module.weight = the weight computed from its parameters.
-_SETS_WEIGHT = tuple(c for c in (_hook_class("torch.nn.utils.weight_norm", "WeightNorm"),
-                                 _hook_class("torch.nn.utils.spectral_norm", "SpectralNorm"))
-                     if c is not None)
+_SETS_WEIGHT = tuple(c for c in (torch_class("torch.nn.utils.weight_norm", "WeightNorm"),
+                                 _SPECTRAL_HOOK) if c is not None)
 
 
 def refuse_weight_set_across_stages(stages):
