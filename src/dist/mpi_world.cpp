@@ -14,6 +14,7 @@
 #include "core/format.hpp"
 #include "dist/mpi_group.hpp"
 #include "dist/mpi_single_copy.hpp"
+#include "runtime/runtime.hpp"
 
 namespace rrfp {
 
@@ -49,14 +50,8 @@ MpiWorld::MpiWorld(MpiWorldOptions o)
     : opt_(o),
       comms_(std::make_unique<Comms>()),
       guard_([this](const std::string& call, std::int64_t ms) { expired(call, ms); }) {
-  if (opt_.timeout_ms < 0 || opt_.timeout_ms > 86'400'000)  // a day, as timeout_ms_of takes it
-    throw InputError("`timeout`: must be between 0 and 86400000 ms (a day), got " +
-                     std::to_string(opt_.timeout_ms) + " ms");
-  if (opt_.arrival_ms < -1 || opt_.arrival_ms > 86'400'000)
-    throw InputError(
-        "`arrival_timeout`: must be between 0 and 86400000 ms (a day), or -1 for "
-        "none given, got " +
-        std::to_string(opt_.arrival_ms) + " ms");
+  check_timeout_ms(opt_.timeout_ms);
+  if (opt_.arrival_ms != -1) check_timeout_ms(opt_.arrival_ms, "`arrival_timeout`");  // -1: none
   // Until MPI says otherwise, the rank mpirun gave this process (for the deadline's message).
   if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) rank_ = std::atoi(r);
   stop_if_asked("startup");

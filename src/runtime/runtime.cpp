@@ -29,11 +29,9 @@ Hosting all_local(int world, std::vector<std::unique_ptr<Transport>> endpoints) 
 
 void validate(const RuntimeOptions& o) {
   checked_tp(o.tp);
-  // A day at most, as timeout_ms_of takes it: far beyond, the watchdog's nanoseconds overflowed
-  // and every step failed at its first look.
-  if (o.timeout_ms < 0 || o.timeout_ms > 86'400'000)
-    throw InputError("`timeout`: must be between 0 and 86400000 ms (a day), got " +
-                     std::to_string(o.timeout_ms) + " ms");
+  // Far beyond a day, the watchdog's nanoseconds overflowed and every step failed at its first
+  // look.
+  check_timeout_ms(o.timeout_ms);
   if (o.window < 1 || o.window > 64)
     throw InputError("`window`: must be between 1 and 64, got " + std::to_string(o.window));
   if (o.window > 1 && o.tp > 1)
@@ -44,6 +42,12 @@ void validate(const RuntimeOptions& o) {
   if (o.rendezvous_pull && o.latency)
     throw InputError(
         "`rendezvous_pull`: only without emulated latency (a transport that moves the bytes)");
+}
+
+void check_timeout_ms(std::int64_t ms, const char* name) {
+  if (ms < 0 || ms > 86'400'000)
+    throw InputError(std::string(name) + ": must be between 0 and 86400000 ms (a day), got " +
+                     std::to_string(ms) + " ms");
 }
 
 std::int64_t timeout_ms_of(double seconds, const char* name) {

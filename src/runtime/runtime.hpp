@@ -53,6 +53,9 @@ void validate(const RuntimeOptions& o);
 // InputError naming `name` (`timeout`, or another limit given alike) unless 0 <= seconds <= a
 // day.
 std::int64_t timeout_ms_of(double seconds, const char* name = "`timeout`");
+// Throws InputError naming `name` unless 0 <= ms <= a day (timeout_ms_of's range): far beyond,
+// a deadline's nanoseconds overflowed and it expired at once.
+void check_timeout_ms(std::int64_t ms, const char* name = "`timeout`");
 
 // Where the endpoints of a runtime live when they are not all threads of this process: the
 // endpoint ids (stage * T + tp rank) hosted here, their transports, and the tensor-parallel
