@@ -278,6 +278,18 @@ TEST(Runtime, RejectsBadOptions) {
                "`policy` fixed: needs a list hint");
   EXPECT_ERROR(Runtime(m, h, emulated_programs(m, w), ro, make_inproc_transports(3)), Error,
                "runtime: need one transport per local endpoint: 4 endpoints, 3 transports");
+  // Transports in another order than the endpoints: refused by name, where each stage sent
+  // from another's rank and the step failed blaming a message.
+  auto swapped = make_inproc_transports(4);
+  std::swap(swapped[1], swapped[2]);
+  EXPECT_ERROR(Runtime(m, h, emulated_programs(m, w), ro, std::move(swapped)), Error,
+               "runtime: the transport for local endpoint 1 is rank 2 of 4; it must be rank 1 of "
+               "4 (transports in the order of `local`)");
+  auto of_five = make_inproc_transports(5);
+  of_five.pop_back();
+  EXPECT_ERROR(
+      Runtime(m, h, emulated_programs(m, w), ro, std::move(of_five)), Error,
+      "runtime: the transport for local endpoint 0 is rank 0 of 5; it must be rank 0 of 4");
   ro.tp = 1;
   ro.arbiter.policy = Policy::Ready;
   for (int us : {-1, 10'001}) {

@@ -247,6 +247,10 @@ TEST_F(Failures, CancelFromAnotherThreadEndsTheStep) {
     // not run for its 25 s.
     EXPECT_EQ(waits.begun.load(), waits.interrupted.load()) << "before: " << before;
   }
+  // A cancel without a reason still cancels (a null one was dropped: the step ran to its end).
+  Runtime rt(m_, hint_, f, ro);
+  rt.cancel(nullptr);
+  EXPECT_ERROR(rt.run_step(0), Error, "runtime: the step was cancelled");
 }
 
 TEST_F(Failures, ALostRendezvousAcknowledgementIsReportedByTheWatchdog) {

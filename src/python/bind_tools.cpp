@@ -2,6 +2,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -13,6 +14,8 @@
 #include "python/tensor_payload.hpp"
 #include "report/estimate.hpp"
 #include "report/experiment.hpp"
+#include "sim/trace_import.hpp"
+#include "sim/workload.hpp"
 
 namespace rrfp::py {
 namespace pyb = pybind11;
@@ -40,7 +43,7 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
                           const std::string& hint, const std::string& policy, int limit,
                           int max_pending_w, const std::string& comm, std::uint64_t seed, int tp,
                           const std::string& tp_protocol, const std::string& ordered_forwards,
-                          int step) {
+                          int step, const std::string& trace_format, double message_us) {
   Scenario sc;
   sc.cfg = make_config(pp, vpp, microbatches, placement, "off", hint);  // split: per run
   if (ordered_forwards != "auto" && ordered_forwards != "on" && ordered_forwards != "off")
@@ -51,6 +54,15 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
   sc.cfg.ordered_forwards = ordered_forwards == "on";
   sc.ordered_from_replay = ordered_forwards == "auto";
   sc.trace.step = step;
+  const auto& formats = trace_formats();
+  if (std::find(formats.begin(), formats.end(), trace_format) == formats.end())
+    throw InputError("`trace_format`: expected auto, rrfp, torch or megatron, got '" +
+                     trace_format.substr(0, 20) + "'");
+  // < 0: seen from when the consumers started, as the command's default.
+  if (message_us > kMaxTaskUs || message_us != message_us)
+    throw InputError("`message_us`: must be between 0 and 1e9 us");
+  sc.trace.format = trace_format;
+  sc.trace.message_us = message_us;
   sc.split_mode = split_backward;
   sc.tp = tp;
   sc.tp_protocol = parse_tp_protocol(tp_protocol);
@@ -150,7 +162,7 @@ void bind_tools(pyb::module_& m) {
         pyb::arg("policy") = "ready", pyb::arg("limit") = 0, pyb::arg("max_pending_w") = 0,
         pyb::arg("comm") = "async", pyb::arg("seed") = 1, pyb::arg("tp") = 1,
         pyb::arg("tp_protocol") = "leader", pyb::arg("ordered_forwards") = "auto",
-        pyb::arg("step") = -1,
+        pyb::arg("step") = -1, pyb::arg("trace_format") = "auto", pyb::arg("message_us") = -1.0,
         "Simulates one step (as `rrfp simulate`) and returns its StepRecord.");
   m.def("schedule", &schedule, pyb::kw_only(), pyb::arg("hint") = "1f1b", pyb::arg("pp") = 4,
         pyb::arg("vpp") = 1, pyb::arg("microbatches") = 8, pyb::arg("placement") = "loop",

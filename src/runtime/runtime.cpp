@@ -96,6 +96,15 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
       throw Error("runtime: local endpoint " + std::to_string(e) + " is out of range [0, " +
                   std::to_string(p * t) + ") or listed twice");
     slot[e] = static_cast<int>(i);
+    // Checked here: transports listed in another order than `local` sent each stage's messages
+    // from the wrong rank, and the step failed blaming a message.
+    if (!endpoints_[i])
+      throw Error("runtime: the transport for local endpoint " + std::to_string(e) + " is null");
+    if (endpoints_[i]->rank() != e || endpoints_[i]->size() != p * t)
+      throw Error("runtime: the transport for local endpoint " + std::to_string(e) + " is rank " +
+                  std::to_string(endpoints_[i]->rank()) + " of " +
+                  std::to_string(endpoints_[i]->size()) + "; it must be rank " + std::to_string(e) +
+                  " of " + std::to_string(p * t) + " (transports in the order of `local`)");
   }
   if (opt_.latency) {
     try {
@@ -171,6 +180,8 @@ Runtime::~Runtime() {
 }
 
 void Runtime::cancel(std::exception_ptr why) {
+  // A null reason was dropped by the failure slot, and the step ran on as if never cancelled.
+  if (!why) why = std::make_exception_ptr(Error("runtime: the step was cancelled"));
   {
     std::lock_guard lk(cancel_mu_);
     cancel_ = why;

@@ -116,7 +116,8 @@ class Runtime {
   StepResult run_step(int step);
   // Ends the running step from another thread (a front end's Ctrl-C): every wait wakes, the
   // tasks see aborted(), and run_step rethrows `why` once its threads are joined. Any thread,
-  // any time: called before a step starts, that step fails at once.
+  // any time: called before a step starts, that step fails at once. A null `why` fails it with
+  // Error("runtime: the step was cancelled").
   void cancel(std::exception_ptr why);
   // The running step's failure, once it has one (a task's error, the watchdog's, a cancel),
   // while its threads may still be ending; null before. Any thread, any time.

@@ -43,8 +43,40 @@ def test_a_step_the_trace_lacks_is_named(tmp_path):
         adaptive(replay=path, step=3)
     with pytest.raises(ValueError, match="step: None .* or a whole number"):
         adaptive(replay=path, step=-2)
-    with pytest.raises(ValueError, match="step: picks the step of a replayed trace"):
+    with pytest.raises(ValueError, match="step: is about a replayed trace; give replay="):
         adaptive(step=0)
+
+
+def test_a_replay_takes_the_traces_mapping_and_message_latency_as_the_command_does(tmp_path):
+    # Neither was taken: the command's --trace-format and --message-us had no keyword.
+    path = recorded_with_ordered_forwards(tmp_path)
+    assert adaptive(replay=path, trace_format="rrfp") == adaptive(replay=path)
+    with pytest.raises(ValueError, match="megatron"):
+        adaptive(replay=path, trace_format="megatron")
+    # A recording that times no message (a CSV without send_us): each takes `message_us`. At
+    # P=2, M=1, 1 ms a task, F c0, F c1, B c1, B c0 in a chain with two messages between.
+    untimed = tmp_path / "untimed.csv"
+    untimed.write_text("stage,chunk,microbatch,kind,duration_us\n" + "".join(
+        f"{c},{c},0,{k},1000\n" for c in (0, 1) for k in "FB"))
+    one = dict(replay=untimed, pp=2, microbatches=1, split_backward="off", hint="1f1b",
+               policy="fixed")
+    assert rrfp.simulate(**one).makespan == pytest.approx(4e-3)
+    assert rrfp.simulate(**one, message_us=500).makespan == pytest.approx(5e-3)
+    with pytest.raises(ValueError, match="message_us: must be between 0 and 1e9 us, got -1"):
+        rrfp.simulate(**one, message_us=-1)
+    with pytest.raises(TypeError, match="message_us: microseconds as a number, or None"):
+        rrfp.simulate(**one, message_us="5")
+    for name, value in (("trace_format", "rrfp"), ("message_us", 5)):
+        with pytest.raises(ValueError, match=f"{name}: is about a replayed trace"):
+            adaptive(**{name: value})
+
+
+@pytest.mark.parametrize("function", [rrfp.simulate, rrfp.schedule])
+def test_a_keyword_neither_takes_is_named(function):
+    # pybind's refusal listed every signature and named no argument.
+    with pytest.raises(TypeError, match="got an unexpected keyword argument 'micro_batches'; "
+                                        "it takes .*microbatches"):
+        function(micro_batches=4)
 
 
 @pytest.mark.parametrize("call,match", [

@@ -22,9 +22,13 @@ def simulate(**kwargs):
     """Simulates one step as `rrfp simulate` does (same arguments, as keywords) and returns its
     StepRecord: pp, vpp, microbatches, placement, split_backward, workload, workload_file,
     replay, hint, policy, limit, max_pending_w, comm, seed, tp, tp_protocol, ordered_forwards,
-    step. `ordered_forwards`: None (the default: a replayed trace's step says, as
-    `rrfp simulate --replay` takes it, else off), True or False. `step`: the replayed trace's
-    step (None: its first complete one). A count that is no whole number (an int or a NumPy
+    step, trace_format, message_us. `ordered_forwards`: None (the default: a replayed trace's
+    step says, as `rrfp simulate --replay` takes it, else off), True or False. `step`: the
+    replayed trace's step (None: its first complete one). `trace_format`: the replayed trace's
+    mapping, "auto" (the default), "rrfp", "torch" or "megatron". `message_us`: the latency of
+    every message the replayed trace does not time, in 0..1e9 us (None, the default: seen from
+    when the consumers started). A keyword it does not take raises TypeError naming it. A
+    count that is no whole number (an int or a NumPy
     integer) raises TypeError (True included: pybind took it as 1), one past what the core
     takes ValueError, each naming the argument; so do names and paths of another type (a path
     object is taken as its str). `limit` and `max_pending_w` (0: the default) bound the ready
@@ -32,6 +36,7 @@ def simulate(**kwargs):
     raise ValueError, as the command refuses them and Pipeline does."""
     from ._args import INT_MAX, check_whole, refuse_fixed_bound
 
+    _check_keywords("simulate", kwargs, _SIMULATE_KEYWORDS)
     _check_counts(kwargs, ("pp", "vpp", "microbatches", "limit", "max_pending_w", "tp"))
     if "seed" in kwargs:
         kwargs["seed"] = check_whole("seed", kwargs["seed"], "a whole number in 0..2**64-1",
@@ -49,19 +54,52 @@ def simulate(**kwargs):
         raise TypeError(f"ordered_forwards: True, False or None (a replayed trace's step says, "
                         f"else off), got {type(ordered).__name__} {ordered!r}")
     kwargs["ordered_forwards"] = "auto" if ordered is None else "on" if ordered else "off"
+    for name in ("step", "trace_format", "message_us"):
+        # Taken and ignored without a replay, where the CLI refuses them.
+        if kwargs.get(name) is not None and not kwargs.get("replay"):
+            raise ValueError(f"{name}: is about a replayed trace; give replay= too")
     step = kwargs.get("step")
-    if step is not None and not kwargs.get("replay"):  # taken and ignored, where the CLI refuses
-        raise ValueError("step: picks the step of a replayed trace; give replay= too")
     kwargs["step"] = -1 if step is None else check_whole(
         "step", step, "None (the trace's first complete step) or a whole number in "
         f"0..{INT_MAX}", low=0, high=INT_MAX)
+    _check_names(kwargs, ("trace_format",))
+    kwargs["message_us"] = _check_message_us(kwargs.get("message_us"))
     return StepRecord(_rrfp.simulate(**kwargs))
+
+
+_SIMULATE_KEYWORDS = (
+    "pp", "vpp", "microbatches", "placement", "split_backward", "workload", "workload_file",
+    "replay", "hint", "policy", "limit", "max_pending_w", "comm", "seed", "tp", "tp_protocol",
+    "ordered_forwards", "step", "trace_format", "message_us")
+_SCHEDULE_KEYWORDS = ("hint", "pp", "vpp", "microbatches", "placement", "split_backward")
+
+
+def _check_keywords(function, kwargs, known):
+    # pybind's own refusal ("incompatible function arguments", then every signature) named no
+    # argument.
+    unknown = [name for name in kwargs if name not in known]
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}; it "
+                        f"takes {', '.join(known)}")
+
+
+def _check_message_us(value):
+    from ._args import is_number
+    if value is None:
+        return -1.0  # seen from when the consumers started
+    if not is_number(value):
+        raise TypeError(f"message_us: microseconds as a number, or None, got "
+                        f"{type(value).__name__} {value!r}")
+    if not 0 <= value <= 1e9:  # NaN too
+        raise ValueError(f"message_us: must be between 0 and 1e9 us, got {value!r}")
+    return float(value)
 
 
 def schedule(**kwargs):
     """Each stage's tasks, ('F'|'B'|'W', chunk, microbatch), in the order the hint runs them at
     unit cost (`rrfp schedule show`): hint, pp, vpp, microbatches, placement, split_backward,
     checked as rrfp.simulate checks them."""
+    _check_keywords("schedule", kwargs, _SCHEDULE_KEYWORDS)
     _check_counts(kwargs, ("pp", "vpp", "microbatches"))
     _check_names(kwargs, ("placement", "split_backward"))
     _check_paths(kwargs, (("hint", None),))
