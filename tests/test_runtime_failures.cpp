@@ -342,6 +342,18 @@ TEST_F(Failures, AHookThatThrowsEndsTheStep) {
   const std::string odd =
       fails_with<TaskError>([](int, int) { return std::make_unique<OddHook>(); });
   EXPECT_NE(odd.find("end_step failed with a non-standard exception"), std::string::npos) << odd;
+  // input_bytes runs as a message arrives: what it threw reached run_step bare.
+  struct NoSizes final : StageProgram {
+    Payload forward(TaskContext&, int, int, Payload) override { return {}; }
+    Payload backward(TaskContext&, int, int, Payload) override { return {}; }
+    std::optional<std::size_t> input_bytes(const TaskId&) const override {
+      throw std::runtime_error("size table missing");
+    }
+  };
+  const std::string sizes =
+      fails_with<TaskError>([](int, int) { return std::make_unique<NoSizes>(); });
+  EXPECT_NE(sizes.find(": input_bytes(F c1 m0) failed: size table missing"), std::string::npos)
+      << sizes;
 }
 
 // A stage split over processes takes its collective from `make_group`: none ran the group's

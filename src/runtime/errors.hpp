@@ -1,6 +1,8 @@
 #pragma once
 // Errors that end a runtime step. Each message is one line naming the stage, rank and task.
 #include <exception>
+#include <new>
+#include <string>
 
 #include "core/error.hpp"
 
@@ -34,6 +36,14 @@ class PeerStall : public StallError {
  public:
   using StallError::StallError;
 };
+
+// What a failed task says: an allocation refused in words, where std::bad_alloc's own were
+// printed ("task F c7 m7 failed: std::bad_alloc").
+inline std::string failure_reason(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr)
+    return "out of memory (an allocation failed; ulimit -v, -d or the machine's memory)";
+  return e.what();
+}
 
 // Whether `e` holds an E (or a class derived from it).
 template <class E>

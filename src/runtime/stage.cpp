@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/stuck_report.hpp"
+#include "runtime/errors.hpp"
 
 namespace rrfp {
 
@@ -74,9 +75,26 @@ void Stage::on_message(int r, Message&& msg) {
       route(lk, r, std::move(msg), replies);
     } catch (const Error&) {
       core_.failure().fail(std::current_exception());
+    } catch (const std::exception& e) {  // an allocation: it reached run_step unnamed
+      core_.failure().fail(std::make_exception_ptr(
+          TaskError(core_.name(r) + ": taking a message failed: " + failure_reason(e))));
     }
   }
   post_sends(r, replies);
+}
+
+std::optional<std::size_t> Stage::input_bytes(int r, const TaskId& consumer) const {
+  // The program's hook, named: what it threw reached run_step bare, naming no stage or task.
+  const auto failed = [&](const std::string& why) {
+    return TaskError(core_.name(r) + ": input_bytes(" + to_string(consumer) + ") failed" + why);
+  };
+  try {
+    return core_.program(r).input_bytes(consumer);
+  } catch (const std::exception& e) {
+    throw failed(": " + failure_reason(e));
+  } catch (...) {
+    throw failed(" with a non-standard exception");
+  }
 }
 
 // The consumer of a data message on this stage: the task of the producer's kind that takes its
@@ -144,8 +162,7 @@ void Stage::route(Locked& lk, int r, Message&& msg, std::vector<Outgoing>& repli
     if (msg.src != expected_src)
       throw ProtocolError(where() + ": " + to_string(tag.producer) + " is computed by rank " +
                           std::to_string(expected_src));
-    if (auto want = core_.program(r).input_bytes(*consumer);
-        want && !tag.offer && *want != msg.payload.size())
+    if (auto want = input_bytes(r, *consumer); want && !tag.offer && *want != msg.payload.size())
       throw ProtocolError(where() + " has " + std::to_string(msg.payload.size()) + " bytes; " +
                           to_string(*consumer) + " expects " + std::to_string(*want));
     if (tag.offer && !msg.payload.empty())

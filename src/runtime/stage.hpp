@@ -38,6 +38,8 @@ class Stage {
   // acknowledgement), posted once the stage lock is released.
   void route(Locked& lk, int r, Message&& msg, std::vector<Outgoing>& replies);
   std::optional<TaskId> match(const Message& msg) const;
+  // The program's input_bytes(consumer); what it throws, as a TaskError naming it.
+  std::optional<std::size_t> input_bytes(int r, const TaskId& consumer) const;
   // A task that returned with work still running (RuntimeOptions::window), or one that
   // returned after such a task and waits to complete behind it (work null); oldest first.
   struct InFlight {

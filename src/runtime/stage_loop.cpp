@@ -6,7 +6,6 @@
 // waits in `flight` while the rank starts the next one, and completes (its output handed on)
 // once its work is ready, tasks completing in the order they started.
 #include <algorithm>
-#include <new>
 #include <string>
 
 #include "core/clock.hpp"
@@ -14,18 +13,6 @@
 #include "runtime/stage.hpp"
 
 namespace rrfp {
-
-namespace {
-
-// What a failed task says: an allocation refused in words, where std::bad_alloc's own were
-// printed ("task F c7 m7 failed: std::bad_alloc").
-std::string reason(const std::exception& e) {
-  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr)
-    return "out of memory (an allocation failed; ulimit -v, -d or the machine's memory)";
-  return e.what();
-}
-
-}  // namespace
 
 void Stage::run_rank(int r) {
   tighten_timer_slack();
@@ -42,8 +29,9 @@ void Stage::run_rank(int r) {
         core_.program(r).end_step(step);
       return true;
     } catch (const std::exception& e) {
-      failure.fail(std::make_exception_ptr(TaskError(
-          core_.name(r) + ": " + (begin ? "begin_step" : "end_step") + " failed: " + reason(e))));
+      failure.fail(std::make_exception_ptr(TaskError(core_.name(r) + ": " +
+                                                     (begin ? "begin_step" : "end_step") +
+                                                     " failed: " + failure_reason(e))));
     } catch (...) {  // out of the thread, it ended the process in std::terminate
       failure.fail(std::make_exception_ptr(TaskError(core_.name(r) + ": " +
                                                      (begin ? "begin_step" : "end_step") +
@@ -59,7 +47,7 @@ void Stage::run_rank(int r) {
     try {
       ok = dispatch_loop(r);
     } catch (const std::exception& e) {
-      failure.fail(std::make_exception_ptr(TaskError(core_.name(r) + ": " + reason(e))));
+      failure.fail(std::make_exception_ptr(TaskError(core_.name(r) + ": " + failure_reason(e))));
     } catch (...) {
       failure.fail(std::make_exception_ptr(
           TaskError(core_.name(r) + ": failed with a non-standard exception")));
@@ -148,7 +136,7 @@ bool Stage::guarded(int r, const TaskId& t, Fn&& fn) {
     failure.fail(std::current_exception());  // names the stage, ranks and tasks already
   } catch (const std::exception& e) {
     failure.fail(std::make_exception_ptr(
-        TaskError(core_.name(r) + ": task " + to_string(t) + " failed: " + reason(e))));
+        TaskError(core_.name(r) + ": task " + to_string(t) + " failed: " + failure_reason(e))));
   } catch (...) {
     failure.fail(std::make_exception_ptr(TaskError(core_.name(r) + ": task " + to_string(t) +
                                                    " failed with a non-standard exception")));
