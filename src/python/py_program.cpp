@@ -19,6 +19,31 @@ std::string where(int chunk, int mb, char kind) {
   return std::string(1, kind) + " c" + std::to_string(chunk) + " m" + std::to_string(mb);
 }
 
+// Python's text of `o` in UTF-8: a lone surrogate (a file name that os.listdir decoded with
+// surrogateescape) as \udcXX, and a NUL as \x00. The cast to UTF-8 refused the first, and the
+// step's error said "Unable to cast Python instance to C++ type" for the task's own message;
+// the second cut the message short. A str() that raises gives "".
+std::string utf8_text(pyb::handle o) {
+  const auto s = pyb::reinterpret_steal<pyb::object>(PyObject_Str(o.ptr()));
+  const auto b = s ? pyb::reinterpret_steal<pyb::object>(
+                         PyUnicode_AsEncodedString(s.ptr(), "utf-8", "backslashreplace"))
+                   : pyb::object();
+  char* data = nullptr;
+  Py_ssize_t n = 0;
+  if (!b || PyBytes_AsStringAndSize(b.ptr(), &data, &n) != 0) {
+    PyErr_Clear();
+    return "";
+  }
+  std::string out;
+  out.reserve(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i)
+    if (data[i] == '\0')
+      out.append("\\x00");
+    else
+      out.push_back(data[i]);
+  return out;
+}
+
 // Calls a runner's method holding the GIL. A Python exception becomes an Error carrying its
 // text (the runner keeps the exception object itself, to chain it when the step fails); the
 // exception object is released here, under the GIL.
@@ -28,8 +53,7 @@ pyb::object call(pyb::object& method, Args&&... args) {
     return method(std::forward<Args>(args)...);
   } catch (pyb::error_already_set& e) {
     // One line, "ValueError: text": the traceback stays with the exception the runner kept.
-    throw Error(pyb::str(e.type().attr("__name__")).cast<std::string>() + ": " +
-                pyb::str(e.value()).cast<std::string>());
+    throw Error(utf8_text(e.type().attr("__name__")) + ": " + utf8_text(e.value()));
   }
 }
 

@@ -317,3 +317,23 @@ def test_a_failed_step_waiting_for_a_running_task_says_so(capsys):
     assert re.search(r"rrfp: step 0 failed \(no progress for \d+ ms", err), err
     assert "waits for its threads to end, a task still running? Python code cannot be " \
         "interrupted" in err
+
+
+@pytest.mark.parametrize("text,shown", [
+    ("cannot read caf\udce9.bin", r"cannot read caf\udce9.bin"),  # os.listdir's lone surrogate
+    ("with\x00nul", r"with\x00nul"),
+])
+def test_a_tasks_message_in_any_characters_is_kept(text, shown):
+    # A lone surrogate lost the task's type and text to pybind's "Unable to cast Python instance
+    # to C++ type"; a NUL cut the message there.
+    class Raises(nn.Module):
+        def forward(self, x):
+            raise ValueError(text)
+
+    pipe = rrfp.Pipeline([nn.Linear(4, 4), Raises()], lambda y, t: ((y - t) ** 2).sum(), pp=2,
+                         microbatches=2)
+    x = torch.randn(4, 4)
+    with pytest.raises(rrfp.StageError) as got:
+        pipe.step(x, x)
+    assert str(got.value) == f"stage 1: task F c1 m0 failed: ValueError: {shown}"
+    assert isinstance(got.value.__cause__, ValueError) and str(got.value.__cause__) == text

@@ -234,3 +234,55 @@ def test_a_seeded_task_waits_while_the_generators_change_hands():
         holder.join(30)
         assert got == gets, (turns, waited)
         assert waited >= (1.0 if gets else limit), (turns, waited)
+
+
+def test_a_task_of_its_own_pipeline_holding_the_generators_past_the_timeout_is_waited_for():
+    # The holder runs past the pipeline's timeout, which its watchdog reports, naming it: the
+    # waiter's own report raced it (2 steps in 6), a StageError blaming an innocent task and a
+    # nesting that was not there. A holder of another pipeline is still reported, named.
+    from rrfp import _seed
+    ours, theirs = object(), object()
+    for owner, gets in ((ours, True), (theirs, False)):
+        taken = threading.Event()
+
+        def hold():
+            assert _seed.take_generators(30)
+            _seed._HOLDER[0] = (ours, "F c1 m1")
+            taken.set()
+            time.sleep(1.2)
+            _seed._HOLDER[0] = None
+            _seed._GENERATORS.release()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert taken.wait(10)
+        start = time.monotonic()
+        got = _seed.take_generators(0.4, owner)
+        waited = time.monotonic() - start
+        if got:
+            _seed._GENERATORS.release()
+        holder.join(30)
+        assert got == gets, waited
+        assert waited >= (0.9 if gets else 0.4), waited
+
+
+def test_a_seeded_task_running_past_the_timeout_is_the_watchdogs_timeout_error():
+    class Slow(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.armed = torch.nn.Linear(4, 4), False
+
+        def forward(self, x):
+            if self.armed and x.shape[0] == 2:  # microbatch 1
+                time.sleep(1.5)
+            return self.lin(x)
+
+    for attempt in range(2):
+        torch.manual_seed(attempt)
+        parts = [torch.nn.Linear(4, 4), Slow(), torch.nn.Linear(4, 4)]
+        pipe = rrfp.Pipeline(parts, loss_fn, pp=3, microbatches=4, timeout=0.5, seed=7)
+        xs = [torch.randn(k + 1, 4) for k in range(4)]
+        pipe.step(xs, xs)
+        parts[1].armed = True
+        with pytest.raises(TimeoutError, match=r"no progress for 500 ms .*running F c1 m1"):
+            pipe.step(xs, xs)

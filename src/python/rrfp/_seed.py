@@ -61,6 +61,7 @@ def _task_seed(seed, step, chunk, mb, kind="F"):
 # other's seeds (a lock per pipeline let them: gradients off by up to 2.0).
 _GENERATORS = threading.Lock()
 _TAKEN = [0]  # times _GENERATORS was taken: a waiter's limit counts from its last change of hands
+_HOLDER = [None]  # (Seeding, task) of the seeded task holding _GENERATORS, for a waiter's report
 _IN_SEEDED_TASK = threading.local()  # .active: this thread runs a seeded task
 
 
@@ -77,18 +78,22 @@ def refuse_nested_seeding(what):
             "outside the other's tasks")
 
 
-def take_generators(wait_s):
+def take_generators(wait_s, owner=None):
     """Takes _GENERATORS, or returns False where nobody took them for `wait_s` seconds (-1: no
     bound): one task held them that long. Other tasks taking their turns meanwhile is progress,
     not a hang: a limit on the whole wait failed a step of four stages whose tasks each took
-    under a third of it. Every take is counted, a pipeline's without a bound too."""
+    under a third of it. Nor is a holder of the same pipeline (`owner`, its Seeding): that task
+    runs past the pipeline's timeout, which its watchdog reports, naming it; this wait's own
+    report raced it, blaming an innocent task and a nesting that was not there. Every take is
+    counted, a pipeline's without a bound too."""
     if wait_s < 0:
         _GENERATORS.acquire()
         _TAKEN[0] += 1
         return True
     seen = _TAKEN[0]
     while not _GENERATORS.acquire(timeout=wait_s):
-        if _TAKEN[0] == seen:
+        holder = _HOLDER[0]
+        if _TAKEN[0] == seen and (owner is None or holder is None or holder[0] is not owner):
             return False
         seen = _TAKEN[0]
     _TAKEN[0] += 1
@@ -123,12 +128,16 @@ class Seeding:
     def task(self, kind, step, chunk, mb, device):
         gpu = _gpu(device)
         devices = [] if gpu is None else [gpu]
-        if not take_generators(self._wait_s):
+        if not take_generators(self._wait_s, self):
+            holder = _HOLDER[0]
+            who = "one other seeded task" if holder is None else \
+                f"task {holder[1]} of another seeded pipeline"
             raise TimeoutError(
-                f"seed: torch's generators were held by one other seeded task for over "
-                f"{self._wait_s:g} s (the pipeline's timeout): a pipeline with a seed called, "
-                "through a thread or another pipeline, from inside a task of one with a seed "
-                "waits for a task that waits for it; give one of the two no seed")
+                f"seed: torch's generators were held by {who} for over {self._wait_s:g} s (the "
+                "pipeline's timeout): a pipeline with a seed called, through a thread or another "
+                "pipeline, from inside a task of one with a seed waits for a task that waits for "
+                "it; give one of the two no seed")
+        _HOLDER[0] = (self, f"{kind} c{chunk} m{mb}")
         _IN_SEEDED_TASK.active = True  # the lock is not reentrant: reset, not restored, below
         try:
             with torch.random.fork_rng(devices=devices):
@@ -136,6 +145,7 @@ class Seeding:
                 yield
         finally:
             _IN_SEEDED_TASK.active = False
+            _HOLDER[0] = None
             _GENERATORS.release()
 
 
