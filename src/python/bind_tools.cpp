@@ -10,6 +10,7 @@
 #include "core/memory.hpp"
 #include "core/modes.hpp"
 #include "python/bindings.hpp"
+#include "python/py_program.hpp"
 #include "python/step_record.hpp"
 #include "python/tensor_payload.hpp"
 #include "report/estimate.hpp"
@@ -155,6 +156,8 @@ void bind_tools(pyb::module_& m) {
   m.def("_payload_tensor", &payload_tensor, pyb::arg("bytes"), "a message's tensor (tests)");
   m.def("_message_copy", &copy_keeping_layout, pyb::arg("tensor"),
         "the copy a message between stages of one process carries (rrfp/_device.py)");
+  m.def("_waiting_for", &note_waiting_for, pyb::arg("what"),
+        "what the task running on this thread waits for, for the stuck report (\"\": nothing)");
   m.def("simulate", &simulate_one, pyb::kw_only(), pyb::arg("pp") = 4, pyb::arg("vpp") = 1,
         pyb::arg("microbatches") = 8, pyb::arg("placement") = "loop",
         pyb::arg("split_backward") = "auto", pyb::arg("workload") = "multimodal",

@@ -44,6 +44,20 @@ std::string utf8_text(pyb::handle o) {
   return out;
 }
 
+// The program whose task runs on this thread (note_waiting_for's), set for the task's call.
+thread_local PyStageProgram* t_running = nullptr;
+
+class RunningHere {
+ public:
+  explicit RunningHere(PyStageProgram* p) { t_running = p; }
+  ~RunningHere() {
+    t_running->set_waiting_for({});
+    t_running = nullptr;
+  }
+  RunningHere(const RunningHere&) = delete;
+  RunningHere& operator=(const RunningHere&) = delete;
+};
+
 // Calls a runner's method holding the GIL. A Python exception becomes an Error carrying its
 // text (the runner keeps the exception object itself, to chain it when the step fails); the
 // exception object is released here, under the GIL.
@@ -180,6 +194,7 @@ Payload PyStageProgram::tensor_task(pyb::object& method, char kind, int chunk, i
         tree ? pyb::object(pyb::make_tuple(pyb::bytes(tree->structure), pyb::cast(tree->leaves)))
         : x.defined() ? pyb::cast(x)
                       : pyb::none();
+    const RunningHere here(this);
     pyb::object out = call(method, runner(), chunk, mb, arg);
     if (pyb::isinstance<pyb::tuple>(out)) {
       const auto packed = out.cast<pyb::tuple>();
@@ -212,7 +227,22 @@ Payload PyStageProgram::backward(TaskContext&, int chunk, int mb, Payload grad) 
 void PyStageProgram::weight_grad(TaskContext&, int chunk, int mb) {
   keep_thread_state();
   pyb::gil_scoped_acquire gil;
+  const RunningHere here(this);
   call(py_->weight, runner(), chunk, mb);
+}
+
+std::string PyStageProgram::waiting_for() const {
+  const std::lock_guard lk(waiting_mu_);
+  return waiting_for_;
+}
+
+void PyStageProgram::set_waiting_for(std::string what) {
+  const std::lock_guard lk(waiting_mu_);
+  waiting_for_ = std::move(what);
+}
+
+void note_waiting_for(std::string what) {
+  if (t_running != nullptr) t_running->set_waiting_for(std::move(what));
 }
 
 }  // namespace rrfp::py

@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "runtime/program.hpp"
@@ -37,6 +39,9 @@ class PyStageProgram final : public StageProgram {
   Payload backward(TaskContext& ctx, int chunk, int mb, Payload grad) override;
   void weight_grad(TaskContext& ctx, int chunk, int mb) override;
   std::optional<std::int64_t> microbatch_size(int mb) const override;
+  std::string waiting_for() const override;
+  // Called by the running task's Python half (note_waiting_for).
+  void set_waiting_for(std::string what);
 
  private:
   Payload tensor_task(pybind11::object& method, char kind, int chunk, int mb, const Payload& in);
@@ -53,6 +58,12 @@ class PyStageProgram final : public StageProgram {
   const std::vector<std::int64_t>* sizes_;
   const std::optional<at::ThreadLocalState>* caller_;
   bool hold_;
+  mutable std::mutex waiting_mu_;  // the watchdog reads what the task's thread writes
+  std::string waiting_for_;
 };
+
+// What the task running on this thread waits for ("": nothing), shown by the stuck report;
+// ignored outside a task (rrfp._rrfp._waiting_for, from rrfp/_seed.py).
+void note_waiting_for(std::string what);
 
 }  // namespace rrfp::py

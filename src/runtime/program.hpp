@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 
 #include "comm/payload.hpp"
 #include "core/task.hpp"
@@ -106,6 +107,10 @@ class StageProgram {
   // when the program knows it before the step: the adaptive rule's entry order (entry_ranks).
   // Asked on the stage that runs chunk 0, before begin_step, from the thread starting the step.
   virtual std::optional<std::int64_t> microbatch_size(int /*mb*/) const { return std::nullopt; }
+  // What the running task waits for, where it waits its turn for something outside the
+  // runtime ("" where it does not say): the stuck report shows it beside the task, which it
+  // called running. Called from the watchdog's thread, under the stage's lock: must not block.
+  virtual std::string waiting_for() const { return {}; }
 };
 
 using ProgramFactory = std::function<std::unique_ptr<StageProgram>(int stage, int tp_rank)>;

@@ -183,10 +183,14 @@ std::string Stage::describe(std::int64_t now) const {
   for (int r = 0; r < core_.tp(); ++r) {
     const StageRank& rk = core_.rank(lk, r);
     if (!rk.local() || core_.step(lk) < 0) continue;
-    const StuckRank view = rk.driver->stuck(
-        rk.running ? "running " + to_string(*rk.running) + " for " +
-                         std::to_string((now - rk.running_since) / 1'000'000) + " ms"
-                   : std::string());
+    std::string running;
+    if (rk.running) {
+      running = "running " + to_string(*rk.running) + " for " +
+                std::to_string((now - rk.running_since) / 1'000'000) + " ms";
+      if (const std::string wait = rk.program->waiting_for(); !wait.empty())
+        running += " (waiting for " + wait + ")";
+    }
+    const StuckRank view = rk.driver->stuck(running);
     out += (out.empty() ? "" : " | ") +
            rrfp::describe(view, [&](int s) { return core_.peer(s * core_.tp() + r); });
   }

@@ -1,6 +1,7 @@
 """Pipeline(seed=S): dropout draws the same in every schedule and run, and what a plain loop
 draws when it seeds each chunk's forward with rrfp.task_seed; checkpoints keep the step
 count, so training on after load() draws as training on without the stop."""
+import re
 import threading
 import time
 import warnings
@@ -286,3 +287,39 @@ def test_a_seeded_task_running_past_the_timeout_is_the_watchdogs_timeout_error()
         parts[1].armed = True
         with pytest.raises(TimeoutError, match=r"no progress for 500 ms .*running F c1 m1"):
             pipe.step(xs, xs)
+
+
+@pytest.mark.parametrize("seed,turn", [
+    (None, "its turn: a pipeline's first step runs its tasks one at a time"),
+    (7, "its turn at torch's generators, which seeded tasks take one at a time"),
+])
+def test_the_stuck_report_says_which_tasks_only_wait_their_turn(seed, turn):
+    # Tasks waiting for the generators (seeded), or for their turn in an unseeded pipeline's
+    # first step, were reported running "for 500 ms" beside the one task that was slow.
+    class Slow(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            if x.shape[0] == 2:  # microbatch 1
+                time.sleep(1.5)
+            return self.lin(x)
+
+    waiting = 0
+    for attempt in range(3):  # another stage reaches its turn microseconds after the slow one
+        torch.manual_seed(attempt)
+        parts = [Slow(), torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)]
+        pipe = rrfp.Pipeline(parts, loss_fn, pp=3, microbatches=4, timeout=0.5, seed=seed)
+        xs = [torch.randn(k + 1, 4) for k in range(4)]
+        with pytest.raises(TimeoutError) as got:
+            pipe.step(xs, xs)
+        running = re.findall(r"running (\w c\d m\d) for \d+ ms( \(waiting for [^)]*\))?",
+                             str(got.value))
+        assert ("F c0 m1", "") in running, str(got.value)
+        for task, note in running:
+            assert task == "F c0 m1" or note.startswith(f" (waiting for {turn}"), str(got.value)
+        waiting += len(running) - 1
+        if waiting:
+            break
+    assert waiting, "no task waited for its turn in 3 steps"

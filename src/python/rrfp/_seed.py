@@ -11,6 +11,7 @@ import weakref
 
 import torch
 
+from . import _rrfp
 from ._args import check_whole
 
 _MASK = (1 << 64) - 1
@@ -128,7 +129,14 @@ class Seeding:
     def task(self, kind, step, chunk, mb, device):
         gpu = _gpu(device)
         devices = [] if gpu is None else [gpu]
-        if not take_generators(self._wait_s, self):
+        # The stuck report names a task waiting here as running, unless told.
+        _rrfp._waiting_for("its turn at torch's generators, which seeded tasks take one at a "
+                           "time")
+        try:
+            taken = take_generators(self._wait_s, self)
+        finally:
+            _rrfp._waiting_for("")
+        if not taken:
             holder = _HOLDER[0]
             who = "one other seeded task" if holder is None else \
                 f"task {holder[1]} of another seeded pipeline"
@@ -203,7 +211,13 @@ class DrawWatch:
 
     @contextlib.contextmanager
     def task(self, kind, step, chunk, mb, device):
-        with self._turn:
+        _rrfp._waiting_for("its turn: a pipeline's first step runs its tasks one at a time, "
+                           "to see which draw random numbers")
+        try:
+            self._turn.acquire()
+        finally:
+            _rrfp._waiting_for("")
+        try:
             if kind != "F":
                 yield
                 return
@@ -212,6 +226,8 @@ class DrawWatch:
             yield
             if not all(torch.equal(a, b) for a, b in zip(before, _states(gpu))):
                 self.drew.add(chunk)
+        finally:
+            self._turn.release()
 
     def done(self):
         """Once the step has completed: no more watching, and a warning, at the line that
