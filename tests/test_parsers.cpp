@@ -11,6 +11,7 @@
 #include "core/hint_io.hpp"
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
+#include "expect_error.hpp"
 #include "mutate.hpp"
 #include "sim/replay.hpp"
 #include "sim/rng.hpp"
@@ -58,6 +59,11 @@ TEST(HintFile, RejectsWithNamedErrors) {
             std::string::npos);
   EXPECT_NE(expect_hint_error("stage 0: F0:0 F0:1 B0:0 B0:1\n").find("stage 1 has no line"),
             std::string::npos);
+  // A split backward's W right before its B: named as such (only the cycle check's "can never
+  // finish" would remain without it).
+  const WorkModel split(config(2, 1, 1, true));
+  EXPECT_ERROR(parse_hint("stage 0: F0:0 W0:0 B0:0\nstage 1: F1:0 B1:0 W1:0\n", split, "h.txt"),
+               HintError, "stage 0: task W c0 m0 comes before B c0 m0, which it depends on");
   EXPECT_NE(expect_hint_error("stage 0: F0:0 X B0:0\n" + ok1).find("h.txt:1: bad task token 'X'"),
             std::string::npos);
   EXPECT_NE(expect_hint_error("rrfp-hint 1 pp=3\n").find("pp=3 but the run has pp=2"),

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "expect_error.hpp"
 #include "mutate.hpp"
 #include "train/checkpoint.hpp"
 #include "train/trainer.hpp"
@@ -179,6 +180,7 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
   auto resealed = [&](const nlohmann::json& h) {
     return write(::testing::TempDir() + "h.bin", with_header(bytes, h.dump()));
   };
+  auto load = [&](const std::string& path) { Trainer(o).resume(path); };
   EXPECT_EQ(refusal(resealed(header), o), "accepted");  // the re-sealing itself is right
   // Each edit with what its refusal says (either, where the value decides: a tensor named
   // otherwise is missing by its own name; a list of non-entries is malformed).
@@ -202,6 +204,28 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
   nlohmann::json no_step = header;
   no_step.erase("step");
   EXPECT_NE(refusal(resealed(no_step), o).find("has no header field \"step\""), std::string::npos);
+  // The refusals no edit above reaches, each by its message: a step past 1e9, a tensor named
+  // twice, bytes past the tensors the header names, another format version.
+  nlohmann::json late = header, twice = header;
+  late["step"] = 2'000'000'000;
+  EXPECT_ERROR(load(resealed(late)), InputError,
+               "header field \"step\" must be a whole number in [0, 1e9], got 2000000000");
+  twice["tensors"][1]["name"] = twice["tensors"][0]["name"];
+  EXPECT_ERROR(load(resealed(twice)), InputError,
+               "names tensor '" + header["tensors"][0]["name"].get<std::string>() + "' twice");
+  auto sealed = [&](std::string b) {  // `b` without its checksum, sealed anew
+    const std::uint64_t sum = checkpoint_checksum(b);
+    b.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+    return write(::testing::TempDir() + "s.bin", b);
+  };
+  const std::string body = bytes.substr(0, bytes.size() - 8);
+  const size_t tensors = body.size() - 20 - header_of(bytes).size();
+  EXPECT_ERROR(load(sealed(body + std::string(4, '\0'))), InputError,
+               "holds " + std::to_string(tensors + 4) + " bytes of tensors; its header names " +
+                   std::to_string(tensors));
+  std::string v2 = body;
+  v2[8] = 2;
+  EXPECT_ERROR(load(sealed(v2)), InputError, "has format version 2; this rrfp reads version 1");
   // A crash mid-save leaves only PATH.tmp behind: the previous checkpoint still loads.
   write(good + ".tmp", bytes.substr(0, 100));
   EXPECT_EQ(refusal(good, o), "accepted");
