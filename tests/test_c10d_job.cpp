@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "dist/c10d_world.hpp"
 #include "done_work.hpp"
+#include "expect_error.hpp"
 
 namespace rrfp::test {
 namespace {
@@ -150,7 +151,8 @@ TEST(C10dJobGroups, AnArrivalGroupNumberingTheProcessesOtherwiseIsRefused) {
   g.arrivals = {};
   g.replicas = {};  // one replica, but an arrival group of the replicas
   g.arrival_replicas = c10::make_intrusive<RecordingGroup>("replicas", log);
-  EXPECT_THROW(C10dWorld(g, std::chrono::seconds(5)), InputError);
+  EXPECT_ERROR(C10dWorld(g, std::chrono::seconds(5)), InputError,
+               "`arrival_replicas`: must number the replicas as `replicas` does");
 }
 
 TEST(C10dJobGroups, ACollectivesGroupNumberingTheProcessesOtherwiseIsRefused) {

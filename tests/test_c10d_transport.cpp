@@ -225,7 +225,8 @@ TEST(C10dTransportFailure, AFailedReceiveIsReportedOnceNamingItsRankAndGloosLine
             "c10d transport: rank 1: receiving from any rank failed (Gloo's receive; a peer "
             "exited or stopped answering?): " +
                 std::string(kGlooReset));
-  EXPECT_THROW(t.set_broken_handler({}), Error);  // only before the receiver
+  EXPECT_ERROR(t.set_broken_handler({}), Error,
+               "c10d transport: set the broken handler before the receiver");
   t.shutdown();
   EXPECT_EQ(calls.load(), 1);
 

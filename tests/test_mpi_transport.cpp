@@ -371,7 +371,7 @@ TEST(MpiJob, ReplicaGatherAndExchangeAmongSomeStages) {
       EXPECT_TRUE(same) << "from " << from;
     }
   } else {
-    EXPECT_THROW(w.exchange(mine, peers), InputError);  // not among the peers
+    EXPECT_ERROR(w.exchange(mine, peers), InputError, "`peers`: must include this endpoint");
   }
   // Every stage, each with its own size (a receive per peer, not one shared).
   std::vector<int> everyone(static_cast<std::size_t>(n));

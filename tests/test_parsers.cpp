@@ -101,7 +101,8 @@ TEST(Workload, RejectsBadFieldsByName) {
   EXPECT_EQ(err("{\"comm_serial_receive\": true}"), "accepted");
   EXPECT_TRUE(apply_workload_json(WorkloadParams{}, "{\"comm_serial_receive\": true}", "w.json")
                   .comm_serial_receive);
-  EXPECT_THROW(workload_preset("jitter:J9"), InputError);
+  EXPECT_ERROR(workload_preset("jitter:J9"), InputError,
+               "unknown jitter level 'J9' (expected J0, J1, J2 or J3)");
 }
 
 TEST(Replay, ReadsMeasuredDurationsAndRejectsBadRows) {

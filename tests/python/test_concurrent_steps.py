@@ -3,6 +3,7 @@ step of the same pipeline, a step of another pipeline over the same parameters, 
 pipeline asked from a seeded task (directly or through a thread it starts), and a step from
 inside a task. Each is refused or fails promptly, naming why, where it crashed the interpreter,
 dropped gradients silently or hung."""
+import re
 import threading
 import time
 
@@ -143,9 +144,16 @@ def test_a_seeded_pipeline_reached_through_a_thread_of_a_seeded_task_times_out()
 
     student = rrfp.Pipeline(lm.chunks(2), distill, pp=2, microbatches=2, seed=2, timeout=1)
     began = time.monotonic()
-    with pytest.raises((TimeoutError, rrfp.StageError)):
+    # The student's task waits for the teacher's thread: its watchdog's report, or the teacher's
+    # failure where that came first.
+    with pytest.raises((TimeoutError, rrfp.StageError),
+                       match=r"no progress for 1000 ms|torch's generators were held by task"):
         student.step(*lm.batches(2))
     assert time.monotonic() - began < 15 and failed
+    # The teacher's wait for the generators, or its watchdog, which saw the same wait.
+    assert re.search(r"torch's generators were held by task [FBW] c\d m\d of another seeded "
+                     r"pipeline|running F c0 m0 for 1000 ms \(waiting for its turn at torch's "
+                     "generators", str(failed[0])), failed[0]
 
 
 def test_a_step_from_inside_a_task_fails_that_task_at_once():

@@ -353,8 +353,10 @@ def test_the_scale_as_given_until_first_used():
     f32 = float(torch.tensor(0.1, dtype=torch.float32))
     scaler = rrfp.GradScaler(init_scale=0.1)
     assert scaler.get_scale() == 0.1 and scaler.state_dict()["scale"] == 0.1
-    for refused in (lambda: scaler.update(), lambda: scaler.update(-1.0)):  # changes nothing
-        with pytest.raises((RuntimeError, ValueError)):
+    for refused, error, match in (  # each changes nothing
+            (lambda: scaler.update(), RuntimeError, "update: no optimizer was unscaled or stepped"),
+            (lambda: scaler.update(-1.0), ValueError, "new_scale: a finite float32 of at least")):
+        with pytest.raises(error, match=match):
             refused()
         assert scaler.get_scale() == 0.1
     fresh = rrfp.GradScaler()

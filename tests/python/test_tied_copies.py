@@ -202,7 +202,7 @@ def test_a_copy_replaced_before_a_refused_step_is_still_made_equal():
     head, first = pipe.chunks[PP - 1][-1], pipe.chunks[0][0].tok.weight
     head.embed.weight = torch.nn.Parameter(torch.randn_like(first))
     xs, ys = lm.batches(M, seed=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a batch of 5 rows does not split evenly into 4"):
         pipe.step(torch.zeros(M + 1, 3, dtype=torch.long), torch.zeros(M + 1, 3, dtype=torch.long))
     pipe.step(xs, ys)
     assert torch.equal(head.embed.weight, first)
