@@ -87,7 +87,7 @@ than a quarter of the memory limit (ulimit -v or -d)" "$tmp/ahead.txt"; then
   fi
 else
   echo "skipped: the checks under a 3 GB address limit (this build does not start under one:" \
-    "a sanitized build)"
+    "a sanitized build?)"
 fi
 # The same under a limit on data alone (ulimit -d, which counts private mappings): the buffers
 # mapped ahead took the compute threads' stacks' room, and the run blamed --pp or --tp.
@@ -101,7 +101,7 @@ than a quarter of the memory limit (ulimit -v or -d)" "$tmp/ahead-d.txt"; then
   fi
 else
   echo "skipped: the check under a 3 GB data limit (this build does not start under one:" \
-    "a sanitized build)"
+    "a sanitized build?)"
 fi
 # calibrate, whose endpoints are threads: one that cannot be started (30 MB of address space)
 # fails the command in a line (it aborted, "terminate called without an active exception"),

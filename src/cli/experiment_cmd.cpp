@@ -20,24 +20,6 @@ std::string baseline_for(const PipelineConfig& c) {
   return "bfs";
 }
 
-// A replay's measured durations replace every drawn one: a preset's times and spreads were
-// taken and changed nothing. Its jitter applies on top, and with TP its collective's and
-// coordination's latencies where the trace has none. A workload file is held to the same rule
-// (it was taken and ignored where --workload was refused).
-void refuse_replaced_workload(const WorkloadFlags& load, const Scenario& sc) {
-  if (load.replay.empty() || sc.tp != 1 || sc.workload.jitter.p != 0) return;
-  if (!load.workload_file.empty())
-    throw InputError(
-        "--workload-file: with --replay (and --tp 1) only jitter applies (jitter_p, "
-        "jitter_floor_us, jitter_alpha or a jitter preset, on top of the measured durations); '" +
-        load.workload_file + "' sets none");
-  if (load.workload_given && load.workload.rfind("jitter", 0) != 0)
-    throw InputError(
-        "--workload: with --replay (and --tp 1) only a jitter preset applies "
-        "(jitter:J0..J3, on top of the measured durations); got '" +
-        load.workload + "'");
-}
-
 }  // namespace
 
 CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f) {
@@ -86,7 +68,7 @@ Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
   sc.trace = load.trace;
   sc.seed = load.seed;
   sc.tp = checked_tp(dispatch.tp);
-  refuse_replaced_workload(load, sc);
+  refuse_replaced_workload(sc, load.workload_given, load.workload_file, true);
   sc.tp_protocol = parse_tp_protocol(dispatch.tp_protocol);
   sc.limit = dispatch.limit;
   sc.max_pending_w = dispatch.max_pending_w;

@@ -36,6 +36,7 @@ class Jittered final : public StageProgram {
   std::optional<std::int64_t> microbatch_size(int mb) const override {
     return in_->microbatch_size(mb);
   }
+  std::string waiting_for() const override { return in_->waiting_for(); }
 
  private:
   void stall(const TaskContext& c, std::int64_t t0) const {

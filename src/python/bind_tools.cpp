@@ -44,7 +44,8 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
                           const std::string& hint, const std::string& policy, int limit,
                           int max_pending_w, const std::string& comm, std::uint64_t seed, int tp,
                           const std::string& tp_protocol, const std::string& ordered_forwards,
-                          int step, const std::string& trace_format, double message_us) {
+                          int step, const std::string& trace_format, double message_us,
+                          bool workload_given) {
   Scenario sc;
   sc.cfg = make_config(pp, vpp, microbatches, placement, "off", hint);  // split: per run
   if (ordered_forwards != "auto" && ordered_forwards != "on" && ordered_forwards != "off")
@@ -61,17 +62,19 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
                      trace_format.substr(0, 20) + "'");
   // < 0: seen from when the consumers started, as the command's default.
   if (message_us > kMaxTaskUs || message_us != message_us)
-    throw InputError("`message_us`: must be between 0 and 1e9 us");
+    throw InputError("`message_us`: must be between 0 and 1e9 us (below 0: inferred)");
   sc.trace.format = trace_format;
   sc.trace.message_us = message_us;
   sc.split_mode = split_backward;
   sc.tp = tp;
   sc.tp_protocol = parse_tp_protocol(tp_protocol);
-  sc.workload_name = workload;
+  // Named as the command names it: the file where one is given.
+  sc.workload_name = workload_file.empty() ? workload : workload_file;
   sc.workload = workload_file.empty() ? workload_preset(workload)
                                       : read_workload_file(workload_file, workload);
   sc.replay_path = replay;
   sc.seed = seed;
+  refuse_replaced_workload(sc, workload_given, workload_file, false);
   sc.limit = limit;
   sc.max_pending_w = max_pending_w;
   RunSpec spec;
@@ -166,6 +169,7 @@ void bind_tools(pyb::module_& m) {
         pyb::arg("comm") = "async", pyb::arg("seed") = 1, pyb::arg("tp") = 1,
         pyb::arg("tp_protocol") = "leader", pyb::arg("ordered_forwards") = "auto",
         pyb::arg("step") = -1, pyb::arg("trace_format") = "auto", pyb::arg("message_us") = -1.0,
+        pyb::arg("workload_given") = false,
         "Simulates one step (as `rrfp simulate`) and returns its StepRecord.");
   m.def("schedule", &schedule, pyb::kw_only(), pyb::arg("hint") = "1f1b", pyb::arg("pp") = 4,
         pyb::arg("vpp") = 1, pyb::arg("microbatches") = 8, pyb::arg("placement") = "loop",

@@ -5,6 +5,8 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <utility>
+
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "python/held_payload.hpp"
@@ -49,13 +51,20 @@ thread_local PyStageProgram* t_running = nullptr;
 
 class RunningHere {
  public:
-  explicit RunningHere(PyStageProgram* p) { t_running = p; }
+  explicit RunningHere(PyStageProgram* p) : p_(p), outer_(std::exchange(t_running, p)) {}
   ~RunningHere() {
-    t_running->set_waiting_for({});
-    t_running = nullptr;
+    t_running = outer_;
+    try {
+      p_->set_waiting_for({});
+    } catch (...) {  // an allocation: no note is better than the end of the process
+    }
   }
   RunningHere(const RunningHere&) = delete;
   RunningHere& operator=(const RunningHere&) = delete;
+
+ private:
+  PyStageProgram* p_;
+  PyStageProgram* outer_;
 };
 
 // Calls a runner's method holding the GIL. A Python exception becomes an Error carrying its

@@ -12,16 +12,8 @@
 
 namespace rrfp::py {
 
-// The median: of an even count, the mean of the middle two (percentile's 0.5 is the upper one).
 double StepRecordPy::dispatch_gap_us() const {
-  if (dispatch_gaps.empty()) return 0;
-  std::vector<std::int64_t> v = dispatch_gaps;
-  const std::size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-  double m = static_cast<double>(v[mid]);
-  if (v.size() % 2 == 0)
-    m = (m + static_cast<double>(*std::max_element(v.begin(), v.begin() + mid))) / 2;
-  return m / 1e3;
+  return median(dispatch_gaps) / 1e3;
 }
 
 std::string StepRecordPy::table() const {

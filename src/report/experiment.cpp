@@ -78,6 +78,31 @@ PipelineConfig config_for(const Scenario& sc, const RunSpec& spec) {
   return cfg;
 }
 
+// A replay's measured durations replace every drawn one: a preset's times and spreads were
+// taken and changed nothing. Its jitter applies on top, and with TP its collective's and
+// coordination's latencies where the trace has none. A workload file is held to the same rule
+// (it was taken and ignored where the preset was refused).
+void refuse_replaced_workload(const Scenario& sc, bool workload_given,
+                              const std::string& workload_file, bool flags) {
+  if (sc.replay_path.empty() || sc.tp != 1 || sc.workload.jitter.p != 0) return;
+  const auto name = [flags](std::string flag) {
+    if (flags) return "--" + flag;
+    std::replace(flag.begin(), flag.end(), '-', '_');
+    return "`" + flag + "`";
+  };
+  const std::string with = ": with " + name("replay") + " (and " + name("tp") + " 1) only ";
+  if (!workload_file.empty())
+    throw InputError(name("workload-file") + with +
+                     "jitter applies (jitter_p, jitter_floor_us, jitter_alpha or a jitter preset, "
+                     "on top of the measured durations); '" +
+                     workload_file + "' sets none");
+  if (workload_given && sc.workload_name.rfind("jitter", 0) != 0)
+    throw InputError(name("workload") + with +
+                     "a jitter preset applies (jitter:J0..J3, on top of the measured durations); "
+                     "got '" +
+                     sc.workload_name + "'");
+}
+
 void check_spec(const Scenario& sc, const RunSpec& spec) {
   WorkModel m(config_for(sc, spec));
   const Hint hint = make_hint(spec.hint, m);

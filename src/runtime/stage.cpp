@@ -59,8 +59,10 @@ void Stage::begin_step(int step, std::int64_t t0) {
     // Early messages are data and offers: a pull or an acknowledgement answers something this
     // rank sent in this step, and so cannot come before it.
     std::vector<Outgoing> replies;
+    // What they fail with fails the step, as a message arriving now does: thrown from here it
+    // left run_step bare, the step not failed and no peer told.
     for (Message& msg : early)
-      route(lk, r, std::move(msg), replies);
+      route_or_fail(lk, r, std::move(msg), replies);
     if (!replies.empty())
       throw ProtocolError(core_.name(r) + ": a message kept for step " + std::to_string(step) +
                           " asked for a reply before the step began");
@@ -71,16 +73,20 @@ void Stage::on_message(int r, Message&& msg) {
   std::vector<Outgoing> replies;
   {
     Locked lk = core_.lock();
-    try {
-      route(lk, r, std::move(msg), replies);
-    } catch (const Error&) {
-      core_.failure().fail(std::current_exception());
-    } catch (const std::exception& e) {  // an allocation: it reached run_step unnamed
-      core_.failure().fail(std::make_exception_ptr(
-          TaskError(core_.name(r) + ": taking a message failed: " + failure_reason(e))));
-    }
+    route_or_fail(lk, r, std::move(msg), replies);
   }
   post_sends(r, replies);
+}
+
+void Stage::route_or_fail(Locked& lk, int r, Message&& msg, std::vector<Outgoing>& replies) {
+  try {
+    route(lk, r, std::move(msg), replies);
+  } catch (const Error&) {
+    core_.failure().fail(std::current_exception());
+  } catch (const std::exception& e) {  // an allocation: it reached run_step unnamed
+    core_.failure().fail(std::make_exception_ptr(
+        TaskError(core_.name(r) + ": taking a message failed: " + failure_reason(e))));
+  }
 }
 
 std::optional<std::size_t> Stage::input_bytes(int r, const TaskId& consumer) const {

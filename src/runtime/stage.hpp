@@ -37,6 +37,8 @@ class Stage {
   // `replies`: what the message makes this rank send (rendezvous pulls and payloads, an
   // acknowledgement), posted once the stage lock is released.
   void route(Locked& lk, int r, Message&& msg, std::vector<Outgoing>& replies);
+  // route(), failing the step with what it throws (the transport's thread must not see it).
+  void route_or_fail(Locked& lk, int r, Message&& msg, std::vector<Outgoing>& replies);
   std::optional<TaskId> match(const Message& msg) const;
   // The program's input_bytes(consumer); what it throws, as a TaskError naming it.
   std::optional<std::size_t> input_bytes(int r, const TaskId& consumer) const;

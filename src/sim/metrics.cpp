@@ -306,6 +306,16 @@ void use_measured_compute(const WorkModel& m, RealizedWork& w, const StepRecord&
   }
 }
 
+double median(std::vector<std::int64_t> v) {
+  if (v.empty()) return 0;
+  const std::size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  double m = static_cast<double>(v[mid]);
+  if (v.size() % 2 == 0)
+    m = (m + static_cast<double>(*std::max_element(v.begin(), v.begin() + mid))) / 2;
+  return m;
+}
+
 std::int64_t percentile(std::vector<std::int64_t> v, double q) {
   if (v.empty()) return 0;
   const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5));

@@ -64,5 +64,9 @@ RunMetrics compute_metrics(const StepRecord& r, const LowerBound& lb);
 // median is v[n / 2]); 0 for none. Durations such as dispatch gaps; `v` is taken by value and
 // partly reordered.
 std::int64_t percentile(std::vector<std::int64_t> v, double q);
+// The median of `v`: of an even count, the mean of the middle two; 0 for none. What every
+// report calls a median of measured durations (rrfp run, loss.csv, StepRecord in Python),
+// which took the upper middle in two of them and the mean in the third.
+double median(std::vector<std::int64_t> v);
 
 }  // namespace rrfp

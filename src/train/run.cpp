@@ -143,9 +143,9 @@ class Run {
                 std::to_string(r.tokens) + "," + fmt("%.2f", step_s * 1e3) + "," +
                 fmt("%.2f", static_cast<double>(r.run.run.makespan) / 1e6) + "," +
                 fmt("%.4f", met.bubble_ratio) + "," +
-                fmt("%.1f", quantile_us(r.run.dispatch_gaps, 0.5)) + "," + fmt("%.1f", cpu_ms) +
-                "," + fmt("%.1f", quantile_us(r.run.dispatch_gaps, 0.99)) + "," +
-                fmt("%.1f", quantile_us(r.device_waits, 0.5)) + "," +
+                fmt("%.1f", median(r.run.dispatch_gaps) / 1e3) + "," + fmt("%.1f", cpu_ms) + "," +
+                fmt("%.1f", quantile_us(r.run.dispatch_gaps, 0.99)) + "," +
+                fmt("%.1f", median(r.device_waits) / 1e3) + "," +
                 fmt("%.2f", sum_ms(r.device_waits)));
     // The checkpoint after the step's row, never before: a process killed between the two
     // must not leave a checkpoint past the log, whose resume would never write that row

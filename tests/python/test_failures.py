@@ -77,7 +77,7 @@ def test_a_failed_step_lets_go_of_its_activations_at_once(fails_in):
     rows = (4, 4, 4, 3)  # the last microbatch is told by its 3 rows
     xs, ts = [torch.randn(n, 8) for n in rows], [torch.randn(n, 8) for n in rows]
     error, match = (rrfp.StageError, "task F c2 m3 failed: ValueError: bad microbatch") \
-        if fails_in == "loss" else (TimeoutError, "no progress for 1000 ms .*running B c2 m3")
+        if fails_in == "loss" else (TimeoutError, r"no progress for \d+ ms .*running B c2 m3")
     with pytest.raises(error, match=match):
         pipe.step(xs, ts)
     gc.collect()
@@ -126,7 +126,7 @@ def test_wrong_outputs_are_stage_errors():
     (dict(pp=0), "pp"),
     (dict(microbatches=0), "microbatches"),
     (dict(policy="sometimes"), "policy"),
-    (dict(limit=0), "limit"),
+    (dict(limit=-1), "limit"),
     (dict(timeout=-1), "timeout"),
     # Before any group is made with it (under torchrun, inf raised an OverflowError and NaN
     # "cannot convert float NaN to integer", naming no argument).
@@ -185,7 +185,20 @@ def test_zero_replicas_or_w_cap_are_value_errors():
     with pytest.raises(ValueError, match=r"`dp`: must be at least 1 \(one replica"):
         rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, dp=0)
     with pytest.raises(ValueError, match="max_pending_w: must be a whole number of at least 1"):
-        rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, max_pending_w=0)
+        rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, hint="bfw", max_pending_w=-1)
+
+
+def test_zero_bounds_are_the_default_and_counts_take_numpy_integers():
+    # 0 was refused here, where the command and rrfp.simulate take it as the default (and
+    # None was refused there); a NumPy count was a TypeError here and taken there.
+    import numpy as np
+    zero = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=np.int64(2), microbatches=np.int32(4),
+                         hint="bfw", limit=0, max_pending_w=0)
+    none = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, hint="bfw")
+    xs, ys = lm.batches(4)
+    assert zero.step(xs, ys).item() == none.step(xs, ys).item()
+    assert rrfp.simulate(limit=None, max_pending_w=None, hint="bfw").makespan == \
+        rrfp.simulate(hint="bfw").makespan
 
 
 def test_a_limit_under_the_fixed_policy_is_refused_not_ignored():

@@ -203,7 +203,7 @@ def test_simulate_takes_numpy_integers_as_split_does():
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(limit=10**12), r"limit: must be a whole number of at least 1 \(and at most "
-                         r"2147483647\) or None, got 1000000000000"),
+                         r"2147483647\), or None or 0 for the default, got 1000000000000"),
     (dict(hint="bfw", max_pending_w=10**12), r"max_pending_w: .*at most 2147483647"),
     (dict(microbatches=10**12), "microbatches: must be at least 1 and at most 2147483647"),
     (dict(dp=-10**12), "dp: must be at least 1"),

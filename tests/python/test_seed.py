@@ -285,7 +285,7 @@ def test_a_seeded_task_running_past_the_timeout_is_the_watchdogs_timeout_error()
         xs = [torch.randn(k + 1, 4) for k in range(4)]
         pipe.step(xs, xs)
         parts[1].armed = True
-        with pytest.raises(TimeoutError, match=r"no progress for 500 ms .*running F c1 m1"):
+        with pytest.raises(TimeoutError, match=r"no progress for \d+ ms .*running F c1 m1"):
             pipe.step(xs, xs)
 
 

@@ -80,7 +80,7 @@ def test_pipeline_takes_a_numpy_bound_as_simulate_does():
         rrfp.Pipeline(chunks(), loss_fn, pp=2, microbatches=2, hint="1f1b", policy="fixed",
                       limit=np.int64(2))
     with pytest.raises(ValueError, match="limit: must be a whole number of at least 1"):
-        rrfp.Pipeline(chunks(), loss_fn, pp=2, microbatches=2, limit=np.int64(0))
+        rrfp.Pipeline(chunks(), loss_fn, pp=2, microbatches=2, limit=np.int64(-1))
     for bad in (np.bool_(True), True, 2.0, np.float64(2)):
         with pytest.raises(TypeError, match="limit: a whole number or None"):
             rrfp.Pipeline(chunks(), loss_fn, pp=2, microbatches=2, limit=bad)

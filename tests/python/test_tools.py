@@ -160,3 +160,24 @@ def test_a_file_named_in_other_bytes_than_utf8_is_shown_with_replacements(tmp_pa
         rrfp.simulate(pp=2, microbatches=4, hint=folder + b"/nothing\xff.txt")
     with pytest.raises(OSError, match="cannot be written: No such file or directory"):
         rec.save_trace(folder + b"/none\xff/t.json")
+
+
+def test_a_replay_refuses_what_it_would_ignore_as_the_command_does(tmp_path):
+    # A workload preset other than jitter, a workload file, or a path of '' were taken and
+    # ignored with a replay (the command refuses each); a workload file's run was named after
+    # the preset.
+    path = recorded_with_ordered_forwards(tmp_path)
+    with pytest.raises(ValueError, match="`workload`: with `replay` .* only a jitter preset "
+                                         "applies .* got 'language'"):
+        adaptive(replay=path, workload="language")
+    assert adaptive(replay=path, workload="jitter:J2") != adaptive(replay=path)
+    wf = tmp_path / "w.json"
+    wf.write_text('{"forward_us": 500}')
+    with pytest.raises(ValueError, match="`workload_file`: with `replay` .* sets none"):
+        adaptive(replay=path, workload_file=str(wf))
+    assert rrfp.simulate(**SHAPE, workload_file=str(wf)).to_dict()["workload"] == str(wf)
+    for name in ("replay", "workload_file"):
+        with pytest.raises(ValueError, match=f"{name}: '' names nothing"):
+            rrfp.simulate(**{name: ""})
+    with pytest.raises(ValueError, match='policy: one record holds one run'):
+        rrfp.simulate(policy="both")

@@ -24,19 +24,36 @@ def simulate(**kwargs):
     replay, hint, policy, limit, max_pending_w, comm, seed, tp, tp_protocol, ordered_forwards,
     step, trace_format, message_us. `ordered_forwards`: None (the default: a replayed trace's
     step says, as `rrfp simulate --replay` takes it, else off), True or False. `step`: the
-    replayed trace's step (None: its first complete one). `trace_format`: the replayed trace's
-    mapping, "auto" (the default), "rrfp", "torch" or "megatron". `message_us`: the latency of
-    every message the replayed trace does not time, in 0..1e9 us (None, the default: seen from
-    when the consumers started). A keyword it does not take raises TypeError naming it. A
-    count that is no whole number (an int or a NumPy
+    replayed trace's step (None: a trace's first complete one, a CSV's last). `trace_format`:
+    the replayed trace's mapping, "auto" (the default, or None), "rrfp", "torch" or "megatron".
+    `message_us`: the latency of every message the replayed trace does not time, in 0..1e9 us
+    (None, the default: a trace's seen from when the consumers started, a CSV's 0). With a
+    replay only a jitter workload applies (a `workload` of another preset, or a
+    `workload_file`, raises ValueError, as the command refuses them). A keyword it does not
+    take raises TypeError naming it. A count that is no whole number (an int or a NumPy
     integer) raises TypeError (True included: pybind took it as 1), one past what the core
     takes ValueError, each naming the argument; so do names and paths of another type (a path
-    object is taken as its str). `limit` and `max_pending_w` (0: the default) bound the ready
-    policy: given with policy="fixed", or `max_pending_w` where the backward is not split, they
-    raise ValueError, as the command refuses them and Pipeline does."""
+    object is taken as its str), and a path of '' (an unset variable's) is refused. `limit` and
+    `max_pending_w` (None or 0: the default) bound the ready policy: given with
+    policy="fixed", or `max_pending_w` where the backward is not split, they raise
+    ValueError, as the command refuses them and Pipeline does. One record holds one run:
+    policy="both", the command's default, raises ValueError."""
     from ._args import INT_MAX, check_whole, refuse_fixed_bound
 
     _check_keywords("simulate", kwargs, _SIMULATE_KEYWORDS)
+    kwargs["workload_given"] = "workload" in kwargs
+    for name in ("limit", "max_pending_w"):
+        if name in kwargs and kwargs[name] is None:  # Pipeline's default, and 0 the command's
+            kwargs[name] = 0
+    if kwargs.get("trace_format", "auto") is None:
+        kwargs["trace_format"] = "auto"
+    if kwargs.get("policy") == "both":
+        raise ValueError("policy: one record holds one run; give \"fixed\" or \"ready\" (the "
+                         "command's \"both\" runs each)")
+    for name in ("replay", "workload_file"):
+        if kwargs.get(name) == "":  # an unset variable's: it ran without the file
+            raise ValueError(f"{name}: '' names nothing (an unset variable?); leave it out "
+                             "for none")
     _check_counts(kwargs, ("pp", "vpp", "microbatches", "limit", "max_pending_w", "tp"))
     if "seed" in kwargs:
         kwargs["seed"] = check_whole("seed", kwargs["seed"], "a whole number in 0..2**64-1",
@@ -56,7 +73,7 @@ def simulate(**kwargs):
     kwargs["ordered_forwards"] = "auto" if ordered is None else "on" if ordered else "off"
     for name in ("step", "trace_format", "message_us"):
         # Taken and ignored without a replay, where the CLI refuses them.
-        if kwargs.get(name) is not None and not kwargs.get("replay"):
+        if kwargs.get(name) not in (None, "auto") and not kwargs.get("replay"):
             raise ValueError(f"{name}: is about a replayed trace; give replay= too")
     step = kwargs.get("step")
     kwargs["step"] = -1 if step is None else check_whole(
@@ -84,10 +101,10 @@ def _check_keywords(function, kwargs, known):
 
 
 def _check_message_us(value):
-    from ._args import is_number
+    import numbers
     if value is None:
         return -1.0  # seen from when the consumers started
-    if not is_number(value):
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise TypeError(f"message_us: microseconds as a number, or None, got "
                         f"{type(value).__name__} {value!r}")
     if not 0 <= value <= 1e9:  # NaN too

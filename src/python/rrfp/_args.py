@@ -92,9 +92,10 @@ def arrival_after(timeout, arrival_timeout):
 
 def check_arguments(*, loss_fn, delay_fn, timeout, arrival_timeout, counts, names, hint,
                     transport, group, limit, max_pending_w, ordered_forwards):
-    """Refuses what Pipeline cannot take (counts: {"pp": pp, ...}, whole numbers; names:
-    {"placement": ..., ...}, as _NAMES). Returns the hint as the core takes it: a hint file
-    given as a path object (pathlib.Path) becomes its str."""
+    """Refuses what Pipeline cannot take (counts: {"pp": pp, ...}, whole numbers of any integer
+    type, each made an int in place: a NumPy integer was refused here and taken by
+    rrfp.simulate; names: {"placement": ..., ...}, as _NAMES). Returns the hint as the core
+    takes it: a hint file given as a path object (pathlib.Path) becomes its str."""
     if not callable(loss_fn):
         raise TypeError("loss_fn must be callable")
     if delay_fn is not None and not callable(delay_fn):
@@ -106,10 +107,12 @@ def check_arguments(*, loss_fn, delay_fn, timeout, arrival_timeout, counts, name
             raise ValueError(f"{name}: must be between 0 and {MAX_TIMEOUT_S} seconds, "
                              f"got {value!r}")
     for name, value in counts.items():
-        if not is_whole(value):
+        whole = whole_index(value)
+        if whole is None:
             raise TypeError(f"{name}: a whole number, got {_kind(value)}")
-        if not -INT_MAX - 1 <= value <= INT_MAX:  # within, the core says what it takes
+        if not -INT_MAX - 1 <= whole <= INT_MAX:  # within, the core says what it takes
             raise ValueError(f"{name}: must be at least 1 and at most {INT_MAX}, got {value}")
+        counts[name] = whole
     for name, allowed in _NAMES:
         if not isinstance(names[name], str):
             raise TypeError(f"{name}: {allowed}, got {_kind(names[name])}")
@@ -165,9 +168,9 @@ def _check_bounds(limit, max_pending_w, policy):
         whole = whole_index(value)
         if whole is None:
             raise TypeError(f"{name}: a whole number or None, got {_kind(value)}")
-        if not 1 <= whole <= INT_MAX:  # 0 meant the default, unsaid
+        if not 0 <= whole <= INT_MAX:  # 0: the default, as the command and simulate take it
             raise ValueError(f"{name}: must be a whole number of at least 1 (and at most "
-                             f"{INT_MAX}) or None, got {value!r}")
+                             f"{INT_MAX}), or None or 0 for the default, got {value!r}")
         refuse_fixed_bound(name, whole, policy)
 
 

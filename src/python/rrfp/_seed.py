@@ -79,14 +79,16 @@ def refuse_nested_seeding(what):
             "outside the other's tasks")
 
 
-def take_generators(wait_s, owner=None):
+def take_generators(wait_s, owner=None, blamed=None):
     """Takes _GENERATORS, or returns False where nobody took them for `wait_s` seconds (-1: no
     bound): one task held them that long. Other tasks taking their turns meanwhile is progress,
     not a hang: a limit on the whole wait failed a step of four stages whose tasks each took
     under a third of it. Nor is a holder of the same pipeline (`owner`, its Seeding): that task
     runs past the pipeline's timeout, which its watchdog reports, naming it; this wait's own
     report raced it, blaming an innocent task and a nesting that was not there. Every take is
-    counted, a pipeline's without a bound too."""
+    counted, a pipeline's without a bound too. `blamed` (a list), where given, gets the holder
+    judged at the end of a wait that gave up (None: unknown), which a later read of _HOLDER may
+    no longer be."""
     if wait_s < 0:
         _GENERATORS.acquire()
         _TAKEN[0] += 1
@@ -95,6 +97,8 @@ def take_generators(wait_s, owner=None):
     while not _GENERATORS.acquire(timeout=wait_s):
         holder = _HOLDER[0]
         if _TAKEN[0] == seen and (owner is None or holder is None or holder[0] is not owner):
+            if blamed is not None:
+                blamed.append(holder)
             return False
         seen = _TAKEN[0]
     _TAKEN[0] += 1
@@ -132,19 +136,20 @@ class Seeding:
         # The stuck report names a task waiting here as running, unless told.
         _rrfp._waiting_for("its turn at torch's generators, which seeded tasks take one at a "
                            "time")
+        blamed = []
         try:
-            taken = take_generators(self._wait_s, self)
+            taken = take_generators(self._wait_s, self, blamed)
         finally:
             _rrfp._waiting_for("")
         if not taken:
-            holder = _HOLDER[0]
-            who = "one other seeded task" if holder is None else \
-                f"task {holder[1]} of another seeded pipeline"
+            who = "one other seeded task" if blamed[0] is None else \
+                f"task {blamed[0][1]} of another seeded pipeline"
             raise TimeoutError(
                 f"seed: torch's generators were held by {who} for over {self._wait_s:g} s (the "
-                "pipeline's timeout): a pipeline with a seed called, through a thread or another "
-                "pipeline, from inside a task of one with a seed waits for a task that waits for "
-                "it; give one of the two no seed")
+                "pipeline's timeout): either that task is slower than the timeout, or a pipeline "
+                "with a seed called, through a thread or another pipeline, from inside a task of "
+                "one with a seed waits for a task that waits for it (give one of the two no "
+                "seed)")
         _HOLDER[0] = (self, f"{kind} c{chunk} m{mb}")
         _IN_SEEDED_TASK.active = True  # the lock is not reentrant: reset, not restored, below
         try:

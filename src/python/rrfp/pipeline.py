@@ -41,9 +41,10 @@ class Pipeline:
     split_backward: "auto" (on for hints that schedule W tasks: bfw, zb-*), "on" or "off".
         Split, B computes only the chunk's input gradient and keeps the graph; W computes the
         parameter gradients from it later.
-    limit: back-pressure on activations in flight per stage under the ready policy (None: the
-        hint's own peak; with policy "fixed", whose list decides them, a ValueError).
-    max_pending_w: split backward, the most W tasks a stage may defer (None: pp).
+    limit: back-pressure on activations in flight per stage under the ready policy (None or 0,
+        as the command takes it: the hint's own peak; with policy "fixed", whose list decides
+        them, a ValueError).
+    max_pending_w: split backward, the most W tasks a stage may defer (None or 0: pp).
     timeout: seconds without progress before a step fails with TimeoutError (0: never).
     arrival_timeout: with a process per stage, seconds a process waits for the others to come
         to the same call (construction, step(), save(), ...): one may pause alone between calls
@@ -107,13 +108,15 @@ class Pipeline:
                  split_backward="auto", comm="async", timeout=120.0, transport=None,
                  dp=1, group=None, delay_fn=None, progress="auto", device=None,
                  ordered_forwards=None, seed=None, tied=None, arrival_timeout=1800.0):
+        counts = dict(pp=pp, vpp=vpp, microbatches=microbatches, dp=dp)
         hint = check_arguments(
             loss_fn=loss_fn, delay_fn=delay_fn, timeout=timeout, arrival_timeout=arrival_timeout,
-            counts=dict(pp=pp, vpp=vpp, microbatches=microbatches, dp=dp),
-            names=dict(placement=placement, policy=policy, split_backward=split_backward,
-                       comm=comm),
+            counts=counts, names=dict(placement=placement, policy=policy,
+                                      split_backward=split_backward, comm=comm),
             hint=hint, transport=transport, group=group, limit=limit,
             max_pending_w=max_pending_w, ordered_forwards=ordered_forwards)
+        pp, vpp, microbatches, dp = (counts[k] for k in ("pp", "vpp", "microbatches", "dp"))
+        limit, max_pending_w = limit or None, max_pending_w or None  # 0: the default too
         progress = progress_after(progress)
         place = parse_device(device)
         seeding = None if seed is None else Seeding(seed, timeout)  # a bad seed fails first
