@@ -147,28 +147,39 @@ std::string with_header(const std::string& bytes, const std::string& text) {
   return out;
 }
 
-TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
-  const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
-  const TrainOptions o = options(c, 0);
-  const std::string good = ::testing::TempDir() + "rrfp-good.bin";
+std::string write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+TrainOptions one_step_options() {
+  return options(Case{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false}, 0);
+}
+
+// The bytes of the checkpoint at `path`, saved after one step.
+std::string saved_after_a_step(const TrainOptions& o, const std::string& path) {
   Trainer t(o);
   t.step();
-  t.save(good);
-  const std::string bytes = read_bytes(good);
-  auto write = [](const std::string& p, const std::string& b) {
-    std::ofstream(p, std::ios::binary) << b;
-    return p;
-  };
+  t.save(path);
+  return read_bytes(path);
+}
+
+TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
+  const TrainOptions o = one_step_options();
+  const std::string good = ::testing::TempDir() + "rrfp-good.bin";
+  const std::string bytes = saved_after_a_step(o, good);
   std::string flipped = bytes;
   flipped[flipped.size() / 2] ^= 0x10;
-  EXPECT_NE(refusal(write(::testing::TempDir() + "f.bin", flipped), o).find("checksum mismatch"),
-            std::string::npos);
-  EXPECT_NE(refusal(write(::testing::TempDir() + "t.bin", bytes.substr(0, bytes.size() / 3)), o)
-                .find("checksum mismatch"),
-            std::string::npos);
   EXPECT_NE(
-      refusal(write(::testing::TempDir() + "n.bin", "hello"), o).find("not an rrfp checkpoint"),
+      refusal(write_bytes(::testing::TempDir() + "f.bin", flipped), o).find("checksum mismatch"),
       std::string::npos);
+  EXPECT_NE(
+      refusal(write_bytes(::testing::TempDir() + "t.bin", bytes.substr(0, bytes.size() / 3)), o)
+          .find("checksum mismatch"),
+      std::string::npos);
+  EXPECT_NE(refusal(write_bytes(::testing::TempDir() + "n.bin", "hello"), o)
+                .find("not an rrfp checkpoint"),
+            std::string::npos);
   TrainOptions wider = o;
   wider.model.d_model = 48;
   EXPECT_NE(refusal(good, wider).find("holds a different model"), std::string::npos);
@@ -178,9 +189,8 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
   // untyped error.
   const auto header = nlohmann::json::parse(header_of(bytes));
   auto resealed = [&](const nlohmann::json& h) {
-    return write(::testing::TempDir() + "h.bin", with_header(bytes, h.dump()));
+    return write_bytes(::testing::TempDir() + "h.bin", with_header(bytes, h.dump()));
   };
-  auto load = [&](const std::string& path) { Trainer(o).resume(path); };
   EXPECT_EQ(refusal(resealed(header), o), "accepted");  // the re-sealing itself is right
   // Each edit with what its refusal says (either, where the value decides: a tensor named
   // otherwise is missing by its own name; a list of non-entries is malformed).
@@ -204,8 +214,20 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
   nlohmann::json no_step = header;
   no_step.erase("step");
   EXPECT_NE(refusal(resealed(no_step), o).find("has no header field \"step\""), std::string::npos);
-  // The refusals no edit above reaches, each by its message: a step past 1e9, a tensor named
-  // twice, bytes past the tensors the header names, another format version.
+  // A crash mid-save leaves only PATH.tmp behind: the previous checkpoint still loads.
+  write_bytes(good + ".tmp", bytes.substr(0, 100));
+  EXPECT_EQ(refusal(good, o), "accepted");
+}
+
+// The refusals no edit of the test above reaches, each by its message.
+TEST(Checkpoint, AStepPastItsBoundATensorNamedTwiceExtraBytesAndAnotherVersionAreRefused) {
+  const TrainOptions o = one_step_options();
+  const std::string bytes = saved_after_a_step(o, ::testing::TempDir() + "rrfp-good-2.bin");
+  const auto header = nlohmann::json::parse(header_of(bytes));
+  auto resealed = [&](const nlohmann::json& h) {
+    return write_bytes(::testing::TempDir() + "h2.bin", with_header(bytes, h.dump()));
+  };
+  auto load = [&](const std::string& path) { Trainer(o).resume(path); };
   nlohmann::json late = header, twice = header;
   late["step"] = 2'000'000'000;
   EXPECT_ERROR(load(resealed(late)), InputError,
@@ -216,7 +238,7 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
   auto sealed = [&](std::string b) {  // `b` without its checksum, sealed anew
     const std::uint64_t sum = checkpoint_checksum(b);
     b.append(reinterpret_cast<const char*>(&sum), sizeof sum);
-    return write(::testing::TempDir() + "s.bin", b);
+    return write_bytes(::testing::TempDir() + "s.bin", b);
   };
   const std::string body = bytes.substr(0, bytes.size() - 8);
   const size_t tensors = body.size() - 20 - header_of(bytes).size();
@@ -226,9 +248,6 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
   std::string v2 = body;
   v2[8] = 2;
   EXPECT_ERROR(load(sealed(v2)), InputError, "has format version 2; this rrfp reads version 1");
-  // A crash mid-save leaves only PATH.tmp behind: the previous checkpoint still loads.
-  write(good + ".tmp", bytes.substr(0, 100));
-  EXPECT_EQ(refusal(good, o), "accepted");
 }
 
 // A resume compares the corpus it reads with the one the checkpoint's run read, not the path's

@@ -69,6 +69,32 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
     : Runtime(m, hint, programs, opt,
               all_local(m.pp() * std::max(1, opt.tp), std::move(endpoints))) {}
 
+// Endpoint id -> position in local_ (-1: hosted elsewhere), each local endpoint checked
+// against its transport.
+std::vector<int> Runtime::endpoint_slots(int world) const {
+  if (endpoints_.size() != local_.size())
+    throw Error("runtime: need one transport per local endpoint: " + std::to_string(local_.size()) +
+                " endpoints, " + std::to_string(endpoints_.size()) + " transports");
+  std::vector<int> slot(static_cast<size_t>(world), -1);
+  for (size_t i = 0; i < local_.size(); ++i) {
+    const int e = local_[i];
+    if (e < 0 || e >= world || slot[e] >= 0)
+      throw Error("runtime: local endpoint " + std::to_string(e) + " is out of range [0, " +
+                  std::to_string(world) + ") or listed twice");
+    slot[e] = static_cast<int>(i);
+    // Checked here: transports listed in another order than `local` sent each stage's messages
+    // from the wrong rank, and the step failed blaming a message.
+    if (!endpoints_[i])
+      throw Error("runtime: the transport for local endpoint " + std::to_string(e) + " is null");
+    if (endpoints_[i]->rank() != e || endpoints_[i]->size() != world)
+      throw Error("runtime: the transport for local endpoint " + std::to_string(e) + " is rank " +
+                  std::to_string(endpoints_[i]->rank()) + " of " +
+                  std::to_string(endpoints_[i]->size()) + "; it must be rank " + std::to_string(e) +
+                  " of " + std::to_string(world) + " (transports in the order of `local`)");
+  }
+  return slot;
+}
+
 Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& programs,
                  RuntimeOptions opt, Hosting hosting)
     : m_(m),
@@ -86,26 +112,7 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
   if (hint.is_list())
     for (int s = 0; s < p; ++s)
       (void)stage_positions(hint.list(), m, s, "hint '" + hint.name + "'");
-  if (endpoints_.size() != local_.size())
-    throw Error("runtime: need one transport per local endpoint: " + std::to_string(local_.size()) +
-                " endpoints, " + std::to_string(endpoints_.size()) + " transports");
-  std::vector<int> slot(static_cast<size_t>(p) * t, -1);  // endpoint id -> position in local_
-  for (size_t i = 0; i < local_.size(); ++i) {
-    const int e = local_[i];
-    if (e < 0 || e >= p * t || slot[e] >= 0)
-      throw Error("runtime: local endpoint " + std::to_string(e) + " is out of range [0, " +
-                  std::to_string(p * t) + ") or listed twice");
-    slot[e] = static_cast<int>(i);
-    // Checked here: transports listed in another order than `local` sent each stage's messages
-    // from the wrong rank, and the step failed blaming a message.
-    if (!endpoints_[i])
-      throw Error("runtime: the transport for local endpoint " + std::to_string(e) + " is null");
-    if (endpoints_[i]->rank() != e || endpoints_[i]->size() != p * t)
-      throw Error("runtime: the transport for local endpoint " + std::to_string(e) + " is rank " +
-                  std::to_string(endpoints_[i]->rank()) + " of " +
-                  std::to_string(endpoints_[i]->size()) + "; it must be rank " + std::to_string(e) +
-                  " of " + std::to_string(p * t) + " (transports in the order of `local`)");
-  }
+  const std::vector<int> slot = endpoint_slots(p * t);
   if (opt_.latency) {
     try {
       delay_ = std::make_unique<DelayLine>([this](std::exception_ptr e) { failure_.fail(e); });

@@ -129,6 +129,7 @@ class Runtime {
  private:
   void watch(int workers);
   StepResult collect() const;
+  std::vector<int> endpoint_slots(int world) const;
   // peer_failure.cpp: the failure, told to the endpoints hosted elsewhere, and heard from them.
   void tell_peers(int step, const std::exception_ptr& why);
   void on_peer_abort(const Message& msg);

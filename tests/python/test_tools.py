@@ -4,6 +4,7 @@ Pipeline's are (a wrong type is a TypeError naming the argument, never pybind's 
 import json
 import os
 import pathlib
+import re
 
 import pytest
 
@@ -181,3 +182,14 @@ def test_a_replay_refuses_what_it_would_ignore_as_the_command_does(tmp_path):
             rrfp.simulate(**{name: ""})
     with pytest.raises(ValueError, match='policy: one record holds one run'):
         rrfp.simulate(policy="both")
+
+
+@pytest.mark.parametrize("name", ["simulate", "schedule"])
+def test_the_keywords_checked_are_the_functions_own(name):
+    # The wrapper's list of keywords is written by hand: one the binding gains or loses must
+    # be added or dropped there too, or it is refused (or reaches pybind's signature dump).
+    from rrfp import _rrfp
+    signature = getattr(_rrfp, name).__doc__.splitlines()[0]
+    bound = set(re.findall(r"(\w+): ", signature)) - {"workload_given"}  # the wrapper's own
+    listed = set(getattr(rrfp, f"_{name.upper()}_KEYWORDS"))
+    assert bound == listed
