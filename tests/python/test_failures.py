@@ -188,18 +188,6 @@ def test_zero_replicas_or_w_cap_are_value_errors():
         rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, hint="bfw", max_pending_w=-1)
 
 
-def test_zero_bounds_are_the_default_and_counts_take_numpy_integers():
-    # 0 was refused here, where the command and rrfp.simulate take it as the default (and
-    # None was refused there); a NumPy count was a TypeError here and taken there.
-    import numpy as np
-    zero = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=np.int64(2), microbatches=np.int32(4),
-                         hint="bfw", limit=0, max_pending_w=0)
-    none = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, hint="bfw")
-    xs, ys = lm.batches(4)
-    assert zero.step(xs, ys).item() == none.step(xs, ys).item()
-    assert rrfp.simulate(limit=None, max_pending_w=None, hint="bfw").makespan == \
-        rrfp.simulate(hint="bfw").makespan
-
 
 def test_a_limit_under_the_fixed_policy_is_refused_not_ignored():
     # The fixed policy runs its list: limit=1 under gpipe held 4 activations a stage, unsaid.

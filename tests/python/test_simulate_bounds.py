@@ -1,6 +1,7 @@
 """rrfp.simulate's `limit` and `max_pending_w` refused where `rrfp simulate` and rrfp.Pipeline
 refuse them (they were taken and ignored), its counts' messages giving the range the core
-takes, and Pipeline taking a NumPy integer for a bound as rrfp.simulate does."""
+takes, and Pipeline taking a NumPy integer for a bound as rrfp.simulate does (and 0 for
+the default, as the command does)."""
 import pytest
 import torch
 from torch import nn
@@ -84,3 +85,17 @@ def test_pipeline_takes_a_numpy_bound_as_simulate_does():
     for bad in (np.bool_(True), True, 2.0, np.float64(2)):
         with pytest.raises(TypeError, match="limit: a whole number or None"):
             rrfp.Pipeline(chunks(), loss_fn, pp=2, microbatches=2, limit=bad)
+
+
+def test_zero_bounds_are_the_default_and_counts_take_numpy_integers():
+    # Pipeline refused 0, which the command and rrfp.simulate take as the default (and
+    # rrfp.simulate refused None, Pipeline's); a NumPy count was a TypeError in Pipeline only.
+    import numpy as np
+    zero = rrfp.Pipeline(chunks(), loss_fn, pp=np.int64(2), microbatches=np.int32(4),
+                         hint="bfw", limit=0, max_pending_w=0)
+    none = rrfp.Pipeline(chunks(), loss_fn, pp=2, microbatches=4, hint="bfw")
+    xs = [torch.randn(2, 4) for _ in range(4)]
+    ys = [torch.randn(2, 4) for _ in range(4)]
+    assert zero.step(xs, ys).item() == none.step(xs, ys).item()
+    assert rrfp.simulate(limit=None, max_pending_w=None, hint="bfw").makespan == \
+        rrfp.simulate(hint="bfw").makespan
