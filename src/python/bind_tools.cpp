@@ -2,7 +2,6 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -16,7 +15,6 @@
 #include "report/estimate.hpp"
 #include "report/experiment.hpp"
 #include "sim/trace_import.hpp"
-#include "sim/workload.hpp"
 
 namespace rrfp::py {
 namespace pyb = pybind11;
@@ -56,15 +54,9 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
   sc.cfg.ordered_forwards = ordered_forwards == "on";
   sc.ordered_from_replay = ordered_forwards == "auto";
   sc.trace.step = step;
-  const auto& formats = trace_formats();
-  if (std::find(formats.begin(), formats.end(), trace_format) == formats.end())
-    throw InputError("`trace_format`: expected auto, rrfp, torch or megatron, got '" +
-                     trace_format.substr(0, 20) + "'");
-  // < 0: seen from when the consumers started, as the command's default.
-  if (message_us > kMaxTaskUs || message_us != message_us)
-    throw InputError("`message_us`: must be between 0 and 1e9 us (below 0: inferred)");
   sc.trace.format = trace_format;
-  sc.trace.message_us = message_us;
+  sc.trace.message_us = message_us;  // < 0: seen from when the consumers started
+  check_trace_options(sc.trace);     // a CSV's replay reads neither: refused all the same
   sc.split_mode = split_backward;
   sc.tp = tp;
   sc.tp_protocol = parse_tp_protocol(tp_protocol);

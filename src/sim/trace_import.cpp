@@ -155,11 +155,7 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
   const std::string origin =
       docs.size() == 1 ? docs.front().origin
                        : docs.front().origin + " and " + std::to_string(docs.size() - 1) + " more";
-  // NaN passes every range check: it was refused as a workload's time ("lower the workload's
-  // times or factors").
-  if (std::isnan(o.message_us) || o.message_us > kMaxTaskUs)
-    throw InputError("`message_us`: must be in [0, " + fmt("%g", kMaxTaskUs) + "] us, got " +
-                     fmt_given(o.message_us));
+  check_trace_options(o);
   const std::string format = o.format == "auto" ? detect(docs) : o.format;
   std::vector<Timeline> steps;
   if (format == "rrfp")
@@ -216,6 +212,18 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
 const std::vector<std::string>& trace_formats() {
   static const std::vector<std::string> names{"auto", "rrfp", "torch", "megatron"};
   return names;
+}
+
+void check_trace_options(const TraceOptions& o) {
+  const auto& formats = trace_formats();
+  if (std::find(formats.begin(), formats.end(), o.format) == formats.end())
+    throw InputError("`trace_format`: expected auto, rrfp, torch or megatron, got '" +
+                     o.format.substr(0, 20) + "'");
+  // NaN passes every range check: it was refused as a workload's time ("lower the workload's
+  // times or factors").
+  if (std::isnan(o.message_us) || o.message_us > kMaxTaskUs)
+    throw InputError("`message_us`: must be in [0, " + fmt("%g", kMaxTaskUs) + "] us, got " +
+                     fmt_given(o.message_us));
 }
 
 bool trace_file_name(const std::string& p) {

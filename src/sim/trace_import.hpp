@@ -20,6 +20,9 @@ struct TraceOptions {
 };
 
 const std::vector<std::string>& trace_formats();  // auto, rrfp, torch, megatron
+// Refuses a `format` not among trace_formats() and a `message_us` that is NaN or past
+// kMaxTaskUs (below 0: inferred), naming the option: what a replay reads with them.
+void check_trace_options(const TraceOptions& o);
 
 // True for what import_trace reads: a .json or .json.gz file (in any case), or a directory.
 bool is_trace_path(const std::string& path);
