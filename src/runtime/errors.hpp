@@ -45,6 +45,19 @@ inline std::string failure_reason(const std::exception& e) {
   return e.what();
 }
 
+// What a program's call threw, as the TaskError that fails the step; `what` names the call
+// ("stage 1: task B c1 m2", "stage 1: begin_step"): "<what> failed: <reason>", or "<what>
+// failed with a non-standard exception". Call it inside a catch block.
+inline TaskError call_failed(const std::string& what) {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return TaskError(what + " failed: " + failure_reason(e));
+  } catch (...) {
+    return TaskError(what + " failed with a non-standard exception");
+  }
+}
+
 // Whether `e` holds an E (or a class derived from it).
 template <class E>
 bool holds(const std::exception_ptr& e) {

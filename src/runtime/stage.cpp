@@ -91,15 +91,10 @@ void Stage::route_or_fail(Locked& lk, int r, Message&& msg, std::vector<Outgoing
 
 std::optional<std::size_t> Stage::input_bytes(int r, const TaskId& consumer) const {
   // The program's hook, named: what it threw reached run_step bare, naming no stage or task.
-  const auto failed = [&](const std::string& why) {
-    return TaskError(core_.name(r) + ": input_bytes(" + to_string(consumer) + ") failed" + why);
-  };
   try {
     return core_.program(r).input_bytes(consumer);
-  } catch (const std::exception& e) {
-    throw failed(": " + failure_reason(e));
   } catch (...) {
-    throw failed(" with a non-standard exception");
+    throw call_failed(core_.name(r) + ": input_bytes(" + to_string(consumer) + ")");
   }
 }
 

@@ -28,14 +28,9 @@ void Stage::run_rank(int r) {
       else
         core_.program(r).end_step(step);
       return true;
-    } catch (const std::exception& e) {
-      failure.fail(std::make_exception_ptr(TaskError(core_.name(r) + ": " +
-                                                     (begin ? "begin_step" : "end_step") +
-                                                     " failed: " + failure_reason(e))));
     } catch (...) {  // out of the thread, it ended the process in std::terminate
-      failure.fail(std::make_exception_ptr(TaskError(core_.name(r) + ": " +
-                                                     (begin ? "begin_step" : "end_step") +
-                                                     " failed with a non-standard exception")));
+      failure.fail(std::make_exception_ptr(
+          call_failed(core_.name(r) + ": " + (begin ? "begin_step" : "end_step"))));
     }
     return false;
   };
@@ -134,12 +129,8 @@ bool Stage::guarded(int r, const TaskId& t, Fn&& fn) {
                     " was aborted: its tensor-parallel group ended with another rank's failure")));
   } catch (const CollectiveMismatchError&) {
     failure.fail(std::current_exception());  // names the stage, ranks and tasks already
-  } catch (const std::exception& e) {
-    failure.fail(std::make_exception_ptr(
-        TaskError(core_.name(r) + ": task " + to_string(t) + " failed: " + failure_reason(e))));
   } catch (...) {
-    failure.fail(std::make_exception_ptr(TaskError(core_.name(r) + ": task " + to_string(t) +
-                                                   " failed with a non-standard exception")));
+    failure.fail(std::make_exception_ptr(call_failed(core_.name(r) + ": task " + to_string(t))));
   }
   return false;
 }
