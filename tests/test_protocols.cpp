@@ -245,7 +245,10 @@ TEST(Agree, AFailedRoundIsRetriedOnlyAfterAChangeOrAPeersNewRound) {
   EXPECT_EQ(sa.failed_rounds(), 1);
   EXPECT_FALSE(sa.may_propose(5));  // the same proposals would fail again
   EXPECT_FALSE(sb.may_propose(7));
-  EXPECT_EQ(sa.waiting(), "");     // not in a round
+  // Not in a round: what the failed one held, which names a group whose ranks rank apart.
+  EXPECT_EQ(sa.waiting(),
+            "a change of its ready set since agree round 0 failed (tp rank 0 proposed F c0 m0, "
+            "tp rank 1 proposed F c0 m1)");
   EXPECT_TRUE(sa.may_propose(6));  // its ready set changed
   sb.on_proposal(0, sa.propose(x, 6), x);
   EXPECT_TRUE(sb.may_propose(7));  // a peer opened round 1

@@ -146,5 +146,44 @@ TEST(RuntimeTp, BlockingARankWaitingForItsGroupAcceptsOffers) {
   }
 }
 
+// Under `agree` the ranks of a group must rank their ready tasks alike. Sizes differ here by rank
+// (a program's mistake: they are the microbatch's, the same on every rank), so the adaptive
+// rule's first forwards differ and every round fails; the watchdog's report shows the
+// proposals of the group's last failed round, which name the disagreement.
+class SizedByRank final : public StageProgram {
+ public:
+  SizedByRank(std::unique_ptr<StageProgram> inner, int rank, int mbs)
+      : in_(std::move(inner)), rank_(rank), mbs_(mbs) {}
+  Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
+    return in_->forward(c, chunk, mb, std::move(p));
+  }
+  Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
+    return in_->backward(c, chunk, mb, std::move(p));
+  }
+  std::optional<std::int64_t> microbatch_size(int mb) const override {
+    return rank_ == 0 ? mb : mbs_ - mb;  // rank 0's largest is rank 1's smallest
+  }
+
+ private:
+  std::unique_ptr<StageProgram> in_;
+  int rank_, mbs_;
+};
+
+TEST(RuntimeTp, AgreeRanksThatRankApartAreNamedByTheWatchdog) {
+  WorkModel m(shape(2, 4, 1, true));
+  Hint h = make_hint("adaptive", m);
+  const RealizedWork w = random_work(m, 2, 1);
+  RuntimeOptions ro = runtime_options(m, w, Policy::Ready, TpProtocol::Agree);
+  ro.timeout_ms = 300;
+  auto inner = emulated_programs(m, w);
+  Runtime rt(
+      m, h,
+      [&](int s, int r) { return std::make_unique<SizedByRank>(inner(s, r), r, m.microbatches()); },
+      ro);
+  EXPECT_ERROR(rt.run_step(0), StallError,
+               "waits for a change of its ready set since agree round 0 failed (tp rank 0 "
+               "proposed F c0 m0, tp rank 1 proposed F c0 m3)");
+}
+
 }  // namespace
 }  // namespace rrfp::test

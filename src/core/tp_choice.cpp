@@ -91,6 +91,7 @@ std::optional<TaskId> AgreeRound::decide(StageArbiter& arb) {
   bool same = true;
   for (const auto& p : s)
     same &= *p == mine;
+  if (!same) failed_slot_.swap(s);  // kept for the stuck report; `s` is cleared either way
   s.assign(size_, std::nullopt);
   ++round_;
   if (same) {
@@ -105,6 +106,14 @@ std::optional<TaskId> AgreeRound::decide(StageArbiter& arb) {
 }
 
 std::string AgreeRound::waiting() const {
+  if (state_ == State::Failed) {
+    std::string was;
+    for (int r = 0; r < size_; ++r)
+      was += (r ? ", tp rank " : "tp rank ") + std::to_string(r) + " proposed " +
+             to_string(*failed_slot_[r]);
+    return "a change of its ready set since agree round " + std::to_string(round_ - 1) +
+           " failed (" + was + ")";
+  }
   if (state_ != State::Proposed) return {};
   std::string from;
   for (int r = 0; r < size_; ++r)

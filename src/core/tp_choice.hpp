@@ -71,7 +71,10 @@ class AgreeRound {
   int round() const { return round_; }
   std::int64_t rounds() const { return rounds_; }  // proposed in, this step
   std::int64_t failed_rounds() const { return failed_; }
-  // For the stuck report: "agree round 3 (proposals from ranks 0, 2 of 3)", or empty.
+  // For the stuck report: "agree round 3 (proposals from tp ranks 0, 2 of 3)"; after a failed
+  // round, what each rank proposed in it (ranks whose arbiters rank their ready tasks alike
+  // stop differing once the same tasks are ready on all: a group stuck so names a hint or
+  // microbatch sizes that differ between its ranks); otherwise empty.
   std::string waiting() const;
 
  private:
@@ -86,6 +89,7 @@ class AgreeRound {
   std::uint64_t failed_version_ = 0;  // Readiness::version() when the failed round was proposed
   std::uint64_t proposed_version_ = 0;
   std::array<Slot, 2> slots_;  // this round's and the next one's proposals
+  Slot failed_slot_;           // the last failed round's proposals, for waiting()
   std::int64_t rounds_ = 0, failed_ = 0;
 };
 
