@@ -36,10 +36,11 @@ void SharedLinks::advance(std::int64_t now) {
 
 void SharedLinks::start_heads() {
   moving_ = 0;
-  std::vector<int> seen;  // queues with a flow ahead; a handful of processes
+  std::vector<int> seen;  // queues with a flow ahead, each once: a handful of processes
   for (Flow& f : flows_) {
     f.moving = f.queue < 0 || std::find(seen.begin(), seen.end(), f.queue) == seen.end();
-    if (f.queue >= 0) seen.push_back(f.queue);
+    // Once: pushed for each of a queue's flows, the search made a call n^2 in its flows.
+    if (f.queue >= 0 && f.moving) seen.push_back(f.queue);
     moving_ += f.moving;
   }
 }

@@ -108,15 +108,21 @@ void Simulation::link_join(int id) {
   watch_links();
 }
 
-void Simulation::watch_links() {
-  if (auto end = links_->next_end()) {
-    links_version_ = links_->version();
-    push(*end, Ev::LinkEnd, 0, 0, 0);
-  }
+// The end event carries the links' version it was scheduled for: every add and finish schedules
+// one, and one whose links changed since is dropped. Compared with the version of the last event
+// scheduled, every event passed (each one scheduled the next), ran finish() early for nothing
+// and scheduled another: the events in the queue grew by one a transfer while the links stayed
+// busy, a step's time as the cube of its transfers (P=8 M=256 gpipe over shared links: 7.7 s).
+int Simulation::links_stamp() const {
+  return static_cast<int>(links_->version() & 0x7fffffff);
 }
 
-void Simulation::link_end() {
-  if (links_->version() != links_version_) return;  // the links changed since: a later event
+void Simulation::watch_links() {
+  if (auto end = links_->next_end()) push(*end, Ev::LinkEnd, 0, 0, links_stamp());
+}
+
+void Simulation::link_end(int stamp) {
+  if (stamp != links_stamp()) return;  // the links changed since: a later event holds their end
   for (int id : links_->finish(now_)) {
     const Transfer& t = transfers_[id];
     // The trace keeps the time shared too, so its replay (each message on its own) is this

@@ -81,7 +81,8 @@ class Simulation {
   void transfer(Transfer t, std::int64_t lat);
   void link_join(int id);
   void watch_links();
-  void link_end();
+  void link_end(int stamp);
+  int links_stamp() const;  // the links' version, as a LinkEnd event carries it
   void accept_sends(int s);
 
   const WorkModel& m_;
@@ -99,7 +100,6 @@ class Simulation {
   std::vector<SentProposal> proposals_;     // agree: by Ev::Proposal's index
   std::optional<SharedLinks> links_;        // WorkloadParams::comm_links; none: each on its own
   std::vector<Transfer> transfers_;         // on the links, by token
-  std::uint64_t links_version_ = 0;         // the links' version the last LinkEnd was pushed for
   std::vector<std::vector<int>> parked_;    // per process: releases waiting for its copy to end
   static constexpr double kNoLimit = 4096;  // capacity where only the queues hold transfers
   EventQueue<Event> events_;

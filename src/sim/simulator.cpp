@@ -155,7 +155,7 @@ void Simulation::handle(const Event& e) {
       link_join(e.a);
       break;
     case Ev::LinkEnd:
-      link_end();
+      link_end(e.a);
       break;
     case Ev::SendLanded:
       send_landed(e.a);
