@@ -59,6 +59,18 @@ refused "mpi rank 1: --resume: 'ck/checkpoint.bin' does not exist" "$out/n0" "$o
   fail "the hint files"
 refused "mpirun: every process must read the same --hint; 'h.txt' holds other bytes on rank(s) 1 than on rank 0" \
   "$out/n0" "$out/n1" "${tiny[@]}" --data corp --steps 2 --hint h.txt --out "$out/h"
+# A corpus that differs between the nodes: stage 0 trained on one text and the last stage scored
+# it against another, exit 0.
+mkdir -p "$out/n0/c2" "$out/n1/c2" && cp /usr/share/common-licenses/GPL-3 "$out/n0/c2/" &&
+  cp /usr/share/common-licenses/Apache-2.0 "$out/n1/c2/" || fail "the corpora"
+refused "--data: every process must read the same corpus; 'c2' holds other files on rank(s) 1 than on rank 0" \
+  "$out/n0" "$out/n1" "${tiny[@]}" --data c2 --steps 2 --out "$out/c2"
+# A checkpoint that differs between the nodes (a stale copy): the processes resumed at steps 2
+# and 1 and failed inside the run with a library's message ("vector::_M_range_check").
+(cd "$out/n1" && timeout 120 "$rrfp" train "${tiny[@]}" --data corp --steps 1 --save-every 1 \
+  --out ck >/dev/null 2>&1) || fail "the run of the stale checkpoint"
+refused "--resume: every process must resume from the same checkpoint; 'ck/checkpoint.bin' holds another on rank(s) 1 (step 1) than on rank 0 (step 2;" \
+  "$out/n0" "$out/n1" "${tiny[@]}" --data corp --steps 4 --resume ck/checkpoint.bin --out "$out/r2"
 
 # An image-text checkpoint resumed by a text run: refused as one process refuses it (each
 # process checked only its own tensors, and the job trained on without the image encoder).

@@ -42,17 +42,12 @@ std::vector<std::string> own_arguments() {
   return args;
 }
 
-// A hash in 52 bits: exact in the double the job's gather carries.
-double as_double(std::uint64_t h) {
-  return static_cast<double>(h >> 12);
-}
-
 // FNV-1a over the arguments.
 double fingerprint(const std::vector<std::string>& args) {
   std::uint64_t h = kFnv1aOffset;
   for (const std::string& a : args)
     h = fnv1a(h, std::string_view(a.c_str(), a.size() + 1));
-  return as_double(h);
+  return job_digest(h);
 }
 
 // Adds the bytes of the file at `path` to `h`; false where it cannot be read.
@@ -72,7 +67,7 @@ double content_digest(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   std::uint64_t h = kFnv1aOffset;
-  if (!fs::is_directory(path, ec)) return hash_file(h, path) ? as_double(h) : -1;
+  if (!fs::is_directory(path, ec)) return hash_file(h, path) ? job_digest(h) : -1;
   // The files a folder of traces is read from (.json, .json.gz): another file beside them on
   // one node is no difference of input.
   std::vector<fs::path> files;
@@ -90,15 +85,7 @@ double content_digest(const std::string& path) {
     h = fnv1a(h, std::string_view(name.c_str(), name.size() + 1));
     if (!hash_file(h, p)) return -1;
   }
-  return as_double(h);
-}
-
-// Up to 8 ranks, comma-separated.
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string out;
-  for (std::size_t k = 0; k < ranks.size() && k < 8; ++k)
-    out += (k ? ", " : "") + std::to_string(ranks[k]);
-  return out + (ranks.size() > 8 ? ", ..." : "");
+  return job_digest(h);
 }
 
 // Every process of the job must run the same command line: one with another --lr or --steps
@@ -139,23 +126,16 @@ void refuse_other_input_files(Job& job, const InputFiles& files) {
   std::vector<double> mine;
   for (const InputFile& f : files)
     mine.push_back(f.path.empty() ? 0 : content_digest(f.path));
-  const auto every = job.all_gather(std::span<const double>(mine));
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    auto digest = [&](int r) { return i < every[r].size() ? every[r][i] : -1.0; };
-    int first = -1;  // the first rank that read the file: the others are held to it
-    std::vector<int> other;
-    for (int r = 0; r < static_cast<int>(every.size()); ++r) {
-      if (digest(r) < 0) continue;
-      if (first < 0) first = r;
-      if (digest(r) != digest(first)) other.push_back(r);
-    }
-    // Every process sees every digest: all refuse alike, and rank 0 says it.
-    if (!other.empty())
+  // The first rank that read a file holds the others to it. Every process sees every
+  // digest: all refuse alike, and rank 0 says it.
+  const std::vector<Differing> differ = differing_over_job(job, mine);
+  for (std::size_t i = 0; i < files.size(); ++i)
+    if (!differ[i].other.empty())
       throw InputError("mpirun: every process must read the same " + files[i].flag + "; '" +
                        files[i].path.substr(0, 100) + "' holds other bytes on rank(s) " +
-                       rank_list(other) + " than on rank " + std::to_string(first) +
+                       rank_list(differ[i].other) + " than on rank " +
+                       std::to_string(differ[i].first) +
                        " (each process reads its own copy, from its working folder on its node)");
-  }
 }
 
 void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>& body) {

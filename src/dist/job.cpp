@@ -44,6 +44,32 @@ double max_over_job(Job& job, double mine) {
   return most;
 }
 
+double job_digest(std::uint64_t hash) {
+  return static_cast<double>(hash >> 12);
+}
+
+std::vector<Differing> differing_over_job(Job& job, std::span<const double> digests) {
+  const auto every = job.all_gather(digests);
+  std::vector<Differing> out(digests.size());
+  for (std::size_t i = 0; i < digests.size(); ++i) {
+    auto digest = [&](int r) { return i < every[r].size() ? every[r][i] : -1.0; };
+    Differing& d = out[i];
+    for (int r = 0; r < static_cast<int>(every.size()); ++r) {
+      if (digest(r) < 0) continue;
+      if (d.first < 0) d.first = r;
+      if (digest(r) != digest(d.first)) d.other.push_back(r);
+    }
+  }
+  return out;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t k = 0; k < ranks.size() && k < 8; ++k)
+    out += (k ? ", " : "") + std::to_string(ranks[k]);
+  return out + (ranks.size() > 8 ? ", ..." : "");
+}
+
 void agree_on_input(Job* job, const std::function<void()>& check) {
   if (!job) return check();
   std::optional<std::string> refused;

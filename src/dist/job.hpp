@@ -178,4 +178,19 @@ std::size_t place_among(std::span<const int> peers, int me, int endpoints);
 // stop asked of any of them, another warm-up step while any still maps buffers).
 double max_over_job(Job& job, double mine);
 
+// What each process read for itself and all must have read alike (a hint file, a corpus, a
+// checkpoint: one path may hold other bytes on each node). A 64-bit digest, kept to 52 bits so
+// that the job's gather of doubles carries it exactly.
+double job_digest(std::uint64_t hash);
+// For each of `digests` (this process's, one per input; negative: none here, left to its
+// reader to refuse in its own words), the lowest rank that gave one and the ranks whose digest
+// differs from that rank's. A collective: every process gets the same answer.
+struct Differing {
+  int first = -1;
+  std::vector<int> other;
+};
+std::vector<Differing> differing_over_job(Job& job, std::span<const double> digests);
+// Up to 8 ranks, comma-separated ("1, 3, 4"), then ", ..." for more.
+std::string rank_list(const std::vector<int>& ranks);
+
 }  // namespace rrfp

@@ -111,6 +111,7 @@ namespace {
 struct Parsed {
   nlohmann::json header;
   std::size_t data = 0, end = 0;  // the tensors' bytes: [data, end)
+  std::uint64_t checksum = 0;
 };
 
 Parsed parse(const std::string& bytes, const std::string& path, const GptConfig& model) {
@@ -132,6 +133,7 @@ Parsed parse(const std::string& bytes, const std::string& path, const GptConfig&
   std::memcpy(&hlen, bytes.data() + 12, sizeof hlen);
   if (hlen > bytes.size() - fixed) throw bad("is truncated (header)");
   Parsed p;
+  p.checksum = stored;
   try {
     p.header = parse_json(std::string_view(bytes).substr(fixed, hlen), "header");
   } catch (const InputError&) {
@@ -259,6 +261,7 @@ std::vector<std::string> load_by_name(const std::string& path, CheckpointState& 
       copy_in((*gs[g])[i], bytes.data() + p.data + g * total + at, n);
   }
   expect.step = static_cast<int>(p.header["step"].get<long long>());
+  expect.checksum = p.checksum;
   if (p.header.contains("loss") && p.header["loss"].is_number())
     expect.loss = p.header["loss"].get<double>();
   if (const auto& run = p.header.value("run", nlohmann::json());

@@ -36,6 +36,9 @@ struct CheckpointState {
   // Loaded: the `steps` of the run that wrote it (absent in older checkpoints), by which a
   // resume tells whether the checkpoint's step had a validation due.
   std::optional<long long> run_steps;
+  // Loaded: the file's trailing checksum, by which the processes of a job, each reading its own
+  // copy, check that they resume from one checkpoint.
+  std::uint64_t checksum = 0;
 };
 
 void save_checkpoint(const std::string& path, const CheckpointState& s);

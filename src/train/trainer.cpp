@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "core/fnv.hpp"
 #include "dist/replica_sum.hpp"
 
 namespace rrfp::train {
@@ -33,6 +34,7 @@ Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe) {
   } else {
     agree_on_input(o_.job,
                    [&] { data_ = std::make_unique<Corpus>(o_.data_dir, o_.window.max_len); });
+    refuse_other_corpus();
   }
   const int t = o_.runtime.tp;
   Hosting hosting;
@@ -300,6 +302,20 @@ std::optional<double> Trainer::validation_loss(int batches, const std::atomic<in
         sum += l;
   }
   return sum / (static_cast<double>(batches) * mbs * o_.dp);
+}
+
+// Each process reads `data` for itself, and one path may hold other files on each node: the
+// first stage then trained on one text and the last scored it against another, with no word.
+void Trainer::refuse_other_corpus() const {
+  if (!o_.job) return;
+  const std::string contents = data_->contents();
+  const double mine = job_digest(fnv1a(kFnv1aOffset, contents));
+  const Differing d = differing_over_job(*o_.job, std::span(&mine, 1)).at(0);
+  if (!d.other.empty())
+    throw InputError("`data`: every process must read the same corpus; '" +
+                     o_.data_dir.substr(0, 100) + "' holds other files on rank(s) " +
+                     rank_list(d.other) + " than on rank " + std::to_string(d.first) +
+                     " (each process reads its own copy, from its node; here: " + contents + ")");
 }
 
 }  // namespace rrfp::train

@@ -79,6 +79,8 @@ class Trainer {
   CheckpointState checkpoint_state() const;
   double checkpoint_bytes() const;
   std::vector<std::string> job_parameter_names() const;
+  void refuse_other_corpus() const;
+  void refuse_other_checkpoint(const std::string& path, const CheckpointState& s) const;
   std::vector<ChunkTensors> local_chunks() const;
   void apply(double clip_coef, double lr);
   StageLink& link(int stage, int tp_rank) const { return *links_[stage * o_.runtime.tp + tp_rank]; }

@@ -123,6 +123,23 @@ std::vector<std::string> Trainer::job_parameter_names() const {
   return {all.begin(), all.end()};
 }
 
+// One path may hold another checkpoint on each node (a stale copy): the processes resumed at
+// different steps and failed inside the run, or trained a model of two checkpoints.
+void Trainer::refuse_other_checkpoint(const std::string& path, const CheckpointState& s) const {
+  const double mine[] = {job_digest(s.checksum), static_cast<double>(s.step)};
+  const auto every = o_.job->all_gather(std::span<const double>(mine));
+  auto at = [&](int r, std::size_t i) { return i < every[r].size() ? every[r][i] : -1.0; };
+  std::vector<int> other;
+  for (int r = 1; r < static_cast<int>(every.size()); ++r)
+    if (at(r, 0) != at(0, 0)) other.push_back(r);
+  if (other.empty()) return;
+  auto step = [&](int r) { return std::to_string(static_cast<long long>(at(r, 1))); };
+  throw InputError("`resume`: every process must resume from the same checkpoint; '" +
+                   path.substr(0, 100) + "' holds another on rank(s) " + rank_list(other) +
+                   " (step " + step(other.front()) + ") than on rank 0 (step " + step(0) +
+                   "; each process reads its own copy, from its node)");
+}
+
 std::vector<std::string> Trainer::resume(const std::string& path) {
   CheckpointState s = checkpoint_state();
   std::vector<std::string> differences;
@@ -135,6 +152,7 @@ std::vector<std::string> Trainer::resume(const std::string& path) {
       differences =
           load_checkpoint_part(path, s, static_cast<std::uint64_t>(checkpoint_bytes()), model);
     });
+    refuse_other_checkpoint(path, s);
   } else {
     differences = load_checkpoint(path, s);  // fills the tensors in place
   }

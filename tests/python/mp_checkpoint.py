@@ -71,6 +71,7 @@ def run(pp, dp, m, transport):
     if pp > 1:
         unshared_save(ckpt, opt, folder)
         failed_load(pp, dp, m, transport, folder)
+        other_saves(ckpt, folder)
     if ckpt.rank == 0 and dp == 1:
         ref = lm.chunks(n)
         ref_opt = adamw(ref)
@@ -128,6 +129,33 @@ def unshared_save(ckpt, opt, folder):
     assert not os.path.isdir(own) or os.listdir(own) == [], os.listdir(own)
     ckpt._core.all_gather([])  # every process has looked before any folder goes
     shutil.rmtree(own, ignore_errors=True)
+
+
+def other_saves(ckpt, folder):
+    """Process 0 loads one save and the others another under their path (a stale copy on
+    each node's own disk): every process raises, and none loaded anything (they trained a
+    model of two checkpoints, silently)."""
+    ckpt.save(folder + "-a")
+    ckpt.save(folder + "-b")
+    zeroed = [p for c in ckpt.chunks.values() for p in c.parameters()]
+    with torch.no_grad():
+        for p in zeroed:
+            p.zero_()
+    try:
+        ckpt.load(folder + ("-a" if ckpt.rank == 0 else "-b"))
+    except ValueError as e:
+        others = list(range(1, ckpt._core.world))
+        assert f"holds another save on process(es) {others} than on process 0" in str(e), e
+        assert "nothing was loaded on any process" in str(e), e
+    else:
+        raise AssertionError(f"rank {ckpt.rank}: loads of two saves went on")
+    assert all(not p.any() for p in zeroed), f"rank {ckpt.rank}: a refused load changed a chunk"
+    ckpt.load(folder + "-b")  # one save everywhere
+    assert any(p.any() for p in zeroed), f"rank {ckpt.rank}: the load left the chunks zero"
+    ckpt._core.all_gather([])  # every process has loaded before the folders go
+    if ckpt.rank == 0:
+        for end in ("-a", "-b"):
+            shutil.rmtree(folder + end, ignore_errors=True)
 
 
 def failed_load(pp, dp, m, transport, folder):

@@ -107,8 +107,33 @@ def refuse_other_layout(pp, dp, transport, job_rank):
                              "was accepted")
 
 
+def refuse_other_autocast(pp, dp, transport, job_rank):
+    """torch.autocast around step() on the last process alone: its stage's tasks ran in
+    bfloat16 and the others' in float32, silently (a dtype error naming none of it where the
+    first process alone entered it). Refused on every process before the step; then the step
+    runs, every process under one autocast."""
+    last = pp * dp - 1
+    pipe = rrfp.Pipeline(lm.chunks(pp), lm.loss_fn, pp=pp, microbatches=4, transport=transport,
+                         dp=dp, timeout=60)
+    batch = lm.batches(4)
+    grads = [p.grad for c in pipe.chunks.values() for p in c.parameters()]
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=job_rank == last):
+        try:
+            pipe.step(*batch)
+        except ValueError as e:
+            want = (f"step: the processes run it under different autocast (job rank 0 under no "
+                    f"autocast, job rank(s) {[last]} under autocast cpu bfloat16)")
+            assert want in str(e), e
+        else:
+            raise AssertionError(f"rank {job_rank}: a step under autocast on one process ran")
+    assert grads == [p.grad for c in pipe.chunks.values() for p in c.parameters()]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        pipe.step(*batch)
+
+
 def run(pp, dp, transport, job_rank):
     torch.manual_seed(0)
+    refuse_other_autocast(pp, dp, transport, job_rank)
     if transport == "c10d":  # an MPI job takes one layout while pipelines of it are alive
         refuse_other_layout(pp, dp, transport, job_rank)
     refuse_other_options(pp, dp, transport, job_rank)

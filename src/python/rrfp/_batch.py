@@ -193,13 +193,15 @@ def check_before_step(pipe, found, layout, training, refusal=None):
       generator starts from a different seed in every process: seed it alike.)
     - With dp > 1, every replica trains the same parameters of a stage (the layout marks).
     - Every process scales the loss alike (_refuse_other_scales).
+    - Every process runs the step under the same autocast (_refuse_other_autocast).
     - The ties' copies agree (Ties.check)."""
     call = "step()" if training else "eval_step()"
     mine = [1.0, 0.0, 0.0] if refusal is not None else \
         [0.0, float(digest(pipe._data.inputs, found[0])),
          float(digest(pipe._data.targets or [], found[1]))]
     every = gather_call(pipe, call, mine + [_loss_scale(pipe),
-                                            -1.0 if layout is None else float(layout)] +
+                                            -1.0 if layout is None else float(layout),
+                                            float(_autocast_code())] +
                         (pipe._ties.flags if pipe._ties else []))
     if refusal is not None:
         raise refusal
@@ -225,6 +227,7 @@ def check_before_step(pipe, found, layout, training, refusal=None):
                 "data)")
     if training:
         _refuse_other_scales(call, [v[3] for v in every])
+    _refuse_other_autocast(call, [int(v[5]) for v in every])
     for s in range(pp):
         marks = [every[r * pp + s][4] for r in range(dp)]
         bad = next((r for r, v in enumerate(marks) if v != marks[0]), None)
@@ -234,7 +237,7 @@ def check_before_step(pipe, found, layout, training, refusal=None):
                 f"replica {bad}), or parameters of other shapes or dtypes; every replica must "
                 "freeze, unfreeze and replace alike")
     if pipe._ties is not None:
-        pipe._ties.check([[x for s in range(pp) for x in every[r * pp + s][5:]]
+        pipe._ties.check([[x for s in range(pp) for x in every[r * pp + s][6:]]
                           for r in range(dp)], pipe.replica, training)
 
 
@@ -253,3 +256,54 @@ def _refuse_other_scales(call, scales):
         raise ValueError(f"{call[:-2]}: the processes scale the loss differently ({said}); make "
                          "a GradScaler alike on every process (enabled, init_scale, growth and "
                          "backoff settings, the same loaded state); no process ran the step")
+
+
+# The dtypes autocast runs in, numbered for the job's gather (0: autocast off).
+_AUTOCAST_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def _autocast_on(device):
+    """(enabled, dtype) of the caller's autocast for `device`: torch 2.4 asks by device type,
+    1.13 has a function per device."""
+    try:
+        return torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+    except (TypeError, AttributeError):
+        if device == "cpu":
+            return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
+        return torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+
+
+def _autocast_code():
+    """The caller's autocast, which every task of the step runs under, as one number: per
+    device type, 0 when off, else 1 + its dtype's place (len + 1: another dtype)."""
+    code = 0
+    for device in _AUTOCAST_DEVICES:
+        on, dtype = _autocast_on(device)
+        place = (_AUTOCAST_DTYPES.index(dtype) if dtype in _AUTOCAST_DTYPES
+                 else len(_AUTOCAST_DTYPES)) + 1
+        code = code * 8 + (place if on else 0)
+    return code
+
+
+def _autocast_text(code):
+    said = []
+    for device in reversed(_AUTOCAST_DEVICES):
+        code, place = divmod(code, 8)
+        if place:
+            dtype = (str(_AUTOCAST_DTYPES[place - 1]).replace("torch.", "")
+                     if place <= len(_AUTOCAST_DTYPES) else "another dtype")
+            said.append(f"{device} {dtype}")
+    return "autocast " + " and ".join(reversed(said)) if said else "no autocast"
+
+
+def _refuse_other_autocast(call, codes):
+    """Each stage's tasks run under its own process's autocast: one process entering
+    torch.autocast around the step and another not trained a model of mixed precisions
+    silently (or failed on mismatched dtypes, naming none of it)."""
+    other = [r for r, c in enumerate(codes) if c != codes[0]]
+    if other:
+        raise ValueError(f"{call[:-2]}: the processes run it under different autocast (job rank "
+                         f"0 under {_autocast_text(codes[0])}, job rank(s) {other} under "
+                         f"{_autocast_text(codes[other[0]])}); enter torch.autocast alike on "
+                         "every process; no process ran the step")

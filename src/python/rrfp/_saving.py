@@ -145,9 +145,11 @@ def load(pipe, path, optimizer):
     what it loads (a failure on one process, or a bad chunk after good ones, left loaded
     what came before it)."""
     pipe._refresh_ties()
-    plan = agreed(pipe._core, lambda: _prepare(pipe, path, optimizer),
-                  "load: process(es) {bad} could not load the checkpoint; their own errors "
-                  "say why; nothing was loaded on any process", call_of(pipe, "load()"))
+    plan, tokens = agreed_values(
+        pipe._core, lambda: _prepare(pipe, path, optimizer),
+        "load: process(es) {bad} could not load the checkpoint; their own errors say why; "
+        "nothing was loaded on any process", lambda plan: plan["token"], call_of(pipe, "load()"))
+    _refuse_other_saves(path, tokens)
     previous = _apply_optimizer(pipe, optimizer, plan["optimizer"])
     refused_here = []
 
@@ -176,8 +178,8 @@ def _prepare(pipe, path, optimizer):
     """What this process loads, read and checked, with nothing changed yet."""
     _check_path("load", path)
     checkpoint.refuse_not_optimizer("load", optimizer)
-    model, optim, extra, (saved, layouts) = checkpoint.load_parts(path,
-                                                                   max_parts=pipe._core.chunks)
+    model, optim, extra, (saved, layouts, token) = checkpoint.load_parts(
+        path, max_parts=pipe._core.chunks)
     extra = dict(extra or {})  # the first part's: the checkpoint's entries are the same in all
     seed_step = _kept_count(path, extra, _SEED_STEP, "a step count")
     _say_other_seed(pipe, path, _kept_count(path, extra, _SEED, "a seed"))
@@ -199,7 +201,22 @@ def _prepare(pipe, path, optimizer):
         optim_state = checkpoint.optimizer_load_state(pipe.chunks, optimizer, optim,
                                                       pipe._canonical())
     return {"chunks": chunks, "optimizer": optim_state, "seed_step": seed_step,
-            "scaler": scaler_state, "extra": extra}
+            "scaler": scaler_state, "extra": extra,
+            # A folder of an earlier version has no token: 2**48, which no save's token is.
+            "token": 2**48 if token is None else token}
+
+
+def _refuse_other_saves(path, tokens):
+    """Each process reads `path` for itself, and a node may hold another save under it (a
+    stale copy on its own disk): the job went on with a model of two checkpoints, silently.
+    Refused on every process alike, before anything is loaded. `tokens`: every process's
+    save token, by job rank."""
+    other = [r for r, t in enumerate(tokens) if t != tokens[0]]
+    if other:
+        raise ValueError(f"load: checkpoint '{path}' holds another save on process(es) {other} "
+                         "than on process 0 (each process reads its own copy, from its own "
+                         "disk): load one checkpoint everywhere; nothing was loaded on any "
+                         "process")
 
 
 def _kept_count(path, extra, key, what):

@@ -311,8 +311,9 @@ def _is_optimizer_state(optim):
 
 def load_parts(path, max_parts=MAX_PARTS):
     """The parts of the checkpoint in the folder `path`, merged: (model state, optimizer state
-    or None, the first part's extra, every process's saved extras and the layouts that saved
-    them (_extras.own_extra)). A part of another save than the manifest's is refused, naming
+    or None, the first part's extra, (every process's saved extras, the layouts that saved
+    them (_extras.own_extra), the save's token)). A part of another save than the manifest's is
+    refused, naming
     it; so is a manifest naming more than `max_parts` parts (a model of C chunks was saved in
     at most C)."""
     files, token = _part_files(path, max_parts)
@@ -338,7 +339,7 @@ def load_parts(path, max_parts=MAX_PARTS):
     optim = {"state": state, "param_groups": groups, "types": types} if groups else None
     if meta is not None:
         model._metadata = meta
-    return model, optim, extra, (saved, layouts)
+    return model, optim, extra, (saved, layouts, token)
 
 
 def refuse_not_optimizer(what, optimizer):
