@@ -344,7 +344,8 @@ assert fresh == [[0]], fresh
 assert f"warm-up: {sys.argv[3]} untimed steps per run (--warmup {sys.argv[3]}, then up to " \
     "--warmup-extra 4" in text, text
 assert "(their page faults in their times): 0 of 1; output buffers mapped ahead (address " \
-    "space, never written in one process): 256 MiB, the largest run's" in text, text
+    "space, never written in one process but for a page each): 256 MiB, the largest run's" \
+    in text, text
 PY
     { echo "FAIL: run --warmup $warmup: fresh buffers misreported:"; cat "$tmp/fresh.txt"
       fails=$((fails + 1)); }

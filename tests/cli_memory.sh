@@ -130,6 +130,22 @@ machine's thread or memory limit"; then
     fails=$((fails + 1))
   fi
 fi
+# Output buffers of small messages mapped ahead hold a page each (the allocator's header): 8192
+# of them at P=64 M=64, 32 MiB, past a quarter of RRFP_MEMORY_LIMIT 100M: not mapped ahead, and
+# said (they were mapped whatever the memory: 2.3 GB at P=512 M=512, reported as address space
+# never written). Under 200M they are.
+echo '{"preset":"uniform","forward_us":20,"bytes_per_token":0.01}' >"$tmp/small.json"
+for case in "100M:not mapped ahead: 32 MiB would take more than a quarter of the memory \
+available (a page of each buffer)" "200M:mapped ahead (address space, never written in one \
+process but for a page each): 512 MiB"; do
+  RRFP_MEMORY_LIMIT=${case%%:*} timeout 60 "$rrfp" run --pp 64 -m 64 --hint bf --policy ready \
+    --workload-file "$tmp/small.json" --warmup 0 --warmup-extra 0 >"$tmp/small.txt" 2>&1 ||
+    { echo "FAIL: run of small messages under ${case%%:*}: $(tail -c 300 "$tmp/small.txt")"
+      fails=$((fails + 1)); }
+  grep -qF "output buffers ${case#*:}" "$tmp/small.txt" ||
+    { echo "FAIL: under RRFP_MEMORY_LIMIT ${case%%:*}: $(tail -c 300 "$tmp/small.txt")"
+      fails=$((fails + 1)); }
+done
 # A calibration budget its sizes cannot keep is refused at once (it took 10-23 s for 0.1 s).
 check "--seconds: 0.1 s cannot hold a calibration of these --sizes, which takes about 67 s" calibrate --sizes 1024M --seconds 0.1
 echo "cli memory checks: $fails failed"

@@ -217,5 +217,22 @@ rc=$?
 [ $rc -eq 1 ] && grep -q "writing standard output failed: Bad file descriptor" closed.err ||
   fail "--json - with stdout closed: exit $rc: $(cat closed.err)"
 
+# run's JSON gives each run's dispatch gaps, which the line for people pools: with one run the
+# same median, p99 and count (they were printed and never written); a simulation has none.
+"$rrfp" run --pp 2 -m 4 --hint bf --policy ready --workload uniform --repeat 1 --json gaps.json \
+  >gaps.txt || fail "run --json gaps.json"
+/usr/bin/python3 - gaps.json gaps.txt <<'PY' || fail "run's JSON does not carry its dispatch gaps"
+import json, re, sys
+g = json.load(open(sys.argv[1]))["runs"][0]["dispatch_gap_us"]
+line = re.search(r"median ([0-9.]+) us, p99 ([0-9.]+) us over ([0-9]+) dispatches",
+                 open(sys.argv[2]).read())
+assert g["dispatches"] == int(line[3]) > 0, (g, line[0])
+assert f'{g["median"]:.1f}' == line[1] and f'{g["p99"]:.1f}' == line[2], (g, line[0])
+assert g["median"] <= g["p99"], g
+PY
+"$rrfp" simulate --pp 2 -m 4 --json sim.json >/dev/null || fail "simulate --json sim.json"
+/usr/bin/python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["seed"] == 1
+assert "dispatch_gap_us" not in r["runs"][0]' sim.json || fail "a simulation's JSON has dispatch gaps"
+
 [ "$fails" -eq 0 ] && echo "cli_outputs: all passed"
 [ "$fails" -eq 0 ]

@@ -191,20 +191,26 @@ class EmulatedRuns {
       // In one process, every output buffer a step can hold at once is mapped before the
       // warm-up, so that no timed step maps one however its timing goes (a warm-up only finds
       // the peaks it met). Outputs pass by reference and are never written here, so this costs
-      // address space, not memory. Over a transport the bytes are written, and the bound would
-      // hold that much memory in every process: there the warm-up fills the pools.
+      // address space and a page a buffer (the allocator's header, for one taken from its
+      // heap), not the bytes. Over a transport the bytes are written, and the bound would hold
+      // that much memory in every process: there the warm-up fills the pools.
       eo.outputs_in_flight = d_bound(resolve_options(o.arbiter, h, m), h, m);
-      std::size_t ahead = 0;
+      std::size_t ahead = 0, buffers = 0;
       for (int stage = 0; stage < m.pp(); ++stage)
-        for (const auto& [cap, count] : buffers_ahead(m, w, stage, eo))
+        for (const auto& [cap, count] : buffers_ahead(m, w, stage, eo)) {
+          buffers += static_cast<std::size_t>(count) * static_cast<std::size_t>(w.tp);
           ahead += cap * static_cast<std::size_t>(count) * static_cast<std::size_t>(w.tp);
-      // Under a memory limit (ulimit -v or -d) a reservation that takes much of it would
-      // leave the run's threads and records none: then the warm-up fills the pools.
-      const std::uint64_t limit = memory_limit();
-      if (limit > 0 && ahead > limit / 4) {
-        eo.outputs_in_flight = 0;
-        ahead_skipped_ = std::max(ahead_skipped_, ahead);
-      }
+        }
+      // A reservation that takes much of a memory limit (ulimit -v or -d) or of the memory
+      // available would leave the run's threads and records none: then the warm-up fills the
+      // pools. Its pages alone held 2.3 GB at P=512 M=512 of small messages.
+      const std::uint64_t limit = memory_limit(), pages = buffers * kPageBytes;
+      const std::int64_t have = available_memory();
+      if (limit > 0 && ahead > limit / 4)
+        skip_ahead(ahead, "the memory limit (ulimit -v or -d)");
+      else if (have > 0 && pages > static_cast<std::uint64_t>(have) / 4)
+        skip_ahead(pages, "the memory available (a page of each buffer)");
+      if (ahead_skipped_ > 0) eo.outputs_in_flight = 0;
       const std::uint64_t reserved = BufferPool::reserved_total();
       Runtime rt(m, h, emulated_programs(m, w, eo), ro);
       ahead_bytes_ = std::max(ahead_bytes_, BufferPool::reserved_total() - reserved);
@@ -224,7 +230,7 @@ class EmulatedRuns {
     const std::int64_t median = makespans[(makespans.size() - 1) / 2];
     const auto it = std::find_if(steps.begin(), steps.end(),
                                  [&](const StepResult& st) { return st.run.makespan == median; });
-    if (last_round_) gaps_.insert(gaps_.end(), it->dispatch_gaps.begin(), it->dispatch_gaps.end());
+    measured_gaps_ = it->dispatch_gaps;
     return it->run;
   }
 
@@ -256,6 +262,7 @@ class EmulatedRuns {
                                     : std::string()) +
                      " ...");
         ReportRun r = run_scenario(sc_, spec, runtime, true);
+        r.dispatch_gaps = std::move(measured_gaps_);  // of the step the row reports
         if (last_round_) runs_.push_back(std::move(r));
       }
     }
@@ -335,12 +342,22 @@ class EmulatedRuns {
             ? nlohmann::json{{"compare", fidelity_json(fidelity, world_ ? describe(mm_) : "")}}
             : nlohmann::json{});
     std::ostream& human = is_stdout(f_.exp.json) ? std::cerr : std::cout;  // stdout: the JSON alone
+    std::vector<std::int64_t> gaps;  // every run's, as each run's JSON gives them
+    for (const ReportRun& r : runs_)
+      gaps.insert(gaps.end(), r.dispatch_gaps.begin(), r.dispatch_gaps.end());
     human << "runtime overhead: dispatch gap (task end to the next already-ready task's start) "
-          << "median " << fmt("%.1f", median(gaps_) / 1e3) << " us, p99 "
-          << fmt("%.1f", percentile(gaps_, 0.99) / 1e3) << " us over " << gaps_.size()
+          << "median " << fmt("%.1f", median(gaps) / 1e3) << " us, p99 "
+          << fmt("%.1f", percentile(gaps, 0.99) / 1e3) << " us over " << gaps.size()
           << " dispatches\n";
     human << warm_up_line();
     if (f_.compare) human << fidelity_table(fidelity);
+  }
+
+  static constexpr std::uint64_t kPageBytes = 4096;
+
+  void skip_ahead(std::uint64_t bytes, const char* of) {
+    ahead_skipped_ = std::max(ahead_skipped_, bytes);
+    ahead_skip_of_ = of;
   }
 
   // In one process: the output buffers mapped ahead, or why not.
@@ -348,9 +365,10 @@ class EmulatedRuns {
     auto mib = [](std::uint64_t b) { return fmt("%.0f", static_cast<double>(b) / (1 << 20)); };
     if (ahead_skipped_ > 0)
       return "; output buffers not mapped ahead: " + mib(ahead_skipped_) +
-             " MiB would take more than a quarter of the memory limit (ulimit -v or -d)";
+             " MiB would take more than a quarter of " + ahead_skip_of_;
     if (ahead_bytes_ == 0) return "";
-    return "; output buffers mapped ahead (address space, never written in one process): " +
+    return "; output buffers mapped ahead (address space, never written in one process but for "
+           "a page each): " +
            mib(ahead_bytes_) + " MiB, the largest run's";
   }
 
@@ -380,10 +398,11 @@ class EmulatedRuns {
   MessageModel mm_;
   std::vector<MessageModel> round_models_;
   std::string model_source_;
-  std::vector<std::int64_t> gaps_;
-  std::vector<int> warmups_;         // warm-up steps each run and round took
-  std::uint64_t ahead_bytes_ = 0;    // output buffers mapped ahead, the largest run's
-  std::uint64_t ahead_skipped_ = 0;  // or what was not, under an address-space limit
+  std::vector<std::int64_t> measured_gaps_;  // of the step execute() returned last
+  std::vector<int> warmups_;                 // warm-up steps each run and round took
+  std::uint64_t ahead_bytes_ = 0;            // output buffers mapped ahead, the largest run's
+  std::uint64_t ahead_skipped_ = 0;          // or what was not, over a quarter of
+  std::string ahead_skip_of_;                // a memory limit, or of the memory available
   // Per run: every timed step so far, over the rounds (each merged over the job's processes).
   std::vector<std::vector<StepResult>> steps_of_;
   size_t current_ = 0;  // the run execute() measures

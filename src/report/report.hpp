@@ -2,6 +2,7 @@
 // Human and machine reports of simulated (or measured) runs: a text table, JSON, a Chrome
 // trace (chrome://tracing, Perfetto) and an SVG timeline.
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,11 +18,16 @@ struct ReportRun {
   PipelineConfig cfg;
   StepRecord result;
   RunMetrics metrics;
+  // A measured run's dispatch gaps (ns from a task's end to the next ready task's start), of
+  // the step its row reports; empty for a simulated run.
+  std::vector<std::int64_t> dispatch_gaps;
 };
 
 struct ReportHeader {
   std::string workload;
-  std::uint64_t seed = 0;
+  // The workload's draws; none for a step of a user's own model (rrfp.Pipeline), whose seed
+  // the reports would otherwise show as 0.
+  std::optional<std::uint64_t> seed;
   int tp = 1;
   std::string tp_protocol;
   std::string source = "simulated";  // or "measured"

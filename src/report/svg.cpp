@@ -73,8 +73,8 @@ std::string svg_timeline(const ReportHeader& h, const std::vector<ReportRun>& ru
        "stroke-width=\"3\"/></pattern></defs>\n";
   o += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   o += "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">" +
-       xml_text("rrfp timeline — workload " + h.workload + ", seed " + std::to_string(h.seed) +
-                " (" + h.source + ")") +
+       xml_text("rrfp timeline — workload " + h.workload +
+                (h.seed ? ", seed " + std::to_string(*h.seed) : "") + " (" + h.source + ")") +
        "</text>\n";
   double y = 40;
   for (const auto& r : runs) {

@@ -67,7 +67,7 @@ std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& ru
          to_string(c.placement) + ") M=" + std::to_string(c.microbatches) +
          (c.ordered_forwards ? " (ordered forwards)" : "") + " TP=" + std::to_string(h.tp) +
          (h.tp > 1 ? " (" + h.tp_protocol + ")" : "") + "  workload=" + h.workload +
-         "  seed=" + std::to_string(h.seed) + "  [" + h.source + "]\n\n";
+         (h.seed ? "  seed=" + std::to_string(*h.seed) : "") + "  [" + h.source + "]\n\n";
   // A label may name a hint file, whose name may hold any byte: one visible row each.
   const auto shown = [](const ReportRun& r) { return printable(r.label, r.label.size()); };
   size_t lw = 5;
@@ -120,7 +120,7 @@ nlohmann::json to_json(const ReportHeader& h, const std::vector<ReportRun>& runs
   nlohmann::json j;
   j["source"] = h.source;
   j["workload"] = h.workload;
-  j["seed"] = h.seed;
+  j["seed"] = h.seed ? nlohmann::json(*h.seed) : nlohmann::json(nullptr);
   j["tp"] = h.tp;
   j["tp_protocol"] = h.tp_protocol;
   j["runs"] = nlohmann::json::array();
@@ -160,6 +160,11 @@ nlohmann::json to_json(const ReportHeader& h, const std::vector<ReportRun>& runs
     jr["failed_coordination_rounds"] = m.failed_rounds;
     jr["coordination_ms_per_rank"] = static_cast<double>(m.coordination_per_rank) / 1e6;
     jr["collective_wait_ms_per_rank"] = static_cast<double>(m.collective_per_rank) / 1e6;
+    if (!r.dispatch_gaps.empty())  // what `rrfp run` prints, for each run
+      jr["dispatch_gap_us"] = {
+          {"median", median(r.dispatch_gaps) / 1e3},
+          {"p99", static_cast<double>(percentile(r.dispatch_gaps, 0.99)) / 1e3},
+          {"dispatches", r.dispatch_gaps.size()}};
     jr["stages"] = nlohmann::json::array();
     for (const auto& s : m.stages)
       jr["stages"].push_back({{"busy_ms", ms(s.busy)},
