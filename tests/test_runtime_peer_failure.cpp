@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <algorithm>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -345,6 +346,73 @@ TEST(PeerFailure, TheClosingExchangeKeepsAStepThatCompletedEverywhere) {
     EXPECT_EQ(o.tasks, static_cast<std::size_t>(m.num_tasks()));
     EXPECT_EQ(o.carried, every);
   }
+}
+
+// A message that came before its step began (its producer's process ahead) is routed as the
+// step begins. What the program's input_bytes throws for it fails the step and tells the peer,
+// as for a message that arrives during the step; it left run_step bare. Stage 1 begins its step
+// only once stage 0's first message has reached it (inproc delivers within the send).
+TEST(PeerFailure, AFailingInputBytesOfAMessageFromBeforeTheStepFailsIt) {
+  struct Delivered final : Transport {  // `sent` once a message was delivered
+    Delivered(std::unique_ptr<Transport> in, Latch& sent) : in_(std::move(in)), sent_(sent) {}
+    int rank() const override { return in_->rank(); }
+    int size() const override { return in_->size(); }
+    void set_receiver(Receiver r) override { in_->set_receiver(std::move(r)); }
+    void send(int dst, const MessageTag& tag, Payload p, SendDone done) override {
+      in_->send(dst, tag, std::move(p), std::move(done));
+      if (!sent_once_.exchange(true)) sent_.arrive();
+    }
+    void shutdown() override { in_->shutdown(); }
+    std::unique_ptr<Transport> in_;
+    Latch& sent_;
+    std::atomic<bool> sent_once_{false};
+  };
+  struct NoSizes final : StageProgram {
+    explicit NoSizes(std::unique_ptr<StageProgram> in) : in_(std::move(in)) {}
+    Payload forward(TaskContext& c, int k, int mb, Payload p) override {
+      return in_->forward(c, k, mb, std::move(p));
+    }
+    Payload backward(TaskContext& c, int k, int mb, Payload p) override {
+      return in_->backward(c, k, mb, std::move(p));
+    }
+    std::optional<std::size_t> input_bytes(const TaskId&) const override {
+      throw std::runtime_error("size table missing");
+    }
+    std::unique_ptr<StageProgram> in_;
+  };
+  const WorkModel m = model(2, 2);
+  const RealizedWork w = random_work(m, 1, 5);
+  const Hint h = make_hint("bf", m);
+  auto jobs = make_local_jobs(2);
+  Latch sent(1);
+  std::vector<Outcome> out(2);
+  on_every_rank(2, [&](int i) {
+    jobs[i]->set_layout(JobLayout{2, 1, 1});
+    Hosting hs = jobs[i]->hosting();
+    if (i == 0)
+      hs.transports[0] = std::make_unique<Delivered>(std::move(hs.transports[0]), sent);
+    else
+      hs.before_step = [everyone = hs.before_step, &sent] {
+        everyone();
+        sent.wait();
+      };
+    auto base = emulated_programs(m, w);
+    const ProgramFactory programs = [&](int s, int r) -> std::unique_ptr<StageProgram> {
+      if (s == 0) return base(s, r);
+      return std::make_unique<NoSizes>(base(s, r));
+    };
+    Runtime rt(m, h, programs, runtime_options(m, w, Policy::Ready), std::move(hs));
+    try {
+      rt.run_step(0);
+    } catch (...) {
+      out[i] = outcome(std::current_exception());
+    }
+    jobs[i]->all_gather({});  // nobody tears down its endpoint while the other may still send
+  });
+  EXPECT_EQ(out[1].kind, "task") << out[1].what;
+  EXPECT_TRUE(has(out[1].what, ": input_bytes(F c1 m0) failed: size table missing")) << out[1].what;
+  EXPECT_EQ(out[0].kind, "peer") << out[0].what;
+  EXPECT_TRUE(has(out[0].what, "stage 1 failed step 0")) << out[0].what;
 }
 
 }  // namespace
