@@ -35,6 +35,8 @@ check "--max-pending-w: caps the deferred W tasks of a split backward; --split-b
 check "--max-pending-w: caps the deferred W tasks of a split backward; --split-backward off keeps" run --pp 2 -m 2 --split-backward off --max-pending-w 2
 check "--split-backward auto keeps the backward whole here (it splits it for a --replay that recorded W tasks)" plan --pp 2 -m 2 --max-pending-w 2
 check "--hint zb-h1: needs --split-backward on" simulate --hint zb-h1 --split-backward off --max-pending-w 2
+# Adaptive wants the split but runs without it: the cap was taken and ignored.
+check "--max-pending-w: caps the deferred W tasks of a split backward; --split-backward off keeps" simulate --hint adaptive --split-backward off --max-pending-w 2
 "$rrfp" simulate --pp 2 -m 4 --max-pending-w 2 >/dev/null 2>"$tmp/err" ||
   { echo "FAIL: simulate --max-pending-w 2 with BFW in the comparison: $(cat "$tmp/err")"; fails=$((fails + 1)); }
 # A sweep's grid value given twice ran and counted its points twice; --tp-protocol none

@@ -135,6 +135,7 @@ check "--policy: unknown policy 'both'" train --policy both --out "$tmp/o"
 # default hint, needs the split and says so first.
 check "--max-pending-w: caps the deferred W tasks of a split backward; --split-backward off" train --hint bf --split-backward off --max-pending-w 2 --out "$tmp/o"
 check "--hint bfw: needs --split-backward on" train --split-backward off --max-pending-w 2 --out "$tmp/o"
+check "--max-pending-w: caps the deferred W tasks of a split backward; --split-backward off" train --hint adaptive --split-backward off --max-pending-w 2 --out "$tmp/o"
 check "--max-pending-w: caps the deferred W tasks of a split backward; --split-backward auto" train --hint bf --max-pending-w 2 --out "$tmp/o"
 # Flags that would be taken and ignored: images in the text task, the GPU's deterministic
 # switch on the CPU (the other CUDA-only flags were refused already).

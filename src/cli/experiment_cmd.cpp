@@ -120,10 +120,11 @@ std::vector<RunSpec> runs_of(const ExperimentFlags& flags, const PipelineConfig&
 std::vector<RunSpec> plan_runs(const ExperimentFlags& flags, const PipelineConfig& cfg) {
   std::vector<RunSpec> runs = runs_of(flags, cfg);
   // A W cap is refused only where no run splits the backward: the default comparison's BFW
-  // does under auto. A hint that needs the split is refused under off with its own message.
+  // does under auto. A hint that needs the split is refused under off with its own message;
+  // adaptive runs unsplit, which ignored the cap.
   bool split = false;
   for (const RunSpec& r : runs)
-    split = split || resolve_split(flags.shape.split, r.hint) || hint_wants_split(r.hint);
+    split = split || resolve_split(flags.shape.split, r.hint) || hint_needs_split(r.hint);
   refuse_unsplit_w_cap(flags.dispatch, flags.shape, split);
   return runs;
 }

@@ -184,11 +184,12 @@ void setup_train(CLI::App& app) {
           "--out: '-' (stdout) is not taken: train writes its files (loss.csv, trace.json, ...) "
           "into this folder; give a folder");
     if (f->run.train.device != "cpu") gpu_defaults(*s, *f);
-    // A hint that needs the split (the default bfw) is refused under off with its own message.
+    // A hint that needs the split (the default bfw) is refused under off with its own message;
+    // adaptive runs unsplit, which ignored the cap.
     const std::string& hint = f->dispatch.hint;
     if (f->dispatch.max_pending_w > 0)
       refuse_unsplit_w_cap(f->dispatch, f->shape,
-                           resolve_split(f->shape.split, hint) || hint_wants_split(hint));
+                           resolve_split(f->shape.split, hint) || hint_needs_split(hint));
     refuse_deadlocking_hint(*f);
     if (!g_runner) exec_trainer();  // values checked and run by rrfp-train
     g_runner(*f);

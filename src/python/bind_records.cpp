@@ -22,8 +22,8 @@ void bind_records(pyb::module_& m) {
           "dispatch_gaps_us",
           [](const StepRecordPy& r) {
             std::vector<double> us;
-            us.reserve(r.dispatch_gaps.size());
-            for (auto ns : r.dispatch_gaps)
+            us.reserve(r.run.dispatch_gaps.size());
+            for (auto ns : r.run.dispatch_gaps)
               us.push_back(static_cast<double>(ns) / 1e3);
             return us;
           },

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/hint.hpp"
+#include "core/hint_io.hpp"
 #include "core/memory.hpp"
 #include "core/modes.hpp"
 #include "python/bindings.hpp"
@@ -75,8 +76,9 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
   spec.comm = parse_comm(comm);
   // A W cap where the backward stays whole: refused, as `rrfp simulate --split-backward off
   // --max-pending-w` is (there are no W tasks to cap: it was taken and ignored). Only here is
-  // auto resolved, a hint file's own split included.
-  if (max_pending_w > 0 && !resolve_split(split_backward, hint))
+  // auto resolved, a hint file's own split included. A hint that needs the split is refused
+  // with its own message, as the command refuses it.
+  if (max_pending_w > 0 && !resolve_split(split_backward, hint) && !hint_needs_split(hint))
     throw InputError(
         "`max_pending_w`: caps the W tasks a split backward defers; `split_backward` " +
         split_backward + " keeps the backward whole here" +
@@ -102,24 +104,35 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
 }
 
 // Each stage's tasks in the order they run at unit cost: a list hint's own order (fixed
-// policy), a rule hint's ready order.
+// policy), a rule hint's ready order. `out`: where to write a list hint's task list, as
+// `rrfp schedule show --out` writes it; "" for nowhere.
 std::vector<std::vector<pyb::tuple>> schedule(const std::string& hint, int pp, int vpp,
                                               int microbatches, const std::string& placement,
-                                              const std::string& split_backward) {
-  const PipelineConfig c = make_config(pp, vpp, microbatches, placement, split_backward, hint);
+                                              const std::string& split_backward,
+                                              bool ordered_forwards, const std::string& out) {
+  PipelineConfig c = make_config(pp, vpp, microbatches, placement, split_backward, hint);
+  c.ordered_forwards = ordered_forwards;
   // Its tasks' records are kept, with a tuple each for Python.
   check_fits_here("schedule: " + std::to_string(static_cast<long long>(tasks_of(c, 1))) + " tasks",
                   tasks_of(c, 1), kScheduleCost, simulated_bytes(c, 1, kScheduleCost.bytes));
   const WorkModel m(c);
   const Hint h = make_hint(hint, m);
+  if (!out.empty() && !h.is_list())
+    throw InputError("`out`: '" + h.name + "' is a rule hint, it has no task list");
   SimOptions opt;
   opt.arbiter.policy = h.is_list() ? Policy::Fixed : Policy::Ready;
-  const StepRecord r = simulate(m, h, unit_cost_work(m), opt);
-  std::vector<std::vector<pyb::tuple>> out(m.pp());
+  const StepRecord r = simulate(m, h, unit_cost_work(m), opt);  // a hint that cannot run: no file
+  if (!out.empty())
+    writing_file([&] {
+      write_text_file(
+          out, hint_path_is_json(out) ? write_hint_json(h.list(), m) : write_hint_text(h.list(), m),
+          "`out`");
+    });
+  std::vector<std::vector<pyb::tuple>> order(m.pp());
   for (const TaskRecord& t : r.tasks)
-    out[t.stage].push_back(
+    order[t.stage].push_back(
         pyb::make_tuple(std::string(1, kind_char(t.task.kind)), t.task.chunk, t.task.mb));
-  return out;
+  return order;
 }
 
 // A tensor's message between stages as uint8 bytes, and back: for tests of the decoding's
@@ -165,7 +178,8 @@ void bind_tools(pyb::module_& m) {
         "Simulates one step (as `rrfp simulate`) and returns its StepRecord.");
   m.def("schedule", &schedule, pyb::kw_only(), pyb::arg("hint") = "1f1b", pyb::arg("pp") = 4,
         pyb::arg("vpp") = 1, pyb::arg("microbatches") = 8, pyb::arg("placement") = "loop",
-        pyb::arg("split_backward") = "auto",
+        pyb::arg("split_backward") = "auto", pyb::arg("ordered_forwards") = false,
+        pyb::arg("out") = "",
         "Each stage's tasks, ('F'|'B'|'W', chunk, microbatch), in the order the hint runs "
         "them at unit cost.");
   m.def("hint_names", &hint_names, "every hint name a Pipeline or simulate accepts");

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "core/error.hpp"
+
 namespace rrfp::py {
 
 void bind_records(pybind11::module_& m);   // StepRecord (bind_records.cpp)
@@ -19,5 +21,18 @@ pybind11::str text(const std::string& s);
 // Raises `type` with `what`, decoded as text() does; every error the extension raises itself
 // goes through it (PyErr_SetString lost a message naming such a file whole: a bare ValueError).
 void set_error(PyObject* type, const char* what);
+
+// Runs `write`; a file it could not write (an Error) raises OSError, as Python's own writes do
+// (a full disk raised RuntimeError, a missing folder ValueError, which `except OSError` let
+// through).
+template <class Write>
+void writing_file(Write&& write) {
+  try {
+    write();
+  } catch (const Error& e) {
+    set_error(PyExc_OSError, e.what());
+    throw pybind11::error_already_set();
+  }
+}
 
 }  // namespace rrfp::py

@@ -142,6 +142,7 @@ StepRecordPy record_of(StepResult result, const WorkModel& m, const RuntimeOptio
   StepRecordPy rec;
   rec.header.workload = "measured (python)";
   rec.header.source = "measured";
+  rec.header.tp_protocol = to_string(ro.tp_protocol);
   rec.run.policy = to_string(ro.arbiter.policy);
   rec.run.hint = hint;
   rec.run.comm = to_string(ro.comm);
@@ -150,7 +151,7 @@ StepRecordPy record_of(StepResult result, const WorkModel& m, const RuntimeOptio
   rec.run.result = std::move(result.run);
   rec.run.metrics =
       compute_metrics(rec.run.result, lower_bound(m, measured_work(m, rec.run.result)));
-  rec.dispatch_gaps = std::move(result.dispatch_gaps);
+  rec.run.dispatch_gaps = std::move(result.dispatch_gaps);
   return rec;
 }
 

@@ -13,7 +13,7 @@
 namespace rrfp::py {
 
 double StepRecordPy::dispatch_gap_us() const {
-  return median(dispatch_gaps) / 1e3;
+  return median(run.dispatch_gaps) / 1e3;
 }
 
 std::string StepRecordPy::table() const {
@@ -23,22 +23,6 @@ std::string StepRecordPy::table() const {
 std::string StepRecordPy::json() const {
   return json_text(to_json(header, {run}));
 }
-
-namespace {
-
-// A file that could not be written raises OSError, as Python's own writes do (a full disk
-// raised RuntimeError, a missing folder ValueError, which `except OSError` let through).
-template <class Write>
-void writing_file(Write&& write) {
-  try {
-    write();
-  } catch (const Error& e) {
-    set_error(PyExc_OSError, e.what());
-    throw pybind11::error_already_set();
-  }
-}
-
-}  // namespace
 
 void StepRecordPy::save_trace(const std::string& path) const {
   writing_file([&] { write_chrome_trace(path, {run}); });

@@ -9,8 +9,7 @@ namespace rrfp::py {
 
 struct StepRecordPy {
   ReportHeader header;
-  ReportRun run;
-  std::vector<std::int64_t> dispatch_gaps;  // measured runs: ns from a task's end to the next
+  ReportRun run;  // run.dispatch_gaps: a measured step's
 
   double makespan() const { return static_cast<double>(run.metrics.makespan) / 1e9; }
   double lower_bound() const { return static_cast<double>(run.metrics.bound.value) / 1e9; }

@@ -21,6 +21,10 @@ bool resolve_split(const std::string& mode, const std::string& hint) {
   throw InputError("`split_backward`: expected auto, on or off, got '" + mode + "'");
 }
 
+bool hint_needs_split(const std::string& hint) {
+  return hint != "adaptive" && hint_wants_split(hint);
+}
+
 PipelineConfig make_config(int pp, int vpp, int microbatches, const std::string& placement,
                            const std::string& split_mode, const std::string& hint) {
   PipelineConfig c;

@@ -45,6 +45,10 @@ struct Scenario {
 };
 
 bool resolve_split(const std::string& mode, const std::string& hint);
+// Whether `hint` cannot run without a split backward (the ZB family, BFW, a hint file written
+// for one), so that a W cap under `split_backward` off is left to the hint's own refusal; the
+// adaptive rule wants the split but runs without it, ignoring the cap.
+bool hint_needs_split(const std::string& hint);
 // A validated shape, its split backward resolved for `hint` (`split_mode` auto, on or off).
 PipelineConfig make_config(int pp, int vpp, int microbatches, const std::string& placement,
                            const std::string& split_mode, const std::string& hint);

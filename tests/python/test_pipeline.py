@@ -165,8 +165,19 @@ def test_step_record_reports_and_the_simulator_tools(tmp_path):
     assert "ready bf (async)" in rec.table()
     assert len(rec.stages) == 2 and all(s["busy"] > 0 for s in rec.stages)
     assert rec.peak_d[0] >= 1 and rec.lower_bound <= rec.makespan + 1e-9
-    run = rec.to_dict()["runs"][0]
+    report = rec.to_dict()
+    run = report["runs"][0]
     assert run["label"] == "ready bf (async)" and abs(run["makespan_ms"] - 1e3 * rec.makespan) < 0.01
+    # The step's dispatch gaps, as rrfp run's JSON gives them (to_dict had none). No seed drew
+    # the work of a user's model: the header said seed=0.
+    gaps = run.get("dispatch_gap_us", {"dispatches": 0})
+    assert gaps["dispatches"] == len(rec.dispatch_gaps_us)
+    if rec.dispatch_gaps_us:
+        assert gaps["median"] == pytest.approx(rec.dispatch_gap_us)
+        assert gaps["p99"] == pytest.approx(sorted(rec.dispatch_gaps_us)[
+            int(0.99 * (len(rec.dispatch_gaps_us) - 1) + 0.5)])  # by nearest rank
+    assert report["seed"] is None and "seed=" not in rec.table()
+    assert report["tp_protocol"] == "leader"
     # A file that cannot be written raises OSError, as Python's own writes do (ValueError for a
     # missing folder, RuntimeError for a full disk, before).
     with pytest.raises(OSError, match="t.svg. cannot be written: No such file or directory"):

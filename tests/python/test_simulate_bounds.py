@@ -22,6 +22,12 @@ SHAPE = dict(pp=2, microbatches=4, workload="uniform", seed=1)
     (dict(hint="bf", split_backward="off", max_pending_w=2),
      r"^`max_pending_w`: caps the W tasks a split backward defers; `split_backward` off keeps "
      r"the backward whole here, so there are none \(got 2; give `split_backward` on"),
+    # Adaptive runs unsplit: its cap is refused. A hint that cannot is refused for itself, as
+    # the command refuses it (the cap was blamed).
+    (dict(hint="adaptive", split_backward="off", max_pending_w=2),
+     r"^`max_pending_w`: caps the W tasks a split backward defers; `split_backward` off"),
+    (dict(hint="bfw", split_backward="off", max_pending_w=2),
+     r"^`hint` bfw: needs `split_backward` on$"),
     (dict(hint="1f1b", max_pending_w=2),  # auto: 1f1b keeps it whole
      r"^`max_pending_w`: .*`split_backward` auto keeps the backward whole here \(it splits it "
      r"for zb-\*, bfw"),

@@ -193,3 +193,39 @@ def test_the_keywords_checked_are_the_functions_own(name):
     bound = set(re.findall(r"(\w+): ", signature)) - {"workload_given"}  # the wrapper's own
     listed = set(getattr(rrfp, f"_{name.upper()}_KEYWORDS"))
     assert bound == listed
+
+
+def test_schedule_writes_a_list_hints_task_list_as_the_command_does(tmp_path):
+    # `rrfp schedule show --out` as a keyword (the function had none): text, or JSON for a name
+    # ending .json; each reads back as the same hint.
+    order = rrfp.schedule(hint="1f1b", pp=2, microbatches=2, out=tmp_path / "h.txt")
+    assert (tmp_path / "h.txt").read_text() == (
+        "rrfp-hint 1 pp=2 vpp=1 microbatches=2 placement=loop split=0\n"
+        "stage 0: F0:0 F0:1 B0:0 B0:1\nstage 1: F1:0 B1:0 F1:1 B1:1\n")
+    rrfp.schedule(hint="1f1b", pp=2, microbatches=2, out=str(tmp_path / "h.json"))
+    assert json.loads((tmp_path / "h.json").read_text())["stages"][1] == [
+        "F1:0", "B1:0", "F1:1", "B1:1"]
+    for name in ("h.txt", "h.json"):
+        assert rrfp.schedule(hint=tmp_path / name, pp=2, microbatches=2) == order
+    with pytest.raises(ValueError, match="`out`: 'bf' is a rule hint, it has no task list"):
+        rrfp.schedule(hint="bf", pp=2, microbatches=2, out=tmp_path / "bf.txt")
+    with pytest.raises(OSError, match="No such file or directory"):
+        rrfp.schedule(hint="1f1b", pp=2, microbatches=2, out=tmp_path / "missing" / "h.txt")
+    with pytest.raises(ValueError, match="out: '' names nothing"):
+        rrfp.schedule(hint="1f1b", pp=2, microbatches=2, out="")
+    with pytest.raises(TypeError, match="out: a file's path"):
+        rrfp.schedule(hint="1f1b", pp=2, microbatches=2, out=3)
+    assert not (tmp_path / "bf.txt").exists()
+
+
+def test_schedule_takes_ordered_forwards_as_the_command_does(tmp_path):
+    # A list whose first stage runs m1's forward before m0's: fine, unless each chunk's
+    # forwards must run in microbatch order, which the function could not ask for.
+    path = tmp_path / "h.txt"
+    path.write_text("stage 0: F0:1 F0:0 B0:0 B0:1\nstage 1: F1:0 B1:0 F1:1 B1:1\n")
+    assert rrfp.schedule(hint=path, pp=2, microbatches=2, ordered_forwards=False)[0][0] == (
+        "F", 0, 1)
+    with pytest.raises(ValueError, match="cyclic wait.*each chunk's forwards in microbatch order"):
+        rrfp.schedule(hint=path, pp=2, microbatches=2, ordered_forwards=True)
+    with pytest.raises(TypeError, match="ordered_forwards: True, False or None"):
+        rrfp.schedule(hint="bf", ordered_forwards="on")

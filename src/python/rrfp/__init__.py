@@ -88,7 +88,8 @@ _SIMULATE_KEYWORDS = (
     "pp", "vpp", "microbatches", "placement", "split_backward", "workload", "workload_file",
     "replay", "hint", "policy", "limit", "max_pending_w", "comm", "seed", "tp", "tp_protocol",
     "ordered_forwards", "step", "trace_format", "message_us")
-_SCHEDULE_KEYWORDS = ("hint", "pp", "vpp", "microbatches", "placement", "split_backward")
+_SCHEDULE_KEYWORDS = ("hint", "pp", "vpp", "microbatches", "placement", "split_backward",
+                      "ordered_forwards", "out")
 
 
 def _check_keywords(function, kwargs, known):
@@ -115,11 +116,24 @@ def _check_message_us(value):
 def schedule(**kwargs):
     """Each stage's tasks, ('F'|'B'|'W', chunk, microbatch), in the order the hint runs them at
     unit cost (`rrfp schedule show`): hint, pp, vpp, microbatches, placement, split_backward,
-    checked as rrfp.simulate checks them."""
+    ordered_forwards (True, or False/None: the default), checked as rrfp.simulate checks them.
+    `out`: a path where a list hint's task list is written, as the command's --out writes it
+    (JSON for a name ending .json, else text); None (the default) writes nothing."""
     _check_keywords("schedule", kwargs, _SCHEDULE_KEYWORDS)
     _check_counts(kwargs, ("pp", "vpp", "microbatches"))
     _check_names(kwargs, ("placement", "split_backward"))
     _check_paths(kwargs, (("hint", None),))
+    ordered = kwargs.get("ordered_forwards")
+    if ordered is not None and not isinstance(ordered, bool):
+        raise TypeError(f"ordered_forwards: True, False or None (off), got "
+                        f"{type(ordered).__name__} {ordered!r}")
+    kwargs["ordered_forwards"] = bool(ordered)
+    if kwargs.get("out") == "":  # an unset variable's: it would write nothing, silently
+        raise ValueError("out: '' names nothing (an unset variable?); leave it out for none")
+    if kwargs.get("out") is None:
+        kwargs["out"] = ""
+    else:
+        _check_paths(kwargs, (("out", "a file's path (str or a path object)"),))
     return _rrfp.schedule(**kwargs)
 
 
