@@ -276,6 +276,11 @@ std::vector<std::vector<std::byte>> MpiWorld::arrival_gather_bytes(std::span<con
   return gather_bytes_all(mine, MPI_COMM_WORLD);
 }
 
+std::vector<std::vector<double>> MpiWorld::ending_gather(std::span<const double> mine) {
+  auto d = deadline("MPI_Allgather (the end of the script)", Wait::kEnds);
+  return values_of<double>(gather_bytes_all(std::as_bytes(mine), MPI_COMM_WORLD));
+}
+
 std::vector<std::vector<std::byte>> MpiWorld::dp_all_gather(std::span<const std::byte> mine) {
   auto d = deadline("MPI_Allgather (data-parallel gradients)");
   return gather_bytes_all(mine, comms_->dp);

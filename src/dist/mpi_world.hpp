@@ -72,6 +72,10 @@ class MpiWorld final : public Job {
   // Rank 0 gets every rank's bytes, by world rank; the others get nothing.
   std::vector<std::vector<std::byte>> gather_to_root(std::span<const std::byte> mine) override;
   void barrier();
+  // An all-gather at the end of the program, before the closing barrier, within what that
+  // barrier waits: where the processes' front end opens each of its calls with an arrival
+  // gather, a process ending while another makes a call meets it here, not in no collective.
+  std::vector<std::vector<double>> ending_gather(std::span<const double> mine);
   // Ends the whole job: every process, this one included, exits with `code`.
   [[noreturn]] void abort(int code) override;
 

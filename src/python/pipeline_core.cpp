@@ -176,6 +176,31 @@ void PipelineCore::close() {
   lk.unlock();
 }
 
+#ifdef RRFP_HAVE_MPI
+// The end of the script is a call too. A process that ended it while another made one of the
+// pipeline's calls (a step() more than this one made) met it in no collective: each waited out
+// `arrival_timeout` (30 minutes by default), in the closing barrier and in the call's gather,
+// saying only that a process was late. Every process ends in the gather that opens each call
+// (rrfp/_calls.py), with the end's code; one making a call finds the difference there and
+// raises, and here it is said and the job ended, as an uncaught exception ends it.
+void end_of_script(MpiWorld& w) {
+  constexpr double kEndCode = 9;  // _calls.py's _CALLS
+  const double mine[] = {kEndCode, -1};
+  const auto every = w.ending_gather(mine);
+  std::vector<int> other;
+  for (int r = 0; r < static_cast<int>(every.size()); ++r)
+    if (every[r].empty() || every[r][0] != kEndCode) other.push_back(r);
+  if (other.empty()) return;
+  std::fprintf(stderr,
+               "rrfp: mpi rank %d: the script ended while mpi rank(s) %s made a call of the "
+               "pipeline (a step() or another call this process did not make); every process "
+               "must make the same calls; ending the job\n",
+               w.rank(), rank_list(other).c_str());
+  std::fflush(stderr);
+  w.abort(1);
+}
+#endif
+
 void shutdown_processes() {
   Processes& p = processes();
   std::vector<PipelineCore*> live;
@@ -185,6 +210,12 @@ void shutdown_processes() {
     p.shut = true;
     live = p.live;
   }
+#ifdef RRFP_HAVE_MPI
+  if (p.world) {
+    pyb::gil_scoped_release nogil;
+    end_of_script(*p.world);
+  }
+#endif
   for (PipelineCore* c : live)
     c->close();
 #ifdef RRFP_HAVE_MPI

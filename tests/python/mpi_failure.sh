@@ -3,6 +3,7 @@
 # whole job at once (the uncaught exception calls MPI_Abort), long before the others' timeout,
 # with the StageError on stderr; mpirun exits non-zero and no python process is left behind.
 # Then a process later to a step than arrival_timeout ends the job at the others' deadline.
+# And a process that makes a step more than the others ends the job at once.
 # Usage: mpi_failure.sh TESTS_DIR PYTHON
 set -uo pipefail
 here=$1
@@ -90,3 +91,30 @@ grep -q "mpi rank 0: MPI_Allgather (the processes coming to a call) did not fini
   fail "no line naming the arrival's gather and arrival_timeout"
 none_left "$tmp/late.py"
 echo "a process 8 s late to a step under arrival_timeout=2: mpirun exited $rc after $took s"
+
+# A process that makes one step more than the other, whose script ends: the two met in no
+# collective (the end's barrier against the step's gather), and both waited out arrival_timeout
+# (30 minutes by default), saying only that a process was late. The end is a gather as each call
+# is: the job ends at once, rank 0 naming the call it ended beside, rank 1's step refused.
+cat >"$tmp/extra.py" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import conftest  # noqa: F401  (the package path)
+import lm
+import rrfp
+
+pipe = rrfp.Pipeline(lambda i: lm.chunks(2)[i], lm.loss_fn, pp=2, microbatches=2,
+                     transport="mpi", timeout=60)
+for _ in range(2 + pipe.rank):
+    pipe.step(*lm.batches(2, seed=0))
+PY
+start=$SECONDS
+timeout 120 "$here/../mpirun.sh" 2 "$py" "$tmp/extra.py" "$here" >"$tmp/log" 2>&1
+rc=$?
+took=$((SECONDS - start))
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "mpirun exited $rc"
+[ $took -lt 30 ] || fail "the job took $took s to end (arrival_timeout 30 min: the end met no call)"
+grep -q "rrfp: mpi rank 0: the script ended while mpi rank(s) 1 made a call of the pipeline" \
+  "$tmp/log" || fail "no line naming the process still making a call"
+none_left "$tmp/extra.py"
+echo "a process making a step more than the other: mpirun exited $rc after $took s"

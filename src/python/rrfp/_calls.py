@@ -9,7 +9,7 @@ its next gather until the timeout."""
 # unscale_() or its step(), which unscales when unscale_() was not called: one call for both.
 _CALLS = {1.0: "step()", 2.0: "eval_step()", 3.0: "clip_grad_norm_()", 4.0: "save()",
           5.0: "load()", 6.0: "GradScaler.unscale_()", 7.0: "GradScaler.update()",
-          8.0: "Pipeline()"}
+          8.0: "Pipeline()", 9.0: "the end of its script"}
 
 # The construction's tag: no step is made before it.
 BUILDING = ("Pipeline()", 0)
@@ -37,10 +37,13 @@ def gather(core, call, values):
 def mismatch(name, every):
     """The words of gather's refusal in `name` (this process's call), from what every process
     sent."""
-    where = ", ".join(
-        f"job rank {r} in {_CALLS[v[0]]} after {int(v[1])} steps"
-        if len(v) >= 2 and v[0] in _CALLS else f"job rank {r} in another collective"
-        for r, v in enumerate(every))
+    def at(r, v):
+        if len(v) < 2 or v[0] not in _CALLS:
+            return f"job rank {r} in another collective"
+        if v[0] == 9.0:  # under mpirun, a process's end (pipeline_core.cpp: end_of_script)
+            return f"job rank {r} at {_CALLS[v[0]]}"
+        return f"job rank {r} in {_CALLS[v[0]]} after {int(v[1])} steps"
+    where = ", ".join(at(r, v) for r, v in enumerate(every))
     return (f"{name}: the processes of the job are not making the same call ({where}; steps "
             "count step() and eval_step() calls); every "
             "process must make the pipeline's calls (step(), eval_step(), clip_grad_norm_(), "
