@@ -136,11 +136,15 @@ class Seeding:
         # The stuck report names a task waiting here as running, unless told.
         _rrfp._waiting_for("its turn at torch's generators, which seeded tasks take one at a "
                            "time")
-        blamed = []
+        blamed, taken = [], False
         try:
             taken = take_generators(self._wait_s, self, blamed)
         finally:
-            _rrfp._waiting_for("")
+            # A wait that ended without them keeps its note until the task ends (the runtime
+            # clears it): the watchdog, at the same limit, may report while the task fails, and
+            # showed it "running" with no word of the wait (1 suite run in about 100).
+            if taken:
+                _rrfp._waiting_for("")
         if not taken:
             who = "one other seeded task" if blamed[0] is None else \
                 f"task {blamed[0][1]} of another seeded pipeline"
