@@ -174,7 +174,7 @@ TEST(RuntimeTp, AgreeRanksThatRankApartAreNamedByTheWatchdog) {
   Hint h = make_hint("adaptive", m);
   const RealizedWork w = random_work(m, 2, 1);
   RuntimeOptions ro = runtime_options(m, w, Policy::Ready, TpProtocol::Agree);
-  ro.timeout_ms = 300;
+  ro.timeout_ms = 2000;  // the stall is certain: only the report's round must be decided by then
   auto inner = emulated_programs(m, w);
   Runtime rt(
       m, h,

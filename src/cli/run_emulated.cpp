@@ -2,7 +2,6 @@
 // compute (each task sleeps for its modelled duration), over --rounds, with warm-up and
 // --repeat timed steps; with --compare also simulated and replayed from its measured durations
 // (cli/compare.hpp); then the reports.
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +10,7 @@
 
 #include "cli/compare.hpp"
 #include "cli/mpi_launch.hpp"
+#include "cli/outputs_ahead.hpp"
 #include "cli/run_flags.hpp"
 #include "cli/stop_signal.hpp"
 #include "comm/buffer_pool.hpp"
@@ -25,19 +25,6 @@
 namespace rrfp {
 
 namespace {
-
-// The process's limit on address space (ulimit -v) or on its data, which counts private
-// mappings too (ulimit -d), the lower, in bytes; 0 when it has none. (Under -d alone, the
-// buffers mapped ahead took what the compute threads' stacks needed, and the run blamed --pp.)
-std::uint64_t memory_limit() {
-  std::uint64_t limit = 0;
-  for (const int resource : {RLIMIT_AS, RLIMIT_DATA}) {
-    rlimit r{};
-    if (getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
-      limit = limit == 0 ? r.rlim_cur : std::min<std::uint64_t>(limit, r.rlim_cur);
-  }
-  return limit;
-}
 
 // The most wall time the emulated steps may take, all runs, rounds and steps together.
 constexpr double kMaxEmulatedSeconds = 600;
@@ -188,32 +175,10 @@ class EmulatedRuns {
     EmulationOptions eo;
     eo.spin = f_.spin;
     if (!world_) {
-      // In one process, every output buffer a step can hold at once is mapped before the
-      // warm-up, so that no timed step maps one however its timing goes (a warm-up only finds
-      // the peaks it met). Outputs pass by reference and are never written here, so this costs
-      // address space and a page a buffer (the allocator's header, for one taken from its
-      // heap), not the bytes. Over a transport the bytes are written, and the bound would hold
-      // that much memory in every process: there the warm-up fills the pools.
-      eo.outputs_in_flight = d_bound(resolve_options(o.arbiter, h, m), h, m);
-      std::size_t ahead = 0, buffers = 0;
-      for (int stage = 0; stage < m.pp(); ++stage)
-        for (const auto& [cap, count] : buffers_ahead(m, w, stage, eo)) {
-          buffers += static_cast<std::size_t>(count) * static_cast<std::size_t>(w.tp);
-          ahead += cap * static_cast<std::size_t>(count) * static_cast<std::size_t>(w.tp);
-        }
-      // A reservation that takes much of a memory limit (ulimit -v or -d) or of the memory
-      // available would leave the run's threads and records none: then the warm-up fills the
-      // pools. Its pages alone held 2.3 GB at P=512 M=512 of small messages.
-      const std::uint64_t limit = memory_limit(), pages = buffers * kPageBytes;
-      const std::int64_t have = available_memory();
-      if (limit > 0 && ahead > limit / 4)
-        skip_ahead(ahead, "the memory limit (ulimit -v or -d)");
-      else if (have > 0 && pages > static_cast<std::uint64_t>(have) / 4)
-        skip_ahead(pages, "the memory available (a page of each buffer)");
-      if (ahead_skipped_ > 0) eo.outputs_in_flight = 0;
+      ahead_.plan(m, h, w, o.arbiter, eo);
       const std::uint64_t reserved = BufferPool::reserved_total();
       Runtime rt(m, h, emulated_programs(m, w, eo), ro);
-      ahead_bytes_ = std::max(ahead_bytes_, BufferPool::reserved_total() - reserved);
+      ahead_.mapped(BufferPool::reserved_total() - reserved);
       warm_up_and_time(rt);
     } else {
       world_->set_layout(JobLayout{m.pp(), w.tp, 1});
@@ -353,25 +318,6 @@ class EmulatedRuns {
     if (f_.compare) human << fidelity_table(fidelity);
   }
 
-  static constexpr std::uint64_t kPageBytes = 4096;
-
-  void skip_ahead(std::uint64_t bytes, const char* of) {
-    ahead_skipped_ = std::max(ahead_skipped_, bytes);
-    ahead_skip_of_ = of;
-  }
-
-  // In one process: the output buffers mapped ahead, or why not.
-  std::string ahead_note() const {
-    auto mib = [](std::uint64_t b) { return fmt("%.0f", static_cast<double>(b) / (1 << 20)); };
-    if (ahead_skipped_ > 0)
-      return "; output buffers not mapped ahead: " + mib(ahead_skipped_) +
-             " MiB would take more than a quarter of " + ahead_skip_of_;
-    if (ahead_bytes_ == 0) return "";
-    return "; output buffers mapped ahead (address space, never written in one process but for "
-           "a page each): " +
-           mib(ahead_bytes_) + " MiB, the largest run's";
-  }
-
   std::string warm_up_line() const {
     int timed = 0, mapped = 0;
     for (const std::vector<StepResult>& steps : steps_of_)
@@ -386,7 +332,7 @@ class EmulatedRuns {
            ", then up to --warmup-extra " + std::to_string(f_.warmup_extra) +
            " more while one still mapped fresh payload buffers); timed steps that mapped fresh "
            "buffers (their page faults in their times): " +
-           std::to_string(mapped) + " of " + std::to_string(timed) + ahead_note() + "\n";
+           std::to_string(mapped) + " of " + std::to_string(timed) + ahead_.note() + "\n";
   }
 
   const RunFlags& f_;
@@ -400,9 +346,7 @@ class EmulatedRuns {
   std::string model_source_;
   std::vector<std::int64_t> measured_gaps_;  // of the step execute() returned last
   std::vector<int> warmups_;                 // warm-up steps each run and round took
-  std::uint64_t ahead_bytes_ = 0;            // output buffers mapped ahead, the largest run's
-  std::uint64_t ahead_skipped_ = 0;          // or what was not, over a quarter of
-  std::string ahead_skip_of_;                // a memory limit, or of the memory available
+  OutputsAhead ahead_;                       // in one process
   // Per run: every timed step so far, over the rounds (each merged over the job's processes).
   std::vector<std::vector<StepResult>> steps_of_;
   size_t current_ = 0;  // the run execute() measures

@@ -215,6 +215,16 @@ def test_schedule_writes_a_list_hints_task_list_as_the_command_does(tmp_path):
         rrfp.schedule(hint="1f1b", pp=2, microbatches=2, out="")
     with pytest.raises(TypeError, match="out: a file's path"):
         rrfp.schedule(hint="1f1b", pp=2, microbatches=2, out=3)
+    # What the command refuses: it wrote a file named '-', a file 'zb-h1' that hint='zb-h1'
+    # never reads back, and over the hint file it read.
+    with pytest.raises(ValueError, match="out: '-' is no standard output here"):
+        rrfp.schedule(hint="1f1b", pp=2, microbatches=2, out="-")
+    with pytest.raises(ValueError, match="out: 'zb-h1' is a built-in hint's name"):
+        rrfp.schedule(hint="1f1b", pp=2, microbatches=2, out="zb-h1")
+    before = (tmp_path / "h.txt").read_text()
+    with pytest.raises(ValueError, match="is the hint file it would be written from"):
+        rrfp.schedule(hint=tmp_path / "h.txt", pp=2, microbatches=2, out=tmp_path / "h.txt")
+    assert (tmp_path / "h.txt").read_text() == before
     assert not (tmp_path / "bf.txt").exists()
 
 

@@ -134,7 +134,26 @@ def schedule(**kwargs):
         kwargs["out"] = ""
     else:
         _check_paths(kwargs, (("out", "a file's path (str or a path object)"),))
+        _refuse_out(kwargs["out"], kwargs.get("hint", "1f1b"))
     return _rrfp.schedule(**kwargs)
+
+
+def _refuse_out(out, hint):
+    """What `schedule show --out` refuses, in the function's words: a built-in hint's name
+    (`hint` would run the hint, never read the file back), '-' (no standard output here) and
+    the hint file it is written from (replaced by its own list)."""
+    import os
+    if out in ("-", b"-"):
+        raise ValueError("out: '-' is no standard output here; give a file's path")
+    if isinstance(out, str) and out in _rrfp.hint_names():
+        raise ValueError(f"out: '{out}' is a built-in hint's name, which hint= runs instead of "
+                         f"the file; give another name (./{out}, {out}.txt or {out}.json)")
+    try:
+        same = os.path.samefile(out, hint)
+    except (OSError, TypeError, ValueError):  # either not there (a name): not one file
+        same = False
+    if same:
+        raise ValueError(f"out: {out!r} is the hint file it would be written from")
 
 
 def _check_counts(kwargs, names):

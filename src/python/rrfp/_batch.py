@@ -5,6 +5,7 @@ import zlib
 
 import torch
 
+from ._caller import AUTOCAST_DEVICES, autocast_dtype, autocast_enabled
 from ._calls import call_of, gather
 from ._scaler_job import scales_apart
 from ._tree import tensors_in
@@ -260,35 +261,26 @@ def _refuse_other_scales(call, scales):
 
 # The dtypes autocast runs in, numbered for the job's gather (0: autocast off).
 _AUTOCAST_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_AUTOCAST_DEVICES = ("cpu", "cuda")
-
-
-def _autocast_on(device):
-    """(enabled, dtype) of the caller's autocast for `device`: torch 2.4 asks by device type,
-    1.13 has a function per device."""
-    try:
-        return torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
-    except (TypeError, AttributeError):
-        if device == "cpu":
-            return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
-        return torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
 
 
 def _autocast_code():
-    """The caller's autocast, which every task of the step runs under, as one number: per
-    device type, 0 when off, else 1 + its dtype's place (len + 1: another dtype)."""
+    """The caller's autocast, which every task of the step runs under (as _caller.CallerState
+    reads it), as one number: per device type, 0 when off, else 1 + its dtype's place (len +
+    1: another dtype)."""
     code = 0
-    for device in _AUTOCAST_DEVICES:
-        on, dtype = _autocast_on(device)
-        place = (_AUTOCAST_DTYPES.index(dtype) if dtype in _AUTOCAST_DTYPES
-                 else len(_AUTOCAST_DTYPES)) + 1
-        code = code * 8 + (place if on else 0)
+    for device in AUTOCAST_DEVICES:
+        place = 0
+        if autocast_enabled(device):
+            dtype = autocast_dtype(device)
+            place = (_AUTOCAST_DTYPES.index(dtype) if dtype in _AUTOCAST_DTYPES
+                     else len(_AUTOCAST_DTYPES)) + 1
+        code = code * 8 + place
     return code
 
 
 def _autocast_text(code):
     said = []
-    for device in reversed(_AUTOCAST_DEVICES):
+    for device in reversed(AUTOCAST_DEVICES):
         code, place = divmod(code, 8)
         if place:
             dtype = (str(_AUTOCAST_DTYPES[place - 1]).replace("torch.", "")
