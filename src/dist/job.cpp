@@ -55,6 +55,7 @@ std::vector<Differing> differing_over_job(Job& job, std::span<const double> dige
     auto digest = [&](int r) { return i < every[r].size() ? every[r][i] : -1.0; };
     Differing& d = out[i];
     for (int r = 0; r < static_cast<int>(every.size()); ++r) {
+      d.by_rank.push_back(digest(r));
       if (digest(r) < 0) continue;
       if (d.first < 0) d.first = r;
       if (digest(r) != digest(d.first)) d.other.push_back(r);

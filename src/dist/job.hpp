@@ -183,11 +183,13 @@ double max_over_job(Job& job, double mine);
 // that the job's gather of doubles carries it exactly.
 double job_digest(std::uint64_t hash);
 // For each of `digests` (this process's, one per input; negative: none here, left to its
-// reader to refuse in its own words), the lowest rank that gave one and the ranks whose digest
-// differs from that rank's. A collective: every process gets the same answer.
+// reader to refuse in its own words), the lowest rank that gave one, the ranks whose digest
+// differs from that rank's, and every rank's value. A collective: every process gets the same
+// answer.
 struct Differing {
   int first = -1;
   std::vector<int> other;
+  std::vector<double> by_rank;  // -1 where a rank gave none
 };
 std::vector<Differing> differing_over_job(Job& job, std::span<const double> digests);
 // Up to 8 ranks, comma-separated ("1, 3, 4"), then ", ..." for more.

@@ -126,14 +126,12 @@ std::vector<std::string> Trainer::job_parameter_names() const {
 // One path may hold another checkpoint on each node (a stale copy): the processes resumed at
 // different steps and failed inside the run, or trained a model of two checkpoints.
 void Trainer::refuse_other_checkpoint(const std::string& path, const CheckpointState& s) const {
+  // Every process read it (agree_on_input): rank 0 is the first, and the others' steps name them.
   const double mine[] = {job_digest(s.checksum), static_cast<double>(s.step)};
-  const auto every = o_.job->all_gather(std::span<const double>(mine));
-  auto at = [&](int r, std::size_t i) { return i < every[r].size() ? every[r][i] : -1.0; };
-  std::vector<int> other;
-  for (int r = 1; r < static_cast<int>(every.size()); ++r)
-    if (at(r, 0) != at(0, 0)) other.push_back(r);
+  const std::vector<Differing> d = differing_over_job(*o_.job, mine);
+  const std::vector<int>& other = d[0].other;
   if (other.empty()) return;
-  auto step = [&](int r) { return std::to_string(static_cast<long long>(at(r, 1))); };
+  auto step = [&](int r) { return std::to_string(static_cast<long long>(d[1].by_rank[r])); };
   throw InputError("`resume`: every process must resume from the same checkpoint; '" +
                    path.substr(0, 100) + "' holds another on rank(s) " + rank_list(other) +
                    " (step " + step(other.front()) + ") than on rank 0 (step " + step(0) +

@@ -50,10 +50,7 @@ def simulate(**kwargs):
     if kwargs.get("policy") == "both":
         raise ValueError("policy: one record holds one run; give \"fixed\" or \"ready\" (the "
                          "command's \"both\" runs each)")
-    for name in ("replay", "workload_file"):
-        if kwargs.get(name) == "":  # an unset variable's: it ran without the file
-            raise ValueError(f"{name}: '' names nothing (an unset variable?); leave it out "
-                             "for none")
+    _refuse_empty(kwargs, ("replay", "workload_file"))  # it ran without the file
     _check_counts(kwargs, ("pp", "vpp", "microbatches", "limit", "max_pending_w", "tp"))
     if "seed" in kwargs:
         kwargs["seed"] = check_whole("seed", kwargs["seed"], "a whole number in 0..2**64-1",
@@ -128,14 +125,20 @@ def schedule(**kwargs):
         raise TypeError(f"ordered_forwards: True, False or None (off), got "
                         f"{type(ordered).__name__} {ordered!r}")
     kwargs["ordered_forwards"] = bool(ordered)
-    if kwargs.get("out") == "":  # an unset variable's: it would write nothing, silently
-        raise ValueError("out: '' names nothing (an unset variable?); leave it out for none")
+    _refuse_empty(kwargs, ("out",))  # it would write nothing, silently
     if kwargs.get("out") is None:
         kwargs["out"] = ""
     else:
         _check_paths(kwargs, (("out", "a file's path (str or a path object)"),))
         _refuse_out(kwargs["out"], kwargs.get("hint", "1f1b"))
     return _rrfp.schedule(**kwargs)
+
+
+def _refuse_empty(kwargs, names):
+    for name in names:
+        if kwargs.get(name) == "":  # an unset variable's
+            raise ValueError(f"{name}: '' names nothing (an unset variable?); leave it out "
+                             "for none")
 
 
 def _refuse_out(out, hint):

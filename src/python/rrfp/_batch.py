@@ -5,7 +5,7 @@ import zlib
 
 import torch
 
-from ._caller import AUTOCAST_DEVICES, autocast_dtype, autocast_enabled
+from ._caller import AUTOCAST_DEVICES
 from ._calls import call_of, gather
 from ._scaler_job import scales_apart
 from ._tree import tensors_in
@@ -181,7 +181,7 @@ def gather_call(pipe, call, values):
     return gather(pipe._core, call_of(pipe, call), values)
 
 
-def check_before_step(pipe, found, layout, training, refusal=None):
+def check_before_step(pipe, found, layout, training, caller, refusal=None):
     """What every process of the job must agree on before a step runs, in one gather, each
     refused on every process (raised where it fails alone, the others would wait for it in
     the step's collectives until their timeout):
@@ -194,7 +194,8 @@ def check_before_step(pipe, found, layout, training, refusal=None):
       generator starts from a different seed in every process: seed it alike.)
     - With dp > 1, every replica trains the same parameters of a stage (the layout marks).
     - Every process scales the loss alike (_refuse_other_scales).
-    - Every process runs the step under the same autocast (_refuse_other_autocast).
+    - Every process runs the step under the same autocast (`caller`'s, a CallerState:
+      _refuse_other_autocast).
     - The ties' copies agree (Ties.check)."""
     call = "step()" if training else "eval_step()"
     mine = [1.0, 0.0, 0.0] if refusal is not None else \
@@ -202,7 +203,7 @@ def check_before_step(pipe, found, layout, training, refusal=None):
          float(digest(pipe._data.targets or [], found[1]))]
     every = gather_call(pipe, call, mine + [_loss_scale(pipe),
                                             -1.0 if layout is None else float(layout),
-                                            float(_autocast_code())] +
+                                            float(_autocast_code(caller.autocast))] +
                         (pipe._ties.flags if pipe._ties else []))
     if refusal is not None:
         raise refusal
@@ -263,16 +264,16 @@ def _refuse_other_scales(call, scales):
 _AUTOCAST_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-def _autocast_code():
-    """The caller's autocast, which every task of the step runs under (as _caller.CallerState
-    reads it), as one number: per device type, 0 when off, else 1 + its dtype's place (len +
-    1: another dtype)."""
+def _autocast_code(autocast):
+    """`autocast` (CallerState.autocast: each device type it is on for, with its dtype), which
+    every task of the step runs under, as one number: per device type, 0 when off, else 1 +
+    its dtype's place (len + 1: another dtype)."""
+    on = dict(autocast)
     code = 0
     for device in AUTOCAST_DEVICES:
         place = 0
-        if autocast_enabled(device):
-            dtype = autocast_dtype(device)
-            place = (_AUTOCAST_DTYPES.index(dtype) if dtype in _AUTOCAST_DTYPES
+        if device in on:
+            place = (_AUTOCAST_DTYPES.index(on[device]) if on[device] in _AUTOCAST_DTYPES
                      else len(_AUTOCAST_DTYPES)) + 1
         code = code * 8 + place
     return code

@@ -25,7 +25,7 @@ from . import _hook_watch, _rrfp
 AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
-def autocast_enabled(device_type):
+def _enabled(device_type):
     try:
         return torch.is_autocast_enabled(device_type)  # torch >= 2.4
     except TypeError:
@@ -33,7 +33,7 @@ def autocast_enabled(device_type):
             torch.is_autocast_enabled()
 
 
-def autocast_dtype(device_type):
+def _dtype(device_type):
     if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4
         return torch.get_autocast_dtype(device_type)
     return torch.get_autocast_cpu_dtype() if device_type == "cpu" else \
@@ -47,7 +47,7 @@ class CallerState:
     """What a step's tasks take from the thread that called it."""
 
     def __init__(self):
-        self.autocast = [(d, autocast_dtype(d)) for d in AUTOCAST_DEVICES if autocast_enabled(d)]
+        self.autocast = [(d, _dtype(d)) for d in AUTOCAST_DEVICES if _enabled(d)]
         self.cache = torch.is_autocast_cache_enabled()
         # Left alone where it is the default: a task then pays nothing for it.
         self.optimize = None if _get_optimize is None or _get_optimize() else False

@@ -61,6 +61,7 @@ def run_pass(pipe, inputs, targets, training, prepare):
     loop that went on past it paired every later collective with the wrong call."""
     m = pipe._core.microbatches
     found, refusal, prepared = None, None, (None, None)
+    caller = CallerState()  # what the tasks run under, which the processes compare first
     try:
         if pipe._data.seeding is not None:
             refuse_nested_seeding("step()" if training else "eval_step()")
@@ -71,7 +72,7 @@ def run_pass(pipe, inputs, targets, training, prepare):
     sums, layout = prepared
     try:
         if pipe._core.world > 1:
-            check_before_step(pipe, found, layout, training, refusal)
+            check_before_step(pipe, found, layout, training, caller, refusal)
         elif refusal is not None:
             raise refusal
         elif pipe._ties is not None:
@@ -83,7 +84,6 @@ def run_pass(pipe, inputs, targets, training, prepare):
         sums.mark()
     pipe._data.losses = {}
     pipe._data.gradless = 0
-    caller = CallerState()
     pipe._data.caller = caller if caller.applies() else None
     pipe._data.errors = []
     pipe._data.sums = sums
