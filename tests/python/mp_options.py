@@ -131,9 +131,44 @@ def refuse_other_autocast(pp, dp, transport, job_rank):
         pipe.step(*batch)
 
 
+def refuse_other_modes(pp, dp, transport, job_rank):
+    """model.eval() on job rank 0 alone (rank 0 evaluating, then not switching back): its stage
+    ran without dropout and with frozen batch-norm statistics while the others trained with
+    both, silently. Refused on every process before the step where every process holds the
+    whole model (a list of chunks) and, with chunk_fn, between the replicas of a stage; a part
+    put in eval() alike on every process trains."""
+    world, chunks = pp * dp, lm.chunks(pp)
+    n = len(list(chunks[0].modules()))
+    fns = [chunks] + ([lambda i: lm.chunks(pp)[i]] if dp > 1 else [])
+    for built in fns:
+        pipe = rrfp.Pipeline(built, lm.loss_fn, pp=pp, microbatches=4, transport=transport,
+                             dp=dp, timeout=60)
+        held = chunks if built is chunks else list(pipe.chunks.values())
+        for c in held if job_rank == 0 else []:
+            c.eval()
+        others = list(range(1, world)) if built is chunks else [pp]
+        try:
+            pipe.step(*lm.batches(4))
+        except ValueError as e:
+            want = (f"step: the processes hold chunk 0 in different train()/eval() modes (job "
+                    f"rank 0 with 0 of its {n} modules in training, job rank(s) {others} with "
+                    f"{n} of its {n} modules in training)")
+            assert want in str(e), (job_rank, str(e))
+        else:
+            raise AssertionError(f"rank {job_rank}: a step with chunk 0 in eval() on rank 0 "
+                                 "alone ran")
+        for c in held:
+            c.train()
+            c[0].eval()  # the same part frozen on every process
+        assert pipe.step(*lm.batches(4)) is not None
+    print(f"rank {job_rank}: train()/eval() modes that differ between processes refused",
+          flush=True)
+
+
 def run(pp, dp, transport, job_rank):
     torch.manual_seed(0)
     refuse_other_autocast(pp, dp, transport, job_rank)
+    refuse_other_modes(pp, dp, transport, job_rank)
     if transport == "c10d":  # an MPI job takes one layout while pipelines of it are alive
         refuse_other_layout(pp, dp, transport, job_rank)
     refuse_other_options(pp, dp, transport, job_rank)

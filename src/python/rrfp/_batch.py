@@ -7,6 +7,7 @@ import torch
 
 from ._caller import AUTOCAST_DEVICES
 from ._calls import call_of, gather
+from ._modes import mode_values, refuse_other_modes
 from ._scaler_job import scales_apart
 from ._tree import tensors_in
 
@@ -196,14 +197,17 @@ def check_before_step(pipe, found, layout, training, caller, refusal=None):
     - Every process scales the loss alike (_refuse_other_scales).
     - Every process runs the step under the same autocast (`caller`'s, a CallerState:
       _refuse_other_autocast).
+    - The copies of a chunk held by several processes are in the same train()/eval() modes
+      (rrfp._modes).
     - The ties' copies agree (Ties.check)."""
     call = "step()" if training else "eval_step()"
     mine = [1.0, 0.0, 0.0] if refusal is not None else \
         [0.0, float(digest(pipe._data.inputs, found[0])),
          float(digest(pipe._data.targets or [], found[1]))]
+    modes = mode_values(pipe)  # as long on every process; the ties' flags are not
     every = gather_call(pipe, call, mine + [_loss_scale(pipe),
                                             -1.0 if layout is None else float(layout),
-                                            float(_autocast_code(caller.autocast))] +
+                                            float(_autocast_code(caller.autocast))] + modes +
                         (pipe._ties.flags if pipe._ties else []))
     if refusal is not None:
         raise refusal
@@ -230,6 +234,7 @@ def check_before_step(pipe, found, layout, training, caller, refusal=None):
     if training:
         _refuse_other_scales(call, [v[3] for v in every])
     _refuse_other_autocast(call, [int(v[5]) for v in every])
+    refuse_other_modes(call, [v[6:6 + len(modes)] for v in every])
     for s in range(pp):
         marks = [every[r * pp + s][4] for r in range(dp)]
         bad = next((r for r, v in enumerate(marks) if v != marks[0]), None)
@@ -239,7 +244,7 @@ def check_before_step(pipe, found, layout, training, caller, refusal=None):
                 f"replica {bad}), or parameters of other shapes or dtypes; every replica must "
                 "freeze, unfreeze and replace alike")
     if pipe._ties is not None:
-        pipe._ties.check([[x for s in range(pp) for x in every[r * pp + s][6:]]
+        pipe._ties.check([[x for s in range(pp) for x in every[r * pp + s][6 + len(modes):]]
                           for r in range(dp)], pipe.replica, training)
 
 
