@@ -260,5 +260,93 @@ TEST(SharedLinks, PropertyEachQueueServesInTurn) {
   }
 }
 
+// The fluid computed plainly, for PropertyMatchesTheFluidComputedPlainly: each transfer's work
+// left brought down at every join and end, in real time (no rounding to the nanosecond).
+struct Join {
+  std::int64_t at, work;
+  int queue;
+};
+std::vector<double> plain_fluid(const std::vector<Join>& joins, double capacity, double two) {
+  struct Flow {
+    double left;
+    int token, queue;
+  };
+  std::vector<Flow> flows;  // in the order they joined
+  std::vector<double> ends(joins.size());
+  double now = 0;
+  std::size_t next = 0;
+  while (next < joins.size() || !flows.empty()) {
+    std::vector<bool> moves(flows.size());
+    std::vector<int> seen;
+    for (std::size_t i = 0; i < flows.size(); ++i) {
+      const int q = flows[i].queue;
+      moves[i] = q < 0 || std::find(seen.begin(), seen.end(), q) == seen.end();
+      if (q >= 0) seen.push_back(q);
+    }
+    const auto n = static_cast<double>(std::count(moves.begin(), moves.end(), true));
+    const double rate = n <= 1 ? 1 : std::min({1.0, capacity / n, 1 / two});
+    double end = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < flows.size(); ++i)
+      if (moves[i]) end = std::min(end, now + flows[i].left / rate);
+    const bool join = next < joins.size() && static_cast<double>(joins[next].at) <= end;
+    const double to = join ? static_cast<double>(joins[next].at) : end;
+    for (std::size_t i = 0; i < flows.size(); ++i)
+      if (moves[i]) flows[i].left -= (to - now) * rate;
+    now = to;
+    if (join) {
+      flows.push_back(
+          Flow{static_cast<double>(joins[next].work), static_cast<int>(next), joins[next].queue});
+      ++next;
+      continue;
+    }
+    std::vector<Flow> left;
+    for (std::size_t i = 0; i < flows.size(); ++i) {
+      if (moves[i] && flows[i].left <= 1e-6)
+        ends[flows[i].token] = now;
+      else
+        left.push_back(flows[i]);
+    }
+    flows.swap(left);
+  }
+  return ends;
+}
+
+// Property, over seeds: transfers joining at random times, in queues or none, under a random
+// capacity and two_slowdown, end when the fluid computed plainly ends them, give or take the
+// nanoseconds of rounding (one an event), and finish() gives them in the order they joined.
+TEST(SharedLinks, PropertyMatchesTheFluidComputedPlainly) {
+  for (std::uint64_t seed = 1; seed <= 300; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<std::int64_t> gap(0, 3 * kMs), work(0, 10 * kMs);
+    std::uniform_int_distribution<int> queue(-1, 3);
+    const int n = 1 + static_cast<int>(seed % 40);
+    const double capacity = 1 + static_cast<double>(seed % 7) / 2;
+    const double two = 1 + static_cast<double>(seed % 5) / 4;
+    std::vector<Join> joins;
+    std::int64_t t = 0;
+    for (int i = 0; i < n; ++i) {
+      t += seed % 3 == 0 ? 0 : gap(rng);  // every third seed: all at once
+      joins.push_back(Join{t, work(rng), seed % 2 ? queue(rng) : -1});
+    }
+    SharedLinks links(capacity, two);
+    std::map<int, std::int64_t> ends;
+    for (int i = 0; i < n; ++i) {
+      finish_until(links, ends, joins[i].at);
+      links.add(joins[i].at, joins[i].work, i, joins[i].queue);
+    }
+    while (auto at = links.next_end()) {
+      const std::vector<int> done = links.finish(*at);
+      EXPECT_TRUE(std::is_sorted(done.begin(), done.end())) << "seed " << seed;
+      for (int token : done)
+        ends[token] = *at;
+    }
+    const std::vector<double> want = plain_fluid(joins, capacity, two);
+    ASSERT_EQ(ends.size(), static_cast<std::size_t>(n)) << "seed " << seed;
+    for (int i = 0; i < n; ++i)
+      EXPECT_NEAR(static_cast<double>(ends[i]), want[i], 2.0 * n + 2)
+          << "seed " << seed << " transfer " << i << " of " << n;
+  }
+}
+
 }  // namespace
 }  // namespace rrfp

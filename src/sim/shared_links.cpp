@@ -20,48 +20,59 @@ SharedLinks::SharedLinks(double capacity, double two_slowdown)
                      std::to_string(two_slowdown));
 }
 
+namespace {
+
+// The heap's order: the least end first, of equal ends the first joined.
+bool later(const auto& a, const auto& b) {
+  return a.end != b.end ? a.end > b.end : a.seq > b.seq;
+}
+
+}  // namespace
+
 double SharedLinks::rate() const {
-  if (moving_ <= 1) return 1;
-  return std::min({1.0, capacity_ / static_cast<double>(moving_), 1 / two_slowdown_});
+  if (moving_.size() <= 1) return 1;
+  return std::min({1.0, capacity_ / static_cast<double>(moving_.size()), 1 / two_slowdown_});
 }
 
 void SharedLinks::advance(std::int64_t now) {
-  if (now > at_ && moving_ > 0) {
-    const double done = static_cast<double>(now - at_) * rate();
-    for (Flow& f : flows_)
-      if (f.moving) f.left_ns -= done;
-  }
+  if (moving_.empty())
+    done_ = 0;
+  else if (now > at_)
+    done_ += static_cast<double>(now - at_) * rate();
   at_ = std::max(at_, now);
 }
 
-void SharedLinks::start_heads() {
-  moving_ = 0;
-  std::vector<int> seen;  // queues with a flow ahead, each once: a handful of processes
-  for (Flow& f : flows_) {
-    f.moving = f.queue < 0 || std::find(seen.begin(), seen.end(), f.queue) == seen.end();
-    // Once: pushed for each of a queue's flows, the search made a call n^2 in its flows.
-    if (f.queue >= 0 && f.moving) seen.push_back(f.queue);
-    moving_ += f.moving;
-  }
+void SharedLinks::start(double work_ns, std::uint64_t seq, int token, int queue) {
+  moving_.push_back(Moving{done_ + work_ns, seq, token, queue});
+  std::push_heap(moving_.begin(), moving_.end(),
+                 [](const Moving& a, const Moving& b) { return later(a, b); });
 }
 
 void SharedLinks::add(std::int64_t now, std::int64_t work_ns, int token, int queue) {
   advance(now);
-  flows_.push_back(Flow{static_cast<double>(work_ns), token, queue, false});
-  start_heads();
+  const std::uint64_t seq = joined_++;
+  if (queue >= 0) {
+    Queue& q = queues_[queue];
+    if (q.busy) {
+      q.behind.push_back(Waiting{static_cast<double>(work_ns), seq, token});
+      ++waiting_;
+      ++version_;
+      return;
+    }
+    q.busy = true;
+  }
+  start(static_cast<double>(work_ns), seq, token, queue);
   ++version_;
 }
 
 bool SharedLinks::moving(int queue) const {
-  return std::any_of(flows_.begin(), flows_.end(),
-                     [&](const Flow& f) { return f.queue == queue && f.moving; });
+  const auto q = queues_.find(queue);
+  return q != queues_.end() && q->second.busy;
 }
 
 std::optional<std::int64_t> SharedLinks::next_end() const {
-  if (moving_ == 0) return std::nullopt;
-  double least = std::numeric_limits<double>::infinity();
-  for (const Flow& f : flows_)
-    if (f.moving) least = std::min(least, f.left_ns);
+  if (moving_.empty()) return std::nullopt;
+  const double least = moving_.front().end - done_;
   // Up to the nanosecond: a transfer never ends before its work is done. An end past 2^63 ns
   // wrapped negative, and the step's clock went back and looped forever: refused instead.
   const double after = std::ceil(std::max(0.0, least) / rate());
@@ -79,12 +90,32 @@ std::vector<int> SharedLinks::finish(std::int64_t now) {
   // What would end within the next nanosecond ends now: the times are whole nanoseconds, and
   // equal transfers that joined together end together despite rounding.
   const double r = rate();
+  const auto order = [](const Moving& a, const Moving& b) { return later(a, b); };
+  std::vector<Moving> ended;
+  while (!moving_.empty() && moving_.front().end - done_ < r) {
+    std::pop_heap(moving_.begin(), moving_.end(), order);
+    ended.push_back(moving_.back());
+    moving_.pop_back();
+  }
+  std::sort(ended.begin(), ended.end(),
+            [](const Moving& a, const Moving& b) { return a.seq < b.seq; });
+  if (moving_.empty()) done_ = 0;
   std::vector<int> done;
-  auto ended = [&](const Flow& f) { return f.moving && f.left_ns < r; };
-  for (const Flow& f : flows_)
-    if (ended(f)) done.push_back(f.token);
-  std::erase_if(flows_, ended);
-  start_heads();
+  done.reserve(ended.size());
+  for (const Moving& m : ended) {
+    done.push_back(m.token);
+    if (m.queue < 0) continue;
+    Queue& q = queues_[m.queue];
+    if (q.behind.empty()) {
+      q.busy = false;
+      continue;
+    }
+    // The next of its queue moves from now, its whole work ahead of it.
+    const Waiting next = q.behind.front();
+    q.behind.pop_front();
+    --waiting_;
+    start(next.work_ns, next.seq, next.token, m.queue);
+  }
   ++version_;
   return done;
 }

@@ -16,7 +16,9 @@
 // one at a time, as rrfp's MPI transport does): of the transfers of one queue only the one that
 // joined first moves; the others wait for it, taking no share of the capacity meanwhile.
 #include <cstdint>
+#include <deque>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 namespace rrfp {
@@ -37,27 +39,45 @@ class SharedLinks {
   std::vector<int> finish(std::int64_t now);
   // Changes with every add and finish: a scheduled next_end() is current while this is.
   std::uint64_t version() const { return version_; }
-  std::size_t in_flight() const { return flows_.size(); }
-  std::size_t moving_count() const { return moving_; }  // in_flight() less the queued
+  std::size_t in_flight() const { return moving_.size() + waiting_; }
+  std::size_t moving_count() const { return moving_.size(); }  // in_flight() less the queued
   // Whether a transfer of `queue` is moving (a queue's first transfer always is).
   bool moving(int queue) const;
 
  private:
-  struct Flow {
-    double left_ns;  // work left, at the rate of one transfer alone
+  // Every moving transfer moves at one rate, so each is kept as the links' work done (done_)
+  // at which it ends: a change of the rate moves one number, where each transfer's work left
+  // was brought up to date at every add and finish, and a gpipe step of M messages on the
+  // links at once took time in M squared.
+  struct Moving {
+    double end;         // done_ at which its work is done
+    std::uint64_t seq;  // the order it joined: which ends first of equal ends, and finish()'s
     int token;
     int queue;
-    bool moving;  // the first of its queue (or in none)
   };
-  double rate() const;  // of each moving flow
-  void start_heads();   // marks each queue's first flow moving
+  struct Waiting {
+    double work_ns;
+    std::uint64_t seq;
+    int token;
+  };
+  struct Queue {
+    bool busy = false;           // one of it moves
+    std::deque<Waiting> behind;  // the others, in the order they joined
+  };
+  double rate() const;  // of each moving transfer
   void advance(std::int64_t now);
+  void start(double work_ns, std::uint64_t seq, int token, int queue);
 
   double capacity_;
   double two_slowdown_;
-  std::int64_t at_ = 0;      // the time flows_' work left is counted at
-  std::vector<Flow> flows_;  // in the order they joined
-  std::size_t moving_ = 0;   // how many of flows_ move
+  std::int64_t at_ = 0;  // the time done_ is counted at
+  // The work each moving transfer has done since the links were last idle, at the rate of one
+  // alone (from 0 again then, which keeps it small beside a transfer's work).
+  double done_ = 0;
+  std::vector<Moving> moving_;  // a heap, least (end, seq) first
+  std::unordered_map<int, Queue> queues_;
+  std::size_t waiting_ = 0;  // transfers queued behind another of their queue
+  std::uint64_t joined_ = 0;
   std::uint64_t version_ = 0;
 };
 

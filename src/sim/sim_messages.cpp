@@ -123,18 +123,23 @@ void Simulation::watch_links() {
 
 void Simulation::link_end(int stamp) {
   if (stamp != links_stamp()) return;  // the links changed since: a later event holds their end
+  std::vector<int> freed;  // the queues of the copies that ended: only they may have come free
   for (int id : links_->finish(now_)) {
     const Transfer& t = transfers_[id];
     // The trace keeps the time shared too, so its replay (each message on its own) is this
     // very step.
     if (opt_.record) res_.tasks[t.record].send_ns = now_ - t.start;
+    if (w_.serial_receive) freed.push_back(queue_of(t.dst_stage, t.rank));
     if (t.send < 0)
       arrive(t.dst_stage, t.rank, t.consumer);
     else
       send_landed(t.send);
   }
-  for (std::size_t q = 0; q < parked_.size(); ++q)
-    if (!parked_[q].empty() && !links_->moving(static_cast<int>(q))) {
+  // In the order of the queues, as every queue was gone through.
+  std::sort(freed.begin(), freed.end());
+  freed.erase(std::unique(freed.begin(), freed.end()), freed.end());
+  for (int q : freed)
+    if (!parked_[q].empty() && !links_->moving(q)) {
       std::vector<int> ids;
       ids.swap(parked_[q]);
       for (int id : ids)
