@@ -274,5 +274,35 @@ TEST(OfferPayload, ReadFromTheWorkloadFile) {
   }
 }
 
+// Each process copying its arrivals one at a time (comm_serial_receive), an acknowledgement
+// that lands while its process is inside a copy waits for that copy's end and no longer. A
+// step found by a search over seeds: zb-h1 at P=3, M=4, fixed, blocking, seed 4471. Stage 1 is
+// held on its send of F c1 m0 when its process starts copying F c0 m1 in; the acknowledgement
+// lands during that copy, and B c2 m0's copy joins behind it after. Released at the end of F
+// c0 m1's copy, stage 1 starts F c1 m1 as its input lands. The release waited for B c2 m0's
+// copy too, and F c1 m1 started 1.228 ms late.
+TEST(OfferPayload, AnAcknowledgementWaitsForTheCopyUnderWayOnly) {
+  PipelineConfig c = config(3, 4);
+  c.split_backward = true;
+  WorkModel m(c);
+  const WorkloadParams p =
+      apply_workload_json(workload_preset("uniform"),
+                          R"({"forward_us": 1000, "backward_ratio_min": 1, "backward_ratio_max": 2,
+          "compute_sigma": 0.4, "tokens_sigma": 0.6, "tokens_mean": 1000, "comm_latency_us": 0,
+          "comm_bandwidth_gbps": 0.5, "bytes_per_token": 1000, "tp_sigma": 0,
+          "comm_serial_receive": true, "comm_offer_payload": true})",
+                          "w.json");
+  SimOptions o;
+  o.comm = CommMode::Blocking;
+  o.record = true;
+  const SimRun r = run(m, "zb-h1", Policy::Fixed, realize(p, m, 1, 4471), o);
+  std::map<std::pair<int, int>, TaskRecord> f;  // forwards by (chunk, microbatch)
+  for (const TaskRecord& t : r.result.tasks)
+    if (t.task.kind == Kind::F) f[{t.task.chunk, t.task.mb}] = t;
+  const TaskRecord& in = f.at({0, 1});
+  ASSERT_GT(in.send_ns, 0);
+  EXPECT_EQ(f.at({1, 1}).start, in.end + in.send_ns) << "F c1 m1 starts as its input lands";
+}
+
 }  // namespace
 }  // namespace rrfp::test

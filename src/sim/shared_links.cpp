@@ -53,21 +53,21 @@ void SharedLinks::add(std::int64_t now, std::int64_t work_ns, int token, int que
   const std::uint64_t seq = joined_++;
   if (queue >= 0) {
     Queue& q = queues_[queue];
-    if (q.busy) {
+    if (q.moving >= 0) {
       q.behind.push_back(Waiting{static_cast<double>(work_ns), seq, token});
       ++waiting_;
       ++version_;
       return;
     }
-    q.busy = true;
+    q.moving = token;
   }
   start(static_cast<double>(work_ns), seq, token, queue);
   ++version_;
 }
 
-bool SharedLinks::moving(int queue) const {
+int SharedLinks::moving_token(int queue) const {
   const auto q = queues_.find(queue);
-  return q != queues_.end() && q->second.busy;
+  return q == queues_.end() ? -1 : q->second.moving;
 }
 
 std::optional<std::int64_t> SharedLinks::next_end() const {
@@ -107,13 +107,14 @@ std::vector<int> SharedLinks::finish(std::int64_t now) {
     if (m.queue < 0) continue;
     Queue& q = queues_[m.queue];
     if (q.behind.empty()) {
-      q.busy = false;
+      q.moving = -1;
       continue;
     }
     // The next of its queue moves from now, its whole work ahead of it.
     const Waiting next = q.behind.front();
     q.behind.pop_front();
     --waiting_;
+    q.moving = next.token;
     start(next.work_ns, next.seq, next.token, m.queue);
   }
   ++version_;

@@ -42,7 +42,9 @@ class SharedLinks {
   std::size_t in_flight() const { return moving_.size() + waiting_; }
   std::size_t moving_count() const { return moving_.size(); }  // in_flight() less the queued
   // Whether a transfer of `queue` is moving (a queue's first transfer always is).
-  bool moving(int queue) const;
+  bool moving(int queue) const { return moving_token(queue) >= 0; }
+  // The token of the transfer of `queue` that is moving; -1: none.
+  int moving_token(int queue) const;
 
  private:
   // Every moving transfer moves at one rate, so each is kept as the links' work done (done_)
@@ -61,7 +63,7 @@ class SharedLinks {
     int token;
   };
   struct Queue {
-    bool busy = false;           // one of it moves
+    int moving = -1;             // the token of the one of it that moves; -1: none
     std::deque<Waiting> behind;  // the others, in the order they joined
   };
   double rate() const;  // of each moving transfer

@@ -65,11 +65,13 @@ void Simulation::send_done(int id) {
 
 // Where each process copies its arrivals one at a time (WorkloadParams::comm_serial_receive)
 // and the sender's is inside a copy, the thread that would take the acknowledgement in is
-// busy: the release waits for that copy's end.
+// busy: the release waits for that copy's end, and no longer (the copies queued behind it
+// come after the acknowledgement; it waited for them all, and for those joining meanwhile).
 void Simulation::ack_landed(int id) {
   const Send& sd = sends_[id];
-  if (w_.serial_receive && links_->moving(queue_of(sd.src_stage, sd.rank))) {
-    parked_[queue_of(sd.src_stage, sd.rank)].push_back(id);
+  const int copy = w_.serial_receive ? links_->moving_token(queue_of(sd.src_stage, sd.rank)) : -1;
+  if (copy >= 0) {
+    parked_[copy].push_back(id);
     return;
   }
   release(id);
@@ -123,27 +125,23 @@ void Simulation::watch_links() {
 
 void Simulation::link_end(int stamp) {
   if (stamp != links_stamp()) return;  // the links changed since: a later event holds their end
-  std::vector<int> freed;  // the queues of the copies that ended: only they may have come free
-  for (int id : links_->finish(now_)) {
+  const std::vector<int> ended = links_->finish(now_);
+  for (int id : ended) {
     const Transfer& t = transfers_[id];
     // The trace keeps the time shared too, so its replay (each message on its own) is this
     // very step.
     if (opt_.record) res_.tasks[t.record].send_ns = now_ - t.start;
-    if (w_.serial_receive) freed.push_back(queue_of(t.dst_stage, t.rank));
     if (t.send < 0)
       arrive(t.dst_stage, t.rank, t.consumer);
     else
       send_landed(t.send);
   }
-  // In the order of the queues, as every queue was gone through.
-  std::sort(freed.begin(), freed.end());
-  freed.erase(std::unique(freed.begin(), freed.end()), freed.end());
-  for (int q : freed)
-    if (!parked_[q].empty() && !links_->moving(q)) {
-      std::vector<int> ids;
-      ids.swap(parked_[q]);
-      for (int id : ids)
-        release(id);
+  for (int id : parked_.empty() ? std::vector<int>{} : ended)
+    if (auto parked = parked_.find(id); parked != parked_.end()) {
+      const std::vector<int> sends = std::move(parked->second);
+      parked_.erase(parked);
+      for (int send : sends)
+        release(send);
     }
   watch_links();
 }

@@ -5,6 +5,7 @@
 // links, and the rendezvous of blocking mode. Internal to the simulator.
 #include <cstdint>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "sim/event_queue.hpp"
@@ -97,10 +98,11 @@ class Simulation {
   std::vector<Rank> ranks_;
   std::vector<Group> groups_;
   std::vector<Send> sends_;
-  std::vector<SentProposal> proposals_;     // agree: by Ev::Proposal's index
-  std::optional<SharedLinks> links_;        // WorkloadParams::comm_links; none: each on its own
-  std::vector<Transfer> transfers_;         // on the links, by token
-  std::vector<std::vector<int>> parked_;    // per process: releases waiting for its copy to end
+  std::vector<SentProposal> proposals_;  // agree: by Ev::Proposal's index
+  std::optional<SharedLinks> links_;     // WorkloadParams::comm_links; none: each on its own
+  std::vector<Transfer> transfers_;      // on the links, by token
+  // Releases waiting for the end of the copy (a transfer's token) their process was inside.
+  std::unordered_map<int, std::vector<int>> parked_;
   static constexpr double kNoLimit = 4096;  // capacity where only the queues hold transfers
   EventQueue<Event> events_;
   std::vector<int> waking_;  // ranks (queue_of) woken in this instant, their wake-up unsized

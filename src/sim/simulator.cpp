@@ -33,7 +33,6 @@ Simulation::Simulation(const WorkModel& m, const Hint& hint, const RealizedWork&
   // Queued copies need the links' bookkeeping even where bandwidth is to spare.
   if (w.links > 0 || w.serial_receive || w.two_slowdown > 1)
     links_.emplace(w.links > 0 ? w.links : kNoLimit, w.two_slowdown);
-  if (w.serial_receive) parked_.resize(ranks_.size());
   dirty_.assign(p_, 0);
   res_.pp = p_;
   res_.tp = t_;
