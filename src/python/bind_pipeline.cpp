@@ -107,7 +107,7 @@ void bind_pipeline(pyb::module_& m) {
       .def("set_runners", &PipelineCore::set_runners)
       .def("run_step", &PipelineCore::run_step, pyb::arg("step"),
            pyb::arg("sizes") = std::vector<std::int64_t>{}, pyb::arg("closing") = pyb::none());
-  m.def("_shutdown", &shutdown_processes,
+  m.def("_shutdown", &shutdown_processes, pyb::arg("held_call") = "",
         "tears down every pipeline and the MPI world (registered with atexit)");
   m.def("_abort", &abort_processes, pyb::arg("code"),
         "ends every process of the MPI job (uncaught exceptions; returns without MPI)");

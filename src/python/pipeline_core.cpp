@@ -37,6 +37,10 @@ struct Processes {
   std::vector<const PipelineCore*> on_mpi;
   JobLayout mpi_layout;
   bool shut = false;
+  // The process the world and pipelines belong to: a process forked from it (a data loader's
+  // worker, a user's os.fork()) ends without touching them. Ending them there joined the
+  // parent's MPI job (the child's end of the script ended the parent's healthy job) or crashed.
+  const int pid = static_cast<int>(::getpid());
 };
 
 Processes& processes() {
@@ -142,7 +146,7 @@ constexpr auto kCloseWait = std::chrono::seconds(30);
 }  // namespace
 
 bool PipelineCore::runtime_is_ours() const {
-  return !stepping_.load() || step_pid_.load() == static_cast<int>(::getpid());
+  return made_here() && (!stepping_.load() || step_pid_.load() == static_cast<int>(::getpid()));
 }
 
 void PipelineCore::drop_runtime() {
@@ -154,6 +158,11 @@ void PipelineCore::drop_runtime() {
 }
 
 void PipelineCore::close() {
+  if (!made_here()) {  // step_mu_ may have been held by a thread the fork did not copy
+    closed_ = true;
+    (void)rt_.release();
+    return;
+  }
   pyb::gil_scoped_release nogil;  // a step on another thread takes it to end
   std::unique_lock lk(step_mu_);
   closed_ = true;
@@ -201,8 +210,16 @@ void end_of_script(MpiWorld& w) {
 }
 #endif
 
-void shutdown_processes() {
+void shutdown_processes(const std::string& held_call) {
+  (void)held_call;  // without MPI
   Processes& p = processes();
+  if (p.pid != static_cast<int>(::getpid())) {  // a forked process: see Processes::pid
+    p.shut = true;
+#ifdef RRFP_HAVE_MPI
+    (void)p.world.release();
+#endif
+    return;
+  }
   std::vector<PipelineCore*> live;
   {
     std::lock_guard lk(p.mu);
@@ -211,6 +228,19 @@ void shutdown_processes() {
     live = p.live;
   }
 #ifdef RRFP_HAVE_MPI
+  if (p.world && !held_call.empty()) {
+    // A daemon thread stepping as the script ends: its step's collectives and the end's are
+    // posted from two threads on one communicator, in another order on each process, and
+    // crossed (a clean end, a false report of a process in a call, or a wait until
+    // `arrival_timeout`, by chance).
+    std::fprintf(stderr,
+                 "rrfp: mpi rank %d: the script ended while another thread of this process "
+                 "(a daemon thread, say) was in the pipeline's %s(); end every call before the "
+                 "script ends (join the thread that makes them); ending the job\n",
+                 p.world->rank(), held_call.c_str());
+    std::fflush(stderr);
+    p.world->abort(1);
+  }
   if (p.world) {
     pyb::gil_scoped_release nogil;
     end_of_script(*p.world);
@@ -227,7 +257,7 @@ void shutdown_processes() {
 void abort_processes(int code) {
 #ifdef RRFP_HAVE_MPI
   Processes& p = processes();
-  if (p.world) {
+  if (p.world && p.pid == static_cast<int>(::getpid())) {  // a forked process ends alone
     std::fprintf(stderr, "rrfp: mpi rank %d: an uncaught exception ends the job (MPI_Abort)\n",
                  p.world->rank());
     std::fflush(stderr);
@@ -238,6 +268,11 @@ void abort_processes(int code) {
 }
 
 PipelineCore::~PipelineCore() {
+  if (!made_here()) {  // a forked process: see made_here()
+    (void)rt_.release();
+    (void)own_job_.release();
+    return;
+  }
   {
     Processes& p = processes();
     std::lock_guard lk(p.mu);

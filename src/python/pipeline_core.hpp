@@ -1,4 +1,5 @@
 #pragma once
+#include <unistd.h>
 // The C++ half of rrfp.Pipeline: the work model, the hint, the Runtime and where its stages
 // live (threads of this process, or one stage per process under mpirun). The Python half
 // (rrfp/pipeline.py) owns the modules and the autograd; this half dispatches their tasks.
@@ -42,7 +43,9 @@ struct CoreOptions {
 
 // Ends multi-process use before the interpreter exits (rrfp registers it with atexit): every
 // live pipeline's runtime is torn down, then the MPI world (a barrier, MPI_Finalize).
-void shutdown_processes();
+// `held_call`: the call another thread of this process is making on a pipeline over MPI
+// (empty: none); the job is then ended, as its collectives and the end's would cross.
+void shutdown_processes(const std::string& held_call = "");
 // Ends every process of an MPI job at once (an uncaught exception in one of them: the others
 // would wait for it until their timeout). Returns when MPI is not in use.
 void abort_processes(int code);
@@ -132,8 +135,12 @@ class PipelineCore {
   // torch's thread-local state of the thread that called this step (PyStageProgram::begin_step
   // gives it each stage's thread); none between steps, so that it holds no Python object.
   std::optional<at::ThreadLocalState> caller_;
+  // Whether this process made the pipeline: a process forked from it holds copies of its
+  // runtime, transport and locks without their threads (and MPI's or Gloo's state it must not
+  // touch); they are left as they are there, never closed or freed.
+  bool made_here() const { return made_pid_ == static_cast<int>(::getpid()); }
   // Whether the runtime is still the one a step runs on (no step runs, or close() can touch
-  // it): false in a process forked while a step ran.
+  // it): false in a process forked from the one that made it, or forked while a step ran.
   bool runtime_is_ours() const;
   // Takes the runtime out under step_mu_ (a close() may cancel it meanwhile) and destroys it.
   void drop_runtime();
@@ -145,6 +152,7 @@ class PipelineCore {
   std::condition_variable step_cv_;
   std::atomic<bool> stepping_{false};
   std::atomic<int> step_pid_{0};
+  const int made_pid_ = static_cast<int>(::getpid());
 };
 
 }  // namespace rrfp::py

@@ -3,7 +3,8 @@
 # whole job at once (the uncaught exception calls MPI_Abort), long before the others' timeout,
 # with the StageError on stderr; mpirun exits non-zero and no python process is left behind.
 # Then a process later to a step than arrival_timeout ends the job at the others' deadline.
-# And a process that makes a step more than the others ends the job at once.
+# And a process that makes a step more than the others ends the job at once, as does a script
+# ending while a daemon thread of it steps.
 # Usage: mpi_failure.sh TESTS_DIR PYTHON
 set -uo pipefail
 here=$1
@@ -118,3 +119,40 @@ grep -q "rrfp: mpi rank 0: the script ended while mpi rank(s) 1 made a call of t
   "$tmp/log" || fail "no line naming the process still making a call"
 none_left "$tmp/extra.py"
 echo "a process making a step more than the other: mpirun exited $rc after $took s"
+
+# A daemon thread stepping as the script ends: its step's collectives and the end's were posted
+# from two threads on one communicator, in another order on each process, and crossed: a clean
+# end, a false report of a process in a call, or a wait until arrival_timeout, by chance. The
+# job now ends at once, the process naming the call its other thread was making.
+cat >"$tmp/daemon.py" <<'PY'
+import sys
+import threading
+import time
+sys.path.insert(0, sys.argv[1])
+import conftest  # noqa: F401  (the package path)
+import lm
+import rrfp
+
+pipe = rrfp.Pipeline(lambda i: lm.chunks(2)[i], lm.loss_fn, pp=2, microbatches=2,
+                     transport="mpi", timeout=60)
+batch = lm.batches(2, seed=0)
+stepping = threading.Event()
+
+
+def train():
+    while True:
+        stepping.set()
+        pipe.step(*batch)
+
+
+threading.Thread(target=train, daemon=True).start()
+stepping.wait()
+time.sleep(1)
+PY
+ends_failing "$tmp/daemon.py"
+# A process whose daemon is between two steps as its script ends refuses the daemon's next
+# step; the other's daemon, in a step, is then named as the process making a call.
+grep -Eq "the script ended while (another thread of this process \(a daemon thread, say\) was in the pipeline's step\(\)|mpi rank\(s\) [01] made a call of the pipeline)" \
+  "$tmp/log" || fail "no line naming the other thread's call"
+none_left "$tmp/daemon.py"
+echo "a daemon thread stepping as the script ends: mpirun exited $rc after $took s"

@@ -398,6 +398,11 @@ import mp_options  # noqa: E402
 
 mp_options.run(pp, dp, transport, job_rank())
 
+# Processes forked from the job's end alone, and the job goes on (mp_fork.py).
+import mp_fork  # noqa: E402
+
+mp_fork.run(pp, dp, m, transport)
+
 # One process pausing alone between calls longer than the timeout (mp_pause.py).
 if (transport, dp) in (("mpi", 1), ("c10d", 2)):
     import mp_pause  # noqa: E402

@@ -7,6 +7,7 @@
 See docs/python.md.
 """
 import atexit
+import os
 import sys
 
 import torch  # noqa: F401  (loads LibTorch's Python bindings before the extension)
@@ -189,9 +190,15 @@ def _check_paths(kwargs, names):
 def _shutdown():
     # Multi-process runs end their runtimes and MPI before the interpreter goes; a step running
     # on a daemon thread is cancelled (freed under it, its runtime crashed the process), and its
-    # Python half given a moment to leave.
+    # Python half given a moment to leave. Under mpirun a call another thread is making ends
+    # the job (_rrfp._shutdown's held_call): from here on no call starts there, so none is
+    # missed.
     live = list(_live.LIVE)  # held: a daemon thread's pipeline must outlive the wait
-    _rrfp._shutdown()
+    over_mpi = [p for p in live if p._transport == "mpi"]
+    for pipe in over_mpi:
+        pipe._exiting = True
+    held = [p for p in over_mpi if p._busy.locked() and p._holder_pid == os.getpid()]
+    _rrfp._shutdown(held_call=(held[0]._holder or "another call") if held else "")
     _live.wait_for_steps(live, 10)
 
 

@@ -176,6 +176,8 @@ class Pipeline:
         self._busy = threading.Lock()
         self._holder = None  # the call holding _busy, for the refusal's words
         self._holder_pid = None  # the process it runs in: wait_for_steps'
+        self._transport, self._made_pid = transport, os.getpid()
+        self._exiting = False  # set by the exit handler: no call starts after it
         LIVE.add(self)
 
     def _build_stages(self, build, place):
@@ -347,6 +349,11 @@ class Pipeline:
         a step gave the step's gradients weights they did not come from, a clip ran before its
         gradients were there (and left them unclipped), a save wrote buffers its forwards were
         updating."""
+        if self._transport != "inproc" and self._made_pid != os.getpid():
+            # Its first gather would have joined the parent's job from here.
+            raise RuntimeError(f"{what}: this process was forked from the one that made the "
+                               f"pipeline, whose processes (over {self._transport}) talk to "
+                               "that one: call it there, or make a pipeline here")
         if not self._busy.acquire(blocking=False):
             holder = self._holder  # read unlocked: for the words alone
             if holder in ("step", "eval_step"):
@@ -358,6 +365,10 @@ class Pipeline:
                                "pipeline runs one step, eval_step, load, load_state_dict, "
                                "save, clip_grad_norm_, or a change of its GradScaler (making "
                                "it, update, load_state_dict, unscale_), at a time")
+        if self._exiting:
+            self._busy.release()  # a daemon thread's call as the exit handler runs
+            raise RuntimeError(f"{what}: the pipeline was shut down as the interpreter exits "
+                               "(rrfp's exit handler ran): no call runs after it")
         self._holder, self._holder_pid = what, os.getpid()
         try:
             yield
