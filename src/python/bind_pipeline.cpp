@@ -93,6 +93,7 @@ void bind_pipeline(pyb::module_& m) {
       .def("replica_all_gather", &PipelineCore::replica_all_gather, pyb::arg("mine"))
       .def("dp_all_gather", &PipelineCore::dp_all_gather, pyb::arg("mine"))
       .def("close", &PipelineCore::close)
+      .def("take_layout", &PipelineCore::take_layout)
       .def("order_forwards", &PipelineCore::order_forwards)
       .def("local_stages", &PipelineCore::local_stages)
       .def("stage_of",

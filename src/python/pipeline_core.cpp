@@ -48,7 +48,8 @@ Processes& processes() {
   return p;
 }
 
-Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms, std::int64_t arrival_ms) {
+Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms, std::int64_t arrival_ms,
+             bool& split_pending) {
 #ifdef RRFP_HAVE_MPI
   if (!launched_by_mpirun())
     throw InputError("`transport` mpi: start the script under mpirun (see docs/python.md)");
@@ -72,13 +73,17 @@ Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms, std::int64_t arrival
                        "time: give this one the same pp and dp, or delete the others first");
     return p.world.get();  // the same layout: the communicators stay as they are
   }
-  p.world->set_layout(want);
-  p.mpi_layout = want;
+  // The first pipeline of a layout splits the world's communicators, but only once every
+  // process is found building one (take_layout(), after the construction's gather): split
+  // here, a process that built a pipeline while another stepped its last one met that step's
+  // gather in MPI_Comm_split, and both waited until `arrival_timeout`.
+  split_pending = true;
   return p.world.get();
 #else
   (void)o;
   (void)timeout_ms;
   (void)arrival_ms;
+  (void)split_pending;
   throw InputError("`transport` mpi: this rrfp was built without Open MPI");
 #endif
 }
@@ -112,7 +117,7 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   // A hint file whose order deadlocks the blocking rendezvous: refused here, where a step
   // stalled on it until the watchdog.
   refuse_blocking_deadlock(*model_, *hint_, runtime_.arbiter.policy, runtime_.comm);
-  if (tr == TransportKind::Mpi) job_ = mpi_job(o, runtime_.timeout_ms, arrival_ms_);
+  if (tr == TransportKind::Mpi) job_ = mpi_job(o, runtime_.timeout_ms, arrival_ms_, split_pending_);
   if (tr == TransportKind::C10d) {
     own_job_ = std::make_unique<C10dWorld>(
         o.groups, std::chrono::milliseconds(runtime_.timeout_ms ? runtime_.timeout_ms : 1'800'000));
@@ -123,6 +128,19 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   std::lock_guard lk(p.mu);
   p.live.push_back(this);
   if (tr == TransportKind::Mpi) p.on_mpi.push_back(this);
+}
+
+void PipelineCore::take_layout() {
+#ifdef RRFP_HAVE_MPI
+  if (!split_pending_) return;
+  Processes& p = processes();
+  std::lock_guard lk(p.mu);
+  const JobLayout want{opt_.pp, 1, opt_.dp};
+  pyb::gil_scoped_release nogil;  // the split waits for every process
+  p.world->set_layout(want);
+  p.mpi_layout = want;
+  split_pending_ = false;
+#endif
 }
 
 void PipelineCore::order_forwards() {

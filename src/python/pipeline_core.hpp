@@ -100,6 +100,9 @@ class PipelineCore {
   // process. A process forked while a step ran leaves its runtime alone (its threads are the
   // parent's: destroying it waited for them for ever).
   void close();
+  // Over MPI, the first pipeline of a layout splits the world's communicators for it, once
+  // every process was found building one (the construction's gather): a no-op otherwise.
+  void take_layout();
   // Makes each chunk's forwards run in microbatch order from now on (PipelineConfig::
   // ordered_forwards): asked for, or needed by the chunks, which exist only after the core
   // (they are built for its local stages); before set_runners. Throws HintError when the hint
@@ -152,6 +155,7 @@ class PipelineCore {
   std::condition_variable step_cv_;
   std::atomic<bool> stepping_{false};
   std::atomic<int> step_pid_{0};
+  bool split_pending_ = false;  // take_layout() splits the MPI world's communicators
   const int made_pid_ = static_cast<int>(::getpid());
 };
 

@@ -4,7 +4,7 @@
 # with the StageError on stderr; mpirun exits non-zero and no python process is left behind.
 # Then a process later to a step than arrival_timeout ends the job at the others' deadline.
 # And a process that makes a step more than the others ends the job at once, as does a script
-# ending while a daemon thread of it steps.
+# ending while a daemon thread of it steps, and one building a pipeline while another steps.
 # Usage: mpi_failure.sh TESTS_DIR PYTHON
 set -uo pipefail
 here=$1
@@ -156,3 +156,35 @@ grep -Eq "the script ended while (another thread of this process \(a daemon thre
   "$tmp/log" || fail "no line naming the other thread's call"
 none_left "$tmp/daemon.py"
 echo "a daemon thread stepping as the script ends: mpirun exited $rc after $took s"
+
+# A process building a pipeline of a new layout (its last one deleted) while the other steps
+# its last one: the new layout's MPI_Comm_split met the step's gather, and both waited until
+# arrival_timeout (30 minutes by default) without a word. The split now waits for the
+# construction's gather, where the two calls are found apart at once.
+cat >"$tmp/rebuild.py" <<'PY'
+import gc
+import sys
+sys.path.insert(0, sys.argv[1])
+import conftest  # noqa: F401  (the package path)
+import lm
+import rrfp
+
+
+def make():
+    return rrfp.Pipeline(lambda i: lm.chunks(2)[i], lm.loss_fn, pp=2, microbatches=2,
+                         transport="mpi", timeout=60)
+
+
+pipe = make()
+pipe.step(*lm.batches(2, seed=0))
+if pipe.rank == 0:
+    del pipe
+    gc.collect()
+    pipe = make()
+pipe.step(*lm.batches(2, seed=0))
+PY
+ends_failing "$tmp/rebuild.py"
+grep -q "not making the same call (job rank 0 in Pipeline() after 0 steps, job rank 1 in step() after 1 steps" \
+  "$tmp/log" || fail "no line naming the two calls"
+none_left "$tmp/rebuild.py"
+echo "a pipeline built on one process while the other steps: mpirun exited $rc after $took s"

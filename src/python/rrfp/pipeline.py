@@ -135,6 +135,7 @@ class Pipeline:
         # Where the processes meet: one may build its Pipeline up to arrival_timeout late (a
         # second pipeline of a layout alive under mpirun meets nowhere before).
         gather(self._core, BUILDING, [])
+        self._core.take_layout()  # only now: the split is a collective of its own
         agree_options(self._core, dict(
             pp=pp, vpp=vpp, dp=dp, placement=placement, microbatches=microbatches, hint=hint,
             policy=policy, split_backward=split_backward, comm=comm, limit=limit,
