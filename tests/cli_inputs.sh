@@ -43,6 +43,10 @@ check "workload vision_chunks: 5 for 4 chunks (P x V); a count from 0 to 4" \
 # A --workload-file with --replay was taken and ignored, where --workload was refused.
 check "--workload-file: with --replay (and --tp 1) only jitter applies" \
   simulate --pp 3 -m 6 --replay zb.json --hint zb-h1 --policy fixed --workload-file wf.json
+# Nor a file that sets a jitter beside fields the replay ignores: a straggler, a message model.
+printf '{"jitter_p":0.3,"comm_links":1,"straggler_stage":1}' >wj.json
+check "'wj.json' also sets comm_links, straggler_stage, which the replay would ignore" \
+  simulate --pp 3 -m 6 --replay zb.json --hint zb-h1 --policy fixed --workload-file wj.json
 # A replay CSV keeps its cells' inner blanks: "10 00" was read as 1000.
 printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F, 10 00\n0,0,0,B,1000 \n' >sp.csv
 check "sp.csv:2: column duration_us: '10 00' is not a number" \
@@ -145,5 +149,32 @@ mkdir ab ba && cp zb.json ab/r1.json && cp zb2.json ab/r01.json &&
   cp zb2.json ba/r01.json && cp zb.json ba/r1.json
 [ "$(measured ab)" = "$(measured zb2.json)" ] && [ "$(measured ba)" = "$(measured zb2.json)" ] ||
   fail "predict of one folder's files made in two orders: $(measured ab) / $(measured ba)"
+# Options taken and ignored where nothing used them.
+printf '{"preset":"uniform"}' >pre.json
+check "--workload-file: 'pre.json' names a preset of its own ('uniform'), which replaces --workload language; give one of them" \
+  simulate --pp 2 -m 4 --workload language --workload-file pre.json
+"$rrfp" simulate --pp 2 -m 4 --workload uniform --workload-file pre.json >/dev/null 2>&1 ||
+  fail "a file naming the preset given beside it was refused"
+check "the trace times every message (" \
+  simulate --pp 3 -m 6 --replay zb.json --hint zb-h1 --policy fixed --message-us 5
+printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1000\n0,0,0,B,1000\n' >ok.csv
+check "--trace-format megatron: maps a trace's events to tasks; 'ok.csv' is a CSV" \
+  simulate --replay ok.csv --pp 1 -m 1 --hint 1f1b --policy fixed --split-backward off \
+  --trace-format megatron
+check "--exact-nodes: tune(s) the exact search, which --exact off leaves out" \
+  plan --pp 2 -m 2 --max-evaluations 5 --exact off --exact-nodes 5
+check "--exact-budget: tune(s) the exact search, which --exact auto runs only up to P 4 and M 8" \
+  plan --pp 5 -m 5 --max-evaluations 5 --exact-budget 5
+check "--calibration: the message model --compare simulates with; give --compare too" \
+  run --transport mpi --pp 2 -m 2 --calibration cal.json
+check "--rendezvous pull: how blocking runs move their payloads; --comm async runs none" \
+  run --transport mpi --pp 2 -m 2 --comm async --rendezvous pull
+check "--warmup-extra: more untimed steps after --warmup's while the last one still mapped" \
+  run --pp 2 -m 2 --warmup 0 --warmup-extra 3
+RRFP_MEMORY_LIMIT=1M check "--sizes: about 403 MB of memory for 4 endpoint(s) in this process; RRFP_MEMORY_LIMIT allows 1 MB" \
+  calibrate --sizes 32M --seconds 4
+# --json to standard output however named: the JSON alone there (plan printed its text first).
+json=$("$rrfp" plan --pp 2 -m 2 --max-evaluations 5 --json /dev/stdout 2>/dev/null)
+[[ "$json" == "{"* ]] || fail "plan --json /dev/stdout: stdout starts '${json:0:20}'"
 echo "cli inputs checks: $fails failed"
 [ "$fails" -eq 0 ]

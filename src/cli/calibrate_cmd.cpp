@@ -1,5 +1,6 @@
 // `rrfp calibrate`: what the transport delivers on this machine (dist/calibrate.hpp), written as
 // a workload file's message model for the simulator (docs/twin.md).
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <iostream>
@@ -11,6 +12,7 @@
 #include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "core/memory.hpp"
 #include "core/printable.hpp"
 #include "dist/calibrate.hpp"
 #include "dist/job.hpp"
@@ -59,23 +61,24 @@ std::vector<std::size_t> parse_sizes(const std::string& text) {
 void report(const CalibrateFlags& f, Calibration c) {
   c.transport = to_string(f.transport);
   const std::string text = calibration_json(c);
+  // Standard output however named ('-', /dev/stdout): the JSON alone, the lines for people on
+  // stderr (they were left out for '-', and written into the JSON for /dev/stdout).
+  const bool json_out = is_stdout(f.json);
   write_then_heed_signals([&] {
     if (!f.out.empty()) write_text_file(f.out, text, "--out");
-    if (!f.json.empty() && f.json != "-") write_text_file(f.json, text, "--json");
+    if (!f.json.empty() && !json_out) write_text_file(f.json, text, "--json");
   });
-  if (f.json == "-") {
-    std::cout << text;
-    return;
-  }
-  std::cout << format_calibration(c);
+  std::ostream& human = json_out ? std::cerr : std::cout;
+  if (json_out) std::cout << text << std::flush;
+  human << format_calibration(c);
   if (!f.out.empty())
-    std::cout << "wrote " << f.out << ": rrfp simulate --workload-file " << f.out
-              << " models messages so"
-              << (f.transport == TransportKind::Mpi
-                      ? "; rrfp run --transport mpi --compare --calibration " + f.out +
-                            " simulates with it"
-                      : std::string())
-              << "\n";
+    human << "wrote " << f.out << ": rrfp simulate --workload-file " << f.out
+          << " models messages so"
+          << (f.transport == TransportKind::Mpi
+                  ? "; rrfp run --transport mpi --compare --calibration " + f.out +
+                        " simulates with it"
+                  : std::string())
+          << "\n";
 }
 
 // --timeout is checked whatever the transport (-5 and nan ran in-process), and each flag is
@@ -105,6 +108,13 @@ void run_calibrate(const CalibrateFlags& f) {
   refuse_inapplicable(f);
   CalibrateOptions o;
   o.sizes = parse_sizes(f.sizes);
+  // Each endpoint holds about three buffers of the largest size at once (measured: a peak of
+  // 12x the size at 4 endpoints, from 8 to 64 MiB); past the memory there is, or past
+  // RRFP_MEMORY_LIMIT as every other command, refused rather than run into swap.
+  const int here = f.transport == TransportKind::Mpi ? 1 : f.endpoints;
+  check_memory(3.0 * here * static_cast<double>(*std::max_element(o.sizes.begin(), o.sizes.end())),
+               "--sizes", " for " + std::to_string(here) + " endpoint(s) in this process",
+               "--sizes" + std::string(here > 1 ? " or --endpoints" : ""));
   o.seconds = f.seconds;
   o.streams = f.streams;
   // A budget the sizes cannot keep is refused, not overrun (--sizes 1024M --seconds 0.1 took

@@ -326,7 +326,8 @@ RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s) {
 }
 
 WorkloadParams load_workload(const WorkloadFlags& f) {
-  if (!f.workload_file.empty()) return read_workload_file(f.workload_file, f.workload);
+  if (!f.workload_file.empty())
+    return read_workload_file(f.workload_file, f.workload, f.workload_given);
   return workload_preset(f.workload);
 }
 

@@ -32,6 +32,7 @@ struct PlanFlags {
   std::int64_t exact_nodes = 20'000'000;
   std::uint64_t search_seed = 1;
   std::string entry = "free";
+  std::string exact_tuned;  // set after parsing: --exact-budget and --exact-nodes as given
 };
 
 double ms(std::int64_t ns) {
@@ -56,7 +57,14 @@ struct ExactChoice {
 ExactChoice want_exact(const PlanFlags& f, const PlanProblem& p) {
   if (f.exact != "auto" && f.exact != "on" && f.exact != "off")
     throw InputError("`exact`: expected auto, on or off, got '" + f.exact + "'");
-  if (f.exact == "off") return {};
+  // Its budget and cap, given where it does not run, were taken and ignored.
+  const auto not_run = [&](const std::string& why) {
+    if (!f.exact_tuned.empty())
+      throw InputError(f.exact_tuned + ": tune(s) the exact search, which " + why +
+                       "; leave it out, or give --exact on");
+    return ExactChoice{};
+  };
+  if (f.exact == "off") return not_run("--exact off leaves out");
   std::string why = exact_unsupported(p);
   if (why.empty() && f.entry == "in-order")
     why = "enumerates every order, so it cannot keep `entry` in-order";
@@ -64,7 +72,9 @@ ExactChoice want_exact(const PlanFlags& f, const PlanProblem& p) {
     if (!why.empty()) throw InputError("`exact` on: " + why);
     return {true, {}};
   }
-  if (p.m().pp() > 4 || p.m().microbatches() > 8) return {};
+  if (p.m().pp() > 4 || p.m().microbatches() > 8)
+    return not_run("--exact auto runs only up to P 4 and M 8");
+  if (!why.empty()) not_run("does not run here (" + why + ")");
   return {why.empty(), why};
 }
 
@@ -344,7 +354,7 @@ void run_plan(const PlanFlags& f) {
     write_text_file(
         f.out, json ? write_hint_json(best.order(), m) : write_hint_text(best.order(), m), "--out");
   }
-  if (f.json != "-") print_plan(std::cout, f, sc, p, best, bound);
+  if (!is_stdout(f.json)) print_plan(std::cout, f, sc, p, best, bound);
   if (!f.json.empty()) {
     nlohmann::json j = plan_json(f, sc, p, run, best, bound);
     if (const int sig = stop.load()) j["plan"]["stopped_by"] = signal_name(sig);  // budget unspent
@@ -382,17 +392,21 @@ void setup_plan(CLI::App& app) {
          "--exact", f->exact,
          "exact search: auto (P <= 4, M <= 8, TP 1, async, no link sharing or wake-up), on or off")
       ->capture_default_str();
-  sub->add_option("--exact-budget", f->exact_budget_s, "seconds for the exact search")
-      ->capture_default_str();
-  sub->add_option("--exact-nodes", f->exact_nodes,
-                  "nodes the exact search visits at most (0: no cap; a cap stops at the same "
-                  "node on every machine)")
-      ->check(whole_number(kMaxCount))
-      ->capture_default_str();
+  CLI::Option* budget =
+      sub->add_option("--exact-budget", f->exact_budget_s, "seconds for the exact search")
+          ->capture_default_str();
+  CLI::Option* nodes =
+      sub->add_option("--exact-nodes", f->exact_nodes,
+                      "nodes the exact search visits at most (0: no cap; a cap stops at the same "
+                      "node on every machine)")
+          ->check(whole_number(kMaxCount))
+          ->capture_default_str();
   sub->add_option("--out", f->out,
                   "write the best order as a hint file (JSON for a name ending .json, else text)");
   sub->add_option("--json", f->json, "write the report as JSON to FILE ('-': stdout)");
-  sub->callback([f] {
+  sub->callback([f, budget, nodes] {
+    for (const CLI::Option* o : {budget, nodes})
+      if (o->count() > 0) f->exact_tuned += (f->exact_tuned.empty() ? "" : " and ") + o->get_name();
     refuse_hint_name_out(f->out);
     check_outputs({{f->out, "--out"}, {f->json, "--json"}},  // before the search
                   {{f->load.replay, "--replay"}, {f->load.workload_file, "--workload-file"}});

@@ -22,12 +22,13 @@ void setup_run(CLI::App& app) {
                   "memory, as a training run's first steps do)")
       ->check(CLI::Range(0, 100))
       ->capture_default_str();
-  sub->add_option("--warmup-extra", f->warmup_extra,
-                  "at most this many more untimed steps while the last one still mapped fresh "
-                  "payload buffers (how many a step holds at once depends on its timing); 0: "
-                  "exactly --warmup")
-      ->check(CLI::Range(0, 100))
-      ->capture_default_str();
+  CLI::Option* warmup_extra =
+      sub->add_option("--warmup-extra", f->warmup_extra,
+                      "at most this many more untimed steps while the last one still mapped fresh "
+                      "payload buffers (how many a step holds at once depends on its timing); 0: "
+                      "exactly --warmup")
+          ->check(CLI::Range(0, 100))
+          ->capture_default_str();
   sub->add_option("--repeat", f->repeat,
                   "timed steps per run (and round); the one of median makespan is reported (and "
                   "compared)")
@@ -56,7 +57,7 @@ void setup_run(CLI::App& app) {
                   "for the receiver to accept and pull it ('pull', semantics.md's rendezvous; "
                   "docs/runtime.md)")
       ->capture_default_str();
-  sub->callback([f, comm] {
+  sub->callback([f, comm, warmup_extra] {
     f->exp.dispatch.comm_given = comm->count() > 0;
     // Every timed step's record is kept until the median is known.
     if (f->rounds * f->repeat > 1000)
@@ -82,6 +83,21 @@ void setup_run(CLI::App& app) {
       throw InputError(
           "--rendezvous pull: only with --transport mpi (in one process the emulated latency "
           "runs from the acceptance)");
+    // Each taken and ignored where nothing used it.
+    if (f->rendezvous == "pull" && f->exp.dispatch.comm_given && f->exp.dispatch.comm == "async")
+      throw InputError(
+          "--rendezvous pull: how blocking runs move their payloads; --comm async runs none "
+          "(give --comm blocking, or leave --comm out: the default comparison's baseline "
+          "blocks)");
+    if (!f->calibration.empty() && !f->compare)
+      throw InputError(
+          "--calibration: the message model --compare simulates with; give "
+          "--compare too");
+    if (f->warmup == 0 && warmup_extra->count() > 0 && f->warmup_extra > 0)
+      throw InputError(
+          "--warmup-extra: more untimed steps after --warmup's while the last one "
+          "still mapped fresh buffers; with --warmup 0 there is none to follow "
+          "(give --warmup 1 or more)");
     exit_on_signals("run");
     if (mpi)
       run_as_mpi_process(timeout_ms_of(f->timeout_s), [&](Job& job) { run_emulated(*f, &job); });

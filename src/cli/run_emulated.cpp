@@ -329,8 +329,10 @@ class EmulatedRuns {
     if (few == warmups_.end()) return "";
     return "warm-up: " + std::to_string(*few) + (*most > *few ? "-" + std::to_string(*most) : "") +
            " untimed steps per run (--warmup " + std::to_string(f_.warmup) +
-           ", then up to --warmup-extra " + std::to_string(f_.warmup_extra) +
-           " more while one still mapped fresh payload buffers); timed steps that mapped fresh "
+           (f_.warmup == 0 ? std::string()
+                           : ", then up to --warmup-extra " + std::to_string(f_.warmup_extra) +
+                                 " more while one still mapped fresh payload buffers") +
+           "); timed steps that mapped fresh "
            "buffers (their page faults in their times): " +
            std::to_string(mapped) + " of " + std::to_string(timed) + ahead_.note() + "\n";
   }

@@ -64,7 +64,7 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
   // Named as the command names it: the file where one is given.
   sc.workload_name = workload_file.empty() ? workload : workload_file;
   sc.workload = workload_file.empty() ? workload_preset(workload)
-                                      : read_workload_file(workload_file, workload);
+                                      : read_workload_file(workload_file, workload, workload_given);
   sc.replay_path = replay;
   sc.seed = seed;
   refuse_replaced_workload(sc, workload_given, workload_file, false);

@@ -88,23 +88,44 @@ PipelineConfig config_for(const Scenario& sc, const RunSpec& spec) {
 // (it was taken and ignored where the preset was refused).
 void refuse_replaced_workload(const Scenario& sc, bool workload_given,
                               const std::string& workload_file, bool flags) {
-  if (sc.replay_path.empty() || sc.tp != 1 || sc.workload.jitter.p != 0) return;
+  if (sc.replay_path.empty()) return;
   const auto name = [flags](std::string flag) {
     if (flags) return "--" + flag;
     std::replace(flag.begin(), flag.end(), '-', '_');
     return "`" + flag + "`";
   };
-  const std::string with = ": with " + name("replay") + " (and " + name("tp") + " 1) only ";
-  if (!workload_file.empty())
-    throw InputError(name("workload-file") + with +
-                     "jitter applies (jitter_p, jitter_floor_us, jitter_alpha or a jitter preset, "
-                     "on top of the measured durations); '" +
-                     workload_file + "' sets none");
+  // What realized_work takes from the workload on top of the measured durations.
+  const bool tp = sc.tp > 1;
+  const std::string with =
+      ": with " + name("replay") + (tp ? "" : " (and " + name("tp") + " 1)") + " only ";
+  const std::string takes =
+      tp ? "jitter and the tensor-parallel latencies apply (jitter_p, jitter_floor_us, "
+           "jitter_alpha or a jitter preset, on top of the measured durations; tp_collective_us "
+           "and coord_latency_us where the trace timed none)"
+         : "jitter applies (jitter_p, jitter_floor_us, jitter_alpha or a jitter preset, on top "
+           "of the measured durations)";
   if (workload_given && sc.workload_name.rfind("jitter", 0) != 0)
     throw InputError(name("workload") + with +
                      "a jitter preset applies (jitter:J0..J3, on top of the measured durations); "
                      "got '" +
                      sc.workload_name + "'");
+  if (workload_file.empty()) return;
+  std::vector<std::string> used, ignored;
+  for (const std::string& f : workload_file_fields(workload_file)) {
+    const bool jitter = f.rfind("jitter_", 0) == 0 || f.rfind("preset jitter", 0) == 0;
+    const bool latency = tp && (f == "tp_collective_us" || f == "coord_latency_us");
+    if (f == "calibration") continue;  // the measurements behind a calibration: no field
+    (jitter || latency ? used : ignored).push_back(f);
+  }
+  if (!ignored.empty()) {
+    std::string list;
+    for (const std::string& f : ignored)
+      list += (list.empty() ? "" : ", ") + f;
+    throw InputError(name("workload-file") + with + takes + "; '" + workload_file + "' also sets " +
+                     list + ", which the replay would ignore");
+  }
+  if (used.empty())
+    throw InputError(name("workload-file") + with + takes + "; '" + workload_file + "' sets none");
 }
 
 void check_spec(const Scenario& sc, const RunSpec& spec) {

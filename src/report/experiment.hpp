@@ -83,8 +83,9 @@ ReportHeader header_of(const Scenario& sc);
 Scenario with_replay_step(Scenario sc, const std::vector<RunSpec>& specs);
 // Throws the InputError a run would hit (hint, shape, policy, limits) without running it.
 void check_spec(const Scenario& sc, const RunSpec& spec);
-// With a replay at TP 1 only jitter applies on top of the measured durations: refuses a
-// workload file, or a preset other than jitter that the caller gave (`workload_given`), both
+// With a replay only jitter applies on top of the measured durations, and at TP > 1 the
+// collective's and coordination's latencies: refuses a preset other than jitter that the caller
+// gave (`workload_given`), and a workload file that sets another field or none of these, each
 // once taken and ignored. `flags`: names the options as the command's flags, else as keywords.
 void refuse_replaced_workload(const Scenario& sc, bool workload_given,
                               const std::string& workload_file, bool flags);

@@ -274,6 +274,10 @@ RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int t
     if (coordination_measured) *coordination_measured = run.coordination_measured;
     return std::move(run.work);
   }
+  // A CSV has one mapping, its own columns: a format was taken and ignored.
+  if (trace.format != "auto")
+    throw InputError("`trace_format` " + trace.format + ": maps a trace's events to tasks; '" +
+                     path + "' is a CSV, read by its columns (leave it out)");
   return parse_replay_csv(read_input_file(path, kReplayFile), m, tp, path, trace.step,
                           trace.message_us);
 }

@@ -326,6 +326,12 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
     TaskId consumer = m.task(i), producer;
     if (cross_stage_producer(m, consumer, producer)) out.messages += tp;
   }
+  // As a CSV's send_us column (replay_csv.cpp): the latency was taken and ignored, and a "what
+  // if messages took X" answered with the recorded ones.
+  if (message_us >= 0 && out.messages > 0 && out.messages_measured >= out.messages)
+    throw InputError(in_run + ": the trace times every message (" + std::to_string(out.messages) +
+                     "), so `message_us` has none to time; "
+                     "leave it out");
   out.start_ns.resize(slots);
   for (size_t i = 0; i < slots; ++i)
     out.start_ns[i] = static_cast<std::int64_t>((sp.start[i] - sp.first) * 1e3 + 0.5);

@@ -110,7 +110,12 @@ WorkloadParams workload_preset(const std::string& name, const std::string& what 
 // Applies a JSON object of overrides ({"preset": ..., "forward_us": ..., ...}).
 WorkloadParams apply_workload_json(WorkloadParams base, const std::string& text,
                                    const std::string& origin);
-WorkloadParams read_workload_file(const std::string& path, const std::string& preset);
+// `preset_given`: the caller named `preset` itself, and a file naming another is refused.
+WorkloadParams read_workload_file(const std::string& path, const std::string& preset,
+                                  bool preset_given = false);
+// The fields a workload file sets, in its order; its preset as "preset NAME". What a caller
+// that uses some fields alone checks the others against (a replay takes its jitter only).
+std::vector<std::string> workload_file_fields(const std::string& path);
 void validate(const WorkloadParams& w);  // throws InputError naming the field and its range
 
 // The most bytes one message may carry: 1 TiB, far above any microbatch's activations.

@@ -130,8 +130,32 @@ WorkloadParams apply_workload_json(WorkloadParams w, const std::string& text,
   return w;
 }
 
-WorkloadParams read_workload_file(const std::string& path, const std::string& preset) {
-  return apply_workload_json(workload_preset(preset), read_input_file(path, kWorkloadFile), path);
+WorkloadParams read_workload_file(const std::string& path, const std::string& preset,
+                                  bool preset_given) {
+  const std::string text = read_input_file(path, kWorkloadFile);
+  // A file's own preset replaces the one given beside it: `--workload language` over a file
+  // naming "uniform" simulated uniform, silently.
+  if (preset_given) {
+    const nlohmann::json j = parse_json(text, path);
+    if (j.is_object() && j.contains("preset") && j["preset"].is_string() &&
+        workload_preset(j["preset"].get<std::string>(), path + ": field \"preset\"").preset !=
+            workload_preset(preset).preset)
+      throw InputError("`workload_file`: '" + path + "' names a preset of its own ('" +
+                       j["preset"].get<std::string>() + "'), which replaces `workload` " + preset +
+                       "; give one of them");
+  }
+  return apply_workload_json(workload_preset(preset), text, path);
+}
+
+std::vector<std::string> workload_file_fields(const std::string& path) {
+  const nlohmann::json j = parse_json(read_input_file(path, kWorkloadFile), path);
+  std::vector<std::string> fields;
+  if (!j.is_object()) return fields;  // refused by its reader, with the reason
+  for (auto it = j.begin(); it != j.end(); ++it)
+    fields.push_back(it.key() == "preset" && it.value().is_string()
+                         ? "preset " + it.value().get<std::string>()
+                         : it.key());
+  return fields;
 }
 
 }  // namespace rrfp

@@ -174,9 +174,20 @@ def test_a_replay_refuses_what_it_would_ignore_as_the_command_does(tmp_path):
     assert adaptive(replay=path, workload="jitter:J2") != adaptive(replay=path)
     wf = tmp_path / "w.json"
     wf.write_text('{"forward_us": 500}')
+    with pytest.raises(ValueError, match="`workload_file`: with `replay` .* also sets "
+                                         "forward_us, which the replay would ignore"):
+        adaptive(replay=path, workload_file=str(wf))
+    wf.write_text('{"calibration": {}}')
     with pytest.raises(ValueError, match="`workload_file`: with `replay` .* sets none"):
         adaptive(replay=path, workload_file=str(wf))
+    wf.write_text('{"forward_us": 500}')
     assert rrfp.simulate(**SHAPE, workload_file=str(wf)).to_dict()["workload"] == str(wf)
+    # A file's own preset replaced the one given beside it.
+    wf.write_text('{"preset": "uniform"}')
+    with pytest.raises(ValueError, match="`workload_file`: '.*' names a preset of its own "
+                                         r"\('uniform'\), which replaces `workload` language"):
+        rrfp.simulate(**SHAPE, workload="language", workload_file=str(wf))
+    assert rrfp.simulate(**SHAPE, workload="uniform", workload_file=str(wf)) is not None
     for name in ("replay", "workload_file"):
         with pytest.raises(ValueError, match=f"{name}: '' names nothing"):
             rrfp.simulate(**{name: ""})
