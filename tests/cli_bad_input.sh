@@ -50,9 +50,9 @@ check "--tp-protocol: expected leader or agree, got 'none'" sweep --tp-protocol 
 check "--hints: interleaved-1f1b needs 2 or more model chunks per stage, and sweep runs one (V = 1, it has no --vpp); use 1f1b" sweep --hints bf,interleaved-1f1b
 check "--hints: bfs needs 2 or more model chunks per stage" sweep --hints bfs
 check "--hints: zb-v needs 2 or more model chunks per stage" sweep --hints zb-v
-check "--pp: 'abc' is not a whole number (at most 2147483647)" simulate --pp abc
+check "--pp: 'abc' is not a whole number (rrfp simulate --help says what it takes)" simulate --pp abc
 # A value its option's type cannot hold is named with the type (CLI11 said "Could not convert").
-check "--pp: '1e3' is not a whole number (at most 2147483647) (\`rrfp simulate --help\` gives its range)" simulate --pp 1e3
+check "--pp: '1e3' is not a whole number (rrfp simulate --help says what it takes)" simulate --pp 1e3
 check "--save-every: '99999999999' is not a whole number (at most 2147483647)" train --save-every 99999999999
 check "--budget: 'abc' is not a number" plan --budget abc
 check "unknown jitter level" simulate --workload jitter:J7
@@ -343,8 +343,10 @@ runs = json.load(open(sys.argv[1]))["compare"]["runs"]
 text = open(sys.argv[2]).read()
 fresh = [r["measured_steps_fresh_buffers"] for r in runs]
 assert fresh == [[0]], fresh
-assert f"warm-up: {sys.argv[3]} untimed steps per run (--warmup {sys.argv[3]}, then up to " \
-    "--warmup-extra 4" in text, text
+# --warmup 0 has no step for --warmup-extra to follow, and the line offers none.
+assert (f"warm-up: {sys.argv[3]} untimed steps per run (--warmup {sys.argv[3]}, then up to "
+        "--warmup-extra 4" if sys.argv[3] != "0" else
+        "warm-up: 0 untimed steps per run (--warmup 0); timed steps") in text, text
 assert "(their page faults in their times): 0 of 1; output buffers mapped ahead (address " \
     "space, never written in one process but for a page each): 256 MiB, the largest run's" \
     in text, text

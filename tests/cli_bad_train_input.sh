@@ -112,7 +112,7 @@ check "is the corpus folder --data ('$tmp/corpus/.'): the run's files" train --d
 mkdir -p "$tmp/hd" && "$rrfp" schedule show --pp 4 -m 8 --hint zb-h1 --out "$tmp/hd/durations.csv" >/dev/null
 check "--out: '$tmp/hd/durations.csv' is the hint file --hint the run reads" train --hint "$tmp/hd/durations.csv" --out "$tmp/hd"
 # A number flag given '' was 0: --save-every "" saved nothing, --timeout "" had no watchdog.
-check "--save-every: '' is not a whole number (\`rrfp train --help\` gives its range)" train --save-every "" --out "$tmp/o"
+check "--save-every: '' is not a whole number (rrfp train --help says what it takes)" train --save-every "" --out "$tmp/o"
 check "--timeout: '' is not a number" train --timeout "" --out "$tmp/o"
 check "--lr: must be in [1e-30, 1000], got nan" train --lr nan --out "$tmp/o"
 check "--lr: must be in [1e-30, 1000], got 1e+300" train --lr 1e300 --out "$tmp/o"

@@ -16,7 +16,7 @@ echo '{"preset":"uniform","forward_us":5000}' >wf.json
   fail "-m 010 is not M=10"
 [[ "$(header simulate --pp 2 -m 08 --hint 1f1b --policy fixed)" == *" M=8 "* ]] ||
   fail "-m 08 is not M=8"
-check "--microbatches: '0x10' is not a whole number in decimal digits (hexadecimal is not read; \`rrfp simulate --help\` gives its range)" \
+check "--microbatches: '0x10' is not a whole number in decimal digits (hexadecimal is not read; rrfp simulate --help says what it takes)" \
   simulate --pp 2 -m 0x10
 check "--pp: '0X2' is not a whole number in decimal digits" schedule show --pp 0X2
 check "--seed: '0x10' is not a whole number in decimal digits" simulate --seed 0x10
@@ -171,6 +171,18 @@ check "--rendezvous pull: how blocking runs move their payloads; --comm async ru
   run --transport mpi --pp 2 -m 2 --comm async --rendezvous pull
 check "--warmup-extra: more untimed steps after --warmup's while the last one still mapped" \
   run --pp 2 -m 2 --warmup 0 --warmup-extra 3
+# The remedy only where it works: --exact on refuses TP 2 too.
+check "--exact-nodes: tune(s) the exact search, which does not run here (needs --tp 1); leave it out" \
+  plan --pp 2 -m 2 --tp 2 --max-evaluations 5 --exact-nodes 5
+# Messages that said what is not so: the command's --policy takes both; a hint header's pp=x
+# was told the run has pp=4 (the default); a JSON hint without stages gave the library's words.
+check "--policy: unknown policy 'foo' (expected fixed, ready or both)" simulate --hint bf --policy foo
+printf 'rrfp-hint 1 pp=x vpp=1 microbatches=2 placement=loop split=0\nstage 0: F0:0 B0:0\n' >px.txt
+check "px.txt:1: header field pp=x is not a whole number" schedule check px.txt --pp 2 -m 2
+printf '{"format":"rrfp-hint","version":1,"pp":"2"}' >ns.json
+check "ns.json: \"pp\" must be a number, got \"2\"" schedule check ns.json --pp 2 -m 2
+printf '{"format":"rrfp-hint","version":1,"pp":2,"vpp":1,"microbatches":2}' >ns2.json
+check "ns2.json: no \"stages\" (each stage's order of tasks)" schedule check ns2.json --pp 2 -m 2
 RRFP_MEMORY_LIMIT=1M check "--sizes: about 403 MB of memory for 4 endpoint(s) in this process; RRFP_MEMORY_LIMIT allows 1 MB" \
   calibrate --sizes 32M --seconds 4
 # --json to standard output however named: the JSON alone there (plan printed its text first).

@@ -131,6 +131,11 @@ void run_calibrate(const CalibrateFlags& f) {
     o.offer_payload = true;   // the runtime's default rendezvous over a transport moving bytes
     o.deadline_s = f.timeout_s;
     run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {
+      if (job.size() < 2)  // --endpoints is refused here: the processes are the endpoints
+        throw InputError(
+            "--transport mpi: calibrate measures between 2 processes or more; "
+            "start it with mpirun -np 2 or more (got -np " +
+            std::to_string(job.size()) + ")");
       job.set_layout(JobLayout{job.size(), 1, 1});
       Hosting h = job.hosting();
       const Calibration c = calibrate(

@@ -75,12 +75,17 @@ std::string not_converted(CLI::App& app, const std::string& what) {
   const CLI::App* sub = app.get_subcommands().empty() ? &app : app.get_subcommands().back();
   const CLI::Option* opt = sub->get_option_no_throw(name);
   const std::string type = opt ? opt->get_type_name() : "";
-  const std::string wants = type == "INT"     ? "a whole number (at most 2147483647)"
-                            : type == "UINT"  ? "a whole number from 0 (at most 4294967295)"
-                            : type == "FLOAT" ? "a number"
-                                              : "a value of its type";
-  return name + ": '" + printable(value, 40) + "' is not " + wants + " (`rrfp " +
-         (sub == &app ? std::string() : sub->get_name() + " ") + "--help` gives its range)";
+  // The type's bound only where digits passed it: --tp's own range is 1 to 1024, which its
+  // check says, and "abc" was told of 2147483647.
+  const bool digits = !value.empty() && value.find_first_not_of("0123456789") == std::string::npos;
+  const std::string wants =
+      type == "INT" ? std::string("a whole number") + (digits ? " (at most 2147483647)" : "")
+      : type == "UINT"
+          ? std::string("a whole number from 0") + (digits ? " (at most 4294967295)" : "")
+      : type == "FLOAT" ? "a number"
+                        : "a value of its type";
+  return name + ": '" + printable(value, 40) + "' is not " + wants + " (rrfp " +
+         (sub == &app ? std::string() : sub->get_name() + " ") + "--help says what it takes)";
 }
 
 // CLI11's "--pp: At Most 1 required but received 2" for a flag given twice, in words.

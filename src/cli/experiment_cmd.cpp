@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "core/hint.hpp"
 #include "report/estimate.hpp"
 
 namespace rrfp {
@@ -68,7 +69,7 @@ Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
   sc.trace = load.trace;
   sc.seed = load.seed;
   sc.tp = checked_tp(dispatch.tp);
-  refuse_replaced_workload(sc, load.workload_given, load.workload_file, true);
+  refuse_replaced_workload(sc, load.workload_given ? load.workload : "", load.workload_file, true);
   sc.tp_protocol = parse_tp_protocol(dispatch.tp_protocol);
   sc.limit = dispatch.limit;
   sc.max_pending_w = dispatch.max_pending_w;
@@ -107,6 +108,10 @@ std::vector<RunSpec> runs_of(const ExperimentFlags& flags, const PipelineConfig&
     return runs;
   }
   const bool rule = is_rule_hint_name(f.hint);
+  // The library's words list fixed and ready, the two a run takes; the command takes both too.
+  if (f.policy != "both" && f.policy != "fixed" && f.policy != "ready" && f.policy != "rrfp")
+    throw InputError("--policy: unknown policy '" + f.policy.substr(0, 40) +
+                     "' (expected fixed, ready or both)");
   if (f.policy == "both")
     return {{rule ? baseline_for(cfg) : f.hint, Policy::Fixed, comm, ""},
             {f.hint, Policy::Ready, comm, ""}};

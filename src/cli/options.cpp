@@ -114,14 +114,14 @@ CLI::Validator decimal_digits(const std::string& command, const std::string& nou
         // CLI11 converts '' to 0: `--save-every ""` saved nothing, `--timeout ""` turned the
         // watchdog off, both exit 0.
         if (begin == s.size())
-          return "'" + s + "' is not " + noun + " (`" + command + " --help` gives its range)";
+          return "'" + s + "' is not " + noun + " (" + command + " --help says what it takes)";
         const std::size_t digits =
             begin < s.size() && (s[begin] == '+' || s[begin] == '-') ? begin + 1 : begin;
         const std::string_view rest = std::string_view(s).substr(digits);
         if (rest.size() >= 2 && rest[0] == '0' && (rest[1] == 'x' || rest[1] == 'X'))
           return "'" + printable(s, 30) + "' is not " + noun +
-                 " in decimal digits (hexadecimal is not read; `" + command +
-                 " --help` gives its range)";
+                 " in decimal digits (hexadecimal is not read; " + command +
+                 " --help says what it takes)";
         if (rest.empty() || rest.find_first_not_of("0123456789") != std::string_view::npos)
           return std::string();
         const std::size_t zeros = std::min(rest.find_first_not_of('0'), rest.size() - 1);

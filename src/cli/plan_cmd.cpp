@@ -58,10 +58,10 @@ ExactChoice want_exact(const PlanFlags& f, const PlanProblem& p) {
   if (f.exact != "auto" && f.exact != "on" && f.exact != "off")
     throw InputError("`exact`: expected auto, on or off, got '" + f.exact + "'");
   // Its budget and cap, given where it does not run, were taken and ignored.
-  const auto not_run = [&](const std::string& why) {
+  const auto not_run = [&](const std::string& why, bool on_runs = true) {
     if (!f.exact_tuned.empty())
       throw InputError(f.exact_tuned + ": tune(s) the exact search, which " + why +
-                       "; leave it out, or give --exact on");
+                       "; leave it out" + (on_runs ? ", or give --exact on" : ""));
     return ExactChoice{};
   };
   if (f.exact == "off") return not_run("--exact off leaves out");
@@ -74,7 +74,7 @@ ExactChoice want_exact(const PlanFlags& f, const PlanProblem& p) {
   }
   if (p.m().pp() > 4 || p.m().microbatches() > 8)
     return not_run("--exact auto runs only up to P 4 and M 8");
-  if (!why.empty()) not_run("does not run here (" + why + ")");
+  if (!why.empty()) not_run("does not run here (" + why + ")", false);
   return {why.empty(), why};
 }
 
@@ -278,9 +278,10 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
                     ? 100.0 * static_cast<double>(makespan - bound) / static_cast<double>(makespan)
                     : 0.0);
   if (!f.out.empty())
-    human << "wrote " << printable(f.out, f.out.size()) << ": `rrfp simulate --hint "
+    human << "wrote " << printable(f.out, f.out.size()) << ": rrfp simulate --hint "
           << shell_word(f.out)
-          << " --policy fixed` with the same shape, workload and --comm flags reproduces it\n";
+          << " --policy fixed with the same shape, workload, --comm, --tp and --tp-protocol "
+             "flags reproduces it\n";
 }
 
 nlohmann::json plan_json(const PlanFlags& f, const Scenario& sc, const PlanProblem& p,

@@ -107,8 +107,10 @@ void run_predict(PredictFlags f) {
   if (f.ordered != "auto") o.ordered_forwards = f.ordered == "on";
   o.rules_split_as_they_run = f.split == "auto";
   // A step read already is not read twice.
-  const Prediction p = whole_step ? predict(std::move(*whole_step), c, f.tp, o)
-                                  : predict(f.path, c, f.tp, f.trace, o);
+  Prediction p = whole_step ? predict(std::move(*whole_step), c, f.tp, o)
+                            : predict(f.path, c, f.tp, f.trace, o);
+  for (std::string& s : p.skipped)  // the library's reasons name options: here, flags
+    s = as_flags(s);
   write_then_heed_signals([&] {
     if (!f.svg.empty()) {
       ReportHeader h;

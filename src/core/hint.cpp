@@ -64,6 +64,10 @@ bool hint_wants_split(const std::string& name) {
          name == "adaptive";
 }
 
+bool hint_needs_split(const std::string& name) {
+  return name != "adaptive" && hint_wants_split(name);
+}
+
 Hint make_hint(const std::string& name, const WorkModel& m) {
   Hint h;
   h.name = name;

@@ -34,6 +34,10 @@ bool hint_path_is_json(const std::string& path);
 // Whether the hint needs (or, for the ZB family and BFW, implies) a split backward; for a hint
 // file, whether it was written for one.
 bool hint_wants_split(const std::string& name);
+// Whether the hint cannot run without a split backward (the ZB family, BFW, a hint file written
+// for one), so that a W cap under `split_backward` off is left to the hint's own refusal: the
+// adaptive rule wants the split but runs without it, ignoring the cap.
+bool hint_needs_split(const std::string& name);
 
 // Builds a named hint for the model, or reads a hint file when `name_or_path` names one (a
 // path containing '/', ending in .txt or .json in any case, or any file that exists: what

@@ -47,6 +47,10 @@ void check_header(std::string_view line, const WorkModel& m, const std::string& 
       want = c.split_backward ? "1" : "0";
     else
       throw HintError(where + ": unknown header field '" + printable(key) + "'");
+    // "pp=x" was told the run has pp=4, the default, as if x were a shape.
+    if (key != "placement" && (val.empty() || val.find_first_not_of("0123456789") != val.npos))
+      throw HintError(where + ": header field " + key + "=" + printable(val) +
+                      " is not a whole number");
     if (val != want)
       throw HintError(where + ": hint was written for " + key + "=" + printable(val) +
                       " but the run has " + key + "=" + want);
@@ -173,6 +177,11 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
                         "split_backward, stages)");
     const auto& c = m.config();
     auto check = [&](const char* key, const nlohmann::json& want) {
+      // "pp": "2" was told the run has pp=4, the default, as if it were another shape.
+      if (j.contains(key) && want.is_number() && !j[key].is_number())
+        throw HintError(origin + ": \"" + key + "\" must be a number, got " + brief(j[key]));
+      if (j.contains(key) && want.is_boolean() && !j[key].is_boolean())
+        throw HintError(origin + ": \"" + key + "\" must be true or false, got " + brief(j[key]));
       if (j.contains(key) && j[key] != want)
         throw HintError(origin + ": hint was written for " + key + "=" + brief(j[key]) +
                         " but the run has " + key + "=" + want.dump());
@@ -182,6 +191,8 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
     check("microbatches", c.microbatches);
     check("placement", to_string(c.placement));
     check("split_backward", c.split_backward);
+    if (!j.contains("stages"))  // j.at() said "[json.exception.out_of_range.403] ..."
+      throw HintError(origin + ": no \"stages\" (each stage's order of tasks)");
     const auto& st = j.at("stages");
     if (!st.is_array() || static_cast<int>(st.size()) != m.pp())
       throw HintError(origin + ": \"stages\" must be an array of " + std::to_string(m.pp()) +

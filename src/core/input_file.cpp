@@ -31,12 +31,11 @@ std::uint64_t open_checked(const std::string& path, const InputKind& kind, const
   const std::uint64_t cap = kind.max_bytes;
   // O_NONBLOCK: opening a FIFO must not wait for a writer; the type check below refuses it.
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (f.fd < 0)
-    throw InputError(what + (errno == ENOENT ? " does not exist" : " cannot be read: ") +
-                     (errno == ENOENT ? "" : std::strerror(errno)));
+  if (f.fd < 0 && errno == ENOENT) throw MissingInputError(what + " does not exist");
+  if (f.fd < 0) throw InputError(what + " cannot be read: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) throw InputError(what + " cannot be read: " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) throw InputError(what + " is a directory, not a file");
+  if (S_ISDIR(st.st_mode)) throw InputIsDirectoryError(what + " is a directory, not a file");
   if (!S_ISREG(st.st_mode))
     throw InputError(what + " is not a regular file (a device, FIFO or socket); give a file");
   const auto size = static_cast<std::uint64_t>(st.st_size);

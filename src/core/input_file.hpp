@@ -7,7 +7,21 @@
 #include <string>
 #include <string_view>
 
+#include "core/error.hpp"
+
 namespace rrfp {
+
+// An input that is not there, or a folder where a file is wanted: InputErrors (the CLI's exit 2)
+// that Python raises as FileNotFoundError and IsADirectoryError, as its own open() would (they
+// were ValueErrors).
+class MissingInputError : public InputError {
+ public:
+  using InputError::InputError;
+};
+class InputIsDirectoryError : public InputError {
+ public:
+  using InputError::InputError;
+};
 
 // A kind of input file: the option that names it (for messages), the most bytes it may hold,
 // and for text the longest line.

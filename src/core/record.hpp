@@ -23,8 +23,9 @@ struct TaskRecord {
   std::int64_t start = 0, compute_end = 0, end = 0;  // end: the group's collective finished
   // What the message carrying its output to another stage took (-1: none, or not known; 0 is
   // a message that took no time): traces keep it, so a trace replays to the very same step
-  // (but for what a trace does not carry: wake-ups, comm_wake_us, and a payload on its offer,
-  // comm_offer_payload; docs/twin.md).
+  // (but for what a trace does not carry: wake-ups, comm_wake_us, a payload on its offer,
+  // comm_offer_payload, and an acknowledgement held by a copy under way, comm_serial_receive
+  // in blocking mode; docs/twin.md).
   // The simulator sets it; for the runtime, send_times_from_arrivals derives it from the
   // consumer's input_at.
   std::int64_t send_ns = -1;

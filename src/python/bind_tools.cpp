@@ -67,7 +67,7 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
                                       : read_workload_file(workload_file, workload, workload_given);
   sc.replay_path = replay;
   sc.seed = seed;
-  refuse_replaced_workload(sc, workload_given, workload_file, false);
+  refuse_replaced_workload(sc, workload_given ? workload : "", workload_file, false);
   sc.limit = limit;
   sc.max_pending_w = max_pending_w;
   RunSpec spec;

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "python/bindings.hpp"
 #include "runtime/errors.hpp"
 
@@ -37,6 +38,10 @@ PYBIND11_MODULE(_rrfp, m) {
   pyb::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const rrfp::MissingInputError& e) {
+      rrfp::py::set_error(PyExc_FileNotFoundError, e.what());
+    } catch (const rrfp::InputIsDirectoryError& e) {
+      rrfp::py::set_error(PyExc_IsADirectoryError, e.what());
     } catch (const rrfp::InputError& e) {
       rrfp::py::set_error(PyExc_ValueError, e.what());
     } catch (const rrfp::StallError& e) {

@@ -21,10 +21,6 @@ bool resolve_split(const std::string& mode, const std::string& hint) {
   throw InputError("`split_backward`: expected auto, on or off, got '" + mode + "'");
 }
 
-bool hint_needs_split(const std::string& hint) {
-  return hint != "adaptive" && hint_wants_split(hint);
-}
-
 PipelineConfig make_config(int pp, int vpp, int microbatches, const std::string& placement,
                            const std::string& split_mode, const std::string& hint) {
   PipelineConfig c;
@@ -86,7 +82,7 @@ PipelineConfig config_for(const Scenario& sc, const RunSpec& spec) {
 // taken and changed nothing. Its jitter applies on top, and with TP its collective's and
 // coordination's latencies where the trace has none. A workload file is held to the same rule
 // (it was taken and ignored where the preset was refused).
-void refuse_replaced_workload(const Scenario& sc, bool workload_given,
+void refuse_replaced_workload(const Scenario& sc, const std::string& preset_given,
                               const std::string& workload_file, bool flags) {
   if (sc.replay_path.empty()) return;
   const auto name = [flags](std::string flag) {
@@ -104,11 +100,11 @@ void refuse_replaced_workload(const Scenario& sc, bool workload_given,
            "and coord_latency_us where the trace timed none)"
          : "jitter applies (jitter_p, jitter_floor_us, jitter_alpha or a jitter preset, on top "
            "of the measured durations)";
-  if (workload_given && sc.workload_name.rfind("jitter", 0) != 0)
+  if (!preset_given.empty() && preset_given.rfind("jitter", 0) != 0)
     throw InputError(name("workload") + with +
                      "a jitter preset applies (jitter:J0..J3, on top of the measured durations); "
                      "got '" +
-                     sc.workload_name + "'");
+                     preset_given + "'");
   if (workload_file.empty()) return;
   std::vector<std::string> used, ignored;
   for (const std::string& f : workload_file_fields(workload_file)) {

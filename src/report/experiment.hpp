@@ -45,10 +45,6 @@ struct Scenario {
 };
 
 bool resolve_split(const std::string& mode, const std::string& hint);
-// Whether `hint` cannot run without a split backward (the ZB family, BFW, a hint file written
-// for one), so that a W cap under `split_backward` off is left to the hint's own refusal; the
-// adaptive rule wants the split but runs without it, ignoring the cap.
-bool hint_needs_split(const std::string& hint);
 // A validated shape, its split backward resolved for `hint` (`split_mode` auto, on or off).
 PipelineConfig make_config(int pp, int vpp, int microbatches, const std::string& placement,
                            const std::string& split_mode, const std::string& hint);
@@ -85,9 +81,10 @@ Scenario with_replay_step(Scenario sc, const std::vector<RunSpec>& specs);
 void check_spec(const Scenario& sc, const RunSpec& spec);
 // With a replay only jitter applies on top of the measured durations, and at TP > 1 the
 // collective's and coordination's latencies: refuses a preset other than jitter that the caller
-// gave (`workload_given`), and a workload file that sets another field or none of these, each
-// once taken and ignored. `flags`: names the options as the command's flags, else as keywords.
-void refuse_replaced_workload(const Scenario& sc, bool workload_given,
+// gave (`preset_given`; empty: none given), and a workload file that sets another field or none of
+// these, each once taken and ignored. `flags`: names the options as the command's flags, else as
+// keywords.
+void refuse_replaced_workload(const Scenario& sc, const std::string& preset_given,
                               const std::string& workload_file, bool flags);
 
 }  // namespace rrfp

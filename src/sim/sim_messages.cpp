@@ -129,7 +129,7 @@ void Simulation::link_end(int stamp) {
   for (int id : ended) {
     const Transfer& t = transfers_[id];
     // The trace keeps the time shared too, so its replay (each message on its own) is this
-    // very step.
+    // very step, but for the acknowledgements a copy held (core/record.hpp).
     if (opt_.record) res_.tasks[t.record].send_ns = now_ - t.start;
     if (t.send < 0)
       arrive(t.dst_stage, t.rank, t.consumer);

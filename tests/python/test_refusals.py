@@ -256,3 +256,27 @@ def test_a_tensor_with_no_data_between_chunks_fails_its_producers_task_in_one_li
                            match=r"^stage 0: task F c0 m0 failed: Cannot copy out of meta tensor; "
                                  r"no data!$"):
             run()
+
+
+def test_each_refusal_names_its_argument_and_says_the_truth(tmp_path):
+    # An int given as a state or optimizer failed with AttributeError naming no argument; an
+    # init_scale of 0 was said to be "in (0, inf)" wanting, though 1e-45 and 1e39 are refused
+    # too; an empty nn.Sequential was asked for chunks "in 1..0"; a checkpoint folder that does
+    # not exist was said to hold "no part-*.pt".
+    pipe = rrfp.Pipeline(linears(), loss_fn, pp=2, microbatches=2)
+    with pytest.raises(TypeError, match="load_state_dict: state must be a mapping .* got int"):
+        pipe.load_state_dict(3)
+    scaler = rrfp.GradScaler(pipe)
+    for call in (scaler.unscale_, scaler.step):
+        with pytest.raises(TypeError, match="optimizer: a torch.optim.Optimizer .* got int"):
+            call(3)
+    with pytest.raises(TypeError, match="new_scale: a number or a one-element tensor, got str"):
+        scaler.update("x")
+    for bad in (0, 1e-45, 1e39):
+        with pytest.raises(ValueError, match=r"init_scale: .*2\*\*-126"):
+            rrfp.GradScaler(init_scale=bad)
+    assert rrfp.GradScaler(init_scale=2.0**-126).get_scale() == 2.0**-126
+    with pytest.raises(ValueError, match="split: the model is an empty nn.Sequential"):
+        rrfp.split(nn.Sequential(), chunks=1)
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        pipe.load(str(tmp_path / "nothing"))

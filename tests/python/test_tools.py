@@ -157,8 +157,13 @@ def test_a_file_named_in_other_bytes_than_utf8_is_shown_with_replacements(tmp_pa
     assert "plan\ufffd.txt" in repr(rec)
     assert "plan\\xff.txt" in rec.table()  # the table's rows show it as the CLI's do
     assert "plan\ufffd.txt" in json.dumps(rec.to_dict(), ensure_ascii=False)
-    with pytest.raises(ValueError, match="nothing\ufffd.txt. does not exist"):
+    with pytest.raises(FileNotFoundError, match="nothing\ufffd.txt. does not exist"):
         rrfp.simulate(pp=2, microbatches=4, hint=folder + b"/nothing\xff.txt")
+    # As Python's open() raises them (they were ValueErrors).
+    with pytest.raises(FileNotFoundError, match="`workload_file`: .* does not exist"):
+        rrfp.simulate(pp=2, microbatches=4, workload_file=folder + b"/none.json")
+    with pytest.raises(IsADirectoryError, match="`workload_file`: .* is a directory, not a file"):
+        rrfp.simulate(pp=2, microbatches=4, workload_file=folder)
     with pytest.raises(OSError, match="cannot be written: No such file or directory"):
         rec.save_trace(folder + b"/none\xff/t.json")
 

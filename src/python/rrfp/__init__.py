@@ -255,6 +255,8 @@ def split(model, points=None, *, chunks=None):
         raise ValueError(f"split: the model has hooks of its own ({', '.join(hooks)}), which "
                          "would run on no chunk; register them on the chunks instead")
     n = len(model)
+    if n == 0:
+        raise ValueError("split: the model is an empty nn.Sequential: there is nothing to cut")
     if (points is None) == (chunks is None):
         raise ValueError("split: give the cut points or the number of chunks, one of them")
     if chunks is not None:

@@ -54,6 +54,11 @@ def _check_dtypes(norms):
 _SETTINGS = ("max_norm", "norm_type", "error_if_nonfinite")
 
 
+def _shown(name, value):
+    """A setting as the caller passed it: error_if_nonfinite travels as 0.0 or 1.0."""
+    return repr(bool(value)) if name == "error_if_nonfinite" else repr(value)
+
+
 def _gathered(pipe, local, norms, settings, refusal):
     """Every norm of the replica, in model order, as tensors on `local`'s first device (the
     values are exact: a double holds every float32, float16 and bfloat16), once every process
@@ -74,7 +79,7 @@ def _gathered(pipe, local, norms, settings, refusal):
         raise RuntimeError(f"clip_grad_norm_: process(es) {bad} refused their arguments or "
                            "gradients; their own errors say why; nothing was clipped")
     if len({tuple(x.hex() for x in v[1:4]) for v in every}) > 1:  # NaN equal to NaN
-        said = ", ".join(f"job rank {r}: " + ", ".join(f"{n}={v[1 + k]!r}"
+        said = ", ".join(f"job rank {r}: " + ", ".join(f"{n}={_shown(n, v[1 + k])}"
                                                        for k, n in enumerate(_SETTINGS))
                          for r, v in enumerate(every))
         raise ValueError(f"clip_grad_norm_: the processes of the job pass different arguments "

@@ -53,7 +53,7 @@ def _refuse_other_type(named, optimizer, mine_named):
     if saved:
         other = sorted(saved)[0]
         raise ValueError(f"optimizer: the checkpoint holds the state of a {other}, this "
-                         f"optimizer is a {mine}: load it into a {other.rsplit('.', 1)[-1]}, or "
+                         f"optimizer is a {mine}: load it into {_a(other.rsplit('.', 1)[-1])}, or "
                          "load without an optimizer")
 
 
@@ -144,3 +144,8 @@ def _same(x, y):
 
 def _setting(group, key):
     return repr(group[key])[:40] if key in group else "nothing"
+
+
+def _a(name):
+    """`name` with its article: "an AdamW", "a SGD"."""
+    return ("an " if name[:1] in "AEIOUaeiou" else "a ") + name

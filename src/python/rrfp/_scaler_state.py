@@ -56,7 +56,8 @@ def _loaded_scale(value):
         raise TypeError(f"scale: a number, got {type(value).__name__}")
     value = float(value)
     if not (math.isfinite(value) and value >= 0.0):
-        raise ValueError(f"scale: must be in [0, inf), got {value!r}")
+        raise ValueError(f"scale: must be in [0, 3.4e38] (a finite float32; below 2**-126 it "
+                         f"loads as 2**-126), got {value!r}")
     if float(torch.tensor(value, dtype=torch.float32)) < MIN_SCALE:
         return MIN_SCALE
     as_float32("scale", value)  # refused here if its float32 is inf

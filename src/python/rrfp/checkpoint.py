@@ -226,7 +226,9 @@ def _part_files(path, max_parts):
     if not os.path.lexists(os.path.join(path, MANIFEST)):
         files = sorted(glob.glob(os.path.join(path, "part-*.pt")))
         if not files:
-            raise FileNotFoundError(f"checkpoint '{path}': no part-*.pt in it")
+            raise FileNotFoundError(f"checkpoint '{path}': no part-*.pt in it" if
+                                    os.path.lexists(path) else
+                                    f"checkpoint '{path}': no such folder")
         return files, None
     token, parts = _read_manifest(path, max_parts)
     # A part there but no file is refused as it is opened, rather than called missing.

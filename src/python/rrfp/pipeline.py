@@ -2,6 +2,7 @@
 import contextlib
 import os
 import threading
+from collections.abc import Mapping
 
 import torch
 
@@ -245,6 +246,9 @@ class Pipeline:
         entry is checked before any is loaded, so one that raises loads nothing. The copies of
         a tie (`tied`) all load the entry of the tie's first name that `state` holds. Returns
         torch's (missing_keys, unexpected_keys) of this process's chunks."""
+        if not isinstance(state, Mapping):  # it failed on state.items(), naming nothing
+            raise TypeError(f"load_state_dict: state must be a mapping of names to tensors (a "
+                            f"state_dict()), got {type(state).__name__}")
         with self._one_call("load_state_dict"):
             state = one_value_per_tie(self._ties, self.chunks, state, self._data.model)
             return checkpoint.load_model_state(self.chunks, self._core.chunks, state, strict)

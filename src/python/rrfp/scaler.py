@@ -23,6 +23,7 @@ import warnings
 
 import torch
 
+from ._args import is_number as _is_number
 from ._calls import call_of
 from ._scaler_job import agreed_found, agreed_update
 from ._unscale import divide_and_check, key, left_out, unscalable
@@ -55,7 +56,8 @@ class GradScaler:
                  growth_interval=2000, enabled=True):
         if not isinstance(enabled, bool):
             raise TypeError(f"enabled: True or False, got {type(enabled).__name__}")
-        given = _positive("init_scale", init_scale, 0.0, math.inf, "(0, inf)")
+        given = _positive("init_scale", init_scale, 0.0, math.inf,
+                          "[2**-126, 3.4e38] (a finite float32 of at least the smallest normal)")
         self._scale = _as_float32("init_scale", given)
         # The scale as given, until it is first used: what torch's get_scale() and state_dict()
         # report before its scale tensor exists (0.1, where the float32 reads 0.10000000149...).
@@ -181,6 +183,9 @@ class GradScaler:
         return call_of(self._pipe, name) if self._pipe is not None else None
 
     def _state(self, optimizer):
+        if not hasattr(optimizer, "param_groups"):  # an AttributeError naming no argument
+            raise TypeError(f"optimizer: a torch.optim.Optimizer (with param_groups), got "
+                            f"{type(optimizer).__name__}")
         return self._optimizers.setdefault(id(optimizer), [_READY, False])
 
     def unscale_(self, optimizer):
@@ -299,6 +304,9 @@ class GradScaler:
             if new_scale.numel() != 1:
                 raise ValueError("update: new_scale must hold one element")
             new_scale = float(new_scale)
+        if not _is_number(new_scale):  # torch's own TypeError named no argument
+            raise TypeError(f"new_scale: a number or a one-element tensor, got "
+                            f"{type(new_scale).__name__}")
         return _as_float32("new_scale", new_scale)
 
     def _found(self):
