@@ -47,6 +47,14 @@ check "--workload-file: with --replay (and --tp 1) only jitter applies" \
 printf '{"jitter_p":0.3,"comm_links":1,"straggler_stage":1}' >wj.json
 check "'wj.json' also sets comm_links, straggler_stage, which the replay would ignore" \
   simulate --pp 3 -m 6 --replay zb.json --hint zb-h1 --policy fixed --workload-file wj.json
+# A file of jitter fields that draws none (jitter_p 0) applied nothing.
+printf '{"jitter_alpha":2}' >wa.json
+check "'wa.json' draws no jitter (its jitter_p is 0)" \
+  simulate --pp 3 -m 6 --replay zb.json --hint zb-h1 --policy fixed --workload-file wa.json
+# --workload beside a jitter file: the preset given is judged, not the file's name.
+printf '{"jitter_p":0.1}' >jf.json
+"$rrfp" simulate --pp 3 -m 6 --replay zb.json --hint zb-h1 --policy fixed --workload jitter:J1 \
+  --workload-file jf.json >/dev/null 2>&1 || fail "--workload jitter:J1 beside a jitter file refused"
 # A replay CSV keeps its cells' inner blanks: "10 00" was read as 1000.
 printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F, 10 00\n0,0,0,B,1000 \n' >sp.csv
 check "sp.csv:2: column duration_us: '10 00' is not a number" \
@@ -183,6 +191,8 @@ printf '{"format":"rrfp-hint","version":1,"pp":"2"}' >ns.json
 check "ns.json: \"pp\" must be a number, got \"2\"" schedule check ns.json --pp 2 -m 2
 printf '{"format":"rrfp-hint","version":1,"pp":2,"vpp":1,"microbatches":2}' >ns2.json
 check "ns2.json: no \"stages\" (each stage's order of tasks)" schedule check ns2.json --pp 2 -m 2
+"$rrfp" plan --pp 5 -m 5 --tp 2 --max-evaluations 5 --exact-budget 5 2>&1 | grep -q "exact on" &&
+  fail "plan offered --exact on where it refuses TP 2"
 RRFP_MEMORY_LIMIT=1M check "--sizes: about 403 MB of memory for 4 endpoint(s) in this process; RRFP_MEMORY_LIMIT allows 1 MB" \
   calibrate --sizes 32M --seconds 4
 # --json to standard output however named: the JSON alone there (plan printed its text first).

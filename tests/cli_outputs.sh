@@ -149,7 +149,7 @@ check "--out: 'bf' is a rule hint, it has no task list" schedule show --hint bf 
 # and my.hint were "unknown hint", and best.JSON was written as text (its JSON test took case).
 "$rrfp" plan --pp 2 -m 4 --max-evaluations 20 --exact off --out best.plan --json plan.json \
   >plan.txt || fail "plan --out best.plan"
-grep -q "^wrote best.plan: .rrfp simulate --hint best.plan" plan.txt || fail "plan: $(tail -1 plan.txt)"
+grep -q "^wrote best.plan: rrfp simulate --hint best.plan" plan.txt || fail "plan: $(tail -1 plan.txt)"
 "$rrfp" simulate --pp 2 -m 4 --hint best.plan --policy fixed --json sim.json >/dev/null ||
   fail "simulate --hint best.plan"
 want=$(grep -o '"makespan_ms": [0-9.]*' plan.json | head -1)

@@ -77,7 +77,9 @@ std::string not_converted(CLI::App& app, const std::string& what) {
   const std::string type = opt ? opt->get_type_name() : "";
   // The type's bound only where digits passed it: --tp's own range is 1 to 1024, which its
   // check says, and "abc" was told of 2147483647.
-  const bool digits = !value.empty() && value.find_first_not_of("0123456789") == std::string::npos;
+  const std::size_t sign = !value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0;
+  const bool digits =
+      value.size() > sign && value.find_first_not_of("0123456789", sign) == std::string::npos;
   const std::string wants =
       type == "INT" ? std::string("a whole number") + (digits ? " (at most 2147483647)" : "")
       : type == "UINT"

@@ -73,7 +73,7 @@ ExactChoice want_exact(const PlanFlags& f, const PlanProblem& p) {
     return {true, {}};
   }
   if (p.m().pp() > 4 || p.m().microbatches() > 8)
-    return not_run("--exact auto runs only up to P 4 and M 8");
+    return not_run("--exact auto runs only up to P 4 and M 8", why.empty());
   if (!why.empty()) not_run("does not run here (" + why + ")", false);
   return {why.empty(), why};
 }
@@ -355,7 +355,7 @@ void run_plan(const PlanFlags& f) {
     write_text_file(
         f.out, json ? write_hint_json(best.order(), m) : write_hint_text(best.order(), m), "--out");
   }
-  if (!is_stdout(f.json)) print_plan(std::cout, f, sc, p, best, bound);
+  print_plan(is_stdout(f.json) ? std::cerr : std::cout, f, sc, p, best, bound);
   if (!f.json.empty()) {
     nlohmann::json j = plan_json(f, sc, p, run, best, bound);
     if (const int sig = stop.load()) j["plan"]["stopped_by"] = signal_name(sig);  // budget unspent

@@ -54,6 +54,12 @@ Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms, std::int64_t arrival
   if (!launched_by_mpirun())
     throw InputError("`transport` mpi: start the script under mpirun (see docs/python.md)");
   Processes& p = processes();
+  // The world a forked process holds is its parent's: a pipeline made on it joined that job.
+  if (p.pid != static_cast<int>(::getpid()))
+    throw InputError(
+        "`transport` mpi: this process was forked from one of an MPI job, whose "
+        "MPI is that process's; make an in-process pipeline here "
+        "(transport='inproc')");
   std::lock_guard lk(p.mu);
   if (p.shut) throw Error("rrfp: MPI has been shut down in this process");
   if (!p.world) {
@@ -134,9 +140,11 @@ void PipelineCore::take_layout() {
 #ifdef RRFP_HAVE_MPI
   if (!split_pending_) return;
   Processes& p = processes();
+  // The GIL first, then the lock: held the other way round, a thread holding the GIL and
+  // waiting for the lock (a pipeline's destructor) and this one waiting for the GIL blocked.
+  pyb::gil_scoped_release nogil;  // the split waits for every process
   std::lock_guard lk(p.mu);
   const JobLayout want{opt_.pp, 1, opt_.dp};
-  pyb::gil_scoped_release nogil;  // the split waits for every process
   p.world->set_layout(want);
   p.mpi_layout = want;
   split_pending_ = false;
@@ -236,6 +244,10 @@ void shutdown_processes(const std::string& held_call) {
 #ifdef RRFP_HAVE_MPI
     (void)p.world.release();
 #endif
+    // Its own pipelines (in-process ones it made) end as anywhere: a daemon thread's step is
+    // cancelled before the interpreter frees the runtime under its threads.
+    for (PipelineCore* c : std::vector<PipelineCore*>(p.live))
+      if (c->made_here()) c->close();
     return;
   }
   std::vector<PipelineCore*> live;

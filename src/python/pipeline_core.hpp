@@ -100,6 +100,10 @@ class PipelineCore {
   // process. A process forked while a step ran leaves its runtime alone (its threads are the
   // parent's: destroying it waited for them for ever).
   void close();
+  // Whether this process made the pipeline: a process forked from it holds copies of its
+  // runtime, transport and locks without their threads (and MPI's or Gloo's state it must not
+  // touch); they are left as they are there, never closed or freed.
+  bool made_here() const { return made_pid_ == static_cast<int>(::getpid()); }
   // Over MPI, the first pipeline of a layout splits the world's communicators for it, once
   // every process was found building one (the construction's gather): a no-op otherwise.
   void take_layout();
@@ -138,10 +142,6 @@ class PipelineCore {
   // torch's thread-local state of the thread that called this step (PyStageProgram::begin_step
   // gives it each stage's thread); none between steps, so that it holds no Python object.
   std::optional<at::ThreadLocalState> caller_;
-  // Whether this process made the pipeline: a process forked from it holds copies of its
-  // runtime, transport and locks without their threads (and MPI's or Gloo's state it must not
-  // touch); they are left as they are there, never closed or freed.
-  bool made_here() const { return made_pid_ == static_cast<int>(::getpid()); }
   // Whether the runtime is still the one a step runs on (no step runs, or close() can touch
   // it): false in a process forked from the one that made it, or forked while a step ran.
   bool runtime_is_ours() const;

@@ -164,7 +164,9 @@ std::pair<StepRecordPy, std::vector<at::Tensor>> PipelineCore::run_step(
     throw Error(
         "rrfp: this process was forked from the one that made the pipeline, whose "
         "processes (over " +
-        std::string(opt_.transport) + ") talk to that one: step it there, or make a pipeline here");
+        std::string(opt_.transport) +
+        ") talk to that one: step it there, or make an in-process pipeline here "
+        "(transport='inproc')");
   if (runners_.empty()) throw Error("rrfp: the pipeline has no stage runners");
   if (!sizes.empty() && static_cast<int>(sizes.size()) != model_->microbatches())
     throw InputError("rrfp: " + std::to_string(sizes.size()) + " microbatch sizes for " +

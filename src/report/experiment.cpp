@@ -122,6 +122,12 @@ void refuse_replaced_workload(const Scenario& sc, const std::string& preset_give
   }
   if (used.empty())
     throw InputError(name("workload-file") + with + takes + "; '" + workload_file + "' sets none");
+  const bool latency = std::any_of(used.begin(), used.end(), [](const std::string& f) {
+    return f == "tp_collective_us" || f == "coord_latency_us";
+  });
+  if (!latency && sc.workload.jitter.p == 0)  // {"jitter_alpha": 2} drew nothing, silently
+    throw InputError(name("workload-file") + with + takes + "; '" + workload_file +
+                     "' draws no jitter (its jitter_p is 0)");
 }
 
 void check_spec(const Scenario& sc, const RunSpec& spec) {

@@ -136,13 +136,14 @@ void Simulation::link_end(int stamp) {
     else
       send_landed(t.send);
   }
-  for (int id : parked_.empty() ? std::vector<int>{} : ended)
-    if (auto parked = parked_.find(id); parked != parked_.end()) {
-      const std::vector<int> sends = std::move(parked->second);
-      parked_.erase(parked);
-      for (int send : sends)
-        release(send);
-    }
+  if (!parked_.empty())
+    for (int id : ended)
+      if (auto parked = parked_.find(id); parked != parked_.end()) {
+        const std::vector<int> sends = std::move(parked->second);
+        parked_.erase(parked);
+        for (int send : sends)
+          release(send);
+      }
   watch_links();
 }
 

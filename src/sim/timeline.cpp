@@ -280,6 +280,16 @@ bool sends_across(const WorkModel& m, const TaskId& t, const std::string& where,
   return m.stage_of(next) != m.stage_of(t);
 }
 
+void refuse_needless_message_us(const ImportedRun& run, double message_us,
+                                const std::string& origin) {
+  // As a CSV's send_us column (replay_csv.cpp): the latency was taken and ignored, and a "what
+  // if messages took X" answered with the recorded ones.
+  if (message_us >= 0 && run.messages > 0 && run.messages_measured >= run.messages)
+    throw InputError(origin + (run.run.empty() ? "" : " (" + run.run + ")") +
+                     ": the trace times every message (" + std::to_string(run.messages) +
+                     "), so `message_us` has none to time; leave it out");
+}
+
 ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double message_us,
                       const std::string& origin) {
   ImportedRun out;
@@ -326,12 +336,6 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
     TaskId consumer = m.task(i), producer;
     if (cross_stage_producer(m, consumer, producer)) out.messages += tp;
   }
-  // As a CSV's send_us column (replay_csv.cpp): the latency was taken and ignored, and a "what
-  // if messages took X" answered with the recorded ones.
-  if (message_us >= 0 && out.messages > 0 && out.messages_measured >= out.messages)
-    throw InputError(in_run + ": the trace times every message (" + std::to_string(out.messages) +
-                     "), so `message_us` has none to time; "
-                     "leave it out");
   out.start_ns.resize(slots);
   for (size_t i = 0; i < slots; ++i)
     out.start_ns[i] = static_cast<std::int64_t>((sp.start[i] - sp.first) * 1e3 + 0.5);

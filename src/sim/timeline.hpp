@@ -118,6 +118,10 @@ bool sends_across(const WorkModel& m, const TaskId& t, const std::string& where,
 // with no receive between two stages, their tasks bound it alike (no consumer starts before its
 // producer ended).
 // Throws InputError naming `origin`.
+// Refuses a `message_us` (>= 0) where `run` timed every message: it would time none. Apart from
+// build_run, whose errors a search for a complete step passes over.
+void refuse_needless_message_us(const ImportedRun& run, double message_us,
+                                const std::string& origin);
 ImportedRun build_run(const Timeline& t, const WorkModel& m, int tp, double message_us,
                       const std::string& origin);
 

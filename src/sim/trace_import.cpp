@@ -173,12 +173,15 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
   if (o.step >= 0) {
     for (const Timeline& t : steps)
       if (t.step == o.step) {
+        ImportedRun run;
         try {
-          return build_run(t, m, tp, o.message_us, origin);
+          run = build_run(t, m, tp, o.message_us, origin);
         } catch (const InputError& e) {
           if (!lacks_w(m, {&t, 1})) throw;
           throw InputError(e.what() + std::string(kLacksW));
         }
+        refuse_needless_message_us(run, o.message_us, origin);
+        return run;
       }
     // A trace without step spans is one whole step (-1), which no --step names.
     if (std::all_of(steps.begin(), steps.end(), [](const Timeline& t) { return t.step < 0; }))
@@ -194,11 +197,15 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
   // The first step that holds every task (a profiler window may cut the first or last one).
   std::string first_error;
   for (const Timeline& t : steps) {
+    ImportedRun run;
     try {
-      return build_run(t, m, tp, o.message_us, origin);
+      run = build_run(t, m, tp, o.message_us, origin);
     } catch (const InputError& e) {
       if (first_error.empty()) first_error = e.what();
+      continue;
     }
+    refuse_needless_message_us(run, o.message_us, origin);
+    return run;
   }
   const std::string why = lacks_w(m, steps) ? kLacksW : "";
   throw InputError((steps.size() == 1 ? first_error

@@ -146,13 +146,14 @@ def refuse_other_modes(pp, dp, transport, job_rank):
         held = chunks if built is chunks else list(pipe.chunks.values())
         for c in held if job_rank == 0 else []:
             c.eval()
-        others = list(range(1, world)) if built is chunks else [pp]
+        # Replicas apart are named first; with one, every copy apart from rank 0's.
+        others = list(range(1, world)) if built is chunks and dp == 1 else [pp]
         try:
             pipe.step(*lm.batches(4))
         except ValueError as e:
             want = (f"step: the processes hold chunk 0 in different train()/eval() modes (job "
-                    f"rank 0 with 0 of its {n} modules in training, job rank(s) {others} with "
-                    f"{n} of its {n} modules in training)")
+                    f"rank 0, which runs it, with 0 of its {n} modules in training, job rank(s) "
+                    f"{others} with {n} of its {n} modules in training)")
             assert want in str(e), (job_rank, str(e))
         else:
             raise AssertionError(f"rank {job_rank}: a step with chunk 0 in eval() on rank 0 "
@@ -161,6 +162,13 @@ def refuse_other_modes(pp, dp, transport, job_rank):
             c.train()
             c[0].eval()  # the same part frozen on every process
         assert pipe.step(*lm.batches(4)) is not None
+        # Each process switching only the chunks it runs (docs/python.md's evaluation) leaves
+        # the copies it does not run behind, every runner alike: no refusal.
+        for c in pipe.chunks.values():
+            c.eval()
+        assert pipe.eval_step(*lm.batches(4)) is not None
+        for c in held:
+            c.train()
     print(f"rank {job_rank}: train()/eval() modes that differ between processes refused",
           flush=True)
 

@@ -83,8 +83,11 @@ def test_bad_checkpoints_are_refused(tmp_path):
     assert skipped.missing_keys == [k for k in sd if k.startswith("1.")]
     assert skipped.unexpected_keys == ["7.weight"]
     assert pipe.load_state_dict(sd) == ([], [])
-    with pytest.raises(FileNotFoundError, match="no part"):
+    with pytest.raises(FileNotFoundError, match="no such folder"):
         pipe.load(str(tmp_path / "nothing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no part"):
+        pipe.load(str(tmp_path / "empty"))
     pipe.save(str(tmp_path / "model-only"))
     with pytest.raises(KeyError, match="no optimizer state"):
         pipe.load(str(tmp_path / "model-only"), adamw(pipe.chunks.values()))

@@ -198,7 +198,7 @@ def _shutdown():
     for pipe in over_mpi:
         pipe._exiting = True
     held = [p for p in over_mpi if p._busy.locked() and p._holder_pid == os.getpid()]
-    _rrfp._shutdown(held_call=(held[0]._holder or "another call") if held else "")
+    _rrfp._shutdown(held_call=(held[0]._holder or "call") if held else "")
     _live.wait_for_steps(live, 10)
 
 

@@ -358,7 +358,8 @@ class Pipeline:
             # Its first gather would have joined the parent's job from here.
             raise RuntimeError(f"{what}: this process was forked from the one that made the "
                                f"pipeline, whose processes (over {self._transport}) talk to "
-                               "that one: call it there, or make a pipeline here")
+                               "that one: call it there, or make an in-process pipeline here "
+                               "(transport='inproc')")
         if not self._busy.acquire(blocking=False):
             holder = self._holder  # read unlocked: for the words alone
             if holder in ("step", "eval_step"):
@@ -370,11 +371,13 @@ class Pipeline:
                                "pipeline runs one step, eval_step, load, load_state_dict, "
                                "save, clip_grad_norm_, or a change of its GradScaler (making "
                                "it, update, load_state_dict, unscale_), at a time")
+        # Named before the exit handler's check, which reads them (_shutdown).
+        self._holder, self._holder_pid = what, os.getpid()
         if self._exiting:
+            self._holder = None
             self._busy.release()  # a daemon thread's call as the exit handler runs
             raise RuntimeError(f"{what}: the pipeline was shut down as the interpreter exits "
                                "(rrfp's exit handler ran): no call runs after it")
-        self._holder, self._holder_pid = what, os.getpid()
         try:
             yield
         finally:
