@@ -301,6 +301,11 @@ PipelineCore::~PipelineCore() {
   if (!made_here()) {  // a forked process: see made_here()
     (void)rt_.release();
     (void)own_job_.release();
+    // Out of the list the exit handler goes through, unlocked: a thread the fork did not copy
+    // may have held the lock for ever.
+    Processes& p = processes();
+    std::erase(p.live, this);
+    std::erase(p.on_mpi, this);
     return;
   }
   {
