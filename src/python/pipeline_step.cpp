@@ -160,13 +160,6 @@ StepRecordPy record_of(StepResult result, const WorkModel& m, const RuntimeOptio
 std::pair<StepRecordPy, std::vector<at::Tensor>> PipelineCore::run_step(
     int step, std::vector<std::int64_t> sizes, const pyb::object& closing) {
   if (closed_) throw Error(kShutDown);
-  if (job_ && !made_here())
-    throw Error(
-        "rrfp: this process was forked from the one that made the pipeline, whose "
-        "processes (over " +
-        std::string(opt_.transport) +
-        ") talk to that one: step it there, or make an in-process pipeline here "
-        "(transport='inproc')");
   if (runners_.empty()) throw Error("rrfp: the pipeline has no stage runners");
   if (!sizes.empty() && static_cast<int>(sizes.size()) != model_->microbatches())
     throw InputError("rrfp: " + std::to_string(sizes.size()) + " microbatch sizes for " +

@@ -106,12 +106,15 @@ void refuse_replaced_workload(const Scenario& sc, const std::string& preset_give
                      "got '" +
                      preset_given + "'");
   if (workload_file.empty()) return;
-  std::vector<std::string> used, ignored;
+  std::vector<std::string> ignored;
+  bool jitter = false, latency = false;  // what the file sets that the replay takes
   for (const std::string& f : workload_file_fields(workload_file)) {
-    const bool jitter = f.rfind("jitter_", 0) == 0 || f.rfind("preset jitter", 0) == 0;
-    const bool latency = tp && (f == "tp_collective_us" || f == "coord_latency_us");
     if (f == "calibration") continue;  // the measurements behind a calibration: no field
-    (jitter || latency ? used : ignored).push_back(f);
+    const bool j = f.rfind("jitter_", 0) == 0 || f.rfind("preset jitter", 0) == 0;
+    const bool l = tp && (f == "tp_collective_us" || f == "coord_latency_us");
+    jitter = jitter || j;
+    latency = latency || l;
+    if (!j && !l) ignored.push_back(f);
   }
   if (!ignored.empty()) {
     std::string list;
@@ -120,11 +123,8 @@ void refuse_replaced_workload(const Scenario& sc, const std::string& preset_give
     throw InputError(name("workload-file") + with + takes + "; '" + workload_file + "' also sets " +
                      list + ", which the replay would ignore");
   }
-  if (used.empty())
+  if (!jitter && !latency)
     throw InputError(name("workload-file") + with + takes + "; '" + workload_file + "' sets none");
-  const bool latency = std::any_of(used.begin(), used.end(), [](const std::string& f) {
-    return f == "tp_collective_us" || f == "coord_latency_us";
-  });
   if (!latency && sc.workload.jitter.p == 0)  // {"jitter_alpha": 2} drew nothing, silently
     throw InputError(name("workload-file") + with + takes + "; '" + workload_file +
                      "' draws no jitter (its jitter_p is 0)");

@@ -20,15 +20,6 @@ SharedLinks::SharedLinks(double capacity, double two_slowdown)
                      std::to_string(two_slowdown));
 }
 
-namespace {
-
-// The heap's order: the least end first, of equal ends the first joined.
-bool later(const auto& a, const auto& b) {
-  return a.end != b.end ? a.end > b.end : a.seq > b.seq;
-}
-
-}  // namespace
-
 double SharedLinks::rate() const {
   if (moving_.size() <= 1) return 1;
   return std::min({1.0, capacity_ / static_cast<double>(moving_.size()), 1 / two_slowdown_});
@@ -44,8 +35,7 @@ void SharedLinks::advance(std::int64_t now) {
 
 void SharedLinks::start(double work_ns, std::uint64_t seq, int token, int queue) {
   moving_.push_back(Moving{done_ + work_ns, seq, token, queue});
-  std::push_heap(moving_.begin(), moving_.end(),
-                 [](const Moving& a, const Moving& b) { return later(a, b); });
+  std::push_heap(moving_.begin(), moving_.end(), later);
 }
 
 void SharedLinks::add(std::int64_t now, std::int64_t work_ns, int token, int queue) {
@@ -90,10 +80,9 @@ std::vector<int> SharedLinks::finish(std::int64_t now) {
   // What would end within the next nanosecond ends now: the times are whole nanoseconds, and
   // equal transfers that joined together end together despite rounding.
   const double r = rate();
-  const auto order = [](const Moving& a, const Moving& b) { return later(a, b); };
   std::vector<Moving> ended;
   while (!moving_.empty() && moving_.front().end - done_ < r) {
-    std::pop_heap(moving_.begin(), moving_.end(), order);
+    std::pop_heap(moving_.begin(), moving_.end(), later);
     ended.push_back(moving_.back());
     moving_.pop_back();
   }

@@ -66,6 +66,10 @@ class SharedLinks {
     int moving = -1;             // the token of the one of it that moves; -1: none
     std::deque<Waiting> behind;  // the others, in the order they joined
   };
+  // The heap's order: the least end first, of equal ends the first joined.
+  static bool later(const Moving& a, const Moving& b) {
+    return a.end != b.end ? a.end > b.end : a.seq > b.seq;
+  }
   double rate() const;  // of each moving transfer
   void advance(std::int64_t now);
   void start(double work_ns, std::uint64_t seq, int token, int queue);
