@@ -48,6 +48,19 @@ Processes& processes() {
   return p;
 }
 
+#ifdef RRFP_HAVE_MPI
+// Every process makes the same pipelines in the same order, so all refuse alike. A second
+// pipeline of another layout re-split the communicators the first one's replica sums and
+// gathers use: its next step read another stage's chunks (a segfault).
+void refuse_other_layout(const Processes& p, const JobLayout& want) {
+  if (p.on_mpi.empty() || (want.pp == p.mpi_layout.pp && want.dp == p.mpi_layout.dp)) return;
+  throw InputError("`pp` and `dp`: " + std::to_string(p.on_mpi.size()) + " pipeline(s) of pp=" +
+                   std::to_string(p.mpi_layout.pp) + ", dp=" + std::to_string(p.mpi_layout.dp) +
+                   " are alive over this MPI job, whose processes take one layout at a "
+                   "time: give this one the same pp and dp, or delete the others first");
+}
+#endif
+
 Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms, std::int64_t arrival_ms,
              bool& split_pending) {
 #ifdef RRFP_HAVE_MPI
@@ -60,29 +73,25 @@ Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms, std::int64_t arrival
         "`transport` mpi: this process was forked from one of an MPI job, whose "
         "MPI is that process's; make an in-process pipeline here "
         "(transport='inproc')");
+  // The GIL first, then the lock (as take_layout): MPI start-up waits for every process, and a
+  // thread holding the GIL and waiting for the lock (another pipeline's construction or
+  // destructor) blocked this one's return for ever.
+  pyb::gil_scoped_release nogil;
   std::lock_guard lk(p.mu);
   if (p.shut) throw Error("rrfp: MPI has been shut down in this process");
   if (!p.world) {
-    pybind11::gil_scoped_release nogil;  // MPI start-up waits for every process
     p.world = std::make_unique<MpiWorld>(MpiWorldOptions{
         .timeout_ms = timeout_ms, .limit_name = "`timeout`", .arrival_ms = arrival_ms});
   }
   const JobLayout want{o.pp, 1, o.dp};
-  if (!p.on_mpi.empty()) {
-    // Every process makes the same pipelines in the same order, so all refuse alike. A second
-    // pipeline of another layout re-split the communicators the first one's replica sums and
-    // gathers use: its next step read another stage's chunks (a segfault).
-    if (want.pp != p.mpi_layout.pp || want.dp != p.mpi_layout.dp)
-      throw InputError("`pp` and `dp`: " + std::to_string(p.on_mpi.size()) + " pipeline(s) of pp=" +
-                       std::to_string(p.mpi_layout.pp) + ", dp=" + std::to_string(p.mpi_layout.dp) +
-                       " are alive over this MPI job, whose processes take one layout at a "
-                       "time: give this one the same pp and dp, or delete the others first");
-    return p.world.get();  // the same layout: the communicators stay as they are
-  }
+  refuse_other_layout(p, want);
+  if (!p.on_mpi.empty()) return p.world.get();  // the same layout: the communicators stay
   // The first pipeline of a layout splits the world's communicators, but only once every
   // process is found building one (take_layout(), after the construction's gather): split
   // here, a process that built a pipeline while another stepped its last one met that step's
-  // gather in MPI_Comm_split, and both waited until `arrival_timeout`.
+  // gather in MPI_Comm_split, and both waited until `arrival_timeout`. It counts among the
+  // pipelines on the layout only then: one whose construction failed before (a gather that
+  // found the processes apart) left a layout recorded that no communicator had.
   split_pending = true;
   return p.world.get();
 #else
@@ -133,7 +142,7 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   Processes& p = processes();
   std::lock_guard lk(p.mu);
   p.live.push_back(this);
-  if (tr == TransportKind::Mpi) p.on_mpi.push_back(this);
+  if (tr == TransportKind::Mpi && !split_pending_) p.on_mpi.push_back(this);
 }
 
 void PipelineCore::take_layout() {
@@ -145,8 +154,12 @@ void PipelineCore::take_layout() {
   pyb::gil_scoped_release nogil;  // the split waits for every process
   std::lock_guard lk(p.mu);
   const JobLayout want{opt_.pp, 1, opt_.dp};
-  p.world->set_layout(want);
-  p.mpi_layout = want;
+  refuse_other_layout(p, want);  // another thread's pipeline took one meanwhile
+  if (p.on_mpi.empty()) {
+    p.world->set_layout(want);
+    p.mpi_layout = want;
+  }
+  p.on_mpi.push_back(this);
   split_pending_ = false;
 #endif
 }

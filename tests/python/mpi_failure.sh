@@ -4,7 +4,8 @@
 # with the StageError on stderr; mpirun exits non-zero and no python process is left behind.
 # Then a process later to a step than arrival_timeout ends the job at the others' deadline.
 # And a process that makes a step more than the others ends the job at once, as does a script
-# ending while a daemon thread of it steps, and one building a pipeline while another steps.
+# ending while a daemon thread of it steps, and one building a pipeline while another steps;
+# a pipeline built after that failed construction, kept alive, builds and steps.
 # Usage: mpi_failure.sh TESTS_DIR PYTHON
 set -uo pipefail
 here=$1
@@ -188,3 +189,51 @@ grep -q "not making the same call (job rank 0 in Pipeline() after 0 steps, job r
   "$tmp/log" || fail "no line naming the two calls"
 none_left "$tmp/rebuild.py"
 echo "a pipeline built on one process while the other steps: mpirun exited $rc after $took s"
+
+# The same refusal caught, the pipeline that failed to build kept alive by the traceback: it
+# counted among the layout's pipelines, under the layout recorded before it (pp=2, dp=1), so a
+# pipeline of its own layout built next was refused on that process alone, naming a layout no
+# pipeline had, while the other waited in the construction's gather. A pipeline joins its
+# layout once it has split the communicators: the next one builds and steps.
+cat >"$tmp/caught.py" <<'PY'
+import gc
+import sys
+sys.path.insert(0, sys.argv[1])
+import conftest  # noqa: F401  (the package path)
+import lm
+import rrfp
+
+
+def make(pp, dp):
+    return rrfp.Pipeline(lambda i: lm.chunks(pp)[i], lm.loss_fn, pp=pp, dp=dp, microbatches=2,
+                         transport="mpi", timeout=60, arrival_timeout=20)
+
+
+pipe = make(2, 1)
+pipe.step(*lm.batches(2, seed=0))
+rank, failed = pipe.rank, None
+try:
+    if rank == 0:  # another layout while the other process steps: both raise
+        del pipe
+        gc.collect()
+        make(1, 2)
+    else:
+        pipe.step(*lm.batches(2, seed=0))
+except RuntimeError as e:
+    # Rank 0's traceback holds the pipeline that failed to build; rank 1 lets its own go.
+    failed = e if rank == 0 else str(e)
+assert "not making the same call" in str(failed), failed
+pipe = None
+gc.collect()
+pipe = make(1, 2)
+pipe.step(*lm.batches(2, seed=0))
+print(f"rank {rank} stepped the new layout")
+PY
+start=$SECONDS
+timeout 120 "$here/../mpirun.sh" 2 "$py" "$tmp/caught.py" "$here" >"$tmp/log" 2>&1
+rc=$?
+took=$((SECONDS - start))
+[ $rc -eq 0 ] || fail "a pipeline built after a failed construction: mpirun exited $rc"
+[ "$(grep -c "stepped the new layout" "$tmp/log")" -eq 2 ] || fail "not both processes stepped"
+none_left "$tmp/caught.py"
+echo "a pipeline built after one that failed to build: both stepped in $took s"
