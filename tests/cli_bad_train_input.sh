@@ -65,13 +65,14 @@ RRFP_MEMORY_LIMIT=8G check "--max-images 2000 (29999 tokens) with --heads 16 and
 # Microbatches in flight count: 4 stages of 8 a stage under --limit 8 hold 32 of them.
 RRFP_MEMORY_LIMIT=1G check "for the activations of up to 8 microbatches in flight a stage" \
   train --steps 1 --max-len 1024 --min-len 1024 --max-seq 1024 --heads 8 -m 8 --limit 8 --out "$tmp/o"
-# A fixed zero-bubble order defers most of a stage's weight gradients to its end: they count
-# as the order holds them, not at the ready policy's cap (P = 2). Counted at the cap, the
-# estimate was 204 MB and the run took 1.5 GB of a 1 GB limit.
+# A fixed ZB-H2 order (a unit-cost greedy) defers most of a stage's weight gradients to its
+# end: they count as the order holds them, not at the ready policy's cap (P = 2). Counted at
+# the cap, ZB-H1's estimate (when it deferred them too) was 204 MB and the run took 1.5 GB of a
+# 1 GB limit.
 zb=(--pp 2 -m 24 --policy fixed --d-model 256 --heads 1 --max-len 512 --max-seq 512 --min-len 512
   --steps 1 --eval-batches 1 --warmup 0 --eval-every 0 --out "$tmp/o")
-RRFP_MEMORY_LIMIT=400M check "about 942 MB of memory for the activations of up to 2 microbatches in flight a stage and 24 deferred weight gradients (attention keeps --heads x length^2 floats a block) and the model; RRFP_MEMORY_LIMIT allows 419 MB: lower --max-len, --heads, --layers or the microbatches in flight (under --policy ready, a --limit below the fixed order's 2)" \
-  train "${zb[@]}" --hint zb-h1
+RRFP_MEMORY_LIMIT=400M check "about 981 MB of memory for the activations of up to 3 microbatches in flight a stage and 24 deferred weight gradients (attention keeps --heads x length^2 floats a block) and the model; RRFP_MEMORY_LIMIT allows 419 MB: lower --max-len, --heads, --layers or the microbatches in flight (under --policy ready, a --limit below the fixed order's 3)" \
+  train "${zb[@]}" --hint zb-h2
 # The step's batch and its tasks' records count: -m 20000000 (under the 50M cap) grew past 20 GB
 # before its first task, or died of SIGSEGV (exit 139) in LibTorch under an address limit.
 (ulimit -v 4000000 && exec timeout 120 "$rrfp" train --pp 2 -m 20000000 --steps 1 \

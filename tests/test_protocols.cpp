@@ -367,5 +367,28 @@ TEST(FixedBlockingCheck, PassesTheGeneratedLists) {
   }
 }
 
+// ZB-V, as its authors and torch lay it out, runs with asynchronous sends: under the
+// rendezvous its fixed order deadlocks from a few microbatches on (P=4: M >= 8), and is refused
+// naming the hint and what to give; with few microbatches it passes.
+TEST(FixedBlockingCheck, RefusesZbVWhereItsOrderDeadlocks) {
+  WorkModel m(config(4, 8, 2, true, Placement::VShape));
+  const Hint h = make_hint("zb-v", m);
+  try {
+    refuse_blocking_deadlock(m, h, Policy::Fixed, CommMode::Blocking);
+    ADD_FAILURE() << "not refused";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what,
+              "`hint` zb-v: laid out for asynchronous sends, its order deadlocks under `comm` "
+              "blocking with `policy` fixed at pp 4 with 8 microbatches (receives posted one at "
+              "a time in list order); give `comm` async");
+  }
+  EXPECT_NO_THROW(refuse_blocking_deadlock(m, h, Policy::Fixed, CommMode::Async));
+  EXPECT_NO_THROW(refuse_blocking_deadlock(m, h, Policy::Ready, CommMode::Blocking));
+  WorkModel few(config(4, 4, 2, true, Placement::VShape));
+  EXPECT_NO_THROW(
+      refuse_blocking_deadlock(few, make_hint("zb-v", few), Policy::Fixed, CommMode::Blocking));
+}
+
 }  // namespace
 }  // namespace rrfp::test

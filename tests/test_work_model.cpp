@@ -79,6 +79,46 @@ TEST(Hints, DefaultLimitIsTheFixedOrderPeak) {
   EXPECT_EQ(default_limit(make_hint("bf", small), small), 2);
 }
 
+// The generated lists are the orders the field runs under those names, task for task: ZB-H1
+// and ZB-V as torch.distributed.pipelining lays them out (ScheduleInterleavedZeroBubble at
+// V = 1, ScheduleZBVZeroBubble), interleaved 1F1B at M = P as Megatron-LM and torch do since
+// late 2024 (stages s >= P/2 alternate). Until 2026-12-02 ZB-H1 and ZB-V deferred nearly
+// every W to the end of the step, and interleaved 1F1B warmed up with every forward at M = P.
+TEST(Hints, GeneratedOrdersAreTheReferenceOnes) {
+  auto same = [](const char* name, const PipelineConfig& c, const std::string& text) {
+    WorkModel m(c);
+    EXPECT_EQ(make_hint(name, m).list().stages, parse_hint(text, m, "reference").stages) << name;
+  };
+  same("zb-h1", config(4, 8, 1, true),
+       "stage 0: F0:0 F0:1 F0:2 F0:3 B0:0 W0:0 F0:4 B0:1 W0:1 F0:5 B0:2 W0:2 F0:6 B0:3 W0:3 "
+       "F0:7 B0:4 W0:4 B0:5 W0:5 B0:6 W0:6 B0:7 W0:7\n"
+       "stage 1: F1:0 F1:1 F1:2 B1:0 F1:3 B1:1 W1:0 F1:4 B1:2 W1:1 F1:5 B1:3 W1:2 F1:6 B1:4 W1:3 "
+       "F1:7 B1:5 W1:4 B1:6 W1:5 B1:7 W1:6 W1:7\n"
+       "stage 2: F2:0 F2:1 B2:0 F2:2 B2:1 F2:3 B2:2 W2:0 F2:4 B2:3 W2:1 F2:5 B2:4 W2:2 F2:6 B2:5 "
+       "W2:3 F2:7 B2:6 W2:4 B2:7 W2:5 W2:6 W2:7\n"
+       "stage 3: F3:0 B3:0 F3:1 B3:1 F3:2 B3:2 F3:3 B3:3 W3:0 F3:4 B3:4 W3:1 F3:5 B3:5 W3:2 F3:6 "
+       "B3:6 W3:3 F3:7 B3:7 W3:4 W3:5 W3:6 W3:7\n");
+  same("zb-v", config(4, 8, 2, true, Placement::VShape),
+       "stage 0: F0:0 F0:1 F0:2 F0:3 F0:4 F0:5 F0:6 F7:0 B7:0 W7:0 F7:1 B7:1 W7:1 F7:2 B7:2 W7:2 "
+       "F7:3 B7:3 W7:3 F0:7 B0:0 W0:0 F7:4 B7:4 W7:4 B0:1 W0:1 F7:5 B7:5 W7:5 B0:2 W0:2 F7:6 B7:6 "
+       "W7:6 B0:3 W0:3 F7:7 B7:7 W7:7 B0:4 W0:4 B0:5 W0:5 B0:6 W0:6 B0:7 W0:7\n"
+       "stage 1: F1:0 F1:1 F1:2 F1:3 F1:4 F6:0 F1:5 F6:1 B6:0 W6:0 F6:2 B6:1 W6:1 F6:3 B6:2 W6:2 "
+       "F1:6 B1:0 W1:0 F6:4 B6:3 W6:3 F1:7 B1:1 W1:1 F6:5 B6:4 W6:4 B1:2 W1:2 F6:6 B6:5 W6:5 B1:3 "
+       "W1:3 F6:7 B6:6 W6:6 B1:4 B6:7 B1:5 W1:4 B1:6 W1:5 B1:7 W1:6 W6:7 W1:7\n"
+       "stage 2: F2:0 F2:1 F2:2 F5:0 F2:3 F5:1 F2:4 F5:2 B5:0 W5:0 F5:3 B5:1 W5:1 F2:5 B2:0 W2:0 "
+       "F5:4 B5:2 W5:2 F2:6 B2:1 W2:1 F5:5 B5:3 W5:3 F2:7 B2:2 W2:2 F5:6 B5:4 W5:4 B2:3 W2:3 F5:7 "
+       "B5:5 W5:5 B2:4 B5:6 B2:5 B5:7 B2:6 W2:4 B2:7 W2:5 W5:6 W5:7 W2:6 W2:7\n"
+       "stage 3: F3:0 F4:0 F3:1 F4:1 F3:2 F4:2 F3:3 F4:3 B4:0 W4:0 F3:4 B3:0 W3:0 F4:4 B4:1 W4:1 "
+       "F3:5 B3:1 W3:1 F4:5 B4:2 W4:2 F3:6 B3:2 W3:2 F4:6 B4:3 W4:3 F3:7 B3:3 W3:3 F4:7 B4:4 W4:4 "
+       "B3:4 B4:5 B3:5 B4:6 B3:6 B4:7 B3:7 W3:4 W4:5 W4:6 W4:7 W3:5 W3:6 W3:7\n");
+  same("interleaved-1f1b", config(4, 4, 2),
+       "stage 0: F0:0 F0:1 F0:2 F0:3 F4:0 F4:1 F4:2 F4:3 B4:0 B4:1 B4:2 B4:3 B0:0 B0:1 B0:2 B0:3\n"
+       "stage 1: F1:0 F1:1 F1:2 F1:3 F5:0 F5:1 F5:2 F5:3 B5:0 B5:1 B5:2 B5:3 B1:0 B1:1 B1:2 B1:3\n"
+       "stage 2: F2:0 F2:1 F2:2 F2:3 F6:0 F6:1 F6:2 B6:0 F6:3 B6:1 B6:2 B6:3 B2:0 B2:1 B2:2 B2:3\n"
+       "stage 3: F3:0 F3:1 F3:2 F3:3 F7:0 B7:0 F7:1 B7:1 F7:2 B7:2 F7:3 B7:3 B3:0 B3:1 B3:2 "
+       "B3:3\n");
+}
+
 // A leading byte order mark is skipped, as the JSON reader and --workload-file skip it: a JSON
 // hint with one went to the text parser, and a text hint was refused echoing the mark unseen.
 // Echoed bytes are visible: a NUL cut the message at it, control and non-UTF-8 bytes showed

@@ -147,7 +147,7 @@ int default_limit(const Hint& hint, const WorkModel& m) {
   const int p = m.pp(), v = m.vpp(), mbs = m.microbatches();
   if (v == 1) return std::max(1, std::min(p, mbs));
   const int total = mbs * v;
-  const int warmup = mbs == p ? total : std::min(2 * (p - 1) + (v - 1) * p, total);
+  const int warmup = std::min(2 * (p - 1) + (v - 1) * p, total);
   return std::max(1, std::min(warmup + 1, total));
 }
 

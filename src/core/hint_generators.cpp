@@ -1,6 +1,7 @@
-// List-hint generators. GPipe, 1F1B, interleaved 1F1B (Megatron-LM's order) and looped
-// breadth-first are closed-form; the zero-bubble family is produced the way its authors
-// produce it: a unit-time greedy schedule under a per-stage activation cap (zb_greedy.cpp).
+// List-hint generators. GPipe, 1F1B, interleaved 1F1B (Megatron-LM's order), looped
+// breadth-first, ZB-H1 and ZB-V (the zero-bubble authors' handcrafted orders, as
+// torch.distributed.pipelining runs them) are closed-form; ZB-H2 is a unit-time greedy
+// schedule under a per-stage activation cap (zb_greedy.cpp).
 #include <algorithm>
 
 #include "core/error.hpp"
@@ -81,8 +82,10 @@ ListHint gen_interleaved_1f1b(const WorkModel& m) {
     auto& o = h.stages[s];
     auto fwd = [&](int k) { o.push_back({Kind::F, ((k / p) % v) * p + s, mb_of(k)}); };
     auto bwd = [&](int k) { push_backward(o, m, (v - 1 - (k / p) % v) * p + s, mb_of(k)); };
-    // Megatron-LM: all-warmup when M == P, otherwise 2(P-s-1) + (V-1)P warm-up forwards.
-    const int warmup = mbs == p ? total : std::min((p - s - 1) * 2 + (v - 1) * p, total);
+    // Megatron-LM: 2(P-s-1) + (V-1)P warm-up forwards, at most all of them. (Before late 2024
+    // Megatron ran all of them on every stage when M == P; it and torch now cap the count only
+    // at V M, so the stages s >= P/2 alternate there too.)
+    const int warmup = std::min((p - s - 1) * 2 + (v - 1) * p, total);
     for (int k = 0; k < warmup; ++k)
       fwd(k);
     for (int k = 0; k < total - warmup; ++k) {
@@ -115,11 +118,33 @@ ListHint gen_looped_bfs(const WorkModel& m) {
 ListHint gen_zb_h1(const WorkModel& m) {
   need_v1(m, "zb-h1");
   need_split(m, "zb-h1");
-  // 1F1B's activation peak (P - s in flight): the schedule only moves W into bubbles.
-  std::vector<int> cap(m.pp());
-  for (int s = 0; s < m.pp(); ++s)
-    cap[s] = m.pp() - s;
-  return zb_greedy(m, cap);
+  // 1F1B's order of F and B. Stage s lets its first s Bs go without their W, then runs the
+  // oldest W left after each B, and the rest at the end: a B's gradient reaches the stage
+  // before it one W sooner during the ramp, where 1F1B's bubble is, while at most s W wait
+  // on stage s. With F = B = W this idles P - 1 units a stage, a third of 1F1B's.
+  ListHint h;
+  h.stages.resize(m.pp());
+  const int mbs = m.microbatches();
+  for (int s = 0; s < m.pp(); ++s) {
+    auto& o = h.stages[s];
+    const int warmup = std::min(m.pp() - 1 - s, mbs);
+    int next_w = 0;
+    auto backward = [&](int j) {
+      o.push_back({Kind::B, s, j});
+      if (j >= s) o.push_back({Kind::W, s, next_w++});
+    };
+    for (int i = 0; i < warmup; ++i)
+      o.push_back({Kind::F, s, i});
+    for (int j = 0; j < mbs - warmup; ++j) {
+      o.push_back({Kind::F, s, warmup + j});
+      backward(j);
+    }
+    for (int j = mbs - warmup; j < mbs; ++j)
+      backward(j);
+    while (next_w < mbs)
+      o.push_back({Kind::W, s, next_w++});
+  }
+  return h;
 }
 
 ListHint gen_zb_h2(const WorkModel& m) {
@@ -132,13 +157,66 @@ ListHint gen_zb_h2(const WorkModel& m) {
   return zb_greedy(m, cap);
 }
 
+namespace {
+
+// Stage s of ZB-V: chunk s (on the way down) and chunk 2P-1-s (on the way up). The order runs
+// as if there were at least 2P - 1 microbatches, then drops the tasks of those there are not.
+std::vector<TaskId> zb_v_stage(int p, int mbs, int s) {
+  const int n = std::max(2 * p - 1, mbs);
+  const int down = s, up = 2 * p - 1 - s;
+  std::vector<TaskId> o;
+  int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+  auto add = [&](Kind k, int chunk, int& count) { o.push_back({k, chunk, count++}); };
+  auto bw = [&](int chunk, int& count) {  // B and its W at once
+    o.push_back({Kind::B, chunk, count});
+    o.push_back({Kind::W, chunk, count++});
+  };
+  for (int i = 0; i < 2 * (p - s) - 1; ++i)  // warm-up: chunk 0, then both, then the up chunk's
+    add(Kind::F, down, f0);
+  for (int i = 0; i < s; ++i) {
+    add(Kind::F, up, f1);
+    add(Kind::F, down, f0);
+  }
+  for (int i = 0; i < p - s; ++i) {
+    add(Kind::F, up, f1);
+    bw(up, b1);
+  }
+  while (f1 < f0 || f0 < n) {  // steady state: each chunk's F, then a B and W
+    if (f0 < n) add(Kind::F, down, f0);
+    bw(down, b0);
+    add(Kind::F, up, f1);
+    bw(up, b1);
+  }
+  int w0 = b0, w1 = b1;  // cool-down: the Bs first, their Ws behind
+  for (int i = 0; i < s; ++i) {
+    add(Kind::B, down, b0);
+    add(Kind::B, up, b1);
+  }
+  for (int i = 0; i < p - s; ++i) {
+    add(Kind::B, down, b0);
+    add(Kind::W, down, w0);
+  }
+  while (w1 < b1)
+    add(Kind::W, up, w1);
+  while (w0 < b0)
+    add(Kind::W, down, w0);
+  std::erase_if(o, [&](const TaskId& t) { return t.mb >= mbs; });
+  return o;
+}
+
+}  // namespace
+
 ListHint gen_zb_v(const WorkModel& m) {
   if (m.vpp() != 2 || m.config().placement != Placement::VShape)
     throw InputError("`hint` zb-v: needs `vpp` 2 `placement` vshape");
   need_split(m, "zb-v");
-  // 1F1B's peak activation memory on every stage: P microbatches in flight, each holding two
-  // half-size chunks.
-  return zb_greedy(m, std::vector<int>(m.pp(), m.pp()));
+  // The zero-bubble paper's V schedule (its section 6) as its authors and torch lay it out:
+  // stage 0 holds 2P half-size chunks at most, 1F1B's first stage's activations.
+  ListHint h;
+  h.stages.resize(m.pp());
+  for (int s = 0; s < m.pp(); ++s)
+    h.stages[s] = zb_v_stage(m.pp(), m.microbatches(), s);
+  return h;
 }
 
 }  // namespace rrfp
