@@ -12,7 +12,7 @@ import sys
 
 import torch  # noqa: F401  (loads LibTorch's Python bindings before the extension)
 
-from . import _live, _rrfp
+from . import _children, _live, _rrfp
 from ._seed import task_seed
 from .pipeline import Pipeline, StageError
 from .record import StepRecord
@@ -203,6 +203,7 @@ def _shutdown():
 
 
 atexit.register(_shutdown)
+_children.note_job_process()
 
 
 def _excepthook(kind, value, tb, _previous=sys.excepthook):

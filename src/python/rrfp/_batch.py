@@ -138,7 +138,10 @@ def refuse_split_against_list(inputs, targets, found):
         ("targets", "inputs")
     raise ValueError(f"{whole}: one batch, split evenly into microbatches of {rows[whole]} rows, "
                      f"but the {listed} came as a list of microbatches of {rows[listed]} rows; "
-                     f"give the {whole} as a list of the same sizes")
+                     f"give the {whole} as a list of the same sizes (a list is read as "
+                     f"microbatches: where the {listed} are one batch of several tensors, as a "
+                     f"DataLoader collates samples of several, give list(zip(x.tensor_split(M), "
+                     f"mask.tensor_split(M))), each microbatch a tuple)")
 
 
 def _rows(tensors):
@@ -230,7 +233,9 @@ def check_before_step(pipe, found, layout, training, caller, refusal=None):
                 f"rank(s) {ranks} differ from rank {r * pp}; each must pass the same batch, "
                 "targets included (None on one and a tensor on another differ; seed torch's "
                 "generator alike in every process, e.g. torch.manual_seed(0), or load the same "
-                "data)")
+                "data; a chunk drawing random numbers, dropout without the pipeline's `seed`, "
+                "moves the generator of its own process alone, and a shuffling DataLoader's "
+                "next order with it: give the loader a generator of its own, or pass seed=)")
     if training:
         _refuse_other_scales(call, [v[3] for v in every])
     _refuse_other_autocast(call, [int(v[5]) for v in every])

@@ -86,6 +86,16 @@ def launched_transport(pp, dp, group):
             if world != pp * dp:
                 raise _other_count(f"{launcher} started {world} process(es)", pp, dp)
             return name
+    # A default group of several processes made without the environment (init_method and
+    # rank given, as torch.multiprocessing.spawn's examples do): each process ran the whole
+    # pipeline in threads, N trainings where one was meant, racing on one checkpoint.
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        world = dist.get_world_size()
+        if world != pp * dp:
+            raise _other_count(f"torch.distributed's default group holds {world} processes",
+                               pp, dp)
+        return "c10d"
     # torch.distributed's environment set by another launcher than torchrun (a cluster's, by
     # hand): each process ran the whole pipeline in threads, N trainings where one was meant.
     # WORLD_SIZE unset (or MASTER_ADDR, RANK) names no job of several processes.

@@ -14,6 +14,7 @@ from ._device import StageDevice, module_device, parse_device
 from ._grads import warn_inexact
 from ._replicas import from_first_replica, sum_over_replicas
 from ._live import LIVE
+from ._children import refuse_job_child
 from ._launch import (agree_options, agreed, c10d_groups, launched_transport,
                       refuse_data_parallel_wrappers, refuse_lazy_parameters)
 from ._order import check_state_kept, decide_order, refuse_renormalizing_embeddings
@@ -121,6 +122,7 @@ class Pipeline:
         progress = progress_after(progress)
         place = parse_device(device)
         seeding = None if seed is None else Seeding(seed, timeout)  # a bad seed fails first
+        refuse_job_child(transport, group)
         if transport is None:
             transport = launched_transport(pp, dp, group)
         if group is not None and transport != "c10d":  # it was taken and ignored
