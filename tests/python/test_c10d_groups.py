@@ -97,3 +97,34 @@ def test_the_arrivals_wait_is_at_least_the_timeout_and_none_where_either_is_zero
     assert arrival_after(120.0, 10.0) == 120.0  # a call's gather never waits less than a step
     assert arrival_after(120.0, 0) == 0.0
     assert arrival_after(0, 1800.0) == 0.0  # timeout 0 turns every deadline off, as before
+
+
+def test_a_freed_pipeline_leaves_its_groups(tmp_path):
+    # torch's registry held every group a pipeline made for ever: each pipeline built and freed
+    # kept its groups' sockets and Gloo's threads, until a script that built one per evaluation
+    # ran out of files. The caller's own group stays.
+    import gc
+    import torch
+    import rrfp
+    from torch.distributed import distributed_c10d as c10d
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0,
+                            world_size=1)
+    try:
+        before = len(c10d._pg_map)
+        for _ in range(3):
+            pipe = rrfp.Pipeline([torch.nn.Linear(4, 4)], lambda o, t: (o - t).square().sum(),
+                                 pp=1, microbatches=2, transport="c10d", timeout=30)
+            pipe.step(torch.ones(4, 4), torch.zeros(4, 4))
+            assert len(c10d._pg_map) > before  # its own groups, while it lives
+            del pipe
+            gc.collect()
+            assert len(c10d._pg_map) == before
+        mine = dist.new_group([0], backend="gloo")
+        pipe = rrfp.Pipeline([torch.nn.Linear(4, 4)], lambda o, t: (o - t).square().sum(),
+                             pp=1, microbatches=2, transport="c10d", group=mine, timeout=30)
+        pipe.step(torch.ones(4, 4), torch.zeros(4, 4))
+        del pipe
+        gc.collect()
+        assert mine in c10d._pg_map  # the caller's
+    finally:
+        dist.destroy_process_group()

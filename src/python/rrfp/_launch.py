@@ -1,6 +1,5 @@
 """How a pipeline's processes were started and how they connect: the launcher's transport,
-torch.distributed's groups, what every process must agree on, and what a pipeline's chunks
-cannot hold (a data-parallel wrapper, a lazy parameter not initialized yet)."""
+torch.distributed's groups, and what every process must agree on."""
 import hashlib
 import json
 import os
@@ -276,6 +275,30 @@ def c10d_groups(group, pp, dp, timeout=0.0, arrival=0.0):
                 arrival_replicas=made[4][me % pp])
 
 
+def release_groups_with(owner, groups, given):
+    """Leaves the groups c10d_groups made (`groups`, but the caller's own `given` one) to be
+    destroyed when `owner`, the Pipeline, goes: torch's registry held every one for ever, and
+    each pipeline built and freed kept its groups' sockets and Gloo's threads (6 descriptors and
+    9 threads at 2 processes), until a script building one per evaluation ran out of files. The
+    runtime holds its own references while it lives."""
+    import weakref
+    made = list({id(g): g for g in groups.values() if g is not None and g is not given}.values())
+    if made:
+        weakref.finalize(owner, _destroy_groups, made, os.getpid()).atexit = False
+
+
+def _destroy_groups(made, pid):
+    import torch.distributed as dist
+    # A forked process's copies are its parent's: left as they are.
+    if pid != os.getpid() or not (dist.is_available() and dist.is_initialized()):
+        return
+    for g in made:
+        try:
+            dist.destroy_process_group(g)
+        except (KeyError, RuntimeError, ValueError):
+            pass  # destroyed already (destroy_process_group() of every group, say)
+
+
 # A year: longer than any pause between two steps of a job (an evaluation, a checkpoint's
 # upload), shorter than what Gloo's deadlines (steady clock plus timeout, in nanoseconds) hold.
 _MESSAGES_TIMEOUT_DAYS = 365
@@ -333,12 +356,14 @@ def _init_default_group(dist, timeout):
     import datetime
     import time
     world = os.environ.get("WORLD_SIZE", "?")
+    # From before the rendezvous: on the process that hosts the store, torch's waits out its
+    # timeout for the others and returns all the same, and the join counted a second one.
+    deadline = time.monotonic() + timeout
     try:
         store, rank, size = next(dist.rendezvous(
             "env://", timeout=datetime.timedelta(seconds=timeout)))
         store.set_timeout(datetime.timedelta(seconds=timeout))
         store.add("rrfp/joined", 1)
-        deadline = time.monotonic() + timeout
         while store.add("rrfp/joined", 0) < size:
             if time.monotonic() > deadline:
                 raise TimeoutError("not every process joined the store")
@@ -372,43 +397,3 @@ def _refuse_subgroup_of_another_backend(dist, group):
         raise ValueError(f"group: a {dist.get_backend(group)} group other than the default one; "
                          "the pipeline's messages are host bytes, which it sends over Gloo: pass "
                          "a Gloo group (torch.distributed.new_group(ranks, backend='gloo'))")
-
-
-def refuse_data_parallel_wrappers(c, module):
-    """A chunk wrapped in DistributedDataParallel (or FSDP) would train each replica on its own:
-    their all-reduce runs from hooks on the gradients' accumulation into .grad, and a stage
-    computes gradients with autograd.grad, which never accumulates, so the replicas would
-    silently drift apart. Refused, naming the pipeline's own data parallelism."""
-    import sys
-    wrappers = [torch.nn.parallel.DistributedDataParallel]
-    fsdp = sys.modules.get("torch.distributed.fsdp")  # a chunk wrapped in it imported it
-    if fsdp is not None and hasattr(fsdp, "FullyShardedDataParallel"):
-        wrappers.append(fsdp.FullyShardedDataParallel)
-    for name, sub in module.named_modules():
-        if isinstance(sub, tuple(wrappers)):
-            where = f" (at '{name}')" if name else ""
-            raise ValueError(
-                f"chunks: chunk {c} holds a {type(sub).__name__}{where}, whose gradient "
-                "all-reduce never runs in a pipeline's backward (autograd.grad accumulates "
-                "nothing), so its replicas would train apart; pass the module itself and "
-                "Pipeline(..., dp=N) for data parallelism")
-
-
-def refuse_lazy_parameters(c, module):
-    """A lazy module (nn.LazyLinear, say) draws its initial weights from torch's generator at its
-    first forward, in the order chunks first run: a pipeline's stages do not run them in a plain
-    loop's order (as threads, not even in one order from run to run), so the model would start
-    from other weights, silently. Refused: initialize it with one forward first. A lazy buffer
-    alone (nn.LazyBatchNorm1d(affine=False)) draws nothing, but load() and load_state_dict()
-    could not fill it before that forward (torch's error on its shape): refused alike."""
-    from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
-    lazy = [(n, "parameter") for n, p in module.named_parameters()
-            if isinstance(p, UninitializedParameter)]
-    lazy += [(n, "buffer") for n, b in module.named_buffers() if isinstance(b, UninitializedBuffer)]
-    if lazy:
-        name, what = lazy[0]
-        raise ValueError(
-            f"chunks: chunk {c} has a {what} not initialized yet ('{name}', a lazy module's), "
-            "which takes its shape (and a parameter its initial values) at the chunk's first "
-            "forward, in an order a plain loop does not share; run the model (or the chunk) "
-            "once on a sample batch before building the pipeline")

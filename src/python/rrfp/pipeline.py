@@ -15,8 +15,9 @@ from ._grads import warn_inexact
 from ._replicas import from_first_replica, sum_over_replicas
 from ._live import LIVE
 from ._children import refuse_job_child
+from ._chunk_checks import refuse_data_parallel_wrappers, refuse_lazy_parameters
 from ._launch import (agree_options, agreed, c10d_groups, launched_transport,
-                      refuse_data_parallel_wrappers, refuse_lazy_parameters)
+                      release_groups_with)
 from ._order import check_state_kept, decide_order, refuse_renormalizing_embeddings
 from ._seed import Seeding
 from ._sharing import refuse_weight_set_across_stages, release_parameters
@@ -130,6 +131,7 @@ class Pipeline:
                              "takes none (leave group out, or give transport='c10d')")
         arrival = arrival_after(timeout, arrival_timeout)
         groups = c10d_groups(group, pp, dp, float(timeout), arrival) if transport == "c10d" else {}
+        release_groups_with(self, groups, group)
         self._core = _rrfp.PipelineCore(
             pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
             split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
