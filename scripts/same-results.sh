@@ -52,9 +52,8 @@ outputs() { # outputs RRFP DIR
     sim --pp 4 -m 16 --comm $comm --hint bf --workload straggler --limit 3 --seed 7
     sim --pp 6 -m 12 --comm $comm --workload multimodal --seed 9 # the default comparison
     # ZB-V is laid out for asynchronous sends: under blocking its fixed order deadlocks (refused).
-    if [ "$comm" = async ]; then
-      sim --pp 4 --vpp 2 --placement vshape -m 8 --comm $comm --hint zb-v --policy both
-    fi
+    [ "$comm" = async ] && policy=both || policy=ready
+    sim --pp 4 --vpp 2 --placement vshape -m 8 --comm $comm --hint zb-v --policy $policy
   done
   sim --pp 64 -m 128 --hint bf --policy ready --seed 11
   # Microbatch counts that are not powers of two, several chunks a stage, TP 3.

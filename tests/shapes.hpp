@@ -33,9 +33,6 @@ Shape random_shape(const std::string& hint, std::uint64_t seed) {
   const bool v1 = hint == "gpipe" || hint == "1f1b" || hint == "zb-h1" || hint == "zb-h2";
   if (v1) return s;
   if (hint == "zb-v") {
-    // Laid out for asynchronous sends: under the rendezvous the fixed order deadlocks, and is
-    // refused (FixedBlockingCheck.RefusesZbVWhereItsOrderDeadlocks).
-    s.comm = CommMode::Async;
     s.cfg.vpp = 2;
     s.cfg.placement = Placement::VShape;
   } else if (hint == "interleaved-1f1b") {

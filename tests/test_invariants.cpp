@@ -38,6 +38,10 @@ TEST_P(Invariants, HoldForEveryPolicyAndPresetOverManySeeds) {
       std::vector<std::int64_t> busy_first;
       for (Policy policy : {Policy::Fixed, Policy::Ready}) {
         if (policy == Policy::Fixed && !list) continue;
+        // Laid out for asynchronous sends, fixed ZB-V deadlocks under the rendezvous, and is
+        // refused (FixedBlockingCheck.RefusesZbVWhereItsOrderDeadlocks).
+        if (policy == Policy::Fixed && hint_name == "zb-v" && sh.comm == CommMode::Blocking)
+          continue;
         SimOptions opt;
         opt.arbiter.policy = policy;
         opt.arbiter.limit = sh.limit;

@@ -368,8 +368,8 @@ TEST(FixedBlockingCheck, PassesTheGeneratedLists) {
 }
 
 // ZB-V, as its authors and torch lay it out, runs with asynchronous sends: under the
-// rendezvous its fixed order deadlocks from a few microbatches on (P=4: M >= 8), and is refused
-// naming the hint and what to give; with few microbatches it passes.
+// rendezvous its fixed order deadlocks once there are more microbatches than stages, and is
+// refused naming the hint and what to give; with few microbatches it passes.
 TEST(FixedBlockingCheck, RefusesZbVWhereItsOrderDeadlocks) {
   WorkModel m(config(4, 8, 2, true, Placement::VShape));
   const Hint h = make_hint("zb-v", m);
@@ -381,7 +381,7 @@ TEST(FixedBlockingCheck, RefusesZbVWhereItsOrderDeadlocks) {
     EXPECT_EQ(what,
               "`hint` zb-v: laid out for asynchronous sends, its order deadlocks under `comm` "
               "blocking with `policy` fixed at pp 4 with 8 microbatches (receives posted one at "
-              "a time in list order); give `comm` async");
+              "a time in list order); give `comm` async, or `policy` ready");
   }
   EXPECT_NO_THROW(refuse_blocking_deadlock(m, h, Policy::Fixed, CommMode::Async));
   EXPECT_NO_THROW(refuse_blocking_deadlock(m, h, Policy::Ready, CommMode::Blocking));

@@ -43,6 +43,8 @@ TEST_P(RuntimeInvariants, SameTasksAsTheSimulatorInDependencyOrder) {
     const RealizedWork work = random_work(m, sh.tp, seed);
     for (Policy policy : {Policy::Fixed, Policy::Ready}) {
       if (policy == Policy::Fixed && !list) continue;
+      // Fixed ZB-V deadlocks under the rendezvous, and is refused (FixedBlockingCheck).
+      if (policy == Policy::Fixed && name == "zb-v" && sh.comm == CommMode::Blocking) continue;
       const std::string ctx =
           name + " " + to_string(policy) + " seed=" + std::to_string(seed) +
           " P=" + std::to_string(sh.cfg.pp) + " M=" + std::to_string(sh.cfg.microbatches) +

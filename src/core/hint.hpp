@@ -49,7 +49,7 @@ Hint make_hint(const std::string& name_or_path, const WorkModel& model);
 int fixed_order_peak(const ListHint& hint, const WorkModel& model);
 std::vector<int> fixed_order_peaks(const ListHint& hint, const WorkModel& model);
 // The largest `B done - W done` any stage reaches when the list runs in fixed order: the
-// weight gradients it defers, whose inputs it holds meanwhile (a zero-bubble list defers most
+// weight gradients it defers, whose inputs it holds meanwhile (ZB-H2's greedy list defers most
 // of a stage's to its end; the ready policy's cap, `max_pending_w`, does not bound them).
 int fixed_order_pending_w_peak(const ListHint& hint, const WorkModel& model);
 

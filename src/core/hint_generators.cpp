@@ -29,6 +29,22 @@ void push_backward(std::vector<TaskId>& out, const WorkModel& m, int chunk, int 
   if (m.split()) out.push_back({Kind::W, chunk, mb});
 }
 
+// 1F1B's order on stage s: min(P - 1 - s, M) warm-up forwards, then a forward and a backward
+// in turn (`backward(j)` appends microbatch j's), then the backwards left.
+template <typename Backward>
+void one_f_one_b(std::vector<TaskId>& o, const WorkModel& m, int s, Backward backward) {
+  const int mbs = m.microbatches();
+  const int warmup = std::min(m.pp() - 1 - s, mbs);
+  for (int i = 0; i < warmup; ++i)
+    o.push_back({Kind::F, s, i});
+  for (int j = 0; j < mbs - warmup; ++j) {
+    o.push_back({Kind::F, s, warmup + j});
+    backward(j);
+  }
+  for (int j = mbs - warmup; j < mbs; ++j)
+    backward(j);
+}
+
 }  // namespace
 
 ListHint gen_gpipe(const WorkModel& m) {
@@ -49,18 +65,9 @@ ListHint gen_1f1b(const WorkModel& m) {
   need_v1(m, "1f1b");
   ListHint h;
   h.stages.resize(m.pp());
-  const int mbs = m.microbatches();
   for (int s = 0; s < m.pp(); ++s) {
     auto& o = h.stages[s];
-    const int warmup = std::min(m.pp() - 1 - s, mbs);
-    for (int i = 0; i < warmup; ++i)
-      o.push_back({Kind::F, s, i});
-    for (int j = 0; j < mbs - warmup; ++j) {
-      o.push_back({Kind::F, s, warmup + j});
-      push_backward(o, m, s, j);
-    }
-    for (int j = mbs - warmup; j < mbs; ++j)
-      push_backward(o, m, s, j);
+    one_f_one_b(o, m, s, [&](int j) { push_backward(o, m, s, j); });
   }
   return h;
 }
@@ -127,20 +134,11 @@ ListHint gen_zb_h1(const WorkModel& m) {
   const int mbs = m.microbatches();
   for (int s = 0; s < m.pp(); ++s) {
     auto& o = h.stages[s];
-    const int warmup = std::min(m.pp() - 1 - s, mbs);
     int next_w = 0;
-    auto backward = [&](int j) {
+    one_f_one_b(o, m, s, [&](int j) {
       o.push_back({Kind::B, s, j});
       if (j >= s) o.push_back({Kind::W, s, next_w++});
-    };
-    for (int i = 0; i < warmup; ++i)
-      o.push_back({Kind::F, s, i});
-    for (int j = 0; j < mbs - warmup; ++j) {
-      o.push_back({Kind::F, s, warmup + j});
-      backward(j);
-    }
-    for (int j = mbs - warmup; j < mbs; ++j)
-      backward(j);
+    });
     while (next_w < mbs)
       o.push_back({Kind::W, s, next_w++});
   }

@@ -62,7 +62,7 @@ void refuse_other_layout(const Processes& p, const JobLayout& want) {
 #endif
 
 Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms, std::int64_t arrival_ms,
-             bool& split_pending) {
+             const PipelineCore* self, bool& split_pending) {
 #ifdef RRFP_HAVE_MPI
   if (!launched_by_mpirun())
     throw InputError("`transport` mpi: start the script under mpirun (see docs/python.md)");
@@ -85,7 +85,10 @@ Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms, std::int64_t arrival
   }
   const JobLayout want{o.pp, 1, o.dp};
   refuse_other_layout(p, want);
-  if (!p.on_mpi.empty()) return p.world.get();  // the same layout: the communicators stay
+  if (!p.on_mpi.empty()) {     // the same layout: the communicators stay
+    p.on_mpi.push_back(self);  // under the same lock as the look (another may leave meanwhile)
+    return p.world.get();
+  }
   // The first pipeline of a layout splits the world's communicators, but only once every
   // process is found building one (take_layout(), after the construction's gather): split
   // here, a process that built a pipeline while another stepped its last one met that step's
@@ -98,6 +101,7 @@ Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms, std::int64_t arrival
   (void)o;
   (void)timeout_ms;
   (void)arrival_ms;
+  (void)self;
   (void)split_pending;
   throw InputError("`transport` mpi: this rrfp was built without Open MPI");
 #endif
@@ -132,7 +136,8 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   // A hint file whose order deadlocks the blocking rendezvous: refused here, where a step
   // stalled on it until the watchdog.
   refuse_blocking_deadlock(*model_, *hint_, runtime_.arbiter.policy, runtime_.comm);
-  if (tr == TransportKind::Mpi) job_ = mpi_job(o, runtime_.timeout_ms, arrival_ms_, split_pending_);
+  if (tr == TransportKind::Mpi)
+    job_ = mpi_job(o, runtime_.timeout_ms, arrival_ms_, this, split_pending_);
   if (tr == TransportKind::C10d) {
     own_job_ = std::make_unique<C10dWorld>(
         o.groups, std::chrono::milliseconds(runtime_.timeout_ms ? runtime_.timeout_ms : 1'800'000));
@@ -142,7 +147,6 @@ PipelineCore::PipelineCore(const CoreOptions& o) : opt_(o) {
   Processes& p = processes();
   std::lock_guard lk(p.mu);
   p.live.push_back(this);
-  if (tr == TransportKind::Mpi && !split_pending_) p.on_mpi.push_back(this);
 }
 
 void PipelineCore::take_layout() {

@@ -57,7 +57,7 @@ void refuse_blocking_deadlock(const WorkModel& m, const Hint& hint, Policy polic
                      "blocking with `policy` fixed at pp " +
                      std::to_string(m.pp()) + " with " + std::to_string(m.microbatches()) +
                      " microbatches (receives posted one at a time in list order); give `comm` "
-                     "async");
+                     "async, or `policy` ready");
   throw InputError("`hint` " + hint.name.substr(file.size()) +
                    ": its order deadlocks under `comm` blocking with `policy` fixed "
                    "(receives posted one at a time in list order): " +

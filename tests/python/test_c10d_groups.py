@@ -107,24 +107,28 @@ def test_a_freed_pipeline_leaves_its_groups(tmp_path):
     import torch
     import rrfp
     from torch.distributed import distributed_c10d as c10d
+
+    def registry():  # torch's groups: a dict of its module in 1.13, of its _world later
+        return c10d._pg_map if hasattr(c10d, "_pg_map") else c10d._world.pg_map
+
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0,
                             world_size=1)
     try:
-        before = len(c10d._pg_map)
+        before = len(registry())
         for _ in range(3):
             pipe = rrfp.Pipeline([torch.nn.Linear(4, 4)], lambda o, t: (o - t).square().sum(),
                                  pp=1, microbatches=2, transport="c10d", timeout=30)
             pipe.step(torch.ones(4, 4), torch.zeros(4, 4))
-            assert len(c10d._pg_map) > before  # its own groups, while it lives
+            assert len(registry()) > before  # its own groups, while it lives
             del pipe
             gc.collect()
-            assert len(c10d._pg_map) == before
+            assert len(registry()) == before
         mine = dist.new_group([0], backend="gloo")
         pipe = rrfp.Pipeline([torch.nn.Linear(4, 4)], lambda o, t: (o - t).square().sum(),
                              pp=1, microbatches=2, transport="c10d", group=mine, timeout=30)
         pipe.step(torch.ones(4, 4), torch.zeros(4, 4))
         del pipe
         gc.collect()
-        assert mine in c10d._pg_map  # the caller's
+        assert mine in registry()  # the caller's
     finally:
         dist.destroy_process_group()

@@ -1,5 +1,6 @@
 """Failure paths of rrfp.Pipeline: each ends in the right Python exception, promptly, with no
 .grad changed, no thread left behind, and a pipeline that still works afterwards."""
+import gc
 import os
 import signal
 import threading
@@ -329,6 +330,17 @@ def test_a_chunk_wrapped_in_distributed_data_parallel_is_refused(tmp_path):
             with pytest.raises(ValueError, match=where + ".*dp=N"):
                 rrfp.Pipeline(chunks, lambda o, t: o.sum(), pp=2, microbatches=2,
                               transport="inproc")
+        # Wrapped after the pipeline was built, out of the construction's sight: refused at the
+        # first step (the replicas trained apart, silently), and gone, the step runs.
+        chunks = [nn.Linear(4, 4), nn.Linear(4, 4)]
+        pipe = rrfp.Pipeline(chunks, lambda o, t: o.sum(), pp=2, microbatches=2)
+        later = torch.nn.parallel.DistributedDataParallel(chunks[1])
+        with pytest.raises(ValueError, match="chunk 1 is wrapped in a DistributedDataParallel "
+                                             "made outside the pipeline.*dp=N"):
+            pipe.step(torch.ones(4, 4), torch.zeros(4, 4))
+        del later
+        gc.collect()
+        pipe.step(torch.ones(4, 4), torch.zeros(4, 4))
         # A group given to a pipeline that runs in threads was taken and ignored.
         with pytest.raises(ValueError, match="group: the processes of a c10d pipeline; "
                                              "transport='inproc' takes none"):

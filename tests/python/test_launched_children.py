@@ -23,21 +23,24 @@ def build(**kw):
 
 
 @pytest.mark.parametrize("launcher, variables", [
-    ("torchrun", {"TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "2"}),
-    ("mpirun", {"OMPI_COMM_WORLD_SIZE": "2"})])
+    ("torchrun", {"TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "2", "RANK": "0"}),
+    ("mpirun", {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0"})])
 @pytest.mark.parametrize("transport", [None, "c10d", "mpi"])
 def test_a_child_of_a_launched_process_is_refused_a_pipeline_of_the_job(
         monkeypatch, launcher, variables, transport):
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv(_children.JOB_PID, "1")  # the job's process: not this one
+    # Process 1 took this place in the job (it built a pipeline of the job's processes).
+    monkeypatch.setenv(_children.JOB_PID, f"1 {_children._place()}")
     with pytest.raises(ValueError, match=f"transport: this process was started by process 1, "
-                                         f"one of those {launcher} started .*"
+                                         f"which holds this place in the {launcher} job .*"
                                          "transport='inproc'"):
         build(transport=transport)
     build(transport="inproc").step(torch.ones(4, 4), torch.zeros(4, 4))
-    if transport is None:  # the job's own process goes on to the launcher's count
-        monkeypatch.setenv(_children.JOB_PID, str(os.getpid()))
+    if transport is None:
+        # A job started from that process (torchrun or mpirun run again) gives its processes
+        # places of their own: refused no more, it goes on to the launcher's count.
+        monkeypatch.setenv(_children.JOB_PID, "1 another|place")
         with pytest.raises(ValueError, match=f"transport: {launcher} started 2 process"):
             rrfp.Pipeline([torch.nn.Linear(4, 4)] * 3, lambda o, t: o.sum(), pp=3,
                           microbatches=3)

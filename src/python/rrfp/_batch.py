@@ -140,8 +140,9 @@ def refuse_split_against_list(inputs, targets, found):
                      f"but the {listed} came as a list of microbatches of {rows[listed]} rows; "
                      f"give the {whole} as a list of the same sizes (a list is read as "
                      f"microbatches: where the {listed} are one batch of several tensors, as a "
-                     f"DataLoader collates samples of several, give list(zip(x.tensor_split(M), "
-                     f"mask.tensor_split(M))), each microbatch a tuple)")
+                     f"DataLoader collates samples of several, split each tensor and give a "
+                     f"list of tuples, list(zip(*(t.tensor_split({len(rows[whole])}) for t in "
+                     f"tensors))))")
 
 
 def _rows(tensors):

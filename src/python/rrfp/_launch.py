@@ -275,28 +275,36 @@ def c10d_groups(group, pp, dp, timeout=0.0, arrival=0.0):
                 arrival_replicas=made[4][me % pp])
 
 
-def release_groups_with(owner, groups, given):
+def release_groups_with(owner, core, groups, given):
     """Leaves the groups c10d_groups made (`groups`, but the caller's own `given` one) to be
-    destroyed when `owner`, the Pipeline, goes: torch's registry held every one for ever, and
-    each pipeline built and freed kept its groups' sockets and Gloo's threads (6 descriptors and
-    9 threads at 2 processes), until a script building one per evaluation ran out of files. The
-    runtime holds its own references while it lives."""
+    destroyed when `owner`, the Pipeline, goes, once `core` (its PipelineCore, None where it
+    could not be built: then at once) has closed its runtime, whose receives stay posted on
+    them: torch's registry held every group for ever, and each pipeline built and freed kept
+    its groups' sockets and Gloo's threads (6 descriptors and 9 threads at 2 processes), until
+    a script building one per evaluation ran out of files."""
     import weakref
     made = list({id(g): g for g in groups.values() if g is not None and g is not given}.values())
-    if made:
-        weakref.finalize(owner, _destroy_groups, made, os.getpid()).atexit = False
+    if not made:
+        return
+    if core is None:
+        _destroy_groups(made, os.getpid(), None)
+        return
+    weakref.finalize(owner, _destroy_groups, made, os.getpid(), core).atexit = False
 
 
-def _destroy_groups(made, pid):
+def _destroy_groups(made, pid, core):
     import torch.distributed as dist
     # A forked process's copies are its parent's: left as they are.
     if pid != os.getpid() or not (dist.is_available() and dist.is_initialized()):
         return
+    if core is not None:
+        core.close()
     for g in made:
         try:
             dist.destroy_process_group(g)
-        except (KeyError, RuntimeError, ValueError):
-            pass  # destroyed already (destroy_process_group() of every group, say)
+        except RuntimeError as e:  # destroyed already (destroy_process_group() of all, say)
+            if "invalid process group" not in str(e).lower():
+                raise
 
 
 # A year: longer than any pause between two steps of a job (an evaluation, a checkpoint's

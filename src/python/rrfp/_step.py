@@ -11,6 +11,7 @@ import torch
 
 from . import _rrfp, _wire
 from ._batch import check_before_step, take_batch
+from ._chunk_checks import refuse_wrapped_since
 from ._caller import CallerState
 from ._grad_layout import set_grad
 from ._frozen import RequiresGradChanged
@@ -29,6 +30,9 @@ StageError = _rrfp.StageError
 def set_up_step(pipe):
     """(GradSums, trained_layout's mark or None) for a step of `pipe` (a Pipeline): the
     parameters each chunk trains now, and the ties' copies as the chunks hold them."""
+    if not pipe._wrappers_checked:  # once: a walk over every object
+        refuse_wrapped_since(pipe.chunks)
+        pipe._wrappers_checked = True
     for r in pipe._runners:
         r.refresh_params()
     check_state_kept(pipe._ordered_arg, pipe.chunks, pipe._core, pipe._data.loss_fn)

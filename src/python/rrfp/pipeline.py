@@ -14,7 +14,7 @@ from ._device import StageDevice, module_device, parse_device
 from ._grads import warn_inexact
 from ._replicas import from_first_replica, sum_over_replicas
 from ._live import LIVE
-from ._children import refuse_job_child
+from ._children import claim_job_place, refuse_job_child
 from ._chunk_checks import refuse_data_parallel_wrappers, refuse_lazy_parameters
 from ._launch import (agree_options, agreed, c10d_groups, launched_transport,
                       release_groups_with)
@@ -126,17 +126,22 @@ class Pipeline:
         refuse_job_child(transport, group)
         if transport is None:
             transport = launched_transport(pp, dp, group)
+        claim_job_place(transport)
         if group is not None and transport != "c10d":  # it was taken and ignored
             raise ValueError(f"group: the processes of a c10d pipeline; transport={transport!r} "
                              "takes none (leave group out, or give transport='c10d')")
         arrival = arrival_after(timeout, arrival_timeout)
         groups = c10d_groups(group, pp, dp, float(timeout), arrival) if transport == "c10d" else {}
-        release_groups_with(self, groups, group)
-        self._core = _rrfp.PipelineCore(
-            pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
-            split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
-            max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
-            arrival_timeout=arrival, transport=transport, dp=dp, **groups)
+        try:
+            self._core = _rrfp.PipelineCore(
+                pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
+                split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
+                max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
+                arrival_timeout=arrival, transport=transport, dp=dp, **groups)
+        except BaseException:
+            release_groups_with(self, None, groups, group)
+            raise
+        release_groups_with(self, self._core, groups, group)
         # Where the processes meet: one may build its Pipeline up to arrival_timeout late (a
         # second pipeline of a layout alive under mpirun meets nowhere before).
         gather(self._core, BUILDING, [])
@@ -175,6 +180,7 @@ class Pipeline:
             self._data.seeding = seeding
         self._core.set_runners(self._runners)
         self._step = 0
+        self._wrappers_checked = False  # a chunk wrapped since it was built (set_up_step)
         self.last_step = None
         # One step at a time: a second, from another thread or from inside a task, would share
         # the step's data and runtime with the first; and no load, save or clip during one
