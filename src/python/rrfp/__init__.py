@@ -203,7 +203,7 @@ def _shutdown():
 
 
 atexit.register(_shutdown)
-_children.note_job_process()
+_children.watch_forks()
 
 
 def _excepthook(kind, value, tb, _previous=sys.excepthook):

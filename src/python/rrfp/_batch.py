@@ -140,9 +140,9 @@ def refuse_split_against_list(inputs, targets, found):
                      f"but the {listed} came as a list of microbatches of {rows[listed]} rows; "
                      f"give the {whole} as a list of the same sizes (a list is read as "
                      f"microbatches: where the {listed} are one batch of several tensors, as a "
-                     f"DataLoader collates samples of several, split each tensor and give a "
-                     f"list of tuples, list(zip(*(t.tensor_split({len(rows[whole])}) for t in "
-                     f"tensors))))")
+                     f"DataLoader collates samples of several, split each of those tensors into "
+                     f"{len(rows[whole])} with tensor_split and give the list of the tuples zip "
+                     f"makes of them)")
 
 
 def _rows(tensors):

@@ -28,7 +28,7 @@ def _place():
     return "|".join(os.environ.get(name, "") for name in _PLACE)
 
 
-def note_job_process():
+def watch_forks():
     """At `import rrfp`: a process forked afterwards notes whether it took its parent's default
     group with it."""
     def forked():

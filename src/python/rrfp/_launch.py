@@ -293,7 +293,10 @@ def release_groups_with(owner, core, groups, given):
 
 
 def _destroy_groups(made, pid, core):
-    import torch.distributed as dist
+    try:
+        import torch.distributed as dist
+    except Exception:  # a pipeline freed as the interpreter ends, its imports gone: nothing to do
+        return
     # A forked process's copies are its parent's: left as they are.
     if pid != os.getpid() or not (dist.is_available() and dist.is_initialized()):
         return

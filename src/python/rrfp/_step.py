@@ -11,8 +11,8 @@ import torch
 
 from . import _rrfp, _wire
 from ._batch import check_before_step, take_batch
-from ._chunk_checks import refuse_wrapped_since
 from ._caller import CallerState
+from ._chunk_checks import refuse_wrapped_since
 from ._grad_layout import set_grad
 from ._frozen import RequiresGradChanged
 from ._graph import ModelTensors
