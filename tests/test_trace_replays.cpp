@@ -127,7 +127,9 @@ TEST(TraceReplays, AStepOfNoTimePredictsNoRatios) {
   const std::string text = format_prediction(p, "z.json");
   EXPECT_EQ(text.find("nan"), std::string::npos) << text;
   EXPECT_EQ(text.find("-100.0%"), std::string::npos) << text;
-  EXPECT_NE(text.find("ms  (-: how well the twin reproduces the step)"), std::string::npos) << text;
+  EXPECT_NE(text.find("ms  (- = twin / measured - 1: how well the twin reproduces the step)"),
+            std::string::npos)
+      << text;
   const nlohmann::json j = prediction_json(p, "z.json");
   EXPECT_TRUE(j["reproduction_error"].is_null()) << j.dump();
   ASSERT_FALSE(j["predictions"].empty());

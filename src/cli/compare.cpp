@@ -174,7 +174,8 @@ std::string fidelity_table(const std::vector<FidelityRow>& rows) {
   const bool ranges = !rows.empty() && rows[0].steps.size() > 1;
   std::string out =
       "\nsimulator fidelity (same seed and messages; simulated: the workload's task durations, "
-      "replayed: the run's own measured ones):\nrun                       measured_ms  "
+      "replayed: the run's own measured ones; error: measured / model - 1, above 0 where the "
+      "model is short):\nrun                       measured_ms  "
       "simulated_ms   error  replayed_ms   error  speedup_measured  speedup_simulated   diff" +
       std::string(ranges ? "  measured_range_ms" : "") + "\n";
   for (const FidelityRow& r : rows) {

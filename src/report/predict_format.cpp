@@ -64,7 +64,7 @@ std::string format_prediction(const Prediction& p, const std::string& source) {
   out += "twin, recorded order " +
          lpad(ms_text(p.replayed.metrics.makespan, p.replayed.metrics.makespan), 9) + " ms  (" +
          shown("%+.1f%%", 100 * p.reproduction_error()) +
-         ": how well the twin reproduces the step" +
+         " = twin / measured - 1: how well the twin reproduces the step" +
          (p.recorded_comm == CommMode::Blocking
               ? std::string("; a rendezvous per message") +
                     (p.comm_from_trace ? ", as the trace's run says" : "")
