@@ -20,11 +20,11 @@ std::string fixed_blocking_deadlock(const WorkModel& m, const Hint& hint, int tp
 
 // Refuses (InputError naming `hint`) a hint file or ZB-V whose order deadlocks under `policy`
 // fixed with `comm` blocking: before a simulation fails on it, or a run or a training step
-// stalls until its watchdog. ZB-V is laid out for asynchronous sends and deadlocks there from
-// a few microbatches on. Every other case passes unchecked: a rule has no fixed order, and the
-// other generated lists are the schedules blocking pipelines run, which a check would simulate
-// (each huge one twice) for nothing. simulate and run (check_spec), train and Python's
-// Pipeline call it.
+// stalls until its watchdog. ZB-V is laid out for asynchronous sends and deadlocks there once
+// there are more microbatches than stages. Every other case passes unchecked: a rule has no fixed
+// order, and the other generated lists are the schedules blocking pipelines run, which a check
+// would simulate (each huge one twice) for nothing. simulate and run (check_spec), train and
+// Python's Pipeline call it.
 void refuse_blocking_deadlock(const WorkModel& m, const Hint& hint, Policy policy, CommMode comm,
                               int tp = 1, TpProtocol protocol = TpProtocol::Leader);
 

@@ -4,9 +4,8 @@ forked one torch.distributed's default group, but are no process of the job, so 
 over the job's processes is refused there rather than left waiting for peers that never
 come."""
 import os
-import sys
 
-from ._launch import _LAUNCHERS
+from ._launch import _LAUNCHERS, default_group_size
 
 # The variable a process of a launched job sets once it builds a pipeline over the job's
 # processes: its pid and its place in the job (the launcher's run and rank). The processes it
@@ -33,9 +32,7 @@ def watch_forks():
     group with it."""
     def forked():
         global _inherited_group
-        dist = sys.modules.get("torch.distributed")
-        _inherited_group = bool(dist and dist.is_available() and dist.is_initialized()
-                                and dist.get_world_size() > 1)
+        _inherited_group = default_group_size() > 1
     os.register_at_fork(after_in_child=forked)
 
 
@@ -47,8 +44,7 @@ def claim_job_place(transport):
 
 
 def _own_group():
-    dist = sys.modules.get("torch.distributed")
-    return bool(dist and dist.is_available() and dist.is_initialized() and not _inherited_group)
+    return default_group_size() > 0 and not _inherited_group
 
 
 def refuse_job_child(transport, group):

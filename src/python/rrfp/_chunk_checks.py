@@ -31,11 +31,11 @@ def refuse_data_parallel_wrappers(c, module):
 
 
 def refuse_wrapped_since(chunks):
-    # chunks: chunk index -> module, the chunks this process runs (Pipeline.chunks).
     """The same wrapper made around a chunk (or a part of one) outside the pipeline, after it
     was built or around the module it was split from, which the construction's check could not
-    see: the replicas trained apart without a word.
-    Looked for once, at a pipeline's first step, among every object the collector tracks."""
+    see: the replicas trained apart without a word. `chunks`: chunk index -> module, the chunks
+    this process runs (Pipeline.chunks). Looked for once, at a pipeline's first step, among
+    every object the collector tracks."""
     import gc
     owner = {id(sub): c for c, chunk in chunks.items() for sub in chunk.modules()}
     kinds = _wrappers()

@@ -3,6 +3,7 @@ torch.distributed's groups, and what every process must agree on."""
 import hashlib
 import json
 import os
+import sys
 
 import torch
 
@@ -69,6 +70,13 @@ def _other_count(started, pp, dp):
                       "each process")
 
 
+def default_group_size():
+    """How many processes torch.distributed's default group holds (0: none is made), without
+    importing torch.distributed where nothing has (at a fork, say)."""
+    dist = sys.modules.get("torch.distributed")
+    return dist.get_world_size() if dist and dist.is_available() and dist.is_initialized() else 0
+
+
 def launched_transport(pp, dp, group):
     """The transport that matches how this process was started: "mpi" under mpirun (Open MPI
     or MPICH), "c10d" under torchrun, in torch.distributed's environment of several processes
@@ -88,9 +96,8 @@ def launched_transport(pp, dp, group):
     # A default group of several processes made without the environment (init_method and
     # rank given, as torch.multiprocessing.spawn's examples do): each process ran the whole
     # pipeline in threads, N trainings where one was meant, racing on one checkpoint.
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        world = dist.get_world_size()
+    world = default_group_size()
+    if world > 1:
         if world != pp * dp:
             raise _other_count(f"torch.distributed's default group holds {world} processes",
                                pp, dp)
