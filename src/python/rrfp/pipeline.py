@@ -16,8 +16,8 @@ from ._replicas import from_first_replica, sum_over_replicas
 from ._live import LIVE
 from ._children import claim_job_place, refuse_job_child
 from ._chunk_checks import refuse_data_parallel_wrappers, refuse_lazy_parameters
-from ._launch import (agree_options, agreed, c10d_groups, launched_transport,
-                      release_groups_with)
+from ._c10d import c10d_groups, release_groups_with
+from ._launch import agree_options, agreed, launched_transport
 from ._order import check_state_kept, decide_order, refuse_renormalizing_embeddings
 from ._seed import Seeding
 from ._sharing import refuse_weight_set_across_stages, release_parameters

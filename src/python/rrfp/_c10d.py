@@ -1,0 +1,206 @@
+"""torch.distributed's groups of a pipeline over the c10d transport: the default group made
+from torchrun's environment, the Gloo groups the pipeline runs on, and their release."""
+import os
+
+from ._launch import _compared, _refuse_differences
+
+
+def c10d_groups(group, pp, dp, timeout=0.0, arrival=0.0):
+    """The PipelineCore's groups of this process (its keyword arguments): `group`, its
+    pipeline's, `collectives` and `arrivals` beside it, and with dp > 1 `dp_group` and
+    `arrival_replicas`, its stage's across the replicas: Gloo groups over `group`'s ranks
+    (default: the default group, made from torchrun's environment, every process joining
+    within `arrival` seconds, 0: torch's 30 minutes), rank r of which is replica r // pp,
+    stage r % pp.
+    Every process makes every subgroup, in the same order (torch.distributed.new_group
+    requires it).
+
+    Gloo ends a wait only at its group's timeout, and closes every connection of the group then.
+    The barrier, gathers and exchanges run on groups whose timeout is `timeout`: a collective
+    left running after a failed step held the process's exit for torch's 30 minutes. The
+    gathers where the processes meet at a call (_calls.gather), after what each did alone
+    between calls, run on groups whose timeout is `arrival`: one pausing alone between steps
+    for longer than `timeout` failed the others' next step, and Gloo closed the groups. The
+    pipeline's messages run on groups whose timeout outlasts any pause between steps
+    (_messages_group): their receives stay posted between steps. A Gloo subgroup of the
+    caller's is used for all as it is: the processes outside it would make no other."""
+    import torch.distributed as dist
+    if group is None:
+        if not dist.is_initialized():
+            _init_default_group(dist, arrival)
+        group = dist.group.WORLD
+    _refuse_subgroup_of_another_backend(dist, group)  # the subgroups below are Gloo's anyway
+    if dist.get_backend(group) == "gloo":
+        _agree_layout(dist, group, pp, dp)
+        host = None
+    else:
+        # The default group of NCCL, say, carries CUDA tensors alone: compared over the Gloo
+        # group of its ranks that dp=1 keeps as its own (every process makes it first, whatever
+        # its pp and dp; with dp > 1 it is left unused).
+        host = _messages_group(dist, group_ranks(dist, group))
+        _agree_layout(dist, host, pp, dp)
+    if dp == 1:
+        if group is not dist.group.WORLD:  # a Gloo subgroup (the docs ask for one of its own)
+            return dict(group=group)
+        # The default group gets groups of the pipeline's own over its ranks: the pipeline's
+        # receives, posted between steps, took the caller's own point-to-point messages of the
+        # default group (a dist.recv then waited for ever), and NCCL carries no host memory.
+        ranks = group_ranks(dist, group)
+        pipe = host if host is not None else _messages_group(dist, ranks)
+        return dict(group=pipe, collectives=_bounded(dist, ranks, timeout),
+                    arrivals=_arrivals(dist, ranks, arrival))
+    world = dist.get_world_size(group)
+    if world != pp * dp:
+        raise ValueError(f"dp: {world} processes are not pp * dp = {pp} * {dp}")
+    if group is not dist.group.WORLD and world != dist.get_world_size():
+        # The replicas' groups are made by new_group, which every process of the job must call:
+        # the processes outside the caller's subgroup never would.
+        raise ValueError(f"group: with dp={dp} the pipeline makes its replicas' groups, which "
+                         "takes every process of the job; this group holds "
+                         f"{world} of {dist.get_world_size()} (pass the default group)")
+    ranks = group_ranks(dist, group)
+    me = dist.get_rank(group)
+    pipes = [[ranks[r * pp + s] for s in range(pp)] for r in range(dp)]
+    stages = [[ranks[r * pp + s] for r in range(dp)] for s in range(pp)]
+    made = ([_messages_group(dist, g) for g in pipes], [_bounded(dist, g, timeout) for g in pipes],
+            [_bounded(dist, g, timeout) for g in stages],
+            [_arrivals(dist, g, arrival) for g in pipes],
+            [_arrivals(dist, g, arrival) for g in stages])
+    return dict(group=made[0][me // pp], collectives=made[1][me // pp],
+                dp_group=made[2][me % pp], arrivals=made[3][me // pp],
+                arrival_replicas=made[4][me % pp])
+
+
+def release_groups_with(owner, core, groups, given):
+    """Leaves the groups c10d_groups made (`groups`, but the caller's own `given` one) to be
+    destroyed when `owner`, the Pipeline, goes, once `core` (its PipelineCore, None where it
+    could not be built: then at once) has closed its runtime, whose receives stay posted on
+    them: torch's registry held every group for ever, and each pipeline built and freed kept
+    its groups' sockets and Gloo's threads (6 descriptors and 9 threads at 2 processes), until
+    a script building one per evaluation ran out of files."""
+    import weakref
+    made = list({id(g): g for g in groups.values() if g is not None and g is not given}.values())
+    if not made:
+        return
+    if core is None:
+        _destroy_groups(made, os.getpid(), None)
+        return
+    weakref.finalize(owner, _destroy_groups, made, os.getpid(), core).atexit = False
+
+
+def _destroy_groups(made, pid, core):
+    try:
+        import torch.distributed as dist
+    except Exception:  # a pipeline freed as the interpreter ends, its imports gone: nothing to do
+        return
+    # A forked process's copies are its parent's: left as they are.
+    if pid != os.getpid() or not (dist.is_available() and dist.is_initialized()):
+        return
+    if core is not None:
+        core.close()
+    for g in made:
+        try:
+            dist.destroy_process_group(g)
+        except RuntimeError as e:  # destroyed already (destroy_process_group() of all, say)
+            if "invalid process group" not in str(e).lower():
+                raise
+
+
+# A year: longer than any pause between two steps of a job (an evaluation, a checkpoint's
+# upload), shorter than what Gloo's deadlines (steady clock plus timeout, in nanoseconds) hold.
+_MESSAGES_TIMEOUT_DAYS = 365
+
+
+def _messages_group(dist, ranks):
+    """A Gloo group over `ranks` for the pipeline's messages. Its receives stay posted between
+    steps, and Gloo fails a wait at its group's timeout and closes every connection of the
+    group: under torch's 30 minutes, a pause between steps longer than that failed every later
+    step ("Application timeout caused pair closure"). A step that stops making progress is the
+    pipeline's `timeout` to catch, not this group's."""
+    import datetime
+    return dist.new_group(ranks, timeout=datetime.timedelta(days=_MESSAGES_TIMEOUT_DAYS),
+                          backend="gloo")
+
+
+def _bounded(dist, ranks, timeout):
+    """A Gloo group over `ranks` whose operations end within `timeout` seconds (0: torch's
+    own timeout; made all the same, so that every process makes the same groups whatever its
+    `timeout`, which the processes need not agree on)."""
+    if timeout <= 0:
+        return dist.new_group(ranks, backend="gloo")
+    import datetime
+    # At least a millisecond, as the core rounds the pipeline's up to (torch would take 0).
+    return dist.new_group(ranks, timeout=datetime.timedelta(seconds=max(timeout, 1e-3)),
+                          backend="gloo")
+
+
+def _arrivals(dist, ranks, arrival):
+    """A Gloo group over `ranks` for the gathers where the processes meet at a call, whose
+    operations end within `arrival` seconds (0: no limit, as the messages' groups)."""
+    return _bounded(dist, ranks, arrival) if arrival > 0 else _messages_group(dist, ranks)
+
+
+def _agree_layout(dist, group, pp, dp):
+    """Refuses, on every process of `group` alike, a pp or dp that differs between them (as
+    agree_options words it), before the subgroups they lay out are made: each process makes
+    the subgroups of its own pp and dp, and new_group waits until every process makes the same,
+    so processes of pp=2, dp=1 and of pp=1, dp=2 waited in it for ever (no timeout applies
+    there), before the options were compared."""
+    mine = {name: _compared(name, value) for name, value in (("pp", pp), ("dp", dp))}
+    every = [None] * dist.get_world_size(group)
+    dist.all_gather_object(every, mine, group=group)
+    _refuse_differences(mine, every)
+
+
+def _init_default_group(dist, timeout):
+    """The default group from torchrun's environment (RANK, WORLD_SIZE, ...), every process
+    joining within the pipeline's arrival_timeout (`timeout` here; 0: torch's own 30 minutes).
+    Only the joining is bounded so: the group stays the caller's, with torch's timeout (the
+    pipeline runs on groups of its own, c10d_groups)."""
+    if timeout <= 0:
+        dist.init_process_group("gloo")
+        return
+    import datetime
+    import time
+    world = os.environ.get("WORLD_SIZE", "?")
+    # From before the rendezvous: on the process that hosts the store, torch's waits out its
+    # timeout for the others and returns all the same, and the join counted a second one.
+    deadline = time.monotonic() + timeout
+    try:
+        store, rank, size = next(dist.rendezvous(
+            "env://", timeout=datetime.timedelta(seconds=timeout)))
+        store.set_timeout(datetime.timedelta(seconds=timeout))
+        store.add("rrfp/joined", 1)
+        while store.add("rrfp/joined", 0) < size:
+            if time.monotonic() > deadline:
+                raise TimeoutError("not every process joined the store")
+            time.sleep(0.005)
+    except (RuntimeError, TimeoutError, ValueError) as e:
+        said = str(e)
+        if isinstance(e, TimeoutError) or "timeout" in said.lower() or "timed out" in said:
+            raise RuntimeError(
+                f"transport c10d: the {world} processes of the job did not all join within "
+                f"{timeout:g} s (arrival_timeout): each must build its Pipeline; torch says: "
+                f"{said}") \
+                from e
+        raise RuntimeError(f"transport c10d: the process group could not form: {said}") from e
+    store.set_timeout(datetime.timedelta(minutes=30))  # torch's default, for what follows
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size)
+
+
+def group_ranks(dist, group):
+    """The global ranks of `group`'s members, by their rank in it."""
+    if hasattr(dist, "get_process_group_ranks"):
+        return dist.get_process_group_ranks(group)
+    table = dist.distributed_c10d._pg_group_ranks.get(group)  # torch 1.13: global -> group rank
+    if table:
+        return [g for g, _ in sorted(table.items(), key=lambda kv: kv[1])]
+    return list(range(dist.get_world_size(group)))
+
+
+def _refuse_subgroup_of_another_backend(dist, group):
+    if group is not dist.group.WORLD and dist.get_backend(group) != "gloo":
+        # new_group needs every process of the job, and only this group's build the pipeline.
+        raise ValueError(f"group: a {dist.get_backend(group)} group other than the default one; "
+                         "the pipeline's messages are host bytes, which it sends over Gloo: pass "
+                         "a Gloo group (torch.distributed.new_group(ranks, backend='gloo'))")
