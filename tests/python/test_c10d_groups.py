@@ -1,28 +1,63 @@
-"""The groups a c10d pipeline makes (rrfp._launch.c10d_groups), against a torch.distributed
+"""The groups a c10d pipeline makes (rrfp._c10d.c10d_groups), against a torch.distributed
 whose calls are recorded: the pipeline's messages on groups whose timeout outlasts any pause
 between steps (under torch's 30 minutes, Gloo closed every connection of the group when a
 receive posted between steps timed out, and every later step failed), the barrier and the
 gathers on groups with the pipeline's timeout (one left running after a failed step held the
 process's exit for torch's 30 minutes), the gathers where the processes meet at a call on groups
 with the arrival's timeout (a process pausing alone between steps longer than the pipeline's
-timeout failed the others' next step); a Gloo subgroup of the caller's taken as it is."""
+timeout failed the others' next step); a Gloo subgroup of the caller's taken as it is; the
+processes of a group the caller made meeting within the arrival's timeout before any of that."""
 import datetime
+import os
+import subprocess
+import sys
 
 import pytest
+
+import ports
 
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():
     pytest.skip("torch.distributed is not built in", allow_module_level=True)
 
-from rrfp import _launch  # noqa: E402
+from rrfp import _c10d  # noqa: E402
 
 YEAR = datetime.timedelta(days=365)
 
 
-def recorded(monkeypatch, world, rank, backend="gloo"):
-    """A default group of `world` processes of `backend`, this one `rank`: returns it and the
-    list new_group appends (ranks, timeout, backend) to, each group made being its index."""
+class Store:
+    """torch's key-value store of the default group, where the processes in `came` have set
+    every key of theirs (a key ends in its process's rank)."""
+
+    def __init__(self, came):
+        self.came, self.kv, self.waits = set(came), {}, []
+
+    def _has(self, key):
+        return key in self.kv or int(key.rsplit("/", 1)[1]) in self.came
+
+    def set(self, key, value):
+        self.kv[key] = value
+
+    def compare_set(self, key, expected, desired):  # a key set holds b"1", as _meet sets
+        assert expected == desired == "?"
+        return b"1" if self._has(key) else b"?"
+
+    def wait(self, keys, timeout):
+        self.waits.append(timeout)
+        if not all(self._has(k) for k in keys):
+            raise RuntimeError("Wait timeout")
+
+    def delete_key(self, key):
+        return self.kv.pop(key, None) is not None
+
+
+def recorded(monkeypatch, world, rank, backend="gloo", came=None):
+    """A default group of `world` processes of `backend`, this one `rank`, the processes in
+    `came` (default: all) come to build their pipelines: returns it and the list new_group
+    appends (ranks, timeout, backend) to, each group made being its index."""
     default, made = object(), []
+    store = Store(range(world) if came is None else came)
+    monkeypatch.setattr(dist.distributed_c10d, "_get_default_store", lambda: store)
     monkeypatch.setattr(dist.group, "WORLD", default)
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_backend", lambda g=None: backend if g is default else "gloo")
@@ -42,7 +77,7 @@ def recorded(monkeypatch, world, rank, backend="gloo"):
 
 def test_one_replica_messages_outlast_pauses_and_collectives_take_the_timeout(monkeypatch):
     _, made = recorded(monkeypatch, 2, 1)
-    got = _launch.c10d_groups(None, 2, 1, 7.0, 60.0)
+    got = _c10d.c10d_groups(None, 2, 1, 7.0, 60.0)
     assert made == [([0, 1], YEAR, "gloo"), ([0, 1], datetime.timedelta(seconds=7), "gloo"),
                     ([0, 1], datetime.timedelta(seconds=60), "gloo")]
     assert got == dict(group=0, collectives=1, arrivals=2)
@@ -50,7 +85,7 @@ def test_one_replica_messages_outlast_pauses_and_collectives_take_the_timeout(mo
 
 def test_replicas_each_group_by_its_use(monkeypatch):
     _, made = recorded(monkeypatch, 4, 3)  # replica 1, stage 1
-    got = _launch.c10d_groups(None, 2, 2, 5.0, 9.0)
+    got = _c10d.c10d_groups(None, 2, 2, 5.0, 9.0)
     five, nine = datetime.timedelta(seconds=5), datetime.timedelta(seconds=9)
     assert made == [([0, 1], YEAR, "gloo"), ([2, 3], YEAR, "gloo"),  # the pipelines' messages
                     ([0, 1], five, "gloo"), ([2, 3], five, "gloo"),  # their collectives
@@ -62,20 +97,57 @@ def test_replicas_each_group_by_its_use(monkeypatch):
 
 def test_a_default_group_of_another_backend_is_compared_over_the_messages_group(monkeypatch):
     _, made = recorded(monkeypatch, 2, 0, backend="nccl")
-    got = _launch.c10d_groups(None, 2, 1, 3.0, 3.0)
+    got = _c10d.c10d_groups(None, 2, 1, 3.0, 3.0)
     three = datetime.timedelta(seconds=3)
     assert made == [([0, 1], YEAR, "gloo"), ([0, 1], three, "gloo"), ([0, 1], three, "gloo")]
     assert got == dict(group=0, collectives=1, arrivals=2)
 
 
+def test_the_processes_of_a_callers_group_meet_within_the_arrivals_timeout(monkeypatch):
+    # A default group the caller made: a process that never built its Pipeline held the others
+    # in the layout's gather for the group's timeout (torch's 30 minutes) or in new_group for
+    # the messages' groups' year, past arrival_timeout. The meeting comes first, and makes no
+    # group where a process is missing.
+    _, made = recorded(monkeypatch, 3, 0, came=[1])
+    store = dist.distributed_c10d._get_default_store()
+    with pytest.raises(RuntimeError, match=r"^transport c10d: process\(es\) 2 of the 3 of the "
+                       r"group did not come to build their Pipeline within 5 s "
+                       r"\(arrival_timeout\): each must build it, in the same order; "
+                       r"torch says: Wait timeout$"):
+        _c10d.c10d_groups(None, 3, 1, 2.0, 5.0)
+    assert made == [] and store.waits == [datetime.timedelta(seconds=5)]
+    assert store.kv == {}  # its own key deleted: a later meeting counts no process that left
+    store.came.add(2)  # the last one comes: the next try meets
+    assert _c10d.c10d_groups(None, 3, 1, 2.0, 5.0) == dict(group=0, collectives=1, arrivals=2)
+    assert len(store.kv) == 1 and len(store.waits) == 2
+
+
+def test_no_arrival_limit_makes_no_meeting(monkeypatch):
+    _, made = recorded(monkeypatch, 2, 0, came=[])
+    assert _c10d.c10d_groups(None, 2, 1, 2.0, 0.0) == dict(group=0, collectives=1, arrivals=2)
+    assert dist.distributed_c10d._get_default_store().waits == []
+
+
+def test_a_default_group_of_another_backend_with_replicas_destroys_its_layouts_group(
+        monkeypatch):
+    # The Gloo group over which the layout is compared is the pipeline's with dp=1 and no
+    # one's with dp > 1, where it stayed made for ever.
+    _, made = recorded(monkeypatch, 4, 0, backend="nccl")
+    destroyed = []
+    monkeypatch.setattr(dist, "destroy_process_group", destroyed.append)
+    got = _c10d.c10d_groups(None, 2, 2, 3.0, 3.0)
+    assert made[0] == ([0, 1, 2, 3], YEAR, "gloo") and destroyed == [0]
+    assert 0 not in got.values()
+
+
 def test_no_timeout_leaves_the_collectives_torchs_and_a_callers_subgroup_is_taken(monkeypatch):
     _, made = recorded(monkeypatch, 2, 0)
-    assert _launch.c10d_groups(None, 2, 1, 0.0, 0.0) == dict(group=0, collectives=1, arrivals=2)
+    assert _c10d.c10d_groups(None, 2, 1, 0.0, 0.0) == dict(group=0, collectives=1, arrivals=2)
     assert made[1] == ([0, 1], None, "gloo")
     assert made[2] == ([0, 1], YEAR, "gloo")  # no arrival limit: as long as the messages wait
     mine = object()  # a Gloo subgroup of the caller's: the processes outside it make no other
     made.clear()
-    assert _launch.c10d_groups(mine, 2, 1, 4.0, 60.0) == dict(group=mine)
+    assert _c10d.c10d_groups(mine, 2, 1, 4.0, 60.0) == dict(group=mine)
     assert made == []
 
 
@@ -86,7 +158,7 @@ def test_a_callers_subgroup_with_replicas_is_refused_not_a_hang(monkeypatch):
     monkeypatch.setattr(dist, "get_world_size", lambda g=None: 8 if g is None else 4)
     with pytest.raises(ValueError, match=r"group: with dp=2 the pipeline makes its replicas' "
                                          r"groups, .* this group holds 4 of 8"):
-        _launch.c10d_groups(object(), 2, 2, 5.0, 60.0)
+        _c10d.c10d_groups(object(), 2, 2, 5.0, 60.0)
     assert made == []
 
 
@@ -132,3 +204,35 @@ def test_a_freed_pipeline_leaves_its_groups(tmp_path):
         assert mine in registry()  # the caller's
     finally:
         dist.destroy_process_group()
+
+
+def test_a_process_of_a_callers_group_that_never_builds_its_pipeline_fails_the_others_in_time():
+    # Two processes make torch.distributed's default group themselves, as a script using DDP
+    # does; process 1 never builds its Pipeline. Process 0 is told so within arrival_timeout:
+    # it waited in the layout's gather for the group's timeout, torch's 30 minutes.
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(ports.free_port()),
+               PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    builds = ("import torch.distributed as dist, rrfp, lm\n"
+              "dist.init_process_group('gloo')\n"
+              "rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, timeout=1,\n"
+              "              arrival_timeout=2)\n")
+    stays = ("import time, torch.distributed as dist\n"
+             "dist.init_process_group('gloo')\n"
+             "time.sleep(300)\n")
+    other = subprocess.Popen([sys.executable, "-c", stays], cwd=here,
+                             env=dict(env, RANK="1", LOCAL_RANK="1"),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # subprocess.run's timeout bounds a hang; the message says the 2 s ended the wait.
+        done = subprocess.run([sys.executable, "-c", builds], cwd=here,
+                              env=dict(env, RANK="0", LOCAL_RANK="0"),
+                              capture_output=True, text=True, timeout=150)
+    finally:
+        other.kill()
+        other.wait()
+    assert done.returncode != 0
+    assert "RuntimeError: transport c10d: process(es) 1 of the 2 of the group did not come to " \
+        "build their Pipeline within 2 s (arrival_timeout)" in done.stderr, done.stderr[-2000:]

@@ -25,20 +25,18 @@ def c10d_groups(group, pp, dp, timeout=0.0, arrival=0.0):
     (_messages_group): their receives stay posted between steps. A Gloo subgroup of the
     caller's is used for all as it is: the processes outside it would make no other."""
     import torch.distributed as dist
-    if group is None:
-        if not dist.is_initialized():
-            _init_default_group(dist, arrival)
-        group = dist.group.WORLD
-    _refuse_subgroup_of_another_backend(dist, group)  # the subgroups below are Gloo's anyway
+    group = _met_group(dist, group, arrival)
     if dist.get_backend(group) == "gloo":
         _agree_layout(dist, group, pp, dp)
         host = None
     else:
         # The default group of NCCL, say, carries CUDA tensors alone: compared over the Gloo
         # group of its ranks that dp=1 keeps as its own (every process makes it first, whatever
-        # its pp and dp; with dp > 1 it is left unused).
+        # its pp and dp; with dp > 1 it is destroyed: no pipeline's, nothing released it).
         host = _messages_group(dist, group_ranks(dist, group))
         _agree_layout(dist, host, pp, dp)
+        if dp > 1:
+            dist.destroy_process_group(host)
     if dp == 1:
         if group is not dist.group.WORLD:  # a Gloo subgroup (the docs ask for one of its own)
             return dict(group=group)
@@ -69,6 +67,62 @@ def c10d_groups(group, pp, dp, timeout=0.0, arrival=0.0):
     return dict(group=made[0][me // pp], collectives=made[1][me // pp],
                 dp_group=made[2][me % pp], arrivals=made[3][me // pp],
                 arrival_replicas=made[4][me % pp])
+
+
+def _met_group(dist, group, arrival):
+    """The caller's `group` (None: the default group, made here from torchrun's environment
+    if it is not yet), once every process of it has come to build its Pipeline within
+    `arrival` seconds (0: no limit)."""
+    if group is None:
+        if not dist.is_initialized():
+            _init_default_group(dist, arrival)  # bounded by `arrival` itself: all have come
+            return dist.group.WORLD
+        group = dist.group.WORLD
+    _refuse_subgroup_of_another_backend(dist, group)  # the subgroups below are Gloo's anyway
+    _meet(dist, group, arrival)
+    return group
+
+
+# The meetings this process passed, by the ranks of their group: a meeting's keys in the store
+# are its ranks' and its count's, the same on every process as each builds its pipelines in
+# the same order.
+_MET = {}
+
+
+def _meet(dist, group, arrival):
+    """Returns once every process of `group`, a group the caller made, has come here within
+    `arrival` seconds (0: at once), and raises RuntimeError naming those that did not (each
+    then deletes its own key: a later try counts no process that left). What follows it waits
+    for every process in torch's own terms: the layout's gather over the group, with the
+    group's timeout (30 minutes unless the caller set another), and new_group, whose waits
+    take the new group's (a year for the messages' groups), so that a process that never built
+    its Pipeline held the others that long, and arrival_timeout did not apply."""
+    if arrival <= 0:
+        return
+    import datetime
+    import hashlib
+    ranks = group_ranks(dist, group)
+    store = dist.distributed_c10d._get_default_store()
+    place = hashlib.sha256(repr(ranks).encode()).hexdigest()[:16]
+    prefix = f"rrfp/meet/{place}/{_MET.get(place, 0)}/"
+    mine = prefix + str(dist.get_rank())
+    store.set(mine, b"1")
+    try:
+        store.wait([prefix + str(r) for r in ranks], datetime.timedelta(seconds=arrival))
+    except RuntimeError as e:
+        # Store.check is torch 2's; compare_set of a key absent returns the value expected.
+        missing = [r for r in ranks if store.compare_set(prefix + str(r), "?", "?") == b"?"]
+        if missing:  # else all came as the wait ended
+            try:
+                store.delete_key(mine)
+            except RuntimeError:  # a store that deletes nothing (a file's): the key stays
+                pass
+            raise RuntimeError(
+                f"transport c10d: process(es) {', '.join(map(str, missing))} of the "
+                f"{len(ranks)} of the group did not come to build their Pipeline within "
+                f"{arrival:g} s (arrival_timeout): each must build it, in the same order; "
+                f"torch says: {e}") from e
+    _MET[place] = _MET.get(place, 0) + 1
 
 
 def release_groups_with(owner, core, groups, given):
