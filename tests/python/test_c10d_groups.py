@@ -8,13 +8,8 @@ with the arrival's timeout (a process pausing alone between steps longer than th
 timeout failed the others' next step); a Gloo subgroup of the caller's taken as it is; the
 processes of a group the caller made meeting within the arrival's timeout before any of that."""
 import datetime
-import os
-import subprocess
-import sys
 
 import pytest
-
-import ports
 
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():
@@ -25,39 +20,17 @@ from rrfp import _c10d  # noqa: E402
 YEAR = datetime.timedelta(days=365)
 
 
-class Store:
-    """torch's key-value store of the default group, where the processes in `came` have set
-    every key of theirs (a key ends in its process's rank)."""
-
-    def __init__(self, came):
-        self.came, self.kv, self.waits = set(came), {}, []
-
-    def _has(self, key):
-        return key in self.kv or int(key.rsplit("/", 1)[1]) in self.came
-
-    def set(self, key, value):
-        self.kv[key] = value
-
-    def compare_set(self, key, expected, desired):  # a key set holds b"1", as _meet sets
-        assert expected == desired == "?"
-        return b"1" if self._has(key) else b"?"
-
-    def wait(self, keys, timeout):
-        self.waits.append(timeout)
-        if not all(self._has(k) for k in keys):
-            raise RuntimeError("Wait timeout")
-
-    def delete_key(self, key):
-        return self.kv.pop(key, None) is not None
+# The meetings c10d_groups asked for, (group, arrival) each (test_c10d_meeting.py tests the
+# meeting itself).
+MEETINGS = []
 
 
-def recorded(monkeypatch, world, rank, backend="gloo", came=None):
-    """A default group of `world` processes of `backend`, this one `rank`, the processes in
-    `came` (default: all) come to build their pipelines: returns it and the list new_group
-    appends (ranks, timeout, backend) to, each group made being its index."""
+def recorded(monkeypatch, world, rank, backend="gloo"):
+    """A default group of `world` processes of `backend`, this one `rank`: returns it and the
+    list new_group appends (ranks, timeout, backend) to, each group made being its index."""
     default, made = object(), []
-    store = Store(range(world) if came is None else came)
-    monkeypatch.setattr(dist.distributed_c10d, "_get_default_store", lambda: store)
+    MEETINGS.clear()
+    monkeypatch.setattr(_c10d, "_meet", lambda d, group, arrival: MEETINGS.append((group, arrival)))
     monkeypatch.setattr(dist.group, "WORLD", default)
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_backend", lambda g=None: backend if g is default else "gloo")
@@ -103,29 +76,21 @@ def test_a_default_group_of_another_backend_is_compared_over_the_messages_group(
     assert got == dict(group=0, collectives=1, arrivals=2)
 
 
-def test_the_processes_of_a_callers_group_meet_within_the_arrivals_timeout(monkeypatch):
+def test_the_processes_of_a_callers_group_meet_before_any_group_is_made(monkeypatch):
     # A default group the caller made: a process that never built its Pipeline held the others
     # in the layout's gather for the group's timeout (torch's 30 minutes) or in new_group for
-    # the messages' groups' year, past arrival_timeout. The meeting comes first, and makes no
-    # group where a process is missing.
-    _, made = recorded(monkeypatch, 3, 0, came=[1])
-    store = dist.distributed_c10d._get_default_store()
-    with pytest.raises(RuntimeError, match=r"^transport c10d: process\(es\) 2 of the 3 of the "
-                       r"group did not come to build their Pipeline within 5 s "
-                       r"\(arrival_timeout\): each must build it, in the same order; "
-                       r"torch says: Wait timeout$"):
-        _c10d.c10d_groups(None, 3, 1, 2.0, 5.0)
-    assert made == [] and store.waits == [datetime.timedelta(seconds=5)]
-    assert store.kv == {}  # its own key deleted: a later meeting counts no process that left
-    store.came.add(2)  # the last one comes: the next try meets
+    # the messages' groups' year, past arrival_timeout.
+    default, made = recorded(monkeypatch, 3, 0)
     assert _c10d.c10d_groups(None, 3, 1, 2.0, 5.0) == dict(group=0, collectives=1, arrivals=2)
-    assert len(store.kv) == 1 and len(store.waits) == 2
+    assert MEETINGS == [(default, 5.0)]
 
-
-def test_no_arrival_limit_makes_no_meeting(monkeypatch):
-    _, made = recorded(monkeypatch, 2, 0, came=[])
-    assert _c10d.c10d_groups(None, 2, 1, 2.0, 0.0) == dict(group=0, collectives=1, arrivals=2)
-    assert dist.distributed_c10d._get_default_store().waits == []
+    def missing(d, group, arrival):
+        raise RuntimeError("process(es) 2 did not come")
+    monkeypatch.setattr(_c10d, "_meet", missing)
+    made.clear()
+    with pytest.raises(RuntimeError, match="did not come"):
+        _c10d.c10d_groups(None, 3, 1, 2.0, 5.0)
+    assert made == []
 
 
 def test_a_default_group_of_another_backend_with_replicas_destroys_its_layouts_group(
@@ -204,35 +169,3 @@ def test_a_freed_pipeline_leaves_its_groups(tmp_path):
         assert mine in registry()  # the caller's
     finally:
         dist.destroy_process_group()
-
-
-def test_a_process_of_a_callers_group_that_never_builds_its_pipeline_fails_the_others_in_time():
-    # Two processes make torch.distributed's default group themselves, as a script using DDP
-    # does; process 1 never builds its Pipeline. Process 0 is told so within arrival_timeout:
-    # it waited in the layout's gather for the group's timeout, torch's 30 minutes.
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(ports.free_port()),
-               PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
-    env.pop("TORCHELASTIC_RUN_ID", None)
-    builds = ("import torch.distributed as dist, rrfp, lm\n"
-              "dist.init_process_group('gloo')\n"
-              "rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, timeout=1,\n"
-              "              arrival_timeout=2)\n")
-    stays = ("import time, torch.distributed as dist\n"
-             "dist.init_process_group('gloo')\n"
-             "time.sleep(300)\n")
-    other = subprocess.Popen([sys.executable, "-c", stays], cwd=here,
-                             env=dict(env, RANK="1", LOCAL_RANK="1"),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        # subprocess.run's timeout bounds a hang; the message says the 2 s ended the wait.
-        done = subprocess.run([sys.executable, "-c", builds], cwd=here,
-                              env=dict(env, RANK="0", LOCAL_RANK="0"),
-                              capture_output=True, text=True, timeout=150)
-    finally:
-        other.kill()
-        other.wait()
-    assert done.returncode != 0
-    assert "RuntimeError: transport c10d: process(es) 1 of the 2 of the group did not come to " \
-        "build their Pipeline within 2 s (arrival_timeout)" in done.stderr, done.stderr[-2000:]

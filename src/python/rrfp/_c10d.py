@@ -83,46 +83,69 @@ def _met_group(dist, group, arrival):
     return group
 
 
-# The meetings this process passed, by the ranks of their group: a meeting's keys in the store
-# are its ranks' and its count's, the same on every process as each builds its pipelines in
-# the same order.
+# How many meetings this process has made, by its group and its rank in it: a meeting's keys
+# in the store are its group's and its number's, and each process's n-th construction over a
+# group meets the others' n-th, whatever became of it.
 _MET = {}
 
 
 def _meet(dist, group, arrival):
-    """Returns once every process of `group`, a group the caller made, has come here within
-    `arrival` seconds (0: at once), and raises RuntimeError naming those that did not (each
-    then deletes its own key: a later try counts no process that left). What follows it waits
-    for every process in torch's own terms: the layout's gather over the group, with the
-    group's timeout (30 minutes unless the caller set another), and new_group, whose waits
-    take the new group's (a year for the messages' groups), so that a process that never built
-    its Pipeline held the others that long, and arrival_timeout did not apply."""
+    """Returns once every process of `group`, a group the caller made, has come here, and
+    raises RuntimeError on every process alike, naming those that did not come, once one of
+    them has waited `arrival` seconds (0: no meeting). What follows waits for every process
+    in torch's own terms: the layout's gather over the group, with the group's timeout (30
+    minutes unless the caller set another), and new_group, whose waits take the new group's
+    (a year for the messages' groups), so that a process that never built its Pipeline held
+    the others that long, and arrival_timeout did not apply.
+
+    The store is polled, never waited on: a wait that timed out stayed registered with torch
+    1.13's store, whose reply to it, once the key came, answered the next request on the
+    shared connection. The outcome is one key, set once (compare_set): the first process to
+    see every process come writes "met", the first to reach its deadline first the ranks
+    missing, and every process does what it reads, so none passes where another gave up."""
     if arrival <= 0:
         return
-    import datetime
     import hashlib
-    ranks = group_ranks(dist, group)
+    import time
+    ranks, me = group_ranks(dist, group), dist.get_rank()
     store = dist.distributed_c10d._get_default_store()
     place = hashlib.sha256(repr(ranks).encode()).hexdigest()[:16]
-    prefix = f"rrfp/meet/{place}/{_MET.get(place, 0)}/"
-    mine = prefix + str(dist.get_rank())
-    store.set(mine, b"1")
-    try:
-        store.wait([prefix + str(r) for r in ranks], datetime.timedelta(seconds=arrival))
-    except RuntimeError as e:
-        # Store.check is torch 2's; compare_set of a key absent returns the value expected.
-        missing = [r for r in ranks if store.compare_set(prefix + str(r), "?", "?") == b"?"]
-        if missing:  # else all came as the wait ended
-            try:
-                store.delete_key(mine)
-            except RuntimeError:  # a store that deletes nothing (a file's): the key stays
-                pass
-            raise RuntimeError(
-                f"transport c10d: process(es) {', '.join(map(str, missing))} of the "
-                f"{len(ranks)} of the group did not come to build their Pipeline within "
-                f"{arrival:g} s (arrival_timeout): each must build it, in the same order; "
-                f"torch says: {e}") from e
-    _MET[place] = _MET.get(place, 0) + 1
+    n = _MET.get((place, me), 0)
+    _MET[(place, me)] = n + 1
+    prefix = f"rrfp/meet/{place}/{n}/"
+    store.set(prefix + str(me), b"1")  # who came, read by the process that gives up
+    store.add(prefix + "count", 1)
+    deadline, pause = time.monotonic() + arrival, 1e-3
+    while True:
+        if store.add(prefix + "count", 0) >= len(ranks):
+            outcome = store.compare_set(prefix + "outcome", "", "met")
+            break
+        # compare_set of a key absent returns the value expected, and sets nothing.
+        outcome = store.compare_set(prefix + "outcome", "?", "?")
+        if outcome != b"?":
+            break
+        if time.monotonic() >= deadline:
+            missing = [r for r in ranks if store.compare_set(prefix + str(r), "?", "?") == b"?"]
+            if missing:  # else all came, a count still to add: the next poll sees it
+                outcome = store.compare_set(prefix + "outcome", "", ",".join(map(str, missing)))
+                break
+        time.sleep(pause)
+        pause = min(2 * pause, 0.01)  # torch's own barrier polls its store every 10 ms
+    if outcome != b"met":
+        _refuse_meeting(outcome.decode(), me, len(ranks), arrival)
+
+
+def _refuse_meeting(missing, me, size, arrival):
+    said = missing.replace(",", ", ")
+    if str(me) in missing.split(","):
+        raise RuntimeError(
+            f"transport c10d: this process (rank {me}) came to build its Pipeline after "
+            f"another of the group's {size} had waited its arrival_timeout for process(es) "
+            f"{said}: each must build it within the others' arrival_timeout, in the same order")
+    raise RuntimeError(
+        f"transport c10d: process(es) {said} of the {size} of the group did not come to build "
+        f"their Pipeline within the arrival_timeout of a process that waited ({arrival:g} s "
+        f"here): each must build it, in the same order")
 
 
 def release_groups_with(owner, core, groups, given):

@@ -1,0 +1,131 @@
+"""The meeting of a c10d pipeline's processes over a group of the caller's (rrfp._c10d._meet):
+every process comes to build its Pipeline within arrival_timeout, or every process raises,
+naming those that did not come, before any group is made or compared. Processes are threads
+here, each with its own view of torch.distributed over one real store of torch's, and two real
+processes at the end."""
+import os
+import subprocess
+import sys
+import threading
+import types
+
+import pytest
+
+import ports
+
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():
+    pytest.skip("torch.distributed is not built in", allow_module_level=True)
+
+from rrfp import _c10d  # noqa: E402
+
+
+class Process:
+    """torch.distributed as process `rank` of `world` sees it, its default store `store`."""
+
+    def __init__(self, rank, world, store):
+        self.rank, self.world = rank, world
+        self.distributed_c10d = types.SimpleNamespace(_get_default_store=lambda: store)
+
+    def get_rank(self, group=None):
+        return self.rank
+
+    def get_process_group_ranks(self, group):
+        return list(range(self.world))
+
+
+def meet(store, world, ranks, arrival):
+    """The processes `ranks` of `world` meet, each in a thread, over `store`: rank -> None
+    where it met, else the RuntimeError's text. Each must end within 30 s."""
+    said = {}
+
+    def one(rank):
+        try:
+            _c10d._meet(Process(rank, world, store), object(), arrival)
+            said[rank] = None
+        except RuntimeError as e:
+            said[rank] = str(e)
+    threads = [threading.Thread(target=one, args=(r,)) for r in ranks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+        assert not t.is_alive(), "a meeting did not end"
+    return said
+
+
+@pytest.fixture
+def store(monkeypatch):
+    monkeypatch.setattr(_c10d, "_MET", {})  # each test's meetings count from 0
+    return dist.HashStore()
+
+
+def test_processes_that_all_come_meet(store):
+    assert meet(store, 3, [0, 1, 2], 30.0) == {0: None, 1: None, 2: None}
+    assert meet(store, 3, [2, 1, 0], 30.0) == {0: None, 1: None, 2: None}  # the second, again
+
+
+def test_a_process_that_never_comes_is_named_by_every_other(store):
+    said = meet(store, 3, [0, 1], 0.2)
+    assert said == {r: "transport c10d: process(es) 2 of the 3 of the group did not come to build "
+                       "their Pipeline within the arrival_timeout of a process that waited (0.2 s "
+                       "here): each must build it, in the same order" for r in (0, 1)}
+
+
+def test_one_coming_after_the_others_gave_up_is_refused_and_the_next_try_meets(store):
+    # The late one's key came after the first process to give up had written the outcome: it
+    # does as the others did (with a wait on the store, it passed and waited in the layout's
+    # gather for the others, who had raised). Each process's second construction meets the
+    # others' second.
+    meet(store, 3, [0, 1], 0.2)
+    said = meet(store, 3, [2], 30.0)
+    assert said == {2: "transport c10d: this process (rank 2) came to build its Pipeline after "
+                       "another of the group's 3 had waited its arrival_timeout for process(es) "
+                       "2: each must build it within the others' arrival_timeout, in the same "
+                       "order"}
+    assert meet(store, 3, [0, 1, 2], 30.0) == {0: None, 1: None, 2: None}
+
+
+def test_a_wait_under_a_millisecond_ends(store):
+    # A store's wait of 0 ms is a wait without a limit: the meeting polls, against a deadline
+    # of its own.
+    said = meet(store, 2, [0], 0.0005)
+    assert said[0].startswith("transport c10d: process(es) 1 of the 2 of the group did not come")
+
+
+def test_no_arrival_limit_makes_no_meeting(store):
+    assert meet(store, 2, [0], 0.0) == {0: None}
+    assert store.num_keys() == 0
+
+
+def test_a_process_of_a_callers_group_that_never_builds_its_pipeline_fails_the_others_in_time():
+    # Two processes make torch.distributed's default group themselves, as a script using DDP
+    # does; process 1 never builds its Pipeline. Process 0 is told so within arrival_timeout:
+    # it waited in the layout's gather for the group's timeout, torch's 30 minutes.
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(ports.free_port()),
+               PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    builds = ("import torch.distributed as dist, rrfp, lm\n"
+              "dist.init_process_group('gloo')\n"
+              "rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, timeout=1,\n"
+              "              arrival_timeout=2)\n")
+    stays = ("import time, torch.distributed as dist\n"
+             "dist.init_process_group('gloo')\n"
+             "time.sleep(300)\n")
+    other = subprocess.Popen([sys.executable, "-c", stays], cwd=here,
+                             env=dict(env, RANK="1", LOCAL_RANK="1"),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # subprocess.run's timeout bounds a hang; the message says the 2 s ended the wait.
+        done = subprocess.run([sys.executable, "-c", builds], cwd=here,
+                              env=dict(env, RANK="0", LOCAL_RANK="0"),
+                              capture_output=True, text=True, timeout=150)
+    finally:
+        other.kill()
+        other.wait()
+    assert done.returncode != 0
+    assert "RuntimeError: transport c10d: process(es) 1 of the 2 of the group did not come to " \
+        "build their Pipeline within the arrival_timeout of a process that waited (2 s here)" \
+        in done.stderr, done.stderr[-2000:]
