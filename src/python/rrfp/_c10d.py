@@ -83,9 +83,10 @@ def _met_group(dist, group, arrival):
     return group
 
 
-# How many meetings this process has made, by its group and its rank in it: a meeting's keys
-# in the store are its group's and its number's, and each process's n-th construction over a
-# group meets the others' n-th, whatever became of it.
+# How many meetings this process has made, by its group and its rank in the job (one rank a
+# process; tests run several as threads): a meeting's keys in the store are its group's and
+# its number's, and each process's n-th construction over a group meets the others' n-th,
+# whatever became of it.
 _MET = {}
 
 
