@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
 # Builds rrfp and runs the whole suite: the Release build's ctest, then the core and runtime
-# tests under AddressSanitizer+UBSan and ThreadSanitizer.
+# tests under AddressSanitizer+UBSan and ThreadSanitizer. Says how long each part took, last.
 # RRFP_SKIP_SANITIZERS=1 skips the sanitizer builds (quick local runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
-cmake --build build -j "$jobs"
-ctest --test-dir build --output-on-failure -j "$jobs"
+took=()
+# Runs WHAT... and notes how long it took under NAME.
+timed() {  # NAME WHAT...
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  took+=("$(printf '%-28s %4d s' "$name" $((SECONDS - start)))")
+}
+summary() {
+  echo "== scripts/test.sh: each part's time (in all $((SECONDS / 60)) min $((SECONDS % 60)) s)"
+  printf '   %s\n' "${took[@]}"
+}
+trap summary EXIT
+timed "Release build" bash -c "cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+                                 cmake --build build -j $jobs"
+timed "Release tests" ctest --test-dir build --output-on-failure -j "$jobs"
 [ "${RRFP_SKIP_SANITIZERS:-0}" = 1 ] && exit 0
 for san in address thread; do
   dir=build-$san
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_SANITIZE=$san -DRRFP_BUILD_BENCH=OFF
-  cmake --build "$dir" -j "$jobs" --target core_runtime_tests  # what the labels below run
+  timed "$san sanitizer build" bash -c "cmake -S . -B $dir -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DRRFP_SANITIZE=$san -DRRFP_BUILD_BENCH=OFF &&
+    cmake --build $dir -j $jobs --target core_runtime_tests"  # what the labels below run
   # Sanitizers slow the property suite several-fold: 100 seeds per hint there, 500 above.
-  RRFP_TEST_SEEDS=100 ctest --test-dir "$dir" -L 'core|runtime' -LE cli --output-on-failure -j "$jobs"
+  RRFP_TEST_SEEDS=100 timed "$san sanitizer tests" \
+    ctest --test-dir "$dir" -L 'core|runtime' -LE cli --output-on-failure -j "$jobs"
 done
