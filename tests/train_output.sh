@@ -51,12 +51,18 @@ want="rrfp train: warning: --warmup 5 is not below --steps 3: the learning rate 
 # collective tells): the steps train as they should, and the run says once that
 # durations.csv keeps no such step, where it ended there, exit 2, with a trace import's
 # error (in 3 of 4 runs of this shape). Three runs: the orders part in at least one of them
-# but about once in sixty.
+# but about once in sixty. Orders that part where both tasks have a collective (an F beside
+# a B, when the ranks' inputs arrive far enough apart, as on a loaded machine) end the run as
+# `none` is documented to: exit 1 naming the divergence, never a hang.
+diverged="^rrfp: run failed: stage [0-9]*: tensor-parallel rank [0-9]* entered the all-reduce of"
+diverged+=" .* while rank [0-9]* is in the all-reduce of .*: collective order diverged$"
 for i in 1 2 3; do
+  rc=0
   "$rrfp" train --d-model 32 --layers 4 --eval-every 0 --eval-batches 1 --pp 2 -m 5 --steps 8 \
     --warmup 1 --tp 2 --tp-protocol none --inject-jitter jitter:J3 --out "$tmp/none$i" \
-    >"$tmp/none$i.log" 2>&1 ||
-    fail "--tp-protocol none, run $i: exit $?: $(tail -1 "$tmp/none$i.log")"
+    >"$tmp/none$i.log" 2>&1 || rc=$?
+  [ $rc -eq 1 ] && tail -1 "$tmp/none$i.log" | grep -q "$diverged" && continue
+  [ $rc -eq 0 ] || fail "--tp-protocol none, run $i: exit $rc: $(tail -1 "$tmp/none$i.log")"
   [ "$(grep -c warning "$tmp/none$i.log")" -le 1 ] || fail "--tp-protocol none: said twice"
   ! grep -q "warning: step" "$tmp/none$i.log" ||
     grep -q "ranks ran different orders (--tp-protocol none), so durations.csv keeps no such" \
