@@ -1,17 +1,22 @@
 // The stage's gradient sums (train/stage_program.hpp, ReorderBuffer): microbatch order
 // whatever order they arrive in, and sums that own their storage whatever autograd hands over.
 // The replicas' sum (dist/replica_sum.hpp), which adds without LibTorch: each dtype's addition
-// as torch's CPU kernels add, bit for bit. And every parameter's gradient reaches them.
+// as torch's CPU kernels add, bit for bit. And every parameter's gradient reaches them. And
+// the host memory that holds them between steps (train/run.hpp, keep_freed_host_memory).
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <torch/torch.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "dist/local_job.hpp"
 #include "dist/replica_sum.hpp"
 #include "rank_threads.hpp"
+#include "train/run.hpp"
 #include "train/stage_program.hpp"
 #include "train/trainer.hpp"
 #include "train_cases.hpp"
@@ -157,6 +162,32 @@ TEST(TrainBitwise, EveryParameterGetsAGradient) {
         EXPECT_FALSE(bitwise_equal(before[i], after[i]))
             << task << (split ? " split" : "") << ": " << names[i] << " did not move";
     }
+}
+
+// A step's tensors, freed, stay in malloc's heap for the next step's: by default glibc mapped
+// each one above its threshold afresh and unmapped it when freed, so every step faulted its
+// pages in again. Run in a process of its own (a re-executed test binary), whose malloc nothing
+// else has set or warmed.
+TEST(HostMemory, AFreedStepsTensorsStayForTheNextStep) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  constexpr std::size_t kBytes = 24 << 20;  // below kKeptAllocationBytes
+  static_assert(kBytes < kKeptAllocationBytes);
+  const auto kept = [](bool keep) {
+    ::unsetenv("GLIBC_TUNABLES");
+    if (!keep) ::setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=7", 1);  // the user's: kept
+    keep_freed_host_memory();
+    const auto before = mallinfo2();
+    static void* volatile p;  // volatile: the compiler may drop a malloc whose block is unused
+    p = std::malloc(kBytes);
+    std::memset(p, 1, kBytes);
+    const bool mapped = mallinfo2().hblkhd >= before.hblkhd + kBytes;
+    std::free(p);
+    const bool held = mallinfo2().fordblks >= kBytes;
+    std::exit((mapped ? 1 : 0) + (held ? 2 : 0));
+  };
+  EXPECT_EXIT(kept(true), testing::ExitedWithCode(2), "") << "taken from the heap, kept there";
+  EXPECT_EXIT(kept(false), testing::ExitedWithCode(1), "")
+      << "with GLIBC_TUNABLES naming malloc, glibc's own behaviour: mapped afresh, then unmapped";
 }
 
 }  // namespace

@@ -62,6 +62,7 @@ train::TrainRun to_run(const TrainFlags& f) {
 
 void run(const TrainFlags& f) {
   train::use_one_intra_op_thread();
+  train::keep_freed_host_memory();
   stop_on_signals(true);
   const char* const until = "stopping after the current step";
   if (f.transport == TransportKind::Mpi) {

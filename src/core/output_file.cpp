@@ -329,7 +329,7 @@ void hold_closed_standard_streams() {
     }
 }
 
-void write_all(int fd, const std::string& bytes, const std::string& what) {
+void write_all(int fd, std::string_view bytes, const std::string& what) {
   std::size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);

@@ -4,6 +4,7 @@
 // anything else that is not a file is named as such. Character devices pass (/dev/null, and
 // /dev/full, by which the tests fill a disk). docs/reliability.md.
 #include <string>
+#include <string_view>
 
 namespace rrfp {
 
@@ -56,6 +57,6 @@ void hold_closed_standard_streams();
 
 // Writes all of `bytes` to `fd` (retrying short writes and interrupted calls); throws Error
 // starting with `what` and the system's reason ("No space left on device").
-void write_all(int fd, const std::string& bytes, const std::string& what);
+void write_all(int fd, std::string_view bytes, const std::string& what);
 
 }  // namespace rrfp

@@ -61,23 +61,32 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
   for (size_t i = 0; i < s.params.size(); ++i)
     h["tensors"].push_back({{"name", s.names[i]}, {"shape", s.params[i].sizes().vec()}});
   const std::string header = h.dump();
-  std::string out(kMagic, sizeof kMagic);
-  put(out, kVersion);
-  put(out, static_cast<std::uint64_t>(header.size()));
-  out += header;
-  for (const auto* g : groups(s))
-    for (const auto& t : *g) {
-      const auto c = t.detach().cpu().contiguous();  // a GPU's tensors through host memory
-      out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
-    }
-  put(out, checkpoint_checksum(out));
+  std::string head(kMagic, sizeof kMagic);
+  put(head, kVersion);
+  put(head, static_cast<std::uint64_t>(header.size()));
+  head += header;
   const std::string tmp = path + ".tmp";
   const int fd = open_output(tmp, "checkpoint '" + path + "': its temporary '" + tmp + "'",
                              OutputMode{.named_by_user = false});
   // A failed save (a full disk: "No space left on device") leaves the previous checkpoint as
   // it was and no partial file behind.
   try {
-    write_all(fd, out, "checkpoint '" + path + "': writing failed");
+    // Tensor by tensor, the checksum running: the whole file in one buffer (and that buffer's
+    // regrowth) faulted in twice the checkpoint's size of fresh pages.
+    const std::string failed = "checkpoint '" + path + "': writing failed";
+    std::uint64_t sum = checkpoint_checksum(head);  // continued over the tensors
+    write_all(fd, head, failed);
+    for (const auto* g : groups(s))
+      for (const auto& t : *g) {
+        const auto c = t.detach().cpu().contiguous();  // a GPU's tensors through host memory
+        const std::string_view bytes(static_cast<const char*>(c.data_ptr()),
+                                     c.numel() * c.element_size());
+        sum = fnv1a(sum, bytes);
+        write_all(fd, bytes, failed);
+      }
+    std::string tail;
+    put(tail, sum);
+    write_all(fd, tail, failed);
     if (::fsync(fd) != 0)
       throw Error("checkpoint '" + path + "': fsync failed: " + std::strerror(errno));
   } catch (...) {

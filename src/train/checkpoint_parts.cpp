@@ -28,7 +28,13 @@ std::string pack_chunks(const std::vector<ChunkTensors>& chunks) {
     h.push_back({{"chunk", c.chunk}, {"rank", c.tp_rank}, {"names", c.names}, {"shapes", shapes}});
   }
   const std::string header = h.dump();
+  std::size_t size = sizeof(std::uint64_t) + header.size();
+  for (const auto& c : chunks)
+    for (const auto* g : {&c.params, &c.exp_avg, &c.exp_avg_sq})
+      for (const auto& t : *g)
+        size += t.numel() * t.element_size();
   std::string out(sizeof(std::uint64_t), '\0');
+  out.reserve(size);  // grown by doubling, it faulted in about twice its size of fresh pages
   const std::uint64_t n = header.size();
   std::memcpy(out.data(), &n, sizeof n);
   out += header;

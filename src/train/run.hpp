@@ -30,4 +30,16 @@ constexpr long kMaxOmpThreads = 4096;
 // unset), and Error where the threads of LibTorch's pool cannot be started.
 void use_one_intra_op_thread();
 
+// The largest allocation kept_freed_host_memory() serves from malloc's heap, and how much freed
+// memory the heap keeps rather than hands back to the system.
+constexpr int kKeptAllocationBytes = 32 << 20;
+constexpr int kKeptFreeBytes = 1 << 30;
+
+// Keeps the host memory a step frees for the next step (`rrfp train` calls it; a library caller
+// keeps its process's malloc settings): allocations of up to kKeptAllocationBytes come from the
+// heap, which keeps up to kKeptFreeBytes of freed memory, so a step's tensors reuse the last
+// step's pages instead of faulting fresh ones in. Peak memory stays what the steps need.
+// GLIBC_TUNABLES that set malloc's thresholds take precedence; outside glibc it does nothing.
+void keep_freed_host_memory();
+
 }  // namespace rrfp::train
