@@ -3,15 +3,15 @@
 #include <cmath>
 
 #include "core/format.hpp"
+#include "report/columns.hpp"
 #include "report/predict.hpp"
 
 namespace rrfp {
 
-namespace {
+using columns::lpad;
+using columns::ms;
 
-double ms(std::int64_t ns) {
-  return static_cast<double>(ns) / 1e6;
-}
+namespace {
 
 // `base` over `ns`; NaN when either took no time (durations all zero: "-nanx" was printed).
 double ratio(std::int64_t base, std::int64_t ns) {
@@ -26,10 +26,6 @@ std::string shown(const char* format, double v) {
 // NaN as JSON's null.
 nlohmann::json number_or_null(double v) {
   return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v);
-}
-
-std::string lpad(std::string s, size_t w) {
-  return s.size() < w ? std::string(w - s.size(), ' ') + s : s;
 }
 
 // Where the ordering of forwards came from: what the header says beside it.

@@ -6,25 +6,14 @@
 #include "core/json_input.hpp"
 #include "core/output_file.hpp"
 #include "core/printable.hpp"
+#include "report/columns.hpp"
 #include "report/report.hpp"
 
 namespace rrfp {
 
-namespace {
-double ms(std::int64_t ns) {
-  return static_cast<double>(ns) / 1e6;
-}
-
-std::string pad(std::string s, size_t w) {
-  if (s.size() < w) s += std::string(w - s.size(), ' ');
-  return s;
-}
-std::string lpad(std::string s, size_t w) {
-  if (s.size() < w) s = std::string(w - s.size(), ' ') + s;
-  return s;
-}
-
-}  // namespace
+using columns::lpad;
+using columns::ms;
+using columns::pad;
 
 std::string ms_text(std::int64_t ns, std::int64_t step_ns) {
   return fmt(step_ns > 0 && step_ns < 1000000 ? "%.6f" : "%.2f", ms(ns));

@@ -74,7 +74,7 @@ struct Span {
   size_t event = 0;  // its index in its file, from 1
 };
 
-struct Process {
+struct TorchProcess {
   double rank = 0;      // distributedInfo.rank, else the file's position
   bool ranked = false;  // the rank is distributedInfo's
   size_t file = 0;
@@ -94,13 +94,13 @@ const std::string kDevice = "device";
 // device's time, as where one pid holds both). Its rank was split in two: 2 stages read from a
 // rank's file, and a pipeline of 2 chunks "on 4 stages". Kept on its own where the file has no
 // such process, or several (a merged file, whose device spans could be any one's).
-void merge_device(std::vector<Process>& out, size_t first, size_t dev) {
+void merge_device(std::vector<TorchProcess>& out, size_t first, size_t dev) {
   std::vector<size_t> cpu;
   for (size_t k = first; k < out.size(); ++k)
     if (k != dev && !out[k].spans.empty()) cpu.push_back(k);
   if (cpu.size() != 1) return;
-  Process& p = out[cpu.front()];
-  Process& d = out[dev];
+  TorchProcess& p = out[cpu.front()];
+  TorchProcess& d = out[dev];
   p.spans.insert(p.spans.end(), d.spans.begin(), d.spans.end());
   for (const auto& [step, span] : d.steps)
     p.steps[step] = span;
@@ -109,8 +109,8 @@ void merge_device(std::vector<Process>& out, size_t first, size_t dev) {
     out[k].order = k;
 }
 
-std::vector<Process> processes_of(const std::vector<Doc>& docs) {
-  std::vector<Process> out;
+std::vector<TorchProcess> processes_of(const std::vector<Doc>& docs) {
+  std::vector<TorchProcess> out;
   for (size_t f = 0; f < docs.size(); ++f) {
     const Doc& d = docs[f];
     double rank = static_cast<double>(f);
@@ -136,7 +136,7 @@ std::vector<Process> processes_of(const std::vector<Doc>& docs) {
       const std::string pid = device ? kDevice : e.contains("pid") ? e.at("pid").dump() : "";
       auto [it, fresh] = by_pid.emplace(pid, out.size());
       if (fresh) {
-        Process p;
+        TorchProcess p;
         p.rank = rank;
         p.ranked = ranked;
         p.file = f;
@@ -145,7 +145,7 @@ std::vector<Process> processes_of(const std::vector<Doc>& docs) {
         p.origin = d.origin;
         out.push_back(p);
       }
-      Process& p = out[it->second];
+      TorchProcess& p = out[it->second];
       const std::string& s = name->get_ref<const std::string&>();
       if (s.rfind("ProfilerStep#", 0) == 0) {
         size_t i = 13;
@@ -170,15 +170,15 @@ std::vector<Process> processes_of(const std::vector<Doc>& docs) {
     if (const auto dev = by_pid.find(kDevice); dev != by_pid.end())
       merge_device(out, first, dev->second);
   }
-  std::stable_sort(out.begin(), out.end(), [](const Process& a, const Process& b) {
+  std::stable_sort(out.begin(), out.end(), [](const TorchProcess& a, const TorchProcess& b) {
     return a.rank != b.rank ? a.rank < b.rank : a.order < b.order;
   });
   // A process without task spans (a data loader, a merged file's other tools) is no rank.
-  std::erase_if(out, [](const Process& p) { return p.spans.empty(); });
+  std::erase_if(out, [](const TorchProcess& p) { return p.spans.empty(); });
   // Two files of one rank replayed as a pipeline of two stages (a merged file's processes share
   // its rank and keep their order).
   for (size_t k = 1; k < out.size(); ++k) {
-    const Process &a = out[k - 1], &b = out[k];
+    const TorchProcess &a = out[k - 1], &b = out[k];
     if (a.ranked && b.ranked && a.rank == b.rank && a.file != b.file)
       throw InputError(a.origin + " and " + b.origin + " both give distributedInfo.rank " +
                        fmt("%.15g", a.rank) + "; give each rank's file once");
@@ -203,7 +203,7 @@ std::map<int, std::pair<double, double>>::const_iterator step_of(
 }  // namespace
 
 std::vector<Timeline> read_torch(const std::vector<Doc>& docs, const WorkModel& m, int tp) {
-  const std::vector<Process> procs = processes_of(docs);
+  const std::vector<TorchProcess> procs = processes_of(docs);
   if (procs.size() != static_cast<size_t>(m.pp()) * tp)
     throw InputError(docs.front().origin + ": " + std::to_string(procs.size()) +
                      " rank(s) with task spans, but the shape has " + std::to_string(m.pp()) +
@@ -211,7 +211,7 @@ std::vector<Timeline> read_torch(const std::vector<Doc>& docs, const WorkModel& 
                      " tp rank(s): give one file per rank of one pipeline");
   std::map<int, Timeline> steps;  // -1: the whole trace (no step spans)
   for (size_t k = 0; k < procs.size(); ++k) {
-    const Process& p = procs[k];
+    const TorchProcess& p = procs[k];
     const int stage = static_cast<int>(k) / tp, tp_rank = static_cast<int>(k) % tp;
     const bool gpu =
         std::any_of(p.spans.begin(), p.spans.end(), [](const Span& s) { return s.gpu; });
@@ -251,7 +251,7 @@ std::vector<Timeline> read_torch(const std::vector<Doc>& docs, const WorkModel& 
 }
 
 Shape probe_torch(const std::vector<Doc>& docs, int tp) {
-  const std::vector<Process> procs = processes_of(docs);
+  const std::vector<TorchProcess> procs = processes_of(docs);
   // Each stage is `tp` ranks in file order: 2 ranks at --tp 3 made no stage, and the error
   // said the trace "holds no task to tell its shape by".
   if (tp > 1 && procs.size() % static_cast<size_t>(tp) != 0)
