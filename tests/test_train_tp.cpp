@@ -55,13 +55,13 @@ double max_diff(Trainer& tp, Trainer& ref, int t) {
   return worst;
 }
 
-struct Case {
+struct Schedule {
   const char* hint;
   bool split;
 };
 
 TEST(TrainTp, Tp2MatchesTp1ForBothProtocolsUnderPerRankDelays) {
-  for (const Case& c : {Case{"1f1b", false}, Case{"bfw", true}}) {
+  for (const Schedule& c : {Schedule{"1f1b", false}, Schedule{"bfw", true}}) {
     Trainer ref(options(1, TpProtocol::Leader, c.hint, c.split));
     std::vector<double> ref_loss;
     for (int s = 0; s < 3; ++s)
