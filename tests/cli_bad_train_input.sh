@@ -34,6 +34,10 @@ check "--completion: expected poll, spin or callback, got 'nope'" train --comple
 check "--completion: spin waits for a GPU's stream (--device cuda)" train --completion spin --out "$tmp/o"
 check "--window: more than 1 keeps a GPU's stream fed (--device cuda)" train --window 2 --out "$tmp/o"
 check "--max-len: 500 exceeds" train --max-len 500 --out "$tmp/o"
+# Named as itself (it was --min-len's range that was given).
+check "--max-len: must be between 1 and the model's --max-seq (128), got 0" train --max-len 0 --out "$tmp/o"
+check "--microbatches: must be at most 50 million chunk-microbatches, got 4 x 1 x 50000000 = 200000000" \
+  train -m 50000000 --out "$tmp/o"
 check "--tp: 3 does not divide --heads 4" train --tp 3 --out "$tmp/o"
 check "--dp: data-parallel replicas run as processes" train --dp 2 --out "$tmp/o"
 check "--transport: unknown transport 'tcp'" train --transport tcp --out "$tmp/o"
@@ -85,6 +89,9 @@ RRFP_MEMORY_LIMIT=1G "$rrfp" train --steps 1 --pp 2 -m 2 --d-model 16 --layers 2
   --eval-every 0 --eval-batches 1 --out "$tmp/fits" >/dev/null 2>"$tmp/err" ||
   { echo "FAIL: a small run under RRFP_MEMORY_LIMIT=1G: $(cat "$tmp/err")"; fails=$((fails + 1)); }
 check "--max-images 60: a sample can have 899 tokens, more than --max-seq 128" train --task image-text --max-images 60 --out "$tmp/o"
+# At the largest --max-seq, raising it is no advice.
+check "more than --max-seq 1048576 holds; lower --max-images" \
+  train --task image-text --max-images 100000 --max-seq 1048576 --out "$tmp/o"
 check "--seed: must not be negative" train --seed -3 --out "$tmp/o"
 truncate -s 1G "$tmp/ckpt.bin"
 check "is read for --resume" train --resume "$tmp/ckpt.bin" --out "$tmp/o"
@@ -102,6 +109,10 @@ check "--resume: the checkpoint is already at step 2 of --steps 1" train "${smal
 # a resume from it would splice the two runs' steps in one log.
 check "--out: '$tmp/ck2' holds checkpoint.bin of an earlier run; pass --resume" \
   train "${small[@]}" --steps 2 --out "$tmp/ck2"
+# A resume into a folder holding another checkpoint would replace it without a word.
+mkdir -p "$tmp/other" && cp "$tmp/ck2/checkpoint.bin" "$tmp/other/checkpoint.bin"
+check "--out: '$tmp/ck2' holds a checkpoint.bin other than --resume ('$tmp/other/checkpoint.bin'), which the run would replace" \
+  train "${small[@]}" --steps 3 --resume "$tmp/other/checkpoint.bin" --out "$tmp/ck2"
 check "--inject-jitter: '' names nothing; give a value" train --inject-jitter "" --out "$tmp/o"
 # The run's outputs are none of its inputs: a hint file at OUT/durations.csv was replaced by
 # the run's, and an `out` that is the corpus folder put the run's files into the next run's

@@ -11,8 +11,10 @@ if command -v script >/dev/null; then
     fail "on a terminal: exit $?"
   redraws=$(grep -o $'\r' "$tmp/tty.log" | wc -l)
   cleared=$(grep -o $'\r\e\\[K' "$tmp/tty.log" | wc -l)
-  # script(1) turns each newline into \r\n: only the redraws are \r followed by ESC [K.
-  [ "$cleared" -eq 3 ] || fail "on a terminal: $cleared of 3 progress redraws cleared the line"
+  # script(1) turns each newline into \r\n: only the redraws are \r followed by ESC [K: one a
+  # step, and one as the last step validates (the bar said nothing while it did).
+  [ "$cleared" -eq 4 ] || fail "on a terminal: $cleared of 4 progress redraws cleared the line"
+  grep -q "step 3/3  validating (1 batch)" "$tmp/tty.log" || fail "on a terminal: no validating bar"
   [ "$redraws" -ge 3 ] || fail "on a terminal: $redraws carriage returns"
 else
   echo "no script(1): the terminal check is skipped"
@@ -20,6 +22,14 @@ fi
 "$rrfp" train "${small[@]}" --steps 3 --warmup 2 --out "$tmp/file" >"$tmp/file.log" 2>&1 ||
   fail "into a file: exit $?"
 ! grep -q $'\e' "$tmp/file.log" || fail "into a file: an escape sequence in the output"
+# A fresh run into that folder that fails (diverges at step 5) leaves none of the earlier run's
+# outputs beside its own log: its durations.csv was replayed as this run's without a word.
+"$rrfp" train --layers 4 --d-model 32 --warmup 0 --steps 20 --lr 1000 --weight-decay 0 --clip 0 \
+  --out "$tmp/file" >"$tmp/diverged.log" 2>&1 && fail "lr 1000: exit 0"
+grep -q "step 5: the gradient norm is infinite" "$tmp/diverged.log" ||
+  fail "lr 1000: $(tail -1 "$tmp/diverged.log")"
+left=$(cd "$tmp/file" && ls)
+[ "$left" = loss.csv ] || fail "a failed run's folder holds $(echo $left) (want loss.csv alone)"
 ! grep -q warning "$tmp/file.log" || fail "--warmup 2 of 3 steps: $(grep warning "$tmp/file.log")"
 # Standard input and output closed: the run fails as a closed stdout does, and nothing it would
 # have printed lands in its own files (loss.csv had taken descriptor 1 and got the banner and the

@@ -296,5 +296,23 @@ rc=$?
   fail "checkpoint past a size limit: exit $rc: $(tail -1 "$tmp/fs.err")"
 ls -A "$tmp/fs" | grep -q 'tmp$' && fail "checkpoint past a size limit left $(ls -A "$tmp/fs" | grep 'tmp$')"
 
+# A signal during set-up (LibTorch loading, a large corpus read) ends the run at once, nothing
+# written: it was taken as a stop after the first step, which ran after seconds of reading, or,
+# while LibTorch loaded, ended the process without a word. Sent once the process is rrfp-train.
+mkdir -p "$tmp/big" && yes "a line of a large corpus, read before the first step" |
+  head -c 200000000 >"$tmp/big/a.txt"
+"$rrfp" train "${small[@]}" --steps 5 --data "$tmp/big" --out "$tmp/su" >"$tmp/su.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 20000); do
+  read -r comm <"/proc/$pid/comm" 2>/dev/null || break
+  [ "$comm" = rrfp-train ] && break
+done
+kill -TERM $pid
+wait $pid; rc=$?
+[ "$rc" -eq 143 ] && grep -qx "rrfp train: stopped by SIGTERM; nothing written" "$tmp/su.log" &&
+  [ ! -e "$tmp/su/loss.csv" ] ||
+  fail "SIGTERM in set-up: exit $rc, $(tail -1 "$tmp/su.log"), $(ls "$tmp/su" 2>&1)"
+rm -rf "$tmp/big"
+
 echo "train signal and full-disk checks: $fails failed"
 [ "$fails" -eq 0 ]

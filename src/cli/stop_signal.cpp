@@ -179,6 +179,14 @@ void work_begins() {
   g_at_once.store(false);
 }
 
+void hold_stop_signals(bool hold) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU})
+    sigaddset(&set, sig);
+  ::pthread_sigmask(hold ? SIG_BLOCK : SIG_UNBLOCK, &set, nullptr);
+}
+
 void write_then_heed_signals(const std::function<void()>& write) {
   g_outputs.store(kWriting);
   try {

@@ -30,6 +30,12 @@ void acknowledge_stop_signals(const std::string& command, const std::string& unt
 // SIGTERM; a sweep's first grid point likewise).
 void stop_at_once_until_work(const std::string& command);
 void work_begins();
+// Blocks (holds pending) or unblocks the signals stop_on_signals takes but SIGPIPE, for this
+// thread and what it starts or becomes: `rrfp train` holds them across its exec of
+// `rrfp-train`, which releases them once its handlers are in place, so a signal in the half
+// second LibTorch takes to load is taken as one during set-up (it ended the process without a
+// word, exit 143).
+void hold_stop_signals(bool hold);
 // The first signal's number, 0 while none came.
 std::atomic<int>& stop_flag();
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/stop_signal.hpp"
 #include "cli/train_flags.hpp"
 #include "core/error.hpp"
 #include "core/hint.hpp"
@@ -46,7 +47,9 @@ std::vector<char*> g_argv;
   }
   std::vector<char*> argv = g_argv;
   argv.at(0) = path.data();
+  hold_stop_signals(true);  // until rrfp-train's handlers take them (stop_signal.hpp)
   ::execv(path.c_str(), argv.data());
+  hold_stop_signals(false);
   throw Error("rrfp train: cannot run " + path + ": " + std::strerror(errno));
 }
 

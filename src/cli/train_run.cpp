@@ -36,6 +36,7 @@ train::TrainRun to_run(const TrainFlags& f) {
   t.model.seed = t.data_seed = f.seed;
   run.stop = &stop_flag();  // the first signal stops after the step; a second, at once
   run.warn = [](const std::string& m) { print_line("rrfp train: warning: " + as_flags(m)); };
+  run.work_begins = work_begins;
   if (!f.inject_jitter.empty()) {
     // One list of what is allowed, J0 left out (it injects nothing; the preset's own error
     // offered it).
@@ -64,6 +65,10 @@ void run(const TrainFlags& f) {
   train::use_one_intra_op_thread();
   train::keep_freed_host_memory();
   stop_on_signals(true);
+  // Until the first step, a signal ends the run at once: reading a large corpus or a
+  // checkpoint took seconds, after which it trained a step only to stop.
+  stop_at_once_until_work("train");
+  hold_stop_signals(false);  // one that came while rrfp-train started is taken now
   const char* const until = "stopping after the current step";
   if (f.transport == TransportKind::Mpi) {
     train::TrainSummary sum;

@@ -301,8 +301,13 @@ void refuse_another_runs_log(const std::string& path, const std::optional<Earlie
   const auto& row = log->resumed_row;
   const std::string want = fmt("%.5f", loss), got = row && row->size() > 1 ? (*row)[1] : "";
   if (got == want) return;
+  // A log without the row may also have been cut short (a full disk): its last row says which.
+  const std::string last = log->rows.empty()
+                               ? "it has no rows"
+                               : "its last is step " + std::to_string(log->rows.back().step);
   throw InputError("`out`: '" + path + "' is another run's log: " +
-                   (got.empty() ? "it has no row for step " + std::to_string(step)
+                   (got.empty() ? "it has no row for step " + std::to_string(step) + " (" + last +
+                                      "; or it was cut short)"
                                 : "its step " + std::to_string(step) + " has loss " + got) +
                    " where the checkpoint's run had " + want +
                    "; resume into the folder of the run that wrote the checkpoint, or another "

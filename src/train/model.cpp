@@ -30,7 +30,7 @@ void validate(const GptConfig& c) {
   within("`d_model`", c.d_model, 1 << 16);
   within("`heads`", c.heads, 1 << 12);
   within("`layers`", c.layers, 1 << 12);
-  within("`max_seq`", c.max_seq, 1 << 20);
+  within("`max_seq`", c.max_seq, kMaxSeq);
   if (c.d_model % c.heads != 0)
     throw InputError("`d_model`: " + std::to_string(c.d_model) + " is not a multiple of `heads` " +
                      std::to_string(c.heads));

@@ -30,6 +30,10 @@ void at_least(const char* name, double v, double lo) {
 }
 
 void validate(const WindowOptions& w, const GptConfig& m) {
+  // `max_len` first: 0 was refused naming `min_len`, which was within its own range.
+  if (w.max_len < 1)
+    throw InputError("`max_len`: must be between 1 and the model's `max_seq` (" +
+                     std::to_string(m.max_seq) + "), got " + std::to_string(w.max_len));
   if (w.min_len < 1 || w.min_len > w.max_len)
     throw InputError("`min_len`: must be between 1 and `max_len` (" + std::to_string(w.max_len) +
                      "), got " + std::to_string(w.min_len));
@@ -89,7 +93,9 @@ void validate(const TrainOptions& o) {
     throw InputError("`max_images` " + std::to_string(o.max_images) + ": a sample can have " +
                      std::to_string(ImageText::longest_sample(o.max_images)) +
                      " tokens, more than `max_seq` " + std::to_string(o.model.max_seq) +
-                     " holds; raise `max_seq` or lower `max_images`");
+                     " holds; " +
+                     (o.model.max_seq < kMaxSeq ? "raise `max_seq` or lower `max_images`"
+                                                : "lower `max_images`"));
   // The text task's windows only: the image-text task's bound is `max_images` (its samples
   // ignore them), and `max_seq` 64 was refused there over the unused default `max_len` 128.
   if (o.task == "text") validate(o.window, o.model);

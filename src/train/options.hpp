@@ -20,6 +20,8 @@ struct Hint;
 
 namespace rrfp::train {
 
+inline constexpr int kMaxSeq = 1 << 20;  // the longest `max_seq` taken
+
 struct GptConfig {
   int vocab = 256;  // bytes
   int d_model = 64;
@@ -133,6 +135,9 @@ struct TrainRun {
   // Where warnings go (an option that differs from the resumed checkpoint's run); each names
   // the option in backticks. Empty: nowhere.
   std::function<void(const std::string&)> warn;
+  // Called once the set-up is done (data read, checkpoint loaded), as the first step begins:
+  // until then the CLI ends the process at once on a signal, as nothing is worth keeping.
+  std::function<void()> work_begins;
 };
 
 }  // namespace rrfp::train

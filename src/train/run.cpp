@@ -65,7 +65,9 @@ class Run {
   }
 
   TrainSummary go() {
+    if (o_.work_begins) o_.work_begins();
     print_banner();
+    if (root_ && o_.resume.empty()) remove_earlier_outputs(o_.out);
     const RowFill fill = validation_left_out();
     // Rank 0 keeps the log; a resumed run continues it. Each row is flushed as its step ends.
     if (root_)
@@ -76,7 +78,7 @@ class Run {
           first_ > 0 ? first_ : -1, old_log_, fill,
           [&](const std::string& row) { plot_row(row, train_curve_, val_curve_); });
     old_log_.reset();
-    t_start_ = now_ns();
+    last_line_ns_ = t_start_ = now_ns();
     if (!o_.quiet && first_ > 0)
       std::cout << "resumed from " << o_.resume << " at step " << first_ << "\n";
     // Stopped in the fill-in validation: no step is trained, so the checkpoint and the row
@@ -127,6 +129,7 @@ class Run {
     std::string val;
     double val_loss = 0;  // finite where the step validates not
     if ((o_.eval_every > 0 && (s + 1) % o_.eval_every == 0) || s + 1 == t_.steps) {
+      print_validating(s);
       if (const auto v = trainer_.validation_loss(o_.eval_batches, o_.stop)) {
         sum_.val_loss = val_loss = *v;
         validated_ = true;
@@ -228,10 +231,16 @@ class Run {
       busy_ns_ += static_cast<double>(rs.busy);
   }
 
-  void print_progress(int s, double loss, const std::string& val, double bubble) const {
+  // A line every 25 steps when stdout is no terminal, and at least every kQuietNs: steps of
+  // seconds left a log silent for minutes.
+  void print_progress(int s, double loss, const std::string& val, double bubble) {
     const int steps = t_.steps;
-    if (o_.quiet || !(tty_ || (s + 1) % 25 == 0 || s + 1 == steps || !val.empty())) return;
-    const double elapsed = static_cast<double>(now_ns() - t_start_) / 1e9;
+    const std::int64_t now = now_ns();
+    if (o_.quiet || !(tty_ || (s + 1) % 25 == 0 || s + 1 == steps || !val.empty() ||
+                      now - last_line_ns_ >= kQuietNs))
+      return;
+    last_line_ns_ = now;
+    const double elapsed = static_cast<double>(now - t_start_) / 1e9;
     const double eta = elapsed / (s + 1 - first_) * (steps - s - 1);
     const int bar = static_cast<int>(24LL * (s + 1) / steps);  // in int, past 89M steps wrapped
     // On a terminal the line is redrawn in place and cleared first: a shorter one left the
@@ -241,6 +250,16 @@ class Run {
               << fmt("%.3f", loss) << (val.empty() ? "" : "  val " + val) << "  "
               << fmt("%.0f", tokens_ / seconds_) << " tok/s  bubble " << fmt("%.1f%%", 100 * bubble)
               << "  ETA " << fmt("%.0fs", eta) << (tty_ && val.empty() ? "" : "\n") << std::flush;
+  }
+
+  // On a terminal, the bar says a validation is under way: a long one (`eval_batches`) left
+  // the last step's bar standing for as long, its ETA passed.
+  void print_validating(int s) const {
+    if (o_.quiet || !tty_) return;
+    const int bar = static_cast<int>(24LL * (s + 1) / t_.steps);
+    std::cout << "\r\033[K[" << std::string(bar, '#') << std::string(24 - bar, '.') << "] step "
+              << s + 1 << "/" << t_.steps << "  validating (" << o_.eval_batches
+              << (o_.eval_batches == 1 ? " batch)" : " batches)") << std::flush;
   }
 
   // The signal that asked to stop (0: none), the same on every process of a job.
@@ -399,6 +418,8 @@ class Run {
   std::unique_ptr<LogFile> log_;
   std::optional<EarlierLog> old_log_;  // rank 0, resumed: the log it continues, until then
   std::int64_t t_start_ = 0;
+  static constexpr std::int64_t kQuietNs = 30'000'000'000;
+  std::int64_t last_line_ns_ = 0;  // the last progress line's time
   // This run validated (its plot may hold an earlier run's points: loss.svg after a resume).
   bool validated_ = false;
   Curve train_curve_{"train loss", "#4e79a7"}, val_curve_{"validation loss", "#e15759"};

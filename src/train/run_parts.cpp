@@ -133,9 +133,26 @@ void prepare_run_out(const TrainRun& o) {
     throw InputError("`out`: '" + o.out +
                      "' holds checkpoint.bin of an earlier run; pass `resume` with it to go on "
                      "from it, or move it away, or choose another `out`");
+  // A resume replaces OUT/checkpoint.bin: one that is not the checkpoint resumed (another run's,
+  // copied there) was overwritten without a word, where a fresh run is refused.
+  std::error_code ec;
+  if (!o.resume.empty() && std::filesystem::is_regular_file(o.out + "/checkpoint.bin", ec) &&
+      !std::filesystem::equivalent(o.resume, o.out + "/checkpoint.bin", ec) && !ec)
+    throw InputError("`out`: '" + o.out + "' holds a checkpoint.bin other than `resume` ('" +
+                     o.resume +
+                     "'), which the run would replace; move it away, or choose "
+                     "another `out`");
   for (const std::string& name : output_names(o))  // files it places itself: no FIFO
     check_output_path(o.out + "/" + name, "`out`: '" + o.out + "/" + name + "'",
                       OutputMode{false, false});
+}
+
+void remove_earlier_outputs(const std::string& out) {
+  for (const char* name : {"loss.svg", "trace.json", "timeline.svg", "durations.csv"}) {
+    const std::string path = out + "/" + name;
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      throw Error("`out`: cannot remove the earlier run's '" + path + "': " + std::strerror(errno));
+  }
 }
 
 double quantile_us(const std::vector<std::int64_t>& ns, double q) {

@@ -48,6 +48,11 @@ void check_run(const TrainRun& o);
 // Makes `out` and checks that every file the run writes there can be written; refuses an `out`
 // that holds an earlier run's checkpoint unless it is resumed.
 void prepare_run_out(const TrainRun& o);
+// A fresh run into a folder an earlier run wrote: that run's loss.svg, trace.json,
+// timeline.svg and durations.csv go (loss.csv is rewritten). They stayed beside the new log
+// when the new run failed or stopped before writing its own, and `simulate --replay` of that
+// durations.csv replayed the earlier run without a word. Throws Error where one cannot go.
+void remove_earlier_outputs(const std::string& out);
 // The q-quantile of durations in ns, in µs (sim/metrics.hpp's percentile); 0 for none.
 double quantile_us(const std::vector<std::int64_t>& ns, double q);
 double sum_ms(const std::vector<std::int64_t>& ns);
