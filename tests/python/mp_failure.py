@@ -129,11 +129,11 @@ def refusals(pipe, rank, world, m):
     os.rmdir(folder)
     pipe.eval_step(xs, ys)  # every process in step again, then clip_grad_norm_'s refusals
     for args, own, others in (((1.0 + rank,), ValueError, ValueError),
-                              ((("x" if rank == 1 else 1.0),), ValueError, RuntimeError)):
+                              ((("x" if rank == 1 else 1.0),), TypeError, RuntimeError)):
         try:
             pipe.clip_grad_norm_(*args)
             raise AssertionError(f"rank {rank}: clip_grad_norm_{args} went on")
-        except (ValueError, RuntimeError) as e:
+        except (TypeError, ValueError, RuntimeError) as e:
             want = own if rank == 1 or others is ValueError else others
             assert type(e) is want, (rank, args, e)
             assert args[0] != "x" or rank == 1 or "process(es) [1] refused" in str(e), (rank, e)

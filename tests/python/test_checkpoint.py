@@ -83,6 +83,18 @@ def test_bad_checkpoints_are_refused(tmp_path):
     assert skipped.missing_keys == [k for k in sd if k.startswith("1.")]
     assert skipped.unexpected_keys == ["7.weight"]
     assert pipe.load_state_dict(sd) == ([], [])
+    # A state of no chunk at all says so (it read "its chunks: , of this model's 2").
+    with pytest.raises(KeyError, match="no entry of any of this model's 2 chunks"):
+        pipe.load_state_dict({})
+    # A value of the wrong type is a TypeError (it was a ValueError, as a wrong shape is).
+    first = next(iter(sd))
+    with pytest.raises(TypeError, match=f"'{first}' is a list, not a tensor"):
+        pipe.load_state_dict({**sd, first: sd[first].tolist()}, strict=False)
+    # An extra that cannot be pickled is refused naming it (pickle's AttributeError named none),
+    # and nothing is written.
+    with pytest.raises(TypeError, match="extra 'step' cannot be saved"):
+        pipe.save(str(tmp_path / "unpicklable"), step=lambda: 1)
+    assert not (tmp_path / "unpicklable").exists() or not any((tmp_path / "unpicklable").iterdir())
     with pytest.raises(FileNotFoundError, match="no such folder"):
         pipe.load(str(tmp_path / "nothing"))
     (tmp_path / "empty").mkdir()

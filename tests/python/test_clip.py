@@ -69,6 +69,29 @@ def test_a_non_finite_norm_is_refused_when_asked():
     assert math.isinf(float(pipe.clip_grad_norm_(1.0)))
 
 
+@pytest.mark.parametrize("args,error,says", [
+    ((-1.0,), ValueError, "max_norm must be at least 0"),
+    ((math.nan,), ValueError, "max_norm must be at least 0"),
+    (("1",), TypeError, "max_norm must be a real number, got str"),
+    ((True,), TypeError, "max_norm must be a real number, got bool"),
+    ((1.0, math.nan), ValueError, "norm_type must be a number or inf, got nan"),
+    ((1.0, None), TypeError, "norm_type must be a real number, got NoneType"),
+    ((1.0, 2.0, "yes"), TypeError, "error_if_nonfinite must be True or False")])
+def test_bad_arguments_are_refused_and_nothing_is_clipped(args, error, says):
+    """torch 1.13's clip takes float() of max_norm and scales by it as it is: -1 flipped the
+    sign of every gradient, and NaN made them all NaN, without a word."""
+    model = chunks()
+    pipe = rrfp.Pipeline(model, loss_fn, pp=2, vpp=2, microbatches=4, hint="bf", timeout=60)
+    pipe.step(*data())
+    before = [p.grad.clone() for p in model_params(model) if p.grad is not None]
+    after = lambda: [p.grad for p in model_params(model) if p.grad is not None]
+    with pytest.raises(error, match=says):
+        pipe.clip_grad_norm_(*args)
+    assert all(torch.equal(g, b) for g, b in zip(after(), before, strict=True))
+    assert float(pipe.clip_grad_norm_(math.inf)) > 0  # inf: the norm, nothing clipped
+    assert all(torch.equal(g, b) for g, b in zip(after(), before, strict=True))
+
+
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf, -math.inf])
 def test_a_sparse_gradient_is_clipped_too(norm_type):
     """An embedding with sparse=True: its gradient is a sparse tensor, whose norm is taken as

@@ -77,6 +77,7 @@ def frozen_copy(i):
 @pytest.mark.parametrize("kw,error,words", [
     ({"tied": "0.0.tok.weight"}, TypeError, ["a list of ties"]),
     ({"tied": [["0.0.tok.weight"]]}, ValueError, ["at least two"]),
+    ({"tied": [[0, 1]]}, TypeError, ["each name is a str", "int 0"]),
     ({"tied": [["9.tok.weight", "0.0.tok.weight"]]}, ValueError, ["'9.tok.weight'", "0..3"]),
     ({"tied": [["0.0.tok.weight", "3.1.embed.weight", "0.0.tok.weight"]]}, ValueError,
      ["named twice"]),

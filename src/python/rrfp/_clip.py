@@ -93,10 +93,40 @@ def _gathered(pipe, local, norms, settings, refusal):
             for _, _, code, value in entries]
 
 
+def _real(name, value):
+    """`value` as a float: a real number (an int, a float, a NumPy scalar, a one-element
+    tensor), not a bool or a string (torch's clip takes float() of either: True clipped to 1,
+    and "1" to 1.0)."""
+    if isinstance(value, (bool, str, bytes)):
+        raise TypeError(f"clip_grad_norm_: {name} must be a real number, got "
+                        f"{type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"clip_grad_norm_: {name} must be a real number, got "
+                        f"{type(value).__name__}") from None
+
+
+def _checked(max_norm, norm_type, error_if_nonfinite):
+    """The arguments as floats, checked: torch 1.13's clip scales by max_norm / total as it
+    is, so a negative max_norm flipped every gradient's sign (the optimizer then climbs) and a
+    NaN made every gradient NaN, without a word."""
+    max_norm, norm_type = _real("max_norm", max_norm), _real("norm_type", norm_type)
+    if not max_norm >= 0:
+        raise ValueError(f"clip_grad_norm_: max_norm must be at least 0 (inf: no clipping), "
+                         f"got {max_norm!r}")
+    if math.isnan(norm_type):
+        raise ValueError("clip_grad_norm_: norm_type must be a number or inf, got nan")
+    if not isinstance(error_if_nonfinite, bool):
+        raise TypeError(f"clip_grad_norm_: error_if_nonfinite must be True or False, got "
+                        f"{type(error_if_nonfinite).__name__} {error_if_nonfinite!r}")
+    return max_norm, norm_type
+
+
 def clip_grad_norm(pipe, max_norm, norm_type=2.0, error_if_nonfinite=False):
     refusal, settings, scaled, local, norms = None, [math.nan] * 3, [], [], []
     try:
-        max_norm, norm_type = float(max_norm), float(norm_type)
+        max_norm, norm_type = _checked(max_norm, norm_type, error_if_nonfinite)
         settings = [max_norm, norm_type, float(bool(error_if_nonfinite))]
         scaled = _local(pipe.chunks)
         # A parameter tied across processes counts once, at its first copy; every copy is

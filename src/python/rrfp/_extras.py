@@ -15,10 +15,20 @@ EXTRAS, LAYOUT = "extras", "layout"
 
 
 def serialized(extra):
-    """The user's `extra` as bytes (torch.save's, so tensors keep their values and dtype)."""
-    buf = io.BytesIO()
-    torch.save(extra, buf)
-    return buf.getvalue()
+    """The user's `extra` as bytes (torch.save's, so tensors keep their values and dtype).
+    Raises TypeError naming the entry pickle cannot take (a lambda, a lock, an open file): its
+    own AttributeError or TypeError named no argument."""
+    try:
+        buf = io.BytesIO()
+        torch.save(extra, buf)
+        return buf.getvalue()
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        for key, value in extra.items():
+            try:
+                torch.save(value, io.BytesIO())
+            except (pickle.PicklingError, AttributeError, TypeError):
+                raise TypeError(f"save: extra {key!r} cannot be saved: {e}") from e
+        raise TypeError(f"save: the extras cannot be saved: {e}") from e
 
 
 def stage_extras(pipe, mine):

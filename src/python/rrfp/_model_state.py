@@ -76,8 +76,9 @@ def check_model_state(chunks, n_chunks, state, strict, keys=None):
     chunk by chunk, a bad chunk was found after the ones before it had been overwritten).
     Entries of chunks elsewhere are skipped. strict: an entry of no chunk at all, or a chunk
     missing one of its own or holding one it has not, raises KeyError. An entry of another
-    shape or dtype than the chunk's, or not a tensor where the chunk has one, raises ValueError
-    (torch's copy would cast another dtype, silently: no longer the values saved). `keys`, a
+    shape or dtype than the chunk's raises ValueError (torch's copy would cast another dtype,
+    silently: no longer the values saved), and one that is not a tensor where the chunk has one
+    TypeError. `keys`, a
     dict: its "missing" and "unexpected" get this process's missing and unexpected entries by
     their full names ("c.name"), as torch's load_state_dict returns them."""
     per_chunk, stray = {}, []
@@ -102,7 +103,8 @@ def check_model_state(chunks, n_chunks, state, strict, keys=None):
         if strict and (missing or unexpected):
             held = "" if got else (
                 f"; it holds no entry of chunk {c} (its chunks: {some_of(sorted(per_chunk))}, of "
-                f"this model's {n_chunks}): saved from a model cut into other chunks?")
+                f"this model's {n_chunks}): saved from a model cut into other chunks?"
+                if per_chunk else f"; it holds no entry of any of this model's {n_chunks} chunks")
             raise KeyError(f"state_dict: chunk {c}: missing [{some_of(missing)}], "
                            f"unexpected [{some_of(unexpected)}]{held}")
         bad = []
@@ -111,8 +113,9 @@ def check_model_state(chunks, n_chunks, state, strict, keys=None):
             if not isinstance(mine, torch.Tensor):
                 continue  # an unexpected entry (not strict: skipped, as torch skips it)
             if not isinstance(value, torch.Tensor):
-                bad.append(f"'{c}.{name}' is a {type(value).__name__}, not a tensor")
-            elif value.shape != mine.shape and not _resized_by_torch(chunks[c], name):
+                raise TypeError(f"state_dict: chunk {c}: '{c}.{name}' is a "
+                                f"{type(value).__name__}, not a tensor")
+            if value.shape != mine.shape and not _resized_by_torch(chunks[c], name):
                 bad.append(f"'{c}.{name}' has shape {list(value.shape)}, the chunk's "
                            f"{list(mine.shape)}")
             elif value.dtype != mine.dtype:

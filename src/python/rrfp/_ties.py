@@ -70,8 +70,11 @@ def _declared(tied, n):
             raise TypeError(f"tied: each tie is a list of names 'c.name', got {tie!r}")
         members = []
         for name in tie:
-            c, _, rest = str(name).partition(".")
-            if not isinstance(name, str) or not c.isdigit() or int(c) >= n or not rest:
+            if not isinstance(name, str):
+                raise TypeError(f"tied: each name is a str 'c.name' (c the chunk's index), got "
+                                f"{type(name).__name__} {name!r}")
+            c, _, rest = name.partition(".")
+            if not c.isdigit() or int(c) >= n or not rest:
                 raise ValueError(f"tied: {name!r} is not a parameter name 'c.name' with the chunk "
                                  f"c in 0..{n - 1}")
             if name in seen:
