@@ -242,24 +242,27 @@ class Run {
     last_line_ns_ = now;
     const double elapsed = static_cast<double>(now - t_start_) / 1e9;
     const double eta = elapsed / (s + 1 - first_) * (steps - s - 1);
-    const int bar = static_cast<int>(24LL * (s + 1) / steps);  // in int, past 89M steps wrapped
     // On a terminal the line is redrawn in place and cleared first: a shorter one left the
     // longer one's tail ("ETA 13ss").
-    std::cout << (tty_ ? "\r\033[K" : "") << "[" << std::string(bar, '#')
-              << std::string(24 - bar, '.') << "] step " << s + 1 << "/" << steps << "  loss "
-              << fmt("%.3f", loss) << (val.empty() ? "" : "  val " + val) << "  "
-              << fmt("%.0f", tokens_ / seconds_) << " tok/s  bubble " << fmt("%.1f%%", 100 * bubble)
-              << "  ETA " << fmt("%.0fs", eta) << (tty_ && val.empty() ? "" : "\n") << std::flush;
+    std::cout << (tty_ ? "\r\033[K" : "") << bar_of(s) << "  loss " << fmt("%.3f", loss)
+              << (val.empty() ? "" : "  val " + val) << "  " << fmt("%.0f", tokens_ / seconds_)
+              << " tok/s  bubble " << fmt("%.1f%%", 100 * bubble) << "  ETA " << fmt("%.0fs", eta)
+              << (tty_ && val.empty() ? "" : "\n") << std::flush;
   }
 
   // On a terminal, the bar says a validation is under way: a long one (`eval_batches`) left
   // the last step's bar standing for as long, its ETA passed.
   void print_validating(int s) const {
     if (o_.quiet || !tty_) return;
-    const int bar = static_cast<int>(24LL * (s + 1) / t_.steps);
-    std::cout << "\r\033[K[" << std::string(bar, '#') << std::string(24 - bar, '.') << "] step "
-              << s + 1 << "/" << t_.steps << "  validating (" << o_.eval_batches
+    std::cout << "\r\033[K" << bar_of(s) << "  validating (" << o_.eval_batches
               << (o_.eval_batches == 1 ? " batch)" : " batches)") << std::flush;
+  }
+
+  // "[#####...] step S/STEPS" after step s.
+  std::string bar_of(int s) const {
+    const int bar = static_cast<int>(24LL * (s + 1) / t_.steps);  // in int, past 89M steps wrapped
+    return "[" + std::string(bar, '#') + std::string(24 - bar, '.') + "] step " +
+           std::to_string(s + 1) + "/" + std::to_string(t_.steps);
   }
 
   // The signal that asked to stop (0: none), the same on every process of a job.

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -99,11 +100,15 @@ void refuse_outputs_over_inputs(const TrainRun& o, const std::vector<std::string
                        "reads; writing it would replace the hint, choose another `out`");
 }
 
+// What the run writes at its end besides loss.csv: a fresh run removes an earlier run's.
+constexpr std::array<const char*, 4> kEndOutputs{"loss.svg", "trace.json", "timeline.svg",
+                                                 "durations.csv"};
+
 // The files the run writes at its end, checked before its steps (a directory at one of them
 // failed the run once every step was done).
 std::vector<std::string> output_names(const TrainRun& o) {
-  std::vector<std::string> names{"loss.csv", "loss.svg", "trace.json", "timeline.svg",
-                                 "durations.csv"};
+  std::vector<std::string> names{"loss.csv"};
+  names.insert(names.end(), kEndOutputs.begin(), kEndOutputs.end());
   if (o.save_every > 0) names.push_back("checkpoint.bin");
   return names;
 }
@@ -148,7 +153,7 @@ void prepare_run_out(const TrainRun& o) {
 }
 
 void remove_earlier_outputs(const std::string& out) {
-  for (const char* name : {"loss.svg", "trace.json", "timeline.svg", "durations.csv"}) {
+  for (const char* name : kEndOutputs) {
     const std::string path = out + "/" + name;
     if (::unlink(path.c_str()) != 0 && errno != ENOENT)
       throw Error("`out`: cannot remove the earlier run's '" + path + "': " + std::strerror(errno));
