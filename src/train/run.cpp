@@ -1,7 +1,5 @@
 #include "train/run.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -78,7 +76,7 @@ class Run {
           first_ > 0 ? first_ : -1, old_log_, fill,
           [&](const std::string& row) { plot_row(row, train_curve_, val_curve_); });
     old_log_.reset();
-    last_line_ns_ = t_start_ = now_ns();
+    progress_.start(first_, o_.quiet);
     if (!o_.quiet && first_ > 0)
       std::cout << "resumed from " << o_.resume << " at step " << first_ << "\n";
     // Stopped in the fill-in validation: no step is trained, so the checkpoint and the row
@@ -87,7 +85,7 @@ class Run {
     for (int s = first_; s < done_; ++s)
       if (!step(s)) break;
     if (fill_cut_) stopped_by_ = agreed_signal();
-    if (!o_.quiet && tty_) std::cout << "\n";
+    progress_.end();
     if (!root_) return TrainSummary{.stopped_by = stopped_by_};
     return finish();
   }
@@ -129,7 +127,7 @@ class Run {
     std::string val;
     double val_loss = 0;  // finite where the step validates not
     if ((o_.eval_every > 0 && (s + 1) % o_.eval_every == 0) || s + 1 == t_.steps) {
-      print_validating(s);
+      progress_.validating(s, o_.eval_batches);
       if (const auto v = trainer_.validation_loss(o_.eval_batches, o_.stop)) {
         sum_.val_loss = val_loss = *v;
         validated_ = true;
@@ -156,7 +154,7 @@ class Run {
     // resume from the checkpoint before drops the rows past it and logs them again.
     stop_if_diverged(s, r.loss, r.grad_norm, val_loss);
     if (o_.save_every > 0 && ((s + 1) % o_.save_every == 0 || s + 1 == t_.steps)) save(s + 1);
-    print_progress(s, r.loss, val, met.bubble_ratio);
+    progress_.step(s, r.loss, val, tokens_ / seconds_, met.bubble_ratio);
     if (root_ && s - first_ >= std::min(kSkipSteps, t_.steps - first_ - 1)) keep_measured(s, r);
     last_ = std::move(r.run);
     return !stop_after(s);
@@ -229,40 +227,6 @@ class Run {
       gaps_ns_ += static_cast<double>(g);
     for (const auto& rs : r.run.run.ranks)
       busy_ns_ += static_cast<double>(rs.busy);
-  }
-
-  // A line every 25 steps when stdout is no terminal, and at least every kQuietNs: steps of
-  // seconds left a log silent for minutes.
-  void print_progress(int s, double loss, const std::string& val, double bubble) {
-    const int steps = t_.steps;
-    const std::int64_t now = now_ns();
-    if (o_.quiet || !(tty_ || (s + 1) % 25 == 0 || s + 1 == steps || !val.empty() ||
-                      now - last_line_ns_ >= kQuietNs))
-      return;
-    last_line_ns_ = now;
-    const double elapsed = static_cast<double>(now - t_start_) / 1e9;
-    const double eta = elapsed / (s + 1 - first_) * (steps - s - 1);
-    // On a terminal the line is redrawn in place and cleared first: a shorter one left the
-    // longer one's tail ("ETA 13ss").
-    std::cout << (tty_ ? "\r\033[K" : "") << bar_of(s) << "  loss " << fmt("%.3f", loss)
-              << (val.empty() ? "" : "  val " + val) << "  " << fmt("%.0f", tokens_ / seconds_)
-              << " tok/s  bubble " << fmt("%.1f%%", 100 * bubble) << "  ETA " << fmt("%.0fs", eta)
-              << (tty_ && val.empty() ? "" : "\n") << std::flush;
-  }
-
-  // On a terminal, the bar says a validation is under way: a long one (`eval_batches`) left
-  // the last step's bar standing for as long, its ETA passed.
-  void print_validating(int s) const {
-    if (o_.quiet || !tty_) return;
-    std::cout << "\r\033[K" << bar_of(s) << "  validating (" << o_.eval_batches
-              << (o_.eval_batches == 1 ? " batch)" : " batches)") << std::flush;
-  }
-
-  // "[#####...] step S/STEPS" after step s.
-  std::string bar_of(int s) const {
-    const int bar = static_cast<int>(24LL * (s + 1) / t_.steps);  // in int, past 89M steps wrapped
-    return "[" + std::string(bar, '#') + std::string(24 - bar, '.') + "] step " +
-           std::to_string(s + 1) + "/" + std::to_string(t_.steps);
   }
 
   // The signal that asked to stop (0: none), the same on every process of a job.
@@ -417,12 +381,9 @@ class Run {
   int saved_ = 0;          // the step of the last checkpoint this run wrote (0: none)
   OutLock lock_;
   double h0_ = 0;
-  const bool tty_ = isatty(STDOUT_FILENO);
   std::unique_ptr<LogFile> log_;
   std::optional<EarlierLog> old_log_;  // rank 0, resumed: the log it continues, until then
-  std::int64_t t_start_ = 0;
-  static constexpr std::int64_t kQuietNs = 30'000'000'000;
-  std::int64_t last_line_ns_ = 0;  // the last progress line's time
+  Progress progress_{t_.steps};
   // This run validated (its plot may hold an earlier run's points: loss.svg after a resume).
   bool validated_ = false;
   Curve train_curve_{"train loss", "#4e79a7"}, val_curve_{"validation loss", "#e15759"};

@@ -10,10 +10,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <numeric>
 #include <string>
 
+#include "core/clock.hpp"
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/output_file.hpp"
 #include "sim/metrics.hpp"
 
@@ -166,6 +169,47 @@ double quantile_us(const std::vector<std::int64_t>& ns, double q) {
 
 double sum_ms(const std::vector<std::int64_t>& ns) {
   return static_cast<double>(std::accumulate(ns.begin(), ns.end(), std::int64_t{0})) / 1e6;
+}
+
+Progress::Progress(int steps) : steps_(steps), tty_(isatty(STDOUT_FILENO) != 0) {}
+
+void Progress::start(int first, bool quiet) {
+  first_ = first;
+  quiet_ = quiet;
+  start_ns_ = last_line_ns_ = now_ns();
+}
+
+void Progress::step(int s, double loss, const std::string& val, double tokens_per_s,
+                    double bubble) {
+  const std::int64_t now = now_ns();
+  if (quiet_ || !(tty_ || (s + 1) % 25 == 0 || s + 1 == steps_ || !val.empty() ||
+                  now - last_line_ns_ >= kQuietNs))
+    return;
+  last_line_ns_ = now;
+  const double elapsed = static_cast<double>(now - start_ns_) / 1e9;
+  const double eta = elapsed / (s + 1 - first_) * (steps_ - s - 1);
+  // On a terminal the line is redrawn in place and cleared first: a shorter one left the
+  // longer one's tail ("ETA 13ss").
+  std::cout << (tty_ ? "\r\033[K" : "") << bar_of(s) << "  loss " << fmt("%.3f", loss)
+            << (val.empty() ? "" : "  val " + val) << "  " << fmt("%.0f", tokens_per_s)
+            << " tok/s  bubble " << fmt("%.1f%%", 100 * bubble) << "  ETA " << fmt("%.0fs", eta)
+            << (tty_ && val.empty() ? "" : "\n") << std::flush;
+}
+
+void Progress::validating(int s, int batches) const {
+  if (quiet_ || !tty_) return;
+  std::cout << "\r\033[K" << bar_of(s) << "  validating (" << batches
+            << (batches == 1 ? " batch)" : " batches)") << std::flush;
+}
+
+void Progress::end() const {
+  if (!quiet_ && tty_) std::cout << "\n";
+}
+
+std::string Progress::bar_of(int s) const {
+  const int bar = static_cast<int>(24LL * (s + 1) / steps_);  // in int, past 89M steps wrapped
+  return "[" + std::string(bar, '#') + std::string(24 - bar, '.') + "] step " +
+         std::to_string(s + 1) + "/" + std::to_string(steps_);
 }
 
 }  // namespace rrfp::train

@@ -1,7 +1,7 @@
 #pragma once
 // What a training run (train/run.cpp) needs besides the run itself: the checks before any
-// step, the step's record as a report run, and the small measures of its log. Internal to
-// rrfp_train.
+// step, the progress it prints, the step's record as a report run, and the small measures of
+// its log. Internal to rrfp_train.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,6 +33,34 @@ class OutLock {
 
  private:
   int fd_ = -1;
+};
+
+// The progress a run prints: on a terminal a bar redrawn in place after every step; into a
+// file a line every 25 steps, at each validation and at least every 30 s (steps of seconds
+// left a log silent for minutes).
+class Progress {
+ public:
+  explicit Progress(int steps);
+  // The run's first step is `first` (a resume's); `quiet` prints nothing.
+  void start(int first, bool quiet);
+  // After step s (from 0): its loss, its validation loss ("" where it had none), the run's
+  // tokens a second so far and the step's bubble.
+  void step(int s, double loss, const std::string& val, double tokens_per_s, double bubble);
+  // On a terminal, the bar says a validation of `batches` is under way after step s: a long
+  // one left the last step's bar standing for as long, its ETA passed.
+  void validating(int s, int batches) const;
+  // Ends the bar's line on a terminal.
+  void end() const;
+
+ private:
+  // "[#####...] step S/STEPS" after step s.
+  std::string bar_of(int s) const;
+  static constexpr std::int64_t kQuietNs = 30'000'000'000;
+  const int steps_;
+  int first_ = 0;
+  bool quiet_ = true;
+  const bool tty_;
+  std::int64_t start_ns_ = 0, last_line_ns_ = 0;  // the run's start, the last line's time
 };
 
 // CPU time of every thread of this process (the host's cost of a step).
