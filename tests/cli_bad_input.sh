@@ -11,6 +11,9 @@ check "unknown command 'simulat' (commands: train, simulate, run," simulat --pp 
 check "a command is required (commands: train, simulate,"
 # So under `schedule`, whose show and check were "A subcommand is required" too.
 check "unknown command 'schedule shwo' (commands: schedule show, schedule check)" schedule shwo
+# Before --help too: it printed the help of the command above, exit 0.
+check "unknown command 'experiment' (commands: train, simulate," experiment --help
+check "unknown command 'schedule shwo' (commands: schedule show, schedule check)" schedule shwo --help
 check "a command is required (commands: schedule show, schedule check; rrfp schedule --help)" schedule
 # A rank left in the environment without mpirun hid every parse error behind a silent 10 s wait.
 OMPI_COMM_WORLD_RANK=1 check "--pp: must be at least 1" simulate --pp 0
@@ -260,6 +263,12 @@ check "--sizes: '12Q' is not a size from 1 to 1024M" calibrate --sizes 8,12Q
 check "--sizes: '0' is not a size" calibrate --sizes 0
 check "--transport: unknown transport 'tcp'" calibrate --transport tcp
 check "--endpoints: expected 2..64, got 1" calibrate --endpoints 1
+# Named before the memory it would take, which blamed --sizes.
+check "--endpoints: expected 2..64, got 300" calibrate --endpoints 300
+check "--seconds: must be a number in [0.1, 3600], got nan" calibrate --seconds nan --sizes 8
+check "--seconds: must be a number in [0.1, 3600], got 0.05" calibrate --seconds 0.05 --sizes 8
+check "--pp: Value 0 not in range 1 to 4096" predict "$here/data/torch-pp2" --pp 0
+check "--microbatches: Value 0 not in range 1 to 1048576" predict "$here/data/torch-pp2" -m 0
 # Sizes are whole numbers in digits (0x10 measured 16 bytes, 1.9 one byte); --timeout is checked
 # in-process too (-5 and nan ran) and refused there, as --endpoints is under mpi: neither applies.
 check "--sizes: '0x10' is not a size from 1 to 1024M (a whole number of bytes" calibrate --sizes 0x10

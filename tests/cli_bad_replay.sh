@@ -28,9 +28,10 @@ printf '{"traceEvents": [{"ph": "X", "name": "forward-compute", "tid": 0, "ts": 
 check 'meg.json: event 1 (forward-compute): args lack "iteration" or "step"' predict "$tmp/meg.json"
 printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1\n0,0,0,B,1\n' >"$tmp/nostep.csv"
 check 'nostep.csv holds one step (no "step" column)' simulate --replay "$tmp/nostep.csv" --pp 1 -m 1 --step 1
-check "--message-us: Value -1 not in range" predict "$data/torch-pp2" --message-us -1
-# NaN passes a range check: it was blamed on the workload ("lower the workload's times").
-check "--message-us: must be in [0, 1e+09] us, got nan" predict "$data/torch-pp2" --message-us nan
+check "--message-us: must be a number in [0, 1e+09], got -1" predict "$data/torch-pp2" --message-us -1
+# NaN passes a range check: it was blamed on the workload ("lower the workload's times"), and
+# with a CSV taken as no latency at all.
+check "--message-us: must be a number in [0, 1e+09], got nan" predict "$data/torch-pp2" --message-us nan
 # A stalled step's gaps, days long, inferred as its messages' latencies add up past what a step
 # holds: the trace is named, and the remedy (it said "workload: ... lower the times").
 {
@@ -108,6 +109,11 @@ done
   grep -qF "(skipped: the rows at the larger limit 2: it is not above the memory-neutral limit 3" "$tmp/limit.txt" ||
   { echo "FAIL: predict --limit 2:"; cat "$tmp/limit.txt"; fails=$((fails + 1)); }
 check "--hints: 'bf' is given twice" predict "$tmp/own.json" --hints bf,adaptive,bf
+# BFW, in the default --hints, on a step of whole backwards: the note names --hints and says why
+# (it said "--hint bfw: needs --split-backward on", flags predict does not take).
+"$rrfp" predict "$data/torch-pp2" >"$tmp/bfw.txt" 2>&1 &&
+  grep -qF "(skipped: --hints bfw: its rows defer W tasks, and the step replayed runs its backward whole" "$tmp/bfw.txt" ||
+  { echo "FAIL: predict's note on bfw:"; cat "$tmp/bfw.txt"; fails=$((fails + 1)); }
 # One task's chunk mistyped (9 in a 3-stage trace): the event is named, not only the flags.
 /usr/bin/python3 -c 'import json, sys
 j = json.load(open(sys.argv[1])); ev = j["traceEvents"] if isinstance(j, dict) else j
@@ -179,6 +185,10 @@ for us in 0:9.00 2000:13.00; do
     { echo "FAIL: a CSV replay with --message-us ${us%%:*}: not ${us#*:} ms"; fails=$((fails + 1)); }
 done
 sed '1s/$/,send_us/; 2,$s/$/,0/' "$tmp/untimed.csv" >"$tmp/timed.csv"
+for cmd in simulate plan; do
+  check "--message-us: must be a number in [0, 1e+09], got nan" $cmd --pp 2 -m 2 \
+    --replay "$tmp/untimed.csv" --split-backward off --message-us nan
+done
 check "timed.csv: its send_us column times every message, so --message-us has none to time" simulate --pp 2 -m 2 --replay "$tmp/timed.csv" --split-backward off --message-us 5
 sed '5s/,0$/,7/' "$tmp/timed.csv" >"$tmp/lacked.csv"  # the last chunk's F c1 m1
 check "lacked.csv:5: send_us says its output went to another stage, but no task of P=2 V=1 takes it" simulate --pp 2 -m 2 --replay "$tmp/lacked.csv" --split-backward off

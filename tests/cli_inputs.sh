@@ -188,7 +188,17 @@ check "--policy: unknown policy 'foo' (expected fixed, ready or both)" simulate 
 printf 'rrfp-hint 1 pp=x vpp=1 microbatches=2 placement=loop split=0\nstage 0: F0:0 B0:0\n' >px.txt
 check "px.txt:1: header field pp=x is not a whole number" schedule check px.txt --pp 2 -m 2
 printf '{"format":"rrfp-hint","version":1,"pp":"2"}' >ns.json
-check "ns.json: \"pp\" must be a number, got \"2\"" schedule check ns.json --pp 2 -m 2
+check "ns.json: \"pp\" must be a whole number from 1 to 50000000, got \"2\"" schedule check ns.json --pp 2 -m 2
+# Nor a number that is no shape: 2.5 was told the run has pp=2.
+for bad in 2.5:2.5 0:0 -2:-2 1e20:1e+20; do
+  printf '{"format":"rrfp-hint","version":1,"pp":2,"microbatches":%s}' "${bad%%:*}" >nb.json
+  check "nb.json: \"microbatches\" must be a whole number from 1 to 50000000, got ${bad#*:}" \
+    schedule check nb.json --pp 2 -m 2
+done
+# The file's vshape with its vpp 1 named --placement and --vpp, flags not given.
+printf '{"format":"rrfp-hint","version":1,"pp":2,"vpp":1,"microbatches":2,"placement":"vshape"}' >vs.json
+check "vs.json: written for placement vshape, which needs vpp 2, but the run has vpp 1 (the file's" \
+  schedule check vs.json
 printf '{"format":"rrfp-hint","version":1,"pp":2,"vpp":1,"microbatches":2}' >ns2.json
 check "ns2.json: no \"stages\" (each stage's order of tasks)" schedule check ns2.json --pp 2 -m 2
 "$rrfp" plan --pp 5 -m 5 --tp 2 --max-evaluations 5 --exact-budget 5 2>&1 | grep -q "exact on" &&

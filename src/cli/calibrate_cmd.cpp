@@ -95,6 +95,9 @@ void refuse_inapplicable(const CalibrateFlags& f) {
         "--endpoints: the threads of an in-process calibration; under --transport mpi the "
         "job's processes (mpirun -np) are the endpoints (got --endpoints " +
         std::to_string(f.endpoints) + ")");
+  // Before the memory estimate, which blamed --sizes for an --endpoints of 300.
+  if (!mpi && (f.endpoints < 2 || f.endpoints > 64))
+    throw InputError("--endpoints: expected 2..64, got " + std::to_string(f.endpoints));
   if (!mpi && f.timeout_s != defaults.timeout_s)
     throw InputError(
         "--timeout: bounds how long an MPI job's processes wait for each other (--transport "
@@ -145,8 +148,6 @@ void run_calibrate(const CalibrateFlags& f) {
     });
     return;
   }
-  if (f.endpoints < 2 || f.endpoints > 64)
-    throw InputError("--endpoints: expected 2..64, got " + std::to_string(f.endpoints));
   report(f, calibrate_in_process(f.endpoints, o));
 }
 
@@ -163,7 +164,7 @@ void setup_calibrate(CLI::App& app) {
   sub->add_option("--sizes", f->sizes, "message sizes, comma-separated (bytes, K or M), each once")
       ->capture_default_str();
   sub->add_option("--seconds", f->seconds, "the measurement's time budget")
-      ->check(CLI::Range(0.1, 3600.0))
+      ->check(finite_range(0.1, 3600.0))
       ->capture_default_str();
   sub->add_option("--endpoints", f->endpoints,
                   "inproc: endpoints (threads); 4 measures two transfers at once (mpi takes only "

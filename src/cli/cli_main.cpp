@@ -46,6 +46,17 @@ CLI::App* wanting_command(CLI::App& app) {
   return at->get_require_subcommand_min() > 0 ? at : nullptr;
 }
 
+// The word after the name of `at` (the program's, for the app) where it is no flag: the command
+// mistyped; empty where none was given.
+std::string given_command(CLI::App& app, CLI::App& at, int argc, char** argv) {
+  char** const end = argv + argc;
+  char** const own = &at == &app ? argv : std::find_if(argv + 1, end, [&](const char* word) {
+    return at.get_name() == word;
+  });
+  const std::string given = own != end && own + 1 != end ? own[1] : "";
+  return !given.empty() && given.front() != '-' ? given : std::string();
+}
+
 // What CLI11 says of a mistyped or missing command ("A subcommand is required"), in words that
 // name it and the commands there are: `at` is the app or the command that wants one.
 std::string no_command(CLI::App& app, CLI::App& at, int argc, char** argv) {
@@ -53,13 +64,7 @@ std::string no_command(CLI::App& app, CLI::App& at, int argc, char** argv) {
   std::string names;
   for (const CLI::App* sub : at.get_subcommands([](CLI::App*) { return true; }))
     names += (names.empty() ? "" : ", ") + path + sub->get_name();
-  // The word after the command's own name (the program's, for the app): the mistyped command.
-  char** const end = argv + argc;
-  char** const own = &at == &app ? argv : std::find_if(argv + 1, end, [&](const char* word) {
-    return at.get_name() == word;
-  });
-  const std::string given = own != end && own + 1 != end ? own[1] : "";
-  if (!given.empty() && given.front() != '-')
+  if (const std::string given = given_command(app, at, argc, argv); !given.empty())
     return "unknown command '" + path + printable(given, 40) + "' (commands: " + names + ")";
   return "a command is required (commands: " + names + "; rrfp " + path + "--help)";
 }
@@ -143,6 +148,11 @@ int cli_main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
+    // A mistyped command before --help printed the help of the command above it, exit 0.
+    if (CLI::App* at = wanting_command(app); at && !given_command(app, *at, argc, argv).empty()) {
+      print_line("rrfp: error: " + no_command(app, *at, argc, argv));
+      return 2;
+    }
     return stdout_written(app.exit(e), "writing the help to standard output failed");
   } catch (const CLI::CallForAllHelp& e) {
     return stdout_written(app.exit(e), "writing the help to standard output failed");

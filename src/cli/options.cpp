@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -81,6 +82,19 @@ CLI::Validator not_negative() {
                                                 : std::string();
       },
       "", "not negative");
+}
+
+CLI::Validator finite_range(double lo, double hi) {
+  const std::string range = "[" + fmt("%g", lo) + ", " + fmt("%g", hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& s) {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size() || !(v >= lo && v <= hi))
+          return "must be a number in " + range + ", got " + printable(s, 30);
+        return std::string();
+      },
+      "FLOAT in " + range, "a number in " + range);
 }
 
 // Digits only, up to `max`: CLI11 alone turned 2^64 into 2^64-1 without a word, and read hex.
@@ -232,7 +246,7 @@ void add_trace_flags(CLI::App* app, TraceOptions& t) {
   app->add_option("--message-us", t.message_us,
                   "the latency of every message the trace does not time (us; default: seen "
                   "from when the consumers started; a CSV without send_us: 0)")
-      ->check(CLI::Range(0.0, kMaxTaskUs));
+      ->check(finite_range(0.0, kMaxTaskUs));
 }
 
 void add_workload_flags(CLI::App* app, WorkloadFlags& f) {

@@ -21,8 +21,8 @@ namespace {
 
 struct PredictFlags {
   std::string path;
-  int pp = 0, vpp = 0, microbatches = 0, tp = 1, limit = 32;
-  bool tp_given = false;  // else an rrfp trace's own TP size
+  int pp = 0, vpp = 0, microbatches = 0, tp = 1, limit = 32;  // shape 0: the trace's
+  bool tp_given = false;                                      // else an rrfp trace's own TP size
   std::string placement, split = "auto", hints = "bf,bfw,adaptive", json, svg;
   std::string comm = "auto";
   std::string ordered = "auto";  // the trace's step's, off where it does not say
@@ -139,11 +139,11 @@ void setup_predict(CLI::App& app) {
                   "--trace, the PyTorch profiler or Megatron-LM's timers (docs/twin.md)")
       ->required();
   sub->add_option("--pp", f->pp, "pipeline stages P (default: from the trace)")
-      ->check(CLI::Range(0, 4096));
+      ->check(CLI::Range(1, 4096));
   sub->add_option("--vpp", f->vpp, "model chunks per stage V (default: from the trace)")
-      ->check(CLI::Range(0, 64));
+      ->check(CLI::Range(1, 64));
   sub->add_option("--microbatches,-m", f->microbatches, "microbatches M (default: from the trace)")
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--placement", f->placement,
                   "chunk placement: loop or vshape (default: where an rrfp trace's chunks ran, "
                   "else loop)");

@@ -137,6 +137,13 @@ void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& s
       continue;
     (key == "pp" ? shape.pp : key == "vpp" ? shape.vpp : shape.microbatches) = static_cast<int>(v);
   }
+  // The file's own placement with a V that cannot take it was refused as "--placement vshape:
+  // needs --vpp 2", a flag not given.
+  if (shape.placement == "vshape" && shape.vpp != 2 && app.count("--placement") == 0)
+    throw InputError(path +
+                     ": written for placement vshape, which needs vpp 2, but the run has vpp " +
+                     std::to_string(shape.vpp) +
+                     (app.count("--vpp") ? " (--vpp)" : " (the file's, or the default)"));
 }
 
 void check(const ScheduleFlags& f) {

@@ -1,5 +1,6 @@
 #include "core/hint_io.hpp"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -178,8 +179,13 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
     const auto& c = m.config();
     auto check = [&](const char* key, const nlohmann::json& want) {
       // "pp": "2" was told the run has pp=4, the default, as if it were another shape.
-      if (j.contains(key) && want.is_number() && !j[key].is_number())
-        throw HintError(origin + ": \"" + key + "\" must be a number, got " + brief(j[key]));
+      // 2.5, 0 or -2 was told the run has another shape, as if it were one; 3.0 and 3e0 are 3.
+      if (j.contains(key) && want.is_number()) {
+        const double v = j[key].is_number() ? j[key].get<double>() : 0;
+        if (!(v >= 1 && v <= kMaxChunkMicrobatches && v == std::floor(v)))
+          throw HintError(origin + ": \"" + key + "\" must be a whole number from 1 to " +
+                          std::to_string(kMaxChunkMicrobatches) + ", got " + brief(j[key]));
+      }
       if (j.contains(key) && want.is_boolean() && !j[key].is_boolean())
         throw HintError(origin + ": \"" + key + "\" must be true or false, got " + brief(j[key]));
       if (j.contains(key) && j[key] != want)

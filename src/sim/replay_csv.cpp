@@ -274,6 +274,7 @@ RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int t
     if (coordination_measured) *coordination_measured = run.coordination_measured;
     return std::move(run.work);
   }
+  check_trace_options(trace);  // a `message_us` of NaN was taken as none
   // A CSV has one mapping, its own columns: a format was taken and ignored.
   if (trace.format != "auto")
     throw InputError("`trace_format` " + trace.format + ": maps a trace's events to tasks; '" +
