@@ -177,7 +177,7 @@ check "--calibration: the message model --compare simulates with; give --compare
   run --transport mpi --pp 2 -m 2 --calibration cal.json
 check "--rendezvous pull: how blocking runs move their payloads; --comm async runs none" \
   run --transport mpi --pp 2 -m 2 --comm async --rendezvous pull
-check "--warmup-extra: more untimed steps after --warmup's while the last one still mapped" \
+check "--warmup-extra: more untimed steps after --warmup's, in place of those that still mapped" \
   run --pp 2 -m 2 --warmup 0 --warmup-extra 3
 # The remedy only where it works: --exact on refuses TP 2 too.
 check "--exact-nodes: tune(s) the exact search, which does not run here (needs --tp 1); leave it out" \

@@ -24,9 +24,9 @@ void setup_run(CLI::App& app) {
       ->capture_default_str();
   CLI::Option* warmup_extra =
       sub->add_option("--warmup-extra", f->warmup_extra,
-                      "at most this many more untimed steps while the last one still mapped fresh "
-                      "payload buffers (how many a step holds at once depends on its timing); 0: "
-                      "exactly --warmup")
+                      "at most this many more untimed steps: a step after --warmup's that still "
+                      "mapped fresh payload buffers in any process is not timed (how many a step "
+                      "holds at once depends on its timing); 0: exactly --warmup")
           ->check(CLI::Range(0, 100))
           ->capture_default_str();
   sub->add_option("--repeat", f->repeat,
@@ -95,7 +95,7 @@ void setup_run(CLI::App& app) {
           "--compare too");
     if (f->warmup == 0 && warmup_extra->count() > 0 && f->warmup_extra > 0)
       throw InputError(
-          "--warmup-extra: more untimed steps after --warmup's while the last one "
+          "--warmup-extra: more untimed steps after --warmup's, in place of those that "
           "still mapped fresh buffers; with --warmup 0 there is none to follow "
           "(give --warmup 1 or more)");
     exit_on_signals("run");
