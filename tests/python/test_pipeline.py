@@ -348,3 +348,21 @@ def test_a_first_gradient_of_a_parameter_with_gaps_is_contiguous():
     rrfp.Pipeline([mine], loss, pp=1, microbatches=2).step(x, y)
     a, b = ref.inner.extra.grad, mine.inner.extra.grad
     assert b.stride() == a.stride() and torch.equal(a, b), (a.stride(), b.stride())
+
+
+def test_the_chunks_are_a_read_only_view_of_the_modules_that_run():
+    # A module put in pipe.chunks trained nothing (the steps ran the one built with), while
+    # state_dict() and save() took its weights; a chunk deleted there left the checkpoint.
+    chunks = [nn.Linear(4, 4), nn.Linear(4, 2)]
+    pipe = rrfp.Pipeline(chunks, lambda a, b: torch.nn.functional.mse_loss(a, b), pp=2,
+                         microbatches=2)
+    assert pipe.chunks[0] is chunks[0] and sorted(pipe.chunks) == [0, 1]
+    with pytest.raises(TypeError):
+        pipe.chunks[0] = nn.Linear(4, 4)
+    with pytest.raises(TypeError):
+        del pipe.chunks[1]
+    with pytest.raises(AttributeError):
+        pipe.chunks = {}
+    pipe.step(torch.randn(8, 4), torch.randn(8, 2))
+    assert chunks[0].weight.grad is not None
+    assert set(pipe.state_dict()) == {"0.weight", "0.bias", "1.weight", "1.bias"}

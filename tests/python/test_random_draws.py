@@ -160,3 +160,19 @@ def test_an_evaluation_first_leaves_the_first_training_step_watched():
     pipe.eval_step(*batch())
     with pytest.warns(RuntimeWarning, match="^chunk 0 of a pipeline without a seed"):
         pipe.step(*batch())
+
+
+def test_a_first_step_in_eval_mode_leaves_the_first_step_in_training_mode_watched():
+    # Watched then, a step drawing no mask, the steps after train() drew without a word.
+    torch.manual_seed(0)
+    chunks = [Drawing(0.5), Drawing(0.0)]
+    pipe = rrfp.Pipeline(chunks, squared, pp=2, microbatches=4, timeout=60, progress=None)
+    for c in chunks:
+        c.eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pipe.step(*batch())
+    for c in chunks:
+        c.train()
+    with pytest.warns(RuntimeWarning, match="^chunk 0 of a pipeline without a seed"):
+        pipe.step(*batch())

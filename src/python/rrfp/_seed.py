@@ -195,11 +195,14 @@ def _states(gpu):
 _WATCHED = weakref.WeakSet()
 
 
-def watch_draws(data, training, stages):
+def watch_draws(data, training, stages, chunks):
     """A DrawWatch for this step where it is the first training step to run of an unseeded
-    pipeline whose process runs `stages` > 1 stages (threads that share torch's generators);
-    else None."""
+    pipeline whose process runs `stages` > 1 stages (threads that share torch's generators)
+    with a module of its `chunks` in training mode; else None. A first step with every chunk in
+    eval() draws no dropout mask: watched, it let the steps after train() draw unwarned."""
     if not training or data.seeding is not None or stages < 2 or data in _WATCHED:
+        return None
+    if not any(m.training for c in chunks.values() for m in c.modules()):
         return None
     return DrawWatch(data)
 

@@ -93,7 +93,7 @@ def run_pass(pipe, inputs, targets, training, prepare):
     pipe._data.sums = sums
     done = False
     # An unseeded pipeline's first training step looks for chunks that draw (rrfp._seed).
-    watch = watch_draws(pipe._data, training, len(pipe._runners))
+    watch = watch_draws(pipe._data, training, len(pipe._runners), pipe.chunks)
     try:
         # Each microbatch's size, for the adaptive rule's entry order (docs/frontier.md).
         sizes = [sum(t.numel() for t in ts) for ts in found[0]]

@@ -2,6 +2,7 @@
 import contextlib
 import os
 import threading
+import types
 from collections.abc import Mapping
 
 import torch
@@ -161,14 +162,15 @@ class Pipeline:
         self._inexact_said = set()  # tied parameters warned of (warn_inexact)
         self._held_said = False  # a tensor outside the model warned of (warn_held_leaves)
         self._runners = []
-        self.chunks = {}  # chunk index -> module, the chunks this process runs
-        self._data.chunks = self.chunks
+        self._chunks = {}  # chunk index -> module, the chunks this process runs
+        self._data.chunks = self._chunks
+        self._chunks_view = types.MappingProxyType(self._chunks)
         if chunks is not None:  # every chunk, built: another process's is known too
             self._data.model = dict(enumerate(chunks))
         agreed(self._core, lambda: self._build_stages(build, place),
                "chunks: process(es) {bad} could not build their chunks; their own errors say "
                "why", BUILDING)
-        self._ties = make_ties(tied, chunks, self.chunks, self._core)
+        self._ties = make_ties(tied, chunks, self._chunks, self._core)
         if dp > 1:  # replicas start from the first one's parameters and buffers, as under DDP
             agreed(self._core, lambda: from_first_replica(self._core, self.chunks, True),
                    "chunks: process(es) {bad} could not take replica 0's parameters and "
@@ -207,7 +209,7 @@ class Pipeline:
                 refuse_lazy_parameters(c, m)
                 refuse_renormalizing_embeddings(c, m)
                 modules[c] = m if place is None else m.to(place)
-                self.chunks[c] = modules[c]
+                self._chunks[c] = modules[c]
             where = StageDevice(place or module_device(modules.values()),
                                 held=self._core.holds_messages)
             self._runners.append(StageRunner(stage, modules, self._core.chunks - 1,
@@ -218,6 +220,14 @@ class Pipeline:
     @property
     def pp(self):
         return self._core.pp
+
+    @property
+    def chunks(self):
+        """The chunks this process runs, by index in model order: a read-only view. The steps
+        run the modules the pipeline was built with; a module put in their place here trained
+        nothing (the gradients went to the one that runs) while state_dict() and save() took
+        its untrained weights."""
+        return self._chunks_view
 
     @property
     def ordered_forwards(self):
