@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <ctime>
 #include <initializer_list>
+#include <iterator>
 #include <limits>
 
 #include "cli/options.hpp"
@@ -17,17 +18,19 @@ namespace rrfp {
 namespace {
 
 std::atomic<int> g_stop{0};
+// The signals taken as a request to stop (stop_on_signals; exit_on_signals all but SIGUSR1),
+// SIGPIPE aside, in the order of their lines' columns below (signal_index).
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU};
+constexpr int kNumStopSignals = std::size(kStopSignals);
 // exit_on_signals: where the outputs stand, and the lines its handler writes for SIGINT and
 // SIGTERM in each, built before it is installed (a handler may not allocate).
 enum Outputs : int { kNone = 0, kWriting = 1, kWritten = 2 };
 std::atomic<int> g_outputs{kNone};
-std::string g_exit_lines[3][5];  // [Outputs][signal_index: SIGINT, SIGTERM, SIGUSR1, SIGHUP,
-                                 // SIGXCPU]
+std::string g_exit_lines[3][kNumStopSignals];  // [Outputs][signal_index(sig)]
 std::string g_command;
-// stop_on_signals: the line its handler writes as it takes the first request, for SIGINT,
-// SIGTERM, SIGUSR1, SIGHUP and SIGXCPU, built before g_acknowledge is set (a handler may not
-// allocate).
-std::string g_ack_lines[5];
+// stop_on_signals: the line its handler writes as it takes the first request, for each of
+// kStopSignals, built before g_acknowledge is set (a handler may not allocate).
+std::string g_ack_lines[kNumStopSignals];
 std::atomic<bool> g_acknowledge{false};
 // stop_at_once_until_work: the first request ends the process as exit_on_signals' do.
 std::atomic<bool> g_at_once{false};
@@ -60,15 +63,17 @@ bool first_request(int sig) {
   return expected == sig && now - g_first_ns.load() < kEchoNs;
 }
 
-// The column of g_exit_lines and g_ack_lines for each signal the handlers take but SIGPIPE.
+// The column of g_exit_lines and g_ack_lines for each of kStopSignals (SIGPIPE: SIGINT's).
 int signal_index(int sig) {
-  return sig == SIGTERM ? 1 : sig == SIGUSR1 ? 2 : sig == SIGHUP ? 3 : sig == SIGXCPU ? 4 : 0;
+  for (int i = 0; i < kNumStopSignals; ++i)
+    if (kStopSignals[i] == sig) return i;
+  return 0;
 }
 
 // The lines of exit_on_signals' handler (and stop_on_signals' before the work), for `command`.
 void build_exit_lines(const std::string& command) {
   g_command = command;
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU}) {
+  for (int sig : kStopSignals) {
     const std::string stopped = "rrfp " + command + ": stopped by " + signal_name(sig);
     g_exit_lines[kNone][signal_index(sig)] = stopped + "; nothing written\n";
     g_exit_lines[kWriting][signal_index(sig)] =
@@ -142,7 +147,8 @@ std::atomic<int>& stop_on_signals(bool pipe) {
   // (a soft CPU time limit below the hard one, `ulimit -S -t`, as batch schedulers set: its
   // default action ended the work without a word, before the hard limit's SIGKILL), and where
   // asked SIGPIPE (on_stop_signal).
-  install(on_stop_signal, {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU});
+  for (int sig : kStopSignals)
+    install(on_stop_signal, {sig});
   if (pipe) {
     install(on_stop_signal, {SIGPIPE});
     // SIGPIPE ignored (`trap '' PIPE`, a service manager), the failed write is all there is to
@@ -156,7 +162,7 @@ std::atomic<int>& stop_on_signals(bool pipe) {
 
 void acknowledge_stop_signals(const std::string& command, const std::string& until) {
   g_acknowledge.store(false);  // not read while the lines change
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU})
+  for (int sig : kStopSignals)
     g_ack_lines[signal_index(sig)] =
         "rrfp " + command + ": " + signal_name(sig) + " taken: " + until +
         (sig == SIGXCPU ? "; another signal stops it at once\n"  // its repeats do not
@@ -182,7 +188,7 @@ void work_begins() {
 void hold_stop_signals(bool hold) {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU})
+  for (int sig : kStopSignals)
     sigaddset(&set, sig);
   ::pthread_sigmask(hold ? SIG_BLOCK : SIG_UNBLOCK, &set, nullptr);
 }
