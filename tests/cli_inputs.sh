@@ -187,6 +187,9 @@ check "--exact-nodes: tune(s) the exact search, which does not run here (needs -
 check "--policy: unknown policy 'foo' (expected fixed, ready or both)" simulate --hint bf --policy foo
 printf 'rrfp-hint 1 pp=x vpp=1 microbatches=2 placement=loop split=0\nstage 0: F0:0 B0:0\n' >px.txt
 check "px.txt:1: header field pp=x is not a whole number" schedule check px.txt --pp 2 -m 2
+printf 'rrfp-hint 1 pp=2 vpp=1 microbatches=0 placement=loop split=0\nstage 0: F0:0 B0:0\n' >p0.txt
+check "p0.txt:1: header field microbatches=0 is not a whole number from 1 to 50000000" \
+  schedule check p0.txt --pp 2 -m 2
 printf '{"format":"rrfp-hint","version":1,"pp":"2"}' >ns.json
 check "ns.json: \"pp\" must be a whole number from 1 to 50000000, got \"2\"" schedule check ns.json --pp 2 -m 2
 # Nor a number that is no shape: 2.5 was told the run has pp=2.

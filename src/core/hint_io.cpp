@@ -48,10 +48,15 @@ void check_header(std::string_view line, const WorkModel& m, const std::string& 
       want = c.split_backward ? "1" : "0";
     else
       throw HintError(where + ": unknown header field '" + printable(key) + "'");
-    // "pp=x" was told the run has pp=4, the default, as if x were a shape.
+    // "pp=x" was told the run has pp=4, the default, as if x were a shape; so was pp=0, as the
+    // JSON form's "pp": 0 was.
     if (key != "placement" && (val.empty() || val.find_first_not_of("0123456789") != val.npos))
       throw HintError(where + ": header field " + key + "=" + printable(val) +
                       " is not a whole number");
+    if (key != "placement" && key != "split" &&
+        (val.size() > 8 || std::stoll(val) < 1 || std::stoll(val) > kMaxChunkMicrobatches))
+      throw HintError(where + ": header field " + key + "=" + printable(val) +
+                      " is not a whole number from 1 to " + std::to_string(kMaxChunkMicrobatches));
     if (val != want)
       throw HintError(where + ": hint was written for " + key + "=" + printable(val) +
                       " but the run has " + key + "=" + want);
