@@ -418,3 +418,61 @@ def test_a_tensor_outside_the_model_that_chunks_use_often_sums_as_a_plain_loop(h
             for a, b in zip(ref, m):
                 for p, q in zip(a.parameters(), b.parameters()):
                     assert torch.equal(p.grad, q.grad), (uses, seed)
+
+
+class InPlaceOnView(nn.Module):
+    """Changes a slice of its Linear's output in place with `w`, a parameter of its own or a
+    tensor held outside the model, as `op` says: torch 1.13's autograd.grad runs w's
+    AccumulateGrad there although asked for the gradient only, adding to .grad and running its
+    hooks once more."""
+
+    def __init__(self, op, outside=None):
+        super().__init__()
+        self.l, self.op = nn.Linear(8, 8), op
+        if outside is None:
+            self.w = nn.Parameter(torch.linspace(0.5, 1.5, 2))
+        self._outside = [outside]
+
+    def forward(self, h):
+        t = self.l(h)
+        w = self._outside[0] if self._outside[0] is not None else self.w
+        if self.op == "mul_":
+            t[:, :2] *= w
+        elif self.op == "add_":
+            t[:, 2:4].add_(w)
+        elif self.op == "div_":
+            t[:, :2].div_(w)
+        else:
+            t[:, 1:3].addcmul_(w, w)
+        return t
+
+
+@pytest.mark.parametrize("hint,policy,split", [("1f1b", "fixed", "off"), ("bf", "ready", "off"),
+                                               ("bfw", "ready", "on")])
+@pytest.mark.parametrize("outside", [False, True])
+def test_a_leaf_changed_into_a_view_in_place_gets_its_gradient_once(hint, policy, split, outside):
+    # The tensor outside the model got twice a plain loop's gradient, silently; the chunk's
+    # own parameter failed every step ("its .grad changed during the step") and kept a .grad.
+    for op in ("mul_", "add_", "div_", "addcmul_"):
+        def run(pipelined):
+            torch.manual_seed(0)
+            w = torch.linspace(0.5, 1.5, 2).requires_grad_() if outside else None
+            m = [nn.Linear(4, 8), InPlaceOnView(op, w), nn.Linear(8, 3)]
+            leaf = w if outside else m[1].w
+            calls = []
+            leaf.register_hook(lambda g: calls.append(g.clone()))
+            leaf.grad = torch.full((2,), 0.25)  # added to, as a plain loop adds
+            g = torch.Generator().manual_seed(3)
+            x, y = torch.randn(8, 4, generator=g), torch.randn(8, 3, generator=g)
+            if pipelined:
+                rrfp.Pipeline(m, mse, pp=3, microbatches=4, hint=hint, policy=policy,
+                              split_backward=split, timeout=60).step(x, y)
+            else:
+                for xi, yi in zip(x.chunk(4), y.chunk(4)):
+                    mse(m[2](m[1](m[0](xi))), yi).backward()
+            return leaf.grad, calls, [p.grad for c in m for p in c.parameters()]
+        got, want = run(True), run(False)
+        assert torch.equal(got[0], want[0]), (op, got[0], want[0])
+        assert len(got[1]) == len(want[1]) == 4, op  # the hook ran once a microbatch
+        assert all(torch.equal(a, b) for a, b in zip(got[1], want[1])), op
+        assert all(torch.equal(a, b) for a, b in zip(got[2], want[2])), op

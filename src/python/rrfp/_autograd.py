@@ -1,6 +1,9 @@
 """autograd as a stage calls it: the gradients of a task's roots (grad, the engine called
 directly where torch's checks have nothing to do), and a leaf's hooks run and its gradient
 added as a plain loop's backward does (AccumulateGrad)."""
+import contextlib
+import threading
+
 import torch
 
 from ._frozen import FrozenTarget
@@ -69,11 +72,16 @@ _ENGINE = getattr(torch.autograd.Variable, "_execution_engine", None)
 _has_torch_function = getattr(torch._C, "_has_torch_function", None)
 
 
-def grad(roots, targets, grads, retain):
+def grad(roots, targets, grads, retain, keep=()):
     """The gradients of `roots` (a list) with respect to `targets`, None where a target took
-    none; `grads`: the roots' gradients, or None for a one-element loss."""
+    none; `grads`: the roots' gradients, or None for a one-element loss. `keep`: leaves whose
+    .grad (and, where this torch leaves a leaf's hooks to rrfp, hooks) the call must leave as
+    they are although its engine reaches them (_kept)."""
     if not targets:
         return []
+    if keep:
+        with _kept(keep):
+            return grad(roots, targets, grads, retain)
     if not all(t.requires_grad for t in targets):
         # A parameter frozen since the step began (a forward that freezes its own module's
         # weight): the caller fails the task naming it (RequiresGradChanged), where autograd's
@@ -107,6 +115,39 @@ def grad(roots, targets, grads, retain):
                 "give the per-microbatch gradients a pipeline adds in microbatch order; pass "
                 "use_reentrant=False") from e
         raise
+
+
+_KEEP_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _kept(leaves):
+    """The leaves' .grad set aside, and their hooks where rrfp runs them itself, while the
+    engine runs. torch 1.13's autograd.grad runs the AccumulateGrad node of a leaf that an
+    in-place change of a view takes as an operand (`t[:, :2] *= w`: an edge from CopySlices
+    straight into it), although it was asked for the gradient only: it added to .grad (a
+    tensor outside the model got its gradient twice, silently; a parameter's step was refused
+    as if a forward had called backward()) and ran the leaf's hooks once more. Setting .grad
+    aside keeps its tensor, so the step's checks of what changed it see nothing; the tensor
+    the engine puts there instead is dropped. One lock: two stages whose graphs reach the
+    same leaf would put back each other's."""
+    with _KEEP_LOCK:
+        kept = [(t, t.grad) for t in leaves]
+        hooks = [] if ENGINE_RUNS_LEAF_HOOKS else \
+            [(t._backward_hooks, list(t._backward_hooks.items())) for t in leaves
+             if t._backward_hooks]
+        try:
+            for t, _ in kept:
+                t.grad = None
+            for table, _ in hooks:
+                table.clear()  # the engine's hook reads this table as it runs
+            yield
+        finally:
+            for table, items in hooks:
+                table.clear()
+                table.update(items)
+            for t, g in kept:
+                t.grad = g
 
 
 def _engine_runs_leaf_hooks():

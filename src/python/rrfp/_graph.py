@@ -95,12 +95,15 @@ def backward_failure(kind, chunk, e):
     return None
 
 
-def foreign_leaves(chunk, last, roots, own, data):
-    """The leaves that want a gradient in the backward graph of `roots` (chunk `chunk`'s
-    outputs; `last`: its loss) other than `own`, its parameters and inputs, that belong to no
-    module the pipeline knows: leaves the forward made itself (x.detach().requires_grad_(), a
-    PINN's coordinates, WGAN-GP's interpolates), which the caller differentiates too and whose
-    gradients it adds to their .grad, as a plain loop's backward does.
+def walk_leaves(chunk, last, roots, own, data):
+    """(made, written) of the backward graph of `roots` (chunk `chunk`'s outputs; `last`: its
+    loss). `made`: the leaves that want a gradient there other than `own`, its parameters and
+    inputs, that belong to no module the pipeline knows: leaves the forward made itself
+    (x.detach().requires_grad_(), a PINN's coordinates, WGAN-GP's interpolates), which the
+    caller differentiates too and whose gradients it adds to their .grad, as a plain loop's
+    backward does. `written`: the leaves, own or made, that an in-place change of a view takes
+    as an operand (`t[:, :2] *= w`), whose .grad torch 1.13's autograd.grad adds to as it runs
+    (_autograd.grad's `keep`).
 
     Raises ValueError naming those that do belong to one (data.known, the model's tensors as
     the step began): another chunk's parameter reached through a closure, a parameter of
@@ -113,9 +116,9 @@ def foreign_leaves(chunk, last, roots, own, data):
     process), whose .grad nothing reads. A parameter of this process's chunks that was frozen as
     the step began raises RequiresGradChanged instead: a forward unfroze it. `data`: the step's
     StepData."""
-    foreign = _rrfp._foreign_leaves(roots, own)  # a walk of the graph in C++
+    foreign, written = _rrfp._walk_leaves(roots, own)  # a walk of the graph in C++
     if not foreign:
-        return foreign
+        return foreign, written
     known = data.known if data.known is not None else ModelTensors(data)
     named, strays = [], []
     for t in foreign:
@@ -130,7 +133,7 @@ def foreign_leaves(chunk, last, roots, own, data):
         elif isinstance(t, torch.nn.Parameter):
             strays.append(t)
     if not named and not strays:
-        return foreign
+        return foreign, written
     said = named[:3] + ([f"{len(named) - 3} more"] if len(named) > 3 else [])
     if strays:
         said.append(_strays(data, strays))

@@ -15,7 +15,7 @@ from ._order import StateWatch as _StateWatch
 from ._frozen import FrozenTarget as _FrozenTarget, RequiresGradChanged as _RequiresGradChanged
 from ._autograd import grad as _grad
 from ._grads import parameter_name as _parameter_name
-from ._graph import foreign_leaves as _foreign_leaves, \
+from ._graph import walk_leaves as _walk_leaves, \
     module_backward_hooks as _module_backward_hooks, whole_backward as _whole_backward, \
     backward_failure as _backward_failure
 from ._leaves import begins_in_place as _begins_in_place, \
@@ -290,7 +290,7 @@ class StageRunner:
         # a step was walked. The walk is C++ (3.4 us for a transformer block's 63 nodes, where
         # Python's took 28 us). Leaves the forward made itself are differentiated with the
         # input, and their gradients go to their .grad (_sent).
-        made = _foreign_leaves(chunk, last, roots, wanted + params, self.data)
+        made, written = _walk_leaves(chunk, last, roots, wanted + params, self.data)
         if made:
             wanted = wanted + made
         grads = None if last else grads
@@ -300,7 +300,7 @@ class StageRunner:
         if not self.split:
             del self.work[(chunk, mb)]
             dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False,
-                                          leaf_seeds=leaf_seeds)
+                                          leaf_seeds=leaf_seeds, keep=written)
             self._put(chunk, mb, got, seeded)
             return self._sent(chunk, mb, w, dx, made, leaf_seeds)
         w.early = self.data.sums.early(chunk, mb)
@@ -313,7 +313,7 @@ class StageRunner:
             # doubled the weights' twice); so is a view changed in place (_whole_backward).
             self.whole[chunk] = True  # for the rest of the step: no more graphs to walk
             dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, every, retain=False,
-                                          leaf_seeds=leaf_seeds)
+                                          leaf_seeds=leaf_seeds, keep=written)
             self._put_tied(chunk, mb, {i: got[i] for i in w.early}, seeded)
             w.root, w.weights, w.seeded = None, got, seeded
             return self._sent(chunk, mb, w, dx, made, leaf_seeds)
@@ -330,7 +330,7 @@ class StageRunner:
             # a copy: _leaves.py.)
             grads = [g if g is None else g.clone() for g in grads]
         dx, got, seeded = self._grads(chunk, mb, roots, grads, wanted, w.early, retain=True,
-                                      leaf_seeds=leaf_seeds)
+                                      leaf_seeds=leaf_seeds, keep=written)
         self._put_tied(chunk, mb, dict(zip(w.early, got)), seeded)
         return self._sent(chunk, mb, w, dx, made, leaf_seeds)
 
@@ -366,14 +366,15 @@ class StageRunner:
             full[i] = g
         self._put(chunk, mb, full, seeded, w.early)
 
-    def _grads(self, chunk, mb, roots, grads, wanted, which, retain, leaf_seeds=()):
+    def _grads(self, chunk, mb, roots, grads, wanted, which, retain, leaf_seeds=(), keep=()):
         """The gradients of the inputs `wanted` and of the chunk's parameters at the indices
         `which`, and the indices of those computed from a seed: each tied parameter whose later
         user chunks' gradient of the microbatch is known is given it as the gradient of one
         more root, the parameter itself. The engine adds the roots' gradients to their nodes'
         buffers before it runs any node, so the chunk's uses are added after the later chunks'
         as in a plain loop's backward (_TiedSum). `leaf_seeds`: MadeGrads.seeds() of the leaves
-        the forward made, among `wanted`, given alike."""
+        the forward made, among `wanted`, given alike. `keep`: leaves whose .grad and hooks the
+        engine must not reach (_autograd.grad)."""
         params = self.params[chunk]
         seeds = self.data.sums.seeds(chunk, mb, which)
         if seeds or leaf_seeds:
@@ -384,7 +385,7 @@ class StageRunner:
             grads = [s for _, s in seeds] + [s for _, _, s in leaf_seeds] + list(grads)
         targets = params if len(which) == len(params) else [params[i] for i in which]
         try:
-            got = _grad(roots, wanted + targets, grads, retain)
+            got = _grad(roots, wanted + targets, grads, retain, keep)
         except _FrozenTarget as e:
             c, n = _parameter_name(self.modules, e.param, [chunk])
             raise _RequiresGradChanged(f"chunk {c}'s '{n}'", e.param) from None
