@@ -95,3 +95,30 @@ def test_running_statistics_a_recompute_updates_are_said(checkpointed, eval_firs
     pipe.step(xs, ys)  # said once: watched until a step that ran the backward
     again = [str(w.message) for w in recwarn if issubclass(w.category, RuntimeWarning)]
     assert len(again) == len(said)
+
+
+@pytest.mark.parametrize("change", ["train", "replace"])
+def test_running_statistics_are_watched_again_after_train_or_a_new_module(change, recwarn):
+    # Watched once for good: a first step with the batch norms in eval() (frozen, updating
+    # nothing), or one outside the checkpointed region replaced by a new one inside it, left
+    # the recompute's updates unsaid, the running means 1e-2 off a plain loop's.
+    torch.manual_seed(0)
+    chunks = [NormedBlock(change == "train"), NormedBlock(change == "train")]
+    g = torch.Generator().manual_seed(1)
+    xs = [torch.randn(2, 3, 8, 8, generator=g) for _ in range(4)]
+    ys = [torch.randn(2, 3, 8, 8, generator=g) for _ in range(4)]
+    pipe = rrfp.Pipeline(chunks, lambda y, t: ((y - t) ** 2).sum(), pp=2, microbatches=4,
+                         hint="1f1b", policy="fixed")
+    for c in chunks:
+        if change == "train":
+            c.eval()
+    pipe.step(xs, ys)
+    assert not [w for w in recwarn if "running statistics" in str(w.message)]
+    for c in chunks:
+        if change == "train":
+            c.train()
+        else:
+            c.body[1], c.checkpointed = nn.BatchNorm2d(3), True
+    pipe.step(xs, ys)
+    said = [str(w.message) for w in recwarn if "running statistics" in str(w.message)]
+    assert any("chunk 0's backward updates its running statistics" in s for s in said), said

@@ -176,3 +176,27 @@ def test_a_first_step_in_eval_mode_leaves_the_first_step_in_training_mode_watche
         c.train()
     with pytest.warns(RuntimeWarning, match="^chunk 0 of a pipeline without a seed"):
         pipe.step(*batch())
+
+
+@pytest.mark.parametrize("how", ["eval", "p=0"])
+def test_a_module_that_starts_drawing_after_the_watched_step_is_watched_then(how):
+    # A frozen backbone (its chunks in eval(), another chunk training) or a dropout warm-up
+    # (p=0 at first): the first training step was watched and saw no draw, and the steps after
+    # train(), or after p was raised, drew without a word.
+    torch.manual_seed(0)
+    chunks = [Drawing(0.5), Drawing(0.0), Drawing(0.0)]
+    pipe = rrfp.Pipeline(chunks, squared, pp=3, microbatches=4, timeout=60, progress=None)
+    if how == "eval":
+        chunks[0].eval()
+    else:
+        chunks[0].drop.p = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pipe.step(*batch())
+        pipe.step(*batch())  # nothing changed: not watched again
+    if how == "eval":
+        chunks[0].train()
+    else:
+        chunks[0].drop.p = 0.5
+    with pytest.warns(RuntimeWarning, match="^chunk 0 of a pipeline without a seed"):
+        pipe.step(*batch())

@@ -182,21 +182,39 @@ class StateWatch:
     """A stage's chunks' state buffers (running statistics), watched during each chunk's
     backward tasks until a step in which it ran one ends: a forward recomputed in a backward
     (activation checkpointing) updates them again, in the order the schedule runs backwards,
-    which no order of forwards makes a plain loop's. Said once (a RuntimeWarning), rather than
-    left unsaid."""
+    which no order of forwards makes a plain loop's. Said once a chunk (a RuntimeWarning),
+    rather than left unsaid. What was watched is the chunk's stateful modules as they were, in
+    the mode they were in, with their buffers: a step with a batch norm in eval() updates
+    nothing, and one replaced since was never watched, so a change of either is watched again
+    (watched once for good, a first step in eval() let the steps after train() go unwarned)."""
+
+    _KEPT = 8  # states remembered a chunk: a model switched between a few is watched once each
 
     def __init__(self, modules):
-        self.watch = {c: bufs for c, m in modules.items()
-                      for bufs in [[b for s, _ in stateful_modules({c: m}).values()
-                                    for b in s.buffers(recurse=False)]] if bufs}
+        self.modules = modules
+        self.watched = {}  # chunk: the states (_state) watched through a step's backward tasks
+        self.said = set()  # chunks warned about: watched no more
+        self.watch, self.states = {}, {}  # this step's: chunk -> buffers, chunk -> its state
         self.backed = set()  # chunks that ran a watched backward task this step
 
     def begin_step(self):
-        self.backed = set()
+        self.backed, self.watch, self.states = set(), {}, {}
+        for c, m in self.modules.items():
+            if c in self.said:
+                continue
+            mods = [s for s, _ in stateful_modules({c: m}).values()]
+            bufs = [b for s in mods for b in s.buffers(recurse=False)]
+            state = tuple((id(s), s.training) for s in mods) + tuple(id(b) for b in bufs)
+            if bufs and state not in self.watched.get(c, ()):
+                self.watch[c], self.states[c] = bufs, state
 
     def end_step(self):
         for c in self.backed:  # watched through a step's backward tasks: enough
-            self.watch.pop(c, None)
+            if c in self.states:
+                kept = self.watched.setdefault(c, [])
+                kept.append(self.states[c])
+                del kept[:-self._KEPT]
+        self.watch = {}
 
     def around(self, chunk, counts, task):
         """task() (a backward task of `chunk`), watched where `counts` and still watched."""
@@ -208,6 +226,7 @@ class StateWatch:
         out = task()
         if [b._version for b in bufs] != before:
             del self.watch[chunk]
+            self.said.add(chunk)
             warnings.warn(
                 f"chunk {chunk}'s backward updates its running statistics (BatchNorm's, say): "
                 "a forward recomputed there (activation checkpointing) runs again in the order "

@@ -1,7 +1,8 @@
 """Random numbers a chunk draws (dropout), made independent of the order tasks run in:
 Pipeline(seed=S) seeds torch's generators before each task from (S, step, chunk, microbatch)
 and the task's kind, docs/python.md "Dropout and other random numbers". Without a seed, the
-first training step looks for chunks that draw (DrawWatch), where stages share the generator."""
+first training step looks for chunks that draw (DrawWatch), where stages share the generator,
+and so does each step with a module training that no watched step had training."""
 import contextlib
 import os
 import sys
@@ -192,19 +193,41 @@ def _states(gpu):
 
 # The step data (StepData) of the unseeded pipelines whose first training step was watched:
 # each is watched once, so its later steps pay nothing.
-_WATCHED = weakref.WeakSet()
+# StepData -> the modules' states (_drawing) its watched steps ran with.
+_WATCHED = weakref.WeakKeyDictionary()
 
 
 def watch_draws(data, training, stages, chunks):
-    """A DrawWatch for this step where it is the first training step to run of an unseeded
-    pipeline whose process runs `stages` > 1 stages (threads that share torch's generators)
-    with a module of its `chunks` in training mode; else None. A first step with every chunk in
-    eval() draws no dropout mask: watched, it let the steps after train() draw unwarned."""
-    if not training or data.seeding is not None or stages < 2 or data in _WATCHED:
+    """A DrawWatch for this training step of an unseeded pipeline whose process runs `stages`
+    > 1 stages (threads that share torch's generators) where a module of its `chunks` is in
+    training mode that was not in any step watched before (_drawing); else None. Watched once
+    for good, a first step with the chunks in eval() (a frozen backbone) or dropout's p at 0 (a
+    warm-up) let the steps after train(), or after p was raised, draw unwarned."""
+    if not training or data.seeding is not None or stages < 2:
         return None
-    if not any(m.training for c in chunks.values() for m in c.modules()):
+    now = _drawing(chunks)
+    if not now or now <= _WATCHED.get(data, frozenset()):
         return None
-    return DrawWatch(data)
+    return DrawWatch(data, now)
+
+
+def _drawing(chunks):
+    """The modules in training mode, as (id, whether it is a dropout whose p is 0): what
+    could draw, a dropout module at p=0 told apart, since it draws nothing until p is raised.
+    Walked by hand, each step: 0.3 us a module, where Module.modules()'s generators took 0.5."""
+    out, seen, todo = set(), set(), list(chunks.values())
+    while todo:
+        m = todo.pop()
+        if m is None or id(m) in seen:
+            continue
+        seen.add(id(m))
+        if m.training:
+            out.add((id(m), isinstance(m, _DROPOUT) and m.p == 0))
+        todo.extend(m._modules.values())
+    return out
+
+
+_DROPOUT = torch.nn.modules.dropout._DropoutNd
 
 
 class DrawWatch:
@@ -216,8 +239,8 @@ class DrawWatch:
     since other stages drew in between (up to 147 of 192 masks at pp=4): gradients of no loss
     that was computed. One at a time, a change is the task's own, not another stage's."""
 
-    def __init__(self, data):
-        self._data = data
+    def __init__(self, data, states):
+        self._data, self._states = data, states
         self._turn = threading.Lock()
         self.drew = set()
 
@@ -242,9 +265,13 @@ class DrawWatch:
             self._turn.release()
 
     def done(self):
-        """Once the step has completed: no more watching, and a warning, at the line that
-        called step(), naming the chunks that drew."""
-        _WATCHED.add(self._data)
+        """Once the step has completed: no more watching of the states it ran with, and a
+        warning, at the line that called step(), naming the chunks that drew."""
+        seen = _WATCHED.get(self._data, set())
+        # Modules made afresh each step leave ids no module holds any longer: kept within
+        # a few times what a step has, and renewed from this one past that.
+        seen = seen | self._states if len(seen) < 4 * len(self._states) + 1024 else self._states
+        _WATCHED[self._data] = seen
         if not self.drew:
             return
         drew = sorted(self.drew)
