@@ -314,3 +314,14 @@ def test_a_stateful_module_added_after_the_pipeline_was_built_is_refused():
     pipe.step(xs, ys)
     plain_step(ref, xs, ys)
     assert same(model, ref, buffers)
+
+
+def test_a_saved_tensor_the_forward_itself_changes_is_said_as_a_plain_loops_failure_too():
+    # The message spoke only of other microbatches' forwards and ordered_forwards, where the
+    # chunk's own in-place ReLU, then Hardtanh, fails a plain loop's backward as well.
+    chunks = [nn.Linear(4, 8), nn.Sequential(nn.Linear(8, 8), nn.ReLU(inplace=True),
+                                             nn.Hardtanh(inplace=True)), nn.Linear(8, 3)]
+    pipe = rrfp.Pipeline(chunks, lambda y, t: y.sum(), pp=3, microbatches=2, timeout=60)
+    with pytest.raises(rrfp.StageError, match=r"chunk 1's backward needs a tensor its forward "
+                       r"saved.*Either the forward itself changed it.*a plain loop fails alike"):
+        pipe.step(torch.randn(4, 4))

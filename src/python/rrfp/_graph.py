@@ -82,11 +82,13 @@ def backward_failure(kind, chunk, e):
     if "modified by an inplace operation" in whole:
         return RuntimeError(
             f"chunk {chunk}'s backward needs a tensor its forward saved, which was changed in "
-            "place since: the pipeline runs other microbatches' forwards before this one's "
-            "backward, so state that a forward changes in place and then computes with (a "
-            "running statistic it divides by, say) has moved on by then; ordered_forwards "
-            "orders the forwards only. Compute with a copy (x / scale.clone()) or change the "
-            f"state out of place (autograd: {said})")
+            "place since. Either the forward itself changed it after an operation saved it "
+            "(ReLU(inplace=True) followed by another in-place operation: a plain loop fails "
+            "alike; make one of them out of place), or it is state that a forward changes in "
+            "place and then computes with (a running statistic it divides by, say), which has "
+            "moved on by the backward: the pipeline runs other microbatches' forwards before "
+            "this one's backward, and ordered_forwards orders the forwards only; compute with "
+            f"a copy (x / scale.clone()) or change the state out of place (autograd: {said})")
     if kind == "W" and "could not compute gradients for some functions" in whole:
         return RuntimeError(
             f"chunk {chunk}'s weight gradients could not be computed apart from its input's "
