@@ -2,13 +2,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
+#include <cstring>
 #include <ctime>
 #include <initializer_list>
 #include <iterator>
 #include <limits>
+#include <type_traits>
 
 #include "cli/options.hpp"
 #include "cli/stdout_stream.hpp"
@@ -22,15 +25,29 @@ std::atomic<int> g_stop{0};
 // SIGPIPE aside, in the order of their lines' columns below (signal_index).
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU};
 constexpr int kNumStopSignals = std::size(kStopSignals);
+// A line a handler writes, built before the handler may read it, in storage nothing frees: held
+// in std::string, the lines were freed by the static destructors at exit while a handler could
+// still run, and a signal taken then wrote freed heap to stderr. A longer line is cut, its
+// newline kept.
+struct HandlerLine {
+  char text[512];
+  std::size_t size;
+  void set(const std::string& line) {
+    size = std::min(line.size(), sizeof text);
+    std::memcpy(text, line.data(), size);
+    if (size == sizeof text) text[size - 1] = '\n';
+  }
+};
+static_assert(std::is_trivially_destructible_v<HandlerLine>);
 // exit_on_signals: where the outputs stand, and the lines its handler writes for SIGINT and
 // SIGTERM in each, built before it is installed (a handler may not allocate).
 enum Outputs : int { kNone = 0, kWriting = 1, kWritten = 2 };
 std::atomic<int> g_outputs{kNone};
-std::string g_exit_lines[3][kNumStopSignals];  // [Outputs][signal_index(sig)]
+HandlerLine g_exit_lines[3][kNumStopSignals];  // [Outputs][signal_index(sig)]
 std::string g_command;
 // stop_on_signals: the line its handler writes as it takes the first request, for each of
 // kStopSignals, built before g_acknowledge is set (a handler may not allocate).
-std::string g_ack_lines[kNumStopSignals];
+HandlerLine g_ack_lines[kNumStopSignals];
 std::atomic<bool> g_acknowledge{false};
 // stop_at_once_until_work: the first request ends the process as exit_on_signals' do.
 std::atomic<bool> g_at_once{false};
@@ -75,22 +92,22 @@ void build_exit_lines(const std::string& command) {
   g_command = command;
   for (int sig : kStopSignals) {
     const std::string stopped = "rrfp " + command + ": stopped by " + signal_name(sig);
-    g_exit_lines[kNone][signal_index(sig)] = stopped + "; nothing written\n";
-    g_exit_lines[kWriting][signal_index(sig)] =
-        stopped + " again while its outputs were written; some may be missing or incomplete\n";
-    g_exit_lines[kWritten][signal_index(sig)] = stopped + " after its outputs were written\n";
+    g_exit_lines[kNone][signal_index(sig)].set(stopped + "; nothing written\n");
+    g_exit_lines[kWriting][signal_index(sig)].set(
+        stopped + " again while its outputs were written; some may be missing or incomplete\n");
+    g_exit_lines[kWritten][signal_index(sig)].set(stopped + " after its outputs were written\n");
   }
 }
 
 // Writes `line` to stderr from a handler. SIGPIPE is ignored meanwhile: a stderr whose reader
 // is gone (`2>&1 | tee` that the Ctrl-C ended too) killed a sweep with its points done unwritten.
-void write_line(const std::string& line) {
+void write_line(const HandlerLine& line) {
   struct sigaction ignore {
   }, old{};
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   ::sigaction(SIGPIPE, &ignore, &old);  // async-signal-safe, as write is
-  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.text, line.size);
   ::sigaction(SIGPIPE, &old, nullptr);
 }
 
@@ -163,10 +180,10 @@ std::atomic<int>& stop_on_signals(bool pipe) {
 void acknowledge_stop_signals(const std::string& command, const std::string& until) {
   g_acknowledge.store(false);  // not read while the lines change
   for (int sig : kStopSignals)
-    g_ack_lines[signal_index(sig)] =
+    g_ack_lines[signal_index(sig)].set(
         "rrfp " + command + ": " + signal_name(sig) + " taken: " + until +
-        (sig == SIGXCPU ? "; another signal stops it at once\n"  // its repeats do not
-                        : "; a second signal stops it at once\n");
+        (sig == SIGXCPU ? "; another signal stops it at once\n"  // repeats do not
+                        : "; a second signal stops it at once\n"));
   g_acknowledge.store(true);
 }
 
