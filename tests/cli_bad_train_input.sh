@@ -180,6 +180,11 @@ wait $first 2>/dev/null
 rm -rf "$tmp/od" && mkdir -p "$tmp/od/trace.json"
 check "--out: '$tmp/od/trace.json' is a directory, not a file" train "${small[@]}" --out "$tmp/od"
 [ ! -e "$tmp/od/loss.csv" ] || { echo "FAIL: a step ran before the refusal"; fails=$((fails + 1)); }
+# So is one at the checkpoint's temporary, met at the first save (the steps before it lost).
+rm -rf "$tmp/ot" && mkdir -p "$tmp/ot/checkpoint.bin.tmp"
+check "--out: '$tmp/ot/checkpoint.bin.tmp' is a directory, not a file" \
+  train "${small[@]}" --save-every 1 --out "$tmp/ot"
+[ ! -e "$tmp/ot/loss.csv" ] || { echo "FAIL: a step ran before the temporary's refusal"; fails=$((fails + 1)); }
 # A refused input leaves no `out` behind (a bad --hint, --data or --resume made an empty one).
 for bad in "--hint $tmp/no-hint.txt" "--data $tmp/no-data" "--resume $tmp/no-checkpoint.bin"; do
   # shellcheck disable=SC2086  # the flag and its value, split

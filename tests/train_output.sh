@@ -19,9 +19,13 @@ if command -v script >/dev/null; then
 else
   echo "no script(1): the terminal check is skipped"
 fi
-"$rrfp" train "${small[@]}" --steps 3 --warmup 2 --out "$tmp/file" >"$tmp/file.log" 2>&1 ||
+"$rrfp" train "${small[@]}" --steps 3 --warmup 1 --out "$tmp/file" >"$tmp/file.log" 2>&1 ||
   fail "into a file: exit $?"
 ! grep -q $'\e' "$tmp/file.log" || fail "into a file: an escape sequence in the output"
+# A folder given with a trailing slash names its files once: it printed 'wrote DIR//loss.csv'.
+"$rrfp" train "${small[@]}" --steps 1 --out "$tmp/slash/" >"$tmp/slash.log" 2>&1 ||
+  fail "--out DIR/: exit $?"
+grep -qF "wrote $tmp/slash/loss.csv," "$tmp/slash.log" || fail "--out DIR/: $(grep wrote "$tmp/slash.log")"
 # A fresh run into that folder that fails (diverges at step 5) leaves none of the earlier run's
 # outputs beside its own log: its durations.csv was replayed as this run's without a word.
 "$rrfp" train --layers 4 --d-model 32 --warmup 0 --steps 20 --lr 1000 --weight-decay 0 --clip 0 \
@@ -30,7 +34,7 @@ grep -q "step 5: the gradient norm is infinite" "$tmp/diverged.log" ||
   fail "lr 1000: $(tail -1 "$tmp/diverged.log")"
 left=$(cd "$tmp/file" && ls)
 [ "$left" = loss.csv ] || fail "a failed run's folder holds $(echo $left) (want loss.csv alone)"
-! grep -q warning "$tmp/file.log" || fail "--warmup 2 of 3 steps: $(grep warning "$tmp/file.log")"
+! grep -q warning "$tmp/file.log" || fail "--warmup 1 of 3 steps: $(grep warning "$tmp/file.log")"
 # Standard input and output closed: the run fails as a closed stdout does, and nothing it would
 # have printed lands in its own files (loss.csv had taken descriptor 1 and got the banner and the
 # progress lines after its rows; with stdout alone closed, the lock file got them).
@@ -57,6 +61,11 @@ grep -q "writing '$tmp/fsize/loss.csv' failed: File too large" "$tmp/fsize.err" 
   fail "--warmup 5: exit $?"
 want="rrfp train: warning: --warmup 5 is not below --steps 3: the learning rate only rises, to 0.0018 (--lr 0.003), and never decays towards its floor 0.0003"
 [ "$(cat "$tmp/w.err")" = "$want" ] || fail "--warmup 5 of 3 steps: '$(cat "$tmp/w.err")'"
+# One short of --steps: the decay's first step is its top, the last step's (no warning).
+"$rrfp" train "${small[@]}" --steps 3 --warmup 2 --out "$tmp/w2" >/dev/null 2>"$tmp/w2.err" ||
+  fail "--warmup 2: exit $?"
+want="rrfp train: warning: --warmup 2 leaves no step of --steps 3 past the peak: the learning rate rises to --lr 0.003 at the last step and never decays towards its floor 0.0003"
+[ "$(cat "$tmp/w2.err")" = "$want" ] || fail "--warmup 2 of 3 steps: '$(cat "$tmp/w2.err")'"
 # Without coordination a stage's TP ranks may run different orders (a W beside an F: no
 # collective tells): the steps train as they should, and the run says once that
 # durations.csv keeps no such step, where it ended there, exit 2, with a trace import's

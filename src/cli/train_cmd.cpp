@@ -123,7 +123,7 @@ void setup_train(CLI::App& app) {
       ->capture_default_str();
   s->add_option("--steps", t.steps, "optimizer steps")->capture_default_str();
   s->add_option("--warmup", t.opt.warmup,
-                "warmup steps, then a cosine decay towards 10% of --lr (none at or above --steps)")
+                "warmup steps, then a cosine decay towards 10% of --lr (none from --steps - 1 on)")
       ->capture_default_str();
   s->add_option("--lr", t.opt.lr, "peak learning rate")->capture_default_str();
   s->add_option("--weight-decay", t.opt.weight_decay, "AdamW weight decay, on every parameter")
@@ -186,6 +186,10 @@ void setup_train(CLI::App& app) {
       throw InputError(
           "--out: '-' (stdout) is not taken: train writes its files (loss.csv, trace.json, ...) "
           "into this folder; give a folder");
+    // Its files are named OUT/NAME: `--out runs/` wrote and printed runs//loss.csv.
+    std::string& out = f->run.out;
+    while (out.size() > 1 && out.back() == '/')
+      out.pop_back();
     if (f->run.train.device != "cpu") gpu_defaults(*s, *f);
     // A hint that needs the split (the default bfw) is refused under off with its own message;
     // adaptive runs unsplit, which ignored the cap.

@@ -315,11 +315,19 @@ void check_activations(const TrainOptions& o, const WorkModel& m, const Hint& hi
 // results-train.md's own `--steps 20` run (default warmup 60) peaked at a third of `lr`
 // without a word.
 std::string schedule_warning(const TrainOptions& o) {
-  if (o.opt.warmup < o.steps) return {};
+  const std::string floor = fmt("%g", o.opt.lr * o.opt.min_lr_ratio);
+  // One step and no warmup decays nothing either, and was asked for nothing else.
+  if (o.opt.warmup < o.steps - 1 || o.opt.warmup == 0) return {};
+  // The decay's first step sits at its top (Trainer::lr_at): one warmup step short of `steps`
+  // peaks at the last step and decays at none.
+  if (o.opt.warmup == o.steps - 1)
+    return "`warmup` " + std::to_string(o.opt.warmup) + " leaves no step of `steps` " +
+           std::to_string(o.steps) + " past the peak: the learning rate rises to `lr` " +
+           fmt("%g", o.opt.lr) + " at the last step and never decays towards its floor " + floor;
   return "`warmup` " + std::to_string(o.opt.warmup) + " is not below `steps` " +
          std::to_string(o.steps) + ": the learning rate only rises, to " +
          fmt("%g", o.opt.lr * o.steps / o.opt.warmup) + " (`lr` " + fmt("%g", o.opt.lr) +
-         "), and never decays towards its floor " + fmt("%g", o.opt.lr * o.opt.min_lr_ratio);
+         "), and never decays towards its floor " + floor;
 }
 
 }  // namespace rrfp::train

@@ -112,7 +112,12 @@ constexpr std::array<const char*, 4> kEndOutputs{"loss.svg", "trace.json", "time
 std::vector<std::string> output_names(const TrainRun& o) {
   std::vector<std::string> names{"loss.csv"};
   names.insert(names.end(), kEndOutputs.begin(), kEndOutputs.end());
-  if (o.save_every > 0) names.push_back("checkpoint.bin");
+  if (o.save_every > 0) {
+    names.push_back("checkpoint.bin");
+    // Its temporary, written then renamed (save_checkpoint): a directory or FIFO there was
+    // met at the first save, the steps before it lost.
+    names.push_back("checkpoint.bin.tmp");
+  }
   return names;
 }
 
@@ -194,16 +199,19 @@ void Progress::step(int s, double loss, const std::string& val, double tokens_pe
             << (val.empty() ? "" : "  val " + val) << "  " << fmt("%.0f", tokens_per_s)
             << " tok/s  bubble " << fmt("%.1f%%", 100 * bubble) << "  ETA " << fmt("%.0fs", eta)
             << (tty_ && val.empty() ? "" : "\n") << std::flush;
+  open_ = tty_ && val.empty();
 }
 
 void Progress::validating(int s, int batches) const {
   if (quiet_ || !tty_) return;
   std::cout << "\r\033[K" << bar_of(s) << "  validating (" << batches
             << (batches == 1 ? " batch)" : " batches)") << std::flush;
+  open_ = true;
 }
 
 void Progress::end() const {
-  if (!quiet_ && tty_) std::cout << "\n";
+  if (!quiet_ && open_) std::cout << "\n";
+  open_ = false;
 }
 
 std::string Progress::bar_of(int s) const {

@@ -61,6 +61,9 @@ class Progress {
   bool quiet_ = true;
   const bool tty_;
   std::int64_t start_ns_ = 0, last_line_ns_ = 0;  // the run's start, the last line's time
+  // On a terminal, whether the last line drawn is still open (no newline yet): end() closes
+  // it, and only then (after a step's line with its validation, a second left a blank line).
+  mutable bool open_ = false;
 };
 
 // CPU time of every thread of this process (the host's cost of a step).
