@@ -86,9 +86,11 @@ head -c 9000 /dev/zero | tr '\0' x >rw.txt
 rc=$?
 [ "$rc" -eq 141 ] && [ ! -s pipe.err ] || fail "--json /dev/stdout into a closed pipe: exit $rc, $(cat pipe.err)"
 # Standard output however named is one output: these wrote both reports into one stream.
-check "--trace: '/dev/stdout' is also given to --json (as '-'); give each output a file of its own" \
+check "--trace: '/dev/stdout' (where stdout goes) is for --json only; give a file" \
   simulate --pp 2 -m 4 --json - --trace /dev/stdout
-check "--svg: '/dev/fd/1' is also given to --json (as '-')" simulate --pp 2 -m 4 --json - --svg /dev/fd/1
+check "--svg: '/dev/fd/1' (where stdout goes) is for --json only" simulate --pp 2 -m 4 --json - --svg /dev/fd/1
+check "--trace: '/dev/stdout' (where stdout goes) is for --json only" \
+  simulate --pp 2 -m 4 --trace /dev/stdout
 
 # Standard output that cannot be written fails the command with the first failed write's
 # reason: a report of more than stdio's 4 KiB buffer said "writing standard output failed" and
@@ -129,6 +131,12 @@ check "--out: '' names nothing; give a value" plan --pp 2 -m 4 --out ''
 check "--out: '-' (stdout) is for --json only" plan --pp 2 -m 4 --out -
 check "--out: '-' (stdout) is for --json only" calibrate --out -
 check "--out: '-' (stdout) is not taken (this command has no --json" schedule show --out -
+# Stdout under another name: `plan --out h.txt > h.txt` wrote the hint and the report into one
+# file, no longer a hint (check sends stdout to $tmp/out).
+check "--out: '$tmp/out' (where stdout goes) is for --json only" plan --pp 2 -m 4 --out "$tmp/out"
+check "--csv: '/dev/stdout' (where stdout goes) is not taken" \
+  sweep --pp 2 --mb-factors 1 --seeds 1 --csv /dev/stdout
+check "--out: '/dev/stdout' (where stdout goes) is not taken" schedule show --out /dev/stdout
 # train writes a folder of files: '-' made a folder named "-" (checked below), refused in rrfp
 # before rrfp-train is run, so in every build.
 check "--out: '-' (stdout) is not taken: train writes its files" train --steps 1 --out -

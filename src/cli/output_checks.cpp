@@ -84,8 +84,11 @@ void check_outputs(NamedPaths outputs, NamedPaths inputs) {
     // Only a JSON report goes to stdout, where the human lines then leave it: another output
     // given '-' wrote a file named "-" (predict --svg, sweep --csv, plan --out...). A command
     // without --json (sweep, schedule show) prints only its own lines there.
-    if (path == "-" && std::string(flag) != "--json")
-      throw InputError(std::string(flag) + ": '-' (stdout) is " +
+    // Nor under another name (/dev/stdout, or the file `> FILE` sent stdout to): `plan --out
+    // h.txt > h.txt` wrote the hint and the report into one file, which no longer read as a hint.
+    if (!path.empty() && std::string(flag) != "--json" && is_stdout(path))
+      throw InputError(std::string(flag) + ": '" + path + "' " +
+                       (path == "-" ? "(stdout)" : "(where stdout goes)") + " is " +
                        (json ? "for --json only"
                              : "not taken (this command has no --json; stdout carries its "
                                "own lines)") +
