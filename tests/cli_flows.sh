@@ -64,6 +64,19 @@ best=$(sed -n 's/^best: *\([0-9.]*\) ms, optimal (proven by the exact search);.*
 "$rrfp" plan --pp 2 -m 3 --max-evaluations 40 --exact off >h.txt
 grep "^best:" h.txt | grep -q optimal && fail "the heuristic alone said optimal: $(grep '^best' h.txt)"
 echo "ok: plan's best line says optimal where the exact search proved it ($best ms)"
+# An order that meets the lower bound (here the memory bound of --limit 1) is optimal: said so,
+# and the exact search stops at once, proven. It went on to its node cap, "not proven", beside
+# a gap of 0.0%.
+"$rrfp" plan --pp 4 -m 8 --limit 1 --split-backward on --max-evaluations 3000 --exact on \
+  --exact-nodes 200000 --json lb.json >lb.txt
+grep -q "^exact: .*optimal (proven); 0 nodes" lb.txt || fail "bound met: $(grep '^exact' lb.txt)"
+[ "$(field lb.json "j['plan']['optimal']")" = True ] || fail "bound met: not optimal in JSON"
+"$rrfp" plan --pp 4 -m 8 --limit 1 --split-backward on --max-evaluations 3000 --exact off >lb2.txt
+grep -q "^best: .*, optimal (it meets the lower bound); lower bound" lb2.txt ||
+  fail "bound met without the exact search: $(grep '^best' lb2.txt)"
+# A replay's plan names the step it replayed, as simulate does ("replay:t.json" alone).
+grep -q "workload=replay:t.json step [0-9]* " <("$rrfp" plan --pp 4 -m 8 --replay t.json \
+  --max-evaluations 10 --exact off) || fail "plan --replay: the header names no step"
 
 # An exact search stopped early names what stopped it: its node cap (at exactly that node),
 # or its budget; it said "not proven within the budget" when the cap had stopped it.
@@ -112,7 +125,7 @@ echo "ok: plan leaves links, serial receives, slowdowns and wake-ups to the sear
 echo '{"forward_us": 0}' >zero.json
 "$rrfp" plan --pp 2 -m 4 --workload uniform --workload-file zero.json --max-evaluations 20 \
   --json zero_plan.json >zero.out || fail "plan of zero durations: exit $?"
-grep -q "^best:   0.000 ms; lower bound 0.000 ms (gap 0.0%)" zero.out || fail "zero: $(grep '^best' zero.out)"
+grep -q "^best:   0.000 ms, optimal (it meets the lower bound); lower bound 0.000 ms (gap 0.0%)" zero.out || fail "zero: $(grep '^best' zero.out)"
 [ "$(field zero_plan.json "[s['makespan_ms'] for s in j['plan']['starts'] if s['name'] == 'ready bf']")" = "[0.0]" ] ||
   fail "plan of zero durations: ready bf said infeasible"
 echo "ok: a step of zero-duration tasks is planned (0 ms)"

@@ -21,6 +21,8 @@ check "simulate: 1 run of 0.5M tasks: about 184 MB of memory" simulate --pp 512 
 check "or leave out --trace and --svg" simulate --pp 512 -m 512 --hint bf --policy ready --svg "$tmp/t.svg"
 check "schedule show: 0.5M tasks and 1.0M diagram cells: about 127 MB" schedule show --pp 512 -m 512
 check "plan: orders of 1.0M tasks" plan --pp 512 -m 512 --tp 2
+# Tasks times TP counted in int: "orders of -1295.0M tasks".
+check "plan: orders of 3000.0M tasks" plan --pp 1000 -m 5000 --tp 300
 # Each stage's own state counts beside its tasks (at M=1 it is most of a run), and a diagram's
 # cells beside the tasks it shows; `schedule check` is sized before it builds its model.
 check "simulate: 1 run of 0.2M tasks: about 159 MB" simulate --pp 100000 -m 1 --hint bf --policy ready

@@ -39,8 +39,8 @@ class BranchAndBound {
   ExactResult run() {
     res_.root_bound = bound();
     aborted_ = false;
-    dfs(-1, -1, -1, g_.n);
-    res_.proven = !aborted_;
+    if (best_ == kNone || best_ > opt_.lower) dfs(-1, -1, -1, g_.n);
+    res_.proven = !aborted_ || reached_lower_;
     res_.makespan = best_ == kNone ? 0 : best_;
     res_.seconds = std::chrono::duration<double>(Clock::now() - t0_).count();
     return std::move(res_);
@@ -167,6 +167,7 @@ class BranchAndBound {
         for (int s = 0; s < m_.pp(); ++s)
           for (int j : order_[s])
             res_.order.stages[s].push_back(m_.task(j));
+        if (best_ <= opt_.lower) aborted_ = reached_lower_ = true;  // nothing can be better
       }
       return;
     }
@@ -212,6 +213,7 @@ class BranchAndBound {
   std::vector<std::vector<int>> order_;
   std::int64_t best_;
   bool aborted_ = false;
+  bool reached_lower_ = false;  // stopped at an order meeting ExactOptions::lower: optimal
   ExactResult res_;
 };
 

@@ -24,6 +24,9 @@ struct ExactOptions {
   double budget_s = 60;
   // A known feasible makespan (0: none): the search looks only for something strictly better.
   std::int64_t upper = 0;
+  // A bound no order beats, known from elsewhere (the memory bound; 0: none): an order that
+  // reaches it is optimal, and the search stops there, proven, where it went on to its cap.
+  std::int64_t lower = 0;
   std::function<void(std::int64_t nodes, std::int64_t best)> progress;  // every 2^20 nodes
   // Non-zero (a signal's number): stop as when the budget is spent (null: no such flag).
   const std::atomic<int>* stop = nullptr;
