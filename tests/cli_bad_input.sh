@@ -47,6 +47,11 @@ check "--max-pending-w: caps the deferred W tasks of a split backward; --split-b
 check "--pp: 2 is given twice; each value is a dimension of the grid" sweep --pp 2,2
 check "--workloads: '' names nothing; give a value" sweep --workloads ''
 check "--hints: bf is given twice" sweep --hints bf,bfw,bf
+check "--hints: unknown hint 'bfx' (expected one of gpipe, 1f1b, interleaved-1f1b, bfs, zb-h1, zb-h2, zb-v, bf, fb, b-priority, f-priority, bfw, adaptive)" sweep --hints bfx
+# A flag of another command, or a stray value: the first word not taken, by name (CLI11 listed
+# them all, in reverse: "not expected: 2 --vpp").
+check "--vpp: rrfp sweep has no such flag (rrfp sweep --help lists its flags)" sweep --pp 2 --vpp 2
+check "'extra': rrfp schedule show takes no such value" schedule show --pp 2 extra
 check "--tp-protocol: expected leader or agree, got 'none'" sweep --tp-protocol none
 # sweep runs one chunk per stage and has no --vpp: the interleaved hints failed the first point
 # with "needs --vpp 2 or more", naming a flag sweep does not take.

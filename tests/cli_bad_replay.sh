@@ -28,6 +28,10 @@ printf '{"traceEvents": [{"ph": "X", "name": "forward-compute", "tid": 0, "ts": 
 check 'meg.json: event 1 (forward-compute): args lack "iteration" or "step"' predict "$tmp/meg.json"
 printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1\n0,0,0,B,1\n' >"$tmp/nostep.csv"
 check 'nostep.csv holds one step (no "step" column)' simulate --replay "$tmp/nostep.csv" --pp 1 -m 1 --step 1
+# A replay draws nothing without jitter: its seed was taken, shown, and changed nothing.
+check "--seed: a --replay's durations are measured, and nothing is drawn to seed" \
+  simulate --replay "$tmp/nostep.csv" --pp 1 -m 1 --seed 5
+check "--seed: a --replay's durations are measured" plan --replay "$tmp/nostep.csv" --pp 1 -m 1 --seed 5
 check "--message-us: must be a number in [0, 1e+09], got -1" predict "$data/torch-pp2" --message-us -1
 # NaN passes a range check: it was blamed on the workload ("lower the workload's times"), and
 # with a CSV taken as no latency at all.
@@ -126,8 +130,8 @@ check "10 chunks on 3 stages (chunk 9 first at $tmp/oob.json: event $(cat "$tmp/
 # start, which holds the TP ranks' skew: the replays came out 1.1-4% long. (The replay takes no
 # --workload: the trace times its collectives and coordination, and no preset but jitter applies.)
 for flags in "--policy fixed --hint 1f1b" "--hint bf --comm blocking"; do
-  tp=(--pp 4 -m 4 --tp 2 --seed 3 $flags)
-  "$rrfp" simulate "${tp[@]}" --workload uniform --trace "$tmp/tp.json" --json "$tmp/tp-sim.json" >/dev/null &&
+  tp=(--pp 4 -m 4 --tp 2 $flags)
+  "$rrfp" simulate "${tp[@]}" --seed 3 --workload uniform --trace "$tmp/tp.json" --json "$tmp/tp-sim.json" >/dev/null &&
     "$rrfp" simulate "${tp[@]}" --replay "$tmp/tp.json" --json "$tmp/tp-replay.json" >/dev/null ||
     { echo "FAIL: simulate ${tp[*]} and its replay"; fails=$((fails + 1)); }
   a=$(grep -m1 '"makespan_ms"' "$tmp/tp-sim.json") b=$(grep -m1 '"makespan_ms"' "$tmp/tp-replay.json")

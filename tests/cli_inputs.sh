@@ -190,6 +190,13 @@ check "px.txt:1: header field pp=x is not a whole number" schedule check px.txt 
 printf 'rrfp-hint 1 pp=2 vpp=1 microbatches=0 placement=loop split=0\nstage 0: F0:0 B0:0\n' >p0.txt
 check "p0.txt:1: header field microbatches=0 is not a whole number from 1 to 50000000" \
   schedule check p0.txt --pp 2 -m 2
+# The split is the header field whose flag has another name: "split=0" named no flag.
+printf 'rrfp-hint 1 pp=2 vpp=1 microbatches=2 placement=loop split=1\nstage 0: F0:0 B0:0 W0:0\n' >s1.txt
+check "s1.txt:1: hint was written for split=1 but the run has split=0 (--split-backward off)" \
+  schedule check s1.txt --pp 2 -m 2 --split-backward off
+printf '{"format":"rrfp-hint","version":1,"pp":2,"split_backward":true}' >s1.json
+check "s1.json: hint was written for split_backward=true but the run has split_backward=false (--split-backward off)" \
+  schedule check s1.json --pp 2 -m 2 --split-backward off
 printf '{"format":"rrfp-hint","version":1,"pp":"2"}' >ns.json
 check "ns.json: \"pp\" must be a whole number from 1 to 50000000, got \"2\"" schedule check ns.json --pp 2 -m 2
 # Nor a number that is no shape: 2.5 was told the run has pp=2.

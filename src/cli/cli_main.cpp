@@ -95,6 +95,26 @@ std::string not_converted(CLI::App& app, const std::string& what) {
          (sub == &app ? std::string() : sub->get_name() + " ") + "--help says what it takes)";
 }
 
+// CLI11's "The following arguments were not expected: 2 --vpp" (the words in reverse) as the
+// first word no flag took, named as a flag the command lacks or a value none takes.
+std::string not_expected(CLI::App& app, const std::string& what) {
+  const std::vector<std::string> extra = app.remaining(true);  // in the order given
+  if (extra.empty()) return what;
+  const CLI::App* at = &app;
+  while (!at->get_subcommands().empty())
+    at = at->get_subcommands().back();
+  std::string command;
+  for (const CLI::App* a = at; a != nullptr && a != &app; a = a->get_parent())
+    command = " " + a->get_name() + command;
+  command = "rrfp" + command;
+  const std::string& word = extra.front();
+  if (word.size() > 1 && word.front() == '-')
+    return printable(word.substr(0, word.find('=')), 40) + ": " + command + " has no such flag (" +
+           command + " --help lists its flags)";
+  return "'" + printable(word, 40) + "': " + command + " takes no such value (" + command +
+         " --help lists what it takes)";
+}
+
 // CLI11's "--pp: At Most 1 required but received 2" for a flag given twice, in words.
 std::string given_twice(const std::string& what) {
   const std::string says = ": At Most 1 required but received ";
@@ -174,7 +194,9 @@ int cli_main(int argc, char** argv) {
     const std::string name = e.get_name();
     print_line("rrfp: error: " + (name == "ConversionError"    ? not_converted(app, e.what())
                                   : name == "ArgumentMismatch" ? given_twice(e.what())
-                                                               : one_line(e.what())));
+                                  : dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr
+                                      ? not_expected(app, e.what())
+                                      : one_line(e.what())));
     return 2;
   } catch (const InputError& e) {
     print_input_error(e);

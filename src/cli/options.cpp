@@ -268,7 +268,8 @@ void add_workload_flags(CLI::App* app, WorkloadFlags& f) {
     app->get_option(flag)->needs(replay);
   app->add_option("--seed", f.seed, "seed of every random duration")
       ->check(seed_value())
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([&f](const std::string&) { f.seed_given = true; });
 }
 
 CLI::Option* add_transport_flag(CLI::App* app, TransportKind& kind,

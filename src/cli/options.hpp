@@ -77,7 +77,8 @@ struct WorkloadFlags {
   bool workload_given = false;
   std::string workload_file, replay;
   std::uint64_t seed = 1;
-  TraceOptions trace;  // how --replay reads a trace: --trace-format --step --message-us
+  bool seed_given = false;  // with --replay it needs a draw to seed (make_scenario)
+  TraceOptions trace;       // how --replay reads a trace: --trace-format --step --message-us
 };
 
 // {path, flag} pairs: files a command writes or reads, each with the flag that names it.

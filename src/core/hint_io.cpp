@@ -57,9 +57,13 @@ void check_header(std::string_view line, const WorkModel& m, const std::string& 
         (val.size() > 8 || std::stoll(val) < 1 || std::stoll(val) > kMaxChunkMicrobatches))
       throw HintError(where + ": header field " + key + "=" + printable(val) +
                       " is not a whole number from 1 to " + std::to_string(kMaxChunkMicrobatches));
+    // The split is the one field whose option has another name: "split=0" named no flag.
     if (val != want)
       throw HintError(where + ": hint was written for " + key + "=" + printable(val) +
-                      " but the run has " + key + "=" + want);
+                      " but the run has " + key + "=" + want +
+                      (key == "split"
+                           ? std::string(" (`split_backward` ") + (want == "1" ? "on)" : "off)")
+                           : ""));
   }
 }
 
@@ -195,7 +199,10 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
         throw HintError(origin + ": \"" + key + "\" must be true or false, got " + brief(j[key]));
       if (j.contains(key) && j[key] != want)
         throw HintError(origin + ": hint was written for " + key + "=" + brief(j[key]) +
-                        " but the run has " + key + "=" + want.dump());
+                        " but the run has " + key + "=" + want.dump() +
+                        (want.is_boolean()
+                             ? std::string(" (`") + key + "` " + (want.get<bool>() ? "on)" : "off)")
+                             : ""));
     };
     check("pp", c.pp);
     check("vpp", c.vpp);
