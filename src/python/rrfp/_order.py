@@ -165,9 +165,10 @@ def check_state_kept(ordered_forwards, chunks, core, loss_fn):
     """Each step, as it is set up: a stateful module added since the pipeline was built, which
     then found none and ordered no forwards, is refused (its statistics came out in the
     schedule's order, silently), and so is one that several chunks share now (two stages
-    updated it at once)."""
+    updated it at once). Returns the stateful modules found (_found_state), None where
+    ordered_forwards=False leaves them unlooked for."""
     if ordered_forwards is False:
-        return
+        return None
     found = _found_state(ordered_forwards, chunks, loss_fn)
     if found and not core.ordered_forwards:
         m, users = next(iter(found.values()))
@@ -176,6 +177,7 @@ def check_state_kept(ordered_forwards, chunks, core, loss_fn):
             "state, added after the pipeline was built, which found none and so keeps no "
             "order of forwards: its statistics would come out in the schedule's order, not a "
             "plain loop's; build the pipeline after adding it, or pass ordered_forwards=True")
+    return found
 
 
 class StateWatch:
@@ -192,17 +194,24 @@ class StateWatch:
 
     def __init__(self, modules):
         self.modules = modules
-        self.watched = {}  # chunk: the states (_state) watched through a step's backward tasks
+        self.watched = {}  # chunk: the states (begin_step's) watched through a step's backward
         self.said = set()  # chunks warned about: watched no more
         self.watch, self.states = {}, {}  # this step's: chunk -> buffers, chunk -> its state
         self.backed = set()  # chunks that ran a watched backward task this step
 
-    def begin_step(self):
+    def begin_step(self, found, evaluating):
+        """`found`: the step's stateful modules (check_state_kept's, walked once for the whole
+        pipeline), or None to find this stage's; `evaluating`: an eval_step, which watches
+        nothing (it runs no backward)."""
         self.backed, self.watch, self.states = set(), {}, {}
-        for c, m in self.modules.items():
+        if evaluating or not self.modules.keys() - self.said:
+            return
+        if found is None:
+            found = stateful_modules(self.modules)
+        for c in self.modules:
             if c in self.said:
                 continue
-            mods = [s for s, _ in stateful_modules({c: m}).values()]
+            mods = [s for s, users in found.values() if c in users]
             bufs = [b for s in mods for b in s.buffers(recurse=False)]
             state = tuple((id(s), s.training) for s in mods) + tuple(id(b) for b in bufs)
             if bufs and state not in self.watched.get(c, ()):

@@ -214,7 +214,7 @@ def watch_draws(data, training, stages, chunks):
 def _drawing(chunks):
     """The modules in training mode, as (id, whether it is a dropout whose p is 0): what
     could draw, a dropout module at p=0 told apart, since it draws nothing until p is raised.
-    Walked by hand, each step: 0.3 us a module, where Module.modules()'s generators took 0.5."""
+    Walked by hand, each step: 0.6x the time of Module.modules()'s generators."""
     out, seen, todo = set(), set(), list(chunks.values())
     while todo:
         m = todo.pop()

@@ -93,7 +93,7 @@ class StageRunner:
 
     def begin_step(self, step):
         self.work = {}
-        self.state.begin_step()
+        self.state.begin_step(self.data.stateful, self.data.eval)
 
     def end_step(self, step):
         self.work = {}  # frees what a failed step left

@@ -35,7 +35,8 @@ def set_up_step(pipe):
         pipe._wrappers_checked = True
     for r in pipe._runners:
         r.refresh_params()
-    check_state_kept(pipe._ordered_arg, pipe.chunks, pipe._core, pipe._data.loss_fn)
+    pipe._data.stateful = check_state_kept(pipe._ordered_arg, pipe.chunks, pipe._core,
+                                           pipe._data.loss_fn)
     claim_parameters(pipe)  # refused while another pipeline's step trains one
     # The model's tensors before the forwards replace any attribute (foreign_leaves).
     pipe._data.known = ModelTensors(pipe._data)

@@ -30,6 +30,9 @@ class StepData:
         self.model = None
         self.known = None
         self.made = MadeGrads()  # the gradients of leaves a forward made, by microbatch
+        # The step's stateful modules (rrfp._order.check_state_kept: {id: (module, users)}), or
+        # None where ordered_forwards=False left them unfound: what StateWatch watches.
+        self.stateful = None
         # An evaluation step (Pipeline.eval_step): forwards under no_grad, the last chunk's
         # outputs kept by microbatch, and backward tasks that do nothing.
         self.eval = False
