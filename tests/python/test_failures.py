@@ -269,6 +269,23 @@ def test_batches_that_do_not_split_evenly_or_match_are_refused():
     pipe.step([torch.randint(0, 64, (2, 8))] * 4, torch.randint(0, 64, (8, 8)))  # rows agree
 
 
+def test_a_microbatch_that_cannot_be_pickled_is_still_checked():
+    # A lambda in a microbatch's dict made its tensors unfound: 1-row inputs then trained
+    # against 2-row targets, broadcast by the loss, without a word.
+    class First(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+
+        def forward(self, mb):
+            return self.l(mb["x"])
+    pipe = rrfp.Pipeline([First(), nn.Linear(4, 4)], lambda o, t: ((o - t) ** 2).mean(), pp=2,
+                         microbatches=2, timeout=60)
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    with pytest.raises(ValueError, match="rows"):
+        pipe.step([{"x": x[:1], "t": lambda: 0}, {"x": x[1:2], "t": lambda: 0}], y)
+
+
 class Masked(nn.Module):
     def __init__(self):
         super().__init__()

@@ -77,10 +77,23 @@ def test_misuse_is_refused():
     (dict(growth_interval=True), TypeError, "growth_interval"),
     (dict(growth_interval=2**63), ValueError, "growth_interval"),
     (dict(enabled=1), TypeError, "enabled"),
+    # A whole number past a double's range: float() raised OverflowError.
+    (dict(init_scale=10**400), ValueError, "init_scale"),
+    (dict(growth_factor=10**400), ValueError, "growth_factor"),
 ])
 def test_bad_settings_name_themselves(kw, error, words):
     with pytest.raises(error, match=words):
         rrfp.GradScaler(**kw)
+
+
+def test_numpy_scalars_are_numbers_here_as_in_counts():
+    # Refused as "a number, got float32" where every count took NumPy integers.
+    np = pytest.importorskip("numpy")
+    scaler = rrfp.GradScaler(init_scale=np.float32(2.0), growth_interval=np.int64(3))
+    assert scaler.get_scale() == 2.0 and scaler.get_growth_interval() == 3
+    with pytest.raises(ValueError, match="scale"):
+        scaler.load_state_dict({"scale": 10**400, "growth_factor": 2.0, "backoff_factor": 0.5,
+                                "growth_interval": 3, "_growth_tracker": 0})
 
 
 def test_one_scaler_a_pipeline():

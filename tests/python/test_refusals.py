@@ -3,6 +3,7 @@ fails the step as autograd refuses it, before any .grad changes; a load, save, c
 evaluation while a step runs raises RuntimeError at once; a constructor argument of the wrong
 type raises TypeError, one out of range ValueError, each naming the argument."""
 import math
+import os
 import pathlib
 import threading
 
@@ -242,6 +243,17 @@ def test_a_hint_file_given_as_a_path(tmp_path):
     pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2,
                          hint=pathlib.Path(hint), policy="fixed")
     assert torch.equal(pipe.step(xs, ys), lm.reference_step(lm.chunks(2), xs, ys))
+    # A path object of a bare name names the file, even one named as a schedule: the file
+    # `gpipe`, written for 2 microbatches, was ignored for the built-in gpipe.
+    (tmp_path / "gpipe").write_text(hint.read_text())
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        with pytest.raises(ValueError, match="written for microbatches=2"):
+            rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4,
+                          hint=pathlib.Path("gpipe"), policy="fixed")
+    finally:
+        os.chdir(cwd)
 
 
 def test_a_tensor_with_no_data_between_chunks_fails_its_producers_task_in_one_line():
@@ -280,3 +292,14 @@ def test_each_refusal_names_its_argument_and_says_the_truth(tmp_path):
         rrfp.split(nn.Sequential(), chunks=1)
     with pytest.raises(FileNotFoundError, match="no such folder"):
         pipe.load(str(tmp_path / "nothing"))
+
+
+def test_an_empty_output_path_and_a_strict_of_no_bool_are_refused():
+    # '' failed renaming a temporary made in '.', and strict="no" was taken as true.
+    rec = rrfp.simulate(pp=2, microbatches=2)
+    for save in (rec.save_trace, rec.save_svg):
+        with pytest.raises(ValueError, match="path: '' names nothing"):
+            save("")
+    pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2)
+    with pytest.raises(TypeError, match="strict must be True or False, got str 'no'"):
+        pipe.load_state_dict(pipe.state_dict(), strict="no")

@@ -4,6 +4,7 @@ The C++ core checks the values of its names (an unknown hint, placement, ...) in
 what it could not take at all (None for a name, a whole number past a C int) reached pybind,
 whose TypeError listed the constructor's signature and named no argument."""
 import math
+import numbers
 import operator
 import os
 import sys
@@ -40,8 +41,19 @@ def whole_index(value):
 
 
 def is_number(value):
-    """Whether `value` is an int or a float, and not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """Whether `value` is a real number of any kind (an int, a float, a NumPy scalar), and not
+    a bool of any kind: `timeout=np.int64(5)` was refused as "got int64", where counts took it."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and \
+        str(getattr(value, "dtype", "")) != "bool"
+
+
+def as_real(name, value, takes):
+    """float(value) of a real number; a whole number past a double's range raises ValueError
+    naming `name` and what it `takes` (float() raised OverflowError, which no caller expects)."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{name}: {takes}, got a whole number past a double's range") from None
 
 
 def _kind(value):
@@ -65,12 +77,18 @@ HINT_TAKES = "a schedule's name or rule (rrfp.hint_names()) or a hint file's pat
 
 def path_or_name(name, value, takes):
     """`value`, the argument `name` (a name, or a file's path: `takes` says which), as the core
-    takes a string: a path object becomes its str, and a str that UTF-8 cannot encode (a file
-    name of other bytes, which os.listdir gives with surrogate escapes) the bytes it stands
-    for, which the core opens as they are; anything else raises TypeError. pybind refused both
-    with its signature, naming no argument."""
+    takes a string: a path object becomes its str (./ before a bare name: it names a file),
+    and a str that UTF-8 cannot encode (a file name of other bytes, which os.listdir gives
+    with surrogate escapes) the bytes it stands for, which the core opens as they are;
+    anything else raises TypeError. pybind refused both with its signature, naming no
+    argument."""
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
+        # A path object names a file: Path("gpipe") became "gpipe", which the core read as the
+        # built-in schedule of that name, the file beside it ignored.
+        here = b"./" if isinstance(value, bytes) else "./"
+        if here[1:] not in value:
+            value = here + value
     if isinstance(value, bytes):
         return value
     if not isinstance(value, str):

@@ -102,6 +102,9 @@ def _real(name, value):
                         f"{type(value).__name__} {value!r}")
     try:
         return float(value)
+    except OverflowError:  # a whole number past a double's
+        raise ValueError(f"clip_grad_norm_: {name} must be a real number within a double's "
+                         "range, got a whole number past it") from None
     except (TypeError, ValueError, RuntimeError):
         raise TypeError(f"clip_grad_norm_: {name} must be a real number, got "
                         f"{type(value).__name__}") from None

@@ -4,13 +4,13 @@ import math
 
 import torch
 
-from ._args import is_number, is_whole
+from ._args import as_real, is_number, whole_index
 
 
 def positive(name, value, low, high, interval):
     if not is_number(value):
         raise TypeError(f"{name}: a number, got {type(value).__name__}")
-    value = float(value)
+    value = as_real(name, value, f"must be in {interval}")
     if not (math.isfinite(value) and low < value < high):
         raise ValueError(f"{name}: must be in {interval}, got {value!r}")
     return value
@@ -22,8 +22,10 @@ _INT64_MAX = (1 << 63) - 1  # torch's scaler keeps the interval and the count as
 def _whole(name, value, low):
     """A whole number in low..2**63-1: TypeError for another type (2.0, True), as _positive
     raises for what is no number, ValueError out of range."""
-    if not is_whole(value):
+    whole = whole_index(value)  # a NumPy integer too
+    if whole is None:
         raise TypeError(f"{name}: a whole number (int), got {type(value).__name__} {value!r}")
+    value = whole
     if not low <= value <= _INT64_MAX:
         raise ValueError(f"{name}: a whole number in {low}..2**63-1, got {value!r}")
     return value
@@ -54,7 +56,7 @@ def _loaded_scale(value):
     value = _number("scale", value)
     if not is_number(value):
         raise TypeError(f"scale: a number, got {type(value).__name__}")
-    value = float(value)
+    value = as_real("scale", value, "must be in [0, 3.4e38] (a finite float32)")
     if not (math.isfinite(value) and value >= 0.0):
         raise ValueError(f"scale: must be in [0, 3.4e38] (a finite float32; below 2**-126 it "
                          f"loads as 2**-126), got {value!r}")
@@ -94,7 +96,7 @@ def checked_state(state):
 def as_float32(name, value):
     """The float32 value of a Python number: the scale is a float32, as torch's is, and at
     least MIN_SCALE (a smaller one's reciprocal is inf or loses bits)."""
-    f = float(torch.tensor(value, dtype=torch.float32))
+    f = float(torch.tensor(as_real(name, value, "a finite float32"), dtype=torch.float32))
     if not (math.isfinite(f) and f >= MIN_SCALE):
         raise ValueError(f"{name}: a finite float32 of at least 2**-126 (the smallest normal "
                          f"float32), got {value!r}")

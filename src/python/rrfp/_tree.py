@@ -12,6 +12,7 @@ import io
 import pickle
 
 import torch
+import torch.utils._pytree as _pytree
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -99,14 +100,16 @@ def unpack(structure, tensors):
 
 
 def tensors_in(obj):
-    """Every tensor in `obj`, wherever it sits (as pack finds them); [] where obj cannot be
-    pickled."""
+    """Every tensor in `obj`, wherever it sits (as pack finds them); where obj cannot be
+    pickled (a lambda, a lock in it), those pytree's walk opens (tuples, lists, dicts, named
+    tuples), as to_device finds them. [] there switched off the step's checks of the batch:
+    its rows, its tensors that want a gradient, and the digest the processes compare."""
     if isinstance(obj, torch.Tensor):
         return [obj]
     try:
         return pack(obj, "", plain_only=False)[1]
     except TypeError:  # pack's refusal of what cannot be pickled
-        return []
+        return [x for x in _pytree.tree_flatten(obj)[0] if isinstance(x, torch.Tensor)]
 
 
 def pack_grads(grads):

@@ -269,6 +269,9 @@ class Pipeline:
         if not isinstance(state, Mapping):  # it failed on state.items(), naming nothing
             raise TypeError(f"load_state_dict: state must be a mapping of names to tensors (a "
                             f"state_dict()), got {type(state).__name__}")
+        if not isinstance(strict, bool):  # "no" was taken as true
+            raise TypeError(f"load_state_dict: strict must be True or False, got "
+                            f"{type(strict).__name__} {strict!r}")
         with self._one_call("load_state_dict"):
             state = one_value_per_tie(self._ties, self.chunks, state, self._data.model)
             return checkpoint.load_model_state(self.chunks, self._core.chunks, state, strict)

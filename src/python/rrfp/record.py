@@ -7,6 +7,15 @@ from ._args import path_or_name
 _PATH = "a file's path (str or a path object)"
 
 
+def _output_path(path):
+    """path_or_name's of a file to write; '' (an unset variable's) raises ValueError, as the
+    other paths refuse it: it failed renaming a temporary made in '.'."""
+    path = path_or_name("path", path, _PATH)
+    if path in ("", b""):
+        raise ValueError("path: '' names nothing (an unset variable?); give a file's path")
+    return path
+
+
 class StepRecord:
     """One step: makespan, bubble, per-stage busy/blocked/idle, peak D, dispatch gap.
 
@@ -47,10 +56,10 @@ class StepRecord:
         return json.loads(self._core.json())
 
     def save_trace(self, path):
-        self._core.save_trace(path_or_name("path", path, _PATH))
+        self._core.save_trace(_output_path(path))
 
     def save_svg(self, path):
-        self._core.save_svg(path_or_name("path", path, _PATH))
+        self._core.save_svg(_output_path(path))
 
     def __repr__(self):
         return repr(self._core)
