@@ -70,12 +70,7 @@ Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
   sc.seed = load.seed;
   sc.tp = checked_tp(dispatch.tp);
   refuse_replaced_workload(sc, load.workload_given ? load.workload : "", load.workload_file, true);
-  // A replay's durations are measured: only jitter on top of them draws. A seed without it
-  // was taken, shown in the header, and changed nothing.
-  if (load.seed_given && !load.replay.empty() && !(sc.workload.jitter.p > 0))
-    throw InputError(
-        "--seed: a --replay's durations are measured, and nothing is drawn to seed; it seeds "
-        "the jitter a --workload jitter:J1..J3 (or a --workload-file's jitter) adds on top");
+  refuse_unused_seed(sc, load.seed_given);
   sc.tp_protocol = parse_tp_protocol(dispatch.tp_protocol);
   sc.limit = dispatch.limit;
   sc.max_pending_w = dispatch.max_pending_w;

@@ -44,7 +44,7 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
                           int max_pending_w, const std::string& comm, std::uint64_t seed, int tp,
                           const std::string& tp_protocol, const std::string& ordered_forwards,
                           int step, const std::string& trace_format, double message_us,
-                          bool workload_given) {
+                          bool workload_given, bool seed_given) {
   Scenario sc;
   sc.cfg = make_config(pp, vpp, microbatches, placement, "off", hint);  // split: per run
   if (ordered_forwards != "auto" && ordered_forwards != "on" && ordered_forwards != "off")
@@ -68,6 +68,7 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
   sc.replay_path = replay;
   sc.seed = seed;
   refuse_replaced_workload(sc, workload_given ? workload : "", workload_file, false);
+  refuse_unused_seed(sc, seed_given);
   sc.limit = limit;
   sc.max_pending_w = max_pending_w;
   RunSpec spec;
@@ -174,7 +175,7 @@ void bind_tools(pyb::module_& m) {
         pyb::arg("comm") = "async", pyb::arg("seed") = 1, pyb::arg("tp") = 1,
         pyb::arg("tp_protocol") = "leader", pyb::arg("ordered_forwards") = "auto",
         pyb::arg("step") = -1, pyb::arg("trace_format") = "auto", pyb::arg("message_us") = -1.0,
-        pyb::arg("workload_given") = false,
+        pyb::arg("workload_given") = false, pyb::arg("seed_given") = false,
         "Simulates one step (as `rrfp simulate`) and returns its StepRecord.");
   m.def("schedule", &schedule, pyb::kw_only(), pyb::arg("hint") = "1f1b", pyb::arg("pp") = 4,
         pyb::arg("vpp") = 1, pyb::arg("microbatches") = 8, pyb::arg("placement") = "loop",

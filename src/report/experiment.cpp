@@ -82,6 +82,13 @@ PipelineConfig config_for(const Scenario& sc, const RunSpec& spec) {
 // taken and changed nothing. Its jitter applies on top, and with TP its collective's and
 // coordination's latencies where the trace has none. A workload file is held to the same rule
 // (it was taken and ignored where the preset was refused).
+void refuse_unused_seed(const Scenario& sc, bool seed_given) {
+  if (!seed_given || sc.replay_path.empty() || sc.workload.jitter.p > 0) return;
+  throw InputError(
+      "`seed`: a `replay`'s durations are measured, and nothing is drawn to seed; it seeds the "
+      "jitter a `workload` jitter:J1..J3 (or a `workload_file`'s jitter) adds on top");
+}
+
 void refuse_replaced_workload(const Scenario& sc, const std::string& preset_given,
                               const std::string& workload_file, bool flags) {
   if (sc.replay_path.empty()) return;

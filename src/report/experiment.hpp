@@ -86,5 +86,8 @@ void check_spec(const Scenario& sc, const RunSpec& spec);
 // keywords.
 void refuse_replaced_workload(const Scenario& sc, const std::string& preset_given,
                               const std::string& workload_file, bool flags);
+// A seed given for a replay that draws nothing (no jitter on top of its measured durations):
+// InputError naming `seed`. It was taken, shown in the header, and changed nothing.
+void refuse_unused_seed(const Scenario& sc, bool seed_given);
 
 }  // namespace rrfp

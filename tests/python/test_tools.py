@@ -177,6 +177,12 @@ def test_a_replay_refuses_what_it_would_ignore_as_the_command_does(tmp_path):
                                          "applies .* got 'language'"):
         adaptive(replay=path, workload="language")
     assert adaptive(replay=path, workload="jitter:J2") != adaptive(replay=path)
+    # A seed without jitter to seed was taken and changed nothing; with jitter it draws.
+    with pytest.raises(ValueError, match="`seed`: a `replay`'s durations are measured, and "
+                                         "nothing is drawn to seed"):
+        adaptive(replay=path, seed=7)
+    assert adaptive(replay=path, workload="jitter:J2", seed=7) != \
+        adaptive(replay=path, workload="jitter:J2", seed=8)
     wf = tmp_path / "w.json"
     wf.write_text('{"forward_us": 500}')
     with pytest.raises(ValueError, match="`workload_file`: with `replay` .* also sets "
@@ -206,7 +212,7 @@ def test_the_keywords_checked_are_the_functions_own(name):
     # be added or dropped there too, or it is refused (or reaches pybind's signature dump).
     from rrfp import _rrfp
     signature = getattr(_rrfp, name).__doc__.splitlines()[0]
-    bound = set(re.findall(r"(\w+): ", signature)) - {"workload_given"}  # the wrapper's own
+    bound = set(re.findall(r"(\w+): ", signature)) - {"workload_given", "seed_given"}  # its own
     listed = set(getattr(rrfp, f"_{name.upper()}_KEYWORDS"))
     assert bound == listed
 

@@ -30,7 +30,7 @@ def simulate(**kwargs):
     `message_us`: the latency of every message the replayed trace does not time, in 0..1e9 us
     (None, the default: a trace's seen from when the consumers started, a CSV's 0). With a
     replay only a jitter workload applies (a `workload` of another preset, or a
-    `workload_file`, raises ValueError, as the command refuses them). A keyword it does not
+    `workload_file`, raises ValueError, as the command refuses them), and `seed` only with it. A keyword it does not
     take raises TypeError naming it. A count that is no whole number (an int or a NumPy
     integer) raises TypeError (True included: pybind took it as 1), one past what the core
     takes ValueError, each naming the argument; so do names and paths of another type (a path
@@ -43,6 +43,7 @@ def simulate(**kwargs):
 
     _check_keywords("simulate", kwargs, _SIMULATE_KEYWORDS)
     kwargs["workload_given"] = "workload" in kwargs
+    kwargs["seed_given"] = "seed" in kwargs
     for name in ("limit", "max_pending_w"):
         if name in kwargs and kwargs[name] is None:  # Pipeline's default, and 0 the command's
             kwargs[name] = 0
