@@ -52,6 +52,9 @@ check "--hints: unknown hint 'bfx' (expected one of gpipe, 1f1b, interleaved-1f1
 # them all, in reverse: "not expected: 2 --vpp").
 check "--vpp: rrfp sweep has no such flag (rrfp sweep --help lists its flags)" sweep --pp 2 --vpp 2
 check "'extra': rrfp schedule show takes no such value" schedule show --pp 2 extra
+check "--pp: a flag of rrfp plan, given before its name; give it after \`plan\`" --pp 2 plan
+check "'-m': rrfp plan takes no such value" plan --pp 2 -- -m 3
+check "'-3': rrfp simulate takes no such value" simulate --pp 2 -m 4 --limit 2 -3
 check "--tp-protocol: expected leader or agree, got 'none'" sweep --tp-protocol none
 # sweep runs one chunk per stage and has no --vpp: the interleaved hints failed the first point
 # with "needs --vpp 2 or more", naming a flag sweep does not take.

@@ -137,6 +137,10 @@ check "--out: '$tmp/out' (where stdout goes) is for --json only" plan --pp 2 -m 
 check "--csv: '/dev/stdout' (where stdout goes) is not taken" \
   sweep --pp 2 --mb-factors 1 --seeds 1 --csv /dev/stdout
 check "--out: '/dev/stdout' (where stdout goes) is not taken" schedule show --out /dev/stdout
+# With the JSON on stdout the report's lines go to stderr: an output there took them in
+# (check sends stderr to $tmp/err).
+check "--out: '$tmp/err' (where stderr goes) takes the report's lines" \
+  plan --pp 2 -m 4 --json - --out "$tmp/err"
 # train writes a folder of files: '-' made a folder named "-" (checked below), refused in rrfp
 # before rrfp-train is run, so in every build.
 check "--out: '-' (stdout) is not taken: train writes its files" train --steps 1 --out -

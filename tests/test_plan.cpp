@@ -283,5 +283,37 @@ TEST(Plan, ExactSaysWhatStoppedIt) {
   EXPECT_EQ(done.stopped_by, ExactStop::None);
 }
 
+// A bound known to hold for every order (ExactOptions::lower) stops the search at the first
+// order that meets it, proven: it went on to its cap or budget. Given the optimum itself as
+// the bound, the search finds that optimum in fewer nodes than the full enumeration needs; given
+// a bound the start already meets, it searches nothing.
+TEST(Plan, ExactStopsAtAnOrderThatMeetsAKnownBound) {
+  const Solved s = setup({3, 3, false, "language", 0, 2});
+  const ExactResult full = solve_exactly(s.problem);
+  ASSERT_TRUE(full.proven);
+  EXPECT_FALSE(full.met_lower);
+  ExactOptions eo;
+  eo.max_nodes = 3'000'000;
+  eo.budget_s = 600;
+  eo.lower = full.makespan;
+  const ExactResult early = exact_schedule(s.problem, eo);
+  EXPECT_TRUE(early.proven);
+  EXPECT_TRUE(early.met_lower);
+  EXPECT_EQ(early.makespan, full.makespan);
+  EXPECT_TRUE(early.found);
+  EXPECT_LT(early.nodes, full.nodes);
+  eo.upper = full.makespan;  // a start that meets the bound: nothing to search
+  const ExactResult none = exact_schedule(s.problem, eo);
+  EXPECT_TRUE(none.proven && none.met_lower);
+  EXPECT_FALSE(none.found);
+  EXPECT_EQ(none.nodes, 0);
+  eo.lower = full.makespan - 1;  // a bound below the optimum proves nothing early
+  eo.upper = 0;
+  const ExactResult below = exact_schedule(s.problem, eo);
+  EXPECT_TRUE(below.proven);
+  EXPECT_FALSE(below.met_lower);
+  EXPECT_EQ(below.nodes, full.nodes);
+}
+
 }  // namespace
 }  // namespace rrfp::test

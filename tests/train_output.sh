@@ -61,7 +61,7 @@ grep -q "writing '$tmp/fsize/loss.csv' failed: File too large" "$tmp/fsize.err" 
   fail "--warmup 5: exit $?"
 want="rrfp train: warning: --warmup 5 is not below --steps 3: the learning rate only rises, to 0.0018 (--lr 0.003), and never decays towards its floor 0.0003"
 [ "$(cat "$tmp/w.err")" = "$want" ] || fail "--warmup 5 of 3 steps: '$(cat "$tmp/w.err")'"
-# One short of --steps: the decay's first step is its top, the last step's (no warning).
+# One short of --steps: the decay's first step is its top, the last step's: said.
 "$rrfp" train "${small[@]}" --steps 3 --warmup 2 --out "$tmp/w2" >/dev/null 2>"$tmp/w2.err" ||
   fail "--warmup 2: exit $?"
 want="rrfp train: warning: --warmup 2 leaves no step of --steps 3 past the peak: the learning rate rises to --lr 0.003 at the last step and never decays towards its floor 0.0003"

@@ -95,23 +95,50 @@ std::string not_converted(CLI::App& app, const std::string& what) {
          (sub == &app ? std::string() : sub->get_name() + " ") + "--help says what it takes)";
 }
 
+// "rrfp" and the names of the commands down to `at`.
+std::string command_path(const CLI::App& app, const CLI::App* at) {
+  std::string path;
+  for (; at != nullptr && at != &app; at = at->get_parent())
+    path = " " + at->get_name() + path;
+  return "rrfp" + path;
+}
+
 // CLI11's "The following arguments were not expected: 2 --vpp" (the words in reverse) as the
-// first word no flag took, named as a flag the command lacks or a value none takes.
-std::string not_expected(CLI::App& app, const std::string& what) {
-  const std::vector<std::string> extra = app.remaining(true);  // in the order given
-  if (extra.empty()) return what;
-  const CLI::App* at = &app;
-  while (!at->get_subcommands().empty())
-    at = at->get_subcommands().back();
-  std::string command;
-  for (const CLI::App* a = at; a != nullptr && a != &app; a = a->get_parent())
-    command = " " + a->get_name() + command;
-  command = "rrfp" + command;
-  const std::string& word = extra.front();
-  if (word.size() > 1 && word.front() == '-')
-    return printable(word.substr(0, word.find('=')), 40) + ": " + command + " has no such flag (" +
-           command + " --help lists its flags)";
-  return "'" + printable(word, 40) + "': " + command + " takes no such value (" + command +
+// first word no flag took, named where it was given: a flag of no command there, one of the
+// command given before the command's name, or a stray value (after `--`, or a negative number,
+// a word is a value).
+std::string not_expected(CLI::App& app, int argc, char** argv, const std::string& what) {
+  const CLI::App* owner = nullptr;  // the command whose own words hold the first one left
+  const CLI::App* last = &app;
+  std::string word;
+  for (const CLI::App* a = &app; a != nullptr;
+       a = a->get_subcommands().empty() ? nullptr : a->get_subcommands().back()) {
+    last = a;
+    if (owner == nullptr && !a->remaining(false).empty()) {
+      owner = a;
+      word = a->remaining(false).front();
+    }
+  }
+  if (owner == nullptr) return what;
+  char** const end = argv + argc;
+  char** const dashes =
+      std::find_if(argv + 1, end, [](const char* w) { return w == std::string("--"); });
+  const bool after_dashes = std::find(argv + 1, dashes, word) == dashes && dashes != end;
+  char* number_end = nullptr;
+  std::strtod(word.c_str(), &number_end);
+  const bool number = !word.empty() && number_end == word.c_str() + word.size();
+  const std::string command = command_path(app, owner);
+  if (word.size() > 1 && word.front() == '-' && !number && !after_dashes) {
+    const std::string flag = word.substr(0, word.find('='));
+    if (owner != last && last->get_option_no_throw(flag) != nullptr)
+      return printable(flag, 40) + ": a flag of " + command_path(app, last) +
+             ", given before its name; give it after `" + last->get_name() + "`";
+    return printable(flag, 40) + ": " + command + " has no such flag (" + command +
+           " --help lists its flags)";
+  }
+  // After `--` CLI11 leaves the words to the program, though they follow the last command.
+  const std::string taker = after_dashes ? command_path(app, last) : command;
+  return "'" + printable(word, 40) + "': " + taker + " takes no such value (" + taker +
          " --help lists what it takes)";
 }
 
@@ -195,7 +222,7 @@ int cli_main(int argc, char** argv) {
     print_line("rrfp: error: " + (name == "ConversionError"    ? not_converted(app, e.what())
                                   : name == "ArgumentMismatch" ? given_twice(e.what())
                                   : dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr
-                                      ? not_expected(app, e.what())
+                                      ? not_expected(app, argc, argv, e.what())
                                       : one_line(e.what())));
     return 2;
   } catch (const InputError& e) {

@@ -61,25 +61,33 @@ bool overwrites_input(const std::string& out, const std::string& in) {
   return fs::is_regular_file(in, ec) && fs::exists(out, ec) && fs::equivalent(out, in, ec) && !ec;
 }
 
-}  // namespace
-
-// Whether `path` is standard output: '-', or what descriptor 1 has open (/dev/stdout,
-// /dev/fd/1, the file stdout was sent to). A character device there (a terminal, /dev/null) is
-// stdout only as such a spelling: /dev/null named beside `>/dev/null` clobbers nothing.
-bool is_stdout(const std::string& path) {
-  if (path == "-") return true;
+// Whether `path` is what descriptor `fd` has open (/dev/stdout or /dev/fd/1 for 1, the file
+// it was sent to). A character device there (a terminal, /dev/null) counts only as such a
+// spelling: /dev/null named beside `>/dev/null` clobbers nothing.
+bool is_descriptor(const std::string& path, int fd, const char* dev_name) {
   struct stat named {
   }, held{};
-  if (::stat(path.c_str(), &named) != 0 || ::fstat(STDOUT_FILENO, &held) != 0 ||
-      named.st_dev != held.st_dev || named.st_ino != held.st_ino)
+  if (::stat(path.c_str(), &named) != 0 || ::fstat(fd, &held) != 0 || named.st_dev != held.st_dev ||
+      named.st_ino != held.st_ino)
     return false;
-  return !S_ISCHR(named.st_mode) || path == "/dev/stdout" || path == "/dev/fd/1" ||
-         path == "/proc/self/fd/1";
+  const std::string n = std::to_string(fd);
+  return !S_ISCHR(named.st_mode) || path == dev_name || path == "/dev/fd/" + n ||
+         path == "/proc/self/fd/" + n;
+}
+
+}  // namespace
+
+// Whether `path` is standard output: '-', or what descriptor 1 has open.
+bool is_stdout(const std::string& path) {
+  return path == "-" || is_descriptor(path, STDOUT_FILENO, "/dev/stdout");
 }
 
 void check_outputs(NamedPaths outputs, NamedPaths inputs) {
   const bool json = std::any_of(outputs.begin(), outputs.end(),
                                 [](const auto& o) { return std::string(o.second) == "--json"; });
+  const bool json_on_stdout = std::any_of(outputs.begin(), outputs.end(), [](const auto& o) {
+    return std::string(o.second) == "--json" && !o.first.empty() && is_stdout(o.first);
+  });
   for (const auto& [path, flag] : outputs) {
     // Only a JSON report goes to stdout, where the human lines then leave it: another output
     // given '-' wrote a file named "-" (predict --svg, sweep --csv, plan --out...). A command
@@ -93,6 +101,13 @@ void check_outputs(NamedPaths outputs, NamedPaths inputs) {
                              : "not taken (this command has no --json; stdout carries its "
                                "own lines)") +
                        "; give a file");
+    // With the JSON on stdout the human lines go to stderr: an output there took them in
+    // (`plan --json - --out h.txt 2>h.txt` wrote the report into the hint).
+    if (!path.empty() && std::string(flag) != "--json" && json_on_stdout &&
+        is_descriptor(path, STDERR_FILENO, "/dev/stderr"))
+      throw InputError(std::string(flag) + ": '" + path +
+                       "' (where stderr goes) takes the report's lines, which --json on "
+                       "stdout sends there; give a file");
     if (!path.empty() && path != "-")
       check_output_path(path, std::string(flag) + ": '" + path + "'");
   }

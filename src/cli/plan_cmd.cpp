@@ -139,7 +139,7 @@ Planned search_both(const PlanFlags& f, const PlanProblem& p, const ExactChoice&
 std::string exact_outcome(const PlanFlags& f, const ExactResult& e) {
   switch (e.stopped_by) {
     case ExactStop::None:
-      return "optimal (proven)";
+      return e.met_lower ? "optimal (it meets the lower bound)" : "optimal (proven)";
     case ExactStop::NodeCap:
       return "not proven: stopped at its cap of " + std::to_string(f.exact_nodes) +
              " nodes (--exact-nodes)";
@@ -274,7 +274,7 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
   // Where the exact search proved its order optimal, the gap to the bound is the bound's slack,
   // not room left for a better order: the line says which.
   // So is an order that meets the bound: "not proven" beside a gap of 0.0% read as a doubt.
-  const bool proven = best.ran_exact && best.exact.proven;
+  const bool proven = best.ran_exact && best.exact.proven && !best.exact.met_lower;
   human << line("best:   %.3f ms%s; lower bound %.3f ms (gap %.1f%%)\n", ms(makespan),
                 proven              ? ", optimal (proven by the exact search)"
                 : makespan <= bound ? ", optimal (it meets the lower bound)"

@@ -39,8 +39,12 @@ class BranchAndBound {
   ExactResult run() {
     res_.root_bound = bound();
     aborted_ = false;
-    if (best_ == kNone || best_ > opt_.lower) dfs(-1, -1, -1, g_.n);
+    if (best_ == kNone || best_ > opt_.lower)
+      dfs(-1, -1, -1, g_.n);
+    else
+      reached_lower_ = true;
     res_.proven = !aborted_ || reached_lower_;
+    res_.met_lower = reached_lower_;
     res_.makespan = best_ == kNone ? 0 : best_;
     res_.seconds = std::chrono::duration<double>(Clock::now() - t0_).count();
     return std::move(res_);

@@ -37,6 +37,9 @@ enum class ExactStop { None, NodeCap, Budget, Signal };
 
 struct ExactResult {
   bool proven = false;  // the search finished: `makespan` is the optimum
+  // Proven by ExactOptions::lower, not by the enumeration: `upper` already met it (nothing was
+  // searched), or an order found did.
+  bool met_lower = false;
   ExactStop stopped_by = ExactStop::None;
   std::int64_t makespan = 0;  // the best found (or `upper` when nothing better exists)
   bool found = false;         // `order` holds a schedule (false: `upper` was already optimal)
