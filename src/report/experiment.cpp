@@ -78,10 +78,6 @@ PipelineConfig config_for(const Scenario& sc, const RunSpec& spec) {
   return cfg;
 }
 
-// A replay's measured durations replace every drawn one: a preset's times and spreads were
-// taken and changed nothing. Its jitter applies on top, and with TP its collective's and
-// coordination's latencies where the trace has none. A workload file is held to the same rule
-// (it was taken and ignored where the preset was refused).
 void refuse_unused_seed(const Scenario& sc, bool seed_given) {
   if (!seed_given || sc.replay_path.empty() || sc.workload.jitter.p > 0) return;
   throw InputError(
@@ -89,6 +85,10 @@ void refuse_unused_seed(const Scenario& sc, bool seed_given) {
       "jitter a `workload` jitter:J1..J3 (or a `workload_file`'s jitter) adds on top");
 }
 
+// A replay's measured durations replace every drawn one: a preset's times and spreads were
+// taken and changed nothing. Its jitter applies on top, and with TP its collective's and
+// coordination's latencies where the trace has none. A workload file is held to the same rule
+// (it was taken and ignored where the preset was refused).
 void refuse_replaced_workload(const Scenario& sc, const std::string& preset_given,
                               const std::string& workload_file, bool flags) {
   if (sc.replay_path.empty()) return;
