@@ -191,9 +191,8 @@ def _states(gpu):
     return (cpu,) if gpu is None else (cpu, torch.cuda.get_rng_state(gpu))
 
 
-# The step data (StepData) of the unseeded pipelines whose first training step was watched:
-# each is watched once, so its later steps pay nothing.
-# StepData -> the modules' states (_drawing) its watched steps ran with.
+# The step data (StepData) of each unseeded pipeline watched -> the modules' states (_drawing)
+# its watched steps ran with: a later step with none new is not watched again.
 _WATCHED = weakref.WeakKeyDictionary()
 
 
