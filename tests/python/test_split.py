@@ -66,6 +66,11 @@ class Residual(nn.Sequential):
     ((nn.Sequential(nn.ReLU(), nn.ReLU()),), {"chunks": 2.0}, TypeError, "whole number"),
     ((nn.Sequential(nn.ReLU(), nn.ReLU()), np.array([True])), {}, TypeError, "whole numbers"),
     ((nn.Sequential(nn.ReLU(), nn.ReLU()), [1.0]), {}, TypeError, "got float 1.0 in"),
+    # A 0-d tensor iterated into torch's "iteration over a 0-d tensor", naming no argument.
+    ((nn.Sequential(nn.ReLU(), nn.ReLU()), torch.tensor(1)), {}, TypeError,
+     "points must be a list"),
+    ((nn.Sequential(nn.ReLU(), nn.ReLU()), torch.tensor(1.0)), {}, TypeError,
+     "points must be a list"),
 ])
 def test_cuts_of_the_wrong_type_are_type_errors(args, kw, error, match):
     # split(m, 2) said "'int' object is not iterable"; True passed as a count and as a cut.

@@ -274,10 +274,15 @@ def split(model, points=None, *, chunks=None):
         for i in range(chunks - 1):
             at += base + (1 if i < extra else 0)
             points.append(at)
-    if isinstance(points, int) or not hasattr(points, "__iter__"):
+    # One number of any kind (a 0-d tensor iterates into torch's "iteration over a 0-d tensor",
+    # which named no argument) is no list.
+    try:
+        if whole_index(points) is not None or isinstance(points, (str, bytes)):
+            raise TypeError
+        points = list(points)
+    except TypeError:
         raise TypeError(f"split: points must be a list of indices (or give chunks=N), got "
-                        f"{type(points).__name__} {points!r}")
-    points = list(points)
+                        f"{type(points).__name__} {points!r}") from None
     # Any integer type: cut points computed with NumPy (np.cumsum of layer counts) are NumPy's.
     idx = [whole_index(p) for p in points]
     if None in idx:
