@@ -148,6 +148,23 @@ points=$(grep -o 'stroke="#4e79a7" stroke-width="1.5" points="[^"]*"' "$tmp/long
   fail "--comm blocking: exit $?"
 "$rrfp" predict "$tmp/blk/trace.json" 2>&1 | grep -q "a rendezvous per message, as the trace's run says" ||
   fail "predict took train --comm blocking's trace for an async run"
+# A resume into another folder than the log with a validation a stop cut short (its row's
+# val_loss left empty, as the stop leaves it): that validation is not done there, and said so
+# (it went without a word); into a folder whose log is whole, nothing is said.
+every2=(--d-model 16 --heads 2 --layers 4 --max-seq 32 --max-len 32 --min-len 8 --eval-batches 1
+  --warmup 0 --eval-every 2 --save-every 2)
+"$rrfp" train "${every2[@]}" --steps 4 --out "$tmp/cut" \
+  >/dev/null 2>&1 || fail "cut: exit $?"
+sed -i 's/^\(4,[^,]*\),[^,]*,/\1,,/' "$tmp/cut/loss.csv"
+"$rrfp" train "${every2[@]}" --steps 6 --out "$tmp/cut2" \
+  --resume "$tmp/cut/checkpoint.bin" >/dev/null 2>"$tmp/cut2.err" || fail "cut2: exit $?"
+grep -qF "warning: --resume: step 4's validation was cut short in $tmp/cut/loss.csv, and this run's log starts after it; to fill it in, resume with --out '$tmp/cut'" \
+  "$tmp/cut2.err" || fail "a cut validation left behind: $(cat "$tmp/cut2.err")"
+"$rrfp" train "${every2[@]}" --steps 4 --out "$tmp/whole" \
+  >/dev/null 2>&1 || fail "whole: exit $?"
+"$rrfp" train "${every2[@]}" --steps 6 --out "$tmp/whole2" \
+  --resume "$tmp/whole/checkpoint.bin" >/dev/null 2>"$tmp/whole2.err" || fail "whole2: exit $?"
+! grep -q "cut short" "$tmp/whole2.err" || fail "a whole log said cut short: $(cat "$tmp/whole2.err")"
 # The step count stops where a checkpoint's may go: a run past it saved what it could not resume.
 "$rrfp" train "${small[@]}" --steps 1000000001 --out "$tmp/past" >"$tmp/past.log" 2>&1
 [ $? -eq 2 ] && grep -q "^rrfp: error: --steps: must be between 1 and 1000000000, got 1000000001$" \

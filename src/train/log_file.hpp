@@ -87,6 +87,12 @@ void plot_row(const std::string& row, Curve& loss, Curve& val);
 // Whether the resumed step's row in the log has an empty field `column` (0-based).
 bool log_field_empty(const std::optional<EarlierLog>& log, int column);
 
+// A resume from checkpoint `resume` at `step` into another folder (its log starts after the
+// step): the warning that its folder's loss.csv has no val_loss in the row of `step`, a
+// validation a stop cut short, which a resume into that folder fills in and this one does not.
+// Empty where that row has one (or the log cannot be read: it is the other run's).
+std::string validation_left_behind(const std::string& resume, int step);
+
 // A resumed run continues the log at `path` (`log`, if there is one): it must be the log of
 // the checkpoint's run, whose row for `step` holds the loss the checkpoint recorded (as "%.5f").
 // Throws InputError naming the file otherwise: another run's log was continued, its rows and

@@ -59,6 +59,10 @@ class Run {
     for (const std::string& d : differences)
       if (root_ && o_.warn) o_.warn(d + ": the run will not continue as that one would have");
     if (const std::string w = schedule_warning(t_); root_ && o_.warn && !w.empty()) o_.warn(w);
+    // Resumed into a folder without the run's log: a validation cut short there stays so.
+    const bool due = first_ == t_.steps || (o_.eval_every > 0 && first_ % o_.eval_every == 0);
+    if (root_ && o_.warn && first_ > 0 && !old_log_ && due)
+      if (const std::string w = validation_left_behind(o_.resume, first_); !w.empty()) o_.warn(w);
     h0_ = trainer_.data().unigram_entropy();
   }
 
