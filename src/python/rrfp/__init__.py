@@ -31,9 +31,9 @@ def simulate(**kwargs):
     (None, the default: a trace's seen from when the consumers started, a CSV's 0). With a
     replay only a jitter workload applies (a `workload` of another preset, or a
     `workload_file`, raises ValueError, as the command refuses them), and `seed` only with it.
-    A keyword it does not take raises TypeError naming it. A count that is no whole number (an int or a NumPy
-    integer) raises TypeError (True included: pybind took it as 1), one past what the core
-    takes ValueError, each naming the argument; so do names and paths of another type (a path
+    A keyword it does not take raises TypeError naming it. A count that is no whole number (an
+    int or a NumPy integer) raises TypeError (True included: pybind took it as 1), one past
+    what the core takes ValueError, each naming the argument; so do names and paths of another type (a path
     object is taken as its str), and a path of '' (an unset variable's) is refused. `limit` and
     `max_pending_w` (None or 0: the default) bound the ready policy: given with
     policy="fixed", or `max_pending_w` where the backward is not split, they raise
