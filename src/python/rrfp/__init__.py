@@ -29,16 +29,16 @@ def simulate(**kwargs):
     the replayed trace's mapping, "auto" (the default, or None), "rrfp", "torch" or "megatron".
     `message_us`: the latency of every message the replayed trace does not time, in 0..1e9 us
     (None, the default: a trace's seen from when the consumers started, a CSV's 0). With a
-    replay only a jitter workload applies (a `workload` of another preset, or a
-    `workload_file`, raises ValueError, as the command refuses them), and `seed` only with it.
-    A keyword it does not take raises TypeError naming it. A count that is no whole number (an
-    int or a NumPy integer) raises TypeError (True included: pybind took it as 1), one past
-    what the core takes ValueError, each naming the argument; so do names and paths of another type (a path
-    object is taken as its str), and a path of '' (an unset variable's) is refused. `limit` and
-    `max_pending_w` (None or 0: the default) bound the ready policy: given with
-    policy="fixed", or `max_pending_w` where the backward is not split, they raise
-    ValueError, as the command refuses them and Pipeline does. One record holds one run:
-    policy="both", the command's default, raises ValueError."""
+    replay only a jitter workload applies (a `workload` of another preset, or a `workload_file`,
+    raises ValueError, as the command refuses them), and `seed` only with it. A keyword it does
+    not take raises TypeError naming it. A count that is no whole number (an int or a NumPy
+    integer) raises TypeError (True included: pybind took it as 1), one past what the core takes
+    ValueError, each naming the argument; so do names and paths of another type (a path object
+    is taken as its str), and a path of '' (an unset variable's) is refused. `limit` and
+    `max_pending_w` (None or 0: the default) bound the ready policy: given with policy="fixed",
+    or `max_pending_w` where the backward is not split, they raise ValueError, as the command
+    refuses them and Pipeline does. One record holds one run: policy="both", the command's
+    default, raises ValueError."""
     from ._args import INT_MAX, check_whole, refuse_fixed_bound
 
     _check_keywords("simulate", kwargs, _SIMULATE_KEYWORDS)
