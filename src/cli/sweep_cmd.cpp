@@ -149,13 +149,9 @@ void check_sweep(const SweepFlags& f) {
       throw InputError("--limits: must be 0 (default) or at least 1, got " + std::to_string(l));
   for (const auto& h : f.hints)
     if (!is_rule_hint_name(h) &&
-        std::find(hint_names().begin(), hint_names().end(), h) == hint_names().end()) {
-      std::string names;  // the allowed values, as simulate's --hint says them
-      for (const std::string& n : hint_names())
-        names += (names.empty() ? "" : ", ") + n;
+        std::find(hint_names().begin(), hint_names().end(), h) == hint_names().end())
       throw InputError("--hints: unknown hint '" + printable(h, 200) + "' (expected one of " +
-                       names + ")");
-    }
+                       hint_names_listed() + ")");
   // Each point has one chunk per stage (V = 1; sweep has no --vpp): these failed the grid's
   // first point with "needs --vpp 2 or more", a flag sweep does not take.
   static const std::map<std::string, std::string> interleaved = {

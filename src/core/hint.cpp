@@ -34,14 +34,14 @@ bool looks_like_path(const std::string& s) {
          (!s.empty() && std::filesystem::exists(s, ec));
 }
 
-std::string known_names() {
+}  // namespace
+
+std::string hint_names_listed() {
   std::string out;
   for (const auto& n : hint_names())
     out += (out.empty() ? "" : ", ") + n;
   return out;
 }
-
-}  // namespace
 
 const std::vector<std::string>& hint_names() {
   static const std::vector<std::string> names = {
@@ -96,7 +96,7 @@ Hint make_hint(const std::string& name, const WorkModel& m) {
     h.body = read_hint_file(name, m);
   } else {
     throw InputError("`hint`: unknown hint '" + printable(name, 200) + "' (expected one of " +
-                     known_names() + ", or a hint file: no file is there)");
+                     hint_names_listed() + ", or a hint file: no file is there)");
   }
   return h;
 }

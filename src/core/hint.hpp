@@ -27,6 +27,8 @@ struct Hint {
 
 // Every generator and rule name `make_hint` accepts, in documentation order.
 const std::vector<std::string>& hint_names();
+// hint_names() as one line for messages: "gpipe, 1f1b, ..., adaptive".
+std::string hint_names_listed();
 bool is_rule_hint_name(const std::string& name);
 // Whether a hint file written to `path` is JSON: its name ends in .json in any case (best.JSON
 // was written as text). Reading picks the format from the content.
