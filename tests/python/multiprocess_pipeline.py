@@ -311,6 +311,14 @@ refused(lambda: auto.step(xs, ys), "different batches on the processes of a repl
 refused(lambda: auto.step([(x, {"n": 1}) for x in xs], lm.batches(m, seed=0)[1]),
         "different tuple batches on the processes of a replica",
         ["passed different inputs to step()"])
+# Targets that hold no tensor, or hold values beside their tensors (NumPy labels, Python
+# numbers), count too: the digest read only tensors, so each process's own labels trained silently.
+ys0 = lm.batches(m, seed=0)[1]
+refused(lambda: auto.step(lm.batches(m, seed=0)[0], [y.numpy() + job_rank() % pp for y in ys0]),
+        "different NumPy targets on the processes of a replica", ["passed different targets"])
+refused(lambda: auto.step(lm.batches(m, seed=0)[0], [(y, job_rank() % pp) for y in ys0]),
+        "targets with a number that differs on the processes of a replica",
+        ["passed different targets"])
 # eval_step's own name, and targets None on one process only (its stage reads none): named as
 # the targets (it said "different batches to step()", and to seed the generator).
 if pp > 1:

@@ -9,16 +9,16 @@ from ._caller import AUTOCAST_DEVICES
 from ._calls import call_of, gather
 from ._modes import mode_values, refuse_other_modes
 from ._scaler_job import scales_apart
-from ._tree import tensors_in
+from ._tree import describe, tensors_in
 
 
 def digest(microbatches, found):
-    """A CRC-32 over the microbatches' types and tensors (`found`: each one's, wherever they
-    sit in it; their layouts, shapes, dtypes and values), the same in every process that holds
-    the same batch."""
+    """A CRC-32 over the microbatches' structures and non-tensor values (describe) and their
+    tensors (`found`: each one's, wherever they sit in it; their layouts, shapes, dtypes and
+    values), the same in every process that holds the same batch."""
     crc = 0
     for mb, tensors in zip(microbatches, found):
-        crc = zlib.crc32(repr(type(mb)).encode(), crc)
+        crc = zlib.crc32(describe(mb), crc)
         for x in tensors:  # a tuple's or a dict's tensors too, not only a tensor's
             crc = _tensor_crc(x.detach(), crc)
     return crc

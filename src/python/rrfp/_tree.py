@@ -66,15 +66,22 @@ class _Unpickler(pickle.Unpickler):
         return self.tensors[pid]
 
 
-def pack(obj, what, plain_only=True):
-    """A structure as (bytes, tensors): the tensors in the order pickling first meets them (one
-    met again is the same entry), the rest
-    (nesting, numbers, strings, None, objects) pickled, after which of the tensors want a
-    gradient (wants_grad). `what` names the sender in errors; plain_only: a tensor subclass is
-    refused (refuse_subclass), as a message between chunks must (a search for the tensors, or
-    inputs moved to a device, take them)."""
+class _Describer(_Pickler):
+    """pack's pickler for describe(): a set's members in a fixed order, their own descriptions
+    sorted, where pickle writes them in the order of their hashes, which for strings differs
+    from process to process. (The persistent id, a tuple of bytes, is pickled in its place.)"""
+
+    def persistent_id(self, obj):
+        if type(obj) in (set, frozenset):
+            return (type(obj).__name__, tuple(sorted(describe(x) for x in obj)))
+        return super().persistent_id(obj)
+
+
+def _pickled(obj, what, plain_only, pickler_class=_Pickler):
+    """`obj` pickled with each tensor as its place, and the tensors; TypeError where it cannot
+    be pickled."""
     file = io.BytesIO()
-    pickler = _Pickler(file, what, plain_only)
+    pickler = pickler_class(file, what, plain_only)
     try:
         pickler.dump(obj)
     except SubclassRefused:
@@ -82,8 +89,36 @@ def pack(obj, what, plain_only=True):
     except Exception as e:
         raise TypeError(f"{what} returned a {type(obj).__name__} whose non-tensor parts cannot "
                         f"be sent to the next chunk: {e}") from e
-    wants = pickle.dumps([t.requires_grad for t in pickler.tensors])
-    return wants + file.getvalue(), pickler.tensors
+    return file.getvalue(), pickler.tensors
+
+
+def pack(obj, what, plain_only=True):
+    """A structure as (bytes, tensors): the tensors in the order pickling first meets them (one
+    met again is the same entry), the rest
+    (nesting, numbers, strings, None, objects) pickled, after which of the tensors want a
+    gradient (wants_grad). `what` names the sender in errors; plain_only: a tensor subclass is
+    refused (refuse_subclass), as a message between chunks must (a search for the tensors, or
+    inputs moved to a device, take them)."""
+    description, tensors = _pickled(obj, what, plain_only)
+    return pickle.dumps([t.requires_grad for t in tensors]) + description, tensors
+
+
+def describe(obj):
+    """What `obj` holds besides its tensors' values, as bytes equal in every process that holds
+    an equal `obj`: its pickle with each tensor as its place (NumPy arrays, numbers, strings,
+    nesting and classes; a set's members sorted). Where it cannot be pickled (a lambda in it),
+    the structure pytree's walk finds and each leaf's description, or its type's name where
+    that leaf cannot be pickled either. The batch digest compares it between processes: the
+    tensors alone let NumPy or list targets that differed train silently."""
+    try:
+        return _pickled(obj, "", False, _Describer)[0]
+    except TypeError:
+        pass
+    leaves, spec = _pytree.tree_flatten(obj)
+    if len(leaves) == 1 and leaves[0] is obj:  # a leaf pytree does not open
+        return f"unpicklable {type(obj).__module__}.{type(obj).__qualname__}".encode()
+    return repr(spec).encode() + b"".join(
+        b"tensor" if isinstance(x, torch.Tensor) else describe(x) for x in leaves)
 
 
 def wants_grad(structure):
