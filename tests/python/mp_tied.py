@@ -160,6 +160,23 @@ def run(pp, dp, m, transport):
         raise AssertionError(f"rank {pipe.rank}: a tie frozen in one copy was accepted")
     print(f"rank {pipe.rank}: a tie frozen in one copy refused on every process", flush=True)
 
+    # A copy changed on the last stage alone (decayed by its own optimizer group, say) would
+    # train on with values of its own: every process refuses the next step before it runs.
+    pipe5, chunks5, _ = built(pp, m, transport, dp, pipe.rank)
+    pipe5.step(*lm.batches(m, seed=pipe5.replica))
+    if pipe.stages[0] == pp - 1 and pipe5.replica == dp - 1:
+        with torch.no_grad():
+            chunks5[-1][-1].embed.weight.mul_(0.999)
+    try:
+        pipe5.step(*lm.batches(m, seed=pipe5.replica))
+    except ValueError as e:
+        assert "hold different values" in str(e), e
+        assert dp == 1 or f"in replica {dp - 1}" in str(e), e
+    else:
+        raise AssertionError(f"rank {pipe.rank}: copies of a tie that drifted apart were accepted")
+    print(f"rank {pipe.rank}: copies of a tie that drifted apart refused on every process",
+          flush=True)
+
 
 class Mixer(torch.nn.Module):
     """A chunk whose Linear(8, 8) is one of a tie's copies (a weight shared by three stages)."""

@@ -13,6 +13,7 @@ import lm
 import mp_tied
 import rrfp
 import test_tied
+from rrfp._ties import values_print
 
 PP, M = 4, 4
 TIE = [["0.0.tok.weight", f"{PP - 1}.1.embed.weight"]]
@@ -97,6 +98,37 @@ def test_a_tie_frozen_in_one_copy_is_refused():
     with pytest.raises(ValueError, match=r"frozen in others \(3.1.embed.weight\)"):
         pipe.step(*lm.batches(M, seed=0))
     assert all(p.grad is None for c in pipe.chunks.values() for p in c.parameters())
+
+
+@pytest.mark.parametrize("change", ["decay", "in place", "bf16", "eval"])
+def test_copies_that_drifted_apart_are_refused(change):
+    # Copies stepped apart (weight decay on the head's copy alone, as a model's usual groups
+    # give a Linear's weight and not an Embedding's) or changed on one side trained on, each
+    # copy with its own values, silently.
+    dtype = torch.bfloat16 if change == "bf16" else torch.float32
+    pipe = pipeline()
+    for c in pipe.chunks.values():
+        c.to(dtype)
+    chunks = [pipe.chunks[c] for c in range(PP)]
+    first, last = chunks[0][0].tok.weight, chunks[-1][-1].embed.weight
+    xs, ys = lm.batches(M, seed=0)
+    if change == "decay":
+        pipe.step(xs, ys)
+        rest = [p for p in test_tied.unique_params(chunks) if p is not last]
+        torch.optim.AdamW([{"params": rest, "weight_decay": 0.0},
+                           {"params": [last], "weight_decay": 0.1}], lr=0.01).step()
+    else:
+        with torch.no_grad():  # one value's last bit
+            last.view(torch.int16 if dtype == torch.bfloat16 else torch.int32)[0, 0] += 1
+    grads = (first.grad, last.grad)
+    call = pipe.eval_step if change == "eval" else pipe.step
+    with pytest.raises(ValueError, match=r"copies of '0.0.tok.weight' hold different values "
+                                         r"\(0.0.tok.weight; 3.1.embed.weight\)"):
+        call(xs, ys)
+    assert first.grad is grads[0] and last.grad is grads[1]  # refused before the step ran
+    with torch.no_grad():
+        last.copy_(first)
+    call(xs, ys)  # equal again: accepted
 
 
 def layout(kind):
@@ -291,3 +323,14 @@ def test_tensors_made_by_each_state_dict_call_are_not_shared():
                          pp=PP, microbatches=M)
     pipe.load_state_dict(pipe.state_dict())
     assert [pipe.chunks[c].s for c in range(PP)] == [1.0, 2.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16,
+                                   torch.complex64])
+def test_values_print_sees_one_bit_in_any_order(dtype):
+    # 15 values: 2-byte dtypes leave 30 bytes, which the print pads to whole 32-bit words.
+    x = torch.randn(3, 5).to(dtype)
+    y = x.clone()
+    y.reshape(-1).view(torch.uint8)[-1].bitwise_xor_(1)  # the last value's lowest bit
+    assert values_print(y) != values_print(x) == values_print(x.clone())
+    assert values_print(x.t()) == values_print(x.t().contiguous())  # any layout, any order

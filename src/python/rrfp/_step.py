@@ -41,7 +41,7 @@ def set_up_step(pipe):
     # The model's tensors before the forwards replace any attribute (foreign_leaves).
     pipe._data.known = ModelTensors(pipe._data)
     pipe._data.made = MadeGrads()  # nothing from a step that failed
-    pipe._refresh_ties()
+    pipe._refresh_ties(values=True)
     ties = pipe._ties
     chunk_params = {c: ps for r in pipe._runners for c, ps in r.params.items()}
     sums = GradSums(chunk_params, from_grad=pipe._dp == 1,

@@ -299,10 +299,11 @@ class Pipeline:
     def _canonical(self):
         return self._ties.canonical if self._ties else {}
 
-    def _refresh_ties(self):
-        """The ties' copies as the chunks hold them now (a copy may have been replaced)."""
+    def _refresh_ties(self, values=False):
+        """The ties' copies as the chunks hold them now (a copy may have been replaced); with
+        `values`, as a step starts, what the copies hold too (Ties.refresh)."""
         if self._ties is not None:
-            self._ties.refresh()
+            self._ties.refresh(values)
 
     def clip_grad_norm_(self, max_norm, norm_type=2.0, error_if_nonfinite=False):
         """torch.nn.utils.clip_grad_norm_ over the whole model's parameters, wherever its chunks
@@ -446,6 +447,6 @@ class Pipeline:
     def _set_up_eval(self):
         """eval_step's set-up: the ties' copies as the chunks hold them (run_pass runs it)."""
         check_state_kept(self._ordered_arg, self.chunks, self._core, self._data.loss_fn)
-        self._refresh_ties()
+        self._refresh_ties(values=True)
         return None, None
 
