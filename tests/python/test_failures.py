@@ -404,9 +404,11 @@ def test_a_process_group_that_never_forms_fails_within_the_timeout():
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=120, cwd=os.path.dirname(os.path.abspath(__file__)))
     assert done.returncode != 0
-    assert "transport c10d: the 2 processes of the job did not all join within 2 s " \
-        "(arrival_timeout)" in \
+    # The store's address and the rank that never came are named.
+    assert "transport c10d: the 2 processes of the job did not all join the store at " \
+        f"127.0.0.1:{port} (MASTER_ADDR:MASTER_PORT) within 2 s (arrival_timeout)" in \
         done.stderr, done.stderr[-2000:]
+    assert "rank(s) [1] did not join the store" in done.stderr, done.stderr[-2000:]
 
 
 def test_a_pause_between_steps_longer_than_the_timeout_is_no_failure(tmp_path):

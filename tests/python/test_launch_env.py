@@ -71,6 +71,18 @@ def test_torch_environment_of_garbage_is_refused_not_run_in_threads(monkeypatch)
         _launch.launched_transport(2, 1, None)
 
 
+def test_a_rank_past_the_last_is_refused_naming_the_world_size(monkeypatch):
+    # Its process failed in Gloo ("enforce fail ... rank < size. 2 vs 2") while the others
+    # waited in the group's forming past every limit.
+    torch_env(monkeypatch, "2")
+    monkeypatch.setenv("RANK", "2")
+    with refused("RANK", "2") as e:
+        _launch.launched_transport(2, 1, None)
+    assert "a rank below WORLD_SIZE=2 (decimal digits, 0 to 1)" in str(e.value)
+    monkeypatch.setenv("RANK", "1")
+    assert _launch.launched_transport(2, 1, None) == "c10d"
+
+
 def test_blanks_around_a_count_are_ignored_alike_everywhere(monkeypatch):
     # int() took ' 4' and str.isdigit() did not: srun's several tasks and another launcher's
     # torch environment went unrefused, each process running the whole pipeline in threads.

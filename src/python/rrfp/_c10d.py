@@ -241,6 +241,8 @@ def _init_default_group(dist, timeout):
     import datetime
     import time
     world = os.environ.get("WORLD_SIZE", "?")
+    # The store's address, in every message: "Connection reset by peer" named no port.
+    at = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
     # From before the rendezvous: on the process that hosts the store, torch's waits out its
     # timeout for the others and returns all the same, and the join counted a second one.
     deadline = time.monotonic() + timeout
@@ -248,20 +250,22 @@ def _init_default_group(dist, timeout):
         store, rank, size = next(dist.rendezvous(
             "env://", timeout=datetime.timedelta(seconds=timeout)))
         store.set_timeout(datetime.timedelta(seconds=timeout))
+        store.add(f"rrfp/joined/{rank}", 1)  # who, for the message below (an add of 0 reads)
         store.add("rrfp/joined", 1)
         while store.add("rrfp/joined", 0) < size:
             if time.monotonic() > deadline:
-                raise TimeoutError("not every process joined the store")
+                missing = [r for r in range(size) if store.add(f"rrfp/joined/{r}", 0) == 0]
+                raise TimeoutError(f"rank(s) {missing} did not join the store")
             time.sleep(0.005)
     except (RuntimeError, TimeoutError, ValueError) as e:
         said = str(e)
         if isinstance(e, TimeoutError) or "timeout" in said.lower() or "timed out" in said:
             raise RuntimeError(
-                f"transport c10d: the {world} processes of the job did not all join within "
-                f"{timeout:g} s (arrival_timeout): each must build its Pipeline; torch says: "
-                f"{said}") \
-                from e
-        raise RuntimeError(f"transport c10d: the process group could not form: {said}") from e
+                f"transport c10d: the {world} processes of the job did not all join the store "
+                f"at {at} (MASTER_ADDR:MASTER_PORT) within {timeout:g} s (arrival_timeout): "
+                f"each must build its Pipeline; {said}") from e
+        raise RuntimeError(f"transport c10d: the process group could not form at {at} "
+                           f"(MASTER_ADDR:MASTER_PORT): {said}") from e
     store.set_timeout(datetime.timedelta(minutes=30))  # torch's default, for what follows
     dist.init_process_group("gloo", store=store, rank=rank, world_size=size)
 

@@ -28,9 +28,10 @@ _LAUNCHERS = (("mpi", "mpirun", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"),
 _ENV_INT_MAX = 2**31 - 1
 
 
-def env_int(env, name, what, by, least=0, absent=None):
+def env_int(env, name, what, by, least=0, absent=None, most=None):
     """The whole number the environment variable `name` holds (`absent` where it is unset):
-    decimal digits, blanks around them ignored, from `least` to 2**31 - 1. Anything else is
+    decimal digits, blanks around them ignored, from `least` to `most` (2**31 - 1 where not
+    given). Anything else is
     refused, naming the variable and `what` it should be, set `by` whom (ValueError). Every
     launcher's variable is read so: int() alone named the value but not the variable and took
     '+4' or '1_000', and a test of str.isdigit() refused ' 4', which int() took, so a refusal
@@ -40,13 +41,14 @@ def env_int(env, name, what, by, least=0, absent=None):
     raw = env[name]
     text = raw.strip()
     # The length first: int() refuses over 4300 digits with a message of its own.
+    most = _ENV_INT_MAX if most is None else most
     if text.isascii() and text.isdigit() and len(text) <= len(str(_ENV_INT_MAX)):
         value = int(text)
-        if least <= value <= _ENV_INT_MAX:
+        if least <= value <= most:
             return value
     shown = raw if len(raw) <= 30 else raw[:30] + "..."
     raise ValueError(f"environment variable {name}: {shown!r} is not {what} (decimal digits, "
-                     f"{least} to {_ENV_INT_MAX}); it is set by {by}")
+                     f"{least} to {most}); it is set by {by}")
 
 
 def _refuse_srun(env):
@@ -112,8 +114,10 @@ def launched_transport(pp, dp, group):
         world = env_int(env, "WORLD_SIZE", "a whole number of processes", said, least=1,
                         absent=1)
     if world > 1:
-        # Refused here as WORLD_SIZE is: torch's own int() names the value alone.
-        env_int(env, "RANK", "a rank (a whole number)", said)
+        # Refused here as WORLD_SIZE is: torch's own int() names the value alone. A rank past
+        # the last one failed in Gloo's "enforce fail ... rank < size" on its own process,
+        # while the others waited in the group's forming for torch's 30 minutes.
+        env_int(env, "RANK", f"a rank below WORLD_SIZE={world}", said, most=world - 1)
         if world != pp * dp:
             raise _other_count("torch.distributed's environment (RANK, WORLD_SIZE, MASTER_ADDR) "
                                f"names {world} processes", pp, dp)
