@@ -258,6 +258,17 @@ assert any(s["name"] == "fixed gpipe" for s in bad), starts
 PY
 check "--tp-protocol: unknown protocol 'nope' (expected leader, agree or none)" simulate --tp 2 --tp-protocol nope
 check "--compare: simulates each run, and a simulation under --tp-protocol none fails" run --tp 2 --tp-protocol none --compare
+# At TP=1 there is no collective to diverge: the refusal refused a run that simulates fine.
+"$rrfp" run --pp 2 -m 4 --workload uniform --tp-protocol none --compare >/dev/null 2>&1 ||
+  { echo "FAIL: run --compare --tp-protocol none at TP=1 refused"; fails=$((fails + 1)); }
+# A JSON hint's "format" of another type is named (nlohmann's "type must be string, but is
+# number"); a header's number with a leading zero is that number ("written for
+# microbatches=03 but the run has microbatches=3").
+printf '{"format": 5, "version": 1}' >"$tmp/format5.json"
+check 'format5.json: "format" is 5; an rrfp hint'"'"'s is "rrfp-hint"' schedule check "$tmp/format5.json"
+printf 'rrfp-hint 1 pp=2 microbatches=02\nstage 0: F0:0 F0:1 B0:0 B0:1\nstage 1: F1:0 B1:0 F1:1 B1:1\n' >"$tmp/zero.txt"
+"$rrfp" simulate --pp 2 -m 2 --hint "$tmp/zero.txt" >/dev/null 2>&1 ||
+  { echo "FAIL: a hint header's microbatches=02 against -m 2"; fails=$((fails + 1)); }
 # A flag given twice (after a shared set of flags, say) is named, in words (CLI11 said "At Most
 # 1 required but received 2").
 check "--pp: given 2 times; it takes one value, so give it once" simulate --pp 2 --pp 3

@@ -116,7 +116,7 @@ check "--hints: 'bf' is given twice" predict "$tmp/own.json" --hints bf,adaptive
 # BFW, in the default --hints, on a step of whole backwards: the note names --hints and says why
 # (it said "--hint bfw: needs --split-backward on", flags predict does not take).
 "$rrfp" predict "$data/torch-pp2" >"$tmp/bfw.txt" 2>&1 &&
-  grep -qF "(skipped: --hints bfw: its rows defer W tasks, and the step replayed runs its backward whole" "$tmp/bfw.txt" ||
+  grep -qF "(skipped: --hints bfw: its rows defer W tasks, and the step is replayed with its backward whole" "$tmp/bfw.txt" ||
   { echo "FAIL: predict's note on bfw:"; cat "$tmp/bfw.txt"; fails=$((fails + 1)); }
 # One task's chunk mistyped (9 in a 3-stage trace): the event is named, not only the flags.
 /usr/bin/python3 -c 'import json, sys
@@ -205,5 +205,34 @@ cp "$tmp/rb.json" "$tmp/RB.JSON"
   { echo "FAIL: a trace named .JSON"; fails=$((fails + 1)); }
 gzip -c "$tmp/untimed.csv" >"$tmp/untimed.csv.gz"
 check "untimed.csv.gz: a gzip file: a replay CSV is read as text (gunzip it first)" simulate --pp 2 -m 2 --replay "$tmp/untimed.csv.gz" --split-backward off
+# A recorded wait is bounded as a task is: 1e20 us overflowed into a step of -9.2e12 ms
+# (predict), or was dropped without a word (a replay).
+"$rrfp" simulate --pp 2 -m 2 --tp 2 --workload uniform --hint 1f1b --policy ready \
+  --tp-protocol agree --trace "$tmp/tp.json" >/dev/null
+/usr/bin/python3 - "$tmp/tp.json" "$tmp/tp20.json" <<'PY'
+import json, sys
+trace = json.load(open(sys.argv[1]))
+waits = [e for e in trace["traceEvents"] if e.get("name") == "blocked: collective"]
+assert waits, "no collective wait recorded"
+for e in waits:
+    e["dur"] = 1e20
+json.dump(trace, open(sys.argv[2], "w"))
+PY
+check 'field "dur" is 1e+20; a wait of at most 1e9 (us, 1000 s) is read' predict "$tmp/tp20.json"
+check 'field "dur" is 1e+20; a wait of at most 1e9' simulate --replay "$tmp/tp20.json" --tp 2 --hint bf --policy ready
+# A NUL in a quoted value is shown, not the message's end ("column send_us: '0.0" was all).
+printf 'stage,chunk,microbatch,kind,duration_us,send_us\n0,0,0,F,1,0.0\0\n' >"$tmp/nul.csv"
+check "nul.csv:2: column send_us: '0.0\x00' is not a number" simulate --pp 1 -m 1 --replay "$tmp/nul.csv"
+# Every rule asked for skipped: refused, where the report said no rule beats the recorded order.
+"$rrfp" simulate --pp 2 -m 4 --hint 1f1b --trace "$tmp/whole.json" >/dev/null
+check "--hints: none of the rules given can run on this step (bfw: its rows defer W tasks" predict "$tmp/whole.json" --hints bfw
+# The trace's own P given keeps its placement (a V-shaped trace was refused under --pp 2), and
+# with the JSON on stdout the report goes to stderr (it was left out).
+"$rrfp" simulate --pp 2 --vpp 2 --placement vshape -m 4 --hint bf --policy ready \
+  --trace "$tmp/vs.json" >/dev/null
+"$rrfp" predict "$tmp/vs.json" --pp 2 --vpp 2 >/dev/null ||
+  { echo "FAIL: predict of a V-shaped trace with its own --pp"; fails=$((fails + 1)); }
+"$rrfp" predict "$tmp/vs.json" --json - 2>"$tmp/err" >/dev/null && grep -q "memory-neutral limit" "$tmp/err" ||
+  { echo "FAIL: predict --json - wrote no report to stderr"; fails=$((fails + 1)); }
 echo "cli bad-replay checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -6,6 +6,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/cli_check.sh"
 # 8,8 was measured twice and the two medians' difference written as 0.02 GB/s.
 check "--sizes: '8' and '8' are both 8 bytes (each size at most once)" calibrate --sizes 8,8
+# A trailing comma is an empty size, as a leading one is (it ran with the empty item dropped).
+check "--sizes: '' is not a size from 1 to 1024M" calibrate --sizes 8,
 check "--sizes: '64K' and '65536' are both 65536 bytes (each size at most once)" \
   calibrate --sizes 8,64K,65536
 # 8,16 spans too little whatever the timings say (the largest under 8 times the smallest).

@@ -36,6 +36,11 @@ std::vector<std::size_t> parse_sizes(const std::string& text) {
   std::vector<std::string> items;
   std::stringstream in(text);
   std::string item;
+  // A trailing comma is an empty size, as a leading one is (getline dropped it: "8," ran).
+  if (!text.empty() && text.back() == ',')
+    throw InputError(
+        "--sizes: '' is not a size from 1 to 1024M (a whole number of bytes, or of "
+        "K or M)");
   while (std::getline(in, item, ',')) {
     // Digits, then K or M: std::stod read 0x10 as 16 and 1.9 was truncated to 1 byte.
     std::uint64_t n = 0;
@@ -178,7 +183,8 @@ void setup_calibrate(CLI::App& app) {
   sub->add_option("--timeout", f->timeout_s,
                   "--transport mpi: seconds a process waits for the others before the job fails "
                   "(inproc takes only the default)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(timeout_range());
   sub->callback([f] {
     check_outputs({{f->out, "--out"}, {f->json, "--json"}});  // before the measurements
     run_calibrate(*f);

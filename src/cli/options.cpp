@@ -13,6 +13,7 @@
 #include "core/format.hpp"
 #include "core/hint.hpp"
 #include "core/printable.hpp"
+#include "runtime/runtime.hpp"
 
 namespace rrfp {
 
@@ -282,10 +283,31 @@ CLI::Option* add_transport_flag(CLI::App* app, TransportKind& kind,
       ->default_str(to_string(kind));
 }
 
+CLI::Validator timeout_range() {
+  // Checked while parsing, as every other flag's range: found later, it was refused by every
+  // process of an mpirun job, one line each. In timeout_ms_of's words.
+  return CLI::Validator(
+      [](std::string& s) {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size())
+          return "must be a number of seconds, got " + printable(s, 30);
+        try {
+          timeout_ms_of(v, "");
+        } catch (const InputError& e) {
+          const std::string what = e.what();
+          return what.substr(what.find("must"));
+        }
+        return std::string();
+      },
+      "", "seconds in [0, 86400]");  // the help's line stays "--timeout FLOAT=60"
+}
+
 void add_timeout_flag(CLI::App* app, double& seconds) {
   app->add_option("--timeout", seconds,
                   "watchdog: seconds without progress before the step fails (0: never)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(timeout_range());
 }
 
 void add_idle_spin_flag(CLI::App* app, int& us) {

@@ -40,6 +40,8 @@ void read_numbers_in_decimal(CLI::App& app);
 // A float from `lo` to `hi`: CLI::Range let "nan" through (no comparison with it fails), and
 // the flag was then taken as not given.
 CLI::Validator finite_range(double lo, double hi);
+// --timeout's range, 0 to a day (runtime's timeout_ms_of).
+CLI::Validator timeout_range();
 // --seed: digits only, at most 2^64 - 1 (CLI11 would clamp 2^64 to it silently).
 CLI::Validator seed_value();
 // A count written in digits from 0 to `max` (CLI11 clamped 10^20 to its type's largest and read

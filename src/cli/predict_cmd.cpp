@@ -70,12 +70,13 @@ void run_predict(PredictFlags f) {
   int tp_seen = 0;
   PipelineConfig c = infer_trace_config(f.path, f.tp, f.trace, &tp_seen);
   if (!f.tp_given && tp_seen > 1) f.tp = tp_seen;
+  // The trace's placement goes with its shape: another P or V given takes the default (the
+  // trace's own P or V, given, kept it: a V-shaped trace was refused under `--pp 2`).
+  if ((f.pp > 0 && f.pp != c.pp) || (f.vpp > 0 && f.vpp != c.vpp)) c.placement = Placement::Loop;
   if (f.pp > 0) c.pp = f.pp;
   if (f.vpp > 0) c.vpp = f.vpp;
   if (f.microbatches > 0) c.microbatches = f.microbatches;
   if (f.split != "auto") c.split_backward = resolve_split(f.split, "");
-  // The trace's placement goes with its shape: another P or V given takes the default.
-  if (f.pp > 0 || f.vpp > 0) c.placement = Placement::Loop;
   if (!f.placement.empty()) c.placement = parse_placement(f.placement);
   validate(c);
   check_predict_fits(c, f.tp);
@@ -121,8 +122,10 @@ void run_predict(PredictFlags f) {
     }
     if (!f.json.empty()) write_json_report(f.json, prediction_json(p, f.path));
   });
+  // With the JSON on stdout the report goes to stderr, as simulate's and run's do (it was
+  // left out).
   std::ostream& human = is_stdout(f.json) ? std::cerr : std::cout;
-  if (!is_stdout(f.json)) human << format_prediction(p, f.path);
+  human << format_prediction(p, f.path);
   if (!f.svg.empty()) human << "timeline (measured, twin, best): " << f.svg << "\n";
 }
 

@@ -58,7 +58,8 @@ void check_header(std::string_view line, const WorkModel& m, const std::string& 
       throw HintError(where + ": header field " + key + "=" + printable(val) +
                       " is not a whole number from 1 to " + std::to_string(kMaxChunkMicrobatches));
     // The split is the one field whose option has another name: "split=0" named no flag.
-    if (val != want)
+    // Numbers compare as numbers: "microbatches=03" was told the run has microbatches=3.
+    if (key == "placement" || key == "split" ? val != want : std::stoll(val) != std::stoll(want))
       throw HintError(where + ": hint was written for " + key + "=" + printable(val) +
                       " but the run has " + key + "=" + want +
                       (key == "split"
@@ -169,8 +170,12 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
     throw HintError(e.what());  // a hint that cannot be read is a bad hint
   }
   try {
-    if (!j.is_object() || j.value("format", "") != "rrfp-hint")
+    if (!j.is_object() || !j.contains("format"))
       throw HintError(origin + ": not an rrfp hint (missing \"format\": \"rrfp-hint\")");
+    // Compared as JSON: value<std::string>() threw nlohmann's type error for "format": 5.
+    if (j["format"] != "rrfp-hint")
+      throw HintError(origin + ": \"format\" is " + brief(j["format"]) +
+                      "; an rrfp hint's is \"rrfp-hint\"");
     // Exactly the integer 1: value<int>() would read 1.5 as 1.
     if (!j.contains("version") || !j["version"].is_number_integer() || j["version"] != 1)
       throw HintError(origin + ": unsupported hint version " +

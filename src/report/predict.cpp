@@ -215,8 +215,9 @@ Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
       if (hint_needs_split(name) && !hm.split()) {
         if (limit == limits.front())
           p.skipped.push_back("`hints` " + name +
-                              ": its rows defer W tasks, and the step replayed runs its backward "
-                              "whole (it records no W task)");
+                              ": its rows defer W tasks, and the step is replayed with its "
+                              "backward whole (the trace records no W task, or "
+                              "`split_backward` is off)");
         continue;
       }
       const Hint h = make_hint(name, hm);
@@ -224,6 +225,14 @@ Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
                                     "ready " + name + " @" + std::to_string(limit),
                                     CommMode::Async));
     }
+  // Every row skipped: the report's "no readiness-first rule beats the recorded order" would
+  // speak of rules it never ran.
+  if (p.runs.empty()) {
+    std::string why;
+    for (const std::string& s : p.skipped)
+      if (s.starts_with("`hints`")) why += (why.empty() ? "" : "; ") + s.substr(8);
+    throw InputError("`hints`: none of the rules given can run on this step (" + why + ")");
+  }
   p.imported = std::move(imported);
   return p;
 }

@@ -7,6 +7,7 @@
 #include "core/format.hpp"
 #include "core/json_input.hpp"
 #include "sim/trace_formats.hpp"
+#include "sim/workload.hpp"
 
 namespace rrfp {
 
@@ -39,6 +40,10 @@ double bounded_at(const nlohmann::json& obj, const char* key, const std::string&
 // "deadlock" line of 758 characters).
 double number_at(const nlohmann::json& obj, const char* key, const std::string& where) {
   return bounded_at(obj, key, where, kMaxSpanUs, "at most 1e13 (us) is read");
+}
+
+double wait_at(const nlohmann::json& obj, const char* key, const std::string& where) {
+  return bounded_at(obj, key, where, kMaxTaskUs, "a wait of at most 1e9 (us, 1000 s) is read");
 }
 
 double clock_at(const nlohmann::json& obj, const char* key, const std::string& where) {

@@ -30,6 +30,9 @@ constexpr double kMaxClockUs = 4e15;
 // A non-negative number at obj[key], at most kMaxSpanUs (a duration, or a count); throws
 // InputError "<where>: `key` ...".
 double number_at(const nlohmann::json& obj, const char* key, const std::string& where);
+// A recorded wait's duration at obj[key] (a "blocked" span's `dur`): non-negative, at most
+// kMaxTaskUs, as a task's (past 9.2e12 us the step's sums overflowed into a negative step).
+double wait_at(const nlohmann::json& obj, const char* key, const std::string& where);
 // A clock reading (`ts`) at obj[key]: non-negative, at most kMaxClockUs.
 double clock_at(const nlohmann::json& obj, const char* key, const std::string& where);
 // Puts the step's earliest event at 0 and refuses a step whose events span more than

@@ -49,11 +49,12 @@ Waits collective_waits(const Doc& d) {
       continue;
     const auto pid = e.find("pid"), ts = e.find("ts"), dur = e.find("dur");
     if (pid == e.end() || !pid->is_number_integer() || ts == e.end() || !ts->is_number() ||
-        dur == e.end() || !dur->is_number() || dur->get<double>() < 0)
+        dur == e.end() || !dur->is_number())
       continue;  // not one of rrfp's own: the task reads without it
     const auto tid = e.find("tid");
     const long long rank = tid != e.end() && tid->is_number_integer() ? tid->get<long long>() : 0;
-    out[{pid->get<long long>(), rank}].emplace_back(ts->get<double>(), dur->get<double>());
+    out[{pid->get<long long>(), rank}].emplace_back(
+        ts->get<double>(), wait_at(e, "dur", d.origin + ": event " + std::to_string(n)));
   }
   for (auto& [_, v] : out)
     std::sort(v.begin(), v.end());
@@ -84,8 +85,8 @@ void read_wait(const nlohmann::json& e, long long pid, const std::string& name,
   if (timed) t.first_wait_us = std::min(t.first_wait_us, ts);
   if (name != "blocked: tp coordination") return;
   const auto dur = e.find("dur");
-  if (dur == e.end() || !dur->is_number() || dur->get<double>() < 0) return;
-  const double d = dur->get<double>();
+  if (dur == e.end() || !dur->is_number()) return;
+  const double d = wait_at(e, "dur", where);
   t.coordination_us = t.coordination_us < 0 ? d : std::min(t.coordination_us, d);
   if (timed) ++rounds[{pid, std::llround(ts * 1e3), std::llround((ts + d) * 1e3)}];
 }
