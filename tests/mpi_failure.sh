@@ -110,7 +110,22 @@ rc=$?
 [ "$(grep -c 'rrfp: error: mpirun -np 3: the layout --pp 2 x --tp 1 needs 2 ranks' "$log")" -eq 1 ] ||
   { cat "$log"; fail "bad layout: not exactly one line naming the layout"; }
 ! grep -qE "^running|--dp" "$log" || { cat "$log"; fail "bad layout: a run started, or --dp named"; }
+# The ranks mpirun ends once rank 0 has exited end quietly (they added "stopped by SIGTERM").
+! grep -q "stopped by" "$log" || { cat "$log"; fail "bad layout: a rank said it was stopped"; }
 echo "bad layout: exit 2, one line"
+# A flag's range checked before the job forms is said once too (it came once per process),
+# and so is run's default transport under mpirun (each process ran the whole job in threads).
+for case in "--timeout: must be between 0 and 86400 seconds, got -1|--transport mpi --timeout -1" \
+  "--transport inproc: mpirun started 2 processes|--workload uniform"; do
+  want=${case%%|*} args=${case#*|}
+  # shellcheck disable=SC2086
+  timeout -k 5 60 "$here/mpirun.sh" 2 "$rrfp" run --pp 2 -m 4 $args $marker >"$log" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] && [ "$(grep -c 'rrfp: error: ' "$log")" -eq 1 ] && grep -qF -- "$want" "$log" &&
+    ! grep -qE "^running|stopped by" "$log" ||
+    { cat "$log"; fail "run $args under mpirun: exit $rc, not one line saying \"$want\""; }
+  echo "run $args under mpirun: exit 2, one line"
+done
 # A flag that does not parse: one line too (it came once per process).
 "$here/mpirun.sh" 3 "$rrfp" run --transport mpi --pp 2 --no-such-flag $marker >"$log" 2>&1
 rc=$?

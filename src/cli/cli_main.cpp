@@ -15,6 +15,7 @@
 
 #include "cli/options.hpp"
 #include "cli/stdout_stream.hpp"
+#include "cli/stop_signal.hpp"
 #include "cli/train_flags.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
@@ -226,6 +227,13 @@ int cli_main(int argc, char** argv) {
                                       : one_line(e.what())));
     return 2;
   } catch (const InputError& e) {
+    // Before the job formed (a refusal inside it ends in QuietExit), every process checks the
+    // same flags: rank 0 says it alone, as for a parse error.
+    if (another_rank_of_mpirun()) {
+      quiet_signals();
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      return 2;
+    }
     print_input_error(e);
     return 2;
   } catch (const Error& e) {

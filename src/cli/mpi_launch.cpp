@@ -1,6 +1,7 @@
 #include "cli/mpi_launch.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "cli/options.hpp"
+#include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 #include "core/fnv.hpp"
 #include "core/format.hpp"
@@ -138,6 +140,14 @@ void refuse_other_input_files(Job& job, const InputFiles& files) {
                        " (each process reads its own copy, from its working folder on its node)");
 }
 
+void refuse_inproc_under_mpirun() {
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (size == nullptr || std::strtol(size, nullptr, 10) < 2) return;
+  throw InputError("--transport inproc: mpirun started " + printable(size, 12) +
+                   " processes, and each would run the whole job in its own threads; give "
+                   "--transport mpi (one process per rank), or run without mpirun");
+}
+
 void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>& body) {
 #ifdef RRFP_HAVE_MPI
   if (!launched_by_mpirun())
@@ -149,13 +159,19 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
   } catch (const JobInputError& e) {
     // A refusal agreed over the job (dist/job.hpp): its first refusing rank says it, here too,
     // before the shutdown barrier.
-    if (e.speaks()) print_input_error(e);
+    if (e.speaks())
+      print_input_error(e);
+    else
+      quiet_signals();
     throw QuietExit{2};
   } catch (const InputError& e) {
     // Rank 0 says it here, before the shutdown barrier lets any process leave: once one exits
     // non-zero, mpirun ends the others, and a line rank 0 wrote after the world was gone was
     // lost so (in CI, when every rank refused the same bad layout at once).
-    if (world.rank() == 0) print_input_error(e);
+    if (world.rank() == 0)
+      print_input_error(e);
+    else
+      quiet_signals();
     throw QuietExit{2};
   } catch (const std::exception& e) {
     // One write: ranks failing together share mpirun's stderr, and a line written piece by

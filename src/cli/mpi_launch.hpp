@@ -16,6 +16,12 @@ namespace rrfp {
 
 void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>& body);
 
+// `--transport inproc` (the default) in a process of an mpirun job of several: each process
+// ran the whole job in its threads, N runs where one was meant, each timed while the others
+// took the cores (train's wrote one output folder from every process). Throws InputError
+// naming --transport mpi.
+void refuse_inproc_under_mpirun();
+
 // An input file that every process reads for itself: its flag and path ("": not given).
 struct InputFile {
   std::string flag, path;

@@ -70,7 +70,7 @@ void setup_run(CLI::App& app) {
           "follow the workload's model)");
     // Ranks that pick alone diverge in the simulator, deterministically, where the runtime
     // may run every step: the steps ran, then the comparison failed with nothing reported.
-    if (f->compare && f->exp.dispatch.tp_protocol == "none")
+    if (f->compare && f->exp.dispatch.tp_protocol == "none" && f->exp.dispatch.tp > 1)
       throw InputError(
           "--compare: simulates each run, and a simulation under --tp-protocol none fails "
           "where its ranks' collectives diverge; leave out --compare, or coordinate (leader, "
@@ -98,6 +98,7 @@ void setup_run(CLI::App& app) {
           "--warmup-extra: more untimed steps after --warmup's, in place of those that "
           "still mapped fresh buffers; with --warmup 0 there is none to follow "
           "(give --warmup 1 or more)");
+    if (!mpi) refuse_inproc_under_mpirun();
     exit_on_signals("run");
     if (mpi)
       run_as_mpi_process(timeout_ms_of(f->timeout_s), [&](Job& job) { run_emulated(*f, &job); });

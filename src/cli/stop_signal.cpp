@@ -192,6 +192,12 @@ void exit_on_signals(const std::string& command) {
   install(on_exit_signal, {SIGINT, SIGTERM, SIGHUP, SIGXCPU});
 }
 
+void quiet_signals() {
+  for (int sig : kStopSignals)
+    install(SIG_DFL, {sig});
+  hold_stop_signals(false);  // one held back takes its default action now
+}
+
 void stop_at_once_until_work(const std::string& command) {
   g_at_once.store(false);  // not read while the lines change
   build_exit_lines(command);

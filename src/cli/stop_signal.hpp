@@ -44,6 +44,10 @@ std::atomic<int>& stop_flag();
 // signal ends the process at once, exit 128 + the signal, with the line "rrfp COMMAND: stopped by
 // SIGINT; nothing written" (they died without a word).
 void exit_on_signals(const std::string& command);
+// The default actions again for every signal the functions above take: a process of an mpirun
+// job whose refusal rank 0 prints, ended by mpirun's SIGTERM once rank 0 exits, then ends
+// without a word (it added "stopped by SIGTERM; nothing written" to rank 0's one line).
+void quiet_signals();
 // Runs `write` (the command's outputs) with exit_on_signals' signals held back, so that none is
 // left half written; one that came meanwhile is then heeded (QuietExit, 128 + the signal) with
 // a line saying the outputs were written. A second signal still ends the process at once (but

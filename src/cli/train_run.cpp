@@ -83,6 +83,7 @@ void run(const TrainFlags& f) {
     });
     exit_if_stopped(sum);
   } else {
+    refuse_inproc_under_mpirun();
     acknowledge_stop_signals("train", until);
     exit_if_stopped(train::run_training(to_run(f)));
   }
