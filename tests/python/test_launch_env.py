@@ -10,7 +10,7 @@ import pytest
 from rrfp import _launch
 
 _READ = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "TORCHELASTIC_RUN_ID", "WORLD_SIZE", "RANK",
-         "MASTER_ADDR", "SLURM_STEP_NUM_TASKS")
+         "MASTER_ADDR", "MASTER_PORT", "SLURM_STEP_NUM_TASKS")
 
 
 @pytest.fixture(autouse=True)
@@ -80,6 +80,14 @@ def test_a_rank_past_the_last_is_refused_naming_the_world_size(monkeypatch):
         _launch.launched_transport(2, 1, None)
     assert "a rank below WORLD_SIZE=2 (decimal digits, 0 to 1)" in str(e.value)
     monkeypatch.setenv("RANK", "1")
+    assert _launch.launched_transport(2, 1, None) == "c10d"
+    # The store's port likewise (torch's int() named the value alone).
+    for port in ("abc", "0", "65536"):
+        monkeypatch.setenv("MASTER_PORT", port)
+        with refused("MASTER_PORT", port) as e:
+            _launch.launched_transport(2, 1, None)
+        assert "a TCP port (decimal digits, 1 to 65535)" in str(e.value)
+    monkeypatch.setenv("MASTER_PORT", "29500")
     assert _launch.launched_transport(2, 1, None) == "c10d"
 
 

@@ -118,6 +118,8 @@ def launched_transport(pp, dp, group):
         # the last one failed in Gloo's "enforce fail ... rank < size" on its own process,
         # while the others waited in the group's forming for torch's 30 minutes.
         env_int(env, "RANK", f"a rank below WORLD_SIZE={world}", said, most=world - 1)
+        # torch's int() named the value alone ("invalid literal for int() ... 'abc'").
+        env_int(env, "MASTER_PORT", "a TCP port", said, least=1, most=65535)
         if world != pp * dp:
             raise _other_count("torch.distributed's environment (RANK, WORLD_SIZE, MASTER_ADDR) "
                                f"names {world} processes", pp, dp)
