@@ -123,6 +123,8 @@ def unshared_save(ckpt, opt, folder):
         ckpt.save(own, opt, step=5)
     except FileNotFoundError as e:
         assert "part-1." in str(e) and "one folder that every process shares" in str(e), e
+        # Process 0's folder is not named by another process's path.
+        assert (f"in '{own}'" if ckpt.rank == 0 else f"in its path (here '{own}')") in str(e), e
     else:
         raise AssertionError(f"rank {ckpt.rank}: a save to folders of each process's own "
                              "returned")

@@ -253,6 +253,9 @@ def test_batches_that_do_not_split_evenly_or_match_are_refused():
     with pytest.raises(ValueError, match="inputs: a tensor of no dimensions .a scalar. has no "
                                          "dimension 0 to split into 4 microbatches"):
         pipe.step(torch.tensor(1.0), x)
+    with pytest.raises(ValueError, match=r"inputs: an empty batch \(0 rows\) has no row for any "
+                                         "of its 4 microbatches"):
+        pipe.step(x[:0], x[:0])
     with pytest.raises(ValueError, match="inputs and targets: 8 and 12 rows"):
         pipe.step(torch.randint(0, 64, (8, 8)), torch.randint(0, 64, (12, 8)))
     pipe.step(torch.randint(0, 64, (8, 8)), torch.randint(0, 64, (8, 8)))  # even: fine

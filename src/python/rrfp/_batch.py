@@ -114,6 +114,9 @@ def split(batch, m, name):
                              f"to split into {m} microbatches; give a batch with one row per "
                              f"sample, or a list of {m} microbatches")
         rows = batch.shape[0]
+        if rows == 0:  # "does not split evenly" suggested a count to change
+            raise ValueError(f"{name}: an empty batch (0 rows) has no row for any of its {m} "
+                             "microbatches")
         if rows < m or rows % m:
             raise ValueError(f"{name}: a batch of {rows} rows does not split evenly into {m} "
                              f"microbatches; give a list of {m} microbatches to choose their "

@@ -133,9 +133,12 @@ def _refuse_unshared(pipe, path, token):
                                           [float(r) for r in missing])[0]]
     if missing:
         names = checkpoint.some_of(checkpoint.part_name(r, token) for r in missing)
+        # Rank 0's folder by its own name: another process's `path` may be another string (it
+        # named its own, where process 0 had not looked).
+        where = f"'{path}'" if pipe.rank == 0 else f"its path (here '{path}')"
         raise FileNotFoundError(
             f"save: process 0 does not see {names} ({len(missing)} of the {parts} parts) in "
-            f"'{path}', where their processes wrote them: the processes see different folders "
+            f"{where}, where their processes wrote them: the processes see different folders "
             "(a disk of each machine?); path must be one folder that every process shares (a "
             "shared file system). Nothing was committed; its previous checkpoint is kept")
 
