@@ -328,6 +328,10 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   // read +3.6%). Waits are rrfp's own spans, on one clock.
   if (tl.clocks_aligned) sp.first = std::min(sp.first, tl.first_wait_us);
   read_receives(recvs, m, tp, in_run, sp, r);
+  // 100 us: over the error of the clocks rrfp's ranks align at start-up (docs/twin.md).
+  const EarlyInputs early = early_inputs(m, tp, sp.start, sp.end, 100);
+  out.early_inputs = early.count;
+  out.early_worst_ns = std::llround(early.worst_us * 1e3);
   for (char c : sp.measured)
     out.messages_measured += c;
   if (message_us < 0)

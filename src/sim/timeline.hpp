@@ -85,6 +85,10 @@ struct ImportedRun {
   // How its TP groups coordinated: agree where the trace records rounds (agree's spans), else
   // leader, the runtime's default.
   TpProtocol tp_protocol = TpProtocol::Leader;
+  // Cross-stage inputs the trace says were taken over 100 us before their producer ended, and
+  // the largest lead (sim/timeline_clocks.hpp: early_inputs): clocks that disagree.
+  int early_inputs = 0;
+  std::int64_t early_worst_ns = 0;
   bool has_w = false;                    // that step recorded W tasks (a split backward)
   std::optional<bool> ordered_forwards;  // Timeline::ordered_forwards of that step
   bool fixed_blocking = false;           // Timeline::fixed_blocking of that step

@@ -76,6 +76,23 @@ void align_clocks(const WorkModel& m, int tp, std::vector<double>& start, std::v
   }
 }
 
+EarlyInputs early_inputs(const WorkModel& m, int tp, const std::vector<double>& start,
+                         const std::vector<double>& end, double slack_us) {
+  const size_t n = static_cast<size_t>(m.num_tasks());
+  EarlyInputs out;
+  for (int rank = 0; rank < tp; ++rank)
+    for (int i = 0; i < m.num_tasks(); ++i) {
+      TaskId producer;
+      if (!cross_stage_producer(m, m.task(i), producer)) continue;
+      const double lead = end[rank * n + m.index(producer)] - start[rank * n + i];
+      if (lead > slack_us) {
+        ++out.count;
+        out.worst_us = std::max(out.worst_us, lead);
+      }
+    }
+  return out;
+}
+
 int infer_latencies(const WorkModel& m, int tp, const std::vector<double>& start,
                     const std::vector<double>& end, const std::vector<char>& measured,
                     RealizedWork& r) {

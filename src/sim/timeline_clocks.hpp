@@ -16,6 +16,17 @@ bool cross_stage_producer(const WorkModel& m, const TaskId& t, TaskId& producer)
 void align_clocks(const WorkModel& m, int tp, std::vector<double>& start, std::vector<double>& end,
                   std::vector<TimelineRecv>& recvs);
 
+// Inputs a trace says were taken before they were made: consumers that start more than
+// `slack_us` before their producer on another stage ended (per TP rank), and the largest such
+// lead. Clocks that disagree between ranks (or a hand-edited trace) do it; the measured step
+// then spans other instants than the tasks', and the twin's error against it means nothing.
+struct EarlyInputs {
+  int count = 0;
+  double worst_us = 0;
+};
+EarlyInputs early_inputs(const WorkModel& m, int tp, const std::vector<double>& start,
+                         const std::vector<double>& end, double slack_us);
+
 // Messages nothing timed, from when their consumers started: a consumer idle until its input's
 // producer ended waited for that message, so it took the consumer's start minus the producer's
 // end (delivery and wake-up, what the twin's latency stands for). Messages that arrived while
