@@ -50,6 +50,10 @@ check "its messages' latencies were inferred from the gaps between tasks; give t
 # A CSV holds no recorded order: predict said "invalid JSON".
 printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1\n' >"$tmp/durations.csv"
 check "'$tmp/durations.csv' is not a trace (.json, .json.gz or a directory of them): predict replays a step's recorded order, which a CSV of durations does not hold" predict "$tmp/durations.csv"
+# Another file is not told it is a CSV.
+: >"$tmp/t.svg"
+check "TRACE: '$tmp/t.svg' is not a trace (.json, .json.gz or a directory of them)" predict "$tmp/t.svg"
+grep -q "CSV" "$tmp/err" && { echo "FAIL: an SVG told it is a CSV"; fails=$((fails + 1)); }
 # A header alone: "--step: ... has no step -1; its last is -1" without --step.
 printf 'step,stage,chunk,microbatch,kind,duration_us\n' >"$tmp/header.csv"
 check "header.csv: no rows after its header" simulate --replay "$tmp/header.csv" --pp 2 -m 4

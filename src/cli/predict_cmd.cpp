@@ -60,11 +60,15 @@ void run_predict(PredictFlags f) {
   if (!std::filesystem::exists(f.path, ec))
     throw InputError("`TRACE`: '" + f.path + "' does not exist");
   // A CSV holds durations, not the order a step ran in: it was parsed as JSON ("invalid JSON").
-  if (!is_trace_path(f.path))
+  // The CSV's own reason only for a CSV (an SVG was told it was a CSV of durations).
+  if (!is_trace_path(f.path)) {
+    const bool csv = f.path.ends_with(".csv") || f.path.ends_with(".CSV");
     throw InputError("`TRACE`: '" + f.path +
-                     "' is not a trace (.json, .json.gz or a directory of them): predict replays "
-                     "a step's recorded order, which a CSV of durations does not hold (simulate "
-                     "--replay reads one)");
+                     "' is not a trace (.json, .json.gz or a directory of them)" +
+                     (csv ? ": predict replays a step's recorded order, which a CSV of durations "
+                            "does not hold (simulate --replay reads one)"
+                          : std::string()));
+  }
   // The shape the trace records, with whatever the flags pin down; rrfp's own trace says its
   // TP size too (it needed --tp, "tp rank 1 >= --tp 1").
   int tp_seen = 0;
