@@ -265,6 +265,32 @@ TEST(Runtime, AMessagesTimeLeavesOutItsOffersWaitForTheReceiver) {
   EXPECT_EQ(r.tasks[0].send_ns, 0);
 }
 
+// A rank blocked sending its own output when an input came was busy, not idle waiting for it:
+// the message ends at its arrival. Taken as idle since its last task, the message was
+// stretched to the consumer's start and the send's wait counted twice (measured interleaved
+// blocking steps replayed +3% long).
+TEST(Runtime, AnInputThatCameDuringARanksSendEndsAtItsArrival) {
+  StepRecord r;
+  r.pp = 2;
+  // Stage 1 runs B c1 m1 until 300, then waits until 380 for its output to be taken; the
+  // input of F c1 m0 (from F c0 m0, which ended at 100) lands at 320; F c1 m0 starts at 390.
+  TaskRecord producer{TaskId{Kind::F, 0, 0}, 0, 0, 0, 100, 100};
+  TaskRecord busy{TaskId{Kind::B, 1, 1}, 1, 0, 50, 300, 300};
+  TaskRecord consumer{TaskId{Kind::F, 1, 0}, 1, 0, 390, 400, 400};
+  consumer.input_at = 320;
+  r.tasks = {producer, busy, consumer};
+  r.blocked = {BlockedSpan{1, 0, 300, 380, BlockReason::Send}};
+  send_times_from_arrivals(r);
+  EXPECT_EQ(r.tasks[0].send_ns, 320 - 100);
+  // A wait of another rank, or a collective's, leaves the rank idle from its task's end.
+  for (const BlockedSpan b : {BlockedSpan{1, 1, 300, 380, BlockReason::Send},
+                              BlockedSpan{1, 0, 300, 380, BlockReason::Collective}}) {
+    r.blocked = {b};
+    send_times_from_arrivals(r);
+    EXPECT_EQ(r.tasks[0].send_ns, 390 - 100);
+  }
+}
+
 TEST(Runtime, RejectsBadOptions) {
   WorkModel m(PipelineConfig{});
   Hint h = make_hint("1f1b", m);
