@@ -264,7 +264,8 @@ echo "ok: predict splits as the step it replays"
 
 # predict --comm blocking: the twin replays a blocking step with a rendezvous per message and
 # reproduces a simulated one exactly (async it came out 16% short); a ready run's blocking
-# order, which no fixed order's receives can follow, is refused in one line, not a deadlock.
+# order, which no fixed order's receives can follow, replays exactly under the ready policy
+# ranked by it (refused as a deadlock before).
 "$rrfp" simulate --pp 2 --vpp 2 -m 4 --hint interleaved-1f1b --policy fixed --comm blocking \
   --trace blk.json >/dev/null
 "$rrfp" predict blk.json --comm blocking --json pb.json >/dev/null
@@ -272,19 +273,21 @@ echo "ok: predict splits as the step it replays"
   fail "predict --comm blocking: twin error $(field pb.json "j['reproduction_error']")"
 "$rrfp" simulate --pp 2 --vpp 2 -m 4 --hint bf --policy ready --comm blocking --trace rb.json \
   >/dev/null
-rc=0
-"$rrfp" predict rb.json --comm blocking >/dev/null 2>err.txt || rc=$?
-[ "$rc" = 2 ] && grep -q "deadlocks with a rendezvous per message" err.txt ||
-  fail "predict --comm blocking of a ready run: rc $rc, $(cat err.txt)"
+"$rrfp" predict rb.json --comm blocking --json prb.json >/dev/null 2>err.txt ||
+  fail "predict --comm blocking of a ready run: $(cat err.txt)"
+[ "$(field prb.json "abs(j['reproduction_error']) < 1e-9")" = True ] ||
+  fail "predict --comm blocking of a ready run: twin error $(field prb.json "j['reproduction_error']")"
 # Without --comm, rrfp's trace of a fixed blocking run says so: replayed blocking (async it came
-# out 10-16% short); a ready run's blocking order is replayed async, as no fixed order's
-# receives need follow it.
+# out 10-16% short); so is a ready run's, under the ready policy (replayed async as a fixed
+# order deadlocked, it came out short).
 "$rrfp" predict blk.json --json pa.json >/dev/null
 [ "$(field pa.json "j['recorded_comm']")" = blocking ] &&
   [ "$(field pa.json "abs(j['reproduction_error']) < 1e-9")" = True ] ||
   fail "predict of a fixed blocking run's trace: $(field pa.json "j['recorded_comm'], j['reproduction_error']")"
 "$rrfp" predict rb.json --json pr.json >/dev/null || fail "predict of a ready blocking run's trace"
-[ "$(field pr.json "j['recorded_comm']")" = async ] || fail "a ready blocking run replayed blocking"
+[ "$(field pr.json "j['recorded_comm']")" = blocking ] &&
+  [ "$(field pr.json "abs(j['reproduction_error']) < 1e-9")" = True ] ||
+  fail "predict of a ready blocking run's trace: $(field pr.json "j['recorded_comm'], j['reproduction_error']")"
 # So too where the run's label is long (a hint file's long path): the label a trace shows is cut
 # to 60 characters, which cut off its " (blocking)", and the step was replayed async (-9.3%).
 long=hint-file-with-a-name-long-enough-to-push-the-label-past-sixty-characters.txt
