@@ -100,8 +100,12 @@ def corpus(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pp", type=int, default=int(os.environ.get("WORLD_SIZE", 2)))
+    # One stage per process by default, under torchrun (WORLD_SIZE) and mpirun alike.
+    launched = os.environ.get("WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE")
+    ap.add_argument("--pp", type=int, default=int(launched or 2))
     ap.add_argument("--vpp", type=int, default=1)
+    ap.add_argument("--placement", default=None, choices=["loop", "vshape"],
+                    help="chunks to stages (default: vshape for --hint zb-v, else loop)")
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--rows", type=int, default=4, help="sequences per microbatch")
     ap.add_argument("--seq", type=int, default=64)
@@ -127,6 +131,8 @@ def main():
     pipe = rrfp.Pipeline(lambda i: make_chunk(i, n, args, args.tie_embeddings),
                          lambda logits, y: F.cross_entropy(logits.flatten(0, 1), y.flatten()),
                          pp=args.pp, vpp=args.vpp, microbatches=args.microbatches,
+                         placement=args.placement or ("vshape" if args.hint == "zb-v" else
+                                                      "loop"),
                          hint=args.hint, policy=args.policy, transport=args.transport,
                          device=args.device, tied=ties(n, args))
     params = [p for c in pipe.chunks.values() for p in c.parameters()]

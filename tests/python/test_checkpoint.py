@@ -73,7 +73,8 @@ def test_state_dict_names_entries_by_chunk_and_loads_back():
 def test_bad_checkpoints_are_refused(tmp_path):
     pipe = pipeline(lm.chunks(2), pp=2)
     sd = pipe.state_dict()
-    with pytest.raises(KeyError, match="names no chunk"):
+    with pytest.raises(KeyError, match="names no chunk .*a state of the model before it was "
+                                       "split names its own modules"):
         pipe.load_state_dict({**sd, "7.weight": torch.zeros(1)})
     with pytest.raises(KeyError, match="chunk 1: missing .* no entry of chunk 1 .*chunks: 0,"):
         pipe.load_state_dict({k: v for k, v in sd.items() if not k.startswith("1.")})

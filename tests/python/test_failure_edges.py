@@ -155,6 +155,7 @@ def test_eval_step_refuses_a_loss_that_is_no_tensor():
     assert pipe.eval_step(xs, xs) is not None
     with pytest.raises(rrfp.StageError) as e:
         pipe.step(xs, xs)
+    assert isinstance(e.value.__cause__, ValueError)  # a tensor, of the wrong shape
     assert "loss_fn must return a tensor with one element, got shape (2, 4)" in str(
         e.value.__cause__)
 

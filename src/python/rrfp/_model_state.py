@@ -89,9 +89,14 @@ def check_model_state(chunks, n_chunks, state, strict, keys=None):
         else:
             per_chunk.setdefault(c, {})[key.partition(".")[2]] = value
     if strict and stray:
+        # The usual cause said: the unsplit model's own state, whose first names ("0.weight"
+        # of a Sequential) can read as chunks and were not named with the rest.
         raise KeyError(f"state_dict: {some_of([repr(k) for k in stray])} "
                        f"{'names' if len(stray) == 1 else 'name'} "
-                       f"no chunk (expected 'c.name' with c in 0..{n_chunks - 1})")
+                       f"no chunk (expected 'c.name' with c in 0..{n_chunks - 1}); a state of "
+                       "the model before it was split names its own modules, not the chunks "
+                       "(load it into that model before splitting, or save the pipeline's "
+                       "state_dict)")
     for c in sorted(chunks):
         got = per_chunk.get(c, {})
         own = chunks[c].state_dict(keep_vars=True)

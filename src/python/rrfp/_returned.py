@@ -43,11 +43,15 @@ def wait(delay_fn, stage, kind, chunk, mb):
 
 def checked_loss(loss, one_element):
     """What loss_fn returned, refused unless it is a tensor (of one element, for a step's
-    backward); an evaluation step's failed on a float as an AttributeError of .detach()."""
-    if not isinstance(loss, torch.Tensor) or (one_element and loss.numel() != 1):
+    backward); an evaluation step's failed on a float as an AttributeError of .detach(). Not a
+    tensor is a TypeError; a tensor of another shape a ValueError, as torch's backward raises
+    for a non-scalar's missing gradient (it was a TypeError)."""
+    if not isinstance(loss, torch.Tensor):
         raise TypeError(f"loss_fn must return a tensor{' with one element' if one_element else ''}"
-                        ", got " + (f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
-                                    else type(loss).__name__))
+                        f", got {type(loss).__name__}")
+    if one_element and loss.numel() != 1:
+        raise ValueError(f"loss_fn must return a tensor with one element, got shape "
+                         f"{tuple(loss.shape)}")
     return loss
 
 
