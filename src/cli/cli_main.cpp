@@ -26,18 +26,6 @@ namespace rrfp {
 
 namespace {
 
-// A process of an mpirun job other than rank 0 that runs rank 0's command line (the same
-// program context: mpirun's `a : b` form gives each its own): its parse error is rank 0's,
-// which rank 0 says alone, as the job's other refusals are (it came once per process). A
-// process of another context says its own. Only under mpirun, which sets the job's size too: a
-// rank left in the environment otherwise hid every parse error behind a silent 10 s wait.
-bool another_rank_of_mpirun() {
-  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  const char* context = std::getenv("OMPI_MCA_orte_app_num");
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr && rank != nullptr &&
-         std::strcmp(rank, "0") != 0 && (context == nullptr || std::strcmp(context, "0") == 0);
-}
-
 // The command the command line reached that still wants one of its own: `rrfp`, or `rrfp
 // schedule` (show or check); null when every command given has what it needs.
 CLI::App* wanting_command(CLI::App& app) {

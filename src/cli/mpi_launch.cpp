@@ -159,19 +159,17 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
   } catch (const JobInputError& e) {
     // A refusal agreed over the job (dist/job.hpp): its first refusing rank says it, here too,
     // before the shutdown barrier.
-    if (e.speaks())
-      print_input_error(e);
-    else
-      quiet_signals();
+    if (e.speaks()) print_input_error(e);
+    // Said: the SIGTERM mpirun sends once the first process has left (rank 0 too, still in
+    // the shutdown) ends the process without a "stopped by" line after it.
+    quiet_signals();
     throw QuietExit{2};
   } catch (const InputError& e) {
     // Rank 0 says it here, before the shutdown barrier lets any process leave: once one exits
     // non-zero, mpirun ends the others, and a line rank 0 wrote after the world was gone was
     // lost so (in CI, when every rank refused the same bad layout at once).
-    if (world.rank() == 0)
-      print_input_error(e);
-    else
-      quiet_signals();
+    if (world.rank() == 0) print_input_error(e);
+    quiet_signals();  // as above
     throw QuietExit{2};
   } catch (const std::exception& e) {
     // One write: ranks failing together share mpirun's stderr, and a line written piece by

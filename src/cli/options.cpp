@@ -283,6 +283,13 @@ CLI::Option* add_transport_flag(CLI::App* app, TransportKind& kind,
       ->default_str(to_string(kind));
 }
 
+bool another_rank_of_mpirun() {
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const char* context = std::getenv("OMPI_MCA_orte_app_num");
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr && rank != nullptr &&
+         std::strcmp(rank, "0") != 0 && (context == nullptr || std::strcmp(context, "0") == 0);
+}
+
 CLI::Validator timeout_range() {
   // Checked while parsing, as every other flag's range: found later, it was refused by every
   // process of an mpirun job, one line each. In timeout_ms_of's words.

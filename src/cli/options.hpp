@@ -40,6 +40,13 @@ void read_numbers_in_decimal(CLI::App& app);
 // A float from `lo` to `hi`: CLI::Range let "nan" through (no comparison with it fails), and
 // the flag was then taken as not given.
 CLI::Validator finite_range(double lo, double hi);
+// A process of an mpirun job other than rank 0 that runs rank 0's command line (the same
+// program context: mpirun's `a : b` form gives each its own): its parse error is rank 0's,
+// which rank 0 says alone, as the job's other refusals are (it came once per process). A
+// process of another context says its own. Only under mpirun, which sets the job's size too: a
+// rank left in the environment otherwise hid every parse error behind a silent 10 s wait.
+// Rank 0 also says a signal's "stopped by" line alone (stop_signal.hpp).
+bool another_rank_of_mpirun();
 // --timeout's range, 0 to a day (runtime's timeout_ms_of).
 CLI::Validator timeout_range();
 // --seed: digits only, at most 2^64 - 1 (CLI11 would clamp 2^64 to it silently).

@@ -90,6 +90,15 @@ int signal_index(int sig) {
 // The lines of exit_on_signals' handler (and stop_on_signals' before the work), for `command`.
 void build_exit_lines(const std::string& command) {
   g_command = command;
+  // Under mpirun rank 0 says it for the job: mpirun passes a signal to every process, and ends
+  // the others with SIGTERM once one exits non-zero (a refusal rank 0 printed came with their
+  // "stopped by SIGTERM" lines). The others still exit 128 + the signal.
+  if (another_rank_of_mpirun()) {
+    for (auto& lines : g_exit_lines)
+      for (HandlerLine& line : lines)
+        line.set("");
+    return;
+  }
   for (int sig : kStopSignals) {
     const std::string stopped = "rrfp " + command + ": stopped by " + signal_name(sig);
     g_exit_lines[kNone][signal_index(sig)].set(stopped + "; nothing written\n");
