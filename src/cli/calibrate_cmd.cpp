@@ -34,13 +34,9 @@ struct CalibrateFlags {
 std::vector<std::size_t> parse_sizes(const std::string& text) {
   std::vector<std::size_t> out;
   std::vector<std::string> items;
-  std::stringstream in(text);
-  std::string item;
   // A trailing comma is an empty size, as a leading one is (getline dropped it: "8," ran).
-  if (!text.empty() && text.back() == ',')
-    throw InputError(
-        "--sizes: '' is not a size from 1 to 1024M (a whole number of bytes, or of "
-        "K or M)");
+  std::stringstream in(text + (text.ends_with(',') ? "," : ""));
+  std::string item;
   while (std::getline(in, item, ',')) {
     // Digits, then K or M: std::stod read 0x10 as 16 and 1.9 was truncated to 1 byte.
     std::uint64_t n = 0;

@@ -165,8 +165,8 @@ Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
   // rrfp's own trace names a blocking run "fixed 1f1b (blocking)" or "ready bf (blocking)":
   // replayed async, a fixed one came out 10-19% short unless `comm` said blocking, a ready one
   // 6-13% short (4-7% long as a fixed order's rendezvous). A ready run accepted its offers as
-  // they came, which a fixed order's receives may not follow: where that deadlocks, it is
-  // replayed async, and the report says so.
+  // they came, which a fixed order's receives may not follow: it is replayed under the ready
+  // policy (replay, below); where even that deadlocks, async, and the report says so.
   const bool rrfp = imported.format == "rrfp";
   const bool says_blocking = rrfp && (imported.fixed_blocking || imported.ready_blocking);
   p.comm_from_trace = !o.recorded_comm && says_blocking;
