@@ -290,16 +290,16 @@ std::optional<EarlierLog> read_log(const std::string& path, int resume_step) {
 }
 
 std::string validation_left_behind(const std::string& resume, int step) {
-  const std::filesystem::path folder = std::filesystem::path(resume).parent_path();
-  const std::string path = (folder.empty() ? std::string(".") : folder.string()) + "/loss.csv";
+  const std::filesystem::path parent = std::filesystem::path(resume).parent_path();
+  const std::string folder = parent.empty() ? std::string(".") : parent.string();
+  const std::string path = folder + "/loss.csv";
   try {
     if (!log_field_empty(read_log(path, step), 2)) return {};
   } catch (const std::exception&) {
     return {};
   }
   return "`resume`: step " + std::to_string(step) + "'s validation was cut short in " + path +
-         ", and this run's log starts after it; to fill it in, resume with `out` '" +
-         (folder.empty() ? std::string(".") : folder.string()) + "'";
+         ", and this run's log starts after it; to fill it in, resume with `out` '" + folder + "'";
 }
 
 bool log_field_empty(const std::optional<EarlierLog>& log, int column) {

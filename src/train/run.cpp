@@ -60,8 +60,7 @@ class Run {
       if (root_ && o_.warn) o_.warn(d + ": the run will not continue as that one would have");
     if (const std::string w = schedule_warning(t_); root_ && o_.warn && !w.empty()) o_.warn(w);
     // Resumed into a folder without the run's log: a validation cut short there stays so.
-    const bool due = first_ == t_.steps || (o_.eval_every > 0 && first_ % o_.eval_every == 0);
-    if (root_ && o_.warn && first_ > 0 && !old_log_ && due)
+    if (root_ && o_.warn && first_ > 0 && !old_log_ && validates_after(first_))
       if (const std::string w = validation_left_behind(o_.resume, first_); !w.empty()) o_.warn(w);
     h0_ = trainer_.data().unigram_entropy();
   }
@@ -96,6 +95,10 @@ class Run {
 
  private:
   std::string dir() const { return o_.out + "/"; }
+  // Whether the run validates once `steps` steps are done: at its last, and every `eval_every`.
+  bool validates_after(int steps) const {
+    return steps == t_.steps || (o_.eval_every > 0 && steps % o_.eval_every == 0);
+  }
   std::string checkpoint() const { return o_.out + "/checkpoint.bin"; }
 
   void print_banner() const {
@@ -130,7 +133,7 @@ class Run {
     sum_.last_loss = r.loss;
     std::string val;
     double val_loss = 0;  // finite where the step validates not
-    if ((o_.eval_every > 0 && (s + 1) % o_.eval_every == 0) || s + 1 == t_.steps) {
+    if (validates_after(s + 1)) {
       progress_.validating(s, o_.eval_batches);
       if (const auto v = trainer_.validation_loss(o_.eval_batches, o_.stop)) {
         sum_.val_loss = val_loss = *v;
@@ -272,8 +275,7 @@ class Run {
   // its val_loss, which the resume never did again: a resumed run validates that step first,
   // on every process, as the run would have (the same model and held-out batches).
   RowFill validation_left_out() {
-    const bool validates = first_ == t_.steps || (o_.eval_every > 0 && first_ % o_.eval_every == 0);
-    if (first_ == 0 || !validates) return {};
+    if (first_ == 0 || !validates_after(first_)) return {};
     double empty = root_ && log_field_empty(old_log_, 2) ? 1 : 0;
     if (t_.job) empty = max_over_job(*t_.job, empty);
     if (empty == 0) return {};
