@@ -239,21 +239,28 @@ TEST(Runtime, StepsReportTheBuffersTheyMapped) {
   }
 }
 
+// A step of P=2 as send_times_from_arrivals reads it: F c0 m0 ends at 100 on stage 0; stage 1
+// runs B c1 m1 from 50 to 300, then F c1 m0 (whose input is F c0 m0's output) from `start`
+// to 400, the input having landed at `input_at`.
+StepRecord input_after_a_busy_rank(std::int64_t start, std::int64_t input_at) {
+  StepRecord r;
+  r.pp = 2;
+  TaskRecord producer{TaskId{Kind::F, 0, 0}, 0, 0, 0, 100, 100};
+  TaskRecord busy{TaskId{Kind::B, 1, 1}, 1, 0, 50, 300, 300};
+  TaskRecord consumer{TaskId{Kind::F, 1, 0}, 1, 0, start, 400, 400};
+  consumer.input_at = input_at;
+  r.tasks = {producer, busy, consumer};
+  return r;
+}
+
 // A measured blocking step: the time an offer waits for its busy receiver to accept it is the
 // rendezvous's, which a replay's rendezvous adds by itself, so a message's time leaves it out
 // (counted in it, a measured blocking step replayed 11-23% long).
 TEST(Runtime, AMessagesTimeLeavesOutItsOffersWaitForTheReceiver) {
-  StepRecord r;
-  r.pp = 2;
-  // F c0 m0 ends at 100 on stage 0 and offers its output; stage 1 runs B c1 m1 until 300,
-  // accepts then (a wait of 190 since the offer came at 110), and the input lands at 310;
-  // F c1 m0 starts at 330.
-  TaskRecord producer{TaskId{Kind::F, 0, 0}, 0, 0, 0, 100, 100};
-  TaskRecord busy{TaskId{Kind::B, 1, 1}, 1, 0, 50, 300, 300};
-  TaskRecord consumer{TaskId{Kind::F, 1, 0}, 1, 0, 330, 400, 400};
-  consumer.input_at = 310;
-  consumer.offer_wait = 190;
-  r.tasks = {producer, busy, consumer};
+  // F c0 m0 offers its output; stage 1 accepts at 300, after B c1 m1 (a wait of 190 since
+  // the offer came at 110), and the input lands at 310; F c1 m0 starts at 330.
+  StepRecord r = input_after_a_busy_rank(330, 310);
+  r.tasks[2].offer_wait = 190;
   send_times_from_arrivals(r);
   // The rank was idle when the input came (free since 300): the message ends at the start.
   EXPECT_EQ(r.tasks[0].send_ns, 330 - 100 - 190);
@@ -270,15 +277,9 @@ TEST(Runtime, AMessagesTimeLeavesOutItsOffersWaitForTheReceiver) {
 // stretched to the consumer's start and the send's wait counted twice (measured interleaved
 // blocking steps replayed +3% long).
 TEST(Runtime, AnInputThatCameDuringARanksSendEndsAtItsArrival) {
-  StepRecord r;
-  r.pp = 2;
-  // Stage 1 runs B c1 m1 until 300, then waits until 380 for its output to be taken; the
-  // input of F c1 m0 (from F c0 m0, which ended at 100) lands at 320; F c1 m0 starts at 390.
-  TaskRecord producer{TaskId{Kind::F, 0, 0}, 0, 0, 0, 100, 100};
-  TaskRecord busy{TaskId{Kind::B, 1, 1}, 1, 0, 50, 300, 300};
-  TaskRecord consumer{TaskId{Kind::F, 1, 0}, 1, 0, 390, 400, 400};
-  consumer.input_at = 320;
-  r.tasks = {producer, busy, consumer};
+  // After B c1 m1, stage 1 waits until 380 for its output to be taken; the input of F c1 m0
+  // lands at 320; F c1 m0 starts at 390.
+  StepRecord r = input_after_a_busy_rank(390, 320);
   r.blocked = {BlockedSpan{1, 0, 300, 380, BlockReason::Send}};
   send_times_from_arrivals(r);
   EXPECT_EQ(r.tasks[0].send_ns, 320 - 100);
