@@ -109,9 +109,12 @@ check "--resume: the checkpoint is already at step 2 of --steps 1" train "${smal
 # a resume from it would splice the two runs' steps in one log.
 check "--out: '$tmp/ck2' holds checkpoint.bin of an earlier run; pass --resume" \
   train "${small[@]}" --steps 2 --out "$tmp/ck2"
-# A resume into a folder holding another checkpoint would replace it without a word.
+# A resume into a folder holding another checkpoint would replace it without a word; without
+# --save-every it writes none, but its logs beside it.
 mkdir -p "$tmp/other" && cp "$tmp/ck2/checkpoint.bin" "$tmp/other/checkpoint.bin"
 check "--out: '$tmp/ck2' holds a checkpoint.bin other than --resume ('$tmp/other/checkpoint.bin'), which the run would replace" \
+  train "${small[@]}" --steps 3 --save-every 1 --resume "$tmp/other/checkpoint.bin" --out "$tmp/ck2"
+check "--out: '$tmp/ck2' holds a checkpoint.bin other than --resume ('$tmp/other/checkpoint.bin'), beside which the run would write its logs" \
   train "${small[@]}" --steps 3 --resume "$tmp/other/checkpoint.bin" --out "$tmp/ck2"
 check "--inject-jitter: '' names nothing; give a value" train --inject-jitter "" --out "$tmp/o"
 # The run's outputs are none of its inputs: a hint file at OUT/durations.csv was replaced by

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `rrfp train --transport mpi` where one process meets what the others do not: a checkpoint that
 # rank 0 writes while the others wait for it (under a short --timeout), an input missing on one
-# node only (--data, --resume), a checkpoint of another task, and an output taken by a directory
-# during the run. Each ends as one process would: the run completes, or every process exits
+# node only (--data, --resume), a checkpoint of another task, an output taken by a directory
+# during the run, a hint that is a FIFO, and failures every process meets alike. Each ends as one process would: the run completes, or every process exits
 # with the refusing one's line, in seconds. Usage: mpi_train_faults.sh path/to/rrfp
 set -uo pipefail
 rrfp=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")  # absolute: ranks start elsewhere
@@ -101,4 +101,44 @@ rc=$?
   grep -q "rrfp: run failed on mpi rank 0: --out: '$out/o/trace.json' is a directory" "$out/o.log" ||
   { grep rrfp "$out/o.log"; fail "trace.json a directory under mpirun: exit $rc after $((SECONDS - start)) s"; }
 echo "trace.json a directory: the job failed in $((SECONDS - start)) s"
+
+# A hint file that is a FIFO on every node: the processes compare their copies' bytes before
+# the hint is read, and that comparison waited in the FIFO's open past --timeout (a device
+# such as /dev/zero, in its read). The hint's reader refuses it, as in one process.
+mkfifo "$out/n0/h.fifo" "$out/n1/h.fifo"
+refused "--hint: 'h.fifo' is not a regular file" "$out/n0" "$out/n1" "${tiny[@]}" \
+  --steps 2 --hint h.fifo --out "$out/f"
+
+# A --dp far past the processes: refused as the layout, where the memory its replicas would
+# take was refused first, naming --microbatches.
+refused "mpirun -np 2: the layout --pp 2 x --tp 1 x --dp 3000000 needs 6000000 ranks" \
+  "$out/n0" "$out/n1" "${tiny[@]}" --dp 3000000 --steps 2 --out "$out/dp"
+
+# one_line WANT RC: a failure every process meets alike (its outcome is agreed over the job)
+# ends it with exit 1 and one line in $out/x.log, no "SIGTERM" line after it: each process
+# printed it, and mpirun's signal to a process still in its shutdown added "stopping after the
+# current step". The progress before it comes as lines: mpirun gives each process a terminal
+# of its own whatever its own output is, and the redraws went into the file.
+one_line() {
+  local want=$1 rc=$2
+  [ "$rc" -eq 1 ] && [ "$(grep -cE "^rrfp: |SIGTERM" "$out/x.log")" -eq 1 ] &&
+    ! grep -q $'\r' "$out/x.log" && grep -q "^rrfp: run failed: $want" "$out/x.log" ||
+    { grep rrfp "$out/x.log"; fail "want one line '$want': mpirun exited $rc"; }
+}
+start=$SECONDS
+timeout 120 "${mpi[@]}" 4 "$rrfp" train --transport mpi "${tiny[@]}" --dp 2 --lr 1000 \
+  --warmup 1 --clip 0 --weight-decay 0 --steps 10 --out "$out/lr" >"$out/x.log" 2>&1
+one_line "step [0-9]*: the .* is .*; training stops" $?
+echo "a diverged run: one line in $((SECONDS - start)) s"
+# A checkpoint rank 0 cannot write (its temporary file's name taken by a folder during the
+# run): rank 0's reason, once.
+start=$SECONDS
+timeout 300 "${mpi[@]}" 2 "$rrfp" train --transport mpi "${tiny[@]}" --steps 400 \
+  --save-every 200 --out "$out/ct" >"$out/x.log" 2>&1 &
+job=$!
+for _ in $(seq 300); do [ -s "$out/ct/loss.csv" ] && break; sleep 0.1; done
+mkdir "$out/ct/checkpoint.bin.tmp"
+wait $job
+one_line ".*checkpoint\.bin\.tmp" $?
+echo "a checkpoint rank 0 cannot write: one line in $((SECONDS - start)) s"
 echo "PASS"

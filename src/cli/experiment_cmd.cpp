@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/hint.hpp"
+#include "core/output_file.hpp"
 #include "report/estimate.hpp"
 
 namespace rrfp {
@@ -74,7 +75,7 @@ Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
   sc.tp_protocol = parse_tp_protocol(dispatch.tp_protocol);
   sc.limit = dispatch.limit;
   sc.max_pending_w = dispatch.max_pending_w;
-  sc.progress = ::isatty(STDERR_FILENO) != 0;
+  sc.progress = is_terminal(STDERR_FILENO);
   return sc;
 }
 

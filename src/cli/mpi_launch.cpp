@@ -14,7 +14,9 @@
 #include "core/error.hpp"
 #include "core/fnv.hpp"
 #include "core/format.hpp"
+#include "core/input_file.hpp"
 #include "core/printable.hpp"
+#include "dist/job.hpp"
 #ifdef RRFP_HAVE_MPI
 #include "dist/mpi_world.hpp"
 #endif
@@ -52,14 +54,25 @@ double fingerprint(const std::vector<std::string>& args) {
   return job_digest(h);
 }
 
-// Adds the bytes of the file at `path` to `h`; false where it cannot be read.
+// The most bytes of one input file compared between processes: more than any input rrfp
+// reads of a run it can train or emulate (a trace's 256 MiB), and a bound on the time.
+constexpr std::uint64_t kMaxComparedBytes = 1ull << 30;
+
+// Adds the bytes of the file at `path` to `h`; false where its reader would refuse it (missing,
+// a FIFO or device, over kMaxComparedBytes) or it cannot be read. The files are compared before
+// they are read (train's hint): a FIFO named as --hint held every process in its open, a
+// /dev/zero in its read, past --timeout, where the reader refuses both at once.
 bool hash_file(std::uint64_t& h, const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::vector<char> buf(1 << 16);
-  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0)
-    h = fnv1a(h, std::string_view(buf.data(), static_cast<std::size_t>(in.gcount())));
-  return !in.bad();
+  try {
+    scan_input_file(path.string(), InputKind{"input", kMaxComparedBytes, 0},
+                    [&](std::string_view piece) {
+                      h = fnv1a(h, piece);
+                      return true;
+                    });
+    return true;
+  } catch (const InputError&) {
+    return false;
+  }
 }
 
 // A digest of the bytes at `path`: a file's, or a folder's files' (a trace of one file per
@@ -171,6 +184,13 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
     if (world.rank() == 0) print_input_error(e);
     quiet_signals();  // as above
     throw QuietExit{2};
+  } catch (const JobError& e) {
+    // Every process failed alike, knowing it: one line, and the exit through the shutdown
+    // barrier, as a refusal's.
+    if (world.rank() == 0)
+      print_line("rrfp: run failed: " + as_flags(one_line(first_line(e.what()))));
+    quiet_signals();
+    throw QuietExit{1};
   } catch (const std::exception& e) {
     // One write: ranks failing together share mpirun's stderr, and a line written piece by
     // piece interleaves with theirs (a watchdog's report lost its rank prefix so, in CI).

@@ -11,6 +11,7 @@
 #include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 #include "core/hint_io.hpp"
+#include "core/output_file.hpp"
 #include "core/printable.hpp"
 #include "plan/exact.hpp"
 #include "plan/search.hpp"
@@ -100,7 +101,7 @@ struct Planned {
 // `lower`: a bound no order beats (the exact search stops at an order that meets it).
 Planned search_both(const PlanFlags& f, const PlanProblem& p, const ExactChoice& exact,
                     std::int64_t lower) {
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  const bool tty = is_terminal(STDERR_FILENO);
   Planned out;
   SearchOptions so;
   so.budget_s = f.budget_s;

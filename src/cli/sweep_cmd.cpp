@@ -14,6 +14,7 @@
 #include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 #include "core/hint.hpp"
+#include "core/output_file.hpp"
 #include "core/printable.hpp"
 #include "report/estimate.hpp"
 
@@ -305,7 +306,7 @@ void run_sweep(const SweepFlags& f) {
   std::vector<Row> rows;
   size_t done = 0;
   // On a terminal only, as simulate's and run's progress (docs/reliability.md).
-  const bool show = !f.quiet && ::isatty(STDERR_FILENO) != 0;
+  const bool show = !f.quiet && is_terminal(STDERR_FILENO);
   std::string csv =
       "workload,pp,microbatches,tp,limit_flag,limit,seed,run,makespan_ms,bubble_ratio,efficiency,"
       "lower_bound_ms,peak_d_max,speedup_vs_1f1b_blocking,speedup_vs_1f1b_async,speedup_vs_zb_h1\n";

@@ -339,4 +339,17 @@ void write_all(int fd, std::string_view bytes, const std::string& what) {
   }
 }
 
+bool is_terminal(int fd) {
+  if (::isatty(fd) == 0) return false;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) return true;
+  // mpirun's stream, as this process's parent holds it; opened only to ask (no controlling
+  // terminal taken, a FIFO not waited on).
+  const std::string parents = "/proc/" + std::to_string(::getppid()) + "/fd/" + std::to_string(fd);
+  const int theirs = ::open(parents.c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+  if (theirs < 0) return false;
+  const bool tty = ::isatty(theirs) != 0;
+  ::close(theirs);
+  return tty;
+}
+
 }  // namespace rrfp

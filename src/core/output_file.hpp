@@ -55,6 +55,13 @@ void replace_file(const std::string& path, const std::string& bytes, const std::
 // anew it named /dev/null. Call first thing in main().
 void hold_closed_standard_streams();
 
+// Whether what is written to `fd` (a standard stream) reaches a terminal, for progress lines
+// redrawn in place. Under mpirun each process writes to a pseudo-terminal of mpirun's whether
+// or not mpirun's own output is a terminal, so there mpirun's stream decides (a run's output
+// into a file got the redraws): a process mpirun started locally is its child; one started
+// elsewhere writes plain lines.
+bool is_terminal(int fd);
+
 // Writes all of `bytes` to `fd` (retrying short writes and interrupted calls); throws Error
 // starting with `what` and the system's reason ("No space left on device").
 void write_all(int fd, std::string_view bytes, const std::string& what);

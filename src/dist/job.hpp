@@ -151,6 +151,16 @@ class JobInputError : public InputError {
   bool speaks_;
 };
 
+// A failure that every process of a job raises alike, at one point, from an outcome agreed
+// over the job (a gradient norm reduced over it, a checkpoint that rank 0 could not write):
+// rank 0 says it and all exit together. Each process said it under mpirun (one line per
+// process), and mpirun's signal to the processes still in their shutdown added a line of its
+// own.
+class JobError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Runs `check` on this process and agrees on its refusals over `job` (a collective; `check`
 // must call none): an InputError it throws on any process becomes a JobInputError on every
 // process, the lowest refusing rank's carrying its message ("mpi rank R: " ahead on ranks

@@ -6,6 +6,7 @@
 
 #include "core/format.hpp"
 #include "core/memory.hpp"
+#include "core/output_file.hpp"
 
 namespace rrfp {
 
@@ -25,7 +26,7 @@ void check_fits(const std::string& what, double tasks, const TaskCost& cost,
   const std::string work = " and " + duration(seconds) + " of work";
   check_memory(bytes, what, work, lower);
   // On a terminal only, like the runs' progress lines: logs and pipes keep one line per error.
-  if ((bytes > 1e9 || seconds > 10) && ::isatty(STDERR_FILENO)) {
+  if ((bytes > 1e9 || seconds > 10) && is_terminal(STDERR_FILENO)) {
     std::fprintf(stderr, "rrfp: %s: about %s of memory%s (estimated)\n", what.c_str(),
                  gigabytes(bytes).c_str(), work.c_str());
     std::fflush(stderr);

@@ -216,13 +216,13 @@ class Run {
 
   // Names the checkpoint to go back to: this run's last, else the one it resumed from (which
   // "no checkpoint was written" hid).
-  Error diverged(int step, const std::string& what) const {
+  JobError diverged(int step, const std::string& what) const {
     const std::string kept = saved_ > 0   ? checkpoint() + " keeps step " + std::to_string(saved_)
                              : first_ > 0 ? "this run wrote no checkpoint; it resumed from " +
                                                 o_.resume + " at step " + std::to_string(first_)
                                           : "no checkpoint was written";
-    return Error("step " + std::to_string(step) + ": " + what + "; training stops (" + kept +
-                 "): lower `lr`, or check the data or the checkpoint resumed from");
+    return JobError("step " + std::to_string(step) + ": " + what + "; training stops (" + kept +
+                    "): lower `lr`, or check the data or the checkpoint resumed from");
   }
 
   void add_up(const StepReport& r, double step_s, const RunMetrics& met) {

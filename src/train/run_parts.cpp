@@ -151,10 +151,12 @@ void prepare_run_out(const TrainRun& o) {
   std::error_code ec;
   if (!o.resume.empty() && std::filesystem::is_regular_file(o.out + "/checkpoint.bin", ec) &&
       !std::filesystem::equivalent(o.resume, o.out + "/checkpoint.bin", ec) && !ec)
-    throw InputError("`out`: '" + o.out + "' holds a checkpoint.bin other than `resume` ('" +
-                     o.resume +
-                     "'), which the run would replace; move it away, or choose "
-                     "another `out`");
+    throw InputError(
+        "`out`: '" + o.out + "' holds a checkpoint.bin other than `resume` ('" + o.resume + "'), " +
+        (o.save_every > 0 ? "which the run would replace"
+                          : "beside which the run would write its logs (a resume from it would "
+                            "splice them into another run's)") +
+        "; move it away, or choose another `out`");
   for (const std::string& name : output_names(o))  // files it places itself: no FIFO
     check_output_path(o.out + "/" + name, "`out`: '" + o.out + "/" + name + "'",
                       OutputMode{false, false});
@@ -176,7 +178,7 @@ double sum_ms(const std::vector<std::int64_t>& ns) {
   return static_cast<double>(std::accumulate(ns.begin(), ns.end(), std::int64_t{0})) / 1e6;
 }
 
-Progress::Progress(int steps) : steps_(steps), tty_(isatty(STDOUT_FILENO) != 0) {}
+Progress::Progress(int steps) : steps_(steps), tty_(is_terminal(STDOUT_FILENO)) {}
 
 void Progress::start(int first, bool quiet) {
   first_ = first;

@@ -20,6 +20,9 @@ Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe) {
     // many stages' activations would take, naming every flag but --pp.
     check_blocks(o_.model, m_.chunks());
   });
+  // Before the memory checks too, which scale by `dp`: a `dp` the job's processes cannot hold
+  // was refused as the memory its replicas would take, naming --microbatches.
+  if (o_.job) o_.job->set_layout(JobLayout{m_.pp(), o_.runtime.tp, o_.dp});
   agree_on_input(o_.job, [&] {
     dev_ = parse_device(o_.device, o_.dtype, o_.completion);
     hint_ = make_hint(o_.hint, m_);
@@ -40,7 +43,6 @@ Trainer::Trainer(TrainOptions o) : o_(std::move(o)), m_(o_.pipe) {
   Hosting hosting;
   std::vector<char> hosted(static_cast<size_t>(m_.pp()) * t, 1);  // by endpoint
   if (o_.job) {
-    o_.job->set_layout(JobLayout{m_.pp(), t, o_.dp});
     hosting = o_.job->hosting();
     hosted.assign(hosted.size(), 0);
     hosted[o_.job->endpoint()] = 1;

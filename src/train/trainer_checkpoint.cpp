@@ -104,8 +104,14 @@ void Trainer::save(const std::string& path) const {
   }
   const double flag = failed ? 1 : 0;
   if (job.all_gather(std::span(&flag, 1))[0].at(0) == 0) return;
-  if (failed) std::rethrow_exception(failed);
-  throw Error("checkpoint '" + path + "': rank 0 could not write it (its error says why)");
+  // Every process stops here, rank 0 with its own error, which it alone prints.
+  if (!failed)
+    throw JobError("checkpoint '" + path + "': rank 0 could not write it (its error says why)");
+  try {
+    std::rethrow_exception(failed);
+  } catch (const std::exception& e) {
+    throw JobError(e.what());
+  }
 }
 
 // Every process's parameter names, each once (a collective over the job).
