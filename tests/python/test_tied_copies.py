@@ -82,6 +82,10 @@ def frozen_copy(i):
     ({"tied": [["9.tok.weight", "0.0.tok.weight"]]}, ValueError, ["'9.tok.weight'", "0..3"]),
     ({"tied": [["0.0.tok.weight", "3.1.embed.weight", "0.0.tok.weight"]]}, ValueError,
      ["named twice"]),
+    # chunk 0's parameter under a second spelling; a digit int() does not read
+    ({"tied": [["0.0.tok.weight", "00.0.tok.weight"]]}, ValueError,
+     ["'00.0.tok.weight'", "no leading zeros"]),
+    ({"tied": [["\u00b2.0.tok.weight", "3.1.embed.weight"]]}, ValueError, ["0..3"]),
     ({"tied": [["0.0.tok.weight", "3.1.nothing"]]}, ValueError,
      ["chunk 3 has no parameter '1.nothing'"]),
     ({"tied": [["0.0.tok.weight", "1.0.ln1.weight"]]}, ValueError,

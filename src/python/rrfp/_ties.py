@@ -74,9 +74,11 @@ def _declared(tied, n):
                 raise TypeError(f"tied: each name is a str 'c.name' (c the chunk's index), got "
                                 f"{type(name).__name__} {name!r}")
             c, _, rest = name.partition(".")
-            if not c.isdigit() or int(c) >= n or not rest:
+            # The index as str() writes it: '00.weight' named chunk 0's parameter a second time
+            # under another spelling, and '²' passed isdigit() only to fail in int().
+            if not (c.isascii() and c.isdigit() and c == str(int(c))) or int(c) >= n or not rest:
                 raise ValueError(f"tied: {name!r} is not a parameter name 'c.name' with the chunk "
-                                 f"c in 0..{n - 1}")
+                                 f"c in 0..{n - 1} (no leading zeros)")
             if name in seen:
                 raise ValueError(f"tied: '{name}' is named twice")
             seen.add(name)
