@@ -20,18 +20,37 @@ field() { # field FILE EXPR: a value of the JSON report
   "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"
 }
 
+# plan_replays NAME TRACE SHAPE... -- PLAN_FLAGS...: `plan --replay TRACE` (report in NAME.txt,
+# NAME.json, hint NAME-h.json), then its hint replayed by simulate under the fixed policy to the
+# makespan the plan reported.
+plan_replays() {
+  local name=$1 trace=$2
+  shift 2
+  local shape=()
+  while [ "$1" != -- ]; do shape+=("$1"); shift; done
+  shift
+  "$rrfp" plan "${shape[@]}" --replay "$trace" "$@" --out "$name-h.json" --json "$name.json" \
+    >"$name.txt" || fail "plan --replay $trace ($name)"
+  planned=$(field "$name.json" "j['plan']['makespan_ms']")
+  "$rrfp" simulate "${shape[@]}" --replay "$trace" --hint "$name-h.json" --policy fixed \
+    --json "$name-s.json" >/dev/null || fail "simulate --hint (the plan's file, $name)"
+  local replayed
+  replayed=$(field "$name-s.json" "j['runs'][0]['makespan_ms']")
+  [ "$planned" = "$replayed" ] || fail "$name: plan made $planned ms, its hint replays to $replayed ms"
+  echo "ok: $name: trace -> plan -> simulate --policy fixed: $planned ms both"
+}
+
 # A ready BFW run records W tasks; `plan` on its trace splits the backward by itself.
 "$rrfp" run --pp 4 -m 8 --hint bfw --policy ready --seed 3 --trace t.json >/dev/null
-"$rrfp" plan --pp 4 -m 8 --replay t.json --max-evaluations 40 --exact off --out h.json --json p.json \
-  >/dev/null || fail "plan --replay of a trace with W tasks"
-[ "$(field p.json "j['runs'][0]['split_backward']")" = True ] || fail "plan did not split"
-planned=$(field p.json "j['plan']['makespan_ms']")
-# The plan's hint replays to the makespan the plan reported.
-"$rrfp" simulate --pp 4 -m 8 --replay t.json --hint h.json --policy fixed --json s.json \
-  >/dev/null || fail "simulate --hint (the plan's file) --policy fixed"
-replayed=$(field s.json "j['runs'][0]['makespan_ms']")
-[ "$planned" = "$replayed" ] || fail "plan made $planned ms, its hint replays to $replayed ms"
-echo "ok: trace -> plan -> simulate --policy fixed: $planned ms both"
+plan_replays split t.json --pp 4 -m 8 -- --max-evaluations 40 --exact off
+[ "$(field split.json "j['runs'][0]['split_backward']")" = True ] || fail "plan did not split"
+
+# A step of ordered forwards is planned as one, as simulate replays it: the plan reordered the
+# forwards and called 102.732 ms optimal, where its hint could not run (cyclic wait) and the
+# optimum is 106.251 ms.
+"$rrfp" simulate --pp 3 -m 4 --hint bfw --policy ready --ordered-forwards on --trace o.json >/dev/null
+plan_replays ordered o.json --pp 3 -m 4 -- --max-evaluations 300
+grep -q "(ordered forwards)" ordered.txt || fail "plan of ordered forwards: $(head -1 ordered.txt)"
 
 # The best line says "optimal" only where the exact search proved it, with the exact line's
 # makespan; the heuristic alone proves nothing.

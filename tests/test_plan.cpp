@@ -315,5 +315,42 @@ TEST(Plan, ExactStopsAtAnOrderThatMeetsAKnownBound) {
   EXPECT_EQ(below.nodes, full.nodes);
 }
 
+// A V-shape under blocking comm at the default limit: every rule's order deadlocks, and the plan
+// was refused ("no feasible starting order"); one microbatch at a time finishes, and the search
+// goes on from it.
+// A plan of the multimodal preset (seed 1) within 300 evaluations, checked to keep the model's
+// order.
+SearchResult planned_multimodal(const PipelineConfig& c, int tp, CommMode comm,
+                                TpProtocol protocol) {
+  const WorkModel m(c);
+  const RealizedWork w = realize(workload_preset("multimodal"), m, tp, 1);
+  const PlanProblem p = make_problem(m, w, comm, protocol, 0, 0);
+  SearchOptions so;
+  so.max_evaluations = 300;
+  SearchResult r = search_schedule(p, so);
+  EXPECT_TRUE(r.found);
+  EXPECT_EQ(order_violation(p, r.order), "");
+  return r;
+}
+
+TEST(Plan, StartsFromOneMicrobatchAtATimeWhereEveryRuleDeadlocks) {
+  const SearchResult r = planned_multimodal(config(4, 8, 2, false, Placement::VShape), 1,
+                                            CommMode::Blocking, TpProtocol::Leader);
+  ASSERT_FALSE(r.starts.empty());
+  EXPECT_EQ(r.starts.back().name, "serial");
+  EXPECT_TRUE(r.starts.back().feasible);
+  for (std::size_t i = 0; i + 1 < r.starts.size(); ++i)
+    EXPECT_FALSE(r.starts[i].feasible) << r.starts[i].name;
+  EXPECT_LE(r.makespan, r.starts.back().makespan);
+}
+
+// Without TP coordination a ready run's ranks may diverge: that start is infeasible, where the
+// error ended the whole plan.
+TEST(Plan, ARunWhoseTensorParallelRanksDivergeIsInfeasible) {
+  const SearchResult r = planned_multimodal(config(4, 8), 2, CommMode::Async, TpProtocol::None);
+  EXPECT_TRUE(std::any_of(r.starts.begin(), r.starts.end(),
+                          [](const StartPoint& s) { return !s.feasible; }));
+}
+
 }  // namespace
 }  // namespace rrfp::test

@@ -388,6 +388,9 @@ void setup_plan(CLI::App& app) {
   auto f = std::make_shared<PlanFlags>();
   CLI::App* sub = app.add_subcommand(
       "plan", "search the fastest schedule knowing every duration (the clairvoyant reference)");
+  // A replayed step of ordered forwards is planned as one: off, its plan reordered forwards the
+  // model cannot, "optimal" below the true optimum.
+  f->shape.ordered = "auto";
   add_shape_flags(sub, f->shape);
   add_workload_flags(sub, f->load);
   add_execution_flags(sub, f->dispatch);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
+#include <optional>
 
 #include "core/error.hpp"
 #include "plan/graph.hpp"
@@ -52,7 +54,13 @@ class Searcher {
 
   SearchResult run() {
     starts();
-    if (!res_.found) throw InputError("plan: no feasible starting order");
+    // Every rule's order can deadlock (a V-shape under blocking comm at the default limit did),
+    // and the plan was refused; one microbatch at a time finishes under any of them. Tried only
+    // then: as a start always, it took an evaluation from every search.
+    if (!res_.found) start("serial", serial_order());
+    if (!res_.found)
+      throw InputError("plan: no feasible starting order, not even one microbatch at a time (" +
+                       std::to_string(res_.starts.size()) + " tried)");
     improve();
     res_.seconds = seconds();
     return std::move(res_);
@@ -126,6 +134,50 @@ class Searcher {
                           simulate(p_.m(), h, p_.w(), sim_options(p_, Policy::Ready, true)));
   }
 
+  // A start from a run under the ready policy, which may not finish: under tp_protocol none its
+  // TP ranks may diverge (which ended the whole plan), or it deadlocks. It is then infeasible.
+  void start_ready(const std::string& name, const std::function<ListHint()>& order) {
+    std::optional<ListHint> o;
+    try {
+      o = order();
+    } catch (const DeadlockError&) {
+    } catch (const CollectiveMismatchError&) {
+    }
+    if (o)
+      start(name, *o);
+    else
+      res_.starts.push_back(StartPoint{name, false, 0});
+  }
+
+  // list_makespan, none where the run does not finish (as start_ready).
+  std::optional<std::int64_t> ready_makespan(const std::vector<double>& priority) const {
+    try {
+      return list_makespan(p_, priority);
+    } catch (const DeadlockError&) {
+    } catch (const CollectiveMismatchError&) {
+    }
+    return std::nullopt;
+  }
+
+  // Each microbatch through every chunk and back before the next enters.
+  ListHint serial_order() const {
+    const WorkModel& m = p_.m();
+    ListHint o;
+    o.stages.resize(m.pp());
+    const auto add = [&](Kind k, int c, int mb) {
+      o.stages[m.stage_of(TaskId{k, c, mb})].push_back(TaskId{k, c, mb});
+    };
+    for (int mb = 0; mb < m.microbatches(); ++mb) {
+      for (int c = 0; c < m.chunks(); ++c)
+        add(Kind::F, c, mb);
+      for (int c = m.chunks() - 1; c >= 0; --c) {
+        add(Kind::B, c, mb);
+        if (m.split()) add(Kind::W, c, mb);
+      }
+    }
+    return o;
+  }
+
   // Past the budget with a feasible order in hand: the rest of the starts are skipped.
   bool starts_spent(int left) {
     if (!spent() || !res_.found) return false;
@@ -147,14 +199,14 @@ class Searcher {
       // What the hint's order would do under the fixed policy, and what rrfp makes of it.
       if (h.is_list()) start("fixed " + names[i], h.list());
       if (starts_spent(static_cast<int>(names.size() - i))) return;
-      start("ready " + names[i], realized(h));
+      start_ready("ready " + names[i], [&] { return realized(h); });
     }
     if (starts_spent(1)) return;
     std::vector<double> prio(g_.n);
     for (int j = 0; j < g_.n; ++j)
       prio[j] = static_cast<double>(g_.tail[j] + g_.dur[j]);
     keep_entry(prio);
-    start("list critical-path", list_schedule(p_, prio));
+    start_ready("list critical-path", [&] { return list_schedule(p_, prio); });
   }
 
   // Start and end times of the order's tasks (TP rank 0's), by task index.
@@ -280,7 +332,12 @@ class Searcher {
     for (int j = 0; j < g_.n; ++j)
       key[j] = -static_cast<double>(t.start[j]);
     keep_entry(key);
-    std::int64_t cur = list_makespan(p_, key), best = cur;
+    const auto first = ready_makespan(key);
+    if (!first) {  // counted, so that rounds that all fail still spend --max-evaluations
+      ++res_.evaluations;
+      return;
+    }
+    std::int64_t cur = *first, best = cur;
     best_key = key;
     const double temp0 = 0.01 * static_cast<double>(cur), from = used();
     while (!spent() && used() < until) {
@@ -288,7 +345,9 @@ class Searcher {
       mutate(cand);
       keep_entry(cand);
       ++res_.evaluations;
-      const std::int64_t c = list_makespan(p_, cand);
+      const auto ran = ready_makespan(cand);
+      if (!ran) continue;
+      const std::int64_t c = *ran;
       const double temp =
           temp0 * std::max(0.0, 1.0 - (used() - from) / std::max(1e-9, until - from));
       if (c <= cur || (temp > 0 && uniform() < std::exp(-static_cast<double>(c - cur) / temp))) {
