@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <numeric>
 #include <optional>
 
@@ -134,29 +133,24 @@ class Searcher {
                           simulate(p_.m(), h, p_.w(), sim_options(p_, Policy::Ready, true)));
   }
 
-  // A start from a run under the ready policy, which may not finish: under tp_protocol none its
-  // TP ranks may diverge (which ended the whole plan), or it deadlocks. It is then infeasible.
-  void start_ready(const std::string& name, const std::function<ListHint()>& order) {
-    std::optional<ListHint> o;
+  // What `run` returns, none where its run under the ready policy does not finish: it
+  // deadlocks, or under tp_protocol none its TP ranks diverge (which ended the whole plan).
+  template <class Run>
+  static auto if_finishes(const Run& run) -> std::optional<decltype(run())> {
     try {
-      o = order();
-    } catch (const DeadlockError&) {
-    } catch (const CollectiveMismatchError&) {
-    }
-    if (o)
-      start(name, *o);
-    else
-      res_.starts.push_back(StartPoint{name, false, 0});
-  }
-
-  // list_makespan, none where the run does not finish (as start_ready).
-  std::optional<std::int64_t> ready_makespan(const std::vector<double>& priority) const {
-    try {
-      return list_makespan(p_, priority);
+      return run();
     } catch (const DeadlockError&) {
     } catch (const CollectiveMismatchError&) {
     }
     return std::nullopt;
+  }
+
+  // A start from a run under the ready policy; infeasible where it does not finish.
+  void start_ready(const std::string& name, const std::optional<ListHint>& o) {
+    if (o)
+      start(name, *o);
+    else
+      res_.starts.push_back(StartPoint{name, false, 0});
   }
 
   // Each microbatch through every chunk and back before the next enters.
@@ -199,14 +193,14 @@ class Searcher {
       // What the hint's order would do under the fixed policy, and what rrfp makes of it.
       if (h.is_list()) start("fixed " + names[i], h.list());
       if (starts_spent(static_cast<int>(names.size() - i))) return;
-      start_ready("ready " + names[i], [&] { return realized(h); });
+      start_ready("ready " + names[i], if_finishes([&] { return realized(h); }));
     }
     if (starts_spent(1)) return;
     std::vector<double> prio(g_.n);
     for (int j = 0; j < g_.n; ++j)
       prio[j] = static_cast<double>(g_.tail[j] + g_.dur[j]);
     keep_entry(prio);
-    start_ready("list critical-path", [&] { return list_schedule(p_, prio); });
+    start_ready("list critical-path", if_finishes([&] { return list_schedule(p_, prio); }));
   }
 
   // Start and end times of the order's tasks (TP rank 0's), by task index.
@@ -332,7 +326,7 @@ class Searcher {
     for (int j = 0; j < g_.n; ++j)
       key[j] = -static_cast<double>(t.start[j]);
     keep_entry(key);
-    const auto first = ready_makespan(key);
+    const auto first = if_finishes([&] { return list_makespan(p_, key); });
     if (!first) {  // counted, so that rounds that all fail still spend --max-evaluations
       ++res_.evaluations;
       return;
@@ -345,7 +339,7 @@ class Searcher {
       mutate(cand);
       keep_entry(cand);
       ++res_.evaluations;
-      const auto ran = ready_makespan(cand);
+      const auto ran = if_finishes([&] { return list_makespan(p_, cand); });
       if (!ran) continue;
       const std::int64_t c = *ran;
       const double temp =
