@@ -85,6 +85,36 @@ def test_outputs_that_differ_past_dimension_0_come_back_as_a_list():
     assert isinstance(outs, list) and [o.dtype for o in outs] == [torch.float32, torch.float64]
 
 
+@pytest.mark.filterwarnings("ignore:.*(nested tensors|Sparse CSR).*:UserWarning")
+def test_outputs_torch_cat_cannot_join_come_back_as_a_list():
+    # A ragged output raised in the check (a nested tensor has no sizes), a sparse one in
+    # torch.cat; quantized ones were joined at the first microbatch's scale.
+    x = torch.randn(4, 8)
+
+    class Ragged(nn.Module):
+        def forward(self, h):
+            return torch.nested.nested_tensor([r[:i + 1] for i, r in enumerate(h)])
+
+    class Sparse(nn.Module):
+        def forward(self, h):
+            return h.to_sparse_csr()
+
+    class Quantized(nn.Module):
+        def forward(self, h):
+            scale = 0.01 if h.abs().max() < 5 else 1.0  # the second microbatch's: coarser
+            return torch.quantize_per_tensor(h, scale, 0, torch.qint8)
+
+    x[2:] *= 100
+    for last, check in [(Ragged(), lambda o, h: torch.equal(o.unbind()[1], h[1, :2])),
+                        (Sparse(), lambda o, h: torch.equal(o.to_dense(), h)),
+                        (Quantized(), lambda o, h: o.q_scale() == (0.01 if h.abs().max() < 5
+                                                                   else 1.0))]:
+        pipe = rrfp.Pipeline([nn.Identity(), last], lambda y, t: 0, pp=2, microbatches=2)
+        outs, _ = pipe.eval_step(x)
+        assert isinstance(outs, list) and len(outs) == 2, type(last).__name__
+        assert all(check(o, x[2 * i:2 * i + 2]) for i, o in enumerate(outs)), type(last).__name__
+
+
 def test_grads_are_left_as_they_were_and_training_goes_on_after():
     chunks = lm.chunks(2)
     ref = lm.chunks(2)

@@ -257,12 +257,15 @@ def eval_outputs(outputs, inputs, m):
 
 
 def _joinable(outs):
-    """Whether eval_step's outputs concatenate along dimension 0 as they are: tensors that
-    agree past it, in dtype and in device. Outputs trimmed to each microbatch's longest row
+    """Whether eval_step's outputs concatenate along dimension 0 as they are: dense tensors
+    that agree past it, in dtype and in device. Outputs trimmed to each microbatch's longest row
     differ in their second dimension, where torch.cat raised and the step's outputs were lost;
-    and it would promote dtypes, or fail across devices."""
+    and it would promote dtypes, or fail across devices. Nested (ragged), sparse and mkldnn
+    outputs raised in the check or in torch.cat, and quantized ones were joined at the first
+    microbatch's scale, the others' values lost: each comes back as a list."""
     first = outs[0]
-    return all(isinstance(o, torch.Tensor) and o.dim() > 0 for o in outs) and all(
+    return all(isinstance(o, torch.Tensor) and not o.is_nested and o.layout == torch.strided
+               and not o.is_quantized and o.dim() > 0 for o in outs) and all(
         o.shape[1:] == first.shape[1:] and o.dtype == first.dtype and o.device == first.device
         for o in outs)
 
