@@ -51,6 +51,10 @@ plan_replays split t.json --pp 4 -m 8 -- --max-evaluations 40 --exact off
 "$rrfp" simulate --pp 3 -m 4 --hint bfw --policy ready --ordered-forwards on --trace o.json >/dev/null
 plan_replays ordered o.json --pp 3 -m 4 -- --max-evaluations 300
 grep -q "(ordered forwards)" ordered.txt || fail "plan of ordered forwards: $(head -1 ordered.txt)"
+# The header's W cap only where there are W tasks.
+grep -q "W cap=" ordered.txt || fail "a split plan's header names no W cap: $(head -1 ordered.txt)"
+"$rrfp" plan --pp 2 -m 4 --max-evaluations 10 >unsplit.txt
+grep -q "split=off .*W cap" unsplit.txt && fail "an unsplit plan's header names a W cap"
 
 # The best line says "optimal" only where the exact search proved it, with the exact line's
 # makespan; the heuristic alone proves nothing.

@@ -245,7 +245,10 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
         << " split=" << (m.split() ? "on" : "off")
         << (m.config().ordered_forwards ? " (ordered forwards)" : "") << " TP=" << sc.tp
         << "  workload=" << header_of(sc).workload << "  seed=" << sc.seed << "  limit=" << p.limit
-        << " (D <= " << p.d_bound() << ")  W cap=" << p.max_pending_w
+        << " (D <= " << p.d_bound()
+        << ")"
+        // Without a split backward there is no W to cap.
+        << (m.split() ? "  W cap=" + std::to_string(p.max_pending_w) : std::string())
         << "  comm=" << f.dispatch.comm
         << "\n\nstart points (each order under the fixed policy"
         // A ready run's order replayed posts its receives in list order, where the ready run
