@@ -15,6 +15,7 @@
 #include "core/fnv.hpp"
 #include "core/format.hpp"
 #include "core/input_file.hpp"
+#include "core/mpirun_env.hpp"
 #include "core/printable.hpp"
 #include "dist/job.hpp"
 #ifdef RRFP_HAVE_MPI
@@ -135,6 +136,17 @@ void refuse_other_command_lines(Job& job) {
                    ": " + at(theirs, i) + " where rank 0 has " + at(first, i));
 }
 
+#ifdef RRFP_HAVE_MPI
+// Every process of the job leaves together, exiting `code` through the shutdown barrier, once
+// the one that speaks has printed its line. The SIGTERM mpirun sends once the first process has
+// left (rank 0 too, still in the shutdown) then ends a process without a "stopped by" line
+// after that one.
+[[noreturn]] void leave_together(int code) {
+  quiet_signals();
+  throw QuietExit{code};
+}
+#endif
+
 }  // namespace
 
 void refuse_other_input_files(Job& job, const InputFiles& files) {
@@ -173,24 +185,18 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
     // A refusal agreed over the job (dist/job.hpp): its first refusing rank says it, here too,
     // before the shutdown barrier.
     if (e.speaks()) print_input_error(e);
-    // Said: the SIGTERM mpirun sends once the first process has left (rank 0 too, still in
-    // the shutdown) ends the process without a "stopped by" line after it.
-    quiet_signals();
-    throw QuietExit{2};
+    leave_together(2);
   } catch (const InputError& e) {
     // Rank 0 says it here, before the shutdown barrier lets any process leave: once one exits
     // non-zero, mpirun ends the others, and a line rank 0 wrote after the world was gone was
     // lost so (in CI, when every rank refused the same bad layout at once).
     if (world.rank() == 0) print_input_error(e);
-    quiet_signals();  // as above
-    throw QuietExit{2};
+    leave_together(2);
   } catch (const JobError& e) {
-    // Every process failed alike, knowing it: one line, and the exit through the shutdown
-    // barrier, as a refusal's.
+    // Every process failed alike, knowing it: one line, and the exit as a refusal's.
     if (world.rank() == 0)
       print_line("rrfp: run failed: " + as_flags(one_line(first_line(e.what()))));
-    quiet_signals();
-    throw QuietExit{1};
+    leave_together(1);
   } catch (const std::exception& e) {
     // One write: ranks failing together share mpirun's stderr, and a line written piece by
     // piece interleaves with theirs (a watchdog's report lost its rank prefix so, in CI).

@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/hint.hpp"
+#include "core/mpirun_env.hpp"
 #include "core/printable.hpp"
 #include "runtime/runtime.hpp"
 
@@ -286,8 +287,8 @@ CLI::Option* add_transport_flag(CLI::App* app, TransportKind& kind,
 bool another_rank_of_mpirun() {
   const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
   const char* context = std::getenv("OMPI_MCA_orte_app_num");
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr && rank != nullptr &&
-         std::strcmp(rank, "0") != 0 && (context == nullptr || std::strcmp(context, "0") == 0);
+  return launched_by_mpirun() && rank != nullptr && std::strcmp(rank, "0") != 0 &&
+         (context == nullptr || std::strcmp(context, "0") == 0);
 }
 
 CLI::Validator timeout_range() {

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/mpirun_env.hpp"
 
 namespace rrfp {
 
@@ -341,7 +342,7 @@ void write_all(int fd, std::string_view bytes, const std::string& what) {
 
 bool is_terminal(int fd) {
   if (::isatty(fd) == 0) return false;
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) return true;
+  if (!launched_by_mpirun()) return true;
   // mpirun's stream, as this process's parent holds it; opened only to ask (no controlling
   // terminal taken, a FIFO not waited on).
   const std::string parents = "/proc/" + std::to_string(::getppid()) + "/fd/" + std::to_string(fd);

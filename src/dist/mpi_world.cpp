@@ -22,10 +22,6 @@ struct MpiWorld::Comms {
   MPI_Comm pipe = MPI_COMM_NULL, tp = MPI_COMM_NULL, dp = MPI_COMM_NULL;
 };
 
-bool launched_by_mpirun() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-}
-
 namespace {
 
 // Test hook (tests/mpi_failure.sh): RRFP_FAULT_STOP=<phase>:<world rank> makes that process

@@ -100,7 +100,4 @@ class MpiWorld final : public Job {
   DeadlineGuard guard_;  // last: its thread may call expired(), which reads the members above
 };
 
-// True when this process was started by mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE).
-bool launched_by_mpirun();
-
 }  // namespace rrfp

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/error.hpp"
+#include "core/mpirun_env.hpp"
 #include "dist/c10d_world.hpp"
 #include "python/py_program.hpp"
 #include "report/experiment.hpp"
