@@ -349,8 +349,10 @@ TEST(FixedBlockingCheck, FindsAListThatDeadlocksOnlyUnderBlocking) {
     SimOptions o;
     o.arbiter.policy = Policy::Fixed;
     EXPECT_NO_THROW(simulate(m, h, w, o)) << seed;
+    EXPECT_EQ(simulated_makespan(m, h, w, o), simulate(m, h, w, o).makespan) << seed;
     o.comm = CommMode::Blocking;
     EXPECT_THROW(simulate(m, h, w, o), DeadlockError) << seed;
+    EXPECT_EQ(simulated_makespan(m, h, w, o), std::nullopt) << "a deadlock is none: " << seed;
   }
 }
 

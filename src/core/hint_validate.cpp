@@ -7,29 +7,30 @@ namespace rrfp {
 
 std::vector<int> stage_positions(const ListHint& h, const WorkModel& m, int s,
                                  const std::string& origin) {
-  const std::string pre = origin.empty() ? "" : origin + ": ";
+  // Built only for an error: a planner builds an arbiter from a list thousands of times.
+  const auto pre = [&] { return origin.empty() ? std::string() : origin + ": "; };
   if (s >= static_cast<int>(h.stages.size()))
-    throw HintError(pre + "hint has " + std::to_string(h.stages.size()) + " stages, the run has " +
-                    std::to_string(m.pp()));
-  const std::string where = pre + "stage " + std::to_string(s);
+    throw HintError(pre() + "hint has " + std::to_string(h.stages.size()) +
+                    " stages, the run has " + std::to_string(m.pp()));
+  const auto where = [&] { return pre() + "stage " + std::to_string(s); };
   const auto& order = h.stages[s];
   std::vector<int> pos(m.local_slots(), -1);
   for (int i = 0; i < static_cast<int>(order.size()); ++i) {
     const TaskId& t = order[i];
     if (!m.valid(t))
-      throw HintError(where + ": task " + to_string(t) + " does not exist in this run" +
+      throw HintError(where() + ": task " + to_string(t) + " does not exist in this run" +
                       (t.kind == Kind::W ? " (W needs `split_backward`)" : ""));
     if (m.stage_of(t) != s)
-      throw HintError(where + ": task " + to_string(t) + " belongs to stage " +
+      throw HintError(where() + ": task " + to_string(t) + " belongs to stage " +
                       std::to_string(m.stage_of(t)));
     int& p = pos[m.local_index(t)];
-    if (p >= 0) throw HintError(where + ": task " + to_string(t) + " listed twice");
+    if (p >= 0) throw HintError(where() + ": task " + to_string(t) + " listed twice");
     p = i;
   }
   if (order.size() != pos.size())
     for (const TaskId& t : m.stage_tasks(s))
       if (pos[m.local_index(t)] < 0)
-        throw HintError(where + ": task " + to_string(t) + " is missing");
+        throw HintError(where() + ": task " + to_string(t) + " is missing");
   return pos;
 }
 

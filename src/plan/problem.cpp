@@ -17,6 +17,7 @@ PlanProblem make_problem(const WorkModel& m, const RealizedWork& w, CommMode com
   a.limit = limit;
   a.max_pending_w = max_pending_w;
   a = resolve_options(a, rule, m);
+  check_work(w, m);  // once: every evaluation's simulation is told it was (sim_options)
   PlanProblem p;
   p.model = &m;
   p.work = &w;
@@ -54,6 +55,7 @@ SimOptions sim_options(const PlanProblem& p, Policy policy, bool record) {
   opt.comm = p.comm;
   opt.tp_protocol = p.tp_protocol;
   opt.record = record;
+  opt.work_checked = true;  // by make_problem
   return opt;
 }
 
@@ -61,11 +63,7 @@ std::optional<std::int64_t> evaluate(const PlanProblem& p, const ListHint& order
   Hint h;
   h.name = "plan";
   h.body = order;
-  try {
-    return simulate(p.m(), h, p.w(), sim_options(p, Policy::Fixed, false)).makespan;
-  } catch (const DeadlockError&) {
-    return std::nullopt;
-  }
+  return simulated_makespan(p.m(), h, p.w(), sim_options(p, Policy::Fixed, false));
 }
 
 StepRecord simulate_order(const PlanProblem& p, const ListHint& order, const std::string& name) {

@@ -15,7 +15,7 @@ namespace rrfp {
 
 struct PlanProblem {
   const WorkModel* model = nullptr;
-  const RealizedWork* work = nullptr;
+  const RealizedWork* work = nullptr;  // checked by make_problem; must not change after it
   CommMode comm = CommMode::Async;
   TpProtocol tp_protocol = TpProtocol::Leader;
   int limit = 0;          // back-pressure limit L, resolved (>= 1)

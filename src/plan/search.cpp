@@ -37,9 +37,14 @@ ListHint list_schedule(const PlanProblem& p, const std::vector<double>& priority
                                         sim_options(p, Policy::Ready, true)));
 }
 
-std::int64_t list_makespan(const PlanProblem& p, const std::vector<double>& priority) {
-  return simulate(p.m(), priority_hint(p, priority), p.w(), sim_options(p, Policy::Ready, false))
-      .makespan;
+std::optional<std::int64_t> list_makespan(const PlanProblem& p,
+                                          const std::vector<double>& priority) {
+  try {
+    return simulated_makespan(p.m(), priority_hint(p, priority), p.w(),
+                              sim_options(p, Policy::Ready, false));
+  } catch (const CollectiveMismatchError&) {
+    return std::nullopt;
+  }
 }
 
 namespace {
@@ -326,7 +331,7 @@ class Searcher {
     for (int j = 0; j < g_.n; ++j)
       key[j] = -static_cast<double>(t.start[j]);
     keep_entry(key);
-    const auto first = if_finishes([&] { return list_makespan(p_, key); });
+    const auto first = list_makespan(p_, key);
     if (!first) {  // counted, so that rounds that all fail still spend --max-evaluations
       ++res_.evaluations;
       return;
@@ -339,7 +344,7 @@ class Searcher {
       mutate(cand);
       keep_entry(cand);
       ++res_.evaluations;
-      const auto ran = if_finishes([&] { return list_makespan(p_, cand); });
+      const auto ran = list_makespan(p_, cand);
       if (!ran) continue;
       const std::int64_t c = *ran;
       const double temp =

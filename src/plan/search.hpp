@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,7 +71,9 @@ SearchResult search_schedule(const PlanProblem& p, const SearchOptions& opt);
 // List scheduling: the ready policy run with `priority` (higher first) as its list hint; the
 // order it realizes keeps the limit and the W cap by construction.
 ListHint list_schedule(const PlanProblem& p, const std::vector<double>& priority);
-// The makespan of that run, without keeping its records (the annealing's evaluation).
-std::int64_t list_makespan(const PlanProblem& p, const std::vector<double>& priority);
+// The makespan of that run, without keeping its records (the annealing's evaluation); none
+// where it does not finish: it deadlocks, or under tp_protocol none its TP ranks diverge.
+std::optional<std::int64_t> list_makespan(const PlanProblem& p,
+                                          const std::vector<double>& priority);
 
 }  // namespace rrfp

@@ -19,6 +19,9 @@ class Simulation {
  public:
   Simulation(const WorkModel& m, const Hint& hint, const RealizedWork& w, const SimOptions& opt);
   StepRecord run();
+  // The events to the end; false where some rank cannot finish (run() throws DeadlockError).
+  bool run_events();
+  std::int64_t makespan() const { return last_end_; }
 
  private:
   Rank& rank(int s, int r) { return ranks_[static_cast<size_t>(s) * t_ + r]; }
@@ -69,7 +72,7 @@ class Simulation {
   void propose(int s);
   void proposal_landed(int s, int r, int id);
   void end_round(int s, int r);
-  void check_finished();
+  [[noreturn]] void throw_deadlock() const;
 
   // sim_messages.cpp
   void offer(const Send& sd);

@@ -15,7 +15,7 @@ namespace sim_state {
 Simulation::Simulation(const WorkModel& m, const Hint& hint, const RealizedWork& w,
                        const SimOptions& opt)
     : m_(m), w_(w), opt_(opt), p_(m.pp()), t_(w.tp) {
-  check_work(w, m);  // indexed by task and rank below without a check
+  if (!opt.work_checked) check_work(w, m);  // indexed by task and rank below without a check
   opt_.arbiter = resolve_options(opt.arbiter, hint, m);
   coordinated_ = opt_.coordinated(t_);
   accepts_in_collective_ = opt_.comm == CommMode::Blocking && t_ > 1;
@@ -34,6 +34,8 @@ Simulation::Simulation(const WorkModel& m, const Hint& hint, const RealizedWork&
   if (w.links > 0 || w.serial_receive || w.two_slowdown > 1)
     links_.emplace(w.links > 0 ? w.links : kNoLimit, w.two_slowdown);
   dirty_.assign(p_, 0);
+  dirty_list_.reserve(p_);  // a stage is listed once: no list grows in the run
+  dispatching_.reserve(p_);
   res_.pp = p_;
   res_.tp = t_;
   res_.arbiter = opt_.arbiter;
@@ -42,20 +44,7 @@ Simulation::Simulation(const WorkModel& m, const Hint& hint, const RealizedWork&
 }
 
 StepRecord Simulation::run() {
-  for (int s = 0; s < p_; ++s)
-    mark_dirty(s);
-  dispatch_dirty();
-  while (!events_.empty()) {
-    now_ = events_.top_time();
-    while (!events_.empty() && events_.top_time() == now_) {
-      Event e = events_.top();
-      events_.pop();
-      handle(e);
-    }
-    size_wakes();      // where nothing became ready too: a wake-up is of its instant
-    dispatch_dirty();  // decide only once every event of this instant has landed
-  }
-  check_finished();
+  if (!run_events()) throw_deadlock();
   res_.makespan = last_end_;
   end_waits();
   res_.peak_d.resize(p_);
@@ -72,6 +61,25 @@ StepRecord Simulation::run() {
     }
   }
   return std::move(res_);
+}
+
+bool Simulation::run_events() {
+  for (int s = 0; s < p_; ++s)
+    mark_dirty(s);
+  dispatch_dirty();
+  while (!events_.empty()) {
+    now_ = events_.top_time();
+    while (!events_.empty() && events_.top_time() == now_) {
+      Event e = events_.top();
+      events_.pop();
+      handle(e);
+    }
+    size_wakes();      // where nothing became ready too: a wake-up is of its instant
+    dispatch_dirty();  // decide only once every event of this instant has landed
+  }
+  for (const Rank& rk : ranks_)
+    if (!rk.driver.done()) return false;
+  return true;
 }
 
 void Simulation::block(int s, int r, std::int64_t from, std::int64_t to, BlockReason why) {
@@ -317,15 +325,14 @@ void Simulation::end_round(int s, int r) {
     mark_dirty(s);
 }
 
-void Simulation::check_finished() {
+void Simulation::throw_deadlock() const {
   std::string stuck;
   for (int s = 0; s < p_; ++s)
     for (int r = 0; r < t_; ++r) {
       const RankDriver& d = rank(s, r).driver;
       if (!d.done()) stuck += (stuck.empty() ? "" : " | ") + describe(d.stuck());
     }
-  if (!stuck.empty())
-    throw DeadlockError("deadlock at t=" + std::to_string(now_) + " ns: " + stuck);
+  throw DeadlockError("deadlock at t=" + std::to_string(now_) + " ns: " + stuck);
 }
 
 }  // namespace sim_state
@@ -333,6 +340,14 @@ void Simulation::check_finished() {
 StepRecord simulate(const WorkModel& m, const Hint& hint, const RealizedWork& work,
                     const SimOptions& opt) {
   return sim_state::Simulation(m, hint, work, opt).run();
+}
+
+std::optional<std::int64_t> simulated_makespan(const WorkModel& m, const Hint& hint,
+                                               const RealizedWork& work, SimOptions opt) {
+  opt.record = false;
+  sim_state::Simulation sim(m, hint, work, opt);
+  if (!sim.run_events()) return std::nullopt;
+  return sim.makespan();
 }
 
 }  // namespace rrfp
