@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 #include <optional>
+#include <utility>
 
 #include "core/error.hpp"
 #include "plan/graph.hpp"
@@ -17,12 +18,20 @@ Hint priority_hint(const PlanProblem& p, const std::vector<double>& priority) {
   const WorkModel& m = p.m();
   ListHint lists;
   lists.stages.resize(m.pp());
+  // Higher priority first, ties in the stage's task order: (-priority, position) pairs sorted
+  // give the order a stable sort by priority gives, without indexing each task at every
+  // comparison (the sort was a twelfth of an annealing's time).
+  std::vector<std::pair<double, int>> keyed;
   for (int s = 0; s < m.pp(); ++s) {
-    auto tasks = m.stage_tasks(s);
-    std::stable_sort(tasks.begin(), tasks.end(), [&](const TaskId& a, const TaskId& b) {
-      return priority[m.index(a)] > priority[m.index(b)];
-    });
-    lists.stages[s] = std::move(tasks);
+    const auto tasks = m.stage_tasks(s);
+    keyed.resize(tasks.size());
+    for (std::size_t i = 0; i < tasks.size(); ++i)
+      keyed[i] = {-priority[m.index(tasks[i])], static_cast<int>(i)};
+    std::sort(keyed.begin(), keyed.end());
+    auto& out = lists.stages[s];
+    out.reserve(tasks.size());
+    for (const auto& [key, i] : keyed)
+      out.push_back(tasks[i]);
   }
   Hint h;
   h.name = "list";
