@@ -246,5 +246,21 @@ PY
 /usr/bin/python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["seed"] == 1
 assert "dispatch_gap_us" not in r["runs"][0]' sim.json || fail "a simulation's JSON has dispatch gaps"
 
+# A replay draws nothing: its header and JSON name no seed (they said seed=1). A run with no W
+# has no W cap in the JSON (ready bf said 2, beside "split_backward": false).
+"$rrfp" simulate --pp 2 -m 4 --workload uniform --trace rt.json >/dev/null || fail "a trace"
+"$rrfp" simulate --replay rt.json --pp 2 -m 4 --json rj.json >rt.txt || fail "its replay"
+grep -q "seed=" rt.txt && fail "a replay's header names a seed: $(head -1 rt.txt)"
+/usr/bin/python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["seed"] is None
+caps = {x["label"]: x["max_pending_w"] for x in r["runs"]}
+assert caps == {"fixed 1f1b (blocking)": None, "fixed 1f1b (async)": None,
+                "ready bf (async)": None, "ready bfw (async)": 2}, caps' rj.json ||
+  fail "a replay's JSON: a seed, or a W cap without W"
+# A sweep's CSV gives a step under 1 ms to the nanosecond, as the reports do (0.022 and 0.002).
+"$rrfp" sweep --pp 1 --mb-factors 1 --tp 1024 --seeds 1 --workloads uniform --csv us.csv \
+  >/dev/null || fail "sweep of a step of microseconds"
+grep -q ",fixed 1f1b (async),0.022153,0.912,0.097,0.002153," us.csv ||
+  fail "a sweep's CSV rounds a step of microseconds: $(sed -n 3p us.csv)"
+
 [ "$fails" -eq 0 ] && echo "cli_outputs: all passed"
 [ "$fails" -eq 0 ]

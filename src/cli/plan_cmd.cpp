@@ -241,11 +241,13 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
                 const Planned& best, std::int64_t bound) {
   const WorkModel& m = p.m();
   const SearchResult& s = best.search;
+  const ReportHeader head = header_of(sc);
   human << "P=" << m.pp() << " V=" << m.vpp() << " M=" << m.microbatches()
         << " split=" << (m.split() ? "on" : "off")
         << (m.config().ordered_forwards ? " (ordered forwards)" : "") << " TP=" << sc.tp
-        << "  workload=" << header_of(sc).workload << "  seed=" << sc.seed << "  limit=" << p.limit
-        << " (D <= " << p.d_bound()
+        << "  workload=" << head.workload
+        << (head.seed ? "  seed=" + std::to_string(*head.seed) : std::string())  // none: a replay
+        << "  limit=" << p.limit << " (D <= " << p.d_bound()
         << ")"
         // Without a split backward there is no W to cap.
         << (m.split() ? "  W cap=" + std::to_string(p.max_pending_w) : std::string())

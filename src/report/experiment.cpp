@@ -66,7 +66,7 @@ ReportHeader header_of(const Scenario& sc) {
     h.workload += " step " + std::to_string(sc.trace.step);
   // The jitter a replay takes on top (realized_work): its makespans are not the measured ones.
   if (!sc.replay_path.empty() && sc.workload.jitter.p > 0) h.workload += " + " + sc.workload_name;
-  h.seed = sc.seed;
+  if (draws_from_seed(sc)) h.seed = sc.seed;  // a replay's header said seed=1 drawing nothing
   h.tp = sc.tp;
   h.tp_protocol = to_string(sc.tp_protocol);
   return h;
@@ -78,8 +78,17 @@ PipelineConfig config_for(const Scenario& sc, const RunSpec& spec) {
   return cfg;
 }
 
+std::optional<std::int64_t> offer_ack_ns(const RealizedWork& work, CommMode comm) {
+  if (comm != CommMode::Blocking || !work.offer_payload) return std::nullopt;
+  return work.link_latency_ns;
+}
+
+bool draws_from_seed(const Scenario& sc) {
+  return sc.replay_path.empty() || sc.workload.jitter.p > 0;
+}
+
 void refuse_unused_seed(const Scenario& sc, bool seed_given) {
-  if (!seed_given || sc.replay_path.empty() || sc.workload.jitter.p > 0) return;
+  if (!seed_given || draws_from_seed(sc)) return;
   throw InputError(
       "`seed`: a `replay`'s durations are measured, and nothing is drawn to seed; it seeds the "
       "jitter a `workload` jitter:J1..J3 (or a `workload_file`'s jitter) adds on top");
@@ -269,6 +278,7 @@ void simulate_shape(const Scenario& sc, const std::vector<RunSpec>& specs,
     const int limit = bound_limit(specs[i], m, resolve_options(opt.arbiter, hint, m).limit);
     const std::shared_future<LowerBound> bound = bounds.bound(limit, spare);
     out[i] = execute(sc, specs[i], m, hint, work, opt, simulate);
+    out[i].offer_ack_ns = offer_ack_ns(work, opt.comm);
     if (bound_limit(specs[i], m, out[i].result.arbiter.limit) != limit)
       throw Error("internal: the simulator resolved another limit than the bound's");
     out[i].metrics = compute_metrics(out[i].result, bound.get());

@@ -69,6 +69,9 @@ ReportRun run_scenario(const Scenario& sc, const RunSpec& spec);
 // Simulated runs of one scenario, in the order of `specs`: runs of one shape share one draw of
 // the work and, where their limits agree, one lower bound.
 std::vector<ReportRun> run_scenarios(const Scenario& sc, const std::vector<RunSpec>& specs);
+// ReportRun::offer_ack_ns of a run of `work` simulated under `comm`.
+std::optional<std::int64_t> offer_ack_ns(const RealizedWork& work, CommMode comm);
+// The header's seed is the scenario's where it draws (draws_from_seed), none otherwise.
 ReportHeader header_of(const Scenario& sc);
 // `sc` with its replay's step chosen for every run of `specs`: a trace of several steps, its
 // step not given, is replayed at one step for all, the first complete under the shape of the
@@ -86,8 +89,11 @@ void check_spec(const Scenario& sc, const RunSpec& spec);
 // keywords.
 void refuse_replaced_workload(const Scenario& sc, const std::string& preset_given,
                               const std::string& workload_file, bool flags);
-// A seed given for a replay that draws nothing (no jitter on top of its measured durations):
-// InputError naming `seed`. It was taken, shown in the header, and changed nothing.
+// Whether the scenario's seed draws anything: a workload's durations, or the jitter a replay
+// takes on top of its measured ones (a replay without jitter draws nothing).
+bool draws_from_seed(const Scenario& sc);
+// A seed given where nothing is drawn (draws_from_seed): InputError naming `seed`. It was
+// taken, shown in the header, and changed nothing.
 void refuse_unused_seed(const Scenario& sc, bool seed_given);
 
 }  // namespace rrfp

@@ -21,6 +21,10 @@ struct ReportRun {
   // A measured run's dispatch gaps (ns from a task's end to the next ready task's start), of
   // the step its row reports; empty for a simulated run.
   std::vector<std::int64_t> dispatch_gaps;
+  // A simulated blocking run whose payloads rode on their offers (WorkloadParams::
+  // comm_offer_payload): the latency of its acknowledgements (RealizedWork::link_latency_ns).
+  // Its trace says so, and a replay of it does the same.
+  std::optional<std::int64_t> offer_ack_ns;
 };
 
 struct ReportHeader {

@@ -297,6 +297,8 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   out.run = tl.run;
   out.step = tl.step;
   out.ordered_forwards = tl.ordered_forwards;
+  out.work.offer_payload = tl.offer_payload.value_or(false);
+  if (tl.offer_ack_us) out.work.link_latency_ns = duration_ns(*tl.offer_ack_us, "`offer_ack_us`");
   out.fixed_blocking = tl.fixed_blocking;
   out.ready_blocking = tl.ready_blocking;
   out.has_w = std::any_of(tl.tasks.begin(), tl.tasks.end(),

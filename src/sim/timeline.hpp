@@ -51,6 +51,11 @@ struct Timeline {
   // Whether the run ran each chunk's forwards in microbatch order (PipelineConfig::
   // ordered_forwards), where the trace says (rrfp's own since it records it); unset: it does not.
   std::optional<bool> ordered_forwards;
+  // A simulated blocking step whose payloads rode on their offers (RealizedWork::
+  // offer_payload), and their acknowledgements' latency (link_latency_ns), where the trace says
+  // so (rrfp's own since it records them).
+  std::optional<bool> offer_payload;
+  std::optional<double> offer_ack_us;
   // rrfp's own trace of a fixed order with a rendezvous per message (its run's label "fixed
   // HINT (blocking)"), read from the whole label: `run` shows it cut to 60 characters, and a
   // hint file's long path cut off its " (blocking)".

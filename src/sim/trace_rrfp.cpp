@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -105,18 +106,25 @@ void read_latency(const RoundSpans& rounds, Timeline& t) {
   if (shared >= 0) t.coordination_us = shared;
 }
 
-// A process's word on its run's ordering of forwards (args `ordered_forwards`, which older
-// traces lack): every stage of a run says the same.
-void read_ordering(const nlohmann::json& args, const std::string& where, Timeline& t) {
-  const auto it = args.find("ordered_forwards");
+// A process's word on a setting of its whole run (args `ordered_forwards`, which older traces
+// lack; `offer_payload` and `offer_ack_us`, written where payloads rode on their offers): every
+// stage of a run says the same.
+template <class T>
+void read_run_setting(const nlohmann::json& args, const char* key, const std::string& where,
+                      const Timeline& t, std::optional<T>& setting) {
+  const auto it = args.find(key);
   if (it == args.end()) return;
-  if (!it->is_boolean())
-    throw InputError(where + ": field \"ordered_forwards\" is not true or false: " + brief(*it));
-  if (t.ordered_forwards && *t.ordered_forwards != it->get<bool>())
-    throw InputError(where + ": field \"ordered_forwards\" is " + brief(*it) +
-                     ", but another stage of " + t.run + " says " +
-                     (*t.ordered_forwards ? "true" : "false"));
-  t.ordered_forwards = it->get<bool>();
+  const std::string field = std::string(": field \"") + key + "\" is ";
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) throw InputError(where + field + "not true or false: " + brief(*it));
+  } else if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() <= kMaxTaskUs)) {
+    throw InputError(where + field + "not a latency from 0 to 1e9 us: " + brief(*it));
+  }
+  const T value = it->get<T>();
+  if (setting && *setting != value)
+    throw InputError(where + field + brief(*it) + ", but another stage of " + t.run + " says " +
+                     nlohmann::json(*setting).dump());
+  setting = value;
 }
 
 // The steps the files' runs make. A file's processes of one run (its label) join, as a whole,
@@ -214,7 +222,11 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
     for (const Process& p : procs) {
       const size_t run = step_of.at(p.label);
       where_of_pid[p.pid] = {run, p.stage};
-      read_ordering(*p.args, d.origin + ": event " + std::to_string(p.event), runs[run]);
+      const std::string where = d.origin + ": event " + std::to_string(p.event);
+      Timeline& t = runs[run];
+      read_run_setting(*p.args, "ordered_forwards", where, t, t.ordered_forwards);
+      read_run_setting(*p.args, "offer_payload", where, t, t.offer_payload);
+      read_run_setting(*p.args, "offer_ack_us", where, t, t.offer_ack_us);
     }
     const Waits waits = collective_waits(d);
     size_t n = 0;
