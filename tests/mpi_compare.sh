@@ -81,6 +81,21 @@ refused '{"comm_latency_us": 30, "calibration": {"transport": "inproc"}}' \
 # every message's size was simulated as free.
 refused '{"comm_latency_us": 30, "calibration": {"transport": "mpi"}}' \
   "gives no comm_bandwidth_gbps" "a calibration without a bandwidth"
+# The transport moves the bytes in its own time: the model's 50 ms latencies are not spent, and
+# the bound counts no message (it counted them: with 5 ms, a bound of 13.3 ms beside a step of
+# 4.2 ms, efficiency 3.18).
+echo '{"preset": "uniform", "forward_us": 300, "comm_latency_us": 50000, "bytes_per_token": 64}' \
+  >"$cal"
+timeout -k 10 60 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --workload-file "$cal" \
+  --pp 2 -m 4 --hint 1f1b --policy fixed --json "$js" >"$out" 2>&1 || fail "50 ms latencies: exit $?"
+/usr/bin/python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["runs"][0]
+assert 0 < r["efficiency"] <= 1 and r["lower_bound_ms"] < 50, r' "$js" ||
+  fail "a bound over a transport counts the model's message latencies"
+# One process (P = 1) sends no message: --compare simulates its runs without a calibration,
+# which needs two processes (it was refused, naming no flag).
+timeout -k 10 60 "$here/mpirun.sh" 1 "$rrfp" run --transport mpi --compare --workload-file "$cal" \
+  --pp 1 -m 2 --hint 1f1b --policy fixed >"$out" 2>&1 || fail "--compare at P=1: exit $?"
+grep -q "^simulator fidelity" "$out" || fail "--compare at P=1: no fidelity table"
 echo "mpi compare: the baseline fit reproduces its step; ranges printed; a calibration per" \
   "round, their mean simulated, payloads on the offers; a pulling run with spinning idle" \
   "ranks completes, simulated with its bytes after the acceptance; another transport's" \

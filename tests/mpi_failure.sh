@@ -113,6 +113,32 @@ rc=$?
 # The ranks mpirun ends once rank 0 has exited end quietly (they added "stopped by SIGTERM").
 ! grep -q "stopped by" "$log" || { cat "$log"; fail "bad layout: a rank said it was stopped"; }
 echo "bad layout: exit 2, one line"
+# Stage 1, waiting for stage 0's forward of 1.5 s, sees no progress of its own: under --timeout
+# 1 it fails, and says why. Once: rank 0, told of it, leaves the saying and the job's end to it
+# (a rank told of a failure said it again; rank 0, in its task, said "stopped by SIGTERM;
+# nothing written" as mpirun ended the job).
+slow=$(dirname "$log")/rrfp-slow-tasks.json
+echo '{"preset": "uniform", "forward_us": 1500000}' >"$slow"
+timeout -k 5 60 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --pp 2 -m 1 --workload-file "$slow" \
+  --hint 1f1b --policy fixed --timeout 1 --warmup 0 $marker >"$log" 2>&1
+rc=$?
+rm -f "$slow"
+[ $rc -ne 0 ] && [ "$(grep -c 'rrfp: run failed' "$log")" -eq 1 ] &&
+  grep -q "this process watches its own stages only" "$log" && ! grep -q "stopped by" "$log" ||
+  { cat "$log"; fail "a lead-in stall: exit $rc, not one line saying why"; }
+echo "a lead-in stall: one line, naming the watchdog's view"
+# Rank 0 merges and keeps every timed step's whole record: its memory is checked as one
+# process's (it was not, and ran 175 MB under a limit of 105), and it says so once.
+tiny=$(dirname "$log")/rrfp-tiny-tasks.json
+echo '{"preset": "uniform", "forward_us": 0.5, "bytes_per_token": 0.001}' >"$tiny"
+RRFP_MEMORY_LIMIT=100M timeout -k 5 60 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --pp 2 \
+  -m 5000 --workload-file "$tiny" --hint 1f1b --policy fixed --repeat 100 $marker >"$log" 2>&1
+rc=$?
+rm -f "$tiny"
+[ $rc -eq 2 ] && [ "$(grep -c 'rrfp: error: ' "$log")" -eq 1 ] &&
+  grep -q "run: 1 run of 20000 tasks, 100 timed steps each: about .* MB of memory; RRFP_MEMORY_LIMIT allows" "$log" ||
+  { cat "$log"; fail "rank 0's records past the memory limit: exit $rc, not one line"; }
+echo "rank 0's records past the memory limit: exit 2, one line"
 # A flag's range checked before the job forms is said once too (it came once per process),
 # and so is run's default transport under mpirun (each process ran the whole job in threads).
 for case in "--timeout: must be between 0 and 86400 seconds, got -1|--transport mpi --timeout -1" \

@@ -160,8 +160,10 @@ RunsSize runs_size(const Scenario& sc, const std::vector<RunSpec>& runs) {
 }
 
 std::string runs_of_tasks(std::size_t runs, double total) {
+  // Under 100K tasks a run read "0.0M": counted as they are.
+  const double each = total / static_cast<double>(runs);
   return std::to_string(runs) + " run" + (runs == 1 ? "" : "s") + " of " +
-         fmt("%.1fM", total / 1e6 / static_cast<double>(runs)) + " tasks";
+         (each < 1e5 ? fmt("%.0f", each) : fmt("%.1fM", each / 1e6)) + " tasks";
 }
 
 void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenario& sc,

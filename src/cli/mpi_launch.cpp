@@ -1,12 +1,14 @@
 #include "cli/mpi_launch.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "cli/options.hpp"
@@ -21,6 +23,7 @@
 #ifdef RRFP_HAVE_MPI
 #include "dist/mpi_world.hpp"
 #endif
+#include "runtime/errors.hpp"
 #include "sim/trace_import.hpp"
 
 namespace rrfp {
@@ -145,6 +148,10 @@ void refuse_other_command_lines(Job& job) {
   quiet_signals();
   throw QuietExit{code};
 }
+
+// How long a process told of another's failure waits for that one to end the job: its step's
+// threads join first, and a task under way ends at its next check.
+constexpr std::chrono::seconds kTellerEndsJobWithin{5};
 #endif
 
 }  // namespace
@@ -177,7 +184,10 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
 #ifdef RRFP_HAVE_MPI
   if (!launched_by_mpirun())
     throw InputError("--transport mpi: start rrfp under mpirun (see docs/mpi.md)");
-  MpiWorld world(MpiWorldOptions{.timeout_ms = timeout_ms});
+  // Told of another process's failure, a process's stop signals go quiet: mpirun's SIGTERM, as
+  // the failing process ends the job, is no user's stop (rank 0 said "stopped by SIGTERM;
+  // nothing written" under that process's line).
+  MpiWorld world(MpiWorldOptions{.timeout_ms = timeout_ms, .on_peer_failure = quiet_signals});
   try {
     refuse_other_command_lines(world);
     body(world);
@@ -198,6 +208,15 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
       print_line("rrfp: run failed: " + as_flags(one_line(first_line(e.what()))));
     leave_together(1);
   } catch (const std::exception& e) {
+    // A failure another process told this one of: that process says it and ends the job, so
+    // this one waits for that, its signals quiet (every relaying rank printed it again, and
+    // rank 0, ended by mpirun's SIGTERM, added "stopped by SIGTERM; nothing written"). Said
+    // here after all where the job has not ended by then: the teller may be gone.
+    if (dynamic_cast<const PeerFailure*>(&e) != nullptr ||
+        dynamic_cast<const PeerStall*>(&e) != nullptr) {
+      quiet_signals();
+      std::this_thread::sleep_for(kTellerEndsJobWithin);
+    }
     // One write: ranks failing together share mpirun's stderr, and a line written piece by
     // piece interleaves with theirs (a watchdog's report lost its rank prefix so, in CI).
     print_line("rrfp: run failed on mpi rank " + std::to_string(world.rank()) + ": " +

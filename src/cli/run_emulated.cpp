@@ -40,6 +40,11 @@ std::string durations_source(const WorkloadFlags& w) {
   return "--workload " + w.workload;
 }
 
+// Whether --compare over MPI calibrates the transport (no file, or `baseline`).
+bool calibrates(const RunFlags& f) {
+  return f.calibration.empty() || f.calibration == "baseline";
+}
+
 class EmulatedRuns {
  public:
   EmulatedRuns(const RunFlags& f, Job* world)
@@ -54,14 +59,15 @@ class EmulatedRuns {
         // A calibration of a few seconds reads 32 MiB copies further apart from one to the
         // next than the steps of the rounds after it vary (measured: docs/design-decisions.md,
         // "Processes (Open MPI)"): each round's sample is taken next to its steps, and the
-        // model is their median.
-        calibrate_each_round_(world && f.compare &&
-                              (f.calibration.empty() || f.calibration == "baseline")),
+        // model is their median. One process (P = 1) sends no message and has no peer to
+        // calibrate with: its runs are simulated as in one process (it was refused, "calibrate:
+        // needs 2 endpoints or more", naming no flag).
+        calibrate_each_round_(world && world->size() > 1 && f.compare && calibrates(f)),
         steps_of_(specs_.size()) {
     for (const RunSpec& spec : specs_)
       check_spec(sc_, spec);  // bad input fails before anything runs
     check_wall_time();
-    if (world && f.compare && !calibrate_each_round_) {
+    if (world && f.compare && !calibrates(f)) {
       const TransportModel tm = transport_model(f.calibration, to_string(f.transport),
                                                 f.rendezvous == "offer", sc_, *world, f.timeout_s);
       mm_ = tm.model;
@@ -234,7 +240,8 @@ class EmulatedRuns {
                                           std::to_string(f_.rounds) + ")"
                                     : std::string()) +
                      " ...");
-        ReportRun r = run_scenario(sc_, spec, runtime, true);
+        ReportRun r = run_scenario(sc_, spec, runtime,
+                                   world_ ? Measured::OverTransport : Measured::InProcess);
         r.dispatch_gaps = std::move(measured_gaps_);  // of the step the row reports
         if (last_round_) runs_.push_back(std::move(r));
       }
@@ -244,7 +251,7 @@ class EmulatedRuns {
   // The simulator's side of --compare: the workload's message model in one process; the
   // transport's measured one over MPI (calibrated before the runs, or fitted to the first).
   Executor message_simulator() {
-    if (!world_) return simulate;
+    if (!world_ || (world_->size() == 1 && calibrates(f_))) return simulate;
     if (calibrate_each_round_) mm_ = median_model(round_models_);
     print_line("simulating messages as the mpi transport delivers them (" + model_source_ +
                "): " + describe(mm_));

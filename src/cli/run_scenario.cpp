@@ -50,10 +50,13 @@ void check_job_size(const Scenario& sc, int ranks) {
 // `run` holds more than a simulation of its runs: the runtime's state for the run it runs (about
 // 220 bytes a task), and for every run its timed steps' records (110 a task a step, each round)
 // and its report (80). Measured at P=2, M=100K (1 to 4 runs, 1 to 3 timed steps: within 20%);
-// sized as a simulation, a run of 530 bytes a task passed a memory limit it was 3x over.
-void check_run_fits(const RunFlags& f, const Scenario& sc, const std::vector<RunSpec>& specs) {
+// sized as a simulation, a run of 530 bytes a task passed a memory limit it was 3x over. Over a
+// job of `processes`, rank 0 runs its share of the runtime's tasks but merges and keeps every
+// timed step's whole record: it was not checked, and held 175 MB under a limit of 105.
+void check_run_fits(const RunFlags& f, const Scenario& sc, const std::vector<RunSpec>& specs,
+                    int processes) {
   const RunsSize s = runs_size(sc, specs);
-  const double bytes = s.most * 220 + s.total * (110.0 * f.rounds * f.repeat + 80);
+  const double bytes = s.most * 220 / processes + s.total * (110.0 * f.rounds * f.repeat + 80);
   check_memory(bytes,
                "run: " + runs_of_tasks(specs.size(), s.total) + ", " +
                    std::to_string(f.rounds * f.repeat) + " timed step" +
@@ -77,7 +80,8 @@ Scenario emulable_scenario(const RunFlags& f, Job* world) {
   const std::vector<RunSpec> specs = plan_runs(e, sc.cfg);
   // Before a --replay without --step is read at the flags' shape to find its step.
   check_runs_fit("run", e, sc, specs);
-  if (!world) check_run_fits(f, sc, specs);  // over a job each process holds its stage alone
+  // Over a job the others hold their own stages' records alone.
+  if (!world || world->rank() == 0) check_run_fits(f, sc, specs, world ? world->size() : 1);
   return with_replay_step(std::move(sc), specs);
 }
 

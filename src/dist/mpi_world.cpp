@@ -173,6 +173,7 @@ Hosting MpiWorld::hosting() {
            std::to_string(world_rank_of(e)) + ")";
   };
   h.before_step = [this] { barrier(); };
+  h.on_peer_failure = opt_.on_peer_failure;
   return h;
 }
 

@@ -6,6 +6,7 @@
 // <mpi.h>: only the mpi_*.cpp files of comm/ (the transport) and dist/ (the job) do.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,6 +34,8 @@ struct MpiWorldOptions {
   // least kMinStartupMs), as to its calls' gathers (arrival_gather_bytes): a process may
   // prepare data before it builds its Pipeline, or evaluate after its last step.
   std::int64_t arrival_ms = -1;
+  // Given to every runtime this world hosts (Hosting::on_peer_failure).
+  std::function<void()> on_peer_failure;
 };
 
 class MpiWorld final : public Job {

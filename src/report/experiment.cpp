@@ -288,15 +288,19 @@ void simulate_shape(const Scenario& sc, const std::vector<RunSpec>& specs,
 }  // namespace
 
 ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec,
-                       bool measured) {
+                       Measured measured) {
   WorkModel m(config_for(sc, spec));
   Hint hint = make_hint(spec.hint, m);
   RealizedWork work = realized_work(sc, m);
   ReportRun out = execute(sc, spec, m, hint, work, sim_options(sc, spec), exec);
-  // The messages stay the model's. Only a record of the whole step is used: under mpirun a
-  // process other than rank 0 holds its own stages' tasks alone (and reports nothing).
+  // In one process the messages stay the model's, which the runtime emulated. Only a record of
+  // the whole step is used: under mpirun a process other than rank 0 holds its own stages'
+  // tasks alone (and reports nothing).
   const auto all = static_cast<std::size_t>(work.tp) * static_cast<std::size_t>(work.num_tasks);
-  if (measured && out.result.tasks.size() == all) use_measured_compute(m, work, out.result);
+  if (measured != Measured::No && out.result.tasks.size() == all)
+    use_measured_compute(m, work, out.result);
+  if (measured == Measured::OverTransport)
+    std::fill(work.message_ns.begin(), work.message_ns.end(), 0);
   out.metrics = compute_metrics(
       out.result, lower_bound(m, work, bound_limit(spec, m, out.result.arbiter.limit)));
   return out;

@@ -58,12 +58,16 @@ using Executor = std::function<StepRecord(const WorkModel&, const Hint&, const R
 // The durations the scenario's runs see: its workload realized for `m`, or its replay (with
 // the workload's jitter, collective and coordination costs on top).
 RealizedWork realized_work(const Scenario& sc, const WorkModel& m);
+// Who ran a step: the simulator, or the runtime for real, in one process (the model's message
+// latencies emulated) or over a transport (which moves the bytes in its own time).
+enum class Measured { No, InProcess, OverTransport };
 // One run by `exec` (the emulated runtime; nothing else runs beside it), then its lower bound.
-// `measured`: `exec` runs the step for real (the runtime), so the lower bound and efficiency
-// take the compute its tasks measured, not the durations drawn for them (20 us tasks slept
-// longer: a bound of 0.44 ms beside a stage that computed for 0.83 ms).
+// A measured step's bound and efficiency take the compute its tasks measured, not the durations
+// drawn for them (20 us tasks slept longer: a bound of 0.44 ms beside a stage that computed for
+// 0.83 ms); over a transport its messages count as free: the model's latencies are not spent
+// there (a 5 ms latency made a bound of 13.3 ms beside a step of 4.2, efficiency 3.18).
 ReportRun run_scenario(const Scenario& sc, const RunSpec& spec, const Executor& exec,
-                       bool measured = false);
+                       Measured measured = Measured::No);
 // One simulated run, its lower bound reckoned beside it on the cores the simulation leaves free.
 ReportRun run_scenario(const Scenario& sc, const RunSpec& spec);
 // Simulated runs of one scenario, in the order of `specs`: runs of one shape share one draw of

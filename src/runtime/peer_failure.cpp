@@ -102,6 +102,7 @@ void Runtime::on_peer_abort(const Message& msg) {
   const std::string text = utf8_prefix(
       std::string(reinterpret_cast<const char*>(msg.payload.data()), msg.payload.size()),
       kMaxAbortText);
+  if (on_peer_failure_) on_peer_failure_();
   const int step = msg.tag.step;
   const std::string who = peer_name(msg.src);
   std::lock_guard lk(cancel_mu_);  // run_step's commit of a completed step takes it too

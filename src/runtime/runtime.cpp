@@ -102,6 +102,7 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
       endpoints_(std::move(hosting.transports)),
       local_(std::move(hosting.local)),
       before_step_(std::move(hosting.before_step)),
+      on_peer_failure_(std::move(hosting.on_peer_failure)),
       peer_name_(hosting.peer_name) {
   validate(opt_);
   opt_.arbiter = resolve_options(opt_.arbiter, hint, m);
@@ -299,6 +300,12 @@ void Runtime::watch(int workers) {
     for (auto& s : stages_)
       if (s) report += " [" + s->describe(now) + "]";
     if (const std::string b = transport_broken_text(); !b.empty()) report += "; earlier, " + b;
+    // Hosting some of the stages, it sees their progress alone: a stage waiting for its first
+    // input behind stages busy elsewhere counts as stalled (P=4 of 400 ms tasks, `timeout` 1 s).
+    if (static_cast<int>(local_.size()) < m_.pp() * opt_.tp)
+      report +=
+          "; this process watches its own stages only: `timeout` must exceed the longest "
+          "wait of a stage for its input";
     failure_.fail(std::make_exception_ptr(StallError(report)));
   }
 }

@@ -69,6 +69,10 @@ struct Hosting {
   // E.g. a barrier, so that every process has its receivers set and the steps start together
   // (a front end that closes each step with a collective of its own may enter it once).
   std::function<void()> before_step;
+  // Called once another process has told this one that it failed its step, before this step
+  // fails with it: the job is ending, that process speaks for it and ends it (a front end
+  // quiets its stop signals, so that the SIGTERM mpirun then sends reads as no user's stop).
+  std::function<void()> on_peer_failure;
 };
 
 // Every one of `world` endpoints in this process, over in-process transports.
@@ -151,6 +155,7 @@ class Runtime {
   std::vector<std::unique_ptr<Transport>> endpoints_;  // by position in local_
   std::vector<int> local_;
   std::function<void()> before_step_;
+  std::function<void()> on_peer_failure_;  // Hosting::on_peer_failure
   std::function<std::string(int endpoint)> peer_name_;
   int completed_step_ = -1;  // under cancel_mu_: the last step run_step returned (a peer's
                              // abort may come for it after it ended here)
