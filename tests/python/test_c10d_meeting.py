@@ -35,13 +35,15 @@ class Process:
 
 
 def meet(store, world, ranks, arrival):
-    """The processes `ranks` of `world` meet, each in a thread, over `store`: rank -> None
-    where it met, else the RuntimeError's text. Each must end within 30 s."""
+    """The processes `ranks` of `world` meet, each in a thread, over `store`, each with the
+    limit `arrival` (or arrival[rank]): rank -> None where it met, else the RuntimeError's
+    text. Each must end within 30 s."""
     said = {}
 
     def one(rank):
+        limit = arrival[rank] if isinstance(arrival, dict) else arrival
         try:
-            _c10d._meet(Process(rank, world, store), object(), arrival)
+            _c10d._meet(Process(rank, world, store), object(), limit)
             said[rank] = None
         except RuntimeError as e:
             said[rank] = str(e)
@@ -94,9 +96,15 @@ def test_a_wait_under_a_millisecond_ends(store):
     assert said[0].startswith("transport c10d: process(es) 1 of the 2 of the group did not come")
 
 
-def test_no_arrival_limit_makes_no_meeting(store):
-    assert meet(store, 2, [0], 0.0) == {0: None}
-    assert store.num_keys() == 0
+def test_a_process_without_an_arrival_limit_meets_too(store):
+    # A limit of 0 is torch's 30 minutes, not "no meeting": a process that skipped the meeting
+    # left the one with a limit waiting in it, which then named it as not come.
+    assert meet(store, 2, [0, 1], {0: 0.0, 1: 2.0}) == {0: None, 1: None}
+    # Late to a meeting the other gave up on, it does as that one did.
+    assert meet(store, 2, [1], 0.5)[1].startswith("transport c10d: process(es) 0 of the 2")
+    said = meet(store, 2, [0], 0.0)
+    assert said[0].startswith("transport c10d: this process (rank 0) came to build its "
+                              "Pipeline after another"), said
 
 
 def test_a_process_of_a_callers_group_that_never_builds_its_pipeline_fails_the_others_in_time():
@@ -130,3 +138,34 @@ def test_a_process_of_a_callers_group_that_never_builds_its_pipeline_fails_the_o
     assert "RuntimeError: transport c10d: process(es) 1 of the 2 of the group did not come to " \
         "build their Pipeline within the arrival_timeout of a process that waited (2 s here)" \
         in done.stderr, done.stderr[-2000:]
+
+
+def test_processes_whose_limits_differ_form_the_group_and_meet():
+    # Limits may differ between processes (python.md). Without a group of the caller's, one
+    # with timeout=0 (no arrival limit) joined the store by torch's init_process_group alone,
+    # and stayed in it once the other, joining rrfp's way, had given up on it.
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(ports.free_port()),
+               PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    script = ("import sys, rrfp, lm\n"
+              "limits = [dict(timeout=0), dict(timeout=5, arrival_timeout=10)]\n"
+              "pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2,\n"
+              "                     **limits[int(sys.argv[1])])\n"
+              "xs, ys = lm.batches(2)\n"
+              "print('loss', float(pipe.step(xs, ys)))\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], cwd=here,
+                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=120))
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0 and out.startswith("loss "), err[-2000:]
+    assert outs[0][0] == outs[1][0]

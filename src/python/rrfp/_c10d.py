@@ -89,11 +89,17 @@ def _met_group(dist, group, arrival):
 # whatever became of it.
 _MET = {}
 
+# torch's own timeout of a group and its store: the wait an arrival_timeout (or timeout) of 0
+# leaves to the joining and the meeting, which every process makes whatever its limit.
+_TORCH_DEFAULT_S = 1800.0
+
 
 def _meet(dist, group, arrival):
     """Returns once every process of `group`, a group the caller made, has come here, and
     raises RuntimeError on every process alike, naming those that did not come, once one of
-    them has waited `arrival` seconds (0: no meeting). What follows waits for every process
+    them has waited `arrival` seconds (0: torch's 30 minutes). Every process meets, whatever
+    its limit: one that skipped the meeting for a limit of 0 left the others waiting in it
+    until theirs, and then named it as not come. What follows waits for every process
     in torch's own terms: the layout's gather over the group, with the group's timeout (30
     minutes unless the caller set another), and new_group, whose waits take the new group's
     (a year for the messages' groups), so that a process that never built its Pipeline held
@@ -105,7 +111,7 @@ def _meet(dist, group, arrival):
     see every process come writes "met", the first to reach its deadline first the ranks
     missing, and every process does what it reads, so none passes where another gave up."""
     if arrival <= 0:
-        return
+        arrival = _TORCH_DEFAULT_S
     import hashlib
     import time
     ranks, me = group_ranks(dist, group), dist.get_rank()
@@ -234,10 +240,11 @@ def _init_default_group(dist, timeout):
     """The default group from torchrun's environment (RANK, WORLD_SIZE, ...), every process
     joining within the pipeline's arrival_timeout (`timeout` here; 0: torch's own 30 minutes).
     Only the joining is bounded so: the group stays the caller's, with torch's timeout (the
-    pipeline runs on groups of its own, c10d_groups)."""
-    if timeout <= 0:
-        dist.init_process_group("gloo")
-        return
+    pipeline runs on groups of its own, c10d_groups). Every process joins so, whatever its
+    limit: one that joined by init_process_group alone for a limit of 0 stayed in it after the
+    others had given up on it."""
+    limit = timeout if timeout > 0 else _TORCH_DEFAULT_S
+    whose = "arrival_timeout" if timeout > 0 else "arrival_timeout 0: torch's own"
     import datetime
     import time
     world = os.environ.get("WORLD_SIZE", "?")
@@ -245,11 +252,11 @@ def _init_default_group(dist, timeout):
     at = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
     # From before the rendezvous: on the process that hosts the store, torch's waits out its
     # timeout for the others and returns all the same, and the join counted a second one.
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + limit
     try:
         store, rank, size = next(dist.rendezvous(
-            "env://", timeout=datetime.timedelta(seconds=timeout)))
-        store.set_timeout(datetime.timedelta(seconds=timeout))
+            "env://", timeout=datetime.timedelta(seconds=limit)))
+        store.set_timeout(datetime.timedelta(seconds=limit))
         store.add(f"rrfp/joined/{rank}", 1)  # who, for the message below (an add of 0 reads)
         store.add("rrfp/joined", 1)
         while store.add("rrfp/joined", 0) < size:
@@ -262,11 +269,11 @@ def _init_default_group(dist, timeout):
         if isinstance(e, TimeoutError) or "timeout" in said.lower() or "timed out" in said:
             raise RuntimeError(
                 f"transport c10d: the {world} processes of the job did not all join the store "
-                f"at {at} (MASTER_ADDR:MASTER_PORT) within {timeout:g} s (arrival_timeout): "
+                f"at {at} (MASTER_ADDR:MASTER_PORT) within {limit:g} s ({whose}): "
                 f"each must build its Pipeline; {said}") from e
         raise RuntimeError(f"transport c10d: the process group could not form at {at} "
                            f"(MASTER_ADDR:MASTER_PORT): {said}") from e
-    store.set_timeout(datetime.timedelta(minutes=30))  # torch's default, for what follows
+    store.set_timeout(datetime.timedelta(seconds=_TORCH_DEFAULT_S))  # torch's, for what follows
     dist.init_process_group("gloo", store=store, rank=rank, world_size=size)
 
 

@@ -236,7 +236,9 @@ class Pipeline:
 
     @property
     def rank(self):
-        """This process's rank in the job (0 in-process)."""
+        """This process's rank in the pipeline's group: the job's, but in a `group=` of some of
+        its processes, the rank in that group, as the messages that name ranks count them (0
+        in-process)."""
         return self._core.rank
 
     @property
