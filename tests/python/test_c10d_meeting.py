@@ -107,15 +107,22 @@ def test_a_process_without_an_arrival_limit_meets_too(store):
                               "Pipeline after another"), said
 
 
-def test_a_process_of_a_callers_group_that_never_builds_its_pipeline_fails_the_others_in_time():
-    # Two processes make torch.distributed's default group themselves, as a script using DDP
-    # does; process 1 never builds its Pipeline. Process 0 is told so within arrival_timeout:
-    # it waited in the layout's gather for the group's timeout, torch's 30 minutes.
+def two_processes():
+    """This folder (lm.py's) and the environment of a job of two processes on this machine,
+    torchrun's variables but the rank, which each process adds."""
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(ports.free_port()),
                PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
     env.pop("TORCHELASTIC_RUN_ID", None)
+    return here, env
+
+
+def test_a_process_of_a_callers_group_that_never_builds_its_pipeline_fails_the_others_in_time():
+    # Two processes make torch.distributed's default group themselves, as a script using DDP
+    # does; process 1 never builds its Pipeline. Process 0 is told so within arrival_timeout:
+    # it waited in the layout's gather for the group's timeout, torch's 30 minutes.
+    here, env = two_processes()
     builds = ("import torch.distributed as dist, rrfp, lm\n"
               "dist.init_process_group('gloo')\n"
               "rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, timeout=1,\n"
@@ -144,11 +151,7 @@ def test_processes_whose_limits_differ_form_the_group_and_meet():
     # Limits may differ between processes (python.md). Without a group of the caller's, one
     # with timeout=0 (no arrival limit) joined the store by torch's init_process_group alone,
     # and stayed in it once the other, joining rrfp's way, had given up on it.
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(ports.free_port()),
-               PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
-    env.pop("TORCHELASTIC_RUN_ID", None)
+    here, env = two_processes()
     script = ("import sys, rrfp, lm\n"
               "limits = [dict(timeout=0), dict(timeout=5, arrival_timeout=10)]\n"
               "pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2,\n"
