@@ -323,6 +323,18 @@ printf '{"comm_links": 0.5}' >"$tmp/links.json"
 check "workload comm_links: must be 0 (each message on its own) or in [1, 4096] (messages' worth of bandwidth), got 0.5" simulate --workload-file "$tmp/links.json"
 # rrfp run --repeat (and --rounds): the measured time is the median of the timed steps, inside
 # their range; with rounds, the runs take turns, each round announced.
+# The fidelity table's labels are as wide as the longest: each header ends where its column's
+# numbers end (a label of 30 characters pushed them two places right).
+"$rrfp" run --pp 2 -m 4 --vpp 2 --workload uniform --hint interleaved-1f1b --compare \
+  >"$tmp/wide.txt" 2>&1 &&
+  awk '/^run .*measured_ms/ { end = index($0, "measured_ms") + 10; on = 1; next }
+       on && /^fixed interleaved-1f1b \(async\)/ { n = split($0, c, ""); e = 0
+         for (i = 31; i <= n && c[i] == " "; i++) {}
+         for (; i <= n && c[i] != " "; i++) e = i
+         ok = e == end; found = 1 }
+       END { exit !(found && ok) }' "$tmp/wide.txt" ||
+  { echo "FAIL: the fidelity table's columns do not line up under a long label:"
+    cat "$tmp/wide.txt"; fails=$((fails + 1)); }
 check "--repeat: Value 0 not in range 1 to 1000" run --pp 2 -m 2 --repeat 0
 check "--warmup: Value -1 not in range 0 to 100" run --pp 2 -m 2 --warmup -1
 check "--rounds: Value 0 not in range 1 to 100" run --rounds 0

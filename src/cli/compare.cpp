@@ -172,11 +172,18 @@ std::vector<FidelityRow> fidelity_rows(const std::vector<ReportRun>& measured,
 
 std::string fidelity_table(const std::vector<FidelityRow>& rows) {
   const bool ranges = !rows.empty() && rows[0].steps.size() > 1;
+  // The labels' column as wide as the longest (at least 24): "fixed interleaved-1f1b
+  // (blocking)" pushed its row's numbers past their headers.
+  std::size_t width = 24;
+  for (const FidelityRow& r : rows)
+    width = std::max(width, r.label.size());
   std::string out =
       "\nsimulator fidelity (same seed and messages; simulated: the workload's task durations, "
       "replayed: the run's own measured ones; error: measured / model - 1, above 0 where the "
-      "model is short):\nrun                       measured_ms  "
-      "simulated_ms   error  replayed_ms   error  speedup_measured  speedup_simulated   diff" +
+      "model is short):\n" +
+      std::string("run").append(width - 3, ' ') +
+      "  measured_ms  simulated_ms   error  replayed_ms   error  speedup_measured  "
+      "speedup_simulated   diff" +
       std::string(ranges ? "  measured_range_ms" : "") + "\n";
   for (const FidelityRow& r : rows) {
     const double mm = static_cast<double>(r.measured), sm = static_cast<double>(r.simulated);
@@ -184,7 +191,7 @@ std::string fidelity_table(const std::vector<FidelityRow>& rows) {
     const double ms = static_cast<double>(rows[0].measured) / mm;
     const double ss = static_cast<double>(rows[0].simulated) / sm;
     std::string label = r.label;
-    label.resize(std::max<size_t>(label.size(), 24), ' ');
+    label.resize(width, ' ');
     out += label + fmt("  %11.2f", mm / 1e6) + fmt("  %12.2f", sm / 1e6) + error_cell(mm, sm) +
            fmt("  %11.2f", rm / 1e6) + error_cell(mm, rm) + fmt("  %15.3fx", ms) +
            fmt("  %16.3fx", ss) + error_cell(ms, ss);
