@@ -49,19 +49,20 @@ TEST(TraceImport, RoundTripGivesTheSameMakespanExactly) {
     // without them missed by up to 7%).
     bool offer = false;
   };
-  const Case cases[] = {{"language", "1f1b", Policy::Fixed, false, 1, CommMode::Async},
-                        {"multimodal", "bf", Policy::Ready, false, 1, CommMode::Async},
-                        {"paper", "bfw", Policy::Ready, true, 1, CommMode::Async},
-                        {"jitter:J3", "adaptive", Policy::Ready, true, 1, CommMode::Async},
-                        {"paper-comm", "1f1b", Policy::Fixed, false, 1, CommMode::Blocking},
-                        {"multimodal", "bf", Policy::Ready, false, 2, CommMode::Async},
-                        {"language", "bf", Policy::Ready, false, 1, CommMode::Async, 1},
-                        {"paper", "1f1b", Policy::Fixed, true, 2, CommMode::Async, 1},
-                        {"paper-comm", "bfw", Policy::Ready, true, 1, CommMode::Async, 2},
-                        {"paper-comm", "1f1b", Policy::Fixed, false, 1, CommMode::Blocking, 2},
-                        {"paper-comm", "1f1b", Policy::Fixed, false, 1, CommMode::Blocking, 0, true},
-                        {"language", "bfw", Policy::Ready, true, 1, CommMode::Blocking, 0, true},
-                        {"paper", "zb-h1", Policy::Fixed, true, 1, CommMode::Blocking, 1, true}};
+  const Case cases[] = {
+      {"language", "1f1b", Policy::Fixed, false, 1, CommMode::Async},
+      {"multimodal", "bf", Policy::Ready, false, 1, CommMode::Async},
+      {"paper", "bfw", Policy::Ready, true, 1, CommMode::Async},
+      {"jitter:J3", "adaptive", Policy::Ready, true, 1, CommMode::Async},
+      {"paper-comm", "1f1b", Policy::Fixed, false, 1, CommMode::Blocking},
+      {"multimodal", "bf", Policy::Ready, false, 2, CommMode::Async},
+      {"language", "bf", Policy::Ready, false, 1, CommMode::Async, 1},
+      {"paper", "1f1b", Policy::Fixed, true, 2, CommMode::Async, 1},
+      {"paper-comm", "bfw", Policy::Ready, true, 1, CommMode::Async, 2},
+      {"paper-comm", "1f1b", Policy::Fixed, false, 1, CommMode::Blocking, 2},
+      {"paper-comm", "1f1b", Policy::Fixed, false, 1, CommMode::Blocking, 0, true},
+      {"language", "bfw", Policy::Ready, true, 1, CommMode::Blocking, 0, true},
+      {"paper", "zb-h1", Policy::Fixed, true, 1, CommMode::Blocking, 1, true}};
   for (const Case& c : cases)
     for (std::uint64_t seed = 1; seed <= 3; ++seed) {
       WorkModel m(config(4, 12, 1, c.split));
@@ -348,8 +349,8 @@ TEST(TraceImport, RefusesWhatIsNotAnRrfpTrace) {
   };
   refused("[" + stage(0, "ordered_forwards", "1") + "]",
           "t.json: event 1: field \"ordered_forwards\" is not true or false: 1");
-  refused("[" + stage(0, "ordered_forwards", "true") + "," +
-              stage(1, "ordered_forwards", "false") + "]",
+  refused("[" + stage(0, "ordered_forwards", "true") + "," + stage(1, "ordered_forwards", "false") +
+              "]",
           "t.json: event 2: field \"ordered_forwards\" is false, but another stage of run 'r' "
           "says true");
   refused("[" + stage(0, "offer_payload", "\"yes\"") + "]",

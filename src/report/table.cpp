@@ -145,8 +145,8 @@ nlohmann::json to_json(const ReportHeader& h, const std::vector<ReportRun>& runs
     // where the backward is not split.
     const bool ready = r.policy == "ready";
     jr["limit"] = ready ? nlohmann::json(m.limit) : nlohmann::json(nullptr);
-    jr["max_pending_w"] = ready && r.cfg.split_backward ? nlohmann::json(m.max_pending_w)
-                                                        : nlohmann::json(nullptr);
+    jr["max_pending_w"] =
+        ready && r.cfg.split_backward ? nlohmann::json(m.max_pending_w) : nlohmann::json(nullptr);
     jr["coordination_rounds"] = m.coordination_rounds;
     jr["failed_coordination_rounds"] = m.failed_rounds;
     jr["coordination_ms_per_rank"] = static_cast<double>(m.coordination_per_rank) / 1e6;
