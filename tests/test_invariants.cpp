@@ -144,6 +144,8 @@ TEST(TensorParallel, NoCoordinationIsCaughtAsAMismatch) {
       const bool named = what.find("while rank(s) 0 of its group") != std::string::npos ||
                          what.find("while rank(s) 1 of its group") != std::string::npos;
       EXPECT_TRUE(named) << what;
+      // The planner's evaluation: such a run does not finish either.
+      EXPECT_EQ(simulated_makespan(m, h, realize(wp, m, 2, seed), opt), std::nullopt) << seed;
     }
   }
   EXPECT_GT(caught, 0);

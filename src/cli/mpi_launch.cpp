@@ -212,8 +212,7 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
     // this one waits for that, its signals quiet (every relaying rank printed it again, and
     // rank 0, ended by mpirun's SIGTERM, added "stopped by SIGTERM; nothing written"). Said
     // here after all where the job has not ended by then: the teller may be gone.
-    if (dynamic_cast<const PeerFailure*>(&e) != nullptr ||
-        dynamic_cast<const PeerStall*>(&e) != nullptr) {
+    if (from_peer(e)) {
       quiet_signals();
       std::this_thread::sleep_for(kTellerEndsJobWithin);
     }

@@ -48,12 +48,8 @@ ListHint list_schedule(const PlanProblem& p, const std::vector<double>& priority
 
 std::optional<std::int64_t> list_makespan(const PlanProblem& p,
                                           const std::vector<double>& priority) {
-  try {
-    return simulated_makespan(p.m(), priority_hint(p, priority), p.w(),
-                              sim_options(p, Policy::Ready, false));
-  } catch (const CollectiveMismatchError&) {
-    return std::nullopt;
-  }
+  return simulated_makespan(p.m(), priority_hint(p, priority), p.w(),
+                            sim_options(p, Policy::Ready, false));
 }
 
 namespace {

@@ -37,6 +37,13 @@ class PeerStall : public StallError {
   using StallError::StallError;
 };
 
+// A failure another process told this one of (PeerFailure, PeerStall), not its own: it said it
+// already, where it began.
+inline bool from_peer(const std::exception& e) {
+  return dynamic_cast<const PeerFailure*>(&e) != nullptr ||
+         dynamic_cast<const PeerStall*>(&e) != nullptr;
+}
+
 // What a failed task says: an allocation refused in words, where std::bad_alloc's own were
 // printed ("task F c7 m7 failed: std::bad_alloc").
 inline std::string failure_reason(const std::exception& e) {

@@ -57,11 +57,8 @@ void Runtime::tell_peers(int step, const std::exception_ptr& why) {
   std::string text = "unknown error";
   try {
     std::rethrow_exception(why);
-  } catch (const PeerFailure&) {
-    return;  // the peers heard it from where it began
-  } catch (const PeerStall&) {
-    return;
   } catch (const std::exception& e) {
+    if (from_peer(e)) return;  // the peers heard it from where it began
     text = e.what();
   } catch (...) {
   }

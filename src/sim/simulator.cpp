@@ -346,7 +346,11 @@ std::optional<std::int64_t> simulated_makespan(const WorkModel& m, const Hint& h
                                                const RealizedWork& work, SimOptions opt) {
   opt.record = false;
   sim_state::Simulation sim(m, hint, work, opt);
-  if (!sim.run_events()) return std::nullopt;
+  try {
+    if (!sim.run_events()) return std::nullopt;
+  } catch (const CollectiveMismatchError&) {
+    return std::nullopt;  // ranks of a group diverged (tp_protocol none): nor does it finish
+  }
   return sim.makespan();
 }
 

@@ -32,8 +32,9 @@ struct SimOptions : DispatchOptions {
 StepRecord simulate(const WorkModel& m, const Hint& hint, const RealizedWork& work,
                     const SimOptions& opt);
 
-// simulate()'s makespan, none where the run cannot finish: what a planner asks of thousands of
-// candidate orders, many of which deadlock. Keeps no records; describing the stuck ranks and
+// simulate()'s makespan, none where the run cannot finish (it deadlocks, or the ranks of a group
+// enter different collectives): what a planner asks of thousands of candidate orders, many of
+// which deadlock. Keeps no records; describing the stuck ranks and
 // throwing cost such an evaluation a seventh of its time.
 std::optional<std::int64_t> simulated_makespan(const WorkModel& m, const Hint& hint,
                                                const RealizedWork& work, SimOptions opt);
