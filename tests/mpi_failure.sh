@@ -113,20 +113,24 @@ rc=$?
 # The ranks mpirun ends once rank 0 has exited end quietly (they added "stopped by SIGTERM").
 ! grep -q "stopped by" "$log" || { cat "$log"; fail "bad layout: a rank said it was stopped"; }
 echo "bad layout: exit 2, one line"
-# Stage 1, waiting for stage 0's forward of 1.5 s, sees no progress of its own: under --timeout
-# 1 it fails, and says why. Once: rank 0, told of it, leaves the saying and the job's end to it
-# (a rank told of a failure said it again; rank 0, in its task, said "stopped by SIGTERM;
-# nothing written" as mpirun ended the job).
+# Stage 0, waiting at the drain for stage 1's first backward (gpipe: stage 1 runs its four
+# forwards of 0.6 s first), sees no progress of its own for 1 s: under --timeout 1 it fails, and
+# says why. Once: rank 1, told of it, leaves the saying and the job's end to it (a rank told of
+# a failure said it again; rank 0, in its task, said "stopped by SIGTERM; nothing written" as
+# mpirun ended the job). Rank 1 finishes a task every 0.6 s meanwhile, so it never stalls on
+# its own (a forward of 1.5 s longer than --timeout stalled both ranks at the same moment,
+# and now and then both said so).
 slow=$(dirname "$log")/rrfp-slow-tasks.json
-echo '{"preset": "uniform", "forward_us": 1500000}' >"$slow"
-timeout -k 5 60 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --pp 2 -m 1 --workload-file "$slow" \
-  --hint 1f1b --policy fixed --timeout 1 --warmup 0 $marker >"$log" 2>&1
+echo '{"preset": "uniform", "forward_us": 600000}' >"$slow"
+timeout -k 5 60 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --pp 2 -m 4 --workload-file "$slow" \
+  --hint gpipe --policy fixed --timeout 1 --warmup 0 $marker >"$log" 2>&1
 rc=$?
 rm -f "$slow"
 [ $rc -ne 0 ] && [ "$(grep -c 'rrfp: run failed' "$log")" -eq 1 ] &&
+  grep -q "run failed on mpi rank 0: no progress for" "$log" &&
   grep -q "this process watches its own stages only" "$log" && ! grep -q "stopped by" "$log" ||
-  { cat "$log"; fail "a lead-in stall: exit $rc, not one line saying why"; }
-echo "a lead-in stall: one line, naming the watchdog's view"
+  { cat "$log"; fail "a drain stall: exit $rc, not one line saying why"; }
+echo "a drain stall: one line, naming the watchdog's view"
 # Rank 0 merges and keeps every timed step's whole record: its memory is checked as one
 # process's (it was not, and ran 175 MB under a limit of 105), and it says so once.
 tiny=$(dirname "$log")/rrfp-tiny-tasks.json

@@ -72,6 +72,11 @@ class FaultyTransport final : public Transport {
     inner_->send(dst, t, std::move(payload), std::move(done));
   }
   void shutdown() override { inner_->shutdown(); }
+  void set_in_step(bool on) override {
+    in_step_calls.push_back(on);
+    inner_->set_in_step(on);
+  }
+  std::vector<bool> in_step_calls;  // what set_in_step was told, in order
 
  private:
   std::unique_ptr<Transport> inner_;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <span>
@@ -218,6 +219,42 @@ TEST(MpiTransport, ALentThreadTakesArrivalsItself) {
   w.barrier();
   tr->shutdown();
   EXPECT_FALSE(tr->progress());
+  w.barrier();
+}
+
+// Between steps an idle endpoint naps up to 2 ms, not 50 us (it woke 20,000 times a second,
+// which oversubscribed test jobs paid in whole cores); a message sent meanwhile still arrives,
+// and a step's start (set_in_step(true)) brings back the quick naps.
+TEST(MpiTransport, AnEndpointBetweenStepsNapsLongerAndStillReceives) {
+  MpiWorld& w = *g_world;
+  auto tr = w.make_transport();
+  auto* mpi = dynamic_cast<MpiTransport*>(tr.get());
+  ASSERT_NE(mpi, nullptr);
+  Inbox inbox;
+  tr->set_receiver(std::ref(inbox));
+  using clock = std::chrono::steady_clock;
+  std::int64_t slept_ms = 0;
+  const auto naps_over = [&](int ms) {
+    const std::uint64_t before = mpi->naps();
+    const auto t0 = clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    slept_ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - t0).count();
+    return mpi->naps() - before;
+  };
+  tr->set_in_step(false);
+  // At most one nap per 2 ms slept, and the ten of the doubling up to them (a busy machine
+  // wakes the thread later: fewer); 104 in 200 ms on an idle 2-core VM, 2,100 at 50 us.
+  const std::uint64_t between = naps_over(200);
+  EXPECT_LE(between, static_cast<std::uint64_t>(slept_ms / 2 + 20)) << "in " << slept_ms << " ms";
+  w.barrier();
+  const int next = (w.rank() + 1) % w.size();
+  tr->send(next, MessageTag{1, TaskId{Kind::F, w.rank(), 7}}, make_payload(w.rank(), 7, 64));
+  ASSERT_TRUE(inbox.wait_for(1)) << "a message to an endpoint between steps never arrived";
+  EXPECT_TRUE(intact(inbox.got[0]));
+  tr->set_in_step(true);
+  EXPECT_GT(naps_over(200), 130u) << "a step's start left the endpoint napping for milliseconds";
+  w.barrier();
+  tr->shutdown();
   w.barrier();
 }
 

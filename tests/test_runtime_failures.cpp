@@ -95,6 +95,38 @@ TEST_F(Failures, AThrowingTaskEndsTheStepNamingStageTaskAndMessage) {
       << msg;
 }
 
+// A step tells its transports that it runs, and that it ended, failed or not: between steps a
+// polling transport naps longer (the MPI transport's progress thread).
+TEST_F(Failures, EveryStepTellsItsTransportsWhileItRunsFailedOrNot) {
+  for (const bool fail : {false, true}) {
+    std::vector<FaultyTransport*> eps;
+    std::atomic<int> sent_outside{0};
+    auto owned = faulty_transports(4, [&](int src, int&, MessageTag&, Payload&) {
+      if (eps[src]->in_step_calls.empty() || !eps[src]->in_step_calls.back()) ++sent_outside;
+      return true;
+    });
+    for (auto& t : owned)
+      eps.push_back(static_cast<FaultyTransport*>(t.get()));
+    auto base = emulated_programs(m_, work_);
+    Runtime rt(
+        m_, hint_,
+        [&](int s, int r) { return fail ? std::make_unique<Thrower>(base(s, r), s) : base(s, r); },
+        runtime_options(m_, work_, Policy::Ready), std::move(owned));
+    const int steps = fail ? 1 : 2;
+    for (int step = 0; step < steps; ++step)
+      if (fail)
+        EXPECT_THROW(rt.run_step(step), TaskError);
+      else
+        rt.run_step(step);
+    std::vector<bool> want;
+    for (int step = 0; step < steps; ++step)
+      want.insert(want.end(), {true, false});
+    for (const FaultyTransport* t : eps)
+      EXPECT_EQ(t->in_step_calls, want) << "endpoint " << t->rank() << (fail ? ", failed" : "");
+    EXPECT_EQ(sent_outside.load(), 0);
+  }
+}
+
 // A refused allocation is said in words ("failed: std::bad_alloc" before).
 TEST_F(Failures, AnAllocationRefusedInATaskIsSaidToBeOutOfMemory) {
   auto base = emulated_programs(m_, work_);

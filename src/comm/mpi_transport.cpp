@@ -67,6 +67,8 @@ struct MpiTransport::Impl {
   std::condition_variable kick_cv;
   bool kicked = false;
   std::atomic<bool> sleeping{false};
+  std::atomic<bool> in_step{true};  // set_in_step: which nap cap holds
+  std::atomic<std::uint64_t> naps{0};
   std::thread progress;
 
   void kick() {
@@ -258,12 +260,18 @@ struct MpiTransport::Impl {
         std::this_thread::yield();
         continue;
       }
-      sleep_us = sleep_us ? std::min(sleep_us * 2, poll.max_sleep_us) : 5;
+      const int cap =
+          in_step.load(std::memory_order_acquire) ? poll.max_sleep_us : poll.between_steps_sleep_us;
+      sleep_us = sleep_us ? std::min(sleep_us * 2, cap) : 5;
+      naps.fetch_add(1, std::memory_order_relaxed);
       std::unique_lock lk(kick_mu);
       sleeping.store(true, std::memory_order_release);
       kick_cv.wait_for(lk, std::chrono::microseconds(sleep_us), [&] { return kicked; });
       sleeping.store(false, std::memory_order_release);
-      if (kicked) last = clock::now();
+      if (kicked) {
+        last = clock::now();
+        sleep_us = 0;  // a nap of milliseconds between steps must not outlast the kick
+      }
       kicked = false;
     }
   }
@@ -426,6 +434,20 @@ void MpiTransport::shutdown() {
     MPI_Comm_free(&d.data_comm);
   }
   d.recvs.clear();
+}
+
+void MpiTransport::set_in_step(bool in_step) {
+  Impl& d = *impl_;
+  d.in_step.store(in_step, std::memory_order_release);
+  if (!in_step) return;
+  // Unconditionally, not kick()'s way: a thread about to nap for milliseconds must not miss it.
+  std::lock_guard lk(d.kick_mu);
+  d.kicked = true;
+  d.kick_cv.notify_one();
+}
+
+std::uint64_t MpiTransport::naps() const {
+  return impl_->naps.load(std::memory_order_relaxed);
 }
 
 bool MpiTransport::progress() {

@@ -47,6 +47,11 @@ class Transport {
   // an arrival reaches it without a hand-off from the progress thread (a futex wake and a
   // context switch). The caller holds no lock the receiver takes. Default: nothing to lend to.
   virtual bool progress() { return false; }
+  // Whether this endpoint's runtime is in a step (true until told otherwise). Between steps
+  // nothing waits for an arrival, so a transport that polls may nap longer (a pipeline a script
+  // keeps while it evaluates, or several built one after another, then costs no core); told
+  // true, it polls at its step's pace again at once. Default: nothing changes.
+  virtual void set_in_step(bool) {}
 };
 
 }  // namespace rrfp

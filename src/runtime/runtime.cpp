@@ -199,6 +199,18 @@ void Runtime::cancel(std::exception_ptr why) {
 
 StepResult Runtime::run_step(int step) {
   if (broken_) throw Error("runtime: an earlier step failed; start a new runtime");
+  // The transports poll at a step's pace while it runs, and back off between steps.
+  struct InStep {
+    std::vector<std::unique_ptr<Transport>>& eps;
+    explicit InStep(std::vector<std::unique_ptr<Transport>>& e) : eps(e) {
+      for (auto& t : eps)
+        t->set_in_step(true);
+    }
+    ~InStep() {
+      for (auto& t : eps)
+        t->set_in_step(false);
+    }
+  } in_step(endpoints_);
   failure_.reset();
   {
     std::lock_guard lk(cancel_mu_);
