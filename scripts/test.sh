@@ -27,7 +27,13 @@ for san in address thread; do
   timed "$san sanitizer build" bash -c "cmake -S . -B $dir -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DRRFP_SANITIZE=$san -DRRFP_BUILD_BENCH=OFF &&
     cmake --build $dir -j $jobs --target core_runtime_tests"  # what the labels below run
-  # Sanitizers slow the property suite several-fold: 100 seeds per hint there, 500 above.
-  RRFP_TEST_SEEDS=100 timed "$san sanitizer tests" \
-    ctest --test-dir "$dir" -L 'core|runtime' -LE cli --output-on-failure -j "$jobs"
+  # Sanitizers slow the property suite several-fold: 100 seeds per hint under ASan+UBSan, 500
+  # above. TSan finds races between threads, and the core's property and fuzz tests run on one:
+  # under it they run 20 seeds and 300 fuzz inputs, not 3,000-4,000 (the runtime's tests, which
+  # start threads, keep their 4 seeds; the parallel simulator's its 20). The layers checks
+  # compile, running nothing: once above.
+  seeds=100 fuzz=""
+  [ $san = thread ] && seeds=20 fuzz=300
+  RRFP_TEST_SEEDS=$seeds RRFP_FUZZ_ITERS=$fuzz timed "$san sanitizer tests" \
+    ctest --test-dir "$dir" -L 'core|runtime' -LE 'cli|layers' --output-on-failure -j "$jobs"
 done
