@@ -349,7 +349,9 @@ void run_plan(const PlanFlags& f) {
   // The replay's step found (and its durations read) once, and named in the header as
   // simulate names it: "replay:t.json" left which step the plan was of unsaid.
   sc.split_mode = sc.cfg.split_backward ? "on" : "off";
-  sc = with_replay_step(std::move(sc), {RunSpec{.hint = "plan"}});
+  RunSpec planned;
+  planned.hint = "plan";
+  sc = with_replay_step(std::move(sc), {planned});
   refuse_unsplit_w_cap(f.dispatch, f.shape, sc.cfg.split_backward,
                        "for a --replay that recorded W tasks");
   const WorkModel m(sc.cfg);
