@@ -15,6 +15,11 @@
 #   GPU_CHECK_STEPS    steps per run (default 22)
 #   GPU_CHECK_NO_BUILD set: use the rrfp already in the build dir
 #   GPU_CHECK_PY_SECONDS, GPU_CHECK_PY_RUNS  bench/pipeline_gpu.py's budget (100) and runs
+#   GPU_CHECK_ONLY     an extended regular expression: only the runs whose names match (the
+#                      `rrfp train` runs' names below; `pipeline` for rrfp.Pipeline's table and
+#                      device tests; `twin` for the prediction, which needs twin-fixed-1f1b-split).
+#                      The build and the CUDA tests always run. E.g. 'j2|j3|img|j0p|twin': what
+#                      the fifth sitting's budget left out, and the twin's source.
 # Needs .gpu-deps (scripts/gpu-deps.sh, on a Debian machine) beside the source.
 # OUT must be a fresh empty folder (or not yet made) outside the source tree: the archive takes
 # what the script writes, and that alone is deleted once archived. A console.log there (the
@@ -57,6 +62,9 @@ out=$dest/gpu-check
 mkdir -p "$out" || exit 2
 start=$(date +%s)
 budget=${GPU_CHECK_SECONDS:-420}
+only=${GPU_CHECK_ONLY:-}
+# Whether the run NAME is wanted (GPU_CHECK_ONLY).
+wanted() { [ -z "$only" ] || [[ $1 =~ $only ]]; }
 hard=${GPU_CHECK_HARD:-540}
 failed=0  # set by a part that failed: the exit status, once the summary is written
 steps=${GPU_CHECK_STEPS:-22}
@@ -147,6 +155,7 @@ py_table() {
     failed=1
     return
   fi
+  wanted pipeline || return 0
   if [ "$(elapsed)" -gt "$budget" ]; then
     log "skip the rrfp.Pipeline table and tests (past the ${budget}s budget)"
     return
@@ -190,6 +199,7 @@ py_table() {
 train() {
   local name=$1
   shift
+  wanted "$name" || return 0
   if [ "$(elapsed)" -gt "$budget" ] || [ "$(cap 30)" -lt 30 ]; then
     log "skip $name (past the ${budget}s budget)"
     return
@@ -248,7 +258,7 @@ train j0c-ready-bfw "${bfw[@]}" "${callback[@]}"
 train j0s-ready-bfw "${bfw[@]}" "${spin[@]}"
 
 # The twin: every measured step of the source replayed under ready BF and BFW.
-if [ -f "$runs/twin-fixed-1f1b-split/durations.csv" ]; then
+if wanted twin && [ -f "$runs/twin-fixed-1f1b-split/durations.csv" ]; then
   log "twin"
   pp=$(grep -o 'P=[0-9]*' "$runs/twin-fixed-1f1b-split.log" | head -1 | cut -d= -f2)
   m=$(grep -o 'M=[0-9]*' "$runs/twin-fixed-1f1b-split.log" | head -1 | cut -d= -f2)
