@@ -194,6 +194,12 @@ check "p0.txt:1: header field microbatches=0 is not a whole number from 1 to 500
 printf 'rrfp-hint 1 pp=2 vpp=1 microbatches=2 placement=loop split=1\nstage 0: F0:0 B0:0 W0:0\n' >s1.txt
 check "s1.txt:1: hint was written for split=1 but the run has split=0 (--split-backward off)" \
   schedule check s1.txt --pp 2 -m 2 --split-backward off
+# split takes 0 or 1: "split=2" was told the run has split=0; a signed stage number was read
+# as the stage ("stage +1:" as stage 1).
+printf 'rrfp-hint 1 pp=2 vpp=1 microbatches=2 placement=loop split=2\nstage 0: F0:0 B0:0\n' >s2.txt
+check "s2.txt:1: header field split=2 is not 0 or 1" schedule check s2.txt --pp 2 -m 2
+printf 'rrfp-hint 1 pp=2 vpp=1 microbatches=1 placement=loop split=0\nstage 0: F0:0 B0:0\nstage +1: F1:0 B1:0\n' >sp.txt
+check "sp.txt:3: stage '+1' out of range 0..1" schedule check sp.txt --pp 2 -m 1
 printf '{"format":"rrfp-hint","version":1,"pp":2,"split_backward":true}' >s1.json
 check "s1.json: hint was written for split_backward=true but the run has split_backward=false (--split-backward off)" \
   schedule check s1.json --pp 2 -m 2 --split-backward off

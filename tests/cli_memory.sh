@@ -20,6 +20,15 @@ check "run: 2 runs of 1.2M tasks, 1 timed step each: about 720 MB of memory" run
 check "simulate: 1 run of 0.5M tasks: about 184 MB of memory" simulate --pp 512 -m 512 --hint bf --policy ready --trace "$tmp/t.json"
 check "or leave out --trace and --svg" simulate --pp 512 -m 512 --hint bf --policy ready --svg "$tmp/t.svg"
 check "schedule show: 0.5M tasks and 1.0M diagram cells: about 127 MB" schedule show --pp 512 -m 512
+# Sized again at the diagram's width: a serial list at P=M=200 leaves most stages idle most of
+# the time (16M cells where its shape gives 0.2M; it ran to 754 MB under a limit of 150).
+/usr/bin/python3 -c "import sys
+lines = ['rrfp-hint 1 pp=200 vpp=1 microbatches=200 placement=loop split=0']
+for s in range(200):
+    lines.append('stage %d: ' % s + ' '.join('F%d:%d B%d:%d' % (s, m, s, m) for m in range(200)))
+open(sys.argv[1], 'w').write(chr(10).join(lines) + chr(10))" "$tmp/serial.txt"
+RRFP_MEMORY_LIMIT=150M check "schedule show: 0.1M tasks and 16.0M diagram cells: about" \
+  schedule show --hint "$tmp/serial.txt" --pp 200 -m 200
 check "plan: orders of 1.0M tasks" plan --pp 512 -m 512 --tp 2
 # Tasks times TP counted in int: "orders of -1295.0M tasks".
 check "plan: orders of 3000.0M tasks" plan --pp 1000 -m 5000 --tp 300

@@ -261,6 +261,14 @@ assert caps == {"fixed 1f1b (blocking)": None, "fixed 1f1b (async)": None,
   >/dev/null || fail "sweep of a step of microseconds"
 grep -q ",fixed 1f1b (async),0.022153,0.912,0.097,0.002153," us.csv ||
   fail "a sweep's CSV rounds a step of microseconds: $(sed -n 3p us.csv)"
+# schedule show past 26 chunks a stage names chunk 26 as itself (the letters came round: it
+# was drawn as chunk 0's 'a'), and its rows keep their column past stage 99.
+"$rrfp" schedule show --hint interleaved-1f1b --vpp 28 --pp 2 -m 2 >v28.txt || fail "vpp 28"
+grep -q " F0\.27 " v28.txt && grep -q "; \.n = local chunk n" v28.txt && ! grep -q " F0a " v28.txt ||
+  fail "schedule show at vpp 28: $(grep 'stage 0' v28.txt | cut -c1-80)"
+"$rrfp" schedule show --hint 1f1b --pp 102 -m 1 >p102.txt || fail "pp 102"
+[ "$(grep '^stage' p102.txt | awk '{print index($0, "|")}' | sort -u)" = 11 ] ||
+  fail "schedule show's rows at pp 102 are not aligned: $(grep -E '^stage (99|100)' p102.txt | cut -c1-20)"
 
 [ "$fails" -eq 0 ] && echo "cli_outputs: all passed"
 [ "$fails" -eq 0 ]

@@ -36,11 +36,29 @@ struct ScheduleFlags {
   std::string file;
 };
 
+// A task's cell: kind and microbatch, and its local chunk as a letter (a number after a dot
+// past 26 chunks a stage: the letters came round again, chunk 26 drawn as chunk 0).
 std::string cell(const TaskId& t, const WorkModel& m) {
   std::string s(1, kind_char(t.kind));
   s += std::to_string(t.mb);
-  if (m.vpp() > 1) s += static_cast<char>('a' + m.local_chunk(t.chunk) % 26);
+  if (m.vpp() > 26)
+    s += "." + std::to_string(m.local_chunk(t.chunk));
+  else if (m.vpp() > 1)
+    s += static_cast<char>('a' + m.local_chunk(t.chunk));
   return s;
+}
+
+// What a model of shape `c` and its run at unit cost hold, in tasks of kScheduleCost: its tasks,
+// and each stage's own state as so many tasks.
+double held_tasks(const PipelineConfig& c) {
+  return simulated_bytes(c, 1, kScheduleCost.bytes) / kScheduleCost.bytes;
+}
+
+// A diagram of `cells` cells, each about 40 bytes (its string and its text), beside the run.
+void check_diagram_fits(const PipelineConfig& c, double tasks, double cells) {
+  check_fits("schedule show: " + fmt("%.1fM", tasks / 1e6) + " tasks and " +
+                 fmt("%.1fM", cells / 1e6) + " diagram cells",
+             held_tasks(c) + cells / 4, kScheduleCost, "--pp or --microbatches");
 }
 
 // Grid rows of a run at unit cost (unit_cost_work).
@@ -51,6 +69,10 @@ std::string render(const WorkModel& m, const Hint& hint) {
   StepRecord r = simulate(m, hint, work, opt);
   const std::int64_t unit = 1000;
   const int cols = static_cast<int>(r.makespan / unit);
+  // Sized again at the diagram's real width: a list may leave most stages idle most of the time
+  // (a serial order at P=M=200 drew 16M cells, not the 0.2M its shape gives: 754 MB).
+  check_diagram_fits(m.config(), static_cast<double>(r.tasks.size()),
+                     static_cast<double>(m.pp()) * cols);
   std::vector<std::vector<std::string>> grid(m.pp(), std::vector<std::string>(cols, "."));
   size_t width = 1;
   for (const auto& t : r.tasks) {
@@ -60,24 +82,23 @@ std::string render(const WorkModel& m, const Hint& hint) {
       grid[t.stage][x] = c;
   }
   std::string out;
+  const std::size_t digits = std::to_string(m.pp() - 1).size();  // rows aligned past stage 99
   for (int s = 0; s < m.pp(); ++s) {
-    out += "stage " + std::to_string(s) + (s < 10 ? " " : "") + "|";
+    const std::string n = std::to_string(s);
+    out += "stage " + n + std::string(digits - n.size() + 1, ' ') + "|";
     for (const auto& c : grid[s])
       out += " " + c + std::string(width - c.size(), ' ');
     out += "\n";
   }
   out += "\n" + std::to_string(cols) + " time units (F = B" + (m.split() ? " = W" : "") +
-         " = 1, no communication); '.' = idle" + (m.vpp() > 1 ? "; letter = local chunk" : "") +
+         " = 1, no communication); '.' = idle" +
+         (m.vpp() > 26  ? "; .n = local chunk n"
+          : m.vpp() > 1 ? "; letter = local chunk"
+                        : "") +
          "; policy " + to_string(opt.arbiter.policy) + "; peak D per stage:";
   for (int d : r.peak_d)
     out += " " + std::to_string(d);
   return out + "\n";
-}
-
-// What a model of shape `c` and its run at unit cost hold, in tasks of kScheduleCost: its tasks,
-// and each stage's own state as so many tasks.
-double held_tasks(const PipelineConfig& c) {
-  return simulated_bytes(c, 1, kScheduleCost.bytes) / kScheduleCost.bytes;
 }
 
 void show(const ScheduleFlags& f) {
@@ -85,15 +106,13 @@ void show(const ScheduleFlags& f) {
   // Before the diagram: a bad --out printed the whole diagram, then exited 2.
   refuse_hint_name_out(f.out);
   check_outputs({{f.out, "--out"}}, {{hint_file(f.hint), "--hint"}});
-  // Sized before the model is built. The diagram holds a cell a stage and time unit: at least
-  // each stage's tasks and the pipeline's fill and drain, 2(P - 1) units, wide; a cell about
-  // 40 bytes, its string and its text (--pp 20000 -m 1, 40K tasks, took all memory on its 800M
-  // cells).
+  // Sized before the model is built, and again once the run gives the diagram's width. The
+  // diagram holds a cell a stage and time unit: at least each stage's tasks and the pipeline's
+  // fill and drain, 2(P - 1) units, wide (--pp 20000 -m 1, 40K tasks, took all memory on its
+  // 800M cells).
   const PipelineConfig c = to_config(f.shape, f.hint);
-  const double tasks = tasks_of(c, 1), cells = c.pp * (tasks / c.pp + 2.0 * (c.pp - 1));
-  check_fits("schedule show: " + fmt("%.1fM", tasks / 1e6) + " tasks and " +
-                 fmt("%.1fM", cells / 1e6) + " diagram cells",
-             held_tasks(c) + cells / 4, kScheduleCost, "--pp or --microbatches");
+  const double tasks = tasks_of(c, 1);
+  check_diagram_fits(c, tasks, c.pp * (tasks / c.pp + 2.0 * (c.pp - 1)));
   WorkModel m(c);
   Hint h = make_hint(f.hint, m);
   if (!f.out.empty() && !h.is_list())

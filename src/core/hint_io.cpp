@@ -53,6 +53,9 @@ void check_header(std::string_view line, const WorkModel& m, const std::string& 
     if (key != "placement" && (val.empty() || val.find_first_not_of("0123456789") != val.npos))
       throw HintError(where + ": header field " + key + "=" + printable(val) +
                       " is not a whole number");
+    // "split=2" was told the run has split=0, as if 2 were another run's.
+    if (key == "split" && val != "0" && val != "1")
+      throw HintError(where + ": header field split=" + printable(val) + " is not 0 or 1");
     if (key != "placement" && key != "split" &&
         (val.size() > 8 || std::stoll(val) < 1 || std::stoll(val) > kMaxChunkMicrobatches))
       throw HintError(where + ": header field " + key + "=" + printable(val) +
@@ -132,9 +135,11 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
       throw HintError(where + ": missing ':' after stage number");
     std::string num(trim(line.substr(6, colon - 6)));
     int s = -1;
+    // Digits alone: std::stoi took "+1" as stage 1.
+    const bool digits = num.find_first_not_of("0123456789") == std::string::npos;
     try {
       size_t used = 0;
-      s = std::stoi(num, &used);
+      if (digits) s = std::stoi(num, &used);
       if (used != num.size()) s = -1;
     } catch (...) {
     }
