@@ -105,6 +105,22 @@ small=(--d-model 16 --heads 2 --layers 4 --max-seq 32 --max-len 32 --min-len 8 -
   { echo "FAIL: the banner of a TP=2 run"; fails=$((fails + 1)); }
 check "--resume: the checkpoint is already at step 2 of --steps 1" train "${small[@]}" \
   --steps 1 --resume "$tmp/ck2/checkpoint.bin" --out "$tmp/ck2"
+# A checkpoint refused (here cut short) leaves no --out behind: it was made, holding the lock
+# file alone, before the checkpoint was read.
+head -c 4000 "$tmp/ck2/checkpoint.bin" >"$tmp/cut.bin"
+check "--resume: '$tmp/cut.bin'" train "${small[@]}" --steps 3 --resume "$tmp/cut.bin" \
+  --out "$tmp/never"
+[ -e "$tmp/never" ] && { echo "FAIL: a refused checkpoint left --out behind"; fails=$((fails + 1)); }
+# A log that is a symbolic link stays one when a resume rewrites it (the link was replaced by
+# the file, and the rows went on in --out, not where the link pointed).
+cp -r "$tmp/ck2" "$tmp/ck2l" && mv "$tmp/ck2l/loss.csv" "$tmp/linked.csv"
+ln -s "$tmp/linked.csv" "$tmp/ck2l/loss.csv"
+"$rrfp" train "${small[@]}" --steps 3 --resume "$tmp/ck2l/checkpoint.bin" --out "$tmp/ck2l" \
+  >/dev/null 2>&1 && [ -L "$tmp/ck2l/loss.csv" ] && [ "$(wc -l <"$tmp/linked.csv")" -eq 4 ] ||
+  { echo "FAIL: a resume replaced the linked loss.csv"; fails=$((fails + 1)); }
+# Under a millisecond the watchdog took 1 ms and named a --timeout of 0.001 never given.
+check "--timeout: must be 0 (no limit) or at least 0.001 seconds" train --timeout 0.0001 --out "$tmp/o"
+
 # A fresh run into that folder would write its logs beside the earlier run's checkpoint, and
 # a resume from it would splice the two runs' steps in one log.
 check "--out: '$tmp/ck2' holds checkpoint.bin of an earlier run; pass --resume" \

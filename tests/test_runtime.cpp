@@ -158,12 +158,18 @@ class CountingProgram final : public StageProgram {
 };
 
 // Only 0 turns the watchdog off: a positive timeout under half a millisecond rounded to 0 ms
-// and a job with a stopped rank hung (--timeout 0.0001, Pipeline(timeout=0.0001)).
+// and a job with a stopped rank hung (--timeout 0.0001, Pipeline(timeout=0.0001)); rounded up
+// to 1 ms, a stall named a `timeout` of 0.001 s the user never gave. Refused below 1 ms.
 TEST(Runtime, APositiveTimeoutIsAtLeastOneMillisecond) {
   EXPECT_EQ(timeout_ms_of(0), 0);
-  EXPECT_EQ(timeout_ms_of(1e-9), 1);
-  EXPECT_EQ(timeout_ms_of(0.0004), 1);
+  EXPECT_EQ(timeout_ms_of(0.001), 1);
   EXPECT_EQ(timeout_ms_of(0.0016), 2);
+  const std::string under =
+      "`timeout`: must be 0 (no limit) or at least 0.001 seconds (the "
+      "watchdog counts milliseconds), got ";
+  EXPECT_ERROR(timeout_ms_of(1e-9), InputError, under + "1e-09");
+  EXPECT_ERROR(timeout_ms_of(0.0004), InputError, under + "0.0004");
+  EXPECT_ERROR(timeout_ms_of(0.000999), InputError, under + "0.000999");
   EXPECT_EQ(timeout_ms_of(120), 120'000);
   EXPECT_ERROR(timeout_ms_of(-0.001), InputError,
                "`timeout`: must be between 0 and 86400 seconds, got -0.001");

@@ -56,8 +56,14 @@ std::int64_t timeout_ms_of(double seconds, const char* name) {
     throw InputError(std::string(name) + ": must be between 0 and 86400 seconds, got " +
                      fmt_given(seconds));
   // Only 0 means never: a positive timeout under half a millisecond rounded to 0 and turned the
-  // watchdog off (a job with a stopped rank then hung).
-  return seconds > 0 ? std::max<std::int64_t>(1, std::llround(seconds * 1000)) : 0;
+  // watchdog off (a job with a stopped rank then hung); rounded up to 1 ms instead, its stall
+  // was reported against a `timeout` 0.001 s the user never gave.
+  if (seconds > 0 && seconds < 0.001)
+    throw InputError(std::string(name) +
+                     ": must be 0 (no limit) or at least 0.001 seconds (the watchdog counts "
+                     "milliseconds), got " +
+                     fmt_given(seconds));
+  return std::max<std::int64_t>(seconds > 0 ? 1 : 0, std::llround(seconds * 1000));
 }
 
 Hosting in_process_hosting(int world) {

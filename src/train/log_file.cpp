@@ -132,8 +132,13 @@ LogFile::LogFile(const std::string& path, const std::string& header, int resume_
   const bool continuing = resume_step >= 0 && earlier;
   if (continuing) {
     // Whole rows of the steps up to the resumed one, each once and in order: a row cut short,
-    // stray bytes and a row written twice were kept and spliced into the continued log.
-    const std::string tmp = path + ".tmp";
+    // stray bytes and a row written twice were kept and spliced into the continued log. Written
+    // beside the file a symbolic link names, and renamed over it: renamed over the link, the
+    // log went on in `out` and the file the user linked to kept the rows before the resume.
+    std::error_code ec;
+    const std::filesystem::path real = std::filesystem::canonical(path, ec);
+    const std::string target = ec ? path : real.string();
+    const std::string tmp = target + ".tmp";
     const int t = open_output(tmp, "'" + path + "': its temporary '" + tmp + "'",
                               OutputMode{.named_by_user = false});
     try {
@@ -143,7 +148,7 @@ LogFile::LogFile(const std::string& path, const std::string& header, int resume_
       std::remove(tmp.c_str());
       throw;
     }
-    if (::close(t) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (::close(t) != 0 || std::rename(tmp.c_str(), target.c_str()) != 0) {
       std::remove(tmp.c_str());
       throw Error("cannot rewrite '" + path + "': " + std::strerror(errno));
     }

@@ -36,13 +36,15 @@ class Run {
         t_(o_.train),
         root_(!t_.job || t_.job->rank() == 0),
         trainer_((agree_on_input(in.train.job, [&] { check_run(in); }), t_)) {
+    o_.quiet = in.quiet || !root_;
+    std::vector<std::string> differences;
+    // Read before `out` is made: a checkpoint refused (corrupt, another task's) left a new
+    // `out` behind, holding the lock file alone.
+    if (!o_.resume.empty()) differences = trainer_.resume(o_.resume);
     agree_on_input(t_.job, [&] {
       prepare_run_out(in);
       if (root_) lock_.lock(o_.out);
     });
-    o_.quiet = in.quiet || !root_;
-    std::vector<std::string> differences;
-    if (!o_.resume.empty()) differences = trainer_.resume(o_.resume);
     first_ = trainer_.steps_done();
     agree_on_input(t_.job, [&] {  // a resume's log, read once for its checks and continuation
       if (!root_ || first_ == 0) return;
@@ -68,7 +70,11 @@ class Run {
   TrainSummary go() {
     if (o_.work_begins) o_.work_begins();
     print_banner();
+    // Said before the validation a resume may owe its last step (it said nothing meanwhile).
+    if (!o_.quiet && first_ > 0)
+      std::cout << "resumed from " << o_.resume << " at step " << first_ << std::endl;
     if (root_ && o_.resume.empty()) remove_earlier_outputs(o_.out);
+    progress_.start(first_, o_.quiet);  // that validation's progress, as a step's
     const RowFill fill = validation_left_out();
     // Rank 0 keeps the log; a resumed run continues it. Each row is flushed as its step ends.
     if (root_)
@@ -79,9 +85,7 @@ class Run {
           first_ > 0 ? first_ : -1, old_log_, fill,
           [&](const std::string& row) { plot_row(row, train_curve_, val_curve_); });
     old_log_.reset();
-    progress_.start(first_, o_.quiet);
-    if (!o_.quiet && first_ > 0)
-      std::cout << "resumed from " << o_.resume << " at step " << first_ << "\n";
+    progress_.start(first_, o_.quiet);  // again: the steps' ETA counts from here
     // Stopped in the fill-in validation: no step is trained, so the checkpoint and the row
     // stay for the next resume to fill (a step trained after it checkpointed past that row).
     done_ = fill_cut_ ? first_ : t_.steps;
@@ -116,7 +120,8 @@ class Run {
               << (t_.task == "text" ? t_.data_dir : t_.task) << " (" << trainer_.data().describe()
               << "; byte-unigram entropy " << fmt("%.3f", h0_) << " nats)"
               << (o_.jitter.empty() ? "" : ", jitter " + o_.jitter)
-              << (t_.device == "cpu" ? "" : ", on " + t_.device + " in " + t_.dtype) << "\n";
+              << (t_.device == "cpu" ? "" : ", on " + t_.device + " in " + t_.dtype)
+              << std::endl;  // into a file it waited for the first step's line (30 s and more)
   }
 
   // Step s; false when a signal asked the run to stop after it.
@@ -134,8 +139,7 @@ class Run {
     std::string val;
     double val_loss = 0;  // finite where the step validates not
     if (validates_after(s + 1)) {
-      progress_.validating(s, o_.eval_batches);
-      if (const auto v = trainer_.validation_loss(o_.eval_batches, o_.stop)) {
+      if (const auto v = validation_loss(s)) {
         sum_.val_loss = val_loss = *v;
         validated_ = true;
         val = fmt("%.4f", *v);
@@ -274,12 +278,19 @@ class Run {
   // A stop during the validation of the step a checkpoint holds left that step's row without
   // its val_loss, which the resume never did again: a resumed run validates that step first,
   // on every process, as the run would have (the same model and held-out batches).
+  // The validation after step s, its progress shown (nullopt: a signal stopped it).
+  std::optional<double> validation_loss(int s) {
+    progress_.validating(s, o_.eval_batches);
+    return trainer_.validation_loss(
+        o_.eval_batches, o_.stop, [&](int done) { progress_.validated(s, done, o_.eval_batches); });
+  }
+
   RowFill validation_left_out() {
     if (first_ == 0 || !validates_after(first_)) return {};
     double empty = root_ && log_field_empty(old_log_, 2) ? 1 : 0;
     if (t_.job) empty = max_over_job(*t_.job, empty);
     if (empty == 0) return {};
-    const auto v = trainer_.validation_loss(o_.eval_batches, o_.stop);
+    const auto v = validation_loss(first_ - 1);
     fill_cut_ = !v;
     if (!v) return {};                       // stopped again: the row stays as it was
     stop_if_diverged(first_ - 1, 0, 0, *v);  // as in a step: "nan" was filled in, and "done"

@@ -211,6 +211,14 @@ void Progress::validating(int s, int batches) const {
   open_ = true;
 }
 
+void Progress::validated(int s, int done, int batches) {
+  const std::int64_t now = now_ns();
+  if (quiet_ || tty_ || now - last_line_ns_ < kQuietNs) return;
+  last_line_ns_ = now;
+  std::cout << bar_of(s) << "  validating: " << done << " of " << batches << " batches done"
+            << std::endl;
+}
+
 void Progress::end() const {
   if (!quiet_ && open_) std::cout << "\n";
   open_ = false;

@@ -49,6 +49,9 @@ class Progress {
   // On a terminal, the bar says a validation of `batches` is under way after step s: a long
   // one left the last step's bar standing for as long, its ETA passed.
   void validating(int s, int batches) const;
+  // `done` of the `batches` of that validation are done: into a file or a pipe, a line when 30 s
+  // passed without one (a validation of 20,000 batches wrote nothing for 40 s).
+  void validated(int s, int done, int batches);
   // Ends the bar's line on a terminal.
   void end() const;
 

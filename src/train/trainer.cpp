@@ -281,7 +281,8 @@ std::vector<std::vector<double>> Trainer::endpoint_lists(
 // ranks and the processes of a job take part as in training. The losses are added in batch,
 // then microbatch order, as one thread running every chunk would add them: the mean is bitwise
 // that loop's, on any layout with the same TP size and data-parallel degree.
-std::optional<double> Trainer::validation_loss(int batches, const std::atomic<int>* stop) {
+std::optional<double> Trainer::validation_loss(int batches, const std::atomic<int>* stop,
+                                               const std::function<void(int)>& after_batch) {
   const int t = o_.runtime.tp, mbs = m_.microbatches(), last_stage = m_.stage_of(m_.chunks() - 1);
   const size_t per = static_cast<size_t>(m_.pp()) * t,
                loss_at = static_cast<size_t>(last_stage) * t;
@@ -302,6 +303,7 @@ std::optional<double> Trainer::validation_loss(int batches, const std::atomic<in
     for (int d = 0; d < o_.dp; ++d)
       for (double l : lists.at(d * per + loss_at))
         sum += l;
+    if (after_batch) after_batch(b + 1);
   }
   return sum / (static_cast<double>(batches) * mbs * o_.dp);
 }

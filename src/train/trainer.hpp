@@ -46,8 +46,10 @@ class Trainer {
   // through the pipeline without gradients (every process of a job calls it); nullopt when
   // `stop` (a signal's number, set by a handler) became non-zero first on any process: it is
   // read between batches, so a stop request is honoured within one batch however many were
-  // asked for. The gradients of the last step stay as they were.
-  std::optional<double> validation_loss(int batches, const std::atomic<int>* stop = nullptr);
+  // asked for. The gradients of the last step stay as they were. `after_batch` (if set) is
+  // told how many batches are done after each (progress output on a long validation).
+  std::optional<double> validation_loss(int batches, const std::atomic<int>* stop = nullptr,
+                                        const std::function<void(int)>& after_batch = {});
   // Every parameter this process holds, in the model's global order (then TP rank), and its
   // name. In a multi-process job: those of the chunks it hosts.
   std::vector<torch::Tensor> parameters() const;
