@@ -256,7 +256,7 @@ struct LocalFlow {
 // checks and key lookups of commit(), so a divergence shows here first.
 TEST(Arbiter, TakeIsPeekThenCommit) {
   int runs = 0;
-  for (int seed = 0; seed < std::max(2, suite_seeds() / 20); ++seed)
+  for (int seed = 0; seed < std::max(5, suite_seeds() / 20); ++seed)
     for (const std::string& name : hint_names())
       for (const Policy policy : {Policy::Ready, Policy::Fixed}) {
         std::mt19937 rng(seed);

@@ -29,8 +29,8 @@ inline constexpr std::size_t kInlineBytes = 16 * 1024;
 // `spin_us` after the last event, then naps, doubling the nap up to `max_sleep_us`; a send
 // wakes it, and it never naps while a transfer is in flight. The spin must outlast a typical
 // reply, or two idle peers answer each other one nap late. Between steps (set_in_step(false))
-// the naps go on doubling up to `between_steps_sleep_us`: a 50 us nap woke each idle endpoint
-// 20,000 times a second, a third of a 2-core machine's time for two processes.
+// the naps go on doubling up to `between_steps_sleep_us`: at 50 us each idle endpoint woke
+// 20,000 times a second (two processes' Python test on a 2-core VM: 39 s of CPU, now 22).
 struct MpiPollOptions {
   int spin_us = 200;
   int max_sleep_us = 50;

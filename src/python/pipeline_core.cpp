@@ -81,8 +81,11 @@ Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms, std::int64_t arrival
   std::lock_guard lk(p.mu);
   if (p.shut) throw Error("rrfp: MPI has been shut down in this process");
   if (!p.world) {
-    p.world = std::make_unique<MpiWorld>(MpiWorldOptions{
-        .timeout_ms = timeout_ms, .limit_name = "`timeout`", .arrival_ms = arrival_ms});
+    MpiWorldOptions wo;
+    wo.timeout_ms = timeout_ms;
+    wo.limit_name = "`timeout`";
+    wo.arrival_ms = arrival_ms;
+    p.world = std::make_unique<MpiWorld>(std::move(wo));
   }
   const JobLayout want{o.pp, 1, o.dp};
   refuse_other_layout(p, want);
