@@ -275,9 +275,6 @@ class Run {
     return empty > 0;
   }
 
-  // A stop during the validation of the step a checkpoint holds left that step's row without
-  // its val_loss, which the resume never did again: a resumed run validates that step first,
-  // on every process, as the run would have (the same model and held-out batches).
   // The validation after step s, its progress shown (nullopt: a signal stopped it).
   std::optional<double> validation_loss(int s) {
     progress_.validating(s, o_.eval_batches);
@@ -285,6 +282,9 @@ class Run {
         o_.eval_batches, o_.stop, [&](int done) { progress_.validated(s, done, o_.eval_batches); });
   }
 
+  // A stop during the validation of the step a checkpoint holds left that step's row without
+  // its val_loss, which the resume never did again: a resumed run validates that step first,
+  // on every process, as the run would have (the same model and held-out batches).
   RowFill validation_left_out() {
     if (first_ == 0 || !validates_after(first_)) return {};
     double empty = root_ && log_field_empty(old_log_, 2) ? 1 : 0;
