@@ -71,8 +71,12 @@ struct MpiTransport::Impl {
   std::atomic<std::uint64_t> naps{0};
   std::thread progress;
 
+  // Ends the progress thread's nap, if it naps (a send's wake-up: cheap when it does not).
   void kick() {
-    if (!sleeping.load(std::memory_order_acquire)) return;
+    if (sleeping.load(std::memory_order_acquire)) wake();
+  }
+  // Ends its nap, or the next one before it begins: never missed.
+  void wake() {
     std::lock_guard lk(kick_mu);
     kicked = true;
     kick_cv.notify_one();
@@ -410,11 +414,7 @@ void MpiTransport::shutdown() {
         "receiver returns");
   if (d.closed.exchange(true)) return;
   d.stop.store(true);
-  {
-    std::lock_guard lk(d.kick_mu);
-    d.kicked = true;
-    d.kick_cv.notify_one();
-  }
+  d.wake();
   if (d.progress.joinable()) d.progress.join();
   std::lock_guard poller(d.poll_mu);  // a lent thread's poll ends first; later ones see stop
   d.poll_sends();
@@ -439,11 +439,8 @@ void MpiTransport::shutdown() {
 void MpiTransport::set_in_step(bool in_step) {
   Impl& d = *impl_;
   d.in_step.store(in_step, std::memory_order_release);
-  if (!in_step) return;
-  // Unconditionally, not kick()'s way: a thread about to nap for milliseconds must not miss it.
-  std::lock_guard lk(d.kick_mu);
-  d.kicked = true;
-  d.kick_cv.notify_one();
+  // wake(), not kick(): a thread about to nap for milliseconds must not miss it.
+  if (in_step) d.wake();
 }
 
 std::uint64_t MpiTransport::naps() const {
