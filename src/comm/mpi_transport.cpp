@@ -2,9 +2,7 @@
 
 #include <mpi.h>
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -13,306 +11,134 @@
 #include <utility>
 #include <vector>
 
-#include "comm/buffer_pool.hpp"
 #include "comm/mpi_check.hpp"
-#include "comm/wire.hpp"
+#include "comm/mpi_impl.hpp"
 #include "core/clock.hpp"
 #include "core/error.hpp"
 
 namespace rrfp {
 
-namespace {
+using namespace mpi_detail;
 
-constexpr int kTagHeader = 1;
-constexpr int kRing = 16;  // receives kept posted for headers
-constexpr std::size_t kSlotBytes = sizeof(Wire) + kInlineBytes;
-constexpr std::size_t kCopyOutBytes = 512;  // smaller inline payloads are copied out of the ring
-
-}  // namespace
-
-struct MpiTransport::Impl {
-  struct PendingSend {
-    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    std::vector<std::byte> packed;  // the header, or header and payload
-    Payload keep;                   // a large payload, sent from its own buffer
-    SendDone done;
-  };
-  struct PendingRecv {
-    MPI_Request req = MPI_REQUEST_NULL;
-    int src = 0;
-    MessageTag tag;
-    Payload buf;
-  };
-
-  MPI_Comm comm = MPI_COMM_NULL, data_comm = MPI_COMM_NULL;
-  int rank = 0, size = 0;
-  MpiPollOptions poll;
-  Receiver receiver;
-  Broken broken;  // set before `receiving`; read by the progress thread once it is
-  std::atomic<bool> receiving{false}, stop{false}, closed{false};
-  std::mutex send_mu;                                // guards posted and next_seq
-  std::vector<std::unique_ptr<PendingSend>> posted;  // by send(), for the progress thread
-  // The poller's (the progress thread, or a thread lent by progress()), under poll_mu, then
-  // shutdown's.
-  std::mutex poll_mu;
-  std::vector<std::unique_ptr<PendingSend>> sends;
-  std::vector<PendingRecv> recvs;
-  std::vector<MPI_Request> ring;
-  int ring_head = 0;          // the slot posted longest ago
-  std::exception_ptr failed;  // a lent thread's poll failed: the progress thread reports it
-  std::vector<Payload> ring_buf;
-  std::vector<std::uint32_t> next_seq;  // per destination, under send_mu
-  std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>();
-  std::mutex kick_mu;
-  std::condition_variable kick_cv;
-  bool kicked = false;
-  std::atomic<bool> sleeping{false};
-  std::atomic<bool> in_step{true};  // set_in_step: which nap cap holds
-  std::atomic<std::uint64_t> naps{0};
-  std::thread progress;
-
-  // Ends the progress thread's nap, if it naps (a send's wake-up: cheap when it does not).
-  void kick() {
-    if (sleeping.load(std::memory_order_acquire)) wake();
-  }
-  // Ends its nap, or the next one before it begins: never missed.
-  void wake() {
-    std::lock_guard lk(kick_mu);
-    kicked = true;
-    kick_cv.notify_one();
-  }
-
-  void deliver(int src, const MessageTag& tag, Payload p) {
-    const Impl* const outer = std::exchange(delivering, this);
-    try {
-      receiver(Message{src, tag, std::move(p)});
-    } catch (const std::exception& e) {
-      // The receiver's contract is not to throw; a bug there must not kill the progress thread,
-      // but it is said (a shutdown() refused there went unseen).
-      const std::string line = "rrfp: mpi transport rank " + std::to_string(rank) +
-                               ": the receiver threw, which it must not: " + e.what() + "\n";
-      std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
-    } catch (...) {
-    }
-    delivering = outer;
-  }
-  // The transport whose receiver this thread runs now (its progress thread, or a lent one).
-  static thread_local const Impl* delivering;
-
-  // Posts (again) the header receive of ring slot i, into a fresh buffer: the old one now
-  // backs a delivered payload.
-  void post_slot(int i) {
-    ring_buf[i] = Payload::allocate(kSlotBytes);
-    repost_slot(i);
-  }
-  void repost_slot(int i) {
-    mpi_check(MPI_Irecv(const_cast<std::byte*>(ring_buf[i].data()), kSlotBytes, MPI_BYTE,
-                        MPI_ANY_SOURCE, kTagHeader, comm, &ring[i]),
-              "MPI_Irecv");
-  }
-
-  // Hands over every payload whose transfer has finished. First in each poll, and again before
-  // a new payload's receive is posted: over shared memory in one copy, MPI moves a payload inside
-  // the call that posts or tests its receive, and a payload already here must not wait behind
-  // the next one's copy (measured: docs/data/twin-history.md, "The fixes, in order": the first
-  // large message of a step into each stage was handed over with the one after it).
-  bool finish_payloads() {
-    bool did = false;
-    for (std::size_t i = 0; i < recvs.size();) {
-      int flag = 0;
-      mpi_check(MPI_Test(&recvs[i].req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
-      if (!flag) {
-        ++i;
-        continue;
-      }
-      did = true;
-      PendingRecv r = std::move(recvs[i]);
-      recvs.erase(recvs.begin() + static_cast<std::ptrdiff_t>(i));
-      deliver(r.src, r.tag, std::move(r.buf));
-    }
-    return did;
-  }
-
-  bool poll_receives() {
-    if (ring_buf.empty()) {
-      ring.assign(kRing, MPI_REQUEST_NULL);
-      ring_buf.resize(kRing);
-      for (int i = 0; i < kRing; ++i)
-        post_slot(i);
-    }
-    bool did = finish_payloads();
-    // Receives posted alike match arrivals in the order they were posted, so the next header
-    // always lands in the oldest slot: one MPI_Test per poll, not a scan of the ring. (A slot
-    // matched to a message still in transfer holds back the ones behind it until it is done.)
-    for (;;) {
-      const int i = ring_head;
-      int flag = 0;
-      MPI_Status st;
-      mpi_check(MPI_Test(&ring[i], &flag, &st), "MPI_Test");
-      if (!flag) break;
-      did = true;
-      ring_head = (ring_head + 1) % kRing;
-      Wire w;
-      std::memcpy(&w, ring_buf[i].data(), sizeof w);
-      if (!(w.flags & kFlagFollows)) {
-        // An inline payload is what arrived, whatever the header says: a header that lies
-        // about its size cannot make us read past the buffer (the runtime rejects the size).
-        int count = 0;
-        MPI_Get_count(&st, MPI_BYTE, &count);
-        w.size = static_cast<std::uint64_t>(std::max<int>(0, count - static_cast<int>(sizeof w)));
-      }
-      if (!(w.flags & kFlagFollows) && w.size <= kCopyOutBytes) {
-        // Small: copy it out and post the slot's buffer again (no 16 KiB allocation).
-        Payload p =
-            w.size ? Payload::copy_of(ring_buf[i].bytes().subspan(sizeof w, w.size)) : Payload{};
-        repost_slot(i);
-        deliver(st.MPI_SOURCE, decode(w), std::move(p));
-        continue;
-      }
-      Payload buf = std::move(ring_buf[i]);
-      post_slot(i);
-      auto* base = const_cast<std::byte*>(buf.data());
-      const int src = st.MPI_SOURCE;
-      if (w.flags & kFlagFollows) {
-        finish_payloads();
-        // The data tag names this payload, so the order payloads complete in does not matter.
-        PendingRecv r;
-        r.src = src;
-        r.tag = decode(w);
-        r.buf = pool->get(w.size);
-        mpi_check(MPI_Irecv(const_cast<std::byte*>(r.buf.data()), static_cast<int>(w.size),
-                            MPI_BYTE, r.src, w.data_tag, data_comm, &r.req),
-                  "MPI_Irecv");
-        recvs.push_back(std::move(r));
-      } else {
-        deliver(src, decode(w), w.size ? Payload(buf.owner(), base + sizeof w, w.size) : Payload{});
-      }
-    }
-    return finish_payloads() || did;
-  }
-
-  bool poll_sends() {
-    {
-      std::lock_guard lk(send_mu);
-      for (auto& s : posted)
-        sends.push_back(std::move(s));
-      posted.clear();
-    }
-    // No lock while testing: MPI_Testall runs MPI's progress engine, which may copy a whole
-    // incoming message (milliseconds for a large single copy) before it returns, and a compute
-    // thread sending an output must not wait for that.
-    std::vector<std::unique_ptr<PendingSend>> finished;
-    for (std::size_t i = 0; i < sends.size();) {
-      int flag = 0;
-      mpi_check(MPI_Testall(2, sends[i]->req, &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
-      if (!flag) {
-        ++i;
-        continue;
-      }
-      finished.push_back(std::move(sends[i]));
-      sends[i] = std::move(sends.back());
-      sends.pop_back();
-    }
-    for (auto& s : finished)
-      if (s->done) s->done(nullptr);
-    return !finished.empty();
-  }
-
-  void loop() {
-    tighten_timer_slack();  // a 5 us nap must not become Linux's default 50 us
-    using clock = std::chrono::steady_clock;
-    auto last = clock::now();
-    int sleep_us = 0;
-    while (!stop.load(std::memory_order_acquire)) {
-      // A lent thread polling now takes what comes; this one keeps polling as if a transfer
-      // were in flight (one may be, and MPI moves it only while someone calls in).
-      bool did = false, busy = true;
-      {
-        std::unique_lock lk(poll_mu, std::try_to_lock);
-        if (lk.owns_lock()) {
-          try {
-            if (failed) std::rethrow_exception(failed);
-            did = poll_once();
-          } catch (const std::exception& e) {  // an Error, or an allocation refused
-            // Sends in flight fail now; the peers' and this rank's watchdogs report what then
-            // never arrives. Say why here, where it is known.
-            const std::string what =
-                "mpi transport rank " + std::to_string(rank) + ": progress stopped: " + e.what();
-            const std::string line = "rrfp: " + what + "\n";
-            std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));  // one write
-            fail_pending(std::current_exception());
-            // Nothing more arrives here either: the runtime hears why (a later step fails at
-            // once with it, and a stall's report names it).
-            if (receiving.load(std::memory_order_acquire) && broken && !closed.load())
-              broken(std::make_exception_ptr(Error(what)));
-            return;
-          }
-          busy = in_flight();
-        }
-      }
-      if (did) {
-        last = clock::now();
-        sleep_us = 0;
-        continue;
-      }
-      // MPI moves a large message only while someone calls into it, so the thread keeps
-      // polling while any transfer is in flight; it sleeps only when idle.
-      // Yield between polls: with more processes than cores, a peer whose progress this
-      // transfer needs may be waiting for this core (spinning without yielding slowed
-      // oversubscribed steps: docs/design-decisions.md, "Processes (Open MPI)").
-      if (busy || clock::now() - last < std::chrono::microseconds(poll.spin_us)) {
-        std::this_thread::yield();
-        continue;
-      }
-      const int cap =
-          in_step.load(std::memory_order_acquire) ? poll.max_sleep_us : poll.between_steps_sleep_us;
-      sleep_us = sleep_us ? std::min(sleep_us * 2, cap) : 5;
-      naps.fetch_add(1, std::memory_order_relaxed);
-      std::unique_lock lk(kick_mu);
-      sleeping.store(true, std::memory_order_release);
-      kick_cv.wait_for(lk, std::chrono::microseconds(sleep_us), [&] { return kicked; });
-      sleeping.store(false, std::memory_order_release);
-      if (kicked) {
-        last = clock::now();
-        sleep_us = 0;  // a nap of milliseconds between steps must not outlast the kick
-      }
-      kicked = false;
-    }
-  }
-
-  bool poll_once() {
-    bool did = false;
-    if (receiving.load(std::memory_order_acquire)) did |= poll_receives();
-    return poll_sends() || did;
-  }
-
-  bool in_flight() {  // under poll_mu
-    if (!recvs.empty() || !sends.empty()) return true;
+bool MpiTransport::Impl::poll_sends() {
+  {
     std::lock_guard lk(send_mu);
-    return !posted.empty();
+    for (auto& s : posted)
+      sends.push_back(std::move(s));
+    posted.clear();
   }
+  // No lock while testing: MPI_Testall runs MPI's progress engine, which may copy a whole
+  // incoming message (milliseconds for a large single copy) before it returns, and a compute
+  // thread sending an output must not wait for that.
+  std::vector<std::unique_ptr<PendingSend>> finished;
+  for (std::size_t i = 0; i < sends.size();) {
+    int flag = 0;
+    mpi_check(MPI_Testall(2, sends[i]->req, &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+    if (!flag) {
+      ++i;
+      continue;
+    }
+    finished.push_back(std::move(sends[i]));
+    sends[i] = std::move(sends.back());
+    sends.pop_back();
+  }
+  for (auto& s : finished)
+    if (s->done) s->done(nullptr);
+  return !finished.empty();
+}
 
-  void fail_pending(std::exception_ptr e) {
-    std::vector<std::unique_ptr<PendingSend>> left;
-    left.swap(sends);
+void MpiTransport::Impl::loop() {
+  tighten_timer_slack();  // a 5 us nap must not become Linux's default 50 us
+  using clock = std::chrono::steady_clock;
+  auto last = clock::now();
+  int sleep_us = 0;
+  while (!stop.load(std::memory_order_acquire)) {
+    // A lent thread polling now takes what comes; this one keeps polling as if a transfer
+    // were in flight (one may be, and MPI moves it only while someone calls in).
+    bool did = false, busy = true;
     {
-      std::lock_guard lk(send_mu);
-      for (auto& s : posted)
-        left.push_back(std::move(s));
-      posted.clear();
+      std::unique_lock lk(poll_mu, std::try_to_lock);
+      if (lk.owns_lock()) {
+        try {
+          if (failed) std::rethrow_exception(failed);
+          did = poll_once();
+        } catch (const std::exception& e) {  // an Error, or an allocation refused
+          // Sends in flight fail now; the peers' and this rank's watchdogs report what then
+          // never arrives. Say why here, where it is known.
+          const std::string what =
+              "mpi transport rank " + std::to_string(rank) + ": progress stopped: " + e.what();
+          const std::string line = "rrfp: " + what + "\n";
+          std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));  // one write
+          fail_pending(std::current_exception());
+          // Nothing more arrives here either: the runtime hears why (a later step fails at
+          // once with it, and a stall's report names it).
+          if (receiving.load(std::memory_order_acquire) && broken && !closed.load())
+            broken(std::make_exception_ptr(Error(what)));
+          return;
+        }
+        busy = in_flight();
+      }
     }
-    for (auto& s : left) {
-      if (s->done) s->done(e);
-      // MPI may still read an unfinished send's buffers: they are left alive (a deliberate
-      // leak, only on a failing or torn-down endpoint).
-      int flag = 0;
-      MPI_Testall(2, s->req, &flag, MPI_STATUSES_IGNORE);
-      if (!flag) (void)s.release();
+    if (did) {
+      last = clock::now();
+      sleep_us = 0;
+      continue;
     }
+    // MPI moves a large message only while someone calls into it, so the thread keeps
+    // polling while any transfer is in flight; it sleeps only when idle.
+    // Yield between polls: with more processes than cores, a peer whose progress this
+    // transfer needs may be waiting for this core (spinning without yielding slowed
+    // oversubscribed steps: docs/design-decisions.md, "Processes (Open MPI)").
+    if (busy || clock::now() - last < std::chrono::microseconds(poll.spin_us)) {
+      std::this_thread::yield();
+      continue;
+    }
+    const int cap =
+        in_step.load(std::memory_order_acquire) ? poll.max_sleep_us : poll.between_steps_sleep_us;
+    sleep_us = sleep_us ? std::min(sleep_us * 2, cap) : 5;
+    naps.fetch_add(1, std::memory_order_relaxed);
+    std::unique_lock lk(kick_mu);
+    sleeping.store(true, std::memory_order_release);
+    kick_cv.wait_for(lk, std::chrono::microseconds(sleep_us), [&] { return kicked; });
+    sleeping.store(false, std::memory_order_release);
+    if (kicked) {
+      last = clock::now();
+      sleep_us = 0;  // a nap of milliseconds between steps must not outlast the kick
+    }
+    kicked = false;
   }
-};
+}
 
-thread_local const MpiTransport::Impl* MpiTransport::Impl::delivering = nullptr;
+bool MpiTransport::Impl::poll_once() {
+  bool did = false;
+  if (receiving.load(std::memory_order_acquire)) did |= poll_receives();
+  return poll_sends() || did;
+}
+
+bool MpiTransport::Impl::in_flight() {  // under poll_mu
+  if (!recvs.empty() || !sends.empty()) return true;
+  std::lock_guard lk(send_mu);
+  return !posted.empty();
+}
+
+void MpiTransport::Impl::fail_pending(std::exception_ptr e) {
+  std::vector<std::unique_ptr<PendingSend>> left;
+  left.swap(sends);
+  {
+    std::lock_guard lk(send_mu);
+    for (auto& s : posted)
+      left.push_back(std::move(s));
+    posted.clear();
+  }
+  for (auto& s : left) {
+    if (s->done) s->done(e);
+    // MPI may still read an unfinished send's buffers: they are left alive (a deliberate
+    // leak, only on a failing or torn-down endpoint).
+    int flag = 0;
+    MPI_Testall(2, s->req, &flag, MPI_STATUSES_IGNORE);
+    if (!flag) (void)s.release();
+  }
+}
 
 MpiTransport::MpiTransport(void* comm, MpiPollOptions poll) : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
