@@ -44,8 +44,11 @@ nlohmann::json drawn(std::uint64_t seed, int depth) {
     }
     default: {
       nlohmann::json o = nlohmann::json::object();
-      for (std::uint64_t i = 0; i < h % 5; ++i)
-        o["k" + std::to_string(i)] = drawn(hash_keys(seed, 3, i), depth - 1);
+      for (std::uint64_t i = 0; i < h % 5; ++i) {
+        std::string key = "k";  // not "k" + ...: g++ 12 warned of a false overflow there
+        key += std::to_string(i);
+        o[key] = drawn(hash_keys(seed, 3, i), depth - 1);
+      }
       return o;
     }
   }

@@ -267,8 +267,8 @@ TEST(TraceFormats, ReadsEveryMemberOfAGzipFile) {
 TEST(TraceFormats, BoundsTheMemoryAFoldersGzipFilesTakeTogether) {
   const std::string big = gzip("[" + std::string(8u << 20, ' ') + "]");  // 8 MiB unzipped
   std::vector<std::pair<std::string, std::string>> files;
-  for (int i = 0; i < 4; ++i)
-    files.emplace_back("a" + std::to_string(i) + ".json.gz", big);
+  for (int i = 0; i < 4; ++i)  // std::string("a") +: "a" + drew a false overflow from g++ 12
+    files.emplace_back(std::string("a") + std::to_string(i) + ".json.gz", big);
   setenv("RRFP_MEMORY_LIMIT", "20M", 1);
   EXPECT_ERROR(import_trace_texts(files, WorkModel(config(1, 1)), 1), InputError,
                "a2.json.gz: decompressing and parsing 3 of 4 trace files: about");

@@ -118,7 +118,10 @@ void copy_kept_rows(const EarlierLog& old, int resume_step, const RowFill& fill,
     }
     if (kept) kept(line);
     pending += line + "\n";
-    if (pending.size() >= (1u << 20)) write_all(out, std::exchange(pending, {}), what);
+    if (pending.size() >= (1u << 20)) {
+      write_all(out, pending, what);
+      pending.clear();
+    }
   }
   write_all(out, pending, what);
 }

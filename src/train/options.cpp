@@ -239,12 +239,15 @@ void check_job_memory(Job& job, double bytes, const std::string& what, const std
     std::int64_t have = 0;
     int processes = 0;
   };
-  std::map<std::vector<std::byte>, Machine> machines;
+  // Keyed by the machine's bytes as a string: a map keyed by a byte vector drew a false
+  // -Wstringop-overread from g++ 12 on its comparison.
+  std::map<std::string, Machine> machines;
   for (const auto& got : job.all_gather_bytes(sent)) {
     if (got.size() < sizeof(Need)) throw Error("the job's memory check got a short record");
     Need n{};
     std::memcpy(&n, got.data(), sizeof n);
-    Machine& at = machines[std::vector<std::byte>(got.begin() + sizeof n, got.end())];
+    Machine& at = machines[std::string(reinterpret_cast<const char*>(got.data()) + sizeof n,
+                                       got.size() - sizeof n)];
     at.bytes += n.bytes;
     ++at.processes;
     if (n.have > 0) at.have = at.have > 0 ? std::min(at.have, n.have) : n.have;
