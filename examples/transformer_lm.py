@@ -91,7 +91,7 @@ def ties(n, args):
 
 
 def corpus(path):
-    files = sorted(glob.glob(os.path.join(path, "*")))
+    files = sorted(glob.glob(os.path.join(glob.escape(path), "*")))
     data = b"".join(open(f, "rb").read() for f in files if os.path.isfile(f))
     if len(data) < 1024:
         raise SystemExit(f"--data {path}: needs at least 1 KiB of text")

@@ -3,6 +3,8 @@ damaged parts named, arguments checked, bytes overwritten caught by their checks
 pipes, folders and dangling links refused, never waited on. test_checkpoint.py, whose
 helpers these share, checks what a checkpoint holds and that training on from it is bitwise
 training on without the stop."""
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -240,3 +242,17 @@ def test_a_file_for_the_folder_is_refused(tmp_path):
         pipe.load(file)
     with open(file, "rb") as f:
         assert f.read() == b"mine"
+
+
+def test_a_folder_named_like_a_pattern_touches_no_other_folder(tmp_path):
+    # `run[1]` was taken as a pattern: its save removed the parts of `run1` (which then no
+    # longer loaded) and never its own earlier ones; a load of a missing `run[1]` read run1's.
+    pipe = pipeline(lm.chunks(2), pp=2)
+    plain, bracketed = str(tmp_path / "run1"), str(tmp_path / "run[1]")
+    pipe.save(plain, step=1)
+    for s in (2, 3):
+        pipe.save(bracketed, step=s)
+    assert pipe.load(plain) == {"step": 1}
+    assert len([f for f in os.listdir(bracketed) if f.startswith("part-")]) == 1
+    with pytest.raises(FileNotFoundError, match=r"run\[2\]': no such folder"):
+        pipe.load(str(tmp_path / "run[2]"))

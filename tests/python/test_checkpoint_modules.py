@@ -183,3 +183,80 @@ def test_an_observer_entry_torch_does_not_resize_keeps_its_shape_check():
     with pytest.raises(ValueError, match=r"'1.obs.eps' has shape \[3\], the chunk's \[1\]"):
         pipe.load_state_dict(state)
     assert same_states(states(chunks), before)
+
+
+class Renamed(nn.Module):
+    """A scale once named `gamma`, now `weight`: its load pre-hook migrates the old name."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.weight = nn.Parameter(torch.ones(4))
+        self._register_load_state_dict_pre_hook(self._migrate)
+
+    def _migrate(self, state, prefix, *rest):
+        if prefix + "gamma" in state:
+            state[prefix + "weight"] = state.pop(prefix + "gamma")
+
+    def forward(self, x):
+        return self.lin(x) * self.weight
+
+
+class Old(nn.Module):
+    """Renamed as it was: its scale named `gamma`."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.gamma = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        return self.lin(x) * self.gamma
+
+
+def test_a_load_pre_hooks_renaming_is_taken_as_torch_takes_it():
+    # The names were compared before the hooks had run: an earlier version's state, which
+    # torch's load_state_dict takes, was refused as strict and reported wrong keys when not.
+    chunks, pipe = trained(Renamed)
+    old = {k.replace(".weight", ".gamma") if k.count(".") == 1 else k: v.clone() + 1
+           for k, v in pipe.state_dict().items()}
+    assert "1.gamma" in old and "1.weight" not in old
+    assert pipe.load_state_dict(old) == ([], [])
+    assert torch.equal(chunks[1].weight, old["1.gamma"])
+    assert torch.equal(chunks[0].lin.bias, old["0.lin.bias"])
+    # Not strict, what the hooks did not rename is reported by its full name, as torch does.
+    partial = {k: v for k, v in old.items() if k != "1.gamma"}
+    partial["1.extra"] = torch.zeros(1)
+    assert pipe.load_state_dict(partial, strict=False) == (["1.weight"], ["1.extra"])
+    # Strict, the same state is refused after the hooks ran, and nothing is loaded.
+    before = states(chunks)
+    with pytest.raises(KeyError, match=r"chunk 1: missing \[weight\], unexpected \[extra\]"):
+        pipe.load_state_dict({**partial, "0.lin.bias": torch.full((4,), 9.0)})
+    assert same_states(states(chunks), before)
+
+
+def test_a_checkpoint_of_the_earlier_version_loads_through_its_pre_hook(tmp_path):
+    # load() is strict: the earlier version's checkpoint could not be resumed at all.
+    old_chunks, old = trained(Old)
+    old.save(str(tmp_path / "ck"), step=4)
+    new_chunks = [Renamed(), Renamed()]
+    new = rrfp.Pipeline(new_chunks, loss_fn, pp=2, microbatches=2, timeout=60)
+    assert new.load(str(tmp_path / "ck")) == {"step": 4}
+    for o, n in zip(old_chunks, new_chunks):
+        assert torch.equal(n.weight, o.gamma) and torch.equal(n.lin.weight, o.lin.weight)
+
+
+@pytest.mark.parametrize("kind", ["sparse", "meta"])
+def test_an_entry_of_no_values_or_another_layout_is_refused_before_loading(kind):
+    # They passed the shape and dtype checks, and torch's copy refused them partway through
+    # the load: chunk 0 already overwritten, and its error named "Sequential" and "0.weight".
+    chunks, pipe = trained(lambda: nn.Sequential(nn.Linear(4, 4)))
+    state = {k: torch.full_like(v, 7.0) for k, v in pipe.state_dict().items()}
+    w = state["1.0.weight"]
+    state["1.0.weight"] = w.to_sparse() if kind == "sparse" else torch.empty_like(w, device="meta")
+    before = states(chunks)
+    words = "torch.sparse_coo, the chunk's torch.strided" if kind == "sparse" else \
+        "on the meta device"
+    with pytest.raises(ValueError, match=f"chunk 1: '1.0.weight' is {words}"):
+        pipe.load_state_dict(state)
+    assert same_states(states(chunks), before)

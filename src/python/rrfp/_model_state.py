@@ -97,21 +97,26 @@ def check_model_state(chunks, n_chunks, state, strict, keys=None):
                        "the model before it was split names its own modules, not the chunks "
                        "(load it into that model before splitting, or save the pipeline's "
                        "state_dict)")
+    out = _Checked(strict, keys)
     for c in sorted(chunks):
         got = per_chunk.get(c, {})
         own = chunks[c].state_dict(keep_vars=True)
-        missing = [k for k in own if k not in got and not _filled_by_torch(chunks[c], k, state)]
-        unexpected = [k for k in got if k not in own]
-        if keys is not None:
-            keys.setdefault("missing", []).extend(f"{c}.{k}" for k in missing)
-            keys.setdefault("unexpected", []).extend(f"{c}.{k}" for k in unexpected)
-        if strict and (missing or unexpected):
-            held = "" if got else (
-                f"; it holds no entry of chunk {c} (its chunks: {some_of(sorted(per_chunk))}, of "
-                f"this model's {n_chunks}): saved from a model cut into other chunks?"
-                if per_chunk else f"; it holds no entry of any of this model's {n_chunks} chunks")
-            raise KeyError(f"state_dict: chunk {c}: missing [{some_of(missing)}], "
-                           f"unexpected [{some_of(unexpected)}]{held}")
+        if _renames_on_load(chunks[c]):
+            # A load pre-hook may rename entries (an old name migrated to a new one): the
+            # names are compared after it has run, by torch's load (apply_model_state).
+            out.keys_by_torch.add(c)
+        else:
+            missing = [k for k in own
+                       if k not in got and not _filled_by_torch(chunks[c], k, state)]
+            unexpected = [k for k in got if k not in own]
+            _note_keys(keys, c, missing, unexpected)
+            if strict and (missing or unexpected):
+                held = "" if got else (
+                    f"; it holds no entry of chunk {c} (its chunks: "
+                    f"{some_of(sorted(per_chunk))}, of this model's {n_chunks}): saved from a "
+                    "model cut into other chunks?" if per_chunk else
+                    f"; it holds no entry of any of this model's {n_chunks} chunks")
+                _refuse_keys(c, missing, unexpected, held)
         bad = []
         for name, value in got.items():
             mine = own.get(name)
@@ -126,17 +131,49 @@ def check_model_state(chunks, n_chunks, state, strict, keys=None):
             elif value.dtype != mine.dtype:
                 bad.append(f"'{c}.{name}' is {value.dtype}, the chunk's {mine.dtype} (convert "
                            "the state or the model first if that is meant)")
+            elif value.layout != mine.layout or (value.is_meta and not mine.is_meta):
+                # torch's copy refused them partway through the load, the chunks before this
+                # one already overwritten.
+                what = "on the meta device (no values)" if value.layout == mine.layout else \
+                    f"{value.layout}, the chunk's {mine.layout}"
+                bad.append(f"'{c}.{name}' is {what}")
         if bad:
             raise ValueError(f"state_dict: chunk {c}: {some_of(bad, 3)}")
     if keys is not None:
         keys.setdefault("unexpected", []).extend(stray)
     meta = metadata_of(state)
-    out = {}
     for c in chunks:
         out[c] = collections.OrderedDict(per_chunk.get(c, {}))
         if meta is not None:  # torch's load_state_dict reads each module's version from it
             out[c]._metadata = _chunk_metadata(meta, c)
     return out
+
+
+class _Checked(dict):
+    """check_model_state's result: each chunk's state ({c: {name: value}}), and what the load
+    still checks: the names of the chunks in keys_by_torch (_renames_on_load), under `strict`,
+    noted in `noted` (check_model_state's `keys`)."""
+
+    def __init__(self, strict, noted):
+        super().__init__()
+        self.strict, self.noted, self.keys_by_torch = strict, noted, set()
+
+
+def _note_keys(keys, c, missing, unexpected):
+    if keys is not None:
+        keys.setdefault("missing", []).extend(f"{c}.{k}" for k in missing)
+        keys.setdefault("unexpected", []).extend(f"{c}.{k}" for k in unexpected)
+
+
+def _refuse_keys(c, missing, unexpected, held=""):
+    raise KeyError(f"state_dict: chunk {c}: missing [{some_of(missing)}], "
+                   f"unexpected [{some_of(unexpected)}]{held}")
+
+
+def _renames_on_load(chunk):
+    """Whether a module of `chunk` has a load_state_dict pre-hook, which may rename the
+    entries it is given (a checkpoint of an earlier version migrated as it loads)."""
+    return any(m._load_state_dict_pre_hooks for m in chunk.modules())
 
 
 # The entries their own _load_from_state_dict gives the saved entry's shape.
@@ -178,11 +215,16 @@ def apply_model_state(chunks, checked):
     its state taken just before, and one that raises puts them back, so that the load changes
     nothing (the chunks before it had been loaded, the ones after it not)."""
     own = [c for c in checked if _own_loading(chunks[c])]
+    by_torch = getattr(checked, "keys_by_torch", ())
     kept = {}
     try:
         for c in own:
             kept[c] = _copy_state(chunks[c])
-            chunks[c].load_state_dict(checked[c], strict=False)
+            got = chunks[c].load_state_dict(checked[c], strict=False)
+            if c in by_torch:  # its names, compared once its pre-hooks have run
+                _note_keys(checked.noted, c, got.missing_keys, got.unexpected_keys)
+                if checked.strict and (got.missing_keys or got.unexpected_keys):
+                    _refuse_keys(c, got.missing_keys, got.unexpected_keys)
     except BaseException as e:
         for c, state in kept.items():
             try:

@@ -146,8 +146,9 @@ def write_manifest(path, token, parts):
 def remove_other_parts(path, token):
     """The parts of earlier saves (and an earlier layout's), once `token`'s manifest is in
     place. Another process removing some of them at once is no error."""
-    for f in glob.glob(os.path.join(path, "part-*.pt")) + glob.glob(
-            os.path.join(path, "part-*.pt.tmp")):  # a killed process's unfinished part too
+    # The folder's name is escaped: `run[1]` as a pattern matched `run1`, whose parts went.
+    for f in glob.glob(os.path.join(glob.escape(path), "part-*.pt")) + glob.glob(
+            os.path.join(glob.escape(path), "part-*.pt.tmp")):  # a killed one's unfinished part
         if not os.path.basename(f).endswith(f".{token:012x}.pt"):
             _remove(f)
 
@@ -224,7 +225,7 @@ def _part_files(path, max_parts):
     # refused by _read_manifest: taken for none, every part-*.pt was read, a later save's
     # uncommitted part among them.
     if not os.path.lexists(os.path.join(path, MANIFEST)):
-        files = sorted(glob.glob(os.path.join(path, "part-*.pt")))
+        files = sorted(glob.glob(os.path.join(glob.escape(path), "part-*.pt")))
         if not files:
             raise FileNotFoundError(f"checkpoint '{path}': no part-*.pt in it" if
                                     os.path.lexists(path) else
