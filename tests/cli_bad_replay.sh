@@ -261,5 +261,27 @@ PY
   { echo "FAIL: predict notes early inputs in a trace of one clock"; fails=$((fails + 1)); }
 "$rrfp" predict "$tmp/early.json" 2>&1 | grep -q "note: .* cross-stage inputs start before the trace says their producer ended" ||
   { echo "FAIL: predict of a trace whose inputs start before they are made: no note"; fails=$((fails + 1)); }
+# Bytes after a gzip stream that start no other member were dropped without a word (the same
+# JSON uncompressed, with them, was refused).
+"$rrfp" simulate --pp 2 -m 4 --hint bf --policy ready --trace "$tmp/whole.json" >/dev/null
+{ gzip -c "$tmp/whole.json"; echo "GARBAGE"; } >"$tmp/junk.json.gz"
+check "junk.json.gz: 8 byte(s) after the gzip stream that start no other gzip member" predict "$tmp/junk.json.gz"
+# One trace in two gzip members (as `cat a.gz b.gz` writes) is read whole.
+half=$(($(wc -c <"$tmp/whole.json") / 2))
+{ head -c $half "$tmp/whole.json" | gzip -c; tail -c +$((half + 1)) "$tmp/whole.json" | gzip -c; } \
+  >"$tmp/two.json.gz"
+"$rrfp" predict "$tmp/two.json.gz" >/dev/null ||
+  { echo "FAIL: a trace in two gzip members is not read whole"; fails=$((fails + 1)); }
+# An id past 1e9 was told a time's range ("at most 1e13 (us) is read").
+sed 's/"microbatch": *3/"microbatch": 9223372036854775808/' "$tmp/whole.json" >"$tmp/big-id.json"
+check "field \"microbatch\" is 9223372036854775808; a whole number in [0, 1e9] is read" predict "$tmp/big-id.json"
+# How to replay a recording without W tasks was added to every refusal of such a step, a TP or
+# a duplicate one among them (whose remedy it is not).
+"$rrfp" simulate --pp 2 -m 4 --hint bf --policy ready --split-backward off \
+  --trace "$tmp/nosplit.json" >/dev/null
+check "lacks tasks this shape needs" simulate --replay "$tmp/nosplit.json" --pp 2 -m 4 --step 0
+check "replay it with --split-backward off" simulate --replay "$tmp/nosplit.json" --pp 2 -m 4 --step 0
+"$rrfp" simulate --replay "$tmp/nosplit.json" --pp 2 -m 4 --tp 2 --step 0 2>&1 |
+  grep -q "split-backward" && { echo "FAIL: a TP refusal says to turn the split backward off"; fails=$((fails + 1)); }
 echo "cli bad-replay checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -37,6 +37,17 @@ std::string missing_per_stage(const RealizedWork& r, const WorkModel& m, int tp)
   return missing;
 }
 
+// Whether every task the timeline lacks is a W.
+bool misses_only_w(const RealizedWork& r, const WorkModel& m, int tp) {
+  for (int s = 0; s < m.pp(); ++s)
+    for (const TaskId& t : m.stage_tasks(s))
+      for (int rank = 0; rank < tp; ++rank)
+        if (r.compute_ns[static_cast<size_t>(rank) * r.num_tasks + m.index(t)] < 0 &&
+            t.kind != Kind::W)
+          return false;
+  return true;
+}
+
 // How far task `b` may start before the earlier task `a` of its rank ends and still be read as
 // after it: the clocks' jitter and rounding (a legacy exporter's whole microseconds: 1 us, and 1%
 // of the earlier task), but never half the shorter task or more, which no rounding makes of
@@ -148,8 +159,9 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
   }
   const std::string missing = missing_per_stage(r, m, tp);
   if (!missing.empty())
-    throw InputError(origin + ": the " + (tl.format.empty() ? "" : tl.format + " ") +
-                     "timeline lacks tasks this shape needs: " + missing);
+    throw MissingTasks(origin + ": the " + (tl.format.empty() ? "" : tl.format + " ") +
+                           "timeline lacks tasks this shape needs: " + missing,
+                       misses_only_w(r, m, tp));
   check_no_overlap(tl, m, origin);
   folded_w.add_to(r.compute_ns);
   return sp;

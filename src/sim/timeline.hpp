@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/hint.hpp"
 #include "core/modes.hpp"
 #include "core/record.hpp"
@@ -131,6 +132,14 @@ bool sends_across(const WorkModel& m, const TaskId& t, const std::string& where,
 // build_run, whose errors a search for a complete step passes over.
 void refuse_needless_message_us(const ImportedRun& run, double message_us,
                                 const std::string& origin);
+// build_run's refusal of a timeline that lacks tasks the shape needs. Where the W tasks alone
+// are missing, a recording without the split backward explains it: trace import says so then,
+// and of no other refusal (a TP rank's missing tasks, a task twice).
+class MissingTasks : public InputError {
+ public:
+  MissingTasks(const std::string& what, bool only_w) : InputError(what), only_w(only_w) {}
+  bool only_w;
+};
 ImportedRun build_run(const Timeline& t, const WorkModel& m, int tp, double message_us,
                       const std::string& origin);
 

@@ -78,8 +78,9 @@ void rebase(Timeline& t, const std::string& origin) {
 }
 
 int whole_at(const nlohmann::json& obj, const char* key, const std::string& where) {
-  const double v = number_at(obj, key, where);
-  if (v > 1e9 || v != static_cast<int>(v))
+  // Bounded here, not by number_at: 2^63 was told "at most 1e13 (us) is read", a time's range.
+  const double v = bounded_at(obj, key, where, 1e9, "a whole number in [0, 1e9] is read");
+  if (v != static_cast<int>(v))
     throw InputError(where + ": field \"" + key +
                      "\" is not a whole number in [0, 1e9]: " + brief(obj.at(key)));
   return static_cast<int>(v);

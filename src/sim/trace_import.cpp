@@ -14,6 +14,7 @@
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
 #include "core/memory.hpp"
+#include "sim/timeline.hpp"
 #include "sim/trace_formats.hpp"
 #include "sim/workload.hpp"
 
@@ -54,7 +55,15 @@ std::string gunzip(const std::string& in, const std::string& origin) {
     const int rc = inflate(&z, Z_NO_FLUSH);
     out.resize(out.size() - z.avail_out);
     if (rc == Z_STREAM_END) {
-      if (z.avail_in < 2 || z.next_in[0] != 0x1f || z.next_in[1] != 0x8b) break;
+      if (z.avail_in == 0) break;
+      // Bytes after a member that start no other were dropped without a word (the same JSON
+      // uncompressed, with them, was refused).
+      if (z.avail_in < 2 || z.next_in[0] != 0x1f || z.next_in[1] != 0x8b) {
+        const std::size_t left = z.avail_in;
+        inflateEnd(&z);
+        throw InputError(origin + ": " + std::to_string(left) +
+                         " byte(s) after the gzip stream that start no other gzip member");
+      }
       inflateReset(&z);  // another member follows
       continue;
     }
@@ -176,8 +185,8 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
         ImportedRun run;
         try {
           run = build_run(t, m, tp, o.message_us, origin);
-        } catch (const InputError& e) {
-          if (!lacks_w(m, {&t, 1})) throw;
+        } catch (const MissingTasks& e) {
+          if (!e.only_w || !lacks_w(m, {&t, 1})) throw;
           throw InputError(e.what() + std::string(kLacksW));
         }
         refuse_needless_message_us(run, o.message_us, origin);
@@ -196,18 +205,23 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
   }
   // The first step that holds every task (a profiler window may cut the first or last one).
   std::string first_error;
+  bool first_missing = false;  // the first error is a lack of W tasks alone
   for (const Timeline& t : steps) {
     ImportedRun run;
     try {
       run = build_run(t, m, tp, o.message_us, origin);
     } catch (const InputError& e) {
-      if (first_error.empty()) first_error = e.what();
+      if (first_error.empty()) {
+        first_error = e.what();
+        const auto* missing = dynamic_cast<const MissingTasks*>(&e);
+        first_missing = missing && missing->only_w;
+      }
       continue;
     }
     refuse_needless_message_us(run, o.message_us, origin);
     return run;
   }
-  const std::string why = lacks_w(m, steps) ? kLacksW : "";
+  const std::string why = first_missing && lacks_w(m, steps) ? kLacksW : "";
   throw InputError((steps.size() == 1 ? first_error
                                       : "no complete step among " + std::to_string(steps.size()) +
                                             "; the first: " + first_error) +
