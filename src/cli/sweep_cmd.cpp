@@ -224,8 +224,12 @@ std::string csv_line(const Row& r) {
 
 // The grid's points, counted before one is built: --seeds 2000000000 built every scenario
 // at once and ended "out of memory" (exit 1). A million points at the least size (P = 1)
-// take about a minute and hold 2 GB of rows.
+// take about 40 s and hold 2 GB of rows.
 constexpr double kMaxGridPoints = 1e6;
+// What a run costs beside its tasks (its work model, hint and rows), rounded up from 8 us
+// measured at P = 1 on the reference VM: counted by its tasks alone, a grid of a million such
+// points was announced as 10 s of work and took half an hour.
+constexpr double kRunSeconds = 10e-6;
 // Bytes a run's results hold until the CSV is written: its Row and its CSV line.
 constexpr double kRowBytes = 400;
 
@@ -263,11 +267,17 @@ void check_sweep_fits(const SweepFlags& f, const std::vector<RunSpec>& specs) {
         worst.most_bytes = std::max(worst.most_bytes, s.most_bytes);
         work += s.total * per_shape;
       }
-  const double rows = points * static_cast<double>(specs.size()) * kRowBytes;
+  const double runs = points * static_cast<double>(specs.size());
+  const double rows = runs * kRowBytes;
   const TaskCost cost{(worst.most_bytes + rows) / worst.most, kSimulateCost.seconds};
+  const double seconds = work * kSimulateCost.seconds + runs * kRunSeconds;
+  // Under 100K tasks a run read "0.0M": counted as they are.
+  const std::string most =
+      worst.most < 1e5 ? fmt("%.0f", worst.most) : fmt("%.1fM", worst.most / 1e6);
   check_fits("sweep: " + fmt("%.0f", points) + (points == 1 ? " grid point" : " grid points") +
-                 ", runs of up to " + fmt("%.1fM", worst.most / 1e6) + " tasks",
-             worst.most, cost, "--pp, --mb-factors, --tp or --seeds", work / worst.most);
+                 ", runs of up to " + most + " tasks",
+             worst.most, cost, "--pp, --mb-factors, --tp or --seeds",
+             seconds / (worst.most * kSimulateCost.seconds));
 }
 
 // Visits every grid point's scenario in the CSV's order, one built at a time, until `visit`

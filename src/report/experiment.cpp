@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "sim/hint_check.hpp"
+#include "sim/parallel.hpp"
 #include "sim/replay.hpp"
 #include "sim/trace_import.hpp"
 
@@ -234,6 +235,10 @@ ReportRun execute(const Scenario& sc, const RunSpec& spec, const WorkModel& m, c
   return out;
 }
 
+// The fewest tasks a shape holds whose lower bound is summed on a thread of its own, beside the
+// simulation: a run of them takes a millisecond or more, a thread's start some 50 us.
+constexpr int kBoundThreadTasks = 4096;
+
 // The lower bounds of the runs of one shape, by their bound_limit(): the same work and limit
 // give the same bound, so runs that share them (fixed 1F1B blocking and async) reckon it once.
 class Bounds {
@@ -248,11 +253,15 @@ class Bounds {
       if (l == limit) return f;
     auto sum = [this, limit, threads] { return lower_bound(m_, work_, limit, threads); };
     std::shared_future<LowerBound> f;
+    // A small shape's bound is summed when asked for: a thread's start took longer than its
+    // run and bound (a sweep of 20,000 points of P = 1 spent 70 us a run, most of it in the
+    // kernel starting threads; 8 us now).
+    const bool small = static_cast<double>(m_.num_tasks()) * work_.tp < kBoundThreadTasks;
     try {
-      f = std::async(std::launch::async, sum).share();
+      if (!small) f = std::async(std::launch::async, sum).share();
     } catch (const std::system_error&) {
-      f = std::async(std::launch::deferred, sum).share();
     }
+    if (!f.valid()) f = std::async(std::launch::deferred, sum).share();
     bounds_.push_back({limit, f});
     return f;
   }
@@ -270,7 +279,7 @@ void simulate_shape(const Scenario& sc, const std::vector<RunSpec>& specs,
   const WorkModel m(config_for(sc, specs[which.front()]));
   const RealizedWork work = realized_work(sc, m);
   Bounds bounds(m, work);
-  const int spare = static_cast<int>(std::max(std::thread::hardware_concurrency(), 2U)) - 1;
+  const int spare = std::max(cores(), 2) - 1;
   for (const std::size_t i : which) {
     const Hint hint = make_hint(specs[i].hint, m);
     const SimOptions opt = sim_options(sc, specs[i]);

@@ -13,12 +13,18 @@ namespace rrfp {
 // few hundred draws, and a range of this size takes milliseconds.
 inline constexpr int kMinTasksPerThread = 1 << 15;
 
+// The machine's cores (at least 1), asked once: each ask reads a file under /sys (a sweep of
+// small points asked 8 times a point).
+inline int cores() {
+  static const int n = static_cast<int>(std::max(std::thread::hardware_concurrency(), 1U));
+  return n;
+}
+
 // Into how many contiguous ranges to split n items: one per core (at most 8), each of at least
 // `grain` items; 1, the calling thread alone, below 2 * grain, where a thread's start costs more
 // than the work.
 inline int parallel_parts(int n, int grain) {
-  const int cores = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1U, 8U));
-  return std::clamp(n / std::max(grain, 1), 1, cores);
+  return std::clamp(n / std::max(grain, 1), 1, std::min(cores(), 8));
 }
 
 // Runs f(part, begin, end) for each of `parts` contiguous ranges of [0, n), part 0 on the
