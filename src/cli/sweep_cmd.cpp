@@ -228,7 +228,7 @@ std::string csv_line(const Row& r) {
 constexpr double kMaxGridPoints = 1e6;
 // What a run costs beside its tasks (its work model, hint and rows), rounded up from 8 us
 // measured at P = 1 on the reference VM: counted by its tasks alone, a grid of a million such
-// points was announced as 10 s of work and took half an hour.
+// points was announced as 10 s of work and took about 6 minutes.
 constexpr double kRunSeconds = 10e-6;
 // Bytes a run's results hold until the CSV is written: its Row and its CSV line.
 constexpr double kRowBytes = 400;
