@@ -30,7 +30,8 @@ def recorded(monkeypatch, world, rank, backend="gloo"):
     list new_group appends (ranks, timeout, backend) to, each group made being its index."""
     default, made = object(), []
     MEETINGS.clear()
-    monkeypatch.setattr(_c10d, "_meet", lambda d, group, arrival: MEETINGS.append((group, arrival)))
+    monkeypatch.setattr(_c10d, "_meet",
+                        lambda d, group, arrival, kind: MEETINGS.append((group, arrival)))
     monkeypatch.setattr(dist.group, "WORLD", default)
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_backend", lambda g=None: backend if g is default else "gloo")
@@ -84,7 +85,7 @@ def test_the_processes_of_a_callers_group_meet_before_any_group_is_made(monkeypa
     assert _c10d.c10d_groups(None, 3, 1, 2.0, 5.0) == dict(group=0, collectives=1, arrivals=2)
     assert MEETINGS == [(default, 5.0)]
 
-    def missing(d, group, arrival):
+    def missing(d, group, arrival, kind):
         raise RuntimeError("process(es) 2 did not come")
     monkeypatch.setattr(_c10d, "_meet", missing)
     made.clear()

@@ -172,3 +172,34 @@ def test_processes_whose_limits_differ_form_the_group_and_meet():
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0 and out.startswith("loss "), err[-2000:]
     assert outs[0][0] == outs[1][0]
+
+
+def test_a_group_passed_by_some_processes_alone_is_refused_on_every_one():
+    # Process 0 passes a Gloo group of its own over both ranks, process 1 none (the default
+    # group, the same ranks): they met, then each gathered over its own group and waited for
+    # the other there, for torch's 30 minutes.
+    here, env = two_processes()
+    script = ("import sys, torch.distributed as dist, rrfp, lm\n"
+              "dist.init_process_group('gloo')\n"
+              "mine = dist.new_group([0, 1], backend='gloo')\n"
+              "group = mine if sys.argv[1] == '0' else None\n"
+              "try:\n"
+              "    rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, timeout=5,\n"
+              "                  arrival_timeout=10, group=group)\n"
+              "except ValueError as e:\n"
+              "    print('ValueError:', e)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], cwd=here,
+                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=60))  # a hang fails here, in a minute
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    for out, err in outs:
+        assert "ValueError: group: process(es) [0] passed a group of their own and " \
+            "process(es) [1] the default group (group=None)" in out, (out + err)[-2000:]

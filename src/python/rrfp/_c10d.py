@@ -79,7 +79,7 @@ def _met_group(dist, group, arrival):
             return dist.group.WORLD
         group = dist.group.WORLD
     _refuse_subgroup_of_another_backend(dist, group)  # the subgroups below are Gloo's anyway
-    _meet(dist, group, arrival)
+    _meet(dist, group, arrival, "world" if group is dist.group.WORLD else "own")
     return group
 
 
@@ -94,7 +94,7 @@ _MET = {}
 _TORCH_DEFAULT_S = 1800.0
 
 
-def _meet(dist, group, arrival):
+def _meet(dist, group, arrival, kind="1"):
     """Returns once every process of `group`, a group the caller made, has come here, and
     raises RuntimeError on every process alike, naming those that did not come, once one of
     them has waited `arrival` seconds (0: torch's 30 minutes). Every process meets, whatever
@@ -109,7 +109,13 @@ def _meet(dist, group, arrival):
     1.13's store, whose reply to it, once the key came, answered the next request on the
     shared connection. The outcome is one key, set once (compare_set): the first process to
     see every process come writes "met", the first to reach its deadline first the ranks
-    missing, and every process does what it reads, so none passes where another gave up."""
+    missing, and every process does what it reads, so none passes where another gave up.
+
+    Each process says what `kind` of group it passed ("world": the default group, "own": one
+    of its own); met, processes of another kind than others are refused on every one alike
+    (ValueError): one passing group= over the same ranks as the other's default group met it,
+    and then each waited for the other in a gather over another group, for torch's 30
+    minutes."""
     if arrival <= 0:
         arrival = _TORCH_DEFAULT_S
     import hashlib
@@ -120,7 +126,7 @@ def _meet(dist, group, arrival):
     n = _MET.get((place, me), 0)
     _MET[(place, me)] = n + 1
     prefix = f"rrfp/meet/{place}/{n}/"
-    store.set(prefix + str(me), b"1")  # who came, read by the process that gives up
+    store.set(prefix + str(me), kind)  # who came, read by the process that gives up
     store.add(prefix + "count", 1)
     deadline, pause = time.monotonic() + arrival, 1e-3
     while True:
@@ -140,6 +146,13 @@ def _meet(dist, group, arrival):
         pause = min(2 * pause, 0.01)  # torch's own barrier polls its store every 10 ms
     if outcome != b"met":
         _refuse_meeting(outcome.decode(), me, len(ranks), arrival)
+    kinds = {r: store.get(prefix + str(r)).decode() for r in ranks}  # each set before it came
+    if len(set(kinds.values())) > 1:
+        own = [r for r, k in kinds.items() if k == "own"]
+        world = [r for r, k in kinds.items() if k != "own"]
+        raise ValueError(f"group: process(es) {own} passed a group of their own and "
+                         f"process(es) {world} the default group (group=None): every process "
+                         "of the pipeline passes the same group")
 
 
 def _refuse_meeting(missing, me, size, arrival):
