@@ -18,6 +18,7 @@ C10dWorld::C10dWorld(C10dGroups g, std::chrono::milliseconds timeout)
       arr_(g.arrivals ? std::move(g.arrivals) : coll_),
       arr_dp_(g.arrival_replicas ? std::move(g.arrival_replicas) : dp_),
       own_arrivals_(static_cast<bool>(arr_) && arr_ != coll_),
+      own_collectives_(coll_ != pg_),
       timeout_(timeout),
       stage_(pg_->getRank()),
       stages_(pg_->getSize()),
@@ -76,25 +77,43 @@ Hosting C10dWorld::hosting() {
 }
 
 void C10dWorld::barrier() {
+  refuse_given_up();
   wait(coll_->barrier(), "the barrier before a step");
+}
+
+void C10dWorld::refuse_given_up() const {
+  if (!given_up_.empty())
+    throw Error("c10d: stage " + std::to_string(stage_) + " (rank " + std::to_string(rank()) +
+                " of the job): the processes are out of step on the `group` given since " +
+                given_up_ +
+                " was given up after `timeout`: it stays posted on that group, whose own "
+                "timeout is longer, and pairs with the next collective; make a new group and "
+                "Pipeline");
 }
 
 // Gloo's own failures ("Operation timed out!", "Connection closed by peer") named neither the
 // call nor this process: said here with both, Gloo's first line kept.
 void C10dWorld::wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what, Limit limit) {
   bool done = false;
+  // A wait given up before the group's own timeout leaves the collective posted there; on a
+  // group of the pipeline's the two are the same, and Gloo closes the group.
+  const bool leaves_it_posted = !own_collectives_ && limit.ms.count() > 0;
   try {
     done = w->wait(limit.ms);
   } catch (const std::exception& e) {
     const std::string why = e.what();
+    if (leaves_it_posted && given_up_.empty()) given_up_ = what;
     throw Error("c10d: stage " + std::to_string(stage_) + " (rank " + std::to_string(rank()) +
                 " of the job): " + what +
                 " with the job's other processes failed (one exited, stopped answering, or " +
-                limit.late + "; Gloo then closes the groups for good): " + first_line(why));
+                limit.late + (leaves_it_posted ? "" : "; Gloo then closes the groups for good") +
+                "): " + first_line(why));
   }
-  if (!done)
+  if (!done) {
+    if (leaves_it_posted && given_up_.empty()) given_up_ = what;
     throw Error(std::string("c10d: ") + what + " did not finish within " +
                 std::to_string(limit.ms.count()) + " ms");
+  }
 }
 
 namespace {
@@ -111,6 +130,7 @@ std::vector<std::vector<std::byte>> C10dWorld::gather_bytes(c10d::ProcessGroup& 
   // Each collective costs this machine a millisecond of thread hand-offs in ProcessGroupGloo
   // (measured in docs/results-python.md), and a job runs several between two steps: one round
   // carries each rank's size with its first bytes, and only a longer buffer needs a second.
+  refuse_given_up();
   const int n = pg.getSize();
   auto wait = [&](const c10::intrusive_ptr<c10d::Work>& w) {
     this->wait(w, "an all-gather", limit);
@@ -198,6 +218,7 @@ std::vector<std::vector<std::byte>> C10dWorld::gather_job(c10d::ProcessGroup& pi
 
 std::vector<std::vector<std::byte>> C10dWorld::exchange(std::span<const std::byte> mine,
                                                         std::span<const int> peers) {
+  refuse_given_up();
   const std::size_t me = place_among(peers, stage_, stages_);
   // The transports' tags are channel << 24 with channel at most 126 (next_channel).
   constexpr int kSizeTag = 127 << 24, kDataTag = kSizeTag + 1;

@@ -89,6 +89,15 @@ class C10dWorld final : public Job {
   // own, whose timeout ends an arrival's wait (a wait given up before leaves Gloo's gather
   // posted, for a late process to pair with and run a step alone).
   bool own_arrivals_ = false;
+  // Whether coll_ was made for the collectives (with the pipeline's timeout): else it is the
+  // caller's group, whose own timeout outlasts the waits given up here.
+  bool own_collectives_ = false;
+  // The first collective given up on the caller's group: it stays posted there, the next
+  // collective of a peer pairs with it, and every later one is off by one (the processes'
+  // batches were then called different, step after step). Every collective after it is
+  // refused at once, naming it.
+  std::string given_up_;
+  void refuse_given_up() const;
   std::chrono::milliseconds timeout_;
   int stage_ = 0, stages_ = 1, replica_ = 0, replicas_ = 1;
 };

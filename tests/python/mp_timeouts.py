@@ -49,6 +49,33 @@ class Stalled(torch.nn.Module):
         return self.inner(x)
 
 
+class _SleepInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, seconds):
+        ctx.seconds = seconds
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(ctx.seconds)
+        return grad, None
+
+
+class SlowLastBackward(torch.nn.Module):
+    """`inner`, whose second backward of a step sleeps STALL_S seconds when `armed`."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.armed, self.calls = inner, False, 0
+
+    def forward(self, x):
+        self.calls += 1
+        slow = self.armed and self.calls % 2 == 0  # microbatch 1's: the step's last backward
+        if slow:
+            self.armed = False
+        return _SleepInBackward.apply(self.inner(x), STALL_S if slow else 0)
+
+
 def late_to_a_call(rank):
     pipe = rrfp.Pipeline(lambda i: lm.chunks(2)[i], lm.loss_fn, pp=2, microbatches=2, timeout=1,
                          arrival_timeout=ARRIVAL_S)
@@ -104,7 +131,41 @@ def main():
     # the other (a TimeoutError, or the peer's failure); what the later steps raise depends on
     # when each process left.
     assert failed and failed[0][0] == 0, (rank, failed)
-    print(f"rank {rank}: steps failed {failed}; leaving", flush=True)
+    print(f"rank {rank}: steps failed {failed}", flush=True)
+    out_of_step_on_a_callers_group(rank)
+    print(f"rank {rank}: leaving", flush=True)
+
+
+def out_of_step_on_a_callers_group(rank):
+    """A group of the caller's keeps a collective given up after `timeout` posted (its own
+    timeout is torch's 30 minutes): the next collective of a peer paired with it, and every
+    step after was refused as if the processes' batches differed. Now the process that gave it
+    up refuses each later step at once, naming it; the other waits for it at its next call
+    (a gather over a caller's group waits the group's timeout) and fails when it ends."""
+    import torch.distributed as dist
+    group = dist.new_group([0, 1], backend="gloo")
+    slow = SlowLastBackward(lm.chunks(2)[0])
+
+    def build(i):
+        return slow if i == 0 else lm.chunks(2)[i]
+    pipe = rrfp.Pipeline(build, lm.loss_fn, pp=2, microbatches=2, timeout=TIMEOUT_S,
+                         group=group)
+    assert float(pipe.step(*lm.batches(2, seed=0))) > 0
+    # Stage 0's last backward outlasts the timeout: stage 1, done with its part, gives up the
+    # step's closing gather, which stage 0 then comes to.
+    slow.armed = rank == 0
+    said = []
+    for s in range(3):
+        try:
+            pipe.step(*lm.batches(2, seed=s))
+            said.append("ok")
+        except (TimeoutError, RuntimeError) as e:
+            said.append(str(e))
+    assert "ok" not in said[1:] and "different inputs" not in " ".join(said), (rank, said)
+    ends = "out of step on the `group` given" if rank == 1 else "failed (one exited"
+    assert ends in said[-1], (rank, said)
+    print(f"rank {rank}: after a collective given up on a group of the caller's, the steps "
+          "are refused as out of step", flush=True)
 
 
 if __name__ == "__main__":
