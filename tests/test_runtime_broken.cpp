@@ -1,14 +1,17 @@
 // An endpoint whose transport breaks (a peer process exited, a connection failed) and can
-// receive nothing more: the runtime keeps the transport's reason. A step then running is not
-// failed by it (a peer that ended its part of the last step and exited breaks its connections
-// while this process may still finish its own), a later step fails at once with it, and a
-// stall names it. Before, the transport's reason was dropped: the step waited for its watchdog,
-// whose report named the messages missing but not why.
+// receive nothing more: the runtime keeps the transport's reason. A step then running fails at
+// once with it where the endpoint's rank still waits for a message from another stage, and
+// goes on where it waits for none (a peer that ended its part of the last step and exited
+// breaks its connections while this process may still finish its own); a later step fails at
+// once with it, and a stall names it. Before, the transport's reason was dropped: the step
+// waited for its watchdog, whose report named the messages missing but not why.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <mutex>
+#include <thread>
 
 #include "runtime/errors.hpp"
 #include "runtime_helpers.hpp"
@@ -78,8 +81,8 @@ struct BrokenRun {
   BreakableTransport* last = nullptr;  // stage 1's endpoint
   std::unique_ptr<Runtime> rt;
 
-  // Breaks stage 1's endpoint before stage 0's task `task`.
-  BrokenRun(TaskId task, std::int64_t timeout_ms) {
+  // Breaks stage 1's endpoint before stage 0's task `task`, which then sleeps `sleep_ms`.
+  BrokenRun(TaskId task, std::int64_t timeout_ms, int sleep_ms = 0) {
     std::vector<std::unique_ptr<Transport>> eps;
     for (auto& t : make_inproc_transports(2))
       eps.push_back(std::make_unique<BreakableTransport>(std::move(t)));
@@ -87,9 +90,13 @@ struct BrokenRun {
     RuntimeOptions o = runtime_options(m, w, Policy::Ready);
     o.timeout_ms = timeout_ms;
     auto base = emulated_programs(m, w);
-    ProgramFactory programs = [this, base, task](int s, int r) -> std::unique_ptr<StageProgram> {
+    ProgramFactory programs = [this, base, task, sleep_ms](int s,
+                                                           int r) -> std::unique_ptr<StageProgram> {
       if (s != 0) return base(s, r);
-      return std::make_unique<HookBefore>(base(s, r), task, [this] { last->break_now(); });
+      return std::make_unique<HookBefore>(base(s, r), task, [this, sleep_ms] {
+        last->break_now();
+        std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+      });
     };
     rt = std::make_unique<Runtime>(m, hint, programs, o, std::move(eps));
   }
@@ -114,10 +121,19 @@ TEST(TransportBroken, AStepThatNeedsNothingMoreEndsAndTheNextFailsAtOnceNamingWh
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 
-// Broken before stage 1 received its first input: the step stalls, and the watchdog's report
-// ends with the reason.
+// Broken before stage 1 received its first input, which will not come: the step fails at once
+// with the reason, where it waited for its watchdog (a minute here; two by default).
+TEST(TransportBroken, AStepThatStillWaitsForAMessageFailsAtOnceNamingWhy) {
+  BrokenRun b(TaskId{Kind::F, 0, 0}, 60'000);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(step_error(*b.rt, 0), kWhy);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+// Broken once stage 1 waits for nothing more, then stage 0's last backward outlasts the
+// timeout: the watchdog's report ends with the reason.
 TEST(TransportBroken, AStallAfterABreakNamesIt) {
-  BrokenRun b(TaskId{Kind::F, 0, 0}, 300);
+  BrokenRun b(TaskId{Kind::B, 0, 3}, 300, 1500);
   const std::string err = step_error(*b.rt, 0);
   EXPECT_NE(err.find("no progress for"), std::string::npos) << err;
   EXPECT_NE(err.find(std::string("; earlier, ") + kWhy), std::string::npos) << err;

@@ -72,6 +72,16 @@ bool Readiness::deliver(const TaskId& task) {
   return satisfy_at(move(task, InputState::Accepted, InputState::Delivered, "was delivered"), task);
 }
 
+bool Readiness::waits_on_other_stages() const {
+  for (const TaskId& t : m_.stage_tasks(stage_)) {
+    if (t.kind == Kind::W || input(t) != InputState::Missing) continue;
+    TaskId producer = t;
+    producer.chunk += t.kind == Kind::F ? -1 : 1;
+    if (m_.valid(producer) && m_.stage_of(producer) != stage_) return true;
+  }
+  return false;
+}
+
 std::vector<TaskId> Readiness::expected(int max, int& total) const {
   // Ordered by need, so a watchdog's first names point at the rank that holds the stage up:
   // the input of the fixed order's next task, then the oldest microbatch first (a stage's

@@ -53,6 +53,9 @@ class Readiness {
   // The producers whose messages this rank still waits for (input Missing), most needed first
   // (the fixed order's next task, then by microbatch): the first `max`, and how many in all.
   std::vector<TaskId> expected(int max, int& total) const;
+  // Whether a forward or backward of this stage still waits for its input from another stage
+  // (a message), not one of its own chunks.
+  bool waits_on_other_stages() const;
 
  private:
   bool satisfy_at(int i, const TaskId& task) {

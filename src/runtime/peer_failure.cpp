@@ -117,9 +117,15 @@ void Runtime::on_peer_abort(const Message& msg) {
   failure_.fail(cancel_);
 }
 
-void Runtime::on_transport_broken(std::exception_ptr why) {
-  std::lock_guard lk(cancel_mu_);
-  if (!transport_broken_) transport_broken_ = std::move(why);
+void Runtime::on_transport_broken(std::exception_ptr why, const Stage& st, int r) {
+  {
+    std::lock_guard lk(cancel_mu_);
+    if (!transport_broken_) transport_broken_ = why;
+  }
+  // What it waits for will not come: the step waited for its watchdog (two minutes by
+  // default), whose report named the cause last. A rank that waits for nothing more (a peer
+  // done with its part of the step has exited) finishes its step.
+  if (st.waits_on_other_stages(r)) failure_.fail(std::move(why));
 }
 
 std::string Runtime::transport_broken_text() {

@@ -176,7 +176,7 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
     Stage* st = stages_[local_[i] / t].get();
     const int r = local_[i] % t;
     endpoints_[i]->set_broken_handler(
-        [this](std::exception_ptr why) { on_transport_broken(std::move(why)); });
+        [this, st, r](std::exception_ptr why) { on_transport_broken(std::move(why), *st, r); });
     endpoints_[i]->set_receiver([this, st, r](Message&& msg) {
       if (msg.tag.control == Control::Abort)
         on_peer_abort(msg);  // about the whole step, whichever stage it reaches

@@ -142,7 +142,9 @@ class Runtime {
   // running, which may need nothing more from it (a peer that ended its part of the last step
   // and exited breaks its connections); a later step fails at once with it, and a stall names
   // it as its likely cause.
-  void on_transport_broken(std::exception_ptr why);
+  // Endpoint `r` of `st` can receive nothing more: kept for later steps, and the step running
+  // fails now where that rank still waits for a message from another stage.
+  void on_transport_broken(std::exception_ptr why, const Stage& st, int r);
   std::string transport_broken_text();
 
   const WorkModel& m_;

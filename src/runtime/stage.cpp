@@ -178,6 +178,12 @@ void Stage::wake() {
   core_.notify(lk);
 }
 
+bool Stage::waits_on_other_stages(int r) const {
+  const Locked lk = core_.lock();
+  const StageRank& rk = core_.rank(lk, r);
+  return rk.local() && core_.step(lk) >= 0 && rk.driver->stuck().inputs->waits_on_other_stages();
+}
+
 std::string Stage::describe(std::int64_t now) const {
   const Locked lk = core_.lock();
   std::string out;

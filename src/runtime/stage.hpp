@@ -30,6 +30,8 @@ class Stage {
   void on_message(int r, Message&& msg);       // transport context
   void wake();                                 // after a failure: every waiting rank exits
   std::string describe(std::int64_t now) const;
+  // Whether rank r, in a step, still waits for a message from another stage.
+  bool waits_on_other_stages(int r) const;
   const RankResult& result(int r) const { return core_.result(r); }  // after the step
   bool local(int r) const { return core_.local(r); }
 
