@@ -118,6 +118,25 @@ def two_processes():
     return here, env
 
 
+def run_both(script, timeout):
+    """`script` (python -c, its argument the rank) as both processes of a job: the processes
+    and each one's (stdout, stderr), each ended within `timeout` seconds."""
+    here, env = two_processes()
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], cwd=here,
+                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout))
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    return procs, outs
+
+
 def test_a_process_of_a_callers_group_that_never_builds_its_pipeline_fails_the_others_in_time():
     # Two processes make torch.distributed's default group themselves, as a script using DDP
     # does; process 1 never builds its Pipeline. Process 0 is told so within arrival_timeout:
@@ -151,24 +170,13 @@ def test_processes_whose_limits_differ_form_the_group_and_meet():
     # Limits may differ between processes (python.md). Without a group of the caller's, one
     # with timeout=0 (no arrival limit) joined the store by torch's init_process_group alone,
     # and stayed in it once the other, joining rrfp's way, had given up on it.
-    here, env = two_processes()
     script = ("import sys, rrfp, lm\n"
               "limits = [dict(timeout=0), dict(timeout=5, arrival_timeout=10)]\n"
               "pipe = rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2,\n"
               "                     **limits[int(sys.argv[1])])\n"
               "xs, ys = lm.batches(2)\n"
               "print('loss', float(pipe.step(xs, ys)))\n")
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], cwd=here,
-                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in (0, 1)]
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=120))
-    finally:
-        for p in procs:
-            p.kill()
+    procs, outs = run_both(script, 120)
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0 and out.startswith("loss "), err[-2000:]
     assert outs[0][0] == outs[1][0]
@@ -178,7 +186,6 @@ def test_a_group_passed_by_some_processes_alone_is_refused_on_every_one():
     # Process 0 passes a Gloo group of its own over both ranks, process 1 none (the default
     # group, the same ranks): they met, then each gathered over its own group and waited for
     # the other there, for torch's 30 minutes.
-    here, env = two_processes()
     script = ("import sys, torch.distributed as dist, rrfp, lm\n"
               "dist.init_process_group('gloo')\n"
               "mine = dist.new_group([0, 1], backend='gloo')\n"
@@ -188,18 +195,7 @@ def test_a_group_passed_by_some_processes_alone_is_refused_on_every_one():
               "                  arrival_timeout=10, group=group)\n"
               "except ValueError as e:\n"
               "    print('ValueError:', e)\n")
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], cwd=here,
-                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in (0, 1)]
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=60))  # a hang fails here, in a minute
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+    _, outs = run_both(script, 60)  # a hang fails there, in a minute
     for out, err in outs:
         assert "ValueError: group: process(es) [0] passed a group of their own and " \
             "process(es) [1] the default group (group=None)" in out, (out + err)[-2000:]
