@@ -138,12 +138,11 @@ class Runtime {
   void tell_peers(int step, const std::exception_ptr& why);
   void on_peer_abort(const Message& msg);
   std::string peer_name(int endpoint) const;
-  // An endpoint can receive nothing more (its transport's error): kept, not failing the step
-  // running, which may need nothing more from it (a peer that ended its part of the last step
-  // and exited breaks its connections); a later step fails at once with it, and a stall names
-  // it as its likely cause.
-  // Endpoint `r` of `st` can receive nothing more: kept for later steps, and the step running
-  // fails now where that rank still waits for a message from another stage.
+  // Endpoint `r` of `st` can receive nothing more (its transport's error): the step running
+  // fails with it at once where that rank still waits for a message from another stage, and
+  // goes on where it waits for none (a peer that ended its part of the last step and exited
+  // breaks its connections); a later step fails at once with it, and a stall names it as its
+  // likely cause.
   void on_transport_broken(std::exception_ptr why, const Stage& st, int r);
   std::string transport_broken_text();
 
