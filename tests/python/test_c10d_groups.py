@@ -57,6 +57,24 @@ def test_one_replica_messages_outlast_pauses_and_collectives_take_the_timeout(mo
     assert got == dict(group=0, collectives=1, arrivals=2)
 
 
+def test_a_group_a_process_did_not_take_part_in_is_named(monkeypatch):
+    # One process ended while the others made the pipeline's groups: new_group failed with
+    # Gloo's bare "Socket Timeout", naming neither the call nor the processes.
+    recorded(monkeypatch, 2, 0)
+    made = []
+
+    def new_group(ranks, timeout=None, backend=None):
+        made.append(ranks)
+        if len(made) == 2:
+            raise RuntimeError("Socket Timeout")
+        return len(made) - 1
+    monkeypatch.setattr(dist, "new_group", new_group)
+    with pytest.raises(RuntimeError, match=r"making the pipeline's Gloo group over ranks "
+                       r"\[0, 1\] failed: every process of the job makes it, and one did not "
+                       r"\(it ended, or stopped answering\); Socket Timeout"):
+        _c10d.c10d_groups(None, 2, 1, 2.0, 5.0)
+
+
 def test_replicas_each_group_by_its_use(monkeypatch):
     _, made = recorded(monkeypatch, 4, 3)  # replica 1, stage 1
     got = _c10d.c10d_groups(None, 2, 2, 5.0, 9.0)

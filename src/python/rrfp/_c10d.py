@@ -215,8 +215,7 @@ def _messages_group(dist, ranks):
     step ("Application timeout caused pair closure"). A step that stops making progress is the
     pipeline's `timeout` to catch, not this group's."""
     import datetime
-    return dist.new_group(ranks, timeout=datetime.timedelta(days=_MESSAGES_TIMEOUT_DAYS),
-                          backend="gloo")
+    return _new_group(dist, ranks, datetime.timedelta(days=_MESSAGES_TIMEOUT_DAYS))
 
 
 def _bounded(dist, ranks, timeout):
@@ -224,11 +223,24 @@ def _bounded(dist, ranks, timeout):
     own timeout; made all the same, so that every process makes the same groups whatever its
     `timeout`, which the processes need not agree on)."""
     if timeout <= 0:
-        return dist.new_group(ranks, backend="gloo")
+        return _new_group(dist, ranks, None)
     import datetime
     # At least a millisecond, as the core rounds the pipeline's up to (torch would take 0).
-    return dist.new_group(ranks, timeout=datetime.timedelta(seconds=max(timeout, 1e-3)),
-                          backend="gloo")
+    return _new_group(dist, ranks, datetime.timedelta(seconds=max(timeout, 1e-3)))
+
+
+def _new_group(dist, ranks, timeout):
+    """new_group over `ranks` with Gloo, its waits `timeout` (None: torch's own). Making it
+    takes every process of the job; one that ended on the way failed it with Gloo's bare
+    "Socket Timeout", naming neither the call nor the processes: said here."""
+    kw = {} if timeout is None else {"timeout": timeout}
+    try:
+        return dist.new_group(ranks, backend="gloo", **kw)
+    except RuntimeError as e:
+        raise RuntimeError(
+            f"transport c10d: making the pipeline's Gloo group over ranks {ranks} failed: every "
+            "process of the job makes it, and one did not (it ended, or stopped answering); "
+            f"{e}") from e
 
 
 def _arrivals(dist, ranks, arrival):
