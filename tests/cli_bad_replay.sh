@@ -266,6 +266,10 @@ PY
 "$rrfp" simulate --pp 2 -m 4 --hint bf --policy ready --trace "$tmp/whole.json" >/dev/null
 { gzip -c "$tmp/whole.json"; echo "GARBAGE"; } >"$tmp/junk.json.gz"
 check "junk.json.gz: 8 byte(s) after the gzip stream that start no other gzip member" predict "$tmp/junk.json.gz"
+# Zero bytes after the stream are padding, skipped as gzip and Python skip them.
+{ gzip -c "$tmp/whole.json"; head -c 512 /dev/zero; } >"$tmp/padded.json.gz"
+"$rrfp" predict "$tmp/padded.json.gz" >/dev/null ||
+  { echo "FAIL: a gzip trace padded with zero bytes is refused"; fails=$((fails + 1)); }
 # One trace in two gzip members (as `cat a.gz b.gz` writes) is read whole.
 half=$(($(wc -c <"$tmp/whole.json") / 2))
 { head -c $half "$tmp/whole.json" | gzip -c; tail -c +$((half + 1)) "$tmp/whole.json" | gzip -c; } \

@@ -55,9 +55,11 @@ std::string gunzip(const std::string& in, const std::string& origin) {
     const int rc = inflate(&z, Z_NO_FLUSH);
     out.resize(out.size() - z.avail_out);
     if (rc == Z_STREAM_END) {
-      if (z.avail_in == 0) break;
-      // Bytes after a member that start no other were dropped without a word (the same JSON
-      // uncompressed, with them, was refused).
+      // Zero bytes after the last member are padding (block-padded copies), which gzip and
+      // Python skip too.
+      if (std::all_of(z.next_in, z.next_in + z.avail_in, [](Bytef b) { return b == 0; })) break;
+      // Other bytes after a member that start no other were dropped without a word (the same
+      // JSON uncompressed, with them, was refused).
       if (z.avail_in < 2 || z.next_in[0] != 0x1f || z.next_in[1] != 0x8b) {
         const std::size_t left = z.avail_in;
         inflateEnd(&z);
@@ -205,23 +207,21 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
   }
   // The first step that holds every task (a profiler window may cut the first or last one).
   std::string first_error;
-  bool first_missing = false;  // the first error is a lack of W tasks alone
+  bool only_w = false;  // a step lacks W tasks alone
   for (const Timeline& t : steps) {
     ImportedRun run;
     try {
       run = build_run(t, m, tp, o.message_us, origin);
     } catch (const InputError& e) {
-      if (first_error.empty()) {
-        first_error = e.what();
-        const auto* missing = dynamic_cast<const MissingTasks*>(&e);
-        first_missing = missing && missing->only_w;
-      }
+      if (first_error.empty()) first_error = e.what();
+      const auto* missing = dynamic_cast<const MissingTasks*>(&e);
+      only_w = only_w || (missing && missing->only_w);
       continue;
     }
     refuse_needless_message_us(run, o.message_us, origin);
     return run;
   }
-  const std::string why = first_missing && lacks_w(m, steps) ? kLacksW : "";
+  const std::string why = only_w && lacks_w(m, steps) ? kLacksW : "";
   throw InputError((steps.size() == 1 ? first_error
                                       : "no complete step among " + std::to_string(steps.size()) +
                                             "; the first: " + first_error) +
