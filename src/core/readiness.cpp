@@ -74,7 +74,11 @@ bool Readiness::deliver(const TaskId& task) {
 
 bool Readiness::waits_on_other_stages() const {
   for (const TaskId& t : m_.stage_tasks(stage_)) {
-    if (t.kind == Kind::W || input(t) != InputState::Missing) continue;
+    // Offered and Accepted (blocking mode's pull) still wait for the payload from the producer.
+    const InputState in = input(t);
+    if (t.kind == Kind::W ||
+        (in != InputState::Missing && in != InputState::Offered && in != InputState::Accepted))
+      continue;
     TaskId producer = t;
     producer.chunk += t.kind == Kind::F ? -1 : 1;
     if (m_.valid(producer) && m_.stage_of(producer) != stage_) return true;

@@ -54,7 +54,7 @@ class Readiness {
   // (the fixed order's next task, then by microbatch): the first `max`, and how many in all.
   std::vector<TaskId> expected(int max, int& total) const;
   // Whether a forward or backward of this stage still waits for its input from another stage
-  // (a message), not one of its own chunks.
+  // (a message, or a pulled payload), not from one of its own chunks.
   bool waits_on_other_stages() const;
 
  private:

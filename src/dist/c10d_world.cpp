@@ -102,11 +102,14 @@ void C10dWorld::wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what, 
     done = w->wait(limit.ms);
   } catch (const std::exception& e) {
     const std::string why = e.what();
-    if (leaves_it_posted && given_up_.empty()) given_up_ = what;
+    // Only the wait's own limit leaves the collective posted: Gloo's errors (a peer gone, the
+    // group's own timeout) end it and close the group.
+    const bool given_up = leaves_it_posted && why.find("Operation timed out!") != std::string::npos;
+    if (given_up && given_up_.empty()) given_up_ = what;
     throw Error("c10d: stage " + std::to_string(stage_) + " (rank " + std::to_string(rank()) +
                 " of the job): " + what +
                 " with the job's other processes failed (one exited, stopped answering, or " +
-                limit.late + (leaves_it_posted ? "" : "; Gloo then closes the groups for good") +
+                limit.late + (given_up ? "" : "; Gloo then closes the groups for good") +
                 "): " + first_line(why));
   }
   if (!done) {

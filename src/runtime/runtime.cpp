@@ -230,6 +230,12 @@ StepResult Runtime::run_step(int step) {
   const std::int64_t t0 = now_ns();
   for (auto& s : stages_)
     if (s) s->begin_step(step, t0);
+  {
+    // A break told during the barrier, before the stages began, found the last step's inputs
+    // all delivered and failed nothing: this step would wait for its watchdog.
+    std::lock_guard lk(cancel_mu_);
+    if (transport_broken_) failure_.fail(transport_broken_);
+  }
   std::vector<std::thread> threads;
   threads.reserve(local_.size());
   try {
