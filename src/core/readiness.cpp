@@ -73,17 +73,11 @@ bool Readiness::deliver(const TaskId& task) {
 }
 
 bool Readiness::waits_on_other_stages() const {
-  for (const TaskId& t : m_.stage_tasks(stage_)) {
-    // Offered and Accepted (blocking mode's pull) still wait for the payload from the producer.
-    const InputState in = input(t);
-    if (t.kind == Kind::W ||
-        (in != InputState::Missing && in != InputState::Offered && in != InputState::Accepted))
-      continue;
-    TaskId producer = t;
-    producer.chunk += t.kind == Kind::F ? -1 : 1;
-    if (m_.valid(producer) && m_.stage_of(producer) != stage_) return true;
-  }
-  return false;
+  // Only an input from another stage leaves Local (the constructor, by has_remote_input); one
+  // not yet delivered (Missing, or Offered and Accepted in blocking mode's pull) is still to come.
+  return std::any_of(input_.begin(), input_.end(), [](InputState s) {
+    return s != InputState::Local && s != InputState::Delivered;
+  });
 }
 
 std::vector<TaskId> Readiness::expected(int max, int& total) const {
