@@ -63,7 +63,7 @@ std::int64_t timeout_ms_of(double seconds, const char* name) {
                      ": must be 0 (no limit) or at least 0.001 seconds (the watchdog counts "
                      "milliseconds), got " +
                      fmt_given(seconds));
-  return std::max<std::int64_t>(seconds > 0 ? 1 : 0, std::llround(seconds * 1000));
+  return std::llround(seconds * 1000);
 }
 
 Hosting in_process_hosting(int world) {
