@@ -159,11 +159,14 @@ RunsSize runs_size(const Scenario& sc, const std::vector<RunSpec>& runs) {
   return s;
 }
 
-std::string runs_of_tasks(std::size_t runs, double total) {
+std::string task_count(double n) {
   // Under 100K tasks a run read "0.0M": counted as they are.
-  const double each = total / static_cast<double>(runs);
+  return n < 1e5 ? fmt("%.0f", n) : fmt("%.1fM", n / 1e6);
+}
+
+std::string runs_of_tasks(std::size_t runs, double total) {
   return std::to_string(runs) + " run" + (runs == 1 ? "" : "s") + " of " +
-         (each < 1e5 ? fmt("%.0f", each) : fmt("%.1fM", each / 1e6)) + " tasks";
+         task_count(total / static_cast<double>(runs)) + " tasks";
 }
 
 void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenario& sc,

@@ -43,8 +43,10 @@ struct RunsSize {
   double most = 0, total = 0, most_bytes = 0;
 };
 RunsSize runs_size(const Scenario& sc, const std::vector<RunSpec>& runs);
-// "4 runs of 2.1M tasks" for `runs` runs of `total` tasks in all, as the estimates name them.
+// "4 runs of 2.1M tasks" for `runs` runs of `total` tasks in all, as the estimates name them;
+// task_count: "2.1M", or the count itself under 100K ("0.0M" said nothing).
 std::string runs_of_tasks(std::size_t runs, double total);
+std::string task_count(double n);
 // Refuses (InputError) runs whose estimated memory exceeds what this machine has available;
 // announces a large one on stderr (report/estimate.hpp). `command`: "simulate", "run".
 void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenario& sc,

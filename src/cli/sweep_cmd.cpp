@@ -271,11 +271,8 @@ void check_sweep_fits(const SweepFlags& f, const std::vector<RunSpec>& specs) {
   const double rows = runs * kRowBytes;
   const TaskCost cost{(worst.most_bytes + rows) / worst.most, kSimulateCost.seconds};
   const double seconds = work * kSimulateCost.seconds + runs * kRunSeconds;
-  // Under 100K tasks a run read "0.0M": counted as they are.
-  const std::string most =
-      worst.most < 1e5 ? fmt("%.0f", worst.most) : fmt("%.1fM", worst.most / 1e6);
   check_fits("sweep: " + fmt("%.0f", points) + (points == 1 ? " grid point" : " grid points") +
-                 ", runs of up to " + most + " tasks",
+                 ", runs of up to " + task_count(worst.most) + " tasks",
              worst.most, cost, "--pp, --mb-factors, --tp or --seeds",
              seconds / (worst.most * kSimulateCost.seconds));
 }
