@@ -235,6 +235,23 @@ def test_a_load_pre_hooks_renaming_is_taken_as_torch_takes_it():
     assert same_states(states(chunks), before)
 
 
+def test_an_entry_a_pre_hook_renames_keeps_the_dtype_and_shape_checks():
+    # Under its old name it matched nothing of the chunk's: a float64 entry was cast to the
+    # chunk's float32 by torch's copy, silently, where under its new name it is refused.
+    chunks, pipe = trained(Renamed)
+    old = {k.replace(".weight", ".gamma") if k.count(".") == 1 else k: v.clone() + 1
+           for k, v in pipe.state_dict().items()}
+    before = states(chunks)
+    for value, words in ((old["1.gamma"].double(), "is torch.float64, the chunk's torch.float32"),
+                         (torch.ones(5), r"has shape \[5\], the chunk's \[4\]")):
+        with pytest.raises(ValueError, match=f"chunk 1: '1.weight' {words}.*pre-hooks"):
+            pipe.load_state_dict({**old, "1.gamma": value})
+        assert same_states(states(chunks), before)
+    # The hooks of rrfp's are gone after the load: the chunk's own hooks alone remain.
+    assert pipe.load_state_dict(old) == ([], [])
+    assert [len(m._load_state_dict_pre_hooks) for m in chunks[1].modules()] == [1, 0]
+
+
 def test_a_checkpoint_of_the_earlier_version_loads_through_its_pre_hook(tmp_path):
     # load() is strict: the earlier version's checkpoint could not be resumed at all.
     old_chunks, old = trained(Old)

@@ -2,7 +2,9 @@
 it belongs to (with torch's version metadata of each module), check_model_state checks a state
 against the chunks before anything is loaded, and apply_model_state loads it, all or nothing."""
 import collections
+import contextlib
 import copy
+import itertools
 
 import torch
 
@@ -117,26 +119,8 @@ def check_model_state(chunks, n_chunks, state, strict, keys=None):
                     "model cut into other chunks?" if per_chunk else
                     f"; it holds no entry of any of this model's {n_chunks} chunks")
                 _refuse_keys(c, missing, unexpected, held)
-        bad = []
-        for name, value in got.items():
-            mine = own.get(name)
-            if not isinstance(mine, torch.Tensor):
-                continue  # an unexpected entry (not strict: skipped, as torch skips it)
-            if not isinstance(value, torch.Tensor):
-                raise TypeError(f"state_dict: chunk {c}: '{c}.{name}' is a "
-                                f"{type(value).__name__}, not a tensor")
-            if value.shape != mine.shape and not _resized_by_torch(chunks[c], name):
-                bad.append(f"'{c}.{name}' has shape {list(value.shape)}, the chunk's "
-                           f"{list(mine.shape)}")
-            elif value.dtype != mine.dtype:
-                bad.append(f"'{c}.{name}' is {value.dtype}, the chunk's {mine.dtype} (convert "
-                           "the state or the model first if that is meant)")
-            elif value.layout != mine.layout or (value.is_meta and not mine.is_meta):
-                # torch's copy refused them partway through the load, the chunks before this
-                # one already overwritten.
-                what = "on the meta device (no values)" if value.layout == mine.layout else \
-                    f"{value.layout}, the chunk's {mine.layout}"
-                bad.append(f"'{c}.{name}' is {what}")
+        bad = [b for b in (_entry_problem(chunks[c], c, name, value, own.get(name))
+                           for name, value in got.items()) if b]
         if bad:
             raise ValueError(f"state_dict: chunk {c}: {some_of(bad, 3)}")
     if keys is not None:
@@ -147,6 +131,28 @@ def check_model_state(chunks, n_chunks, state, strict, keys=None):
         if meta is not None:  # torch's load_state_dict reads each module's version from it
             out[c]._metadata = _chunk_metadata(meta, c)
     return out
+
+
+def _entry_problem(chunk, c, name, value, mine):
+    """What is wrong with `value` as entry `name` of chunk `c`, whose own is `mine`, or None:
+    another shape, dtype or layout (raises TypeError where it is no tensor)."""
+    if not isinstance(mine, torch.Tensor):
+        return None  # an unexpected entry (not strict: skipped, as torch skips it)
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"state_dict: chunk {c}: '{c}.{name}' is a "
+                        f"{type(value).__name__}, not a tensor")
+    if value.shape != mine.shape and not _resized_by_torch(chunk, name):
+        return f"'{c}.{name}' has shape {list(value.shape)}, the chunk's {list(mine.shape)}"
+    if value.dtype != mine.dtype:
+        return (f"'{c}.{name}' is {value.dtype}, the chunk's {mine.dtype} (convert the state "
+                "or the model first if that is meant)")
+    if value.layout != mine.layout or (value.is_meta and not mine.is_meta):
+        # torch's copy refused them partway through the load, the chunks before this one
+        # already overwritten.
+        what = "on the meta device (no values)" if value.layout == mine.layout else \
+            f"{value.layout}, the chunk's {mine.layout}"
+        return f"'{c}.{name}' is {what}"
+    return None
 
 
 class _Checked(dict):
@@ -220,7 +226,8 @@ def apply_model_state(chunks, checked):
     try:
         for c in own:
             kept[c] = _copy_state(chunks[c])
-            got = chunks[c].load_state_dict(checked[c], strict=False)
+            with _checked_after_hooks(chunks[c], c, c in by_torch):
+                got = chunks[c].load_state_dict(checked[c], strict=False)
             if c in by_torch:  # its names, compared once its pre-hooks have run
                 _note_keys(checked.noted, c, got.missing_keys, got.unexpected_keys)
                 if checked.strict and (got.missing_keys or got.unexpected_keys):
@@ -239,6 +246,36 @@ def apply_model_state(chunks, checked):
     for c, got in checked.items():
         if c not in kept:
             chunks[c].load_state_dict(got, strict=False)
+
+
+@contextlib.contextmanager
+def _checked_after_hooks(chunk, c, renames):
+    """Where `renames` (chunk `c` has load pre-hooks, _renames_on_load), checks each module's
+    entries as its own pre-hooks leave them, by a pre-hook of rrfp's that runs after them: an
+    entry renamed from an old name matched nothing of the chunk's before, and torch's copy cast
+    one of another dtype silently. A refusal raises inside the load, which
+    apply_model_state puts back."""
+    if not renames:
+        yield
+        return
+
+    def check(module, state, prefix):
+        own = itertools.chain(module._parameters.items(), (
+            (k, b) for k, b in module._buffers.items()
+            if k not in module._non_persistent_buffers_set))
+        bad = [b for b in (_entry_problem(chunk, c, prefix + k, state[prefix + k], mine)
+                           for k, mine in own if prefix + k in state) if b]
+        if bad:
+            raise ValueError(f"state_dict: chunk {c}: {some_of(bad, 3)} (as the chunk's load "
+                             "pre-hooks left it)")
+
+    handles = [m._register_load_state_dict_pre_hook(
+        lambda state, prefix, *_, m=m: check(m, state, prefix)) for m in chunk.modules()]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def _own_loading(chunk):
