@@ -3,6 +3,7 @@
 // and the sending side: the poster and the completions of sends) and c10d_receive.cpp (the
 // receiving loops). Private to comm/ (c10d_transport.hpp is the interface).
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -26,6 +27,14 @@ inline constexpr std::size_t kSlotBytes = sizeof(Wire) + C10dTransport::kInlineB
 // A payload received ahead of its header and smaller than this is copied out, so that the
 // receive's buffer (kAheadBytes) is held only by a payload of at least a quarter of its size.
 inline constexpr std::size_t kCopyOutBytes = C10dTransport::kAheadBytes / 4;
+
+// How long the transport waits for one of its sends or receives: a year, longer than any
+// pause between two steps (a receive stays posted between them), so that the group's own
+// timeout, which Gloo applies where a wait names none and at which it closes every connection
+// of the group, bounds the group's making alone (a process that ended inside new_group held
+// the others for the group's timeout). A step that stops making progress is the runtime's
+// watchdog's to end, by abort().
+inline constexpr std::chrono::milliseconds kMessageWait = std::chrono::hours(24 * 365);
 
 // A uint8 tensor over `n` bytes at `p`; the caller keeps the memory until the work that uses
 // it has completed.

@@ -34,7 +34,7 @@ bool C10dTransport::Impl::wait(c10::intrusive_ptr<c10d::Work> w,
   bool ok = false;
   std::exception_ptr err;
   try {
-    ok = w->wait();
+    ok = w->wait(kMessageWait);
   } catch (...) {
     err = std::current_exception();
   }

@@ -49,11 +49,15 @@ def recorded(monkeypatch, world, rank, backend="gloo"):
     return default, made
 
 
-def test_one_replica_messages_outlast_pauses_and_collectives_take_the_timeout(monkeypatch):
+def test_one_replica_messages_within_the_arrival_and_collectives_take_the_timeout(monkeypatch):
+    # The messages' groups are made within the arrival's limit (a process that ended inside
+    # new_group held the others for the year of their timeout); their waits outlast pauses by
+    # the transport's own limit (mp_pause.py).
     _, made = recorded(monkeypatch, 2, 1)
     got = _c10d.c10d_groups(None, 2, 1, 7.0, 60.0)
-    assert made == [([0, 1], YEAR, "gloo"), ([0, 1], datetime.timedelta(seconds=7), "gloo"),
-                    ([0, 1], datetime.timedelta(seconds=60), "gloo")]
+    sixty = datetime.timedelta(seconds=60)
+    assert made == [([0, 1], sixty, "gloo"), ([0, 1], datetime.timedelta(seconds=7), "gloo"),
+                    ([0, 1], sixty, "gloo")]
     assert got == dict(group=0, collectives=1, arrivals=2)
 
 
@@ -79,7 +83,7 @@ def test_replicas_each_group_by_its_use(monkeypatch):
     _, made = recorded(monkeypatch, 4, 3)  # replica 1, stage 1
     got = _c10d.c10d_groups(None, 2, 2, 5.0, 9.0)
     five, nine = datetime.timedelta(seconds=5), datetime.timedelta(seconds=9)
-    assert made == [([0, 1], YEAR, "gloo"), ([2, 3], YEAR, "gloo"),  # the pipelines' messages
+    assert made == [([0, 1], nine, "gloo"), ([2, 3], nine, "gloo"),  # the pipelines' messages
                     ([0, 1], five, "gloo"), ([2, 3], five, "gloo"),  # their collectives
                     ([0, 2], five, "gloo"), ([1, 3], five, "gloo"),  # the stages' replicas
                     ([0, 1], nine, "gloo"), ([2, 3], nine, "gloo"),  # the arrivals: pipelines
@@ -91,7 +95,7 @@ def test_a_default_group_of_another_backend_is_compared_over_the_messages_group(
     _, made = recorded(monkeypatch, 2, 0, backend="nccl")
     got = _c10d.c10d_groups(None, 2, 1, 3.0, 3.0)
     three = datetime.timedelta(seconds=3)
-    assert made == [([0, 1], YEAR, "gloo"), ([0, 1], three, "gloo"), ([0, 1], three, "gloo")]
+    assert made == [([0, 1], three, "gloo")] * 3
     assert got == dict(group=0, collectives=1, arrivals=2)
 
 
@@ -120,7 +124,8 @@ def test_a_default_group_of_another_backend_with_replicas_destroys_its_layouts_g
     destroyed = []
     monkeypatch.setattr(dist, "destroy_process_group", destroyed.append)
     got = _c10d.c10d_groups(None, 2, 2, 3.0, 3.0)
-    assert made[0] == ([0, 1, 2, 3], YEAR, "gloo") and destroyed == [0]
+    assert made[0] == ([0, 1, 2, 3], datetime.timedelta(seconds=3), "gloo")
+    assert destroyed == [0]
     assert 0 not in got.values()
 
 
@@ -128,7 +133,8 @@ def test_no_timeout_leaves_the_collectives_torchs_and_a_callers_subgroup_is_take
     _, made = recorded(monkeypatch, 2, 0)
     assert _c10d.c10d_groups(None, 2, 1, 0.0, 0.0) == dict(group=0, collectives=1, arrivals=2)
     assert made[1] == ([0, 1], None, "gloo")
-    assert made[2] == ([0, 1], YEAR, "gloo")  # no arrival limit: as long as the messages wait
+    # No arrival limit: the messages' group and the arrivals' are made within a year.
+    assert made[0] == made[2] == ([0, 1], YEAR, "gloo")
     mine = object()  # a Gloo subgroup of the caller's: the processes outside it make no other
     made.clear()
     assert _c10d.c10d_groups(mine, 2, 1, 4.0, 60.0) == dict(group=mine)

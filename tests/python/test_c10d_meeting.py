@@ -199,3 +199,23 @@ def test_a_group_passed_by_some_processes_alone_is_refused_on_every_one():
     for out, err in outs:
         assert "ValueError: group: process(es) [0] passed a group of their own and " \
             "process(es) [1] the default group (group=None)" in out, (out + err)[-2000:]
+
+
+def test_a_process_that_ends_while_the_groups_are_made_fails_the_others_in_time():
+    # Both met; process 1 then ends inside new_group of the pipeline's first group, the
+    # messages' (made as the others wait for it there). That group's timeout was a year, its
+    # messages' waits being the transport's to bound: process 0 waited in it that long. It is
+    # made within arrival_timeout now.
+    script = ("import os, sys, torch.distributed as dist, rrfp, lm\n"
+              "if sys.argv[1] == '1':\n"
+              "    dist.new_group = lambda *args, **kw: os._exit(3)\n"
+              "try:\n"
+              "    rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=2, timeout=1,\n"
+              "                  arrival_timeout=2)\n"
+              "except RuntimeError as e:\n"
+              "    print('RuntimeError:', e)\n")
+    procs, outs = run_both(script, 90)  # a hang fails there
+    assert procs[1].returncode == 3
+    out, err = outs[0]
+    assert "RuntimeError: transport c10d: making the pipeline's Gloo group over ranks [0, 1] " \
+        "failed: every process of the job makes it, and one did not" in out, (out + err)[-2000:]

@@ -21,8 +21,9 @@ def c10d_groups(group, pp, dp, timeout=0.0, arrival=0.0):
     gathers where the processes meet at a call (_calls.gather), after what each did alone
     between calls, run on groups whose timeout is `arrival`: one pausing alone between steps
     for longer than `timeout` failed the others' next step, and Gloo closed the groups. The
-    pipeline's messages run on groups whose timeout outlasts any pause between steps
-    (_messages_group): their receives stay posted between steps. A Gloo subgroup of the
+    pipeline's messages run on groups made within `arrival`, whose sends and receives wait
+    with a limit of the transport's that outlasts any pause between steps (_messages_group):
+    their receives stay posted between steps. A Gloo subgroup of the
     caller's is used for all as it is: the processes outside it would make no other."""
     import torch.distributed as dist
     group = _met_group(dist, group, arrival)
@@ -33,7 +34,7 @@ def c10d_groups(group, pp, dp, timeout=0.0, arrival=0.0):
         # The default group of NCCL, say, carries CUDA tensors alone: compared over the Gloo
         # group of its ranks that dp=1 keeps as its own (every process makes it first, whatever
         # its pp and dp; with dp > 1 it is destroyed: no pipeline's, nothing released it).
-        host = _messages_group(dist, group_ranks(dist, group))
+        host = _messages_group(dist, group_ranks(dist, group), arrival)
         _agree_layout(dist, host, pp, dp)
         if dp > 1:
             dist.destroy_process_group(host)
@@ -44,7 +45,7 @@ def c10d_groups(group, pp, dp, timeout=0.0, arrival=0.0):
         # receives, posted between steps, took the caller's own point-to-point messages of the
         # default group (a dist.recv then waited for ever), and NCCL carries no host memory.
         ranks = group_ranks(dist, group)
-        pipe = host if host is not None else _messages_group(dist, ranks)
+        pipe = host if host is not None else _messages_group(dist, ranks, arrival)
         return dict(group=pipe, collectives=_bounded(dist, ranks, timeout),
                     arrivals=_arrivals(dist, ranks, arrival))
     world = dist.get_world_size(group)
@@ -60,7 +61,8 @@ def c10d_groups(group, pp, dp, timeout=0.0, arrival=0.0):
     me = dist.get_rank(group)
     pipes = [[ranks[r * pp + s] for s in range(pp)] for r in range(dp)]
     stages = [[ranks[r * pp + s] for r in range(dp)] for s in range(pp)]
-    made = ([_messages_group(dist, g) for g in pipes], [_bounded(dist, g, timeout) for g in pipes],
+    made = ([_messages_group(dist, g, arrival) for g in pipes],
+            [_bounded(dist, g, timeout) for g in pipes],
             [_bounded(dist, g, timeout) for g in stages],
             [_arrivals(dist, g, arrival) for g in pipes],
             [_arrivals(dist, g, arrival) for g in stages])
@@ -102,8 +104,8 @@ def _meet(dist, group, arrival, kind="1"):
     until theirs, and then named it as not come. What follows waits for every process
     in torch's own terms: the layout's gather over the group, with the group's timeout (30
     minutes unless the caller set another), and new_group, whose waits take the new group's
-    (a year for the messages' groups), so that a process that never built its Pipeline held
-    the others that long, and arrival_timeout did not apply.
+    (a year for the messages' groups then), so that a process that never built its Pipeline
+    held the others that long, and arrival_timeout did not apply.
 
     The store is polled, never waited on: a wait that timed out stayed registered with torch
     1.13's store, whose reply to it, once the key came, answered the next request on the
@@ -208,14 +210,19 @@ def _destroy_groups(made, pid, core):
 _MESSAGES_TIMEOUT_DAYS = 365
 
 
-def _messages_group(dist, ranks):
-    """A Gloo group over `ranks` for the pipeline's messages. Its receives stay posted between
-    steps, and Gloo fails a wait at its group's timeout and closes every connection of the
-    group: under torch's 30 minutes, a pause between steps longer than that failed every later
-    step ("Application timeout caused pair closure"). A step that stops making progress is the
-    pipeline's `timeout` to catch, not this group's."""
+def _messages_group(dist, ranks, arrival):
+    """A Gloo group over `ranks` for the pipeline's messages, made within `arrival` seconds (0:
+    a year). Its receives stay posted between steps, and Gloo fails a wait at its group's
+    timeout and closes every connection of the group: a pause between steps longer than that
+    failed every later step ("Application timeout caused pair closure"). The transport waits
+    for each message with a year's limit of its own, so the group's timeout bounds its making
+    (with a year, a process that ended inside new_group held the others that long) and the
+    collectives that run on it: the layout's comparison, and the arrivals' gathers where
+    `arrival` is 0 (no limit). A step that stops making progress is the pipeline's `timeout`
+    to catch, not this group's."""
     import datetime
-    return _new_group(dist, ranks, datetime.timedelta(days=_MESSAGES_TIMEOUT_DAYS))
+    return _new_group(dist, ranks, datetime.timedelta(seconds=arrival) if arrival > 0 else
+                      datetime.timedelta(days=_MESSAGES_TIMEOUT_DAYS))
 
 
 def _bounded(dist, ranks, timeout):
@@ -246,7 +253,7 @@ def _new_group(dist, ranks, timeout):
 def _arrivals(dist, ranks, arrival):
     """A Gloo group over `ranks` for the gathers where the processes meet at a call, whose
     operations end within `arrival` seconds (0: no limit, as the messages' groups)."""
-    return _bounded(dist, ranks, arrival) if arrival > 0 else _messages_group(dist, ranks)
+    return _bounded(dist, ranks, arrival) if arrival > 0 else _messages_group(dist, ranks, 0)
 
 
 def _agree_layout(dist, group, pp, dp):
