@@ -220,9 +220,10 @@ def _messages_group(dist, ranks, arrival):
     collectives that run on it: the layout's comparison, and the arrivals' gathers where
     `arrival` is 0 (no limit). A step that stops making progress is the pipeline's `timeout`
     to catch, not this group's."""
+    if arrival > 0:
+        return _bounded(dist, ranks, arrival)
     import datetime
-    return _new_group(dist, ranks, datetime.timedelta(seconds=arrival) if arrival > 0 else
-                      datetime.timedelta(days=_MESSAGES_TIMEOUT_DAYS))
+    return _new_group(dist, ranks, datetime.timedelta(days=_MESSAGES_TIMEOUT_DAYS))
 
 
 def _bounded(dist, ranks, timeout):
@@ -252,8 +253,9 @@ def _new_group(dist, ranks, timeout):
 
 def _arrivals(dist, ranks, arrival):
     """A Gloo group over `ranks` for the gathers where the processes meet at a call, whose
-    operations end within `arrival` seconds (0: no limit, as the messages' groups)."""
-    return _bounded(dist, ranks, arrival) if arrival > 0 else _messages_group(dist, ranks, 0)
+    operations end within `arrival` seconds (0: no limit): made as the messages' groups are,
+    a group of its own all the same (the messages' receives stay posted between calls)."""
+    return _messages_group(dist, ranks, arrival)
 
 
 def _agree_layout(dist, group, pp, dp):
