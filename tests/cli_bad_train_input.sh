@@ -105,6 +105,13 @@ small=(--d-model 16 --heads 2 --layers 4 --max-seq 32 --max-len 32 --min-len 8 -
   { echo "FAIL: the banner of a TP=2 run"; fails=$((fails + 1)); }
 check "--resume: the checkpoint is already at step 2 of --steps 1" train "${small[@]}" \
   --steps 1 --resume "$tmp/ck2/checkpoint.bin" --out "$tmp/ck2"
+# Into a new --out, past --steps or at it (no log there holds a validation to fill in): refused
+# before the folder is made (it was left holding the lock file alone).
+for n in 1 2; do
+  check "--resume: the checkpoint is already at step 2 of --steps $n" train "${small[@]}" \
+    --steps $n --resume "$tmp/ck2/checkpoint.bin" --out "$tmp/new$n"
+  [ -e "$tmp/new$n" ] && { echo "FAIL: a resume at its end made --out"; fails=$((fails + 1)); }
+done
 # A checkpoint refused (here cut short) leaves no --out behind: it was made, holding the lock
 # file alone, before the checkpoint was read.
 head -c 4000 "$tmp/ck2/checkpoint.bin" >"$tmp/cut.bin"
@@ -175,15 +182,15 @@ check "--data: the text task's corpus and its windows; --task is image-text" tra
 check "--min-len: the text task's corpus and its windows; --task is image-text" train --task image-text --min-len 60 --out "$tmp/o"
 check "--max-len: the text task's corpus and its windows; --task is image-text" train --task image-text --max-len 64 --out "$tmp/o"
 check "--deterministic: off trades a GPU's bitwise results for speed (--device cuda)" train --deterministic off --out "$tmp/o"
-# Training's own files in --out: a FIFO there ends the run (exit 1) in a line, at once (loss.csv
-# before the first step), whether a reader holds it or not; a second run on a folder in use is
-# refused (exit 2).
+# Training's own files in --out: a FIFO there is refused before the first step (exit 2, as a
+# directory there is) in a line, at once, whether a reader holds it or not; a second run on a
+# folder in use is refused (exit 2).
 small=(--steps 2 --pp 2 -m 2 --d-model 16 --layers 2 --heads 2 --eval-every 0)
 for f in loss.csv checkpoint.bin.tmp; do
   rm -rf "$tmp/fo" && mkdir "$tmp/fo" && mkfifo "$tmp/fo/$f"
   timeout 60 "$rrfp" train "${small[@]}" --save-every 1 --out "$tmp/fo" >/dev/null 2>"$tmp/fo.err"
   rc=$?
-  [ $rc -eq 1 ] && grep -Eq "$f' is a FIFO(, not a file| with no reader)" "$tmp/fo.err" ||
+  [ $rc -eq 2 ] && grep -Eq "$f' is a FIFO, not a file" "$tmp/fo.err" ||
     { echo "FAIL: train with $f a FIFO -> rc=$rc"; cat "$tmp/fo.err"; fails=$((fails + 1)); }
 done
 rm -rf "$tmp/lk" && mkdir "$tmp/lk"

@@ -110,6 +110,22 @@ mkfifo "$out/n0/h.fifo" "$out/n1/h.fifo"
 refused "--hint: 'h.fifo' is not a regular file" "$out/n0" "$out/n1" "${tiny[@]}" \
   --steps 2 --hint h.fifo --out "$out/f"
 
+# A FIFO at loss.csv in rank 1's --out only: refused before the first step by rank 1, agreed by
+# both (it was an error of the run: each process printed its own line and the job aborted).
+mkdir -p "$out/n0/fo" "$out/n1/fo" && mkfifo "$out/n1/fo/loss.csv"
+refused "mpi rank 1: --out: 'fo/loss.csv' is a FIFO, not a file" "$out/n0" "$out/n1" \
+  "${tiny[@]}" --steps 2 --out fo
+
+# Rank 1 under another intra-op thread count: the job trains, and rank 0 says once that its
+# bits match no one-process run's (it was silent).
+timeout 120 "${mpi[@]}" 1 -x OMP_NUM_THREADS=1 "$rrfp" train --transport mpi "${tiny[@]}" \
+  --steps 1 --out "$out/omp" : -np 1 -x OMP_NUM_THREADS=2 "$rrfp" train --transport mpi \
+  "${tiny[@]}" --steps 1 --out "$out/omp" >"$out/omp.log" 2>&1 &&
+  [ "$(grep -c "warning: OMP_NUM_THREADS: the processes compute with other intra-op thread \
+counts (rank 0 1, rank 1 2)" "$out/omp.log")" -eq 1 ] ||
+  { grep rrfp "$out/omp.log"; fail "rank 1 under OMP_NUM_THREADS=2: no warning, or not one"; }
+echo "rank 1 under OMP_NUM_THREADS=2: said once"
+
 # A --dp far past the processes: refused as the layout, where the memory its replicas would
 # take was refused first, naming --microbatches.
 refused "mpirun -np 2: the layout --pp 2 x --tp 1 x --dp 3000000 needs 6000000 ranks" \

@@ -5,6 +5,7 @@
 # saying so, the previous checkpoint kept. Usage: train_signals.sh PATH/TO/rrfp
 source "$(dirname "$0")/run_script.sh"
 small=(--d-model 32 --layers 4 --eval-every 0)
+unset OMP_NUM_THREADS  # one intra-op thread, as a resume below is told another count
 
 # Waits (at most 60 s) until OUT/loss.csv holds at least N step rows.
 wait_rows() {
@@ -42,8 +43,15 @@ rc=$?
   cmp -s "$tmp/a/loss.csv" "$tmp/a.csv" ||
   fail "a mid-run checkpoint resumed at its step: exit $rc, $(tail -1 "$tmp/at.log")"
 # The checkpoint is the last finished step's: a resume starts right after the last row.
-"$rrfp" train "${small[@]}" --steps $((last + 1)) --resume "$tmp/a/checkpoint.bin" \
-  --out "$tmp/a" >"$tmp/r.log" 2>&1 || fail "resume failed: $(tail -1 "$tmp/r.log")"
+# Under another intra-op thread count, which changes a step's last bits, and other validation
+# batches, which change the log's val_loss column (each said; neither was).
+OMP_NUM_THREADS=2 "$rrfp" train "${small[@]}" --steps $((last + 1)) --eval-batches 2 \
+  --resume "$tmp/a/checkpoint.bin" --out "$tmp/a" >"$tmp/r.log" 2>&1 ||
+  fail "resume failed: $(tail -1 "$tmp/r.log")"
+grep -q "warning: the intra-op threads (OMP_NUM_THREADS) are 2; the checkpoint's run had 1" \
+  "$tmp/r.log" || fail "no warning about the intra-op threads: $(head -3 "$tmp/r.log")"
+grep -q "warning: --eval-batches is 2; the checkpoint's run had 8" "$tmp/r.log" ||
+  fail "no warning about --eval-batches: $(head -3 "$tmp/r.log")"
 grep -q "resumed from $tmp/a/checkpoint.bin at step $last" "$tmp/r.log" || fail "resume did not start at step $last"
 grep -q "^done: steps $((last + 1)) to $((last + 1)) of $((last + 1))," "$tmp/r.log" ||
   fail "the resumed run's closing line: $(grep '^done' "$tmp/r.log")"

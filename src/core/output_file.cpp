@@ -260,7 +260,10 @@ void check_output_path(const std::string& path, const std::string& what, OutputM
     if (S_ISDIR(st.st_mode)) throw InputError(what + " is a directory, not a file");
     if (descriptor_named(path, st) >= 0) return;  // written through the process's own
     if (S_ISSOCK(st.st_mode)) throw InputError(what + " is a socket, not a file");
-    if (S_ISFIFO(st.st_mode) && !mode.named_by_user) throw Error(what + " is a FIFO, not a file");
+    // Before the work a FIFO in the way is the input's (as a directory there is), so that every
+    // process of a job agrees on the refusal; met mid-run by open_output, it fails the run.
+    if (S_ISFIFO(st.st_mode) && !mode.named_by_user)
+      throw InputError(what + " is a FIFO, not a file");
     if (S_ISFIFO(st.st_mode)) return hold_fifo(path, what);
     if (::access(path.c_str(), W_OK) != 0)
       throw InputError(what + " cannot be written: " + std::strerror(errno));

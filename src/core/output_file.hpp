@@ -12,8 +12,8 @@ struct OutputMode {
   bool append = false;  // keep what is there (a resumed log); else truncate
   // An output the user named (`--json FILE`): a FIFO that has a reader is accepted
   // (`--json >(jq .)` names a pipe), and a refusal is bad input (InputError). Files rrfp places
-  // itself (its log, a checkpoint's temporary) refuse every FIFO, and a refusal mid-run is a
-  // failure of the run (Error).
+  // itself (its log, a checkpoint's temporary) refuse every FIFO: bad input before the work
+  // (check_output_path), a failure of the run (Error) when open_output meets one mid-run.
   bool named_by_user = true;
 };
 
@@ -31,7 +31,7 @@ int open_output(const std::string& path, const std::string& what, OutputMode mod
 // to look, it would tell a reader waiting in its open that the output had ended). A command checks
 // its outputs before its work, so that a mistyped folder, a FIFO nobody reads or /proc does not
 // cost the work first.
-// A file rrfp places itself (mode.named_by_user false) refuses every FIFO here (Error).
+// A file rrfp places itself (mode.named_by_user false) refuses every FIFO here.
 void check_output_path(const std::string& path, const std::string& what, OutputMode mode = {});
 
 // Writes `bytes` as the whole of `path`, an output the user named, so that a failed write

@@ -202,6 +202,9 @@ std::vector<std::string> differences(const nlohmann::json& h, const CheckpointSt
       if (name == "data_contents" && was.is_string())  // the corpus read, named by its flag
         out.push_back("`data` holds " + mine.get<std::string>() + "; the checkpoint's run read " +
                       was.get<std::string>().substr(0, 120));
+      else if (name == "intra_op_threads")  // no option: torch's count, or OMP_NUM_THREADS's
+        out.push_back("the intra-op threads (OMP_NUM_THREADS) are " + brief(mine) +
+                      "; the checkpoint's run had " + brief(was));
       else
         out.push_back("`" + name + "` is " + brief(mine) + "; the checkpoint's run had " +
                       brief(was));

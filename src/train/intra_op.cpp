@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/threads.hpp"
+#include "dist/job.hpp"
 #include "train/run.hpp"
 
 namespace rrfp::train {
@@ -55,6 +58,19 @@ void use_one_intra_op_thread() {
   // LibTorch's pool, made here, waits for workers that never started.
   check_threads_can_start();
   at::set_num_threads(1);
+}
+
+std::string intra_op_threads_differ(Job& job) {
+  const double mine = at::get_num_threads();
+  const Differing d = differing_over_job(job, std::span(&mine, 1)).at(0);
+  if (d.other.empty()) return {};
+  std::string each;
+  for (int r : d.other)
+    if (each.size() < 200) each += ", rank " + std::to_string(r) + " " + fmt("%g", d.by_rank[r]);
+  return "OMP_NUM_THREADS: the processes compute with other intra-op thread counts (rank " +
+         std::to_string(d.first) + " " + fmt("%g", d.by_rank[d.first]) + each +
+         "); a step's last bits depend on the count, so the job's results match no one-process "
+         "run's: give every process the same (mpirun -x OMP_NUM_THREADS=N)";
 }
 
 }  // namespace rrfp::train

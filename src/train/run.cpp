@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -40,12 +41,19 @@ class Run {
     std::vector<std::string> differences;
     // Read before `out` is made: a checkpoint refused (corrupt, another task's) left a new
     // `out` behind, holding the lock file alone.
+    // The validation's settings, with the log's val_loss column: a resume under others wrote
+    // its rows beside the earlier ones without a word.
+    trainer_.record_option("eval_every", o_.eval_every);
+    trainer_.record_option("eval_batches", o_.eval_batches);
     if (!o_.resume.empty()) differences = trainer_.resume(o_.resume);
+    first_ = trainer_.steps_done();
+    // Past `steps`, or at it with no log in `out` to hold a validation cut short: refused before
+    // `out` is made (a new one was left holding the lock file alone).
+    if (first_ > t_.steps || (first_ == t_.steps && !log_in_out())) refuse_at_the_end();
     agree_on_input(t_.job, [&] {
       prepare_run_out(in);
       if (root_) lock_.lock(o_.out);
     });
-    first_ = trainer_.steps_done();
     agree_on_input(t_.job, [&] {  // a resume's log, read once for its checks and continuation
       if (!root_ || first_ == 0) return;
       old_log_ = read_log(dir() + "loss.csv", first_);
@@ -55,9 +63,10 @@ class Run {
     // Refused in one line: the warnings below would only add to it. A checkpoint of the last
     // step is taken only where a signal cut that step's due validation short: the resume
     // validates it, and only that.
-    if (first_ >= t_.steps && !(first_ == t_.steps && validation_cut_short()))
-      throw InputError("`resume`: the checkpoint is already at step " + std::to_string(first_) +
-                       " of `steps` " + std::to_string(t_.steps));
+    if (first_ == t_.steps && !validation_cut_short()) refuse_at_the_end();
+    if (t_.job)  // a collective: every process
+      if (const std::string w = intra_op_threads_differ(*t_.job); root_ && o_.warn && !w.empty())
+        o_.warn(w);
     for (const std::string& d : differences)
       if (root_ && o_.warn) o_.warn(d + ": the run will not continue as that one would have");
     if (const std::string w = schedule_warning(t_); root_ && o_.warn && !w.empty()) o_.warn(w);
@@ -104,6 +113,17 @@ class Run {
     return steps == t_.steps || (o_.eval_every > 0 && steps % o_.eval_every == 0);
   }
   std::string checkpoint() const { return o_.out + "/checkpoint.bin"; }
+  // Whether rank 0's `out` holds a log (agreed over a job: rank 0 alone reads it).
+  bool log_in_out() const {
+    std::error_code ec;
+    double held = root_ && std::filesystem::exists(dir() + "loss.csv", ec) ? 1 : 0;
+    if (t_.job) held = max_over_job(*t_.job, held);
+    return held > 0;
+  }
+  [[noreturn]] void refuse_at_the_end() const {
+    throw InputError("`resume`: the checkpoint is already at step " + std::to_string(first_) +
+                     " of `steps` " + std::to_string(t_.steps));
+  }
 
   void print_banner() const {
     if (o_.quiet) return;

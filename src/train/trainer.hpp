@@ -64,6 +64,12 @@ class Trainer {
   // InputError if it is refused. Returns how this run's options differ from the checkpoint's
   // (each names the option).
   std::vector<std::string> resume(const std::string& path);
+  // Records `key` = `value` with the run's options in each checkpoint, compared by a resume as
+  // they are: a caller's own option beside the trainer's (the validation's, which decide the
+  // log's val_loss column).
+  void record_option(const std::string& key, const nlohmann::json& value) {
+    recorded_[key] = value;
+  }
   const DataSource& data() const { return *data_; }
   const WorkModel& model() const { return m_; }
   int steps_done() const { return step_; }
@@ -92,6 +98,7 @@ class Trainer {
   void average_replicas();
 
   TrainOptions o_;
+  nlohmann::json recorded_ = nlohmann::json::object();  // record_option's
   DeviceSpec dev_;
   std::vector<c10::Stream> partitions_;  // by stage, with `sm_partitions`
   WorkModel m_;

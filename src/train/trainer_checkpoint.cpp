@@ -2,6 +2,8 @@
 // others' chunks gathered), and a resume's reading (each process its own tensors).
 #include "train/trainer.hpp"
 
+#include <ATen/Parallel.h>
+
 #include <cmath>
 #include <set>
 
@@ -31,7 +33,9 @@ CheckpointState Trainer::checkpoint_state() const {
            {"lr", o_.opt.lr},
            {"warmup", o_.opt.warmup},
            {"weight_decay", o_.opt.weight_decay},
-           {"clip", o_.opt.clip}};
+           {"clip", o_.opt.clip},
+           // LibTorch splits a kernel's reductions by it: another count changes the last bits.
+           {"intra_op_threads", at::get_num_threads()}};
   // The corpus as read, not its path: a path spelled otherwise reads the same bytes, and a file
   // rewritten in place does not. (Older checkpoints recorded the path as `data`, which is no
   // longer compared.)
@@ -43,6 +47,7 @@ CheckpointState Trainer::checkpoint_state() const {
     s.run["max_len"] = o_.window.max_len;
   }
   if (o_.task == "image-text") s.run["max_images"] = o_.max_images;
+  s.run.update(recorded_);
   return s;
 }
 
