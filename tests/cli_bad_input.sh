@@ -271,6 +271,16 @@ check "--compare: simulates each run, and a simulation under --tp-protocol none 
 # At TP=1 there is no collective to diverge: the refusal refused a run that simulates fine.
 "$rrfp" run --pp 2 -m 4 --workload uniform --tp-protocol none --compare >/dev/null 2>&1 ||
   { echo "FAIL: run --compare --tp-protocol none at TP=1 refused"; fails=$((fails + 1)); }
+# A workload of zero durations simulates to steps of 0 ns: its simulated speedups and errors are
+# "-" in the table and null in the JSON (they printed "-nanx").
+echo '{"preset": "uniform", "forward_us": 0, "comm_latency_us": 0}' >"$tmp/zero.json"
+"$rrfp" run --pp 2 -m 4 --workload-file "$tmp/zero.json" --compare --json "$tmp/zero.out.json" \
+  >"$tmp/zero.txt" 2>&1 && ! grep -qi nan "$tmp/zero.txt" &&
+  grep -qE "^ready bf \(async\) .*[0-9]x +- +-$" "$tmp/zero.txt" &&
+  /usr/bin/python3 -c 'import json, sys
+runs = json.load(open(sys.argv[1]))["compare"]["runs"]
+assert runs and all(r["error"] is None for r in runs), runs' "$tmp/zero.out.json" ||
+  { echo "FAIL: run --compare of zero durations"; cat "$tmp/zero.txt"; fails=$((fails + 1)); }
 # A JSON hint's "format" of another type is named (nlohmann's "type must be string, but is
 # number"); a header's number with a leading zero is that number ("written for
 # microbatches=03 but the run has microbatches=3").

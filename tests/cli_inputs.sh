@@ -175,8 +175,11 @@ check "--exact-budget: tune(s) the exact search, which --exact auto runs only up
   plan --pp 5 -m 5 --max-evaluations 5 --exact-budget 5
 check "--calibration: the message model --compare simulates with; give --compare too" \
   run --transport mpi --pp 2 -m 2 --calibration cal.json
-check "--rendezvous pull: how blocking runs move their payloads; --comm async runs none" \
+check "--rendezvous pull: how blocking runs move their payloads; none of these runs blocks" \
   run --transport mpi --pp 2 -m 2 --comm async --rendezvous pull
+# ... nor with a --hint, whose runs are async unless --comm says otherwise (it was taken).
+check "--rendezvous pull: how blocking runs move their payloads; none of these runs blocks" \
+  run --transport mpi --pp 2 -m 2 --hint 1f1b --rendezvous pull
 check "--warmup-extra: more untimed steps after --warmup's, in place of those that still mapped" \
   run --pp 2 -m 2 --warmup 0 --warmup-extra 3
 # The remedy only where it works: --exact on refuses TP 2 too.
@@ -198,6 +201,9 @@ check "s1.txt:1: hint was written for split=1 but the run has split=0 (--split-b
 # as the stage ("stage +1:" as stage 1).
 printf 'rrfp-hint 1 pp=2 vpp=1 microbatches=2 placement=loop split=2\nstage 0: F0:0 B0:0\n' >s2.txt
 check "s2.txt:1: header field split=2 is not 0 or 1" schedule check s2.txt --pp 2 -m 2
+# A field given twice was taken.
+printf 'rrfp-hint 1 pp=2 pp=2 vpp=1 microbatches=2 placement=loop split=0\nstage 0: F0:0 B0:0\n' >s3.txt
+check "s3.txt:1: header field pp is given twice" schedule check s3.txt --pp 2 -m 2
 printf 'rrfp-hint 1 pp=2 vpp=1 microbatches=1 placement=loop split=0\nstage 0: F0:0 B0:0\nstage +1: F1:0 B1:0\n' >sp.txt
 check "sp.txt:3: stage '+1' out of range 0..1" schedule check sp.txt --pp 2 -m 1
 printf '{"format":"rrfp-hint","version":1,"pp":2,"split_backward":true}' >s1.json

@@ -13,7 +13,8 @@ load="$here/../scripts/workloads/j2-1mib-messages.json"
 out=$(mktemp)
 cal=$(mktemp --suffix=.json)
 js=$(mktemp --suffix=.json)
-trap 'rm -f "$out" "$cal" "$js"' EXIT
+work=$(mktemp -d)
+trap 'rm -rf "$out" "$cal" "$js" "$work"' EXIT
 fail() { echo "FAIL: $*"; cat "$out"; exit 1; }
 timeout -k 10 120 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --compare --calibration baseline \
   --workload-file "$load" --pp 2 -m 4 --hint 1f1b --policy fixed --repeat 3 --json "$js" >"$out" 2>&1 ||
@@ -81,6 +82,16 @@ refused '{"comm_latency_us": 30, "calibration": {"transport": "inproc"}}' \
 # every message's size was simulated as free.
 refused '{"comm_latency_us": 30, "calibration": {"transport": "mpi"}}' \
   "gives no comm_bandwidth_gbps" "a calibration without a bandwidth"
+# A bandwidth of 0 (every size free) where the calibration did not find size free, a workload
+# field beside the messages, and a bandwidth no message can be timed by: each was taken (the
+# 0 passed the check above, the field was dropped without a word, and the bandwidth was
+# refused once every run had been emulated, naming no file).
+refused '{"comm_latency_us": 30, "comm_bandwidth_gbps": 0, "calibration": {"transport": "mpi"}}' \
+  "gives comm_bandwidth_gbps 0, which models every message's size as free" "a bandwidth of 0"
+refused '{"comm_latency_us": 30, "comm_bandwidth_gbps": 5, "forward_us": 9, "preset": "jitter"}' \
+  "sets forward_us, preset, which a message model does not take" "a workload field"
+refused '{"comm_latency_us": 30, "comm_bandwidth_gbps": 1e-300}' \
+  "cannot model the run's messages: " "a bandwidth of 1e-300 GB/s"
 # The transport moves the bytes in its own time: the model's 50 ms latencies are not spent, and
 # the bound counts no message (it counted them: with 5 ms, a bound of 13.3 ms beside a step of
 # 4.2 ms, efficiency 3.18).
@@ -88,6 +99,9 @@ echo '{"preset": "uniform", "forward_us": 300, "comm_latency_us": 50000, "bytes_
   >"$cal"
 timeout -k 10 60 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --workload-file "$cal" \
   --pp 2 -m 4 --hint 1f1b --policy fixed --json "$js" >"$out" 2>&1 || fail "50 ms latencies: exit $?"
+# ... and that is said (it was not), once.
+[ "$(grep -c "^rrfp run: warning: --workload-file: '$cal' sets comm_latency_us, which --transport mpi does not emulate" "$out")" -eq 1 ] ||
+  fail "a workload file's message model over mpi: not said once"
 /usr/bin/python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["runs"][0]
 assert 0 < r["efficiency"] <= 1 and r["lower_bound_ms"] < 50, r' "$js" ||
   fail "a bound over a transport counts the model's message latencies"
@@ -96,6 +110,20 @@ assert 0 < r["efficiency"] <= 1 and r["lower_bound_ms"] < 50, r' "$js" ||
 timeout -k 10 60 "$here/mpirun.sh" 1 "$rrfp" run --transport mpi --compare --workload-file "$cal" \
   --pp 1 -m 2 --hint 1f1b --policy fixed >"$out" 2>&1 || fail "--compare at P=1: exit $?"
 grep -q "^simulator fidelity" "$out" || fail "--compare at P=1: no fidelity table"
+# calibrate over mpirun: the --seconds floor is the job's own (4 processes took 19.3 s of
+# --seconds 3: it was computed for 2), and --out is checked by rank 0 alone, which writes it (a
+# folder only rank 0's node has was refused by the others).
+timeout -k 10 60 "$here/mpirun.sh" 4 "$rrfp" calibrate --transport mpi --streams --sizes 32M \
+  --seconds 4 >"$out" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && [ "$(grep -c "^rrfp: error" "$out")" -eq 1 ] &&
+  grep -q "^rrfp: error: --seconds: 4 s cannot hold a calibration of these --sizes between 4 endpoints" "$out" ||
+  { cat "$out"; fail "calibrate over 4 processes under a budget for 2: exit $rc"; }
+mkdir -p "$work/n0/sub" "$work/n1"
+timeout -k 10 60 "$here/mpirun.sh" 1 -wdir "$work/n0" "$rrfp" calibrate --transport mpi \
+  --sizes 8 --seconds 1 --out sub/c.json : -np 1 -wdir "$work/n1" "$rrfp" calibrate \
+  --transport mpi --sizes 8 --seconds 1 --out sub/c.json >"$out" 2>&1 &&
+  [ -s "$work/n0/sub/c.json" ] || { cat "$out"; fail "calibrate --out in rank 0's folder only"; }
 echo "mpi compare: the baseline fit reproduces its step; ranges printed; a calibration per" \
   "round, their mean simulated, payloads on the offers; a pulling run with spinning idle" \
   "ranks completes, simulated with its bytes after the acceptance; another transport's" \

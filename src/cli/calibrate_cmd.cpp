@@ -107,6 +107,20 @@ void refuse_inapplicable(const CalibrateFlags& f) {
         fmt("%g", f.timeout_s) + ")");
 }
 
+// A budget the sizes cannot keep at `endpoints` is refused, not overrun (--sizes 1024M
+// --seconds 0.1 took 10-23 s).
+void refuse_short_budget(const CalibrateOptions& o, int endpoints) {
+  const double floor = calibration_floor_s(o, endpoints);
+  if (floor > o.seconds)
+    throw InputError(
+        "--seconds: " + fmt("%g", o.seconds) + " s cannot hold a calibration of " +
+        "these --sizes" +
+        (endpoints > 2 ? " between " + std::to_string(endpoints) + " endpoints" : "") +
+        ", which takes about " + fmt("%.0f", std::ceil(floor)) +
+        " s at the least (every repetition at its fewest round trips); give --seconds " +
+        fmt("%.0f", std::ceil(floor)) + " or more, or smaller --sizes");
+}
+
 void run_calibrate(const CalibrateFlags& f) {
   exit_on_signals("calibrate");  // it died without a word, a file possibly half written
   refuse_inapplicable(f);
@@ -121,15 +135,9 @@ void run_calibrate(const CalibrateFlags& f) {
                "--sizes" + std::string(here > 1 ? " or --endpoints" : ""));
   o.seconds = f.seconds;
   o.streams = f.streams;
-  // A budget the sizes cannot keep is refused, not overrun (--sizes 1024M --seconds 0.1 took
-  // 10-23 s). Over MPI the job's size is known only inside it: 2 endpoints, the least, decide.
-  const double floor = calibration_floor_s(o, f.transport == TransportKind::Mpi ? 2 : f.endpoints);
-  if (floor > o.seconds)
-    throw InputError(
-        "--seconds: " + fmt("%g", o.seconds) + " s cannot hold a calibration of " +
-        "these --sizes, which takes about " + fmt("%.0f", std::ceil(floor)) +
-        " s at the least (every repetition at its fewest round trips); give --seconds " +
-        fmt("%.0f", std::ceil(floor)) + " or more, or smaller --sizes");
+  // Over MPI the job's size is known only inside it: 2 endpoints, the least, decide here, and
+  // its own size there.
+  refuse_short_budget(o, f.transport == TransportKind::Mpi ? 2 : f.endpoints);
   if (f.transport == TransportKind::Mpi) {
     o.serial_receive = true;  // one progress thread per process copies what arrives
     o.offer_payload = true;   // the runtime's default rendezvous over a transport moving bytes
@@ -140,6 +148,11 @@ void run_calibrate(const CalibrateFlags& f) {
             "--transport mpi: calibrate measures between 2 processes or more; "
             "start it with mpirun -np 2 or more (got -np " +
             std::to_string(job.size()) + ")");
+      refuse_short_budget(o, job.size());  // 4 processes took 19.3 s of --seconds 3
+      // Rank 0 alone writes them: another node's working folder need not hold their folder.
+      agree_on_input(&job, [&] {
+        if (job.rank() == 0) check_outputs({{f.out, "--out"}, {f.json, "--json"}});
+      });
       job.set_layout(JobLayout{job.size(), 1, 1});
       Hosting h = job.hosting();
       const Calibration c = calibrate(
@@ -182,7 +195,8 @@ void setup_calibrate(CLI::App& app) {
       ->capture_default_str()
       ->check(timeout_range());
   sub->callback([f] {
-    check_outputs({{f->out, "--out"}, {f->json, "--json"}});  // before the measurements
+    // Before the measurements; over MPI by rank 0, which writes them (run_calibrate).
+    if (f->transport != TransportKind::Mpi) check_outputs({{f->out, "--out"}, {f->json, "--json"}});
     run_calibrate(*f);
   });
 }

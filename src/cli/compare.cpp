@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <set>
 
 #include "cli/options.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
+#include "core/printable.hpp"
 #include "dist/calibrate.hpp"
 
 namespace rrfp {
@@ -53,9 +56,55 @@ void check_measured_on(const std::string& transport, const nlohmann::json& j,
                      transport + " (rrfp calibrate --transport " + transport + ")");
 }
 
-std::string error_cell(double measured, double model) {
-  if (!(model > 0)) return "      -";  // a modelled step of no time: no relative error
-  return fmt("  %+5.1f%%", 100 * (measured - model) / model);
+// A calibration gives the messages alone: a workload field beside them (forward_us, a preset)
+// was read and dropped without a word, and a modelled noise has no place in what was measured.
+void check_message_fields(const nlohmann::json& j, const std::string& path) {
+  static const std::set<std::string> kTaken{
+      "comm_latency_us",     "comm_bandwidth_gbps", "comm_links",   "comm_two_slowdown",
+      "comm_serial_receive", "comm_offer_payload",  "comm_wake_us", "comm_wake_per_copy_us",
+      "comm_sigma",          "comm_slow_prob",      "calibration"};
+  std::string others;
+  for (const auto& [key, value] : j.items())
+    if (!kTaken.contains(key)) others += (others.empty() ? "" : ", ") + printable(key, 40);
+  if (!others.empty())
+    throw InputError("--calibration: '" + path + "' sets " + others.substr(0, 200) +
+                     ", which a message model does not take (a calibration gives the messages "
+                     "alone); remove them, or give the workload with --workload-file");
+  for (const char* noise : {"comm_sigma", "comm_slow_prob"})
+    if (j.contains(noise) && j[noise] != 0)
+      throw InputError("--calibration: '" + path + "' sets " + noise + " " + brief(j[noise]) +
+                       ": the transport's message model has no modelled noise (a calibration "
+                       "writes 0); remove it");
+}
+
+// A bandwidth of 0 models every message's size as free: a calibration writes it only where it
+// found so (calibration.size_cost "free"); written by hand it passed the check for a missing one.
+bool found_size_free(const nlohmann::json& j) {
+  return j.contains("calibration") && j["calibration"].is_object() &&
+         j["calibration"].contains("size_cost") && j["calibration"]["size_cost"] == "free";
+}
+
+// a / b, or none where b is no time: a workload of zero durations simulates to a step of 0 ns,
+// and its speedups and errors printed "-nanx" (null in the JSON, by accident).
+std::optional<double> ratio(double a, double b) {
+  return b > 0 ? std::optional<double>(a / b) : std::nullopt;
+}
+
+std::string error_cell(double measured, std::optional<double> model) {
+  if (!model || !(*model > 0)) return "      -";  // a modelled step of no time: no error
+  return fmt("  %+5.1f%%", 100 * (measured - *model) / *model);
+}
+
+// A speedup printed `width` wide with its "x", or "-" in its place.
+std::string speedup_cell(std::optional<double> v, int width) {
+  if (!v) return std::string(static_cast<std::size_t>(width) + 1, ' ') + "- ";
+  return fmt(("  %" + std::to_string(width) + ".3fx").c_str(), *v);
+}
+
+// measured / model - 1 in the JSON; null where the model's step takes no time.
+nlohmann::json relative_error(double measured, double model) {
+  const auto r = ratio(measured, model);
+  return r ? nlohmann::json(*r - 1) : nlohmann::json();
 }
 
 }  // namespace
@@ -75,10 +124,27 @@ TransportModel transport_model(const std::string& calibration, const std::string
                        "tell one from noise leaves it out), and without one every message's "
                        "size would be free; calibrate with larger --sizes (up to 32M), or add "
                        "the field");
+    check_message_fields(j, calibration);
     const WorkloadParams w = apply_workload_json(workload_preset("uniform"), text, calibration);
-    return {{w.comm_latency_us, w.comm_bandwidth_gbps, w.comm_links, w.comm_two_slowdown,
-             w.comm_serial_receive, offer_payload, w.comm_wake_us, w.comm_wake_per_copy_us},
-            calibration};
+    if (!(w.comm_bandwidth_gbps > 0) && !found_size_free(j))
+      throw InputError("--calibration: '" + calibration +
+                       "' gives comm_bandwidth_gbps 0, which models every message's size as "
+                       "free; a calibration writes it only where it found so (calibration."
+                       "size_cost \"free\"): give a bandwidth, or calibrate with rrfp calibrate");
+    const MessageModel mm{w.comm_latency_us,   w.comm_bandwidth_gbps,  w.comm_links,
+                          w.comm_two_slowdown, w.comm_serial_receive,  offer_payload,
+                          w.comm_wake_us,      w.comm_wake_per_copy_us};
+    // Tried on the run's messages now: a bandwidth of 1e-300 GB/s was refused once every run
+    // had been emulated, in the simulator's words and naming no file.
+    try {
+      const WorkModel m(sc.cfg);
+      RealizedWork work = realized_work(sc, m);
+      set_message_model(m, work, mm);
+    } catch (const InputError& e) {
+      throw InputError("--calibration: '" + calibration +
+                       "' cannot model the run's messages: " + e.what());
+    }
+    return {mm, calibration};
   }
   world.set_layout(JobLayout{world.size(), 1, 1});
   CalibrateOptions o;
@@ -188,13 +254,13 @@ std::string fidelity_table(const std::vector<FidelityRow>& rows) {
   for (const FidelityRow& r : rows) {
     const double mm = static_cast<double>(r.measured), sm = static_cast<double>(r.simulated);
     const double rm = static_cast<double>(r.replayed);
-    const double ms = static_cast<double>(rows[0].measured) / mm;
-    const double ss = static_cast<double>(rows[0].simulated) / sm;
+    const auto ms = ratio(static_cast<double>(rows[0].measured), mm);
+    const auto ss = ratio(static_cast<double>(rows[0].simulated), sm);
     std::string label = r.label;
     label.resize(width, ' ');
     out += label + fmt("  %11.2f", mm / 1e6) + fmt("  %12.2f", sm / 1e6) + error_cell(mm, sm) +
-           fmt("  %11.2f", rm / 1e6) + error_cell(mm, rm) + fmt("  %15.3fx", ms) +
-           fmt("  %16.3fx", ss) + error_cell(ms, ss);
+           fmt("  %11.2f", rm / 1e6) + error_cell(mm, rm) + speedup_cell(ms, 15) +
+           speedup_cell(ss, 16) + error_cell(ms.value_or(0), ms ? ss : std::nullopt);
     if (ranges) {
       const auto [lo, hi] = std::minmax_element(r.steps.begin(), r.steps.end());
       out += fmt("  %.2f-", static_cast<double>(*lo) / 1e6) +
@@ -218,8 +284,8 @@ nlohmann::json fidelity_json(const std::vector<FidelityRow>& rows, const std::st
                          {"measured_ms", ms(r.measured)},
                          {"simulated_ms", ms(r.simulated)},
                          {"replayed_ms", ms(r.replayed)},
-                         {"error", ms(r.measured) / ms(r.simulated) - 1},
-                         {"replayed_error", ms(r.measured) / ms(r.replayed) - 1},
+                         {"error", relative_error(ms(r.measured), ms(r.simulated))},
+                         {"replayed_error", relative_error(ms(r.measured), ms(r.replayed))},
                          {"measured_steps_ms", steps},
                          {"measured_steps_fresh_buffers", r.fresh}});
   }

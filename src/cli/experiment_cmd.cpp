@@ -136,6 +136,10 @@ std::vector<RunSpec> plan_runs(const ExperimentFlags& flags, const PipelineConfi
   return runs;
 }
 
+bool some_run_blocks(const DispatchFlags& f) {
+  return (f.hint.empty() && !f.comm_given) || parse_comm(f.comm) == CommMode::Blocking;
+}
+
 // Bytes a task of `r` holds at the peak beyond a rule hint's with async messages (kSimulateCost):
 // a list hint's order and ranks, a blocking run's rendezvous. Measured: the marginal bytes a task
 // between P=M=512 and 1024 (docs/data/speed.md), rounded up.

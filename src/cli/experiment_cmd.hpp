@@ -37,6 +37,9 @@ Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
                        const DispatchFlags& dispatch);
 // With no --hint, the comparison that motivates rrfp; otherwise the hint under --policy.
 std::vector<RunSpec> plan_runs(const ExperimentFlags& f, const PipelineConfig& cfg);
+// Whether a run of plan_runs blocks: the default comparison's baseline does unless --comm is
+// given; otherwise every run takes --comm.
+bool some_run_blocks(const DispatchFlags& f);
 // The tasks of `runs` on `sc`, over its TP ranks: the largest run's, all of them, and the bytes
 // the heaviest run holds at its peak when no records are kept (report/estimate.hpp).
 struct RunsSize {

@@ -84,11 +84,11 @@ void setup_run(CLI::App& app) {
           "--rendezvous pull: only with --transport mpi (in one process the emulated latency "
           "runs from the acceptance)");
     // Each taken and ignored where nothing used it.
-    if (f->rendezvous == "pull" && f->exp.dispatch.comm_given && f->exp.dispatch.comm == "async")
+    if (f->rendezvous == "pull" && !some_run_blocks(f->exp.dispatch))
       throw InputError(
-          "--rendezvous pull: how blocking runs move their payloads; --comm async runs none "
-          "(give --comm blocking, or leave --comm out: the default comparison's baseline "
-          "blocks)");
+          "--rendezvous pull: how blocking runs move their payloads; none of these runs blocks "
+          "(--comm async, the default with --hint): give --comm blocking, or leave --hint and "
+          "--comm out (the default comparison's baseline blocks)");
     if (!f->calibration.empty() && !f->compare)
       throw InputError(
           "--calibration: the message model --compare simulates with; give "

@@ -1,6 +1,9 @@
 // `rrfp run`'s scenario from its flags, checked before anything runs (cli/run_flags.hpp).
+#include "cli/options.hpp"
 #include "cli/run_flags.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
+#include "core/json_input.hpp"
 #include "core/memory.hpp"
 
 namespace rrfp {
@@ -35,6 +38,23 @@ void check_emulable(const WorkloadParams& w, int tp) {
                        " with --transport inproc: it is a real transport's behaviour, which the "
                        "threaded runtime does not emulate (rrfp simulate models it; --transport "
                        "mpi has it)");
+}
+
+// Over a job the transport moves the bytes in its own time: a workload file's message model,
+// which one process emulates, is not used (--compare simulates the transport's, calibrated).
+// Said on rank 0, where it was taken without a word.
+void say_message_model_unused(const RunFlags& f) {
+  const std::string& file = f.exp.load.workload_file;
+  if (file.empty()) return;
+  const nlohmann::json j = parse_json(read_input_file(file, kWorkloadFile), file);
+  std::string set;
+  for (const auto& [key, value] : j.items())
+    if (key.starts_with("comm_") && set.size() < 200) set += (set.empty() ? "" : ", ") + key;
+  if (!set.empty())
+    print_line("rrfp run: warning: --workload-file: '" + file + "' sets " + set +
+               ", which --transport mpi does not emulate: the transport moves the bytes in its "
+               "own time" +
+               (f.compare ? " (--compare simulates its calibrated model)" : std::string()));
 }
 
 // Over MPI each process hosts one stage and TP rank: checked before any run starts (the first
@@ -73,10 +93,12 @@ Scenario emulable_scenario(const RunFlags& f, Job* world) {
   if (!world || world->rank() == 0)
     check_experiment_files(e, f.calibration == "baseline" ? "" : f.calibration);
   Scenario sc = scenario_of(e);
-  if (world)
+  if (world) {
     check_job_size(sc, world->size());
-  else
+    if (world->rank() == 0) say_message_model_unused(f);
+  } else {
     check_emulable(sc.workload, sc.tp);
+  }
   const std::vector<RunSpec> specs = plan_runs(e, sc.cfg);
   // Before a --replay without --step is read at the flags' shape to find its step.
   check_runs_fit("run", e, sc, specs);
