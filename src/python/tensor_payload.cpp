@@ -135,11 +135,26 @@ std::size_t dtype_code(const at::Tensor& t) {
 void check_sendable(const at::Tensor& t, const std::string& what) {
   // Only a strided tensor's memory is its values: a sparse one (a graph's adjacency) has none
   // to take, and failed in data_ptr() with c10's own error and stack.
-  if (t.layout() != at::kStrided)
+  if (t.layout() != at::kStrided) {
+    const bool sparse = t.is_sparse() || t.is_sparse_csr();
     throw InputError(what + ": tensors of layout " + layout_name(t.layout()) +
-                     " cannot be sent between stages (only strided ones travel): send its "
-                     "indices() and values() and rebuild it in the next chunk, or hold it in "
-                     "each chunk that needs it");
+                     " cannot be sent between stages (only strided ones travel): " +
+                     (sparse ? "send its indices() and values() and rebuild it in the next "
+                               "chunk, or hold it in each chunk that needs it"
+                             : "send it as a strided tensor (to_dense()) and convert it back "
+                               "in the next chunk"));
+  }
+  // A nested tensor says strided (torch 1.13) and a meta one holds no values: both failed in
+  // the copy with c10's own error.
+  if (t.is_nested())
+    throw InputError(what +
+                     ": nested tensors cannot be sent between stages: send its "
+                     "components (unbind()) or a padded tensor (to_padded_tensor()) and rebuild "
+                     "it in the next chunk");
+  if (t.is_meta())
+    throw InputError(what +
+                     ": a tensor on the meta device holds no values to send between "
+                     "stages; materialize it (to_empty() on a device) first");
   if (dtype_code(t) == kTypes.size())
     throw InputError(what + ": tensors of dtype " + std::string(c10::toString(t.scalar_type())) +
                      " cannot be sent between stages");

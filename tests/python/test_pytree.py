@@ -275,6 +275,41 @@ def test_a_sparse_tensor_between_chunks_is_refused_naming_its_layout():
     assert "Exception raised from" not in str(e.value)  # c10's stack, no longer
 
 
+class PassOn(nn.Module):
+    """Returns the linear's output beside what `make` builds from it."""
+
+    def __init__(self, make):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.make = make
+
+    def forward(self, x):
+        if isinstance(x, tuple):
+            x = x[0]
+        y = self.lin(x)
+        return y, self.make(y)
+
+
+@pytest.mark.parametrize("make, says", [
+    # torch 1.13's nested tensors report a strided layout: c10's raw error in the copy.
+    (lambda y: torch.nested.nested_tensor([y.detach()[0], y.detach()[1, :2]]),
+     r"nested tensors cannot be sent between stages: send its components \(unbind\(\)\)"),
+    (lambda y: torch.empty(2, 2, device="meta"),
+     r"a tensor on the meta device holds no values to send between stages"),
+    # The advice was the sparse layouts' (indices() and values()), which mkldnn has none of.
+    (lambda y: y.detach().to_mkldnn(),
+     r"tensors of layout torch._mkldnn cannot be sent between stages \(only strided ones "
+     r"travel\): send it as a strided tensor \(to_dense\(\)\)"),
+])
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+def test_a_tensor_without_strided_values_between_chunks_is_refused_in_its_words(make, says):
+    pipe = rrfp.Pipeline([PassOn(make), PassOn(make)], lambda y, t: y[0].sum(), pp=2,
+                         microbatches=1)
+    with pytest.raises(rrfp.StageError, match=r"F c0 m0: " + says) as e:
+        pipe.step([torch.randn(3, 4)])
+    assert "Exception raised from" not in str(e.value)
+
+
 class WithBias(nn.Module):
     """Token ids -> {"h", "bias"}: a floating-point tensor made without a graph (from a buffer),
     as an attention bias or a table of positions is."""
