@@ -54,7 +54,7 @@ check() {
         # Training and Python use LibTorch; of the transports, only the c10d one (comm/c10d_*,
         # dist/c10d_*) includes it, for its ProcessGroup.
         if [[ $layer != train && $layer != python && $layer != gpu && ! $file =~ /(comm|dist)/c10d_[a-z_]+\.(cpp|hpp)$ ]]; then
-          echo "check_layers: $file: only train/, python/ and the c10d transport include LibTorch"
+          echo "check_layers: $file: only train/, python/, gpu/ and the c10d transport include LibTorch"
           bad=1
         fi
       fi

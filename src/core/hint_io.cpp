@@ -30,11 +30,15 @@ void check_header(std::string_view line, const WorkModel& m, const std::string& 
   if (word != "1")
     throw HintError(where + ": unsupported hint format version '" + printable(word) + "'");
   const auto& c = m.config();
+  std::set<std::string> seen;
   while (in >> word) {
     auto eq = word.find('=');
     if (eq == std::string::npos)
       throw HintError(where + ": bad header field '" + printable(word) + "'");
     std::string key = word.substr(0, eq), val = word.substr(eq + 1);
+    // A field given twice was taken (the split's scan and this check may each read another).
+    if (!seen.insert(key).second)
+      throw HintError(where + ": header field " + printable(key) + " is given twice");
     std::string want;
     if (key == "pp")
       want = std::to_string(c.pp);

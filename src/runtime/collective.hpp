@@ -1,6 +1,6 @@
 #pragma once
 // The collective of one stage's T tensor-parallel ranks, whatever carries it (threads of one
-// process: TpGroup; processes: comm/mpi_group). An all-reduce is tagged with the task that
+// process: TpGroup; processes: dist/mpi_group). An all-reduce is tagged with the task that
 // runs it, so ranks that enter the collectives of different tasks are reported
 // (CollectiveMismatchError naming ranks and tasks) instead of summing unrelated data or
 // waiting forever. Sums are taken in rank order on every rank, so every rank gets the same
