@@ -257,7 +257,8 @@ def test_a_hint_file_given_as_a_path(tmp_path):
 
 
 def test_a_tensor_with_no_data_between_chunks_fails_its_producers_task_in_one_line():
-    # LibTorch's refusal carried its C++ stack frames, 30 lines, into the step's error.
+    # LibTorch's refusal carried its C++ stack frames, 30 lines, into the step's error; its
+    # one line ("Cannot copy out of meta tensor; no data!") said nothing of what to do.
     class Meta(nn.Module):
         def forward(self, x):
             return torch.empty(x.shape, device="meta")
@@ -265,8 +266,9 @@ def test_a_tensor_with_no_data_between_chunks_fails_its_producers_task_in_one_li
     pipe = rrfp.Pipeline([Meta(), nn.Linear(8, 8)], loss_fn, pp=2, microbatches=2)
     for run in (lambda: pipe.step(*batch()), lambda: pipe.eval_step(batch()[0])):
         with pytest.raises(rrfp.StageError,
-                           match=r"^stage 0: task F c0 m0 failed: Cannot copy out of meta tensor; "
-                                 r"no data!$"):
+                           match=r"^stage 0: task F c0 m0 failed: F c0 m0: a tensor on the "
+                                 r"meta device holds no values to send between stages; "
+                                 r"materialize it \(to_empty\(\) on a device\) first$"):
             run()
 
 
