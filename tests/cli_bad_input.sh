@@ -300,6 +300,8 @@ check "--message-us requires --replay" simulate --pp 2 -m 4 --message-us 5
 # one by thread wake-ups alone, so the links' capacity may come out anywhere from 0 to 2.)
 check "--sizes: '12Q' is not a size from 1 to 1024M" calibrate --sizes 8,12Q
 check "--sizes: '0' is not a size" calibrate --sizes 0
+# A value quoted shortened says so (its first 20 bytes read as another value, typed).
+check "--sizes: '12345678901234567890...' is not a size" calibrate --sizes 123456789012345678901K
 check "--transport: unknown transport 'tcp'" calibrate --transport tcp
 check "--endpoints: expected 2..64, got 1" calibrate --endpoints 1
 # Named before the memory it would take, which blamed --sizes.

@@ -20,9 +20,9 @@ check 'field "compute_sigma": must be a number, got "\x1b]0;x\x07"' \
 printf '{"a\\nb": 1}' >"$tmp/key.json"
 check 'field "a\x0ab" is not a workload parameter' simulate --workload-file "$tmp/key.json"
 e20=$(printf 'é%.0s' $(seq 20))
-check "--pp: 'x$e20' is not a whole number" simulate --pp "x$e20$e20"
+check "--pp: 'x$e20...' is not a whole number" simulate --pp "x$e20$e20"
 "$rrfp" simulate --pp 2 -m 4 --trace "$tmp/t.json" >/dev/null
-check "--hints: '${e20:0:15}' is not a rule hint" predict --hints "$e20$e20" "$tmp/t.json"
+check "--hints: '${e20:0:15}...' is not a rule hint" predict --hints "$e20$e20" "$tmp/t.json"
 
 # A hint file's name in the report's rows: one row, escaped.
 printf 'stage 0: F0:0 F0:1 B0:0 B0:1\nstage 1: F1:0 B1:0 F1:1 B1:1\n' >"$tmp/h${nl}x.txt"

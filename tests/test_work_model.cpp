@@ -144,8 +144,9 @@ TEST(HintFile, AByteOrderMarkIsSkippedAndEchoedBytesAreVisible) {
                "stage 1 has no line (the run has `pp` 2 stages, 0..1)");
   EXPECT_EQ(printable("caf\xC3\xA9 \xEF\xBB\xBF\t"), "caf\xC3\xA9 \\xef\\xbb\\xbf\\x09");
   // A character that starts within the bytes kept is kept whole, never cut into \xNN.
-  EXPECT_EQ(printable("caf\xC3\xA9s", 4), "caf\xC3\xA9");
-  EXPECT_EQ(printable("caf\xC3\xA9s", 3), "caf");
+  EXPECT_EQ(printable("caf\xC3\xA9s", 4), "caf\xC3\xA9...");
+  EXPECT_EQ(printable("caf\xC3\xA9s", 3), "caf...");
+  EXPECT_EQ(printable("caf\xC3\xA9", 5), "caf\xC3\xA9");  // whole: no mark
   // A message as one line: a newline or an escape in a name escaped, not cut or sent raw.
   EXPECT_EQ(one_line("'a\nb' does not exist \x1b[2J\n\n"), "'a\\x0ab' does not exist \\x1b[2J");
 }

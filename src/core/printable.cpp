@@ -36,7 +36,8 @@ std::size_t utf8_length(std::string_view s) {
 std::string printable(std::string_view s, std::size_t max) {
   std::string out;
   out.reserve(std::min(s.size(), max));
-  for (std::size_t i = 0; i < s.size() && i < max;) {
+  std::size_t i = 0;
+  while (i < s.size() && i < max) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c >= 0x20 && c < 0x7f) {
       out += s[i++];
@@ -54,6 +55,8 @@ std::string printable(std::string_view s, std::size_t max) {
     out += hex;
     ++i;
   }
+  // Cut short, it says so: '123456789012345678901' cut at 20 read as another value, typed.
+  if (i < s.size()) out += "...";
   return out;
 }
 

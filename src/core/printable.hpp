@@ -10,7 +10,8 @@ namespace rrfp {
 
 // `s`'s first `max` bytes (a character that starts before them is kept whole), each control
 // byte (below 0x20, and 0x7f) and each byte that is not part of a well-formed UTF-8 character
-// (or is a byte order mark's) written as \xNN; the rest as it is.
+// (or is a byte order mark's) written as \xNN; the rest as it is; "..." after it where `s` is
+// longer.
 std::string printable(std::string_view s, std::size_t max = 40);
 
 // A message as one visible line: trailing white space dropped, the rest printable() whole. A
