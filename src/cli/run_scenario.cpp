@@ -5,6 +5,7 @@
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
 #include "core/memory.hpp"
+#include "core/printable.hpp"
 
 namespace rrfp {
 
@@ -49,9 +50,10 @@ void say_message_model_unused(const RunFlags& f) {
   const nlohmann::json j = parse_json(read_input_file(file, kWorkloadFile), file);
   std::string set;
   for (const auto& [key, value] : j.items())
-    if (key.starts_with("comm_") && set.size() < 200) set += (set.empty() ? "" : ", ") + key;
+    if (key.starts_with("comm_") && set.size() < 200)
+      set += (set.empty() ? "" : ", ") + printable(key, 40);
   if (!set.empty())
-    print_line("rrfp run: warning: --workload-file: '" + file + "' sets " + set +
+    print_line("rrfp run: warning: --workload-file: '" + printable(file, 200) + "' sets " + set +
                ", which --transport mpi does not emulate: the transport moves the bytes in its "
                "own time" +
                (f.compare ? " (--compare simulates its calibrated model)" : std::string()));

@@ -1,5 +1,5 @@
 // The trainer's intra-op threads (train/run.hpp): one a stage thread unless OMP_NUM_THREADS
-// says otherwise, checked first.
+// says otherwise, checked first; and a job's processes' counts compared (train/run_parts.hpp).
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "core/threads.hpp"
 #include "dist/job.hpp"
 #include "train/run.hpp"
+#include "train/run_parts.hpp"
 
 namespace rrfp::train {
 

@@ -39,12 +39,12 @@ class Run {
         trainer_((agree_on_input(in.train.job, [&] { check_run(in); }), t_)) {
     o_.quiet = in.quiet || !root_;
     std::vector<std::string> differences;
-    // Read before `out` is made: a checkpoint refused (corrupt, another task's) left a new
-    // `out` behind, holding the lock file alone.
     // The validation's settings, with the log's val_loss column: a resume under others wrote
     // its rows beside the earlier ones without a word.
     trainer_.record_option("eval_every", o_.eval_every);
     trainer_.record_option("eval_batches", o_.eval_batches);
+    // Read before `out` is made: a checkpoint refused (corrupt, another task's) left a new
+    // `out` behind, holding the lock file alone.
     if (!o_.resume.empty()) differences = trainer_.resume(o_.resume);
     first_ = trainer_.steps_done();
     // Past `steps`, or at it with no log in `out` to hold a validation cut short: refused before

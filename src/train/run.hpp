@@ -29,10 +29,6 @@ constexpr long kMaxOmpThreads = 4096;
 // an OMP_NUM_THREADS that is no list of counts of 1 to kMaxOmpThreads (an empty one counts as
 // unset), and Error where the threads of LibTorch's pool cannot be started.
 void use_one_intra_op_thread();
-// Empty unless the processes of `job` compute with other intra-op thread counts (a collective);
-// else a warning naming each: a step's last bits depend on the count, so such a job matches no
-// one-process run.
-std::string intra_op_threads_differ(Job& job);
 
 // The largest allocation kept_freed_host_memory() serves from malloc's heap, and how much freed
 // memory the heap keeps rather than hands back to the system.

@@ -82,6 +82,10 @@ void check_run(const TrainRun& o);
 // Makes `out` and checks that every file the run writes there can be written; refuses an `out`
 // that holds an earlier run's checkpoint unless it is resumed.
 void prepare_run_out(const TrainRun& o);
+// Empty unless the processes of `job` compute with other intra-op thread counts (a collective;
+// train/intra_op.cpp); else a warning naming each: a step's last bits depend on the count, so
+// such a job matches no one-process run.
+std::string intra_op_threads_differ(Job& job);
 // A fresh run into a folder an earlier run wrote: that run's loss.svg, trace.json,
 // timeline.svg and durations.csv go (loss.csv is rewritten). They stayed beside the new log
 // when the new run failed or stopped before writing its own, and `simulate --replay` of that
