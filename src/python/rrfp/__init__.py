@@ -12,7 +12,7 @@ import sys
 
 import torch  # noqa: F401  (loads LibTorch's Python bindings before the extension)
 
-from . import _children, _live, _rrfp
+from . import _children, _ended, _live, _rrfp
 from ._seed import task_seed
 from .pipeline import Pipeline, StageError
 from .record import StepRecord
@@ -194,6 +194,8 @@ def _shutdown():
     # Python half given a moment to leave. Under mpirun a call another thread is making ends
     # the job (_rrfp._shutdown's held_call): from here on no call starts there, so none is
     # missed.
+    # Said first, over c10d: another process waiting for this one in a call names it.
+    _ended.note_end()
     live = list(_live.LIVE)  # held: a daemon thread's pipeline must outlive the wait
     over_mpi = [p for p in live if p._transport == "mpi"]
     for pipe in over_mpi:

@@ -2,6 +2,7 @@
 from torchrun's environment, the Gloo groups the pipeline runs on, and their release."""
 import os
 
+from . import _ended
 from ._launch import _compared, _refuse_differences
 
 
@@ -26,6 +27,7 @@ def c10d_groups(group, pp, dp, timeout=0.0, arrival=0.0):
     their receives stay posted between steps. A Gloo subgroup of the
     caller's is used for all as it is: the processes outside it would make no other."""
     import torch.distributed as dist
+    _ended.c10d_pipeline_built()
     group = _met_group(dist, group, arrival)
     if dist.get_backend(group) == "gloo":
         _agree_layout(dist, group, pp, dp)
@@ -197,6 +199,7 @@ def _destroy_groups(made, pid, core):
         return
     if core is not None:
         core.close()
+    _ended.note_freed()
     for g in made:
         try:
             dist.destroy_process_group(g)

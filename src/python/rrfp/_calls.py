@@ -5,6 +5,8 @@ before it, the processes all find the difference in the same gather and all rais
 making step() while another made eval_step() got no gradients on stage 0, silently, and one
 making save() while the others made step() read their values as its own and went on to wait in
 its next gather until the timeout."""
+from . import _ended
+
 # The calls a gather can come from, by the code it carries. The GradScaler's unscale_ is
 # unscale_() or its step(), which unscales when unscale_() was not called: one call for both.
 _CALLS = {1.0: "step()", 2.0: "eval_step()", 3.0: "clip_grad_norm_()", 4.0: "save()",
@@ -28,7 +30,16 @@ def gather(core, call, values):
     calls differ."""
     name, steps = call
     code = next(k for k, v in _CALLS.items() if v == name)
-    every = core.all_gather([code, float(steps)] + list(values), arrival=True)
+    try:
+        every = core.all_gather([code, float(steps)] + list(values), arrival=True)
+    except RuntimeError as e:
+        gone = _ended.gone()  # over c10d, by the processes' own word in the store
+        if not gone:
+            raise
+        raise RuntimeError(
+            f"{name}: {gone} (torch.distributed's ranks) while this process made {name} after "
+            f"{steps} steps: every process must make the pipeline's calls alike and in the same "
+            f"order ({e})") from e
     if len({tuple(v[:2]) for v in every}) > 1:
         raise RuntimeError(mismatch(name, every))
     return [v[2:] for v in every]

@@ -1,0 +1,75 @@
+"""A process of a c10d job that frees a pipeline, or whose script ends, says so in
+torch.distributed's store, so that another, waiting for it in a call's gather, names it: that
+gather failed on Gloo's "Connection closed by peer [127.0.0.1]:64128" alone, naming no process.
+(Under mpirun the end is a call of its own, which the others meet in that gather:
+pipeline_core.cpp's end_of_script.)"""
+import datetime
+
+_ENDED, _FREED = "rrfp/ended/", "rrfp/freed/"
+# The most a process's exit waits to say so: the store's host (global rank 0) may have ended
+# first, or stopped answering.
+_NOTE_S = 2
+_built = [False]  # a c10d pipeline was built in this process
+_freed = [0]  # the c10d pipelines this process freed, as it told the store
+
+
+def c10d_pipeline_built():
+    _built[0] = True
+
+
+def _store():
+    """The default group's store, this process's global rank and the job's size, or None."""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return dist.distributed_c10d._get_default_store(), dist.get_rank(), dist.get_world_size()
+
+
+def note_end():
+    """At the end of the script (rrfp's atexit, before the pipelines close): this process's key
+    in the store, within _NOTE_S seconds."""
+    if not _built[0]:
+        return
+    try:
+        found = _store()
+        if found is not None:
+            store, me, _ = found
+            store.set_timeout(datetime.timedelta(seconds=_NOTE_S))
+            store.add(_ENDED + str(me), 1)
+    except Exception:  # the store's host ended first, or the group was destroyed: nothing to say
+        pass
+
+
+def note_freed():
+    """Before a pipeline's groups are destroyed (_c10d._destroy_groups): one more freed. The
+    processes build and free their pipelines alike, so one that freed more than another holds a
+    pipeline the other still uses."""
+    _freed[0] += 1
+    try:
+        found = _store()
+        if found is not None:
+            store, me, _ = found
+            store.add(_FREED + str(me), 1)
+    except Exception:  # the store's host ended first: nothing to say
+        pass
+
+
+def gone():
+    """In words, the processes whose script ended or that freed a pipeline this one still
+    uses, read from the store (an add of 0 reads without waiting for the key); "" where none
+    is known or the store cannot be read."""
+    try:
+        found = _store()
+        if found is None:
+            return ""
+        store, me, size = found
+        others = [r for r in range(size) if r != me]
+        ended = [r for r in others if store.add(_ENDED + str(r), 0) > 0]
+        freed = [r for r in others if r not in ended and store.add(_FREED + str(r), 0) > _freed[0]]
+    except Exception:  # the store went with its host: nothing more to say
+        return ""
+    said = [f"the script of global rank(s) {ended} had ended"] if ended else []
+    if freed:
+        said.append(f"global rank(s) {freed} had freed a Pipeline this process still uses (no "
+                    "longer referenced, as a local of a function that returned)")
+    return "; ".join(said)

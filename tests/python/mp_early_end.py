@@ -1,0 +1,55 @@
+"""Under torchrun (2 processes, P=2): a process that leaves the pipeline's calls is named by the
+other, whose next call's gather fails on Gloo's closed connection (it said only "Connection
+closed by peer [127.0.0.1]:64128"). Each tells torch.distributed's store, before its groups
+close, that it freed a Pipeline or that its script ended (rrfp/_ended.py). First rank 1 frees a
+Pipeline, a local of a function that returned, while rank 0 makes one more step; then rank 1's
+script ends while rank 0 makes one more step of another. Under mpirun the end is met in that
+gather as a call of its own (mpi_failure.sh)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import conftest  # noqa: F401,E402  (the package path)
+
+import lm  # noqa: E402
+import rrfp  # noqa: E402
+
+
+def pipeline():
+    return rrfp.Pipeline(lambda i: lm.chunks(2)[i], lm.loss_fn, pp=2, microbatches=2, timeout=5)
+
+
+def one_step_more(pipe, words):
+    """Rank 0's step, which must fail with `words` at the start of its message."""
+    try:
+        pipe.step(*lm.batches(2, seed=1))
+        said = None
+    except RuntimeError as e:
+        said = str(e)
+    assert said and said.startswith(words), said
+
+
+def freed_in_a_function(rank):
+    pipe = pipeline()
+    assert float(pipe.step(*lm.batches(2, seed=0))) > 0
+    if rank == 0:
+        one_step_more(pipe, "step(): global rank(s) [1] had freed a Pipeline this process still "
+                            "uses (no longer referenced")
+        print("rank 0: the process that freed its Pipeline is named", flush=True)
+
+
+def main():
+    rank = int(os.environ["RANK"])
+    freed_in_a_function(rank)
+    global PIPE  # held to the end of the script
+    PIPE = pipeline()
+    assert float(PIPE.step(*lm.batches(2, seed=0))) > 0
+    if rank == 1:
+        print("rank 1: ending its script", flush=True)
+        return
+    one_step_more(PIPE, "step(): the script of global rank(s) [1] had ended")
+    print("rank 0: the process whose script ended is named", flush=True)
+
+
+if __name__ == "__main__":
+    main()
