@@ -64,6 +64,9 @@ check "--hints: zb-v needs 2 or more model chunks per stage" sweep --hints zb-v
 check "--pp: 'abc' is not a whole number (rrfp simulate --help says what it takes)" simulate --pp abc
 # A value its option's type cannot hold is named with the type (CLI11 said "Could not convert").
 check "--pp: '1e3' is not a whole number (rrfp simulate --help says what it takes)" simulate --pp 1e3
+# A command under another: its own flag's type and help (schedule's were looked up, which has
+# no --pp: "not a value of its type (rrfp schedule --help ...)").
+check "--pp: 'abc' is not a whole number (rrfp schedule show --help says what it takes)" schedule show --pp abc
 check "--save-every: '99999999999' is not a whole number (at most 2147483647)" train --save-every 99999999999
 check "--budget: 'abc' is not a number" plan --budget abc
 check "unknown jitter level" simulate --workload jitter:J7
@@ -73,6 +76,9 @@ check "--tp: must be between 1 and 1024, got 2147483647" simulate --tp 214748364
 check "--tp: must be between 1 and 1024, got 1025" predict --tp 1025 x.json
 check "--comm: expected auto, async or blocking, got 'smoke'" predict --comm smoke x.json
 check "--tp: must be between 1 and 1024, got 2000" sweep --tp 2000
+# Before any point: --tp 1,2000 ran every TP 1 point first (nothing on stdout here).
+check "--tp: must be between 1 and 1024, got 2000" sweep --workloads language --pp 2 --tp 1,2000
+[ -s "$tmp/out" ] && { echo "FAIL: sweep --tp 1,2000 ran points first"; fails=$((fails + 1)); }
 check "--comm: unknown mode" simulate --comm smoke
 # Outputs are checked before the work (a mistyped folder used to cost every run first).
 check "--json: '$tmp/none/x.json': its folder '$tmp/none' does not exist" \

@@ -32,6 +32,9 @@ check 'nostep.csv holds one step (no "step" column)' simulate --replay "$tmp/nos
 check "--seed: a --replay's durations are measured, and nothing is drawn to seed" \
   simulate --replay "$tmp/nostep.csv" --pp 1 -m 1 --seed 5
 check "--seed: a --replay's durations are measured" plan --replay "$tmp/nostep.csv" --pp 1 -m 1 --seed 5
+# Nor does jitter:J0, which replayed the trace unchanged with its name in the header.
+check "--workload: with --replay (and --tp 1) only jitter applies (jitter_p, jitter_floor_us, jitter_alpha or a jitter preset, on top of the measured durations); 'jitter:J0' draws no jitter" \
+  simulate --replay "$tmp/nostep.csv" --pp 1 -m 1 --workload jitter:J0
 check "--message-us: must be a number in [0, 1e+09], got -1" predict "$data/torch-pp2" --message-us -1
 # NaN passes a range check: it was blamed on the workload ("lower the workload's times"), and
 # with a CSV taken as no latency at all.

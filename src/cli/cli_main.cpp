@@ -58,6 +58,14 @@ std::string no_command(CLI::App& app, CLI::App& at, int argc, char** argv) {
   return "a command is required (commands: " + names + "; rrfp " + path + "--help)";
 }
 
+// "rrfp" and the names of the commands down to `at`.
+std::string command_path(const CLI::App& app, const CLI::App* at) {
+  std::string path;
+  for (; at != nullptr && at != &app; at = at->get_parent())
+    path = " " + at->get_name() + path;
+  return "rrfp" + path;
+}
+
 // CLI11's "Could not convert: --pp = 1e3" as the option, the value and the type it takes (an
 // int's overflow, "--save-every = 99999999999", said nothing of the range).
 std::string not_converted(CLI::App& app, const std::string& what) {
@@ -66,7 +74,11 @@ std::string not_converted(CLI::App& app, const std::string& what) {
   if (what.rfind(prefix, 0) != 0 || eq == std::string::npos) return what;
   const std::string name = what.substr(prefix.size(), eq - prefix.size());
   const std::string value = what.substr(eq + 3);
-  const CLI::App* sub = app.get_subcommands().empty() ? &app : app.get_subcommands().back();
+  // The deepest command given: `schedule show`'s flags are show's (schedule's had none of them,
+  // and its help was named).
+  const CLI::App* sub = &app;
+  while (!sub->get_subcommands().empty())
+    sub = sub->get_subcommands().back();
   const CLI::Option* opt = sub->get_option_no_throw(name);
   const std::string type = opt ? opt->get_type_name() : "";
   // The type's bound only where digits passed it: --tp's own range is 1 to 1024, which its
@@ -80,16 +92,8 @@ std::string not_converted(CLI::App& app, const std::string& what) {
           ? std::string("a whole number from 0") + (digits ? " (at most 4294967295)" : "")
       : type == "FLOAT" ? "a number"
                         : "a value of its type";
-  return name + ": '" + printable(value, 40) + "' is not " + wants + " (rrfp " +
-         (sub == &app ? std::string() : sub->get_name() + " ") + "--help says what it takes)";
-}
-
-// "rrfp" and the names of the commands down to `at`.
-std::string command_path(const CLI::App& app, const CLI::App* at) {
-  std::string path;
-  for (; at != nullptr && at != &app; at = at->get_parent())
-    path = " " + at->get_name() + path;
-  return "rrfp" + path;
+  return name + ": '" + printable(value, 40) + "' is not " + wants + " (" + command_path(app, sub) +
+         " --help says what it takes)";
 }
 
 // CLI11's "The following arguments were not expected: 2 --vpp" (the words in reverse) as the

@@ -14,6 +14,7 @@
 #include "cli/stop_signal.hpp"
 #include "core/error.hpp"
 #include "core/hint.hpp"
+#include "core/modes.hpp"
 #include "core/output_file.hpp"
 #include "core/printable.hpp"
 #include "report/estimate.hpp"
@@ -143,8 +144,11 @@ void check_sweep(const SweepFlags& f) {
         throw InputError("--mb-factors: " + std::to_string(m) + " x --pp " + std::to_string(p) +
                          " microbatches on " + std::to_string(p) + " stages exceed the " +
                          std::to_string(kMaxChunkMicrobatches) + " chunk-microbatches of a step");
+  // Its upper bound too: --tp 1,2000 ran every TP 1 point, then failed with no CSV written.
   for (int t : f.tps)
-    if (t < 1) throw InputError("--tp: must be at least 1, got " + std::to_string(t));
+    if (t < 1 || t > kMaxTp)
+      throw InputError("--tp: must be between 1 and " + std::to_string(kMaxTp) + ", got " +
+                       std::to_string(t));
   for (int l : f.limits)
     if (l < 0)
       throw InputError("--limits: must be 0 (default) or at least 1, got " + std::to_string(l));

@@ -122,6 +122,12 @@ void refuse_replaced_workload(const Scenario& sc, const std::string& preset_give
                      "a jitter preset applies (jitter:J0..J3, on top of the measured durations); "
                      "got '" +
                      preset_given + "'");
+  // jitter:J0 draws nothing: taken, it replayed the trace unchanged without a word (a file
+  // drawing none is refused below).
+  if (!preset_given.empty() && workload_file.empty() && sc.workload.jitter.p == 0)
+    throw InputError(name("workload") + with + takes + "; '" + preset_given +
+                     "' draws no jitter (its jitter_p is 0): leave it out to replay the "
+                     "durations as measured");
   if (workload_file.empty()) return;
   std::vector<std::string> ignored;
   bool jitter = false, latency = false;  // what the file sets that the replay takes
