@@ -76,6 +76,10 @@ check "--json: 'zb.json' is the input TRACE or inside it" predict zb.json --json
 check "--json: 'zb-link.json' is the input TRACE or inside it" predict zb.json --json zb-link.json
 cmp -s zb.json zb.keep || fail "predict replaced its input trace"
 "$rrfp" schedule show --pp 2 -m 3 --out h.txt >/dev/null || fail "schedule show --out h.txt"
+# Shown again, the file's shape stands for the flags not given (as under check): it was refused
+# as written for pp=2 where the run had the default pp=4.
+"$rrfp" schedule show --hint h.txt | grep -q "^hint file:h.txt: P=2 V=1 M=3$" ||
+  fail "schedule show --hint of a file it wrote at --pp 2 -m 3"
 check "--trace: 'h.txt' is the input --hint or inside it" simulate --pp 2 -m 3 --hint h.txt --trace h.txt
 check "--json: 'wf.json' is the input --workload-file or inside it" simulate --pp 2 -m 3 --workload-file wf.json --json wf.json
 # A trace folder (one file per rank) is read whole: an output inside it replaced a rank's file.

@@ -204,10 +204,19 @@ void setup_schedule(CLI::App& app) {
     names += (names.empty() ? "" : ", ") + n;
   CLI::App* sh = sch->add_subcommand("show", "draw a hint as a pipeline diagram");
   add_shape_flags(sh, f->shape);
-  sh->add_option("--hint", f->hint, "one of: " + names + "; or a hint file")->capture_default_str();
+  sh->add_option("--hint", f->hint,
+                 "one of: " + names +
+                     "; or a hint file, whose shape stands for any shape flag "
+                     "not given")
+      ->capture_default_str();
   sh->add_option("--out", f->out,
                  "also write the hint's task list (JSON for a name ending .json, else text)");
-  sh->callback([f] { show(*f); });
+  // A hint file's shape stands for the flags not given, as under check: the file show --out
+  // had just written was refused as written for pp=2 where the run had the default pp=4.
+  sh->callback([f, sh] {
+    if (!hint_file(f->hint).empty()) take_file_shape(*sh, f->hint, f->shape);
+    show(*f);
+  });
 
   auto g = std::make_shared<ScheduleFlags>();
   g->shape.pp = 4;
