@@ -100,6 +100,15 @@ grep -q "^best: .*, optimal (it meets the lower bound); lower bound" lb2.txt ||
 # A replay's plan names the step it replayed, as simulate does ("replay:t.json" alone).
 grep -q "workload=replay:t.json step [0-9]* " <("$rrfp" plan --pp 4 -m 8 --replay t.json \
   --max-evaluations 10 --exact off) || fail "plan --replay: the header names no step"
+# --split-backward auto follows the step replayed, not the file: the comparison's first run has
+# no W tasks, its last (BFW) has (step 0 was refused: "the trace has no W tasks").
+"$rrfp" simulate --pp 4 -m 8 --workload multimodal --trace cmp.json >/dev/null
+for s in "0 off" "3 on"; do
+  read -r st sp <<<"$s"
+  grep -q "split=$sp TP=1  workload=replay:cmp.json step $st " <("$rrfp" plan --pp 4 -m 8 \
+    --replay cmp.json --step "$st" --max-evaluations 10 --exact off 2>&1) ||
+    fail "plan --replay of step $st: not split=$sp"
+done
 
 # An exact search stopped early names what stopped it: its node cap (at exactly that node),
 # or its budget; it said "not proven within the budget" when the cap had stopped it.

@@ -28,8 +28,9 @@ RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int t
                               bool* coordination_measured = nullptr);
 // The step a replay CSV of several steps replays by default, its last; -1: it holds one step.
 int replay_csv_last_step(const std::string& path);
-// Whether the replay at `path` was recorded with the split backward (it holds W tasks): what
-// `split_backward` auto follows when a run is given one.
+// Whether the replay at `path` was recorded with the split backward (its step, `trace.step`'s
+// or a trace's first complete one, holds W tasks): what `split_backward` auto follows when a
+// run is given one.
 bool replay_records_split(const std::string& path, int tp, const TraceOptions& trace = {});
 
 }  // namespace rrfp

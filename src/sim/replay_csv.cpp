@@ -293,7 +293,13 @@ bool replay_records_split(const std::string& path, int tp, const TraceOptions& t
   if (is_trace_path(path)) {
     // A probe: a trace that says too little is reported by the read that follows, in its words.
     try {
-      return infer_trace_config(path, tp, trace).split_backward;
+      PipelineConfig c = infer_trace_config(path, tp, trace);
+      if (!c.split_backward) return false;
+      // W tasks somewhere in the file: the step replayed decides (--step's, or the first
+      // complete one), as predict's does. A step without them was refused for lacking them, and
+      // the message said the trace had none.
+      c.split_backward = false;
+      return import_trace(path, WorkModel(c), tp, trace).has_w;
     } catch (const InputError&) {
       return false;
     }
