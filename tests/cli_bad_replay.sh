@@ -290,5 +290,24 @@ check "lacks tasks this shape needs" simulate --replay "$tmp/nosplit.json" --pp 
 check "replay it with --split-backward off" simulate --replay "$tmp/nosplit.json" --pp 2 -m 4 --step 0
 "$rrfp" simulate --replay "$tmp/nosplit.json" --pp 2 -m 4 --tp 2 --step 0 2>&1 |
   grep -q "split-backward" && { echo "FAIL: a TP refusal says to turn the split backward off"; fails=$((fails + 1)); }
+# A Megatron timeline on the system's thread ids (2^20 and more), its stages named by thread:
+# its shape was probed from thread 0's name, and the reader refused "rank pp 1 tp 0 is outside
+# the shape (pp 1, tp 1)", a --pp the user had not typed.
+/usr/bin/python3 - "$tmp/meg-tids.json" <<'PY'
+import json, sys
+tid = {0: 3000000, 1: 3000001}
+ev = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": tid[s], "args": {"name": f"pp {s} tp 0"}}
+      for s in tid]
+for s, kind, mb, ts, dur in [(0, "forward", 0, 0, 10), (0, "forward", 1, 10, 10),
+                             (1, "forward", 0, 12, 10), (1, "backward", 0, 22, 20),
+                             (1, "forward", 1, 42, 10), (1, "backward", 1, 52, 20),
+                             (0, "backward", 0, 44, 20), (0, "backward", 1, 74, 20)]:
+    ev.append({"name": f"{kind}-compute", "ph": "X", "pid": 0, "tid": tid[s], "ts": ts,
+               "dur": dur, "args": {"iteration": 0, "microbatch_id": mb}})
+json.dump({"traceEvents": ev}, open(sys.argv[1], "w"))
+PY
+"$rrfp" predict "$tmp/meg-tids.json" 2>&1 | grep -q "(megatron, iteration 0): P=2 V=1 M=2 TP=1" ||
+  { echo "FAIL: a Megatron trace on large thread ids: $("$rrfp" predict "$tmp/meg-tids.json" 2>&1 | head -1)"
+    fails=$((fails + 1)); }
 echo "cli bad-replay checks: $fails failed"
 [ "$fails" -eq 0 ]

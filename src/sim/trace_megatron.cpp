@@ -154,11 +154,14 @@ Shape probe_megatron(const std::vector<Doc>& docs, int tp) {
                    ? args->at(k).get<int>()
                    : 0;
       };
+      // The thread's name by its own id, as the reader looks it up: real traces' ids are the
+      // system's (2^20 and more), which were looked up as thread 0's, and the shape taken for
+      // one stage. Only the default stage (id / tp) is read from small ids alone.
       const long long tid = e.contains("tid") && e.at("tid").is_number_unsigned() &&
-                                    e.at("tid").get<std::uint64_t>() < 1u << 20
+                                    e.at("tid").get<std::uint64_t>() <= 1'000'000'000
                                 ? e.at("tid").get<long long>()
                                 : 0;
-      int pp = static_cast<int>(tid) / std::max(1, tp);
+      int pp = tid < 1 << 20 ? static_cast<int>(tid) / std::max(1, tp) : 0;
       if (auto v = tagged(thread_of(names, e, tid), "pp")) pp = *v;
       if (args->contains("pp_rank")) pp = whole({"pp_rank"});
       const auto where = [&] {
