@@ -109,6 +109,35 @@ void merge_device(std::vector<TorchProcess>& out, size_t first, size_t dev) {
     out[k].order = k;
 }
 
+// The rank a merged file's pid names ("rank0", "Rank 1", "rank_2", as a JSON string), if any.
+std::optional<long> rank_named(const std::string& pid_json) {
+  if (pid_json.size() < 3 || pid_json.front() != '"' || pid_json.back() != '"') return {};
+  std::string s = pid_json.substr(1, pid_json.size() - 2);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (s.rfind("rank", 0) != 0) return {};
+  size_t i = 4;
+  while (i < s.size() && (s[i] == ' ' || s[i] == '_' || s[i] == '-'))
+    ++i;
+  if (i == s.size() || s.size() - i > 9 || s.find_first_not_of("0123456789", i) != s.npos)
+    return {};
+  return std::stol(s.substr(i));
+}
+
+// A merged file's processes, where each pid names a rank of its own ("rank0", "rank1"), are
+// ordered by those ranks; else by first appearance. By appearance alone, a file whose rank 1
+// came first was replayed with its stages swapped, and the clocks' alignment hid it.
+void order_by_named_ranks(std::vector<TorchProcess>& out, size_t first,
+                          const std::map<std::string, size_t>& by_pid) {
+  std::map<long, size_t> by_rank;
+  for (const auto& [pid, i] : by_pid) {
+    const auto r = rank_named(pid);
+    if (!r || !by_rank.emplace(*r, i).second) return;
+  }
+  size_t k = first;
+  for (const auto& [r, i] : by_rank)
+    out[i].order = k++;
+}
+
 std::vector<TorchProcess> processes_of(const std::vector<Doc>& docs) {
   std::vector<TorchProcess> out;
   for (size_t f = 0; f < docs.size(); ++f) {
@@ -167,6 +196,7 @@ std::vector<TorchProcess> processes_of(const std::vector<Doc>& docs) {
       p.spans.push_back({clock_at(e, "ts", where), number_at(e, "dur", where), s,
                          string_at(e, "cat", d.origin, n) == "gpu_user_annotation", n});
     }
+    order_by_named_ranks(out, first, by_pid);
     if (const auto dev = by_pid.find(kDevice); dev != by_pid.end())
       merge_device(out, first, dev->second);
   }
