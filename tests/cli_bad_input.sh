@@ -47,6 +47,9 @@ check "--max-pending-w: caps the deferred W tasks of a split backward; --split-b
 check "--pp: 2 is given twice; each value is a dimension of the grid" sweep --pp 2,2
 check "--workloads: '' names nothing; give a value" sweep --workloads ''
 check "--hints: bf is given twice" sweep --hints bf,bfw,bf
+# An empty item was dropped before any check saw it, and the grid ran without a word.
+check "--hints: 'bf,,bfw' holds an empty item" sweep --hints bf,,bfw
+check "--pp: '2,' holds an empty item" sweep --pp=2,
 check "--hints: unknown hint 'bfx' (expected one of gpipe, 1f1b, interleaved-1f1b, bfs, zb-h1, zb-h2, zb-v, bf, fb, b-priority, f-priority, bfw, adaptive)" sweep --hints bfx
 # A flag of another command, or a stray value: the first word not taken, by name (CLI11 listed
 # them all, in reverse: "not expected: 2 --vpp").

@@ -158,6 +158,32 @@ int stdout_written(int code, const std::string& failed) {
   return 1;
 }
 
+// A comma-separated value with an empty item (`sweep --hints bf,,bfw`, `--pp 2,`): CLI11 drops
+// the item before any check sees it, and the grid ran without a word. Looked for in the words
+// given, command by command, where a flag takes a list.
+void refuse_empty_list_items(CLI::App& app, int argc, char** argv) {
+  CLI::App* at = &app;
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (const auto subs = at->get_subcommands([&](CLI::App* a) { return a->check_name(word); });
+        !subs.empty()) {
+      at = subs.front();
+      continue;
+    }
+    if (word.rfind("--", 0) != 0) continue;
+    const std::size_t eq = word.find('=');
+    const CLI::Option* opt = at->get_option_no_throw(word.substr(0, eq));
+    if (opt == nullptr || opt->get_delimiter() != ',') continue;
+    const std::string value = eq != std::string::npos ? word.substr(eq + 1)
+                              : i + 1 < argc          ? std::string(argv[i + 1])
+                                                      : std::string();
+    if (value.empty()) continue;  // '' is named by its own check
+    if (value.find(",,") != std::string::npos || value.front() == ',' || value.back() == ',')
+      throw InputError(word.substr(0, eq) + ": '" + printable(value, 60) +
+                       "' holds an empty item; give the values comma-separated, each once");
+  }
+}
+
 // Set up once for either program, before any work: standard streams the caller closed held
 // (core/output_file.hpp); a write past a file size limit (`ulimit -f`) fails with EFBIG, which
 // every writer reports and cleans up after, where SIGXFSZ's default action killed the process
@@ -186,6 +212,7 @@ int cli_main(int argc, char** argv) {
   setup_calibrate(app);
   read_numbers_in_decimal(app);
   try {
+    refuse_empty_list_items(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     // A mistyped command before --help printed the help of the command above it, exit 0.
