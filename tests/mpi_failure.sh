@@ -62,12 +62,13 @@ run_case() {
 # Killed: Open MPI notices the death and ends the job, naming the rank.
 run_case KILL "process rank 2 .* exited on signal 9"
 # Silent (stopped): the watchdog of the first rank to stall names what that rank waits for and
-# from which rank, and MPI_Abort ends the job. That is usually rank 2 (its neighbours stall
-# first), but under load rank 0, waiting on rank 1, may time out first (seen once under
-# ctest -j2 on 2 cores): the line then names rank 1, not the stopped rank. The first to time out
-# tells the others, so a rank may report that one's stall, naming it first.
-# A rank held up in one of the job's collectives between steps names the call instead.
-run_case STOP "run failed on mpi rank [0-9]: (stage [0-9] \(mpi rank [0-9]\) failed step [0-9]+: )?no progress .*\(mpi rank [0-9]\)|mpi rank [0-9]: MPI_[A-Za-z_]+.* did not finish within"
+# from which rank, and MPI_Abort ends the job. Its neighbours usually stall first, but under
+# load rank 0, waiting on rank 1, may time out first (seen once under ctest -j2 on 2 cores): it
+# then asks rank 1 what it waits for, and rank 2 in turn, which does not answer; either way the
+# line names rank 2. The first to time out tells the others, so a rank may report that one's
+# stall, naming it first. A rank held up in one of the job's collectives between steps names
+# the call instead.
+run_case STOP "run failed on mpi rank [0-9]: (stage [0-9] \(mpi rank [0-9]\) failed step [0-9]+: )?no progress .*\(mpi rank 2\)|mpi rank [0-9]: MPI_[A-Za-z_]+.* did not finish within"
 # stop_case PHASE: rank 2 stops itself (SIGSTOP) on reaching PHASE (the RRFP_FAULT_STOP hook of
 # dist/mpi_world.cpp); the others must give up within the start-up deadline, naming the call.
 stop_case() {

@@ -13,8 +13,16 @@ namespace rrfp {
 // Tensor-parallel coordination between ranks of one group that live in different processes
 // (design §4): the leader's choice, or a rank's proposal in an `agree` round. `Abort`: the
 // sender's step failed (its payload is the error's one line); the receiver fails that step too
-// instead of waiting for messages that will not come.
-enum class Control : std::uint8_t { None = 0, Choice = 1, Proposal = 2, Abort = 3 };
+// instead of waiting for messages that will not come. `Query`: the sender's watchdog found it
+// stalled waiting on the receiver, which answers (`Answer`) with what it waits on in turn.
+enum class Control : std::uint8_t {
+  None = 0,
+  Choice = 1,
+  Proposal = 2,
+  Abort = 3,
+  Query = 4,
+  Answer = 5
+};
 
 struct MessageTag {
   std::int32_t step = 0;

@@ -177,11 +177,17 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
     const int r = local_[i] % t;
     endpoints_[i]->set_broken_handler(
         [this, st, r](std::exception_ptr why) { on_transport_broken(std::move(why), *st, r); });
-    endpoints_[i]->set_receiver([this, st, r](Message&& msg) {
-      if (msg.tag.control == Control::Abort)
-        on_peer_abort(msg);  // about the whole step, whichever stage it reaches
-      else
-        st->on_message(r, std::move(msg));
+    endpoints_[i]->set_receiver([this, st, r, ep = endpoints_[i].get()](Message&& msg) {
+      switch (msg.tag.control) {
+        case Control::Abort:
+          return on_peer_abort(msg);  // about the whole step, whichever stage it reaches
+        case Control::Query:
+          return answer_query(msg, *st, r, *ep);
+        case Control::Answer:
+          return on_answer(std::move(msg));
+        default:
+          return st->on_message(r, std::move(msg));
+      }
     });
   }
 }
@@ -228,6 +234,8 @@ StepResult Runtime::run_step(int step) {
   // on peers that may never come to the barrier.
   if (before_step_ && !failure_.failed()) before_step_();
   const std::int64_t t0 = now_ns();
+  step_start_ns_.store(t0);
+  step_now_.store(step);
   for (auto& s : stages_)
     if (s) s->begin_step(step, t0);
   {
@@ -272,6 +280,7 @@ StepResult Runtime::run_step(int step) {
   }
   for (auto& th : threads)
     th.join();
+  step_now_.store(-1);
   bool failed = false;
   {
     // A peer's abort coming now either fails this step or finds it completed, never both.
@@ -330,6 +339,7 @@ void Runtime::watch(int workers) {
       report +=
           "; this process watches its own stages only: `timeout` must exceed the longest "
           "wait of a stage for its input";
+    report += chase_stall(now);
     failure_.fail(std::make_exception_ptr(StallError(report)));
   }
 }

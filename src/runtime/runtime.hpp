@@ -3,9 +3,12 @@
 // each dispatching through the shared StageArbiter, with outputs moved by a Transport. A step
 // returns the same record a simulated step does (StepRecord), with real timestamps, so every
 // report, trace and invariant check works on both.
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -145,6 +148,12 @@ class Runtime {
   // likely cause.
   void on_transport_broken(std::exception_ptr why, const Stage& st, int r);
   std::string transport_broken_text();
+  // stall_chase.cpp: a stalled process asks the processes it waits on what they wait on, in
+  // turn, so that its report names where the chain ends (a process that does not answer, or
+  // one busy in a task) rather than only its neighbour.
+  std::string chase_stall(std::int64_t now);
+  void answer_query(const Message& msg, const Stage& st, int r, Transport& ep);
+  void on_answer(Message&& msg);
 
   const WorkModel& m_;
   RuntimeOptions opt_;
@@ -164,6 +173,19 @@ class Runtime {
   std::vector<std::unique_ptr<Stage>> stages_;         // by stage (nullptr: not hosted)
   bool broken_ = false;
   std::uint64_t fresh_seen_ = BufferPool::fresh_total();  // when the previous step ended
+  // The stall chase's answers to the current round of queries, by endpoint.
+  struct PeerAnswer {
+    int step = -1;             // the step the peer was in (-1: none)
+    std::int64_t idle_ns = 0;  // how long it had made no progress
+    std::vector<int> awaits;   // the endpoints it expects messages from
+    std::string text;          // its stages' description
+  };
+  std::mutex ask_mu_;
+  std::condition_variable ask_cv_;
+  std::int32_t ask_round_ = 0;  // under ask_mu_: answers of other rounds are stale
+  std::map<int, PeerAnswer> answers_;
+  std::atomic<int> step_now_{-1};               // the step running (-1: between steps)
+  std::atomic<std::int64_t> step_start_ns_{0};  // when it began
 };
 
 }  // namespace rrfp

@@ -2,7 +2,9 @@
 // stage_loop.cpp.
 #include "runtime/stage.hpp"
 
+#include <algorithm>
 #include <array>
+#include <limits>
 
 #include "core/error.hpp"
 #include "core/stuck_report.hpp"
@@ -182,6 +184,21 @@ bool Stage::waits_on_other_stages(int r) const {
   const Locked lk = core_.lock();
   const StageRank& rk = core_.rank(lk, r);
   return rk.local() && core_.step(lk) >= 0 && rk.driver->stuck().inputs->waits_on_other_stages();
+}
+
+std::vector<int> Stage::awaited_stages(int r) const {
+  const Locked lk = core_.lock();
+  const StageRank& rk = core_.rank(lk, r);
+  std::vector<int> out;
+  // A rank in a task waits on that task first: the chain of waits ends there.
+  if (!rk.local() || core_.step(lk) < 0 || rk.running) return out;
+  const Readiness& in = rk.driver->inputs();
+  int total = 0;
+  for (const TaskId& producer : in.expected(std::numeric_limits<int>::max(), total))
+    if (const int s = in.model().stage_of(producer);
+        std::find(out.begin(), out.end(), s) == out.end())
+      out.push_back(s);
+  return out;
 }
 
 std::string Stage::describe(std::int64_t now) const {

@@ -32,6 +32,9 @@ class Stage {
   std::string describe(std::int64_t now) const;
   // Whether rank r, in a step, still waits for a message from another stage.
   bool waits_on_other_stages(int r) const;
+  // The stages whose messages rank r still expects, each once, the most needed first; none
+  // outside a step or in a task (what a stalled peer is asked: Runtime's stall chase).
+  std::vector<int> awaited_stages(int r) const;
   const RankResult& result(int r) const { return core_.result(r); }  // after the step
   bool local(int r) const { return core_.local(r); }
 

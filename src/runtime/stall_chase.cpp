@@ -1,0 +1,159 @@
+// A stalled process's question down the chain of processes it waits on. A watchdog sees its
+// own process's stages only: when a process stops, the first of the others to time out may be
+// one that waits on a neighbour that itself waits on the stopped process, and its report named
+// the neighbour. Before it fails the step, the process asks each process it expects messages
+// from what that one waits on, then asks those, and its report says where the chain ends: a
+// process that does not answer (stopped, hung, or not scheduled) or one that waits on nobody
+// (in a long task). The answers come from the transports' threads, which keep running in a
+// process whose compute is stuck.
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <map>
+#include <set>
+#include <span>
+#include <utility>
+
+#include "core/clock.hpp"
+#include "core/format.hpp"
+#include "core/printable.hpp"
+#include "runtime/runtime.hpp"
+
+namespace rrfp {
+
+namespace {
+
+constexpr std::size_t kMaxAnswerText = 600;  // of a peer's description, in the report
+constexpr int kMaxAwaits = 64;               // endpoints named in one answer
+
+std::string text_of(const Payload& p) {
+  return {reinterpret_cast<const char*>(p.data()), p.size()};
+}
+
+}  // namespace
+
+// Runs on the transport's thread, which must not throw: an answer that cannot be made is none,
+// which the asker reports as such.
+void Runtime::answer_query(const Message& msg, const Stage& st, int r, Transport& ep) {
+  try {
+    const int tp = std::max(1, opt_.tp);
+    std::string body;
+    int n = 0;
+    for (int s : st.awaited_stages(r)) {
+      if (n++ == kMaxAwaits) break;
+      body += (body.empty() ? "" : ",") + std::to_string(s * tp + r);
+    }
+    const std::int64_t now = now_ns();
+    body += ";" + st.describe(now);
+    MessageTag tag;
+    tag.control = Control::Answer;
+    tag.round = msg.tag.round;
+    tag.step = step_now_.load();
+    tag.cost_ns = now - std::max(step_start_ns_.load(), failure_.last_progress_ns());
+    body.resize(std::min(body.size(), kMaxAnswerText + 4 * kMaxAwaits));
+    ep.send(msg.src, tag, Payload::copy_of(std::as_bytes(std::span(body.data(), body.size()))));
+  } catch (...) {
+  }
+}
+
+void Runtime::on_answer(Message&& msg) {
+  PeerAnswer a;
+  a.step = msg.tag.step;
+  a.idle_ns = msg.tag.cost_ns;
+  const std::string body = text_of(msg.payload);
+  const std::size_t semi = std::min(body.find(';'), body.size());
+  const int world = m_.pp() * std::max(1, opt_.tp);
+  for (std::size_t at = 0; at < semi;) {
+    int e = -1;
+    const auto [end, ec] = std::from_chars(body.data() + at, body.data() + semi, e);
+    if (ec == std::errc() && e >= 0 && e < world) a.awaits.push_back(e);
+    at = static_cast<std::size_t>(end - body.data()) + 1;  // past the comma (or the junk)
+  }
+  if (semi < body.size())
+    a.text = printable(std::string_view(body).substr(semi + 1), kMaxAnswerText);
+  std::lock_guard lk(ask_mu_);
+  if (msg.tag.round != ask_round_) return;  // a round the asker has given up on
+  answers_[msg.src] = std::move(a);
+  ask_cv_.notify_all();
+}
+
+std::string Runtime::chase_stall(std::int64_t now) {
+  const int tp = std::max(1, opt_.tp), world = m_.pp() * tp;
+  if (static_cast<int>(local_.size()) >= world || endpoints_.empty()) return {};
+  // A round waits up to a second for its answers (less under a shorter `timeout`).
+  const std::int64_t wave_ns =
+      std::clamp<std::int64_t>(opt_.timeout_ms * 1'000'000, 100'000'000, 1'000'000'000);
+  const std::int64_t end = now + 3 * wave_ns;
+  std::set<int> seen(local_.begin(), local_.end());
+  std::vector<int> wave;
+  const auto ask_later = [&](int e) {
+    if (seen.insert(e).second) wave.push_back(e);
+  };
+  for (int e : local_)
+    for (int s : stages_[e / tp]->awaited_stages(e % tp))
+      ask_later(s * tp + e % tp);
+  std::vector<std::string> said;
+  const int step = step_now_.load();
+  while (!wave.empty() && !failure_.failed() && now_ns() < end) {
+    MessageTag tag;
+    tag.control = Control::Query;
+    tag.step = step;
+    {
+      std::lock_guard lk(ask_mu_);
+      tag.round = ++ask_round_;
+      answers_.clear();
+    }
+    std::vector<int> asked;
+    for (int e : std::exchange(wave, {})) {
+      try {
+        endpoints_[0]->send(e, tag, Payload{});
+        asked.push_back(e);
+      } catch (const std::exception&) {
+        said.push_back(peer_name(e) + " could not be asked (its connection is closed)");
+      }
+    }
+    const std::int64_t from = now_ns(), until = std::min(end, from + wave_ns);
+    std::map<int, PeerAnswer> got;
+    {
+      std::unique_lock lk(ask_mu_);
+      ask_cv_.wait_for(lk, std::chrono::nanoseconds(std::max<std::int64_t>(until - from, 0)),
+                       [&] { return answers_.size() >= asked.size(); });
+      got.swap(answers_);
+      ++ask_round_;  // later answers are stale
+    }
+    for (int e : asked) {
+      const auto it = got.find(e);
+      if (it == got.end()) {
+        said.push_back(peer_name(e) + " did not answer within " +
+                       fmt("%.1f", static_cast<double>(until - from) / 1e9) +
+                       " s (stopped, hung, or not scheduled)");
+        continue;
+      }
+      const PeerAnswer& a = it->second;
+      std::string line = peer_name(e);
+      if (a.step < 0)
+        line += " is between steps";
+      else
+        line += (a.step != step ? " in step " + std::to_string(a.step) + "," : std::string()) +
+                " made no progress for " + std::to_string(a.idle_ns / 1'000'000) + " ms";
+      std::string from;  // the others it waits on: this process is named by the report
+      for (int w : a.awaits) {
+        if (std::find(local_.begin(), local_.end(), w) != local_.end()) continue;
+        from += (from.empty() ? "" : ", ") + peer_name(w);
+        ask_later(w);
+      }
+      if (a.awaits.empty())
+        line += ": [" + a.text + "]";
+      else
+        line += " and waits for messages from " + (from.empty() ? "this process" : from);
+      said.push_back(std::move(line));
+    }
+  }
+  if (said.empty()) return {};
+  std::string out = "; asked in turn:";
+  for (std::size_t i = 0; i < said.size(); ++i)
+    out += (i ? "; " : " ") + said[i];
+  return out;
+}
+
+}  // namespace rrfp

@@ -1,0 +1,126 @@
+// A stalled process asks the processes it waits on what they wait on, in turn, and its report
+// says where the chain ends (Runtime's stall chase). Each endpoint is a Runtime of its own, as
+// the processes of an mpirun job have them, on threads sharing in-process transports
+// (dist/local_job.hpp). Stage 2's first forward never ends until stage 0 has failed; stage 0,
+// the only one with a short watchdog, waits on stage 1, which waits on stage 2. Without the
+// chase stage 0's report named stage 1 alone. Runs under the sanitizers.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <regex>
+
+#include "dist/local_job.hpp"
+#include "rank_threads.hpp"
+#include "runtime_helpers.hpp"
+
+namespace rrfp::test {
+namespace {
+
+// Holds a task until opened (or 30 s: a test that hangs fails instead).
+class Gate {
+ public:
+  void open() {
+    std::lock_guard lk(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lk(mu_);
+    cv_.wait_for(lk, std::chrono::seconds(30), [&] { return open_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Runs `inner`, but its forward of `stuck` waits at the gate first.
+class StuckIn final : public StageProgram {
+ public:
+  StuckIn(std::unique_ptr<StageProgram> inner, std::optional<TaskId> stuck, Gate& gate)
+      : in_(std::move(inner)), stuck_(stuck), gate_(gate) {}
+  Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
+    if (stuck_ && *stuck_ == TaskId{Kind::F, chunk, mb}) gate_.wait();
+    return in_->forward(c, chunk, mb, std::move(p));
+  }
+  Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
+    return in_->backward(c, chunk, mb, std::move(p));
+  }
+  std::optional<std::size_t> input_bytes(const TaskId& t) const override {
+    return in_->input_bytes(t);
+  }
+
+ private:
+  std::unique_ptr<StageProgram> in_;
+  std::optional<TaskId> stuck_;
+  Gate& gate_;
+};
+
+// Stage 0's error (its watchdog at 300 ms; the others' at a minute). `mute`: stage 2's
+// process does not answer, as a stopped one would not.
+std::string stage0_error(bool mute) {
+  PipelineConfig c;
+  c.pp = 3;
+  c.microbatches = 3;
+  const WorkModel m(c);
+  const RealizedWork w = random_work(m, 1, 7, 50, 20);
+  const Hint h = make_hint("1f1b", m);
+  auto jobs = make_local_jobs(3);
+  Gate gate;
+  std::string error;
+  on_every_rank(3, [&](int i) {
+    jobs[i]->set_layout(JobLayout{3, 1, 1});
+    auto base = emulated_programs(m, w);
+    const ProgramFactory programs = [&](int s, int r) {
+      return std::make_unique<StuckIn>(
+          base(s, r), s == 2 ? std::optional(TaskId{Kind::F, 2, 0}) : std::nullopt, gate);
+    };
+    RuntimeOptions o = runtime_options(m, w, Policy::Fixed);
+    o.timeout_ms = i == 0 ? 300 : 60'000;
+    Hosting hosting = jobs[i]->hosting();
+    if (i == 2 && mute)
+      hosting.transports[0] = std::make_unique<FaultyTransport>(
+          std::move(hosting.transports[0]),
+          [](int, int&, MessageTag& t, Payload&) { return t.control != Control::Answer; });
+    Runtime rt(m, h, programs, o, std::move(hosting));
+    try {
+      rt.run_step(0);
+    } catch (const std::exception& e) {
+      if (i == 0) {
+        error = e.what();
+        gate.open();
+      }
+    }
+  });
+  return error;
+}
+
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST(StallChase, TheReportFollowsTheWaitsToTheProcessInATask) {
+  const std::string e = stage0_error(false);
+  EXPECT_TRUE(has(e, "no progress for")) << e;
+  EXPECT_TRUE(has(e, "expects messages: B c1 m0 from stage 1")) << e;
+  EXPECT_TRUE(std::regex_search(
+      e, std::regex("asked in turn: stage 1 made no progress for [0-9]+ ms and waits for "
+                    "messages from stage 2; stage 2 made no progress for [0-9]+ ms: \\[stage 2: "
+                    "[^\\]]*running F c2 m0 for [0-9]+ ms")))
+      << e;
+}
+
+TEST(StallChase, AProcessThatDoesNotAnswerEndsTheChain) {
+  const std::string e = stage0_error(true);
+  EXPECT_TRUE(has(e, "asked in turn: stage 1 made no progress for")) << e;
+  EXPECT_TRUE(has(e,
+                  "waits for messages from stage 2; stage 2 did not answer within 0.3 s "
+                  "(stopped, hung, or not scheduled)"))
+      << e;
+}
+
+}  // namespace
+}  // namespace rrfp::test
