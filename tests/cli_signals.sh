@@ -73,7 +73,8 @@ grep -qx "rrfp plan: stopped by SIGTERM; nothing written" "$tmp/bigplan.log" ||
   fail "plan in its set-up: $(tail -1 "$tmp/bigplan.log")"
 [ -e "$tmp/big.json" ] && fail "plan in its set-up wrote --json"
 
-# sweep: stopped mid-grid, the CSV and the summary hold the points done, and say how many.
+# sweep: stopped mid-grid, the CSV and the summary hold the points done, and the summary and
+# stdout say how many.
 "$rrfp" sweep --pp 64,128 --seeds 10 --csv "$tmp/sweep.csv" --md "$tmp/sweep.md" \
   >"$tmp/sweep.log" 2>&1 &
 pid=$!
@@ -91,7 +92,11 @@ else
   [ "$done_points" -lt 80 ] || fail "sweep: it ran the whole grid before stopping"
   # Each grid point writes one row per run: 3 fixed baselines and the 2 hints.
   [ "$rows" -eq $((done_points * 5)) ] || fail "sweep: $rows CSV rows for $done_points points"
-  grep -q "^$rows runs; CSV: $tmp/sweep.csv" "$tmp/sweep.log" || fail "sweep: the summary line"
+  grep -q "^$rows runs (stopped by SIGTERM after $done_points of 80 grid points); CSV: $tmp/sweep.csv" \
+    "$tmp/sweep.log" || fail "sweep: the summary line"
+  # The summary file says it is partial itself (it read as a smaller grid's once stderr was gone).
+  head -1 "$tmp/sweep.md" | grep -q "^\*\*Partial: stopped by SIGTERM after $done_points of 80 grid points" ||
+    fail "sweep: the summary file does not say it is partial: $(head -1 "$tmp/sweep.md")"
 fi
 
 # simulate and run keep nothing worth writing half done: a signal ends them at once with one

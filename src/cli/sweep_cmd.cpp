@@ -340,10 +340,22 @@ void run_sweep(const SweepFlags& f) {
   });
   if (show) std::cerr << "\n";
   write_text_file(f.csv, csv, "--csv");
-  const std::string md = markdown(rows, f);
+  // A stopped grid's summary says so itself: its geomeans are over the points done, which may
+  // leave out whole workloads and sizes, and once stderr is gone it read as a smaller grid's.
+  const int sig = stop.load();
+  const std::string partial = sig == 0 ? std::string()
+                                       : "stopped by " + signal_name(sig) + " after " +
+                                             std::to_string(done) + " of " +
+                                             std::to_string(points) + " grid points";
+  const std::string md =
+      (sig == 0 ? ""
+                : "**Partial: " + partial + "; this summary and the CSV hold those alone.**\n\n") +
+      markdown(rows, f);
   if (!f.md.empty()) write_text_file(f.md, md, "--md");
-  std::cout << md << "\n" << rows.size() << " runs; CSV: " << f.csv << "\n";
-  if (const int sig = stop.load()) {
+  std::cout << md << "\n"
+            << rows.size() << " runs" << (sig == 0 ? "" : " (" + partial + ")")
+            << "; CSV: " << f.csv << "\n";
+  if (sig != 0) {
     print_line("rrfp sweep: stopped by " + signal_name(sig) +
                "; the CSV and the summary hold the " + std::to_string(done) + " of " +
                std::to_string(points) + " grid points done before it");
