@@ -1,0 +1,60 @@
+"""Under torchrun (3 processes, P=3), a stall whose cause is two processes away: stage 2's first
+forward outlasts stage 0's timeout (1 s; the others' is a minute), so stage 0 times out waiting
+on stage 1, which waits on stage 2. Before it raises, stage 0 asks stage 1 what it waits for
+and then stage 2, over the pipeline's c10d messages, and its TimeoutError ends with that chain,
+naming the task stage 2 runs (it named stage 1 alone). The other processes raise, told of it."""
+import os
+import re
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import conftest  # noqa: F401,E402  (the package path)
+import lm  # noqa: E402
+import rrfp  # noqa: E402
+
+STALL_S = 4
+
+
+class Stalled(torch.nn.Module):
+    """`inner`, whose first forward sleeps STALL_S seconds first."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.armed = inner, True
+
+    def forward(self, x):
+        if self.armed:
+            self.armed = False
+            time.sleep(STALL_S)
+        return self.inner(x)
+
+
+def main():
+    rank = int(os.environ["RANK"])
+
+    def build(i):
+        chunk = lm.chunks(3)[i]
+        return Stalled(chunk) if i == 2 else chunk
+    pipe = rrfp.Pipeline(build, lm.loss_fn, pp=3, microbatches=3, hint="1f1b", policy="fixed",
+                         timeout=1 if rank == 0 else 60)
+    try:
+        pipe.step(*lm.batches(3, seed=0))
+    except TimeoutError as e:
+        said = str(e)
+    else:
+        raise AssertionError(f"rank {rank}: the stalled step went on")
+    if rank == 0:
+        chain = (r"asked in turn: stage 1 \(c10d rank 1\) made no progress for \d+ ms and waits "
+                 r"for messages from stage 2 \(c10d rank 2\); stage 2 \(c10d rank 2\) made no "
+                 r"progress for \d+ ms: \[stage 2: [^\]]*running F c2 m0 for \d+ ms")
+        assert re.search(chain, said), said
+    else:
+        assert "stage 0 (c10d rank 0) failed step 0: no progress for" in said, (rank, said)
+    print(f"rank {rank}: the stall's report follows the waits to stage 2's task", flush=True)
+
+
+if __name__ == "__main__":
+    main()
