@@ -57,6 +57,9 @@ check "--vpp: rrfp sweep has no such flag (rrfp sweep --help lists its flags)" s
 check "'extra': rrfp schedule show takes no such value" schedule show --pp 2 extra
 check "--pp: a flag of rrfp plan, given before its name; give it after \`plan\`" --pp 2 plan
 check "'-m': rrfp plan takes no such value" plan --pp 2 -- -m 3
+# The flag given before \`--\` too: the word left is the one after it (it was told to give the
+# flag after the command's name, which it was).
+check "'--pp': rrfp plan takes no such value" plan --pp 2 -- --pp 3
 check "'-3': rrfp simulate takes no such value" simulate --pp 2 -m 4 --limit 2 -3
 check "--tp-protocol: expected leader or agree, got 'none'" sweep --tp-protocol none
 # sweep runs one chunk per stage and has no --vpp: the interleaved hints failed the first point

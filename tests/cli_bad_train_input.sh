@@ -26,6 +26,10 @@ check "--out: cannot write to directory '/proc/rrfp-out': No such file or direct
 # A file where the folder should be: the reason said (it said none).
 touch "$tmp/a-file"
 check "--out: cannot write to directory '$tmp/a-file': Not a directory" train --out "$tmp/a-file"
+# A link to nothing: the reason was "File exists".
+ln -s "$tmp/nowhere/x" "$tmp/dangling"
+check "--out: '$tmp/dangling' is a symbolic link to '$tmp/nowhere/x', which does not exist" \
+  train --out "$tmp/dangling"
 check "--steps: must be between 1 and 1000000000, got 0" train --steps 0 --out "$tmp/o"
 check "--inject-jitter: expected jitter:J1" train --inject-jitter nope --out "$tmp/o"
 check "--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got 'jitter:J2x'" train --inject-jitter jitter:J2x --out "$tmp/o"
@@ -165,7 +169,10 @@ check "--lr x --weight-decay: must be below 1 (each step multiplies every weight
   train --lr 20 --weight-decay 0.05 --out "$tmp/o"
 check "--timeout: must be between 0 and 86400 seconds, got 86400.0001" train --timeout 86400.0001 --out "$tmp/o"
 check "--clip: must be a finite number of at least 0, got -1" train --clip -1 --out "$tmp/o"
-check "--eval-every and --eval-batches: must be at least 0 and 1" train --eval-batches 0 --out "$tmp/o"
+check "--eval-batches: must be between 1 and 1000000, got 0" train --eval-batches 0 --out "$tmp/o"
+# Unbounded, 2^31 - 1 started a validation that never ended.
+check "--eval-batches: must be between 1 and 1000000, got 2147483647" train --eval-batches 2147483647 --out "$tmp/o"
+check "--eval-every: must be at least 0, got -1" train --eval-every -1 --out "$tmp/o"
 check "--limit: must be 0 (default) or at least 1, got -2" train --limit -2 --out "$tmp/o"
 check "--max-pending-w: must be 0 (default) or at least 1, got -1" train --max-pending-w -1 --out "$tmp/o"
 check "--policy: unknown policy 'both'" train --policy both --out "$tmp/o"

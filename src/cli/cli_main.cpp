@@ -116,7 +116,9 @@ std::string not_expected(CLI::App& app, int argc, char** argv, const std::string
   char** const end = argv + argc;
   char** const dashes =
       std::find_if(argv + 1, end, [](const char* w) { return w == std::string("--"); });
-  const bool after_dashes = std::find(argv + 1, dashes, word) == dashes && dashes != end;
+  // Left after `--` where it is found there: a flag given before `--` too (`--steps 2 --
+  // --steps 3`) was taken, and the word left is the value after it.
+  const bool after_dashes = dashes != end && std::find(dashes + 1, end, word) != end;
   char* number_end = nullptr;
   std::strtod(word.c_str(), &number_end);
   const bool number = !word.empty() && number_end == word.c_str() + word.size();

@@ -107,7 +107,8 @@ class Run {
   }
 
  private:
-  std::string dir() const { return o_.out + "/"; }
+  // `out` "/" (its trailing slashes are cut down to the root's own) printed "wrote //loss.csv".
+  std::string dir() const { return o_.out.ends_with('/') ? o_.out : o_.out + "/"; }
   // Whether the run validates once `steps` steps are done: at its last, and every `eval_every`.
   bool validates_after(int steps) const {
     return steps == t_.steps || (o_.eval_every > 0 && steps % o_.eval_every == 0);

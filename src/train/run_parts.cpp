@@ -27,6 +27,12 @@ namespace {
 // The output directory must exist (or be creatable) and be writable before training starts.
 void prepare_out(const std::string& dir) {
   std::error_code ec;
+  // A link to nothing: create_directories said "File exists", which hid the cause.
+  if (const auto st = std::filesystem::symlink_status(dir, ec);
+      std::filesystem::is_symlink(st) && !std::filesystem::exists(dir, ec))
+    throw InputError("`out`: '" + dir + "' is a symbolic link to '" +
+                     std::filesystem::read_symlink(dir, ec).string() +
+                     "', which does not exist; create it or choose another `out`");
   std::filesystem::create_directories(dir, ec);
   std::string why = ec ? ec.message() : std::string();
   if (why.empty() && !std::filesystem::is_directory(dir)) why = "not a directory";
@@ -123,11 +129,18 @@ std::vector<std::string> output_names(const TrainRun& o) {
 
 }  // namespace
 
+// A million held-out batches: hours of validation for the default model on this project's
+// reference VM, far past any use.
+constexpr int kMaxEvalBatches = 1'000'000;
+
 void check_run(const TrainRun& o) {
   validate(o.train);
-  if (o.eval_every < 0 || o.eval_batches < 1)
-    throw InputError("`eval_every` and `eval_batches`: must be at least 0 and 1, got " +
-                     std::to_string(o.eval_every) + " and " + std::to_string(o.eval_batches));
+  if (o.eval_every < 0)
+    throw InputError("`eval_every`: must be at least 0, got " + std::to_string(o.eval_every));
+  // Bounded as every input is: 2^31 - 1 batches started a validation that never ended.
+  if (o.eval_batches < 1 || o.eval_batches > kMaxEvalBatches)
+    throw InputError("`eval_batches`: must be between 1 and " + std::to_string(kMaxEvalBatches) +
+                     ", got " + std::to_string(o.eval_batches));
   if (o.save_every < 0)
     throw InputError("`save_every`: must not be negative, got " + std::to_string(o.save_every));
   refuse_outputs_over_inputs(o, output_names(o));
