@@ -136,16 +136,16 @@ std::string Runtime::chase_stall(std::int64_t now) {
       else
         line += (a.step != step ? " in step " + std::to_string(a.step) + "," : std::string()) +
                 " made no progress for " + std::to_string(a.idle_ns / 1'000'000) + " ms";
-      std::string from;  // the others it waits on: this process is named by the report
+      std::string others;  // the processes it waits on but this one, which the report names
       for (int w : a.awaits) {
         if (std::find(local_.begin(), local_.end(), w) != local_.end()) continue;
-        from += (from.empty() ? "" : ", ") + peer_name(w);
+        others += (others.empty() ? "" : ", ") + peer_name(w);
         ask_later(w);
       }
       if (a.awaits.empty())
         line += ": [" + a.text + "]";
       else
-        line += " and waits for messages from " + (from.empty() ? "this process" : from);
+        line += " and waits for messages from " + (others.empty() ? "this process" : others);
       said.push_back(std::move(line));
     }
   }
