@@ -6,30 +6,12 @@ naming the task stage 2 runs (it named stage 1 alone). The other processes raise
 import os
 import re
 import sys
-import time
-
-import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import conftest  # noqa: F401,E402  (the package path)
 import lm  # noqa: E402
 import rrfp  # noqa: E402
-
-STALL_S = 4
-
-
-class Stalled(torch.nn.Module):
-    """`inner`, whose first forward sleeps STALL_S seconds first."""
-
-    def __init__(self, inner):
-        super().__init__()
-        self.inner, self.armed = inner, True
-
-    def forward(self, x):
-        if self.armed:
-            self.armed = False
-            time.sleep(STALL_S)
-        return self.inner(x)
+from mp_timeouts import Stalled  # noqa: E402  (its first forward sleeps 5 s, armed)
 
 
 def main():
@@ -37,7 +19,10 @@ def main():
 
     def build(i):
         chunk = lm.chunks(3)[i]
-        return Stalled(chunk) if i == 2 else chunk
+        if i == 2:
+            chunk = Stalled(chunk)
+            chunk.armed = True
+        return chunk
     pipe = rrfp.Pipeline(build, lm.loss_fn, pp=3, microbatches=3, hint="1f1b", policy="fixed",
                          timeout=1 if rank == 0 else 60)
     try:
