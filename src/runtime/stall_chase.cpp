@@ -142,10 +142,13 @@ std::string Runtime::chase_stall(std::int64_t now) {
         others += (others.empty() ? "" : ", ") + peer_name(w);
         ask_later(w);
       }
-      if (a.awaits.empty())
+      // Waiting on this process alone, its own words say why (a leader's choice, an agree
+      // round, a collective: waits the chain does not follow); "waits for messages from this
+      // process" read as a cycle between the two.
+      if (others.empty())
         line += ": [" + a.text + "]";
       else
-        line += " and waits for messages from " + (others.empty() ? "this process" : others);
+        line += " and waits for messages from " + others;
       said.push_back(std::move(line));
     }
   }
