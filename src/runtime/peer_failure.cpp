@@ -6,9 +6,9 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <span>
 
 #include "core/clock.hpp"
+#include "runtime/control_text.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/runtime.hpp"
 
@@ -76,8 +76,7 @@ void Runtime::tell_peers(int step, const std::exception_ptr& why) {
   };
   auto sent = std::make_shared<Sent>();
   std::size_t posted = 0;
-  const Payload payload =
-      Payload::copy_of(std::as_bytes(std::span<const char>(text.data(), text.size())));
+  const Payload payload = payload_of_text(text);
   for (int dst : remote) {
     try {
       endpoints_[0]->send(dst, tag, payload, [sent](std::exception_ptr) {
@@ -96,9 +95,7 @@ void Runtime::tell_peers(int step, const std::exception_ptr& why) {
 }
 
 void Runtime::on_peer_abort(const Message& msg) {
-  const std::string text = utf8_prefix(
-      std::string(reinterpret_cast<const char*>(msg.payload.data()), msg.payload.size()),
-      kMaxAbortText);
+  const std::string text = utf8_prefix(text_of_payload(msg.payload), kMaxAbortText);
   if (on_peer_failure_) on_peer_failure_();
   const int step = msg.tag.step;
   const std::string who = peer_name(msg.src);

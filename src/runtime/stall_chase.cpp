@@ -11,12 +11,12 @@
 #include <chrono>
 #include <map>
 #include <set>
-#include <span>
 #include <utility>
 
 #include "core/clock.hpp"
 #include "core/format.hpp"
 #include "core/printable.hpp"
+#include "runtime/control_text.hpp"
 #include "runtime/runtime.hpp"
 
 namespace rrfp {
@@ -25,10 +25,6 @@ namespace {
 
 constexpr std::size_t kMaxAnswerText = 600;  // of a peer's description, in the report
 constexpr int kMaxAwaits = 64;               // endpoints named in one answer
-
-std::string text_of(const Payload& p) {
-  return {reinterpret_cast<const char*>(p.data()), p.size()};
-}
 
 }  // namespace
 
@@ -51,7 +47,7 @@ void Runtime::answer_query(const Message& msg, const Stage& st, int r, Transport
     tag.step = step_now_.load();
     tag.cost_ns = now - std::max(step_start_ns_.load(), failure_.last_progress_ns());
     body.resize(std::min(body.size(), kMaxAnswerText + 4 * kMaxAwaits));
-    ep.send(msg.src, tag, Payload::copy_of(std::as_bytes(std::span(body.data(), body.size()))));
+    ep.send(msg.src, tag, payload_of_text(body));
   } catch (...) {
   }
 }
@@ -60,7 +56,7 @@ void Runtime::on_answer(Message&& msg) {
   PeerAnswer a;
   a.step = msg.tag.step;
   a.idle_ns = msg.tag.cost_ns;
-  const std::string body = text_of(msg.payload);
+  const std::string body = text_of_payload(msg.payload);
   const std::size_t semi = std::min(body.find(';'), body.size());
   const int world = m_.pp() * std::max(1, opt_.tp);
   for (std::size_t at = 0; at < semi;) {
