@@ -1,15 +1,18 @@
 // A stalled process asks the processes it waits on what they wait on, in turn, and its report
 // says where the chain ends (Runtime's stall chase). Each endpoint is a Runtime of its own, as
 // the processes of an mpirun job have them, on threads sharing in-process transports
-// (dist/local_job.hpp). Stage 2's first forward never ends until stage 0 has failed; stage 0,
-// the only one with a short watchdog, waits on stage 1, which waits on stage 2. Without the
-// chase stage 0's report named stage 1 alone. Runs under the sanitizers.
+// (dist/local_job.hpp). Stage 2's first forward never ends until the stages with a short
+// watchdog have failed; stage 0 waits on stage 1, which waits on stage 2. Without the chase
+// stage 0's report named stage 1 alone. Runs under the sanitizers.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <regex>
+
+#include "runtime/errors.hpp"
 
 #include "dist/local_job.hpp"
 #include "rank_threads.hpp"
@@ -59,9 +62,14 @@ class StuckIn final : public StageProgram {
   Gate& gate_;
 };
 
-// Stage 0's error (its watchdog at 300 ms; the others' at a minute). `mute`: stage 2's
-// process does not answer, as a stopped one would not.
-std::string stage0_error(bool mute) {
+// Each stage's error, and whether it was a peer's told (PeerStall). `timeouts`: each stage's
+// watchdog. `mute`: stage 2's process does not answer, as a stopped one would not. Stage 2's
+// task is let go once every stage with a short watchdog has failed.
+struct Errors {
+  std::string what[3];
+  bool told[3] = {false, false, false};
+};
+Errors stage_errors(const std::array<std::int64_t, 3>& timeouts, bool mute) {
   PipelineConfig c;
   c.pp = 3;
   c.microbatches = 3;
@@ -70,7 +78,11 @@ std::string stage0_error(bool mute) {
   const Hint h = make_hint("1f1b", m);
   auto jobs = make_local_jobs(3);
   Gate gate;
-  std::string error;
+  Errors out;
+  std::mutex mu;
+  int waiting = 0;  // stages with a short watchdog that have not failed yet
+  for (int i = 0; i < 3; ++i)
+    waiting += timeouts[i] < 60'000;
   on_every_rank(3, [&](int i) {
     jobs[i]->set_layout(JobLayout{3, 1, 1});
     auto base = emulated_programs(m, w);
@@ -79,7 +91,7 @@ std::string stage0_error(bool mute) {
           base(s, r), s == 2 ? std::optional(TaskId{Kind::F, 2, 0}) : std::nullopt, gate);
     };
     RuntimeOptions o = runtime_options(m, w, Policy::Fixed);
-    o.timeout_ms = i == 0 ? 300 : 60'000;
+    o.timeout_ms = timeouts[i];
     Hosting hosting = jobs[i]->hosting();
     if (i == 2 && mute)
       hosting.transports[0] = std::make_unique<FaultyTransport>(
@@ -89,13 +101,18 @@ std::string stage0_error(bool mute) {
     try {
       rt.run_step(0);
     } catch (const std::exception& e) {
-      if (i == 0) {
-        error = e.what();
-        gate.open();
-      }
+      std::lock_guard lk(mu);
+      out.what[i] = e.what();
+      out.told[i] = from_peer(e);
+      if (timeouts[i] < 60'000 && --waiting == 0) gate.open();
     }
   });
-  return error;
+  return out;
+}
+
+// Stage 0's error, its watchdog alone short.
+std::string stage0_error(bool mute) {
+  return stage_errors({300, 60'000, 60'000}, mute).what[0];
 }
 
 bool has(const std::string& s, const std::string& part) {
@@ -120,6 +137,17 @@ TEST(StallChase, AProcessThatDoesNotAnswerEndsTheChain) {
                   "waits for messages from stage 2; stage 2 did not answer within 0.3 s "
                   "(stopped, hung, or not scheduled)"))
       << e;
+}
+
+// Stages 0 and 1 stall together behind stage 2, which does not answer: both watchdogs fire. Stage
+// 1, nearer the end of the chain, reports; stage 0 learns from its answer that it is stalled as
+// long, awaits its abort and fails with it, so that a job prints one line, not two.
+TEST(StallChase, OfTwoProcessesStalledTogetherTheOneNearerTheEndReports) {
+  const Errors e = stage_errors({300, 300, 60'000}, true);
+  EXPECT_FALSE(e.told[1]) << e.what[1];
+  EXPECT_TRUE(has(e.what[1], "asked in turn: stage 2 did not answer within 0.3 s")) << e.what[1];
+  EXPECT_TRUE(e.told[0]) << e.what[0];
+  EXPECT_TRUE(has(e.what[0], "stage 1 failed step 0: no progress for")) << e.what[0];
 }
 
 }  // namespace

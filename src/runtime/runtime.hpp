@@ -151,7 +151,11 @@ class Runtime {
   // stall_chase.cpp: a stalled process asks the processes it waits on what they wait on, in
   // turn, so that its report names where the chain ends (a process that does not answer, or
   // one busy in a task) rather than only its neighbour.
-  std::string chase_stall(std::int64_t now);
+  struct Chase {
+    std::string text;           // "; asked in turn: ...", or empty
+    std::int64_t defer_ns = 0;  // > 0: a process nearer the stall's end reports it too (below)
+  };
+  Chase chase_stall(std::int64_t now);
   void answer_query(const Message& msg, const Stage& st, int r, Transport& ep);
   void on_answer(Message&& msg);
 

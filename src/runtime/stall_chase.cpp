@@ -73,7 +73,7 @@ void Runtime::on_answer(Message&& msg) {
   ask_cv_.notify_all();
 }
 
-std::string Runtime::chase_stall(std::int64_t now) {
+Runtime::Chase Runtime::chase_stall(std::int64_t now) {
   const int tp = std::max(1, opt_.tp), world = m_.pp() * tp;
   if (static_cast<int>(local_.size()) >= world || endpoints_.empty()) return {};
   // A round waits up to a second for its answers (less under a shorter `timeout`).
@@ -89,6 +89,7 @@ std::string Runtime::chase_stall(std::int64_t now) {
     for (int s : stages_[e / tp]->awaited_stages(e % tp))
       ask_later(s * tp + e % tp);
   std::vector<std::string> said;
+  Chase out;
   const int step = step_now_.load();
   while (!wave.empty() && !failure_.failed() && now_ns() < end) {
     MessageTag tag;
@@ -141,17 +142,22 @@ std::string Runtime::chase_stall(std::int64_t now) {
       // Waiting on this process alone, its own words say why (a leader's choice, an agree
       // round, a collective: waits the chain does not follow); "waits for messages from this
       // process" read as a cycle between the two.
-      if (others.empty())
+      if (others.empty()) {
         line += ": [" + a.text + "]";
-      else
+      } else {
         line += " and waits for messages from " + others;
+        // Within a wave of its own timeout (the job's processes share theirs), its watchdog
+        // fires about when this one's did, and its chase, a round shorter, ends about as soon.
+        if (a.step == step && a.idle_ns >= opt_.timeout_ms * 1'000'000 - wave_ns)
+          out.defer_ns = wave_ns;
+      }
       said.push_back(std::move(line));
     }
   }
   if (said.empty()) return {};
-  std::string out = "; asked in turn:";
+  out.text = "; asked in turn:";
   for (std::size_t i = 0; i < said.size(); ++i)
-    out += (i ? "; " : " ") + said[i];
+    out.text += (i ? "; " : " ") + said[i];
   return out;
 }
 
