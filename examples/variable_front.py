@@ -1,5 +1,5 @@
 """A model with a heavy, variable front: a convolutional image encoder in front of a small
-transformer, with 0 to --max-images images per sample. How long the first stage works on a
+transformer, with 0 to --max-images images per microbatch. How long the first stage works on a
 microbatch depends on how many images it has, so a fixed schedule waits where ready dispatch
 finds other work. Runs the same steps (same weights, same data) under fixed 1F1B and ready BF,
 alternating between the two step by step so that the machine's load falls on both alike (one
@@ -109,6 +109,11 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    for flag in ("steps", "microbatches", "rows", "seq", "d_model"):
+        if getattr(args, flag) < 1:  # --steps 0 failed at the end: no median of no times
+            ap.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.max_images < 0:
+        ap.error("--max-images must be at least 0")
     data = batches(args.steps, args.microbatches, args.rows, args.seq, args.max_images, args.seed)
     runs = [("fixed 1f1b", "1f1b", "fixed"), ("ready bf", "bf", "ready")]
     built = {name: build(hint, policy, args) for name, hint, policy in runs}

@@ -208,6 +208,19 @@ check "s2.txt:1: header field split=2 is not 0 or 1" schedule check s2.txt --pp 
 # A field given twice was taken.
 printf 'rrfp-hint 1 pp=2 pp=2 vpp=1 microbatches=2 placement=loop split=0\nstage 0: F0:0 B0:0\n' >s3.txt
 check "s3.txt:1: header field pp is given twice" schedule check s3.txt --pp 2 -m 2
+# Without the shape flags, the file's last pp was taken as the run's and its first refused as
+# another run's ("written for pp=1 but the run has pp=2").
+printf 'rrfp-hint 1 pp=1 pp=2 vpp=1 microbatches=2 placement=loop split=0\nstage 0: F0:0 B0:0\n' >s4.txt
+check "s4.txt: header field pp is given twice" schedule check s4.txt
+# A placement that is none was told the run has placement=loop; a shape of the file's too large
+# was said in flags not given (--pp x --vpp x --microbatches).
+printf 'rrfp-hint 1 pp=1 vpp=1 microbatches=2 placement=zigzag split=0\nstage 0: F0:0 B0:0\n' >pz.txt
+check "pz.txt:1: header field placement=zigzag is not loop or vshape" schedule check pz.txt
+printf '{"format":"rrfp-hint","version":1,"pp":1,"placement":3}' >pz.json
+check "pz.json: \"placement\" must be \"loop\" or \"vshape\", got 3" schedule check pz.json -m 2
+printf 'rrfp-hint 1 pp=100000 vpp=100000 microbatches=100000 placement=loop split=0\nstage 0: F0:0\n' >big.txt
+check "big.txt: written for pp x vpp x microbatches = 100000 x 100000 x 100000 = 1000000000000000 (with the shape flags given), past the 50000000 chunk-microbatches a step may have" \
+  schedule check big.txt
 printf 'rrfp-hint 1 pp=2 vpp=1 microbatches=1 placement=loop split=0\nstage 0: F0:0 B0:0\nstage +1: F1:0 B1:0\n' >sp.txt
 check "sp.txt:3: stage '+1' out of range 0..1" schedule check sp.txt --pp 2 -m 1
 printf '{"format":"rrfp-hint","version":1,"pp":2,"split_backward":true}' >s1.json

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/hint_io.hpp"
+#include "core/printable.hpp"
 #include "report/estimate.hpp"
 #include "sim/hint_check.hpp"
 #include "sim/simulator.hpp"
@@ -139,10 +140,16 @@ void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& s
                   [&](const auto& f) { return app.count(f.first) > 0; }))
     return;
   const HintFields declared = hint_file_fields(path);
+  bool from_file = false;  // a shape field taken from the file
   for (const auto& [key, value, string] : declared.fields) {
     const auto known = std::find_if(std::begin(kShapeKeys), std::end(kShapeKeys),
                                     [&](const auto& f) { return f.second == key; });
     if (known == std::end(kShapeKeys) || app.count(known->first)) continue;
+    // Its last value taken as the run's, its first was refused as another run's ("written for
+    // pp=1 but the run has pp=2"), where the parser says the field is given twice.
+    if (!declared.json && std::find(declared.repeated.begin(), declared.repeated.end(), key) !=
+                              declared.repeated.end())
+      throw InputError(path + ": header field " + printable(key) + " is given twice");
     if (key == "placement") {
       if (value == "loop" || value == "vshape") shape.placement = value;
       continue;
@@ -155,7 +162,17 @@ void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& s
         v > kMaxChunkMicrobatches)
       continue;
     (key == "pp" ? shape.pp : key == "vpp" ? shape.vpp : shape.microbatches) = static_cast<int>(v);
+    from_file = true;
   }
+  // Too large a shape of the file's was refused as "--pp x --vpp x --microbatches: ...", flags
+  // not given.
+  const long long n = static_cast<long long>(shape.pp) * shape.vpp * shape.microbatches;
+  if (from_file && n > kMaxChunkMicrobatches)
+    throw InputError(path + ": written for pp x vpp x microbatches = " + std::to_string(shape.pp) +
+                     " x " + std::to_string(shape.vpp) + " x " +
+                     std::to_string(shape.microbatches) + " = " + std::to_string(n) +
+                     " (with the shape flags given), past the " +
+                     std::to_string(kMaxChunkMicrobatches) + " chunk-microbatches a step may have");
   // The file's own placement with a V that cannot take it was refused as "--placement vshape:
   // needs --vpp 2", a flag not given.
   if (shape.placement == "vshape" && shape.vpp != 2 && app.count("--placement") == 0)

@@ -2,6 +2,7 @@
 // run's model before the hint is read) and the shape (which `schedule check` takes for each
 // flag not given). One scanner for both, reading keys and values as the parsers do (JSON's
 // escapes decoded, a text header's repeated field taking its last value).
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -100,11 +101,14 @@ class FieldScan {
  private:
   static bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
-  // A repeated key takes its last value, as the text parser reads it (JSON's refuses it).
+  // A repeated key takes its last value and is listed in `repeated` (both parsers refuse it).
   bool add(std::string key, std::string value, bool string) {
     const bool last = !enough_.empty() && key == enough_;
     for (HintField& f : out_.fields)
       if (f.key == key) {
+        if (out_.repeated.size() < kMostFields &&  // bounded as the fields are
+            std::find(out_.repeated.begin(), out_.repeated.end(), key) == out_.repeated.end())
+          out_.repeated.push_back(key);
         f.value = std::move(value), f.string = string;
         return !last;
       }

@@ -57,6 +57,10 @@ void check_header(std::string_view line, const WorkModel& m, const std::string& 
     if (key != "placement" && (val.empty() || val.find_first_not_of("0123456789") != val.npos))
       throw HintError(where + ": header field " + key + "=" + printable(val) +
                       " is not a whole number");
+    // "placement=zigzag" was told the run has placement=loop, as if it were a shape.
+    if (key == "placement" && val != "loop" && val != "vshape")
+      throw HintError(where + ": header field placement=" + printable(val) +
+                      " is not loop or vshape");
     // "split=2" was told the run has split=0, as if 2 were another run's.
     if (key == "split" && val != "0" && val != "1")
       throw HintError(where + ": header field split=" + printable(val) + " is not 0 or 1");
@@ -209,6 +213,10 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
           throw HintError(origin + ": \"" + key + "\" must be a whole number from 1 to " +
                           std::to_string(kMaxChunkMicrobatches) + ", got " + brief(j[key]));
       }
+      if (j.contains(key) && want.is_string() &&
+          !(j[key] == nlohmann::json("loop") || j[key] == nlohmann::json("vshape")))
+        throw HintError(origin + ": \"" + key + "\" must be \"loop\" or \"vshape\", got " +
+                        brief(j[key]));
       if (j.contains(key) && want.is_boolean() && !j[key].is_boolean())
         throw HintError(origin + ": \"" + key + "\" must be true or false, got " + brief(j[key]));
       if (j.contains(key) && j[key] != want)

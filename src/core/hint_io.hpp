@@ -52,8 +52,8 @@ ListHint read_hint_file(const std::string& path, const WorkModel& m, const char*
 bool hint_file_declares_split(const std::string& path);
 // What a hint file says of itself: JSON's top-level members whose values are scalars (a string
 // without its quotes, its escapes decoded; a number or a literal as written), or the text
-// header's key=value fields (a repeated one: its last value), wherever in the file they are,
-// or up to the field named `enough`; read as hint_file_declares_split reads it
+// header's key=value fields (a repeated one: its last value, its key in `repeated`), wherever in
+// the file they are, or up to the field named `enough`; read as hint_file_declares_split reads it
 // (core/hint_fields.cpp). Each key and value is cut at 64 bytes, at most 64 distinct keys are
 // kept. Empty where the checked reader refuses the file.
 struct HintField {
@@ -63,6 +63,7 @@ struct HintField {
 struct HintFields {
   bool json = false;
   std::vector<HintField> fields;
+  std::vector<std::string> repeated;  // keys given twice (text; JSON's reader refuses them)
 };
 HintFields hint_file_fields(const std::string& path, std::string_view enough = {});
 // A line of the text format without its comment and its surrounding blanks, as the parser reads
