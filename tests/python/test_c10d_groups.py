@@ -194,3 +194,34 @@ def test_a_freed_pipeline_leaves_its_groups(tmp_path):
         assert mine in registry()  # the caller's
     finally:
         dist.destroy_process_group()
+
+
+def test_out_of_descriptors_making_a_group_says_so(tmp_path):
+    # Each freed c10d pipeline keeps its messages' group (its transport's receives stay posted
+    # on it, docs/python.md): a script building one per evaluation runs out of descriptors, and
+    # the error blamed another process ("one did not (it ended, or stopped answering)").
+    import errno
+    import gc
+    import os
+    import resource
+    import torch
+    import rrfp
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0,
+                            world_size=1)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 12, hard))
+        with pytest.raises(OSError, match=r"out of file descriptors \(ulimit -n\).*reuse one "
+                                          r"Pipeline, or run under mpirun") as e:
+            for _ in range(100):
+                pipe = rrfp.Pipeline([torch.nn.Linear(4, 4)],
+                                     lambda o, t: (o - t).square().sum(), pp=1, microbatches=2,
+                                     transport="c10d", timeout=30)
+                pipe.step(torch.ones(4, 4), torch.zeros(4, 4))
+                del pipe
+                gc.collect()
+        assert e.value.errno == errno.EMFILE
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        dist.destroy_process_group()

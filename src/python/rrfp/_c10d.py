@@ -248,6 +248,15 @@ def _new_group(dist, ranks, timeout):
     try:
         return dist.new_group(ranks, backend="gloo", **kw)
     except RuntimeError as e:
+        if "Too many open files" in str(e):  # blamed on another process, as if it had ended
+            import errno
+            raise OSError(
+                errno.EMFILE,
+                f"transport c10d: making the pipeline's Gloo group over ranks {ranks} failed: "
+                "this process is out of file descriptors (ulimit -n); each Pipeline freed on "
+                "the c10d transport keeps its messages' group, a socket per peer, for the life "
+                "of the process: reuse one Pipeline, or run under mpirun "
+                "(transport=\"mpi\")") from e
         raise RuntimeError(
             f"transport c10d: making the pipeline's Gloo group over ranks {ranks} failed: every "
             "process of the job makes it, and one did not (it ended, or stopped answering); "
