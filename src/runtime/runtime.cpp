@@ -343,7 +343,7 @@ void Runtime::watch(int workers) {
     report += chase.text;
     // A process further down the chain, stalled as long, is failing its step with the same
     // stall: its abort, awaited a while, fails this step as a peer's, so that the job prints one
-    // line where both watchdogs fired together (two did, in 3 of 5 runs at P=8 under mpirun).
+    // line where both watchdogs fired together (two did, in 4 of 5 runs at P=8 under mpirun).
     if (chase.defer_ns > 0 && failure_.wait(workers, chase.defer_ns)) continue;
     failure_.fail(std::make_exception_ptr(StallError(report)));
   }

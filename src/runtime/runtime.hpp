@@ -153,7 +153,7 @@ class Runtime {
   // one busy in a task) rather than only its neighbour.
   struct Chase {
     std::string text;           // "; asked in turn: ...", or empty
-    std::int64_t defer_ns = 0;  // > 0: a process nearer the stall's end reports it too (below)
+    std::int64_t defer_ns = 0;  // > 0: how long to await a process nearer the end reporting it
   };
   Chase chase_stall(std::int64_t now);
   void answer_query(const Message& msg, const Stage& st, int r, Transport& ep);

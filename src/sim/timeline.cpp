@@ -159,10 +159,11 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
   }
   const std::string missing = missing_per_stage(r, m, tp);
   if (!missing.empty())
-    throw MissingTasks(origin + ": the " + (tl.format.empty() ? "" : tl.format + " ") +
-                           "timeline lacks tasks this shape needs: " + missing +
-                           " (give the shape it was recorded with: `pp`, `vpp`, `microbatches`)",
-                       misses_only_w(r, m, tp));
+    throw MissingTasks(
+        origin + ": the " + (tl.format.empty() ? "" : tl.format + " ") +
+            "timeline lacks tasks this shape needs: " + missing +
+            "; if it was recorded with another shape, give that one (`pp`, `vpp`, `microbatches`)",
+        misses_only_w(r, m, tp));
   check_no_overlap(tl, m, origin);
   folded_w.add_to(r.compute_ns);
   return sp;
