@@ -33,7 +33,8 @@ inline constexpr std::size_t kCopyOutBytes = C10dTransport::kAheadBytes / 4;
 // timeout, which Gloo applies where a wait names none and at which it closes every connection
 // of the group, bounds the group's making alone (a process that ended inside new_group held
 // the others for the group's timeout). A step that stops making progress is the runtime's
-// watchdog's to end, by abort().
+// watchdog's to end; a receive outlives its transport's shutdown until the peer's close
+// message (shutdown()).
 inline constexpr std::chrono::milliseconds kMessageWait = std::chrono::hours(24 * 365);
 
 // A uint8 tensor over `n` bytes at `p`; the caller keeps the memory until the work that uses
@@ -79,65 +80,101 @@ struct C10dTransport::Impl {
   // it is sent; one from any source first waits for the sender's notice, then answers it (a
   // round trip more per message).
   struct Rx {
-    // Reused for every header. c10d may still hold it after an aborted receive: it lives as
-    // long as Impl.
     std::vector<std::byte> header = std::vector<std::byte>(c10d_detail::kSlotBytes);
-    c10::intrusive_ptr<c10d::Work> current;  // being waited on, for abort
     // A source's own loop keeps a receive posted on kAhead, so a payload that follows its
     // header finds it there without the round trip of a receive posted once the header is in.
     Payload ahead;
-    c10::intrusive_ptr<c10d::Work> ahead_work;  // under mu; aborted at shutdown
+    c10::intrusive_ptr<c10d::Work> ahead_work;  // the loop's own
     std::thread thread;
   };
 
   // Everything below is guarded by mu.
   std::mutex mu;
   std::condition_variable cv;
-  bool stop = false, receiving = false;
-  c10::intrusive_ptr<c10d::Work> tx_wait;        // the send being waited on, for abort
-  std::deque<std::unique_ptr<Send>> sends;       // in flight, in the order they were made
-  std::deque<std::unique_ptr<Send>> unfinished;  // at shutdown: kept (see `aborted`)
+  bool closing = false;    // shutdown() was called: the peers are told, the loops run down
+  bool receiving = false;  // the receiver is set
+  int running = 0;         // the transport's threads that have not ended
+  int in_callback = 0;     // calls of the receiver, the broken handler or a send's completion
+  std::deque<std::unique_ptr<Send>> sends;  // in flight, in the order they were made
   // Made, to be posted by the poster thread, in order: a payload over kPostBytes, and every
   // send made while one is waiting or being posted (posting), so that none overtakes another.
   std::deque<std::unique_ptr<Send>> to_post;
   bool posting = false;
-  std::deque<Rx> rx;  // [0]: any source; then one per source seen
-  // What Gloo may still write into or read from once this transport is shut down: a receive it
-  // cannot cancel (abort only ends the wait; the receive stays posted, and a peer's late send
-  // of a failed step matched it into freed memory, after which a later transport's messages
-  // from that peer were lost), the buffer of a payload being received, the unfinished sends.
-  // Kept with the Impl for the life of the process (retire()).
-  std::vector<c10::intrusive_ptr<c10d::Work>> aborted;
-  std::vector<Payload> receiving_into;
+  std::deque<Rx> rx;          // [0]: any source (with peers); then one per source seen
   std::vector<bool> own_rx;   // by source: has a loop of its own
   std::vector<bool> sent_to;  // by destination: a message went there before
   std::thread tx, poster;
 
-  // Waits for `w` (made current under mu so shutdown can abort it); false once stopping.
-  bool wait(c10::intrusive_ptr<c10d::Work> w, c10::intrusive_ptr<c10d::Work>& current);
+  // Joins the threads, which have ended (running == 0; release_closed()).
+  ~Impl();
+
+  // Starts `f` on thread `t`, counted in `running` until it returns; under mu.
+  template <class F>
+  void start(std::thread& t, F f) {
+    ++running;
+    t = std::thread([this, f = std::move(f)] {
+      f();
+      std::lock_guard lk(mu);
+      --running;
+    });
+  }
+
+  // The gate of the callbacks: none starts once closing, and shutdown() waits for those under
+  // way, so that none runs after it returns (the runtime that set them may be gone). enter()
+  // says whether the caller may call one (then leave() after it). take_done(s), under mu:
+  // s's completion, entered, or nothing.
+  bool enter();
+  void leave();
+  SendDone take_done(Send& s);
+  // Marks the calling thread as in one of d's callbacks until it ends, then leave().
+  static thread_local const Impl* calling;
+  struct Entered {
+    Impl& d;
+    const Impl* outer = calling;
+    explicit Entered(Impl& i) : d(i) { calling = &d; }
+    ~Entered() {
+      calling = outer;
+      d.leave();
+    }
+  };
+
+  // Waits for `w`; a wait that runs out (a year) throws.
+  static void await(c10d::Work& w);
 
   // The receiving side (c10d_receive.cpp).
   // Starts the loop of headers from any source (src < 0) or from `src` alone; under mu.
   void start_rx(int src);
   // Posts r's receive ahead (its own source's loop): into a fresh buffer from the pool, the
-  // last one having gone with its payload. False once stopping.
-  bool post_ahead(Rx& r, int src);
+  // last one having gone with its payload.
+  void post_ahead(Rx& r, int src);
   // The payload that follows header `w` from `from`: received into the receive posted ahead
-  // (kAhead), or into a receive posted now for its own tag. Empty with `ok` false once stopping.
-  Payload take_payload(Rx& r, int src, int from, const Wire& w, bool& ok);
+  // (kAhead), or into a receive posted now for its own tag.
+  Payload take_payload(Rx& r, int src, int from, const Wire& w);
   void receive_loop(Rx& r, int src);
+  // What a loop that ends does: a receive of its own still posted is waited for, so that the
+  // transport's memory outlives it (Gloo cannot cancel one, and writes into it when it comes).
+  static void settle(Rx& r) noexcept;
   // A receiving loop ended by an error, not by shutdown: the runtime hears why, once.
   void report_broken(int src) noexcept;
 
-  // Posts s's header and its payload to Gloo, which writes them into the socket in the calling
-  // thread where the receive is posted (up to the socket's buffer, sized to the message): a
-  // copy of the whole payload. Throws what Gloo throws.
+  // Posts s's header and, where one follows it, its payload to Gloo, which writes them into the
+  // socket in the calling thread where the receive is posted (up to the socket's buffer, sized
+  // to the message): a copy of the whole payload. Throws what Gloo throws.
   void post(Send& s);
+  // Under mu: posts s now, or queues it for the poster (a large payload, or one behind another
+  // in the poster's queue). What Gloo throws, said with s's peer and tag (s is then kept).
+  void enqueue(std::unique_ptr<Send> s);
 
   // s, whose post threw: Gloo holds the header's buffer until that send ends once the header
   // was posted, so the send loop keeps s till then (freed here, Gloo would write from freed
   // memory), with no one to tell. Under mu.
   void keep_failed(std::unique_ptr<Send> s);
+
+  // Under mu, at shutdown: a close message to every peer, after the messages sent it before.
+  // One the peer has had a message from goes to its loop for this rank, with a byte to its
+  // receive posted ahead; to any other, to its receive from any source, which so gets exactly
+  // one message from each peer (a first message, or this) and then ends.
+  void say_goodbye();
 
   // Posts what send() queued, in order. A large payload's copy into the socket then takes this
   // thread's time, not the sending stage's (4 MiB: about 1.2 ms, measured).

@@ -1,5 +1,7 @@
 #include "comm/c10d_transport.hpp"
 
+#include <map>
+
 #include "comm/c10d_impl.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
@@ -7,6 +9,8 @@
 namespace rrfp {
 
 using namespace c10d_detail;
+
+thread_local const C10dTransport::Impl* C10dTransport::Impl::calling = nullptr;
 
 void C10dTransport::Impl::rethrow_send_failure(int dst, const MessageTag& tag) const {
   std::string why = "unknown error";
@@ -20,43 +24,63 @@ void C10dTransport::Impl::rethrow_send_failure(int dst, const MessageTag& tag) c
               " failed (Gloo's send; the peer exited or stopped answering?): " + why);
 }
 
-bool C10dTransport::Impl::wait(c10::intrusive_ptr<c10d::Work> w,
-                               c10::intrusive_ptr<c10d::Work>& current) {
-  {
-    std::lock_guard lk(mu);
-    if (stop) {
-      w->abort();
-      aborted.push_back(std::move(w));
-      return false;
-    }
-    current = w;
-  }
-  bool ok = false;
-  std::exception_ptr err;
-  try {
-    ok = w->wait(kMessageWait);
-  } catch (...) {
-    err = std::current_exception();
-  }
+void C10dTransport::Impl::await(c10d::Work& w) {
+  if (!w.wait(kMessageWait)) throw Error("c10d transport: a message took longer than a year");
+}
+
+C10dTransport::Impl::~Impl() {
+  for (std::thread* t : {&tx, &poster})
+    if (t->joinable()) t->join();  // not started where the constructor refused its arguments
+  for (Rx& r : rx)
+    r.thread.join();
+}
+
+bool C10dTransport::Impl::enter() {
   std::lock_guard lk(mu);
-  if (stop) {
-    aborted.push_back(std::move(current));
-    return false;
-  }
-  current.reset();
-  if (err) std::rethrow_exception(err);
-  return ok;
+  if (closing) return false;
+  ++in_callback;
+  return true;
+}
+
+void C10dTransport::Impl::leave() {
+  std::lock_guard lk(mu);
+  --in_callback;
+  cv.notify_all();
+}
+
+C10dTransport::SendDone C10dTransport::Impl::take_done(Send& s) {
+  if (closing || !s.done) return nullptr;
+  ++in_callback;
+  return std::move(s.done);
 }
 
 void C10dTransport::Impl::post(Send& s) {
   std::vector<at::Tensor> h{bytes_tensor(s.header.data(), s.header.size())};
   s.header_work = pg->send(h, s.dst, header_tag + (s.first ? kFirst : kHeader));
-  if (s.payload.size() > C10dTransport::kInlineBytes) {
-    Wire w;
-    std::memcpy(&w, s.header.data(), sizeof w);
+  Wire w;
+  std::memcpy(&w, s.header.data(), sizeof w);
+  if (w.flags & kFlagFollows) {
     std::vector<at::Tensor> t{bytes_tensor(s.payload.data(), s.payload.size())};
     s.data_work = pg->send(t, s.dst, w.data_tag);
   }
+}
+
+void C10dTransport::Impl::enqueue(std::unique_ptr<Send> s) {
+  if (s->payload.size() > kPostBytes || !to_post.empty() || posting) {
+    to_post.push_back(std::move(s));
+    cv.notify_all();
+    return;
+  }
+  try {  // Gloo may refuse at once (a pair it already knows closed)
+    post(*s);
+  } catch (...) {
+    const int dst = s->dst;
+    const MessageTag tag = s->tag;
+    keep_failed(std::move(s));
+    rethrow_send_failure(dst, tag);
+  }
+  sends.push_back(std::move(s));
+  cv.notify_all();
 }
 
 void C10dTransport::Impl::keep_failed(std::unique_ptr<Send> s) {
@@ -66,13 +90,37 @@ void C10dTransport::Impl::keep_failed(std::unique_ptr<Send> s) {
   cv.notify_all();
 }
 
+void C10dTransport::Impl::say_goodbye() {
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    auto s = std::make_unique<Send>();
+    Wire w = encode(MessageTag{}, 0);
+    w.flags = kFlagClose;
+    s->dst = q;
+    s->first = !sent_to[q];
+    sent_to[q] = true;
+    if (!s->first) {
+      w.flags |= kFlagFollows;
+      w.data_tag = header_tag + kAhead;
+      s->payload = Payload::allocate(1);
+    }
+    s->header.resize(sizeof w);
+    std::memcpy(s->header.data(), &w, sizeof w);
+    try {
+      enqueue(std::move(s));
+    } catch (...) {
+      // The peer is gone (Gloo knows the pair closed): its loop here ends on Gloo's error.
+    }
+  }
+}
+
 void C10dTransport::Impl::post_loop() {
   for (;;) {
     std::unique_ptr<Send> s;
     {
       std::unique_lock lk(mu);
-      cv.wait(lk, [&] { return stop || !to_post.empty(); });
-      if (stop) return;
+      cv.wait(lk, [&] { return closing || !to_post.empty(); });
+      if (to_post.empty()) return;  // closing, and every close message posted
       s = std::move(to_post.front());
       to_post.pop_front();
       posting = true;
@@ -87,17 +135,22 @@ void C10dTransport::Impl::post_loop() {
     } catch (...) {
       err = std::current_exception();
     }
-    SendDone done = err ? std::move(s->done) : nullptr;
+    SendDone done;
     {
       std::lock_guard lk(mu);
       posting = false;
-      if (err)
+      if (err) {
+        done = take_done(*s);
         keep_failed(std::move(s));
-      else
+      } else {
         sends.push_back(std::move(s));
+      }
       cv.notify_all();
     }
-    if (done) done(err);
+    if (done) {
+      Entered in{*this};
+      done(err);
+    }
   }
 }
 
@@ -106,28 +159,33 @@ void C10dTransport::Impl::send_loop() {
     Send* s;
     {
       std::unique_lock lk(mu);
-      cv.wait(lk, [&] { return stop || !sends.empty(); });
-      if (stop) return;
+      cv.wait(lk, [&] { return !sends.empty() || (closing && to_post.empty() && !posting); });
+      if (sends.empty()) return;  // closing, and every send (the close messages too) ended
       s = sends.front().get();
     }
     std::exception_ptr err;
     try {
       try {
-        if (!wait(s->header_work, tx_wait)) return;
-        if (s->data_work && !wait(s->data_work, tx_wait)) return;
+        await(*s->header_work);
+        if (s->data_work) await(*s->data_work);
       } catch (...) {
         rethrow_send_failure(s->dst, s->tag);
       }
     } catch (...) {
       err = std::current_exception();
     }
-    std::unique_ptr<Send> done;
+    std::unique_ptr<Send> ended;
+    SendDone done;
     {
       std::lock_guard lk(mu);
-      done = std::move(sends.front());
+      ended = std::move(sends.front());
       sends.pop_front();
+      done = take_done(*ended);
     }
-    if (done->done) done->done(err);
+    if (done) {
+      Entered in{*this};
+      done(err);
+    }
   }
 }
 
@@ -137,6 +195,7 @@ C10dTransport::C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, int c
   if (channel < 0 || channel > 126)
     throw InputError("c10d transport: channel must be between 0 and 126, got " +
                      std::to_string(channel));
+  release_closed();  // what earlier transports' peers have closed since
   Impl& d = *impl_;
   d.header_tag = channel << kTagBits;
   d.pg = std::move(group);
@@ -145,22 +204,79 @@ C10dTransport::C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, int c
   d.size = d.pg->getSize();
   d.own_rx.assign(d.size, false);
   d.sent_to.assign(d.size, false);
-  {
-    std::lock_guard lk(d.mu);
-    d.start_rx(-1);
-  }
-  d.tx = std::thread([&d] { d.send_loop(); });
-  d.poster = std::thread([&d] { d.post_loop(); });
+  std::lock_guard lk(d.mu);
+  if (d.size > 1) d.start_rx(-1);
+  d.start(d.tx, [&d] { d.send_loop(); });
+  d.start(d.poster, [&d] { d.post_loop(); });
 }
 
-// At most 127 transports on a process group (its channels), each keeping its receive buffers
-// (8 KiB of header and 4 MiB posted ahead per peer that sent to it) and its unfinished sends.
+// The transports shut down whose threads may still run, and each group's next channel.
+struct C10dTransport::Retired {
+  using Group = c10::weak_intrusive_ptr<c10d::ProcessGroup>;
+  std::mutex mu;
+  std::vector<std::unique_ptr<Impl>> kept;
+  // A weak reference lets the group go, but keeps its memory, and so its address, until the
+  // entry goes (forget_freed()), and with it the group's destructor: its sockets and threads.
+  std::map<const c10d::ProcessGroup*, std::pair<Group, int>> next;
+
+  // Under mu: the entries of groups freed, to be dropped by the caller outside mu.
+  std::vector<Group> forget_freed() {
+    std::vector<Group> gone;
+    std::erase_if(next, [&](auto& e) {
+      if (!e.second.first.expired()) return false;
+      gone.push_back(std::move(e.second.first));
+      return true;
+    });
+    return gone;
+  }
+};
+
+C10dTransport::Retired& C10dTransport::retired() {
+  static auto* const r = new Retired;  // never destroyed: a transport may die at exit
+  return *r;
+}
+
 void C10dTransport::retire(std::unique_ptr<Impl> impl) {
-  impl->pool.reset();  // its free buffers: no receive is posted into one (receiving_into)
-  static auto* const mu = new std::mutex;  // never destroyed: a transport may die at exit
-  static auto* const kept = new std::vector<std::unique_ptr<Impl>>;
-  std::lock_guard lk(*mu);
-  kept->push_back(std::move(impl));
+  {
+    Retired& r = retired();
+    std::lock_guard lk(r.mu);
+    r.kept.push_back(std::move(impl));
+  }
+  release_closed();
+}
+
+std::size_t C10dTransport::release_closed() {
+  Retired& r = retired();
+  std::vector<std::unique_ptr<Impl>> ended;
+  std::size_t left = 0;
+  {
+    std::lock_guard lk(r.mu);
+    std::erase_if(r.kept, [&](std::unique_ptr<Impl>& i) {
+      std::lock_guard ilk(i->mu);
+      if (i->running > 0) return false;
+      ended.push_back(std::move(i));
+      return true;
+    });
+    left = r.kept.size();
+  }
+  ended.clear();  // joins their threads and lets their groups go, outside the lock
+  std::vector<Retired::Group> gone;
+  {
+    std::lock_guard lk(r.mu);
+    gone = r.forget_freed();
+  }
+  return left;  // `gone` destroys the groups freed, outside the lock
+}
+
+int C10dTransport::next_channel(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+  Retired& r = retired();
+  std::vector<Retired::Group> gone;
+  std::lock_guard lk(r.mu);
+  gone = r.forget_freed();
+  auto it = r.next.try_emplace(group.get(), Retired::Group(group), 0).first;
+  const int c = it->second.second++;
+  if (c > 126) throw Error("c10d: more than 127 runtimes on one process group; make a new group");
+  return c;
 }
 
 C10dTransport::~C10dTransport() {
@@ -218,7 +334,7 @@ void C10dTransport::send(int dst, const MessageTag& tag, Payload payload, SendDo
   s->dst = dst;
   s->tag = tag;
   std::lock_guard lk(d.mu);  // the header and its data leave in the order of the queue
-  if (d.stop) {
+  if (d.closing) {
     done = std::move(s->done);
     return fail();
   }
@@ -239,57 +355,32 @@ void C10dTransport::send(int dst, const MessageTag& tag, Payload payload, SendDo
   std::memcpy(s->header.data(), &w, sizeof w);
   s->payload = std::move(payload);
   s->first = first;
-  if (s->payload.size() > kPostBytes || !d.to_post.empty() || d.posting) {
-    d.to_post.push_back(std::move(s));
-    d.cv.notify_all();
-    return;
-  }
-  try {  // Gloo may refuse at once (a pair it already knows closed)
-    d.post(*s);
-  } catch (...) {
-    d.keep_failed(std::move(s));
-    d.rethrow_send_failure(dst, tag);
-  }
-  d.sends.push_back(std::move(s));
-  d.cv.notify_all();
+  d.enqueue(std::move(s));
 }
 
 void C10dTransport::shutdown() {
   Impl& d = *impl_;
+  if (Impl::calling == &d)  // it would wait for itself
+    throw Error(
+        "c10d transport: shutdown() called from inside its receiver, broken handler or a send's "
+        "completion; call it after the callback returns");
   if (d.closed.exchange(true)) return;
-  std::deque<std::unique_ptr<Impl::Send>> left;
+  std::vector<SendDone> dropped;
   {
-    std::lock_guard lk(d.mu);
-    d.stop = true;  // no receiving loop starts after this
-    for (Impl::Rx& r : d.rx) {
-      if (r.current) r.current->abort();
-      if (r.ahead_work) r.ahead_work->abort();
-    }
-    if (d.tx_wait) d.tx_wait->abort();
+    std::unique_lock lk(d.mu);
+    d.closing = true;  // no callback starts after this
+    for (auto* q : {&d.sends, &d.to_post})
+      for (auto& s : *q)
+        if (s->done) dropped.push_back(std::exchange(s->done, nullptr));
+    d.say_goodbye();
     d.cv.notify_all();
+    d.cv.wait(lk, [&] { return d.in_callback == 0; });  // those under way
   }
-  for (Impl::Rx& r : d.rx)
-    r.thread.join();
-  d.tx.join();
-  d.poster.join();
-  {
-    std::lock_guard lk(d.mu);
-    left.swap(d.sends);
-    for (auto& s : d.to_post)  // never posted: Gloo holds none of their buffers
-      left.push_back(std::move(s));
-    d.to_post.clear();
-  }
-  for (auto& s : left) {
-    for (auto* w : {s->header_work.get(), s->data_work.get()})
-      if (w && !w->isCompleted()) w->abort();
-    if (s->done)
-      s->done(std::make_exception_ptr(Error("c10d transport: rank " + std::to_string(d.rank) +
-                                            " shut down with sends in flight")));
-    s->done = nullptr;
-  }
-  std::lock_guard lk(d.mu);
-  for (auto& s : left)
-    d.unfinished.push_back(std::move(s));  // Gloo may still read their buffers
+  // The sends go on (Gloo holds their buffers; their peers' loops take them), untold.
+  const auto err = std::make_exception_ptr(
+      Error("c10d transport: rank " + std::to_string(d.rank) + " shut down with sends in flight"));
+  for (auto& done : dropped)
+    done(err);
 }
 
 }  // namespace rrfp

@@ -19,9 +19,19 @@
 // posted: a payload over kPostBytes is posted by a thread of the transport's (the poster),
 // after which every message waits its turn there until the poster's queue is empty, so that
 // messages leave in the order they were sent; the sending stage goes back to its tasks (a 4 MiB
-// payload held it for about 1.2 ms). shutdown() aborts the waits. A send that Gloo fails (a peer
-// gone: "Connection reset by peer") completes with an Error naming this rank, the peer and the
-// message, Gloo's line kept.
+// payload held it for about 1.2 ms). A send that Gloo fails (a peer gone: "Connection reset by
+// peer") completes with an Error naming this rank, the peer and the message, Gloo's line kept.
+//
+// Gloo cannot take back a receive once posted, and writes into its buffer when the message
+// comes; a peer's messages of a failed step may still be on their way. So shutdown() aborts
+// nothing: it stops the callbacks (waiting for one under way), sends each peer a close message
+// behind its others, and returns. The loops go on taking (and dropping) what comes until each
+// peer's close message: every peer sends a rank exactly one message to its receive from any
+// source (its first, or its close message), so that loop ends after one from each, and a
+// source's own loop ends on its close message, which comes with a byte for its receive posted
+// ahead. Then the transport's state, and its hold on the group, can go: release_closed() frees
+// it when a transport is made or shut down. One whose peer never closes (it stopped, or lives
+// on with its transport) is kept, its receives posted, for the life of the process.
 //
 // The header includes LibTorch's c10d (only transports include c10d); the rest of rrfp sees
 // the Transport interface.
@@ -52,6 +62,18 @@ class C10dTransport final : public Transport {
   void send(int dst, const MessageTag& tag, Payload payload, SendDone done = {}) override;
   void shutdown() override;
 
+  // Frees the state of the transports shut down whose peers have all shut theirs down too
+  // (their close messages came, or Gloo failed their connection): their threads, buffers and
+  // their hold on the group, whose sockets and threads go once nothing else holds it. Runs
+  // whenever a transport is made or shut down. Returns how many are still kept: their peers
+  // live and have not shut down.
+  static std::size_t release_closed();
+
+  // The next channel of `group` in this process, from 0: the processes make their transports
+  // in the same order, so their channels agree. A group freed is forgotten (a later group at
+  // its address starts at 0, as the other processes' new group does). Throws Error past 126.
+  static int next_channel(const c10::intrusive_ptr<c10d::ProcessGroup>& group);
+
   // Payloads up to this many bytes ride inside their header message.
   static constexpr std::size_t kInlineBytes = 8152;  // an 8 KiB header message
   // Payloads up to this many bytes are received into a receive posted ahead of their header
@@ -64,8 +86,10 @@ class C10dTransport final : public Transport {
 
  private:
   struct Impl;
-  // Keeps a shut-down transport's state for the life of the process: Gloo cannot cancel a
-  // posted receive, and may still write into its buffer (Impl::aborted says more).
+  struct Retired;
+  static Retired& retired();
+  // Keeps a shut-down transport's state until its threads have ended: Gloo cannot cancel a
+  // posted receive, and writes into its buffer when the message comes.
   static void retire(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -11,7 +11,8 @@
 namespace rrfp {
 
 inline constexpr int kFlagAck = 1, kFlagFollows = 2,  // the payload follows under its data tag
-    kFlagOffer = 4, kFlagPull = 8;
+    kFlagOffer = 4, kFlagPull = 8,
+                     kFlagClose = 16;  // the sender's endpoint is shut down: its last message here
 
 struct Wire {
   std::int32_t step, kind, chunk, mb, flags, round;

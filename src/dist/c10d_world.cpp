@@ -2,8 +2,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "comm/c10d_transport.hpp"
 #include "core/error.hpp"
@@ -47,21 +45,6 @@ void C10dWorld::set_layout(const JobLayout& l) {
                      " x dp " + std::to_string(l.dp));
 }
 
-namespace {
-
-// Every transport on a group gets the next channel of that group; the processes create their
-// transports in the same order, so the channels agree.
-int next_channel(const c10d::ProcessGroup* pg) {
-  static std::mutex mu;
-  static std::map<const c10d::ProcessGroup*, int> next;
-  std::lock_guard lk(mu);
-  const int c = next[pg]++;
-  if (c > 126) throw Error("c10d: more than 127 runtimes on one process group; make a new group");
-  return c;
-}
-
-}  // namespace
-
 Hosting C10dWorld::hosting() {
   Hosting h;
   h.local = {stage_};
@@ -71,7 +54,7 @@ Hosting C10dWorld::hosting() {
     return "stage " + std::to_string(e) + " (c10d rank " + std::to_string(first + e) + ")";
   };
   h.transports.push_back(
-      std::make_unique<C10dTransport>(pg_, next_channel(pg_.get()), h.peer_name));
+      std::make_unique<C10dTransport>(pg_, C10dTransport::next_channel(pg_), h.peer_name));
   h.before_step = [this] { barrier(); };
   return h;
 }

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "comm/c10d_transport.hpp"
 #include "core/error.hpp"
 #include "core/hint.hpp"
 #include "core/hint_io.hpp"
@@ -165,6 +166,9 @@ void bind_tools(pyb::module_& m) {
   m.def("_payload_tensor", &payload_tensor, pyb::arg("bytes"), "a message's tensor (tests)");
   m.def("_message_copy", &copy_keeping_layout, pyb::arg("tensor"),
         "the copy a message between stages of one process carries (rrfp/_device.py)");
+  m.def("_c10d_release_closed", &C10dTransport::release_closed,
+        "frees the c10d transports shut down whose peers have all closed theirs; how many are "
+        "still kept (rrfp/_c10d.py)");
   m.def("_waiting_for", &note_waiting_for, pyb::arg("what"),
         "what the task running on this thread waits for, for the stuck report (\"\": nothing)");
   m.def("simulate", &simulate_one, pyb::kw_only(), pyb::arg("pp") = 4, pyb::arg("vpp") = 1,

@@ -206,6 +206,10 @@ def _destroy_groups(made, pid, core):
         except RuntimeError as e:  # destroyed already (destroy_process_group() of all, say)
             if "invalid process group" not in str(e).lower():
                 raise
+    # The transports closed here, and before, whose peers have closed theirs go with their hold
+    # on the messages' group; the others when the next pipeline is made or freed.
+    from . import _rrfp
+    _rrfp._c10d_release_closed()
 
 
 # A year: longer than any pause between two steps of a job (an evaluation, a checkpoint's
@@ -253,10 +257,10 @@ def _new_group(dist, ranks, timeout):
             raise OSError(
                 errno.EMFILE,
                 f"transport c10d: making the pipeline's Gloo group over ranks {ranks} failed: "
-                "this process is out of file descriptors (ulimit -n); each Pipeline freed on "
-                "the c10d transport keeps its messages' group, a socket per peer, for the life "
-                "of the process: reuse one Pipeline, or run under mpirun "
-                "(transport=\"mpi\")") from e
+                "this process is out of file descriptors (ulimit -n); each Pipeline on the "
+                "c10d transport holds a socket per peer in each of its groups while it lives "
+                "(a freed one until every process has freed it): raise the limit, or free the "
+                "pipelines no longer used") from e
         raise RuntimeError(
             f"transport c10d: making the pipeline's Gloo group over ranks {ranks} failed: every "
             "process of the job makes it, and one did not (it ended, or stopped answering); "
