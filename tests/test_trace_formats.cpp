@@ -128,7 +128,8 @@ TEST(TraceFormats, RefusesMessagesOfAStageTheShapeLacks) {
   auto files = kineto_files(r, m);
   files.erase(files.begin());  // rank2.json: the files come last rank first
   EXPECT_ERROR(import_trace_texts(files, WorkModel(config(2, 6, 1, true)), 1), InputError,
-               "rank1.json.gz and 1 more (ProfilerStep#5): receive of B c1 m0: its input would "
+               "the trace in rank1.json.gz and 1 more file (ProfilerStep#5): receive of B c1 m0: "
+               "its input would "
                "come from B c2 m0, no task of P=2 V=1: the trace records a stage the shape lacks "
                "(a rank's file missing?)");
   ReportRun run;
@@ -142,6 +143,35 @@ TEST(TraceFormats, RefusesMessagesOfAStageTheShapeLacks) {
   EXPECT_ERROR(import_trace(path, WorkModel(config(2, 6, 1, true)), 1), InputError,
                ": send_us says its output went to another stage, but no task of P=2 V=1 takes it");
   std::remove(path.c_str());
+}
+
+// A folder holding rrfp's trace of a step beside a profiler's files was read as rrfp's, the
+// profiler's files left out unsaid: refused, naming a file of each tool.
+TEST(TraceFormats, TracesOfTwoToolsTogetherAreRefusedNamingOneOfEach) {
+  WorkModel m(config(2, 4, 1, true));
+  RealizedWork w = realize(workload_preset("paper"), m, 1, 1);
+  const StepRecord r = simulated(m, "zb-h1", Policy::Fixed, w);
+  ReportRun run;
+  run.label = "r";
+  run.cfg = m.config();
+  run.result = r;
+  const std::string path = ::testing::TempDir() + "rrfp_beside_torch.json";
+  write_chrome_trace(path, {run});
+  std::ifstream in(path);
+  std::string rrfp_text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  auto files = kineto_files(r, m);
+  const std::string torch_file = files.front().first;
+  files.insert(files.begin(), {"a_rrfp.json", rrfp_text});
+  EXPECT_ERROR(import_trace_texts(files, m, 1), InputError,
+               "a_rrfp.json is a trace of rrfp and " + torch_file +
+                   " one of torch: a replay reads one tool's traces (move the others out of the "
+                   "folder, or name the tool with `trace_format`)");
+  TraceOptions o;
+  o.format = "torch";  // named: the profiler's files are read, rrfp's holding none of its labels
+  EXPECT_EQ(import_trace_texts(files, m, 1, o).work.compute_ns, w.compute_ns);
+  files.erase(files.begin());
+  EXPECT_EQ(import_trace_texts(files, m, 1).format, "torch");
 }
 
 // The shape of a Megatron trace is probed from its largest ids: one out of range named a shape of

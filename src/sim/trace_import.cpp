@@ -117,32 +117,50 @@ bool natural_less(const std::string& a, const std::string& b) {
   return c != 0 ? c < 0 : a < b;
 }
 
-// The mapping that recognizes the files (auto), by what only that tool writes.
-std::string detect(const std::vector<Doc>& docs) {
+// The mapping that recognizes one file, by what only that tool writes; "" for none.
+std::string detect_one(const Doc& d) {
   bool megatron = false, torch = false;
+  size_t event = 0;
+  for (const auto& e : trace::events_of(d)) {
+    ++event;
+    if (!e.is_object()) continue;
+    const auto name = e.find("name");
+    if (name == e.end() || !name->is_string()) continue;
+    const std::string& n = name->get_ref<const std::string&>();
+    if (n == "process_name" && trace::string_at(e, "ph", d.origin, event) == "M") {
+      const auto args = e.find("args");
+      if (args != e.end() && args->is_object() &&
+          trace::string_at(*args, "name", d.origin, event, "args").find(" / stage ") !=
+              std::string::npos)
+        return "rrfp";
+    }
+    if (n == "forward-compute" || n == "backward-compute") megatron = true;
+    if (n.rfind("PP:", 0) == 0 || n.rfind("ProfilerStep#", 0) == 0 || n.rfind("Forward ", 0) == 0 ||
+        n.rfind("Backward ", 0) == 0)
+      torch = true;
+  }
+  return megatron ? "megatron" : torch ? "torch" : "";
+}
+
+// The mapping that recognizes the files (auto): one for all. A folder of two tools' files was
+// read as the first tool's, the others' tasks left out unsaid.
+std::string detect(const std::vector<Doc>& docs) {
+  std::string found;
+  const Doc* first = nullptr;
   for (const Doc& d : docs) {
-    size_t event = 0;
-    for (const auto& e : trace::events_of(d)) {
-      ++event;
-      if (!e.is_object()) continue;
-      const auto name = e.find("name");
-      if (name == e.end() || !name->is_string()) continue;
-      const std::string& n = name->get_ref<const std::string&>();
-      if (n == "process_name" && trace::string_at(e, "ph", d.origin, event) == "M") {
-        const auto args = e.find("args");
-        if (args != e.end() && args->is_object() &&
-            trace::string_at(*args, "name", d.origin, event, "args").find(" / stage ") !=
-                std::string::npos)
-          return "rrfp";
-      }
-      if (n == "forward-compute" || n == "backward-compute") megatron = true;
-      if (n.rfind("PP:", 0) == 0 || n.rfind("ProfilerStep#", 0) == 0 ||
-          n.rfind("Forward ", 0) == 0 || n.rfind("Backward ", 0) == 0)
-        torch = true;
+    const std::string f = detect_one(d);
+    if (f.empty()) continue;
+    if (!first) {
+      found = f;
+      first = &d;
+    } else if (f != found) {
+      throw InputError(first->origin + " is a trace of " + found + " and " + d.origin + " one of " +
+                       f +
+                       ": a replay reads one tool's traces (move the others out of the folder, "
+                       "or name the tool with `trace_format`)");
     }
   }
-  if (megatron) return "megatron";
-  if (torch) return "torch";
+  if (first) return found;
   throw InputError(docs.front().origin +
                    ": no mapping recognizes this trace: expected rrfp's --trace (processes "
                    "'RUN / stage S'), PyTorch profiler labels 'PP:<chunk><F|I|B|W><mb>' or "
@@ -163,9 +181,12 @@ bool lacks_w(const WorkModel& m, std::span<const Timeline> steps) {
 
 ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp,
                         const TraceOptions& o) {
-  const std::string origin =
-      docs.size() == 1 ? docs.front().origin
-                       : docs.front().origin + " and " + std::to_string(docs.size() - 1) + " more";
+  // The subject of the errors below ("... has no step 2"): one file, or the trace of several.
+  const std::string origin = docs.size() == 1
+                                 ? docs.front().origin
+                                 : "the trace in " + docs.front().origin + " and " +
+                                       std::to_string(docs.size() - 1) +
+                                       (docs.size() == 2 ? " more file" : " more files");
   check_trace_options(o);
   const std::string format = o.format == "auto" ? detect(docs) : o.format;
   std::vector<Timeline> steps;
