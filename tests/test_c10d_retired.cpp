@@ -1,8 +1,12 @@
 // C10d transports shut down: what becomes of their receives, posted on a group that lives on,
 // and when their state and their hold on the group go. Ranks are threads, as in
 // test_c10d_transport.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -15,6 +19,16 @@
 #include "core/error.hpp"
 #include "expect_error.hpp"
 #include "gloo_groups.hpp"
+
+// pthread_create, failing the n-th call from now where n = fail_thread (> 0): what a process at
+// its thread limit sees.
+static std::atomic<int> fail_thread{0};
+extern "C" int pthread_create(pthread_t* t, const pthread_attr_t* a, void* (*f)(void*), void* arg) {
+  using Create = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  static const auto real = reinterpret_cast<Create>(dlsym(RTLD_NEXT, "pthread_create"));
+  if (fail_thread.load() > 0 && fail_thread.fetch_sub(1) == 1) return EAGAIN;
+  return real(t, a, f, arg);
+}
 
 namespace rrfp::test {
 namespace {
@@ -181,6 +195,32 @@ TEST(C10dRetired, EachGroupHas127ChannelsFromZero) {
   EXPECT_ERROR(C10dTransport(pg[0], 127), InputError,
                "c10d transport: channel must be between 0 and 126, got 127");
   EXPECT_EQ(pg[0].use_count(), 1u);
+}
+
+// A transport that could not start one of its three threads (receiver, sender, poster) aborted
+// the process (a thread never started was joined) or hung in its constructor (the receiver
+// waited for a receiver that would never be set). It throws an Error saying so; where a thread
+// had started, the transport is kept (its receiver may wait for peers that never send).
+TEST(C10dRetired, ATransportThatCannotStartItsThreadsSaysSo) {
+  auto pg = make_groups(2);
+  for (int which = 1; which <= 3; ++which) {
+    auto made = std::async(std::launch::async, [&] {
+      fail_thread = which;  // the async's own thread started
+      try {
+        C10dTransport t(pg[0], which);
+        return std::string("made");
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+    });
+    ASSERT_EQ(made.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+        << "thread " << which << " refused: the constructor hung";
+    EXPECT_EQ(made.get(),
+              "c10d transport: rank 0 could not start its threads (the process's thread limit, "
+              "ulimit -u?): Resource temporarily unavailable")
+        << "thread " << which << " refused";
+  }
+  fail_thread = 0;
 }
 
 }  // namespace

@@ -319,6 +319,8 @@ class GatedGroup final : public c10d::ProcessGroup {
   const std::string getBackendName() const override { return "gated"; }
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& t, int, int) override {
     std::unique_lock lk(mu);
+    ++entered;
+    cv.notify_all();
     cv.wait(lk, [&] { return open; });
     sizes.push_back(static_cast<std::size_t>(t[0].numel()));
     cv.notify_all();
@@ -327,6 +329,7 @@ class GatedGroup final : public c10d::ProcessGroup {
   std::mutex mu;
   std::condition_variable cv;
   bool open = false;
+  int entered = 0;  // posts begun
   std::vector<std::size_t> sizes;
 };
 
@@ -362,6 +365,42 @@ TEST(C10dTransport, ALargePayloadIsPostedByThePosterAndNothingOvertakesIt) {
   lk.unlock();
   sender.join();
   t.shutdown();
+}
+
+// The poster had taken a large send out of its queue and was inside Gloo's send when shutdown()
+// came: shutdown() completed the sends still queued or in flight, but not that one, whose
+// completion was then dropped uncalled (36 of 120 such sends, timed at random). Every send's
+// completion is called once, by the time shutdown() returns.
+TEST(C10dTransport, ASendThePosterIsPostingAtShutdownIsCompletedByIt) {
+  auto group = c10::make_intrusive<GatedGroup>();
+  auto t = std::make_unique<C10dTransport>(group);
+  std::atomic<int> calls{0};
+  std::string said;
+  t->send(1, MessageTag{1, TaskId{Kind::F, 0, 0}}, Payload::allocate(C10dTransport::kPostBytes + 1),
+          [&](std::exception_ptr e) {
+            if (calls++ > 0) return;
+            try {
+              if (e) std::rethrow_exception(e);
+              said = "no error";
+            } catch (const std::exception& x) {
+              said = x.what();
+            }
+          });
+  {
+    std::unique_lock lk(group->mu);
+    ASSERT_TRUE(group->cv.wait_for(lk, std::chrono::seconds(10), [&] { return group->entered; }))
+        << "the poster never posted";
+  }
+  t->shutdown();
+  EXPECT_EQ(calls.load(), 1) << "shutdown() returned with a send's completion uncalled";
+  EXPECT_EQ(said, "c10d transport: rank 0 shut down with sends in flight");
+  {
+    std::lock_guard lk(group->mu);
+    group->open = true;
+    group->cv.notify_all();
+  }
+  t.reset();
+  EXPECT_EQ(calls.load(), 1);
 }
 
 }  // namespace

@@ -100,23 +100,26 @@ struct C10dTransport::Impl {
   // send made while one is waiting or being posted (posting), so that none overtakes another.
   std::deque<std::unique_ptr<Send>> to_post;
   bool posting = false;
-  std::deque<Rx> rx;          // [0]: any source (with peers); then one per source seen
-  std::vector<bool> own_rx;   // by source: has a loop of its own
-  std::vector<bool> sent_to;  // by destination: a message went there before
+  Send* being_posted = nullptr;  // by the poster, out of to_post and not yet in sends
+  std::deque<Rx> rx;             // [0]: any source (with peers); then one per source seen
+  std::vector<bool> own_rx;      // by source: has a loop of its own
+  std::vector<bool> sent_to;     // by destination: a message went there before
   std::thread tx, poster;
+  std::mutex shutdown_mu;  // a second shutdown() returns once the first has
 
   // Joins the threads, which have ended (running == 0; release_closed()).
   ~Impl();
 
-  // Starts `f` on thread `t`, counted in `running` until it returns; under mu.
+  // Starts `f` on thread `t`, counted in `running` until it returns; under mu (so the thread's
+  // own count down waits for the count up). Throws std::system_error where no thread starts.
   template <class F>
   void start(std::thread& t, F f) {
-    ++running;
     t = std::thread([this, f = std::move(f)] {
       f();
       std::lock_guard lk(mu);
       --running;
     });
+    ++running;
   }
 
   // The gate of the callbacks: none starts once closing, and shutdown() waits for those under

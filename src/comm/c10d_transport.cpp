@@ -29,10 +29,11 @@ void C10dTransport::Impl::await(c10d::Work& w) {
 }
 
 C10dTransport::Impl::~Impl() {
+  // A thread never started (arguments refused, or no thread to be had) is not joined.
   for (std::thread* t : {&tx, &poster})
-    if (t->joinable()) t->join();  // not started where the constructor refused its arguments
+    if (t->joinable()) t->join();
   for (Rx& r : rx)
-    r.thread.join();
+    if (r.thread.joinable()) r.thread.join();
 }
 
 bool C10dTransport::Impl::enter() {
@@ -124,6 +125,7 @@ void C10dTransport::Impl::post_loop() {
       s = std::move(to_post.front());
       to_post.pop_front();
       posting = true;
+      being_posted = s.get();  // its completion is shutdown()'s to call, should it come now
     }
     std::exception_ptr err;
     try {
@@ -139,6 +141,7 @@ void C10dTransport::Impl::post_loop() {
     {
       std::lock_guard lk(mu);
       posting = false;
+      being_posted = nullptr;
       if (err) {
         done = take_done(*s);
         keep_failed(std::move(s));
@@ -204,10 +207,26 @@ C10dTransport::C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, int c
   d.size = d.pg->getSize();
   d.own_rx.assign(d.size, false);
   d.sent_to.assign(d.size, false);
-  std::lock_guard lk(d.mu);
-  if (d.size > 1) d.start_rx(-1);
-  d.start(d.tx, [&d] { d.send_loop(); });
-  d.start(d.poster, [&d] { d.post_loop(); });
+  std::string refused;
+  bool started = false;
+  {
+    std::lock_guard lk(d.mu);
+    try {
+      if (d.size > 1) d.start_rx(-1);
+      d.start(d.tx, [&d] { d.send_loop(); });
+      d.start(d.poster, [&d] { d.post_loop(); });
+    } catch (const std::system_error& e) {
+      refused = e.what();
+      d.closing = true;  // what started ends, or waits for its peers, untold
+      started = d.running > 0;
+      if (started) ++d.running;  // kept for good: its loop may wait for peers that never send
+      d.cv.notify_all();
+    }
+  }
+  if (refused.empty()) return;
+  if (started) retire(std::move(impl_));
+  throw Error("c10d transport: rank " + std::to_string(d.rank) +
+              " could not start its threads (the process's thread limit, ulimit -u?): " + refused);
 }
 
 // The transports shut down whose threads may still run, and each group's next channel.
@@ -364,6 +383,7 @@ void C10dTransport::shutdown() {
     throw Error(
         "c10d transport: shutdown() called from inside its receiver, broken handler or a send's "
         "completion; call it after the callback returns");
+  std::lock_guard once(d.shutdown_mu);
   if (d.closed.exchange(true)) return;
   std::vector<SendDone> dropped;
   {
@@ -372,6 +392,8 @@ void C10dTransport::shutdown() {
     for (auto* q : {&d.sends, &d.to_post})
       for (auto& s : *q)
         if (s->done) dropped.push_back(std::exchange(s->done, nullptr));
+    if (d.being_posted && d.being_posted->done)  // post() reads no completion
+      dropped.push_back(std::exchange(d.being_posted->done, nullptr));
     d.say_goodbye();
     d.cv.notify_all();
     d.cv.wait(lk, [&] { return d.in_callback == 0; });  // those under way

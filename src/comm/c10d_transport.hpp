@@ -31,7 +31,8 @@
 // source's own loop ends on its close message, which comes with a byte for its receive posted
 // ahead. Then the transport's state, and its hold on the group, can go: release_closed() frees
 // it when a transport is made or shut down. One whose peer never closes (it stopped, or lives
-// on with its transport) is kept, its receives posted, for the life of the process.
+// on with its transport), or ended before it sent here, is kept, its receives posted, for the
+// life of the process.
 //
 // The header includes LibTorch's c10d (only transports include c10d); the rest of rrfp sees
 // the Transport interface.
@@ -63,10 +64,11 @@ class C10dTransport final : public Transport {
   void shutdown() override;
 
   // Frees the state of the transports shut down whose peers have all shut theirs down too
-  // (their close messages came, or Gloo failed their connection): their threads, buffers and
-  // their hold on the group, whose sockets and threads go once nothing else holds it. Runs
-  // whenever a transport is made or shut down. Returns how many are still kept: their peers
-  // live and have not shut down.
+  // (their close messages came, or Gloo failed the connection of a peer this transport had
+  // heard from): their threads, buffers and their hold on the group, whose sockets and threads
+  // go once nothing else holds it. Runs whenever a transport is made or shut down. Returns how
+  // many are still kept: a peer lives and has not shut down, or one that never sent here is
+  // gone (Gloo does not fail a receive from any source when one connection closes).
   static std::size_t release_closed();
 
   // The next channel of `group` in this process, from 0: the processes make their transports

@@ -34,6 +34,12 @@ C10dWorld::C10dWorld(C10dGroups g, std::chrono::milliseconds timeout)
     throw InputError("`arrival_replicas`: must number the replicas as `replicas` does");
 }
 
+C10dWorld::~C10dWorld() {
+  for (auto* g : {&pg_, &coll_, &dp_, &arr_, &arr_dp_})
+    g->reset();
+  C10dTransport::release_closed();
+}
+
 void C10dWorld::set_layout(const JobLayout& l) {
   validate(l, size(), "the process groups of " + std::to_string(size()));
   if (l.tp != 1)

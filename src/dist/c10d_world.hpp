@@ -35,6 +35,10 @@ class C10dWorld final : public Job {
  public:
   // `timeout`: the deadline of the barrier before each step and of the gathers.
   C10dWorld(C10dGroups groups, std::chrono::milliseconds timeout);
+  // Lets go of the groups, then frees the transports its runtimes shut down whose peers have
+  // closed theirs (C10dTransport::release_closed): the group of the messages goes with the
+  // last hold on it, where it waited for the next pipeline made.
+  ~C10dWorld() override;
 
   int rank() const override { return replica_ * stages_ + stage_; }
   int size() const override { return stages_ * replicas_; }
