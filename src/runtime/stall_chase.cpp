@@ -141,7 +141,9 @@ Runtime::Chase Runtime::chase_stall(std::int64_t now) {
       }
       // Waiting on this process alone, its own words say why (a leader's choice, an agree
       // round, a collective: waits the chain does not follow); "waits for messages from this
-      // process" read as a cycle between the two.
+      // process" read as a cycle between the two. Following an agree round to the tp ranks it
+      // waits for was tried (a message to one rank lost, P=2 T=2): the report went round the
+      // group's ranks and lost the round's words, which name the proposals that differed.
       if (others.empty()) {
         line += ": [" + a.text + "]";
       } else {
