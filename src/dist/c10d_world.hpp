@@ -36,8 +36,8 @@ class C10dWorld final : public Job {
   // `timeout`: the deadline of the barrier before each step and of the gathers.
   C10dWorld(C10dGroups groups, std::chrono::milliseconds timeout);
   // Lets go of the groups, then frees the transports its runtimes shut down whose peers have
-  // closed theirs (C10dTransport::release_closed): the group of the messages goes with the
-  // last hold on it, where it waited for the next pipeline made.
+  // closed theirs (C10dTransport::release_closed), so that the messages' group goes now if
+  // nothing else holds it, not when the next pipeline is made.
   ~C10dWorld() override;
 
   int rank() const override { return replica_ * stages_ + stage_; }
