@@ -42,6 +42,14 @@ def held():
     return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
 
 
+def steady(counts):
+    """Whether (threads, descriptors) stayed: the threads alike, the descriptors within one of
+    each other (a socket a failed step's end closes a moment later was seen open or not, 1 of
+    5 runs). A transport kept, or its group, adds threads and descriptors each time."""
+    fds = [f for _, f in counts]
+    return all(t == counts[0][0] for t, _ in counts) and max(fds) - min(fds) <= 1
+
+
 def main():
     seen = []
     for i in range(15):
@@ -52,7 +60,7 @@ def main():
         gc.collect()
         seen.append(held())
     rank = os.environ["RANK"]
-    assert all(s == seen[1] for s in seen[1:]), f"rank {rank}: threads, descriptors: {seen}"
+    assert steady(seen[1:]), f"rank {rank}: threads, descriptors: {seen}"
     print(f"rank {rank}: 15 pipelines built and freed, threads and descriptors {seen[-1]}",
           flush=True)
     armed = [False]
@@ -69,7 +77,7 @@ def main():
         live.append(held())
     # After a failed step its runtime is gone and the next one not yet made: alike every time.
     for after in (live[0::2], live[1::2]):
-        assert all(s == after[0] for s in after), f"rank {rank}: with failed steps: {live}"
+        assert steady(after), f"rank {rank}: with failed steps: {live}"
     print(f"rank {rank}: 6 failed steps of 12, threads and descriptors {live[-1]}", flush=True)
 
 
