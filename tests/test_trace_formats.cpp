@@ -151,15 +151,7 @@ TEST(TraceFormats, TracesOfTwoToolsTogetherAreRefusedNamingOneOfEach) {
   WorkModel m(config(2, 4, 1, true));
   RealizedWork w = realize(workload_preset("paper"), m, 1, 1);
   const StepRecord r = simulated(m, "zb-h1", Policy::Fixed, w);
-  ReportRun run;
-  run.label = "r";
-  run.cfg = m.config();
-  run.result = r;
-  const std::string path = ::testing::TempDir() + "rrfp_beside_torch.json";
-  write_chrome_trace(path, {run});
-  std::ifstream in(path);
-  std::string rrfp_text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::remove(path.c_str());
+  const std::string rrfp_text = rrfp_trace_text(m, r, "rrfp_beside_torch.json");
   auto files = kineto_files(r, m);
   const std::string torch_file = files.front().first;
   files.insert(files.begin(), {"a_rrfp.json", rrfp_text});

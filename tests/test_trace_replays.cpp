@@ -145,15 +145,7 @@ TEST(Fuzz, TraceImportersSurviveMutatedTraces) {
   WorkModel m(config(2, 4, 1, true));
   RealizedWork w = realize(workload_preset("paper"), m, 1, 3);
   const StepRecord r = simulated(m, "bfw", Policy::Ready, w);
-  ReportRun run;
-  run.label = "fuzz";
-  run.cfg = m.config();
-  run.result = r;
-  const std::string path = ::testing::TempDir() + "rrfp-fuzz-trace.json";
-  write_chrome_trace(path, {run});
-  std::ifstream in(path);
-  const std::string own((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::remove(path.c_str());
+  const std::string own = rrfp_trace_text(m, r, "rrfp-fuzz-trace.json");
   const auto kineto = kineto_files(r, m, false), kineto_gz = kineto_files(r, m);
   const std::string megatron = megatron_file(r, m, 1, 2, false);
   const std::string csv = replay_csv(m, {{0, w}, {1, w}});

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "core/task.hpp"
+#include "report/report.hpp"
 #include "sim_helpers.hpp"
 
 namespace rrfp::test {
@@ -39,6 +43,22 @@ inline StepRecord simulated(const WorkModel& m, const std::string& hint, Policy 
   opt.arbiter.policy = p;
   opt.record = true;
   return simulate(m, make_hint(hint, m), w, opt);
+}
+
+// rrfp's own trace (--trace) of step record `r` as text, written through a file `name` in the
+// test's temporary folder, which is removed.
+inline std::string rrfp_trace_text(const WorkModel& m, const StepRecord& r,
+                                   const std::string& name) {
+  ReportRun run;
+  run.label = "r";
+  run.cfg = m.config();
+  run.result = r;
+  const std::string path = ::testing::TempDir() + name;
+  write_chrome_trace(path, {run});
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  return text;
 }
 
 inline double us(std::int64_t ns) {
