@@ -150,5 +150,45 @@ TEST(StallChase, OfTwoProcessesStalledTogetherTheOneNearerTheEndReports) {
   EXPECT_TRUE(has(e.what[0], "stage 1 failed step 0: no progress for")) << e.what[0];
 }
 
+// Two stages of two tp ranks, each rank a Runtime of its own: stage 1 tp rank 1's first
+// forward does not end, and stage 0 tp rank 1, whose watchdog alone is short, reports. Its
+// peers are named with their tp ranks: "stage 1" named either rank of stage 1.
+TEST(StallChase, ATensorParallelPeerIsNamedWithItsTpRank) {
+  PipelineConfig c;
+  c.pp = 2;
+  c.microbatches = 2;
+  const WorkModel m(c);
+  const RealizedWork w = random_work(m, 2, 7, 50, 20);
+  const Hint h = make_hint("1f1b", m);
+  auto jobs = make_local_jobs(4);
+  Gate gate;
+  std::string reported;
+  on_every_rank(4, [&](int i) {
+    jobs[i]->set_layout(JobLayout{2, 2, 1});
+    auto base = emulated_programs(m, w);
+    const ProgramFactory programs = [&](int s, int r) {
+      const bool stuck = s == 1 && r == 1;
+      return std::make_unique<StuckIn>(
+          base(s, r), stuck ? std::optional(TaskId{Kind::F, 1, 0}) : std::nullopt, gate);
+    };
+    RuntimeOptions o = runtime_options(m, w, Policy::Fixed);
+    o.timeout_ms = i == 1 ? 300 : 60'000;
+    Runtime rt(m, h, programs, o, jobs[i]->hosting());
+    try {
+      rt.run_step(0);
+    } catch (const std::exception& e) {
+      if (i == 1) {
+        reported = e.what();
+        gate.open();
+      }
+    }
+  });
+  EXPECT_TRUE(has(reported, "B c1 m0 from stage 1 tp rank 1")) << reported;
+  EXPECT_TRUE(std::regex_search(
+      reported, std::regex("asked in turn: stage 1 tp rank 1 made no progress for [0-9]+ ms: "
+                           "\\[stage 1: [^\\]]*\\[tp rank 1\\]; running F c1 m0")))
+      << reported;
+}
+
 }  // namespace
 }  // namespace rrfp::test

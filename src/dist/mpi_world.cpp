@@ -168,9 +168,7 @@ Hosting MpiWorld::hosting() {
   h.transports.push_back(make_transport());
   h.make_group = [this](int stage) { return make_tp_group(stage); };
   h.peer_name = [this, tp = layout_.tp](int e) {
-    return "stage " + std::to_string(e / tp) +
-           (tp > 1 ? " tp rank " + std::to_string(e % tp) : "") + " (mpi rank " +
-           std::to_string(world_rank_of(e)) + ")";
+    return endpoint_name(e, tp) + " (mpi rank " + std::to_string(world_rank_of(e)) + ")";
   };
   h.before_step = [this] { barrier(); };
   h.on_peer_failure = opt_.on_peer_failure;

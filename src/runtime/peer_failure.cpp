@@ -46,7 +46,7 @@ std::string utf8_prefix(std::string s, std::size_t n) {
 
 std::string Runtime::peer_name(int endpoint) const {
   if (peer_name_) return peer_name_(endpoint);
-  return "stage " + std::to_string(endpoint / std::max(1, opt_.tp));
+  return endpoint_name(endpoint, opt_.tp);
 }
 
 void Runtime::tell_peers(int step, const std::exception_ptr& why) {

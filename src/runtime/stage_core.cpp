@@ -1,5 +1,7 @@
 #include "runtime/stage_core.hpp"
 
+#include <algorithm>
+
 #include "core/error.hpp"
 
 namespace rrfp {
@@ -29,13 +31,19 @@ void StageCore::adopt(int r, std::unique_ptr<StageProgram> program, Transport* e
   if (rk.local()) rk.driver.emplace(m_, *env_.hint, env_.dispatch, tp_, stage_, r);
 }
 
+std::string endpoint_name(int endpoint, int tp) {
+  tp = std::max(1, tp);
+  return "stage " + std::to_string(endpoint / tp) +
+         (tp > 1 ? " tp rank " + std::to_string(endpoint % tp) : "");
+}
+
 std::string StageCore::name(int r) const {
-  return "stage " + std::to_string(stage_) + (tp_ > 1 ? " tp rank " + std::to_string(r) : "");
+  return endpoint_name(stage_ * tp_ + r, tp_);
 }
 
 std::string StageCore::peer(int endpoint) const {
   if (env_.peer_name) return env_.peer_name(endpoint);
-  return "stage " + std::to_string(endpoint / tp_);
+  return endpoint_name(endpoint, tp_);
 }
 
 void StageCore::record_blocked(Locked&, int r, std::int64_t from, std::int64_t to,

@@ -23,6 +23,10 @@
 
 namespace rrfp {
 
+// An endpoint (stage * tp + tp rank) as error messages name it: "stage 2", or "stage 2 tp rank
+// 1" where stages have several tp ranks (both ranks of a stage read alike otherwise).
+std::string endpoint_name(int endpoint, int tp);
+
 // Emulated message latency of a task's output on a tensor-parallel rank (0: none).
 using LatencyFn = std::function<std::int64_t(int tp_rank, const TaskId& producer)>;
 
@@ -38,7 +42,7 @@ struct StageEnv {
   bool rendezvous_pull = false;   // RuntimeOptions::rendezvous_pull
   int window = 1;                 // RuntimeOptions::window
   std::int64_t idle_spin_ns = 0;  // RuntimeOptions::idle_spin_us
-  // Names a peer endpoint in error messages ("stage 2", or with its MPI rank).
+  // Names a peer endpoint in error messages (endpoint_name, or with its MPI rank).
   std::function<std::string(int endpoint)> peer_name;
 };
 
