@@ -72,6 +72,9 @@ def run(pp, dp, m, transport):
         unshared_save(ckpt, opt, folder)
         failed_load(pp, dp, m, transport, folder)
         other_saves(ckpt, folder)
+    if dp > 1:
+        replica_folders(ckpt, opt, folder)
+        optimizer_on_one_replica(ckpt, opt, folder)
     if ckpt.rank == 0 and dp == 1:
         ref = lm.chunks(n)
         ref_opt = adamw(ref)
@@ -131,6 +134,52 @@ def unshared_save(ckpt, opt, folder):
     assert not os.path.isdir(own) or os.listdir(own) == [], os.listdir(own)
     ckpt._core.all_gather([])  # every process has looked before any folder goes
     shutil.rmtree(own, ignore_errors=True)
+
+
+def replica_folders(ckpt, opt, folder):
+    """Each replica given a folder of its own (a disk of each replica's machines): only replica
+    0 writes, so the others would have committed a checkpoint they cannot load. Every process
+    raises, naming the processes that do not see the parts, and nothing is committed."""
+    own = f"{folder}-replica{ckpt.replica}"
+    try:
+        ckpt.save(own, opt, step=5)
+    except FileNotFoundError as e:
+        others = list(range(ckpt.pp, ckpt._core.world))
+        assert f"process(es) {others} (replicas other than 0, which write no part) do not see " \
+               "the parts replica 0 wrote" in str(e), e
+    else:
+        raise AssertionError(f"rank {ckpt.rank}: a save to a folder of each replica returned")
+    assert not os.path.exists(os.path.join(own, "manifest.json")), os.listdir(own)
+    ckpt._core.all_gather([])  # every process has looked before any folder goes
+    shutil.rmtree(own, ignore_errors=True)
+
+
+def optimizer_on_one_replica(ckpt, opt, folder):
+    """A load given the optimizer in replica 0 and not in the others: refused on every process,
+    nothing loaded (replica 0 took the checkpoint's moments and the others kept theirs, and
+    the replicas trained apart from then on, silently)."""
+    where = folder + "-optimizer"
+    ckpt.save(where, opt)
+    params = [p for c in ckpt.chunks.values() for p in c.parameters()]
+    with torch.no_grad():
+        for p in params:
+            p.add_(1.0)
+    before = [p.detach().clone() for p in params]
+    try:
+        ckpt.load(where, opt if ckpt.replica == 0 else None)
+    except ValueError as e:
+        assert f"stage 0's optimizer was given on process 0 and not on process {ckpt.pp} " \
+               "(another replica)" in str(e), e
+        assert "nothing was loaded on any process" in str(e), e
+    else:
+        raise AssertionError(f"rank {ckpt.rank}: a load with the optimizer in one replica alone "
+                             "went on")
+    assert all(torch.equal(a, b) for a, b in zip(before, params)), \
+        f"rank {ckpt.rank}: a refused load changed a chunk"
+    ckpt.load(where, opt)  # alike everywhere
+    ckpt._core.all_gather([])  # every process has loaded before the folder goes
+    if ckpt.rank == 0:
+        shutil.rmtree(where, ignore_errors=True)
 
 
 def other_saves(ckpt, folder):

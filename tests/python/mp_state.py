@@ -109,9 +109,76 @@ def replicas_keep_replica_0(pp, dp, transport, job_rank):
     print(f"rank {bpipe.rank}: replicas keep replica 0's parameters and buffers", flush=True)
 
 
+# A loss_fn that is a module holding a batch norm: after a step every replica's holds replica
+# 0's running statistics, as the chunks' do (each replica kept its own).
+class NormedLoss(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(8, affine=False)
+
+    def forward(self, y, t):
+        return mse(self.bn(y), t)
+
+
+def lin_chunk(i):
+    torch.manual_seed(400 + i)
+    return torch.nn.Linear(8, 8)
+
+
+def loss_buffers_follow_replica_0(pp, dp, transport):
+    loss = NormedLoss()
+    lpipe = rrfp.Pipeline(lin_chunk, loss, pp=pp, microbatches=4, hint="bf",
+                          transport=transport, dp=dp, timeout=60)
+    lpipe.step(*bn_batches(lpipe.replica))
+    if pp - 1 in lpipe.chunks:
+        ref, ref_loss = [lin_chunk(i) for i in range(pp)], NormedLoss()
+        for x, y in zip(*bn_batches(0)):  # replica 0's microbatches, in order
+            h = x
+            for chunk in ref:
+                h = chunk(h)
+            ref_loss(h, y)
+        assert all(torch.equal(a, b) for a, b in zip(loss.buffers(), ref_loss.buffers())), \
+            lpipe.rank
+    print(f"rank {lpipe.rank}: loss_fn's buffers are replica 0's", flush=True)
+
+
+# A step that fails on one replica leaves each replica's buffers as its own forwards left them;
+# the next step or eval_step begins by taking replica 0's, so an evaluation right after the
+# failure gives every replica the same outputs (each evaluated with its own statistics).
+def failed_step_leaves_no_replica_apart(pp, dp, transport):
+    fail = {"on": False}
+
+    def loss_fn(y, t):
+        if fail["on"] and fpipe.replica == 1:
+            raise ValueError("planted")
+        return mse(y, t)
+    fpipe = rrfp.Pipeline(lambda i: bn_chunk(i, i), loss_fn, pp=pp, microbatches=4, hint="bf",
+                          transport=transport, dp=dp, timeout=60)
+    fpipe.step(*bn_batches(fpipe.replica))
+    fail["on"] = True
+    try:
+        fpipe.step(*bn_batches(10 + fpipe.replica))
+    except rrfp.StageError:
+        pass
+    else:
+        raise AssertionError(f"rank {fpipe.rank}: the planted failure did not fail the step")
+    fail["on"] = False
+    for module in fpipe.chunks.values():
+        module.eval()
+    x = torch.linspace(-2, 2, 32).reshape(4, 8)
+    _, got = fpipe.eval_step(x, torch.zeros(4, 8))
+    mine = [got.item()] + [b.double().sum().item() for m in fpipe.chunks.values()
+                           for b in m.buffers()]
+    every = fpipe._core.all_gather(mine)
+    assert all(every[r] == every[r % pp] for r in range(len(every))), (fpipe.rank, every)
+    print(f"rank {fpipe.rank}: after a failed step the replicas evaluate alike", flush=True)
+
+
 def run(pp, dp, transport, job_rank):
     g = torch.Generator().manual_seed(7)  # one generator: the draws follow each other
     ordered_forwards(pp, dp, transport, g)
     seeded_dropout(pp, dp, transport, g)
     if dp > 1:
         replicas_keep_replica_0(pp, dp, transport, job_rank)
+        loss_buffers_follow_replica_0(pp, dp, transport)
+        failed_step_leaves_no_replica_apart(pp, dp, transport)

@@ -206,7 +206,10 @@ def check_before_step(pipe, found, layout, training, caller, refusal=None):
       _refuse_other_autocast).
     - The copies of a chunk held by several processes are in the same train()/eval() modes
       (rrfp._modes).
-    - The ties' copies agree (Ties.check)."""
+    - The ties' copies agree (Ties.check).
+    Returns whether any process's replica buffers may be apart from replica 0's (a step that
+    failed leaves each replica's as its forwards left them: pipe._buffers_apart), which every
+    process then copies from replica 0 before the step, alike."""
     call = "step()" if training else "eval_step()"
     mine = [1.0, 0.0, 0.0] if refusal is not None else \
         [0.0, float(digest(pipe._data.inputs, found[0])),
@@ -214,7 +217,8 @@ def check_before_step(pipe, found, layout, training, caller, refusal=None):
     modes = mode_values(pipe)  # as long on every process; the ties' flags are not
     every = gather_call(pipe, call, mine + [_loss_scale(pipe),
                                             -1.0 if layout is None else float(layout),
-                                            float(_autocast_code(caller.autocast))] + modes +
+                                            float(_autocast_code(caller.autocast)),
+                                            float(pipe._buffers_apart)] + modes +
                         (pipe._ties.flags if pipe._ties else []))
     if refusal is not None:
         raise refusal
@@ -243,7 +247,7 @@ def check_before_step(pipe, found, layout, training, caller, refusal=None):
     if training:
         _refuse_other_scales(call, [v[3] for v in every])
     _refuse_other_autocast(call, [int(v[5]) for v in every])
-    refuse_other_modes(call, [v[6:6 + len(modes)] for v in every])
+    refuse_other_modes(call, [v[7:7 + len(modes)] for v in every])
     for s in range(pp):
         marks = [every[r * pp + s][4] for r in range(dp)]
         bad = next((r for r, v in enumerate(marks) if v != marks[0]), None)
@@ -253,8 +257,9 @@ def check_before_step(pipe, found, layout, training, caller, refusal=None):
                 f"replica {bad}), or parameters of other shapes or dtypes; every replica must "
                 "freeze, unfreeze and replace alike")
     if pipe._ties is not None:
-        pipe._ties.check([[x for s in range(pp) for x in every[r * pp + s][6 + len(modes):]]
+        pipe._ties.check([[x for s in range(pp) for x in every[r * pp + s][7 + len(modes):]]
                           for r in range(dp)], pipe.replica, training)
+    return any(v[6] for v in every)
 
 
 def _loss_scale(pipe):

@@ -1,30 +1,65 @@
 """What data-parallel replicas keep equal: their gradients, summed in replica order
 (sum_over_replicas), the first replica's parameters when the pipeline is built, and its
-buffers after every step, as DistributedDataParallel broadcasts them from rank 0. Without it, replicas whose chunks were
-initialised apart (a script that seeds by rank, or not at all) trained apart silently, and
-batch norm's running statistics, which each replica updates from its own microbatches,
-differed from replica to replica: the same evaluation gave other outputs on each."""
+buffers after every step (and before the step after a failed one), as DistributedDataParallel
+broadcasts them from rank 0. Without it, replicas whose chunks were initialised apart (a
+script that seeds by rank, or not at all) trained apart silently, and batch norm's running
+statistics, which each replica updates from its own microbatches, differed from replica to
+replica: the same evaluation gave other outputs on each."""
 import zlib
 
 import torch
 
 from . import _wire
+from ._calls import call_of
+from ._launch import agreed
 
 
-def _entries(chunks, params):
-    """((chunk, name), tensor) of this process's chunks: buffers, and parameters if asked."""
+_LOSS = "loss_fn"  # the owner of loss_fn's buffers
+
+
+def replicated(pipe):
+    """What the replicas keep equal on this process, by owner: its chunks by index, and
+    `loss_fn` where it is a module and this process runs the last chunk, whose forward task
+    calls it (its buffers only: a loss_fn's parameters get no gradient, docs/python.md). A
+    loss_fn holding a batch norm kept each replica's own running statistics."""
+    owners = dict(pipe.chunks)
+    loss = pipe._data.loss_fn
+    if isinstance(loss, torch.nn.Module) and pipe._core.chunks - 1 in owners:
+        owners[_LOSS] = loss
+    return owners
+
+
+def _order(owner):
+    """A sort key over owners: the chunks by index, then loss_fn."""
+    return (isinstance(owner, str), owner)
+
+
+def _key_order(key):
+    """A sort key over (owner, name) keys."""
+    return (_order(key[0]), key[1])
+
+
+def _owner(owner):
+    """An owner as errors name it."""
+    return owner if isinstance(owner, str) else f"chunk {owner}"
+
+
+def _entries(owners, params):
+    """((owner, name), tensor) of this process's owners (replicated): buffers, and the chunks'
+    parameters if asked."""
     out = []
-    for c in sorted(chunks):
-        if params:
-            out += [((c, n), p) for n, p in chunks[c].named_parameters()]
-        out += [((c, n), b) for n, b in chunks[c].named_buffers()]
+    for c in sorted(owners, key=_order):
+        if params and c != _LOSS:
+            out += [((c, n), p) for n, p in owners[c].named_parameters()]
+        out += [((c, n), b) for n, b in owners[c].named_buffers()]
     return out
 
 
-def buffer_signature(chunks):
+def buffer_signature(owners):
     """What the replicas must agree on before replica 0's buffers are copied into the others:
-    each buffer of this process's chunks as ((chunk, name), dtype, shape), picklable."""
-    return [(key, str(b.dtype), tuple(b.shape)) for key, b in _entries(chunks, False)
+    each buffer of this process's owners (replicated) as ((owner, name), dtype, shape),
+    picklable."""
+    return [(key, str(b.dtype), tuple(b.shape)) for key, b in _entries(owners, False)
             if b is not None]
 
 
@@ -38,7 +73,7 @@ def refuse_other_buffers(every, pp, call):
     replicas went on training apart, silently."""
     for r in range(pp, len(every)):
         first, mine = _keyed(every[r % pp]), _keyed(every[r])
-        key = next((k for k in sorted(first.keys() | mine.keys())
+        key = next((k for k in sorted(first.keys() | mine.keys(), key=_key_order)
                     if first.get(k) != mine.get(k)), None)
         if key is None:
             continue
@@ -51,27 +86,28 @@ def refuse_other_buffers(every, pp, call):
             what = (f"is {mine[(c, name)][0]} {mine[(c, name)][1]} in replica {replica} but "
                     f"{first[(c, name)][0]} {first[(c, name)][1]} in replica 0")
         raise ValueError(
-            f"dp: after {call}, chunk {c}'s buffer '{name}' {what}; every replica takes replica "
+            f"dp: after {call}, {_owner(c)}'s buffer '{name}' {what}; every replica takes replica "
             "0's buffers after each step, so the replicas' buffers must keep the same names, "
             "shapes and dtypes (a buffer sized by the batch differs where the replicas' "
             "batches do); refused on every process before any .grad was written or buffer copied")
 
 
 def _keyed(signature):
-    """A buffer_signature as {(chunk, name): (dtype, shape)}."""
+    """A buffer_signature as {(owner, name): (dtype, shape)}."""
     return {key: (dtype, shape) for key, dtype, shape in signature}
 
 
-def from_first_replica(core, chunks, params):
-    """Copies the first replica's buffers (and parameters, with `params`) of this process's
-    chunks into every other replica's, bit for bit. A collective over each stage's replicas:
-    every process of the job calls it alike. Nothing to do with one replica. After a step the
-    replicas' buffers were checked already on every process (refuse_other_buffers); the check
-    here is for the parameters at construction, which the caller tells every process
-    (agreed). Every entry is checked before any is copied, so a refusal copies nothing."""
+def from_first_replica(core, owners, params):
+    """Copies the first replica's buffers (and the chunks' parameters, with `params`) of this
+    process's owners (replicated) into every other replica's, bit for bit. A collective over
+    each stage's replicas: every process of the job calls it alike. Nothing to do with one
+    replica. After a step the replicas' buffers were checked already on every process
+    (refuse_other_buffers); the check here is for the parameters at construction, and the
+    buffers after a failed step, which the caller tells every process (agreed). Every entry
+    is checked before any is copied, so a refusal copies nothing."""
     if core.world == 1:
         return
-    entries = _entries(chunks, params)
+    entries = _entries(owners, params)
     first = core.replica == 0
     # Only the first replica's state travels: the others send an empty list.
     every = core.dp_all_gather(_wire.pack(entries if first else []))
@@ -80,9 +116,10 @@ def from_first_replica(core, chunks, params):
     theirs = dict(_wire.unpack(every[0]))
     mine = dict(entries)
     if theirs.keys() != mine.keys():
-        missing = sorted(theirs.keys() - mine.keys()) + sorted(mine.keys() - theirs.keys())
+        missing = (sorted(theirs.keys() - mine.keys(), key=_key_order)
+                   + sorted(mine.keys() - theirs.keys(), key=_key_order))
         c, name = missing[0]
-        raise ValueError(f"replica {core.replica}: chunk {c}'s '{name}' is "
+        raise ValueError(f"replica {core.replica}: {_owner(c)}'s '{name}' is "
                          + ("missing here" if (c, name) in theirs else "missing in replica 0")
                          + "; every replica must build the same chunks")
     pairs = [(t, theirs[key]) for key, t in mine.items()
@@ -90,13 +127,26 @@ def from_first_replica(core, chunks, params):
     for key, t in mine.items():
         src = theirs[key]
         if src is not None and t is not None and (src.shape != t.shape or src.dtype != t.dtype):
-            raise ValueError(f"replica {core.replica}: chunk {key[0]}'s '{key[1]}' is "
+            raise ValueError(f"replica {core.replica}: {_owner(key[0])}'s '{key[1]}' is "
                              f"{t.dtype} {tuple(t.shape)} here but {src.dtype} "
                              f"{tuple(src.shape)} in replica 0; every replica must build "
                              "the same chunks")
     with torch.no_grad():
         for t, src in pairs:
             t.copy_(src)
+
+
+def copy_if_apart(pipe, apart, call):
+    """Before a step (`call`), where check_before_step found any process's buffers apart from
+    replica 0's (`apart`: a failed step leaves each replica's as its own forwards left them),
+    copies replica 0's into every replica on every process, a refusal told to all. A failed
+    step's replicas kept their own running statistics, and an eval_step after it gave other
+    outputs on each replica, until a step succeeded."""
+    if apart:
+        agreed(pipe._core, lambda: from_first_replica(pipe._core, replicated(pipe), False),
+               f"{call}: process(es) {{bad}} could not take replica 0's buffers after a failed "
+               "step; their own errors say why", call_of(pipe, call))
+    pipe._buffers_apart = False
 
 
 def trained_layout(chunks, chunk_params, dp):

@@ -10,7 +10,7 @@ import warnings
 from . import _extras, checkpoint, scaler
 from ._args import is_whole
 from ._calls import call_of, gather
-from ._launch import agreed_values, agreed
+from ._launch import agreed, agreed_rows, agreed_values
 from ._ties import one_value_per_tie
 
 # How save() tells the other processes that rank 0 could not write the manifest.
@@ -117,20 +117,27 @@ def _save_token(pipe, check):
 
 
 def _refuse_unshared(pipe, path, token):
-    """Raises on every process unless rank 0 sees every part where it writes the manifest. A
-    `path` on each machine's own disk committed a manifest naming parts that no one folder
-    held, and removed each process's part of the previous checkpoint: neither loaded."""
+    """Raises on every process unless rank 0 sees every part where it writes the manifest, and
+    every other replica's processes see them too under their own `path` (only replica 0
+    writes). A `path` on each machine's own disk committed a manifest naming parts that no one
+    folder held, and removed each process's part of the previous checkpoint: neither loaded;
+    a folder of each replica's own committed a checkpoint that another replica could not
+    load."""
     parts = pipe._core.world // pipe._dp
     missing = []
-    if pipe.rank == 0:
+    if pipe.rank == 0 or pipe.replica > 0:
         deadline = time.monotonic() + _PART_WAIT_S
         missing = checkpoint.missing_parts(path, token, parts)
         while missing and time.monotonic() < deadline:
             time.sleep(0.1)
             missing = checkpoint.missing_parts(path, token, parts)
-    if pipe._core.world > 1:  # rank 0's list, to every process
-        missing = [int(r) for r in gather(pipe._core, call_of(pipe, "save()"),
-                                          [float(r) for r in missing])[0]]
+    if pipe._core.world > 1:  # rank 0's list, and which other replicas' processes miss parts
+        every = gather(pipe._core, call_of(pipe, "save()"),
+                       [float(len(missing))] + [float(r) for r in missing])
+        missing = [int(r) for r in every[0][1:]]
+        blind = [r for r in range(parts, len(every)) if every[r][0] > 0]
+    else:
+        blind = []
     if missing:
         names = checkpoint.some_of(checkpoint.part_name(r, token) for r in missing)
         # Rank 0's folder by its own name: another process's `path` may be another string (it
@@ -141,6 +148,14 @@ def _refuse_unshared(pipe, path, token):
             f"{where}, where their processes wrote them: the processes see different folders "
             "(a disk of each machine?); path must be one folder that every process shares (a "
             "shared file system). Nothing was committed; its previous checkpoint is kept")
+    if blind:
+        where = f"'{path}'" if pipe.rank in blind else "their path"
+        raise FileNotFoundError(
+            f"save: process(es) {blind} (replicas other than 0, which write no part) do not "
+            f"see the parts replica 0 wrote in {where}: the processes see different folders (a "
+            "disk of each machine, or a folder of each replica?); path must be one folder that "
+            "every process shares (a shared file system), from which each can load. Nothing "
+            "was committed; its previous checkpoint is kept")
 
 
 def load(pipe, path, optimizer):
@@ -148,11 +163,13 @@ def load(pipe, path, optimizer):
     what it loads (a failure on one process, or a bad chunk after good ones, left loaded
     what came before it)."""
     pipe._refresh_ties()
-    plan, tokens = agreed_values(
+    plan, rows = agreed_rows(
         pipe._core, lambda: _prepare(pipe, path, optimizer),
         "load: process(es) {bad} could not load the checkpoint; their own errors say why; "
-        "nothing was loaded on any process", lambda plan: plan["token"], call_of(pipe, "load()"))
-    _refuse_other_saves(path, tokens)
+        "nothing was loaded on any process",
+        lambda plan: [plan["token"], float(optimizer is not None)], call_of(pipe, "load()"))
+    _refuse_other_saves(path, [r[0] for r in rows])
+    _refuse_replicas_apart(pipe, [r[1] for r in rows])
     previous = _apply_optimizer(pipe, optimizer, plan["optimizer"])
     refused_here = []
 
@@ -219,6 +236,23 @@ def _refuse_other_saves(path, tokens):
         raise ValueError(f"load: checkpoint '{path}' holds another save on process(es) {other} "
                          "than on process 0 (each process reads its own copy, from its own "
                          "disk): load one checkpoint everywhere; nothing was loaded on any "
+                         "process")
+
+
+def _refuse_replicas_apart(pipe, given):
+    """Refuses, on every process alike, a load whose optimizer is given on a process and not on
+    the same stage's process of another replica (`given`: by job rank, 1.0 where it was): the
+    replicas then stepped from other moments and trained apart, silently."""
+    pp = pipe.pp
+    apart = [r for r in range(pp, len(given)) if given[r] != given[r % pp]]
+    if apart:
+        stage = apart[0] % pp
+        have = [r for r in (stage, apart[0]) if given[r]]
+        lack = [r for r in (stage, apart[0]) if not given[r]]
+        raise ValueError(f"load: stage {stage}'s optimizer was given on process {have[0]} and "
+                         f"not on process {lack[0]} (another replica); every replica's "
+                         "processes pass their optimizer alike, or the replicas step from "
+                         "different moments and train apart; nothing was loaded on any "
                          "process")
 
 

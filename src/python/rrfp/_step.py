@@ -20,7 +20,8 @@ from ._grads import GradSums, parameter_name
 from ._leaves import MadeGrads
 from ._progress import Progress
 from ._order import check_state_kept
-from ._replicas import buffer_signature, refuse_other_buffers, trained_layout
+from ._replicas import (buffer_signature, copy_if_apart, refuse_other_buffers, replicated,
+                        trained_layout)
 from ._seed import _caller_level, refuse_nested_seeding, watch_draws
 from ._sharing import claim_parameters
 
@@ -77,7 +78,8 @@ def run_pass(pipe, inputs, targets, training, prepare):
     sums, layout = prepared
     try:
         if pipe._core.world > 1:
-            check_before_step(pipe, found, layout, training, caller, refusal)
+            apart = check_before_step(pipe, found, layout, training, caller, refusal)
+            copy_if_apart(pipe, apart, "step()" if training else "eval_step()")
         elif refusal is not None:
             raise refusal
         elif pipe._ties is not None:
@@ -123,6 +125,7 @@ def run_pass(pipe, inputs, targets, training, prepare):
         pipe._data.inputs, pipe._data.targets = [], []
         if not done:
             forget_failed_step(pipe)
+            pipe._buffers_apart = pipe._dp > 1  # each replica's as its forwards left them
     if watch is not None:
         watch.done()
     if pipe._dp > 1:  # before the caller writes any .grad or copies any buffer
@@ -157,7 +160,7 @@ def closing(pipe, m):
     refuse_rewritten(pipe)
     entries = []
     if pipe._dp > 1:
-        entries.append(((_BUFFERS, buffer_signature(pipe.chunks)), None))
+        entries.append(((_BUFFERS, buffer_signature(replicated(pipe))), None))
     if not pipe._data.losses:
         return _wire.pack(entries)
     try:

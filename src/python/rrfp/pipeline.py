@@ -13,7 +13,7 @@ from ._calls import BUILDING, gather
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._grads import warn_inexact
-from ._replicas import from_first_replica, sum_over_replicas
+from ._replicas import from_first_replica, replicated, sum_over_replicas
 from ._live import LIVE
 from ._children import claim_job_place, refuse_job_child
 from ._chunk_checks import refuse_data_parallel_wrappers, refuse_lazy_parameters
@@ -156,6 +156,7 @@ class Pipeline:
                              f"pipeline's backward is whole (split_backward={split_backward!r} "
                              f"with hint={hint!r}: give split_backward='on' to split it)")
         self._dp = dp
+        self._buffers_apart = False  # set by a failed step (run_pass), under dp > 1
         build, chunks = chunk_builder(chunks, self._core.chunks)
         self._progress = progress
         self._data = StepData(loss_fn, delay_fn)
@@ -172,7 +173,7 @@ class Pipeline:
                "why", BUILDING)
         self._ties = make_ties(tied, chunks, self._chunks, self._core)
         if dp > 1:  # replicas start from the first one's parameters and buffers, as under DDP
-            agreed(self._core, lambda: from_first_replica(self._core, self.chunks, True),
+            agreed(self._core, lambda: from_first_replica(self._core, replicated(self), True),
                    "chunks: process(es) {bad} could not take replica 0's parameters and "
                    "buffers; their own errors say why", BUILDING)
         decide_order(ordered_forwards, self.chunks, self._core, loss_fn)
@@ -367,7 +368,7 @@ class Pipeline:
                 self._data.outputs = {}
             if self._dp > 1:  # a module in training mode updates its statistics here too
                 # (the replicas' buffers agree: run_pass refused the step on every process else)
-                from_first_replica(self._core, self.chunks, False)
+                from_first_replica(self._core, replicated(self), False)
             self.last_step = StepRecord(rec)
             total = replica_loss(self._core, loss) if targets is not None else None
             if not outputs:
@@ -436,7 +437,7 @@ class Pipeline:
             # Buffers the forwards updated (running statistics): replica 0's. Checked over the
             # job in run_pass, so nothing here refuses them; copied before any .grad is written
             # all the same, so that .grad is the last thing a step changes.
-            from_first_replica(self._core, self.chunks, False)
+            from_first_replica(self._core, replicated(self), False)
         write_grads(self._data, pairs)  # after the job's collectives
         warn_held_leaves(self)
         self.last_step = StepRecord(rec)
