@@ -115,6 +115,8 @@ class NormedLoss(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.bn = torch.nn.BatchNorm1d(8, affine=False)
+        # A sparse buffer: replica 0's failed to pack, and the others waited for it.
+        self.register_buffer("mask", torch.eye(8).to_sparse())
 
     def forward(self, y, t):
         return mse(self.bn(y), t)
@@ -137,14 +139,45 @@ def loss_buffers_follow_replica_0(pp, dp, transport):
             for chunk in ref:
                 h = chunk(h)
             ref_loss(h, y)
-        assert all(torch.equal(a, b) for a, b in zip(loss.buffers(), ref_loss.buffers())), \
-            lpipe.rank
+        assert all(torch.equal(a.to_dense(), b.to_dense())
+                   for a, b in zip(loss.buffers(), ref_loss.buffers())), lpipe.rank
     print(f"rank {lpipe.rank}: loss_fn's buffers are replica 0's", flush=True)
 
 
-# A step that fails on one replica leaves each replica's buffers as its own forwards left them;
-# the next step or eval_step begins by taking replica 0's, so an evaluation right after the
-# failure gives every replica the same outputs (each evaluated with its own statistics).
+# A batch norm and a buffer sized by the batch (a cache of the last input).
+class Remembers(torch.nn.Module):
+    def __init__(self, i):
+        super().__init__()
+        torch.manual_seed(500 + i)
+        self.lin, self.bn = torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8)
+        self.register_buffer("last", torch.zeros(1, 8))
+
+    def forward(self, x):
+        self.last = x.detach().clone()
+        return self.bn(self.lin(x))
+
+
+def evaluate_alike(pipe, what):
+    """An evaluation of the same input on every replica gives the same loss, and leaves every
+    replica's statistics replica 0's; then a step trains."""
+    for module in pipe.chunks.values():
+        module.eval()
+    x = torch.linspace(-2, 2, 32).reshape(4, 8)
+    _, got = pipe.eval_step(x, torch.zeros(4, 8))
+    mine = [got.item()] + [m.bn.running_mean.double().sum().item() for m in pipe.chunks.values()]
+    every = pipe._core.all_gather(mine)
+    assert all(every[r] == every[r % pipe.pp] for r in range(len(every))), (pipe.rank, every)
+    for module in pipe.chunks.values():
+        module.train()
+    pipe.step(*bn_batches(20))
+    print(f"rank {pipe.rank}: {what}, the replicas evaluate alike and train on", flush=True)
+
+
+# A step that fails on one replica leaves each replica's buffers as its own forwards left them
+# (the cache of another size in each); the next step or eval_step begins by taking replica 0's
+# where they are alike, so an evaluation right after the failure gives every replica the same
+# outputs (each used its own statistics), and the steps after it train (a cache of another
+# size in each replica refused every later step, for good).
 def failed_step_leaves_no_replica_apart(pp, dp, transport):
     fail = {"on": False}
 
@@ -152,7 +185,7 @@ def failed_step_leaves_no_replica_apart(pp, dp, transport):
         if fail["on"] and fpipe.replica == 1:
             raise ValueError("planted")
         return mse(y, t)
-    fpipe = rrfp.Pipeline(lambda i: bn_chunk(i, i), loss_fn, pp=pp, microbatches=4, hint="bf",
+    fpipe = rrfp.Pipeline(Remembers, loss_fn, pp=pp, microbatches=4, hint="bf",
                           transport=transport, dp=dp, timeout=60)
     fpipe.step(*bn_batches(fpipe.replica))
     fail["on"] = True
@@ -163,15 +196,25 @@ def failed_step_leaves_no_replica_apart(pp, dp, transport):
     else:
         raise AssertionError(f"rank {fpipe.rank}: the planted failure did not fail the step")
     fail["on"] = False
-    for module in fpipe.chunks.values():
-        module.eval()
-    x = torch.linspace(-2, 2, 32).reshape(4, 8)
-    _, got = fpipe.eval_step(x, torch.zeros(4, 8))
-    mine = [got.item()] + [b.double().sum().item() for m in fpipe.chunks.values()
-                           for b in m.buffers()]
-    every = fpipe._core.all_gather(mine)
-    assert all(every[r] == every[r % pp] for r in range(len(every))), (fpipe.rank, every)
-    print(f"rank {fpipe.rank}: after a failed step the replicas evaluate alike", flush=True)
+    evaluate_alike(fpipe, "after a failed step")
+
+
+# A step refused after its forwards ran (the replicas' caches came out in other shapes: each
+# replica's batch of another size) leaves the statistics apart too; the evaluation after it
+# gave each replica its own outputs.
+def refused_step_leaves_no_replica_apart(pp, dp, transport):
+    rpipe = rrfp.Pipeline(Remembers, mse, pp=pp, microbatches=4, hint="bf",
+                          transport=transport, dp=dp, timeout=60)
+    xs, ys = bn_batches(rpipe.replica)
+    if rpipe.replica == 1:
+        xs, ys = [x[:-1] for x in xs], [y[:-1] for y in ys]
+    try:
+        rpipe.step(xs, ys)
+    except ValueError as e:
+        assert "buffer 'last'" in str(e), e
+    else:
+        raise AssertionError(f"rank {rpipe.rank}: caches of other shapes were taken")
+    evaluate_alike(rpipe, "after a step refused past its forwards")
 
 
 def run(pp, dp, transport, job_rank):
@@ -182,3 +225,4 @@ def run(pp, dp, transport, job_rank):
         replicas_keep_replica_0(pp, dp, transport, job_rank)
         loss_buffers_follow_replica_0(pp, dp, transport)
         failed_step_leaves_no_replica_apart(pp, dp, transport)
+        refused_step_leaves_no_replica_apart(pp, dp, transport)

@@ -97,55 +97,127 @@ def _keyed(signature):
     return {key: (dtype, shape) for key, dtype, shape in signature}
 
 
-def from_first_replica(core, owners, params):
+def from_first_replica(core, owners, params, lenient=False):
     """Copies the first replica's buffers (and the chunks' parameters, with `params`) of this
     process's owners (replicated) into every other replica's, bit for bit. A collective over
     each stage's replicas: every process of the job calls it alike. Nothing to do with one
     replica. After a step the replicas' buffers were checked already on every process
-    (refuse_other_buffers); the check here is for the parameters at construction, and the
-    buffers after a failed step, which the caller tells every process (agreed). Every entry
-    is checked before any is copied, so a refusal copies nothing."""
+    (refuse_other_buffers); the check here is for the parameters at construction, which the
+    caller tells every process (agreed). Every entry is checked before any is copied, so a
+    refusal copies nothing. `lenient` (after a step that failed or was refused, whose forwards
+    may have left a buffer sized by its batch, or not yet made one): copies the entries that
+    match, skipping the others, which the next step's closing exchange compares again."""
     if core.world == 1:
         return
     entries = _entries(owners, params)
     first = core.replica == 0
-    # Only the first replica's state travels: the others send an empty list.
-    every = core.dp_all_gather(_wire.pack(entries if first else []))
+    refusal, payload = None, _wire.pack([])  # the others send an empty list
+    if first:
+        try:
+            payload = _wire.pack(_portable(entries))
+        except (ValueError, RuntimeError) as e:  # told to the others: they wait for it
+            refusal = ValueError(f"dp: replica 0 cannot send its state to the other replicas: "
+                                 f"{e}")
+            payload = _wire.pack([((_REFUSED, str(refusal)), None)])
+    every = core.dp_all_gather(payload)
+    if refusal is not None:
+        raise refusal
     if first or len(every) == 1:
         return
-    theirs = dict(_wire.unpack(every[0]))
+    theirs = _restored(_wire.unpack(every[0]))
+    if _REFUSED in theirs:
+        raise ValueError(theirs[_REFUSED])
     mine = dict(entries)
-    if theirs.keys() != mine.keys():
-        missing = (sorted(theirs.keys() - mine.keys(), key=_key_order)
-                   + sorted(mine.keys() - theirs.keys(), key=_key_order))
-        c, name = missing[0]
-        raise ValueError(f"replica {core.replica}: {_owner(c)}'s '{name}' is "
-                         + ("missing here" if (c, name) in theirs else "missing in replica 0")
-                         + "; every replica must build the same chunks")
-    pairs = [(t, theirs[key]) for key, t in mine.items()
-             if t is not None and theirs[key] is not None]
-    for key, t in mine.items():
-        src = theirs[key]
-        if src is not None and t is not None and (src.shape != t.shape or src.dtype != t.dtype):
-            raise ValueError(f"replica {core.replica}: {_owner(key[0])}'s '{key[1]}' is "
-                             f"{t.dtype} {tuple(t.shape)} here but {src.dtype} "
-                             f"{tuple(src.shape)} in replica 0; every replica must build "
-                             "the same chunks")
+    pairs = [(t, theirs[key]) for key, t in mine.items() if t is not None and
+             theirs.get(key) is not None and _alike(t, theirs[key])]
+    if not lenient:
+        _refuse_unlike(core.replica, mine, theirs)
     with torch.no_grad():
         for t, src in pairs:
             t.copy_(src)
 
 
+_REFUSED = "refused"  # the label of replica 0's refusal, in place of its state
+
+
+def _refuse_unlike(replica, mine, theirs):
+    """Raises where this replica's entries and replica 0's differ in names, shapes or dtypes."""
+    if theirs.keys() != mine.keys():
+        missing = (sorted(theirs.keys() - mine.keys(), key=_key_order)
+                   + sorted(mine.keys() - theirs.keys(), key=_key_order))
+        c, name = missing[0]
+        raise ValueError(f"replica {replica}: {_owner(c)}'s '{name}' is "
+                         + ("missing here" if (c, name) in theirs else "missing in replica 0")
+                         + "; every replica must build the same chunks and loss_fn")
+    for key, t in mine.items():
+        src = theirs[key]
+        if src is not None and t is not None and not _alike(t, src):
+            raise ValueError(f"replica {replica}: {_owner(key[0])}'s '{key[1]}' is "
+                             f"{t.dtype} {tuple(t.shape)} here but {src.dtype} "
+                             f"{tuple(src.shape)} in replica 0; every replica must build "
+                             "the same chunks and loss_fn")
+
+
+def _alike(t, src):
+    return t.shape == src.shape and t.dtype == src.dtype and t.is_sparse == src.is_sparse
+
+
+def _portable(entries):
+    """entries as _wire.pack takes them: a sparse (COO) tensor as its indices and values, its
+    label marked with its size (packing read its memory as a dense tensor's and failed on
+    replica 0 alone, the others waiting for it until the timeout)."""
+    out = []
+    for key, t in entries:
+        if t is not None and t.layout == torch.sparse_coo:
+            t = t.detach().coalesce()
+            out += [((_SPARSE, key, tuple(t.shape), "i"), t.indices()),
+                    ((_SPARSE, key, tuple(t.shape), "v"), t.values())]
+        else:
+            out.append((key, t))
+    return out
+
+
+_SPARSE = "sparse"
+
+
+def _restored(unpacked):
+    """_portable's entries back, by key: a sparse tensor from its indices and values."""
+    out, parts = {}, {}
+    for label, t in unpacked:
+        if label[0] == _SPARSE:
+            parts.setdefault((label[1], label[2]), {})[label[3]] = t
+        elif label[0] == _REFUSED:
+            out[_REFUSED] = label[1]
+        else:
+            out[label] = t
+    for (key, shape), p in parts.items():
+        out[key] = torch.sparse_coo_tensor(p["i"], p["v"], shape)
+    return out
+
+
 def copy_if_apart(pipe, apart, call):
     """Before a step (`call`), where check_before_step found any process's buffers apart from
-    replica 0's (`apart`: a failed step leaves each replica's as its own forwards left them),
-    copies replica 0's into every replica on every process, a refusal told to all. A failed
-    step's replicas kept their own running statistics, and an eval_step after it gave other
-    outputs on each replica, until a step succeeded."""
-    if apart:
-        agreed(pipe._core, lambda: from_first_replica(pipe._core, replicated(pipe), False),
-               f"{call}: process(es) {{bad}} could not take replica 0's buffers after a failed "
-               "step; their own errors say why", call_of(pipe, call))
+    replica 0's (`apart`: a step that failed, or was refused after its forwards, leaves each
+    replica's as its own forwards left them), copies replica 0's into every replica on every
+    process, those alike in shape and dtype (lenient), a refusal told to all. A failed step's
+    replicas kept their own running statistics, and an eval_step after it gave other outputs
+    on each replica, until a step succeeded. Cleared even where it fails: a step refused for
+    good after one that failed would leave the pipeline unable to step again."""
+    try:
+        if apart:
+            agreed(pipe._core,
+                   lambda: from_first_replica(pipe._core, replicated(pipe), False, lenient=True),
+                   f"{call}: process(es) {{bad}} could not take replica 0's buffers after a "
+                   "failed step; their own errors say why", call_of(pipe, call))
+    finally:
+        pipe._buffers_apart = False
+
+
+def settle_buffers(pipe):
+    """After a step or an evaluation (dp > 1): replica 0's buffers into every replica (checked
+    already in the step's closing exchange), and the replicas are alike again. Until then a
+    step's forwards may have left them apart (pipe._buffers_apart, set as the step begins)."""
+    from_first_replica(pipe._core, replicated(pipe), False)
     pipe._buffers_apart = False
 
 

@@ -94,6 +94,9 @@ def run_pass(pipe, inputs, targets, training, prepare):
     pipe._data.caller = caller if caller.applies() else None
     pipe._data.errors = []
     pipe._data.sums = sums
+    # The forwards change the replicas' buffers each its own way, until the step's end makes
+    # them replica 0's (settle_buffers); a step that fails or is refused first leaves them so.
+    pipe._buffers_apart = pipe._dp > 1
     done = False
     # An unseeded pipeline's first training step looks for chunks that draw (rrfp._seed).
     watch = watch_draws(pipe._data, training, len(pipe._runners), pipe.chunks)
@@ -125,7 +128,6 @@ def run_pass(pipe, inputs, targets, training, prepare):
         pipe._data.inputs, pipe._data.targets = [], []
         if not done:
             forget_failed_step(pipe)
-            pipe._buffers_apart = pipe._dp > 1  # each replica's as its forwards left them
     if watch is not None:
         watch.done()
     if pipe._dp > 1:  # before the caller writes any .grad or copies any buffer

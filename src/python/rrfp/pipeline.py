@@ -13,7 +13,7 @@ from ._calls import BUILDING, gather
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._grads import warn_inexact
-from ._replicas import from_first_replica, replicated, sum_over_replicas
+from ._replicas import from_first_replica, replicated, settle_buffers, sum_over_replicas
 from ._live import LIVE
 from ._children import claim_job_place, refuse_job_child
 from ._chunk_checks import refuse_data_parallel_wrappers, refuse_lazy_parameters
@@ -368,7 +368,7 @@ class Pipeline:
                 self._data.outputs = {}
             if self._dp > 1:  # a module in training mode updates its statistics here too
                 # (the replicas' buffers agree: run_pass refused the step on every process else)
-                from_first_replica(self._core, replicated(self), False)
+                settle_buffers(self)
             self.last_step = StepRecord(rec)
             total = replica_loss(self._core, loss) if targets is not None else None
             if not outputs:
@@ -437,7 +437,7 @@ class Pipeline:
             # Buffers the forwards updated (running statistics): replica 0's. Checked over the
             # job in run_pass, so nothing here refuses them; copied before any .grad is written
             # all the same, so that .grad is the last thing a step changes.
-            from_first_replica(self._core, replicated(self), False)
+            settle_buffers(self)
         write_grads(self._data, pairs)  # after the job's collectives
         warn_held_leaves(self)
         self.last_step = StepRecord(rec)
