@@ -4,9 +4,11 @@
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "core/printable.hpp"
 
 namespace rrfp {
 
@@ -21,15 +23,60 @@ std::int64_t meminfo_available() {
   return 0;
 }
 
-std::int64_t cgroup_limit() {
-  std::ifstream in("/sys/fs/cgroup/memory.max");  // cgroup v2; "max" when unlimited
+// A cgroup file's limit in bytes; 0 when absent, "max" (v2) or past 2^60 (v1's "unlimited" is
+// 2^63 rounded down to a page).
+std::int64_t limit_in(const std::string& file) {
+  std::ifstream in(file);
   std::string v;
   if (!(in >> v) || v == "max") return 0;
   try {
-    return std::stoll(v);
+    const std::int64_t n = std::stoll(v);
+    return n > 0 && n < (std::int64_t{1} << 60) ? n : 0;
   } catch (...) {
     return 0;
   }
+}
+
+}  // namespace
+
+std::int64_t cgroup_limit(const std::string& root, const std::string& membership) {
+  // Each line of /proc/self/cgroup: "id:controllers:path". A cgroup's limit binds its members
+  // as its ancestors' do: the least over the path and every folder above it.
+  std::int64_t least = 0;
+  std::istringstream lines(membership);
+  for (std::string line; std::getline(lines, line);) {
+    const auto a = line.find(':'), b = line.find(':', a == std::string::npos ? a : a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = "," + line.substr(a + 1, b - a - 1) + ",";
+    std::string dir = line.substr(b + 1), file;
+    if (controllers == ",,")
+      file = "/memory.max", dir = root + dir;  // v2, the unified hierarchy
+    else if (controllers.find(",memory,") != std::string::npos)
+      file = "/memory.limit_in_bytes", dir = root + "/memory" + dir;  // v1
+    else
+      continue;
+    for (;;) {
+      while (dir.size() > 1 && dir.back() == '/')
+        dir.pop_back();
+      if (const std::int64_t n = limit_in(dir + file); n > 0)
+        least = least > 0 ? std::min(least, n) : n;
+      const auto up = dir.rfind('/');
+      if (up == std::string::npos || dir.size() <= root.size()) break;
+      dir.resize(up);
+    }
+  }
+  return least;
+}
+
+namespace {
+
+std::int64_t own_cgroup_limit() {
+  std::ifstream in("/proc/self/cgroup");
+  std::stringstream text;
+  text << in.rdbuf();
+  // Without /proc (or outside any cgroup) the root's file alone, as a container sees its own.
+  const std::string membership = in ? text.str() : std::string("0::/\n");
+  return cgroup_limit("/sys/fs/cgroup", membership);
 }
 
 // RRFP_MEMORY_LIMIT: bytes, or with a K, M or G suffix (powers of 1024); 0 when unset. Decimal
@@ -61,7 +108,7 @@ std::int64_t env_limit() {
   const double bytes =
       ok && unit > 0 && at == s.size() && at <= 40 ? std::strtod(s.c_str(), nullptr) * unit : -1;
   if (!(bytes >= 1) || bytes > 1e18)
-    throw InputError("RRFP_MEMORY_LIMIT: '" + raw.substr(0, 30) +
+    throw InputError("RRFP_MEMORY_LIMIT: '" + printable(raw, 30) +
                      "' is not a size (decimal bytes, or a number with K, M or G; from 1 byte "
                      "to 10^18)");
   return static_cast<std::int64_t>(bytes);
@@ -71,7 +118,7 @@ std::int64_t env_limit() {
 
 std::int64_t available_memory() {
   std::int64_t have = 0;
-  for (const std::int64_t v : {meminfo_available(), cgroup_limit(), env_limit()})
+  for (const std::int64_t v : {meminfo_available(), own_cgroup_limit(), env_limit()})
     if (v > 0) have = have > 0 ? std::min(have, v) : v;
   return have;
 }

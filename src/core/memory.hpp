@@ -22,6 +22,13 @@ void check_memory(double bytes, std::int64_t have, const std::string& what,
                   const std::string& extra, const std::string& lower,
                   const std::string& machine = "this machine");
 
+// The memory limit of the cgroups a process belongs to (`membership`: /proc/self/cgroup's text)
+// under the hierarchy mounted at `root` (/sys/fs/cgroup): cgroup v2's memory.max and v1's
+// memory.limit_in_bytes, of its own cgroup and every cgroup above it, the least; 0 for none.
+// Only the root's v2 file was read: a limit of a process's own cgroup, or any v1 limit, was
+// not seen, and a run past it was killed without a word.
+std::int64_t cgroup_limit(const std::string& root, const std::string& membership);
+
 std::string gigabytes(double bytes);  // "1.3 GB", or "870 MB" below 1 GB
 
 }  // namespace rrfp
