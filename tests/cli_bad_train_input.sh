@@ -16,7 +16,7 @@ check "rrfp train: rrfp-train must sit beside rrfp, and ${rrfp%rrfp} has none" t
   --out "$tmp/o"
 rrfp=$built
 mkdir -p "$tmp/empty"
-check "--data: '/nonexistent' is not a directory" train --data /nonexistent --out "$tmp/o"
+check "--data: '/nonexistent' does not exist" train --data /nonexistent --out "$tmp/o"
 check "--data: '$tmp/empty' holds no document" train --data "$tmp/empty" --out "$tmp/o"
 mkdir -p "$tmp/t640" && head -c 640 /dev/zero >"$tmp/t640/a.txt"
 check "--data: '$tmp/t640' holds no document of at least 641 bytes" train --data "$tmp/t640" \
@@ -246,6 +246,17 @@ OMP_NUM_THREADS=99999999 check "OMP_NUM_THREADS: '99999999' is no thread count (
   train --steps 1 --out "$tmp/o"
 OMP_NUM_THREADS=4,99999999 check "OMP_NUM_THREADS: '4,99999999' is no thread count" train --steps 1 \
   --out "$tmp/o"
+# A value OpenMP itself refuses: refused before rrfp-train starts, whose OpenMP printed its own
+# lines as it loaded (three lines on stderr).
+OMP_NUM_THREADS=0 check "OMP_NUM_THREADS: '0' is no thread count" train --steps 1 --out "$tmp/o"
+# OUT/checkpoint.bin a loop of links: refused naming `out` (an internal error, exit 1), and an
+# `out` the refused run made is gone again (it was left empty).
+mkdir -p "$tmp/lp" && ln -s A "$tmp/lp/B" && ln -s B "$tmp/lp/A" && ln -s A "$tmp/lp/checkpoint.bin"
+check "--out: cannot look at '$tmp/lp/checkpoint.bin': Too many levels of symbolic links" \
+  train --steps 1 --out "$tmp/lp"
+ln -s loop2 "$tmp/loop1" && ln -s loop1 "$tmp/loop2"
+check "--out: '$tmp/loop1' is a symbolic link to 'loop2', which cannot be followed (Too many levels" \
+  train --steps 1 --out "$tmp/loop1"
 # No thread can be started (ulimit -u 1, as a user it binds: root it does not): the run fails
 # in a line naming the limit (it sat silent in LibTorch's thread pool for ever).
 as_user=()

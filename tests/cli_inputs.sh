@@ -92,6 +92,16 @@ ln -s o2.json lnk
 check "--trace: 'o2.json' is also given to --json" simulate --pp 2 -m 4 --json lnk --trace o2.json
 "$rrfp" simulate --pp 2 -m 4 --json /dev/null --trace /dev/null >/dev/null ||
   fail "two outputs to /dev/null (a device, no file) were refused"
+# A working folder whose absolute path is past PATH_MAX, where absolute() and canonical() fail:
+# the checks compared the names as typed (the SVG replaced the JSON, predict wrote inside its
+# trace folder).
+long=$(printf 'd%.0s' $(seq 200))
+for _ in $(seq 22); do mkdir "$long" && cd "$long" || exit 1; done
+cp "$tmp/zb.json" . && mkdir td && cp zb.json td/t.json
+check "--svg: './same.json' is also given to --json" simulate --pp 2 -m 4 --json same.json --svg ./same.json
+check "--json: 'td/p.json' is the input TRACE or inside it" predict td --json td/p.json
+[ -e same.json ] || [ -e td/p.json ] && fail "a refused output was written past PATH_MAX"
+cd "$tmp" || exit 1
 
 # A FIFO as --hint hung in open() (and train ignored the first SIGTERM there): refused at once.
 mkfifo fifo.txt

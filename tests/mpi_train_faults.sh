@@ -46,7 +46,7 @@ mkdir -p "$out/n0/corp" "$out/n1"
 cp /usr/share/common-licenses/GPL-3 "$out/n0/corp/"
 # --data where rank 1's node has no such folder: its refusal was never printed, and rank 0
 # waited in the job's next collective until --timeout.
-refused "mpi rank 1: --data: 'corp' is not a directory" "$out/n0" "$out/n1" "${tiny[@]}" \
+refused "mpi rank 1: --data: 'corp' does not exist" "$out/n0" "$out/n1" "${tiny[@]}" \
   --data corp --steps 2 --out "$out/d"
 # --resume where rank 1's node has no checkpoint at that path.
 mkdir -p "$out/n1/corp" && cp "$out/n0/corp/GPL-3" "$out/n1/corp/"

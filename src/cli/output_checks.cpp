@@ -9,6 +9,7 @@
 
 #include "cli/options.hpp"
 #include "core/error.hpp"
+#include "core/file_place.hpp"
 #include "core/output_file.hpp"
 
 namespace rrfp {
@@ -41,9 +42,11 @@ bool same_output(const std::string& a, const std::string& b) {
   if (fs::is_character_file(sa) || fs::is_character_file(sb)) return false;
   if (fs::exists(sa) && fs::exists(sb)) return fs::equivalent(a, b, ec) && !ec;
   const fs::path ca = landing(a, ec);
-  if (ec) return a == b;
-  const fs::path cb = landing(b, ec);
-  return ec ? a == b : ca == cb;
+  const fs::path cb = ec ? fs::path() : landing(b, ec);
+  if (!ec) return ca == cb;
+  // No absolute path (a working folder past PATH_MAX): by folder and name.
+  const auto pa = place_of(a), pb = place_of(b);
+  return pa && pb ? *pa == *pb : a == b;
 }
 
 // Whether writing output `out` replaces input `in`: the existing file itself, or a file inside
@@ -54,9 +57,9 @@ bool overwrites_input(const std::string& out, const std::string& in) {
   std::error_code ec;
   if (fs::is_directory(in, ec)) {
     const fs::path dir = fs::canonical(in, ec);
-    if (ec) return false;
-    const fs::path to = landing(out, ec);
-    return !ec && std::mismatch(dir.begin(), dir.end(), to.begin(), to.end()).first == dir.end();
+    const fs::path to = ec ? fs::path() : landing(out, ec);
+    if (ec) return lands_inside(out, in);  // no absolute path: by walking up from `out`
+    return std::mismatch(dir.begin(), dir.end(), to.begin(), to.end()).first == dir.end();
   }
   return fs::is_regular_file(in, ec) && fs::exists(out, ec) && fs::equivalent(out, in, ec) && !ec;
 }

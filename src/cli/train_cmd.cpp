@@ -14,6 +14,7 @@
 #include "cli/train_flags.hpp"
 #include "core/error.hpp"
 #include "core/hint.hpp"
+#include "core/omp_env.hpp"
 #include "sim/hint_check.hpp"
 
 namespace rrfp {
@@ -198,6 +199,7 @@ void setup_train(CLI::App& app) {
       refuse_unsplit_w_cap(f->dispatch, f->shape,
                            resolve_split(f->shape.split, hint) || hint_needs_split(hint));
     refuse_deadlocking_hint(*f);
+    omp_num_threads_set();          // before rrfp-train's OpenMP prints its own lines about it
     if (!g_runner) exec_trainer();  // values checked and run by rrfp-train
     g_runner(*f);
   });

@@ -96,7 +96,12 @@ Listing list_documents(const std::string& dir) {
 
 Corpus::Corpus(const std::string& dir, int max_len) : min_bytes_(min_document_bytes(max_len)) {
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw InputError("`data`: '" + dir + "' is not a directory");
+  if (!fs::is_directory(dir, ec))  // why it cannot be looked at, where that is the reason
+    throw InputError("`data`: '" + dir + "' " +
+                     (ec && ec != std::errc::no_such_file_or_directory
+                          ? "cannot be looked at: " + ec.message()
+                      : fs::exists(fs::symlink_status(dir, ec)) ? "is not a directory"
+                                                                : "does not exist"));
   const Listing listed = list_documents(dir);
   duplicates_ = listed.duplicates;
   subfolders_ = listed.subfolders;

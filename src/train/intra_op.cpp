@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "core/omp_env.hpp"
 #include "core/threads.hpp"
 #include "dist/job.hpp"
 #include "train/run.hpp"
@@ -28,34 +29,12 @@ void check_threads_can_start() {
       n, [](int) {}, [n](int) { return "LibTorch's " + std::to_string(n) + " pool threads"; });
 }
 
-// Whether `list` is OpenMP's thread counts, one per nesting level: "4" or "4,2", each 1 to
-// kMaxOmpThreads in digits alone.
-bool thread_counts(const std::string& list) {
-  std::size_t at = 0;
-  for (;;) {
-    const std::size_t comma = std::min(list.find(',', at), list.size());
-    const std::string count = list.substr(at, comma - at);
-    if (count.empty() || count.size() > 9 ||
-        count.find_first_not_of("0123456789") != std::string::npos)
-      return false;
-    if (const long n = std::stol(count); n < 1 || n > kMaxOmpThreads) return false;
-    if (comma == list.size()) return true;
-    at = comma + 1;
-  }
-}
-
 }  // namespace
 
 void use_one_intra_op_thread() {
-  const char* omp = std::getenv("OMP_NUM_THREADS");
-  if (omp != nullptr && *omp != '\0') {
-    // A count past the machine's reach ended the run mid-step in OpenMP's own words.
-    if (!thread_counts(omp))
-      throw InputError("OMP_NUM_THREADS: '" + std::string(omp).substr(0, 40) +
-                       "' is no thread count (1 to " + std::to_string(kMaxOmpThreads) +
-                       ", or a comma-separated list of them)");
+  // A count past the machine's reach ended the run mid-step in OpenMP's own words.
+  if (omp_num_threads_set())
     return;  // torch's pool takes that count; LibTorch makes it as it needs
-  }
   // LibTorch's pool, made here, waits for workers that never started.
   check_threads_can_start();
   at::set_num_threads(1);

@@ -19,15 +19,12 @@ struct TrainSummary {
 // trace.json and timeline.svg. Throws InputError for bad options, data or output directory.
 TrainSummary run_training(const TrainRun& o);
 
-// The most threads an OMP_NUM_THREADS count may ask for.
-constexpr long kMaxOmpThreads = 4096;
-
 // One intra-op thread a stage thread for the process's runs, unless OMP_NUM_THREADS sets
 // another count (`rrfp train` calls it; a library caller keeps torch's count): the stage threads
 // are the parallelism, and torch's default (half the cores) oversubscribed larger machines and
 // made the weights differ in their last bits from one machine to another. Throws InputError for
-// an OMP_NUM_THREADS that is no list of counts of 1 to kMaxOmpThreads (an empty one counts as
-// unset), and Error where the threads of LibTorch's pool cannot be started.
+// an OMP_NUM_THREADS that is no list of counts of 1 to kMaxOmpThreads (core/omp_env.hpp; an
+// empty one counts as unset), and Error where the threads of LibTorch's pool cannot be started.
 void use_one_intra_op_thread();
 
 // The largest allocation kept_freed_host_memory() serves from malloc's heap, and how much freed

@@ -16,6 +16,7 @@
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
+#include "core/file_place.hpp"
 #include "core/format.hpp"
 #include "core/output_file.hpp"
 #include "sim/metrics.hpp"
@@ -25,20 +26,41 @@ namespace rrfp::train {
 namespace {
 
 // The output directory must exist (or be creatable) and be writable before training starts.
-void prepare_out(const std::string& dir) {
+// Makes `dir` and checks it is a folder this process can write; whether it made it.
+bool prepare_out(const std::string& dir) {
   std::error_code ec;
   // A link to nothing: create_directories said "File exists", which hid the cause.
-  if (const auto st = std::filesystem::symlink_status(dir, ec);
-      std::filesystem::is_symlink(st) && !std::filesystem::exists(dir, ec))
-    throw InputError("`out`: '" + dir + "' is a symbolic link to '" +
-                     std::filesystem::read_symlink(dir, ec).string() +
-                     "', which does not exist; create it or choose another `out`");
-  std::filesystem::create_directories(dir, ec);
+  if (const auto st = std::filesystem::symlink_status(dir, ec); std::filesystem::is_symlink(st)) {
+    std::error_code follow;
+    if (!std::filesystem::exists(dir, follow))
+      throw InputError("`out`: '" + dir + "' is a symbolic link to '" +
+                       std::filesystem::read_symlink(dir, ec).string() + "', " +
+                       (follow ? "which cannot be followed (" + follow.message() + ")"
+                               : std::string("which does not exist")) +
+                       "; create it or choose another `out`");
+  }
+  const bool made = std::filesystem::create_directories(dir, ec);
   std::string why = ec ? ec.message() : std::string();
-  if (why.empty() && !std::filesystem::is_directory(dir)) why = "not a directory";
+  if (why.empty() && !std::filesystem::is_directory(dir, ec)) why = "not a directory";
   // The reason, where the folder exists but is not writable (it said nothing).
   if (why.empty() && access(dir.c_str(), W_OK) != 0) why = std::strerror(errno);
-  if (!why.empty()) throw InputError("`out`: cannot write to directory '" + dir + "': " + why);
+  if (!why.empty()) {
+    if (made) ::rmdir(dir.c_str());  // a refused run leaves no folder of its own behind
+    throw InputError("`out`: cannot write to directory '" + dir + "': " + why);
+  }
+  return made;
+}
+
+// Whether OUT/checkpoint.bin is a file; what keeps it from being looked at (a loop of links, a
+// folder it may not search, a name too long) refused as `out`'s, where it ended the run as an
+// internal error.
+bool holds_checkpoint(const std::string& out) {
+  const std::string path = out + "/checkpoint.bin";
+  std::error_code ec;
+  const bool is = std::filesystem::is_regular_file(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    throw InputError("`out`: cannot look at '" + path + "': " + ec.message());
+  return is;
 }
 
 }  // namespace
@@ -80,31 +102,30 @@ ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainOptions&
 namespace {
 
 // `path` made absolute and normal, links resolved as far as it exists ("" if that fails).
-std::string resolved(const std::string& path) {
+// Whether `a` and `b` land in one place: by their resolved paths, or where there are none (a
+// working folder past PATH_MAX) by folder and name.
+bool same_place(const std::string& a, const std::string& b) {
   std::error_code ec;
-  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
-  return ec ? std::string() : p.string();
+  const std::filesystem::path pa = std::filesystem::weakly_canonical(a, ec);
+  const std::filesystem::path pb = ec ? pa : std::filesystem::weakly_canonical(b, ec);
+  if (!ec) return pa == pb;
+  const auto fa = place_of(a), fb = place_of(b);
+  return fa && fb && *fa == *fb;
 }
 
 // The run's outputs are none of its inputs: a hint file named as one of them was replaced by
 // it, and an `out` that is the corpus folder put the run's files into the next run's corpus
 // (one inside it does not: the corpus is read without its subfolders).
 void refuse_outputs_over_inputs(const TrainRun& o, const std::vector<std::string>& names) {
-  const std::string out = resolved(o.out);
-  if (out.empty()) return;
   const TrainOptions& t = o.train;
-  if (t.task == "text") {
-    const std::string data = resolved(t.data_dir);
-    if (!data.empty() && out == data)
-      throw InputError("`out`: '" + o.out + "' is the corpus folder `data` ('" + t.data_dir +
-                       "'): the run's files would join the corpus that later runs read; choose "
-                       "another `out` (a subfolder is not read)");
-  }
+  if (t.task == "text" && same_place(o.out, t.data_dir))
+    throw InputError("`out`: '" + o.out + "' is the corpus folder `data` ('" + t.data_dir +
+                     "'): the run's files would join the corpus that later runs read; choose "
+                     "another `out` (a subfolder is not read)");
   std::error_code ec;
   if (!std::filesystem::is_regular_file(t.hint, ec)) return;  // a built-in hint's name
-  const std::string hint = resolved(t.hint);
   for (const std::string& name : names)
-    if (resolved(o.out + "/" + name) == hint)
+    if (same_place(o.out + "/" + name, t.hint))
       throw InputError("`out`: '" + o.out + "/" + name + "' is the hint file `hint` the run " +
                        "reads; writing it would replace the hint, choose another `out`");
 }
@@ -151,18 +172,21 @@ void check_run(const TrainRun& o) {
     throw InputError("`resume`: '" + o.resume + "' does not exist");
 }
 
-void prepare_run_out(const TrainRun& o) {
-  prepare_out(o.out);
+namespace {
+
+// What OUT may not hold for this run (prepare_run_out).
+void check_run_out(const TrainRun& o) {
+  const bool held = holds_checkpoint(o.out);
   // A fresh run writes new logs beside it: a later resume from it would go on from the earlier
   // run and splice its steps into this one's log (and the earlier run's log is overwritten).
-  if (o.resume.empty() && std::filesystem::is_regular_file(o.out + "/checkpoint.bin"))
+  if (o.resume.empty() && held)
     throw InputError("`out`: '" + o.out +
                      "' holds checkpoint.bin of an earlier run; pass `resume` with it to go on "
                      "from it, or move it away, or choose another `out`");
   // A resume replaces OUT/checkpoint.bin: one that is not the checkpoint resumed (another run's,
   // copied there) was overwritten without a word, where a fresh run is refused.
   std::error_code ec;
-  if (!o.resume.empty() && std::filesystem::is_regular_file(o.out + "/checkpoint.bin", ec) &&
+  if (!o.resume.empty() && held &&
       !std::filesystem::equivalent(o.resume, o.out + "/checkpoint.bin", ec) && !ec)
     throw InputError(
         "`out`: '" + o.out + "' holds a checkpoint.bin other than `resume` ('" + o.resume + "'), " +
@@ -173,6 +197,18 @@ void prepare_run_out(const TrainRun& o) {
   for (const std::string& name : output_names(o))  // files it places itself: no FIFO
     check_output_path(o.out + "/" + name, "`out`: '" + o.out + "/" + name + "'",
                       OutputMode{false, false});
+}
+
+}  // namespace
+
+void prepare_run_out(const TrainRun& o) {
+  const bool made = prepare_out(o.out);
+  try {
+    check_run_out(o);
+  } catch (...) {
+    if (made) ::rmdir(o.out.c_str());  // empty: refused before anything was written there
+    throw;
+  }
 }
 
 void remove_earlier_outputs(const std::string& out) {
