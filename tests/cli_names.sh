@@ -35,5 +35,19 @@ printf 'stage 0: F0:0 F0:1 B0:0 B0:1\nstage 1: F1:0 B1:0 F1:1 B1:1\n' >"$tmp/h${
 grep -qF -- "--hint '$tmp/my plan.txt' --policy fixed" "$tmp/plan.out" ||
   { echo "FAIL: plan --out with a blank:"; cat "$tmp/plan.out"; fails=$((fails + 1)); }
 
+# ...and one whose name holds a newline as bash's $'...', which reads back as that name.
+"$rrfp" plan --pp 2 -m 4 --max-evaluations 20 --out "$tmp/p${nl}q.txt" >"$tmp/plan.out" 2>&1
+word=$(grep -o -- "--hint \$'[^ ]*'" "$tmp/plan.out" | head -1)
+[ -n "$word" ] && [ "$(eval "printf %s ${word#--hint }")" = "$tmp/p${nl}q.txt" ] ||
+  { echo "FAIL: plan --out with a newline:"; cat "$tmp/plan.out"; fails=$((fails + 1)); }
+
+# The lines naming the files written show the names escaped (an escape sequence in a name
+# reached the terminal).
+esc=$'x\e[31m'
+"$rrfp" simulate --pp 2 -m 4 --trace "$tmp/$esc.tr" --svg "$tmp/$esc.svg" >"$tmp/files.out"
+grep -qF 'trace: '"$tmp"'/x\x1b[31m.tr' "$tmp/files.out" &&
+  grep -qF 'timeline: '"$tmp"'/x\x1b[31m.svg' "$tmp/files.out" && ! grep -q $'\e' "$tmp/files.out" ||
+  { echo "FAIL: written files' names raw:"; cat -v "$tmp/files.out"; fails=$((fails + 1)); }
+
 echo "cli name checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -73,7 +73,7 @@ void report(const CalibrateFlags& f, Calibration c) {
   if (json_out) std::cout << text << std::flush;
   human << format_calibration(c);
   if (!f.out.empty())
-    human << "wrote " << f.out << ": rrfp simulate --workload-file " << f.out
+    human << "wrote " << visible(f.out) << ": rrfp simulate --workload-file " << shell_word(f.out)
           << " models messages so"
           << (f.transport == TransportKind::Mpi
                   ? "; rrfp run --transport mpi --compare --calibration " + f.out +

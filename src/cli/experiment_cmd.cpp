@@ -9,6 +9,7 @@
 #include "core/format.hpp"
 #include "core/hint.hpp"
 #include "core/output_file.hpp"
+#include "core/printable.hpp"
 #include "report/estimate.hpp"
 
 namespace rrfp {
@@ -112,7 +113,7 @@ std::vector<RunSpec> runs_of(const ExperimentFlags& flags, const PipelineConfig&
   const bool rule = is_rule_hint_name(f.hint);
   // The library's words list fixed and ready, the two a run takes; the command takes both too.
   if (f.policy != "both" && f.policy != "fixed" && f.policy != "ready" && f.policy != "rrfp")
-    throw InputError("--policy: unknown policy '" + f.policy.substr(0, 40) +
+    throw InputError("--policy: unknown policy '" + printable(f.policy, 40) +
                      "' (expected fixed, ready or both)");
   if (f.policy == "both")
     return {{rule ? baseline_for(cfg) : f.hint, Policy::Fixed, comm, ""},
@@ -200,8 +201,9 @@ void write_reports(const ExperimentFlags& f, const ReportHeader& h,
   // When stdout carries the JSON, every line for people goes to stderr.
   std::ostream& human = is_stdout(f.json) ? std::cerr : std::cout;
   if (!is_stdout(f.json)) human << format_table(h, runs, f.per_stage);
-  if (!f.trace.empty()) human << "trace: " << f.trace << " (open in https://ui.perfetto.dev)\n";
-  if (!f.svg.empty()) human << "timeline: " << f.svg << "\n";
+  if (!f.trace.empty())
+    human << "trace: " << visible(f.trace) << " (open in https://ui.perfetto.dev)\n";
+  if (!f.svg.empty()) human << "timeline: " << visible(f.svg) << "\n";
 }
 
 }  // namespace rrfp

@@ -132,7 +132,7 @@ void refuse_other_command_lines(Job& job) {
   while (i < first.size() && i < theirs.size() && first[i] == theirs[i])
     ++i;
   auto at = [](const std::vector<std::string>& v, std::size_t k) {
-    return k < v.size() ? "'" + v[k].substr(0, 60) + "'" : std::string("nothing");
+    return k < v.size() ? "'" + printable(v[k], 60) + "'" : std::string("nothing");
   };
   throw InputError("mpirun: every process must run the same command line; rank(s) " +
                    rank_list(other) + " differ from rank 0's at argument " + std::to_string(i + 1) +
@@ -166,7 +166,7 @@ void refuse_other_input_files(Job& job, const InputFiles& files) {
   for (std::size_t i = 0; i < files.size(); ++i)
     if (!differ[i].other.empty())
       throw InputError("mpirun: every process must read the same " + files[i].flag + "; '" +
-                       files[i].path.substr(0, 100) + "' holds other bytes on rank(s) " +
+                       printable(files[i].path, 100) + "' holds other bytes on rank(s) " +
                        rank_list(differ[i].other) + " than on rank " +
                        std::to_string(differ[i].first) +
                        " (each process reads its own copy, from its working folder on its node)");

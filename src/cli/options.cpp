@@ -61,16 +61,28 @@ void print_line(const std::string& text) {
 
 // `path` as one word a shell reads back: as it is when it holds only characters no shell
 // treats specially, else in single quotes (`plan --out 'my plan.txt'` printed a command that
-// named two files). Control bytes are shown escaped: such a name is not pasted, but seen.
+// named two files), and where it holds a control byte or a byte of no UTF-8 character in
+// bash's $'...', each such byte as \xNN (escaped inside single quotes, it named another file).
 std::string shell_word(const std::string& path) {
   const bool plain = !path.empty() && std::all_of(path.begin(), path.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_./:=+,@%-", c) != nullptr;
   });
   if (plain) return path;
+  if (visible(path) != path) {  // a control byte or a byte of no character: bash's $'...'
+    std::string quoted = "$'";
+    for (const char c : path) {
+      const auto b = static_cast<unsigned char>(c);
+      static constexpr char kHex[] = "0123456789abcdef";
+      quoted += c == '\'' || c == '\\'  ? std::string("\\") + c
+                : b < 0x20 || b >= 0x7f ? std::string{'\\', 'x', kHex[b >> 4], kHex[b & 15]}
+                                        : std::string(1, c);
+    }
+    return quoted + "'";
+  }
   std::string quoted = "'";
   for (const char c : path)
     quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return printable(quoted + "'", quoted.size() + 1);
+  return quoted + "'";
 }
 
 void print_input_error(const std::exception& e) {

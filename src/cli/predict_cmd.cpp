@@ -52,7 +52,7 @@ void run_predict(PredictFlags f) {
   exit_on_signals("predict");  // a signal while a file was written left it half written
   f.trace.option = "TRACE";
   if (f.comm != "auto" && f.comm != "async" && f.comm != "blocking")
-    throw InputError("--comm: expected auto, async or blocking, got '" + f.comm.substr(0, 30) +
+    throw InputError("--comm: expected auto, async or blocking, got '" + printable(f.comm, 30) +
                      "'");
 
   checked_tp(f.tp);  // the flags before the file
@@ -130,7 +130,7 @@ void run_predict(PredictFlags f) {
   // left out).
   std::ostream& human = is_stdout(f.json) ? std::cerr : std::cout;
   human << format_prediction(p, f.path);
-  if (!f.svg.empty()) human << "timeline (measured, twin, best): " << f.svg << "\n";
+  if (!f.svg.empty()) human << "timeline (measured, twin, best): " << visible(f.svg) << "\n";
 }
 
 }  // namespace

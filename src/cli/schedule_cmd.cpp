@@ -118,17 +118,19 @@ void show(const ScheduleFlags& f) {
   Hint h = make_hint(f.hint, m);
   if (!f.out.empty() && !h.is_list())
     throw InputError("--out: '" + f.hint + "' is a rule hint, it has no task list");
-  std::cout << "hint " << h.name << ": P=" << m.pp() << " V=" << m.vpp()
-            << " M=" << m.microbatches() << (m.split() ? " split backward" : "") << "\n\n"
-            << render(m, h);
-  if (!f.out.empty()) {
+  const std::string diagram = render(m, h);
+  // The diagram on stdout is an output too: a signal while a slow reader took it cut it short
+  // and said "nothing written".
+  write_then_heed_signals([&] {
+    std::cout << "hint " << h.name << ": P=" << m.pp() << " V=" << m.vpp()
+              << " M=" << m.microbatches() << (m.split() ? " split backward" : "") << "\n\n"
+              << diagram << std::flush;
+    if (f.out.empty()) return;
     const bool json = hint_path_is_json(f.out);
-    write_then_heed_signals([&] {
-      write_text_file(f.out, json ? write_hint_json(h.list(), m) : write_hint_text(h.list(), m),
-                      "--out");
-    });
-    std::cout << "wrote " << f.out << "\n";
-  }
+    write_text_file(f.out, json ? write_hint_json(h.list(), m) : write_hint_text(h.list(), m),
+                    "--out");
+  });
+  if (!f.out.empty()) std::cout << "wrote " << visible(f.out) << "\n";
 }
 
 // The shape a hint file says it was written for, taken for each shape flag not given:

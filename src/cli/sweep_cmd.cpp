@@ -119,8 +119,8 @@ void check_sweep(const SweepFlags& f) {
     presets.push_back(workload_preset(w, "--workloads").preset);
     for (std::size_t i = 0; i + 1 < presets.size(); ++i)
       if (presets[i] == presets.back())
-        throw InputError("--workloads: '" + w.substr(0, 40) + "' and '" +
-                         f.workloads[i].substr(0, 40) + "' are one preset (" + presets.back() +
+        throw InputError("--workloads: '" + printable(w, 40) + "' and '" +
+                         printable(f.workloads[i], 40) + "' are one preset (" + presets.back() +
                          "); each value is a dimension of the grid");
   }
   refuse_twice(f.pps, "--pp");
@@ -132,7 +132,7 @@ void check_sweep(const SweepFlags& f) {
   // and failed the grid with exit 1, where its help says leader or agree.
   if (f.tp_protocol != "leader" && f.tp_protocol != "agree")
     throw InputError("--tp-protocol: expected leader or agree, got '" +
-                     f.tp_protocol.substr(0, 30) + "'");
+                     printable(f.tp_protocol, 30) + "'");
   for (int p : f.pps)
     if (p < 1) throw InputError("--pp: must be at least 1, got " + std::to_string(p));
   for (int m : f.mb_factors)
@@ -354,7 +354,7 @@ void run_sweep(const SweepFlags& f) {
   if (!f.md.empty()) write_text_file(f.md, md, "--md");
   std::cout << md << "\n"
             << rows.size() << " runs" << (sig == 0 ? "" : " (" + partial + ")")
-            << "; CSV: " << f.csv << "\n";
+            << "; CSV: " << visible(f.csv) << "\n";
   if (sig != 0) {
     print_line("rrfp sweep: stopped by " + signal_name(sig) +
                "; the CSV and the summary hold the " + std::to_string(done) + " of " +

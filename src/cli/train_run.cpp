@@ -5,6 +5,7 @@
 #include "cli/stop_signal.hpp"
 #include "cli/train_flags.hpp"
 #include "core/error.hpp"
+#include "core/printable.hpp"
 #include "emulate/jitter.hpp"
 #include "train/device.hpp"
 #include "train/run.hpp"
@@ -41,7 +42,7 @@ train::TrainRun to_run(const TrainFlags& f) {
     // One list of what is allowed, J0 left out (it injects nothing; the preset's own error
     // offered it).
     const InputError allowed("--inject-jitter: expected jitter:J1, jitter:J2 or jitter:J3, got '" +
-                             f.inject_jitter.substr(0, 30) + "'");
+                             printable(f.inject_jitter, 30) + "'");
     if (f.inject_jitter.rfind("jitter:", 0) != 0) throw allowed;
     JitterLevel j;
     try {

@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/printable.hpp"
 
 namespace rrfp {
 
@@ -74,7 +75,7 @@ class CheckedDom final : public nlohmann::json_sax<nlohmann::json> {
   }
   bool key(string_t& k) override {
     if (!keys_.back().insert(k).second)
-      throw InputError(origin_ + ": key \"" + k.substr(0, 40) + "\" appears twice in one object");
+      throw InputError(origin_ + ": key \"" + printable(k, 40) + "\" appears twice in one object");
     key_ = std::move(k);
     return true;
   }

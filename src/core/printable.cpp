@@ -60,6 +60,10 @@ std::string printable(std::string_view s, std::size_t max) {
   return out;
 }
 
+std::string visible(std::string_view s) {
+  return printable(s, s.size());
+}
+
 std::string one_line(std::string_view what) {
   while (!what.empty() && std::isspace(static_cast<unsigned char>(what.back())))
     what.remove_suffix(1);

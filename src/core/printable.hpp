@@ -14,6 +14,10 @@ namespace rrfp {
 // longer.
 std::string printable(std::string_view s, std::size_t max = 40);
 
+// `s` whole, as printable() writes it: a file name echoed in a line for people (raw, a newline
+// or an escape sequence in the name reached the terminal).
+std::string visible(std::string_view s);
+
 // A message as one visible line: trailing white space dropped, the rest printable() whole. A
 // message naming a user's file or value may hold any byte of it: cut at its first newline, "no
 // such file" lost its reason; printed raw, an escape sequence reached the terminal.

@@ -10,6 +10,7 @@
 #include "core/hint_io.hpp"
 #include "core/memory.hpp"
 #include "core/modes.hpp"
+#include "core/printable.hpp"
 #include "python/bindings.hpp"
 #include "python/py_program.hpp"
 #include "python/step_record.hpp"
@@ -50,7 +51,7 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
   sc.cfg = make_config(pp, vpp, microbatches, placement, "off", hint);  // split: per run
   if (ordered_forwards != "auto" && ordered_forwards != "on" && ordered_forwards != "off")
     throw InputError("`ordered_forwards`: expected auto, on or off, got '" +
-                     ordered_forwards.substr(0, 20) + "'");
+                     printable(ordered_forwards, 20) + "'");
   // auto: a replayed trace's step decides, as `rrfp simulate --replay` does (it was off, and a
   // step recorded with ordered forwards was predicted faster than rrfp could run it).
   sc.cfg.ordered_forwards = ordered_forwards == "on";

@@ -53,7 +53,7 @@ std::map<std::string, int> header_of(const std::vector<std::string>& cells,
   std::map<std::string, int> col;
   for (size_t i = 0; i < cells.size(); ++i) {
     if (!known.count(cells[i]))
-      throw InputError(where + ": unknown column '" + cells[i].substr(0, 30) +
+      throw InputError(where + ": unknown column '" + printable(cells[i], 30) +
                        "' (the columns are [step,]stage,chunk,microbatch,kind,duration_us"
                        "[,tp_rank][,send_us])");
     if (!col.emplace(cells[i], static_cast<int>(i)).second)
@@ -79,7 +79,7 @@ void keep_step(Table& t, const std::string& origin, int step) {
     const std::string& st = r.second[at];
     if (st.empty() || st.size() > 9 || st.find_first_not_of("0123456789") != std::string::npos)
       throw InputError(origin + ":" + std::to_string(r.first) + ": column step: '" +
-                       st.substr(0, 30) + "' is not a whole number in [0, 999999999]");
+                       printable(st, 30) + "' is not a whole number in [0, 999999999]");
     last = std::max(last, std::stoll(st));
   }
   // By value, as `last` is: "02" is step 2 (a text match never found it, and dropped its rows).
@@ -141,10 +141,10 @@ double number_at(const Table& t, const Row& row, const std::string& where, const
     used = 0;
   }
   if (used == 0 || used != s.size() || !std::isfinite(v))
-    throw InputError(where + ": column " + name + ": '" + s.substr(0, 30) + "' is not a number");
-  if (v < 0) throw InputError(where + ": column " + name + ": negative value " + s.substr(0, 30));
+    throw InputError(where + ": column " + name + ": '" + printable(s, 30) + "' is not a number");
+  if (v < 0) throw InputError(where + ": column " + name + ": negative value " + printable(s, 30));
   if (integer && (v != std::floor(v) || v > 1e9))
-    throw InputError(where + ": column " + name + ": '" + s.substr(0, 30) +
+    throw InputError(where + ": column " + name + ": '" + printable(s, 30) +
                      "' is not a whole number in [0, 1e9]");
   return v;
 }
@@ -154,7 +154,7 @@ Kind kind_at(const Table& t, const Row& row, const std::string& where) {
   if (k == "F") return Kind::F;
   if (k == "B") return Kind::B;
   if (k == "W") return Kind::W;
-  throw InputError(where + ": column kind: '" + k.substr(0, 10) + "' is not F, B or W");
+  throw InputError(where + ": column kind: '" + printable(k, 10) + "' is not F, B or W");
 }
 
 // Every task of every rank needs a duration; folded W durations join their B.

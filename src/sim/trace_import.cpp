@@ -14,6 +14,7 @@
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
 #include "core/memory.hpp"
+#include "core/printable.hpp"
 #include "sim/timeline.hpp"
 #include "sim/trace_formats.hpp"
 #include "sim/workload.hpp"
@@ -198,7 +199,7 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
     steps = trace::read_megatron(docs, m, tp);
   else
     throw InputError("`trace_format`: expected auto, rrfp, torch or megatron, got '" +
-                     o.format.substr(0, 20) + "'");
+                     printable(o.format, 20) + "'");
   if (steps.empty()) throw InputError(origin + ": no " + format + " task events in this trace");
   for (Timeline& t : steps)
     trace::rebase(t, origin);
@@ -260,7 +261,7 @@ void check_trace_options(const TraceOptions& o) {
   const auto& formats = trace_formats();
   if (std::find(formats.begin(), formats.end(), o.format) == formats.end())
     throw InputError("`trace_format`: expected auto, rrfp, torch or megatron, got '" +
-                     o.format.substr(0, 20) + "'");
+                     printable(o.format, 20) + "'");
   // NaN passes every range check: it was refused as a workload's time ("lower the workload's
   // times or factors").
   if (std::isnan(o.message_us) || o.message_us > kMaxTaskUs)

@@ -254,7 +254,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       if (kind == args->end()) throw InputError(where + ": field \"kind\" is missing (F, B or W)");
       const std::string k = kind->is_string() ? kind->get<std::string>() : brief(*kind);
       if (k != "F" && k != "B" && k != "W")
-        throw InputError(where + ": kind '" + k.substr(0, 10) + "' is not F, B or W");
+        throw InputError(where + ": kind '" + printable(k, 10) + "' is not F, B or W");
       TimelineTask t;
       t.task = TaskId{k == "F"   ? Kind::F
                       : k == "B" ? Kind::B

@@ -15,6 +15,7 @@
 
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "core/printable.hpp"
 #include "sim/trace_formats.hpp"
 
 namespace rrfp::trace {
@@ -256,7 +257,7 @@ std::vector<Timeline> read_torch(const std::vector<Doc>& docs, const WorkModel& 
         if (p.legacy) zero = in->second.first;  // a rough start; build_run aligns the ranks
       }
       const Label l = *parse_label(s.name, m.chunk_at(stage, 0));
-      const std::string where = p.origin + ": span '" + s.name.substr(0, 40) + "'";
+      const std::string where = p.origin + ": span '" + printable(s.name, 40) + "'";
       if (l.task.chunk >= m.chunks() || m.stage_of(l.task.chunk) != stage)
         throw InputError(where + " is on rank " + std::to_string(k) + " (stage " +
                          std::to_string(stage) + "), but chunk " + std::to_string(l.task.chunk) +

@@ -18,6 +18,7 @@
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
 #include "core/output_file.hpp"
+#include "core/printable.hpp"
 #include "train/options.hpp"
 
 namespace rrfp::train {
@@ -201,7 +202,7 @@ std::vector<std::string> differences(const nlohmann::json& h, const CheckpointSt
       if (was.is_null() || was == mine) continue;      // absent: written before it was recorded
       if (name == "data_contents" && was.is_string())  // the corpus read, named by its flag
         out.push_back("`data` holds " + mine.get<std::string>() + "; the checkpoint's run read " +
-                      was.get<std::string>().substr(0, 120));
+                      printable(was.get<std::string>(), 120));
       else if (name == "intra_op_threads")  // no option: torch's count, or OMP_NUM_THREADS's
         out.push_back("the intra-op threads (OMP_NUM_THREADS) are " + brief(mine) +
                       "; the checkpoint's run had " + brief(was));
@@ -262,7 +263,7 @@ std::vector<std::string> load_by_name(const std::string& path, CheckpointState& 
   const std::set<std::string> known(model.begin(), model.end());
   for (const auto& [name, _] : where)
     if (!known.contains(name))
-      throw bad("holds tensor '" + name.substr(0, 80) +
+      throw bad("holds tensor '" + printable(name, 80) +
                 "', which this run's model does not have (another task?)");
   torch::NoGradGuard no_grad;
   const auto gs = groups(expect);

@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/output_file.hpp"
+#include "core/printable.hpp"
 #include "dist/job.hpp"
 #include "dist/step_merge.hpp"
 #include "report/report.hpp"
@@ -81,7 +82,7 @@ class Run {
     print_banner();
     // Said before the validation a resume may owe its last step (it said nothing meanwhile).
     if (!o_.quiet && first_ > 0)
-      std::cout << "resumed from " << o_.resume << " at step " << first_ << std::endl;
+      std::cout << "resumed from " << visible(o_.resume) << " at step " << first_ << std::endl;
     if (root_ && o_.resume.empty()) remove_earlier_outputs(o_.out);
     progress_.start(first_, o_.quiet);  // that validation's progress, as a step's
     const RowFill fill = validation_left_out();
@@ -134,13 +135,13 @@ class Run {
                                           to_string(t_.runtime.tp_protocol) + ")"
                                     : std::string())
               << (t_.dp > 1 ? " DP=" + std::to_string(t_.dp) : std::string()) << " "
-              << to_string(t_.runtime.arbiter.policy) << " " << t_.hint
+              << to_string(t_.runtime.arbiter.policy) << " " << visible(t_.hint)
               << (t_.pipe.split_backward ? " (split backward)" : "")
               << ", GPT d=" << t_.model.d_model << " layers=" << t_.model.layers
               << " heads=" << t_.model.heads << ", data "
-              << (t_.task == "text" ? t_.data_dir : t_.task) << " (" << trainer_.data().describe()
-              << "; byte-unigram entropy " << fmt("%.3f", h0_) << " nats)"
-              << (o_.jitter.empty() ? "" : ", jitter " + o_.jitter)
+              << visible(t_.task == "text" ? t_.data_dir : t_.task) << " ("
+              << trainer_.data().describe() << "; byte-unigram entropy " << fmt("%.3f", h0_)
+              << " nats)" << (o_.jitter.empty() ? "" : ", jitter " + o_.jitter)
               << (t_.device == "cpu" ? "" : ", on " + t_.device + " in " + t_.dtype)
               << std::endl;  // into a file it waited for the first step's line (30 s and more)
   }
@@ -344,7 +345,7 @@ class Run {
     if (validated_)
       std::cout << "done: step " << first_ << "'s validation, which a signal had cut short, is "
                 << "filled in: " << fmt("%.3f", sum_.val_loss) << " nats (byte-unigram entropy "
-                << fmt("%.3f", h0_) << " nats)\nwrote " << dir() << "loss.csv, loss.svg\n";
+                << fmt("%.3f", h0_) << " nats)\nwrote " << visible(dir()) << "loss.csv, loss.svg\n";
     else
       std::cout << "stopped by " << signal_name(stopped_by_) << " before step " << first_
                 << "'s validation was filled in\n";
@@ -402,7 +403,7 @@ class Run {
        << " ms/step, bubble " << fmt("%.1f%%", 100 * sum_.mean_bubble) << ", runtime overhead "
        << fmt("%.2f%%", 100 * sum_.overhead_share) << ", outside the pipeline (optimizer, data) "
        << fmt("%.1f%%", 100 * sum_.outside_pipeline_share) << "\n"
-       << "wrote " << dir()
+       << "wrote " << visible(dir())
        << "loss.csv, loss.svg, trace.json, timeline.svg"
        // durations.csv holds the steps after the first two: a run stopped before has none
        << (measured_.empty() ? "" : ", durations.csv") << "\n";

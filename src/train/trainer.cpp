@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "core/fnv.hpp"
+#include "core/printable.hpp"
 #include "dist/replica_sum.hpp"
 
 namespace rrfp::train {
@@ -317,7 +318,7 @@ void Trainer::refuse_other_corpus() const {
   const Differing d = differing_over_job(*o_.job, std::span(&mine, 1)).at(0);
   if (!d.other.empty())
     throw InputError("`data`: every process must read the same corpus; '" +
-                     o_.data_dir.substr(0, 100) + "' holds other files on rank(s) " +
+                     printable(o_.data_dir, 100) + "' holds other files on rank(s) " +
                      rank_list(d.other) + " than on rank " + std::to_string(d.first) +
                      " (each process reads its own copy, from its node; here: " + contents + ")");
 }

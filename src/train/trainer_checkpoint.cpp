@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/printable.hpp"
 #include "train/checkpoint.hpp"
 #include "train/checkpoint_parts.hpp"
 
@@ -144,7 +145,7 @@ void Trainer::refuse_other_checkpoint(const std::string& path, const CheckpointS
   if (other.empty()) return;
   auto step = [&](int r) { return std::to_string(static_cast<long long>(d[1].by_rank[r])); };
   throw InputError("`resume`: every process must resume from the same checkpoint; '" +
-                   path.substr(0, 100) + "' holds another on rank(s) " + rank_list(other) +
+                   printable(path, 100) + "' holds another on rank(s) " + rank_list(other) +
                    " (step " + step(other.front()) + ") than on rank 0 (step " + step(0) +
                    "; each process reads its own copy, from its node)");
 }
