@@ -141,6 +141,7 @@ def loss_buffers_follow_replica_0(pp, dp, transport):
             ref_loss(h, y)
         assert all(torch.equal(a.to_dense(), b.to_dense())
                    for a, b in zip(loss.buffers(), ref_loss.buffers())), lpipe.rank
+        assert loss.mask.is_coalesced(), lpipe.rank  # its indices() raised on replica 1
     print(f"rank {lpipe.rank}: loss_fn's buffers are replica 0's", flush=True)
 
 
@@ -217,6 +218,37 @@ def refused_step_leaves_no_replica_apart(pp, dp, transport):
     evaluate_alike(rpipe, "after a step refused past its forwards")
 
 
+# A buffer that replica 0 cannot send (sparse CSR), made by a forward: refused on every process
+# in the step's closing exchange (its stage's processes alone raised, the others' step went on
+# and wrote .grad).
+class MakesCsr(torch.nn.Linear):
+    def __init__(self, i):
+        torch.manual_seed(600 + i)
+        super().__init__(8, 8)
+        self.register_buffer("m", torch.zeros(3, 3))
+        self.csr = False
+
+    def forward(self, x):
+        if self.csr:
+            self.m = torch.eye(3).to_sparse_csr()
+        return super().forward(x)
+
+
+def unsendable_buffer_refused_everywhere(pp, dp, transport):
+    cpipe = rrfp.Pipeline(MakesCsr, mse, pp=pp, microbatches=4, hint="bf", transport=transport,
+                          dp=dp, timeout=60)
+    cpipe.step(*bn_batches(0))
+    for module in cpipe.chunks.values():
+        module.csr = module is cpipe.chunks.get(0)
+    try:
+        cpipe.step(*bn_batches(1))
+    except ValueError as e:
+        assert "chunk 0's buffer 'm' in replica 0 is torch.float32 torch.sparse_csr" in str(e), e
+    else:
+        raise AssertionError(f"rank {cpipe.rank}: a buffer replica 0 cannot send was taken")
+    print(f"rank {cpipe.rank}: a buffer replica 0 cannot send refused on every process", flush=True)
+
+
 def run(pp, dp, transport, job_rank):
     g = torch.Generator().manual_seed(7)  # one generator: the draws follow each other
     ordered_forwards(pp, dp, transport, g)
@@ -226,3 +258,4 @@ def run(pp, dp, transport, job_rank):
         loss_buffers_follow_replica_0(pp, dp, transport)
         failed_step_leaves_no_replica_apart(pp, dp, transport)
         refused_step_leaves_no_replica_apart(pp, dp, transport)
+        unsendable_buffer_refused_everywhere(pp, dp, transport)

@@ -57,10 +57,25 @@ def _entries(owners, params):
 
 def buffer_signature(owners):
     """What the replicas must agree on before replica 0's buffers are copied into the others:
-    each buffer of this process's owners (replicated) as ((owner, name), dtype, shape),
-    picklable."""
-    return [(key, str(b.dtype), tuple(b.shape)) for key, b in _entries(owners, False)
+    each buffer of this process's owners (replicated) as ((owner, name), kind, shape),
+    picklable; the kind is its dtype, and its layout where that is not dense (_kind)."""
+    return [(key, _kind(b), tuple(b.shape)) for key, b in _entries(owners, False)
             if b is not None]
+
+
+_UNSENDABLE = " (which replica 0 cannot send to the others)"
+
+
+def _kind(t):
+    """A buffer's dtype, with its layout where it is not a dense one: a buffer dense in one
+    replica and sparse in another passed the closing exchange and failed the copy on one
+    process alone. A layout _portable cannot carry is marked _UNSENDABLE."""
+    if t.layout == torch.sparse_coo:
+        return f"{t.dtype} sparse"
+    if t.layout != torch.strided or t.is_quantized or t.is_meta:
+        what = "quantized" if t.is_quantized else "meta" if t.is_meta else str(t.layout)
+        return f"{t.dtype} {what}{_UNSENDABLE}"
+    return str(t.dtype)
 
 
 def refuse_other_buffers(every, pp, call):
@@ -70,7 +85,19 @@ def refuse_other_buffers(every, pp, call):
     is written and any buffer copied (from_first_replica), the step is then dropped everywhere.
     Before, only the other replicas' processes of the chunk's stage compared shapes, after
     their .grad was written and some buffers copied, while replica 0's processes returned: the
-    replicas went on training apart, silently."""
+    replicas went on training apart, silently. A buffer replica 0 cannot send (a layout other
+    than dense or sparse COO) is refused likewise: its processes alone raised, the others'
+    step went on."""
+    for r, signature in enumerate(every):
+        bad = next(((key, kind) for key, kind, _ in signature if kind.endswith(_UNSENDABLE)),
+                   None)
+        if bad is not None:
+            (c, name), kind = bad
+            raise ValueError(
+                f"dp: after {call}, {_owner(c)}'s buffer '{name}' in replica {r // pp} is "
+                f"{kind}; the replicas take replica 0's buffers after each step, which travel "
+                "dense or sparse (COO); refused on every process before any .grad was written "
+                "or buffer copied")
     for r in range(pp, len(every)):
         first, mine = _keyed(every[r % pp]), _keyed(every[r])
         key = next((k for k in sorted(first.keys() | mine.keys(), key=_key_order)
@@ -93,8 +120,8 @@ def refuse_other_buffers(every, pp, call):
 
 
 def _keyed(signature):
-    """A buffer_signature as {(owner, name): (dtype, shape)}."""
-    return {key: (dtype, shape) for key, dtype, shape in signature}
+    """A buffer_signature as {(owner, name): (kind, shape)}."""
+    return {key: (kind, shape) for key, kind, shape in signature}
 
 
 def from_first_replica(core, owners, params, lenient=False):
@@ -191,7 +218,9 @@ def _restored(unpacked):
         else:
             out[label] = t
     for (key, shape), p in parts.items():
-        out[key] = torch.sparse_coo_tensor(p["i"], p["v"], shape)
+        # Coalesced as replica 0's was (_portable): its copy into a buffer marked otherwise
+        # left indices() raising on the other replicas alone.
+        out[key] = torch.sparse_coo_tensor(p["i"], p["v"], shape)._coalesced_(True)
     return out
 
 

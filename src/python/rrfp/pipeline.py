@@ -156,7 +156,7 @@ class Pipeline:
                              f"pipeline's backward is whole (split_backward={split_backward!r} "
                              f"with hint={hint!r}: give split_backward='on' to split it)")
         self._dp = dp
-        self._buffers_apart = False  # set by a failed step (run_pass), under dp > 1
+        self._buffers_apart = False  # set as a pass begins under dp > 1, cleared once settled
         build, chunks = chunk_builder(chunks, self._core.chunks)
         self._progress = progress
         self._data = StepData(loss_fn, delay_fn)
