@@ -76,7 +76,7 @@ void report(const CalibrateFlags& f, Calibration c) {
     human << "wrote " << visible(f.out) << ": rrfp simulate --workload-file " << shell_word(f.out)
           << " models messages so"
           << (f.transport == TransportKind::Mpi
-                  ? "; rrfp run --transport mpi --compare --calibration " + f.out +
+                  ? "; rrfp run --transport mpi --compare --calibration " + shell_word(f.out) +
                         " simulates with it"
                   : std::string())
           << "\n";

@@ -67,7 +67,7 @@ void check_message_fields(const nlohmann::json& j, const std::string& path) {
   for (const auto& [key, value] : j.items())
     if (!kTaken.contains(key)) others += (others.empty() ? "" : ", ") + printable(key, 40);
   if (!others.empty())
-    throw InputError("--calibration: '" + path + "' sets " + others.substr(0, 200) +
+    throw InputError("--calibration: '" + path + "' sets " + printable(others, 200) +
                      ", which a message model does not take (a calibration gives the messages "
                      "alone); remove them, or give the workload with --workload-file");
   for (const char* noise : {"comm_sigma", "comm_slow_prob"})

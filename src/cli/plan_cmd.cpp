@@ -291,8 +291,7 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
                     ? 100.0 * static_cast<double>(makespan - bound) / static_cast<double>(makespan)
                     : 0.0);
   if (!f.out.empty())
-    human << "wrote " << printable(f.out, f.out.size()) << ": rrfp simulate --hint "
-          << shell_word(f.out)
+    human << "wrote " << visible(f.out) << ": rrfp simulate --hint " << shell_word(f.out)
           << " --policy fixed with the same shape, workload, --comm, --tp and --tp-protocol "
              "flags reproduces it\n";
 }

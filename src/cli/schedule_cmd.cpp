@@ -197,7 +197,7 @@ void check(const ScheduleFlags& f) {
   // Blocking: the rendezvous, which a valid order can still deadlock (sim/hint_check.hpp).
   const std::string stuck = fixed_blocking_deadlock(m, h);
   const auto peaks = fixed_order_peaks(h.list(), m);
-  std::cout << "ok: " << f.file << " is a valid hint for P=" << m.pp() << " V=" << m.vpp()
+  std::cout << "ok: " << visible(f.file) << " is a valid hint for P=" << m.pp() << " V=" << m.vpp()
             << " M=" << m.microbatches() << (m.split() ? " (split backward)" : "")
             << (stuck.empty() ? " under async and blocking transfers" : " under async transfers")
             << "; " << m.tasks_per_stage() << " tasks per stage; fixed-order peak D per stage:";

@@ -37,7 +37,8 @@ bool lands_inside(const std::string& path, const std::string& dir) {
   const auto target = stat_place(dir);
   if (!target) return false;
   std::string up = containing_folder(path);
-  // Each step up adds "/.."; a folder as deep as PATH_MAX allows holds at most 2,048 levels.
+  // Each step up adds "/..": past about 1,360 levels the path is longer than PATH_MAX and
+  // stat fails, which ends the walk (false).
   for (int level = 0; level < 2048; ++level) {
     const auto here = stat_place(up);
     if (!here) return false;

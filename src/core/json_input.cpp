@@ -139,7 +139,7 @@ std::string brief(const nlohmann::json& v) {
   if (v.is_object()) return "an object of " + std::to_string(v.size()) + " fields";
   if (v.is_string()) {
     const auto& s = v.get_ref<const std::string&>();
-    return "\"" + s.substr(0, 40) + (s.size() > 40 ? "...\"" : "\"");
+    return "\"" + printable(s, 40) + "\"";
   }
   return v.dump();  // a scalar: bounded
 }

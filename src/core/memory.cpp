@@ -74,7 +74,7 @@ std::int64_t own_cgroup_limit() {
   std::ifstream in("/proc/self/cgroup");
   std::stringstream text;
   text << in.rdbuf();
-  // Without /proc (or outside any cgroup) the root's file alone, as a container sees its own.
+  // Without /proc, the root's file alone, as a container sees its own.
   const std::string membership = in ? text.str() : std::string("0::/\n");
   return cgroup_limit("/sys/fs/cgroup", membership);
 }

@@ -159,7 +159,7 @@ Parsed parse(const std::string& bytes, const std::string& path, const GptConfig&
   if (!step.is_number_integer() || step.get<long long>() < 0 || step.get<long long>() > kMaxSteps)
     throw bad("header field \"step\" must be a whole number in [0, 1e9], got " + brief(step));
   if (h["model"] != model_json(model))
-    throw bad("holds a different model (" + h["model"].dump().substr(0, 200) + ", this run has " +
+    throw bad("holds a different model (" + printable(h["model"].dump(), 200) + ", this run has " +
               model_json(model).dump() + ")");
   p.data = fixed + hlen;
   p.end = bytes.size() - sizeof stored;
@@ -241,7 +241,7 @@ std::vector<std::string> load_by_name(const std::string& path, CheckpointState& 
     throw bad("holds " + brief(p.header["tensors"]) + " parameter tensors, not a list");
   for (const auto& e : p.header["tensors"]) {
     const auto shape = shape_of(e);
-    if (!shape) throw bad("has a malformed tensor entry " + e.dump().substr(0, 120));
+    if (!shape) throw bad("has a malformed tensor entry " + printable(e.dump(), 120));
     std::int64_t n = 1;
     for (auto d : *shape)
       n *= d;

@@ -100,6 +100,9 @@ Corpus::Corpus(const std::string& dir, int max_len) : min_bytes_(min_document_by
     throw InputError("`data`: '" + dir + "' " +
                      (ec && ec != std::errc::no_such_file_or_directory
                           ? "cannot be looked at: " + ec.message()
+                      : fs::is_symlink(fs::symlink_status(dir, ec))
+                          ? "is a symbolic link to '" + fs::read_symlink(dir, ec).string() +
+                                "', which is no directory"
                       : fs::exists(fs::symlink_status(dir, ec)) ? "is not a directory"
                                                                 : "does not exist"));
   const Listing listed = list_documents(dir);
