@@ -67,7 +67,7 @@ std::string visible(std::string_view s) {
 std::string one_line(std::string_view what) {
   while (!what.empty() && std::isspace(static_cast<unsigned char>(what.back())))
     what.remove_suffix(1);
-  return printable(what, what.size());
+  return visible(what);
 }
 
 std::string xml_text(std::string_view s) {
