@@ -147,7 +147,7 @@ TEST(TrainInput, TooFewLayersAndMissingDataAreInputErrors) {
   Case ok{"x", 2, 1, "bf", Policy::Ready, false};
   o = options(ok, 0);
   o.data_dir = "/nonexistent/dir";
-  EXPECT_ERROR(Trainer{o}, InputError, "`data`: '/nonexistent/dir' is not a directory");
+  EXPECT_ERROR(Trainer{o}, InputError, "`data`: '/nonexistent/dir' does not exist");
 }
 
 // The corpus says what it leaves out: 50 short files of a folder (39% of its text) were dropped

@@ -243,7 +243,7 @@ TEST(TrainJob, ARefusalOnOneProcessIsAgreedByAll) {
       said[r] = e.what();
     }
   });
-  EXPECT_EQ(said[1], "mpi rank 1: `data`: '/nonexistent' is not a directory");
+  EXPECT_EQ(said[1], "mpi rank 1: `data`: '/nonexistent' does not exist");
   EXPECT_EQ(said[0], "mpi rank 1 refused its input (its line says why)");
 }
 
