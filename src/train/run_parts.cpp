@@ -25,8 +25,8 @@ namespace rrfp::train {
 
 namespace {
 
-// The output directory must exist (or be creatable) and be writable before training starts.
-// Makes `dir` and checks it is a folder this process can write; whether it made it.
+// Makes `dir` and checks it is a folder this process can write, before training starts;
+// whether it made it.
 bool prepare_out(const std::string& dir) {
   std::error_code ec;
   // A link to nothing: create_directories said "File exists", which hid the cause.
@@ -101,7 +101,6 @@ ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainOptions&
 
 namespace {
 
-// `path` made absolute and normal, links resolved as far as it exists ("" if that fails).
 // Whether `a` and `b` land in one place: by their resolved paths, or where there are none (a
 // working folder past PATH_MAX) by folder and name.
 bool same_place(const std::string& a, const std::string& b) {
