@@ -14,6 +14,12 @@ mkdir -p "$tmp/alone" && cp "$rrfp" "$tmp/alone/rrfp"
 built=$rrfp rrfp=$(cd "$tmp/alone" && pwd -P)/rrfp
 check "rrfp train: rrfp-train must sit beside rrfp, and ${rrfp%rrfp} has none" train --steps 1 \
   --out "$tmp/o"
+# An rrfp-train beside it that may not be run: said so (it was said to be missing).
+mkdir -p "$tmp/noexec" && cp "$built" "${built%rrfp}rrfp-train" "$tmp/noexec/" &&
+  chmod a-x "$tmp/noexec/rrfp-train"
+rrfp=$(cd "$tmp/noexec" && pwd -P)/rrfp
+check "rrfp train: cannot run ${rrfp%rrfp}rrfp-train: Permission denied (it must be executable" \
+  train --steps 1 --out "$tmp/o"
 rrfp=$built
 mkdir -p "$tmp/empty"
 check "--data: '/nonexistent' does not exist" train --data /nonexistent --out "$tmp/o"

@@ -35,6 +35,10 @@ std::vector<char*> g_argv;
   const std::string dir = path.substr(0, path.rfind('/') + 1);
   path = dir + "rrfp-train";
   if (::access(path.c_str(), X_OK) != 0) {
+    // There, but not to be run (it was said to be missing).
+    if (errno != ENOENT)
+      throw InputError("rrfp train: cannot run " + path + ": " + std::strerror(errno) +
+                       " (it must be executable: chmod +x)");
 #ifdef RRFP_HAVE_TORCH
     // The build has LibTorch: it made rrfp-train beside rrfp, and this rrfp was run elsewhere
     // (it said the build had no LibTorch, pointing at a reinstall that changed nothing).
