@@ -6,11 +6,11 @@
 // stage 0's report named stage 1 alone. Runs under the sanitizers.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <regex>
+#include <vector>
 
 #include "runtime/errors.hpp"
 
@@ -62,38 +62,42 @@ class StuckIn final : public StageProgram {
   Gate& gate_;
 };
 
-// Each stage's error, and whether it was a peer's told (PeerStall). `timeouts`: each stage's
-// watchdog. `mute`: stage 2's process does not answer, as a stopped one would not. Stage 2's
-// task is let go once every stage with a short watchdog has failed.
+// Each endpoint's error (stage * tp + tp rank), and whether it was a peer's told (PeerStall),
+// for a job of `pp` stages of `tp` ranks, each endpoint a Runtime of its own: the last stage's
+// tp rank `tp - 1` never ends its first forward until every endpoint with a short watchdog has
+// failed. `timeouts`: each endpoint's watchdog. `mute`: the stuck endpoint's process does not
+// answer, as a stopped one would not.
 struct Errors {
-  std::string what[3];
-  bool told[3] = {false, false, false};
+  std::vector<std::string> what;
+  std::vector<bool> told;
 };
-Errors stage_errors(const std::array<std::int64_t, 3>& timeouts, bool mute) {
+Errors stage_errors(int pp, int tp, const std::vector<std::int64_t>& timeouts, bool mute) {
   PipelineConfig c;
-  c.pp = 3;
-  c.microbatches = 3;
+  c.pp = pp;
+  c.microbatches = pp;
   const WorkModel m(c);
-  const RealizedWork w = random_work(m, 1, 7, 50, 20);
+  const RealizedWork w = random_work(m, tp, 7, 50, 20);
   const Hint h = make_hint("1f1b", m);
-  auto jobs = make_local_jobs(3);
+  const int world = pp * tp, stuck = world - 1;
+  auto jobs = make_local_jobs(world);
   Gate gate;
-  Errors out;
+  Errors out{std::vector<std::string>(world), std::vector<bool>(world)};
   std::mutex mu;
-  int waiting = 0;  // stages with a short watchdog that have not failed yet
-  for (int i = 0; i < 3; ++i)
+  int waiting = 0;  // endpoints with a short watchdog that have not failed yet
+  for (int i = 0; i < world; ++i)
     waiting += timeouts[i] < 60'000;
-  on_every_rank(3, [&](int i) {
-    jobs[i]->set_layout(JobLayout{3, 1, 1});
+  on_every_rank(world, [&](int i) {
+    jobs[i]->set_layout(JobLayout{pp, tp, 1});
     auto base = emulated_programs(m, w);
     const ProgramFactory programs = [&](int s, int r) {
       return std::make_unique<StuckIn>(
-          base(s, r), s == 2 ? std::optional(TaskId{Kind::F, 2, 0}) : std::nullopt, gate);
+          base(s, r), s * tp + r == stuck ? std::optional(TaskId{Kind::F, s, 0}) : std::nullopt,
+          gate);
     };
     RuntimeOptions o = runtime_options(m, w, Policy::Fixed);
     o.timeout_ms = timeouts[i];
     Hosting hosting = jobs[i]->hosting();
-    if (i == 2 && mute)
+    if (i == stuck && mute)
       hosting.transports[0] = std::make_unique<FaultyTransport>(
           std::move(hosting.transports[0]),
           [](int, int&, MessageTag& t, Payload&) { return t.control != Control::Answer; });
@@ -112,7 +116,7 @@ Errors stage_errors(const std::array<std::int64_t, 3>& timeouts, bool mute) {
 
 // Stage 0's error, its watchdog alone short.
 std::string stage0_error(bool mute) {
-  return stage_errors({300, 60'000, 60'000}, mute).what[0];
+  return stage_errors(3, 1, {300, 60'000, 60'000}, mute).what[0];
 }
 
 bool has(const std::string& s, const std::string& part) {
@@ -143,7 +147,7 @@ TEST(StallChase, AProcessThatDoesNotAnswerEndsTheChain) {
 // 1, nearer the end of the chain, reports; stage 0 learns from its answer that it is stalled as
 // long, awaits its abort and fails with it, so that a job prints one line, not two.
 TEST(StallChase, OfTwoProcessesStalledTogetherTheOneNearerTheEndReports) {
-  const Errors e = stage_errors({300, 300, 60'000}, true);
+  const Errors e = stage_errors(3, 1, {300, 300, 60'000}, true);
   EXPECT_FALSE(e.told[1]) << e.what[1];
   EXPECT_TRUE(has(e.what[1], "asked in turn: stage 2 did not answer within 0.3 s")) << e.what[1];
   EXPECT_TRUE(e.told[0]) << e.what[0];
@@ -154,35 +158,7 @@ TEST(StallChase, OfTwoProcessesStalledTogetherTheOneNearerTheEndReports) {
 // forward does not end, and stage 0 tp rank 1, whose watchdog alone is short, reports. Its
 // peers are named with their tp ranks: "stage 1" named either rank of stage 1.
 TEST(StallChase, ATensorParallelPeerIsNamedWithItsTpRank) {
-  PipelineConfig c;
-  c.pp = 2;
-  c.microbatches = 2;
-  const WorkModel m(c);
-  const RealizedWork w = random_work(m, 2, 7, 50, 20);
-  const Hint h = make_hint("1f1b", m);
-  auto jobs = make_local_jobs(4);
-  Gate gate;
-  std::string reported;
-  on_every_rank(4, [&](int i) {
-    jobs[i]->set_layout(JobLayout{2, 2, 1});
-    auto base = emulated_programs(m, w);
-    const ProgramFactory programs = [&](int s, int r) {
-      const bool stuck = s == 1 && r == 1;
-      return std::make_unique<StuckIn>(
-          base(s, r), stuck ? std::optional(TaskId{Kind::F, 1, 0}) : std::nullopt, gate);
-    };
-    RuntimeOptions o = runtime_options(m, w, Policy::Fixed);
-    o.timeout_ms = i == 1 ? 300 : 60'000;
-    Runtime rt(m, h, programs, o, jobs[i]->hosting());
-    try {
-      rt.run_step(0);
-    } catch (const std::exception& e) {
-      if (i == 1) {
-        reported = e.what();
-        gate.open();
-      }
-    }
-  });
+  const std::string reported = stage_errors(2, 2, {60'000, 300, 60'000, 60'000}, false).what[1];
   EXPECT_TRUE(has(reported, "B c1 m0 from stage 1 tp rank 1")) << reported;
   EXPECT_TRUE(std::regex_search(
       reported, std::regex("asked in turn: stage 1 tp rank 1 made no progress for [0-9]+ ms: "
