@@ -186,7 +186,9 @@ def _refuse_unlike(replica, mine, theirs):
 
 
 def _alike(t, src):
-    return t.shape == src.shape and t.dtype == src.dtype and t.is_sparse == src.is_sparse
+    """Whether replica 0's `src` can be copied into `t`: the kind and shape the closing exchange
+    compares (buffer_signature)."""
+    return t.shape == src.shape and _kind(t) == _kind(src)
 
 
 def _portable(entries):
