@@ -149,6 +149,14 @@ TEST(HintFile, AByteOrderMarkIsSkippedAndEchoedBytesAreVisible) {
   EXPECT_EQ(printable("caf\xC3\xA9", 5), "caf\xC3\xA9");  // whole: no mark
   // A message as one line: a newline or an escape in a name escaped, not cut or sent raw.
   EXPECT_EQ(one_line("'a\nb' does not exist \x1b[2J\n\n"), "'a\\x0ab' does not exist \\x1b[2J");
+  // Well formed but hiding: a C1 control (CSI), a right-to-left override, an isolate, a line
+  // separator, each byte escaped; the characters around them (U+00A0, U+2030) kept.
+  EXPECT_EQ(printable("a\xC2\x9B"
+                      "2Jb\xC2\xA0",
+                      99),
+            "a\\xc2\\x9b2Jb\xC2\xA0");
+  EXPECT_EQ(printable("x\xE2\x80\xAEgpj.exe\xE2\x81\xA6\xE2\x80\xA8\xE2\x80\xB0", 99),
+            "x\\xe2\\x80\\xaegpj.exe\\xe2\\x81\\xa6\\xe2\\x80\\xa8\xE2\x80\xB0");
 }
 
 }  // namespace

@@ -31,6 +31,26 @@ std::size_t utf8_length(std::string_view s) {
   return n;
 }
 
+// The code point of the well-formed `n`-byte character at the start of `s`.
+char32_t code_point(std::string_view s, std::size_t n) {
+  const auto b = [&](std::size_t i) {
+    return static_cast<char32_t>(static_cast<unsigned char>(s[i]));
+  };
+  char32_t cp = b(0) & (0x7f >> n);
+  for (std::size_t i = 1; i < n; ++i)
+    cp = (cp << 6) | (b(i) & 0x3f);
+  return cp;
+}
+
+// A well-formed character that shows nothing, or changes how the rest shows: the C1 controls
+// (a terminal may take U+009B as an escape sequence's start), the marks and overrides of
+// bidirectional text (a name read backwards, or a message's end shown before its start), the
+// line and paragraph separators, and the byte order mark.
+bool hides(char32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9f) || cp == 0x61c || cp == 0x200e || cp == 0x200f ||
+         (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0xfeff;
+}
+
 }  // namespace
 
 std::string printable(std::string_view s, std::size_t max) {
@@ -43,17 +63,18 @@ std::string printable(std::string_view s, std::size_t max) {
       out += s[i++];
       continue;
     }
-    // A byte order mark is well formed, and invisible: escaped too.
-    const bool bom = s.substr(i, 3) == "\xEF\xBB\xBF";
-    if (const std::size_t n = c >= 0x80 && !bom ? utf8_length(s.substr(i)) : 0; n > 0) {
+    const std::size_t n = c >= 0x80 ? utf8_length(s.substr(i)) : 0;
+    if (n > 0 && !hides(code_point(s.substr(i), n))) {
       out += s.substr(i, n);
       i += n;
       continue;
     }
-    char hex[8];
-    std::snprintf(hex, sizeof hex, "\\x%02x", c);
-    out += hex;
-    ++i;
+    // Every byte of a character that hides is escaped: bash's $'...' reads the bytes back.
+    for (const std::size_t end = i + std::max<std::size_t>(n, 1); i < end; ++i) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned char>(s[i]));
+      out += hex;
+    }
   }
   // Cut short, it says so: '123456789012345678901' cut at 20 read as another value, typed.
   if (i < s.size()) out += "...";

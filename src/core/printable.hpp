@@ -9,9 +9,10 @@
 namespace rrfp {
 
 // `s`'s first `max` bytes (a character that starts before them is kept whole), each control
-// byte (below 0x20, and 0x7f) and each byte that is not part of a well-formed UTF-8 character
-// (or is a byte order mark's) written as \xNN; the rest as it is; "..." after it where `s` is
-// longer.
+// byte (below 0x20, and 0x7f), each byte that is not part of a well-formed UTF-8 character, and
+// each byte of a character that shows nothing or reorders what follows (a C1 control, a
+// bidirectional mark or override, a line separator, a byte order mark) written as \xNN; the
+// rest as it is; "..." after it where `s` is longer.
 std::string printable(std::string_view s, std::size_t max = 40);
 
 // `s` whole, as printable() writes it: a file name echoed in a line for people (raw, a newline
