@@ -278,6 +278,18 @@ LibTorch's [0-9]* pool threads (.*): this machine's thread or memory limit"; the
     echo "FAIL: train under ulimit -u 1 -> rc=$rc: $(head -c 400 "$tmp/threads.err")"
     fails=$((fails + 1))
   fi
+  # An `out` of new folders that cannot be written (umask 777): refused, and every folder the
+  # run made is gone again (it left the first, mode 000).
+  timeout 60 "${as_user[@]}" bash -c 'umask 777; exec "$0" "$@"' "$rrfp" train --steps 1 \
+    --out "$free/n1/n2/n3" >/dev/null 2>"$tmp/umask.err"
+  rc=$?
+  if [ $rc -ne 2 ] || [ -e "$free/n1" ] ||
+    ! grep -q "^rrfp: error: --out: cannot write to directory '$free/n1/n2/n3': Permission" \
+      "$tmp/umask.err"; then
+    echo "FAIL: train --out of new folders under umask 777 -> rc=$rc, left: $(ls "$free"), \
+$(head -c 300 "$tmp/umask.err")"
+    fails=$((fails + 1))
+  fi
   rm -rf "$free"
 fi
 echo "cli bad-train-input checks: $fails failed"

@@ -16,37 +16,15 @@ namespace rrfp {
 
 namespace {
 
-// Where writing `path` lands, absolute and normal: a final symbolic link is followed first,
-// since weakly_canonical leaves one whose target does not exist yet as it is.
-std::filesystem::path landing(const std::string& path, std::error_code& ec) {
-  namespace fs = std::filesystem;
-  fs::path p = fs::absolute(path, ec);
-  std::error_code link;
-  for (int hops = 0; !ec && hops < 40 && fs::is_symlink(fs::symlink_status(p, link)); ++hops) {
-    const fs::path to = fs::read_symlink(p, link);
-    if (link) break;
-    p = to.is_absolute() ? to : p.parent_path() / to;
-  }
-  return ec ? fs::path() : fs::weakly_canonical(p, ec);
-}
-
-// Whether `a` and `b` name one file: the same inode where both exist (a hard link, a symbolic
-// link, another spelling), else the same place to land; standard output however given ('-',
+// Whether outputs `a` and `b` name one file (same_place); standard output however given ('-',
 // /dev/stdout: both were written there, the JSON report cut by the trace). A character device
 // (/dev/null) is no file two outputs could clobber.
 bool same_output(const std::string& a, const std::string& b) {
   namespace fs = std::filesystem;
   if (is_stdout(a) || is_stdout(b)) return is_stdout(a) && is_stdout(b);
   std::error_code ec;
-  const fs::file_status sa = fs::status(a, ec), sb = fs::status(b, ec);
-  if (fs::is_character_file(sa) || fs::is_character_file(sb)) return false;
-  if (fs::exists(sa) && fs::exists(sb)) return fs::equivalent(a, b, ec) && !ec;
-  const fs::path ca = landing(a, ec);
-  const fs::path cb = ec ? fs::path() : landing(b, ec);
-  if (!ec) return ca == cb;
-  // No absolute path (a working folder past PATH_MAX): by folder and name.
-  const auto pa = place_of(a), pb = place_of(b);
-  return pa && pb ? *pa == *pb : a == b;
+  if (fs::is_character_file(a, ec) || fs::is_character_file(b, ec)) return false;
+  return same_place(a, b);
 }
 
 // Whether writing output `out` replaces input `in`: the existing file itself, or a file inside

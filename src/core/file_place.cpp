@@ -33,6 +33,29 @@ std::optional<FilePlace> place_of(const std::string& path) {
   return dir;
 }
 
+std::filesystem::path landing(const std::string& path, std::error_code& ec) {
+  namespace fs = std::filesystem;
+  fs::path p = fs::absolute(path, ec);
+  std::error_code link;
+  for (int hops = 0; !ec && hops < 40 && fs::is_symlink(fs::symlink_status(p, link)); ++hops) {
+    const fs::path to = fs::read_symlink(p, link);
+    if (link) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return ec ? fs::path() : fs::weakly_canonical(p, ec);
+}
+
+bool same_place(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec) && !ec;
+  const fs::path ca = landing(a, ec);
+  const fs::path cb = ec ? fs::path() : landing(b, ec);
+  if (!ec) return ca == cb;
+  const auto pa = place_of(a), pb = place_of(b);
+  return pa && pb ? *pa == *pb : a == b;
+}
+
 bool lands_inside(const std::string& path, const std::string& dir) {
   const auto target = stat_place(dir);
   if (!target) return false;

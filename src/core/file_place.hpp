@@ -4,6 +4,8 @@
 // that keep one output from clobbering another or an input compared the names as typed (an
 // SVG written over the JSON report, a report written into the trace folder it read).
 #include <sys/types.h>
+
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -20,6 +22,16 @@ struct FilePlace {
 
 // Where `path` lands; nullopt where neither it nor its folder can be looked at.
 std::optional<FilePlace> place_of(const std::string& path);
+
+// Where writing `path` lands, absolute and normal: a final symbolic link is followed first,
+// since weakly_canonical leaves one whose target does not exist yet as it is. `ec` is set where
+// there is no absolute path (a working folder past PATH_MAX).
+std::filesystem::path landing(const std::string& path, std::error_code& ec);
+
+// Whether `a` and `b` name one file: the same inode where both exist (a hard link, a symbolic
+// link, another spelling), else the same place to land, else (no absolute path) the same folder
+// and name; the names as typed where not even that can be told.
+bool same_place(const std::string& a, const std::string& b);
 
 // Whether `path` lands inside the existing folder `dir` (at any depth), found by walking up
 // through ".." from `path`'s folder; false where either cannot be looked at.

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <numeric>
 #include <string>
+#include <vector>
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
@@ -25,9 +26,31 @@ namespace rrfp::train {
 
 namespace {
 
-// Makes `dir` and checks it is a folder this process can write, before training starts;
-// whether it made it.
-bool prepare_out(const std::string& dir) {
+// The folders of `dir` that do not exist yet, `dir` first: what making it makes.
+std::vector<std::filesystem::path> missing_folders(const std::string& dir) {
+  std::vector<std::filesystem::path> missing;
+  std::error_code ec;
+  for (std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+       !p.empty() && p.has_relative_path(); p = p.parent_path()) {
+    if (p.filename().empty()) continue;  // "a/b/" names "a/b"
+    if (std::filesystem::symlink_status(p, ec).type() != std::filesystem::file_type::not_found)
+      break;
+    missing.push_back(p);
+  }
+  return missing;
+}
+
+// Removes the folders a refused run made, `dir` first, where they exist: each is empty unless
+// another process wrote there meanwhile, and rmdir leaves such a folder alone. (Only the last
+// was removed, and none where making it failed: `--out new/run` under umask 777 left new/.)
+void remove_made(const std::vector<std::filesystem::path>& made) {
+  for (const auto& p : made)
+    ::rmdir(p.c_str());
+}
+
+// Makes `dir` and checks it is a folder this process can write, before training starts; the
+// folders it made, `dir` first.
+std::vector<std::filesystem::path> prepare_out(const std::string& dir) {
   std::error_code ec;
   // A link to nothing: create_directories said "File exists", which hid the cause.
   if (const auto st = std::filesystem::symlink_status(dir, ec); std::filesystem::is_symlink(st)) {
@@ -39,13 +62,14 @@ bool prepare_out(const std::string& dir) {
                                : std::string("which does not exist")) +
                        "; create it or choose another `out`");
   }
-  const bool made = std::filesystem::create_directories(dir, ec);
+  const std::vector<std::filesystem::path> made = missing_folders(dir);
+  std::filesystem::create_directories(dir, ec);
   std::string why = ec ? ec.message() : std::string();
   if (why.empty() && !std::filesystem::is_directory(dir, ec)) why = "not a directory";
   // The reason, where the folder exists but is not writable (it said nothing).
   if (why.empty() && access(dir.c_str(), W_OK) != 0) why = std::strerror(errno);
   if (!why.empty()) {
-    if (made) ::rmdir(dir.c_str());  // a refused run leaves no folder of its own behind
+    remove_made(made);  // a refused run leaves no folder of its own behind
     throw InputError("`out`: cannot write to directory '" + dir + "': " + why);
   }
   return made;
@@ -100,17 +124,6 @@ ReportRun report_of(const StepResult& r, const WorkModel& m, const TrainOptions&
 }
 
 namespace {
-
-// Whether `a` and `b` land in one place: by their resolved paths, or where there are none (a
-// working folder past PATH_MAX) by folder and name.
-bool same_place(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  const std::filesystem::path pa = std::filesystem::weakly_canonical(a, ec);
-  const std::filesystem::path pb = ec ? pa : std::filesystem::weakly_canonical(b, ec);
-  if (!ec) return pa == pb;
-  const auto fa = place_of(a), fb = place_of(b);
-  return fa && fb && *fa == *fb;
-}
 
 // The run's outputs are none of its inputs: a hint file named as one of them was replaced by
 // it, and an `out` that is the corpus folder put the run's files into the next run's corpus
@@ -201,11 +214,11 @@ void check_run_out(const TrainRun& o) {
 }  // namespace
 
 void prepare_run_out(const TrainRun& o) {
-  const bool made = prepare_out(o.out);
+  const auto made = prepare_out(o.out);
   try {
     check_run_out(o);
   } catch (...) {
-    if (made) ::rmdir(o.out.c_str());  // empty: refused before anything was written there
+    remove_made(made);  // empty: refused before anything was written there
     throw;
   }
 }
