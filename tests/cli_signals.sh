@@ -99,6 +99,22 @@ else
     fail "sweep: the summary file does not say it is partial: $(head -1 "$tmp/sweep.md")"
 fi
 
+# A second signal ends sweep at once, and says so (it ended without a word): here during its
+# second grid point (P=1024, seconds), the first signal taken after the first point (P=4).
+"$rrfp" sweep --workloads language --pp 4,1024 --mb-factors 2 --seeds 1 --csv "$tmp/sweep2.csv" \
+  --quiet >"$tmp/sweep2.log" 2>&1 &
+pid=$!
+wait_handler $pid || fail "sweep never installed its SIGTERM handler"
+sleep 1.5
+kill -TERM $pid
+stop_after $pid 0.5
+pid=
+[ "$rc" -eq 143 ] || fail "sweep, a second signal: exit $rc, want 143"
+[ "$(cat "$tmp/sweep2.log")" = "rrfp sweep: SIGTERM taken: stopping after the current grid point; a second signal stops it at once
+rrfp sweep: stopped at once by a second SIGTERM; what it had not yet written is missing" ] ||
+  fail "sweep, a second signal: $(cat "$tmp/sweep2.log")"
+[ -e "$tmp/sweep2.csv" ] && fail "sweep, a second signal: wrote its CSV"
+
 # simulate and run keep nothing worth writing half done: a signal ends them at once with one
 # line and 128 + the signal, and no output (they died without a word).
 "$rrfp" simulate --pp 1024 -m 2048 --hint 1f1b --policy fixed --json "$tmp/sim.json" \

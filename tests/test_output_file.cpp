@@ -2,9 +2,11 @@
 // happens when the path stops naming it between the two.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -97,6 +99,51 @@ TEST_F(OutputFiles, AFifoReplacedAfterTheCheckIsLetGo) {
   EXPECT_EQ(contents(fifo), "new");
   char buf[8] = {};
   EXPECT_LE(::read(reader, buf, sizeof buf), 0);  // nothing went into the FIFO
+}
+
+// The hidden temporaries of replace_file in `dir`.
+int temporaries_in(const std::string& dir) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    n += e.path().filename().string().starts_with(".rrfp-");
+  return n;
+}
+
+// Seen from a signal handler in the middle of replace_file's write: whether the temporary was
+// there, and whether remove_temporary_in_progress() took it away.
+std::string g_watched;
+int g_before = -1, g_after = -1;
+void on_file_size_limit(int) {
+  g_before = temporaries_in(g_watched);
+  remove_temporary_in_progress();
+  g_after = temporaries_in(g_watched);
+}
+
+// A second signal ends a command at once: the file it was replacing had its temporary left
+// behind. The signal is SIGXFSZ, which a write past the file size limit raises in the writing
+// thread at a known point (mid-write), for a handler that removes the temporary as a stop
+// signal's does.
+TEST_F(OutputFiles, ASignalHandlerRemovesTheTemporaryBeingWritten) {
+  g_watched = fresh_dir("temporary");
+  const std::string out = g_watched + "/report.json";
+  struct sigaction sa {
+  }, old_sa{};
+  sa.sa_handler = on_file_size_limit;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(::sigaction(SIGXFSZ, &sa, &old_sa), 0);
+  rlimit old_lim{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_lim), 0);
+  rlimit lim = old_lim;
+  lim.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &lim), 0);
+  EXPECT_THROW(replace_file(out, std::string(1 << 16, 'x'), "`json`"), Error);
+  ::setrlimit(RLIMIT_FSIZE, &old_lim);
+  ::sigaction(SIGXFSZ, &old_sa, nullptr);
+  EXPECT_EQ(g_before, 1);
+  EXPECT_EQ(g_after, 0);
+  EXPECT_EQ(temporaries_in(g_watched), 0);
+  EXPECT_FALSE(std::filesystem::exists(out));
+  remove_temporary_in_progress();  // none held now: nothing happens
 }
 
 }  // namespace

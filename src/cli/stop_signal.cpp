@@ -15,6 +15,7 @@
 
 #include "cli/options.hpp"
 #include "cli/stdout_stream.hpp"
+#include "core/output_file.hpp"
 
 namespace rrfp {
 
@@ -48,6 +49,8 @@ std::string g_command;
 // stop_on_signals: the line its handler writes as it takes the first request, for each of
 // kStopSignals, built before g_acknowledge is set (a handler may not allocate).
 HandlerLine g_ack_lines[kNumStopSignals];
+// And the line it writes as a second request ends the process (it ended without a word).
+HandlerLine g_second_lines[kNumStopSignals];
 std::atomic<bool> g_acknowledge{false};
 // stop_at_once_until_work: the first request ends the process as exit_on_signals' do.
 std::atomic<bool> g_at_once{false};
@@ -137,7 +140,11 @@ void on_stop_signal(int sig) {
   // (the hard limit's SIGKILL ends what does not stop in time).
   if (sig == SIGXCPU && g_stop.load() != 0) return;
   const bool fresh = g_stop.load() == 0;
-  if (!first_request(sig)) ::_exit(128 + sig);  // async-signal-safe
+  if (!first_request(sig)) {
+    remove_temporary_in_progress();  // a file being replaced keeps what it held
+    if (g_acknowledge.load()) write_line(g_second_lines[signal_index(sig)]);
+    ::_exit(128 + sig);  // async-signal-safe
+  }
   if (fresh && g_acknowledge.load()) write_line(g_ack_lines[signal_index(sig)]);
 }
 
@@ -147,6 +154,7 @@ void on_exit_signal(int sig) {
   if (outputs == kWriting && sig == SIGXCPU) return;      // its repeats alike (on_stop_signal)
   // The line says where the outputs stand: a second signal while they are written cuts that
   // short (it said "nothing written", with some outputs written), and past it they are there.
+  remove_temporary_in_progress();
   write_line(g_exit_lines[outputs][signal_index(sig)]);
   ::_exit(128 + sig);
 }
@@ -188,11 +196,16 @@ std::atomic<int>& stop_on_signals(bool pipe) {
 
 void acknowledge_stop_signals(const std::string& command, const std::string& until) {
   g_acknowledge.store(false);  // not read while the lines change
-  for (int sig : kStopSignals)
+  for (int sig : kStopSignals) {
     g_ack_lines[signal_index(sig)].set(
         "rrfp " + command + ": " + signal_name(sig) + " taken: " + until +
         (sig == SIGXCPU ? "; another signal stops it at once\n"  // repeats do not
                         : "; a second signal stops it at once\n"));
+    const std::string second = sig == SIGXCPU ? "another " : "a second ";
+    g_second_lines[signal_index(sig)].set("rrfp " + command + ": stopped at once by " + second +
+                                          signal_name(sig) + "; what it had not yet written is " +
+                                          "missing\n");
+  }
   g_acknowledge.store(true);
 }
 

@@ -39,6 +39,26 @@ void write_and_close(int fd, const std::string& bytes, const std::string& what) 
   if (::close(fd) != 0) throw Error(what + ": writing failed: " + std::strerror(errno));
 }
 
+// The temporary replace_file is writing, for remove_temporary_in_progress() in a signal
+// handler: a buffer nothing frees, and whether it names one now.
+char g_temporary[4096];
+std::atomic<bool> g_temporary_held{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "read in a signal handler");
+
+// Names `tmp` as the temporary in progress while it lives (one too long for the buffer is not
+// named: a signal then leaves it, as before).
+class TemporaryInProgress {
+ public:
+  explicit TemporaryInProgress(const std::string& tmp) {
+    if (tmp.size() >= sizeof g_temporary) return;
+    std::memcpy(g_temporary, tmp.c_str(), tmp.size() + 1);
+    g_temporary_held.store(true);
+  }
+  ~TemporaryInProgress() { g_temporary_held.store(false); }
+  TemporaryInProgress(const TemporaryInProgress&) = delete;
+  TemporaryInProgress& operator=(const TemporaryInProgress&) = delete;
+};
+
 // A new file beside `target` that no other writer has (O_EXCL), with `mode`; its name in `tmp`.
 // A short name of its own, not `target`'s plus a suffix, which could pass NAME_MAX. -1 and
 // errno when the folder takes none.
@@ -305,6 +325,7 @@ void replace_file(const std::string& path, const std::string& bytes, const std::
     if (exists && in_place_instead(errno)) return write_in_place(path, bytes, what);
     throw InputError(what + " cannot be written: " + std::strerror(errno));
   }
+  const TemporaryInProgress in_progress(tmp);
   try {
     if (exists) ::fchmod(fd, st.st_mode & 07777);  // the umask took bits off the old mode
     write_and_close(fd, bytes, what);
@@ -321,6 +342,10 @@ void replace_file(const std::string& path, const std::string& bytes, const std::
     ::unlink(tmp.c_str());
     throw;
   }
+}
+
+void remove_temporary_in_progress() {
+  if (g_temporary_held.exchange(false)) ::unlink(g_temporary);
 }
 
 void hold_closed_standard_streams() {

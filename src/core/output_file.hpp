@@ -48,6 +48,10 @@ void check_output_path(const std::string& path, const std::string& what, OutputM
 // as open_output (InputError) and write_all (Error) do, starting with `what`.
 void replace_file(const std::string& path, const std::string& bytes, const std::string& what);
 
+// Removes the temporary file replace_file is writing, if any: for a signal handler that ends the
+// process at once (async-signal-safe), which left a hidden `.rrfp-PID-N.tmp` behind.
+void remove_temporary_in_progress();
+
 // Holds each standard stream the caller closed (`>&-`) with /dev/null opened the other way, so
 // that it still fails as a closed one (EBADF) while no file opened later takes its number
 // (`train` with stdout closed wrote its progress lines into loss.csv, which had taken 1). A
