@@ -44,6 +44,27 @@ TEST(HintFile, RoundTripsTextAndJson) {
   }
 }
 
+// The JSON hint is written as text, not through a JSON tree: byte for byte the document the
+// tree's dump(1) gives, which earlier plans and their checks hold (empty rows and a V-shape too).
+TEST(HintFile, JsonIsWrittenAsTheTreeWroteIt) {
+  PipelineConfig vshape = config(2, 3, 2, true);
+  vshape.placement = Placement::VShape;
+  for (const PipelineConfig& c : {config(4, 8, 1, false), config(3, 5, 1, true), vshape}) {
+    const WorkModel m(c);
+    ListHint h = make_hint(c.vpp > 1 ? "zb-v" : "gpipe", m).list();
+    const std::string text = write_hint_json(h, m);
+    EXPECT_EQ(text, nlohmann::json::parse(text).dump(1) + "\n");
+    h.stages.back().clear();
+    const std::string cut = write_hint_json(h, m);
+    EXPECT_EQ(cut, nlohmann::json::parse(cut).dump(1) + "\n");
+    EXPECT_NE(cut.find("[]"), std::string::npos);
+  }
+  EXPECT_EQ(write_hint_json(ListHint{}, WorkModel(config(2, 2, 1, false))),
+            "{\n \"format\": \"rrfp-hint\",\n \"microbatches\": 2,\n \"placement\": \"loop\",\n"
+            " \"pp\": 2,\n \"split_backward\": false,\n \"stages\": [],\n \"version\": 1,\n"
+            " \"vpp\": 1\n}\n");
+}
+
 TEST(HintFile, RejectsWithNamedErrors) {
   // stage 0 = chunk 0, stage 1 = chunk 1; M = 2.
   const std::string ok1 = "stage 1: F1:0 B1:0 F1:1 B1:1\n";
