@@ -174,7 +174,9 @@ std::vector<std::vector<std::byte>> C10dWorld::arrival_gather_bytes(std::span<co
   const Limit limit =
       own_arrivals_
           ? Limit{std::chrono::milliseconds(within_ms),
-                  "came to the call later than `arrival_timeout` (or `timeout` where longer)"}
+                  "came to the call later than `arrival_timeout` (or `timeout` where longer), "
+                  "or is in another call or another pipeline's (with several pipelines alive, "
+                  "every process calls them in the same order)"}
           : Limit{std::chrono::milliseconds(0),
                   "came to the call later than the group's own timeout"};
   return gather_job(*arr_, arr_dp_.get(), mine, limit);

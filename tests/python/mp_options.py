@@ -173,11 +173,39 @@ def refuse_other_modes(pp, dp, transport, job_rank):
           flush=True)
 
 
+def refuse_pipelines_apart(pp, dp, transport, job_rank):
+    """Two pipelines alive, their calls made in another order on job rank 0 than on the others:
+    under mpirun, where both gather over the job's one communicator, rank 0's
+    a.clip_grad_norm_() met the others' b.clip_grad_norm_(), and every process went on with a
+    norm of both models (a save likewise committed a checkpoint of both). Refused on every
+    process, naming each one's pipeline; both then go on, called alike."""
+    a, b = (rrfp.Pipeline(lambda i, s=s: lm.chunks(pp, seed=s)[i], lm.loss_fn, pp=pp,
+                          microbatches=4, transport=transport, dp=dp, timeout=60)
+            for s in (0, 1))
+    for pipe in (a, b):
+        pipe.step(*lm.batches(4, seed=3))
+    first = a if job_rank == 0 else b
+    try:
+        first.clip_grad_norm_(1.0)
+    except RuntimeError as e:
+        for r, pipe in ((0, a), (1, b)):
+            want = f"job rank {r} in clip_grad_norm_() of pipeline {pipe._number} after 1 steps"
+            assert want in str(e), (job_rank, str(e))
+    else:
+        raise AssertionError(f"rank {job_rank}: clip_grad_norm_() of two pipelines paired")
+    for pipe in (a, b):
+        pipe.clip_grad_norm_(1.0)
+        pipe.step(*lm.batches(4, seed=4))
+    print(f"rank {job_rank}: two pipelines called in different orders refused", flush=True)
+
+
 def run(pp, dp, transport, job_rank):
     torch.manual_seed(0)
     refuse_other_autocast(pp, dp, transport, job_rank)
     refuse_other_modes(pp, dp, transport, job_rank)
     if transport == "c10d":  # an MPI job takes one layout while pipelines of it are alive
         refuse_other_layout(pp, dp, transport, job_rank)
+    else:  # over c10d each pipeline gathers over groups of its own
+        refuse_pipelines_apart(pp, dp, transport, job_rank)
     refuse_other_options(pp, dp, transport, job_rank)
     compare_hint_files(pp, dp, transport, job_rank)

@@ -9,7 +9,7 @@ import torch
 
 from . import _rrfp, _saving, checkpoint
 from ._args import arrival_after, check_arguments, chunk_builder, progress_after
-from ._calls import BUILDING, gather
+from ._calls import BUILDING, gather, pipeline_number
 from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._grads import warn_inexact
@@ -183,6 +183,7 @@ class Pipeline:
             self._data.seeding = seeding
         self._core.set_runners(self._runners)
         self._step = 0
+        self._number = pipeline_number(transport)  # once made on every process: the tags'
         self._wrappers_checked = False  # a chunk wrapped since it was built (set_up_step)
         self.last_step = None
         # One step at a time: a second, from another thread or from inside a task, would share
