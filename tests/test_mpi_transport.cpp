@@ -123,6 +123,40 @@ TEST(MpiTransport, MixedSizesArriveIntactFromEveryRank) {
   w.barrier();
 }
 
+// A payload past one MPI count (2 GiB) goes as a type of blocks and a rest, made alike on both
+// sides from its size (it was refused). Here the path is taken past 20,000 bytes, in blocks of
+// 1000: payloads on either side of that (past the inline 16 KiB), an exact number of blocks,
+// blocks and a rest.
+TEST(MpiTransport, APayloadPastOneCountArrivesIntact) {
+  MpiWorld& w = *g_world;
+  auto tr = w.make_transport({}, MpiLargeMessages{20'000, 1000});
+  Inbox inbox;
+  tr->set_receiver(std::ref(inbox));
+  w.barrier();
+  const std::vector<std::size_t> sizes{18'000, 20'000, 20'001, 25'000, 123'456};
+  std::atomic<int> done{0};
+  for (int dst = 0; dst < w.size(); ++dst) {
+    if (dst == w.rank()) continue;
+    for (int id = 0; id < static_cast<int>(sizes.size()); ++id)
+      tr->send(dst, MessageTag{3, TaskId{Kind::F, w.rank(), id}},
+               make_payload(w.rank(), id, sizes[id]), [&](std::exception_ptr e) {
+                 EXPECT_EQ(e, nullptr);
+                 ++done;
+               });
+  }
+  const std::size_t expect = sizes.size() * (w.size() - 1);
+  ASSERT_TRUE(inbox.wait_for(expect)) << "rank " << w.rank() << " got " << inbox.got.size();
+  for (const Message& m : inbox.got) {
+    EXPECT_EQ(m.payload.size(), sizes[m.tag.producer.mb]);
+    EXPECT_TRUE(intact(m)) << "payload of " << to_string(m.tag) << " from " << m.src;
+  }
+  w.barrier();
+  for (int i = 0; i < 1000 && done.load() < static_cast<int>(expect); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(done.load(), static_cast<int>(expect));
+  w.barrier();
+}
+
 TEST(MpiTransport, ManyConcurrentSendersLoseNothing) {
   MpiWorld& w = *g_world;
   auto tr = w.make_transport();

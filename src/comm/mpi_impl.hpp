@@ -27,6 +27,20 @@ inline constexpr std::size_t kSlotBytes = sizeof(Wire) + kInlineBytes;
 inline constexpr std::size_t kCopyOutBytes =
     512;  // smaller inline payloads are copied out of the ring
 
+// The datatype and count that carry a payload of `n` bytes in one message (MpiLargeMessages):
+// MPI_BYTE x n up to `large.largest_plain`, else one element of a type made for it, committed;
+// release() frees a made one (MPI keeps it for the operations already posted with it).
+struct BytesType {
+  MPI_Datatype type = MPI_BYTE;
+  int count = 0;
+  bool made = false;
+  BytesType(std::uint64_t n, const MpiLargeMessages& large);
+  ~BytesType() { release(); }
+  BytesType(const BytesType&) = delete;
+  BytesType& operator=(const BytesType&) = delete;
+  void release();
+};
+
 }  // namespace mpi_detail
 
 struct MpiTransport::Impl {
@@ -46,6 +60,7 @@ struct MpiTransport::Impl {
   MPI_Comm comm = MPI_COMM_NULL, data_comm = MPI_COMM_NULL;
   int rank = 0, size = 0;
   MpiPollOptions poll;
+  MpiLargeMessages large;
   Receiver receiver;
   Broken broken;  // set before `receiving`; read by the progress thread once it is
   std::atomic<bool> receiving{false}, stop{false}, closed{false};

@@ -111,8 +111,9 @@ bool MpiTransport::Impl::poll_receives() {
       r.src = src;
       r.tag = decode(w);
       r.buf = pool->get(w.size);
-      mpi_check(MPI_Irecv(const_cast<std::byte*>(r.buf.data()), static_cast<int>(w.size), MPI_BYTE,
-                          r.src, w.data_tag, data_comm, &r.req),
+      const BytesType bytes(w.size, large);
+      mpi_check(MPI_Irecv(const_cast<std::byte*>(r.buf.data()), bytes.count, bytes.type, r.src,
+                          w.data_tag, data_comm, &r.req),
                 "MPI_Irecv");
       recvs.push_back(std::move(r));
     } else {

@@ -20,6 +20,35 @@ namespace rrfp {
 
 using namespace mpi_detail;
 
+BytesType::BytesType(std::uint64_t n, const MpiLargeMessages& large) {
+  if (n <= large.largest_plain) {
+    count = static_cast<int>(n);
+    return;
+  }
+  const std::uint64_t blocks = n / static_cast<std::uint64_t>(large.block);
+  const std::uint64_t rest = n % static_cast<std::uint64_t>(large.block);
+  if (blocks > static_cast<std::uint64_t>(std::numeric_limits<int>::max()))
+    throw Error("mpi transport: a payload of " + std::to_string(n) + " bytes is past any count");
+  MPI_Datatype block = MPI_DATATYPE_NULL, body = MPI_DATATYPE_NULL;
+  mpi_check(MPI_Type_contiguous(large.block, MPI_BYTE, &block), "MPI_Type_contiguous");
+  mpi_check(MPI_Type_contiguous(static_cast<int>(blocks), block, &body), "MPI_Type_contiguous");
+  int lengths[2] = {1, static_cast<int>(rest)};
+  MPI_Aint at[2] = {0, static_cast<MPI_Aint>(blocks * static_cast<std::uint64_t>(large.block))};
+  MPI_Datatype parts[2] = {body, MPI_BYTE};
+  mpi_check(MPI_Type_create_struct(rest > 0 ? 2 : 1, lengths, at, parts, &type),
+            "MPI_Type_create_struct");
+  MPI_Type_free(&body);
+  MPI_Type_free(&block);
+  mpi_check(MPI_Type_commit(&type), "MPI_Type_commit");
+  count = 1;
+  made = true;
+}
+
+void BytesType::release() {
+  if (made) MPI_Type_free(&type);
+  made = false;
+}
+
 bool MpiTransport::Impl::poll_sends() {
   {
     std::lock_guard lk(send_mu);
@@ -140,8 +169,14 @@ void MpiTransport::Impl::fail_pending(std::exception_ptr e) {
   }
 }
 
-MpiTransport::MpiTransport(void* comm, MpiPollOptions poll) : impl_(std::make_unique<Impl>()) {
+MpiTransport::MpiTransport(void* comm, MpiPollOptions poll, MpiLargeMessages large)
+    : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
+  if (large.block < 1 || large.largest_plain > std::numeric_limits<int>::max())
+    throw InputError(
+        "mpi transport: large messages: `block` must be at least 1 and "
+        "`largest_plain` at most 2^31 - 1");
+  d.large = large;
   mpi_check(MPI_Comm_dup(static_cast<MPI_Comm>(comm), &d.comm), "MPI_Comm_dup");
   mpi_check(MPI_Comm_dup(static_cast<MPI_Comm>(comm), &d.data_comm), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(d.comm, MPI_ERRORS_RETURN);
@@ -191,9 +226,6 @@ void MpiTransport::send(int dst, const MessageTag& tag, Payload payload, SendDon
                                          std::to_string(dst) + ": endpoint shut down")));
     return;
   }
-  if (payload.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
-    throw InputError("mpi transport: " + to_string(tag) + " carries " +
-                     std::to_string(payload.size()) + " bytes; one message holds at most 2 GiB");
   auto s = std::make_unique<Impl::PendingSend>();
   Wire w = encode(tag, payload.size());
   const bool inline_ = payload.size() <= kInlineBytes;
@@ -211,8 +243,9 @@ void MpiTransport::send(int dst, const MessageTag& tag, Payload payload, SendDon
             "MPI_Isend");
   if (!inline_) {
     s->keep = std::move(payload);
-    mpi_check(MPI_Isend(s->keep.data(), static_cast<int>(s->keep.size()), MPI_BYTE, dst, w.data_tag,
-                        d.data_comm, &s->req[1]),
+    const BytesType bytes(s->keep.size(), d.large);
+    mpi_check(MPI_Isend(s->keep.data(), bytes.count, bytes.type, dst, w.data_tag, d.data_comm,
+                        &s->req[1]),
               "MPI_Isend");
   } else {
     // A small message usually leaves at once (eager): complete it here, no queue, no wake-up.

@@ -17,6 +17,7 @@
 // in the progress thread's stead (progress()); one poll lock keeps them from polling at once.
 // See docs/mpi.md.
 #include <cstdint>
+#include <limits>
 #include <memory>
 
 #include "comm/transport.hpp"
@@ -37,10 +38,19 @@ struct MpiPollOptions {
   int between_steps_sleep_us = 2000;
 };
 
+// How a payload too large for one MPI count (an int: 2 GiB) travels: as one element of a
+// derived datatype of `block`-byte blocks and the rest, which both sides make from its size
+// (such a payload was refused: an activation of 2.4 GB failed the step under mpirun, where
+// torchrun's transport carried it). Tests lower both to take that path with small payloads.
+struct MpiLargeMessages {
+  std::uint64_t largest_plain = std::numeric_limits<int>::max();
+  int block = 1 << 30;
+};
+
 class MpiTransport final : public Transport {
  public:
   // `comm` is an MPI_Comm (kept opaque here); the transport duplicates it.
-  MpiTransport(void* comm, MpiPollOptions poll);
+  MpiTransport(void* comm, MpiPollOptions poll, MpiLargeMessages large = {});
   ~MpiTransport() override;
 
   int rank() const override;

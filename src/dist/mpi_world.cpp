@@ -152,9 +152,9 @@ void MpiWorld::set_layout(const JobLayout& l) {
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
 }
 
-std::unique_ptr<Transport> MpiWorld::make_transport(MpiPollOptions poll) {
+std::unique_ptr<Transport> MpiWorld::make_transport(MpiPollOptions poll, MpiLargeMessages large) {
   auto d = deadline("MPI_Comm_dup (transport)");
-  return std::make_unique<MpiTransport>(static_cast<void*>(comms_->pipe), poll);
+  return std::make_unique<MpiTransport>(static_cast<void*>(comms_->pipe), poll, large);
 }
 
 std::unique_ptr<TpCollective> MpiWorld::make_tp_group(int stage) {

@@ -59,7 +59,7 @@ class MpiWorld final : public Job {
   int world_rank_of(int e) const { return replica() * layout_.pp * layout_.tp + e; }
 
   // This process's endpoint of its replica's pipeline (ranks = endpoint ids).
-  std::unique_ptr<Transport> make_transport(MpiPollOptions poll = {});
+  std::unique_ptr<Transport> make_transport(MpiPollOptions poll = {}, MpiLargeMessages large = {});
   // This endpoint, its transport, the TP group's collective, a barrier before each step, and
   // peers named with their MPI ranks in error messages.
   Hosting hosting() override;
