@@ -315,5 +315,19 @@ printf '[{"name":"Forward 0","ph":"X","ts":11,"dur":10,"pid":"rank1","tid":1},{"
 "$rrfp" predict "$tmp/merged.json" --hints bf --limit 0 2>&1 |
   grep -q "0 of 2 messages timed by the trace, 2 seen from their consumers' starts" ||
   { echo "FAIL: a merged file's ranks by their pids' names"; fails=$((fails + 1)); }
+# A large replay is held as its text and a few bytes a row (a string per cell held 32 times the
+# file: 256 MiB took 8.3 GB before its third line was refused). 64 MiB under a 1 GB address
+# space: its duplicate row is named (it ran out of memory, exit 1).
+if (ulimit -v 1000000 && "$rrfp" --help >/dev/null 2>&1); then
+  /usr/bin/python3 -c "import sys; row = '0,0,0,F,1\\n'
+sys.stdout.write('stage,chunk,microbatch,kind,duration_us\\n' + row * (64 * 2**20 // len(row)))" \
+    >"$tmp/big.csv"
+  (ulimit -v 1000000 && "$rrfp" simulate --pp 4 -m 8 --replay "$tmp/big.csv" >/dev/null \
+    2>"$tmp/big.err")
+  rc=$?
+  [ $rc -eq 2 ] && grep -qx "rrfp: error: $tmp/big.csv:3: task F c0 m0 appears twice" "$tmp/big.err" ||
+    { echo "FAIL: a 64 MiB replay under 1 GB: rc=$rc $(head -c 300 "$tmp/big.err")"; fails=$((fails + 1)); }
+  rm -f "$tmp/big.csv"
+fi
 echo "cli bad-replay checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -20,30 +20,47 @@ namespace rrfp {
 
 namespace {
 
-using Row = std::pair<int, std::vector<std::string>>;  // line number, cells
+// A row: its line number and where its line lies in the text the table was read from, which
+// outlives the table; its cells are found as they are read (cell()). A vector of strings a row
+// held 32 times the file's size (a 256 MiB replay took 8.3 GB before its second row was refused).
+struct Row {
+  int line;
+  std::uint32_t begin, size;  // the text is at most kReplayFile bytes
+};
 
 // The file's header (column -> index) and its rows; with a `step` column, only the chosen
 // step's rows (`step` < 0: the last).
 struct Table {
+  std::string_view text;
   std::map<std::string, int> col;
   std::vector<Row> rows;
 };
 
-// The line's cells, each without the blanks at its ends. Blanks inside stay, for the cell's
-// reader to refuse: "10 00" was read as 1000.
-std::vector<std::string> cells_of(const std::string& s) {
+// `s` without the blanks at its ends. Blanks inside stay, for the cell's reader to refuse: "10
+// 00" was read as 1000.
+std::string_view trimmed(std::string_view s) {
+  const std::size_t first = s.find_first_not_of(" \t\r");
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(" \t\r") - first + 1);
+}
+
+// The line's cells, trimmed.
+std::vector<std::string> cells_of(std::string_view s) {
   std::vector<std::string> out;
-  std::size_t start = 0;
-  for (;;) {
+  for (std::size_t start = 0;;) {
     const std::size_t comma = std::min(s.find(',', start), s.size());
-    const std::size_t first = s.find_first_not_of(" \t\r", start);
-    const std::size_t last = s.find_last_not_of(" \t\r", comma == 0 ? 0 : comma - 1);
-    out.push_back(first < comma && last != std::string::npos && last >= first
-                      ? s.substr(first, last - first + 1)
-                      : std::string());
+    out.emplace_back(trimmed(s.substr(start, comma - start)));
     if (comma == s.size()) return out;
     start = comma + 1;
   }
+}
+
+// Cell `i` of `row` (the line holds as many as the header: read_table checks), trimmed.
+std::string_view cell(const Table& t, const Row& row, int i) {
+  std::string_view line = t.text.substr(row.begin, row.size);
+  for (; i > 0; --i)
+    line.remove_prefix(line.find(',') + 1);
+  return trimmed(line.substr(0, line.find(',')));
 }
 
 std::map<std::string, int> header_of(const std::vector<std::string>& cells,
@@ -75,22 +92,24 @@ void keep_step(Table& t, const std::string& origin, int step) {
   }
   const int at = t.col.at("step");
   long long last = -1;
+  const auto step_of = [&](const Row& r) { return std::stoll(std::string(cell(t, r, at))); };
   for (const Row& r : t.rows) {
-    const std::string& st = r.second[at];
+    const std::string_view st = cell(t, r, at);
     if (st.empty() || st.size() > 9 || st.find_first_not_of("0123456789") != std::string::npos)
-      throw InputError(origin + ":" + std::to_string(r.first) + ": column step: '" +
+      throw InputError(origin + ":" + std::to_string(r.line) + ": column step: '" +
                        printable(st, 30) + "' is not a whole number in [0, 999999999]");
-    last = std::max(last, std::stoll(st));
+    last = std::max(last, step_of(r));
   }
   // By value, as `last` is: "02" is step 2 (a text match never found it, and dropped its rows).
   const long long chosen = step >= 0 ? step : last;
-  const auto other = [&](const Row& r) { return std::stoll(r.second[at]) != chosen; };
+  const auto other = [&](const Row& r) { return step_of(r) != chosen; };
   if (std::all_of(t.rows.begin(), t.rows.end(), other))
     throw InputError("`step`: " + origin + " has no step " + std::to_string(chosen) +
                      "; its last is " + std::to_string(last));
   t.rows.erase(std::remove_if(t.rows.begin(), t.rows.end(), other), t.rows.end());
 }
 
+// `text` must outlive the table, whose rows point into it.
 Table read_table(const std::string& text, const std::string& origin, int step) {
   // Compressed, its first bytes were named as an unknown column.
   if (text.starts_with("\x1f\x8b"))
@@ -100,24 +119,28 @@ Table read_table(const std::string& text, const std::string& origin, int step) {
   Table t;
   // An editor's byte order mark was read into the first column's name ("unknown column
   // '\xEF\xBB\xBFstage'").
-  std::istringstream in(std::string(skip_bom(text)));
-  std::string line;
+  t.text = skip_bom(text);
   int line_no = 0;
   bool header = false;
-  while (std::getline(in, line)) {
-    ++line_no;
+  for (std::size_t at = 0; at < t.text.size();) {
+    const std::size_t end = std::min(t.text.find('\n', at), t.text.size());
+    const std::string_view line = t.text.substr(at, end - at);
+    const Row row{++line_no, static_cast<std::uint32_t>(at),
+                  static_cast<std::uint32_t>(line.size())};
+    at = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos || line[0] == '#') continue;
+    const std::size_t cells =
+        static_cast<std::size_t>(std::count(line.begin(), line.end(), ',')) + 1;
     const std::string where = origin + ":" + std::to_string(line_no);
-    if (line.find_first_not_of(" \t\r") == std::string::npos || line[0] == '#') continue;
-    auto cells = cells_of(line);
     if (!header) {
-      t.col = header_of(cells, where);
+      t.col = header_of(cells_of(line), where);
       header = true;
-      continue;
-    }
-    if (cells.size() != t.col.size())
+    } else if (cells != t.col.size()) {
       throw InputError(where + ": expected " + std::to_string(t.col.size()) + " columns, got " +
-                       std::to_string(cells.size()));
-    t.rows.emplace_back(line_no, std::move(cells));
+                       std::to_string(cells));
+    } else {
+      t.rows.push_back(row);
+    }
   }
   if (!header) throw InputError(origin + ": empty replay file (no header)");
   // A header alone: said so (it read "--step: ... has no step -1; its last is -1" without --step).
@@ -129,7 +152,7 @@ Table read_table(const std::string& text, const std::string& origin, int step) {
 // A cell as a non-negative decimal number (whole and <= 1e9 when `integer`).
 double number_at(const Table& t, const Row& row, const std::string& where, const char* name,
                  bool integer) {
-  const std::string& s = row.second[t.col.at(name)];
+  const std::string s(cell(t, row, t.col.at(name)));
   double v = 0;
   size_t used = 0;
   try {
@@ -150,7 +173,7 @@ double number_at(const Table& t, const Row& row, const std::string& where, const
 }
 
 Kind kind_at(const Table& t, const Row& row, const std::string& where) {
-  const std::string& k = row.second[t.col.at("kind")];
+  const std::string_view k = cell(t, row, t.col.at("kind"));
   if (k == "F") return Kind::F;
   if (k == "B") return Kind::B;
   if (k == "W") return Kind::W;
@@ -198,7 +221,7 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
   // Untimed, a message takes message_us: it was taken and ignored (every message free).
   const std::int64_t untimed = message_us >= 0 ? duration_ns(message_us, "`message_us`") : 0;
   for (const Row& row : table.rows) {
-    const std::string where = origin + ":" + std::to_string(row.first);
+    const std::string where = origin + ":" + std::to_string(row.line);
     auto num = [&](const char* name, bool integer) {
       return number_at(table, row, where, name, integer);
     };
@@ -284,9 +307,10 @@ RealizedWork read_replay_file(const std::string& path, const WorkModel& m, int t
 }
 
 int replay_csv_last_step(const std::string& path) {
-  const Table table = read_table(read_input_file(path, kReplayFile), path, -1);
+  const std::string text = read_input_file(path, kReplayFile);
+  const Table table = read_table(text, path, -1);
   if (!table.col.count("step") || table.rows.empty()) return -1;
-  return std::stoi(table.rows.front().second[table.col.at("step")]);
+  return std::stoi(std::string(cell(table, table.rows.front(), table.col.at("step"))));
 }
 
 bool replay_records_split(const std::string& path, int tp, const TraceOptions& trace) {
@@ -304,9 +328,10 @@ bool replay_records_split(const std::string& path, int tp, const TraceOptions& t
       return false;
     }
   }
-  const Table table = read_table(read_input_file(path, kReplayFile), path, trace.step);
+  const std::string text = read_input_file(path, kReplayFile);
+  const Table table = read_table(text, path, trace.step);
   for (const Row& row : table.rows)
-    if (row.second[table.col.at("kind")] == "W") return true;
+    if (cell(table, row, table.col.at("kind")) == "W") return true;
   return false;
 }
 
