@@ -103,6 +103,18 @@ for args in "simulate --pp 2 -m 4 --json -" "simulate --pp 2 -m 4" "--help-all" 
     fail "rrfp $args >/dev/full: exit $rc, $(cat err)"
 done
 
+# An output that fails after others were written names them (they stay): it named only itself.
+for args in "sweep --pp 4 --seeds 1 --quiet --csv w1.csv --md /dev/full" \
+  "simulate --pp 4 -m 8 --hint bf --svg w1.csv --json /dev/full" \
+  "plan --pp 4 -m 8 --max-evaluations 3 --out w1.csv --json /dev/full"; do
+  rm -f w1.csv
+  # shellcheck disable=SC2086
+  "$rrfp" $args >/dev/null 2>err
+  rc=$?
+  [ "$rc" -eq 1 ] && [ -s w1.csv ] && grep -q "No space left on device (--[a-z]* w1.csv written before it, and kept)$" err ||
+    fail "rrfp $args: exit $rc, $(cat err)"
+done
+
 # A written output replaces the file a link names (the link stays) and keeps its mode.
 "$rrfp" schedule show --out real.txt >/dev/null && chmod 600 real.txt && ln -s real.txt link.txt
 "$rrfp" schedule show --hint gpipe --out link.txt >/dev/null || fail "schedule show --out link"

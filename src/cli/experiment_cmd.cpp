@@ -191,13 +191,14 @@ void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenari
 
 void write_reports(const ExperimentFlags& f, const ReportHeader& h,
                    const std::vector<ReportRun>& runs, const nlohmann::json& extra) {
-  if (!f.trace.empty()) write_chrome_trace(f.trace, runs);
-  if (!f.svg.empty()) write_svg(f.svg, h, runs);
-  if (!f.json.empty()) {
+  WrittenOutputs written;
+  written.write("--trace", f.trace, [&] { write_chrome_trace(f.trace, runs); });
+  written.write("--svg", f.svg, [&] { write_svg(f.svg, h, runs); });
+  written.write("--json", f.json, [&] {
     nlohmann::json j = to_json(h, runs);
     if (extra.is_object()) j.update(extra);
     write_json_report(f.json, j);
-  }
+  });
   // When stdout carries the JSON, every line for people goes to stderr.
   std::ostream& human = is_stdout(f.json) ? std::cerr : std::cout;
   if (!is_stdout(f.json)) human << format_table(h, runs, f.per_stage);

@@ -2,6 +2,7 @@
 // Flags shared by the subcommands, bound to CLI11 with their defaults.
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -97,6 +98,18 @@ using NamedPaths = std::initializer_list<std::pair<const std::string&, const cha
 // outputs naming one file, and an output naming one of the command's `inputs` (a file that
 // exists; an empty path passes).
 void check_outputs(NamedPaths outputs, NamedPaths inputs = {});
+// The outputs a command has written, for the error of one that fails after them: it named
+// only the one that failed (`sweep --csv x.csv --md /dev/full` left x.csv written, unsaid).
+class WrittenOutputs {
+ public:
+  // Writes output `path` (named by `flag`; "" or "-" is not a file) through `write`; where it
+  // fails, the error (InputError or Error alike) also names the files written before it, which
+  // stay.
+  void write(const char* flag, const std::string& path, const std::function<void()>& write);
+
+ private:
+  std::string written_;
+};
 // Whether `path` is standard output: '-', or what descriptor 1 has open (/dev/stdout,
 // /dev/fd/1, the file stdout was sent to). A command whose --json is stdout prints its human
 // lines to stderr, so that stdout is the JSON alone.

@@ -110,4 +110,23 @@ void check_outputs(NamedPaths outputs, NamedPaths inputs) {
   }
 }
 
+void WrittenOutputs::write(const char* flag, const std::string& path,
+                           const std::function<void()>& write) {
+  if (path.empty()) return;
+  const auto said = [&](const std::exception& e) {
+    return std::string(e.what()) + " (" + written_ + " written before it, and kept)";
+  };
+  try {
+    write();
+  } catch (const InputError& e) {
+    if (written_.empty()) throw;
+    throw InputError(said(e));
+  } catch (const Error& e) {
+    if (written_.empty()) throw;
+    throw Error(said(e));
+  }
+  if (is_stdout(path)) return;
+  written_ += (written_.empty() ? "" : ", ") + std::string(flag) + " " + shell_word(path);
+}
+
 }  // namespace rrfp

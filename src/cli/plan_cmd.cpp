@@ -374,17 +374,18 @@ void run_plan(const PlanFlags& f) {
   // The exact search's root bound holds for every order, as it enumerates them all (it does
   // not run under --entry in-order): where tighter, the gap is measured from it.
   if (best.ran_exact) bound = std::max(bound, best.exact.root_bound);
-  if (!f.out.empty()) {
+  WrittenOutputs written;
+  written.write("--out", f.out, [&] {
     const bool json = hint_path_is_json(f.out);
     write_text_file(
         f.out, json ? write_hint_json(best.order(), m) : write_hint_text(best.order(), m), "--out");
-  }
+  });
   print_plan(is_stdout(f.json) ? std::cerr : std::cout, f, sc, p, best, bound);
-  if (!f.json.empty()) {
+  written.write("--json", f.json, [&] {
     nlohmann::json j = plan_json(f, sc, p, std::move(run), best, bound);
     if (const int sig = stop.load()) j["plan"]["stopped_by"] = signal_name(sig);  // budget unspent
     write_json_report(f.json, j);
-  }
+  });
   if (const int sig = stop.load()) {
     print_line("rrfp plan: stopped by " + signal_name(sig) +
                " before its budget was spent; what it wrote is the best order found until then");

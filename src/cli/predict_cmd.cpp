@@ -117,14 +117,15 @@ void run_predict(PredictFlags f) {
   for (std::string& s : p.skipped)  // the library's reasons name options: here, flags
     s = as_flags(s);
   write_then_heed_signals([&] {
-    if (!f.svg.empty()) {
+    WrittenOutputs written;
+    written.write("--svg", f.svg, [&] {
       ReportHeader h;
       h.workload = "trace:" + f.path;
       h.tp = f.tp;
       h.source = "measured vs predicted";
       write_svg(f.svg, h, {p.measured, p.replayed, p.best()});
-    }
-    if (!f.json.empty()) write_json_report(f.json, prediction_json(p, f.path));
+    });
+    written.write("--json", f.json, [&] { write_json_report(f.json, prediction_json(p, f.path)); });
   });
   // With the JSON on stdout the report goes to stderr, as simulate's and run's do (it was
   // left out).

@@ -339,7 +339,8 @@ void run_sweep(const SweepFlags& f) {
     return true;
   });
   if (show) std::cerr << "\n";
-  write_text_file(f.csv, csv, "--csv");
+  WrittenOutputs written;
+  written.write("--csv", f.csv, [&] { write_text_file(f.csv, csv, "--csv"); });
   // A stopped grid's summary says so itself: its geomeans are over the points done, which may
   // leave out whole workloads and sizes, and once stderr is gone it read as a smaller grid's.
   const int sig = stop.load();
@@ -351,7 +352,7 @@ void run_sweep(const SweepFlags& f) {
       (sig == 0 ? ""
                 : "**Partial: " + partial + "; this summary and the CSV hold those alone.**\n\n") +
       markdown(rows, f);
-  if (!f.md.empty()) write_text_file(f.md, md, "--md");
+  written.write("--md", f.md, [&] { write_text_file(f.md, md, "--md"); });
   std::cout << md << "\n"
             << rows.size() << " runs" << (sig == 0 ? "" : " (" + partial + ")")
             << "; CSV: " << visible(f.csv) << "\n";
