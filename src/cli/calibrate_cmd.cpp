@@ -109,8 +109,8 @@ void refuse_inapplicable(const CalibrateFlags& f) {
 
 // A budget the sizes cannot keep at `endpoints` is refused, not overrun (--sizes 1024M
 // --seconds 0.1 took 10-23 s).
-void refuse_short_budget(const CalibrateOptions& o, int endpoints) {
-  const double floor = calibration_floor_s(o, endpoints);
+void refuse_short_budget(const CalibrateOptions& o, int endpoints, bool copied) {
+  const double floor = calibration_floor_s(o, endpoints, copied);
   if (floor > o.seconds)
     throw InputError(
         "--seconds: " + fmt("%g", o.seconds) + " s cannot hold a calibration of " +
@@ -137,7 +137,8 @@ void run_calibrate(const CalibrateFlags& f) {
   o.streams = f.streams;
   // Over MPI the job's size is known only inside it: 2 endpoints, the least, decide here, and
   // its own size there.
-  refuse_short_budget(o, f.transport == TransportKind::Mpi ? 2 : f.endpoints);
+  refuse_short_budget(o, f.transport == TransportKind::Mpi ? 2 : f.endpoints,
+                      f.transport == TransportKind::Mpi);
   if (f.transport == TransportKind::Mpi) {
     o.serial_receive = true;  // one progress thread per process copies what arrives
     o.offer_payload = true;   // the runtime's default rendezvous over a transport moving bytes
@@ -148,7 +149,7 @@ void run_calibrate(const CalibrateFlags& f) {
             "--transport mpi: calibrate measures between 2 processes or more; "
             "start it with mpirun -np 2 or more (got -np " +
             std::to_string(job.size()) + ")");
-      refuse_short_budget(o, job.size());  // 4 processes took 19.3 s of --seconds 3
+      refuse_short_budget(o, job.size(), true);  // 4 processes took 19.3 s of --seconds 3
       // Rank 0 alone writes them: another node's working folder need not hold their folder.
       agree_on_input(&job, [&] {
         if (job.rank() == 0) check_outputs({{f.out, "--out"}, {f.json, "--json"}});
