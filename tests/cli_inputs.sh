@@ -185,7 +185,7 @@ check "--trace-format megatron: maps a trace's events to tasks; 'ok.csv' is a CS
   --trace-format megatron
 check "--exact-nodes: tune(s) the exact search, which --exact off leaves out" \
   plan --pp 2 -m 2 --max-evaluations 5 --exact off --exact-nodes 5
-check "--exact-budget: tune(s) the exact search, which --exact auto runs only up to P 4 and M 8" \
+check "--exact-budget: tune(s) the exact search, which --exact auto runs only up to P 4, V 2 and M 8" \
   plan --pp 5 -m 5 --max-evaluations 5 --exact-budget 5
 check "--calibration: the message model --compare simulates with; give --compare too" \
   run --transport mpi --pp 2 -m 2 --calibration cal.json
