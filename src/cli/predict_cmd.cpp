@@ -5,7 +5,6 @@
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <sstream>
 
 #include "cli/options.hpp"
 #include "cli/stop_signal.hpp"
@@ -29,13 +28,18 @@ struct PredictFlags {
   TraceOptions trace;
 };
 
+// `s`'s comma-separated items; an empty one is refused (bf,,bfw was taken as bf,bfw, silently).
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
+  for (std::size_t at = 0;; ++at) {
+    const std::size_t comma = std::min(s.find(',', at), s.size());
+    out.push_back(s.substr(at, comma - at));
+    if (out.back().empty())
+      throw InputError("--hints: '" + printable(s, 60) +
+                       "' has an empty item; expected a comma-separated list, e.g. bf,adaptive");
+    if (comma == s.size()) return out;
+    at = comma;
+  }
 }
 
 // Before the trace is read at the shape: `--pp 4096 -m 6000` on a trace of a few tasks took
@@ -96,8 +100,6 @@ void run_predict(PredictFlags f) {
   }
   PredictOptions o;
   o.hints = split_list(f.hints);
-  if (o.hints.empty())
-    throw InputError("--hints: expected a comma-separated list, e.g. bf,adaptive");
   for (size_t i = 0; i < o.hints.size(); ++i) {
     const std::string& h = o.hints[i];
     if (!is_rule_hint_name(h))
