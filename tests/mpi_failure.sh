@@ -69,6 +69,9 @@ run_case KILL "process rank 2 .* exited on signal 9"
 # stall, naming it first. A rank held up in one of the job's collectives between steps names
 # the call instead.
 run_case STOP "run failed on mpi rank [0-9]: (stage [0-9] \(mpi rank [0-9]\) failed step [0-9]+: )?no progress .*\(mpi rank 2\)|mpi rank [0-9]: MPI_[A-Za-z_]+.* did not finish within"
+# Interrupted alone (a SIGINT sent to rank 2, not passed on by mpirun): rank 2 says so and names
+# itself; only rank 0's "stopped by SIGTERM", which mpirun then sent it, was said.
+run_case INT "rrfp run: mpi rank 2: stopped by SIGINT sent to this process alone; nothing written"
 # stop_case PHASE: rank 2 stops itself (SIGSTOP) on reaching PHASE (the RRFP_FAULT_STOP hook of
 # dist/mpi_world.cpp); the others must give up within the start-up deadline, naming the call.
 stop_case() {

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <initializer_list>
@@ -45,6 +46,10 @@ static_assert(std::is_trivially_destructible_v<HandlerLine>);
 enum Outputs : int { kNone = 0, kWriting = 1, kWritten = 2 };
 std::atomic<int> g_outputs{kNone};
 HandlerLine g_exit_lines[3][kNumStopSignals];  // [Outputs][signal_index(sig)]
+// Under mpirun, the line of another rank than 0 for a signal sent to it alone, not passed on by
+// mpirun (its parent): rank 0's line, for a signal the whole job got, said nothing of it (a
+// SIGINT to rank 1 was reported as rank 0's SIGTERM, which mpirun sent as rank 1 ended).
+HandlerLine g_alone_lines[kNumStopSignals];
 std::string g_command;
 // stop_on_signals: the line its handler writes as it takes the first request, for each of
 // kStopSignals, built before g_acknowledge is set (a handler may not allocate).
@@ -100,6 +105,11 @@ void build_exit_lines(const std::string& command) {
     for (auto& lines : g_exit_lines)
       for (HandlerLine& line : lines)
         line.set("");
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    for (int sig : kStopSignals)
+      g_alone_lines[signal_index(sig)].set("rrfp " + command + ": mpi rank " + rank +
+                                           ": stopped by " + signal_name(sig) +
+                                           " sent to this process alone; nothing written\n");
     return;
   }
   for (int sig : kStopSignals) {
@@ -148,27 +158,41 @@ void on_stop_signal(int sig) {
   if (fresh && g_acknowledge.load()) write_line(g_ack_lines[signal_index(sig)]);
 }
 
-void on_exit_signal(int sig) {
+void on_exit_signal(int sig, siginfo_t* info, void*) {
   const int outputs = g_outputs.load();
   if (outputs == kWriting && first_request(sig)) return;  // heeded once they are written
   if (outputs == kWriting && sig == SIGXCPU) return;      // its repeats alike (on_stop_signal)
   // The line says where the outputs stand: a second signal while they are written cuts that
   // short (it said "nothing written", with some outputs written), and past it they are there.
   remove_temporary_in_progress();
-  write_line(g_exit_lines[outputs][signal_index(sig)]);
+  const HandlerLine& alone = g_alone_lines[signal_index(sig)];
+  const bool sent_here = info != nullptr && info->si_code == SI_USER && info->si_pid != ::getppid();
+  write_line(alone.size > 0 && sent_here ? alone : g_exit_lines[outputs][signal_index(sig)]);
   ::_exit(128 + sig);
 }
 
-void install(void (*handler)(int), std::initializer_list<int> signals) {
-  struct sigaction sa {};
-  sa.sa_handler = handler;
-  sa.sa_flags = SA_RESTART;  // a write interrupted by the signal goes on
+void install(struct sigaction sa, std::initializer_list<int> signals) {
+  sa.sa_flags |= SA_RESTART;  // a write interrupted by the signal goes on
   sigemptyset(&sa.sa_mask);
   for (int sig : signals) {
     struct sigaction old {};
     ::sigaction(sig, nullptr, &old);
     if (old.sa_handler != SIG_IGN) ::sigaction(sig, &sa, nullptr);  // a background job's stays
   }
+}
+
+void install(void (*handler)(int), std::initializer_list<int> signals) {
+  struct sigaction sa {};
+  sa.sa_handler = handler;
+  install(sa, signals);
+}
+
+// The handler told who sent the signal (SA_SIGINFO).
+void install(void (*handler)(int, siginfo_t*, void*), std::initializer_list<int> signals) {
+  struct sigaction sa {};
+  sa.sa_sigaction = handler;
+  sa.sa_flags = SA_SIGINFO;
+  install(sa, signals);
 }
 
 }  // namespace
