@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -110,13 +112,16 @@ int temporaries_in(const std::string& dir) {
 }
 
 // Seen from a signal handler in the middle of replace_file's write: whether the temporary was
-// there, and whether remove_temporary_in_progress() took it away.
-std::string g_watched;
+// there, and whether remove_temporary_in_progress() took it away. Only async-signal-safe calls
+// (access), on a name made before: the temporary's, the first of this process in the folder.
+char g_temporary_name[4096];
 int g_before = -1, g_after = -1;
 void on_file_size_limit(int) {
-  g_before = temporaries_in(g_watched);
+  const int saved = errno;  // the interrupted write's EFBIG is read after the handler
+  g_before = ::access(g_temporary_name, F_OK) == 0;
   remove_temporary_in_progress();
-  g_after = temporaries_in(g_watched);
+  g_after = ::access(g_temporary_name, F_OK) == 0;
+  errno = saved;
 }
 
 // A second signal ends a command at once: the file it was replacing had its temporary left
@@ -124,8 +129,11 @@ void on_file_size_limit(int) {
 // thread at a known point (mid-write), for a handler that removes the temporary as a stop
 // signal's does.
 TEST_F(OutputFiles, ASignalHandlerRemovesTheTemporaryBeingWritten) {
-  g_watched = fresh_dir("temporary");
-  const std::string out = g_watched + "/report.json";
+  const std::string dir = fresh_dir("temporary");
+  const std::string out = dir + "/report.json";
+  const std::string tmp = dir + "/.rrfp-" + std::to_string(::getpid()) + "-0.tmp";
+  ASSERT_LT(tmp.size(), sizeof g_temporary_name);
+  std::memcpy(g_temporary_name, tmp.c_str(), tmp.size() + 1);
   struct sigaction sa {
   }, old_sa{};
   sa.sa_handler = on_file_size_limit;
@@ -141,7 +149,7 @@ TEST_F(OutputFiles, ASignalHandlerRemovesTheTemporaryBeingWritten) {
   ::sigaction(SIGXFSZ, &old_sa, nullptr);
   EXPECT_EQ(g_before, 1);
   EXPECT_EQ(g_after, 0);
-  EXPECT_EQ(temporaries_in(g_watched), 0);
+  EXPECT_EQ(temporaries_in(dir), 0);
   EXPECT_FALSE(std::filesystem::exists(out));
   remove_temporary_in_progress();  // none held now: nothing happens
 }

@@ -345,7 +345,9 @@ void replace_file(const std::string& path, const std::string& bytes, const std::
 }
 
 void remove_temporary_in_progress() {
+  const int saved = errno;  // a handler returning to the interrupted write must leave it
   if (g_temporary_held.exchange(false)) ::unlink(g_temporary);
+  errno = saved;
 }
 
 void hold_closed_standard_streams() {
