@@ -322,8 +322,8 @@ check "--seconds: must be a number in [0.1, 3600], got nan" calibrate --seconds 
 check "--seconds: must be a number in [0.1, 3600], got 0.05" calibrate --seconds 0.05 --sizes 8
 check "--pp: Value 0 not in range 1 to 4096" predict "$here/data/torch-pp2" --pp 0
 # An empty item of predict's --hints is refused (bf,,bfw was taken as bf,bfw).
-check "--hints: 'bf,,bfw' has an empty item" predict "$here/data/torch-pp2" --hints bf,,bfw
-check "--hints: 'bf,' has an empty item" predict "$here/data/torch-pp2" --hints bf,
+check "--hints: 'bf,,bfw' holds an empty item" predict "$here/data/torch-pp2" --hints bf,,bfw
+check "--hints: 'bf,' holds an empty item" predict "$here/data/torch-pp2" --hints bf,
 check "--microbatches: Value 0 not in range 1 to 1048576" predict "$here/data/torch-pp2" -m 0
 # Sizes are whole numbers in digits (0x10 measured 16 bytes, 1.9 one byte); --timeout is checked
 # in-process too (-5 and nan ran) and refused there, as --endpoints is under mpi: neither applies.

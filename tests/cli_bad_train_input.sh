@@ -231,6 +231,11 @@ for bad in "--hint $tmp/no-hint.txt" "--data $tmp/no-data" "--resume $tmp/no-che
   [ $? -eq 2 ] && [ ! -e "$tmp/never" ] || { echo "FAIL: train $bad made --out"; fails=$((fails + 1)); }
 done
 check "--resume: '$tmp/no-checkpoint.bin' does not exist" train --resume "$tmp/no-checkpoint.bin" --out "$tmp/o"
+# An `out` through `..` of a folder it makes, refused: that folder is removed too (it was left).
+touch "$tmp/plain"
+check "--out: cannot write to directory '$tmp/nx/../plain/run': File exists" train --steps 1 \
+  --out "$tmp/nx/../plain/run"
+[ ! -e "$tmp/nx" ] || { echo "FAIL: a refused --out through nx/.. left nx"; fails=$((fails + 1)); }
 # What no estimate foresees, an allocation LibTorch refuses (here under an address-space limit
 # below the 1 GB of one attention's scores), ends the run in one line: its C++ stack frames
 # followed it, 32 lines in all. (A machine with under 3 GB available refuses it up front.)

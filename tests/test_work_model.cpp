@@ -157,6 +157,12 @@ TEST(HintFile, AByteOrderMarkIsSkippedAndEchoedBytesAreVisible) {
             "a\\xc2\\x9b2Jb\xC2\xA0");
   EXPECT_EQ(printable("x\xE2\x80\xAEgpj.exe\xE2\x81\xA6\xE2\x80\xA8\xE2\x80\xB0", 99),
             "x\\xe2\\x80\\xaegpj.exe\\xe2\\x81\\xa6\\xe2\\x80\\xa8\xE2\x80\xB0");
+  // Invisible: a zero-width space, a soft hyphen, a tag character.
+  EXPECT_EQ(printable("a\xE2\x80\x8B"
+                      "b\xC2\xAD"
+                      "c\xF3\xA0\x80\x81",
+                      99),
+            "a\\xe2\\x80\\x8bb\\xc2\\xadc\\xf3\\xa0\\x80\\x81");
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ struct PredictFlags {
   TraceOptions trace;
 };
 
-// `s`'s comma-separated items; an empty one is refused (bf,,bfw was taken as bf,bfw, silently).
+// `s`'s comma-separated items; an empty one is refused in the words of the list flags'
+// (refuse_empty_list_items: --hints here is one text, which CLI11 does not split).
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   for (std::size_t at = 0;; ++at) {
@@ -36,7 +37,7 @@ std::vector<std::string> split_list(const std::string& s) {
     out.push_back(s.substr(at, comma - at));
     if (out.back().empty())
       throw InputError("--hints: '" + printable(s, 60) +
-                       "' has an empty item; expected a comma-separated list, e.g. bf,adaptive");
+                       "' holds an empty item; give the values comma-separated, each once");
     if (comma == s.size()) return out;
     at = comma;
   }

@@ -31,17 +31,26 @@ BytesType::BytesType(std::uint64_t n, const MpiLargeMessages& large) {
     throw Error("mpi transport: a payload of " + std::to_string(n) + " bytes is past any count");
   MPI_Datatype block = MPI_DATATYPE_NULL, body = MPI_DATATYPE_NULL;
   mpi_check(MPI_Type_contiguous(large.block, MPI_BYTE, &block), "MPI_Type_contiguous");
-  mpi_check(MPI_Type_contiguous(static_cast<int>(blocks), block, &body), "MPI_Type_contiguous");
+  if (const int err = MPI_Type_contiguous(static_cast<int>(blocks), block, &body);
+      err != MPI_SUCCESS) {
+    MPI_Type_free(&block);
+    mpi_check(err, "MPI_Type_contiguous");
+  }
   int lengths[2] = {1, static_cast<int>(rest)};
   MPI_Aint at[2] = {0, static_cast<MPI_Aint>(blocks * static_cast<std::uint64_t>(large.block))};
   MPI_Datatype parts[2] = {body, MPI_BYTE};
-  mpi_check(MPI_Type_create_struct(rest > 0 ? 2 : 1, lengths, at, parts, &type),
-            "MPI_Type_create_struct");
-  MPI_Type_free(&body);
+  const int err = MPI_Type_create_struct(rest > 0 ? 2 : 1, lengths, at, parts, &type);
+  MPI_Type_free(&body);  // before a failure is thrown: nothing else would free them
   MPI_Type_free(&block);
-  mpi_check(MPI_Type_commit(&type), "MPI_Type_commit");
+  mpi_check(err, "MPI_Type_create_struct");
+  made = true;  // freed by release() from here, the constructor's throw included
   count = 1;
-  made = true;
+  try {
+    mpi_check(MPI_Type_commit(&type), "MPI_Type_commit");
+  } catch (...) {
+    release();
+    throw;
+  }
 }
 
 void BytesType::release() {

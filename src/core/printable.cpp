@@ -45,10 +45,13 @@ char32_t code_point(std::string_view s, std::size_t n) {
 // A well-formed character that shows nothing, or changes how the rest shows: the C1 controls
 // (a terminal may take U+009B as an escape sequence's start), the marks and overrides of
 // bidirectional text (a name read backwards, or a message's end shown before its start), the
-// line and paragraph separators, and the byte order mark.
+// line and paragraph separators, the zero-width and other invisible format characters (a soft
+// hyphen, joiners, the Hangul filler, tags), and the byte order mark.
 bool hides(char32_t cp) {
-  return (cp >= 0x80 && cp <= 0x9f) || cp == 0x61c || cp == 0x200e || cp == 0x200f ||
-         (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0xfeff;
+  return (cp >= 0x80 && cp <= 0x9f) || cp == 0xad || cp == 0x61c || cp == 0x180e ||
+         (cp >= 0x200b && cp <= 0x200f) || (cp >= 0x2028 && cp <= 0x202e) ||
+         (cp >= 0x2060 && cp <= 0x206f) || cp == 0x3164 || cp == 0xfeff ||
+         (cp >= 0xfff9 && cp <= 0xfffb) || (cp >= 0xe0000 && cp <= 0xe007f);
 }
 
 }  // namespace

@@ -26,13 +26,14 @@ namespace rrfp::train {
 
 namespace {
 
-// The folders of `dir` that do not exist yet, `dir` first: what making it makes.
+// The folders of `dir` that do not exist yet, `dir` first: what making it makes. Walked as
+// written, as create_directories walks it: normalised, `nx/../f/run` lost the `nx` it makes.
 std::vector<std::filesystem::path> missing_folders(const std::string& dir) {
   std::vector<std::filesystem::path> missing;
   std::error_code ec;
-  for (std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
-       !p.empty() && p.has_relative_path(); p = p.parent_path()) {
-    if (p.filename().empty()) continue;  // "a/b/" names "a/b"
+  for (std::filesystem::path p(dir); !p.empty() && p.has_relative_path(); p = p.parent_path()) {
+    const std::string name = p.filename().string();
+    if (name.empty() || name == "." || name == "..") continue;  // "a/b/" names "a/b"
     if (std::filesystem::symlink_status(p, ec).type() != std::filesystem::file_type::not_found)
       break;
     missing.push_back(p);
