@@ -5,13 +5,13 @@
 // the grid points done) and exits 128 + the signal (130, 143, 138, 129); a second signal ends
 // the process at once, with a line saying so and the temporary of a file being replaced
 // removed (remove_temporary_in_progress), unless it is the first one again within a quarter
-// second (its echo: GNU timeout sends it to the process and then to its group). SIGUSR1 is the one mpirun forwards to
-// every process as it is. With `pipe` (train, whose steps print as they end), SIGPIPE (stdout's
-// reader gone) asks to stop too, and is never a second request: every later write to stdout
-// raises it again, and fails; where SIGPIPE is ignored, a write to stdout failing with EPIPE
-// asks the same. Elsewhere it keeps its default action (exit 141): plan and sweep
-// print at the end, when their files are written. SIGXCPU (the soft CPU time limit) is taken as
-// the others are, its repeats (one a second past the limit) never a second request.
+// second (its echo: GNU timeout sends it to the process and then to its group). SIGUSR1 is the
+// one mpirun forwards to every process as it is. With `pipe` (train, whose steps print as they
+// end), SIGPIPE (stdout's reader gone) asks to stop too, and is never a second request: every
+// later write to stdout raises it again, and fails; where SIGPIPE is ignored, a write to stdout
+// failing with EPIPE asks the same. Elsewhere it keeps its default action (exit 141): plan and
+// sweep print at the end, when their files are written. SIGXCPU (the soft CPU time limit) is
+// taken as the others are, its repeats (one a second past the limit) never a second request.
 #include <atomic>
 #include <functional>
 #include <string>
