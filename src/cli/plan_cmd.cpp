@@ -1,7 +1,6 @@
 // `rrfp plan`: the clairvoyant reference (docs/frontier.md). Knowing every duration of the
 // step, search for the fastest order under rrfp's own constraints, prove it optimal on small
 // shapes, and write it as a hint file that `rrfp simulate --policy fixed` reproduces.
-#include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
@@ -13,6 +12,7 @@
 #include "core/hint_io.hpp"
 #include "core/output_file.hpp"
 #include "core/printable.hpp"
+#include "core/progress_line.hpp"
 #include "plan/exact.hpp"
 #include "plan/search.hpp"
 #include "report/estimate.hpp"
@@ -104,7 +104,6 @@ struct Planned {
 // `lower`: a bound no order beats (the exact search stops at an order that meets it).
 Planned search_both(const PlanFlags& f, const PlanProblem& p, const ExactChoice& exact,
                     std::int64_t lower) {
-  const bool tty = is_terminal(STDERR_FILENO);
   Planned out;
   SearchOptions so;
   so.budget_s = f.budget_s;
@@ -112,13 +111,14 @@ Planned search_both(const PlanFlags& f, const PlanProblem& p, const ExactChoice&
   so.seed = f.search_seed;
   so.entry_in_order = f.entry == "in-order";
   so.stop = &stop_flag();
-  if (tty)
-    so.progress = [](const SearchProgress& g) {
-      std::fprintf(stderr, "\rsearch: %.1f s, %lld orders, best %.3f ms\033[K", g.seconds,
-                   static_cast<long long>(g.evaluations), ms(g.best));
-    };
+  ProgressLine progress;
+  so.progress = [&progress](const SearchProgress& g) {
+    if (progress.due())
+      progress.show("search: " + fmt("%.1f", g.seconds) + " s, " + std::to_string(g.evaluations) +
+                    " orders, best " + fmt("%.3f", ms(g.best)) + " ms");
+  };
   out.search = search_schedule(p, so);
-  if (tty) std::fprintf(stderr, "\r\033[K");
+  progress.finish();
   out.ran_exact = exact.run;
   out.exact_skipped = exact.skipped;
   if (!exact.run) return out;
@@ -128,13 +128,13 @@ Planned search_both(const PlanFlags& f, const PlanProblem& p, const ExactChoice&
   eo.upper = out.search.makespan;
   eo.lower = lower;
   eo.stop = &stop_flag();
-  if (tty)
-    eo.progress = [](std::int64_t nodes, std::int64_t b) {
-      std::fprintf(stderr, "\rexact: %lld nodes, best %.3f ms\033[K", static_cast<long long>(nodes),
-                   ms(b));
-    };
+  eo.progress = [&progress](std::int64_t nodes, std::int64_t b) {
+    if (progress.due())
+      progress.show("exact: " + std::to_string(nodes) + " nodes, best " + fmt("%.3f", ms(b)) +
+                    " ms");
+  };
   out.exact = exact_schedule(p, eo);
-  if (tty) std::fprintf(stderr, "\r\033[K");
+  progress.finish();
   return out;
 }
 

@@ -1,7 +1,6 @@
 // `rrfp sweep`: a grid over workloads x P x M x TP x limits x seeds; every grid point runs the
 // fixed baselines and the requested rrfp runs on identical realized durations. Writes a CSV
 // of every run and a markdown summary of speedups, efficiency and peak activation memory.
-#include <unistd.h>
 
 #include <cmath>
 #include <functional>
@@ -17,6 +16,7 @@
 #include "core/modes.hpp"
 #include "core/output_file.hpp"
 #include "core/printable.hpp"
+#include "core/progress_line.hpp"
 #include "report/estimate.hpp"
 
 namespace rrfp {
@@ -319,8 +319,7 @@ void run_sweep(const SweepFlags& f) {
   const auto points = static_cast<size_t>(grid_points(f));
   std::vector<Row> rows;
   size_t done = 0;
-  // On a terminal only, as simulate's and run's progress (docs/reliability.md).
-  const bool show = !f.quiet && is_terminal(STDERR_FILENO);
+  ProgressLine progress(!f.quiet);  // as simulate's and run's (docs/reliability.md)
   std::string csv =
       "workload,pp,microbatches,tp,limit_flag,limit,seed,run,makespan_ms,bubble_ratio,efficiency,"
       "lower_bound_ms,peak_d_max,speedup_vs_1f1b_blocking,speedup_vs_1f1b_async,speedup_vs_zb_h1\n";
@@ -334,11 +333,12 @@ void run_sweep(const SweepFlags& f) {
     }
     ++done;
     work_begins();
-    if (show && (done % 10 == 0 || done == points))
-      std::cerr << "\rsweep: " << done << "/" << points << " grid points" << std::flush;
+    if (progress.due(done % 10 == 0 || done == points))
+      progress.show("sweep: " + std::to_string(done) + "/" + std::to_string(points) +
+                    " grid points");
     return true;
   });
-  if (show) std::cerr << "\n";
+  progress.finish();
   WrittenOutputs written;
   written.write("--csv", f.csv, [&] { write_text_file(f.csv, csv, "--csv"); });
   // A stopped grid's summary says so itself: its geomeans are over the points done, which may

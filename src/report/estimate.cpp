@@ -7,6 +7,7 @@
 #include "core/format.hpp"
 #include "core/memory.hpp"
 #include "core/output_file.hpp"
+#include "core/progress_line.hpp"
 
 namespace rrfp {
 
@@ -25,8 +26,11 @@ void check_fits(const std::string& what, double tasks, const TaskCost& cost,
   const double bytes = tasks * cost.bytes, seconds = tasks * cost.seconds * evaluations;
   const std::string work = " and " + duration(seconds) + " of work";
   check_memory(bytes, what, work, lower);
-  // On a terminal only, like the runs' progress lines: logs and pipes keep one line per error.
-  if ((bytes > 1e9 || seconds > 10) && is_terminal(STDERR_FILENO)) {
+  // A log or a pipe gets it only for work long enough to send progress lines there too
+  // (core/progress_line.hpp): a short run writes nothing beside its errors.
+  const bool tty = is_terminal(STDERR_FILENO);
+  if (tty ? bytes > 1e9 || seconds > 10
+          : seconds * 1e9 > static_cast<double>(ProgressLog::kEveryNs)) {
     std::fprintf(stderr, "rrfp: %s: about %s of memory%s (estimated)\n", what.c_str(),
                  gigabytes(bytes).c_str(), work.c_str());
     std::fflush(stderr);

@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
+#include "core/progress_line.hpp"
 #include "sim/hint_check.hpp"
 #include "sim/parallel.hpp"
 #include "sim/replay.hpp"
@@ -225,19 +227,20 @@ ReportRun execute(const Scenario& sc, const RunSpec& spec, const WorkModel& m, c
                   const RealizedWork& work, SimOptions opt, const Executor& exec) {
   ReportRun out;
   out.label = spec.label.empty() ? default_label(spec) : spec.label;
+  ProgressLine progress(sc.progress);  // called a line per 2^20 tasks ended
   if (sc.progress)
-    opt.progress = [&out](std::int64_t done, std::int64_t total) {
-      std::fprintf(stderr, "\r%s: %lld of %lld tasks (%.0f%%)", out.label.c_str(),
-                   static_cast<long long>(done), static_cast<long long>(total),
-                   100.0 * static_cast<double>(done) / static_cast<double>(total));
-      std::fflush(stderr);
+    opt.progress = [&out, &progress](std::int64_t done, std::int64_t total) {
+      if (!progress.due()) return;
+      progress.show(
+          out.label + ": " + std::to_string(done) + " of " + std::to_string(total) + " tasks (" +
+          fmt("%.0f", 100.0 * static_cast<double>(done) / static_cast<double>(total)) + "%)");
     };
   out.hint = spec.hint;
   out.policy = to_string(spec.policy);
   out.comm = to_string(spec.comm);
   out.cfg = m.config();
   out.result = exec(m, hint, work, opt);
-  if (sc.progress && m.num_tasks() >= (1 << 20)) std::fprintf(stderr, "\r\033[K");
+  progress.finish();
   return out;
 }
 

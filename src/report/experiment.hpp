@@ -41,7 +41,7 @@ struct Scenario {
   std::uint64_t seed = 1;
   int limit = 0, max_pending_w = 0;
   bool record = true;
-  bool progress = false;  // show a huge run's progress on stderr
+  bool progress = false;  // show a huge run's progress on stderr (core/progress_line.hpp)
 };
 
 bool resolve_split(const std::string& mode, const std::string& hint);

@@ -1,0 +1,67 @@
+#include "core/progress_line.hpp"
+
+#include <cstdio>
+
+#include "core/clock.hpp"
+#include "core/output_file.hpp"
+
+namespace rrfp {
+
+namespace {
+
+// Started as the process loads, so that the first line of a log comes 30 s into the command.
+ProgressLog process_log;
+
+std::string elapsed(std::int64_t ns) {
+  const long long s = ns / 1'000'000'000;
+  char text[48];
+  if (s < 60)
+    std::snprintf(text, sizeof text, "%lld s", s);
+  else if (s < 3600)
+    std::snprintf(text, sizeof text, "%lld min %02lld s", s / 60, s % 60);
+  else
+    std::snprintf(text, sizeof text, "%lld h %02lld min", s / 3600, s / 60 % 60);
+  return text;
+}
+
+}  // namespace
+
+ProgressLog::ProgressLog(std::int64_t every)
+    : every_ns(every), start_ns(now_ns()), last_ns(start_ns) {}
+
+ProgressLine::ProgressLine(bool shown, ProgressLog* log, std::FILE* out)
+    : log_(log != nullptr ? *log : process_log),
+      out_(out != nullptr ? out : stderr),
+      shown_(shown),
+      tty_(shown && is_terminal(::fileno(out_))) {}
+
+bool ProgressLine::due(bool redraw) const {
+  if (!shown_) return false;
+  if (tty_) return redraw;
+  return now_ns() - log_.last_ns.load(std::memory_order_relaxed) >= log_.every_ns;
+}
+
+void ProgressLine::show(const std::string& text) {
+  if (!due()) return;
+  if (tty_) {
+    // Cleared after the text: a shorter line left the longer one's tail.
+    std::fprintf(out_, "\r%s\033[K", text.c_str());
+    open_ = true;
+  } else {
+    // Of two threads due at once, one writes the line.
+    std::int64_t last = log_.last_ns.load(std::memory_order_relaxed);
+    const std::int64_t now = now_ns();
+    if (!log_.last_ns.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
+    std::fprintf(out_, "[%s] %s\n", elapsed(now - log_.start_ns).c_str(), text.c_str());
+  }
+  std::fflush(out_);
+}
+
+void ProgressLine::finish() {
+  if (!open_) return;
+  std::fprintf(out_, "\r\033[K");
+  std::fflush(out_);
+  open_ = false;
+}
+
+}  // namespace rrfp

@@ -1,0 +1,112 @@
+// Progress lines: redrawn in place on a terminal, a plain line at most once an interval into a
+// file, nothing when hidden.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "core/progress_line.hpp"
+
+namespace rrfp {
+namespace {
+
+// 200 ms between two lines in a log: the checks that no line is due yet come right after the
+// interval starts, far inside it even on a loaded machine under a sanitizer.
+constexpr std::int64_t kShortNs = 200'000'000;
+
+std::string read_all(std::FILE* f) {
+  std::fflush(f);
+  std::rewind(f);
+  std::string s;
+  for (int c = std::fgetc(f); c != EOF; c = std::fgetc(f))
+    s += static_cast<char>(c);
+  return s;
+}
+
+void past_interval() {
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+}
+
+TEST(ProgressLine, IntoAFileALineOnlyOnceItsIntervalHasPassed) {
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  {
+    ProgressLog log(kShortNs);
+    ProgressLine p(true, &log, f);
+    EXPECT_FALSE(p.terminal());
+    p.show("not yet");  // a short run writes nothing into its log
+    past_interval();
+    EXPECT_TRUE(p.due());
+    EXPECT_TRUE(p.due(false));  // the terminal's redraw cadence does not hold a log back
+    p.show("sweep: 3/10 grid points");
+    EXPECT_FALSE(p.due());  // the interval starts again from the line written
+    EXPECT_FALSE(ProgressLine(true, &log, f).due());  // for every line of the log: the next run's
+    p.show("sweep: 4/10 grid points");
+    past_interval();
+    p.show("sweep: 9/10 grid points");
+    p.finish();  // erases nothing in a file
+  }
+  EXPECT_EQ(read_all(f), "[0 s] sweep: 3/10 grid points\n[0 s] sweep: 9/10 grid points\n");
+  std::fclose(f);
+}
+
+TEST(ProgressLine, NoneDueWithinTheFirstInterval) {
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  {
+    ProgressLog log;
+    ProgressLine p(true, &log, f);
+    EXPECT_FALSE(p.due());
+    p.show("not yet");
+  }
+  EXPECT_EQ(read_all(f), "");
+  std::fclose(f);
+}
+
+TEST(ProgressLine, HiddenPrintsNothing) {
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  {
+    ProgressLog log(kShortNs);
+    ProgressLine p(false, &log, f);
+    past_interval();
+    EXPECT_FALSE(p.due());
+    p.show("anything");
+  }
+  EXPECT_EQ(read_all(f), "");
+  std::fclose(f);
+}
+
+TEST(ProgressLine, OnATerminalRedrawnInPlaceAndErased) {
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  if (master < 0 || ::grantpt(master) != 0 || ::unlockpt(master) != 0)
+    GTEST_SKIP() << "no pseudo-terminal on this machine";
+  const int slave = ::open(::ptsname(master), O_RDWR | O_NOCTTY);
+  ASSERT_GE(slave, 0);
+  std::FILE* tty = ::fdopen(slave, "w");
+  ASSERT_NE(tty, nullptr);
+  {
+    ProgressLog log(kShortNs);
+    ProgressLine p(true, &log, tty);
+    if (!p.terminal()) GTEST_SKIP() << "the pseudo-terminal is not taken for a terminal here";
+    EXPECT_TRUE(p.due());
+    EXPECT_FALSE(p.due(false));  // on a terminal the caller's cadence decides
+    p.show("a: 1 of 2 tasks (50%)");
+    p.show("a: 2 of 2 tasks (100%)");
+  }  // the destructor erases the line
+  std::fclose(tty);
+  std::string got(256, '\0');
+  const ssize_t n = ::read(master, got.data(), got.size());
+  ::close(master);
+  ASSERT_GT(n, 0);
+  got.resize(static_cast<std::size_t>(n));
+  EXPECT_EQ(got, "\ra: 1 of 2 tasks (50%)\033[K\ra: 2 of 2 tasks (100%)\033[K\r\033[K");
+}
+
+}  // namespace
+}  // namespace rrfp
