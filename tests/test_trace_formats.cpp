@@ -164,6 +164,14 @@ TEST(TraceFormats, TracesOfTwoToolsTogetherAreRefusedNamingOneOfEach) {
   EXPECT_EQ(import_trace_texts(files, m, 1, o).work.compute_ns, w.compute_ns);
   files.erase(files.begin());
   EXPECT_EQ(import_trace_texts(files, m, 1).format, "torch");
+  // A rank's file whose tasks are not labelled: it was left out, the next rank's file taking its
+  // stage (P=2 replayed as P=1, with an error of -66.7% and exit 0).
+  files = kineto_files(r, m, false);
+  std::string& last = files.back().second;
+  for (size_t at = last.find("\"PP:"); at != std::string::npos; at = last.find("\"PP:", at))
+    last.replace(at, 4, "\"mm:");
+  EXPECT_ERROR(import_trace_texts(files, WorkModel(config(1, 4, 1, true)), 1), InputError,
+               files.back().first + ": a profiler's trace of a rank without task spans");
 }
 
 // The shape of a Megatron trace is probed from its largest ids: one out of range named a shape of
@@ -236,14 +244,6 @@ TEST(TraceFormats, RefusesWhatItCannotMap) {
   refused({{"r0.json", one_rank}}, "no megatron task events", forced);
   forced.format = "nvtx";
   refused({{"r0.json", one_rank}}, "expected auto, rrfp, torch or megatron", forced);
-}
-
-// A minimal profiler trace of one rank (P=1 M=1): a forward and a backward, and `more` events.
-std::string torch_one_rank(const std::string& more = "", const std::string& head = "") {
-  return "{" + head +
-         R"("traceEvents": [{"ph": "X", "name": "Forward 0", "ts": 0, "dur": 10, "pid": 1, "tid": 1},
-         {"ph": "X", "name": "Backward 0", "ts": 20, "dur": 10, "pid": 1, "tid": 1})" +
-         more + "]}";
 }
 
 // A field of the wrong JSON type ("cat": 5) ended in nlohmann's type_error, printed as an

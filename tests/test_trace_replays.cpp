@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "expect_error.hpp"
 #include "mutate.hpp"
 #include "report/predict.hpp"
 #include "report/report.hpp"
@@ -95,13 +96,17 @@ TEST(TraceFormats, ReplayCsvHoldsSeveralSteps) {
   EXPECT_TRUE(near(parse_replay_csv(text, m, 1, "d.csv", 3), a));
   EXPECT_TRUE(near(parse_replay_csv(text, m, 1, "d.csv"), b));
   EXPECT_FALSE(near(a, b));
-  try {
-    parse_replay_csv(text, m, 1, "d.csv", 7);
-    ADD_FAILURE() << "a missing step was accepted";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("has no step 7; its last is 4"), std::string::npos)
-        << e.what();
-  }
+  // A missing step is told with the steps there are: below the first it said "its last is 4".
+  for (const int missing : {7, 2})
+    try {
+      parse_replay_csv(text, m, 1, "d.csv", missing);
+      ADD_FAILURE() << "a missing step was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("has no step " + std::to_string(missing) +
+                                           "; its steps lie from 3 to 4"),
+                std::string::npos)
+          << e.what();
+    }
   // A step written "04" is step 4 (matched as text, it was never found: "no step 4; its last
   // is 4").
   std::string padded;
@@ -169,6 +174,87 @@ TEST(Fuzz, TraceImportersSurviveMutatedTraces) {
               tally.refused);
   EXPECT_GT(tally.refused, n);  // most edits break something
   EXPECT_GT(tally.accepted, 0);
+}
+
+// Each span is the step's that holds it, [start, end): at the boundary of two steps the later
+// one's, at the end of the last step still that one's, between steps none's; of overlapping
+// steps the least numbered's. A span's step is found by a binary search where the steps are
+// disjoint (it scanned them all for every span: 17 s for a trace of 40,000 steps), by a scan
+// where they overlap.
+TEST(TraceFormats, ASpanIsTheStepsThatHoldsIt) {
+  WorkModel m(config(1, 1));
+  auto span = [](const char* name, int ts, int dur) {
+    return std::string(R"(, {"ph": "X", "name": ")") + name + R"(", "ts": )" + std::to_string(ts) +
+           R"(, "dur": )" + std::to_string(dur) + R"(, "pid": 1, "tid": 1})";
+  };
+  auto durations = [&](const std::string& events, int step) {
+    TraceOptions o;
+    o.step = step;
+    const std::string text = R"({"traceEvents": [)" + events.substr(1) + "]}";
+    return import_trace_texts({{"t.json", text}}, m, 1, o).work.compute_ns;
+  };
+  const std::string disjoint = span("ProfilerStep#1", 0, 100) + span("ProfilerStep#2", 100, 100) +
+                               span("Forward 0", 0, 11) + span("Backward 0", 50, 12) +
+                               span("Forward 0", 100, 21) +   // at the boundary: step 2's
+                               span("Backward 0", 200, 22) +  // at the last step's end
+                               span("Forward 0", 300, 31);    // after every step: none's
+  EXPECT_EQ(durations(disjoint, 1), (std::vector<std::int64_t>{11'000, 12'000}));
+  EXPECT_EQ(durations(disjoint, 2), (std::vector<std::int64_t>{21'000, 22'000}));
+  const std::string overlapping = span("ProfilerStep#2", 0, 100) + span("ProfilerStep#1", 50, 100) +
+                                  span("Forward 0", 60, 11) + span("Backward 0", 80, 12) +
+                                  span("Forward 0", 10, 21) + span("Backward 0", 40, 22);
+  EXPECT_EQ(durations(overlapping, 1), (std::vector<std::int64_t>{11'000, 12'000}));
+  EXPECT_EQ(durations(overlapping, 2), (std::vector<std::int64_t>{21'000, 22'000}));
+}
+
+// Events that time a task but were skipped unsaid, the step replayed without them where it was
+// complete (or another step replayed in its place): a profiler's task label gone wrong, a task
+// timed by begin and end events, and a task of rrfp's trace on a process that is no stage.
+TEST(TraceFormats, RefusesATaskEventItWouldLeaveOut) {
+  WorkModel m(config(1, 1));
+  for (const char* label : {"PP:0F0junk", "PP:0F99999999999", "PP:F0", "PP:0F-1", "PP:0B 0"})
+    EXPECT_ERROR(import_trace_texts(
+                     {{"t.json", torch_one_rank(std::string(R"(, {"ph": "X", )") + R"("name": ")" +
+                                                label + R"(", "ts": 90, "dur": 1})")}},
+                     m, 1),
+                 InputError, std::string("t.json: event 3: span '") + label + "' is no task label");
+  EXPECT_NO_THROW(import_trace_texts(
+      {{"t.json", torch_one_rank(R"(, {"ph": "X", "name": "PP:0SEND_F0", "ts": 90, "dur": 1})")}},
+      m, 1));  // another action
+  EXPECT_ERROR(import_trace_texts({{"t.json", torch_one_rank(R"(, {"ph": "B", "name": "PP:0F0", )"
+                                                             R"("ts": 90, "pid": 1, "tid": 1})")}},
+                                  m, 1),
+               InputError, "t.json: event 3: task span 'PP:0F0' has ph \"B\"");
+  WorkModel two(config(2, 2));
+  RealizedWork w = realize(workload_preset("language"), two, 1, 1);
+  json doc = json::parse(rrfp_trace_text(two, simulated(two, "1f1b", Policy::Fixed, w), "x.json"));
+  json& events = doc.is_array() ? doc : doc["traceEvents"];
+  for (const json& e : events)
+    if (e.value("ph", "") == "X" && e.contains("args") && e["args"].contains("kind")) {
+      json stray = e;
+      stray["pid"] = 12345;
+      events.push_back(stray);
+      break;
+    }
+  EXPECT_ERROR(import_trace_texts({{"x.json", doc.dump()}}, two, 1), InputError,
+               "a task on pid 12345, which no process_name event names a stage of");
+}
+
+// Megatron's thread names give a rank's pp and tp, and an event's args pp_rank / tp_rank may
+// too: where both do and disagree the trace is refused (the args overrode the name unsaid, the
+// stages swapped); where they agree it reads as before.
+TEST(TraceFormats, MegatronRanksOfThreadAndArgsMustAgree) {
+  WorkModel m(config(2, 4));
+  RealizedWork w = realize(workload_preset("language"), m, 1, 1);
+  json doc = json::parse(megatron_file(simulated(m, "1f1b", Policy::Fixed, w), m, 1, 0, false));
+  json& events = doc.is_array() ? doc : doc["traceEvents"];
+  for (json& e : events)  // tid 40 is pp 0, 41 pp 1
+    if (e["ph"] == "X") e["args"]["pp_rank"] = e["tid"].get<int>() - 40;
+  EXPECT_EQ(import_trace_texts({{"m.json", doc.dump()}}, m, 1).work.compute_ns, w.compute_ns);
+  for (json& e : events)
+    if (e["ph"] == "X") e["args"]["pp_rank"] = 41 - e["tid"].get<int>();
+  EXPECT_ERROR(import_trace_texts({{"m.json", doc.dump()}}, m, 1), InputError,
+               "args \"pp_rank\" 1, but its thread 'rank 0 (pp 0, tp 0)' says 0");
 }
 
 }  // namespace

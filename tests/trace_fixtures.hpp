@@ -179,4 +179,12 @@ inline std::string megatron_file(const StepRecord& r, const WorkModel& m, int tp
   return json{{"traceEvents", events}}.dump();
 }
 
+// A minimal profiler trace of one rank (P=1 M=1): a forward and a backward, and `more` events.
+inline std::string torch_one_rank(const std::string& more = "", const std::string& head = "") {
+  return "{" + head +
+         R"("traceEvents": [{"ph": "X", "name": "Forward 0", "ts": 0, "dur": 10, "pid": 1, "tid": 1},
+         {"ph": "X", "name": "Backward 0", "ts": 20, "dur": 10, "pid": 1, "tid": 1})" +
+         more + "]}";
+}
+
 }  // namespace rrfp::test

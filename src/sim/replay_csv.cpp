@@ -91,21 +91,25 @@ void keep_step(Table& t, const std::string& origin, int step) {
     return;
   }
   const int at = t.col.at("step");
-  long long last = -1;
+  long long first = -1, last = -1;
   const auto step_of = [&](const Row& r) { return std::stoll(std::string(cell(t, r, at))); };
   for (const Row& r : t.rows) {
     const std::string_view st = cell(t, r, at);
     if (st.empty() || st.size() > 9 || st.find_first_not_of("0123456789") != std::string::npos)
       throw InputError(origin + ":" + std::to_string(r.line) + ": column step: '" +
                        printable(st, 30) + "' is not a whole number in [0, 999999999]");
-    last = std::max(last, step_of(r));
+    const long long n = step_of(r);
+    first = first < 0 ? n : std::min(first, n);
+    last = std::max(last, n);
   }
   // By value, as `last` is: "02" is step 2 (a text match never found it, and dropped its rows).
   const long long chosen = step >= 0 ? step : last;
   const auto other = [&](const Row& r) { return step_of(r) != chosen; };
   if (std::all_of(t.rows.begin(), t.rows.end(), other))
     throw InputError("`step`: " + origin + " has no step " + std::to_string(chosen) +
-                     "; its last is " + std::to_string(last));
+                     (first == last ? "; it has step " + std::to_string(first)
+                                    : "; its steps lie from " + std::to_string(first) + " to " +
+                                          std::to_string(last)));
   t.rows.erase(std::remove_if(t.rows.begin(), t.rows.end(), other), t.rows.end());
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "core/printable.hpp"
 #include "sim/trace_formats.hpp"
 
 namespace rrfp::trace {
@@ -26,9 +27,11 @@ std::optional<int> tagged(const std::string& name, const std::string& key) {
     size_t i = at + key.size();
     while (i < name.size() && (name[i] == ' ' || name[i] == '=' || name[i] == ':'))
       ++i;
+    // Past 9 digits it stays at a value no shape reaches (its first 7 digits were read: "pp
+    // 99999999999" was quoted as pp 9999999).
     int v = 0, digits = 0;
-    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])) && digits < 7)
-      v = v * 10 + (name[i++] - '0'), ++digits;
+    for (; i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])); ++i, ++digits)
+      v = digits < 9 ? v * 10 + (name[i] - '0') : 1'000'000'000;
     if (word_start && digits > 0) return v;
     at += key.size();
   }
@@ -59,6 +62,18 @@ ThreadNames thread_names(const Doc& d) {
 std::string thread_of(const ThreadNames& names, const nlohmann::json& e, long long tid) {
   const auto it = names.find({pid_of(e), tid});
   return it == names.end() ? "" : it->second;
+}
+
+// A rank that the thread's name and the event's args both give: the name's, which must agree
+// with the args' (the args overrode it unsaid, against docs/twin.md). `fallback`: neither.
+int rank_of(const nlohmann::json& args, const char* key, std::optional<int> named, int fallback,
+            const std::string& thread, const std::string& where) {
+  if (!args.contains(key)) return named.value_or(fallback);
+  const int v = whole_at(args, key, where);
+  if (named && *named != v)
+    throw InputError(where + ": args \"" + key + "\" " + std::to_string(v) + ", but its thread '" +
+                     printable(thread, 60) + "' says " + std::to_string(*named));
+  return v;
 }
 
 int arg_or(const nlohmann::json& args, std::initializer_list<const char*> keys, int dflt,
@@ -99,15 +114,13 @@ std::vector<Timeline> read_megatron(const std::vector<Doc>& docs, const WorkMode
       const nlohmann::json& args = *args_it;
       const int tid = e.contains("tid") ? whole_at(e, "tid", where) : 0;
       const std::string thread = thread_of(names, e, tid);
-      int pp = tid / tp, tp_rank = tid % tp;
-      if (auto v = tagged(thread, "pp")) pp = *v;
-      if (auto v = tagged(thread, "tp")) tp_rank = *v;
-      pp = arg_or(args, {"pp_rank"}, pp, where, false);
-      tp_rank = arg_or(args, {"tp_rank"}, tp_rank, where, false);
+      const int pp = rank_of(args, "pp_rank", tagged(thread, "pp"), tid / tp, thread, where);
+      const int tp_rank = rank_of(args, "tp_rank", tagged(thread, "tp"), tid % tp, thread, where);
       if (pp >= m.pp() || tp_rank >= tp)
         throw InputError(where + ": rank pp " + std::to_string(pp) + " tp " +
                          std::to_string(tp_rank) + " is outside the shape (pp " +
-                         std::to_string(m.pp()) + ", tp " + std::to_string(tp) + ")");
+                         std::to_string(m.pp()) + ", tp " + std::to_string(tp) + ")" +
+                         (thread.empty() ? "" : " (thread '" + printable(thread, 60) + "')"));
       const int step = arg_or(args, {"iteration", "step"}, 0, where, true);
       const int mb = arg_or(args, {"microbatch_id", "microbatch"}, 0, where, true);
       const int local = arg_or(args, {"model_chunk_id", "model_chunk"}, 0, where, false);
@@ -162,12 +175,23 @@ Shape probe_megatron(const std::vector<Doc>& docs, int tp) {
                                 ? e.at("tid").get<long long>()
                                 : 0;
       int pp = tid < 1 << 20 ? static_cast<int>(tid) / std::max(1, tp) : 0;
-      if (auto v = tagged(thread_of(names, e, tid), "pp")) pp = *v;
-      if (args->contains("pp_rank")) pp = whole({"pp_rank"});
+      const std::string thread = thread_of(names, e, tid);
+      const auto named = tagged(thread, "pp");
+      if (named)
+        pp = *named;  // the reader refuses args that say otherwise
+      else if (args->contains("pp_rank"))
+        pp = whole({"pp_rank"});
       const auto where = [&] {
         return d.origin + ": event " + std::to_string(n) + " (" + name + ")";
       };
-      pp_ids.saw(pp, where);
+      // A pp read from the thread's name is quoted with it: a name's ids past 9 digits read as
+      // 10^9, which the error would quote alone.
+      const auto where_pp = [&] {
+        return named ? d.origin + ": event " + std::to_string(n) + " (" + name + ", thread '" +
+                           printable(thread, 60) + "')"
+                     : where();
+      };
+      pp_ids.saw(pp, where_pp);
       chunk_ids.saw(whole({"model_chunk_id", "model_chunk"}), where);
       mb_ids.saw(whole({"microbatch_id", "microbatch"}), where);
       ++events;

@@ -235,21 +235,32 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       if (!e.is_object() || string_at(e, "ph", d.origin, n) != "X") continue;
       const auto pid = e.find("pid");
       const auto args = e.find("args");
-      if (pid == e.end() || !pid->is_number_integer()) continue;
-      auto at = where_of_pid.find(pid->get<long long>());
-      if (at == where_of_pid.end()) continue;
+      // A task's args carry kind, chunk and microbatch; blocked spans carry none. An event with
+      // only some of them is a task with a field lost, not another event (one without kind was
+      // skipped, and the step was refused for lacking that task).
+      const bool task =
+          args != e.end() && args->is_object() &&
+          (args->contains("kind") || args->contains("chunk") || args->contains("microbatch"));
+      const auto at = pid != e.end() && pid->is_number_integer()
+                          ? where_of_pid.find(pid->get<long long>())
+                          : where_of_pid.end();
       const std::string where = d.origin + ": event " + std::to_string(n);
+      if (at == where_of_pid.end()) {
+        // A task of no stage was left out, the step replayed without it where it was complete.
+        if (task)
+          throw InputError(where + ": a task on pid " +
+                           (pid == e.end() ? std::string("(none)") : brief(*pid)) +
+                           ", which no process_name event names a stage of (\"LABEL / stage S\", "
+                           "S below `pp` " +
+                           std::to_string(m.pp()) + ")");
+        continue;
+      }
       if (const std::string& name = string_at(e, "name", d.origin, n);
           name.starts_with("blocked")) {
         read_wait(e, at->first, name, where, runs[at->second.first], rounds[at->second.first]);
         continue;
       }
-      // A task's args carry kind, chunk and microbatch; blocked spans carry none. An event with
-      // only some of them is a task with a field lost, not another event (one without kind was
-      // skipped, and the step was refused for lacking that task).
-      if (args == e.end() || !args->is_object() ||
-          !(args->contains("kind") || args->contains("chunk") || args->contains("microbatch")))
-        continue;  // other events
+      if (!task) continue;  // other events
       const auto kind = args->find("kind");
       if (kind == args->end()) throw InputError(where + ": field \"kind\" is missing (F, B or W)");
       const std::string k = kind->is_string() ? kind->get<std::string>() : brief(*kind);

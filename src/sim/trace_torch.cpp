@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string_view>
 
 #include "core/error.hpp"
 #include "core/format.hpp"
@@ -68,6 +69,20 @@ std::optional<Label> parse_label(const std::string& name, int own) {
   return l;
 }
 
+// Whether `name` is torch.distributed.pipelining's label of a compute action or a receive
+// ("PP:", the chunk's digits, F, I, B, W, RECV_F or RECV_B) whatever follows: one parse_label
+// refuses is a label gone wrong (an id past 9 digits, text after the microbatch, no chunk),
+// where the other actions (SEND_F, UNSHARD, REDUCE_GRAD, ...) are no tasks.
+bool names_a_task(const std::string& name) {
+  if (name.rfind("PP:", 0) != 0) return false;
+  size_t i = 3;
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])))
+    ++i;
+  if (i == name.size()) return false;
+  return std::string_view("FIBW").find(name[i]) != std::string_view::npos ||
+         name.compare(i, 6, "RECV_F") == 0 || name.compare(i, 6, "RECV_B") == 0;
+}
+
 struct Span {
   double ts = 0, dur = 0;
   std::string name;
@@ -82,7 +97,7 @@ struct TorchProcess {
   size_t order = 0;
   bool legacy = false;
   std::vector<Span> spans;
-  std::map<int, std::pair<double, double>> steps;  // N -> [start, end]
+  std::map<int, std::pair<double, double>> steps;  // N -> [start, end)
   std::set<int> cpu_steps;                         // the N of each ProfilerStep#N seen on the CPU
   std::string origin;
 };
@@ -156,10 +171,17 @@ std::vector<TorchProcess> processes_of(const std::vector<Doc>& docs) {
     size_t n = 0;
     for (const auto& e : events_of(d)) {
       ++n;
-      if (!e.is_object() || string_at(e, "ph", d.origin, n) != "X") continue;
+      if (!e.is_object()) continue;
       const auto name = e.find("name");
       if (name == e.end() || !name->is_string()) continue;
       const std::string where = d.origin + ": event " + std::to_string(n);
+      if (const std::string ph = string_at(e, "ph", d.origin, n); ph != "X") {
+        // A task timed by a begin and an end event was left out unsaid.
+        if ((ph == "B" || ph == "E") && names_a_task(name->get_ref<const std::string&>()))
+          throw InputError(where + ": task span '" + printable(name->get<std::string>(), 40) +
+                           "' has ph \"" + ph + "\"; a replay reads complete spans (\"X\")");
+        continue;
+      }
       // Kineto gives a rank's device spans the device's pid (0 for cuda:0), not its process's:
       // in a file of one rank (distributedInfo) they are that rank's (kDevice, merged below).
       const bool device = ranked && string_at(e, "cat", d.origin, n) == "gpu_user_annotation";
@@ -193,7 +215,13 @@ std::vector<TorchProcess> processes_of(const std::vector<Doc>& docs) {
         }
         continue;
       }
-      if (!parse_label(s, 0)) continue;
+      if (!parse_label(s, 0)) {
+        if (names_a_task(s))
+          throw InputError(where + ": span '" + printable(s, 40) +
+                           "' is no task label: PP:<chunk><F|I|B|W|RECV_F|RECV_B><microbatch>, "
+                           "each id at most 9 digits");
+        continue;
+      }
       p.spans.push_back({clock_at(e, "ts", where), number_at(e, "dur", where), s,
                          string_at(e, "cat", d.origin, n) == "gpu_user_annotation", n});
     }
@@ -204,7 +232,23 @@ std::vector<TorchProcess> processes_of(const std::vector<Doc>& docs) {
   std::stable_sort(out.begin(), out.end(), [](const TorchProcess& a, const TorchProcess& b) {
     return a.rank != b.rank ? a.rank < b.rank : a.order < b.order;
   });
-  // A process without task spans (a data loader, a merged file's other tools) is no rank.
+  // A process without task spans (a data loader, a merged file's other tools) is no rank; but
+  // a profiler's file of a rank (its distributedInfo or its steps) without any is a rank that
+  // timed nothing (its record_function labels missing), whose stage the next file took silently.
+  if (docs.size() > 1)
+    for (size_t f = 0; f < docs.size(); ++f) {
+      auto of = [f](const TorchProcess& p) { return p.file == f; };
+      auto timed = [f](const TorchProcess& p) { return p.file == f && !p.spans.empty(); };
+      auto profiled = [f](const TorchProcess& p) {
+        return p.file == f && (p.ranked || !p.steps.empty());
+      };
+      if (std::any_of(out.begin(), out.end(), of) && std::none_of(out.begin(), out.end(), timed) &&
+          std::any_of(out.begin(), out.end(), profiled))
+        throw InputError(docs[f].origin +
+                         ": a profiler's trace of a rank without task spans "
+                         "(PP:<chunk><F|I|B|W><mb>, or Forward i / Backward i): each file of a "
+                         "folder is one rank of the pipeline, its tasks labelled");
+    }
   std::erase_if(out, [](const TorchProcess& p) { return p.spans.empty(); });
   // Two files of one rank replayed as a pipeline of two stages (a merged file's processes share
   // its rank and keep their order).
@@ -217,19 +261,58 @@ std::vector<TorchProcess> processes_of(const std::vector<Doc>& docs) {
   return out;
 }
 
+using Steps = std::map<int, std::pair<double, double>>;
+
 // The step a span starting at `ts` belongs to: the one whose [start, end) holds it, so that of
 // back-to-back steps a task at their boundary is the later one's (closed at both ends, the
 // earlier step took it, which then held that task twice and the later lacked it). A task at the
 // end of a step that no other step starts at is still that step's (a zero-length one, last).
-std::map<int, std::pair<double, double>>::const_iterator step_of(
-    const std::map<int, std::pair<double, double>>& steps, double ts) {
-  const auto in = std::find_if(steps.begin(), steps.end(), [&](const auto& st) {
-    return ts >= st.second.first && ts < st.second.second;
-  });
-  if (in != steps.end()) return in;
-  return std::find_if(steps.begin(), steps.end(),
-                      [&](const auto& st) { return ts == st.second.second; });
-}
+// Of several, the least step number's.
+//
+// Asked once a span: where the steps are disjoint and of some length, as a profiler writes
+// them, their starts and their ends both increase, and at most one step holds `ts` or ends
+// there: a binary search finds it. Otherwise every step is looked at (a trace of 40,000 steps
+// scanned them all for each of its spans: 17 s, and a trace at the size limit an hour).
+class StepOf {
+ public:
+  explicit StepOf(const Steps& steps) : steps_(steps) {
+    for (auto it = steps.begin(); it != steps.end(); ++it)
+      by_start_.push_back(it);
+    std::sort(by_start_.begin(), by_start_.end(),
+              [](const auto& a, const auto& b) { return a->second.first < b->second.first; });
+    for (size_t k = 0; k < by_start_.size() && disjoint_; ++k) {
+      const auto& [start, end] = by_start_[k]->second;
+      disjoint_ =
+          start < end && (k + 1 == by_start_.size() || end <= by_start_[k + 1]->second.first);
+    }
+  }
+
+  Steps::const_iterator operator()(double ts) const {
+    if (!disjoint_) return scan(ts);
+    // The last step starting at or before ts holds it, if any does.
+    auto at = std::upper_bound(by_start_.begin(), by_start_.end(), ts,
+                               [](double t, const auto& st) { return t < st->second.first; });
+    if (at != by_start_.begin() && ts < (*std::prev(at))->second.second) return *std::prev(at);
+    // The first step ending at or after ts ends there, if any does.
+    at = std::lower_bound(by_start_.begin(), by_start_.end(), ts,
+                          [](const auto& st, double t) { return st->second.second < t; });
+    return at != by_start_.end() && (*at)->second.second == ts ? *at : steps_.end();
+  }
+
+ private:
+  Steps::const_iterator scan(double ts) const {
+    const auto in = std::find_if(steps_.begin(), steps_.end(), [&](const auto& st) {
+      return ts >= st.second.first && ts < st.second.second;
+    });
+    if (in != steps_.end()) return in;
+    return std::find_if(steps_.begin(), steps_.end(),
+                        [&](const auto& st) { return ts == st.second.second; });
+  }
+
+  const Steps& steps_;
+  std::vector<Steps::const_iterator> by_start_;
+  bool disjoint_ = true;
+};
 
 }  // namespace
 
@@ -246,12 +329,13 @@ std::vector<Timeline> read_torch(const std::vector<Doc>& docs, const WorkModel& 
     const int stage = static_cast<int>(k) / tp, tp_rank = static_cast<int>(k) % tp;
     const bool gpu =
         std::any_of(p.spans.begin(), p.spans.end(), [](const Span& s) { return s.gpu; });
+    const StepOf step_of(p.steps);
     for (const Span& s : p.spans) {
       if (s.gpu != gpu) continue;
       int step = -1;
       double zero = 0;
       if (!p.steps.empty()) {
-        const auto in = step_of(p.steps, s.ts);
+        const auto in = step_of(s.ts);
         if (in == p.steps.end()) continue;  // between steps
         step = in->first;
         if (p.legacy) zero = in->second.first;  // a rough start; build_run aligns the ranks
