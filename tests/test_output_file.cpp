@@ -2,7 +2,6 @@
 // happens when the path stops naming it between the two.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "core/output_file.hpp"
+#include "file_size_signal.hpp"
 
 namespace rrfp {
 namespace {
@@ -134,19 +134,10 @@ TEST_F(OutputFiles, ASignalHandlerRemovesTheTemporaryBeingWritten) {
   const std::string tmp = dir + "/.rrfp-" + std::to_string(::getpid()) + "-0.tmp";
   ASSERT_LT(tmp.size(), sizeof g_temporary_name);
   std::memcpy(g_temporary_name, tmp.c_str(), tmp.size() + 1);
-  struct sigaction sa {
-  }, old_sa{};
-  sa.sa_handler = on_file_size_limit;
-  sigemptyset(&sa.sa_mask);
-  ASSERT_EQ(::sigaction(SIGXFSZ, &sa, &old_sa), 0);
-  rlimit old_lim{};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_lim), 0);
-  rlimit lim = old_lim;
-  lim.rlim_cur = 4096;
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &lim), 0);
-  EXPECT_THROW(replace_file(out, std::string(1 << 16, 'x'), "`json`"), Error);
-  ::setrlimit(RLIMIT_FSIZE, &old_lim);
-  ::sigaction(SIGXFSZ, &old_sa, nullptr);
+  {
+    const test::FileSizeSignal limit(on_file_size_limit, 4096);
+    EXPECT_THROW(replace_file(out, std::string(1 << 16, 'x'), "`json`"), Error);
+  }
   EXPECT_EQ(g_before, 1);
   EXPECT_EQ(g_after, 0);
   EXPECT_EQ(temporaries_in(dir), 0);

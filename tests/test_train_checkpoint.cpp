@@ -2,6 +2,10 @@
 // stop, under another pipeline layout and at TP 2; what is corrupt, truncated, of another
 // model or task is refused by name; a full disk keeps the previous checkpoint.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,7 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "expect_error.hpp"
+#include "file_size_signal.hpp"
 #include "mutate.hpp"
 #include "train/checkpoint.hpp"
 #include "train/trainer.hpp"
@@ -363,6 +369,37 @@ TEST(Checkpoint, AFullDiskLeavesThePreviousCheckpoint) {
   EXPECT_NE(::lstat((path + ".tmp").c_str(), &st), 0) << "the partial file was left behind";
   EXPECT_EQ(read_bytes(path), before);
   EXPECT_EQ(refusal(path, o), "accepted");
+}
+
+// A second signal ends `train` at once, its handler removing the temporary being written: a
+// checkpoint's (of the model's size, 200 MB and more) was left behind, not named to it. The
+// signal is SIGXFSZ, which a write past the file size limit raises mid-write in the writing
+// thread, for a handler that does as the stop signal's does.
+char g_checkpoint_tmp[512];
+volatile sig_atomic_t g_tmp_before = -1, g_tmp_after = -1;
+
+void on_checkpoint_size_limit(int) {
+  const int saved = errno;
+  g_tmp_before = ::access(g_checkpoint_tmp, F_OK) == 0;
+  remove_temporary_in_progress();
+  g_tmp_after = ::access(g_checkpoint_tmp, F_OK) == 0;
+  errno = saved;
+}
+
+TEST(Checkpoint, ASignalHandlerRemovesItsTemporary) {
+  const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
+  Trainer t(options(c, 0));
+  const std::string path = ::testing::TempDir() + "rrfp-signalled.bin";
+  const std::string tmp = path + ".tmp";
+  ASSERT_LT(tmp.size(), sizeof g_checkpoint_tmp);
+  std::memcpy(g_checkpoint_tmp, tmp.c_str(), tmp.size() + 1);
+  {
+    const test::FileSizeSignal limit(on_checkpoint_size_limit, 4096);  // the header fits
+    EXPECT_THROW(t.save(path), Error);
+  }
+  EXPECT_EQ(g_tmp_before, 1);
+  EXPECT_EQ(g_tmp_after, 0);
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 }  // namespace

@@ -322,5 +322,44 @@ wait $pid; rc=$?
   fail "SIGTERM in set-up: exit $rc, $(tail -1 "$tmp/su.log"), $(ls "$tmp/su" 2>&1)"
 rm -rf "$tmp/big"
 
+# A signal while a resume rewrites its log stops the run before its first step, the checkpoint
+# and the log as they were: it was taken for a stop after that step, which ran and was logged
+# past its checkpoint. A checkpoint made one of step 1,000,000 (its header's step changed, its
+# checksum, FNV-1a over all before it, made again) and a log of as many rows make it last.
+"$rrfp" train "${small[@]}" --steps 2 --save-every 2 --out "$tmp/r0" >/dev/null 2>&1 ||
+  fail "a 2-step run failed"
+mkdir -p "$tmp/r"
+/usr/bin/python3 - "$tmp/r0" "$tmp/r" 1000000 <<'PY'
+import json, struct, sys
+src, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+b = open(src + "/checkpoint.bin", "rb").read()
+at = b.index(b'{"')
+size = struct.unpack("<Q", b[at - 8:at])[0]
+head = json.loads(b[at:at + size])
+head["step"] = n
+text = json.dumps(head, separators=(",", ":")).encode()
+body = b[:at - 8] + struct.pack("<Q", len(text)) + text + b[at + size:-8]
+h = 1469598103934665603
+for c in body:
+    h = ((h ^ c) * 1099511628211) & (2**64 - 1)
+open(out + "/checkpoint.bin", "wb").write(body + struct.pack("<Q", h))
+rows = open(src + "/loss.csv").read().splitlines()
+rest = rows[-1].split(",", 1)[1]
+with open(out + "/loss.csv", "w") as f:
+    f.write(rows[0] + "\n" + "".join(f"{i},{rest}\n" for i in range(1, n + 1)))
+PY
+cp "$tmp/r/loss.csv" "$tmp/r.csv" && cp "$tmp/r/checkpoint.bin" "$tmp/r.bin"
+"$rrfp" train "${small[@]}" --steps 1000005 --resume "$tmp/r/checkpoint.bin" --out "$tmp/r" \
+  >"$tmp/r.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 30000); do [ -e "$tmp/r/loss.csv.tmp" ] && break; sleep 0.002; done
+kill -TERM $pid
+wait $pid; rc=$?
+[ "$rc" -eq 143 ] &&
+  grep -qx "stopped by SIGTERM before step 1000001: no step trained; the checkpoint and loss.csv are as they were" "$tmp/r.log" &&
+  cmp -s "$tmp/r/loss.csv" "$tmp/r.csv" && cmp -s "$tmp/r/checkpoint.bin" "$tmp/r.bin" ||
+  fail "SIGTERM in a resume's log rewrite: exit $rc, $(tail -1 "$tmp/r.log")"
+rm -rf "$tmp/r" "$tmp/r.csv"
+
 echo "train signal and full-disk checks: $fails failed"
 [ "$fails" -eq 0 ]

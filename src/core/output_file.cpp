@@ -45,20 +45,6 @@ char g_temporary[4096];
 std::atomic<bool> g_temporary_held{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "read in a signal handler");
 
-// Names `tmp` as the temporary in progress while it lives (one too long for the buffer is not
-// named: a signal then leaves it, as before).
-class TemporaryInProgress {
- public:
-  explicit TemporaryInProgress(const std::string& tmp) {
-    if (tmp.size() >= sizeof g_temporary) return;
-    std::memcpy(g_temporary, tmp.c_str(), tmp.size() + 1);
-    g_temporary_held.store(true);
-  }
-  ~TemporaryInProgress() { g_temporary_held.store(false); }
-  TemporaryInProgress(const TemporaryInProgress&) = delete;
-  TemporaryInProgress& operator=(const TemporaryInProgress&) = delete;
-};
-
 // A new file beside `target` that no other writer has (O_EXCL), with `mode`; its name in `tmp`.
 // A short name of its own, not `target`'s plus a suffix, which could pass NAME_MAX. -1 and
 // errno when the folder takes none.
@@ -342,6 +328,17 @@ void replace_file(const std::string& path, const std::string& bytes, const std::
     ::unlink(tmp.c_str());
     throw;
   }
+}
+
+TemporaryInProgress::TemporaryInProgress(const std::string& tmp) {
+  if (tmp.size() >= sizeof g_temporary) return;
+  g_temporary_held.store(false);  // not read half rewritten
+  std::memcpy(g_temporary, tmp.c_str(), tmp.size() + 1);
+  g_temporary_held.store(true);
+}
+
+TemporaryInProgress::~TemporaryInProgress() {
+  g_temporary_held.store(false);
 }
 
 void remove_temporary_in_progress() {

@@ -48,9 +48,22 @@ void check_output_path(const std::string& path, const std::string& what, OutputM
 // as open_output (InputError) and write_all (Error) do, starting with `what`.
 void replace_file(const std::string& path, const std::string& bytes, const std::string& what);
 
-// Removes the temporary file replace_file is writing, if any: for a signal handler that ends the
-// process at once (async-signal-safe), which left a hidden `.rrfp-PID-N.tmp` behind.
+// Removes the temporary file being written, if any (replace_file's, or one a
+// TemporaryInProgress names): for a signal handler that ends the process at once
+// (async-signal-safe), which left a hidden `.rrfp-PID-N.tmp` behind, and `train` a checkpoint's
+// temporary of the model's size.
 void remove_temporary_in_progress();
+
+// Names `tmp` as the temporary being written while it lives, for remove_temporary_in_progress:
+// one at a time, on one thread at a time (a name too long for its buffer is not named: a signal
+// then leaves it).
+class TemporaryInProgress {
+ public:
+  explicit TemporaryInProgress(const std::string& tmp);
+  ~TemporaryInProgress();
+  TemporaryInProgress(const TemporaryInProgress&) = delete;
+  TemporaryInProgress& operator=(const TemporaryInProgress&) = delete;
+};
 
 // Holds each standard stream the caller closed (`>&-`) with /dev/null opened the other way, so
 // that it still fails as a closed one (EBADF) while no file opened later takes its number

@@ -69,6 +69,7 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
   const std::string tmp = path + ".tmp";
   const int fd = open_output(tmp, "checkpoint '" + path + "': its temporary '" + tmp + "'",
                              OutputMode{.named_by_user = false});
+  const TemporaryInProgress in_progress(tmp);  // a second signal removes it (of the model's size)
   // A failed save (a full disk: "No space left on device") leaves the previous checkpoint as
   // it was and no partial file behind.
   try {

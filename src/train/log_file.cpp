@@ -144,6 +144,7 @@ LogFile::LogFile(const std::string& path, const std::string& header, int resume_
     const std::string tmp = target + ".tmp";
     const int t = open_output(tmp, "'" + path + "': its temporary '" + tmp + "'",
                               OutputMode{.named_by_user = false});
+    const TemporaryInProgress in_progress(tmp);  // a signal that ends the process removes it
     try {
       copy_kept_rows(*earlier, resume_step, fill, t, kept, "cannot rewrite '" + path + "'");
     } catch (...) {

@@ -96,12 +96,15 @@ class Run {
           [&](const std::string& row) { plot_row(row, train_curve_, val_curve_); });
     old_log_.reset();
     progress_.start(first_, o_.quiet);  // again: the steps' ETA counts from here
-    // Stopped in the fill-in validation: no step is trained, so the checkpoint and the row
-    // stay for the next resume to fill (a step trained after it checkpointed past that row).
-    done_ = fill_cut_ ? first_ : t_.steps;
+    // Stopped in the fill-in validation, or while a resume rewrote its log (13.5M rows take
+    // 4-5 s): no step is trained, so the checkpoint and the log stay for the next resume (a
+    // step trained after the fill-in checkpointed past its row; one trained after the rewrite
+    // was logged with no checkpoint of it).
+    const bool stopped_first = fill_cut_ || (first_ > 0 && agreed_signal() != 0);
+    done_ = stopped_first ? first_ : t_.steps;
     for (int s = first_; s < done_; ++s)
       if (!step(s)) break;
-    if (fill_cut_) stopped_by_ = agreed_signal();
+    if (stopped_first) stopped_by_ = agreed_signal();
     progress_.end();
     if (!root_) return TrainSummary{.stopped_by = stopped_by_};
     return finish();
@@ -346,9 +349,12 @@ class Run {
       std::cout << "done: step " << first_ << "'s validation, which a signal had cut short, is "
                 << "filled in: " << fmt("%.3f", sum_.val_loss) << " nats (byte-unigram entropy "
                 << fmt("%.3f", h0_) << " nats)\nwrote " << visible(dir()) << "loss.csv, loss.svg\n";
-    else
+    else if (fill_cut_)
       std::cout << "stopped by " << signal_name(stopped_by_) << " before step " << first_
                 << "'s validation was filled in\n";
+    else
+      std::cout << "stopped by " << signal_name(stopped_by_) << " before step " << first_ + 1
+                << ": no step trained; the checkpoint and loss.csv are as they were\n";
     return sum_;
   }
 
