@@ -188,7 +188,12 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
             std::string::npos);
   TrainOptions wider = o;
   wider.model.d_model = 48;
-  EXPECT_NE(refusal(good, wider).find("holds a different model"), std::string::npos);
+  // Named by the option that differs (both models' JSON in full left the reader to compare).
+  EXPECT_NE(refusal(good, wider)
+                .find("holds another model (this run's `d_model` 48 where the "
+                      "checkpoint's has 32)"),
+            std::string::npos)
+      << refusal(good, wider);
   EXPECT_NE(refusal(::testing::TempDir() + "missing.bin", o).find("missing.bin"),
             std::string::npos);
   // A valid checksum over a header with wrong types or ranges: refused by name, never an
@@ -205,7 +210,7 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
       {"/tensors/0/shape", {"has a malformed tensor entry"}},
       {"/tensors/1/name", {"has a malformed tensor entry", "has no tensor 'embed.positions'"}},
       {"/tensors", {"parameter tensors, not a list", "has a malformed tensor entry -1"}},
-      {"/model", {"holds a different model"}}};
+      {"/model", {"holds another model"}}};
   for (const auto& [at, wants] : edits)
     for (const nlohmann::json& v : {nlohmann::json(-5), nlohmann::json("x"), nlohmann::json(3.5),
                                     nlohmann::json::array({-1, "a"}), nlohmann::json(nullptr)}) {

@@ -159,9 +159,19 @@ Parsed parse(const std::string& bytes, const std::string& path, const GptConfig&
   const auto& step = h["step"];
   if (!step.is_number_integer() || step.get<long long>() < 0 || step.get<long long>() > kMaxSteps)
     throw bad("header field \"step\" must be a whole number in [0, 1e9], got " + brief(step));
-  if (h["model"] != model_json(model))
-    throw bad("holds a different model (" + printable(h["model"].dump(), 200) + ", this run has " +
-              model_json(model).dump() + ")");
+  if (const nlohmann::json ours = model_json(model); h["model"] != ours) {
+    // Named by the options that differ (both models' JSON in full left the reader to compare).
+    std::string differ;
+    if (h["model"].is_object())
+      for (const auto& [key, value] : ours.items())
+        if (const auto it = h["model"].find(key); it != h["model"].end() && *it != value)
+          differ += (differ.empty() ? "" : ", ") + ("`" + key + "` ") + value.dump() +
+                    " where the checkpoint's has " + printable(it->dump(), 40);
+    throw bad("holds another model (" +
+              (differ.empty() ? printable(h["model"].dump(), 200) + ", this run has " + ours.dump()
+                              : "this run's " + differ) +
+              ")");
+  }
   p.data = fixed + hlen;
   p.end = bytes.size() - sizeof stored;
   return p;
