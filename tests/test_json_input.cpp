@@ -77,5 +77,15 @@ TEST(JsonInput, RefusesAKeyGivenTwiceInOneObjectAtAnyDepth) {
   EXPECT_NE(refusal("[1, 2").find("d.json: invalid JSON ("), std::string::npos);
 }
 
+// The parser took a NUL for the end of its input, and what followed was ignored unsaid: a hint
+// file's junk, a workload file's second document with a negative duration.
+TEST(JsonInput, RefusesANulByteWhereverItIs) {
+  using namespace std::string_literals;
+  EXPECT_EQ(refusal("{\"a\": 1}\0{\"a\": -5}"s),
+            "d.json: invalid JSON (a NUL byte at offset 8; JSON text holds none)");
+  EXPECT_EQ(refusal("\0"s), "d.json: invalid JSON (a NUL byte at offset 0; JSON text holds none)");
+  EXPECT_NE(refusal("[\"a\0b\"]"s).find("offset 3"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace rrfp::test

@@ -121,6 +121,11 @@ class CheckedDom final : public nlohmann::json_sax<nlohmann::json> {
 }  // namespace
 
 nlohmann::json parse_scanned_json(std::string_view text, const std::string& origin) {
+  // The parser takes a NUL for the end of its input: what followed was ignored unsaid (a hint
+  // file's, a workload's second document). JSON text holds none, escaped in strings or not.
+  if (const size_t at = text.find('\0'); at != std::string_view::npos)
+    throw InputError(origin + ": invalid JSON (a NUL byte at offset " + std::to_string(at) +
+                     "; JSON text holds none)");
   CheckedDom dom(origin);
   try {
     nlohmann::json::sax_parse(text, &dom);
