@@ -257,5 +257,15 @@ RRFP_MEMORY_LIMIT=1M check "--sizes: about 403 MB of memory for 4 endpoint(s) in
 # --json to standard output however named: the JSON alone there (plan printed its text first).
 json=$("$rrfp" plan --pp 2 -m 2 --max-evaluations 5 --json /dev/stdout 2>/dev/null)
 [[ "$json" == "{"* ]] || fail "plan --json /dev/stdout: stdout starts '${json:0:20}'"
+# --spin with more ranks than cores: every task lasted longer than its duration, unsaid.
+if command -v taskset >/dev/null; then
+  spun=$(taskset -c 0 "$rrfp" run --pp 2 -m 2 --workload uniform --spin --hint 1f1b \
+    --policy fixed 2>&1 >/dev/null)
+  grep -q "^rrfp run: warning: --spin: 2 ranks busy-wait on 1 core: they take turns," <<<"$spun" ||
+    fail "--spin on one core: '$spun'"
+  spun=$(taskset -c 0 "$rrfp" run --pp 1 -m 2 --workload uniform --spin --hint 1f1b \
+    --policy fixed 2>&1 >/dev/null)
+  grep -q "warning: --spin" <<<"$spun" && fail "--spin of one rank on one core warned: '$spun'"
+fi
 echo "cli inputs checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -1,4 +1,10 @@
 // `rrfp run`'s scenario from its flags, checked before anything runs (cli/run_flags.hpp).
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
 #include "cli/options.hpp"
 #include "cli/run_flags.hpp"
 #include "core/error.hpp"
@@ -59,6 +65,34 @@ void say_message_model_unused(const RunFlags& f) {
                (f.compare ? " (--compare simulates its calibrated model)" : std::string()));
 }
 
+// The cores this process may run on (its affinity: taskset, a cgroup's cpuset).
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+}
+
+// --spin busy-waits each emulated task on a core of its own: with more ranks than cores they
+// take turns, each task lasting longer than its duration, and every run's steps are off
+// (+155% to +523% at P=4 and 8 on 2 cores, ready BF measured slower than 1F1B where the model
+// says faster) without a word. Said on rank 0; over a job, of the ranks mpirun put on its node.
+void say_spin_oversubscribed(const RunFlags& f, const Scenario& sc, const Job* world) {
+  if (!f.spin) return;
+  int ranks = sc.cfg.pp * sc.tp;
+  if (world) {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    ranks = local != nullptr && std::atoi(local) > 0 ? std::atoi(local) : world->size();
+  }
+  const int cores = usable_cores();
+  if (ranks > cores)
+    print_line("rrfp run: warning: --spin: " + std::to_string(ranks) + " ranks busy-wait on " +
+               std::to_string(cores) + " core" + (cores == 1 ? "" : "s") +
+               ": they take turns, each task lasting longer than its duration, and the measured "
+               "steps are not the workload's (leave out --spin, or run at most " +
+               std::to_string(cores) + " ranks here)");
+}
+
 // Over MPI each process hosts one stage and TP rank: checked before any run starts (the first
 // run's line was printed, then the layout refused in the flags of `rrfp train`).
 void check_job_size(const Scenario& sc, int ranks) {
@@ -101,6 +135,7 @@ Scenario emulable_scenario(const RunFlags& f, Job* world) {
   } else {
     check_emulable(sc.workload, sc.tp);
   }
+  if (!world || world->rank() == 0) say_spin_oversubscribed(f, sc, world);
   const std::vector<RunSpec> specs = plan_runs(e, sc.cfg);
   // Before a --replay without --step is read at the flags' shape to find its step.
   check_runs_fit("run", e, sc, specs);
