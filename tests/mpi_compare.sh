@@ -124,6 +124,15 @@ timeout -k 10 60 "$here/mpirun.sh" 1 -wdir "$work/n0" "$rrfp" calibrate --transp
   --sizes 8 --seconds 1 --out sub/c.json : -np 1 -wdir "$work/n1" "$rrfp" calibrate \
   --transport mpi --sizes 8 --seconds 1 --out sub/c.json >"$out" 2>&1 &&
   [ -s "$work/n0/sub/c.json" ] || { cat "$out"; fail "calibrate --out in rank 0's folder only"; }
+# Each round's calibration counts against the limit on a run's time: 100 rounds of a step of
+# milliseconds ran some 6 minutes unsaid, and steps of 120 s in all with 500 s of calibrations
+# beside them were let start. Refused at once now.
+echo '{"preset":"uniform","forward_us":100000}' >"$work/w.json"
+timeout -k 10 60 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --pp 2 -m 2 --workload-file \
+  "$work/w.json" --hint 1f1b --policy fixed --compare --rounds 100 --repeat 1 >"$out" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "^rrfp: error: run: about 620 s of emulated steps and calibrations (.*up to 5 s calibrating the transport before each round); at most 600 s" "$out" ||
+  fail "100 rounds of calibrations: exit $rc"
 echo "mpi compare: the baseline fit reproduces its step; ranges printed; a calibration per" \
   "round, their mean simulated, payloads on the offers; a pulling run with spinning idle" \
   "ranks completes, simulated with its bytes after the acceptance; another transport's" \

@@ -151,7 +151,7 @@ TransportModel transport_model(const std::string& calibration, const std::string
   o.sizes = calibration_sizes(sc);
   // The links come from four streams at once (dist/calibrate.hpp), which the ping-pong's two
   // pairs overstate the cost of; their rounds take a second more.
-  o.seconds = 4;
+  o.seconds = kRunCalibrationSeconds;
   o.streams = true;
   o.serial_receive = true;  // the mpi transport's one progress thread copies what arrives
   o.offer_payload = offer_payload;

@@ -30,6 +30,9 @@ struct TransportModel {
 TransportModel transport_model(const std::string& calibration, const std::string& transport,
                                bool offer_payload, const Scenario& sc, Job& world,
                                double timeout_s);
+// That calibration's budget, and what it takes at most with its streams' rounds (about a
+// second more; 3.6 s measured): what a run reckons for each round's before it starts.
+inline constexpr double kRunCalibrationSeconds = 4, kRunCalibrationWallSeconds = 5;
 
 // --calibration baseline: the bandwidth at which `makespan_at` reproduces `measured`; outside
 // kFitLowGbps..kFitHighGbps, the bound.

@@ -102,13 +102,21 @@ class EmulatedRuns {
       own_s += tasks_of(c, 1) / c.pp * kRuntimeTaskSeconds;
     }
     const int steps = f_.rounds * (f_.warmup + f_.repeat);
-    const double wall = (step_s + own_s) * steps;
+    // Each round's calibration too: 100 rounds of short steps ran 6 min without a word, and
+    // steps of 590 s were let past the limit with 360 s of calibration beside them.
+    const double calibrating = calibrate_each_round_ ? f_.rounds * kRunCalibrationWallSeconds : 0;
+    const double wall = (step_s + own_s) * steps + calibrating;
     const std::string what =
-        fmt("about %.0f s of emulated steps (", wall) + std::to_string(specs_.size()) + " run" +
+        fmt("about %.0f s of emulated steps", wall) +
+        (calibrating > 0 ? " and calibrations (" : " (") + std::to_string(specs_.size()) + " run" +
         (specs_.size() == 1 ? "" : "s") + fmt(" of %.3g s simulated", step_s) +
         (own_s >= 0.1 * step_s ? fmt(" and %.3g s of the runtime's own work a task", own_s)
                                : std::string()) +
-        ", " + std::to_string(steps) + " steps each: --rounds x (--warmup + --repeat))";
+        ", " + std::to_string(steps) + " steps each: --rounds x (--warmup + --repeat)" +
+        (calibrating > 0 ? fmt(", and up to %.0f s calibrating the transport before each round",
+                               kRunCalibrationWallSeconds)
+                         : std::string()) +
+        ")";
     if (wall > kMaxEmulatedSeconds)
       throw InputError("run: " + what +
                        fmt("; at most %.0f s: shorten the durations of ", kMaxEmulatedSeconds) +
