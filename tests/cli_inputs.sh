@@ -257,6 +257,22 @@ RRFP_MEMORY_LIMIT=1M check "--sizes: about 403 MB of memory for 4 endpoint(s) in
 # --json to standard output however named: the JSON alone there (plan printed its text first).
 json=$("$rrfp" plan --pp 2 -m 2 --max-evaluations 5 --json /dev/stdout 2>/dev/null)
 [[ "$json" == "{"* ]] || fail "plan --json /dev/stdout: stdout starts '${json:0:20}'"
+# A hint file too small for the shape it runs at is refused before the run is sized: a 73-byte
+# file of 30M microbatches printed the estimate of 14 GB, then built 1.4 GB of model to refuse.
+printf 'rrfp-hint 1 pp=1 vpp=1 microbatches=30000000 placement=loop split=1\nstage 0: F0:0\n' >m30.txt
+check "FILE: 'm30.txt' (82 bytes) cannot list the 90000000 tasks of P=1 V=1 M=30000000, 4 bytes a task at least" \
+  schedule check m30.txt
+check "--hint: 'm30.txt' (82 bytes) cannot list the 90000000 tasks of P=1 V=1 M=30000000" \
+  simulate --pp 1 -m 30000000 --hint m30.txt --policy fixed
+# A shape the file's header gave is too large in the header's words (it named --pp and
+# --microbatches, flags not given).
+/usr/bin/python3 -c "
+n = 20000
+rows = [' '.join(f'F{s}:{i} B{s}:{i}' for i in range(n)) for s in (0, 1)]
+open('h20k.txt', 'w').write(f'rrfp-hint 1 pp=2 vpp=1 microbatches={n} placement=loop split=0\\n'
+                            + ''.join(f'stage {s}: {r}\\n' for s, r in enumerate(rows)))"
+RRFP_MEMORY_LIMIT=2M check "RRFP_MEMORY_LIMIT allows 2 MB: lower the shape in the header of 'h20k.txt'" \
+  schedule check h20k.txt
 # --spin with more ranks than cores: every task lasted longer than its duration, unsaid.
 if command -v taskset >/dev/null; then
   spun=$(taskset -c 0 "$rrfp" run --pp 2 -m 2 --workload uniform --spin --hint 1f1b \

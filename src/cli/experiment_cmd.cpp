@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/hint.hpp"
+#include "core/hint_io.hpp"
 #include "core/output_file.hpp"
 #include "core/printable.hpp"
 #include "report/estimate.hpp"
@@ -174,6 +175,9 @@ std::string runs_of_tasks(std::size_t runs, double total) {
 
 void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenario& sc,
                     const std::vector<RunSpec>& runs) {
+  for (const RunSpec& spec : runs)  // a file written for another shape: said before the sizes
+    if (!hint_file(spec.hint).empty())
+      check_hint_file_holds(spec.hint, config_for(sc, spec), "hint");
   const auto [most, total, most_bytes] = runs_size(sc, runs);
   // The runs take turns, each freeing its work when done, unless a timeline keeps every run's
   // records to draw them.

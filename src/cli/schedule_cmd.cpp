@@ -35,6 +35,9 @@ struct ScheduleFlags {
   std::string hint = "1f1b";
   std::string out;
   std::string file;
+  // What a run too large to fit should lower: the flags, or the file's header where the shape
+  // is its (it named --pp and --microbatches, flags not given).
+  std::string lower = "--pp or --microbatches";
 };
 
 // A task's cell: kind and microbatch, and its local chunk as a letter (a number after a dot
@@ -56,14 +59,15 @@ double held_tasks(const PipelineConfig& c) {
 }
 
 // A diagram of `cells` cells, each about 40 bytes (its string and its text), beside the run.
-void check_diagram_fits(const PipelineConfig& c, double tasks, double cells) {
+void check_diagram_fits(const PipelineConfig& c, double tasks, double cells,
+                        const std::string& lower) {
   check_fits("schedule show: " + fmt("%.1fM", tasks / 1e6) + " tasks and " +
                  fmt("%.1fM", cells / 1e6) + " diagram cells",
-             held_tasks(c) + cells / 4, kScheduleCost, "--pp or --microbatches");
+             held_tasks(c) + cells / 4, kScheduleCost, lower);
 }
 
 // Grid rows of a run at unit cost (unit_cost_work).
-std::string render(const WorkModel& m, const Hint& hint) {
+std::string render(const WorkModel& m, const Hint& hint, const std::string& lower) {
   const RealizedWork work = unit_cost_work(m);
   SimOptions opt;
   opt.arbiter.policy = hint.is_list() ? Policy::Fixed : Policy::Ready;
@@ -73,7 +77,7 @@ std::string render(const WorkModel& m, const Hint& hint) {
   // Sized again at the diagram's real width: a list may leave most stages idle most of the time
   // (a serial order at P=M=200 drew 16M cells, not the 0.2M its shape gives: 754 MB).
   check_diagram_fits(m.config(), static_cast<double>(r.tasks.size()),
-                     static_cast<double>(m.pp()) * cols);
+                     static_cast<double>(m.pp()) * cols, lower);
   std::vector<std::vector<std::string>> grid(m.pp(), std::vector<std::string>(cols, "."));
   size_t width = 1;
   for (const auto& t : r.tasks) {
@@ -113,12 +117,13 @@ void show(const ScheduleFlags& f) {
   // 800M cells).
   const PipelineConfig c = to_config(f.shape, f.hint);
   const double tasks = tasks_of(c, 1);
-  check_diagram_fits(c, tasks, c.pp * (tasks / c.pp + 2.0 * (c.pp - 1)));
+  if (!hint_file(f.hint).empty()) check_hint_file_holds(f.hint, c, "hint");
+  check_diagram_fits(c, tasks, c.pp * (tasks / c.pp + 2.0 * (c.pp - 1)), f.lower);
   WorkModel m(c);
   Hint h = make_hint(f.hint, m);
   if (!f.out.empty() && !h.is_list())
     throw InputError("--out: '" + f.hint + "' is a rule hint, it has no task list");
-  const std::string diagram = render(m, h);
+  const std::string diagram = render(m, h, f.lower);
   // The diagram on stdout is an output too: a signal while a slow reader took it cut it short
   // and said "nothing written".
   write_then_heed_signals([&] {
@@ -137,7 +142,8 @@ void show(const ScheduleFlags& f) {
 // `schedule check zb.json` of a file written at --pp 2 was refused as "written for pp=2 but
 // the run has pp=4", the defaults. A value out of range is left to the file's own check,
 // which names the file.
-void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& shape) {
+void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& shape,
+                     std::string& lower) {
   if (std::all_of(std::begin(kShapeKeys), std::end(kShapeKeys),
                   [&](const auto& f) { return app.count(f.first) > 0; }))
     return;
@@ -166,6 +172,7 @@ void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& s
     (key == "pp" ? shape.pp : key == "vpp" ? shape.vpp : shape.microbatches) = static_cast<int>(v);
     from_file = true;
   }
+  if (from_file) lower = "the shape in the header of '" + printable(path, 100) + "'";
   // Too large a shape of the file's was refused as "--pp x --vpp x --microbatches: ...", flags
   // not given.
   const long long n = static_cast<long long>(shape.pp) * shape.vpp * shape.microbatches;
@@ -188,8 +195,9 @@ void check(const ScheduleFlags& f) {
   // Before the model is built (a header's or a flag's --pp 50000000 built 50M stages first:
   // 4.4 GB, then the header's mismatch).
   const PipelineConfig c = to_config(f.shape, f.file);
+  check_hint_file_holds(f.file, c, "FILE");
   check_fits("schedule check: " + fmt("%.1fM", tasks_of(c, 1) / 1e6) + " tasks", held_tasks(c),
-             kScheduleCost, "--pp or --microbatches");
+             kScheduleCost, f.lower);
   WorkModel m(c);  // auto: split as the file declares, as simulate reads it
   Hint h;
   h.name = "file:" + f.file;
@@ -233,7 +241,7 @@ void setup_schedule(CLI::App& app) {
   // A hint file's shape stands for the flags not given, as under check: the file show --out
   // had just written was refused as written for pp=2 where the run had the default pp=4.
   sh->callback([f, sh] {
-    if (!hint_file(f->hint).empty()) take_file_shape(*sh, f->hint, f->shape);
+    if (!hint_file(f->hint).empty()) take_file_shape(*sh, f->hint, f->shape, f->lower);
     show(*f);
   });
 
@@ -246,7 +254,7 @@ void setup_schedule(CLI::App& app) {
                  "hint file; the shape it was written for stands for any shape flag not given")
       ->required();
   ck->callback([g, ck] {
-    take_file_shape(*ck, g->file, g->shape);
+    take_file_shape(*ck, g->file, g->shape, g->lower);
     check(*g);
   });
 }

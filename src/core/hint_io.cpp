@@ -1,5 +1,7 @@
 #include "core/hint_io.hpp"
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -298,6 +300,21 @@ ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string
   text = skip_bom(text);  // as the JSON reader does, and --workload-file's
   if (format == HintFormat::Json) return parse_hint_json(text, m, origin);
   return parse_hint_text(text, m, origin);
+}
+
+void check_hint_file_holds(const std::string& path, const PipelineConfig& c, const char* option) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  const double tasks =
+      static_cast<double>(c.pp) * c.vpp * c.microbatches * (c.split_backward ? 3 : 2);
+  // Only where the run is costly to build: the reader's own words are more precise ("stage 2
+  // has no line").
+  if (tasks > (1 << 20) && static_cast<double>(st.st_size) < 4 * tasks)
+    throw HintError("`" + std::string(option) + "`: '" + path + "' (" + std::to_string(st.st_size) +
+                    " bytes) cannot list the " + fmt("%.0f", tasks) +
+                    " tasks of P=" + std::to_string(c.pp) + " V=" + std::to_string(c.vpp) +
+                    " M=" + std::to_string(c.microbatches) +
+                    ", 4 bytes a task at least: written for another shape, or cut short");
 }
 
 ListHint read_hint_file(const std::string& path, const WorkModel& m, const char* option) {
