@@ -140,6 +140,10 @@ TEST(HintFile, AByteOrderMarkIsSkippedAndEchoedBytesAreVisible) {
   EXPECT_ERROR(parse_hint("stage 0: F0:0 F0:1 B0:0 B0:1\xff\xfe\n" + ok1, m, "h"), HintError,
                "bad task token 'B0:1\\xff\\xfe'");
   EXPECT_ERROR(parse_hint("\x01stage 0: F0:0\n", m, "h"), HintError, "got '\\x01stage 0: F0:0'");
+  // A sign is no digit: "-0" was read as 0, where "+0" was refused.
+  for (const char* token : {"F-0:0", "F0:-0", "F+0:0"})
+    EXPECT_ERROR(parse_hint(std::string("stage 0: ") + token + " F0:1 B0:0 B0:1\n" + ok1, m, "h"),
+                 HintError, std::string("bad task token '") + token + "'");
   EXPECT_ERROR(parse_hint("stage 0: F0:0 F0:1 B0:0 B0:1\n", m, "h"), HintError,
                "stage 1 has no line (the run has `pp` 2 stages, 0..1)");
   EXPECT_EQ(printable("caf\xC3\xA9 \xEF\xBB\xBF\t"), "caf\xC3\xA9 \\xef\\xbb\\xbf\\x09");

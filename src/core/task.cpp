@@ -30,7 +30,8 @@ std::string to_token(const TaskId& t) {
 
 namespace {
 bool parse_int(std::string_view s, std::int32_t& out) {
-  if (s.empty()) return false;
+  // Digits only: from_chars took "-0" for 0 (F-0:0 ran as F0:0, where F+0:0 was refused).
+  if (s.empty() || s.front() < '0' || s.front() > '9') return false;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
   return ec == std::errc() && ptr == s.data() + s.size() && out >= 0;
 }
