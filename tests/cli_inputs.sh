@@ -273,6 +273,12 @@ open('h20k.txt', 'w').write(f'rrfp-hint 1 pp=2 vpp=1 microbatches={n} placement=
                             + ''.join(f'stage {s}: {r}\\n' for s, r in enumerate(rows)))"
 RRFP_MEMORY_LIMIT=2M check "RRFP_MEMORY_LIMIT allows 2 MB: lower the shape in the header of 'h20k.txt'" \
   schedule check h20k.txt
+# A built-in hint's name runs the built-in where a file of the name is here too: said.
+touch gpipe
+said=$("$rrfp" simulate --pp 2 -m 2 --hint gpipe --policy fixed 2>&1 >/dev/null)
+[ "$said" = "rrfp: warning: --hint gpipe runs the built-in hint, not the file 'gpipe' here (give ./gpipe to run the file)" ] ||
+  fail "a file named gpipe beside --hint gpipe: '$said'"
+rm gpipe
 # --spin with more ranks than cores: every task lasted longer than its duration, unsaid.
 if command -v taskset >/dev/null; then
   spun=$(taskset -c 0 "$rrfp" run --pp 2 -m 2 --workload uniform --spin --hint 1f1b \

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 
@@ -392,6 +393,13 @@ const std::string& hint_file(const std::string& hint) {
   static const std::string none;
   const auto& names = hint_names();
   return std::find(names.begin(), names.end(), hint) != names.end() ? none : hint;
+}
+
+void warn_hint_name_shadows_file(const std::string& hint) {
+  std::error_code ec;
+  if (hint_file(hint).empty() && std::filesystem::exists(hint, ec))
+    print_line("rrfp: warning: --hint " + hint + " runs the built-in hint, not the file '" + hint +
+               "' here (give ./" + hint + " to run the file)");
 }
 
 void refuse_hint_name_out(const std::string& out) {

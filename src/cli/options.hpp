@@ -117,6 +117,9 @@ bool is_stdout(const std::string& path);
 // `hint` where it names a file, else (a built-in hint's name) an empty string: an input for
 // check_outputs.
 const std::string& hint_file(const std::string& hint);
+// Warns where `hint` names a built-in hint and a file of that name is here too: the built-in
+// runs (the file was passed over without a word).
+void warn_hint_name_shadows_file(const std::string& hint);
 // Refuses (InputError) a hint file's output `--out` that --hint would not read back: a built-in
 // hint's name (`1f1b` runs that hint, not the file). Any other name is read as a file.
 void refuse_hint_name_out(const std::string& out);

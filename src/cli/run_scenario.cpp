@@ -135,7 +135,10 @@ Scenario emulable_scenario(const RunFlags& f, Job* world) {
   } else {
     check_emulable(sc.workload, sc.tp);
   }
-  if (!world || world->rank() == 0) say_spin_oversubscribed(f, sc, world);
+  if (!world || world->rank() == 0) {
+    say_spin_oversubscribed(f, sc, world);
+    warn_hint_name_shadows_file(e.dispatch.hint);
+  }
   const std::vector<RunSpec> specs = plan_runs(e, sc.cfg);
   // Before a --replay without --step is read at the flags' shape to find its step.
   check_runs_fit("run", e, sc, specs);

@@ -110,6 +110,7 @@ void show(const ScheduleFlags& f) {
   exit_on_signals("schedule show");  // a signal while --out was written left it half written
   // Before the diagram: a bad --out printed the whole diagram, then exited 2.
   refuse_hint_name_out(f.out);
+  warn_hint_name_shadows_file(f.hint);
   check_outputs({{f.out, "--out"}}, {{hint_file(f.hint), "--hint"}});
   // Sized before the model is built, and again once the run gives the diagram's width. The
   // diagram holds a cell a stage and time unit: at least each stage's tasks and the pipeline's

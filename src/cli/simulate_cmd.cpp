@@ -1,6 +1,7 @@
 // `rrfp simulate`: one scenario under the requested hint and policies, or, with no --hint,
 // the comparison that motivates rrfp: fixed 1F1B against rrfp BF and BFW.
 #include "cli/experiment_cmd.hpp"
+#include "cli/options.hpp"
 #include "cli/stop_signal.hpp"
 
 namespace rrfp {
@@ -14,6 +15,7 @@ void setup_simulate(CLI::App& app) {
   sub->callback([f, comm] {
     f->dispatch.comm_given = comm->count() > 0;
     exit_on_signals("simulate");
+    warn_hint_name_shadows_file(f->dispatch.hint);
     Scenario sc = make_scenario(*f);
     const std::vector<RunSpec> specs = plan_runs(*f, sc.cfg);
     // Before check_spec builds the hints' orders, and before a --replay without --step is
