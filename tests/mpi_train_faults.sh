@@ -158,4 +158,28 @@ mkdir "$out/ct/checkpoint.bin.tmp"
 wait $job
 one_line ".*checkpoint\.bin\.tmp" $?
 echo "a checkpoint rank 0 cannot write: one line in $((SECONDS - start)) s"
+# A signal sent to rank 1 alone during set-up (here, reading 100 MB of corpus) ends the job
+# with rank 1's own line: only rank 0's "stopped by SIGTERM", which mpirun sent it next, was
+# said. Sent once both processes are rrfp-train, whose handlers take a signal held back
+# across the exec.
+mkdir -p "$out/big"
+yes "a line of a large corpus, read before the first step" | head -c 100000000 >"$out/big/a.txt"
+timeout 300 "${mpi[@]}" 2 "$rrfp" train --transport mpi "${tiny[@]}" --steps 5 --data "$out/big" \
+  --out "$out/su" >"$out/su.log" 2>&1 &
+job=$!
+rank1=
+for _ in $(seq 3000); do
+  for p in $(pgrep -f "rrfp-train.*--out $out/su"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && rank1=$p
+  done
+  [ -n "$rank1" ] && break
+  sleep 0.01
+done
+[ -n "$rank1" ] && kill -INT "$rank1"
+wait $job
+rc=$?
+[ $rc -ne 0 ] && grep -qx "rrfp train: mpi rank 1: stopped by SIGINT sent to this process alone; nothing written" "$out/su.log" ||
+  { tail -5 "$out/su.log"; fail "SIGINT to rank 1 alone in set-up: exit $rc"; }
+rm -rf "$out/big"
+echo "SIGINT to rank 1 alone during set-up: its own line"
 echo "PASS"

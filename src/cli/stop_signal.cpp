@@ -133,7 +133,17 @@ void write_line(const HandlerLine& line) {
   ::sigaction(SIGPIPE, &old, nullptr);
 }
 
-void on_stop_signal(int sig) {
+// The line of a signal that ends the process at once, where its outputs stand at `outputs`.
+// Under mpirun the others' lines are empty (rank 0 says it for the job), but one sent to this
+// process alone, not by mpirun (its parent), names the rank: nothing was said of it.
+const HandlerLine& exit_line(int sig, const siginfo_t* info, int outputs) {
+  const HandlerLine& alone = g_alone_lines[signal_index(sig)];
+  const bool sent_here = info != nullptr && info->si_code == SI_USER && info->si_pid != ::getppid();
+  return alone.size > 0 && sent_here ? alone : g_exit_lines[outputs][signal_index(sig)];
+}
+
+// `info`: who sent it, where the kernel says (nullptr for a failed write's EPIPE).
+void on_stop_signal(int sig, siginfo_t* info, void*) {
   if (sig == SIGPIPE) {
     // A reader of stdout gone (`| head`, a `| tee` the Ctrl-C ended first): a request to stop,
     // never a second one, as each later write raises it again. It ended `train` at once,
@@ -143,7 +153,7 @@ void on_stop_signal(int sig) {
     return;
   }
   if (g_at_once.load()) {
-    write_line(g_exit_lines[kNone][signal_index(sig)]);
+    write_line(exit_line(sig, info, kNone));
     ::_exit(128 + sig);
   }
   // The kernel repeats SIGXCPU every second of CPU past the soft limit: never a second request
@@ -165,9 +175,7 @@ void on_exit_signal(int sig, siginfo_t* info, void*) {
   // The line says where the outputs stand: a second signal while they are written cuts that
   // short (it said "nothing written", with some outputs written), and past it they are there.
   remove_temporary_in_progress();
-  const HandlerLine& alone = g_alone_lines[signal_index(sig)];
-  const bool sent_here = info != nullptr && info->si_code == SI_USER && info->si_pid != ::getppid();
-  write_line(alone.size > 0 && sent_here ? alone : g_exit_lines[outputs][signal_index(sig)]);
+  write_line(exit_line(sig, info, outputs));
   ::_exit(128 + sig);
 }
 
@@ -212,7 +220,7 @@ std::atomic<int>& stop_on_signals(bool pipe) {
     // SIGPIPE ignored (`trap '' PIPE`, a service manager), the failed write is all there is to
     // tell the reader is gone: it asks to stop the same way (train ran every step, then exit 1).
     on_stdout_failure([](int err) {
-      if (err == EPIPE) on_stop_signal(SIGPIPE);
+      if (err == EPIPE) on_stop_signal(SIGPIPE, nullptr, nullptr);
     });
   }
   return g_stop;
