@@ -217,30 +217,6 @@ else:
 PY
     { echo "FAIL: $cmd --trace: input_us missing or wrong:"; fails=$((fails + 1)); }
 done
-# Progress of a simulation of a million tasks or more: on a terminal (script(1) gives the run
-# one), a line per 2^20 tasks ended, erased at the end; into a file, nothing.
-big=(simulate --pp 512 -m 1024 --hint 1f1b --policy fixed)
-if command -v script >/dev/null; then
-  script -qec "$rrfp ${big[*]}" /dev/null >"$tmp/tty" 2>&1
-  grep -q "fixed 1f1b (async): 1048576 of 1048576 tasks (100%)" "$tmp/tty" ||
-    { echo "FAIL: no progress on a terminal"; fails=$((fails + 1)); }
-fi
-"$rrfp" "${big[@]}" >/dev/null 2>"$tmp/notty"
-[ ! -s "$tmp/notty" ] || { echo "FAIL: progress written to a file"; fails=$((fails + 1)); }
-# sweep too (it wrote "sweep: 10/48 grid points" into a file, carriage returns and all).
-"$rrfp" sweep --pp 2 --mb-factors 1 --seeds 1 --workloads uniform --csv "$tmp/sw.csv" \
-  >/dev/null 2>"$tmp/sw.err"
-[ ! -s "$tmp/sw.err" ] || { echo "FAIL: sweep progress written to a file"; fails=$((fails + 1)); }
-# A grid of many small points announces what its runs cost beside their tasks: counted by its
-# tasks alone, 200,000 points of P = 1 said nothing (2.4 s of work), and took 75 s. Stopped by
-# SIGINT after a second.
-if command -v script >/dev/null; then
-  script -qec "timeout -s INT 1 $rrfp sweep --pp 1 --mb-factors 1 --seeds 200000 --workloads \
-    uniform --csv $tmp/many.csv" /dev/null >"$tmp/tty" 2>&1
-  grep -q "sweep: 200000 grid points, runs of up to 3 tasks: about 400 MB of memory and 12 s of" \
-    "$tmp/tty" || { echo "FAIL: a grid of small points under-announced:"; head -c 300 "$tmp/tty"
-                    fails=$((fails + 1)); }
-fi
 # rrfp plan: bad budgets and modes, then the round trip: the written plan, simulated under the
 # fixed policy with the same flags, gives the makespan the plan printed.
 check "--budget: must be in (0, 86400]" plan --budget 0
