@@ -44,9 +44,10 @@ ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string
 // `option` names the file in errors (the CLI's `schedule check` takes it as its FILE).
 ListHint read_hint_file(const std::string& path, const WorkModel& m, const char* option = "hint");
 // Before a run of shape `c` is sized and built: refuses (HintError) a hint file too small to
-// list its tasks, each a token of 4 bytes or more ("F0:0"), where they are over a million. A 73-byte file written for 30M
-// microbatches was refused only after the estimate of the run's 14 GB, and 1.4 GB and 0.7 s of
-// building its model. What is no regular file is left to the reader.
+// list its tasks, each a token of 4 bytes or more ("F0:0"), where they are over a million. A
+// 73-byte file written for 30M microbatches was refused only after the estimate of the run's
+// 14 GB, and 1.4 GB and 0.7 s of building its model. What is no regular file is left to the
+// reader.
 void check_hint_file_holds(const std::string& path, const PipelineConfig& c, const char* option);
 // Whether the hint file at `path` says it was written for the split backward: its text header's
 // `split=1`, or JSON's top-level "split_backward": true, wherever in the file. False when it
