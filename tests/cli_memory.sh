@@ -115,16 +115,17 @@ else
     "a sanitized build?)"
 fi
 # calibrate, whose endpoints are threads: one that cannot be started (30 MB of address space)
-# fails the command in a line (it aborted, "terminate called without an active exception"),
-# and an endpoint out of memory stops the others (150 MB and 32 MiB messages: they went on,
-# each round waiting out its 60 s deadline for the missing peer, past 118 s).
+# fails the command in a line (it aborted, "terminate called without an active exception");
+# messages that the address space cannot hold (150 MB and 32 MiB messages) are refused before
+# any endpoint starts (an endpoint out of memory stopped the others: they went on, each round
+# waiting out its 60 s deadline for the missing peer, past 118 s).
 if (ulimit -v 30000 && "$rrfp" --help >/dev/null 2>&1); then
-  for case in "30000:could not start the calibration's thread of endpoint" \
-    "150000:out of memory"; do
-    limit=${case%%:*}
-    (ulimit -v $limit && timeout 30 "$rrfp" calibrate --seconds 4 --sizes 8,32M >/dev/null \
+  for case in "30000:8:1:run failed: could not start the calibration's thread of endpoint" \
+    "150000:8,32M:2:error: --sizes: about 403 MB of memory for 4 endpoint(s) in this process; the address-space limit (ulimit -v) leaves"; do
+    IFS=: read -r limit sizes want line <<<"$case"
+    (ulimit -v "$limit" && timeout 30 "$rrfp" calibrate --seconds 4 --sizes "$sizes" >/dev/null \
       2>"$tmp/cal.err"); rc=$?
-    if [ "$rc" -ne 1 ] || ! tail -1 "$tmp/cal.err" | grep -q "run failed: ${case#*:}"; then
+    if [ "$rc" -ne "$want" ] || ! tail -1 "$tmp/cal.err" | grep -qF "rrfp: $line"; then
       echo "FAIL: calibrate under ulimit -v $limit -> rc=$rc: $(head -c 300 "$tmp/cal.err")"
       fails=$((fails + 1))
     fi

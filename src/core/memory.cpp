@@ -1,9 +1,13 @@
 #include "core/memory.hpp"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -116,9 +120,25 @@ std::int64_t env_limit() {
 
 }  // namespace
 
+// What the address-space limit (ulimit -v, RLIMIT_AS) leaves this process beside what it has
+// mapped already (/proc/self/statm's size); 0 for no limit. A run past it raised bad_alloc, or
+// in Python a RuntimeError, after seconds of work the check would have spared.
+std::int64_t address_space_left() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_AS, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 0;
+  std::ifstream statm("/proc/self/statm");
+  std::int64_t pages = 0;
+  if (!(statm >> pages)) return 0;
+  const std::int64_t mapped = pages * ::sysconf(_SC_PAGESIZE);
+  const auto limit = static_cast<std::int64_t>(
+      std::min<rlim_t>(lim.rlim_cur, std::numeric_limits<std::int64_t>::max()));
+  return std::max<std::int64_t>(1, limit - mapped);
+}
+
 std::int64_t available_memory() {
   std::int64_t have = 0;
-  for (const std::int64_t v : {meminfo_available(), own_cgroup_limit(), env_limit()})
+  for (const std::int64_t v :
+       {meminfo_available(), own_cgroup_limit(), env_limit(), address_space_left()})
     if (v > 0) have = have > 0 ? std::min(have, v) : v;
   return have;
 }
@@ -139,10 +159,13 @@ void check_memory(double bytes, std::int64_t have, const std::string& what,
                   const std::string& extra, const std::string& lower, const std::string& machine) {
   if (have <= 0 || bytes <= static_cast<double>(have)) return;
   const bool env = have == env_limit();
+  const bool address_space = !env && have == address_space_left();
   throw InputError(what + ": about " + gigabytes(bytes) + " of memory" + extra + "; " +
-                   (env ? "RRFP_MEMORY_LIMIT allows " : machine + " has ") +
-                   gigabytes(static_cast<double>(have)) + (env ? "" : " available") + ": lower " +
-                   lower);
+                   (env             ? "RRFP_MEMORY_LIMIT allows "
+                    : address_space ? "the address-space limit (ulimit -v) leaves "
+                                    : machine + " has ") +
+                   gigabytes(static_cast<double>(have)) +
+                   (env || address_space ? "" : " available") + ": lower " + lower);
 }
 
 }  // namespace rrfp

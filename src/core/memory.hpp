@@ -7,8 +7,9 @@
 
 namespace rrfp {
 
-// The least of MemAvailable, the cgroup's limit and RRFP_MEMORY_LIMIT (bytes, or a number with
-// K, M or G) where each is there; 0 when none is. Throws InputError for a RRFP_MEMORY_LIMIT that
+// The least of MemAvailable, the cgroup's limit, RRFP_MEMORY_LIMIT (bytes, or a number with
+// K, M or G) and what the address-space limit (ulimit -v) leaves beside what is mapped, where
+// each is there; 0 when none is. Throws InputError for a RRFP_MEMORY_LIMIT that
 // is not a size.
 std::int64_t available_memory();
 
