@@ -27,14 +27,37 @@ namespace {
 // A run too large for this machine, refused before it starts with MemoryError, as the CLI
 // refuses it (rrfp.simulate(pp=4096, microbatches=12200) ran for half a minute, then raised
 // std::bad_alloc; smaller ones took memory past RRFP_MEMORY_LIMIT).
-void check_fits_here(const std::string& what, double tasks, TaskCost cost, double bytes) {
+void check_fits_here(const std::string& what, double tasks, TaskCost cost, double bytes,
+                     const char* lower) {
   if (tasks > 0) cost.bytes = bytes / tasks;
   available_memory();  // a bad RRFP_MEMORY_LIMIT is a ValueError, not the run's MemoryError
   try {
-    check_fits(what, tasks, cost, "`pp`, `microbatches` or `tp`");
+    check_fits(what, tasks, cost, lower);
   } catch (const InputError& e) {
     set_error(PyExc_MemoryError, e.what());
     throw pyb::error_already_set();
+  }
+}
+
+// Python's signal handlers, run between a simulation's tasks (about every 16k, the simulator's
+// progress calls) by a call that let the GIL go: their exception (KeyboardInterrupt) stops the
+// run as this, and is raised once the GIL is back. A Ctrl-C was heeded only when the run ended,
+// half a minute later, and rrfp.schedule held the GIL throughout, every other thread waiting.
+struct PythonSignal : std::exception {};
+
+void heed_python_signals() {
+  pyb::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) throw PythonSignal();
+}
+
+// Runs `work` without the GIL, Python's signals heeded through `heed_python_signals`.
+template <class Work>
+auto without_gil(Work&& work) {
+  try {
+    pyb::gil_scoped_release nogil;
+    return work();
+  } catch (const PythonSignal&) {
+    throw pyb::error_already_set();  // the handler's exception, set while the GIL was held
   }
 }
 
@@ -96,12 +119,11 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
   // Its StepRecord keeps every task's record, beside the simulation's own.
   check_fits_here("simulate: " + std::to_string(static_cast<long long>(tasks_of(c, tp))) + " tasks",
                   tasks_of(c, tp), kSimulateCost,
-                  simulated_bytes(c, tp, kSimulateCost.bytes + kRecordBytes));
+                  simulated_bytes(c, tp, kSimulateCost.bytes + kRecordBytes),
+                  "`pp`, `microbatches` or `tp`");
+  sc.poll = heed_python_signals;
   StepRecordPy r;
-  {
-    pyb::gil_scoped_release nogil;
-    r.run = run_scenario(sc, spec);
-  }
+  r.run = without_gil([&] { return run_scenario(sc, spec); });
   r.header = header_of(sc);
   return r;
 }
@@ -109,32 +131,39 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
 // Each stage's tasks in the order they run at unit cost: a list hint's own order (fixed
 // policy), a rule hint's ready order. `out`: where to write a list hint's task list, as
 // `rrfp schedule show --out` writes it; "" for nowhere.
-std::vector<std::vector<pyb::tuple>> schedule(const std::string& hint, int pp, int vpp,
-                                              int microbatches, const std::string& placement,
-                                              const std::string& split_backward,
-                                              bool ordered_forwards, const std::string& out) {
+pyb::list schedule(const std::string& hint, int pp, int vpp, int microbatches,
+                   const std::string& placement, const std::string& split_backward,
+                   bool ordered_forwards, const std::string& out) {
   PipelineConfig c = make_config(pp, vpp, microbatches, placement, split_backward, hint);
   c.ordered_forwards = ordered_forwards;
   // Its tasks' records are kept, with a tuple each for Python.
   check_fits_here("schedule: " + std::to_string(static_cast<long long>(tasks_of(c, 1))) + " tasks",
-                  tasks_of(c, 1), kScheduleCost, simulated_bytes(c, 1, kScheduleCost.bytes));
+                  tasks_of(c, 1), kScheduleCost, simulated_bytes(c, 1, kScheduleCost.bytes),
+                  "`pp` or `microbatches`");
   const WorkModel m(c);
   const Hint h = make_hint(hint, m);
   if (!out.empty() && !h.is_list())
     throw InputError("`out`: '" + h.name + "' is a rule hint, it has no task list");
   SimOptions opt;
   opt.arbiter.policy = h.is_list() ? Policy::Fixed : Policy::Ready;
-  const StepRecord r = simulate(m, h, unit_cost_work(m), opt);  // a hint that cannot run: no file
+  opt.progress = [](std::int64_t, std::int64_t) { heed_python_signals(); };
+  // A hint that cannot run: no file.
+  const StepRecord r = without_gil([&] { return simulate(m, h, unit_cost_work(m), opt); });
   if (!out.empty())
     writing_file([&] {
       write_text_file(
           out, hint_path_is_json(out) ? write_hint_json(h.list(), m) : write_hint_text(h.list(), m),
           "`out`");
     });
-  std::vector<std::vector<pyb::tuple>> order(m.pp());
+  // Built here, so that memory running out while they are made raises MemoryError (pybind's
+  // conversion of a returned vector said "Unable to convert call argument", a RuntimeError).
+  pyb::list order;
+  for (int s = 0; s < m.pp(); ++s)
+    order.append(pyb::list());
+  const pyb::str kinds[] = {pyb::str("F"), pyb::str("B"), pyb::str("W")};
   for (const TaskRecord& t : r.tasks)
-    order[t.stage].push_back(
-        pyb::make_tuple(std::string(1, kind_char(t.task.kind)), t.task.chunk, t.task.mb));
+    order[static_cast<std::size_t>(t.stage)].cast<pyb::list>().append(
+        pyb::make_tuple(kinds[static_cast<int>(t.task.kind)], t.task.chunk, t.task.mb));
   return order;
 }
 

@@ -35,6 +35,13 @@ PYBIND11_MODULE(_rrfp, m) {
   m.doc() = "rrfp: readiness-first pipeline-parallel runtime (C++ core)";
   static pyb::exception<rrfp::TaskError> stage_error(m, "StageError", PyExc_RuntimeError);
   static pyb::exception<rrfp::ProtocolError> protocol_error(m, "ProtocolError", PyExc_RuntimeError);
+  stage_error.attr("__doc__") =
+      "A task of a stage failed: its message names the stage, the task and what it raised (the "
+      "original exception is its __cause__ where there is one).";
+  protocol_error.attr("__doc__") =
+      "A message or protocol step that fits no state it could be in (an input arriving twice, "
+      "an acknowledgement without an offer, a wrong size): a bug, or processes that called the "
+      "pipeline apart.";
   pyb::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

@@ -25,11 +25,12 @@ std::string StepRecordPy::json() const {
 }
 
 void StepRecordPy::save_trace(const std::string& path) const {
-  writing_file([&] { write_chrome_trace(path, {run}); });
+  // Named as the method's argument: `trace`, the command's flag, is no name here.
+  writing_file([&] { write_text_file(path, chrome_trace({run}), "`path`"); });
 }
 
 void StepRecordPy::save_svg(const std::string& path) const {
-  writing_file([&] { write_svg(path, header, {run}); });
+  writing_file([&] { write_text_file(path, svg_timeline(header, {run}), "`path`"); });
 }
 
 }  // namespace rrfp::py

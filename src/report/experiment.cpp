@@ -227,10 +227,11 @@ ReportRun execute(const Scenario& sc, const RunSpec& spec, const WorkModel& m, c
                   const RealizedWork& work, SimOptions opt, const Executor& exec) {
   ReportRun out;
   out.label = spec.label.empty() ? default_label(spec) : spec.label;
-  ProgressLine progress(sc.progress);  // called a line per 2^20 tasks ended
-  if (sc.progress)
-    opt.progress = [&out, &progress](std::int64_t done, std::int64_t total) {
-      if (!progress.due()) return;
+  ProgressLine progress(sc.progress);  // a line per 2^20 tasks ended at most
+  if (sc.progress || sc.poll)
+    opt.progress = [&sc, &out, &progress](std::int64_t done, std::int64_t total) {
+      if (sc.poll) sc.poll();
+      if ((done & ((1 << 20) - 1)) != 0 || !progress.due()) return;
       progress.show(
           out.label + ": " + std::to_string(done) + " of " + std::to_string(total) + " tasks (" +
           fmt("%.0f", 100.0 * static_cast<double>(done) / static_cast<double>(total)) + "%)");

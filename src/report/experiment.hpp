@@ -42,6 +42,9 @@ struct Scenario {
   int limit = 0, max_pending_w = 0;
   bool record = true;
   bool progress = false;  // show a huge run's progress on stderr (core/progress_line.hpp)
+  // Called as a simulated run goes (SimOptions::progress); it may throw to stop the run (a
+  // Python caller's Ctrl-C).
+  std::function<void()> poll;
 };
 
 bool resolve_split(const std::string& mode, const std::string& hint);

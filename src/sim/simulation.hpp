@@ -113,7 +113,8 @@ class Simulation {
   std::vector<int> dirty_list_;
   std::vector<int> dispatching_;  // dispatch_dirty's stages of the instant
   std::int64_t now_ = 0, last_end_ = 0;
-  std::int64_t ended_ = 0;  // group tasks done (for progress)
+  std::int64_t ended_ = 0;          // group tasks done (for progress)
+  std::int64_t progress_mask_ = 0;  // progress every progress_mask_ + 1 of them
   StepRecord res_;
 };
 

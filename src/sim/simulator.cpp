@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <memory>
 
 #include "core/error.hpp"
@@ -33,6 +34,9 @@ Simulation::Simulation(const WorkModel& m, const Hint& hint, const RealizedWork&
   // Queued copies need the links' bookkeeping even where bandwidth is to spare.
   if (w.links > 0 || w.serial_receive || w.two_slowdown > 1)
     links_.emplace(w.links > 0 ? w.links : kNoLimit, w.two_slowdown);
+  progress_mask_ = std::max<std::int64_t>(
+                       1, SimOptions::kProgressEvery / std::bit_ceil(static_cast<unsigned>(t_))) -
+                   1;
   dirty_.assign(p_, 0);
   dirty_list_.reserve(p_);  // a stage is listed once: no list grows in the run
   dispatching_.reserve(p_);
@@ -184,7 +188,7 @@ void Simulation::group_end(int s, int index) {
   Group& g = groups_[s];
   g.launched = 0;
   last_end_ = now_;
-  if (opt_.progress && (++ended_ & ((1 << 20) - 1)) == 0) opt_.progress(ended_, m_.num_tasks());
+  if (opt_.progress && (++ended_ & progress_mask_) == 0) opt_.progress(ended_, m_.num_tasks());
   const TaskId task = m_.task(index);
   for (int r = 0; r < t_; ++r) {
     Rank& rk = rank(s, r);

@@ -23,8 +23,12 @@ struct SimOptions : DispatchOptions {
   // The caller ran check_work(work, model) on this very work, which has not changed since: a
   // planner simulating one work thousands of times checks it once (a twentieth of each run).
   bool work_checked = false;
-  // Called with (tasks done, tasks in all) every 2^20 group tasks: progress of huge runs.
+  // Called with (group tasks done, group tasks in all) about every 2^14 tasks of its ranks
+  // (kProgressEvery: at TP T, every 2^14 / T group tasks, a power of two): progress of huge
+  // runs, and a caller's chance to stop one by throwing (Python's Ctrl-C: every 2^20 group
+  // tasks at TP 100 was half a minute).
   std::function<void(std::int64_t done, std::int64_t total)> progress;
+  static constexpr std::int64_t kProgressEvery = 1 << 14;
 };
 
 // Throws DeadlockError (with every stage's state) if the run cannot finish and

@@ -5,7 +5,11 @@ import json
 import os
 import pathlib
 import re
+import signal
+import threading
+import time
 
+import numpy
 import pytest
 
 import rrfp
@@ -87,6 +91,10 @@ def test_a_keyword_neither_takes_is_named(function):
     (lambda: rrfp.schedule(pp=True), "pp: a whole number .* got bool True"),
     (lambda: rrfp.schedule(microbatches=True), "microbatches: a whole number .* got bool True"),
     (lambda: rrfp.schedule(hint=None), "hint: a schedule's name or rule"),
+    # Before the replay they would need: an array met "the truth value of an array is ambiguous".
+    (lambda: rrfp.simulate(step=numpy.array([1, 2])), "step: None .* got ndarray"),
+    (lambda: rrfp.simulate(step=1.5), "step: None .* got float 1.5"),
+    (lambda: rrfp.simulate(message_us=True), "message_us: microseconds as a number"),
 ])
 def test_arguments_of_the_wrong_type_are_named(call, match):
     # pp=True was taken as 1; a path object or None fell to pybind's signature dump.
@@ -111,6 +119,10 @@ def test_a_record_is_saved_to_a_path_or_refused(tmp_path, monkeypatch, bad):
         with pytest.raises(TypeError, match=r"path: a file's path \(str or a path object\)"):
             save(bad)
     assert list(pathlib.Path(tmp_path).iterdir()) == []
+    for save in (rec.save_trace, rec.save_svg):  # it wrote a file named '-'
+        with pytest.raises(ValueError, match="path: '-' is no standard output here"):
+            save(b"-")
+    assert list(pathlib.Path(tmp_path).iterdir()) == []
     rec.save_trace(pathlib.Path("t.json"))
     rec.save_svg(b"t.svg")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "t.svg"]
@@ -122,8 +134,8 @@ def test_a_run_too_large_for_the_memory_is_refused_before_it_starts(monkeypatch)
     monkeypatch.setenv("RRFP_MEMORY_LIMIT", "64M")
     with pytest.raises(MemoryError, match="simulate: 200000 tasks: about 172 MB of memory"):
         rrfp.simulate(pp=100000, microbatches=1, hint="bf")
-    with pytest.raises(MemoryError, match="schedule: 2097152 tasks: .* lower `pp`, "
-                                          "`microbatches` or `tp`"):
+    with pytest.raises(MemoryError, match="schedule: 2097152 tasks: .* lower `pp` or "
+                                          "`microbatches`$"):
         rrfp.schedule(hint="1f1b", pp=1024, microbatches=1024)
     assert rrfp.simulate(pp=4, microbatches=8, hint="bf") is not None
     # A limit that is no size is a ValueError (it came as the run's MemoryError).
@@ -261,3 +273,28 @@ def test_schedule_takes_ordered_forwards_as_the_command_does(tmp_path):
         rrfp.schedule(hint=path, pp=2, microbatches=2, ordered_forwards=True)
     with pytest.raises(TypeError, match="ordered_forwards: True, False or None"):
         rrfp.schedule(hint="bf", ordered_forwards="on")
+
+
+@pytest.mark.parametrize("call", [
+    lambda: rrfp.simulate(pp=100, microbatches=200, tp=100),
+    lambda: rrfp.schedule(pp=300, microbatches=4000),
+])
+def test_ctrl_c_stops_a_long_call_within_it(call):
+    # Heeded only once the call had ended (half a minute at TP 100); schedule held the GIL.
+    start = time.monotonic()
+    call()
+    whole = time.monotonic() - start
+    timer = threading.Timer(whole / 8, lambda: os.kill(os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        call()
+    assert time.monotonic() - start < whole / 2, f"the whole call takes {whole:.1f} s"
+    timer.join()
+
+
+def test_schedule_refuses_a_built_in_hints_name_as_bytes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # b'gpipe' wrote a file that hint='gpipe' would not read
+    with pytest.raises(ValueError, match="out: 'gpipe' is a built-in hint's name"):
+        rrfp.schedule(hint="zb-h1", out=b"gpipe")
+    assert list(tmp_path.iterdir()) == []

@@ -49,7 +49,7 @@ def simulate(**kwargs):
             kwargs[name] = 0
     if kwargs.get("trace_format", "auto") is None:
         kwargs["trace_format"] = "auto"
-    if kwargs.get("policy") == "both":
+    if _is_text(kwargs.get("policy"), "both"):
         raise ValueError("policy: one record holds one run; give \"fixed\" or \"ready\" (the "
                          "command's \"both\" runs each)")
     _refuse_empty(kwargs, ("replay", "workload_file"))  # it ran without the file
@@ -70,17 +70,25 @@ def simulate(**kwargs):
         raise TypeError(f"ordered_forwards: True, False or None (a replayed trace's step says, "
                         f"else off), got {type(ordered).__name__} {ordered!r}")
     kwargs["ordered_forwards"] = "auto" if ordered is None else "on" if ordered else "off"
-    for name in ("step", "trace_format", "message_us"):
-        # Taken and ignored without a replay, where the CLI refuses them.
-        if kwargs.get(name) not in (None, "auto") and not kwargs.get("replay"):
-            raise ValueError(f"{name}: is about a replayed trace; give replay= too")
+    # Taken and ignored without a replay, where the CLI refuses them; a value of the wrong type
+    # is refused as one first (an array met "the truth value of an array is ambiguous").
+    given = [name for name in ("step", "trace_format", "message_us")
+             if kwargs.get(name) is not None and not _is_text(kwargs.get(name), "auto")]
     step = kwargs.get("step")
     kwargs["step"] = -1 if step is None else check_whole(
         "step", step, "None (the trace's first complete step) or a whole number in "
         f"0..{INT_MAX}", low=0, high=INT_MAX)
     _check_names(kwargs, ("trace_format",))
     kwargs["message_us"] = _check_message_us(kwargs.get("message_us"))
+    if given and not kwargs.get("replay"):
+        raise ValueError(f"{given[0]}: is about a replayed trace; give replay= too")
     return StepRecord(_rrfp.simulate(**kwargs))
+
+
+def _is_text(value, text):
+    """Whether `value` is the string `text`: `==` on a NumPy array compares it element by
+    element (a FutureWarning, or "the truth value of an array is ambiguous")."""
+    return isinstance(value, str) and value == text
 
 
 _SIMULATE_KEYWORDS = (
@@ -138,7 +146,7 @@ def schedule(**kwargs):
 
 def _refuse_empty(kwargs, names):
     for name in names:
-        if kwargs.get(name) == "":  # an unset variable's
+        if _is_text(kwargs.get(name), ""):  # an unset variable's
             raise ValueError(f"{name}: '' names nothing (an unset variable?); leave it out "
                              "for none")
 
@@ -150,6 +158,8 @@ def _refuse_out(out, hint):
     import os
     if out in ("-", b"-"):
         raise ValueError("out: '-' is no standard output here; give a file's path")
+    if isinstance(out, bytes):  # b'gpipe' wrote a file the hint's name would not read back
+        out = os.fsdecode(out)
     if isinstance(out, str) and out in _rrfp.hint_names():
         raise ValueError(f"out: '{out}' is a built-in hint's name, which hint= runs instead of "
                          f"the file; give another name (./{out}, {out}.txt or {out}.json)")
@@ -224,7 +234,7 @@ hint_names = _rrfp.hint_names
 ProtocolError = _rrfp.ProtocolError
 
 __all__ = ["Pipeline", "StageError", "ProtocolError", "GradScaler", "StepRecord", "simulate",
-           "schedule", "hint_names", "split"]
+           "schedule", "hint_names", "split", "task_seed"]
 
 
 def split(model, points=None, *, chunks=None):

@@ -13,6 +13,8 @@ def _output_path(path):
     path = path_or_name("path", path, _PATH)
     if path in ("", b""):
         raise ValueError("path: '' names nothing (an unset variable?); give a file's path")
+    if path in ("-", b"-"):  # it wrote a file named '-', as the command refuses
+        raise ValueError("path: '-' is no standard output here; give a file's path")
     return path
 
 
