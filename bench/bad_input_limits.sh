@@ -5,6 +5,7 @@
 # loads LibTorch in `rrfp-train` before it checks the values. Prints a Markdown table.
 # Usage: bench/bad_input_limits.sh path/to/rrfp
 set -uo pipefail
+[ $# -eq 1 ] && [ -x "$1" ] || { echo "usage: $0 path/to/rrfp" >&2; exit 2; }
 rrfp=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -6,6 +6,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "bench_args.hpp"
+
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -96,9 +98,11 @@ int run(int rank, int small_iters, int large_iters, int port) {
 }  // namespace rrfp
 
 int main(int argc, char** argv) {
-  const int small_iters = argc > 1 ? std::atoi(argv[1]) : 2000;
-  const int large_iters = argc > 2 ? std::atoi(argv[2]) : 50;
-  const int port = argc > 3 ? std::atoi(argv[3]) : 29640;
+  using rrfp::bench::positional;
+  constexpr const char* usage = "bench_c10d [small_iters=2000] [large_iters=50] [port=29640]";
+  const int small_iters = positional(argc, argv, 1, "small_iters", 2000, 1, 100'000'000, usage);
+  const int large_iters = positional(argc, argv, 2, "large_iters", 50, 1, 1'000'000, usage);
+  const int port = positional(argc, argv, 3, "port", 29640, 1, 65535, usage);
   const pid_t child = fork();
   if (child < 0) return 1;
   const int rc = rrfp::run(child == 0 ? 1 : 0, small_iters, large_iters, port);

@@ -15,6 +15,7 @@
 
 #include <mpi.h>
 
+#include "bench_args.hpp"
 #include "comm/ping_pong.hpp"
 #include "core/clock.hpp"
 #include "dist/mpi_world.hpp"
@@ -71,10 +72,15 @@ int main(int argc, char** argv) {
     if (world.rank() == 0) std::fprintf(stderr, "bench_mpi: run with mpirun -np 2\n");
     return 2;
   }
-  const int small_iters = argc > 1 ? std::atoi(argv[1]) : 20000;
-  const int large_iters = argc > 2 ? std::atoi(argv[2]) : 200;
-  if (argc > 3) g_poll.spin_us = std::atoi(argv[3]);
-  const int handoff_spin_us = argc > 4 ? std::atoi(argv[4]) : 50;
+  using rrfp::bench::positional;
+  constexpr const char* usage =
+      "tests/mpirun.sh 2 build/bench_mpi [iters-small=20000] [iters-large=200] "
+      "[progress-spin-us] [handoff-spin-us=50]";
+  const int small_iters = positional(argc, argv, 1, "iters-small", 20000, 1, 100'000'000, usage);
+  const int large_iters = positional(argc, argv, 2, "iters-large", 200, 1, 1'000'000, usage);
+  g_poll.spin_us =
+      positional(argc, argv, 3, "progress-spin-us", g_poll.spin_us, 0, 1'000'000, usage);
+  const int handoff_spin_us = positional(argc, argv, 4, "handoff-spin-us", 50, 0, 1'000'000, usage);
   if (world.rank() == 0)
     std::printf(
         "bytes,raw_latency_us,transport_latency_us,latency_ratio,raw_gbps,transport_gbps,"

@@ -5,7 +5,7 @@
 # still grows with it, the machine is refilling caches the task's time let go cold
 # (bench_runtime's BM_TouchAfterBusy measures that alone). One or two builds, alternating,
 # three times each; the median of the three medians is printed.
-# Usage: bench/gap_vs_task.sh RRFP [RRFP_B]        (~3 minutes per build on a 2-core VM)
+# Usage: bench/gap_vs_task.sh RRFP [RRFP_B]        (about 10 s a build on a 2-core VM)
 set -euo pipefail
 if [ $# -lt 1 ] || [ ! -x "$1" ] || { [ $# -gt 1 ] && [ ! -x "$2" ]; }; then
   echo "usage: $0 RRFP [RRFP_B] (rrfp binaries of Release builds)" >&2

@@ -6,7 +6,7 @@
 # among 1,000 ready forwards, under BF and the adaptive rule). Unlike a timing, the count does
 # not move with the machine's load or speed, so a change of a few percent shows in one run.
 # Usage: bench/sim_instructions.sh BEFORE_DIR AFTER_DIR   (each holding a Release bench_core)
-# About a minute and a half. Needs valgrind (scripts/install-deps.sh installs it).
+# About 10 s (both builds, on a 2-core VM). Needs valgrind (scripts/install-deps.sh installs it).
 set -euo pipefail
 if [ $# -ne 2 ] || [ ! -x "$1/bench_core" ] || [ ! -x "$2/bench_core" ]; then
   echo "usage: $0 BEFORE_DIR AFTER_DIR (each with a Release bench_core)" >&2

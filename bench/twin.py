@@ -32,7 +32,13 @@ ROOT = os.path.dirname(HERE)
 
 
 def sh(cmd, **kw):
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
+    """stdout of `cmd`; where it fails, its stderr in the error (a refusal said only "exit
+    status 2")."""
+    done = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(map(str, cmd[:3]))} ...: exit {done.returncode}: "
+                 f"{done.stderr.strip()[-500:]}")
+    return done.stdout
 
 
 def write_csv(name, header, rows):
@@ -246,14 +252,16 @@ def mean_ms(loss_csv, column, skip):
     return statistics.mean(float(r[column]) for r in rows), len(rows)
 
 
-def twin_mean(rrfp, durations, steps, hint, policy, split, workload="uniform", pp=2):
-    """The twin's mean step: every recorded step replayed (jitter seed = the step)."""
+def twin_mean(rrfp, durations, steps, hint, policy, split, workload=None, pp=2):
+    """The twin's mean step: every recorded step replayed, with a jitter preset on top where
+    `workload` names one (its seed = the step; a replay takes no other preset, nor a seed
+    without one: `rrfp simulate` refuses them)."""
     out = []
     for step in steps:
+        jitter = [] if workload is None else ["--workload", workload, "--seed", str(step)]
         r = json.loads(sh([rrfp, "simulate", "--replay", durations, "--step", str(step),
                            "--pp", str(pp), "-m", "8", "--hint", hint, "--policy", policy,
-                           "--split-backward", split, "--workload", workload, "--seed",
-                           str(step), "--json", "-"]))
+                           "--split-backward", split, *jitter, "--json", "-"]))
         out.append(r["runs"][0]["makespan_ms"])
     return statistics.mean(out)
 
@@ -318,7 +326,7 @@ def part_train(rrfp, tmp, steps):
             own_d = os.path.join(out, "durations.csv")
             own = twin_mean(rrfp, own_d, steps_of(own_d), hint, policy, split)
             src = os.path.join(src_split if split == "on" else src_whole, "durations.csv")
-            load = "uniform" if jitter == "J0" else f"jitter:{jitter}"
+            load = None if jitter == "J0" else f"jitter:{jitter}"
             pred = twin_mean(rrfp, src, steps_of(src), hint, policy, split, load)
             rows.append((jitter, name, pipe, step_ms, own, own / pipe - 1, pred, pred / pipe - 1))
             print(f"| {jitter} | {name} | {pipe:.1f} | {step_ms:.1f} | {own:.1f} | "

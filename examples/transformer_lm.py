@@ -4,7 +4,8 @@ Nothing in the model knows about rrfp: it is cut into P*V chunks (an nn.Module e
 to rrfp.Pipeline, which runs their forward and backward tasks with ready-set dispatch. The data
 are the bytes of the text files in --data (by default Debian's licence texts).
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/transformer_lm.py --pp 2 --steps 200
+    export PYTHONPATH=build/python   # the package, built (or `pip install .` instead)
+    /usr/bin/python3 examples/transformer_lm.py --pp 2 --steps 200
     mpirun -np 2 /usr/bin/python3 examples/transformer_lm.py
     torchrun --nproc_per_node 2 --redirects 1 --tee 1 examples/transformer_lm.py
     mpirun -np 4 /usr/bin/python3 examples/transformer_lm.py --pp 4 --tie-embeddings

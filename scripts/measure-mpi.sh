@@ -14,6 +14,10 @@ build=${1:-build}
 rrfp=$build/rrfp
 mpirun=tests/mpirun.sh
 out=docs/data
+# Before any output is touched: a wrong folder emptied the tables, then failed unsaid.
+for bin in "$rrfp" "$build/bench_mpi"; do
+  [ -x "$bin" ] || { echo "$0: no $bin (give a Release build folder with Open MPI)" >&2; exit 2; }
+done
 mkdir -p "$out"
 
 echo "== bench_mpi" >&2
@@ -23,7 +27,7 @@ echo "== fidelity at P=8" >&2
 raw=$out/mpi-runs.txt
 : >"$raw"
 csv=$out/mpi-fidelity.csv
-echo "workload,seed,run,measured_ms,simulated_ms,makespan_error_pct,speedup_measured,speedup_simulated,speedup_diff_pct" >"$csv"
+echo "workload,seed,run,measured_ms,simulated_ms,makespan_error_pct,speedup_measured,speedup_simulated,speedup_diff_pct,replayed_ms,replayed_error_pct" >"$csv"
 for wl in multimodal-small-messages j2-small-messages; do
   for seed in 1 2 3; do
     args=(run --transport mpi --compare --pp 8 -m 32 --workload-file "scripts/workloads/$wl.json"
@@ -31,14 +35,7 @@ for wl in multimodal-small-messages j2-small-messages; do
     echo "== mpirun -np 8 rrfp ${args[*]}" | tee -a "$raw" >&2
     report=$("$mpirun" 8 "$rrfp" "${args[@]}" 2>/dev/null)
     echo "$report" >>"$raw"
-    echo "$report" | awk -v w="$wl" -v s="$seed" '
-      /^simulator fidelity/ {on = 1; next}
-      on && /^run / {next}
-      on && NF >= 9 {
-        n = NF; label = $1; for (i = 2; i <= n - 6; ++i) label = label " " $i
-        gsub(/[%x+]/, "", $(n-3)); gsub(/[%x]/, "", $(n-2)); gsub(/[%x]/, "", $(n-1)); gsub(/[%+]/, "", $n)
-        print w "," s "," label "," $(n-5) "," $(n-4) "," $(n-3) "," $(n-2) "," $(n-1) "," $n
-      }' >>"$csv"
+    echo "$report" | awk -v w="$wl" -v s="$seed" -f scripts/fidelity.awk >>"$csv"
   done
 done
 

@@ -10,13 +10,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rrfp=${1:-build}/rrfp
 out=${2:-docs/data}
+# Before any output is touched: a wrong folder emptied the tables, then exited 127 unsaid.
+[ -x "$rrfp" ] || { echo "$0: no $rrfp (give a Release build folder)" >&2; exit 2; }
 mkdir -p "$out"
 raw=$out/runtime-runs.txt
 csv=$out/runtime-fidelity.csv
 : >"$raw"
 gaps=$out/runtime-dispatch-gaps.csv
 echo "workload,seed,variant,gap_median_us,gap_p99_us,dispatches" >"$gaps"
-echo "workload,seed,run,measured_ms,simulated_ms,makespan_error_pct,speedup_measured,speedup_simulated,speedup_diff_pct" >"$csv"
+echo "workload,seed,run,measured_ms,simulated_ms,makespan_error_pct,speedup_measured,speedup_simulated,speedup_diff_pct,replayed_ms,replayed_error_pct" >"$csv"
 for workload in multimodal jitter:J1 jitter:J2 jitter:J3; do
   for seed in 1 2 3; do
     for variant in default 1f1b limit32; do
@@ -28,16 +30,9 @@ for workload in multimodal jitter:J1 jitter:J2 jitter:J3; do
       echo "$report" >>"$raw"
       echo "$report" | awk -v w="$workload" -v s="$seed" -v v="$variant" '
         /^runtime overhead/ {print w "," s "," v "," $(NF-7) "," $(NF-4) "," $(NF-1)}' >>"$gaps"
+      suffix=; [ "$variant" = limit32 ] && suffix=" limit 32"
       echo "$report" |
-        awk -v w="$workload" -v s="$seed" -v v="$variant" '
-          /^simulator fidelity/ {on = 1; next}
-          on && /^run / {next}
-          on && NF >= 9 {
-            n = NF; label = $1; for (i = 2; i <= n - 6; ++i) label = label " " $i
-            gsub(/[%x+]/, "", $(n-3)); gsub(/[%x]/, "", $(n-2)); gsub(/[%x]/, "", $(n-1)); gsub(/[%+]/, "", $n)
-            if (v == "limit32") label = label " limit 32"
-            print w "," s "," label "," $(n-5) "," $(n-4) "," $(n-3) "," $(n-2) "," $(n-1) "," $n
-          }' >>"$csv"
+        awk -v w="$workload" -v s="$seed" -v suffix="$suffix" -f scripts/fidelity.awk >>"$csv"
     done
   done
 done

@@ -50,14 +50,18 @@ for j in none jitter:J2 jitter:J3; do
   for spec in "1f1b fixed 1f1b off" "bf ready 1f1b off" "bfw ready bfw on"; do
     set -- $spec
     total=0
-    for seed in 1 2 3 4 5 6 7 8 9 10; do
-      jitter=(); [ "$j" = none ] || jitter=(--workload "$j")  # a replay takes jitter alone
+    # A replay takes a jitter preset alone, and a seed only with one: without jitter nothing is
+    # drawn, and one replay is the prediction.
+    seeds=(1 2 3 4 5 6 7 8 9 10); [ "$j" = none ] && seeds=(none)
+    for seed in "${seeds[@]}"; do
+      jitter=(); [ "$j" = none ] || jitter=(--workload "$j" --seed "$seed")
       ms=$("$rrfp" simulate --replay "/tmp/rrfp-clean-$3/durations.csv" --pp 4 -m 8 "${jitter[@]}" \
-        --hint "$1" --policy "$2" --split-backward "$4" --seed "$seed" --json - |
-        python3 -c "import json, sys; print(json.load(sys.stdin)['runs'][0]['makespan_ms'])")
+        --hint "$1" --policy "$2" --split-backward "$4" --json - |
+        python3 -c "import json, sys; print(json.load(sys.stdin)['runs'][0]['makespan_ms'])") ||
+        { echo "$0: the replay of $j $1 failed" >&2; exit 1; }
       total=$(python3 -c "print($total + $ms)")
     done
-    echo "$j,$1,$2,$(python3 -c "print(round($total / 10, 1))")" >>"$pred"
+    echo "$j,$1,$2,$(python3 -c "print(round($total / ${#seeds[@]}, 1))")" >>"$pred"
   done
 done
 echo "wrote $csv and $pred" >&2
