@@ -271,21 +271,28 @@ n = 20000
 rows = [' '.join(f'F{s}:{i} B{s}:{i}' for i in range(n)) for s in (0, 1)]
 open('h20k.txt', 'w').write(f'rrfp-hint 1 pp=2 vpp=1 microbatches={n} placement=loop split=0\\n'
                             + ''.join(f'stage {s}: {r}\\n' for s, r in enumerate(rows)))"
-RRFP_MEMORY_LIMIT=2M check "RRFP_MEMORY_LIMIT allows 2 MB: lower the shape in the header of 'h20k.txt'" \
+RRFP_MEMORY_LIMIT=2M check "RRFP_MEMORY_LIMIT allows 2 MB: lower the shape, which 'h20k.txt' was written for (a hint of fewer stages or microbatches)" \
   schedule check h20k.txt
+RRFP_MEMORY_LIMIT=2M check "RRFP_MEMORY_LIMIT allows 2 MB: lower --pp or --microbatches" \
+  schedule check h20k.txt --pp 2
 # A built-in hint's name runs the built-in where a file of the name is here too: said.
 touch gpipe
 said=$("$rrfp" simulate --pp 2 -m 2 --hint gpipe --policy fixed 2>&1 >/dev/null)
 [ "$said" = "rrfp: warning: --hint gpipe runs the built-in hint, not the file 'gpipe' here (give ./gpipe to run the file)" ] ||
   fail "a file named gpipe beside --hint gpipe: '$said'"
 rm gpipe
+mkdir gpipe  # a folder of the name (an output folder) is no hint: nothing said
+said=$("$rrfp" simulate --pp 2 -m 2 --hint gpipe --policy fixed 2>&1 >/dev/null)
+[ -z "$said" ] || fail "a folder named gpipe beside --hint gpipe: '$said'"
+rmdir gpipe
 # --spin with more ranks than cores: every task lasted longer than its duration, unsaid.
 if command -v taskset >/dev/null; then
-  spun=$(taskset -c 0 "$rrfp" run --pp 2 -m 2 --workload uniform --spin --hint 1f1b \
+  cpu=$(taskset -pc $$ | sed 's/.*: //; s/[,-].*//')  # the first this shell may run on
+  spun=$(taskset -c "$cpu" "$rrfp" run --pp 2 -m 2 --workload uniform --spin --hint 1f1b \
     --policy fixed 2>&1 >/dev/null)
   grep -q "^rrfp run: warning: --spin: 2 ranks busy-wait on 1 core: they take turns," <<<"$spun" ||
     fail "--spin on one core: '$spun'"
-  spun=$(taskset -c 0 "$rrfp" run --pp 1 -m 2 --workload uniform --spin --hint 1f1b \
+  spun=$(taskset -c "$cpu" "$rrfp" run --pp 1 -m 2 --workload uniform --spin --hint 1f1b \
     --policy fixed 2>&1 >/dev/null)
   grep -q "warning: --spin" <<<"$spun" && fail "--spin of one rank on one core warned: '$spun'"
 fi

@@ -323,7 +323,7 @@ wait $pid; rc=$?
 rm -rf "$tmp/big"
 
 # A signal while a resume rewrites its log stops the run before its first step, the checkpoint
-# and the log as they were: it was taken for a stop after that step, which ran and was logged
+# as it was and the log holding the steps up to it: it was taken for a stop after that step, which ran and was logged
 # past its checkpoint. A checkpoint made one of step 1,000,000 (its header's step changed, its
 # checksum, FNV-1a over all before it, made again) and a log of as many rows make it last.
 "$rrfp" train "${small[@]}" --steps 2 --save-every 2 --out "$tmp/r0" >/dev/null 2>&1 ||
@@ -356,7 +356,7 @@ for _ in $(seq 1 30000); do [ -e "$tmp/r/loss.csv.tmp" ] && break; sleep 0.002; 
 kill -TERM $pid
 wait $pid; rc=$?
 [ "$rc" -eq 143 ] &&
-  grep -qx "stopped by SIGTERM before step 1000001: no step trained; the checkpoint and loss.csv are as they were" "$tmp/r.log" &&
+  grep -qx "stopped by SIGTERM before step 1000001: no step trained; the checkpoint is as it was, and loss.csv holds the steps up to it" "$tmp/r.log" &&
   cmp -s "$tmp/r/loss.csv" "$tmp/r.csv" && cmp -s "$tmp/r/checkpoint.bin" "$tmp/r.bin" ||
   fail "SIGTERM in a resume's log rewrite: exit $rc, $(tail -1 "$tmp/r.log")"
 rm -rf "$tmp/r" "$tmp/r.csv"

@@ -397,7 +397,8 @@ const std::string& hint_file(const std::string& hint) {
 
 void warn_hint_name_shadows_file(const std::string& hint) {
   std::error_code ec;
-  if (hint_file(hint).empty() && std::filesystem::exists(hint, ec))
+  // A file (or a link to one): a folder of the name (an output folder, say) is no hint.
+  if (hint_file(hint).empty() && std::filesystem::is_regular_file(hint, ec))
     print_line("rrfp: warning: --hint " + hint + " runs the built-in hint, not the file '" + hint +
                "' here (give ./" + hint + " to run the file)");
 }

@@ -63,7 +63,7 @@ void run_predict(PredictFlags f) {
   checked_tp(f.tp);  // the flags before the file
   std::error_code ec;
   if (!std::filesystem::exists(f.path, ec))  // or cannot be looked at: a link to itself
-    throw InputError("`TRACE`: '" + f.path + "' " + (ec ? ec.message() : "does not exist"));
+    throw InputError("`TRACE`: '" + f.path + (ec ? "': " + ec.message() : "' does not exist"));
   // A CSV holds durations, not the order a step ran in: it was parsed as JSON ("invalid JSON").
   // The CSV's own reason only for a CSV (an SVG was told it was a CSV of durations).
   if (!is_trace_path(f.path)) {

@@ -79,18 +79,22 @@ int usable_cores() {
 // says faster) without a word. Said on rank 0; over a job, of the ranks mpirun put on its node.
 void say_spin_oversubscribed(const RunFlags& f, const Scenario& sc, const Job* world) {
   if (!f.spin) return;
+  // In one process its ranks on the cores it may use; over a job the processes mpirun put on
+  // this node on its cores (each process may be bound to one), where Open MPI says how many.
   int ranks = sc.cfg.pp * sc.tp;
+  int cores = usable_cores();
   if (world) {
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    ranks = local != nullptr && std::atoi(local) > 0 ? std::atoi(local) : world->size();
+    if (local == nullptr || std::atoi(local) <= 0) return;
+    ranks = std::atoi(local);
+    cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
   }
-  const int cores = usable_cores();
   if (ranks > cores)
     print_line("rrfp run: warning: --spin: " + std::to_string(ranks) + " ranks busy-wait on " +
                std::to_string(cores) + " core" + (cores == 1 ? "" : "s") +
                ": they take turns, each task lasting longer than its duration, and the measured "
                "steps are not the workload's (leave out --spin, or run at most " +
-               std::to_string(cores) + " ranks here)");
+               std::to_string(cores) + (cores == 1 ? " rank" : " ranks") + " here)");
 }
 
 // Over MPI each process hosts one stage and TP rank: checked before any run starts (the first

@@ -173,7 +173,10 @@ void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& s
     (key == "pp" ? shape.pp : key == "vpp" ? shape.vpp : shape.microbatches) = static_cast<int>(v);
     from_file = true;
   }
-  if (from_file) lower = "the shape in the header of '" + printable(path, 100) + "'";
+  // Named so where the file alone gave the shape: a --pp given still names the flags.
+  if (from_file && app.count("--pp") + app.count("--vpp") + app.count("--microbatches") == 0)
+    lower = "the shape, which '" + printable(path, 100) +
+            "' was written for (a hint of fewer stages or microbatches)";
   // Too large a shape of the file's was refused as "--pp x --vpp x --microbatches: ...", flags
   // not given.
   const long long n = static_cast<long long>(shape.pp) * shape.vpp * shape.microbatches;

@@ -142,8 +142,16 @@ const HandlerLine& exit_line(int sig, const siginfo_t* info, int outputs) {
   return alone.size > 0 && sent_here ? alone : g_exit_lines[outputs][signal_index(sig)];
 }
 
+// A handler that returns leaves errno as it found it: the interrupted code may read it next,
+// and write() or sigaction() here may set it (EPIPE on a stderr whose reader is gone).
+struct KeepErrno {
+  int saved = errno;
+  ~KeepErrno() { errno = saved; }
+};
+
 // `info`: who sent it, where the kernel says (nullptr for a failed write's EPIPE).
 void on_stop_signal(int sig, siginfo_t* info, void*) {
+  const KeepErrno keep;
   if (sig == SIGPIPE) {
     // A reader of stdout gone (`| head`, a `| tee` the Ctrl-C ended first): a request to stop,
     // never a second one, as each later write raises it again. It ended `train` at once,
@@ -169,6 +177,7 @@ void on_stop_signal(int sig, siginfo_t* info, void*) {
 }
 
 void on_exit_signal(int sig, siginfo_t* info, void*) {
+  const KeepErrno keep;
   const int outputs = g_outputs.load();
   if (outputs == kWriting && first_request(sig)) return;  // heeded once they are written
   if (outputs == kWriting && sig == SIGXCPU) return;      // its repeats alike (on_stop_signal)

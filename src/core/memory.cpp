@@ -118,8 +118,6 @@ std::int64_t env_limit() {
   return static_cast<std::int64_t>(bytes);
 }
 
-}  // namespace
-
 // What the address-space limit (ulimit -v, RLIMIT_AS) leaves this process beside what it has
 // mapped already (/proc/self/statm's size); 0 for no limit. A run past it raised bad_alloc, or
 // in Python a RuntimeError, after seconds of work the check would have spared.
@@ -135,12 +133,29 @@ std::int64_t address_space_left() {
   return std::max<std::int64_t>(1, limit - mapped);
 }
 
+// The least of the limits, and which it is: each read once, so that a refusal names the one
+// that binds (the mapped size moves between two reads, which named the machine instead).
+struct Least {
+  std::int64_t bytes = 0;
+  enum { Machine, Env, AddressSpace } source = Machine;
+};
+
+Least least_memory() {
+  Least out;
+  auto take = [&](std::int64_t v, decltype(Least::source) source) {
+    if (v > 0 && (out.bytes <= 0 || v < out.bytes)) out = {v, source};
+  };
+  take(meminfo_available(), Least::Machine);
+  take(own_cgroup_limit(), Least::Machine);
+  take(env_limit(), Least::Env);
+  take(address_space_left(), Least::AddressSpace);
+  return out;
+}
+
+}  // namespace
+
 std::int64_t available_memory() {
-  std::int64_t have = 0;
-  for (const std::int64_t v :
-       {meminfo_available(), own_cgroup_limit(), env_limit(), address_space_left()})
-    if (v > 0) have = have > 0 ? std::min(have, v) : v;
-  return have;
+  return least_memory().bytes;
 }
 
 std::string gigabytes(double bytes) {
@@ -150,22 +165,35 @@ std::string gigabytes(double bytes) {
                        : fmt("%.1f GB", bytes / 1e9);
 }
 
+namespace {
+
+[[noreturn]] void refuse_memory(double bytes, const std::string& what, const std::string& extra,
+                                const std::string& lower, const std::string& has) {
+  throw InputError(what + ": about " + gigabytes(bytes) + " of memory" + extra + "; " + has +
+                   ": lower " + lower);
+}
+
+}  // namespace
+
 void check_memory(double bytes, const std::string& what, const std::string& extra,
                   const std::string& lower) {
-  check_memory(bytes, available_memory(), what, extra, lower);
+  const Least least = least_memory();
+  if (least.bytes <= 0 || bytes <= static_cast<double>(least.bytes)) return;
+  const std::string have = gigabytes(static_cast<double>(least.bytes));
+  refuse_memory(bytes, what, extra, lower,
+                least.source == Least::Env ? "RRFP_MEMORY_LIMIT allows " + have
+                : least.source == Least::AddressSpace
+                    ? "the address-space limit (ulimit -v) leaves " + have
+                    : "this machine has " + have + " available");
 }
 
 void check_memory(double bytes, std::int64_t have, const std::string& what,
                   const std::string& extra, const std::string& lower, const std::string& machine) {
   if (have <= 0 || bytes <= static_cast<double>(have)) return;
-  const bool env = have == env_limit();
-  const bool address_space = !env && have == address_space_left();
-  throw InputError(what + ": about " + gigabytes(bytes) + " of memory" + extra + "; " +
-                   (env             ? "RRFP_MEMORY_LIMIT allows "
-                    : address_space ? "the address-space limit (ulimit -v) leaves "
-                                    : machine + " has ") +
-                   gigabytes(static_cast<double>(have)) +
-                   (env || address_space ? "" : " available") + ": lower " + lower);
+  const std::string amount = gigabytes(static_cast<double>(have));
+  refuse_memory(bytes, what, extra, lower,
+                have == env_limit() ? "RRFP_MEMORY_LIMIT allows " + amount
+                                    : machine + " has " + amount + " available");
 }
 
 }  // namespace rrfp

@@ -354,7 +354,8 @@ class Run {
                 << "'s validation was filled in\n";
     else
       std::cout << "stopped by " << signal_name(stopped_by_) << " before step " << first_ + 1
-                << ": no step trained; the checkpoint and loss.csv are as they were\n";
+                << ": no step trained; the checkpoint is as it was, and loss.csv holds the "
+                   "steps up to it\n";
     return sum_;
   }
 
