@@ -103,10 +103,13 @@ TEST(TraceFormats, ReplayCsvHoldsSeveralSteps) {
       ADD_FAILURE() << "a missing step was accepted";
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find("has no step " + std::to_string(missing) +
-                                           "; its steps lie from 3 to 4"),
+                                           "; it has steps 3 to 4"),
                 std::string::npos)
           << e.what();
     }
+  // With a step missing between them, their count (as "3 to 5" the range read as every step).
+  EXPECT_ERROR(parse_replay_csv(replay_csv(m, {{3, a}, {5, b}}), m, 1, "g.csv", 4), InputError,
+               "`step`: g.csv has no step 4; it has 2 steps, from 3 to 5");
   // A step written "04" is step 4 (matched as text, it was never found: "no step 4; its last
   // is 4").
   std::string padded;

@@ -105,11 +105,18 @@ void keep_step(Table& t, const std::string& origin, int step) {
   // By value, as `last` is: "02" is step 2 (a text match never found it, and dropped its rows).
   const long long chosen = step >= 0 ? step : last;
   const auto other = [&](const Row& r) { return step_of(r) != chosen; };
-  if (std::all_of(t.rows.begin(), t.rows.end(), other))
+  if (std::all_of(t.rows.begin(), t.rows.end(), other)) {
+    // Counted where refused only: "from 3 to 7" read as every step between where one is missing.
+    std::set<long long> steps;
+    for (const Row& r : t.rows)
+      steps.insert(step_of(r));
+    const std::string range = std::to_string(first) + " to " + std::to_string(last);
     throw InputError("`step`: " + origin + " has no step " + std::to_string(chosen) +
                      (first == last ? "; it has step " + std::to_string(first)
-                                    : "; its steps lie from " + std::to_string(first) + " to " +
-                                          std::to_string(last)));
+                      : static_cast<long long>(steps.size()) == last - first + 1
+                          ? "; it has steps " + range
+                          : "; it has " + std::to_string(steps.size()) + " steps, from " + range));
+  }
   t.rows.erase(std::remove_if(t.rows.begin(), t.rows.end(), other), t.rows.end());
 }
 
