@@ -298,3 +298,12 @@ def test_schedule_refuses_a_built_in_hints_name_as_bytes(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="out: 'gpipe' is a built-in hint's name"):
         rrfp.schedule(hint="zb-h1", out=b"gpipe")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_built_in_hints_name_beside_a_file_of_it_warns(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the built-in ran, the file passed over without a word
+    (tmp_path / "gpipe").write_text("stage 0: F0:0 B0:0\n")
+    with pytest.warns(UserWarning, match="hint='gpipe' runs the built-in hint, not the file"):
+        rrfp.simulate(pp=2, microbatches=2, hint="gpipe", policy="fixed")
+    with pytest.warns(UserWarning, match="give './gpipe' or a path object"):
+        rrfp.schedule(hint="gpipe", pp=2, microbatches=2)
