@@ -69,8 +69,12 @@ class Run {
       if (const std::string w = intra_op_threads_differ(*t_.job); root_ && o_.warn && !w.empty())
         o_.warn(w);
     for (const std::string& d : differences)
-      if (root_ && o_.warn) o_.warn(d + ": the run will not continue as that one would have");
-    if (const std::string w = schedule_warning(t_); root_ && o_.warn && !w.empty()) o_.warn(w);
+      // At its last step a resume only fills in a validation: --steps set to it continues nothing.
+      if (root_ && o_.warn && !(first_ == t_.steps && d.starts_with("`steps` ")))
+        o_.warn(d + ": the run will not continue as that one would have");
+    if (const std::string w = schedule_warning(t_);
+        root_ && o_.warn && !w.empty() && first_ < t_.steps)  // nothing to schedule at the end
+      o_.warn(w);
     // Resumed into a folder without the run's log: a validation cut short there stays so.
     if (root_ && o_.warn && first_ > 0 && !old_log_ && validates_after(first_))
       if (const std::string w = validation_left_behind(o_.resume, first_); !w.empty()) o_.warn(w);
