@@ -68,12 +68,12 @@ class Run {
     if (t_.job)  // a collective: every process
       if (const std::string w = intra_op_threads_differ(*t_.job); root_ && o_.warn && !w.empty())
         o_.warn(w);
+    // At its last step a resume only fills in a validation: no step continues or is scheduled.
+    const bool fill_in_only = first_ == t_.steps;
     for (const std::string& d : differences)
-      // At its last step a resume only fills in a validation: --steps set to it continues nothing.
-      if (root_ && o_.warn && !(first_ == t_.steps && d.starts_with("`steps` ")))
+      if (root_ && o_.warn && !(fill_in_only && d.starts_with("`steps` ")))
         o_.warn(d + ": the run will not continue as that one would have");
-    if (const std::string w = schedule_warning(t_);
-        root_ && o_.warn && !w.empty() && first_ < t_.steps)  // nothing to schedule at the end
+    if (const std::string w = schedule_warning(t_); root_ && o_.warn && !w.empty() && !fill_in_only)
       o_.warn(w);
     // Resumed into a folder without the run's log: a validation cut short there stays so.
     if (root_ && o_.warn && first_ > 0 && !old_log_ && validates_after(first_))
