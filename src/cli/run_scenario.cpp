@@ -1,12 +1,11 @@
 // `rrfp run`'s scenario from its flags, checked before anything runs (cli/run_flags.hpp).
-#include <sched.h>
 
-#include <algorithm>
 #include <cstdlib>
-#include <thread>
+#include <utility>
 
 #include "cli/options.hpp"
 #include "cli/run_flags.hpp"
+#include "core/cores.hpp"
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
@@ -65,14 +64,6 @@ void say_message_model_unused(const RunFlags& f) {
                (f.compare ? " (--compare simulates its calibrated model)" : std::string()));
 }
 
-// The cores this process may run on (its affinity: taskset, a cgroup's cpuset).
-int usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
-}
-
 // --spin busy-waits each emulated task on a core of its own: with more ranks than cores they
 // take turns, each task lasting longer than its duration, and every run's steps are off
 // (+155% to +523% at P=4 and 8 on 2 cores, ready BF measured slower than 1F1B where the model
@@ -87,7 +78,7 @@ void say_spin_oversubscribed(const RunFlags& f, const Scenario& sc, const Job* w
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     if (local == nullptr || std::atoi(local) <= 0) return;
     ranks = std::atoi(local);
-    cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+    cores = machine_cores();
   }
   if (ranks > cores)
     print_line("rrfp run: warning: --spin: " + std::to_string(ranks) + " ranks busy-wait on " +

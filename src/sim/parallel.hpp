@@ -7,16 +7,18 @@
 #include <thread>
 #include <vector>
 
+#include "core/cores.hpp"
+
 namespace rrfp {
 
 // Tasks a thread takes at least, drawn or bounded: a thread's start costs about as much as a
 // few hundred draws, and a range of this size takes milliseconds.
 inline constexpr int kMinTasksPerThread = 1 << 15;
 
-// The machine's cores (at least 1), asked once: each ask reads a file under /sys (a sweep of
-// small points asked 8 times a point).
+// The cores this process may run on (at least 1), asked once: a sweep of small points asks 8
+// times a point.
 inline int cores() {
-  static const int n = static_cast<int>(std::max(std::thread::hardware_concurrency(), 1U));
+  static const int n = usable_cores();
   return n;
 }
 

@@ -2,11 +2,10 @@
 // says otherwise, checked first; and a job's processes' counts compared (train/run_parts.hpp).
 #include <ATen/Parallel.h>
 
-#include <algorithm>
 #include <span>
 #include <string>
-#include <thread>
 
+#include "core/cores.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/omp_env.hpp"
@@ -23,7 +22,7 @@ namespace {
 // That pool waits for workers that never started: where no thread could be made (a thread or
 // memory limit), `rrfp train` sat silent in at::set_num_threads for ever.
 void check_threads_can_start() {
-  const int n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int n = machine_cores();
   run_together(
       n, [](int) {}, [n](int) { return "LibTorch's " + std::to_string(n) + " pool threads"; });
 }
