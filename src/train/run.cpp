@@ -93,10 +93,7 @@ class Run {
     // Rank 0 keeps the log; a resumed run continues it. Each row is flushed as its step ends.
     if (root_)
       log_ = std::make_unique<LogFile>(
-          dir() + "loss.csv",
-          "step,loss,val_loss,lr,grad_norm,tokens,step_ms,pipeline_ms,bubble,gap_us_median,"
-          "cpu_ms,gap_us_p99,wait_us_median,wait_ms",
-          first_ > 0 ? first_ : -1, old_log_, fill,
+          dir() + "loss.csv", kLossColumns, first_ > 0 ? first_ : -1, old_log_, fill,
           [&](const std::string& row) { plot_row(row, train_curve_, val_curve_); });
     old_log_.reset();
     progress_.start(first_, o_.quiet);  // again: the steps' ETA counts from here
@@ -162,7 +159,7 @@ class Run {
     if (t_.job) merge_over_job(*t_.job, r.run);
     const double step_s = static_cast<double>(now_ns() - t0) / 1e9;
     const RunMetrics met = compute_metrics(r.run.run, LowerBound{});
-    add_up(r, step_s, met);
+    totals_.add(r, step_s, met.bubble_ratio);
     if (s == first_) sum_.first_loss = r.loss;
     sum_.last_loss = r.loss;
     std::string val;
@@ -178,23 +175,14 @@ class Run {
       }
     }
     train_curve_.add(s + 1.0, r.loss);
-    if (log_)
-      log_->add(std::to_string(s + 1) + "," + fmt("%.5f", r.loss) + "," + val + "," +
-                fmt("%.6g", r.lr) + "," + fmt("%.4f", r.grad_norm) + "," +
-                std::to_string(r.tokens) + "," + fmt("%.2f", step_s * 1e3) + "," +
-                fmt("%.2f", static_cast<double>(r.run.run.makespan) / 1e6) + "," +
-                fmt("%.4f", met.bubble_ratio) + "," +
-                fmt("%.1f", median(r.run.dispatch_gaps) / 1e3) + "," + fmt("%.1f", cpu_ms) + "," +
-                fmt("%.1f", quantile_us(r.run.dispatch_gaps, 0.99)) + "," +
-                fmt("%.1f", median(r.device_waits) / 1e3) + "," +
-                fmt("%.2f", sum_ms(r.device_waits)));
+    if (log_) log_->add(loss_row(s + 1, r, val, step_s, cpu_ms, met.bubble_ratio));
     // The checkpoint after the step's row, never before: a process killed between the two
     // must not leave a checkpoint past the log, whose resume would never write that row
     // (tests/train_signals.sh saw "1 2 3 4 5 7" after a kill -9). Killed after the row, the
     // resume from the checkpoint before drops the rows past it and logs them again.
     stop_if_diverged(s, r.loss, r.grad_norm, val_loss);
     if (o_.save_every > 0 && ((s + 1) % o_.save_every == 0 || s + 1 == t_.steps)) save(s + 1);
-    progress_.step(s, r.loss, val, tokens_ / seconds_, met.bubble_ratio);
+    progress_.step(s, r.loss, val, totals_.tokens_per_s(), met.bubble_ratio);
     if (root_ && s - first_ >= std::min(kSkipSteps, t_.steps - first_ - 1)) keep_measured(s, r);
     last_ = std::move(r.run);
     return !stop_after(s);
@@ -256,17 +244,6 @@ class Run {
                                           : "no checkpoint was written";
     return JobError("step " + std::to_string(step) + ": " + what + "; training stops (" + kept +
                     "): lower `lr`, or check the data or the checkpoint resumed from");
-  }
-
-  void add_up(const StepReport& r, double step_s, const RunMetrics& met) {
-    pipeline_s_ += static_cast<double>(r.run.run.makespan) / 1e9;
-    tokens_ += static_cast<double>(r.tokens);
-    seconds_ += step_s;
-    bubble_ += met.bubble_ratio;
-    for (auto g : r.run.dispatch_gaps)
-      gaps_ns_ += static_cast<double>(g);
-    for (const auto& rs : r.run.run.ranks)
-      busy_ns_ += static_cast<double>(rs.busy);
   }
 
   // The signal that asked to stop (0: none), the same on every process of a job.
@@ -333,12 +310,7 @@ class Run {
     sum_.steps = done_ - first_;
     sum_.unigram_entropy = h0_;
     if (sum_.steps == 0) return finish_validation();
-    sum_.tokens_per_s = tokens_ / seconds_;
-    sum_.mean_step_ms = seconds_ * 1e3 / sum_.steps;
-    sum_.mean_bubble = bubble_ / sum_.steps;
-    // Runtime overhead: the dispatch gaps, against the ranks' summed compute.
-    sum_.overhead_share = busy_ns_ > 0 ? gaps_ns_ / (busy_ns_ + gaps_ns_) : 0;
-    sum_.outside_pipeline_share = seconds_ > 0 ? 1 - pipeline_s_ / seconds_ : 0;
+    totals_.summarize(sum_);
     write_outputs();
     if (!o_.quiet) print_summary();
     return sum_;
@@ -441,7 +413,7 @@ class Run {
   StepResult last_;
   std::vector<std::pair<int, RealizedWork>> measured_;
   bool diverged_said_ = false;  // keep_measured's note, once
-  double tokens_ = 0, seconds_ = 0, pipeline_s_ = 0, bubble_ = 0, gaps_ns_ = 0, busy_ns_ = 0;
+  StepTotals totals_;
 };
 
 }  // namespace

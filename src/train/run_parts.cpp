@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -230,14 +229,6 @@ void remove_earlier_outputs(const std::string& out) {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT)
       throw Error("`out`: cannot remove the earlier run's '" + path + "': " + std::strerror(errno));
   }
-}
-
-double quantile_us(const std::vector<std::int64_t>& ns, double q) {
-  return static_cast<double>(percentile(ns, q)) / 1e3;
-}
-
-double sum_ms(const std::vector<std::int64_t>& ns) {
-  return static_cast<double>(std::accumulate(ns.begin(), ns.end(), std::int64_t{0})) / 1e6;
 }
 
 Progress::Progress(int steps) : steps_(steps), tty_(is_terminal(STDOUT_FILENO)) {}

@@ -1,7 +1,7 @@
 #pragma once
 // What a training run (train/run.cpp) needs besides the run itself: the checks before any
 // step, the progress it prints, the step's record as a report run, and the small measures of
-// its log. Internal to rrfp_train.
+// its log and summary. Internal to rrfp_train.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -9,6 +9,7 @@
 #include "report/report.hpp"
 #include "runtime/runtime.hpp"
 #include "train/run.hpp"
+#include "train/trainer.hpp"
 
 namespace rrfp::train {
 
@@ -91,8 +92,26 @@ std::string intra_op_threads_differ(Job& job);
 // when the new run failed or stopped before writing its own, and `simulate --replay` of that
 // durations.csv replayed the earlier run without a word. Throws Error where one cannot go.
 void remove_earlier_outputs(const std::string& out);
-// The q-quantile of durations in ns, in µs (sim/metrics.hpp's percentile); 0 for none.
-double quantile_us(const std::vector<std::int64_t>& ns, double q);
-double sum_ms(const std::vector<std::int64_t>& ns);
+
+// loss.csv's columns, and a step's row in them (train/run_totals.cpp): `step` counted from 1,
+// `val` its validation loss ("" where it had none), the step's wall time, the process's CPU
+// time in it and its bubble.
+inline constexpr const char* kLossColumns =
+    "step,loss,val_loss,lr,grad_norm,tokens,step_ms,pipeline_ms,bubble,gap_us_median,cpu_ms,"
+    "gap_us_p99,wait_us_median,wait_ms";
+std::string loss_row(int step, const StepReport& r, const std::string& val, double step_s,
+                     double cpu_ms, double bubble);
+
+// A run's totals over the steps it trained, for its summary.
+class StepTotals {
+ public:
+  void add(const StepReport& r, double step_s, double bubble);
+  double tokens_per_s() const { return tokens_ / seconds_; }
+  // The summary's means and shares over its `steps` (none where it trained none).
+  void summarize(TrainSummary& s) const;
+
+ private:
+  double tokens_ = 0, seconds_ = 0, pipeline_s_ = 0, bubble_ = 0, gaps_ns_ = 0, busy_ns_ = 0;
+};
 
 }  // namespace rrfp::train
