@@ -217,11 +217,11 @@ def _shutdown():
     # Said first, over c10d: another process waiting for this one in a call names it.
     _ended.note_end()
     live = list(_live.LIVE)  # held: a daemon thread's pipeline must outlive the wait
-    over_mpi = [p for p in live if p._transport == "mpi"]
-    for pipe in over_mpi:
-        pipe._exiting = True
-    held = [p for p in over_mpi if p._busy.locked() and p._holder_pid == os.getpid()]
-    _rrfp._shutdown(held_call=(held[0]._holder or "call") if held else "")
+    over_mpi = [p._calls for p in live if p._calls.transport == "mpi"]
+    for calls in over_mpi:
+        calls.exiting = True
+    held = [c for c in over_mpi if c.held_here()]
+    _rrfp._shutdown(held_call=(held[0].holder or "call") if held else "")
     _live.wait_for_steps(live, 10)
 
 

@@ -1,7 +1,4 @@
 """rrfp.Pipeline: the user's nn.Module chunks, pipelined by rrfp's C++ runtime."""
-import contextlib
-import os
-import threading
 import types
 from collections.abc import Mapping
 
@@ -14,7 +11,7 @@ from ._clip import clip_grad_norm
 from ._device import StageDevice, module_device, parse_device
 from ._grads import warn_inexact
 from ._replicas import from_first_replica, replicated, settle_buffers, sum_over_replicas
-from ._live import LIVE
+from ._live import LIVE, Calls
 from ._children import claim_job_place, refuse_job_child
 from ._chunk_checks import refuse_data_parallel_wrappers, refuse_lazy_parameters
 from ._c10d import c10d_groups, release_groups_with
@@ -186,14 +183,7 @@ class Pipeline:
         self._number = pipeline_number(transport)  # once made on every process: the tags'
         self._wrappers_checked = False  # a chunk wrapped since it was built (set_up_step)
         self.last_step = None
-        # One step at a time: a second, from another thread or from inside a task, would share
-        # the step's data and runtime with the first; and no load, save or clip during one
-        # (_one_call).
-        self._busy = threading.Lock()
-        self._holder = None  # the call holding _busy, for the refusal's words
-        self._holder_pid = None  # the process it runs in: wait_for_steps'
-        self._transport, self._made_pid = transport, os.getpid()
-        self._exiting = False  # set by the exit handler: no call starts after it
+        self._calls = Calls(transport)  # one step, load, save or clip at a time
         LIVE.add(self)
 
     def _build_stages(self, build, place):
@@ -276,7 +266,7 @@ class Pipeline:
         if not isinstance(strict, bool):  # "no" was taken as true
             raise TypeError(f"load_state_dict: strict must be True or False, got "
                             f"{type(strict).__name__} {strict!r}")
-        with self._one_call("load_state_dict"):
+        with self._calls.hold("load_state_dict"):
             state = one_value_per_tie(self._ties, self.chunks, state, self._data.model)
             return checkpoint.load_model_state(self.chunks, self._core.chunks, state, strict)
 
@@ -287,7 +277,7 @@ class Pipeline:
         replica 0 writes. Returns once the checkpoint is complete; a save that fails on any
         process (a full disk, a dead process, the manifest) raises on every one and leaves the
         folder's previous checkpoint whole."""
-        with self._one_call("save"):
+        with self._calls.hold("save"):
             _saving.save(self, path, optimizer, extra)
 
     def load(self, path, optimizer=None):
@@ -297,7 +287,7 @@ class Pipeline:
         Training on from it is bitwise training on without the stop. Every process of a job
         calls it; one that cannot load (a missing folder, a missing entry) is told to every
         other, which raises too."""
-        with self._one_call("load"):
+        with self._calls.hold("load"):
             return _saving.load(self, path, optimizer)
 
     def _canonical(self):
@@ -316,7 +306,7 @@ class Pipeline:
         the same factor. Every process of a job calls it, after step() and before the
         optimizer's step. Returns the total norm; the same bits as torch's function over the
         parameters of the chunks in model order."""
-        with self._one_call("clip_grad_norm_"):
+        with self._calls.hold("clip_grad_norm_"):
             self._refresh_ties()  # the norm counts a tie's first copy as it is now
             return clip_grad_norm(self, max_norm, norm_type, error_if_nonfinite)
 
@@ -339,7 +329,7 @@ class Pipeline:
         save and clip_grad_norm_; so does a step while another pipeline's step trains one of
         the same parameters (two pipelines over the same modules).
         """
-        with self._one_call("step"):  # under no_grad: refused on every process (run_pass)
+        with self._calls.hold("step"):  # under no_grad: refused on every process (run_pass)
             return self._run_step(inputs, targets)
 
     def eval_step(self, inputs, targets=None):
@@ -357,7 +347,7 @@ class Pipeline:
         concatenation along dimension 0 (on every process of the replica), else None. Raises
         as step() does.
         """
-        with self._one_call("eval_step"):
+        with self._calls.hold("eval_step"):
             self._data.eval = True
             try:
                 # Its set-up (the ties' copies as the chunks hold them) fails as step()'s does:
@@ -375,42 +365,6 @@ class Pipeline:
             if not outputs:
                 return None, total
             return eval_outputs(outputs, inputs, self._core.microbatches), total
-
-    @contextlib.contextmanager
-    def _one_call(self, what):
-        """Holds the pipeline for `what` (a call's name), or refuses it at once: a load during
-        a step gave the step's gradients weights they did not come from, a clip ran before its
-        gradients were there (and left them unclipped), a save wrote buffers its forwards were
-        updating."""
-        if self._transport != "inproc" and self._made_pid != os.getpid():
-            # Its first gather would have joined the parent's job from here.
-            raise RuntimeError(f"{what}: this process was forked from the one that made the "
-                               f"pipeline, whose processes (over {self._transport}) talk to "
-                               "that one: call it there, or make an in-process pipeline here "
-                               "(transport='inproc')")
-        if not self._busy.acquire(blocking=False):
-            holder = self._holder  # read unlocked: for the words alone
-            if holder in ("step", "eval_step"):
-                doing = "another step" if what in ("step", "eval_step") else "a step"
-            else:
-                doing = f"its {holder}()" if holder else "another call"
-            raise RuntimeError(f"{what}: {doing} of this pipeline is running (in another "
-                               "thread, or this call comes from inside one of its tasks); a "
-                               "pipeline runs one step, eval_step, load, load_state_dict, "
-                               "save, clip_grad_norm_, or a change of its GradScaler (making "
-                               "it, update, load_state_dict, unscale_), at a time")
-        # Named before the exit handler's check, which reads them (_shutdown).
-        self._holder, self._holder_pid = what, os.getpid()
-        if self._exiting:
-            self._holder = None
-            self._busy.release()  # a daemon thread's call as the exit handler runs
-            raise RuntimeError(f"{what}: the pipeline was shut down as the interpreter exits "
-                               "(rrfp's exit handler ran): no call runs after it")
-        try:
-            yield
-        finally:
-            self._holder = None
-            self._busy.release()
 
     def _run_step(self, inputs, targets):
         ties = self._ties

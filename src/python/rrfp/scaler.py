@@ -94,7 +94,7 @@ class GradScaler:
         if not isinstance(pipe, Pipeline):
             raise TypeError(f"pipe: an rrfp.Pipeline or None, got {type(pipe).__name__}")
         # Not while a step runs: its later microbatches' losses alone were scaled.
-        with pipe._one_call("GradScaler"):
+        with pipe._calls.hold("GradScaler"):
             if pipe._data.scaler is not None:  # checked under the hold: two threads both passed
                 raise ValueError("pipe: this pipeline has a GradScaler already; a pipeline's "
                                  "loss is scaled by one scaler (detach() that one, or let it "
@@ -113,7 +113,7 @@ class GradScaler:
         pipe = self._pipe
         if pipe is None:
             return
-        with pipe._one_call("GradScaler.detach"):
+        with pipe._calls.hold("GradScaler.detach"):
             if pipe._data.scaler is self:
                 pipe._data.scaler = None
             self._pipe = None
@@ -150,7 +150,7 @@ class GradScaler:
         while the pipeline's step runs: it scales each microbatch's loss itself, and a loss_fn
         that returned scaler.scale(loss), as a plain loop's backward takes it, trained on the
         scale squared."""
-        if self._pipe is not None and self._pipe._holder == "step":
+        if self._pipe is not None and self._pipe._calls.holder == "step":
             raise RuntimeError("scale: the pipeline scales each microbatch's loss itself while "
                                "its step runs; return the loss unscaled from loss_fn")
         return self._scaled(outputs)
@@ -282,7 +282,7 @@ class GradScaler:
         """Holds the pipeline for `what` (update, load_state_dict, unscale_), refused while a
         step runs: a new scale then scaled its microbatches' losses by two scales, and
         unscale_ divided gradients the step was still adding to."""
-        return (self._pipe._one_call(what) if self._pipe is not None else
+        return (self._pipe._calls.hold(what) if self._pipe is not None else
                 contextlib.nullcontext())
 
     def _update(self, new_scale):
