@@ -27,6 +27,9 @@ def test_points_and_counts():
     # array([2, 5])"), a count too.
     assert [len(c) for c in rrfp.split(m, np.array([2, 5]))] == [2, 3, 3]
     assert [len(c) for c in rrfp.split(m, chunks=np.int64(3))] == [3, 3, 2]
+    # The chunks are in the model's mode: those of a model in eval() said they trained.
+    assert all(c.training for c in rrfp.split(m, chunks=2))
+    assert not any(c.training for c in rrfp.split(m.eval(), chunks=2))
 
 
 def test_a_pipeline_over_the_parts_trains_the_model_bitwise():

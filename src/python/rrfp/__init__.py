@@ -318,4 +318,7 @@ def split(model, points=None, *, chunks=None):
     # Plain nn.Sequential chunks: model[a:b] builds its own class, whose __init__ may take
     # other arguments (torchvision's MLP failed there); its forward is Sequential's, checked.
     items = list(model._modules.items())
-    return [nn.Sequential(OrderedDict(items[a:b])) for a, b in zip(bounds, bounds[1:])]
+    parts = [nn.Sequential(OrderedDict(items[a:b])) for a, b in zip(bounds, bounds[1:])]
+    for part in parts:  # a new module trains; the cut of a model in eval() said so of itself
+        part.training = model.training
+    return parts
