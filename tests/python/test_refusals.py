@@ -252,6 +252,12 @@ def test_a_hint_file_given_as_a_path(tmp_path):
         with pytest.raises(ValueError, match="written for microbatches=2"):
             rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4,
                           hint=pathlib.Path("gpipe"), policy="fixed")
+        # The name as a string runs the built-in, as rrfp.simulate's does: said, at the
+        # caller's line (it ran without a word).
+        with pytest.warns(UserWarning, match="give './gpipe' or a path object") as said:
+            rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, hint="gpipe",
+                          policy="fixed")
+        assert said[0].filename == __file__
     finally:
         os.chdir(cwd)
 

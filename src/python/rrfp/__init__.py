@@ -7,7 +7,6 @@
 See docs/python.md.
 """
 import atexit
-import os
 import sys
 
 import torch  # noqa: F401  (loads LibTorch's Python bindings before the extension)
@@ -192,20 +191,11 @@ def _check_names(kwargs, names):
 
 
 def _check_paths(kwargs, names):
-    from ._args import HINT_TAKES, path_or_name
+    from ._args import HINT_TAKES, path_or_name, warn_hint_shadows
     for name, takes in names:
         if name in kwargs:
             kwargs[name] = path_or_name(name, kwargs[name], takes or HINT_TAKES)
-    _warn_hint_shadows(kwargs.get("hint"))
-
-
-def _warn_hint_shadows(hint):
-    """A built-in hint's name runs the built-in where a file of that name is here too: said, as
-    the command says it (the file was passed over without a word)."""
-    import warnings
-    if isinstance(hint, str) and hint in _rrfp.hint_names() and os.path.isfile(hint):
-        warnings.warn(f"hint={hint!r} runs the built-in hint, not the file {hint!r} here (give "
-                      f"'./{hint}' or a path object to run the file)", stacklevel=4)
+    warn_hint_shadows(kwargs.get("hint"))
 
 
 def _shutdown():

@@ -108,6 +108,17 @@ def arrival_after(timeout, arrival_timeout):
     return float(max(arrival_timeout, timeout))
 
 
+def warn_hint_shadows(hint):
+    """A built-in hint's name runs the built-in where a file of that name is here too: said, as
+    the command says it (the file was passed over without a word). Called two frames below
+    the user's call (rrfp.simulate, Pipeline), whose line the warning names."""
+    import warnings
+    from . import _rrfp
+    if isinstance(hint, str) and hint in _rrfp.hint_names() and os.path.isfile(hint):
+        warnings.warn(f"hint={hint!r} runs the built-in hint, not the file {hint!r} here (give "
+                      f"'./{hint}' or a path object to run the file)", stacklevel=4)
+
+
 def check_arguments(*, loss_fn, delay_fn, timeout, arrival_timeout, counts, names, hint,
                     transport, group, limit, max_pending_w, ordered_forwards):
     """Refuses what Pipeline cannot take (counts: {"pp": pp, ...}, whole numbers of any integer
@@ -135,6 +146,7 @@ def check_arguments(*, loss_fn, delay_fn, timeout, arrival_timeout, counts, name
         if not isinstance(names[name], str):
             raise TypeError(f"{name}: {allowed}, got {_kind(names[name])}")
     hint = path_or_name("hint", hint, HINT_TAKES)
+    warn_hint_shadows(hint)
     if transport is not None and not isinstance(transport, str):
         raise TypeError(f'transport: "inproc", "mpi", "c10d" or None (as the process was '
                         f"started), got {_kind(transport)}")
