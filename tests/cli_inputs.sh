@@ -229,7 +229,7 @@ check "pz.txt:1: header field placement=zigzag is not loop or vshape" schedule c
 printf '{"format":"rrfp-hint","version":1,"pp":1,"placement":3}' >pz.json
 check "pz.json: \"placement\" must be \"loop\" or \"vshape\", got 3" schedule check pz.json -m 2
 printf 'rrfp-hint 1 pp=100000 vpp=100000 microbatches=100000 placement=loop split=0\nstage 0: F0:0\n' >big.txt
-check "big.txt: written for pp x vpp x microbatches = 100000 x 100000 x 100000 = 1000000000000000 (with the shape flags given), past the 50000000 chunk-microbatches a step may have" \
+check "big.txt: written for pp x vpp x microbatches = 100000 x 100000 x 100000 = 1000000000000000 (with the shape given), past the 50000000 chunk-microbatches a step may have" \
   schedule check big.txt
 printf 'rrfp-hint 1 pp=2 vpp=1 microbatches=1 placement=loop split=0\nstage 0: F0:0 B0:0\nstage +1: F1:0 B1:0\n' >sp.txt
 check "sp.txt:3: stage '+1' out of range 0..1" schedule check sp.txt --pp 2 -m 1

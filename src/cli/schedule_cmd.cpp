@@ -3,10 +3,7 @@
 // blocking transfers.
 
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
 #include <iostream>
-#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -15,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/hint_io.hpp"
+#include "core/hint_shape.hpp"
 #include "core/printable.hpp"
 #include "report/estimate.hpp"
 #include "sim/hint_check.hpp"
@@ -23,12 +21,6 @@
 namespace rrfp {
 
 namespace {
-
-// The shape flags a hint file's header may answer, and its keys for them.
-const std::pair<const char*, std::string> kShapeKeys[] = {{"--pp", "pp"},
-                                                          {"--vpp", "vpp"},
-                                                          {"--microbatches", "microbatches"},
-                                                          {"--placement", "placement"}};
 
 struct ScheduleFlags {
   ShapeFlags shape;
@@ -139,60 +131,22 @@ void show(const ScheduleFlags& f) {
   if (!f.out.empty()) std::cout << "wrote " << visible(f.out) << "\n";
 }
 
-// The shape a hint file says it was written for, taken for each shape flag not given:
-// `schedule check zb.json` of a file written at --pp 2 was refused as "written for pp=2 but
-// the run has pp=4", the defaults. A value out of range is left to the file's own check,
-// which names the file.
+// The shape a hint file says it was written for, taken for each shape flag not given
+// (core/hint_shape.hpp).
 void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& shape,
                      std::string& lower) {
-  if (std::all_of(std::begin(kShapeKeys), std::end(kShapeKeys),
-                  [&](const auto& f) { return app.count(f.first) > 0; }))
-    return;
-  const HintFields declared = hint_file_fields(path);
-  bool from_file = false;  // a shape field taken from the file
-  for (const auto& [key, value, string] : declared.fields) {
-    const auto known = std::find_if(std::begin(kShapeKeys), std::end(kShapeKeys),
-                                    [&](const auto& f) { return f.second == key; });
-    if (known == std::end(kShapeKeys) || app.count(known->first)) continue;
-    // Its last value taken as the run's, its first was refused as another run's ("written for
-    // pp=1 but the run has pp=2"), where the parser says the field is given twice.
-    if (!declared.json && std::find(declared.repeated.begin(), declared.repeated.end(), key) !=
-                              declared.repeated.end())
-      throw InputError(path + ": header field " + printable(key) + " is given twice");
-    if (key == "placement") {
-      if (value == "loop" || value == "vshape") shape.placement = value;
-      continue;
-    }
-    // JSON's parser takes a whole number however written (2, 2.0, 2e0); a string is none.
-    char* end = nullptr;
-    const double v = declared.json ? std::strtod(value.c_str(), &end)
-                                   : static_cast<double>(std::strtol(value.c_str(), &end, 10));
-    if (value.empty() || *end != '\0' || string || v != std::floor(v) || v < 1 ||
-        v > kMaxChunkMicrobatches)
-      continue;
-    (key == "pp" ? shape.pp : key == "vpp" ? shape.vpp : shape.microbatches) = static_cast<int>(v);
-    from_file = true;
-  }
+  HintShape s{shape.pp, shape.vpp, shape.microbatches, shape.placement};
+  const ShapeGiven given = {app.count("--pp") > 0, app.count("--vpp") > 0,
+                            app.count("--microbatches") > 0, app.count("--placement") > 0};
+  const bool from_file = take_hint_file_shape(path, s, given, "--vpp");
+  shape.pp = s.pp;
+  shape.vpp = s.vpp;
+  shape.microbatches = s.microbatches;
+  shape.placement = s.placement;
   // Named so where the file alone gave the shape: a --pp given still names the flags.
-  if (from_file && app.count("--pp") + app.count("--vpp") + app.count("--microbatches") == 0)
+  if (from_file && !given[0] && !given[1] && !given[2])
     lower = "the shape, which '" + printable(path, 100) +
             "' was written for (a hint of fewer stages or microbatches)";
-  // Too large a shape of the file's was refused as "--pp x --vpp x --microbatches: ...", flags
-  // not given.
-  const long long n = static_cast<long long>(shape.pp) * shape.vpp * shape.microbatches;
-  if (from_file && n > kMaxChunkMicrobatches)
-    throw InputError(path + ": written for pp x vpp x microbatches = " + std::to_string(shape.pp) +
-                     " x " + std::to_string(shape.vpp) + " x " +
-                     std::to_string(shape.microbatches) + " = " + std::to_string(n) +
-                     " (with the shape flags given), past the " +
-                     std::to_string(kMaxChunkMicrobatches) + " chunk-microbatches a step may have");
-  // The file's own placement with a V that cannot take it was refused as "--placement vshape:
-  // needs --vpp 2", a flag not given.
-  if (shape.placement == "vshape" && shape.vpp != 2 && app.count("--placement") == 0)
-    throw InputError(path +
-                     ": written for placement vshape, which needs vpp 2, but the run has vpp " +
-                     std::to_string(shape.vpp) +
-                     (app.count("--vpp") ? " (--vpp)" : " (the file's, or the default)"));
 }
 
 void check(const ScheduleFlags& f) {

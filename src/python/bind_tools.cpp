@@ -2,13 +2,16 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "comm/c10d_transport.hpp"
 #include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/hint.hpp"
 #include "core/hint_io.hpp"
+#include "core/hint_shape.hpp"
 #include "core/memory.hpp"
 #include "core/modes.hpp"
 #include "core/printable.hpp"
@@ -151,11 +154,20 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
 
 // Each stage's tasks in the order they run at unit cost: a list hint's own order (fixed
 // policy), a rule hint's ready order. `out`: where to write a list hint's task list, as
-// `rrfp schedule show --out` writes it; "" for nowhere.
-pyb::list schedule(const std::string& hint, int pp, int vpp, int microbatches,
-                   const std::string& placement, const std::string& split_backward,
-                   bool ordered_forwards, const std::string& out) {
-  PipelineConfig c = make_config(pp, vpp, microbatches, placement, split_backward, hint);
+// `rrfp schedule show --out` writes it; "" for nowhere. A hint file's header gives each of
+// pp, vpp, microbatches and placement not given (None), as under `rrfp schedule show`.
+pyb::list schedule(const std::string& hint, std::optional<int> pp, std::optional<int> vpp,
+                   std::optional<int> microbatches, std::optional<std::string> placement,
+                   const std::string& split_backward, bool ordered_forwards,
+                   const std::string& out) {
+  HintShape s{pp.value_or(4), vpp.value_or(1), microbatches.value_or(8),
+              placement.value_or("loop")};
+  const auto& names = hint_names();
+  if (std::find(names.begin(), names.end(), hint) == names.end())
+    take_hint_file_shape(
+        hint, s, {pp.has_value(), vpp.has_value(), microbatches.has_value(), placement.has_value()},
+        "`vpp`");
+  PipelineConfig c = make_config(s.pp, s.vpp, s.microbatches, s.placement, split_backward, hint);
   c.ordered_forwards = ordered_forwards;
   // Its tasks' records are kept, with a tuple each for Python.
   check_fits_here("schedule: " + std::to_string(static_cast<long long>(tasks_of(c, 1))) + " tasks",
@@ -233,8 +245,9 @@ void bind_tools(pyb::module_& m) {
         pyb::arg("step") = -1, pyb::arg("trace_format") = "auto", pyb::arg("message_us") = -1.0,
         pyb::arg("workload_given") = false, pyb::arg("seed_given") = false,
         "Simulates one step (as `rrfp simulate`) and returns its StepRecord.");
-  m.def("schedule", &schedule, pyb::kw_only(), pyb::arg("hint") = "1f1b", pyb::arg("pp") = 4,
-        pyb::arg("vpp") = 1, pyb::arg("microbatches") = 8, pyb::arg("placement") = "loop",
+  m.def("schedule", &schedule, pyb::kw_only(), pyb::arg("hint") = "1f1b",
+        pyb::arg("pp") = pyb::none(), pyb::arg("vpp") = pyb::none(),
+        pyb::arg("microbatches") = pyb::none(), pyb::arg("placement") = pyb::none(),
         pyb::arg("split_backward") = "auto", pyb::arg("ordered_forwards") = false,
         pyb::arg("out") = "",
         "Each stage's tasks, ('F'|'B'|'W', chunk, microbatch), in the order the hint runs "

@@ -307,3 +307,20 @@ def test_a_built_in_hints_name_beside_a_file_of_it_warns(tmp_path, monkeypatch):
         rrfp.simulate(pp=2, microbatches=2, hint="gpipe", policy="fixed")
     with pytest.warns(UserWarning, match="give './gpipe' or a path object"):
         rrfp.schedule(hint="gpipe", pp=2, microbatches=2)
+
+
+def test_schedule_of_a_hint_file_takes_its_shape(tmp_path):
+    # As `rrfp schedule show` does: the file was refused as written for pp=2, where the
+    # default is pp=4.
+    hint = tmp_path / "two.txt"
+    hint.write_text("rrfp-hint 1 pp=2 vpp=1 microbatches=2 placement=loop split=0\n"
+                    "stage 0: F0:0 F0:1 B0:0 B0:1\nstage 1: F1:0 F1:1 B1:0 B1:1\n")
+    assert rrfp.schedule(hint=hint) == [[("F", 0, 0), ("F", 0, 1), ("B", 0, 0), ("B", 0, 1)],
+                                        [("F", 1, 0), ("F", 1, 1), ("B", 1, 0), ("B", 1, 1)]]
+    with pytest.raises(ValueError, match="written for pp=2 but the run has pp=4"):
+        rrfp.schedule(hint=hint, pp=4)  # given: the file must fit it
+    hint.write_text("rrfp-hint 1 pp=2 vpp=1 microbatches=2 placement=vshape split=0\n")
+    with pytest.raises(ValueError, match="vshape, which needs vpp 2, but the run has vpp 3 "
+                                         r"\(`vpp`\)"):
+        rrfp.schedule(hint=hint, vpp=3)
+    assert len(rrfp.schedule(hint="1f1b")) == 4  # a built-in's shape: the defaults

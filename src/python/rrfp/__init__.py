@@ -123,6 +123,7 @@ def schedule(**kwargs):
     """Each stage's tasks, ('F'|'B'|'W', chunk, microbatch), in the order the hint runs them at
     unit cost (`rrfp schedule show`): hint, pp, vpp, microbatches, placement, split_backward,
     ordered_forwards (True, or False/None: the default), checked as rrfp.simulate checks them.
+    A hint file's header gives each of pp, vpp, microbatches and placement not given.
     `out`: a path where a list hint's task list is written, as the command's --out writes it
     (JSON for a name ending .json, else text); None (the default) writes nothing."""
     _check_keywords("schedule", kwargs, _SCHEDULE_KEYWORDS)
