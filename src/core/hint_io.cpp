@@ -305,8 +305,7 @@ ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string
 void check_hint_file_holds(const std::string& path, const PipelineConfig& c, const char* option) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
-  const double tasks =
-      static_cast<double>(c.pp) * c.vpp * c.microbatches * (c.split_backward ? 3 : 2);
+  const double tasks = tasks_of(c, 1);
   // Only where the run is costly to build: the reader's own words are more precise ("stage 2
   // has no line").
   if (tasks > (1 << 20) && static_cast<double>(st.st_size) < 4 * tasks)

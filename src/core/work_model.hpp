@@ -34,6 +34,12 @@ constexpr long long kMaxChunkMicrobatches = 50'000'000;
 // Throws InputError naming the offending field.
 void validate(const PipelineConfig& cfg);
 
+// The tasks of one step of shape `c` over `tp` ranks, in a double: a shape too large for a
+// WorkModel is estimated (and refused) before one is built.
+inline double tasks_of(const PipelineConfig& c, int tp) {
+  return static_cast<double>(c.pp) * c.vpp * c.microbatches * (c.split_backward ? 3 : 2) * tp;
+}
+
 // A dependency of a task; `cross_stage` says whether it travels as a message. `order`: an
 // ordering edge of PipelineConfig::ordered_forwards, on one stage, carrying nothing.
 struct Dep {

@@ -29,12 +29,6 @@ inline constexpr TaskCost kPlanCost{190, 1.5e-6};      // `plan`: graph, orders,
 // between 65K and 262K tasks, with room for a simulation's own; the time between them.
 inline constexpr TaskCost kPredictCost{400, 1.2e-4};
 
-// The tasks of one step of shape `c` over `tp` ranks, in a double: a shape too large for a
-// WorkModel is estimated (and refused) before one is built.
-inline double tasks_of(const PipelineConfig& c, int tp) {
-  return static_cast<double>(c.pp) * c.vpp * c.microbatches * (c.split_backward ? 3 : 2) * tp;
-}
-
 // What a stage and TP rank of a simulated run holds beside its tasks (its rank driver, arbiter
 // and readiness counters, the work model's row): 1.47 KB measured at M=1 (`rrfp simulate
 // --hint bf` at P=100K against 200K), rounded up. Estimated at its tasks alone, a run of many
