@@ -32,6 +32,9 @@ RRFP_MEMORY_LIMIT=150M check "schedule show: 0.1M tasks and 16.0M diagram cells:
 check "plan: orders of 1.0M tasks" plan --pp 512 -m 512 --tp 2
 # Tasks times TP counted in int: "orders of -1295.0M tasks".
 check "plan: orders of 3000.0M tasks" plan --pp 1000 -m 5000 --tp 300
+# Each stage's own state counts beside its tasks: P=1M M=1 was estimated at 0.38 GB and took 1.57
+# GB (at P=50M the kernel killed it at 24 GB); refused before its work model is built.
+check "plan: orders of 2.0M tasks: about 2.1 GB of memory" plan --pp 1000000 -m 1
 # Each stage's own state counts beside its tasks (at M=1 it is most of a run), and a diagram's
 # cells beside the tasks it shows; `schedule check` is sized before it builds its model.
 check "simulate: 1 run of 0.2M tasks: about 159 MB" simulate --pp 100000 -m 1 --hint bf --policy ready

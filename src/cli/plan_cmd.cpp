@@ -360,10 +360,15 @@ void run_plan(const PlanFlags& f) {
   sc = with_replay_step(std::move(sc), {planned});
   refuse_unsplit_w_cap(f.dispatch, f.shape, sc.cfg.split_backward,
                        "for a --replay that recorded W tasks");
+  // Each stage and TP rank's own state counts beside the tasks (1.57 KB measured at M=1, P=100K
+  // against 400K, and at TP 4): counted by its tasks alone, P=50M M=1 was estimated at 19 GB and
+  // killed by the kernel at 24 GB. Checked before the work model is built.
+  const double tasks = tasks_of(sc.cfg, sc.tp),
+               held = tasks + static_cast<double>(sc.cfg.pp) * sc.tp * kPlanStageBytes /
+                                  kPlanCost.bytes;  // in tasks' worth of bytes
+  check_fits("plan: orders of " + fmt("%.1fM", tasks / 1e6) + " tasks", held, kPlanCost,
+             "--pp, --microbatches or --tp", tasks / held);  // the time is the tasks'
   const WorkModel m(sc.cfg);
-  check_fits("plan: orders of " + fmt("%.1fM", static_cast<double>(m.num_tasks()) * sc.tp / 1e6) +
-                 " tasks",
-             static_cast<double>(m.num_tasks()) * sc.tp, kPlanCost, "--pp, --microbatches or --tp");
   const RealizedWork work = realized_work(sc, m);
   const PlanProblem p = make_problem(m, work, parse_comm(f.dispatch.comm), sc.tp_protocol, sc.limit,
                                      sc.max_pending_w);
