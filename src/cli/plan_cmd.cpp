@@ -113,9 +113,12 @@ Planned search_both(const PlanFlags& f, const PlanProblem& p, const ExactChoice&
   so.stop = &stop_flag();
   ProgressLine progress;
   so.progress = [&progress](const SearchProgress& g) {
+    // Before the first order's end there is no best: it read as a schedule of 0 ms.
     if (progress.due())
       progress.show("search: " + fmt("%.1f", g.seconds) + " s, " + std::to_string(g.evaluations) +
-                    " orders, best " + fmt("%.3f", ms(g.best)) + " ms");
+                    " orders done, " +
+                    (g.best > 0 ? "best " + fmt("%.3f", ms(g.best)) + " ms"
+                                : std::string("the first under way")));
   };
   out.search = search_schedule(p, so);
   progress.finish();

@@ -94,11 +94,11 @@ class Searcher {
   double uniform() { return unit_open(rng_ = mix64(rng_)); }
 
   std::optional<std::int64_t> eval(const ListHint& o) {
-    ++res_.evaluations;
-    if (opt_.progress && seconds() >= next_progress_) {
+    if (opt_.progress && seconds() >= next_progress_) {  // the orders done, before this one
       next_progress_ = seconds() + 0.25;
       opt_.progress(SearchProgress{res_.evaluations, res_.makespan, seconds()});
     }
+    ++res_.evaluations;
     if (!order_violation(p_, o).empty() || !entry_kept(o)) return std::nullopt;
     return evaluate(p_, o);
   }

@@ -17,8 +17,8 @@
 namespace rrfp {
 
 struct SearchProgress {
-  std::int64_t evaluations = 0;
-  std::int64_t best = 0;  // makespan, ns
+  std::int64_t evaluations = 0;  // done
+  std::int64_t best = 0;         // makespan, ns (0: no order done yet)
   double seconds = 0;
 };
 
