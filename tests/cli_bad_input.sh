@@ -291,9 +291,12 @@ check "--sizes: '0' is not a size" calibrate --sizes 0
 # A value quoted shortened says so (its first 20 bytes read as another value, typed).
 check "--sizes: '12345678901234567890...' is not a size" calibrate --sizes 123456789012345678901K
 check "--transport: unknown transport 'tcp'" calibrate --transport tcp
-check "--endpoints: expected 2..64, got 1" calibrate --endpoints 1
+check "--endpoints: expected 2 (one pair) or 4 (a second pair transferring at once), got 1" calibrate --endpoints 1
 # Named before the memory it would take, which blamed --sizes.
-check "--endpoints: expected 2..64, got 300" calibrate --endpoints 300
+check "--endpoints: expected 2 (one pair) or 4 (a second pair transferring at once), got 300" calibrate --endpoints 300
+# 3 measured what 2 does, 5 to 64 what 4 does, the others idle.
+check "--endpoints: expected 2 (one pair) or 4 (a second pair transferring at once), got 3" calibrate --endpoints 3
+check "--endpoints: expected 2 (one pair) or 4 (a second pair transferring at once), got 8" calibrate --endpoints 8
 check "--seconds: must be a number in [0.1, 3600], got nan" calibrate --seconds nan --sizes 8
 check "--seconds: must be a number in [0.1, 3600], got 0.05" calibrate --seconds 0.05 --sizes 8
 check "--pp: Value 0 not in range 1 to 4096" predict "$here/data/torch-pp2" --pp 0

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/memory.hpp"
+#include "core/mpirun_env.hpp"
 #include "core/printable.hpp"
 #include "dist/calibrate.hpp"
 #include "dist/job.hpp"
@@ -96,9 +97,13 @@ void refuse_inapplicable(const CalibrateFlags& f) {
         "--endpoints: the threads of an in-process calibration; under --transport mpi the "
         "job's processes (mpirun -np) are the endpoints (got --endpoints " +
         std::to_string(f.endpoints) + ")");
-  // Before the memory estimate, which blamed --sizes for an --endpoints of 300.
-  if (!mpi && (f.endpoints < 2 || f.endpoints > 64))
-    throw InputError("--endpoints: expected 2..64, got " + std::to_string(f.endpoints));
+  // Before the memory estimate, which blamed --sizes for an --endpoints of 300. Endpoints 0-1
+  // measure and 2-3 overlap them: 3 measured what 2 does, and 5 to 64 what 4 does, the rest
+  // idle, each holding three buffers of the largest size.
+  if (!mpi && f.endpoints != 2 && f.endpoints != 4)
+    throw InputError(
+        "--endpoints: expected 2 (one pair) or 4 (a second pair transferring at once), got " +
+        std::to_string(f.endpoints));
   if (!mpi && f.timeout_s != defaults.timeout_s)
     throw InputError(
         "--timeout: bounds how long an MPI job's processes wait for each other (--transport "
@@ -135,19 +140,20 @@ void run_calibrate(const CalibrateFlags& f) {
                "--sizes" + std::string(here > 1 ? " or --endpoints" : ""));
   o.seconds = f.seconds;
   o.streams = f.streams;
-  // Over MPI the job's size is known only inside it: 2 endpoints, the least, decide here, and
-  // its own size there.
-  refuse_short_budget(o, f.transport == TransportKind::Mpi ? 2 : f.endpoints,
-                      f.transport == TransportKind::Mpi);
+  // Over MPI the job's size mpirun gives (else 2, the least), and its own size inside it: at
+  // 4 processes the first refusal advised a --seconds the second refused.
+  refuse_short_budget(
+      o, f.transport == TransportKind::Mpi ? std::max(2, mpirun_world_size()) : f.endpoints,
+      f.transport == TransportKind::Mpi);
   if (f.transport == TransportKind::Mpi) {
     o.serial_receive = true;  // one progress thread per process copies what arrives
     o.offer_payload = true;   // the runtime's default rendezvous over a transport moving bytes
     o.deadline_s = f.timeout_s;
     run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {
-      if (job.size() < 2)  // --endpoints is refused here: the processes are the endpoints
+      if (job.size() != 2 && job.size() != 4)  // the processes are the endpoints
         throw InputError(
-            "--transport mpi: calibrate measures between 2 processes or more; "
-            "start it with mpirun -np 2 or more (got -np " +
+            "--transport mpi: calibrate measures between 2 processes, or 4 (a second pair "
+            "transferring at once); start it with mpirun -np 2 or 4 (got -np " +
             std::to_string(job.size()) + ")");
       refuse_short_budget(o, job.size(), true);  // 4 processes took 19.3 s of --seconds 3
       // Rank 0 alone writes them: another node's working folder need not hold their folder.
@@ -175,15 +181,15 @@ void setup_calibrate(CLI::App& app) {
       "measure what the transport delivers here (latency and bandwidth by size, alone and with "
       "two transfers at once) and write it as a workload file's message model");
   add_transport_flag(sub, f->transport, {TransportKind::Inproc, TransportKind::Mpi},
-                     "inproc (threads) or mpi (under mpirun -np 2+)");
+                     "inproc (threads) or mpi (under mpirun -np 2 or 4)");
   sub->add_option("--sizes", f->sizes, "message sizes, comma-separated (bytes, K or M), each once")
       ->capture_default_str();
   sub->add_option("--seconds", f->seconds, "the measurement's time budget")
       ->check(finite_range(0.1, 3600.0))
       ->capture_default_str();
   sub->add_option("--endpoints", f->endpoints,
-                  "inproc: endpoints (threads); 4 measures two transfers at once (mpi takes only "
-                  "the default: its endpoints are the job's processes)")
+                  "inproc: endpoints (threads), 2 or 4: 4 measures two transfers at once (mpi "
+                  "takes only the default: its endpoints are the job's processes, -np 2 or 4)")
       ->capture_default_str();
   sub->add_flag("--streams", f->streams,
                 "also time one-way streams: one pair, two pairs, and both pairs both ways (four "
