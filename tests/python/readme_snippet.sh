@@ -13,8 +13,16 @@ fails=0
 awk '/^## Use from PyTorch/ {on = 1} on && /^```python/ {grab = 1; next} grab && /^```/ {exit}
      grab {print}' "$readme" >"$tmp/snippet.py"
 [ -s "$tmp/snippet.py" ] || { echo "FAIL: no python block in the README's 'Use from PyTorch'"; exit 1; }
+# A checkpoint with the snippet's optimizer, over every chunk's parameters: a process per stage
+# refused it ("parameters that are not this pipeline's chunks'"), where threads saved it.
 cat >>"$tmp/snippet.py" <<'PY'
 assert isinstance(loss, torch.Tensor) and torch.isfinite(loss), loss
+import os
+before = [t.clone() for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
+pipe.save(os.environ["SNIPPET_CKPT"], opt, step=20)
+assert pipe.load(os.environ["SNIPPET_CKPT"], opt) == {"step": 20}
+after = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
+assert len(before) == len(after) > 0 and all(map(torch.equal, before, after))
 print(f"snippet done, loss {float(loss)!r}", flush=True)
 PY
 export OMP_NUM_THREADS=1
@@ -22,7 +30,7 @@ losses=()
 run() {  # run NAME EXPECTED_RANKS COMMAND...
   local name=$1 ranks=$2
   shift 2
-  timeout 240 "$@" >"$tmp/$name.log" 2>&1
+  SNIPPET_CKPT="$tmp/$name.ckpt" timeout 240 "$@" >"$tmp/$name.log" 2>&1
   local rc=$? done
   # Occurrences, not lines: two ranks' lines can meet on one line of mpirun's output.
   done=$(grep -o "snippet done" "$tmp/$name.log" | wc -l)

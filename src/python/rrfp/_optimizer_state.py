@@ -19,16 +19,32 @@ def _names(chunks, canonical):
     return names
 
 
-def optimizer_state(chunks, optimizer, canonical):
-    """The optimizer's state_dict with every parameter named instead of numbered."""
+def elsewhere(model, chunks):
+    """{id: chunk index} of the parameters of the chunks in `model` (every chunk, where the
+    pipeline was given them as a list; None otherwise) that other processes run: an optimizer
+    built over every chunk's parameters holds them, and they never get a gradient here."""
+    own = {id(p) for c in chunks.values() for p in c.parameters()}
+    return {id(p): c for c, m in sorted((model or {}).items()) if c not in chunks
+            for p in m.parameters() if id(p) not in own}
+
+
+def optimizer_state(chunks, optimizer, canonical, others=None):
+    """The optimizer's state_dict with every parameter named instead of numbered; the
+    parameters of `others` (elsewhere()) are their processes' to save, and left out."""
     names = _names(chunks, canonical)
     sd = optimizer.state_dict()
-    params = _own_params(optimizer, names)
-    state = {names[id(params[i])]: s for i, s in sd["state"].items()}
+    params = _own_params(optimizer, names, others)
+    state = {}
+    for i, s in sd["state"].items():
+        if id(params[i]) not in names:  # stepped here, where it never gets a gradient
+            raise ValueError(f"optimizer: it holds a state for a parameter of chunk "
+                             f"{others[id(params[i])]}, which another process runs: that "
+                             "process's optimizer keeps it")
+        state[names[id(params[i])]] = s
     groups = []
     for g, saved in zip(optimizer.param_groups, sd["param_groups"]):
         entry = {k: v for k, v in saved.items() if k != "params"}
-        entry["params"] = [names[id(p)] for p in g["params"]]
+        entry["params"] = [names[id(p)] for p in g["params"] if id(p) in names]
         groups.append(entry)
     return {"state": state, "param_groups": groups, "type": optimizer_type(optimizer)}
 
@@ -57,35 +73,40 @@ def _refuse_other_type(named, optimizer, mine_named):
                          "load without an optimizer")
 
 
-def _own_params(optimizer, names):
+def _own_params(optimizer, names, others):
     """The optimizer's parameters in order, refused (ValueError) unless each is one of this
-    pipeline's chunks' (`names`: theirs by id)."""
+    process's chunks' (`names`: theirs by id) or of a chunk another process runs (`others`)."""
     params = [p for g in optimizer.param_groups for p in g["params"]]
-    unknown = [i for i, p in enumerate(params) if id(p) not in names]
+    unknown = [i for i, p in enumerate(params) if id(p) not in names and id(p) not in
+               (others or {})]
     if unknown:
         raise ValueError("optimizer: it holds parameters that are not this pipeline's chunks' "
-                         f"(positions {unknown[:5]})")
+                         f"(positions {unknown[:5]}); save and load keep the chunks' "
+                         "parameters' state (pipe.chunks): keep another's in a state of your "
+                         "own (an extra of the save)")
     return params
 
 
-def optimizer_load_state(chunks, optimizer, named, canonical):
-    """What `optimizer` (over this process's parameters) loads of `named` (optimizer_state of
-    any layout), made and checked without changing it: its load_state_dict argument. Each group
-    takes the hyper-parameters of the saved group(s) that held its parameters (_saved_group)."""
+def optimizer_load_state(chunks, optimizer, named, canonical, others=None):
+    """What `optimizer` (over this process's parameters, and those of `others`: elsewhere())
+    loads of `named` (optimizer_state of any layout), made and checked without changing it: its
+    load_state_dict argument. Each group takes the hyper-parameters of the saved group(s) that
+    held its parameters (_saved_group); the parameters of `others` take no state."""
     names = _names(chunks, canonical)
-    params = _own_params(optimizer, names)  # a foreign one raised a KeyError holding its id
-    _refuse_other_type(named, optimizer, [names[id(p)] for p in params])
+    params = _own_params(optimizer, names, others)  # a foreign one: a KeyError holding its id
+    _refuse_other_type(named, optimizer, [names[id(p)] for p in params if id(p) in names])
     group_of = {}
     for g in named["param_groups"]:
         for n in g["params"]:
             group_of[n] = g
     state, groups, index = {}, [], 0
     for i, g in enumerate(optimizer.param_groups):
-        saved = _saved_group(i, [names[id(p)] for p in g["params"]], group_of)
+        saved = _saved_group(i, [names[id(p)] for p in g["params"] if id(p) in names],
+                             group_of)
         entry = {k: v for k, v in (saved or g).items() if k != "params"}
         entry["params"] = list(range(index, index + len(g["params"])))
         for p in g["params"]:
-            n = names[id(p)]
+            n = names.get(id(p))
             if n in named["state"]:
                 # Its own copy: two copies of a tie in one process share a name, and one state
                 # stepped for both would move them apart.

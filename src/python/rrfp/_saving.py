@@ -68,7 +68,8 @@ def save(pipe, path, optimizer, extra):
             elif loaded_scaler_state(pipe) is not None:  # kept for a scaler not made yet
                 kept[_SCALER] = loaded_scaler_state(pipe)
             checkpoint.write_part(path, pipe.rank, pipe.chunks, optimizer,
-                                  dict(extra, **kept), pipe._canonical(), token, extras)
+                                  dict(extra, **kept), pipe._canonical(), token, extras,
+                                  checkpoint.elsewhere(pipe._data.model, pipe.chunks))
 
     where = str(path).replace("{", "{{").replace("}", "}}")
     try:
@@ -218,8 +219,9 @@ def _prepare(pipe, path, optimizer):
         if optim is None:
             raise KeyError(f"checkpoint '{path}': it holds no optimizer state (saved without "
                            "an optimizer): load it without one")
-        optim_state = checkpoint.optimizer_load_state(pipe.chunks, optimizer, optim,
-                                                      pipe._canonical())
+        optim_state = checkpoint.optimizer_load_state(
+            pipe.chunks, optimizer, optim, pipe._canonical(),
+            checkpoint.elsewhere(pipe._data.model, pipe.chunks))
     return {"chunks": chunks, "optimizer": optim_state, "seed_step": seed_step,
             "scaler": scaler_state, "extra": extra,
             # A folder of an earlier version has no token: 2**48, which no save's token is.

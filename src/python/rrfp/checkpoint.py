@@ -35,7 +35,7 @@ from ._args import is_whole
 from ._model_state import (  # noqa: F401 (names of this module)
     apply_model_state, check_model_state, load_model_state, metadata_of, model_state, some_of)
 # The optimizer's state likewise.
-from ._optimizer_state import optimizer_load_state, optimizer_state  # noqa: F401
+from ._optimizer_state import elsewhere, optimizer_load_state, optimizer_state  # noqa: F401
 
 MANIFEST = "manifest.json"
 
@@ -98,9 +98,11 @@ def _seal(buf):
     buf.write(_SUM + digest)
 
 
-def write_part(path, rank, chunks, optimizer, extra, canonical, token, extras=None):
+def write_part(path, rank, chunks, optimizer, extra, canonical, token, extras=None,
+               others=None):
     """Writes this process's part of the save `token` (part-RANK.TOKEN.pt) beside the folder's
-    checkpoint, which it leaves as it is (`extras`: its stage's replicas' own, _extras.py). A
+    checkpoint, which it leaves as it is (`extras`: its stage's replicas' own, _extras.py;
+    `others`: the parameters of other processes' chunks the optimizer may hold, left out). A
     failure removes what it wrote."""
     try:
         os.makedirs(path, exist_ok=True)
@@ -110,7 +112,7 @@ def write_part(path, rank, chunks, optimizer, extra, canonical, token, extras=No
             f"{MANIFEST} and part-*.pt files); name a new folder or a checkpoint's") from None
     part = dict(extras or {}, model=model_state(chunks), extra=extra, token=token)
     if optimizer is not None:
-        part["optimizer"] = optimizer_state(chunks, optimizer, canonical)
+        part["optimizer"] = optimizer_state(chunks, optimizer, canonical, others)
     # Serialized first: a full disk is then an OSError from the write, where torch.save's own
     # writer aborted the process (c10::Error thrown past its destructor).
     buf = io.BytesIO()
