@@ -28,5 +28,21 @@ if command -v script >/dev/null; then
     "$tmp/tty" || { echo "FAIL: a grid of small points under-announced:"; head -c 300 "$tmp/tty"
                     fails=$((fails + 1)); }
 fi
+# What reports no progress of its own is said by a thread of its own, with the seconds it took
+# on a terminal: plan's search (an evaluation of minutes, its set-up of 51 s at P=M=4500 said
+# nothing), calibrate's sizes (a minute silent).
+if command -v script >/dev/null; then
+  script -qec "$rrfp plan --pp 64 -m 128 --budget 2.5" /dev/null >"$tmp/tty" 2>&1
+  tr '\r' '\n' <"$tmp/tty" | grep -aEq "^search: [0-9]+ orders done, best [0-9.]+ ms \([0-9]+ s\)" ||
+    { echo "FAIL: plan's search said nothing on a terminal:"; head -c 300 "$tmp/tty"
+      fails=$((fails + 1)); }
+  script -qec "$rrfp calibrate --sizes 128M --seconds 3" /dev/null >"$tmp/tty" 2>&1
+  tr '\r' '\n' <"$tmp/tty" | grep -aq "^calibrate: size 1 of 1, 134217728 bytes ([0-9]* s)" ||
+    { echo "FAIL: calibrate said nothing on a terminal:"; head -c 300 "$tmp/tty"
+      fails=$((fails + 1)); }
+fi
+"$rrfp" plan --pp 64 -m 128 --budget 1.5 >/dev/null 2>"$tmp/plan.err"
+[ ! -s "$tmp/plan.err" ] || { echo "FAIL: plan's progress written to a file:"; cat "$tmp/plan.err"
+                              fails=$((fails + 1)); }
 echo "cli progress checks: $fails failed"
 [ "$fails" -eq 0 ]

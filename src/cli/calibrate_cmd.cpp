@@ -5,6 +5,7 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "cli/mpi_launch.hpp"
@@ -15,6 +16,7 @@
 #include "core/memory.hpp"
 #include "core/mpirun_env.hpp"
 #include "core/printable.hpp"
+#include "core/progress_ticker.hpp"
 #include "dist/calibrate.hpp"
 #include "dist/job.hpp"
 
@@ -126,6 +128,16 @@ void refuse_short_budget(const CalibrateOptions& o, int endpoints, bool copied) 
         fmt("%.0f", std::ceil(floor)) + " or more, or smaller --sizes");
 }
 
+// `o`, its sizes' progress said by `ticker`: a calibration of a minute said nothing meanwhile.
+CalibrateOptions said_by(ProgressTicker& ticker, CalibrateOptions o) {
+  const std::size_t n = o.sizes.size();
+  o.on_size = [&ticker, n](std::size_t i, std::size_t bytes) {
+    ticker.status("calibrate: size " + std::to_string(i + 1) + " of " + std::to_string(n) + ", " +
+                  std::to_string(bytes) + " bytes");
+  };
+  return o;
+}
+
 void run_calibrate(const CalibrateFlags& f) {
   exit_on_signals("calibrate");  // it died without a word, a file possibly half written
   refuse_inapplicable(f);
@@ -162,14 +174,21 @@ void run_calibrate(const CalibrateFlags& f) {
       });
       job.set_layout(JobLayout{job.size(), 1, 1});
       Hosting h = job.hosting();
+      std::optional<ProgressTicker> ticker;
+      ticker.emplace("calibrate: starting", job.rank() == 0);
       const Calibration c = calibrate(
-          *h.transports.at(0), job.size(), [&] { job.all_gather({}); }, o);
+          *h.transports.at(0), job.size(), [&] { job.all_gather({}); }, said_by(*ticker, o));
+      ticker.reset();  // its line erased before the report
       if (job.rank() == 0) report(f, c);
       job.all_gather({});  // nobody leaves while a peer may still send
     });
     return;
   }
-  report(f, calibrate_in_process(f.endpoints, o));
+  std::optional<ProgressTicker> ticker;
+  ticker.emplace("calibrate: starting");
+  const Calibration c = calibrate_in_process(f.endpoints, said_by(*ticker, o));
+  ticker.reset();
+  report(f, c);
 }
 
 }  // namespace

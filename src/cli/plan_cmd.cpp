@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "cli/experiment_cmd.hpp"
 #include "cli/options.hpp"
@@ -12,7 +13,7 @@
 #include "core/hint_io.hpp"
 #include "core/output_file.hpp"
 #include "core/printable.hpp"
-#include "core/progress_line.hpp"
+#include "core/progress_ticker.hpp"
 #include "plan/exact.hpp"
 #include "plan/search.hpp"
 #include "report/estimate.hpp"
@@ -103,7 +104,7 @@ struct Planned {
 
 // `lower`: a bound no order beats (the exact search stops at an order that meets it).
 Planned search_both(const PlanFlags& f, const PlanProblem& p, const ExactChoice& exact,
-                    std::int64_t lower) {
+                    std::int64_t lower, ProgressTicker& ticker) {
   Planned out;
   SearchOptions so;
   so.budget_s = f.budget_s;
@@ -111,17 +112,14 @@ Planned search_both(const PlanFlags& f, const PlanProblem& p, const ExactChoice&
   so.seed = f.search_seed;
   so.entry_in_order = f.entry == "in-order";
   so.stop = &stop_flag();
-  ProgressLine progress;
-  so.progress = [&progress](const SearchProgress& g) {
-    // Before the first order's end there is no best: it read as a schedule of 0 ms.
-    if (progress.due())
-      progress.show("search: " + fmt("%.1f", g.seconds) + " s, " + std::to_string(g.evaluations) +
-                    " orders done, " +
-                    (g.best > 0 ? "best " + fmt("%.3f", ms(g.best)) + " ms"
-                                : std::string("the first under way")));
+  // Before the first order's end there is no best: it read as a schedule of 0 ms.
+  so.progress = [&ticker](const SearchProgress& g) {
+    ticker.status("search: " + std::to_string(g.evaluations) + " orders done, " +
+                  (g.best > 0 ? "best " + fmt("%.3f", ms(g.best)) + " ms"
+                              : std::string("the first under way")));
   };
+  ticker.status("search: its first order under way");
   out.search = search_schedule(p, so);
-  progress.finish();
   out.ran_exact = exact.run;
   out.exact_skipped = exact.skipped;
   if (!exact.run) return out;
@@ -131,13 +129,11 @@ Planned search_both(const PlanFlags& f, const PlanProblem& p, const ExactChoice&
   eo.upper = out.search.makespan;
   eo.lower = lower;
   eo.stop = &stop_flag();
-  eo.progress = [&progress](std::int64_t nodes, std::int64_t b) {
-    if (progress.due())
-      progress.show("exact: " + std::to_string(nodes) + " nodes, best " + fmt("%.3f", ms(b)) +
-                    " ms");
+  eo.progress = [&ticker](std::int64_t nodes, std::int64_t b) {
+    ticker.status("exact: " + std::to_string(nodes) + " nodes, best " + fmt("%.3f", ms(b)) + " ms");
   };
+  ticker.status("exact: its first nodes under way");
   out.exact = exact_schedule(p, eo);
-  progress.finish();
   return out;
 }
 
@@ -371,6 +367,10 @@ void run_plan(const PlanFlags& f) {
                                   kPlanCost.bytes;  // in tasks' worth of bytes
   check_fits("plan: orders of " + fmt("%.1fM", tasks / 1e6) + " tasks", held, kPlanCost,
              "--pp, --microbatches or --tp", tasks / held);  // the time is the tasks'
+  // What reports no progress of its own (the work drawn, the lower bound, an evaluation of
+  // minutes, the report's run of the best order) is said by a thread of its own: a plan at
+  // P=M=4500 was silent for 51 s.
+  std::optional<ProgressTicker> ticker(std::in_place, "plan: drawing the work and its bound");
   const WorkModel m(sc.cfg);
   const RealizedWork work = realized_work(sc, m);
   const PlanProblem p = make_problem(m, work, parse_comm(f.dispatch.comm), sc.tp_protocol, sc.limit,
@@ -380,8 +380,10 @@ void run_plan(const PlanFlags& f) {
   work_begins();  // from here a signal ends the search, and the best order found is written
   const LowerBound lb = lower_bound(m, work, p.d_bound());
   std::int64_t bound = std::max(lb.value, lb.memory);
-  const Planned best = search_both(f, p, want_exact(f, p), bound);
+  const Planned best = search_both(f, p, want_exact(f, p), bound, *ticker);
+  ticker->status("plan: running the best order for the report");
   ReportRun run = plan_run(f, sc, p, best, lb);
+  ticker.reset();  // its line erased before the report
   // The exact search's root bound holds for every order, as it enumerates them all (it does
   // not run under --entry in-order): where tighter, the gap is measured from it.
   if (best.ran_exact) bound = std::max(bound, best.exact.root_bound);

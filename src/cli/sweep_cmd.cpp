@@ -6,6 +6,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "cli/experiment_cmd.hpp"
@@ -16,7 +17,7 @@
 #include "core/modes.hpp"
 #include "core/output_file.hpp"
 #include "core/printable.hpp"
-#include "core/progress_line.hpp"
+#include "core/progress_ticker.hpp"
 #include "report/estimate.hpp"
 
 namespace rrfp {
@@ -319,7 +320,10 @@ void run_sweep(const SweepFlags& f) {
   const auto points = static_cast<size_t>(grid_points(f));
   std::vector<Row> rows;
   size_t done = 0;
-  ProgressLine progress(!f.quiet);  // as simulate's and run's (docs/reliability.md)
+  // Said by a thread of its own, as simulate's and run's are (docs/reliability.md): a point of
+  // minutes said nothing until it ended.
+  std::optional<ProgressTicker> ticker(
+      std::in_place, "sweep: 0/" + std::to_string(points) + " grid points", !f.quiet);
   std::string csv =
       "workload,pp,microbatches,tp,limit_flag,limit,seed,run,makespan_ms,bubble_ratio,efficiency,"
       "lower_bound_ms,peak_d_max,speedup_vs_1f1b_blocking,speedup_vs_1f1b_async,speedup_vs_zb_h1\n";
@@ -333,12 +337,11 @@ void run_sweep(const SweepFlags& f) {
     }
     ++done;
     work_begins();
-    if (progress.due(done % 10 == 0 || done == points))
-      progress.show("sweep: " + std::to_string(done) + "/" + std::to_string(points) +
-                    " grid points");
+    ticker->status("sweep: " + std::to_string(done) + "/" + std::to_string(points) +
+                   " grid points");
     return true;
   });
-  progress.finish();
+  ticker.reset();  // its line erased before the summary
   WrittenOutputs written;
   written.write("--csv", f.csv, [&] { write_text_file(f.csv, csv, "--csv"); });
   // A stopped grid's summary says so itself: its geomeans are over the points done, which may

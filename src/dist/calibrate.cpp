@@ -147,9 +147,12 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
   c.streams = o.streams;
   c.serial_receive = o.serial_receive;
   c.offer_payload = o.offer_payload;
-  for (std::size_t bytes : o.sizes)
+  for (std::size_t i = 0; i < o.sizes.size(); ++i) {
+    const std::size_t bytes = o.sizes[i];
+    if (pr.me == 0 && o.on_size) o.on_size(i, bytes);
     c.points.push_back(
         measure_size(ping, pr, bytes, iterations(bytes, share(bytes) / rounds), o, barrier));
+  }
   if (pr.me != 0) return c;
   fit_message_model(c);
   return c;

@@ -32,6 +32,9 @@ struct CalibrateOptions {
   // (a stopped process held a calibration 60 s whatever that said); 0: no deadline, as
   // --timeout 0 has none.
   double deadline_s = 60;
+  // Told by endpoint 0 as each size's measurement begins: its index among `sizes` and its
+  // bytes (a calibration of minutes said nothing until it ended).
+  std::function<void(std::size_t index, std::size_t bytes)> on_size;
 };
 
 struct CalibrationPoint {
