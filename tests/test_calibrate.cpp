@@ -263,6 +263,30 @@ TEST(Calibrate, RefusesASizeGivenTwice) {
                "`sizes`: 64 bytes given twice (each size at most once)");
 }
 
+// The budget is endpoint 0's clock, said to every endpoint: a size whose share is spent ends
+// its repetitions on all of them together (one going on alone would wait for its peer), at
+// the least; a budget that holds them all gives every size its full count. A machine slower
+// than planned overran --seconds up to 2x.
+TEST(Calibrate, ASpentBudgetEndsEverySizesRepetitionsTogether) {
+  CalibrateOptions o;
+  o.sizes = {8, std::size_t{1} << 20};
+  o.seconds = 1e-6;  // spent before the first repetition
+  for (int n : {2, 4}) {
+    const Calibration c = calibrate_in_process(n, o);
+    ASSERT_EQ(c.points.size(), 2u);
+    for (const CalibrationPoint& p : c.points)
+      EXPECT_EQ(p.reps, kCalibrationLeastReps) << n << " endpoints, " << p.bytes << " bytes";
+    EXPECT_NE(format_calibration(c).find("the medians rest on fewer (8 bytes 3, 1048576 bytes 3)"),
+              std::string::npos)
+        << format_calibration(c);
+  }
+  o.sizes = {8};
+  o.seconds = 60;
+  const Calibration c = calibrate_in_process(2, o);
+  EXPECT_EQ(c.points.at(0).reps, kCalibrationReps);
+  EXPECT_EQ(format_calibration(c).find("rest on fewer"), std::string::npos);
+}
+
 TEST(Calibrate, StreamsAreTimedOnlyWhenAskedAndFourAtOnceOnlyWithTwoPairs) {
   CalibrateOptions o;
   o.sizes = {8, std::size_t{1} << 20};

@@ -176,8 +176,8 @@ void run_calibrate(const CalibrateFlags& f) {
       Hosting h = job.hosting();
       std::optional<ProgressTicker> ticker;
       ticker.emplace("calibrate: starting", job.rank() == 0);
-      const Calibration c = calibrate(
-          *h.transports.at(0), job.size(), [&] { job.all_gather({}); }, said_by(*ticker, o));
+      const Calibration c =
+          calibrate(*h.transports.at(0), job.size(), rank0_says(job), said_by(*ticker, o));
       ticker.reset();  // its line erased before the report
       if (job.rank() == 0) report(f, c);
       job.all_gather({});  // nobody leaves while a peer may still send

@@ -7,8 +7,10 @@
 #include <exception>
 
 #include "comm/ping_pong.hpp"
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/threads.hpp"
+#include "dist/job.hpp"
 #include "runtime/runtime.hpp"
 
 namespace rrfp {
@@ -45,10 +47,11 @@ double interquartile(std::vector<double> v) {
   return v[v.size() * 3 / 4] - v[v.size() / 4];
 }
 
-// The median of 15 rounds, not the best: the twin predicts typical steps (rrfp run reports
-// the median one). Rounds of one calibration spread widely, and even a median of five moved
-// between calibrations a minute apart (measured: docs/twin.md, "Calibrating to a transport").
-constexpr int kReps = 15;
+// The median of 15 rounds (kCalibrationReps), not the best: the twin predicts typical steps
+// (rrfp run reports the median one). Rounds of one calibration spread widely, and even a median
+// of five moved between calibrations a minute apart (measured: docs/twin.md, "Calibrating to a
+// transport").
+constexpr int kReps = kCalibrationReps;
 
 // Who pairs with whom: endpoints 0-1 always measure, 2-3 join the overlapped rounds.
 struct Pairing {
@@ -56,9 +59,13 @@ struct Pairing {
   bool pair0 = false, pair1 = false, overlap = false;
 };
 
-// One message size: kReps repetitions of each round the options ask for, their medians.
+// One message size: kReps repetitions of each round the options ask for, their medians; fewer
+// where endpoint 0 finds its share of the budget spent at `until_ns` (its clock), said to all
+// by `vote` (calibrate's barrier).
 CalibrationPoint measure_size(PingPong& ping, const Pairing& pr, std::size_t bytes, int iters,
-                              const CalibrateOptions& o, const std::function<void()>& barrier) {
+                              const CalibrateOptions& o, const std::function<bool(bool)>& vote,
+                              std::int64_t until_ns) {
+  const std::function<void()> barrier = [&vote] { vote(false); };
   const bool streams = o.streams;
   CalibrationPoint p;
   p.bytes = bytes;
@@ -89,6 +96,8 @@ CalibrationPoint measure_size(PingPong& ping, const Pairing& pr, std::size_t byt
   };
   round(false);  // warm-up: buffers, connections
   for (int rep = 0; rep < kReps; ++rep) {
+    if (rep >= kCalibrationLeastReps && vote(pr.me == 0 && now_ns() > until_ns)) break;
+    ++p.reps;
     alone.push_back(round(false));
     if (pr.overlap) overlapped.push_back(round(true));
     if (!streams) continue;
@@ -118,8 +127,9 @@ CalibrationPoint measure_size(PingPong& ping, const Pairing& pr, std::size_t byt
 
 }  // namespace
 
-Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& barrier,
+Calibration calibrate(Transport& t, int endpoints, const std::function<bool(bool)>& barrier,
                       const CalibrateOptions& o) {
+  const std::int64_t start_ns = now_ns();
   if (endpoints < 2)
     throw InputError("calibrate: needs 2 endpoints or more, got " + std::to_string(endpoints));
   check_sizes(o.sizes);
@@ -147,15 +157,24 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& 
   c.streams = o.streams;
   c.serial_receive = o.serial_receive;
   c.offer_payload = o.offer_payload;
+  double spent = 0;  // the shares of the sizes so far, in seconds
   for (std::size_t i = 0; i < o.sizes.size(); ++i) {
     const std::size_t bytes = o.sizes[i];
     if (pr.me == 0 && o.on_size) o.on_size(i, bytes);
-    c.points.push_back(
-        measure_size(ping, pr, bytes, iterations(bytes, share(bytes) / rounds), o, barrier));
+    spent += share(bytes);
+    c.points.push_back(measure_size(ping, pr, bytes, iterations(bytes, share(bytes) / rounds), o,
+                                    barrier, start_ns + static_cast<std::int64_t>(spent * 1e9)));
   }
   if (pr.me != 0) return c;
   fit_message_model(c);
   return c;
+}
+
+std::function<bool(bool)> rank0_says(Job& job) {
+  return [&job](bool flag) {
+    const double mine = flag ? 1 : 0;
+    return job.all_gather(std::span(&mine, 1)).at(0).at(0) > 0;
+  };
 }
 
 void check_sizes(const std::vector<std::size_t>& sizes) {
@@ -188,15 +207,27 @@ Calibration calibrate_in_process(int endpoints, const CalibrateOptions& o) {
   std::vector<Calibration> results(endpoints);
   std::vector<std::exception_ptr> errors(endpoints);
   std::atomic<int> first_failed{-1};
-  auto barrier = [&] {
+  std::atomic<bool> said{false};  // endpoint 0's argument to the barrier being passed
+  auto line_up = [&] {
     sync.arrive_and_wait();
     if (first_failed.load() >= 0) throw Error("calibrate: another endpoint failed");
+  };
+  // Endpoint 0's word, written by it alone and read by every endpoint between two barriers: it
+  // cannot write the next before all have read this one.
+  auto barrier_of = [&](int e) {
+    return [&, e](bool flag) {
+      if (e == 0) said.store(flag);
+      line_up();
+      const bool out = said.load();
+      line_up();
+      return out;
+    };
   };
   run_together(
       endpoints,
       [&](int e) {
         try {
-          results[e] = calibrate(*h.transports[e], endpoints, barrier, o);
+          results[e] = calibrate(*h.transports[e], endpoints, barrier_of(e), o);
         } catch (...) {
           errors[e] = std::current_exception();
           int none = -1;

@@ -59,7 +59,13 @@ struct CalibrationPoint {
   // fitted to it did not come closer (measured: docs/twin.md, "Calibrating to a transport").
   double stream_wake_us = 0;
   double stream_four_wake_us = 0;
+  // The repetitions behind the medians: kCalibrationReps, fewer where --seconds ran out first
+  // (a slower or busier machine than planned), at least kCalibrationLeastReps.
+  int reps = 0;
 };
+
+inline constexpr int kCalibrationReps = 15;
+inline constexpr int kCalibrationLeastReps = 3;
 
 // What the fit read off the sizes' times.
 enum class SizeCost {
@@ -110,9 +116,17 @@ struct Calibration {
 };
 
 // Runs on every endpoint of a world of `endpoints` (2 or more; overlap needs 4): `t` is this
-// caller's endpoint, `barrier` lines all endpoints up. Only endpoint 0's result is filled.
-Calibration calibrate(Transport& t, int endpoints, const std::function<void()>& barrier,
+// caller's endpoint, `barrier` lines all endpoints up and returns endpoint 0's argument to each
+// (the others pass false): endpoint 0's clock says when a size's share of `seconds` is spent,
+// and every endpoint ends that size's repetitions together (kCalibrationLeastReps at least),
+// where a slower machine than planned overran the budget up to 2x. Only endpoint 0's result
+// is filled.
+Calibration calibrate(Transport& t, int endpoints, const std::function<bool(bool)>& barrier,
                       const CalibrateOptions& o);
+
+class Job;
+// calibrate()'s barrier over a job's processes (each an endpoint): a gather of rank 0's word.
+std::function<bool(bool)> rank0_says(Job& job);
 
 // calibrate() with `endpoints` in-process endpoints, one thread each (inproc); endpoint 0's
 // result. The first endpoint's error is rethrown after every thread has ended.

@@ -216,7 +216,8 @@ std::string calibration_json(const Calibration& c) {
                       {"alone_us", p.alone_us},
                       {"overlap_us", p.overlap_us},
                       {"alone_spread_us", p.alone_spread_us},
-                      {"overlap_spread_us", p.overlap_spread_us}};
+                      {"overlap_spread_us", p.overlap_spread_us},
+                      {"reps", p.reps}};
     if (c.streams) {
       pj["stream_us"] = p.stream_us;
       pj["stream_two_us"] = p.stream_two_us;
@@ -276,6 +277,16 @@ std::string format_calibration(const Calibration& c) {
            "\n";
   if (c.four_ratio > 0 && c.four_ratio < 0.995)
     out += faster_together("four streams", c.four_ratio) + "\n";
+  // The budget kept on a machine slower than planned: said, as the medians rest on fewer.
+  std::string fewer;
+  for (const CalibrationPoint& p : c.points)
+    if (p.reps > 0 && p.reps < kCalibrationReps && fewer.size() < 200)
+      fewer += (fewer.empty() ? "" : ", ") + std::to_string(p.bytes) + " bytes " +
+               std::to_string(p.reps);
+  if (!fewer.empty())
+    out += "the budget (--seconds) ran out before " + std::to_string(kCalibrationReps) +
+           " repetitions of every size, the medians rest on fewer (" + fewer +
+           "): a larger budget gives steadier ones\n";
   return out;
 }
 
