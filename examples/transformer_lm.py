@@ -125,9 +125,12 @@ def main():
     ap.add_argument("--tie-embeddings", action="store_true",
                     help="the output projection is the embedding's matrix (as in GPT-2)")
     args = ap.parse_args()
-    for flag in ("steps", "layers", "heads", "d_model", "seq", "rows", "microbatches"):
+    for flag in ("pp", "vpp", "steps", "layers", "heads", "d_model", "seq", "rows",
+                 "microbatches"):
         if getattr(args, flag) < 1:  # --steps 0 failed at the end, on a step that never ran
             ap.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if not 0 < args.lr < float("inf"):  # nan failed in AdamW's words, after the pipeline's start
+        ap.error(f"--lr must be a positive number, got {args.lr}")
     if args.d_model % args.heads:  # else a task failed on its reshape, mid-step
         ap.error(f"--heads {args.heads} must divide --d-model {args.d_model}")
     n = args.pp * args.vpp

@@ -109,9 +109,11 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    for flag in ("steps", "microbatches", "rows", "seq", "d_model"):
+    for flag in ("pp", "steps", "microbatches", "rows", "seq", "d_model"):
         if getattr(args, flag) < 1:  # --steps 0 failed at the end: no median of no times
             ap.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.d_model % 4:  # the attention's 4 heads: an AssertionError mid-build
+        ap.error(f"--d-model must be a multiple of 4 (the attention's heads), got {args.d_model}")
     if args.max_images < 0:
         ap.error("--max-images must be at least 0")
     data = batches(args.steps, args.microbatches, args.rows, args.seq, args.max_images, args.seed)
