@@ -18,6 +18,7 @@ import json
 import math
 import subprocess
 import sys
+from bench_args import positive
 
 
 def run_json(cmd):
@@ -127,7 +128,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rrfp")
     ap.add_argument("what", choices=["small", "grid"])
-    ap.add_argument("--budget", type=float, default=2.0,
+    ap.add_argument("--budget", type=positive, default=2.0,
                     help="seconds per plan (grid) or per exact search (small)")
     ap.add_argument("--out")
     args = ap.parse_args()

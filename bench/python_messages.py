@@ -10,6 +10,7 @@ compare them, alternating:
 import argparse
 import statistics
 import time
+from bench_args import count
 
 import torch
 from torch import nn
@@ -28,9 +29,9 @@ class Scale(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--width", type=int, default=1024)
-    ap.add_argument("--rows", type=int, default=16384, help="the batch's rows (M=8 parts)")
-    ap.add_argument("--steps", type=int, default=8, help="steps per schedule, 2 of them warm-up")
+    ap.add_argument("--width", type=count, default=1024)
+    ap.add_argument("--rows", type=count, default=16384, help="the batch's rows (M=8 parts)")
+    ap.add_argument("--steps", type=count, default=8, help="steps per schedule, 2 of them warm-up")
     a = ap.parse_args()
     torch.manual_seed(0)
     chunks = [Scale(a.width) for _ in range(4)]

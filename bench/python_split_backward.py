@@ -9,6 +9,7 @@ import os
 import statistics
 import sys
 import time
+from bench_args import count
 
 import torch
 
@@ -17,11 +18,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import lm  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--d", type=int, default=256)
-ap.add_argument("--blocks", type=int, default=4)
-ap.add_argument("--rows", type=int, default=8)
-ap.add_argument("--seq", type=int, default=128)
-ap.add_argument("--reps", type=int, default=15)
+ap.add_argument("--d", type=count, default=256)
+ap.add_argument("--blocks", type=count, default=4)
+ap.add_argument("--rows", type=count, default=8)
+ap.add_argument("--seq", type=count, default=128)
+ap.add_argument("--reps", type=count, default=15)
 a = ap.parse_args()
 torch.manual_seed(0)
 chunk = lm.chunks(3, d=a.d, heads=8, max_len=a.seq, blocks_per_chunk=a.blocks)[1]  # a middle one

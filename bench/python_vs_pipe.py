@@ -13,6 +13,7 @@ import random
 import statistics
 import sys
 import time
+from bench_args import count, non_negative
 
 import torch
 from torch import nn
@@ -96,15 +97,15 @@ def run_pipe(args, batches, jitter_mean):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--pp", type=int, default=2)
-    ap.add_argument("--microbatches", type=int, default=8)
-    ap.add_argument("--rows", type=int, default=2)
-    ap.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--d-model", type=int, default=128)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--jitter", type=float, default=0.0)
+    ap.add_argument("--pp", type=count, default=2)
+    ap.add_argument("--microbatches", type=count, default=8)
+    ap.add_argument("--rows", type=count, default=2)
+    ap.add_argument("--seq", type=count, default=64)
+    ap.add_argument("--d-model", type=count, default=128)
+    ap.add_argument("--heads", type=count, default=4)
+    ap.add_argument("--layers", type=count, default=4)
+    ap.add_argument("--steps", type=count, default=10)
+    ap.add_argument("--jitter", type=non_negative, default=0.0)
     args = ap.parse_args()
     import torch.distributed.rpc as rpc
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

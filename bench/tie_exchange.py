@@ -10,6 +10,7 @@ import argparse
 import os
 import statistics
 import time
+from bench_args import count
 
 import torch
 from torch import nn
@@ -47,9 +48,9 @@ class Head(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--vocab", type=int, default=50257)
-    ap.add_argument("--d", type=int, default=768)
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--vocab", type=count, default=50257)
+    ap.add_argument("--d", type=count, default=768)
+    ap.add_argument("--steps", type=count, default=6)
     ap.add_argument("--untied", action="store_true")
     a = ap.parse_args()
     pp = int(os.environ.get("WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or 0)

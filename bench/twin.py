@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from bench_args import count
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -339,8 +340,8 @@ def part_train(rrfp, tmp, steps):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("rrfp")
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--rounds", type=int, default=ROUNDS,
+    ap.add_argument("--steps", type=count, default=40)
+    ap.add_argument("--rounds", type=count, default=ROUNDS,
                     help="the mpi part's interleaved rounds per invocation (5 timed steps each)")
     ap.add_argument("--part", default="all", choices=["imports", "runs", "mpi", "mpi-baseline", "train", "cores", "all"])
     a = ap.parse_args()

@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from bench_args import count
 
 WORKER = r"""
 import os, sys, torch, rrfp
@@ -38,9 +39,9 @@ for s in range(3 + steps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("rrfp")
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--width", type=int, default=1024)
-    ap.add_argument("--rows", type=int, default=256)
+    ap.add_argument("--steps", type=count, default=10)
+    ap.add_argument("--width", type=count, default=1024)
+    ap.add_argument("--rows", type=count, default=256)
     ap.add_argument("--port", type=int, default=29640)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:

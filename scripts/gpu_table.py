@@ -108,4 +108,8 @@ def main(out):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):  # an IndexError's traceback
+        print("usage: gpu_table.py OUT (the folder gpu-check.sh wrote its runs into)",
+              file=sys.stderr)
+        sys.exit(2)
     main(sys.argv[1])
