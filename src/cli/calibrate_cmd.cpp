@@ -177,7 +177,7 @@ void run_calibrate(const CalibrateFlags& f) {
       std::optional<ProgressTicker> ticker;
       ticker.emplace("calibrate: starting", job.rank() == 0);
       const Calibration c =
-          calibrate(*h.transports.at(0), job.size(), rank0_says(job), said_by(*ticker, o));
+          calibrate(*h.transports.at(0), job.size(), job_meeting(job), said_by(*ticker, o));
       ticker.reset();  // its line erased before the report
       if (job.rank() == 0) report(f, c);
       job.all_gather({});  // nobody leaves while a peer may still send

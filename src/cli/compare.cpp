@@ -157,7 +157,7 @@ TransportModel transport_model(const std::string& calibration, const std::string
   o.offer_payload = offer_payload;
   o.deadline_s = timeout_s;
   Hosting h = world.hosting();
-  Calibration c = calibrate(*h.transports.at(0), world.size(), rank0_says(world), o);
+  Calibration c = calibrate(*h.transports.at(0), world.size(), job_meeting(world), o);
   world.all_gather({});  // nobody tears down its endpoint while a peer may still send to it
   c.transport = transport;
   if (world.rank() == 0) print_line(format_calibration(c));  // what the model rests on

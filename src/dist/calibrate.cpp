@@ -61,11 +61,11 @@ struct Pairing {
 
 // One message size: kReps repetitions of each round the options ask for, their medians; fewer
 // where endpoint 0 finds its share of the budget spent at `until_ns` (its clock), said to all
-// by `vote` (calibrate's barrier).
+// as a repetition ends.
 CalibrationPoint measure_size(PingPong& ping, const Pairing& pr, std::size_t bytes, int iters,
-                              const CalibrateOptions& o, const std::function<bool(bool)>& vote,
+                              const CalibrateOptions& o, const CalibrationMeeting& meet,
                               std::int64_t until_ns) {
-  const std::function<void()> barrier = [&vote] { vote(false); };
+  const std::function<void()>& barrier = meet.barrier;
   const bool streams = o.streams;
   CalibrationPoint p;
   p.bytes = bytes;
@@ -96,7 +96,7 @@ CalibrationPoint measure_size(PingPong& ping, const Pairing& pr, std::size_t byt
   };
   round(false);  // warm-up: buffers, connections
   for (int rep = 0; rep < kReps; ++rep) {
-    if (rep >= kCalibrationLeastReps && vote(pr.me == 0 && now_ns() > until_ns)) break;
+    if (rep >= kCalibrationLeastReps && meet.says(pr.me == 0 && now_ns() > until_ns)) break;
     ++p.reps;
     alone.push_back(round(false));
     if (pr.overlap) overlapped.push_back(round(true));
@@ -127,7 +127,7 @@ CalibrationPoint measure_size(PingPong& ping, const Pairing& pr, std::size_t byt
 
 }  // namespace
 
-Calibration calibrate(Transport& t, int endpoints, const std::function<bool(bool)>& barrier,
+Calibration calibrate(Transport& t, int endpoints, const CalibrationMeeting& meet,
                       const CalibrateOptions& o) {
   const std::int64_t start_ns = now_ns();
   if (endpoints < 2)
@@ -163,18 +163,19 @@ Calibration calibrate(Transport& t, int endpoints, const std::function<bool(bool
     if (pr.me == 0 && o.on_size) o.on_size(i, bytes);
     spent += share(bytes);
     c.points.push_back(measure_size(ping, pr, bytes, iterations(bytes, share(bytes) / rounds), o,
-                                    barrier, start_ns + static_cast<std::int64_t>(spent * 1e9)));
+                                    meet, start_ns + static_cast<std::int64_t>(spent * 1e9)));
   }
   if (pr.me != 0) return c;
   fit_message_model(c);
   return c;
 }
 
-std::function<bool(bool)> rank0_says(Job& job) {
-  return [&job](bool flag) {
-    const double mine = flag ? 1 : 0;
-    return job.all_gather(std::span(&mine, 1)).at(0).at(0) > 0;
-  };
+CalibrationMeeting job_meeting(Job& job) {
+  return {[&job] { job.all_gather({}); },
+          [&job](bool flag) {
+            const double mine = flag ? 1 : 0;
+            return job.all_gather(std::span(&mine, 1)).at(0).at(0) > 0;
+          }};
 }
 
 void check_sizes(const std::vector<std::size_t>& sizes) {
@@ -214,20 +215,20 @@ Calibration calibrate_in_process(int endpoints, const CalibrateOptions& o) {
   };
   // Endpoint 0's word, written by it alone and read by every endpoint between two barriers: it
   // cannot write the next before all have read this one.
-  auto barrier_of = [&](int e) {
-    return [&, e](bool flag) {
-      if (e == 0) said.store(flag);
-      line_up();
-      const bool out = said.load();
-      line_up();
-      return out;
-    };
+  auto meeting_of = [&](int e) {
+    return CalibrationMeeting{line_up, [&, e](bool flag) {
+                                if (e == 0) said.store(flag);
+                                line_up();
+                                const bool out = said.load();
+                                line_up();
+                                return out;
+                              }};
   };
   run_together(
       endpoints,
       [&](int e) {
         try {
-          results[e] = calibrate(*h.transports[e], endpoints, barrier_of(e), o);
+          results[e] = calibrate(*h.transports[e], endpoints, meeting_of(e), o);
         } catch (...) {
           errors[e] = std::current_exception();
           int none = -1;

@@ -115,18 +115,24 @@ struct Calibration {
   bool fitted_with_two_pairs = false;
 };
 
+// How a calibration's endpoints meet: `barrier` lines them all up; `says` does too, and returns
+// endpoint 0's argument to each (the others pass false), as a repetition ends.
+struct CalibrationMeeting {
+  std::function<void()> barrier;
+  std::function<bool(bool)> says;
+};
+
 // Runs on every endpoint of a world of `endpoints` (2 or more; overlap needs 4): `t` is this
-// caller's endpoint, `barrier` lines all endpoints up and returns endpoint 0's argument to each
-// (the others pass false): endpoint 0's clock says when a size's share of `seconds` is spent,
-// and every endpoint ends that size's repetitions together (kCalibrationLeastReps at least),
-// where a slower machine than planned overran the budget up to 2x. Only endpoint 0's result
-// is filled.
-Calibration calibrate(Transport& t, int endpoints, const std::function<bool(bool)>& barrier,
+// caller's endpoint. Endpoint 0's clock says when a size's share of `seconds` is spent, and
+// every endpoint ends that size's repetitions together (`meet.says`; kCalibrationLeastReps at
+// least), where a slower machine than planned overran the budget up to 2x. Only endpoint 0's
+// result is filled.
+Calibration calibrate(Transport& t, int endpoints, const CalibrationMeeting& meet,
                       const CalibrateOptions& o);
 
 class Job;
-// calibrate()'s barrier over a job's processes (each an endpoint): a gather of rank 0's word.
-std::function<bool(bool)> rank0_says(Job& job);
+// The meeting of a job's processes, each an endpoint: its barrier, and a gather of rank 0's word.
+CalibrationMeeting job_meeting(Job& job);
 
 // calibrate() with `endpoints` in-process endpoints, one thread each (inproc); endpoint 0's
 // result. The first endpoint's error is rethrown after every thread has ended.
