@@ -130,7 +130,8 @@ Planned search_both(const PlanFlags& f, const PlanProblem& p, const ExactChoice&
   eo.lower = lower;
   eo.stop = &stop_flag();
   eo.progress = [&ticker](std::int64_t nodes, std::int64_t b) {
-    ticker.status("exact: " + std::to_string(nodes) + " nodes, best " + fmt("%.3f", ms(b)) + " ms");
+    ticker.status("exact: " + std::to_string(nodes) + " nodes, " +
+                  (b > 0 ? "best " + fmt("%.3f", ms(b)) + " ms" : std::string("no order yet")));
   };
   ticker.status("exact: its first nodes under way");
   out.exact = exact_schedule(p, eo);
