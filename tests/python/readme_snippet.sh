@@ -13,16 +13,29 @@ fails=0
 awk '/^## Use from PyTorch/ {on = 1} on && /^```python/ {grab = 1; next} grab && /^```/ {exit}
      grab {print}' "$readme" >"$tmp/snippet.py"
 [ -s "$tmp/snippet.py" ] || { echo "FAIL: no python block in the README's 'Use from PyTorch'"; exit 1; }
-# A checkpoint with the snippet's optimizer, over every chunk's parameters: a process per stage
-# refused it ("parameters that are not this pipeline's chunks'"), where threads saved it.
+# A checkpoint with the snippet's optimizer, over every chunk's parameters, and an Adagrad (which
+# makes a state for each as it is built): a process per stage refused them ("parameters that are
+# not this pipeline's chunks'"; the Adagrad's state of another process's chunk), where threads
+# saved them. A step between the save and the load moves the state on; the load brings back
+# this process's chunks' state as saved.
 cat >>"$tmp/snippet.py" <<'PY'
 assert isinstance(loss, torch.Tensor) and torch.isfinite(loss), loss
 import os
-before = [t.clone() for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
-pipe.save(os.environ["SNIPPET_CKPT"], opt, step=20)
-assert pipe.load(os.environ["SNIPPET_CKPT"], opt) == {"step": 20}
-after = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
-assert len(before) == len(after) > 0 and all(map(torch.equal, before, after))
+mine = [p for c in pipe.chunks.values() for p in c.parameters()]
+def states(o):
+    return [t.clone() for p in mine for t in o.state[p].values() if torch.is_tensor(t)]
+adagrad = torch.optim.Adagrad([p for c in chunks for p in c.parameters()], lr=1e-3)
+for name, o in (("adamw", opt), ("adagrad", adagrad)):
+    path = os.path.join(os.environ["SNIPPET_CKPT"], name)
+    saved = states(o)
+    pipe.save(path, o, step=20)
+    o.zero_grad()
+    pipe.step(x[:, :-1], x[:, 1:])
+    o.step()
+    assert not all(map(torch.equal, saved, states(o))), name
+    assert pipe.load(path, o) == {"step": 20}
+    after = states(o)
+    assert len(saved) == len(after) > 0 and all(map(torch.equal, saved, after)), name
 print(f"snippet done, loss {float(loss)!r}", flush=True)
 PY
 export OMP_NUM_THREADS=1

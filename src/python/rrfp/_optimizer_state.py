@@ -30,17 +30,12 @@ def elsewhere(model, chunks):
 
 def optimizer_state(chunks, optimizer, canonical, others=None):
     """The optimizer's state_dict with every parameter named instead of numbered; the
-    parameters of `others` (elsewhere()) are their processes' to save, and left out."""
+    parameters of `others` (elsewhere()) are their processes' to save, and left out with what
+    state they have here (an Adagrad makes one for each as it is built)."""
     names = _names(chunks, canonical)
     sd = optimizer.state_dict()
     params = _own_params(optimizer, names, others)
-    state = {}
-    for i, s in sd["state"].items():
-        if id(params[i]) not in names:  # stepped here, where it never gets a gradient
-            raise ValueError(f"optimizer: it holds a state for a parameter of chunk "
-                             f"{others[id(params[i])]}, which another process runs: that "
-                             "process's optimizer keeps it")
-        state[names[id(params[i])]] = s
+    state = {names[id(params[i])]: s for i, s in sd["state"].items() if id(params[i]) in names}
     groups = []
     for g, saved in zip(optimizer.param_groups, sd["param_groups"]):
         entry = {k: v for k, v in saved.items() if k != "params"}
@@ -81,9 +76,10 @@ def _own_params(optimizer, names, others):
                (others or {})]
     if unknown:
         raise ValueError("optimizer: it holds parameters that are not this pipeline's chunks' "
-                         f"(positions {unknown[:5]}); save and load keep the chunks' "
-                         "parameters' state (pipe.chunks): keep another's in a state of your "
-                         "own (an extra of the save)")
+                         f"(positions {unknown[:5]}); save and load keep the state of the "
+                         "parameters of pipe.chunks (and of the other processes' chunks, where "
+                         "the chunks were given as a list): build the optimizer over those, "
+                         "and keep another parameter's state in an extra of the save")
     return params
 
 
@@ -93,7 +89,7 @@ def optimizer_load_state(chunks, optimizer, named, canonical, others=None):
     load_state_dict argument. Each group takes the hyper-parameters of the saved group(s) that
     held its parameters (_saved_group); the parameters of `others` take no state."""
     names = _names(chunks, canonical)
-    params = _own_params(optimizer, names, others)  # a foreign one: a KeyError holding its id
+    params = _own_params(optimizer, names, others)  # before a foreign one's lookup failed
     _refuse_other_type(named, optimizer, [names[id(p)] for p in params if id(p) in names])
     group_of = {}
     for g in named["param_groups"]:
