@@ -40,6 +40,13 @@ if command -v script >/dev/null; then
   tr '\r' '\n' <"$tmp/tty" | grep -aq "^calibrate: size 1 of 1, 134217728 bytes ([0-9]* s)" ||
     { echo "FAIL: calibrate said nothing on a terminal:"; head -c 300 "$tmp/tty"
       fails=$((fails + 1)); }
+  # A signal's line ends the drawn line first: it was appended to it ("... (2 s)rrfp calibrate:
+  # stopped by SIGTERM").
+  script -qec "timeout -s TERM 2 $rrfp calibrate --sizes 128M --seconds 8" /dev/null \
+    >"$tmp/tty" 2>&1
+  tr '\r' '\n' <"$tmp/tty" | grep -aq "^$(printf '\033')\[Krrfp calibrate: stopped by SIGTERM" ||
+    { echo "FAIL: a signal's line joined the drawn progress line:"; cat -v "$tmp/tty" | head -c 400
+      fails=$((fails + 1)); }
 fi
 "$rrfp" plan --pp 64 -m 128 --budget 1.5 >/dev/null 2>"$tmp/plan.err"
 [ ! -s "$tmp/plan.err" ] || { echo "FAIL: plan's progress written to a file:"; cat "$tmp/plan.err"

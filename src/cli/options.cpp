@@ -15,6 +15,7 @@
 #include "core/hint.hpp"
 #include "core/mpirun_env.hpp"
 #include "core/printable.hpp"
+#include "core/progress_line.hpp"
 #include "runtime/runtime.hpp"
 
 namespace rrfp {
@@ -55,6 +56,7 @@ std::string as_flags(const std::string& message) {
 }
 
 void print_line(const std::string& text) {
+  clear_progress_line_on_stderr();  // a line of work under way, drawn on a terminal
   const std::string line = text + "\n";
   std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
   std::cerr.flush();

@@ -17,6 +17,7 @@
 #include "cli/options.hpp"
 #include "cli/stdout_stream.hpp"
 #include "core/output_file.hpp"
+#include "core/progress_line.hpp"
 
 namespace rrfp {
 
@@ -129,6 +130,7 @@ void write_line(const HandlerLine& line) {
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   ::sigaction(SIGPIPE, &ignore, &old);  // async-signal-safe, as write is
+  clear_progress_line_on_stderr();
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.text, line.size);
   ::sigaction(SIGPIPE, &old, nullptr);
 }

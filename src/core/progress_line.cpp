@@ -1,5 +1,7 @@
 #include "core/progress_line.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
 
 #include "core/clock.hpp"
@@ -11,6 +13,10 @@ namespace {
 
 // Started as the process loads, so that the first line of a log comes 30 s into the command.
 ProgressLog process_log;
+
+// Whether a line is drawn on stderr's terminal and not yet ended: read by signal handlers.
+std::atomic<bool> stderr_line_open{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
 
 std::string elapsed(std::int64_t ns) {
   const long long s = ns / 1'000'000'000;
@@ -25,6 +31,11 @@ std::string elapsed(std::int64_t ns) {
 }
 
 }  // namespace
+
+void clear_progress_line_on_stderr() {
+  if (!stderr_line_open.exchange(false)) return;
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, "\r\033[K", 4);
+}
 
 ProgressLog::ProgressLog(std::int64_t every)
     : every_ns(every), start_ns(now_ns()), last_ns(start_ns) {}
@@ -47,6 +58,7 @@ void ProgressLine::show(const std::string& text) {
     // Cleared after the text: a shorter line left the longer one's tail.
     std::fprintf(out_, "\r%s\033[K", text.c_str());
     open_ = true;
+    if (out_ == stderr) stderr_line_open.store(true);
   } else {
     // Of two threads due at once, one writes the line.
     std::int64_t last = log_.last_ns.load(std::memory_order_relaxed);
@@ -59,6 +71,7 @@ void ProgressLine::show(const std::string& text) {
 
 void ProgressLine::finish() {
   if (!open_) return;
+  if (out_ == stderr) stderr_line_open.store(false);
   std::fprintf(out_, "\r\033[K");
   std::fflush(out_);
   open_ = false;

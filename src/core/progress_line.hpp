@@ -22,6 +22,11 @@ struct ProgressLog {
   std::atomic<std::int64_t> last_ns;  // the last line's time (at first, the start)
 };
 
+// Ends a progress line left drawn on stderr's terminal, so that a line written now starts at
+// its left edge (a signal's line was appended to the drawn one: "...(2 s)rrfp plan: SIGINT
+// taken"). Async-signal-safe: a signal handler calls it before its own line.
+void clear_progress_line_on_stderr();
+
 class ProgressLine {
  public:
   // `shown` false: it prints nothing (--quiet). `log` and `out`: the process's and stderr

@@ -12,6 +12,7 @@
 #include "comm/mpi_check.hpp"
 #include "comm/mpi_transport.hpp"
 #include "core/format.hpp"
+#include "core/progress_line.hpp"
 #include "dist/mpi_group.hpp"
 #include "dist/mpi_single_copy.hpp"
 #include "runtime/runtime.hpp"
@@ -124,6 +125,7 @@ void MpiWorld::expired(const std::string& phase, std::int64_t ms) {
   const std::size_t sep = phase.rfind(kLimitSep);
   const std::string call = phase.substr(0, sep);
   const std::string limit = sep == std::string::npos ? "" : phase.substr(sep + 1);
+  clear_progress_line_on_stderr();
   std::fprintf(stderr,
                "rrfp: error: mpi rank %d: %s did not finish within %s s: a process of the job "
                "is stopped, gone or far behind (the limit is %s)\n",
