@@ -119,9 +119,10 @@ rc=$?
 [ "$rc" -eq 2 ] && [ "$(grep -c "^rrfp: error" "$out")" -eq 1 ] &&
   grep -q "^rrfp: error: --seconds: 4 s cannot hold a calibration of these --sizes between 4 endpoints" "$out" ||
   { cat "$out"; fail "calibrate over 4 processes under a budget for 2: exit $rc"; }
-# The processes are its endpoints: a third measured nothing, a fifth and on sat idle.
-timeout -k 10 60 "$here/mpirun.sh" 3 "$rrfp" calibrate --transport mpi --sizes 8 --seconds 1 \
-  >"$out" 2>&1
+# The processes are its endpoints: a third measured nothing, a fifth and on sat idle; said
+# before a budget too short (which advised a --seconds, then refused the job's size).
+timeout -k 10 60 "$here/mpirun.sh" 3 "$rrfp" calibrate --transport mpi --sizes 8,256M \
+  --seconds 0.1 >"$out" 2>&1
 rc=$?
 [ "$rc" -eq 2 ] && grep -q "start it with mpirun -np 2 or 4 (got -np 3)" "$out" ||
   { cat "$out"; fail "calibrate over 3 processes: exit $rc"; }

@@ -74,7 +74,7 @@ void report(const CalibrateFlags& f, Calibration c) {
   });
   std::ostream& human = json_out ? std::cerr : std::cout;
   if (json_out) std::cout << text << std::flush;
-  human << format_calibration(c);
+  human << format_calibration(c, "--seconds");
   if (!f.out.empty())
     human << "wrote " << visible(f.out) << ": rrfp simulate --workload-file " << shell_word(f.out)
           << " models messages so"
@@ -128,6 +128,15 @@ void refuse_short_budget(const CalibrateOptions& o, int endpoints, bool copied) 
         fmt("%.0f", std::ceil(floor)) + " or more, or smaller --sizes");
 }
 
+// The processes are the endpoints: a third measured nothing, a fifth and on sat idle.
+void refuse_job_size(int n) {
+  if (n != 2 && n != 4)
+    throw InputError(
+        "--transport mpi: calibrate measures between 2 processes, or 4 (a second pair "
+        "transferring at once); start it with mpirun -np 2 or 4 (got -np " +
+        std::to_string(n) + ")");
+}
+
 // `o`, its sizes' progress said by `ticker`: a calibration of a minute said nothing meanwhile.
 CalibrateOptions said_by(ProgressTicker& ticker, CalibrateOptions o) {
   const std::size_t n = o.sizes.size();
@@ -153,7 +162,10 @@ void run_calibrate(const CalibrateFlags& f) {
   o.seconds = f.seconds;
   o.streams = f.streams;
   // Over MPI the job's size mpirun gives (else 2, the least), and its own size inside it: at
-  // 4 processes the first refusal advised a --seconds the second refused.
+  // 4 processes the first refusal advised a --seconds the second refused, and at 3 a --seconds
+  // before the size itself was refused.
+  if (f.transport == TransportKind::Mpi && mpirun_world_size() > 0)
+    refuse_job_size(mpirun_world_size());
   refuse_short_budget(
       o, f.transport == TransportKind::Mpi ? std::max(2, mpirun_world_size()) : f.endpoints,
       f.transport == TransportKind::Mpi);
@@ -162,11 +174,7 @@ void run_calibrate(const CalibrateFlags& f) {
     o.offer_payload = true;   // the runtime's default rendezvous over a transport moving bytes
     o.deadline_s = f.timeout_s;
     run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {
-      if (job.size() != 2 && job.size() != 4)  // the processes are the endpoints
-        throw InputError(
-            "--transport mpi: calibrate measures between 2 processes, or 4 (a second pair "
-            "transferring at once); start it with mpirun -np 2 or 4 (got -np " +
-            std::to_string(job.size()) + ")");
+      refuse_job_size(job.size());
       refuse_short_budget(o, job.size(), true);  // 4 processes took 19.3 s of --seconds 3
       // Rank 0 alone writes them: another node's working folder need not hold their folder.
       agree_on_input(&job, [&] {

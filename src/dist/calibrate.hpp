@@ -160,6 +160,8 @@ void fit_message_model(Calibration& c);
 // sim/workload_io.cpp, which skips that one key).
 std::string calibration_json(const Calibration& c);
 // A table for people.
-std::string format_calibration(const Calibration& c);
+// `budget_flag`: the flag that sets the budget, named where the budget ran out ("" for a
+// caller whose budget is its own, as `run --compare`'s).
+std::string format_calibration(const Calibration& c, const std::string& budget_flag = "");
 
 }  // namespace rrfp

@@ -231,7 +231,7 @@ std::string calibration_json(const Calibration& c) {
   return j.dump(2) + "\n";
 }
 
-std::string format_calibration(const Calibration& c) {
+std::string format_calibration(const Calibration& c, const std::string& budget_flag) {
   const bool streams = c.streams;
   const bool four = streams && c.endpoints >= 4;
   std::string out = "rrfp calibrate: " + c.transport + ", " + std::to_string(c.endpoints) +
@@ -280,13 +280,14 @@ std::string format_calibration(const Calibration& c) {
   // The budget kept on a machine slower than planned: said, as the medians rest on fewer.
   std::string fewer;
   for (const CalibrationPoint& p : c.points)
-    if (p.reps > 0 && p.reps < kCalibrationReps && fewer.size() < 200)
+    if (p.reps > 0 && p.reps < kCalibrationReps)
       fewer += (fewer.empty() ? "" : ", ") + std::to_string(p.bytes) + " bytes " +
                std::to_string(p.reps);
+  if (fewer.size() > 200) fewer = fewer.substr(0, fewer.rfind(", ", 200)) + ", ...";
   if (!fewer.empty())
-    out += "the budget (--seconds) ran out before " + std::to_string(kCalibrationReps) +
-           " repetitions of every size, the medians rest on fewer (" + fewer +
-           "): a larger budget gives steadier ones\n";
+    out += "the time budget ran out before " + std::to_string(kCalibrationReps) +
+           " repetitions of every size, the medians rest on fewer (" + fewer + ")" +
+           (budget_flag.empty() ? "" : ": a larger " + budget_flag + " gives steadier ones") + "\n";
   return out;
 }
 
