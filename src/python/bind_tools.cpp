@@ -32,7 +32,7 @@ namespace {
 // refuses it (rrfp.simulate(pp=4096, microbatches=12200) ran for half a minute, then raised
 // std::bad_alloc; smaller ones took memory past RRFP_MEMORY_LIMIT).
 void check_fits_here(const std::string& what, double tasks, TaskCost cost, double bytes,
-                     const char* lower) {
+                     const std::string& lower) {
   if (tasks > 0) cost.bytes = bytes / tasks;
   available_memory();  // a bad RRFP_MEMORY_LIMIT is a ValueError, not the run's MemoryError
   try {
@@ -163,16 +163,24 @@ pyb::list schedule(const std::string& hint, std::optional<int> pp, std::optional
   HintShape s{pp.value_or(4), vpp.value_or(1), microbatches.value_or(8),
               placement.value_or("loop")};
   const auto& names = hint_names();
-  if (std::find(names.begin(), names.end(), hint) == names.end())
-    take_hint_file_shape(
-        hint, s, {pp.has_value(), vpp.has_value(), microbatches.has_value(), placement.has_value()},
-        "`vpp`");
+  const bool file = std::find(names.begin(), names.end(), hint) == names.end();
+  // What a run too large should lower: the shape the file alone gave, not arguments never given.
+  std::string lower = "`pp` or `microbatches`";
+  if (file &&
+      take_hint_file_shape(
+          hint, s,
+          {pp.has_value(), vpp.has_value(), microbatches.has_value(), placement.has_value()},
+          "`vpp`") &&
+      !pp && !vpp && !microbatches)
+    lower = "the shape, which '" + printable(hint, 100) + "' was written for";
   PipelineConfig c = make_config(s.pp, s.vpp, s.microbatches, s.placement, split_backward, hint);
   c.ordered_forwards = ordered_forwards;
+  // A file too small to list the run's tasks, refused before they are built (as the command
+  // refuses it).
+  if (file) check_hint_file_holds(hint, c, "hint");
   // Its tasks' records are kept, with a tuple each for Python.
   check_fits_here("schedule: " + std::to_string(static_cast<long long>(tasks_of(c, 1))) + " tasks",
-                  tasks_of(c, 1), kScheduleCost, simulated_bytes(c, 1, kScheduleCost.bytes),
-                  "`pp` or `microbatches`");
+                  tasks_of(c, 1), kScheduleCost, simulated_bytes(c, 1, kScheduleCost.bytes), lower);
   const WorkModel m(c);
   const Hint h = make_hint(hint, m);
   if (!out.empty() && !h.is_list())

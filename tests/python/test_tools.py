@@ -324,3 +324,9 @@ def test_schedule_of_a_hint_file_takes_its_shape(tmp_path):
                                          r"\(`vpp`\)"):
         rrfp.schedule(hint=hint, vpp=3)
     assert len(rrfp.schedule(hint="1f1b")) == 4  # a built-in's shape: the defaults
+    # Too small to list the shape it names: refused before 2M tasks are built, as the command
+    # refuses it (it was told "stage 1 has no line" a second later).
+    hint.write_text("rrfp-hint 1 pp=1024 vpp=1 microbatches=1024 placement=loop split=0\n"
+                    "stage 0: F0:0\n")
+    with pytest.raises(ValueError, match="cannot list the 2097152 tasks of P=1024 V=1 M=1024"):
+        rrfp.schedule(hint=hint)
