@@ -114,9 +114,9 @@ Planned search_both(const PlanFlags& f, const PlanProblem& p, const ExactChoice&
   so.stop = &stop_flag();
   // Before the first order's end there is no best: it read as a schedule of 0 ms.
   so.progress = [&ticker](const SearchProgress& g) {
-    ticker.status("search: " + std::to_string(g.evaluations) + " orders done, " +
-                  (g.best > 0 ? "best " + fmt("%.3f", ms(g.best)) + " ms"
-                              : std::string("the first under way")));
+    ticker.status(
+        "search: " + std::to_string(g.evaluations) + " orders done, " +
+        (g.found ? "best " + fmt("%.3f", ms(g.best)) + " ms" : std::string("the first under way")));
   };
   ticker.status("search: its first order under way");
   out.search = search_schedule(p, so);
@@ -360,9 +360,9 @@ void run_plan(const PlanFlags& f) {
   sc = with_replay_step(std::move(sc), {planned});
   refuse_unsplit_w_cap(f.dispatch, f.shape, sc.cfg.split_backward,
                        "for a --replay that recorded W tasks");
-  // Each stage and TP rank's own state counts beside the tasks (1.57 KB measured at M=1, P=100K
-  // against 400K, and at TP 4): counted by its tasks alone, P=50M M=1 was estimated at 19 GB and
-  // killed by the kernel at 24 GB. Checked before the work model is built.
+  // Each stage and TP rank's own state counts beside the tasks (kPlanStageBytes): counted by its
+  // tasks alone, P=50M M=1 was estimated at 19 GB and killed by the kernel at 24 GB. Checked
+  // before the work model is built.
   const double tasks = tasks_of(sc.cfg, sc.tp),
                held = tasks + static_cast<double>(sc.cfg.pp) * sc.tp * kPlanStageBytes /
                                   kPlanCost.bytes;  // in tasks' worth of bytes

@@ -320,8 +320,8 @@ void run_sweep(const SweepFlags& f) {
   const auto points = static_cast<size_t>(grid_points(f));
   std::vector<Row> rows;
   size_t done = 0;
-  // Said by a thread of its own, as simulate's and run's are (docs/reliability.md): a point of
-  // minutes said nothing until it ended.
+  // Said by a thread of its own (docs/reliability.md): a point of minutes said nothing until
+  // it ended.
   std::optional<ProgressTicker> ticker(
       std::in_place, "sweep: 0/" + std::to_string(points) + " grid points", !f.quiet);
   std::string csv =

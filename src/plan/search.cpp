@@ -96,7 +96,7 @@ class Searcher {
   std::optional<std::int64_t> eval(const ListHint& o) {
     if (opt_.progress && seconds() >= next_progress_) {  // the orders done, before this one
       next_progress_ = seconds() + 0.25;
-      opt_.progress(SearchProgress{res_.evaluations, res_.makespan, seconds()});
+      opt_.progress(SearchProgress{res_.evaluations, res_.makespan, res_.found, seconds()});
     }
     ++res_.evaluations;
     if (!order_violation(p_, o).empty() || !entry_kept(o)) return std::nullopt;

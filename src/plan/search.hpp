@@ -18,7 +18,8 @@ namespace rrfp {
 
 struct SearchProgress {
   std::int64_t evaluations = 0;  // done
-  std::int64_t best = 0;         // makespan, ns (0: no order done yet)
+  std::int64_t best = 0;         // makespan, ns, where `found`
+  bool found = false;            // a feasible order is done
   double seconds = 0;
 };
 

@@ -35,8 +35,9 @@ inline constexpr TaskCost kPredictCost{400, 1.2e-4};
 // stages and few microbatches passed the check and ran out of memory (P=50M, M=1: 4.5 GB
 // estimated, about 70 GB needed).
 inline constexpr double kStageBytes = 1500;
-// ... and of a plan (its graph's and search's share of each stage too): 1.56 KB measured at
-// M=1 and TP 4 (`rrfp plan --max-evaluations 1`, P=200K), rounded up.
+// ... and of a plan (its graph's and search's share of each stage too): 1.19 KB a stage at M=1
+// (`rrfp plan --max-evaluations 1`, P=100K against 400K) and 1.56 KB a stage and TP rank at
+// TP 4 (P=200K), rounded up.
 inline constexpr double kPlanStageBytes = 1700;
 
 // A task's record (TaskRecord), kept where a run's records are (Python's rrfp.simulate: about
