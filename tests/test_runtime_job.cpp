@@ -4,6 +4,12 @@
 // rank 0 merges them. Runs under the sanitizers.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -136,6 +142,37 @@ INSTANTIATE_TEST_SUITE_P(Jobs, JobConformance,
                          [](const auto& info) { return std::string(info.param.first); });
 
 }  // namespace
+// A process stopped while a phase is armed (mpirun continues a stopped rank to end it) is no
+// peer's stall: the deadline moves on by the time it was stopped, where the rank reported its
+// own gather as late beside the job's true report. A child stops this process for 1.5 s.
+TEST(DeadlineGuard, TimeStoppedCountsTowardsNoDeadline) {
+  std::atomic<int> expired{0};
+  DeadlineGuard g([&](const std::string&, std::int64_t) { expired.fetch_add(1); });
+  auto phase = g.arm("gather", 1000);
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t parent = ::getpid();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // async-signal-safe calls only
+    const timespec before{0, 200'000'000}, stopped{1, 500'000'000};
+    ::nanosleep(&before, nullptr);
+    ::kill(parent, SIGSTOP);
+    ::nanosleep(&stopped, nullptr);
+    ::kill(parent, SIGCONT);
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  // Continued 1.7 s in, past the deadline of 1 s counted in the clock's time: not expired, as
+  // 0.2 s of it ran. Seen 0.3 s later.
+  std::this_thread::sleep_until(start + std::chrono::milliseconds(2000));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1900));
+  EXPECT_EQ(expired.load(), 0);
+  // Unstopped, it still expires: 0.2 s before the stop, 0.3 s after it, 0.5 s more to come.
+  std::this_thread::sleep_until(start + std::chrono::milliseconds(3500));
+  EXPECT_EQ(expired.load(), 1);
+}
+
 }  // namespace rrfp::test
 
 namespace rrfp::test {

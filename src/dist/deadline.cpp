@@ -44,6 +44,11 @@ void DeadlineGuard::disarm(std::uint64_t id) {
   cv_.notify_all();
 }
 
+// How often the watcher wakes while a phase is armed, and how late a wake must be to count as
+// the process having been stopped (Ctrl-Z, SIGSTOP) or not run: that time is no peer's stall.
+constexpr auto kLook = std::chrono::milliseconds(250);
+constexpr auto kSuspended = std::chrono::seconds(1);
+
 void DeadlineGuard::watch() {
   std::unique_lock lk(mu_);
   while (!stop_) {
@@ -56,8 +61,15 @@ void DeadlineGuard::watch() {
     });
     // A copy: the entry may be erased (disarmed) while this thread waits on it.
     const auto until = first->second.until;
-    if (std::chrono::steady_clock::now() < until) {
-      cv_.wait_until(lk, until);
+    if (const auto now = std::chrono::steady_clock::now(); now < until) {
+      const auto asked = std::min(until, now + kLook);
+      cv_.wait_until(lk, asked);
+      // Woken a second or more after it asked: this process was stopped, and the call it
+      // guards with it. The deadlines move on by that time: a stopped rank, continued by
+      // mpirun to be ended, reported its own gather as a peer's stall beside the true report.
+      if (const auto late = std::chrono::steady_clock::now() - asked; late > kSuspended)
+        for (auto& [id, a] : armed_)
+          a.until += late;
       continue;  // re-examined: it may have been disarmed, or another armed earlier
     }
     const std::uint64_t id = first->first;

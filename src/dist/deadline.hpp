@@ -3,7 +3,8 @@
 // blocking collectives and shutdown wait inside the library, and a peer process that is stopped
 // or gone leaves them waiting forever. While a phase is armed, one watchdog thread waits for it;
 // if the phase outlives its deadline, the thread calls `on_expiry` with the phase's name, which
-// must end the process (it cannot unblock the call). Phases may overlap (several threads).
+// must end the process (it cannot unblock the call). Phases may overlap (several threads). Time
+// this process spends stopped (SIGSTOP, Ctrl-Z) counts towards no deadline.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>

@@ -125,6 +125,10 @@ void MpiWorld::expired(const std::string& phase, std::int64_t ms) {
   const std::size_t sep = phase.rfind(kLimitSep);
   const std::string call = phase.substr(0, sep);
   const std::string limit = sep == std::string::npos ? "" : phase.substr(sep + 1);
+  // The job is ended from here: the SIGTERM mpirun sends as it aborts the job is no request
+  // to stop after the step, which the handler said it took, after this line.
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU})
+    std::signal(sig, SIG_IGN);
   clear_progress_line_on_stderr();
   std::fprintf(stderr,
                "rrfp: error: mpi rank %d: %s did not finish within %s s: a process of the job "
