@@ -182,4 +182,21 @@ rc=$?
   { tail -5 "$out/su.log"; fail "SIGINT to rank 1 alone in set-up: exit $rc"; }
 rm -rf "$out/big"
 echo "SIGINT to rank 1 alone during set-up: its own line"
+# Sent to rank 1 alone once steps run, it is taken at once in rank 1's own words (nothing was
+# said until the job stopped after its step), and the job stops after the step, 143.
+timeout 300 "${mpi[@]}" 2 "$rrfp" train --transport mpi "${tiny[@]}" --steps 400 --out "$out/al" \
+  >"$out/al.log" 2>&1 &
+job=$!
+for _ in $(seq 3000); do [ -s "$out/al/loss.csv" ] && [ "$(wc -l <"$out/al/loss.csv")" -ge 2 ] && break; sleep 0.01; done
+rank1=
+for p in $(pgrep -f "rrfp-train.*--out $out/al"); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && rank1=$p
+done
+[ -n "$rank1" ] && kill -TERM "$rank1"
+wait $job
+rc=$?
+[ $rc -eq 143 ] &&
+  grep -q "^rrfp train: mpi rank 1: SIGTERM, sent to this process alone, taken: stopping after the current step" "$out/al.log" ||
+  { tail -5 "$out/al.log"; fail "SIGTERM to rank 1 alone mid-run: exit $rc"; }
+echo "SIGTERM to rank 1 alone mid-run: its own acknowledgement"
 echo "PASS"

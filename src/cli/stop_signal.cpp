@@ -58,6 +58,10 @@ HandlerLine g_ack_lines[kNumStopSignals];
 // And the line it writes as a second request ends the process (it ended without a word).
 HandlerLine g_second_lines[kNumStopSignals];
 std::atomic<bool> g_acknowledge{false};
+// Under mpirun, on another rank than 0: its acknowledgements are of a signal sent to it alone
+// (rank 0 says those mpirun passes to every process), and name the rank: one sent to rank 1
+// alone was taken without a word until the job stopped after its step.
+std::atomic<bool> g_acknowledge_alone_only{false};
 // stop_at_once_until_work: the first request ends the process as exit_on_signals' do.
 std::atomic<bool> g_at_once{false};
 
@@ -138,10 +142,15 @@ void write_line(const HandlerLine& line) {
 // The line of a signal that ends the process at once, where its outputs stand at `outputs`.
 // Under mpirun the others' lines are empty (rank 0 says it for the job), but one sent to this
 // process alone, not by mpirun (its parent), names the rank: nothing was said of it.
+// Whether `info` says a user sent the signal to this process, not mpirun (its parent) passing it
+// on.
+bool sent_here(const siginfo_t* info) {
+  return info != nullptr && info->si_code == SI_USER && info->si_pid != ::getppid();
+}
+
 const HandlerLine& exit_line(int sig, const siginfo_t* info, int outputs) {
   const HandlerLine& alone = g_alone_lines[signal_index(sig)];
-  const bool sent_here = info != nullptr && info->si_code == SI_USER && info->si_pid != ::getppid();
-  return alone.size > 0 && sent_here ? alone : g_exit_lines[outputs][signal_index(sig)];
+  return alone.size > 0 && sent_here(info) ? alone : g_exit_lines[outputs][signal_index(sig)];
 }
 
 // A handler that returns leaves errno as it found it: the interrupted code may read it next,
@@ -170,12 +179,13 @@ void on_stop_signal(int sig, siginfo_t* info, void*) {
   // (the hard limit's SIGKILL ends what does not stop in time).
   if (sig == SIGXCPU && g_stop.load() != 0) return;
   const bool fresh = g_stop.load() == 0;
+  const bool say = g_acknowledge.load() && (!g_acknowledge_alone_only.load() || sent_here(info));
   if (!first_request(sig)) {
     remove_temporary_in_progress();  // a file being replaced keeps what it held
-    if (g_acknowledge.load()) write_line(g_second_lines[signal_index(sig)]);
+    if (say) write_line(g_second_lines[signal_index(sig)]);
     ::_exit(128 + sig);  // async-signal-safe
   }
-  if (fresh && g_acknowledge.load()) write_line(g_ack_lines[signal_index(sig)]);
+  if (fresh && say) write_line(g_ack_lines[signal_index(sig)]);
 }
 
 void on_exit_signal(int sig, siginfo_t* info, void*) {
@@ -239,16 +249,22 @@ std::atomic<int>& stop_on_signals(bool pipe) {
 
 void acknowledge_stop_signals(const std::string& command, const std::string& until) {
   g_acknowledge.store(false);  // not read while the lines change
+  const bool alone_only = another_rank_of_mpirun();
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const std::string who =
+      "rrfp " + command + ": " +
+      (alone_only ? "mpi rank " + std::string(rank != nullptr ? rank : "?") + ": " : "");
   for (int sig : kStopSignals) {
-    g_ack_lines[signal_index(sig)].set(
-        "rrfp " + command + ": " + signal_name(sig) + " taken: " + until +
-        (sig == SIGXCPU ? "; another signal stops it at once\n"  // repeats do not
-                        : "; a second signal stops it at once\n"));
+    const std::string name = signal_name(sig) + (alone_only ? ", sent to this process alone," : "");
+    g_ack_lines[signal_index(sig)].set(who + name + " taken: " + until +
+                                       (sig == SIGXCPU ? "; another signal stops it at once\n"
+                                                       : "; a second signal stops it at once\n"));
     const std::string second = sig == SIGXCPU ? "another " : "a second ";
-    g_second_lines[signal_index(sig)].set("rrfp " + command + ": stopped at once by " + second +
-                                          signal_name(sig) + "; what it had not yet written is " +
-                                          "missing\n");
+    g_second_lines[signal_index(sig)].set(who + "stopped at once by " + second + signal_name(sig) +
+                                          (alone_only ? " sent to this process alone" : "") +
+                                          "; what it had not yet written is missing\n");
   }
+  g_acknowledge_alone_only.store(alone_only);
   g_acknowledge.store(true);
 }
 

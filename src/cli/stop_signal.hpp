@@ -22,8 +22,9 @@ namespace rrfp {
 std::atomic<int>& stop_on_signals(bool pipe = false);
 // Has the first request acknowledged at once on stderr, where the work's safe point may be far
 // (a long step, a large grid point: a user pressing Ctrl-C saw nothing, and pressed it again):
-// "rrfp COMMAND: SIGINT taken: UNTIL; a second signal stops it at once". Under mpirun, the
-// process of rank 0 only, as each process takes the signal.
+// "rrfp COMMAND: SIGINT taken: UNTIL; a second signal stops it at once". Under mpirun every
+// process calls it: rank 0 says what mpirun passes to every process, another rank only what was
+// sent to it alone ("rrfp COMMAND: mpi rank 1: SIGTERM, sent to this process alone, taken: ...").
 void acknowledge_stop_signals(const std::string& command, const std::string& until);
 // Until work_begins(), a stop_on_signals() signal ends the process at once, as exit_on_signals'
 // do ("rrfp COMMAND: stopped by SIGTERM; nothing written"): the set-up before the work has

@@ -74,7 +74,7 @@ void run(const TrainFlags& f) {
   if (f.transport == TransportKind::Mpi) {
     train::TrainSummary sum;
     run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {
-      if (job.rank() == 0) acknowledge_stop_signals("train", until);
+      acknowledge_stop_signals("train", until);  // another rank: what was sent to it alone
       // Each process orders its stage's tasks by its own copy of a hint file.
       refuse_other_input_files(job, {{"--hint", hint_file(f.dispatch.hint)}});
       train::TrainRun run = to_run(f);
