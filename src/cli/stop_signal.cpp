@@ -139,15 +139,15 @@ void write_line(const HandlerLine& line) {
   ::sigaction(SIGPIPE, &old, nullptr);
 }
 
-// The line of a signal that ends the process at once, where its outputs stand at `outputs`.
-// Under mpirun the others' lines are empty (rank 0 says it for the job), but one sent to this
-// process alone, not by mpirun (its parent), names the rank: nothing was said of it.
 // Whether `info` says a user sent the signal to this process, not mpirun (its parent) passing it
 // on.
 bool sent_here(const siginfo_t* info) {
   return info != nullptr && info->si_code == SI_USER && info->si_pid != ::getppid();
 }
 
+// The line of a signal that ends the process at once, where its outputs stand at `outputs`.
+// Under mpirun the others' lines are empty (rank 0 says it for the job), but one sent to this
+// process alone, not by mpirun (its parent), names the rank: nothing was said of it.
 const HandlerLine& exit_line(int sig, const siginfo_t* info, int outputs) {
   const HandlerLine& alone = g_alone_lines[signal_index(sig)];
   return alone.size > 0 && sent_here(info) ? alone : g_exit_lines[outputs][signal_index(sig)];
@@ -257,8 +257,9 @@ void acknowledge_stop_signals(const std::string& command, const std::string& unt
   for (int sig : kStopSignals) {
     const std::string name = signal_name(sig) + (alone_only ? ", sent to this process alone," : "");
     g_ack_lines[signal_index(sig)].set(who + name + " taken: " + until +
-                                       (sig == SIGXCPU ? "; another signal stops it at once\n"
-                                                       : "; a second signal stops it at once\n"));
+                                       (sig == SIGXCPU  // its repeats are no second request
+                                            ? "; another signal stops it at once\n"
+                                            : "; a second signal stops it at once\n"));
     const std::string second = sig == SIGXCPU ? "another " : "a second ";
     g_second_lines[signal_index(sig)].set(who + "stopped at once by " + second + signal_name(sig) +
                                           (alone_only ? " sent to this process alone" : "") +
