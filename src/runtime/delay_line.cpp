@@ -26,8 +26,9 @@ void DelayLine::post(std::int64_t due, std::function<void()> fn) {
 }
 
 void DelayLine::clear() {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   queue_ = {};
+  idle_.wait(lk, [this] { return !running_; });
 }
 
 void DelayLine::loop() {
@@ -47,6 +48,7 @@ void DelayLine::loop() {
     }
     std::function<void()> fn = std::move(const_cast<Item&>(queue_.top()).fn);
     queue_.pop();
+    running_ = true;
     lk.unlock();
     try {
       fn();
@@ -54,6 +56,8 @@ void DelayLine::loop() {
       if (on_error_) on_error_(std::current_exception());
     }
     lk.lock();
+    running_ = false;
+    idle_.notify_all();
   }
 }
 

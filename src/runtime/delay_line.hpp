@@ -24,7 +24,9 @@ class DelayLine {
   // Runs `fn` on the delay thread at now_ns() >= due; actions due at the same time run in
   // the order they were posted.
   void post(std::int64_t due, std::function<void()> fn);
-  // Drops every pending action (a failed step); the thread keeps serving later posts.
+  // Drops every pending action (a failed step) and waits for one under way to end, so that no
+  // send of the failed step runs after the step has returned (one raced the step's end on its
+  // transport); the thread keeps serving later posts. Not from an action.
   void clear();
 
  private:
@@ -42,6 +44,8 @@ class DelayLine {
 
   std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable idle_;  // an action under way has ended
+  bool running_ = false;          // an action is under way (outside mu_)
   std::priority_queue<Item, std::vector<Item>, Later> queue_;
   std::uint64_t seq_ = 0;
   bool stop_ = false;
