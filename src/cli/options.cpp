@@ -393,8 +393,7 @@ WorkloadParams load_workload(const WorkloadFlags& f) {
 
 const std::string& hint_file(const std::string& hint) {
   static const std::string none;
-  const auto& names = hint_names();
-  return std::find(names.begin(), names.end(), hint) != names.end() ? none : hint;
+  return is_hint_name(hint) ? none : hint;
 }
 
 void warn_hint_name_shadows_file(const std::string& hint) {

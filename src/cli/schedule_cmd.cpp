@@ -184,13 +184,10 @@ void setup_schedule(CLI::App& app) {
   auto f = std::make_shared<ScheduleFlags>();
   f->shape.pp = 4;
   f->shape.microbatches = 8;
-  std::string names;
-  for (const auto& n : hint_names())
-    names += (names.empty() ? "" : ", ") + n;
   CLI::App* sh = sch->add_subcommand("show", "draw a hint as a pipeline diagram");
   add_shape_flags(sh, f->shape);
   sh->add_option("--hint", f->hint,
-                 "one of: " + names +
+                 "one of: " + hint_names_listed() +
                      "; or a hint file, whose shape stands for any shape flag "
                      "not given")
       ->capture_default_str();

@@ -154,8 +154,7 @@ void check_sweep(const SweepFlags& f) {
     if (l < 0)
       throw InputError("--limits: must be 0 (default) or at least 1, got " + std::to_string(l));
   for (const auto& h : f.hints)
-    if (!is_rule_hint_name(h) &&
-        std::find(hint_names().begin(), hint_names().end(), h) == hint_names().end())
+    if (!is_rule_hint_name(h) && !is_hint_name(h))
       throw InputError("--hints: unknown hint '" + printable(h, 200) + "' (expected one of " +
                        hint_names_listed() + ")");
   // Each point has one chunk per stage (V = 1; sweep has no --vpp): these failed the grid's

@@ -36,6 +36,11 @@ bool looks_like_path(const std::string& s) {
 
 }  // namespace
 
+bool is_hint_name(const std::string& name) {
+  const auto& names = hint_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 std::string hint_names_listed() {
   std::string out;
   for (const auto& n : hint_names())

@@ -27,6 +27,8 @@ struct Hint {
 
 // Every generator and rule name `make_hint` accepts, in documentation order.
 const std::vector<std::string>& hint_names();
+// Whether `name` is one of hint_names() (else a hint names a file).
+bool is_hint_name(const std::string& name);
 // hint_names() as one line for messages: "gpipe, 1f1b, ..., adaptive".
 std::string hint_names_listed();
 bool is_rule_hint_name(const std::string& name);

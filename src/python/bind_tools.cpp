@@ -162,8 +162,7 @@ pyb::list schedule(const std::string& hint, std::optional<int> pp, std::optional
                    const std::string& out) {
   HintShape s{pp.value_or(4), vpp.value_or(1), microbatches.value_or(8),
               placement.value_or("loop")};
-  const auto& names = hint_names();
-  const bool file = std::find(names.begin(), names.end(), hint) == names.end();
+  const bool file = !is_hint_name(hint);
   // What a run too large should lower: the shape the file alone gave, not arguments never given.
   std::string lower = "`pp` or `microbatches`";
   if (file &&
