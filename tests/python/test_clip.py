@@ -36,10 +36,11 @@ def data():
 
 
 # (norm type, a max_norm below the model's norm of that type, so that it clips). -inf is the
-# smallest |value|, which torch takes as a p-norm: it was taken as +inf, the largest.
+# smallest |value|, which torch takes as a p-norm: it was taken as +inf, the largest. torch
+# documents the string 'inf' for the norm type.
 @pytest.mark.parametrize("norm_type,max_norm", [
     (2.0, 0.5), (1.0, 0.5), (3.0, 0.5), (math.inf, 0.5), (-math.inf, 1e-5), (0.0, 0.5),
-    (0.5, 0.5), (-1.0, 1e-5), (-2.0, 1e-5)])
+    (0.5, 0.5), (-1.0, 1e-5), (-2.0, 1e-5), ("inf", 0.5), ("-inf", 1e-5)])
 def test_clipping_is_torchs_over_the_whole_model(norm_type, max_norm):
     x, y = data()
     ref, model = chunks(), chunks()
@@ -76,6 +77,8 @@ def test_a_non_finite_norm_is_refused_when_asked():
     ((True,), TypeError, "max_norm must be a real number, got bool"),
     ((1.0, math.nan), ValueError, "norm_type must be a number or inf, got nan"),
     ((1.0, None), TypeError, "norm_type must be a real number, got NoneType"),
+    ((1.0, "two"), ValueError, "norm_type must be a number or 'inf', got 'two'"),
+    ((1.0, b"inf"), TypeError, "norm_type must be a real number, got bytes"),
     ((1.0, 2.0, "yes"), TypeError, "error_if_nonfinite must be True or False")])
 def test_bad_arguments_are_refused_and_nothing_is_clipped(args, error, says):
     """torch 1.13's clip takes float() of max_norm and scales by it as it is: -1 flipped the

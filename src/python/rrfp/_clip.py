@@ -110,11 +110,23 @@ def _real(name, value):
                         f"{type(value).__name__}") from None
 
 
+def _norm_type(value):
+    """norm_type as a float: torch documents the string 'inf' for it (and takes float() of any
+    string), so a string naming a number is taken here too; max_norm's type is a float."""
+    if not isinstance(value, str):
+        return _real("norm_type", value)
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"clip_grad_norm_: norm_type must be a number or 'inf', got {value!r}") \
+            from None
+
+
 def _checked(max_norm, norm_type, error_if_nonfinite):
     """The arguments as floats, checked: torch 1.13's clip scales by max_norm / total as it
     is, so a negative max_norm flipped every gradient's sign (the optimizer then climbs) and a
     NaN made every gradient NaN, without a word."""
-    max_norm, norm_type = _real("max_norm", max_norm), _real("norm_type", norm_type)
+    max_norm, norm_type = _real("max_norm", max_norm), _norm_type(norm_type)
     if not max_norm >= 0:
         raise ValueError(f"clip_grad_norm_: max_norm must be at least 0 (inf: no clipping), "
                          f"got {max_norm!r}")
