@@ -256,9 +256,12 @@ assert any(s["name"] == "fixed gpipe" for s in bad), starts
 PY
 check "--tp-protocol: unknown protocol 'nope' (expected leader, agree or none)" simulate --tp 2 --tp-protocol nope
 check "--compare: simulates each run, and a simulation under --tp-protocol none fails" run --tp 2 --tp-protocol none --compare
-# At TP=1 there is no collective to diverge: the refusal refused a run that simulates fine.
-"$rrfp" run --pp 2 -m 4 --workload uniform --tp-protocol none --compare >/dev/null 2>&1 ||
-  { echo "FAIL: run --compare --tp-protocol none at TP=1 refused"; fails=$((fails + 1)); }
+# At TP=1 a stage has one rank and nothing to coordinate: the protocol was taken and ignored
+# (by simulate, run, plan and train); refused as such, before --compare's own refusal.
+for cmd in simulate run plan; do
+  check "--tp-protocol: how the tensor-parallel ranks of a stage coordinate; at --tp 1 a stage has one rank" $cmd --pp 2 -m 4 --workload uniform --tp-protocol agree
+done
+check "--tp-protocol: how the tensor-parallel ranks of a stage coordinate; at --tp 1" run --pp 2 -m 4 --workload uniform --tp-protocol none --compare
 # A workload of zero durations simulates to steps of 0 ns: its simulated speedups and errors are
 # "-" in the table and null in the JSON (they printed "-nanx").
 echo '{"preset": "uniform", "forward_us": 0, "comm_latency_us": 0}' >"$tmp/zero.json"

@@ -70,6 +70,7 @@ Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
   sc.trace = load.trace;
   sc.seed = load.seed;
   sc.tp = checked_tp(dispatch.tp);
+  refuse_unused_tp_protocol(dispatch);
   refuse_replaced_workload(sc, load.workload_given ? load.workload : "", load.workload_file, true);
   refuse_unused_seed(sc, load.seed_given);
   sc.tp_protocol = parse_tp_protocol(dispatch.tp_protocol);

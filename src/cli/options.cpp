@@ -244,7 +244,9 @@ CLI::Option* add_execution_flags(CLI::App* app, DispatchFlags& f) {
       app->add_option("--comm", f.comm, "async or blocking (rendezvous)")->capture_default_str();
   app->add_option("--tp", f.tp, "tensor-parallel ranks per stage T")->capture_default_str();
   app->add_option("--tp-protocol", f.tp_protocol,
-                  "TP coordination: leader, agree, or none (no coordination: to see it fail)")
+                  "TP coordination: leader, agree, or none (no coordination: to see it fail); "
+                  "with --tp 2 or more")
+      ->each([&f](const std::string&) { f.tp_protocol_given = true; })
       ->capture_default_str();
   return comm;
 }
@@ -371,8 +373,17 @@ void refuse_unsplit_w_cap(const DispatchFlags& f, const ShapeFlags& shape, bool 
       ", so there are none (got --max-pending-w " + std::to_string(f.max_pending_w) + ")");
 }
 
+void refuse_unused_tp_protocol(const DispatchFlags& f) {
+  if (!f.tp_protocol_given || f.tp != 1) return;
+  throw InputError(
+      "--tp-protocol: how the tensor-parallel ranks of a stage coordinate; at --tp 1 "
+      "a stage has one rank and nothing to coordinate (give --tp 2 or more, or leave "
+      "--tp-protocol out)");
+}
+
 RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s) {
   refuse_fixed_limit(f);
+  refuse_unused_tp_protocol(f);
   RuntimeOptions o;
   o.arbiter.policy = parse_policy(f.policy);
   o.arbiter.limit = f.limit;

@@ -75,8 +75,9 @@ struct ShapeFlags {
 struct DispatchFlags {
   std::string hint, policy = "ready", comm = "async", tp_protocol = "leader";
   int limit = 0, max_pending_w = 0, tp = 1;
-  bool comm_given = false;    // set after parsing: --comm was on the command line
-  bool policy_given = false;  // --policy was on the command line
+  bool comm_given = false;         // set after parsing: --comm was on the command line
+  bool policy_given = false;       // --policy was on the command line
+  bool tp_protocol_given = false;  // --tp-protocol was on the command line
 };
 
 // What durations a simulated or emulated step sees: --workload --workload-file --replay --seed.
@@ -154,6 +155,9 @@ RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s);
 // --limit or --max-pending-w with --policy fixed: refused, as the fixed policy's list alone
 // decides what a stage holds (they were taken and ignored).
 void refuse_fixed_limit(const DispatchFlags& f);
+// Refuses a --tp-protocol given at --tp 1: one rank a stage has nothing to coordinate with, so
+// the flag was taken and ignored.
+void refuse_unused_tp_protocol(const DispatchFlags& f);
 // --max-pending-w where the backward is not split (`split`: as resolved for every run of the
 // command): refused on the same principle, as there are no W tasks to cap.
 // `auto_rule`: when auto splits it, for the message.

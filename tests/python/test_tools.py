@@ -76,6 +76,13 @@ def test_a_replay_takes_the_traces_mapping_and_message_latency_as_the_command_do
             adaptive(**{name: value})
 
 
+def test_a_tp_protocol_at_one_rank_a_stage_is_refused():
+    # Taken and ignored, as the command refuses it: one rank has nothing to coordinate.
+    with pytest.raises(ValueError, match="tp_protocol: .* at tp=1 a stage has one rank"):
+        rrfp.simulate(pp=2, microbatches=2, hint="1f1b", tp_protocol="agree")
+    assert rrfp.simulate(pp=2, microbatches=2, hint="1f1b", tp=2, tp_protocol="agree").makespan > 0
+
+
 @pytest.mark.parametrize("function", [rrfp.simulate, rrfp.schedule])
 def test_a_keyword_neither_takes_is_named(function):
     # pybind's refusal listed every signature and named no argument.

@@ -36,8 +36,8 @@ def simulate(**kwargs):
     is taken as its str), and a path of '' (an unset variable's) is refused. `limit` and
     `max_pending_w` (None or 0: the default) bound the ready policy: given with policy="fixed",
     or `max_pending_w` where the backward is not split, they raise ValueError, as the command
-    refuses them and Pipeline does. One record holds one run: policy="both", the command's
-    default, raises ValueError."""
+    refuses them and Pipeline does; so does `tp_protocol` at tp=1. One record holds one run:
+    policy="both", the command's default, raises ValueError."""
     from ._args import INT_MAX, check_whole, refuse_fixed_bound
 
     _check_keywords("simulate", kwargs, _SIMULATE_KEYWORDS)
@@ -58,6 +58,10 @@ def simulate(**kwargs):
                                      low=0, high=2**64 - 1)
     _check_names(kwargs, ("placement", "split_backward", "workload", "policy", "comm",
                           "tp_protocol"))
+    if "tp_protocol" in kwargs and kwargs.get("tp", 1) == 1:  # taken and ignored, as refused
+        raise ValueError("tp_protocol: how the tensor-parallel ranks of a stage coordinate; at "
+                         "tp=1 a stage has one rank and nothing to coordinate (give tp=2 or "
+                         "more, or leave tp_protocol out)")
     # Taken and ignored, where the command and Pipeline refuse them. A W cap where the backward
     # is whole _rrfp.simulate refuses: it resolves split_backward auto (a hint file's own too).
     for name in ("limit", "max_pending_w"):
