@@ -315,6 +315,10 @@ printf '[{"name":"Forward 0","ph":"X","ts":11,"dur":10,"pid":"rank1","tid":1},{"
 "$rrfp" predict "$tmp/merged.json" --hints bf --limit 0 2>&1 |
   grep -q "0 of 2 messages timed by the trace, 2 seen from their consumers' starts" ||
   { echo "FAIL: a merged file's ranks by their pids' names"; fails=$((fails + 1)); }
+# A merged file's rank with its steps but no task spans timed nothing: the pipeline was replayed
+# without its stage (P=2 of 3), exit 0.
+printf '[{"name":"ProfilerStep#0","ph":"X","ts":0,"dur":100,"pid":"rank0","tid":1},{"name":"Forward 0","ph":"X","ts":0,"dur":10,"pid":"rank0","tid":1},{"name":"Backward 0","ph":"X","ts":60,"dur":20,"pid":"rank0","tid":1},{"name":"ProfilerStep#0","ph":"X","ts":0,"dur":100,"pid":"rank1","tid":1},{"name":"ProfilerStep#0","ph":"X","ts":0,"dur":100,"pid":"rank2","tid":1},{"name":"Forward 0","ph":"X","ts":21,"dur":10,"pid":"rank2","tid":1},{"name":"Backward 0","ph":"X","ts":31,"dur":18,"pid":"rank2","tid":1}]' >"$tmp/untimed-rank.json"
+check "untimed-rank.json: process \"rank1\" is a rank of the pipeline (profiler steps or a rank's name) without task spans" predict "$tmp/untimed-rank.json"
 # A large replay is held as its text and a few bytes a row (a string per cell held 32 times the
 # file: 256 MiB took 8.3 GB before its third line was refused). 64 MiB under a 1 GB address
 # space: its duplicate row is named (it ran out of memory, exit 1).

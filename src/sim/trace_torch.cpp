@@ -100,6 +100,7 @@ struct TorchProcess {
   std::map<int, std::pair<double, double>> steps;  // N -> [start, end)
   std::set<int> cpu_steps;                         // the N of each ProfilerStep#N seen on the CPU
   std::string origin;
+  std::string pid;  // as the JSON gives it (a merged file's "rank1")
 };
 
 // The key of a ranked file's device spans, which no JSON pid dumps to.
@@ -154,6 +155,23 @@ void order_by_named_ranks(std::vector<TorchProcess>& out, size_t first,
     out[i].order = k++;
 }
 
+// In a file of several ranks (no distributedInfo: a merged or legacy file), a process that is a
+// rank (its pid names one, or it has profiler steps) without task spans timed nothing: the
+// pipeline was replayed without its stage, P one less, exit 0.
+void refuse_untimed_merged_ranks(const std::vector<TorchProcess>& out) {
+  for (const TorchProcess& p : out) {
+    if (p.ranked || !p.spans.empty() || (p.steps.empty() && !rank_named(p.pid))) continue;
+    const bool others_timed = std::any_of(out.begin(), out.end(), [&p](const TorchProcess& q) {
+      return q.file == p.file && !q.spans.empty();
+    });
+    if (others_timed)
+      throw InputError(p.origin + ": process " + printable(p.pid, 40) +
+                       " is a rank of the pipeline (profiler steps or a rank's name) without "
+                       "task spans (PP:<chunk><F|I|B|W><mb>, or Forward i / Backward i), beside "
+                       "processes with them: each rank's tasks labelled, or its process left out");
+  }
+}
+
 std::vector<TorchProcess> processes_of(const std::vector<Doc>& docs) {
   std::vector<TorchProcess> out;
   for (size_t f = 0; f < docs.size(); ++f) {
@@ -195,6 +213,7 @@ std::vector<TorchProcess> processes_of(const std::vector<Doc>& docs) {
         p.order = out.size();
         p.legacy = e.contains("pid") && e.at("pid").is_string();
         p.origin = d.origin;
+        p.pid = pid;
         out.push_back(p);
       }
       TorchProcess& p = out[it->second];
@@ -249,6 +268,7 @@ std::vector<TorchProcess> processes_of(const std::vector<Doc>& docs) {
                          "(PP:<chunk><F|I|B|W><mb>, or Forward i / Backward i): each file of a "
                          "folder is one rank of the pipeline, its tasks labelled");
     }
+  refuse_untimed_merged_ranks(out);
   std::erase_if(out, [](const TorchProcess& p) { return p.spans.empty(); });
   // Two files of one rank replayed as a pipeline of two stages (a merged file's processes share
   // its rank and keep their order).
