@@ -315,6 +315,24 @@ printf '[{"name":"Forward 0","ph":"X","ts":11,"dur":10,"pid":"rank1","tid":1},{"
 "$rrfp" predict "$tmp/merged.json" --hints bf --limit 0 2>&1 |
   grep -q "0 of 2 messages timed by the trace, 2 seen from their consumers' starts" ||
   { echo "FAIL: a merged file's ranks by their pids' names"; fails=$((fails + 1)); }
+# A trace of several runs whose first is whole but unreadable (a task twice, a send of 1e12 us,
+# a task as a begin event): its fault is named; passed over, the next run was replayed in its
+# place, exit 0.
+"$rrfp" simulate --pp 4 -m 4 --workload uniform --trace "$tmp/runs.json" >/dev/null
+/usr/bin/python3 - "$tmp/runs.json" "$tmp" <<'PY'
+import copy, json, sys
+d = json.load(open(sys.argv[1]))
+tasks = lambda t: [e for e in t["traceEvents"] if e.get("ph") == "X" and "kind" in e.get("args", {})]
+for name, change in (("twice", lambda t: t["traceEvents"].append(copy.deepcopy(tasks(t)[0]))),
+                     ("send", lambda t: tasks(t)[0]["args"].update(send_us=1e12)),
+                     ("begin", lambda t: tasks(t)[0].update(ph="B"))):
+    t = copy.deepcopy(d)
+    change(t)
+    json.dump(t, open(f"{sys.argv[2]}/runs-{name}.json", "w"))
+PY
+check "runs-twice.json (run 'fixed 1f1b (blocking)'): task F c0 m0 appears twice in one step" predict "$tmp/runs-twice.json"
+check "runs-send.json (run 'fixed 1f1b (blocking)'): task F c0 m0: send_us: a task or message of 1e+12 us" predict "$tmp/runs-send.json"
+check "runs-begin.json: event 13: a task with ph \"B\"; a replay reads complete spans" simulate --pp 4 -m 4 --split-backward off --replay "$tmp/runs-begin.json"
 # A merged file's rank with its steps but no task spans timed nothing: the pipeline was replayed
 # without its stage (P=2 of 3), exit 0.
 printf '[{"name":"ProfilerStep#0","ph":"X","ts":0,"dur":100,"pid":"rank0","tid":1},{"name":"Forward 0","ph":"X","ts":0,"dur":10,"pid":"rank0","tid":1},{"name":"Backward 0","ph":"X","ts":60,"dur":20,"pid":"rank0","tid":1},{"name":"ProfilerStep#0","ph":"X","ts":0,"dur":100,"pid":"rank1","tid":1},{"name":"ProfilerStep#0","ph":"X","ts":0,"dur":100,"pid":"rank2","tid":1},{"name":"Forward 0","ph":"X","ts":21,"dur":10,"pid":"rank2","tid":1},{"name":"Backward 0","ph":"X","ts":31,"dur":18,"pid":"rank2","tid":1}]' >"$tmp/untimed-rank.json"

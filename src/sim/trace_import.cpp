@@ -228,16 +228,17 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
                      have + (steps.size() > 8 ? ", ..." : ""));
   }
   // The first step that holds every task (a profiler window may cut the first or last one).
+  // A step that lacks none but cannot be read (a task twice, a time out of range) is refused:
+  // passed over, a later step was replayed in its place, exit 0.
   std::string first_error;
   bool only_w = false;  // a step lacks W tasks alone
   for (const Timeline& t : steps) {
     ImportedRun run;
     try {
       run = build_run(t, m, tp, o.message_us, origin);
-    } catch (const InputError& e) {
+    } catch (const MissingTasks& e) {
       if (first_error.empty()) first_error = e.what();
-      const auto* missing = dynamic_cast<const MissingTasks*>(&e);
-      only_w = only_w || (missing && missing->only_w);
+      only_w = only_w || e.only_w;
       continue;
     }
     refuse_needless_message_us(run, o.message_us, origin);

@@ -232,7 +232,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
     size_t n = 0;
     for (const auto& e : events) {
       ++n;
-      if (!e.is_object() || string_at(e, "ph", d.origin, n) != "X") continue;
+      if (!e.is_object()) continue;
       const auto pid = e.find("pid");
       const auto args = e.find("args");
       // A task's args carry kind, chunk and microbatch; blocked spans carry none. An event with
@@ -241,6 +241,13 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       const bool task =
           args != e.end() && args->is_object() &&
           (args->contains("kind") || args->contains("chunk") || args->contains("microbatch"));
+      if (const std::string& ph = string_at(e, "ph", d.origin, n); ph != "X") {
+        // A task as another phase was left out, and the next step replayed in its place.
+        if (task && ph != "M")
+          throw InputError(d.origin + ": event " + std::to_string(n) + ": a task with ph \"" +
+                           printable(ph, 10) + "\"; a replay reads complete spans (\"X\")");
+        continue;
+      }
       const auto at = pid != e.end() && pid->is_number_integer()
                           ? where_of_pid.find(pid->get<long long>())
                           : where_of_pid.end();
