@@ -333,6 +333,19 @@ PY
 check "runs-twice.json (run 'fixed 1f1b (blocking)'): task F c0 m0 appears twice in one step" predict "$tmp/runs-twice.json"
 check "runs-send.json (run 'fixed 1f1b (blocking)'): task F c0 m0: send_us: a task or message of 1e+12 us" predict "$tmp/runs-send.json"
 check "runs-begin.json: event 13: a task with ph \"B\"; a replay reads complete spans" simulate --pp 4 -m 4 --split-backward off --replay "$tmp/runs-begin.json"
+# A step span whose number is not one: skipped, its tasks were read as between steps and the
+# next step replayed, exit 0.
+mkdir -p "$tmp/badstep"
+/usr/bin/python3 - "$data/torch-pp2" "$tmp/badstep" <<'PY'
+import gzip, json, sys
+for rank in (0, 1):
+    events = json.load(gzip.open(f"{sys.argv[1]}/rank{rank}.json.gz"))
+    for e in events:
+        if rank == 0 and e.get("name") == "ProfilerStep#1":
+            e["name"] = "ProfilerStep#one"
+    json.dump(events, open(f"{sys.argv[2]}/rank{rank}.json", "w"))
+PY
+check "rank0.json: event 1: span 'ProfilerStep#one' is no step span: ProfilerStep#<N>" predict "$tmp/badstep"
 # A merged file's rank with its steps but no task spans timed nothing: the pipeline was replayed
 # without its stage (P=2 of 3), exit 0.
 printf '[{"name":"ProfilerStep#0","ph":"X","ts":0,"dur":100,"pid":"rank0","tid":1},{"name":"Forward 0","ph":"X","ts":0,"dur":10,"pid":"rank0","tid":1},{"name":"Backward 0","ph":"X","ts":60,"dur":20,"pid":"rank0","tid":1},{"name":"ProfilerStep#0","ph":"X","ts":0,"dur":100,"pid":"rank1","tid":1},{"name":"ProfilerStep#0","ph":"X","ts":0,"dur":100,"pid":"rank2","tid":1},{"name":"Forward 0","ph":"X","ts":21,"dur":10,"pid":"rank2","tid":1},{"name":"Backward 0","ph":"X","ts":31,"dur":18,"pid":"rank2","tid":1}]' >"$tmp/untimed-rank.json"

@@ -231,8 +231,11 @@ std::vector<TorchProcess> processes_of(const std::vector<Doc>& docs) {
                              " appears twice in one rank's trace; a step is one span there");
           const double ts = clock_at(e, "ts", where);
           p.steps[step] = {ts, ts + number_at(e, "dur", where)};
+          continue;
         }
-        continue;
+        // Skipped, its tasks were read as between steps, and a later step replayed, exit 0.
+        throw InputError(where + ": span '" + printable(s, 40) +
+                         "' is no step span: ProfilerStep#<N>, N at most 9 digits");
       }
       if (!parse_label(s, 0)) {
         if (names_a_task(s))
