@@ -333,6 +333,21 @@ PY
 check "runs-twice.json (run 'fixed 1f1b (blocking)'): task F c0 m0 appears twice in one step" predict "$tmp/runs-twice.json"
 check "runs-send.json (run 'fixed 1f1b (blocking)'): task F c0 m0: send_us: a task or message of 1e+12 us" predict "$tmp/runs-send.json"
 check "runs-begin.json: event 13: a task with ph \"B\"; a replay reads complete spans" simulate --pp 4 -m 4 --split-backward off --replay "$tmp/runs-begin.json"
+# A run setting that one stage gives and the others lack: the one's value was taken for the run.
+/usr/bin/python3 - "$tmp/runs.json" "$tmp/ordered-one.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for e in d["traceEvents"]:
+    if e.get("name") == "process_name":
+        del e["args"]["ordered_forwards"]
+        if e["args"]["name"].endswith("(blocking) / stage 2"):
+            e["args"]["ordered_forwards"] = True
+json.dump(d, open(sys.argv[2], "w"))
+PY
+check "field \"ordered_forwards\" is given by 1 of the 4 stages of run 'fixed 1f1b (blocking)'" predict "$tmp/ordered-one.json"
+# Megatron args naming one field twice, in disagreement: the second name was dropped unsaid.
+printf '[{"ph":"X","name":"forward-compute","tid":0,"ts":0,"dur":10,"args":{"iteration":0,"step":7,"microbatch_id":0}},{"ph":"X","name":"backward-compute","tid":0,"ts":10,"dur":20,"args":{"iteration":0,"microbatch_id":0}}]' >"$tmp/two-steps.json"
+check "two-steps.json: event 1 (forward-compute): args give \"iteration\" 0 but \"step\" 7" predict "$tmp/two-steps.json"
 # A step span whose number is not one: skipped, its tasks were read as between steps and the
 # next step replayed, exit 0.
 mkdir -p "$tmp/badstep"

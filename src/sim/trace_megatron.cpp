@@ -89,7 +89,14 @@ int arg_or(const nlohmann::json& args, std::initializer_list<const char*> keys, 
     }
     return dflt;
   }
-  return whole_at(args, k, where);
+  const int value = whole_at(args, k, where);
+  // Two names of one field that disagree ("iteration" 0, "step" 7): one was dropped unsaid.
+  for (const char* other : keys)
+    if (args.contains(other) && whole_at(args, other, where) != value)
+      throw InputError(where + ": args give \"" + k + "\" " + std::to_string(value) + " but \"" +
+                       other + "\" " + std::to_string(whole_at(args, other, where)) +
+                       "; give one, or both the same");
+  return value;
 }
 
 }  // namespace

@@ -127,6 +127,29 @@ void read_run_setting(const nlohmann::json& args, const char* key, const std::st
   setting = value;
 }
 
+// How many stages of each run gave each run setting: given by some and not the others, the
+// givers' value was taken for the run's (a field lost on a stage, or a stage edited alone).
+class RunSettingsGiven {
+ public:
+  void saw(size_t run, const nlohmann::json& args, const std::string& where) {
+    ++stages_[run];
+    for (const char* key : {"ordered_forwards", "offer_payload", "offer_ack_us"})
+      if (args.contains(key)) given_.try_emplace({run, key}, 0, where).first->second.first++;
+  }
+  void check(const std::vector<Timeline>& runs) const {
+    for (const auto& [at, given] : given_)
+      if (given.first != stages_.at(at.first))
+        throw InputError(given.second + ": field \"" + at.second + "\" is given by " +
+                         std::to_string(given.first) + " of the " +
+                         std::to_string(stages_.at(at.first)) + " stages of " + runs[at.first].run +
+                         "; every stage of a run gives it, or none");
+  }
+
+ private:
+  std::map<size_t, int> stages_;                                                 // by run
+  std::map<std::pair<size_t, std::string>, std::pair<int, std::string>> given_;  // count, first
+};
+
 // The steps the files' runs make. A file's processes of one run (its label) join, as a whole,
 // the run's earliest step that has none of their stages, else start its next step: the files
 // of one step's stages (a trace per process of a job) make one step whatever their names'
@@ -205,6 +228,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
   std::vector<Timeline> runs;
   StepsOfRuns steps(runs);
   std::map<size_t, RoundSpans> rounds;  // by run
+  RunSettingsGiven given;
   for (const Doc& d : docs) {
     const nlohmann::json& events = events_of(d);
     const std::vector<Process> procs = processes_of(d, m);
@@ -227,6 +251,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       read_run_setting(*p.args, "ordered_forwards", where, t, t.ordered_forwards);
       read_run_setting(*p.args, "offer_payload", where, t, t.offer_payload);
       read_run_setting(*p.args, "offer_ack_us", where, t, t.offer_ack_us);
+      given.saw(run, *p.args, where);
     }
     const Waits waits = collective_waits(d);
     size_t n = 0;
@@ -293,6 +318,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       runs[at->second.first].tasks.push_back(t);
     }
   }
+  given.check(runs);
   for (const auto& [run, spans] : rounds)
     read_latency(spans, runs[run]);
   return runs;
