@@ -181,6 +181,15 @@ def test_chunks_that_are_no_list_or_function_and_a_simulated_count_of_true_are_n
     # where Pipeline(pp=True) raised TypeError.
     with pytest.raises(TypeError, match="chunks: a list of nn.Module or a function chunk_fn"):
         rrfp.Pipeline(None, loss_fn, pp=2, microbatches=2)
+    # Iterated, a dict gave its keys ("chunks: chunk 0 is a int"), and a set no order.
+    two = [nn.Linear(4, 4), nn.Linear(4, 4)]
+    for chunks, got in (({0: two[0], 1: two[1]}, "dict .list.chunks.values.."),
+                        (nn.ModuleDict({"a": two[0], "b": two[1]}), "ModuleDict"),
+                        (set(two), "set$"), ("ab", "str$")):
+        with pytest.raises(TypeError, match=f"chunks: a list of nn.Module or a .* got {got}"):
+            rrfp.Pipeline(chunks, loss_fn, pp=2, microbatches=2)
+    with pytest.raises(TypeError, match="chunks: chunk 1 is of type int, not an nn.Module"):
+        rrfp.Pipeline([two[0], 1], loss_fn, pp=2, microbatches=2)
     for kwargs, match in ((dict(pp=True), "pp: a whole number .* got bool True"),
                           (dict(microbatches=2.0), "microbatches: a whole number"),
                           (dict(seed="1"), "seed: a whole number in 0..2\\*\\*64-1")):

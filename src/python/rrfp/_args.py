@@ -8,6 +8,7 @@ import numbers
 import operator
 import os
 import sys
+from collections.abc import Mapping, Set
 
 import torch
 
@@ -165,16 +166,24 @@ def chunk_builder(chunks, n):
     process's chunks only."""
     if callable(chunks) and not isinstance(chunks, torch.nn.Module):
         return chunks, None
+    expected = (f"chunks: a list of nn.Module or a function chunk_fn(i) -> nn.Module, got "
+                f"{type(chunks).__name__}")
+    # Iterated, a dict (a ModuleDict too) gave its keys ("chunk 0 is a int"), a string its
+    # letters, and a set its modules in no set order.
+    if isinstance(chunks, (Mapping, torch.nn.ModuleDict)):
+        raise TypeError(expected + " (list(chunks.values()) gives its values in order)")
+    if isinstance(chunks, (str, bytes, Set)):
+        raise TypeError(expected)
     try:
         chunks = list(chunks)
     except TypeError:  # "'NoneType' object is not iterable", naming no argument
-        raise TypeError(f"chunks: a list of nn.Module or a function chunk_fn(i) -> nn.Module, "
-                        f"got {type(chunks).__name__}") from None
+        raise TypeError(expected) from None
     if len(chunks) != n:
         raise ValueError(f"chunks: expected pp * vpp = {n} modules, got {len(chunks)}")
     for c, m in enumerate(chunks):
         if not isinstance(m, torch.nn.Module):
-            raise TypeError(f"chunks: chunk {c} is a {type(m).__name__}, not an nn.Module")
+            raise TypeError(f"chunks: chunk {c} is of type {type(m).__name__}, not an "
+                            f"nn.Module")
     return chunks.__getitem__, chunks
 
 
