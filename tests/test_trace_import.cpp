@@ -356,7 +356,7 @@ TEST(TraceImport, RefusesWhatIsNotAnRrfpTrace) {
   refused("[" + stage(0, "offer_payload", "\"yes\"") + "]",
           "t.json: event 1: field \"offer_payload\" is not true or false: \"yes\"");
   refused("[" + stage(0, "offer_ack_us", "-1") + "]",
-          "t.json: event 1: field \"offer_ack_us\" is not a latency from 0 to 1e9 us: -1");
+          "t.json: event 1: field \"offer_ack_us\" is not a time from 0 to 1e+09 us: -1");
   refused("[" + stage(0, "offer_ack_us", "2.5") + "," + stage(1, "offer_ack_us", "3") + "]",
           "t.json: event 2: field \"offer_ack_us\" is 3, but another stage of run 'r' says 2.5");
 }

@@ -311,6 +311,7 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   out.run = tl.run;
   out.step = tl.step;
   out.ordered_forwards = tl.ordered_forwards;
+  if (tl.step_us) out.run_step_ns = std::llround(*tl.step_us * 1e3);
   out.work.offer_payload = tl.offer_payload.value_or(false);
   if (tl.offer_ack_us) out.work.link_latency_ns = duration_ns(*tl.offer_ack_us, "`offer_ack_us`");
   out.fixed_blocking = tl.fixed_blocking;

@@ -57,6 +57,10 @@ struct Timeline {
   // so (rrfp's own since it records them).
   std::optional<bool> offer_payload;
   std::optional<double> offer_ack_us;
+  // The run's own step, from its start (its trace's ts 0) to its end, as the run measured or
+  // simulated it (rrfp's own trace since it records it): a measured one holds the runtime's
+  // start-up before its first task, which the trace's tasks do not show.
+  std::optional<double> step_us;
   // rrfp's own trace of a fixed order with a rendezvous per message (its run's label "fixed
   // HINT (blocking)"), read from the whole label: `run` shows it cut to 60 characters, and a
   // hint file's long path cut off its " (blocking)".
@@ -97,6 +101,7 @@ struct ImportedRun {
   std::int64_t early_worst_ns = 0;
   bool has_w = false;                    // that step recorded W tasks (a split backward)
   std::optional<bool> ordered_forwards;  // Timeline::ordered_forwards of that step
+  std::int64_t run_step_ns = -1;         // Timeline::step_us of that step; -1: not recorded
   bool fixed_blocking = false;           // Timeline::fixed_blocking of that step
   bool ready_blocking = false;           // Timeline::ready_blocking of that step
 };

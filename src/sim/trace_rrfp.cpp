@@ -107,18 +107,19 @@ void read_latency(const RoundSpans& rounds, Timeline& t) {
 }
 
 // A process's word on a setting of its whole run (args `ordered_forwards`, which older traces
-// lack; `offer_payload` and `offer_ack_us`, written where payloads rode on their offers): every
-// stage of a run says the same.
+// lack; `offer_payload` and `offer_ack_us`, written where payloads rode on their offers;
+// `step_us`): every stage of a run says the same. A time is at most `most` us.
 template <class T>
 void read_run_setting(const nlohmann::json& args, const char* key, const std::string& where,
-                      const Timeline& t, std::optional<T>& setting) {
+                      const Timeline& t, std::optional<T>& setting, double most = kMaxTaskUs) {
   const auto it = args.find(key);
   if (it == args.end()) return;
   const std::string field = std::string(": field \"") + key + "\" is ";
   if constexpr (std::is_same_v<T, bool>) {
     if (!it->is_boolean()) throw InputError(where + field + "not true or false: " + brief(*it));
-  } else if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() <= kMaxTaskUs)) {
-    throw InputError(where + field + "not a latency from 0 to 1e9 us: " + brief(*it));
+  } else if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() <= most)) {
+    throw InputError(where + field + "not a time from 0 to " + fmt("%g", most) +
+                     " us: " + brief(*it));
   }
   const T value = it->get<T>();
   if (setting && *setting != value)
@@ -133,7 +134,7 @@ class RunSettingsGiven {
  public:
   void saw(size_t run, const nlohmann::json& args, const std::string& where) {
     ++stages_[run];
-    for (const char* key : {"ordered_forwards", "offer_payload", "offer_ack_us"})
+    for (const char* key : {"ordered_forwards", "offer_payload", "offer_ack_us", "step_us"})
       if (args.contains(key)) given_.try_emplace({run, key}, 0, where).first->second.first++;
   }
   void check(const std::vector<Timeline>& runs) const {
@@ -251,6 +252,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       read_run_setting(*p.args, "ordered_forwards", where, t, t.ordered_forwards);
       read_run_setting(*p.args, "offer_payload", where, t, t.offer_payload);
       read_run_setting(*p.args, "offer_ack_us", where, t, t.offer_ack_us);
+      read_run_setting(*p.args, "step_us", where, t, t.step_us, kMaxSpanUs);
       given.saw(run, *p.args, where);
     }
     const Waits waits = collective_waits(d);
