@@ -118,7 +118,7 @@ check "--timeout: must be between 0 and 86400 seconds, got inf" run --timeout in
 check "--transport mpi: " run --transport mpi --pp 2 -m 2  # not under mpirun (or no Open MPI)
 check "--transport: unknown transport 'tcp'" run --transport tcp --pp 2 -m 2
 check "--pp: must be at least 1" run --pp 0
-check "--idle-spin-us: Value 10001 not in range 0 to 10000" run --idle-spin-us 10001
+check "--idle-spin-us: must be a whole number from 0 to 10000, got 10001" run --idle-spin-us 10001
 check "unknown hint 'nope'" run --hint nope
 check "--policy fixed: needs a list hint" run --hint bf --policy fixed
 # Every input file is bounded in type and size before it is read (no hang, no unbounded memory).

@@ -49,6 +49,10 @@ check "--max-len: must be between 1 and the model's --max-seq (128), got 0" trai
 check "--microbatches: must be at most 50 million chunk-microbatches, got 4 x 1 x 50000000 = 200000000" \
   train -m 50000000 --out "$tmp/o"
 check "--tp: 3 does not divide --heads 4" train --tp 3 --out "$tmp/o"
+# Read as 0, which turns each off: clipping and the watchdog.
+check "--clip: '1e-400' is past a double's range, where it reads as 0 or infinity" train --clip 1e-400 --out "$tmp/o"
+check "--timeout: '-1e-400' is past a double's range" train --timeout -1e-400 --out "$tmp/o"
+check "--eval-every: '+3' is not a whole number (blanks and a '+' are not read" train --eval-every +3 --out "$tmp/o"
 check "--tp-protocol: how the tensor-parallel ranks of a stage coordinate; at --tp 1" train --tp-protocol leader --out "$tmp/o"
 check "--dp: data-parallel replicas run as processes" train --dp 2 --out "$tmp/o"
 check "--transport: unknown transport 'tcp'" train --transport tcp --out "$tmp/o"

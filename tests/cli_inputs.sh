@@ -22,6 +22,18 @@ check "--pp: '0X2' is not a whole number in decimal digits" schedule show --pp 0
 check "--seed: '0x10' is not a whole number in decimal digits" simulate --seed 0x10
 check "--budget: '0x10' is not a number in decimal digits" plan --budget 0x10
 check "--step: zb.json has no step 10" predict zb.json --step 010
+# Digits only: the conversion skipped blanks and a '+' before them and refused them after
+# ("--pp ' 4'" ran, "'4 '" was refused); a number past a double's range read as 0 or infinity
+# (--clip 1e-400 trained as --clip 0, unclipped, and --timeout 1e-400 turned the watchdog off).
+check "--pp: '+4' is not a whole number (blanks and a '+' are not read; rrfp simulate --help says" simulate --pp +4
+check "--pp: ' 4' is not a whole number (blanks and a '+' are not read;" simulate --pp " 4"
+check "--microbatches: '4 ' is not a whole number (blanks and a '+' are not read;" simulate -m "4 "
+check "--seed: '+8' is not a whole number" simulate --seed +8
+check "--budget: ' 1' is not a number (blanks and a '+' are not read; rrfp plan --help" plan --budget " 1"
+check "--budget: '1e-400' is past a double's range, where it reads as 0 or infinity" plan --budget 1e-400
+check "--budget: '1e400' is past a double's range" plan --budget 1e400
+check "--pp: '1e-400' is not a whole number (rrfp simulate --help says what it takes)" simulate --pp 1e-400
+check "--idle-spin-us: must be a whole number from 0 to 10000, got abc" run --idle-spin-us abc
 
 # A zb trace ends on W tasks: with the backward whole they fold into their B, and the measured
 # step still ends at the last W (it read 12.00 ms of a 14.00 ms step).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -134,29 +135,39 @@ namespace {
 
 // A number option's value as decimal: CLI11 converts integers with base 0, so a leading 0 read
 // octal ("-m 010" ran M = 8, "08" was refused) and 0x hexadecimal, as its float conversion
-// does too ("--budget 0x10" was 16 s). Digits lose their leading zeros (and the blanks before
-// them, which the conversion skipped); a hexadecimal value is refused as not `noun` ("a whole
-// number"); anything else is left to the conversion and the checks, which refuse it in their
-// words. `command` ("rrfp simulate") names the help that gives the option's range.
-CLI::Validator decimal_digits(const std::string& command, const std::string& noun) {
+// does too ("--budget 0x10" was 16 s). Digits lose their leading zeros; a hexadecimal value, a
+// blank or a '+' (the conversion skipped those before the digits and refused them after), and
+// a number past a double's range (1e-400 read as 0, which turned --clip and --timeout off) are
+// refused as not `noun` ("a whole number"); anything else is left to the conversion and the
+// checks, which refuse it in their words. `command` ("rrfp simulate") names the help that gives
+// the option's range.
+CLI::Validator decimal_digits(const std::string& command, const std::string& noun, bool real) {
   return CLI::Validator(
-      [command, noun](std::string& s) {
-        const std::size_t begin = std::min(s.find_first_not_of(" \t\n\v\f\r"), s.size());
+      [command, noun, real](std::string& s) {
+        const std::string help = command + " --help says what it takes";
         // CLI11 converts '' to 0: `--save-every ""` saved nothing, `--timeout ""` turned the
         // watchdog off, both exit 0.
-        if (begin == s.size())
-          return "'" + s + "' is not " + noun + " (" + command + " --help says what it takes)";
-        const std::size_t digits =
-            begin < s.size() && (s[begin] == '+' || s[begin] == '-') ? begin + 1 : begin;
+        if (s.find_first_not_of(" \t\n\v\f\r") == std::string::npos)
+          return "'" + s + "' is not " + noun + " (" + help + ")";
+        if (s.find_first_of(" \t\n\v\f\r") != std::string::npos || s[0] == '+')
+          return "'" + printable(s, 30) + "' is not " + noun + " (blanks and a '+' are not read; " +
+                 help + ")";
+        const std::size_t digits = s[0] == '-' ? 1 : 0;
         const std::string_view rest = std::string_view(s).substr(digits);
         if (rest.size() >= 2 && rest[0] == '0' && (rest[1] == 'x' || rest[1] == 'X'))
           return "'" + printable(s, 30) + "' is not " + noun +
-                 " in decimal digits (hexadecimal is not read; " + command +
-                 " --help says what it takes)";
-        if (rest.empty() || rest.find_first_not_of("0123456789") != std::string_view::npos)
+                 " in decimal digits (hexadecimal is not read; " + help + ")";
+        if (rest.empty() || rest.find_first_not_of("0123456789") != std::string_view::npos) {
+          errno = 0;
+          char* end = nullptr;
+          std::strtod(s.c_str(), &end);
+          if (real && errno == ERANGE && end == s.c_str() + s.size())
+            return "'" + printable(s, 30) + "' is past a double's range, where it reads as 0 " +
+                   "or infinity (" + help + ")";
           return std::string();
+        }
         const std::size_t zeros = std::min(rest.find_first_not_of('0'), rest.size() - 1);
-        s = (s[begin] == '-' ? "-" : "") + std::string(rest.substr(zeros));
+        s = (digits ? "-" : "") + std::string(rest.substr(zeros));
         return std::string();
       },
       "", "decimal");
@@ -180,9 +191,9 @@ void read_in_decimal(CLI::App& app, const std::string& command) {
     const std::string type = opt->get_type_name();
     const std::string base = type.substr(0, type.find(':'));
     if (base == "INT" || base == "UINT")
-      opt->transform(decimal_digits(command, "a whole number"));
+      opt->transform(decimal_digits(command, "a whole number", false));
     else if (base == "FLOAT")
-      opt->transform(decimal_digits(command, "a number"));
+      opt->transform(decimal_digits(command, "a number", true));
     else if (base == "TEXT")
       opt->check(not_empty(command));
   }
@@ -339,7 +350,7 @@ void add_idle_spin_flag(CLI::App* app, int& us) {
   app->add_option("--idle-spin-us", us,
                   "an idle rank spins this long, polling its transport, before it sleeps (an "
                   "arrival then skips the transport thread's hand-off; takes a core per rank)")
-      ->check(CLI::Range(0, 10'000))
+      ->check(whole_number(10'000, "microseconds from 0 to 10000"))
       ->capture_default_str();
 }
 
