@@ -70,6 +70,16 @@ rc=$?
 [ "$rc" -eq 2 ] && grep -q "'$tmp/other/loss.csv' is another run's log" "$tmp/o.log" ||
   fail "a resume into another run's folder: exit $rc, $(tail -1 "$tmp/o.log")"
 cmp -s "$tmp/other/loss.csv" "$tmp/other.csv" || fail "the other run's log changed"
+# ...and a log of other columns (another build's, or an edited one): the rows were appended
+# with more fields than its header names, exit 0.
+cp -r "$tmp/a" "$tmp/cut"
+cut -d, -f1-6 "$tmp/a/loss.csv" >"$tmp/cut/loss.csv"
+"$rrfp" train "${small[@]}" --steps $((last + 2)) --resume "$tmp/cut/checkpoint.bin" \
+  --out "$tmp/cut" >"$tmp/c.log" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "'$tmp/cut/loss.csv' has the columns 'step,loss,val_loss,lr,grad_norm,tokens' where this run writes 'step,loss," "$tmp/c.log" ||
+  fail "a resume onto a log of other columns: exit $rc, $(tail -1 "$tmp/c.log")"
+cmp -s <(cut -d, -f1-6 "$tmp/a/loss.csv") "$tmp/cut/loss.csv" || fail "the log of other columns changed"
 
 # SIGTERM during a long validation (100000 batches after step 1) is honoured within a batch:
 # the step stands, the run stops after it (it went on validating for over 100 s).

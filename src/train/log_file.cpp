@@ -17,6 +17,7 @@
 #include "core/format.hpp"
 #include "core/input_file.hpp"
 #include "core/output_file.hpp"
+#include "core/printable.hpp"
 
 namespace rrfp::train {
 
@@ -315,6 +316,14 @@ bool log_field_empty(const std::optional<EarlierLog>& log, int column) {
   if (!log || !log->resumed_row) return false;
   const std::vector<std::string>& row = *log->resumed_row;
   return column < static_cast<int>(row.size()) && row[column].empty();
+}
+
+void refuse_other_columns(const std::optional<EarlierLog>& log, const std::string& header) {
+  if (!log || log->header == header) return;
+  throw InputError("`out`: '" + log->path + "' has the columns '" + printable(log->header, 160) +
+                   "' where this run writes '" + header +
+                   "': another build's log, or an edited one; resume into another `out`, or "
+                   "move the file away");
 }
 
 void refuse_another_runs_log(const std::string& path, const std::optional<EarlierLog>& log,

@@ -93,6 +93,10 @@ bool log_field_empty(const std::optional<EarlierLog>& log, int column);
 // Empty where that row has one (or the log cannot be read: it is the other run's).
 std::string validation_left_behind(const std::string& resume, int step);
 
+// A resumed run's rows go under the log's header: one other than `header` (another build's
+// columns, or an edited file) is refused, naming both (InputError): the rows were appended
+// with more fields than it names, and read back shifted.
+void refuse_other_columns(const std::optional<EarlierLog>& log, const std::string& header);
 // A resumed run continues the log at `path` (`log`, if there is one): it must be the log of
 // the checkpoint's run, whose row for `step` holds the loss the checkpoint recorded (as "%.5f").
 // Throws InputError naming the file otherwise: another run's log was continued, its rows and

@@ -58,6 +58,7 @@ class Run {
     agree_on_input(t_.job, [&] {  // a resume's log, read once for its checks and continuation
       if (!root_ || first_ == 0) return;
       old_log_ = read_log(dir() + "loss.csv", first_);
+      refuse_other_columns(old_log_, kLossColumns);
       if (const auto loss = trainer_.last_loss())
         refuse_another_runs_log(dir() + "loss.csv", old_log_, first_, *loss);
     });
