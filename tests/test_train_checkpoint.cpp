@@ -376,6 +376,31 @@ TEST(Checkpoint, AFullDiskLeavesThePreviousCheckpoint) {
   EXPECT_EQ(refusal(path, o), "accepted");
 }
 
+// A checkpoint a link names (to a larger disk): its target is saved, and the link stays. The
+// rename replaced the link with a file, and left the target at the earlier step.
+TEST(Checkpoint, ASaveThroughALinkReplacesItsTarget) {
+  const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
+  const TrainOptions o = options(c, 0);
+  const std::string target = ::testing::TempDir() + "rrfp-linked-target.bin";
+  const std::string link = ::testing::TempDir() + "rrfp-link.bin";
+  Trainer t(o);
+  t.save(target);
+  const std::string before = read_bytes(target);
+  ::unlink(link.c_str());
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  t.step();
+  t.save(link);
+  struct stat st;
+  ASSERT_EQ(::lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link was replaced by a file";
+  EXPECT_NE(read_bytes(target), before) << "the link's target kept the earlier step";
+  EXPECT_NE(::lstat((target + ".tmp").c_str(), &st), 0) << "a temporary was left behind";
+  EXPECT_NE(::lstat((link + ".tmp").c_str(), &st), 0) << "a temporary was left behind";
+  EXPECT_EQ(refusal(link, o), "accepted");
+  ::unlink(link.c_str());
+  ::unlink(target.c_str());
+}
+
 // A second signal ends `train` at once, its handler removing the temporary being written: a
 // checkpoint's (of the model's size, 200 MB and more) was left behind, not named to it. The
 // signal is SIGXFSZ, which a write past the file size limit raises mid-write in the writing

@@ -196,14 +196,6 @@ void hold_fifo(const std::string& path, const std::string& what) {
   }
 }
 
-// The file `path` names, through symbolic links: the one replace_file replaces (the link stays).
-std::string resolved(const std::string& path) {
-  char* real = ::realpath(path.c_str(), nullptr);
-  const std::string target = real ? real : path;
-  std::free(real);
-  return target;
-}
-
 // Whether a folder's refusal of a new file (errno `err`) is for want of permission, where a
 // writable file in it is written in place instead.
 bool in_place_instead(int err) {
@@ -221,6 +213,13 @@ int folder_refuses(const std::string& target) {
 }
 
 }  // namespace
+
+std::string link_target(const std::string& path) {
+  char* real = ::realpath(path.c_str(), nullptr);
+  const std::string target = real ? real : path;
+  std::free(real);
+  return target;
+}
 
 int open_output(const std::string& path, const std::string& what, OutputMode mode) {
   refuse_closed_stream(path, what);
@@ -276,7 +275,7 @@ void check_output_path(const std::string& path, const std::string& what, OutputM
     if (!S_ISREG(st.st_mode)) return;  // a device: written in place
     // replace_file writes a temporary beside the file it names and renames it over, or, where
     // the folder takes none for want of permission, writes in place.
-    const std::string target = resolved(path);
+    const std::string target = link_target(path);
     const int err = folder_refuses(target);
     if (err != 0 && !in_place_instead(err))
       throw InputError(what + " cannot be written: its folder '" + folder_of(target) +
@@ -303,7 +302,7 @@ void replace_file(const std::string& path, const std::string& bytes, const std::
   // rename needs only the folder's permission.
   if (exists && ::access(path.c_str(), W_OK) != 0)
     throw InputError(what + " cannot be written: " + std::strerror(errno));
-  const std::string target = exists ? resolved(path) : path;
+  const std::string target = exists ? link_target(path) : path;
   std::string tmp;
   const int fd = open_temporary(target, exists ? st.st_mode & 07777 : 0644, tmp);
   if (fd < 0) {

@@ -48,6 +48,11 @@ void check_output_path(const std::string& path, const std::string& what, OutputM
 // as open_output (InputError) and write_all (Error) do, starting with `what`.
 void replace_file(const std::string& path, const std::string& bytes, const std::string& what);
 
+// The file `path` names through symbolic links, which a writer that renames its temporary over
+// it replaces so that the link keeps its place; `path` itself where it names none or a dangling
+// link (the file then takes the link's place).
+std::string link_target(const std::string& path);
+
 // Removes the temporary file being written, if any (replace_file's, or one a
 // TemporaryInProgress names): for a signal handler that ends the process at once
 // (async-signal-safe), which left a hidden `.rrfp-PID-N.tmp` behind, and `train` a checkpoint's

@@ -66,7 +66,10 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
   put(head, kVersion);
   put(head, static_cast<std::uint64_t>(header.size()));
   head += header;
-  const std::string tmp = path + ".tmp";
+  // Through a link (to a larger disk): its target is replaced, where the rename replaced the
+  // link with a file and left the target at the earlier step.
+  const std::string file = link_target(path);
+  const std::string tmp = file + ".tmp";
   const int fd = open_output(tmp, "checkpoint '" + path + "': its temporary '" + tmp + "'",
                              OutputMode{.named_by_user = false});
   const TemporaryInProgress in_progress(tmp);  // a second signal removes it (of the model's size)
@@ -100,7 +103,7 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
     ::unlink(tmp.c_str());
     throw Error("checkpoint '" + path + "': close failed: " + std::strerror(errno));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (std::rename(tmp.c_str(), file.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
     throw Error("checkpoint '" + path + "': cannot rename " + tmp +
@@ -108,7 +111,7 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
   }
   // Make the rename itself durable.
   const std::string dir =
-      path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+      file.find('/') == std::string::npos ? "." : file.substr(0, file.rfind('/'));
   const int dfd = ::open(dir.empty() ? "/" : dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (dfd >= 0) {
     ::fsync(dfd);

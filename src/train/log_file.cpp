@@ -139,9 +139,7 @@ LogFile::LogFile(const std::string& path, const std::string& header, int resume_
     // stray bytes and a row written twice were kept and spliced into the continued log. Written
     // beside the file a symbolic link names, and renamed over it: renamed over the link, the
     // log went on in `out` and the file the user linked to kept the rows before the resume.
-    std::error_code ec;
-    const std::filesystem::path real = std::filesystem::canonical(path, ec);
-    const std::string target = ec ? path : real.string();
+    const std::string target = link_target(path);
     const std::string tmp = target + ".tmp";
     const int t = open_output(tmp, "'" + path + "': its temporary '" + tmp + "'",
                               OutputMode{.named_by_user = false});
