@@ -368,6 +368,16 @@ class Run {
     write_out_file("timeline.svg", svg_timeline(h, runs));
   }
 
+  // A resume stopped within its first two steps writes no durations.csv: the run's before it,
+  // of earlier steps than trace.json's, stays, said (it stood beside the new trace unsaid).
+  std::string earlier_durations_kept() const {
+    std::error_code ec;
+    if (!measured_.empty() || first_ == 0 || !std::filesystem::exists(dir() + "durations.csv", ec))
+      return {};
+    return "; durations.csv, of steps before " + std::to_string(first_ + 1) +
+           ", is the resumed run's, kept: this one kept none of its own";
+  }
+
   // One write: under mpirun the other processes' lines share the stream (a "SIGTERM taken"
   // line once landed inside this one, written piece by piece).
   void print_summary() const {
@@ -390,7 +400,7 @@ class Run {
        << "wrote " << visible(dir())
        << "loss.csv, loss.svg, trace.json, timeline.svg"
        // durations.csv holds the steps after the first two: a run stopped before has none
-       << (measured_.empty() ? "" : ", durations.csv") << "\n";
+       << (measured_.empty() ? "" : ", durations.csv") << earlier_durations_kept() << "\n";
     std::cout << os.str() << std::flush;
   }
 
