@@ -92,6 +92,18 @@ cmp -s zb.json zb.keep || fail "predict replaced its input trace"
 # as written for pp=2 where the run had the default pp=4.
 "$rrfp" schedule show --hint h.txt | grep -q "^hint file:h.txt: P=2 V=1 M=3$" ||
   fail "schedule show --hint of a file it wrote at --pp 2 -m 3"
+# ...and so under simulate, run and train, which refused it at their defaults' shape.
+[[ "$(header simulate --hint h.txt --policy fixed --workload uniform)" == "P=2 V=1 (loop) M=3 "* ]] ||
+  fail "simulate --hint h.txt: $(header simulate --hint h.txt --policy fixed --workload uniform)"
+[[ "$("$rrfp" run --hint h.txt --policy fixed --workload uniform 2>/dev/null | head -1)" == "P=2 V=1 (loop) M=3 "* ]] ||
+  fail "run --hint h.txt"
+check "h.txt:1: hint was written for pp=2 but the run has pp=3" simulate --hint h.txt --pp 3
+if [ "$trains" = ON ]; then
+  "$rrfp" train --hint ./h.txt --policy fixed --steps 1 --warmup 0 --d-model 16 --heads 2 --layers 2 \
+    --max-seq 32 --max-len 32 --min-len 8 --eval-every 0 --out trained >train.log 2>&1 ||
+    fail "train --hint h.txt: $(tail -1 train.log)"
+  grep -q "^rrfp train: P=2 V=1 M=3 fixed ./h.txt," train.log || fail "train --hint h.txt: $(head -1 train.log)"
+fi
 check "--trace: 'h.txt' is the input --hint or inside it" simulate --pp 2 -m 3 --hint h.txt --trace h.txt
 check "--json: 'wf.json' is the input --workload-file or inside it" simulate --pp 2 -m 3 --workload-file wf.json --json wf.json
 # A trace folder (one file per rank) is read whole: an output inside it replaced a rank's file.

@@ -61,7 +61,9 @@ Scenario scenario_of(const ExperimentFlags& f) {
 Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
                        const DispatchFlags& dispatch) {
   Scenario sc;
-  sc.cfg = to_config(shape);  // auto: off, unless the replay says otherwise
+  ShapeFlags own = shape;  // a hint file's shape for the flags not given
+  shape_from_hint_file(own, dispatch.hint);
+  sc.cfg = to_config(own);  // auto: off, unless the replay says otherwise
   sc.ordered_from_replay = shape.ordered == "auto";
   sc.split_mode = shape.split;
   sc.workload = load_workload(load);

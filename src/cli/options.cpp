@@ -212,11 +212,16 @@ CLI::Validator seed_value() {
 }
 
 void add_shape_flags(CLI::App* app, ShapeFlags& f) {
-  app->add_option("--pp", f.pp, "pipeline stages P")->capture_default_str();
-  app->add_option("--vpp", f.vpp, "model chunks per stage V")->capture_default_str();
+  auto given = [&f](std::size_t i) { return [&f, i](const std::string&) { f.given[i] = true; }; };
+  app->add_option("--pp", f.pp, "pipeline stages P")->each(given(0))->capture_default_str();
+  app->add_option("--vpp", f.vpp, "model chunks per stage V")
+      ->each(given(1))
+      ->capture_default_str();
   app->add_option("--placement", f.placement, "chunk placement: loop or vshape")
+      ->each(given(3))
       ->capture_default_str();
   app->add_option("--microbatches,-m", f.microbatches, "microbatches per step M")
+      ->each(given(2))
       ->capture_default_str();
   app->add_option("--split-backward", f.split,
                   "split backward into B (input grad) and W (weight grad): auto (on for zb-*, bfw, "
@@ -225,6 +230,20 @@ void add_shape_flags(CLI::App* app, ShapeFlags& f) {
       ->capture_default_str();
   add_ordered_forwards_flag(app, f.ordered,
                             "a --replay of rrfp's own trace takes its step's, else off");
+}
+
+bool shape_from_hint_file(ShapeFlags& shape, const std::string& hint) {
+  return !hint_file(hint).empty() && shape_from_file(shape, hint);
+}
+
+bool shape_from_file(ShapeFlags& shape, const std::string& path) {
+  HintShape s{shape.pp, shape.vpp, shape.microbatches, shape.placement};
+  const bool from_file = take_hint_file_shape(path, s, shape.given, "--vpp");
+  shape.pp = s.pp;
+  shape.vpp = s.vpp;
+  shape.microbatches = s.microbatches;
+  shape.placement = s.placement;
+  return from_file;
 }
 
 void add_ordered_forwards_flag(CLI::App* app, std::string& ordered, const std::string& auto_help) {
@@ -238,7 +257,9 @@ void add_ordered_forwards_flag(CLI::App* app, std::string& ordered, const std::s
 }
 
 CLI::Option* add_dispatch_flags(CLI::App* app, DispatchFlags& f, const std::string& policies) {
-  app->add_option("--hint", f.hint, "a hint name (see `rrfp schedule show --help`) or a hint file")
+  app->add_option("--hint", f.hint,
+                  "a hint name (see `rrfp schedule show --help`) or a hint file, whose shape "
+                  "stands for any shape flag not given")
       ->capture_default_str();
   app->add_option("--policy", f.policy, policies)
       ->each([&f](const std::string&) { f.policy_given = true; })

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "core/hint_shape.hpp"
 #include "report/experiment.hpp"
 #include "runtime/runtime.hpp"
 
@@ -68,6 +69,7 @@ struct ShapeFlags {
   // on or off; "auto" where a command replays a recorded step (simulate, run): the step's
   // own, off where it does not say.
   std::string ordered = "off";
+  ShapeGiven given{};  // --pp, --vpp, --microbatches, --placement on the command line
 };
 
 // How stages pick and move work: --hint --policy --limit --max-pending-w --comm --tp
@@ -126,6 +128,12 @@ void warn_hint_name_shadows_file(const std::string& hint);
 void refuse_hint_name_out(const std::string& out);
 
 void add_shape_flags(CLI::App* app, ShapeFlags& f);
+// The shape the hint file `hint` names (none for a built-in hint) was written for, taken for
+// each shape flag not given (core/hint_shape.hpp): `simulate --hint plan.txt` of a plan at pp 2
+// was refused as "written for pp=2 but the run has pp=8", the default. Whether any was taken.
+bool shape_from_hint_file(ShapeFlags& shape, const std::string& hint);
+// The same of a file named as one (`schedule check FILE`), whatever its name.
+bool shape_from_file(ShapeFlags& shape, const std::string& path);
 // --ordered-forwards into `ordered`: on or off, and auto where `ordered` is "auto" when bound;
 // `auto_help` says what auto takes.
 void add_ordered_forwards_flag(CLI::App* app, std::string& ordered, const std::string& auto_help);

@@ -133,16 +133,9 @@ void show(const ScheduleFlags& f) {
 
 // The shape a hint file says it was written for, taken for each shape flag not given
 // (core/hint_shape.hpp).
-void take_file_shape(const CLI::App& app, const std::string& path, ShapeFlags& shape,
-                     std::string& lower) {
-  HintShape s{shape.pp, shape.vpp, shape.microbatches, shape.placement};
-  const ShapeGiven given = {app.count("--pp") > 0, app.count("--vpp") > 0,
-                            app.count("--microbatches") > 0, app.count("--placement") > 0};
-  const bool from_file = take_hint_file_shape(path, s, given, "--vpp");
-  shape.pp = s.pp;
-  shape.vpp = s.vpp;
-  shape.microbatches = s.microbatches;
-  shape.placement = s.placement;
+void take_file_shape(const std::string& path, ShapeFlags& shape, std::string& lower) {
+  const bool from_file = shape_from_file(shape, path);
+  const ShapeGiven& given = shape.given;
   // Named so where the file alone gave the shape: a --pp given still names the flags.
   if (from_file && !given[0] && !given[1] && !given[2])
     lower = "the shape, which '" + printable(path, 100) +
@@ -195,8 +188,8 @@ void setup_schedule(CLI::App& app) {
                  "also write the hint's task list (JSON for a name ending .json, else text)");
   // A hint file's shape stands for the flags not given, as under check: the file show --out
   // had just written was refused as written for pp=2 where the run had the default pp=4.
-  sh->callback([f, sh] {
-    if (!hint_file(f->hint).empty()) take_file_shape(*sh, f->hint, f->shape, f->lower);
+  sh->callback([f] {
+    if (!hint_file(f->hint).empty()) take_file_shape(f->hint, f->shape, f->lower);
     show(*f);
   });
 
@@ -208,8 +201,8 @@ void setup_schedule(CLI::App& app) {
   ck->add_option("FILE", g->file,
                  "hint file; the shape it was written for stands for any shape flag not given")
       ->required();
-  ck->callback([g, ck] {
-    take_file_shape(*ck, g->file, g->shape, g->lower);
+  ck->callback([g] {
+    take_file_shape(g->file, g->shape, g->lower);
     check(*g);
   });
 }

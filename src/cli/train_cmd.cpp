@@ -196,6 +196,7 @@ void setup_train(CLI::App& app) {
     while (out.size() > 1 && out.back() == '/')
       out.pop_back();
     if (f->run.train.device != "cpu") gpu_defaults(*s, *f);
+    shape_from_hint_file(f->shape, f->dispatch.hint);  // for the shape flags not given
     // A hint that needs the split (the default bfw) is refused under off with its own message;
     // adaptive runs unsplit, which ignored the cap.
     const std::string& hint = f->dispatch.hint;
