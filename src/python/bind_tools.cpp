@@ -85,7 +85,8 @@ auto without_gil(Work&& work) {
 }
 
 // One simulated step: rrfp simulate's scenario runner with one run.
-StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& placement,
+StepRecordPy simulate_one(std::optional<int> pp, std::optional<int> vpp,
+                          std::optional<int> microbatches, std::optional<std::string> placement,
                           const std::string& split_backward, const std::string& workload,
                           const std::string& workload_file, const std::string& replay,
                           const std::string& hint, const std::string& policy, int limit,
@@ -93,8 +94,15 @@ StepRecordPy simulate_one(int pp, int vpp, int microbatches, const std::string& 
                           const std::string& tp_protocol, const std::string& ordered_forwards,
                           int step, const std::string& trace_format, double message_us,
                           bool workload_given, bool seed_given) {
+  // A hint file's shape stands for what is not given, as the command takes it.
+  HintShape s{pp.value_or(4), vpp.value_or(1), microbatches.value_or(8),
+              placement.value_or("loop")};
+  if (!is_hint_name(hint))
+    take_hint_file_shape(
+        hint, s, {pp.has_value(), vpp.has_value(), microbatches.has_value(), placement.has_value()},
+        "`vpp`");
   Scenario sc;
-  sc.cfg = make_config(pp, vpp, microbatches, placement, "off", hint);  // split: per run
+  sc.cfg = make_config(s.pp, s.vpp, s.microbatches, s.placement, "off", hint);  // split: per run
   if (ordered_forwards != "auto" && ordered_forwards != "on" && ordered_forwards != "off")
     throw InputError("`ordered_forwards`: expected auto, on or off, got '" +
                      printable(ordered_forwards, 20) + "'");
@@ -242,14 +250,15 @@ void bind_tools(pyb::module_& m) {
         "still kept (rrfp/_c10d.py)");
   m.def("_waiting_for", &note_waiting_for, pyb::arg("what"),
         "what the task running on this thread waits for, for the stuck report (\"\": nothing)");
-  m.def("simulate", &simulate_one, pyb::kw_only(), pyb::arg("pp") = 4, pyb::arg("vpp") = 1,
-        pyb::arg("microbatches") = 8, pyb::arg("placement") = "loop",
-        pyb::arg("split_backward") = "auto", pyb::arg("workload") = "multimodal",
-        pyb::arg("workload_file") = "", pyb::arg("replay") = "", pyb::arg("hint") = "bf",
-        pyb::arg("policy") = "ready", pyb::arg("limit") = 0, pyb::arg("max_pending_w") = 0,
-        pyb::arg("comm") = "async", pyb::arg("seed") = 1, pyb::arg("tp") = 1,
-        pyb::arg("tp_protocol") = "leader", pyb::arg("ordered_forwards") = "auto",
-        pyb::arg("step") = -1, pyb::arg("trace_format") = "auto", pyb::arg("message_us") = -1.0,
+  m.def("simulate", &simulate_one, pyb::kw_only(), pyb::arg("pp") = pyb::none(),
+        pyb::arg("vpp") = pyb::none(), pyb::arg("microbatches") = pyb::none(),
+        pyb::arg("placement") = pyb::none(), pyb::arg("split_backward") = "auto",
+        pyb::arg("workload") = "multimodal", pyb::arg("workload_file") = "",
+        pyb::arg("replay") = "", pyb::arg("hint") = "bf", pyb::arg("policy") = "ready",
+        pyb::arg("limit") = 0, pyb::arg("max_pending_w") = 0, pyb::arg("comm") = "async",
+        pyb::arg("seed") = 1, pyb::arg("tp") = 1, pyb::arg("tp_protocol") = "leader",
+        pyb::arg("ordered_forwards") = "auto", pyb::arg("step") = -1,
+        pyb::arg("trace_format") = "auto", pyb::arg("message_us") = -1.0,
         pyb::arg("workload_given") = false, pyb::arg("seed_given") = false,
         "Simulates one step (as `rrfp simulate`) and returns its StepRecord.");
   m.def("schedule", &schedule, pyb::kw_only(), pyb::arg("hint") = "1f1b",

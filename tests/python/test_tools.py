@@ -326,6 +326,11 @@ def test_schedule_of_a_hint_file_takes_its_shape(tmp_path):
                                         [("F", 1, 0), ("F", 1, 1), ("B", 1, 0), ("B", 1, 1)]]
     with pytest.raises(ValueError, match="written for pp=2 but the run has pp=4"):
         rrfp.schedule(hint=hint, pp=4)  # given: the file must fit it
+    # So does simulate, as `rrfp simulate --hint FILE` does.
+    record = rrfp.simulate(hint=hint, policy="fixed", workload="uniform")
+    assert sorted({stage for stage, *_ in record.tasks}) == [0, 1] and len(record.tasks) == 8
+    with pytest.raises(ValueError, match="written for pp=2 but the run has pp=3"):
+        rrfp.simulate(hint=hint, policy="fixed", pp=3)
     hint.write_text("rrfp-hint 1 pp=2 vpp=1 microbatches=2 placement=vshape split=0\n")
     with pytest.raises(ValueError, match="vshape, which needs vpp 2, but the run has vpp 3 "
                                          r"\(`vpp`\)"):
