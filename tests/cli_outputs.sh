@@ -120,6 +120,13 @@ done
 "$rrfp" schedule show --hint gpipe --out link.txt >/dev/null || fail "schedule show --out link"
 [ -L link.txt ] && grep -q "F" real.txt || fail "--out through a link replaced the link"
 [ "$(stat -c %a real.txt)" = 600 ] || fail "--out: mode $(stat -c %a real.txt), want 600"
+# A link made before its file (to another disk): the file is made where it points, as a shell's
+# redirection makes it (the link was replaced by the file, and its folder got nothing). Where
+# that folder is missing, refused before the work, naming it.
+mkdir -p elsewhere && ln -s elsewhere/made.json ahead.json && ln -s nowhere/x.json lost.json
+"$rrfp" simulate --pp 2 -m 2 --json ahead.json >/dev/null || fail "--json through a dangling link"
+[ -L ahead.json ] && [ -s elsewhere/made.json ] || fail "--json through a dangling link replaced the link"
+check "--json: 'lost.json': its folder './nowhere' does not exist" simulate --pp 2 -m 2 --json lost.json
 
 # '-' is stdout for --json alone, as simulate's --trace and --svg refuse it: these wrote a file
 # named "-" and exited 0.

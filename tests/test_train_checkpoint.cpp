@@ -397,6 +397,12 @@ TEST(Checkpoint, ASaveThroughALinkReplacesItsTarget) {
   EXPECT_NE(::lstat((target + ".tmp").c_str(), &st), 0) << "a temporary was left behind";
   EXPECT_NE(::lstat((link + ".tmp").c_str(), &st), 0) << "a temporary was left behind";
   EXPECT_EQ(refusal(link, o), "accepted");
+  // Made before the first save (the usual way): its target is made there, the link kept.
+  ::unlink(target.c_str());
+  t.save(link);
+  ASSERT_EQ(::lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "a dangling link was replaced by a file";
+  EXPECT_EQ(refusal(target, o), "accepted");
   ::unlink(link.c_str());
   ::unlink(target.c_str());
 }

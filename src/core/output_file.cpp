@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/mpirun_env.hpp"
@@ -215,10 +217,23 @@ int folder_refuses(const std::string& target) {
 }  // namespace
 
 std::string link_target(const std::string& path) {
-  char* real = ::realpath(path.c_str(), nullptr);
-  const std::string target = real ? real : path;
-  std::free(real);
-  return target;
+  if (char* real = ::realpath(path.c_str(), nullptr)) {
+    const std::string target = real;
+    std::free(real);
+    return target;
+  }
+  // A dangling link (a link made before the first save, to a larger disk): the file its last
+  // link names, made where it points as a shell's redirection makes it (it was replaced by the
+  // file, and the disk it named got nothing). A loop is left to the open, which says so.
+  std::string at = path;
+  for (int hop = 0; hop < 40; ++hop) {
+    std::vector<char> buf(PATH_MAX);
+    const ssize_t n = ::readlink(at.c_str(), buf.data(), buf.size() - 1);
+    if (n < 0) return at;  // no link: the file to make
+    std::string next(buf.data(), static_cast<std::size_t>(n));
+    at = next.starts_with('/') ? next : folder_of(at) + "/" + next;
+  }
+  return path;
 }
 
 int open_output(const std::string& path, const std::string& what, OutputMode mode) {
@@ -283,10 +298,11 @@ void check_output_path(const std::string& path, const std::string& what, OutputM
     return;
   }
   if (errno != ENOENT) throw InputError(what + " cannot be examined: " + std::strerror(errno));
-  const std::string folder = folder_of(path);
+  const std::string target = link_target(path);  // a dangling link's file, made where it points
+  const std::string folder = folder_of(target);
   if (::stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw InputError(what + ": its folder '" + folder + "' does not exist");
-  if (const int err = ::access(folder.c_str(), W_OK | X_OK) != 0 ? errno : folder_refuses(path))
+  if (const int err = ::access(folder.c_str(), W_OK | X_OK) != 0 ? errno : folder_refuses(target))
     throw InputError(what + ": its folder '" + folder +
                      "' takes no new file: " + std::strerror(err));
 }
@@ -302,7 +318,7 @@ void replace_file(const std::string& path, const std::string& bytes, const std::
   // rename needs only the folder's permission.
   if (exists && ::access(path.c_str(), W_OK) != 0)
     throw InputError(what + " cannot be written: " + std::strerror(errno));
-  const std::string target = exists ? link_target(path) : path;
+  const std::string target = link_target(path);
   std::string tmp;
   const int fd = open_temporary(target, exists ? st.st_mode & 07777 : 0644, tmp);
   if (fd < 0) {

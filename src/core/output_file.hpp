@@ -49,8 +49,8 @@ void check_output_path(const std::string& path, const std::string& what, OutputM
 void replace_file(const std::string& path, const std::string& bytes, const std::string& what);
 
 // The file `path` names through symbolic links, which a writer that renames its temporary over
-// it replaces so that the link keeps its place; `path` itself where it names none or a dangling
-// link (the file then takes the link's place).
+// it replaces so that the link keeps its place; a dangling link's (its last link's target, the
+// file to make there); `path` itself where it names no link.
 std::string link_target(const std::string& path);
 
 // Removes the temporary file being written, if any (replace_file's, or one a

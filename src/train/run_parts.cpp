@@ -151,12 +151,7 @@ constexpr std::array<const char*, 4> kEndOutputs{"loss.svg", "trace.json", "time
 std::vector<std::string> output_names(const TrainRun& o) {
   std::vector<std::string> names{"loss.csv"};
   names.insert(names.end(), kEndOutputs.begin(), kEndOutputs.end());
-  if (o.save_every > 0) {
-    names.push_back("checkpoint.bin");
-    // Its temporary, written then renamed (save_checkpoint): a directory or FIFO there was
-    // met at the first save, the steps before it lost.
-    names.push_back("checkpoint.bin.tmp");
-  }
+  if (o.save_every > 0) names.push_back("checkpoint.bin");
   return names;
 }
 
@@ -209,6 +204,13 @@ void check_run_out(const TrainRun& o) {
   for (const std::string& name : output_names(o))  // files it places itself: no FIFO
     check_output_path(o.out + "/" + name, "`out`: '" + o.out + "/" + name + "'",
                       OutputMode{false, false});
+  // The checkpoint's temporary, written beside the file its path names (a link's target) and
+  // renamed over it (save_checkpoint): a directory or FIFO there was met at the first save, the
+  // steps before it lost.
+  if (o.save_every > 0) {
+    const std::string tmp = link_target(o.out + "/checkpoint.bin") + ".tmp";
+    check_output_path(tmp, "`out`: '" + tmp + "'", OutputMode{false, false});
+  }
 }
 
 }  // namespace
