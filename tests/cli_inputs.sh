@@ -32,6 +32,8 @@ check "--seed: '+8' is not a whole number" simulate --seed +8
 check "--budget: ' 1' is not a number (blanks and a '+' are not read; rrfp plan --help" plan --budget " 1"
 check "--budget: '1e-400' is past a double's range, where it reads as 0 or infinity" plan --budget 1e-400
 check "--budget: '1e400' is past a double's range" plan --budget 1e400
+# A subnormal number is read with a range error too, but kept: it was refused as read as 0.
+"$rrfp" plan --pp 2 -m 2 --budget 4e-320 --max-evaluations 5 >/dev/null 2>&1 || fail "plan --budget 4e-320"
 check "--pp: '1e-400' is not a whole number (rrfp simulate --help says what it takes)" simulate --pp 1e-400
 check "--idle-spin-us: must be a whole number from 0 to 10000, got abc" run --idle-spin-us abc
 

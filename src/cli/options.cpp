@@ -160,8 +160,9 @@ CLI::Validator decimal_digits(const std::string& command, const std::string& nou
         if (rest.empty() || rest.find_first_not_of("0123456789") != std::string_view::npos) {
           errno = 0;
           char* end = nullptr;
-          std::strtod(s.c_str(), &end);
-          if (real && errno == ERANGE && end == s.c_str() + s.size())
+          const double v = std::strtod(s.c_str(), &end);
+          // A subnormal number is read with ERANGE too, and kept: only 0 and infinity lose it.
+          if (real && errno == ERANGE && end == s.c_str() + s.size() && (v == 0 || std::isinf(v)))
             return "'" + printable(s, 30) + "' is past a double's range, where it reads as 0 " +
                    "or infinity (" + help + ")";
           return std::string();
