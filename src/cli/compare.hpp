@@ -52,8 +52,8 @@ std::string describe(const MessageModel& mm);
 struct FidelityRow {
   std::string label;
   std::int64_t measured = 0, simulated = 0, replayed = 0;
-  // The measured step's start to its first task: the compute threads' start, in `measured`
-  // and in neither model (-1: no task recorded).
+  // The measured step's start to its first start, a task's or a wait's: the compute threads'
+  // start, in `measured` and in neither model (-1: nothing recorded).
   std::int64_t start_up = -1;
   std::vector<std::int64_t> steps, fresh;
 };
