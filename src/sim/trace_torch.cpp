@@ -155,12 +155,30 @@ void order_by_named_ranks(std::vector<TorchProcess>& out, size_t first,
     out[i].order = k++;
 }
 
-// In a file of several ranks (no distributedInfo: a merged or legacy file), a process that is a
-// rank (its pid names one, or it has profiler steps) without task spans timed nothing: the
-// pipeline was replayed without its stage, P one less, exit 0.
-void refuse_untimed_merged_ranks(const std::vector<TorchProcess>& out) {
+// A rank without task spans timed nothing (its record_function labels missing), and the
+// pipeline was replayed without its stage, P one less, exit 0: a file of a folder (a process
+// without task spans, a data loader, is no rank; but a profiler's file of a rank, its
+// distributedInfo or its steps, is), or in a file of several ranks (no distributedInfo: a merged
+// or legacy file) a process that is a rank (its pid names one, or it has profiler steps on the
+// CPU) beside processes with task spans.
+void refuse_untimed_ranks(const std::vector<TorchProcess>& out, const std::vector<Doc>& docs) {
+  if (docs.size() > 1)
+    for (size_t f = 0; f < docs.size(); ++f) {
+      auto of = [f](const TorchProcess& p) { return p.file == f; };
+      auto timed = [f](const TorchProcess& p) { return p.file == f && !p.spans.empty(); };
+      auto profiled = [f](const TorchProcess& p) {
+        return p.file == f && (p.ranked || !p.steps.empty());
+      };
+      if (std::any_of(out.begin(), out.end(), of) && std::none_of(out.begin(), out.end(), timed) &&
+          std::any_of(out.begin(), out.end(), profiled))
+        throw InputError(docs[f].origin +
+                         ": a profiler's trace of a rank without task spans "
+                         "(PP:<chunk><F|I|B|W><mb>, or Forward i / Backward i): each file of a "
+                         "folder is one rank of the pipeline, its tasks labelled");
+    }
   for (const TorchProcess& p : out) {
-    if (p.ranked || !p.spans.empty() || (p.steps.empty() && !rank_named(p.pid))) continue;
+    // Steps on the CPU: a device's process holds the GPU's copies of every step, and no rank.
+    if (p.ranked || !p.spans.empty() || (p.cpu_steps.empty() && !rank_named(p.pid))) continue;
     const bool others_timed = std::any_of(out.begin(), out.end(), [&p](const TorchProcess& q) {
       return q.file == p.file && !q.spans.empty();
     });
@@ -254,24 +272,7 @@ std::vector<TorchProcess> processes_of(const std::vector<Doc>& docs) {
   std::stable_sort(out.begin(), out.end(), [](const TorchProcess& a, const TorchProcess& b) {
     return a.rank != b.rank ? a.rank < b.rank : a.order < b.order;
   });
-  // A process without task spans (a data loader, a merged file's other tools) is no rank; but
-  // a profiler's file of a rank (its distributedInfo or its steps) without any is a rank that
-  // timed nothing (its record_function labels missing), whose stage the next file took silently.
-  if (docs.size() > 1)
-    for (size_t f = 0; f < docs.size(); ++f) {
-      auto of = [f](const TorchProcess& p) { return p.file == f; };
-      auto timed = [f](const TorchProcess& p) { return p.file == f && !p.spans.empty(); };
-      auto profiled = [f](const TorchProcess& p) {
-        return p.file == f && (p.ranked || !p.steps.empty());
-      };
-      if (std::any_of(out.begin(), out.end(), of) && std::none_of(out.begin(), out.end(), timed) &&
-          std::any_of(out.begin(), out.end(), profiled))
-        throw InputError(docs[f].origin +
-                         ": a profiler's trace of a rank without task spans "
-                         "(PP:<chunk><F|I|B|W><mb>, or Forward i / Backward i): each file of a "
-                         "folder is one rank of the pipeline, its tasks labelled");
-    }
-  refuse_untimed_merged_ranks(out);
+  refuse_untimed_ranks(out, docs);
   std::erase_if(out, [](const TorchProcess& p) { return p.spans.empty(); });
   // Two files of one rank replayed as a pipeline of two stages (a merged file's processes share
   // its rank and keep their order).
