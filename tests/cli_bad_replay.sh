@@ -364,6 +364,10 @@ check "rank0.json: event 1: span 'ProfilerStep#one' is no step span: ProfilerSte
 # A merged file's rank with its steps but no task spans timed nothing: the pipeline was replayed
 # without its stage (P=2 of 3), exit 0.
 printf '[{"name":"ProfilerStep#0","ph":"X","ts":0,"dur":100,"pid":"rank0","tid":1},{"name":"Forward 0","ph":"X","ts":0,"dur":10,"pid":"rank0","tid":1},{"name":"Backward 0","ph":"X","ts":60,"dur":20,"pid":"rank0","tid":1},{"name":"ProfilerStep#0","ph":"X","ts":0,"dur":100,"pid":"rank1","tid":1},{"name":"ProfilerStep#0","ph":"X","ts":0,"dur":100,"pid":"rank2","tid":1},{"name":"Forward 0","ph":"X","ts":21,"dur":10,"pid":"rank2","tid":1},{"name":"Backward 0","ph":"X","ts":31,"dur":18,"pid":"rank2","tid":1}]' >"$tmp/untimed-rank.json"
+# ...but a device's process holding the GPU's copies of the steps alone is no rank.
+printf '{"traceEvents":[{"name":"ProfilerStep#0","ph":"X","ts":0,"dur":100,"pid":100,"tid":1},{"name":"PP:0F0","ph":"X","ts":0,"dur":10,"pid":100,"tid":1},{"name":"PP:0B0","ph":"X","ts":20,"dur":20,"pid":100,"tid":1},{"name":"ProfilerStep#0","ph":"X","ts":0,"dur":100,"pid":0,"tid":7,"cat":"gpu_user_annotation"}]}' >"$tmp/device-steps.json"
+"$rrfp" predict "$tmp/device-steps.json" >/dev/null 2>&1 ||
+  { echo "FAIL: a device's copies of the steps taken for a rank: $("$rrfp" predict "$tmp/device-steps.json" 2>&1 | tail -1)"; fails=$((fails + 1)); }
 check "untimed-rank.json: process \"rank1\" is a rank of the pipeline (profiler steps or a rank's name) without task spans" predict "$tmp/untimed-rank.json"
 # A large replay is held as its text and a few bytes a row (a string per cell held 32 times the
 # file: 256 MiB took 8.3 GB before its third line was refused). 64 MiB under a 1 GB address

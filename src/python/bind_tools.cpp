@@ -84,6 +84,19 @@ auto without_gil(Work&& work) {
   }
 }
 
+// The shape the arguments give (simulate's and schedule's defaults, P=4 V=1 M=8 loop, for those
+// not given), a hint file's own for those not given, as the commands take it: whether any came
+// from the file.
+bool shape_of(HintShape& s, const std::string& hint, std::optional<int> pp, std::optional<int> vpp,
+              std::optional<int> microbatches, const std::optional<std::string>& placement) {
+  s = {pp.value_or(4), vpp.value_or(1), microbatches.value_or(8), placement.value_or("loop")};
+  return !is_hint_name(hint) &&
+         take_hint_file_shape(
+             hint, s,
+             {pp.has_value(), vpp.has_value(), microbatches.has_value(), placement.has_value()},
+             "`vpp`");
+}
+
 // One simulated step: rrfp simulate's scenario runner with one run.
 StepRecordPy simulate_one(std::optional<int> pp, std::optional<int> vpp,
                           std::optional<int> microbatches, std::optional<std::string> placement,
@@ -94,13 +107,8 @@ StepRecordPy simulate_one(std::optional<int> pp, std::optional<int> vpp,
                           const std::string& tp_protocol, const std::string& ordered_forwards,
                           int step, const std::string& trace_format, double message_us,
                           bool workload_given, bool seed_given) {
-  // A hint file's shape stands for what is not given, as the command takes it.
-  HintShape s{pp.value_or(4), vpp.value_or(1), microbatches.value_or(8),
-              placement.value_or("loop")};
-  if (!is_hint_name(hint))
-    take_hint_file_shape(
-        hint, s, {pp.has_value(), vpp.has_value(), microbatches.has_value(), placement.has_value()},
-        "`vpp`");
+  HintShape s;
+  shape_of(s, hint, pp, vpp, microbatches, placement);
   Scenario sc;
   sc.cfg = make_config(s.pp, s.vpp, s.microbatches, s.placement, "off", hint);  // split: per run
   if (ordered_forwards != "auto" && ordered_forwards != "on" && ordered_forwards != "off")
@@ -168,17 +176,11 @@ pyb::list schedule(const std::string& hint, std::optional<int> pp, std::optional
                    std::optional<int> microbatches, std::optional<std::string> placement,
                    const std::string& split_backward, bool ordered_forwards,
                    const std::string& out) {
-  HintShape s{pp.value_or(4), vpp.value_or(1), microbatches.value_or(8),
-              placement.value_or("loop")};
+  HintShape s;
   const bool file = !is_hint_name(hint);
   // What a run too large should lower: the shape the file alone gave, not arguments never given.
   std::string lower = "`pp` or `microbatches`";
-  if (file &&
-      take_hint_file_shape(
-          hint, s,
-          {pp.has_value(), vpp.has_value(), microbatches.has_value(), placement.has_value()},
-          "`vpp`") &&
-      !pp && !vpp && !microbatches)
+  if (shape_of(s, hint, pp, vpp, microbatches, placement) && !pp && !vpp && !microbatches)
     lower = "the shape, which '" + printable(hint, 100) + "' was written for";
   PipelineConfig c = make_config(s.pp, s.vpp, s.microbatches, s.placement, split_backward, hint);
   c.ordered_forwards = ordered_forwards;

@@ -90,9 +90,11 @@ int arg_or(const nlohmann::json& args, std::initializer_list<const char*> keys, 
     return dflt;
   }
   const int value = whole_at(args, k, where);
-  // Two names of one field that disagree ("iteration" 0, "step" 7): one was dropped unsaid.
+  // Two names of one field that disagree ("iteration" 0, "step" 7): one was dropped unsaid. A
+  // second name that holds no whole number is no such field, and stays unread.
   for (const char* other : keys)
-    if (args.contains(other) && whole_at(args, other, where) != value)
+    if (const auto it = args.find(other);
+        it != args.end() && it->is_number_integer() && whole_at(args, other, where) != value)
       throw InputError(where + ": args give \"" + k + "\" " + std::to_string(value) + " but \"" +
                        other + "\" " + std::to_string(whole_at(args, other, where)) +
                        "; give one, or both the same");

@@ -106,37 +106,23 @@ void read_latency(const RoundSpans& rounds, Timeline& t) {
   if (shared >= 0) t.coordination_us = shared;
 }
 
-// A process's word on a setting of its whole run (args `ordered_forwards`, which older traces
-// lack; `offer_payload` and `offer_ack_us`, written where payloads rode on their offers;
-// `step_us`): every stage of a run says the same. A time is at most `most` us.
-template <class T>
-void read_run_setting(const nlohmann::json& args, const char* key, const std::string& where,
-                      const Timeline& t, std::optional<T>& setting, double most = kMaxTaskUs) {
-  const auto it = args.find(key);
-  if (it == args.end()) return;
-  const std::string field = std::string(": field \"") + key + "\" is ";
-  if constexpr (std::is_same_v<T, bool>) {
-    if (!it->is_boolean()) throw InputError(where + field + "not true or false: " + brief(*it));
-  } else if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() <= most)) {
-    throw InputError(where + field + "not a time from 0 to " + fmt("%g", most) +
-                     " us: " + brief(*it));
-  }
-  const T value = it->get<T>();
-  if (setting && *setting != value)
-    throw InputError(where + field + brief(*it) + ", but another stage of " + t.run + " says " +
-                     nlohmann::json(*setting).dump());
-  setting = value;
-}
-
-// How many stages of each run gave each run setting: given by some and not the others, the
-// givers' value was taken for the run's (a field lost on a stage, or a stage edited alone).
-class RunSettingsGiven {
+// The processes' word on the settings of their whole run (args `ordered_forwards`, which older
+// traces lack; `offer_payload` and `offer_ack_us`, written where payloads rode on their offers;
+// `step_us`): every stage of a run says the same, and gives each or none (given by some and not
+// the others, the givers' value was taken for the run's: a field lost on a stage, or a stage
+// edited alone).
+class RunSettings {
  public:
-  void saw(size_t run, const nlohmann::json& args, const std::string& where) {
+  // The settings a process of run `run` (`t`) gives in its `args`, read at `where`.
+  void read(size_t run, Timeline& t, const nlohmann::json& args, const std::string& where) {
     ++stages_[run];
-    for (const char* key : {"ordered_forwards", "offer_payload", "offer_ack_us", "step_us"})
-      if (args.contains(key)) given_.try_emplace({run, key}, 0, where).first->second.first++;
+    take(run, t, args, where, "ordered_forwards", t.ordered_forwards);
+    take(run, t, args, where, "offer_payload", t.offer_payload);
+    take(run, t, args, where, "offer_ack_us", t.offer_ack_us);
+    take(run, t, args, where, "step_us", t.step_us, kMaxSpanUs);
   }
+
+  // Once every process is read: each setting given by every stage of its run or by none.
   void check(const std::vector<Timeline>& runs) const {
     for (const auto& [at, given] : given_)
       if (given.first != stages_.at(at.first))
@@ -147,6 +133,27 @@ class RunSettingsGiven {
   }
 
  private:
+  // A time is at most `most` us.
+  template <class T>
+  void take(size_t run, const Timeline& t, const nlohmann::json& args, const std::string& where,
+            const char* key, std::optional<T>& setting, double most = kMaxTaskUs) {
+    const auto it = args.find(key);
+    if (it == args.end()) return;
+    given_.try_emplace({run, key}, 0, where).first->second.first++;
+    const std::string field = std::string(": field \"") + key + "\" is ";
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!it->is_boolean()) throw InputError(where + field + "not true or false: " + brief(*it));
+    } else if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() <= most)) {
+      throw InputError(where + field + "not a time from 0 to " + fmt("%g", most) +
+                       " us: " + brief(*it));
+    }
+    const T value = it->get<T>();
+    if (setting && *setting != value)
+      throw InputError(where + field + brief(*it) + ", but another stage of " + t.run + " says " +
+                       nlohmann::json(*setting).dump());
+    setting = value;
+  }
+
   std::map<size_t, int> stages_;                                                 // by run
   std::map<std::pair<size_t, std::string>, std::pair<int, std::string>> given_;  // count, first
 };
@@ -229,7 +236,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
   std::vector<Timeline> runs;
   StepsOfRuns steps(runs);
   std::map<size_t, RoundSpans> rounds;  // by run
-  RunSettingsGiven given;
+  RunSettings settings;
   for (const Doc& d : docs) {
     const nlohmann::json& events = events_of(d);
     const std::vector<Process> procs = processes_of(d, m);
@@ -248,12 +255,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       const size_t run = step_of.at(p.label);
       where_of_pid[p.pid] = {run, p.stage};
       const std::string where = d.origin + ": event " + std::to_string(p.event);
-      Timeline& t = runs[run];
-      read_run_setting(*p.args, "ordered_forwards", where, t, t.ordered_forwards);
-      read_run_setting(*p.args, "offer_payload", where, t, t.offer_payload);
-      read_run_setting(*p.args, "offer_ack_us", where, t, t.offer_ack_us);
-      read_run_setting(*p.args, "step_us", where, t, t.step_us, kMaxSpanUs);
-      given.saw(run, *p.args, where);
+      settings.read(run, runs[run], *p.args, where);
     }
     const Waits waits = collective_waits(d);
     size_t n = 0;
@@ -320,7 +322,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
       runs[at->second.first].tasks.push_back(t);
     }
   }
-  given.check(runs);
+  settings.check(runs);
   for (const auto& [run, spans] : rounds)
     read_latency(spans, runs[run]);
   return runs;
