@@ -62,6 +62,25 @@ def test_reentrant_checkpointing_is_refused_naming_the_fix():
     assert "B c3 m0" in str(e.value)
 
 
+def test_reentrant_checkpointing_of_every_chunk_is_named_too():
+    # Checkpointed whole, every chunk's output wants no gradient (its input wants none), and the
+    # loss none: the message blamed frozen parameters, of a model whose every parameter trains.
+    class Whole(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.f = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return checkpoint(self.f, x)  # use_reentrant=True, torch 1.13's default
+
+    torch.manual_seed(0)
+    pipe = rrfp.Pipeline([Whole(), Whole()], loss_fn, pp=2, microbatches=2, timeout=60)
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad"):
+        with pytest.raises(rrfp.StageError, match="chunk 1's output requires none, though "
+                           "parameters of it do: .* pass use_reentrant=False"):
+            pipe.step(torch.randn(4, 8), torch.randn(4, 8))
+
+
 class NormedBlock(nn.Module):
     def __init__(self, checkpointed):
         super().__init__()

@@ -66,10 +66,12 @@ def _requires_grad(out):
         return False
 
 
-def gradless(chunk, out, loss):
+def gradless(chunk, out, loss, module):
     """The error of a step in which no microbatch's loss requires grad. Where the output that
     loss_fn was given does, loss_fn cut the loss off from it: the message blamed frozen
-    parameters, of a model whose every parameter trained."""
+    parameters, of a model whose every parameter trained. So where the last chunk (`module`)
+    has parameters that train: its forward cut its output off (a reentrant checkpoint's output
+    requires no grad where its input does not)."""
     head = "step: no microbatch's loss requires grad: "
     tail = "so the step's backward would compute nothing (a plain loop's backward raises); "
     if _requires_grad(out):
@@ -79,6 +81,13 @@ def gradless(chunk, out, loss):
             "(.detach(), torch.no_grad()), made anew (torch.tensor(...)) rather than computed "
             "from the output, or is of an integer dtype (a count), " + tail + "return a "
             "floating-point loss computed from the output")
+    if any(p.requires_grad for p in module.parameters()):
+        return RuntimeError(
+            head + f"chunk {chunk}'s output requires none, though parameters of it do: its "
+            "forward cut the output off from them (torch.no_grad(), .detach(), or "
+            "torch.utils.checkpoint with use_reentrant=True, the default, whose output wants no "
+            "gradient where its input wants none: pass use_reentrant=False), " + tail +
+            "keep the output's gradient history")
     return RuntimeError(
         head + f"no parameter it came through (chunks 0 to {chunk}) requires grad and a "
         "step's inputs may not, " + tail + "unfreeze a parameter, or call eval_step() for the "

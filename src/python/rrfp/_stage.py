@@ -214,7 +214,7 @@ class StageRunner:
             # backward; one in no microbatch is a step that trains nothing, silently.
             self.data.gradless += not loss.requires_grad
             if self.data.gradless == len(self.data.inputs):
-                raise _gradless(chunk, out, loss)
+                raise _gradless(chunk, out, loss, module)
             self.data.losses[mb] = loss.detach()
             scaler = self.data.scaler
             if scaler is not None:
