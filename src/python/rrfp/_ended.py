@@ -3,11 +3,11 @@ torch.distributed's store, so that another, waiting for it in a call's gather, n
 gather failed on Gloo's "Connection closed by peer [127.0.0.1]:64128" alone, naming no process.
 (Under mpirun the end is a call of its own, which the others meet in that gather:
 pipeline_core.cpp's end_of_script.)"""
-import datetime
+import threading
 
 _ENDED, _FREED = "rrfp/ended/", "rrfp/freed/"
-# The most a process's exit waits to say so: the store's host (global rank 0) may have ended
-# first, or stopped answering.
+# The most a call on the store takes here: its host (global rank 0 outside torchrun) may have
+# ended first, or stopped answering.
 _NOTE_S = 2
 _built = [False]  # a c10d pipeline was built in this process
 _freed = [0]  # the c10d pipelines this process freed, as it told the store
@@ -25,19 +25,36 @@ def _store():
     return dist.distributed_c10d._get_default_store(), dist.get_rank(), dist.get_world_size()
 
 
+def _bounded(work, default):
+    """work(store, me, size) on the default group's store, in at most _NOTE_S seconds, or
+    `default`: where the store's host is stopped or hung, a call on it blocks whatever its
+    timeout (set_timeout left an add() waiting over a minute), and a process hung after its
+    error, or in a call's gather without one. On a thread of its own, left behind (a daemon)
+    where it does not end; `default` too where the store cannot be reached or raises."""
+    out = [default]
+
+    def run():
+        try:
+            found = _store()
+            if found is not None:
+                out[0] = work(*found)
+        except Exception:  # the store went with its host, or the group was destroyed
+            pass
+    try:
+        thread = threading.Thread(target=run, name="rrfp-store", daemon=True)
+        thread.start()
+    except RuntimeError:  # no new thread at the interpreter's shutdown: as it was
+        run()
+        return out[0]
+    thread.join(_NOTE_S)
+    return out[0] if not thread.is_alive() else default
+
+
 def note_end():
     """At the end of the script (rrfp's atexit, before the pipelines close): this process's key
     in the store, within _NOTE_S seconds."""
-    if not _built[0]:
-        return
-    try:
-        found = _store()
-        if found is not None:
-            store, me, _ = found
-            store.set_timeout(datetime.timedelta(seconds=_NOTE_S))
-            store.add(_ENDED + str(me), 1)
-    except Exception:  # the store's host ended first, or the group was destroyed: nothing to say
-        pass
+    if _built[0]:
+        _bounded(lambda store, me, _: store.add(_ENDED + str(me), 1), None)
 
 
 def note_freed():
@@ -45,29 +62,19 @@ def note_freed():
     processes build and free their pipelines alike, so one that freed more than another holds a
     pipeline the other still uses."""
     _freed[0] += 1
-    try:
-        found = _store()
-        if found is not None:
-            store, me, _ = found
-            store.add(_FREED + str(me), 1)
-    except Exception:  # the store's host ended first: nothing to say
-        pass
+    _bounded(lambda store, me, _: store.add(_FREED + str(me), 1), None)
 
 
 def gone():
     """In words, the processes whose script ended or that freed a pipeline this one still
-    uses, read from the store (an add of 0 reads without waiting for the key); "" where none
-    is known or the store cannot be read."""
-    try:
-        found = _store()
-        if found is None:
-            return ""
-        store, me, size = found
+    uses, read from the store (an add of 0 reads without waiting for the key) within _NOTE_S
+    seconds; "" where none is known or the store cannot be read."""
+    def read(store, me, size):
         others = [r for r in range(size) if r != me]
         ended = [r for r in others if store.add(_ENDED + str(r), 0) > 0]
-        freed = [r for r in others if r not in ended and store.add(_FREED + str(r), 0) > _freed[0]]
-    except Exception:  # the store went with its host: nothing more to say
-        return ""
+        return ended, [r for r in others
+                       if r not in ended and store.add(_FREED + str(r), 0) > _freed[0]]
+    ended, freed = _bounded(read, ([], []))
     said = [f"the script of global rank(s) {ended} had ended"] if ended else []
     if freed:
         said.append(f"global rank(s) {freed} had freed a Pipeline this process still uses (no "

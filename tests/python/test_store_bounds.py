@@ -1,0 +1,61 @@
+"""What a c10d pipeline's process tells torch.distributed's store, and reads of the others (its
+script's end, a pipeline freed), ends within 2 s however the store answers: outside torchrun the
+store lives in global rank 0's process, and where that process is stopped or hung a call on it
+blocks whatever its timeout (set_timeout left an add() waiting over a minute), so a process hung
+after raising its step's TimeoutError, and one waiting in a call's gather hung without one."""
+import threading
+import time
+
+from rrfp import _ended
+
+
+class HungStore:
+    """A store whose host stopped answering: every call blocks until released."""
+
+    def __init__(self):
+        self.release = threading.Event()
+        self.calls = 0
+
+    def set_timeout(self, timeout):  # taken, and no help: the host does not answer
+        pass
+
+    def add(self, key, value):
+        self.calls += 1
+        self.release.wait(60)
+        return 0
+
+
+def test_a_hung_store_bounds_every_call(monkeypatch):
+    store = HungStore()
+    monkeypatch.setattr(_ended, "_store", lambda: (store, 1, 2))
+    monkeypatch.setattr(_ended, "_built", [True])
+    try:
+        for call, want in ((_ended.note_end, None), (_ended.note_freed, None),
+                           (_ended.gone, "")):
+            began = time.monotonic()
+            assert call() == want
+            assert time.monotonic() - began < 2 + 1.5, call.__name__
+        assert store.calls == 3  # each asked the store, none waited past its bound
+    finally:
+        store.release.set()
+
+
+class AnsweringStore:
+    def __init__(self, keys):
+        self.keys = dict(keys)
+
+    def add(self, key, value):
+        self.keys[key] = self.keys.get(key, 0) + value
+        return self.keys[key]
+
+
+def test_an_answering_store_is_read_as_before(monkeypatch):
+    store = AnsweringStore({"rrfp/ended/0": 1, "rrfp/freed/2": 1})
+    monkeypatch.setattr(_ended, "_store", lambda: (store, 1, 3))
+    monkeypatch.setattr(_ended, "_freed", [0])
+    assert _ended.gone() == ("the script of global rank(s) [0] had ended; global rank(s) [2] had "
+                             "freed a Pipeline this process still uses (no longer referenced, as a "
+                             "local of a function that returned)")
+    monkeypatch.setattr(_ended, "_built", [True])
+    _ended.note_end()
+    assert store.keys["rrfp/ended/1"] == 1
