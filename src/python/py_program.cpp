@@ -24,9 +24,19 @@ std::string where(int chunk, int mb, char kind) {
 // Python's text of `o` in UTF-8: a lone surrogate (a file name that os.listdir decoded with
 // surrogateescape) as \udcXX, and a NUL as \x00. The cast to UTF-8 refused the first, and the
 // step's error said "Unable to cast Python instance to C++ type" for the task's own message;
-// the second cut the message short. A str() that raises gives "".
+// the second cut the message short. A str() that raises is said to have raised.
 std::string utf8_text(pyb::handle o) {
   const auto s = pyb::reinterpret_steal<pyb::object>(PyObject_Str(o.ptr()));
+  if (!s) {
+    // An exception whose __str__ raises was reported as "E: ", its text just missing.
+    PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
+    PyErr_Fetch(&type, &value, &trace);
+    const std::string raised = type ? reinterpret_cast<PyTypeObject*>(type)->tp_name : "?";
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(trace);
+    return "(its text could not be made: its __str__ raised " + raised + ")";
+  }
   const auto b = s ? pyb::reinterpret_steal<pyb::object>(
                          PyUnicode_AsEncodedString(s.ptr(), "utf-8", "backslashreplace"))
                    : pyb::object();

@@ -447,3 +447,20 @@ def test_a_pause_between_steps_longer_than_the_timeout_is_no_failure(tmp_path):
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0 and "both steps" in out, err[-2000:]
+
+
+def test_an_exception_whose_text_cannot_be_made_says_so():
+    # Its __str__ raising, the step's error read "E: ", the text just missing.
+    class E(Exception):
+        def __str__(self):
+            raise ValueError("no text")
+
+    class Raises(nn.Module):
+        def forward(self, x):
+            raise E()
+
+    pipe = rrfp.Pipeline([nn.Linear(4, 4), Raises()], lambda y, t: ((y - t) ** 2).mean(), pp=2,
+                         microbatches=2, timeout=60)
+    with pytest.raises(rrfp.StageError, match=r"failed: E: \(its text could not be made: its "
+                                              r"__str__ raised ValueError\)"):
+        pipe.step(torch.randn(4, 4), torch.randn(4, 4))
