@@ -24,9 +24,9 @@ namespace rrfp {
 namespace {
 
 std::atomic<int> g_stop{0};
-// The signals taken as a request to stop (stop_on_signals; exit_on_signals all but SIGUSR1),
-// SIGPIPE aside, in the order of their lines' columns below (signal_index).
-constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU};
+// kStopSignals (core/format.hpp) are taken as a request to stop (stop_on_signals;
+// exit_on_signals all but SIGUSR1), SIGPIPE aside, in the order of their lines' columns below
+// (signal_index).
 constexpr int kNumStopSignals = std::size(kStopSignals);
 // A line a handler writes, built before the handler may read it, in storage nothing frees: held
 // in std::string, the lines were freed by the static destructors at exit while a handler could

@@ -1,5 +1,6 @@
 #pragma once
 // Numbers in messages and reports, formatted one way for every layer.
+#include <csignal>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -39,6 +40,10 @@ std::string_view trim(std::string_view s);
 // "SIGINT", "SIGTERM", ... or "signal N", for the line that says why the work stopped short;
 // every command (train too) says a signal alike.
 std::string signal_name(int sig);
+// The signals a long command takes as a request to stop after its current piece of work
+// (cli/stop_signal.hpp), in the order of its lines' columns; an MPI job that ends itself ignores
+// them from then on (dist/mpi_world.cpp).
+inline constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU};
 // Whether `s` ends with `suffix` (lowercase) in any case: "best.JSON" ends with ".json".
 bool ends_with_ci(std::string_view s, std::string_view suffix);
 

@@ -127,7 +127,7 @@ void MpiWorld::expired(const std::string& phase, std::int64_t ms) {
   const std::string limit = sep == std::string::npos ? "" : phase.substr(sep + 1);
   // The job is ended from here: the SIGTERM mpirun sends as it aborts the job is no request
   // to stop after the step, which the handler said it took, after this line.
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU})
+  for (int sig : kStopSignals)
     std::signal(sig, SIG_IGN);
   clear_progress_line_on_stderr();
   std::fprintf(stderr,

@@ -37,9 +37,8 @@ std::string utf8_text(pyb::handle o) {
     Py_XDECREF(trace);
     return "(its text could not be made: its __str__ raised " + raised + ")";
   }
-  const auto b = s ? pyb::reinterpret_steal<pyb::object>(
-                         PyUnicode_AsEncodedString(s.ptr(), "utf-8", "backslashreplace"))
-                   : pyb::object();
+  const auto b = pyb::reinterpret_steal<pyb::object>(
+      PyUnicode_AsEncodedString(s.ptr(), "utf-8", "backslashreplace"));
   char* data = nullptr;
   Py_ssize_t n = 0;
   if (!b || PyBytes_AsStringAndSize(b.ptr(), &data, &n) != 0) {

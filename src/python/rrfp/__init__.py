@@ -23,8 +23,9 @@ def simulate(**kwargs):
     StepRecord: pp, vpp, microbatches, placement, split_backward, workload, workload_file,
     replay, hint, policy, limit, max_pending_w, comm, seed, tp, tp_protocol, ordered_forwards,
     step, trace_format, message_us. A hint file's shape stands for any of pp, vpp,
-    microbatches and placement not given, as the command takes it. `ordered_forwards`: None (the default: a replayed trace's
-    step says, as `rrfp simulate --replay` takes it, else off), True or False. `step`: the
+    microbatches and placement not given, as the command takes it. `ordered_forwards`: None
+    (the default: a replayed trace's step says, as `rrfp simulate --replay` takes it, else off),
+    True or False. `step`: the
     replayed trace's step (None: a trace's first complete one, a CSV's last). `trace_format`:
     the replayed trace's mapping, "auto" (the default, or None), "rrfp", "torch" or "megatron".
     `message_us`: the latency of every message the replayed trace does not time, in 0..1e9 us
