@@ -12,6 +12,7 @@
 #include "core/json_input.hpp"
 #include "core/printable.hpp"
 #include "dist/calibrate.hpp"
+#include "report/columns.hpp"
 
 namespace rrfp {
 
@@ -294,7 +295,7 @@ std::string fidelity_table(const std::vector<FidelityRow>& rows) {
 }
 
 nlohmann::json fidelity_json(const std::vector<FidelityRow>& rows, const std::string& model) {
-  auto ms = [](std::int64_t ns) { return static_cast<double>(ns) / 1e6; };
+  using columns::ms;
   nlohmann::json j;
   if (!model.empty()) j["message_model"] = model;
   j["runs"] = nlohmann::json::array();

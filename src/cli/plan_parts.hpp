@@ -10,6 +10,7 @@
 #include "cli/options.hpp"
 #include "plan/exact.hpp"
 #include "plan/search.hpp"
+#include "report/columns.hpp"
 #include "report/report.hpp"
 
 namespace rrfp {
@@ -31,9 +32,7 @@ struct PlanFlags {
   std::string exact_tuned;  // set after parsing: --exact-budget and --exact-nodes as given
 };
 
-inline double ms(std::int64_t ns) {
-  return static_cast<double>(ns) / 1e6;
-}
+using columns::ms;  // nanoseconds as milliseconds, as the report's tables give them
 
 // What the searches found: the heuristic search's best, the exact search's if it ran, and the
 // better of the two.
