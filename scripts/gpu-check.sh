@@ -17,9 +17,10 @@
 #   GPU_CHECK_PY_SECONDS, GPU_CHECK_PY_RUNS  bench/pipeline_gpu.py's budget (100) and runs
 #   GPU_CHECK_ONLY     an extended regular expression: only the runs whose names match (the
 #                      `rrfp train` runs' names below; `pipeline` for rrfp.Pipeline's table and
-#                      device tests; `twin` for the prediction, which needs twin-fixed-1f1b-split).
-#                      The build and the CUDA tests always run. E.g. 'j2|j3|img|j0p|twin': what
-#                      the fifth sitting's budget left out, and the twin's source.
+#                      device tests; `twin` for the prediction, which brings in its source,
+#                      twin-fixed-1f1b-split, and the runs it is compared with, j0-ready-bf and
+#                      j0-ready-bfw). The build and the CUDA tests always run. E.g.
+#                      'j2|j3|img|j0p': what the fifth sitting's budget left out.
 # Needs .gpu-deps (scripts/gpu-deps.sh, on a Debian machine) beside the source.
 # OUT must be a fresh empty folder (or not yet made) outside the source tree: the archive takes
 # what the script writes, and that alone is deleted once archived. A console.log there (the
@@ -63,8 +64,18 @@ mkdir -p "$out" || exit 2
 start=$(date +%s)
 budget=${GPU_CHECK_SECONDS:-420}
 only=${GPU_CHECK_ONLY:-}
-# Whether the run NAME is wanted (GPU_CHECK_ONLY).
+# Whether the run NAME is wanted (GPU_CHECK_ONLY). A pattern bash cannot read matches nothing,
+# silently: refused here, before the window is spent on the build.
 wanted() { [ -z "$only" ] || [[ $1 =~ $only ]]; }
+[[ "" =~ $only ]]
+if [ $? -eq 2 ]; then
+  echo "gpu-check: GPU_CHECK_ONLY '$only' is not an extended regular expression" >&2
+  exit 2
+fi
+# The twin's table compares its prediction with the J0 ready runs: wanting it wants them.
+wanted_run() {
+  wanted "$1" || { wanted twin && [[ $1 == j0-ready-bf || $1 == j0-ready-bfw ]]; }
+}
 hard=${GPU_CHECK_HARD:-540}
 failed=0  # set by a part that failed: the exit status, once the summary is written
 steps=${GPU_CHECK_STEPS:-22}
@@ -195,13 +206,17 @@ py_table() {
 }
 
 # One training run: NAME ARGS... -> runs/NAME (its outputs), runs/NAME.log, runs/NAME.cpu
-# (STEPS=N before the call: N steps instead)
+# (STEPS=N before the call: N steps instead). A run that fails, or is stopped at its limit, fails
+# the check and is named, as gpu_table.py names it too.
 train() {
   local name=$1
   shift
-  wanted "$name" || return 0
-  if [ "$(elapsed)" -gt "$budget" ] || [ "$(cap 30)" -lt 30 ]; then
+  wanted_run "$name" || return 0
+  if [ "$(elapsed)" -gt "$budget" ]; then
     log "skip $name (past the ${budget}s budget)"
+    return
+  elif [ "$(cap 30)" -lt 30 ]; then
+    log "skip $name (under 30 s left before the ${hard}s hard limit)"
     return
   fi
   log "run $name"
@@ -210,10 +225,16 @@ train() {
   local data=(--data .gpu-deps/corpus)
   [[ " $* " == *" image-text "* ]] && data=()
   local TIMEFORMAT='%U %S'
-  { time timeout "$(cap 150)" "$rrfp" train "${dev[@]}" --steps "${STEPS:-$steps}" --warmup 5 \
-    --eval-every 0 --eval-batches 1 --timeout 60 "${data[@]}" --out "$runs/$name" \
+  # SIGTERM asks `rrfp train` to stop after its step: a step that never ends needs the KILL.
+  { time timeout -k 15 "$(cap 150)" "$rrfp" train "${dev[@]}" --steps "${STEPS:-$steps}" \
+    --warmup 5 --eval-every 0 --eval-batches 1 --timeout 60 "${data[@]}" --out "$runs/$name" \
     "$@" >"$runs/$name.log" 2>&1; } 2>"$runs/$name.cpu"
+  local rc=$?
   grep -E "^done|error" "$runs/$name.log" | cut -c1-240
+  if [ $rc -ne 0 ]; then
+    failed=1
+    log "$name failed (exit $rc$([ $rc -eq 124 ] || [ $rc -eq 137 ] && echo ', its time limit'))"
+  fi
 }
 
 fixed_blocking=(--hint 1f1b --policy fixed --split-backward off --comm blocking)
@@ -257,7 +278,8 @@ train j0w-ready-bfw "${bfw[@]}" "${window[@]}"
 train j0c-ready-bfw "${bfw[@]}" "${callback[@]}"
 train j0s-ready-bfw "${bfw[@]}" "${spin[@]}"
 
-# The twin: every measured step of the source replayed under ready BF and BFW.
+# The twin: every measured step of the source replayed under ready BF and BFW, each within
+# what is left before the hard limit; a step not predicted fails the check and is left out.
 if wanted twin && [ -f "$runs/twin-fixed-1f1b-split/durations.csv" ]; then
   log "twin"
   pp=$(grep -o 'P=[0-9]*' "$runs/twin-fixed-1f1b-split.log" | head -1 | cut -d= -f2)
@@ -266,9 +288,18 @@ if wanted twin && [ -f "$runs/twin-fixed-1f1b-split/durations.csv" ]; then
   for s in $(tail -n +2 "$runs/twin-fixed-1f1b-split/durations.csv" | cut -d, -f1 | sort -un); do
     for spec in "bf off" "bfw on"; do
       set -- $spec
-      ms=$(timeout "$(cap 30)" "$rrfp" simulate --replay "$runs/twin-fixed-1f1b-split/durations.csv" --step "$s" \
-        --pp "$pp" -m "$m" --hint "$1" --policy ready --split-backward "$2" --json - |
+      if [ "$(cap 30)" -lt 5 ]; then
+        log "twin: stopped at step $s, under 5 s left before the ${hard}s hard limit"
+        break 2
+      fi
+      ms=$(timeout "$(cap 30)" "$rrfp" simulate \
+        --replay "$runs/twin-fixed-1f1b-split/durations.csv" --step "$s" --pp "$pp" -m "$m" --hint "$1" --policy ready --split-backward "$2" --json - |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["runs"][0]["makespan_ms"])')
+      if [ -z "$ms" ]; then
+        failed=1
+        log "twin: step $s under ready $1 was not predicted"
+        continue
+      fi
       echo "$s,$1,$ms" >>"$out/twin.csv"
     done
   done

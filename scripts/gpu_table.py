@@ -5,7 +5,8 @@ dispatch gap (median, and the median of each step's p99 where the log has it), h
 CPU per task (the process's CPU time in a step over its tasks), the device wait (how long a
 stage's thread waited for its task's kernels after launching the last: median per task, and
 the waits' share of the stages' time), and (text model) MFU against the GPU's dense bf16 peak;
-then the twin's prediction next to the measured step. Usage: gpu_table.py OUT"""
+then the twin's prediction next to the measured step. A run with a log but no measured step (it
+failed, or was stopped at its limit) is named under the table. Usage: gpu_table.py OUT"""
 import csv
 import os
 import re
@@ -33,13 +34,16 @@ def flops_per_token(cfg, seq):
 
 def main(out):
     runs = os.path.join(out, "runs")
-    table, measured = [], {}
+    table, measured, failed = [], {}, []
     for name in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
+        if name.endswith(".log") and not os.path.isdir(os.path.join(runs, name[:-4])):
+            failed.append(name[:-4])  # a run that wrote nothing
         loss = os.path.join(runs, name, "loss.csv")
-        if not os.path.isfile(loss):
+        if not os.path.isdir(os.path.join(runs, name)):
             continue
-        rs = rows(loss)
+        rs = rows(loss) if os.path.isfile(loss) else []
         if not rs:
+            failed.append(name)
             continue
         log = open(os.path.join(runs, name + ".log")).read()
         cfg = model_of(log)
@@ -87,20 +91,26 @@ def main(out):
         speed = "%.2fx" % (b / step_ms) if b else "-"
         print(f"| {name} | {n} | {step_ms:.1f} | {speed} | {pipe_ms:.1f} | {tok_s:.0f} | "
               f"{100 * bubble:.1f}% | {gap} | {cpu} | {wait} | {mfu} |")
+    if failed:
+        print("\nNo measured step (failed or stopped; see runs/NAME.log): " + ", ".join(failed))
     twin = os.path.join(out, "twin.csv")
     if os.path.isfile(twin):
         pred = {}
         for r in csv.DictReader(open(twin)):
-            pred.setdefault(r["hint"], {})[int(r["step"])] = float(r["predicted_ms"])
+            if r.get("predicted_ms"):  # a step the script could not predict is left out
+                pred.setdefault(r["hint"], {})[int(r["step"])] = float(r["predicted_ms"])
         print("\n| twin: from fixed 1F1B's durations | measured pipeline ms (mean) "
               "| predicted ms (mean) | error |")
         print("|---|---|---|---|")
         for hint, run in (("bf", "j0-ready-bf"), ("bfw", "j0-ready-bfw")):
             if run not in measured or hint not in pred:
+                why = f"no {run} run" if run not in measured else "no step predicted"
+                print(f"| ready {hint.upper()} | - | - | {why} |")
                 continue
             ms, steps = measured[run]
             common = [(m, pred[hint][s]) for m, s in zip(ms, steps) if s in pred[hint]]
             if not common:
+                print(f"| ready {hint.upper()} | - | - | no step both measured and predicted |")
                 continue
             mm = statistics.mean(m for m, _ in common)
             pp = statistics.mean(p for _, p in common)

@@ -29,6 +29,7 @@ CUdevResource device_sms(int device, CUdevice* dev) {
 }  // namespace
 
 int partition_sms(int device, int parts) {
+  if (parts < 1) throw std::runtime_error("SM partitions: " + std::to_string(parts) + " parts");
   CUdevice dev{};
   const CUdevResource all = device_sms(device, &dev);
   return static_cast<int>(all.sm.smCount / static_cast<unsigned>(parts) / 8 * 8);
@@ -37,7 +38,8 @@ int partition_sms(int device, int parts) {
 std::vector<c10::Stream> partition_streams(int device, int parts) {
   CUdevice dev{};
   CUdevResource all = device_sms(device, &dev);
-  const unsigned each = all.sm.smCount / static_cast<unsigned>(parts) / 8 * 8;
+  // Checked before the division: 0 parts divided by zero.
+  const unsigned each = parts < 1 ? 0 : all.sm.smCount / static_cast<unsigned>(parts) / 8 * 8;
   if (parts < 1 || each < 8)
     throw std::runtime_error("SM partitions: " + std::to_string(all.sm.smCount) +
                              " SMs do not split into " + std::to_string(parts) +

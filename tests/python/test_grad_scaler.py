@@ -211,9 +211,10 @@ def _torchs_scalers():
     """(device, torch's GradScaler for it) where this torch has one that runs: CUDA's where a
     GPU is seen, the CPU's from torch 2.3 (torch.amp.GradScaler("cpu"))."""
     out = []
-    if torch.cuda.is_available():
-        out.append(("cuda", lambda **kw: torch.cuda.amp.GradScaler(**kw)))
     amp_scaler = getattr(torch.amp, "GradScaler", None)
+    if torch.cuda.is_available():  # torch.amp's where it has one: torch.cuda.amp's is deprecated
+        out.append(("cuda", lambda **kw: amp_scaler("cuda", **kw)) if amp_scaler is not None
+                   else ("cuda", lambda **kw: torch.cuda.amp.GradScaler(**kw)))
     if amp_scaler is not None:
         try:
             amp_scaler("cpu")

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh's accounting, with a stand-in rrfp in place of the GPU build: a training
+# run that fails fails the check (exit 1) and is named, on the console and in the summary; a
+# twin step that cannot be predicted is named and left out of the table rather than breaking it;
+# GPU_CHECK_ONLY='twin' brings in the J0 ready runs the twin is compared with; a pattern bash
+# cannot read is refused (exit 2) before anything runs. (A failed run passed as exit 0 with no
+# word in the summary; a twin wanted alone printed an empty table.) No GPU needed.
+set -u
+src=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(cd "$(mktemp -d)" && pwd -P)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() {
+  echo "FAIL: $*"
+  fails=$((fails + 1))
+}
+repo=$tmp/repo
+mkdir -p "$repo/scripts" "$repo/build-gpu/tests" "$repo/build-gpu/python/rrfp"
+cp "$src/scripts/gpu-check.sh" "$src/scripts/gpu_table.py" "$repo/scripts/"
+printf 'build*/\n' >"$repo/.gitignore"
+git -C "$repo" init -q 2>/dev/null && git -C "$repo" add -A 2>/dev/null
+printf '#!/bin/sh\necho "[  PASSED  ] 0 tests."\n' >"$repo/build-gpu/tests/test_train_cuda"
+: >"$repo/build-gpu/python/rrfp/_rrfp.stub.so"
+# The stand-in: `train` writes five steps of 100 ms (pipeline 90 ms) and a durations file, but
+# fails j0-ready-bfw (exit 3); `simulate` predicts 80 ms, but answers step 4 with no JSON.
+cat >"$repo/build-gpu/rrfp" <<'EOF'
+#!/usr/bin/env bash
+cmd=$1
+shift
+out= step=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --out) out=$2 ;;
+    --step) step=$2 ;;
+  esac
+  shift
+done
+case $cmd in
+  train)
+    [ "${out##*/}" = j0-ready-bfw ] && { echo "rrfp: error: a planted failure"; exit 3; }
+    mkdir -p "$out"
+    echo "P=4 V=1 M=16 GPT d=64 layers=2"
+    echo "step,step_ms,pipeline_ms,tokens,bubble,gap_us_median" >"$out/loss.csv"
+    echo "step,stage,kind,mb,ms" >"$out/durations.csv"
+    for s in 1 2 3 4 5; do
+      echo "$s,100,90,1000,0.25,5" >>"$out/loss.csv"
+      echo "$s,0,F,0,1" >>"$out/durations.csv"
+    done
+    echo "done: 5 steps"
+    ;;
+  simulate)
+    [ "$step" = 4 ] && { echo "not json"; exit 0; }
+    echo '{"runs": [{"makespan_ms": 80.0}]}'
+    ;;
+esac
+EOF
+chmod +x "$repo/build-gpu/rrfp" "$repo/build-gpu/tests/test_train_cuda"
+export GPU_CHECK_NO_BUILD=1 GPU_CHECK_HARD=100 GPU_CHECK_SECONDS=60
+
+GPU_CHECK_ONLY='twin' timeout 90 "$repo/scripts/gpu-check.sh" "$tmp/out" >"$tmp/console" 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "a failed run: exit $rc, want 1"
+for want in "run j0-ready-bf" "run twin-fixed-1f1b-split" "j0-ready-bfw failed (exit 3)" \
+  "twin: step 4 under ready bf was not predicted" "twin: step 4 under ready bfw was not predicted"; do
+  grep -qF -- "$want" "$tmp/console" || fail "the console lacks '$want'"
+done
+grep -q "run j0-fixed-1f1b" "$tmp/console" && fail "GPU_CHECK_ONLY='twin' ran j0-fixed-1f1b"
+summary=$(cat "$tmp/out/summary.md" 2>/dev/null)
+for want in "No measured step (failed or stopped; see runs/NAME.log): j0-ready-bfw" \
+  "| ready BF | 90.0 | 80.0 | -11.1% |" "| ready BFW | - | - | no j0-ready-bfw run |"; do
+  [[ $summary == *"$want"* ]] || fail "the summary lacks '$want'"
+done
+[ $fails -eq 0 ] || { echo "--- console"; cat "$tmp/console"; }
+
+GPU_CHECK_ONLY='j0-(' timeout 30 "$repo/scripts/gpu-check.sh" "$tmp/out2" >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/stderr")" -eq 1 ] &&
+  grep -qF "GPU_CHECK_ONLY 'j0-(' is not an extended regular expression" "$tmp/stderr" ||
+  fail "GPU_CHECK_ONLY='j0-(': exit $rc, $(cat "$tmp/stderr")"
+[ -s "$tmp/stdout" ] && fail "GPU_CHECK_ONLY='j0-(' ran: $(head -3 "$tmp/stdout")"
+
+[ "$fails" -eq 0 ] || exit 1
+echo "gpu-check runs: failures counted and named, twin rows kept apart"
