@@ -163,5 +163,14 @@ process but for a page each): 512 MiB"; do
 done
 # A calibration budget its sizes cannot keep is refused at once (it took 10-23 s for 0.1 s).
 check "--seconds: 0.1 s cannot hold a calibration of these --sizes between 4 endpoints, which takes about 14 s" calibrate --sizes 1024M --seconds 0.1
+# The diagram's second check, once the run gives its width, weighs the whole need against what
+# there was before the run: against what its own allocations left, a run that fits (about 0.36
+# GB under a 0.5 GB address space) was refused after doing all its work. Where the build maps
+# too much for such a limit (a sanitizer's shadow), not checked.
+if (ulimit -v 500000 && "$rrfp" --help >/dev/null 2>&1); then
+  (ulimit -v 500000 && exec timeout 60 "$rrfp" schedule show --pp 1 -m 1000000) \
+    >/dev/null 2>"$tmp/err" || { echo "FAIL: schedule show -m 1000000 under ulimit -v 500000:" \
+    "$(cat "$tmp/err")"; fails=$((fails + 1)); }
+fi
 echo "cli memory checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -13,6 +13,7 @@
 #include "core/format.hpp"
 #include "core/hint_io.hpp"
 #include "core/hint_shape.hpp"
+#include "core/memory.hpp"
 #include "core/printable.hpp"
 #include "report/estimate.hpp"
 #include "sim/hint_check.hpp"
@@ -51,15 +52,15 @@ double held_tasks(const PipelineConfig& c) {
 }
 
 // A diagram of `cells` cells, each about 40 bytes (its string and its text), beside the run.
-void check_diagram_fits(const PipelineConfig& c, double tasks, double cells,
-                        const std::string& lower) {
-  check_fits("schedule show: " + fmt("%.1fM", tasks / 1e6) + " tasks and " +
-                 fmt("%.1fM", cells / 1e6) + " diagram cells",
-             held_tasks(c) + cells / 4, kScheduleCost, lower);
+std::string diagram_need(double tasks, double cells) {
+  return "schedule show: " + fmt("%.1fM", tasks / 1e6) + " tasks and " + fmt("%.1fM", cells / 1e6) +
+         " diagram cells";
 }
 
-// Grid rows of a run at unit cost (unit_cost_work).
-std::string render(const WorkModel& m, const Hint& hint, const std::string& lower) {
+// Grid rows of a run at unit cost (unit_cost_work), checked beforehand for `estimated` cells
+// against the memory `had` before the command began.
+std::string render(const WorkModel& m, const Hint& hint, double estimated,
+                   const MemorySnapshot& had, const std::string& lower) {
   const RealizedWork work = unit_cost_work(m);
   SimOptions opt;
   opt.arbiter.policy = hint.is_list() ? Policy::Fixed : Policy::Ready;
@@ -67,9 +68,14 @@ std::string render(const WorkModel& m, const Hint& hint, const std::string& lowe
   const std::int64_t unit = 1000;
   const int cols = static_cast<int>(r.makespan / unit);
   // Sized again at the diagram's real width: a list may leave most stages idle most of the time
-  // (a serial order at P=M=200 drew 16M cells, not the 0.2M its shape gives: 754 MB).
-  check_diagram_fits(m.config(), static_cast<double>(r.tasks.size()),
-                     static_cast<double>(m.pp()) * cols, lower);
+  // (a serial order at P=M=200 drew 16M cells, not the 0.2M its shape gives: 754 MB), against
+  // what there was before the run: what it holds by now is no longer available, and asking for
+  // the whole again counted it twice (P=1, M=5M under `ulimit -v` 3.2 GB was refused after its
+  // run, having taken 1.1 GB of the 1.7 GB it needs).
+  const double cells = static_cast<double>(m.pp()) * cols;
+  if (cells > estimated)
+    check_memory((held_tasks(m.config()) + cells / 4) * kScheduleCost.bytes, had,
+                 diagram_need(static_cast<double>(r.tasks.size()), cells), "", lower);
   std::vector<std::vector<std::string>> grid(m.pp(), std::vector<std::string>(cols, "."));
   size_t width = 1;
   for (const auto& t : r.tasks) {
@@ -108,15 +114,17 @@ void show(const ScheduleFlags& f) {
   // diagram holds a cell a stage and time unit: at least each stage's tasks and the pipeline's
   // fill and drain, 2(P - 1) units, wide (--pp 20000 -m 1, 40K tasks, took all memory on its
   // 800M cells).
+  const MemorySnapshot had = memory_snapshot();
   const PipelineConfig c = to_config(f.shape, f.hint);
   const double tasks = tasks_of(c, 1);
   if (!hint_file(f.hint).empty()) check_hint_file_holds(f.hint, c, "hint");
-  check_diagram_fits(c, tasks, c.pp * (tasks / c.pp + 2.0 * (c.pp - 1)), f.lower);
+  const double cells = c.pp * (tasks / c.pp + 2.0 * (c.pp - 1));
+  check_fits(diagram_need(tasks, cells), held_tasks(c) + cells / 4, kScheduleCost, f.lower);
   WorkModel m(c);
   Hint h = make_hint(f.hint, m);
   if (!f.out.empty() && !h.is_list())
     throw InputError("--out: '" + f.hint + "' is a rule hint, it has no task list");
-  const std::string diagram = render(m, h, f.lower);
+  const std::string diagram = render(m, h, cells, had, f.lower);
   // The diagram on stdout is an output too: a signal while a slow reader took it cut it short
   // and said "nothing written".
   write_then_heed_signals([&] {

@@ -175,14 +175,23 @@ namespace {
 
 }  // namespace
 
+MemorySnapshot memory_snapshot() {
+  const Least least = least_memory();
+  return {least.bytes, static_cast<int>(least.source)};
+}
+
 void check_memory(double bytes, const std::string& what, const std::string& extra,
                   const std::string& lower) {
-  const Least least = least_memory();
-  if (least.bytes <= 0 || bytes <= static_cast<double>(least.bytes)) return;
-  const std::string have = gigabytes(static_cast<double>(least.bytes));
+  check_memory(bytes, memory_snapshot(), what, extra, lower);
+}
+
+void check_memory(double bytes, const MemorySnapshot& had, const std::string& what,
+                  const std::string& extra, const std::string& lower) {
+  if (had.bytes <= 0 || bytes <= static_cast<double>(had.bytes)) return;
+  const std::string have = gigabytes(static_cast<double>(had.bytes));
   refuse_memory(bytes, what, extra, lower,
-                least.source == Least::Env ? "RRFP_MEMORY_LIMIT allows " + have
-                : least.source == Least::AddressSpace
+                had.source == Least::Env ? "RRFP_MEMORY_LIMIT allows " + have
+                : had.source == Least::AddressSpace
                     ? "the address-space limit (ulimit -v) leaves " + have
                     : "this machine has " + have + " available");
 }

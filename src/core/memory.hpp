@@ -17,6 +17,18 @@ std::int64_t available_memory();
 // lower <lower>" when `bytes` exceed available_memory() (nothing when it is unknown).
 void check_memory(double bytes, const std::string& what, const std::string& extra,
                   const std::string& lower);
+
+// What available_memory() gave at one moment, and which limit bound it: a command that learns
+// its whole need only part way through checks it against what it had before it began, since by
+// then its own allocations have lowered what is available (asking for the whole again counted
+// them twice, and refused a run that fits after doing it).
+struct MemorySnapshot {
+  std::int64_t bytes = 0;
+  int source = 0;
+};
+MemorySnapshot memory_snapshot();
+void check_memory(double bytes, const MemorySnapshot& had, const std::string& what,
+                  const std::string& extra, const std::string& lower);
 // The same against `have` bytes, what a machine other than this one may have (0: unknown), said
 // of `machine` ("this machine has Y GB available").
 void check_memory(double bytes, std::int64_t have, const std::string& what,
