@@ -162,6 +162,10 @@ printf 'stage 0: F0:0 F0:1 F0:2 B0:0 B0:1\0 B0:2\nstage 1: F1:0 B1:0 F1:1 B1:1 F
 check "nul.txt:1: bad task token 'B0:1\\x00'" schedule check --pp 2 -m 3 --split-backward off nul.txt
 grep -v '^rrfp-hint' h.txt >two.txt
 check "two.txt: stage 2 has no line (the run has --pp 4 stages, 0..3)" schedule check -m 3 two.txt
+# The file's V with the placement given was refused as "--placement vshape: needs --vpp 2, got
+# --vpp 1", a V not given.
+check "h.txt: written for vpp 1, but the placement given, vshape, needs vpp 2" \
+  schedule check --placement vshape h.txt
 
 # A path that is not UTF-8 reaches the JSON reports: they are written (nlohmann's strict dump
 # threw "internal error" after all the work).

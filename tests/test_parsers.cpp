@@ -101,6 +101,30 @@ TEST(HintFile, RejectsWithNamedErrors) {
             std::string::npos);
 }
 
+// The header: one line, its fields all read before any is compared, "rrfp-hint" as a word; a
+// stage line's "stage" followed by a tab as by a space.
+TEST(HintFile, HeaderOnceAndItsFieldsWhole) {
+  const std::string ok = "stage 0: F0:0 F0:1 B0:0 B0:1\nstage 1: F1:0 B1:0 F1:1 B1:1\n";
+  EXPECT_NE(expect_hint_error("rrfp-hint 1 split=1 split=0\n" + ok)
+                .find("h.txt:1: header field split is given twice"),
+            std::string::npos);
+  EXPECT_NE(expect_hint_error("rrfp-hint 1 pp=2\nrrfp-hint 1 microbatches=2\n" + ok)
+                .find("h.txt:2: a second header line (the first is line 1)"),
+            std::string::npos);
+  EXPECT_NE(expect_hint_error("rrfp-hints 1 pp=2\n" + ok).find("expected 'stage N: TASK ...'"),
+            std::string::npos);
+  EXPECT_NE(expect_hint_error("rrfp-hint 1 pp=2\nstage 0: F0:0 F0:1 B0:0 B0:1\n")
+                .find("stage 1 has no line (its header's pp=2: stages 0..1)"),
+            std::string::npos);
+  const WorkModel m(config(2, 2, 1, false));
+  EXPECT_EQ(parse_hint("rrfp-hint\t1 pp=2\nstage\t0: F0:0 F0:1 B0:0 B0:1\nstage 1: F1:0 B1:0 "
+                       "F1:1 B1:1\n",
+                       m, "h.txt")
+                .stages[0]
+                .size(),
+            4U);
+}
+
 TEST(Workload, RejectsBadFieldsByName) {
   auto err = [](const std::string& text) {
     try {

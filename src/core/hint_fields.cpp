@@ -201,7 +201,7 @@ class FieldScan {
         skipping_ = true;
       return true;
     }
-    if (!skipping_ && hint_line_content(line_).substr(0, 9) == "rrfp-hint") {
+    if (!skipping_ && is_hint_header(hint_line_content(line_))) {
       std::istringstream words{std::string(hint_line_content(line_))};
       for (std::string w; words >> w;)
         if (const auto eq = w.find('='); eq != std::string::npos)

@@ -24,23 +24,29 @@ std::string header_line(const WorkModel& m) {
          " placement=" + to_string(c.placement) + " split=" + (c.split_backward ? "1" : "0");
 }
 
-// Checks "key=value" header fields against the model.
-void check_header(std::string_view line, const WorkModel& m, const std::string& where) {
+// Checks "key=value" header fields against the model; true where the header gives `pp`.
+bool check_header(std::string_view line, const WorkModel& m, const std::string& where) {
   std::istringstream in{std::string(line)};
   std::string word;
   in >> word >> word;  // "rrfp-hint", version
   if (word != "1")
     throw HintError(where + ": unsupported hint format version '" + printable(word) + "'");
   const auto& c = m.config();
+  // Every field read before any is compared: a field given twice was taken (the split's scan
+  // and this check may each read another), and "split=1 split=0" was told the run has split=0,
+  // a flag never given, before the second was seen.
+  std::vector<std::pair<std::string, std::string>> fields;
   std::set<std::string> seen;
   while (in >> word) {
     auto eq = word.find('=');
     if (eq == std::string::npos)
       throw HintError(where + ": bad header field '" + printable(word) + "'");
-    std::string key = word.substr(0, eq), val = word.substr(eq + 1);
-    // A field given twice was taken (the split's scan and this check may each read another).
+    std::string key = word.substr(0, eq);
     if (!seen.insert(key).second)
       throw HintError(where + ": header field " + printable(key) + " is given twice");
+    fields.emplace_back(std::move(key), word.substr(eq + 1));
+  }
+  for (const auto& [key, val] : fields) {
     std::string want;
     if (key == "pp")
       want = std::to_string(c.pp);
@@ -79,6 +85,7 @@ void check_header(std::string_view line, const WorkModel& m, const std::string& 
                            ? std::string(" (`split_backward` ") + (want == "1" ? "on)" : "off)")
                            : ""));
   }
+  return seen.count("pp") > 0;
 }
 
 }  // namespace
@@ -126,6 +133,11 @@ std::string write_hint_json(const ListHint& h, const WorkModel& m) {
   return out + ",\n \"version\": 1,\n \"vpp\": " + std::to_string(c.vpp) + "\n}\n";
 }
 
+bool is_hint_header(std::string_view content) {
+  return content.substr(0, 9) == "rrfp-hint" &&
+         (content.size() == 9 || content[9] == ' ' || content[9] == '\t');
+}
+
 std::string_view hint_line_content(std::string_view line) {
   if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
   return trim(line);
@@ -135,7 +147,8 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
   ListHint h;
   h.stages.resize(m.pp());
   std::vector<char> seen(m.pp(), 0);
-  int line_no = 0;
+  int line_no = 0, header_at = 0;
+  bool header_pp = false;
   size_t pos = 0;
   while (pos <= text.size()) {
     size_t nl = text.find('\n', pos);
@@ -145,11 +158,18 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
     const std::string where = origin + ":" + std::to_string(line_no);
     line = hint_line_content(line);
     if (line.empty()) continue;
-    if (line.substr(0, 9) == "rrfp-hint") {
-      check_header(line, m, where);
+    if (is_hint_header(line)) {
+      // The shape is taken from the first header alone: a second one's fields were checked
+      // against a shape they did not give ("written for microbatches=2 but the run has 8").
+      if (header_at > 0)
+        throw HintError(where + ": a second header line (the first is line " +
+                        std::to_string(header_at) + ")");
+      header_at = line_no;
+      header_pp = check_header(line, m, where);
       continue;
     }
-    if (line.substr(0, 6) != "stage ")
+    // "stage", then a blank: a tab as well as a space, as between the tasks.
+    if (line.substr(0, 5) != "stage" || line.size() < 6 || (line[5] != ' ' && line[5] != '\t'))
       throw HintError(where + ": expected 'stage N: TASK ...', got '" + printable(line) + "'");
     auto colon = line.find(':');
     if (colon == std::string_view::npos)
@@ -180,10 +200,14 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
       }
     }
   }
+  // A header's pp is the run's (check_header refused another): naming it rather than the
+  // option, which may not have been given.
   for (int s = 0; s < m.pp(); ++s)
     if (!seen[s])
-      throw HintError(origin + ": stage " + std::to_string(s) + " has no line (the run has `pp` " +
-                      std::to_string(m.pp()) + " stages, 0.." + std::to_string(m.pp() - 1) + ")");
+      throw HintError(origin + ": stage " + std::to_string(s) + " has no line (" +
+                      (header_pp ? "its header's pp=" + std::to_string(m.pp()) + ": stages"
+                                 : "the run has `pp` " + std::to_string(m.pp()) + " stages,") +
+                      " 0.." + std::to_string(m.pp() - 1) + ")");
   validate_hint(h, m, origin);
   return h;
 }

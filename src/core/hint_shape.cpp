@@ -23,7 +23,7 @@ bool take_hint_file_shape(const std::string& path, HintShape& shape, const Shape
                           const std::string& vpp_name) {
   if (std::all_of(given.begin(), given.end(), [](bool g) { return g; })) return false;
   const HintFields declared = hint_file_fields(path);
-  bool from_file = false;
+  bool from_file = false, vpp_from_file = false;
   for (const auto& [key, value, string] : declared.fields) {
     const auto field =
         static_cast<std::size_t>(std::find(kKeys.begin(), kKeys.end(), key) - kKeys.begin());
@@ -46,6 +46,7 @@ bool take_hint_file_shape(const std::string& path, HintShape& shape, const Shape
       continue;
     (field == 0 ? shape.pp : field == 1 ? shape.vpp : shape.microbatches) = static_cast<int>(v);
     from_file = true;
+    vpp_from_file = vpp_from_file || field == 1;
   }
   // Too large a shape of the file's was refused as the caller's settings', which were not given.
   const long long n = static_cast<long long>(shape.pp) * shape.vpp * shape.microbatches;
@@ -62,6 +63,11 @@ bool take_hint_file_shape(const std::string& path, HintShape& shape, const Shape
         path + ": written for placement vshape, which needs vpp 2, but the run has vpp " +
         std::to_string(shape.vpp) +
         (given[1] ? " (" + vpp_name + ")" : std::string(" (the file's, or the default)")));
+  // And the placement given with the file's V: refused as "needs vpp 2, got vpp 1", as if that
+  // V were given.
+  if (shape.placement == "vshape" && shape.vpp != 2 && given[3] && vpp_from_file)
+    throw InputError(path + ": written for vpp " + std::to_string(shape.vpp) +
+                     ", but the placement given, vshape, needs vpp 2");
   return from_file;
 }
 
