@@ -146,7 +146,7 @@ check "workload forward_us: must be a finite number in [0, 1e+09], got 1e+15" si
 printf '{"tokens_max": 1e300}' >"$tmp/w2.json"
 check "workload tokens_max: must be a finite number in [256, 1e+09]" simulate --workload-file "$tmp/w2.json"
 printf '{"forward_us": 1e8, "head_factor": 100, "backward_ratio_max": 100}' >"$tmp/w3.json"
-check "the most one may take is 1e+09 us (1000 s)" simulate --workload-file "$tmp/w3.json"
+check "draws a compute time past the 1e+09 us (1000 s) a task may take" simulate --workload-file "$tmp/w3.json"
 # A bandwidth too low for the messages names what to raise (it said to lower the times).
 printf '{"comm_bandwidth_gbps": 0.00001}' >"$tmp/w5.json"
 check "(1000 s): raise comm_bandwidth_gbps, or lower comm_latency_us, comm_sigma, comm_slow_us or bytes_per_token" simulate --workload-file "$tmp/w5.json"
@@ -157,6 +157,13 @@ check "--seed: must be a whole number from 0 to 18446744073709551615, got 184467
 check "--seed: must be a whole number from 0 to 18446744073709551615, got 1e23" simulate --seed 1e23
 printf '{"preset": "uniform", "forward_us": 1e9}' >"$tmp/w4.json"
 check "tasks add up to 317.098 years; a step may hold at most 146" simulate --workload-file "$tmp/w4.json" --pp 1 -m 5000000 --hint 1f1b --policy fixed
+# Each field within its range, a drawn task may still pass the bound: named by the task and the
+# fields it is drawn from (it said "workload: a task or message of 1037891386.25 us"). A time
+# below the nanosecond every time is counted in made every task 0 ns, silently.
+printf '{"forward_us": 1e9}' >"$tmp/w6.json"
+check "workload: F c0 m0 draws a compute time past the 1e+09 us (1000 s) a task may take: lower forward_us or image_us" simulate --workload-file "$tmp/w6.json" --pp 4 -m 8 --hint bf --policy ready
+printf '{"preset": "uniform", "forward_us": 0.0001}' >"$tmp/w7.json"
+check "w7.json: workload forward_us: 0.0001 us is below 0.001 us (1 ns), the resolution of every time" simulate --workload-file "$tmp/w7.json"
 # And the good paths still work.
 "$rrfp" schedule show --hint zb-h1 --out "$tmp/zb.json" >/dev/null || { echo "FAIL: schedule show"; fails=$((fails + 1)); }
 "$rrfp" schedule check --split-backward on "$tmp/zb.json" >/dev/null || { echo "FAIL: check of a written hint"; fails=$((fails + 1)); }

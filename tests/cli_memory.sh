@@ -163,6 +163,8 @@ process but for a page each): 512 MiB"; do
 done
 # A calibration budget its sizes cannot keep is refused at once (it took 10-23 s for 0.1 s).
 check "--seconds: 0.1 s cannot hold a calibration of these --sizes between 4 endpoints, which takes about 14 s" calibrate --sizes 1024M --seconds 0.1
+# Below 10 s the floor is said to a tenth: 0.57 s said "give --seconds 1", where 0.6 runs.
+check "which takes about 0.6 s at the least (every repetition at its fewest round trips); give --seconds 0.6 or more" calibrate --seconds 0.5
 # The diagram's second check, once the run gives its width, weighs the whole need against what
 # there was before the run: against what its own allocations left, a run that fits (about 0.36
 # GB under a 0.5 GB address space) was refused after doing all its work. Where the build maps

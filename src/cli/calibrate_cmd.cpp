@@ -118,14 +118,16 @@ void refuse_inapplicable(const CalibrateFlags& f) {
 // --seconds 0.1 took 10-23 s).
 void refuse_short_budget(const CalibrateOptions& o, int endpoints, bool copied) {
   const double floor = calibration_floor_s(o, endpoints, copied);
+  // Rounded up, to a tenth below 10 s: a floor of 0.57 s said "give --seconds 1", where 0.6 runs.
+  const double least = floor < 10 ? std::ceil(floor * 10) / 10 : std::ceil(floor);
   if (floor > o.seconds)
     throw InputError(
         "--seconds: " + fmt("%g", o.seconds) + " s cannot hold a calibration of " +
         "these --sizes" +
         (endpoints > 2 ? " between " + std::to_string(endpoints) + " endpoints" : "") +
-        ", which takes about " + fmt("%.0f", std::ceil(floor)) +
+        ", which takes about " + fmt("%g", least) +
         " s at the least (every repetition at its fewest round trips); give --seconds " +
-        fmt("%.0f", std::ceil(floor)) + " or more, or smaller --sizes");
+        fmt("%g", least) + " or more, or smaller --sizes");
 }
 
 // The processes are the endpoints: a third measured nothing, a fifth and on sat idle.

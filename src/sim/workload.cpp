@@ -58,7 +58,16 @@ void validate(const WorkloadParams& w) {
     check_in(std::string("workload ") + f, v, lo, hi);
   };
   constexpr double kUs = 1e9;  // any time: at most 1000 s
-  in("forward_us", w.forward_us, 0, kUs);
+  // A time: none, or at least the nanosecond every time is counted in (forward_us 0.0001 made
+  // every task 0 ns, a step of 0 ms, without a word).
+  auto time = [&](const char* f, double v) {
+    in(f, v, 0, kUs);
+    if (v > 0 && v < 1e-3)
+      throw InputError(std::string("workload ") + f + ": " + fmt_given(v) +
+                       " us is below 0.001 us (1 ns), the resolution of every time: give 0 or "
+                       "at least 0.001");
+  };
+  time("forward_us", w.forward_us);
   in("backward_ratio_min", w.backward_ratio_min, 0, 100);
   in("backward_ratio_max", w.backward_ratio_max, w.backward_ratio_min, 100);
   in("weight_share", w.weight_share, 0, 1);
@@ -72,21 +81,21 @@ void validate(const WorkloadParams& w) {
   in("images_scale", w.images_scale, 0, 1e6);
   in("images_alpha", w.images_alpha, 1e-9, 1e6);
   in("images_max", w.images_max, 0, 1e6);
-  in("image_us", w.image_us, 0, kUs);
+  time("image_us", w.image_us);
   in("image_tokens", w.image_tokens, 0, 1e6);
   in("vision_chunks", w.vision_chunks, 0, 1e6);
   in("jitter_p", w.jitter.p, 0, 1);
-  in("jitter_floor_us", w.jitter.floor_us, 0, kUs);
+  time("jitter_floor_us", w.jitter.floor_us);
   in("jitter_alpha", w.jitter.alpha, 0, 1e3);
   in("straggler_stage", w.straggler_stage, -2, 1e6);
   in("straggler_factor", w.straggler_factor, 0, 1e3);
   in("straggler_window", w.straggler_window, 1, 1e6);
   in("straggler_prob", w.straggler_prob, 0, 1);
-  in("comm_latency_us", w.comm_latency_us, 0, kUs);
+  time("comm_latency_us", w.comm_latency_us);
   in("comm_bandwidth_gbps", w.comm_bandwidth_gbps, 0, 1e9);
   in("comm_sigma", w.comm_sigma, 0, 10);
   in("comm_slow_prob", w.comm_slow_prob, 0, 1);
-  in("comm_slow_us", w.comm_slow_us, 0, kUs);
+  time("comm_slow_us", w.comm_slow_us);
   in("comm_links", w.comm_links, 0, 4096);
   check_links(w.comm_links, "workload comm_links");
   in("comm_two_slowdown", w.comm_two_slowdown, 1, 64);
@@ -94,8 +103,8 @@ void validate(const WorkloadParams& w) {
   in("comm_wake_per_copy_us", w.comm_wake_per_copy_us, 0, 1e6);
   in("bytes_per_token", w.bytes_per_token, 0, 1e9);
   in("tp_sigma", w.tp_sigma, 0, 10);
-  in("tp_collective_us", w.tp_collective_us, 0, kUs);
-  in("coord_latency_us", w.coord_latency_us, 0, kUs);
+  time("tp_collective_us", w.tp_collective_us);
+  time("coord_latency_us", w.coord_latency_us);
 }
 
 std::int64_t duration_ns(double us, const char* what, const char* remedy) {
@@ -269,14 +278,23 @@ std::int64_t rank_compute_ns(const WorkloadParams& w, const WorkModel& m, const 
   double d = base / tp;
   if (tp > 1 && w.tp_sigma > 0)
     d *= std::exp(w.tp_sigma * std_normal(hash_keys(seed, kTpNoise, drawn, rank)));
-  const char* remedy = "lower the workload's times or factors";
-  if (!m.split() || t.kind == Kind::F)
-    return duration_ns(jittered_us(w.jitter, d, seed, t, rank), "workload", remedy);
-  const double whole = jittered_us(w.jitter, d, seed, {Kind::B, t.chunk, t.mb}, rank);
-  const std::int64_t whole_ns = duration_ns(whole, "workload", remedy);
-  // The min: a W of the whole backward (weight_share 1) is never 1 ns over it by rounding.
-  const std::int64_t w_ns = std::min(whole_ns, duration_ns(d * w.weight_share, "workload", remedy));
-  return t.kind == Kind::W ? w_ns : whole_ns - w_ns;
+  try {
+    if (!m.split() || t.kind == Kind::F)
+      return duration_ns(jittered_us(w.jitter, d, seed, t, rank), "workload");
+    const double whole = jittered_us(w.jitter, d, seed, {Kind::B, t.chunk, t.mb}, rank);
+    const std::int64_t whole_ns = duration_ns(whole, "workload");
+    // The min: a W of the whole backward (weight_share 1) is never 1 ns over it by rounding.
+    const std::int64_t w_ns = std::min(whole_ns, duration_ns(d * w.weight_share, "workload"));
+    return t.kind == Kind::W ? w_ns : whole_ns - w_ns;
+  } catch (const InputError&) {
+    // Named by its task and the fields it is drawn from: each field within its range, a draw
+    // may still pass the bound ("a task or message of 1037891386 us" named neither).
+    throw InputError("workload: " + to_string(t) + " draws a compute time past the " +
+                     fmt("%g", kMaxTaskUs) +
+                     " us (1000 s) a task may take: lower forward_us or image_us, or what "
+                     "multiplies them (backward_ratio_max, head_factor, compute_sigma, the "
+                     "tokens' and images' fields, straggler_factor, jitter_alpha)");
+  }
 }
 
 // The latency of the message task `idx` sends from TP rank `rank`, `bytes` split over the group.
