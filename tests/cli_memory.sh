@@ -8,10 +8,11 @@ source "$(dirname "$0")/cli_check.sh"
 # and the memory (RRFP_MEMORY_LIMIT stands in for a small machine); one that fits runs. A
 # budget is kept: a plan whose first start order outlasts it stops there, saying so.
 export RRFP_MEMORY_LIMIT=64M
-check "simulate: 4 runs of 2.4M tasks: about 197 MB of memory" simulate --pp 1024 -m 1024
-# A run's estimate follows what it holds: a list hint's order and blocking messages' rendezvous.
+check "simulate: 4 runs of 2.4M tasks: about 143 MB of memory" simulate --pp 1024 -m 1024
+# A run's estimate follows what it holds: a list hint's order (a blocking run's rendezvous holds
+# only the sends in flight, and costs nothing more).
 check "simulate: 1 run of 2.1M tasks: about 96 MB" simulate --pp 1024 -m 1024 --hint bf --policy ready
-check "simulate: 1 run of 2.1M tasks: about 197 MB" simulate --pp 1024 -m 1024 --hint 1f1b --policy fixed --comm blocking
+check "simulate: 1 run of 2.1M tasks: about 113 MB" simulate --pp 1024 -m 1024 --hint 1f1b --policy fixed --comm blocking
 check "RRFP_MEMORY_LIMIT allows 67 MB: lower --pp, --microbatches or --tp" run --pp 1024 -m 1024 --hint bf
 # `run` holds its runtime's state and every run's timed records beside a simulation's bytes: a
 # shape a simulation of which fits may not.
@@ -41,7 +42,7 @@ check "simulate: 1 run of 0.2M tasks: about 159 MB" simulate --pp 100000 -m 1 --
 check "schedule check: 2.0M tasks: about 1.8 GB" schedule check "$tmp/none.txt" --pp 1000000 -m 1
 # sweep takes the same checks, at its largest point (it ran a point simulate refuses), and its
 # grid is counted before it is built (2e9 seeds ended "out of memory", exit 1).
-check "sweep: 1 grid point, runs of up to 12.6M tasks: about 782 MB of memory" sweep --pp 1024 --mb-factors 4 --seeds 1 --workloads uniform --hints bf
+check "sweep: 1 grid point, runs of up to 12.6M tasks: about 668 MB of memory" sweep --pp 1024 --mb-factors 4 --seeds 1 --workloads uniform --hints bf
 check "sweep: the grid (--workloads x --pp x --mb-factors x --tp x --limits x --seeds) has 16000000000 points; at most 1000000" sweep --seeds 2000000000
 # A mistyped workload is named before any point runs (found when the loop reached it, the
 # points run before were lost).

@@ -100,7 +100,8 @@ class Simulation {
   bool reads_costs_ = false;
   std::vector<Rank> ranks_;
   std::vector<Group> groups_;
-  std::vector<Send> sends_;
+  std::vector<Send> sends_;              // by id, the offer's handle
+  std::vector<int> free_sends_;          // ids of released sends, taken again first
   std::vector<SentProposal> proposals_;  // agree: by Ev::Proposal's index
   std::optional<SharedLinks> links_;     // WorkloadParams::comm_links; none: each on its own
   std::vector<Transfer> transfers_;      // on the links, by token
