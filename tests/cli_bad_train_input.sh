@@ -46,6 +46,14 @@ check "--window: more than 1 keeps a GPU's stream fed (--device cuda)" train --w
 check "--max-len: 500 exceeds" train --max-len 500 --out "$tmp/o"
 # Named as itself (it was --min-len's range that was given).
 check "--max-len: must be between 1 and the model's --max-seq (128), got 0" train --max-len 0 --out "$tmp/o"
+# The window's lengths not given follow those given: --max-seq 64 alone was refused as
+# "--max-len: 128 exceeds the model's --max-seq 64", a value never given (here the refusal
+# that remains is --steps').
+check "--steps: must be between 1 and 1000000000, got 0" train --max-seq 64 --steps 0 --out "$tmp/o"
+check "--steps: must be between 1 and 1000000000, got 0" train --max-len 16 --steps 0 --out "$tmp/o"
+check "--max-len: 100 exceeds the model's --max-seq 64" train --max-seq 64 --max-len 100 --out "$tmp/o"
+# An empty value after '=' took the next word for its value.
+check "--data: '' names nothing; give a value (\`rrfp train --help\`" train --data= --out "$tmp/o"
 check "--microbatches: must be at most 50 million chunk-microbatches, got 4 x 1 x 50000000 = 200000000" \
   train -m 50000000 --out "$tmp/o"
 check "--tp: 3 does not divide --heads 4" train --tp 3 --out "$tmp/o"

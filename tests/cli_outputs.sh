@@ -143,6 +143,9 @@ check "--csv: '' names nothing; give a value" sweep --pp 2 --mb-factors 1 --seed
 # So every text option: each was taken as not given (\`--replay ""\` simulated the default
 # workload, \`--json ""\` or \`--md ""\` wrote nothing, all exit 0).
 check "--replay: '' names nothing; give a value (\`rrfp simulate --help\` says what it takes; an unset shell variable?)" simulate --pp 2 -m 4 --replay ''
+# After '=' too: CLI11 took the next word for the value ("'3': rrfp simulate takes no such value").
+check "--hint: '' names nothing; give a value (\`rrfp simulate --help\`" simulate --pp 2 -m 4 --hint= --seed 3
+check "--hint: '' names nothing; give a value (\`rrfp schedule show --help\`" schedule show --hint=
 check "--json: '' names nothing; give a value" simulate --pp 2 -m 4 --json ''
 check "--md: '' names nothing; give a value" sweep --pp 2 --mb-factors 1 --seeds 1 --md ''
 check "TRACE: '' names nothing; give a value" predict ''

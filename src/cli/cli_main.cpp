@@ -160,10 +160,10 @@ int stdout_written(int code, const std::string& failed) {
   return 1;
 }
 
-// A comma-separated value with an empty item (`sweep --hints bf,,bfw`, `--pp 2,`): CLI11 drops
-// the item before any check sees it, and the grid ran without a word. Looked for in the words
-// given, command by command, where a flag takes a list.
-void refuse_empty_list_items(CLI::App& app, int argc, char** argv) {
+// What CLI11 drops before any check sees it, looked for in the words given, command by command:
+// an empty value after '=', and a comma-separated value with an empty item (`sweep --hints
+// bf,,bfw`, `--pp 2,`), where the grid ran without a word.
+void refuse_dropped_values(CLI::App& app, int argc, char** argv) {
   CLI::App* at = &app;
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
@@ -175,7 +175,18 @@ void refuse_empty_list_items(CLI::App& app, int argc, char** argv) {
     if (word.rfind("--", 0) != 0) continue;
     const std::size_t eq = word.find('=');
     const CLI::Option* opt = at->get_option_no_throw(word.substr(0, eq));
-    if (opt == nullptr || opt->get_delimiter() != ',') continue;
+    if (opt == nullptr) continue;
+    // `--data=` (a variable unset after the '='): CLI11 takes no value there and the next word
+    // for it, `--data= --out o` training on the folder o and refused as "'o': takes no such
+    // value". Named as `--data ''` is.
+    if (eq + 1 == word.size() && !opt->get_type_name().empty()) {
+      std::string command;
+      for (const CLI::App* a = at; a != nullptr; a = a->get_parent())
+        command = a->get_parent() ? " " + a->get_name() + command : "rrfp" + command;
+      throw InputError(word.substr(0, eq) + ": '' names nothing; give a value (`" + command +
+                       " --help` says what it takes; an unset shell variable?)");
+    }
+    if (opt->get_delimiter() != ',') continue;
     const std::string value = eq != std::string::npos ? word.substr(eq + 1)
                               : i + 1 < argc          ? std::string(argv[i + 1])
                                                       : std::string();
@@ -214,7 +225,7 @@ int cli_main(int argc, char** argv) {
   setup_calibrate(app);
   read_numbers_in_decimal(app);
   try {
-    refuse_empty_list_items(app, argc, argv);
+    refuse_dropped_values(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     // A mistyped command before --help printed the help of the command above it, exit 0.

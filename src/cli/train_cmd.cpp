@@ -73,6 +73,16 @@ void gpu_defaults(const CLI::App& s, TrainFlags& f) {
   if (unset("--max-images") && t.task == "image-text") t.max_images = 16;
 }
 
+// The window's lengths not given follow those given, within the model's: `--max-seq 64` alone
+// was refused as "--max-len: 128 exceeds the model's --max-seq 64", and `--device cuda --max-len
+// 256` as "--min-len: ... got 512", values never given. A bad given value is left to its check.
+void fit_unset_lengths(const CLI::App& s, train::TrainOptions& t) {
+  auto unset = [&s](const char* flag) { return s.count(flag) == 0; };
+  train::WindowOptions& w = t.window;
+  if (unset("--max-len") && t.model.max_seq >= 1) w.max_len = std::min(w.max_len, t.model.max_seq);
+  if (unset("--min-len") && w.max_len >= 1) w.min_len = std::min(w.min_len, w.max_len);
+}
+
 // A hint file whose order deadlocks the blocking rendezvous under --policy fixed, refused as
 // simulate and run refuse it: training stalled on it until the watchdog. Checked only then, so
 // every other command line meets its checks in the order rrfp-train makes them.
@@ -196,6 +206,7 @@ void setup_train(CLI::App& app) {
     while (out.size() > 1 && out.back() == '/')
       out.pop_back();
     if (f->run.train.device != "cpu") gpu_defaults(*s, *f);
+    fit_unset_lengths(*s, f->run.train);
     shape_from_hint_file(f->shape, f->dispatch.hint);  // for the shape flags not given
     // A hint that needs the split (the default bfw) is refused under off with its own message;
     // adaptive runs unsplit, which ignored the cap.
