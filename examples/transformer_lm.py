@@ -91,11 +91,20 @@ def ties(n, args):
     return [["0.0.tok.weight", f"{n - 1}.{head}.weight"]]
 
 
-def corpus(path):
-    files = sorted(glob.glob(os.path.join(glob.escape(path), "*")))
+def corpus(path, seq):
+    """The bytes of a file, or of the files of a folder, as one long sequence of tokens."""
+    if os.path.isfile(path):
+        files = [path]
+    elif os.path.isdir(path):
+        files = sorted(glob.glob(os.path.join(glob.escape(path), "*")))
+    else:
+        raise SystemExit(f"--data {path}: no such file or folder")
     data = b"".join(open(f, "rb").read() for f in files if os.path.isfile(f))
-    if len(data) < 1024:
-        raise SystemExit(f"--data {path}: needs at least 1 KiB of text")
+    # A window of --seq tokens and its next token are drawn from it: a shorter text has none.
+    need = max(1024, seq + 2)
+    if len(data) < need:
+        raise SystemExit(f"--data {path}: {len(data)} bytes; needs at least {need} "
+                         f"(1 KiB, and more than --seq {seq} + 1)")
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
 
 
@@ -119,7 +128,8 @@ def main():
     ap.add_argument("--policy", default="ready")
     ap.add_argument("--transport", default=None, choices=["inproc", "mpi", "c10d"],
                     help="default: by the launcher (mpirun: mpi, torchrun: c10d, else inproc)")
-    ap.add_argument("--data", default="/usr/share/common-licenses")
+    ap.add_argument("--data", default="/usr/share/common-licenses",
+                    help="a text file, or a folder of them (default: the Debian licence texts)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the CPU)")
     ap.add_argument("--tie-embeddings", action="store_true",
@@ -136,17 +146,27 @@ def main():
     n = args.pp * args.vpp
     if args.layers % n:
         raise SystemExit(f"--layers {args.layers} must be a multiple of pp * vpp = {n}")
+    # zb-v runs on the V shape this script picks for it, which takes two chunks a stage.
+    if args.hint == "zb-v" and args.placement is None and args.vpp != 2:
+        ap.error(f"--hint zb-v runs two chunks a stage, on the V shape: give --vpp 2 "
+                 f"(got {args.vpp})")
+    data = corpus(args.data, args.seq)
 
-    pipe = rrfp.Pipeline(lambda i: make_chunk(i, n, args, args.tie_embeddings),
-                         lambda logits, y: F.cross_entropy(logits.flatten(0, 1), y.flatten()),
-                         pp=args.pp, vpp=args.vpp, microbatches=args.microbatches,
-                         placement=args.placement or ("vshape" if args.hint == "zb-v" else
-                                                      "loop"),
-                         hint=args.hint, policy=args.policy, transport=args.transport,
-                         device=args.device, tied=ties(n, args))
+    try:
+        pipe = rrfp.Pipeline(lambda i: make_chunk(i, n, args, args.tie_embeddings),
+                             lambda logits, y: F.cross_entropy(logits.flatten(0, 1),
+                                                               y.flatten()),
+                             pp=args.pp, vpp=args.vpp, microbatches=args.microbatches,
+                             placement=args.placement or ("vshape" if args.hint == "zb-v" else
+                                                          "loop"),
+                             hint=args.hint, policy=args.policy, transport=args.transport,
+                             device=args.device, tied=ties(n, args))
+    except (ValueError, TypeError, RuntimeError) as e:
+        # A hint, policy, device or transport the pipeline refuses: its message names the
+        # option, which is this script's flag of the same name.
+        raise SystemExit(f"transformer_lm.py: {e}")
     params = [p for c in pipe.chunks.values() for p in c.parameters()]
     opt = torch.optim.AdamW(params, lr=args.lr)
-    data = corpus(args.data)
     g = torch.Generator().manual_seed(args.seed)
     m, rows, t = args.microbatches, args.rows, args.seq
     speak = pipe.rank == 0  # every process gets the step's loss and record

@@ -33,6 +33,8 @@ void set_error(PyObject* type, const char* what) {
 
 PYBIND11_MODULE(_rrfp, m) {
   m.doc() = "rrfp: readiness-first pipeline-parallel runtime (C++ core)";
+  // What a benchmark states beside its numbers (a Debug build's times mean nothing).
+  m.attr("build_type") = RRFP_BUILD_TYPE;
   static pyb::exception<rrfp::TaskError> stage_error(m, "StageError", PyExc_RuntimeError);
   static pyb::exception<rrfp::ProtocolError> protocol_error(m, "ProtocolError", PyExc_RuntimeError);
   stage_error.attr("__doc__") =

@@ -31,6 +31,11 @@ def adaptive(**kwargs):
     return rrfp.simulate(**SHAPE, hint="adaptive", policy="ready", **kwargs).makespan
 
 
+def test_the_build_type_is_named():
+    # What a benchmark states beside its numbers: CMake's build type, never empty.
+    assert rrfp.build_type in ("Release", "Debug", "RelWithDebInfo", "MinSizeRel")
+
+
 def test_a_replay_takes_the_ordering_its_trace_recorded_as_the_command_does(tmp_path):
     # rrfp.simulate replayed it with the forwards free, as `rrfp simulate --replay` no longer
     # does: a gain rrfp, held to the recorded ordering, could not reach.

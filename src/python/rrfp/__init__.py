@@ -237,6 +237,8 @@ def _excepthook(kind, value, tb, _previous=sys.excepthook):
 sys.excepthook = _excepthook
 
 hint_names = _rrfp.hint_names
+# The CMake build type of the extension ("Release", "Debug", ...): benchmarks state it.
+build_type = _rrfp.build_type
 # A message that fits no task, or one that is no message (docs/python.md names it rrfp's).
 ProtocolError = _rrfp.ProtocolError
 
