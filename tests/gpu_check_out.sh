@@ -6,21 +6,7 @@
 # changing to the repository root: `gpu-check.sh .` from elsewhere deleted the source tree.)
 # No GPU needed. The script runs from a copy in a throwaway repository, so that a refusal gone
 # missing deletes only that copy.
-set -u
-src=$(cd "$(dirname "$0")/.." && pwd)
-tmp=$(cd "$(mktemp -d)" && pwd -P)  # as the script names it, links resolved
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() {
-  echo "FAIL: $*"
-  fails=$((fails + 1))
-}
-repo=$tmp/repo
-mkdir -p "$repo/scripts" "$repo/docs"
-cp "$src/scripts/gpu-check.sh" "$src/scripts/gpu_table.py" "$repo/scripts/"
-echo "a tracked file" >"$repo/docs/notes.md"
-printf 'build*/\n' >"$repo/.gitignore"
-git -C "$repo" init -q 2>/dev/null && git -C "$repo" add -A 2>/dev/null
+source "$(dirname "$0")/gpu_check_repo.sh"
 # What a folder holds, names and contents: the same before and after a refused run.
 state() { (cd "$1" && find . | LC_ALL=C sort && find . -type f -exec md5sum {} + | LC_ALL=C sort); }
 export GPU_CHECK_NO_BUILD=1 GPU_CHECK_HARD=20 GPU_CHECK_SECONDS=0

@@ -5,20 +5,8 @@
 # GPU_CHECK_ONLY='twin' brings in the J0 ready runs the twin is compared with; a pattern bash
 # cannot read is refused (exit 2) before anything runs. (A failed run passed as exit 0 with no
 # word in the summary; a twin wanted alone printed an empty table.) No GPU needed.
-set -u
-src=$(cd "$(dirname "$0")/.." && pwd)
-tmp=$(cd "$(mktemp -d)" && pwd -P)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() {
-  echo "FAIL: $*"
-  fails=$((fails + 1))
-}
-repo=$tmp/repo
-mkdir -p "$repo/scripts" "$repo/build-gpu/tests" "$repo/build-gpu/python/rrfp"
-cp "$src/scripts/gpu-check.sh" "$src/scripts/gpu_table.py" "$repo/scripts/"
-printf 'build*/\n' >"$repo/.gitignore"
-git -C "$repo" init -q 2>/dev/null && git -C "$repo" add -A 2>/dev/null
+source "$(dirname "$0")/gpu_check_repo.sh"
+mkdir -p "$repo/build-gpu/tests" "$repo/build-gpu/python/rrfp"
 printf '#!/bin/sh\necho "[  PASSED  ] 0 tests."\n' >"$repo/build-gpu/tests/test_train_cuda"
 : >"$repo/build-gpu/python/rrfp/_rrfp.stub.so"
 # The stand-in: `train` writes five steps of 100 ms (pipeline 90 ms) and a durations file, but
