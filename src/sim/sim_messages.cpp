@@ -111,8 +111,19 @@ void Simulation::transfer(Transfer t, std::int64_t lat) {
   }
   const std::int64_t alone = std::min(lat, w_.link_latency_ns);
   t.bytes_ns = lat - alone;
-  push(now_ + alone, Ev::LinkJoin, 0, 0, static_cast<int>(transfers_.size()));
-  transfers_.push_back(t);
+  // An ended transfer's token is taken again, as a released send's id is: the links order
+  // transfers by when they joined, and a list of every message of the step held 40 bytes a
+  // message to its end (P=M=1024 over comm_links 2: 179 MB against 97 without).
+  int id;
+  if (free_transfers_.empty()) {
+    id = static_cast<int>(transfers_.size());
+    transfers_.push_back(t);
+  } else {
+    id = free_transfers_.back();
+    free_transfers_.pop_back();
+    transfers_[id] = t;
+  }
+  push(now_ + alone, Ev::LinkJoin, 0, 0, id);
 }
 
 void Simulation::link_join(int id) {
@@ -155,6 +166,8 @@ void Simulation::link_end(int stamp) {
         for (int send : sends)
           release(send);
       }
+  // Their last use: no release is parked on them any more, and none moves.
+  free_transfers_.insert(free_transfers_.end(), ended.begin(), ended.end());
   watch_links();
 }
 

@@ -105,6 +105,7 @@ class Simulation {
   std::vector<SentProposal> proposals_;  // agree: by Ev::Proposal's index
   std::optional<SharedLinks> links_;     // WorkloadParams::comm_links; none: each on its own
   std::vector<Transfer> transfers_;      // on the links, by token
+  std::vector<int> free_transfers_;      // tokens of ended transfers, taken again first
   // Releases waiting for the end of the copy (a transfer's token) their process was inside.
   std::unordered_map<int, std::vector<int>> parked_;
   static constexpr double kNoLimit = 4096;  // capacity where only the queues hold transfers
