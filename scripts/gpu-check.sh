@@ -9,8 +9,9 @@
 # Prints a short table last; writes OUT/summary.md and everything else into OUT/gpu-check.tgz.
 # Usage: scripts/gpu-check.sh OUT [build dir]
 #   GPU_CHECK_SECONDS  time budget (default 420): runs that would start after it are skipped
-#   GPU_CHECK_HARD     hard limit (default 540): every wait ends by then, and the summary and
-#                      archive are written on any exit (give the caller's own limit 30 s more)
+#   GPU_CHECK_HARD     hard limit (default 540): every wait ends by then (a run deaf to its
+#                      SIGTERM 15 s later, killed), and the summary and archive are written on
+#                      any exit (give the caller's own limit 30 s more)
 #   GPU_CHECK_ARGS     the device flags (default: --device cuda --dtype bf16)
 #   GPU_CHECK_STEPS    steps per run (default 22)
 #   GPU_CHECK_NO_BUILD set: use the rrfp already in the build dir
@@ -31,6 +32,14 @@ dest=${1:?usage: scripts/gpu-check.sh OUT [build dir]}
 dest=$(realpath -m -- "$dest")
 cd "$(dirname "$0")/.." || exit 2
 root=$(pwd -P)
+# A pattern bash cannot read matches nothing, silently: refused before OUT is touched (a
+# corrected rerun into the same OUT was refused as not empty) and the window spent on the build.
+only=${GPU_CHECK_ONLY:-}
+[[ "" =~ $only ]]
+if [ $? -eq 2 ]; then
+  echo "gpu-check: GPU_CHECK_ONLY '$only' is not an extended regular expression" >&2
+  exit 2
+fi
 refuse() {
   echo "gpu-check: OUT $dest $*: give a fresh empty folder outside the source tree" >&2
   exit 2
@@ -63,15 +72,8 @@ out=$dest/gpu-check
 mkdir -p "$out" || exit 2
 start=$(date +%s)
 budget=${GPU_CHECK_SECONDS:-420}
-only=${GPU_CHECK_ONLY:-}
-# Whether the run NAME is wanted (GPU_CHECK_ONLY). A pattern bash cannot read matches nothing,
-# silently: refused here, before the window is spent on the build.
+# Whether the run NAME is wanted (GPU_CHECK_ONLY, read above).
 wanted() { [ -z "$only" ] || [[ $1 =~ $only ]]; }
-[[ "" =~ $only ]]
-if [ $? -eq 2 ]; then
-  echo "gpu-check: GPU_CHECK_ONLY '$only' is not an extended regular expression" >&2
-  exit 2
-fi
 # The twin's table compares its prediction with the J0 ready runs: wanting it wants them.
 wanted_run() {
   wanted "$1" || { wanted twin && [[ $1 == j0-ready-bf || $1 == j0-ready-bfw ]]; }
@@ -230,6 +232,7 @@ train() {
     --warmup 5 --eval-every 0 --eval-batches 1 --timeout 60 "${data[@]}" --out "$runs/$name" \
     "$@" >"$runs/$name.log" 2>&1; } 2>"$runs/$name.cpu"
   local rc=$?
+  echo "$rc" >"$runs/$name.rc"  # gpu_table.py names a run that failed after measuring steps
   grep -E "^done|error" "$runs/$name.log" | cut -c1-240
   if [ $rc -ne 0 ]; then
     failed=1

@@ -5,8 +5,10 @@ dispatch gap (median, and the median of each step's p99 where the log has it), h
 CPU per task (the process's CPU time in a step over its tasks), the device wait (how long a
 stage's thread waited for its task's kernels after launching the last: median per task, and
 the waits' share of the stages' time), and (text model) MFU against the GPU's dense bf16 peak;
-then the twin's prediction next to the measured step. A run with a log but no measured step (it
-failed, or was stopped at its limit) is named under the table. Usage: gpu_table.py OUT"""
+then the twin's prediction next to the measured step. A run that failed or was stopped at its
+limit (runs/NAME.rc, its exit status, other than 0), or left a log and no measured step, is named
+under the table; its rows, if any, stay in it, marked, and no twin compares with them.
+Usage: gpu_table.py OUT"""
 import csv
 import os
 import re
@@ -32,18 +34,29 @@ def flops_per_token(cfg, seq):
     return 6 * params + 12 * layers * seq * d  # attention: the whole square (mask applied after)
 
 
+def exit_status(runs, name):
+    """The run's exit status as gpu-check.sh wrote it, 0 where it wrote none."""
+    try:
+        with open(os.path.join(runs, name + ".rc")) as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
 def main(out):
     runs = os.path.join(out, "runs")
-    table, measured, failed = [], {}, []
+    table, measured, failed, stopped = [], {}, [], set()
     for name in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
         if name.endswith(".log") and not os.path.isdir(os.path.join(runs, name[:-4])):
             failed.append(name[:-4])  # a run that wrote nothing
+            stopped.add(name[:-4])
         loss = os.path.join(runs, name, "loss.csv")
         if not os.path.isdir(os.path.join(runs, name)):
             continue
         rs = rows(loss) if os.path.isfile(loss) else []
         if not rs:
             failed.append(name)
+            stopped.add(name)
             continue
         log = open(os.path.join(runs, name + ".log")).read()
         cfg = model_of(log)
@@ -73,7 +86,13 @@ def main(out):
         if cfg and not name.startswith("img"):
             seq = tokens / len(rs) / cfg["mb"]
             mfu = "%.1f%%" % (100 * tok_s * flops_per_token(cfg, seq) / (PEAK_BF16_TFLOPS * 1e12))
-        measured[name] = [float(r["pipeline_ms"]) for r in rs], [int(r["step"]) for r in rs]
+        rc = exit_status(runs, name)
+        if rc:
+            failed.append(f"{name} (exit {rc}, {len(rs)} steps measured)")
+            stopped.add(name)
+            name += f" (exit {rc})"
+        else:
+            measured[name] = [float(r["pipeline_ms"]) for r in rs], [int(r["step"]) for r in rs]
         table.append((name, step_ms, pipe_ms, tok_s, bubble, gap, cpu, wait, mfu, len(rs)))
     # Each run against fixed 1F1B (async) of its group: the same jitter, task and partitions,
     # polled, one task in flight (a trailing c, s or w: a callback's or spin's completion, a
@@ -92,7 +111,7 @@ def main(out):
         print(f"| {name} | {n} | {step_ms:.1f} | {speed} | {pipe_ms:.1f} | {tok_s:.0f} | "
               f"{100 * bubble:.1f}% | {gap} | {cpu} | {wait} | {mfu} |")
     if failed:
-        print("\nNo measured step (failed or stopped; see runs/NAME.log): " + ", ".join(failed))
+        print("\nFailed or stopped (see runs/NAME.log): " + ", ".join(failed))
     twin = os.path.join(out, "twin.csv")
     if os.path.isfile(twin):
         pred = {}
@@ -104,7 +123,8 @@ def main(out):
         print("|---|---|---|---|")
         for hint, run in (("bf", "j0-ready-bf"), ("bfw", "j0-ready-bfw")):
             if run not in measured or hint not in pred:
-                why = f"no {run} run" if run not in measured else "no step predicted"
+                why = (f"{run} failed" if run in stopped else f"no {run} run"
+                       if run not in measured else "no step predicted")
                 print(f"| ready {hint.upper()} | - | - | {why} |")
                 continue
             ms, steps = measured[run]

@@ -10,7 +10,8 @@ mkdir -p "$repo/build-gpu/tests" "$repo/build-gpu/python/rrfp"
 printf '#!/bin/sh\necho "[  PASSED  ] 0 tests."\n' >"$repo/build-gpu/tests/test_train_cuda"
 : >"$repo/build-gpu/python/rrfp/_rrfp.stub.so"
 # The stand-in: `train` writes five steps of 100 ms (pipeline 90 ms) and a durations file, but
-# fails j0-ready-bfw (exit 3); `simulate` predicts 80 ms, but answers step 4 with no JSON.
+# fails j0-fixed-1f1b-blocking at once and j0-ready-bfw after its steps (exit 3); `simulate`
+# predicts 80 ms, but answers step 4 with no JSON.
 cat >"$repo/build-gpu/rrfp" <<'EOF'
 #!/usr/bin/env bash
 cmd=$1
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
 done
 case $cmd in
   train)
-    [ "${out##*/}" = j0-ready-bfw ] && { echo "rrfp: error: a planted failure"; exit 3; }
+    [ "${out##*/}" = j0-fixed-1f1b-blocking ] && { echo "rrfp: error: a planted failure"; exit 3; }
     mkdir -p "$out"
     echo "P=4 V=1 M=16 GPT d=64 layers=2"
     echo "step,step_ms,pipeline_ms,tokens,bubble,gap_us_median" >"$out/loss.csv"
@@ -34,6 +35,7 @@ case $cmd in
       echo "$s,100,90,1000,0.25,5" >>"$out/loss.csv"
       echo "$s,0,F,0,1" >>"$out/durations.csv"
     done
+    [ "${out##*/}" = j0-ready-bfw ] && { echo "rrfp: error: failed after its steps"; exit 3; }
     echo "done: 5 steps"
     ;;
   simulate)
@@ -45,17 +47,19 @@ EOF
 chmod +x "$repo/build-gpu/rrfp" "$repo/build-gpu/tests/test_train_cuda"
 export GPU_CHECK_NO_BUILD=1 GPU_CHECK_HARD=100 GPU_CHECK_SECONDS=60
 
-GPU_CHECK_ONLY='twin' timeout 90 "$repo/scripts/gpu-check.sh" "$tmp/out" >"$tmp/console" 2>&1
+GPU_CHECK_ONLY='twin|blocking' timeout 90 "$repo/scripts/gpu-check.sh" "$tmp/out" >"$tmp/console" 2>&1
 rc=$?
 [ $rc -eq 1 ] || fail "a failed run: exit $rc, want 1"
 for want in "run j0-ready-bf" "run twin-fixed-1f1b-split" "j0-ready-bfw failed (exit 3)" \
+  "j0-fixed-1f1b-blocking failed (exit 3)" \
   "twin: step 4 under ready bf was not predicted" "twin: step 4 under ready bfw was not predicted"; do
   grep -qF -- "$want" "$tmp/console" || fail "the console lacks '$want'"
 done
-grep -q "run j0-fixed-1f1b" "$tmp/console" && fail "GPU_CHECK_ONLY='twin' ran j0-fixed-1f1b"
+grep -q "run j0-fixed-1f1b$" "$tmp/console" && fail "GPU_CHECK_ONLY='twin' ran j0-fixed-1f1b"
 summary=$(cat "$tmp/out/summary.md" 2>/dev/null)
-for want in "No measured step (failed or stopped; see runs/NAME.log): j0-ready-bfw" \
-  "| ready BF | 90.0 | 80.0 | -11.1% |" "| ready BFW | - | - | no j0-ready-bfw run |"; do
+for want in "Failed or stopped (see runs/NAME.log): j0-fixed-1f1b-blocking, j0-ready-bfw (exit 3, 3 steps measured)" \
+  "| j0-ready-bfw (exit 3) | 3 |" "| ready BF | 90.0 | 80.0 | -11.1% |" \
+  "| ready BFW | - | - | j0-ready-bfw failed |"; do
   [[ $summary == *"$want"* ]] || fail "the summary lacks '$want'"
 done
 [ $fails -eq 0 ] || { echo "--- console"; cat "$tmp/console"; }
@@ -66,6 +70,7 @@ rc=$?
   grep -qF "GPU_CHECK_ONLY 'j0-(' is not an extended regular expression" "$tmp/stderr" ||
   fail "GPU_CHECK_ONLY='j0-(': exit $rc, $(cat "$tmp/stderr")"
 [ -s "$tmp/stdout" ] && fail "GPU_CHECK_ONLY='j0-(' ran: $(head -3 "$tmp/stdout")"
+[ -e "$tmp/out2" ] && fail "GPU_CHECK_ONLY='j0-(' made OUT, which a corrected rerun finds not empty"
 
 [ "$fails" -eq 0 ] || exit 1
 echo "gpu-check runs: failures counted and named, twin rows kept apart"
