@@ -151,6 +151,8 @@ def main():
         ap.error(f"--hint zb-v runs two chunks a stage, on the V shape: give --vpp 2 "
                  f"(got {args.vpp})")
     data = corpus(args.data, args.seq)
+    if (args.device or "").startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: torch sees no CUDA device")
 
     try:
         pipe = rrfp.Pipeline(lambda i: make_chunk(i, n, args, args.tie_embeddings),
@@ -161,9 +163,9 @@ def main():
                                                           "loop"),
                              hint=args.hint, policy=args.policy, transport=args.transport,
                              device=args.device, tied=ties(n, args))
-    except (ValueError, TypeError, RuntimeError) as e:
-        # A hint, policy, device or transport the pipeline refuses: its message names the
-        # option, which is this script's flag of the same name.
+    except ValueError as e:
+        # A hint, policy, device, placement or transport the pipeline refuses: its message names
+        # the option, this script's flag of the same name (anything else keeps its traceback).
         raise SystemExit(f"transformer_lm.py: {e}")
     params = [p for c in pipe.chunks.values() for p in c.parameters()]
     opt = torch.optim.AdamW(params, lr=args.lr)

@@ -158,12 +158,17 @@ check "--seed: must be a whole number from 0 to 18446744073709551615, got 1e23" 
 printf '{"preset": "uniform", "forward_us": 1e9}' >"$tmp/w4.json"
 check "tasks add up to 317.098 years; a step may hold at most 146" simulate --workload-file "$tmp/w4.json" --pp 1 -m 5000000 --hint 1f1b --policy fixed
 # Each field within its range, a drawn task may still pass the bound: named by the task and the
-# fields it is drawn from (it said "workload: a task or message of 1037891386.25 us"). A time
-# below the nanosecond every time is counted in made every task 0 ns, silently.
+# fields it is drawn from (it said "workload: a task or message of 1037891386.25 us"). A
+# forward_us that rounds every task to 0 ns (alone, or in each TP rank's share) ran a step of
+# messages alone, silently.
 printf '{"forward_us": 1e9}' >"$tmp/w6.json"
 check "workload: F c0 m0 draws a compute time past the 1e+09 us (1000 s) a task may take: lower forward_us or image_us" simulate --workload-file "$tmp/w6.json" --pp 4 -m 8 --hint bf --policy ready
 printf '{"preset": "uniform", "forward_us": 0.0001}' >"$tmp/w7.json"
-check "w7.json: workload forward_us: 0.0001 us is below 0.001 us (1 ns), the resolution of every time" simulate --workload-file "$tmp/w7.json"
+check "workload forward_us: 0.0001 us draws every task as 0 ns (times are counted in whole nanoseconds): raise forward_us" simulate --workload-file "$tmp/w7.json"
+printf '{"preset": "uniform", "forward_us": 0.001}' >"$tmp/w8.json"
+check "draws every task as 0 ns (times are counted in whole nanoseconds, and each of the TP ranks takes its share of a task)" simulate --workload-file "$tmp/w8.json" --tp 4
+printf '{"preset": "jitter:J3", "jitter_floor_us": 1e9}' >"$tmp/w9.json"
+check "or the jitter's (jitter_floor_us, jitter_alpha)" simulate --workload-file "$tmp/w9.json" --pp 4 -m 8 --hint bf --policy ready
 # And the good paths still work.
 "$rrfp" schedule show --hint zb-h1 --out "$tmp/zb.json" >/dev/null || { echo "FAIL: schedule show"; fails=$((fails + 1)); }
 "$rrfp" schedule check --split-backward on "$tmp/zb.json" >/dev/null || { echo "FAIL: check of a written hint"; fails=$((fails + 1)); }

@@ -65,7 +65,7 @@ check "--tp-protocol: how the tensor-parallel ranks of a stage coordinate; at --
 check "--dp: data-parallel replicas run as processes" train --dp 2 --out "$tmp/o"
 check "--transport: unknown transport 'tcp'" train --transport tcp --out "$tmp/o"
 mkdir -p "$tmp/huge" && truncate -s 2G "$tmp/huge/a.txt"
-check "hold 2.0 GiB; the corpus is kept in memory and may hold at most 1.0 GiB" train --data "$tmp/huge" --out "$tmp/o"
+check "the 1 file in '$tmp/huge' holds 2.0 GiB; the corpus is kept in memory and may hold at most 1.0 GiB" train --data "$tmp/huge" --out "$tmp/o"
 check "--resume: '/dev/zero' is not a regular file" train --resume /dev/zero --out "$tmp/o"
 # An empty path was taken as no resume: the run started afresh without a word.
 check "--resume: '' names nothing; give a value (\`rrfp train --help\`" train --resume "" --out "$tmp/o"

@@ -146,6 +146,8 @@ check "--replay: '' names nothing; give a value (\`rrfp simulate --help\` says w
 # After '=' too: CLI11 took the next word for the value ("'3': rrfp simulate takes no such value").
 check "--hint: '' names nothing; give a value (\`rrfp simulate --help\`" simulate --pp 2 -m 4 --hint= --seed 3
 check "--hint: '' names nothing; give a value (\`rrfp schedule show --help\`" schedule show --hint=
+check "--pp: '' is not a whole number" simulate --pp= -m 4
+check "--per-stage: '' names nothing; give the flag alone, or leave it out" simulate --per-stage=
 check "--json: '' names nothing; give a value" simulate --pp 2 -m 4 --json ''
 check "--md: '' names nothing; give a value" sweep --pp 2 --mb-factors 1 --seeds 1 --md ''
 check "TRACE: '' names nothing; give a value" predict ''

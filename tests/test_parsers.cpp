@@ -116,6 +116,12 @@ TEST(HintFile, HeaderOnceAndItsFieldsWhole) {
   EXPECT_NE(expect_hint_error("rrfp-hint 1 pp=2\nstage 0: F0:0 F0:1 B0:0 B0:1\n")
                 .find("stage 1 has no line (its header's pp=2: stages 0..1)"),
             std::string::npos);
+  EXPECT_NE(expect_hint_error("rrfp-hint 1 pp=2\nstage 7: F0:0\n")
+                .find("h.txt:2: stage '7' out of range 0..1 (its header's pp=2)"),
+            std::string::npos);
+  EXPECT_NE(expect_hint_error("rrfp-hint\n" + ok)
+                .find("h.txt:1: the header line lacks its format version (1)"),
+            std::string::npos);
   const WorkModel m(config(2, 2, 1, false));
   EXPECT_EQ(parse_hint("rrfp-hint\t1 pp=2\nstage\t0: F0:0 F0:1 B0:0 B0:1\nstage 1: F1:0 B1:0 "
                        "F1:1 B1:1\n",

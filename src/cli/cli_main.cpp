@@ -12,6 +12,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cli/options.hpp"
 #include "cli/stdout_stream.hpp"
@@ -160,13 +161,19 @@ int stdout_written(int code, const std::string& failed) {
   return 1;
 }
 
-// What CLI11 drops before any check sees it, looked for in the words given, command by command:
-// an empty value after '=', and a comma-separated value with an empty item (`sweep --hints
-// bf,,bfw`, `--pp 2,`), where the grid ran without a word.
-void refuse_dropped_values(CLI::App& app, int argc, char** argv) {
+// The words given, as CLI11 is to parse them (the last first), where it would drop a value
+// before any check saw it: an option's empty value after '=' (`--data=`, a variable unset after
+// the '='), which CLI11 takes for no value and the next word for it (`--data= --out o` trained
+// on the folder o, or was refused as "'o': takes no such value"), is passed as `--data ''`, and
+// its check names it; a flag's (`--per-stage=`, taken as on) is refused; a comma-separated
+// value with an empty item (`sweep --hints bf,,bfw`, `--pp 2,`) is refused, where the grid ran
+// without a word. Looked for command by command.
+std::vector<std::string> words_to_parse(CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> words;
   CLI::App* at = &app;
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
+    words.push_back(word);
     if (const auto subs = at->get_subcommands([&](CLI::App* a) { return a->check_name(word); });
         !subs.empty()) {
       at = subs.front();
@@ -176,15 +183,13 @@ void refuse_dropped_values(CLI::App& app, int argc, char** argv) {
     const std::size_t eq = word.find('=');
     const CLI::Option* opt = at->get_option_no_throw(word.substr(0, eq));
     if (opt == nullptr) continue;
-    // `--data=` (a variable unset after the '='): CLI11 takes no value there and the next word
-    // for it, `--data= --out o` training on the folder o and refused as "'o': takes no such
-    // value". Named as `--data ''` is.
-    if (eq + 1 == word.size() && !opt->get_type_name().empty()) {
-      std::string command;
-      for (const CLI::App* a = at; a != nullptr; a = a->get_parent())
-        command = a->get_parent() ? " " + a->get_name() + command : "rrfp" + command;
-      throw InputError(word.substr(0, eq) + ": '' names nothing; give a value (`" + command +
-                       " --help` says what it takes; an unset shell variable?)");
+    if (eq + 1 == word.size()) {
+      if (opt->get_type_name().empty())
+        throw InputError(word.substr(0, eq) + ": '' names nothing; give the flag alone, or " +
+                         "leave it out (an unset shell variable?)");
+      words.back().pop_back();
+      words.emplace_back();
+      continue;
     }
     if (opt->get_delimiter() != ',') continue;
     const std::string value = eq != std::string::npos ? word.substr(eq + 1)
@@ -195,6 +200,8 @@ void refuse_dropped_values(CLI::App& app, int argc, char** argv) {
       throw InputError(word.substr(0, eq) + ": '" + printable(value, 60) +
                        "' holds an empty item; give the values comma-separated, each once");
   }
+  std::reverse(words.begin(), words.end());
+  return words;
 }
 
 // Set up once for either program, before any work: standard streams the caller closed held
@@ -225,8 +232,9 @@ int cli_main(int argc, char** argv) {
   setup_calibrate(app);
   read_numbers_in_decimal(app);
   try {
-    refuse_dropped_values(app, argc, argv);
-    app.parse(argc, argv);
+    std::vector<std::string> words = words_to_parse(app, argc, argv);
+    app.name(argv[0]);  // the usage line's, as parse(argc, argv) takes it
+    app.parse(words);
   } catch (const CLI::CallForHelp& e) {
     // A mistyped command before --help printed the help of the command above it, exit 0.
     if (CLI::App* at = wanting_command(app); at && !given_command(app, *at, argc, argv).empty()) {

@@ -77,10 +77,10 @@ void gpu_defaults(const CLI::App& s, TrainFlags& f) {
 // was refused as "--max-len: 128 exceeds the model's --max-seq 64", and `--device cuda --max-len
 // 256` as "--min-len: ... got 512", values never given. A bad given value is left to its check.
 void fit_unset_lengths(const CLI::App& s, train::TrainOptions& t) {
-  auto unset = [&s](const char* flag) { return s.count(flag) == 0; };
   train::WindowOptions& w = t.window;
-  if (unset("--max-len") && t.model.max_seq >= 1) w.max_len = std::min(w.max_len, t.model.max_seq);
-  if (unset("--min-len") && w.max_len >= 1) w.min_len = std::min(w.min_len, w.max_len);
+  if (s.count("--max-len") == 0 && t.model.max_seq >= 1)
+    w.max_len = std::min(w.max_len, t.model.max_seq);
+  if (s.count("--min-len") == 0 && w.max_len >= 1) w.min_len = std::min(w.min_len, w.max_len);
 }
 
 // A hint file whose order deadlocks the blocking rendezvous under --policy fixed, refused as

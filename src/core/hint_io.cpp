@@ -28,7 +28,8 @@ std::string header_line(const WorkModel& m) {
 bool check_header(std::string_view line, const WorkModel& m, const std::string& where) {
   std::istringstream in{std::string(line)};
   std::string word;
-  in >> word >> word;  // "rrfp-hint", version
+  in >> word;  // "rrfp-hint"
+  if (!(in >> word)) throw HintError(where + ": the header line lacks its format version (1)");
   if (word != "1")
     throw HintError(where + ": unsupported hint format version '" + printable(word) + "'");
   const auto& c = m.config();
@@ -186,8 +187,9 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
     }
     if (s < 0 || s >= m.pp())
       throw HintError(where + ": stage '" + printable(num) + "' out of range 0.." +
-                      std::to_string(m.pp() - 1) + " (the run has `pp` " + std::to_string(m.pp()) +
-                      ")");
+                      std::to_string(m.pp() - 1) + " (" +
+                      (header_pp ? "its header's pp=" : "the run has `pp` ") +
+                      std::to_string(m.pp()) + ")");
     if (seen[s]) throw HintError(where + ": stage " + std::to_string(s) + " listed twice");
     seen[s] = 1;
     std::istringstream in{std::string(line.substr(colon + 1))};

@@ -133,29 +133,24 @@ std::int64_t address_space_left() {
   return std::max<std::int64_t>(1, limit - mapped);
 }
 
+}  // namespace
+
 // The least of the limits, and which it is: each read once, so that a refusal names the one
 // that binds (the mapped size moves between two reads, which named the machine instead).
-struct Least {
-  std::int64_t bytes = 0;
-  enum { Machine, Env, AddressSpace } source = Machine;
-};
-
-Least least_memory() {
-  Least out;
-  auto take = [&](std::int64_t v, decltype(Least::source) source) {
+MemorySnapshot memory_snapshot() {
+  MemorySnapshot out;
+  auto take = [&](std::int64_t v, MemoryLimit source) {
     if (v > 0 && (out.bytes <= 0 || v < out.bytes)) out = {v, source};
   };
-  take(meminfo_available(), Least::Machine);
-  take(own_cgroup_limit(), Least::Machine);
-  take(env_limit(), Least::Env);
-  take(address_space_left(), Least::AddressSpace);
+  take(meminfo_available(), MemoryLimit::Machine);
+  take(own_cgroup_limit(), MemoryLimit::Machine);
+  take(env_limit(), MemoryLimit::Env);
+  take(address_space_left(), MemoryLimit::AddressSpace);
   return out;
 }
 
-}  // namespace
-
 std::int64_t available_memory() {
-  return least_memory().bytes;
+  return memory_snapshot().bytes;
 }
 
 std::string gigabytes(double bytes) {
@@ -175,11 +170,6 @@ namespace {
 
 }  // namespace
 
-MemorySnapshot memory_snapshot() {
-  const Least least = least_memory();
-  return {least.bytes, static_cast<int>(least.source)};
-}
-
 void check_memory(double bytes, const std::string& what, const std::string& extra,
                   const std::string& lower) {
   check_memory(bytes, memory_snapshot(), what, extra, lower);
@@ -190,8 +180,8 @@ void check_memory(double bytes, const MemorySnapshot& had, const std::string& wh
   if (had.bytes <= 0 || bytes <= static_cast<double>(had.bytes)) return;
   const std::string have = gigabytes(static_cast<double>(had.bytes));
   refuse_memory(bytes, what, extra, lower,
-                had.source == Least::Env ? "RRFP_MEMORY_LIMIT allows " + have
-                : had.source == Least::AddressSpace
+                had.source == MemoryLimit::Env ? "RRFP_MEMORY_LIMIT allows " + have
+                : had.source == MemoryLimit::AddressSpace
                     ? "the address-space limit (ulimit -v) leaves " + have
                     : "this machine has " + have + " available");
 }

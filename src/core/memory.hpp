@@ -22,9 +22,11 @@ void check_memory(double bytes, const std::string& what, const std::string& extr
 // its whole need only part way through checks it against what it had before it began, since by
 // then its own allocations have lowered what is available (asking for the whole again counted
 // them twice, and refused a run that fits after doing it).
+// Machine: MemAvailable or a cgroup's limit; Env: RRFP_MEMORY_LIMIT; AddressSpace: ulimit -v.
+enum class MemoryLimit { Machine, Env, AddressSpace };
 struct MemorySnapshot {
   std::int64_t bytes = 0;
-  int source = 0;
+  MemoryLimit source = MemoryLimit::Machine;
 };
 MemorySnapshot memory_snapshot();
 void check_memory(double bytes, const MemorySnapshot& had, const std::string& what,

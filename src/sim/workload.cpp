@@ -58,16 +58,7 @@ void validate(const WorkloadParams& w) {
     check_in(std::string("workload ") + f, v, lo, hi);
   };
   constexpr double kUs = 1e9;  // any time: at most 1000 s
-  // A time: none, or at least the nanosecond every time is counted in (forward_us 0.0001 made
-  // every task 0 ns, a step of 0 ms, without a word).
-  auto time = [&](const char* f, double v) {
-    in(f, v, 0, kUs);
-    if (v > 0 && v < 1e-3)
-      throw InputError(std::string("workload ") + f + ": " + fmt_given(v) +
-                       " us is below 0.001 us (1 ns), the resolution of every time: give 0 or "
-                       "at least 0.001");
-  };
-  time("forward_us", w.forward_us);
+  in("forward_us", w.forward_us, 0, kUs);
   in("backward_ratio_min", w.backward_ratio_min, 0, 100);
   in("backward_ratio_max", w.backward_ratio_max, w.backward_ratio_min, 100);
   in("weight_share", w.weight_share, 0, 1);
@@ -81,21 +72,21 @@ void validate(const WorkloadParams& w) {
   in("images_scale", w.images_scale, 0, 1e6);
   in("images_alpha", w.images_alpha, 1e-9, 1e6);
   in("images_max", w.images_max, 0, 1e6);
-  time("image_us", w.image_us);
+  in("image_us", w.image_us, 0, kUs);
   in("image_tokens", w.image_tokens, 0, 1e6);
   in("vision_chunks", w.vision_chunks, 0, 1e6);
   in("jitter_p", w.jitter.p, 0, 1);
-  time("jitter_floor_us", w.jitter.floor_us);
+  in("jitter_floor_us", w.jitter.floor_us, 0, kUs);
   in("jitter_alpha", w.jitter.alpha, 0, 1e3);
   in("straggler_stage", w.straggler_stage, -2, 1e6);
   in("straggler_factor", w.straggler_factor, 0, 1e3);
   in("straggler_window", w.straggler_window, 1, 1e6);
   in("straggler_prob", w.straggler_prob, 0, 1);
-  time("comm_latency_us", w.comm_latency_us);
+  in("comm_latency_us", w.comm_latency_us, 0, kUs);
   in("comm_bandwidth_gbps", w.comm_bandwidth_gbps, 0, 1e9);
   in("comm_sigma", w.comm_sigma, 0, 10);
   in("comm_slow_prob", w.comm_slow_prob, 0, 1);
-  time("comm_slow_us", w.comm_slow_us);
+  in("comm_slow_us", w.comm_slow_us, 0, kUs);
   in("comm_links", w.comm_links, 0, 4096);
   check_links(w.comm_links, "workload comm_links");
   in("comm_two_slowdown", w.comm_two_slowdown, 1, 64);
@@ -103,8 +94,8 @@ void validate(const WorkloadParams& w) {
   in("comm_wake_per_copy_us", w.comm_wake_per_copy_us, 0, 1e6);
   in("bytes_per_token", w.bytes_per_token, 0, 1e9);
   in("tp_sigma", w.tp_sigma, 0, 10);
-  time("tp_collective_us", w.tp_collective_us);
-  time("coord_latency_us", w.coord_latency_us);
+  in("tp_collective_us", w.tp_collective_us, 0, kUs);
+  in("coord_latency_us", w.coord_latency_us, 0, kUs);
 }
 
 std::int64_t duration_ns(double us, const char* what, const char* remedy) {
@@ -292,8 +283,9 @@ std::int64_t rank_compute_ns(const WorkloadParams& w, const WorkModel& m, const 
     throw InputError("workload: " + to_string(t) + " draws a compute time past the " +
                      fmt("%g", kMaxTaskUs) +
                      " us (1000 s) a task may take: lower forward_us or image_us, or what "
-                     "multiplies them (backward_ratio_max, head_factor, compute_sigma, the "
-                     "tokens' and images' fields, straggler_factor, jitter_alpha)");
+                     "multiplies them (backward_ratio_max, head_factor, compute_sigma, "
+                     "quadratic_share, the tokens' and images' fields, straggler_factor, "
+                     "tp_sigma), or the jitter's (jitter_floor_us, jitter_alpha)");
   }
 }
 
@@ -400,6 +392,14 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
         }
       });
   check_total(r);
+  // Each time in its range, every task may still round to 0 ns (forward_us 0.001 over TP 4): a
+  // step of messages alone, reported as a run of 0 ms work without a word.
+  if ((w.forward_us > 0 || w.image_us > 0) && std::all_of(r.compute_ns.begin(), r.compute_ns.end(),
+                                                          [](std::int64_t ns) { return ns == 0; }))
+    throw InputError("workload forward_us: " + fmt_given(w.forward_us) +
+                     " us draws every task as 0 ns (times are counted in whole nanoseconds" +
+                     (tp > 1 ? ", and each of the TP ranks takes its share of a task" : "") +
+                     "): raise forward_us");
   return r;
 }
 

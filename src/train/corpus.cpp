@@ -111,7 +111,8 @@ Corpus::Corpus(const std::string& dir, int max_len) : min_bytes_(min_document_by
   others_ = listed.others;
   if (listed.bytes > kMaxCorpusBytes)
     throw InputError("`data`: the " + std::to_string(listed.files.size()) +
-                     (listed.files.size() == 1 ? " file in '" : " files in '") + dir + "' hold " +
+                     (listed.files.size() == 1 ? " file in '" + dir + "' holds "
+                                               : " files in '" + dir + "' hold ") +
                      format_bytes(listed.bytes) + "; the corpus is kept in memory " +
                      "and may hold at most " + format_bytes(kMaxCorpusBytes));
   hash_ = kFnv1aOffset;
