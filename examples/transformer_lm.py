@@ -91,8 +91,9 @@ def ties(n, args):
     return [["0.0.tok.weight", f"{n - 1}.{head}.weight"]]
 
 
-def corpus(path, seq):
-    """The bytes of a file, or of the files of a folder, as one long sequence of tokens."""
+def corpus(path, seq=0):
+    """The bytes of a file, or of the files of a folder, as one long sequence of tokens, at
+    least 1 KiB and more than `seq` + 1 (a window and its next token; bench/ reads it too)."""
     if os.path.isfile(path):
         files = [path]
     elif os.path.isdir(path):
