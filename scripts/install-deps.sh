@@ -21,5 +21,9 @@ fi
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 echo "install-deps: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The environment through `env`, which sudo's default policy would clear; apt waits up to 5
+# minutes for a package lock (a fresh machine's automatic updates hold it), where it failed at once.
+lock=(-o DPkg::Lock::Timeout=300)
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" update -qq
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" install -y -qq \
+  --no-install-recommends "${missing[@]}"

@@ -3,6 +3,8 @@
 # Debian licence texts, P=4, rrfp with the BFW hint; outputs in rrfp-out/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+# The options' defaults given: a build/ configured before without LibTorch kept that.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DRRFP_WITH_TORCH=AUTO \
+  -DRRFP_WITH_MPI=AUTO -DRRFP_WITH_PYTHON=AUTO
 cmake --build build -j "$(nproc)" --target rrfp
 ./build/rrfp train "$@"

@@ -4,9 +4,9 @@
 # LibTorch]; without LibTorch (as the build and rrfp both say) there is nothing to check.
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/cli_check.sh"
-if [ "$trains" != ON ]; then
+if [ "$trains" != ON ]; then  # skipped (77), not passed: it checked nothing
   echo "cli bad-train-input checks: this build has no LibTorch"
-  exit 0
+  exit 77
 fi
 # `rrfp` copied away from its `rrfp-train`: the folder it looked in (it said the build had no
 # LibTorch, and to install libtorch-dev).

@@ -7,8 +7,10 @@ source "$here/cli_check.sh"
 # Progress of a simulation of a million tasks or more: on a terminal (script(1) gives the run
 # one), a line per 2^20 tasks ended, erased at the end; into a file, nothing.
 big=(simulate --pp 512 -m 1024 --hint 1f1b --policy fixed)
+# The command strings script(1) gives a shell: paths quoted for it (a build under "a b" ran "a").
+q=$(printf '%q' "$rrfp") qtmp=$(printf '%q' "$tmp")
 if command -v script >/dev/null; then
-  script -qec "$rrfp ${big[*]}" /dev/null >"$tmp/tty" 2>&1
+  script -qec "$q ${big[*]}" /dev/null >"$tmp/tty" 2>&1
   grep -q "fixed 1f1b (async): 1048576 of 1048576 tasks (100%)" "$tmp/tty" ||
     { echo "FAIL: no progress on a terminal"; fails=$((fails + 1)); }
 fi
@@ -22,8 +24,8 @@ fi
 # tasks alone, 200,000 points of P = 1 said nothing (2.4 s of work), and took 75 s. Stopped by
 # SIGINT after a second.
 if command -v script >/dev/null; then
-  script -qec "timeout -s INT 1 $rrfp sweep --pp 1 --mb-factors 1 --seeds 200000 --workloads \
-    uniform --csv $tmp/many.csv" /dev/null >"$tmp/tty" 2>&1
+  script -qec "timeout -s INT 1 $q sweep --pp 1 --mb-factors 1 --seeds 200000 --workloads \
+    uniform --csv $qtmp/many.csv" /dev/null >"$tmp/tty" 2>&1
   grep -q "sweep: 200000 grid points, runs of up to 3 tasks: about 400 MB of memory and 12 s of" \
     "$tmp/tty" || { echo "FAIL: a grid of small points under-announced:"; head -c 300 "$tmp/tty"
                     fails=$((fails + 1)); }
@@ -32,17 +34,17 @@ fi
 # on a terminal: plan's search (an evaluation of minutes, its set-up of 51 s at P=M=4500 said
 # nothing), calibrate's sizes (a minute silent).
 if command -v script >/dev/null; then
-  script -qec "$rrfp plan --pp 64 -m 128 --budget 2.5" /dev/null >"$tmp/tty" 2>&1
+  script -qec "$q plan --pp 64 -m 128 --budget 2.5" /dev/null >"$tmp/tty" 2>&1
   tr '\r' '\n' <"$tmp/tty" | grep -aEq "^search: [0-9]+ orders done, best [0-9.]+ ms \([0-9]+ s\)" ||
     { echo "FAIL: plan's search said nothing on a terminal:"; head -c 300 "$tmp/tty"
       fails=$((fails + 1)); }
-  script -qec "$rrfp calibrate --sizes 128M --seconds 3" /dev/null >"$tmp/tty" 2>&1
+  script -qec "$q calibrate --sizes 128M --seconds 3" /dev/null >"$tmp/tty" 2>&1
   tr '\r' '\n' <"$tmp/tty" | grep -aq "^calibrate: size 1 of 1, 134217728 bytes ([0-9]* s)" ||
     { echo "FAIL: calibrate said nothing on a terminal:"; head -c 300 "$tmp/tty"
       fails=$((fails + 1)); }
   # A signal's line ends the drawn line first: it was appended to it ("... (2 s)rrfp calibrate:
   # stopped by SIGTERM").
-  script -qec "timeout -s TERM 2 $rrfp calibrate --sizes 128M --seconds 8" /dev/null \
+  script -qec "timeout -s TERM 2 $q calibrate --sizes 128M --seconds 8" /dev/null \
     >"$tmp/tty" 2>&1
   tr '\r' '\n' <"$tmp/tty" | grep -aq "^$(printf '\033')\[Krrfp calibrate: stopped by SIGTERM" ||
     { echo "FAIL: a signal's line joined the drawn progress line:"; cat -v "$tmp/tty" | head -c 400

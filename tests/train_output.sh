@@ -7,7 +7,9 @@ small=(--d-model 16 --heads 2 --layers 4 --max-seq 32 --max-len 32 --min-len 8 -
   --eval-batches 1)
 
 if command -v script >/dev/null; then
-  script -qec "$rrfp train ${small[*]} --steps 3 --out $tmp/tty" "$tmp/tty.log" >/dev/null ||
+  # The command string a shell parses again: paths quoted for it (a build under "a b" ran "a").
+  script -qec "$(printf '%q' "$rrfp") train ${small[*]} --steps 3 --out $(printf '%q' "$tmp/tty")" \
+    "$tmp/tty.log" >/dev/null ||
     fail "on a terminal: exit $?"
   redraws=$(grep -o $'\r' "$tmp/tty.log" | wc -l)
   cleared=$(grep -o $'\r\e\\[K' "$tmp/tty.log" | wc -l)

@@ -30,6 +30,7 @@ namespace rrfp {
 
 namespace {
 
+#ifdef RRFP_HAVE_MPI  // the command line's comparison, which only a job makes
 // NUL-ended strings (a last one without its NUL too), as the kernel gives a command line.
 std::vector<std::string> split_nul(std::string_view all) {
   std::vector<std::string> out;
@@ -57,6 +58,7 @@ double fingerprint(const std::vector<std::string>& args) {
     h = fnv1a(h, std::string_view(a.c_str(), a.size() + 1));
   return job_digest(h);
 }
+#endif
 
 // The most bytes of one input file compared between processes: more than any input rrfp
 // reads of a run it can train or emulate (a trace's 256 MiB), and a bound on the time.
@@ -107,6 +109,7 @@ double content_digest(const std::string& path) {
   return job_digest(h);
 }
 
+#ifdef RRFP_HAVE_MPI
 // Every process of the job must run the same command line: one with another --lr or --steps
 // trained on silently (different losses) or failed on a message of the wrong size. Refused on
 // every process; rank 0 names the first argument that differs and the ranks it differs on.
@@ -139,7 +142,6 @@ void refuse_other_command_lines(Job& job) {
                    ": " + at(theirs, i) + " where rank 0 has " + at(first, i));
 }
 
-#ifdef RRFP_HAVE_MPI
 // Every process of the job leaves together, exiting `code` through the shutdown barrier, once
 // the one that speaks has printed its line. The SIGTERM mpirun sends once the first process has
 // left (rank 0 too, still in the shutdown) then ends a process without a "stopped by" line
@@ -226,8 +228,9 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
   (void)timeout_ms;
   (void)body;
   throw InputError(
-      "--transport mpi: this rrfp was built without Open MPI (scripts/install-deps.sh installs "
-      "libopenmpi-dev)");
+      "--transport mpi: this rrfp was built without Open MPI: configure with it "
+      "(RRFP_WITH_MPI AUTO or ON, no sanitizer; scripts/install-deps.sh installs "
+      "libopenmpi-dev) and rebuild");
 #endif
 }
 

@@ -47,7 +47,8 @@ std::vector<char*> g_argv;
                      "copy rrfp-train next to this one)");
 #else
     throw InputError("rrfp train: this build has no LibTorch (no " + path +
-                     "; install libtorch-dev and rebuild)");
+                     "): configure with LibTorch (RRFP_WITH_TORCH AUTO or ON, no sanitizer; "
+                     "scripts/install-deps.sh installs libtorch-dev) and rebuild");
 #endif
   }
   std::vector<char*> argv = g_argv;
