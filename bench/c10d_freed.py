@@ -7,19 +7,32 @@ before one fails. Under torchrun, or alone (one process, a group of one):
     PYTHONPATH=build/python /usr/bin/python3 bench/c10d_freed.py 100
 """
 import argparse
+import atexit
 import gc
 import os
 import resource
+import shutil
 import tempfile
 
 import torch
 import torch.distributed as dist
 
 import rrfp
+from bench_args import setting_line
 
 
 def held():
     return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
+
+
+def remove(folder, limits):
+    """Removes the rendezvous folder of a run alone. The descriptor limit goes back first: a run
+    that --nofile ran out of descriptors could not open the folder to empty it."""
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+    except (ValueError, OSError):
+        pass
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def main():
@@ -32,9 +45,15 @@ def main():
     if "RANK" in os.environ:
         dist.init_process_group("gloo")
     else:
-        rendezvous = os.path.join(tempfile.mkdtemp(), "rendezvous")
+        # Removed at exit, on an error too: every run alone left its folder in /tmp.
+        folder = tempfile.mkdtemp()
+        atexit.register(remove, folder, resource.getrlimit(resource.RLIMIT_NOFILE))
+        rendezvous = os.path.join(folder, "rendezvous")
         dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=0, world_size=1)
     pp, rank = dist.get_world_size(), dist.get_rank()
+    torch.manual_seed(0)  # the Linears' weights: drawn unseeded before
+    if rank == 0:
+        print(setting_line(0), flush=True)
     if a.nofile:
         resource.setrlimit(resource.RLIMIT_NOFILE,
                            (a.nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))

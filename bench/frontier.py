@@ -18,7 +18,7 @@ import json
 import math
 import subprocess
 import sys
-from bench_args import positive
+from bench_args import executable, positive
 
 
 def run_json(cmd):
@@ -126,7 +126,7 @@ def write(path, rows):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("rrfp")
+    ap.add_argument("rrfp", type=executable)
     ap.add_argument("what", choices=["small", "grid"])
     ap.add_argument("--budget", type=positive, default=2.0,
                     help="seconds per plan (grid) or per exact search (small)")

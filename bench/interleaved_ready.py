@@ -6,10 +6,12 @@ seed 1. Deterministic: simulated, no timing. About a minute.
 
     /usr/bin/python3 bench/interleaved_ready.py OLD_RRFP NEW_RRFP
 """
+import argparse
 import json
 import math
 import subprocess
-import sys
+
+from bench_args import executable
 
 WORKLOADS = ["multimodal", "uniform", "language", "jitter:J2", "straggler"]
 SHAPES = [(4, 2, 16, "loop"), (8, 2, 32, "loop"), (8, 2, 64, "loop"), (4, 3, 24, "loop"),
@@ -31,9 +33,13 @@ def run(rrfp, workload, pp, v, m, placement, hint):
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: interleaved_ready.py OLD_RRFP NEW_RRFP")
-    old, new = sys.argv[1:]
+    # argparse: --help was taken for a path, printing the usage but exiting 1, and a wrong path
+    # surfaced as a FileNotFoundError traceback at the first simulation.
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("old", metavar="OLD_RRFP", type=executable)
+    ap.add_argument("new", metavar="NEW_RRFP", type=executable)
+    a = ap.parse_args()
+    old, new = a.old, a.new
     print(f"{'workload':11s} {'shape':12s} {'hint':8s} {'old x':>7s} {'D':>3s} {'new x':>7s} {'D':>3s}")
     got = {h: ([], []) for h in HINTS}
     for wl in WORKLOADS:

@@ -12,7 +12,7 @@ import os
 import statistics
 import subprocess
 import tempfile
-from bench_args import count
+from bench_args import count, executable
 
 PAPER = {
     "t3": {1: (2.581, 0.859, 66.72, 1.788, 1.020, 42.95, 0.0),
@@ -145,7 +145,7 @@ def fig5(a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("rrfp")
+    ap.add_argument("rrfp", type=executable)
     ap.add_argument("--seeds", type=count, default=5)
     a = ap.parse_args()
     print(f"Simulated with `bench/paper.py {a.rrfp} --seeds {a.seeds}` (means over seeds 1..{a.seeds}).\n")

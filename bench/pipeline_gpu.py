@@ -37,6 +37,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import rrfp  # noqa: E402
 from transformer_lm import corpus, make_chunk  # noqa: E402
+from bench_args import at_least, count, non_negative, setting_line  # noqa: E402
 
 PEAK_BF16_TFLOPS = 989.0  # H100 and H200 SXM, dense, the vendor's datasheet
 JITTER = {"J0": None, "J2": (0.2, 0.010, 1.0), "J3": (0.3, 0.015, 1.5)}
@@ -228,32 +229,36 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32"])
     ap.add_argument("--deterministic", default="on", choices=["on", "off"])
-    ap.add_argument("--pp", type=int, default=4)
-    ap.add_argument("--microbatches", type=int, default=16)
-    ap.add_argument("--rows", type=int, default=2, help="sequences per microbatch")
-    ap.add_argument("--seq", type=int, default=512)
-    ap.add_argument("--d-model", type=int, default=1024)
-    ap.add_argument("--heads", type=int, default=16)
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--lr", type=float, default=3e-4)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--pp", type=count, default=4)
+    ap.add_argument("--microbatches", type=count, default=16)
+    ap.add_argument("--rows", type=count, default=2, help="sequences per microbatch")
+    ap.add_argument("--seq", type=count, default=512)
+    ap.add_argument("--d-model", type=count, default=1024)
+    ap.add_argument("--heads", type=count, default=16)
+    ap.add_argument("--layers", type=count, default=12)
+    ap.add_argument("--lr", type=non_negative, default=3e-4)
+    ap.add_argument("--warmup", type=at_least(0), default=3)
+    ap.add_argument("--steps", type=count, default=20)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--runs", default="J0:fixed-1f1b,J0:ready-bf,J0:ready-bfw,"
                     "J2:fixed-1f1b,J2:ready-bfw,J3:fixed-1f1b,J3:ready-bfw",
                     help="JITTER:SCHEDULE,... (J0, J2, J3; " + ", ".join(SCHEDULES) + ")")
     ap.add_argument("--profile", default="on", choices=["on", "off"],
                     help="one profiled step per run for the stages' idle shares")
-    ap.add_argument("--budget-s", type=float, default=0,
+    ap.add_argument("--budget-s", type=non_negative, default=0,
                     help="start no run past this many seconds (0: no limit), naming each skipped")
     ap.add_argument("--data", default="/usr/share/common-licenses")
     ap.add_argument("--out", default=None, help="CSV of the rows (default: none)")
     args = ap.parse_args()
+    # Refused here in one line each: a bad shape was found mid-run, in a traceback (a --heads
+    # not dividing --d-model failed the first forward, after the model was built).
+    if args.d_model % args.heads:
+        ap.error(f"--d-model {args.d_model} must be a multiple of --heads {args.heads}")
     args.profile = args.profile == "on" and args.device.startswith("cuda")
     if args.dtype == "bf16" and not args.device.startswith("cuda"):
-        raise SystemExit("--dtype bf16 (autocast) needs --device cuda; the CPU runs f32")
+        ap.error("--dtype bf16 (autocast) needs --device cuda; the CPU runs f32")
     if args.layers % args.pp:
-        raise SystemExit(f"--layers {args.layers} must be a multiple of --pp {args.pp}")
+        ap.error(f"--layers {args.layers} must be a multiple of --pp {args.pp}")
     runs = []
     for spec in args.runs.split(","):
         jitter, _, name = spec.partition(":")
@@ -261,10 +266,15 @@ def main():
             raise SystemExit(f"--runs: '{spec}' is not JITTER:SCHEDULE (JITTER in "
                              f"{', '.join(JITTER)}; SCHEDULE in {', '.join(SCHEDULES)})")
         runs.append((jitter, name))
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: torch sees no GPU here (give --device cpu)")
     if args.deterministic == "on":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
-    data = corpus(args.data)
+    data = corpus(args.data, args.seq)  # refuses a text too short for a window of --seq
+    # On stderr: stdout is the table alone.
+    print(f"[pipeline_gpu] {setting_line(f'{args.seed} (data, jitter), 1000 + i (chunk i)')}",
+          file=sys.stderr, flush=True)
     rows, start = [], time.perf_counter()
     for jitter, name in runs:
         t0 = time.perf_counter()

@@ -10,7 +10,7 @@ compare them, alternating:
 import argparse
 import statistics
 import time
-from bench_args import count
+from bench_args import at_least, count, setting_line
 
 import torch
 from torch import nn
@@ -31,8 +31,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--width", type=count, default=1024)
     ap.add_argument("--rows", type=count, default=16384, help="the batch's rows (M=8 parts)")
-    ap.add_argument("--steps", type=count, default=8, help="steps per schedule, 2 of them warm-up")
+    ap.add_argument("--steps", type=at_least(3, "the first 2 are warm-up"), default=8,
+                    help="steps per schedule, 2 of them warm-up")
     a = ap.parse_args()
+    if a.rows % 8:  # else the first step refuses the batch, in a traceback
+        ap.error(f"--rows {a.rows} must be a multiple of 8 (the microbatches)")
+    print(setting_line(0), flush=True)
     torch.manual_seed(0)
     chunks = [Scale(a.width) for _ in range(4)]
     x, t = torch.randn(a.rows, a.width), torch.randn(a.rows, a.width)

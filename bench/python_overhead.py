@@ -18,6 +18,7 @@ one tensor: the same PyTorch work, so the difference is what packing a structure
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python_overhead.py [P] [--tree]
 """
+import argparse
 import statistics
 import time
 
@@ -25,12 +26,21 @@ import torch
 from torch import nn
 
 import rrfp
+from bench_args import count, setting_line
 
-import sys
-ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
-TREE = "--tree" in sys.argv
-P = int(ARGS[0]) if ARGS else 2
 M, STEPS = 64, 20
+P, TREE = 2, False  # set by main from the command line
+
+
+def parse_args():
+    # argparse, not sys.argv by hand: --help ran the whole benchmark, an unknown flag was
+    # ignored and a P of 0 or "abc" ended in a traceback.
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("P", nargs="?", type=count, default=2, help="stages (default 2)")
+    ap.add_argument("--tree", action="store_true",
+                    help="chunk boundaries carry (y, {mask}) instead of one tensor")
+    return ap.parse_args()
 
 
 class TreeLinear(nn.Linear):
@@ -109,6 +119,11 @@ class PlainStep:
 
 
 def main():
+    global P, TREE
+    a = parse_args()
+    P, TREE = a.P, a.tree
+    print(setting_line("i (chunk i; the inputs are drawn after the last), "
+                       "1 (the plain step's work)"))
     print(f"P={P} M={M}, {STEPS} rounds of one pipeline step and one plain step, torch threads "
           f"{torch.get_num_threads()}, boundaries carry {'(y, {mask})' if TREE else 'one tensor'}")
     for hint, policy in [("1f1b", "fixed"), ("bf", "ready")]:

@@ -12,8 +12,8 @@ Each line is one round; the machine's speed may change between rounds, so compar
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python_parts.py [ROUNDS]
 """
+import argparse
 import statistics
-import sys
 import time
 
 import torch
@@ -23,6 +23,7 @@ import rrfp
 from rrfp._grads import GradSums
 from rrfp._stage import StageRunner
 from rrfp._step_data import StepData
+from bench_args import count, setting_line
 
 M, STEPS = 64, 20
 
@@ -79,7 +80,14 @@ def crossing(pipe, xs):
 
 
 def main():
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    # argparse, not sys.argv by hand: "x" ended in a traceback and 0 printed nothing.
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("rounds", metavar="ROUNDS", nargs="?", type=count, default=5,
+                    help="lines to print, one a round (default 5)")
+    rounds = ap.parse_args().rounds
+    print(setting_line(0), flush=True)
+    torch.manual_seed(0)  # the pipeline's Linear and its inputs: drawn unseeded before
     pipe = rrfp.Pipeline([nn.Linear(8, 8)], loss_fn, pp=1, microbatches=M, hint="1f1b",
                          policy="fixed")
     xs = [torch.randn(1, 8) for _ in range(M)]

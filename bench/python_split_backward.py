@@ -9,7 +9,7 @@ import os
 import statistics
 import sys
 import time
-from bench_args import count
+from bench_args import count, setting_line
 
 import torch
 
@@ -24,6 +24,9 @@ ap.add_argument("--rows", type=count, default=8)
 ap.add_argument("--seq", type=count, default=128)
 ap.add_argument("--reps", type=count, default=15)
 a = ap.parse_args()
+if a.d % 8:  # else the first forward fails splitting d into heads, in a traceback
+    ap.error(f"--d {a.d} must be a multiple of 8 (the chunk's attention heads)")
+print(setting_line(0), flush=True)
 torch.manual_seed(0)
 chunk = lm.chunks(3, d=a.d, heads=8, max_len=a.seq, blocks_per_chunk=a.blocks)[1]  # a middle one
 params = list(chunk.parameters())

@@ -8,6 +8,7 @@ tasks themselves cost next to nothing. Prints rank 0's median over the steps aft
     python3 bench/python_step_cost.py threads          # both stages in this process
 Set RRFP_PYTHONPATH to a build's python folder to time that build (docs/results-python.md).
 """
+import argparse
 import os
 import statistics
 import sys
@@ -18,9 +19,20 @@ sys.path.insert(0, os.environ.get("RRFP_PYTHONPATH", os.path.join(os.path.dirnam
 import torch  # noqa: E402
 
 import rrfp  # noqa: E402
+from bench_args import at_least, launcher_rank, setting_line  # noqa: E402
 
-transport = sys.argv[1] if len(sys.argv) > 1 else "c10d"
-steps = int(sys.argv[2]) if len(sys.argv) > 2 else 300
+# argparse, not sys.argv by hand: an unknown transport or a count of steps that left none after
+# the first 50 ended in a traceback.
+ap = argparse.ArgumentParser(description=__doc__,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("transport", nargs="?", default="c10d", choices=["c10d", "mpi", "threads"],
+                help="how the two stages run (default c10d)")
+ap.add_argument("steps", nargs="?", type=at_least(51, "the first 50 are warm-up"), default=300,
+                help="steps in all (default 300)")
+a = ap.parse_args()
+transport, steps = a.transport, a.steps
+if launcher_rank() == 0:
+    print(setting_line(0), flush=True)
 torch.manual_seed(0)
 pipe = rrfp.Pipeline(lambda i: torch.nn.Linear(16, 16), lambda o, y: (o - y).square().sum(),
                      pp=2, microbatches=4, transport=None if transport == "threads" else transport,

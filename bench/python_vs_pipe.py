@@ -13,7 +13,7 @@ import random
 import statistics
 import sys
 import time
-from bench_args import count, non_negative
+from bench_args import count, non_negative, setting_line
 
 import torch
 from torch import nn
@@ -107,6 +107,10 @@ def main():
     ap.add_argument("--steps", type=count, default=10)
     ap.add_argument("--jitter", type=non_negative, default=0.0)
     args = ap.parse_args()
+    if args.d_model % args.heads:  # else the first forward fails splitting it into heads
+        ap.error(f"--d-model {args.d_model} must be a multiple of --heads {args.heads}")
+    print(setting_line("0 (data), 1000 + i (chunk i), the jitter's by chunk and call"),
+          flush=True)
     import torch.distributed.rpc as rpc
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29610")
@@ -128,6 +132,9 @@ def main():
     print(f"P={args.pp} M={args.microbatches} rows={args.rows} seq={args.seq} "
           f"d={args.d_model} layers={args.layers} jitter={args.jitter}, median of {args.steps} "
           f"steps, torch threads {torch.get_num_threads()}")
+    # The rows alone were not a Markdown table, as docs/results-python.md shows them.
+    print(f"\n| run | median step ms | vs Pipe | loss after {args.steps + 1} steps |")
+    print("|---|---|---|---|", flush=True)
     base = None
     for name, fn in runs:
         times, loss = fn()

@@ -10,7 +10,7 @@ import argparse
 import os
 import statistics
 import time
-from bench_args import count
+from bench_args import at_least, count, launcher_rank, setting_line
 
 import torch
 from torch import nn
@@ -50,12 +50,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vocab", type=count, default=50257)
     ap.add_argument("--d", type=count, default=768)
-    ap.add_argument("--steps", type=count, default=6)
+    ap.add_argument("--steps", type=at_least(2, "the first is warm-up"), default=6)
     ap.add_argument("--untied", action="store_true")
     a = ap.parse_args()
     pp = int(os.environ.get("WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or 0)
     if pp < 2:
         raise SystemExit("run under mpirun or torchrun with 2 or more processes")
+    if launcher_rank() == 0:
+        print(setting_line("0 (data), i (chunk i)"), flush=True)
 
     def build(i):
         torch.manual_seed(i)

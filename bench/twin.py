@@ -26,7 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from bench_args import count
+from bench_args import at_least, count, executable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -339,8 +339,8 @@ def part_train(rrfp, tmp, steps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("rrfp")
-    ap.add_argument("--steps", type=count, default=40)
+    ap.add_argument("rrfp", type=executable)
+    ap.add_argument("--steps", type=at_least(3, "the train part skips the first 2"), default=40)
     ap.add_argument("--rounds", type=count, default=ROUNDS,
                     help="the mpi part's interleaved rounds per invocation (5 timed steps each)")
     ap.add_argument("--part", default="all", choices=["imports", "runs", "mpi", "mpi-baseline", "train", "cores", "all"])

@@ -17,7 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from bench_args import count
+from bench_args import count, executable, setting_line
 
 WORKER = r"""
 import os, sys, torch, rrfp
@@ -38,12 +38,13 @@ for s in range(3 + steps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("rrfp")
+    ap.add_argument("rrfp", type=executable)
     ap.add_argument("--steps", type=count, default=10)
     ap.add_argument("--width", type=count, default=1024)
     ap.add_argument("--rows", type=count, default=256)
     ap.add_argument("--port", type=int, default=29640)
     a = ap.parse_args()
+    print(setting_line("0 (model), 1 (data)"), flush=True)
     with tempfile.TemporaryDirectory() as d:
         worker = os.path.join(d, "worker.py")
         with open(worker, "w") as f:
