@@ -14,11 +14,15 @@ trap 'rm -f "$log"' EXIT
 # The training checks run where this build has LibTorch (train_gate.sh).
 torch=${2:-}
 source "$here/train_gate.sh"
-marker="--seed 4242"  # tells this test's processes apart from anything else running
+# Tells this test's processes apart from anything else running, another run of this test
+# included (two suites on one machine, each with "--seed 4242", killed each other's processes
+# and reported them as left behind): a seed of its own, matched as a whole word.
+marker="--seed $((4242000 + $$))"
+mine="$marker( |\$)"
 
 # The rrfp process of MPI rank $1 (Open MPI puts the rank in each process's environment).
 pid_of_rank() {
-  for p in $(pgrep -f "rrfp run .*$marker"); do
+  for p in $(pgrep -f "rrfp run .*$mine"); do
     if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
       echo "$p"
       return
@@ -52,7 +56,7 @@ run_case() {
   local rc=$?
   [ $rc -ne 0 ] || fail "$sig: mpirun exited 0"
   local left
-  left=$(pgrep -f "rrfp run .*$marker" || true)
+  left=$(pgrep -f "rrfp run .*$mine" || true)
   [ -z "$left" ] || { kill -9 $left; fail "$sig: processes left behind: $left"; }
   echo "$sig: mpirun exited $rc after $((SECONDS - start)) s; the lines naming rank 2:"
   grep -E "rank 2|mpi rank 2" "$log" | head -3 | cut -c1-400
@@ -88,9 +92,9 @@ stop_case() {
   local took=$((SECONDS - start))
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     # Say what every process left was doing (state T = stopped), then clean up.
-    ps -o pid,stat,wchan:20,args -p "$(pgrep -d, -f "rrfp run .*$marker" || echo 1)" || true
+    ps -o pid,stat,wchan:20,args -p "$(pgrep -d, -f "rrfp run .*$mine" || echo 1)" || true
     tail -n 20 "$log"
-    pkill -9 -f "rrfp run .*$marker" || true
+    pkill -9 -f "rrfp run .*$mine" || true
     fail "stopped at $phase: the job still ran after 60 s (timeout exit $rc)"
   fi
   [ $rc -ne 0 ] || { cat "$log"; fail "stopped at $phase: mpirun exited 0"; }
@@ -98,7 +102,7 @@ stop_case() {
   grep -q "mpi rank [013]: $call did not finish within 10 s" "$log" ||
     { cat "$log"; fail "stopped at $phase: no line naming $call"; }
   local left
-  left=$(pgrep -f "rrfp run .*$marker" || true)
+  left=$(pgrep -f "rrfp run .*$mine" || true)
   [ -z "$left" ] || { kill -9 $left; fail "stopped at $phase: processes left behind: $left"; }
   echo "stopped at $phase: mpirun exited $rc after $took s:"
   grep "did not finish" "$log" | head -1
@@ -222,7 +226,7 @@ if ! "$rrfp" train --steps 0 2>&1 | grep -q "no LibTorch"; then
     grep -q "stopped by SIG$sig after step $last of 5000" <<<"$joined" ||
       { tail -c 600 "$log"; fail "$sig to mpirun: no stop line naming step $last"; }
     grep -q "wrote $out/loss.csv" <<<"$joined" || fail "$sig to mpirun: outputs not written"
-    left=$(pgrep -f "rrfp train .*$marker" || true)
+    left=$(pgrep -f "rrfp train .*$mine" || true)
     [ -z "$left" ] || { kill -9 $left; fail "$sig to mpirun: processes left behind: $left"; }
     echo "$sig to mpirun: stopped after step $last in $((SECONDS - start)) s, $rows loss rows, mpirun exit $rc"
     rm -rf "$out"
