@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/json_input.hpp"
 #include "core/modes.hpp"
 #include "core/printable.hpp"

@@ -163,6 +163,9 @@ struct MessageModel {
 // noise, and the links' sharing with the model's: for comparing a run over that transport with
 // the simulator. Throws InputError naming a field out of its range.
 void set_message_model(const WorkModel& m, RealizedWork& w, const MessageModel& mm);
+
+// Whether the task's output goes to another stage (and so is a message with a duration).
+bool sends_across_stages(const WorkModel& m, const TaskId& t);
 // How large microbatch `mb` is, as its data loader knows before the step: the bytes of its first
 // forward's activations (0 when the work carries no sizes). The adaptive rule's entry order.
 std::int64_t microbatch_size(const WorkModel& m, const RealizedWork& w, int mb);
