@@ -196,8 +196,7 @@ class FieldScan {
     if (c != '\n') {
       if (skipping_ || (line_.empty() && blank(c))) return true;
       line_ += c;
-      static constexpr std::string_view kHeader = "rrfp-hint";
-      if (line_.size() <= kHeader.size() && line_.back() != kHeader[line_.size() - 1])
+      if (line_.size() <= kHintFormat.size() && line_.back() != kHintFormat[line_.size() - 1])
         skipping_ = true;
       return true;
     }

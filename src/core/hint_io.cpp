@@ -19,8 +19,8 @@ namespace {
 
 std::string header_line(const WorkModel& m) {
   const auto& c = m.config();
-  return "rrfp-hint 1 pp=" + std::to_string(c.pp) + " vpp=" + std::to_string(c.vpp) +
-         " microbatches=" + std::to_string(c.microbatches) +
+  return std::string(kHintFormat) + " 1 pp=" + std::to_string(c.pp) +
+         " vpp=" + std::to_string(c.vpp) + " microbatches=" + std::to_string(c.microbatches) +
          " placement=" + to_string(c.placement) + " split=" + (c.split_backward ? "1" : "0");
 }
 
@@ -135,8 +135,9 @@ std::string write_hint_json(const ListHint& h, const WorkModel& m) {
 }
 
 bool is_hint_header(std::string_view content) {
-  return content.substr(0, 9) == "rrfp-hint" &&
-         (content.size() == 9 || content[9] == ' ' || content[9] == '\t');
+  const std::size_t n = kHintFormat.size();
+  return content.substr(0, n) == kHintFormat &&
+         (content.size() == n || content[n] == ' ' || content[n] == '\t');
 }
 
 std::string_view hint_line_content(std::string_view line) {
@@ -225,7 +226,7 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
     if (!j.is_object() || !j.contains("format"))
       throw HintError(origin + ": not an rrfp hint (missing \"format\": \"rrfp-hint\")");
     // Compared as JSON: value<std::string>() threw nlohmann's type error for "format": 5.
-    if (j["format"] != "rrfp-hint")
+    if (j["format"] != kHintFormat)
       throw HintError(origin + ": \"format\" is " + brief(j["format"]) +
                       "; an rrfp hint's is \"rrfp-hint\"");
     // Exactly the integer 1: value<int>() would read 1.5 as 1.

@@ -75,6 +75,8 @@ HintFields hint_file_fields(const std::string& path, std::string_view enough = {
 // A line of the text format without its comment and its surrounding blanks, as the parser reads
 // it; the header scan reads it so too (it missed an indented header).
 std::string_view hint_line_content(std::string_view line);
+// A hint file's format name: the text format's first word and the JSON format's "format".
+inline constexpr std::string_view kHintFormat = "rrfp-hint";
 // Whether such a line is the text format's header: "rrfp-hint" as a word ("rrfp-hints 1" was
 // taken for one).
 bool is_hint_header(std::string_view content);
