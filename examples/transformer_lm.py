@@ -91,6 +91,14 @@ def ties(n, args):
     return [["0.0.tok.weight", f"{n - 1}.{head}.weight"]]
 
 
+def out_of_memory(e):
+    """Whether a step failed for want of memory, on the CPU or the GPU: smaller flags fix it
+    (--seq 100000 asks 640 GB for one attention matrix)."""
+    text = str(e)
+    return (isinstance(e.__cause__, MemoryError) or "can't allocate memory" in text
+            or "out of memory" in text)
+
+
 def corpus(path, seq=0):
     """The bytes of a file, or of the files of a folder, as one long sequence of tokens, at
     least 1 KiB and more than `seq` + 1 (a window and its next token; bench/ reads it too)."""
@@ -178,7 +186,13 @@ def main():
         at = torch.randint(0, len(data) - t - 1, (m * rows,), generator=g)
         seqs = torch.stack([data[i:i + t + 1] for i in at.tolist()])
         opt.zero_grad()
-        loss = pipe.step(seqs[:, :-1], seqs[:, 1:])
+        try:
+            loss = pipe.step(seqs[:, :-1], seqs[:, 1:])
+        except rrfp.StageError as e:
+            if not out_of_memory(e):
+                raise  # a bug keeps its traceback
+            raise SystemExit(f"transformer_lm.py: {e} (lower --seq, --rows, --d-model or "
+                             f"--microbatches)")
         pipe.clip_grad_norm_(1.0)  # by the whole model's norm, whatever process holds a part
         opt.step()
         if speak and (step % 20 == 0 or step in (1, args.steps)):
