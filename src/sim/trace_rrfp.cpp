@@ -231,6 +231,60 @@ std::vector<Process> processes_of(const Doc& d, const WorkModel& m) {
   return out;
 }
 
+// A task event of `stage` (its args carry kind, chunk and microbatch) as a timeline's task,
+// each field checked; `where` names the event.
+TimelineTask task_of(const nlohmann::json& e, const nlohmann::json& args, const WorkModel& m,
+                     int stage, const std::string& where) {
+  const auto kind = args.find("kind");
+  if (kind == args.end()) throw InputError(where + ": field \"kind\" is missing (F, B or W)");
+  const std::string k = kind->is_string() ? kind->get<std::string>() : brief(*kind);
+  if (k != "F" && k != "B" && k != "W")
+    throw InputError(where + ": kind '" + printable(k, 10) + "' is not F, B or W");
+  TimelineTask t;
+  t.task = TaskId{k == "F"   ? Kind::F
+                  : k == "B" ? Kind::B
+                             : Kind::W,
+                  whole_at(args, "chunk", where), whole_at(args, "microbatch", where)};
+  // A W of a run without the split backward is folded into its B (sim/fold_w.hpp).
+  if (!m.valid(t.task) && !folds_into_b(m, t.task))
+    throw InputError(where + ": task " + to_string(t.task) + " does not exist in this run");
+  if (m.stage_of(t.task) != stage)
+    throw InputError(where + ": task " + to_string(t.task) + " runs on stage " +
+                     std::to_string(m.stage_of(t.task)) + ", not " + std::to_string(stage));
+  t.tp_rank = e.contains("tid") ? whole_at(e, "tid", where) : 0;
+  t.dur_us = number_at(e, "dur", where);
+  t.start_us = clock_at(e, "ts", where);  // without it the task was put at 0
+  if (args.contains("send_us")) t.send_us = number_at(args, "send_us", where);
+  return t;
+}
+
+// Each process of the file as its run and stage, by pid: the file's runs take their steps in
+// the order the file names them, and each run's settings are read from its processes.
+std::map<long long, std::pair<size_t, int>> place_processes(const Doc& d, const WorkModel& m,
+                                                            StepsOfRuns& steps,
+                                                            RunSettings& settings,
+                                                            std::vector<Timeline>& runs) {
+  const std::vector<Process> procs = processes_of(d, m);
+  std::map<std::string, std::set<int>> stages;  // label -> the stages this file gives
+  std::vector<std::string> labels;              // in the file's order: its runs' steps so
+  for (const Process& p : procs) {
+    const auto [at, added] = stages.try_emplace(p.label);
+    if (added) labels.push_back(p.label);
+    at->second.insert(p.stage);
+  }
+  std::map<std::string, size_t> step_of;
+  for (const std::string& label : labels)  // (by name, "(async)" came before "(blocking)")
+    step_of[label] = steps.place(label, stages.at(label));
+  std::map<long long, std::pair<size_t, int>> where_of_pid;  // pid -> (run, stage)
+  for (const Process& p : procs) {
+    const size_t run = step_of.at(p.label);
+    where_of_pid[p.pid] = {run, p.stage};
+    const std::string where = d.origin + ": event " + std::to_string(p.event);
+    settings.read(run, runs[run], *p.args, where);
+  }
+  return where_of_pid;
+}
+
 }  // namespace
 
 std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m) {
@@ -240,24 +294,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
   RunSettings settings;
   for (const Doc& d : docs) {
     const nlohmann::json& events = events_of(d);
-    const std::vector<Process> procs = processes_of(d, m);
-    std::map<std::string, std::set<int>> stages;  // label -> the stages this file gives
-    std::vector<std::string> labels;              // in the file's order: its runs' steps so
-    for (const Process& p : procs) {
-      const auto [at, added] = stages.try_emplace(p.label);
-      if (added) labels.push_back(p.label);
-      at->second.insert(p.stage);
-    }
-    std::map<std::string, size_t> step_of;
-    for (const std::string& label : labels)  // (by name, "(async)" came before "(blocking)")
-      step_of[label] = steps.place(label, stages.at(label));
-    std::map<long long, std::pair<size_t, int>> where_of_pid;  // pid -> (run, stage)
-    for (const Process& p : procs) {
-      const size_t run = step_of.at(p.label);
-      where_of_pid[p.pid] = {run, p.stage};
-      const std::string where = d.origin + ": event " + std::to_string(p.event);
-      settings.read(run, runs[run], *p.args, where);
-    }
+    const auto where_of_pid = place_processes(d, m, steps, settings, runs);
     const Waits waits = collective_waits(d);
     size_t n = 0;
     for (const auto& e : events) {
@@ -298,27 +335,7 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
         continue;
       }
       if (!task) continue;  // other events
-      const auto kind = args->find("kind");
-      if (kind == args->end()) throw InputError(where + ": field \"kind\" is missing (F, B or W)");
-      const std::string k = kind->is_string() ? kind->get<std::string>() : brief(*kind);
-      if (k != "F" && k != "B" && k != "W")
-        throw InputError(where + ": kind '" + printable(k, 10) + "' is not F, B or W");
-      TimelineTask t;
-      t.task = TaskId{k == "F"   ? Kind::F
-                      : k == "B" ? Kind::B
-                                 : Kind::W,
-                      whole_at(*args, "chunk", where), whole_at(*args, "microbatch", where)};
-      // A W of a run without the split backward is folded into its B (sim/fold_w.hpp).
-      if (!m.valid(t.task) && !folds_into_b(m, t.task))
-        throw InputError(where + ": task " + to_string(t.task) + " does not exist in this run");
-      const int stage = at->second.second;
-      if (m.stage_of(t.task) != stage)
-        throw InputError(where + ": task " + to_string(t.task) + " runs on stage " +
-                         std::to_string(m.stage_of(t.task)) + ", not " + std::to_string(stage));
-      t.tp_rank = e.contains("tid") ? whole_at(e, "tid", where) : 0;
-      t.dur_us = number_at(e, "dur", where);
-      t.start_us = clock_at(e, "ts", where);  // without it the task was put at 0
-      if (args->contains("send_us")) t.send_us = number_at(*args, "send_us", where);
+      TimelineTask t = task_of(e, *args, m, at->second.second, where);
       t.collective_us = wait_after(waits, pid->get<long long>(), t);
       runs[at->second.first].tasks.push_back(t);
     }

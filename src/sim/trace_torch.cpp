@@ -190,6 +190,27 @@ void refuse_untimed_ranks(const std::vector<TorchProcess>& out, const std::vecto
   }
 }
 
+// A span named "ProfilerStep#..." (`s`), event n of d: its step's [start, end) in p.
+void read_step_span(TorchProcess& p, const nlohmann::json& e, const std::string& s, const Doc& d,
+                    size_t n) {
+  const std::string where = d.origin + ": event " + std::to_string(n);
+  size_t i = 13;
+  int step = 0;
+  // Skipped, its tasks were read as between steps, and a later step replayed, exit 0.
+  if (!digits_at(s, i, step) || i != s.size())
+    throw InputError(where + ": span '" + printable(s, 40) +
+                     "' is no step span: ProfilerStep#<N>, N at most 9 digits");
+  // A step's CPU span given twice: the later replaced the earlier silently. A device has a copy
+  // of it on each stream its kernels ran on (Kineto's gpu_user_annotation), which take their
+  // place as before.
+  const bool gpu = string_at(e, "cat", d.origin, n) == "gpu_user_annotation";
+  if (!gpu && !p.cpu_steps.insert(step).second)
+    throw InputError(where + ": " + s +
+                     " appears twice in one rank's trace; a step is one span there");
+  const double ts = clock_at(e, "ts", where);
+  p.steps[step] = {ts, ts + number_at(e, "dur", where)};
+}
+
 std::vector<TorchProcess> processes_of(const std::vector<Doc>& docs) {
   std::vector<TorchProcess> out;
   for (size_t f = 0; f < docs.size(); ++f) {
@@ -237,23 +258,8 @@ std::vector<TorchProcess> processes_of(const std::vector<Doc>& docs) {
       TorchProcess& p = out[it->second];
       const std::string& s = name->get_ref<const std::string&>();
       if (s.rfind("ProfilerStep#", 0) == 0) {
-        size_t i = 13;
-        int step = 0;
-        if (digits_at(s, i, step) && i == s.size()) {
-          // A step's CPU span given twice: the later replaced the earlier silently. A device
-          // has a copy of it on each stream its kernels ran on (Kineto's
-          // gpu_user_annotation), which take their place as before.
-          const bool gpu = string_at(e, "cat", d.origin, n) == "gpu_user_annotation";
-          if (!gpu && !p.cpu_steps.insert(step).second)
-            throw InputError(where + ": " + s +
-                             " appears twice in one rank's trace; a step is one span there");
-          const double ts = clock_at(e, "ts", where);
-          p.steps[step] = {ts, ts + number_at(e, "dur", where)};
-          continue;
-        }
-        // Skipped, its tasks were read as between steps, and a later step replayed, exit 0.
-        throw InputError(where + ": span '" + printable(s, 40) +
-                         "' is no step span: ProfilerStep#<N>, N at most 9 digits");
+        read_step_span(p, e, s, d, n);
+        continue;
       }
       if (!parse_label(s, 0)) {
         if (names_a_task(s))
