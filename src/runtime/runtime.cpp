@@ -209,6 +209,38 @@ void Runtime::cancel(std::exception_ptr why) {
   failure_.fail(std::move(why));
 }
 
+std::vector<std::thread> Runtime::start_compute_threads() {
+  std::vector<std::thread> threads;
+  threads.reserve(local_.size());
+  try {
+    for (int e : local_) {
+      Stage* st = stages_[e / opt_.tp].get();
+      threads.emplace_back([st, r = e % opt_.tp] { st->run_rank(r); });
+    }
+  } catch (const std::system_error& ex) {
+    // The machine's limit on threads or address space: the threads already running end with the
+    // step, and the run fails in one line (it aborted: a joinable thread destroyed unjoined).
+    failure_.fail(std::make_exception_ptr(
+        Error("runtime: could not start compute thread " + std::to_string(threads.size() + 1) +
+              " of " + std::to_string(local_.size()) + " (" + ex.what() +
+              "): this machine's thread or memory limit; lower `tp` or `pp`")));
+  }
+  return threads;
+}
+
+void Runtime::stop_step(int step) noexcept {
+  for (auto& s : stages_)
+    if (s) s->wake();
+  for (auto& g : groups_)
+    if (g) g->abort();
+  try {
+    tell_peers(step, failure_.error());  // before the join: a running task may take long
+  } catch (...) {
+    // Out of memory for the message: the peers learn from their own watchdogs. Nothing may
+    // leave here before the threads are joined.
+  }
+}
+
 StepResult Runtime::run_step(int step) {
   if (broken_) throw Error("runtime: an earlier step failed; start a new runtime");
   // The transports poll at a step's pace while it runs, and back off between steps.
@@ -244,21 +276,7 @@ StepResult Runtime::run_step(int step) {
     std::lock_guard lk(cancel_mu_);
     if (transport_broken_) failure_.fail(transport_broken_);
   }
-  std::vector<std::thread> threads;
-  threads.reserve(local_.size());
-  try {
-    for (int e : local_) {
-      Stage* st = stages_[e / opt_.tp].get();
-      threads.emplace_back([st, r = e % opt_.tp] { st->run_rank(r); });
-    }
-  } catch (const std::system_error& ex) {
-    // The machine's limit on threads or address space: the threads already running end with the
-    // step, and the run fails in one line (it aborted: a joinable thread destroyed unjoined).
-    failure_.fail(std::make_exception_ptr(
-        Error("runtime: could not start compute thread " + std::to_string(threads.size() + 1) +
-              " of " + std::to_string(local_.size()) + " (" + ex.what() +
-              "): this machine's thread or memory limit; lower `tp` or `pp`")));
-  }
+  std::vector<std::thread> threads = start_compute_threads();
   try {
     watch(static_cast<int>(threads.size()));
   } catch (...) {
@@ -266,18 +284,7 @@ StepResult Runtime::run_step(int step) {
     // (leaving here would destroy them joinable: std::terminate).
     failure_.fail(std::current_exception());
   }
-  if (failure_.failed()) {
-    for (auto& s : stages_)
-      if (s) s->wake();
-    for (auto& g : groups_)
-      if (g) g->abort();
-    try {
-      tell_peers(step, failure_.error());  // before the join: a running task may take long
-    } catch (...) {
-      // Out of memory for the message: the peers learn from their own watchdogs. Nothing may
-      // leave here before the threads are joined.
-    }
-  }
+  if (failure_.failed()) stop_step(step);
   for (auto& th : threads)
     th.join();
   step_now_.store(-1);

@@ -135,6 +135,12 @@ class Runtime {
 
  private:
   void watch(int workers);
+  // One thread per local rank, each running its rank's step; a thread that cannot be started
+  // fails the step (the ones started end with it).
+  std::vector<std::thread> start_compute_threads();
+  // The step failed: its stages woken, its groups aborted, the peers told; it throws nothing,
+  // as the compute threads are still to be joined.
+  void stop_step(int step) noexcept;
   StepResult collect() const;
   std::vector<int> endpoint_slots(int world) const;
   // peer_failure.cpp: the failure, told to the endpoints hosted elsewhere, and heard from them.
@@ -188,6 +194,15 @@ class Runtime {
   std::condition_variable ask_cv_;
   std::int32_t ask_round_ = 0;  // under ask_mu_: answers of other rounds are stale
   std::map<int, PeerAnswer> answers_;
+  // One round of the chase: a query to each endpoint of `wave`, then a wait of up to `wave_ns`
+  // (not past `end`) for their answers; one the query cannot reach is said so in `said`.
+  struct Round {
+    std::vector<int> asked;         // the endpoints the query reached
+    std::map<int, PeerAnswer> got;  // their answers, by endpoint
+    std::int64_t waited_ns = 0;     // the wait's limit
+  };
+  Round ask_round(const std::vector<int>& wave, int step, std::int64_t end, std::int64_t wave_ns,
+                  std::vector<std::string>& said);
   std::atomic<int> step_now_{-1};               // the step running (-1: between steps)
   std::atomic<std::int64_t> step_start_ns_{0};  // when it began
 };

@@ -73,6 +73,35 @@ void Runtime::on_answer(Message&& msg) {
   ask_cv_.notify_all();
 }
 
+Runtime::Round Runtime::ask_round(const std::vector<int>& wave, int step, std::int64_t end,
+                                  std::int64_t wave_ns, std::vector<std::string>& said) {
+  MessageTag tag;
+  tag.control = Control::Query;
+  tag.step = step;
+  {
+    std::lock_guard lk(ask_mu_);
+    tag.round = ++ask_round_;
+    answers_.clear();
+  }
+  Round r;
+  for (int e : wave) {
+    try {
+      endpoints_[0]->send(e, tag, Payload{});
+      r.asked.push_back(e);
+    } catch (const std::exception&) {
+      said.push_back(peer_name(e) + " could not be asked (its connection is closed)");
+    }
+  }
+  const std::int64_t from = now_ns(), until = std::min(end, from + wave_ns);
+  r.waited_ns = std::max<std::int64_t>(until - from, 0);
+  std::unique_lock lk(ask_mu_);
+  ask_cv_.wait_for(lk, std::chrono::nanoseconds(r.waited_ns),
+                   [&] { return answers_.size() >= r.asked.size(); });
+  r.got.swap(answers_);
+  ++ask_round_;  // later answers are stale
+  return r;
+}
+
 Runtime::Chase Runtime::chase_stall(std::int64_t now) {
   const int tp = std::max(1, opt_.tp), world = m_.pp() * tp;
   if (static_cast<int>(local_.size()) >= world || endpoints_.empty()) return {};
@@ -92,37 +121,12 @@ Runtime::Chase Runtime::chase_stall(std::int64_t now) {
   Chase out;
   const int step = step_now_.load();
   while (!wave.empty() && !failure_.failed() && now_ns() < end) {
-    MessageTag tag;
-    tag.control = Control::Query;
-    tag.step = step;
-    {
-      std::lock_guard lk(ask_mu_);
-      tag.round = ++ask_round_;
-      answers_.clear();
-    }
-    std::vector<int> asked;
-    for (int e : std::exchange(wave, {})) {
-      try {
-        endpoints_[0]->send(e, tag, Payload{});
-        asked.push_back(e);
-      } catch (const std::exception&) {
-        said.push_back(peer_name(e) + " could not be asked (its connection is closed)");
-      }
-    }
-    const std::int64_t from = now_ns(), until = std::min(end, from + wave_ns);
-    std::map<int, PeerAnswer> got;
-    {
-      std::unique_lock lk(ask_mu_);
-      ask_cv_.wait_for(lk, std::chrono::nanoseconds(std::max<std::int64_t>(until - from, 0)),
-                       [&] { return answers_.size() >= asked.size(); });
-      got.swap(answers_);
-      ++ask_round_;  // later answers are stale
-    }
-    for (int e : asked) {
-      const auto it = got.find(e);
-      if (it == got.end()) {
+    const Round r = ask_round(std::exchange(wave, {}), step, end, wave_ns, said);
+    for (int e : r.asked) {
+      const auto it = r.got.find(e);
+      if (it == r.got.end()) {
         said.push_back(peer_name(e) + " did not answer within " +
-                       fmt("%.1f", static_cast<double>(until - from) / 1e9) +
+                       fmt("%.1f", static_cast<double>(r.waited_ns) / 1e9) +
                        " s (stopped, hung, or not scheduled)");
         continue;
       }
