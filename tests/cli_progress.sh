@@ -22,9 +22,9 @@ fi
 [ ! -s "$tmp/sw.err" ] || { echo "FAIL: sweep progress written to a file"; fails=$((fails + 1)); }
 # A grid of many small points announces what its runs cost beside their tasks: counted by its
 # tasks alone, 200,000 points of P = 1 said nothing (2.4 s of work), and took 75 s. Stopped by
-# SIGINT after a second.
+# SIGINT after 3 s (the line comes before any point runs; the margin is for a loaded machine).
 if command -v script >/dev/null; then
-  script -qec "timeout -s INT 1 $q sweep --pp 1 --mb-factors 1 --seeds 200000 --workloads \
+  script -qec "timeout -s INT 3 $q sweep --pp 1 --mb-factors 1 --seeds 200000 --workloads \
     uniform --csv $qtmp/many.csv" /dev/null >"$tmp/tty" 2>&1
   grep -q "sweep: 200000 grid points, runs of up to 3 tasks: about 400 MB of memory and 12 s of" \
     "$tmp/tty" || { echo "FAIL: a grid of small points under-announced:"; head -c 300 "$tmp/tty"
@@ -32,9 +32,10 @@ if command -v script >/dev/null; then
 fi
 # What reports no progress of its own is said by a thread of its own, with the seconds it took
 # on a terminal: plan's search (an evaluation of minutes, its set-up of 51 s at P=M=4500 said
-# nothing), calibrate's sizes (a minute silent).
+# nothing), calibrate's sizes (a minute silent). The line is drawn each second: each run below
+# lasts a few, so that a machine busy with other tests still draws one.
 if command -v script >/dev/null; then
-  script -qec "$q plan --pp 64 -m 128 --budget 2.5" /dev/null >"$tmp/tty" 2>&1
+  script -qec "$q plan --pp 64 -m 128 --budget 4" /dev/null >"$tmp/tty" 2>&1
   tr '\r' '\n' <"$tmp/tty" | grep -aEq "^search: [0-9]+ orders done, best [0-9.]+ ms \([0-9]+ s\)" ||
     { echo "FAIL: plan's search said nothing on a terminal:"; head -c 300 "$tmp/tty"
       fails=$((fails + 1)); }
@@ -43,8 +44,10 @@ if command -v script >/dev/null; then
     { echo "FAIL: calibrate said nothing on a terminal:"; head -c 300 "$tmp/tty"
       fails=$((fails + 1)); }
   # A signal's line ends the drawn line first: it was appended to it ("... (2 s)rrfp calibrate:
-  # stopped by SIGTERM").
-  script -qec "timeout -s TERM 2 $q calibrate --sizes 128M --seconds 8" /dev/null \
+  # stopped by SIGTERM"). The signal comes half-way between two redraws, well before the
+  # calibration ends (about 8 s with --streams; without, one size ended in under 3 s, close
+  # behind a signal at 2 s that also fell on a redraw: the check failed now and then).
+  script -qec "timeout -s TERM 2.5 $q calibrate --sizes 128M --streams" /dev/null \
     >"$tmp/tty" 2>&1
   tr '\r' '\n' <"$tmp/tty" | grep -aq "^$(printf '\033')\[Krrfp calibrate: stopped by SIGTERM" ||
     { echo "FAIL: a signal's line joined the drawn progress line:"; cat -v "$tmp/tty" | head -c 400
