@@ -3,7 +3,7 @@
 // job offers outside a step, for every implementation of Job that runs with threads as ranks. A
 // test program instantiates the suite with its jobs' factory: test_runtime_job.cpp for the local
 // job, test_c10d_transport.cpp for the c10d job over Gloo. The MPI job, one process a rank, has
-// its replica gather and exchange checked under mpirun in test_mpi_transport.cpp. Layout: P = 4
+// its replica gather and exchange checked under mpirun in test_mpi_job.cpp. Layout: P = 4
 // stages x DP = 2 replicas, 8 ranks.
 #include <gtest/gtest.h>
 
