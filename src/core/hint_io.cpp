@@ -215,6 +215,63 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
   return h;
 }
 
+namespace {
+
+// A JSON hint's fields other than its stages: its format and version, no unknown key, and the
+// shape it was written for against the run's (each field's type and range first).
+void check_json_header(const nlohmann::json& j, const WorkModel& m, const std::string& origin) {
+  if (!j.is_object() || !j.contains("format"))
+    throw HintError(origin + ": not an rrfp hint (missing \"format\": \"rrfp-hint\")");
+  // Compared as JSON: value<std::string>() threw nlohmann's type error for "format": 5.
+  if (j["format"] != kHintFormat)
+    throw HintError(origin + ": \"format\" is " + brief(j["format"]) +
+                    "; an rrfp hint's is \"rrfp-hint\"");
+  // Exactly the integer 1: value<int>() would read 1.5 as 1.
+  if (!j.contains("version") || !j["version"].is_number_integer() || j["version"] != 1)
+    throw HintError(origin + ": unsupported hint version " +
+                    (j.contains("version") ? brief(j["version"]) : std::string("(none)")) +
+                    "; this rrfp reads version 1");
+  // The text format refuses an unknown header field; here a misspelt shape key
+  // ("microbatch") was skipped, and with it the check of the shape.
+  static const std::set<std::string> keys = {
+      "format", "version", "pp", "vpp", "microbatches", "placement", "split_backward", "stages"};
+  for (const auto& [key, value] : j.items())
+    if (!keys.count(key))
+      throw HintError(origin + ": unknown key \"" + printable(key) +
+                      "\" (the keys are format, version, pp, vpp, microbatches, placement, "
+                      "split_backward, stages)");
+  const auto& c = m.config();
+  auto check = [&](const char* key, const nlohmann::json& want) {
+    // "pp": "2" was told the run has pp=4, the default, as if it were another shape.
+    // 2.5, 0 or -2 was told the run has another shape, as if it were one; 3.0 and 3e0 are 3.
+    if (j.contains(key) && want.is_number()) {
+      const double v = j[key].is_number() ? j[key].get<double>() : 0;
+      if (!(v >= 1 && v <= kMaxChunkMicrobatches && v == std::floor(v)))
+        throw HintError(origin + ": \"" + key + "\" must be a whole number from 1 to " +
+                        std::to_string(kMaxChunkMicrobatches) + ", got " + brief(j[key]));
+    }
+    if (j.contains(key) && want.is_string() &&
+        !(j[key] == nlohmann::json("loop") || j[key] == nlohmann::json("vshape")))
+      throw HintError(origin + ": \"" + key + "\" must be \"loop\" or \"vshape\", got " +
+                      brief(j[key]));
+    if (j.contains(key) && want.is_boolean() && !j[key].is_boolean())
+      throw HintError(origin + ": \"" + key + "\" must be true or false, got " + brief(j[key]));
+    if (j.contains(key) && j[key] != want)
+      throw HintError(origin + ": hint was written for " + key + "=" + brief(j[key]) +
+                      " but the run has " + key + "=" + want.dump() +
+                      (want.is_boolean()
+                           ? std::string(" (`") + key + "` " + (want.get<bool>() ? "on)" : "off)")
+                           : ""));
+  };
+  check("pp", c.pp);
+  check("vpp", c.vpp);
+  check("microbatches", c.microbatches);
+  check("placement", to_string(c.placement));
+  check("split_backward", c.split_backward);
+}
+
+}  // namespace
+
 ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::string& origin) {
   nlohmann::json j;
   try {
@@ -223,54 +280,7 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
     throw HintError(e.what());  // a hint that cannot be read is a bad hint
   }
   try {
-    if (!j.is_object() || !j.contains("format"))
-      throw HintError(origin + ": not an rrfp hint (missing \"format\": \"rrfp-hint\")");
-    // Compared as JSON: value<std::string>() threw nlohmann's type error for "format": 5.
-    if (j["format"] != kHintFormat)
-      throw HintError(origin + ": \"format\" is " + brief(j["format"]) +
-                      "; an rrfp hint's is \"rrfp-hint\"");
-    // Exactly the integer 1: value<int>() would read 1.5 as 1.
-    if (!j.contains("version") || !j["version"].is_number_integer() || j["version"] != 1)
-      throw HintError(origin + ": unsupported hint version " +
-                      (j.contains("version") ? brief(j["version"]) : std::string("(none)")) +
-                      "; this rrfp reads version 1");
-    // The text format refuses an unknown header field; here a misspelt shape key
-    // ("microbatch") was skipped, and with it the check of the shape.
-    static const std::set<std::string> keys = {
-        "format", "version", "pp", "vpp", "microbatches", "placement", "split_backward", "stages"};
-    for (const auto& [key, value] : j.items())
-      if (!keys.count(key))
-        throw HintError(origin + ": unknown key \"" + printable(key) +
-                        "\" (the keys are format, version, pp, vpp, microbatches, placement, "
-                        "split_backward, stages)");
-    const auto& c = m.config();
-    auto check = [&](const char* key, const nlohmann::json& want) {
-      // "pp": "2" was told the run has pp=4, the default, as if it were another shape.
-      // 2.5, 0 or -2 was told the run has another shape, as if it were one; 3.0 and 3e0 are 3.
-      if (j.contains(key) && want.is_number()) {
-        const double v = j[key].is_number() ? j[key].get<double>() : 0;
-        if (!(v >= 1 && v <= kMaxChunkMicrobatches && v == std::floor(v)))
-          throw HintError(origin + ": \"" + key + "\" must be a whole number from 1 to " +
-                          std::to_string(kMaxChunkMicrobatches) + ", got " + brief(j[key]));
-      }
-      if (j.contains(key) && want.is_string() &&
-          !(j[key] == nlohmann::json("loop") || j[key] == nlohmann::json("vshape")))
-        throw HintError(origin + ": \"" + key + "\" must be \"loop\" or \"vshape\", got " +
-                        brief(j[key]));
-      if (j.contains(key) && want.is_boolean() && !j[key].is_boolean())
-        throw HintError(origin + ": \"" + key + "\" must be true or false, got " + brief(j[key]));
-      if (j.contains(key) && j[key] != want)
-        throw HintError(origin + ": hint was written for " + key + "=" + brief(j[key]) +
-                        " but the run has " + key + "=" + want.dump() +
-                        (want.is_boolean()
-                             ? std::string(" (`") + key + "` " + (want.get<bool>() ? "on)" : "off)")
-                             : ""));
-    };
-    check("pp", c.pp);
-    check("vpp", c.vpp);
-    check("microbatches", c.microbatches);
-    check("placement", to_string(c.placement));
-    check("split_backward", c.split_backward);
+    check_json_header(j, m, origin);
     if (!j.contains("stages"))  // j.at() said "[json.exception.out_of_range.403] ..."
       throw HintError(origin + ": no \"stages\" (each stage's order of tasks)");
     const auto& st = j.at("stages");
