@@ -238,6 +238,8 @@ check "--exact: expected auto, on or off" plan --exact maybe
 check "--exact on: enumerates every order" plan --pp 2 -m 2 --entry in-order --exact on
 check "--entry: expected free or in-order" plan --entry sorted
 check "--exact on: needs --tp 1" plan --pp 2 -m 2 --tp 2 --exact on
+# A level of its search a task: 48,000 overflowed the stack (SIGSEGV after 107 s).
+check "--exact on: takes at most 2048 tasks (its search goes a level deeper a task); this step has 2052" plan --pp 2 -m 513 --exact on
 check "--exact-nodes: must not be negative, got -1" plan --exact-nodes -1
 check "--limit: must be 0 (default) or at least 1, got -2" plan --limit -2
 # Past 64 bits, or past what a day's search visits, numbers were clamped to their type's largest.

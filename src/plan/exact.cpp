@@ -248,6 +248,10 @@ std::string message_model_unsupported(const RealizedWork& w) {
 }  // namespace
 
 std::string exact_unsupported(const PlanProblem& p) {
+  if (p.m().num_tasks() > kMaxExactTasks)
+    return "takes at most " + std::to_string(kMaxExactTasks) +
+           " tasks (its search goes a level deeper a task); this step has " +
+           std::to_string(p.m().num_tasks());
   if (p.w().tp != 1) return "needs `tp` 1";
   if (p.comm != CommMode::Async) return "needs `comm` async";
   if (auto why = message_model_unsupported(p.w()); !why.empty()) return why;

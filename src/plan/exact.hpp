@@ -49,6 +49,11 @@ struct ExactResult {
   double seconds = 0;
 };
 
+// The most tasks the exact search takes. It goes one level deeper a task, on the thread's stack,
+// and each level holds its candidates, up to one a task: a step of 48,000 tasks overflowed an
+// 8 MB stack, and one of 40,000 took 1.5 GB. Proving an optimum is hopeless long before this.
+inline constexpr int kMaxExactTasks = 2048;
+
 // Empty when the exact search can enumerate `p`, else why not ("needs --tp 1").
 std::string exact_unsupported(const PlanProblem& p);
 // Throws InputError with exact_unsupported's reason.
