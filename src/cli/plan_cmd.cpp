@@ -180,12 +180,18 @@ void run_plan(const PlanFlags& f) {
   print_plan(is_stdout(f.json) ? std::cerr : std::cout, f, sc, p, best, bound);
   written.write("--json", f.json, [&] {
     nlohmann::json j = plan_json(f, sc, p, std::move(run), best, bound);
-    if (const int sig = stop.load()) j["plan"]["stopped_by"] = signal_name(sig);  // budget unspent
+    if (const int sig = stop.load()) j["plan"]["stopped_by"] = signal_name(sig);
     write_json_report(f.json, j);
   });
   if (const int sig = stop.load()) {
+    // A signal during the report's run of the best order came after both searches had ended:
+    // "before its budget was spent" beside "its --budget ... was spent" said both.
+    const bool cut = best.search.stopped_by == SearchStop::Signal ||
+                     (best.ran_exact && best.exact.stopped_by == ExactStop::Signal);
     print_line("rrfp plan: stopped by " + signal_name(sig) +
-               " before its budget was spent; what it wrote is the best order found until then");
+               (cut ? " before its budget was spent; what it wrote is the best order found "
+                      "until then"
+                    : " after its search had ended; what it wrote is the search's best order"));
     throw QuietExit{128 + sig};
   }
 }

@@ -299,11 +299,15 @@ class Searcher {
     }
   }
 
-  // How far the search is through its budget, 0..1.
+  // How far the search is through its budget, 0..1; with max_evaluations, through those alone:
+  // where the cap ends the search, its rounds end and cool at the same evaluations on every
+  // machine. (The larger of the two fractions let a budget near the cap's time move them: at P=6
+  // M=24, 2 runs of 40 stopped by the cap gave other orders.) A budget spent first still ends
+  // the search, then in the midst of a round.
   double used() const {
-    double f = seconds() / opt_.budget_s;
-    if (opt_.max_evaluations > 0)
-      f = std::max(f, static_cast<double>(res_.evaluations) / opt_.max_evaluations);
+    const double f = opt_.max_evaluations > 0
+                         ? static_cast<double>(res_.evaluations) / opt_.max_evaluations
+                         : seconds() / opt_.budget_s;
     return std::min(1.0, f);
   }
 
