@@ -78,6 +78,9 @@ grep -q "^search: its --budget of 0.3 s was spent after [0-9]* orders, before --
 "$rrfp" plan --pp 4 -m 8 --max-evaluations 200 --exact off --json cap.json >cap.txt
 [ "$(field cap.json "j['plan']['search_stopped_by']")" = max_evaluations ] || fail "cap in JSON"
 evaluated=$(field cap.json "j['plan']['evaluations']")
+# A step without W tasks has no W cap: null, as the printed report leaves it out (it read P).
+[ "$(field cap.json "j['plan']['max_pending_w']")" = None ] ||
+  fail "max_pending_w without W tasks: $(field cap.json "j['plan']['max_pending_w']")"
 [ "$evaluated" = 200 ] || grep -qF "search: --max-evaluations 200 stopped its annealing, and the best order found there was evaluated once more to be kept ($evaluated orders)" cap.txt ||
   fail "$evaluated orders for a cap of 200: $(grep '^search' cap.txt)"
 "$rrfp" plan --pp 2 -m 3 --max-evaluations 40 --exact on >e.txt

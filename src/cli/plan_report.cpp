@@ -171,18 +171,20 @@ nlohmann::json plan_json(const PlanFlags& f, const Scenario& sc, const PlanProbl
   std::vector<ReportRun> runs;
   runs.push_back(std::move(run));
   nlohmann::json j = to_json(header_of(sc), runs);
-  j["plan"] = {{"makespan_ms", ms(best.makespan())},
-               {"lower_bound_ms", ms(bound)},
-               {"optimal", best.makespan() <= bound || (best.ran_exact && best.exact.proven)},
-               {"search_ms", ms(s.makespan)},
-               {"search_found_by", s.found_by},
-               {"starts_skipped", s.starts_skipped},
-               {"evaluations", s.evaluations},
-               {"search_stopped_by", search_stop_name(s.stopped_by)},
-               {"search_seconds", s.seconds},
-               {"limit", p.limit},
-               {"d_bound", p.d_bound()},
-               {"max_pending_w", p.max_pending_w}};
+  j["plan"] = {
+      {"makespan_ms", ms(best.makespan())},
+      {"lower_bound_ms", ms(bound)},
+      {"optimal", best.makespan() <= bound || (best.ran_exact && best.exact.proven)},
+      {"search_ms", ms(s.makespan)},
+      {"search_found_by", s.found_by},
+      {"starts_skipped", s.starts_skipped},
+      {"evaluations", s.evaluations},
+      {"search_stopped_by", search_stop_name(s.stopped_by)},
+      {"search_seconds", s.seconds},
+      {"limit", p.limit},
+      {"d_bound", p.d_bound()},
+      // null without W tasks, as the printed report leaves the cap out there
+      {"max_pending_w", p.m().split() ? nlohmann::json(p.max_pending_w) : nlohmann::json()}};
   j["plan"]["starts"] = nlohmann::json::array();
   // An infeasible start has no makespan (0 in the search's record): null, said outright, where
   // 0.0 read as the fastest order of all.

@@ -158,14 +158,19 @@ class BranchAndBound {
     if ((++res_.nodes & check_mask_) == 0) {
       if (opt_.stop != nullptr && opt_.stop->load(std::memory_order_relaxed) != 0)
         res_.stopped_by = ExactStop::Signal;
-      else if (std::chrono::duration<double>(Clock::now() - t0_).count() >= opt_.budget_s)
+      const double t = std::chrono::duration<double>(Clock::now() - t0_).count();
+      if (res_.stopped_by == ExactStop::None && t >= opt_.budget_s)
         res_.stopped_by = ExactStop::Budget;
       if (res_.stopped_by != ExactStop::None) {
         aborted_ = true;
         return;
       }
-      if (opt_.progress && (res_.nodes & ((1 << 20) - 1)) == 0)
+      // A second apart: every 2^20 nodes, a step of thousands of tasks said "its first nodes
+      // under way" for minutes.
+      if (opt_.progress && t >= next_progress_s_) {
+        next_progress_s_ = t + 1;
         opt_.progress(res_.nodes, best_ == kNone ? 0 : best_);
+      }
     }
     if (remaining == 0) {
       std::int64_t ms = 0;
@@ -218,6 +223,7 @@ class BranchAndBound {
   ExactOptions opt_;
   TaskGraph g_;
   Clock::time_point t0_;
+  double next_progress_s_ = 1;  // when progress is next told, in seconds from t0_
   std::vector<char> done_;
   std::vector<std::int64_t> end_, head_, free_;
   std::vector<int> d_, pw_, jobs_;

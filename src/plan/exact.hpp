@@ -27,7 +27,7 @@ struct ExactOptions {
   // A bound no order beats, known from elsewhere (the memory bound; 0: none): an order that
   // reaches it is optimal, and the search stops there, proven, where it went on to its cap.
   std::int64_t lower = 0;
-  std::function<void(std::int64_t nodes, std::int64_t best)> progress;  // every 2^20 nodes
+  std::function<void(std::int64_t nodes, std::int64_t best)> progress;  // about every second
   // Non-zero (a signal's number): stop as when the budget is spent (null: no such flag).
   const std::atomic<int>* stop = nullptr;
 };
