@@ -208,7 +208,9 @@ void setup_plan(CLI::App& app) {
   add_shape_flags(sub, f->shape);
   add_workload_flags(sub, f->load);
   add_execution_flags(sub, f->dispatch);
-  sub->add_option("--budget", f->budget_s, "seconds for the heuristic search")
+  sub->add_option("--budget", f->budget_s,
+                  "seconds for the heuristic search (drawing the work before it and running the "
+                  "best order for the report after it come on top)")
       ->capture_default_str();
   sub->add_option("--max-evaluations", f->max_evaluations,
                   "stop the heuristic after N orders (0: budget only; N makes it reproducible)")
