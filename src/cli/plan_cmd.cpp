@@ -121,6 +121,35 @@ ReportRun plan_run(const PlanFlags& f, const Scenario& sc, const PlanProblem& p,
   return run;
 }
 
+// The plan's outputs and report; a signal taken (`stop`) ends the process after them.
+void report_plan(const PlanFlags& f, const Scenario& sc, const PlanProblem& p, const Planned& best,
+                 ReportRun&& run, std::int64_t bound, const std::atomic<int>& stop) {
+  WrittenOutputs written;
+  written.write("--out", f.out, [&] {
+    const bool json = hint_path_is_json(f.out);
+    write_text_file(
+        f.out, json ? write_hint_json(best.order(), p.m()) : write_hint_text(best.order(), p.m()),
+        "--out");
+  });
+  print_plan(is_stdout(f.json) ? std::cerr : std::cout, f, sc, p, best, bound);
+  written.write("--json", f.json, [&] {
+    nlohmann::json j = plan_json(f, sc, p, std::move(run), best, bound);
+    if (const int sig = stop.load()) j["plan"]["stopped_by"] = signal_name(sig);
+    write_json_report(f.json, j);
+  });
+  if (const int sig = stop.load()) {
+    // A signal during the report's run of the best order came after both searches had ended:
+    // "before its budget was spent" beside "its --budget ... was spent" said both.
+    const bool cut = best.search.stopped_by == SearchStop::Signal ||
+                     (best.ran_exact && best.exact.stopped_by == ExactStop::Signal);
+    print_line("rrfp plan: stopped by " + signal_name(sig) +
+               (cut ? " before its budget was spent; what it wrote is the best order found "
+                      "until then"
+                    : " after its search had ended; what it wrote is the search's best order"));
+    throw QuietExit{128 + sig};
+  }
+}
+
 void run_plan(const PlanFlags& f) {
   // A signal ends the search early: the best order so far is reported and written, then the
   // process exits 128 + the signal.
@@ -171,29 +200,7 @@ void run_plan(const PlanFlags& f) {
   // The exact search's root bound holds for every order, as it enumerates them all (it does
   // not run under --entry in-order): where tighter, the gap is measured from it.
   if (best.ran_exact) bound = std::max(bound, best.exact.root_bound);
-  WrittenOutputs written;
-  written.write("--out", f.out, [&] {
-    const bool json = hint_path_is_json(f.out);
-    write_text_file(
-        f.out, json ? write_hint_json(best.order(), m) : write_hint_text(best.order(), m), "--out");
-  });
-  print_plan(is_stdout(f.json) ? std::cerr : std::cout, f, sc, p, best, bound);
-  written.write("--json", f.json, [&] {
-    nlohmann::json j = plan_json(f, sc, p, std::move(run), best, bound);
-    if (const int sig = stop.load()) j["plan"]["stopped_by"] = signal_name(sig);
-    write_json_report(f.json, j);
-  });
-  if (const int sig = stop.load()) {
-    // A signal during the report's run of the best order came after both searches had ended:
-    // "before its budget was spent" beside "its --budget ... was spent" said both.
-    const bool cut = best.search.stopped_by == SearchStop::Signal ||
-                     (best.ran_exact && best.exact.stopped_by == ExactStop::Signal);
-    print_line("rrfp plan: stopped by " + signal_name(sig) +
-               (cut ? " before its budget was spent; what it wrote is the best order found "
-                      "until then"
-                    : " after its search had ended; what it wrote is the search's best order"));
-    throw QuietExit{128 + sig};
-  }
+  report_plan(f, sc, p, best, std::move(run), bound, stop);
 }
 
 }  // namespace
