@@ -102,6 +102,14 @@ timeout -k 10 60 "$here/mpirun.sh" 2 "$rrfp" run --transport mpi --workload-file
 # ... and that is said (it was not), once.
 [ "$(grep -c "^rrfp run: warning: --workload-file: '$cal' sets comm_latency_us, which --transport mpi does not emulate" "$out")" -eq 1 ] ||
   fail "a workload file's message model over mpi: not said once"
+# Its coordination latency likewise (the groups' choices cross the transport), while --compare
+# simulates the file's value: 20 ms simulated steps twice as long as the run's, unsaid.
+echo '{"coord_latency_us": 20000}' >"$cal"
+timeout -k 10 60 "$here/mpirun.sh" 4 "$rrfp" run --transport mpi --workload-file "$cal" \
+  --pp 2 --tp 2 -m 2 --workload uniform --hint 1f1b --policy fixed >"$out" 2>&1 ||
+  fail "coord_latency_us over mpi: exit $?"
+[ "$(grep -c "^rrfp run: warning: --workload-file: '$cal' sets coord_latency_us, which --transport mpi does not emulate: the TP groups' choices cross the transport" "$out")" -eq 1 ] ||
+  fail "a workload file's coordination latency over mpi: not said once: $(grep warning "$out")"
 /usr/bin/python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["runs"][0]
 assert 0 < r["efficiency"] <= 1 and r["lower_bound_ms"] < 50, r' "$js" ||
   fail "a bound over a transport counts the model's message latencies"
