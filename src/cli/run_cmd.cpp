@@ -31,7 +31,7 @@ void setup_run(CLI::App& app) {
           ->capture_default_str();
   sub->add_option("--repeat", f->repeat,
                   "timed steps per run (and round); the one of median makespan is reported (and "
-                  "compared)")
+                  "compared; of an even count, the faster of the middle two)")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   sub->add_option("--rounds", f->rounds,

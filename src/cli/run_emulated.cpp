@@ -94,9 +94,11 @@ class EmulatedRuns {
       sc.workload.comm_latency_us = sc.workload.comm_bandwidth_gbps = 0;
       sc.workload.comm_slow_prob = 0;
     }
-    double step_s = 0, own_s = 0;
-    for (const ReportRun& r : run_scenarios(sc, specs_))
+    double step_s = 0, own_s = 0, longest_s = 0;
+    for (const ReportRun& r : run_scenarios(sc, specs_)) {
       step_s += static_cast<double>(r.metrics.makespan) / 1e9;
+      longest_s = std::max(longest_s, static_cast<double>(r.metrics.makespan) / 1e9);
+    }
     for (const RunSpec& spec : specs_) {
       const PipelineConfig c = config_for(sc, spec);
       own_s += tasks_of(c, 1) / c.pp * kRuntimeTaskSeconds;
@@ -123,6 +125,8 @@ class EmulatedRuns {
                        durations_source(f_.exp.load) +
                        " or lower --rounds, --repeat or --warmup (rrfp simulate predicts the "
                        "step without sleeping)");
+    refuse_work_past_timeout(sc, specs_, static_cast<double>(timeout_ms_) / 1000, longest_s,
+                             !world_, durations_source(f_.exp.load));
     if (wall > 10 && root_) print_line("rrfp run: " + what);
   }
 

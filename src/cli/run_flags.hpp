@@ -2,6 +2,7 @@
 // `rrfp run`'s flags and the runs they ask for (cli/run_emulated.cpp), shared with the
 // subcommand's set-up (cli/run_cmd.cpp).
 #include <string>
+#include <vector>
 
 #include "cli/experiment_cmd.hpp"
 #include "dist/job.hpp"
@@ -22,6 +23,14 @@ struct RunFlags {
 // (rank 0 of a job writes every report), the workload, the job's size or, in one process, what
 // the threaded runtime can emulate, and the memory the runs take. `world`: as for run_emulated.
 Scenario emulable_scenario(const RunFlags& f, Job* world);
+
+// Refuses (InputError) a task, or in one process a message, of the scenario's runs that lasts
+// `timeout_s` or longer: the watchdog would take its modelled sleep for a stall. `longest_s`: the
+// longest simulated step of the runs (nothing lasts longer: below the timeout, nothing is drawn
+// again). `source`: what decides the durations, named in the message.
+void refuse_work_past_timeout(const Scenario& sc, const std::vector<RunSpec>& specs,
+                              double timeout_s, double longest_s, bool messages,
+                              const std::string& source);
 
 // Runs the experiments on the threaded runtime with emulated compute and reports them.
 // `world`: the MPI job under --transport mpi (each process hosts one endpoint; rank 0 merges

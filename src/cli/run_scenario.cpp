@@ -7,10 +7,12 @@
 #include "cli/run_flags.hpp"
 #include "core/cores.hpp"
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
 #include "core/memory.hpp"
 #include "core/printable.hpp"
+#include "core/task.hpp"
 
 namespace rrfp {
 
@@ -128,6 +130,30 @@ void check_run_fits(const RunFlags& f, const Scenario& sc, const std::vector<Run
 }
 
 }  // namespace
+
+void refuse_work_past_timeout(const Scenario& sc, const std::vector<RunSpec>& specs,
+                              double timeout_s, double longest_s, bool messages,
+                              const std::string& source) {
+  if (timeout_s <= 0 || longest_s < timeout_s) return;
+  for (const RunSpec& spec : specs) {
+    const WorkModel m(config_for(sc, spec));
+    const RealizedWork w = realized_work(sc, m);
+    const auto refuse = [&](const char* what, std::int64_t ns, int idx) {
+      if (static_cast<double>(ns) / 1e9 < timeout_s) return;
+      throw InputError("run: " + std::string(what) + " " + to_string(m.task(idx)) + " lasts " +
+                       fmt("%.3g s", static_cast<double>(ns) / 1e9) + ", not less than --timeout " +
+                       fmt_given(timeout_s) +
+                       " s, which would take its emulated wait for a stall: raise --timeout (0: "
+                       "never) or shorten the durations of " +
+                       source);
+    };
+    for (int rank = 0; rank < w.tp; ++rank)
+      for (int idx = 0; idx < w.num_tasks; ++idx) {
+        refuse("task", w.compute(rank, idx), idx);
+        if (messages) refuse("the message of task", w.message(rank, idx), idx);
+      }
+  }
+}
 
 Scenario emulable_scenario(const RunFlags& f, Job* world) {
   const ExperimentFlags& e = f.exp;
