@@ -83,6 +83,7 @@ struct MpiTransport::Impl {
   std::atomic<bool> sleeping{false};
   std::atomic<bool> in_step{true};  // set_in_step: which nap cap holds
   std::atomic<std::uint64_t> naps{0};
+  std::atomic<int> last_nap_us{0};  // the latest nap's length
   std::thread progress;
 
   // Ends the progress thread's nap, if it naps (a send's wake-up: cheap when it does not).

@@ -135,6 +135,7 @@ void MpiTransport::Impl::loop() {
         in_step.load(std::memory_order_acquire) ? poll.max_sleep_us : poll.between_steps_sleep_us;
     sleep_us = sleep_us ? std::min(sleep_us * 2, cap) : 5;
     naps.fetch_add(1, std::memory_order_relaxed);
+    last_nap_us.store(sleep_us, std::memory_order_relaxed);
     std::unique_lock lk(kick_mu);
     sleeping.store(true, std::memory_order_release);
     kick_cv.wait_for(lk, std::chrono::microseconds(sleep_us), [&] { return kicked; });
@@ -313,6 +314,10 @@ void MpiTransport::set_in_step(bool in_step) {
 
 std::uint64_t MpiTransport::naps() const {
   return impl_->naps.load(std::memory_order_relaxed);
+}
+
+int MpiTransport::last_nap_us() const {
+  return impl_->last_nap_us.load(std::memory_order_relaxed);
 }
 
 bool MpiTransport::progress() {

@@ -63,6 +63,8 @@ class MpiTransport final : public Transport {
   void set_in_step(bool in_step) override;
   // How many naps the progress thread has taken: how often an idle endpoint wakes.
   std::uint64_t naps() const;
+  // The latest nap's length (us): which cap the naps have reached.
+  int last_nap_us() const;
 
  private:
   struct Impl;
