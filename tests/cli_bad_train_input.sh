@@ -223,7 +223,9 @@ rm -rf "$tmp/lk" && mkdir "$tmp/lk"
 "$rrfp" train --steps 100000 --pp 2 -m 2 --d-model 16 --layers 2 --heads 2 --eval-every 0 \
   --out "$tmp/lk" >/dev/null 2>&1 &
 first=$!
-for _ in $(seq 100); do [ -s "$tmp/lk/loss.csv" ] && break; sleep 0.1; done
+# Up to a minute for its first row (LibTorch's start on a busy machine), then said if it never came.
+for _ in $(seq 600); do [ -s "$tmp/lk/loss.csv" ] && break; sleep 0.1; done
+[ -s "$tmp/lk/loss.csv" ] || { echo "FAIL: the holding run wrote no row in 60 s"; fails=$((fails + 1)); }
 check "--out: '$tmp/lk' is in use by another rrfp train" train "${small[@]}" --out "$tmp/lk"
 kill -9 $first
 wait $first 2>/dev/null

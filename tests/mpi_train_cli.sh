@@ -103,7 +103,9 @@ mkdir -p "$out/lk"
 "$rrfp" train --pp 2 -m 2 --d-model 16 --layers 2 --heads 2 --eval-every 0 --steps 100000 \
   --out "$out/lk" >/dev/null 2>&1 &
 holder=$!
-for _ in $(seq 100); do [ -s "$out/lk/loss.csv" ] && break; sleep 0.1; done
+# Up to a minute for its first row (LibTorch's start on a busy machine), then said if it never came.
+for _ in $(seq 600); do [ -s "$out/lk/loss.csv" ] && break; sleep 0.1; done
+[ -s "$out/lk/loss.csv" ] || fail "the holding run wrote no row in 60 s"
 start=$SECONDS
 timeout 120 "$here/mpirun.sh" 2 "$rrfp" train --transport mpi --pp 2 -m 2 --d-model 16 \
   --layers 2 --heads 2 --eval-every 0 --steps 2 --timeout 60 --out "$out/lk" >"$out/lk.log" 2>&1

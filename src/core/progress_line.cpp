@@ -55,10 +55,12 @@ bool ProgressLine::due(bool redraw) const {
 void ProgressLine::show(const std::string& text) {
   if (!due()) return;
   if (tty_) {
+    // Said open before it is drawn: a signal in between found it closed, and its line joined
+    // the drawn one (at worst now a signal's line is followed by this one, on a line of its own).
+    if (out_ == stderr) stderr_line_open.store(true);
+    open_ = true;
     // Cleared after the text: a shorter line left the longer one's tail.
     std::fprintf(out_, "\r%s\033[K", text.c_str());
-    open_ = true;
-    if (out_ == stderr) stderr_line_open.store(true);
   } else {
     // Of two threads due at once, one writes the line.
     std::int64_t last = log_.last_ns.load(std::memory_order_relaxed);
