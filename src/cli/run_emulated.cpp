@@ -123,7 +123,8 @@ class EmulatedRuns {
       throw InputError("run: " + what +
                        fmt("; at most %.0f s: shorten the durations of ", kMaxEmulatedSeconds) +
                        durations_source(f_.exp.load) +
-                       " or lower --rounds, --repeat or --warmup (rrfp simulate predicts the "
+                       ", lower --pp or --microbatches, or lower --rounds, --repeat or --warmup "
+                       "(rrfp simulate predicts the "
                        "step without sleeping)");
     refuse_work_past_timeout(sc, specs_, static_cast<double>(timeout_ms_) / 1000, longest_s,
                              !world_, durations_source(f_.exp.load));
