@@ -1,6 +1,6 @@
 """Under torchrun (3 processes, P=3), a stall whose cause is two processes away: stage 2's first
-forward outlasts stage 0's timeout (1 s; the others' is a minute), so stage 0 times out waiting
-on stage 1, which waits on stage 2. Before it raises, stage 0 asks stage 1 what it waits for
+forward (5 s) outlasts stage 0's timeout (2 s; the others' is a minute), so stage 0 times out
+waiting on stage 1, which waits on stage 2. Before it raises, stage 0 asks stage 1 what it waits for
 and then stage 2, over the pipeline's c10d messages, and its TimeoutError ends with that chain,
 naming the task stage 2 runs (it named stage 1 alone). The other processes raise, told of it."""
 import os
@@ -24,7 +24,9 @@ def main():
             chunk.armed = True
         return chunk
     pipe = rrfp.Pipeline(build, lm.loss_fn, pp=3, microbatches=3, hint="1f1b", policy="fixed",
-                         timeout=1 if rank == 0 else 60)
+                         # 2 s: at 1 s, stages 1 and 2, fresh processes, had to reach F c2 m0
+                         # within a second of stage 0's last progress on a loaded machine
+                         timeout=2 if rank == 0 else 60)
     try:
         pipe.step(*lm.batches(3, seed=0))
     except TimeoutError as e:
