@@ -52,12 +52,13 @@ void setup_run(CLI::App& app) {
                   "the first run's measured step is reproduced; the other runs are predicted "
                   "from it); default: a 4-second calibration before each round, at the run's "
                   "message sizes, each field the median over the rounds");
-  sub->add_option("--rendezvous", f->rendezvous,
-                  "mpi, blocking runs: the payload travels with the offer ('offer') or waits "
-                  "for the receiver to accept and pull it ('pull', semantics.md's rendezvous; "
-                  "docs/runtime.md)")
-      ->capture_default_str();
-  sub->callback([f, comm, warmup_extra] {
+  CLI::Option* rendezvous =
+      sub->add_option("--rendezvous", f->rendezvous,
+                      "mpi, blocking runs: the payload travels with the offer ('offer') or waits "
+                      "for the receiver to accept and pull it ('pull', semantics.md's rendezvous; "
+                      "docs/runtime.md)")
+          ->capture_default_str();
+  sub->callback([f, comm, warmup_extra, rendezvous] {
     f->exp.dispatch.comm_given = comm->count() > 0;
     // Every timed step's record is kept until the median is known.
     if (f->rounds * f->repeat > 1000)
@@ -79,14 +80,17 @@ void setup_run(CLI::App& app) {
     if (!mpi) check_experiment_files(f->exp, f->calibration == "baseline" ? "" : f->calibration);
     if (f->rendezvous != "offer" && f->rendezvous != "pull")
       throw InputError("--rendezvous: expected offer or pull, got '" + f->rendezvous + "'");
-    if (f->rendezvous == "pull" && !mpi)
+    // Pull, or the default offer given (taken and ignored), where nothing uses it.
+    const bool named = f->rendezvous == "pull" || rendezvous->count() > 0;
+    if (named && !mpi)
       throw InputError(
-          "--rendezvous pull: only with --transport mpi (in one process the emulated latency "
-          "runs from the acceptance)");
-    // Each taken and ignored where nothing used it.
-    if (f->rendezvous == "pull" && !some_run_blocks(f->exp.dispatch))
+          "--rendezvous " + f->rendezvous +
+          ": only with --transport mpi (in one process the emulated latency runs from the "
+          "acceptance)");
+    if (named && !some_run_blocks(f->exp.dispatch))
       throw InputError(
-          "--rendezvous pull: how blocking runs move their payloads; none of these runs blocks "
+          "--rendezvous " + f->rendezvous +
+          ": how blocking runs move their payloads; none of these runs blocks "
           "(--comm async, the default with --hint): give --comm blocking, or leave --hint and "
           "--comm out (the default comparison's baseline blocks)");
     if (!f->calibration.empty() && !f->compare)
