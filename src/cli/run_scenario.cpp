@@ -135,8 +135,11 @@ void refuse_work_past_timeout(const Scenario& sc, const std::vector<RunSpec>& sp
                               double timeout_s, double longest_s, bool messages,
                               const std::string& source) {
   if (timeout_s <= 0 || longest_s < timeout_s) return;
+  bool drawn[2] = {false, false};  // the runs' shapes differ by their split backward alone
   for (const RunSpec& spec : specs) {
-    const WorkModel m(config_for(sc, spec));
+    const PipelineConfig cfg = config_for(sc, spec);
+    if (std::exchange(drawn[cfg.split_backward ? 1 : 0], true)) continue;  // one draw a shape
+    const WorkModel m(cfg);
     const RealizedWork w = realized_work(sc, m);
     const auto refuse = [&](const char* what, std::int64_t ns, int idx) {
       if (static_cast<double>(ns) / 1e9 < timeout_s) return;
