@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import rrfp  # noqa: E402
-from transformer_lm import corpus, make_chunk  # noqa: E402
+from transformer_lm import check_heads, corpus, make_chunk  # noqa: E402
 from bench_args import at_least, count, non_negative, setting_line  # noqa: E402
 
 PEAK_BF16_TFLOPS = 989.0  # H100 and H200 SXM, dense, the vendor's datasheet
@@ -252,8 +252,7 @@ def main():
     args = ap.parse_args()
     # Refused here in one line each: a bad shape was found mid-run, in a traceback (a --heads
     # not dividing --d-model failed the first forward, after the model was built).
-    if args.d_model % args.heads:
-        ap.error(f"--d-model {args.d_model} must be a multiple of --heads {args.heads}")
+    check_heads(ap, args)
     args.profile = args.profile == "on" and args.device.startswith("cuda")
     if args.dtype == "bf16" and not args.device.startswith("cuda"):
         ap.error("--dtype bf16 (autocast) needs --device cuda; the CPU runs f32")

@@ -107,8 +107,7 @@ def main():
     ap.add_argument("--steps", type=count, default=10)
     ap.add_argument("--jitter", type=non_negative, default=0.0)
     args = ap.parse_args()
-    if args.d_model % args.heads:  # else the first forward fails splitting it into heads
-        ap.error(f"--d-model {args.d_model} must be a multiple of --heads {args.heads}")
+    lm.check_heads(ap, args)
     print(setting_line("0 (data), 1000 + i (chunk i), the jitter's by chunk and call"),
           flush=True)
     import torch.distributed.rpc as rpc

@@ -91,6 +91,14 @@ def ties(n, args):
     return [["0.0.tok.weight", f"{n - 1}.{head}.weight"]]
 
 
+def check_heads(ap, args):
+    """--heads must divide --d-model (each head takes an equal share of the width): refused in
+    one line, by this script and the benchmarks that build its model, where the first forward
+    failed mid-step on the reshape."""
+    if args.d_model % args.heads:
+        ap.error(f"--heads {args.heads} must divide --d-model {args.d_model}")
+
+
 def out_of_memory(e):
     """Whether a step failed for want of memory, on the CPU or the GPU: smaller flags fix it
     (--seq 100000 asks 640 GB for one attention matrix)."""
@@ -150,8 +158,7 @@ def main():
             ap.error(f"--{flag.replace('_', '-')} must be at least 1")
     if not 0 < args.lr < float("inf"):  # nan failed in AdamW's words, after the pipeline's start
         ap.error(f"--lr must be a positive number, got {args.lr}")
-    if args.d_model % args.heads:  # else a task failed on its reshape, mid-step
-        ap.error(f"--heads {args.heads} must divide --d-model {args.d_model}")
+    check_heads(ap, args)
     n = args.pp * args.vpp
     if args.layers % n:
         raise SystemExit(f"--layers {args.layers} must be a multiple of pp * vpp = {n}")
