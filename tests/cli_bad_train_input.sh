@@ -195,6 +195,7 @@ check "--eval-every: must be at least 0, got -1" train --eval-every -1 --out "$t
 check "--limit: must be 0 (default) or at least 1, got -2" train --limit -2 --out "$tmp/o"
 check "--max-pending-w: must be 0 (default) or at least 1, got -1" train --max-pending-w -1 --out "$tmp/o"
 check "--policy: unknown policy 'both'" train --policy both --out "$tmp/o"
+check "--policy: unknown policy 'rrfp' (expected fixed or ready)" train --policy rrfp --out "$tmp/o"
 # No W tasks to cap where the backward is not split (it was taken and ignored); bfw, the
 # default hint, needs the split and says so first.
 check "--max-pending-w: caps the deferred W tasks of a split backward; --split-backward off" train --hint bf --split-backward off --max-pending-w 2 --out "$tmp/o"

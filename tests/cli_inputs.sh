@@ -232,6 +232,8 @@ check "--exact-nodes: tune(s) the exact search, which does not run here (needs -
 # Messages that said what is not so: the command's --policy takes both; a hint header's pp=x
 # was told the run has pp=4 (the default); a JSON hint without stages gave the library's words.
 check "--policy: unknown policy 'foo' (expected fixed, ready or both)" simulate --hint bf --policy foo
+# "rrfp" was taken as ready by every command without a word in the help.
+check "--policy: unknown policy 'rrfp' (expected fixed, ready or both)" simulate --hint bf --policy rrfp
 printf 'rrfp-hint 1 pp=x vpp=1 microbatches=2 placement=loop split=0\nstage 0: F0:0 B0:0\n' >px.txt
 check "px.txt:1: header field pp=x is not a whole number" schedule check px.txt --pp 2 -m 2
 printf 'rrfp-hint 1 pp=2 vpp=1 microbatches=0 placement=loop split=0\nstage 0: F0:0 B0:0\n' >p0.txt

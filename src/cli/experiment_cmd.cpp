@@ -114,7 +114,7 @@ std::vector<RunSpec> runs_of(const ExperimentFlags& flags, const PipelineConfig&
   }
   const bool rule = is_rule_hint_name(f.hint);
   // The library's words list fixed and ready, the two a run takes; the command takes both too.
-  if (f.policy != "both" && f.policy != "fixed" && f.policy != "ready" && f.policy != "rrfp")
+  if (f.policy != "both" && f.policy != "fixed" && f.policy != "ready")
     throw InputError("--policy: unknown policy '" + printable(f.policy, 40) +
                      "' (expected fixed, ready or both)");
   if (f.policy == "both")

@@ -14,7 +14,7 @@ std::string to_string(Policy p) {
 
 Policy parse_policy(const std::string& s) {
   if (s == "fixed") return Policy::Fixed;
-  if (s == "ready" || s == "rrfp") return Policy::Ready;
+  if (s == "ready") return Policy::Ready;
   throw InputError("`policy`: unknown policy '" + s + "' (expected fixed or ready)");
 }
 

@@ -220,6 +220,7 @@ def test_simulate_takes_numpy_integers_as_split_does():
     (dict(progress=math.nan), r"progress: seconds \(at least 0; inf: never\)"),
     (dict(progress=-10**400), "progress: seconds"),
     (dict(progress="soon"), "progress: seconds, \"auto\" or None, got 'soon'"),
+    (dict(policy="rrfp"), r"policy`?: unknown policy 'rrfp' \(expected fixed or ready\)"),
 ])
 def test_an_argument_out_of_range_is_a_value_error_naming_it(kwargs, match):
     args = dict(pp=2, microbatches=2)
