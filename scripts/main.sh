@@ -3,8 +3,7 @@
 # Debian licence texts, P=4, rrfp with the BFW hint; outputs in rrfp-out/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The options' defaults given: a build/ configured before without LibTorch kept that.
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DRRFP_WITH_TORCH=AUTO \
-  -DRRFP_WITH_MPI=AUTO -DRRFP_WITH_PYTHON=AUTO
+# The preset gives the options' defaults: a build/ configured before without LibTorch kept that.
+cmake --preset release
 cmake --build build -j "$(nproc)" --target rrfp
 ./build/rrfp train "$@"

@@ -18,11 +18,9 @@ summary() {
   printf '   %s\n' "${took[@]}"
 }
 trap summary EXIT
-# The options' defaults given: a build/ configured before without LibTorch or MPI kept that,
-# and its suite passed without their tests.
-timed "Release build" bash -c "cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-                                 -DRRFP_WITH_TORCH=AUTO -DRRFP_WITH_MPI=AUTO \
-                                 -DRRFP_WITH_PYTHON=AUTO && cmake --build build -j $jobs"
+# The preset gives the options' defaults: a build/ configured before without LibTorch or MPI
+# kept that, and its suite passed without their tests.
+timed "Release build" bash -c "cmake --preset release && cmake --build build -j $jobs"
 timed "Release tests" ctest --test-dir build --output-on-failure -j "$jobs"
 [ "${RRFP_SKIP_SANITIZERS:-0}" = 1 ] && exit 0
 for san in address thread; do
