@@ -9,6 +9,56 @@
 
 namespace rrfp {
 
+namespace {
+
+// The flags that refuse one another, checked before anything runs.
+void check_run_flags(const RunFlags& f, bool warmup_extra_given, bool rendezvous_given) {
+  // Every timed step's record is kept until the median is known.
+  if (f.rounds * f.repeat > 1000)
+    throw InputError("--rounds x --repeat: at most 1000 timed steps per run, got " +
+                     std::to_string(f.rounds * f.repeat));
+  const bool mpi = f.transport == TransportKind::Mpi;
+  if (!f.calibration.empty() && !mpi)
+    throw InputError(
+        "--calibration: only with --transport mpi (in one process messages "
+        "follow the workload's model)");
+  // Ranks that pick alone diverge in the simulator, deterministically, where the runtime
+  // may run every step: the steps ran, then the comparison failed with nothing reported.
+  if (f.compare && f.exp.dispatch.tp_protocol == "none" && f.exp.dispatch.tp > 1)
+    throw InputError(
+        "--compare: simulates each run, and a simulation under --tp-protocol none fails "
+        "where its ranks' collectives diverge; leave out --compare, or coordinate (leader, "
+        "agree)");
+  // Over MPI, rank 0 checks them, agreed over the job (run_emulated): it alone writes them.
+  if (!mpi) check_experiment_files(f.exp, f.calibration == "baseline" ? "" : f.calibration);
+  if (f.rendezvous != "offer" && f.rendezvous != "pull")
+    throw InputError("--rendezvous: expected offer or pull, got '" + f.rendezvous + "'");
+  // Pull, or the default offer given (taken and ignored), where nothing uses it.
+  const bool named = f.rendezvous == "pull" || rendezvous_given;
+  if (named && !mpi)
+    throw InputError(
+        "--rendezvous " + f.rendezvous +
+        ": only with --transport mpi (in one process the emulated latency runs from the "
+        "acceptance)");
+  if (named && !some_run_blocks(f.exp.dispatch))
+    throw InputError(
+        "--rendezvous " + f.rendezvous +
+        ": how blocking runs move their payloads; none of these runs blocks "
+        "(--comm async, the default with --hint): give --comm blocking, or leave --hint and "
+        "--comm out (the default comparison's baseline blocks)");
+  if (!f.calibration.empty() && !f.compare)
+    throw InputError(
+        "--calibration: the message model --compare simulates with; give "
+        "--compare too");
+  if (f.warmup == 0 && warmup_extra_given && f.warmup_extra > 0)
+    throw InputError(
+        "--warmup-extra: more untimed steps after --warmup's, in place of those that "
+        "still mapped fresh buffers; with --warmup 0 there is none to follow "
+        "(give --warmup 1 or more)");
+}
+
+}  // namespace
+
 void setup_run(CLI::App& app) {
   auto f = std::make_shared<RunFlags>();
   CLI::App* sub = app.add_subcommand(
@@ -60,48 +110,8 @@ void setup_run(CLI::App& app) {
           ->capture_default_str();
   sub->callback([f, comm, warmup_extra, rendezvous] {
     f->exp.dispatch.comm_given = comm->count() > 0;
-    // Every timed step's record is kept until the median is known.
-    if (f->rounds * f->repeat > 1000)
-      throw InputError("--rounds x --repeat: at most 1000 timed steps per run, got " +
-                       std::to_string(f->rounds * f->repeat));
+    check_run_flags(*f, warmup_extra->count() > 0, rendezvous->count() > 0);
     const bool mpi = f->transport == TransportKind::Mpi;
-    if (!f->calibration.empty() && !mpi)
-      throw InputError(
-          "--calibration: only with --transport mpi (in one process messages "
-          "follow the workload's model)");
-    // Ranks that pick alone diverge in the simulator, deterministically, where the runtime
-    // may run every step: the steps ran, then the comparison failed with nothing reported.
-    if (f->compare && f->exp.dispatch.tp_protocol == "none" && f->exp.dispatch.tp > 1)
-      throw InputError(
-          "--compare: simulates each run, and a simulation under --tp-protocol none fails "
-          "where its ranks' collectives diverge; leave out --compare, or coordinate (leader, "
-          "agree)");
-    // Over MPI, rank 0 checks them, agreed over the job (run_emulated): it alone writes them.
-    if (!mpi) check_experiment_files(f->exp, f->calibration == "baseline" ? "" : f->calibration);
-    if (f->rendezvous != "offer" && f->rendezvous != "pull")
-      throw InputError("--rendezvous: expected offer or pull, got '" + f->rendezvous + "'");
-    // Pull, or the default offer given (taken and ignored), where nothing uses it.
-    const bool named = f->rendezvous == "pull" || rendezvous->count() > 0;
-    if (named && !mpi)
-      throw InputError(
-          "--rendezvous " + f->rendezvous +
-          ": only with --transport mpi (in one process the emulated latency runs from the "
-          "acceptance)");
-    if (named && !some_run_blocks(f->exp.dispatch))
-      throw InputError(
-          "--rendezvous " + f->rendezvous +
-          ": how blocking runs move their payloads; none of these runs blocks "
-          "(--comm async, the default with --hint): give --comm blocking, or leave --hint and "
-          "--comm out (the default comparison's baseline blocks)");
-    if (!f->calibration.empty() && !f->compare)
-      throw InputError(
-          "--calibration: the message model --compare simulates with; give "
-          "--compare too");
-    if (f->warmup == 0 && warmup_extra->count() > 0 && f->warmup_extra > 0)
-      throw InputError(
-          "--warmup-extra: more untimed steps after --warmup's, in place of those that "
-          "still mapped fresh buffers; with --warmup 0 there is none to follow "
-          "(give --warmup 1 or more)");
     if (!mpi) refuse_inproc_under_mpirun();
     exit_on_signals("run");
     if (mpi)
