@@ -309,6 +309,28 @@ TEST(Checkpoint, AResumeComparesTheCorpusReadNotItsPath) {
   fs::remove_all(dir);
 }
 
+// The device's kind, the dtype and (on a GPU) the deterministic algorithms decide the kernels,
+// so the numbers: a checkpoint of a GPU run in bf16 resumed on the CPU in f32 (its header says
+// so, as such a run writes it) is told each. They were not recorded, and a run went on under
+// other kernels without a word.
+TEST(Checkpoint, AResumeOnAnotherDeviceOrDtypeIsSaid) {
+  const TrainOptions o = one_step_options();
+  const std::string path = ::testing::TempDir() + "rrfp-ckpt-device.bin";
+  Trainer(o).save(path);
+  nlohmann::json header = nlohmann::json::parse(header_of(read_bytes(path)));
+  EXPECT_EQ(header["run"]["device"], "cpu");
+  EXPECT_EQ(header["run"]["dtype"], "f32");
+  EXPECT_FALSE(header["run"].contains("deterministic"));  // a CPU run has no such choice
+  header["run"]["device"] = "cuda";
+  header["run"]["dtype"] = "bf16";
+  header["run"]["deterministic"] = false;
+  const std::string gpu = ::testing::TempDir() + "rrfp-ckpt-device-gpu.bin";
+  write_bytes(gpu, with_header(read_bytes(path), header.dump()));
+  EXPECT_EQ(Trainer(o).resume(gpu),
+            (std::vector<std::string>{"`device` is \"cpu\"; the checkpoint's run had \"cuda\"",
+                                      "`dtype` is \"f32\"; the checkpoint's run had \"bf16\""}));
+}
+
 // The image-text task is held to its own options: `max_seq` 64 was refused over the text
 // task's default `max_len` 128, which it never reads, and a resume with another `min_len`
 // warned that the run would not continue as before.

@@ -42,6 +42,14 @@ rc=$?
 [ "$rc" -eq 2 ] && grep -q "already at step $last of --steps $last" "$tmp/at.log" &&
   cmp -s "$tmp/a/loss.csv" "$tmp/a.csv" ||
   fail "a mid-run checkpoint resumed at its step: exit $rc, $(tail -1 "$tmp/at.log")"
+# So too under an --eval-every that falls on its step: whether a validation was due is the
+# checkpoint's run's to say (this run's was taken: it "filled in" a validation never due, exit 0).
+"$rrfp" train --d-model 32 --layers 4 --eval-every "$last" --steps "$last" \
+  --resume "$tmp/a/checkpoint.bin" --out "$tmp/a" >"$tmp/at2.log" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "already at step $last of --steps $last" "$tmp/at2.log" &&
+  cmp -s "$tmp/a/loss.csv" "$tmp/a.csv" ||
+  fail "a mid-run checkpoint resumed at its step, --eval-every $last: exit $rc, $(tail -1 "$tmp/at2.log")"
 # The checkpoint is the last finished step's: a resume starts right after the last row.
 # Under another intra-op thread count, which changes a step's last bits, and other validation
 # batches, which change the log's val_loss column (each said; neither was).
@@ -312,6 +320,9 @@ rc=$?
   head -1 >/dev/null
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 141 ] || fail "train | head -1: exit $rc, want 141: $(tail -1 "$tmp/p.err")"
+# Said on stderr, since what it printed went nowhere (the stop was without a word).
+grep -q "^rrfp train: stopped by SIGPIPE (a pipe it wrote to closed) after step [0-9]* of 2000 (checkpoint $tmp/p/checkpoint.bin)" "$tmp/p.err" ||
+  fail "train | head -1: no stop line on stderr: $(cat "$tmp/p.err")"
 [ -s "$tmp/p/checkpoint.bin" ] && [ -s "$tmp/p/trace.json" ] ||
   fail "train | head -1: no checkpoint or trace: $(ls "$tmp/p")"
 

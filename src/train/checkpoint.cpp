@@ -291,9 +291,8 @@ std::vector<std::string> load_by_name(const std::string& path, CheckpointState& 
   expect.checksum = p.checksum;
   if (p.header.contains("loss") && p.header["loss"].is_number())
     expect.loss = p.header["loss"].get<double>();
-  if (const auto& run = p.header.value("run", nlohmann::json());
-      run.is_object() && run.contains("steps") && run["steps"].is_number_integer())
-    expect.run_steps = run["steps"].get<long long>();
+  if (const auto& run = p.header.value("run", nlohmann::json()); run.is_object())
+    expect.run_written = run;
   return differences(p.header, expect);
 }
 

@@ -33,9 +33,10 @@ struct CheckpointState {
   // Its last step's training loss, as loss.csv logged it (absent in older checkpoints): a
   // resume checks that the log it continues is this run's.
   std::optional<double> loss;
-  // Loaded: the `steps` of the run that wrote it (absent in older checkpoints), by which a
-  // resume tells whether the checkpoint's step had a validation due.
-  std::optional<long long> run_steps;
+  // Loaded: the options of the run that wrote it, as written (empty in older checkpoints): a
+  // resume reads its `steps` and `eval_every`, by which it tells whether the checkpoint's step
+  // had a validation due in that run.
+  nlohmann::json run_written = nlohmann::json::object();
   // Loaded: the file's trailing checksum, by which the processes of a job, each reading its own
   // copy, check that they resume from one checkpoint.
   std::uint64_t checksum = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -269,14 +270,23 @@ class Run {
     return false;
   }
 
-  // The checkpoint's step had a validation due in the run that wrote it (its last step, or one
-  // `eval_every` falls on) and its row has no val_loss (agreed over a job). Any empty row was
-  // taken: a mid-run checkpoint of an `eval_every` 0 run resumed at its step "filled in" a
-  // validation no signal had cut short, where it is already at `steps`.
+  // Whether the run that wrote the checkpoint had a validation due at its step: its last, or
+  // one its `eval_every` falls on. This run's options stand in where an older checkpoint does
+  // not say. A resume under another `eval_every` took its own: it "filled in" a validation the
+  // checkpoint's run never had due, and said a signal had cut it short.
+  bool due_when_written() const {
+    const long long steps = trainer_.checkpoint_option("steps").value_or(t_.steps);
+    const long long every = trainer_.checkpoint_option("eval_every").value_or(o_.eval_every);
+    return first_ == steps || (every > 0 && first_ % every == 0);
+  }
+
+  // The checkpoint's step had a validation due in the run that wrote it and its row has no
+  // val_loss (agreed over a job). Any empty row was taken: a mid-run checkpoint of an
+  // `eval_every` 0 run resumed at its step "filled in" a validation no signal had cut short,
+  // where it is already at `steps`.
   bool validation_cut_short() const {
-    const auto wrote = trainer_.checkpoint_steps();  // absent in older checkpoints
-    const bool due =
-        !wrote || *wrote == first_ || (o_.eval_every > 0 && first_ % o_.eval_every == 0);
+    // A checkpoint of an older build says neither: any empty row is taken.
+    const bool due = !trainer_.checkpoint_option("steps") || due_when_written();
     double empty = due && root_ && log_field_empty(old_log_, 2) ? 1 : 0;
     if (t_.job) empty = max_over_job(*t_.job, empty);
     return empty > 0;
@@ -293,7 +303,7 @@ class Run {
   // its val_loss, which the resume never did again: a resumed run validates that step first,
   // on every process, as the run would have (the same model and held-out batches).
   RowFill validation_left_out() {
-    if (first_ == 0 || !validates_after(first_)) return {};
+    if (first_ == 0 || !due_when_written()) return {};
     double empty = root_ && log_field_empty(old_log_, 2) ? 1 : 0;
     if (t_.job) empty = max_over_job(*t_.job, empty);
     if (empty == 0) return {};
@@ -327,13 +337,18 @@ class Run {
                 << "filled in: " << fmt("%.3f", sum_.val_loss) << " nats (byte-unigram entropy "
                 << fmt("%.3f", h0_) << " nats)\nwrote " << visible(dir()) << "loss.csv, loss.svg\n";
     else if (fill_cut_)
-      std::cout << "stopped by " << signal_name(stopped_by_) << " before step " << first_
-                << "'s validation was filled in\n";
+      said("stopped by " + signal_name(stopped_by_) + " before step " + std::to_string(first_) +
+           "'s validation was filled in\n");
     else
-      std::cout << "stopped by " << signal_name(stopped_by_) << " before step " << first_ + 1
-                << ": no step trained; the checkpoint is as it was, and loss.csv holds the "
-                   "steps up to it\n";
+      said("stopped by " + signal_name(stopped_by_) + " before step " + std::to_string(first_ + 1) +
+           ": no step trained; the checkpoint is as it was, and loss.csv holds the steps up to "
+           "it\n");
     return sum_;
+  }
+
+  void said(const std::string& line) const {
+    std::cout << line << std::flush;
+    said_if_piped(line);
   }
 
   void write_loss_plot() const {
@@ -402,6 +417,14 @@ class Run {
        // durations.csv holds the steps after the first two: a run stopped before has none
        << (measured_.empty() ? "" : ", durations.csv") << earlier_durations_kept() << "\n";
     std::cout << os.str() << std::flush;
+    said_if_piped(os.str());
+  }
+
+  // Stopped because its standard output's reader went (`| head`): what it printed there went
+  // nowhere, and the run's stop (exit 141) was without a word: its first line on stderr too.
+  void said_if_piped(const std::string& printed) const {
+    if (stopped_by_ == SIGPIPE)
+      std::cerr << "rrfp train: " << printed.substr(0, printed.find('\n')) << std::endl;
   }
 
   TrainRun o_;

@@ -75,8 +75,13 @@ class Trainer {
   int steps_done() const { return step_; }
   // The training loss of the last step done (trained, or the checkpoint's), if known.
   std::optional<double> last_loss() const { return last_loss_; }
-  // After resume(): the `steps` of the run that wrote the checkpoint, if it says.
-  std::optional<long long> checkpoint_steps() const { return checkpoint_steps_; }
+  // After resume(): a whole-number option of the run that wrote the checkpoint (`steps`,
+  // `eval_every`), if it says.
+  std::optional<long long> checkpoint_option(const std::string& key) const {
+    const auto it = checkpoint_run_.find(key);
+    if (it == checkpoint_run_.end() || !it->is_number_integer()) return std::nullopt;
+    return it->get<long long>();
+  }
   // Chunk c of TP rank r (null when another process holds it).
   Chunk* chunk(int r, int c) const { return chunks_[r][c].get(); }
 
@@ -110,7 +115,7 @@ class Trainer {
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;  // AdamW state, global order
   int step_ = 0;
   std::optional<double> last_loss_;
-  std::optional<long long> checkpoint_steps_;
+  nlohmann::json checkpoint_run_ = nlohmann::json::object();  // resume()'s: its run's options
   int runs_ = 0;  // runtime steps run, evaluation passes included
 };
 

@@ -36,7 +36,12 @@ CheckpointState Trainer::checkpoint_state() const {
            {"weight_decay", o_.opt.weight_decay},
            {"clip", o_.opt.clip},
            // LibTorch splits a kernel's reductions by it: another count changes the last bits.
-           {"intra_op_threads", at::get_num_threads()}};
+           {"intra_op_threads", at::get_num_threads()},
+           // Other kernels, other numbers: a CPU run resumed on a GPU, or in bf16, went on
+           // without a word. The device's kind only: another GPU of the same kind computes alike.
+           {"device", o_.device == "cpu" ? "cpu" : "cuda"},
+           {"dtype", o_.dtype}};
+  if (o_.device != "cpu") s.run["deterministic"] = o_.deterministic;
   // The corpus as read, not its path: a path spelled otherwise reads the same bytes, and a file
   // rewritten in place does not. (Older checkpoints recorded the path as `data`, which is no
   // longer compared.)
@@ -168,7 +173,7 @@ std::vector<std::string> Trainer::resume(const std::string& path) {
   }
   step_ = s.step;
   last_loss_ = s.loss;
-  checkpoint_steps_ = s.run_steps;
+  checkpoint_run_ = s.run_written;
   runs_ = std::max(runs_, step_);  // a resumed run numbers its runtime steps from its own
   return differences;
 }
