@@ -157,6 +157,43 @@ TEST(MpiTransport, APayloadPastOneCountArrivesIntact) {
   w.barrier();
 }
 
+// A payload's transfer takes a tag of its own, counted per destination; past the MPI library's
+// bound (MPI_TAG_UB: 2^23 - 1 under UCX) the send failed. The tags wrap below it: here below
+// 3, under ten payloads to each peer, each arriving whole and in order.
+TEST(MpiTransport, DataTagsWrapBelowTheirBound) {
+  MpiWorld& w = *g_world;
+  MpiLargeMessages large;
+  large.max_tag = 2;
+  auto tr = w.make_transport({}, large);
+  Inbox inbox;
+  tr->set_receiver(std::ref(inbox));
+  w.barrier();
+  constexpr int kEach = 10;
+  for (int dst = 0; dst < w.size(); ++dst)
+    if (dst != w.rank())
+      for (int id = 0; id < kEach; ++id)
+        tr->send(dst, MessageTag{4, TaskId{Kind::F, w.rank(), id}},
+                 make_payload(w.rank(), id, 20'000 + id));
+  const std::size_t expect = kEach * (w.size() - 1);
+  ASSERT_TRUE(inbox.wait_for(expect)) << "rank " << w.rank() << " got " << inbox.got.size();
+  std::vector<std::vector<int>> got(w.size(), std::vector<int>(kEach, 0));
+  for (const Message& m : inbox.got) {
+    ++got[m.src][m.tag.producer.mb];
+    EXPECT_EQ(m.payload.size(), std::size_t(20'000 + m.tag.producer.mb));
+    EXPECT_TRUE(intact(m)) << "payload of " << to_string(m.tag) << " from " << m.src;
+  }
+  for (int src = 0; src < w.size(); ++src)
+    if (src != w.rank()) EXPECT_EQ(got[src], std::vector<int>(kEach, 1)) << "from " << src;
+  // The bound is the one asked for, or the library's (MPI_TAG_UB, at least 32767).
+  EXPECT_EQ(dynamic_cast<MpiTransport&>(*tr).max_data_tag(), 2);
+  auto plain = w.make_transport();
+  EXPECT_GE(dynamic_cast<MpiTransport&>(*plain).max_data_tag(), 32767);  // MPI's least bound
+  plain->shutdown();
+  w.barrier();
+  tr->shutdown();
+  w.barrier();
+}
+
 TEST(MpiTransport, ManyConcurrentSendersLoseNothing) {
   MpiWorld& w = *g_world;
   auto tr = w.make_transport();
@@ -301,6 +338,49 @@ TEST(MpiTransport, AnEndpointBetweenStepsNapsLongerAndStillReceives) {
   ASSERT_GE(mpi->naps(), at_start + 3) << "no nap in 5 s of a step";
   EXPECT_LE(mpi->last_nap_us(), MpiPollOptions{}.max_sleep_us)
       << "a step's start left the endpoint napping for milliseconds";
+  w.barrier();
+  tr->shutdown();
+  w.barrier();
+}
+
+// A transfer a shut-down transport could not end is kept, buffer and all, until MPI completes
+// it: its buffer went back to its pool while MPI still used it (a failed step's receive under
+// way was written into freed memory by the next step's MPI calls, and the process crashed).
+// Rank 1 sends rank 0 a payload past the inline size while rank 0 takes none, and shuts down:
+// the send is kept. Rank 0 then takes it, whole, as rank 1's MPI calls move it; once it is
+// done, rank 1 keeps nothing.
+TEST(MpiTransport, ATransferUnderWayAtShutdownIsKeptUntilMpiEndsIt) {
+  MpiWorld& w = *g_world;
+  auto tr = w.make_transport();
+  const std::size_t kept_before = MpiTransport::transfers_kept();
+  Inbox inbox;
+  if (w.rank() == 1) {
+    tr->set_receiver([](Message&&) {});
+    std::exception_ptr err;
+    tr->send(0, MessageTag{5, TaskId{Kind::F, 1, 0}}, make_payload(1, 0, 4 << 20),
+             [&](std::exception_ptr e) { err = e; });
+    tr->shutdown();
+    EXPECT_NE(err, nullptr) << "a send cut short by shutdown() is failed";
+    EXPECT_EQ(MpiTransport::transfers_kept(), kept_before + 1);
+  }
+  w.barrier();
+  if (w.rank() == 0) {
+    tr->set_receiver(std::ref(inbox));
+    const bool got = inbox.wait_for(1);  // no ASSERT: rank 1 waits at the barrier below
+    EXPECT_TRUE(got) << "the kept send never arrived";
+    if (got) {
+      EXPECT_EQ(inbox.got[0].payload.size(), std::size_t{4} << 20);
+      EXPECT_TRUE(intact(inbox.got[0]));
+    }
+  }
+  if (w.rank() == 1) {  // its MPI calls move the kept send, which then goes
+    std::size_t kept = MpiTransport::transfers_kept();
+    for (int i = 0; i < 20'000 && kept > kept_before; ++i) {
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+      kept = MpiTransport::transfers_kept();
+    }
+    EXPECT_EQ(kept, kept_before);
+  }
   w.barrier();
   tr->shutdown();
   w.barrier();

@@ -57,6 +57,21 @@ struct MpiTransport::Impl {
     Payload buf;
   };
 
+  // Transfers a transport shut down could not end: a receive that had matched its message goes
+  // on writing into its buffer, and an unfinished send on reading from its own, whenever
+  // anything in the process calls into MPI next (the next step's collectives). They are kept,
+  // buffers and all, until MPI completes them; each transport made or shut down frees those
+  // done. (A failed step's receive buffer went back to its pool while MPI still wrote the
+  // message's fragments into it, and the next step crashed in opal_convertor_unpack under a
+  // fragmenting transport: single copy off, or TCP.)
+  struct Retired {
+    std::mutex mu;
+    std::vector<std::unique_ptr<PendingSend>> sends;
+    std::vector<PendingRecv> recvs;
+  };
+  static Retired& retired();
+  static void reap_retired();  // frees those MPI has completed (none once it is finalized)
+
   MPI_Comm comm = MPI_COMM_NULL, data_comm = MPI_COMM_NULL;
   int rank = 0, size = 0;
   MpiPollOptions poll;
@@ -75,7 +90,8 @@ struct MpiTransport::Impl {
   int ring_head = 0;          // the slot posted longest ago
   std::exception_ptr failed;  // a lent thread's poll failed: the progress thread reports it
   std::vector<Payload> ring_buf;
-  std::vector<std::uint32_t> next_seq;  // per destination, under send_mu
+  std::vector<std::uint32_t> next_seq;  // per destination, under send_mu: below tags
+  std::uint32_t tags = 0;               // data tags in use: 0 to tags - 1
   std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>();
   std::mutex kick_mu;
   std::condition_variable kick_cv;
@@ -114,7 +130,8 @@ struct MpiTransport::Impl {
   void loop();
   bool poll_once();
   bool in_flight();  // under poll_mu
-  void fail_pending(std::exception_ptr e);
+  // Fails every send in flight with `e`; true where one is kept (Retired), unfinished.
+  bool fail_pending(std::exception_ptr e);
 };
 
 }  // namespace rrfp

@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <iostream>
@@ -56,6 +57,34 @@ BytesType::BytesType(std::uint64_t n, const MpiLargeMessages& large) {
 void BytesType::release() {
   if (made) MPI_Type_free(&type);
   made = false;
+}
+
+MpiTransport::Impl::Retired& MpiTransport::Impl::retired() {
+  static Retired* const r = new Retired;  // never destroyed: MPI may write as the process ends
+  return *r;
+}
+
+void MpiTransport::Impl::reap_retired() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  Retired& r = retired();
+  std::lock_guard lk(r.mu);
+  std::erase_if(r.sends, [](auto& s) {
+    int flag = 0;
+    return MPI_Testall(2, s->req, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS || flag;
+  });
+  std::erase_if(r.recvs, [](auto& x) {
+    int flag = 0;
+    return MPI_Test(&x.req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag;
+  });
+}
+
+std::size_t MpiTransport::transfers_kept() {
+  Impl::reap_retired();
+  Impl::Retired& r = Impl::retired();
+  std::lock_guard lk(r.mu);
+  return r.sends.size() + r.recvs.size();
 }
 
 bool MpiTransport::Impl::poll_sends() {
@@ -160,7 +189,8 @@ bool MpiTransport::Impl::in_flight() {  // under poll_mu
   return !posted.empty();
 }
 
-void MpiTransport::Impl::fail_pending(std::exception_ptr e) {
+bool MpiTransport::Impl::fail_pending(std::exception_ptr e) {
+  bool kept = false;
   std::vector<std::unique_ptr<PendingSend>> left;
   left.swap(sends);
   {
@@ -171,21 +201,28 @@ void MpiTransport::Impl::fail_pending(std::exception_ptr e) {
   }
   for (auto& s : left) {
     if (s->done) s->done(e);
-    // MPI may still read an unfinished send's buffers: they are left alive (a deliberate
-    // leak, only on a failing or torn-down endpoint).
+    s->done = nullptr;
+    // MPI may still read an unfinished send's buffers: kept until it is done with them.
     int flag = 0;
     MPI_Testall(2, s->req, &flag, MPI_STATUSES_IGNORE);
-    if (!flag) (void)s.release();
+    if (!flag) {
+      Retired& r = retired();
+      std::lock_guard lk(r.mu);
+      r.sends.push_back(std::move(s));
+      kept = true;
+    }
   }
+  return kept;
 }
 
 MpiTransport::MpiTransport(void* comm, MpiPollOptions poll, MpiLargeMessages large)
     : impl_(std::make_unique<Impl>()) {
+  Impl::reap_retired();  // a failed step's transfers, done since
   Impl& d = *impl_;
-  if (large.block < 1 || large.largest_plain > std::numeric_limits<int>::max())
+  if (large.block < 1 || large.largest_plain > std::numeric_limits<int>::max() || large.max_tag < 0)
     throw InputError(
-        "mpi transport: large messages: `block` must be at least 1 and "
-        "`largest_plain` at most 2^31 - 1");
+        "mpi transport: large messages: `block` must be at least 1, `largest_plain` at most "
+        "2^31 - 1 and `max_tag` at least 0");
   d.large = large;
   mpi_check(MPI_Comm_dup(static_cast<MPI_Comm>(comm), &d.comm), "MPI_Comm_dup");
   mpi_check(MPI_Comm_dup(static_cast<MPI_Comm>(comm), &d.data_comm), "MPI_Comm_dup");
@@ -194,6 +231,11 @@ MpiTransport::MpiTransport(void* comm, MpiPollOptions poll, MpiLargeMessages lar
   MPI_Comm_rank(d.comm, &d.rank);
   MPI_Comm_size(d.comm, &d.size);
   d.next_seq.assign(d.size, 0);
+  int* bound = nullptr;
+  int has = 0;
+  MPI_Comm_get_attr(d.data_comm, MPI_TAG_UB, &bound, &has);
+  const int ub = has && bound ? *bound : 32767;  // the least bound MPI allows
+  d.tags = static_cast<std::uint32_t>(large.max_tag > 0 ? std::min(large.max_tag, ub) : ub) + 1;
   d.poll = poll;
   d.progress = std::thread([&d] { d.loop(); });
 }
@@ -242,7 +284,10 @@ void MpiTransport::send(int dst, const MessageTag& tag, Payload payload, SendDon
   std::unique_lock lk(d.send_mu);
   if (!inline_) {
     w.flags |= kFlagFollows;
-    w.data_tag = static_cast<std::int32_t>(d.next_seq[dst]++ & 0x3fffffff);
+    // Wrapped below the bound: a payload's receive is posted as its header arrives, in the
+    // order sent, so even a tag still in use would be matched in order.
+    w.data_tag = static_cast<std::int32_t>(d.next_seq[dst]);
+    d.next_seq[dst] = (d.next_seq[dst] + 1) % d.tags;
   }
   s->packed.resize(sizeof w + (inline_ ? payload.size() : 0));
   std::memcpy(s->packed.data(), &w, sizeof w);
@@ -287,22 +332,30 @@ void MpiTransport::shutdown() {
   if (d.progress.joinable()) d.progress.join();
   std::lock_guard poller(d.poll_mu);  // a lent thread's poll ends first; later ones see stop
   d.poll_sends();
-  d.fail_pending(std::make_exception_ptr(
+  bool kept = d.fail_pending(std::make_exception_ptr(
       Error("mpi transport: rank " + std::to_string(d.rank) + " shut down with sends in flight")));
+  // A receive not yet matched is cancelled; one under way goes on, its buffer kept (Retired).
   for (auto& r : d.recvs) {
     MPI_Cancel(&r.req);
-    MPI_Request_free(&r.req);
+    int flag = 0;
+    MPI_Test(&r.req, &flag, MPI_STATUS_IGNORE);
+    if (flag) continue;
+    kept = true;
+    Impl::Retired& gone = Impl::retired();
+    std::lock_guard lk(gone.mu);
+    gone.recvs.push_back(std::move(r));
   }
   for (auto& r : d.ring) {
     MPI_Cancel(&r);
     MPI_Wait(&r, MPI_STATUS_IGNORE);  // a cancelled receive completes at once
   }
   // A communicator with requests still in flight is left to MPI_Finalize.
-  if (d.recvs.empty() && d.sends.empty()) {
+  if (!kept && d.recvs.empty()) {
     MPI_Comm_free(&d.comm);
     MPI_Comm_free(&d.data_comm);
   }
   d.recvs.clear();
+  Impl::reap_retired();
 }
 
 void MpiTransport::set_in_step(bool in_step) {
@@ -314,6 +367,10 @@ void MpiTransport::set_in_step(bool in_step) {
 
 std::uint64_t MpiTransport::naps() const {
   return impl_->naps.load(std::memory_order_relaxed);
+}
+
+int MpiTransport::max_data_tag() const {
+  return static_cast<int>(impl_->tags - 1);
 }
 
 int MpiTransport::last_nap_us() const {

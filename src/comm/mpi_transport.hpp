@@ -42,9 +42,14 @@ struct MpiPollOptions {
 // derived datatype of `block`-byte blocks and the rest, which both sides make from its size
 // (such a payload was refused: an activation of 2.4 GB failed the step under mpirun, where
 // torchrun's transport carried it). Tests lower both to take that path with small payloads.
+//
+// `max_tag`: the largest tag a payload's transfer takes; its tags count up per destination and
+// wrap past it. 0 takes the MPI library's own bound (MPI_TAG_UB: 2^31 - 1 under Open MPI's ob1,
+// 2^23 - 1 under UCX, where the 2^23-th payload to one rank failed its send); tests lower it.
 struct MpiLargeMessages {
   std::uint64_t largest_plain = std::numeric_limits<int>::max();
   int block = 1 << 30;
+  int max_tag = 0;
 };
 
 class MpiTransport final : public Transport {
@@ -65,6 +70,11 @@ class MpiTransport final : public Transport {
   std::uint64_t naps() const;
   // The latest nap's length (us): which cap the naps have reached.
   int last_nap_us() const;
+  // The largest tag a payload's transfer takes (MpiLargeMessages::max_tag, or MPI_TAG_UB).
+  int max_data_tag() const;
+  // Transfers of transports shut down that MPI has not completed yet, their buffers kept until
+  // it does (a failed step's message under way); those done are freed first.
+  static std::size_t transfers_kept();
 
  private:
   struct Impl;
