@@ -35,9 +35,12 @@ class BreakableTransport final : public Transport {
     });
   }
   void send(int dst, const MessageTag& tag, Payload payload, SendDone done) override {
+    if (break_on_send && break_on_send(tag)) break_now();
     inner_->send(dst, tag, std::move(payload), std::move(done));
   }
   void shutdown() override { inner_->shutdown(); }
+  // Breaks it as it sends a message this says yes to (a test's), before the message goes.
+  std::function<bool(const MessageTag&)> break_on_send;
   void break_now() {
     if (!broken_.exchange(true)) broken_handler_(std::make_exception_ptr(Error(kWhy)));
   }
@@ -137,6 +140,29 @@ TEST(TransportBroken, AStallAfterABreakNamesIt) {
   const std::string err = step_error(*b.rt, 0);
   EXPECT_NE(err.find("no progress for"), std::string::npos) << err;
   EXPECT_NE(err.find(std::string("; earlier, ") + kWhy), std::string::npos) << err;
+}
+
+// A rank held on a send in a blocking run waits for its receiver's acknowledgement, which
+// cannot come over an endpoint broken as the offer leaves: the step fails at once with the
+// reason. It waited for its watchdog (its report: "held on 1 unacknowledged send(s); expects
+// messages: none", the reason last), since only a rank's inputs counted as waiting.
+TEST(TransportBroken, ARankHeldOnASendFailsAtOnceNamingWhy) {
+  const WorkModel m(shape(2, 1));
+  const Hint hint = make_hint("1f1b", m);
+  const RealizedWork w = random_work(m, 1, 7, 50, 20);
+  std::vector<std::unique_ptr<Transport>> eps;
+  for (auto& t : make_inproc_transports(2))
+    eps.push_back(std::make_unique<BreakableTransport>(std::move(t)));
+  static_cast<BreakableTransport*>(eps[1].get())->break_on_send = [](const MessageTag& t) {
+    return !t.ack && t.control == Control::None && t.producer == TaskId{Kind::B, 1, 0};
+  };
+  RuntimeOptions o = runtime_options(m, w, Policy::Fixed);
+  o.comm = CommMode::Blocking;
+  o.timeout_ms = 60'000;
+  Runtime rt(m, hint, emulated_programs(m, w), o, std::move(eps));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(step_error(rt, 0), kWhy);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 
 }  // namespace

@@ -183,7 +183,9 @@ void Stage::wake() {
 bool Stage::waits_on_other_stages(int r) const {
   const Locked lk = core_.lock();
   const StageRank& rk = core_.rank(lk, r);
-  return rk.local() && core_.step(lk) >= 0 && rk.driver->stuck().inputs->waits_on_other_stages();
+  // Held on a send, it waits for the receiver's acknowledgement (or its pull): another stage's.
+  return rk.local() && core_.step(lk) >= 0 &&
+         (rk.driver->held() || rk.driver->stuck().inputs->waits_on_other_stages());
 }
 
 std::vector<int> Stage::awaited_stages(int r) const {

@@ -30,7 +30,8 @@ class Stage {
   void on_message(int r, Message&& msg);       // transport context
   void wake();                                 // after a failure: every waiting rank exits
   std::string describe(std::int64_t now) const;
-  // Whether rank r, in a step, still waits for a message from another stage.
+  // Whether rank r, in a step, still waits for a message from another stage: an input, or the
+  // acknowledgement (or pull) of a send it is held on.
   bool waits_on_other_stages(int r) const;
   // The stages whose messages rank r still expects, each once, the most needed first; none
   // outside a step or in a task (what a stalled peer is asked: Runtime's stall chase).
