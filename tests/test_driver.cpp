@@ -173,5 +173,32 @@ TEST(Driver, RefusesEndsAndArrivalsItDidNotHandOut) {
   EXPECT_TRUE(d.arrived({Kind::B, 0, 0}, 1));
 }
 
+// A message its protocols do not take is refused, naming the rank: a leader's choice sent to
+// tp rank 0 (as a peer's message could) called into a follower that rank 0 does not have, and
+// the check meant for it read uninitialised memory; offers, acknowledgements and proposals to a
+// rank whose step has no rendezvous or agree round alike.
+TEST(Driver, RefusesMessagesItsProtocolsDoNotTake) {
+  OneRank one(2, 1, 0);  // async, alone
+  const std::string rank = "stage 0 tp rank 0: ";
+  EXPECT_ERROR(one.d.on_choice(1, {Kind::F, 0, 0}), ProtocolError,
+               rank +
+                   "a choice of F c0 m0 from tp rank 1: only the leader (tp rank 0) sends "
+                   "choices, to the others, under `leader`");
+  EXPECT_ERROR(one.d.on_proposal(1, 0, {Kind::F, 0, 0}), ProtocolError,
+               rank + "a proposal of F c0 m0 from tp rank 1: this group does not agree");
+  EXPECT_ERROR(one.d.offered({Kind::B, 0, 0}, 0), ProtocolError,
+               rank + "an offer of B c0 m0 in a step that does not block");
+  EXPECT_ERROR(one.d.sent(), ProtocolError, rank + "an output offered in a step that does not");
+  EXPECT_ERROR(one.d.released(), ProtocolError, rank + "an acknowledgement in a step that does");
+  EXPECT_TRUE(one.d.accept().empty());
+  // The leader of a group of two under `leader`.
+  DispatchOptions o = one.o;
+  o.tp_protocol = TpProtocol::Leader;
+  RankDriver leader(one.m, one.h, o, 2, 0, 0);
+  leader.begin_step();
+  EXPECT_ERROR(leader.on_choice(1, {Kind::F, 0, 0}), ProtocolError,
+               rank + "a choice of F c0 m0 from tp rank 1: only the leader");
+}
+
 }  // namespace
 }  // namespace rrfp

@@ -60,6 +60,11 @@ void RankDriver::refuse_arrival(const TaskId& t) const {
                       (m_.valid(t) ? "is not this stage's" : "does not exist in this run"));
 }
 
+void RankDriver::refuse_message(const std::string& what) const {
+  throw ProtocolError("stage " + std::to_string(stage_) + " tp rank " + std::to_string(tp_rank_) +
+                      ": " + what);
+}
+
 StuckRank RankDriver::stuck(std::string running) const {
   StuckRank v{arb_.get(), inputs_.get(), rendezvous_.get(), {}, std::move(running), tp_rank_, tp_};
   if (follower_) v.waiting = follower_->waiting();

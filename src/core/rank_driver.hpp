@@ -100,19 +100,42 @@ class RankDriver {
   void offered(const TaskId& consumer, int handle) {
     if (!m_.valid(consumer) || m_.stage_of(consumer) != stage_) [[unlikely]]
       refuse_arrival(consumer);
+    if (!rendezvous_) [[unlikely]]
+      refuse_message("an offer of " + to_string(consumer) + " in a step that does not block");
     rendezvous_->on_offer(consumer, handle);
   }
-  std::vector<Rendezvous::Offer> accept() { return rendezvous_->take_acceptable(); }
+  std::vector<Rendezvous::Offer> accept() {
+    return rendezvous_ ? rendezvous_->take_acceptable() : std::vector<Rendezvous::Offer>{};
+  }
   bool has_offers() const { return rendezvous_ && rendezvous_->has_offers(); }
   bool delivered(const TaskId& consumer, std::int64_t cost_ns);
   // Blocking, sending side: one output offered (the rank is held until acknowledged); an
   // acknowledgement, true when it freed the rank (throws ProtocolError when none is held).
-  void sent() { rendezvous_->offered(); }
-  bool released() { return rendezvous_->acknowledged(); }
-  // `leader`: the leader's choice reached this follower.
-  void on_choice(int from, const TaskId& t) { follower_->on_choice(from, t); }
-  // `agree`: a peer's proposal for `round`.
-  void on_proposal(int from, int round, const TaskId& t) { agree_->on_proposal(from, round, t); }
+  void sent() {
+    if (!rendezvous_) [[unlikely]]
+      refuse_message("an output offered in a step that does not block");
+    rendezvous_->offered();
+  }
+  bool released() {
+    if (!rendezvous_) [[unlikely]]
+      refuse_message("an acknowledgement in a step that does not block");
+    return rendezvous_->acknowledged();
+  }
+  // `leader`: the leader's choice reached this follower. A message's: refused (ProtocolError)
+  // where this rank follows no leader (tp rank 0, another protocol), as from a peer not rank 0.
+  void on_choice(int from, const TaskId& t) {
+    if (!follower_) [[unlikely]]
+      refuse_message("a choice of " + to_string(t) + " from tp rank " + std::to_string(from) +
+                     ": only the leader (tp rank 0) sends choices, to the others, under `leader`");
+    follower_->on_choice(from, t);
+  }
+  // `agree`: a peer's proposal for `round` (refused where the group does not agree).
+  void on_proposal(int from, int round, const TaskId& t) {
+    if (!agree_) [[unlikely]]
+      refuse_message("a proposal of " + to_string(t) + " from tp rank " + std::to_string(from) +
+                     ": this group does not agree (`tp_protocol` agree)");
+    agree_->on_proposal(from, round, t);
+  }
 
   // --- What to do ---
   // Alone, the leader, or a follower: the task to run now, committed; nullopt: wait for a
@@ -161,6 +184,8 @@ class RankDriver {
 
   [[noreturn]] void refuse_end(const TaskId& t) const;  // out of line: the message's frame
   [[noreturn]] void refuse_arrival(const TaskId& t) const;
+  // A message this rank's protocols do not take: a ProtocolError naming the rank.
+  [[noreturn, gnu::cold]] void refuse_message(const std::string& what) const;
 };
 
 }  // namespace rrfp
