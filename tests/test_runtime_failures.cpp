@@ -388,6 +388,34 @@ TEST_F(Failures, AHookThatThrowsEndsTheStep) {
       << sizes;
 }
 
+// microbatch_size runs as the step begins, before the compute threads: what it threw left
+// run_step bare (no TaskError), the runtime's failure() null, and the next step ran on the
+// runtime that had failed one. It fails the step, named, and the runtime refuses the next.
+TEST_F(Failures, ASizeHookThatThrowsAsTheStepBeginsFailsItAndTheRuntime) {
+  struct BadSize final : StageProgram {
+    Payload forward(TaskContext&, int, int, Payload) override { return {}; }
+    Payload backward(TaskContext&, int, int, Payload) override { return {}; }
+    std::optional<std::int64_t> microbatch_size(int mb) const override {
+      if (mb == 1) throw std::runtime_error("the data loader failed");
+      return mb + 1;
+    }
+  };
+  Runtime rt(
+      m_, hint_, [](int, int) { return std::make_unique<BadSize>(); },
+      runtime_options(m_, work_, Policy::Ready));
+  std::string first = "no error";
+  try {
+    rt.run_step(0);
+  } catch (const TaskError& e) {
+    first = e.what();
+  } catch (const std::exception& e) {
+    first = std::string("not a TaskError: ") + e.what();
+  }
+  EXPECT_EQ(first, "stage 0: microbatch_size(1) failed: the data loader failed");
+  EXPECT_NE(rt.failure(), nullptr);
+  EXPECT_ERROR(rt.run_step(1), Error, "runtime: an earlier step failed; start a new runtime");
+}
+
 // A stage split over processes takes its collective from `make_group`: none ran the group's
 // all-reduces as no-ops and one of another size told the programs another tp_size, and the
 // step went on with partial sums. A timeout past a day overflowed the watchdog's nanoseconds,
@@ -423,6 +451,22 @@ TEST(RuntimeOptionsRefused, AGroupNoneOrOfAnotherSizeABrokenListAndATimeoutPastA
   o.timeout_ms = 10'000'000'000'000;
   EXPECT_ERROR(Runtime(m, h, emulated_programs(m, one), o), InputError,
                "`timeout`: must be between 0 and 86400000 ms (a day), got");
+}
+
+// P x T endpoints past an int, each within its own bound: counted in int it wrapped, to a
+// negative world refused as "world size must be at least 1" (here) or, at P = 4194305, to 1024,
+// and the constructor crashed indexing past its table. Refused, naming both.
+TEST(RuntimeOptionsRefused, EndpointsPastAnInt) {
+  PipelineConfig c;
+  c.pp = 2'097'153;
+  c.microbatches = 1;
+  const WorkModel m(c);
+  const Hint h = make_hint("bf", m);
+  RuntimeOptions o;
+  o.tp = 1024;
+  EXPECT_ERROR(Runtime(
+                   m, h, [](int, int) { return std::unique_ptr<StageProgram>(); }, o),
+               InputError, "`pp` x `tp`: 2097153 x 1024 = 2147484672 endpoints, past 2147483647");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -23,6 +24,17 @@ Hosting all_local(int world, std::vector<std::unique_ptr<Transport>> endpoints) 
     pl.local.push_back(i);
   pl.transports = endpoints.empty() ? make_inproc_transports(world) : std::move(endpoints);
   return pl;
+}
+
+// The endpoints, P x T, after the options' checks: computed in int it wrapped (P=4194305 at
+// T=1024 made 1024, and the constructor crashed indexing past its table).
+int world_size(const WorkModel& m, const RuntimeOptions& o) {
+  validate(o);
+  const std::int64_t world = std::int64_t{m.pp()} * std::max(1, o.tp);
+  if (world > std::numeric_limits<int>::max())
+    throw InputError("`pp` x `tp`: " + std::to_string(m.pp()) + " x " + std::to_string(o.tp) +
+                     " = " + std::to_string(world) + " endpoints, past 2147483647");
+  return static_cast<int>(world);
 }
 
 }  // namespace
@@ -72,8 +84,7 @@ Hosting in_process_hosting(int world) {
 
 Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& programs,
                  RuntimeOptions opt, std::vector<std::unique_ptr<Transport>> endpoints)
-    : Runtime(m, hint, programs, opt,
-              all_local(m.pp() * std::max(1, opt.tp), std::move(endpoints))) {}
+    : Runtime(m, hint, programs, opt, all_local(world_size(m, opt), std::move(endpoints))) {}
 
 // Endpoint id -> position in local_ (-1: hosted elsewhere), each local endpoint checked
 // against its transport.
@@ -110,7 +121,7 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
       before_step_(std::move(hosting.before_step)),
       on_peer_failure_(std::move(hosting.on_peer_failure)),
       peer_name_(hosting.peer_name) {
-  validate(opt_);
+  const int world = world_size(m, opt_);  // validates the options first
   opt_.arbiter = resolve_options(opt_.arbiter, hint, m);
   const int p = m.pp(), t = opt_.tp;
   // Here, not first at a step's arbiters: a list that does not hold each stage's tasks once
@@ -119,7 +130,7 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
   if (hint.is_list())
     for (int s = 0; s < p; ++s)
       (void)stage_positions(hint.list(), m, s, "hint '" + hint.name + "'");
-  const std::vector<int> slot = endpoint_slots(p * t);
+  const std::vector<int> slot = endpoint_slots(world);
   if (opt_.latency) {
     try {
       delay_ = std::make_unique<DelayLine>([this](std::exception_ptr e) { failure_.fail(e); });
@@ -264,21 +275,32 @@ StepResult Runtime::run_step(int step) {
   }
   // A failure known already (a cancel, a peer's abort) ends the step here, not after waiting
   // on peers that may never come to the barrier.
-  if (before_step_ && !failure_.failed()) before_step_();
+  // What fails from here to the compute threads' start fails the step as a task's error does
+  // (peers told, the runtime refusing further steps): thrown out of run_step, it left the
+  // runtime taking steps, its failure() null, and the peers waiting for their watchdogs.
+  if (before_step_ && !failure_.failed()) {
+    try {
+      before_step_();
+    } catch (...) {
+      failure_.fail(std::current_exception());
+    }
+  }
   const std::int64_t t0 = now_ns();
   step_start_ns_.store(t0);
   step_now_.store(step);
+  bool began = true;
   for (auto& s : stages_)
-    if (s) s->begin_step(step, t0);
+    if (s && !s->begin_step(step, t0)) began = false;
   {
     // A break told during the barrier, before the stages began, found the last step's inputs
     // all delivered and failed nothing: this step would wait for its watchdog.
     std::lock_guard lk(cancel_mu_);
     if (transport_broken_) failure_.fail(transport_broken_);
   }
-  std::vector<std::thread> threads = start_compute_threads();
+  std::vector<std::thread> threads;
+  if (began) threads = start_compute_threads();
   try {
-    watch(static_cast<int>(threads.size()));
+    if (began) watch(static_cast<int>(threads.size()));
   } catch (...) {
     // Its report refused memory: the step fails with that, and the threads are joined below
     // (leaving here would destroy them joinable: std::terminate).

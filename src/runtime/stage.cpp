@@ -32,27 +32,24 @@ void Stage::Acceptor::serve() {
   if (!s_.core_.failure().failed()) s_.delivery_->idle(lk, r_);
 }
 
-void Stage::begin_step(int step, std::int64_t t0) {
+bool Stage::begin_step(int step, std::int64_t t0) {
   Locked lk = core_.lock();
   core_.begin(lk, step, t0);
-  const WorkModel& m = core_.m();
   for (int r = 0; r < core_.tp(); ++r) {
     if (!core_.local(r)) continue;
-    StageRank& rk = core_.rank(lk, r);
-    // Sizes are the same on every rank of a group, so unlike costs they hold under `agree`.
-    std::vector<std::int64_t> sizes;
-    if (m.stage_of({Kind::F, 0, 0}) == core_.stage())
-      for (int mb = 0; mb < m.microbatches(); ++mb)
-        if (const auto size = rk.program->microbatch_size(mb)) sizes.push_back(*size);
-    rk.driver->begin_step(sizes);
-    rk.input.assign(m.local_slots(), Payload{});
-    rk.arrived.assign(m.local_slots(), -1);
-    rk.offer_wait.assign(m.local_slots(), 0);
-    rk.running.reset();
-    rk.result = RankResult{};
-    // Appended between a task's end and the next start: no reallocation on that path.
-    rk.result.tasks.reserve(m.local_slots());
-    rk.result.gaps.reserve(m.local_slots());
+    // What fails here (the program's microbatch_size, an allocation) fails the step, named by
+    // the rank, as a task's error does. Thrown, it left run_step bare: the runtime took further
+    // steps and no peer was told.
+    try {
+      begin_rank(lk, r);
+    } catch (const TaskError&) {
+      core_.failure().fail(std::current_exception());
+      return false;
+    } catch (...) {
+      core_.failure().fail(std::make_exception_ptr(
+          call_failed(core_.name(r) + ": beginning step " + std::to_string(step))));
+      return false;
+    }
   }
   delivery_->begin_step(lk);
   for (int r = 0; r < core_.tp(); ++r) {
@@ -69,6 +66,33 @@ void Stage::begin_step(int step, std::int64_t t0) {
       throw ProtocolError(core_.name(r) + ": a message kept for step " + std::to_string(step) +
                           " asked for a reply before the step began");
   }
+  return true;
+}
+
+void Stage::begin_rank(Locked& lk, int r) {
+  const WorkModel& m = core_.m();
+  StageRank& rk = core_.rank(lk, r);
+  // Sizes are the same on every rank of a group, so unlike costs they hold under `agree`.
+  std::vector<std::int64_t> sizes;
+  if (m.stage_of({Kind::F, 0, 0}) == core_.stage())
+    for (int mb = 0; mb < m.microbatches(); ++mb) {
+      std::optional<std::int64_t> size;
+      try {
+        size = rk.program->microbatch_size(mb);
+      } catch (...) {
+        throw call_failed(core_.name(r) + ": microbatch_size(" + std::to_string(mb) + ")");
+      }
+      if (size) sizes.push_back(*size);
+    }
+  rk.driver->begin_step(sizes);
+  rk.input.assign(m.local_slots(), Payload{});
+  rk.arrived.assign(m.local_slots(), -1);
+  rk.offer_wait.assign(m.local_slots(), 0);
+  rk.running.reset();
+  rk.result = RankResult{};
+  // Appended between a task's end and the next start: no reallocation on that path.
+  rk.result.tasks.reserve(m.local_slots());
+  rk.result.gaps.reserve(m.local_slots());
 }
 
 void Stage::on_message(int r, Message&& msg) {

@@ -25,10 +25,12 @@ class Stage {
   Stage(const StageEnv& env, int stage, std::vector<std::unique_ptr<StageProgram>> programs,
         std::vector<Transport*> endpoints, TpCollective* group);
 
-  void begin_step(int step, std::int64_t t0);  // before the compute threads start
-  void run_rank(int r);                        // the compute thread of rank r
-  void on_message(int r, Message&& msg);       // transport context
-  void wake();                                 // after a failure: every waiting rank exits
+  // Before the compute threads start; false where a rank could not begin (the step failed:
+  // no compute thread may run on this stage's half-made state).
+  bool begin_step(int step, std::int64_t t0);
+  void run_rank(int r);                   // the compute thread of rank r
+  void on_message(int r, Message&& msg);  // transport context
+  void wake();                            // after a failure: every waiting rank exits
   std::string describe(std::int64_t now) const;
   // Whether rank r, in a step, still waits for a message from another stage: an input, or the
   // acknowledgement (or pull) of a send it is held on.
@@ -46,6 +48,8 @@ class Stage {
   // route(), failing the step with what it throws (the transport's thread must not see it).
   void route_or_fail(Locked& lk, int r, Message&& msg, std::vector<Outgoing>& replies);
   std::optional<TaskId> match(const Message& msg) const;
+  // Rank r's part of begin_step: its driver and buffers for the step.
+  void begin_rank(Locked& lk, int r);
   // The program's input_bytes(consumer); what it throws, as a TaskError naming it.
   std::optional<std::size_t> input_bytes(int r, const TaskId& consumer) const;
   // A task that returned with work still running (RuntimeOptions::window), or one that
