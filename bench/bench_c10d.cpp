@@ -9,9 +9,11 @@
 #include "bench_args.hpp"
 
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 
 #include "comm/c10d_transport.hpp"
 #include "comm/ping_pong.hpp"
@@ -94,6 +96,21 @@ int run(int rank, int small_iters, int large_iters, int port) {
   return 0;
 }
 
+// run(), a failure said in one line (a port taken ended the process in std::terminate, with
+// the library's stack trace).
+int run_said(int rank, int small_iters, int large_iters, int port) {
+  try {
+    return run(rank, small_iters, large_iters, port);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    std::fprintf(stderr,
+                 "bench_c10d: process %d failed: %s (port %d in use? give another as "
+                 "the third argument)\n",
+                 rank, what.substr(0, what.find('\n')).c_str(), port);
+    return 1;
+  }
+}
+
 }  // namespace
 }  // namespace rrfp
 
@@ -105,8 +122,9 @@ int main(int argc, char** argv) {
   const int port = positional(argc, argv, 3, "port", 29640, 1, 65535, usage);
   const pid_t child = fork();
   if (child < 0) return 1;
-  const int rc = rrfp::run(child == 0 ? 1 : 0, small_iters, large_iters, port);
+  const int rc = rrfp::run_said(child == 0 ? 1 : 0, small_iters, large_iters, port);
   if (child == 0) std::_Exit(rc);
+  if (rc != 0) kill(child, SIGKILL);  // it would wait for this process's store until its timeout
   int status = 0;
   waitpid(child, &status, 0);
   return rc != 0 ? rc : (WIFEXITED(status) ? WEXITSTATUS(status) : 1);
