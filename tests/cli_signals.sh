@@ -126,6 +126,15 @@ pid=
 [ "$(cat "$tmp/simsig.log")" = "rrfp simulate: stopped by SIGTERM; nothing written" ] ||
   fail "simulate: $(cat "$tmp/simsig.log")"
 [ -e "$tmp/sim.json" ] && fail "simulate: wrote --json after SIGTERM"
+# SIGUSR1, which mpirun passes on to every process as it is (docs/mpi.md: the signal to stop a
+# job with), alike: its default action ended simulate, run and calibrate without a word.
+"$rrfp" simulate --pp 1024 -m 2048 --hint 1f1b --policy fixed --json "$tmp/sim1.json" \
+  >"$tmp/simusr1.log" 2>&1 &
+pid=$!
+stop_after $pid 0.3 USR1
+pid=
+[ "$rc" -eq 138 ] && [ "$(cat "$tmp/simusr1.log")" = "rrfp simulate: stopped by SIGUSR1; nothing written" ] ||
+  fail "simulate, SIGUSR1: exit $rc: $(cat "$tmp/simusr1.log")"
 # A second signal while the outputs are written ends simulate there, and its line says they may
 # be incomplete (it said "nothing written"). The trace goes into a pipe whose reader never
 # reads, so the writing waits in it: the first SIGTERM is held, the second ends the process.

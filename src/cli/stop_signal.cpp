@@ -24,8 +24,8 @@ namespace rrfp {
 namespace {
 
 std::atomic<int> g_stop{0};
-// kStopSignals (core/format.hpp) are taken as a request to stop (stop_on_signals;
-// exit_on_signals all but SIGUSR1), SIGPIPE aside, in the order of their lines' columns below
+// kStopSignals (core/format.hpp) are taken as a request to stop (stop_on_signals), or end the
+// process at once (exit_on_signals), SIGPIPE aside, in the order of their lines' columns below
 // (signal_index).
 constexpr int kNumStopSignals = std::size(kStopSignals);
 // A line a handler writes, built before the handler may read it, in storage nothing frees: held
@@ -271,7 +271,7 @@ void acknowledge_stop_signals(const std::string& command, const std::string& unt
 
 void exit_on_signals(const std::string& command) {
   build_exit_lines(command);
-  install(on_exit_signal, {SIGINT, SIGTERM, SIGHUP, SIGXCPU});
+  install(on_exit_signal, {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU});
 }
 
 void quiet_signals() {

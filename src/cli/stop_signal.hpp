@@ -41,10 +41,11 @@ void hold_stop_signals(bool hold);
 // The first signal's number, 0 while none came.
 std::atomic<int>& stop_flag();
 
-// SIGINT, SIGTERM, SIGHUP and SIGXCPU for `simulate`, `run`, `predict`, `schedule show` and
-// `calibrate`, whose work has no point to stop at and keeps nothing worth writing half done: a
-// signal ends the process at once, exit 128 + the signal, with the line "rrfp COMMAND: stopped by
-// SIGINT; nothing written" (they died without a word).
+// SIGINT, SIGTERM, SIGUSR1, SIGHUP and SIGXCPU for `simulate`, `run`, `predict`, `schedule show`
+// and `calibrate`, whose work has no point to stop at and keeps nothing worth writing half done:
+// a signal ends the process at once, exit 128 + the signal, with the line "rrfp COMMAND: stopped
+// by SIGINT; nothing written" (they died without a word; SIGUSR1, which mpirun passes on to
+// every process, did so until it was taken too).
 void exit_on_signals(const std::string& command);
 // The default actions again for every signal the functions above take: a process of an mpirun
 // job whose refusal rank 0 prints, ended by mpirun's SIGTERM once rank 0 exits, then ends
