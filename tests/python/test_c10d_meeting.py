@@ -70,9 +70,12 @@ def test_processes_that_all_come_meet(store):
 def test_a_process_that_never_comes_is_named_by_every_other(store):
     # 2 s: both that come must have come before the first gives up, on a loaded machine too.
     said = meet(store, 3, [0, 1], 2.0)
+    # The wait named as what it is: a timeout longer than arrival_timeout is waited (it said
+    # "arrival_timeout ... (10 s here)" of an arrival_timeout of 5 and a timeout of 10).
     assert said == {r: "transport c10d: process(es) 2 of the 3 of the group did not come to build "
-                       "their Pipeline within the arrival_timeout of a process that waited (2 s "
-                       "here): each must build it, in the same order" for r in (0, 1)}
+                       "their Pipeline within the arrival_timeout (or timeout where longer) of a "
+                       "process that waited (2 s here): each must build it, in the same order"
+                    for r in (0, 1)}
 
 
 def test_one_coming_after_the_others_gave_up_is_refused_and_the_next_try_meets(store):
@@ -83,9 +86,9 @@ def test_one_coming_after_the_others_gave_up_is_refused_and_the_next_try_meets(s
     assert all(meet(store, 3, [0, 1], 2.0).values())  # both refused
     said = meet(store, 3, [2], 30.0)
     assert said == {2: "transport c10d: this process (rank 2) came to build its Pipeline after "
-                       "another of the group's 3 had waited its arrival_timeout for process(es) "
-                       "2: each must build it within the others' arrival_timeout, in the same "
-                       "order"}
+                       "another of the group's 3 had waited its arrival_timeout (or timeout "
+                       "where longer) for process(es) 2: each must build it within the others' "
+                       "arrival_timeout, in the same order"}
     assert meet(store, 3, [0, 1, 2], 30.0) == {0: None, 1: None, 2: None}
 
 
@@ -162,8 +165,8 @@ def test_a_process_of_a_callers_group_that_never_builds_its_pipeline_fails_the_o
         other.wait()
     assert done.returncode != 0
     assert "RuntimeError: transport c10d: process(es) 1 of the 2 of the group did not come to " \
-        "build their Pipeline within the arrival_timeout of a process that waited (2 s here)" \
-        in done.stderr, done.stderr[-2000:]
+        "build their Pipeline within the arrival_timeout (or timeout where longer) of a " \
+        "process that waited (2 s here)" in done.stderr, done.stderr[-2000:]
 
 
 def test_processes_whose_limits_differ_form_the_group_and_meet():

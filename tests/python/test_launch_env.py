@@ -162,3 +162,20 @@ def test_unset_variables_mean_what_they_meant(monkeypatch):
     monkeypatch.setenv("RANK", "unread with one process")
     assert _launch.launched_transport(2, 1, None) == "inproc"
     assert _launch.launched_transport(2, 1, object()) == "c10d"  # a group: c10d, unread
+
+
+def test_the_c10d_transport_outside_torchrun_is_a_value_error_as_mpi_is_outside_mpirun():
+    # torch's "environment variable RANK expected" came as a RuntimeError naming the store at
+    # "?:?"; the MPI transport outside mpirun says ValueError.
+    import torch
+    import rrfp
+    chunks = [torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]
+    with pytest.raises(ValueError, match=re.escape(
+            "`transport` c10d: start the script under torchrun, or call "
+            "torch.distributed.init_process_group first (RANK, WORLD_SIZE, MASTER_ADDR, "
+            "MASTER_PORT not set; see docs/python.md)")):
+        rrfp.Pipeline(chunks, torch.nn.functional.mse_loss, pp=2, microbatches=2,
+                      transport="c10d")
+    with pytest.raises(ValueError, match="`transport` mpi: start the script under mpirun"):
+        rrfp.Pipeline(chunks, torch.nn.functional.mse_loss, pp=2, microbatches=2,
+                      transport="mpi")

@@ -164,12 +164,13 @@ def _refuse_meeting(missing, me, size, arrival):
     if str(me) in missing.split(","):
         raise RuntimeError(
             f"transport c10d: this process (rank {me}) came to build its Pipeline after "
-            f"another of the group's {size} had waited its arrival_timeout for process(es) "
-            f"{said}: each must build it within the others' arrival_timeout, in the same order")
+            f"another of the group's {size} had waited its arrival_timeout (or timeout where "
+            f"longer) for process(es) {said}: each must build it within the others' "
+            f"arrival_timeout, in the same order")
     raise RuntimeError(
         f"transport c10d: process(es) {said} of the {size} of the group did not come to build "
-        f"their Pipeline within the arrival_timeout of a process that waited ({arrival:g} s "
-        f"here): each must build it, in the same order")
+        f"their Pipeline within the arrival_timeout (or timeout where longer) of a process "
+        f"that waited ({arrival:g} s here): each must build it, in the same order")
 
 
 def release_groups_with(owner, core, groups, given):
@@ -293,8 +294,18 @@ def _init_default_group(dist, timeout):
     pipeline runs on groups of its own, c10d_groups). Every process joins so, whatever its
     limit: one that joined by init_process_group alone for a limit of 0 stayed in it after the
     others had given up on it."""
+    # Started without torchrun: said as the MPI transport says it outside mpirun (torch's
+    # "environment variable RANK expected" came as a RuntimeError naming the store at "?:?").
+    unset = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+             if v not in os.environ]
+    if unset:
+        raise ValueError(f"`transport` c10d: start the script under torchrun, or call "
+                         f"torch.distributed.init_process_group first ({', '.join(unset)} not "
+                         f"set; see docs/python.md)")
     limit = timeout if timeout > 0 else _TORCH_DEFAULT_S
-    whose = "arrival_timeout" if timeout > 0 else "arrival_timeout 0: torch's own"
+    # The wait is the longer of the two (arrival_after): named as such.
+    whose = ("arrival_timeout, or timeout where longer" if timeout > 0
+             else "arrival_timeout 0: torch's own")
     import datetime
     import time
     world = os.environ.get("WORLD_SIZE", "?")
