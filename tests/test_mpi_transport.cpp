@@ -183,7 +183,9 @@ TEST(MpiTransport, DataTagsWrapBelowTheirBound) {
     EXPECT_TRUE(intact(m)) << "payload of " << to_string(m.tag) << " from " << m.src;
   }
   for (int src = 0; src < w.size(); ++src)
-    if (src != w.rank()) EXPECT_EQ(got[src], std::vector<int>(kEach, 1)) << "from " << src;
+    if (src != w.rank()) {
+      EXPECT_EQ(got[src], std::vector<int>(kEach, 1)) << "from " << src;
+    }
   // The bound is the one asked for, or the library's (MPI_TAG_UB, at least 32767).
   EXPECT_EQ(dynamic_cast<MpiTransport&>(*tr).max_data_tag(), 2);
   auto plain = w.make_transport();

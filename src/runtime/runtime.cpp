@@ -364,7 +364,9 @@ void Runtime::watch(int workers) {
     if (const std::string b = transport_broken_text(); !b.empty()) report += "; earlier, " + b;
     // Hosting some of the stages, it sees their progress alone: a stage waiting for its first
     // input behind stages busy elsewhere counts as stalled (P=4 of 400 ms tasks, `timeout` 1 s).
-    if (static_cast<int>(local_.size()) < m_.pp() * opt_.tp)
+    // Said where a rank here waits for another stage (it was said of a rank stuck in its task,
+    // expecting no message).
+    if (static_cast<int>(local_.size()) < m_.pp() * opt_.tp && waits_elsewhere())
       report +=
           "; this process watches its own stages only: `timeout` must exceed the longest "
           "wait of a stage for its input";
@@ -376,6 +378,14 @@ void Runtime::watch(int workers) {
     if (chase.defer_ns > 0 && failure_.wait(workers, chase.defer_ns)) continue;
     failure_.fail(std::make_exception_ptr(StallError(report)));
   }
+}
+
+bool Runtime::waits_elsewhere() const {
+  for (const auto& s : stages_)
+    if (s)
+      for (int r = 0; r < opt_.tp; ++r)
+        if (s->local(r) && !s->awaited_stages(r).empty()) return true;
+  return false;
 }
 
 StepResult Runtime::collect() const {

@@ -142,6 +142,9 @@ class Runtime {
   // as the compute threads are still to be joined.
   void stop_step(int step) noexcept;
   StepResult collect() const;
+  // Whether a rank hosted here, in a step and not in a task, waits for a message from another
+  // stage.
+  bool waits_elsewhere() const;
   std::vector<int> endpoint_slots(int world) const;
   // peer_failure.cpp: the failure, told to the endpoints hosted elsewhere, and heard from them.
   void tell_peers(int step, const std::exception_ptr& why);
