@@ -457,10 +457,7 @@ TEST(RuntimeOptionsRefused, AGroupNoneOrOfAnotherSizeABrokenListAndATimeoutPastA
 // negative world refused as "world size must be at least 1" (here) or, at P = 4194305, to 1024,
 // and the constructor crashed indexing past its table. Refused, naming both.
 TEST(RuntimeOptionsRefused, EndpointsPastAnInt) {
-  PipelineConfig c;
-  c.pp = 2'097'153;
-  c.microbatches = 1;
-  const WorkModel m(c);
+  const WorkModel m(shape(2'097'153, 1));
   const Hint h = make_hint("bf", m);
   RuntimeOptions o;
   o.tp = 1024;
@@ -480,10 +477,7 @@ namespace {
 // stage for its input"), not where its rank is stuck in a task expecting no message (it was
 // said of both). Stage 0 alone is hosted here; stage 1 never runs.
 TEST(StallReport, TheHostingHintOnlyWhereARankWaitsForAnotherStage) {
-  PipelineConfig c;
-  c.pp = 2;
-  c.microbatches = 1;
-  const WorkModel m(c);
+  const WorkModel m(shape(2, 1));
   const Hint h = make_hint("1f1b", m);
   struct Slow final : StageProgram {
     int forward_ms = 0;
