@@ -19,7 +19,6 @@
 #include "expect_error.hpp"
 #include "runtime/delay_line.hpp"
 #include "runtime/errors.hpp"
-#include "runtime/tp_group.hpp"
 #include "runtime_helpers.hpp"
 
 namespace rrfp::test {
@@ -414,112 +413,6 @@ TEST_F(Failures, ASizeHookThatThrowsAsTheStepBeginsFailsItAndTheRuntime) {
   EXPECT_EQ(first, "stage 0: microbatch_size(1) failed: the data loader failed");
   EXPECT_NE(rt.failure(), nullptr);
   EXPECT_ERROR(rt.run_step(1), Error, "runtime: an earlier step failed; start a new runtime");
-}
-
-// A stage split over processes takes its collective from `make_group`: none ran the group's
-// all-reduces as no-ops and one of another size told the programs another tp_size, and the
-// step went on with partial sums. A timeout past a day overflowed the watchdog's nanoseconds,
-// which then failed the step at its first look.
-TEST(RuntimeOptionsRefused, AGroupNoneOrOfAnotherSizeABrokenListAndATimeoutPastADay) {
-  PipelineConfig c;
-  c.pp = 1;
-  c.microbatches = 2;
-  const WorkModel m(c);
-  const Hint h = make_hint("1f1b", m);
-  const RealizedWork w = realize(WorkloadParams{}, m, 2, 1);
-  RuntimeOptions o;
-  o.tp = 2;
-  const auto built = [&](std::function<std::unique_ptr<TpCollective>(int)> group) {
-    Hosting host;
-    host.local = {0};  // tp rank 0 of stage 0; rank 1 lives elsewhere
-    host.transports.push_back(std::move(make_inproc_transports(2)[0]));
-    host.make_group = std::move(group);
-    Runtime rt(m, h, emulated_programs(m, w), o, std::move(host));
-  };
-  EXPECT_ERROR(built([](int) { return std::unique_ptr<TpCollective>(); }), Error,
-               "runtime: `make_group` gave stage 0 no group; its `tp` is 2");
-  EXPECT_ERROR(built([](int s) { return std::make_unique<TpGroup>(s, 1); }), Error,
-               "runtime: `make_group` gave stage 0 a group of 1 ranks; its `tp` is 2");
-  o.tp = 1;
-  // A list hint not holding a stage's tasks once: refused as the runtime is built, not at its
-  // first step's arbiters, after the barrier between processes.
-  Hint edited = make_hint("1f1b", m);
-  std::get<ListHint>(edited.body).stages[0].pop_back();
-  const RealizedWork one = realize(WorkloadParams{}, m, 1, 1);
-  EXPECT_ERROR(Runtime(m, edited, emulated_programs(m, one), o), HintError,
-               "hint '1f1b': stage 0: task B c0 m1 is missing");
-  o.timeout_ms = 10'000'000'000'000;
-  EXPECT_ERROR(Runtime(m, h, emulated_programs(m, one), o), InputError,
-               "`timeout`: must be between 0 and 86400000 ms (a day), got");
-}
-
-// P x T endpoints past an int, each within its own bound: counted in int it wrapped, to a
-// negative world refused as "world size must be at least 1" (here) or, at P = 4194305, to 1024,
-// and the constructor crashed indexing past its table. Refused, naming both.
-TEST(RuntimeOptionsRefused, EndpointsPastAnInt) {
-  const WorkModel m(shape(2'097'153, 1));
-  const Hint h = make_hint("bf", m);
-  RuntimeOptions o;
-  o.tp = 1024;
-  EXPECT_ERROR(Runtime(
-                   m, h, [](int, int) { return std::unique_ptr<StageProgram>(); }, o),
-               InputError, "`pp` x `tp`: 2097153 x 1024 = 2147484672 endpoints, past 2147483647");
-}
-
-}  // namespace
-}  // namespace rrfp::test
-
-namespace rrfp::test {
-namespace {
-
-// A process hosting some of the stages sees their progress alone, and its stall report says so
-// where one of its ranks waits for another stage ("`timeout` must exceed the longest wait of a
-// stage for its input"), not where its rank is stuck in a task expecting no message (it was
-// said of both). Stage 0 alone is hosted here; stage 1 never runs.
-TEST(StallReport, TheHostingHintOnlyWhereARankWaitsForAnotherStage) {
-  const WorkModel m(shape(2, 1));
-  const Hint h = make_hint("1f1b", m);
-  struct Slow final : StageProgram {
-    int forward_ms = 0;
-    Payload forward(TaskContext&, int, int, Payload) override {
-      std::this_thread::sleep_for(std::chrono::milliseconds(forward_ms));
-      return Payload::allocate(8);
-    }
-    Payload backward(TaskContext&, int, int, Payload) override { return Payload::allocate(8); }
-  };
-  const auto report = [&](int forward_ms) {
-    auto eps = make_inproc_transports(2);
-    eps[1]->set_receiver([](Message&&) {});  // stage 1's endpoint takes what comes, and no more
-    Hosting host;
-    host.local = {0};
-    host.transports.push_back(std::move(eps[0]));
-    RuntimeOptions o;
-    o.arbiter.policy = Policy::Fixed;
-    o.timeout_ms = 300;
-    Runtime rt(
-        m, h,
-        [forward_ms](int, int) {
-          auto p = std::make_unique<Slow>();
-          p->forward_ms = forward_ms;
-          return p;
-        },
-        o, std::move(host));
-    try {
-      rt.run_step(0);
-    } catch (const StallError& e) {
-      return std::string(e.what());
-    } catch (const std::exception& e) {
-      return std::string("not a stall: ") + e.what();
-    }
-    return std::string("no stall");
-  };
-  const std::string hint = "this process watches its own stages only";
-  const std::string in_task = report(1500);  // F c0 m0 outlasts the timeout
-  EXPECT_NE(in_task.find("running F c0 m0"), std::string::npos) << in_task;
-  EXPECT_EQ(in_task.find(hint), std::string::npos) << in_task;
-  const std::string waiting = report(0);  // B c0 m0 waits for stage 1's gradient
-  EXPECT_NE(waiting.find("expects messages: B c1 m0 from stage 1"), std::string::npos) << waiting;
-  EXPECT_NE(waiting.find(hint), std::string::npos) << waiting;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <regex>
+#include <thread>
 #include <vector>
 
 #include "runtime/errors.hpp"
@@ -164,6 +165,56 @@ TEST(StallChase, ATensorParallelPeerIsNamedWithItsTpRank) {
       reported, std::regex("asked in turn: stage 1 tp rank 1 made no progress for [0-9]+ ms: "
                            "\\[stage 1: [^\\]]*\\[tp rank 1\\]; running F c1 m0")))
       << reported;
+}
+
+// A process hosting some of the stages sees their progress alone, and its stall report says so
+// where one of its ranks waits for another stage ("`timeout` must exceed the longest wait of a
+// stage for its input"), not where its rank is stuck in a task expecting no message (it was
+// said of both). Stage 0 alone is hosted here; stage 1 never runs.
+TEST(StallReport, TheHostingHintOnlyWhereARankWaitsForAnotherStage) {
+  const WorkModel m(shape(2, 1));
+  const Hint h = make_hint("1f1b", m);
+  struct Slow final : StageProgram {
+    int forward_ms = 0;
+    Payload forward(TaskContext&, int, int, Payload) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(forward_ms));
+      return Payload::allocate(8);
+    }
+    Payload backward(TaskContext&, int, int, Payload) override { return Payload::allocate(8); }
+  };
+  const auto report = [&](int forward_ms) {
+    auto eps = make_inproc_transports(2);
+    eps[1]->set_receiver([](Message&&) {});  // stage 1's endpoint takes what comes, and no more
+    Hosting host;
+    host.local = {0};
+    host.transports.push_back(std::move(eps[0]));
+    RuntimeOptions o;
+    o.arbiter.policy = Policy::Fixed;
+    o.timeout_ms = 300;
+    Runtime rt(
+        m, h,
+        [forward_ms](int, int) {
+          auto p = std::make_unique<Slow>();
+          p->forward_ms = forward_ms;
+          return p;
+        },
+        o, std::move(host));
+    try {
+      rt.run_step(0);
+    } catch (const StallError& e) {
+      return std::string(e.what());
+    } catch (const std::exception& e) {
+      return std::string("not a stall: ") + e.what();
+    }
+    return std::string("no stall");
+  };
+  const std::string hint = "this process watches its own stages only";
+  const std::string in_task = report(1500);  // F c0 m0 outlasts the timeout
+  EXPECT_NE(in_task.find("running F c0 m0"), std::string::npos) << in_task;
+  EXPECT_EQ(in_task.find(hint), std::string::npos) << in_task;
+  const std::string waiting = report(0);  // B c0 m0 waits for stage 1's gradient
+  EXPECT_NE(waiting.find("expects messages: B c1 m0 from stage 1"), std::string::npos) << waiting;
+  EXPECT_NE(waiting.find(hint), std::string::npos) << waiting;
 }
 
 }  // namespace
