@@ -1,6 +1,6 @@
-// The MPI transport and the cross-process TP collective, one endpoint per process (run by
-// ctest through tests/mpirun.sh with 3 processes). The in-process conformance suite
-// (test_transport.cpp) covers the same contract for inproc.
+// The MPI transport, one endpoint per process (run by ctest through tests/mpirun.sh with 3
+// processes; test_mpi_tp_group.cpp, in the same program, the cross-process TP collective). The
+// in-process conformance suite (test_transport.cpp) covers the same contract for inproc.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -17,45 +17,11 @@
 #include "dist/mpi_world.hpp"
 #include "expect_error.hpp"
 #include "mpi_main.hpp"
+#include "mpi_messages.hpp"
 #include "runtime/errors.hpp"
 
 namespace rrfp::test {
 namespace {
-
-// Collects arrivals; wait_for() gives up after a deadline instead of hanging the job.
-struct Inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<Message> got;
-  void operator()(Message&& m) {
-    std::lock_guard lk(mu);
-    got.push_back(std::move(m));
-    cv.notify_all();
-  }
-  bool wait_for(std::size_t n) {
-    std::unique_lock lk(mu);
-    return cv.wait_for(lk, std::chrono::seconds(30), [&] { return got.size() >= n; });
-  }
-};
-
-// Byte i of a message (src, id) of `size` bytes.
-std::byte pattern(int src, int id, std::size_t i) {
-  return static_cast<std::byte>((src * 131 + id * 31 + i * 7) & 0xff);
-}
-
-Payload make_payload(int src, int id, std::size_t size) {
-  Payload p = Payload::allocate(size);
-  auto* d = const_cast<std::byte*>(p.data());
-  for (std::size_t i = 0; i < size; ++i)
-    d[i] = pattern(src, id, i);
-  return p;
-}
-
-bool intact(const Message& m) {
-  for (std::size_t i = 0; i < m.payload.size(); ++i)
-    if (m.payload.data()[i] != pattern(m.src, m.tag.producer.mb, i)) return false;
-  return true;
-}
 
 // The world started with large messages in one copy exactly when this machine lets a process
 // read another's memory (tests/mpirun.sh leaves the choice to rrfp); the tests below then move
@@ -440,73 +406,6 @@ TEST(MpiTransport, ShutdownFromInsideTheReceiverIsRefused) {
             "mpi transport: shutdown() called from inside its receiver; call it after the "
             "receiver returns");
   tr->shutdown();
-  w.barrier();
-}
-
-TEST(MpiTpGroup, SumsInRankOrderAndDetectsMismatch) {
-  MpiWorld& w = *g_world;
-  w.set_layout(JobLayout{1, w.size(), 1});
-  auto g = w.make_tp_group(0);
-  ASSERT_EQ(g->size(), w.size());
-  std::vector<float> data{1.0f + w.rank(), 1e-8f * w.rank(), -2.5f};
-  g->all_reduce(w.tp_rank(), TaskId{Kind::F, 0, 1}, data, nullptr);
-  float a = 0, b = 0;
-  for (int r = 0; r < w.size(); ++r) {
-    a += 1.0f + r;
-    b += 1e-8f * r;
-  }
-  EXPECT_EQ(data[0], a);
-  EXPECT_EQ(data[1], b);
-  EXPECT_EQ(data[2], -2.5f * w.size());
-  // Rank 1 runs another task's collective: every rank reports it, nobody hangs.
-  std::vector<float> x(5, 1.0f);
-  const TaskId t{Kind::B, 0, w.tp_rank() == 1 ? 3 : 2};
-  try {
-    g->all_reduce(w.tp_rank(), t, x, nullptr);
-    ADD_FAILURE() << "rank " << w.rank() << ": no mismatch reported";
-  } catch (const CollectiveMismatchError& e) {
-    EXPECT_NE(std::string(e.what()).find("B c0 m3"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("B c0 m2"), std::string::npos) << e.what();
-  }
-  w.set_layout(JobLayout{w.size(), 1, 1});
-  w.barrier();
-}
-
-// A rank waiting for its peers to enter runs its idle work when poked (a blocking rendezvous's
-// acceptances, semantics.md §4): rank 0's tells the others to enter, who wait for that (30 s
-// at most) before they do, so the collective ends only if rank 0 served while it waited.
-TEST(MpiTpGroup, ARankWaitingForItsPeersServesWhenPoked) {
-  struct Tell final : CollectiveIdle {
-    Transport* tr;
-    int world, served = 0;
-    void serve() override {
-      ++served;
-      for (int r = 1; r < world; ++r)
-        tr->send(r, MessageTag{}, make_payload(0, 0, 4));
-    }
-  };
-  MpiWorld& w = *g_world;
-  w.set_layout(JobLayout{1, w.size(), 1});
-  auto g = w.make_tp_group(0);
-  auto tr = w.make_transport();
-  Inbox inbox;
-  tr->set_receiver(std::ref(inbox));
-  std::vector<float> x{1.0f};
-  if (w.rank() == 0) {
-    Tell tell;
-    tell.tr = tr.get();
-    tell.world = w.size();
-    g->poke(0);
-    g->all_reduce(w.tp_rank(), TaskId{Kind::F, 0, 0}, x, &tell);
-    EXPECT_EQ(tell.served, 1);
-  } else {
-    EXPECT_TRUE(inbox.wait_for(1)) << "rank " << w.rank() << ": rank 0 did not serve";
-    g->all_reduce(w.tp_rank(), TaskId{Kind::F, 0, 0}, x, nullptr);
-  }
-  EXPECT_EQ(x[0], static_cast<float>(w.size()));
-  w.barrier();
-  tr->shutdown();
-  w.set_layout(JobLayout{w.size(), 1, 1});
   w.barrier();
 }
 
