@@ -62,9 +62,14 @@ bool Stage::begin_step(int step, std::int64_t t0) {
     // left run_step bare, the step not failed and no peer told.
     for (Message& msg : early)
       route_or_fail(lk, r, std::move(msg), replies);
-    if (!replies.empty())
-      throw ProtocolError(core_.name(r) + ": a message kept for step " + std::to_string(step) +
-                          " asked for a reply before the step began");
+    // An early acknowledgement or pull is refused inside route(): none can ask for a reply here.
+    // Kept as a check of that invariant, failing the step as the rest of this function does.
+    if (!replies.empty()) {
+      core_.failure().fail(std::make_exception_ptr(
+          ProtocolError(core_.name(r) + ": a message kept for step " + std::to_string(step) +
+                        " asked for a reply before the step began")));
+      return false;
+    }
   }
   return true;
 }
