@@ -173,6 +173,25 @@ TEST(Driver, RefusesEndsAndArrivalsItDidNotHandOut) {
   EXPECT_TRUE(d.arrived({Kind::B, 0, 0}, 1));
 }
 
+// A rank held on a send (blocking: its output offered, not yet acknowledged) takes no task, a
+// ready one included, until the acknowledgement frees it: the driver says so itself, where
+// each executor had to check held() first.
+TEST(Driver, AHeldRankTakesNothingUntilReleased) {
+  OneRank one(2, 2, 0);
+  DispatchOptions o = one.o;
+  o.comm = CommMode::Blocking;
+  RankDriver d(one.m, one.h, o, 1, 0, 0);
+  d.begin_step();
+  const TaskId f0 = *d.next();
+  ASSERT_EQ(f0, (TaskId{Kind::F, 0, 0}));
+  d.task_ended(f0, 100);
+  d.sent();  // its output offered to stage 1
+  ASSERT_TRUE(d.held());
+  EXPECT_EQ(d.next(), std::nullopt) << "F c0 m1 is ready, but the rank is held";
+  EXPECT_TRUE(d.released());
+  EXPECT_EQ(d.next(), (TaskId{Kind::F, 0, 1}));
+}
+
 // A message its protocols do not take is refused, naming the rank: a leader's choice sent to
 // tp rank 0 (as a peer's message could) called into a follower that rank 0 does not have, and
 // the check meant for it read uninitialised memory; offers, acknowledgements and proposals to a

@@ -37,7 +37,7 @@ bool RankDriver::delivered(const TaskId& consumer, std::int64_t cost_ns) {
 }
 
 std::optional<RankDriver::Proposal> RankDriver::propose() {
-  if (!may_propose()) return std::nullopt;
+  if (held() || !may_propose()) return std::nullopt;
   const auto task = arb_->peek();
   if (!task) return std::nullopt;
   return Proposal{agree_->propose(*task, inputs_->version()), *task};

@@ -139,8 +139,13 @@ class RankDriver {
 
   // --- What to do ---
   // Alone, the leader, or a follower: the task to run now, committed; nullopt: wait for a
-  // change. (Under `agree` the group decides: propose() then decide().)
-  std::optional<TaskId> next() { return follower_ ? follower_->next(*arb_) : choose_alone(*arb_); }
+  // change. (Under `agree` the group decides: propose() then decide().) A rank held on a send
+  // takes nothing, here and in propose(): each executor checked held() itself, and one that did
+  // not would have broken the blocking semantics without a word.
+  std::optional<TaskId> next() {
+    if (held()) return std::nullopt;
+    return follower_ ? follower_->next(*arb_) : choose_alone(*arb_);
+  }
   // `agree`: what this rank would propose, without proposing it.
   std::optional<TaskId> peek() const { return arb_->peek(); }
   bool may_propose() const { return agree_->may_propose(inputs_->version()); }
@@ -148,8 +153,9 @@ class RankDriver {
     int round;
     TaskId task;
   };
-  // Opens (or joins) a round with this rank's choice; nullopt when it may not or has nothing
-  // to propose. The executor sends the proposal to the rest of the group.
+  // Opens (or joins) a round with this rank's choice; nullopt when it may not (held on a send,
+  // or the round's rules) or has nothing to propose. The executor sends the proposal to the
+  // rest of the group.
   std::optional<Proposal> propose();
   bool round_complete() const { return agree_->complete(); }
   // Every proposal of the round is in: the agreed task, committed, or nullopt (no agreement).
