@@ -3,14 +3,35 @@
 // injects delays.
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <memory>
+#include <string>
 #include <thread>
 
+#include "core/error.hpp"
 #include "runtime/program.hpp"
 #include "sim/rng.hpp"
 #include "train/trainer.hpp"
 
 namespace rrfp::train {
+
+// What a resume from `path` under `o` refuses (its InputError's words), or "accepted".
+inline std::string refusal(const std::string& path, const TrainOptions& o) {
+  Trainer t(o);
+  try {
+    t.resume(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+// A file's bytes (empty where it cannot be read).
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 // Same shape, dtype and bytes (host tensors).
 inline bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
