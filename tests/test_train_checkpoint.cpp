@@ -291,10 +291,10 @@ TEST(Checkpoint, AResumeComparesTheCorpusReadNotItsPath) {
   fs::remove_all(dir);
 }
 
-// The device's kind, the dtype and (on a GPU) the deterministic algorithms decide the kernels,
-// so the numbers: a checkpoint of a GPU run in bf16 resumed on the CPU in f32 (its header says
-// so, as such a run writes it) is told each. They were not recorded, and a run went on under
-// other kernels without a word.
+// The device's kind, the dtype, (on a GPU) the deterministic algorithms and (on the CPU) the
+// vector instructions LibTorch's kernels use decide the kernels, so the numbers: a checkpoint of a
+// GPU run in bf16 resumed on the CPU in f32 (its header says so, as such a run writes it) is told
+// each. They were not recorded, and a run went on under other kernels without a word.
 TEST(Checkpoint, AResumeOnAnotherDeviceOrDtypeIsSaid) {
   const TrainOptions o = one_step_options();
   const std::string path = ::testing::TempDir() + "rrfp-ckpt-device.bin";
@@ -303,6 +303,18 @@ TEST(Checkpoint, AResumeOnAnotherDeviceOrDtypeIsSaid) {
   EXPECT_EQ(header["run"]["device"], "cpu");
   EXPECT_EQ(header["run"]["dtype"], "f32");
   EXPECT_FALSE(header["run"].contains("deterministic"));  // a CPU run has no such choice
+  // LibTorch's CPU kernels, picked by the processor's vector instructions (or
+  // ATEN_CPU_CAPABILITY), round otherwise: a resume under others is told.
+  ASSERT_TRUE(header["run"]["cpu_kernels"].is_string());
+  const std::string kernels = header["run"]["cpu_kernels"];
+  EXPECT_NE(kernels, "unknown");
+  nlohmann::json other = header;
+  other["run"]["cpu_kernels"] = "DEFAULT-other";
+  const std::string elsewhere = ::testing::TempDir() + "rrfp-ckpt-device-kernels.bin";
+  write_bytes(elsewhere, with_header(read_bytes(path), other.dump()));
+  EXPECT_EQ(Trainer(o).resume(elsewhere),
+            std::vector<std::string>{"LibTorch's CPU kernels (ATEN_CPU_CAPABILITY) are \"" +
+                                     kernels + "\"; the checkpoint's run had \"DEFAULT-other\""});
   header["run"]["device"] = "cuda";
   header["run"]["dtype"] = "bf16";
   header["run"]["deterministic"] = false;

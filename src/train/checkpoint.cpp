@@ -220,6 +220,9 @@ std::vector<std::string> differences(const nlohmann::json& h, const CheckpointSt
       else if (name == "intra_op_threads")  // no option: torch's count, or OMP_NUM_THREADS's
         out.push_back("the intra-op threads (OMP_NUM_THREADS) are " + brief(mine) +
                       "; the checkpoint's run had " + brief(was));
+      else if (name == "cpu_kernels")  // no option: the processor's, or ATEN_CPU_CAPABILITY's
+        out.push_back("LibTorch's CPU kernels (ATEN_CPU_CAPABILITY) are " + brief(mine) +
+                      "; the checkpoint's run had " + brief(was));
       else
         out.push_back("`" + name + "` is " + brief(mine) + "; the checkpoint's run had " +
                       brief(was));

@@ -3,6 +3,7 @@
 #include "train/trainer.hpp"
 
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 
 #include <cmath>
 #include <set>
@@ -14,6 +15,23 @@
 #include "train/checkpoint_parts.hpp"
 
 namespace rrfp::train {
+
+namespace {
+
+// The vector instructions LibTorch's CPU kernels were picked for (AVX2, AVX512, DEFAULT...):
+// ATEN_CPU_CAPABILITY or the processor decides, and other kernels round otherwise, so a
+// resume on another machine went on bitwise-different without a word. LibTorch exports no
+// getter for it but its configuration text, which names it on one line.
+std::string cpu_kernels() {
+  const std::string config = at::show_config();
+  const std::string key = "CPU capability usage: ";
+  const auto at = config.find(key);
+  if (at == std::string::npos) return "unknown";
+  const auto begin = at + key.size();
+  return config.substr(begin, config.find('\n', begin) - begin);
+}
+
+}  // namespace
 
 // What a checkpoint holds of this trainer; the tensors share this trainer's storage.
 CheckpointState Trainer::checkpoint_state() const {
@@ -42,6 +60,7 @@ CheckpointState Trainer::checkpoint_state() const {
            {"device", o_.device == "cpu" ? "cpu" : "cuda"},
            {"dtype", o_.dtype}};
   if (o_.device != "cpu") s.run["deterministic"] = o_.deterministic;
+  if (o_.device == "cpu") s.run["cpu_kernels"] = cpu_kernels();
   // The corpus as read, not its path: a path spelled otherwise reads the same bytes, and a file
   // rewritten in place does not. (Older checkpoints recorded the path as `data`, which is no
   // longer compared.)
