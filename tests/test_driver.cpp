@@ -219,5 +219,18 @@ TEST(Driver, RefusesMessagesItsProtocolsDoNotTake) {
                rank + "a choice of F c0 m0 from tp rank 1: only the leader");
 }
 
+// The adaptive rule orders the first forwards by every microbatch's size: a list of another
+// length is refused, where it was dropped without a word and the entries kept their order.
+TEST(Driver, RefusesAPartialListOfMicrobatchSizes) {
+  const WorkModel m(test::config(2, 3, 1, true));
+  const Hint h = make_hint("adaptive", m);
+  DispatchOptions o;
+  o.arbiter = resolve_options({}, h, m);
+  RankDriver d(m, h, o, 1, 0, 0);
+  EXPECT_ERROR(d.begin_step({5, 1}), Error, "stage 0: 2 microbatch sizes for 3 microbatches");
+  d.begin_step({5, 1, 3});
+  EXPECT_EQ(d.next(), (TaskId{Kind::F, 0, 1}));  // the smallest enters first
+}
+
 }  // namespace
 }  // namespace rrfp

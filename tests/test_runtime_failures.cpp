@@ -415,5 +415,26 @@ TEST_F(Failures, ASizeHookThatThrowsAsTheStepBeginsFailsItAndTheRuntime) {
   EXPECT_ERROR(rt.run_step(1), Error, "runtime: an earlier step failed; start a new runtime");
 }
 
+// A program that knows some microbatches' sizes and not the others: the adaptive rule cannot
+// order the entries by a part, and the list was dropped without a word. The step fails, named.
+TEST_F(Failures, SomeMicrobatchSizesWithoutTheOthersFailTheStep) {
+  struct SomeSizes final : StageProgram {
+    Payload forward(TaskContext&, int, int, Payload) override { return {}; }
+    Payload backward(TaskContext&, int, int, Payload) override { return {}; }
+    std::optional<std::int64_t> microbatch_size(int mb) const override {
+      if (mb == 2) return std::nullopt;
+      return mb + 1;
+    }
+  };
+  Runtime rt(
+      m_, hint_, [](int, int) { return std::make_unique<SomeSizes>(); },
+      runtime_options(m_, work_, Policy::Ready));
+  EXPECT_ERROR(rt.run_step(0), TaskError,
+               "stage 0: microbatch_size gave " + std::to_string(m_.microbatches() - 1) + " of " +
+                   std::to_string(m_.microbatches()) +
+                   " microbatches' sizes (none for microbatch 2): give every microbatch's size "
+                   "or none");
+}
+
 }  // namespace
 }  // namespace rrfp::test

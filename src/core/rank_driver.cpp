@@ -12,8 +12,8 @@ void RankDriver::begin_step(const std::vector<std::int64_t>& entry_sizes) {
   // The readiness marks ready what waits for nothing, so the arbiter comes first, with the
   // sizes that order the first forwards.
   arb_ = std::make_unique<StageArbiter>(m_, stage_, hint_, opt_.arbiter);
-  if (static_cast<int>(entry_sizes.size()) == m_.microbatches())
-    arb_->note_entry_sizes(entry_sizes);
+  // A list of another length is refused there (it was dropped without a word).
+  if (!entry_sizes.empty()) arb_->note_entry_sizes(entry_sizes);
   costs_ = opt_.note_costs(tp_) && arb_->reads_costs();
   inputs_ = std::make_unique<Readiness>(m_, stage_, *arb_);
   rendezvous_.reset();

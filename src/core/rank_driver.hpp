@@ -65,7 +65,8 @@ class RankDriver {
              int tp_rank);
 
   // Fresh machines for a step. `entry_sizes`: every microbatch's size, for the adaptive rule's
-  // entry order (the same on every rank of a group), or empty.
+  // entry order (the same on every rank of a group), or empty; a list of another length is an
+  // Error where the rule reads it.
   void begin_step(const std::vector<std::int64_t>& entry_sizes = {});
 
   // --- What happened ---

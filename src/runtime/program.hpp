@@ -106,6 +106,7 @@ class StageProgram {
   // How large microbatch `mb` of the coming step is (tokens, bytes: only the order matters),
   // when the program knows it before the step: the adaptive rule's entry order (entry_ranks).
   // Asked on the stage that runs chunk 0, before begin_step, from the thread starting the step.
+  // Every microbatch's or none: some without the others fail the step.
   virtual std::optional<std::int64_t> microbatch_size(int /*mb*/) const { return std::nullopt; }
   // What the running task waits for, where it waits its turn for something outside the
   // runtime ("" where it does not say): the stuck report shows it beside the task, which it

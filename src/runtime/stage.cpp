@@ -79,6 +79,7 @@ void Stage::begin_rank(Locked& lk, int r) {
   StageRank& rk = core_.rank(lk, r);
   // Sizes are the same on every rank of a group, so unlike costs they hold under `agree`.
   std::vector<std::int64_t> sizes;
+  int unknown = -1;  // the first microbatch whose size the program does not know
   if (m.stage_of({Kind::F, 0, 0}) == core_.stage())
     for (int mb = 0; mb < m.microbatches(); ++mb) {
       std::optional<std::int64_t> size;
@@ -88,7 +89,14 @@ void Stage::begin_rank(Locked& lk, int r) {
         throw call_failed(core_.name(r) + ": microbatch_size(" + std::to_string(mb) + ")");
       }
       if (size) sizes.push_back(*size);
+      if (!size && unknown < 0) unknown = mb;
     }
+  // Some sizes without the others cannot order the entries; they were dropped without a word.
+  if (!sizes.empty() && unknown >= 0)
+    throw TaskError(core_.name(r) + ": microbatch_size gave " + std::to_string(sizes.size()) +
+                    " of " + std::to_string(m.microbatches()) +
+                    " microbatches' sizes (none for microbatch " + std::to_string(unknown) +
+                    "): give every microbatch's size or none");
   rk.driver->begin_step(sizes);
   rk.input.assign(m.local_slots(), Payload{});
   rk.arrived.assign(m.local_slots(), -1);
