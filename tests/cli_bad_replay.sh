@@ -17,6 +17,9 @@ check "FILE: '$tmp/none' does not exist" schedule check "$tmp/none"
 # --pp is 4" read as if stage 4 were one of four).
 "$rrfp" simulate --pp 4 -m 4 --hint bf --policy ready --trace "$tmp/p4.json" >/dev/null
 check "records stage 2, which --pp 2 (stages 0 to 1) lacks: give the shape the trace was recorded with" simulate --replay "$tmp/p4.json" --pp 2 -m 4 --hint bf --policy ready
+# The work's estimate comes once the trace is read: a shape the trace cannot fill printed it
+# above the refusal, two lines.
+check "the rrfp timeline lacks tasks this shape needs" predict "$tmp/p4.json" -m 1048576
 check "--hints: 'nope' is not a rule hint" predict "$data/torch-pp2" --hints bf,nope
 check "has no step 9; it has 1, 2" predict "$data/torch-pp2" --step 9
 check "1 rank(s) with task spans, but the shape has 2" \

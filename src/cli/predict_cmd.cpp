@@ -45,12 +45,14 @@ std::vector<std::string> split_list(const std::string& s) {
 
 // Before the trace is read at the shape: `--pp 4096 -m 6000` on a trace of a few tasks took
 // 2.7 GB to find the tasks it lacked, with no estimate at all.
-void check_predict_fits(const PipelineConfig& c, int tp) {
+// Refuses what does not fit; the estimate, to say once the trace is read.
+std::string check_predict_fits(const PipelineConfig& c, int tp) {
   const double tasks = tasks_of(c, tp);
-  check_fits("predict: " + fmt("%.1fM", tasks / 1e6) + " tasks at P=" + std::to_string(c.pp) +
-                 " V=" + std::to_string(c.vpp) + " M=" + std::to_string(c.microbatches) +
-                 " TP=" + std::to_string(tp),
-             tasks, kPredictCost, "--pp, --vpp, --microbatches or --tp (the trace's by default)");
+  return checked_estimate(
+      "predict: " + fmt("%.1fM", tasks / 1e6) + " tasks at P=" + std::to_string(c.pp) +
+          " V=" + std::to_string(c.vpp) + " M=" + std::to_string(c.microbatches) +
+          " TP=" + std::to_string(tp),
+      tasks, kPredictCost, "--pp, --vpp, --microbatches or --tp (the trace's by default)");
 }
 
 void run_predict(PredictFlags f) {
@@ -88,7 +90,7 @@ void run_predict(PredictFlags f) {
   if (f.split != "auto") c.split_backward = resolve_split(f.split, "");
   if (!f.placement.empty()) c.placement = parse_placement(f.placement);
   validate(c);
-  check_predict_fits(c, f.tp);
+  const std::string estimate = check_predict_fits(c, f.tp);
   std::optional<ImportedRun> whole_step;  // the step read with a whole backward, if it stays so
   if (f.split == "auto" && c.split_backward) {
     // W tasks somewhere in the file: the step replayed decides (the first complete, or
@@ -114,9 +116,12 @@ void run_predict(PredictFlags f) {
   if (f.comm != "auto") o.recorded_comm = parse_comm(f.comm);
   if (f.ordered != "auto") o.ordered_forwards = f.ordered == "on";
   o.rules_split_as_they_run = f.split == "auto";
-  // A step read already is not read twice.
-  Prediction p = whole_step ? predict(std::move(*whole_step), c, f.tp, o)
-                            : predict(f.path, c, f.tp, f.trace, o);
+  // A step read already is not read twice. The estimate once it is read: a trace refused at
+  // once (a shape it cannot fill) printed it above the refusal.
+  ImportedRun step =
+      whole_step ? std::move(*whole_step) : import_trace(f.path, WorkModel(c), f.tp, f.trace);
+  say_estimate(estimate);
+  Prediction p = predict(std::move(step), c, f.tp, o);
   for (std::string& s : p.skipped)  // the library's reasons name options: here, flags
     s = as_flags(s);
   write_then_heed_signals([&] {

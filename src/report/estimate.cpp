@@ -21,8 +21,8 @@ std::string duration(double s) {
 
 }  // namespace
 
-void check_fits(const std::string& what, double tasks, const TaskCost& cost,
-                const std::string& lower, double evaluations) {
+std::string checked_estimate(const std::string& what, double tasks, const TaskCost& cost,
+                             const std::string& lower, double evaluations) {
   const double bytes = tasks * cost.bytes, seconds = tasks * cost.seconds * evaluations;
   const std::string work = " and " + duration(seconds) + " of work";
   check_memory(bytes, what, work, lower);
@@ -30,11 +30,20 @@ void check_fits(const std::string& what, double tasks, const TaskCost& cost,
   // (core/progress_line.hpp): a short run writes nothing beside its errors.
   const bool tty = is_terminal(STDERR_FILENO);
   if (tty ? bytes > 1e9 || seconds > 10
-          : seconds * 1e9 > static_cast<double>(ProgressLog::kEveryNs)) {
-    std::fprintf(stderr, "rrfp: %s: about %s of memory%s (estimated)\n", what.c_str(),
-                 gigabytes(bytes).c_str(), work.c_str());
-    std::fflush(stderr);
-  }
+          : seconds * 1e9 > static_cast<double>(ProgressLog::kEveryNs))
+    return "rrfp: " + what + ": about " + gigabytes(bytes) + " of memory" + work + " (estimated)";
+  return {};
+}
+
+void say_estimate(const std::string& line) {
+  if (line.empty()) return;
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+void check_fits(const std::string& what, double tasks, const TaskCost& cost,
+                const std::string& lower, double evaluations) {
+  say_estimate(checked_estimate(what, tasks, cost, lower, evaluations));
 }
 
 }  // namespace rrfp

@@ -55,5 +55,10 @@ inline double simulated_bytes(const PipelineConfig& c, int tp, double per_task) 
 // estimate to stderr when it needs more than 1 GB or 10 s and stderr is a terminal.
 void check_fits(const std::string& what, double tasks, const TaskCost& cost,
                 const std::string& lower, double evaluations = 1);
+// check_fits, the estimate returned ("" where it would not be printed) for say_estimate() once
+// the command's input is read: one refused at once printed it above the refusal.
+std::string checked_estimate(const std::string& what, double tasks, const TaskCost& cost,
+                             const std::string& lower, double evaluations = 1);
+void say_estimate(const std::string& line);
 
 }  // namespace rrfp

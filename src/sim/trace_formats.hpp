@@ -91,6 +91,9 @@ struct IdsSeen {
   }
 };
 
+// rrfp's process names: "LABEL / stage S" -> (LABEL, S); false for any other name.
+bool split_process_name(const std::string& name, std::string& label, int& stage);
+
 Shape probe_rrfp(const std::vector<Doc>& docs);
 Shape probe_torch(const std::vector<Doc>& docs, int tp);
 Shape probe_megatron(const std::vector<Doc>& docs, int tp);

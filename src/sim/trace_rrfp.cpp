@@ -21,9 +21,6 @@
 
 namespace rrfp::trace {
 
-namespace {
-
-// "LABEL / stage S" -> (LABEL, S); false for any other process name.
 bool split_process_name(const std::string& name, std::string& label, int& stage) {
   const std::string sep = " / stage ";
   const size_t at = name.rfind(sep);
@@ -36,6 +33,8 @@ bool split_process_name(const std::string& name, std::string& label, int& stage)
   stage = std::stoi(digits);
   return true;
 }
+
+namespace {
 
 // Each rank's waits in its TP group's collective ("blocked: collective" spans), by (pid, tid),
 // as (start, duration) in start order.
@@ -123,7 +122,8 @@ class RunSettings {
     take(run, t, args, where, "step_us", t.step_us, kMaxSpanUs);
   }
 
-  // Once every process is read: each setting given by every stage of its run or by none.
+  // Once every process is read: each setting given by every stage of its run or by none, and
+  // the run's own step no shorter than its tasks.
   void check(const std::vector<Timeline>& runs) const {
     for (const auto& [at, given] : given_)
       if (given.first != stages_.at(at.first))
@@ -131,6 +131,21 @@ class RunSettings {
                          std::to_string(given.first) + " of the " +
                          std::to_string(stages_.at(at.first)) + " stages of " + runs[at.first].run +
                          "; every stage of a run gives it, or none");
+    // The step holds its tasks, from the first's start to the last's end: one shorter was shown
+    // beside a measured step 4,000 times its length. 1 us over: the writer's rounding.
+    for (const auto& [at, given] : given_) {
+      const Timeline& t = runs[at.first];
+      if (at.second != "step_us" || t.tasks.empty()) continue;
+      double first = t.tasks.front().start_us, last = first;
+      for (const TimelineTask& k : t.tasks) {
+        first = std::min(first, k.start_us);
+        last = std::max(last, k.start_us + k.dur_us);
+      }
+      if (last - first > *t.step_us + 1)
+        throw InputError(given.second + ": field \"step_us\" is " + fmt("%.10g", *t.step_us) +
+                         " us, but the tasks of " + t.run + " span " + fmt("%.10g", last - first) +
+                         " us: the run's step holds them all");
+    }
   }
 
  private:
@@ -208,6 +223,7 @@ struct Process {
 // The processes a file names (process_name events of rrfp's "LABEL / stage N").
 std::vector<Process> processes_of(const Doc& d, const WorkModel& m) {
   std::vector<Process> out;
+  std::map<long long, size_t> named;  // pid -> its Process in `out`
   size_t event = 0;
   for (const auto& e : events_of(d)) {
     ++event;
@@ -226,6 +242,16 @@ std::vector<Process> processes_of(const Doc& d, const WorkModel& m) {
                        std::to_string(p.stage) + ", which `pp` " + std::to_string(m.pp()) +
                        " (stages 0 to " + std::to_string(m.pp() - 1) +
                        ") lacks: give the shape the trace was recorded with");
+    // Named again, the last name won: the stage moved to another run unsaid.
+    if (const auto [at, fresh] = named.emplace(p.pid, out.size()); !fresh) {
+      const Process& was = out[at->second];
+      if (was.label == p.label && was.stage == p.stage) continue;
+      throw InputError(d.origin + ": events " + std::to_string(was.event) + " and " +
+                       std::to_string(event) + " name pid " + std::to_string(p.pid) +
+                       " otherwise (stage " + std::to_string(was.stage) + " of run '" +
+                       printable(was.label, 60) + "', then stage " + std::to_string(p.stage) +
+                       " of run '" + printable(p.label, 60) + "'): a process is one stage");
+    }
     out.push_back(std::move(p));
   }
   return out;
@@ -344,64 +370,6 @@ std::vector<Timeline> read_rrfp(const std::vector<Doc>& docs, const WorkModel& m
   for (const auto& [run, spans] : rounds)
     read_latency(spans, runs[run]);
   return runs;
-}
-
-Shape probe_rrfp(const std::vector<Doc>& docs) {
-  Shape s;
-  IdsSeen chunk_ids{"chunk"}, mb_ids{"microbatch"};
-  for (const Doc& d : docs) {
-    // The processes first: a task may come before the event that names its process.
-    std::map<long long, int> stage_of_pid;
-    std::size_t event = 0;
-    for (const auto& e : events_of(d)) {
-      ++event;
-      const auto args = e.is_object() ? e.find("args") : e.end();
-      std::string label;
-      int stage = 0;
-      if (args == e.end() || !args->is_object() || string_at(e, "ph", d.origin, event) != "M" ||
-          string_at(e, "name", d.origin, event) != "process_name" ||
-          !split_process_name(string_at(*args, "name", d.origin, event, "args"), label, stage))
-        continue;
-      s.pp = std::max(s.pp, stage + 1);
-      if (const auto pid = e.find("pid"); pid != e.end() && pid->is_number_integer())
-        stage_of_pid[pid->get<long long>()] = stage;
-    }
-    event = 0;
-    for (const auto& e : events_of(d)) {
-      ++event;
-      if (!e.is_object()) continue;
-      const auto args = e.find("args");
-      if (args == e.end() || !args->is_object()) continue;
-      const auto c = args->find("chunk"), mb = args->find("microbatch");
-      if (string_at(e, "ph", d.origin, event) == "X" && c != args->end() &&
-          c->is_number_unsigned() && mb != args->end() && mb->is_number_unsigned() &&
-          c->get<std::uint64_t>() < 1u << 20 && mb->get<std::uint64_t>() < 1u << 24) {
-        // Events from 1, as read.
-        const auto where = [&] { return d.origin + ": event " + std::to_string(event); };
-        chunk_ids.saw(c->get<int>(), where);
-        mb_ids.saw(mb->get<int>(), where);
-        const bool w = string_at(*args, "kind", d.origin, event, "args") == "W";
-        s.saw(c->get<int>(), mb->get<int>(), w ? Kind::W : Kind::F);
-        const auto tid = e.find("tid");
-        const int rank =
-            tid != e.end() && tid->is_number_unsigned() && tid->get<std::uint64_t>() < kMaxTp
-                ? tid->get<int>()
-                : 0;
-        s.tp = std::max({s.tp, 1, rank + 1});
-        const auto pid = e.find("pid");
-        if (pid != e.end() && pid->is_number_integer())
-          if (const auto st = stage_of_pid.find(pid->get<long long>()); st != stage_of_pid.end())
-            s.stage_of_chunk.emplace(c->get<int>(), st->second);
-      }
-    }
-  }
-  if (chunk_ids.ids.empty()) return s;  // the caller says the trace holds no task
-  // A stray id named a huge shape and blamed the flags. Chunks that no stage count divides are
-  // named by the caller, with their event.
-  if (s.pp < 1 || s.chunks % s.pp == 0) chunk_ids.check();
-  mb_ids.check();
-  s.largest_chunk_at = chunk_ids.at;
-  return s;
 }
 
 }  // namespace rrfp::trace

@@ -1,0 +1,135 @@
+// The PyTorch profiler's files read into ranks (sim/trace_torch_ranks.cpp): Kineto's files, each
+// counting its times from its own process's start, on one clock; the world size they give
+// holding the pipeline's ranks; a rank that is no whole number, and an action the replay cannot
+// read, refused naming them.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "expect_error.hpp"
+#include "sim/trace_import.hpp"
+#include "sim_helpers.hpp"
+#include "trace_fixtures.hpp"
+
+namespace rrfp::test {
+namespace {
+
+using Files = std::vector<std::pair<std::string, std::string>>;
+
+// Kineto as PyTorch 2.2 on writes it: each file's ts counted from its process's start,
+// baseTimeNanoseconds (rank r's process started r x 20.037 ms after rank 0's).
+Files from_own_starts(Files files) {
+  for (auto& [name, text] : files) {
+    json doc = json::parse(text);
+    const int rank = doc["distributedInfo"]["rank"];
+    const std::int64_t start_us = 1712667379000000 + rank * 20037;
+    doc["baseTimeNanoseconds"] = start_us * 1000;
+    for (json& e : doc["traceEvents"])
+      if (e.contains("ts")) e["ts"] = e["ts"].get<double>() - static_cast<double>(start_us);
+    text = doc.dump();
+  }
+  return files;
+}
+
+// Read as on one clock, such files put rank r r x 20 ms late in every step: a 4-stage step
+// measured 67% long, and a rule 'saving' 6.6% of it, exit 0.
+TEST(TorchRanks, FilesCountingFromTheirOwnStartsReplayOnOneClock) {
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    WorkModel m(config(4, 8, 1, true));
+    RealizedWork w = realize(workload_preset("paper"), m, 1, seed);
+    const StepRecord r = simulated(m, "bfw", Policy::Ready, w);
+    const ImportedRun epoch = import_trace_texts(kineto_files(r, m, false), m, 1);
+    const ImportedRun own = import_trace_texts(from_own_starts(kineto_files(r, m, false)), m, 1);
+    EXPECT_EQ(own.work.compute_ns, w.compute_ns);
+    EXPECT_EQ(own.messages_measured, epoch.messages_measured);
+    // Both to a double's rounding of an epoch reading (0.25 us).
+    EXPECT_NEAR(static_cast<double>(own.measured_ns), static_cast<double>(r.makespan), 250)
+        << "seed " << seed;
+    EXPECT_NEAR(static_cast<double>(own.measured_ns), static_cast<double>(epoch.measured_ns), 500);
+  }
+}
+
+TEST(TorchRanks, RefusesClocksItCannotJoin) {
+  WorkModel m(config(2, 2));
+  RealizedWork w = realize(workload_preset("language"), m, 1, 1);
+  Files files = from_own_starts(kineto_files(simulated(m, "1f1b", Policy::Fixed, w), m, false));
+  json doc = json::parse(files[0].second);  // rank 1's
+  doc.erase("baseTimeNanoseconds");
+  EXPECT_ERROR(import_trace_texts({files[1], {"rank1.json", doc.dump()}}, m, 1), InputError,
+               "rank0.json counts its times from baseTimeNanoseconds and rank1.json gives none: "
+               "the files of one run come from one profiler alike");
+  for (const char* bad : {"-1", "\"1712667379000000000\"", "1.5", "4000000000000000001"}) {
+    doc["baseTimeNanoseconds"] = json::parse(bad);
+    EXPECT_ERROR(import_trace_texts({files[1], {"rank1.json", doc.dump()}}, m, 1), InputError,
+                 "rank1.json: baseTimeNanoseconds (the epoch's, to the year 2096) must be a whole "
+                 "number in [0, 4000000000000000000], got " +
+                     std::string(bad));
+  }
+}
+
+// A rank's file left out was replayed as a pipeline one stage shorter (twin -19%, exit 0).
+TEST(TorchRanks, TheWorldSizeHoldsTheRanksOfCopiesOfOnePipeline) {
+  WorkModel m(config(4, 4));
+  RealizedWork w = realize(workload_preset("language"), m, 1, 1);
+  Files files = kineto_files(simulated(m, "1f1b", Policy::Fixed, w), m, false);
+  files.erase(files.begin());  // rank 3's: the files come last rank first
+  EXPECT_ERROR(import_trace_texts(files, WorkModel(config(3, 4)), 1), InputError,
+               "rank2.json and the other files: 3 ranks with task spans (0, 1, 2), which do not "
+               "divide distributedInfo.world_size 4 into copies of one pipeline: is a rank's "
+               "file missing?");
+  // One of two data-parallel copies of a pipeline of 2 (ranks 0 and 2 of 4) is a pipeline.
+  WorkModel two(config(2, 4));
+  RealizedWork w2 = realize(workload_preset("language"), two, 1, 1);
+  Files copy = kineto_files(simulated(two, "1f1b", Policy::Fixed, w2), two, false);
+  for (auto& [name, text] : copy) {
+    json doc = json::parse(text);
+    doc["distributedInfo"]["rank"] = 2 * doc["distributedInfo"]["rank"].get<int>();
+    doc["distributedInfo"]["world_size"] = 4;
+    text = doc.dump();
+  }
+  EXPECT_NO_THROW(import_trace_texts(copy, two, 1));
+  json doc = json::parse(copy[0].second);
+  doc["distributedInfo"]["world_size"] = 8;
+  EXPECT_ERROR(import_trace_texts({copy[1], {copy[0].first, doc.dump()}}, two, 1), InputError,
+               "rank0.json gives distributedInfo.world_size 4 and rank1.json 8: the files of one "
+               "run share it");
+}
+
+// A rank given as a string, or as 2.5, was no rank: the files were taken in their names' order.
+TEST(TorchRanks, ARankIsAWholeNumberBelowTheWorldSize) {
+  const WorkModel m(config(1, 1));
+  for (const char* bad : {"\"1\"", "2.5", "-1", "true"})
+    EXPECT_ERROR(
+        import_trace_texts({{"t.json", torch_one_rank("", R"("distributedInfo": {"rank": )" +
+                                                              std::string(bad) + "}, ")}},
+                           m, 1),
+        InputError,
+        "t.json: distributedInfo.rank must be a whole number in [0, 2147483646], got " +
+            std::string(bad));
+  EXPECT_ERROR(
+      import_trace_texts({{"t.json", torch_one_rank("", R"("distributedInfo": {"rank": 4, )"
+                                                        R"("world_size": 4}, )")}},
+                         m, 1),
+      InputError, "t.json: distributedInfo.rank is 4, past its world_size 4 (ranks count from 0)");
+  EXPECT_NO_THROW(import_trace_texts(
+      {{"t.json", torch_one_rank("", R"("distributedInfo": {"rank": 3.0, "world_size": 4}, )")}}, m,
+      1));
+}
+
+// DualPipeV's overlapped forward and backward in one span was skipped, and the refusal of the
+// step blamed the shape.
+TEST(TorchRanks, ACombinedActionIsRefusedNamingIt) {
+  EXPECT_ERROR(
+      import_trace_texts({{"t.json", torch_one_rank(R"(, {"ph": "X", "name": )"
+                                                    R"("PP:(0F1;0B0)OVERLAP_F_B", "ts": 40, )"
+                                                    R"("dur": 10, "pid": 1, "tid": 1})")}},
+                         WorkModel(config(1, 2)), 1),
+      InputError,
+      "t.json: event 3: span 'PP:(0F1;0B0)OVERLAP_F_B' times several actions at once "
+      "(OVERLAP_F_B); a replay reads one task a span, PP:<chunk><F|I|B|W><microbatch>");
+}
+
+}  // namespace
+}  // namespace rrfp::test
