@@ -327,6 +327,11 @@ if command -v taskset >/dev/null; then
   spun=$(taskset -c "$cpu" "$rrfp" run --pp 1 -m 2 --workload uniform --spin --hint 1f1b \
     --policy fixed 2>&1 >/dev/null)
   grep -q "warning: --spin" <<<"$spun" && fail "--spin of one rank on one core warned: '$spun'"
+  # --idle-spin-us likewise: an idle rank's spin took the core of one with work, unsaid.
+  spun=$(taskset -c "$cpu" "$rrfp" run --pp 2 -m 2 --workload uniform --idle-spin-us 100 \
+    --hint 1f1b --policy fixed 2>&1 >/dev/null)
+  grep -q "^rrfp run: warning: --idle-spin-us: 2 ranks busy-wait on 1 core while idle" \
+    <<<"$spun" || fail "--idle-spin-us on one core: '$spun'"
 fi
 echo "cli inputs checks: $fails failed"
 [ "$fails" -eq 0 ]

@@ -38,6 +38,13 @@ CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f) {
 }
 
 void check_experiment_files(const ExperimentFlags& f, const std::string& calibration) {
+  // The table it adds rows to is not printed where stdout carries the JSON: it was taken and
+  // did nothing.
+  if (f.per_stage && is_stdout(f.json))
+    throw InputError(
+        "--per-stage: adds rows to the table, which --json - leaves out (the JSON gives each "
+        "stage's busy, blocked and idle time under \"stages\"); write the JSON to a file, or leave "
+        "--per-stage out");
   check_outputs({{f.json, "--json"}, {f.trace, "--trace"}, {f.svg, "--svg"}},
                 {{hint_file(f.dispatch.hint), "--hint"},
                  {f.load.workload_file, "--workload-file"},

@@ -81,9 +81,10 @@ void say_message_model_unused(const RunFlags& f) {
 // --spin busy-waits each emulated task on a core of its own: with more ranks than cores they
 // take turns, each task lasting longer than its duration, and every run's steps are off
 // (+155% to +523% at P=4 and 8 on 2 cores, ready BF measured slower than 1F1B where the model
-// says faster) without a word. Said on rank 0; over a job, of the ranks mpirun put on its node.
+// says faster) without a word. --idle-spin-us likewise, an idle rank's spin taking the core of
+// one with work. Said on rank 0; over a job, of the ranks mpirun put on its node.
 void say_spin_oversubscribed(const RunFlags& f, const Scenario& sc, const Job* world) {
-  if (!f.spin) return;
+  if (!f.spin && f.idle_spin_us <= 0) return;
   // In one process its ranks on the cores it may use; over a job the processes mpirun put on
   // this node on its cores (each process may be bound to one), where Open MPI says how many.
   int ranks = sc.cfg.pp * sc.tp;
@@ -94,12 +95,20 @@ void say_spin_oversubscribed(const RunFlags& f, const Scenario& sc, const Job* w
     ranks = std::atoi(local);
     cores = machine_cores();
   }
-  if (ranks > cores)
-    print_line("rrfp run: warning: --spin: " + std::to_string(ranks) + " ranks busy-wait on " +
-               std::to_string(cores) + " core" + (cores == 1 ? "" : "s") +
+  if (ranks <= cores) return;
+  const std::string on = std::to_string(ranks) + " ranks busy-wait on " + std::to_string(cores) +
+                         " core" + (cores == 1 ? "" : "s");
+  const std::string fewer = std::to_string(cores) + (cores == 1 ? " rank" : " ranks") + " here)";
+  if (f.spin)
+    print_line("rrfp run: warning: --spin: " + on +
                ": they take turns, each task lasting longer than its duration, and the measured "
                "steps are not the workload's (leave out --spin, or run at most " +
-               std::to_string(cores) + (cores == 1 ? " rank" : " ranks") + " here)");
+               fewer);
+  else
+    print_line("rrfp run: warning: --idle-spin-us: " + on +
+               " while idle: a spinning rank takes the core of one with work, and the measured "
+               "steps are slower than the workload's (leave out --idle-spin-us, or run at most " +
+               fewer);
 }
 
 // Over MPI each process hosts one stage and TP rank: checked before any run starts (the first

@@ -2,6 +2,7 @@
 // fixed baselines and the requested rrfp runs on identical realized durations. Writes a CSV
 // of every run and a markdown summary of speedups, efficiency and peak activation memory.
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <iostream>
@@ -33,6 +34,7 @@ struct SweepFlags {
   std::vector<std::string> hints = {"bf", "bfw"};
   int seeds = 3;
   std::string tp_protocol = "leader";
+  bool tp_protocol_given = false;
   std::string csv = "sweep.csv", md;
   bool quiet = false;
 };
@@ -134,6 +136,12 @@ void check_sweep(const SweepFlags& f) {
   if (f.tp_protocol != "leader" && f.tp_protocol != "agree")
     throw InputError("--tp-protocol: expected leader or agree, got '" +
                      printable(f.tp_protocol, 30) + "'");
+  // As simulate's: a grid with no TP group had it taken and ignored, its CSV the default's.
+  if (f.tp_protocol_given && std::all_of(f.tps.begin(), f.tps.end(), [](int t) { return t == 1; }))
+    throw InputError(
+        "--tp-protocol: how the tensor-parallel ranks of a stage coordinate; every --tp of the "
+        "grid is 1, where a stage has one rank and nothing to coordinate (give a --tp of 2 or "
+        "more, or leave --tp-protocol out)");
   for (int p : f.pps)
     if (p < 1) throw InputError("--pp: must be at least 1, got " + std::to_string(p));
   for (int m : f.mb_factors)
@@ -387,7 +395,9 @@ void setup_sweep(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   sub->add_option("--seeds", f->seeds, "seeds 1..N per grid point")->capture_default_str();
-  sub->add_option("--tp-protocol", f->tp_protocol, "leader or agree")->capture_default_str();
+  sub->add_option("--tp-protocol", f->tp_protocol, "leader or agree")
+      ->capture_default_str()
+      ->each([f](const std::string&) { f->tp_protocol_given = true; });
   sub->add_option("--csv", f->csv, "CSV of every run")->capture_default_str();
   sub->add_option("--md", f->md, "markdown summary file");
   sub->add_flag("--quiet", f->quiet, "no progress on stderr");
