@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -171,6 +172,33 @@ TEST(ProgressTicker, HiddenOrShortWritesNothing) {
     sleep_ms(100);
   }
   EXPECT_EQ(read_all(f), "");
+  std::fclose(f);
+}
+
+// A described status is asked each time a line falls due: "" shows nothing (a training step
+// not yet long), and its text is shown as it says; idle() shows nothing more.
+TEST(ProgressTicker, ADescribedStatusIsAskedWhenALineIsDue) {
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  ProgressLog log(kShortNs);
+  std::atomic<int> asked{0};
+  {
+    ProgressTicker ticker("", true, &log, f);
+    sleep_ms(500);  // nothing under way: nothing written
+    ticker.status([&asked]() -> std::string {
+      return ++asked < 3 ? "" : "step 1/2: " + std::to_string(asked.load()) + " asked";
+    });
+    sleep_ms(1500);
+    ticker.idle();
+    const int before = asked.load();
+    sleep_ms(500);
+    EXPECT_EQ(asked.load(), before) << "asked after idle()";
+  }
+  const std::string out = read_all(f);
+  EXPECT_TRUE(std::regex_search(out, std::regex("^\\[[0-9]+ s\\] step 1/2: [0-9]+ asked\n")))
+      << out;
+  EXPECT_EQ(lines(out, "step 1/2: 1 asked") + lines(out, "step 1/2: 2 asked"), 0) << out;
+  EXPECT_EQ(out.find(" s)"), std::string::npos) << "the ticker's seconds added: " << out;
   std::fclose(f);
 }
 

@@ -197,6 +197,40 @@ TEST(Runtime, RunsSeveralStepsAndRoutesPayloadsToTheirTasks) {
   EXPECT_EQ(ends.load(), 3 * 4 * 2);
 }
 
+// A front end's progress within a long step: each task sees the tasks ended before it, of the
+// step's total, and the step's end all of them (rrfp train shows it once a step runs long).
+TEST(Runtime, StepProgressCountsTheTasksEndedHere) {
+  const WorkModel m(shape(1, 4));
+  const Hint h = make_hint("bf", m);
+  Runtime* runtime = nullptr;
+  std::vector<Runtime::StepProgress> seen;
+  struct Seeing final : StageProgram {
+    Runtime*& rt;
+    std::vector<Runtime::StepProgress>& seen;
+    Seeing(Runtime*& r, std::vector<Runtime::StepProgress>& s) : rt(r), seen(s) {}
+    Payload forward(TaskContext&, int, int, Payload) override {
+      seen.push_back(rt->step_progress());
+      return {};
+    }
+    Payload backward(TaskContext&, int, int, Payload) override {
+      seen.push_back(rt->step_progress());
+      return {};
+    }
+  };
+  Runtime rt(m, h, [&](int, int) { return std::make_unique<Seeing>(runtime, seen); }, {});
+  runtime = &rt;
+  for (int step = 0; step < 2; ++step) {
+    seen.clear();
+    rt.run_step(step);
+    ASSERT_EQ(seen.size(), 8u);
+    for (std::size_t k = 0; k < seen.size(); ++k) {
+      EXPECT_EQ(seen[k].ended, static_cast<std::int64_t>(k)) << "step " << step;
+      EXPECT_EQ(seen[k].total, 8);
+    }
+    EXPECT_EQ(rt.step_progress().ended, 8);
+  }
+}
+
 // The emulated program tells the runtime each microbatch's size before the step; every forward
 // of stage 0 is ready from the start, so adaptive runs them in entry_ranks order.
 TEST(Runtime, AdaptiveLetsMicrobatchesEnterInEntryRankOrder) {

@@ -43,6 +43,12 @@ std::string fmt_given(double v) {
   return buf;
 }
 
+std::string format_duration(double s) {
+  if (s < 120) return fmt("%.0f s", s);
+  if (s < 7200) return fmt("%.0f min", s / 60);
+  return fmt("%.1f h", s / 3600);
+}
+
 std::string format_bytes(std::uint64_t n) {
   const ClassicNumbers classic;
   char buf[48];

@@ -29,6 +29,9 @@ std::string fmt(const char* printf_format, double v);
 std::string fmt_given(double v);
 // "1.5 GiB", "12 KiB", "300 bytes": sizes in messages.
 std::string format_bytes(std::uint64_t n);
+// "45 s", "12 min", "3.5 h": a time's estimate in messages (seconds below 2 min, minutes below
+// 2 h).
+std::string format_duration(double seconds);
 // An error's text up to its first line break, without trailing blanks. LibTorch's errors
 // (c10::Error) and Gloo's carry their C++ stack frames after the message, 30 lines and more,
 // where a message is one line; the message comes first in them, and in every error of ours,

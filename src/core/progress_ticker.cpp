@@ -41,12 +41,30 @@ ProgressTicker::~ProgressTicker() {
 void ProgressTicker::status(std::string what) {
   std::lock_guard<std::mutex> lock(mu_);
   what_ = std::move(what);
+  describe_ = nullptr;
+}
+
+void ProgressTicker::status(std::function<std::string()> describe) {
+  std::lock_guard<std::mutex> lock(mu_);
+  describe_ = std::move(describe);
+}
+
+void ProgressTicker::idle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  what_.clear();
+  describe_ = nullptr;
+  line_.finish();
 }
 
 void ProgressTicker::loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!cv_.wait_for(lock, std::chrono::nanoseconds(period_ns_), [this] { return stop_; })) {
     if (!line_.due()) continue;
+    if (describe_) {
+      if (const std::string text = describe_(); !text.empty()) line_.show(text);
+      continue;
+    }
+    if (what_.empty()) continue;  // idle()
     // On a terminal the seconds show it is alive; a log's line carries the process's time.
     const std::string text =
         line_.terminal() ? what_ + " (" + std::to_string((now_ns() - start_ns_) / kSecondNs) + " s)"

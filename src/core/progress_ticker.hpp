@@ -2,9 +2,11 @@
 // Progress for work that reports none of its own while it runs (a sweep's grid point of
 // minutes, a plan's set-up, a calibration's round trips): a thread of its own shows what is
 // under way, on a terminal redrawn every second with the seconds it has taken, into a file or
-// a pipe at the log's interval (core/progress_line.hpp). Its owner only says what is under way.
+// a pipe at the log's interval (core/progress_line.hpp). Its owner only says what is under way,
+// or how to tell.
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -26,6 +28,12 @@ class ProgressTicker {
 
   // What is under way now ("sweep: 3/10 grid points").
   void status(std::string what);
+  // What is under way, asked each time a line falls due, "" where there is nothing to show yet
+  // (a training step's tasks done, once it has run long): shown as it says, without the
+  // ticker's seconds.
+  void status(std::function<std::string()> describe);
+  // Nothing under way: a line drawn on a terminal is erased now, before its owner draws there.
+  void idle();
 
  private:
   void loop();
@@ -36,6 +44,7 @@ class ProgressTicker {
   std::mutex mu_;
   std::condition_variable cv_;
   std::string what_;
+  std::function<std::string()> describe_;  // set: asked instead of what_
   bool stop_ = false;
   std::thread thread_;
 };

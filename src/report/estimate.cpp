@@ -11,20 +11,10 @@
 
 namespace rrfp {
 
-namespace {
-
-std::string duration(double s) {
-  if (s < 120) return fmt("%.0f s", s);
-  if (s < 7200) return fmt("%.0f min", s / 60);
-  return fmt("%.1f h", s / 3600);
-}
-
-}  // namespace
-
 std::string checked_estimate(const std::string& what, double tasks, const TaskCost& cost,
                              const std::string& lower, double evaluations) {
   const double bytes = tasks * cost.bytes, seconds = tasks * cost.seconds * evaluations;
-  const std::string work = " and " + duration(seconds) + " of work";
+  const std::string work = " and " + format_duration(seconds) + " of work";
   check_memory(bytes, what, work, lower);
   // A log or a pipe gets it only for work long enough to send progress lines there too
   // (core/progress_line.hpp): a short run writes nothing beside its errors.

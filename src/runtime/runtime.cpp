@@ -340,6 +340,16 @@ void Runtime::watch(int workers) {
   }
 }
 
+Runtime::StepProgress Runtime::step_progress() const {
+  StepProgress p;
+  for (const auto& s : stages_)
+    if (s) {
+      p.ended += s->tasks_ended();
+      p.total += s->tasks_hosted();
+    }
+  return p;
+}
+
 bool Runtime::waits_elsewhere() const {
   for (const auto& s : stages_)
     if (s)

@@ -129,6 +129,13 @@ class Runtime {
   // The running step's failure, once it has one (a task's error, the watchdog's, a cancel),
   // while its threads may still be ending; null before. Any thread, any time.
   std::exception_ptr failure() const { return failure_.error(); }
+  // The running step's tasks that the ranks hosted here have ended, of those they have in all
+  // (the last step's once it ended): a front end's progress within a long step. Any thread,
+  // any time.
+  struct StepProgress {
+    std::int64_t ended = 0, total = 0;
+  };
+  StepProgress step_progress() const;
   // Endpoint ids hosted by this runtime.
   const std::vector<int>& local() const { return local_; }
   const ArbiterOptions& arbiter() const { return opt_.arbiter; }

@@ -35,6 +35,7 @@ void Stage::Acceptor::serve() {
 bool Stage::begin_step(int step, std::int64_t t0) {
   Locked lk = core_.lock();
   core_.begin(lk, step, t0);
+  ended_.store(0, std::memory_order_relaxed);
   for (int r = 0; r < core_.tp(); ++r) {
     if (!core_.local(r)) continue;
     // What fails here (the program's microbatch_size, an allocation) fails the step, named by
@@ -72,6 +73,13 @@ bool Stage::begin_step(int step, std::int64_t t0) {
     }
   }
   return true;
+}
+
+std::int64_t Stage::tasks_hosted() const {
+  std::int64_t ranks = 0;
+  for (int r = 0; r < core_.tp(); ++r)
+    ranks += core_.local(r) ? 1 : 0;
+  return ranks * core_.m().local_slots();
 }
 
 void Stage::begin_rank(Locked& lk, int r) {

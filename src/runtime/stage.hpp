@@ -7,6 +7,8 @@
 //   Delivery    how a data message becomes an input (async, rendezvous)
 // Arrivals come in through on_message from the transport's context: matched to the task that
 // needs them and handed to the delivery. See docs/runtime.md for the thread model.
+#include <atomic>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
@@ -40,6 +42,10 @@ class Stage {
   std::vector<int> awaited_stages(int r) const;
   const RankResult& result(int r) const { return core_.result(r); }  // after the step
   bool local(int r) const { return core_.local(r); }
+  // The tasks of the running step its hosted ranks have ended, and those they have in all
+  // (Runtime::step_progress). Any thread, any time.
+  std::int64_t tasks_ended() const { return ended_.load(std::memory_order_relaxed); }
+  std::int64_t tasks_hosted() const;
 
  private:
   // `replies`: what the message makes this rank send (rendezvous pulls and payloads, an
@@ -111,6 +117,9 @@ class Stage {
   std::unique_ptr<Delivery> delivery_;
   std::unique_ptr<Coordinator> coordinator_;
   std::deque<Acceptor> acceptors_;  // by rank; empty unless blocking with T > 1
+  // Counted by the ranks that end tasks, read by a front end's progress: written under the
+  // stage's lock, each stage its own, so no core's cache line is shared on the tasks' path.
+  std::atomic<std::int64_t> ended_{0};
 };
 
 }  // namespace rrfp

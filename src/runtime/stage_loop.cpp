@@ -234,6 +234,7 @@ void Stage::finish(Locked& lk, int r, const TaskId& t, std::int64_t start, std::
   if (const std::int64_t at = rk.arrived[m.local_index(t)]; at >= 0) rec.input_at = at - t0;
   rec.offer_wait = rk.offer_wait[m.local_index(t)];
   res.tasks.push_back(rec);
+  ended_.store(ended_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   res.stats.busy += end - wait - start;
   core_.record_blocked(lk, r, end - wait, end, BlockReason::Collective);
   for (const Dep& c : rk.driver->task_ended(t, end - start)) {

@@ -86,6 +86,7 @@ TrainSummary TrainingRun::go() {
         [&](const std::string& row) { plot_row(row, train_curve_, val_curve_); });
   old_log_.reset();
   progress_.start(first_, o_.quiet);  // again: the steps' ETA counts from here
+  if (root_ && !o_.quiet) ticker_.emplace("");
   // Stopped in the fill-in validation, or while a resume rewrote its log (13.5M rows take
   // 4-5 s): no step is trained, so the checkpoint and the log stay for the next resume (a
   // step trained after the fill-in checkpointed past its row; one trained after the rewrite
@@ -94,6 +95,7 @@ TrainSummary TrainingRun::go() {
   done_ = stopped_first ? first_ : t_.steps;
   for (int s = first_; s < done_; ++s)
     if (!step(s)) break;
+  ticker_.reset();
   if (stopped_first) stopped_by_ = agreed_signal();
   progress_.end();
   if (!root_) return TrainSummary{.stopped_by = stopped_by_};
@@ -114,7 +116,9 @@ void TrainingRun::refuse_at_the_end() const {
 
 bool TrainingRun::step(int s) {
   const std::int64_t t0 = now_ns(), cpu0 = process_cpu_ns();
+  if (ticker_) ticker_->status([this, s, t0] { return step_under_way(s, t0); });
   StepReport r = trainer_.step();
+  if (ticker_) ticker_->idle();  // before the bar is drawn where its line was
   const double cpu_ms = static_cast<double>(process_cpu_ns() - cpu0) / 1e6;
   // Every process measured its own ranks: rank 0 merges replica 0's into the step's record.
   if (t_.job) merge_over_job(*t_.job, r.run);
@@ -147,6 +151,22 @@ bool TrainingRun::step(int s) {
   if (root_ && s - first_ >= std::min(kSkipSteps, t_.steps - first_ - 1)) keep_measured(s, r);
   last_ = std::move(r.run);
   return !stop_after(s);
+}
+
+std::string TrainingRun::step_under_way(int s, std::int64_t t0_ns) const {
+  const std::int64_t ran = now_ns() - t0_ns;
+  const Runtime::StepProgress p = trainer_.step_progress();
+  if (ran < kQuietStepNs || p.total <= 0) return {};
+  const double seconds = static_cast<double>(ran) / 1e9;
+  const double share = static_cast<double>(p.ended) / static_cast<double>(p.total);
+  std::string text = "rrfp train: step " + std::to_string(s + 1) + "/" + std::to_string(t_.steps) +
+                     ": " + std::to_string(p.ended) + " of " + std::to_string(p.total) + " tasks" +
+                     (t_.job ? " of rank 0" : "") + " (" + fmt("%.1f%%", 100 * share) + ") in " +
+                     fmt("%.0f s", seconds);
+  // The rest at the pace so far; a step's tasks are alike enough for a first guess.
+  if (p.ended > 0)
+    text += ", about " + format_duration(seconds / share * (1 - share)) + " more for this step";
+  return text;
 }
 
 void TrainingRun::keep_measured(int s, const StepReport& r) {

@@ -72,6 +72,9 @@ class Trainer {
   }
   const DataSource& data() const { return *data_; }
   const WorkModel& model() const { return m_; }
+  // The running step's tasks ended by the ranks of this process, of those they have in all:
+  // progress within a long step. Any thread, any time.
+  Runtime::StepProgress step_progress() const { return runtime_->step_progress(); }
   int steps_done() const { return step_; }
   // The training loss of the last step done (trained, or the checkpoint's), if known.
   std::optional<double> last_loss() const { return last_loss_; }

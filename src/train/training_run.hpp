@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/progress_ticker.hpp"
 #include "dist/job.hpp"
 #include "sim/workload.hpp"
 #include "train/log_file.hpp"
@@ -43,6 +44,11 @@ class TrainingRun {
 
   // Step s; false when a signal asked the run to stop after it.
   bool step(int s);
+  // What the ticker shows of step s, begun at `t0_ns`: nothing in its first kQuietStepNs, then
+  // its tasks ended so far and the rest's estimate. A step of 45 minutes (M = 100,000) showed
+  // the banner and nothing more until it ended; `timeout` stopped it, and it went on.
+  std::string step_under_way(int s, std::int64_t t0_ns) const;
+  static constexpr std::int64_t kQuietStepNs = 10'000'000'000;
 
   // The step's measured durations, for durations.csv (the twin's replay). Without
   // coordination (`tp_protocol` none) a stage's TP ranks may run different orders, which no
@@ -146,6 +152,9 @@ class TrainingRun {
   std::vector<std::pair<int, RealizedWork>> measured_;
   bool diverged_said_ = false;  // keep_measured's note, once
   StepTotals totals_;
+  // Rank 0's, unless quiet: a long step's progress on stderr (made in go(), gone before
+  // trainer_, whose steps it reads).
+  std::optional<ProgressTicker> ticker_;
 };
 
 }  // namespace rrfp::train
