@@ -53,6 +53,14 @@ TEST(WorkModel, RejectsBadShapesByFlag) {
   EXPECT_NE(
       msg(config(2, 4, 3, false, Placement::VShape)).find("`placement` vshape: needs `vpp` 2"),
       std::string::npos);
+  // 2^22 x 2^21 x 2^21 is 2^64: in 64-bit integers it wrapped to 0, passed the cap and divided
+  // by zero building the model (SIGFPE). Each product past the cap is refused with its value.
+  EXPECT_EQ(msg(config(1 << 22, 1 << 21, 1 << 21)),
+            "`pp` x `vpp` x `microbatches`: must be at most 50 million chunk-microbatches, got "
+            "4194304 x 2097152 x 2097152 = 1.84467440737096e+19");
+  EXPECT_NE(msg(config(2147483647, 2147483647, 2147483647)).find("= 9.90352030044798e+27"),
+            std::string::npos);
+  EXPECT_NE(msg(config(4, 1, 50000000)).find("= 200000000"), std::string::npos);
 }
 
 TEST(Hints, NonInterleavedHintsRefuseVpp2) {

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/hint_io.hpp"
 #include "core/printable.hpp"
 #include "core/work_model.hpp"
@@ -49,11 +50,11 @@ bool take_hint_file_shape(const std::string& path, HintShape& shape, const Shape
     vpp_from_file = vpp_from_file || field == 1;
   }
   // Too large a shape of the file's was refused as the caller's settings', which were not given.
-  const long long n = static_cast<long long>(shape.pp) * shape.vpp * shape.microbatches;
+  const double n = chunk_microbatches(shape.pp, shape.vpp, shape.microbatches);
   if (from_file && n > kMaxChunkMicrobatches)
     throw InputError(path + ": written for pp x vpp x microbatches = " + std::to_string(shape.pp) +
                      " x " + std::to_string(shape.vpp) + " x " +
-                     std::to_string(shape.microbatches) + " = " + std::to_string(n) +
+                     std::to_string(shape.microbatches) + " = " + fmt("%.15g", n) +
                      " (with the shape given), past the " + std::to_string(kMaxChunkMicrobatches) +
                      " chunk-microbatches a step may have");
   // The file's own placement with a V that cannot take it was refused as "placement vshape:

@@ -1,6 +1,7 @@
 #include "core/work_model.hpp"
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 
 namespace rrfp {
 
@@ -19,13 +20,13 @@ void validate(const PipelineConfig& cfg) {
   if (cfg.vpp < 1) throw InputError("`vpp`: must be at least 1, got " + std::to_string(cfg.vpp));
   if (cfg.microbatches < 1)
     throw InputError("`microbatches`: must be at least 1, got " + std::to_string(cfg.microbatches));
-  if (const long long n = static_cast<long long>(cfg.pp) * cfg.vpp * cfg.microbatches;
+  if (const double n = chunk_microbatches(cfg.pp, cfg.vpp, cfg.microbatches);
       n > kMaxChunkMicrobatches)
     throw InputError(
         "`pp` x `vpp` x `microbatches`: must be at most 50 million "
         "chunk-microbatches, got " +
         std::to_string(cfg.pp) + " x " + std::to_string(cfg.vpp) + " x " +
-        std::to_string(cfg.microbatches) + " = " + std::to_string(n));
+        std::to_string(cfg.microbatches) + " = " + fmt("%.15g", n));
   if (cfg.placement == Placement::VShape && cfg.vpp != 2)
     throw InputError("`placement` vshape: needs `vpp` 2, got `vpp` " + std::to_string(cfg.vpp));
 }

@@ -30,6 +30,11 @@ struct PipelineConfig {
 // The most chunk-microbatches (P x V x M) a step may have: flat task indices are int, and this
 // keeps them well inside that range.
 constexpr long long kMaxChunkMicrobatches = 50'000'000;
+// pp x vpp x microbatches in a double, exact up to 2^53 and never wrapping: in 64-bit integers
+// 2^22 x 2^21 x 2^21 wrapped to 0, passed the check above and divided by zero (SIGFPE).
+inline double chunk_microbatches(int pp, int vpp, int microbatches) {
+  return static_cast<double>(pp) * vpp * microbatches;
+}
 
 // Throws InputError naming the offending field.
 void validate(const PipelineConfig& cfg);

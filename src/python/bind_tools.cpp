@@ -187,9 +187,11 @@ pyb::list schedule(const std::string& hint, std::optional<int> pp, std::optional
   // A file too small to list the run's tasks, refused before they are built (as the command
   // refuses it).
   if (file) check_hint_file_holds(hint, c, "hint");
+  validate(c);  // the shape's cap first: past it the tasks' count read -9223372036854775808
   // Its tasks' records are kept, with a tuple each for Python.
   check_fits_here("schedule: " + std::to_string(static_cast<long long>(tasks_of(c, 1))) + " tasks",
-                  tasks_of(c, 1), kScheduleCost, simulated_bytes(c, 1, kScheduleCost.bytes), lower);
+                  tasks_of(c, 1), kScheduleCost,
+                  simulated_bytes(c, 1, kScheduleCost.bytes + kScheduleTupleBytes), lower);
   const WorkModel m(c);
   const Hint h = make_hint(hint, m);
   if (!out.empty() && !h.is_list())

@@ -40,9 +40,14 @@ inline constexpr double kStageBytes = 1500;
 // TP 4 (P=200K), rounded up.
 inline constexpr double kPlanStageBytes = 1700;
 
-// A task's record (TaskRecord), kept where a run's records are (Python's rrfp.simulate: about
-// 100 bytes a task in all, measured at P=4, M=100K).
-inline constexpr double kRecordBytes = 64;
+// A task's record (TaskRecord), kept where a run's records are, with the growth of the vector
+// holding them: Python's rrfp.simulate held 119 bytes a task in all (137 of address space) at
+// P=512, M=4096, TP=16, where 64 here estimated 109, and a run sized to the limit passed the
+// check to fail with std::bad_alloc 26 s later. A fifth over the address space.
+inline constexpr double kRecordBytes = 120;
+// A task's tuple in the lists Python's rrfp.schedule returns, beside kScheduleCost: 194 bytes a
+// task in all at P=512, M=8192 (203 of address space) against 160 estimated. A fifth over.
+inline constexpr double kScheduleTupleBytes = 80;
 
 // Bytes a simulated run of shape `c` over `tp` ranks holds at `per_task` bytes a task.
 inline double simulated_bytes(const PipelineConfig& c, int tp, double per_task) {

@@ -144,7 +144,7 @@ def test_a_run_too_large_for_the_memory_is_refused_before_it_starts(monkeypatch)
     # As the CLI refuses it: rrfp.simulate ran such a run until std::bad_alloc, or past the
     # memory RRFP_MEMORY_LIMIT allows; each stage's own state counts beside its tasks.
     monkeypatch.setenv("RRFP_MEMORY_LIMIT", "64M")
-    with pytest.raises(MemoryError, match="simulate: 200000 tasks: about 172 MB of memory"):
+    with pytest.raises(MemoryError, match="simulate: 200000 tasks: about 183 MB of memory"):
         rrfp.simulate(pp=100000, microbatches=1, hint="bf")
     with pytest.raises(MemoryError, match="schedule: 2097152 tasks: .* lower `pp` or "
                                           "`microbatches`$"):
@@ -347,3 +347,36 @@ def test_schedule_of_a_hint_file_takes_its_shape(tmp_path):
                     "stage 0: F0:0\n")
     with pytest.raises(ValueError, match="cannot list the 2097152 tasks of P=1024 V=1 M=1024"):
         rrfp.schedule(hint=hint)
+
+
+def test_a_shape_whose_product_wraps_64_bits_is_a_value_error(tmp_path):
+    # 2^22 x 2^21 x 2^21 = 2^64 wrapped to 0 in 64-bit integers: it passed the shape's cap and
+    # the model's construction divided by zero, the interpreter killed by SIGFPE.
+    wraps = "4194304 x 2097152 x 2097152 = 1.84467440737096e"
+    with pytest.raises(ValueError, match=wraps):
+        rrfp.simulate(pp=2**22, vpp=2**21, microbatches=2**21)
+    with pytest.raises(ValueError, match=wraps):
+        rrfp.schedule(hint="1f1b", pp=2**22, vpp=2**21, microbatches=2**21)
+    header = tmp_path / "wrap.txt"
+    header.write_text("rrfp-hint 1 pp=4194304 vpp=2097152 microbatches=2097152 placement=loop "
+                      "split=0\nstage 0: F0:0\n")
+    with pytest.raises(ValueError, match="= 1.84467440737096e"):
+        rrfp.simulate(hint=str(header))
+
+
+def test_a_path_with_a_null_byte_is_refused(tmp_path, monkeypatch):
+    # The core opened the text up to the NUL: 'a\0junk' read or wrote the file 'a'.
+    monkeypatch.chdir(tmp_path)
+    rrfp.schedule(hint="zb-h1", pp=2, microbatches=4, out="h.txt")
+    with pytest.raises(ValueError, match="hint: embedded null byte"):
+        rrfp.simulate(hint="h.txt\0junk", policy="fixed")
+    with pytest.raises(ValueError, match="replay: embedded null byte"):
+        rrfp.simulate(replay=b"a\0junk", pp=2, microbatches=4)
+    with pytest.raises(ValueError, match="out: embedded null byte"):
+        rrfp.schedule(hint="1f1b", out="o\0junk")
+    record = rrfp.simulate()
+    for save in (record.save_trace, record.save_svg):
+        with pytest.raises(ValueError, match="path: embedded null byte"):
+            save("out\0junk")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.txt"]
+

@@ -90,10 +90,13 @@ def path_or_name(name, value, takes):
         here = b"./" if isinstance(value, bytes) else "./"
         if here[1:] not in value:
             value = here + value
+    if not isinstance(value, (str, bytes)):
+        raise TypeError(f"{name}: {takes}, got {_kind(value)}")
+    # The core opens the text up to its first NUL: 'a\0junk' read (or wrote) the file 'a'.
+    if ("\0" if isinstance(value, str) else b"\0") in value:
+        raise ValueError(f"{name}: embedded null byte in {value!r}, which names no file")
     if isinstance(value, bytes):
         return value
-    if not isinstance(value, str):
-        raise TypeError(f"{name}: {takes}, got {_kind(value)}")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
