@@ -165,5 +165,62 @@ TEST(TransportBroken, ARankHeldOnASendFailsAtOnceNamingWhy) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 
+// Stage 1, a process of its own, finds its transport broken and tells stage 0's process, whose
+// step then fails with a PeerBroken naming the reason: a transport's error, as stage 1's own.
+// It was told as a stall (PeerStall): for one killed process, its neighbours raised
+// RuntimeError in Python and the processes they told TimeoutError, though nothing timed out.
+TEST(TransportBroken, APeerToldOfABreakFailsWithABreakNotAStall) {
+  const WorkModel m(shape(2, 4));
+  const Hint hint = make_hint("bf", m);
+  const RealizedWork w = random_work(m, 1, 7, 50, 20);
+  auto inproc = make_inproc_transports(2);
+  auto breakable = std::make_unique<BreakableTransport>(std::move(inproc[1]));
+  BreakableTransport* last = breakable.get();
+  RuntimeOptions o = runtime_options(m, w, Policy::Ready);
+  o.timeout_ms = 60'000;
+  const ProgramFactory base = emulated_programs(m, w);
+  const ProgramFactory programs = [&](int s, int r) -> std::unique_ptr<StageProgram> {
+    if (s != 0) return base(s, r);
+    return std::make_unique<HookBefore>(base(s, r), TaskId{Kind::F, 0, 0},
+                                        [last] { last->break_now(); });
+  };
+  Hosting first, second;
+  first.local = {0};
+  first.transports.push_back(std::move(inproc[0]));
+  second.local = {1};
+  second.transports.push_back(std::move(breakable));
+  Runtime rt0(m, hint, programs, o, std::move(first));
+  Runtime rt1(m, hint, programs, o, std::move(second));
+  std::exception_ptr e0, e1;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread other([&] {
+    try {
+      rt1.run_step(0);
+    } catch (...) {
+      e1 = std::current_exception();
+    }
+  });
+  try {
+    rt0.run_step(0);
+  } catch (...) {
+    e0 = std::current_exception();
+  }
+  other.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  ASSERT_TRUE(e1 && e0);
+  try {
+    std::rethrow_exception(e1);
+  } catch (const std::exception& e) {
+    EXPECT_STREQ(e.what(), kWhy);
+  }
+  try {
+    std::rethrow_exception(e0);
+  } catch (const PeerBroken& e) {
+    EXPECT_EQ(std::string(e.what()), std::string("stage 1 failed step 0: ") + kWhy);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not a PeerBroken: " << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace rrfp::test

@@ -37,11 +37,21 @@ class PeerStall : public StallError {
   using StallError::StallError;
 };
 
-// A failure another process told this one of (PeerFailure, PeerStall), not its own: it said it
-// already, where it began.
+// Another process's step ended with its transport broken (a process it exchanged with gone),
+// and it said so: an Error as this process's own transport's would be, not a stall (nothing
+// waited out a timeout). Told as a stall, a killed peer's neighbours raised RuntimeError in
+// Python and the processes they told TimeoutError, for one event.
+class PeerBroken : public Error {
+ public:
+  using Error::Error;
+};
+
+// A failure another process told this one of (PeerFailure, PeerStall, PeerBroken), not its own:
+// it said it already, where it began.
 inline bool from_peer(const std::exception& e) {
   return dynamic_cast<const PeerFailure*>(&e) != nullptr ||
-         dynamic_cast<const PeerStall*>(&e) != nullptr;
+         dynamic_cast<const PeerStall*>(&e) != nullptr ||
+         dynamic_cast<const PeerBroken*>(&e) != nullptr;
 }
 
 // What a failed task says: an allocation refused in words, where std::bad_alloc's own were

@@ -19,10 +19,11 @@ namespace {
 // Far above any one-line error, far below what a header-inline message may carry.
 constexpr std::size_t kMaxAbortText = 1000;
 
-// What an abort's `round` says of the failure: a task's (every peer is alive), or a stall or a
-// transport's error (the process waited for may be gone; its receivers report a stall, so that
-// none of them waits for a gone process in a later collective).
-constexpr std::int32_t kAbortInTask = 0, kAbortStalled = 1;
+// What an abort's `round` says of the failure: a task's (every peer is alive), a stall, or the
+// teller's transport broken (for both, the process waited for may be gone, so that none of its
+// receivers waits for a gone process in a later collective; they raise a stall and a broken
+// transport's error, as the teller did).
+constexpr std::int32_t kAbortInTask = 0, kAbortStalled = 1, kAbortBroken = 2;
 
 // Long enough for a message to leave over any live transport; short, because a peer that
 // has stopped answering would otherwise hold up this process's own report.
@@ -63,11 +64,16 @@ void Runtime::tell_peers(int step, const std::exception_ptr& why) {
   } catch (...) {
   }
   const bool in_task = failed_in_task(why);  // then every peer is alive
+  bool broken = false;                       // the step failed with its transport's break
+  {
+    std::lock_guard lk(cancel_mu_);
+    broken = transport_broken_ && transport_broken_ == why;
+  }
   text = utf8_prefix(text, kMaxAbortText);
   MessageTag tag;
   tag.step = step;
   tag.control = Control::Abort;
-  tag.round = in_task ? kAbortInTask : kAbortStalled;
+  tag.round = in_task ? kAbortInTask : broken ? kAbortBroken : kAbortStalled;
   // Shared with the completions, which may come after this stops waiting.
   struct Sent {
     std::mutex mu;
@@ -109,8 +115,9 @@ void Runtime::on_peer_abort(const Message& msg) {
   else
     what += ": " + text;
   if (!cancel_)
-    cancel_ = msg.tag.round == kAbortInTask ? std::make_exception_ptr(PeerFailure(what))
-                                            : std::make_exception_ptr(PeerStall(what));
+    cancel_ = msg.tag.round == kAbortInTask   ? std::make_exception_ptr(PeerFailure(what))
+              : msg.tag.round == kAbortBroken ? std::make_exception_ptr(PeerBroken(what))
+                                              : std::make_exception_ptr(PeerStall(what));
   failure_.fail(cancel_);
 }
 

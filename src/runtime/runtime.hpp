@@ -117,9 +117,10 @@ class Runtime {
   // Runs one step to completion on every stage. Rethrows the first error (TaskError,
   // StallError, ProtocolError, CollectiveMismatchError) after every thread has been joined;
   // a runtime whose step failed refuses further steps. A failure, unless it came from a peer
-  // (PeerFailure, PeerStall), is sent to the endpoints hosted elsewhere (Control::Abort), whose
-  // step then fails with a PeerFailure (a task's failure) or a PeerStall (anything else) naming
-  // this process, at once instead of at their timeout.
+  // (PeerFailure, PeerStall, PeerBroken), is sent to the endpoints hosted elsewhere
+  // (Control::Abort), whose step then fails with a PeerFailure (a task's failure), a PeerBroken
+  // (a transport's break) or a PeerStall (anything else) naming this process, at once instead
+  // of at their timeout.
   StepResult run_step(int step);
   // Ends the running step from another thread (a front end's Ctrl-C): every wait wakes, the
   // tasks see aborted(), and run_step rethrows `why` once its threads are joined. Any thread,
