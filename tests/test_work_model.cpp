@@ -57,8 +57,8 @@ TEST(WorkModel, RejectsBadShapesByFlag) {
   // by zero building the model (SIGFPE). Each product past the cap is refused with its value.
   EXPECT_EQ(msg(config(1 << 22, 1 << 21, 1 << 21)),
             "`pp` x `vpp` x `microbatches`: must be at most 50 million chunk-microbatches, got "
-            "4194304 x 2097152 x 2097152 = 1.84467440737096e+19");
-  EXPECT_NE(msg(config(2147483647, 2147483647, 2147483647)).find("= 9.90352030044798e+27"),
+            "4194304 x 2097152 x 2097152 = 1.844674407370955e+19");
+  EXPECT_NE(msg(config(2147483647, 2147483647, 2147483647)).find("= 9.903520300447984e+27"),
             std::string::npos);
   EXPECT_NE(msg(config(4, 1, 50000000)).find("= 200000000"), std::string::npos);
 }

@@ -54,7 +54,7 @@ bool take_hint_file_shape(const std::string& path, HintShape& shape, const Shape
   if (from_file && n > kMaxChunkMicrobatches)
     throw InputError(path + ": written for pp x vpp x microbatches = " + std::to_string(shape.pp) +
                      " x " + std::to_string(shape.vpp) + " x " +
-                     std::to_string(shape.microbatches) + " = " + fmt("%.15g", n) +
+                     std::to_string(shape.microbatches) + " = " + fmt("%.16g", n) +
                      " (with the shape given), past the " + std::to_string(kMaxChunkMicrobatches) +
                      " chunk-microbatches a step may have");
   // The file's own placement with a V that cannot take it was refused as "placement vshape:

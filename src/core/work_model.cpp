@@ -26,7 +26,7 @@ void validate(const PipelineConfig& cfg) {
         "`pp` x `vpp` x `microbatches`: must be at most 50 million "
         "chunk-microbatches, got " +
         std::to_string(cfg.pp) + " x " + std::to_string(cfg.vpp) + " x " +
-        std::to_string(cfg.microbatches) + " = " + fmt("%.15g", n));
+        std::to_string(cfg.microbatches) + " = " + fmt("%.16g", n));
   if (cfg.placement == Placement::VShape && cfg.vpp != 2)
     throw InputError("`placement` vshape: needs `vpp` 2, got `vpp` " + std::to_string(cfg.vpp));
 }
