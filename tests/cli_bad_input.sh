@@ -329,11 +329,11 @@ check "--endpoints: expected 2 (one pair) or 4 (a second pair transferring at on
 check "--endpoints: expected 2 (one pair) or 4 (a second pair transferring at once), got 8" calibrate --endpoints 8
 check "--seconds: must be a number in [0.1, 3600], got nan" calibrate --seconds nan --sizes 8
 check "--seconds: must be a number in [0.1, 3600], got 0.05" calibrate --seconds 0.05 --sizes 8
-check "--pp: Value 0 not in range 1 to 4096" predict "$here/data/torch-pp2" --pp 0
+check "--pp: must be a whole number from 1 to 4096, got 0" predict "$here/data/torch-pp2" --pp 0
 # An empty item of predict's --hints is refused (bf,,bfw was taken as bf,bfw).
 check "--hints: 'bf,,bfw' holds an empty item" predict "$here/data/torch-pp2" --hints bf,,bfw
 check "--hints: 'bf,' holds an empty item" predict "$here/data/torch-pp2" --hints bf,
-check "--microbatches: Value 0 not in range 1 to 1048576" predict "$here/data/torch-pp2" -m 0
+check "--microbatches: must be a whole number from 1 to 1048576, got 0" predict "$here/data/torch-pp2" -m 0
 # Sizes are whole numbers in digits (0x10 measured 16 bytes, 1.9 one byte); --timeout is checked
 # in-process too (-5 and nan ran) and refused there, as --endpoints is under mpi: neither applies.
 check "--sizes: '0x10' is not a size from 1 to 1024M (a whole number of bytes" calibrate --sizes 0x10
@@ -383,9 +383,9 @@ check "workload comm_links: must be 0 (each message on its own) or in [1, 4096] 
        END { exit !(found && ok) }' "$tmp/wide.txt" ||
   { echo "FAIL: the fidelity table's columns do not line up under a long label:"
     cat "$tmp/wide.txt"; fails=$((fails + 1)); }
-check "--repeat: Value 0 not in range 1 to 1000" run --pp 2 -m 2 --repeat 0
-check "--warmup: Value -1 not in range 0 to 100" run --pp 2 -m 2 --warmup -1
-check "--rounds: Value 0 not in range 1 to 100" run --rounds 0
+check "--repeat: must be a whole number from 1 to 1000, got 0" run --pp 2 -m 2 --repeat 0
+check "--warmup: must be a whole number from 0 to 100, got -1" run --pp 2 -m 2 --warmup -1
+check "--rounds: must be a whole number from 1 to 100, got 0" run --rounds 0
 check "--rounds x --repeat: at most 1000 timed steps per run, got 1010" run --rounds 10 --repeat 101
 for rounds in 1 3; do
   "$rrfp" run --pp 2 -m 4 --workload uniform --hint 1f1b --policy fixed --repeat 3 --compare \
@@ -421,7 +421,7 @@ done
 # step can hold at once is mapped before the first step (2 stages, at most 2 outputs of each
 # kind out at once under fixed 1F1B, 32 MiB each: 256 MiB), so even without a warm-up no timed
 # step maps one, and the default warm-up needs no step beyond its first.
-check "--warmup-extra: Value -1 not in range 0 to 100" run --pp 2 -m 2 --warmup-extra -1
+check "--warmup-extra: must be a whole number from 0 to 100, got -1" run --pp 2 -m 2 --warmup-extra -1
 for warmup in 0 1; do
   "$rrfp" run --pp 2 -m 4 --workload uniform --hint 1f1b --policy fixed --warmup $warmup \
     --compare --json "$tmp/fresh.json" >"$tmp/fresh.txt" 2>&1 &&

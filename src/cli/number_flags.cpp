@@ -52,6 +52,20 @@ CLI::Validator whole_number(std::uint64_t max, const std::string& name) {
       "", name);
 }
 
+CLI::Validator whole_range(long long lo, long long hi) {
+  const std::string range = std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& s) {
+        long long v = 0;
+        const auto [end, err] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || err != std::errc() || end != s.data() + s.size() || v < lo || v > hi)
+          return "must be a whole number from " + range + ", got " + printable(s, 30);
+        return std::string();
+      },
+      "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]",
+      "a whole number from " + range);
+}
+
 namespace {
 
 // A number option's value as decimal: CLI11 converts integers with base 0, so a leading 0 read

@@ -56,6 +56,10 @@ CLI::Validator seed_value();
 // A count written in digits from 0 to `max` (CLI11 clamped 10^20 to its type's largest and read
 // 0x10 as 16); `name` is its help's type.
 CLI::Validator whole_number(std::uint64_t max, const std::string& name = "a count");
+// A whole number from `lo` to `hi`, refused in the words of the other number flags
+// ("must be a whole number from 1 to 1000, got 0"), where CLI::Range said "Value 0 not in
+// range 1 to 1000".
+CLI::Validator whole_range(long long lo, long long hi);
 // The most orders or nodes a search may be told to visit: past what a day's budget visits.
 inline constexpr std::uint64_t kMaxCount = 1'000'000'000'000;
 

@@ -155,11 +155,11 @@ void setup_predict(CLI::App& app) {
                   "--trace, the PyTorch profiler or Megatron-LM's timers (docs/twin.md)")
       ->required();
   sub->add_option("--pp", f->pp, "pipeline stages P (default: from the trace)")
-      ->check(CLI::Range(1, 4096));
+      ->check(whole_range(1, 4096));
   sub->add_option("--vpp", f->vpp, "model chunks per stage V (default: from the trace)")
-      ->check(CLI::Range(1, 64));
+      ->check(whole_range(1, 64));
   sub->add_option("--microbatches,-m", f->microbatches, "microbatches M (default: from the trace)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(whole_range(1, 1 << 20));
   sub->add_option("--placement", f->placement,
                   "chunk placement: loop or vshape (default: where an rrfp trace's chunks ran, "
                   "else loop)");
@@ -183,7 +183,7 @@ void setup_predict(CLI::App& app) {
   sub->add_option("--limit", f->limit,
                   "the larger back-pressure limit to predict at, besides the recorded memory "
                   "(0: none; one not above the recorded memory's is left out, with a note)")
-      ->check(CLI::Range(0, 1 << 20))
+      ->check(whole_range(0, 1 << 20))
       ->capture_default_str();
   sub->add_option("--json", f->json, "write the prediction as JSON to FILE ('-': stdout)");
   sub->add_option("--svg", f->svg, "write measured, twin and best predicted timelines to FILE");

@@ -70,25 +70,25 @@ void setup_run(CLI::App& app) {
   sub->add_option("--warmup", f->warmup,
                   "untimed steps before the measured one (they fill buffer pools and map "
                   "memory, as a training run's first steps do)")
-      ->check(CLI::Range(0, 100))
+      ->check(whole_range(0, 100))
       ->capture_default_str();
   CLI::Option* warmup_extra =
       sub->add_option("--warmup-extra", f->warmup_extra,
                       "at most this many more untimed steps: a step after --warmup's that still "
                       "mapped fresh payload buffers in any process is not timed (how many a step "
                       "holds at once depends on its timing); 0: exactly --warmup")
-          ->check(CLI::Range(0, 100))
+          ->check(whole_range(0, 100))
           ->capture_default_str();
   sub->add_option("--repeat", f->repeat,
                   "timed steps per run (and round); the one of median makespan is reported (and "
                   "compared; of an even count, the faster of the middle two)")
-      ->check(CLI::Range(1, 1000))
+      ->check(whole_range(1, 1000))
       ->capture_default_str();
   sub->add_option("--rounds", f->rounds,
                   "run the runs in turn this many times, each time a warm-up and --repeat timed "
                   "steps; a run reports its median step over all rounds (a machine that drifts "
                   "then weighs on every run alike)")
-      ->check(CLI::Range(1, 100))
+      ->check(whole_range(1, 100))
       ->capture_default_str();
   sub->add_flag("--spin", f->spin, "busy-wait instead of sleeping (needs a core per rank)");
   add_idle_spin_flag(sub, f->idle_spin_us);
