@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "expect_error.hpp"
+#include "report/predict.hpp"
 #include "report/report.hpp"
 #include "sim/trace_import.hpp"
 #include "sim_helpers.hpp"
@@ -87,6 +88,43 @@ TEST(RrfpTraceFields, TheShapeIsProbedFromIdsWrittenAsFloats) {
   EXPECT_EQ(c.pp, 3);
   EXPECT_EQ(c.vpp, 1);
   EXPECT_EQ(c.microbatches, 5);
+  std::remove(path.c_str());
+}
+
+// Without --step the first complete step is replayed: one before it lacking a task was passed
+// over with only the replayed step's name to show it. The import counts it, and predict says
+// so beside the step.
+TEST(RrfpTraceFields, AnEarlierStepPassedOverForLackingTasksIsSaid) {
+  const WorkModel m(config(2, 4));
+  json doc = written_trace(m);
+  json two = json::array();
+  for (const json& e : doc["traceEvents"])
+    two.push_back(e);
+  for (json e : doc["traceEvents"]) {  // run 1: the same, its processes named apart
+    e["pid"] = e["pid"].get<int>() + 1000;
+    if (e["name"] == "process_name")
+      e["args"]["name"] = "again / stage " + e["args"]["name"].get<std::string>().substr(
+                                                 e["args"]["name"].get<std::string>().size() - 1);
+    two.push_back(e);
+  }
+  for (std::size_t i = 0; i < two.size(); ++i)  // run 0's first task dropped
+    if (two[i].contains("args") && two[i]["args"].contains("kind")) {
+      two.erase(i);
+      break;
+    }
+  doc["traceEvents"] = two;
+  const std::string path = saved(doc, "rrfp_fields_passed.json");
+  const ImportedRun in = import_trace(path, m, 1);
+  EXPECT_EQ(in.run, "run 'again'");
+  EXPECT_EQ(in.passed_over, 1);
+  EXPECT_NE(in.passed_over_why.find("(run 'fixed 1f1b (async)'): the rrfp timeline lacks tasks"),
+            std::string::npos)
+      << in.passed_over_why;
+  const std::string text = format_prediction(predict(in, m.config(), 1), "t.json");
+  EXPECT_NE(text.find("note: the first complete step of the trace; the one before it lacks "
+                      "tasks (the first: "),
+            std::string::npos)
+      << text;
   std::remove(path.c_str());
 }
 

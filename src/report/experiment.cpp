@@ -59,6 +59,7 @@ Scenario with_replay_step(Scenario sc, const std::vector<RunSpec>& specs) {
   if (sc.ordered_from_replay) sc.cfg.ordered_forwards = in.ordered_forwards.value_or(false);
   sc.replay_read = std::make_shared<const RealizedWork>(std::move(in.work));
   sc.replay_read_coordination = in.coordination_measured;
+  sc.replay_passed_over = in.passed_over;
   return sc;
 }
 
@@ -67,6 +68,9 @@ ReportHeader header_of(const Scenario& sc) {
   h.workload = sc.replay_path.empty() ? sc.workload_name : "replay:" + sc.replay_path;
   if (!sc.replay_path.empty() && sc.trace.step >= 0)
     h.workload += " step " + std::to_string(sc.trace.step);
+  if (!sc.replay_path.empty() && sc.replay_passed_over > 0)
+    h.workload += " (the first complete: " + std::to_string(sc.replay_passed_over) +
+                  (sc.replay_passed_over == 1 ? " before it lacks" : " before it lack") + " tasks)";
   // The jitter a replay takes on top (realized_work): its makespans are not the measured ones.
   if (!sc.replay_path.empty() && sc.workload.jitter.p > 0) h.workload += " + " + sc.workload_name;
   if (draws_from_seed(sc)) h.seed = sc.seed;  // a replay's header said seed=1 drawing nothing

@@ -38,6 +38,7 @@ struct Scenario {
   std::shared_ptr<const RealizedWork> replay_read;
   PipelineConfig replay_read_for;
   bool replay_read_coordination = false;  // ImportedRun::coordination_measured
+  int replay_passed_over = 0;             // ImportedRun::passed_over
   std::uint64_t seed = 1;
   int limit = 0, max_pending_w = 0;
   bool record = true;

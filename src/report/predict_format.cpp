@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/format.hpp"
+#include "core/printable.hpp"
 #include "report/columns.hpp"
 #include "report/predict.hpp"
 
@@ -64,6 +65,13 @@ std::string format_prediction(const Prediction& p, const std::string& source) {
     out += "the run's own step   " + lpad(ms_text(in.run_step_ns, in.run_step_ns), 9) +
            " ms  (from its start, as the run reported it: " + ms_text(lead, in.run_step_ns) +
            " ms of start-up before the first start recorded, which the twin does not replay)\n";
+  // Named in the header only, another step than the first looked meant.
+  if (in.passed_over > 0)
+    out += "  note: the first complete step of the trace; the " +
+           (in.passed_over == 1 ? std::string("one") : std::to_string(in.passed_over)) +
+           " before it lack" + (in.passed_over == 1 ? "s" : "") + " tasks (the first: " +
+           printable(in.passed_over_why.substr(0, in.passed_over_why.find("; if it was")), 200) +
+           "); --step picks one\n";
   // Said beside the step it throws off: a trace shifted by a millisecond read +45% as the
   // twin's error and 1.26x for ready BF, without a word.
   if (in.early_inputs > 0)
@@ -144,6 +152,7 @@ nlohmann::json prediction_json(const Prediction& p, const std::string& source) {
   j["messages_timed"] = p.imported.messages_measured;
   j["messages_inferred"] = p.imported.messages_inferred;
   j["inputs_before_made"] = p.imported.early_inputs;
+  j["steps_passed_over"] = p.imported.passed_over;  // lacking tasks, before the one replayed
   j["memory_neutral_limit"] = p.neutral_limit;
   j["predictions"] = nlohmann::json::array();
   for (const ReportRun& r : p.runs)

@@ -84,6 +84,11 @@ struct ImportedRun {
   int messages_inferred = 0;           // and those seen from when their consumers started
   std::string format, run;
   int step = -1;  // the step of the trace it was built from (Timeline::step)
+  // Without a step asked for, the earlier steps passed over for lacking tasks (a profiler's
+  // window cuts the first), and the first's refusal: said beside the step replayed, where
+  // only its name showed that another was meant.
+  int passed_over = 0;
+  std::string passed_over_why;
   // The TP collective's own time (work.collective_ns), measured: of each task, from its last
   // rank's compute end to its last rank's leaving the collective, the mean over tasks. False:
   // the trace does not say (TP = 1, no "blocked: collective" spans).

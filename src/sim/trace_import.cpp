@@ -232,6 +232,10 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
   // passed over, a later step was replayed in its place, exit 0.
   std::string first_error;
   bool only_w = false;  // a step lacks W tasks alone
+  // Those lacking more than W tasks (the runs of a whole backward before a split one's are
+  // other runs, not a step cut short), and the first's refusal.
+  int cut = 0;
+  std::string cut_why;
   for (const Timeline& t : steps) {
     ImportedRun run;
     try {
@@ -239,9 +243,12 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
     } catch (const MissingTasks& e) {
       if (first_error.empty()) first_error = e.what();
       only_w = only_w || e.only_w;
+      if (!e.only_w && cut++ == 0) cut_why = e.what();
       continue;
     }
     refuse_needless_message_us(run, o.message_us, origin);
+    run.passed_over = cut;
+    run.passed_over_why = std::move(cut_why);
     return run;
   }
   const std::string why = only_w && lacks_w(m, steps) ? kLacksW : "";
