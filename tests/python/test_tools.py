@@ -319,6 +319,8 @@ def test_a_built_in_hints_name_beside_a_file_of_it_warns(tmp_path, monkeypatch):
         rrfp.simulate(pp=2, microbatches=2, hint="gpipe", policy="fixed")
     with pytest.warns(UserWarning, match="give './gpipe' or a path object"):
         rrfp.schedule(hint="gpipe", pp=2, microbatches=2)
+    with pytest.warns(UserWarning, match="hint=b'gpipe' runs the built-in hint"):
+        rrfp.schedule(hint=b"gpipe", pp=2, microbatches=2)
 
 
 def test_schedule_of_a_hint_file_takes_its_shape(tmp_path):

@@ -118,9 +118,11 @@ def warn_hint_shadows(hint):
     the user's call (rrfp.simulate, Pipeline), whose line the warning names."""
     import warnings
     from . import _rrfp
-    if isinstance(hint, str) and hint in _rrfp.hint_names() and os.path.isfile(hint):
-        warnings.warn(f"hint={hint!r} runs the built-in hint, not the file {hint!r} here (give "
-                      f"'./{hint}' or a path object to run the file)", stacklevel=4)
+    # Bytes too: b"gpipe" ran the built-in without the warning.
+    name = os.fsdecode(hint) if isinstance(hint, bytes) else hint
+    if isinstance(name, str) and name in _rrfp.hint_names() and os.path.isfile(name):
+        warnings.warn(f"hint={hint!r} runs the built-in hint, not the file {name!r} here (give "
+                      f"'./{name}' or a path object to run the file)", stacklevel=4)
 
 
 def check_arguments(*, loss_fn, delay_fn, timeout, arrival_timeout, counts, names, hint,
