@@ -63,7 +63,7 @@ check "'--pp': rrfp plan takes no such value" plan --pp 2 -- --pp 3
 check "'-3': rrfp simulate takes no such value" simulate --pp 2 -m 4 --limit 2 -3
 check "--tp-protocol: expected leader or agree, got 'none'" sweep --tp-protocol none
 # A grid with no TP group took --tp-protocol and ignored it, its CSV the default's.
-check "--tp-protocol: how the tensor-parallel ranks of a stage coordinate; every --tp of the grid is 1" sweep --tp 1 --tp-protocol agree --csv "$tmp/sw.csv"
+check "--tp-protocol: how the tensor-parallel ranks of a stage coordinate; at --tp 1 a stage has one rank" sweep --tp 1 --tp-protocol agree --csv "$tmp/sw.csv"
 # --per-stage with the JSON on stdout printed nothing more: its table is left out there.
 check "--per-stage: adds rows to the table, which --json - leaves out" simulate --pp 2 -m 2 --per-stage --json -
 check "--per-stage: adds rows to the table, which --json - leaves out" run --pp 2 -m 2 --per-stage --json -

@@ -264,7 +264,11 @@ void refuse_unsplit_w_cap(const DispatchFlags& f, const ShapeFlags& shape, bool 
 }
 
 void refuse_unused_tp_protocol(const DispatchFlags& f) {
-  if (!f.tp_protocol_given || f.tp != 1) return;
+  refuse_unused_tp_protocol(f.tp_protocol_given, {f.tp});
+}
+
+void refuse_unused_tp_protocol(bool given, const std::vector<int>& tps) {
+  if (!given || std::any_of(tps.begin(), tps.end(), [](int t) { return t != 1; })) return;
   throw InputError(
       "--tp-protocol: how the tensor-parallel ranks of a stage coordinate; at --tp 1 "
       "a stage has one rank and nothing to coordinate (give --tp 2 or more, or leave "

@@ -168,8 +168,9 @@ RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s);
 // decides what a stage holds (they were taken and ignored).
 void refuse_fixed_limit(const DispatchFlags& f);
 // Refuses a --tp-protocol given at --tp 1: one rank a stage has nothing to coordinate with, so
-// the flag was taken and ignored.
+// the flag was taken and ignored. `tps`: every --tp a command runs (sweep's grid).
 void refuse_unused_tp_protocol(const DispatchFlags& f);
+void refuse_unused_tp_protocol(bool given, const std::vector<int>& tps);
 // --max-pending-w where the backward is not split (`split`: as resolved for every run of the
 // command): refused on the same principle, as there are no W tasks to cap.
 // `auto_rule`: when auto splits it, for the message.

@@ -136,12 +136,8 @@ void check_sweep(const SweepFlags& f) {
   if (f.tp_protocol != "leader" && f.tp_protocol != "agree")
     throw InputError("--tp-protocol: expected leader or agree, got '" +
                      printable(f.tp_protocol, 30) + "'");
-  // As simulate's: a grid with no TP group had it taken and ignored, its CSV the default's.
-  if (f.tp_protocol_given && std::all_of(f.tps.begin(), f.tps.end(), [](int t) { return t == 1; }))
-    throw InputError(
-        "--tp-protocol: how the tensor-parallel ranks of a stage coordinate; every --tp of the "
-        "grid is 1, where a stage has one rank and nothing to coordinate (give a --tp of 2 or "
-        "more, or leave --tp-protocol out)");
+  // A grid with no TP group took it and ignored it, its CSV the default's.
+  refuse_unused_tp_protocol(f.tp_protocol_given, f.tps);
   for (int p : f.pps)
     if (p < 1) throw InputError("--pp: must be at least 1, got " + std::to_string(p));
   for (int m : f.mb_factors)
