@@ -48,11 +48,23 @@ void bind_records(pyb::module_& m) {
       .def_property_readonly(
           "tasks",
           [](const StepRecordPy& r) {
+            // About 190 bytes a task (a tuple, its task's name, two floats), built on each
+            // access: a record the run's check let through needed 12.7 GB more here, unchecked,
+            // and a Ctrl-C waited for it.
+            const auto& tasks = r.run.result.tasks;
+            const double n = static_cast<double>(tasks.size());
+            check_fits_here(
+                "StepRecord.tasks: " + std::to_string(tasks.size()) + " tuples", n,
+                TaskCost{kTaskTupleBytes, 1e-7}, n * kTaskTupleBytes,
+                "`pp`, `microbatches` or `tp`, or read the record's table() or json() instead");
             pyb::list out;
-            for (const TaskRecord& t : r.run.result.tasks)
+            for (std::size_t i = 0; i < tasks.size(); ++i) {
+              if (i % 65536 == 65535 && PyErr_CheckSignals() != 0) throw pyb::error_already_set();
+              const TaskRecord& t = tasks[i];
               out.append(pyb::make_tuple(t.stage, to_string(t.task),
                                          static_cast<double>(t.start) / 1e9,
                                          static_cast<double>(t.compute_end) / 1e9));
+            }
             return out;
           },
           "(stage, task, start, end) of every task, in seconds from the step's start; with "

@@ -26,11 +26,6 @@
 namespace rrfp::py {
 namespace pyb = pybind11;
 
-namespace {
-
-// A run too large for this machine, refused before it starts with MemoryError, as the CLI
-// refuses it (rrfp.simulate(pp=4096, microbatches=12200) ran for half a minute, then raised
-// std::bad_alloc; smaller ones took memory past RRFP_MEMORY_LIMIT).
 void check_fits_here(const std::string& what, double tasks, TaskCost cost, double bytes,
                      const std::string& lower) {
   if (tasks > 0) cost.bytes = bytes / tasks;
@@ -42,6 +37,8 @@ void check_fits_here(const std::string& what, double tasks, TaskCost cost, doubl
     throw pyb::error_already_set();
   }
 }
+
+namespace {
 
 // Python's signal handlers, run between a simulation's tasks (about every 16k, the simulator's
 // progress calls) by a call that let the GIL go: their exception (KeyboardInterrupt) stops the

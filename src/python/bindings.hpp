@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "report/estimate.hpp"
 
 namespace rrfp::py {
 
@@ -21,6 +22,13 @@ pybind11::str text(const std::string& s);
 // Raises `type` with `what`, decoded as text() does; every error the extension raises itself
 // goes through it (PyErr_SetString lost a message naming such a file whole: a bare ValueError).
 void set_error(PyObject* type, const char* what);
+
+// A run too large for this machine, refused before it starts with MemoryError, as the CLI
+// refuses it (rrfp.simulate(pp=4096, microbatches=12200) ran for half a minute, then raised
+// std::bad_alloc; smaller ones took memory past RRFP_MEMORY_LIMIT). `bytes`: what `tasks`
+// tasks hold in all.
+void check_fits_here(const std::string& what, double tasks, TaskCost cost, double bytes,
+                     const std::string& lower);
 
 // Runs `write`; a file it could not write (an Error) raises OSError, as Python's own writes do
 // (a full disk raised RuntimeError, a missing folder ValueError, which `except OSError` let

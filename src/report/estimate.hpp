@@ -48,6 +48,9 @@ inline constexpr double kRecordBytes = 120;
 // A task's tuple in the lists Python's rrfp.schedule returns, beside kScheduleCost: 194 bytes a
 // task in all at P=512, M=8192 (203 of address space) against 160 estimated. A fifth over.
 inline constexpr double kScheduleTupleBytes = 80;
+// A task's tuple in Python's StepRecord.tasks, built on each access: about 190 bytes measured
+// at 1M tasks, with a fifth's room.
+inline constexpr double kTaskTupleBytes = 230;
 
 // Bytes a simulated run of shape `c` over `tp` ranks holds at `per_task` bytes a task.
 inline double simulated_bytes(const PipelineConfig& c, int tp, double per_task) {

@@ -382,3 +382,15 @@ def test_a_path_with_a_null_byte_is_refused(tmp_path, monkeypatch):
             save("out\0junk")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h.txt"]
 
+
+
+def test_a_records_tasks_too_large_for_the_memory_are_refused(monkeypatch):
+    # StepRecord.tasks builds a tuple a task (about 190 bytes) on each access: a record its run's
+    # check let through needed 12.7 GB more there, unchecked.
+    record = rrfp.simulate(pp=4, microbatches=1000, hint="bf")
+    assert len(record.tasks) == 8000
+    monkeypatch.setenv("RRFP_MEMORY_LIMIT", "1M")
+    with pytest.raises(MemoryError, match=r"StepRecord.tasks: 8000 tuples: about 2 MB of memory.*"
+                                          r": lower `pp`, `microbatches` or `tp`, or read the "
+                                          r"record's table\(\) or json\(\) instead$"):
+        record.tasks
