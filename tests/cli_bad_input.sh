@@ -62,6 +62,8 @@ check "'-m': rrfp plan takes no such value" plan --pp 2 -- -m 3
 check "'--pp': rrfp plan takes no such value" plan --pp 2 -- --pp 3
 check "'-3': rrfp simulate takes no such value" simulate --pp 2 -m 4 --limit 2 -3
 check "--tp-protocol: expected leader or agree, got 'none'" sweep --tp-protocol none
+# P x M past 2^64 wrapped to 0 in 64-bit integers: the grid passed, estimated at "-nan GB".
+check "--mb-factors: 4194304 x --pp 2097152 microbatches on 2097152 stages exceed the 50000000 chunk-microbatches of a step" sweep --pp 2097152 --mb-factors 4194304 --csv "$tmp/sw.csv"
 # A grid with no TP group took --tp-protocol and ignored it, its CSV the default's.
 check "--tp-protocol: how the tensor-parallel ranks of a stage coordinate; at --tp 1 a stage has one rank" sweep --tp 1 --tp-protocol agree --csv "$tmp/sw.csv"
 # --per-stage with the JSON on stdout printed nothing more: its table is left out there.

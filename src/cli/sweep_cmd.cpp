@@ -142,10 +142,12 @@ void check_sweep(const SweepFlags& f) {
     if (p < 1) throw InputError("--pp: must be at least 1, got " + std::to_string(p));
   for (int m : f.mb_factors)
     if (m < 1) throw InputError("--mb-factors: must be at least 1, got " + std::to_string(m));
-  // M = factor x P in 64 bits: an int product wrapped round (1073741825 x 4 ran M = 4).
+  // M = factor x P, and P x M, in a double: an int product wrapped round (1073741825 x 4 ran
+  // M = 4), and a 64-bit one too (4194304 x 2097152^2 = 2^64 read 0, the grid estimated at
+  // "-nan GB").
   for (int m : f.mb_factors)
     for (int p : f.pps)
-      if (1LL * m * p * p > kMaxChunkMicrobatches)
+      if (static_cast<double>(m) * p * p > kMaxChunkMicrobatches)
         throw InputError("--mb-factors: " + std::to_string(m) + " x --pp " + std::to_string(p) +
                          " microbatches on " + std::to_string(p) + " stages exceed the " +
                          std::to_string(kMaxChunkMicrobatches) + " chunk-microbatches of a step");
