@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -17,6 +18,12 @@ struct Doc {
   std::string origin;  // the file's path, for messages
   nlohmann::json json;
 };
+
+// The files as parsed JSON (sim/trace_files.cpp): gzip inflated, the whole set's parse costed
+// first. read_docs takes a file or a folder of .json / .json.gz files (digit runs in their names
+// ordered as numbers: rank2 before rank10); `option` names the flag or argument in messages.
+std::vector<Doc> parse_docs(const std::vector<std::pair<std::string, std::string>>& files);
+std::vector<Doc> read_docs(const std::string& path, const char* option);
 
 // The event array of a document: the document itself or its `traceEvents`.
 const nlohmann::json& events_of(const Doc& d);
