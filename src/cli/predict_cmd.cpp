@@ -55,29 +55,26 @@ std::string check_predict_fits(const PipelineConfig& c, int tp) {
       tasks, kPredictCost, "--pp, --vpp, --microbatches or --tp (the trace's by default)");
 }
 
-void run_predict(PredictFlags f) {
-  exit_on_signals("predict");  // a signal while a file was written left it half written
-  f.trace.option = "TRACE";
-  if (f.comm != "auto" && f.comm != "async" && f.comm != "blocking")
-    throw InputError("--comm: expected auto, async or blocking, got '" + printable(f.comm, 30) +
-                     "'");
-
-  checked_tp(f.tp);  // the flags before the file
+// TRACE names a trace: a file or folder that exists, not a CSV of durations.
+void check_trace_path(const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::exists(f.path, ec))  // or cannot be looked at: a link to itself
-    throw InputError("`TRACE`: '" + f.path + (ec ? "': " + ec.message() : "' does not exist"));
+  if (!std::filesystem::exists(path, ec))  // or cannot be looked at: a link to itself
+    throw InputError("`TRACE`: '" + path + (ec ? "': " + ec.message() : "' does not exist"));
   // A CSV holds durations, not the order a step ran in: it was parsed as JSON ("invalid JSON").
   // The CSV's own reason only for a CSV (an SVG was told it was a CSV of durations).
-  if (!is_trace_path(f.path)) {
-    const bool csv = f.path.ends_with(".csv") || f.path.ends_with(".CSV");
-    throw InputError("`TRACE`: '" + f.path +
+  if (!is_trace_path(path)) {
+    const bool csv = path.ends_with(".csv") || path.ends_with(".CSV");
+    throw InputError("`TRACE`: '" + path +
                      "' is not a trace (.json, .json.gz or a directory of them)" +
                      (csv ? ": predict replays a step's recorded order, which a CSV of durations "
                             "does not hold (simulate --replay reads one)"
                           : std::string()));
   }
-  // The shape the trace records, with whatever the flags pin down; rrfp's own trace says its
-  // TP size too (it needed --tp, "tp rank 1 >= --tp 1").
+}
+
+// The shape the trace records, with whatever the flags pin down; rrfp's own trace says its TP
+// size too (it needed --tp, "tp rank 1 >= --tp 1"), which sets f.tp unless --tp was given.
+PipelineConfig predict_config(PredictFlags& f) {
   int tp_seen = 0;
   PipelineConfig c = infer_trace_config(f.path, f.tp, f.trace, &tp_seen);
   if (!f.tp_given && tp_seen > 1) f.tp = tp_seen;
@@ -90,17 +87,10 @@ void run_predict(PredictFlags f) {
   if (f.split != "auto") c.split_backward = resolve_split(f.split, "");
   if (!f.placement.empty()) c.placement = parse_placement(f.placement);
   validate(c);
-  const std::string estimate = check_predict_fits(c, f.tp);
-  std::optional<ImportedRun> whole_step;  // the step read with a whole backward, if it stays so
-  if (f.split == "auto" && c.split_backward) {
-    // W tasks somewhere in the file: the step replayed decides (the first complete, or
-    // --step's), not the file (its steps without W were refused for lacking them).
-    PipelineConfig whole = c;
-    whole.split_backward = false;
-    whole_step = import_trace(f.path, WorkModel(whole), f.tp, f.trace);
-    c.split_backward = whole_step->has_w;
-    if (c.split_backward) whole_step.reset();  // read again below, its W tasks apart
-  }
+  return c;
+}
+
+PredictOptions predict_options(const PredictFlags& f) {
   PredictOptions o;
   o.hints = split_list(f.hints);
   for (size_t i = 0; i < o.hints.size(); ++i) {
@@ -116,14 +106,10 @@ void run_predict(PredictFlags f) {
   if (f.comm != "auto") o.recorded_comm = parse_comm(f.comm);
   if (f.ordered != "auto") o.ordered_forwards = f.ordered == "on";
   o.rules_split_as_they_run = f.split == "auto";
-  // A step read already is not read twice. The estimate once it is read: a trace refused at
-  // once (a shape it cannot fill) printed it above the refusal.
-  ImportedRun step =
-      whole_step ? std::move(*whole_step) : import_trace(f.path, WorkModel(c), f.tp, f.trace);
-  say_estimate(estimate);
-  Prediction p = predict(std::move(step), c, f.tp, o);
-  for (std::string& s : p.skipped)  // the library's reasons name options: here, flags
-    s = as_flags(s);
+  return o;
+}
+
+void report_prediction(const Prediction& p, const PredictFlags& f) {
   write_then_heed_signals([&] {
     WrittenOutputs written;
     written.write("--svg", f.svg, [&] {
@@ -140,6 +126,38 @@ void run_predict(PredictFlags f) {
   std::ostream& human = is_stdout(f.json) ? std::cerr : std::cout;
   human << format_prediction(p, f.path);
   if (!f.svg.empty()) human << "timeline (measured, twin, best): " << visible(f.svg) << "\n";
+}
+
+void run_predict(PredictFlags f) {
+  exit_on_signals("predict");  // a signal while a file was written left it half written
+  f.trace.option = "TRACE";
+  if (f.comm != "auto" && f.comm != "async" && f.comm != "blocking")
+    throw InputError("--comm: expected auto, async or blocking, got '" + printable(f.comm, 30) +
+                     "'");
+  checked_tp(f.tp);  // the flags before the file
+  check_trace_path(f.path);
+  PipelineConfig c = predict_config(f);
+  const std::string estimate = check_predict_fits(c, f.tp);
+  std::optional<ImportedRun> whole_step;  // the step read with a whole backward, if it stays so
+  if (f.split == "auto" && c.split_backward) {
+    // W tasks somewhere in the file: the step replayed decides (the first complete, or
+    // --step's), not the file (its steps without W were refused for lacking them).
+    PipelineConfig whole = c;
+    whole.split_backward = false;
+    whole_step = import_trace(f.path, WorkModel(whole), f.tp, f.trace);
+    c.split_backward = whole_step->has_w;
+    if (c.split_backward) whole_step.reset();  // read again below, its W tasks apart
+  }
+  const PredictOptions o = predict_options(f);
+  // A step read already is not read twice. The estimate once it is read: a trace refused at
+  // once (a shape it cannot fill) printed it above the refusal.
+  ImportedRun step =
+      whole_step ? std::move(*whole_step) : import_trace(f.path, WorkModel(c), f.tp, f.trace);
+  say_estimate(estimate);
+  Prediction p = predict(std::move(step), c, f.tp, o);
+  for (std::string& s : p.skipped)  // the library's reasons name options: here, flags
+    s = as_flags(s);
+  report_prediction(p, f);
 }
 
 }  // namespace
