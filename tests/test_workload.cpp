@@ -319,6 +319,30 @@ TEST(Workload, AStragglerStagePastThePipelineIsRefused) {
                "or -2 for one drawn from the seed");
 }
 
+// A file's fields each in range may not fit the shape or may draw past a bound: the refusal
+// names the file (it named the field alone), and a mean token count outside the clamp's bounds is
+// refused (a language file's tokens_mean 100000 ran 16384 tokens a microbatch, silently).
+TEST(Workload, AFilesRefusalsNameTheFileAndItsMeanLiesWithinTheClamp) {
+  WorkModel m(config(4, 8));
+  const WorkloadParams s =
+      apply_workload_json(workload_preset("uniform"), R"({"preset": "straggler",
+          "straggler_stage": 7})",
+                          "s.json");
+  EXPECT_ERROR(realize(s, m, 1, 1), InputError, "s.json: workload straggler_stage: 7 for 4 stages");
+  EXPECT_ERROR(apply_workload_json(workload_preset("uniform"),
+                                   R"({"preset": "language", "tokens_mean": 100000})", "t.json"),
+               InputError,
+               "t.json: workload tokens_mean: 100000 lies outside [tokens_min, tokens_max] = "
+               "[256, 16384]");
+  EXPECT_ERROR(apply_workload_json(workload_preset("uniform"), R"({"tokens_mean": 100})", "t.json"),
+               InputError, "tokens_mean: 100 lies outside");
+  const WorkloadParams t = apply_workload_json(
+      workload_preset("uniform"), R"({"tokens_mean": 100, "tokens_min": 100})", "t.json");
+  EXPECT_EQ(microbatch_tokens(t, 1, 0), 100);
+  for (const auto& name : workload_names())  // every preset's mean lies within its clamp
+    EXPECT_NO_THROW(validate(workload_preset(name))) << name;
+}
+
 // Each field within its range, a microbatch's message past 2^63 bytes: refused by name, where
 // its size wrapped negative (and the adaptive rule's entry order with it). A clamp raised
 // (tokens_max) with messages of ordinary size is no such message.

@@ -197,9 +197,7 @@ void check_against_shape(const WorkloadParams& w, const WorkModel& m) {
                      std::to_string(m.chunks()));
 }
 
-}  // namespace
-
-RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed) {
+RealizedWork realize_work(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed) {
   validate(w);
   check_against_shape(w, m);
   RealizedWork r;
@@ -268,6 +266,19 @@ RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::u
                      (tp > 1 ? ", and each of the TP ranks takes its share of a task" : "") +
                      "): raise forward_us");
   return r;
+}
+
+}  // namespace
+
+RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed) {
+  try {
+    return realize_work(w, m, tp, seed);
+  } catch (const InputError& e) {
+    // A file's fields each in range may still not fit the shape, or draw past a bound: the
+    // refusal named the field but not the file it came from.
+    if (w.origin.empty()) throw;
+    throw InputError(w.origin + ": " + e.what());
+  }
 }
 
 std::int64_t microbatch_size(const WorkModel& m, const RealizedWork& w, int mb) {

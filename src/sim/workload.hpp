@@ -19,6 +19,7 @@ JitterLevel jitter_level(int j);  // J0..J3 of the paper
 
 struct WorkloadParams {
   std::string preset = "uniform";
+  std::string origin;  // the workload file read, which realize()'s refusals name ("": none)
   // Compute. Costs are per pipeline stage (its whole model slice); a chunk costs 1/V of it.
   double forward_us = 1000;         // forward cost at the mean token count
   double backward_ratio_min = 1.0;  // backward / forward, drawn uniformly per task

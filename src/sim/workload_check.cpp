@@ -50,6 +50,14 @@ void validate(const WorkloadParams& w) {
   in("tokens_sigma", w.tokens_sigma, 0, 10);
   in("tokens_min", w.tokens_min, 0, 1e9);
   in("tokens_max", w.tokens_max, w.tokens_min, 1e9);
+  // A mean outside the clamp's bounds clamped every microbatch to one of them, silently: a
+  // language file's tokens_mean 100000 ran 16384 tokens each (the preset's tokens_max).
+  if (w.tokens_mean < w.tokens_min || w.tokens_mean > w.tokens_max)
+    throw InputError("workload tokens_mean: " + fmt_given(w.tokens_mean) +
+                     " lies outside [tokens_min, tokens_max] = [" + fmt("%g", w.tokens_min) + ", " +
+                     fmt("%g", w.tokens_max) +
+                     "], to which every microbatch's tokens are clamped; give tokens_min or "
+                     "tokens_max with it");
   in("quadratic_share", w.quadratic_share, 0, 1);
   in("images_scale", w.images_scale, 0, 1e6);
   in("images_alpha", w.images_alpha, 1e-9, 1e6);

@@ -127,6 +127,7 @@ WorkloadParams apply_workload_json(WorkloadParams w, const std::string& text,
   } catch (const InputError& e) {
     throw InputError(origin + ": " + e.what());
   }
+  w.origin = origin;
   return w;
 }
 

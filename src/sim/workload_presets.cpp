@@ -98,7 +98,9 @@ WorkloadParams workload_preset(const std::string& name, const std::string& what)
   }
   if (name == "jitter" || name.rfind("jitter:", 0) == 0) {
     WorkloadParams w = language();
-    w.tokens_sigma = 0;  // fixed inputs: the injected jitter is the only variability
+    // Fixed inputs and no compute noise: besides the injected jitter, only the backward's ratio
+    // to its forward (drawn per task) and the messages' noise vary.
+    w.tokens_sigma = 0;
     w.compute_sigma = 0;
     const std::string lvl = name == "jitter" ? "J2" : name.substr(7);
     if (lvl.size() != 2 || (lvl[0] != 'J' && lvl[0] != 'j') || lvl[1] < '0' || lvl[1] > '3')
