@@ -1,7 +1,8 @@
 #pragma once
 // The design's jitter injection (semantics.md §5) applied to real compute: after an F or a B
 // (never a W), with probability p, the rank stalls for alpha * max(floor, the task's measured
-// duration) * (0.5 + U), with the draws a pure function of (seed, stage, task, step).
+// duration) * (0.5 + U), with the draws a pure function of (seed, stage, task, step); an
+// evaluation pass (StageProgram::evaluating) is not disturbed.
 #include <cstdint>
 #include <memory>
 

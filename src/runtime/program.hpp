@@ -112,6 +112,10 @@ class StageProgram {
   // runtime ("" where it does not say): the stuck report shows it beside the task, which it
   // called running. Called from the watchdog's thread, under the stage's lock: must not block.
   virtual std::string waiting_for() const { return {}; }
+  // Whether the step under way trains nothing (an evaluation pass: backward tasks that do
+  // nothing), for wrappers that disturb training's tasks only. Asked from the stage's thread
+  // while a task of the step runs.
+  virtual bool evaluating() const { return false; }
 };
 
 using ProgramFactory = std::function<std::unique_ptr<StageProgram>(int stage, int tp_rank)>;

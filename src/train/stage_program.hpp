@@ -96,6 +96,7 @@ class TrainStageProgram final : public StageProgram {
   void weight_grad(TaskContext& ctx, int chunk, int mb) override;
   std::optional<std::size_t> input_bytes(const TaskId& consumer) const override;
   std::optional<std::int64_t> microbatch_size(int mb) const override;
+  bool evaluating() const override { return eval_; }
 
  private:
   struct Work {  // one (chunk, microbatch) between its F and its last backward task
