@@ -85,6 +85,19 @@ TEST(Hints, DefaultLimitIsTheFixedOrderPeak) {
   EXPECT_EQ(default_limit(make_hint("bf", m), m), 4);
   WorkModel small(config(4, 2));
   EXPECT_EQ(default_limit(make_hint("bf", small), small), 2);
+  // V = 2: interleaved 1F1B's warm-up + 1 for the loop placement; the V-shaped placement's
+  // fixed baseline is ZB-V, whose peak the rule hints take (interleaved 1F1B's, 23 at P=8, let
+  // a V-shaped BFW hold 44% more than ZB-V did).
+  WorkModel loop(config(8, 32, 2, true));
+  EXPECT_EQ(default_limit(make_hint("bfw", loop), loop), 23);
+  for (int p : {2, 3, 4, 5, 8})
+    for (int mbs : {1, 2, 3, 4, 7, 8, 16, 32}) {
+      WorkModel v(config(p, mbs, 2, true, Placement::VShape));
+      const int zb_v = default_limit(make_hint("zb-v", v), v);
+      EXPECT_EQ(zb_v, std::min(2 * p, 2 * mbs)) << "P=" << p << " M=" << mbs;
+      for (const char* rule : {"bf", "bfw", "adaptive"})
+        EXPECT_EQ(default_limit(make_hint(rule, v), v), zb_v) << rule << " P=" << p << " M=" << mbs;
+    }
 }
 
 // The generated lists are the orders the field runs under those names, task for task: ZB-H1

@@ -58,7 +58,8 @@ std::vector<int> fixed_order_peaks(const ListHint& hint, const WorkModel& model)
 int fixed_order_pending_w_peak(const ListHint& hint, const WorkModel& model);
 
 // Default back-pressure limit (semantics.md §2): the hint's own fixed-order peak on its most
-// loaded stage; rule hints use 1F1B's (V = 1) or interleaved 1F1B's (V >= 2).
+// loaded stage; rule hints use 1F1B's (V = 1), interleaved 1F1B's (V >= 2, loop placement) or
+// ZB-V's (the V-shaped placement).
 int default_limit(const Hint& hint, const WorkModel& model);
 
 // Generators (exposed for tests). Each throws InputError when the config does not fit.
