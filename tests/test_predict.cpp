@@ -153,5 +153,36 @@ TEST(Predict, RefusesOrderedForwardsTheRecordedStepBroke) {
   std::remove(path.c_str());
 }
 
+// "At that memory" by what a run held: at V = 2 a rule at the recorded order's largest D may
+// pass it by up to V while a microbatch drains. Ready bf at limit 1, P=2 V=2 M=6 (`language`),
+// held D 2; predicted at limit 2, bf reached 3 and was called the best at that memory (13.7%
+// of the step saved). It is named as faster but holding more, and no rule is the best.
+TEST(Predict, TheBestAtTheRecordedMemoryHeldNoMoreThanIt) {
+  const WorkModel m(config(2, 6, 2));
+  SimOptions opt;
+  opt.arbiter.policy = Policy::Ready;
+  opt.arbiter.limit = 1;
+  const std::string path = temp_path("drain");
+  write_own_trace(m, "bf", realize(workload_preset("language"), m, 1, 1), opt, path);
+  PredictOptions o;
+  o.hints = {"bf"};
+  o.large_limit = 0;
+  const Prediction p = predict(path, m.config(), 1, TraceOptions{}, o);
+  std::remove(path.c_str());
+  ASSERT_EQ(p.neutral_limit, 2);
+  const ReportRun& bf = row(p, "ready bf @2");
+  EXPECT_EQ(Prediction::largest_d(bf), 3);
+  EXPECT_LT(bf.metrics.makespan, p.replayed.metrics.makespan);
+  EXPECT_EQ(&p.best(), &p.replayed);
+  EXPECT_EQ(p.faster_holding_more(), &bf);
+  const std::string text = format_prediction(p, "drain.json");
+  EXPECT_NE(text.find("At that memory no readiness-first rule beats the recorded order"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("ready bf @2 is faster (1.158x) but holds more: D 3 on its busiest stage"),
+            std::string::npos)
+      << text;
+}
+
 }  // namespace
 }  // namespace rrfp::test

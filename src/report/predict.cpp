@@ -135,11 +135,29 @@ double Prediction::reproduction_error() const {
          1;
 }
 
+int Prediction::largest_d(const ReportRun& r) {
+  const auto& d = r.result.peak_d;
+  return d.empty() ? 0 : *std::max_element(d.begin(), d.end());
+}
+
+// At the recorded memory by what a run held, not by its limit: at V >= 2 a run at the neutral
+// limit may hold up to V more while a microbatch drains (P=2 V=2: ready bf at limit 2 reached
+// D 3 where the recorded step held 2, and was called the best at that memory, 13.7% saved).
 const ReportRun& Prediction::best() const {
   const ReportRun* b = &replayed;
   for (const ReportRun& r : runs)
-    if (r.metrics.limit <= neutral_limit && r.metrics.makespan < b->metrics.makespan) b = &r;
+    if (largest_d(r) <= neutral_limit && r.metrics.makespan < b->metrics.makespan) b = &r;
   return *b;
+}
+
+const ReportRun* Prediction::faster_holding_more() const {
+  const ReportRun* f = nullptr;
+  const std::int64_t best_ns = best().metrics.makespan;
+  for (const ReportRun& r : runs)
+    if (r.metrics.limit <= neutral_limit && largest_d(r) > neutral_limit &&
+        r.metrics.makespan < (f ? f->metrics.makespan : best_ns))
+      f = &r;
+  return f;
 }
 
 Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,

@@ -50,7 +50,13 @@ struct Prediction {
   std::string ordered_from = "default";
 
   double reproduction_error() const;  // replayed / measured - 1; NaN where either took no time
-  const ReportRun& best() const;      // the fastest prediction at the memory-neutral limit
+  // The fastest prediction whose stages held at most the memory-neutral limit's D (else the
+  // twin's replay).
+  const ReportRun& best() const;
+  // The fastest run at the memory-neutral limit that beats best() by holding more than it (at
+  // V >= 2, up to V while a microbatch drains), or null.
+  const ReportRun* faster_holding_more() const;
+  static int largest_d(const ReportRun& r);
 };
 
 // `cfg`'s ordered_forwards is replaced by the step's (PredictOptions::ordered_forwards).

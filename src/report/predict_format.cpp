@@ -126,6 +126,12 @@ std::string format_prediction(const Prediction& p, const std::string& source) {
     out += "Best at that memory: " + b.label + ", " +
            shown("%.3fx", ratio(p.replayed.metrics.makespan, b.metrics.makespan)) +
            " the recorded order: " + fmt("%.1f%%", 100 * gain) + " of the step saved.\n";
+  if (const ReportRun* f = p.faster_holding_more())
+    out += f->label + " is faster (" +
+           shown("%.3fx", ratio(p.replayed.metrics.makespan, f->metrics.makespan)) +
+           ") but holds more: D " + std::to_string(Prediction::largest_d(*f)) +
+           " on its busiest stage, where a microbatch draining through its " +
+           std::to_string(p.cfg.vpp) + " chunks a stage may pass the limit.\n";
   return out;
 }
 
