@@ -24,6 +24,10 @@ fi
 "$rrfp" train "${small[@]}" --steps 3 --warmup 1 --out "$tmp/file" >"$tmp/file.log" 2>&1 ||
   fail "into a file: exit $?"
 ! grep -q $'\e' "$tmp/file.log" || fail "into a file: an escape sequence in the output"
+# The summary states the limit the ready policy ran under and each stage's peak D, as every
+# other report does (it stated neither): the default P=4, limit 4, stage 0 at it.
+grep -qE "^done: 3 steps, .*, limit 4, peak D per stage 4 [0-4] [0-4] [0-4]$" "$tmp/file.log" ||
+  fail "into a file: no limit or peak D: $(grep '^done' "$tmp/file.log")"
 # A folder given with a trailing slash names its files once: it printed 'wrote DIR//loss.csv'.
 "$rrfp" train "${small[@]}" --steps 1 --out "$tmp/slash/" >"$tmp/slash.log" 2>&1 ||
   fail "--out DIR/: exit $?"

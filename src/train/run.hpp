@@ -1,6 +1,8 @@
 #pragma once
 // `rrfp train` as a library call. This header is free of LibTorch so the CLI can include it;
 // run_training lives in the training layer.
+#include <vector>
+
 #include "train/options.hpp"
 
 namespace rrfp::train {
@@ -12,6 +14,10 @@ struct TrainSummary {
   double tokens_per_s = 0, mean_step_ms = 0, mean_bubble = 0;
   double overhead_share = 0;          // dispatch gaps / (gaps + model compute), all ranks
   double outside_pipeline_share = 0;  // step time outside the runtime step (optimizer, data)
+  // The ready policy's limit as resolved (0 under the fixed policy, whose list decides) and the
+  // largest D = F done - B done each stage reached over the steps (semantics.md §2).
+  int limit = 0;
+  std::vector<int> peak_d;
   int stopped_by = 0;  // the signal that stopped the run early (0: it ran every step)
 };
 

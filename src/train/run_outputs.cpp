@@ -102,6 +102,14 @@ std::string TrainingRun::earlier_durations_kept() const {
          ", is the resumed run's, kept: this one kept none of its own";
 }
 
+// The limit the ready policy ran under and the peak D each stage reached, as every other
+// report states them (semantics.md §2); train printed neither.
+std::string TrainingRun::memory_said() const {
+  if (sum_.peak_d.empty()) return {};
+  return (sum_.limit > 0 ? ", limit " + std::to_string(sum_.limit) : std::string()) +
+         ", peak D per stage " + peak_d_column(sum_.peak_d);
+}
+
 void TrainingRun::print_summary() const {
   const bool stopped = stopped_by_ != 0;
   std::ostringstream os;
@@ -118,7 +126,7 @@ void TrainingRun::print_summary() const {
      << fmt("%.0f", sum_.tokens_per_s) << " tok/s, " << fmt("%.1f", sum_.mean_step_ms)
      << " ms/step, bubble " << fmt("%.1f%%", 100 * sum_.mean_bubble) << ", runtime overhead "
      << fmt("%.2f%%", 100 * sum_.overhead_share) << ", outside the pipeline (optimizer, data) "
-     << fmt("%.1f%%", 100 * sum_.outside_pipeline_share) << "\n"
+     << fmt("%.1f%%", 100 * sum_.outside_pipeline_share) << memory_said() << "\n"
      << "wrote " << visible(dir())
      << "loss.csv, loss.svg, trace.json, timeline.svg"
      // durations.csv holds the steps after the first two: a run stopped before has none

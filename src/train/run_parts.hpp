@@ -112,6 +112,8 @@ class StepTotals {
 
  private:
   double tokens_ = 0, seconds_ = 0, pipeline_s_ = 0, bubble_ = 0, gaps_ns_ = 0, busy_ns_ = 0;
+  int limit_ = 0;
+  std::vector<int> peak_d_;  // per stage, the largest over the steps
 };
 
 }  // namespace rrfp::train

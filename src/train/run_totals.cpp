@@ -1,4 +1,5 @@
 // loss.csv's row of a step and the run's totals over its steps (train/run_parts.hpp).
+#include <algorithm>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -42,6 +43,11 @@ void StepTotals::add(const StepReport& r, double step_s, double bubble) {
     gaps_ns_ += static_cast<double>(g);
   for (const auto& rs : r.run.run.ranks)
     busy_ns_ += static_cast<double>(rs.busy);
+  const StepRecord& rec = r.run.run;
+  limit_ = rec.arbiter.policy == Policy::Ready ? rec.arbiter.limit : 0;
+  peak_d_.resize(std::max(peak_d_.size(), rec.peak_d.size()), 0);
+  for (std::size_t s = 0; s < rec.peak_d.size(); ++s)
+    peak_d_[s] = std::max(peak_d_[s], rec.peak_d[s]);
 }
 
 void StepTotals::summarize(TrainSummary& s) const {
@@ -52,6 +58,8 @@ void StepTotals::summarize(TrainSummary& s) const {
   // Runtime overhead: the dispatch gaps, against the ranks' summed compute.
   s.overhead_share = busy_ns_ > 0 ? gaps_ns_ / (busy_ns_ + gaps_ns_) : 0;
   s.outside_pipeline_share = seconds_ > 0 ? 1 - pipeline_s_ / seconds_ : 0;
+  s.limit = limit_;
+  s.peak_d = peak_d_;
 }
 
 }  // namespace rrfp::train

@@ -126,6 +126,7 @@ class TrainingRun {
   // One write: under mpirun the other processes' lines share the stream (a "SIGTERM taken"
   // line once landed inside this one, written piece by piece).
   void print_summary() const;
+  std::string memory_said() const;
 
   // Stopped because its standard output's reader went (`| head`): what it printed there went
   // nowhere, and the run's stop (exit 141) was without a word: its first line on stderr too.
