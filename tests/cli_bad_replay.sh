@@ -91,6 +91,14 @@ printf '{"tp_sigma": 0, "tp_collective_us": 1000, "coord_latency_us": 0}' >"$tmp
   grep -q '"measured_ms": 3.0,' "$tmp/col-predict.json" &&
   grep -q '"reproduction_error": 0.0' "$tmp/col-predict.json" ||
   { echo "FAIL: predict of a TP=2 trace:"; cat "$tmp/col-predict.json"; fails=$((fails + 1)); }
+# A workload file's TP latency where the replayed trace measured its own was taken and ignored
+# (the file's 100 us or 3000 us replayed the same step): refused, naming the file and field.
+printf '{"tp_collective_us": 100}' >"$tmp/col100.json"
+printf '{"coord_latency_us": 500}' >"$tmp/coord500.json"
+check "--workload-file: '$tmp/col100.json' sets tp_collective_us, but the replayed trace measured the TP collective's time" \
+  simulate --replay "$tmp/col-trace.json" --pp 1 -m 1 --tp 2 --split-backward off --hint 1f1b --policy fixed --workload-file "$tmp/col100.json"
+check "--workload-file: '$tmp/coord500.json' sets coord_latency_us, but the replayed trace measured the TP coordination's latency" \
+  simulate --replay "$tmp/col-trace.json" --pp 1 -m 1 --tp 2 --split-backward off --hint 1f1b --policy fixed --workload-file "$tmp/coord500.json"
 # A duration past the limit by less than %.10g shows read "1000000000 us".
 printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1000000000.0004\n0,0,0,B,1\n' >"$tmp/over.csv"
 check "over.csv:2: column duration_us: a task or message of 1000000000.0004 us; the most one may take is 1e+09 us" \

@@ -105,7 +105,7 @@ void refuse_unused_seed(const Scenario& sc, bool seed_given) {
 // taken and changed nothing. Its jitter applies on top, and with TP its collective's and
 // coordination's latencies where the trace has none. A workload file is held to the same rule
 // (it was taken and ignored where the preset was refused).
-void refuse_replaced_workload(const Scenario& sc, const std::string& preset_given,
+void refuse_replaced_workload(Scenario& sc, const std::string& preset_given,
                               const std::string& workload_file, bool flags) {
   if (sc.replay_path.empty()) return;
   const auto name = [flags](std::string flag) {
@@ -141,6 +141,8 @@ void refuse_replaced_workload(const Scenario& sc, const std::string& preset_give
     if (f == "calibration") continue;  // the measurements behind a calibration: no field
     const bool j = f.rfind("jitter_", 0) == 0 || f.rfind("preset jitter", 0) == 0;
     const bool l = tp && (f == "tp_collective_us" || f == "coord_latency_us");
+    sc.file_sets_collective = sc.file_sets_collective || (tp && f == "tp_collective_us");
+    sc.file_sets_coordination = sc.file_sets_coordination || (tp && f == "coord_latency_us");
     jitter = jitter || j;
     latency = latency || l;
     if (!j && !l) ignored.push_back(f);
@@ -196,13 +198,24 @@ RealizedWork realized_work(const Scenario& sc, const WorkModel& m) {
   // `rrfp train --inject-jitter`).
   if (sc.workload.jitter.p > 0) apply_jitter(work, m, sc.workload.jitter, sc.seed);
   if (sc.tp > 1) {
+    // A workload file's latency where the trace measured its own was taken and ignored (a
+    // file's tp_collective_us 100 or 3000 replayed 88.41 ms alike).
+    const auto measured = [&sc](const char* field, const char* what) {
+      return InputError("`workload_file`: '" + sc.workload.origin + "' sets " + field +
+                        ", but the replayed trace measured the " + what +
+                        ", which the replay keeps: leave it out of the file");
+    };
     // A trace of rrfp's own measured its collective (ImportedRun::collective_measured): kept.
     if (work.collective_ns == 0)
       work.collective_ns = static_cast<std::int64_t>(sc.workload.tp_collective_us * 1000);
+    else if (sc.file_sets_collective)
+      throw measured("tp_collective_us", "TP collective's time");
     // Likewise its coordination (ImportedRun::coordination_measured): a simulated step's
     // replays with the latency it was simulated with, not the --workload preset's.
     if (!coordination_measured)
       work.coord_ns = static_cast<std::int64_t>(sc.workload.coord_latency_us * 1000);
+    else if (sc.file_sets_coordination)
+      throw measured("coord_latency_us", "TP coordination's latency");
   }
   return work;
 }

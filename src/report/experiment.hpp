@@ -39,6 +39,9 @@ struct Scenario {
   PipelineConfig replay_read_for;
   bool replay_read_coordination = false;  // ImportedRun::coordination_measured
   int replay_passed_over = 0;             // ImportedRun::passed_over
+  // A replay's workload file sets the TP collective's or coordination's latency, which
+  // realized_work refuses where the trace measured it (refuse_replaced_workload sets them).
+  bool file_sets_collective = false, file_sets_coordination = false;
   std::uint64_t seed = 1;
   int limit = 0, max_pending_w = 0;
   bool record = true;
@@ -95,7 +98,7 @@ void check_spec(const Scenario& sc, const RunSpec& spec);
 // gave (`preset_given`; empty: none given), and a workload file that sets another field or none of
 // these, each once taken and ignored. `flags`: names the options as the command's flags, else as
 // keywords.
-void refuse_replaced_workload(const Scenario& sc, const std::string& preset_given,
+void refuse_replaced_workload(Scenario& sc, const std::string& preset_given,
                               const std::string& workload_file, bool flags);
 // Whether the scenario's seed draws anything: a workload's durations, or the jitter a replay
 // takes on top of its measured ones (a replay without jitter draws nothing).
