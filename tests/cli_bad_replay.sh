@@ -99,6 +99,8 @@ check "--workload-file: '$tmp/col100.json' sets tp_collective_us, but the replay
   simulate --replay "$tmp/col-trace.json" --pp 1 -m 1 --tp 2 --split-backward off --hint 1f1b --policy fixed --workload-file "$tmp/col100.json"
 check "--workload-file: '$tmp/coord500.json' sets coord_latency_us, but the replayed trace measured the TP coordination's latency" \
   simulate --replay "$tmp/col-trace.json" --pp 1 -m 1 --tp 2 --split-backward off --hint 1f1b --policy fixed --workload-file "$tmp/coord500.json"
+# A TP 2 trace read at --tp 3 lacks tp rank 2's tasks: the flags to give it its shape name --tp.
+check "give that one (--pp, --vpp, --microbatches, --tp)" predict "$tmp/col-trace.json" --tp 3
 # A duration past the limit by less than %.10g shows read "1000000000 us".
 printf 'stage,chunk,microbatch,kind,duration_us\n0,0,0,F,1000000000.0004\n0,0,0,B,1\n' >"$tmp/over.csv"
 check "over.csv:2: column duration_us: a task or message of 1000000000.0004 us; the most one may take is 1e+09 us" \

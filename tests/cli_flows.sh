@@ -55,6 +55,9 @@ grep -q "(ordered forwards)" ordered.txt || fail "plan of ordered forwards: $(he
 grep -q "W cap=" ordered.txt || fail "a split plan's header names no W cap: $(head -1 ordered.txt)"
 "$rrfp" plan --pp 2 -m 4 --max-evaluations 10 >unsplit.txt
 grep -q "split=off .*W cap" unsplit.txt && fail "an unsplit plan's header names a W cap"
+# The TP protocol, as simulate's header gives it: --out tells to replay with the same one.
+"$rrfp" plan --pp 2 -m 4 --tp 2 --tp-protocol agree --max-evaluations 10 >agree.txt
+grep -q " TP=2 (agree)  workload=" agree.txt || fail "plan's header at TP 2: $(head -1 agree.txt)"
 
 # The best line says "optimal" only where the exact search proved it, with the exact line's
 # makespan; the heuristic alone proves nothing.

@@ -148,8 +148,10 @@ CLI::Option* add_dispatch_flags(CLI::App* app, DispatchFlags& f, const std::stri
 CLI::Option* add_execution_flags(CLI::App* app, DispatchFlags& f) {
   app->add_option("--limit", f.limit,
                   "back-pressure limit on F done - B done under the ready policy (0: the hint's "
-                  "default; plan: a rule hint's)");
-  app->add_option("--max-pending-w", f.max_pending_w, "cap on deferred W tasks (0: P)");
+                  "default; plan: a rule hint's); with V >= 2 a microbatch draining through its "
+                  "chunks may pass it by V");
+  app->add_option("--max-pending-w", f.max_pending_w,
+                  "cap on deferred W tasks, whose inputs a stage holds until they run (0: P)");
   auto* comm =
       app->add_option("--comm", f.comm, "async or blocking (rendezvous)")->capture_default_str();
   app->add_option("--tp", f.tp, "tensor-parallel ranks per stage T")->capture_default_str();

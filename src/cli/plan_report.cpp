@@ -111,7 +111,11 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
   const ReportHeader head = header_of(sc);
   human << "P=" << m.pp() << " V=" << m.vpp() << " M=" << m.microbatches()
         << " split=" << (m.split() ? "on" : "off")
-        << (m.config().ordered_forwards ? " (ordered forwards)" : "") << " TP=" << sc.tp
+        << (m.config().ordered_forwards ? " (ordered forwards)" : "") << " TP="
+        << sc.tp
+        // The protocol, as simulate's and run's headers give it: plan --out tells to replay the
+        // order with the same --tp-protocol.
+        << (sc.tp > 1 ? " (" + head.tp_protocol + ")" : std::string())
         << "  workload=" << head.workload
         << (head.seed ? "  seed=" + std::to_string(*head.seed) : std::string())  // none: a replay
         << "  limit=" << p.limit << " (D <= " << p.d_bound()

@@ -162,7 +162,9 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
     throw MissingTasks(
         origin + ": the " + (tl.format.empty() ? "" : tl.format + " ") +
             "timeline lacks tasks this shape needs: " + missing +
-            "; if it was recorded with another shape, give that one (`pp`, `vpp`, `microbatches`)",
+            "; if it was recorded with another shape, give that one (`pp`, `vpp`, `microbatches`" +
+            // At TP 2 or more the ranks it lacks may be the shape's: a TP 2 trace read at 3.
+            (tp > 1 ? ", `tp`)" : ")"),
         misses_only_w(r, m, tp));
   check_no_overlap(tl, m, origin);
   folded_w.add_to(r.compute_ns);
