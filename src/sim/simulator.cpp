@@ -279,9 +279,13 @@ void Simulation::try_dispatch(int s) {
     const auto task = rank(s, r).driver.next();
     if (!task) continue;
     launch(s, r, *task);
-    if (coordinated_ && r == 0)  // the leader's choice reaches its followers
+    // The leader's choice reaches its followers a hop after it is made, by its thread once awake
+    // (it left at once, and a follower woken with it started with the leader).
+    if (coordinated_ && r == 0) {
+      const std::int64_t chosen = std::max(now_, rank(s, r).awake_at);
       for (int o = 1; o < t_; ++o)
-        push(now_ + w_.coord_ns, Ev::Choice, s, o, m_.index(*task));
+        push(chosen + w_.coord_ns, Ev::Choice, s, o, m_.index(*task));
+    }
   }
 }
 
