@@ -165,8 +165,10 @@ RunsSize runs_size(const Scenario& sc, const std::vector<RunSpec>& runs) {
     const double tasks = tasks_of(c, sc.tp);
     s.most = std::max(s.most, tasks);
     s.total += tasks;
-    s.most_bytes =
-        std::max(s.most_bytes, simulated_bytes(c, sc.tp, kSimulateCost.bytes + extra_bytes(r)));
+    s.most_bytes = std::max(
+        s.most_bytes,
+        simulated_bytes(
+            c, sc.tp, protocol_cost(kSimulateCost, sc.tp, sc.tp_protocol).bytes + extra_bytes(r)));
   }
   return s;
 }
@@ -190,7 +192,10 @@ void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenari
   // The runs take turns, each freeing its work when done, unless a timeline keeps every run's
   // records to draw them.
   const bool timeline = draws_timeline(f);
-  TaskCost cost = !f.trace.empty() ? kTraceCost : !f.svg.empty() ? kSvgCost : kSimulateCost;
+  TaskCost cost = protocol_cost(!f.trace.empty() ? kTraceCost
+                                : !f.svg.empty() ? kSvgCost
+                                                 : kSimulateCost,
+                                sc.tp, sc.tp_protocol);
   if (!timeline && most > 0) cost.bytes = most_bytes / most;  // what the heaviest run holds
   const double held = timeline ? total : most;
   check_fits(std::string(command) + ": " + runs_of_tasks(runs.size(), total), held, cost,

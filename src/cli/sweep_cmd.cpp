@@ -264,7 +264,7 @@ void check_sweep_fits(const SweepFlags& f, const std::vector<RunSpec>& specs) {
       points / (static_cast<double>(f.pps.size()) * static_cast<double>(f.mb_factors.size()) *
                 static_cast<double>(f.tps.size()));
   RunsSize worst;
-  double work = 0;
+  double work_seconds = 0;
   for (int p : f.pps)
     for (int fac : f.mb_factors)
       for (int tp : f.tps) {
@@ -272,15 +272,17 @@ void check_sweep_fits(const SweepFlags& f, const std::vector<RunSpec>& specs) {
         sc.cfg.pp = p;
         sc.cfg.microbatches = fac * p;  // checked by check_sweep in 64 bits
         sc.tp = tp;
+        sc.tp_protocol = parse_tp_protocol(f.tp_protocol);
         const RunsSize s = runs_size(sc, specs);
         worst.most = std::max(worst.most, s.most);
         worst.most_bytes = std::max(worst.most_bytes, s.most_bytes);
-        work += s.total * per_shape;
+        work_seconds +=
+            s.total * per_shape * protocol_cost(kSimulateCost, tp, sc.tp_protocol).seconds;
       }
   const double runs = points * static_cast<double>(specs.size());
   const double rows = runs * kRowBytes;
   const TaskCost cost{(worst.most_bytes + rows) / worst.most, kSimulateCost.seconds};
-  const double seconds = work * kSimulateCost.seconds + runs * kRunSeconds;
+  const double seconds = work_seconds + runs * kRunSeconds;
   check_fits("sweep: " + fmt("%.0f", points) + (points == 1 ? " grid point" : " grid points") +
                  ", runs of up to " + task_count(worst.most) + " tasks",
              worst.most, cost, "--pp, --mb-factors, --tp or --seeds",

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/modes.hpp"
 #include "core/work_model.hpp"
 
 namespace rrfp {
@@ -51,6 +52,19 @@ inline constexpr double kScheduleTupleBytes = 80;
 // A task's tuple in Python's StepRecord.tasks, built on each access: about 190 bytes measured
 // at 1M tasks, with a fifth's room.
 inline constexpr double kTaskTupleBytes = 230;
+
+// `cost` a task and TP rank of a simulated run under `protocol`. An agree round sends each
+// rank's proposal to every other: a task's events grow as T^2 where a leader's grow as T. P=8
+// M=32 ready BF at T=512 took 41.7 s and 185 MB (0.3 us and 1.3 bytes a proposal event), 0.57
+// us an event at T=1024 (P=2 M=2, 4.8 s), estimated as a leader's (0.2 s, 18 MB): T events more
+// a task and rank, at 0.5 us and 1.5 bytes each.
+inline TaskCost protocol_cost(TaskCost cost, int tp, TpProtocol protocol) {
+  if (tp > 1 && protocol == TpProtocol::Agree) {
+    cost.seconds += tp * 0.5e-6;
+    cost.bytes += tp * 1.5;
+  }
+  return cost;
+}
 
 // Bytes a simulated run of shape `c` over `tp` ranks holds at `per_task` bytes a task.
 inline double simulated_bytes(const PipelineConfig& c, int tp, double per_task) {

@@ -150,6 +150,11 @@ def test_a_run_too_large_for_the_memory_is_refused_before_it_starts(monkeypatch)
                                           "`microbatches`$"):
         rrfp.schedule(hint="1f1b", pp=1024, microbatches=1024)
     assert rrfp.simulate(pp=4, microbatches=8, hint="bf") is not None
+    # An agree round's proposals grow as T^2 a task: counted as a leader's (about 50 MB) this
+    # run passed, and took 185 MB and 42 s.
+    with pytest.raises(MemoryError, match="simulate: 262144 tasks: about 251 MB of memory and "
+                                          "67 s of work"):
+        rrfp.simulate(pp=8, microbatches=32, tp=512, tp_protocol="agree", hint="bf")
     # A limit that is no size is a ValueError (it came as the run's MemoryError).
     monkeypatch.setenv("RRFP_MEMORY_LIMIT", "abc")
     with pytest.raises(ValueError, match="RRFP_MEMORY_LIMIT: 'abc' is not a size"):
