@@ -10,7 +10,7 @@ as ZB-H1's does). It prints, per workload and run, the
 geometric mean and range of the speedup over ZB-H1 and the largest F done - W done any stage
 reached, as a multiple of P (from the trace: a forward's activations counted from its start to
 its W's end).
-Deterministic: simulated, no timing. About a minute.
+Deterministic: simulated, no timing. Five to ten seconds.
 
     /usr/bin/python3 bench/equal_memory.py RRFP
 """

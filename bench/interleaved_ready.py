@@ -1,8 +1,9 @@
-"""Ready dispatch with V >= 2 chunks a stage, against fixed interleaved 1F1B (async): the step of
-ready BF, BFW and adaptive at the default limit (interleaved 1F1B's own peak D) as a speedup
-over the fixed order, and the largest peak D of any stage, for two builds of rrfp side by side.
-Five workloads, six shapes (loop placement against interleaved 1F1B, V-shape against ZB-V),
-seed 1. Deterministic: simulated, no timing. About a minute.
+"""Ready dispatch with V >= 2 chunks a stage, against the fixed order (async): the step of ready
+BF, BFW and adaptive at the default limit (the fixed order's own peak D: interleaved 1F1B's for
+the loop placement, ZB-V's for the V-shape) as a speedup over the fixed order, and the largest
+peak D of any stage, for two builds of rrfp side by side. Five workloads, six shapes (loop
+placement against interleaved 1F1B, V-shape against ZB-V), seed 1. Deterministic: simulated,
+no timing. A few seconds.
 
     /usr/bin/python3 bench/interleaved_ready.py OLD_RRFP NEW_RRFP
 """

@@ -90,8 +90,8 @@ TEST(Hints, DefaultLimitIsTheFixedOrderPeak) {
   // a V-shaped BFW hold 44% more than ZB-V did).
   WorkModel loop(config(8, 32, 2, true));
   EXPECT_EQ(default_limit(make_hint("bfw", loop), loop), 23);
-  for (int p : {2, 3, 4, 5, 8})
-    for (int mbs : {1, 2, 3, 4, 7, 8, 16, 32}) {
+  for (int p = 2; p <= 8; ++p)
+    for (int mbs = 1; mbs <= 32; ++mbs) {
       WorkModel v(config(p, mbs, 2, true, Placement::VShape));
       const int zb_v = default_limit(make_hint("zb-v", v), v);
       EXPECT_EQ(zb_v, std::min(2 * p, 2 * mbs)) << "P=" << p << " M=" << mbs;

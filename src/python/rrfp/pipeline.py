@@ -42,10 +42,12 @@ class Pipeline:
     split_backward: "auto" (on for hints that schedule W tasks: bfw, zb-*), "on" or "off".
         Split, B computes only the chunk's input gradient and keeps the graph; W computes the
         parameter gradients from it later.
-    limit: back-pressure on activations in flight per stage under the ready policy (None or 0,
-        as the command takes it: the hint's own peak; with policy "fixed", whose list decides
-        them, a ValueError).
-    max_pending_w: split backward, the most W tasks a stage may defer (None or 0: pp).
+    limit: back-pressure on activations in flight per stage under the ready policy: forwards
+        done beyond backwards done (None or 0, as the command takes it: the hint's own peak;
+        with policy "fixed", whose list decides them, a ValueError). With two or more chunks
+        a stage, a microbatch draining through them may pass it by that many.
+    max_pending_w: split backward, the most W tasks a stage may defer, each holding what it
+        needs until it runs (None or 0: pp).
     timeout: seconds without progress before a step fails with TimeoutError (0: never).
     arrival_timeout: with a process per stage, seconds a process waits for the others to come
         to the same call (construction, step(), save(), ...): one may pause alone between calls
