@@ -49,5 +49,21 @@ grep -qF 'trace: '"$tmp"'/x\x1b[31m.tr' "$tmp/files.out" &&
   grep -qF 'timeline: '"$tmp"'/x\x1b[31m.svg' "$tmp/files.out" && ! grep -q $'\e' "$tmp/files.out" ||
   { echo "FAIL: written files' names raw:"; cat -v "$tmp/files.out"; fails=$((fails + 1)); }
 
+# The headers naming an input file (a workload file, a replayed trace, a hint file) show it
+# escaped too: raw, a newline split the line and an escape sequence reached the terminal.
+printf '{"forward_us": 100}' >"$tmp/w${esc}${nl}y.json"
+"$rrfp" simulate --pp 2 -m 4 --trace "$tmp/rec.json" >/dev/null
+cp "$tmp/rec.json" "$tmp/r${esc}${nl}y.json"
+printf 'stage 0: F0:0 F0:1 B0:0 B0:1\nstage 1: F1:0 B1:0 F1:1 B1:1\n' >"$tmp/s${esc}${nl}y.txt"
+{
+  "$rrfp" simulate --pp 2 -m 2 --workload-file "$tmp/w${esc}${nl}y.json" | head -1
+  "$rrfp" run --pp 2 -m 2 --workload-file "$tmp/w${esc}${nl}y.json" | head -1
+  "$rrfp" plan --pp 2 -m 4 --replay "$tmp/r${esc}${nl}y.json" --max-evaluations 5 | head -1
+  "$rrfp" predict "$tmp/r${esc}${nl}y.json" | head -1
+  "$rrfp" schedule show --pp 2 -m 2 --hint "$tmp/s${esc}${nl}y.txt" | head -1
+} >"$tmp/heads.out" 2>&1
+[ "$(grep -cF 'x\x1b[31m\x0ay' "$tmp/heads.out")" -eq 5 ] && ! grep -q $'\e' "$tmp/heads.out" ||
+  { echo "FAIL: an input's name raw in a header:"; cat -v "$tmp/heads.out"; fails=$((fails + 1)); }
+
 echo "cli name checks: $fails failed"
 [ "$fails" -eq 0 ]

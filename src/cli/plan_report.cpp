@@ -116,7 +116,7 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
         // The protocol, as simulate's and run's headers give it: plan --out tells to replay the
         // order with the same --tp-protocol.
         << (sc.tp > 1 ? " (" + head.tp_protocol + ")" : std::string())
-        << "  workload=" << head.workload
+        << "  workload=" << visible(head.workload)
         << (head.seed ? "  seed=" + std::to_string(*head.seed) : std::string())  // none: a replay
         << "  limit=" << p.limit << " (D <= " << p.d_bound()
         << ")"

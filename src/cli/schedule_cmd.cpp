@@ -128,7 +128,7 @@ void show(const ScheduleFlags& f) {
   // The diagram on stdout is an output too: a signal while a slow reader took it cut it short
   // and said "nothing written".
   write_then_heed_signals([&] {
-    std::cout << "hint " << h.name << ": P=" << m.pp() << " V=" << m.vpp()
+    std::cout << "hint " << visible(h.name) << ": P=" << m.pp() << " V=" << m.vpp()
               << " M=" << m.microbatches() << (m.split() ? " split backward" : "") << "\n\n"
               << diagram << std::flush;
     if (f.out.empty()) return;

@@ -49,8 +49,8 @@ std::string shape_of(const Prediction& p) {
 
 std::string format_prediction(const Prediction& p, const std::string& source) {
   const ImportedRun& in = p.imported;
-  std::string out =
-      "rrfp predict: " + source + " (" + in.format + ", " + in.run + "): " + shape_of(p) + "\n\n";
+  std::string out = "rrfp predict: " + visible(source) + " (" + in.format + ", " + in.run +
+                    "): " + shape_of(p) + "\n\n";
   out += "measured step        " +
          lpad(ms_text(p.measured.metrics.makespan, p.measured.metrics.makespan), 9) +
          " ms  (the first start recorded, a task's or a wait's, to the last task's end or its "

@@ -55,7 +55,7 @@ std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& ru
   out += "P=" + std::to_string(c.pp) + " V=" + std::to_string(c.vpp) + " (" +
          to_string(c.placement) + ") M=" + std::to_string(c.microbatches) +
          (c.ordered_forwards ? " (ordered forwards)" : "") + " TP=" + std::to_string(h.tp) +
-         (h.tp > 1 ? " (" + h.tp_protocol + ")" : "") + "  workload=" + h.workload +
+         (h.tp > 1 ? " (" + h.tp_protocol + ")" : "") + "  workload=" + visible(h.workload) +
          (h.seed ? "  seed=" + std::to_string(*h.seed) : "") + "  [" + h.source + "]\n\n";
   // A label may name a hint file, whose name may hold any byte: one visible row each.
   const auto shown = [](const ReportRun& r) { return printable(r.label, r.label.size()); };
