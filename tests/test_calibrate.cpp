@@ -316,6 +316,8 @@ TEST(Calibrate, StreamsAreTimedOnlyWhenAskedAndFourAtOnceOnlyWithTwoPairs) {
       }
       const std::string json = calibration_json(c);
       EXPECT_EQ(json.find("stream_four_us") != std::string::npos, streams);
+      // Without a second pair what it would measure is null, not a measured 0.
+      EXPECT_EQ(json.find("\"overlap_us\": null") != std::string::npos, n < 4);
       // The wake-ups are measured with the streams and shown, never fitted.
       EXPECT_EQ(json.find("stream_wake_us") != std::string::npos, streams);
       EXPECT_EQ(format_calibration(c).find("wake us") != std::string::npos, streams);

@@ -211,19 +211,25 @@ std::string calibration_json(const Calibration& c) {
   m["fit_with_two_pairs"] = c.fitted_with_two_pairs;
   if (c.four_slowdown > 0) m["four_slowdown"] = c.four_slowdown;  // likewise at least 1
   m["points"] = nlohmann::json::array();
+  // What needs a second pair (4 endpoints) is null without one, as the table's "-": a 0 read
+  // as a measured 0 us.
+  const bool overlap = c.endpoints >= 4;
+  const auto measured = [overlap](double us) {
+    return overlap ? nlohmann::json(us) : nlohmann::json(nullptr);
+  };
   for (const CalibrationPoint& p : c.points) {
     nlohmann::json pj{{"bytes", p.bytes},
                       {"alone_us", p.alone_us},
-                      {"overlap_us", p.overlap_us},
+                      {"overlap_us", measured(p.overlap_us)},
                       {"alone_spread_us", p.alone_spread_us},
-                      {"overlap_spread_us", p.overlap_spread_us},
+                      {"overlap_spread_us", measured(p.overlap_spread_us)},
                       {"reps", p.reps}};
     if (c.streams) {
       pj["stream_us"] = p.stream_us;
-      pj["stream_two_us"] = p.stream_two_us;
-      pj["stream_four_us"] = p.stream_four_us;
+      pj["stream_two_us"] = measured(p.stream_two_us);
+      pj["stream_four_us"] = measured(p.stream_four_us);
       pj["stream_wake_us"] = p.stream_wake_us;
-      pj["stream_four_wake_us"] = p.stream_four_wake_us;
+      pj["stream_four_wake_us"] = measured(p.stream_four_wake_us);
     }
     m["points"].push_back(pj);
   }
