@@ -39,5 +39,14 @@ TEST(Plot, StepTicksAreWholeStepsLabelledExactly) {
       << svg;
 }
 
+// A series of one point (train's single validation at its last step) is drawn as a dot: its
+// polyline has no length and showed nothing. Longer series get none.
+TEST(Plot, ASeriesOfOnePointIsADot) {
+  const std::string svg = svg_line_plot(
+      "loss", "step", {{"train", "#000", {{1, 3}, {3, 2}}}, {"validation", "#e15759", {{3, 2.5}}}});
+  EXPECT_EQ(svg.find("<circle"), svg.rfind("<circle")) << svg;
+  EXPECT_NE(svg.find("r=\"3\" fill=\"#e15759\"/>"), std::string::npos) << svg;
+}
+
 }  // namespace
 }  // namespace rrfp

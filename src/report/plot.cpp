@@ -89,6 +89,11 @@ std::string svg_line_plot(const std::string& title, const std::string& x_label,
       pts += fmt("%.1f", px(x)) + "," + fmt("%.1f", py(y)) + " ";
     o += "<polyline fill=\"none\" stroke=\"" + s.colour + "\" stroke-width=\"1.5\" points=\"" +
          pts + "\"/>\n";
+    // A polyline of one point has no length and draws nothing: a single validation (train's
+    // --eval-every 0) was named in the legend and not shown.
+    if (s.points.size() == 1)
+      o += "<circle cx=\"" + fmt("%.1f", px(s.points[0].first)) + "\" cy=\"" +
+           fmt("%.1f", py(s.points[0].second)) + "\" r=\"3\" fill=\"" + s.colour + "\"/>\n";
     o += "<text x=\"" + fmt("%.0f", left + w + 6) + "\" y=\"" + fmt("%.0f", top + 14 + 16 * k++) +
          "\" fill=\"" + s.colour + "\">" + s.name + "</text>\n";
   }
