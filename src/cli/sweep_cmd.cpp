@@ -265,14 +265,15 @@ void check_sweep_fits(const SweepFlags& f, const std::vector<RunSpec>& specs) {
                 static_cast<double>(f.tps.size()));
   RunsSize worst;
   double work_seconds = 0;
+  const TpProtocol protocol = parse_tp_protocol(f.tp_protocol);
   for (int p : f.pps)
     for (int fac : f.mb_factors)
       for (int tp : f.tps) {
         Scenario sc;
         sc.cfg.pp = p;
-        sc.cfg.microbatches = fac * p;  // checked by check_sweep in 64 bits
+        sc.cfg.microbatches = fac * p;  // checked by check_sweep in a double
         sc.tp = tp;
-        sc.tp_protocol = parse_tp_protocol(f.tp_protocol);
+        sc.tp_protocol = protocol;
         const RunsSize s = runs_size(sc, specs);
         worst.most = std::max(worst.most, s.most);
         worst.most_bytes = std::max(worst.most_bytes, s.most_bytes);

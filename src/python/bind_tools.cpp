@@ -153,11 +153,10 @@ StepRecordPy simulate_one(std::optional<int> pp, std::optional<int> vpp,
   check_spec(sc, spec);
   const PipelineConfig c = config_for(sc, spec);
   // Its StepRecord keeps every task's record, beside the simulation's own.
-  check_fits_here(
-      "simulate: " + std::to_string(static_cast<long long>(tasks_of(c, tp))) + " tasks",
-      tasks_of(c, tp), protocol_cost(kSimulateCost, tp, sc.tp_protocol),
-      simulated_bytes(c, tp, protocol_cost(kSimulateCost, tp, sc.tp_protocol).bytes + kRecordBytes),
-      "`pp`, `microbatches` or `tp`");
+  const TaskCost cost = protocol_cost(kSimulateCost, tp, sc.tp_protocol);
+  check_fits_here("simulate: " + std::to_string(static_cast<long long>(tasks_of(c, tp))) + " tasks",
+                  tasks_of(c, tp), cost, simulated_bytes(c, tp, cost.bytes + kRecordBytes),
+                  "`pp`, `microbatches` or `tp`");
   SignalPoll poll;
   sc.poll = std::ref(poll);
   StepRecordPy r;
