@@ -30,7 +30,7 @@
 // source (its first, or its close message), so that loop ends after one from each, and a
 // source's own loop ends on its close message, which comes with a byte for its receive posted
 // ahead. Then the transport's state, and its hold on the group, can go: release_closed() frees
-// it when a transport is made or shut down. One whose peer never closes (it stopped, or lives
+// it when a transport is made or destroyed. One whose peer never closes (it stopped, or lives
 // on with its transport), or ended before it sent here, is kept, its receives posted, for the
 // life of the process.
 //
@@ -66,7 +66,7 @@ class C10dTransport final : public Transport {
   // Frees the state of the transports shut down whose peers have all shut theirs down too
   // (their close messages came, or Gloo failed the connection of a peer this transport had
   // heard from): their threads, buffers and their hold on the group, whose sockets and threads
-  // go once nothing else holds it. Runs whenever a transport is made or shut down. Returns how
+  // go once nothing else holds it. Runs whenever a transport is made or destroyed. Returns how
   // many are still kept: a peer lives and has not shut down, or one that never sent here is
   // gone (Gloo does not fail a receive from any source when one connection closes).
   static std::size_t release_closed();

@@ -196,9 +196,9 @@ std::pair<StepRecordPy, std::vector<at::Tensor>> PipelineCore::run_step(
   {
     pyb::gil_scoped_release nogil;
     result = run_watching_signals(*rt, step, error, signal);
-    // A peer's report of the same Ctrl-C (a PeerStall) may have ended the step first. Only
+    // A peer's report of the same Ctrl-C (a PeerCancelled) may have ended the step first. Only
     // then: a process with a task's failure must not skip the exchange its peers enter below.
-    if (error && !signal && holds<StallError>(error)) {
+    if (error && !signal && (holds<PeerCancelled>(error) || holds<StallError>(error))) {
       pyb::gil_scoped_acquire gil;
       if (PyErr_CheckSignals() != 0) signal.emplace();
     }

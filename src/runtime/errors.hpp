@@ -46,12 +46,22 @@ class PeerBroken : public Error {
   using Error::Error;
 };
 
-// A failure another process told this one of (PeerFailure, PeerStall, PeerBroken), not its own:
-// it said it already, where it began.
+// Another process's step was cancelled (Runtime::cancel: its user's Ctrl-C, its pipeline closed
+// mid-step) and it said so: an Error, as the cancel is there. Neither a stall (nothing timed
+// out: told as one, the peers of a process interrupted alone raised TimeoutError) nor a task's
+// failure (that process is leaving, so nobody waits for it in a closing exchange).
+class PeerCancelled : public Error {
+ public:
+  using Error::Error;
+};
+
+// A failure another process told this one of (PeerFailure, PeerStall, PeerBroken,
+// PeerCancelled), not its own: it said it already, where it began.
 inline bool from_peer(const std::exception& e) {
   return dynamic_cast<const PeerFailure*>(&e) != nullptr ||
          dynamic_cast<const PeerStall*>(&e) != nullptr ||
-         dynamic_cast<const PeerBroken*>(&e) != nullptr;
+         dynamic_cast<const PeerBroken*>(&e) != nullptr ||
+         dynamic_cast<const PeerCancelled*>(&e) != nullptr;
 }
 
 // What a failed task says: an allocation refused in words, where std::bad_alloc's own were

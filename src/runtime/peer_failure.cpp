@@ -19,11 +19,11 @@ namespace {
 // Far above any one-line error, far below what a header-inline message may carry.
 constexpr std::size_t kMaxAbortText = 1000;
 
-// What an abort's `round` says of the failure: a task's (every peer is alive), a stall, or the
-// teller's transport broken (for both, the process waited for may be gone, so that none of its
-// receivers waits for a gone process in a later collective; they raise a stall and a broken
-// transport's error, as the teller did).
-constexpr std::int32_t kAbortInTask = 0, kAbortStalled = 1, kAbortBroken = 2;
+// What an abort's `round` says of the failure: a task's (every peer is alive), a stall, the
+// teller's transport broken, or its step cancelled (for the last three, the process waited for
+// may be gone, so that none of its receivers waits for a gone process in a later collective;
+// they raise a stall, a broken transport's error and a cancel's, as the teller did).
+constexpr std::int32_t kAbortInTask = 0, kAbortStalled = 1, kAbortBroken = 2, kAbortCancelled = 3;
 
 // Long enough for a message to leave over any live transport; short, because a peer that
 // has stopped answering would otherwise hold up this process's own report.
@@ -65,15 +65,20 @@ void Runtime::tell_peers(int step, const std::exception_ptr& why) {
   }
   const bool in_task = failed_in_task(why);  // then every peer is alive
   bool broken = false;                       // the step failed with its transport's break
+  bool cancelled = false;                    // or with a cancel()
   {
     std::lock_guard lk(cancel_mu_);
     broken = transport_broken_ && transport_broken_ == why;
+    cancelled = cancelled_ && cancelled_ == why;
   }
   text = utf8_prefix(text, kMaxAbortText);
   MessageTag tag;
   tag.step = step;
   tag.control = Control::Abort;
-  tag.round = in_task ? kAbortInTask : broken ? kAbortBroken : kAbortStalled;
+  tag.round = in_task     ? kAbortInTask
+              : broken    ? kAbortBroken
+              : cancelled ? kAbortCancelled
+                          : kAbortStalled;
   // Shared with the completions, which may come after this stops waiting.
   struct Sent {
     std::mutex mu;
@@ -115,9 +120,10 @@ void Runtime::on_peer_abort(const Message& msg) {
   else
     what += ": " + text;
   if (!cancel_)
-    cancel_ = msg.tag.round == kAbortInTask   ? std::make_exception_ptr(PeerFailure(what))
-              : msg.tag.round == kAbortBroken ? std::make_exception_ptr(PeerBroken(what))
-                                              : std::make_exception_ptr(PeerStall(what));
+    cancel_ = msg.tag.round == kAbortInTask      ? std::make_exception_ptr(PeerFailure(what))
+              : msg.tag.round == kAbortBroken    ? std::make_exception_ptr(PeerBroken(what))
+              : msg.tag.round == kAbortCancelled ? std::make_exception_ptr(PeerCancelled(what))
+                                                 : std::make_exception_ptr(PeerStall(what));
   failure_.fail(cancel_);
 }
 

@@ -176,6 +176,7 @@ void Runtime::cancel(std::exception_ptr why) {
   {
     std::lock_guard lk(cancel_mu_);
     cancel_ = why;
+    cancelled_ = why;  // told to the peers as a cancel, not a stall (tell_peers)
   }
   failure_.fail(std::move(why));
 }

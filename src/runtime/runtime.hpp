@@ -117,10 +117,10 @@ class Runtime {
   // Runs one step to completion on every stage. Rethrows the first error (TaskError,
   // StallError, ProtocolError, CollectiveMismatchError) after every thread has been joined;
   // a runtime whose step failed refuses further steps. A failure, unless it came from a peer
-  // (PeerFailure, PeerStall, PeerBroken), is sent to the endpoints hosted elsewhere
-  // (Control::Abort), whose step then fails with a PeerFailure (a task's failure), a PeerBroken
-  // (a transport's break) or a PeerStall (anything else) naming this process, at once instead
-  // of at their timeout.
+  // (PeerFailure, PeerStall, PeerBroken, PeerCancelled), is sent to the endpoints hosted
+  // elsewhere (Control::Abort), whose step then fails with a PeerFailure (a task's failure or a
+  // protocol's refusal), a PeerBroken (a transport's break), a PeerCancelled (a cancel()) or a
+  // PeerStall (anything else) naming this process, at once instead of at their timeout.
   StepResult run_step(int step);
   // Ends the running step from another thread (a front end's Ctrl-C): every wait wakes, the
   // tasks see aborted(), and run_step rethrows `why` once its threads are joined. Any thread,
@@ -181,6 +181,7 @@ class Runtime {
   FailureState failure_;
   std::mutex cancel_mu_;
   std::exception_ptr cancel_;            // a cancel() that run_step's reset must not forget
+  std::exception_ptr cancelled_;         // under cancel_mu_: the last cancel()'s reason
   std::exception_ptr transport_broken_;  // under cancel_mu_: the first endpoint's break
   std::unique_ptr<DelayLine> delay_;
   std::vector<std::unique_ptr<Transport>> endpoints_;  // by position in local_
