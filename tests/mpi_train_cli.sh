@@ -88,12 +88,13 @@ ckpt_case() {
 ckpt_case dp2 4 2 8 4 2
 ckpt_case threads 2 2 0 4 1
 
-# A checkpoint of another tensor-parallel size names its shards otherwise: refused, naming one.
+# A checkpoint of another tensor-parallel size names its shards otherwise: refused, naming --tp
+# (it named a shard it lacked).
 timeout 120 "$here/mpirun.sh" 4 "$rrfp" train --transport mpi --pp 2 --tp 2 -m 4 --d-model 32 \
   --layers 4 --max-seq 64 --max-len 64 --eval-every 0 --warmup 10 --steps 8 --timeout 60 \
   --resume "$out/ckpt-threads/b/checkpoint.bin" --out "$out/tp2" >"$out/tp2.log" 2>&1 &&
   fail "a TP=1 checkpoint resumed at TP=2"
-grep -q "has no tensor '.*@tp0' of this run's shape" "$out/tp2.log" ||
+grep -q "holds the shards of tensor-parallel size 1; this run's --tp is 2" "$out/tp2.log" ||
   { cat "$out/tp2.log"; fail "TP=2 from TP=1: not the expected refusal"; }
 echo "a TP=1 checkpoint refused at TP=2"
 

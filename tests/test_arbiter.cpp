@@ -349,7 +349,7 @@ TEST(Arbiter, RefusesAListThatDoesNotHoldItsStagesTasksOnce) {
       [](Stages& s) {
         s[0].push_back({Kind::F, 0, 100});
       },
-      "hint '1f1b': stage 0: task F c0 m100 does not exist in this run"));
+      "hint '1f1b': stage 0: task F c0 m100 does not exist in this run (microbatches 0-3)"));
   EXPECT_TRUE(refused(
       [](Stages& s) {
         s[0].push_back({Kind::W, 0, 0});

@@ -61,7 +61,7 @@ TEST(Checkpoint, ResumingIsBitwiseTheUninterruptedRun) {
 // The same at TP = 2, resumed under another pipeline layout: a checkpoint lists its tensors by
 // chunk, then TP rank, so P = 2 and P = 4 list them in other orders; they are found by name
 // (the order was required: "parameter 14 is {embed.tokens@tp1}"). Another TP size names the
-// shard it lacks.
+// size, by the option (it named a shard it lacked, guessing at another task or TP size).
 TEST(Checkpoint, ResumesTensorParallelUnderAnotherLayout) {
   auto at_tp2 = [](const Case& c) {
     TrainOptions o = options(c, 0);
@@ -96,22 +96,31 @@ TEST(Checkpoint, ResumesTensorParallelUnderAnotherLayout) {
     ASSERT_TRUE(bitwise_equal(got[i], want.at(got_names[i]))) << got_names[i];
   TrainOptions one = options(other, 0);
   const std::string why = refusal(path, one);
-  EXPECT_NE(why.find("has no tensor 'embed.tokens' of this run's shape (another task, or another "
-                     "tensor-parallel size"),
+  EXPECT_NE(why.find("holds the shards of tensor-parallel size 2; this run's `tp` is 1: a "
+                     "checkpoint resumes at the size that wrote it"),
             std::string::npos)
       << why;
 }
 
 // A checkpoint holding tensors this run's model lacks (the image-text task's encoder, resumed by
-// a text run) is refused by name: found by name, they were dropped with only a warning.
+// a text run) is refused: found by name, they were dropped with only a warning. Another task's
+// is refused naming the option (it named a tensor, guessing at another task), both ways.
 TEST(Checkpoint, TensorsTheModelLacksAreRefused) {
   const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
   TrainOptions images = options(c, 0);
   images.task = "image-text";
   const std::string path = ::testing::TempDir() + "rrfp-ckpt-images.bin";
   Trainer(images).save(path);
-  const std::string why = refusal(path, options(c, 0));
-  EXPECT_NE(why.find("', which this run's model does not have (another task?)"), std::string::npos)
+  std::string why = refusal(path, options(c, 0));
+  EXPECT_NE(why.find("was written by a run of `task` \"image-text\"; this run's is \"text\": a "
+                     "checkpoint resumes the task that wrote it"),
+            std::string::npos)
+      << why;
+  const std::string text = ::testing::TempDir() + "rrfp-ckpt-text.bin";
+  Trainer(options(c, 0)).save(text);
+  why = refusal(text, images);
+  EXPECT_NE(why.find("was written by a run of `task` \"text\"; this run's is \"image-text\""),
+            std::string::npos)
       << why;
 }
 

@@ -165,6 +165,10 @@ TEST(HintFile, AByteOrderMarkIsSkippedAndEchoedBytesAreVisible) {
   for (const char* token : {"F-0:0", "F0:-0", "F+0:0"})
     EXPECT_ERROR(parse_hint(std::string("stage 0: ") + token + " F0:1 B0:0 B0:1\n" + ok1, m, "h"),
                  HintError, std::string("bad task token '") + token + "'");
+  // A number past the type's range says so (it read "bad task token").
+  EXPECT_ERROR(parse_hint("stage 0: F0:0 F0:1 B0:0 B0:99999999999999\n" + ok1, m, "h"), HintError,
+               "h:1: task token 'B0:99999999999999': 99999999999999 is past any run's chunks and "
+               "microbatches (at most 2147483647)");
   EXPECT_ERROR(parse_hint("stage 0: F0:0 F0:1 B0:0 B0:1\n", m, "h"), HintError,
                "stage 1 has no line (the run has `pp` 2 stages, 0..1)");
   EXPECT_EQ(printable("caf\xC3\xA9 \xEF\xBB\xBF\t"), "caf\xC3\xA9 \\xef\\xbb\\xbf\\x09");

@@ -51,14 +51,20 @@ rc=$?
   cmp -s "$tmp/a/loss.csv" "$tmp/a.csv" ||
   fail "a mid-run checkpoint resumed at its step, --eval-every $last: exit $rc, $(tail -1 "$tmp/at2.log")"
 # The checkpoint is the last finished step's: a resume starts right after the last row.
-# Under another intra-op thread count, which changes a step's last bits, and other validation
-# batches, which change the log's val_loss column (each said; neither was).
+# Under another intra-op thread count, which changes a step's last bits, other validation
+# batches, which change the log's val_loss column (each said; neither was), and a hint file
+# whose header sets 4 microbatches, not given (said, naming the file's header: it named
+# --microbatches as if given).
+"$rrfp" schedule show --hint 1f1b --pp 4 -m 4 --out "$tmp/m4.txt" >/dev/null || fail "schedule show"
 OMP_NUM_THREADS=2 "$rrfp" train "${small[@]}" --steps $((last + 1)) --eval-batches 2 \
-  --resume "$tmp/a/checkpoint.bin" --out "$tmp/a" >"$tmp/r.log" 2>&1 ||
+  --hint "$tmp/m4.txt" --resume "$tmp/a/checkpoint.bin" --out "$tmp/a" >"$tmp/r.log" 2>&1 ||
   fail "resume failed: $(tail -1 "$tmp/r.log")"
+grep -q "warning: --microbatches is 4; the checkpoint's run had 8 (set by the hint file's header: --microbatches was not given): the run will not continue as that one would have" \
+  "$tmp/r.log" || fail "no warning about the hint file's microbatches: $(head -4 "$tmp/r.log")"
 grep -q "warning: the intra-op threads (OMP_NUM_THREADS) are 2; the checkpoint's run had 1" \
   "$tmp/r.log" || fail "no warning about the intra-op threads: $(head -3 "$tmp/r.log")"
-grep -q "warning: --eval-batches is 2; the checkpoint's run had 8" "$tmp/r.log" ||
+# (Only the validation changes: it said the run would not continue as that one would have.)
+grep -q "warning: --eval-batches is 2; the checkpoint's run had 8: the training goes on as that run's would have; only its validation differs" "$tmp/r.log" ||
   fail "no warning about --eval-batches: $(head -3 "$tmp/r.log")"
 grep -q "resumed from $tmp/a/checkpoint.bin at step $last" "$tmp/r.log" || fail "resume did not start at step $last"
 grep -q "^done: steps $((last + 1)) to $((last + 1)) of $((last + 1))," "$tmp/r.log" ||

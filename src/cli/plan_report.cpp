@@ -52,7 +52,7 @@ nlohmann::json exact_stop_name(ExactStop s) {
 constexpr const char* machine_dependent =
     ": the result depends on this machine's speed (a larger --budget lets the cap decide)";
 
-// Which limit left start hints untried, by name ("the budget" named neither flag), and why the
+// Which limit left start points untried, by name ("the budget" named neither flag), and why the
 // orders may pass --max-evaluations: the starts go on until one of them is feasible (1 ran 2).
 std::string starts_skipped_line(const PlanFlags& f, const SearchResult& s) {
   const std::string limit =
@@ -62,7 +62,7 @@ std::string starts_skipped_line(const PlanFlags& f, const SearchResult& s) {
           ? "its --budget of " + fmt("%g", f.budget_s) + " s was spent"
           : "a signal stopped it";
   std::string out = "search: " + limit + " before " + std::to_string(s.starts_skipped) +
-                    " start hints could be tried";
+                    " of the start points could be tried";
   if (f.max_evaluations > 0 && s.evaluations > f.max_evaluations)
     out += "; it evaluated " + std::to_string(s.evaluations) +
            " orders, past the cap: a plan needs a feasible order, and the starts go on until one "

@@ -84,6 +84,18 @@ void fit_unset_lengths(const CLI::App& s, train::TrainOptions& t) {
   if (s.count("--min-len") == 0 && w.max_len >= 1) w.min_len = std::min(w.min_len, w.max_len);
 }
 
+// A hint file's header gives the shape flags not given; those it changed are recorded, so that
+// a resume's warning of one says where it came from.
+void take_shape_of_hint_file(TrainFlags& f) {
+  const ShapeFlags before = f.shape;
+  if (!shape_from_hint_file(f.shape, f.dispatch.hint)) return;
+  auto& from = f.run.from_hint_file;
+  if (f.shape.pp != before.pp) from.push_back("pp");
+  if (f.shape.vpp != before.vpp) from.push_back("vpp");
+  if (f.shape.microbatches != before.microbatches) from.push_back("microbatches");
+  if (f.shape.placement != before.placement) from.push_back("placement");
+}
+
 // A hint file whose order deadlocks the blocking rendezvous under --policy fixed, refused as
 // simulate and run refuse it: training stalled on it until the watchdog. Checked only then, so
 // every other command line meets its checks in the order rrfp-train makes them.
@@ -198,7 +210,7 @@ void check_and_run(TrainFlags& f, CLI::App& s) {
     out.pop_back();
   if (f.run.train.device != "cpu") gpu_defaults(s, f);
   fit_unset_lengths(s, f.run.train);
-  shape_from_hint_file(f.shape, f.dispatch.hint);  // for the shape flags not given
+  take_shape_of_hint_file(f);
   // A hint that needs the split (the default bfw) is refused under off with its own message;
   // adaptive runs unsplit, which ignored the cap.
   const std::string& hint = f.dispatch.hint;

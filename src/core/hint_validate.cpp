@@ -19,7 +19,12 @@ std::vector<int> stage_positions(const ListHint& h, const WorkModel& m, int s,
     const TaskId& t = order[i];
     if (!m.valid(t))
       throw HintError(where() + ": task " + to_string(t) + " does not exist in this run" +
-                      (t.kind == Kind::W ? " (W needs `split_backward`)" : ""));
+                      (t.kind == Kind::W && !m.split() ? " (W needs `split_backward`)"
+                       : t.mb >= m.microbatches()
+                           ? " (microbatches 0-" + std::to_string(m.microbatches() - 1) + ")"
+                       : t.chunk >= m.chunks()
+                           ? " (chunks 0-" + std::to_string(m.chunks() - 1) + ")"
+                           : std::string()));
     if (m.stage_of(t) != s)
       throw HintError(where() + ": task " + to_string(t) + " belongs to stage " +
                       std::to_string(m.stage_of(t)));

@@ -29,10 +29,14 @@ std::string to_token(const TaskId& t) {
 }
 
 namespace {
-bool parse_int(std::string_view s, std::int32_t& out) {
-  // Digits only: from_chars took "-0" for 0 (F-0:0 ran as F0:0, where F+0:0 was refused).
+// Digits only: from_chars took "-0" for 0 (F-0:0 ran as F0:0, where F+0:0 was refused). A
+// number of digits past the type's range is named as such (it read "bad task token").
+bool parse_int(std::string_view s, std::int32_t& out, std::string_view token) {
   if (s.empty() || s.front() < '0' || s.front() > '9') return false;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  if (ec == std::errc::result_out_of_range && ptr == s.data() + s.size())
+    throw InputError("task token '" + printable(token) + "': " + printable(s, 30) +
+                     " is past any run's chunks and microbatches (at most 2147483647)");
   return ec == std::errc() && ptr == s.data() + s.size() && out >= 0;
 }
 }  // namespace
@@ -59,8 +63,8 @@ TaskId parse_token(std::string_view token) {
   }
   auto colon = token.find(':');
   if (colon == std::string_view::npos) throw bad();
-  if (!parse_int(token.substr(1, colon - 1), t.chunk)) throw bad();
-  if (!parse_int(token.substr(colon + 1), t.mb)) throw bad();
+  if (!parse_int(token.substr(1, colon - 1), t.chunk, token)) throw bad();
+  if (!parse_int(token.substr(colon + 1), t.mb, token)) throw bad();
   return t;
 }
 

@@ -191,19 +191,28 @@ class Searcher {
 
   void starts() {
     const WorkModel& m = p_.m();
-    const std::vector<std::string>& names = hint_names();
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (starts_spent(static_cast<int>(names.size() - i) + 1)) return;
-      Hint h;
+    // The hints that fit this shape (not zb-* without a split, interleaved with V = 1, ...),
+    // and whether each is a list, first: the starts skipped are counted among those (it counted
+    // every hint's name). Made again below, not held: at a large shape, each is the step's size.
+    std::vector<std::pair<std::string, bool>> fits;
+    for (const std::string& name : hint_names()) {
       try {
-        h = make_hint(names[i], m);
+        fits.emplace_back(name, make_hint(name, m).is_list());
       } catch (const InputError&) {
-        continue;  // does not fit this shape (zb-* without a split, interleaved with V = 1, ...)
       }
+    }
+    // The start points from hint i on: its fixed and ready ones, and the list schedule's last.
+    std::vector<int> left(fits.size() + 1, 1);
+    for (size_t i = fits.size(); i-- > 0;)
+      left[i] = left[i + 1] + (fits[i].second ? 2 : 1);
+    for (size_t i = 0; i < fits.size(); ++i) {
+      const std::string& name = fits[i].first;
+      if (starts_spent(left[i])) return;
+      const Hint h = make_hint(name, m);
       // What the hint's order would do under the fixed policy, and what rrfp makes of it.
-      if (h.is_list()) start("fixed " + names[i], h.list());
-      if (starts_spent(static_cast<int>(names.size() - i))) return;
-      start_ready("ready " + names[i], if_finishes([&] { return realized(h); }));
+      if (h.is_list()) start("fixed " + name, h.list());
+      if (starts_spent(left[i + 1] + 1)) return;
+      start_ready("ready " + name, if_finishes([&] { return realized(h); }));
     }
     if (starts_spent(1)) return;
     std::vector<double> prio(g_.n);

@@ -242,6 +242,39 @@ std::uint64_t bytes_of(const CheckpointState& s) {
 
 namespace {
 
+// 1 + k for a tensor's name ending "@tpk" (a tensor-parallel shard's), else 1.
+int shard_count_at_least(const std::string& name) {
+  const auto at = name.rfind("@tp");
+  if (at == std::string::npos) return 1;
+  const std::string k = name.substr(at + 3);
+  if (k.empty() || k.size() > 4 ||
+      !std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return 1;
+  return std::stoi(k) + 1;
+}
+
+// A checkpoint of another task or another tensor-parallel size names its tensors otherwise:
+// refused naming that option (it was refused with a guess naming both, over a tensor's name).
+template <typename Where, typename Bad>
+void refuse_another_model(const nlohmann::json& header, const Where& where,
+                          const CheckpointState& expect, const std::vector<std::string>& model,
+                          const Bad& bad) {
+  const auto& run = header.value("run", nlohmann::json());
+  if (run.is_object() && run.contains("task") && expect.run.contains("task") &&
+      run["task"] != expect.run["task"])
+    throw bad("was written by a run of `task` " + brief(run["task"]) + "; this run's is " +
+              brief(expect.run["task"]) + ": a checkpoint resumes the task that wrote it");
+  int was = 1, now = 1;
+  for (const auto& [name, _] : where)
+    was = std::max(was, shard_count_at_least(name));
+  for (const std::string& name : model)
+    now = std::max(now, shard_count_at_least(name));
+  if (was != now)
+    throw bad("holds the shards of tensor-parallel size " + std::to_string(was) +
+              "; this run's `tp` is " + std::to_string(now) +
+              ": a checkpoint resumes at the size that wrote it");
+}
+
 // `model`: every tensor name of the whole model, of which `expect` may hold a part. A tensor of
 // the file the model lacks is refused (another task's encoder was dropped with only a
 // warning, and a job's processes, each checking its part alone, dropped it so).
@@ -270,6 +303,7 @@ std::vector<std::string> load_by_name(const std::string& path, CheckpointState& 
   if (p.data + 3 * total != p.end)
     throw bad("holds " + std::to_string(p.end - p.data) + " bytes of tensors; its header names " +
               std::to_string(3 * total));
+  refuse_another_model(p.header, where, expect, model, bad);
   for (size_t i = 0; i < expect.params.size(); ++i) {  // every one there, before any is copied
     const auto it = where.find(expect.names[i]);
     if (it == where.end() || it->second.second != expect.params[i].sizes().vec())

@@ -17,7 +17,7 @@ struct TrainSummary {
   // The ready policy's limit as resolved (0 under the fixed policy, whose list decides) and the
   // largest D = F done - B done each stage reached over the steps (semantics.md §2).
   int limit = 0;
-  std::vector<int> peak_d;
+  std::vector<int> peak_d = {};
   int stopped_by = 0;  // the signal that stopped the run early (0: it ran every step)
 };
 
