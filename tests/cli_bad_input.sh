@@ -116,7 +116,7 @@ check "--comm: unknown mode" run --comm smoke
 # run sleeps its tasks' durations: its wall time is predicted from the simulated step and
 # refused above 10 minutes (50 s forwards slept for about 1000 s without a word).
 printf '{"preset": "uniform", "forward_us": 5e7}' >"$tmp/slow.json"
-check "run: about 1000 s of emulated steps (1 run of 500 s simulated, 2 steps each: --rounds x (--warmup + --repeat)); at most 600 s: shorten the durations of --workload-file '$tmp/slow.json', lower --pp or --microbatches, or lower --rounds, --repeat or --warmup" \
+check "run: about 1000 s of emulated steps (1 run of 500 s simulated, 2 steps each: --rounds x (--warmup + --repeat); up to 3000 s with --warmup-extra's 4 more); at most 600 s: shorten the durations of --workload-file '$tmp/slow.json', lower --pp or --microbatches, or lower --rounds, --repeat or --warmup" \
   run --pp 2 -m 4 --hint 1f1b --policy fixed --workload-file "$tmp/slow.json"
 # A task or message that lasts the watchdog's --timeout is refused before the run: its emulated
 # sleep was reported as a stall after 60 s ("no progress ... running F c0 m0 for 60000 ms").

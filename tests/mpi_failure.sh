@@ -154,7 +154,7 @@ echo "rank 0's records past the memory limit: exit 2, one line"
 # A flag's range checked before the job forms is said once too (it came once per process),
 # and so is run's default transport under mpirun (each process ran the whole job in threads).
 for case in "--timeout: must be between 0 and 86400 seconds, got -1|--transport mpi --timeout -1" \
-  "--transport inproc: mpirun started 2 processes|--workload uniform"; do
+  "--transport inproc on mpi rank 0: mpirun started 2 processes|--workload uniform"; do
   want=${case%%|*} args=${case#*|}
   # shellcheck disable=SC2086
   timeout -k 5 60 "$here/mpirun.sh" 2 "$rrfp" run --pp 2 -m 4 $args $marker >"$log" 2>&1

@@ -174,12 +174,18 @@ void refuse_other_input_files(Job& job, const InputFiles& files) {
                        " (each process reads its own copy, from its working folder on its node)");
 }
 
+// Said by every process so started, naming its rank: where only some of the job's command lines
+// lack --transport mpi (an mpirun with several app contexts), this process's is one of them,
+// which the job's comparison of the command lines, made over MPI, never reaches.
 void refuse_inproc_under_mpirun() {
   const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
   if (size == nullptr || std::strtol(size, nullptr, 10) < 2) return;
-  throw InputError("--transport inproc: mpirun started " + printable(size, 12) +
-                   " processes, and each would run the whole job in its own threads; give "
-                   "--transport mpi (one process per rank), or run without mpirun");
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  throw InputError("--transport inproc on mpi rank " + printable(rank ? rank : "?", 12) +
+                   ": mpirun started " + printable(size, 12) +
+                   " processes, and each given no --transport mpi would run the whole job in "
+                   "its own threads; give --transport mpi (one process per rank) to every "
+                   "process, or run without mpirun");
 }
 
 void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>& body) {

@@ -104,6 +104,10 @@ class EmulatedRuns {
       own_s += tasks_of(c, 1) / c.pp * kRuntimeTaskSeconds;
     }
     const int steps = f_.rounds * (f_.warmup + f_.repeat);
+    // A warm-up step that still mapped fresh buffers is followed by another, up to
+    // --warmup-extra a round: said as a bound (over mpirun, 2 steps were announced as about 17 s
+    // and 5 ran, with their transfers, in 110).
+    const int extra = f_.warmup > 0 ? f_.rounds * f_.warmup_extra : 0;
     // Each round's calibration too: 100 rounds of short steps ran 6 min without a word, and
     // steps of 590 s were let past the limit with 360 s of calibration beside them.
     const double calibrating = calibrate_each_round_ ? f_.rounds * kRunCalibrationWallSeconds : 0;
@@ -118,7 +122,11 @@ class EmulatedRuns {
         (calibrating > 0 ? fmt(", and up to %.0f s calibrating the transport before each round",
                                kRunCalibrationWallSeconds)
                          : std::string()) +
-        ")";
+        (extra > 0 ? fmt("; up to %.0f s with --warmup-extra's ",
+                         (step_s + own_s) * (steps + extra) + calibrating) +
+                         std::to_string(extra) + " more"
+                   : std::string()) +
+        (world_ ? "; the transfers between the processes come on top" : "") + ")";
     if (wall > kMaxEmulatedSeconds)
       throw InputError("run: " + what +
                        fmt("; at most %.0f s: shorten the durations of ", kMaxEmulatedSeconds) +
