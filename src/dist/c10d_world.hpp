@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "dist/job.hpp"
+#include "runtime/runtime.hpp"
 
 namespace rrfp {
 
@@ -72,7 +73,16 @@ class C10dWorld final : public Job {
     std::chrono::milliseconds ms;  // 0: none
     const char* late;              // what a failure says of the late process
   };
-  Limit step_limit() const { return {timeout_, "took longer than `timeout`"}; }
+  // On the pipeline's own groups, longer than `timeout` by the grace a stalled process takes to
+  // say what stalled (runtime.hpp's kJobGraceMs: the groups' own timeout is as long, set in
+  // rrfp/_c10d.py). A caller's group keeps `timeout`: a wait given up there stays posted, and
+  // the longer a process waits, the likelier a peer's next collective pairs with it.
+  Limit step_limit() const {
+    return {timeout_.count() > 0 && own_collectives_
+                ? timeout_ + std::chrono::milliseconds(kJobGraceMs)
+                : timeout_,
+            "took longer than `timeout`"};
+  }
   // Every rank's bytes of `pg`, by rank: one all-gather of each size with its first bytes, and
   // a second of padded buffers only when one is longer.
   std::vector<std::vector<std::byte>> gather_bytes(c10d::ProcessGroup& pg,

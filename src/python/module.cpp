@@ -11,6 +11,7 @@
 #include "core/input_file.hpp"
 #include "python/bindings.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/runtime.hpp"
 
 namespace pyb = pybind11;
 
@@ -35,6 +36,8 @@ PYBIND11_MODULE(_rrfp, m) {
   m.doc() = "rrfp: readiness-first pipeline-parallel runtime (C++ core)";
   // What a benchmark states beside its numbers (a Debug build's times mean nothing).
   m.attr("build_type") = RRFP_BUILD_TYPE;
+  // How much longer than `timeout` a c10d pipeline's groups wait (runtime.hpp's kJobGraceMs).
+  m.attr("job_grace_s") = static_cast<double>(rrfp::kJobGraceMs) / 1000;
   static pyb::exception<rrfp::TaskError> stage_error(m, "StageError", PyExc_RuntimeError);
   static pyb::exception<rrfp::ProtocolError> protocol_error(m, "ProtocolError", PyExc_RuntimeError);
   stage_error.attr("__doc__") =

@@ -92,6 +92,17 @@ struct StepResult {
   std::int64_t origin_ns = 0;
 };
 
+// The longest a stalled step's report waits for the other processes' answers (chase_stall's
+// three rounds of at most a second) before the step fails.
+inline constexpr std::int64_t kStallChaseMaxMs = 3000;
+// How much longer than `timeout` a c10d job's collectives on the pipeline's own groups
+// (C10dWorld: the closing exchange, the barrier, the replicas' sums) wait: a process that completed
+// its part must not give up before a stalled one has asked around and said what stalled. Under
+// torchrun the first process to fail ends the job: a replica that had completed its step failed in
+// the closing exchange at `timeout`, naming nobody, and the stalled replica's report, naming the
+// stopped process, was never written.
+inline constexpr std::int64_t kJobGraceMs = kStallChaseMaxMs + 2000;
+
 class Runtime {
  public:
   // `endpoints`: P * T transports, endpoint i serving stage i / T, rank i % T; empty means

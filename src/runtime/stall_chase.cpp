@@ -108,6 +108,7 @@ Runtime::Chase Runtime::chase_stall(std::int64_t now) {
   // A round waits up to a second for its answers (less under a shorter `timeout`).
   const std::int64_t wave_ns =
       std::clamp<std::int64_t>(opt_.timeout_ms * 1'000'000, 100'000'000, 1'000'000'000);
+  static_assert(3 * 1000 <= kStallChaseMaxMs);
   const std::int64_t end = now + 3 * wave_ns;
   std::set<int> seen(local_.begin(), local_.end());
   std::vector<int> wave;

@@ -131,7 +131,9 @@ class Pipeline:
             raise ValueError(f"group: the processes of a c10d pipeline; transport={transport!r} "
                              "takes none (leave group out, or give transport='c10d')")
         arrival = arrival_after(timeout, arrival_timeout)
-        groups = c10d_groups(group, pp, dp, float(timeout), arrival) if transport == "c10d" else {}
+        # The groups wait `timeout` and the time a stalled process takes to say what stalled.
+        waits = float(timeout) + _rrfp.job_grace_s if timeout > 0 else 0.0
+        groups = c10d_groups(group, pp, dp, waits, arrival) if transport == "c10d" else {}
         try:
             self._core = _rrfp.PipelineCore(
                 pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
