@@ -6,9 +6,9 @@ are the bytes of the text files in --data (by default Debian's licence texts).
 
     export PYTHONPATH=build/python   # the package, built (or `pip install .` instead)
     /usr/bin/python3 examples/transformer_lm.py --pp 2 --steps 200
-    mpirun -np 2 /usr/bin/python3 examples/transformer_lm.py
+    tests/mpirun.sh 2 /usr/bin/python3 examples/transformer_lm.py   # mpirun, also as root
     torchrun --nproc_per_node 2 --redirects 1 --tee 1 examples/transformer_lm.py
-    mpirun -np 4 /usr/bin/python3 examples/transformer_lm.py --pp 4 --tie-embeddings
+    tests/mpirun.sh 4 /usr/bin/python3 examples/transformer_lm.py --pp 4 --tie-embeddings
     python3 examples/transformer_lm.py --device cuda --d-model 1024 --layers 8 --seq 512
 
 On a GPU (--device cuda) every stage has a CUDA stream of its own in one process, and a task
@@ -126,10 +126,11 @@ def corpus(path, seq=0):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     # One stage per process by default, under torchrun (WORLD_SIZE) and mpirun alike.
     launched = os.environ.get("WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE")
-    ap.add_argument("--pp", type=int, default=int(launched or 2))
+    ap.add_argument("--pp", type=int, default=int(launched or 2),
+                    help="stages (default: one a process under a launcher, else 2)")
     ap.add_argument("--vpp", type=int, default=1)
     ap.add_argument("--placement", default=None, choices=["loop", "vshape"],
                     help="chunks to stages (default: vshape for --hint zb-v, else loop)")

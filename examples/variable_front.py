@@ -99,7 +99,7 @@ def timed_step(pipe, opt, xs, ys):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pp", type=int, default=2)
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--rows", type=int, default=2)
