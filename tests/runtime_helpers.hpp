@@ -91,6 +91,33 @@ inline std::vector<std::unique_ptr<Transport>> faulty_transports(int world,
   return out;
 }
 
+// Runs `hook` before the task `task` of the stage it wraps, every step; otherwise the emulated
+// program.
+class HookBefore final : public StageProgram {
+ public:
+  HookBefore(std::unique_ptr<StageProgram> inner, TaskId task, std::function<void()> hook)
+      : in_(std::move(inner)), task_(task), hook_(std::move(hook)) {}
+  Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
+    at({Kind::F, chunk, mb});
+    return in_->forward(c, chunk, mb, std::move(p));
+  }
+  Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
+    at({Kind::B, chunk, mb});
+    return in_->backward(c, chunk, mb, std::move(p));
+  }
+  std::optional<std::size_t> input_bytes(const TaskId& t) const override {
+    return in_->input_bytes(t);
+  }
+
+ private:
+  void at(const TaskId& t) {
+    if (t == task_ && hook_) hook_();
+  }
+  std::unique_ptr<StageProgram> in_;
+  TaskId task_;
+  std::function<void()> hook_;
+};
+
 // Tasks of each (stage, rank) in the order they started.
 inline std::map<std::pair<int, int>, std::vector<TaskId>> orders(
     const std::vector<TaskRecord>& tasks) {

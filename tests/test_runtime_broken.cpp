@@ -51,32 +51,6 @@ class BreakableTransport final : public Transport {
   std::atomic<bool> broken_{false};
 };
 
-// Runs `hook` before stage `stage`'s task `task`, every step; otherwise the emulated program.
-class HookBefore final : public StageProgram {
- public:
-  HookBefore(std::unique_ptr<StageProgram> inner, TaskId task, std::function<void()> hook)
-      : in_(std::move(inner)), task_(task), hook_(std::move(hook)) {}
-  Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
-    at({Kind::F, chunk, mb});
-    return in_->forward(c, chunk, mb, std::move(p));
-  }
-  Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
-    at({Kind::B, chunk, mb});
-    return in_->backward(c, chunk, mb, std::move(p));
-  }
-  std::optional<std::size_t> input_bytes(const TaskId& t) const override {
-    return in_->input_bytes(t);
-  }
-
- private:
-  void at(const TaskId& t) {
-    if (t == task_ && hook_) hook_();
-  }
-  std::unique_ptr<StageProgram> in_;
-  TaskId task_;
-  std::function<void()> hook_;
-};
-
 struct BrokenRun {
   WorkModel m = WorkModel(shape(2, 4));
   Hint hint = make_hint("bf", m);  // the runtime keeps a reference

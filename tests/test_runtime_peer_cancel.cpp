@@ -19,28 +19,6 @@
 namespace rrfp::test {
 namespace {
 
-// Runs `hook` before the forward of microbatch `mb`; otherwise the emulated program.
-class HookBeforeForward final : public StageProgram {
- public:
-  HookBeforeForward(std::unique_ptr<StageProgram> inner, int mb, std::function<void()> hook)
-      : in_(std::move(inner)), mb_(mb), hook_(std::move(hook)) {}
-  Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
-    if (mb == mb_ && hook_) hook_();
-    return in_->forward(c, chunk, mb, std::move(p));
-  }
-  Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
-    return in_->backward(c, chunk, mb, std::move(p));
-  }
-  std::optional<std::size_t> input_bytes(const TaskId& t) const override {
-    return in_->input_bytes(t);
-  }
-
- private:
-  std::unique_ptr<StageProgram> in_;
-  int mb_;
-  std::function<void()> hook_;
-};
-
 TEST(PeerCancel, ACancelIsToldAsACancelNotAStallAndNobodyWaitsForTheCancelledProcess) {
   PipelineConfig c;
   c.pp = 3;
@@ -60,7 +38,7 @@ TEST(PeerCancel, ACancelIsToldAsACancelNotAStallAndNobodyWaitsForTheCancelledPro
     const ProgramFactory programs = [&](int s, int r) -> std::unique_ptr<StageProgram> {
       if (s != 1) return base(s, r);
       // Stage 1's process is interrupted as its forward of m1 starts (a Ctrl-C to it alone).
-      return std::make_unique<HookBeforeForward>(base(s, r), 1, [&runtimes] {
+      return std::make_unique<HookBefore>(base(s, r), TaskId{Kind::F, 1, 1}, [&runtimes] {
         runtimes[1].load()->cancel(std::make_exception_ptr(Error("interrupted")));
       });
     };

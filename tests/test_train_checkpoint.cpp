@@ -221,6 +221,25 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
   EXPECT_EQ(refusal(good, o), "accepted");
 }
 
+// A checkpoint that recorded no task (an older rrfp's) of the other task is refused by its
+// tensors, as before the task was recorded.
+TEST(Checkpoint, AnOlderCheckpointOfAnotherTaskIsRefusedByItsTensors) {
+  const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
+  TrainOptions images = options(c, 0);
+  images.task = "image-text";
+  const std::string path = ::testing::TempDir() + "rrfp-ckpt-older.bin";
+  Trainer(images).save(path);
+  const std::string bytes = read_bytes(path);
+  auto h = nlohmann::json::parse(header_of(bytes));
+  ASSERT_EQ(h["run"].erase("task"), 1u);
+  const std::string why = refusal(write_bytes(::testing::TempDir() + "rrfp-ckpt-older-resealed.bin",
+                                              with_header(bytes, h.dump())),
+                                  options(c, 0));
+  EXPECT_NE(why.find("holds tensor 'vision."), std::string::npos) << why;
+  EXPECT_NE(why.find("', which this run's model does not have (another task?)"), std::string::npos)
+      << why;
+}
+
 // The refusals no edit of the test above reaches, each by its message.
 TEST(Checkpoint, AStepPastItsBoundATensorNamedTwiceExtraBytesAndAnotherVersionAreRefused) {
   const TrainOptions o = one_step_options();

@@ -14,6 +14,7 @@
 #include "cli/train_flags.hpp"
 #include "core/error.hpp"
 #include "core/hint.hpp"
+#include "core/hint_io.hpp"
 #include "core/omp_env.hpp"
 #include "sim/hint_check.hpp"
 
@@ -84,16 +85,16 @@ void fit_unset_lengths(const CLI::App& s, train::TrainOptions& t) {
   if (s.count("--min-len") == 0 && w.max_len >= 1) w.min_len = std::min(w.min_len, w.max_len);
 }
 
-// A hint file's header gives the shape flags not given; those it changed are recorded, so that
-// a resume's warning of one says where it came from.
+// A hint file's header gives the shape flags not given. Where it gives the microbatches, the
+// one of them a checkpoint records, that is kept, so that a resume's warning of them says where
+// they came from (it blamed --microbatches, not given).
 void take_shape_of_hint_file(TrainFlags& f) {
-  const ShapeFlags before = f.shape;
-  if (!shape_from_hint_file(f.shape, f.dispatch.hint)) return;
-  auto& from = f.run.from_hint_file;
-  if (f.shape.pp != before.pp) from.push_back("pp");
-  if (f.shape.vpp != before.vpp) from.push_back("vpp");
-  if (f.shape.microbatches != before.microbatches) from.push_back("microbatches");
-  if (f.shape.placement != before.placement) from.push_back("placement");
+  if (!shape_from_hint_file(f.shape, f.dispatch.hint) || f.shape.given[2]) return;
+  for (const HintField& field : hint_file_fields(f.dispatch.hint).fields)
+    if (field.key == "microbatches") {
+      f.run.from_hint_file.push_back("microbatches");
+      return;
+    }
 }
 
 // A hint file whose order deadlocks the blocking rendezvous under --policy fixed, refused as

@@ -53,9 +53,10 @@ struct SearchResult {
   std::int64_t makespan = 0;
   std::string found_by;  // the start it came from, "+ local search" when the search improved it
   std::vector<StartPoint> starts;
-  // The start hints (each a fixed and a ready order, and the critical-path list) the budget (or
-  // max_evaluations) left untried: the starts stop once it is spent and one is feasible, so a
-  // budget smaller than the shape's first evaluations is kept.
+  // The start points (a fixed and a ready order of each hint that fits the shape, a ready one of
+  // a rule, and the critical-path list) the budget (or max_evaluations) left untried: the starts
+  // stop once it is spent and one is feasible, so a budget smaller than the shape's first
+  // evaluations is kept.
   int starts_skipped = 0;
   // Orders evaluated. Where max_evaluations stops the annealing, the best order it found is
   // evaluated once more to be kept: one past the cap (reproducibly so).

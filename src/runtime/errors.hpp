@@ -29,9 +29,10 @@ class PeerFailure : public TaskError {
   using TaskError::TaskError;
 };
 
-// Another process's step ended in a stall or a transport's error, and it said so: the process
-// that one waited for may be gone. A StallError: a front end reports it as it reports its own
-// watchdog's.
+// Another process's step ended in a stall, or in a failure that is neither a task's, a
+// transport's nor a cancel (TP ranks in different collectives, a thread that could not start),
+// and it said so: the process that one waited for may be gone. A StallError: a front end reports it
+// as it reports its own watchdog's.
 class PeerStall : public StallError {
  public:
   using StallError::StallError;

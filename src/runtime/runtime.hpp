@@ -95,8 +95,9 @@ struct StepResult {
 // The longest a stalled step's report waits for the other processes' answers (chase_stall's
 // three rounds of at most a second) before the step fails.
 inline constexpr std::int64_t kStallChaseMaxMs = 3000;
-// How much longer than `timeout` a c10d job's collectives on the pipeline's own groups
-// (C10dWorld: the closing exchange, the barrier, the replicas' sums) wait: a process that completed
+// How much longer than `timeout` a c10d job's collectives on the pipeline's own groups wait
+// (C10dWorld's step limit: the closing exchange, the barrier, the replicas' sums and gathers,
+// the checkpoint's gather): a process that completed
 // its part must not give up before a stalled one has asked around and said what stalled. Under
 // torchrun the first process to fail ends the job: a replica that had completed its step failed in
 // the closing exchange at `timeout`, naming nobody, and the stalled replica's report, naming the
@@ -126,7 +127,8 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   // Runs one step to completion on every stage. Rethrows the first error (TaskError,
-  // StallError, ProtocolError, CollectiveMismatchError) after every thread has been joined;
+  // StallError, ProtocolError, CollectiveMismatchError, a cancel()'s reason, a peer's told
+  // failure) after every thread has been joined;
   // a runtime whose step failed refuses further steps. A failure, unless it came from a peer
   // (PeerFailure, PeerStall, PeerBroken, PeerCancelled), is sent to the endpoints hosted
   // elsewhere (Control::Abort), whose step then fails with a PeerFailure (a task's failure or a

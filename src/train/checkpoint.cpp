@@ -308,8 +308,7 @@ std::vector<std::string> load_by_name(const std::string& path, CheckpointState& 
     const auto it = where.find(expect.names[i]);
     if (it == where.end() || it->second.second != expect.params[i].sizes().vec())
       throw bad("has no tensor '" + expect.names[i] +
-                "' of this run's shape (another task, or another tensor-parallel size, whose "
-                "shards are named otherwise?)");
+                "' of this run's shape (another task's, of an rrfp that did not record it?)");
   }
   const std::set<std::string> known(model.begin(), model.end());
   for (const auto& [name, _] : where)

@@ -79,6 +79,8 @@ def interrupted_alone(rank):
         assert rank == 1, f"rank {rank}: interrupted, though only rank 1 was"
     except RuntimeError as e:
         assert rank != 1, f"rank 1: {e}"
+        # Told as a cancel (RuntimeError), neither a stall nor a task's failure (a StageError).
+        assert not isinstance(e, rrfp.StageError), (rank, str(e))
         assert "stage 1 (c10d rank 1) failed step 0: interrupted" in str(e), (rank, str(e))
     else:
         raise AssertionError(f"rank {rank}: a step stage 1 left went on")

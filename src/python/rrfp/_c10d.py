@@ -17,7 +17,8 @@ def c10d_groups(group, pp, dp, timeout=0.0, arrival=0.0):
     requires it).
 
     Gloo ends a wait only at its group's timeout, and closes every connection of the group then.
-    The barrier, gathers and exchanges run on groups whose timeout is `timeout`: a collective
+    The barrier, gathers and exchanges run on groups whose timeout is `timeout` (the pipeline
+    passes its own and 5 s, the time a stalled process takes to say what stalled): a collective
     left running after a failed step held the process's exit for torch's 30 minutes. The
     gathers where the processes meet at a call (_calls.gather), after what each did alone
     between calls, run on groups whose timeout is `arrival`: one pausing alone between steps
