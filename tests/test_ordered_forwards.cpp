@@ -63,8 +63,9 @@ TEST(OrderedForwards, AListThatRunsForwardsOutOfOrderIsRefused) {
     validate_hint(h, m, "test");
     ADD_FAILURE() << "accepted";
   } catch (const HintError& e) {
-    EXPECT_NE(std::string(e.what()).find("waits at F c0 m1 for F c0 m0 (`ordered_forwards`: "
-                                         "each chunk's forwards in microbatch order)"),
+    EXPECT_NE(std::string(e.what()).find("stage 0: task F c0 m1 comes before F c0 m0, which it "
+                                         "waits for under `ordered_forwards` (each chunk's "
+                                         "forwards in microbatch order)"),
               std::string::npos)
         << e.what();
   }

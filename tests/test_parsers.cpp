@@ -89,6 +89,14 @@ TEST(HintFile, RejectsWithNamedErrors) {
             std::string::npos);
   EXPECT_NE(expect_hint_error("rrfp-hint 1 pp=3\n").find("pp=3 but the run has pp=2"),
             std::string::npos);
+  // With ordered forwards, a chunk's forwards out of microbatch order: named on their stage (it
+  // was called a cyclic wait).
+  PipelineConfig ordered = config(2, 2);
+  ordered.ordered_forwards = true;
+  EXPECT_ERROR(parse_hint("stage 0: F0:1 F0:0 B0:0 B0:1\n" + ok1, WorkModel(ordered), "h.txt"),
+               HintError,
+               "stage 0: task F c0 m1 comes before F c0 m0, which it waits for under "
+               "`ordered_forwards`");
   // A cross-stage cycle: stage 0 wants m0's gradient before m1's forward, stage 1 the reverse.
   EXPECT_NE(expect_hint_error("stage 0: F0:0 B0:0 F0:1 B0:1\nstage 1: F1:1 B1:1 F1:0 B1:0\n")
                 .find("can never finish"),

@@ -39,6 +39,25 @@ std::vector<int> stage_positions(const ListHint& h, const WorkModel& m, int s,
   return pos;
 }
 
+namespace {
+
+// With ordered forwards a chunk's forward waits for its previous microbatch's: a list with
+// them otherwise is refused as such, on its stage (it was called a cyclic wait between stages).
+void refuse_unordered_forwards(const WorkModel& m, int s, const std::vector<int>& pos,
+                               const std::string& where) {
+  if (!m.config().ordered_forwards) return;
+  for (int lc = 0; lc < m.vpp(); ++lc)
+    for (int mb = 1; mb < m.microbatches(); ++mb) {
+      const TaskId t{Kind::F, m.chunk_at(s, lc), mb}, before{Kind::F, t.chunk, mb - 1};
+      if (pos[m.local_index(t)] < pos[m.local_index(before)])
+        throw HintError(where + ": task " + to_string(t) + " comes before " + to_string(before) +
+                        ", which it waits for under `ordered_forwards` (each chunk's forwards "
+                        "in microbatch order)");
+    }
+}
+
+}  // namespace
+
 void validate_hint(const ListHint& h, const WorkModel& m, const std::string& origin) {
   const std::string pre = origin.empty() ? "" : origin + ": ";
   if (static_cast<int>(h.stages.size()) != m.pp())
@@ -47,6 +66,7 @@ void validate_hint(const ListHint& h, const WorkModel& m, const std::string& ori
   for (int s = 0; s < m.pp(); ++s) {
     const std::string where = pre + "stage " + std::to_string(s);
     const std::vector<int> pos = stage_positions(h, m, s, origin);
+    refuse_unordered_forwards(m, s, pos, where);
     // Local order per microbatch: the stage would wait forever for a task it runs later.
     for (int mb = 0; mb < m.microbatches(); ++mb) {
       int last_pos = -1;
@@ -98,9 +118,7 @@ void validate_hint(const ListHint& h, const WorkModel& m, const std::string& ori
     std::string wait;
     for (int i = 0; i < n; ++i)
       if (!done[m.index(d[i].task)])
-        wait =
-            to_string(d[i].task) +
-            (d[i].order ? " (`ordered_forwards`: each chunk's forwards in microbatch order)" : "");
+        wait = to_string(d[i].task);  // never an ordered forward's: refused on its stage above
     stuck += (stuck.empty() ? "" : "; ") + std::string("stage ") + std::to_string(s) +
              " waits at " + to_string(t) + " for " + wait;
     if (stuck.size() > 400) break;

@@ -286,7 +286,9 @@ def test_schedule_takes_ordered_forwards_as_the_command_does(tmp_path):
     path.write_text("stage 0: F0:1 F0:0 B0:0 B0:1\nstage 1: F1:0 B1:0 F1:1 B1:1\n")
     assert rrfp.schedule(hint=path, pp=2, microbatches=2, ordered_forwards=False)[0][0] == (
         "F", 0, 1)
-    with pytest.raises(ValueError, match="cyclic wait.*each chunk's forwards in microbatch order"):
+    with pytest.raises(ValueError, match="stage 0: task F c0 m1 comes before F c0 m0, which it "
+                                         "waits for under `ordered_forwards` \\(each chunk's "
+                                         "forwards in microbatch order"):
         rrfp.schedule(hint=path, pp=2, microbatches=2, ordered_forwards=True)
     with pytest.raises(TypeError, match="ordered_forwards: True, False or None"):
         rrfp.schedule(hint="bf", ordered_forwards="on")
