@@ -95,13 +95,13 @@ struct StepResult {
 // The longest a stalled step's report waits for the other processes' answers (chase_stall's
 // three rounds of at most a second) before the step fails.
 inline constexpr std::int64_t kStallChaseMaxMs = 3000;
-// How much longer than `timeout` a c10d job's collectives on the pipeline's own groups wait
-// (C10dWorld's step limit: the closing exchange, the barrier, the replicas' sums and gathers,
-// the checkpoint's gather): a process that completed
-// its part must not give up before a stalled one has asked around and said what stalled. Under
-// torchrun the first process to fail ends the job: a replica that had completed its step failed in
-// the closing exchange at `timeout`, naming nobody, and the stalled replica's report, naming the
-// stopped process, was never written.
+// How much longer than `timeout` a Python pipeline's job waits between and after steps: under
+// mpirun (MpiWorld's deadlines), and over c10d on the pipeline's own groups (C10dWorld's step
+// limit: the closing exchange, the barrier, the replicas' sums and gathers, the checkpoint's
+// gather). A process that completed its part must not give up before a stalled one has asked
+// around and said what stalled: the first process to fail ends the job, and a replica that had
+// completed its step failed in the closing exchange at `timeout`, naming nobody, where the
+// stalled replica's report, naming the stopped process, was never written.
 inline constexpr std::int64_t kJobGraceMs = kStallChaseMaxMs + 2000;
 
 class Runtime {
