@@ -116,7 +116,7 @@ bool shape_from_hint_file(ShapeFlags& shape, const std::string& hint) {
 
 bool shape_from_file(ShapeFlags& shape, const std::string& path) {
   HintShape s{shape.pp, shape.vpp, shape.microbatches, shape.placement};
-  const bool from_file = take_hint_file_shape(path, s, shape.given, "--vpp");
+  const bool from_file = take_hint_file_shape(path, s, shape.given, "--vpp", &shape.from_file);
   shape.pp = s.pp;
   shape.vpp = s.vpp;
   shape.microbatches = s.microbatches;

@@ -73,7 +73,8 @@ struct ShapeFlags {
   // on or off; "auto" where a command replays a recorded step (simulate, run): the step's
   // own, off where it does not say.
   std::string ordered = "off";
-  ShapeGiven given{};  // --pp, --vpp, --microbatches, --placement on the command line
+  ShapeGiven given{};      // --pp, --vpp, --microbatches, --placement on the command line
+  ShapeGiven from_file{};  // those a hint file's header gave instead (shape_from_file)
 };
 
 // How stages pick and move work: --hint --policy --limit --max-pending-w --comm --tp

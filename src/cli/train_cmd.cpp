@@ -14,7 +14,6 @@
 #include "cli/train_flags.hpp"
 #include "core/error.hpp"
 #include "core/hint.hpp"
-#include "core/hint_io.hpp"
 #include "core/omp_env.hpp"
 #include "sim/hint_check.hpp"
 
@@ -83,18 +82,6 @@ void fit_unset_lengths(const CLI::App& s, train::TrainOptions& t) {
   if (s.count("--max-len") == 0 && t.model.max_seq >= 1)
     w.max_len = std::min(w.max_len, t.model.max_seq);
   if (s.count("--min-len") == 0 && w.max_len >= 1) w.min_len = std::min(w.min_len, w.max_len);
-}
-
-// A hint file's header gives the shape flags not given. Where it gives the microbatches, the
-// one of them a checkpoint records, that is kept, so that a resume's warning of them says where
-// they came from (it blamed --microbatches, not given).
-void take_shape_of_hint_file(TrainFlags& f) {
-  if (!shape_from_hint_file(f.shape, f.dispatch.hint) || f.shape.given[2]) return;
-  for (const HintField& field : hint_file_fields(f.dispatch.hint).fields)
-    if (field.key == "microbatches") {
-      f.run.from_hint_file.push_back("microbatches");
-      return;
-    }
 }
 
 // A hint file whose order deadlocks the blocking rendezvous under --policy fixed, refused as
@@ -211,7 +198,10 @@ void check_and_run(TrainFlags& f, CLI::App& s) {
     out.pop_back();
   if (f.run.train.device != "cpu") gpu_defaults(s, f);
   fit_unset_lengths(s, f.run.train);
-  take_shape_of_hint_file(f);
+  shape_from_hint_file(f.shape, f.dispatch.hint);  // for the shape flags not given
+  // The one of them a checkpoint records: a resume's warning says where it came from (it blamed
+  // --microbatches, not given).
+  f.run.microbatches_from_hint = f.shape.from_file[2];
   // A hint that needs the split (the default bfw) is refused under off with its own message;
   // adaptive runs unsplit, which ignored the cap.
   const std::string& hint = f.dispatch.hint;

@@ -21,7 +21,7 @@ constexpr std::array<std::string_view, 4> kKeys = {"pp", "vpp", "microbatches", 
 }  // namespace
 
 bool take_hint_file_shape(const std::string& path, HintShape& shape, const ShapeGiven& given,
-                          const std::string& vpp_name) {
+                          const std::string& vpp_name, ShapeGiven* taken) {
   if (std::all_of(given.begin(), given.end(), [](bool g) { return g; })) return false;
   const HintFields declared = hint_file_fields(path);
   bool from_file = false, vpp_from_file = false;
@@ -35,7 +35,10 @@ bool take_hint_file_shape(const std::string& path, HintShape& shape, const Shape
                               declared.repeated.end())
       throw InputError(path + ": header field " + printable(key) + " is given twice");
     if (key == "placement") {
-      if (value == "loop" || value == "vshape") shape.placement = value;
+      if (value == "loop" || value == "vshape") {
+        shape.placement = value;
+        if (taken) (*taken)[field] = true;
+      }
       continue;
     }
     // JSON's parser takes a whole number however written (2, 2.0, 2e0); a string is none.
@@ -48,6 +51,7 @@ bool take_hint_file_shape(const std::string& path, HintShape& shape, const Shape
     (field == 0 ? shape.pp : field == 1 ? shape.vpp : shape.microbatches) = static_cast<int>(v);
     from_file = true;
     vpp_from_file = vpp_from_file || field == 1;
+    if (taken) (*taken)[field] = true;
   }
   // Too large a shape of the file's was refused as the caller's settings', which were not given.
   const double n = chunk_microbatches(shape.pp, shape.vpp, shape.microbatches);

@@ -16,12 +16,13 @@ struct HintShape {
 // microbatches, placement).
 using ShapeGiven = std::array<bool, 4>;
 
-// Takes the value `path`'s header gives for each field not given; returns whether any came
-// from the file. A value out of range is left to the file's own check, which names the file.
-// Throws InputError naming the file for a text header's field given twice, a shape past
-// kMaxChunkMicrobatches, and the file's vshape placement with a vpp other than 2 (naming
-// `vpp_name`, the caller's word for vpp, where it was given).
+// Takes the value `path`'s header gives for each field not given; returns whether any of pp,
+// vpp and microbatches came from the file, and sets in `taken`, where given, each field that did. A
+// value out of range is left to the file's own check, which names the file. Throws InputError
+// naming the file for a text header's field given twice, a shape past kMaxChunkMicrobatches, and
+// the file's vshape placement with a vpp other than 2 (naming `vpp_name`, the caller's word for
+// vpp, where it was given).
 bool take_hint_file_shape(const std::string& path, HintShape& shape, const ShapeGiven& given,
-                          const std::string& vpp_name);
+                          const std::string& vpp_name, ShapeGiven* taken = nullptr);
 
 }  // namespace rrfp

@@ -8,7 +8,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "core/work_model.hpp"
 #include "runtime/program.hpp"
@@ -129,9 +128,9 @@ struct TrainRun {
   int save_every = 0;  // write OUT/checkpoint.bin every N steps and at the end (0: never)
   std::string resume;  // continue from this checkpoint
   std::string jitter;  // for the header line: the jitter preset `wrap` injects, if any
-  // The options a hint file's header set, not given (`microbatches`...): a resume's warning of
-  // one names the file as its source (it blamed --microbatches, never given).
-  std::vector<std::string> from_hint_file;
+  // `microbatches` came from a hint file's header, not given: a resume's warning of them names
+  // the file as their source (it blamed --microbatches, never given).
+  bool microbatches_from_hint = false;
   bool quiet = false;  // no progress output (tests; ranks other than 0)
   // Non-zero (a signal number): stop after the current step, keeping its log row and, with
   // save_every, a checkpoint. Set from a signal handler by the CLI.

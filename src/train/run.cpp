@@ -25,13 +25,12 @@ namespace {
 
 // What a resume's difference `d` ("`name` is ...; the checkpoint's run had ...") changes: the
 // training, or only its validation (the loss and the parameters go on as they would have: it
-// warned that the run would not continue), and where a hint file's header set it (`from`: it
-// blamed --microbatches, which was not given).
-std::string consequence(const std::string& d, const std::vector<std::string>& from) {
+// warned that the run would not continue), and where a hint file's header set the microbatches
+// (`microbatches_from_hint`: it blamed --microbatches, which was not given).
+std::string consequence(const std::string& d, bool microbatches_from_hint) {
   std::string out;
-  for (const std::string& name : from)
-    if (d.starts_with("`" + name + "` "))
-      out = " (set by the hint file's header: `" + name + "` was not given)";
+  if (microbatches_from_hint && d.starts_with("`microbatches` "))
+    out = " (set by the hint file's header: `microbatches` was not given)";
   if (d.starts_with("`eval_every` ") || d.starts_with("`eval_batches` "))
     return out + ": the training goes on as that run's would have; only its validation differs";
   return out + ": the run will not continue as that one would have";
@@ -79,7 +78,7 @@ TrainingRun::TrainingRun(const TrainRun& in)
   const bool fill_in_only = first_ == t_.steps;
   for (const std::string& d : differences)
     if (root_ && o_.warn && !(fill_in_only && d.starts_with("`steps` ")))
-      o_.warn(d + consequence(d, o_.from_hint_file));
+      o_.warn(d + consequence(d, o_.microbatches_from_hint));
   if (const std::string w = schedule_warning(t_); root_ && o_.warn && !w.empty() && !fill_in_only)
     o_.warn(w);
   // Resumed into a folder without the run's log: a validation cut short there stays so.
