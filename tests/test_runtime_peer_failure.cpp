@@ -23,40 +23,6 @@
 namespace rrfp::test {
 namespace {
 
-// Throws from one task; every other task as the emulated program runs it.
-class ThrowsIn final : public StageProgram {
- public:
-  ThrowsIn(std::unique_ptr<StageProgram> inner, std::optional<TaskId> target,
-           std::function<void()> before, std::string message)
-      : in_(std::move(inner)),
-        target_(target),
-        before_(std::move(before)),
-        message_(std::move(message)) {}
-  Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
-    fail_if({Kind::F, chunk, mb});
-    return in_->forward(c, chunk, mb, std::move(p));
-  }
-  Payload backward(TaskContext& c, int chunk, int mb, Payload p) override {
-    fail_if({Kind::B, chunk, mb});
-    return in_->backward(c, chunk, mb, std::move(p));
-  }
-  std::optional<std::size_t> input_bytes(const TaskId& t) const override {
-    return in_->input_bytes(t);
-  }
-
- private:
-  void fail_if(const TaskId& t) {
-    if (!target_ || *target_ != t) return;
-    if (before_) before_();
-    throw std::runtime_error(message_);
-  }
-
-  std::unique_ptr<StageProgram> in_;
-  std::optional<TaskId> target_;
-  std::function<void()> before_;
-  std::string message_;
-};
-
 // Opened once every other endpoint has ended step 0 (`others` of them), so that a failure
 // waiting on it comes after they completed theirs: what the test is about, made certain.
 class Latch {
@@ -143,9 +109,13 @@ std::vector<Outcome> run_job(const WorkModel& m, const JobRun& j) {
     jobs[i]->set_layout(JobLayout{m.pp(), 1, dp});
     const bool failing = jobs[i]->replica() == dp - 1;  // the last replica's stage `bad` fails
     auto base = emulated_programs(m, w);
-    const ProgramFactory programs = [&](int s, int r) {
-      return std::make_unique<ThrowsIn>(
-          base(s, r), failing && s == bad ? std::optional(task) : std::nullopt, before, j.message);
+    // The failing stage throws from `task` (after `before`); every other task runs as emulated.
+    const ProgramFactory programs = [&](int s, int r) -> std::unique_ptr<StageProgram> {
+      if (!failing || s != bad) return base(s, r);
+      return std::make_unique<HookBefore>(base(s, r), task, [&before, &j] {
+        if (before) before();
+        throw std::runtime_error(j.message);
+      });
     };
     RuntimeOptions mine = o;
     if (i == 0 && j.endpoint0_timeout_ms > 0) mine.timeout_ms = j.endpoint0_timeout_ms;
