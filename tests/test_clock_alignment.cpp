@@ -62,5 +62,57 @@ TEST(ClockAlignment, TasksAlignStagesWithoutReceives) {
       }
 }
 
+// A simulated fixed 1F1B step at TP 2, each task's span wrapping its collective (what a
+// label around a stage's forward records: the all-reduces are inside it), each (stage, TP
+// rank) on a clock of its own, `shift_us(stage, rank)` off the first's.
+Timeline tp_timeline(const WorkModel& m, std::uint64_t seed, double (*shift_us)(int, int),
+                     StepRecord& truth) {
+  WorkloadParams wp = workload_preset("language");
+  wp.comm_latency_us = 300;
+  wp.comm_bandwidth_gbps = 0;
+  wp.comm_sigma = 0;
+  RealizedWork w = realize(wp, m, 2, seed);
+  w.coord_ns = 40'000;  // the leader's choice takes 40 us to reach its follower
+  SimOptions opt;
+  opt.arbiter.policy = Policy::Fixed;
+  opt.record = true;
+  truth = simulate(m, make_hint("1f1b", m), w, opt);
+  Timeline t;
+  t.format = "torch";
+  t.clocks_aligned = false;
+  for (const TaskRecord& x : truth.tasks)
+    t.tasks.push_back({x.task, x.rank,
+                       static_cast<double>(x.start) / 1e3 + shift_us(x.stage, x.rank),
+                       static_cast<double>(x.end - x.start) / 1e3, -1.0});
+  return t;
+}
+
+// A stage's TP ranks are processes of their own too. Aligned per rank along the stages only,
+// rank 1's clock stayed where it began: a 2 ms step whose rank 1 started 3 ms later read 5 ms,
+// and the 3 ms were replayed as the coordination of every task.
+TEST(ClockAlignment, TensorParallelRanksShareTheirStageClock) {
+  auto none = [](int, int) { return 0.0; };
+  auto apart = [](int s, int r) { return 3000.0 * r - 1700.0 * s + (s * r % 2 ? 900.0 : 0.0); };
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    WorkModel m(config(3, 6));
+    StepRecord truth;
+    const ImportedRun one = build_run(tp_timeline(m, seed, none, truth), m, 2, -1, "trace");
+    const ImportedRun in = build_run(tp_timeline(m, seed, apart, truth), m, 2, -1, "trace");
+    const double step = static_cast<double>(truth.makespan);
+    EXPECT_NEAR(static_cast<double>(in.measured_ns), step, 1e-3 * step) << seed;
+    EXPECT_NEAR(static_cast<double>(one.measured_ns), step, 1e-3 * step) << seed;
+    // The follower's lag is the choice's 40 us, not a clock's difference.
+    ASSERT_TRUE(in.coordination_measured) << seed;
+    EXPECT_NEAR(static_cast<double>(in.work.coord_ns), 40e3, 1e3) << seed;
+    for (size_t i = 0; i < in.start_ns.size(); ++i)
+      EXPECT_NEAR(static_cast<double>(in.start_ns[i]), static_cast<double>(one.start_ns[i]), 1e3)
+          << seed << " slot " << i;
+    const Prediction shifted = predict(in, m.config(), 2), same = predict(one, m.config(), 2);
+    EXPECT_NEAR(static_cast<double>(shifted.replayed.result.makespan),
+                static_cast<double>(same.replayed.result.makespan), 1e-3 * step)
+        << seed;
+  }
+}
+
 }  // namespace
 }  // namespace rrfp::test

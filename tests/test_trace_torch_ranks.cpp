@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -129,6 +131,60 @@ TEST(TorchRanks, ACombinedActionIsRefusedNamingIt) {
       InputError,
       "t.json: event 3: span 'PP:(0F1;0B0)OVERLAP_F_B' times several actions at once "
       "(OVERLAP_F_B); a replay reads one task a span, PP:<chunk><F|I|B|W><microbatch>");
+}
+
+// The files of `files` in a fresh folder of the test's temporary one, named `name`.
+std::string folder_of(const Files& files, const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const auto& [file, text] : files)
+    std::ofstream(dir / file, std::ios::binary) << text;
+  return dir.string();
+}
+
+// Zero bubble's V schedule puts chunks 0 and 2P-1 on stage 0: such a trace was read as a loop's
+// and refused ("chunk 7 is not on that stage in this shape") unless --placement said vshape.
+// Where each chunk ran tells the placement, as it does for rrfp's own traces.
+TEST(TorchRanks, AVShapesChunksTellItsPlacement) {
+  for (Placement pl : {Placement::VShape, Placement::Loop}) {
+    const WorkModel m(config(4, 8, 2, true, pl));
+    RealizedWork w = realize(workload_preset("paper"), m, 1, 1);
+    const StepRecord r = simulated(m, pl == Placement::VShape ? "zb-v" : "bfw",
+                                   pl == Placement::VShape ? Policy::Fixed : Policy::Ready, w);
+    const std::string dir = folder_of(kineto_files(r, m, false), "rrfp_vshape_probe");
+    const PipelineConfig c = infer_trace_config(dir, 1);
+    EXPECT_EQ(c.placement, pl);
+    EXPECT_EQ(c.vpp, 2);
+    EXPECT_NEAR(static_cast<double>(import_trace(dir, WorkModel(c), 1).measured_ns),
+                static_cast<double>(r.makespan), 250);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// A stage's TP ranks, a file each, read without --tp: four ranks running chunks 0 0 1 1. The
+// refusal named --pp and --vpp only, where --tp 2 reads it.
+TEST(TorchRanks, TensorParallelFilesReadAsStagesSayTp) {
+  Files files;
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string c = std::to_string(rank / 2);
+    files.emplace_back("rank" + std::to_string(rank) + ".json",
+                       R"([{"name": "PP:)" + c +
+                           R"(F0", "ph": "X", "ts": 0, "dur": 10, )"
+                           R"("pid": "CPU functions", "tid": 1}, {"name": "PP:)" +
+                           c +
+                           R"(B0", "ph": "X", "ts": 20, "dur": 10, "pid": "CPU functions", )"
+                           R"("tid": 1}])");
+  }
+  const std::string dir = folder_of(files, "rrfp_tp_probe");
+  EXPECT_ERROR(infer_trace_config(dir, 1), InputError,
+               "2 chunks on 4 stages (chunk 1 first at " + dir +
+                   "/rank2.json: event 1): give the shape (--pp, --vpp; --tp 2 where each "
+                   "stage's 2 tensor-parallel ranks have a file each), or mend the trace");
+  const PipelineConfig c = infer_trace_config(dir, 2);
+  EXPECT_EQ(c.pp, 2);
+  EXPECT_EQ(c.microbatches, 1);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -179,8 +179,8 @@ void setup_predict(CLI::App& app) {
   sub->add_option("--microbatches,-m", f->microbatches, "microbatches M (default: from the trace)")
       ->check(whole_range(1, 1 << 20));
   sub->add_option("--placement", f->placement,
-                  "chunk placement: loop or vshape (default: where an rrfp trace's chunks ran, "
-                  "else loop)");
+                  "chunk placement: loop or vshape (default: where an rrfp or PyTorch trace's "
+                  "chunks ran, else loop)");
   sub->add_option("--split-backward", f->split,
                   "auto (a split backward when the step replayed has W tasks), on or off")
       ->capture_default_str();

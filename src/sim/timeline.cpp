@@ -271,17 +271,16 @@ std::int64_t measured_collective(const Timeline& tl, const WorkModel& m, int tp)
 // the leader's choice has reached it, so the least lag of a follower's start behind its leader's
 // is the choice's latency (a simulated step's coord_ns exactly: some follower sat free). -1 when
 // TP = 1 or a follower ever started first (no coordination).
-std::int64_t measured_coordination(const Timeline& tl, const WorkModel& m, int tp) {
+std::int64_t measured_coordination(const Timeline& tl, const WorkModel& m, int tp,
+                                   const std::vector<double>& start) {
   if (tp < 2) return -1;
   if (tl.coordination_us >= 0) return std::llround(tl.coordination_us * 1e3);
-  const double none = std::numeric_limits<double>::quiet_NaN();
-  std::vector<double> leader(m.num_tasks(), none);
-  for (const TimelineTask& e : tl.tasks)
-    if (e.tp_rank == 0 && m.valid(e.task)) leader[m.index(e.task)] = e.start_us;
+  // The starts on one clock (build_run's, aligned where the trace's ranks kept their own).
+  const size_t n = static_cast<size_t>(m.num_tasks());
   double least = std::numeric_limits<double>::infinity();
-  for (const TimelineTask& e : tl.tasks)
-    if (e.tp_rank > 0 && m.valid(e.task) && !std::isnan(leader[m.index(e.task)]))
-      least = std::min(least, e.start_us - leader[m.index(e.task)]);
+  for (int r = 1; r < tp; ++r)
+    for (size_t i = 0; i < n; ++i)
+      least = std::min(least, start[r * n + i] - start[i]);
   return std::isfinite(least) && least >= 0 ? std::llround(least * 1e3) : -1;
 }
 
@@ -369,7 +368,7 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
     r.collective_ns = c;
     out.collective_measured = true;
   }
-  if (const std::int64_t c = measured_coordination(tl, m, tp); c >= 0) {
+  if (const std::int64_t c = measured_coordination(tl, m, tp, sp.start); c >= 0) {
     r.coord_ns = c;
     out.coordination_measured = true;
   }

@@ -36,43 +36,75 @@ void causal_bounds(const WorkModel& m, size_t base, int s, const std::vector<dou
     }
 }
 
+// Moves (stage s, TP rank r)'s tasks, and the receives they took, by -d on its clock.
+void shift_rank(const WorkModel& m, int s, int r, double d, std::vector<double>& start,
+                std::vector<double>& end, std::vector<TimelineRecv>& recvs) {
+  const size_t n = static_cast<size_t>(m.num_tasks());
+  for (const TaskId& t : m.stage_tasks(s)) {
+    start[r * n + m.index(t)] -= d;
+    end[r * n + m.index(t)] -= d;
+  }
+  for (TimelineRecv& rv : recvs)
+    if (rv.tp_rank == r && m.valid(rv.consumer) && m.stage_of(rv.consumer) == s) {
+      rv.start_us -= d;
+      rv.end_us -= d;
+    }
+}
+
+// Each TP rank of stage s put on rank 0's clock. Every task of a group ends in its collective,
+// which all ranks leave together, so the tasks' ends differ by the clocks' difference alone;
+// the median leaves out a task whose span stops short of its collective. Nothing else could:
+// the ranks of a group exchange no message the trace shows, and their starts differ by the
+// choice's way to the followers (rrfp) or by each rank's own inputs. Unaligned, a rank started
+// 3 ms later made a 2 ms step read 5 ms, and the difference was replayed as coordination on
+// every task.
+void align_tp_ranks(const WorkModel& m, int tp, int s, std::vector<double>& start,
+                    std::vector<double>& end, std::vector<TimelineRecv>& recvs) {
+  const size_t n = static_cast<size_t>(m.num_tasks());
+  for (int r = 1; r < tp; ++r) {
+    std::vector<double> lag;
+    for (const TaskId& t : m.stage_tasks(s))
+      lag.push_back(end[r * n + m.index(t)] - end[m.index(t)]);
+    if (lag.empty()) continue;
+    const auto mid = lag.begin() + static_cast<std::ptrdiff_t>(lag.size() / 2);
+    std::nth_element(lag.begin(), mid, lag.end());
+    double d = *mid;
+    if (lag.size() % 2 == 0) d = (d + *std::max_element(lag.begin(), mid)) / 2;
+    shift_rank(m, s, r, d, start, end, recvs);
+  }
+}
+
 }  // namespace
 
 void align_clocks(const WorkModel& m, int tp, std::vector<double>& start, std::vector<double>& end,
                   std::vector<TimelineRecv>& recvs) {
   const size_t n = static_cast<size_t>(m.num_tasks());
-  for (int r = 0; r < tp; ++r) {
-    for (int s = 0; s + 1 < m.pp(); ++s) {
-      double lo = -std::numeric_limits<double>::infinity(), hi = -lo;
-      for (const TimelineRecv& rv : recvs) {
-        TaskId producer;
-        if (rv.tp_rank != r || !m.valid(rv.consumer) ||
-            !cross_stage_producer(m, rv.consumer, producer))
-          continue;
-        const double made = end[r * n + m.index(producer)];
-        const int from = m.stage_of(producer), to = m.stage_of(rv.consumer);
-        // Stage s is on stage 0's clock by now: d is stage s+1's clock minus stage 0's.
-        if (from == s && to == s + 1) hi = std::min(hi, rv.end_us - made);
-        if (from == s + 1 && to == s) lo = std::max(lo, made - rv.end_us);
-      }
-      if (!std::isfinite(lo) && !std::isfinite(hi)) causal_bounds(m, r * n, s, start, end, lo, hi);
-      double d = 0;
-      if (std::isfinite(lo) && std::isfinite(hi))
-        d = (lo + hi) / 2;
-      else if (std::isfinite(hi))
-        d = hi;
-      else if (std::isfinite(lo))
-        d = lo;
-      for (const TaskId& t : m.stage_tasks(s + 1)) {
-        start[r * n + m.index(t)] -= d;
-        end[r * n + m.index(t)] -= d;
-      }
-      for (TimelineRecv& rv : recvs)
-        if (rv.tp_rank == r && m.valid(rv.consumer) && m.stage_of(rv.consumer) == s + 1) {
-          rv.start_us -= d;
-          rv.end_us -= d;
-        }
+  align_tp_ranks(m, tp, 0, start, end, recvs);
+  for (int s = 0; s + 1 < m.pp(); ++s) {
+    // Stage s is on stage 0's clock by now, and stage s+1's TP ranks on its rank 0's: d is
+    // stage s+1's clock minus stage 0's, bounded by every rank's messages.
+    align_tp_ranks(m, tp, s + 1, start, end, recvs);
+    double lo = -std::numeric_limits<double>::infinity(), hi = -lo;
+    for (const TimelineRecv& rv : recvs) {
+      TaskId producer;
+      if (!m.valid(rv.consumer) || !cross_stage_producer(m, rv.consumer, producer)) continue;
+      const double made = end[rv.tp_rank * n + m.index(producer)];
+      const int from = m.stage_of(producer), to = m.stage_of(rv.consumer);
+      if (from == s && to == s + 1) hi = std::min(hi, rv.end_us - made);
+      if (from == s + 1 && to == s) lo = std::max(lo, made - rv.end_us);
     }
+    if (!std::isfinite(lo) && !std::isfinite(hi))
+      for (int r = 0; r < tp; ++r)
+        causal_bounds(m, r * n, s, start, end, lo, hi);
+    double d = 0;
+    if (std::isfinite(lo) && std::isfinite(hi))
+      d = (lo + hi) / 2;
+    else if (std::isfinite(hi))
+      d = hi;
+    else if (std::isfinite(lo))
+      d = lo;
+    for (int r = 0; r < tp; ++r)
+      shift_rank(m, s + 1, r, d, start, end, recvs);
   }
 }
 

@@ -11,8 +11,9 @@ namespace rrfp {
 // The task whose output `t` receives from another stage, if any (semantics.md §1).
 bool cross_stage_producer(const WorkModel& m, const TaskId& t, TaskId& producer);
 
-// Shifts each (stage, tp rank)'s clock onto stage 0's, the tasks' `start` and `end` (per
-// [rank * num_tasks + index] slot) and the receives alike: see build_run.
+// Shifts each (stage, tp rank)'s clock onto stage 0's rank 0's, the tasks' `start` and `end`
+// (per [rank * num_tasks + index] slot) and the receives alike: a stage's TP ranks by their
+// tasks' ends, the stages by the messages between them (docs/twin.md); see build_run.
 void align_clocks(const WorkModel& m, int tp, std::vector<double>& start, std::vector<double>& end,
                   std::vector<TimelineRecv>& recvs);
 

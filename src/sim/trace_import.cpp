@@ -160,6 +160,14 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
                    why);
 }
 
+// Fewer chunks than ranks, each chunk on a whole number of them: likely a stage's TP ranks,
+// each with its file, read as stages of their own (twin.md: rank k is stage k / T).
+std::string tp_hint(const trace::Shape& s, int tp) {
+  if (tp > 1 || s.chunks >= s.pp || s.pp % s.chunks != 0) return "";
+  return "; --tp " + std::to_string(s.pp / s.chunks) + " where each stage's " +
+         std::to_string(s.pp / s.chunks) + " tensor-parallel ranks have a file each";
+}
+
 }  // namespace
 
 const std::vector<std::string>& trace_formats() {
@@ -214,7 +222,7 @@ PipelineConfig infer_trace_config(const std::string& path, int tp, const TraceOp
                      (s.largest_chunk_at.empty() ? ""
                                                  : " (chunk " + std::to_string(s.chunks - 1) +
                                                        " first at " + s.largest_chunk_at + ")") +
-                     ": give the shape (--pp, --vpp), or mend the trace");
+                     ": give the shape (--pp, --vpp" + tp_hint(s, tp) + "), or mend the trace");
   if (tp_seen) *tp_seen = s.tp;
   PipelineConfig c;
   c.pp = s.pp;

@@ -203,6 +203,10 @@ Shape probe_torch(const std::vector<Doc>& docs, int tp) {
       mb_ids.saw(l.task.mb, where);
       s.saw(l.task.chunk, l.task.mb, l.task.kind);
       s.split = s.split || l.input_half;
+      // Where each chunk ran, so that a V-shape's trace is read as one (zero bubble's V
+      // schedules): it was replayed as a loop's, refused for a chunk on the wrong stage. At
+      // P=1 both placements put every chunk on the one stage: the default, loop, stays.
+      if (s.pp > 1) s.stage_of_chunk.emplace(l.task.chunk, static_cast<int>(k) / std::max(1, tp));
     }
   if (procs.empty()) return s;  // the caller says the trace holds no task
   // A stray id named a huge shape and blamed the flags. Chunks that no stage count divides are
