@@ -225,6 +225,13 @@ limits=$(cut -d, -f6,8 lim.csv | tail -n +2 | tr '\n' ';')
 [ "$limits" = "-,fixed 1f1b (blocking);-,fixed 1f1b (async);-,fixed zb-h1 (async);1,rrfp bf (async);1,rrfp bfw (async);" ] ||
   fail "sweep limit column: $limits"
 
+# A preset's rows carry its one name, as the duplicate check knows it: "jitter" and
+# "jitter:j1" were written as typed, and the same preset's rows of two sweeps did not join.
+"$rrfp" sweep --pp 2 --mb-factors 1 --seeds 1 --workloads jitter,jitter:j1 --csv names.csv \
+  >/dev/null || fail "sweep of two jitter spellings"
+names=$(cut -d, -f1 names.csv | tail -n +2 | sort -u | tr '\n' ' ')
+[ "$names" = "jitter:J1 jitter:J2 " ] || fail "sweep workload names: $names"
+
 # A hint file named in Latin-1 (and so every label that names it): the timeline SVG holds
 # U+FFFD where the JSON and the trace do, and opens as XML (its raw byte made it a document no
 # XML reader takes).

@@ -306,7 +306,7 @@ void for_each_point(const SweepFlags& f, const std::function<bool(const Scenario
               sc.cfg.microbatches = fac * p;
               sc.tp = tp;
               sc.tp_protocol = proto;
-              sc.workload_name = w;
+              sc.workload_name = load.preset;  // one name per preset, as typed or not
               sc.workload = load;
               sc.seed = seed;
               sc.limit = lim;
