@@ -292,8 +292,8 @@ assert caps == {"fixed 1f1b (blocking)": None, "fixed 1f1b (async)": None,
 # A sweep's CSV gives a step under 1 ms to the nanosecond, as the reports do (0.022 and 0.002).
 "$rrfp" sweep --pp 1 --mb-factors 1 --tp 1024 --seeds 1 --workloads uniform --csv us.csv \
   >/dev/null || fail "sweep of a step of microseconds"
-grep -q ",fixed 1f1b (async),0.022153,0.912,0.097,0.002153," us.csv ||
-  fail "a sweep's CSV rounds a step of microseconds: $(sed -n 3p us.csv)"
+grep -q ",rrfp bf (async),0.022153,0.912,0.097,0.002153," us.csv ||
+  fail "a sweep's CSV rounds a step of microseconds: $(sed -n 5p us.csv)"
 # schedule show past 26 chunks a stage names chunk 26 as itself (the letters came round: it
 # was drawn as chunk 0's 'a'), and its rows keep their column past stage 99.
 "$rrfp" schedule show --hint interleaved-1f1b --vpp 28 --pp 2 -m 2 >v28.txt || fail "vpp 28"

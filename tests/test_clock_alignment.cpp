@@ -62,7 +62,7 @@ TEST(ClockAlignment, TasksAlignStagesWithoutReceives) {
       }
 }
 
-// A simulated fixed 1F1B step at TP 2, each task's span wrapping its collective (what a
+// A simulated step at TP 2 ranked by 1F1B's list, each task's span wrapping its collective (what a
 // label around a stage's forward records: the all-reduces are inside it), each (stage, TP
 // rank) on a clock of its own, `shift_us(stage, rank)` off the first's.
 Timeline tp_timeline(const WorkModel& m, std::uint64_t seed, double (*shift_us)(int, int),
@@ -74,7 +74,7 @@ Timeline tp_timeline(const WorkModel& m, std::uint64_t seed, double (*shift_us)(
   RealizedWork w = realize(wp, m, 2, seed);
   w.coord_ns = 40'000;  // the leader's choice takes 40 us to reach its follower
   SimOptions opt;
-  opt.arbiter.policy = Policy::Fixed;
+  opt.arbiter.policy = Policy::Ready;  // a group that chooses together (a fixed one need not)
   opt.record = true;
   truth = simulate(m, make_hint("1f1b", m), w, opt);
   Timeline t;

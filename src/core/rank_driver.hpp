@@ -38,10 +38,20 @@ struct DispatchOptions {
   ArbiterOptions arbiter;
   CommMode comm = CommMode::Async;
   TpProtocol tp_protocol = TpProtocol::Leader;
+  // A fixed list replays the order of a run whose groups chose together (the twin's replay of
+  // a ready run): its ranks wait for the protocol as that run's did, which a fixed list's own
+  // run does not (coordinated).
+  bool coordinate_fixed = false;
   DispatchOptions& dispatch() { return *this; }
   const DispatchOptions& dispatch() const { return *this; }
-  // The ranks of a group of `tp` choose together (T > 1 with a protocol other than `none`).
-  bool coordinated(int tp) const { return tp > 1 && tp_protocol != TpProtocol::None; }
+  // The ranks of a group of `tp` choose together: T > 1 with a protocol other than `none`,
+  // under `ready`. Under `fixed` every rank runs the same list, which keeps them in step alone
+  // (semantics.md §4); the protocol cost such a baseline what a Megatron-like runtime never
+  // pays (0.4% at P=4 M=8 T=2).
+  bool coordinated(int tp) const {
+    return tp > 1 && tp_protocol != TpProtocol::None &&
+           (arbiter.policy == Policy::Ready || coordinate_fixed);
+  }
   // Arbiters hear what inputs' producers took (the adaptive rule), except under `agree`: the
   // ranks of a group, ranking by their own measurements, could propose differently.
   bool note_costs(int tp) const { return !(coordinated(tp) && tp_protocol == TpProtocol::Agree); }

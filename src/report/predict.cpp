@@ -22,6 +22,9 @@ ReportRun simulate_run(const WorkModel& m, const Hint& hint, const ImportedRun& 
   opt.arbiter.limit = limit;
   opt.comm = comm;
   opt.tp_protocol = in.tp_protocol;
+  // The recorded order replayed as a fixed list: its groups wait for their protocol where the
+  // recorded run's did (a ready run's; a fixed run's ranks each follow the list).
+  opt.coordinate_fixed = in.coordination_measured;
   opt.record = true;
   ReportRun r;
   r.label = label;
