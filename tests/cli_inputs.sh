@@ -182,9 +182,9 @@ cp h.txt "$h"
   export RRFP_MEMORY_LIMIT=300M
   ulimit -v 600000  # past it the read came first: out of memory, exit 1
   fails=0
-  check "simulate: 3 runs of 18.0M tasks: about 958 MB of memory" \
+  check "simulate: 3 runs of up to 18.0M tasks: about 958 MB of memory" \
     simulate --pp 3000 -m 3000 --split-backward off --replay zb.json
-  check "run: 2 runs of 18.0M tasks" run --pp 3000 -m 3000 --split-backward off --hint bf --replay zb.json
+  check "run: 2 runs of up to 18.0M tasks" run --pp 3000 -m 3000 --split-backward off --hint bf --replay zb.json
   check "predict: 49.2M tasks at P=4096 V=1 M=6000 TP=1: about 19.7 GB of memory" \
     predict zb.json --pp 4096 -m 6000 --split-backward off
   exit "$fails"

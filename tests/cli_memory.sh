@@ -8,7 +8,7 @@ source "$(dirname "$0")/cli_check.sh"
 # and the memory (RRFP_MEMORY_LIMIT stands in for a small machine); one that fits runs. A
 # budget is kept: a plan whose first start order outlasts it stops there, saying so.
 export RRFP_MEMORY_LIMIT=64M
-check "simulate: 4 runs of 2.4M tasks: about 143 MB of memory" simulate --pp 1024 -m 1024
+check "simulate: 4 runs of up to 3.1M tasks: about 143 MB of memory" simulate --pp 1024 -m 1024
 # A run's estimate follows what it holds: a list hint's order (a blocking run's rendezvous holds
 # only the sends in flight, and costs nothing more).
 check "simulate: 1 run of 2.1M tasks: about 96 MB" simulate --pp 1024 -m 1024 --hint bf --policy ready
@@ -20,7 +20,7 @@ check "simulate: 1 run of 0.3M tasks: about 219 MB of memory and 67 s of work" \
   simulate --pp 8 -m 32 --tp 512 --tp-protocol agree --hint bf --policy ready
 # `run` holds its runtime's state and every run's timed records beside a simulation's bytes: a
 # shape a simulation of which fits may not.
-check "run: 2 runs of 1.2M tasks, 1 timed step each: about 720 MB of memory" run --pp 2 -m 300000 --hint bf
+check "run: 2 runs of up to 1.2M tasks, 1 timed step each: about 720 MB of memory" run --pp 2 -m 300000 --hint bf
 # A timeline keeps every task's record and draws it: a shape that fits without one may not.
 check "simulate: 1 run of 0.5M tasks: about 184 MB of memory" simulate --pp 512 -m 512 --hint bf --policy ready --trace "$tmp/t.json"
 check "or leave out --trace and --svg" simulate --pp 512 -m 512 --hint bf --policy ready --svg "$tmp/t.svg"

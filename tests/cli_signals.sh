@@ -156,6 +156,11 @@ kill $reader 2>/dev/null
 [ "$rc" -eq 143 ] || fail "simulate, a second signal while writing: exit $rc, want 143"
 grep -qx "rrfp simulate: stopped by SIGTERM again while its outputs were written; some may be missing or incomplete" \
   "$tmp/simsig2.log" || fail "simulate, a second signal while writing: $(cat "$tmp/simsig2.log")"
+# The first was said at once (a minute of writing a large trace went without a word, and a
+# second Ctrl-C then lost the outputs).
+[ "$(grep -c "SIGTERM taken" "$tmp/simsig2.log")" = 1 ] &&
+  grep -qx "rrfp simulate: SIGTERM taken: it stops once its outputs are written, complete; a second signal stops it at once, some of them missing or incomplete" \
+    "$tmp/simsig2.log" || fail "simulate, the first signal while writing: $(cat "$tmp/simsig2.log")"
 # SIGINT to run's emulated step (1 s forwards), under job control: a background job of a
 # script ignores SIGINT otherwise.
 printf '{"preset": "uniform", "forward_us": 1e6}' >"$tmp/slow.json"

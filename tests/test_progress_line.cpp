@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <regex>
@@ -71,6 +72,28 @@ TEST(ProgressLine, NoneDueWithinTheFirstInterval) {
     p.show("not yet");
   }
   EXPECT_EQ(read_all(f), "");
+  std::fclose(f);
+}
+
+// A line into a pipe whose reader is gone (`rrfp sweep ... 2>&1 | head -1`) is lost, and the
+// work goes on: SIGPIPE's default action ended a sweep with its grid points done unwritten.
+TEST(ProgressLine, AReaderGoneLosesTheLineNotTheProcess) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  ::close(fds[0]);
+  std::FILE* f = ::fdopen(fds[1], "w");
+  ASSERT_NE(f, nullptr);
+  {
+    ProgressLog log(kShortNs);
+    ProgressLine p(true, &log, f);
+    past_interval();
+    ASSERT_TRUE(p.due());
+    p.show("sweep: 47/60 grid points");  // the process ended here, exit 141
+    p.finish();
+  }
+  sigset_t pending;
+  ASSERT_EQ(::sigpending(&pending), 0);
+  EXPECT_FALSE(sigismember(&pending, SIGPIPE));  // none left for a later unblocking to deliver
   std::fclose(f);
 }
 

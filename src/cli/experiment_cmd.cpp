@@ -178,9 +178,9 @@ std::string task_count(double n) {
   return n < 1e5 ? fmt("%.0f", n) : fmt("%.1fM", n / 1e6);
 }
 
-std::string runs_of_tasks(std::size_t runs, double total) {
-  return std::to_string(runs) + " run" + (runs == 1 ? "" : "s") + " of " +
-         task_count(total / static_cast<double>(runs)) + " tasks";
+std::string runs_of_tasks(std::size_t runs, double most) {
+  return std::to_string(runs) + (runs == 1 ? " run of " : " runs of up to ") + task_count(most) +
+         " tasks";
 }
 
 void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenario& sc,
@@ -198,7 +198,7 @@ void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenari
                                 sc.tp, sc.tp_protocol);
   if (!timeline && most > 0) cost.bytes = most_bytes / most;  // what the heaviest run holds
   const double held = timeline ? total : most;
-  check_fits(std::string(command) + ": " + runs_of_tasks(runs.size(), total), held, cost,
+  check_fits(std::string(command) + ": " + runs_of_tasks(runs.size(), most), held, cost,
              std::string("--pp, --microbatches or --tp") +
                  (timeline ? ", or leave out --trace and --svg" : ""),
              total / held);

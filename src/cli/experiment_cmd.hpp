@@ -46,9 +46,11 @@ struct RunsSize {
   double most = 0, total = 0, most_bytes = 0;
 };
 RunsSize runs_size(const Scenario& sc, const std::vector<RunSpec>& runs);
-// "4 runs of 2.1M tasks" for `runs` runs of `total` tasks in all, as the estimates name them;
-// task_count: "2.1M", or the count itself under 100K ("0.0M" said nothing).
-std::string runs_of_tasks(std::size_t runs, double total);
+// "4 runs of up to 2.1M tasks" for `runs` runs, the largest of `most` tasks, as the estimates
+// name them (their mean, "4 runs of 37.7M tasks" where three held 33.5M and one 50.3M, read as
+// each run's); "1 run of 2.1M tasks". task_count: "2.1M", or the count itself under 100K
+// ("0.0M" said nothing).
+std::string runs_of_tasks(std::size_t runs, double most);
 std::string task_count(double n);
 // Refuses (InputError) runs whose estimated memory exceeds what this machine has available;
 // announces a large one on stderr (report/estimate.hpp). `command`: "simulate", "run".

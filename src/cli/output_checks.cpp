@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "cli/options.hpp"
 #include "core/error.hpp"
 #include "core/file_place.hpp"
 #include "core/output_file.hpp"
+#include "core/printable.hpp"
+#include "core/progress_ticker.hpp"
 
 namespace rrfp {
 
@@ -116,6 +119,10 @@ void WrittenOutputs::write(const char* flag, const std::string& path,
   const auto said = [&](const std::exception& e) {
     return std::string(e.what()) + " (" + written_ + " written before it, and kept)";
   };
+  // A trace or timeline of millions of tasks takes a minute to write, which was a minute without
+  // a word after the report's last progress line.
+  std::optional<ProgressTicker> ticker;
+  if (!is_stdout(path)) ticker.emplace("writing " + std::string(flag) + " " + visible(path));
   try {
     write();
   } catch (const InputError& e) {

@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/printable.hpp"
+#include "core/progress_ticker.hpp"
 #include "report/estimate.hpp"
 #include "report/predict.hpp"
 
@@ -136,6 +137,9 @@ void run_predict(PredictFlags f) {
                      "'");
   checked_tp(f.tp);  // the flags before the file
   check_trace_path(f.path);
+  // A trace of hundreds of MB takes a quarter of a minute to read, its predictions seconds
+  // more: both went without a word before the estimate and the report.
+  std::optional<ProgressTicker> ticker(std::in_place, "predict: reading " + visible(f.path));
   PipelineConfig c = predict_config(f);
   const std::string estimate = check_predict_fits(c, f.tp);
   std::optional<ImportedRun> whole_step;  // the step read with a whole backward, if it stays so
@@ -153,8 +157,11 @@ void run_predict(PredictFlags f) {
   // once (a shape it cannot fill) printed it above the refusal.
   ImportedRun step =
       whole_step ? std::move(*whole_step) : import_trace(f.path, WorkModel(c), f.tp, f.trace);
+  ticker.reset();  // its line erased before the estimate's
   say_estimate(estimate);
+  ticker.emplace("predict: replaying the step and predicting");
   Prediction p = predict(std::move(step), c, f.tp, o);
+  ticker.reset();
   for (std::string& s : p.skipped)  // the library's reasons name options: here, flags
     s = as_flags(s);
   report_prediction(p, f);

@@ -4,6 +4,7 @@
 // (cli/compare.hpp); then the reports.
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <iostream>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "comm/buffer_pool.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/progress_ticker.hpp"
 #include "dist/step_merge.hpp"
 #include "emulate/emulated.hpp"
 #include "report/estimate.hpp"
@@ -115,7 +117,8 @@ class EmulatedRuns {
     const std::string what =
         fmt("about %.0f s of emulated steps", wall) +
         (calibrating > 0 ? " and calibrations (" : " (") + std::to_string(specs_.size()) + " run" +
-        (specs_.size() == 1 ? "" : "s") + fmt(" of %.3g s simulated", step_s) +
+        (specs_.size() == 1 ? fmt(" of %.3g s simulated", step_s)
+                            : fmt("s, %.3g s simulated in all", step_s)) +
         (own_s >= 0.1 * step_s ? fmt(" and %.3g s of the runtime's own work a task", own_s)
                                : std::string()) +
         ", " + std::to_string(steps) + " steps each: --rounds x (--warmup + --repeat)" +
@@ -172,7 +175,10 @@ class EmulatedRuns {
   // steps, each merged over the job's processes.
   void warm_up_and_time(Runtime& rt) {
     std::vector<StepResult>& steps = steps_of_[current_];  // every round's so far
-    int k = 0, extra = 0, timed = 0;
+    std::atomic<int> k = 0;                                // read by the progress line's thread
+    int extra = 0, timed = 0;
+    std::optional<ProgressTicker> ticker;
+    if (root_) show_steps(ticker, rt, k);
     while (timed < f_.repeat) {
       StepResult st = rt.run_step(k++);
       if (k <= f_.warmup) continue;
@@ -190,6 +196,24 @@ class EmulatedRuns {
       ++timed;
     }
     warmups_.push_back(k - f_.repeat);
+  }
+
+  // Steps of a million tasks or more run for a minute, said by their tasks ended so far, as the
+  // simulator says its runs of that size (report/experiment.cpp): such a run was silent from
+  // its "running ..." line to its report, 72 s at P=M=1024.
+  void show_steps(std::optional<ProgressTicker>& ticker, const Runtime& rt,
+                  const std::atomic<int>& k) const {
+    ticker.emplace("");
+    const RunSpec& spec = specs_[current_];
+    const std::string label = spec.label.empty() ? default_label(spec) : spec.label;
+    ticker->status([&rt, &k, label]() -> std::string {
+      const Runtime::StepProgress p = rt.step_progress();
+      if (p.total < (1 << 20)) return "";
+      return label + ": step " + std::to_string(k.load()) + ": " + std::to_string(p.ended) +
+             " of " + std::to_string(p.total) + " tasks (" +
+             fmt("%.0f", 100.0 * static_cast<double>(p.ended) / static_cast<double>(p.total)) +
+             "%)";
+    });
   }
 
   // Over a transport a process writes its outputs and receives its inputs in buffers of a

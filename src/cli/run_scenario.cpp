@@ -132,7 +132,7 @@ void check_run_fits(const RunFlags& f, const Scenario& sc, const std::vector<Run
   const RunsSize s = runs_size(sc, specs);
   const double bytes = s.most * 220 / processes + s.total * (110.0 * f.rounds * f.repeat + 80);
   check_memory(bytes,
-               "run: " + runs_of_tasks(specs.size(), s.total) + ", " +
+               "run: " + runs_of_tasks(specs.size(), s.most) + ", " +
                    std::to_string(f.rounds * f.repeat) + " timed step" +
                    (f.rounds * f.repeat == 1 ? "" : "s") + " each",
                "", "--pp, --microbatches, --tp, --repeat or --rounds");

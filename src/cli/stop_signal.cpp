@@ -47,6 +47,10 @@ static_assert(std::is_trivially_destructible_v<HandlerLine>);
 enum Outputs : int { kNone = 0, kWriting = 1, kWritten = 2 };
 std::atomic<int> g_outputs{kNone};
 HandlerLine g_exit_lines[3][kNumStopSignals];  // [Outputs][signal_index(sig)]
+// And the line of the first signal while the outputs are written, which is heeded once they
+// are: said at once (the command went on for a minute writing a large trace without a word, and
+// a user who pressed Ctrl-C again lost the outputs).
+HandlerLine g_writing_lines[kNumStopSignals];
 // Under mpirun, the line of another rank than 0 for a signal sent to it alone, not passed on by
 // mpirun (its parent): rank 0's line, for a signal the whole job got, said nothing of it (a
 // SIGINT to rank 1 was reported as rank 0's SIGTERM, which mpirun sent as rank 1 ended).
@@ -110,6 +114,8 @@ void build_exit_lines(const std::string& command) {
     for (auto& lines : g_exit_lines)
       for (HandlerLine& line : lines)
         line.set("");
+    for (HandlerLine& line : g_writing_lines)
+      line.set("");
     const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
     for (int sig : kStopSignals)
       g_alone_lines[signal_index(sig)].set("rrfp " + command + ": mpi rank " + rank +
@@ -123,6 +129,11 @@ void build_exit_lines(const std::string& command) {
     g_exit_lines[kWriting][signal_index(sig)].set(
         stopped + " again while its outputs were written; some may be missing or incomplete\n");
     g_exit_lines[kWritten][signal_index(sig)].set(stopped + " after its outputs were written\n");
+    g_writing_lines[signal_index(sig)].set(
+        "rrfp " + command + ": " + signal_name(sig) +
+        " taken: it stops once its outputs are written, complete; " +
+        (sig == SIGXCPU ? "another" : "a second") +  // SIGXCPU's repeats are no second request
+        " signal stops it at once, some of them missing or incomplete\n");
   }
 }
 
@@ -191,8 +202,12 @@ void on_stop_signal(int sig, siginfo_t* info, void*) {
 void on_exit_signal(int sig, siginfo_t* info, void*) {
   const KeepErrno keep;
   const int outputs = g_outputs.load();
-  if (outputs == kWriting && first_request(sig)) return;  // heeded once they are written
-  if (outputs == kWriting && sig == SIGXCPU) return;      // its repeats alike (on_stop_signal)
+  const bool fresh = g_stop.load() == 0;
+  if (outputs == kWriting && first_request(sig)) {              // heeded once they are written
+    if (fresh) write_line(g_writing_lines[signal_index(sig)]);  // its echo: said once
+    return;
+  }
+  if (outputs == kWriting && sig == SIGXCPU) return;  // its repeats alike (on_stop_signal)
   // The line says where the outputs stand: a second signal while they are written cuts that
   // short (it said "nothing written", with some outputs written), and past it they are there.
   remove_temporary_in_progress();

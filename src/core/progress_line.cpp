@@ -1,8 +1,11 @@
 #include "core/progress_line.hpp"
 
+#include <pthread.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
+#include <ctime>
 
 #include "core/clock.hpp"
 #include "core/output_file.hpp"
@@ -28,6 +31,26 @@ std::string elapsed(std::int64_t ns) {
   else
     std::snprintf(text, sizeof text, "%lld h %02lld min", s / 3600, s / 60 % 60);
   return text;
+}
+
+// Runs `write` with SIGPIPE held back in this thread, and drops one it raised: a progress line
+// whose reader is gone (`2>&1 | head -1`) took SIGPIPE's default action, and a sweep 47 grid
+// points into 60 ended at its first line into the pipe, exit 141, with nothing written. The line
+// is lost; the work and its files go on (a write to stdout still raises it: the command's
+// report, or `train`'s request to stop).
+template <class Write>
+void without_sigpipe(Write write) {
+  sigset_t pipe, old, pending;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe, &old);
+  write();
+  if (!sigismember(&old, SIGPIPE) && ::sigpending(&pending) == 0 &&
+      sigismember(&pending, SIGPIPE)) {
+    const timespec now{};
+    ::sigtimedwait(&pipe, nullptr, &now);  // the one this write raised
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 }  // namespace
@@ -60,22 +83,29 @@ void ProgressLine::show(const std::string& text) {
     if (out_ == stderr) stderr_line_open.store(true);
     open_ = true;
     // Cleared after the text: a shorter line left the longer one's tail.
-    std::fprintf(out_, "\r%s\033[K", text.c_str());
+    without_sigpipe([&] {
+      std::fprintf(out_, "\r%s\033[K", text.c_str());
+      std::fflush(out_);
+    });
   } else {
     // Of two threads due at once, one writes the line.
     std::int64_t last = log_.last_ns.load(std::memory_order_relaxed);
     const std::int64_t now = now_ns();
     if (!log_.last_ns.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
-    std::fprintf(out_, "[%s] %s\n", elapsed(now - log_.start_ns).c_str(), text.c_str());
+    without_sigpipe([&] {
+      std::fprintf(out_, "[%s] %s\n", elapsed(now - log_.start_ns).c_str(), text.c_str());
+      std::fflush(out_);
+    });
   }
-  std::fflush(out_);
 }
 
 void ProgressLine::finish() {
   if (!open_) return;
   if (out_ == stderr) stderr_line_open.store(false);
-  std::fprintf(out_, "\r\033[K");
-  std::fflush(out_);
+  without_sigpipe([&] {
+    std::fprintf(out_, "\r\033[K");
+    std::fflush(out_);
+  });
   open_ = false;
 }
 
