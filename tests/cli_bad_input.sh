@@ -336,6 +336,10 @@ check "--pp: must be a whole number from 1 to 4096, got 0" predict "$here/data/t
 check "--hints: 'bf,,bfw' holds an empty item" predict "$here/data/torch-pp2" --hints bf,,bfw
 check "--hints: 'bf,' holds an empty item" predict "$here/data/torch-pp2" --hints bf,
 check "--microbatches: must be a whole number from 1 to 1048576, got 0" predict "$here/data/torch-pp2" -m 0
+# The rules' TP coordination where there are no groups: taken and ignored, it read as applied.
+check "--coord-us: the trace's stages have one rank each (TP 1: no group to coordinate); with --tp 2 or more" \
+  predict "$here/data/torch-pp2" --coord-us 50
+check "--tp-protocol: expected leader or agree, got 'none'" predict "$here/data/torch-pp2" --tp 2 --tp-protocol none
 # Sizes are whole numbers in digits (0x10 measured 16 bytes, 1.9 one byte); --timeout is checked
 # in-process too (-5 and nan ran) and refused there, as --endpoints is under mpi: neither applies.
 check "--sizes: '0x10' is not a size from 1 to 1024M (a whole number of bytes" calibrate --sizes 0x10

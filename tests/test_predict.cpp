@@ -75,7 +75,7 @@ TEST(Predict, MeasuredStepStartsAtAgreesFirstRound) {
   RealizedWork w = realize(workload_preset("language"), m, 2, 1);
   w.coord_ns = 2'000'000;
   SimOptions opt;
-  opt.arbiter.policy = Policy::Fixed;
+  opt.arbiter.policy = Policy::Ready;  // ranked by 1F1B's list; a fixed list's ranks agree on nothing
   opt.tp_protocol = TpProtocol::Agree;
   const std::string path = temp_path("agree");
   const std::int64_t makespan = write_own_trace(m, "1f1b", w, opt, path);
@@ -182,6 +182,48 @@ TEST(Predict, TheBestAtTheRecordedMemoryHeldNoMoreThanIt) {
   EXPECT_NE(text.find("ready bf @2 is faster (1.158x) but holds more: D 3 on its busiest stage"),
             std::string::npos)
       << text;
+}
+
+// A fixed order's TP ranks each follow it, so its trace shows no coordination; its rules ran
+// without any (a trace of fixed 1F1B at T=2 with 100 us choices predicted ready BF 1.146x where
+// it runs 1.111x). They take the simulator's default, or the latency and protocol given; a
+// ready run's trace keeps what it measured.
+TEST(Predict, TheRulesOfAFixedTpStepCoordinate) {
+  const WorkModel m(config(4, 8));
+  RealizedWork w = realize(workload_preset("language"), m, 2, 1);
+  w.coord_ns = 100'000;
+  SimOptions opt;
+  opt.arbiter.policy = Policy::Fixed;
+  opt.tp_protocol = TpProtocol::Agree;
+  opt.record = true;
+  const Timeline fixed = timeline_of(simulate(m, make_hint("1f1b", m), w, opt));
+  PredictOptions o;
+  o.hints = {"bf"};
+  const Prediction by_default = predict(build_run(fixed, m, 2, -1, "trace"), m.config(), 2, o);
+  EXPECT_EQ(by_default.coordination_from, "default");
+  EXPECT_EQ(by_default.imported.work.coord_ns, 10'000);
+  o.tp_protocol = TpProtocol::Agree;
+  o.coord_us = 100;
+  const Prediction given = predict(build_run(fixed, m, 2, -1, "trace"), m.config(), 2, o);
+  EXPECT_EQ(given.coordination_from, "option");
+  // The rule's row is the run itself: ready BF at the same limit, agree, 100 us.
+  opt.arbiter.policy = Policy::Ready;
+  opt.record = false;
+  for (const int limit : {given.neutral_limit, 32}) {
+    opt.arbiter.limit = limit;
+    EXPECT_EQ(row(given, "ready bf @" + std::to_string(limit)).metrics.makespan,
+              simulate(m, make_hint("bf", m), w, opt).makespan)
+        << limit;
+    EXPECT_LT(row(by_default, "ready bf @" + std::to_string(limit)).metrics.makespan,
+              row(given, "ready bf @" + std::to_string(limit)).metrics.makespan);
+  }
+  // A ready run's trace shows its coordination: kept.
+  opt.tp_protocol = TpProtocol::Leader;
+  opt.record = true;
+  const Timeline ready = timeline_of(simulate(m, make_hint("bf", m), w, opt));
+  const Prediction kept = predict(build_run(ready, m, 2, -1, "trace"), m.config(), 2, {});
+  EXPECT_EQ(kept.coordination_from, "trace");
+  EXPECT_EQ(kept.imported.work.coord_ns, 100'000);
 }
 
 }  // namespace

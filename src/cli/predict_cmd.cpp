@@ -26,6 +26,8 @@ struct PredictFlags {
   std::string placement, split = "auto", hints = "bf,bfw,adaptive", json, svg;
   std::string comm = "auto";
   std::string ordered = "auto";  // the trace's step's, off where it does not say
+  std::string tp_protocol;       // the rules': the trace's where empty
+  double coord_us = -1;          // the rules' coordination latency: the trace's, else 10 us
   TraceOptions trace;
 };
 
@@ -107,6 +109,13 @@ PredictOptions predict_options(const PredictFlags& f) {
   if (f.comm != "auto") o.recorded_comm = parse_comm(f.comm);
   if (f.ordered != "auto") o.ordered_forwards = f.ordered == "on";
   o.rules_split_as_they_run = f.split == "auto";
+  if (!f.tp_protocol.empty()) {
+    if (f.tp_protocol != "leader" && f.tp_protocol != "agree")
+      throw InputError("--tp-protocol: expected leader or agree, got '" +
+                       printable(f.tp_protocol, 30) + "'");
+    o.tp_protocol = parse_tp_protocol(f.tp_protocol);
+  }
+  o.coord_us = f.coord_us;
   return o;
 }
 
@@ -136,11 +145,17 @@ void run_predict(PredictFlags f) {
     throw InputError("--comm: expected auto, async or blocking, got '" + printable(f.comm, 30) +
                      "'");
   checked_tp(f.tp);  // the flags before the file
+  const PredictOptions o = predict_options(f);
   check_trace_path(f.path);
   // A trace of hundreds of MB takes a quarter of a minute to read, its predictions seconds
   // more: both went without a word before the estimate and the report.
   std::optional<ProgressTicker> ticker(std::in_place, "predict: reading " + visible(f.path));
   PipelineConfig c = predict_config(f);
+  // Taken and ignored, a latency for groups there are not read as if it had been applied.
+  if (f.tp < 2 && (!f.tp_protocol.empty() || f.coord_us >= 0))
+    throw InputError(std::string(f.tp_protocol.empty() ? "--coord-us" : "--tp-protocol") +
+                     ": the trace's stages have one rank each (TP 1: no group to coordinate); "
+                     "with --tp 2 or more");
   const std::string estimate = check_predict_fits(c, f.tp);
   std::optional<ImportedRun> whole_step;  // the step read with a whole backward, if it stays so
   if (f.split == "auto" && c.split_backward) {
@@ -152,7 +167,6 @@ void run_predict(PredictFlags f) {
     c.split_backward = whole_step->has_w;
     if (c.split_backward) whole_step.reset();  // read again below, its W tasks apart
   }
-  const PredictOptions o = predict_options(f);
   // A step read already is not read twice. The estimate once it is read: a trace refused at
   // once (a shape it cannot fill) printed it above the refusal.
   ImportedRun step =
@@ -203,6 +217,13 @@ void setup_predict(CLI::App& app) {
                             "as the trace's run had them (rrfp's trace records it), else off; "
                             "the twin and every prediction run so");
   add_trace_flags(sub, f->trace);
+  sub->add_option("--tp-protocol", f->tp_protocol,
+                  "with --tp 2 or more: how the predictions' TP groups coordinate, leader or "
+                  "agree (default: agree where the trace records its rounds, else leader)");
+  sub->add_option("--coord-us", f->coord_us,
+                  "with --tp 2 or more: the predictions' TP coordination latency, us (default: "
+                  "as the trace shows it, else 10; a fixed order's trace shows none)")
+      ->check(finite_range(0.0, kMaxTaskUs));
   sub->add_option("--hints", f->hints, "rrfp rules to predict, comma-separated")
       ->capture_default_str();
   sub->add_option("--limit", f->limit,

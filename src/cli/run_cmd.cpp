@@ -23,8 +23,11 @@ void check_run_flags(const RunFlags& f, bool warmup_extra_given, bool rendezvous
         "--calibration: only with --transport mpi (in one process messages "
         "follow the workload's model)");
   // Ranks that pick alone diverge in the simulator, deterministically, where the runtime
-  // may run every step: the steps ran, then the comparison failed with nothing reported.
-  if (f.compare && f.exp.dispatch.tp_protocol == "none" && f.exp.dispatch.tp > 1)
+  // may run every step: the steps ran, then the comparison failed with nothing reported. A
+  // fixed list's ranks each follow it under any protocol (semantics.md §4): those runs alone
+  // compare.
+  const bool fixed_only = f.exp.dispatch.policy == "fixed" && !f.exp.dispatch.hint.empty();
+  if (f.compare && f.exp.dispatch.tp_protocol == "none" && f.exp.dispatch.tp > 1 && !fixed_only)
     throw InputError(
         "--compare: simulates each run, and a simulation under --tp-protocol none fails "
         "where its ranks' collectives diverge; leave out --compare, or coordinate (leader, "

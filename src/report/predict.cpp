@@ -1,6 +1,7 @@
 #include "report/predict.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 
@@ -9,6 +10,7 @@
 #include "sim/fold_w.hpp"
 #include "sim/metrics.hpp"
 #include "sim/simulator.hpp"
+#include "sim/workload.hpp"
 
 namespace rrfp {
 
@@ -36,6 +38,19 @@ ReportRun simulate_run(const WorkModel& m, const Hint& hint, const ImportedRun& 
   const bool held = policy == Policy::Ready && m.vpp() == 1;
   r.metrics = compute_metrics(r.result, lower_bound(m, w, held ? r.result.arbiter.limit : 0));
   return r;
+}
+
+// The rules' TP coordination, set once the recorded order is replayed (PredictOptions::
+// tp_protocol, coord_us): the trace's where it measured it, else the option's or the simulator's
+// default latency.
+void coordinate_rules(ImportedRun& in, int tp, const PredictOptions& o, Prediction& p) {
+  if (tp < 2) return;
+  if (o.tp_protocol) in.tp_protocol = *o.tp_protocol;
+  if (o.coord_us >= 0 || !in.coordination_measured) {
+    p.coordination_from = o.coord_us >= 0 ? "option" : "default";
+    const double us = o.coord_us >= 0 ? o.coord_us : WorkloadParams{}.coord_latency_us;
+    in.work.coord_ns = std::llround(us * 1e3);
+  }
 }
 
 // The trace's own timeline as a step record, so reports and SVGs show it like a run.
@@ -220,6 +235,7 @@ Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
     p.blocking_deadlocked = true;
     replay();
   }
+  coordinate_rules(imported, tp, o, p);
   std::vector<int> limits{p.neutral_limit};
   if (o.large_limit > p.neutral_limit) limits.push_back(o.large_limit);
   // Said, not dropped without a word: a limit at or below the recorded memory's.

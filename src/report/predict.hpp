@@ -29,6 +29,13 @@ struct PredictOptions {
   // off. A step that had them ordered (batch norm), predicted without, showed gains its model
   // could not have.
   std::optional<bool> ordered_forwards;
+  // The TP coordination the rules run with (T > 1): unset, the trace's (agree where it records
+  // rounds, else leader; the latency it measured). A fixed run's trace measures none (its ranks
+  // each follow the list, semantics.md §4), and its rules then ran without coordination: a
+  // trace of fixed 1F1B at T=2 with 100 us choices predicted ready BF 1.146x where it runs
+  // 1.111x. There they take `coord_us`, or the simulator's default (10 us).
+  std::optional<TpProtocol> tp_protocol;
+  double coord_us = -1;  // < 0: the trace's, else the default
 };
 
 struct Prediction {
@@ -48,6 +55,9 @@ struct Prediction {
   // Where cfg.ordered_forwards came from: "option", "trace" (its run said), or "default" (off:
   // the trace does not say).
   std::string ordered_from = "default";
+  // Where the rules' TP coordination latency (imported.work.coord_ns, T > 1) came from:
+  // "trace" (measured), "option" (PredictOptions::coord_us) or "default" (the simulator's).
+  std::string coordination_from = "trace";
 
   double reproduction_error() const;  // replayed / measured - 1; NaN where either took no time
   // The fastest prediction whose stages held at most the memory-neutral limit's D (else the

@@ -45,6 +45,18 @@ std::string shape_of(const Prediction& p) {
          ")";
 }
 
+// How the rules' TP groups coordinate, and whence the latency: a fixed run's trace shows none.
+std::string coordination_line(const Prediction& p) {
+  const ImportedRun& in = p.imported;
+  const std::string latency = fmt("%g us", static_cast<double>(in.work.coord_ns) / 1e3);
+  return "tp coordination       " + to_string(in.tp_protocol) + ", " + latency +
+         (p.coordination_from == "trace" ? " (as the trace shows it), in the predictions\n"
+          : p.coordination_from == "option"
+              ? " (as given), in the predictions\n"
+              : " (the simulator's default: the trace shows none, as a fixed order's ranks each "
+                "follow it), in the predictions; --coord-us and --tp-protocol set it\n");
+}
+
 }  // namespace
 
 std::string format_prediction(const Prediction& p, const std::string& source) {
@@ -80,6 +92,7 @@ std::string format_prediction(const Prediction& p, const std::string& source) {
            ms_text(in.early_worst_ns, in.early_worst_ns) +
            " ms): its ranks' clocks disagree, so the measured step, and the twin's error against "
            "it, are not to be trusted\n";
+  if (p.tp > 1) out += coordination_line(p);
   out += "twin, recorded order " +
          lpad(ms_text(p.replayed.metrics.makespan, p.replayed.metrics.makespan), 9) + " ms  (" +
          shown("%+.1f%%", 100 * p.reproduction_error()) +
@@ -160,6 +173,10 @@ nlohmann::json prediction_json(const Prediction& p, const std::string& source) {
   j["inputs_before_made"] = p.imported.early_inputs;
   j["steps_passed_over"] = p.imported.passed_over;  // lacking tasks, before the one replayed
   j["memory_neutral_limit"] = p.neutral_limit;
+  if (p.tp > 1)
+    j["tp_coordination"] = {{"protocol", to_string(p.imported.tp_protocol)},
+                            {"latency_us", static_cast<double>(p.imported.work.coord_ns) / 1e3},
+                            {"from", p.coordination_from}};
   j["predictions"] = nlohmann::json::array();
   for (const ReportRun& r : p.runs)
     j["predictions"].push_back(
