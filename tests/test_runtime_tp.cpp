@@ -185,5 +185,29 @@ TEST(RuntimeTp, AgreeRanksThatRankApartAreNamedByTheWatchdog) {
                "proposed F c0 m0, tp rank 1 proposed F c0 m3)");
 }
 
+// A rank waiting for its peers in its group's collective read as busy in its task ("running F
+// c0 m0 for 3011 ms"): between processes the chase ended there, and the stopped peer of its
+// group went unnamed. Its report says it waits there, and with whom.
+TEST(RuntimeTp, ARankInItsGroupsCollectiveSaysSoAndNamesItsGroup) {
+  WorkModel m(shape(1, 1));
+  const Hint h = make_hint("1f1b", m);
+  const RealizedWork w = random_work(m, 2, 1);
+  RuntimeOptions ro = runtime_options(m, w, Policy::Fixed);
+  ro.timeout_ms = 1000;
+  auto inner = emulated_programs(m, w);
+  Runtime rt(
+      m, h,
+      [&](int s, int r) -> std::unique_ptr<StageProgram> {
+        if (r == 0) return inner(s, r);
+        // Rank 1 comes to the collective past the watchdog's timeout.
+        return std::make_unique<HookBefore>(inner(s, r), TaskId{Kind::F, 0, 0}, [] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+        });
+      },
+      ro);
+  EXPECT_ERROR(rt.run_step(0), StallError,
+               "ms of it in its group's collective, with stage 0 tp rank 1");
+}
+
 }  // namespace
 }  // namespace rrfp::test

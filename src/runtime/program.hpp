@@ -4,6 +4,7 @@
 // arbiter picks; payloads are opaque to the runtime. A task may leave work running when it
 // returns (kernels queued on a GPU stream), if the runtime's window allows it: the task then
 // counts as done, and its output is handed on, only once that work has completed.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -60,6 +61,9 @@ class TaskContext {
   void set_idle(CollectiveIdle* idle) { idle_ = idle; }
   // Time this task spent waiting for the rest of its group inside collectives.
   std::int64_t collective_wait_ns() const { return wait_ns_; }
+  // Where all_reduce notes when it entered the collective it waits in (-1: none), for the
+  // stall report (Stage::describe); null: nowhere.
+  void set_collective_clock(std::atomic<std::int64_t>* since) { in_collective_ = since; }
   // The step failed elsewhere (an error, the watchdog): a long task should stop.
   bool aborted() const;
   // Sleeps (or, with `spin`, busy-waits) until now_ns() reaches `deadline`, but throws Aborted
@@ -80,6 +84,7 @@ class TaskContext {
   TpCollective* group_;
   const FailureState* failure_;
   CollectiveIdle* idle_ = nullptr;
+  std::atomic<std::int64_t>* in_collective_ = nullptr;
   std::int64_t wait_ns_ = 0;
   int window_ = 1;
   std::unique_ptr<PendingWork> pending_;

@@ -260,6 +260,16 @@ std::string Stage::describe(std::int64_t now) const {
                 std::to_string((now - rk.running_since) / 1'000'000) + " ms";
       if (const std::string wait = rk.program->waiting_for(); !wait.empty())
         running += " (waiting for " + wait + ")";
+      // A rank waiting for its peers in its group's collective read as busy in its task: the
+      // chase between processes ended at it, and a stopped peer of its group went unnamed.
+      if (const std::int64_t since = rk.in_collective->load(); since >= 0) {
+        std::string peers;
+        for (int peer = 0; peer < core_.tp(); ++peer)
+          if (peer != r)
+            peers += (peers.empty() ? "" : ", ") + core_.peer(core_.stage() * core_.tp() + peer);
+        running += ", " + std::to_string((now - since) / 1'000'000) +
+                   " ms of it in its group's collective, with " + peers;
+      }
     }
     const StuckRank view = rk.driver->stuck(running);
     out += (out.empty() ? "" : " | ") +

@@ -66,6 +66,10 @@ struct StageRank {
                                          // step, with any: a resumed run starts past 0)
   std::optional<TaskId> running;
   std::int64_t running_since = 0;
+  // When its running task entered its group's collective, -1 while not in one: written by the
+  // task's thread outside the lock (TaskContext::all_reduce), read by the stall report.
+  std::unique_ptr<std::atomic<std::int64_t>> in_collective =
+      std::make_unique<std::atomic<std::int64_t>>(-1);
   RankResult result;
   bool local() const { return program != nullptr; }
 };

@@ -146,6 +146,7 @@ bool Stage::execute(Locked& lk, int r, const TaskId& t, std::int64_t& prev_end, 
   TaskContext ctx(core_.stage(), r, core_.step(lk), t, core_.tp() > 1 ? core_.group() : nullptr,
                   &failure);
   ctx.set_window(core_.env().window);
+  ctx.set_collective_clock(rk.in_collective.get());
   if (!acceptors_.empty()) ctx.set_idle(&acceptors_[static_cast<std::size_t>(r)]);
   lk.unlock();
   failure.bump();
