@@ -97,8 +97,12 @@ printf '{"tp_collective_us": 100}' >"$tmp/col100.json"
 printf '{"coord_latency_us": 500}' >"$tmp/coord500.json"
 check "--workload-file: '$tmp/col100.json' sets tp_collective_us, but the replayed trace measured the TP collective's time" \
   simulate --replay "$tmp/col-trace.json" --pp 1 -m 1 --tp 2 --split-backward off --hint 1f1b --policy fixed --workload-file "$tmp/col100.json"
+# The coordination is a ready run's to measure (a fixed list's ranks each follow it).
+printf '{"tp_sigma": 0, "coord_latency_us": 100}' >"$tmp/coord100.json"
+"$rrfp" simulate --pp 2 -m 4 --tp 2 --workload uniform --workload-file "$tmp/coord100.json" \
+  --hint 1f1b --policy ready --trace "$tmp/coord-trace.json" >/dev/null
 check "--workload-file: '$tmp/coord500.json' sets coord_latency_us, but the replayed trace measured the TP coordination's latency" \
-  simulate --replay "$tmp/col-trace.json" --pp 1 -m 1 --tp 2 --split-backward off --hint 1f1b --policy fixed --workload-file "$tmp/coord500.json"
+  simulate --replay "$tmp/coord-trace.json" --pp 2 -m 4 --tp 2 --hint 1f1b --policy fixed --workload-file "$tmp/coord500.json"
 # A TP 2 trace read at --tp 3 lacks tp rank 2's tasks: the flags to give it its shape name --tp.
 check "give that one (--pp, --vpp, --microbatches, --tp)" predict "$tmp/col-trace.json" --tp 3
 # A duration past the limit by less than %.10g shows read "1000000000 us".

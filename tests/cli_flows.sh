@@ -403,3 +403,23 @@ grep -q "entered the collective of" n.txt && fail "run --tp-protocol none: the s
 [ "$rc" -eq 0 ] || grep -q "entered the all-reduce of .* while rank .* collective order diverged" n.txt ||
   fail "run --tp-protocol none: exit $rc, $(tail -1 n.txt)"
 echo "ok: run --tp-protocol none runs, its divergence (if any) told by the runtime's collective"
+
+# A fixed TP order's trace shows no coordination (its ranks each follow the list): predict's
+# rules take the default, or what --tp-protocol and --coord-us give, and say which. They ran
+# with none: 1.146x predicted where the ready run gives 1.111x.
+printf '{"preset": "language", "coord_latency_us": 100}' >c100.json
+"$rrfp" simulate --pp 4 -m 8 --tp 2 --workload-file c100.json --hint 1f1b --policy fixed \
+  --tp-protocol agree --trace tpfixed.json >/dev/null
+"$rrfp" predict tpfixed.json --hints bf >tpd.txt
+grep -q "^tp coordination      leader, 10 us (the simulator's default" tpd.txt ||
+  fail "predict's coordination by default: $(grep coordination tpd.txt)"
+"$rrfp" predict tpfixed.json --hints bf --tp-protocol agree --coord-us 100 --json tpg.json >tpg.txt
+grep -q "^tp coordination      agree, 100 us (as given)" tpg.txt ||
+  fail "predict's coordination as given: $(grep coordination tpg.txt)"
+"$rrfp" simulate --pp 4 -m 8 --tp 2 --workload-file c100.json --hint bf --policy ready \
+  --tp-protocol agree --limit 32 --json r32.json >/dev/null
+ready32=$(field r32.json "j['runs'][0]['makespan_ms']")
+[ "$(field tpg.json "[p['makespan_ms'] for p in j['predictions'] if p['limit'] == 32][0]")" = "$ready32" ] &&
+  [ "$(field tpg.json "j['tp_coordination']")" = "{'from': 'option', 'latency_us': 100.0, 'protocol': 'agree'}" ] ||
+  fail "predict's rules as given: $(field tpg.json "j['predictions']") against $ready32"
+echo "ok: predict's rules of a fixed TP trace coordinate, as given or by default"

@@ -75,7 +75,8 @@ TEST(Predict, MeasuredStepStartsAtAgreesFirstRound) {
   RealizedWork w = realize(workload_preset("language"), m, 2, 1);
   w.coord_ns = 2'000'000;
   SimOptions opt;
-  opt.arbiter.policy = Policy::Ready;  // ranked by 1F1B's list; a fixed list's ranks agree on nothing
+  opt.arbiter.policy =
+      Policy::Ready;  // ranked by 1F1B's list; a fixed list's ranks agree on nothing
   opt.tp_protocol = TpProtocol::Agree;
   const std::string path = temp_path("agree");
   const std::int64_t makespan = write_own_trace(m, "1f1b", w, opt, path);
@@ -224,6 +225,21 @@ TEST(Predict, TheRulesOfAFixedTpStepCoordinate) {
   const Prediction kept = predict(build_run(ready, m, 2, -1, "trace"), m.config(), 2, {});
   EXPECT_EQ(kept.coordination_from, "trace");
   EXPECT_EQ(kept.imported.work.coord_ns, 100'000);
+  // Its 100 us were a leader's hop, no agree round's: another protocol asked takes the default.
+  PredictOptions agree;
+  agree.tp_protocol = TpProtocol::Agree;
+  EXPECT_EQ(predict(build_run(ready, m, 2, -1, "trace"), m.config(), 2, agree).coordination_from,
+            "default");
+  // Even work: a fixed list's followers start with their leaders, a lag of 0 that read as a
+  // protocol of 0 us measured, and the rules ran with none.
+  WorkloadParams uniform = workload_preset("uniform");
+  uniform.tp_sigma = 0;  // every rank's work alike
+  RealizedWork even = realize(uniform, m, 2, 1);
+  opt.arbiter.policy = Policy::Fixed;
+  const Timeline together = timeline_of(simulate(m, make_hint("1f1b", m), even, opt));
+  const Prediction none = predict(build_run(together, m, 2, -1, "trace"), m.config(), 2, {});
+  EXPECT_EQ(none.coordination_from, "default");
+  EXPECT_EQ(none.imported.work.coord_ns, 10'000);
 }
 
 }  // namespace

@@ -110,12 +110,15 @@ void check_outputs(NamedPaths outputs, NamedPaths inputs = {});
 // only the one that failed (`sweep --csv x.csv --md /dev/full` left x.csv written, unsaid).
 class WrittenOutputs {
  public:
+  // `progress`: a line while a file is written (off: a command's --quiet).
+  explicit WrittenOutputs(bool progress = true) : progress_(progress) {}
   // Writes output `path` (named by `flag`; "" or "-" is not a file) through `write`; where it
   // fails, the error (InputError or Error alike) also names the files written before it, which
   // stay.
   void write(const char* flag, const std::string& path, const std::function<void()>& write);
 
  private:
+  bool progress_;
   std::string written_;
 };
 // Whether `path` is standard output: '-', or what descriptor 1 has open (/dev/stdout,

@@ -121,8 +121,10 @@ void WrittenOutputs::write(const char* flag, const std::string& path,
   };
   // A trace or timeline of millions of tasks takes a minute to write, which was a minute without
   // a word after the report's last progress line.
+  // Not where its own line would land inside it (stdout's JSON, a file given as stderr).
   std::optional<ProgressTicker> ticker;
-  if (!is_stdout(path)) ticker.emplace("writing " + std::string(flag) + " " + visible(path));
+  if (progress_ && !is_stdout(path) && !is_descriptor(path, STDERR_FILENO, "/dev/stderr"))
+    ticker.emplace("writing " + std::string(flag) + " " + visible(path));
   try {
     write();
   } catch (const InputError& e) {

@@ -119,6 +119,14 @@ PredictOptions predict_options(const PredictFlags& f) {
   return o;
 }
 
+// Taken and ignored, a coordination for groups there are not read as if it had been applied.
+void refuse_coordination_at_tp1(const PredictFlags& f) {
+  if (f.tp < 2 && (!f.tp_protocol.empty() || f.coord_us >= 0))
+    throw InputError(std::string(f.tp_protocol.empty() ? "--coord-us" : "--tp-protocol") +
+                     ": the trace's stages have one rank each (TP 1: no group to coordinate); "
+                     "with --tp 2 or more");
+}
+
 void report_prediction(const Prediction& p, const PredictFlags& f) {
   write_then_heed_signals([&] {
     WrittenOutputs written;
@@ -146,16 +154,13 @@ void run_predict(PredictFlags f) {
                      "'");
   checked_tp(f.tp);  // the flags before the file
   const PredictOptions o = predict_options(f);
+  if (f.tp_given) refuse_coordination_at_tp1(f);
   check_trace_path(f.path);
   // A trace of hundreds of MB takes a quarter of a minute to read, its predictions seconds
   // more: both went without a word before the estimate and the report.
   std::optional<ProgressTicker> ticker(std::in_place, "predict: reading " + visible(f.path));
   PipelineConfig c = predict_config(f);
-  // Taken and ignored, a latency for groups there are not read as if it had been applied.
-  if (f.tp < 2 && (!f.tp_protocol.empty() || f.coord_us >= 0))
-    throw InputError(std::string(f.tp_protocol.empty() ? "--coord-us" : "--tp-protocol") +
-                     ": the trace's stages have one rank each (TP 1: no group to coordinate); "
-                     "with --tp 2 or more");
+  refuse_coordination_at_tp1(f);  // the TP size the trace says
   const std::string estimate = check_predict_fits(c, f.tp);
   std::optional<ImportedRun> whole_step;  // the step read with a whole backward, if it stays so
   if (f.split == "auto" && c.split_backward) {

@@ -203,16 +203,16 @@ class EmulatedRuns {
   // its "running ..." line to its report, 72 s at P=M=1024.
   void show_steps(std::optional<ProgressTicker>& ticker, const Runtime& rt,
                   const std::atomic<int>& k) const {
-    ticker.emplace("");
     const RunSpec& spec = specs_[current_];
+    const PipelineConfig c = config_for(sc_, spec);
+    if (tasks_of(c, sc_.tp) < (1 << 20)) return;  // the whole run's, over every process
+    ticker.emplace("");
     const std::string label = spec.label.empty() ? default_label(spec) : spec.label;
-    ticker->status([&rt, &k, label]() -> std::string {
+    // Over a job, rank 0 counts the tasks of its own ranks.
+    const std::string of = world_ ? "rank 0's" : "";
+    ticker->status([&rt, &k, label, of] {
       const Runtime::StepProgress p = rt.step_progress();
-      if (p.total < (1 << 20)) return "";
-      return label + ": step " + std::to_string(k.load()) + ": " + std::to_string(p.ended) +
-             " of " + std::to_string(p.total) + " tasks (" +
-             fmt("%.0f", 100.0 * static_cast<double>(p.ended) / static_cast<double>(p.total)) +
-             "%)";
+      return tasks_done(label + ": step " + std::to_string(k.load()), p.ended, p.total, of);
     });
   }
 

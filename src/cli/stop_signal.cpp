@@ -84,17 +84,20 @@ std::int64_t now_ns() {
   return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
 }
 
-// Takes `sig` as the request to stop: true for the first signal, and for the same signal again
-// within kEchoNs of it (its echo, dropped); false for a second request.
-bool first_request(int sig) {
+// What `sig` is, decided by one compare-and-swap: the first request to stop, the same signal
+// again within kEchoNs of it (its echo, dropped), or a second request. Whether it was the first
+// was read apart from the swap, and two threads taking a signal and its echo at once (a thread
+// of the work, a progress line's) could both say it.
+enum class Request { kFirst, kEcho, kSecond };
+Request take_request(int sig) {
   const std::int64_t now = now_ns();
   int expected = 0;
   if (g_stop.compare_exchange_strong(expected, sig)) {
     g_first_ns.store(now);
-    return true;
+    return Request::kFirst;
   }
   // A handler that interrupted the first's before it noted the time sees the largest value.
-  return expected == sig && now - g_first_ns.load() < kEchoNs;
+  return expected == sig && now - g_first_ns.load() < kEchoNs ? Request::kEcho : Request::kSecond;
 }
 
 // The column of g_exit_lines and g_ack_lines for each of kStopSignals (SIGPIPE: SIGINT's).
@@ -189,23 +192,23 @@ void on_stop_signal(int sig, siginfo_t* info, void*) {
   // The kernel repeats SIGXCPU every second of CPU past the soft limit: never a second request
   // (the hard limit's SIGKILL ends what does not stop in time).
   if (sig == SIGXCPU && g_stop.load() != 0) return;
-  const bool fresh = g_stop.load() == 0;
   const bool say = g_acknowledge.load() && (!g_acknowledge_alone_only.load() || sent_here(info));
-  if (!first_request(sig)) {
+  const Request request = take_request(sig);
+  if (request == Request::kSecond) {
     remove_temporary_in_progress();  // a file being replaced keeps what it held
     if (say) write_line(g_second_lines[signal_index(sig)]);
     ::_exit(128 + sig);  // async-signal-safe
   }
-  if (fresh && say) write_line(g_ack_lines[signal_index(sig)]);
+  if (request == Request::kFirst && say) write_line(g_ack_lines[signal_index(sig)]);
 }
 
 void on_exit_signal(int sig, siginfo_t* info, void*) {
   const KeepErrno keep;
   const int outputs = g_outputs.load();
-  const bool fresh = g_stop.load() == 0;
-  if (outputs == kWriting && first_request(sig)) {              // heeded once they are written
-    if (fresh) write_line(g_writing_lines[signal_index(sig)]);  // its echo: said once
-    return;
+  if (outputs == kWriting) {  // the first heeded once they are written, said now
+    const Request request = take_request(sig);
+    if (request == Request::kFirst) write_line(g_writing_lines[signal_index(sig)]);
+    if (request != Request::kSecond) return;
   }
   if (outputs == kWriting && sig == SIGXCPU) return;  // its repeats alike (on_stop_signal)
   // The line says where the outputs stand: a second signal while they are written cuts that

@@ -350,7 +350,7 @@ void run_sweep(const SweepFlags& f) {
     return true;
   });
   ticker.reset();  // its line erased before the summary
-  WrittenOutputs written;
+  WrittenOutputs written(!f.quiet);
   written.write("--csv", f.csv, [&] { write_text_file(f.csv, csv, "--csv"); });
   // A stopped grid's summary says so itself: its geomeans are over the points done, which may
   // leave out whole workloads and sizes, and once stderr is gone it read as a smaller grid's.

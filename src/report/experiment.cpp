@@ -36,6 +36,13 @@ PipelineConfig make_config(int pp, int vpp, int microbatches, const std::string&
   return c;
 }
 
+std::string tasks_done(const std::string& label, std::int64_t done, std::int64_t total,
+                       const std::string& of) {
+  return label + ": " + std::to_string(done) + " of " + (of.empty() ? "" : of + " ") +
+         std::to_string(total) + " tasks (" +
+         fmt("%.0f", 100.0 * static_cast<double>(done) / static_cast<double>(total)) + "%)";
+}
+
 std::string default_label(const RunSpec& r) {
   return to_string(r.policy) + " " + r.hint + " (" + to_string(r.comm) + ")";
 }
@@ -249,9 +256,7 @@ ReportRun execute(const Scenario& sc, const RunSpec& spec, const WorkModel& m, c
     opt.progress = [&sc, &out, &progress](std::int64_t done, std::int64_t total) {
       if (sc.poll) sc.poll();
       if ((done & ((1 << 20) - 1)) != 0 || !progress.due()) return;
-      progress.show(
-          out.label + ": " + std::to_string(done) + " of " + std::to_string(total) + " tasks (" +
-          fmt("%.0f", 100.0 * static_cast<double>(done) / static_cast<double>(total)) + "%)");
+      progress.show(tasks_done(out.label, done, total));
     };
   out.hint = spec.hint;
   out.policy = to_string(spec.policy);

@@ -56,6 +56,10 @@ bool resolve_split(const std::string& mode, const std::string& hint);
 PipelineConfig make_config(int pp, int vpp, int microbatches, const std::string& placement,
                            const std::string& split_mode, const std::string& hint);
 std::string default_label(const RunSpec& r);
+// A huge run's progress line: "ready bf (async): 46137344 of 67108864 tasks (69%)"; `of` names
+// whose tasks where they are not the whole run's ("rank 0's").
+std::string tasks_done(const std::string& label, std::int64_t done, std::int64_t total,
+                       const std::string& of = "");
 // The scenario's shape for one run: its split backward resolved for the run's hint, once here
 // for every caller (checks, estimates, the run itself).
 PipelineConfig config_for(const Scenario& sc, const RunSpec& spec);

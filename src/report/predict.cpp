@@ -45,8 +45,10 @@ ReportRun simulate_run(const WorkModel& m, const Hint& hint, const ImportedRun& 
 // default latency.
 void coordinate_rules(ImportedRun& in, int tp, const PredictOptions& o, Prediction& p) {
   if (tp < 2) return;
+  // A latency measured under one protocol is no other's: a leader's hop read as an agree round.
+  const bool other = o.tp_protocol && *o.tp_protocol != in.tp_protocol;
   if (o.tp_protocol) in.tp_protocol = *o.tp_protocol;
-  if (o.coord_us >= 0 || !in.coordination_measured) {
+  if (o.coord_us >= 0 || !in.coordination_measured || other) {
     p.coordination_from = o.coord_us >= 0 ? "option" : "default";
     const double us = o.coord_us >= 0 ? o.coord_us : WorkloadParams{}.coord_latency_us;
     in.work.coord_ns = std::llround(us * 1e3);

@@ -49,7 +49,7 @@ std::string shape_of(const Prediction& p) {
 std::string coordination_line(const Prediction& p) {
   const ImportedRun& in = p.imported;
   const std::string latency = fmt("%g us", static_cast<double>(in.work.coord_ns) / 1e3);
-  return "tp coordination       " + to_string(in.tp_protocol) + ", " + latency +
+  return "tp coordination      " + to_string(in.tp_protocol) + ", " + latency +
          (p.coordination_from == "trace" ? " (as the trace shows it), in the predictions\n"
           : p.coordination_from == "option"
               ? " (as given), in the predictions\n"

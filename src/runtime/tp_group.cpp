@@ -118,6 +118,8 @@ void TaskContext::all_reduce(std::span<float> data, std::int64_t emulated_ns) {
     }
   } left{in_collective_};
   group_->all_reduce(tp_rank_, task_, data, idle_);
+  left.at = nullptr;  // every peer is in: the emulated network time is no wait for them
+  if (in_collective_) in_collective_->store(-1);
   if (emulated_ns > 0) sleep_until_ns(now_ns() + emulated_ns);
   wait_ns_ += now_ns() - since;
 }

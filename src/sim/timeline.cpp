@@ -270,7 +270,9 @@ std::int64_t measured_collective(const Timeline& tl, const WorkModel& m, int tp)
 // round where the trace records rounds; else, under a leader, a follower starts a task only once
 // the leader's choice has reached it, so the least lag of a follower's start behind its leader's
 // is the choice's latency (a simulated step's coord_ns exactly: some follower sat free). -1 when
-// TP = 1 or a follower ever started first (no coordination).
+// TP = 1, or a follower ever started first or with its leader (no coordination: a fixed list's
+// ranks of even work start together, and that read as a protocol of 0 us, its rules predicted
+// without the latency a ready run pays).
 std::int64_t measured_coordination(const Timeline& tl, const WorkModel& m, int tp,
                                    const std::vector<double>& start) {
   if (tp < 2) return -1;
@@ -281,7 +283,7 @@ std::int64_t measured_coordination(const Timeline& tl, const WorkModel& m, int t
   for (int r = 1; r < tp; ++r)
     for (size_t i = 0; i < n; ++i)
       least = std::min(least, start[r * n + i] - start[i]);
-  return std::isfinite(least) && least >= 0 ? std::llround(least * 1e3) : -1;
+  return std::isfinite(least) && least > 0 ? std::llround(least * 1e3) : -1;
 }
 
 }  // namespace

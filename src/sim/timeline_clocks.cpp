@@ -51,9 +51,10 @@ void shift_rank(const WorkModel& m, int s, int r, double d, std::vector<double>&
     }
 }
 
-// Each TP rank of stage s put on rank 0's clock. Every task of a group ends in its collective,
-// which all ranks leave together, so the tasks' ends differ by the clocks' difference alone;
-// the median leaves out a task whose span stops short of its collective. Nothing else could:
+// Each TP rank of stage s put on rank 0's clock. A group's F and B end in their collective, which
+// all ranks leave together, so the tasks' ends differ by the clocks' difference alone; the
+// median leaves out the tasks that do not (a span that stops short of its collective, a W,
+// which runs none in Megatron or PyTorch) while they are fewer than half. Nothing else could:
 // the ranks of a group exchange no message the trace shows, and their starts differ by the
 // choice's way to the followers (rrfp) or by each rank's own inputs. Unaligned, a rank started
 // 3 ms later made a 2 ms step read 5 ms, and the difference was replayed as coordination on
