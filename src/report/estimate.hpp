@@ -27,8 +27,10 @@ inline constexpr TaskCost kScheduleCost{160, 0.8e-6};  // `schedule show`: the o
 inline constexpr TaskCost kPlanCost{190, 1.5e-6};      // `plan`: graph, orders, per evaluation
 // `predict`, its step imported and its predictions kept (the default three hints), beside what
 // parsing the trace takes (checked as it is parsed): 332 bytes a task held after the predictions
-// between 65K and 262K tasks, with room for a simulation's own; the time between them.
-inline constexpr TaskCost kPredictCost{400, 1.2e-4};
+// between 65K and 262K tasks, with room for a simulation's own. The time is the predictions',
+// said once the trace is read: 0.28 s at 262K tasks and 1.6 s at 1.28M (1.2-1.3 us a task,
+// twice that here); at 1.2e-4 a 1.28M-task trace was announced as 3 min of work, done in 1.6 s.
+inline constexpr TaskCost kPredictCost{400, 2.5e-6};
 
 // What a stage and TP rank of a simulated run holds beside its tasks (its rank driver, arbiter
 // and readiness counters, the work model's row): 1.47 KB measured at M=1 (`rrfp simulate
