@@ -423,3 +423,8 @@ ready32=$(field r32.json "j['runs'][0]['makespan_ms']")
   [ "$(field tpg.json "j['tp_coordination']")" = "{'from': 'option', 'latency_us': 100.0, 'protocol': 'agree'}" ] ||
   fail "predict's rules as given: $(field tpg.json "j['predictions']") against $ready32"
 echo "ok: predict's rules of a fixed TP trace coordinate, as given or by default"
+# A table of fixed runs alone at TP 2 named the protocol none of them ran.
+"$rrfp" simulate --pp 2 -m 4 --tp 2 --hint 1f1b --policy fixed --tp-protocol agree | head -1 |
+  grep -q " TP=2 (fixed lists: no coordination)  workload=" || fail "a fixed table's TP header"
+"$rrfp" simulate --pp 2 -m 4 --tp 2 --tp-protocol agree | head -1 | grep -q " TP=2 (agree)  workload=" ||
+  fail "a table with ready runs names their protocol"

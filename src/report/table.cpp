@@ -52,10 +52,15 @@ std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& ru
   std::string out;
   if (runs.empty()) return out;
   const auto& c = runs[0].cfg;
+  // A fixed list's ranks each follow it (semantics.md §4): a table of fixed runs alone named a
+  // protocol none of them ran.
+  const bool fixed_only =
+      std::all_of(runs.begin(), runs.end(), [](const ReportRun& r) { return r.policy == "fixed"; });
+  const std::string coordination = fixed_only ? "fixed lists: no coordination" : h.tp_protocol;
   out += "P=" + std::to_string(c.pp) + " V=" + std::to_string(c.vpp) + " (" +
          to_string(c.placement) + ") M=" + std::to_string(c.microbatches) +
          (c.ordered_forwards ? " (ordered forwards)" : "") + " TP=" + std::to_string(h.tp) +
-         (h.tp > 1 ? " (" + h.tp_protocol + ")" : "") + "  workload=" + visible(h.workload) +
+         (h.tp > 1 ? " (" + coordination + ")" : "") + "  workload=" + visible(h.workload) +
          (h.seed ? "  seed=" + std::to_string(*h.seed) : "") + "  [" + h.source + "]\n\n";
   // A label may name a hint file, whose name may hold any byte: one visible row each.
   const auto shown = [](const ReportRun& r) { return printable(r.label, r.label.size()); };
