@@ -160,7 +160,7 @@ void run_predict(PredictFlags f) {
   // more: both went without a word before the estimate and the report.
   std::optional<ProgressTicker> ticker(std::in_place, "predict: reading " + visible(f.path));
   PipelineConfig c = predict_config(f);
-  refuse_coordination_at_tp1(f);  // the TP size the trace says
+  if (!f.tp_given) refuse_coordination_at_tp1(f);  // the TP size the trace says
   const std::string estimate = check_predict_fits(c, f.tp);
   std::optional<ImportedRun> whole_step;  // the step read with a whole backward, if it stays so
   if (f.split == "auto" && c.split_backward) {

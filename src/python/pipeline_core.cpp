@@ -85,7 +85,7 @@ Job* mpi_job(const CoreOptions& o, std::int64_t timeout_ms, std::int64_t arrival
     // The grace a stalled process takes to say what stalled, as over c10d (kJobGraceMs): a
     // process done with its step ended the job in the closing exchange at `timeout` first.
     wo.timeout_ms = timeout_ms > 0 ? timeout_ms + kJobGraceMs : 0;
-    wo.limit_name = "`timeout` and 5 s";
+    wo.limit_name = "`timeout` and " + std::to_string(kJobGraceMs / 1000) + " s";
     wo.arrival_ms = arrival_ms;
     p.world = std::make_unique<MpiWorld>(std::move(wo));
   }

@@ -109,17 +109,18 @@ int TaskContext::tp_size() const {
 void TaskContext::all_reduce(std::span<float> data, std::int64_t emulated_ns) {
   if (!group_) return;
   const std::int64_t since = now_ns();
-  if (in_collective_) in_collective_->store(since);
-  // Cleared however it ends: a failed step's report must not show a collective left.
-  struct Left {
-    std::atomic<std::int64_t>* at;
-    ~Left() {
-      if (at) at->store(-1);
-    }
-  } left{in_collective_};
-  group_->all_reduce(tp_rank_, task_, data, idle_);
-  left.at = nullptr;  // every peer is in: the emulated network time is no wait for them
-  if (in_collective_) in_collective_->store(-1);
+  {
+    if (in_collective_) in_collective_->store(since);
+    // Cleared however it ends (a failed step's report must not show a collective left), and
+    // before the emulated network time: every peer is in by then.
+    struct Left {
+      std::atomic<std::int64_t>* at;
+      ~Left() {
+        if (at) at->store(-1);
+      }
+    } left{in_collective_};
+    group_->all_reduce(tp_rank_, task_, data, idle_);
+  }
   if (emulated_ns > 0) sleep_until_ns(now_ns() + emulated_ns);
   wait_ns_ += now_ns() - since;
 }
