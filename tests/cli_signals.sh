@@ -179,6 +179,39 @@ pid=
 grep -qx "rrfp run: stopped by SIGINT; nothing written" "$tmp/runsig.log" ||
   fail "run: $(tail -1 "$tmp/runsig.log")"
 [ -e "$tmp/run.json" ] && fail "run: wrote --json after SIGINT"
+# SIGHUP (a closed terminal) and SIGXCPU (a soft CPU time limit) end run as SIGTERM does, and
+# SIGHUP ends predict (reading a 40 MB trace), schedule show and calibrate at their work, each
+# in one line, exit 128 + the signal.
+"$rrfp" simulate --pp 32 -m 4096 --hint 1f1b --policy fixed --trace "$tmp/big.json" >/dev/null ||
+  fail "simulate wrote no trace for predict"
+for case in "run HUP 129" "run XCPU 152" "predict HUP 129" "show HUP 129" "calibrate HUP 129"; do
+  read -r cmd sig want <<<"$case"
+  case $cmd in
+  run) args=(run --pp 2 -m 4 --hint 1f1b --policy fixed --workload-file "$tmp/slow.json") ;;
+  predict) args=(predict "$tmp/big.json") ;;
+  show) args=(schedule show --pp 1024 -m 4096 --out "$tmp/show.txt") ;;
+  calibrate) args=(calibrate --streams --sizes 8,1K,4K,16K,64K,256K,1M,4M,16M,64M --out "$tmp/cal.json") ;;
+  esac
+  "$rrfp" "${args[@]}" >"$tmp/$cmd$sig.log" 2>&1 &
+  pid=$!
+  stop_after $pid 0.5 "$sig"
+  pid=
+  [ "$rc" -eq "$want" ] && tail -1 "$tmp/$cmd$sig.log" | grep -q "stopped by SIG$sig.*; nothing written$" ||
+    fail "$cmd, SIG$sig: exit $rc, want $want: $(tail -1 "$tmp/$cmd$sig.log")"
+done
+[ -e "$tmp/show.txt" ] || [ -e "$tmp/cal.json" ] && fail "schedule show or calibrate wrote after SIGHUP"
+# An inherited SIG_IGN is kept: a job started with SIGINT ignored runs on through one.
+printf '{"preset": "uniform", "forward_us": 1e5}' >"$tmp/brisk.json"
+(
+  trap '' INT
+  exec "$rrfp" run --pp 2 -m 4 --hint 1f1b --policy fixed --workload-file "$tmp/brisk.json" \
+    --rounds 1 --warmup 0 --warmup-extra 0
+) >"$tmp/ign.log" 2>&1 &
+pid=$!
+stop_after $pid 0.5 INT
+pid=
+[ "$rc" -eq 0 ] && ! grep -q "SIGINT" "$tmp/ign.log" ||
+  fail "run with SIGINT ignored: exit $rc: $(tail -1 "$tmp/ign.log")"
 # With stderr's reader gone, the signal's acknowledgement there does not end sweep before its
 # files (SIGPIPE killed it, the points done unwritten): they are written, then the exit is
 # SIGPIPE's, 141, as for any command whose last lines cannot be printed.

@@ -2,7 +2,9 @@
 // with a message naming what is wrong. Includes a mutation fuzzer over thousands of inputs.
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -369,6 +371,19 @@ TEST(InputFiles, RefusedByTypeAndSizeBeforeReading) {
   ::unlink(fifo.c_str());
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);  // opening it must not wait for a writer
   EXPECT_NE(refusal(fifo, small).find("is not a regular file"), std::string::npos);
+  // A socket cannot be opened at all (ENXIO): refused by its type all the same.
+  const std::string socket_path = dir + "/sock";
+  ::unlink(socket_path.c_str());
+  const int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  ASSERT_LT(socket_path.size(), sizeof(address.sun_path));
+  socket_path.copy(address.sun_path, socket_path.size());
+  ASSERT_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  EXPECT_NE(refusal(socket_path, small).find("is not a regular file"), std::string::npos)
+      << refusal(socket_path, small);
+  ::close(sock);
   const std::string file = dir + "/f.txt";
   std::ofstream(file) << "1234567\n12345678\n";
   EXPECT_EQ(refusal(file, small), "accepted");

@@ -32,12 +32,15 @@ std::uint64_t open_checked(const std::string& path, const InputKind& kind, const
   // O_NONBLOCK: opening a FIFO must not wait for a writer; the type check below refuses it.
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (f.fd < 0 && errno == ENOENT) throw MissingInputError(what + " does not exist");
-  if (f.fd < 0) throw InputError(what + " cannot be read: " + std::strerror(errno));
+  const std::string not_regular = " is not a regular file (a device, FIFO or socket); give a file";
   struct stat st {};
+  // A socket cannot be opened at all (ENXIO): told by its type, as a device or FIFO is.
+  if (f.fd < 0 && errno == ENXIO && ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode))
+    throw InputError(what + not_regular);
+  if (f.fd < 0) throw InputError(what + " cannot be read: " + std::strerror(errno));
   if (::fstat(f.fd, &st) != 0) throw InputError(what + " cannot be read: " + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) throw InputIsDirectoryError(what + " is a directory, not a file");
-  if (!S_ISREG(st.st_mode))
-    throw InputError(what + " is not a regular file (a device, FIFO or socket); give a file");
+  if (!S_ISREG(st.st_mode)) throw InputError(what + not_regular);
   const auto size = static_cast<std::uint64_t>(st.st_size);
   if (size > cap) {
     // In bytes where the rounded sizes read alike ("has 1.0 GiB; at most 1.0 GiB").
