@@ -15,13 +15,20 @@
 
 namespace rrfp::train {
 
+// A fixed list's ranks each follow it and run no protocol (DispatchOptions::coordinated), so
+// the banner does not name the one given: it said "TP=2 (agree) fixed 1f1b".
+std::string TrainingRun::coordination() const {
+  if (t_.runtime.arbiter.policy == Policy::Fixed) return "fixed list: no coordination";
+  return to_string(t_.runtime.tp_protocol);
+}
+
 void TrainingRun::print_banner() const {
   if (o_.quiet) return;
   std::cout << "rrfp train: P=" << t_.pipe.pp << " V=" << t_.pipe.vpp
             << " M=" << t_.pipe.microbatches
-            << (t_.runtime.tp > 1 ? " TP=" + std::to_string(t_.runtime.tp) + " (" +
-                                        to_string(t_.runtime.tp_protocol) + ")"
-                                  : std::string())
+            << (t_.runtime.tp > 1
+                    ? " TP=" + std::to_string(t_.runtime.tp) + " (" + coordination() + ")"
+                    : std::string())
             << (t_.dp > 1 ? " DP=" + std::to_string(t_.dp) : std::string()) << " "
             << to_string(t_.runtime.arbiter.policy) << " " << visible(t_.hint)
             << (t_.pipe.split_backward ? " (split backward)" : "") << ", GPT d=" << t_.model.d_model

@@ -41,6 +41,7 @@ class TrainingRun {
   [[noreturn]] void refuse_at_the_end() const;
 
   void print_banner() const;
+  std::string coordination() const;  // the banner's word on TP coordination
 
   // Step s; false when a signal asked the run to stop after it.
   bool step(int s);
