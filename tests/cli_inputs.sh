@@ -252,8 +252,9 @@ printf 'rrfp-hint 1 pp=2 pp=2 vpp=1 microbatches=2 placement=loop split=0\nstage
 check "s3.txt:1: header field pp is given twice" schedule check s3.txt --pp 2 -m 2
 # Without the shape flags, the file's last pp was taken as the run's and its first refused as
 # another run's ("written for pp=1 but the run has pp=2").
-printf 'rrfp-hint 1 pp=1 pp=2 vpp=1 microbatches=2 placement=loop split=0\nstage 0: F0:0 B0:0\n' >s4.txt
-check "s4.txt: header field pp is given twice" schedule check s4.txt
+# Said at the header's line, as the parser says it (the line was not named).
+printf '\n# a comment\nrrfp-hint 1 pp=1 pp=2 vpp=1 microbatches=2 placement=loop split=0\nstage 0: F0:0 B0:0\n' >s4.txt
+check "s4.txt:3: header field pp is given twice" schedule check s4.txt
 # A placement that is none was told the run has placement=loop; a shape of the file's too large
 # was said in flags not given (--pp x --vpp x --microbatches).
 printf 'rrfp-hint 1 pp=1 vpp=1 microbatches=2 placement=zigzag split=0\nstage 0: F0:0 B0:0\n' >pz.txt

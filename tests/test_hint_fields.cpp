@@ -151,5 +151,22 @@ TEST(HintFile, FormatIsToldOneWayByEveryReader) {
   EXPECT_NO_THROW(read_hint_file(path, m));
 }
 
+// The bound on a hint file comes from the run's tasks, and its refusal says so: a valid hint
+// re-indented deeper than rrfp writes it was refused with its size and the cap alone.
+TEST(HintFile, TheSizeBoundSaysWhereItComesFrom) {
+  WorkModel m(config(2, 4, 1, true));
+  const std::string path = ::testing::TempDir() + "rrfp-wide.json";
+  std::ofstream(path) << write_hint_json(make_hint("zb-h1", m).list(), m)
+                      << std::string(2u << 20, ' ');
+  try {
+    read_hint_file(path, m);
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    const std::string want = "(24 bytes for each of the run's " + std::to_string(m.num_tasks()) +
+                             " tasks, and 1 MiB: indent it less)";
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace rrfp::test

@@ -82,6 +82,15 @@ TEST(HintFile, RejectsWithNamedErrors) {
             std::string::npos);
   EXPECT_NE(expect_hint_error("stage 0: F0:0 F0:1 B0:0 B0:1\n").find("stage 1 has no line"),
             std::string::npos);
+  // A line without its colon found its first task's: "stage '1 F1' out of range 0..1".
+  EXPECT_NE(expect_hint_error("stage 0: F0:0 F0:1 B0:0 B0:1\nstage 1 F1:0 B1:0 F1:1 B1:1\n")
+                .find("h.txt:2: missing ':' after 'stage 1'"),
+            std::string::npos);
+  // An empty file, or a header alone, was told "stage 0 has no line".
+  EXPECT_NE(expect_hint_error("\n# nothing\n").find("h.txt: holds no hint: no header, no stage"),
+            std::string::npos);
+  EXPECT_NE(expect_hint_error("rrfp-hint 1 pp=2\n").find("h.txt: has its header but no stage line"),
+            std::string::npos);
   // A split backward's W right before its B: named as such (only the cycle check's "can never
   // finish" would remain without it).
   const WorkModel split(config(2, 1, 1, true));

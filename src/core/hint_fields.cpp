@@ -189,7 +189,10 @@ class FieldScan {
     if (format() == HintFormat::Unknown) {
       // Decided as the parsers decide it (a JSON hint behind a byte order mark was taken for
       // text, and its split was missed).
-      if (probe_.take(c) == HintFormat::Unknown) return true;
+      if (probe_.take(c) == HintFormat::Unknown) {
+        line_no_ += c == '\n';  // blank lines before the format shows count
+        return true;
+      }
       out_.json = format() == HintFormat::Json;
       if (out_.json) return json_char(c);
     }
@@ -200,7 +203,9 @@ class FieldScan {
         skipping_ = true;
       return true;
     }
+    ++line_no_;
     if (!skipping_ && is_hint_header(hint_line_content(line_))) {
+      out_.header_line = line_no_;
       std::istringstream words{std::string(hint_line_content(line_))};
       for (std::string w; words >> w;)
         if (const auto eq = w.find('='); eq != std::string::npos)
@@ -224,6 +229,7 @@ class FieldScan {
   bool in_value_ = false, value_string_ = false;
   std::string raw_, key_, value_;  // the string being read as written, the last key, a value
   std::string line_;
+  int line_no_ = 0;  // lines ended so far
   bool skipping_ = false;
 };
 

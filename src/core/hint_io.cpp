@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -177,6 +178,10 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
     if (colon == std::string_view::npos)
       throw HintError(where + ": missing ':' after stage number");
     std::string num(trim(line.substr(6, colon - 6)));
+    // "stage 1 F1:0 ..." found the colon of its first task: "stage '1 F1' out of range".
+    if (const auto blank = num.find_first_of(" \t"); blank != std::string::npos)
+      throw HintError(where + ": missing ':' after 'stage " + printable(num.substr(0, blank)) +
+                      "'");
     int s = -1;
     // Digits alone: std::stoi took "+1" as stage 1.
     const bool digits = num.find_first_not_of("0123456789") == std::string::npos;
@@ -203,6 +208,11 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
       }
     }
   }
+  // An empty file was told "stage 0 has no line (the run has `pp` 4 stages...)".
+  if (std::find(seen.begin(), seen.end(), 1) == seen.end())
+    throw HintError(origin + (header_at > 0
+                                  ? ": has its header but no stage line ('stage N: TASK ...')"
+                                  : ": holds no hint: no header, no stage line (an empty file?)"));
   // A header's pp is the run's (check_header refused another): naming it rather than the
   // option, which may not have been given.
   for (int s = 0; s < m.pp(); ++s)
@@ -359,7 +369,11 @@ ListHint read_hint_file(const std::string& path, const WorkModel& m, const char*
   // The document is bounded; the text format's lines are too (JSON may be one line, as
   // json.dump writes it: the document bound is its bound).
   const std::uint64_t doc = static_cast<std::uint64_t>(m.num_tasks()) * 24 + (1u << 20);
-  const std::string text = read_input_file(path, InputKind{option, doc, 0});
+  // A hint re-indented deeper than rrfp writes it passes the bound no more: said so (the
+  // refusal of a valid hint gave its size and the cap alone).
+  const std::string why = "24 bytes for each of the run's " + std::to_string(m.num_tasks()) +
+                          " tasks, and 1 MiB: indent it less";
+  const std::string text = read_input_file(path, InputKind{option, doc, 0, why});
   if (hint_format(text) == HintFormat::Text)
     check_line_lengths(
         text,

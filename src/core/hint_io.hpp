@@ -70,6 +70,7 @@ struct HintFields {
   bool json = false;
   std::vector<HintField> fields;
   std::vector<std::string> repeated;  // keys given twice (text; JSON's reader refuses them)
+  int header_line = 0;                // text: the header's line, counted from 1 (0: none)
 };
 HintFields hint_file_fields(const std::string& path, std::string_view enough = {});
 // A line of the text format without its comment and its surrounding blanks, as the parser reads

@@ -33,7 +33,8 @@ bool take_hint_file_shape(const std::string& path, HintShape& shape, const Shape
     // pp=1 but the run has pp=2"), where the parser says the field is given twice.
     if (!declared.json && std::find(declared.repeated.begin(), declared.repeated.end(), key) !=
                               declared.repeated.end())
-      throw InputError(path + ": header field " + printable(key) + " is given twice");
+      throw InputError(path + ":" + std::to_string(declared.header_line) + ": header field " +
+                       printable(key) + " is given twice");
     if (key == "placement") {
       if (value == "loop" || value == "vshape") {
         shape.placement = value;

@@ -48,8 +48,10 @@ std::uint64_t open_checked(const std::string& path, const InputKind& kind, const
     auto shown = [&](std::uint64_t n) {
       return alike ? std::to_string(n) + " bytes" : format_bytes(n);
     };
+    const std::string reason =
+        kind.cap_reason.empty() ? "" : " (" + std::string(kind.cap_reason) + ")";
     throw InputError(what + " has " + shown(size) + "; at most " + shown(cap) + " is read for `" +
-                     kind.option + "`");
+                     kind.option + "`" + reason);
   }
   return size;
 }

@@ -28,7 +28,8 @@ class InputIsDirectoryError : public InputError {
 struct InputKind {
   const char* option;
   std::uint64_t max_bytes;
-  std::size_t max_line = 0;  // 0: binary
+  std::size_t max_line = 0;       // 0: binary
+  std::string_view cap_reason{};  // where the cap comes from, said with it where not empty
 };
 
 inline constexpr InputKind kWorkloadFile{"workload_file", 1ull << 20, 64u << 10};
