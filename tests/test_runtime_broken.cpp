@@ -20,6 +20,7 @@ namespace rrfp::test {
 namespace {
 
 constexpr const char* kWhy = "c10d transport: rank 1: receiving from rank 0 failed (test)";
+constexpr const char* kSendWhy = "c10d transport: rank 1: sending to rank 0 failed (test)";
 
 // An inproc endpoint that a test breaks: from then on nothing reaches its receiver, and its
 // broken handler hears kWhy once, as a real transport's would.
@@ -36,11 +37,14 @@ class BreakableTransport final : public Transport {
   }
   void send(int dst, const MessageTag& tag, Payload payload, SendDone done) override {
     if (break_on_send && break_on_send(tag)) break_now();
+    if (fail_send && fail_send(tag)) return done(std::make_exception_ptr(Error(kSendWhy)));
     inner_->send(dst, tag, std::move(payload), std::move(done));
   }
   void shutdown() override { inner_->shutdown(); }
   // Breaks it as it sends a message this says yes to (a test's), before the message goes.
   std::function<bool(const MessageTag&)> break_on_send;
+  // Fails the send of a message this says yes to, as a transport whose peer exited does.
+  std::function<bool(const MessageTag&)> fail_send;
   void break_now() {
     if (!broken_.exchange(true)) broken_handler_(std::make_exception_ptr(Error(kWhy)));
   }
@@ -139,28 +143,25 @@ TEST(TransportBroken, ARankHeldOnASendFailsAtOnceNamingWhy) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 
-// Stage 1, a process of its own, finds its transport broken and tells stage 0's process, whose
-// step then fails with a PeerBroken naming the reason: a transport's error, as stage 1's own.
-// It was told as a stall (PeerStall): for one killed process, its neighbours raised
-// RuntimeError in Python and the processes they told TimeoutError, though nothing timed out.
-TEST(TransportBroken, APeerToldOfABreakFailsWithABreakNotAStall) {
+// Stage 0 and stage 1 each in a Runtime of its own, as two processes are, on the two ends of
+// one inproc pair (stage 1's `breakable`), stage 0's program hooked before its first forward;
+// each one's error of step 0.
+std::pair<std::exception_ptr, std::exception_ptr> two_processes(
+    std::unique_ptr<Transport> zero, std::unique_ptr<BreakableTransport> breakable,
+    std::function<void()> hook) {
   const WorkModel m(shape(2, 4));
   const Hint hint = make_hint("bf", m);
   const RealizedWork w = random_work(m, 1, 7, 50, 20);
-  auto inproc = make_inproc_transports(2);
-  auto breakable = std::make_unique<BreakableTransport>(std::move(inproc[1]));
-  BreakableTransport* last = breakable.get();
   RuntimeOptions o = runtime_options(m, w, Policy::Ready);
   o.timeout_ms = 60'000;
   const ProgramFactory base = emulated_programs(m, w);
   const ProgramFactory programs = [&](int s, int r) -> std::unique_ptr<StageProgram> {
-    if (s != 0) return base(s, r);
-    return std::make_unique<HookBefore>(base(s, r), TaskId{Kind::F, 0, 0},
-                                        [last] { last->break_now(); });
+    if (s != 0 || !hook) return base(s, r);
+    return std::make_unique<HookBefore>(base(s, r), TaskId{Kind::F, 0, 0}, hook);
   };
   Hosting first, second;
   first.local = {0};
-  first.transports.push_back(std::move(inproc[0]));
+  first.transports.push_back(std::move(zero));
   second.local = {1};
   second.transports.push_back(std::move(breakable));
   Runtime rt0(m, hint, programs, o, std::move(first));
@@ -181,19 +182,51 @@ TEST(TransportBroken, APeerToldOfABreakFailsWithABreakNotAStall) {
   }
   other.join();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  return {e0, e1};
+}
+
+// Stage 1's own error is `why`, and stage 0's a PeerBroken naming it.
+void expect_told_as_broken(const std::pair<std::exception_ptr, std::exception_ptr>& errors,
+                           const std::string& why) {
+  const auto& [e0, e1] = errors;
   ASSERT_TRUE(e1 && e0);
   try {
     std::rethrow_exception(e1);
   } catch (const std::exception& e) {
-    EXPECT_STREQ(e.what(), kWhy);
+    EXPECT_EQ(e.what(), why);
   }
   try {
     std::rethrow_exception(e0);
   } catch (const PeerBroken& e) {
-    EXPECT_EQ(std::string(e.what()), std::string("stage 1 failed step 0: ") + kWhy);
+    EXPECT_EQ(std::string(e.what()), "stage 1 failed step 0: " + why);
   } catch (const std::exception& e) {
     ADD_FAILURE() << "not a PeerBroken: " << e.what();
   }
+}
+
+// Stage 1, a process of its own, finds its transport broken and tells stage 0's process, whose
+// step then fails with a PeerBroken naming the reason: a transport's error, as stage 1's own.
+// It was told as a stall (PeerStall): for one killed process, its neighbours raised
+// RuntimeError in Python and the processes they told TimeoutError, though nothing timed out.
+TEST(TransportBroken, APeerToldOfABreakFailsWithABreakNotAStall) {
+  auto inproc = make_inproc_transports(2);
+  auto breakable = std::make_unique<BreakableTransport>(std::move(inproc[1]));
+  BreakableTransport* last = breakable.get();
+  expect_told_as_broken(
+      two_processes(std::move(inproc[0]), std::move(breakable), [last] { last->break_now(); }),
+      kWhy);
+}
+
+// The same for a send the transport fails (a peer exited as stage 1 sent it its gradient): it
+// was told as a stall, where a failed receive, the usual first to see an exit, was a break.
+TEST(TransportBroken, APeerToldOfAFailedSendFailsWithABreakNotAStall) {
+  auto inproc = make_inproc_transports(2);
+  auto breakable = std::make_unique<BreakableTransport>(std::move(inproc[1]));
+  breakable->fail_send = [](const MessageTag& t) {
+    return !t.ack && t.control == Control::None && t.producer == TaskId{Kind::B, 1, 0};
+  };
+  expect_told_as_broken(two_processes(std::move(inproc[0]), std::move(breakable), nullptr),
+                        kSendWhy);
 }
 
 }  // namespace

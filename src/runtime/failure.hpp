@@ -19,6 +19,7 @@ class FailureState {
   void reset() {
     std::lock_guard lk(mu_);
     error_ = nullptr;
+    send_error_ = nullptr;
     failed_.store(false);
     done_ = 0;
   }
@@ -29,6 +30,20 @@ class FailureState {
       failed_.store(true, std::memory_order_release);
     }
     cv_.notify_all();
+  }
+  // A send the transport failed (the peer exited, its connection broke): the step fails with
+  // it, and its peers are told of a broken transport, as for a failed receive. Told as a stall,
+  // a killed process's neighbour raised RuntimeError in Python and the next one TimeoutError.
+  void fail_send(std::exception_ptr e) {
+    {
+      std::lock_guard lk(mu_);
+      if (!send_error_) send_error_ = e;
+    }
+    fail(std::move(e));
+  }
+  bool failed_by_send(const std::exception_ptr& e) const {
+    std::lock_guard lk(mu_);
+    return e && e == send_error_;
   }
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   std::exception_ptr error() const {
@@ -63,6 +78,7 @@ class FailureState {
   mutable std::mutex mu_;  // leaf: never held while taking another lock
   std::condition_variable cv_;
   std::exception_ptr error_;
+  std::exception_ptr send_error_;  // the step's first failed send
   std::atomic<bool> failed_{false};
   std::atomic<std::int64_t> last_ns_{0};
   int done_ = 0;

@@ -68,7 +68,7 @@ void Runtime::tell_peers(int step, const std::exception_ptr& why) {
   bool cancelled = false;                    // or with a cancel()
   {
     std::lock_guard lk(cancel_mu_);
-    broken = transport_broken_ && transport_broken_ == why;
+    broken = (transport_broken_ && transport_broken_ == why) || failure_.failed_by_send(why);
     cancelled = cancelled_ && cancelled_ == why;
   }
   text = utf8_prefix(text, kMaxAbortText);

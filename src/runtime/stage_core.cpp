@@ -57,7 +57,7 @@ void StageCore::record_blocked(Locked&, int r, std::int64_t from, std::int64_t t
 void StageCore::send(int r, int dst, const MessageTag& tag, Payload payload) const {
   FailureState* f = &failure_;
   auto done = [f](std::exception_ptr e) {
-    if (e && !f->failed()) f->fail(e);
+    if (e && !f->failed()) f->fail_send(e);
   };
   try {
     ranks_[r].transport->send(dst, tag, std::move(payload), done);
