@@ -4,7 +4,8 @@ closed by peer [127.0.0.1]:64128"). Each tells torch.distributed's store, before
 close, that it freed a Pipeline or that its script ended (rrfp/_ended.py). First rank 1 frees a
 Pipeline, a local of a function that returned, while rank 0 makes one more step; then rank 1's
 script ends while rank 0 makes one more step of another. Under mpirun the end is met in that
-gather as a call of its own (mpi_failure.sh)."""
+gather as a call of its own (mpi_failure.sh). Before both, rank 1's building of a Pipeline fails
+on an option it alone refuses, and rank 0 says so."""
 import os
 import sys
 
@@ -38,8 +39,26 @@ def freed_in_a_function(rank):
         print("rank 0: the process that freed its Pipeline is named", flush=True)
 
 
+def failed_build(rank):
+    """Rank 1 refuses a hint on its own once the groups are made: rank 0, whose building then
+    fails in its gather, names it as such (it was told rank 1 "had freed a Pipeline")."""
+    try:
+        rrfp.Pipeline(lambda i: lm.chunks(2)[i], lm.loss_fn, pp=2, microbatches=2, timeout=5,
+                      hint="1f1b" if rank == 0 else "no-such-hint")
+        said = None
+    except (ValueError, RuntimeError) as e:
+        said = f"{type(e).__name__}: {e}"
+    want = ("ValueError: `hint`: unknown hint 'no-such-hint'" if rank == 1 else
+            "RuntimeError: Pipeline(): global rank(s) [1] failed to build the Pipeline this "
+            "process built")
+    assert said and said.startswith(want), said
+    if rank == 0:
+        print("rank 0: the process whose building failed is named", flush=True)
+
+
 def main():
     rank = int(os.environ["RANK"])
+    failed_build(rank)
     freed_in_a_function(rank)
     global PIPE  # held to the end of the script
     PIPE = pipeline()

@@ -59,3 +59,22 @@ def test_an_answering_store_is_read_as_before(monkeypatch):
     monkeypatch.setattr(_ended, "_built", [True])
     _ended.note_end()
     assert store.keys["rrfp/ended/1"] == 1
+
+
+def test_a_process_whose_building_failed_is_named_so(monkeypatch):
+    # Rank 2 refused an option on its own once the groups were made: counted as a pipeline freed
+    # alone, it was told as one that "had freed a Pipeline this process still uses".
+    store = AnsweringStore({})
+    monkeypatch.setattr(_ended, "_store", lambda: (store, 2, 3))
+    monkeypatch.setattr(_ended, "_freed", [0])
+    monkeypatch.setattr(_ended, "_unbuilt", [0])
+    _ended.note_freed(unbuilt=True)
+    assert store.keys == {"rrfp/freed/2": 1, "rrfp/unbuilt/2": 1}
+    monkeypatch.setattr(_ended, "_store", lambda: (store, 1, 3))
+    monkeypatch.setattr(_ended, "_freed", [0])
+    monkeypatch.setattr(_ended, "_unbuilt", [0])
+    assert _ended.gone() == ("global rank(s) [2] failed to build the Pipeline this process built "
+                             "(its error is in that process's output)")
+    # Both past it, the pipelines they build next are compared as before.
+    monkeypatch.setattr(_ended, "_freed", [1])
+    assert _ended.gone() == ""

@@ -174,24 +174,25 @@ def _refuse_meeting(missing, me, size, arrival):
         f"that waited ({arrival:g} s here): each must build it, in the same order")
 
 
-def release_groups_with(owner, core, groups, given):
+def release_groups_with(owner, core, groups, given, building):
     """Leaves the groups c10d_groups made (`groups`, but the caller's own `given` one) to be
     destroyed when `owner`, the Pipeline, goes, once `core` (its PipelineCore, None where it
     could not be built: then at once) has closed its runtime, whose receives stay posted on
     them: torch's registry held every group for ever, and each pipeline built and freed kept
     its groups' sockets and Gloo's threads (6 descriptors and 9 threads at 2 processes), until
-    a script building one per evaluation ran out of files."""
+    a script building one per evaluation ran out of files. `building`: [True] until the owner
+    is built, so that one freed before is told to the others as a building that failed."""
     import weakref
     made = list({id(g): g for g in groups.values() if g is not None and g is not given}.values())
     if not made:
         return
     if core is None:
-        _destroy_groups(made, os.getpid(), None)
+        _destroy_groups(made, os.getpid(), None, building)
         return
-    weakref.finalize(owner, _destroy_groups, made, os.getpid(), core).atexit = False
+    weakref.finalize(owner, _destroy_groups, made, os.getpid(), core, building).atexit = False
 
 
-def _destroy_groups(made, pid, core):
+def _destroy_groups(made, pid, core, building):
     try:
         import torch.distributed as dist
     except Exception:  # a pipeline freed as the interpreter ends, its imports gone: nothing to do
@@ -201,7 +202,7 @@ def _destroy_groups(made, pid, core):
         return
     if core is not None:
         core.close()
-    _ended.note_freed()
+    _ended.note_freed(unbuilt=building[0])
     for g in made:
         try:
             dist.destroy_process_group(g)

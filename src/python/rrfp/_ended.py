@@ -5,12 +5,13 @@ gather failed on Gloo's "Connection closed by peer [127.0.0.1]:64128" alone, nam
 pipeline_core.cpp's end_of_script.)"""
 import threading
 
-_ENDED, _FREED = "rrfp/ended/", "rrfp/freed/"
+_ENDED, _FREED, _UNBUILT = "rrfp/ended/", "rrfp/freed/", "rrfp/unbuilt/"
 # The most a call on the store takes here: its host (global rank 0 outside torchrun) may have
 # ended first, or stopped answering.
 _NOTE_S = 2
 _built = [False]  # a c10d pipeline was built in this process
 _freed = [0]  # the c10d pipelines this process freed, as it told the store
+_unbuilt = [0]  # of them, those whose building failed once their groups were made
 
 
 def c10d_pipeline_built():
@@ -57,25 +58,39 @@ def note_end():
         _bounded(lambda store, me, _: store.add(_ENDED + str(me), 1), None)
 
 
-def note_freed():
+def note_freed(unbuilt=False):
     """Before a pipeline's groups are destroyed (_c10d._destroy_groups): one more freed. The
     processes build and free their pipelines alike, so one that freed more than another holds a
-    pipeline the other still uses."""
+    pipeline the other still uses. `unbuilt`: its building failed here once its groups were made
+    (an option this process refused on its own, a chunk it could not build), counted apart too:
+    a process that had built its own was told the failed one "had freed a Pipeline this process
+    still uses"."""
     _freed[0] += 1
-    _bounded(lambda store, me, _: store.add(_FREED + str(me), 1), None)
+    _unbuilt[0] += unbuilt
+
+    def add(store, me, _):
+        store.add(_FREED + str(me), 1)
+        if unbuilt:
+            store.add(_UNBUILT + str(me), 1)
+    _bounded(add, None)
 
 
 def gone():
-    """In words, the processes whose script ended or that freed a pipeline this one still
-    uses, read from the store (an add of 0 reads without waiting for the key) within _NOTE_S
+    """In words, the processes whose script ended, that freed a pipeline this one still uses
+    or failed to build one this one built, read from the store (an add of 0 reads without waiting for the key) within _NOTE_S
     seconds; "" where none is known or the store cannot be read."""
     def read(store, me, size):
         others = [r for r in range(size) if r != me]
         ended = [r for r in others if store.add(_ENDED + str(r), 0) > 0]
-        return ended, [r for r in others
-                       if r not in ended and store.add(_FREED + str(r), 0) > _freed[0]]
-    ended, freed = _bounded(read, ([], []))
+        ahead = [r for r in others
+                 if r not in ended and store.add(_FREED + str(r), 0) > _freed[0]]
+        unbuilt = [r for r in ahead if store.add(_UNBUILT + str(r), 0) > _unbuilt[0]]
+        return ended, unbuilt, [r for r in ahead if r not in unbuilt]
+    ended, unbuilt, freed = _bounded(read, ([], [], []))
     said = [f"the script of global rank(s) {ended} had ended"] if ended else []
+    if unbuilt:
+        said.append(f"global rank(s) {unbuilt} failed to build the Pipeline this process built "
+                    "(its error is in that process's output)")
     if freed:
         said.append(f"global rank(s) {freed} had freed a Pipeline this process still uses (no "
                     "longer referenced, as a local of a function that returned)")

@@ -134,6 +134,7 @@ class Pipeline:
         # The groups wait `timeout` and the time a stalled process takes to say what stalled.
         waits = float(timeout) + _rrfp.job_grace_s if timeout > 0 else 0.0
         groups = c10d_groups(group, pp, dp, waits, arrival) if transport == "c10d" else {}
+        building = [True]  # until the end: a pipeline freed before, its building failed
         try:
             self._core = _rrfp.PipelineCore(
                 pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
@@ -141,9 +142,9 @@ class Pipeline:
                 max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
                 arrival_timeout=arrival, transport=transport, dp=dp, **groups)
         except BaseException:
-            release_groups_with(self, None, groups, group)
+            release_groups_with(self, None, groups, group, building)
             raise
-        release_groups_with(self, self._core, groups, group)
+        release_groups_with(self, self._core, groups, group, building)
         # Where the processes meet: one may build its Pipeline up to arrival_timeout late (a
         # second pipeline of a layout alive under mpirun meets nowhere before).
         gather(self._core, BUILDING, [])
@@ -189,6 +190,7 @@ class Pipeline:
         self.last_step = None
         self._calls = Calls(transport)  # one step, load, save or clip at a time
         LIVE.add(self)
+        building[0] = False
 
     def _build_stages(self, build, place):
         """Builds this process's chunks and their stages' runners (a chunk refused here, or a
