@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks that two builds of rrfp give the same deterministic results: every simulated table, the
-# sweeps, the drawn schedules and plans with a fixed evaluation budget. A change that claims
-# "no change of results" (a refactoring, a speed-up) runs this with the binary before it and the
-# binary after it; only wall times may differ (dropped before the comparison).
+# sweeps, the paper's tables, the drawn schedules and plans with a fixed evaluation budget. A
+# change that claims "no change of results" (a refactoring, a speed-up) runs this with the
+# binary before it and the binary after it; only wall times may differ (dropped before the
+# comparison).
 # Usage: scripts/same-results.sh OLD_RRFP NEW_RRFP [WORK_DIR]
 # Exit 0: identical; 1: a difference (the diff is printed); 2: usage.
 set -euo pipefail
@@ -14,6 +15,7 @@ old=$(realpath "$1")
 new=$(realpath "$2")
 work=${3:-$(mktemp -d)}
 py=/usr/bin/python3
+here=$(cd "$(dirname "$0")" && pwd)
 
 # Each JSON report without its wall-clock fields, keys sorted.
 normalize() {
@@ -74,6 +76,8 @@ outputs() { # outputs RRFP DIR
   "$rrfp" plan --pp 4 -m 8 --max-evaluations 200 --exact off --seed 2 --json plan.json >/dev/null
   "$rrfp" plan --pp 4 -m 6 --max-evaluations 100 --exact on --split-backward on --seed 3 \
     --json plan_exact.json >/dev/null
+  # The paper's tables (results-paper.md), without the line naming the binary.
+  "$py" "$here/../bench/paper.py" "$rrfp" --seeds 2 | tail -n +2 >paper.md
   normalize ./*.json
 }
 
