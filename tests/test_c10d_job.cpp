@@ -168,5 +168,21 @@ TEST(C10dJobGroups, ACollectivesGroupNumberingTheProcessesOtherwiseIsRefused) {
   }
 }
 
+// Under a group of the caller's (a subgroup whose rank 0 is torchrun's rank 2, say), a peer is
+// named by its global rank too: a stall's "stage 0 (c10d rank 0)" read as torchrun's rank 0, a
+// process of another pipeline.
+TEST(C10dJobGroups, PeersAreNamedByTheirGlobalRankWhereTheCallersGroupNumbersThemOtherwise) {
+  std::vector<std::string> log;
+  C10dGroups g = recording(log, true);
+  g.global_ranks = {2};
+  EXPECT_EQ(C10dWorld(g, std::chrono::seconds(5)).hosting().peer_name(0),
+            "stage 0 (c10d rank 0, global rank 2)");
+  g.global_ranks = {};
+  EXPECT_EQ(C10dWorld(g, std::chrono::seconds(5)).hosting().peer_name(0), "stage 0 (c10d rank 0)");
+  g.global_ranks = {2, 3};
+  EXPECT_ERROR(C10dWorld(g, std::chrono::seconds(5)), InputError,
+               "`global_ranks`: one for each of the job's 1 ranks, got 2");
+}
+
 }  // namespace
 }  // namespace rrfp::test

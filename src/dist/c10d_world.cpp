@@ -32,6 +32,15 @@ C10dWorld::C10dWorld(C10dGroups g, std::chrono::milliseconds timeout)
   if ((arr_dp_ != nullptr) != (dp_ != nullptr) ||
       (dp_ && (arr_dp_->getRank() != replica_ || arr_dp_->getSize() != replicas_)))
     throw InputError("`arrival_replicas`: must number the replicas as `replicas` does");
+  if (!g.global_ranks.empty() && static_cast<int>(g.global_ranks.size()) != size())
+    throw InputError("`global_ranks`: one for each of the job's " + std::to_string(size()) +
+                     " ranks, got " + std::to_string(g.global_ranks.size()));
+  global_ranks_ = std::move(g.global_ranks);
+}
+
+std::string C10dWorld::job_rank_name(int r) const {
+  return "rank " + std::to_string(r) + " of the job" +
+         (global_ranks_.empty() ? "" : ", global rank " + std::to_string(global_ranks_[r]));
 }
 
 C10dWorld::~C10dWorld() {
@@ -56,8 +65,9 @@ Hosting C10dWorld::hosting() {
   h.local = {stage_};
   // The process's rank in the job (replica r's stage s is rank r * P + s), not its rank in the
   // replica's own group, which another replica's processes share.
-  h.peer_name = [first = replica_ * stages_](int e) {
-    return "stage " + std::to_string(e) + " (c10d rank " + std::to_string(first + e) + ")";
+  h.peer_name = [first = replica_ * stages_, global = global_ranks_](int e) {
+    return "stage " + std::to_string(e) + " (c10d rank " + std::to_string(first + e) +
+           (global.empty() ? "" : ", global rank " + std::to_string(global[first + e])) + ")";
   };
   h.transports.push_back(
       std::make_unique<C10dTransport>(pg_, C10dTransport::next_channel(pg_), h.peer_name));
@@ -72,9 +82,8 @@ void C10dWorld::barrier() {
 
 void C10dWorld::refuse_given_up() const {
   if (!given_up_.empty())
-    throw Error("c10d: stage " + std::to_string(stage_) + " (rank " + std::to_string(rank()) +
-                " of the job): the processes are out of step on the `group` given since " +
-                given_up_ +
+    throw Error("c10d: stage " + std::to_string(stage_) + " (" + job_rank_name(rank()) +
+                "): the processes are out of step on the `group` given since " + given_up_ +
                 " was given up after `timeout`: it stays posted on that group, whose own "
                 "timeout is longer, and pairs with the next collective; make a new group and "
                 "Pipeline");
@@ -95,11 +104,10 @@ void C10dWorld::wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what, 
     // group's own timeout) end it and close the group.
     const bool given_up = leaves_it_posted && why.find("Operation timed out!") != std::string::npos;
     if (given_up && given_up_.empty()) given_up_ = what;
-    throw Error("c10d: stage " + std::to_string(stage_) + " (rank " + std::to_string(rank()) +
-                " of the job): " + what +
-                " with the job's other processes failed (one exited, stopped answering, or " +
-                limit.late + (given_up ? "" : "; Gloo then closes the groups for good") +
-                "): " + first_line(why));
+    throw Error(
+        "c10d: stage " + std::to_string(stage_) + " (" + job_rank_name(rank()) + "): " + what +
+        " with the job's other processes failed (one exited, stopped answering, or " + limit.late +
+        (given_up ? "" : "; Gloo then closes the groups for good") + "): " + first_line(why));
   }
   if (!done) {
     if (leaves_it_posted && given_up_.empty()) given_up_ = what;

@@ -7,6 +7,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <chrono>
+#include <string>
+#include <vector>
 
 #include "dist/job.hpp"
 #include "runtime/runtime.hpp"
@@ -30,6 +32,10 @@ struct C10dGroups {
   // meet after what each did alone between calls (arrival_gather_bytes), with the arrival's
   // longer timeout (null: `collectives` and `replicas`).
   Group arrivals, arrival_replicas;
+  // The default group's rank of each of the job's ranks (job rank r = replica * P + stage),
+  // where a group of the caller's numbers them otherwise (empty: the same), so that messages
+  // name the rank torchrun gave each process beside the job's.
+  std::vector<int> global_ranks;
 };
 
 class C10dWorld final : public Job {
@@ -91,6 +97,8 @@ class C10dWorld final : public Job {
   std::vector<std::vector<std::byte>> gather_job(c10d::ProcessGroup& pipe, c10d::ProcessGroup* reps,
                                                  std::span<const std::byte> mine, Limit limit);
   void barrier();
+  // "rank R of the job", with its global rank where the caller's group numbers it otherwise.
+  std::string job_rank_name(int r) const;
   void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what, Limit limit);
   void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what) {
     wait(w, what, step_limit());
@@ -99,6 +107,7 @@ class C10dWorld final : public Job {
   // pg_ carries the transport; coll_ and dp_ the collectives, arr_ and arr_dp_ the arrival
   // gathers (C10dGroups).
   c10::intrusive_ptr<c10d::ProcessGroup> pg_, coll_, dp_, arr_, arr_dp_;
+  std::vector<int> global_ranks_;  // C10dGroups::global_ranks
   // Whether arr_ was made for the arrivals: else it is the collectives' group, the caller's
   // own, whose timeout ends an arrival's wait (a wait given up before leaves Gloo's gather
   // posted, for a late process to pair with and run a step alone).

@@ -39,8 +39,8 @@ void bind_pipeline(pyb::module_& m) {
                         std::string split_backward, std::string hint, std::string policy, int limit,
                         int max_pending_w, std::string comm, double timeout, double arrival_timeout,
                         std::string transport, int dp, pyb::object group, pyb::object dp_group,
-                        pyb::object collectives, pyb::object arrivals,
-                        pyb::object arrival_replicas) {
+                        pyb::object collectives, pyb::object arrivals, pyb::object arrival_replicas,
+                        pyb::object global_ranks) {
              CoreOptions o;
              o.pp = pp;
              o.vpp = vpp;
@@ -63,6 +63,7 @@ void bind_pipeline(pyb::module_& m) {
              if (!arrivals.is_none()) g.arrivals = to_group(arrivals, "arrivals");
              if (!arrival_replicas.is_none())
                g.arrival_replicas = to_group(arrival_replicas, "arrival_replicas");
+             if (!global_ranks.is_none()) g.global_ranks = global_ranks.cast<std::vector<int>>();
              return std::make_unique<PipelineCore>(o);
            }),
            pyb::kw_only(), pyb::arg("pp"), pyb::arg("vpp"), pyb::arg("microbatches"),
@@ -71,7 +72,7 @@ void bind_pipeline(pyb::module_& m) {
            pyb::arg("arrival_timeout"), pyb::arg("transport"), pyb::arg("dp") = 1,
            pyb::arg("group") = pyb::none(), pyb::arg("dp_group") = pyb::none(),
            pyb::arg("collectives") = pyb::none(), pyb::arg("arrivals") = pyb::none(),
-           pyb::arg("arrival_replicas") = pyb::none())
+           pyb::arg("arrival_replicas") = pyb::none(), pyb::arg("global_ranks") = pyb::none())
       .def_property_readonly("pp", [](const PipelineCore& c) { return c.model().pp(); })
       .def_property_readonly("vpp", [](const PipelineCore& c) { return c.model().vpp(); })
       .def_property_readonly("chunks", [](const PipelineCore& c) { return c.model().chunks(); })

@@ -247,3 +247,12 @@ def test_pipelines_built_and_freed_keep_no_threads_or_descriptors(tmp_path):
         assert seen[-1] == seen[1], f"threads and descriptors after each pipeline: {seen}"
     finally:
         dist.destroy_process_group()
+
+
+def test_global_ranks_are_passed_where_the_callers_group_numbers_processes_otherwise(monkeypatch):
+    # A subgroup [2, 3]: its rank 0 is torchrun's rank 2, and messages name both (a stall named
+    # "stage 0 (c10d rank 0)", read as torchrun's rank 0, a process of another pipeline).
+    monkeypatch.setattr(_c10d, "group_ranks", lambda d, g: {"sub": (2, 3), "all": [0, 1]}[g])
+    assert _c10d.global_ranks(None) is None
+    assert _c10d.global_ranks("all") is None
+    assert _c10d.global_ranks("sub") == [2, 3]

@@ -340,6 +340,17 @@ def _init_default_group(dist, timeout):
     dist.init_process_group("gloo", store=store, rank=rank, world_size=size)
 
 
+def global_ranks(group):
+    """The default group's rank of each of the pipeline's ranks where `group`, the caller's,
+    numbers them otherwise (a subgroup: its rank 0 may be torchrun's rank 2), for messages to
+    name both; None where they are the same."""
+    if group is None:
+        return None
+    import torch.distributed as dist
+    ranks = list(group_ranks(dist, group))
+    return None if ranks == list(range(len(ranks))) else ranks
+
+
 def group_ranks(dist, group):
     """The global ranks of `group`'s members, by their rank in it."""
     if hasattr(dist, "get_process_group_ranks"):

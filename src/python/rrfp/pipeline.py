@@ -14,7 +14,7 @@ from ._replicas import from_first_replica, replicated, settle_buffers, sum_over_
 from ._live import LIVE, Calls
 from ._children import claim_job_place, refuse_job_child
 from ._chunk_checks import refuse_data_parallel_wrappers, refuse_lazy_parameters
-from ._c10d import c10d_groups, release_groups_with
+from ._c10d import c10d_groups, global_ranks, release_groups_with
 from ._launch import agree_options, agreed, launched_transport
 from ._order import check_state_kept, decide_order, refuse_renormalizing_embeddings
 from ._seed import Seeding
@@ -140,7 +140,8 @@ class Pipeline:
                 pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
                 split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
                 max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
-                arrival_timeout=arrival, transport=transport, dp=dp, **groups)
+                arrival_timeout=arrival, transport=transport, dp=dp, **groups,
+                global_ranks=global_ranks(group) if groups else None)
         except BaseException:
             release_groups_with(self, None, groups, group, building)
             raise
