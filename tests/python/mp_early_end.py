@@ -8,6 +8,7 @@ gather as a call of its own (mpi_failure.sh). Before both, rank 1's building of 
 on an option it alone refuses, and rank 0 says so."""
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import conftest  # noqa: F401,E402  (the package path)
@@ -39,19 +40,28 @@ def freed_in_a_function(rank):
         print("rank 0: the process that freed its Pipeline is named", flush=True)
 
 
+KEPT = []
+
+
 def failed_build(rank):
     """Rank 1 refuses a hint on its own once the groups are made: rank 0, whose building then
-    fails in its gather, names it as such (it was told rank 1 "had freed a Pipeline")."""
+    fails in its gather, names it as such (it was told rank 1 "had freed a Pipeline"). Rank 1
+    holds its exception (as pytest.raises would): its groups are closed all the same (rank 0
+    waited out its arrival_timeout)."""
+    began = time.monotonic()
     try:
         rrfp.Pipeline(lambda i: lm.chunks(2)[i], lm.loss_fn, pp=2, microbatches=2, timeout=5,
-                      hint="1f1b" if rank == 0 else "no-such-hint")
+                      arrival_timeout=20, hint="1f1b" if rank == 0 else "no-such-hint")
         said = None
     except (ValueError, RuntimeError) as e:
         said = f"{type(e).__name__}: {e}"
+        KEPT.append(e)  # its traceback, and the frames it holds, kept to the end
     want = ("ValueError: `hint`: unknown hint 'no-such-hint'" if rank == 1 else
-            "RuntimeError: Pipeline(): global rank(s) [1] failed to build the Pipeline this "
-            "process built")
+            "RuntimeError: Pipeline(): global rank(s) [1] refused, on its own, the Pipeline "
+            "being built")
     assert said and said.startswith(want), said
+    # At once, not at the end of the 20 s arrival_timeout.
+    assert time.monotonic() - began < 10, time.monotonic() - began
     if rank == 0:
         print("rank 0: the process whose building failed is named", flush=True)
 

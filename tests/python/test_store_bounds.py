@@ -61,20 +61,27 @@ def test_an_answering_store_is_read_as_before(monkeypatch):
     assert store.keys["rrfp/ended/1"] == 1
 
 
-def test_a_process_whose_building_failed_is_named_so(monkeypatch):
+def test_a_process_that_refused_a_pipeline_on_its_own_is_named_so(monkeypatch):
     # Rank 2 refused an option on its own once the groups were made: counted as a pipeline freed
-    # alone, it was told as one that "had freed a Pipeline this process still uses".
+    # alone, it was told as one that "had freed a Pipeline this process still uses". Rank 0,
+    # whose building then failed in its gather, is left out; once rank 2 frees a pipeline it had
+    # built, it is told as such (a count of refusals would name it a refuser again).
     store = AnsweringStore({})
-    monkeypatch.setattr(_ended, "_store", lambda: (store, 2, 3))
     monkeypatch.setattr(_ended, "_freed", [0])
-    monkeypatch.setattr(_ended, "_unbuilt", [0])
-    _ended.note_freed(unbuilt=True)
-    assert store.keys == {"rrfp/freed/2": 1, "rrfp/unbuilt/2": 1}
+    monkeypatch.setattr(_ended, "_store", lambda: (store, 2, 3))
+    _ended.note_freed(_ended.REFUSED)
+    monkeypatch.setattr(_ended, "_store", lambda: (store, 0, 3))
+    _ended.note_freed(_ended.FAILED)
+    assert store.keys == {"rrfp/freed/2": 1, "rrfp/last-freed/2": 1, "rrfp/freed/0": 1,
+                          "rrfp/last-freed/0": 2}
     monkeypatch.setattr(_ended, "_store", lambda: (store, 1, 3))
     monkeypatch.setattr(_ended, "_freed", [0])
-    monkeypatch.setattr(_ended, "_unbuilt", [0])
-    assert _ended.gone() == ("global rank(s) [2] failed to build the Pipeline this process built "
+    assert _ended.gone() == ("global rank(s) [2] refused, on its own, the Pipeline being built "
                              "(its error is in that process's output)")
-    # Both past it, the pipelines they build next are compared as before.
-    monkeypatch.setattr(_ended, "_freed", [1])
+    monkeypatch.setattr(_ended, "_freed", [1])  # past it
     assert _ended.gone() == ""
+    monkeypatch.setattr(_ended, "_store", lambda: (store, 2, 3))
+    _ended.note_freed()
+    monkeypatch.setattr(_ended, "_store", lambda: (store, 1, 3))
+    monkeypatch.setattr(_ended, "_freed", [1])
+    assert _ended.gone().startswith("global rank(s) [2] had freed a Pipeline this process still")

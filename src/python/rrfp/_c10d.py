@@ -181,7 +181,8 @@ def release_groups_with(owner, core, groups, given, building):
     them: torch's registry held every group for ever, and each pipeline built and freed kept
     its groups' sockets and Gloo's threads (6 descriptors and 9 threads at 2 processes), until
     a script building one per evaluation ran out of files. `building`: [True] until the owner
-    is built, so that one freed before is told to the others as a building that failed."""
+    is built, so that one freed before is told to the others as a building that failed, and
+    where `core` is None, as one this process refused on its own."""
     import weakref
     made = list({id(g): g for g in groups.values() if g is not None and g is not given}.values())
     if not made:
@@ -202,7 +203,9 @@ def _destroy_groups(made, pid, core, building):
         return
     if core is not None:
         core.close()
-    _ended.note_freed(unbuilt=building[0])
+    # None: its own building refused it; else building: it failed there, after that core.
+    _ended.note_freed(_ended.REFUSED if core is None else
+                      _ended.FAILED if building[0] else _ended.BUILT)
     for g in made:
         try:
             dist.destroy_process_group(g)

@@ -5,13 +5,16 @@ gather failed on Gloo's "Connection closed by peer [127.0.0.1]:64128" alone, nam
 pipeline_core.cpp's end_of_script.)"""
 import threading
 
-_ENDED, _FREED, _UNBUILT = "rrfp/ended/", "rrfp/freed/", "rrfp/unbuilt/"
+_ENDED, _FREED, _LAST = "rrfp/ended/", "rrfp/freed/", "rrfp/last-freed/"
 # The most a call on the store takes here: its host (global rank 0 outside torchrun) may have
 # ended first, or stopped answering.
 _NOTE_S = 2
 _built = [False]  # a c10d pipeline was built in this process
 _freed = [0]  # the c10d pipelines this process freed, as it told the store
-_unbuilt = [0]  # of them, those whose building failed once their groups were made
+# What the last pipeline a process freed was (its key _LAST): one it had built, one whose
+# building it refused on its own (an option it alone refused once the groups were made), or one
+# whose building failed on every process (a peer's refusal ended it in a gather).
+BUILT, REFUSED, FAILED = 0, 1, 2
 
 
 def c10d_pipeline_built():
@@ -58,39 +61,39 @@ def note_end():
         _bounded(lambda store, me, _: store.add(_ENDED + str(me), 1), None)
 
 
-def note_freed(unbuilt=False):
-    """Before a pipeline's groups are destroyed (_c10d._destroy_groups): one more freed. The
-    processes build and free their pipelines alike, so one that freed more than another holds a
-    pipeline the other still uses. `unbuilt`: its building failed here once its groups were made
-    (an option this process refused on its own, a chunk it could not build), counted apart too:
-    a process that had built its own was told the failed one "had freed a Pipeline this process
-    still uses"."""
+def note_freed(kind=BUILT):
+    """Before a pipeline's groups are destroyed (_c10d._destroy_groups): one more freed, of
+    `kind`. The processes build and free their pipelines alike, so one that freed more than
+    another holds a pipeline the other still uses, or refused one the other was building: its
+    last kind says which (a process that refused an option on its own was told as one that "had
+    freed a Pipeline this process still uses"). The last kind alone: a count of refusals, read
+    against this process's, would name such a process again at every later failure."""
     _freed[0] += 1
-    _unbuilt[0] += unbuilt
 
     def add(store, me, _):
         store.add(_FREED + str(me), 1)
-        if unbuilt:
-            store.add(_UNBUILT + str(me), 1)
+        last = _LAST + str(me)
+        store.add(last, kind - store.add(last, 0))  # set: an add of 0 reads without waiting
     _bounded(add, None)
 
 
 def gone():
     """In words, the processes whose script ended, that freed a pipeline this one still uses
-    or failed to build one this one built, read from the store (an add of 0 reads without
+    or refused on their own one this one was building, read from the store (an add of 0 reads without
     waiting for the key) within _NOTE_S seconds; "" where none is known or the store cannot be
     read."""
     def read(store, me, size):
         others = [r for r in range(size) if r != me]
         ended = [r for r in others if store.add(_ENDED + str(r), 0) > 0]
-        ahead = [r for r in others
-                 if r not in ended and store.add(_FREED + str(r), 0) > _freed[0]]
-        unbuilt = [r for r in ahead if store.add(_UNBUILT + str(r), 0) > _unbuilt[0]]
-        return ended, unbuilt, [r for r in ahead if r not in unbuilt]
-    ended, unbuilt, freed = _bounded(read, ([], [], []))
+        ahead = {r: store.add(_LAST + str(r), 0) for r in others
+                 if r not in ended and store.add(_FREED + str(r), 0) > _freed[0]}
+        # One whose building failed as this one's did, after another's refusal, is left out.
+        return ended, [r for r, k in ahead.items() if k == REFUSED], [
+            r for r, k in ahead.items() if k == BUILT]
+    ended, refused, freed = _bounded(read, ([], [], []))
     said = [f"the script of global rank(s) {ended} had ended"] if ended else []
-    if unbuilt:
-        said.append(f"global rank(s) {unbuilt} failed to build the Pipeline this process built "
+    if refused:
+        said.append(f"global rank(s) {refused} refused, on its own, the Pipeline being built "
                     "(its error is in that process's output)")
     if freed:
         said.append(f"global rank(s) {freed} had freed a Pipeline this process still uses (no "

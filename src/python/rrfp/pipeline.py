@@ -144,6 +144,9 @@ class Pipeline:
                 global_ranks=global_ranks(group) if groups else None)
         except BaseException:
             release_groups_with(self, None, groups, group, building)
+            # Held by this frame as long as the caller holds the exception (pytest.raises, a
+            # list of errors), they kept the others waiting out their arrival_timeout.
+            groups.clear()
             raise
         release_groups_with(self, self._core, groups, group, building)
         # Where the processes meet: one may build its Pipeline up to arrival_timeout late (a
