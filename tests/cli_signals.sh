@@ -200,15 +200,20 @@ for case in "run HUP 129" "run XCPU 152" "predict HUP 129" "show HUP 129" "calib
     fail "$cmd, SIG$sig: exit $rc, want $want: $(tail -1 "$tmp/$cmd$sig.log")"
 done
 [ -e "$tmp/show.txt" ] || [ -e "$tmp/cal.json" ] && fail "schedule show or calibrate wrote after SIGHUP"
-# An inherited SIG_IGN is kept: a job started with SIGINT ignored runs on through one.
+# An inherited SIG_IGN is kept: a job started with SIGINT ignored runs on through one (its
+# steps take 3 s or more: the signal comes while it runs).
 printf '{"preset": "uniform", "forward_us": 1e5}' >"$tmp/brisk.json"
 (
   trap '' INT
-  exec "$rrfp" run --pp 2 -m 4 --hint 1f1b --policy fixed --workload-file "$tmp/brisk.json" \
+  exec "$rrfp" run --pp 2 -m 16 --hint 1f1b --policy fixed --workload-file "$tmp/brisk.json" \
     --rounds 1 --warmup 0 --warmup-extra 0
 ) >"$tmp/ign.log" 2>&1 &
 pid=$!
-stop_after $pid 0.5 INT
+wait_handler $pid || fail "run never installed its handler"
+sleep 0.5
+kill -INT $pid || fail "run with SIGINT ignored: it ended before the signal"
+wait $pid
+rc=$?
 pid=
 [ "$rc" -eq 0 ] && ! grep -q "SIGINT" "$tmp/ign.log" ||
   fail "run with SIGINT ignored: exit $rc: $(tail -1 "$tmp/ign.log")"

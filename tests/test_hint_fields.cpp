@@ -162,8 +162,9 @@ TEST(HintFile, TheSizeBoundSaysWhereItComesFrom) {
     read_hint_file(path, m);
     FAIL() << "accepted";
   } catch (const InputError& e) {
-    const std::string want = "(24 bytes for each of the run's " + std::to_string(m.num_tasks()) +
-                             " tasks, and 1 MiB: indent it less)";
+    const std::string want =
+        "(24 bytes for each of the run's " + std::to_string(m.num_tasks()) +
+        " tasks, and 1 MiB: a hint of this run, indented as rrfp writes it, fits)";
     EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
   }
 }

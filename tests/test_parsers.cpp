@@ -380,19 +380,22 @@ TEST(InputFiles, RefusedByTypeAndSizeBeforeReading) {
   ::unlink(fifo.c_str());
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);  // opening it must not wait for a writer
   EXPECT_NE(refusal(fifo, small).find("is not a regular file"), std::string::npos);
-  // A socket cannot be opened at all (ENXIO): refused by its type all the same.
-  const std::string socket_path = dir + "/sock";
-  ::unlink(socket_path.c_str());
+  // A socket cannot be opened at all (ENXIO): refused by its type all the same. Bound in a
+  // short folder of /tmp: a socket's path holds at most 107 bytes, and TempDir() may be longer.
+  char short_dir[] = "/tmp/rrfp-sockXXXXXX";
+  ASSERT_NE(::mkdtemp(short_dir), nullptr);
+  const std::string socket_path = std::string(short_dir) + "/s";
   const int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
   ASSERT_GE(sock, 0);
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
-  ASSERT_LT(socket_path.size(), sizeof(address.sun_path));
   socket_path.copy(address.sun_path, socket_path.size());
-  ASSERT_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  EXPECT_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
   EXPECT_NE(refusal(socket_path, small).find("is not a regular file"), std::string::npos)
       << refusal(socket_path, small);
   ::close(sock);
+  ::unlink(socket_path.c_str());
+  ::rmdir(short_dir);
   const std::string file = dir + "/f.txt";
   std::ofstream(file) << "1234567\n12345678\n";
   EXPECT_EQ(refusal(file, small), "accepted");

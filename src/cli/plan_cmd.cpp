@@ -224,6 +224,10 @@ void setup_plan(CLI::App& app) {
   add_shape_flags(sub, f->shape);
   add_workload_flags(sub, f->load);
   add_execution_flags(sub, f->dispatch);
+  sub->get_option("--tp-protocol")
+      ->description(
+          "TP coordination of the ready runs of its start hints and search: leader or agree "
+          "(its order runs fixed, each rank following it); with --tp 2 or more");
   sub->add_option("--budget", f->budget_s,
                   "seconds for the heuristic search (drawing the work before it, the exact search "
                   "after it where --exact runs it, up to --exact-budget, and the report's run "

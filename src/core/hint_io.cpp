@@ -369,10 +369,12 @@ ListHint read_hint_file(const std::string& path, const WorkModel& m, const char*
   // The document is bounded; the text format's lines are too (JSON may be one line, as
   // json.dump writes it: the document bound is its bound).
   const std::uint64_t doc = static_cast<std::uint64_t>(m.num_tasks()) * 24 + (1u << 20);
-  // A hint re-indented deeper than rrfp writes it passes the bound no more: said so (the
-  // refusal of a valid hint gave its size and the cap alone).
+  // Where the bound comes from, said with it: the refusal of a valid hint, re-indented deeper
+  // than rrfp writes it, gave its size and the cap alone. A hint of another, larger run is
+  // refused here too, before its header is read: the words fit both.
   const std::string why = "24 bytes for each of the run's " + std::to_string(m.num_tasks()) +
-                          " tasks, and 1 MiB: indent it less";
+                          " tasks, and 1 MiB: a hint of this run, indented as rrfp writes it, "
+                          "fits";
   const std::string text = read_input_file(path, InputKind{option, doc, 0, why});
   if (hint_format(text) == HintFormat::Text)
     check_line_lengths(

@@ -1,6 +1,7 @@
 #include "runtime/stage_core.hpp"
 
 #include <algorithm>
+#include <new>
 
 #include "core/error.hpp"
 
@@ -61,8 +62,13 @@ void StageCore::send(int r, int dst, const MessageTag& tag, Payload payload) con
   };
   try {
     ranks_[r].transport->send(dst, tag, std::move(payload), done);
+  } catch (const InputError&) {
+    // Refused before it left (a destination out of range): no break of the transport.
+    if (!f->failed()) f->fail(std::current_exception());
+  } catch (const std::bad_alloc&) {
+    if (!f->failed()) f->fail(std::current_exception());
   } catch (const std::exception&) {
-    done(std::current_exception());
+    done(std::current_exception());  // Gloo refuses at once a pair it knows closed
   }
 }
 
