@@ -130,25 +130,12 @@ class Pipeline:
         if group is not None and transport != "c10d":  # it was taken and ignored
             raise ValueError(f"group: the processes of a c10d pipeline; transport={transport!r} "
                              "takes none (leave group out, or give transport='c10d')")
-        arrival = arrival_after(timeout, arrival_timeout)
-        # The groups wait `timeout` and the time a stalled process takes to say what stalled.
-        waits = float(timeout) + _rrfp.job_grace_s if timeout > 0 else 0.0
-        groups = c10d_groups(group, pp, dp, waits, arrival) if transport == "c10d" else {}
         building = [True]  # until the end: a pipeline freed before, its building failed
-        try:
-            self._core = _rrfp.PipelineCore(
-                pp=pp, vpp=vpp, microbatches=microbatches, placement=placement,
-                split_backward=split_backward, hint=hint, policy=policy, limit=limit or 0,
-                max_pending_w=max_pending_w or 0, comm=comm, timeout=float(timeout),
-                arrival_timeout=arrival, transport=transport, dp=dp, **groups,
-                global_ranks=global_ranks(group) if groups else None)
-        except BaseException:
-            release_groups_with(self, None, groups, group, building)
-            # Held by this frame as long as the caller holds the exception (pytest.raises, a
-            # list of errors), they kept the others waiting out their arrival_timeout.
-            groups.clear()
-            raise
-        release_groups_with(self, self._core, groups, group, building)
+        self._make_core(transport, group, timeout, arrival_after(timeout, arrival_timeout),
+                        building, pp=pp, vpp=vpp, microbatches=microbatches,
+                        placement=placement, split_backward=split_backward, hint=hint,
+                        policy=policy, limit=limit or 0, max_pending_w=max_pending_w or 0,
+                        comm=comm, dp=dp)
         # Where the processes meet: one may build its Pipeline up to arrival_timeout late (a
         # second pipeline of a layout alive under mpirun meets nowhere before).
         gather(self._core, BUILDING, [])
@@ -195,6 +182,25 @@ class Pipeline:
         self._calls = Calls(transport)  # one step, load, save or clip at a time
         LIVE.add(self)
         building[0] = False
+
+    def _make_core(self, transport, group, timeout, arrival, building, **options):
+        """Its PipelineCore, on the groups c10d_groups makes for it under c10d, which go with
+        this Pipeline, or at once where the core is refused."""
+        # The groups wait `timeout` and the time a stalled process takes to say what stalled.
+        waits = float(timeout) + _rrfp.job_grace_s if timeout > 0 else 0.0
+        groups = c10d_groups(group, options["pp"], options["dp"], waits, arrival) \
+            if transport == "c10d" else {}
+        try:
+            self._core = _rrfp.PipelineCore(
+                timeout=float(timeout), arrival_timeout=arrival, transport=transport, **options,
+                **groups, global_ranks=global_ranks(group) if groups else None)
+        except BaseException:
+            release_groups_with(self, None, groups, group, building)
+            # Held by this frame as long as the caller holds the exception (pytest.raises, a
+            # list of errors), they kept the others waiting out their arrival_timeout.
+            groups.clear()
+            raise
+        release_groups_with(self, self._core, groups, group, building)
 
     def _build_stages(self, build, place):
         """Builds this process's chunks and their stages' runners (a chunk refused here, or a
