@@ -52,6 +52,49 @@ TEST(Predict, RulesThatRunTheBackwardWholeReplayASplitStepWhole) {
   }
 }
 
+// At TP 2, the BF row of a split step takes the collective of an F or B task: a training step's
+// W has none, and the mean over every task, its W's 0 included, left each whole B two thirds of
+// its collective (ready BF 15% short on a `train --tp 2` trace). Its W without a collective, as
+// the runtime records it, or with one, as the simulator does, the BF row is the same.
+TEST(Predict, AWholeBackwardTakesTheCollectiveOfAnFOrBTask) {
+  const WorkModel split(config(2, 4, 1, true)), whole(config(2, 4, 1, false));
+  WorkloadParams params = workload_preset("uniform");
+  params.tp_collective_us = 300;
+  const RealizedWork w = realize(params, split, 2, 1);
+  SimOptions opt;
+  opt.arbiter.policy = Policy::Ready;
+  opt.record = true;
+  const StepRecord run = simulate(split, make_hint("bfw", split), w, opt);
+  // Each rank's wait in its group's collective: from its compute's end to the group's.
+  std::vector<std::int64_t> group_end(split.num_tasks(), 0);
+  for (const TaskRecord& x : run.tasks)
+    group_end[split.index(x.task)] =
+        std::max(group_end[split.index(x.task)], x.compute_end + w.collective_ns);
+  std::int64_t bf[2] = {0, 0};
+  for (const bool w_waits : {true, false}) {
+    Timeline t = timeline_of(run);
+    for (size_t i = 0; i < t.tasks.size(); ++i)
+      if (w_waits || t.tasks[i].task.kind != Kind::W)
+        t.tasks[i].collective_us = static_cast<double>(group_end[split.index(run.tasks[i].task)] -
+                                                       run.tasks[i].compute_end) /
+                                   1e3;
+    PredictOptions o;
+    o.hints = {"bf"};
+    const Prediction p = predict(build_run(t, split, 2, -1, "trace"), split.config(), 2, o);
+    bf[w_waits] = row(p, "ready bf @" + std::to_string(p.neutral_limit)).metrics.makespan;
+    // What simulate --replay --hint bf runs on the same step, read whole.
+    SimOptions whole_opt = opt;
+    whole_opt.record = false;
+    whole_opt.arbiter.limit = p.neutral_limit;
+    whole_opt.coordinate_fixed = false;
+    EXPECT_EQ(bf[w_waits], simulate(whole, make_hint("bf", whole),
+                                    build_run(t, whole, 2, -1, "trace").work, whole_opt)
+                               .makespan)
+        << "W waits in a collective: " << w_waits;
+  }
+  EXPECT_EQ(bf[0], bf[1]);
+}
+
 // A simulated step written as rrfp's own trace at `path`; its makespan.
 std::int64_t write_own_trace(const WorkModel& m, const std::string& hint, const RealizedWork& w,
                              const SimOptions& opt, const std::string& path) {

@@ -239,9 +239,10 @@ ListHint recorded_order(const WorkModel& m, int tp, const std::vector<double>& s
 // a group's task ends when its last rank has computed, plus the collective. Of each task whose
 // every rank is in the timeline, from its last compute's end to its last rank's leaving the
 // collective (a rank without a wait left at its end: W has none); the mean over tasks (their
-// total kept: a wake-up late by a millisecond is time the step spent), in ns; -1 when the
-// timeline records no wait in a collective.
-std::int64_t measured_collective(const Timeline& tl, const WorkModel& m, int tp) {
+// total kept: a wake-up late by a millisecond is time the step spent), over F and B alone
+// where `without_w`, in ns; -1 when the timeline records no wait in a collective.
+std::int64_t measured_collective(const Timeline& tl, const WorkModel& m, int tp,
+                                 bool without_w = false) {
   if (tp < 2 || std::none_of(tl.tasks.begin(), tl.tasks.end(),
                              [](const TimelineTask& e) { return e.collective_us >= 0; }))
     return -1;
@@ -259,7 +260,7 @@ std::int64_t measured_collective(const Timeline& tl, const WorkModel& m, int tp)
   double sum = 0;
   int n = 0;
   for (int i = 0; i < m.num_tasks(); ++i)
-    if (ranks[i] == tp) {
+    if (ranks[i] == tp && !(without_w && m.task(i).kind == Kind::W)) {
       sum += leave[i] - end[i];
       ++n;
     }
@@ -369,6 +370,7 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   if (const std::int64_t c = measured_collective(tl, m, tp); c >= 0) {
     r.collective_ns = c;
     out.collective_measured = true;
+    out.collective_whole_ns = m.split() ? measured_collective(tl, m, tp, true) : c;
   }
   if (const std::int64_t c = measured_coordination(tl, m, tp, sp.start); c >= 0) {
     r.coord_ns = c;
