@@ -10,6 +10,7 @@
 #include "core/output_file.hpp"
 #include "core/printable.hpp"
 #include "report/estimate.hpp"
+#include "sim/trace_import.hpp"
 
 namespace rrfp {
 
@@ -82,6 +83,15 @@ Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
   refuse_unused_tp_protocol(dispatch);
   refuse_replaced_workload(sc, load.workload_given ? load.workload : "", load.workload_file, true);
   refuse_unused_seed(sc, load.seed_given);
+  // A CSV of durations holds the tasks alone: its replay takes the workload's collective, which
+  // a `train --tp 2` step's CSV did without a word (its own fixed order replayed 52% short).
+  if (sc.tp > 1 && !sc.replay_path.empty() && !is_trace_path(sc.replay_path) &&
+      !sc.file_sets_collective)
+    print_line("rrfp: warning: --replay: '" + printable(sc.replay_path, 200) +
+               "' records no TP collective (a CSV holds the tasks' durations alone): replayed "
+               "with the workload's tp_collective_us, " +
+               fmt("%g", sc.workload.tp_collective_us) +
+               " us (set it in a --workload-file, or replay the run's trace, which measures it)");
   sc.tp_protocol = parse_tp_protocol(dispatch.tp_protocol);
   sc.limit = dispatch.limit;
   sc.max_pending_w = dispatch.max_pending_w;
