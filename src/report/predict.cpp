@@ -264,8 +264,9 @@ Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
         if (limit == limits.front())
           p.skipped.push_back("`hints` " + name +
                               ": its rows defer W tasks, and the step is replayed with its "
-                              "backward whole (the trace records no W task, or "
-                              "`split_backward` is off)");
+                              "backward whole (the step replayed records no W task, where "
+                              "another step of the trace may: `step`; or `split_backward` "
+                              "is off)");
         continue;
       }
       const Hint h = make_hint(name, hm);
