@@ -369,6 +369,10 @@ grep -q "split backward, ordered forwards (as the trace's run had them)" po.log 
   fail "predict's header on ordered forwards: $(head -1 po.log)"
 [ "$(field po.json "(j['ordered_forwards'], j['ordered_forwards_from'], j['predictions'][0]['speedup_vs_recorded'])")" = "(True, 'trace', 1.0)" ] ||
   fail "predict of a step with ordered forwards: $(field po.json "(j['ordered_forwards_from'], j['predictions'][0]['speedup_vs_recorded'])")"
+# Each row's peak D per stage, as the table shows it (the JSON had the limit alone): at the
+# memory-neutral limit, none above it.
+[ "$(field po.json "(len(j['replayed_peak_d']), max(j['replayed_peak_d']) == j['memory_neutral_limit'], all(len(p['peak_d']) == 4 and max(p['peak_d']) <= p['limit'] for p in j['predictions']))")" = "(4, True, True)" ] ||
+  fail "predict's peak D in JSON: $(field po.json "(j['replayed_peak_d'], [p['peak_d'] for p in j['predictions']])")"
 "$rrfp" predict of.json --hints adaptive --limit 0 --ordered-forwards off --json pu.json >/dev/null
 [ "$(field pu.json "(j['ordered_forwards'], j['predictions'][0]['speedup_vs_recorded'] > 1.04)")" = "(False, True)" ] ||
   fail "predict --ordered-forwards off: $(field pu.json "j['predictions'][0]['speedup_vs_recorded']")"

@@ -173,6 +173,9 @@ nlohmann::json prediction_json(const Prediction& p, const std::string& source) {
   j["inputs_before_made"] = p.imported.early_inputs;
   j["steps_passed_over"] = p.imported.passed_over;  // lacking tasks, before the one replayed
   j["memory_neutral_limit"] = p.neutral_limit;
+  // Per stage, as the table's last column: a script can check each rule's memory against the
+  // recorded order's (the JSON had the limit alone).
+  j["replayed_peak_d"] = p.replayed.result.peak_d;
   if (p.tp > 1)
     j["tp_coordination"] = {{"protocol", to_string(p.imported.tp_protocol)},
                             {"latency_us", static_cast<double>(p.imported.work.coord_ns) / 1e3},
@@ -186,7 +189,8 @@ nlohmann::json prediction_json(const Prediction& p, const std::string& source) {
          {"makespan_ms", ms(r.metrics.makespan)},
          {"speedup_vs_recorded",
           number_or_null(ratio(p.replayed.metrics.makespan, r.metrics.makespan))},
-         {"bubble_ratio", r.metrics.bubble_ratio}});
+         {"bubble_ratio", r.metrics.bubble_ratio},
+         {"peak_d", r.result.peak_d}});
   j["skipped"] = p.skipped;
   j["best"] = p.best().label;
   return j;
