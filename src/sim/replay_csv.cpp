@@ -204,7 +204,10 @@ void finish(RealizedWork& r, const FoldedW& folded_w, const WorkModel& m, const 
             (m.task(i).kind == Kind::W && !saw_w
                  ? " (the replay has no W tasks: it was recorded without the split backward; "
                    "replay it with `split_backward` off)"
-                 : std::string()));
+                 // A CSV does not hold its run's shape: the run's flags' default (4 stages, 8
+                 // microbatches) looked for tasks a smaller run never had, without a word why.
+                 : " (a CSV does not say its run's shape: give the `pp`, `vpp` and "
+                   "`microbatches` it was recorded with)"));
     }
   folded_w.add_to(r.compute_ns);
   check_total(r, origin, "lower its durations");
