@@ -79,9 +79,9 @@ def note_freed(kind=BUILT):
 
 def gone():
     """In words, the processes whose script ended, that freed a pipeline this one still uses
-    or refused on their own one this one was building, read from the store (an add of 0 reads without
-    waiting for the key) within _NOTE_S seconds; "" where none is known or the store cannot be
-    read."""
+    or refused on their own one this one was building, read from the store (an add of 0 reads
+    without waiting for the key) within _NOTE_S seconds; "" where none is known or the store
+    cannot be read."""
     def read(store, me, size):
         others = [r for r in range(size) if r != me]
         ended = [r for r in others if store.add(_ENDED + str(r), 0) > 0]
