@@ -75,6 +75,10 @@ TEST(HintFile, RejectsWithNamedErrors) {
       std::string::npos);
   EXPECT_NE(expect_hint_error("stage 0: F0:0 F0:0 F0:1 B0:0 B0:1\n" + ok1).find("listed twice"),
             std::string::npos);
+  // At the stage's line (its task's error named the stage alone).
+  EXPECT_NE(expect_hint_error("\nstage 0: F0:0 F0:1 B0:0 B0:1\nstage 1: F1:0 B1:0 F1:1\n")
+                .find("h.txt:3: stage 1: task B c1 m1 is missing"),
+            std::string::npos);
   EXPECT_NE(
       expect_hint_error("stage 0: F0:0 F1:1 F0:1 B0:0 B0:1\n" + ok1).find("belongs to stage 1"),
       std::string::npos);

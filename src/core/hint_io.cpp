@@ -150,6 +150,7 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
   ListHint h;
   h.stages.resize(m.pp());
   std::vector<char> seen(m.pp(), 0);
+  std::vector<int> line_of(m.pp(), 0);  // each stage's line, for the errors validate_hint finds
   int line_no = 0, header_at = 0;
   bool header_pp = false;
   size_t pos = 0;
@@ -198,6 +199,7 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
                       std::to_string(m.pp()) + ")");
     if (seen[s]) throw HintError(where + ": stage " + std::to_string(s) + " listed twice");
     seen[s] = 1;
+    line_of[s] = line_no;
     std::istringstream in{std::string(line.substr(colon + 1))};
     std::string tok;
     while (in >> tok) {
@@ -221,7 +223,7 @@ ListHint parse_hint_text(std::string_view text, const WorkModel& m, const std::s
                       (header_pp ? "its header's pp=" + std::to_string(m.pp()) + ": stages"
                                  : "the run has `pp` " + std::to_string(m.pp()) + " stages,") +
                       " 0.." + std::to_string(m.pp() - 1) + ")");
-  validate_hint(h, m, origin);
+  validate_hint(h, m, origin, &line_of);
   return h;
 }
 

@@ -91,6 +91,8 @@ std::vector<int> stage_positions(const ListHint& h, const WorkModel& m, int s,
 // Rejects a hint that cannot run to completion under the fixed policy: a task missing,
 // duplicated, unknown or on the wrong stage; a stage order that breaks a local dependency;
 // or a cross-stage combination that deadlocks. Throws HintError naming stage and task.
-void validate_hint(const ListHint& h, const WorkModel& m, const std::string& origin);
+// `stage_lines`: each stage's line in a text file, to name where a stage's error is.
+void validate_hint(const ListHint& h, const WorkModel& m, const std::string& origin,
+                   const std::vector<int>* stage_lines = nullptr);
 
 }  // namespace rrfp

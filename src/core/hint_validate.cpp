@@ -58,14 +58,17 @@ void refuse_unordered_forwards(const WorkModel& m, int s, const std::vector<int>
 
 }  // namespace
 
-void validate_hint(const ListHint& h, const WorkModel& m, const std::string& origin) {
+void validate_hint(const ListHint& h, const WorkModel& m, const std::string& origin,
+                   const std::vector<int>* stage_lines) {
   const std::string pre = origin.empty() ? "" : origin + ": ";
   if (static_cast<int>(h.stages.size()) != m.pp())
     throw HintError(pre + "hint has " + std::to_string(h.stages.size()) + " stages, the run has " +
                     std::to_string(m.pp()));
   for (int s = 0; s < m.pp(); ++s) {
-    const std::string where = pre + "stage " + std::to_string(s);
-    const std::vector<int> pos = stage_positions(h, m, s, origin);
+    // At the stage's line of a text file: its task's error named the stage alone.
+    const std::string at = stage_lines ? origin + ":" + std::to_string((*stage_lines)[s]) : origin;
+    const std::string where = (at.empty() ? "" : at + ": ") + "stage " + std::to_string(s);
+    const std::vector<int> pos = stage_positions(h, m, s, at);
     refuse_unordered_forwards(m, s, pos, where);
     // Local order per microbatch: the stage would wait forever for a task it runs later.
     for (int mb = 0; mb < m.microbatches(); ++mb) {
