@@ -194,7 +194,7 @@ for case in "run HUP 129" "run XCPU 152" "predict HUP 129" "show HUP 129" "calib
   esac
   "$rrfp" "${args[@]}" >"$tmp/$cmd$sig.log" 2>&1 &
   pid=$!
-  stop_after $pid 0.5 "$sig"
+  stop_after $pid 0.2 "$sig"  # each works for seconds here: 16x or more of the delay
   pid=
   [ "$rc" -eq "$want" ] && tail -1 "$tmp/$cmd$sig.log" | grep -q "stopped by SIG$sig.*; nothing written$" ||
     fail "$cmd, SIG$sig: exit $rc, want $want: $(tail -1 "$tmp/$cmd$sig.log")"
