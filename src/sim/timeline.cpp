@@ -239,13 +239,16 @@ ListHint recorded_order(const WorkModel& m, int tp, const std::vector<double>& s
 // a group's task ends when its last rank has computed, plus the collective. Of each task whose
 // every rank is in the timeline, from its last compute's end to its last rank's leaving the
 // collective (a rank without a wait left at its end: W has none); the mean over tasks (their
-// total kept: a wake-up late by a millisecond is time the step spent), over F and B alone
-// where `without_w`, in ns; -1 when the timeline records no wait in a collective.
-std::int64_t measured_collective(const Timeline& tl, const WorkModel& m, int tp,
-                                 bool without_w = false) {
+// total kept: a wake-up late by a millisecond is time the step spent), and the mean over F and
+// B alone (ImportedRun::collective_whole_ns), in ns; -1 when the timeline records no wait in a
+// collective.
+struct CollectiveMeans {
+  std::int64_t all = -1, whole = -1;
+};
+CollectiveMeans measured_collective(const Timeline& tl, const WorkModel& m, int tp) {
   if (tp < 2 || std::none_of(tl.tasks.begin(), tl.tasks.end(),
                              [](const TimelineTask& e) { return e.collective_us >= 0; }))
-    return -1;
+    return {};
   const double none = -std::numeric_limits<double>::infinity();
   std::vector<double> end(m.num_tasks(), none), leave(m.num_tasks(), none);
   std::vector<int> ranks(m.num_tasks(), 0);
@@ -257,14 +260,21 @@ std::int64_t measured_collective(const Timeline& tl, const WorkModel& m, int tp,
     leave[i] = std::max(leave[i], done + std::max(e.collective_us, 0.0));
     ++ranks[i];
   }
-  double sum = 0;
-  int n = 0;
+  double sum = 0, sum_whole = 0;  // each in the tasks' order, as the mean was taken
+  int n = 0, n_whole = 0;
   for (int i = 0; i < m.num_tasks(); ++i)
-    if (ranks[i] == tp && !(without_w && m.task(i).kind == Kind::W)) {
+    if (ranks[i] == tp) {
       sum += leave[i] - end[i];
       ++n;
+      if (m.task(i).kind != Kind::W) {
+        sum_whole += leave[i] - end[i];
+        ++n_whole;
+      }
     }
-  return n == 0 ? -1 : std::llround(sum / n * 1e3);
+  const auto mean = [](double total, int count) {
+    return count == 0 ? std::int64_t{-1} : std::llround(total / count * 1e3);
+  };
+  return {mean(sum, n), mean(sum_whole, n_whole)};
 }
 
 // The TP coordination's latency (ImportedRun::coordination_measured), in ns: agree's shortest
@@ -367,10 +377,10 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   if (!tl.tasks.empty())
     out.measured_ns = static_cast<std::int64_t>((sp.last - sp.first) * 1e3 + 0.5);
   out.order = recorded_order(m, tp, sp.start, in_run);
-  if (const std::int64_t c = measured_collective(tl, m, tp); c >= 0) {
-    r.collective_ns = c;
+  if (const CollectiveMeans c = measured_collective(tl, m, tp); c.all >= 0) {
+    r.collective_ns = c.all;
     out.collective_measured = true;
-    out.collective_whole_ns = m.split() ? measured_collective(tl, m, tp, true) : c;
+    out.collective_whole_ns = c.whole;
   }
   if (const std::int64_t c = measured_coordination(tl, m, tp, sp.start); c >= 0) {
     r.coord_ns = c;
