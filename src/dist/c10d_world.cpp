@@ -38,9 +38,17 @@ C10dWorld::C10dWorld(C10dGroups g, std::chrono::milliseconds timeout)
   global_ranks_ = std::move(g.global_ranks);
 }
 
+namespace {
+
+// ", global rank G" of job rank r, where the caller's group numbers the processes otherwise.
+std::string global_rank_of(const std::vector<int>& global_ranks, int r) {
+  return global_ranks.empty() ? "" : ", global rank " + std::to_string(global_ranks[r]);
+}
+
+}  // namespace
+
 std::string C10dWorld::job_rank_name(int r) const {
-  return "rank " + std::to_string(r) + " of the job" +
-         (global_ranks_.empty() ? "" : ", global rank " + std::to_string(global_ranks_[r]));
+  return "rank " + std::to_string(r) + " of the job" + global_rank_of(global_ranks_, r);
 }
 
 C10dWorld::~C10dWorld() {
@@ -67,7 +75,7 @@ Hosting C10dWorld::hosting() {
   // replica's own group, which another replica's processes share.
   h.peer_name = [first = replica_ * stages_, global = global_ranks_](int e) {
     return "stage " + std::to_string(e) + " (c10d rank " + std::to_string(first + e) +
-           (global.empty() ? "" : ", global rank " + std::to_string(global[first + e])) + ")";
+           global_rank_of(global, first + e) + ")";
   };
   h.transports.push_back(
       std::make_unique<C10dTransport>(pg_, C10dTransport::next_channel(pg_), h.peer_name));
