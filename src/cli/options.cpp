@@ -278,6 +278,12 @@ void refuse_unused_tp_protocol(bool given, const std::vector<int>& tps) {
       "--tp-protocol out)");
 }
 
+void require_coordination(const std::string& protocol) {
+  if (protocol != "leader" && protocol != "agree")
+    throw InputError("--tp-protocol: expected leader or agree, got '" + printable(protocol, 30) +
+                     "'");
+}
+
 RuntimeOptions to_runtime(const DispatchFlags& f, double timeout_s) {
   refuse_fixed_limit(f);
   refuse_unused_tp_protocol(f);

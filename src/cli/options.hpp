@@ -175,6 +175,9 @@ void refuse_fixed_limit(const DispatchFlags& f);
 // the flag was taken and ignored. `tps`: every --tp a command runs (sweep's grid).
 void refuse_unused_tp_protocol(const DispatchFlags& f);
 void refuse_unused_tp_protocol(bool given, const std::vector<int>& tps);
+// For commands whose TP groups must choose together (sweep, predict): `protocol` leader or
+// agree, else InputError naming --tp-protocol (plan refuses `none` alone, saying why).
+void require_coordination(const std::string& protocol);
 // --max-pending-w where the backward is not split (`split`: as resolved for every run of the
 // command): refused on the same principle, as there are no W tasks to cap.
 // `auto_rule`: when auto splits it, for the message.

@@ -110,9 +110,7 @@ PredictOptions predict_options(const PredictFlags& f) {
   if (f.ordered != "auto") o.ordered_forwards = f.ordered == "on";
   o.rules_split_as_they_run = f.split == "auto";
   if (!f.tp_protocol.empty()) {
-    if (f.tp_protocol != "leader" && f.tp_protocol != "agree")
-      throw InputError("--tp-protocol: expected leader or agree, got '" +
-                       printable(f.tp_protocol, 30) + "'");
+    require_coordination(f.tp_protocol);
     o.tp_protocol = parse_tp_protocol(f.tp_protocol);
   }
   o.coord_us = f.coord_us;

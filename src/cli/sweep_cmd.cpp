@@ -133,9 +133,7 @@ void check_sweep(const SweepFlags& f) {
   refuse_twice(f.hints, "--hints");
   // The sweep's TP groups choose together: `none` (each rank alone) diverged in the collectives
   // and failed the grid with exit 1, where its help says leader or agree.
-  if (f.tp_protocol != "leader" && f.tp_protocol != "agree")
-    throw InputError("--tp-protocol: expected leader or agree, got '" +
-                     printable(f.tp_protocol, 30) + "'");
+  require_coordination(f.tp_protocol);
   // A grid with no TP group took it and ignored it, its CSV the default's.
   refuse_unused_tp_protocol(f.tp_protocol_given, f.tps);
   for (int p : f.pps)
