@@ -85,7 +85,7 @@ LowerBound reference_bound(const WorkModel& m, const RealizedWork& w, int limit)
     std::int64_t d = 0;
     for (int r = 0; r < w.tp; ++r)
       d = std::max(d, w.compute(r, i));
-    return d + w.collective_ns;
+    return d + w.collective_after(m.task(i).kind);
   };
   auto lat = [&](int i) {
     std::int64_t l = std::numeric_limits<std::int64_t>::max();

@@ -54,8 +54,9 @@ TEST(Predict, RulesThatRunTheBackwardWholeReplayASplitStepWhole) {
 
 // At TP 2, the BF row of a split step takes the collective of an F or B task: a training step's
 // W has none, and the mean over every task, its W's 0 included, left each whole B two thirds of
-// its collective (ready BF 15% short on a `train --tp 2` trace). Its W without a collective, as
-// the runtime records it, or with one, as the simulator does, the BF row is the same.
+// its collective (ready BF 15% short on a `train --tp 2` trace). A W recorded with no wait after
+// it, as training records it, or with its ranks' waits for the group's slowest (the simulator's
+// and the emulated runtime's W: its ranks meet, without a collective), the BF row is the same.
 TEST(Predict, AWholeBackwardTakesTheCollectiveOfAnFOrBTask) {
   const WorkModel split(config(2, 4, 1, true)), whole(config(2, 4, 1, false));
   WorkloadParams params = workload_preset("uniform");
@@ -69,7 +70,7 @@ TEST(Predict, AWholeBackwardTakesTheCollectiveOfAnFOrBTask) {
   std::vector<std::int64_t> group_end(split.num_tasks(), 0);
   for (const TaskRecord& x : run.tasks)
     group_end[split.index(x.task)] =
-        std::max(group_end[split.index(x.task)], x.compute_end + w.collective_ns);
+        std::max(group_end[split.index(x.task)], x.compute_end + w.collective_after(x.task.kind));
   std::int64_t bf[2] = {0, 0};
   for (const bool w_waits : {true, false}) {
     Timeline t = timeline_of(run);

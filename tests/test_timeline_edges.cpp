@@ -1,7 +1,9 @@
-// Timelines at their edges: the TP collective that ends a step, tasks at the boundary of
-// back-to-back profiler steps, and overlaps of tasks shorter than a clock's rounding.
+// Timelines at their edges: the TP collective that ends a step (and the none that ends a W), tasks
+// at the boundary of back-to-back profiler steps, and overlaps of tasks shorter than a clock's
+// rounding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -39,6 +41,40 @@ TEST(TimelineEdges, TheMeasuredStepEndsWithItsLastCollective) {
   const Prediction p = predict(in, m.config(), 2);
   EXPECT_EQ(p.measured.metrics.makespan, 3'000'000);
   EXPECT_EQ(p.replayed.metrics.makespan, 3'000'000);
+  std::remove(path.c_str());
+}
+
+// A W's ranks exchange nothing (its weight gradients stay on their rank; training's W calls no
+// collective): 1F1B split at P=1 M=1 TP=2 with collectives of 1 ms runs F, collective, B,
+// collective, W. Its trace's collective reads 1 ms, the mean over F and B. The simulator ended a
+// W in a collective too (the step 1 ms longer), and the importer's mean over every task, W's 0
+// included, read 2/3 ms.
+TEST(TimelineEdges, AWEndsInNoCollective) {
+  const WorkModel m(config(1, 1, 1, true));
+  WorkloadParams wp;
+  wp.tp_sigma = 0;
+  wp.tp_collective_us = 1000;
+  wp.coord_latency_us = 0;
+  const RealizedWork w = realize(wp, m, 2, 1);
+  std::int64_t computed = 0;
+  for (const Kind k : {Kind::F, Kind::B, Kind::W}) {
+    const int i = m.index({k, 0, 0});
+    ASSERT_GT(w.compute(0, i), 0) << static_cast<int>(k);
+    computed += std::max(w.compute(0, i), w.compute(1, i));
+  }
+  ReportRun run;
+  run.label = "fixed 1f1b (async)";
+  run.cfg = m.config();
+  SimOptions opt;
+  opt.arbiter.policy = Policy::Fixed;
+  run.result = simulate(m, make_hint("1f1b", m), w, opt);
+  ASSERT_EQ(run.result.makespan, computed + 2'000'000);
+  const std::string path = ::testing::TempDir() + "rrfp_edges_w_collective.json";
+  write_chrome_trace(path, {run});
+  const ImportedRun in = import_trace(path, m, 2);
+  EXPECT_EQ(in.work.collective_ns, 1'000'000);
+  const Prediction p = predict(in, m.config(), 2);
+  EXPECT_EQ(p.replayed.metrics.makespan, run.result.makespan);
   std::remove(path.c_str());
 }
 

@@ -56,7 +56,7 @@ class EmulatedProgram final : public StageProgram {
     ctx.wait_until(end, opt_.spin);
     if (ctx.tp_size() > 1) {  // every task meets its group, as the simulator models it
       std::array<float, 4> partial{static_cast<float>(rank_), 1, 0, 0};
-      ctx.all_reduce(partial, w_.collective_ns);
+      ctx.all_reduce(partial, w_.collective_after(t.kind));
     }
     return out;
   }

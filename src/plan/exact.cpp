@@ -262,7 +262,7 @@ std::string exact_unsupported(const PlanProblem& p) {
   if (p.comm != CommMode::Async) return "needs `comm` async";
   if (auto why = message_model_unsupported(p.w()); !why.empty()) return why;
   for (int j = 0; j < p.m().num_tasks(); ++j)
-    if (p.w().compute(0, j) + p.w().collective_ns <= 0)
+    if (p.w().compute(0, j) + p.w().collective_after(p.m().task(j).kind) <= 0)
       return "task " + to_string(p.m().task(j)) +
              " takes no time; the exact search needs positive durations";
   return {};

@@ -18,7 +18,7 @@ TaskGraph make_graph(const WorkModel& m, const RealizedWork& w) {
     g.stage[i] = m.stage_of(t);
     for (int r = 0; r < w.tp; ++r)
       g.dur[i] = std::max(g.dur[i], w.compute(r, i));
-    g.dur[i] += w.collective_ns;
+    g.dur[i] += w.collective_after(t.kind);
     g.lag[i] = w.message(0, i);
     Deps d{};
     const int k = m.deps(t, d);

@@ -117,8 +117,6 @@ ImportedRun folded(const ImportedRun& in, const WorkModel& split, const WorkMode
     }
   }
   folded_w.add_to(f.compute_ns);
-  if (in.collective_measured && in.collective_whole_ns >= 0)
-    f.collective_ns = in.collective_whole_ns;
   return out;
 }
 

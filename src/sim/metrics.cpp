@@ -12,16 +12,17 @@ namespace rrfp {
 
 namespace {
 
-// What the bound reads of a task: its group's time (the slowest rank plus the collective) and
-// its message's (the fastest rank's), read where they lie rather than copied per task: the
-// copies were most of the bound's memory.
+// What the bound reads of a task: its group's time (the slowest rank plus the collective, which
+// a W has none of) and its message's (the fastest rank's), read where they lie rather than
+// copied per task: the copies were most of the bound's memory.
 struct Costs {
   const RealizedWork& w;
+  int first_w;  // W's indices come last (WorkModel::index is kind-major)
   std::int64_t dur(int i) const {
     std::int64_t d = 0;
     for (int r = 0; r < w.tp; ++r)
       d = std::max(d, w.compute(r, i));
-    return d + w.collective_ns;
+    return d + (i < first_w ? w.collective_ns : 0);
   }
   std::int64_t lat(int i) const {
     std::int64_t l = std::numeric_limits<std::int64_t>::max();
@@ -171,7 +172,7 @@ std::int64_t mean_of(WideSum sum, std::int64_t n) {
 }  // namespace
 
 LowerBound lower_bound(const WorkModel& m, const RealizedWork& w, int limit, int threads) {
-  const Costs k{w};
+  const Costs k{w, m.index({Kind::W, 0, 0})};
   const int p = m.pp(), mbs = m.microbatches(), blocks = (mbs + kBlock - 1) / kBlock;
   const Rows rows(m);
   const int grain = std::max(1, kMinTasksPerThread / (kBlock * rows.size()));  // in blocks

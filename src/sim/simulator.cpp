@@ -147,7 +147,8 @@ void Simulation::launch(int s, int r, const TaskId& task) {
   }
   g.end = std::max(g.end, rk.compute_end);
   if (accepts_in_collective_) push(rk.compute_end, Ev::ShareDone, s, r, 0);
-  if (++g.launched == t_) push(g.end + w_.collective_ns, Ev::GroupEnd, s, 0, m_.index(task));
+  if (++g.launched == t_)
+    push(g.end + w_.collective_after(task.kind), Ev::GroupEnd, s, 0, m_.index(task));
 }
 
 void Simulation::handle(const Event& e) {

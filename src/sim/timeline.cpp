@@ -236,45 +236,35 @@ ListHint recorded_order(const WorkModel& m, int tp, const std::vector<double>& s
 }
 
 // The TP collective's own time (ImportedRun::collective_measured), as the simulator models it:
-// a group's task ends when its last rank has computed, plus the collective. Of each task whose
-// every rank is in the timeline, from its last compute's end to its last rank's leaving the
-// collective (a rank without a wait left at its end: W has none); the mean over tasks (their
-// total kept: a wake-up late by a millisecond is time the step spent), and the mean over F and
-// B alone (ImportedRun::collective_whole_ns), in ns; -1 when the timeline records no wait in a
-// collective.
-struct CollectiveMeans {
-  std::int64_t all = -1, whole = -1;
-};
-CollectiveMeans measured_collective(const Timeline& tl, const WorkModel& m, int tp) {
+// a group's F or B ends when its last rank has computed, plus the collective (a W has none). Of
+// each F and B whose every rank is in the timeline, from its last compute's end to its last
+// rank's leaving the collective; the mean over them (their total kept: a wake-up late by a
+// millisecond is time the step spent), in ns; -1 when the timeline records no wait in a
+// collective. A W folded into its B (a rule run with the backward whole) adds nothing: its B's
+// collective counts.
+std::int64_t measured_collective(const Timeline& tl, const WorkModel& m, int tp) {
   if (tp < 2 || std::none_of(tl.tasks.begin(), tl.tasks.end(),
                              [](const TimelineTask& e) { return e.collective_us >= 0; }))
-    return {};
+    return -1;
   const double none = -std::numeric_limits<double>::infinity();
   std::vector<double> end(m.num_tasks(), none), leave(m.num_tasks(), none);
   std::vector<int> ranks(m.num_tasks(), 0);
   for (const TimelineTask& e : tl.tasks) {
-    if (!m.valid(e.task)) continue;  // a W folded into its B: its B's collective counts
+    if (!m.valid(e.task) || e.task.kind == Kind::W) continue;
     const int i = m.index(e.task);
     const double done = e.start_us + e.dur_us;
     end[i] = std::max(end[i], done);
     leave[i] = std::max(leave[i], done + std::max(e.collective_us, 0.0));
     ++ranks[i];
   }
-  double sum = 0, sum_whole = 0;  // each in the tasks' order, as the mean was taken
-  int n = 0, n_whole = 0;
+  double sum = 0;  // in the tasks' order
+  int n = 0;
   for (int i = 0; i < m.num_tasks(); ++i)
     if (ranks[i] == tp) {
       sum += leave[i] - end[i];
       ++n;
-      if (m.task(i).kind != Kind::W) {
-        sum_whole += leave[i] - end[i];
-        ++n_whole;
-      }
     }
-  const auto mean = [](double total, int count) {
-    return count == 0 ? std::int64_t{-1} : std::llround(total / count * 1e3);
-  };
-  return {mean(sum, n), mean(sum_whole, n_whole)};
+  return n == 0 ? -1 : std::llround(sum / n * 1e3);
 }
 
 // The TP coordination's latency (ImportedRun::coordination_measured), in ns: agree's shortest
@@ -377,10 +367,9 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   if (!tl.tasks.empty())
     out.measured_ns = static_cast<std::int64_t>((sp.last - sp.first) * 1e3 + 0.5);
   out.order = recorded_order(m, tp, sp.start, in_run);
-  if (const CollectiveMeans c = measured_collective(tl, m, tp); c.all >= 0) {
-    r.collective_ns = c.all;
+  if (const std::int64_t c = measured_collective(tl, m, tp); c >= 0) {
+    r.collective_ns = c;
     out.collective_measured = true;
-    out.collective_whole_ns = c.whole;
   }
   if (const std::int64_t c = measured_coordination(tl, m, tp, sp.start); c >= 0) {
     r.coord_ns = c;

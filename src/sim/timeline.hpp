@@ -89,15 +89,10 @@ struct ImportedRun {
   // only its name showed that another was meant.
   int passed_over = 0;
   std::string passed_over_why;
-  // The TP collective's own time (work.collective_ns), measured: of each task, from its last
-  // rank's compute end to its last rank's leaving the collective, the mean over tasks. False:
-  // the trace does not say (TP = 1, no "blocked: collective" spans).
+  // The TP collective's own time (work.collective_ns), measured: of each F and B, from its last
+  // rank's compute end to its last rank's leaving the collective, the mean over them (a W has
+  // none). False: the trace does not say (TP = 1, no "blocked: collective" spans).
   bool collective_measured = false;
-  // The same mean over F and B tasks alone, with a split backward (-1: not measured): what a
-  // rule that runs the backward whole takes (predict's BF rows). A training step's W has no
-  // collective, and its 0 in the mean over every task left each whole B two thirds of its own
-  // (ready BF 15% short on a `train --tp 2` trace).
-  std::int64_t collective_whole_ns = -1;
   // The TP coordination's latency (work.coord_ns), measured: agree's shortest round, or the
   // leader's choice, the least lag of a follower's start behind its leader's. False: the trace
   // does not say (TP = 1, or ranks that start tasks before their leader: no coordination).

@@ -96,7 +96,8 @@ struct WorkloadParams {
   double comm_wake_us = 0;
   double comm_wake_per_copy_us = 0;
   double bytes_per_token = 8192;  // activation bytes per token (hidden 4096, bf16)
-  // Tensor parallelism: per-rank noise, the all-reduce inside each task, the coordination hop.
+  // Tensor parallelism: per-rank noise, the all-reduce inside each F and B, the
+  // coordination hop.
   double tp_sigma = 0.03;
   double tp_collective_us = 0;
   double coord_latency_us = 10;
@@ -134,7 +135,7 @@ struct RealizedWork {
   std::vector<std::int64_t> compute_ns;     // [rank * num_tasks + index]
   std::vector<std::int64_t> message_ns;     // the message a task's output sends across stages
   std::vector<std::int64_t> message_bytes;  // per task: bytes its output carries per TP rank
-  std::int64_t collective_ns = 0;
+  std::int64_t collective_ns = 0;           // after each F and B of a TP group
   std::int64_t coord_ns = 0;
   double links = 0;                   // WorkloadParams::comm_links (0: each message on its own)
   bool serial_receive = false;        // WorkloadParams::comm_serial_receive
@@ -146,6 +147,10 @@ struct RealizedWork {
 
   std::int64_t compute(int rank, int index) const { return compute_ns[rank * num_tasks + index]; }
   std::int64_t message(int rank, int index) const { return message_ns[rank * num_tasks + index]; }
+  // The TP collective a task of kind `k` ends in. A W's ranks still meet (every task of a group
+  // does), but exchange nothing: the weight gradients a W computes stay on their rank, so
+  // training's W calls no collective (Megatron's tensor-parallel layers likewise).
+  std::int64_t collective_after(Kind k) const { return k == Kind::W ? 0 : collective_ns; }
 };
 
 RealizedWork realize(const WorkloadParams& w, const WorkModel& m, int tp, std::uint64_t seed);
