@@ -9,6 +9,7 @@ set -euo pipefail
 rrfp=$1
 py=/usr/bin/python3
 data=$(cd "$(dirname "$0")" && pwd)/data
+scripts=$(cd "$(dirname "$0")/../scripts" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
@@ -319,6 +320,23 @@ grep -q "own step" ps.txt && fail "predict of a simulation: a start-up line"
 [ "$(field cmp.json "all(0 < r['start_up_ms'] < r['measured_ms'] for r in j['compare']['runs'])")" = True ] ||
   fail "run --compare: start_up_ms $(field cmp.json "j['compare']")"
 echo "ok: the run's own step and its start-up, beside predict's and the models'"
+
+# The measurement scripts read that table with scripts/fidelity.awk: one CSV row a run, every
+# field after the name a number (the start-up line after it was read as a row of its own, and
+# --repeat's range column shifted every field counted from the end).
+for repeat in 1 2; do
+  "$rrfp" run --pp 2 -m 4 --workload uniform --compare --repeat $repeat --json fa.json |
+    awk -v w=uniform -v s=1 -f "$scripts/fidelity.awk" >fa.csv
+  "$py" - fa.csv "$(field fa.json "len(j['compare']['runs'])")" <<'EOF' || fail "fidelity.awk, --repeat $repeat: $(cat fa.csv)"
+import sys
+rows = [l.rstrip("\n").split(",") for l in open(sys.argv[1])]
+assert len(rows) == int(sys.argv[2]), len(rows)
+for r in rows:
+    assert len(r) == 11 and r[:2] == ["uniform", "1"], r
+    [float(x) for x in r[3:] if x != ""]
+EOF
+done
+echo "ok: scripts/fidelity.awk reads run --compare's table, with and without --repeat"
 
 # predict --comm blocking: the twin replays a blocking step with a rendezvous per message and
 # reproduces a simulated one exactly (async it came out 16% short); a ready run's blocking
