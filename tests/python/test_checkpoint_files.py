@@ -228,6 +228,33 @@ def test_a_manifest_that_is_no_file_is_refused(tmp_path, kind):
         pipe.load(folder)
 
 
+def test_parts_of_saves_without_their_manifest_are_refused(tmp_path):
+    # Parts of two saves copied into a folder without a manifest were merged, the part that
+    # sorted last winning: step 1's weights loaded without a word where step 5's were meant.
+    import shutil
+    torch.manual_seed(0)
+    pipe = pipeline(lm.chunks(2), pp=2)
+    first, later, mixed = (str(tmp_path / n) for n in ("first", "later", "mixed"))
+    pipe.save(first, step=1)
+    pipe.save(later, step=5)
+    os.makedirs(mixed)
+    for folder in (first, later):
+        name = rrfp.checkpoint.part_name(0, _manifest(folder)["token"])
+        shutil.copy(os.path.join(folder, name), os.path.join(mixed, name))
+    params = [p for c in pipe.chunks.values() for p in c.parameters()]
+    before = [p.detach().clone() for p in params]
+    with pytest.raises(ValueError, match=f"checkpoint '{mixed}': part-0\\.[0-9a-f]{{12}}\\.pt, "
+                                         "part-0\\.[0-9a-f]{12}\\.pt without the manifest.json "
+                                         "that commits its save"):
+        pipe.load(mixed)
+    assert all(torch.equal(a, b) for a, b in zip(before, params))
+    # One save's part alone, its manifest removed: refused too (its save is not known to have
+    # committed).
+    os.remove(os.path.join(first, "manifest.json"))
+    with pytest.raises(ValueError, match="without the manifest.json that commits its save"):
+        pipe.load(first)
+
+
 def test_a_file_for_the_folder_is_refused(tmp_path):
     # save() said "File exists", and load() "no part-*.pt in it", of a file named as the folder.
     file = str(tmp_path / "file")

@@ -25,6 +25,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import stat
 
 import torch
@@ -159,6 +160,7 @@ def remove_other_parts(path, token):
 _MANIFEST_BYTES = 1 << 16
 MAX_PARTS = 1 << 16  # the most parts a manifest may name (each one is a process's)
 _TOKEN_END = 1 << 48  # new_token's range
+_TOKENED = re.compile(r"part-[0-9]+\.[0-9a-f]{12}\.pt")  # part_name's
 
 
 def _read_manifest(path, max_parts):
@@ -232,6 +234,16 @@ def _part_files(path, max_parts):
             raise FileNotFoundError(f"checkpoint '{path}': no part-*.pt in it" if
                                     os.path.lexists(path) else
                                     f"checkpoint '{path}': no such folder")
+        # A part named by its save's token was written by a version that commits each save by
+        # its manifest: without one, that save never committed (or its manifest was removed),
+        # and merged with another's parts, the load took whichever part sorted last.
+        tokened = [os.path.basename(f) for f in files
+                   if _TOKENED.fullmatch(os.path.basename(f))]
+        if tokened:
+            raise ValueError(
+                f"checkpoint '{path}': {some_of(tokened)} without the {MANIFEST} that commits "
+                "its save (a save that did not finish, or files copied without it): load the "
+                "folder save() wrote, or save again")
         return files, None
     token, parts = _read_manifest(path, max_parts)
     # A part there but no file is refused as it is opened, rather than called missing.
