@@ -338,7 +338,7 @@ TEST(TraceFormats, ATaskSeenTwiceSaysWhatTheTraceLacks) {
   TraceOptions o;
   o.step = 0;
   EXPECT_ERROR(import_trace_texts({{"t.json", torch_one_rank()}}, m, 1, o), InputError,
-               "`step`: t.json has no step spans (ProfilerStep#N): leave out --step to replay the "
+               "`step`: t.json has no step spans (ProfilerStep#N): leave out `step` to replay the "
                "whole trace");
   const std::string step =
       R"(, {"ph": "X", "name": "ProfilerStep#0", "ts": 0, "dur": 60, "pid": 1, "tid": 1})";

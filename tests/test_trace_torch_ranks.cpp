@@ -179,7 +179,7 @@ TEST(TorchRanks, TensorParallelFilesReadAsStagesSayTp) {
   const std::string dir = folder_of(files, "rrfp_tp_probe");
   EXPECT_ERROR(infer_trace_config(dir, 1), InputError,
                "2 chunks on 4 stages (chunk 1 first at " + dir +
-                   "/rank2.json: event 1): give the shape (--pp, --vpp; --tp 2 where each "
+                   "/rank2.json: event 1): give the shape (`pp`, `vpp`; `tp` 2 where each "
                    "stage's 2 tensor-parallel ranks have a file each), or mend the trace");
   const PipelineConfig c = infer_trace_config(dir, 2);
   EXPECT_EQ(c.pp, 2);

@@ -381,8 +381,8 @@ ImportedRun build_run(const Timeline& tl, const WorkModel& m, int tp, double mes
   check_total(r, origin + ": the step",
               out.messages_inferred > 0
                   ? "its messages' latencies were inferred from the gaps between tasks; give "
-                    "them (--message-us), or take another step (--step)"
-                  : "take another step (--step)");
+                    "them (`message_us`), or take another step (`step`)"
+                  : "take another step (`step`)");
   return out;
 }
 

@@ -65,7 +65,7 @@ std::string detect(const std::vector<Doc>& docs) {
   }
   if (first) return found;
   throw InputError(docs.front().origin +
-                   ": no mapping recognizes this trace: expected rrfp's --trace (processes "
+                   ": no mapping recognizes this trace: expected a trace rrfp wrote (processes "
                    "'RUN / stage S'), PyTorch profiler labels 'PP:<chunk><F|I|B|W><mb>' or "
                    "'Forward i' / 'Backward i', or Megatron timers 'forward-compute' / "
                    "'backward-compute' (docs/twin.md)");
@@ -121,7 +121,7 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
     // A trace without step spans is one whole step (-1), which no --step names.
     if (std::all_of(steps.begin(), steps.end(), [](const Timeline& t) { return t.step < 0; }))
       throw InputError("`step`: " + origin +
-                       " has no step spans (ProfilerStep#N): leave out --step to replay the "
+                       " has no step spans (ProfilerStep#N): leave out `step` to replay the "
                        "whole trace");
     std::string have;
     for (size_t i = 0; i < steps.size() && i < 8; ++i)
@@ -164,7 +164,7 @@ ImportedRun import_docs(const std::vector<Doc>& docs, const WorkModel& m, int tp
 // each with its file, read as stages of their own (twin.md: rank k is stage k / T).
 std::string tp_hint(const trace::Shape& s, int tp) {
   if (tp > 1 || s.chunks >= s.pp || s.pp % s.chunks != 0) return "";
-  return "; --tp " + std::to_string(s.pp / s.chunks) + " where each stage's " +
+  return "; `tp` " + std::to_string(s.pp / s.chunks) + " where each stage's " +
          std::to_string(s.pp / s.chunks) + " tensor-parallel ranks have a file each";
 }
 
@@ -222,7 +222,7 @@ PipelineConfig infer_trace_config(const std::string& path, int tp, const TraceOp
                      (s.largest_chunk_at.empty() ? ""
                                                  : " (chunk " + std::to_string(s.chunks - 1) +
                                                        " first at " + s.largest_chunk_at + ")") +
-                     ": give the shape (--pp, --vpp" + tp_hint(s, tp) + "), or mend the trace");
+                     ": give the shape (`pp`, `vpp`" + tp_hint(s, tp) + "), or mend the trace");
   if (tp_seen) *tp_seen = s.tp;
   PipelineConfig c;
   c.pp = s.pp;
