@@ -123,6 +123,12 @@ rm -f "$tmp/far/loss.csv"
   --out "$tmp/far2" >"$tmp/far.log" 2>&1 || fail "far: the resume: exit $?: $(tail -1 "$tmp/far.log")"
 grep -q "^\[#######################.\] step 89478510/89478510 " "$tmp/far.log" ||
   fail "far: no progress line for the last step: $(tail -2 "$tmp/far.log")"
+# The checkpoint does not keep --save-every: a resume without it writes none, and says so.
+grep -qF "warning: resumed without --save-every: this run writes no checkpoint, so a stop goes back to step 89478490 (give --save-every again to keep one)" \
+  "$tmp/far.log" || fail "far: no warning of a resume without --save-every: $(head -3 "$tmp/far.log")"
+"$rrfp" train "${small[@]}" --steps 89478500 --save-every 10 --resume "$tmp/far/checkpoint.bin" \
+  --out "$tmp/far3" >"$tmp/far3.log" 2>&1 || fail "far3: exit $?: $(tail -1 "$tmp/far3.log")"
+grep -q "resumed without" "$tmp/far3.log" && fail "far3: warned with --save-every given"
 # A long run's log, resumed: its rows are indexed, not held (13.5M rows took 7.1 GB), and
 # loss.svg draws at most 2 x 5,000 points of a curve (it drew every step: 148 MB at 13.5M).
 "$rrfp" train "${small[@]}" --steps 1 --save-every 1 --out "$tmp/long" >/dev/null 2>&1 ||

@@ -81,6 +81,13 @@ TrainingRun::TrainingRun(const TrainRun& in)
       o_.warn(d + consequence(d, o_.microbatches_from_hint));
   if (const std::string w = schedule_warning(t_); root_ && o_.warn && !w.empty() && !fill_in_only)
     o_.warn(w);
+  // The interval is not in the checkpoint: a resume that left it out wrote none, and a stop
+  // days later went back to the checkpoint it resumed from without a word.
+  if (root_ && o_.warn && first_ > 0 && !fill_in_only && o_.save_every <= 0)
+    o_.warn(
+        "resumed without `save_every`: this run writes no checkpoint, so a stop goes back "
+        "to step " +
+        std::to_string(first_) + " (give `save_every` again to keep one)");
   // Resumed into a folder without the run's log: a validation cut short there stays so.
   if (root_ && o_.warn && first_ > 0 && !old_log_ && validates_after(first_))
     if (const std::string w = validation_left_behind(o_.resume, first_); !w.empty()) o_.warn(w);
