@@ -75,6 +75,12 @@ def test_bad_checkpoints_are_refused(tmp_path):
     sd = pipe.state_dict()
     with pytest.raises(KeyError, match="names no chunk .*a state of the model before it was "
                                        "split names its own modules"):
+        pipe.load_state_dict({**sd, "x.weight": torch.zeros(1)})
+    # A state of a pipeline cut into more chunks says so (it was told only of an unsplit
+    # model's state).
+    with pytest.raises(KeyError, match="names chunks up to 7 where this pipeline has 2 \\(0..1\\): "
+                                       "a pipeline's state loads into one cut into the same "
+                                       "chunks \\(on any layout\\); a state of the model before"):
         pipe.load_state_dict({**sd, "7.weight": torch.zeros(1)})
     with pytest.raises(KeyError, match="chunk 1: missing .* no entry of chunk 1 .*chunks: 0,"):
         pipe.load_state_dict({k: v for k, v in sd.items() if not k.startswith("1.")})

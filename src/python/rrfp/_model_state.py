@@ -72,6 +72,18 @@ def _chunk_of(key, n_chunks):
     return int(c)
 
 
+def _chunks_beyond(keys, n_chunks):
+    """The largest chunk index that `keys` name where every one of them names a chunk past
+    n_chunks - 1 ("c.name", c a few ASCII digits); None otherwise."""
+    found = []
+    for key in keys:
+        c = key.partition(".")[0] if isinstance(key, str) else ""
+        if not (0 < len(c) <= 9 and c.isascii() and c.isdigit() and "." in key):
+            return None
+        found.append(int(c))
+    return max(found) if found and min(found) >= n_chunks else None
+
+
 def check_model_state(chunks, n_chunks, state, strict, keys=None):
     """What `state` holds for `chunks` ({index: module}), by chunk ({c: {name: value}}), checked
     against them before any of it is loaded, so that a refused state changes nothing (loaded
@@ -91,11 +103,16 @@ def check_model_state(chunks, n_chunks, state, strict, keys=None):
         else:
             per_chunk.setdefault(c, {})[key.partition(".")[2]] = value
     if strict and stray:
-        # The usual cause said: the unsplit model's own state, whose first names ("0.weight"
-        # of a Sequential) can read as chunks and were not named with the rest.
+        # The usual causes said: a pipeline cut into more chunks, and the unsplit model's own
+        # state, whose first names ("0.weight" of a Sequential) can read as chunks and were not
+        # named with the rest.
+        beyond = _chunks_beyond(stray, n_chunks)
+        what = (f"chunks up to {beyond} where this pipeline has {n_chunks} (0..{n_chunks - 1}): "
+                "a pipeline's state loads into one cut into the same chunks (on any layout); "
+                if beyond is not None else
+                f"no chunk (expected 'c.name' with c in 0..{n_chunks - 1}); ")
         raise KeyError(f"state_dict: {some_of([repr(k) for k in stray])} "
-                       f"{'names' if len(stray) == 1 else 'name'} "
-                       f"no chunk (expected 'c.name' with c in 0..{n_chunks - 1}); a state of "
+                       f"{'names' if len(stray) == 1 else 'name'} {what}a state of "
                        "the model before it was split names its own modules, not the chunks "
                        "(load it into that model before splitting, or save the pipeline's "
                        "state_dict)")
