@@ -104,6 +104,17 @@ than a quarter of the memory limit (ulimit -v or -d)" "$tmp/ahead.txt"; then
     echo "FAIL: run under a 3 GB address limit -> rc=$rc: $(tail -c 400 "$tmp/ahead.txt")"
     fails=$((fails + 1))
   fi
+  # A message whose buffer (4 GiB) the limit cannot map is refused before the run, naming
+  # bytes_per_token (the task that mapped it failed, exit 1). The run's line comes first.
+  echo '{"preset":"uniform","bytes_per_token":1e6}' >"$tmp/huge.json"
+  (ulimit -v 3000000 && timeout 60 "$rrfp" run --pp 2 -m 2 --workload-file "$tmp/huge.json" \
+    --hint bf --policy ready >/dev/null 2>"$tmp/huge.err"); rc=$?
+  if [ "$rc" -ne 2 ] || ! tail -1 "$tmp/huge.err" | grep -q "^rrfp: error: run: a message's buffer \
+takes 4.3 GB (the largest message: 4.1 GB, .*), more than this machine maps in one allocation \
+(.* GB: its RAM and swap, or what ulimit -v or -d leaves): lower the workload's bytes_per_token$"; then
+    echo "FAIL: run of 4 GB messages under a 3 GB address limit -> rc=$rc: $(head -c 400 "$tmp/huge.err")"
+    fails=$((fails + 1))
+  fi
 else
   echo "skipped: the checks under a 3 GB address limit (this build does not start under one:" \
     "a sanitized build?)"
@@ -140,9 +151,12 @@ if (ulimit -v 30000 && "$rrfp" --help >/dev/null 2>&1); then
   done
 fi
 # run under 16 MB: the first thread it starts (the messages' delay line) cannot be; the line
-# says why (it said "internal error: Resource temporarily unavailable").
+# says why (it said "internal error: Resource temporarily unavailable"). Messages of a few
+# bytes: the default's (80 MB) are refused before, as no buffer of theirs can be mapped.
 if (ulimit -v 16000 && "$rrfp" --help >/dev/null 2>&1); then
-  (ulimit -v 16000 && timeout 30 "$rrfp" run --pp 4 -m 8 >/dev/null 2>"$tmp/delay.err"); rc=$?
+  echo '{"preset":"multimodal","bytes_per_token":0.01}' >"$tmp/tiny.json"
+  (ulimit -v 16000 && timeout 30 "$rrfp" run --pp 4 -m 8 --workload-file "$tmp/tiny.json" \
+    >/dev/null 2>"$tmp/delay.err"); rc=$?
   if [ "$rc" -ne 1 ] || ! tail -1 "$tmp/delay.err" |
     grep -q "run failed: could not start the runtime's message delay thread (.*): this \
 machine's thread or memory limit"; then

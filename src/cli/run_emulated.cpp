@@ -218,16 +218,25 @@ class EmulatedRuns {
 
   // Over a transport a process writes its outputs and receives its inputs in buffers of a
   // message's size: messages larger than the memory there is failed a task with std::bad_alloc
-  // mid-run. (In one process outputs pass by reference, unwritten: address space only.)
-  static void check_message_buffers(const RealizedWork& w) {
+  // mid-run. In one process outputs pass by reference, mapped and never written: address space
+  // only, but a buffer the kernel will not map at all failed its task as well (exit 1).
+  static void check_message_buffers(const RealizedWork& w, bool one_process) {
     std::int64_t largest = 0;
     for (const std::int64_t b : w.message_bytes)
       largest = std::max(largest, b);
-    check_memory(2.0 * static_cast<double>(largest), "run",
-                 " for a process's output and input buffers (the largest message: " +
-                     gigabytes(static_cast<double>(largest)) +
-                     ", a microbatch's tokens x the workload's bytes_per_token)",
-                 "the workload's bytes_per_token");
+    const std::string what = "(the largest message: " + gigabytes(static_cast<double>(largest)) +
+                             ", a microbatch's tokens x the workload's bytes_per_token)";
+    if (!one_process)
+      return check_memory(2.0 * static_cast<double>(largest), "run",
+                          " for a process's output and input buffers " + what,
+                          "the workload's bytes_per_token");
+    const auto buffer = static_cast<double>(BufferPool::capacity_of(static_cast<size_t>(largest)));
+    if (const std::int64_t most = largest_mapping(); most > 0 && buffer > static_cast<double>(most))
+      throw InputError("run: a message's buffer takes " + gigabytes(buffer) + " " + what +
+                       ", more than this machine maps in one allocation (" +
+                       gigabytes(static_cast<double>(most)) +
+                       ": its RAM and swap, or what ulimit -v or -d leaves): lower the "
+                       "workload's bytes_per_token");
   }
 
   // The runtime as the scenario's executor: a fresh runtime for the current run, its steps,
@@ -235,7 +244,7 @@ class EmulatedRuns {
   // round's).
   StepRecord execute(const WorkModel& m, const Hint& h, const RealizedWork& w,
                      const SimOptions& o) {
-    if (world_) check_message_buffers(w);
+    check_message_buffers(w, !world_);
     const RuntimeOptions ro = runtime_options(m, w, o);
     EmulationOptions eo;
     eo.spin = f_.spin;

@@ -18,13 +18,20 @@ namespace rrfp {
 
 namespace {
 
-std::int64_t meminfo_available() {
+// A /proc/meminfo field ("MemAvailable:") in bytes; 0 where it is not there.
+std::int64_t meminfo(const std::string& field) {
   std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  std::int64_t kb = 0;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
+  std::string line, key;
+  while (std::getline(in, line)) {
+    std::istringstream row(line);
+    std::int64_t kb = 0;
+    if (row >> key >> kb && key == field) return kb * 1024;
+  }
   return 0;
+}
+
+std::int64_t meminfo_available() {
+  return meminfo("MemAvailable:");
 }
 
 // A cgroup file's limit in bytes; 0 when absent, "max" (v2) or past 2^60 (v1's "unlimited" is
@@ -151,6 +158,32 @@ MemorySnapshot memory_snapshot() {
 
 std::int64_t available_memory() {
   return memory_snapshot().bytes;
+}
+
+// What the data limit (ulimit -d, RLIMIT_DATA, which counts private mappings too) leaves this
+// process beside its data (/proc/self/statm's sixth field); 0 for no limit.
+std::int64_t data_left() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_DATA, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 0;
+  std::ifstream statm("/proc/self/statm");
+  std::int64_t field[6] = {};
+  for (std::int64_t& f : field)
+    if (!(statm >> f)) return 0;
+  const auto limit = static_cast<std::int64_t>(
+      std::min<rlim_t>(lim.rlim_cur, std::numeric_limits<std::int64_t>::max()));
+  return std::max<std::int64_t>(1, limit - field[5] * ::sysconf(_SC_PAGESIZE));
+}
+
+std::int64_t largest_mapping() {
+  std::int64_t out = address_space_left();
+  if (const std::int64_t d = data_left(); d > 0 && (out == 0 || d < out)) out = d;
+  std::ifstream mode_file("/proc/sys/vm/overcommit_memory");
+  int mode = -1;
+  if (mode_file >> mode && mode == 0) {  // the kernel's heuristic refuses one past RAM + swap
+    const std::int64_t ram_swap = meminfo("MemTotal:") + meminfo("SwapTotal:");
+    if (ram_swap > 0 && (out == 0 || ram_swap < out)) out = ram_swap;
+  }
+  return out;
 }
 
 std::string gigabytes(double bytes) {

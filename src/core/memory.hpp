@@ -13,6 +13,12 @@ namespace rrfp {
 // is not a size.
 std::int64_t available_memory();
 
+// The most bytes one allocation may map here without writing them (a buffer nothing touches):
+// the least of what the address-space and data limits (ulimit -v, -d) leave and, under the
+// kernel's default overcommit (vm.overcommit_memory 0), its RAM plus swap (it refuses one
+// allocation past that, whatever is free); 0 when none bounds it.
+std::int64_t largest_mapping();
+
 // Throws InputError "<what>: about X GB of memory<extra>; this machine has Y GB available:
 // lower <lower>" when `bytes` exceed available_memory() (nothing when it is unknown).
 void check_memory(double bytes, const std::string& what, const std::string& extra,
