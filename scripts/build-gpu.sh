@@ -4,7 +4,8 @@
 # is left out. What the machine lacks (nlohmann-json, CLI11, GoogleTest) comes from
 # .gpu-deps, which scripts/gpu-deps.sh prepares on a Debian machine.
 # Usage: scripts/build-gpu.sh [build dir, default build-gpu]
-#   PYTHON=... picks the interpreter; RRFP_CMAKE_ARGS adds CMake options (-DRRFP_SM_PARTITIONS=OFF)
+#   PYTHON=... picks the interpreter; RRFP_CMAKE_ARGS adds CMake options (-DRRFP_SM_PARTITIONS=OFF);
+#   BUILD_GPU_PYTHON=0 leaves the Python extension out (about 40 s of the build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
@@ -14,12 +15,29 @@ if [ ! -d "$deps" ]; then
   echo "build-gpu: no .gpu-deps here: run scripts/gpu-deps.sh on a Debian machine and bring it" >&2
   exit 2
 fi
+# Each precondition said in one line before the configure (a missing torch ended in a bare
+# traceback; a toolkit of another CUDA than torch's would mix two runtimes in one process).
+if ! torch_said=$("$py" -c 'import torch; print(torch.__version__, torch.version.cuda or "none")' 2>&1); then
+  echo "build-gpu: $py cannot import torch: $(echo "$torch_said" | tail -1)" >&2
+  exit 2
+fi
+read -r torch_version torch_cuda <<<"$(echo "$torch_said" | tail -1)"
 torch_prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' ||
-  { echo "build-gpu: $py's torch $("$py" -c 'import torch; print(torch.__version__)') sees no CUDA device" >&2; exit 2; }
+  { echo "build-gpu: $py's torch $torch_version (CUDA $torch_cuda) sees no CUDA device" >&2; exit 2; }
 pybind=$("$py" -m pybind11 --cmakedir 2>/dev/null || true)
 cuda_root=${CUDA_HOME:-/usr/local/cuda}
 export PATH=$cuda_root/bin:$PATH
+nvcc_cuda=$(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | cut -d' ' -f2)
+if [ -z "$nvcc_cuda" ]; then
+  echo "build-gpu: no nvcc in $cuda_root/bin (set CUDA_HOME to the CUDA toolkit)" >&2
+  exit 2
+elif [ "${nvcc_cuda%%.*}" != "${torch_cuda%%.*}" ]; then
+  echo "build-gpu: nvcc is CUDA $nvcc_cuda, torch $torch_version is built with CUDA $torch_cuda:" \
+    "set CUDA_HOME to a toolkit of CUDA ${torch_cuda%%.*}" >&2
+  exit 2
+fi
+echo "build-gpu: torch $torch_version (CUDA $torch_cuda), nvcc CUDA $nvcc_cuda"
 # zlib, named explicitly: left to CMake it finds Debian's static archive in .gpu-deps first (the
 # prefix path), which the Python extension, a shared object, cannot take (not position-
 # independent: its link failed on an H200 machine). The machine's shared library (the one the
@@ -51,7 +69,10 @@ configure() { # configure WITH_PYTHON [extra CMake args...]
 # that fails too, the build goes on without the extension.
 targets=(rrfp rrfp-train test_train_cuda)
 python=0
-if [ -n "$pybind" ] && configure ON -DPYBIND11_FINDPYTHON=OFF; then
+if [ "${BUILD_GPU_PYTHON:-1}" = 0 ]; then
+  echo "build-gpu: the Python extension is left out (BUILD_GPU_PYTHON=0)"
+  configure OFF
+elif [ -n "$pybind" ] && configure ON -DPYBIND11_FINDPYTHON=OFF; then
   python=1
 else
   echo "build-gpu: the Python extension is left out (no pybind11 for $py, or its configuration failed)"

@@ -6,7 +6,9 @@
 # the image-text model and the digital twin's prediction of ready BF and BFW from the fixed 1F1B
 # run's measured durations) and rrfp.Pipeline's table (bench/pipeline_gpu.py). Each `rrfp train`
 # run is one process of 22 steps (the first two, start-up, are left out of every number).
-# Prints a short table last; writes OUT/summary.md and everything else into OUT/gpu-check.tgz.
+# Prints a short table last; writes OUT/summary.md (the device, the build, the CUDA tests, the
+# runs skipped, the table; written again after each run, so that a call killed from outside
+# still brings back what was measured) and everything else into OUT/gpu-check.tgz.
 # Usage: scripts/gpu-check.sh OUT [build dir]
 #   GPU_CHECK_SECONDS  time budget (default 420): runs that would start after it are skipped
 #   GPU_CHECK_HARD     hard limit (default 540): every wait ends by then (a run deaf to its
@@ -20,8 +22,10 @@
 #                      `rrfp train` runs' names below; `pipeline` for rrfp.Pipeline's table and
 #                      device tests; `twin` for the prediction, which brings in its source,
 #                      twin-fixed-1f1b-split, and the runs it is compared with, j0-ready-bf and
-#                      j0-ready-bfw). The build and the CUDA tests always run. E.g.
-#                      'j2|j3|img|j0p': what the fifth sitting's budget left out.
+#                      j0-ready-bfw). The build and the CUDA tests always run; the Python
+#                      extension is built only where `pipeline` is wanted. E.g.
+#                      '^(j0|j0p|j2|j3|img)-(fixed-1f1b|ready-bfw?)$': what the fifth sitting's
+#                      budget left out, with the J0 runs the partitioned ones are compared with.
 # Needs .gpu-deps (scripts/gpu-deps.sh, on a Debian machine) beside the source.
 # OUT must be a fresh empty folder (or not yet made) outside the source tree: the archive takes
 # what the script writes, and that alone is deleted once archived. A console.log there (the
@@ -93,6 +97,20 @@ cap() {
   echo $(($1 < left ? $1 : left))
 }
 
+# OUT/summary.md: what ran where, how the build and the CUDA tests went, the runs skipped, then
+# the table (an H100's summary was otherwise told from an H200's by the console alone).
+write_summary() {
+  {
+    [ -s "$out/versions.txt" ] && echo "Device: $(head -1 "$out/versions.txt")"
+    [ -s "$out/versions.txt" ] && echo "Software: $(sed -n 2p "$out/versions.txt")"
+    [ -s "$out/build.status" ] && echo "Build: $(cat "$out/build.status")"
+    [ -s "$out/tests.status" ] && echo "CUDA tests: $(cat "$out/tests.status")"
+    [ -s "$out/skipped.txt" ] && echo "Skipped: $(paste -sd, "$out/skipped.txt" | sed 's/,/, /g')"
+    echo
+    python3 scripts/gpu_table.py "$out"
+  } >"$dest/summary.md.tmp" 2>&1 && mv "$dest/summary.md.tmp" "$dest/summary.md"
+}
+
 # The summary, then everything but the console and the summary in one archive (at most a few
 # files come back from a GPU machine): on any exit, a part that failed or a limit reached too.
 finished=
@@ -100,7 +118,8 @@ finish() {
   [ -n "$finished" ] && return
   finished=1
   log "summary"
-  python3 scripts/gpu_table.py "$out" | tee "$dest/summary.md"
+  write_summary
+  cat "$dest/summary.md"
   if [ -s "$out/pipeline.md" ]; then
     echo
     echo "rrfp.Pipeline (bench/pipeline_gpu.py):"
@@ -130,24 +149,45 @@ cat "$out/versions.txt"
 
 if [ -z "${GPU_CHECK_NO_BUILD:-}" ]; then
   log "build"
+  # The extension only where rrfp.Pipeline's table is wanted: about 40 s of the build.
+  export BUILD_GPU_PYTHON=1
+  wanted pipeline || BUILD_GPU_PYTHON=0
   timeout "$(cap 330)" scripts/build-gpu.sh "$build" >"$out/build.log" 2>&1
   rc=$?
+  echo "ok" >"$out/build.status"
   if [ $rc -ne 0 ]; then
     grep -E "error" "$out/build.log" | head -20
-    # Out of time (124): a second build has less; else it may be the partitions' code.
-    [ $rc -eq 124 ] && { log "the build ran out of time"; failed=1; exit 1; }
-    log "build failed; again without SM partitions"
+    # Out of time (124): a second build has less; a precondition refused (2) stays refused;
+    # else, where the partitions' code failed to compile, again without it.
+    if [ $rc -eq 124 ]; then
+      echo "ran out of time" >"$out/build.status"
+      log "the build ran out of time"
+      failed=1
+      exit 1
+    elif [ $rc -eq 2 ] || ! grep -q "partition\.cpp.*error" "$out/build.log"; then
+      echo "failed (exit $rc): $(grep -m1 -E "error|build-gpu:" "$out/build.log" | cut -c1-200)" \
+        >"$out/build.status"
+      tail -5 "$out/build.log"
+      failed=1
+      exit 1
+    fi
+    log "build failed in the SM partitions' code; again without them"
+    echo "ok without SM partitions (their code failed to compile)" >"$out/build.status"
     if ! RRFP_CMAKE_ARGS=-DRRFP_SM_PARTITIONS=OFF timeout "$(cap 330)" scripts/build-gpu.sh \
       "$build" >>"$out/build.log" 2>&1; then
+      echo "failed, with and without SM partitions" >"$out/build.status"
       tail -30 "$out/build.log"
       failed=1
       exit 1
     fi
   fi
-  if ! ls "$build"/python/rrfp/_rrfp*.so >/dev/null 2>&1; then
+  if wanted pipeline && ! ls "$build"/python/rrfp/_rrfp*.so >/dev/null 2>&1; then
+    echo "$(cat "$out/build.status"); the Python extension did not build" >"$out/build.status"
     log "the Python extension did not build:"
     grep -m20 -E "error" "$out/build.log"
   fi
+else
+  echo "not built (GPU_CHECK_NO_BUILD: the rrfp in $build)" >"$out/build.status"
 fi
 rrfp=$build/rrfp
 
@@ -156,6 +196,14 @@ timeout "$(cap 180)" "$build/tests/test_train_cuda" >"$out/tests.log" 2>&1
 rc=$?
 echo "tests exit $rc" >>"$out/tests.log"
 [ $rc -eq 0 ] || failed=1
+# A test that skips (no CUDA device seen by LibTorch) exits 0: a check of nothing fails.
+count() { grep -cE "^\[ +$1 +\] [A-Za-z].* \([0-9]+ ms\)$" "$out/tests.log"; }
+ok=$(count OK) bad=$(count FAILED) skip=$(count SKIPPED)
+echo "exit $rc: $ok passed, $bad failed, $skip skipped" >"$out/tests.status"
+if [ "$skip" -gt 0 ]; then
+  failed=1
+  log "$skip CUDA test(s) skipped: this build's LibTorch sees no CUDA device?"
+fi
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|tests exit|Failure|Expected|Which is" "$out/tests.log" | head -30
 
 # rrfp.Pipeline(device="cuda"), where the extension was built: its table (bench/pipeline_gpu.py:
@@ -163,12 +211,12 @@ grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|tests exit|Failure|Expected|Which is" "$ou
 # each stage's idle share from the profiler), then its device tests (bitwise against the plain
 # loop on the GPU, tied weights across stage streams, evaluation).
 py_table() {
+  wanted pipeline || return 0
   if ! ls "$build"/python/rrfp/_rrfp*.so >/dev/null 2>&1; then
     log "no Python extension in $build: the Python device tests and table are skipped"
     failed=1
     return
   fi
-  wanted pipeline || return 0
   if [ "$(elapsed)" -gt "$budget" ]; then
     log "skip the rrfp.Pipeline table and tests (past the ${budget}s budget)"
     return
@@ -202,7 +250,9 @@ py_table() {
     PYTHONPATH=$pypath timeout "$(cap 90)" python3 -m torch.distributed.run --nproc_per_node 1 \
       --master_port 29640 --redirects 1 --tee 1 tests/python/nccl_group.py --backend "$backend" \
       >"$out/$backend-group.log" 2>&1
-    echo "$backend group exit $?" >>"$out/$backend-group.log"
+    rc=$?
+    echo "$backend group exit $rc" >>"$out/$backend-group.log"
+    [ $rc -eq 0 ] || failed=1
     grep -E "nccl_group.py|Error|exit" "$out/$backend-group.log" | tail -3
   done
 }
@@ -216,9 +266,11 @@ train() {
   wanted_run "$name" || return 0
   if [ "$(elapsed)" -gt "$budget" ]; then
     log "skip $name (past the ${budget}s budget)"
+    echo "$name" >>"$out/skipped.txt"
     return
   elif [ "$(cap 30)" -lt 30 ]; then
     log "skip $name (under 30 s left before the ${hard}s hard limit)"
+    echo "$name" >>"$out/skipped.txt"
     return
   fi
   log "run $name"
@@ -238,6 +290,7 @@ train() {
     failed=1
     log "$name failed (exit $rc$([ $rc -eq 124 ] || [ $rc -eq 137 ] && echo ', its time limit'))"
   fi
+  write_summary
 }
 
 fixed_blocking=(--hint 1f1b --policy fixed --split-backward off --comm blocking)

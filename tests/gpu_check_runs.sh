@@ -57,12 +57,27 @@ for want in "run j0-ready-bf" "run twin-fixed-1f1b-split" "j0-ready-bfw failed (
 done
 grep -q "run j0-fixed-1f1b$" "$tmp/console" && fail "GPU_CHECK_ONLY='twin' ran j0-fixed-1f1b"
 summary=$(cat "$tmp/out/summary.md" 2>/dev/null)
-for want in "Failed or stopped (see runs/NAME.log): j0-fixed-1f1b-blocking, j0-ready-bfw (exit 3, 3 steps measured)" \
+# The summary says how the build and the CUDA tests went (it held the table alone).
+for want in "Build: not built (GPU_CHECK_NO_BUILD: the rrfp in build-gpu)" \
+  "CUDA tests: exit 0: 0 passed, 0 failed, 0 skipped" \
+  "Failed or stopped (see runs/NAME.log): j0-fixed-1f1b-blocking, j0-ready-bfw (exit 3, 3 steps measured)" \
   "| j0-ready-bfw (exit 3) | 3 |" "| ready BF | 90.0 | 80.0 | -11.1% |" \
   "| ready BFW | - | - | j0-ready-bfw failed |"; do
   [[ $summary == *"$want"* ]] || fail "the summary lacks '$want'"
 done
 [ $fails -eq 0 ] || { echo "--- console"; cat "$tmp/console"; }
+
+# CUDA tests that all skip (a LibTorch that sees no device) exit 0 and checked nothing: the
+# check fails, and says so.
+cp "$repo/build-gpu/tests/test_train_cuda" "$tmp/passes"
+printf '#!/bin/sh\necho "[  SKIPPED ] CudaTrain.Bits (0 ms)"\necho "[  SKIPPED ] 1 test, listed below:"\necho "[  SKIPPED ] CudaTrain.Bits"\n' \
+  >"$repo/build-gpu/tests/test_train_cuda"
+GPU_CHECK_ONLY='^j0-fixed-1f1b$' timeout 60 "$repo/scripts/gpu-check.sh" "$tmp/out3" >"$tmp/console3" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -qF "1 CUDA test(s) skipped: this build's LibTorch sees no CUDA device?" "$tmp/console3" &&
+  grep -qF "CUDA tests: exit 0: 0 passed, 0 failed, 1 skipped" "$tmp/out3/summary.md" ||
+  fail "CUDA tests that skip: exit $rc, $(grep -i skip "$tmp/console3")"
+cp "$tmp/passes" "$repo/build-gpu/tests/test_train_cuda"
 
 GPU_CHECK_ONLY='j0-(' timeout 30 "$repo/scripts/gpu-check.sh" "$tmp/out2" >"$tmp/stdout" 2>"$tmp/stderr"
 rc=$?
