@@ -1,6 +1,11 @@
 // Exact checks against the closed forms of semantics.md §5 (uniform work, no communication).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <tuple>
+
+#include "core/error.hpp"
+#include "expect_error.hpp"
 #include "sim_helpers.hpp"
 
 namespace rrfp::test {
@@ -157,6 +162,33 @@ TEST(ClosedFormEdge, AStepOfNoTimeIsAsEfficientAsItsBound) {
   EXPECT_EQ(r.result.makespan, 0);
   EXPECT_EQ(r.metrics.bound.value, 0);
   EXPECT_DOUBLE_EQ(r.metrics.efficiency, 1.0);
+}
+
+// Interleaved 1F1B where P does not divide M runs torch's rounds (M / floor(M / P) microbatches
+// each, all M below P): from M = P on its bubble is still 1F1B's over V, and each stage's peak is
+// its warm-up + 1, 2(P-s-1) + (V-1)g + 1, at most VM. Such an M was refused (and `--policy both`
+// ran looped BFS instead); 9 at P=4 still is, no whole number of rounds dividing it.
+TEST(ClosedFormEdge, Interleaved1f1bRunsMicrobatchCountsPDoesNotDivideInRounds) {
+  for (const auto& [p, v, mbs] :
+       {std::tuple{4, 2, 10}, {4, 3, 6}, {8, 2, 12}, {8, 2, 20}, {4, 2, 3}, {8, 3, 5}}) {
+    const WorkModel m1(config(p, mbs)), mv(config(p, mbs, v));
+    const SimRun base = run(m1, "1f1b", Policy::Fixed, unit_work(m1));
+    const SimRun il =
+        run(mv, "interleaved-1f1b", Policy::Fixed, unit_work(mv, 1000.0 / v, 1000.0 / v));
+    const std::int64_t work = 2LL * mbs * kUnit;
+    if (mbs >= p)  // to a nanosecond a task: a chunk of 1/3 ms is rounded
+      EXPECT_NEAR(static_cast<double>((il.result.makespan - work) * v),
+                  static_cast<double>(base.result.makespan - work), 2.0 * v * v * mbs)
+          << "P=" << p << " V=" << v << " M=" << mbs;
+    const int g = mbs / std::max(1, mbs / p);
+    for (int s = 0; s < p; ++s)
+      EXPECT_EQ(il.result.peak_d[s], std::min(2 * (p - s - 1) + (v - 1) * g + 1, v * mbs))
+          << "P=" << p << " V=" << v << " M=" << mbs << " stage " << s;
+  }
+  const WorkModel nine(config(4, 9, 2));
+  EXPECT_ERROR(make_hint("interleaved-1f1b", nine), InputError,
+               "`microbatches`: interleaved-1f1b runs them in rounds of `pp` (4) or more, and 2 "
+               "rounds do not divide 9: give 8 or 10, or use bfs");
 }
 
 }  // namespace

@@ -19,7 +19,8 @@ namespace {
 // The fixed-order baseline that pairs with a rule hint under --policy both.
 std::string baseline_for(const PipelineConfig& c) {
   if (c.vpp == 1) return "1f1b";
-  if (c.placement == Placement::Loop && c.microbatches % c.pp == 0) return "interleaved-1f1b";
+  if (c.placement == Placement::Loop && interleaved_1f1b_takes(c.pp, c.microbatches))
+    return "interleaved-1f1b";
   return "bfs";
 }
 

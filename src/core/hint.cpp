@@ -148,14 +148,16 @@ int fixed_order_pending_w_peak(const ListHint& hint, const WorkModel& m) {
 
 int default_limit(const Hint& hint, const WorkModel& m) {
   if (hint.is_list()) return std::max(1, fixed_order_peak(hint.list(), m));
-  // Rule hints: 1F1B's stage-0 peak, or interleaved 1F1B's (Megatron's warm-up + 1), or under
+  // Rule hints: 1F1B's stage-0 peak, or interleaved 1F1B's (its warm-up + 1), or under
   // the V-shaped placement ZB-V's, 2P half-size chunks (1F1B's activations): interleaved
   // 1F1B's 23 at P=8 let a V-shaped run hold 44% more than ZB-V, its fixed baseline, does.
   const int p = m.pp(), v = m.vpp(), mbs = m.microbatches();
   if (v == 1) return std::max(1, std::min(p, mbs));
   const int total = mbs * v;
   if (m.config().placement == Placement::VShape) return std::max(1, std::min(v * p, total));
-  const int warmup = std::min(2 * (p - 1) + (v - 1) * p, total);
+  // Its rounds' size where it takes M; else (BFS the fixed baseline) Megatron's P.
+  const int g = interleaved_1f1b_takes(p, mbs) ? interleaved_1f1b_round(p, mbs) : p;
+  const int warmup = std::min(2 * (p - 1) + (v - 1) * g, total);
   return std::max(1, std::min(warmup + 1, total));
 }
 

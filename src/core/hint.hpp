@@ -66,6 +66,12 @@ int default_limit(const Hint& hint, const WorkModel& model);
 ListHint gen_gpipe(const WorkModel& m);
 ListHint gen_1f1b(const WorkModel& m);
 ListHint gen_interleaved_1f1b(const WorkModel& m);
+// Whether interleaved 1F1B takes `microbatches` at `pp` stages: in rounds of pp or more that
+// divide them (every multiple of pp; any count below it; 10 at pp 4, not 9).
+bool interleaved_1f1b_takes(int pp, int microbatches);
+// The microbatches of one of its rounds: pp where pp divides them, as torch groups them else
+// (microbatches / max(1, microbatches / pp): all of them below pp, 5 of 10 at pp 4).
+int interleaved_1f1b_round(int pp, int microbatches);
 ListHint gen_looped_bfs(const WorkModel& m);
 ListHint gen_zb_h1(const WorkModel& m);
 ListHint gen_zb_h2(const WorkModel& m);

@@ -72,27 +72,43 @@ ListHint gen_1f1b(const WorkModel& m) {
   return h;
 }
 
+bool interleaved_1f1b_takes(int pp, int microbatches) {
+  return microbatches % std::max(1, microbatches / pp) == 0;
+}
+
+int interleaved_1f1b_round(int pp, int microbatches) {
+  return microbatches / std::max(1, microbatches / pp);
+}
+
 ListHint gen_interleaved_1f1b(const WorkModel& m) {
   if (m.vpp() < 2)
     throw InputError("`hint` interleaved-1f1b: needs `vpp` 2 or more (got 1); use 1f1b");
   if (m.config().placement != Placement::Loop)
     throw InputError("`hint` interleaved-1f1b: needs `placement` loop");
   const int p = m.pp(), v = m.vpp(), mbs = m.microbatches();
-  if (mbs % p != 0)
-    throw InputError("`microbatches`: interleaved-1f1b needs a multiple of `pp` (" +
-                     std::to_string(p) + "), got " + std::to_string(mbs));
-  const int total = mbs * v;
-  auto mb_of = [&](int k) { return (k / (p * v)) * p + k % p; };
+  if (!interleaved_1f1b_takes(p, mbs)) {
+    const int rounds = mbs / p;
+    throw InputError("`microbatches`: interleaved-1f1b runs them in rounds of `pp` (" +
+                     std::to_string(p) + ") or more, and " + std::to_string(rounds) +
+                     " rounds do not divide " + std::to_string(mbs) + ": give " +
+                     std::to_string(mbs - mbs % rounds) + " or " +
+                     std::to_string(mbs - mbs % rounds + rounds) + ", or use bfs");
+  }
+  // Microbatches go in rounds of g, each chunk's forwards (and backwards) of a round in a row:
+  // g = P where P divides M (Megatron-LM's order), else as torch's ScheduleInterleaved1F1B
+  // groups them (one round of M below P; two of 5 for M = 10 at P = 4).
+  const int total = mbs * v, g = interleaved_1f1b_round(p, mbs);
+  auto mb_of = [&](int k) { return (k / (g * v)) * g + k % g; };
   ListHint h;
   h.stages.resize(p);
   for (int s = 0; s < p; ++s) {
     auto& o = h.stages[s];
-    auto fwd = [&](int k) { o.push_back({Kind::F, ((k / p) % v) * p + s, mb_of(k)}); };
-    auto bwd = [&](int k) { push_backward(o, m, (v - 1 - (k / p) % v) * p + s, mb_of(k)); };
-    // Megatron-LM: 2(P-s-1) + (V-1)P warm-up forwards, at most all of them. (Before late 2024
-    // Megatron ran all of them on every stage when M == P; it and torch now cap the count only
-    // at V M, so the stages s >= P/2 alternate there too.)
-    const int warmup = std::min((p - s - 1) * 2 + (v - 1) * p, total);
+    auto fwd = [&](int k) { o.push_back({Kind::F, ((k / g) % v) * p + s, mb_of(k)}); };
+    auto bwd = [&](int k) { push_backward(o, m, (v - 1 - (k / g) % v) * p + s, mb_of(k)); };
+    // Megatron-LM and torch: 2(P-s-1) + (V-1)g warm-up forwards, at most all of them. (Before
+    // late 2024 Megatron ran all of them on every stage when M == P; it and torch now cap the
+    // count only at V M, so the stages s >= P/2 alternate there too.)
+    const int warmup = std::min((p - s - 1) * 2 + (v - 1) * g, total);
     for (int k = 0; k < warmup; ++k)
       fwd(k);
     for (int k = 0; k < total - warmup; ++k) {
