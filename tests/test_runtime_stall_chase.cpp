@@ -155,6 +155,19 @@ TEST(StallChase, OfTwoProcessesStalledTogetherTheOneNearerTheEndReports) {
   EXPECT_TRUE(has(e.what[0], "stage 1 failed step 0: no progress for")) << e.what[0];
 }
 
+// Stage 1 tp rank 1 stopped in its first forward: its group's rank 0 waits in the collective
+// for it, and stage 0 tp rank 0 for stage 1 tp rank 0's messages. Both watchdogs fire; the
+// chain ends at a wait it does not follow (the collective), whose rank is about to report it
+// itself: stage 0 awaits its abort, as it awaits a rank that waits for messages, so that the job
+// prints one line (two, stage 0's naming only its neighbour, in 3 of 4 runs under mpirun).
+TEST(StallChase, ARankStalledInItsGroupsCollectiveReportsForTheChainEndingThere) {
+  const Errors e = stage_errors(2, 2, {300, 60'000, 300, 60'000}, true);
+  EXPECT_FALSE(e.told[2]) << e.what[2];
+  EXPECT_TRUE(has(e.what[2], "in its group's collective")) << e.what[2];
+  EXPECT_TRUE(e.told[0]) << e.what[0];
+  EXPECT_TRUE(has(e.what[0], "stage 1 tp rank 0 failed step 0: no progress for")) << e.what[0];
+}
+
 // Two stages of two tp ranks, each rank a Runtime of its own: stage 1 tp rank 1's first
 // forward does not end, and stage 0 tp rank 1, whose watchdog alone is short, reports. Its
 // peers are named with their tp ranks: "stage 1" named either rank of stage 1.
