@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <regex>
+#include <string>
 #include <tuple>
 
 #include "core/error.hpp"
@@ -189,6 +191,38 @@ TEST(ClosedFormEdge, Interleaved1f1bRunsMicrobatchCountsPDoesNotDivideInRounds) 
   EXPECT_ERROR(make_hint("interleaved-1f1b", nine), InputError,
                "`microbatches`: interleaved-1f1b runs them in rounds of `pp` (4) or more, and 2 "
                "rounds do not divide 9: give 8 or 10, or use bfs");
+}
+
+// A refused count is offered the nearest counts taken on either side, each of which runs (the
+// next multiple of its rounds was offered, often refused in turn: 21 at P=4 offered 25, which
+// offered 30).
+TEST(ClosedFormEdge, Interleaved1f1bOffersTheNearestCountsItTakes) {
+  const auto takes = [](int p, int mbs) {
+    try {
+      make_hint("interleaved-1f1b", WorkModel(config(p, mbs, 2)));
+      return true;
+    } catch (const InputError&) {
+      return false;
+    }
+  };
+  int refused = 0;
+  for (int p = 2; p <= 8; ++p)
+    for (int mbs = p + 1; mbs <= 8 * p; ++mbs) {
+      try {
+        make_hint("interleaved-1f1b", WorkModel(config(p, mbs, 2)));
+        continue;
+      } catch (const InputError& e) {
+        std::smatch at;
+        const std::string what = e.what();
+        ASSERT_TRUE(std::regex_search(what, at, std::regex("give ([0-9]+) or ([0-9]+)"))) << what;
+        const int below = std::stoi(at[1]), above = std::stoi(at[2]);
+        EXPECT_TRUE(takes(p, below) && takes(p, above)) << what;
+        for (int k = below + 1; k < above; ++k)
+          EXPECT_FALSE(takes(p, k)) << "P=" << p << " M=" << k << " runs: " << what;
+        ++refused;
+      }
+    }
+  EXPECT_GT(refused, 50);
 }
 
 }  // namespace

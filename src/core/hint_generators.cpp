@@ -87,12 +87,17 @@ ListHint gen_interleaved_1f1b(const WorkModel& m) {
     throw InputError("`hint` interleaved-1f1b: needs `placement` loop");
   const int p = m.pp(), v = m.vpp(), mbs = m.microbatches();
   if (!interleaved_1f1b_takes(p, mbs)) {
-    const int rounds = mbs / p;
+    // The nearest counts it takes on either side (every multiple of P is one): the next
+    // multiple of the rounds was often refused too, its own rounds one more (21 at P=4: 25).
+    int below = mbs - 1, above = mbs + 1;
+    while (!interleaved_1f1b_takes(p, below))
+      --below;
+    while (!interleaved_1f1b_takes(p, above))
+      ++above;
     throw InputError("`microbatches`: interleaved-1f1b runs them in rounds of `pp` (" +
-                     std::to_string(p) + ") or more, and " + std::to_string(rounds) +
+                     std::to_string(p) + ") or more, and " + std::to_string(mbs / p) +
                      " rounds do not divide " + std::to_string(mbs) + ": give " +
-                     std::to_string(mbs - mbs % rounds) + " or " +
-                     std::to_string(mbs - mbs % rounds + rounds) + ", or use bfs");
+                     std::to_string(below) + " or " + std::to_string(above) + ", or use bfs");
   }
   // Microbatches go in rounds of g, each chunk's forwards (and backwards) of a round in a row:
   // g = P where P divides M (Megatron-LM's order), else as torch's ScheduleInterleaved1F1B
