@@ -119,7 +119,7 @@ void Trainer::save(const std::string& path) const {
   const auto longer = job.allow_longer_waits(
       static_cast<std::int64_t>(std::ceil(bytes / kSaveBytesPerSecond)) * 1000,
       "while rank 0 writes the checkpoint (about " + gigabytes(bytes) +
-          ": `timeout` plus 1 s per " + gigabytes(kSaveBytesPerSecond) + ")");
+          ": --timeout plus 1 s per " + gigabytes(kSaveBytesPerSecond) + ")");
   const std::string mine = job.replica() == 0 ? pack_chunks(local_chunks()) : std::string();
   const auto packs = job.gather_to_root(std::as_bytes(std::span(mine.data(), mine.size())));
   std::exception_ptr failed;
