@@ -28,7 +28,7 @@ torch_prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 pybind=$("$py" -m pybind11 --cmakedir 2>/dev/null || true)
 cuda_root=${CUDA_HOME:-/usr/local/cuda}
 export PATH=$cuda_root/bin:$PATH
-nvcc_cuda=$(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | cut -d' ' -f2)
+nvcc_cuda=$(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | cut -d' ' -f2 || true)
 if [ -z "$nvcc_cuda" ]; then
   echo "build-gpu: no nvcc in $cuda_root/bin (set CUDA_HOME to the CUDA toolkit)" >&2
   exit 2
