@@ -111,7 +111,7 @@ than a quarter of the memory limit (ulimit -v or -d)" "$tmp/ahead.txt"; then
     --hint bf --policy ready >/dev/null 2>"$tmp/huge.err"); rc=$?
   if [ "$rc" -ne 2 ] || ! tail -1 "$tmp/huge.err" | grep -q "^rrfp: error: run: a message's buffer \
 takes 4.3 GB (the largest message: 4.1 GB, .*), more than this machine maps in one allocation \
-(.* GB: its RAM and swap, or what ulimit -v or -d leaves): lower the workload's bytes_per_token$"; then
+(.* GB: its RAM and swap or commit limit, or what ulimit -v or -d leaves): lower the workload's bytes_per_token$"; then
     echo "FAIL: run of 4 GB messages under a 3 GB address limit -> rc=$rc: $(head -c 400 "$tmp/huge.err")"
     fails=$((fails + 1))
   fi

@@ -179,10 +179,12 @@ std::int64_t largest_mapping() {
   if (const std::int64_t d = data_left(); d > 0 && (out == 0 || d < out)) out = d;
   std::ifstream mode_file("/proc/sys/vm/overcommit_memory");
   int mode = -1;
-  if (mode_file >> mode && mode == 0) {  // the kernel's heuristic refuses one past RAM + swap
-    const std::int64_t ram_swap = meminfo("MemTotal:") + meminfo("SwapTotal:");
-    if (ram_swap > 0 && (out == 0 || ram_swap < out)) out = ram_swap;
-  }
+  std::int64_t kernel = 0;
+  if (mode_file >> mode && mode == 0)  // the kernel's heuristic refuses one past RAM + swap
+    kernel = meminfo("MemTotal:") + meminfo("SwapTotal:");
+  else if (mode == 2)  // strict accounting: what the commit limit leaves
+    kernel = std::max<std::int64_t>(1, meminfo("CommitLimit:") - meminfo("Committed_AS:"));
+  if (kernel > 0 && (out == 0 || kernel < out)) out = kernel;
   return out;
 }
 

@@ -16,7 +16,8 @@ std::int64_t available_memory();
 // The most bytes one allocation may map here without writing them (a buffer nothing touches):
 // the least of what the address-space and data limits (ulimit -v, -d) leave and, under the
 // kernel's default overcommit (vm.overcommit_memory 0), its RAM plus swap (it refuses one
-// allocation past that, whatever is free); 0 when none bounds it.
+// allocation past that, whatever is free), or under strict accounting (2) what its commit limit
+// leaves; 0 when none bounds it.
 std::int64_t largest_mapping();
 
 // Throws InputError "<what>: about X GB of memory<extra>; this machine has Y GB available:
