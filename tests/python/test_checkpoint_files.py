@@ -253,6 +253,18 @@ def test_parts_of_saves_without_their_manifest_are_refused(tmp_path):
     os.remove(os.path.join(first, "manifest.json"))
     with pytest.raises(ValueError, match="without the manifest.json that commits its save"):
         pipe.load(first)
+    # Beside a checkpoint of an earlier version (a part without a token), the refusal says that
+    # without the unfinished save's parts that checkpoint loads; and it does.
+    old = str(tmp_path / "old")
+    os.makedirs(old)
+    name = rrfp.checkpoint.part_name(0, _manifest(later)["token"])
+    shutil.copy(os.path.join(later, name), os.path.join(old, "part-0.pt"))
+    shutil.copy(os.path.join(later, name), os.path.join(old, name))
+    with pytest.raises(ValueError, match="without them the folder's earlier checkpoint "
+                                         "\\(part-0.pt\\) loads"):
+        pipe.load(old)
+    os.remove(os.path.join(old, name))
+    assert pipe.load(old)["step"] == 5
 
 
 def test_a_file_for_the_folder_is_refused(tmp_path):

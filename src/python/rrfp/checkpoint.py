@@ -240,10 +240,16 @@ def _part_files(path, max_parts):
         tokened = [os.path.basename(f) for f in files
                    if _TOKENED.fullmatch(os.path.basename(f))]
         if tokened:
+            # Beside an earlier version's checkpoint (parts without a token), a save of this one
+            # that did not finish: removing its parts gives that checkpoint back.
+            earlier = [os.path.basename(f) for f in files
+                       if not _TOKENED.fullmatch(os.path.basename(f))]
             raise ValueError(
                 f"checkpoint '{path}': {some_of(tokened)} without the {MANIFEST} that commits "
                 "its save (a save that did not finish, or files copied without it): load the "
-                "folder save() wrote, or save again")
+                "folder save() wrote, or save again" +
+                (f"; without them the folder's earlier checkpoint ({some_of(earlier)}) loads"
+                 if earlier else ""))
         return files, None
     token, parts = _read_manifest(path, max_parts)
     # A part there but no file is refused as it is opened, rather than called missing.
