@@ -150,19 +150,22 @@ Runtime::Chase Runtime::chase_stall(std::int64_t now) {
       // waits for was tried (a message to one rank lost, P=2 T=2): the report went round the
       // group's ranks and lost the round's words, which name the proposals that differed.
       // Within a wave of its own timeout (the job's processes share theirs), its watchdog
-      // fires about when this one's did, and its chase, a round shorter, ends about as soon.
-      const bool about_to_report =
-          a.step == step && a.idle_ns >= opt_.timeout_ms * 1'000'000 - wave_ns;
+      // fires about when this one's did, and its chase, a round shorter, ends about as soon:
+      // awaited a wave, or until its timeout is up and half a wave more for its word to come
+      // (a wave alone missed a peer whose last progress was fresh, under load).
+      const std::int64_t left = opt_.timeout_ms * 1'000'000 - a.idle_ns;
+      const bool about_to_report = a.step == step && left <= wave_ns;
+      const std::int64_t defer = std::max(wave_ns, left + wave_ns / 2);
       if (others.empty()) {
         line += ": [" + a.text + "]";
         // Where it waits on nothing the chain follows (its group's collective with a stopped
         // rank, a leader's choice, an agree round), its report says that wait: both spoke, one
         // naming only it, in 3 of 4 runs with a stopped TP rank. (Waiting on this process, it
         // is this one's report that says why.)
-        if (a.awaits.empty() && about_to_report) out.defer_ns = wave_ns;
+        if (a.awaits.empty() && about_to_report) out.defer_ns = std::max(out.defer_ns, defer);
       } else {
         line += " and waits for messages from " + others;
-        if (about_to_report) out.defer_ns = wave_ns;
+        if (about_to_report) out.defer_ns = std::max(out.defer_ns, defer);
       }
       said.push_back(std::move(line));
     }
