@@ -230,14 +230,8 @@ class EmulatedRuns {
       return check_memory(2.0 * static_cast<double>(largest), "run",
                           " for a process's output and input buffers " + what,
                           "the workload's bytes_per_token");
-    const auto buffer = static_cast<double>(BufferPool::capacity_of(static_cast<size_t>(largest)));
-    if (const std::int64_t most = largest_mapping(); most > 0 && buffer > static_cast<double>(most))
-      throw InputError(
-          "run: a message's buffer takes " + gigabytes(buffer) + " " + what +
-          ", more than this machine maps in one allocation (" +
-          gigabytes(static_cast<double>(most)) +
-          ": its RAM and swap or commit limit, or what ulimit -v or -d leaves): lower the "
-          "workload's bytes_per_token");
+    check_mapping(static_cast<double>(BufferPool::capacity_of(static_cast<size_t>(largest))), "run",
+                  "a message's buffer", what, "the workload's bytes_per_token");
   }
 
   // The runtime as the scenario's executor: a fresh runtime for the current run, its steps,

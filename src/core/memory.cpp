@@ -125,19 +125,43 @@ std::int64_t env_limit() {
   return static_cast<std::int64_t>(bytes);
 }
 
-// What the address-space limit (ulimit -v, RLIMIT_AS) leaves this process beside what it has
-// mapped already (/proc/self/statm's size); 0 for no limit. A run past it raised bad_alloc, or
-// in Python a RuntimeError, after seconds of work the check would have spared.
-std::int64_t address_space_left() {
+// What the limit on `resource` leaves this process beside its share of /proc/self/statm's
+// field `field` (pages), in bytes; 0 for no limit: the address-space limit (ulimit -v,
+// RLIMIT_AS) beside what it has mapped (field 0), or the data limit (ulimit -d, RLIMIT_DATA,
+// which counts private mappings too) beside its data (field 5). A run past either raised
+// bad_alloc, or in Python a RuntimeError, after seconds of work the check would have spared.
+std::int64_t limit_left(int resource, int field) {
   rlimit lim{};
-  if (::getrlimit(RLIMIT_AS, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 0;
+  if (::getrlimit(resource, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 0;
   std::ifstream statm("/proc/self/statm");
   std::int64_t pages = 0;
-  if (!(statm >> pages)) return 0;
-  const std::int64_t mapped = pages * ::sysconf(_SC_PAGESIZE);
+  for (int i = 0; i <= field; ++i)
+    if (!(statm >> pages)) return 0;
   const auto limit = static_cast<std::int64_t>(
       std::min<rlim_t>(lim.rlim_cur, std::numeric_limits<std::int64_t>::max()));
-  return std::max<std::int64_t>(1, limit - mapped);
+  return std::max<std::int64_t>(1, limit - pages * ::sysconf(_SC_PAGESIZE));
+}
+
+std::int64_t address_space_left() {
+  return limit_left(RLIMIT_AS, 0);
+}
+
+// The most bytes one allocation may map here without writing them: the least of what ulimit -v
+// and -d leave and, under the kernel's default overcommit (vm.overcommit_memory 0), its RAM
+// plus swap (it refuses one allocation past that, whatever is free), or under strict
+// accounting (2) what its commit limit leaves; 0 when none bounds it.
+std::int64_t largest_mapping() {
+  std::int64_t out = address_space_left();
+  if (const std::int64_t d = limit_left(RLIMIT_DATA, 5); d > 0 && (out == 0 || d < out)) out = d;
+  std::ifstream mode_file("/proc/sys/vm/overcommit_memory");
+  int mode = -1;
+  std::int64_t kernel = 0;
+  if (mode_file >> mode && mode == 0)
+    kernel = meminfo("MemTotal:") + meminfo("SwapTotal:");
+  else if (mode == 2)
+    kernel = std::max<std::int64_t>(1, meminfo("CommitLimit:") - meminfo("Committed_AS:"));
+  if (kernel > 0 && (out == 0 || kernel < out)) out = kernel;
+  return out;
 }
 
 }  // namespace
@@ -158,34 +182,6 @@ MemorySnapshot memory_snapshot() {
 
 std::int64_t available_memory() {
   return memory_snapshot().bytes;
-}
-
-// What the data limit (ulimit -d, RLIMIT_DATA, which counts private mappings too) leaves this
-// process beside its data (/proc/self/statm's sixth field); 0 for no limit.
-std::int64_t data_left() {
-  rlimit lim{};
-  if (::getrlimit(RLIMIT_DATA, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 0;
-  std::ifstream statm("/proc/self/statm");
-  std::int64_t field[6] = {};
-  for (std::int64_t& f : field)
-    if (!(statm >> f)) return 0;
-  const auto limit = static_cast<std::int64_t>(
-      std::min<rlim_t>(lim.rlim_cur, std::numeric_limits<std::int64_t>::max()));
-  return std::max<std::int64_t>(1, limit - field[5] * ::sysconf(_SC_PAGESIZE));
-}
-
-std::int64_t largest_mapping() {
-  std::int64_t out = address_space_left();
-  if (const std::int64_t d = data_left(); d > 0 && (out == 0 || d < out)) out = d;
-  std::ifstream mode_file("/proc/sys/vm/overcommit_memory");
-  int mode = -1;
-  std::int64_t kernel = 0;
-  if (mode_file >> mode && mode == 0)  // the kernel's heuristic refuses one past RAM + swap
-    kernel = meminfo("MemTotal:") + meminfo("SwapTotal:");
-  else if (mode == 2)  // strict accounting: what the commit limit leaves
-    kernel = std::max<std::int64_t>(1, meminfo("CommitLimit:") - meminfo("Committed_AS:"));
-  if (kernel > 0 && (out == 0 || kernel < out)) out = kernel;
-  return out;
 }
 
 std::string gigabytes(double bytes) {
@@ -228,6 +224,16 @@ void check_memory(double bytes, std::int64_t have, const std::string& what,
   refuse_memory(bytes, what, extra, lower,
                 have == env_limit() ? "RRFP_MEMORY_LIMIT allows " + amount
                                     : machine + " has " + amount + " available");
+}
+
+void check_mapping(double bytes, const std::string& what, const std::string& thing,
+                   const std::string& extra, const std::string& lower) {
+  const std::int64_t most = largest_mapping();
+  if (most <= 0 || bytes <= static_cast<double>(most)) return;
+  throw InputError(
+      what + ": " + thing + " takes " + gigabytes(bytes) + " " + extra +
+      ", more than this machine maps in one allocation (" + gigabytes(static_cast<double>(most)) +
+      ": its RAM and swap or commit limit, or what ulimit -v or -d leaves): lower " + lower);
 }
 
 }  // namespace rrfp

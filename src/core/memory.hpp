@@ -13,12 +13,13 @@ namespace rrfp {
 // is not a size.
 std::int64_t available_memory();
 
-// The most bytes one allocation may map here without writing them (a buffer nothing touches):
-// the least of what the address-space and data limits (ulimit -v, -d) leave and, under the
-// kernel's default overcommit (vm.overcommit_memory 0), its RAM plus swap (it refuses one
-// allocation past that, whatever is free), or under strict accounting (2) what its commit limit
-// leaves; 0 when none bounds it.
-std::int64_t largest_mapping();
+// Throws InputError "<what>: <thing> takes X <extra>, more than this machine maps in one
+// allocation (Y: ...): lower <lower>" where `bytes`, mapped and never written (a buffer nothing
+// touches), pass the most one allocation may map here: what ulimit -v and -d leave and, by the
+// kernel's overcommit mode, its RAM plus swap or what its commit limit leaves (nothing when
+// none bounds it).
+void check_mapping(double bytes, const std::string& what, const std::string& thing,
+                   const std::string& extra, const std::string& lower);
 
 // Throws InputError "<what>: about X GB of memory<extra>; this machine has Y GB available:
 // lower <lower>" when `bytes` exceed available_memory() (nothing when it is unknown).

@@ -149,24 +149,18 @@ Runtime::Chase Runtime::chase_stall(std::int64_t now) {
       // process" read as a cycle between the two. Following an agree round to the tp ranks it
       // waits for was tried (a message to one rank lost, P=2 T=2): the report went round the
       // group's ranks and lost the round's words, which name the proposals that differed.
+      line += others.empty() ? ": [" + a.text + "]" : " and waits for messages from " + others;
       // Within a wave of its own timeout (the job's processes share theirs), its watchdog
       // fires about when this one's did, and its chase, a round shorter, ends about as soon:
       // awaited a wave, or until its timeout is up and half a wave more for its word to come
-      // (a wave alone missed a peer whose last progress was fresh, under load).
+      // (a wave alone missed a peer whose last progress was fresh, under load). So too where it
+      // waits on nothing the chain follows (its group's collective with a stopped rank, a
+      // leader's choice, an agree round): its report says that wait, and both spoke, one
+      // naming only it, in 3 of 4 runs with a stopped TP rank. (Waiting on this process alone,
+      // it is this one's report that says why.)
       const std::int64_t left = opt_.timeout_ms * 1'000'000 - a.idle_ns;
-      const bool about_to_report = a.step == step && left <= wave_ns;
-      const std::int64_t defer = std::max(wave_ns, left + wave_ns / 2);
-      if (others.empty()) {
-        line += ": [" + a.text + "]";
-        // Where it waits on nothing the chain follows (its group's collective with a stopped
-        // rank, a leader's choice, an agree round), its report says that wait: both spoke, one
-        // naming only it, in 3 of 4 runs with a stopped TP rank. (Waiting on this process, it
-        // is this one's report that says why.)
-        if (a.awaits.empty() && about_to_report) out.defer_ns = std::max(out.defer_ns, defer);
-      } else {
-        line += " and waits for messages from " + others;
-        if (about_to_report) out.defer_ns = std::max(out.defer_ns, defer);
-      }
+      if (a.step == step && left <= wave_ns && (!others.empty() || a.awaits.empty()))
+        out.defer_ns = std::max(out.defer_ns, std::max(wave_ns, left + wave_ns / 2));
       said.push_back(std::move(line));
     }
   }
