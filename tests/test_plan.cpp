@@ -315,6 +315,39 @@ TEST(Plan, ExactStopsAtAnOrderThatMeetsAKnownBound) {
   EXPECT_EQ(below.nodes, full.nodes);
 }
 
+// The heuristic likewise stops at an order that meets SearchOptions::lower: a one-stage step
+// takes the sum of its work in any order, and a plan of one spent its whole budget. A bound
+// one nanosecond lower stops nothing; the optimum as the bound stops the annealing where it finds
+// it.
+TEST(Plan, SearchStopsAtAnOrderThatMeetsAKnownBound) {
+  WorkModel m(config(1, 4));
+  const RealizedWork w = unit_work(m);  // the problem holds a reference
+  const PlanProblem one = make_problem(m, w, CommMode::Async, TpProtocol::Leader, 0, 0);
+  SearchOptions so;
+  so.max_evaluations = 400;
+  so.budget_s = 600;
+  so.lower = 4 * 2 * 1'000'000;
+  const SearchResult met = search_schedule(one, so);
+  EXPECT_EQ(met.makespan, so.lower);
+  EXPECT_EQ(met.stopped_by, SearchStop::Optimal);
+  EXPECT_EQ(met.evaluations, static_cast<std::int64_t>(met.starts.size()));
+  so.lower -= 1;
+  const SearchResult capped = search_schedule(one, so);
+  EXPECT_EQ(capped.stopped_by, SearchStop::Evaluations);
+  EXPECT_GE(capped.evaluations, 400);
+
+  const Solved s = setup({3, 5, false, "multimodal", 0, 17});  // no start is optimal
+  const ExactResult full = solve_exactly(s.problem);
+  ASSERT_TRUE(full.proven);
+  so.max_evaluations = 20'000;
+  so.lower = full.makespan;
+  const SearchResult found = search_schedule(s.problem, so);
+  EXPECT_EQ(found.makespan, full.makespan);
+  EXPECT_EQ(found.stopped_by, SearchStop::Optimal);
+  EXPECT_GT(found.evaluations, static_cast<std::int64_t>(found.starts.size()));
+  EXPECT_LT(found.evaluations, so.max_evaluations);
+}
+
 // A V-shape under blocking comm at the default limit: every rule's order deadlocks, and the plan
 // was refused ("no feasible starting order"); one microbatch at a time finishes, and the search
 // goes on from it.

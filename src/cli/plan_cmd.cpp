@@ -78,6 +78,7 @@ Planned search_both(const PlanFlags& f, const PlanProblem& p, const ExactChoice&
   so.seed = f.search_seed;
   so.entry_in_order = f.entry == "in-order";
   so.stop = &stop_flag();
+  so.lower = lower;
   // Before the first order's end there is no best: it read as a schedule of 0 ms.
   so.progress = [&ticker](const SearchProgress& g) {
     ticker.status(

@@ -98,6 +98,8 @@ const char* search_stop_name(SearchStop s) {
       return "max_evaluations";
     case SearchStop::Signal:
       return "signal";
+    case SearchStop::Optimal:
+      return "lower_bound";
   }
   return "";
 }
@@ -135,8 +137,10 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
     human << line("  %-28s ", sp.name.c_str())
           << (sp.feasible ? line("%10.3f ms", ms(sp.makespan)) : std::string("  infeasible"))
           << "\n";
-  human << line("\nsearch: %.3f ms, found by %s; %lld orders in %.1f s\n", ms(s.makespan),
-                s.found_by.c_str(), static_cast<long long>(s.evaluations), s.seconds);
+  human << line(
+      "\nsearch: %.3f ms, found by %s; %lld orders in %.1f s%s\n", ms(s.makespan),
+      s.found_by.c_str(), static_cast<long long>(s.evaluations), s.seconds,
+      s.stopped_by == SearchStop::Optimal ? ", stopped there: it meets the lower bound" : "");
   if (s.starts_skipped > 0) human << starts_skipped_line(f, s);
   human << evaluation_cap_lines(f, s);
   if (best.ran_exact)

@@ -282,7 +282,7 @@ class Searcher {
   std::pair<ListHint, std::int64_t> descend(ListHint cur, std::int64_t ms) {
     const WorkModel& m = p_.m();
     for (;;) {
-      if (spent()) return {cur, ms};
+      if (spent() || ms <= opt_.lower) return {cur, ms};
       const Timed t = timed(cur);
       bool better = false;
       for (int x : critical_path(cur, t)) {
@@ -357,7 +357,7 @@ class Searcher {
     std::int64_t cur = *first, best = cur;
     best_key = key;
     const double temp0 = 0.01 * static_cast<double>(cur), from = used();
-    while (!spent() && used() < until) {
+    while (!spent() && used() < until && best > opt_.lower) {
       std::vector<double> cand = key;
       mutate(cand);
       keep_entry(cand);
@@ -383,14 +383,22 @@ class Searcher {
     }
   }
 
+  // The best order meets the lower bound: nothing is left to find.
+  bool optimal() {
+    if (!res_.found || res_.makespan > opt_.lower) return false;
+    if (!spent_) res_.stopped_by = SearchStop::Optimal;
+    return spent_ = true;
+  }
+
   void improve() {
+    if (optimal()) return;
     by_stage_.assign(p_.m().pp(), {});
     for (int j = 0; j < g_.n; ++j)
       by_stage_[g_.stage[j]].push_back(j);
     auto [cur, ms] = descend(res_.order, res_.makespan);
     offer(cur, ms, res_.found_by + " + local search");
     // Annealing rounds, each restarting from the best order so far.
-    while (!spent())
+    while (!optimal() && !spent())
       anneal(std::min(1.0, used() + 0.25));
   }
 

@@ -34,6 +34,9 @@ struct SearchOptions {
   // cannot know a microbatch's cost before running it. Separates the gain of knowing costs in
   // advance (reordering microbatches) from the gain of better arbitration.
   bool entry_in_order = false;
+  // A makespan no order beats (the lower bound): an order that meets it ends the search, which
+  // would spend the rest of its budget finding nothing better (a P=1 plan spent its 10 s so).
+  std::int64_t lower = 0;
 };
 
 struct StartPoint {
@@ -43,7 +46,7 @@ struct StartPoint {
 };
 
 // What ended the improvement phase, the first of the limits to be reached.
-enum class SearchStop { Budget, Evaluations, Signal };
+enum class SearchStop { Budget, Evaluations, Signal, Optimal };
 
 struct SearchResult {
   ListHint order;
@@ -62,7 +65,7 @@ struct SearchResult {
   // evaluated once more to be kept: one past the cap (reproducibly so).
   std::int64_t evaluations = 0;
   // Budget where a cap was set but the budget ran out first: the result then depends on the
-  // machine's speed.
+  // machine's speed. Optimal: an order met SearchOptions::lower (the starts all ran).
   SearchStop stopped_by = SearchStop::Budget;
   double seconds = 0;
 };
