@@ -282,6 +282,11 @@ TEST(Replay, SplitRecordingsFoldIntoBWhereTheRunDoesNotSplit) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("task W c1 m1 appears twice"), std::string::npos);
   }
+  // A W missing where the others fold: its B was replayed short of the W's work, without a word.
+  std::string cut = csv;
+  cut.erase(cut.find("1,1,1,W,40,0\n"), 13);
+  EXPECT_ERROR(parse_replay_csv(cut, whole, 1, "r.csv"), InputError,
+               "r.csv: no duration for task W c1 m1, where other W tasks have one");
   std::string unsplit = "stage,chunk,microbatch,kind,duration_us\n";
   for (int c = 0; c < 2; ++c)
     for (int mb = 0; mb < 2; ++mb)

@@ -150,6 +150,29 @@ TEST(TraceImport, NamesWhatIsMissingPerStage) {
   std::remove(path.c_str());
 }
 
+// A split step replayed with the backward whole, one of its W tasks missing: refused naming it
+// (its B was replayed short of the W's work, exit 0), and passed over for a complete step.
+TEST(TraceImport, AFoldedStepLackingAWIsNotReplayedShort) {
+  WorkModel split(config(2, 4, 1, true)), whole(config(2, 4));
+  const RealizedWork w = realize(workload_preset("language"), split, 1, 1);
+  ReportRun cut = simulated(split, "bfw", Policy::Ready, w, CommMode::Async);
+  ReportRun complete = cut;
+  complete.label = "bfw again";  // a run of its own: the trace's next step
+  std::erase_if(cut.result.tasks, [](const TaskRecord& t) {
+    return t.task == TaskId{Kind::W, 1, 2};
+  });
+  const std::string path = temp_path("folded-cut");
+  write_chrome_trace(path, {cut});
+  EXPECT_ERROR(read_replay_file(path, whole, 1), InputError,
+               "no duration for task W c1 m2, where other W tasks have one");
+  write_chrome_trace(path, {cut, complete});
+  const RealizedWork read = read_replay_file(path, whole, 1);
+  const int b = whole.index(TaskId{Kind::B, 1, 2});
+  EXPECT_EQ(read.compute(0, b), w.compute(0, split.index(TaskId{Kind::B, 1, 2})) +
+                                    w.compute(0, split.index(TaskId{Kind::W, 1, 2})));
+  std::remove(path.c_str());
+}
+
 // A folder of a run's traces: files of different stages make one step (a trace per process of a
 // job); a file that gives a stage the step already has starts its next step (every process of
 // a Python pipeline records the whole step; steps saved a file each), which --step picks. Such

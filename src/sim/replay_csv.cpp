@@ -209,6 +209,7 @@ void finish(RealizedWork& r, const FoldedW& folded_w, const WorkModel& m, const 
                  : " (a CSV does not say its run's shape: give the `pp`, `vpp` and "
                    "`microbatches` it was recorded with)"));
     }
+  if (const std::string w = folded_w.missing(m); !w.empty()) throw InputError(origin + ": " + w);
   folded_w.add_to(r.compute_ns);
   check_total(r, origin, "lower its durations");
 }

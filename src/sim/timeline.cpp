@@ -166,6 +166,9 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
             // At TP 2 or more the ranks it lacks may be the shape's: a TP 2 trace read at 3.
             (tp > 1 ? ", `tp`)" : ")"),
         misses_only_w(r, m, tp));
+  // As a missing W of a split backward is (misses_only_w): a step cut short, passed over.
+  if (const std::string w = folded_w.missing(m); !w.empty())
+    throw MissingTasks(origin + ": " + w, true);
   check_no_overlap(tl, m, origin);
   folded_w.add_to(r.compute_ns);
   return sp;
