@@ -4,6 +4,7 @@ naming those that did not come, before any group is made or compared. Processes 
 here, each with its own view of torch.distributed over one real store of torch's, and two real
 processes at the end."""
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -167,6 +168,31 @@ def test_a_process_of_a_callers_group_that_never_builds_its_pipeline_fails_the_o
     assert "RuntimeError: transport c10d: process(es) 1 of the 2 of the group did not come to " \
         "build their Pipeline within the arrival_timeout (or timeout where longer) of a " \
         "process that waited (2 s here)" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_process_joining_a_port_that_answers_not_as_a_store_is_told_in_time():
+    # Process 1 of a job started with torch.distributed's variables, no torchrun: what listens
+    # at MASTER_PORT is another program, which never answers. torch's store constructor awaited
+    # that answer without a limit, holding the GIL: the process stayed until killed.
+    here, env = two_processes()
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(4)
+    port = holder.getsockname()[1]
+    builds = ("import rrfp, lm\n"
+              "rrfp.Pipeline(lm.chunks(2), lm.loss_fn, pp=2, microbatches=4, timeout=1,\n"
+              "              arrival_timeout=2)\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", builds], cwd=here,
+                              env=dict(env, RANK="1", LOCAL_RANK="1", MASTER_PORT=str(port)),
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        holder.close()
+    assert done.returncode != 0
+    assert (f"RuntimeError: transport c10d: the process group could not form at 127.0.0.1:{port} "
+            f"(MASTER_ADDR:MASTER_PORT): nothing there answered as a store within 2 s: the port "
+            f"is another program's, or the store's host is stopped") in done.stderr, \
+        done.stderr[-2000:]
 
 
 def test_processes_whose_limits_differ_form_the_group_and_meet():

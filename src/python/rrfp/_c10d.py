@@ -1,6 +1,7 @@
 """torch.distributed's groups of a pipeline over the c10d transport: the default group made
 from torchrun's environment, the Gloo groups the pipeline runs on, and their release."""
 import os
+import threading
 
 from . import _ended
 from ._launch import _compared, _refuse_differences
@@ -97,6 +98,9 @@ _MET = {}
 # torch's own timeout of a group and its store: the wait an arrival_timeout (or timeout) of 0
 # leaves to the joining and the meeting, which every process makes whatever its limit.
 _TORCH_DEFAULT_S = 1800.0
+# Past arrival_timeout, how long the probe of the store may take still (its client's connect
+# gives up at the limit by itself).
+_PROBE_GRACE_S = 1.0
 
 
 def _meet(dist, group, arrival, kind="1"):
@@ -292,6 +296,43 @@ def _agree_layout(dist, group, pp, dp):
     _refuse_differences(mine, every)
 
 
+class _NoStore(RuntimeError):
+    """_probe_store's: what listens at the store's address does not answer as one."""
+
+
+def _probe_store(dist, limit, at):
+    """Where this process joins another's store (every rank but 0, or every one under
+    torchrun's agent), that what listens at MASTER_ADDR:MASTER_PORT answers as a store within
+    `limit` seconds: torch's rendezvous awaits that answer with no limit of its own, holding the
+    GIL (a process joining a port held by another program, or a stopped host's store, stayed
+    there until killed). A client of its own asks, which joins no count; on a daemon thread,
+    left behind where nothing answers."""
+    import datetime
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    if int(os.environ["RANK"]) == 0 and not agent:
+        return  # it hosts the store: a port taken is refused at once
+    answer = []
+
+    def ask():
+        try:
+            store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                  is_master=False, timeout=datetime.timedelta(seconds=limit),
+                                  wait_for_workers=False)
+            store.add("rrfp/probe", 0)
+            answer.append(None)
+        except Exception as e:  # raised again on the caller's thread
+            answer.append(e)
+    thread = threading.Thread(target=ask, name="rrfp-store-probe", daemon=True)
+    thread.start()
+    thread.join(limit + _PROBE_GRACE_S)
+    if not answer:
+        raise _NoStore(f"the process group could not form at {at} (MASTER_ADDR:MASTER_PORT): "
+                       f"nothing there answered as a store within {limit:g} s: the port is "
+                       f"another program's, or the store's host is stopped")
+    if answer[0] is not None:
+        raise answer[0]
+
+
 def _init_default_group(dist, timeout):
     """The default group from torchrun's environment (RANK, WORLD_SIZE, ...), every process
     joining within the pipeline's arrival_timeout (`timeout` here; 0: torch's own 30 minutes).
@@ -320,6 +361,7 @@ def _init_default_group(dist, timeout):
     # timeout for the others and returns all the same, and the join counted a second one.
     deadline = time.monotonic() + limit
     try:
+        _probe_store(dist, limit, at)
         store, rank, size = next(dist.rendezvous(
             "env://", timeout=datetime.timedelta(seconds=limit)))
         store.set_timeout(datetime.timedelta(seconds=limit))
@@ -330,6 +372,8 @@ def _init_default_group(dist, timeout):
                 missing = [r for r in range(size) if store.add(f"rrfp/joined/{r}", 0) == 0]
                 raise TimeoutError(f"rank(s) {missing} did not join the store")
             time.sleep(0.005)
+    except _NoStore as e:
+        raise RuntimeError(f"transport c10d: {e}") from None
     except (RuntimeError, TimeoutError, ValueError) as e:
         said = str(e)
         if isinstance(e, TimeoutError) or "timeout" in said.lower() or "timed out" in said:
