@@ -57,8 +57,22 @@ def test_an_answering_store_is_read_as_before(monkeypatch):
                              "freed a Pipeline this process still uses (no longer referenced, as a "
                              "local of a function that returned)")
     monkeypatch.setattr(_ended, "_built", [True])
+    monkeypatch.setattr(_ended, "_entered", [3])
     _ended.note_end()
-    assert store.keys["rrfp/ended/1"] == 1
+    assert store.keys["rrfp/ended/1"] == 4  # the gathers it came to, plus one
+
+
+def test_a_process_that_never_came_to_the_gather_is_named_alone(monkeypatch):
+    # pp 2 x dp 2: rank 1's script ended after 3 gathers; ranks 0 and 3 came to the 4th with
+    # rank 2, failed in it for want of rank 1, and ended. Rank 2 named all three.
+    store = AnsweringStore({"rrfp/ended/1": 4, "rrfp/ended/0": 5, "rrfp/ended/3": 5})
+    monkeypatch.setattr(_ended, "_store", lambda: (store, 2, 4))
+    monkeypatch.setattr(_ended, "_freed", [0])
+    monkeypatch.setattr(_ended, "_entered", [4])
+    assert _ended.gone() == "the script of global rank(s) [1] had ended"
+    # Where every one that ended came to it, they are named all the same.
+    del store.keys["rrfp/ended/1"]
+    assert _ended.gone() == "the script of global rank(s) [0, 3] had ended"
 
 
 def test_a_process_that_refused_a_pipeline_on_its_own_is_named_so(monkeypatch):

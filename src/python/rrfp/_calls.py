@@ -50,6 +50,7 @@ def gather(core, call, values):
     name, steps, number = call
     code = next(k for k, v in _CALLS.items() if v == name)
     tag = [code, float(steps), -1.0 if number is None else float(number)]
+    _ended.gather_entered()
     try:
         every = core.all_gather(tag + list(values), arrival=True)
     except RuntimeError as e:

@@ -10,6 +10,10 @@ _ENDED, _FREED, _LAST = "rrfp/ended/", "rrfp/freed/", "rrfp/last-freed/"
 # ended first, or stopped answering.
 _NOTE_S = 2
 _built = [False]  # a c10d pipeline was built in this process
+# The job's gathers this process came to (_calls.gather), the one under way included: its key
+# _ENDED holds that count plus one, so that a process whose gather failed tells the processes
+# that never came to it from those that came and ended after failing in it, as it did.
+_entered = [0]
 _freed = [0]  # the c10d pipelines this process freed, as it told the store
 # What the last pipeline a process freed was (its key _LAST): one it had built, one whose
 # building it refused on its own (an option it alone refused once the groups were made), or one
@@ -54,11 +58,16 @@ def _bounded(work, default):
     return out[0] if not thread.is_alive() else default
 
 
+def gather_entered():
+    """A gather of the job's begins (_calls.gather)."""
+    _entered[0] += 1
+
+
 def note_end():
     """At the end of the script (rrfp's atexit, before the pipelines close): this process's key
     in the store, within _NOTE_S seconds."""
     if _built[0]:
-        _bounded(lambda store, me, _: store.add(_ENDED + str(me), 1), None)
+        _bounded(lambda store, me, _: store.add(_ENDED + str(me), _entered[0] + 1), None)
 
 
 def note_freed(kind=BUILT):
@@ -84,7 +93,11 @@ def gone():
     cannot be read."""
     def read(store, me, size):
         others = [r for r in range(size) if r != me]
-        ended = [r for r in others if store.add(_ENDED + str(r), 0) > 0]
+        came = {r: store.add(_ENDED + str(r), 0) - 1 for r in others}  # gathers; -1: alive
+        ended = [r for r in others if came[r] >= 0]
+        # Those that never came to this gather, where any: the others ended after failing in
+        # it, for want of them (a rank that left a pp 2 x dp 2 job was named with two more).
+        ended = [r for r in ended if came[r] < _entered[0]] or ended
         ahead = {r: store.add(_LAST + str(r), 0) for r in others
                  if r not in ended and store.add(_FREED + str(r), 0) > _freed[0]}
         # One whose building failed as this one's did, after another's refusal, is left out.
