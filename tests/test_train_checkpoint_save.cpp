@@ -1,5 +1,6 @@
 // Saving a checkpoint (train/checkpoint.hpp): a full disk keeps the previous one, a link's
-// target is saved and the link kept, and a signal's handler removes the temporary being written.
+// target is saved and the link kept, and a signal's handler removes the temporary being written;
+// and values no save writes, sealed with a valid checksum, refused at load.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,10 +9,14 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/error.hpp"
 #include "core/output_file.hpp"
+#include "expect_error.hpp"
 #include "file_size_signal.hpp"
 #include "train/trainer.hpp"
 #include "train_cases.hpp"
@@ -105,6 +110,57 @@ TEST(Checkpoint, ASignalHandlerRemovesItsTemporary) {
   EXPECT_EQ(g_tmp_before, 1);
   EXPECT_EQ(g_tmp_after, 0);
   EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// A checkpoint (8-byte magic, 4-byte version, the header's length, the header, the parameters,
+// AdamW's first and then second moments, a checksum) with float `k` of tensor `name` in group
+// `group` (0 parameters, 1 and 2 the moments) set to `v`, sealed anew: what a checksum alone
+// lets through.
+std::string with_value(std::string bytes, const std::string& name, int group, int k, float v) {
+  std::uint64_t hlen = 0;
+  std::memcpy(&hlen, bytes.data() + 12, sizeof hlen);
+  const auto header = nlohmann::json::parse(bytes.substr(20, hlen));
+  std::size_t at = 0, total = 0;
+  for (const auto& t : header.at("tensors")) {
+    if (t.at("name") == name) at = total;
+    std::size_t n = sizeof(float);
+    for (const auto d : t.at("shape"))
+      n *= d.get<std::size_t>();
+    total += n;
+  }
+  std::memcpy(bytes.data() + 20 + hlen + group * total + at + k * sizeof v, &v, sizeof v);
+  bytes.resize(bytes.size() - 8);
+  const std::uint64_t sum = checkpoint_checksum(bytes);
+  bytes.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+  return bytes;
+}
+
+// A resume from them failed a step or two later (exit 1), or trained on with a NaN in an
+// embedding row no batch reached.
+TEST(Checkpoint, ValuesNoRunWritesAreRefused) {
+  const Case c{"fixed 1f1b", 2, 1, "1f1b", Policy::Fixed, false};
+  const TrainOptions o = options(c, 0);
+  const std::string path = ::testing::TempDir() + "rrfp-values.bin";
+  Trainer t(o);
+  t.step();
+  t.save(path);
+  const std::string good = read_bytes(path);
+  auto load = [&](const std::string& bytes) {
+    std::ofstream(path, std::ios::binary) << bytes;
+    Trainer(o).resume(path);
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_ERROR(load(with_value(good, "head.out.bias", 0, 3, nan)), InputError,
+               "holds NaN at element 3 in tensor 'head.out.bias', which no run writes: the file "
+               "is damaged, or not a run's");
+  EXPECT_ERROR(load(with_value(good, "embed.tokens", 1, 0, -inf)), InputError,
+               "holds -inf at element 0 in tensor 'embed.tokens' (AdamW's first moment)");
+  EXPECT_ERROR(load(with_value(good, "block0.fc1.weight", 2, 7, -1e-30f)), InputError,
+               "holds -1e-30 at element 7 in tensor 'block0.fc1.weight' (AdamW's second moment)");
+  // A negative first moment, and a second of -0, are a run's.
+  EXPECT_NO_THROW(load(with_value(good, "block0.fc1.weight", 1, 7, -1e-30f)));
+  EXPECT_NO_THROW(load(with_value(good, "block0.fc1.weight", 2, 7, -0.0f)));
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "core/error.hpp"
 #include "core/fnv.hpp"
+#include "core/format.hpp"
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
 #include "core/output_file.hpp"
@@ -197,6 +198,24 @@ std::optional<std::vector<std::int64_t>> shape_of(const nlohmann::json& e) {
   return out;
 }
 
+// The first of `n` float32 values at `from` that is not finite, or negative where
+// `non_negative`, in words with its index; "" where none is. By bits, so that the scan of a
+// large model's tensors stays a pass over memory.
+std::string bad_value(const char* from, std::int64_t n, bool non_negative) {
+  for (std::int64_t k = 0; k < n; ++k) {
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, from + k * sizeof bits, sizeof bits);
+    const bool finite = (bits & 0x7f800000u) != 0x7f800000u;
+    // -0 is not negative: the sign bit alone set.
+    if (finite && !(non_negative && (bits >> 31) != 0 && bits != 0x80000000u)) continue;
+    float v = 0;
+    std::memcpy(&v, &bits, sizeof v);
+    return (std::isnan(v) ? std::string("NaN") : fmt("%g", static_cast<double>(v))) +
+           " at element " + std::to_string(k);
+  }
+  return "";
+}
+
 void copy_in(const torch::Tensor& t, const char* from, std::size_t n) {
   if (t.is_cpu()) {
     std::memcpy(t.data_ptr(), from, n);
@@ -315,6 +334,20 @@ std::vector<std::string> load_by_name(const std::string& path, CheckpointState& 
     if (!known.contains(name))
       throw bad("holds tensor '" + printable(name, 80) +
                 "', which this run's model does not have (another task?)");
+  // The values too, before any is copied: a run makes none that is not finite (it stops at a
+  // loss that is not a number), nor a negative second moment, whose square root the next step
+  // took: a resume from such bytes failed a step or two later (exit 1), or trained on with a
+  // NaN in a row of the embedding no batch reached.
+  static constexpr const char* kGroup[] = {"", " (AdamW's first moment)",
+                                           " (AdamW's second moment)"};
+  for (size_t i = 0; i < expect.params.size(); ++i)
+    for (size_t g = 0; g < 3; ++g) {
+      const std::size_t at = p.data + g * total + where.at(expect.names[i]).first;
+      if (const std::string v = bad_value(bytes.data() + at, expect.params[i].numel(), g == 2);
+          !v.empty())
+        throw bad("holds " + v + " in tensor '" + expect.names[i] + "'" + kGroup[g] +
+                  ", which no run writes: the file is damaged, or not a run's");
+    }
   torch::NoGradGuard no_grad;
   const auto gs = groups(expect);
   for (size_t i = 0; i < expect.params.size(); ++i) {
