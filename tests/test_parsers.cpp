@@ -216,6 +216,11 @@ TEST(Replay, ReadsMeasuredDurationsAndRejectsBadRows) {
                 .find("(a CSV does not say its run's shape: give the `pp`, `vpp` and "
                       "`microbatches` it was recorded with)"),
             std::string::npos);
+  // A TP rank past the run's: recorded with more ranks, and maybe another shape too.
+  EXPECT_NE(err("stage,chunk,microbatch,kind,duration_us,tp_rank\n0,0,0,F,5,1\n")
+                .find("r.csv:2: tp_rank 1 >= `tp` 1 (a CSV does not say its run's shape: give "
+                      "the `tp`, `pp`, `vpp` and `microbatches` it was recorded with)"),
+            std::string::npos);
   EXPECT_NE(err("stage,chunk\n").find("lacks column 'microbatch'"), std::string::npos);
   // Hexadecimal, infinities, an unknown or doubled column, a negative or fractional step.
   std::string hex = csv;

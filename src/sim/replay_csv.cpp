@@ -191,6 +191,13 @@ Kind kind_at(const Table& t, const Row& row, const std::string& where) {
   throw InputError(where + ": column kind: '" + printable(k, 10) + "' is not F, B or W");
 }
 
+// What a CSV's shape error adds: the file does not say its run's shape (`also`: an option
+// named first, with its comma).
+std::string shape_untold(const std::string& also) {
+  return " (a CSV does not say its run's shape: give the " + also +
+         "`pp`, `vpp` and `microbatches` it was recorded with)";
+}
+
 // Every task of every rank needs a duration; folded W durations join their B.
 void finish(RealizedWork& r, const FoldedW& folded_w, const WorkModel& m, const std::string& origin,
             bool saw_w) {
@@ -206,8 +213,7 @@ void finish(RealizedWork& r, const FoldedW& folded_w, const WorkModel& m, const 
                    "replay it with `split_backward` off)"
                  // A CSV does not hold its run's shape: the run's flags' default (4 stages, 8
                  // microbatches) looked for tasks a smaller run never had, without a word why.
-                 : " (a CSV does not say its run's shape: give the `pp`, `vpp` and "
-                   "`microbatches` it was recorded with)"));
+                 : shape_untold("")));
     }
   if (const std::string w = folded_w.missing(m); !w.empty()) throw InputError(origin + ": " + w);
   folded_w.add_to(r.compute_ns);
@@ -265,7 +271,7 @@ RealizedWork parse_replay_csv(const std::string& text, const WorkModel& m, int t
       lo = static_cast<int>(num("tp_rank", true));
       if (lo >= tp)
         throw InputError(where + ": tp_rank " + std::to_string(lo) + " >= `tp` " +
-                         std::to_string(tp));
+                         std::to_string(tp) + shape_untold("`tp`, "));
       hi = lo + 1;
     }
     for (int rank = lo; rank < hi; ++rank) {

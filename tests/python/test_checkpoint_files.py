@@ -13,6 +13,8 @@ import lm
 import rrfp
 from test_checkpoint import _manifest, adamw, pipeline, train
 
+_SUM_BYTES = len(b"rrfp-sha256:") + 64  # a sealed part's archive comment
+
 
 @pytest.mark.parametrize("parts,words", [
     (1_000_000, "names 1000000 parts, not a whole number in 1..65536"),
@@ -152,6 +154,20 @@ def test_a_part_with_bytes_overwritten_is_refused_by_its_checksum(tmp_path):
         f.write(damaged)
     with pytest.raises(ValueError, match=f"{name} is damaged: the SHA-256 saved in it cannot"):
         pipe.load(folder, opt)
+    # So is a byte dropped from the end-of-archive record (its comment's length), or one added
+    # within it: the record no longer parses, and the data's damage loaded unchecked.
+    for cut in (-_SUM_BYTES - 3, -_SUM_BYTES - 10):
+        damaged = bytearray(data)
+        damaged[at:at + 64] = b"\xff" * 64
+        if cut == -_SUM_BYTES - 3:
+            del damaged[cut]
+        else:
+            damaged[cut:cut] = b"\0"
+        with open(part, "wb") as f:
+            f.write(damaged)
+        with pytest.raises(ValueError, match=f"{name} is damaged: the SHA-256 saved in it "
+                                             f"cannot"):
+            pipe.load(folder, opt)
     torch.save(torch.load(part), part)  # as an earlier version wrote it: no checksum
     assert pipe.load(folder, opt) == {"step": 1}
 

@@ -84,6 +84,9 @@ def _kind(file):
 # end-of-archive record's signature, which a zip reader looks for from the end.
 _SUM = b"rrfp-sha256:"
 _SUM_BYTES = len(_SUM) + 64
+# How far from its place the checksum's text is still looked for, where bytes were dropped or
+# added near the end of a part.
+_SHIFT_BYTES = 64
 
 
 def _seal(buf):
@@ -267,16 +270,20 @@ def _check_sum(path, name, f):
     taken of (_seal): torch.load read a part with bytes overwritten without a word, NaNs in
     its tensors. One without a checksum (an earlier version's) passes, as torch.load decides."""
     size = os.fstat(f.fileno()).st_size
-    f.seek(max(size - _SUM_BYTES - 22, 0))
-    tail = f.read(_SUM_BYTES + 22)
+    # The end-of-archive record and its comment, and a few bytes before them (_SHIFT_BYTES).
+    f.seek(max(size - _SUM_BYTES - 22 - _SHIFT_BYTES, 0))
+    wide = f.read(_SUM_BYTES + 22 + _SHIFT_BYTES)
+    tail = wide[-(_SUM_BYTES + 22):]
     f.seek(0)  # for torch.load, after this
     # Sealed, the end-of-archive record gives a comment of _SUM_BYTES: a damaged marker then is
-    # damage (taken for an earlier version's part, it went unchecked), not an unsealed part.
+    # damage (taken for an earlier version's part, it went unchecked), not an unsealed part. So
+    # is the checksum's text near the end where the record does not parse (a byte dropped or
+    # added there let a part whose data was changed too load unchecked).
     sealed = (len(tail) == _SUM_BYTES + 22 and tail[:4] == b"PK\x05\x06"
               and tail[20:22] == _SUM_BYTES.to_bytes(2, "little"))
     end = tail[22:]
     if not sealed or not end.startswith(_SUM):
-        if sealed:
+        if sealed or _SUM in wide:
             raise ValueError(f"checkpoint '{path}': {name} is damaged: the SHA-256 saved in it "
                              "cannot be read")
         return
