@@ -87,5 +87,20 @@ TEST(JsonInput, RefusesANulByteWhereverItIs) {
   EXPECT_NE(refusal("[\"a\0b\"]"s).find("offset 3"), std::string::npos);
 }
 
+// A number too small for a double read as 0 without a word ("forward_us": 1e-400, a workload
+// of zero durations), where a flag's value is refused; a subnormal, and a zero however spelt,
+// read as they are, and a number too large is the parser's refusal.
+TEST(JsonInput, RefusesANumberThatUnderflowsToZero) {
+  EXPECT_EQ(refusal(R"({"forward_us": 1e-400})"),
+            "d.json: \"forward_us\": the number 1e-400 is too small for a double, which would "
+            "read it as 0");
+  EXPECT_EQ(refusal("[0.5E-999]"),
+            "d.json: the number 0.5E-999 is too small for a double, which would read it as 0");
+  for (const char* fine : {"[1e-310]", "[0.0]", "[0e-400]", "[-0.000e5]", "[0.5e-300]"})
+    EXPECT_EQ(refusal(fine), "accepted") << fine;
+  EXPECT_EQ(parse_scanned_json("[1e-310]", "d.json")[0].get<double>(), 1e-310);
+  EXPECT_NE(refusal("[1e400]").find("d.json: invalid JSON ("), std::string::npos);
+}
+
 }  // namespace
 }  // namespace rrfp::test

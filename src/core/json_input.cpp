@@ -65,7 +65,19 @@ class CheckedDom final : public nlohmann::json_sax<nlohmann::json> {
   bool boolean(bool v) override { return put(v) != nullptr; }
   bool number_integer(number_integer_t v) override { return put(v) != nullptr; }
   bool number_unsigned(number_unsigned_t v) override { return put(v) != nullptr; }
-  bool number_float(number_float_t v, const string_t&) override { return put(v) != nullptr; }
+  // A number too small for a double reads as 0: "1e-400" became a duration of 0 without a
+  // word, where a flag's value is refused (a number too large is the parser's error).
+  bool number_float(number_float_t v, const string_t& text) override {
+    const std::size_t mantissa = text.find_first_of("eE");
+    if (v == 0 && text.substr(0, mantissa).find_first_of("123456789") != std::string::npos)
+      throw InputError(origin_ + ": " +
+                       (!open_.empty() && open_.back()->is_object()
+                            ? "\"" + printable(key_, 40) + "\": "
+                            : std::string()) +
+                       "the number " + printable(text, 40) +
+                       " is too small for a double, which would read it as 0");
+    return put(v) != nullptr;
+  }
   bool string(string_t& v) override { return put(std::move(v)) != nullptr; }
   bool binary(binary_t& v) override { return put(nlohmann::json::binary(std::move(v))) != nullptr; }
   bool start_object(std::size_t) override {
