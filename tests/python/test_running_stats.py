@@ -279,6 +279,32 @@ def test_state_changed_in_place_then_computed_with_is_explained_and_a_copy_train
         assert all(torch.equal(p, q) for p, q in zip(a.buffers(), b.buffers()))
 
 
+class DoublesItsInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 8)
+
+    def forward(self, x):
+        x.mul_(2)
+        return self.lin(x)
+
+
+def test_a_first_chunk_changing_views_of_one_batch_in_place_is_told_to_give_a_list():
+    # Microbatches cut from one batch tensor are views of it: one's change in place counts as a
+    # change of all, and microbatch 0's backward found its saved input changed by microbatch 1's
+    # forward. The message named two other causes alone; a list of separate tensors trains.
+    torch.manual_seed(0)
+    chunks = [DoublesItsInput(), nn.Linear(8, 2)]
+    x, y = torch.randn(12, 4), torch.randn(12, 2)
+    pipe = rrfp.Pipeline(chunks, lambda o, t: F.mse_loss(o, t), pp=2, microbatches=4,
+                         hint="1f1b", policy="fixed", timeout=60)
+    with pytest.raises(rrfp.StageError, match=r"changed in place since.*step\(\) was given one "
+                       r"batch tensor: its microbatches are views of it.*give a list of separate "
+                       r"tensors"):
+        pipe.step(x.clone(), y)
+    pipe.step([t.clone() for t in x.tensor_split(4)], y)
+
+
 def test_a_stateful_module_added_after_the_pipeline_was_built_is_refused():
     # Stateful modules were looked for once, as the pipeline was built: a batch norm added
     # later left the forwards unordered (adaptive's statistics another order's), and one shared

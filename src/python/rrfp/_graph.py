@@ -88,7 +88,11 @@ def backward_failure(kind, chunk, e):
             "place and then computes with (a running statistic it divides by, say), which has "
             "moved on by the backward: the pipeline runs other microbatches' forwards before "
             "this one's backward, and ordered_forwards orders the forwards only; compute with "
-            f"a copy (x / scale.clone()) or change the state out of place (autograd: {said})")
+            "a copy (x / scale.clone()) or change the state out of place. The same holds for a "
+            "first chunk that changes its input in place where step() was given one batch "
+            "tensor: its microbatches are views of it, which count a change of one as a change "
+            "of all; give a list of separate tensors, or change a copy (autograd: "
+            f"{said})")
     if kind == "W" and "could not compute gradients for some functions" in whole:
         return RuntimeError(
             f"chunk {chunk}'s weight gradients could not be computed apart from its input's "
