@@ -348,7 +348,8 @@ TEST(TraceImport, RefusesWhatIsNotAnRrfpTrace) {
       "0\"}},"
       "{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"dur\": 1, \"args\": {\"kind\": \"F\", "
       "\"chunk\": 1, \"microbatch\": 0}}]",
-      "runs on stage 1, not 0");
+      "runs on stage 1, not 0; if the trace was recorded with another shape, give that one "
+      "(`pp`, `vpp`, `microbatches`, `placement`)");
   // A task without ts was put at 0 (first in its stage's order: 136.46 ms replayed as 147.48);
   // one without kind was skipped, and the step refused for lacking it.
   refused(stage0 + "{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"dur\": 1, " + f0 + "]",

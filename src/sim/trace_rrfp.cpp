@@ -271,12 +271,18 @@ TimelineTask task_of(const nlohmann::json& e, const nlohmann::json& args, const 
                   : k == "B" ? Kind::B
                              : Kind::W,
                   whole_at(args, "chunk", where), whole_at(args, "microbatch", where)};
-  // A W of a run without the split backward is folded into its B (sim/fold_w.hpp).
+  // A W of a run without the split backward is folded into its B (sim/fold_w.hpp). Both
+  // refusals come of a shape not the trace's (a V = 2 trace read at V = 1 named the task alone).
+  const std::string other_shape =
+      "; if the trace was recorded with another shape, give that one (`pp`, `vpp`, "
+      "`microbatches`, `placement`)";
   if (!m.valid(t.task) && !folds_into_b(m, t.task))
-    throw InputError(where + ": task " + to_string(t.task) + " does not exist in this run");
+    throw InputError(where + ": task " + to_string(t.task) + " does not exist in this run" +
+                     other_shape);
   if (m.stage_of(t.task) != stage)
     throw InputError(where + ": task " + to_string(t.task) + " runs on stage " +
-                     std::to_string(m.stage_of(t.task)) + ", not " + std::to_string(stage));
+                     std::to_string(m.stage_of(t.task)) + ", not " + std::to_string(stage) +
+                     other_shape);
   t.tp_rank = e.contains("tid") ? whole_at(e, "tid", where) : 0;
   t.dur_us = number_at(e, "dur", where);
   t.start_us = clock_at(e, "ts", where);  // without it the task was put at 0
