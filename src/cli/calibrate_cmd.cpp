@@ -213,7 +213,9 @@ void setup_calibrate(CLI::App& app) {
                      "inproc (threads) or mpi (under mpirun -np 2 or 4)");
   sub->add_option("--sizes", f->sizes, "message sizes, comma-separated (bytes, K or M), each once")
       ->capture_default_str();
-  sub->add_option("--seconds", f->seconds, "the measurement's time budget")
+  sub->add_option("--seconds", f->seconds,
+                  "the measurement's time budget (its least depends on --sizes, and a budget "
+                  "too short for them is refused saying how long they need)")
       ->check(finite_range(0.1, 3600.0))
       ->capture_default_str();
   sub->add_option("--endpoints", f->endpoints,

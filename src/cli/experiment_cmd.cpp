@@ -30,8 +30,14 @@ CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f) {
   f.shape.ordered = "auto";  // a replayed trace's step says (with_replay_step)
   add_shape_flags(sub, f.shape);
   add_workload_flags(sub, f.load);
-  CLI::Option* comm =
-      add_dispatch_flags(sub, f.dispatch, "fixed, ready or both (fixed above ready)");
+  // Both defaults read as values that can be given: --policy both is refused without --hint,
+  // and --comm async given makes the comparison's baseline run one way (three rows, not four).
+  CLI::Option* comm = add_dispatch_flags(
+      sub, f.dispatch,
+      "fixed, ready or both (fixed above ready), with --hint (without one: the comparison of "
+      "fixed 1F1B against ready BF and BFW)");
+  comm->description(comm->get_description() +
+                    "; not given, the comparison (no --hint) runs its fixed baseline both ways");
   sub->add_option("--json", f.json, "write the report as JSON to FILE ('-': stdout)");
   sub->add_option("--trace", f.trace, "write a Chrome trace (Perfetto) to FILE");
   sub->add_option("--svg", f.svg, "write an SVG timeline to FILE");

@@ -206,7 +206,9 @@ void setup_predict(CLI::App& app) {
                   "chunk placement: loop or vshape (default: where an rrfp or PyTorch trace's "
                   "chunks ran, else loop)");
   sub->add_option("--split-backward", f->split,
-                  "auto (a split backward when the step replayed has W tasks), on or off")
+                  "auto (where the step replayed has W tasks, each rule as it runs: BFW and "
+                  "adaptive split the backward, BF runs it whole with each W joined to its B), "
+                  "on (every rule splits it) or off")
       ->capture_default_str();
   CLI::Option* tp = sub->add_option(
       "--tp", f->tp, "tensor-parallel ranks per stage T (default: an rrfp trace's, else 1)");

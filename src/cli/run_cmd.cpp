@@ -79,7 +79,8 @@ void setup_run(CLI::App& app) {
       sub->add_option("--warmup-extra", f->warmup_extra,
                       "at most this many more untimed steps: a step after --warmup's that still "
                       "mapped fresh payload buffers in any process is not timed (how many a step "
-                      "holds at once depends on its timing); 0: exactly --warmup")
+                      "holds at once depends on its timing); 0: exactly --warmup; with --warmup "
+                      "1 or more")
           ->check(whole_range(0, 100))
           ->capture_default_str();
   sub->add_option("--repeat", f->repeat,

@@ -112,9 +112,11 @@ void add_model_data_flags(CLI::App* s, train::TrainOptions& t) {
                 "read; a file under about 10 x (--max-len + 1) bytes is skipped, as the banner "
                 "says)")
       ->capture_default_str();
-  s->add_option("--min-len", t.window.min_len, "shortest microbatch, in bytes")
+  s->add_option("--min-len", t.window.min_len,
+                "shortest microbatch, in bytes (not given: at most --max-len)")
       ->capture_default_str();
-  s->add_option("--max-len", t.window.max_len, "longest microbatch, in bytes")
+  s->add_option("--max-len", t.window.max_len,
+                "longest microbatch, in bytes (not given: at most --max-seq)")
       ->capture_default_str();
 }
 

@@ -137,7 +137,10 @@ void TrainingRun::print_summary() const {
      << "wrote " << visible(dir())
      << "loss.csv, loss.svg, trace.json, timeline.svg"
      // durations.csv holds the steps after the first two: a run stopped before has none
-     << (measured_.empty() ? "" : ", durations.csv") << earlier_durations_kept() << "\n";
+     << (measured_.empty() ? "" : ", durations.csv")
+     // A run's last step saves one: a stop's is named on the line above.
+     << (o_.save_every > 0 && !stopped ? ", checkpoint.bin" : "") << earlier_durations_kept()
+     << "\n";
   std::cout << os.str() << std::flush;
   said_if_piped(os.str());
 }
