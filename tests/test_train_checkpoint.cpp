@@ -201,7 +201,9 @@ TEST(Checkpoint, CorruptTruncatedOrMismatchedCheckpointsAreRefused) {
       {"/tensors/0/shape", {"has a malformed tensor entry"}},
       {"/tensors/1/name", {"has a malformed tensor entry", "has no tensor 'embed.positions'"}},
       {"/tensors", {"parameter tensors, not a list", "has a malformed tensor entry -1"}},
-      {"/model", {"holds another model"}}};
+      {"/model", {"holds another model"}},
+      {"/format", {"header field \"format\" is"}},
+      {"/run", {"header field \"run\" must be an object"}}};
   for (const auto& [at, wants] : edits)
     for (const nlohmann::json& v : {nlohmann::json(-5), nlohmann::json("x"), nlohmann::json(3.5),
                                     nlohmann::json::array({-1, "a"}), nlohmann::json(nullptr)}) {

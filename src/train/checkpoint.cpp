@@ -160,6 +160,11 @@ Parsed parse(const std::string& bytes, const std::string& path, const GptConfig&
   for (const char* name : {"step", "model", "tensors"})
     if (!h.is_object() || !h.contains(name))
       throw bad(std::string("has no header field \"") + name + "\"");
+  // Written by every save; an edited file's say where they would be taken for absent.
+  if (h.contains("format") && h["format"] != "rrfp-checkpoint")
+    throw bad("header field \"format\" is " + brief(h["format"]) + ", not \"rrfp-checkpoint\"");
+  if (h.contains("run") && !h["run"].is_object())
+    throw bad("header field \"run\" must be an object (the run's options), got " + brief(h["run"]));
   const auto& step = h["step"];
   if (!step.is_number_integer() || step.get<long long>() < 0 || step.get<long long>() > kMaxSteps)
     throw bad("header field \"step\" must be a whole number in [0, 1e9], got " + brief(step));

@@ -40,6 +40,12 @@ def test_a_manifests_fields_are_checked_before_use(tmp_path, parts, words):
             json.dump(dict(m, token=token), f)
         with pytest.raises(ValueError, match="its token is"):
             pipe.load(folder)
+    # A key given twice: json.loads kept the last without a word.
+    with open(f"{folder}/manifest.json", "w") as f:
+        f.write(f'{{"token": {m["token"]}, "parts": 2, "parts": 1}}')
+    with pytest.raises(ValueError, match="manifest.json is not a manifest .*key 'parts' appears "
+                                         "twice in one object"):
+        pipe.load(folder)
 
 
 def test_missing_parts_are_named_briefly(tmp_path):

@@ -174,8 +174,14 @@ def _read_manifest(path, max_parts):
     where = f"checkpoint '{path}': {MANIFEST}"
     if len(data) > _MANIFEST_BYTES:
         raise ValueError(f"{where} is over {_MANIFEST_BYTES} bytes: not a manifest")
+    def once(pairs):  # a key given twice: json.loads kept the last without a word
+        keys = [k for k, _ in pairs]
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:
+            raise ValueError(f"key {twice[:40]!r} appears twice in one object")
+        return dict(pairs)
     try:
-        m = json.loads(data.decode("utf-8"))
+        m = json.loads(data.decode("utf-8"), object_pairs_hook=once)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError, JSONDecodeError
         raise ValueError(f"{where} is not a manifest (damaged?): {e}") from e
     token = m.get("token") if isinstance(m, dict) else None
