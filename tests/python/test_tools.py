@@ -114,6 +114,14 @@ def test_arguments_of_the_wrong_type_are_named(call, match):
         call()
 
 
+def test_none_is_an_optional_argument_not_given():
+    # trace_format, step and message_us took None for their default, and these three raised
+    # TypeError for it.
+    want = rrfp.simulate(pp=2, microbatches=4, hint="1f1b", policy="fixed").makespan
+    assert rrfp.simulate(pp=2, microbatches=4, hint="1f1b", policy="fixed", replay=None,
+                         workload_file=None, tp_protocol=None).makespan == want
+
+
 def test_schedule_takes_a_hint_file_as_a_path_object(tmp_path):
     path = tmp_path / "h.txt"
     stages = rrfp.schedule(hint="1f1b", pp=2, microbatches=4)

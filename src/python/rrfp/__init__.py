@@ -39,10 +39,14 @@ def simulate(**kwargs):
     `max_pending_w` (None or 0: the default) bound the ready policy: given with policy="fixed",
     or `max_pending_w` where the backward is not split, they raise ValueError, as the command
     refuses them and Pipeline does; so does `tp_protocol` at tp=1. One record holds one run:
-    policy="both", the command's default, raises ValueError."""
+    policy="both", the command's default, raises ValueError. None for `replay`, `workload_file`
+    or `tp_protocol` is as if it were not given."""
     from ._args import INT_MAX, check_whole, refuse_fixed_bound
 
     _check_keywords("simulate", kwargs, _SIMULATE_KEYWORDS)
+    for name in ("replay", "workload_file", "tp_protocol"):  # None: not given, as step's
+        if name in kwargs and kwargs[name] is None:
+            del kwargs[name]
     kwargs["workload_given"] = "workload" in kwargs
     kwargs["seed_given"] = "seed" in kwargs
     for name in ("limit", "max_pending_w"):
