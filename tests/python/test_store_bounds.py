@@ -65,7 +65,9 @@ def test_an_answering_store_is_read_as_before(monkeypatch):
 def test_a_process_that_never_came_to_the_gather_is_named_alone(monkeypatch):
     # pp 2 x dp 2: rank 1's script ended after 3 gathers; ranks 0 and 3 came to the 4th with
     # rank 2, failed in it for want of rank 1, and ended. Rank 2 named all three.
-    store = AnsweringStore({"rrfp/ended/1": 4, "rrfp/ended/0": 5, "rrfp/ended/3": 5})
+    # Rank 0's pipeline was freed as its script ended: not a pipeline freed ahead of this one.
+    store = AnsweringStore({"rrfp/ended/1": 4, "rrfp/ended/0": 5, "rrfp/ended/3": 5,
+                            "rrfp/freed/0": 1, "rrfp/last-freed/0": _ended.BUILT})
     monkeypatch.setattr(_ended, "_store", lambda: (store, 2, 4))
     monkeypatch.setattr(_ended, "_freed", [0])
     monkeypatch.setattr(_ended, "_entered", [4])

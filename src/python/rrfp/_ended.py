@@ -94,12 +94,12 @@ def gone():
     def read(store, me, size):
         others = [r for r in range(size) if r != me]
         came = {r: store.add(_ENDED + str(r), 0) - 1 for r in others}  # gathers; -1: alive
-        ended = [r for r in others if came[r] >= 0]
+        left = [r for r in others if came[r] >= 0]
+        ahead = {r: store.add(_LAST + str(r), 0) for r in others
+                 if r not in left and store.add(_FREED + str(r), 0) > _freed[0]}
         # Those that never came to this gather, where any: the others ended after failing in
         # it, for want of them (a rank that left a pp 2 x dp 2 job was named with two more).
-        ended = [r for r in ended if came[r] < _entered[0]] or ended
-        ahead = {r: store.add(_LAST + str(r), 0) for r in others
-                 if r not in ended and store.add(_FREED + str(r), 0) > _freed[0]}
+        ended = [r for r in left if came[r] < _entered[0]] or left
         # One whose building failed as this one's did, after another's refusal, is left out.
         return ended, [r for r, k in ahead.items() if k == REFUSED], [
             r for r, k in ahead.items() if k == BUILT]
