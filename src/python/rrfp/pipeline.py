@@ -40,8 +40,8 @@ class Pipeline:
     hint: a schedule name ("1f1b", "gpipe", "zb-h1", ...) or rule ("bf", "bfw"), or a hint
         file; policy "ready" (dispatch the best-ranked ready task) or "fixed" (the hint's order).
     split_backward: "auto" (on for hints that schedule W tasks: bfw, adaptive, zb-*), "on" or
-        "off". Split, B computes only the chunk's input gradient and keeps the graph; W computes the
-        parameter gradients from it later.
+        "off". Split, B computes only the chunk's input gradient and keeps the graph; W
+        computes the parameter gradients from it later.
     limit: back-pressure on activations in flight per stage under the ready policy: forwards
         done beyond backwards done (None or 0, as the command takes it: the hint's own peak;
         with policy "fixed", whose list decides them, a ValueError). With two or more chunks
