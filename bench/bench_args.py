@@ -8,6 +8,8 @@ import math
 import os
 import platform
 import shutil
+import subprocess
+import sys
 
 
 def at_least(least, why=""):
@@ -62,6 +64,16 @@ def executable(text):
     if found is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not an executable file")
     return found
+
+
+def output_of(cmd, **kw):
+    """stdout of `cmd` (an rrfp command line); where it fails, the script ends with its stderr
+    (check=True said only "returned non-zero exit status 2", rrfp's one-line reason lost)."""
+    done = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(map(str, cmd[:3]))} ...: exit {done.returncode}: "
+                 f"{done.stderr.strip()[-500:]}")
+    return done.stdout
 
 
 def launcher_rank():

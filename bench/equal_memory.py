@@ -18,10 +18,9 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import tempfile
 
-from bench_args import executable
+from bench_args import executable, output_of
 
 WORKLOADS = ["language", "multimodal"]
 PPS = [4, 8, 16]
@@ -52,8 +51,7 @@ def held_peak(trace_path):
 
 
 def step_and_peak(rrfp, args, trace):
-    out = subprocess.run([rrfp, "simulate", "--json", "-", "--trace", trace] + args,
-                         capture_output=True, text=True, check=True).stdout
+    out = output_of([rrfp, "simulate", "--json", "-", "--trace", trace] + args)
     return json.loads(out)["runs"][0]["makespan_ms"], held_peak(trace)
 
 

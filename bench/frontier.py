@@ -16,14 +16,13 @@ import csv
 import itertools
 import json
 import math
-import subprocess
+import os
 import sys
-from bench_args import executable, positive
+from bench_args import executable, output_of, positive
 
 
 def run_json(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    return json.loads(output_of(cmd))
 
 
 def makespan(rrfp, flags, hint, policy, comm="async", split="off"):
@@ -62,7 +61,7 @@ def small(args):
               f"({'proven' if ex['proven'] else 'NOT proven'}, {ex['nodes']} nodes), search "
               f"{pl['search_ms']:.3f}, bound {pl['lower_bound_ms']:.3f}, bf {bf:.3f}",
               file=sys.stderr)
-    write(args.out or "docs/data/frontier-small.csv", rows)
+    write(args.out, rows)
     proven = [r for r in rows if r["proven"]]
     gaps = [r["search_ms"] / r["exact_ms"] - 1 for r in proven]
     print(f"\n{len(proven)} of {len(rows)} instances proven optimal")
@@ -101,7 +100,7 @@ def grid(args):
         row["plan_whole_b"] = plan(args.rrfp, flags, "off", budget)["plan"]["makespan_ms"]
         rows.append(row)
         print(" ".join(f"{k}={v}" for k, v in row.items()), file=sys.stderr)
-    write(args.out or "docs/data/frontier-grid.csv", rows)
+    write(args.out, rows)
     runs = ["fixed_1f1b", "bf", "bfw", "adaptive", "plan_in_order", "plan"]
     print("| workload | limit | " + " | ".join(runs) + " |")
     print("|---|---|" + "---|" * len(runs))
@@ -130,8 +129,14 @@ def main():
     ap.add_argument("what", choices=["small", "grid"])
     ap.add_argument("--budget", type=positive, default=2.0,
                     help="seconds per plan (grid) or per exact search (small)")
-    ap.add_argument("--out")
+    ap.add_argument("--out", help="the CSV (default: the repository's docs/data/frontier-WHAT.csv)")
     args = ap.parse_args()
+    # Checked before the run, and the default is the repository's wherever the script is run
+    # from: a relative default, looked for at the end, lost a run of minutes.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    args.out = args.out or os.path.join(root, "docs", "data", f"frontier-{args.what}.csv")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        ap.error(f"--out {args.out}: no such folder")
     small(args) if args.what == "small" else grid(args)
 
 

@@ -7,7 +7,8 @@
 # three times each; the median of the three medians is printed.
 # Usage: bench/gap_vs_task.sh RRFP [RRFP_B]        (about 10 s a build on a 2-core VM)
 set -euo pipefail
-if [ $# -lt 1 ] || [ ! -x "$1" ] || { [ $# -gt 1 ] && [ ! -x "$2" ]; }; then
+shopt -s inherit_errexit  # a failure inside $(...) ends the script, not an empty column
+if [ $# -lt 1 ] || [ ! -f "$1" ] || [ ! -x "$1" ] || { [ $# -gt 1 ] && { [ ! -f "$2" ] || [ ! -x "$2" ]; }; }; then
   echo "usage: $0 RRFP [RRFP_B] (rrfp binaries of Release builds)" >&2
   exit 2
 fi
@@ -24,15 +25,20 @@ for us in 50 200 1000 5000; do
     declare -A got=()
     for i in 1 2 3; do
       for b in "${!builds[@]}"; do
-        g=$("${builds[$b]}" run --pp $p -m 32 --hint bf --policy ready --repeat 3 \
-          --workload-file "$work/w.json" 2>/dev/null |
-          sed -n 's/.*dispatch gap.* median \([0-9.]*\) us.*/\1/p')
+        # Its error is shown where it fails (it was thrown away, and the script ended unsaid).
+        "${builds[$b]}" run --pp $p -m 32 --hint bf --policy ready --repeat 3 \
+          --workload-file "$work/w.json" >"$work/out" ||
+          { echo "$0: ${builds[$b]} run failed (above)" >&2; exit 1; }
+        g=$(sed -n 's/.*dispatch gap.* median \([0-9.]*\) us.*/\1/p' "$work/out")
+        [ -n "$g" ] || { echo "$0: ${builds[$b]}: no dispatch gap in its report" >&2; exit 1; }
         got[$b]="${got[$b]:-} $g"
       done
     done
     printf '%-8s %4s' "$us" "$p"
     for b in "${!builds[@]}"; do
-      printf ' %10s' "$(/usr/bin/python3 -c 'import sys, statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' ${got[$b]})"
+      # shellcheck disable=SC2086
+      median=$(/usr/bin/python3 -c 'import sys, statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' ${got[$b]})
+      printf ' %10s' "$median"
     done
     printf '\n'
     unset got

@@ -10,9 +10,8 @@ no timing. A few seconds.
 import argparse
 import json
 import math
-import subprocess
 
-from bench_args import executable
+from bench_args import executable, output_of
 
 WORKLOADS = ["multimodal", "uniform", "language", "jitter:J2", "straggler"]
 SHAPES = [(4, 2, 16, "loop"), (8, 2, 32, "loop"), (8, 2, 64, "loop"), (4, 3, 24, "loop"),
@@ -25,10 +24,8 @@ def run(rrfp, workload, pp, v, m, placement, hint):
     fixed = "interleaved-1f1b" if placement == "loop" else "zb-v"
     args = [rrfp, "simulate", "--pp", str(pp), "--vpp", str(v), "-m", str(m), "--placement",
             placement, "--workload", workload, "--json", "-"]
-    base = json.loads(subprocess.run(args + ["--hint", fixed, "--policy", "fixed"],
-                                     capture_output=True, text=True, check=True).stdout)
-    ready = json.loads(subprocess.run(args + ["--hint", hint, "--policy", "ready"],
-                                      capture_output=True, text=True, check=True).stdout)
+    base = json.loads(output_of(args + ["--hint", fixed, "--policy", "fixed"]))
+    ready = json.loads(output_of(args + ["--hint", hint, "--policy", "ready"]))
     b, r = base["runs"][0], ready["runs"][0]
     return b["makespan_ms"] / r["makespan_ms"], max(s["peak_d"] for s in r["stages"])
 

@@ -10,9 +10,8 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import tempfile
-from bench_args import count, executable
+from bench_args import count, executable, output_of
 
 PAPER = {
     "t3": {1: (2.581, 0.859, 66.72, 1.788, 1.020, 42.95, 0.0),
@@ -28,7 +27,7 @@ JITTER = {0: (0, 0, 0), 1: (0.1, 5000, 0.5), 2: (0.2, 10000, 1.0), 3: (0.3, 1500
 def sim(rrfp, args, seed, extra=()):
     cmd = [rrfp, "simulate", "--workload", "paper", "--seed", str(seed), "--json", "-", *args,
            *extra]
-    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    return json.loads(output_of(cmd))
 
 
 def run(rrfp, seeds, args, hint, policy, comm, extra=()):

@@ -253,6 +253,8 @@ def main():
     # Refused here in one line each: a bad shape was found mid-run, in a traceback (a --heads
     # not dividing --d-model failed the first forward, after the model was built).
     check_heads(ap, args)
+    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        ap.error(f"--out {args.out}: no such folder")  # it was found after the first run
     args.profile = args.profile == "on" and args.device.startswith("cuda")
     if args.dtype == "bf16" and not args.device.startswith("cuda"):
         ap.error("--dtype bf16 (autocast) needs --device cuda; the CPU runs f32")

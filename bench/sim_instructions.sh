@@ -8,6 +8,8 @@
 # Usage: bench/sim_instructions.sh BEFORE_DIR AFTER_DIR   (each holding a Release bench_core)
 # About 10 s (both builds, on a 2-core VM). Needs valgrind (scripts/install-deps.sh installs it).
 set -euo pipefail
+# A failure inside $(...) ends the script: a failed count printed an empty column and 0.000x.
+shopt -s inherit_errexit
 if [ $# -ne 2 ] || [ ! -x "$1/bench_core" ] || [ ! -x "$2/bench_core" ]; then
   echo "usage: $0 BEFORE_DIR AFTER_DIR (each with a Release bench_core)" >&2
   exit 2
@@ -24,7 +26,8 @@ counted() {  # counted DIR FILTER N FUNCTION...
   shift 3
   for f in "$@"; do toggles+=("--toggle-collect=$f"); done
   valgrind --tool=callgrind --branch-sim=yes "${toggles[@]}" --callgrind-out-file="$tmp/out" \
-    "$dir/bench_core" --benchmark_filter="$filter" --benchmark_min_time=0.001 >"$tmp/log" 2>&1
+    "$dir/bench_core" --benchmark_filter="$filter" --benchmark_min_time=0.001 >"$tmp/log" 2>&1 ||
+    { tail -n 5 "$tmp/log" >&2; echo "$0: $dir/bench_core failed under valgrind" >&2; exit 1; }
   # One iteration: the first already takes longer than the minimum time under callgrind.
   grep -q " 1 items_per_second" "$tmp/log" || { echo "$0: expected one iteration" >&2; exit 1; }
   awk -v n="$n" '/^events:/ {for (i = 2; i <= NF; ++i) col[$i] = i}
@@ -47,15 +50,21 @@ decide() {  # decide DIR RULE -> per decision
 row() {  # row LABEL BEFORE AFTER (each "instructions mispredictions")
   read -r bi bm <<<"$2"
   read -r ai am <<<"$3"
+  [ -n "$bi" ] && [ -n "$ai" ] || { echo "$0: $1: no count read" >&2; exit 1; }
   printf '%-24s %14s %7s %14s %7s %7.3fx\n' "$1" "$bi" "$bm" "$ai" "$am" \
     "$(awk -v a="$ai" -v b="$bi" 'BEGIN {print a / b}')"
 }
 
 printf '%-24s %22s %22s %8s\n' benchmark "before (instr, mispr)" "after (instr, mispr)" "instr"
+# Counted into variables first: a substitution's failure, given as an argument, was lost.
 for b in ready_bf fixed_interleaved_1f1b; do
-  row "$b" "$(count "$1" $b)" "$(count "$2" $b)"
+  before=$(count "$1" $b)
+  after=$(count "$2" $b)
+  row "$b" "$before" "$after"
 done
 echo "per decision (peek + commit among 1,000 ready forwards):"
 for r in bf adaptive; do
-  row "decide+commit $r" "$(decide "$1" $r)" "$(decide "$2" $r)"
+  before=$(decide "$1" $r)
+  after=$(decide "$2" $r)
+  row "decide+commit $r" "$before" "$after"
 done

@@ -9,10 +9,13 @@
 # against its raw library, three alternations). All of it took 13 minutes on a 2-core VM. The
 # MPI hand-off columns come only from a bench_mpi that has them.
 set -euo pipefail
-if [ $# -lt 2 ] || [ ! -x "$1/rrfp" ] || [ ! -x "$2/rrfp" ]; then
+shopt -s inherit_errexit  # a failure inside $(...) ends the script, not an empty column
+if [ $# -lt 2 ] || [ ! -x "$1/rrfp" ] || [ ! -x "$2/rrfp" ] || [ ! -x "$1/bench_core" ] ||
+  [ ! -x "$2/bench_core" ]; then
   echo "usage: $0 BEFORE_DIR AFTER_DIR [OUT_DIR] (each with rrfp and bench_core)" >&2
   exit 2
 fi
+command -v /usr/bin/time >/dev/null || { echo "$0: needs GNU time (apt-get install time)" >&2; exit 2; }
 before=$(realpath "$1")
 after=$(realpath "$2")
 out=${3:-$(mktemp -d)}
@@ -24,7 +27,9 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 median() { "$py" -c 'import sys, statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 ratio() { "$py" -c 'import sys; print(f"{float(sys.argv[2]) / float(sys.argv[1]):.2f}x")' "$1" "$2"; }
 row() {  # row NAME UNIT BEFORE AFTER
-  printf '%-58s %12s %12s %8s  %s\n' "$1" "$3" "$4" "$(ratio "$3" "$4")" "$2"
+  local r
+  r=$(ratio "$3" "$4")  # its failure ends the script (an argument's was lost: an empty ratio)
+  printf '%-58s %12s %12s %8s  %s\n' "$1" "$3" "$4" "$r" "$2"
 }
 
 # Wall seconds and max RSS (KB) of one simulate, over three alternating runs each.
@@ -43,8 +48,9 @@ simulate_row() {  # simulate_row LABEL ARGS...
   b=$(median "${tb[@]}")
   a=$(median "${ta[@]}")
   row "$label: wall s" "median of 3" "$b" "$a"
-  row "$label: max RSS MB" "median of 3" "$(median "${mb[@]}" | awk '{print $1 / 1024}')" \
-    "$(median "${ma[@]}" | awk '{print $1 / 1024}')"
+  b=$(median "${mb[@]}" | awk '{print $1 / 1024}')
+  a=$(median "${ma[@]}" | awk '{print $1 / 1024}')
+  row "$label: max RSS MB" "median of 3" "$b" "$a"
 }
 
 simulate_row "simulate P=M=1024 bf ready" --pp 1024 -m 1024 --hint bf --policy ready
@@ -55,7 +61,8 @@ for which in before after; do
   dir=$before
   [ $which = after ] && dir=$after
   "$dir/bench_core" --benchmark_repetitions=3 --benchmark_format=json \
-    --benchmark_out="$out/core-$which.json" >/dev/null 2>&1
+    --benchmark_out="$out/core-$which.json" >/dev/null 2>"$out/core-$which.err" ||
+    { cat "$out/core-$which.err" >&2; echo "$0: $dir/bench_core failed" >&2; exit 1; }
 done
 "$py" - "$out/core-before.json" "$out/core-after.json" <<'EOF'
 import json, sys, statistics

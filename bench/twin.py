@@ -26,20 +26,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from bench_args import at_least, count, executable
+from bench_args import at_least, count, executable, output_of as sh
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-
-
-def sh(cmd, **kw):
-    """stdout of `cmd`; where it fails, its stderr in the error (a refusal said only "exit
-    status 2")."""
-    done = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(map(str, cmd[:3]))} ...: exit {done.returncode}: "
-                 f"{done.stderr.strip()[-500:]}")
-    return done.stdout
 
 
 def write_csv(name, header, rows):

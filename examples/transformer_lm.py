@@ -161,13 +161,17 @@ def main():
         ap.error(f"--lr must be a positive number, got {args.lr}")
     check_heads(ap, args)
     n = args.pp * args.vpp
+    # Bad input exits 2, as argparse's own refusals do (these exited 1, as a failed run does).
     if args.layers % n:
-        raise SystemExit(f"--layers {args.layers} must be a multiple of pp * vpp = {n}")
+        ap.error(f"--layers {args.layers} must be a multiple of pp * vpp = {n}")
     # zb-v runs on the V shape this script picks for it, which takes two chunks a stage.
     if args.hint == "zb-v" and args.placement is None and args.vpp != 2:
         ap.error(f"--hint zb-v runs two chunks a stage, on the V shape: give --vpp 2 "
                  f"(got {args.vpp})")
-    data = corpus(args.data, args.seq)
+    try:
+        data = corpus(args.data, args.seq)
+    except SystemExit as e:
+        ap.error(str(e))
     if (args.device or "").startswith("cuda") and not torch.cuda.is_available():
         ap.error(f"--device {args.device}: torch sees no CUDA device")
 
@@ -183,7 +187,7 @@ def main():
     except ValueError as e:
         # A hint, policy, device, placement or transport the pipeline refuses: its message names
         # the option, this script's flag of the same name (anything else keeps its traceback).
-        raise SystemExit(f"transformer_lm.py: {e}")
+        ap.error(str(e))
     params = [p for c in pipe.chunks.values() for p in c.parameters()]
     opt = torch.optim.AdamW(params, lr=args.lr)
     g = torch.Generator().manual_seed(args.seed)

@@ -7,8 +7,9 @@
 #   PYTHON=... picks the interpreter; RRFP_CMAKE_ARGS adds CMake options (-DRRFP_SM_PARTITIONS=OFF);
 #   BUILD_GPU_PYTHON=0 leaves the Python extension out (about 40 s of the build)
 set -euo pipefail
+build=${1:+$(realpath -m -- "$1")}  # the caller's, resolved before the cd below
 cd "$(dirname "$0")/.."
-build=${1:-build-gpu}
+build=${build:-build-gpu}
 py=${PYTHON:-python3}
 deps=$PWD/.gpu-deps/root/usr
 if [ ! -d "$deps" ]; then

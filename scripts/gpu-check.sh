@@ -34,6 +34,10 @@ set -uo pipefail
 # OUT as given, resolved before the `cd` below: a relative one (`.`) named the repository root.
 dest=${1:?usage: scripts/gpu-check.sh OUT [build dir]}
 dest=$(realpath -m -- "$dest")
+# So is a build folder given (it was read from the repository's root, unlike OUT).
+build=${2:+$(realpath -m -- "$2")}
+# The interpreter build-gpu.sh built the extension for (PYTHON there too).
+py=${PYTHON:-python3}
 cd "$(dirname "$0")/.." || exit 2
 root=$(pwd -P)
 # A pattern bash cannot read matches nothing, silently: refused before OUT is touched (a
@@ -69,7 +73,7 @@ if [ -z "${GPU_CHECK_NO_BUILD:-}" ] && [ ! -d .gpu-deps ]; then
     "and carry it to this one" >&2
   exit 2
 fi
-build=${2:-build-gpu}
+build=${build:-build-gpu}
 # Everything but the summary is written under OUT/gpu-check, which the script makes and, once
 # archived, deletes: nothing else in OUT is touched.
 out=$dest/gpu-check
@@ -107,7 +111,7 @@ write_summary() {
     [ -s "$out/tests.status" ] && echo "CUDA tests: $(cat "$out/tests.status")"
     [ -s "$out/skipped.txt" ] && echo "Skipped: $(paste -sd, "$out/skipped.txt" | sed 's/,/, /g')"
     echo
-    python3 scripts/gpu_table.py "$out"
+    "$py" scripts/gpu_table.py "$out"
   } >"$dest/summary.md.tmp" 2>&1
   mv -f "$dest/summary.md.tmp" "$dest/summary.md"  # with the table maker's error, if it failed
 }
@@ -139,7 +143,7 @@ trap 'failed=1; exit 1' TERM INT
 
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
-  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+  "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
     torch.cuda.get_device_name() if torch.cuda.is_available() else "no device",
     torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 0, "SMs")'
   nvcc --version | tail -1
@@ -226,7 +230,7 @@ py_table() {
   local pypath
   pypath=$(cd "$build/python" && pwd)
   log "rrfp.Pipeline table"
-  PYTHONUNBUFFERED=1 PYTHONPATH=$pypath timeout "$(cap 200)" python3 bench/pipeline_gpu.py \
+  PYTHONUNBUFFERED=1 PYTHONPATH=$pypath timeout "$(cap 200)" "$py" bench/pipeline_gpu.py \
     --data .gpu-deps/corpus --out "$out/pipeline.csv" --budget-s "${GPU_CHECK_PY_SECONDS:-100}" \
     --runs "${GPU_CHECK_PY_RUNS:-J0:fixed-1f1b,J0:ready-bfw,J0:ready-bf,J2:fixed-1f1b,J2:ready-bfw}" \
     >"$out/pipeline.md" 2>"$out/pipeline.log"
@@ -238,7 +242,7 @@ py_table() {
   # Their CUDA cases alone (and the comparison with torch's CUDA GradScaler, whose cases are
   # numbered): the CPU ones ran here, and a TorchScript one starts a process of its own that
   # may take minutes.
-  RRFP_PYTHONPATH=$pypath timeout "$(cap 120)" python3 -m pytest -q -p no:cacheprovider \
+  RRFP_PYTHONPATH=$pypath timeout "$(cap 120)" "$py" -m pytest -q -p no:cacheprovider \
     -k "cuda or same_bits_as_torchs" tests/python/test_device.py tests/python/test_caller_settings.py \
     tests/python/test_grad_scaler.py >"$out/python-tests.log" 2>&1
   rc=$?
@@ -249,8 +253,9 @@ py_table() {
   # fourth sitting's failure), apart from anything NCCL does.
   for backend in gloo nccl; do
     log "rrfp.Pipeline under torchrun with a $backend default group"
-    PYTHONPATH=$pypath timeout "$(cap 90)" python3 -m torch.distributed.run --nproc_per_node 1 \
-      --master_port 29640 --redirects 1 --tee 1 tests/python/nccl_group.py --backend "$backend" \
+    port=$("$py" tests/python/ports.py)  # free now: a fixed one may be another program's
+    PYTHONPATH=$pypath timeout "$(cap 90)" "$py" -m torch.distributed.run --nproc_per_node 1 \
+      --master_port "$port" --redirects 1 --tee 1 tests/python/nccl_group.py --backend "$backend" \
       >"$out/$backend-group.log" 2>&1
     rc=$?
     echo "$backend group exit $rc" >>"$out/$backend-group.log"
@@ -352,7 +357,7 @@ if wanted twin && [ -f "$runs/twin-fixed-1f1b-split/durations.csv" ]; then
       fi
       ms=$(timeout "$(cap 30)" "$rrfp" simulate \
         --replay "$runs/twin-fixed-1f1b-split/durations.csv" --step "$s" --pp "$pp" -m "$m" --hint "$1" --policy ready --split-backward "$2" --json - |
-        python3 -c 'import json, sys; print(json.load(sys.stdin)["runs"][0]["makespan_ms"])')
+        "$py" -c 'import json, sys; print(json.load(sys.stdin)["runs"][0]["makespan_ms"])')
       if [ -z "$ms" ]; then
         failed=1
         log "twin: step $s under ready $1 was not predicted"

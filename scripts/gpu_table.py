@@ -138,6 +138,9 @@ def main(out):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] in (["-h"], ["--help"]):  # asked for: said on stdout, exit 0
+        print("usage: gpu_table.py OUT (the folder gpu-check.sh wrote its runs into)")
+        sys.exit(0)
     if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):  # an IndexError's traceback
         print("usage: gpu_table.py OUT (the folder gpu-check.sh wrote its runs into)",
               file=sys.stderr)

@@ -9,16 +9,23 @@
 #     M=16, next to `rrfp simulate` on the same flags -> docs/data/mpi-tp-coordination.csv
 # Usage: scripts/measure-mpi.sh [build dir] (a Release build with Open MPI; an idle machine).
 set -euo pipefail
+# A folder given is the caller's (it was read from the repository's root).
+case ${1:-} in "") build=$(dirname "$0")/../build ;; /*) build=$1 ;; *) build=$PWD/$1 ;; esac
 cd "$(dirname "$0")/.."
-build=${1:-build}
 rrfp=$build/rrfp
 mpirun=tests/mpirun.sh
-out=docs/data
 # Before any output is touched: a wrong folder emptied the tables, then failed unsaid.
 for bin in "$rrfp" "$build/bench_mpi"; do
-  [ -x "$bin" ] || { echo "$0: no $bin (give a Release build folder with Open MPI)" >&2; exit 2; }
+  [ -f "$bin" ] && [ -x "$bin" ] ||
+    { echo "$0: no $bin (give a Release build folder with Open MPI)" >&2; exit 2; }
 done
-mkdir -p "$out"
+# Written aside and moved into docs/data once whole: a failure midway left the tables cut short.
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+# Each run's errors are shown where it fails (they were thrown away, the script ending unsaid).
+quiet() {  # quiet COMMAND...: its stdout; its stderr only if it fails
+  "$@" 2>"$out/err" || { cat "$out/err" >&2; echo "$0: $* failed; docs/data left as it was" >&2; return 1; }
+}
 
 echo "== bench_mpi" >&2
 "$mpirun" 2 "$build/bench_mpi" 20000 200 | tee "$out/mpi-pingpong.csv"
@@ -33,7 +40,7 @@ for wl in multimodal-small-messages j2-small-messages; do
     args=(run --transport mpi --compare --pp 8 -m 32 --workload-file "scripts/workloads/$wl.json"
           --seed "$seed" --timeout 30)
     echo "== mpirun -np 8 rrfp ${args[*]}" | tee -a "$raw" >&2
-    report=$("$mpirun" 8 "$rrfp" "${args[@]}" 2>/dev/null)
+    report=$(quiet "$mpirun" 8 "$rrfp" "${args[@]}")
     echo "$report" >>"$raw"
     echo "$report" | awk -v w="$wl" -v s="$seed" -f scripts/fidelity.awk >>"$csv"
   done
@@ -50,11 +57,14 @@ for t in 2 4; do
       args=(--pp "$p" --tp "$t" --tp-protocol "$proto" -m 16 --hint bf --policy ready
             --workload-file scripts/workloads/multimodal-small-messages.json --seed "$seed")
       echo "== tp $t $proto seed $seed" >&2
-      m=$("$mpirun" 8 "$rrfp" run --transport mpi "${args[@]}" --json - 2>/dev/null | python3 -c "$fields")
-      s=$("$rrfp" simulate "${args[@]}" --json - 2>/dev/null | python3 -c "$fields")
+      m=$(quiet "$mpirun" 8 "$rrfp" run --transport mpi "${args[@]}" --json - | python3 -c "$fields")
+      s=$(quiet "$rrfp" simulate "${args[@]}" --json - | python3 -c "$fields")
       echo "$t,$p,$proto,$seed,measured,$m" >>"$tp"
       echo "$t,$p,$proto,$seed,simulated,$s" >>"$tp"
     done
   done
 done
 cat "$tp"
+mkdir -p docs/data
+mv "$out/mpi-pingpong.csv" "$out/mpi-runs.txt" "$out/mpi-fidelity.csv" "$tp" docs/data/
+echo "wrote docs/data/mpi-pingpong.csv, mpi-runs.txt, mpi-fidelity.csv and mpi-tp-coordination.csv" >&2

@@ -7,16 +7,22 @@
 # dispatch gaps of each invocation to docs/data/runtime-dispatch-gaps.csv.
 # Usage: scripts/measure-runtime.sh [build dir] [output dir] (a Release build; an idle machine).
 set -euo pipefail
+# Folders given are the caller's (they were read from the repository's root); the defaults are
+# the repository's.
+given() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+rrfp=$(given "${1:-$(dirname "$0")/../build}")/rrfp
+out=$(given "${2:-$(dirname "$0")/../docs/data}")
 cd "$(dirname "$0")/.."
-rrfp=${1:-build}/rrfp
-out=${2:-docs/data}
 # Before any output is touched: a wrong folder emptied the tables, then exited 127 unsaid.
-[ -x "$rrfp" ] || { echo "$0: no $rrfp (give a Release build folder)" >&2; exit 2; }
+[ -f "$rrfp" ] && [ -x "$rrfp" ] || { echo "$0: no $rrfp (give a Release build folder)" >&2; exit 2; }
 mkdir -p "$out"
-raw=$out/runtime-runs.txt
-csv=$out/runtime-fidelity.csv
+# Written aside and moved in once whole: a failure or Ctrl-C midway left the tables cut short.
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+raw=$stage/runtime-runs.txt
+csv=$stage/runtime-fidelity.csv
 : >"$raw"
-gaps=$out/runtime-dispatch-gaps.csv
+gaps=$stage/runtime-dispatch-gaps.csv
 echo "workload,seed,variant,gap_median_us,gap_p99_us,dispatches" >"$gaps"
 echo "workload,seed,run,measured_ms,simulated_ms,makespan_error_pct,speedup_measured,speedup_simulated,speedup_diff_pct,replayed_ms,replayed_error_pct" >"$csv"
 for workload in multimodal jitter:J1 jitter:J2 jitter:J3; do
@@ -26,7 +32,8 @@ for workload in multimodal jitter:J1 jitter:J2 jitter:J3; do
       [ "$variant" = 1f1b ] && args+=(--hint 1f1b --policy both)
       [ "$variant" = limit32 ] && args+=(--limit 32)
       echo "== rrfp ${args[*]}" | tee -a "$raw" >&2
-      report=$("$rrfp" "${args[@]}" 2>/dev/null)
+      report=$("$rrfp" "${args[@]}" 2>"$stage/err") ||
+        { cat "$stage/err" >&2; echo "$0: rrfp ${args[*]} failed; $out left as it was" >&2; exit 1; }
       echo "$report" >>"$raw"
       echo "$report" | awk -v w="$workload" -v s="$seed" -v v="$variant" '
         /^runtime overhead/ {print w "," s "," v "," $(NF-7) "," $(NF-4) "," $(NF-1)}' >>"$gaps"
@@ -36,4 +43,5 @@ for workload in multimodal jitter:J1 jitter:J2 jitter:J3; do
     done
   done
 done
-echo "wrote $raw, $csv and $gaps" >&2
+mv "$raw" "$csv" "$gaps" "$out/"
+echo "wrote $out/runtime-runs.txt, runtime-fidelity.csv and runtime-dispatch-gaps.csv" >&2

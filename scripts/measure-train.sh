@@ -4,15 +4,23 @@
 # simulator's prediction for the jitter runs. Writes docs/data/train-{runs,predictions}.csv.
 # Usage: scripts/measure-train.sh [build dir] (a Release build with LibTorch; idle machine).
 set -euo pipefail
+# A folder given is the caller's (it was read from the repository's root).
+case ${1:-} in "") build=$(dirname "$0")/../build ;; /*) build=$1 ;; *) build=$PWD/$1 ;; esac
 cd "$(dirname "$0")/.."
-rrfp=${1:-build}/rrfp
-csv=docs/data/train-runs.csv
-mkdir -p docs/data
+rrfp=$build/rrfp
+# Before any output is touched: a wrong folder emptied the committed table, then failed.
+[ -f "$rrfp" ] && [ -x "$rrfp" ] ||
+  { echo "$0: no $rrfp (give a Release build folder with LibTorch)" >&2; exit 2; }
+# The tables are written aside and moved into docs/data once whole (a failure or Ctrl-C midway
+# left them cut short), and the runs' outputs go to a folder of this run's, removed after.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+csv=$work/train-runs.csv
 echo "config,pp,hint,policy,jitter,steps,tokens_per_s,ms_per_step,bubble_pct,overhead_pct,first_loss,last_loss,val_loss" >"$csv"
 run() {  # run CONFIG STEPS args...
   local config=$1 steps=$2; shift 2
   local line
-  line=$("$rrfp" train --steps "$steps" --warmup 5 --eval-every 0 --eval-batches 2 --out /tmp/rrfp-measure "$@" | grep '^done:')
+  line=$("$rrfp" train --steps "$steps" --warmup 5 --eval-every 0 --eval-batches 2 --out "$work/run" "$@" | grep '^done:')
   echo "$config: $line" >&2
   echo "$line" | awk -v c="$config" -v s="$steps" -v args="$*" '
     { pp = 4; hint = "bfw"; pol = "ready"; jit = "none"
@@ -41,11 +49,11 @@ for h in "1f1b --policy fixed --split-backward off" "bf --policy ready --split-b
 done
 # The simulator's prediction: replay a clean run's measured task durations (the last step of
 # a 40-step run) with the same jitter preset injected, averaged over 10 jitter seeds.
-pred=docs/data/train-predictions.csv
+pred=$work/train-predictions.csv
 echo "jitter,hint,policy,simulated_ms_per_step" >"$pred"
 "$rrfp" train --steps 40 --eval-every 0 --hint 1f1b --policy fixed --split-backward off \
-  --out /tmp/rrfp-clean-1f1b >/dev/null
-"$rrfp" train --steps 40 --eval-every 0 --out /tmp/rrfp-clean-bfw >/dev/null
+  --out "$work/clean-1f1b" >/dev/null
+"$rrfp" train --steps 40 --eval-every 0 --out "$work/clean-bfw" >/dev/null
 for j in none jitter:J2 jitter:J3; do
   for spec in "1f1b fixed 1f1b off" "bf ready 1f1b off" "bfw ready bfw on"; do
     set -- $spec
@@ -55,7 +63,7 @@ for j in none jitter:J2 jitter:J3; do
     seeds=(1 2 3 4 5 6 7 8 9 10); [ "$j" = none ] && seeds=(none)
     for seed in "${seeds[@]}"; do
       jitter=(); [ "$j" = none ] || jitter=(--workload "$j" --seed "$seed")
-      ms=$("$rrfp" simulate --replay "/tmp/rrfp-clean-$3/durations.csv" --pp 4 -m 8 "${jitter[@]}" \
+      ms=$("$rrfp" simulate --replay "$work/clean-$3/durations.csv" --pp 4 -m 8 "${jitter[@]}" \
         --hint "$1" --policy "$2" --split-backward "$4" --json - |
         python3 -c "import json, sys; print(json.load(sys.stdin)['runs'][0]['makespan_ms'])") ||
         { echo "$0: the replay of $j $1 failed" >&2; exit 1; }
@@ -64,4 +72,6 @@ for j in none jitter:J2 jitter:J3; do
     echo "$j,$1,$2,$(python3 -c "print(round($total / ${#seeds[@]}, 1))")" >>"$pred"
   done
 done
-echo "wrote $csv and $pred" >&2
+mkdir -p docs/data
+mv "$csv" "$pred" docs/data/
+echo "wrote docs/data/train-runs.csv and docs/data/train-predictions.csv" >&2

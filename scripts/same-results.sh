@@ -5,9 +5,10 @@
 # binary before it and the binary after it; only wall times may differ (dropped before the
 # comparison).
 # Usage: scripts/same-results.sh OLD_RRFP NEW_RRFP [WORK_DIR]
-# Exit 0: identical; 1: a difference (the diff is printed); 2: usage.
+# Exit 0: identical; 1: a difference (the diff is printed); 2: usage; 3: a build failed a
+# command (named, with its error), so nothing was compared.
 set -euo pipefail
-if [ $# -lt 2 ] || [ ! -x "$1" ] || [ ! -x "$2" ]; then
+if [ $# -lt 2 ] || [ ! -f "$1" ] || [ ! -x "$1" ] || [ ! -f "$2" ] || [ ! -x "$2" ]; then
   echo "usage: $0 OLD_RRFP NEW_RRFP [WORK_DIR] (both executables)" >&2
   exit 2
 fi
@@ -82,8 +83,15 @@ outputs() { # outputs RRFP DIR
 }
 
 echo "same-results: old $old, new $new, outputs in $work" >&2
+# A command that fails ends the build's outputs there, said as such (its exit passed for "a
+# difference" or "usage", with no diff printed). A trap, not `||`: under `||` bash ignores
+# set -e inside the subshell, which went on past the failure.
+build_failed() { echo "same-results: $1 failed a command (above)" >&2; exit 3; }
+trap 'build_failed "$old"' ERR
 (outputs "$old" "$work/old")
+trap 'build_failed "$new"' ERR
 (outputs "$new" "$work/new")
+trap - ERR
 if diff -r "$work/old" "$work/new"; then
   echo "same-results: identical ($(ls "$work/new" | wc -l) outputs)"
 else
