@@ -187,5 +187,35 @@ TEST(TorchRanks, TensorParallelFilesReadAsStagesSayTp) {
   std::filesystem::remove_all(dir);
 }
 
+// A profiler's step whose microbatch 0 ran a whole backward ("B") where the others ran input
+// and weight halves ("I", "W"), replayed with the backward whole: microbatch 0's B holds its W's
+// work, and the others' B their I and W. It was refused, asking for microbatch 0's W.
+TEST(TorchRanks, AWholeBackwardAmongSplitOnesNeedsNoW) {
+  const WorkModel split(config(2, 4, 1, true)), whole(config(2, 4));
+  RealizedWork w = realize(workload_preset("paper"), split, 1, 1);
+  Files files = kineto_files(simulated(split, "bfw", Policy::Ready, w), split, false);
+  for (auto& [name, text] : files) {
+    json doc = json::parse(text), kept = json::array();
+    for (json& e : doc["traceEvents"]) {
+      const std::string n = e.value("name", "");
+      if (n.size() == 6 && n.substr(0, 3) == "PP:" && n[5] == '0' && n[4] == 'W') continue;
+      if (n.size() == 6 && n.substr(0, 3) == "PP:" && n[5] == '0' && n[4] == 'I')
+        e["name"] = n.substr(0, 4) + "B0";
+      kept.push_back(e);
+    }
+    doc["traceEvents"] = kept;
+    text = doc.dump();
+  }
+  const ImportedRun in = import_trace_texts(files, whole, 1);
+  for (int c = 0; c < 2; ++c) {
+    // Microbatch 0's B is its recorded input half alone (its W taken out of the trace).
+    EXPECT_EQ(in.work.compute(0, whole.index(TaskId{Kind::B, c, 0})),
+              w.compute(0, split.index(TaskId{Kind::B, c, 0})));
+    EXPECT_EQ(in.work.compute(0, whole.index(TaskId{Kind::B, c, 1})),
+              w.compute(0, split.index(TaskId{Kind::B, c, 1})) +
+                  w.compute(0, split.index(TaskId{Kind::W, c, 1})));
+  }
+}
+
 }  // namespace
 }  // namespace rrfp::test

@@ -149,6 +149,12 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
       sp.folded_end[at] = e.start_us + e.dur_us;
       continue;
     }
+    // Its W's work is within it: nothing more to fold (a trace mixing whole backwards with
+    // split ones was refused for the whole ones' W). A W recorded for it is then a task twice.
+    if (e.whole_backward && !m.split()) {
+      if (folded_w[at] >= 0) throw InputError(where + ", a whole backward, and its W both appear");
+      folded_w[at] = 0;
+    }
     if (e.send_us >= 0 && sends_across(m, e.task, where)) {
       const std::string send = where + ": send_us";
       r.message_ns[at] = duration_ns(e.send_us, send.c_str());

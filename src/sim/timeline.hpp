@@ -25,6 +25,9 @@ struct TimelineTask {
   // Its rank's wait in the TP group's collective right after it, when the trace says (rrfp's
   // own "blocked: collective" spans); -1: not recorded.
   double collective_us = -1;
+  // A B the trace names as a whole backward beside input halves of others (torch's "B" among
+  // its "I"s): its W's work is within it, so a replay that folds W tasks needs none for it.
+  bool whole_backward = false;
 };
 
 // A receive of `consumer`'s cross-stage input on its rank: from when the rank began waiting (or

@@ -171,10 +171,12 @@ std::vector<Timeline> read_torch(const std::vector<Doc>& docs, const WorkModel& 
         t.run = step >= 0 ? "ProfilerStep#" + std::to_string(step) : "the whole trace";
         t.clocks_aligned = !p.legacy;
       }
-      if (l.recv)
+      if (l.recv) {
         t.recvs.push_back({l.task, tp_rank, s.ts - zero, s.ts - zero + s.dur});
-      else
+      } else {
         t.tasks.push_back({l.task, tp_rank, s.ts - zero, s.dur});
+        t.tasks.back().whole_backward = l.task.kind == Kind::B && !l.input_half;
+      }
     }
   }
   std::vector<Timeline> out;
