@@ -36,7 +36,7 @@ echo "|---|---|---|---|"
 bad=0
 for c in "${cases[@]}"; do
   read -r -a words <<<"$c"
-  args=("${words[@]//TMP/$tmp}")
+  args=("${words[@]//TMP/"$tmp"}")  # quoted: a & in it stays a &
   out=$(/usr/bin/time -f "%e %M" timeout 60 "$rrfp" "${args[@]}" 2>&1 >/dev/null)
   rc=$(timeout 60 "$rrfp" "${args[@]}" >/dev/null 2>&1; echo $?)
   read -r secs kib <<<"$(tail -n 1 <<<"$out")"

@@ -25,10 +25,10 @@ for us in 50 200 1000 5000; do
     declare -A got=()
     for i in 1 2 3; do
       for b in "${!builds[@]}"; do
-        # Its error is shown where it fails (it was thrown away, and the script ended unsaid).
+        # Its stderr is shown where it fails (it was thrown away, the script ending unsaid).
         "${builds[$b]}" run --pp $p -m 32 --hint bf --policy ready --repeat 3 \
-          --workload-file "$work/w.json" >"$work/out" ||
-          { echo "$0: ${builds[$b]} run failed (above)" >&2; exit 1; }
+          --workload-file "$work/w.json" >"$work/out" 2>"$work/err" ||
+          { cat "$work/err" >&2; echo "$0: ${builds[$b]} run failed (above)" >&2; exit 1; }
         g=$(sed -n 's/.*dispatch gap.* median \([0-9.]*\) us.*/\1/p' "$work/out")
         [ -n "$g" ] || { echo "$0: ${builds[$b]}: no dispatch gap in its report" >&2; exit 1; }
         got[$b]="${got[$b]:-} $g"
