@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <thread>
 
 #include "comm/mpi_check.hpp"
@@ -239,24 +240,33 @@ void post_pieces(std::size_t size, std::vector<MPI_Request>& reqs, Post&& post) 
 // Variable-length all-gather of bytes on `comm`, by rank, of any size: the sizes as 64-bit
 // counts, then each rank's bytes broadcast from it in pieces (an int-counted all-gather of
 // bytes ends at 2 GiB over all ranks, which a data-parallel gradient sum passes). Every
-// all-gather of the job goes through it.
-std::vector<std::vector<std::byte>> gather_bytes_all(std::span<const std::byte> mine,
-                                                     MPI_Comm comm) {
+// all-gather of the job goes through it. Each size goes with what the gather is (`kind`):
+// where the processes' kinds differ, none broadcasts, and `apart` gets every rank's kind (the
+// processes are out of step, and every one of them finds it in this gather).
+std::vector<std::vector<std::byte>> gather_bytes_all(std::span<const std::byte> mine, MPI_Comm comm,
+                                                     std::uint64_t kind,
+                                                     std::vector<std::uint64_t>& apart) {
   int n = 0, me = 0;
   MPI_Comm_size(comm, &n);
   MPI_Comm_rank(comm, &me);
-  const std::uint64_t count = mine.size();
-  std::vector<std::uint64_t> counts(n);
+  const std::uint64_t head[2] = {mine.size(), kind};
+  std::vector<std::uint64_t> heads(2 * static_cast<std::size_t>(n));
   MPI_Request req = MPI_REQUEST_NULL;
-  mpi_check(MPI_Iallgather(&count, 1, MPI_UINT64_T, counts.data(), 1, MPI_UINT64_T, comm, &req),
+  mpi_check(MPI_Iallgather(head, 2, MPI_UINT64_T, heads.data(), 2, MPI_UINT64_T, comm, &req),
             "MPI_Iallgather");
   wait_napping(req, "MPI_Iallgather");
+  for (int r = 0; r < n; ++r)
+    if (heads[2 * r + 1] != head[1]) {
+      for (int k = 0; k < n; ++k)
+        apart.push_back(heads[2 * k + 1]);
+      return {};
+    }
   std::vector<std::vector<std::byte>> out(n);
   std::vector<MPI_Request> reqs;
   for (int r = 0; r < n; ++r) {
-    out[r].resize(counts[r]);
+    out[r].resize(heads[2 * r]);
     if (r == me) std::copy(mine.begin(), mine.end(), out[r].begin());
-    post_pieces(counts[r], reqs, [&](std::size_t at, int n, MPI_Request* req) {
+    post_pieces(heads[2 * r], reqs, [&](std::size_t at, int n, MPI_Request* req) {
       mpi_check(MPI_Ibcast(out[r].data() + at, n, MPI_BYTE, r, comm, req), "MPI_Ibcast");
     });
   }
@@ -266,30 +276,81 @@ std::vector<std::vector<std::byte>> gather_bytes_all(std::span<const std::byte> 
 
 }  // namespace
 
+std::vector<std::vector<std::byte>> MpiWorld::gathered(std::span<const std::byte> mine, Group group,
+                                                       GatherKind kind) {
+  const MPI_Comm comm = group == Group::kWorld ? MPI_COMM_WORLD
+                        : group == Group::kDp  ? comms_->dp
+                                               : comms_->pipe;
+  std::vector<std::uint64_t> apart;
+  auto out = gather_bytes_all(mine, comm, static_cast<std::uint64_t>(kind), apart);
+  if (!apart.empty()) out_of_step(apart, group);
+  return out;
+}
+
 std::vector<std::vector<std::byte>> MpiWorld::all_gather_bytes(std::span<const std::byte> mine) {
   auto d = deadline("MPI_Allgather (between steps)");
-  return gather_bytes_all(mine, MPI_COMM_WORLD);
+  return gathered(mine, Group::kWorld, GatherKind::kStep);
 }
 
 std::vector<std::vector<std::byte>> MpiWorld::arrival_gather_bytes(std::span<const std::byte> mine,
                                                                    std::int64_t within_ms) {
   auto d = deadline("MPI_Allgather (the processes coming to a call)", Wait::kArrival, within_ms);
-  return gather_bytes_all(mine, MPI_COMM_WORLD);
+  return gathered(mine, Group::kWorld, GatherKind::kCall);
 }
 
+// A process's end meets the others' next call on purpose: the same kind as a call's opening.
 std::vector<std::vector<double>> MpiWorld::ending_gather(std::span<const double> mine) {
   auto d = deadline("MPI_Allgather (the end of the script)", Wait::kEnds);
-  return values_of<double>(gather_bytes_all(std::as_bytes(mine), MPI_COMM_WORLD));
+  return values_of<double>(gathered(std::as_bytes(mine), Group::kWorld, GatherKind::kCall));
 }
 
 std::vector<std::vector<std::byte>> MpiWorld::dp_all_gather(std::span<const std::byte> mine) {
   auto d = deadline("MPI_Allgather (data-parallel gradients)");
-  return gather_bytes_all(mine, comms_->dp);
+  return gathered(mine, Group::kDp, GatherKind::kGradients);
 }
 
 std::vector<std::vector<std::byte>> MpiWorld::replica_all_gather(std::span<const std::byte> mine) {
   auto d = deadline("MPI_Allgather (a replica's stages)");
-  return gather_bytes_all(mine, comms_->pipe);
+  return gathered(mine, Group::kPipe, GatherKind::kReplica);
+}
+
+void MpiWorld::out_of_step(const std::vector<std::uint64_t>& kinds, Group group) {
+  auto name = [](std::uint64_t k) {
+    switch (static_cast<GatherKind>(k)) {
+      case GatherKind::kStep:
+        return "the end of a step or a gather between steps";
+      case GatherKind::kCall:
+        return "the start of a call of the pipeline, or the end of its script";
+      case GatherKind::kGradients:
+        return "a data-parallel gradient sum";
+      case GatherKind::kReplica:
+        return "a gather of a replica's stages";
+    }
+    return "an unknown gather";
+  };
+  const bool world = group == Group::kWorld;
+  int me = 0;
+  MPI_Comm_rank(world ? MPI_COMM_WORLD : group == Group::kDp ? comms_->dp : comms_->pipe, &me);
+  std::map<std::uint64_t, std::string> ranks;  // kind -> the ranks of the group making it
+  for (std::size_t r = 0; r < kinds.size(); ++r)
+    ranks[kinds[r]] += (ranks[kinds[r]].empty() ? "" : ", ") + std::to_string(r);
+  std::string where;
+  for (const auto& [kind, who] : ranks)
+    where += (where.empty() ? "" : "; ") + std::string(world ? "mpi rank" : "rank") +
+             (who.find(',') != std::string::npos ? "s " : " ") + who + " in " + name(kind);
+  // The group's rank 0 says it once: every process found it in this same gather.
+  if (me == 0) {
+    clear_progress_line_on_stderr();
+    std::fprintf(stderr,
+                 "rrfp: error: the processes of the job are out of step (%s%s): a step that "
+                 "failed on some processes (a timeout, an interrupt) completed on others, and "
+                 "their gathers no longer pair; the job ends, as its steps would mix batches\n",
+                 where.c_str(), world ? "" : " of a group");
+    std::fflush(stderr);
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // rank 0's line first
+  }
+  abort(1);
 }
 
 std::vector<std::vector<std::byte>> MpiWorld::exchange(std::span<const std::byte> mine,

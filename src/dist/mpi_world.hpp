@@ -94,6 +94,16 @@ class MpiWorld final : public Job {
                                 std::int64_t arrival_ms = 0);
   // `phase`: the call and the name of its limit, as deadline() armed them.
   [[noreturn]] void expired(const std::string& phase, std::int64_t ms);
+  // What an all-gather is, exchanged with its sizes, and on which communicator. A process whose
+  // step failed (a timeout, an interrupt) where the others' completed skipped the step's closing
+  // gather and went on to its next call's: the two paired, and a script that caught the error
+  // went on with one update of two steps' batches.
+  enum class GatherKind : std::uint64_t { kStep = 1, kCall = 2, kGradients = 3, kReplica = 4 };
+  enum class Group { kWorld, kDp, kPipe };
+  std::vector<std::vector<std::byte>> gathered(std::span<const std::byte> mine, Group group,
+                                               GatherKind kind);
+  // The processes of `group` made gathers of other kinds (`kinds`, by rank): ends the job.
+  [[noreturn]] void out_of_step(const std::vector<std::uint64_t>& kinds, Group group);
 
   MpiWorldOptions opt_;
   int rank_ = 0, size_ = 1;

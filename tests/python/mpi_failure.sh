@@ -121,6 +121,39 @@ grep -q "rrfp: mpi rank 0: the script ended while mpi rank(s) 1 made a call of t
 none_left "$tmp/extra.py"
 echo "a process making a step more than the other: mpirun exited $rc after $took s"
 
+# A step that times out on one process and completes on the other, the error caught and the
+# loop going on: the timed-out process skipped the step's closing gather, its next call's gather
+# paired with it, and (pp 2 x dp 2) one update mixed two steps' batches, exit 0. The job now
+# ends at once, saying the processes are out of step.
+cat >"$tmp/stalled.py" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import conftest  # noqa: F401  (the package path)
+import lm
+import rrfp
+
+step = [0]
+
+
+def delay(stage, kind, chunk, mb):  # stage 0's last backward of step 1, past `timeout`
+    return 3.0 if stage == 0 and kind == "B" and mb == 1 and step[0] == 1 else None
+
+
+pipe = rrfp.Pipeline(lambda i: lm.chunks(2)[i], lm.loss_fn, pp=2, microbatches=2,
+                     transport="mpi", timeout=1, hint="1f1b", delay_fn=delay)
+for s in range(4):
+    step[0] = s
+    try:
+        pipe.step(*lm.batches(2, seed=s))
+    except (TimeoutError, RuntimeError) as e:
+        print(f"rank {pipe.rank} step {s}: {type(e).__name__}", flush=True)
+PY
+ends_failing "$tmp/stalled.py"
+grep -q "rrfp: error: the processes of the job are out of step (mpi rank 1 in the end of a step" \
+  "$tmp/log" || fail "no line saying the processes are out of step"
+none_left "$tmp/stalled.py"
+echo "a step timed out on one process and completed on the other: mpirun exited $rc after $took s"
+
 # A daemon thread stepping as the script ends: its step's collectives and the end's were posted
 # from two threads on one communicator, in another order on each process, and crossed: a clean
 # end, a false report of a process in a call, or a wait until arrival_timeout, by chance. The
