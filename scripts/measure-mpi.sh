@@ -10,11 +10,8 @@
 # Usage: scripts/measure-mpi.sh [build dir] (a Release build with Open MPI; an idle machine).
 set -euo pipefail
 # A folder given is the caller's (it was read from the repository's root).
-case ${1:-} in
-  "") build=$(cd "$(dirname "$0")/.." && pwd)/build ;;
-  /*) build=$1 ;;
-  *) build=$PWD/$1 ;;
-esac
+given() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+build=$(given "${1:-$(dirname "$0")/../build}")
 cd "$(dirname "$0")/.."
 rrfp=$build/rrfp
 mpirun=tests/mpirun.sh

@@ -283,7 +283,11 @@ std::vector<std::vector<std::byte>> MpiWorld::gathered(std::span<const std::byte
                                                : comms_->pipe;
   std::vector<std::uint64_t> apart;
   auto out = gather_bytes_all(mine, comm, static_cast<std::uint64_t>(kind), apart);
-  if (!apart.empty()) out_of_step(apart, group);
+  if (!apart.empty()) {
+    int me = 0;
+    MPI_Comm_rank(comm, &me);
+    out_of_step(apart, group == Group::kWorld, me);
+  }
   return out;
 }
 
@@ -314,7 +318,7 @@ std::vector<std::vector<std::byte>> MpiWorld::replica_all_gather(std::span<const
   return gathered(mine, Group::kPipe, GatherKind::kReplica);
 }
 
-void MpiWorld::out_of_step(const std::vector<std::uint64_t>& kinds, Group group) {
+void MpiWorld::out_of_step(const std::vector<std::uint64_t>& kinds, bool world, int me) {
   auto name = [](std::uint64_t k) {
     switch (static_cast<GatherKind>(k)) {
       case GatherKind::kStep:
@@ -328,9 +332,6 @@ void MpiWorld::out_of_step(const std::vector<std::uint64_t>& kinds, Group group)
     }
     return "an unknown gather";
   };
-  const bool world = group == Group::kWorld;
-  int me = 0;
-  MPI_Comm_rank(world ? MPI_COMM_WORLD : group == Group::kDp ? comms_->dp : comms_->pipe, &me);
   std::map<std::uint64_t, std::string> ranks;  // kind -> the ranks of the group making it
   for (std::size_t r = 0; r < kinds.size(); ++r)
     ranks[kinds[r]] += (ranks[kinds[r]].empty() ? "" : ", ") + std::to_string(r);

@@ -102,8 +102,9 @@ class MpiWorld final : public Job {
   enum class Group { kWorld, kDp, kPipe };
   std::vector<std::vector<std::byte>> gathered(std::span<const std::byte> mine, Group group,
                                                GatherKind kind);
-  // The processes of `group` made gathers of other kinds (`kinds`, by rank): ends the job.
-  [[noreturn]] void out_of_step(const std::vector<std::uint64_t>& kinds, Group group);
+  // The processes of a group (the job's where `world`) made gathers of other kinds (`kinds`,
+  // by their rank in it; `me`, this process's): ends the job.
+  [[noreturn]] void out_of_step(const std::vector<std::uint64_t>& kinds, bool world, int me);
 
   MpiWorldOptions opt_;
   int rank_ = 0, size_ = 1;
