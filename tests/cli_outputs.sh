@@ -185,11 +185,14 @@ check "--out: 'bf' is a rule hint, it has no task list" schedule show --hint bf 
 
 # A hint file written under any name is read back by --hint, as plan's report says: best.plan
 # and my.hint were "unknown hint", and best.JSON was written as text (its JSON test took case).
-"$rrfp" plan --pp 2 -m 4 --max-evaluations 20 --exact off --out best.plan --json plan.json \
-  >plan.txt || fail "plan --out best.plan"
-grep -q "^wrote best.plan: rrfp simulate --hint best.plan" plan.txt || fail "plan: $(tail -1 plan.txt)"
-"$rrfp" simulate --pp 2 -m 4 --hint best.plan --policy fixed --json sim.json >/dev/null ||
-  fail "simulate --hint best.plan"
+# The command the report prints reproduces the plan as printed: it left out --seed, and a plan
+# of a step drawn with --seed 5 simulated another step.
+"$rrfp" plan --pp 2 -m 4 --workload jitter:J2 --seed 5 --limit 3 --max-evaluations 20 \
+  --exact off --out best.plan --json plan.json >plan.txt || fail "plan --out best.plan"
+want_cmd="rrfp simulate --hint best.plan --policy fixed --workload jitter:J2 --seed 5"
+grep -qxF "wrote best.plan; reproduced by: $want_cmd" plan.txt || fail "plan: $(tail -1 plan.txt)"
+# shellcheck disable=SC2086 # the printed command's words, as a user pastes them
+"$rrfp" ${want_cmd#rrfp } --json sim.json >/dev/null || fail "simulate --hint best.plan"
 want=$(grep -o '"makespan_ms": [0-9.]*' plan.json | head -1)
 got=$(grep -o '"makespan_ms": [0-9.]*' sim.json | head -1)
 [ "$want" = "$got" ] || fail "best.plan: plan made '$want', simulate '$got'"
@@ -302,6 +305,14 @@ grep -q " F0\.27 " v28.txt && grep -q "; \.n = local chunk n" v28.txt && ! grep 
 "$rrfp" schedule show --hint 1f1b --pp 102 -m 1 >p102.txt || fail "pp 102"
 [ "$(grep '^stage' p102.txt | awk '{print index($0, "|")}' | sort -u)" = 11 ] ||
   fail "schedule show's rows at pp 102 are not aligned: $(grep -E '^stage (99|100)' p102.txt | cut -c1-20)"
+# A trace named .gz is gzip, as gzip's tools read it (it was plain JSON under that name), and
+# reads back as its replay.
+"$rrfp" simulate --pp 2 -m 3 --hint bfw --policy ready --workload language --trace g.JSON.GZ \
+  >/dev/null || fail "simulate --trace g.JSON.GZ"
+gzip -dc g.JSON.GZ | head -c 1 | grep -q '{' || fail "a .gz trace is not gzip: $(head -c 20 g.JSON.GZ)"
+"$rrfp" simulate --pp 2 -m 3 --replay g.JSON.GZ >/dev/null || fail "a .gz trace does not read back"
+"$rrfp" simulate --pp 2 -m 3 --trace plain.json >/dev/null && head -c 1 plain.json | grep -q '{' ||
+  fail "a .json trace is not plain JSON"
 
 [ "$fails" -eq 0 ] && echo "cli_outputs: all passed"
 [ "$fails" -eq 0 ]

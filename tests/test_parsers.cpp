@@ -122,6 +122,14 @@ TEST(HintFile, RejectsWithNamedErrors) {
   EXPECT_NE(expect_hint_error("{\"format\": \"rrfp-hint\", \"version\": 1, \"stages\": [[1], []]}")
                 .find("not a string"),
             std::string::npos);
+  // Where the count comes from: the run's `pp` (perhaps its default) or the file's "pp".
+  EXPECT_NE(expect_hint_error("{\"format\": \"rrfp-hint\", \"version\": 1, \"stages\": [[]]}")
+                .find("must be an array of 2 stage orders (the run has `pp` 2 stages; the file "
+                      "gives no \"pp\", it lists 1)"),
+            std::string::npos);
+  EXPECT_NE(expect_hint_error("{\"format\": \"rrfp-hint\", \"pp\": 2, \"stages\": {}}")
+                .find("must be an array of 2 stage orders (its \"pp\")"),
+            std::string::npos);
 }
 
 // The header: one line, its fields all read before any is compared, "rrfp-hint" as a word; a

@@ -35,11 +35,13 @@ CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f) {
   CLI::Option* comm = add_dispatch_flags(
       sub, f.dispatch,
       "fixed, ready or both (fixed above ready), with --hint (without one: the comparison of "
-      "fixed 1F1B against ready BF and BFW)");
+      "the fixed baseline, 1F1B or at --vpp 2 or more interleaved 1F1B or BFS, against ready BF "
+      "and BFW)");
   comm->description(comm->get_description() +
                     "; not given, the comparison (no --hint) runs its fixed baseline both ways");
   sub->add_option("--json", f.json, "write the report as JSON to FILE ('-': stdout)");
-  sub->add_option("--trace", f.trace, "write a Chrome trace (Perfetto) to FILE");
+  sub->add_option("--trace", f.trace,
+                  "write a Chrome trace (Perfetto) to FILE, gzipped where it ends in .gz");
   sub->add_option("--svg", f.svg, "write an SVG timeline to FILE");
   sub->add_flag("--per-stage", f.per_stage, "also print busy/blocked/idle per stage");
   return comm;

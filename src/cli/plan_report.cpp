@@ -35,6 +35,36 @@ std::string exact_outcome(const PlanFlags& f, const ExactResult& e) {
   return {};
 }
 
+// The simulate command that runs the plan's order on the plan's step. The file holds the shape
+// (P, V, M, placement, split, ordered forwards), not where the durations came from: the line
+// once said "the same workload, --comm, --tp and --tp-protocol" and left out --seed and --replay
+// with its reading; followed as said, a jitter plan drawn with --seed 5 simulated 201.75 ms for
+// its 162.30. --limit and --max-pending-w are the order's own (a fixed run refuses them).
+std::string reproducing_command(const PlanFlags& f) {
+  std::string c = "rrfp simulate --hint " + shell_word(f.out) + " --policy fixed";
+  auto add = [&c](const char* flag, const std::string& value) {
+    c += std::string(" ") + flag + " " + shell_word(value);
+  };
+  const WorkloadFlags& w = f.load;
+  if (!w.replay.empty()) {
+    add("--replay", w.replay);
+    if (w.trace.format != "auto") add("--trace-format", w.trace.format);
+    if (w.trace.step >= 0) add("--step", std::to_string(w.trace.step));
+    if (w.trace.message_us >= 0) add("--message-us", fmt_given(w.trace.message_us));
+  }
+  // A replay's durations are its own unless a jitter preset was given on top.
+  if (w.replay.empty() || w.workload_given) add("--workload", w.workload);
+  if (!w.workload_file.empty()) add("--workload-file", w.workload_file);
+  if (w.seed_given) add("--seed", std::to_string(w.seed));
+  const DispatchFlags& d = f.dispatch;
+  if (d.comm != "async") add("--comm", d.comm);
+  if (d.tp > 1) {
+    add("--tp", std::to_string(d.tp));
+    add("--tp-protocol", d.tp_protocol);
+  }
+  return c;
+}
+
 nlohmann::json exact_stop_name(ExactStop s) {
   switch (s) {
     case ExactStop::None:
@@ -166,9 +196,7 @@ void print_plan(std::ostream& human, const PlanFlags& f, const Scenario& sc, con
                     ? 100.0 * static_cast<double>(makespan - bound) / static_cast<double>(makespan)
                     : 0.0);
   if (!f.out.empty())
-    human << "wrote " << visible(f.out) << ": rrfp simulate --hint " << shell_word(f.out)
-          << " --policy fixed with the same shape, workload, --comm, --tp and --tp-protocol "
-             "flags reproduces it\n";
+    human << "wrote " << visible(f.out) << "; reproduced by: " << reproducing_command(f) << "\n";
 }
 
 // Takes the run whole: copied into the report's list of runs, its records took 72 bytes a task

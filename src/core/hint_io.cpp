@@ -296,9 +296,16 @@ ListHint parse_hint_json(std::string_view text, const WorkModel& m, const std::s
     if (!j.contains("stages"))  // j.at() said "[json.exception.out_of_range.403] ..."
       throw HintError(origin + ": no \"stages\" (each stage's order of tasks)");
     const auto& st = j.at("stages");
+    // Without a "pp" the count is the run's `pp`, perhaps its default: said, as the text form
+    // says it ("8 stage orders" read as the file's own demand).
     if (!st.is_array() || static_cast<int>(st.size()) != m.pp())
       throw HintError(origin + ": \"stages\" must be an array of " + std::to_string(m.pp()) +
-                      " stage orders");
+                      " stage orders (" +
+                      (j.contains("pp") ? "its \"pp\""
+                                        : "the run has `pp` " + std::to_string(m.pp()) +
+                                              " stages; the file gives no \"pp\"") +
+                      (st.is_array() ? ", it lists " + std::to_string(st.size()) : std::string()) +
+                      ")");
     ListHint h;
     h.stages.resize(m.pp());
     for (int s = 0; s < m.pp(); ++s) {

@@ -72,7 +72,7 @@ void bind_records(pyb::module_& m) {
       .def("table", [](const StepRecordPy& r) { return text(r.table()); })
       .def("json", &StepRecordPy::json)
       .def("save_trace", &StepRecordPy::save_trace, pyb::arg("path"),
-           "a Chrome trace (chrome://tracing, Perfetto)")
+           "a Chrome trace (chrome://tracing, Perfetto), gzipped where `path` ends in .gz")
       .def("save_svg", &StepRecordPy::save_svg, pyb::arg("path"), "an SVG timeline")
       .def("__repr__", [](const StepRecordPy& r) {
         return text("<rrfp.StepRecord " + r.run.label + ": makespan " +

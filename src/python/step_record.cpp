@@ -9,6 +9,7 @@
 #include "core/json_input.hpp"
 #include "python/bindings.hpp"
 #include "sim/metrics.hpp"
+#include "sim/trace_import.hpp"
 
 namespace rrfp::py {
 
@@ -26,7 +27,8 @@ std::string StepRecordPy::json() const {
 
 void StepRecordPy::save_trace(const std::string& path) const {
   // Named as the method's argument: `trace`, the command's flag, is no name here.
-  writing_file([&] { write_text_file(path, chrome_trace({run}), "`path`"); });
+  writing_file(
+      [&] { write_text_file(path, trace_file_bytes(path, chrome_trace({run})), "`path`"); });
 }
 
 void StepRecordPy::save_svg(const std::string& path) const {

@@ -1,6 +1,7 @@
 // Chrome trace (JSON array format): one process per run and stage, one thread per TP rank.
 #include "core/json_input.hpp"
 #include "report/report.hpp"
+#include "sim/trace_import.hpp"
 
 namespace rrfp {
 
@@ -97,7 +98,7 @@ std::string chrome_trace(const std::vector<ReportRun>& runs) {
 }
 
 void write_chrome_trace(const std::string& path, const std::vector<ReportRun>& runs) {
-  write_text_file(path, chrome_trace(runs), "`trace`");
+  write_text_file(path, trace_file_bytes(path, chrome_trace(runs)), "`trace`");
 }
 
 }  // namespace rrfp

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/input_file.hpp"
 #include "core/json_input.hpp"
 #include "core/memory.hpp"
@@ -183,3 +184,27 @@ std::vector<Doc> read_docs(const std::string& path, const char* option) {
 }
 
 }  // namespace rrfp::trace
+
+namespace rrfp {
+
+std::string trace_file_bytes(const std::string& path, std::string text) {
+  // A trace named t.json.gz was written as plain JSON: rrfp read it back (it looks at the
+  // bytes), but gzip and Python's gzip.open refused it.
+  if (!ends_with_ci(path, ".gz")) return text;
+  z_stream z{};
+  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) !=
+      Z_OK)
+    throw Error("cannot start gzip compression");
+  std::string out(deflateBound(&z, static_cast<uLong>(text.size())), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(text.data());
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  out.resize(out.size() - z.avail_out);
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) throw Error("gzip compression of a trace failed");
+  return out;
+}
+
+}  // namespace rrfp

@@ -30,6 +30,10 @@ bool is_trace_path(const std::string& path);
 // is read from).
 bool trace_file_name(const std::string& path);
 
+// The bytes a trace written to `path` holds: `text` gzipped where the name ends in .gz (in any
+// case), as import_trace and gzip's tools read it; else `text` itself.
+std::string trace_file_bytes(const std::string& path, std::string text);
+
 // Reads the trace at `path` (a file, or every .json / .json.gz file of a directory in name
 // order) and builds the selected step (sim/timeline.hpp). Throws InputError naming the file and
 // what is wrong: not a trace, no mapping recognizes it, a step it lacks, or, per stage, the

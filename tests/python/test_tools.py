@@ -1,6 +1,7 @@
 """rrfp.simulate and rrfp.schedule, `rrfp simulate` and `rrfp schedule show` as functions: a
 replayed trace's ordering and step as the command takes them, and their arguments checked as
 Pipeline's are (a wrong type is a TypeError naming the argument, never pybind's signature)."""
+import gzip
 import json
 import os
 import pathlib
@@ -25,6 +26,17 @@ def recorded_with_ordered_forwards(tmp_path):
     path = tmp_path / "ordered.json"
     rec.save_trace(path)
     return path
+
+
+def test_a_trace_named_gz_is_gzip_and_reads_back(tmp_path):
+    # It was plain JSON under a .gz name: gzip.open refused it.
+    rec = rrfp.simulate(**SHAPE, hint="bfw", policy="ready", workload="language")
+    path = tmp_path / "t.json.gz"
+    rec.save_trace(path)
+    with gzip.open(path, "rt") as f:
+        assert json.load(f)["traceEvents"]
+    assert rrfp.simulate(**SHAPE, hint="bfw", policy="ready", replay=str(path)).makespan == \
+        rec.makespan
 
 
 def adaptive(**kwargs):

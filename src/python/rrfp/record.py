@@ -58,6 +58,7 @@ class StepRecord:
         return json.loads(self._core.json())
 
     def save_trace(self, path):
+        """Writes the step as a Chrome trace (Perfetto), gzipped where `path` ends in .gz."""
         self._core.save_trace(_output_path(path))
 
     def save_svg(self, path):
