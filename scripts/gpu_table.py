@@ -23,9 +23,12 @@ def rows(path):
         return [r for r in csv.DictReader(f) if int(r["step"]) > 2]
 
 
-def model_of(log):
-    m = re.search(r"P=(\d+) V=(\d+) M=(\d+).*GPT d=(\d+) layers=(\d+)", log)
-    return dict(zip("pp vpp mb d layers".split(), map(int, m.groups()))) if m else None
+def model_of(log, name):
+    # The banner gives the placement after V ("V=1 (loop)") since it names a V-shape.
+    m = re.search(r"P=(\d+) V=(\d+)(?: \(\w+\))? M=(\d+).*GPT d=(\d+) layers=(\d+)", log)
+    if not m:
+        sys.exit("gpu_table.py: %s.log has no banner line 'rrfp train: P=.. V=.. M=.. ...'" % name)
+    return dict(zip("pp vpp mb d layers".split(), map(int, m.groups())))
 
 
 def flops_per_token(cfg, seq):
@@ -59,7 +62,7 @@ def main(out):
             stopped.add(name)
             continue
         log = open(os.path.join(runs, name + ".log")).read()
-        cfg = model_of(log)
+        cfg = model_of(log, name)
         step_ms = statistics.median(float(r["step_ms"]) for r in rs)
         pipe_ms = statistics.median(float(r["pipeline_ms"]) for r in rs)
         tokens = sum(int(r["tokens"]) for r in rs)

@@ -198,7 +198,7 @@ check "or the jitter's (jitter_floor_us, jitter_alpha)" simulate --workload-file
 for ext in txt json; do
   "$rrfp" schedule show --pp 3 --vpp 2 --placement vshape -m 5 --hint zb-v --out "$tmp/v.$ext" \
     >/dev/null && "$rrfp" schedule check "$tmp/v.$ext" >"$tmp/v.out" 2>&1 &&
-    grep -q "is a valid hint for P=3 V=2 M=5 (split backward)" "$tmp/v.out" ||
+    grep -q "is a valid hint for P=3 V=2 (vshape) M=5 (split backward)" "$tmp/v.out" ||
     { echo "FAIL: the $ext file's own shape: $(cat "$tmp/v.out")"; fails=$((fails + 1)); }
   check "hint was written for pp=3 but the run has pp=4" schedule check --pp 4 "$tmp/v.$ext"
 done
@@ -207,7 +207,7 @@ done
 # defaults).
 sed -e 's/"vpp"/"v\\u0070p"/; s/"vshape"/"v\\u0073hape"/; s/"pp": *3/"pp": 3e0/' "$tmp/v.json" \
   >"$tmp/v-escaped.json"
-"$rrfp" schedule check "$tmp/v-escaped.json" 2>&1 | grep -q "is a valid hint for P=3 V=2 M=5" ||
+"$rrfp" schedule check "$tmp/v-escaped.json" 2>&1 | grep -q "is a valid hint for P=3 V=2 (vshape) M=5" ||
   { echo "FAIL: escapes and 3e0: $("$rrfp" schedule check "$tmp/v-escaped.json" 2>&1)"; fails=$((fails + 1)); }
 # A large hint rrfp wrote reads back: the caps grow with the run (a stage's line is 400 KB here).
 for ext in txt json; do

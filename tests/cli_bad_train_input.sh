@@ -124,12 +124,12 @@ small=(--d-model 16 --heads 2 --layers 4 --max-seq 32 --max-len 32 --min-len 8 -
 "$rrfp" train "${small[@]}" --steps 2 --save-every 2 --out "$tmp/ck2" >/dev/null 2>&1
 # The banner states the tensor-parallel size and protocol (a TP=2 run's read as a TP=1 run's).
 "$rrfp" train "${small[@]}" --steps 1 --warmup 0 --tp 2 --tp-protocol agree --out "$tmp/tp2" \
-  2>/dev/null | grep -q "^rrfp train: P=4 V=1 M=8 TP=2 (agree) ready bfw" ||
+  2>/dev/null | grep -q "^rrfp train: P=4 V=1 (loop) M=8 TP=2 (agree) ready bfw" ||
   { echo "FAIL: the banner of a TP=2 run"; fails=$((fails + 1)); }
 # A fixed list's ranks run no protocol: its banner said "TP=2 (agree) fixed 1f1b".
 "$rrfp" train "${small[@]}" --steps 1 --warmup 0 --tp 2 --tp-protocol agree --policy fixed \
   --hint 1f1b --out "$tmp/tp2f" 2>/dev/null |
-  grep -q "^rrfp train: P=4 V=1 M=8 TP=2 (fixed list: no coordination) fixed 1f1b" ||
+  grep -q "^rrfp train: P=4 V=1 (loop) M=8 TP=2 (fixed list: no coordination) fixed 1f1b" ||
   { echo "FAIL: the banner of a fixed TP=2 run"; fails=$((fails + 1)); }
 check "--resume: the checkpoint is already at step 2 of --steps 1" train "${small[@]}" \
   --steps 1 --resume "$tmp/ck2/checkpoint.bin" --out "$tmp/ck2"

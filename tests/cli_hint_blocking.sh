@@ -10,7 +10,7 @@ head='rrfp-hint 1 pp=2 vpp=1 microbatches=2 placement=loop split=0'
 printf '%s\nstage 0: F0:0 F0:1 B0:0 B0:1\nstage 1: F1:1 F1:0 B1:0 B1:1\n' "$head" >"$tmp/swap.txt"
 printf '%s\nstage 0: F0:0 F0:1 B0:0 B0:1\nstage 1: F1:0 B1:0 F1:1 B1:1\n' "$head" >"$tmp/1f1b.txt"
 "$rrfp" schedule check --pp 2 -m 2 "$tmp/swap.txt" >"$tmp/out" 2>&1 &&
-  grep -q "is a valid hint for P=2 V=1 M=2 under async transfers;" "$tmp/out" &&
+  grep -q "is a valid hint for P=2 V=1 (loop) M=2 under async transfers;" "$tmp/out" &&
   grep -q "^deadlocks under --comm blocking with --policy fixed .*the receive posted in list order is F c1 m1" "$tmp/out" ||
   { echo "FAIL: schedule check of a list that deadlocks under blocking:"; cat "$tmp/out"; fails=$((fails + 1)); }
 "$rrfp" schedule check --pp 2 -m 2 "$tmp/1f1b.txt" >"$tmp/out" 2>&1 &&

@@ -104,7 +104,7 @@ if [ "$trains" = ON ]; then
   "$rrfp" train --hint ./h.txt --policy fixed --steps 1 --warmup 0 --d-model 16 --heads 2 --layers 2 \
     --max-seq 32 --max-len 32 --min-len 8 --eval-every 0 --out trained >train.log 2>&1 ||
     fail "train --hint h.txt: $(tail -1 train.log)"
-  grep -q "^rrfp train: P=2 V=1 M=3 fixed ./h.txt," train.log || fail "train --hint h.txt: $(head -1 train.log)"
+  grep -q "^rrfp train: P=2 V=1 (loop) M=3 fixed ./h.txt," train.log || fail "train --hint h.txt: $(head -1 train.log)"
 fi
 check "--trace: 'h.txt' is the input --hint or inside it" simulate --pp 2 -m 3 --hint h.txt --trace h.txt
 check "--json: 'wf.json' is the input --workload-file or inside it" simulate --pp 2 -m 3 --workload-file wf.json --json wf.json

@@ -165,7 +165,8 @@ void check(const ScheduleFlags& f) {
   const std::string stuck = fixed_blocking_deadlock(m, h);
   const auto peaks = fixed_order_peaks(h.list(), m);
   std::cout << "ok: " << visible(f.file) << " is a valid hint for P=" << m.pp() << " V=" << m.vpp()
-            << " M=" << m.microbatches() << (m.split() ? " (split backward)" : "")
+            << " (" << to_string(m.config().placement) << ") M=" << m.microbatches()
+            << (m.split() ? " (split backward)" : "")
             << (stuck.empty() ? " under async and blocking transfers" : " under async transfers")
             << "; " << m.tasks_per_stage() << " tasks per stage; fixed-order peak D per stage:";
   for (int p : peaks)
@@ -173,7 +174,7 @@ void check(const ScheduleFlags& f) {
   std::cout << "\n";
   if (!stuck.empty())
     std::cout << "deadlocks under --comm blocking with --policy fixed (receives posted one at a "
-                 "time in list order; simulate and run refuse it): "
+                 "time in list order; simulate, run, train and rrfp.Pipeline refuse it): "
               << stuck << "\n";
 }
 

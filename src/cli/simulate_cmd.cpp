@@ -10,7 +10,9 @@ void setup_simulate(CLI::App& app) {
   auto f = std::make_shared<ExperimentFlags>();
   CLI::App* sub = app.add_subcommand(
       "simulate",
-      "simulate one training step; with no --hint, compare fixed 1F1B against rrfp BF and BFW");
+      "simulate one training step; with no --hint, compare a fixed baseline (1F1B; at --vpp 2 "
+      "or more interleaved 1F1B, or BFS where that cannot take M and under vshape) against "
+      "rrfp BF and BFW");
   CLI::Option* comm = add_experiment_flags(sub, *f);
   sub->callback([f, comm] {
     f->dispatch.comm_given = comm->count() > 0;

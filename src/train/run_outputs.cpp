@@ -24,7 +24,9 @@ std::string TrainingRun::coordination() const {
 
 void TrainingRun::print_banner() const {
   if (o_.quiet) return;
-  std::cout << "rrfp train: P=" << t_.pipe.pp << " V=" << t_.pipe.vpp
+  // The placement, as simulate's header says it: a V-shape taken from a hint file went unsaid.
+  std::cout << "rrfp train: P=" << t_.pipe.pp << " V=" << t_.pipe.vpp << " ("
+            << to_string(t_.pipe.placement) << ")"
             << " M=" << t_.pipe.microbatches
             << (t_.runtime.tp > 1
                     ? " TP=" + std::to_string(t_.runtime.tp) + " (" + coordination() + ")"
