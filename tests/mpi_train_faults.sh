@@ -199,4 +199,18 @@ rc=$?
   grep -q "^rrfp train: mpi rank 1: SIGTERM, sent to this process alone, taken: stopping after the current step" "$out/al.log" ||
   { tail -5 "$out/al.log"; fail "SIGTERM to rank 1 alone mid-run: exit $rc"; }
 echo "SIGTERM to rank 1 alone mid-run: its own acknowledgement"
+# A process stopped (SIGSTOP, a hung node) at its first data-parallel gradient sum, hook of
+# dist/mpi_world.cpp: the job ends within the deadline, a line naming the stopped process by
+# its job rank (rank 3 is rank 1 of its gradient sum's group). No line named it: "a process of
+# the job is stopped, gone or far behind", from each process that waited.
+start=$SECONDS
+RRFP_FAULT_STOP=dp-gather:3 timeout -k 10 90 "${mpi[@]}" 4 "$rrfp" train --transport mpi \
+  --pp 2 --dp 2 -m 2 --d-model 16 --heads 2 --layers 4 --max-seq 32 --max-len 32 --min-len 8 \
+  --eval-every 0 --eval-batches 1 --timeout 5 --steps 2 --warmup 0 --out "$out/dps" >"$out/dps.log" 2>&1
+rc=$?
+took=$((SECONDS - start))
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 60 ] &&
+  grep -qE "did not finish within 5 s: mpi (rank 3 has|ranks [0-9, and]*3 have) not come to it" \
+    "$out/dps.log" || { grep rrfp "$out/dps.log"; fail "a process stopped at a gradient sum: exit $rc"; }
+echo "a process stopped at a gradient sum: named, the job ended in $took s"
 echo "PASS"

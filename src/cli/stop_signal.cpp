@@ -196,7 +196,13 @@ void on_stop_signal(int sig, siginfo_t* info, void*) {
   const Request request = take_request(sig);
   if (request == Request::kSecond) {
     remove_temporary_in_progress();  // a file being replaced keeps what it held
-    if (say) write_line(g_second_lines[signal_index(sig)]);
+    // Past outputs_written() nothing is missing: the SIGTERM mpirun sends a process still
+    // ending, after a stop, was said to have cut its outputs short.
+    const HandlerLine& written = g_exit_lines[kWritten][signal_index(sig)];
+    if (say)
+      write_line(g_outputs.load() == kWritten && written.size > 0
+                     ? written
+                     : g_second_lines[signal_index(sig)]);
     ::_exit(128 + sig);  // async-signal-safe
   }
   if (request == Request::kFirst && say) write_line(g_ack_lines[signal_index(sig)]);
@@ -272,9 +278,16 @@ void acknowledge_stop_signals(const std::string& command, const std::string& unt
   const std::string who =
       "rrfp " + command + ": " +
       (alone_only ? "mpi rank " + std::string(rank != nullptr ? rank : "?") + ": " : "");
+  // Rank 0 says what mpirun passes on, and mpirun sends SIGTERM too as it ends a job whose
+  // process failed: "stopping after the current step" alone promised a stop that never came.
+  const bool rank0_of_mpirun = !alone_only && rank != nullptr;
   for (int sig : kStopSignals) {
     const std::string name = signal_name(sig) + (alone_only ? ", sent to this process alone," : "");
-    g_ack_lines[signal_index(sig)].set(who + name + " taken: " + until +
+    const std::string also =
+        rank0_of_mpirun && sig == SIGTERM
+            ? " (or mpirun ends the job for a process that failed, and its lines say which)"
+            : "";
+    g_ack_lines[signal_index(sig)].set(who + name + " taken: " + until + also +
                                        (sig == SIGXCPU  // its repeats are no second request
                                             ? "; another signal stops it at once\n"
                                             : "; a second signal stops it at once\n"));
@@ -306,6 +319,10 @@ void stop_at_once_until_work(const std::string& command) {
 
 void work_begins() {
   g_at_once.store(false);
+}
+
+void outputs_written() {
+  g_outputs.store(kWritten);
 }
 
 void hold_stop_signals(bool hold) {

@@ -32,6 +32,10 @@ void acknowledge_stop_signals(const std::string& command, const std::string& unt
 // SIGTERM; a sweep's first grid point likewise).
 void stop_at_once_until_work(const std::string& command);
 void work_begins();
+// The command's outputs are whole (train, once its run has returned): a second signal from here
+// says so. Under mpirun, after a stop, the SIGTERM mpirun sends a process still ending was
+// taken as a second request, whose line said what had not been written was missing.
+void outputs_written();
 // Blocks (holds pending) or unblocks the signals stop_on_signals takes but SIGPIPE, for this
 // thread and what it starts or becomes: `rrfp train` holds them across its exec of
 // `rrfp-train`, which releases them once its handlers are in place, so a signal in the half

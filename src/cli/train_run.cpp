@@ -80,13 +80,16 @@ void run(const TrainFlags& f) {
       train::TrainRun run = to_run(f);
       run.train.job = &job;
       sum = train::run_training(run);
+      outputs_written();
       job.all_gather({});  // every process is done before any tears its endpoint down
     });
     exit_if_stopped(sum);
   } else {
     refuse_inproc_under_mpirun();
     acknowledge_stop_signals("train", until);
-    exit_if_stopped(train::run_training(to_run(f)));
+    const train::TrainSummary sum = train::run_training(to_run(f));
+    outputs_written();
+    exit_if_stopped(sum);
   }
 }
 

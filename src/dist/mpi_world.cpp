@@ -14,6 +14,7 @@
 #include "comm/mpi_transport.hpp"
 #include "core/format.hpp"
 #include "core/progress_line.hpp"
+#include "dist/mpi_arrivals.hpp"
 #include "dist/mpi_group.hpp"
 #include "dist/mpi_single_copy.hpp"
 #include "runtime/runtime.hpp"
@@ -28,7 +29,9 @@ namespace {
 
 // Test hook (tests/mpi_failure.sh): RRFP_FAULT_STOP=<phase>:<world rank> makes that process
 // stop itself with SIGSTOP, as a suspended or hung node would, when it reaches <phase>
-// (startup: before MPI_Init; shutdown: before the closing barrier). Continued, it stays hung
+// (startup: before MPI_Init; shutdown: before the closing barrier; dp-gather: before a
+// data-parallel gradient sum; gather: before every other all-gather, the barrier before a step
+// included). Continued, it stays hung
 // until a signal ends it: mpirun, ending the job, continues a stopped process before its
 // SIGTERM, and one that went on into MPI_Init as the job was torn down once left mpirun
 // hanging ("PMIX ERROR: UNREACHABLE"). Two minutes at most, so that none is left for good.
@@ -131,10 +134,14 @@ void MpiWorld::expired(const std::string& phase, std::int64_t ms) {
   for (int sig : kStopSignals)
     std::signal(sig, SIG_IGN);
   clear_progress_line_on_stderr();
+  // The ranks an all-gather still awaits, where it awaits any: under data parallelism the
+  // line named none, and no other line named the stopped process.
+  const std::string missing = arrivals_.missing();
   std::fprintf(stderr,
-               "rrfp: error: mpi rank %d: %s did not finish within %s s: a process of the job "
-               "is stopped, gone or far behind (the limit is %s)\n",
+               "rrfp: error: mpi rank %d: %s did not finish within %s s: %s (the limit is %s)\n",
                rank_, call.c_str(), fmt("%g", static_cast<double>(ms) / 1000).c_str(),
+               missing.empty() ? "a process of the job is stopped, gone or far behind"
+                               : (missing + ": stopped, gone or far behind").c_str(),
                limit.c_str());
   std::fflush(stderr);
   // MPI_Abort ends every process of the job; before MPI is up or while it finalises it is not
@@ -242,21 +249,19 @@ void post_pieces(std::size_t size, std::vector<MPI_Request>& reqs, Post&& post) 
 // bytes ends at 2 GiB over all ranks, which a data-parallel gradient sum passes). Every
 // all-gather of the job goes through it. Each size goes with what the gather is (`kind`):
 // where the processes' kinds differ, none broadcasts, and `apart` gets every rank's kind (the
-// processes are out of step, and every one of them finds it in this gather).
+// processes are out of step, and every one of them finds it in this gather). The sizes go
+// point to point, `arrivals` holding the ranks awaited (dist/mpi_arrivals.hpp).
 std::vector<std::vector<std::byte>> gather_bytes_all(std::span<const std::byte> mine, MPI_Comm comm,
                                                      std::uint64_t kind,
-                                                     std::vector<std::uint64_t>& apart) {
+                                                     std::vector<std::uint64_t>& apart,
+                                                     Arrivals& arrivals) {
   int n = 0, me = 0;
   MPI_Comm_size(comm, &n);
   MPI_Comm_rank(comm, &me);
-  const std::uint64_t head[2] = {mine.size(), kind};
-  std::vector<std::uint64_t> heads(2 * static_cast<std::size_t>(n));
-  MPI_Request req = MPI_REQUEST_NULL;
-  mpi_check(MPI_Iallgather(head, 2, MPI_UINT64_T, heads.data(), 2, MPI_UINT64_T, comm, &req),
-            "MPI_Iallgather");
-  wait_napping(req, "MPI_Iallgather");
+  const std::vector<std::uint64_t> heads =
+      exchange_heads(mine.size(), kind, static_cast<void*>(comm), arrivals);
   for (int r = 0; r < n; ++r)
-    if (heads[2 * r + 1] != head[1]) {
+    if (heads[2 * r + 1] != kind) {
       for (int k = 0; k < n; ++k)
         apart.push_back(heads[2 * k + 1]);
       return {};
@@ -282,7 +287,8 @@ std::vector<std::vector<std::byte>> MpiWorld::gathered(std::span<const std::byte
                         : group == Group::kDp  ? comms_->dp
                                                : comms_->pipe;
   std::vector<std::uint64_t> apart;
-  auto out = gather_bytes_all(mine, comm, static_cast<std::uint64_t>(kind), apart);
+  stop_if_asked(group == Group::kDp ? "dp-gather" : "gather");
+  auto out = gather_bytes_all(mine, comm, static_cast<std::uint64_t>(kind), apart, arrivals_);
   if (!apart.empty()) {
     int me = 0;
     MPI_Comm_rank(comm, &me);
@@ -329,6 +335,8 @@ void MpiWorld::out_of_step(const std::vector<std::uint64_t>& kinds, bool world, 
         return "a data-parallel gradient sum";
       case GatherKind::kReplica:
         return "a gather of a replica's stages";
+      case GatherKind::kBarrier:
+        return "the barrier before a step";
     }
     return "an unknown gather";
   };
@@ -411,11 +419,11 @@ std::vector<std::vector<std::byte>> MpiWorld::gather_to_root(std::span<const std
   return split_by_rank(flat, counts);
 }
 
+// A gather of nothing: its heads are a barrier that can say who has not come to it, and that
+// finds processes out of step as the gathers do.
 void MpiWorld::barrier() {
   auto d = deadline("MPI_Barrier");
-  MPI_Request req = MPI_REQUEST_NULL;
-  mpi_check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
-  wait_napping(req, "MPI_Ibarrier");
+  gathered({}, Group::kWorld, GatherKind::kBarrier);
 }
 
 void MpiWorld::abort(int code) {

@@ -15,6 +15,7 @@
 #include "comm/mpi_transport.hpp"
 #include "dist/deadline.hpp"
 #include "dist/job.hpp"
+#include "dist/mpi_arrivals.hpp"
 #include "runtime/collective.hpp"
 
 namespace rrfp {
@@ -98,7 +99,13 @@ class MpiWorld final : public Job {
   // step failed (a timeout, an interrupt) where the others' completed skipped the step's closing
   // gather and went on to its next call's: the two paired, and a script that caught the error
   // went on with one update of two steps' batches.
-  enum class GatherKind : std::uint64_t { kStep = 1, kCall = 2, kGradients = 3, kReplica = 4 };
+  enum class GatherKind : std::uint64_t {
+    kStep = 1,
+    kCall = 2,
+    kGradients = 3,
+    kReplica = 4,
+    kBarrier = 5
+  };
   enum class Group { kWorld, kDp, kPipe };
   std::vector<std::vector<std::byte>> gathered(std::span<const std::byte> mine, Group group,
                                                GatherKind kind);
@@ -111,6 +118,7 @@ class MpiWorld final : public Job {
   std::atomic<bool> live_{false};  // MPI is initialised and not finalising: MPI_Abort is safe
   JobLayout layout_;
   std::unique_ptr<Comms> comms_;
+  Arrivals arrivals_;    // the ranks an all-gather awaits, for expired()
   DeadlineGuard guard_;  // last: its thread may call expired(), which reads the members above
 };
 
