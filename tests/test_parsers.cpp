@@ -127,9 +127,10 @@ TEST(HintFile, RejectsWithNamedErrors) {
                 .find("must be an array of 2 stage orders (the run has `pp` 2 stages; the file "
                       "gives no \"pp\", it lists 1)"),
             std::string::npos);
-  EXPECT_NE(expect_hint_error("{\"format\": \"rrfp-hint\", \"pp\": 2, \"stages\": {}}")
-                .find("must be an array of 2 stage orders (its \"pp\")"),
-            std::string::npos);
+  EXPECT_NE(
+      expect_hint_error("{\"format\": \"rrfp-hint\", \"version\": 1, \"pp\": 2, \"stages\": {}}")
+          .find("must be an array of 2 stage orders (its \"pp\")"),
+      std::string::npos);
 }
 
 // The header: one line, its fields all read before any is compared, "rrfp-hint" as a word; a
