@@ -43,6 +43,14 @@ auto=$("$rrfp" predict zb.json | grep '^measured step')
 off=$("$rrfp" predict zb.json --split-backward off | grep '^measured step')
 [ -n "$auto" ] && [ "$auto" = "$off" ] || fail "predict --split-backward off: '$off', auto: '$auto'"
 
+# A workload file naming no preset of its own is named with the one it overrides: the header
+# said "workload=b.json" alone, the same for the language and multimodal steps under it.
+echo '{"bytes_per_token": 5}' >b.json
+[[ "$(header simulate --pp 4 -m 8 --workload-file b.json --workload language)" == *"  workload=language + b.json  "* ]] &&
+  [[ "$(header simulate --pp 4 -m 8 --workload-file b.json)" == *"  workload=multimodal + b.json  "* ]] &&
+  [[ "$(header simulate --pp 4 -m 8 --workload-file wf.json)" == *"  workload=wf.json  "* ]] ||
+  fail "a workload file's name: $(header simulate --pp 4 -m 8 --workload-file b.json --workload language)"
+
 # Workload integers are read as the JSON holds them: 2^64 - 1 wrapped to -1 (no straggler).
 printf '{"preset":"uniform","straggler_stage":18446744073709551615}' >w.json
 check 'w.json: field "straggler_stage": must be an integer from -2 to 1000000, got 18446744073709551615' \

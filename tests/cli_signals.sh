@@ -85,18 +85,22 @@ grep -qx "rrfp sweep: SIGTERM taken: stopping after the current grid point; a se
   "$tmp/sweep.log" || fail "sweep: SIGTERM not acknowledged as it came"
 line=$(grep "rrfp sweep: stopped by SIGTERM" "$tmp/sweep.log")
 done_points=$(echo "$line" | sed -n 's/.*hold the \([0-9]*\) of 80 grid points.*/\1/p')
-if [ -z "$done_points" ] || [ ! -s "$tmp/sweep.csv" ] || [ ! -s "$tmp/sweep.md" ]; then
-  fail "sweep: no stop line or no CSV and summary: $(tail -2 "$tmp/sweep.log")"
+# Under names of their own: a partial CSV under --csv's name read as a smaller grid's.
+if [ -z "$done_points" ] || [ ! -s "$tmp/sweep.partial.csv" ] || [ ! -s "$tmp/sweep.partial.md" ] ||
+  [ -e "$tmp/sweep.csv" ] || [ -e "$tmp/sweep.md" ]; then
+  fail "sweep: no stop line or no partial CSV and summary: $(tail -2 "$tmp/sweep.log")"
 else
-  rows=$(($(wc -l <"$tmp/sweep.csv") - 1))
+  grep -qF "; $tmp/sweep.partial.csv and $tmp/sweep.partial.md hold the $done_points of 80 grid points done before it ($tmp/sweep.csv and $tmp/sweep.md are left as they were)" \
+    "$tmp/sweep.log" || fail "sweep: the stop line: $line"
+  rows=$(($(wc -l <"$tmp/sweep.partial.csv") - 1))
   [ "$done_points" -lt 80 ] || fail "sweep: it ran the whole grid before stopping"
   # Each grid point writes one row per run: 3 fixed baselines and the 2 hints.
   [ "$rows" -eq $((done_points * 5)) ] || fail "sweep: $rows CSV rows for $done_points points"
-  grep -q "^$rows runs (stopped by SIGTERM after $done_points of 80 grid points); CSV: $tmp/sweep.csv" \
+  grep -q "^$rows runs (stopped by SIGTERM after $done_points of 80 grid points); CSV: $tmp/sweep.partial.csv" \
     "$tmp/sweep.log" || fail "sweep: the summary line"
   # The summary file says it is partial itself (it read as a smaller grid's once stderr was gone).
-  head -1 "$tmp/sweep.md" | grep -q "^\*\*Partial: stopped by SIGTERM after $done_points of 80 grid points" ||
-    fail "sweep: the summary file does not say it is partial: $(head -1 "$tmp/sweep.md")"
+  head -1 "$tmp/sweep.partial.md" | grep -q "^\*\*Partial: stopped by SIGTERM after $done_points of 80 grid points" ||
+    fail "sweep: the summary file does not say it is partial: $(head -1 "$tmp/sweep.partial.md")"
 fi
 
 # A second signal ends sweep at once, and says so (it ended without a word): here during its
@@ -224,8 +228,8 @@ pid=
 pid=$!
 stop_after $pid 2
 pid=
-[ "$rc" -eq 141 ] && [ "$(wc -l <"$tmp/nopipe.csv")" -gt 1 ] ||
-  fail "sweep with stderr's reader gone: exit $rc, CSV: $(wc -l <"$tmp/nopipe.csv" 2>&1)"
+[ "$rc" -eq 141 ] && [ "$(wc -l <"$tmp/nopipe.partial.csv")" -gt 1 ] ||
+  fail "sweep with stderr's reader gone: exit $rc, CSV: $(wc -l <"$tmp/nopipe.partial.csv" 2>&1)"
 # A closed terminal (SIGHUP) stops sweep as SIGTERM does (it was killed with nothing written).
 "$rrfp" sweep --pp 64,128 --seeds 10 --csv "$tmp/hup.csv" >"$tmp/hup.log" 2>&1 &
 pid=$!
@@ -233,7 +237,7 @@ stop_after $pid 2 HUP
 pid=
 [ "$rc" -eq 129 ] || fail "sweep: exit $rc after SIGHUP, want 129"
 grep -q "rrfp sweep: stopped by SIGHUP" "$tmp/hup.log" || fail "sweep: $(tail -1 "$tmp/hup.log")"
-[ -s "$tmp/hup.csv" ] || fail "sweep: no CSV after SIGHUP"
+[ -s "$tmp/hup.partial.csv" ] || fail "sweep: no CSV after SIGHUP"
 # The soft CPU time limit (SIGXCPU, repeated each second past it) stops sweep as SIGTERM does,
 # its repeats no second request (its default action ended the work without a word, nothing
 # written); here sent three times, as the kernel would.
@@ -248,7 +252,7 @@ pid=
 [ "$rc" -eq 152 ] || fail "sweep: exit $rc after SIGXCPU, want 152"
 grep -q "rrfp sweep: stopped by SIGXCPU (its CPU time limit)" "$tmp/xcpu.log" ||
   fail "sweep: $(tail -1 "$tmp/xcpu.log")"
-[ -s "$tmp/xcpu.csv" ] || fail "sweep: no CSV after SIGXCPU"
+[ -s "$tmp/xcpu.partial.csv" ] || fail "sweep: no CSV after SIGXCPU"
 # The watchdog does not take a suspended process for a stalled one: stopped (Ctrl-Z) for longer
 # than --timeout and continued, a run goes on (it failed: "no progress for 4001 ms").
 printf '{"preset": "uniform", "forward_us": 2e5}' >"$tmp/paced.json"

@@ -164,6 +164,15 @@ for case in "--timeout: must be between 0 and 86400 seconds, got -1|--transport 
     { cat "$log"; fail "run $args under mpirun: exit $rc, not one line saying \"$want\""; }
   echo "run $args under mpirun: exit 2, one line"
 done
+# calibrate likewise: each process calibrated in its own threads, all writing one file, exit 0.
+calfile=$(dirname "$log")/rrfp-cal-$$.json
+timeout -k 5 60 "$here/mpirun.sh" 2 "$rrfp" calibrate --seconds 1 --out "$calfile" \
+  >"$log" 2>&1
+rc=$?
+[ $rc -eq 2 ] && [ "$(grep -c 'rrfp: error: ' "$log")" -eq 1 ] && [ ! -e "$calfile" ] &&
+  grep -qF -- "--transport inproc on mpi rank 0: mpirun started 2 processes" "$log" ||
+  { cat "$log"; rm -f "$calfile"; fail "calibrate under mpirun without --transport mpi: exit $rc"; }
+echo "calibrate under mpirun without --transport mpi: exit 2, one line"
 # A flag that does not parse: one line too (it came once per process).
 "$here/mpirun.sh" 3 "$rrfp" run --transport mpi --pp 2 --no-such-flag $marker >"$log" 2>&1
 rc=$?

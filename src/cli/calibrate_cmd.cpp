@@ -152,6 +152,9 @@ CalibrateOptions said_by(ProgressTicker& ticker, CalibrateOptions o) {
 void run_calibrate(const CalibrateFlags& f) {
   exit_on_signals("calibrate");  // it died without a word, a file possibly half written
   refuse_inapplicable(f);
+  // Under an mpirun of several processes each ran a calibration of its own, all competing for
+  // the cores and writing one file, exit 0.
+  if (f.transport != TransportKind::Mpi) refuse_inproc_under_mpirun();
   CalibrateOptions o;
   o.sizes = parse_sizes(f.sizes);
   // Each endpoint holds about three buffers of the largest size at once (measured: a peak of

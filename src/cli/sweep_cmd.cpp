@@ -314,6 +314,14 @@ void for_each_point(const SweepFlags& f, const std::function<bool(const Scenario
   }
 }
 
+// "p.csv" -> "p.partial.csv", "out" -> "out.partial": the extension kept, in the same folder.
+std::string partial_name(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  const std::size_t dot = path.find_last_of('.');
+  const bool ext = dot != std::string::npos && dot > (slash == std::string::npos ? 0 : slash + 1);
+  return ext ? path.substr(0, dot) + ".partial" + path.substr(dot) : path + ".partial";
+}
+
 void run_sweep(const SweepFlags& f) {
   check_sweep(f);
   // A signal stops the grid after its current point: the CSV and the summary of the points
@@ -348,11 +356,16 @@ void run_sweep(const SweepFlags& f) {
     return true;
   });
   ticker.reset();  // its line erased before the summary
-  WrittenOutputs written(!f.quiet);
-  written.write("--csv", f.csv, [&] { write_text_file(f.csv, csv, "--csv"); });
-  // A stopped grid's summary says so itself: its geomeans are over the points done, which may
-  // leave out whole workloads and sizes, and once stderr is gone it read as a smaller grid's.
+  // A stopped grid's files say so by their names: under --csv's own, its rows read as a
+  // smaller grid's (the last point's seeds cut short among them), and an average over the
+  // file mixed seed sets. So a file under the name asked for is always a whole grid's.
   const int sig = stop.load();
+  const std::string csv_path = sig == 0 ? f.csv : partial_name(f.csv);
+  const std::string md_path = sig == 0 || f.md.empty() ? f.md : partial_name(f.md);
+  WrittenOutputs written(!f.quiet);
+  written.write("--csv", csv_path, [&] { write_text_file(csv_path, csv, "--csv"); });
+  // The summary says so itself too: its geomeans are over the points done, which may leave
+  // out whole workloads and sizes.
   const std::string partial = sig == 0 ? std::string()
                                        : "stopped by " + signal_name(sig) + " after " +
                                              std::to_string(done) + " of " +
@@ -361,14 +374,16 @@ void run_sweep(const SweepFlags& f) {
       (sig == 0 ? ""
                 : "**Partial: " + partial + "; this summary and the CSV hold those alone.**\n\n") +
       markdown(rows, f);
-  written.write("--md", f.md, [&] { write_text_file(f.md, md, "--md"); });
+  written.write("--md", md_path, [&] { write_text_file(md_path, md, "--md"); });
   std::cout << md << "\n"
             << rows.size() << " runs" << (sig == 0 ? "" : " (" + partial + ")")
-            << "; CSV: " << visible(f.csv) << "\n";
+            << "; CSV: " << visible(csv_path) << "\n";
   if (sig != 0) {
-    print_line("rrfp sweep: stopped by " + signal_name(sig) +
-               "; the CSV and the summary hold the " + std::to_string(done) + " of " +
-               std::to_string(points) + " grid points done before it");
+    print_line("rrfp sweep: stopped by " + signal_name(sig) + "; " + visible(csv_path) +
+               (md_path.empty() ? "" : " and " + visible(md_path)) + " hold the " +
+               std::to_string(done) + " of " + std::to_string(points) +
+               " grid points done before it (" + visible(f.csv) +
+               (f.md.empty() ? " is" : " and " + visible(f.md) + " are") + " left as they were)");
     throw QuietExit{128 + sig};
   }
 }
@@ -397,7 +412,10 @@ void setup_sweep(CLI::App& app) {
   sub->add_option("--tp-protocol", f->tp_protocol, "leader or agree")
       ->capture_default_str()
       ->each([f](const std::string&) { f->tp_protocol_given = true; });
-  sub->add_option("--csv", f->csv, "CSV of every run")->capture_default_str();
+  sub->add_option("--csv", f->csv,
+                  "CSV of every run (a grid stopped by a signal writes NAME.partial.csv, and "
+                  "--md's NAME.partial.md)")
+      ->capture_default_str();
   sub->add_option("--md", f->md, "markdown summary file");
   sub->add_flag("--quiet", f->quiet, "no progress on stderr");
   sub->callback([f] {

@@ -122,10 +122,10 @@ StepRecordPy simulate_one(std::optional<int> pp, std::optional<int> vpp,
   sc.split_mode = split_backward;
   sc.tp = tp;
   sc.tp_protocol = parse_tp_protocol(tp_protocol);
-  // Named as the command names it: the file where one is given.
-  sc.workload_name = workload_file.empty() ? workload : workload_file;
+  // Named as the command names it.
   sc.workload = workload_file.empty() ? workload_preset(workload)
                                       : read_workload_file(workload_file, workload, workload_given);
+  sc.workload_name = workload_label(workload, workload_file);
   sc.replay_path = replay;
   sc.seed = seed;
   refuse_replaced_workload(sc, workload_given ? workload : "", workload_file, false);

@@ -118,6 +118,9 @@ WorkloadParams read_workload_file(const std::string& path, const std::string& pr
 // The fields a workload file sets, in its order; its preset as "preset NAME". What a caller
 // that uses some fields alone checks the others against (a replay takes its jitter only).
 std::vector<std::string> workload_file_fields(const std::string& path);
+// How reports name a workload: the preset, or a file with the preset it overrides where it
+// names none of its own ("language + cal.json"; "cal.json" alone hid the preset under it).
+std::string workload_label(const std::string& preset, const std::string& file);
 void validate(const WorkloadParams& w);  // throws InputError naming the field and its range
 
 // The most bytes one message may carry: 1 TiB, far above any microbatch's activations.
