@@ -241,7 +241,11 @@ def test_a_replay_refuses_what_it_would_ignore_as_the_command_does(tmp_path):
     with pytest.raises(ValueError, match="`workload_file`: with `replay` .* sets none"):
         adaptive(replay=path, workload_file=str(wf))
     wf.write_text('{"forward_us": 500}')
-    assert rrfp.simulate(**SHAPE, workload_file=str(wf)).to_dict()["workload"] == str(wf)
+    # Named with the preset it overrides where it names none (the name hid which lay under it).
+    assert rrfp.simulate(**SHAPE, workload_file=str(wf)).to_dict()["workload"] == \
+        "multimodal + " + str(wf)
+    assert rrfp.simulate(**SHAPE, workload="language", workload_file=str(wf)).to_dict()[
+        "workload"] == "language + " + str(wf)
     # A file's own preset replaced the one given beside it.
     wf.write_text('{"preset": "uniform"}')
     with pytest.raises(ValueError, match="`workload_file`: '.*' names a preset of its own "
