@@ -76,10 +76,11 @@ run_case STOP "run failed on mpi rank [0-9]: (stage [0-9] \(mpi rank [0-9]\) fai
 # Interrupted alone (a SIGINT sent to rank 2, not passed on by mpirun): rank 2 says so and names
 # itself; only rank 0's "stopped by SIGTERM", which mpirun then sent it, was said.
 run_case INT "rrfp run: mpi rank 2: stopped by SIGINT sent to this process alone; nothing written"
-# stop_case PHASE: rank 2 stops itself (SIGSTOP) on reaching PHASE (the RRFP_FAULT_STOP hook of
-# dist/mpi_world.cpp); the others must give up within the start-up deadline, naming the call.
+# stop_case PHASE CALL [NAMED]: rank 2 stops itself (SIGSTOP) on reaching PHASE (the
+# RRFP_FAULT_STOP hook of dist/mpi_world.cpp); the others must give up within the start-up
+# deadline, naming the call (and NAMED: the process they have not heard from).
 stop_case() {
-  local phase=$1 call=$2
+  local phase=$1 call=$2 named=${3:-}
   local start=$SECONDS
   # --timeout 10: the deadline at start-up and shutdown is 10 s whatever it is, and mid-step a
   # busy machine must not stall the step first. One short run before the shutdown: its four
@@ -99,8 +100,8 @@ stop_case() {
   fi
   [ $rc -ne 0 ] || { cat "$log"; fail "stopped at $phase: mpirun exited 0"; }
   [ $took -lt 30 ] || fail "stopped at $phase: the job took $took s (deadline 10 s)"
-  grep -q "mpi rank [013]: $call did not finish within 10 s" "$log" ||
-    { cat "$log"; fail "stopped at $phase: no line naming $call"; }
+  grep -q "mpi rank [013]: $call did not finish within 10 s: $named" "$log" ||
+    { cat "$log"; fail "stopped at $phase: no line naming $call${named:+ and '$named'}"; }
   local left
   left=$(pgrep -f "rrfp run .*$mine" || true)
   [ -z "$left" ] || { kill -9 $left; fail "stopped at $phase: processes left behind: $left"; }
@@ -108,7 +109,9 @@ stop_case() {
   grep "did not finish" "$log" | head -1
 }
 stop_case startup "MPI_Init_thread (start-up)"
-stop_case shutdown "MPI_Barrier (shutdown)"
+# The job's gathers and barriers name the process that has not come (they named none).
+stop_case shutdown "MPI_Barrier (shutdown)" "mpi rank 2 has not come to it"
+stop_case gather "MPI_Allgather (between steps)" "mpi rank 2 has not come to it"
 # Bad input under mpirun: one line from rank 0, every process exits 2. The layout is refused
 # before any run starts, in run's own flags (its line named --dp, which run does not have,
 # after "running fixed 1f1b (blocking) over 3 mpi ranks ...").

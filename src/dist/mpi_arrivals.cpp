@@ -16,20 +16,24 @@ std::string Arrivals::missing() const {
   std::string who;
   for (std::size_t i = 0; i < missing_.size(); ++i)
     who += (i == 0 ? "" : i + 1 == missing_.size() ? " and " : ", ") + std::to_string(missing_[i]);
-  return missing_.size() == 1 ? "mpi rank " + who + " has not come to it"
-                              : "mpi ranks " + who + " have not come to it";
+  const bool one = missing_.size() == 1;
+  return (one ? "mpi rank " : "mpi ranks ") + who +
+         (came_ ? (one ? " came to it but has not finished its exchange with this process"
+                       : " came to it but have not finished their exchange with this process")
+                : (one ? " has not come to it" : " have not come to it"));
 }
 
-void Arrivals::set(std::vector<int> world_ranks) {
+void Arrivals::set(std::vector<int> world_ranks, bool came) {
   std::lock_guard lk(mu_);
   missing_ = std::move(world_ranks);
+  came_ = came;
 }
 
 namespace {
 
-// Apart from the tags of MpiWorld::exchange, the only other point-to-point traffic on a job's
-// communicators (the transport sends on a duplicate).
-constexpr int kArrivalHeadTag = 3;
+// Apart from the tags of MpiWorld::exchange (1, 2), on the job's own communicators: the world's
+// is a duplicate, apart from a script's messages.
+constexpr int kArrivalHeadTag = 3, kArrivalPartTag = 4;
 
 // The world ranks of `comm`'s ranks, by their rank there.
 std::vector<int> world_ranks_of(MPI_Comm comm, int n) {
@@ -45,6 +49,47 @@ std::vector<int> world_ranks_of(MPI_Comm comm, int n) {
   return out;
 }
 
+// Waits for `reqs`, each with the comm rank it awaits (`peer`), keeping in `arrivals` the world
+// ranks of those not done. Tested with growing naps, as the job's other waits (mpi_world.cpp):
+// a blocking wait polls a core flat out.
+void wait_for_peers(std::vector<MPI_Request>& reqs, const std::vector<int>& peer, MPI_Comm comm,
+                    bool came, Arrivals& arrivals) {
+  int n = 0;
+  MPI_Comm_size(comm, &n);
+  const std::vector<int> world = world_ranks_of(comm, n);
+  std::vector<int> pending(n, 0);
+  for (int p : peer)
+    ++pending[p];
+  auto publish = [&] {
+    std::vector<int> missing;
+    for (int r = 0; r < n; ++r)
+      if (pending[r] > 0) missing.push_back(world[r]);
+    std::sort(missing.begin(), missing.end());
+    arrivals.set(std::move(missing), came);
+  };
+  publish();
+  std::vector<int> done(reqs.size());
+  std::size_t left = reqs.size();
+  int sleep_us = 1;
+  while (left > 0) {
+    int count = 0;
+    mpi_check(MPI_Testsome(static_cast<int>(reqs.size()), reqs.data(), &count, done.data(),
+                           MPI_STATUSES_IGNORE),
+              "MPI_Testsome");
+    if (count > 0 && count != MPI_UNDEFINED) {
+      for (int i = 0; i < count; ++i)
+        --pending[peer[done[i]]];
+      left -= count;
+      publish();
+      sleep_us = 1;
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    sleep_us = std::min(sleep_us * 2, 200);
+  }
+  arrivals.set({});
+}
+
 }  // namespace
 
 std::vector<std::uint64_t> exchange_heads(std::uint64_t size, std::uint64_t kind, void* opaque,
@@ -57,56 +102,61 @@ std::vector<std::uint64_t> exchange_heads(std::uint64_t size, std::uint64_t kind
   std::vector<std::uint64_t> heads(2 * static_cast<std::size_t>(n));
   heads[2 * me] = size;
   heads[2 * me + 1] = kind;
-  if (n == 1) return heads;
   // Messages from one rank on one tag arrive in the order sent: a gather's heads pair with the
   // same gather's everywhere, as a collective's do.
   std::vector<MPI_Request> recvs, sends;
-  std::vector<int> from;  // the comm rank of each receive
+  std::vector<int> from, to;
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     from.push_back(r);
     recvs.emplace_back();
     mpi_check(MPI_Irecv(&heads[2 * r], 2, MPI_UINT64_T, r, kArrivalHeadTag, comm, &recvs.back()),
               "MPI_Irecv");
+    to.push_back(r);
     sends.emplace_back();
     mpi_check(MPI_Isend(head, 2, MPI_UINT64_T, r, kArrivalHeadTag, comm, &sends.back()),
               "MPI_Isend");
   }
-  const std::vector<int> world = world_ranks_of(comm, n);
-  std::vector<bool> heard(from.size(), false);
-  auto publish = [&] {
-    std::vector<int> missing;
-    for (std::size_t i = 0; i < from.size(); ++i)
-      if (!heard[i]) missing.push_back(world[from[i]]);
-    std::sort(missing.begin(), missing.end());
-    arrivals.set(std::move(missing));
-  };
-  publish();
-  // Tested with growing naps, as the job's other waits (mpi_world.cpp): a blocking wait polls
-  // a core flat out.
-  std::vector<int> done(recvs.size());
-  std::size_t left = recvs.size();
-  int sleep_us = 1;
-  while (left > 0) {
-    int count = 0;
-    mpi_check(MPI_Testsome(static_cast<int>(recvs.size()), recvs.data(), &count, done.data(),
-                           MPI_STATUSES_IGNORE),
-              "MPI_Testsome");
-    if (count > 0 && count != MPI_UNDEFINED) {
-      for (int i = 0; i < count; ++i)
-        heard[done[i]] = true;
-      left -= count;
-      publish();
-      sleep_us = 1;
-      continue;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-    sleep_us = std::min(sleep_us * 2, 200);
-  }
-  arrivals.set({});
-  mpi_check(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE),
-            "MPI_Waitall");
+  wait_for_peers(recvs, from, comm, false, arrivals);
+  wait_for_peers(sends, to, comm, false, arrivals);
   return heads;
+}
+
+std::vector<std::vector<std::byte>> exchange_parts(std::span<const std::byte> mine,
+                                                   const std::vector<std::uint64_t>& heads,
+                                                   void* opaque, Arrivals& arrivals) {
+  const MPI_Comm comm = static_cast<MPI_Comm>(opaque);
+  int n = 0, me = 0;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &me);
+  std::vector<std::vector<std::byte>> out(n);
+  out[me].assign(mine.begin(), mine.end());
+  // Pieces an int counts: an int-counted all-gather of bytes ends at 2 GiB over all ranks,
+  // which a data-parallel gradient sum passes.
+  constexpr std::size_t kPiece = std::size_t{1} << 30;
+  std::vector<MPI_Request> reqs;
+  std::vector<int> peer;
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    out[r].resize(heads[2 * r]);
+    for (std::size_t at = 0; at < out[r].size(); at += kPiece) {
+      reqs.emplace_back();
+      peer.push_back(r);
+      mpi_check(
+          MPI_Irecv(out[r].data() + at, static_cast<int>(std::min(kPiece, out[r].size() - at)),
+                    MPI_BYTE, r, kArrivalPartTag, comm, &reqs.back()),
+          "MPI_Irecv");
+    }
+    for (std::size_t at = 0; at < mine.size(); at += kPiece) {
+      reqs.emplace_back();
+      peer.push_back(r);
+      mpi_check(MPI_Isend(mine.data() + at, static_cast<int>(std::min(kPiece, mine.size() - at)),
+                          MPI_BYTE, r, kArrivalPartTag, comm, &reqs.back()),
+                "MPI_Isend");
+    }
+  }
+  wait_for_peers(reqs, peer, comm, true, arrivals);
+  return out;
 }
 
 }  // namespace rrfp

@@ -1,12 +1,15 @@
 #pragma once
-// Who has come to an all-gather of the job. Each gather opens with every rank's (size, kind),
-// sent to every other rank of its communicator point to point rather than by MPI_Iallgather:
-// a collective cannot say which ranks it still waits for, and a deadline's line under data
-// parallelism named none ("a process of the job is stopped, gone or far behind", from three
-// processes, the stopped one among none of them). While the heads are awaited, the ranks not
-// yet heard from are kept where the deadline's watchdog can read them.
+// The job's all-gathers, point to point. Each opens with every rank's (size, kind), sent to
+// every other rank of its communicator, then each rank's bytes likewise: a collective cannot say
+// which ranks it still waits for, and a deadline's line under data parallelism named none ("a
+// process of the job is stopped, gone or far behind", from three processes, the stopped one
+// among none of them). While a gather waits, the ranks it waits on are kept where the deadline's
+// watchdog can read them: those whose size has not come, then those whose bytes have not all
+// come or gone.
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,19 +17,27 @@ namespace rrfp {
 
 class Arrivals {
  public:
-  // "mpi rank 2 has not come to it" or "mpi ranks 0 and 2 have not come to it"; empty where
-  // no gather's heads are awaited.
+  // "mpi rank 2 has not come to it", "mpi ranks 0 and 2 have not come to it", or in the bytes'
+  // phase "mpi rank 2 came to it but has not finished its exchange with this process"; empty
+  // where no gather waits.
   std::string missing() const;
-  void set(std::vector<int> world_ranks);
+  // `came`: the ranks are in the bytes' phase.
+  void set(std::vector<int> world_ranks, bool came = false);
 
  private:
   mutable std::mutex mu_;
   std::vector<int> missing_;  // world ranks, ascending
+  bool came_ = false;
 };
 
 // Every rank's head (`size`, `kind`) of the gather on `comm` (an MPI_Comm, kept opaque here),
-// by its rank there, this rank's included; `arrivals` holds the ranks awaited meanwhile.
+// by its rank there, this rank's included.
 std::vector<std::uint64_t> exchange_heads(std::uint64_t size, std::uint64_t kind, void* comm,
                                           Arrivals& arrivals);
+// Every rank's bytes, by rank, `heads` giving their sizes: sent to every other rank in pieces an
+// int counts.
+std::vector<std::vector<std::byte>> exchange_parts(std::span<const std::byte> mine,
+                                                   const std::vector<std::uint64_t>& heads,
+                                                   void* comm, Arrivals& arrivals);
 
 }  // namespace rrfp

@@ -22,7 +22,9 @@
 namespace rrfp {
 
 struct MpiWorld::Comms {
-  MPI_Comm pipe = MPI_COMM_NULL, tp = MPI_COMM_NULL, dp = MPI_COMM_NULL;
+  // `world`: MPI_COMM_WORLD's duplicate, for the job's gathers, which go point to point: on
+  // MPI_COMM_WORLD a script's own message with their tag was taken for one.
+  MPI_Comm world = MPI_COMM_NULL, pipe = MPI_COMM_NULL, tp = MPI_COMM_NULL, dp = MPI_COMM_NULL;
 };
 
 namespace {
@@ -78,16 +80,26 @@ MpiWorld::MpiWorld(MpiWorldOptions o)
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  {
+    auto d = deadline("MPI_Comm_dup (start-up)", Wait::kEnds);
+    mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &comms_->world), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(comms_->world, MPI_ERRORS_RETURN);
+  }
   set_layout(JobLayout{size_, 1, 1});  // one pipeline of P = job size until told otherwise
 }
 
 MpiWorld::~MpiWorld() {
   stop_if_asked("shutdown");
   {
+    // A gather of nothing, as the barrier before a step: it names the processes not come.
     auto d = deadline("MPI_Barrier (shutdown)", Wait::kEnds);
-    MPI_Barrier(MPI_COMM_WORLD);
+    try {
+      gathered({}, Group::kWorld, GatherKind::kShutdown);
+    } catch (const std::exception&) {
+      // MPI_Barrier's failure went unchecked here too: the process ends either way.
+    }
   }
-  for (MPI_Comm* c : {&comms_->pipe, &comms_->tp, &comms_->dp})
+  for (MPI_Comm* c : {&comms_->pipe, &comms_->tp, &comms_->dp, &comms_->world})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   live_ = false;
   auto d = deadline("MPI_Finalize (shutdown)", Wait::kEnds);
@@ -137,12 +149,12 @@ void MpiWorld::expired(const std::string& phase, std::int64_t ms) {
   // The ranks an all-gather still awaits, where it awaits any: under data parallelism the
   // line named none, and no other line named the stopped process.
   const std::string missing = arrivals_.missing();
-  std::fprintf(stderr,
-               "rrfp: error: mpi rank %d: %s did not finish within %s s: %s (the limit is %s)\n",
-               rank_, call.c_str(), fmt("%g", static_cast<double>(ms) / 1000).c_str(),
-               missing.empty() ? "a process of the job is stopped, gone or far behind"
-                               : (missing + ": stopped, gone or far behind").c_str(),
-               limit.c_str());
+  std::fprintf(
+      stderr, "rrfp: error: mpi rank %d: %s did not finish within %s s: %s (the limit is %s)\n",
+      rank_, call.c_str(), fmt("%g", static_cast<double>(ms) / 1000).c_str(),
+      missing.empty() ? "a process of the job is stopped, gone or far behind"
+                      : (missing + ": stopped, gone, or held up by another process").c_str(),
+      limit.c_str());
   std::fflush(stderr);
   // MPI_Abort ends every process of the job; before MPI is up or while it finalises it is not
   // safe, and exiting non-zero makes mpirun end the others.
@@ -244,46 +256,32 @@ void post_pieces(std::size_t size, std::vector<MPI_Request>& reqs, Post&& post) 
   }
 }
 
-// Variable-length all-gather of bytes on `comm`, by rank, of any size: the sizes as 64-bit
-// counts, then each rank's bytes broadcast from it in pieces (an int-counted all-gather of
-// bytes ends at 2 GiB over all ranks, which a data-parallel gradient sum passes). Every
-// all-gather of the job goes through it. Each size goes with what the gather is (`kind`):
-// where the processes' kinds differ, none broadcasts, and `apart` gets every rank's kind (the
-// processes are out of step, and every one of them finds it in this gather). The sizes go
-// point to point, `arrivals` holding the ranks awaited (dist/mpi_arrivals.hpp).
+// Variable-length all-gather of bytes on `comm`, by rank, of any size, point to point
+// (dist/mpi_arrivals.hpp): the sizes as 64-bit counts, then the bytes. Every all-gather of the
+// job goes through it. Each size goes with what the gather is (`kind`): where the processes'
+// kinds differ, none sends its bytes, and `apart` gets every rank's kind (the processes are out
+// of step, and every one of them finds it in this gather).
 std::vector<std::vector<std::byte>> gather_bytes_all(std::span<const std::byte> mine, MPI_Comm comm,
                                                      std::uint64_t kind,
                                                      std::vector<std::uint64_t>& apart,
                                                      Arrivals& arrivals) {
-  int n = 0, me = 0;
-  MPI_Comm_size(comm, &n);
-  MPI_Comm_rank(comm, &me);
   const std::vector<std::uint64_t> heads =
       exchange_heads(mine.size(), kind, static_cast<void*>(comm), arrivals);
-  for (int r = 0; r < n; ++r)
+  const std::size_t n = heads.size() / 2;
+  for (std::size_t r = 0; r < n; ++r)
     if (heads[2 * r + 1] != kind) {
-      for (int k = 0; k < n; ++k)
+      for (std::size_t k = 0; k < n; ++k)
         apart.push_back(heads[2 * k + 1]);
       return {};
     }
-  std::vector<std::vector<std::byte>> out(n);
-  std::vector<MPI_Request> reqs;
-  for (int r = 0; r < n; ++r) {
-    out[r].resize(heads[2 * r]);
-    if (r == me) std::copy(mine.begin(), mine.end(), out[r].begin());
-    post_pieces(heads[2 * r], reqs, [&](std::size_t at, int n, MPI_Request* req) {
-      mpi_check(MPI_Ibcast(out[r].data() + at, n, MPI_BYTE, r, comm, req), "MPI_Ibcast");
-    });
-  }
-  wait_all_napping(reqs, "MPI_Ibcast");
-  return out;
+  return exchange_parts(mine, heads, static_cast<void*>(comm), arrivals);
 }
 
 }  // namespace
 
 std::vector<std::vector<std::byte>> MpiWorld::gathered(std::span<const std::byte> mine, Group group,
                                                        GatherKind kind) {
-  const MPI_Comm comm = group == Group::kWorld ? MPI_COMM_WORLD
+  const MPI_Comm comm = group == Group::kWorld ? comms_->world
                         : group == Group::kDp  ? comms_->dp
                                                : comms_->pipe;
   std::vector<std::uint64_t> apart;
@@ -337,6 +335,8 @@ void MpiWorld::out_of_step(const std::vector<std::uint64_t>& kinds, bool world, 
         return "a gather of a replica's stages";
       case GatherKind::kBarrier:
         return "the barrier before a step";
+      case GatherKind::kShutdown:
+        return "the barrier at the job's end";
     }
     return "an unknown gather";
   };

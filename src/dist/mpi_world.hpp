@@ -104,7 +104,8 @@ class MpiWorld final : public Job {
     kCall = 2,
     kGradients = 3,
     kReplica = 4,
-    kBarrier = 5
+    kBarrier = 5,
+    kShutdown = 6
   };
   enum class Group { kWorld, kDp, kPipe };
   std::vector<std::vector<std::byte>> gathered(std::span<const std::byte> mine, Group group,
