@@ -219,7 +219,9 @@ def measure(name, jitter, args, data):
         "gap_us_median": gaps[len(gaps) // 2] if gaps else 0,
         "gap_us_p99": gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] if gaps else 0,
         "cpu_us_task": 1e6 * statistics.median(cpus) / tasks,
-        "mfu": tokens / step * flops_per_token(args, params) / (PEAK_BF16_TFLOPS * 1e12),
+        # Against the GPU's bf16 peak: on the CPU none ("0.0%" in every row read as a result).
+        "mfu": (tokens / step * flops_per_token(args, params) / (PEAK_BF16_TFLOPS * 1e12)
+                if args.device.startswith("cuda") else ""),
         "idle": "" if idle is None else " ".join(f"{x:.3f}" for x in idle),
     }
 
@@ -298,9 +300,10 @@ def main():
     for r in rows:
         b = base.get(r["run"].split("-")[0])
         idle = " ".join(f"{100 * float(x):.0f}%" for x in r["idle"].split()) or "-"
+        mfu = "-" if r["mfu"] == "" else f"{100 * float(r['mfu']):.1f}%"
         print(f"| {r['run']} | {r['step_ms']:.1f} | {'%.2fx' % (b / r['step_ms']) if b else '-'} "
               f"| {r['tokens_s']:.0f} | {100 * r['bubble']:.1f}% | {r['gap_us_median']:.1f}, "
-              f"{r['gap_us_p99']:.1f} | {r['cpu_us_task']:.0f} | {100 * r['mfu']:.1f}% | {idle} |")
+              f"{r['gap_us_p99']:.1f} | {r['cpu_us_task']:.0f} | {mfu} | {idle} |")
 
 
 if __name__ == "__main__":

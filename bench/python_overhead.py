@@ -154,6 +154,12 @@ def main():
                   f"overhead {task - work:.1f} us; in a plain step {statistics.median(steps[k]):.1f}"
                   f" us, overhead {statistics.median(diffs[k]):.1f} us (median of the rounds' "
                   f"differences)")
+            # The work alone is timed apart from the pipeline's rounds: on a busy machine it
+            # came out slower than the task holding it (-20 us), printed as if an overhead.
+            if task < work:
+                print(f"  {k}: the work alone took longer than the task: this machine's load "
+                      "moved between the measurements; the rounds' differences are the figure "
+                      "to read, or rerun on an idle machine")
 
 
 if __name__ == "__main__":
