@@ -104,7 +104,10 @@ else
 fi
 
 # A second signal ends sweep at once, and says so (it ended without a word): here during its
-# second grid point (P=1024, seconds), the first signal taken after the first point (P=4).
+# second grid point (P=1024, seconds), the first signal taken after the first point (P=4). A
+# CSV of an earlier run under the name is left, and the line says it was there (it read as
+# this run's).
+echo "an earlier run's" >"$tmp/sweep2.csv"
 "$rrfp" sweep --workloads language --pp 4,1024 --mb-factors 2 --seeds 1 --csv "$tmp/sweep2.csv" \
   --quiet >"$tmp/sweep2.log" 2>&1 &
 pid=$!
@@ -115,9 +118,9 @@ stop_after $pid 0.5
 pid=
 [ "$rc" -eq 143 ] || fail "sweep, a second signal: exit $rc, want 143"
 [ "$(cat "$tmp/sweep2.log")" = "rrfp sweep: SIGTERM taken: stopping after the current grid point; a second signal stops it at once
-rrfp sweep: stopped at once by a second SIGTERM; what it had not yet written is missing" ] ||
+rrfp sweep: stopped at once by a second SIGTERM; what it had not yet written is missing; $tmp/sweep2.csv was there before it began" ] ||
   fail "sweep, a second signal: $(cat "$tmp/sweep2.log")"
-[ -e "$tmp/sweep2.csv" ] && fail "sweep, a second signal: wrote its CSV"
+[ "$(cat "$tmp/sweep2.csv")" = "an earlier run's" ] || fail "sweep, a second signal: wrote its CSV"
 
 # simulate and run keep nothing worth writing half done: a signal ends them at once with one
 # line and 128 + the signal, and no output (they died without a word).

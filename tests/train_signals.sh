@@ -359,6 +359,8 @@ ls -A "$tmp/fs" | grep -q 'tmp$' && fail "checkpoint past a size limit left $(ls
 # while LibTorch loaded, ended the process without a word. Sent once the process is rrfp-train.
 mkdir -p "$tmp/big" && yes "a line of a large corpus, read before the first step" |
   head -c 200000000 >"$tmp/big/a.txt"
+# An earlier run's log in the folder is left, and the line says it was there.
+mkdir -p "$tmp/su" && echo "an earlier run's" >"$tmp/su/loss.csv"
 "$rrfp" train "${small[@]}" --steps 5 --data "$tmp/big" --out "$tmp/su" >"$tmp/su.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 20000); do
@@ -367,8 +369,9 @@ for _ in $(seq 1 20000); do
 done
 kill -TERM $pid
 wait $pid; rc=$?
-[ "$rc" -eq 143 ] && grep -qx "rrfp train: stopped by SIGTERM; nothing written" "$tmp/su.log" &&
-  [ ! -e "$tmp/su/loss.csv" ] ||
+[ "$rc" -eq 143 ] &&
+  grep -qx "rrfp train: stopped by SIGTERM; nothing written; $tmp/su/loss.csv was there before it began" \
+    "$tmp/su.log" && [ "$(cat "$tmp/su/loss.csv")" = "an earlier run's" ] ||
   fail "SIGTERM in set-up: exit $rc, $(tail -1 "$tmp/su.log"), $(ls "$tmp/su" 2>&1)"
 rm -rf "$tmp/big"
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <initializer_list>
 #include <iterator>
 #include <limits>
@@ -17,6 +18,7 @@
 #include "cli/options.hpp"
 #include "cli/stdout_stream.hpp"
 #include "core/output_file.hpp"
+#include "core/printable.hpp"
 #include "core/progress_line.hpp"
 
 namespace rrfp {
@@ -56,6 +58,8 @@ HandlerLine g_writing_lines[kNumStopSignals];
 // SIGINT to rank 1 was reported as rank 0's SIGTERM, which mpirun sent as rank 1 ended).
 HandlerLine g_alone_lines[kNumStopSignals];
 std::string g_command;
+// "; sweep.csv was there before it began": note_earlier_outputs(), said with "nothing written".
+std::string g_earlier;
 // stop_on_signals: the line its handler writes as it takes the first request, for each of
 // kStopSignals, built before g_acknowledge is set (a handler may not allocate).
 HandlerLine g_ack_lines[kNumStopSignals];
@@ -128,7 +132,7 @@ void build_exit_lines(const std::string& command) {
   }
   for (int sig : kStopSignals) {
     const std::string stopped = "rrfp " + command + ": stopped by " + signal_name(sig);
-    g_exit_lines[kNone][signal_index(sig)].set(stopped + "; nothing written\n");
+    g_exit_lines[kNone][signal_index(sig)].set(stopped + "; nothing written" + g_earlier + "\n");
     g_exit_lines[kWriting][signal_index(sig)].set(
         stopped + " again while its outputs were written; some may be missing or incomplete\n");
     g_exit_lines[kWritten][signal_index(sig)].set(stopped + " after its outputs were written\n");
@@ -294,7 +298,8 @@ void acknowledge_stop_signals(const std::string& command, const std::string& unt
     const std::string second = sig == SIGXCPU ? "another " : "a second ";
     g_second_lines[signal_index(sig)].set(who + "stopped at once by " + second + signal_name(sig) +
                                           (alone_only ? " sent to this process alone" : "") +
-                                          "; what it had not yet written is missing\n");
+                                          "; what it had not yet written is missing" + g_earlier +
+                                          "\n");
   }
   g_acknowledge_alone_only.store(alone_only);
   g_acknowledge.store(true);
@@ -319,6 +324,20 @@ void stop_at_once_until_work(const std::string& command) {
 
 void work_begins() {
   g_at_once.store(false);
+}
+
+void note_earlier_outputs(const std::vector<std::string>& paths) {
+  std::vector<std::string> there;
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    if (!p.empty() && p != "-" && std::filesystem::exists(p, ec))
+      there.push_back(visible(p.size() > 100 ? p.substr(0, 100) + "..." : p));
+  }
+  g_earlier.clear();
+  for (std::size_t i = 0; i < there.size(); ++i)
+    g_earlier += (i == 0 ? "; " : i + 1 == there.size() ? " and " : ", ") + there[i];
+  if (!there.empty())
+    g_earlier += there.size() == 1 ? " was there before it began" : " were there before it began";
 }
 
 void outputs_written() {

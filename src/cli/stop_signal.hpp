@@ -15,6 +15,7 @@
 #include <atomic>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace rrfp {
 
@@ -36,6 +37,11 @@ void work_begins();
 // says so. Under mpirun, after a stop, the SIGTERM mpirun sends a process still ending was
 // taken as a second request, whose line said what had not been written was missing.
 void outputs_written();
+// Which of `paths` (a command's outputs) exist now, said with the line of a signal that ends
+// the command before it wrote any ("; sweep.csv was there before it began"): an earlier run's
+// complete file, left as it was, read as this run's. Called before the lines are made
+// (acknowledge_stop_signals, stop_at_once_until_work).
+void note_earlier_outputs(const std::vector<std::string>& paths);
 // Blocks (holds pending) or unblocks the signals stop_on_signals takes but SIGPIPE, for this
 // thread and what it starts or becomes: `rrfp train` holds them across its exec of
 // `rrfp-train`, which releases them once its handlers are in place, so a signal in the half

@@ -327,6 +327,7 @@ void run_sweep(const SweepFlags& f) {
   // A signal stops the grid after its current point: the CSV and the summary of the points
   // done are written, then the process exits 128 + the signal.
   const std::atomic<int>& stop = stop_on_signals();
+  note_earlier_outputs({f.csv, f.md});
   acknowledge_stop_signals("sweep", "stopping after the current grid point");
   stop_at_once_until_work("sweep");  // until its first point is done
   const std::vector<RunSpec> specs = sweep_specs(f);

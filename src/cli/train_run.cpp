@@ -66,6 +66,12 @@ void run(const TrainFlags& f) {
   train::use_one_intra_op_thread();
   train::keep_freed_host_memory();
   stop_on_signals(true);
+  // A fresh run's folder may hold an earlier run's files: a stop before the first step leaves
+  // them, and its line says they were there (a resumed run continues them, as it says).
+  if (f.run.resume.empty()) {
+    const std::string out = f.run.out + "/";
+    note_earlier_outputs({out + "loss.csv", out + "checkpoint.bin"});
+  }
   // Until the first step, a signal ends the run at once: reading a large corpus or a
   // checkpoint took seconds, after which it trained a step only to stop.
   stop_at_once_until_work("train");
