@@ -124,11 +124,19 @@ check "run: about 1000 s of emulated steps (1 run of 500 s simulated, 2 steps ea
 # A task or message that lasts the watchdog's --timeout is refused before the run: its emulated
 # sleep was reported as a stall after 60 s ("no progress ... running F c0 m0 for 60000 ms").
 printf '{"forward_us": 7e7}' >"$tmp/f70.json"
-check "run: task F c0 m0 lasts 70 s, not less than --timeout 60 s, which would take its emulated wait for a stall: raise --timeout (0: never) or shorten the durations of --workload-file '$tmp/f70.json'" \
+check "run: task F c0 m0 lasts 70 s (the longest), not less than --timeout 60 s, which would take its emulated wait for a stall: raise --timeout (0: never) or shorten the durations of --workload-file '$tmp/f70.json'" \
   run --pp 1 -m 1 --workload uniform --workload-file "$tmp/f70.json" --hint 1f1b --policy fixed
 printf '{"comm_latency_us": 2e6, "forward_us": 1000}' >"$tmp/m2.json"
-check "run: the message of task F c0 m0 lasts 2 s, not less than --timeout 1 s" \
+check "run: the message of task F c0 m0 lasts 2 s (the longest), not less than --timeout 1 s" \
   run --pp 2 -m 1 --workload uniform --workload-file "$tmp/m2.json" --hint 1f1b --policy fixed --timeout 1
+# A TP collective follows its task with no progress between: past --timeout with it, the run
+# failed as a stall (exit 1) where it would finish. The limit as given, and as the watchdog
+# counts it; the longest task named (the first was, and each retry named the next).
+printf '{"preset": "uniform", "tp_collective_us": 200000}' >"$tmp/coll.json"
+check "run: task (with its TP collective) F c0 m1 lasts 0.201 s (the longest), not less than --timeout 0.15 s" \
+  run --pp 2 -m 2 --tp 2 --workload-file "$tmp/coll.json" --hint 1f1b --policy fixed --timeout 0.15
+check "run: task B c0 m7 lasts 0.0875 s (the longest), not less than --timeout 0.01345 s (13 ms: the watchdog counts whole milliseconds)" \
+  run --pp 4 -m 8 --hint 1f1b --policy fixed --timeout 0.01345
 # The rendezvous baseline runs on the runtime too.
 "$rrfp" run --comm blocking --pp 2 -m 4 --workload uniform --hint 1f1b --policy fixed >/dev/null || { echo "FAIL: run --comm blocking"; fails=$((fails + 1)); }
 check "--timeout: must be between 0 and 86400 seconds, got -1" run --timeout -1

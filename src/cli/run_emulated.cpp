@@ -137,8 +137,8 @@ class EmulatedRuns {
                        ", lower --pp or --microbatches, or lower --rounds, --repeat or --warmup "
                        "(rrfp simulate predicts the "
                        "step without sleeping)");
-    refuse_work_past_timeout(sc, specs_, static_cast<double>(timeout_ms_) / 1000, longest_s,
-                             !world_, durations_source(f_.exp.load));
+    refuse_work_past_timeout(sc, specs_, timeout_ms_, f_.timeout_s, longest_s, !world_,
+                             durations_source(f_.exp.load));
     if (wall > 10 && root_) print_line("rrfp run: " + what);
   }
 

@@ -24,13 +24,14 @@ struct RunFlags {
 // the threaded runtime can emulate, and the memory the runs take. `world`: as for run_emulated.
 Scenario emulable_scenario(const RunFlags& f, Job* world);
 
-// Refuses (InputError) a task, or in one process a message, of the scenario's runs that lasts
-// `timeout_s` or longer: the watchdog would take its modelled sleep for a stall. `longest_s`: the
-// longest simulated step of the runs (nothing lasts longer: below the timeout, nothing is drawn
-// again). `source`: what decides the durations, named in the message.
+// Refuses (InputError) a task (with its TP collective), or in one process a message, of the
+// scenario's runs that lasts `timeout_ms` or longer, naming the longest: the watchdog would take
+// its modelled sleep for a stall. `given_s`: --timeout as given, for the message. `longest_s`:
+// the longest simulated step of the runs (nothing lasts longer: below the timeout, nothing is
+// drawn again). `source`: what decides the durations, named in the message.
 void refuse_work_past_timeout(const Scenario& sc, const std::vector<RunSpec>& specs,
-                              double timeout_s, double longest_s, bool messages,
-                              const std::string& source);
+                              std::int64_t timeout_ms, double given_s, double longest_s,
+                              bool messages, const std::string& source);
 
 // Runs the experiments on the threaded runtime with emulated compute and reports them.
 // `world`: the MPI job under --transport mpi (each process hosts one endpoint; rank 0 merges

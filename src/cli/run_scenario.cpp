@@ -1,5 +1,6 @@
 // `rrfp run`'s scenario from its flags, checked before anything runs (cli/run_flags.hpp).
 
+#include <cmath>
 #include <cstdlib>
 #include <utility>
 
@@ -141,30 +142,45 @@ void check_run_fits(const RunFlags& f, const Scenario& sc, const std::vector<Run
 }  // namespace
 
 void refuse_work_past_timeout(const Scenario& sc, const std::vector<RunSpec>& specs,
-                              double timeout_s, double longest_s, bool messages,
-                              const std::string& source) {
-  if (timeout_s <= 0 || longest_s < timeout_s) return;
+                              std::int64_t timeout_ms, double given_s, double longest_s,
+                              bool messages, const std::string& source) {
+  const double timeout_s = static_cast<double>(timeout_ms) / 1e3;  // what the watchdog counts
+  if (timeout_ms <= 0 || longest_s < timeout_s) return;
+  // The longest of each draw, named: the first past the limit was, and raising --timeout to it
+  // named the next (three tries at P=4 M=8).
+  std::int64_t worst = 0;
+  std::string what;
   bool drawn[2] = {false, false};  // the runs' shapes differ by their split backward alone
   for (const RunSpec& spec : specs) {
     const PipelineConfig cfg = config_for(sc, spec);
     if (std::exchange(drawn[cfg.split_backward ? 1 : 0], true)) continue;  // one draw a shape
     const WorkModel m(cfg);
     const RealizedWork w = realized_work(sc, m);
-    const auto refuse = [&](const char* what, std::int64_t ns, int idx) {
-      if (static_cast<double>(ns) / 1e9 < timeout_s) return;
-      throw InputError("run: " + std::string(what) + " " + to_string(m.task(idx)) + " lasts " +
-                       fmt("%.3g s", static_cast<double>(ns) / 1e9) + ", not less than --timeout " +
-                       fmt_given(timeout_s) +
-                       " s, which would take its emulated wait for a stall: raise --timeout (0: "
-                       "never) or shorten the durations of " +
-                       source);
+    const auto note = [&](const std::string& kind, std::int64_t ns, int idx) {
+      if (ns > worst) {
+        worst = ns;
+        what = kind + " " + to_string(m.task(idx));
+      }
     };
     for (int rank = 0; rank < w.tp; ++rank)
       for (int idx = 0; idx < w.num_tasks; ++idx) {
-        refuse("task", w.compute(rank, idx), idx);
-        if (messages) refuse("the message of task", w.message(rank, idx), idx);
+        // A task's TP collective follows its compute with no progress between: a hold past
+        // the limit failed a run that would finish, as a stall.
+        const std::int64_t hold = w.tp > 1 ? w.collective_after(m.task(idx).kind) : 0;
+        note(hold > 0 ? "task (with its TP collective)" : "task", w.compute(rank, idx) + hold, idx);
+        if (messages) note("the message of task", w.message(rank, idx), idx);
       }
   }
+  if (static_cast<double>(worst) / 1e9 < timeout_s) return;
+  const bool rounded = std::abs(given_s - timeout_s) > 1e-12;
+  throw InputError(
+      "run: " + what + " lasts " + fmt("%.3g s", static_cast<double>(worst) / 1e9) +
+      " (the longest), not less than --timeout " + fmt_given(given_s) + " s" +
+      (rounded ? " (" + std::to_string(timeout_ms) + " ms: the watchdog counts whole milliseconds)"
+               : std::string()) +
+      ", which would take its emulated wait for a stall: raise --timeout (0: never) "
+      "or shorten the durations of " +
+      source);
 }
 
 Scenario emulable_scenario(const RunFlags& f, Job* world) {

@@ -116,7 +116,12 @@ nlohmann::json to_json(const ReportHeader& h, const std::vector<ReportRun>& runs
   j["workload"] = h.workload;
   j["seed"] = h.seed ? nlohmann::json(*h.seed) : nlohmann::json(nullptr);
   j["tp"] = h.tp;
-  j["tp_protocol"] = h.tp_protocol;
+  // The protocol that coordinated the runs' TP ranks; none at TP 1, nor where every run follows
+  // a fixed list (the table says "fixed lists: no coordination"): "leader" read as one that ran.
+  const bool fixed_only =
+      std::all_of(runs.begin(), runs.end(), [](const ReportRun& r) { return r.policy == "fixed"; });
+  j["tp_protocol"] =
+      h.tp > 1 && !fixed_only ? nlohmann::json(h.tp_protocol) : nlohmann::json(nullptr);
   j["runs"] = nlohmann::json::array();
   const double base = runs.empty() ? 1 : static_cast<double>(runs[0].metrics.makespan);
   for (const auto& r : runs) {
