@@ -48,7 +48,9 @@ off=$("$rrfp" predict zb.json --split-backward off | grep '^measured step')
 echo '{"bytes_per_token": 5}' >b.json
 [[ "$(header simulate --pp 4 -m 8 --workload-file b.json --workload language)" == *"  workload=language + b.json  "* ]] &&
   [[ "$(header simulate --pp 4 -m 8 --workload-file b.json)" == *"  workload=multimodal + b.json  "* ]] &&
-  [[ "$(header simulate --pp 4 -m 8 --workload-file wf.json)" == *"  workload=wf.json  "* ]] ||
+  [[ "$(header simulate --pp 4 -m 8 --workload-file wf.json)" == *"  workload=wf.json  "* ]] &&
+  echo '{"jitter_p": 0.3}' >jit.json &&
+  [[ "$(header simulate --pp 3 -m 6 --replay zb.json --workload-file jit.json)" == *"workload=replay:zb.json step 0 + jit.json  "* ]] ||
   fail "a workload file's name: $(header simulate --pp 4 -m 8 --workload-file b.json --workload language)"
 
 # Workload integers are read as the JSON holds them: 2^64 - 1 wrapped to -1 (no straggler).

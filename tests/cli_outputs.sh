@@ -313,6 +313,15 @@ gzip -dc g.JSON.GZ | head -c 1 | grep -q '{' || fail "a .gz trace is not gzip: $
 "$rrfp" simulate --pp 2 -m 3 --replay g.JSON.GZ >/dev/null || fail "a .gz trace does not read back"
 "$rrfp" simulate --pp 2 -m 3 --trace plain.json >/dev/null && head -c 1 plain.json | grep -q '{' ||
   fail "a .json trace is not plain JSON"
+# A stopped sweep's partial names must not be the other output's (its summary replaced the CSV).
+check "--csv and --md: a stopped grid writes 'a.partial.partial.csv' and 'a.partial.csv', one of them the other output's name" \
+  sweep --pp 2 --seeds 1 --csv a.partial.csv --md a.csv
+# The JSON names the TP protocol that ran: none at TP 1 or for fixed lists (it said "leader").
+for args in "--tp 1|null" "--tp 2 --hint 1f1b --policy fixed|null" "--tp 2|\"leader\""; do
+  # shellcheck disable=SC2086
+  "$rrfp" simulate --pp 2 -m 2 --workload uniform ${args%%|*} --json - 2>/dev/null |
+    grep -q "\"tp_protocol\": ${args#*|}," || fail "the JSON's tp_protocol with ${args%%|*}"
+done
 
 [ "$fails" -eq 0 ] && echo "cli_outputs: all passed"
 [ "$fails" -eq 0 ]

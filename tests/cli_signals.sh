@@ -75,6 +75,7 @@ grep -qx "rrfp plan: stopped by SIGTERM; nothing written" "$tmp/bigplan.log" ||
 
 # sweep: stopped mid-grid, the CSV and the summary hold the points done, and the summary and
 # stdout say how many.
+echo "an earlier run's" >"$tmp/sweep.csv"
 "$rrfp" sweep --pp 64,128 --seeds 10 --csv "$tmp/sweep.csv" --md "$tmp/sweep.md" \
   >"$tmp/sweep.log" 2>&1 &
 pid=$!
@@ -87,10 +88,10 @@ line=$(grep "rrfp sweep: stopped by SIGTERM" "$tmp/sweep.log")
 done_points=$(echo "$line" | sed -n 's/.*hold the \([0-9]*\) of 80 grid points.*/\1/p')
 # Under names of their own: a partial CSV under --csv's name read as a smaller grid's.
 if [ -z "$done_points" ] || [ ! -s "$tmp/sweep.partial.csv" ] || [ ! -s "$tmp/sweep.partial.md" ] ||
-  [ -e "$tmp/sweep.csv" ] || [ -e "$tmp/sweep.md" ]; then
+  [ "$(cat "$tmp/sweep.csv")" != "an earlier run's" ] || [ -e "$tmp/sweep.md" ]; then
   fail "sweep: no stop line or no partial CSV and summary: $(tail -2 "$tmp/sweep.log")"
 else
-  grep -qF "; $tmp/sweep.partial.csv and $tmp/sweep.partial.md hold the $done_points of 80 grid points done before it ($tmp/sweep.csv and $tmp/sweep.md are left as they were)" \
+  grep -qF "; $tmp/sweep.partial.csv and $tmp/sweep.partial.md hold the $done_points of 80 grid points done before it ($tmp/sweep.csv, an earlier run's, is left as it was)" \
     "$tmp/sweep.log" || fail "sweep: the stop line: $line"
   rows=$(($(wc -l <"$tmp/sweep.partial.csv") - 1))
   [ "$done_points" -lt 80 ] || fail "sweep: it ran the whole grid before stopping"

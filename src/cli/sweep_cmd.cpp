@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -322,12 +323,29 @@ std::string partial_name(const std::string& path) {
   return ext ? path.substr(0, dot) + ".partial" + path.substr(dot) : path + ".partial";
 }
 
+// A stopped grid writes under partial_name(): one that is the other output's own name would
+// replace it (--csv a.partial.csv --md a.csv: the earlier CSV was overwritten by the summary).
+void refuse_partial_names(const SweepFlags& f) {
+  if (f.md.empty()) return;
+  if (partial_name(f.md) == f.csv || partial_name(f.csv) == f.md)
+    throw InputError("--csv and --md: a stopped grid writes '" + partial_name(f.csv) + "' and '" +
+                     partial_name(f.md) +
+                     "', one of them the other output's name; give names "
+                     "that do not end so");
+}
+
 void run_sweep(const SweepFlags& f) {
   check_sweep(f);
   // A signal stops the grid after its current point: the CSV and the summary of the points
   // done are written, then the process exits 128 + the signal.
   const std::atomic<int>& stop = stop_on_signals();
   note_earlier_outputs({f.csv, f.md});
+  // Which of the files asked for an earlier run left: a stop's line says those were left.
+  std::vector<std::string> earlier;
+  for (const std::string& p : {f.csv, f.md}) {
+    std::error_code ec;
+    if (!p.empty() && std::filesystem::exists(p, ec)) earlier.push_back(visible(p));
+  }
   acknowledge_stop_signals("sweep", "stopping after the current grid point");
   stop_at_once_until_work("sweep");  // until its first point is done
   const std::vector<RunSpec> specs = sweep_specs(f);
@@ -381,10 +399,13 @@ void run_sweep(const SweepFlags& f) {
             << "; CSV: " << visible(csv_path) << "\n";
   if (sig != 0) {
     print_line("rrfp sweep: stopped by " + signal_name(sig) + "; " + visible(csv_path) +
-               (md_path.empty() ? "" : " and " + visible(md_path)) + " hold the " +
+               (md_path.empty() ? " holds" : " and " + visible(md_path) + " hold") + " the " +
                std::to_string(done) + " of " + std::to_string(points) +
-               " grid points done before it (" + visible(f.csv) +
-               (f.md.empty() ? " is" : " and " + visible(f.md) + " are") + " left as they were)");
+               " grid points done before it" +
+               (earlier.empty()       ? std::string()
+                : earlier.size() == 1 ? " (" + earlier[0] + ", an earlier run's, is left as it was)"
+                                      : " (" + earlier[0] + " and " + earlier[1] +
+                                            ", an earlier run's, are left as they were)"));
     throw QuietExit{128 + sig};
   }
 }
@@ -421,6 +442,7 @@ void setup_sweep(CLI::App& app) {
   sub->add_flag("--quiet", f->quiet, "no progress on stderr");
   sub->callback([f] {
     check_outputs({{f->csv, "--csv"}, {f->md, "--md"}});  // before the grid
+    refuse_partial_names(*f);
     run_sweep(*f);
   });
 }

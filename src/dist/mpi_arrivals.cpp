@@ -3,10 +3,9 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
-#include <thread>
 
 #include "comm/mpi_check.hpp"
+#include "dist/mpi_waits.hpp"
 
 namespace rrfp {
 
@@ -50,8 +49,7 @@ std::vector<int> world_ranks_of(MPI_Comm comm, int n) {
 }
 
 // Waits for `reqs`, each with the comm rank it awaits (`peer`), keeping in `arrivals` the world
-// ranks of those not done. Tested with growing naps, as the job's other waits (mpi_world.cpp):
-// a blocking wait polls a core flat out.
+// ranks of those not done.
 void wait_for_peers(std::vector<MPI_Request>& reqs, const std::vector<int>& peer, MPI_Comm comm,
                     bool came, Arrivals& arrivals) {
   int n = 0;
@@ -68,25 +66,11 @@ void wait_for_peers(std::vector<MPI_Request>& reqs, const std::vector<int>& peer
     arrivals.set(std::move(missing), came);
   };
   publish();
-  std::vector<int> done(reqs.size());
-  std::size_t left = reqs.size();
-  int sleep_us = 1;
-  while (left > 0) {
-    int count = 0;
-    mpi_check(MPI_Testsome(static_cast<int>(reqs.size()), reqs.data(), &count, done.data(),
-                           MPI_STATUSES_IGNORE),
-              "MPI_Testsome");
-    if (count > 0 && count != MPI_UNDEFINED) {
-      for (int i = 0; i < count; ++i)
-        --pending[peer[done[i]]];
-      left -= count;
-      publish();
-      sleep_us = 1;
-      continue;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-    sleep_us = std::min(sleep_us * 2, 200);
-  }
+  wait_napping(reqs,
+               came ? "MPI_Irecv/MPI_Isend (a gather's bytes)" : "MPI_Irecv (a gather's sizes)",
+               [&](int i) {
+                 if (--pending[peer[i]] == 0) publish();
+               });
   arrivals.set({});
 }
 
@@ -131,29 +115,20 @@ std::vector<std::vector<std::byte>> exchange_parts(std::span<const std::byte> mi
   MPI_Comm_rank(comm, &me);
   std::vector<std::vector<std::byte>> out(n);
   out[me].assign(mine.begin(), mine.end());
-  // Pieces an int counts: an int-counted all-gather of bytes ends at 2 GiB over all ranks,
-  // which a data-parallel gradient sum passes.
-  constexpr std::size_t kPiece = std::size_t{1} << 30;
   std::vector<MPI_Request> reqs;
-  std::vector<int> peer;
+  std::vector<int> peer;  // the comm rank of each request
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     out[r].resize(heads[2 * r]);
-    for (std::size_t at = 0; at < out[r].size(); at += kPiece) {
-      reqs.emplace_back();
-      peer.push_back(r);
-      mpi_check(
-          MPI_Irecv(out[r].data() + at, static_cast<int>(std::min(kPiece, out[r].size() - at)),
-                    MPI_BYTE, r, kArrivalPartTag, comm, &reqs.back()),
-          "MPI_Irecv");
-    }
-    for (std::size_t at = 0; at < mine.size(); at += kPiece) {
-      reqs.emplace_back();
-      peer.push_back(r);
-      mpi_check(MPI_Isend(mine.data() + at, static_cast<int>(std::min(kPiece, mine.size() - at)),
-                          MPI_BYTE, r, kArrivalPartTag, comm, &reqs.back()),
+    post_pieces(out[r].size(), reqs, [&](std::size_t at, int count, MPI_Request* req) {
+      mpi_check(MPI_Irecv(out[r].data() + at, count, MPI_BYTE, r, kArrivalPartTag, comm, req),
+                "MPI_Irecv");
+    });
+    post_pieces(mine.size(), reqs, [&](std::size_t at, int count, MPI_Request* req) {
+      mpi_check(MPI_Isend(mine.data() + at, count, MPI_BYTE, r, kArrivalPartTag, comm, req),
                 "MPI_Isend");
-    }
+    });
+    peer.resize(reqs.size(), r);
   }
   wait_for_peers(reqs, peer, comm, true, arrivals);
   return out;

@@ -17,6 +17,7 @@
 #include "dist/mpi_arrivals.hpp"
 #include "dist/mpi_group.hpp"
 #include "dist/mpi_single_copy.hpp"
+#include "dist/mpi_waits.hpp"
 #include "runtime/runtime.hpp"
 
 namespace rrfp {
@@ -32,8 +33,8 @@ namespace {
 // Test hook (tests/mpi_failure.sh): RRFP_FAULT_STOP=<phase>:<world rank> makes that process
 // stop itself with SIGSTOP, as a suspended or hung node would, when it reaches <phase>
 // (startup: before MPI_Init; shutdown: before the closing barrier; dp-gather: before a
-// data-parallel gradient sum; gather: before every other all-gather, the barrier before a step
-// included). Continued, it stays hung
+// data-parallel gradient sum; gather: before every other all-gather, the barriers before a step
+// and at shutdown included, those being gathers of nothing). Continued, it stays hung
 // until a signal ends it: mpirun, ending the job, continues a stopped process before its
 // SIGTERM, and one that went on into MPI_Init as the job was torn down once left mpirun
 // hanging ("PMIX ERROR: UNREACHABLE"). Two minutes at most, so that none is left for good.
@@ -224,38 +225,6 @@ std::vector<int> offsets_of(const std::vector<int>& counts) {
   return at;
 }
 
-// Waits for nonblocking requests by testing them with growing naps (up to 200 us), instead
-// of a blocking call: Open MPI's blocking collectives poll a core flat out, and a rank that
-// reaches one early (a stage done with its step, waiting to gather) would take a core from the
-// ranks still computing and copying messages (4 processes on 2 cores: measured in
-// docs/results-twin.md). 200 us is far below a step and the collectives' deadline.
-void wait_all_napping(std::span<MPI_Request> reqs, const char* what) {
-  int sleep_us = 1;
-  for (;;) {
-    int flag = 0;
-    mpi_check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE),
-              what);
-    if (flag) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-    sleep_us = std::min(sleep_us * 2, 200);
-  }
-}
-
-void wait_napping(MPI_Request& req, const char* what) {
-  wait_all_napping(std::span<MPI_Request>(&req, 1), what);
-}
-
-// Posts post(at, n, request) for each piece of `size` bytes, in order, into `reqs`: bytes go in
-// pieces an int counts.
-template <typename Post>
-void post_pieces(std::size_t size, std::vector<MPI_Request>& reqs, Post&& post) {
-  constexpr std::size_t kPiece = std::size_t{1} << 30;
-  for (std::size_t at = 0; at < size; at += kPiece) {
-    reqs.emplace_back();
-    post(at, static_cast<int>(std::min(kPiece, size - at)), &reqs.back());
-  }
-}
-
 // Variable-length all-gather of bytes on `comm`, by rank, of any size, point to point
 // (dist/mpi_arrivals.hpp): the sizes as 64-bit counts, then the bytes. Every all-gather of the
 // job goes through it. Each size goes with what the gather is (`kind`): where the processes'
@@ -382,7 +351,7 @@ std::vector<std::vector<std::byte>> MpiWorld::exchange(std::span<const std::byte
     mpi_check(MPI_Isend(&size, 1, MPI_UINT64_T, peers[i], kSizeTag, comms_->pipe, &reqs.back()),
               "MPI_Isend");
   }
-  wait_all_napping(reqs, "MPI_Irecv");
+  wait_napping(reqs, "MPI_Irecv");
   std::vector<std::vector<std::byte>> out(peers.size());
   out[me].assign(mine.begin(), mine.end());
   reqs.clear();
@@ -398,7 +367,7 @@ std::vector<std::vector<std::byte>> MpiWorld::exchange(std::span<const std::byte
                 "MPI_Isend");
     });
   }
-  wait_all_napping(reqs, "MPI_Irecv");
+  wait_napping(reqs, "MPI_Irecv");
   return out;
 }
 
@@ -409,13 +378,13 @@ std::vector<std::vector<std::byte>> MpiWorld::gather_to_root(std::span<const std
   MPI_Request req = MPI_REQUEST_NULL;
   mpi_check(MPI_Igather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD, &req),
             "MPI_Igather");
-  wait_napping(req, "MPI_Igather");
+  wait_napping(std::span<MPI_Request>(&req, 1), "MPI_Igather");
   const std::vector<int> at = offsets_of(counts);
   std::vector<std::byte> flat(at.back());
   mpi_check(MPI_Igatherv(mine.data(), count, MPI_BYTE, flat.data(), counts.data(), at.data(),
                          MPI_BYTE, 0, MPI_COMM_WORLD, &req),
             "MPI_Igatherv");
-  wait_napping(req, "MPI_Igatherv");
+  wait_napping(std::span<MPI_Request>(&req, 1), "MPI_Igatherv");
   return split_by_rank(flat, counts);
 }
 

@@ -195,13 +195,27 @@ std::string trace_file_bytes(const std::string& path, std::string text) {
   if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) !=
       Z_OK)
     throw Error("cannot start gzip compression");
-  std::string out(deflateBound(&z, static_cast<uLong>(text.size())), '\0');
-  z.next_in = reinterpret_cast<Bytef*>(text.data());
-  z.avail_in = static_cast<uInt>(text.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  const int rc = deflate(&z, Z_FINISH);
-  out.resize(out.size() - z.avail_out);
+  // In pieces zlib's 32-bit counts hold: a trace of 4 GiB or more, given whole, wrapped and was
+  // cut to its first (size mod 4 GiB) bytes.
+  constexpr std::size_t kPiece = std::size_t{1} << 30;
+  std::string out;
+  std::size_t at = 0;
+  int rc = Z_OK;
+  do {
+    const std::size_t in = std::min(kPiece, text.size() - at);
+    z.next_in = reinterpret_cast<Bytef*>(text.data() + at);
+    z.avail_in = static_cast<uInt>(in);
+    at += in;
+    const int flush = at == text.size() ? Z_FINISH : Z_NO_FLUSH;
+    do {
+      const std::size_t had = out.size();
+      out.resize(had + deflateBound(&z, static_cast<uLong>(z.avail_in)) + 64);
+      z.next_out = reinterpret_cast<Bytef*>(out.data() + had);
+      z.avail_out = static_cast<uInt>(out.size() - had);
+      rc = deflate(&z, flush);
+      out.resize(out.size() - z.avail_out);
+    } while (rc == Z_OK && (z.avail_in > 0 || (flush == Z_FINISH)));
+  } while (rc == Z_OK && at < text.size());
   deflateEnd(&z);
   if (rc != Z_STREAM_END) throw Error("gzip compression of a trace failed");
   return out;

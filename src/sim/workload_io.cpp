@@ -161,6 +161,7 @@ std::vector<std::string> workload_file_fields(const std::string& path) {
 
 std::string workload_label(const std::string& preset, const std::string& file) {
   if (file.empty()) return preset;
+  if (preset.empty()) return file;
   for (const std::string& field : workload_file_fields(file))
     if (field.rfind("preset ", 0) == 0) return file;
   return preset + " + " + file;
