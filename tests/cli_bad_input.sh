@@ -364,7 +364,7 @@ check "--calibration: only with --transport mpi" run --pp 2 -m 2 --calibration x
 check "--rendezvous: expected offer or pull, got 'eager'" run --pp 2 -m 2 --rendezvous eager
 check "--rendezvous pull: only with --transport mpi" run --pp 2 -m 2 --rendezvous pull
 # The default given is taken and ignored there too: refused alike.
-check "--rendezvous offer: only with --transport mpi" run --pp 2 -m 2 --rendezvous offer
+check "--rendezvous offer: only with --transport mpi, where a blocking run's payload travels with its offer or waits to be pulled; in one process neither applies (the emulated latency runs from the acceptance): leave --rendezvous out" run --pp 2 -m 2 --rendezvous offer
 # What only a real transport does, the threaded runtime cannot emulate: each such field is refused
 # by name with its allowed value, and the run starts nothing.
 for field in 'comm_links 2 0' 'comm_two_slowdown 1.5 1' 'comm_serial_receive true false' \

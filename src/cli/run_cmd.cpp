@@ -41,8 +41,9 @@ void check_run_flags(const RunFlags& f, bool warmup_extra_given, bool rendezvous
   if (named && !mpi)
     throw InputError(
         "--rendezvous " + f.rendezvous +
-        ": only with --transport mpi (in one process the emulated latency runs from the "
-        "acceptance)");
+        ": only with --transport mpi, where a blocking run's payload travels with its offer or "
+        "waits to be pulled; in one process neither applies (the emulated latency runs from "
+        "the acceptance): leave --rendezvous out");
   if (named && !some_run_blocks(f.exp.dispatch))
     throw InputError(
         "--rendezvous " + f.rendezvous +
