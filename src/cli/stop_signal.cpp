@@ -326,7 +326,7 @@ void work_begins() {
   g_at_once.store(false);
 }
 
-void note_earlier_outputs(const std::vector<std::string>& paths) {
+std::vector<std::string> note_earlier_outputs(const std::vector<std::string>& paths) {
   std::vector<std::string> there;
   for (const std::string& p : paths) {
     std::error_code ec;
@@ -338,6 +338,7 @@ void note_earlier_outputs(const std::vector<std::string>& paths) {
     g_earlier += (i == 0 ? "; " : i + 1 == there.size() ? " and " : ", ") + there[i];
   if (!there.empty())
     g_earlier += there.size() == 1 ? " was there before it began" : " were there before it began";
+  return there;
 }
 
 void outputs_written() {

@@ -40,8 +40,9 @@ void outputs_written();
 // Which of `paths` (a command's outputs) exist now, said with the line of a signal that ends
 // the command before it wrote any ("; sweep.csv was there before it began"): an earlier run's
 // complete file, left as it was, read as this run's. Called before the lines are made
-// (acknowledge_stop_signals, stop_at_once_until_work).
-void note_earlier_outputs(const std::vector<std::string>& paths);
+// (acknowledge_stop_signals, stop_at_once_until_work). Returns those there, as messages show
+// them.
+std::vector<std::string> note_earlier_outputs(const std::vector<std::string>& paths);
 // Blocks (holds pending) or unblocks the signals stop_on_signals takes but SIGPIPE, for this
 // thread and what it starts or becomes: `rrfp train` holds them across its exec of
 // `rrfp-train`, which releases them once its handlers are in place, so a signal in the half

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -339,13 +338,8 @@ void run_sweep(const SweepFlags& f) {
   // A signal stops the grid after its current point: the CSV and the summary of the points
   // done are written, then the process exits 128 + the signal.
   const std::atomic<int>& stop = stop_on_signals();
-  note_earlier_outputs({f.csv, f.md});
-  // Which of the files asked for an earlier run left: a stop's line says those were left.
-  std::vector<std::string> earlier;
-  for (const std::string& p : {f.csv, f.md}) {
-    std::error_code ec;
-    if (!p.empty() && std::filesystem::exists(p, ec)) earlier.push_back(visible(p));
-  }
+  // The files asked for that an earlier run left: a stop's line says those were left.
+  const std::vector<std::string> earlier = note_earlier_outputs({f.csv, f.md});
   acknowledge_stop_signals("sweep", "stopping after the current grid point");
   stop_at_once_until_work("sweep");  // until its first point is done
   const std::vector<RunSpec> specs = sweep_specs(f);
