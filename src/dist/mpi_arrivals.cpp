@@ -30,107 +30,92 @@ void Arrivals::set(std::vector<int> world_ranks, bool came) {
 
 namespace {
 
-// Apart from the tags of MpiWorld::exchange (1, 2), on the job's own communicators: the world's
-// is a duplicate, apart from a script's messages.
-constexpr int kArrivalHeadTag = 3, kArrivalPartTag = 4;
-
-// The world ranks of `comm`'s ranks, by their rank there.
-std::vector<int> world_ranks_of(MPI_Comm comm, int n) {
+// The world ranks of the ranks `at` meets, by their place there.
+std::vector<int> world_ranks_of(const Meeting& at) {
   MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
-  MPI_Comm_group(comm, &group);
+  MPI_Comm_group(static_cast<MPI_Comm>(at.comm), &group);
   MPI_Comm_group(MPI_COMM_WORLD, &world);
-  std::vector<int> mine(n), out(n);
-  for (int r = 0; r < n; ++r)
-    mine[r] = r;
-  MPI_Group_translate_ranks(group, n, mine.data(), world, out.data());
+  std::vector<int> out(at.ranks.size());
+  MPI_Group_translate_ranks(group, static_cast<int>(at.ranks.size()), at.ranks.data(), world,
+                            out.data());
   MPI_Group_free(&group);
   MPI_Group_free(&world);
   return out;
 }
 
-// Waits for `reqs`, each with the comm rank it awaits (`peer`), keeping in `arrivals` the world
-// ranks of those not done.
-void wait_for_peers(std::vector<MPI_Request>& reqs, const std::vector<int>& peer, MPI_Comm comm,
-                    bool came, Arrivals& arrivals) {
-  int n = 0;
-  MPI_Comm_size(comm, &n);
-  const std::vector<int> world = world_ranks_of(comm, n);
-  std::vector<int> pending(n, 0);
-  for (int p : peer)
+// Waits for `reqs`, each with the place in `at` of the rank it awaits (`place`), keeping in
+// `arrivals` the world ranks of those not done.
+void wait_for_peers(std::vector<MPI_Request>& reqs, const std::vector<std::size_t>& place,
+                    const Meeting& at, bool came, Arrivals& arrivals) {
+  const std::vector<int> world = world_ranks_of(at);
+  std::vector<int> pending(world.size(), 0);
+  for (std::size_t p : place)
     ++pending[p];
   auto publish = [&] {
     std::vector<int> missing;
-    for (int r = 0; r < n; ++r)
-      if (pending[r] > 0) missing.push_back(world[r]);
+    for (std::size_t p = 0; p < world.size(); ++p)
+      if (pending[p] > 0) missing.push_back(world[p]);
     std::sort(missing.begin(), missing.end());
     arrivals.set(std::move(missing), came);
   };
   publish();
-  wait_napping(reqs,
-               came ? "MPI_Irecv/MPI_Isend (a gather's bytes)" : "MPI_Irecv (a gather's sizes)",
+  wait_napping(reqs, came ? "MPI_Irecv/MPI_Isend (bytes)" : "MPI_Irecv/MPI_Isend (sizes)",
                [&](int i) {
-                 if (--pending[peer[i]] == 0) publish();
+                 if (--pending[place[i]] == 0) publish();
                });
   arrivals.set({});
 }
 
 }  // namespace
 
-std::vector<std::uint64_t> exchange_heads(std::uint64_t size, std::uint64_t kind, void* opaque,
+std::vector<std::uint64_t> exchange_heads(std::uint64_t size, std::uint64_t kind, const Meeting& at,
                                           Arrivals& arrivals) {
-  const MPI_Comm comm = static_cast<MPI_Comm>(opaque);
-  int n = 0, me = 0;
-  MPI_Comm_size(comm, &n);
-  MPI_Comm_rank(comm, &me);
+  const MPI_Comm comm = static_cast<MPI_Comm>(at.comm);
   const std::uint64_t head[2] = {size, kind};
-  std::vector<std::uint64_t> heads(2 * static_cast<std::size_t>(n));
-  heads[2 * me] = size;
-  heads[2 * me + 1] = kind;
+  std::vector<std::uint64_t> heads(2 * at.ranks.size());
+  heads[2 * at.me] = size;
+  heads[2 * at.me + 1] = kind;
   // Messages from one rank on one tag arrive in the order sent: a gather's heads pair with the
   // same gather's everywhere, as a collective's do.
-  std::vector<MPI_Request> recvs, sends;
-  std::vector<int> from, to;
-  for (int r = 0; r < n; ++r) {
-    if (r == me) continue;
-    from.push_back(r);
-    recvs.emplace_back();
-    mpi_check(MPI_Irecv(&heads[2 * r], 2, MPI_UINT64_T, r, kArrivalHeadTag, comm, &recvs.back()),
+  std::vector<MPI_Request> reqs;
+  std::vector<std::size_t> place;  // of the rank each request awaits
+  for (std::size_t p = 0; p < at.ranks.size(); ++p) {
+    if (p == at.me) continue;
+    reqs.resize(reqs.size() + 2);
+    place.insert(place.end(), 2, p);
+    mpi_check(MPI_Irecv(&heads[2 * p], 2, MPI_UINT64_T, at.ranks[p], at.tag, comm,
+                        &reqs[reqs.size() - 2]),
               "MPI_Irecv");
-    to.push_back(r);
-    sends.emplace_back();
-    mpi_check(MPI_Isend(head, 2, MPI_UINT64_T, r, kArrivalHeadTag, comm, &sends.back()),
+    mpi_check(MPI_Isend(head, 2, MPI_UINT64_T, at.ranks[p], at.tag, comm, &reqs.back()),
               "MPI_Isend");
   }
-  wait_for_peers(recvs, from, comm, false, arrivals);
-  wait_for_peers(sends, to, comm, false, arrivals);
+  wait_for_peers(reqs, place, at, false, arrivals);
   return heads;
 }
 
 std::vector<std::vector<std::byte>> exchange_parts(std::span<const std::byte> mine,
                                                    const std::vector<std::uint64_t>& heads,
-                                                   void* opaque, Arrivals& arrivals) {
-  const MPI_Comm comm = static_cast<MPI_Comm>(opaque);
-  int n = 0, me = 0;
-  MPI_Comm_size(comm, &n);
-  MPI_Comm_rank(comm, &me);
-  std::vector<std::vector<std::byte>> out(n);
-  out[me].assign(mine.begin(), mine.end());
+                                                   const Meeting& at, Arrivals& arrivals) {
+  const MPI_Comm comm = static_cast<MPI_Comm>(at.comm);
+  std::vector<std::vector<std::byte>> out(at.ranks.size());
+  out[at.me].assign(mine.begin(), mine.end());
   std::vector<MPI_Request> reqs;
-  std::vector<int> peer;  // the comm rank of each request
-  for (int r = 0; r < n; ++r) {
-    if (r == me) continue;
-    out[r].resize(heads[2 * r]);
-    post_pieces(out[r].size(), reqs, [&](std::size_t at, int count, MPI_Request* req) {
-      mpi_check(MPI_Irecv(out[r].data() + at, count, MPI_BYTE, r, kArrivalPartTag, comm, req),
+  std::vector<std::size_t> place;  // of the rank each request awaits
+  for (std::size_t p = 0; p < at.ranks.size(); ++p) {
+    if (p == at.me) continue;
+    const int r = at.ranks[p];
+    out[p].resize(heads[2 * p]);
+    post_pieces(out[p].size(), reqs, [&](std::size_t from, int count, MPI_Request* req) {
+      mpi_check(MPI_Irecv(out[p].data() + from, count, MPI_BYTE, r, at.tag + 1, comm, req),
                 "MPI_Irecv");
     });
-    post_pieces(mine.size(), reqs, [&](std::size_t at, int count, MPI_Request* req) {
-      mpi_check(MPI_Isend(mine.data() + at, count, MPI_BYTE, r, kArrivalPartTag, comm, req),
+    post_pieces(mine.size(), reqs, [&](std::size_t from, int count, MPI_Request* req) {
+      mpi_check(MPI_Isend(mine.data() + from, count, MPI_BYTE, r, at.tag + 1, comm, req),
                 "MPI_Isend");
     });
-    peer.resize(reqs.size(), r);
+    place.resize(reqs.size(), p);
   }
-  wait_for_peers(reqs, peer, comm, true, arrivals);
+  wait_for_peers(reqs, place, at, true, arrivals);
   return out;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// The job's all-gathers, point to point. Each opens with every rank's (size, kind), sent to
-// every other rank of its communicator, then each rank's bytes likewise: a collective cannot say
+// The job's all-gathers and exchanges, point to point. Each opens with every rank's (size, kind),
+// sent to every other rank it meets, then each rank's bytes likewise: a collective cannot say
 // which ranks it still waits for, and a deadline's line under data parallelism named none ("a
 // process of the job is stopped, gone or far behind", from three processes, the stopped one
 // among none of them). While a gather waits, the ranks it waits on are kept where the deadline's
@@ -30,14 +30,22 @@ class Arrivals {
   bool came_ = false;
 };
 
-// Every rank's head (`size`, `kind`) of the gather on `comm` (an MPI_Comm, kept opaque here),
-// by its rank there, this rank's included.
-std::vector<std::uint64_t> exchange_heads(std::uint64_t size, std::uint64_t kind, void* comm,
+// Where a gather or an exchange meets: `ranks` of `comm` (an MPI_Comm, kept opaque here), in the
+// order their parts come back, this rank's at `me`; `tag` carries the sizes, `tag` + 1 the bytes.
+struct Meeting {
+  void* comm;
+  std::vector<int> ranks;
+  std::size_t me;
+  int tag;
+};
+
+// Every rank's head (`size`, `kind`), by its place in `at`, this rank's included.
+std::vector<std::uint64_t> exchange_heads(std::uint64_t size, std::uint64_t kind, const Meeting& at,
                                           Arrivals& arrivals);
-// Every rank's bytes, by rank, `heads` giving their sizes: sent to every other rank in pieces an
-// int counts.
+// Every rank's bytes, by its place in `at`, `heads` giving their sizes: sent to every other rank
+// in pieces an int counts.
 std::vector<std::vector<std::byte>> exchange_parts(std::span<const std::byte> mine,
                                                    const std::vector<std::uint64_t>& heads,
-                                                   void* comm, Arrivals& arrivals);
+                                                   const Meeting& at, Arrivals& arrivals);
 
 }  // namespace rrfp

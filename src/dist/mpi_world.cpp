@@ -234,16 +234,21 @@ std::vector<std::vector<std::byte>> gather_bytes_all(std::span<const std::byte> 
                                                      std::uint64_t kind,
                                                      std::vector<std::uint64_t>& apart,
                                                      Arrivals& arrivals) {
-  const std::vector<std::uint64_t> heads =
-      exchange_heads(mine.size(), kind, static_cast<void*>(comm), arrivals);
-  const std::size_t n = heads.size() / 2;
-  for (std::size_t r = 0; r < n; ++r)
+  int n = 0, me = 0;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &me);
+  // Apart from the tags of MpiWorld::exchange (1, 2) on the pipeline's communicator.
+  Meeting at{static_cast<void*>(comm), std::vector<int>(n), static_cast<std::size_t>(me), 3};
+  for (int r = 0; r < n; ++r)
+    at.ranks[r] = r;
+  const std::vector<std::uint64_t> heads = exchange_heads(mine.size(), kind, at, arrivals);
+  for (int r = 0; r < n; ++r)
     if (heads[2 * r + 1] != kind) {
-      for (std::size_t k = 0; k < n; ++k)
+      for (int k = 0; k < n; ++k)
         apart.push_back(heads[2 * k + 1]);
       return {};
     }
-  return exchange_parts(mine, heads, static_cast<void*>(comm), arrivals);
+  return exchange_parts(mine, heads, at, arrivals);
 }
 
 }  // namespace
@@ -336,39 +341,11 @@ std::vector<std::vector<std::byte>> MpiWorld::exchange(std::span<const std::byte
   const std::size_t me = place_among(peers, endpoint(), layout_.pp * layout_.tp);
   auto d = deadline(
       "MPI_Isend/MPI_Irecv (an exchange between stages: shared parameters' gradients, clocks)");
-  // On the pipeline communicator, whose point-to-point traffic is this alone: the transport
-  // sends on a duplicate of it. Sizes first, then the bytes in pieces an int counts.
-  constexpr int kSizeTag = 1, kDataTag = 2;
-  const std::uint64_t size = mine.size();
-  std::vector<std::uint64_t> sizes(peers.size(), size);
-  std::vector<MPI_Request> reqs;
-  for (std::size_t i = 0; i < peers.size(); ++i) {
-    if (i == me) continue;
-    reqs.emplace_back();
-    mpi_check(MPI_Irecv(&sizes[i], 1, MPI_UINT64_T, peers[i], kSizeTag, comms_->pipe, &reqs.back()),
-              "MPI_Irecv");
-    reqs.emplace_back();
-    mpi_check(MPI_Isend(&size, 1, MPI_UINT64_T, peers[i], kSizeTag, comms_->pipe, &reqs.back()),
-              "MPI_Isend");
-  }
-  wait_napping(reqs, "MPI_Irecv");
-  std::vector<std::vector<std::byte>> out(peers.size());
-  out[me].assign(mine.begin(), mine.end());
-  reqs.clear();
-  for (std::size_t i = 0; i < peers.size(); ++i) {
-    if (i == me) continue;
-    out[i].resize(sizes[i]);
-    post_pieces(sizes[i], reqs, [&](std::size_t at, int n, MPI_Request* req) {
-      mpi_check(MPI_Irecv(out[i].data() + at, n, MPI_BYTE, peers[i], kDataTag, comms_->pipe, req),
-                "MPI_Irecv");
-    });
-    post_pieces(size, reqs, [&](std::size_t at, int n, MPI_Request* req) {
-      mpi_check(MPI_Isend(mine.data() + at, n, MPI_BYTE, peers[i], kDataTag, comms_->pipe, req),
-                "MPI_Isend");
-    });
-  }
-  wait_napping(reqs, "MPI_Irecv");
-  return out;
+  // On the pipeline communicator, whose point-to-point traffic is this and the gathers' alone
+  // (the transport sends on a duplicate of it): sizes, then the bytes, as a gather's.
+  const Meeting at{static_cast<void*>(comms_->pipe), std::vector<int>(peers.begin(), peers.end()),
+                   me, 1};
+  return exchange_parts(mine, exchange_heads(mine.size(), 0, at, arrivals_), at, arrivals_);
 }
 
 std::vector<std::vector<std::byte>> MpiWorld::gather_to_root(std::span<const std::byte> mine) {
