@@ -84,8 +84,8 @@ Scenario make_scenario(const ShapeFlags& shape, const WorkloadFlags& load,
   sc.ordered_from_replay = shape.ordered == "auto";
   sc.split_mode = shape.split;
   sc.workload = load_workload(load);
-  sc.workload_name = workload_label(load.replay.empty() || load.workload_given ? load.workload : "",
-                                    load.workload_file);
+  sc.workload_name =
+      workload_label(load.workload, load.workload_given, load.workload_file, !load.replay.empty());
   sc.replay_path = load.replay;
   sc.trace = load.trace;
   sc.seed = load.seed;

@@ -125,8 +125,7 @@ StepRecordPy simulate_one(std::optional<int> pp, std::optional<int> vpp,
   // Named as the command names it.
   sc.workload = workload_file.empty() ? workload_preset(workload)
                                       : read_workload_file(workload_file, workload, workload_given);
-  sc.workload_name =
-      workload_label(replay.empty() || workload_given ? workload : "", workload_file);
+  sc.workload_name = workload_label(workload, workload_given, workload_file, !replay.empty());
   sc.replay_path = replay;
   sc.seed = seed;
   refuse_replaced_workload(sc, workload_given ? workload : "", workload_file, false);

@@ -47,6 +47,16 @@ std::string peak_d_column(const std::vector<int>& peaks) {
          ") of " + std::to_string(peaks.size()) + " stages";
 }
 
+namespace {
+
+// Every run follows a fixed list, whose TP ranks run no coordination protocol.
+bool fixed_lists_only(const std::vector<ReportRun>& runs) {
+  return std::all_of(runs.begin(), runs.end(),
+                     [](const ReportRun& r) { return r.policy == "fixed"; });
+}
+
+}  // namespace
+
 std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& runs,
                          bool per_stage) {
   std::string out;
@@ -54,9 +64,8 @@ std::string format_table(const ReportHeader& h, const std::vector<ReportRun>& ru
   const auto& c = runs[0].cfg;
   // A fixed list's ranks each follow it (semantics.md §4): a table of fixed runs alone named a
   // protocol none of them ran.
-  const bool fixed_only =
-      std::all_of(runs.begin(), runs.end(), [](const ReportRun& r) { return r.policy == "fixed"; });
-  const std::string coordination = fixed_only ? "fixed lists: no coordination" : h.tp_protocol;
+  const std::string coordination =
+      fixed_lists_only(runs) ? "fixed lists: no coordination" : h.tp_protocol;
   out += "P=" + std::to_string(c.pp) + " V=" + std::to_string(c.vpp) + " (" +
          to_string(c.placement) + ") M=" + std::to_string(c.microbatches) +
          (c.ordered_forwards ? " (ordered forwards)" : "") + " TP=" + std::to_string(h.tp) +
@@ -118,10 +127,8 @@ nlohmann::json to_json(const ReportHeader& h, const std::vector<ReportRun>& runs
   j["tp"] = h.tp;
   // The protocol that coordinated the runs' TP ranks; none at TP 1, nor where every run follows
   // a fixed list (the table says "fixed lists: no coordination"): "leader" read as one that ran.
-  const bool fixed_only =
-      std::all_of(runs.begin(), runs.end(), [](const ReportRun& r) { return r.policy == "fixed"; });
   j["tp_protocol"] =
-      h.tp > 1 && !fixed_only ? nlohmann::json(h.tp_protocol) : nlohmann::json(nullptr);
+      h.tp > 1 && !fixed_lists_only(runs) ? nlohmann::json(h.tp_protocol) : nlohmann::json(nullptr);
   j["runs"] = nlohmann::json::array();
   const double base = runs.empty() ? 1 : static_cast<double>(runs[0].metrics.makespan);
   for (const auto& r : runs) {

@@ -119,9 +119,10 @@ WorkloadParams read_workload_file(const std::string& path, const std::string& pr
 // that uses some fields alone checks the others against (a replay takes its jitter only).
 std::vector<std::string> workload_file_fields(const std::string& path);
 // How reports name a workload: the preset, or a file with the preset it overrides where it
-// names none of its own ("language + cal.json"; "cal.json" alone hid the preset under it). An
-// empty `preset` (a replay's, whose durations replace a preset's): the file alone.
-std::string workload_label(const std::string& preset, const std::string& file);
+// names none of its own ("language + cal.json"; "cal.json" alone hid the preset under it). With a
+// `replay`, whose durations replace the preset's, the file alone unless `preset_given`.
+std::string workload_label(const std::string& preset, bool preset_given, const std::string& file,
+                           bool replay);
 void validate(const WorkloadParams& w);  // throws InputError naming the field and its range
 
 // The most bytes one message may carry: 1 TiB, far above any microbatch's activations.

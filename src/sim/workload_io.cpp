@@ -159,9 +159,10 @@ std::vector<std::string> workload_file_fields(const std::string& path) {
   return fields;
 }
 
-std::string workload_label(const std::string& preset, const std::string& file) {
+std::string workload_label(const std::string& preset, bool preset_given, const std::string& file,
+                           bool replay) {
   if (file.empty()) return preset;
-  if (preset.empty()) return file;
+  if (replay && !preset_given) return file;  // the replay's durations replace the preset's
   for (const std::string& field : workload_file_fields(file))
     if (field.rfind("preset ", 0) == 0) return file;
   return preset + " + " + file;
