@@ -52,6 +52,21 @@ TEST(Predict, RulesThatRunTheBackwardWholeReplayASplitStepWhole) {
   }
 }
 
+// A loop's step read as a V-shape's: its order can never finish, which was told as a cyclic wait
+// alone; the refusal names the placement taken.
+TEST(Predict, AnOrderThatCannotFinishAtV2NamesThePlacementTaken) {
+  const WorkModel loop(config(2, 4, 2));
+  RealizedWork w = realize(workload_preset("language"), loop, 1, 1);
+  SimOptions opt;
+  opt.arbiter.policy = Policy::Fixed;
+  opt.record = true;
+  const Timeline t = timeline_of(simulate(loop, make_hint("interleaved-1f1b", loop), w, opt));
+  const WorkModel vshape(config(2, 4, 2, false, Placement::VShape));
+  EXPECT_ERROR(predict(build_run(t, loop, 1, -1, "trace"), vshape.config(), 1), HintError,
+               "(or the trace was recorded with another shape: `placement` vshape was taken; "
+               "give the one it ran with, and `pp`, `vpp`)");
+}
+
 // At TP 2, the BF row of a split step takes the collective of an F or B task: a training step's
 // W has none, and the mean over every task, its W's 0 included, left each whole B two thirds of
 // its collective (ready BF 15% short on a `train --tp 2` trace). A W recorded with no wait after

@@ -243,7 +243,24 @@ TEST(TraceFormats, RefusesWhatItCannotMap) {
   refused({{"m.json",
             R"([{"ph": "X", "name": "forward-compute", "tid": 5, "ts": 0, "dur": 1,
                  "args": {"iteration": 1, "microbatch_id": 0}}])"}},
-          "rank pp 5 tp 0 is outside the shape");
+          "rank pp 5 tp 0 is outside the shape (pp 2, tp 1): give the `pp` it was recorded with");
+  refused({{"m.json",
+            R"([{"ph": "X", "name": "forward-compute", "tid": 0, "ts": 0, "dur": 1,
+                 "args": {"iteration": 1, "microbatch_id": 0, "pp_rank": 0, "tp_rank": 1}}])"}},
+          "rank pp 0 tp 1 is outside the shape (pp 2, tp 1): give the `tp` it was recorded with");
+  // Without model_chunk_id at V=2 every task was chunk 0's: "F c0 m0 appears twice".
+  const WorkModel v2(config(2, 2, 2));
+  try {
+    import_trace_texts({{"m.json", R"([{"ph": "X", "name": "forward-compute", "tid": 0, "ts": 0,
+                                       "dur": 1, "args": {"iteration": 1, "microbatch_id": 0}}])"}},
+                       v2, 1);
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("m.json: event 1 (forward-compute): no model_chunk_id, "
+                                         "which tells the chunks of a stage apart at `vpp` 2"),
+              std::string::npos)
+        << e.what();
+  }
   const std::string gz = gzip(one_rank);
   refused({{"t.json.gz", gz.substr(0, gz.size() / 2)}}, "not a complete gzip stream");
   TraceOptions forced;

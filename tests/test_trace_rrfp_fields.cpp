@@ -61,6 +61,33 @@ TEST(RrfpTraceFields, APidNamedTwiceOtherwiseIsRefused) {
 }
 
 // The run's own step holds its tasks: one of 100 us was shown beside a measured step of 426 ms.
+// A process named "RUN / stage 1x" (or "stage -1") was skipped, its tasks then said to be on a
+// pid no process_name event names, "S below `pp` 1" with pp read from the other process; one
+// whose pid is a string ("0") was said to be named by no process_name event, which named it.
+TEST(RrfpTraceFields, AProcessNameOrPidItCannotReadIsRefusedNamingIt) {
+  const WorkModel m(config(2, 4));
+  for (const char* bad : {"1x", "-1", "99999999999"}) {
+    json doc = written_trace(m);
+    for (json& e : doc["traceEvents"])
+      if (e.value("name", "") == "process_name" && e["pid"] == 1)
+        e["args"]["name"] = std::string("fixed 1f1b (async) / stage ") + bad;
+    const std::string path = saved(doc, "rrfp_fields_name.json");
+    EXPECT_ERROR(import_trace(path, m, 1), InputError,
+                 std::string("process name 'fixed 1f1b (async) / stage ") + bad +
+                     "' names no stage: rrfp's traces name each stage's process \"LABEL / "
+                     "stage S\", S a whole number below `pp`");
+    std::remove(path.c_str());
+  }
+  json doc = written_trace(m);
+  for (json& e : doc["traceEvents"])
+    if (e.contains("pid")) e["pid"] = std::to_string(e["pid"].get<int>());
+  const std::string path = saved(doc, "rrfp_fields_pid_text.json");
+  EXPECT_ERROR(import_trace(path, m, 1), InputError,
+               "process 'fixed 1f1b (async) / stage 0' has pid \"0\": rrfp's traces give each "
+               "stage's process a whole-number pid");
+  std::remove(path.c_str());
+}
+
 TEST(RrfpTraceFields, AStepShorterThanItsTasksIsRefused) {
   const WorkModel m(config(2, 4));
   json doc = written_trace(m);

@@ -187,25 +187,32 @@ TEST(TorchRanks, TensorParallelFilesReadAsStagesSayTp) {
   std::filesystem::remove_all(dir);
 }
 
+// Each file's events that `keep` (which may edit them) keeps.
+template <class Keep>
+Files edited(Files files, Keep keep) {
+  for (auto& [name, text] : files) {
+    json doc = json::parse(text), kept = json::array();
+    for (json& e : doc["traceEvents"])
+      if (keep(e)) kept.push_back(e);
+    doc["traceEvents"] = kept;
+    text = doc.dump();
+  }
+  return files;
+}
+
 // A profiler's step whose microbatch 0 ran a whole backward ("B") where the others ran input
 // and weight halves ("I", "W"), replayed with the backward whole: microbatch 0's B holds its W's
 // work, and the others' B their I and W. It was refused, asking for microbatch 0's W.
 TEST(TorchRanks, AWholeBackwardAmongSplitOnesNeedsNoW) {
   const WorkModel split(config(2, 4, 1, true)), whole(config(2, 4));
   RealizedWork w = realize(workload_preset("paper"), split, 1, 1);
-  Files files = kineto_files(simulated(split, "bfw", Policy::Ready, w), split, false);
-  for (auto& [name, text] : files) {
-    json doc = json::parse(text), kept = json::array();
-    for (json& e : doc["traceEvents"]) {
-      const std::string n = e.value("name", "");
-      if (n.size() == 6 && n.substr(0, 3) == "PP:" && n[5] == '0' && n[4] == 'W') continue;
-      if (n.size() == 6 && n.substr(0, 3) == "PP:" && n[5] == '0' && n[4] == 'I')
-        e["name"] = n.substr(0, 4) + "B0";
-      kept.push_back(e);
-    }
-    doc["traceEvents"] = kept;
-    text = doc.dump();
-  }
+  const Files files =
+      edited(kineto_files(simulated(split, "bfw", Policy::Ready, w), split, false), [](json& e) {
+        const std::string n = e.value("name", "");
+        const bool mb0 = n.size() == 6 && n.substr(0, 3) == "PP:" && n[5] == '0';
+        if (mb0 && n[4] == 'I') e["name"] = n.substr(0, 4) + "B0";
+        return !(mb0 && n[4] == 'W');
+      });
   const ImportedRun in = import_trace_texts(files, whole, 1);
   for (int c = 0; c < 2; ++c) {
     // Microbatch 0's B is its recorded input half alone (its W taken out of the trace).
@@ -215,6 +222,33 @@ TEST(TorchRanks, AWholeBackwardAmongSplitOnesNeedsNoW) {
               w.compute(0, split.index(TaskId{Kind::B, c, 1})) +
                   w.compute(0, split.index(TaskId{Kind::W, c, 1})));
   }
+}
+
+// A profiler's step with input halves ("I") and not one W (its W spans filtered out) was read
+// as a whole backward of the input halves alone: a step 9% short, exit 0.
+TEST(TorchRanks, InputHalvesWithoutAnyWAreRefused) {
+  const WorkModel split(config(2, 4, 1, true)), whole(config(2, 4));
+  RealizedWork w = realize(workload_preset("paper"), split, 1, 1);
+  const Files files =
+      edited(kineto_files(simulated(split, "zb-h1", Policy::Fixed, w), split, false), [](json& e) {
+        const std::string n = e.value("name", "");
+        return n.substr(0, 3) != "PP:" || n.find('W') == std::string::npos;
+      });
+  EXPECT_ERROR(import_trace_texts(files, whole, 1), InputError,
+               "task B c0 m0 is the input half of a split backward (a torch 'I' span), but the "
+               "step records no W task");
+  EXPECT_ERROR(import_trace_texts(files, split, 1), InputError, "lacks tasks");
+  // Its shape, read from the trace, is a split one, whose refusal does not say to replay it
+  // with `split_backward` off.
+  const std::string dir = folder_of(files, "rrfp_input_halves");
+  EXPECT_TRUE(infer_trace_config(dir, 1).split_backward);
+  try {
+    import_trace(dir, split, 1);
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).find("split_backward"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -110,7 +110,11 @@ inline std::vector<std::pair<std::string, std::string>> kineto_files(const StepR
                                       {"dur", us(r.makespan) + 100}});
   }
   for (const TaskRecord& t : r.tasks) {
-    const char k = t.task.kind == Kind::F ? 'F' : t.task.kind == Kind::W ? 'W' : 'I';
+    // A split backward's B is its input half ("I"); a whole one is torch's "B".
+    const char k = t.task.kind == Kind::F   ? 'F'
+                   : t.task.kind == Kind::W ? 'W'
+                   : m.split()              ? 'I'
+                                            : 'B';
     const std::string name = "PP:" + std::to_string(t.task.chunk) + k + std::to_string(t.task.mb);
     const double dur = us(t.compute_end - t.start);
     for (const char* cat : {"user_annotation", "gpu_user_annotation"})

@@ -197,7 +197,16 @@ Prediction predict(ImportedRun imported, const PipelineConfig& cfg, int tp,
   // An order no step can have run (a task before one it depends on, on its stage or through
   // another's: a trace edited or cut) is the input's fault: its replay deadlocked, "run
   // failed", exit 1.
-  validate_hint(imported.order, m, "the trace's recorded order");
+  try {
+    validate_hint(imported.order, m, "the trace's recorded order");
+  } catch (const HintError& e) {
+    // At V >= 2 the placement decides which chunks share a stage: a loop's trace read as a
+    // V-shape's was told as a cyclic wait alone.
+    if (m.vpp() < 2) throw;
+    throw HintError(std::string(e.what()) + " (or the trace was recorded with another shape: `" +
+                    "placement` " + to_string(m.config().placement) +
+                    " was taken; give the one it ran with, and `pp`, `vpp`)");
+  }
   const std::vector<int> peaks = fixed_order_peaks(imported.order, m);
   p.neutral_limit = std::max(1, *std::max_element(peaks.begin(), peaks.end()));
   // rrfp's own trace names a blocking run "fixed 1f1b (blocking)" or "ready bf (blocking)":

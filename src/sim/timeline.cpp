@@ -122,7 +122,11 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
   // W times folded into their B (sim/fold_w.hpp): the B's end stays where it was, when the B
   // sent its gradient.
   FoldedW folded_w(slots);
+  const TimelineTask* half = nullptr;  // the first input half of a split backward, if any
+  bool any_w = false;
   for (const TimelineTask& e : tl.tasks) {
+    if (e.input_half && !half) half = &e;
+    any_w = any_w || e.task.kind == Kind::W;
     const std::string where = origin + ": task " + to_string(e.task);
     const TaskId b{Kind::B, e.task.chunk, e.task.mb};
     const bool fold = folds_into_b(m, e.task);
@@ -172,6 +176,13 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
             // At TP 2 or more the ranks it lacks may be the shape's: a TP 2 trace read at 3.
             (tp > 1 ? ", `tp`)" : ")"),
         misses_only_w(r, m, tp));
+  // Input halves without a W: read as whole backwards, the step was short of every W's work.
+  if (half && !any_w)
+    throw MissingTasks(origin + ": task " + to_string(half->task) +
+                           " is the input half of a split backward (a torch 'I' span), but the "
+                           "step records no W task: a split backward needs its W spans, a whole "
+                           "one is a 'B'",
+                       true);
   // As a missing W of a split backward is (misses_only_w): a step cut short, passed over.
   if (const std::string w = folded_w.missing(m); !w.empty())
     throw MissingTasks(origin + ": " + w, true);

@@ -28,6 +28,9 @@ struct TimelineTask {
   // A B the trace names as a whole backward beside input halves of others (torch's "B" among
   // its "I"s): its W's work is within it, so a replay that folds W tasks needs none for it.
   bool whole_backward = false;
+  // A B the trace names as the input half of a split backward (torch's "I"): its W is a task
+  // of its own, which a step without any W lacks (it was replayed as a whole backward).
+  bool input_half = false;
 };
 
 // A receive of `consumer`'s cross-stage input on its rank: from when the rank began waiting (or

@@ -75,10 +75,12 @@ std::string detect(const std::vector<Doc>& docs) {
 constexpr const char* kLacksW =
     " (the trace has no W tasks: it was recorded without the split backward; replay it with "
     "`split_backward` off)";
+// Input halves (torch's "I") say it was recorded with the split backward, its W spans lost.
 bool lacks_w(const WorkModel& m, std::span<const Timeline> steps) {
   return m.split() && std::none_of(steps.begin(), steps.end(), [](const Timeline& t) {
-           return std::any_of(t.tasks.begin(), t.tasks.end(),
-                              [](const TimelineTask& k) { return k.task.kind == Kind::W; });
+           return std::any_of(t.tasks.begin(), t.tasks.end(), [](const TimelineTask& k) {
+             return k.task.kind == Kind::W || k.input_half;
+           });
          });
 }
 

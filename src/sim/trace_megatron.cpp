@@ -126,12 +126,19 @@ std::vector<Timeline> read_megatron(const std::vector<Doc>& docs, const WorkMode
       const int pp = rank_of(args, "pp_rank", tagged(thread, "pp"), tid / tp, thread, where);
       const int tp_rank = rank_of(args, "tp_rank", tagged(thread, "tp"), tid % tp, thread, where);
       if (pp >= m.pp() || tp_rank >= tp)
-        throw InputError(where + ": rank pp " + std::to_string(pp) + " tp " +
-                         std::to_string(tp_rank) + " is outside the shape (pp " +
-                         std::to_string(m.pp()) + ", tp " + std::to_string(tp) + ")" +
-                         (thread.empty() ? "" : " (thread '" + printable(thread, 60) + "')"));
+        throw InputError(
+            where + ": rank pp " + std::to_string(pp) + " tp " + std::to_string(tp_rank) +
+            " is outside the shape (pp " + std::to_string(m.pp()) + ", tp " + std::to_string(tp) +
+            ")" + (thread.empty() ? "" : " (thread '" + printable(thread, 60) + "')") +
+            // A TP 2 trace read without `tp` named no way out.
+            ": give the " + (tp_rank >= tp ? "`tp`" : "`pp`") + " it was recorded with");
       const int step = arg_or(args, {"iteration", "step"}, 0, where, true);
       const int mb = arg_or(args, {"microbatch_id", "microbatch"}, 0, where, true);
+      // Without it every task is chunk 0's: an interleaved trace's second chunk was told as
+      // "task F c0 m0 appears twice ... (two files for one rank?)".
+      if (m.vpp() > 1 && !args.contains("model_chunk_id") && !args.contains("model_chunk"))
+        throw InputError(where + ": no model_chunk_id, which tells the chunks of a stage apart " +
+                         "at `vpp` " + std::to_string(m.vpp()));
       const int local = arg_or(args, {"model_chunk_id", "model_chunk"}, 0, where, false);
       if (local >= m.vpp())
         throw InputError(where + ": model chunk " + std::to_string(local) + " >= `vpp` " +

@@ -232,11 +232,25 @@ std::vector<Process> processes_of(const Doc& d, const WorkModel& m) {
       continue;
     const auto args = e.find("args");
     const auto pid = e.find("pid");
-    if (args == e.end() || !args->is_object() || pid == e.end() || !pid->is_number_integer())
+    if (args == e.end() || !args->is_object()) continue;
+    const std::string& name = string_at(*args, "name", d.origin, event, "args");
+    Process p{0, "", 0, &*args, event};
+    if (!split_process_name(name, p.label, p.stage)) {
+      // "RUN / stage 1x" was skipped, and its tasks said to be of no stage "below `pp` 1".
+      if (name.find(" / stage ") != std::string::npos)
+        throw InputError(d.origin + ": event " + std::to_string(event) + ": process name '" +
+                         printable(name, 60) +
+                         "' names no stage: rrfp's traces name each stage's process \"LABEL / "
+                         "stage S\", S a whole number below `pp`");
       continue;
-    Process p{pid->get<long long>(), "", 0, &*args, event};
-    if (!split_process_name(string_at(*args, "name", d.origin, event, "args"), p.label, p.stage))
-      continue;
+    }
+    // Its tasks were said to be on a pid "which no process_name event names".
+    if (pid == e.end() || !pid->is_number_integer())
+      throw InputError(d.origin + ": event " + std::to_string(event) + ": process '" +
+                       printable(name, 60) + "' has pid " +
+                       (pid == e.end() ? std::string("(none)") : brief(*pid)) +
+                       ": rrfp's traces give each stage's process a whole-number pid");
+    p.pid = pid->get<long long>();
     if (p.stage >= m.pp())
       throw InputError(d.origin + ": run '" + printable(p.label, 60) + "' records stage " +
                        std::to_string(p.stage) + ", which `pp` " + std::to_string(m.pp()) +

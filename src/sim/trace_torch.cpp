@@ -176,6 +176,7 @@ std::vector<Timeline> read_torch(const std::vector<Doc>& docs, const WorkModel& 
       } else {
         t.tasks.push_back({l.task, tp_rank, s.ts - zero, s.dur});
         t.tasks.back().whole_backward = l.task.kind == Kind::B && !l.input_half;
+        t.tasks.back().input_half = l.input_half;
       }
     }
   }
