@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <c10/core/InferenceMode.h>
+
 #include "comm/c10d_transport.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
@@ -139,6 +141,9 @@ std::vector<std::vector<std::byte>> C10dWorld::gather_bytes(c10d::ProcessGroup& 
   // (measured in docs/results-python.md), and a job runs several between two steps: one round
   // carries each rank's size with its first bytes, and only a longer buffer needs a second.
   refuse_given_up();
+  // Made under a caller's torch.inference_mode(), its tensors were inference tensors, which
+  // Gloo's threads (outside the mode) may not write: every gather of a call made in it failed.
+  c10::InferenceMode outside(false);
   const int n = pg.getSize();
   auto wait = [&](const c10::intrusive_ptr<c10d::Work>& w) {
     this->wait(w, "an all-gather", limit);
@@ -229,6 +234,7 @@ std::vector<std::vector<std::byte>> C10dWorld::gather_job(c10d::ProcessGroup& pi
 std::vector<std::vector<std::byte>> C10dWorld::exchange(std::span<const std::byte> mine,
                                                         std::span<const int> peers) {
   refuse_given_up();
+  c10::InferenceMode outside(false);  // as gather_bytes's
   const std::size_t me = place_among(peers, stage_, stages_);
   // The transports' tags are channel << 24 with channel at most 126 (next_channel).
   constexpr int kSizeTag = 127 << 24, kDataTag = kSizeTag + 1;

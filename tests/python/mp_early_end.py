@@ -5,7 +5,9 @@ close, that it freed a Pipeline or that its script ended (rrfp/_ended.py). First
 Pipeline, a local of a function that returned, while rank 0 makes one more step; then rank 1's
 script ends while rank 0 makes one more step of another. Under mpirun the end is met in that
 gather as a call of its own (mpi_failure.sh). Before both, rank 1's building of a Pipeline fails
-on an option it alone refuses, and rank 0 says so."""
+on an option it alone refuses, and rank 0 says so. Between, both make calls under
+torch.inference_mode(), whose gathers failed on every process ("Inplace update to inference
+tensor outside InferenceMode", told as another process's failure)."""
 import os
 import sys
 import time
@@ -66,6 +68,20 @@ def failed_build(rank):
         print("rank 0: the process whose building failed is named", flush=True)
 
 
+def under_inference_mode(pipe):
+    """eval_step and clip_grad_norm_ run as outside it; step refuses it, naming the mode."""
+    import torch
+    with torch.inference_mode():
+        assert float(pipe.eval_step(*lm.batches(2, seed=2))[1]) > 0
+        assert float(pipe.clip_grad_norm_(1.0)) > 0
+        try:
+            pipe.step(*lm.batches(2, seed=2))
+            said = None
+        except RuntimeError as e:
+            said = str(e)
+    assert said and said.startswith("step: called under torch.inference_mode()"), said
+
+
 def main():
     rank = int(os.environ["RANK"])
     failed_build(rank)
@@ -73,6 +89,7 @@ def main():
     global PIPE  # held to the end of the script
     PIPE = pipeline()
     assert float(PIPE.step(*lm.batches(2, seed=0))) > 0
+    under_inference_mode(PIPE)
     if rank == 1:
         print("rank 1: ending its script", flush=True)
         return

@@ -104,6 +104,10 @@ def test_one_whole_non_strided_batch_is_refused_naming_the_list(kind):
         with pytest.raises(TypeError, match=f"inputs: a {name} tensor cannot be split into 4 "
                                             "microbatches .*give a list of 4 microbatches"):
             call(x)
+    # With targets of another row count (a nested tensor's 8 components are no rows): the
+    # same refusal, not "8 and 4 rows", which sent the caller to mend a count first.
+    with pytest.raises(TypeError, match=f"inputs: a {name} tensor cannot be split"):
+        pipe.step(x, torch.randn(4, 3))
     with pytest.raises(TypeError, match="targets: a torch.sparse_coo tensor cannot be split"):
         pipe.step([sparse_rows(2, s) for s in range(4)], sparse_rows(8, 1))
     assert pipe.chunks[0].w.grad is None

@@ -31,7 +31,7 @@ def test_a_hung_store_bounds_every_call(monkeypatch):
     monkeypatch.setattr(_ended, "_built", [True])
     try:
         for call, want in ((_ended.note_end, None), (_ended.note_freed, None),
-                           (_ended.gone, "")):
+                           (_ended.gone, ("", False))):
             began = time.monotonic()
             assert call() == want
             assert time.monotonic() - began < 2 + 1.5, call.__name__
@@ -55,7 +55,7 @@ def test_an_answering_store_is_read_as_before(monkeypatch):
     monkeypatch.setattr(_ended, "_freed", [0])
     assert _ended.gone() == ("the script of global rank(s) [0] had ended; global rank(s) [2] had "
                              "freed a Pipeline this process still uses (no longer referenced, as a "
-                             "local of a function that returned)")
+                             "local of a function that returned)", True)
     monkeypatch.setattr(_ended, "_built", [True])
     monkeypatch.setattr(_ended, "_entered", [3])
     _ended.note_end()
@@ -71,10 +71,10 @@ def test_a_process_that_never_came_to_the_gather_is_named_alone(monkeypatch):
     monkeypatch.setattr(_ended, "_store", lambda: (store, 2, 4))
     monkeypatch.setattr(_ended, "_freed", [0])
     monkeypatch.setattr(_ended, "_entered", [4])
-    assert _ended.gone() == "the script of global rank(s) [1] had ended"
+    assert _ended.gone() == ("the script of global rank(s) [1] had ended", True)
     # Where every one that ended came to it, they are named all the same.
     del store.keys["rrfp/ended/1"]
-    assert _ended.gone() == "the script of global rank(s) [0, 3] had ended"
+    assert _ended.gone() == ("the script of global rank(s) [0, 3] had ended", True)
 
 
 def test_a_process_that_refused_a_pipeline_on_its_own_is_named_so(monkeypatch):
@@ -93,11 +93,56 @@ def test_a_process_that_refused_a_pipeline_on_its_own_is_named_so(monkeypatch):
     monkeypatch.setattr(_ended, "_store", lambda: (store, 1, 3))
     monkeypatch.setattr(_ended, "_freed", [0])
     assert _ended.gone() == ("global rank(s) [2] refused, on its own, the Pipeline being built "
-                             "(its error is in that process's output)")
+                             "(its error is in that process's output)", True)
     monkeypatch.setattr(_ended, "_freed", [1])  # past it
-    assert _ended.gone() == ""
+    assert _ended.gone() == ("", False)
     monkeypatch.setattr(_ended, "_store", lambda: (store, 2, 3))
     _ended.note_freed()
     monkeypatch.setattr(_ended, "_store", lambda: (store, 1, 3))
     monkeypatch.setattr(_ended, "_freed", [1])
-    assert _ended.gone().startswith("global rank(s) [2] had freed a Pipeline this process still")
+    assert _ended.gone()[0].startswith("global rank(s) [2] had freed a Pipeline this process still")
+
+
+def test_processes_that_ended_on_an_error_are_not_told_as_calls_that_differ(monkeypatch):
+    # pp 2 x dp 2: rank 3 was killed mid-step (os._exit: no word); ranks 1 and 2 failed in that
+    # step and their scripts ended on the error. Rank 0, at its next gather, said "the script of
+    # global rank(s) [1, 2] had ended ... every process must make the pipeline's calls alike".
+    store = AnsweringStore({"rrfp/ended/1": 3, "rrfp/ended/2": 3})
+    monkeypatch.setattr(_ended, "_built", [True])
+    monkeypatch.setattr(_ended, "_freed", [0])
+    monkeypatch.setattr(_ended, "_entered", [2])
+    for rank in (1, 2):  # each one's last call raised, then its script ended
+        monkeypatch.setattr(_ended, "_store", lambda rank=rank: (store, rank, 4))
+        _ended.call_ended(True)
+        _ended.note_end()
+    assert store.keys["rrfp/raised/1"] == 1 and store.keys["rrfp/raised/2"] == 1
+    monkeypatch.setattr(_ended, "_store", lambda: (store, 0, 4))
+    assert _ended.gone() == (
+        "the script of global rank(s) [1, 2] had ended after a call of its pipeline raised (its "
+        "error is in that process's output); global rank(s) [3] said nothing (still running, or "
+        "ended without a word: killed, out of memory, os._exit)", False)
+    # A call that raised, then one that did not: a script that ran out is told as before.
+    store = AnsweringStore({})
+    monkeypatch.setattr(_ended, "_store", lambda: (store, 3, 4))
+    _ended.call_ended(True)
+    _ended.call_ended(False)
+    _ended.note_end()
+    assert "rrfp/raised/3" not in store.keys
+    monkeypatch.setattr(_ended, "_store", lambda: (store, 0, 4))
+    assert _ended.gone() == ("the script of global rank(s) [3] had ended", True)
+
+
+def test_a_call_that_raised_is_marked_until_one_returns():
+    # The mark note_end writes comes from the pipeline's own calls (_live.hold).
+    import rrfp
+    import torch
+    pipe = rrfp.Pipeline([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)],
+                         lambda o, y: o.sum(), pp=2, microbatches=2, timeout=30)
+    try:
+        with torch.no_grad():
+            pipe.step(torch.randn(4, 2), torch.randn(4, 2))
+    except RuntimeError as e:
+        assert "step: called under torch.no_grad()" in str(e)
+    assert _ended._last_raised == [True]
+    pipe.step(torch.randn(4, 2), torch.randn(4, 2))
+    assert _ended._last_raised == [False]

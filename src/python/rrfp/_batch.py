@@ -157,6 +157,10 @@ def _rows(tensors):
     return rows.pop() if len(rows) == 1 else None
 
 
+def _strided(x):
+    return isinstance(x, torch.Tensor) and not x.is_nested and x.layout == torch.strided
+
+
 def take_batch(pipe, inputs, targets, m, training):
     """Splits the step's batch into pipe._data's microbatches after checking what needs no other
     process: each microbatch's tensors (found once), inputs first. Raises on what it refuses."""
@@ -167,8 +171,9 @@ def take_batch(pipe, inputs, targets, m, training):
         mode = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
         raise RuntimeError(f"step: called under torch.{mode}(), but a step trains (it runs the "
                            "backward and adds to .grad); use eval_step for forwards only")
-    # size(0), not shape[0]: a nested tensor has no shape, and reaches split()'s refusal.
-    if isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor) and \
+    # Strided tensors alone: a nested, sparse or MKL-DNN batch reaches split()'s TypeError
+    # (a nested one's components were taken for rows, and the caller told to mend a count).
+    if _strided(inputs) and _strided(targets) and \
             inputs.dim() > 0 and targets.dim() > 0 and inputs.size(0) != targets.size(0):
         raise ValueError(f"inputs and targets: {inputs.size(0)} and {targets.size(0)} "
                          "rows; a batch needs one target row per input row")

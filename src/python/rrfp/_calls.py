@@ -54,13 +54,14 @@ def gather(core, call, values):
     try:
         every = core.all_gather(tag + list(values), arrival=True)
     except RuntimeError as e:
-        gone = _ended.gone()  # over c10d, by the processes' own word in the store
+        gone, calls_differ = _ended.gone()  # over c10d, by the processes' own word
         if not gone:
             raise
+        alike = (": every process must make the pipeline's calls alike and in the same order"
+                 if calls_differ else "")
         raise RuntimeError(
             f"{name}: {gone} (torch.distributed's ranks) while this process made {name} after "
-            f"{steps} steps: every process must make the pipeline's calls alike and in the same "
-            f"order ({e})") from e
+            f"{steps} steps{alike} ({e})") from e
     if len({tuple(v[:3]) for v in every}) > 1:
         raise RuntimeError(mismatch(name, every))
     return [v[3:] for v in every]

@@ -6,6 +6,9 @@ pipeline_core.cpp's end_of_script.)"""
 import threading
 
 _ENDED, _FREED, _LAST = "rrfp/ended/", "rrfp/freed/", "rrfp/last-freed/"
+# Set where a process's script ended after its last pipeline call raised: it ended for a
+# failure (its own or another's), not because its script ran out before the others' calls.
+_RAISED = "rrfp/raised/"
 # The most a call on the store takes here: its host (global rank 0 outside torchrun) may have
 # ended first, or stopped answering.
 _NOTE_S = 2
@@ -15,6 +18,7 @@ _built = [False]  # a c10d pipeline was built in this process
 # that never came to it from those that came and ended after failing in it, as it did.
 _entered = [0]
 _freed = [0]  # the c10d pipelines this process freed, as it told the store
+_last_raised = [False]  # the last call of a pipeline of this process raised (_live.hold)
 # What the last pipeline a process freed was (its key _LAST): one it had built, one whose
 # building it refused on its own (an option it alone refused once the groups were made), or one
 # whose building failed on every process (a peer's refusal ended it in a gather).
@@ -63,11 +67,20 @@ def gather_entered():
     _entered[0] += 1
 
 
+def call_ended(raised):
+    """A call of a pipeline of this process ended (_live.hold), raising or not."""
+    _last_raised[0] = raised
+
+
 def note_end():
     """At the end of the script (rrfp's atexit, before the pipelines close): this process's key
     in the store, within _NOTE_S seconds."""
+    def add(store, me, _):
+        if _last_raised[0]:  # first: a process reading the other key then finds this one
+            store.add(_RAISED + str(me), 1)
+        store.add(_ENDED + str(me), _entered[0] + 1)
     if _built[0]:
-        _bounded(lambda store, me, _: store.add(_ENDED + str(me), _entered[0] + 1), None)
+        _bounded(add, None)
 
 
 def note_freed(kind=BUILT):
@@ -89,8 +102,9 @@ def note_freed(kind=BUILT):
 def gone():
     """In words, the processes whose script ended, that freed a pipeline this one still uses
     or refused on their own one this one was building, read from the store (an add of 0 reads
-    without waiting for the key) within _NOTE_S seconds; "" where none is known or the store
-    cannot be read."""
+    without waiting for the key) within _NOTE_S seconds, and whether any of them is a script
+    that ran out or a pipeline freed (calls that differ); ("", False) where none is known or the
+    store cannot be read."""
     def read(store, me, size):
         others = [r for r in range(size) if r != me]
         came = {r: store.add(_ENDED + str(r), 0) - 1 for r in others}  # gathers; -1: alive
@@ -100,15 +114,27 @@ def gone():
         # Those that never came to this gather, where any: the others ended after failing in
         # it, for want of them (a rank that left a pp 2 x dp 2 job was named with two more).
         ended = [r for r in left if came[r] < _entered[0]] or left
+        raised = [r for r in ended if store.add(_RAISED + str(r), 0) > 0]
+        silent = [r for r in others if r not in left and r not in ahead]
         # One whose building failed as this one's did, after another's refusal, is left out.
-        return ended, [r for r, k in ahead.items() if k == REFUSED], [
+        return ended, raised, silent, [r for r, k in ahead.items() if k == REFUSED], [
             r for r, k in ahead.items() if k == BUILT]
-    ended, refused, freed = _bounded(read, ([], [], []))
-    said = [f"the script of global rank(s) {ended} had ended"] if ended else []
+    ended, raised, silent, refused, freed = _bounded(read, ([], [], [], [], []))
+    ran_out = [r for r in ended if r not in raised]
+    said = [f"the script of global rank(s) {ran_out} had ended"] if ran_out else []
+    if raised:
+        # Processes that ended on an error of a call of theirs: the first to fail may be another,
+        # which a kill -9, the out-of-memory killer or os._exit ended without a word (the
+        # others, failing after it, were named as scripts that "had ended" before the call).
+        said.append(f"the script of global rank(s) {raised} had ended after a call of its "
+                    "pipeline raised (its error is in that process's output)" +
+                    (f"; global rank(s) {silent} said nothing (still running, or ended without "
+                     "a word: killed, out of memory, os._exit)" if silent and not ran_out
+                     else ""))
     if refused:
         said.append(f"global rank(s) {refused} refused, on its own, the Pipeline being built "
                     "(its error is in that process's output)")
     if freed:
         said.append(f"global rank(s) {freed} had freed a Pipeline this process still uses (no "
                     "longer referenced, as a local of a function that returned)")
-    return "; ".join(said)
+    return "; ".join(said), bool(ran_out or refused or freed)

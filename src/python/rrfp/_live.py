@@ -7,6 +7,8 @@ import threading
 import time
 import weakref
 
+from . import _ended
+
 # Every Pipeline, as it is built: the exit handler waits for their calls.
 LIVE = weakref.WeakSet()
 
@@ -56,9 +58,12 @@ class Calls:
             self.lock.release()  # a daemon thread's call as the exit handler runs
             raise RuntimeError(f"{what}: the pipeline was shut down as the interpreter exits "
                                "(rrfp's exit handler ran): no call runs after it")
+        raised = True
         try:
             yield
+            raised = False
         finally:
+            _ended.call_ended(raised)
             self.holder = None
             self.lock.release()
 
