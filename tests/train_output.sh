@@ -92,6 +92,7 @@ for i in 1 2 3; do
   ! grep -q "warning: step" "$tmp/none$i.log" ||
     grep -q "ranks ran different orders (--tp-protocol none), so durations.csv keeps no such" \
       "$tmp/none$i.log" || fail "--tp-protocol none: $(grep warning "$tmp/none$i.log")"
+  ! grep -q "keeps no such step: step:" "$tmp/none$i.log" || fail "--tp-protocol none: step: step:"
 done
 # Far into a long run the progress line is still drawn: its bar's width wrapped in int past
 # step 89,478,485 and the run ended in "internal error" with nothing saved. A checkpoint of

@@ -59,7 +59,7 @@ rc=$?
 OMP_NUM_THREADS=2 "$rrfp" train "${small[@]}" --steps $((last + 1)) --eval-batches 2 \
   --hint "$tmp/m4.txt" --resume "$tmp/a/checkpoint.bin" --out "$tmp/a" >"$tmp/r.log" 2>&1 ||
   fail "resume failed: $(tail -1 "$tmp/r.log")"
-grep -q "warning: --microbatches is 4; the checkpoint's run had 8 (set by the hint file's header: --microbatches was not given): the run will not continue as that one would have" \
+grep -q "warning: --microbatches is 4 (set by the hint file's header: --microbatches was not given); the checkpoint's run had 8: the run will not continue as that one would have" \
   "$tmp/r.log" || fail "no warning about the hint file's microbatches: $(head -4 "$tmp/r.log")"
 grep -q "warning: the intra-op threads (OMP_NUM_THREADS) are 2; the checkpoint's run had 1" \
   "$tmp/r.log" || fail "no warning about the intra-op threads: $(head -3 "$tmp/r.log")"

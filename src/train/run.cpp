@@ -23,17 +23,18 @@ namespace rrfp::train {
 
 namespace {
 
-// What a resume's difference `d` ("`name` is ...; the checkpoint's run had ...") changes: the
-// training, or only its validation (the loss and the parameters go on as they would have: it
-// warned that the run would not continue), and where a hint file's header set the microbatches
-// (`microbatches_from_hint`: it blamed --microbatches, which was not given).
-std::string consequence(const std::string& d, bool microbatches_from_hint) {
-  std::string out;
+// A resume's difference `d` ("`name` is ...; the checkpoint's run had ...") with what it
+// changes: the training, or only its validation (the loss and the parameters go on as they
+// would have: it warned that the run would not continue); where a hint file's header set this
+// run's microbatches (`microbatches_from_hint`), said beside this run's value (it blamed
+// --microbatches, which was not given, and then sat beside the checkpoint's).
+std::string resume_warning(std::string d, bool microbatches_from_hint) {
   if (microbatches_from_hint && d.starts_with("`microbatches` "))
-    out = " (set by the hint file's header: `microbatches` was not given)";
+    if (const size_t at = d.find(";"); at != std::string::npos)
+      d.insert(at, " (set by the hint file's header: `microbatches` was not given)");
   if (d.starts_with("`eval_every` ") || d.starts_with("`eval_batches` "))
-    return out + ": the training goes on as that run's would have; only its validation differs";
-  return out + ": the run will not continue as that one would have";
+    return d + ": the training goes on as that run's would have; only its validation differs";
+  return d + ": the run will not continue as that one would have";
 }
 
 }  // namespace
@@ -78,7 +79,7 @@ TrainingRun::TrainingRun(const TrainRun& in)
   const bool fill_in_only = first_ == t_.steps;
   for (const std::string& d : differences)
     if (root_ && o_.warn && !(fill_in_only && d.starts_with("`steps` ")))
-      o_.warn(d + consequence(d, o_.microbatches_from_hint));
+      o_.warn(resume_warning(d, o_.microbatches_from_hint));
   if (const std::string w = schedule_warning(t_); root_ && o_.warn && !w.empty() && !fill_in_only)
     o_.warn(w);
   // The interval is not in the checkpoint: a resume that left it out wrote none, and a stop
@@ -199,9 +200,11 @@ void TrainingRun::keep_measured(int s, const StepReport& r) {
     work = build_run(timeline_of(r.run.run), trainer_.model(), r.run.run.tp, -1, "step").work;
   } catch (const InputError& e) {
     if (t_.runtime.tp < 2 || t_.runtime.tp_protocol != TpProtocol::None) throw;
+    std::string why = e.what();  // "step: stage 1: ...", after the line's own "step N:"
+    if (why.starts_with("step: ")) why.erase(0, 6);
     if (!diverged_said_ && o_.warn)
       o_.warn("step " + std::to_string(s + 1) + ": the tensor-parallel ranks ran different " +
-              "orders (`tp_protocol` none), so durations.csv keeps no such step: " + e.what());
+              "orders (`tp_protocol` none), so durations.csv keeps no such step: " + why);
     diverged_said_ = true;
     return;
   }
