@@ -2,8 +2,10 @@
 # Builds rrfp and runs the main job on its embedded default: `rrfp train` (a small GPT on the
 # Debian licence texts, P=4, rrfp with the BFW hint; outputs in rrfp-out/).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-# The preset gives the options' defaults: a build/ configured before without LibTorch kept that.
-cmake --preset release
-cmake --build build -j "$(nproc)" --target rrfp
-./build/rrfp train "$@"
+root=$(cd "$(dirname "$0")/.." && pwd)
+# The preset gives the options' defaults: a build/ configured before without LibTorch (or with a
+# sanitizer, which leaves it out) kept that.
+(cd "$root" && cmake --preset release && cmake --build build -j "$(nproc)" --target rrfp)
+# From the caller's folder: the flags' relative paths (--data, --out) are the caller's, as they
+# are to `rrfp train` itself (they were read from the repository's root).
+"$root/build/rrfp" train "$@"

@@ -286,7 +286,7 @@ got=$(grep -m1 -o '"makespan_ms": [0-9.]*' "$tmp/replan.out")
 # fastest of all), while the text said infeasible.
 "$rrfp" plan --pp 3 -m 6 --workload multimodal --exact off --max-evaluations 50 --json - \
   >"$tmp/starts.json" 2>/dev/null &&
-  python3 - "$tmp/starts.json" <<'PY' || { echo "FAIL: plan --json's infeasible starts"; fails=$((fails + 1)); }
+  /usr/bin/python3 - "$tmp/starts.json" <<'PY' || { echo "FAIL: plan --json's infeasible starts"; fails=$((fails + 1)); }
 import json, sys
 starts = json.load(open(sys.argv[1]))["plan"]["starts"]
 bad = [s for s in starts if not s["feasible"]]
