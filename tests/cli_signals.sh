@@ -102,6 +102,11 @@ else
   # The summary file says it is partial itself (it read as a smaller grid's once stderr was gone).
   head -1 "$tmp/sweep.partial.md" | grep -q "^\*\*Partial: stopped by SIGTERM after $done_points of 80 grid points" ||
     fail "sweep: the summary file does not say it is partial: $(head -1 "$tmp/sweep.partial.md")"
+  # A whole grid after it says the partial files are there (they read as this run's).
+  "$rrfp" sweep --pp 4 --seeds 1 --workloads language --csv "$tmp/sweep.csv" --md "$tmp/sweep.md" \
+    >"$tmp/whole.log" 2>&1 || fail "sweep: a whole grid: exit $?"
+  grep -qF "; CSV: $tmp/sweep.csv; $tmp/sweep.partial.csv and $tmp/sweep.partial.md, of an earlier grid that was stopped, left as they were" \
+    "$tmp/whole.log" || fail "sweep: a whole grid: $(tail -1 "$tmp/whole.log")"
 fi
 
 # A second signal ends sweep at once, and says so (it ended without a word): here during its

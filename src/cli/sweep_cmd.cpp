@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -322,6 +323,20 @@ std::string partial_name(const std::string& path) {
   return ext ? path.substr(0, dot) + ".partial" + path.substr(dot) : path + ".partial";
 }
 
+// After a whole grid, the partial files an earlier stopped one left under these names, said
+// (beside the whole grid's files they read as this run's, the last point's seeds cut short).
+std::string stale_partials(const SweepFlags& f) {
+  std::vector<std::string> left;
+  std::error_code ec;
+  for (const std::string& path : {f.csv, f.md})
+    if (!path.empty() && std::filesystem::exists(partial_name(path), ec))
+      left.push_back(visible(partial_name(path)));
+  if (left.empty()) return "";
+  return "; " + left[0] + (left.size() > 1 ? " and " + left[1] : "") +
+         ", of an earlier grid that was stopped, left as " +
+         (left.size() > 1 ? "they were" : "it was");
+}
+
 // A stopped grid writes under partial_name(): one that is the other output's own name would
 // replace it (--csv a.partial.csv --md a.csv: the earlier CSV was overwritten by the summary).
 void refuse_partial_names(const SweepFlags& f) {
@@ -390,7 +405,7 @@ void run_sweep(const SweepFlags& f) {
   written.write("--md", md_path, [&] { write_text_file(md_path, md, "--md"); });
   std::cout << md << "\n"
             << rows.size() << " runs" << (sig == 0 ? "" : " (" + partial + ")")
-            << "; CSV: " << visible(csv_path) << "\n";
+            << "; CSV: " << visible(csv_path) << (sig == 0 ? stale_partials(f) : "") << "\n";
   if (sig != 0) {
     print_line("rrfp sweep: stopped by " + signal_name(sig) + "; " + visible(csv_path) +
                (md_path.empty() ? " holds" : " and " + visible(md_path) + " hold") + " the " +
