@@ -251,5 +251,32 @@ TEST(TorchRanks, InputHalvesWithoutAnyWAreRefused) {
   std::filesystem::remove_all(dir);
 }
 
+// A receive given twice was read as one (the first), and one ending after its consumer had
+// started as a timed message: both exit 0. Each is refused naming the receive.
+TEST(TorchRanks, AReceiveTwiceOrEndingAfterItsConsumerStartedIsRefused) {
+  const WorkModel m(config(2, 4));
+  RealizedWork w = realize(workload_preset("paper"), m, 1, 1);
+  const Files files = kineto_files(simulated(m, "1f1b", Policy::Fixed, w), m, false);
+  auto with = [&](auto change) {
+    Files out = files;
+    for (auto& [name, text] : out) {
+      json doc = json::parse(text);
+      json& events = doc["traceEvents"];
+      for (size_t i = 0, n = events.size(); i < n; ++i)
+        if (events[i].value("name", "") == "PP:1RECV_F2") change(events, i);
+      text = doc.dump();
+    }
+    return out;
+  };
+  EXPECT_NO_THROW(import_trace_texts(files, m, 1));
+  EXPECT_ERROR(import_trace_texts(with([](json& ev, size_t i) { ev.push_back(ev[i]); }), m, 1),
+               InputError, ": receive of F c1 m2 appears twice");
+  EXPECT_ERROR(import_trace_texts(with([](json& ev, size_t i) {
+                                    ev[i]["dur"] = ev[i]["dur"].get<double>() + 50000;
+                                  }),
+                                  m, 1),
+               InputError, "after its consumer started");
+}
+
 }  // namespace
 }  // namespace rrfp::test

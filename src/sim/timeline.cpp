@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "core/error.hpp"
 #include "core/format.hpp"
@@ -192,9 +193,10 @@ Spans read_tasks(const Timeline& tl, const WorkModel& m, int tp, const std::stri
 }
 
 // Receives: the producer's message took from its end (or the receive's start, if later) to
-// the receive's end.
+// the receive's end. One a consumer's input, ending before the consumer starts.
 void read_receives(const std::vector<TimelineRecv>& recvs, const WorkModel& m, int tp,
                    const std::string& origin, Spans& sp, RealizedWork& r) {
+  std::vector<char> received(sp.start.size(), 0);  // by the consumer's slot
   for (const TimelineRecv& rv : recvs) {
     const std::string what = origin + ": receive of " + to_string(rv.consumer);
     // A receive of a task or from a stage the shape lacks: the trace was recorded with more
@@ -208,6 +210,14 @@ void read_receives(const std::vector<TimelineRecv>& recvs, const WorkModel& m, i
     if (from && !m.valid(*from))
       throw InputError(what + ": its input would come from " + to_string(*from) + ", no task of " +
                        shape_of(m) + kStageLacked);
+    // Either was read as a timed message, exit 0: a receive given twice (the first taken),
+    // or one ending after its consumer had started (its latency counted from the trace alone).
+    const size_t mine = static_cast<size_t>(rv.tp_rank) * r.num_tasks + m.index(rv.consumer);
+    if (std::exchange(received[mine], 1)) throw InputError(what + " appears twice");
+    if (rv.end_us > sp.start[mine] + 1.0)  // a clock's rounding: 1 us
+      throw InputError(what + " ends at " + fmt("%.3f", rv.end_us) + " us, after its consumer " +
+                       "started (" + fmt("%.3f", sp.start[mine]) +
+                       " us): a task starts once its input is there");
     TaskId producer;
     if (!cross_stage_producer(m, rv.consumer, producer))
       continue;  // its input is made on its own stage: no message
