@@ -41,7 +41,8 @@ CLI::Option* add_experiment_flags(CLI::App* sub, ExperimentFlags& f) {
                     "; not given, the comparison (no --hint) runs its fixed baseline both ways");
   sub->add_option("--json", f.json, "write the report as JSON to FILE ('-': stdout)");
   sub->add_option("--trace", f.trace,
-                  "write a Chrome trace (Perfetto) to FILE, gzipped where it ends in .gz");
+                  "write a Chrome trace (Perfetto) to FILE, gzipped where it ends in .gz "
+                  "(predict and --replay read NAME.json and NAME.json.gz)");
   sub->add_option("--svg", f.svg, "write an SVG timeline to FILE");
   sub->add_flag("--per-stage", f.per_stage, "also print busy/blocked/idle per stage");
   return comm;

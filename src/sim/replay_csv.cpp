@@ -125,8 +125,9 @@ Table read_table(const std::string& text, const std::string& origin, int step) {
   // Compressed, its first bytes were named as an unknown column.
   if (text.starts_with("\x1f\x8b"))
     throw InputError(origin +
-                     ": a gzip file: a replay CSV is read as text (gunzip it first); "
-                     "only traces (.json.gz) are read compressed");
+                     ": a gzip file: a replay CSV is read as text (gunzip it first); a trace "
+                     "is read compressed under a name ending in .json.gz (a trace written as "
+                     "NAME.gz: rename it)");
   Table t;
   // An editor's byte order mark was read into the first column's name ("unknown column
   // '\xEF\xBB\xBFstage'").

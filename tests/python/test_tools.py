@@ -415,7 +415,7 @@ def test_a_path_with_a_null_byte_is_refused(tmp_path, monkeypatch):
 
 
 
-def test_a_records_tasks_too_large_for_the_memory_are_refused(monkeypatch):
+def test_a_records_tasks_too_large_for_the_memory_are_refused(monkeypatch, tmp_path):
     # StepRecord.tasks builds a tuple a task (about 190 bytes) on each access: a record its run's
     # check let through needed 12.7 GB more there, unchecked.
     record = rrfp.simulate(pp=4, microbatches=1000, hint="bf")
@@ -425,3 +425,10 @@ def test_a_records_tasks_too_large_for_the_memory_are_refused(monkeypatch):
                                           r": lower `pp`, `microbatches` or `tp`, or read the "
                                           r"record's table\(\) or json\(\) instead$"):
         record.tasks
+    # So are its trace and SVG, before anything is written (written past the limit, twice it).
+    for save, per_task in ((record.save_trace, "3 MB"), (record.save_svg, "3 MB")):
+        path = tmp_path / "big"
+        with pytest.raises(MemoryError, match=rf"StepRecord.{save.__name__}: 8000 tasks: about "
+                                              rf"{per_task} of memory"):
+            save(str(path))
+        assert not path.exists()

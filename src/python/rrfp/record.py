@@ -58,7 +58,8 @@ class StepRecord:
         return json.loads(self._core.json())
 
     def save_trace(self, path):
-        """Writes the step as a Chrome trace (Perfetto), gzipped where `path` ends in .gz."""
+        """Writes the step as a Chrome trace (Perfetto), gzipped where `path` ends in .gz
+        (`rrfp predict` and a replay read NAME.json and NAME.json.gz)."""
         self._core.save_trace(_output_path(path))
 
     def save_svg(self, path):
