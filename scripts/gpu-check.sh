@@ -13,7 +13,7 @@
 #   GPU_CHECK_SECONDS  time budget (default 420): runs that would start after it are skipped
 #   GPU_CHECK_HARD     hard limit (default 540): every wait ends by then (a run deaf to its
 #                      SIGTERM 15 s later, killed), and the summary and archive are written on
-#                      any exit (give the caller's own limit 30 s more)
+#                      any exit (give the caller's own limit about 35 s more)
 #   GPU_CHECK_ARGS     the device flags (default: --device cuda --dtype bf16)
 #   GPU_CHECK_STEPS    steps per run (default 22)
 #   GPU_CHECK_NO_BUILD set: use the rrfp already in the build dir
@@ -48,6 +48,19 @@ if [ $? -eq 2 ]; then
   echo "gpu-check: GPU_CHECK_ONLY '$only' is not an extended regular expression" >&2
   exit 2
 fi
+# Each count a whole number in its range, refused before anything runs: "7m" switched the
+# budget off unsaid, "9m" gave every run `timeout ''` (exit 125), 2 steps left none measured.
+for spec in GPU_CHECK_SECONDS:0:86400 GPU_CHECK_HARD:1:86400 GPU_CHECK_STEPS:3:100000 \
+  GPU_CHECK_PY_SECONDS:1:86400; do
+  IFS=: read -r var lo hi <<<"$spec"
+  val=${!var-}
+  [ -z "$val" ] && continue
+  if ! [[ $val =~ ^[0-9]{1,6}$ ]] || [ $((10#$val)) -lt "$lo" ] || [ $((10#$val)) -gt "$hi" ]; then
+    echo "gpu-check: $var '$val': expected a whole number from $lo to $hi" \
+      "$([ "$var" = GPU_CHECK_STEPS ] && echo "(the first two steps, start-up, are left out)")" >&2
+    exit 2
+  fi
+done
 refuse() {
   echo "gpu-check: OUT $dest $*: give a fresh empty folder outside the source tree" >&2
   exit 2
@@ -105,8 +118,9 @@ cap() {
 # the table (an H100's summary was otherwise told from an H200's by the console alone).
 write_summary() {
   {
-    [ -s "$out/versions.txt" ] && echo "Device: $(head -1 "$out/versions.txt")"
-    [ -s "$out/versions.txt" ] && echo "Software: $(sed -n 2p "$out/versions.txt")"
+    # Every GPU nvidia-smi lists, then torch's line (a second GPU's line was the software).
+    [ -s "$out/gpus.txt" ] && echo "Device: $(paste -sd';' "$out/gpus.txt" | sed 's/;/; /g')"
+    [ -s "$out/versions.txt" ] && echo "Software: $(grep -m1 '^torch ' "$out/versions.txt")"
     [ -s "$out/build.status" ] && echo "Build: $(cat "$out/build.status")"
     [ -s "$out/tests.status" ] && echo "CUDA tests: $(cat "$out/tests.status")"
     [ -s "$out/skipped.txt" ] && echo "Skipped: $(paste -sd, "$out/skipped.txt" | sed 's/,/, /g')"
@@ -124,6 +138,9 @@ finish() {
   finished=1
   log "summary"
   write_summary
+  # A run the table names as failed or stopped (a loss.csv it could not read, say) fails the
+  # check too, though its process ended well.
+  grep -q "^Failed or stopped" "$dest/summary.md" && failed=1
   cat "$dest/summary.md"
   if [ -s "$out/pipeline.md" ]; then
     echo
@@ -137,12 +154,22 @@ finish() {
     mv "$tgz" "$dest/gpu-check.tgz"
   fi
   log "done (exit $failed)"
+  exit "$failed"
 }
 trap finish EXIT
-trap 'failed=1; exit 1' TERM INT
+# Inside a training run, a signal is taken once the run's exit status is written (train, below):
+# taken at once, the run had no .rc and read as complete in the summary.
+in_run=
+trap 'failed=1; stop=1; [ -n "$in_run" ] || exit 1' TERM INT
 
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader \
+    >"$out/gpus.txt" 2>&1
+else
+  echo "no nvidia-smi on this machine" >"$out/gpus.txt"
+fi
 {
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  cat "$out/gpus.txt"
   "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
     torch.cuda.get_device_name() if torch.cuda.is_available() else "no device",
     torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 0, "SMs")'
@@ -271,6 +298,7 @@ train() {
   local name=$1
   shift
   wanted_run "$name" || return 0
+  matched=1
   if [ "$(elapsed)" -gt "$budget" ]; then
     log "skip $name (past the ${budget}s budget)"
     echo "$name" >>"$out/skipped.txt"
@@ -285,19 +313,32 @@ train() {
   # and the fourth sitting's image-text runs ended at once on it.
   local data=(--data .gpu-deps/corpus)
   [[ " $* " == *" image-text "* ]] && data=()
-  local TIMEFORMAT='%U %S'
+  local TIMEFORMAT='%U %S' limit began
+  limit=$(cap 150) began=$(elapsed)
+  in_run=1
   # SIGTERM asks `rrfp train` to stop after its step: a step that never ends needs the KILL.
-  { time timeout -k 15 "$(cap 150)" "$rrfp" train "${dev[@]}" --steps "${STEPS:-$steps}" \
+  { time timeout -k 15 "$limit" "$rrfp" train "${dev[@]}" --steps "${STEPS:-$steps}" \
     --warmup 5 --eval-every 0 --eval-batches 1 --timeout 60 "${data[@]}" --out "$runs/$name" \
     "$@" >"$runs/$name.log" 2>&1; } 2>"$runs/$name.cpu"
   local rc=$?
   echo "$rc" >"$runs/$name.rc"  # gpu_table.py names a run that failed after measuring steps
+  in_run=
   grep -E "^done|error" "$runs/$name.log" | cut -c1-240
   if [ $rc -ne 0 ]; then
     failed=1
-    log "$name failed (exit $rc$([ $rc -eq 124 ] || [ $rc -eq 137 ] && echo ', its time limit'))"
+    # 137 is also the out-of-memory killer's: its time limit only where the limit was reached.
+    local why=""
+    if [ $rc -eq 124 ] || { [ $rc -eq 137 ] && [ $(($(elapsed) - began)) -ge "$limit" ]; }; then
+      why=", its time limit"
+    elif [ $rc -eq 137 ]; then
+      why=", killed before its time limit (out of memory?)"
+    elif [ -n "${stop:-}" ]; then
+      why=", stopped with the check"
+    fi
+    log "$name failed (exit $rc$why)"
   fi
   write_summary
+  [ -z "${stop:-}" ] || exit 1
 }
 
 fixed_blocking=(--hint 1f1b --policy fixed --split-backward off --comm blocking)
@@ -368,4 +409,9 @@ if wanted twin && [ -f "$runs/twin-fixed-1f1b-split/durations.csv" ]; then
   done
 fi
 
+# A pattern that matched nothing measured nothing: said, and a failure (a check of nothing).
+if [ -n "$only" ] && [ -z "${matched:-}" ] && ! wanted pipeline && ! wanted twin; then
+  log "GPU_CHECK_ONLY '$only' matched no run (names: j0-fixed-1f1b, j2-ready-bf, pipeline, twin, ...)"
+  failed=1
+fi
 exit $failed  # the summary and the archive: finish, on the way out

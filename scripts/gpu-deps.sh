@@ -8,13 +8,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=.gpu-deps
-rm -rf "$dest"
-mkdir -p "$dest/debs" "$dest/root"
-(cd "$dest/debs" && apt-get download nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev \
-  googletest zlib1g-dev >/dev/null)
-for f in "$dest"/debs/*.deb; do dpkg -x "$f" "$dest/root"; done
-rm -rf "$dest/debs" "$dest/root/usr/share/doc" "$dest/root/usr/src"
+# Made beside it and put in its place only once whole: a .gpu-deps carried here was removed
+# first, and a download that failed (a GPU machine with apt but no network) left it gone.
+work=$(mktemp -d .gpu-deps.new.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/debs" "$work/root"
+(cd "$work/debs" && apt-get download nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev \
+  googletest zlib1g-dev >/dev/null) || {
+  echo "$0: apt-get download failed (above); $dest is left as it was" >&2
+  exit 1
+}
+for f in "$work"/debs/*.deb; do dpkg -x "$f" "$work/root"; done
+rm -rf "$work/debs" "$work/root/usr/share/doc" "$work/root/usr/src"
 # zlib's shared library is the GPU machine's own; keep its headers and the static archive.
-rm -f "$dest"/root/usr/lib/x86_64-linux-gnu/libz.so
-cp -r /usr/share/common-licenses "$dest/corpus"
+rm -f "$work"/root/usr/lib/x86_64-linux-gnu/libz.so
+cp -r /usr/share/common-licenses "$work/corpus"
+rm -rf "$dest"
+mv "$work" "$dest"
 du -sh "$dest"

@@ -18,9 +18,25 @@ import sys
 PEAK_BF16_TFLOPS = 989.0  # H100 and H200 SXM, dense, the vendor's datasheet
 
 
+# The columns the table reads, each a number where the file has it (the last four are newer).
+NUMBERS = ("step", "tokens", "step_ms", "pipeline_ms", "bubble", "gap_us_median", "cpu_ms",
+           "gap_us_p99", "wait_us_median", "wait_ms")
+
+
+def readable(r):
+    try:
+        return all(float(r[k]) == float(r[k]) for k in NUMBERS if k in r)  # NaN: unreadable
+    except (TypeError, ValueError):  # a row cut short (None) or a field gone wrong
+        return False
+
+
 def rows(path):
+    """The steps after the first two, and how many rows could not be read (a file cut short
+    or damaged: one such row took the whole table with it, a traceback in its place)."""
     with open(path) as f:
-        return [r for r in csv.DictReader(f) if int(r["step"]) > 2]
+        every = list(csv.DictReader(f))
+    good = [r for r in every if readable(r)]
+    return [r for r in good if int(float(r["step"])) > 2], len(every) - len(good)
 
 
 def model_of(log, name):
@@ -56,9 +72,10 @@ def main(out):
         loss = os.path.join(runs, name, "loss.csv")
         if not os.path.isdir(os.path.join(runs, name)):
             continue
-        rs = rows(loss) if os.path.isfile(loss) else []
+        rs, unreadable = rows(loss) if os.path.isfile(loss) else ([], 0)
         if not rs:
-            failed.append(name)
+            failed.append(name + (f" ({unreadable} unreadable rows in loss.csv)"
+                                  if unreadable else ""))
             stopped.add(name)
             continue
         log = open(os.path.join(runs, name + ".log")).read()
@@ -77,9 +94,10 @@ def main(out):
             wait = "%.0f, %.1f%%" % (statistics.median(float(r["wait_us_median"]) for r in rs),
                                      100 * share)
         if name.split("-")[0].endswith("w"):
-            # Under a window the host does not wait between tasks: a stage's gaps and waits
-            # are not measured there, and their zeros would read as none.
-            gap, wait = "- (window)", "- (window)"
+            # Under a window the host does not wait for a task's kernels: its waits are not
+            # measured, and their zeros would read as none. Its gaps are, those of dispatches
+            # with no task in flight.
+            wait = "- (window)"
         kinds = 3 if "bfw" in name or "split" in name else 2
         cpu = "-"
         if "cpu_ms" in rs[0]:
@@ -90,10 +108,11 @@ def main(out):
             seq = tokens / len(rs) / cfg["mb"]
             mfu = "%.1f%%" % (100 * tok_s * flops_per_token(cfg, seq) / (PEAK_BF16_TFLOPS * 1e12))
         rc = exit_status(runs, name)
-        if rc:
-            failed.append(f"{name} (exit {rc}, {len(rs)} steps measured)")
+        bad = f", {unreadable} unreadable rows in loss.csv" if unreadable else ""
+        if rc or unreadable:
+            failed.append(f"{name} (exit {rc}, {len(rs)} steps measured{bad})")
             stopped.add(name)
-            name += f" (exit {rc})"
+            name += f" (exit {rc}{bad})"
         else:
             measured[name] = [float(r["pipeline_ms"]) for r in rs], [int(r["step"]) for r in rs]
         table.append((name, step_ms, pipe_ms, tok_s, bubble, gap, cpu, wait, mfu, len(rs)))

@@ -36,6 +36,13 @@ case $cmd in
       echo "$s,0,F,0,1" >>"$out/durations.csv"
     done
     [ "${out##*/}" = j0-ready-bfw ] && { echo "rrfp: error: failed after its steps"; exit 3; }
+    # A row cut short (a file damaged): one such row took the whole table with it.
+    [ "${out##*/}" = j2-fixed-1f1b ] && echo "6,100" >>"$out/loss.csv"
+    # Stopped with the check (both signalled, as a shutdown does): 143 after its step.
+    if [ "${out##*/}" = j3-fixed-1f1b ]; then
+      trap 'exit 143' TERM
+      while :; do sleep 0.1; done
+    fi
     echo "done: 5 steps"
     ;;
   simulate)
@@ -86,6 +93,41 @@ rc=$?
   fail "GPU_CHECK_ONLY='j0-(': exit $rc, $(cat "$tmp/stderr")"
 [ -s "$tmp/stdout" ] && fail "GPU_CHECK_ONLY='j0-(' ran: $(head -3 "$tmp/stdout")"
 [ -e "$tmp/out2" ] && fail "GPU_CHECK_ONLY='j0-(' made OUT, which a corrected rerun finds not empty"
+
+# A damaged row marks its run and keeps the table; a pattern that matches no run measured
+# nothing (exit 0, an empty table): a failure, said.
+GPU_CHECK_ONLY='^(j0|j2)-fixed-1f1b$' timeout 60 "$repo/scripts/gpu-check.sh" "$tmp/out4" \
+  >"$tmp/console4" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -qF "| j0-fixed-1f1b | 3 | 100.0 |" "$tmp/out4/summary.md" &&
+  grep -qF "| j2-fixed-1f1b (exit 0, 1 unreadable rows in loss.csv) | 3 |" "$tmp/out4/summary.md" ||
+  fail "a damaged row: exit $rc, $(cat "$tmp/out4/summary.md")"
+GPU_CHECK_ONLY='J2' timeout 60 "$repo/scripts/gpu-check.sh" "$tmp/out5" >"$tmp/console5" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -qF "GPU_CHECK_ONLY 'J2' matched no run" "$tmp/console5" ||
+  fail "a pattern matching no run: exit $rc, $(tail -2 "$tmp/console5")"
+# Counts that are no whole numbers in range are refused before anything runs ("7m" switched
+# the budget off, "9m" gave every run `timeout ''`, 2 steps measured none).
+for bad in GPU_CHECK_SECONDS=7m GPU_CHECK_HARD=9m GPU_CHECK_STEPS=2 GPU_CHECK_PY_SECONDS=0; do
+  env "$bad" timeout 30 "$repo/scripts/gpu-check.sh" "$tmp/out6" >"$tmp/stdout" 2>"$tmp/stderr"
+  rc=$?
+  [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/stderr")" -eq 1 ] &&
+    grep -qF "gpu-check: ${bad%%=*} '${bad#*=}': expected a whole number from" "$tmp/stderr" &&
+    [ ! -e "$tmp/out6" ] || fail "$bad: exit $rc, $(cat "$tmp/stderr")"
+done
+# The check and its run both signalled (a shutdown): the run's exit status is written before
+# the check ends, and the summary names it (it read as a complete run, no .rc written).
+GPU_CHECK_ONLY='^j3-fixed-1f1b$' setsid "$repo/scripts/gpu-check.sh" "$tmp/out7" \
+  >"$tmp/console7" 2>&1 &
+check=$!
+for _ in $(seq 100); do [ -s "$tmp/out7/gpu-check/runs/j3-fixed-1f1b/loss.csv" ] && break; sleep 0.1; done
+sleep 0.3
+kill -TERM "$check" $(pgrep -f "runs/j3-fixed-1f1b") 2>/dev/null
+wait "$check"
+rc=$?
+[ $rc -eq 1 ] && grep -qF "j3-fixed-1f1b failed (exit 143, stopped with the check)" "$tmp/console7" &&
+  grep -qF "| j3-fixed-1f1b (exit 143) | 3 |" "$tmp/out7/summary.md" ||
+  fail "a run stopped with the check: exit $rc, $(tail -3 "$tmp/console7"; cat "$tmp/out7/summary.md")"
 
 [ "$fails" -eq 0 ] || exit 1
 echo "gpu-check runs: failures counted and named, twin rows kept apart"
