@@ -147,7 +147,13 @@ INSTANTIATE_TEST_SUITE_P(Jobs, JobConformance,
 // own gather as late beside the job's true report. A child stops this process for 1.5 s.
 TEST(DeadlineGuard, TimeStoppedCountsTowardsNoDeadline) {
   std::atomic<int> expired{0};
-  DeadlineGuard g([&](const std::string&, std::int64_t) { expired.fetch_add(1); });
+  std::atomic<std::int64_t> stopped{-1};
+  std::atomic<std::int64_t> continued_ago{-2};
+  DeadlineGuard g([&](const std::string&, std::int64_t, DeadlineGuard::Stopped s) {
+    stopped = s.within_ms;
+    continued_ago = s.continued_ago_ms;
+    expired.fetch_add(1);
+  });
   auto phase = g.arm("gather", 1000);
   const auto start = std::chrono::steady_clock::now();
   const pid_t parent = ::getpid();
@@ -169,8 +175,15 @@ TEST(DeadlineGuard, TimeStoppedCountsTowardsNoDeadline) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1900));
   EXPECT_EQ(expired.load(), 0);
   // Unstopped, it still expires: 0.2 s before the stop, 0.3 s after it, 0.5 s more to come.
+  // It says how long the process was stopped within it (woken at least 1.25 s late of 1.5).
   std::this_thread::sleep_until(start + std::chrono::milliseconds(3500));
   EXPECT_EQ(expired.load(), 1);
+  EXPECT_GE(stopped.load(), 1000);
+  EXPECT_LE(stopped.load(), 1600);
+  // And when it was continued: 1.7 s in, the expiry about 0.8 s later (0.2 s of the deadline
+  // ran before the stop, the rest after it, its wake up to 0.25 s late).
+  EXPECT_GE(continued_ago.load(), 400);
+  EXPECT_LE(continued_ago.load(), 1500);
 }
 
 }  // namespace rrfp::test
@@ -201,9 +214,9 @@ TEST(DeadlineGuard, ReportsOnlyAPhaseThatOutlivesItsDeadline) {
   std::mutex mu;
   std::vector<std::string> expired;
   {
-    DeadlineGuard g([&](const std::string& phase, std::int64_t ms) {
+    DeadlineGuard g([&](const std::string& phase, std::int64_t ms, DeadlineGuard::Stopped s) {
       std::lock_guard lk(mu);
-      expired.push_back(phase + " " + std::to_string(ms));
+      expired.push_back(phase + " " + std::to_string(ms) + " " + std::to_string(s.within_ms));
     });
     const auto start = std::chrono::steady_clock::now();
     { auto quick = g.arm("quick", 200); }  // disarmed at once
@@ -223,7 +236,7 @@ TEST(DeadlineGuard, ReportsOnlyAPhaseThatOutlivesItsDeadline) {
     // Past the disarmed phase's deadline, and time for a second report of "slow" to show.
     std::this_thread::sleep_until(start + std::chrono::milliseconds(400));
   }
-  EXPECT_EQ(expired, std::vector<std::string>{"slow 20"});
+  EXPECT_EQ(expired, std::vector<std::string>{"slow 20 0"});
 }
 
 }  // namespace rrfp::test

@@ -4,7 +4,8 @@
 // or gone leaves them waiting forever. While a phase is armed, one watchdog thread waits for it;
 // if the phase outlives its deadline, the thread calls `on_expiry` with the phase's name, which
 // must end the process (it cannot unblock the call). Phases may overlap (several threads). Time
-// this process spends stopped (SIGSTOP, Ctrl-Z) counts towards no deadline.
+// this process spends stopped (SIGSTOP, Ctrl-Z) counts towards no deadline, and an expiry says
+// how long the process was stopped within its phase: the others may have ended for want of it.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -18,7 +19,16 @@ namespace rrfp {
 
 class DeadlineGuard {
  public:
-  using Expiry = std::function<void(const std::string& phase, std::int64_t deadline_ms)>;
+  // What this process knows of its own stops at an expiry: how long it was stopped within the
+  // phase (0: not seen), and how long before the expiry it was last continued (SIGCONT; -1:
+  // not since the guard was made). A stop before the phase began, with the others ending for
+  // want of it meanwhile, leaves the first 0 and the second recent.
+  struct Stopped {
+    std::int64_t within_ms = 0;
+    std::int64_t continued_ago_ms = -1;
+  };
+  using Expiry =
+      std::function<void(const std::string& phase, std::int64_t deadline_ms, Stopped stopped)>;
   explicit DeadlineGuard(Expiry on_expiry);
   ~DeadlineGuard();
   DeadlineGuard(const DeadlineGuard&) = delete;
@@ -47,6 +57,7 @@ class DeadlineGuard {
     std::string phase;
     std::int64_t deadline_ms;
     std::chrono::steady_clock::time_point until;
+    std::chrono::steady_clock::duration stopped{};  // this process, within the phase
   };
   void watch();
   void disarm(std::uint64_t id);

@@ -53,7 +53,9 @@ void stop_if_asked(const std::string& phase) {
 MpiWorld::MpiWorld(MpiWorldOptions o)
     : opt_(o),
       comms_(std::make_unique<Comms>()),
-      guard_([this](const std::string& call, std::int64_t ms) { expired(call, ms); }) {
+      guard_([this](const std::string& call, std::int64_t ms, DeadlineGuard::Stopped stopped) {
+        expired(call, ms, stopped);
+      }) {
   check_timeout_ms(opt_.timeout_ms);
   if (opt_.arrival_ms != -1) check_timeout_ms(opt_.arrival_ms, "`arrival_timeout`");  // -1: none
   // Until MPI says otherwise, the rank mpirun gave this process (for the deadline's message).
@@ -138,7 +140,7 @@ DeadlineGuard::Phase MpiWorld::deadline(const char* call, Wait wait, std::int64_
   return guard_.arm(phase + kLimitSep + limit, ms);
 }
 
-void MpiWorld::expired(const std::string& phase, std::int64_t ms) {
+void MpiWorld::expired(const std::string& phase, std::int64_t ms, DeadlineGuard::Stopped stopped) {
   const std::size_t sep = phase.rfind(kLimitSep);
   const std::string call = phase.substr(0, sep);
   const std::string limit = sep == std::string::npos ? "" : phase.substr(sep + 1);
@@ -150,12 +152,26 @@ void MpiWorld::expired(const std::string& phase, std::int64_t ms) {
   // The ranks an all-gather still awaits, where it awaits any: under data parallelism the
   // line named none, and no other line named the stopped process.
   const std::string missing = arrivals_.missing();
-  std::fprintf(
-      stderr, "rrfp: error: mpi rank %d: %s did not finish within %s s: %s (the limit is %s)\n",
-      rank_, call.c_str(), fmt("%g", static_cast<double>(ms) / 1000).c_str(),
-      missing.empty() ? "a process of the job is stopped, gone or far behind"
-                      : (missing + ": stopped, gone, or held up by another process").c_str(),
-      limit.c_str());
+  std::string why = missing.empty() ? "a process of the job is stopped, gone or far behind"
+                                    : missing + ": stopped, gone, or held up by another process";
+  // Stopped itself within it, or continued shortly before (its deadline and a few seconds), this
+  // process is the likely cause: the others it names ended for want of it (continued, it named
+  // a healthy process as stopped or gone).
+  const auto secs = [](std::int64_t v) { return fmt("%.1f", static_cast<double>(v) / 1000); };
+  std::string self;
+  if (stopped.within_ms > 0)
+    self = "stopped for " + secs(stopped.within_ms) + " s within it";
+  else if (stopped.continued_ago_ms >= 0 && stopped.continued_ago_ms <= ms + 5000)
+    self = "stopped, and continued " + secs(stopped.continued_ago_ms) + " s before this line";
+  if (!self.empty())
+    why = "this process was itself " + self +
+          " (SIGSTOP, Ctrl-Z, a suspended machine), the likely cause: the others may have ended "
+          "for want of it (" +
+          why + ")";
+  std::fprintf(stderr,
+               "rrfp: error: mpi rank %d: %s did not finish within %s s: %s (the limit is %s)\n",
+               rank_, call.c_str(), fmt("%g", static_cast<double>(ms) / 1000).c_str(), why.c_str(),
+               limit.c_str());
   std::fflush(stderr);
   // MPI_Abort ends every process of the job; before MPI is up or while it finalises it is not
   // safe, and exiting non-zero makes mpirun end the others.

@@ -94,7 +94,8 @@ class MpiWorld final : public Job {
   DeadlineGuard::Phase deadline(const char* call, Wait wait = Wait::kStep,
                                 std::int64_t arrival_ms = 0);
   // `phase`: the call and the name of its limit, as deadline() armed them.
-  [[noreturn]] void expired(const std::string& phase, std::int64_t ms);
+  [[noreturn]] void expired(const std::string& phase, std::int64_t ms,
+                            DeadlineGuard::Stopped stopped);
   // What an all-gather is, exchanged with its sizes, and on which communicator. A process whose
   // step failed (a timeout, an interrupt) where the others' completed skipped the step's closing
   // gather and went on to its next call's: the two paired, and a script that caught the error
