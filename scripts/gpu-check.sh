@@ -56,8 +56,9 @@ for spec in GPU_CHECK_SECONDS:0:86400 GPU_CHECK_HARD:1:86400 GPU_CHECK_STEPS:3:1
   val=${!var-}
   [ -z "$val" ] && continue
   if ! [[ $val =~ ^[0-9]{1,6}$ ]] || [ $((10#$val)) -lt "$lo" ] || [ $((10#$val)) -gt "$hi" ]; then
-    echo "gpu-check: $var '$val': expected a whole number from $lo to $hi" \
-      "$([ "$var" = GPU_CHECK_STEPS ] && echo "(the first two steps, start-up, are left out)")" >&2
+    note=""
+    [ "$var" = GPU_CHECK_STEPS ] && note=" (the first two steps, start-up, are left out)"
+    echo "gpu-check: $var '$val': expected a whole number from $lo to $hi$note" >&2
     exit 2
   fi
 done

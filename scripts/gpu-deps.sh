@@ -12,6 +12,7 @@ dest=.gpu-deps
 # first, and a download that failed (a GPU machine with apt but no network) left it gone.
 work=$(mktemp -d .gpu-deps.new.XXXXXX)
 trap 'rm -rf "$work"' EXIT
+chmod 755 "$work"  # as mkdir made it: mktemp's 700 kept another user of the carried tree out
 mkdir -p "$work/debs" "$work/root"
 (cd "$work/debs" && apt-get download nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev \
   googletest zlib1g-dev >/dev/null) || {

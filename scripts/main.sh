@@ -2,7 +2,7 @@
 # Builds rrfp and runs the main job on its embedded default: `rrfp train` (a small GPT on the
 # Debian licence texts, P=4, rrfp with the BFW hint; outputs in rrfp-out/).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd -- "$(dirname "$0")/.." >/dev/null && pwd)  # silent: cd prints under CDPATH
 # The preset gives the options' defaults: a build/ configured before without LibTorch (or with a
 # sanitizer, which leaves it out) kept that.
 (cd "$root" && cmake --preset release && cmake --build build -j "$(nproc)" --target rrfp)

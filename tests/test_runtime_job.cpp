@@ -148,10 +148,10 @@ INSTANTIATE_TEST_SUITE_P(Jobs, JobConformance,
 TEST(DeadlineGuard, TimeStoppedCountsTowardsNoDeadline) {
   std::atomic<int> expired{0};
   std::atomic<std::int64_t> stopped{-1};
-  std::atomic<std::int64_t> continued_ago{-2};
+  std::atomic<std::int64_t> last_ago{-2};
   DeadlineGuard g([&](const std::string&, std::int64_t, DeadlineGuard::Stopped s) {
     stopped = s.within_ms;
-    continued_ago = s.continued_ago_ms;
+    last_ago = s.last_ago_ms;
     expired.fetch_add(1);
   });
   auto phase = g.arm("gather", 1000);
@@ -180,10 +180,47 @@ TEST(DeadlineGuard, TimeStoppedCountsTowardsNoDeadline) {
   EXPECT_EQ(expired.load(), 1);
   EXPECT_GE(stopped.load(), 1000);
   EXPECT_LE(stopped.load(), 1600);
-  // And when it was continued: 1.7 s in, the expiry about 0.8 s later (0.2 s of the deadline
+  // And when the stop ended: 1.7 s in, the expiry about 0.8 s later (0.2 s of the deadline
   // ran before the stop, the rest after it, its wake up to 0.25 s late).
-  EXPECT_GE(continued_ago.load(), 400);
-  EXPECT_LE(continued_ago.load(), 1500);
+  EXPECT_GE(last_ago.load(), 400);
+  EXPECT_LE(last_ago.load(), 1500);
+}
+
+// Stopped between two calls (no phase armed), the others ending for want of it meanwhile: the
+// next call's expiry says so (the stopped process named a healthy one, gone, as stopped).
+TEST(DeadlineGuard, AStopBeforeAPhaseIsToldAtItsExpiry) {
+  std::atomic<int> expired{0};
+  DeadlineGuard::Stopped seen;
+  std::mutex mu;
+  DeadlineGuard g([&](const std::string&, std::int64_t, DeadlineGuard::Stopped s) {
+    std::lock_guard lk(mu);
+    seen = s;
+    expired.fetch_add(1);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t parent = ::getpid();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // async-signal-safe calls only
+    const timespec before{0, 100'000'000}, stopped{1, 200'000'000};
+    ::nanosleep(&before, nullptr);
+    ::kill(parent, SIGSTOP);
+    ::nanosleep(&stopped, nullptr);
+    ::kill(parent, SIGCONT);
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  std::this_thread::sleep_until(start + std::chrono::milliseconds(1600));
+  auto phase = g.arm("gather", 300);
+  std::this_thread::sleep_until(start + std::chrono::milliseconds(2400));
+  ASSERT_EQ(expired.load(), 1);
+  std::lock_guard lk(mu);
+  EXPECT_EQ(seen.within_ms, 0);
+  EXPECT_GE(seen.last_ms, 900);  // 1.2 s stopped, the watcher's wake asked up to 0.25 s before
+  EXPECT_LE(seen.last_ms, 1300);
+  EXPECT_GE(seen.last_ago_ms, 300);  // woken 1.3 s in, the expiry 1.9 s in
+  EXPECT_LE(seen.last_ago_ms, 1100);
 }
 
 }  // namespace rrfp::test

@@ -243,7 +243,8 @@ TEST(TraceFormats, RefusesWhatItCannotMap) {
   refused({{"m.json",
             R"([{"ph": "X", "name": "forward-compute", "tid": 5, "ts": 0, "dur": 1,
                  "args": {"iteration": 1, "microbatch_id": 0}}])"}},
-          "rank pp 5 tp 0 is outside the shape (pp 2, tp 1): give the `pp` it was recorded with");
+          "rank pp 5 tp 0 is outside the shape (pp 2, tp 1): give the `pp` and `tp` it was "
+          "recorded with");
   refused({{"m.json",
             R"([{"ph": "X", "name": "forward-compute", "tid": 0, "ts": 0, "dur": 1,
                  "args": {"iteration": 1, "microbatch_id": 0, "pp_rank": 0, "tp_rank": 1}}])"}},

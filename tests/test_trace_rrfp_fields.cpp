@@ -60,7 +60,6 @@ TEST(RrfpTraceFields, APidNamedTwiceOtherwiseIsRefused) {
   std::remove(path.c_str());
 }
 
-// The run's own step holds its tasks: one of 100 us was shown beside a measured step of 426 ms.
 // A process named "RUN / stage 1x" (or "stage -1") was skipped, its tasks then said to be on a
 // pid no process_name event names, "S below `pp` 1" with pp read from the other process; one
 // whose pid is a string ("0") was said to be named by no process_name event, which named it.
@@ -88,6 +87,7 @@ TEST(RrfpTraceFields, AProcessNameOrPidItCannotReadIsRefusedNamingIt) {
   std::remove(path.c_str());
 }
 
+// The run's own step holds its tasks: one of 100 us was shown beside a measured step of 426 ms.
 TEST(RrfpTraceFields, AStepShorterThanItsTasksIsRefused) {
   const WorkModel m(config(2, 4));
   json doc = written_trace(m);

@@ -5,7 +5,8 @@
 // if the phase outlives its deadline, the thread calls `on_expiry` with the phase's name, which
 // must end the process (it cannot unblock the call). Phases may overlap (several threads). Time
 // this process spends stopped (SIGSTOP, Ctrl-Z) counts towards no deadline, and an expiry says
-// how long the process was stopped within its phase: the others may have ended for want of it.
+// when the process was stopped, within its phase or before it: the others may have ended for
+// want of it.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -14,18 +15,20 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace rrfp {
 
 class DeadlineGuard {
  public:
-  // What this process knows of its own stops at an expiry: how long it was stopped within the
-  // phase (0: not seen), and how long before the expiry it was last continued (SIGCONT; -1:
-  // not since the guard was made). A stop before the phase began, with the others ending for
-  // want of it meanwhile, leaves the first 0 and the second recent.
+  // What this process knows of its own stops at an expiry, each seen as its watcher woke half a
+  // second or more late (stopped, or not run): how long within the phase (0: none), and the
+  // last one's length and how long before the expiry it ended (-1: none since the guard was
+  // made). A stop before the phase began, the others ending for want of it meanwhile, leaves
+  // the first 0 and the last recent.
   struct Stopped {
     std::int64_t within_ms = 0;
-    std::int64_t continued_ago_ms = -1;
+    std::int64_t last_ms = -1, last_ago_ms = -1;
   };
   using Expiry =
       std::function<void(const std::string& phase, std::int64_t deadline_ms, Stopped stopped)>;
@@ -66,6 +69,9 @@ class DeadlineGuard {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::uint64_t, Armed> armed_;
+  // The last stop seen: its length, and when the watcher woke after it (epoch: none yet).
+  std::pair<std::chrono::steady_clock::duration, std::chrono::steady_clock::time_point>
+      last_stop_{};
   std::uint64_t next_id_ = 1;
   bool stop_ = false;
   std::thread thread_;  // started last, so every member above exists when it runs

@@ -154,19 +154,19 @@ void MpiWorld::expired(const std::string& phase, std::int64_t ms, DeadlineGuard:
   const std::string missing = arrivals_.missing();
   std::string why = missing.empty() ? "a process of the job is stopped, gone or far behind"
                                     : missing + ": stopped, gone, or held up by another process";
-  // Stopped itself within it, or continued shortly before (its deadline and a few seconds), this
-  // process is the likely cause: the others it names ended for want of it (continued, it named
-  // a healthy process as stopped or gone).
+  // Stopped itself within it, or shortly before (its deadline and a few seconds), this process
+  // is the likely cause: the others it names ended for want of it (continued, it named a
+  // healthy process as stopped or gone).
   const auto secs = [](std::int64_t v) { return fmt("%.1f", static_cast<double>(v) / 1000); };
   std::string self;
   if (stopped.within_ms > 0)
-    self = "stopped for " + secs(stopped.within_ms) + " s within it";
-  else if (stopped.continued_ago_ms >= 0 && stopped.continued_ago_ms <= ms + 5000)
-    self = "stopped, and continued " + secs(stopped.continued_ago_ms) + " s before this line";
+    self = secs(stopped.within_ms) + " s within it";
+  else if (stopped.last_ago_ms >= 0 && stopped.last_ago_ms <= ms + 5000)
+    self = secs(stopped.last_ms) + " s, " + secs(stopped.last_ago_ms) + " s before this line";
   if (!self.empty())
-    why = "this process was itself " + self +
-          " (SIGSTOP, Ctrl-Z, a suspended machine), the likely cause: the others may have ended "
-          "for want of it (" +
+    why = "this process was itself stopped or not run for " + self +
+          " (SIGSTOP, Ctrl-Z, a suspended or overloaded machine), the likely cause: the others "
+          "may have ended for want of it (" +
           why + ")";
   std::fprintf(stderr,
                "rrfp: error: mpi rank %d: %s did not finish within %s s: %s (the limit is %s)\n",

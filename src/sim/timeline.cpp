@@ -214,7 +214,9 @@ void read_receives(const std::vector<TimelineRecv>& recvs, const WorkModel& m, i
     // or one ending after its consumer had started (its latency counted from the trace alone).
     const size_t mine = static_cast<size_t>(rv.tp_rank) * r.num_tasks + m.index(rv.consumer);
     if (std::exchange(received[mine], 1)) throw InputError(what + " appears twice");
-    if (rv.end_us > sp.start[mine] + 1.0)  // a clock's rounding: 1 us
+    // A clock's rounding: an exporter of whole microseconds rounds a span's start and length
+    // each (up to 1.5 us past), and a double's sum of them adds a trace of its own.
+    if (rv.end_us > sp.start[mine] + 2.0)
       throw InputError(what + " ends at " + fmt("%.3f", rv.end_us) + " us, after its consumer " +
                        "started (" + fmt("%.3f", sp.start[mine]) +
                        " us): a task starts once its input is there");

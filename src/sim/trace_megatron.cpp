@@ -126,12 +126,17 @@ std::vector<Timeline> read_megatron(const std::vector<Doc>& docs, const WorkMode
       const int pp = rank_of(args, "pp_rank", tagged(thread, "pp"), tid / tp, thread, where);
       const int tp_rank = rank_of(args, "tp_rank", tagged(thread, "tp"), tid % tp, thread, where);
       if (pp >= m.pp() || tp_rank >= tp)
-        throw InputError(
-            where + ": rank pp " + std::to_string(pp) + " tp " + std::to_string(tp_rank) +
-            " is outside the shape (pp " + std::to_string(m.pp()) + ", tp " + std::to_string(tp) +
-            ")" + (thread.empty() ? "" : " (thread '" + printable(thread, 60) + "')") +
-            // A TP 2 trace read without `tp` named no way out.
-            ": give the " + (tp_rank >= tp ? "`tp`" : "`pp`") + " it was recorded with");
+        throw InputError(where + ": rank pp " + std::to_string(pp) + " tp " +
+                         std::to_string(tp_rank) + " is outside the shape (pp " +
+                         std::to_string(m.pp()) + ", tp " + std::to_string(tp) + ")" +
+                         (thread.empty() ? "" : " (thread '" + printable(thread, 60) + "')") +
+                         // A TP 2 trace read without `tp` named no way out. Ranks told by tid alone
+                         // are pp * tp + tp rank: there a tid past the shape may be either's.
+                         ": give the " +
+                         (thread.empty() && !args.contains("pp_rank") ? std::string("`pp` and `tp`")
+                          : tp_rank >= tp                             ? std::string("`tp`")
+                                                                      : std::string("`pp`")) +
+                         " it was recorded with");
       const int step = arg_or(args, {"iteration", "step"}, 0, where, true);
       const int mb = arg_or(args, {"microbatch_id", "microbatch"}, 0, where, true);
       // Without it every task is chunk 0's: an interleaved trace's second chunk was told as

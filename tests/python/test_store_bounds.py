@@ -6,6 +6,8 @@ after raising its step's TimeoutError, and one waiting in a call's gather hung w
 import threading
 import time
 
+import pytest
+
 from rrfp import _ended
 
 
@@ -145,4 +147,11 @@ def test_a_call_that_raised_is_marked_until_one_returns():
         assert "step: called under torch.no_grad()" in str(e)
     assert _ended._last_raised == [True]
     pipe.step(torch.randn(4, 2), torch.randn(4, 2))
+    assert _ended._last_raised == [False]
+    # An argument refused is the caller's mistake, not a failure that ends a job.
+    with pytest.raises(RuntimeError):
+        with torch.no_grad():
+            pipe.step(torch.randn(4, 2), torch.randn(4, 2))
+    with pytest.raises(ValueError, match="inputs and targets: 4 and 3 rows"):
+        pipe.step(torch.randn(4, 2), torch.randn(3, 2))
     assert _ended._last_raised == [False]

@@ -62,6 +62,11 @@ class Calls:
         try:
             yield
             raised = False
+        except (TypeError, ValueError):
+            # The caller's own mistake (an argument refused), which ends no job: a script that
+            # caught it and ran out early is told as one whose calls differ.
+            raised = False
+            raise
         finally:
             _ended.call_ended(raised)
             self.holder = None
