@@ -141,7 +141,26 @@ INSTANTIATE_TEST_SUITE_P(Jobs, JobConformance,
                                                           }))),
                          [](const auto& info) { return std::string(info.param.first); });
 
+// Stops this process `after` from now for `stopped` (a child's SIGSTOP and SIGCONT), and
+// returns once the child is done: false where it could not fork.
+bool stopped_by_a_child(timespec after, timespec stopped) {
+  const pid_t parent = ::getpid();
+  const pid_t child = ::fork();
+  if (child < 0) return false;
+  if (child == 0) {  // async-signal-safe calls only
+    ::nanosleep(&after, nullptr);
+    ::kill(parent, SIGSTOP);
+    ::nanosleep(&stopped, nullptr);
+    ::kill(parent, SIGCONT);
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return true;
+}
+
 }  // namespace
+
 // A process stopped while a phase is armed (mpirun continues a stopped rank to end it) is no
 // peer's stall: the deadline moves on by the time it was stopped, where the rank reported its
 // own gather as late beside the job's true report. A child stops this process for 1.5 s.
@@ -156,19 +175,7 @@ TEST(DeadlineGuard, TimeStoppedCountsTowardsNoDeadline) {
   });
   auto phase = g.arm("gather", 1000);
   const auto start = std::chrono::steady_clock::now();
-  const pid_t parent = ::getpid();
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {  // async-signal-safe calls only
-    const timespec before{0, 200'000'000}, stopped{1, 500'000'000};
-    ::nanosleep(&before, nullptr);
-    ::kill(parent, SIGSTOP);
-    ::nanosleep(&stopped, nullptr);
-    ::kill(parent, SIGCONT);
-    ::_exit(0);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(stopped_by_a_child({0, 200'000'000}, {1, 500'000'000}));
   // Continued 1.7 s in, past the deadline of 1 s counted in the clock's time: not expired, as
   // 0.2 s of it ran. Seen 0.3 s later.
   std::this_thread::sleep_until(start + std::chrono::milliseconds(2000));
@@ -198,19 +205,7 @@ TEST(DeadlineGuard, AStopBeforeAPhaseIsToldAtItsExpiry) {
     expired.fetch_add(1);
   });
   const auto start = std::chrono::steady_clock::now();
-  const pid_t parent = ::getpid();
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {  // async-signal-safe calls only
-    const timespec before{0, 100'000'000}, stopped{1, 200'000'000};
-    ::nanosleep(&before, nullptr);
-    ::kill(parent, SIGSTOP);
-    ::nanosleep(&stopped, nullptr);
-    ::kill(parent, SIGCONT);
-    ::_exit(0);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(stopped_by_a_child({0, 100'000'000}, {1, 200'000'000}));
   std::this_thread::sleep_until(start + std::chrono::milliseconds(1600));
   auto phase = g.arm("gather", 300);
   std::this_thread::sleep_until(start + std::chrono::milliseconds(2400));
