@@ -95,17 +95,19 @@ rc=$?
 [ -e "$tmp/out2" ] && fail "GPU_CHECK_ONLY='j0-(' made OUT, which a corrected rerun finds not empty"
 
 # A damaged row marks its run and keeps the table; a pattern that matches no run measured
-# nothing (exit 0, an empty table): a failure, said.
+# nothing (exit 0, an empty table): refused up front, naming the runs.
 GPU_CHECK_ONLY='^(j0|j2)-fixed-1f1b$' timeout 60 "$repo/scripts/gpu-check.sh" "$tmp/out4" \
   >"$tmp/console4" 2>&1
 rc=$?
 [ $rc -eq 1 ] && grep -qF "| j0-fixed-1f1b | 3 | 100.0 |" "$tmp/out4/summary.md" &&
   grep -qF "| j2-fixed-1f1b (exit 0, 1 unreadable rows in loss.csv) | 3 |" "$tmp/out4/summary.md" ||
   fail "a damaged row: exit $rc, $(cat "$tmp/out4/summary.md")"
-GPU_CHECK_ONLY='J2' timeout 60 "$repo/scripts/gpu-check.sh" "$tmp/out5" >"$tmp/console5" 2>&1
+GPU_CHECK_ONLY='J2' timeout 60 "$repo/scripts/gpu-check.sh" "$tmp/out5" >"$tmp/stdout" 2>"$tmp/stderr"
 rc=$?
-[ $rc -eq 1 ] && grep -qF "GPU_CHECK_ONLY 'J2' matched no run" "$tmp/console5" ||
-  fail "a pattern matching no run: exit $rc, $(tail -2 "$tmp/console5")"
+[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/stderr")" -eq 1 ] && [ ! -e "$tmp/out5" ] &&
+  grep -qF "GPU_CHECK_ONLY 'J2' matches no run; the runs are j0-fixed-1f1b, j0-ready-bf, j0-ready-bfw, j0-fixed-1f1b-blocking, twin-fixed-1f1b-split, j2-fixed-1f1b," "$tmp/stderr" &&
+  grep -qF "j0s-ready-bfw, pipeline, twin" "$tmp/stderr" ||
+  fail "a pattern matching no run: exit $rc, $(cat "$tmp/stderr")"
 # Counts that are no whole numbers in range are refused before anything runs ("7m" switched
 # the budget off, "9m" gave every run `timeout ''`, 2 steps measured none).
 for bad in GPU_CHECK_SECONDS=7m GPU_CHECK_HARD=9m GPU_CHECK_STEPS=2 GPU_CHECK_PY_SECONDS=0; do
