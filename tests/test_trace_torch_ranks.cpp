@@ -185,6 +185,17 @@ TEST(TorchRanks, TensorParallelFilesReadAsStagesSayTp) {
   EXPECT_EQ(c.pp, 2);
   EXPECT_EQ(c.microbatches, 1);
   std::filesystem::remove_all(dir);
+  // The reverse: two stages' files read at `tp` 2 were one stage whose ranks each lacked the
+  // other's chunk ("lacks tasks ... (tp rank 1)").
+  Files two = {files[0], files[2]};
+  two[1].first = "rank1.json";
+  const std::string dir2 = folder_of(two, "rrfp_tp_stages");
+  EXPECT_ERROR(infer_trace_config(dir2, 2), InputError,
+               dir2 + "/rank1.json: tp rank 1 of stage 0 runs chunks 1, where tp rank 0 (" + dir2 +
+                   "/rank0.json) runs 0: the tensor-parallel ranks of a stage run the same "
+                   "chunks; were the files stages of their own (leave out `tp`)?");
+  EXPECT_EQ(infer_trace_config(dir2, 1).pp, 2);
+  std::filesystem::remove_all(dir2);
 }
 
 // Each file's events that `keep` (which may edit them) keeps.

@@ -12,6 +12,7 @@
 #include <cctype>
 #include <map>
 #include <optional>
+#include <set>
 #include <string_view>
 
 #include "core/error.hpp"
@@ -80,6 +81,17 @@ bool names_a_task(const std::string& name) {
 namespace {
 
 using Steps = std::map<int, std::pair<double, double>>;
+
+// "0, 2" (at most 4, then "...").
+std::string join_ids(const std::set<int>& ids) {
+  std::string out;
+  int n = 0;
+  for (int id : ids) {
+    if (n++ == 4) return out + ", ...";
+    out += (out.empty() ? "" : ", ") + std::to_string(id);
+  }
+  return out.empty() ? "none" : out;
+}
 
 // The step a span starting at `ts` belongs to: the one whose [start, end) holds it, so that of
 // back-to-back steps a task at their boundary is the later one's (closed at both ends, the
@@ -198,9 +210,11 @@ Shape probe_torch(const std::vector<Doc>& docs, int tp) {
   Shape s;
   s.pp = static_cast<int>(procs.size()) / std::max(1, tp);
   IdsSeen chunk_ids{"chunk"}, mb_ids{"microbatch"};
+  std::vector<std::set<int>> chunks_of(procs.size());  // each rank's
   for (size_t k = 0; k < procs.size(); ++k)
     for (const torch::Span& sp : procs[k].spans) {
       const torch::Label l = *torch::parse_label(sp.name, static_cast<int>(k) / std::max(1, tp));
+      chunks_of[k].insert(l.task.chunk);
       const auto where = [&] { return procs[k].origin + ": event " + std::to_string(sp.event); };
       chunk_ids.saw(l.task.chunk, where);
       mb_ids.saw(l.task.mb, where);
@@ -211,6 +225,17 @@ Shape probe_torch(const std::vector<Doc>& docs, int tp) {
       // P=1 both placements put every chunk on the one stage: the default, loop, stays.
       if (s.pp > 1) s.stage_of_chunk.emplace(l.task.chunk, static_cast<int>(k) / std::max(1, tp));
     }
+  // A stage's TP ranks run its chunks alike: files of other chunks are stages of their own (2
+  // files at `tp` 2, each chunk's, were one stage lacking half its tasks on either rank).
+  for (size_t k = 0; k + 1 < procs.size() && tp > 1; ++k)
+    if (k % static_cast<size_t>(tp) + 1 < static_cast<size_t>(tp) &&
+        chunks_of[k] != chunks_of[k + 1])
+      throw InputError(procs[k + 1].origin + ": tp rank " + std::to_string((k + 1) % tp) +
+                       " of stage " + std::to_string(k / tp) + " runs chunks " +
+                       join_ids(chunks_of[k + 1]) + ", where tp rank " + std::to_string(k % tp) +
+                       " (" + procs[k].origin + ") runs " + join_ids(chunks_of[k]) +
+                       ": the tensor-parallel ranks of a stage run the same chunks; were the "
+                       "files stages of their own (leave out `tp`)?");
   if (procs.empty()) return s;  // the caller says the trace holds no task
   // A stray id named a huge shape and blamed the flags. Chunks that no stage count divides are
   // named by the caller, with their event.
