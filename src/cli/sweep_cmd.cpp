@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -14,6 +13,7 @@
 #include "cli/experiment_cmd.hpp"
 #include "cli/options.hpp"
 #include "cli/stop_signal.hpp"
+#include "cli/sweep_outputs.hpp"
 #include "core/error.hpp"
 #include "core/hint.hpp"
 #include "core/modes.hpp"
@@ -315,39 +315,6 @@ void for_each_point(const SweepFlags& f, const std::function<bool(const Scenario
   }
 }
 
-// "p.csv" -> "p.partial.csv", "out" -> "out.partial": the extension kept, in the same folder.
-std::string partial_name(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  const std::size_t dot = path.find_last_of('.');
-  const bool ext = dot != std::string::npos && dot > (slash == std::string::npos ? 0 : slash + 1);
-  return ext ? path.substr(0, dot) + ".partial" + path.substr(dot) : path + ".partial";
-}
-
-// After a whole grid, the partial files an earlier stopped one left under these names, said
-// (beside the whole grid's files they read as this run's, the last point's seeds cut short).
-std::string stale_partials(const SweepFlags& f) {
-  std::vector<std::string> left;
-  std::error_code ec;
-  for (const std::string& path : {f.csv, f.md})
-    if (!path.empty() && std::filesystem::exists(partial_name(path), ec))
-      left.push_back(visible(partial_name(path)));
-  if (left.empty()) return "";
-  return "; " + left[0] + (left.size() > 1 ? " and " + left[1] : "") +
-         ", of an earlier grid that was stopped, left as " +
-         (left.size() > 1 ? "they were" : "it was");
-}
-
-// A stopped grid writes under partial_name(): one that is the other output's own name would
-// replace it (--csv a.partial.csv --md a.csv: the earlier CSV was overwritten by the summary).
-void refuse_partial_names(const SweepFlags& f) {
-  if (f.md.empty()) return;
-  if (partial_name(f.md) == f.csv || partial_name(f.csv) == f.md)
-    throw InputError("--csv and --md: a stopped grid writes '" + partial_name(f.csv) + "' and '" +
-                     partial_name(f.md) +
-                     "', one of them the other output's name; give names "
-                     "that do not end so");
-}
-
 void run_sweep(const SweepFlags& f) {
   check_sweep(f);
   // A signal stops the grid after its current point: the CSV and the summary of the points
@@ -405,7 +372,8 @@ void run_sweep(const SweepFlags& f) {
   written.write("--md", md_path, [&] { write_text_file(md_path, md, "--md"); });
   std::cout << md << "\n"
             << rows.size() << " runs" << (sig == 0 ? "" : " (" + partial + ")")
-            << "; CSV: " << visible(csv_path) << (sig == 0 ? stale_partials(f) : "") << "\n";
+            << "; CSV: " << visible(csv_path) << (sig == 0 ? stale_partials(f.csv, f.md) : "")
+            << "\n";
   if (sig != 0) {
     print_line("rrfp sweep: stopped by " + signal_name(sig) + "; " + visible(csv_path) +
                (md_path.empty() ? " holds" : " and " + visible(md_path) + " hold") + " the " +
@@ -451,7 +419,7 @@ void setup_sweep(CLI::App& app) {
   sub->add_flag("--quiet", f->quiet, "no progress on stderr");
   sub->callback([f] {
     check_outputs({{f->csv, "--csv"}, {f->md, "--md"}});  // before the grid
-    refuse_partial_names(*f);
+    refuse_partial_names(f->csv, f->md);
     run_sweep(*f);
   });
 }
