@@ -364,7 +364,8 @@ window=(--window 2)
 # Four times the width and twice the sequence: the GPU's share of each task grows.
 big=(--d-model 2048 --heads 16 --max-seq 2048 --max-len 2048 --min-len 1024)
 # Most wanted first: a run past the budget is skipped. Each run's name is written out on its
-# `train` line: the names GPU_CHECK_ONLY may match are read from those lines, up front. What no sitting has yet measured in one
+# `train` line: the names GPU_CHECK_ONLY may match are read from those lines, up front. What no
+# sitting has yet measured in one
 # (docs/results-gpu.md): the four schedules side by side under J0, the twin's source, rrfp.Pipeline
 # with its payloads on the device, J2 and J3 and the image-text task with ready BF beside BFW,
 # and SM partitions for each schedule. Then the wide model, a window of 2 tasks per stream (w)
