@@ -82,6 +82,12 @@ def test_bad_checkpoints_are_refused(tmp_path):
                                        "a pipeline's state loads into one cut into the same "
                                        "chunks \\(on any layout\\); a state of the model before"):
         pipe.load_state_dict({**sd, "7.weight": torch.zeros(1)})
+    # A state of the model cut into fewer chunks, its names not this chunk's, says which
+    # chunks it lacks (it told only the names missing and unexpected).
+    with pytest.raises(KeyError, match="chunk 1: missing \\[\\], unexpected \\[1.weight, .*\\]; "
+                                       "it holds no entry of chunks 2, 3 of this model's 4: "
+                                       "saved from a model cut into other chunks\\?"):
+        pipeline(lm.chunks(4), pp=2, vpp=2).load_state_dict(sd)
     with pytest.raises(KeyError, match="chunk 1: missing .* no entry of chunk 1 .*chunks: 0,"):
         pipe.load_state_dict({k: v for k, v in sd.items() if not k.startswith("1.")})
     # Not strict: what was skipped comes back, as torch's load_state_dict returns it (None).

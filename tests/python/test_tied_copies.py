@@ -184,6 +184,18 @@ def test_load_state_dict_gives_the_copies_one_value(entries, kind):
     assert torch.equal(first, last)
 
 
+def test_a_state_of_fewer_chunks_names_the_chunks_it_lacks():
+    # The state of the tied model in 4 chunks, loaded into the same model in 8: the copy of
+    # the tie filled chunk 7's entry, so that only chunks 4-6 lack entries, and chunk 3, with
+    # entries of chunk 3 of 4, was told as names unexpected and nothing more.
+    four = rrfp.Pipeline(test_tied.tied_gpt(4), lm.loss_fn, pp=2, vpp=2, microbatches=M)
+    eight = rrfp.Pipeline(test_tied.tied_gpt(8), lm.loss_fn, pp=4, vpp=2, microbatches=M)
+    with pytest.raises(KeyError, match="chunk 3: missing \\[\\], unexpected \\[1.ln.weight, .*"
+                                       "no entry of chunks 4, 5, 6 of this model's 8: saved from a "
+                                       "model cut into other chunks"):
+        eight.load_state_dict(four.state_dict())
+
+
 def test_loaded_copies_get_optimizer_state_of_their_own(tmp_path):
     # Both copies live in this process and share the tie's name in the checkpoint; each must
     # get its own momentum buffer, or one step would update the shared one twice and the

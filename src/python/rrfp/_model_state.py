@@ -130,12 +130,7 @@ def check_model_state(chunks, n_chunks, state, strict, keys=None):
             unexpected = [k for k in got if k not in own]
             _note_keys(keys, c, missing, unexpected)
             if strict and (missing or unexpected):
-                held = "" if got else (
-                    f"; it holds no entry of chunk {c} (its chunks: "
-                    f"{some_of(sorted(per_chunk))}, of this model's {n_chunks}): saved from a "
-                    "model cut into other chunks?" if per_chunk else
-                    f"; it holds no entry of any of this model's {n_chunks} chunks")
-                _refuse_keys(c, missing, unexpected, held)
+                _refuse_keys(c, missing, unexpected, _held(c, got, per_chunk, n_chunks))
         bad = [b for b in (_entry_problem(chunks[c], c, name, value, own.get(name))
                            for name, value in got.items()) if b]
         if bad:
@@ -186,6 +181,21 @@ def _note_keys(keys, c, missing, unexpected):
     if keys is not None:
         keys.setdefault("missing", []).extend(f"{c}.{k}" for k in missing)
         keys.setdefault("unexpected", []).extend(f"{c}.{k}" for k in unexpected)
+
+
+def _held(c, got, per_chunk, n_chunks):
+    """What a state refused at chunk `c` holds, where that tells its likely cause: no entry of
+    the chunk, or none of other chunks of the model (a state of the model cut into fewer chunks
+    gave chunk 3 of 8 the names of chunk 3 of 4, told only as names missing and unexpected)."""
+    if not per_chunk:
+        return f"; it holds no entry of any of this model's {n_chunks} chunks"
+    if not got:
+        return (f"; it holds no entry of chunk {c} (its chunks: {some_of(sorted(per_chunk))}, "
+                f"of this model's {n_chunks}): saved from a model cut into other chunks?")
+    absent = [k for k in range(n_chunks) if k not in per_chunk]
+    return (f"; it holds no entry of chunk{'s' if len(absent) > 1 else ''} {some_of(absent)} "
+            f"of this model's {n_chunks}: saved from a model cut into other chunks?"
+            if absent else "")
 
 
 def _refuse_keys(c, missing, unexpected, held=""):
