@@ -65,6 +65,7 @@ check "--tp-protocol: expected leader or agree, got 'none'" sweep --tp-protocol 
 # plan's ready starts and annealing all diverged under none: it reported an order 45% longer
 # than leader's (98.9 against 143.5 ms at P=4 M=8 T=2 on paper-comm), exit 0.
 check "--tp-protocol: expected leader or agree, got 'none' (the plan's start hints" plan --pp 4 -m 8 --tp 2 --tp-protocol none
+check "--tp-protocol: expected leader or agree, got 'foo'" plan --pp 3 -m 4 --tp 2 --tp-protocol foo
 # P x M past 2^64 wrapped to 0 in 64-bit integers: the grid passed, estimated at "-nan GB".
 check "--mb-factors: 4194304 x --pp 2097152 microbatches on 2097152 stages exceed the 50000000 chunk-microbatches of a step" sweep --pp 2097152 --mb-factors 4194304 --csv "$tmp/sw.csv"
 # A grid with no TP group took --tp-protocol and ignored it, its CSV the default's.

@@ -40,7 +40,7 @@ pid=
 [ "$rc" -eq 143 ] || fail "plan: exit $rc, want 143"
 grep -q "rrfp plan: stopped by SIGTERM before its budget was spent" "$tmp/plan.log" ||
   fail "plan: no line saying it stopped: $(tail -2 "$tmp/plan.log")"
-grep -qx "rrfp plan: SIGTERM taken: stopping after the order it is evaluating; a second signal stops it at once" \
+grep -qx "rrfp plan: SIGTERM taken: stopping after the order it is evaluating, then running the best order found for the report and writing it; a second signal stops it at once" \
   "$tmp/plan.log" || fail "plan: SIGTERM not acknowledged as it came"
 grep -q '"stopped_by": "SIGTERM"' "$tmp/plan.json" || fail "plan: its JSON does not say it stopped"
 if [ -s "$tmp/best.json" ] && [ -s "$tmp/plan.json" ]; then

@@ -80,10 +80,13 @@ Planned search_both(const PlanFlags& f, const PlanProblem& p, const ExactChoice&
   so.stop = &stop_flag();
   so.lower = lower;
   // Before the first order's end there is no best: it read as a schedule of 0 ms.
+  // An order that cannot run (a start hint past the memory limit) is done but found nothing:
+  // "1 orders done, the first under way" said both.
   so.progress = [&ticker](const SearchProgress& g) {
-    ticker.status(
-        "search: " + std::to_string(g.evaluations) + " orders done, " +
-        (g.found ? "best " + fmt("%.3f", ms(g.best)) + " ms" : std::string("the first under way")));
+    ticker.status("search: " + std::to_string(g.evaluations) + " orders done, " +
+                  (g.found              ? "best " + fmt("%.3f", ms(g.best)) + " ms"
+                   : g.evaluations == 0 ? std::string("the first under way")
+                                        : std::string("none of them feasible yet")));
   };
   ticker.status("search: its first order under way");
   out.search = search_schedule(p, so);
@@ -156,8 +159,11 @@ void run_plan(const PlanFlags& f) {
   // process exits 128 + the signal.
   const std::atomic<int>& stop = stop_on_signals();
   stop_at_once_until_work("plan");
-  // An order of a large run takes seconds to evaluate.
-  acknowledge_stop_signals("plan", "stopping after the order it is evaluating");
+  // An order of a large run takes seconds to evaluate, and the report's run of the best one
+  // and its hint file as long again (P=M=2000: 12.8 s after the signal, told only the first).
+  acknowledge_stop_signals("plan",
+                           "stopping after the order it is evaluating, then running the best "
+                           "order found for the report and writing it");
   check_budget(f.budget_s, "budget");
   check_budget(f.exact_budget_s, "exact_budget");
   // Its start hints and its annealing run the ready policy, whose TP ranks picking alone
@@ -169,6 +175,7 @@ void run_plan(const PlanFlags& f) {
         "--tp-protocol: expected leader or agree, got 'none' (the plan's start hints and its "
         "search run the ready policy, whose tensor-parallel ranks diverge without "
         "coordination; the plan's own order runs fixed, uncoordinated, under either)");
+  require_coordination(f.dispatch.tp_protocol);  // 'foo' was told of none, which is refused
   Scenario sc = make_scenario(f.shape, f.load, f.dispatch);
   // A plan has no hint to decide `split_backward` auto: a replay does (W tasks recorded, W
   // apart in the plan), else it stays off.

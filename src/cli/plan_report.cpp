@@ -36,7 +36,8 @@ std::string exact_outcome(const PlanFlags& f, const ExactResult& e) {
 }
 
 // The simulate command that runs the plan's order on the plan's step. The file holds the shape
-// (P, V, M, placement, split, ordered forwards), not where the durations came from: the line
+// (P, V, M, placement, split; not --ordered-forwards, which a feasible order of that mode keeps
+// already, each chunk's forwards in microbatch order), not where the durations came from: the line
 // once said "the same workload, --comm, --tp and --tp-protocol" and left out --seed and --replay
 // with its reading; followed as said, a jitter plan drawn with --seed 5 simulated 201.75 ms for
 // its 162.30. --limit and --max-pending-w are the order's own (a fixed run refuses them).
