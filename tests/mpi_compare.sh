@@ -88,6 +88,15 @@ refused '{"comm_latency_us": 30, "calibration": {"transport": "mpi"}}' \
 # refused once every run had been emulated, naming no file).
 refused '{"comm_latency_us": 30, "comm_bandwidth_gbps": 0, "calibration": {"transport": "mpi"}}' \
   "gives comm_bandwidth_gbps 0, which models every message's size as free" "a bandwidth of 0"
+# A file of calibrate lacking a field it writes took the preset's value (no latency, no links,
+# no serial receive) without a word; a record that is no object skipped the transport's check;
+# an array was told it gave no bandwidth.
+refused '{"comm_bandwidth_gbps": 5, "comm_links": 2, "comm_two_slowdown": 1, "comm_serial_receive": true, "calibration": {"transport": "mpi"}}' \
+  "gives no comm_latency_us, which rrfp calibrate writes beside a bandwidth" "a calibration edited"
+refused '{"comm_latency_us": 30, "comm_bandwidth_gbps": 5, "calibration": "inproc"}' \
+  "gives calibration \"inproc\", not an object (the record rrfp calibrate writes)" \
+  "a record that is no object"
+refused '[]' "is an array of 0, not a JSON object" "an array"
 refused '{"comm_latency_us": 30, "comm_bandwidth_gbps": 5, "forward_us": 9, "preset": "jitter"}' \
   "sets forward_us, preset, which a message model does not take" "a workload field"
 refused '{"comm_latency_us": 30, "comm_bandwidth_gbps": 1e-300}' \

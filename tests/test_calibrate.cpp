@@ -105,6 +105,12 @@ TEST(CalibrationFit, FourStreamsGiveTheLinksWhenMeasured) {
     EXPECT_DOUBLE_EQ(c.links, k.links) << "four streams " << k.four_slowdown;
     EXPECT_TRUE(c.links_from_streams());
     EXPECT_NE(format_calibration(c).find("four streams at once"), std::string::npos);
+    // The two pairs' 1.6x is what they took, not the model's (it read "take 1.60x", where the
+    // streams' links model two at once as 2 / links).
+    EXPECT_NE(format_calibration(c).find("two ping-pong pairs at once took 1.60x as long (the "
+                                         "model takes the streams' sharing, next)"),
+              std::string::npos)
+        << format_calibration(c);
   }
   Calibration two = measured(1.6);  // no streams: the two pairs' rule
   fit_message_model(two);

@@ -4,8 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <array>
+#include <atomic>
 #include <barrier>
+#include <chrono>
 #include <functional>
 #include <limits>
 #include <map>
@@ -113,6 +120,39 @@ TEST(PingPongDeadline, ARoundLongerThanTheDeadlineEndsWhileMessagesCome) {
   });
   const auto err = round_on_both(eps, [](PingPongOptions& o) {
     o.iters = 8;  // 16 sends of 150 ms: about 2.4 s, against a deadline of 1 s
+    o.deadline_s = 1.0;
+  });
+  EXPECT_EQ(err[0], "");
+  EXPECT_EQ(err[1], "");
+}
+
+// Time the process spends stopped (SIGSTOP, Ctrl-Z) counts towards no deadline: endpoint 1's
+// first reply comes 0.25 s after the process, stopped for 2 s within its send, is continued,
+// which endpoint 0's wait of 1 s takes. It said endpoint 1 had sent nothing once continued (a
+// rank of calibrate stopped past its --timeout, continued by mpirun to be ended, blamed its
+// healthy peer so, beside that peer's true line).
+TEST(PingPongDeadline, TimeStoppedCountsTowardsNoDeadline) {
+  std::atomic<int> replies{0};
+  auto eps = test::faulty_transports(2, [&](int src, int&, MessageTag&, Payload&) {
+    if (src != 1 || ++replies != 1) return true;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2250);
+    const pid_t parent = ::getpid();
+    const pid_t child = ::fork();
+    if (child == 0) {  // async-signal-safe calls only
+      const timespec before{0, 50'000'000}, stopped{2, 0};
+      ::nanosleep(&before, nullptr);
+      ::kill(parent, SIGSTOP);
+      ::nanosleep(&stopped, nullptr);
+      ::kill(parent, SIGCONT);
+      ::_exit(0);
+    }
+    std::this_thread::sleep_until(until);
+    int status = 0;
+    if (child > 0) ::waitpid(child, &status, 0);
+    return true;
+  });
+  const auto err = round_on_both(eps, [](PingPongOptions& o) {
+    o.iters = 3;
     o.deadline_s = 1.0;
   });
   EXPECT_EQ(err[0], "");

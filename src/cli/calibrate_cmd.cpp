@@ -75,10 +75,12 @@ void report(const CalibrateFlags& f, Calibration c) {
   std::ostream& human = json_out ? std::cerr : std::cout;
   if (json_out) std::cout << text << std::flush;
   human << format_calibration(c, "--seconds");
+  // A file without a bandwidth (sizes that could not fit one) is refused by run --compare: it
+  // was offered to it all the same.
   if (!f.out.empty())
     human << "wrote " << visible(f.out) << ": rrfp simulate --workload-file " << shell_word(f.out)
           << " models messages so"
-          << (f.transport == TransportKind::Mpi
+          << (f.transport == TransportKind::Mpi && c.size_cost != SizeCost::Unresolved
                   ? "; rrfp run --transport mpi --compare --calibration " + shell_word(f.out) +
                         " simulates with it"
                   : std::string())
@@ -149,6 +151,25 @@ CalibrateOptions said_by(ProgressTicker& ticker, CalibrateOptions o) {
   return o;
 }
 
+// One process's part of a calibration over MPI, the job's processes its endpoints.
+void calibrate_in_job(const CalibrateFlags& f, const CalibrateOptions& o, Job& job) {
+  refuse_job_size(job.size());
+  refuse_short_budget(o, job.size(), true);  // 4 processes took 19.3 s of --seconds 3
+  // Rank 0 alone writes them: another node's working folder need not hold their folder.
+  agree_on_input(&job, [&] {
+    if (job.rank() == 0) check_outputs({{f.out, "--out"}, {f.json, "--json"}});
+  });
+  job.set_layout(JobLayout{job.size(), 1, 1});
+  Hosting h = job.hosting();
+  std::optional<ProgressTicker> ticker;
+  ticker.emplace("calibrate: starting", job.rank() == 0);
+  const Calibration c =
+      calibrate(*h.transports.at(0), job.size(), job_meeting(job), said_by(*ticker, o));
+  ticker.reset();  // its line erased before the report
+  if (job.rank() == 0) report(f, c);
+  job.all_gather({});  // nobody leaves while a peer may still send
+}
+
 void run_calibrate(const CalibrateFlags& f) {
   exit_on_signals("calibrate");  // it died without a word, a file possibly half written
   refuse_inapplicable(f);
@@ -178,23 +199,8 @@ void run_calibrate(const CalibrateFlags& f) {
     o.serial_receive = true;  // one progress thread per process copies what arrives
     o.offer_payload = true;   // the runtime's default rendezvous over a transport moving bytes
     o.deadline_s = f.timeout_s;
-    run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) {
-      refuse_job_size(job.size());
-      refuse_short_budget(o, job.size(), true);  // 4 processes took 19.3 s of --seconds 3
-      // Rank 0 alone writes them: another node's working folder need not hold their folder.
-      agree_on_input(&job, [&] {
-        if (job.rank() == 0) check_outputs({{f.out, "--out"}, {f.json, "--json"}});
-      });
-      job.set_layout(JobLayout{job.size(), 1, 1});
-      Hosting h = job.hosting();
-      std::optional<ProgressTicker> ticker;
-      ticker.emplace("calibrate: starting", job.rank() == 0);
-      const Calibration c =
-          calibrate(*h.transports.at(0), job.size(), job_meeting(job), said_by(*ticker, o));
-      ticker.reset();  // its line erased before the report
-      if (job.rank() == 0) report(f, c);
-      job.all_gather({});  // nobody leaves while a peer may still send
-    });
+    run_as_mpi_process(
+        timeout_ms_of(f.timeout_s), [&](Job& job) { calibrate_in_job(f, o, job); }, "calibrate");
     return;
   }
   std::optional<ProgressTicker> ticker;

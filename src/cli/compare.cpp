@@ -44,7 +44,14 @@ constexpr InputKind kCalibrationFile{"calibration", kWorkloadFile.max_bytes,
 // says nothing to compare.
 void check_measured_on(const std::string& transport, const nlohmann::json& j,
                        const std::string& path) {
-  if (!j.is_object() || !j.contains("calibration") || !j["calibration"].is_object()) return;
+  if (!j.is_object())  // `[]` was told it gave no comm_bandwidth_gbps
+    throw InputError("--calibration: '" + path + "' is " + brief(j) +
+                     ", not a JSON object (what rrfp calibrate --out writes)");
+  if (!j.contains("calibration")) return;
+  // A record that is no object ("inproc") skipped the transport's check without a word.
+  if (!j["calibration"].is_object())
+    throw InputError("--calibration: '" + path + "' gives calibration " + brief(j["calibration"]) +
+                     ", not an object (the record rrfp calibrate writes)");
   const nlohmann::json& c = j["calibration"];
   if (!c.contains("transport")) return;
   if (!c["transport"].is_string())
@@ -76,6 +83,19 @@ void check_message_fields(const nlohmann::json& j, const std::string& path) {
       throw InputError("--calibration: '" + path + "' sets " + noise + " " + brief(j[noise]) +
                        ": the transport's message model has no modelled noise (a calibration "
                        "writes 0); remove it");
+}
+
+// A file of rrfp calibrate (it holds the record) lacking a field calibrate writes beside a
+// bandwidth was edited: the field took the uniform preset's value without a word (a latency of
+// 0, no links, no serial receive). A fragment written by hand (no record) sets what it means.
+void check_fields_written(const nlohmann::json& j, const std::string& path) {
+  if (!j.contains("calibration")) return;
+  for (const char* field :
+       {"comm_latency_us", "comm_links", "comm_two_slowdown", "comm_serial_receive"})
+    if (!j.contains(field))
+      throw InputError("--calibration: '" + path + "' gives no " + field +
+                       ", which rrfp calibrate writes beside a bandwidth (the file was edited?): "
+                       "calibrate again, or add the field");
 }
 
 // A bandwidth of 0 models every message's size as free: a calibration writes it only where it
@@ -132,6 +152,7 @@ TransportModel transport_model(const std::string& calibration, const std::string
                        "' gives comm_bandwidth_gbps 0, which models every message's size as "
                        "free; a calibration writes it only where it found so (calibration."
                        "size_cost \"free\"): give a bandwidth, or calibrate with rrfp calibrate");
+    check_fields_written(j, calibration);
     const MessageModel mm{w.comm_latency_us,   w.comm_bandwidth_gbps,  w.comm_links,
                           w.comm_two_slowdown, w.comm_serial_receive,  offer_payload,
                           w.comm_wake_us,      w.comm_wake_per_copy_us};

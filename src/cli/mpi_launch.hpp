@@ -14,7 +14,10 @@
 
 namespace rrfp {
 
-void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>& body);
+// `command` names what failed in its lines ("rrfp: run failed on mpi rank 2: ..."): train's
+// say run, as its runs do; calibrate's said run too.
+void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>& body,
+                        const std::string& command = "run");
 
 // `--transport inproc` (the default) in a process of an mpirun job of several: each process
 // ran the whole job in its threads, N runs where one was meant, each timed while the others

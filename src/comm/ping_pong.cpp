@@ -1,5 +1,6 @@
 #include "comm/ping_pong.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -16,6 +17,27 @@ Payload written(std::size_t bytes) {
   Payload p = Payload::allocate(bytes);
   std::memset(const_cast<std::byte*>(p.data()), 1, p.size());
   return p;
+}
+
+// Waits until `pred` holds, for at most `wait` of this process's running time: a slice of
+// the wait that ends half a second or more late was a stop of the process (SIGSTOP, Ctrl-Z, a
+// suspended machine), which counts towards no deadline, as in the runtime's watchdog. A rank
+// stopped past its deadline, continued by mpirun to be ended, said its healthy peer had sent
+// nothing, beside that peer's true line naming it.
+template <class Pred>
+bool wait_running(SpinPark& cv, std::unique_lock<std::mutex>& lk,
+                  std::chrono::steady_clock::duration wait, Pred pred) {
+  using Clock = std::chrono::steady_clock;
+  constexpr Clock::duration kSlice = std::chrono::milliseconds(250);
+  constexpr Clock::duration kStopped = std::chrono::milliseconds(500);
+  for (Clock::duration left = wait; left > Clock::duration::zero();) {
+    const Clock::duration slice = std::min(left, kSlice);
+    const Clock::time_point from = Clock::now();
+    if (cv.wait_until(lk, from + slice, pred)) return true;
+    const Clock::duration took = Clock::now() - from;
+    left -= took - slice >= kStopped ? slice : took;
+  }
+  return pred();
 }
 
 }  // namespace
@@ -129,7 +151,6 @@ double PingPong::round(const PingPongOptions& o, const std::function<void()>& ba
   // of 444 round trips that took longer than 2 s with every message arriving.
   const auto wait = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(o.deadline_s));
-  auto deadline = std::chrono::steady_clock::now() + wait;
   // Called holding mu_. How many messages came tells a lost message (the count stops early)
   // from a machine too loaded to go on.
   auto fail = [&] {
@@ -146,11 +167,10 @@ double PingPong::round(const PingPongOptions& o, const std::function<void()>& ba
   if (o.initiator) t_.send(o.peer, MessageTag{}, std::move(first));
   std::unique_lock lk(mu_);
   if (o.reply_in_handler) {  // the handlers reply: the calling thread sees the round's end
-    if (!cv_.wait_until(lk, deadline, [&] { return done_; })) throw fail();
+    if (!wait_running(cv_, lk, wait, [&] { return done_; })) throw fail();
   }
   while (!done_) {
-    if (!cv_.wait_until(lk, deadline, [&] { return !inbox_.empty(); })) throw fail();
-    deadline = std::chrono::steady_clock::now() + wait;
+    if (!wait_running(cv_, lk, wait, [&] { return !inbox_.empty(); })) throw fail();
     Message m = std::move(inbox_.front().m);
     inbox_.pop_front();
     const bool last = m.tag.round == o.iters - 1;
@@ -184,8 +204,7 @@ double PingPong::stream(const PingPongOptions& o, std::chrono::steady_clock::dur
   std::unique_lock lk(mu_);
   for (int i = 0; i < o.iters; ++i) {
     const bool asleep = inbox_.empty();
-    if (!cv_.wait_until(lk, std::chrono::steady_clock::now() + wait,
-                        [&] { return !inbox_.empty(); }))
+    if (!wait_running(cv_, lk, wait, [&] { return !inbox_.empty(); }))
       throw Error("stream from endpoint " + std::to_string(o.peer) + ": no message within " +
                   fmt("%g", o.deadline_s) + " s (" + std::to_string(i) + " of the " +
                   std::to_string(o.iters) + " messages came)");

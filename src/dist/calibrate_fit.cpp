@@ -98,6 +98,11 @@ SlopeFit fit_slope(const std::vector<CalibrationPoint>& pts, double CalibrationP
 std::string overlap_words(const Calibration& c) {
   const std::string x = fmt("%.2fx", c.overlap_slowdown);
   if (c.overlap_slowdown == 1 || x == "1.00x") return {};
+  // With streams the links and the two slowdown are the streams' (the model's two at once is
+  // the larger of two_slowdown and 2 / links): "take 2.14x" read as modelled where 1.56x was.
+  if (c.links_from_streams())
+    return "; two ping-pong pairs at once took " + x +
+           " as long (the model takes the streams' sharing, next)";
   if (c.links > 0) return "; two transfers at once take " + x + " as long";
   return "; two transfers at once took " + x + " as long, not modelled (" +
          (c.size_cost == SizeCost::Free ? "size costs nothing here, so no bandwidth is shared"
