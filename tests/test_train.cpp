@@ -194,6 +194,35 @@ TEST(TrainInput, TheCorpusCountsWhatItSkips) {
             "1 document, 5000 bytes; skipped 2 links to a file read under its own name; 1 "
             "subfolder not read; skipped 3 entries that are no files (devices, FIFOs, sockets, "
             "broken links)");
+  // A folder of no files at all says so (it read as documents too short).
+  fs::create_directories(dir / "odd");
+  fs::create_symlink(dir / "nowhere", dir / "odd" / "dangling");
+  ASSERT_EQ(::mkfifo((dir / "odd" / "fifo").c_str(), 0600), 0);
+  EXPECT_ERROR(Corpus((dir / "odd").string(), 64), InputError,
+               "need `max_len` + 1 bytes each); 2 entries are no files (devices, FIFOs, sockets, "
+               "broken links)");
+  // A byte moved from the end of a document to the start of the next one's name, and another
+  // back (documents, bytes and the bytes in reading order all alike): two corpora read as one.
+  auto text = [](size_t n, char from) {
+    std::string t(n, from);
+    for (size_t i = 0; i < n; ++i)
+      t[i] = static_cast<char>(from + (i * 7) % 5);
+    return t;
+  };
+  const std::string t = text(2000, 'a'), u = text(2000, 'm'), v = text(2000, 'x');
+  auto write = [](const fs::path& p, const std::string& bytes) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << bytes;
+  };
+  write(dir / "one" / "a", t + "b");
+  write(dir / "one" / "c", u);
+  write(dir / "one" / "de", v);
+  write(dir / "two" / "a", t);
+  write(dir / "two" / "bc", u + "d");
+  write(dir / "two" / "e", v);
+  const Corpus one_way((dir / "one").string(), 64), other_way((dir / "two").string(), 64);
+  EXPECT_EQ(one_way.describe(), other_way.describe());
+  EXPECT_NE(one_way.contents(), other_way.contents());
   fs::remove_all(dir);
 }
 

@@ -311,6 +311,17 @@ TEST(Checkpoint, AResumeComparesTheCorpusReadNotItsPath) {
   EXPECT_NE(changed[0].find("`data` holds 1 document"), std::string::npos) << changed[0];
   EXPECT_NE(changed[0].find("; the checkpoint's run read 1 document"), std::string::npos)
       << changed[0];
+  // A record of an earlier build, its hash without the lengths: compared by its counts alone.
+  auto with_contents = [&](const std::string& contents) {
+    nlohmann::json h = nlohmann::json::parse(header_of(read_bytes(path)));
+    h["run"]["data_contents"] = contents;
+    const std::string older = ::testing::TempDir() + "rrfp-ckpt-older-corpus.bin";
+    std::ofstream(older, std::ios::binary) << with_header(read_bytes(path), h.dump());
+    return differences(dir.string(), older);
+  };
+  EXPECT_EQ(with_contents("1 document, 2000 bytes, hash 0123456789abcdef"),
+            std::vector<std::string>{});
+  EXPECT_EQ(with_contents("1 document, 2001 bytes, hash 0123456789abcdef").size(), 1u);
   // The older record: the path alone, under `data`.
   nlohmann::json header = nlohmann::json::parse(header_of(read_bytes(path)));
   header["run"].erase("data_contents");

@@ -124,19 +124,30 @@ Corpus::Corpus(const std::string& dir, int max_len) : min_bytes_(min_document_by
       continue;
     }
     d.split = d.text.size() * 9 / 10;
-    // The name ends at its NUL, so no split of names and bytes hashes like another.
+    // The name ends at its NUL and the text's length comes before the text, so no split of
+    // names and bytes hashes like another: unterminated, a byte moved from one text's end to
+    // the next name's start hashed alike (a changed corpus resumed without a word).
     const std::string name = f.filename().string();
-    hash_ = fnv1a(fnv1a(hash_, std::string_view(name.c_str(), name.size() + 1)), d.text);
+    char length[8];
+    for (int i = 0; i < 8; ++i)
+      length[i] = static_cast<char>((d.text.size() >> (8 * i)) & 0xff);
+    hash_ = fnv1a(hash_, std::string_view(name.c_str(), name.size() + 1));
+    hash_ = fnv1a(fnv1a(hash_, std::string_view(length, sizeof length)), d.text);
     total_ += d.text.size();
     docs_.push_back(std::move(d));
   }
   if (docs_.empty())
-    throw InputError("`data`: '" + dir + "' holds no document of at least " +
-                     std::to_string(min_bytes_) + " bytes (the 90% of each that trains and the " +
-                     "10% held out need `max_len` + 1 bytes each)" +
-                     (subfolders_ > 0
-                          ? "; subfolders are not read (" + count(subfolders_, "") + " here)"
-                          : std::string()));
+    throw InputError(
+        "`data`: '" + dir + "' holds no document of at least " + std::to_string(min_bytes_) +
+        " bytes (the 90% of each that trains and the " +
+        "10% held out need `max_len` + 1 bytes each)" +
+        (subfolders_ > 0 ? "; subfolders are not read (" + count(subfolders_, "") + " here)"
+                         : std::string()) +
+        // A folder of links whose files moved read as documents too short.
+        (others_ > 0 ? "; " + std::to_string(others_) +
+                           (others_ == 1 ? " entry is no file" : " entries are no files") +
+                           " (devices, FIFOs, sockets, broken links)"
+                     : std::string()));
 }
 
 StepBatch Corpus::batch(std::uint64_t seed, std::int64_t index, int microbatches,
@@ -188,7 +199,7 @@ std::string Corpus::describe() const {
 std::string Corpus::contents() const {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash_));
-  return kept() + ", hash " + hex;
+  return kept() + ", digest " + hex;
 }
 
 double Corpus::unigram_entropy() const {

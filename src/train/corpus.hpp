@@ -30,8 +30,9 @@ class Corpus final : public DataSource {
   // ignores context. A trained model must go well below it.
   double unigram_entropy() const override;
   std::string describe() const override;
-  // "N documents, B bytes, hash H": H is a 64-bit FNV-1a over each document read, in reading
-  // order, of its name within the directory and its bytes.
+  // "N documents, B bytes, digest H": H is a 64-bit FNV-1a over each document read, in reading
+  // order, of its name within the directory, its length and its bytes (an earlier build wrote
+  // "hash H", without the lengths).
   std::string contents() const override;
   std::size_t bytes() const { return total_; }
   std::size_t documents() const { return docs_.size(); }
