@@ -288,13 +288,18 @@ std::string fidelity_table(const std::vector<FidelityRow>& rows) {
     const auto ss = ratio(static_cast<double>(rows[0].simulated), sm);
     std::string label = r.label;
     label.resize(width, ' ');
-    out += label + fmt("  %11.2f", mm / 1e6) + fmt("  %12.2f", sm / 1e6) + error_cell(mm, sm) +
-           fmt("  %11.2f", rm / 1e6) + error_cell(mm, rm) + speedup_cell(ms, 15) +
-           speedup_cell(ss, 16) + error_cell(ms.value_or(0), ms ? ss : std::nullopt);
+    // As the run's table prints them: a row of steps under 1 ms read "0.15 0.00 +4291.3%",
+    // its replayed 0.004117 ms shown as nothing.
+    const std::int64_t key = std::max({r.measured, r.simulated, r.replayed});
+    const auto cell = [key](std::int64_t ns, std::size_t w) {
+      return "  " + columns::lpad(ms_text(ns, key), w);
+    };
+    out += label + cell(r.measured, 11) + cell(r.simulated, 12) + error_cell(mm, sm) +
+           cell(r.replayed, 11) + error_cell(mm, rm) + speedup_cell(ms, 15) + speedup_cell(ss, 16) +
+           error_cell(ms.value_or(0), ms ? ss : std::nullopt);
     if (ranges) {
       const auto [lo, hi] = std::minmax_element(r.steps.begin(), r.steps.end());
-      out += fmt("  %.2f-", static_cast<double>(*lo) / 1e6) +
-             fmt("%.2f", static_cast<double>(*hi) / 1e6);
+      out += "  " + ms_text(*lo, *hi) + "-" + ms_text(*hi, *hi);
     }
     out += "\n";
   }
