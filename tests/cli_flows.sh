@@ -302,6 +302,22 @@ done
 [ "$(field p3.json "j['split_backward']")" = True ] || fail "predict --step 3 did not split"
 echo "ok: predict splits as the step it replays"
 
+# predict --svg draws the measured step, the twin and the best prediction; where no rule beats
+# the recorded order at its memory, the twin alone (it was drawn twice, under one label).
+labels() { grep -o 'font-size="12">[^<:]*' "$1" | sed 's/.*>//' | tr '\n' ';'; }
+"$rrfp" simulate --pp 4 -m 16 --hint 1f1b --policy fixed --workload jitter:J3 --seed 1 \
+  --trace j3.json >/dev/null
+"$rrfp" predict j3.json --svg three.svg | grep -q "^timeline (measured, twin, best): " ||
+  fail "predict --svg of a step a rule beats: no line"
+[ "$(labels three.svg)" = "measured (rrfp);recorded order (twin);ready bf @4;" ] ||
+  fail "predict --svg of a step a rule beats: $(labels three.svg)"
+"$rrfp" predict "$data/torch-pp2" --svg two.svg |
+  grep -q "^timeline (measured, twin; no rule beats the recorded order at its memory): " ||
+  fail "predict --svg of a step no rule beats: no line"
+[ "$(labels two.svg)" = "measured (torch);recorded order (twin);" ] ||
+  fail "predict --svg of a step no rule beats: $(labels two.svg)"
+echo "ok: predict --svg draws the best prediction, or none where the twin is the best"
+
 # A measured step begins with the compute threads' start, before its first task: `run` counts
 # it, predict's measured step (first start to last end) does not, and the two read up to 21%
 # apart on a busy machine without a word. The trace carries the run's own step; predict shows

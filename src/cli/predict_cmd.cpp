@@ -133,7 +133,11 @@ void report_prediction(const Prediction& p, const PredictFlags& f) {
       h.workload = "trace:" + f.path;
       h.tp = f.tp;
       h.source = "measured vs predicted";
-      write_svg(f.svg, h, {p.measured, p.replayed, p.best()});
+      // Where no rule beats the recorded order at its memory, the best is the twin itself: it
+      // was drawn twice, under one label.
+      std::vector<ReportRun> drawn{p.measured, p.replayed};
+      if (&p.best() != &p.replayed) drawn.push_back(p.best());
+      write_svg(f.svg, h, drawn);
     });
     written.write("--json", f.json, [&] { write_json_report(f.json, prediction_json(p, f.path)); });
   });
@@ -141,7 +145,11 @@ void report_prediction(const Prediction& p, const PredictFlags& f) {
   // left out).
   std::ostream& human = is_stdout(f.json) ? std::cerr : std::cout;
   human << format_prediction(p, f.path);
-  if (!f.svg.empty()) human << "timeline (measured, twin, best): " << visible(f.svg) << "\n";
+  if (!f.svg.empty())
+    human << (&p.best() != &p.replayed
+                  ? "timeline (measured, twin, best): "
+                  : "timeline (measured, twin; no rule beats the recorded order at its memory): ")
+          << visible(f.svg) << "\n";
 }
 
 void run_predict(PredictFlags f) {
