@@ -53,8 +53,10 @@ std::string coordination_line(const Prediction& p) {
          (p.coordination_from == "trace" ? " (as the trace shows it), in the predictions\n"
           : p.coordination_from == "option"
               ? " (as given), in the predictions\n"
+              // A ready run under --tp-protocol none shows none either: it was told as fixed.
               : " (the simulator's default: the trace shows none, as a fixed order's ranks each "
-                "follow it), in the predictions; --coord-us and --tp-protocol set it\n");
+                "follow it, or a ready run's under --tp-protocol none each pick alone), in the "
+                "predictions; --coord-us and --tp-protocol set it\n");
 }
 
 }  // namespace
