@@ -84,7 +84,8 @@ check "--pp: '1e3' is not a whole number (rrfp simulate --help says what it take
 # A command under another: its own flag's type and help (schedule's were looked up, which has
 # no --pp: "not a value of its type (rrfp schedule --help ...)").
 check "--pp: 'abc' is not a whole number (rrfp schedule show --help says what it takes)" schedule show --pp abc
-check "--save-every: '99999999999' is not a whole number (at most 2147483647)" train --save-every 99999999999
+check "--save-every: '99999999999' is too large a whole number (at most 2147483647)" train --save-every 99999999999
+check "--limit: '-99999999999' is a whole number out of this flag's range (rrfp run --help" run --limit -99999999999
 check "--budget: 'abc' is not a number" plan --budget abc
 check "unknown jitter level" simulate --workload jitter:J7
 check "--policy fixed: needs a list hint" simulate --hint bf --policy fixed
@@ -120,7 +121,7 @@ check "--comm: unknown mode" run --comm smoke
 # run sleeps its tasks' durations: its wall time is predicted from the simulated step and
 # refused above 10 minutes (50 s forwards slept for about 1000 s without a word).
 printf '{"preset": "uniform", "forward_us": 5e7}' >"$tmp/slow.json"
-check "run: about 1000 s of emulated steps (1 run of 500 s simulated, 2 steps each: --rounds x (--warmup + --repeat); up to 3000 s with --warmup-extra's 4 more); at most 600 s: shorten the durations of --workload-file '$tmp/slow.json', lower --pp or --microbatches, or lower --rounds, --repeat or --warmup" \
+check "run: about 1000 s of emulated steps (1 run of 500 s simulated, 2 steps each: --rounds x (--warmup + --repeat); up to 3000 s with --warmup-extra's 4 more); at most 600 s: shorten the durations of --workload-file '$tmp/slow.json', lower --pp, --vpp or --microbatches, or lower --rounds, --repeat or --warmup" \
   run --pp 2 -m 4 --hint 1f1b --policy fixed --workload-file "$tmp/slow.json"
 # A task or message that lasts the watchdog's --timeout is refused before the run: its emulated
 # sleep was reported as a stall after 60 s ("no progress ... running F c0 m0 for 60000 ms").

@@ -87,13 +87,19 @@ std::string not_converted(CLI::App& app, const std::string& what) {
   const std::size_t sign = !value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0;
   const bool digits =
       value.size() > sign && value.find_first_not_of("0123456789", sign) == std::string::npos;
+  // Digits past the type's bound are a whole number out of range: "'1000000000000' is not a
+  // whole number (at most 2147483647)" denied what it is.
+  const bool negative = sign == 1 && value[0] == '-';
   const std::string wants =
-      type == "INT" ? std::string("a whole number") + (digits ? " (at most 2147483647)" : "")
-      : type == "UINT"
-          ? std::string("a whole number from 0") + (digits ? " (at most 4294967295)" : "")
-      : type == "FLOAT" ? "a number"
-                        : "a value of its type";
-  return name + ": '" + printable(value, 40) + "' is not " + wants + " (" + command_path(app, sub) +
+      digits && type == "INT"    ? (negative ? "a whole number out of this flag's range"
+                                             : "too large a whole number (at most 2147483647)")
+      : digits && type == "UINT" ? (negative ? "not a whole number from 0"
+                                             : "too large a whole number (at most 4294967295)")
+      : type == "INT"            ? "not a whole number"
+      : type == "UINT"           ? "not a whole number from 0"
+      : type == "FLOAT"          ? "not a number"
+                                 : "not a value of its type";
+  return name + ": '" + printable(value, 40) + "' is " + wants + " (" + command_path(app, sub) +
          " --help says what it takes)";
 }
 

@@ -158,7 +158,8 @@ CLI::Option* add_execution_flags(CLI::App* app, DispatchFlags& f) {
   app->add_option("--tp-protocol", f.tp_protocol,
                   "TP coordination of the ready runs: leader, agree, or none (each rank picks "
                   "alone: a demonstration, whose step fails where the picks part over tasks "
-                  "with a collective, F and B; a W has none); with --tp 2 or more (a fixed "
+                  "that meet their group: F and B, and in simulate and run a W, whose meeting "
+                  "takes no time; train's W calls no collective); with --tp 2 or more (a fixed "
                   "list's ranks each follow it)")
       ->each([&f](const std::string&) { f.tp_protocol_given = true; })
       ->capture_default_str();

@@ -134,9 +134,10 @@ class EmulatedRuns {
       throw InputError("run: " + what +
                        fmt("; at most %.0f s: shorten the durations of ", kMaxEmulatedSeconds) +
                        durations_source(f_.exp.load) +
-                       ", lower --pp or --microbatches, or lower --rounds, --repeat or --warmup "
-                       "(rrfp simulate predicts the "
-                       "step without sleeping)");
+                       // --vpp too: each chunk's messages take their latency (--vpp 30000
+                       // simulated 487 s, and --vpp was not named).
+                       ", lower --pp, --vpp or --microbatches, or lower --rounds, --repeat or "
+                       "--warmup (rrfp simulate predicts the step without sleeping)");
     refuse_work_past_timeout(sc, specs_, timeout_ms_, f_.timeout_s, longest_s, !world_,
                              durations_source(f_.exp.load));
     if (wall > 10 && root_) print_line("rrfp run: " + what);
