@@ -18,6 +18,12 @@ printf '%s\nstage 0: F0:0 F0:1 B0:0 B0:1\nstage 1: F1:0 B1:0 F1:1 B1:1\n' "$head
   { echo "FAIL: schedule check of 1F1B:"; cat "$tmp/out"; fails=$((fails + 1)); }
 want="--hint $tmp/swap.txt: its order deadlocks under --comm blocking with --policy fixed"
 check "$want" simulate --pp 2 -m 2 --workload uniform --hint "$tmp/swap.txt" --policy fixed --comm blocking
+# The refusal says what to give instead, as the built-in zb-v's does; a stage held on its send
+# is not said to wait for a ready task (its next one was ready).
+check "$want (receives posted one at a time in list order; give --comm async, or --policy ready): stage 0: ran 1/4, next in fixed order F c0 m1 (ready)" \
+  simulate --pp 2 -m 2 --workload uniform --hint "$tmp/swap.txt" --policy fixed --comm blocking
+check "held on 1 unacknowledged send(s); waits for its send(s) to be accepted before it computes again" \
+  simulate --pp 2 -m 2 --workload uniform --hint "$tmp/swap.txt" --policy fixed --comm blocking
 check "$want" run --pp 2 -m 2 --workload uniform --hint "$tmp/swap.txt" --policy fixed --comm blocking --timeout 5
 # rrfp train too, where this build trains (it trained until the watchdog stopped the first
 # step); the 1F1B file trains.

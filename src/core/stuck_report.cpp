@@ -23,7 +23,13 @@ std::string describe(const StuckRank& r, const std::function<std::string(int sta
   if (!r.running.empty())
     out += "; " + r.running;
   else if (!r.arbiter->finished())
-    out += "; waits for " + (r.waiting.empty() ? std::string("a ready task") : r.waiting);
+    // A rank held on its sends computes nothing, its next task ready or not: it was said to
+    // wait for a ready task beside "next in fixed order F c0 m0 (ready)".
+    out +=
+        "; waits for " + (!r.waiting.empty() ? r.waiting
+                          : r.rendezvous && r.rendezvous->held()
+                              ? std::string("its send(s) to be accepted before it computes again")
+                              : std::string("a ready task"));
   int total = 0;
   const auto shown = r.inputs->expected(4, total);
   out += "; expects messages: ";

@@ -60,7 +60,8 @@ void refuse_blocking_deadlock(const WorkModel& m, const Hint& hint, Policy polic
                      "async, or `policy` ready");
   throw InputError("`hint` " + hint.name.substr(file.size()) +
                    ": its order deadlocks under `comm` blocking with `policy` fixed "
-                   "(receives posted one at a time in list order): " +
+                   "(receives posted one at a time in list order; give `comm` async, or "
+                   "`policy` ready): " +
                    stuck);
 }
 
