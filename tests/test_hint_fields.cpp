@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/hint_io.hpp"
 #include "core/printable.hpp"
+#include "expect_error.hpp"
 #include "sim_helpers.hpp"
 
 namespace rrfp::test {
@@ -166,6 +167,21 @@ TEST(HintFile, TheSizeBoundSaysWhereItComesFrom) {
         "(24 bytes for each of the run's " + std::to_string(m.num_tasks()) +
         " tasks, and 1 MiB: a hint of this run, indented as rrfp writes it, fits)";
     EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+}
+
+// A hint of a larger run, past this run's bound, whose header names another shape is refused
+// for that (it was told its size alone, its header's microbatches=20000 unsaid); the header
+// read for it in either format.
+TEST(HintFile, ALargerRunsHintIsRefusedByItsHeader) {
+  WorkModel big(config(2, 20000, 1, false)), m(config(2, 8, 1, false));
+  for (const char* ext : {"txt", "json"}) {
+    const std::string path = ::testing::TempDir() + "rrfp-larger." + ext;
+    const ListHint list = make_hint("1f1b", big).list();
+    std::ofstream(path) << (std::string(ext) == "json" ? write_hint_json(list, big)
+                                                       : write_hint_text(list, big));
+    EXPECT_ERROR(read_hint_file(path, m), HintError,
+                 "hint was written for microbatches=20000 but the run has microbatches=8");
   }
 }
 

@@ -288,18 +288,18 @@ std::string fidelity_table(const std::vector<FidelityRow>& rows) {
     const auto ss = ratio(static_cast<double>(rows[0].simulated), sm);
     std::string label = r.label;
     label.resize(width, ' ');
-    // As the run's table prints them: a row of steps under 1 ms read "0.15 0.00 +4291.3%",
-    // its replayed 0.004117 ms shown as nothing.
-    const std::int64_t key = std::max({r.measured, r.simulated, r.replayed});
-    const auto cell = [key](std::int64_t ns, std::size_t w) {
-      return "  " + columns::lpad(ms_text(ns, key), w);
+    // A step under 1 ms to the nanosecond, as the run's table prints it: a row read "0.15 0.00
+    // +4291.3%", its replayed 0.004117 ms shown as nothing. Each by its own length: a measured
+    // step of 3.8 ms on a busy machine kept its replay's 0.004 ms at 0.00.
+    const auto cell = [](std::int64_t ns, std::size_t w) {
+      return "  " + columns::lpad(ms_text(ns, ns), w);
     };
     out += label + cell(r.measured, 11) + cell(r.simulated, 12) + error_cell(mm, sm) +
            cell(r.replayed, 11) + error_cell(mm, rm) + speedup_cell(ms, 15) + speedup_cell(ss, 16) +
            error_cell(ms.value_or(0), ms ? ss : std::nullopt);
     if (ranges) {
       const auto [lo, hi] = std::minmax_element(r.steps.begin(), r.steps.end());
-      out += "  " + ms_text(*lo, *hi) + "-" + ms_text(*hi, *hi);
+      out += "  " + ms_text(*lo, *lo) + "-" + ms_text(*hi, *hi);
     }
     out += "\n";
   }

@@ -372,6 +372,29 @@ void check_hint_file_holds(const std::string& path, const PipelineConfig& c, con
                     ", 4 bytes a task at least: written for another shape, or cut short");
 }
 
+namespace {
+
+// A hint file past this run's bound whose header names another shape: refused for that, as a
+// file within the bound is (a hint of M=200000 given -m 8 was told its 29 MiB, its header's
+// microbatches=200000 unsaid).
+void refuse_other_shape_header(const std::string& path, const WorkModel& m) {
+  const HintFields declared = hint_file_fields(path);
+  for (const auto& [key, value, string] : declared.fields) {
+    const int run = key == "pp"             ? m.pp()
+                    : key == "vpp"          ? m.vpp()
+                    : key == "microbatches" ? m.microbatches()
+                                            : 0;
+    if (run == 0 || string) continue;
+    char* end = nullptr;
+    const double v = std::strtod(value.c_str(), &end);
+    if (!value.empty() && *end == '\0' && v != run)
+      throw HintError(path + ": hint was written for " + key + "=" + printable(value) +
+                      " but the run has " + key + "=" + std::to_string(run));
+  }
+}
+
+}  // namespace
+
 ListHint read_hint_file(const std::string& path, const WorkModel& m, const char* option) {
   // As large as a hint of this run can be: each task a token of at most ~24 bytes (JSON, with
   // its indentation), a stage's tasks on one line, plus room for a header.
@@ -380,16 +403,22 @@ ListHint read_hint_file(const std::string& path, const WorkModel& m, const char*
   const std::uint64_t doc = static_cast<std::uint64_t>(m.num_tasks()) * 24 + (1u << 20);
   // Where the bound comes from, said with it: the refusal of a valid hint, re-indented deeper
   // than rrfp writes it, gave its size and the cap alone. A hint of another, larger run is
-  // refused here too, before its header is read: the words fit both.
+  // refused by its header where that names another shape.
   const std::string why = "24 bytes for each of the run's " + std::to_string(m.num_tasks()) +
                           " tasks, and 1 MiB: a hint of this run, indented as rrfp writes it, "
                           "fits";
-  const std::string text = read_input_file(path, InputKind{option, doc, 0, why});
-  if (hint_format(text) == HintFormat::Text)
-    check_line_lengths(
-        text,
-        InputKind{option, doc, static_cast<std::size_t>(m.tasks_per_stage()) * 24 + (1u << 16)},
-        path);
+  std::string text;
+  try {
+    text = read_input_file(path, InputKind{option, doc, 0, why});
+    if (hint_format(text) == HintFormat::Text)
+      check_line_lengths(
+          text,
+          InputKind{option, doc, static_cast<std::size_t>(m.tasks_per_stage()) * 24 + (1u << 16)},
+          path);
+  } catch (const InputError&) {
+    refuse_other_shape_header(path, m);
+    throw;
+  }
   return parse_hint(text, m, path);
 }
 
