@@ -71,10 +71,7 @@ class StoppedInATask final : public StageProgram {
 };
 
 TEST(RuntimeSuspend, AStopLongerThanTheTimeoutButUnderASecondIsNoStall) {
-  PipelineConfig cfg;
-  cfg.pp = 4;
-  cfg.microbatches = 4;
-  const WorkModel m(cfg);
+  const WorkModel m(shape(4, 4));
   const RealizedWork work = random_work(m, 1, 3);
   RuntimeOptions ro = runtime_options(m, work, Policy::Ready);
   ro.timeout_ms = 500;
