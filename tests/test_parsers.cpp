@@ -90,6 +90,11 @@ TEST(HintFile, RejectsWithNamedErrors) {
   EXPECT_NE(expect_hint_error("stage 0: F0:0 F0:1 B0:0 B0:1\nstage 1 F1:0 B1:0 F1:1 B1:1\n")
                 .find("h.txt:2: missing ':' after 'stage 1'"),
             std::string::npos);
+  // Lines ended by CR alone read as one line: "bad header field 'stage'".
+  EXPECT_NE(expect_hint_error("rrfp-hint 1 pp=2\rstage 0: F0:0 F0:1 B0:0 B0:1\r" +
+                              std::string("stage 1: F1:0 B1:0 F1:1 B1:1\r"))
+                .find("h.txt: its lines end in CR alone (classic Mac OS line endings)"),
+            std::string::npos);
   // An empty file, or a header alone, was told "stage 0 has no line".
   EXPECT_NE(expect_hint_error("\n# nothing\n").find("h.txt: holds no hint: no header, no stage"),
             std::string::npos);

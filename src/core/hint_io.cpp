@@ -355,6 +355,12 @@ ListHint parse_hint(std::string_view text, const WorkModel& m, const std::string
   const HintFormat format = hint_format(text);
   text = skip_bom(text);  // as the JSON reader does, and --workload-file's
   if (format == HintFormat::Json) return parse_hint_json(text, m, origin);
+  // Lines ended by CR alone (classic Mac OS) are one line: it was told "bad header field
+  // 'stage'", the stages read as the header's words.
+  if (text.find('\r') != std::string_view::npos && text.find('\n') == std::string_view::npos)
+    throw HintError(origin +
+                    ": its lines end in CR alone (classic Mac OS line endings), which "
+                    "are not read; convert them to LF (or CRLF)");
   return parse_hint_text(text, m, origin);
 }
 
