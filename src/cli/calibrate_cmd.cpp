@@ -199,8 +199,7 @@ void run_calibrate(const CalibrateFlags& f) {
     o.serial_receive = true;  // one progress thread per process copies what arrives
     o.offer_payload = true;   // the runtime's default rendezvous over a transport moving bytes
     o.deadline_s = f.timeout_s;
-    run_as_mpi_process(
-        timeout_ms_of(f.timeout_s), [&](Job& job) { calibrate_in_job(f, o, job); }, "calibrate");
+    run_as_mpi_process(timeout_ms_of(f.timeout_s), [&](Job& job) { calibrate_in_job(f, o, job); });
     return;
   }
   std::optional<ProgressTicker> ticker;

@@ -139,7 +139,7 @@ TransportModel transport_model(const std::string& calibration, const std::string
     check_measured_on(transport, j, calibration);
     // A calibration whose sizes could not tell a bandwidth from noise leaves it out (and says
     // so): over the preset's 0 every message's size would be free, without a word.
-    if (!j.is_object() || !j.contains("comm_bandwidth_gbps"))
+    if (!j.contains("comm_bandwidth_gbps"))
       throw InputError("--calibration: '" + calibration +
                        "' gives no comm_bandwidth_gbps (a calibration whose sizes could not "
                        "tell one from noise leaves it out), and without one every message's "

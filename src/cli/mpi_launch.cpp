@@ -188,8 +188,7 @@ void refuse_inproc_under_mpirun() {
                    "process, or run without mpirun");
 }
 
-void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>& body,
-                        const std::string& command) {
+void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>& body) {
 #ifdef RRFP_HAVE_MPI
   if (!launched_by_mpirun())
     throw InputError("--transport mpi: start rrfp under mpirun (see docs/mpi.md)");
@@ -214,7 +213,7 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
   } catch (const JobError& e) {
     // Every process failed alike, knowing it: one line, and the exit as a refusal's.
     if (world.rank() == 0)
-      print_line("rrfp: " + command + " failed: " + as_flags(one_line(first_line(e.what()))));
+      print_line("rrfp: run failed: " + as_flags(one_line(first_line(e.what()))));
     leave_together(1);
   } catch (const std::exception& e) {
     // A failure another process told this one of: that process says it and ends the job, so
@@ -227,14 +226,13 @@ void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>
     }
     // One write: ranks failing together share mpirun's stderr, and a line written piece by
     // piece interleaves with theirs (a watchdog's report lost its rank prefix so, in CI).
-    print_line("rrfp: " + command + " failed on mpi rank " + std::to_string(world.rank()) + ": " +
+    print_line("rrfp: run failed on mpi rank " + std::to_string(world.rank()) + ": " +
                as_flags(one_line(first_line(e.what()))));
     world.abort(1);
   }
 #else
   (void)timeout_ms;
   (void)body;
-  (void)command;
   throw InputError(
       "--transport mpi: this rrfp was built without Open MPI: configure with it "
       "(RRFP_WITH_MPI AUTO or ON, no sanitizer; scripts/install-deps.sh installs "

@@ -14,10 +14,7 @@
 
 namespace rrfp {
 
-// `command` names what failed in its lines ("rrfp: run failed on mpi rank 2: ..."): train's
-// say run, as its runs do; calibrate's said run too.
-void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>& body,
-                        const std::string& command = "run");
+void run_as_mpi_process(std::int64_t timeout_ms, const std::function<void(Job&)>& body);
 
 // `--transport inproc` (the default) in a process of an mpirun job of several: each process
 // ran the whole job in its threads, N runs where one was meant, each timed while the others

@@ -30,6 +30,9 @@ struct CheckpointState {
   // The run's options beside the model that decide its numbers (seed, data, schedule), by
   // option name: a resume compares them with its own.
   nlohmann::json run = nlohmann::json::object();
+  // Not written: `run`'s data_contents as an earlier build recorded it, which a checkpoint of
+  // that build holds (Corpus::earlier_contents).
+  std::string earlier_data_contents;
   // Its last step's training loss, as loss.csv logged it (absent in older checkpoints): a
   // resume checks that the log it continues is this run's.
   std::optional<double> loss;

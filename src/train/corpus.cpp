@@ -115,7 +115,7 @@ Corpus::Corpus(const std::string& dir, int max_len) : min_bytes_(min_document_by
                                                : " files in '" + dir + "' hold ") +
                      format_bytes(listed.bytes) + "; the corpus is kept in memory " +
                      "and may hold at most " + format_bytes(kMaxCorpusBytes));
-  hash_ = kFnv1aOffset;
+  hash_ = earlier_hash_ = kFnv1aOffset;
   for (const auto& f : listed.files) {
     Doc d{read_input_file(f.string(), InputKind{"data", kMaxCorpusBytes}), 0};
     if (d.text.size() < min_bytes_) {
@@ -132,6 +132,8 @@ Corpus::Corpus(const std::string& dir, int max_len) : min_bytes_(min_document_by
     for (int i = 0; i < 8; ++i)
       length[i] = static_cast<char>((d.text.size() >> (8 * i)) & 0xff);
     hash_ = fnv1a(hash_, std::string_view(name.c_str(), name.size() + 1));
+    earlier_hash_ =
+        fnv1a(fnv1a(earlier_hash_, std::string_view(name.c_str(), name.size() + 1)), d.text);
     hash_ = fnv1a(fnv1a(hash_, std::string_view(length, sizeof length)), d.text);
     total_ += d.text.size();
     docs_.push_back(std::move(d));
@@ -196,10 +198,22 @@ std::string Corpus::describe() const {
   return out;
 }
 
-std::string Corpus::contents() const {
+namespace {
+
+std::string hex64(std::uint64_t v) {
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash_));
-  return kept() + ", digest " + hex;
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(v));
+  return hex;
+}
+
+}  // namespace
+
+std::string Corpus::contents() const {
+  return kept() + ", digest " + hex64(hash_);
+}
+
+std::string Corpus::earlier_contents() const {
+  return kept() + ", hash " + hex64(earlier_hash_);
 }
 
 double Corpus::unigram_entropy() const {

@@ -32,8 +32,10 @@ class Corpus final : public DataSource {
   std::string describe() const override;
   // "N documents, B bytes, digest H": H is a 64-bit FNV-1a over each document read, in reading
   // order, of its name within the directory, its length and its bytes (an earlier build wrote
-  // "hash H", without the lengths).
+  // "hash H", without the lengths: earlier_contents(), which takes some changed corpora for
+  // the same, but still tells a file rewritten in place at its length).
   std::string contents() const override;
+  std::string earlier_contents() const override;
   std::size_t bytes() const { return total_; }
   std::size_t documents() const { return docs_.size(); }
 
@@ -46,7 +48,7 @@ class Corpus final : public DataSource {
   std::string kept() const;
 
   std::size_t total_ = 0;
-  std::uint64_t hash_ = 0;
+  std::uint64_t hash_ = 0, earlier_hash_ = 0;
   std::size_t min_bytes_;  // the shortest document read
   std::size_t short_docs_ = 0, short_bytes_ = 0, duplicates_ = 0, subfolders_ = 0, others_ = 0;
 };

@@ -43,6 +43,9 @@ class DataSource {
   // another path spelling trains the same, a file rewritten in place does not. Empty for
   // synthetic data, which its options define.
   virtual std::string contents() const { return {}; }
+  // The same as an earlier build recorded it, which a checkpoint of that build is compared
+  // with (empty: no earlier record differs from the current one).
+  virtual std::string earlier_contents() const { return {}; }
 };
 
 }  // namespace rrfp::train

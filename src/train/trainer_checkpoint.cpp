@@ -68,6 +68,7 @@ CheckpointState Trainer::checkpoint_state() const {
   // synthetic samples never read.
   if (o_.task == "text") {
     s.run["data_contents"] = data_->contents();
+    s.earlier_data_contents = data_->earlier_contents();
     s.run["min_len"] = o_.window.min_len;
     s.run["max_len"] = o_.window.max_len;
   }

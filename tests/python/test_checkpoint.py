@@ -88,6 +88,14 @@ def test_bad_checkpoints_are_refused(tmp_path):
                                        "it holds no entry of chunks 2, 3 of this model's 4: "
                                        "saved from a model cut into other chunks\\?"):
         pipeline(lm.chunks(4), pp=2, vpp=2).load_state_dict(sd)
+    # ...but a renamed key of the same chunking is not asked so, though a chunk of no
+    # parameters (a ReLU) holds no entry.
+    relu = pipeline([torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4)], pp=3)
+    renamed = relu.state_dict()
+    renamed["2.weightx"] = renamed.pop("2.weight")
+    with pytest.raises(KeyError, match="chunk 2: missing \\[weight\\], unexpected \\[weightx\\]'") as e:
+        relu.load_state_dict(renamed)
+    assert "other chunks" not in str(e.value)
     with pytest.raises(KeyError, match="chunk 1: missing .* no entry of chunk 1 .*chunks: 0,"):
         pipe.load_state_dict({k: v for k, v in sd.items() if not k.startswith("1.")})
     # Not strict: what was skipped comes back, as torch's load_state_dict returns it (None).

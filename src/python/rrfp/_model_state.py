@@ -130,7 +130,7 @@ def check_model_state(chunks, n_chunks, state, strict, keys=None):
             unexpected = [k for k in got if k not in own]
             _note_keys(keys, c, missing, unexpected)
             if strict and (missing or unexpected):
-                _refuse_keys(c, missing, unexpected, _held(c, got, per_chunk, n_chunks))
+                _refuse_keys(c, missing, unexpected, _held(c, got, per_chunk, chunks, n_chunks))
         bad = [b for b in (_entry_problem(chunks[c], c, name, value, own.get(name))
                            for name, value in got.items()) if b]
         if bad:
@@ -183,7 +183,7 @@ def _note_keys(keys, c, missing, unexpected):
         keys.setdefault("unexpected", []).extend(f"{c}.{k}" for k in unexpected)
 
 
-def _held(c, got, per_chunk, n_chunks):
+def _held(c, got, per_chunk, chunks, n_chunks):
     """What a state refused at chunk `c` holds, where that tells its likely cause: no entry of
     the chunk, or none of other chunks of the model (a state of the model cut into fewer chunks
     gave chunk 3 of 8 the names of chunk 3 of 4, told only as names missing and unexpected)."""
@@ -192,7 +192,10 @@ def _held(c, got, per_chunk, n_chunks):
     if not got:
         return (f"; it holds no entry of chunk {c} (its chunks: {some_of(sorted(per_chunk))}, "
                 f"of this model's {n_chunks}): saved from a model cut into other chunks?")
-    absent = [k for k in range(n_chunks) if k not in per_chunk]
+    # Of this process's chunks that have entries of their own: another process's chunks are
+    # not in a state of its own, and a chunk without parameters has none (a renamed key was
+    # asked whether the state came from other chunks).
+    absent = [k for k in sorted(chunks) if k not in per_chunk and chunks[k].state_dict()]
     return (f"; it holds no entry of chunk{'s' if len(absent) > 1 else ''} {some_of(absent)} "
             f"of this model's {n_chunks}: saved from a model cut into other chunks?"
             if absent else "")
