@@ -111,6 +111,9 @@ rc=$?
 RRFP_MEMORY_LIMIT=1G "$rrfp" train --steps 1 --pp 2 -m 2 --d-model 16 --layers 2 --heads 2 \
   --eval-every 0 --eval-batches 1 --out "$tmp/fits" >/dev/null 2>"$tmp/err" ||
   { echo "FAIL: a small run under RRFP_MEMORY_LIMIT=1G: $(cat "$tmp/err")"; fails=$((fails + 1)); }
+# An unknown task is named before --max-images (it was told "--max-images: images are the
+# image-text task's; --task is image").
+check "--task: expected text or image-text, got 'image'" train --task image --max-images 2 --out "$tmp/o"
 check "--max-images 60: a sample can have 899 tokens, more than --max-seq 128" train --task image-text --max-images 60 --out "$tmp/o"
 # At the largest --max-seq, raising it is no advice.
 check "more than --max-seq 1048576 holds; lower --max-images" \

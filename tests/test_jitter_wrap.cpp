@@ -35,13 +35,13 @@ TEST(InjectedJitter, StallsATrainingStepsTasksAndNoEvaluationPasses) {
   hit_always.p = 1;
   hit_always.alpha = 1;
   hit_always.floor_us = 0.1e6;  // each stall at least 0.05 s
-  auto training = with_jitter(std::make_unique<Idle>(false), hit_always, 0, 7);
+  auto training = with_jitter(std::make_unique<Idle>(false), hit_always, 1, 7);
   EXPECT_GE(seconds_of_f_and_b(*training), 0.1);
   EXPECT_FALSE(training->evaluating());
   // In an evaluation pass the backward does nothing: each task drew a stall sized by the floor
   // (here at least 15 s each, slower than the bound below by far).
   hit_always.floor_us = 30e6;
-  auto evaluation = with_jitter(std::make_unique<Idle>(true), hit_always, 0, 7);
+  auto evaluation = with_jitter(std::make_unique<Idle>(true), hit_always, 1, 7);
   EXPECT_TRUE(evaluation->evaluating());
   EXPECT_LT(seconds_of_f_and_b(*evaluation), 10.0);
 }

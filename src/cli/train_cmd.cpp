@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/hint.hpp"
 #include "core/omp_env.hpp"
+#include "core/printable.hpp"
 #include "sim/hint_check.hpp"
 
 namespace rrfp {
@@ -178,6 +179,10 @@ void add_device_flags(CLI::App* s, TrainFlags& f) {
 
 // The flags' checks across flags, then the run, in this process or in rrfp-train.
 void check_and_run(TrainFlags& f, CLI::App& s) {
+  // The task's own name first: `--task image --max-images 2` was told of --max-images.
+  const std::string& task = f.run.train.task;
+  if (task != "text" && task != "image-text")
+    throw InputError("--task: expected text or image-text, got '" + printable(task, 30) + "'");
   if (s.count("--max-images") && f.run.train.task != "image-text")
     throw InputError("--max-images: images are the image-text task's; --task is " +
                      f.run.train.task);

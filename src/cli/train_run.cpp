@@ -54,8 +54,9 @@ train::TrainRun to_run(const TrainFlags& f) {
       throw InputError("--inject-jitter: '" + f.inject_jitter +
                        "' injects no jitter (use jitter:J1..J3)");
     const std::uint64_t seed = f.seed;
-    t.wrap = [j, seed](std::unique_ptr<StageProgram> p, int stage, int) {
-      return with_jitter(std::move(p), j, stage, seed);
+    const int pp = t.pipe.pp;
+    t.wrap = [j, seed, pp](std::unique_ptr<StageProgram> p, int, int) {
+      return with_jitter(std::move(p), j, pp, seed);
     };
     run.jitter = f.inject_jitter;
   }

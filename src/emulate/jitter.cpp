@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/clock.hpp"
+#include "core/error.hpp"
 #include "sim/rng.hpp"
 
 namespace rrfp {
@@ -11,8 +12,8 @@ namespace {
 
 class Jittered final : public StageProgram {
  public:
-  Jittered(std::unique_ptr<StageProgram> in, JitterLevel j, int stage, std::uint64_t seed)
-      : in_(std::move(in)), j_(j), stage_(stage), seed_(seed) {}
+  Jittered(std::unique_ptr<StageProgram> in, JitterLevel j, int pp, std::uint64_t seed)
+      : in_(std::move(in)), j_(j), pp_(pp), seed_(seed) {}
   void begin_step(int s) override { in_->begin_step(s); }
   void end_step(int s) override { in_->end_step(s); }
   Payload forward(TaskContext& c, int chunk, int mb, Payload p) override {
@@ -48,7 +49,11 @@ class Jittered final : public StageProgram {
     const std::uint64_t key = (static_cast<std::uint64_t>(t.kind) << 40) ^
                               (static_cast<std::uint64_t>(t.chunk) << 20) ^
                               static_cast<std::uint64_t>(t.mb);
-    const std::uint64_t where = static_cast<std::uint64_t>(c.step()) * 4096 + stage_;
+    // Keyed by the chunk's stage under the loop placement (its stage itself at V = 1), not by
+    // the stage running it: a V-shape run (ZB-V) drew other stalls than a loop run of the same
+    // seed, an unpaired comparison.
+    const std::uint64_t where =
+        static_cast<std::uint64_t>(c.step()) * 4096 + static_cast<std::uint64_t>(t.chunk % pp_);
     if (unit_open(hash_keys(seed_, 91, key, where)) >= j_.p) return;
     const double d_us = static_cast<double>(now_ns() - t0) / 1e3;
     const double u = unit_open(hash_keys(seed_, 92, key, where));
@@ -57,15 +62,16 @@ class Jittered final : public StageProgram {
   }
   std::unique_ptr<StageProgram> in_;
   JitterLevel j_;
-  int stage_;
+  int pp_;
   std::uint64_t seed_;
 };
 
 }  // namespace
 
 std::unique_ptr<StageProgram> with_jitter(std::unique_ptr<StageProgram> inner, JitterLevel level,
-                                          int stage, std::uint64_t seed) {
-  return std::make_unique<Jittered>(std::move(inner), level, stage, seed);
+                                          int pp, std::uint64_t seed) {
+  if (pp < 1) throw InputError("with_jitter: pp must be at least 1, got " + std::to_string(pp));
+  return std::make_unique<Jittered>(std::move(inner), level, pp, seed);
 }
 
 }  // namespace rrfp

@@ -1,8 +1,10 @@
 #pragma once
 // The design's jitter injection (semantics.md §5) applied to real compute: after an F or a B
 // (never a W), with probability p, the rank stalls for alpha * max(floor, the task's measured
-// duration) * (0.5 + U), with the draws a pure function of (seed, stage, task, step); an
-// evaluation pass (StageProgram::evaluating) is not disturbed.
+// duration) * (0.5 + U), with the draws a pure function of (seed, task, the runtime's pass
+// number): the same whichever stage runs the task (`pp`, the pipeline's stages, places a chunk
+// as the loop placement does, for the draw alone); an evaluation pass
+// (StageProgram::evaluating) is not disturbed.
 #include <cstdint>
 #include <memory>
 
@@ -12,6 +14,6 @@
 namespace rrfp {
 
 std::unique_ptr<StageProgram> with_jitter(std::unique_ptr<StageProgram> inner, JitterLevel level,
-                                          int stage, std::uint64_t seed);
+                                          int pp, std::uint64_t seed);
 
 }  // namespace rrfp
