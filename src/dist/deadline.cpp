@@ -76,7 +76,7 @@ void DeadlineGuard::watch() {
       // mpirun to be ended, reported its own gather as a peer's stall beside the true report.
       const auto woke = std::chrono::steady_clock::now();
       if (const auto late = woke - asked; late > kSuspended) {
-        last_stop_ = {late, woke};
+        last_stop_ = Stop{late, woke};
         for (auto& [id, a] : armed_) {
           a.until += late;
           a.stopped += late;
@@ -89,9 +89,9 @@ void DeadlineGuard::watch() {
     armed_.erase(id);  // reported once
     Stopped stopped;
     stopped.within_ms = ms_of(late.stopped);
-    if (last_stop_.second.time_since_epoch().count() != 0) {
-      stopped.last_ms = ms_of(last_stop_.first);
-      stopped.last_ago_ms = ms_of(now - last_stop_.second);
+    if (last_stop_) {
+      stopped.last_ms = ms_of(last_stop_->length);
+      stopped.last_ago_ms = ms_of(now - last_stop_->ended);
     }
     lk.unlock();
     on_expiry_(late.phase, late.deadline_ms, stopped);  // ends the process; a test's may return

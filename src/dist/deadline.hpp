@@ -13,9 +13,9 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
-#include <utility>
 
 namespace rrfp {
 
@@ -69,9 +69,12 @@ class DeadlineGuard {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::uint64_t, Armed> armed_;
-  // The last stop seen: its length, and when the watcher woke after it (epoch: none yet).
-  std::pair<std::chrono::steady_clock::duration, std::chrono::steady_clock::time_point>
-      last_stop_{};
+  // The last stop seen (none yet: empty): its length, and when the watcher woke after it.
+  struct Stop {
+    std::chrono::steady_clock::duration length;
+    std::chrono::steady_clock::time_point ended;
+  };
+  std::optional<Stop> last_stop_;
   std::uint64_t next_id_ = 1;
   bool stop_ = false;
   std::thread thread_;  // started last, so every member above exists when it runs
