@@ -72,6 +72,7 @@ def run(pp, dp, m, transport):
         unshared_save(ckpt, opt, folder)
         failed_load(pp, dp, m, transport, folder)
         other_saves(ckpt, folder)
+        optimizer_on_some_stages(ckpt, opt, folder)
     if dp > 1:
         replica_folders(ckpt, opt, folder)
         optimizer_on_one_replica(ckpt, opt, folder)
@@ -178,6 +179,27 @@ def optimizer_on_one_replica(ckpt, opt, folder):
         f"rank {ckpt.rank}: a refused load changed a chunk"
     ckpt.load(where, opt)  # alike everywhere
     ckpt._core.all_gather([])  # every process has loaded before the folder goes
+    if ckpt.rank == 0:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def optimizer_on_some_stages(ckpt, opt, folder):
+    """A save given the optimizer on process 0 alone: refused on every process, nothing
+    committed (the checkpoint held stage 0's optimizer state alone, and only a load with the
+    optimizer, which refused it, told)."""
+    where = folder + "-some-optimizer"
+    try:
+        ckpt.save(where, opt if ckpt.rank == 0 else None)
+    except ValueError as e:
+        lack = ", ".join(str(r) for r in range(1, ckpt.pp))
+        assert f"the optimizer was given on process(es) 0 and not on process(es) {lack}, whose " \
+               "chunks hold trainable parameters" in str(e), e
+        assert "nothing was saved" in str(e), e
+    else:
+        raise AssertionError(f"rank {ckpt.rank}: a save with the optimizer on process 0 alone "
+                             "went on")
+    assert not os.path.exists(os.path.join(where, "manifest.json")), os.listdir(where)
+    ckpt._core.all_gather([])  # every process has looked before the folder goes
     if ckpt.rank == 0:
         shutil.rmtree(where, ignore_errors=True)
 

@@ -260,3 +260,15 @@ def test_a_refused_state_dict_loads_nothing():
     with pytest.raises(ValueError, match=f"'{key}' has shape \\[3\\]"):
         pipe.load_state_dict(sd)
     assert all(torch.equal(p, q) for p, q in zip(before, _weights(pipe)))
+
+
+def test_a_save_takes_the_optimizer_on_every_process_of_trainable_chunks_or_none():
+    """The processes' rows [token, optimizer given, chunks trainable]: a process of frozen or
+    parameterless chunks may give none; one holding trainable parameters may not, where another
+    gave one (its stages' optimizer state was left out of the checkpoint silently)."""
+    from rrfp import _saving
+    _saving._refuse_optimizer_on_some([[7, 1, 1], [0, 0, 0], [0, 1, 1]])
+    _saving._refuse_optimizer_on_some([[7, 0, 1], [0, 0, 1]])
+    with pytest.raises(ValueError, match=r"given on process\(es\) 0, 2 and not on process\(es\) "
+                       r"1, whose chunks hold trainable parameters.*nothing was saved"):
+        _saving._refuse_optimizer_on_some([[7, 1, 1], [0, 0, 1], [0, 1, 0]])

@@ -10,7 +10,7 @@ import warnings
 from . import _extras, checkpoint, scaler
 from ._args import is_whole
 from ._calls import call_of, gather
-from ._launch import agreed, agreed_rows, agreed_values
+from ._launch import agreed, agreed_rows
 from ._ties import one_value_per_tie
 
 # How save() tells the other processes that rank 0 could not write the manifest.
@@ -52,7 +52,7 @@ def save(pipe, path, optimizer, extra):
     def check():  # an extra that cannot be serialized is refused with the arguments
         _check_save(path, optimizer, extra)
         mine.append(_extras.serialized(extra))
-    token = _save_token(pipe, check)
+    token = _save_token(pipe, check, optimizer)
     extras = {_extras.EXTRAS: _extras.stage_extras(pipe, mine[0]),
               _extras.LAYOUT: _extras.layout(pipe)}
     pipe._refresh_ties()  # a tie's replaced copy is named as the tie
@@ -104,17 +104,37 @@ def save(pipe, path, optimizer, extra):
         checkpoint.remove_other_parts(path, token)
 
 
-def _save_token(pipe, check):
+def _save_token(pipe, check, optimizer):
     """One token for the save on every process (rank 0's), once every process has checked
     its arguments (check()): one refused on any process is refused on every one, in the same
     gather, where the others went on to wait in the next."""
     def mine():
         check()
         return checkpoint.new_token() if pipe.rank == 0 else 0
-    _, every = agreed_values(pipe._core, mine, "save: process(es) {bad} refused their "
-                            "arguments; their own errors say why", float,
-                            call_of(pipe, "save()"))
-    return int(every[0])  # 48 bits: exact as a float
+    trains = any(p.requires_grad for c in pipe.chunks.values() for p in c.parameters())
+    _, rows = agreed_rows(pipe._core, mine, "save: process(es) {bad} refused their "
+                          "arguments; their own errors say why",
+                          lambda token: [token, optimizer is not None, trains],
+                          call_of(pipe, "save()"))
+    _refuse_optimizer_on_some(rows[:pipe.pp])  # replica 0's processes write the parts
+    return int(rows[0][0])  # 48 bits: exact as a float
+
+
+def _refuse_optimizer_on_some(rows):
+    """Refuses, on every process alike, a save whose optimizer is given on some processes and
+    not on others whose chunks hold trainable parameters (`rows`: [token, given, trains] of
+    replica 0's processes, by job rank): the checkpoint held some stages' optimizer state and not the others', and said
+    nothing until a load with the optimizer refused it. A process of frozen or parameterless
+    chunks has no optimizer to give."""
+    given = [r for r, row in enumerate(rows) if row[1]]
+    lack = [r for r, row in enumerate(rows) if not row[1] and row[2]]
+    if given and lack:
+        raise ValueError(
+            f"save: the optimizer was given on process(es) {checkpoint.some_of(given)} and not "
+            f"on process(es) {checkpoint.some_of(lack)}, whose chunks hold trainable "
+            "parameters: the checkpoint would hold the optimizer's state of some stages "
+            "alone, which no load with an optimizer accepts; pass it on every process or on "
+            "none; nothing was saved")
 
 
 def _refuse_unshared(pipe, path, token):
