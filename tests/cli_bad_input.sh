@@ -86,6 +86,10 @@ check "--pp: '1e3' is not a whole number (rrfp simulate --help says what it take
 check "--pp: 'abc' is not a whole number (rrfp schedule show --help says what it takes)" schedule show --pp abc
 check "--save-every: '99999999999' is too large a whole number (at most 2147483647)" train --save-every 99999999999
 check "--limit: '-99999999999' is a whole number out of this flag's range (rrfp run --help" run --limit -99999999999
+# A list flag's bad value alone: CLI11 named the values joined, "'3,99999999999' is not a whole
+# number".
+check "--limits: '99999999999' is too large a whole number (at most 2147483647)" sweep --limits 3 99999999999
+check "--limits: '-5x' is not a whole number (rrfp sweep" sweep --limits 3 -5x 4
 check "--budget: 'abc' is not a number" plan --budget abc
 check "unknown jitter level" simulate --workload jitter:J7
 check "--policy fixed: needs a list hint" simulate --hint bf --policy fixed

@@ -67,6 +67,31 @@ std::string command_path(const CLI::App& app, const CLI::App* at) {
   return "rrfp" + path;
 }
 
+// Whether `s` converts as CLI11 converts a value of `type` (CLI11's own conversion).
+bool converts(const std::string& s, const std::string& type) {
+  int i = 0;
+  unsigned u = 0;
+  double d = 0;
+  return type == "INT"     ? CLI::detail::lexical_cast(s, i)
+         : type == "UINT"  ? CLI::detail::lexical_cast(s, u)
+         : type == "FLOAT" ? CLI::detail::lexical_cast(s, d)
+                           : false;
+}
+
+// The value of a list flag that did not convert: CLI11 names the values joined by ',', and
+// "--limits 3 99999999999" was told "'3,99999999999' is not a whole number".
+std::string first_unconverted(const CLI::Option* opt, const std::string& value,
+                              const std::string& type) {
+  if (opt == nullptr || opt->get_items_expected_max() <= 1) return value;
+  for (std::size_t from = 0;;) {
+    const std::size_t to = value.find(',', from);
+    const std::string piece = value.substr(from, to - from);
+    if (!converts(piece, type)) return piece;
+    if (to == std::string::npos) return value;
+    from = to + 1;
+  }
+}
+
 // CLI11's "Could not convert: --pp = 1e3" as the option, the value and the type it takes (an
 // int's overflow, "--save-every = 99999999999", said nothing of the range).
 std::string not_converted(CLI::App& app, const std::string& what) {
@@ -74,7 +99,7 @@ std::string not_converted(CLI::App& app, const std::string& what) {
   const auto eq = what.find(" = ");
   if (what.rfind(prefix, 0) != 0 || eq == std::string::npos) return what;
   const std::string name = what.substr(prefix.size(), eq - prefix.size());
-  const std::string value = what.substr(eq + 3);
+  std::string value = what.substr(eq + 3);
   // The deepest command given: `schedule show`'s flags are show's (schedule's had none of them,
   // and its help was named).
   const CLI::App* sub = &app;
@@ -82,6 +107,7 @@ std::string not_converted(CLI::App& app, const std::string& what) {
     sub = sub->get_subcommands().back();
   const CLI::Option* opt = sub->get_option_no_throw(name);
   const std::string type = opt ? opt->get_type_name() : "";
+  value = first_unconverted(opt, value, type);
   // The type's bound only where digits passed it: --tp's own range is 1 to 1024, which its
   // check says, and "abc" was told of 2147483647.
   const std::size_t sign = !value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0;
