@@ -66,13 +66,14 @@ class StuckIn final : public StageProgram {
 // Each endpoint's error (stage * tp + tp rank), and whether it was a peer's told (PeerStall),
 // for a job of `pp` stages of `tp` ranks, each endpoint a Runtime of its own: the last stage's
 // tp rank `tp - 1` never ends its first forward until every endpoint with a short watchdog has
-// failed. `timeouts`: each endpoint's watchdog. `mute`: the stuck endpoint's process does not
-// answer, as a stopped one would not.
+// failed. `timeouts`: each endpoint's watchdog. `answers`: whether the stuck endpoint's process
+// answers, not at all (as a stopped one would not) or 600 ms late (as one continued then would).
 struct Errors {
   std::vector<std::string> what;
   std::vector<bool> told;
 };
-Errors stage_errors(int pp, int tp, const std::vector<std::int64_t>& timeouts, bool mute) {
+enum class Answers { Given, None, Late };
+Errors stage_errors(int pp, int tp, const std::vector<std::int64_t>& timeouts, Answers answers) {
   PipelineConfig c;
   c.pp = pp;
   c.microbatches = pp;
@@ -98,10 +99,14 @@ Errors stage_errors(int pp, int tp, const std::vector<std::int64_t>& timeouts, b
     RuntimeOptions o = runtime_options(m, w, Policy::Fixed);
     o.timeout_ms = timeouts[i];
     Hosting hosting = jobs[i]->hosting();
-    if (i == stuck && mute)
+    if (i == stuck && answers != Answers::Given)
       hosting.transports[0] = std::make_unique<FaultyTransport>(
-          std::move(hosting.transports[0]),
-          [](int, int&, MessageTag& t, Payload&) { return t.control != Control::Answer; });
+          std::move(hosting.transports[0]), [answers](int, int&, MessageTag& t, Payload&) {
+            if (t.control != Control::Answer) return true;
+            if (answers == Answers::None) return false;
+            std::this_thread::sleep_for(std::chrono::milliseconds(600));
+            return true;
+          });
     Runtime rt(m, h, programs, o, std::move(hosting));
     try {
       rt.run_step(0);
@@ -116,28 +121,48 @@ Errors stage_errors(int pp, int tp, const std::vector<std::int64_t>& timeouts, b
 }
 
 // Stage 0's error, its watchdog alone short.
-std::string stage0_error(bool mute) {
-  return stage_errors(3, 1, {300, 60'000, 60'000}, mute).what[0];
+std::string stage0_error(Answers answers) {
+  return stage_errors(3, 1, {300, 60'000, 60'000}, answers).what[0];
 }
+
+// What a report adds where an answer came over half a round late (a loaded machine's may).
+const std::string kLate =
+    "(, answering only after [0-9]+ ms \\(stopped or not run until then\\),)?";
 
 bool has(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
 TEST(StallChase, TheReportFollowsTheWaitsToTheProcessInATask) {
-  const std::string e = stage0_error(false);
+  const std::string e = stage0_error(Answers::Given);
   EXPECT_TRUE(has(e, "no progress for")) << e;
   EXPECT_TRUE(has(e, "expects messages: B c1 m0 from stage 1")) << e;
   EXPECT_TRUE(std::regex_search(
-      e, std::regex("asked in turn: stage 1 made no progress for [0-9]+ ms and waits for "
-                    "messages from stage 2; stage 2 made no progress for [0-9]+ ms: \\[stage 2: "
-                    "[^\\]]*running F c2 m0 for [0-9]+ ms")))
+      e, std::regex("asked in turn: stage 1" + kLate +
+                    " made no progress for [0-9]+ ms and waits for messages from stage 2; stage 2" +
+                    kLate +
+                    " made no progress for [0-9]+ ms: \\[stage 2: [^\\]]*running F c2 m0 for "
+                    "[0-9]+ ms")))
+      << e;
+}
+
+// A process that answers over half a round late was stopped or not run until then: its answer
+// is said to be late, as the idle time it gives was measured on waking (a rank continued by
+// mpirun to be ended said it had made no progress for 0 ms, and read as live).
+TEST(StallChase, ALateAnswerIsSaidToBeLate) {
+  // Stage 0's timeout of a second: its rounds wait a second, the late answer within one.
+  const std::string e = stage_errors(3, 1, {1000, 60'000, 60'000}, Answers::Late).what[0];
+  EXPECT_TRUE(std::regex_search(
+      e, std::regex("; stage 2, answering only after [6-9][0-9][0-9] ms \\(stopped "
+                    "or not run until then\\), made no progress for [0-9]+ ms: \\[stage 2: ")))
       << e;
 }
 
 TEST(StallChase, AProcessThatDoesNotAnswerEndsTheChain) {
-  const std::string e = stage0_error(true);
-  EXPECT_TRUE(has(e, "asked in turn: stage 1 made no progress for")) << e;
+  const std::string e = stage0_error(Answers::None);
+  EXPECT_TRUE(
+      std::regex_search(e, std::regex("asked in turn: stage 1" + kLate + " made no progress for")))
+      << e;
   EXPECT_TRUE(has(e,
                   "waits for messages from stage 2; stage 2 did not answer within 0.3 s "
                   "(stopped, hung, or not scheduled)"))
@@ -148,7 +173,7 @@ TEST(StallChase, AProcessThatDoesNotAnswerEndsTheChain) {
 // 1, nearer the end of the chain, reports; stage 0 learns from its answer that it is stalled as
 // long, awaits its abort and fails with it, so that a job prints one line, not two.
 TEST(StallChase, OfTwoProcessesStalledTogetherTheOneNearerTheEndReports) {
-  const Errors e = stage_errors(3, 1, {300, 300, 60'000}, true);
+  const Errors e = stage_errors(3, 1, {300, 300, 60'000}, Answers::None);
   EXPECT_FALSE(e.told[1]) << e.what[1];
   EXPECT_TRUE(has(e.what[1], "asked in turn: stage 2 did not answer within 0.3 s")) << e.what[1];
   EXPECT_TRUE(e.told[0]) << e.what[0];
@@ -161,7 +186,7 @@ TEST(StallChase, OfTwoProcessesStalledTogetherTheOneNearerTheEndReports) {
 // itself: stage 0 awaits its abort, as it awaits a rank that waits for messages, so that the job
 // prints one line (two, stage 0's naming only its neighbour, in 3 of 4 runs under mpirun).
 TEST(StallChase, ARankStalledInItsGroupsCollectiveReportsForTheChainEndingThere) {
-  const Errors e = stage_errors(2, 2, {300, 60'000, 300, 60'000}, true);
+  const Errors e = stage_errors(2, 2, {300, 60'000, 300, 60'000}, Answers::None);
   EXPECT_FALSE(e.told[2]) << e.what[2];
   EXPECT_TRUE(has(e.what[2], "in its group's collective")) << e.what[2];
   EXPECT_TRUE(e.told[0]) << e.what[0];
@@ -172,11 +197,13 @@ TEST(StallChase, ARankStalledInItsGroupsCollectiveReportsForTheChainEndingThere)
 // forward does not end, and stage 0 tp rank 1, whose watchdog alone is short, reports. Its
 // peers are named with their tp ranks: "stage 1" named either rank of stage 1.
 TEST(StallChase, ATensorParallelPeerIsNamedWithItsTpRank) {
-  const std::string reported = stage_errors(2, 2, {60'000, 300, 60'000, 60'000}, false).what[1];
+  const std::string reported =
+      stage_errors(2, 2, {60'000, 300, 60'000, 60'000}, Answers::Given).what[1];
   EXPECT_TRUE(has(reported, "B c1 m0 from stage 1 tp rank 1")) << reported;
-  EXPECT_TRUE(std::regex_search(
-      reported, std::regex("asked in turn: stage 1 tp rank 1 made no progress for [0-9]+ ms: "
-                           "\\[stage 1: [^\\]]*\\[tp rank 1\\]; running F c1 m0")))
+  EXPECT_TRUE(std::regex_search(reported,
+                                std::regex("asked in turn: stage 1 tp rank 1" + kLate +
+                                           " made no progress for [0-9]+ ms: "
+                                           "\\[stage 1: [^\\]]*\\[tp rank 1\\]; running F c1 m0")))
       << reported;
 }
 

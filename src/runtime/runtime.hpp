@@ -210,10 +210,11 @@ class Runtime {
   std::uint64_t fresh_seen_ = BufferPool::fresh_total();  // when the previous step ended
   // The stall chase's answers to the current round of queries, by endpoint.
   struct PeerAnswer {
-    int step = -1;             // the step the peer was in (-1: none)
-    std::int64_t idle_ns = 0;  // how long it had made no progress
-    std::vector<int> awaits;   // the endpoints it expects messages from
-    std::string text;          // its stages' description
+    int step = -1;                // the step the peer was in (-1: none)
+    std::int64_t idle_ns = 0;     // how long it had made no progress
+    std::vector<int> awaits;      // the endpoints it expects messages from
+    std::string text;             // its stages' description
+    std::int64_t arrived_ns = 0;  // when the answer came
   };
   std::mutex ask_mu_;
   std::condition_variable ask_cv_;
@@ -225,6 +226,7 @@ class Runtime {
     std::vector<int> asked;         // the endpoints the query reached
     std::map<int, PeerAnswer> got;  // their answers, by endpoint
     std::int64_t waited_ns = 0;     // the wait's limit
+    std::int64_t from_ns = 0;       // when it was asked
   };
   Round ask_round(const std::vector<int>& wave, int step, std::int64_t end, std::int64_t wave_ns,
                   std::vector<std::string>& said);

@@ -54,6 +54,7 @@ void Runtime::answer_query(const Message& msg, const Stage& st, int r, Transport
 
 void Runtime::on_answer(Message&& msg) {
   PeerAnswer a;
+  a.arrived_ns = now_ns();
   a.step = msg.tag.step;
   a.idle_ns = msg.tag.cost_ns;
   const std::string body = text_of_payload(msg.payload);
@@ -84,6 +85,7 @@ Runtime::Round Runtime::ask_round(const std::vector<int>& wave, int step, std::i
     answers_.clear();
   }
   Round r;
+  r.from_ns = now_ns();  // before the queries: an in-process peer answers within its send
   for (int e : wave) {
     try {
       endpoints_[0]->send(e, tag, Payload{});
@@ -133,6 +135,12 @@ Runtime::Chase Runtime::chase_stall(std::int64_t now) {
       }
       const PeerAnswer& a = it->second;
       std::string line = peer_name(e);
+      // An answer that comes late came from a process that was stopped, or not run, until
+      // then: its idle time was measured on waking (a rank under SIGSTOP, continued by
+      // mpirun to be ended, answered that it had made no progress for 0 ms, and read as live).
+      if (const std::int64_t took = a.arrived_ns - r.from_ns; took > wave_ns / 2)
+        line += ", answering only after " + std::to_string(took / 1'000'000) +
+                " ms (stopped or not run until then),";
       if (a.step < 0)
         line += " is between steps";
       else

@@ -41,9 +41,11 @@ def main():
     else:
         raise AssertionError(f"rank {rank}: the stalled step went on")
     if rank == 0:
-        chain = (r"asked in turn: stage 1 \(c10d rank 1\) made no progress for \d+ ms and waits "
-                 r"for messages from stage 2 \(c10d rank 2\); stage 2 \(c10d rank 2\) made no "
-                 r"progress for \d+ ms: \[stage 2: [^\]]*running F c2 m0 for \d+ ms")
+        late = r"(, answering only after \d+ ms \(stopped or not run until then\),)?"  # loaded
+        chain = (r"asked in turn: stage 1 \(c10d rank 1\)" + late + r" made no progress for \d+ "
+                 r"ms and waits for messages from stage 2 \(c10d rank 2\); stage 2 \(c10d rank "
+                 r"2\)" + late + r" made no progress for \d+ ms: \[stage 2: [^\]]*running F c2 m0 "
+                 r"for \d+ ms")
         assert re.search(chain, said), said
     else:
         assert "stage 0 (c10d rank 0) failed step 0: no progress for" in said, (rank, said)
