@@ -62,7 +62,7 @@ def main():
     runs = [("bfw", "default"), ("bfw", "held"), ("adaptive", "default"), ("adaptive", "held")]
     with tempfile.TemporaryDirectory() as tmp:
         trace = os.path.join(tmp, "t.json")
-        print(f"{'workload':11s} {'run':21s} {'x ZB-H1 (geomean, range)':>28s} "
+        print(f"{'workload':11s} {'run':25s} {'x ZB-H1 (geomean, range)':>28s} "
               f"{'F-W / P':>8s} {'ZB-H1':>6s}")
         for wl in WORKLOADS:
             got = {r: ([], 0) for r in runs}
@@ -85,8 +85,8 @@ def main():
             for (hint, memory), (xs, peak) in got.items():
                 geo = math.prod(xs) ** (1 / len(xs))
                 label = f"ready {hint}, W cap " + ("P" if memory == "default" else "1")
-                print(f"{wl:11s} {label:21s} {geo:10.3f} ({min(xs):.3f}-{max(xs):.3f}) "
-                      f"{peak:8.2f} {base_peak:6.2f}")
+                cell = f"{geo:.3f} ({min(xs):.3f}-{max(xs):.3f})"
+                print(f"{wl:11s} {label:25s} {cell:>28s} {peak:8.2f} {base_peak:6.2f}")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ Usage: bench/twin.py RRFP [--steps N] [--rounds R] [--part imports|runs|mpi|mpi-
   mpi:     `rrfp calibrate --transport mpi` (shown), then `rrfp run --transport mpi --compare
            --repeat 5 --rounds 3` (or --rounds R; calibrating before each round; the four runs
            take turns, each time warm-up steps and five timed ones; each run's median of 5 R) at
-           P=4 and 1, 8, 32 MiB messages, 3 seeds (writes docs/data/twin-mpi.csv, or with
-           --rounds R other than 3, twin-mpi-R-rounds.csv);
+           P=4 and 1, 8, 32 MiB messages, 3 seeds (writes twin-mpi.csv, or with --rounds R other
+           than 3, twin-mpi-R-rounds.csv, in --out-dir: docs/data unless told);
   mpi-baseline: the same with --calibration baseline (the first run fits the bandwidth, the
            other three are predicted);
   train:   `rrfp train` at P=2 (a core per stage here): each run's mean step against the twin's
@@ -32,8 +32,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+# Where the parts' CSV tables go (--out-dir): the repository's docs/data unless told.
+OUT_DIR = os.path.join(ROOT, "docs", "data")
+
+
 def write_csv(name, header, rows):
-    with open(os.path.join(ROOT, "docs", "data", name), "w") as f:
+    os.makedirs(OUT_DIR, exist_ok=True)
+    with open(os.path.join(OUT_DIR, name), "w") as f:
         f.write(header + "\n")
         for r in rows:
             f.write(",".join(str(round(x, 4)) if isinstance(x, float) else str(x) for x in r)
@@ -328,13 +333,18 @@ def part_train(rrfp, tmp, steps):
 
 
 def main():
+    global OUT_DIR
     ap = argparse.ArgumentParser()
     ap.add_argument("rrfp", type=executable)
     ap.add_argument("--steps", type=at_least(3, "the train part skips the first 2"), default=40)
     ap.add_argument("--rounds", type=count, default=ROUNDS,
                     help="the mpi part's interleaved rounds per invocation (5 timed steps each)")
     ap.add_argument("--part", default="all", choices=["imports", "runs", "mpi", "mpi-baseline", "train", "cores", "all"])
+    ap.add_argument("--out-dir", default=OUT_DIR,
+                    help="where the mpi and train parts write their CSV tables "
+                         "(default: the repository's docs/data)")
     a = ap.parse_args()
+    OUT_DIR = os.path.abspath(a.out_dir)
     rrfp = os.path.abspath(a.rrfp)
     with tempfile.TemporaryDirectory() as tmp:
         if a.part in ("imports", "all"):

@@ -99,6 +99,16 @@ if [ -z "${GPU_CHECK_NO_BUILD:-}" ] && [ ! -d .gpu-deps ]; then
     "and carry it to this one" >&2
   exit 2
 fi
+# Runs on CUDA where neither nvidia-smi nor the interpreter's torch sees a GPU: every part
+# failed one by one (the CUDA tests exit 127, each run refused), and a summary of failures came
+# back exit 1. Either one seeing a GPU will do: a refusal on the GPU machine costs its window.
+if [[ " ${GPU_CHECK_ARGS:---device cuda} " == *cuda* ]] &&
+  ! nvidia-smi -L 2>/dev/null | grep -q '^GPU ' &&
+  ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)' 2>/dev/null; then
+  echo "gpu-check: no GPU here (nvidia-smi lists none, and $py's torch sees none): run it on" \
+    "the GPU machine, or name the interpreter of its CUDA torch in PYTHON" >&2
+  exit 2
+fi
 build=${build:-build-gpu}
 # Everything but the summary is written under OUT/gpu-check, which the script makes and, once
 # archived, deletes: nothing else in OUT is touched.

@@ -7,11 +7,16 @@
 #                                            -> docs/data/mpi-fidelity.csv, mpi-runs.txt
 #  3. TP coordination, leader vs agree, TP=2 (P=4) and TP=4 (P=2), 8 processes, ready BF,
 #     M=16, next to `rrfp simulate` on the same flags -> docs/data/mpi-tp-coordination.csv
-# Usage: scripts/measure-mpi.sh [build dir] (a Release build with Open MPI; an idle machine).
+# Usage: scripts/measure-mpi.sh [build dir] [output dir] (a Release build with Open MPI; an idle
+# machine). The output dir defaults to docs/data.
 set -euo pipefail
 # A folder given is the caller's (it was read from the repository's root).
 given() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+# A third argument was ignored, and an output folder given as measure-runtime.sh takes it
+# went unsaid, the repository's tables overwritten.
+[ $# -le 2 ] || { echo "$0: takes [build dir] [output dir], got $# arguments" >&2; exit 2; }
 build=$(given "${1:-$(dirname "$0")/../build}")
+dest=$(given "${2:-$(dirname "$0")/../docs/data}")
 cd "$(dirname "$0")/.."
 rrfp=$build/rrfp
 mpirun=tests/mpirun.sh
@@ -20,12 +25,12 @@ for bin in "$rrfp" "$build/bench_mpi"; do
   [ -f "$bin" ] && [ -x "$bin" ] ||
     { echo "$0: no $bin (give a Release build folder with Open MPI)" >&2; exit 2; }
 done
-# Written aside and moved into docs/data once whole: a failure midway left the tables cut short.
+# Written aside and moved into the output dir once whole: a failure midway left the tables cut short.
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # Each run's errors are shown where it fails (they were thrown away, the script ending unsaid).
 quiet() {  # quiet COMMAND...: its stdout; its stderr only if it fails
-  "$@" 2>"$out/err" || { cat "$out/err" >&2; echo "$0: $* failed; docs/data left as it was" >&2; return 1; }
+  "$@" 2>"$out/err" || { cat "$out/err" >&2; echo "$0: $* failed; $dest left as it was" >&2; return 1; }
 }
 
 echo "== bench_mpi" >&2
@@ -66,6 +71,6 @@ for t in 2 4; do
   done
 done
 cat "$tp"
-mkdir -p docs/data
-mv "$out/mpi-pingpong.csv" "$out/mpi-runs.txt" "$out/mpi-fidelity.csv" "$tp" docs/data/
-echo "wrote docs/data/mpi-pingpong.csv, mpi-runs.txt, mpi-fidelity.csv and mpi-tp-coordination.csv" >&2
+mkdir -p "$dest"
+mv "$out/mpi-pingpong.csv" "$out/mpi-runs.txt" "$out/mpi-fidelity.csv" "$tp" "$dest/"
+echo "wrote $dest/mpi-pingpong.csv, mpi-runs.txt, mpi-fidelity.csv and mpi-tp-coordination.csv" >&2

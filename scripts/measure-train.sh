@@ -2,17 +2,22 @@
 # Measures `rrfp train` (docs/results-train.md): throughput at P=2 and P=4, and fixed 1F1B
 # against rrfp BF and BFW under injected jitter and on the image-text model, and the
 # simulator's prediction for the jitter runs. Writes docs/data/train-{runs,predictions}.csv.
-# Usage: scripts/measure-train.sh [build dir] (a Release build with LibTorch; idle machine).
+# Usage: scripts/measure-train.sh [build dir] [output dir] (a Release build with LibTorch; idle
+# machine). The output dir defaults to docs/data.
 set -euo pipefail
 # A folder given is the caller's (it was read from the repository's root).
 given() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+# A third argument was ignored, and an output folder given as measure-runtime.sh takes it
+# went unsaid, the repository's tables overwritten.
+[ $# -le 2 ] || { echo "$0: takes [build dir] [output dir], got $# arguments" >&2; exit 2; }
 build=$(given "${1:-$(dirname "$0")/../build}")
+dest=$(given "${2:-$(dirname "$0")/../docs/data}")
 cd "$(dirname "$0")/.."
 rrfp=$build/rrfp
 # Before any output is touched: a wrong folder emptied the committed table, then failed.
 [ -f "$rrfp" ] && [ -x "$rrfp" ] ||
   { echo "$0: no $rrfp (give a Release build folder with LibTorch)" >&2; exit 2; }
-# The tables are written aside and moved into docs/data once whole (a failure or Ctrl-C midway
+# The tables are written aside and moved into the output dir once whole (a failure or Ctrl-C midway
 # left them cut short), and the runs' outputs go to a folder of this run's, removed after.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -73,6 +78,6 @@ for j in none jitter:J2 jitter:J3; do
     echo "$j,$1,$2,$(python3 -c "print(round($total / ${#seeds[@]}, 1))")" >>"$pred"
   done
 done
-mkdir -p docs/data
-mv "$csv" "$pred" docs/data/
-echo "wrote docs/data/train-runs.csv and docs/data/train-predictions.csv" >&2
+mkdir -p "$dest"
+mv "$csv" "$pred" "$dest/"
+echo "wrote $dest/train-runs.csv and $dest/train-predictions.csv" >&2

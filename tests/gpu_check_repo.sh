@@ -17,3 +17,9 @@ cp "$src/scripts/gpu-check.sh" "$src/scripts/gpu_table.py" "$repo/scripts/"
 echo "a tracked file" >"$repo/docs/notes.md"
 printf 'build*/\n' >"$repo/.gitignore"
 git -C "$repo" init -q 2>/dev/null && git -C "$repo" add -A 2>/dev/null
+# A GPU as nvidia-smi lists one: the script refuses runs on CUDA where nothing sees a GPU.
+mkdir -p "$tmp/bin"
+printf '#!/bin/sh\n[ "$1" = -L ] && echo "GPU 0: Test GPU (UUID: GPU-0)" || echo "Test GPU, 0.0, 1 MiB, 1 MHz"\n' \
+  >"$tmp/bin/nvidia-smi"
+chmod +x "$tmp/bin/nvidia-smi"
+export PATH="$tmp/bin:$PATH"
