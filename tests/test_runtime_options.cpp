@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "core/error.hpp"
 #include "expect_error.hpp"
@@ -61,6 +62,30 @@ TEST(RuntimeOptionsRefused, EndpointsPastAnInt) {
   EXPECT_ERROR(Runtime(
                    m, h, [](int, int) { return std::unique_ptr<StageProgram>(); }, o),
                InputError, "`pp` x `tp`: 2097153 x 1024 = 2147484672 endpoints, past 2147483647");
+}
+
+// Whether emulated_programs and emulated_latency take a model W and a work R (a plain type: a
+// temporary).
+template <class W, class R>
+concept Emulates = requires(W&& wm, R&& rw) {
+  emulated_programs(std::forward<W>(wm), std::forward<R>(rw));
+  emulated_latency(std::forward<W>(wm), std::forward<R>(rw));
+};
+
+// An empty program factory is named (it threw a bare "bad_function_call" at the first stage),
+// and the emulated programs and latency refuse a temporary work or model at compile time: they
+// keep a reference to it, and a step of a freed work ran 2-5 ms of 425, exit 0.
+TEST(RuntimeOptionsRefused, AnEmptyFactoryAndEmulationOfATemporary) {
+  PipelineConfig c;
+  c.pp = 1;
+  c.microbatches = 2;
+  const WorkModel m(c);
+  const Hint h = make_hint("1f1b", m);
+  EXPECT_ERROR(Runtime(m, h, ProgramFactory{}, RuntimeOptions{}), InputError,
+               "runtime: `programs` is empty: give a program factory");
+  static_assert(!Emulates<const WorkModel&, RealizedWork>);  // a temporary work
+  static_assert(!Emulates<WorkModel, const RealizedWork&>);  // a temporary model
+  static_assert(Emulates<const WorkModel&, const RealizedWork&>);
 }
 
 }  // namespace

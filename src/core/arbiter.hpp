@@ -28,6 +28,10 @@ enum class Policy { Fixed, Ready };
 std::string to_string(Policy p);
 Policy parse_policy(const std::string& s);  // throws InputError
 
+// Under Policy::Fixed the list alone decides what a stage holds: `limit` and `max_pending_w`
+// are not read. The CLI and Python refuse them there; the library takes them, as a comparison
+// gives its fixed baseline and its ready runs one set, and a record keeps them as given (the
+// reports leave them out of fixed runs).
 struct ArbiterOptions {
   Policy policy = Policy::Ready;
   int limit = 0;          // back-pressure limit on D = F done - B done; 0 = hint default

@@ -83,6 +83,8 @@ Runtime::Runtime(const WorkModel& m, const Hint& hint, const ProgramFactory& pro
       peer_name_(hosting.peer_name) {
   const int world = world_size(m, opt_);  // validates the options first
   opt_.arbiter = resolve_options(opt_.arbiter, hint, m);
+  // An empty std::function threw a bare "bad_function_call" at the first stage.
+  if (!programs) throw InputError("runtime: `programs` is empty: give a program factory");
   const int p = m.pp(), t = opt_.tp;
   // Here, not first at a step's arbiters: a list that does not hold each stage's tasks once
   // failed the step after the barrier between processes, and the peers waited for their
