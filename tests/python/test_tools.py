@@ -426,7 +426,7 @@ def test_a_records_tasks_too_large_for_the_memory_are_refused(monkeypatch, tmp_p
                                           r"record's table\(\) or json\(\) instead$"):
         record.tasks
     # So are its trace and SVG, before anything is written (written past the limit, twice it).
-    for save, per_task in ((record.save_trace, "3 MB"), (record.save_svg, "3 MB")):
+    for save, per_task in ((record.save_trace, "4 MB"), (record.save_svg, "3 MB")):
         path = tmp_path / "big"
         with pytest.raises(MemoryError, match=rf"StepRecord.{save.__name__}: 8000 tasks: about "
                                               rf"{per_task} of memory"):
