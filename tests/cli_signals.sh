@@ -167,7 +167,7 @@ rc=$?
 pid=
 kill $reader 2>/dev/null
 [ "$rc" -eq 143 ] || fail "simulate, a second signal while writing: exit $rc, want 143"
-grep -qx "rrfp simulate: stopped by SIGTERM again while its outputs were written; some may be missing or incomplete" \
+grep -qx "rrfp simulate: stopped by SIGTERM, a second signal, while its outputs were written; some may be missing or incomplete" \
   "$tmp/simsig2.log" || fail "simulate, a second signal while writing: $(cat "$tmp/simsig2.log")"
 # The first was said at once (a minute of writing a large trace went without a word, and a
 # second Ctrl-C then lost the outputs).

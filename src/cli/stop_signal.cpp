@@ -134,7 +134,9 @@ void build_exit_lines(const std::string& command) {
     const std::string stopped = "rrfp " + command + ": stopped by " + signal_name(sig);
     g_exit_lines[kNone][signal_index(sig)].set(stopped + "; nothing written" + g_earlier + "\n");
     g_exit_lines[kWriting][signal_index(sig)].set(
-        stopped + " again while its outputs were written; some may be missing or incomplete\n");
+        stopped +
+        ", a second signal, while its outputs were written; some may be missing or "
+        "incomplete\n");
     g_exit_lines[kWritten][signal_index(sig)].set(stopped + " after its outputs were written\n");
     g_writing_lines[signal_index(sig)].set(
         "rrfp " + command + ": " + signal_name(sig) +
