@@ -61,6 +61,13 @@ grep -q "writing '$tmp/fsize/loss.csv' failed: File too large" "$tmp/fsize.err" 
 [ "$(tail -c 1 "$tmp/fsize/loss.csv" | od -An -c | tr -d ' ')" = '\n' ] &&
   awk -F, 'NR == 1 { n = NF } NF != n { exit 1 }' "$tmp/fsize/loss.csv" ||
   fail "ulimit -f 1: a row cut short: $(tail -c 80 "$tmp/fsize/loss.csv")"
+# One of the files written at the end past the limit (8 KiB: trace.json's 15): its line names
+# those written before it, which stay (it named the failed one alone).
+(ulimit -f 8 && exec "$rrfp" train "${small[@]}" --steps 3 --warmup 1 --out "$tmp/fsize8" \
+  >/dev/null 2>"$tmp/fsize8.err") && fail "ulimit -f 8: exit 0"
+grep -q "trace.json': writing failed: File too large (loss.csv, loss.svg written before it, and kept)$" \
+  "$tmp/fsize8.err" && [ -s "$tmp/fsize8/loss.svg" ] ||
+  fail "ulimit -f 8: '$(tail -1 "$tmp/fsize8.err")'"
 # A schedule that never decays says so in one line (--steps 20 under the default --warmup 60
 # peaked at a third of --lr without a word).
 "$rrfp" train "${small[@]}" --steps 3 --warmup 5 --out "$tmp/w" >/dev/null 2>"$tmp/w.err" ||

@@ -1,6 +1,7 @@
 // What a training run prints and writes: its banner, its summary and its files in `out`
 // (loss.svg, trace.json, timeline.svg, durations.csv; the log is written as the steps go).
 #include <csignal>
+#include <functional>
 #include <iostream>
 #include <sstream>
 
@@ -91,16 +92,29 @@ void TrainingRun::write_out_file(const std::string& name, const std::string& tex
 }
 
 void TrainingRun::write_outputs() const {
-  write_loss_plot();
+  // A file that fails names those written before it, which stay, as the other commands' do
+  // (a full disk at durations.csv said nothing of loss.svg and trace.json, written and kept).
+  std::string written = "loss.csv";  // written as the steps went
+  const auto out = [&](const std::string& name, const std::function<void()>& write) {
+    try {
+      write();
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) + " (" + written + " written before it, and kept)");
+    }
+    written += ", " + name;
+  };
+  out("loss.svg", [&] { write_loss_plot(); });
   ReportHeader h;
   h.workload = "train:" + (t_.task == "text" ? t_.data_dir : t_.task);
   h.seed = t_.data_seed;
   h.source = "measured";
   const std::vector<ReportRun> runs{report_of(last_, trainer_.model(), t_)};
-  write_out_file("trace.json", chrome_trace(runs));
+  out("trace.json", [&] { write_out_file("trace.json", chrome_trace(runs)); });
   // The measured durations, replayable: rrfp simulate --replay DIR/durations.csv.
-  if (!measured_.empty()) write_out_file("durations.csv", replay_csv(trainer_.model(), measured_));
-  write_out_file("timeline.svg", svg_timeline(h, runs));
+  if (!measured_.empty())
+    out("durations.csv",
+        [&] { write_out_file("durations.csv", replay_csv(trainer_.model(), measured_)); });
+  out("timeline.svg", [&] { write_out_file("timeline.svg", svg_timeline(h, runs)); });
 }
 
 std::string TrainingRun::earlier_durations_kept() const {
