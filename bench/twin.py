@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """How well the twin reproduces and predicts recorded steps (docs/results-twin.md).
 
-Usage: bench/twin.py RRFP [--steps N] [--rounds R] [--part imports|runs|mpi|mpi-baseline|train|
-                                                              cores|all]
+Usage: bench/twin.py RRFP [--steps N] [--rounds R] [--out-dir DIR]
+                          [--part imports|runs|mpi|mpi-baseline|train|cores|all]
   imports: the PyTorch profiler fixture (tests/data/torch-pp2), each step replayed in its order;
   runs:    `rrfp run` on threads and under mpirun (P=4), its --trace replayed by `rrfp predict`;
   mpi:     `rrfp calibrate --transport mpi` (shown), then `rrfp run --transport mpi --compare
@@ -14,7 +14,8 @@ Usage: bench/twin.py RRFP [--steps N] [--rounds R] [--part imports|runs|mpi|mpi-
            other three are predicted);
   train:   `rrfp train` at P=2 (a core per stage here): each run's mean step against the twin's
            replay of durations.csv, and a clean fixed run's durations predicting ready runs and
-           jitter (the preset injected on the replay, one jitter seed per step).
+           jitter (the preset injected on the replay, one jitter seed per step); writes
+           twin-train.csv in --out-dir.
   cores:   `rrfp train` at P=4 (4 stages on 2 cores) and P=2, the same replays.
 Standard library only. Needs an idle machine: training and MPI runs are timed.
 """

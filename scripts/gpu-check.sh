@@ -102,11 +102,12 @@ fi
 # Runs on CUDA where neither nvidia-smi nor the interpreter's torch sees a GPU: every part
 # failed one by one (the CUDA tests exit 127, each run refused), and a summary of failures came
 # back exit 1. Either one seeing a GPU will do: a refusal on the GPU machine costs its window.
-if [[ " ${GPU_CHECK_ARGS:---device cuda} " == *cuda* ]] &&
+device_args=${GPU_CHECK_ARGS:---device cuda --dtype bf16}
+if [[ " $device_args" =~ \ --device[=\ ]+cuda ]] &&
   ! nvidia-smi -L 2>/dev/null | grep -q '^GPU ' &&
   ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)' 2>/dev/null; then
-  echo "gpu-check: no GPU here (nvidia-smi lists none, and $py's torch sees none): run it on" \
-    "the GPU machine, or name the interpreter of its CUDA torch in PYTHON" >&2
+  echo "gpu-check: no GPU here (nvidia-smi lists none or is not installed, and $py's torch sees" \
+    "none): run it on the GPU machine, or name the interpreter of its CUDA torch in PYTHON" >&2
   exit 2
 fi
 build=${build:-build-gpu}
@@ -125,7 +126,7 @@ wanted_run() {
 hard=${GPU_CHECK_HARD:-540}
 failed=0  # set by a part that failed: the exit status, once the summary is written
 steps=${GPU_CHECK_STEPS:-22}
-read -r -a dev <<<"${GPU_CHECK_ARGS:---device cuda --dtype bf16}"
+read -r -a dev <<<"$device_args"
 runs=$out/runs
 mkdir -p "$runs"
 elapsed() { echo $(($(date +%s) - start)); }

@@ -17,6 +17,9 @@ rrfp=$build/rrfp
 # Before any output is touched: a wrong folder emptied the committed table, then failed.
 [ -f "$rrfp" ] && [ -x "$rrfp" ] ||
   { echo "$0: no $rrfp (give a Release build folder with LibTorch)" >&2; exit 2; }
+# The output folder made and tried first: one that could not be made or written failed at the
+# end, its minutes of measurements thrown away.
+mkdir -p "$dest" && [ -w "$dest" ] || { echo "$0: cannot write to $dest" >&2; exit 2; }
 # The tables are written aside and moved into the output dir once whole (a failure or Ctrl-C midway
 # left them cut short), and the runs' outputs go to a folder of this run's, removed after.
 work=$(mktemp -d)

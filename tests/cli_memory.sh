@@ -22,7 +22,7 @@ check "simulate: 1 run of 0.3M tasks: about 219 MB of memory and 67 s of work" \
 # shape a simulation of which fits may not.
 check "run: 2 runs of up to 1.2M tasks, 1 timed step each: about 720 MB of memory" run --pp 2 -m 300000 --hint bf
 # A timeline keeps every task's record and draws it: a shape that fits without one may not.
-check "simulate: 1 run of 0.5M tasks: about 273 MB of memory" simulate --pp 512 -m 512 --hint bf --policy ready --trace "$tmp/t.json"
+check "simulate: 1 run of 0.5M tasks: about 184 MB of memory" simulate --pp 512 -m 512 --hint bf --policy ready --trace "$tmp/t.json"
 check "or leave out --trace and --svg" simulate --pp 512 -m 512 --hint bf --policy ready --svg "$tmp/t.svg"
 check "schedule show: 0.5M tasks and 1.0M diagram cells: about 127 MB" schedule show --pp 512 -m 512
 # Sized again at the diagram's width: a serial list at P=M=200 leaves most stages idle most of

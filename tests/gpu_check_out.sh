@@ -30,6 +30,21 @@ refused() {
   done
 }
 
+# Runs on CUDA where nothing sees a GPU (no nvidia-smi listing one, an interpreter whose torch
+# sees none): refused up front, where every part ran to its failure and came back exit 1. The
+# word cuda elsewhere in the arguments is no device.
+mkdir -p "$tmp/nogpu"
+printf '#!/bin/sh\nexit 9\n' >"$tmp/nogpu/nvidia-smi"
+printf '#!/bin/sh\nexit 3\n' >"$tmp/nogpu/python"
+chmod +x "$tmp/nogpu/nvidia-smi" "$tmp/nogpu/python"
+PATH="$tmp/nogpu:$PATH" PYTHON="$tmp/nogpu/python" \
+  refused "gpu-check: no GPU here (nvidia-smi lists none or is not installed" "$tmp" "$tmp/nogpu-out"
+[ -e "$tmp/nogpu-out" ] && fail "no GPU: OUT was made"
+PATH="$tmp/nogpu:$PATH" PYTHON="$tmp/nogpu/python" GPU_CHECK_ARGS='--device=cuda:1' \
+  refused "gpu-check: no GPU here" "$tmp" "$tmp/nogpu-out"
+PATH="$tmp/nogpu:$PATH" PYTHON="$tmp/nogpu/python" GPU_CHECK_ARGS='--device cpu --data /x/cuda' \
+  timeout 60 "$repo/scripts/gpu-check.sh" "$tmp/nogpu-cpu" >"$tmp/stdout" 2>"$tmp/stderr"
+grep -q "no GPU here" "$tmp/stderr" && fail "--device cpu with cuda in a path: refused as no GPU"
 mkdir -p "$tmp/full/sub"
 echo "results of another run" >"$tmp/full/keep.txt"
 echo "more" >"$tmp/full/sub/keep.txt"

@@ -67,7 +67,8 @@ class StuckIn final : public StageProgram {
 // for a job of `pp` stages of `tp` ranks, each endpoint a Runtime of its own: the last stage's
 // tp rank `tp - 1` never ends its first forward until every endpoint with a short watchdog has
 // failed. `timeouts`: each endpoint's watchdog. `answers`: whether the stuck endpoint's process
-// answers, not at all (as a stopped one would not) or 600 ms late (as one continued then would).
+// answers, not at all (as a stopped one would not) or 520 ms late (as one continued then would:
+// over half its asker's round of a second, with most of the rest to spare under load).
 struct Errors {
   std::vector<std::string> what;
   std::vector<bool> told;
@@ -104,7 +105,7 @@ Errors stage_errors(int pp, int tp, const std::vector<std::int64_t>& timeouts, A
           std::move(hosting.transports[0]), [answers](int, int&, MessageTag& t, Payload&) {
             if (t.control != Control::Answer) return true;
             if (answers == Answers::None) return false;
-            std::this_thread::sleep_for(std::chrono::milliseconds(600));
+            std::this_thread::sleep_for(std::chrono::milliseconds(520));
             return true;
           });
     Runtime rt(m, h, programs, o, std::move(hosting));
@@ -153,7 +154,7 @@ TEST(StallChase, ALateAnswerIsSaidToBeLate) {
   // Stage 0's timeout of a second: its rounds wait a second, the late answer within one.
   const std::string e = stage_errors(3, 1, {1000, 60'000, 60'000}, Answers::Late).what[0];
   EXPECT_TRUE(std::regex_search(
-      e, std::regex("; stage 2, answering only after [6-9][0-9][0-9] ms \\(stopped "
+      e, std::regex("; stage 2, answering only after [5-9][0-9][0-9] ms \\(stopped "
                     "or not run until then\\), made no progress for [0-9]+ ms: \\[stage 2: ")))
       << e;
 }

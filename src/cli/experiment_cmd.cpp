@@ -213,7 +213,8 @@ void check_runs_fit(const char* command, const ExperimentFlags& f, const Scenari
   // The runs take turns, each freeing its work when done, unless a timeline keeps every run's
   // records to draw them.
   const bool timeline = draws_timeline(f);
-  TaskCost cost = protocol_cost(!f.trace.empty() ? kTraceCost
+  const bool one_async = runs.size() == 1 && runs[0].comm == CommMode::Async;
+  TaskCost cost = protocol_cost(!f.trace.empty() ? (one_async ? kTraceOneRunCost : kTraceCost)
                                 : !f.svg.empty() ? kSvgCost
                                                  : kSimulateCost,
                                 sc.tp, sc.tp_protocol);

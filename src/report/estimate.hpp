@@ -23,9 +23,11 @@ struct TaskCost {
 inline constexpr TaskCost kSimulateCost{45, 0.8e-6};
 inline constexpr TaskCost kSvgCost{320, 3e-6};  // ... its records drawn as an SVG
 // ... and as a Chrome trace: the default comparison at P=M=512 (2.36M tasks in its four runs)
-// peaked at 388 bytes a task resident and 520 of address space (fixed blocking alone 450 and
-// 520, ready BF 222 and 208); at 350 it passed a 1.2 GB `ulimit -v` and ran out 11 s later.
+// peaked at 388 bytes a task resident and 520 of address space, a fixed blocking run alone at
+// 450 and 520; at 350 it passed a 1.2 GB `ulimit -v` and ran out 11 s later. One run that does
+// not block holds less (ready BF 222 and 208, BFW 293 and 340): kTraceOneRunCost.
 inline constexpr TaskCost kTraceCost{520, 8e-6};
+inline constexpr TaskCost kTraceOneRunCost{350, 8e-6};
 inline constexpr TaskCost kScheduleCost{160, 0.8e-6};  // `schedule show`: the order and its diagram
 inline constexpr TaskCost kPlanCost{190, 1.5e-6};      // `plan`: graph, orders, per evaluation
 // `predict`, its step imported and its predictions kept (the default three hints), beside what
