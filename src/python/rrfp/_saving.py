@@ -123,9 +123,9 @@ def _save_token(pipe, check, optimizer):
 def _refuse_optimizer_on_some(rows):
     """Refuses, on every process alike, a save whose optimizer is given on some processes and
     not on others whose chunks hold trainable parameters (`rows`: [token, given, trains] of
-    replica 0's processes, by job rank): the checkpoint held some stages' optimizer state and not the others', and said
-    nothing until a load with the optimizer refused it. A process of frozen or parameterless
-    chunks has no optimizer to give."""
+    replica 0's processes, by job rank): the checkpoint held some stages' optimizer state and
+    not the others', and said nothing until a load with the optimizer refused it. A process of
+    frozen or parameterless chunks has no optimizer to give."""
     given = [r for r, row in enumerate(rows) if row[1]]
     lack = [r for r, row in enumerate(rows) if not row[1] and row[2]]
     if given and lack:
