@@ -66,6 +66,10 @@ check "3 trace files: parsing the trace: about 87 MB" simulate --replay "$tmp/ob
 mkdir -p "$tmp/sparse" && for i in 0 1 2; do truncate -s 200M "$tmp/sparse/r$i.json"; done
 check "/sparse: reading its 3 trace files: about 629 MB of memory; RRFP_MEMORY_LIMIT allows 67 MB" predict "$tmp/sparse"
 rm -rf "$tmp/sparse"
+# So is one file's (a 41 MB trace under a 60 MB `ulimit -v` ended in a bare "out of memory").
+truncate -s 100M "$tmp/one.json"
+check "one.json: reading the trace: about 105 MB of memory; RRFP_MEMORY_LIMIT allows 67 MB: lower the trace's size" predict "$tmp/one.json"
+rm -f "$tmp/one.json"
 "$rrfp" simulate --pp 64 -m 64 --hint bf --policy ready >/dev/null ||
   { echo "FAIL: a run within RRFP_MEMORY_LIMIT"; fails=$((fails + 1)); }
 RRFP_MEMORY_LIMIT=lots check "RRFP_MEMORY_LIMIT: 'lots' is not a size" simulate

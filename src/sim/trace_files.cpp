@@ -166,17 +166,21 @@ std::vector<Doc> read_docs(const std::string& path, const char* option) {
     paths.push_back(path);
   }
   // Every file is held until all are parsed: their sizes together must fit before the first is
-  // read (a folder of 12 files of 250 MB took 3 GB before any check).
-  if (paths.size() > 1) {
-    double bytes = 0;
-    for (const std::string& p : paths) {
-      std::error_code size_ec;  // a file whose size is unknown is refused as it is read
-      const std::uintmax_t n = std::filesystem::file_size(p, size_ec);
-      if (!size_ec) bytes += static_cast<double>(n);
-    }
-    check_memory(bytes, path + ": reading its " + std::to_string(paths.size()) + " trace files", "",
-                 "the traces' size (fewer files, events, or steps)");
+  // read (a folder of 12 files of 250 MB took 3 GB before any check). One file too: a 41 MB
+  // trace read under a 60 MB `ulimit -v` ended in a bare "out of memory".
+  double bytes = 0;
+  for (const std::string& p : paths) {
+    std::error_code size_ec;  // a file whose size is unknown is refused as it is read
+    const std::uintmax_t n = std::filesystem::file_size(p, size_ec);
+    if (!size_ec) bytes += static_cast<double>(n);
   }
+  check_memory(bytes,
+               paths.size() == 1
+                   ? path + ": reading the trace"
+                   : path + ": reading its " + std::to_string(paths.size()) + " trace files",
+               "",
+               paths.size() == 1 ? "the trace's size (fewer events, or steps)"
+                                 : "the traces' size (fewer files, events, or steps)");
   std::vector<std::pair<std::string, std::string>> files;
   for (const std::string& p : paths)
     files.emplace_back(p, read_input_file(p, InputKind{option, kMaxTraceBytes, 0}));
