@@ -20,10 +20,10 @@ dest=$(given "${2:-$(dirname "$0")/../docs/data}")
 cd "$(dirname "$0")/.."
 rrfp=$build/rrfp
 mpirun=tests/mpirun.sh
-# Before any output is touched: a wrong folder emptied the tables, then failed unsaid.
 # The output folder made and tried first: one that could not be made or written failed at the
 # end, its minutes of measurements thrown away.
 mkdir -p "$dest" && [ -w "$dest" ] || { echo "$0: cannot write to $dest" >&2; exit 2; }
+# Before any output is touched: a wrong folder emptied the tables, then failed unsaid.
 for bin in "$rrfp" "$build/bench_mpi"; do
   [ -f "$bin" ] && [ -x "$bin" ] ||
     { echo "$0: no $bin (give a Release build folder with Open MPI)" >&2; exit 2; }
