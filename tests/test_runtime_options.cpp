@@ -76,10 +76,7 @@ concept Emulates = requires(W&& wm, R&& rw) {
 // and the emulated programs and latency refuse a temporary work or model at compile time: they
 // keep a reference to it, and a step of a freed work ran 2-5 ms of 425, exit 0.
 TEST(RuntimeOptionsRefused, AnEmptyFactoryAndEmulationOfATemporary) {
-  PipelineConfig c;
-  c.pp = 1;
-  c.microbatches = 2;
-  const WorkModel m(c);
+  const WorkModel m(shape(1, 2));
   const Hint h = make_hint("1f1b", m);
   EXPECT_ERROR(Runtime(m, h, ProgramFactory{}, RuntimeOptions{}), InputError,
                "runtime: `programs` is empty: give a program factory");
