@@ -116,9 +116,7 @@ void check_outputs(NamedPaths outputs, NamedPaths inputs) {
 void WrittenOutputs::write(const char* flag, const std::string& path,
                            const std::function<void()>& write) {
   if (path.empty()) return;
-  const auto said = [&](const std::exception& e) {
-    return std::string(e.what()) + " (" + written_ + " written before it, and kept)";
-  };
+  const auto said = [&](const std::exception& e) { return written_before(e.what(), written_); };
   // A trace or timeline of millions of tasks takes a minute to write, which was a minute without
   // a word after the report's last progress line.
   // Not where its own line would land inside it (stdout's JSON, a file given as stderr).

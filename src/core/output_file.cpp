@@ -307,6 +307,10 @@ void check_output_path(const std::string& path, const std::string& what, OutputM
                      "' takes no new file: " + std::strerror(err));
 }
 
+std::string written_before(const std::string& error, const std::string& written) {
+  return error + " (" + written + " written before it, and kept)";
+}
+
 void replace_file(const std::string& path, const std::string& bytes, const std::string& what) {
   refuse_closed_stream(path, what);
   struct stat st {};

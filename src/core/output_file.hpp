@@ -48,6 +48,10 @@ void check_output_path(const std::string& path, const std::string& what, OutputM
 // as open_output (InputError) and write_all (Error) do, starting with `what`.
 void replace_file(const std::string& path, const std::string& bytes, const std::string& what);
 
+// A failed output's error, `error`, naming the outputs written before it (`written`, as the
+// command names them), which stay: every command that writes several files says it so.
+std::string written_before(const std::string& error, const std::string& written);
+
 // The file `path` names through symbolic links, which a writer that renames its temporary over
 // it replaces so that the link keeps its place; a dangling link's (its last link's target, the
 // file to make there); `path` itself where it names no link.

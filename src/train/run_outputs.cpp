@@ -99,7 +99,7 @@ void TrainingRun::write_outputs() const {
     try {
       write();
     } catch (const Error& e) {
-      throw Error(std::string(e.what()) + " (" + written + " written before it, and kept)");
+      throw Error(written_before(e.what(), written));
     }
     written += ", " + name;
   };
